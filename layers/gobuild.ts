@@ -1,0 +1,225 @@
+/**
+ * Builds pinned Go components from the Go module proxy into a cache outside the checkout.
+ *
+ * Each component gets a throw-away wrapper module (`<cache>/gosrc/<key>`) that requires the
+ * pinned module, copies its `replace` and `godebug` directives (a `go install mod@v` ignores
+ * them and fails for k8s.io/kubernetes and etcd), then `go build`s each binary with
+ * version stamps. Results live in `<cache>/bin/<key>/`, where `key` is name, version and a
+ * hash of the build recipe, so a changed recipe rebuilds and an unchanged one is reused by
+ * a fresh clone.
+ */
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import path from 'node:path';
+import type { GoComponent } from './manifest.js';
+
+/**
+ * Root of kapp-lambda's machine-wide cache: `$KAPP_LAMBDA_CACHE`, else
+ * `$XDG_CACHE_HOME/kapp-lambda`, else `~/.cache/kapp-lambda`.
+ */
+export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.KAPP_LAMBDA_CACHE) return env.KAPP_LAMBDA_CACHE;
+  return path.join(env.XDG_CACHE_HOME ?? path.join(homedir(), '.cache'), 'kapp-lambda');
+}
+
+/** Cache key of a component: `<name>-<version>-<first 10 hex of sha256(recipe)>`. */
+export function componentKey(c: GoComponent): string {
+  const recipe = JSON.stringify({ ...c, purpose: undefined, layers: undefined, go: GO_RECIPE_VERSION });
+  return `${c.name}-${c.version}-${createHash('sha256').update(recipe).digest('hex').slice(0, 10)}`;
+}
+
+/** Bumped when the way binaries are built changes, so caches rebuild. */
+const GO_RECIPE_VERSION = 1;
+
+/** Directory holding a component's built binaries. */
+export function binDir(c: GoComponent, root = cacheRoot()): string {
+  return path.join(root, 'bin', componentKey(c));
+}
+
+/** Absolute path of one built binary of a component. */
+export function binPath(c: GoComponent, bin: string, root = cacheRoot()): string {
+  return path.join(binDir(c, root), bin);
+}
+
+/** Result of a child process run by {@link run}. */
+interface RunResult {
+  stdout: string;
+  stderr: string;
+  code: number;
+}
+
+/**
+ * Runs argv without a shell. Streams stderr lines through `onLine` when given.
+ * @throws Error with the last stderr lines when the exit code is not 0.
+ */
+export async function run(
+  argv: readonly string[],
+  opts: { cwd?: string; env?: NodeJS.ProcessEnv; onLine?: (line: string) => void } = {},
+): Promise<RunResult> {
+  const [cmd, ...args] = argv;
+  if (!cmd) throw new Error('empty argv');
+  return await new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { cwd: opts.cwd, env: opts.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    let partial = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      const s = d.toString();
+      stderr = (stderr + s).slice(-64 * 1024);
+      if (opts.onLine) {
+        const lines = (partial + s).split('\n');
+        partial = lines.pop() ?? '';
+        for (const l of lines) opts.onLine(l);
+      }
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const res = { stdout, stderr, code: code ?? -1 };
+      if (res.code !== 0) {
+        reject(
+          new Error(`${argv.slice(0, 3).join(' ')} exited ${res.code}: ${stderr.split('\n').slice(-15).join('\n')}`),
+        );
+      } else resolve(res);
+    });
+  });
+}
+
+/** Environment for every `go` call: local toolchain, static binaries, no VCS stamping. */
+export function goEnv(base: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  return { ...base, GOTOOLCHAIN: 'local', CGO_ENABLED: '0', GOFLAGS: '-mod=mod -buildvcs=false' };
+}
+
+/**
+ * Rewrites an upstream go.mod into the directives a wrapper module must carry: `replace`
+ * lines (local-path targets become `<module> <localReplaceVersion>` or are dropped) and
+ * `godebug` lines. Pure; exported for tests.
+ */
+export function wrapperDirectives(upstreamGoMod: string, localReplaceVersion?: string): string[] {
+  const out: string[] = [];
+  let block: 'replace' | 'godebug' | undefined;
+  for (const raw of upstreamGoMod.split('\n')) {
+    const line = raw.replace(/\/\/.*$/, '').trim();
+    if (!line) continue;
+    if (block) {
+      if (line === ')') {
+        block = undefined;
+        continue;
+      }
+      const d = block === 'replace' ? replaceLine(line, localReplaceVersion) : `godebug ${line}`;
+      if (d) out.push(d);
+      continue;
+    }
+    const m = /^(replace|godebug)\s*(\()?\s*(.*)$/.exec(line);
+    if (!m) continue;
+    const kind = m[1] as 'replace' | 'godebug';
+    if (m[2]) {
+      block = kind;
+      continue;
+    }
+    const rest = m[3] ?? '';
+    const d = kind === 'replace' ? replaceLine(rest, localReplaceVersion) : `godebug ${rest}`;
+    if (d) out.push(d);
+  }
+  return out;
+}
+
+function replaceLine(spec: string, localReplaceVersion?: string): string | undefined {
+  const [lhs, rhs] = spec.split('=>').map((s) => s.trim());
+  if (!lhs || !rhs) return undefined;
+  const target = rhs.split(/\s+/);
+  const isLocal = target[0]?.startsWith('./') || target[0]?.startsWith('../');
+  if (!isLocal) return `replace ${lhs} => ${rhs}`;
+  if (!localReplaceVersion || rhs.includes('FORBIDDEN')) return undefined;
+  const mod = lhs.split(/\s+/)[0];
+  return `replace ${mod} => ${mod} ${localReplaceVersion}`;
+}
+
+/** Callback for progress lines. */
+export type Progress = (msg: string) => void;
+
+/**
+ * Builds a component unless its binaries are already cached, and checks each `--version`.
+ * @returns directory holding the binaries.
+ * @throws Error when a go command fails or a version check does not match the manifest.
+ */
+export async function buildComponent(c: GoComponent, progress: Progress, root = cacheRoot()): Promise<string> {
+  const out = binDir(c, root);
+  const done = path.join(out, '.complete');
+  if (existsSync(done) && c.binaries.every((b) => existsSync(path.join(out, b.bin)))) {
+    progress(`${c.name} ${c.version}: cached (${out})`);
+    return out;
+  }
+  const started = Date.now();
+  const env = goEnv();
+  const src = path.join(root, 'gosrc', componentKey(c));
+  await mkdir(src, { recursive: true });
+  progress(`${c.name} ${c.version}: resolving module`);
+  const dl = await run(['go', 'mod', 'download', '-json', `${c.module}@${c.version}`], { cwd: src, env });
+  const info = JSON.parse(dl.stdout) as { GoMod?: string; Error?: string };
+  if (info.Error || !info.GoMod) throw new Error(`go mod download ${c.module}@${c.version}: ${info.Error}`);
+  const directives = wrapperDirectives(await readFile(info.GoMod, 'utf8'), c.localReplaceVersion);
+  await writeFile(
+    path.join(src, 'go.mod'),
+    ['module kapp-lambda.local/build', '', 'go 1.26', '', ...directives, ''].join('\n'),
+  );
+  const tick = setInterval(
+    () => progress(`${c.name}: still building (${Math.round((Date.now() - started) / 1000)}s)`),
+    30_000,
+  );
+  let downloads = 0;
+  const onLine = (l: string) => {
+    if (/^go: (downloading|added|upgraded|finding)/.test(l)) {
+      downloads++;
+      if (downloads % 25 === 0) progress(`${c.name}: downloaded ${downloads} modules`);
+    } else if (l.trim()) progress(`${c.name}: ${l}`);
+  };
+  try {
+    progress(`${c.name} ${c.version}: go get (${directives.length} directives from upstream go.mod)`);
+    await run(['go', 'get', ...c.binaries.map((b) => `${b.pkg}@${c.version}`)], { cwd: src, env, onLine });
+    const tmpOut = `${out}.tmp-${process.pid}`;
+    await rm(tmpOut, { recursive: true, force: true });
+    await mkdir(tmpOut, { recursive: true });
+    const ldflags = ['-s', '-w', ...(c.stamps ?? []).flatMap((s) => ['-X', s])].join(' ');
+    for (const b of c.binaries) {
+      progress(`${c.name}: go build ${b.bin}`);
+      const argv = ['go', 'build', '-trimpath', '-ldflags', ldflags, '-o', path.join(tmpOut, b.bin)];
+      if (c.tags?.length) argv.push('-tags', c.tags.join(','));
+      await run([...argv, b.pkg], { cwd: src, env, onLine });
+    }
+    await verifyVersions(c, tmpOut);
+    await rm(out, { recursive: true, force: true });
+    await rename(tmpOut, out);
+    await writeFile(done, `${new Date().toISOString()}\n`);
+  } finally {
+    clearInterval(tick);
+  }
+  progress(`${c.name} ${c.version}: built in ${Math.round((Date.now() - started) / 1000)}s`);
+  return out;
+}
+
+/**
+ * Runs each binary's version command and checks it reports the pinned version.
+ * @returns map of binary name to the first line of its version output.
+ * @throws Error naming the binary and its output on a mismatch.
+ */
+export async function verifyVersions(c: GoComponent, dir: string): Promise<Record<string, string>> {
+  const seen: Record<string, string> = {};
+  for (const b of c.binaries) {
+    const expect = b.expectVersion ?? c.version.replace(/^v/, '');
+    const r = await run([path.join(dir, b.bin), ...b.versionArgs], {
+      env: { ...process.env, SOPS_DISABLE_VERSION_CHECK: '1' },
+    }).catch((e: Error) => ({ stdout: '', stderr: e.message, code: 1 }));
+    const text = `${r.stdout}\n${r.stderr}`;
+    if (!text.includes(expect)) {
+      throw new Error(`${b.bin} ${b.versionArgs.join(' ')} does not report ${expect}: ${text.trim().slice(0, 400)}`);
+    }
+    seen[b.bin] = text.trim().split('\n')[0] ?? '';
+  }
+  return seen;
+}

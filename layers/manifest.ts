@@ -1,0 +1,240 @@
+/**
+ * Pinned manifest of every Go-built binary kapp-lambda runs: the tools that go into the
+ * per-stage Lambda layers, and the components tests and the demo run locally (control
+ * plane, kwok, S3 server, Lambda runtime emulator).
+ *
+ * Versions are the ones the Go module proxy here serves and whose checksums the sum
+ * database knows (kbld v0.47.0 and imgpkg v0.47.0 are listed by the proxy but fail
+ * verification, so the newest verifiable ones are pinned). Upstream kapp-controller pins
+ * ytt v0.50.0, kbld v0.44.0, kapp v0.63.2, vendir v0.41.0, helm v3.15.3, sops v3.9.0,
+ * age v1.2.0, cue v0.9.2 (`hack/dependencies.yml`); ours are newer and flag-compatible.
+ */
+
+/** Pipeline stage whose Lambda layer holds a tool. */
+export type Stage = 'fetch' | 'template' | 'deploy';
+
+/** One binary built from a Go module. */
+export interface GoBinary {
+  /** Binary file name on PATH, e.g. `ytt`. */
+  readonly bin: string;
+  /** Go package path of the `main` package, e.g. `carvel.dev/ytt/cmd/ytt`. */
+  readonly pkg: string;
+  /** Argv (after the binary) that prints the version. */
+  readonly versionArgs: readonly string[];
+  /** Text that `versionArgs` output must contain; defaults to the version without `v`. */
+  readonly expectVersion?: string;
+}
+
+/** One Go module at a pinned version and the binaries built from it. */
+export interface GoComponent {
+  /** Short name, used as the cache key with the version. */
+  readonly name: string;
+  /** Module path as the Go module proxy serves it. */
+  readonly module: string;
+  /** Exact version (`vX.Y.Z` or a pseudo-version). */
+  readonly version: string;
+  readonly binaries: readonly GoBinary[];
+  /**
+   * `-X importpath.name=value` stamps, without the `-X`. Upstream release builds set these;
+   * without them several tools report `develop` or `v0.0.0-master`.
+   */
+  readonly stamps?: readonly string[];
+  /** Go build tags. */
+  readonly tags?: readonly string[];
+  /**
+   * Version that replaces upstream's local-path `replace` targets (k8s.io/kubernetes pins its
+   * staging modules at v0.0.0 and replaces them with `./staging/...`; etcd server replaces its
+   * siblings with `../api` etc.). Local replaces are dropped when this is unset.
+   */
+  readonly localReplaceVersion?: string;
+  /** Stages whose Lambda layer carries these binaries; empty for local-only components. */
+  readonly layers: readonly Stage[];
+  /** Why this component is here. */
+  readonly purpose: string;
+}
+
+const K8S = 'v1.34.4';
+const K8S_STAGING = 'v0.34.4';
+const k8sStamps = (pkg: string) => [
+  `${pkg}.gitVersion=${K8S}`,
+  `${pkg}.gitMajor=1`,
+  `${pkg}.gitMinor=34`,
+  `${pkg}.gitTreeState=clean`,
+  `${pkg}.gitCommit=0000000000000000000000000000000000000000`,
+  `${pkg}.buildDate=1970-01-01T00:00:00Z`,
+];
+
+/** Every pinned component, in build order (small tools first, the control plane last). */
+export const COMPONENTS: readonly GoComponent[] = [
+  {
+    name: 'ytt',
+    module: 'carvel.dev/ytt',
+    version: 'v0.55.3',
+    stamps: ['carvel.dev/ytt/pkg/version.Version=0.55.3'],
+    binaries: [{ bin: 'ytt', pkg: 'carvel.dev/ytt/cmd/ytt', versionArgs: ['version'] }],
+    layers: ['template'],
+    purpose: 'template: ytt',
+  },
+  {
+    name: 'kbld',
+    module: 'carvel.dev/kbld',
+    version: 'v0.46.0',
+    stamps: ['carvel.dev/kbld/pkg/kbld/version.Version=0.46.0'],
+    binaries: [{ bin: 'kbld', pkg: 'carvel.dev/kbld/cmd/kbld', versionArgs: ['version'] }],
+    layers: ['template'],
+    purpose: 'template: kbld image resolution (--build=false)',
+  },
+  {
+    name: 'kapp',
+    module: 'carvel.dev/kapp',
+    version: 'v0.64.2',
+    stamps: ['carvel.dev/kapp/pkg/kapp/version.Version=0.64.2'],
+    binaries: [{ bin: 'kapp', pkg: 'carvel.dev/kapp/cmd/kapp', versionArgs: ['version'] }],
+    layers: ['deploy'],
+    purpose: 'deploy: kapp deploy/inspect/delete',
+  },
+  {
+    name: 'vendir',
+    module: 'carvel.dev/vendir',
+    version: 'v0.46.0',
+    stamps: ['carvel.dev/vendir/pkg/vendir/version.Version=0.46.0'],
+    binaries: [{ bin: 'vendir', pkg: 'carvel.dev/vendir/cmd/vendir', versionArgs: ['version'] }],
+    layers: ['fetch'],
+    purpose: 'fetch: vendir sync',
+  },
+  {
+    name: 'imgpkg',
+    module: 'carvel.dev/imgpkg',
+    version: 'v0.44.0',
+    stamps: ['carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=0.44.0'],
+    binaries: [{ bin: 'imgpkg', pkg: 'carvel.dev/imgpkg/cmd/imgpkg', versionArgs: ['version'] }],
+    layers: ['fetch'],
+    purpose: 'fetch: imgpkg bundles (vendir calls it); tests push bundles with it',
+  },
+  {
+    name: 'helm',
+    module: 'helm.sh/helm/v3',
+    version: 'v3.22.0',
+    stamps: [
+      'helm.sh/helm/v3/internal/version.version=v3.22.0',
+      'helm.sh/helm/v3/internal/version.gitTreeState=clean',
+      'helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1',
+      'helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34',
+      'helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1',
+      'helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=34',
+    ],
+    binaries: [{ bin: 'helm', pkg: 'helm.sh/helm/v3/cmd/helm', versionArgs: ['version', '--short'] }],
+    layers: ['fetch', 'template'],
+    purpose: 'fetch: helmChart (vendir calls helm); template: helm template',
+  },
+  {
+    name: 'sops',
+    module: 'github.com/getsops/sops/v3',
+    version: 'v3.13.3',
+    binaries: [
+      {
+        bin: 'sops',
+        pkg: 'github.com/getsops/sops/v3/cmd/sops',
+        versionArgs: ['--version', '--disable-version-check'],
+      },
+    ],
+    layers: ['template'],
+    purpose: 'template: sops decryption',
+  },
+  {
+    name: 'age',
+    module: 'filippo.io/age',
+    version: 'v1.2.1',
+    binaries: [
+      { bin: 'age', pkg: 'filippo.io/age/cmd/age', versionArgs: ['--version'] },
+      { bin: 'age-keygen', pkg: 'filippo.io/age/cmd/age-keygen', versionArgs: ['--version'] },
+    ],
+    layers: ['template'],
+    purpose: 'template: age keys for sops',
+  },
+  {
+    name: 'cue',
+    module: 'cuelang.org/go',
+    version: 'v0.17.1',
+    binaries: [{ bin: 'cue', pkg: 'cuelang.org/go/cmd/cue', versionArgs: ['version'] }],
+    layers: ['template'],
+    purpose: 'template: cue export',
+  },
+  {
+    name: 'versitygw',
+    module: 'github.com/versity/versitygw',
+    version: 'v1.8.0',
+    binaries: [
+      {
+        bin: 'versitygw',
+        pkg: 'github.com/versity/versitygw/cmd/versitygw',
+        versionArgs: ['--version'],
+      },
+    ],
+    layers: [],
+    purpose: 'tests: S3-compatible object storage server',
+  },
+  {
+    name: 'kwok',
+    module: 'sigs.k8s.io/kwok',
+    version: 'v0.8.0',
+    stamps: ['sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0'],
+    binaries: [
+      { bin: 'kwok', pkg: 'sigs.k8s.io/kwok/cmd/kwok', versionArgs: ['--version'] },
+      { bin: 'kwokctl', pkg: 'sigs.k8s.io/kwok/cmd/kwokctl', versionArgs: ['--version'] },
+    ],
+    layers: [],
+    purpose: 'local cluster: kwokctl binary runtime and fake nodes',
+  },
+  {
+    name: 'etcd',
+    module: 'go.etcd.io/etcd/server/v3',
+    version: 'v3.6.16',
+    localReplaceVersion: 'v3.6.16',
+    binaries: [{ bin: 'etcd', pkg: 'go.etcd.io/etcd/server/v3', versionArgs: ['--version'] }],
+    layers: [],
+    purpose: 'local cluster: etcd',
+  },
+  {
+    name: 'kubernetes',
+    module: 'k8s.io/kubernetes',
+    version: K8S,
+    localReplaceVersion: K8S_STAGING,
+    tags: ['selinux', 'notest'],
+    stamps: [...k8sStamps('k8s.io/component-base/version'), ...k8sStamps('k8s.io/client-go/pkg/version')],
+    binaries: [
+      { bin: 'kube-apiserver', pkg: 'k8s.io/kubernetes/cmd/kube-apiserver', versionArgs: ['--version'] },
+      {
+        bin: 'kube-controller-manager',
+        pkg: 'k8s.io/kubernetes/cmd/kube-controller-manager',
+        versionArgs: ['--version'],
+      },
+      { bin: 'kube-scheduler', pkg: 'k8s.io/kubernetes/cmd/kube-scheduler', versionArgs: ['--version'] },
+      { bin: 'kubectl', pkg: 'k8s.io/kubernetes/cmd/kubectl', versionArgs: ['version', '--client'] },
+    ],
+    layers: [],
+    purpose: 'local cluster: control plane and kubectl',
+  },
+  {
+    name: 'aws-lambda-rie',
+    module: 'github.com/aws/aws-lambda-runtime-interface-emulator',
+    version: 'v0.0.0-20261030222936-bef5c4ba774d',
+    binaries: [
+      {
+        bin: 'aws-lambda-rie',
+        pkg: 'github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie',
+        versionArgs: ['--help'],
+        expectVersion: 'Usage',
+      },
+    ],
+    layers: [],
+    purpose: 'cloud runtime tests: Lambda Runtime Interface Emulator',
+  },
+];
+
+/** Looks up a component by name. @throws Error when the name is not in {@link COMPONENTS}. */
+export function component(name: string): GoComponent {
+  const c = COMPONENTS.find((x) => x.name === name);
+  if (!c) throw new Error(`unknown component ${name}`);
+  return c;
+}

@@ -1,0 +1,18 @@
+/**
+ * First-run setup: builds every pinned Go component (tools, control plane, test servers)
+ * into the cache outside the checkout, with progress, and reuses cached builds.
+ * Usage: `tsx scripts/setup.ts [component...]` (default: all). Debian packages the tests
+ * need (docker-registry, git) are installed by `scripts/apt.ts` when missing.
+ */
+import { buildComponent, cacheRoot } from '../layers/gobuild.js';
+import { COMPONENTS, component } from '../layers/manifest.js';
+import { ensureDebianPackages } from './apt.js';
+
+const names = process.argv.slice(2);
+const wanted = names.length ? names.map(component) : COMPONENTS;
+const started = Date.now();
+const log = (m: string) => process.stderr.write(`[setup +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
+log(`cache: ${cacheRoot()}`);
+await ensureDebianPackages(log);
+for (const c of wanted) await buildComponent(c, log);
+log(`ready in ${Math.round((Date.now() - started) / 1000)}s`);
