@@ -1,0 +1,13 @@
+import { describe, expect, it } from 'vitest';
+import { binDir, verifyVersions } from '../../layers/gobuild.js';
+import { COMPONENTS } from '../../layers/manifest.js';
+
+// Each built binary reports exactly the version pinned in layers/manifest.ts.
+describe('pinned tool versions', () => {
+  for (const c of COMPONENTS) {
+    it(`${c.name} ${c.version}`, async () => {
+      const seen = await verifyVersions(c, binDir(c));
+      expect(Object.keys(seen)).toEqual(c.binaries.map((b) => b.bin));
+    });
+  }
+});
