@@ -48,6 +48,7 @@ export class KeyedQueue<T> {
   /** Ready keys per tenant, in arrival order. */
   private readonly ready = new Map<string, string[]>();
   private readonly tenants: string[] = [];
+  private lastTenant: string | undefined;
   private active = 0;
   private idleWaiters: (() => void)[] = [];
   private readonly concurrency: number;
@@ -146,8 +147,11 @@ export class KeyedQueue<T> {
 
   /** Serves the tenant at the head of the rotation, then moves it to the back. */
   private nextReady(): string | undefined {
+    // The tenant served last goes behind the others even if its list was emptied and refilled.
+    if (this.tenants.length > 1 && this.tenants[0] === this.lastTenant) this.tenants.push(this.tenants.shift()!);
     while (this.tenants.length) {
       const tenant = this.tenants.shift()!;
+      this.lastTenant = tenant;
       const list = this.ready.get(tenant)!;
       const key = list.shift();
       if (list.length) this.tenants.push(tenant);
