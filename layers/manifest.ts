@@ -4,8 +4,9 @@
  * plane, kwok, S3 server, Lambda runtime emulator).
  *
  * Versions are the ones the Go module proxy here serves and whose checksums the sum
- * database knows (kbld v0.47.0 and imgpkg v0.47.0 are listed by the proxy but fail
- * verification, so the newest verifiable ones are pinned). Upstream kapp-controller pins
+ * database knows: kbld v0.47.0 and imgpkg v0.47.0 fail checksum verification, and vendir
+ * v0.46.0 needs imgpkg v0.48.0, which the proxy refuses, so vendir v0.44.0 with the imgpkg
+ * it requires (v0.46.1) is pinned. Upstream kapp-controller pins
  * ytt v0.50.0, kbld v0.44.0, kapp v0.63.2, vendir v0.41.0, helm v3.15.3, sops v3.9.0,
  * age v1.2.0, cue v0.9.2 (`hack/dependencies.yml`); ours are newer and flag-compatible.
  */
@@ -96,8 +97,8 @@ export const COMPONENTS: readonly GoComponent[] = [
   {
     name: 'vendir',
     module: 'carvel.dev/vendir',
-    version: 'v0.46.0',
-    stamps: ['carvel.dev/vendir/pkg/vendir/version.Version=0.46.0'],
+    version: 'v0.44.0',
+    stamps: ['carvel.dev/vendir/pkg/vendir/version.Version=0.44.0'],
     binaries: [{ bin: 'vendir', pkg: 'carvel.dev/vendir/cmd/vendir', versionArgs: ['version'] }],
     layers: ['fetch'],
     purpose: 'fetch: vendir sync',
@@ -105,8 +106,8 @@ export const COMPONENTS: readonly GoComponent[] = [
   {
     name: 'imgpkg',
     module: 'carvel.dev/imgpkg',
-    version: 'v0.44.0',
-    stamps: ['carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=0.44.0'],
+    version: 'v0.46.1',
+    stamps: ['carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=0.46.1'],
     binaries: [{ bin: 'imgpkg', pkg: 'carvel.dev/imgpkg/cmd/imgpkg', versionArgs: ['version'] }],
     layers: ['fetch'],
     purpose: 'fetch: imgpkg bundles (vendir calls it); tests push bundles with it',
