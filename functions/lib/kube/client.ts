@@ -1,0 +1,510 @@
+/**
+ * {@link KubeClient} over two small transports (see `transport.ts`): builds paths,
+ * preconditions and retries, and maps API answers to the port's errors. Mirrors the
+ * I/O half of kapp-controller's `pkg/app/crd_app.go` (status and finalizer writes),
+ * `pkg/kubeconfig/service_accounts.go` (TokenRequest) and
+ * `pkg/componentinfo/component_info.go` (server version, API group versions).
+ *
+ * @module
+ */
+
+import {
+  type ApiServerInfo,
+  ConflictError,
+  describeRef,
+  type FinalizerOptions,
+  type FinalizerResult,
+  GoneError,
+  KubeApiError,
+  type KubeClient,
+  type KubeConfigMap,
+  type KubeNamespace,
+  type KubeObject,
+  type KubeSecret,
+  type ListOptions,
+  type ListResult,
+  type ObjectMeta,
+  type ObjectRef,
+  type ResourceKind,
+  type ResourceType,
+  resourceFor,
+  type ServiceAccountToken,
+  type WatchEvent,
+  WatchGoneError,
+  type WatchOptions,
+  type WritePrecondition,
+} from './port.js';
+import {
+  type RestRequest,
+  type RestResponse,
+  type RestTransport,
+  WatchHttpError,
+  type WatchTransport,
+} from './transport.js';
+
+/** Attempts of a finalizer change before giving up on 409s (as `crd_app.go`'s 5 retries). */
+export const FINALIZER_ATTEMPTS = 5;
+
+/** Default TokenRequest lifetime in seconds (`pkg/kubeconfig/service_accounts.go`). */
+export const DEFAULT_TOKEN_EXPIRATION_SECONDS = 7200;
+
+/** Dependencies of {@link KubeApiClient}. */
+export interface KubeApiClientOptions {
+  /** JSON requests. */
+  rest: RestTransport;
+  /** Watch streams. */
+  watch: WatchTransport;
+  /** Address and CA of the API server, returned by `apiServer()`. */
+  apiServer: ApiServerInfo;
+}
+
+/**
+ * `/api/v1/...` or `/apis/<group>/<version>/...` for a kind, optionally in a namespace.
+ * Pure.
+ */
+export function collectionPath(type: ResourceType, namespace?: string): string {
+  const base = type.group === '' ? `/api/${type.version}` : `/apis/${type.group}/${type.version}`;
+  const ns = type.namespaced && namespace ? `/namespaces/${encodeURIComponent(namespace)}` : '';
+  return `${base}${ns}/${type.plural}`;
+}
+
+/**
+ * Path of one object, with an optional subresource (`status`, `token`). Pure.
+ *
+ * @throws TypeError for an unknown kind, or a namespaced kind without a namespace.
+ */
+export function objectPath(ref: ObjectRef, subresource?: string): string {
+  const type = resourceFor(ref);
+  if (type.namespaced && !ref.namespace) {
+    throw new TypeError(`${ref.kind} ${ref.name} needs a namespace`);
+  }
+  const path = `${collectionPath(type, ref.namespace)}/${encodeURIComponent(ref.name)}`;
+  return subresource ? `${path}/${subresource}` : path;
+}
+
+/** `metav1.Status` fields we read from an error answer. */
+interface ApiStatus {
+  message?: string;
+  reason?: string;
+  code?: number;
+}
+
+function asStatus(body: unknown): ApiStatus {
+  if (body && typeof body === 'object') return body as ApiStatus;
+  return {};
+}
+
+/**
+ * The API server's own message of an error answer (`Status.message`), else a short
+ * excerpt of a non-JSON body, else the HTTP status code alone. Never echoes a request.
+ */
+export function apiMessage(response: RestResponse): string {
+  const status = asStatus(response.body);
+  if (typeof status.message === 'string' && status.message !== '') return status.message;
+  if (typeof response.body === 'string' && response.body !== '') {
+    return response.body.length > 200 ? `${response.body.slice(0, 200)}…` : response.body;
+  }
+  return `HTTP ${response.statusCode}`;
+}
+
+/** Cause of an API error: what the server answered, without headers or the request. */
+export class ApiResponseError extends Error {
+  /** HTTP status code. */
+  readonly statusCode: number;
+  /** The parsed answer (usually a `metav1.Status`). */
+  readonly body: unknown;
+  constructor(response: RestResponse) {
+    super(`${response.statusCode} ${apiMessage(response)}`);
+    this.name = 'ApiResponseError';
+    this.statusCode = response.statusCode;
+    this.body = response.body;
+  }
+}
+
+/**
+ * Maps a non-2xx answer to the port's error: message `<action>: <code> <API message>`,
+ * `cause` an {@link ApiResponseError}. 409 → {@link ConflictError}, 410 →
+ * {@link WatchGoneError}, everything else {@link KubeApiError}. Pure.
+ */
+export function errorFromResponse(action: string, response: RestResponse): KubeApiError {
+  const status = asStatus(response.body);
+  const options = {
+    statusCode: response.statusCode,
+    reason: typeof status.reason === 'string' ? status.reason : undefined,
+    cause: new ApiResponseError(response),
+  };
+  const message = `${action}: ${response.statusCode} ${apiMessage(response)}`;
+  if (response.statusCode === 409) return new ConflictError(message, options);
+  if (response.statusCode === 410) return new WatchGoneError(message, options);
+  return new KubeApiError(message, options);
+}
+
+/**
+ * `v1.34.4+k3s1` / `v1.34.0-rc.1` → `1.34.4` / `1.34.0` (as `semver.ParseTolerant`,
+ * then major.minor.patch). Pure.
+ *
+ * @throws Error when the string has no `major.minor.patch`.
+ */
+export function parseServerVersion(gitVersion: string): string {
+  const match = /^v?(\d+)\.(\d+)\.(\d+)/.exec(gitVersion.trim());
+  if (!match) throw new Error(`parsing kubernetes version ${JSON.stringify(gitVersion)}`);
+  return `${Number(match[1])}.${Number(match[2])}.${Number(match[3])}`;
+}
+
+/**
+ * Group/versions from `/api` (`APIVersions`) and `/apis` (`APIGroupList`): core versions
+ * first (`v1`), then `<group>/<version>` for every version of every group, in server
+ * order, without duplicates (`metav1.ExtractGroupVersions`). Pure.
+ */
+export function extractGroupVersions(core: unknown, groups: unknown): string[] {
+  const out: string[] = [];
+  const push = (gv: unknown): void => {
+    if (typeof gv === 'string' && gv !== '' && !out.includes(gv)) out.push(gv);
+  };
+  for (const v of (core as { versions?: unknown[] } | undefined)?.versions ?? []) push(v);
+  const list = (groups as { groups?: Array<{ versions?: Array<{ groupVersion?: unknown }> }> })?.groups;
+  for (const group of list ?? []) {
+    for (const version of group.versions ?? []) push(version.groupVersion);
+  }
+  return out;
+}
+
+function decodeMap(data: unknown): Record<string, Buffer> {
+  const out: Record<string, Buffer> = {};
+  if (data && typeof data === 'object') {
+    for (const [key, value] of Object.entries(data as Record<string, unknown>)) {
+      if (typeof value === 'string') out[key] = Buffer.from(value, 'base64');
+    }
+  }
+  return out;
+}
+
+/**
+ * The adapter behind {@link KubeClient}: one per cluster, created once and reused.
+ * Messages never contain tokens, keys or kubeconfig contents.
+ */
+export class KubeApiClient implements KubeClient {
+  readonly #rest: RestTransport;
+  readonly #watch: WatchTransport;
+  readonly #apiServer: ApiServerInfo;
+
+  /** See {@link KubeApiClientOptions}. */
+  constructor(options: KubeApiClientOptions) {
+    this.#rest = options.rest;
+    this.#watch = options.watch;
+    this.#apiServer = Object.freeze({ ...options.apiServer });
+  }
+
+  async #send(action: string, request: RestRequest): Promise<RestResponse> {
+    try {
+      return await this.#rest.send(request);
+    } catch (cause) {
+      const reason = cause instanceof Error ? cause.message : String(cause);
+      throw new KubeApiError(`${action}: ${reason}`, { cause });
+    }
+  }
+
+  /** GET returning `undefined` on 404. */
+  async #get<T>(action: string, path: string): Promise<T | undefined> {
+    const response = await this.#send(action, { method: 'GET', path });
+    if (response.statusCode === 404) return undefined;
+    if (response.statusCode !== 200) throw errorFromResponse(action, response);
+    return response.body as T;
+  }
+
+  /** @inheritDoc KubeReader.getObject */
+  async getObject<T extends KubeObject = KubeObject>(ref: ObjectRef): Promise<T | undefined> {
+    const object = await this.#get<T>(`getting ${describeRef(ref)}`, objectPath(ref));
+    if (object) {
+      object.apiVersion ??= ref.apiVersion;
+      object.kind ??= ref.kind;
+    }
+    return object;
+  }
+
+  /** @inheritDoc KubeReader.getSecret */
+  async getSecret(namespace: string, name: string): Promise<KubeSecret | undefined> {
+    const ref = { apiVersion: 'v1', kind: 'Secret', namespace, name };
+    const raw = await this.#get<{ metadata: ObjectMeta; type?: string; data?: unknown }>(
+      `getting ${describeRef(ref)}`,
+      objectPath(ref),
+    );
+    if (!raw) return undefined;
+    return { metadata: raw.metadata, type: raw.type ?? 'Opaque', data: decodeMap(raw.data) };
+  }
+
+  /** @inheritDoc KubeReader.getConfigMap */
+  async getConfigMap(namespace: string, name: string): Promise<KubeConfigMap | undefined> {
+    const ref = { apiVersion: 'v1', kind: 'ConfigMap', namespace, name };
+    const raw = await this.#get<{
+      metadata: ObjectMeta;
+      data?: Record<string, string>;
+      binaryData?: unknown;
+    }>(`getting ${describeRef(ref)}`, objectPath(ref));
+    if (!raw) return undefined;
+    return {
+      metadata: raw.metadata,
+      data: { ...(raw.data ?? {}) },
+      binaryData: decodeMap(raw.binaryData),
+    };
+  }
+
+  /** @inheritDoc KubeReader.getNamespace */
+  async getNamespace(name: string): Promise<KubeNamespace | undefined> {
+    const ref = { apiVersion: 'v1', kind: 'Namespace', name };
+    const raw = await this.#get<{ metadata: ObjectMeta; status?: { phase?: string } }>(
+      `getting ${describeRef(ref)}`,
+      objectPath(ref),
+    );
+    if (!raw) return undefined;
+    return { metadata: raw.metadata, phase: raw.status?.phase ?? 'Active' };
+  }
+
+  /** @inheritDoc StatusWriter.updateStatus */
+  async updateStatus(
+    ref: ObjectRef,
+    precondition: WritePrecondition,
+    status: unknown,
+  ): Promise<{ resourceVersion: string }> {
+    const action = `updating status of ${describeRef(ref)}`;
+    // The /status PUT takes the whole object but keeps everything except .status from
+    // the stored one; metadata.resourceVersion is the optimistic-concurrency check and
+    // metadata.uid a precondition (a recreated object answers 409 "Precondition failed").
+    const metadata: Record<string, string> = {
+      name: ref.name,
+      resourceVersion: precondition.resourceVersion,
+      uid: precondition.uid,
+    };
+    if (ref.namespace) metadata.namespace = ref.namespace;
+    const response = await this.#send(action, {
+      method: 'PUT',
+      path: objectPath(ref, 'status'),
+      body: { apiVersion: ref.apiVersion, kind: ref.kind, metadata, status },
+    });
+    if (response.statusCode === 404) {
+      throw new GoneError(`${action}: 404 ${apiMessage(response)}`, {
+        statusCode: 404,
+        reason: asStatus(response.body).reason,
+        cause: new ApiResponseError(response),
+      });
+    }
+    if (response.statusCode === 409 && /\bUID\b/i.test(apiMessage(response))) {
+      throw new GoneError(`${action}: 409 ${apiMessage(response)}`, {
+        statusCode: 409,
+        reason: asStatus(response.body).reason,
+        cause: new ApiResponseError(response),
+      });
+    }
+    if (response.statusCode !== 200 && response.statusCode !== 201) {
+      throw errorFromResponse(action, response);
+    }
+    return {
+      resourceVersion: (response.body as KubeObject).metadata.resourceVersion,
+    };
+  }
+
+  /** @inheritDoc FinalizerWriter.addFinalizer */
+  addFinalizer(ref: ObjectRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
+    return this.#changeFinalizers(`adding finalizer to ${describeRef(ref)}`, ref, options, {
+      absent: 'gone',
+      edit: (list) => (list.includes(finalizer) ? undefined : [...list, finalizer]),
+    });
+  }
+
+  /** @inheritDoc FinalizerWriter.removeFinalizer */
+  removeFinalizer(ref: ObjectRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
+    return this.#changeFinalizers(`removing finalizer from ${describeRef(ref)}`, ref, options, {
+      absent: 'noop',
+      edit: (list) => (list.includes(finalizer) ? list.filter((f) => f !== finalizer) : undefined),
+    });
+  }
+
+  async #changeFinalizers(
+    action: string,
+    ref: ObjectRef,
+    options: FinalizerOptions,
+    how: { absent: 'gone' | 'noop'; edit: (list: string[]) => string[] | undefined },
+  ): Promise<FinalizerResult> {
+    const path = objectPath(ref);
+    let lastConflict: ConflictError | undefined;
+    for (let attempt = 0; attempt < FINALIZER_ATTEMPTS; attempt++) {
+      const object = await this.#get<KubeObject>(action, path);
+      if (!object || (options.uid !== undefined && object.metadata.uid !== options.uid)) {
+        if (how.absent === 'noop') return { changed: false, resourceVersion: undefined };
+        throw new GoneError(`${action}: object not found${object ? ' (uid changed)' : ''}`, {
+          statusCode: object ? undefined : 404,
+        });
+      }
+      const current = object.metadata.finalizers ?? [];
+      const next = how.edit(current);
+      if (!next) return { changed: false, resourceVersion: object.metadata.resourceVersion };
+      // A merge patch replaces the whole list; the resourceVersion in the patch makes the
+      // server reject it with 409 if anyone changed the object since our GET.
+      const response = await this.#send(action, {
+        method: 'PATCH',
+        path,
+        contentType: 'application/merge-patch+json',
+        body: {
+          metadata: { resourceVersion: object.metadata.resourceVersion, finalizers: next },
+        },
+      });
+      if (response.statusCode === 200) {
+        return {
+          changed: true,
+          resourceVersion: (response.body as KubeObject).metadata.resourceVersion,
+        };
+      }
+      if (response.statusCode === 404 && how.absent === 'noop') {
+        return { changed: false, resourceVersion: undefined };
+      }
+      const error = errorFromResponse(action, response);
+      if (!(error instanceof ConflictError)) throw error;
+      lastConflict = error;
+    }
+    throw lastConflict ?? new ConflictError(`${action}: conflict`);
+  }
+
+  /** @inheritDoc DeployCredentials.serviceAccountToken */
+  async serviceAccountToken(
+    namespace: string,
+    serviceAccount: string,
+    expirationSeconds: number = DEFAULT_TOKEN_EXPIRATION_SECONDS,
+  ): Promise<ServiceAccountToken> {
+    const ref = { apiVersion: 'v1', kind: 'ServiceAccount', namespace, name: serviceAccount };
+    // Upstream (`service_accounts.go`) GETs the SA first and reports client-go's error
+    // text, which is the Status message: `Getting service account: serviceaccounts "x" not found`.
+    const sa = await this.#send('Getting service account', { method: 'GET', path: objectPath(ref) });
+    if (sa.statusCode !== 200) {
+      throw new KubeApiError(`Getting service account: ${apiMessage(sa)}`, {
+        statusCode: sa.statusCode,
+        reason: asStatus(sa.body).reason,
+        cause: new ApiResponseError(sa),
+      });
+    }
+    const response = await this.#send('Getting service account token', {
+      method: 'POST',
+      path: objectPath(ref, 'token'),
+      body: {
+        apiVersion: 'authentication.k8s.io/v1',
+        kind: 'TokenRequest',
+        spec: { expirationSeconds },
+      },
+    });
+    if (response.statusCode !== 200 && response.statusCode !== 201) {
+      throw new KubeApiError(`Getting service account token: ${apiMessage(response)}`, {
+        statusCode: response.statusCode,
+        reason: asStatus(response.body).reason,
+        cause: new ApiResponseError(response),
+      });
+    }
+    const status = (response.body as { status?: { token?: string; expirationTimestamp?: string } }).status;
+    if (!status?.token || !status.expirationTimestamp) {
+      throw new KubeApiError('Getting service account token: empty TokenRequest status');
+    }
+    return { token: status.token, expiresAt: new Date(status.expirationTimestamp) };
+  }
+
+  /** @inheritDoc DeployCredentials.serverVersion */
+  async serverVersion(): Promise<string> {
+    const action = 'getting server version';
+    const info = await this.#get<{ gitVersion?: string }>(action, '/version');
+    if (!info?.gitVersion) throw new KubeApiError(`${action}: no gitVersion`);
+    return parseServerVersion(info.gitVersion);
+  }
+
+  /** @inheritDoc DeployCredentials.apiGroupVersions */
+  async apiGroupVersions(): Promise<string[]> {
+    const action = 'getting api group versions';
+    const [core, groups] = await Promise.all([this.#get<unknown>(action, '/api'), this.#get<unknown>(action, '/apis')]);
+    return extractGroupVersions(core, groups);
+  }
+
+  /** @inheritDoc DeployCredentials.apiServer */
+  apiServer(): ApiServerInfo {
+    return { ...this.#apiServer };
+  }
+
+  /** @inheritDoc ObjectWatcher.list */
+  async list<T extends KubeObject = KubeObject>(resource: ResourceKind, options: ListOptions): Promise<ListResult<T>> {
+    const type = resourceFor(resource);
+    const action = `listing ${type.plural}${type.group ? `.${type.group}` : ''}`;
+    const response = await this.#send(action, {
+      method: 'GET',
+      path: collectionPath(type, options.namespace),
+      query: { limit: options.limit, continue: options.continue },
+    });
+    if (response.statusCode !== 200) throw errorFromResponse(action, response);
+    const body = response.body as {
+      items?: T[];
+      metadata?: { resourceVersion?: string; continue?: string };
+    };
+    const items = (body.items ?? []).map((item) => {
+      item.apiVersion ??= resource.apiVersion;
+      item.kind ??= resource.kind;
+      return item;
+    });
+    return {
+      items,
+      resourceVersion: body.metadata?.resourceVersion ?? '',
+      continue: body.metadata?.continue || undefined,
+    };
+  }
+
+  /** @inheritDoc ObjectWatcher.watch */
+  async watch<T extends KubeObject = KubeObject>(
+    resource: ResourceKind,
+    options: WatchOptions,
+    onEvent: (event: WatchEvent<T>) => void,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const type = resourceFor(resource);
+    const action = `watching ${type.plural}${type.group ? `.${type.group}` : ''}`;
+    const query = {
+      resourceVersion: options.resourceVersion,
+      allowWatchBookmarks: options.allowWatchBookmarks,
+      timeoutSeconds: options.timeoutSeconds,
+    };
+    let handlerFailed = false;
+    try {
+      await this.#watch.stream(
+        collectionPath(type, options.namespace),
+        query,
+        (eventType, object) => {
+          if (eventType === 'ERROR') {
+            // The server reports an expired resourceVersion in-band: an ERROR event whose
+            // object is a Status with code 410 (reason Expired or Gone).
+            throw errorFromResponse(action, {
+              statusCode: asStatus(object).code ?? 500,
+              body: object,
+            });
+          }
+          if (
+            eventType !== 'ADDED' &&
+            eventType !== 'MODIFIED' &&
+            eventType !== 'DELETED' &&
+            eventType !== 'BOOKMARK'
+          ) {
+            return;
+          }
+          const item = object as T;
+          item.apiVersion ??= resource.apiVersion;
+          item.kind ??= resource.kind;
+          try {
+            onEvent({ type: eventType, object: item });
+          } catch (error) {
+            handlerFailed = true;
+            throw error;
+          }
+        },
+        signal,
+      );
+    } catch (error) {
+      if (error instanceof WatchHttpError) {
+        throw errorFromResponse(action, { statusCode: error.statusCode, body: error.message });
+      }
+      if (handlerFailed || error instanceof KubeApiError) throw error;
+      const reason = error instanceof Error ? error.message : String(error);
+      throw new KubeApiError(`${action}: ${reason}`, { cause: error });
+    }
+  }
+}

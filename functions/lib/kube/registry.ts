@@ -1,0 +1,182 @@
+/**
+ * Cluster registries: which API servers this runtime serves, by cluster id.
+ *
+ * {@link MapClusterRegistry} holds ready clients (tests pass fakes here);
+ * {@link KubeConfigClusterRegistry} builds one {@link KubeApiClient} per kubeconfig
+ * context with `@kubernetes/client-node` (the embedded default: every context of the
+ * current kubeconfig is a cluster id). Clients and views are created once and reused.
+ *
+ * @module
+ */
+
+import { readFileSync } from 'node:fs';
+import { KubeConfig } from '@kubernetes/client-node';
+import { KubeApiClient } from './client.js';
+import {
+  type ApiServerInfo,
+  type ClusterRegistry,
+  type DeployView,
+  type FetchView,
+  type KubeClient,
+  UnknownClusterError,
+  type WatchView,
+} from './port.js';
+import { ClientNodeRestTransport, ClientNodeWatchTransport } from './transport.js';
+import { deployViewOf, fetchViewOf, watchViewOf } from './views.js';
+
+interface Entry {
+  client: KubeClient;
+  fetch: FetchView;
+  deploy: DeployView;
+  watch: WatchView;
+}
+
+/** A {@link ClusterRegistry} over given clients; views are built once per cluster. */
+export class MapClusterRegistry implements ClusterRegistry {
+  readonly #entries = new Map<string, Entry>();
+
+  /** @param clients cluster id → client (iteration order does not matter; ids are sorted). */
+  constructor(clients: ReadonlyMap<string, KubeClient> | Readonly<Record<string, KubeClient>>) {
+    const pairs = clients instanceof Map ? [...clients.entries()] : Object.entries(clients);
+    for (const [id, client] of pairs) {
+      this.#entries.set(id, {
+        client,
+        fetch: fetchViewOf(client),
+        deploy: deployViewOf(client),
+        watch: watchViewOf(client),
+      });
+    }
+  }
+
+  #entry(clusterId: string): Entry {
+    const entry = this.#entries.get(clusterId);
+    if (!entry) throw new UnknownClusterError(clusterId);
+    return entry;
+  }
+
+  /** @inheritDoc ClusterRegistry.clusterIds */
+  clusterIds(): string[] {
+    return [...this.#entries.keys()].sort();
+  }
+
+  /** @inheritDoc ClusterRegistry.client */
+  client(clusterId: string): KubeClient {
+    return this.#entry(clusterId).client;
+  }
+
+  /** @inheritDoc ClusterRegistry.fetchView */
+  fetchView(clusterId: string): FetchView {
+    return this.#entry(clusterId).fetch;
+  }
+
+  /** @inheritDoc ClusterRegistry.deployView */
+  deployView(clusterId: string): DeployView {
+    return this.#entry(clusterId).deploy;
+  }
+
+  /** @inheritDoc ClusterRegistry.watchView */
+  watchView(clusterId: string): WatchView {
+    return this.#entry(clusterId).watch;
+  }
+}
+
+/** Options of {@link KubeConfigClusterRegistry.fromFile}. */
+export interface FromFileOptions {
+  /** Contexts to serve (each becomes a cluster id); default every context in the file. */
+  contexts?: readonly string[];
+}
+
+/**
+ * Server address and CA of a KubeConfig's current cluster, for {@link ApiServerInfo}.
+ * Reads `certificate-authority` from disk when the kubeconfig names a file.
+ *
+ * @throws Error when the current context has no cluster or the CA file cannot be read
+ *   (the message names the context and file, never contents).
+ */
+export function apiServerInfoOf(kubeConfig: KubeConfig): ApiServerInfo {
+  const cluster = kubeConfig.getCurrentCluster();
+  if (!cluster) {
+    throw new Error(`kubeconfig context ${JSON.stringify(kubeConfig.currentContext)} has no cluster`);
+  }
+  const info: ApiServerInfo = { server: cluster.server };
+  if (cluster.caData) {
+    info.caData = cluster.caData;
+  } else if (cluster.caFile) {
+    try {
+      info.caData = readFileSync(cluster.caFile).toString('base64');
+    } catch (cause) {
+      throw new Error(`reading certificate-authority ${cluster.caFile}`, { cause });
+    }
+  }
+  if (cluster.tlsServerName) info.tlsServerName = cluster.tlsServerName;
+  if (cluster.skipTLSVerify) info.insecureSkipTlsVerify = true;
+  return info;
+}
+
+/** A {@link KubeApiClient} for a KubeConfig's current context. */
+export function clientForKubeConfig(kubeConfig: KubeConfig): KubeApiClient {
+  const apiServer = apiServerInfoOf(kubeConfig);
+  return new KubeApiClient({
+    rest: kubeConfig.makeApiClient(ClientNodeRestTransport),
+    watch: new ClientNodeWatchTransport(kubeConfig),
+    apiServer,
+  });
+}
+
+/** The kubeconfig narrowed to one current context (shares the parsed entries). */
+function withContext(base: KubeConfig, context: string): KubeConfig {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromOptions({
+    clusters: base.clusters,
+    users: base.users,
+    contexts: base.contexts,
+    currentContext: context,
+  });
+  return kubeConfig;
+}
+
+/** {@link ClusterRegistry} over kubeconfig contexts, with client-node clients. */
+export class KubeConfigClusterRegistry extends MapClusterRegistry {
+  /**
+   * One cluster per context of the kubeconfig at `path` (cluster id = context name).
+   *
+   * @throws Error `loading kubeconfig <path>` when the file cannot be read or parsed
+   *   (parse errors are not attached: they may quote the file), or when a requested
+   *   context does not exist or has no cluster.
+   */
+  static fromFile(path: string, options: FromFileOptions = {}): KubeConfigClusterRegistry {
+    const base = new KubeConfig();
+    try {
+      base.loadFromFile(path);
+    } catch (cause) {
+      const fsError = cause instanceof Error && 'code' in cause;
+      throw new Error(
+        `loading kubeconfig ${path}${fsError ? '' : ': not a valid kubeconfig'}`,
+        fsError ? { cause } : undefined,
+      );
+    }
+    const names = options.contexts ?? base.contexts.map((c) => c.name);
+    const configs = new Map<string, KubeConfig>();
+    for (const name of names) {
+      if (!base.getContextObject(name)) {
+        throw new Error(`loading kubeconfig ${path}: no context ${JSON.stringify(name)}`);
+      }
+      configs.set(name, withContext(base, name));
+    }
+    return KubeConfigClusterRegistry.fromKubeConfigs(configs);
+  }
+
+  /**
+   * One cluster per given KubeConfig (its current context), keyed by cluster id.
+   *
+   * @throws Error when a KubeConfig's current context has no cluster.
+   */
+  static fromKubeConfigs(
+    configs: ReadonlyMap<string, KubeConfig> | Readonly<Record<string, KubeConfig>>,
+  ): KubeConfigClusterRegistry {
+    const pairs = configs instanceof Map ? [...configs.entries()] : Object.entries(configs);
+    const clients = new Map<string, KubeClient>();
+    for (const [id, kubeConfig] of pairs) clients.set(id, clientForKubeConfig(kubeConfig));
+    return new KubeConfigClusterRegistry(clients);
+  }
+}

@@ -1,0 +1,182 @@
+/**
+ * HTTP transports under {@link KubeApiClient}: the narrow seam between our client logic
+ * (paths, preconditions, retries, error mapping) and `@kubernetes/client-node`, which
+ * does configuration, authentication and TLS. Unit tests replace these two interfaces;
+ * integration tests use the client-node implementations against a real API server.
+ *
+ * @module
+ */
+
+import { type Configuration, HttpMethod, type KubeConfig, type RequestContext, Watch } from '@kubernetes/client-node';
+
+/** One JSON request to the API server. */
+export interface RestRequest {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+  /** Absolute API path, e.g. `/api/v1/namespaces/default/secrets/x`. */
+  path: string;
+  /** Query parameters; `undefined` values are left out. */
+  query?: Record<string, string | number | boolean | undefined>;
+  /** Serialized as JSON. */
+  body?: unknown;
+  /** Request `Content-Type`; default `application/json`. */
+  contentType?: string;
+}
+
+/** The raw answer: any status code, body parsed as JSON when it is JSON. */
+export interface RestResponse {
+  statusCode: number;
+  /** Parsed JSON body; the raw text when it is not JSON; `undefined` when empty. */
+  body: unknown;
+}
+
+/**
+ * Sends JSON requests. Resolves for every HTTP status (the caller maps non-2xx);
+ * rejects only when no response was received (connection refused, TLS, DNS, …).
+ */
+export interface RestTransport {
+  send(request: RestRequest): Promise<RestResponse>;
+}
+
+/** Thrown by {@link WatchTransport.stream} when the watch request is not answered with 200. */
+export class WatchHttpError extends Error {
+  /** HTTP status code of the refused watch request. */
+  readonly statusCode: number;
+  constructor(statusCode: number, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'WatchHttpError';
+    this.statusCode = statusCode;
+  }
+}
+
+/** Streams a watch (`?watch=true`) as decoded `{ type, object }` lines. */
+export interface WatchTransport {
+  /**
+   * Opens the watch and calls `onLine` per event line, in order.
+   * Resolves when the server closes the stream or `signal` aborts.
+   *
+   * @throws WatchHttpError when the response status is not 200.
+   * @throws Error when `onLine` throws (the stream is closed first) or on a transport error.
+   */
+  stream(
+    path: string,
+    query: Record<string, string | number | boolean | undefined>,
+    onLine: (type: string, object: unknown) => void,
+    signal?: AbortSignal,
+  ): Promise<void>;
+}
+
+/**
+ * {@link RestTransport} over client-node's generated HTTP layer: the same request
+ * context, authentication (`KubeConfig.applySecurityAuthentication`: client certs,
+ * tokens, exec plugins, CA) and fetch library as client-node's own `*Api` classes, but
+ * without their model (de)serialization, so objects stay exactly as the server sent them.
+ * Construct it with `kubeConfig.makeApiClient(ClientNodeRestTransport)`.
+ */
+export class ClientNodeRestTransport implements RestTransport {
+  readonly #configuration: Configuration;
+
+  /** @param configuration as passed by `KubeConfig.makeApiClient`. */
+  constructor(configuration: Configuration) {
+    this.#configuration = configuration;
+  }
+
+  /** @inheritDoc RestTransport.send */
+  async send(request: RestRequest): Promise<RestResponse> {
+    const config = this.#configuration;
+    const context: RequestContext = config.baseServer.makeRequestContext(request.path, HttpMethod[request.method]);
+    for (const [key, value] of Object.entries(request.query ?? {})) {
+      if (value !== undefined) context.setQueryParam(key, String(value));
+    }
+    context.setHeaderParam('Accept', 'application/json');
+    if (request.body !== undefined) {
+      context.setHeaderParam('Content-Type', request.contentType ?? 'application/json');
+      context.setBody(JSON.stringify(request.body));
+    }
+    await config.authMethods.default?.applySecurityAuthentication(context);
+    const response = await config.httpApi.send(context).toPromise();
+    const text = await response.body.text();
+    return { statusCode: response.httpStatusCode, body: parseBody(text) };
+  }
+}
+
+/** Parses a JSON body; returns the text when it is not JSON and `undefined` when empty. */
+export function parseBody(text: string): unknown {
+  if (text === '') return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+}
+
+/**
+ * {@link WatchTransport} over client-node's `Watch` (newline-delimited JSON over one
+ * long GET). `Watch` reports a non-200 answer as an error carrying `statusCode` only.
+ */
+export class ClientNodeWatchTransport implements WatchTransport {
+  readonly #watch: Watch;
+
+  /** @param kubeConfig a KubeConfig whose current context is the cluster to watch. */
+  constructor(kubeConfig: KubeConfig) {
+    this.#watch = new Watch(kubeConfig);
+  }
+
+  /** @inheritDoc WatchTransport.stream */
+  stream(
+    path: string,
+    query: Record<string, string | number | boolean | undefined>,
+    onLine: (type: string, object: unknown) => void,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      if (signal?.aborted) {
+        resolve();
+        return;
+      }
+      let controller: AbortController | undefined;
+      let settled = false;
+      const finish = (error?: unknown): void => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener('abort', onAbort);
+        controller?.abort();
+        if (error === undefined || signal?.aborted) resolve();
+        else reject(error);
+      };
+      const onAbort = (): void => finish();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.#watch
+        .watch(
+          path,
+          query,
+          (type: string, object: unknown) => {
+            if (settled) return;
+            try {
+              onLine(type, object);
+            } catch (error) {
+              finish(error ?? new Error('watch handler failed'));
+            }
+          },
+          (error: unknown) => finish(toWatchError(error)),
+        )
+        .then(
+          (c) => {
+            controller = c;
+            if (settled) c.abort();
+          },
+          (error: unknown) => finish(toWatchError(error) ?? error),
+        );
+    });
+  }
+}
+
+function toWatchError(error: unknown): unknown {
+  if (error === null || error === undefined) return undefined;
+  const statusCode = (error as { statusCode?: unknown }).statusCode;
+  if (typeof statusCode === 'number') {
+    return new WatchHttpError(statusCode, (error as Error).message ?? String(statusCode), {
+      cause: error,
+    });
+  }
+  return error;
+}
