@@ -1,0 +1,80 @@
+/**
+ * Condition types, finalizers and annotations that are part of the API contract: kapp's wait
+ * rules, `kubectl wait`, kctrl and existing manifests depend on these exact strings.
+ *
+ * Sources: `pkg/apis/kappctrl/v1alpha1/status.go` (condition types), reference Appendix B
+ * (finalizers and annotations), `pkg/packageinstall/app.go` and `packageinstall.go`
+ * (PackageInstall annotations).
+ *
+ * @module
+ */
+
+/** `status.conditions[].type` values (`ConditionType` in `status.go`). */
+export const ConditionType = {
+  Reconciling: 'Reconciling',
+  ReconcileFailed: 'ReconcileFailed',
+  ReconcileSucceeded: 'ReconcileSucceeded',
+  Deleting: 'Deleting',
+  DeleteFailed: 'DeleteFailed',
+} as const;
+
+/** One of the {@link ConditionType} values. */
+export type ConditionTypeValue = (typeof ConditionType)[keyof typeof ConditionType];
+
+/** `status.conditions[].status` values (`corev1.ConditionStatus`); kapp-controller only writes `True`. */
+export const ConditionStatus = {
+  True: 'True',
+  False: 'False',
+  Unknown: 'Unknown',
+} as const;
+
+/** Finalizers each kind gets before its first deploy (upstream names, kept for compatibility). */
+export const Finalizer = {
+  /** On Apps: block deletion until `kapp delete` succeeds. */
+  App: 'finalizers.kapp-ctrl.k14s.io/delete',
+  /** On PackageInstalls: delete the App first. */
+  PackageInstall: 'finalizers.packageinstall.packaging.carvel.dev/delete',
+  /** On PackageRepositories: `kapp delete <name>.pkgr`. */
+  PackageRepository: 'finalizers.packagerepository.packaging.carvel.dev/delete',
+  /** Legacy PackageRepository finalizer, still removed when present. */
+  PackageRepositoryLegacy: 'finalizers.packaging.carvel.dev/delete',
+} as const;
+
+/** Annotations read or written by the reconcilers. Keys ending in `-` take a suffix or index. */
+export const Annotation = {
+  /** On Apps generated for a PackageInstall: the Package's refName. */
+  PackageRefName: 'packaging.carvel.dev/package-ref-name',
+  /** On Apps generated for a PackageInstall: the Package's version. */
+  PackageVersion: 'packaging.carvel.dev/package-version',
+  /** On Packages/PackageMetadatas from a repository: `<ns>/<name>` of the PackageRepository. */
+  PackageRepositoryRef: 'packaging.carvel.dev/package-repository-ref',
+  /** On Packages/PackageMetadatas: precedence across repositories. */
+  Revision: 'packaging.carvel.dev/revision',
+  /** On PackageInstalls: allow selecting a version lower than `status.lastAttemptedVersion`. */
+  Downgradable: 'packaging.carvel.dev/downgradable',
+  /** On PackageInstalls: skip the Package's `kubernetesVersionSelection`. */
+  IgnoreKubernetesVersionSelection: 'packaging.carvel.dev/ignore-kubernetes-version-selection',
+  /** On PackageInstalls: skip the Package's `kappControllerVersionSelection`. */
+  IgnoreKappControllerVersionSelection: 'packaging.carvel.dev/ignore-kapp-controller-version-selection',
+  /** On PackageInstalls (optionally `.<suffix>`): secret added as ytt `inline.pathsFrom`. */
+  YttPathsFromSecretName: 'ext.packaging.carvel.dev/ytt-paths-from-secret-name',
+  /** On PackageInstalls: values go to ytt `inline.pathsFrom` instead of `valuesFrom`. */
+  YttDataValuesOverlays: 'ext.packaging.carvel.dev/ytt-data-values-overlays',
+  /** On PackageInstalls: override helmTemplate `name`. */
+  HelmTemplateName: 'ext.packaging.carvel.dev/helm-template-name',
+  /** On PackageInstalls: override helmTemplate `namespace`. */
+  HelmTemplateNamespace: 'ext.packaging.carvel.dev/helm-template-namespace',
+  /** On PackageInstalls (optionally `.<suffix>`): extra helm `valuesFrom` secrets. */
+  HelmTemplateValuesFromSecretName: 'ext.packaging.carvel.dev/helm-template-values-from-secret-name',
+  /** On PackageInstalls: prefix of `ext.packaging.carvel.dev/fetch-<i>-secret-name`. */
+  FetchSecretNamePrefix: 'ext.packaging.carvel.dev/fetch-',
+  /** On Apps: the PackageInstall stops updating the App. */
+  ManuallyControlled: 'ext.packaging.carvel.dev/manually-controlled',
+  /** On namespaces: hide global packages there. */
+  ExcludeGlobalPackages: 'kapp-controller.carvel.dev/exclude-global-packages',
+  /** On the PackageRepository CRD: the packaging global namespace (read by kctrl). */
+  GlobalNamespace: 'packaging.carvel.dev/global-namespace',
+} as const;
+
+/** Default packaging global namespace (upstream `-packaging-global-namespace`). */
+export const DEFAULT_PACKAGING_GLOBAL_NAMESPACE = 'kapp-controller-packaging-global';
