@@ -1,0 +1,33 @@
+/**
+ * Binary resolution for the embedded runtime: tools built by `npm run setup` into the
+ * machine-wide cache (`<cacheRoot>/bin/<component-key>/<bin>`, see `layers/gobuild.ts`).
+ * Kept apart from `runner.ts` so Lambda bundles, which resolve from `/opt/bin` with
+ * `dirBinResolver`, do not pull in the build manifest.
+ *
+ * @module
+ */
+import { binPath } from '../../../layers/gobuild.js';
+import { COMPONENTS } from '../../../layers/manifest.js';
+
+/**
+ * A resolver that maps a binary name to its path in the Go build cache, per the pinned manifest
+ * (`binPath(component(<name>), <bin>, root)`).
+ *
+ * @param cacheRoot - kapp-lambda's cache root (e.g. `~/.cache/kapp-lambda`), read from the
+ *   environment by the entry file, not here.
+ * @returns `name => absolute path`.
+ * @throws {Error} (from the resolver) `unknown tool <name>` for a name no pinned component builds.
+ */
+export function cacheBinResolver(cacheRoot: string): (name: string) => string {
+  const index = new Map<string, string>();
+  for (const c of COMPONENTS) {
+    for (const b of c.binaries) {
+      if (!index.has(b.bin)) index.set(b.bin, binPath(c, b.bin, cacheRoot));
+    }
+  }
+  return (name) => {
+    const p = index.get(name);
+    if (p === undefined) throw new Error(`unknown tool ${name}`);
+    return p;
+  };
+}

@@ -1,0 +1,512 @@
+/**
+ * THE command runner (style.md §4): every CLI kapp-lambda runs goes through {@link CommandRunner}.
+ *
+ * - argv arrays only, never a shell; the binary must be on an allow-list of names and is resolved
+ *   to an absolute path by an injected `resolveBin` (kapp-controller's sidecar allow-list,
+ *   `cmd/controller/sidecarexec.go`);
+ * - a minimal environment (`PATH`, `HOME`, `TMPDIR`) plus what the caller passes explicitly;
+ *   nothing is inherited from the parent process (no `KUBECONFIG`, no `AWS_*`);
+ * - timeout and `AbortSignal` cancellation kill the whole process group;
+ * - output is bounded per stream, keeping the tail;
+ * - a non-zero exit is a result, not a rejection. Error texts follow Go's `os/exec` and
+ *   kapp-controller's `pkg/exec/cmd_runner.go` (`exit status 1`, `signal: killed`,
+ *   `Already canceled`, `Process was canceled`) so that `attachError` in
+ *   `../reconcile/status.ts` reproduces upstream status strings exactly.
+ *
+ * @module
+ */
+import { spawn } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { StringDecoder } from 'node:string_decoder';
+import type { ToolMetricsSink, ToolRunOutcome } from './metrics.js';
+
+/** Which output stream a chunk came from. */
+export type OutputStream = 'stdout' | 'stderr';
+
+/** One command to run. */
+export interface RunRequest {
+  /** Binary name (not a path); must be on the runner's allow-list. */
+  cmd: string;
+  /** Arguments after the binary. */
+  args: readonly string[];
+  /** Written to the process's stdin, which is then closed. Without it stdin is `/dev/null`. */
+  stdin?: string | Uint8Array;
+  /** Working directory; defaults to the runner's temp directory. */
+  cwd?: string;
+  /**
+   * Extra environment variables, merged over the runner's minimal environment. This is the only
+   * way a tool gets credentials (e.g. `KUBECONFIG` for kapp).
+   */
+  env?: Readonly<Record<string, string>>;
+  /** Kill the process group after this many milliseconds; defaults to the runner's default. */
+  timeoutMs?: number;
+  /** Kill the process group when aborted. An already-aborted signal runs nothing. */
+  signal?: AbortSignal;
+  /** Per-stream bound in bytes; the tail is kept. Defaults to the runner's default. */
+  maxOutputBytes?: number;
+  /** Called with each decoded output chunk as it arrives (progress streaming). Must not throw. */
+  onOutput?: (chunk: string, stream: OutputStream) => void;
+}
+
+/** The outcome of a run. */
+export interface RunResult {
+  /** Decoded stdout (its tail when truncated). */
+  stdout: string;
+  /** Decoded stderr (its tail when truncated). */
+  stderr: string;
+  /** Exit code; -1 when killed by a signal, timed out, canceled or not started. */
+  exitCode: number;
+  /** Set iff the run did not exit with 0. */
+  error?: CommandError;
+  /** Wall time from spawn to exit, milliseconds (0 when not started). */
+  durationMs: number;
+  /** Whether a stream exceeded `maxOutputBytes` and lost its head. */
+  truncated: { stdout: boolean; stderr: boolean };
+}
+
+/** The port: runs one command. */
+export interface CommandRunner {
+  /**
+   * Runs a command to completion.
+   *
+   * @returns The result; resolves for every process outcome (non-zero exit, signal, timeout,
+   *   cancellation, spawn failure).
+   * @throws {CommandNotAllowedError} (rejects) when `cmd` is not on the allow-list or is a path.
+   */
+  run(req: RunRequest): Promise<RunResult>;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/** Base of every error in {@link RunResult.error}; `exitCode` is -1 unless the process exited. */
+export class CommandError extends Error {
+  /** The allow-listed tool name. */
+  readonly cmd: string;
+  /** The process exit code, or -1. */
+  readonly exitCode: number;
+
+  /**
+   * @param message - Error text.
+   * @param cmd - Tool name.
+   * @param exitCode - Exit code or -1.
+   * @param options - `cause`.
+   */
+  constructor(message: string, cmd: string, exitCode: number, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'CommandError';
+    this.cmd = cmd;
+    this.exitCode = exitCode;
+  }
+}
+
+/**
+ * The process exited non-zero (`exit status <n>`) or was killed by a signal from outside
+ * (`signal: killed`, exit code -1), like Go's `*exec.ExitError`.
+ */
+export class CommandExitError extends CommandError {
+  /** The terminating signal, when there was one. */
+  readonly signal: NodeJS.Signals | undefined;
+
+  /**
+   * @param cmd - Tool name.
+   * @param exitCode - Exit code, or -1 for a signal.
+   * @param signal - Terminating signal.
+   */
+  constructor(cmd: string, exitCode: number, signal?: NodeJS.Signals) {
+    super(signal ? `signal: ${goSignalText(signal)}` : `exit status ${exitCode}`, cmd, signal ? -1 : exitCode);
+    this.name = 'CommandExitError';
+    this.signal = signal;
+  }
+}
+
+/** The process ran longer than `timeoutMs` and its group was killed. */
+export class CommandTimeoutError extends CommandError {
+  /** The limit that was exceeded, milliseconds. */
+  readonly timeoutMs: number;
+
+  /**
+   * @param cmd - Tool name.
+   * @param timeoutMs - The limit.
+   */
+  constructor(cmd: string, timeoutMs: number) {
+    super(`Process timed out after ${timeoutMs}ms`, cmd, -1);
+    this.name = 'CommandTimeoutError';
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * The run was canceled through its `AbortSignal`: `Already canceled` when the signal was aborted
+ * before start (nothing ran), `Process was canceled` when the process was killed
+ * (kapp-controller `pkg/exec/cmd_runner.go` `RunWithCancel`). `cause` is the signal's reason.
+ */
+export class CommandCanceledError extends CommandError {
+  /** Whether the process had started. */
+  readonly started: boolean;
+
+  /**
+   * @param cmd - Tool name.
+   * @param started - Whether the process had started.
+   * @param reason - `signal.reason`.
+   */
+  constructor(cmd: string, started: boolean, reason: unknown) {
+    super(started ? 'Process was canceled' : 'Already canceled', cmd, -1, { cause: reason });
+    this.name = 'CommandCanceledError';
+    this.started = started;
+  }
+}
+
+/** The binary could not be resolved or started (`cause` is the underlying error). */
+export class CommandStartError extends CommandError {
+  /**
+   * @param cmd - Tool name.
+   * @param cause - Why it did not start.
+   */
+  constructor(cmd: string, cause: unknown) {
+    const detail = cause instanceof Error ? ((cause as NodeJS.ErrnoException).code ?? cause.message) : String(cause);
+    super(`failed to start ${cmd}: ${detail}`, cmd, -1, { cause });
+    this.name = 'CommandStartError';
+  }
+}
+
+/** Programming error: the command is not on the allow-list (the only reason `run` rejects). */
+export class CommandNotAllowedError extends Error {
+  /** The rejected command. */
+  readonly cmd: string;
+
+  /**
+   * @param cmd - The rejected command.
+   * @param allow - The allow-list, for the message.
+   */
+  constructor(cmd: string, allow: readonly string[]) {
+    super(`command ${JSON.stringify(cmd)} is not allowed (allowed: ${allow.join(', ')})`);
+    this.name = 'CommandNotAllowedError';
+    this.cmd = cmd;
+  }
+}
+
+/** Go's `syscall.Signal.String()` texts for the common signals. */
+const GO_SIGNAL_TEXT: Readonly<Partial<Record<NodeJS.Signals, string>>> = {
+  SIGKILL: 'killed',
+  SIGTERM: 'terminated',
+  SIGINT: 'interrupt',
+  SIGHUP: 'hangup',
+  SIGQUIT: 'quit',
+  SIGABRT: 'aborted',
+  SIGSEGV: 'segmentation fault',
+  SIGPIPE: 'broken pipe',
+  SIGBUS: 'bus error',
+  SIGFPE: 'floating point exception',
+  SIGILL: 'illegal instruction',
+};
+
+function goSignalText(signal: NodeJS.Signals): string {
+  return GO_SIGNAL_TEXT[signal] ?? signal;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults and options
+
+/** Carvel tools and their helpers kapp-lambda runs (the union of the per-stage lists). */
+export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 'sops', 'age', 'cue'] as const;
+
+/**
+ * Tools each stage may run. Fetch and template never get kapp, the only tool that talks to the
+ * cluster (kapp-controller's sidecar allow-list: vendir, ytt, kbld, sops, helm, cue).
+ */
+export const STAGE_TOOLS = {
+  fetch: ['vendir', 'imgpkg', 'helm'],
+  template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue'],
+  deploy: ['kapp'],
+} as const satisfies Record<string, readonly (typeof TOOL_NAMES)[number][]>;
+
+/** System directories appended to `PATH` (vendir runs `git` and `imgpkg` from `PATH`). */
+export const DEFAULT_SYSTEM_PATH = '/usr/local/bin:/usr/bin:/bin';
+
+/**
+ * Default per-stream output bound: 64 MiB. Large because template stdout is data (the manifest
+ * stream for kapp); status fields are bounded separately to 1 MiB (`truncateTail`).
+ */
+export const DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024 * 1024;
+
+/** Default timeout: 15 minutes, the longest an AWS Lambda invocation can run. */
+export const DEFAULT_TIMEOUT_MS = 15 * 60 * 1000;
+
+/** Configuration of {@link createCommandRunner}. */
+export interface CommandRunnerOptions {
+  /** Binary names that may run. */
+  allow: readonly string[];
+  /**
+   * Maps an allowed name to an absolute path, e.g. `dirBinResolver('/opt/bin')` on Lambda or
+   * `cacheBinResolver(root)` for the embedded runtime. May throw for an unknown name (the run
+   * then fails with {@link CommandStartError}).
+   */
+  resolveBin: (name: string) => string;
+  /**
+   * The full base environment. Defaults to {@link minimalEnv} of these options: `PATH` (the
+   * directories of the allowed tools, then {@link DEFAULT_SYSTEM_PATH}), `HOME` and `TMPDIR`.
+   */
+  baseEnv?: Readonly<Record<string, string>>;
+  /** `HOME` and default cwd; defaults to `tmpDir`. */
+  home?: string;
+  /** `TMPDIR`; defaults to the OS temp directory. */
+  tmpDir?: string;
+  /** Defaults to {@link DEFAULT_TIMEOUT_MS}; 0 disables the timeout. */
+  defaultTimeoutMs?: number;
+  /** Defaults to {@link DEFAULT_MAX_OUTPUT_BYTES}. */
+  defaultMaxOutputBytes?: number;
+  /** Receives one sample per run. */
+  metrics?: ToolMetricsSink;
+  /** Monotonic milliseconds for durations; defaults to `performance.now`. */
+  now?: () => number;
+}
+
+/**
+ * The minimal environment tools start from: `PATH`, `HOME`, `TMPDIR`. `PATH` lists the
+ * directories of the allowed tools (so vendir finds imgpkg and helm) before
+ * {@link DEFAULT_SYSTEM_PATH}.
+ *
+ * @param opts - Allow-list, resolver, home and temp dir.
+ * @returns A new environment object.
+ */
+export function minimalEnv(
+  opts: Pick<CommandRunnerOptions, 'allow' | 'resolveBin' | 'home' | 'tmpDir'>,
+): Record<string, string> {
+  const dirs: string[] = [];
+  for (const name of opts.allow) {
+    try {
+      const dir = path.dirname(opts.resolveBin(name));
+      if (!dirs.includes(dir)) dirs.push(dir);
+    } catch {
+      // An unresolvable tool simply contributes no PATH entry; running it fails at start.
+    }
+  }
+  const tmp = opts.tmpDir ?? tmpdir();
+  return {
+    PATH: [...dirs, DEFAULT_SYSTEM_PATH].join(':'),
+    HOME: opts.home ?? tmp,
+    TMPDIR: tmp,
+  };
+}
+
+/**
+ * A resolver for tools installed flat in one directory (Lambda layers: `/opt/bin`).
+ *
+ * @param dir - Absolute directory.
+ * @returns `name => dir/name`.
+ * @throws {Error} (from the resolver) for a name containing a path separator.
+ */
+export function dirBinResolver(dir: string): (name: string) => string {
+  return (name) => {
+    if (name.includes('/') || name === '' || name === '.' || name === '..')
+      throw new Error(`invalid tool name ${name}`);
+    return path.join(dir, name);
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded output
+
+/** Collects a stream's bytes, keeping at most `max` of the newest. */
+class TailBuffer {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  truncated = false;
+
+  constructor(private readonly max: number) {}
+
+  push(chunk: Buffer): void {
+    this.chunks.push(chunk);
+    this.size += chunk.length;
+    while (this.size > this.max && this.chunks.length > 1 && this.size - (this.chunks[0]?.length ?? 0) >= this.max) {
+      this.size -= this.chunks.shift()?.length ?? 0;
+      this.truncated = true;
+    }
+  }
+
+  text(): string {
+    let buf = Buffer.concat(this.chunks, this.size);
+    if (buf.length > this.max) {
+      let start = buf.length - this.max;
+      while (start < buf.length && ((buf[start] ?? 0) & 0xc0) === 0x80) start++;
+      buf = buf.subarray(start);
+      this.truncated = true;
+    }
+    return buf.toString('utf8');
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runner
+
+function killGroup(pid: number | undefined): void {
+  if (pid === undefined) return;
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // ESRCH: the group is already gone.
+  }
+}
+
+/**
+ * Creates the real {@link CommandRunner} on Node's `child_process.spawn`: no shell, detached
+ * into its own process group (so a timeout or abort kills the tool and everything it started),
+ * explicit environment, bounded output.
+ *
+ * After the process exits, any process it left in its group is killed too, so stray
+ * grandchildren cannot hold the output pipes open.
+ *
+ * @param opts - Allow-list, binary resolver, environment, defaults, metrics.
+ * @returns The runner.
+ */
+export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
+  const allow = new Set(opts.allow);
+  const tmp = opts.tmpDir ?? tmpdir();
+  const baseEnv = opts.baseEnv ?? minimalEnv(opts);
+  const now = opts.now ?? (() => performance.now());
+  const defaultTimeout = opts.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const defaultMax = opts.defaultMaxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+
+  const record = (cmd: string, durationMs: number, exitCode: number, outcome: ToolRunOutcome) => {
+    opts.metrics?.record({ tool: cmd, durationMs, exitCode, outcome });
+  };
+
+  return {
+    async run(req: RunRequest): Promise<RunResult> {
+      if (!allow.has(req.cmd) || req.cmd.includes('/')) throw new CommandNotAllowedError(req.cmd, opts.allow);
+      const empty = { stdout: '', stderr: '', truncated: { stdout: false, stderr: false } };
+
+      if (req.signal?.aborted) {
+        record(req.cmd, 0, -1, 'canceled');
+        return {
+          ...empty,
+          exitCode: -1,
+          durationMs: 0,
+          error: new CommandCanceledError(req.cmd, false, req.signal.reason),
+        };
+      }
+
+      let bin: string;
+      try {
+        bin = opts.resolveBin(req.cmd);
+      } catch (cause) {
+        record(req.cmd, 0, -1, 'start-failed');
+        return { ...empty, exitCode: -1, durationMs: 0, error: new CommandStartError(req.cmd, cause) };
+      }
+
+      const max = req.maxOutputBytes ?? defaultMax;
+      const timeoutMs = req.timeoutMs ?? defaultTimeout;
+      const out = new TailBuffer(max);
+      const err = new TailBuffer(max);
+      const started = now();
+
+      return await new Promise<RunResult>((resolve) => {
+        let settled = false;
+        let killedBy: 'timeout' | 'canceled' | undefined;
+        let startError: unknown;
+        let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+
+        const child = spawn(bin, [...req.args], {
+          cwd: req.cwd ?? opts.home ?? tmp,
+          env: { ...baseEnv, ...req.env },
+          stdio: [req.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+          detached: true,
+          shell: false,
+          windowsHide: true,
+        });
+
+        const onAbort = () => {
+          if (killedBy === undefined && exit === undefined) {
+            killedBy = 'canceled';
+            killGroup(child.pid);
+          }
+        };
+        const timer =
+          timeoutMs > 0
+            ? setTimeout(() => {
+                if (killedBy === undefined && exit === undefined) {
+                  killedBy = 'timeout';
+                  killGroup(child.pid);
+                }
+              }, timeoutMs)
+            : undefined;
+        req.signal?.addEventListener('abort', onAbort, { once: true });
+
+        const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+        const onData = (stream: OutputStream, buf: TailBuffer) => (chunk: Buffer) => {
+          buf.push(chunk);
+          if (req.onOutput) {
+            const text = decoders[stream].write(chunk);
+            if (text !== '') req.onOutput(text, stream);
+          }
+        };
+        child.stdout?.on('data', onData('stdout', out));
+        child.stderr?.on('data', onData('stderr', err));
+
+        if (child.stdin) {
+          // The tool may exit without reading its input (EPIPE); its exit status tells the story.
+          child.stdin.on('error', () => {});
+          child.stdin.end(req.stdin);
+        }
+
+        const finish = () => {
+          if (settled) return;
+          settled = true;
+          if (timer) clearTimeout(timer);
+          req.signal?.removeEventListener('abort', onAbort);
+          if (req.onOutput) {
+            for (const stream of ['stdout', 'stderr'] as const) {
+              const rest = decoders[stream].end();
+              if (rest !== '') req.onOutput(rest, stream);
+            }
+          }
+          const durationMs = exit || killedBy ? now() - started : 0;
+          const result: RunResult = {
+            stdout: out.text(),
+            stderr: err.text(),
+            exitCode: -1,
+            durationMs,
+            truncated: { stdout: out.truncated, stderr: err.truncated },
+          };
+          let outcome: ToolRunOutcome;
+          if (startError !== undefined && exit === undefined) {
+            result.error = new CommandStartError(req.cmd, startError);
+            outcome = 'start-failed';
+          } else if (killedBy === 'timeout') {
+            result.error = new CommandTimeoutError(req.cmd, timeoutMs);
+            outcome = 'timeout';
+          } else if (killedBy === 'canceled') {
+            result.error = new CommandCanceledError(req.cmd, true, req.signal?.reason);
+            outcome = 'canceled';
+          } else if (exit?.signal) {
+            result.error = new CommandExitError(req.cmd, -1, exit.signal);
+            outcome = 'signal';
+          } else if (exit && exit.code !== 0) {
+            result.exitCode = exit.code ?? -1;
+            result.error = new CommandExitError(req.cmd, result.exitCode);
+            outcome = 'exit';
+          } else {
+            result.exitCode = 0;
+            outcome = 'ok';
+          }
+          record(req.cmd, durationMs, result.exitCode, outcome);
+          resolve(result);
+        };
+
+        child.on('error', (e) => {
+          startError = e;
+          // 'close' does not follow a failed spawn on every Node version; finish once streams end.
+          if (child.pid === undefined) setImmediate(finish);
+        });
+        child.on('exit', (code, signal) => {
+          exit = { code, signal };
+          // Reap whatever the tool left behind in its group so the pipes close.
+          killGroup(child.pid);
+        });
+        child.on('close', finish);
+      });
+    },
+  };
+}
