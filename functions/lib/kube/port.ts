@@ -442,7 +442,7 @@ export class KubeApiError extends Error {
 /** 409: the object changed since it was read (stale `resourceVersion`). Re-read and retry. */
 export class ConflictError extends KubeApiError {
   constructor(message: string, options: KubeErrorOptions = {}) {
-    super(message, { statusCode: 409, ...options });
+    super(message, { ...options, statusCode: options.statusCode ?? 409 });
     this.name = 'ConflictError';
   }
 }
@@ -458,7 +458,11 @@ export class GoneError extends KubeApiError {
 /** 410 Expired on list/watch: the resourceVersion or continue token is too old; list again. */
 export class WatchGoneError extends KubeApiError {
   constructor(message: string, options: KubeErrorOptions = {}) {
-    super(message, { statusCode: 410, reason: 'Expired', ...options });
+    super(message, {
+      ...options,
+      statusCode: options.statusCode ?? 410,
+      reason: options.reason ?? 'Expired',
+    });
     this.name = 'WatchGoneError';
   }
 }

@@ -1,0 +1,598 @@
+import { describe, expect, it } from 'vitest';
+import {
+  apiMessage,
+  collectionPath,
+  errorFromResponse,
+  extractGroupVersions,
+  KubeApiClient,
+  objectPath,
+  parseServerVersion,
+} from '../../functions/lib/kube/client.js';
+import { ConflictError, GoneError, KubeApiError, resourceFor, WatchGoneError } from '../../functions/lib/kube/port.js';
+import {
+  type RestRequest,
+  type RestResponse,
+  type RestTransport,
+  WatchHttpError,
+  type WatchTransport,
+} from '../../functions/lib/kube/transport.js';
+
+const APP = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'ns1', name: 'a1' };
+const APP_PATH = '/apis/kappctrl.k14s.io/v1alpha1/namespaces/ns1/apps/a1';
+
+/** Answers queued responses in order and records every request. */
+class FakeRest implements RestTransport {
+  readonly requests: RestRequest[] = [];
+  constructor(private readonly answers: Array<RestResponse | Error>) {}
+  async send(request: RestRequest): Promise<RestResponse> {
+    this.requests.push(structuredClone(request));
+    const answer = this.answers.shift();
+    if (!answer) throw new Error(`unexpected request ${request.method} ${request.path}`);
+    if (answer instanceof Error) throw answer;
+    return structuredClone(answer);
+  }
+}
+
+/** Replays scripted watch lines, then resolves or fails. */
+class FakeWatch implements WatchTransport {
+  readonly calls: Array<{ path: string; query: Record<string, unknown> }> = [];
+  constructor(
+    private readonly lines: Array<[string, unknown]>,
+    private readonly end?: Error,
+  ) {}
+  async stream(
+    path: string,
+    query: Record<string, string | number | boolean | undefined>,
+    onLine: (type: string, object: unknown) => void,
+  ): Promise<void> {
+    this.calls.push({ path, query });
+    for (const [type, object] of this.lines) onLine(type, structuredClone(object));
+    if (this.end) throw this.end;
+  }
+}
+
+const notFound = (message: string): RestResponse => ({
+  statusCode: 404,
+  body: { kind: 'Status', status: 'Failure', message, reason: 'NotFound', code: 404 },
+});
+const conflict: RestResponse = {
+  statusCode: 409,
+  body: {
+    kind: 'Status',
+    message:
+      'Operation cannot be fulfilled on apps.kappctrl.k14s.io "a1": the object has been modified; please apply your changes to the latest version and try again',
+    reason: 'Conflict',
+    code: 409,
+  },
+};
+
+function app(resourceVersion: string, finalizers?: string[], uid = 'u1') {
+  return {
+    statusCode: 200,
+    body: {
+      apiVersion: 'kappctrl.k14s.io/v1alpha1',
+      kind: 'App',
+      metadata: { name: 'a1', namespace: 'ns1', uid, resourceVersion, generation: 1, finalizers },
+    },
+  };
+}
+
+function client(rest: RestTransport, watch: WatchTransport = new FakeWatch([])) {
+  return new KubeApiClient({ rest, watch, apiServer: { server: 'https://127.0.0.1:6443' } });
+}
+
+describe('paths', () => {
+  it.each([
+    [{ ...APP }, undefined, APP_PATH],
+    [{ ...APP }, 'status', `${APP_PATH}/status`],
+    [
+      { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageInstall', namespace: 'n', name: 'p' },
+      undefined,
+      '/apis/packaging.carvel.dev/v1alpha1/namespaces/n/packageinstalls/p',
+    ],
+    [
+      { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageRepository', namespace: 'n', name: 'r' },
+      undefined,
+      '/apis/packaging.carvel.dev/v1alpha1/namespaces/n/packagerepositories/r',
+    ],
+    [
+      { apiVersion: 'data.packaging.carvel.dev/v1alpha1', kind: 'PackageMetadata', namespace: 'n', name: 'm' },
+      undefined,
+      '/apis/data.packaging.carvel.dev/v1alpha1/namespaces/n/packagemetadatas/m',
+    ],
+    [
+      { apiVersion: 'data.packaging.carvel.dev/v1alpha1', kind: 'Package', namespace: 'n', name: 'p.1.0.0' },
+      undefined,
+      '/apis/data.packaging.carvel.dev/v1alpha1/namespaces/n/packages/p.1.0.0',
+    ],
+    [
+      { apiVersion: 'v1', kind: 'ServiceAccount', namespace: 'n', name: 'sa' },
+      'token',
+      '/api/v1/namespaces/n/serviceaccounts/sa/token',
+    ],
+    [{ apiVersion: 'v1', kind: 'Namespace', name: 'n' }, undefined, '/api/v1/namespaces/n'],
+  ])('objectPath(%o, %s) = %s', (ref, sub, expected) => {
+    expect(objectPath(ref, sub)).toBe(expected);
+  });
+
+  it('collectionPath across namespaces and in one', () => {
+    const type = resourceFor({ apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' });
+    expect(collectionPath(type)).toBe('/apis/kappctrl.k14s.io/v1alpha1/apps');
+    expect(collectionPath(type, 'x')).toBe('/apis/kappctrl.k14s.io/v1alpha1/namespaces/x/apps');
+  });
+
+  it('rejects unknown kinds and namespaced refs without namespace', () => {
+    expect(() => objectPath({ apiVersion: 'v1', kind: 'Pod', namespace: 'n', name: 'p' })).toThrow(
+      new TypeError('unknown resource kind v1/Pod'),
+    );
+    expect(() => objectPath({ ...APP, namespace: undefined })).toThrow(new TypeError('App a1 needs a namespace'));
+  });
+});
+
+describe('pure helpers', () => {
+  it.each([
+    ['v1.34.4', '1.34.4'],
+    ['v1.34.4+k3s1', '1.34.4'],
+    ['v1.35.0-rc.1', '1.35.0'],
+    ['1.30.12-eks-abc+build', '1.30.12'],
+  ])('parseServerVersion(%s) = %s', (input, expected) => {
+    expect(parseServerVersion(input)).toBe(expected);
+  });
+
+  it('parseServerVersion rejects garbage', () => {
+    expect(() => parseServerVersion('v1.34')).toThrow('parsing kubernetes version "v1.34"');
+  });
+
+  it('extractGroupVersions: core first, then every version of every group, deduplicated', () => {
+    expect(
+      extractGroupVersions(
+        { kind: 'APIVersions', versions: ['v1'] },
+        {
+          kind: 'APIGroupList',
+          groups: [
+            { name: 'apps', versions: [{ groupVersion: 'apps/v1', version: 'v1' }] },
+            {
+              name: 'kappctrl.k14s.io',
+              versions: [{ groupVersion: 'kappctrl.k14s.io/v1alpha1', version: 'v1alpha1' }],
+            },
+            {
+              name: 'autoscaling',
+              versions: [
+                { groupVersion: 'autoscaling/v2', version: 'v2' },
+                { groupVersion: 'autoscaling/v1', version: 'v1' },
+                { groupVersion: 'autoscaling/v2', version: 'v2' },
+              ],
+            },
+          ],
+        },
+      ),
+    ).toEqual(['v1', 'apps/v1', 'kappctrl.k14s.io/v1alpha1', 'autoscaling/v2', 'autoscaling/v1']);
+  });
+
+  it('errorFromResponse maps codes to classes with short messages and a cause', () => {
+    const e409 = errorFromResponse('updating status of App ns1/a1', conflict);
+    expect(e409).toBeInstanceOf(ConflictError);
+    expect(e409.message).toBe(
+      'updating status of App ns1/a1: 409 Operation cannot be fulfilled on apps.kappctrl.k14s.io "a1": the object has been modified; please apply your changes to the latest version and try again',
+    );
+    expect(e409.statusCode).toBe(409);
+    expect(e409.reason).toBe('Conflict');
+    expect((e409.cause as Error).name).toBe('ApiResponseError');
+
+    const e410 = errorFromResponse('watching apps.kappctrl.k14s.io', {
+      statusCode: 410,
+      body: { kind: 'Status', message: 'too old resource version: 1 (42)', reason: 'Expired', code: 410 },
+    });
+    expect(e410).toBeInstanceOf(WatchGoneError);
+    expect(e410.message).toBe('watching apps.kappctrl.k14s.io: 410 too old resource version: 1 (42)');
+
+    const e403 = errorFromResponse('getting Secret ns1/s', {
+      statusCode: 403,
+      body: { kind: 'Status', message: 'secrets "s" is forbidden', reason: 'Forbidden', code: 403 },
+    });
+    expect(e403.constructor).toBe(KubeApiError);
+    expect(e403.message).toBe('getting Secret ns1/s: 403 secrets "s" is forbidden');
+  });
+
+  it('apiMessage falls back to a bounded text body, then to the code', () => {
+    expect(apiMessage({ statusCode: 502, body: 'bad gateway' })).toBe('bad gateway');
+    expect(apiMessage({ statusCode: 502, body: 'x'.repeat(300) })).toBe(`${'x'.repeat(200)}…`);
+    expect(apiMessage({ statusCode: 503, body: undefined })).toBe('HTTP 503');
+  });
+});
+
+describe('KubeApiClient reads', () => {
+  it('getObject returns the object, and undefined on 404', async () => {
+    const rest = new FakeRest([app('7'), notFound('apps.kappctrl.k14s.io "a1" not found')]);
+    const c = client(rest);
+    expect((await c.getObject(APP))?.metadata.resourceVersion).toBe('7');
+    expect(await c.getObject(APP)).toBeUndefined();
+    expect(rest.requests).toEqual([
+      { method: 'GET', path: APP_PATH },
+      { method: 'GET', path: APP_PATH },
+    ]);
+  });
+
+  it('getObject wraps other failures with the action', async () => {
+    const rest = new FakeRest([
+      {
+        statusCode: 403,
+        body: { kind: 'Status', message: 'apps.kappctrl.k14s.io "a1" is forbidden', reason: 'Forbidden', code: 403 },
+      },
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6443'), { code: 'ECONNREFUSED' }),
+    ]);
+    const c = client(rest);
+    await expect(c.getObject(APP)).rejects.toThrow('getting App ns1/a1: 403 apps.kappctrl.k14s.io "a1" is forbidden');
+    const err = await c.getObject(APP).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(KubeApiError);
+    expect((err as KubeApiError).message).toBe('getting App ns1/a1: connect ECONNREFUSED 127.0.0.1:6443');
+    expect((err as KubeApiError).statusCode).toBeUndefined();
+    expect((err as KubeApiError).cause).toBeInstanceOf(Error);
+  });
+
+  it('getSecret decodes data; getConfigMap keeps data and decodes binaryData; getNamespace gives phase', async () => {
+    const rest = new FakeRest([
+      {
+        statusCode: 200,
+        body: {
+          kind: 'Secret',
+          metadata: { name: 's', namespace: 'n', uid: 'u', resourceVersion: '1' },
+          type: 'kubernetes.io/basic-auth',
+          data: { username: Buffer.from('me').toString('base64'), password: Buffer.from('pw').toString('base64') },
+        },
+      },
+      {
+        statusCode: 200,
+        body: {
+          kind: 'ConfigMap',
+          metadata: { name: 'c', namespace: 'n', uid: 'u', resourceVersion: '2' },
+          data: { 'values.yml': 'a: 1\n' },
+          binaryData: { bin: Buffer.from([0, 1, 2]).toString('base64') },
+        },
+      },
+      {
+        statusCode: 200,
+        body: {
+          kind: 'Namespace',
+          metadata: { name: 'n', uid: 'u', resourceVersion: '3', deletionTimestamp: '2025-01-01T00:00:00Z' },
+          status: { phase: 'Terminating' },
+        },
+      },
+      notFound('secrets "nope" not found'),
+    ]);
+    const c = client(rest);
+    const secret = await c.getSecret('n', 's');
+    expect(secret?.type).toBe('kubernetes.io/basic-auth');
+    expect(secret?.data.username?.toString('utf8')).toBe('me');
+    expect(secret?.data.password?.toString('utf8')).toBe('pw');
+    const cm = await c.getConfigMap('n', 'c');
+    expect(cm?.data).toEqual({ 'values.yml': 'a: 1\n' });
+    expect([...(cm?.binaryData.bin ?? [])]).toEqual([0, 1, 2]);
+    expect((await c.getNamespace('n'))?.phase).toBe('Terminating');
+    expect(await c.getSecret('n', 'nope')).toBeUndefined();
+    expect(rest.requests.map((r) => r.path)).toEqual([
+      '/api/v1/namespaces/n/secrets/s',
+      '/api/v1/namespaces/n/configmaps/c',
+      '/api/v1/namespaces/n',
+      '/api/v1/namespaces/n/secrets/nope',
+    ]);
+  });
+});
+
+describe('KubeApiClient.updateStatus', () => {
+  it('PUTs the status subresource with resourceVersion and uid preconditions', async () => {
+    const rest = new FakeRest([app('8')]);
+    const out = await client(rest).updateStatus(
+      APP,
+      { resourceVersion: '7', uid: 'u1' },
+      { friendlyDescription: 'ok' },
+    );
+    expect(out).toEqual({ resourceVersion: '8' });
+    expect(rest.requests).toEqual([
+      {
+        method: 'PUT',
+        path: `${APP_PATH}/status`,
+        body: {
+          apiVersion: 'kappctrl.k14s.io/v1alpha1',
+          kind: 'App',
+          metadata: { name: 'a1', namespace: 'ns1', resourceVersion: '7', uid: 'u1' },
+          status: { friendlyDescription: 'ok' },
+        },
+      },
+    ]);
+  });
+
+  it('409 → ConflictError, 404 → GoneError, 409 on UID precondition → GoneError', async () => {
+    const uidConflict: RestResponse = {
+      statusCode: 409,
+      body: {
+        kind: 'Status',
+        message:
+          'Operation cannot be fulfilled on apps.kappctrl.k14s.io "a1": Precondition failed: UID in precondition: u1, UID in object meta: u2',
+        reason: 'Conflict',
+        code: 409,
+      },
+    };
+    const rest = new FakeRest([conflict, notFound('apps.kappctrl.k14s.io "a1" not found'), uidConflict]);
+    const c = client(rest);
+    const pre = { resourceVersion: '7', uid: 'u1' };
+    const e1 = await c.updateStatus(APP, pre, {}).catch((e: unknown) => e);
+    expect(e1).toBeInstanceOf(ConflictError);
+    const e2 = await c.updateStatus(APP, pre, {}).catch((e: unknown) => e);
+    expect(e2).toBeInstanceOf(GoneError);
+    expect((e2 as Error).message).toBe('updating status of App ns1/a1: 404 apps.kappctrl.k14s.io "a1" not found');
+    const e3 = await c.updateStatus(APP, pre, {}).catch((e: unknown) => e);
+    expect(e3).toBeInstanceOf(GoneError);
+  });
+});
+
+describe('KubeApiClient finalizers', () => {
+  const F = 'finalizers.kapp-ctrl.k14s.io/delete';
+
+  it('adds with a merge patch carrying the read resourceVersion', async () => {
+    const rest = new FakeRest([app('5', ['other']), app('6', ['other', F])]);
+    expect(await client(rest).addFinalizer(APP, F)).toEqual({ changed: true, resourceVersion: '6' });
+    expect(rest.requests[1]).toEqual({
+      method: 'PATCH',
+      path: APP_PATH,
+      contentType: 'application/merge-patch+json',
+      body: { metadata: { resourceVersion: '5', finalizers: ['other', F] } },
+    });
+  });
+
+  it('is idempotent: present on add, absent on remove → no write', async () => {
+    const rest = new FakeRest([app('5', [F]), app('5', [])]);
+    const c = client(rest);
+    expect(await c.addFinalizer(APP, F)).toEqual({ changed: false, resourceVersion: '5' });
+    expect(await c.removeFinalizer(APP, F)).toEqual({ changed: false, resourceVersion: '5' });
+    expect(rest.requests.map((r) => r.method)).toEqual(['GET', 'GET']);
+  });
+
+  it('retries on 409 with a fresh read', async () => {
+    const rest = new FakeRest([app('5', [F, 'x']), conflict, app('6', [F]), app('7', [])]);
+    expect(await client(rest).removeFinalizer(APP, F)).toEqual({ changed: true, resourceVersion: '7' });
+    expect(rest.requests.map((r) => [r.method, (r.body as { metadata?: unknown })?.metadata])).toEqual([
+      ['GET', undefined],
+      ['PATCH', { resourceVersion: '5', finalizers: ['x'] }],
+      ['GET', undefined],
+      ['PATCH', { resourceVersion: '6', finalizers: [] }],
+    ]);
+  });
+
+  it('gives up after 5 conflicts with the last ConflictError', async () => {
+    const answers: RestResponse[] = [];
+    for (let i = 0; i < 5; i++) answers.push(app(String(i), []), conflict);
+    const rest = new FakeRest(answers);
+    const err = await client(rest)
+      .addFinalizer(APP, F)
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConflictError);
+    expect(rest.requests).toHaveLength(10);
+  });
+
+  it('remove on a missing object or another uid is a no-op; add throws GoneError', async () => {
+    const rest = new FakeRest([
+      notFound('apps.kappctrl.k14s.io "a1" not found'),
+      app('5', [F], 'u2'),
+      notFound('apps.kappctrl.k14s.io "a1" not found'),
+      app('5', [], 'u2'),
+    ]);
+    const c = client(rest);
+    expect(await c.removeFinalizer(APP, F)).toEqual({ changed: false, resourceVersion: undefined });
+    expect(await c.removeFinalizer(APP, F, { uid: 'u1' })).toEqual({ changed: false, resourceVersion: undefined });
+    const gone = (await c.addFinalizer(APP, F).catch((e: unknown) => e)) as GoneError;
+    expect([gone.constructor, gone.message, gone.statusCode]).toEqual([
+      GoneError,
+      'adding finalizer to App ns1/a1: object not found',
+      404,
+    ]);
+    await expect(c.addFinalizer(APP, F, { uid: 'u1' })).rejects.toThrow(
+      'adding finalizer to App ns1/a1: object not found (uid changed)',
+    );
+  });
+
+  it('surfaces a 422 (no new finalizers while deleting) as KubeApiError', async () => {
+    const rest = new FakeRest([
+      app('5', []),
+      {
+        statusCode: 422,
+        body: {
+          kind: 'Status',
+          message:
+            'App.kappctrl.k14s.io "a1" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted',
+          reason: 'Invalid',
+          code: 422,
+        },
+      },
+    ]);
+    const err = (await client(rest)
+      .addFinalizer(APP, F)
+      .catch((e: unknown) => e)) as KubeApiError;
+    expect(err.constructor).toBe(KubeApiError);
+    expect(err.statusCode).toBe(422);
+  });
+});
+
+describe('KubeApiClient deploy credentials', () => {
+  it('serviceAccountToken GETs the SA then creates a TokenRequest (default 7200s)', async () => {
+    const rest = new FakeRest([
+      { statusCode: 200, body: { kind: 'ServiceAccount', metadata: { name: 'sa', namespace: 'n' } } },
+      {
+        statusCode: 201,
+        body: {
+          kind: 'TokenRequest',
+          status: { token: 'secret-token', expirationTimestamp: '2030-01-01T02:00:00Z' },
+        },
+      },
+    ]);
+    const token = await client(rest).serviceAccountToken('n', 'sa');
+    expect(token).toEqual({ token: 'secret-token', expiresAt: new Date('2030-01-01T02:00:00Z') });
+    expect(rest.requests).toEqual([
+      { method: 'GET', path: '/api/v1/namespaces/n/serviceaccounts/sa' },
+      {
+        method: 'POST',
+        path: '/api/v1/namespaces/n/serviceaccounts/sa/token',
+        body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 7200 } },
+      },
+    ]);
+  });
+
+  it('a missing SA gives the upstream error text', async () => {
+    const rest = new FakeRest([notFound('serviceaccounts "nope" not found')]);
+    const err = (await client(rest)
+      .serviceAccountToken('n', 'nope', 600)
+      .catch((e: unknown) => e)) as KubeApiError;
+    expect(err).toBeInstanceOf(KubeApiError);
+    expect(err.message).toBe('Getting service account: serviceaccounts "nope" not found');
+    expect(err.statusCode).toBe(404);
+  });
+
+  it('a failed TokenRequest says so without any token', async () => {
+    const rest = new FakeRest([
+      { statusCode: 200, body: { kind: 'ServiceAccount' } },
+      {
+        statusCode: 403,
+        body: { kind: 'Status', message: 'serviceaccounts "sa" is forbidden', code: 403 },
+      },
+    ]);
+    await expect(client(rest).serviceAccountToken('n', 'sa')).rejects.toThrow(
+      'Getting service account token: serviceaccounts "sa" is forbidden',
+    );
+  });
+
+  it('serverVersion, apiGroupVersions, apiServer', async () => {
+    const rest = new FakeRest([
+      { statusCode: 200, body: { major: '1', minor: '34', gitVersion: 'v1.34.4' } },
+      { statusCode: 200, body: { versions: ['v1'] } },
+      { statusCode: 200, body: { groups: [{ versions: [{ groupVersion: 'apps/v1' }] }] } },
+    ]);
+    const c = client(rest);
+    expect(await c.serverVersion()).toBe('1.34.4');
+    expect(await c.apiGroupVersions()).toEqual(['v1', 'apps/v1']);
+    expect(c.apiServer()).toEqual({ server: 'https://127.0.0.1:6443' });
+    expect(rest.requests.map((r) => r.path)).toEqual(['/version', '/api', '/apis']);
+  });
+});
+
+describe('KubeApiClient list and watch', () => {
+  const APPS = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' };
+
+  it('list pages, fills apiVersion/kind, and maps 410 to WatchGoneError', async () => {
+    const rest = new FakeRest([
+      {
+        statusCode: 200,
+        body: {
+          kind: 'AppList',
+          metadata: { resourceVersion: '100', continue: 'tok' },
+          items: [{ metadata: { name: 'a', namespace: 'n', uid: 'u', resourceVersion: '9' } }],
+        },
+      },
+      { statusCode: 200, body: { kind: 'AppList', metadata: { resourceVersion: '100', continue: '' }, items: [] } },
+      {
+        statusCode: 410,
+        body: { kind: 'Status', message: 'The provided continue parameter is too old', reason: 'Expired', code: 410 },
+      },
+    ]);
+    const c = client(rest);
+    const page = await c.list(APPS, { limit: 1 });
+    expect(page).toEqual({
+      items: [
+        {
+          apiVersion: APPS.apiVersion,
+          kind: 'App',
+          metadata: { name: 'a', namespace: 'n', uid: 'u', resourceVersion: '9' },
+        },
+      ],
+      resourceVersion: '100',
+      continue: 'tok',
+    });
+    expect(await c.list(APPS, { namespace: 'n', limit: 1, continue: 'tok' })).toEqual({
+      items: [],
+      resourceVersion: '100',
+      continue: undefined,
+    });
+    await expect(c.list(APPS, { continue: 'old' })).rejects.toBeInstanceOf(WatchGoneError);
+    expect(rest.requests).toEqual([
+      { method: 'GET', path: '/apis/kappctrl.k14s.io/v1alpha1/apps', query: { limit: 1, continue: undefined } },
+      {
+        method: 'GET',
+        path: '/apis/kappctrl.k14s.io/v1alpha1/namespaces/n/apps',
+        query: { limit: 1, continue: 'tok' },
+      },
+      { method: 'GET', path: '/apis/kappctrl.k14s.io/v1alpha1/apps', query: { limit: undefined, continue: 'old' } },
+    ]);
+  });
+
+  it('watch delivers events in order (bookmarks included) with the right query', async () => {
+    const watch = new FakeWatch([
+      ['ADDED', { metadata: { name: 'a', resourceVersion: '11' } }],
+      ['BOOKMARK', { kind: 'App', apiVersion: APPS.apiVersion, metadata: { resourceVersion: '12' } }],
+      ['MODIFIED', { metadata: { name: 'a', resourceVersion: '13' } }],
+      ['DELETED', { metadata: { name: 'a', resourceVersion: '14' } }],
+    ]);
+    const seen: string[] = [];
+    await client(new FakeRest([]), watch).watch(
+      APPS,
+      { resourceVersion: '10', allowWatchBookmarks: true, timeoutSeconds: 5, namespace: 'n' },
+      (e) => seen.push(`${e.type}:${e.object.kind}:${e.object.metadata.resourceVersion}`),
+    );
+    expect(seen).toEqual(['ADDED:App:11', 'BOOKMARK:App:12', 'MODIFIED:App:13', 'DELETED:App:14']);
+    expect(watch.calls).toEqual([
+      {
+        path: '/apis/kappctrl.k14s.io/v1alpha1/namespaces/n/apps',
+        query: { resourceVersion: '10', allowWatchBookmarks: true, timeoutSeconds: 5 },
+      },
+    ]);
+  });
+
+  it('an in-band 410 ERROR event becomes WatchGoneError', async () => {
+    const watch = new FakeWatch([
+      [
+        'ERROR',
+        {
+          kind: 'Status',
+          status: 'Failure',
+          message: 'too old resource version: 1 (500)',
+          reason: 'Expired',
+          code: 410,
+        },
+      ],
+    ]);
+    const err = (await client(new FakeRest([]), watch)
+      .watch(APPS, { resourceVersion: '1', allowWatchBookmarks: true }, () => {})
+      .catch((e: unknown) => e)) as WatchGoneError;
+    expect(err).toBeInstanceOf(WatchGoneError);
+    expect(err.message).toBe('watching apps.kappctrl.k14s.io: 410 too old resource version: 1 (500)');
+  });
+
+  it('an HTTP 410 on the watch request becomes WatchGoneError; other codes KubeApiError', async () => {
+    const gone = client(new FakeRest([]), new FakeWatch([], new WatchHttpError(410, 'Gone')));
+    await expect(gone.watch(APPS, { resourceVersion: '1', allowWatchBookmarks: true }, () => {})).rejects.toThrow(
+      new WatchGoneError('watching apps.kappctrl.k14s.io: 410 Gone'),
+    );
+    const forbidden = client(new FakeRest([]), new FakeWatch([], new WatchHttpError(403, 'Forbidden')));
+    const err = (await forbidden
+      .watch(APPS, { resourceVersion: '1', allowWatchBookmarks: true }, () => {})
+      .catch((e: unknown) => e)) as KubeApiError;
+    expect(err.constructor).toBe(KubeApiError);
+    expect(err.message).toBe('watching apps.kappctrl.k14s.io: 403 Forbidden');
+  });
+
+  it('an exception in onEvent is rethrown as is; transport errors are wrapped', async () => {
+    const boom = new Error('handler broke');
+    const c = client(new FakeRest([]), new FakeWatch([['ADDED', { metadata: {} }]]));
+    await expect(
+      c.watch(APPS, { resourceVersion: '1', allowWatchBookmarks: true }, () => {
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    const reset = Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+    const c2 = client(new FakeRest([]), new FakeWatch([], reset));
+    const err = (await c2
+      .watch(APPS, { resourceVersion: '1', allowWatchBookmarks: true }, () => {})
+      .catch((e: unknown) => e)) as KubeApiError;
+    expect(err).toBeInstanceOf(KubeApiError);
+    expect(err.message).toBe('watching apps.kappctrl.k14s.io: socket hang up');
+    expect(err.cause).toBe(reset);
+  });
+});
