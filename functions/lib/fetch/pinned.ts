@@ -1,0 +1,127 @@
+/**
+ * Pinned-source detection and a stable identity for a fetch entry's content, so the fetch function
+ * can skip re-fetching a source whose content cannot change and whose artifact already exists.
+ *
+ * Not an upstream feature as such: upstream's vendir cache (`VENDIR_CACHE_DIR`, keyed by App UID)
+ * reuses only images referenced by digest. This widens the same idea to every source whose content
+ * is fixed by the spec alone, and keys it by content rather than by object, so the whole fleet
+ * shares one artifact.
+ *
+ * @module
+ */
+import { createHash } from 'node:crypto';
+import type { AppFetch, VersionSelection } from './types.js';
+import { type FetchSourceKind, fetchSourceKind } from './vendir.js';
+
+/** Result of {@link fetchSourceIdentity}. */
+export interface FetchSourceIdentity {
+  /** The entry's source. */
+  source: FetchSourceKind;
+  /**
+   * `true` when the spec alone fixes the fetched bytes, so an artifact stored under `cacheKey` may
+   * be reused without contacting the source:
+   * - git: `ref` is a full commit id (40 or 64 hex digits) and there is no `refSelection`;
+   * - image / imgpkgBundle: the reference has an `@sha256:<64 hex>` digest and no `tagSelection`;
+   * - http: `sha256` is set (vendir verifies the download against it).
+   *
+   * Never pinned: helmChart (a chart version is a mutable tag in both HTTP chart repositories and
+   * OCI registries, and vendir has no digest field for charts), inline (cheap, and `pathsFrom`
+   * depends on cluster objects, not on the spec).
+   */
+  pinned: boolean;
+  /** Why the entry is or is not pinned (for logs and receipts). */
+  reason: string;
+  /**
+   * `sha256:<hex>` over the entry's content-defining fields (source kind, locations, the pin,
+   * `subPath`, `lfsSkipSmudge`); excludes credentials (`secretRef`), TLS settings, clone depth,
+   * `forceHTTPBasicAuth` and the entry's `path`, none of which change the fetched files.
+   * Meaningful for reuse only when `pinned`.
+   */
+  cacheKey: string;
+}
+
+const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i;
+const DIGEST = /@sha256:[0-9a-f]{64}$/;
+const SHA256_HEX = /^[0-9a-f]{64}$/i;
+
+/** JSON with object keys sorted, so equal content gives equal bytes. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+function hasSelection(sel: VersionSelection | undefined): boolean {
+  return sel !== undefined && sel !== null;
+}
+
+/**
+ * Decides whether a fetch entry is pinned and computes its content identity.
+ *
+ * @param entry - one `spec.fetch[]` entry
+ * @returns identity, or `undefined` for an entry without a source
+ */
+export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | undefined {
+  const source = fetchSourceKind(entry);
+  if (!source) return undefined;
+  let pinned = false;
+  let reason: string;
+  let content: Record<string, unknown>;
+  switch (source) {
+    case 'git': {
+      const g = entry.git!;
+      pinned = COMMIT_ID.test(g.ref ?? '') && !hasSelection(g.refSelection);
+      reason = pinned ? 'git ref is a commit id' : 'git ref is a branch, tag or selection';
+      content = {
+        url: g.url,
+        ref: g.ref,
+        refSelection: g.refSelection,
+        subPath: g.subPath || undefined,
+        lfsSkipSmudge: g.lfsSkipSmudge || undefined,
+      };
+      break;
+    }
+    case 'image': {
+      const i = entry.image!;
+      pinned = DIGEST.test(i.url ?? '') && !hasSelection(i.tagSelection);
+      reason = pinned ? 'image is referenced by digest' : 'image is referenced by tag or selection';
+      content = { url: i.url, tagSelection: i.tagSelection, subPath: i.subPath || undefined };
+      break;
+    }
+    case 'imgpkgBundle': {
+      const b = entry.imgpkgBundle!;
+      pinned = DIGEST.test(b.image ?? '') && !hasSelection(b.tagSelection);
+      reason = pinned ? 'bundle is referenced by digest' : 'bundle is referenced by tag or selection';
+      content = { image: b.image, tagSelection: b.tagSelection };
+      break;
+    }
+    case 'http': {
+      const h = entry.http!;
+      pinned = SHA256_HEX.test(h.sha256 ?? '');
+      reason = pinned ? 'http download has a sha256' : 'http download has no sha256';
+      // vendir names a non-archive download after the URL's base name, so the URL stays in the key.
+      content = { url: h.url, sha256: h.sha256?.toLowerCase(), subPath: h.subPath || undefined };
+      break;
+    }
+    case 'helmChart': {
+      const c = entry.helmChart!;
+      reason = 'helm chart versions are mutable';
+      content = { name: c.name, version: c.version, repository: c.repository?.url };
+      break;
+    }
+    case 'inline': {
+      reason = 'inline sources are not cached';
+      content = { paths: entry.inline!.paths, pathsFrom: entry.inline!.pathsFrom };
+      break;
+    }
+  }
+  const cacheKey = `sha256:${createHash('sha256')
+    .update(canonicalJson({ v: 1, source, ...content }))
+    .digest('hex')}`;
+  return { source, pinned, reason, cacheKey };
+}

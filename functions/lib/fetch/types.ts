@@ -1,0 +1,238 @@
+/**
+ * Minimal structural shapes for the parts of an App (and of Secrets and ConfigMaps) that the
+ * fetch planner reads. Field names are exactly upstream's JSON names
+ * (`pkg/apis/kappctrl/v1alpha1/types_fetch.go`, `k8s.io/api/core/v1`). Every field is optional, as
+ * in the CRD, so the zod-inferred types of `functions/lib/api/` are assignable to these.
+ *
+ * @module
+ */
+
+/** `AppFetchLocalRef`: a reference to a Secret in the App's namespace. */
+export interface LocalRef {
+  /** Secret name. */
+  name?: string;
+}
+
+/** vendir `VersionSelection` (`semver.constraints`, `semver.prereleases.identifiers`). */
+export interface VersionSelection {
+  /** Semver selection; the only strategy upstream supports. */
+  semver?: {
+    /** Constraint such as `>=1.0.0 <2.0.0` (blang/carvel semantics, evaluated by vendir). */
+    constraints?: string;
+    /** Include pre-releases; `identifiers` narrows which (`alpha`, `rc`, ...). */
+    prereleases?: { identifiers?: string[] };
+  };
+}
+
+/** `AppFetchInlineSourceRef`: a Secret or ConfigMap whose keys become files. */
+export interface InlineSourceRef {
+  /** Object name (same namespace as the App). */
+  name?: string;
+  /** Directory (relative to the fetch directory) the keys are written into. */
+  directoryPath?: string;
+}
+
+/** `AppFetchInline`. */
+export interface AppFetchInline {
+  /** File path (relative) to file content. */
+  paths?: Record<string, string>;
+  /** Secrets and ConfigMaps whose every data key becomes a file. */
+  pathsFrom?: Array<{ secretRef?: InlineSourceRef; configMapRef?: InlineSourceRef }>;
+}
+
+/** `AppFetchImage`: an OCI image whose layers hold the configuration. */
+export interface AppFetchImage {
+  /** Image reference, by tag or `@sha256:` digest. */
+  url?: string;
+  /** Pick a tag by semver (leave the tag out of `url`). */
+  tagSelection?: VersionSelection;
+  /** Registry credentials. */
+  secretRef?: LocalRef;
+  /** Sub-directory of the image to keep (vendir `newRootPath`). */
+  subPath?: string;
+}
+
+/** `AppFetchHTTP`: a file, tgz, tar or zip over HTTP(S). */
+export interface AppFetchHTTP {
+  /** Download URL. */
+  url?: string;
+  /** Expected sha256 (hex) of the downloaded bytes. */
+  sha256?: string;
+  /** `username` + `password` Secret. */
+  secretRef?: LocalRef;
+  /** Sub-directory of the unpacked archive to keep (vendir `newRootPath`). */
+  subPath?: string;
+}
+
+/** `AppFetchGit`. */
+export interface AppFetchGit {
+  /** Repository URL (http(s) or ssh). */
+  url?: string;
+  /** Branch (`origin/main`), tag or commit sha. */
+  ref?: string;
+  /** Pick a tag by semver. */
+  refSelection?: VersionSelection;
+  /** `ssh-privatekey`/`ssh-knownhosts` or `username`/`password` Secret. */
+  secretRef?: LocalRef;
+  /** Sub-directory to keep (vendir `newRootPath`). */
+  subPath?: string;
+  /** Skip git-lfs smudge (do not download LFS objects). */
+  lfsSkipSmudge?: boolean;
+  /** Send credentials as HTTP basic auth without waiting for a challenge. */
+  forceHTTPBasicAuth?: boolean;
+  /** Clone depth; unset means 1, 0 means the full history. */
+  depth?: number;
+}
+
+/** `AppFetchHelmChart`. */
+export interface AppFetchHelmChart {
+  /** Chart name. */
+  name?: string;
+  /** Chart version (unset: latest). */
+  version?: string;
+  /** Chart repository (`https://...` or `oci://...`). */
+  repository?: { url?: string; secretRef?: LocalRef };
+}
+
+/** `AppFetchImgpkgBundle`. */
+export interface AppFetchImgpkgBundle {
+  /** Bundle image reference, by tag or `@sha256:` digest. */
+  image?: string;
+  /** Pick a tag by semver. */
+  tagSelection?: VersionSelection;
+  /** Registry credentials. */
+  secretRef?: LocalRef;
+}
+
+/** One `spec.fetch[]` entry (`AppFetch`): exactly one source plus an optional `path`. */
+export interface AppFetch {
+  /** Files given in the App (and Secrets/ConfigMaps). */
+  inline?: AppFetchInline;
+  /** OCI image. */
+  image?: AppFetchImage;
+  /** HTTP download. */
+  http?: AppFetchHTTP;
+  /** Git repository. */
+  git?: AppFetchGit;
+  /** Helm chart from a chart repository. */
+  helmChart?: AppFetchHelmChart;
+  /** imgpkg bundle. */
+  imgpkgBundle?: AppFetchImgpkgBundle;
+  /** Directory name for this entry (default: the entry's index). */
+  path?: string;
+}
+
+/** The metadata fields the planners read from an App. */
+export interface AppMetadataLike {
+  /** App name. */
+  name?: string;
+  /** App namespace. */
+  namespace?: string;
+  /** App UID (vendir cache key, downward API `metadata.uid`). */
+  uid?: string;
+  /** Labels (downward API). */
+  labels?: Record<string, string>;
+  /** Annotations (downward API). */
+  annotations?: Record<string, string>;
+}
+
+/**
+ * A Secret as read from the API server (`data` values are base64). Only the fields below are
+ * ever used or forwarded.
+ */
+export interface SecretLike {
+  /** `v1`. */
+  apiVersion?: string;
+  /** `Secret`. */
+  kind?: string;
+  /** Object metadata; `name` identifies the Secret. */
+  metadata?: { name?: string; namespace?: string };
+  /** Secret type, e.g. `kubernetes.io/dockerconfigjson`. */
+  type?: string;
+  /** Key to base64-encoded value. */
+  data?: Record<string, string>;
+}
+
+/** A ConfigMap as read from the API server. */
+export interface ConfigMapLike {
+  /** `v1`. */
+  apiVersion?: string;
+  /** `ConfigMap`. */
+  kind?: string;
+  /** Object metadata; `name` identifies the ConfigMap. */
+  metadata?: { name?: string; namespace?: string };
+  /** Key to UTF-8 value. */
+  data?: Record<string, string>;
+  /** Key to base64 value (forwarded to vendir, never used for template values, as upstream). */
+  binaryData?: Record<string, string>;
+}
+
+/**
+ * Secrets and ConfigMaps of the App's namespace, looked up by name. `undefined` means not found
+ * (the planners then fail with the API server's text, e.g. `secrets "x" not found`).
+ */
+export interface RefObjects {
+  /** Looks up a Secret by name. */
+  secret(name: string): SecretLike | undefined;
+  /** Looks up a ConfigMap by name. */
+  configMap(name: string): ConfigMapLike | undefined;
+}
+
+/**
+ * Builds a {@link RefObjects} from lists of objects (keyed by `metadata.name`; later duplicates
+ * win). Lookups use a `Map`, so names like `__proto__` are safe.
+ *
+ * @param objects - the Secrets and ConfigMaps the caller fetched
+ * @returns a lookup over them
+ */
+export function refObjectsFrom(objects: { secrets?: SecretLike[]; configMaps?: ConfigMapLike[] }): RefObjects {
+  const secrets = new Map<string, SecretLike>();
+  const configMaps = new Map<string, ConfigMapLike>();
+  for (const s of objects.secrets ?? []) if (s.metadata?.name !== undefined) secrets.set(s.metadata.name, s);
+  for (const c of objects.configMaps ?? []) if (c.metadata?.name !== undefined) configMaps.set(c.metadata.name, c);
+  return {
+    secret: (name) => secrets.get(name),
+    configMap: (name) => configMaps.get(name),
+  };
+}
+
+/** The API server's NotFound text for a Secret: `secrets "<name>" not found`. */
+export function secretNotFoundMessage(name: string): string {
+  return `secrets "${name}" not found`;
+}
+
+/** The API server's NotFound text for a ConfigMap: `configmaps "<name>" not found`. */
+export function configMapNotFoundMessage(name: string): string {
+  return `configmaps "${name}" not found`;
+}
+
+/**
+ * A planning error whose `message` is exactly the text kapp-controller would put into
+ * `status.<stage>.error` (and, for the failing stage, the ReconcileFailed condition message).
+ * The process exit code for such errors is `-1` upstream (no process ran).
+ */
+export class KappControllerError extends Error {
+  /**
+   * @param message - the exact upstream status text
+   * @param options - `cause`: the underlying error, if any
+   */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'KappControllerError';
+  }
+}
+
+/** What upstream substitutes for `exit status 1` in status error texts. */
+export const SEE_USEFUL_ERROR_MESSAGE = 'Error (see .status.usefulErrorMessage for details)';
+
+/**
+ * The status error text for a failed tool run, as upstream's `CmdRunResult.AttachErrorf`
+ * (`pkg/exec/cmd_run_result.go`): `<prefix><processError>`, except that a plain `exit status 1`
+ * becomes {@link SEE_USEFUL_ERROR_MESSAGE}.
+ *
+ * @param prefix - stage prefix, e.g. `Fetching resources: `, `Templating dir: `, `Deploying: `
+ * @param processError - Go-style process error text (`exit status 2`, `signal: killed`, ...)
+ */
+export function attachErrorf(prefix: string, processError: string): string {
+  return `${prefix}${processError === 'exit status 1' ? SEE_USEFUL_ERROR_MESSAGE : processError}`;
+}
