@@ -212,7 +212,7 @@ export class KubeApiClient implements KubeClient {
     return response.body as T;
   }
 
-  /** @inheritDoc KubeReader.getObject */
+  /** {@inheritDoc KubeReader.getObject} */
   async getObject<T extends KubeObject = KubeObject>(ref: ObjectRef): Promise<T | undefined> {
     const object = await this.#get<T>(`getting ${describeRef(ref)}`, objectPath(ref));
     if (object) {
@@ -222,7 +222,7 @@ export class KubeApiClient implements KubeClient {
     return object;
   }
 
-  /** @inheritDoc KubeReader.getSecret */
+  /** {@inheritDoc KubeReader.getSecret} */
   async getSecret(namespace: string, name: string): Promise<KubeSecret | undefined> {
     const ref = { apiVersion: 'v1', kind: 'Secret', namespace, name };
     const raw = await this.#get<{ metadata: ObjectMeta; type?: string; data?: unknown }>(
@@ -233,7 +233,7 @@ export class KubeApiClient implements KubeClient {
     return { metadata: raw.metadata, type: raw.type ?? 'Opaque', data: decodeMap(raw.data) };
   }
 
-  /** @inheritDoc KubeReader.getConfigMap */
+  /** {@inheritDoc KubeReader.getConfigMap} */
   async getConfigMap(namespace: string, name: string): Promise<KubeConfigMap | undefined> {
     const ref = { apiVersion: 'v1', kind: 'ConfigMap', namespace, name };
     const raw = await this.#get<{
@@ -249,7 +249,7 @@ export class KubeApiClient implements KubeClient {
     };
   }
 
-  /** @inheritDoc KubeReader.getNamespace */
+  /** {@inheritDoc KubeReader.getNamespace} */
   async getNamespace(name: string): Promise<KubeNamespace | undefined> {
     const ref = { apiVersion: 'v1', kind: 'Namespace', name };
     const raw = await this.#get<{ metadata: ObjectMeta; status?: { phase?: string } }>(
@@ -260,7 +260,7 @@ export class KubeApiClient implements KubeClient {
     return { metadata: raw.metadata, phase: raw.status?.phase ?? 'Active' };
   }
 
-  /** @inheritDoc StatusWriter.updateStatus */
+  /** {@inheritDoc StatusWriter.updateStatus} */
   async updateStatus(
     ref: ObjectRef,
     precondition: WritePrecondition,
@@ -303,7 +303,7 @@ export class KubeApiClient implements KubeClient {
     };
   }
 
-  /** @inheritDoc FinalizerWriter.addFinalizer */
+  /** {@inheritDoc FinalizerWriter.addFinalizer} */
   addFinalizer(ref: ObjectRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
     return this.#changeFinalizers(`adding finalizer to ${describeRef(ref)}`, ref, options, {
       absent: 'gone',
@@ -311,7 +311,7 @@ export class KubeApiClient implements KubeClient {
     });
   }
 
-  /** @inheritDoc FinalizerWriter.removeFinalizer */
+  /** {@inheritDoc FinalizerWriter.removeFinalizer} */
   removeFinalizer(ref: ObjectRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
     return this.#changeFinalizers(`removing finalizer from ${describeRef(ref)}`, ref, options, {
       absent: 'noop',
@@ -364,7 +364,7 @@ export class KubeApiClient implements KubeClient {
     throw lastConflict ?? new ConflictError(`${action}: conflict`);
   }
 
-  /** @inheritDoc DeployCredentials.serviceAccountToken */
+  /** {@inheritDoc DeployCredentials.serviceAccountToken} */
   async serviceAccountToken(
     namespace: string,
     serviceAccount: string,
@@ -404,7 +404,7 @@ export class KubeApiClient implements KubeClient {
     return { token: status.token, expiresAt: new Date(status.expirationTimestamp) };
   }
 
-  /** @inheritDoc DeployCredentials.serverVersion */
+  /** {@inheritDoc DeployCredentials.serverVersion} */
   async serverVersion(): Promise<string> {
     const action = 'getting server version';
     const info = await this.#get<{ gitVersion?: string }>(action, '/version');
@@ -412,19 +412,19 @@ export class KubeApiClient implements KubeClient {
     return parseServerVersion(info.gitVersion);
   }
 
-  /** @inheritDoc DeployCredentials.apiGroupVersions */
+  /** {@inheritDoc DeployCredentials.apiGroupVersions} */
   async apiGroupVersions(): Promise<string[]> {
     const action = 'getting api group versions';
     const [core, groups] = await Promise.all([this.#get<unknown>(action, '/api'), this.#get<unknown>(action, '/apis')]);
     return extractGroupVersions(core, groups);
   }
 
-  /** @inheritDoc DeployCredentials.apiServer */
+  /** {@inheritDoc DeployCredentials.apiServer} */
   apiServer(): ApiServerInfo {
     return { ...this.#apiServer };
   }
 
-  /** @inheritDoc ObjectWatcher.list */
+  /** {@inheritDoc ObjectWatcher.list} */
   async list<T extends KubeObject = KubeObject>(resource: ResourceKind, options: ListOptions): Promise<ListResult<T>> {
     const type = resourceFor(resource);
     const action = `listing ${type.plural}${type.group ? `.${type.group}` : ''}`;
@@ -450,7 +450,7 @@ export class KubeApiClient implements KubeClient {
     };
   }
 
-  /** @inheritDoc ObjectWatcher.watch */
+  /** {@inheritDoc ObjectWatcher.watch} */
   async watch<T extends KubeObject = KubeObject>(
     resource: ResourceKind,
     options: WatchOptions,

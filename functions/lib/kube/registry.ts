@@ -54,27 +54,27 @@ export class MapClusterRegistry implements ClusterRegistry {
     return entry;
   }
 
-  /** @inheritDoc ClusterRegistry.clusterIds */
+  /** {@inheritDoc ClusterRegistry.clusterIds} */
   clusterIds(): string[] {
     return [...this.#entries.keys()].sort();
   }
 
-  /** @inheritDoc ClusterRegistry.client */
+  /** {@inheritDoc ClusterRegistry.client} */
   client(clusterId: string): KubeClient {
     return this.#entry(clusterId).client;
   }
 
-  /** @inheritDoc ClusterRegistry.fetchView */
+  /** {@inheritDoc ClusterRegistry.fetchView} */
   fetchView(clusterId: string): FetchView {
     return this.#entry(clusterId).fetch;
   }
 
-  /** @inheritDoc ClusterRegistry.deployView */
+  /** {@inheritDoc ClusterRegistry.deployView} */
   deployView(clusterId: string): DeployView {
     return this.#entry(clusterId).deploy;
   }
 
-  /** @inheritDoc ClusterRegistry.watchView */
+  /** {@inheritDoc ClusterRegistry.watchView} */
   watchView(clusterId: string): WatchView {
     return this.#entry(clusterId).watch;
   }

@@ -80,7 +80,7 @@ export class ClientNodeRestTransport implements RestTransport {
     this.#configuration = configuration;
   }
 
-  /** @inheritDoc RestTransport.send */
+  /** {@inheritDoc RestTransport.send} */
   async send(request: RestRequest): Promise<RestResponse> {
     const config = this.#configuration;
     const context: RequestContext = config.baseServer.makeRequestContext(request.path, HttpMethod[request.method]);
@@ -121,7 +121,7 @@ export class ClientNodeWatchTransport implements WatchTransport {
     this.#watch = new Watch(kubeConfig);
   }
 
-  /** @inheritDoc WatchTransport.stream */
+  /** {@inheritDoc WatchTransport.stream} */
   stream(
     path: string,
     query: Record<string, string | number | boolean | undefined>,
