@@ -1,0 +1,709 @@
+/**
+ * The in-cluster forwarder: watches App (and, by configuration, PackageInstall and
+ * PackageRepository) plus the Secrets and ConfigMaps they reference, and turns changes into
+ * coalesced object events for the functions. It never writes to the cluster.
+ *
+ * ## Event rules (per object; "handled" means `status.observedGeneration == metadata.generation`)
+ *
+ * Live watch events (after the object is known):
+ * - `added`: a watch `ADDED` (or any event) for an object the forwarder does not know, or an
+ *   object whose uid changed under the same name (then `deleted` for the old uid comes first);
+ * - `modified`: `metadata.generation` changed, or `metadata.deletionTimestamp` appeared;
+ * - `deleted`: a watch `DELETED`, or an object missing from a relist;
+ * - nothing for an event with the same resourceVersion as already seen (a replay);
+ * - otherwise (status-, label- or finalizer-only writes, e.g. our own functions' status
+ *   updates): no event; the resync timer is moved to the due time computed from the new status
+ *   ({@link WatchedKind.dueAt}). Only if that status says "due now" and the forwarder has not
+ *   already asked for a reconcile of this status (same last-reconcile time) does it emit
+ *   `resync`.
+ * - `resync`: when the due time from status arrives. After `added`, `modified` or `resync` the
+ *   forwarder waits for the status to move; if it still says "due" after `resyncRetryMs`
+ *   (a reconcile was lost), `resync` is emitted again. So a stuck pipeline gets one event per
+ *   object per `resyncRetryMs`, never a storm.
+ * - `ref-changed`: a referenced Secret or ConfigMap (same namespace, §3.1) was created,
+ *   changed (new resourceVersion) or deleted; once per referencing object. Unreferenced Secrets
+ *   and ConfigMaps produce nothing and are not stored.
+ *
+ * After a restart (no state; the first list of each watch):
+ * - never reconciled (no `status.observedGeneration`): `added`;
+ * - `observedGeneration != generation`: `modified`;
+ * - handled and due by the timer: `resync`;
+ * - handled and not due: nothing (only scheduled);
+ * - a referenced Secret/ConfigMap whose last write (`creationTimestamp` or the latest
+ *   `metadata.managedFields[].time`) is at or after the referencing object's last reconcile
+ *   (`handledAt`, the latest status `updatedAt`): `ref-changed` (both are second-precision, so a
+ *   write in the same second counts as a change). Changes made while the forwarder was away
+ *   are therefore not lost; deletions made while it was away are caught by the next resync.
+ *
+ * After 410 Gone (relist, state kept): the list is diffed against what was forwarded: a new
+ * name or uid gives `added`, a changed resourceVersion goes through the live rules, a missing
+ * object gives `deleted`; a referenced Secret/ConfigMap with a new resourceVersion, or gone,
+ * gives `ref-changed`.
+ *
+ * Every event then goes through the {@link Outbox}: bursts for one object within
+ * `coalesceWindowMs` (and while the transport is busy) become one event carrying the latest
+ * resourceVersion and generation.
+ *
+ * ## Memory
+ *
+ * Per object: namespace, name, uid, generation, resourceVersion, due time, last-reconcile time,
+ * and the referenced Secret/ConfigMap names. Per referenced Secret/ConfigMap: its
+ * resourceVersion and the referencing objects. No object bodies are kept.
+ *
+ * @module
+ */
+import type { KubeObject, ObjectWatcher, ResourceKind, WatchEvent } from '../../functions/lib/kube/port.js';
+import type { Kind } from '../schema.js';
+import type { BackoffOptions } from './backoff.js';
+import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
+import { DueHeap, type HeapItem } from './due-heap.js';
+import { type CloudEvent, type ObjectEventData, type ObjectEventReason, toCloudEvent } from './event.js';
+import { appKind, type ObjectRefs, observedGeneration, type WatchedKind } from './kinds.js';
+import { type ForwarderLogger, silentLogger } from './log.js';
+import { Outbox } from './outbox.js';
+import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
+import type { Transport } from './transport.js';
+
+/** Options of {@link Forwarder}. Times in milliseconds unless named otherwise. */
+export interface ForwarderOptions {
+  /** Id of this cluster, carried by every event. */
+  clusterId: string;
+  /** List/watch port (read-only). */
+  watcher: ObjectWatcher;
+  /** Where events go. */
+  transport: Transport;
+  /** Watched kinds. Default `[appKind()]`; see `watchedKinds(['App', 'PackageInstall', ...])`. */
+  kinds?: readonly WatchedKind[];
+  /** Namespaces to watch; empty or omitted: all namespaces (one cluster-wide watch per kind). */
+  namespaces?: readonly string[];
+  /** Time and timers. Default {@link systemClock}. */
+  clock?: Clock;
+  /** Uniform `[0, 1)` source for jitter. Default `Math.random`. */
+  random?: () => number;
+  /** Logger. Default silent. */
+  logger?: ForwarderLogger;
+  /** Envelope builder. Default {@link toCloudEvent}. */
+  buildEvent?: (data: ObjectEventData, now: number) => CloudEvent;
+  /** List page size for watched kinds. Default 500. */
+  pageSize?: number;
+  /** List page size for Secrets and ConfigMaps (larger objects). Default 100. */
+  refPageSize?: number;
+  /** Server-side watch timeout, seconds (each watch uses `[t, 2t)`). Default 300. */
+  watchTimeoutSeconds?: number;
+  /**
+   * Watchdog: restart a watch that delivered nothing, not even a bookmark, for this long.
+   * Default 90 000 (the API server sends a bookmark about every minute).
+   */
+  stallTimeoutMs?: number;
+  /** Coalescing window per object. Default 200. */
+  coalesceWindowMs?: number;
+  /** Largest batch per `Transport.send`. Default 100. */
+  batchSize?: number;
+  /**
+   * How long an object may stay "due" by its status after the forwarder asked for a reconcile
+   * (`added`, `modified` or `resync`) before `resync` is emitted again. Default 300 000.
+   */
+  resyncRetryMs?: number;
+  /**
+   * Secrets and ConfigMaps are listed after the watched kinds' first lists (so the refs are
+   * known and changes made while the forwarder was away can be told); this bounds the wait
+   * when a kind cannot be listed (e.g. its CRD is missing). Default 30 000.
+   */
+  refStartTimeoutMs?: number;
+  /** Retry backoff of list, watch and send failures. */
+  backoff?: BackoffOptions;
+}
+
+/** Counters and sizes, for tests, metrics and the memory benchmark. */
+export interface ForwarderStats {
+  /** Objects of watched kinds known. */
+  objects: number;
+  /** Referenced Secrets + ConfigMaps tracked. */
+  refs: number;
+  /** Objects with a pending timer. */
+  scheduled: number;
+  /** Events emitted, by reason, before coalescing. */
+  emitted: Record<ObjectEventReason, number>;
+  /** Events accepted by the transport (after coalescing). */
+  sent: number;
+  /** Failed `Transport.send` calls. */
+  sendErrors: number;
+  /** Events dropped because their envelope did not validate. */
+  invalid: number;
+  /** Events waiting in the outbox. */
+  pending: number;
+  /** Completed lists (initial + relists). */
+  lists: number;
+  /** 410 Gone seen (each relists). */
+  gone: number;
+  /** Watches started. */
+  watches: number;
+  /** Watches ended by the watchdog. */
+  stalls: number;
+  /** Failed list/watch calls other than 410. */
+  watchErrors: number;
+}
+
+/** Options of {@link Forwarder.stop}. */
+export interface StopOptions {
+  /** Send what is waiting (windows end at once) before stopping. Default false. */
+  drain?: boolean;
+  /** Upper bound of the drain and of waiting for the loops to end. Default 10 000. */
+  timeoutMs?: number;
+}
+
+/** Per-object state: a reference and a schedule, never the object. */
+interface ObjState extends HeapItem {
+  readonly kindIx: number;
+  readonly namespace: string;
+  readonly name: string;
+  uid: string;
+  generation: number;
+  rv: string;
+  deleting: boolean;
+  /** Last reconcile per status, ms; NaN when never. */
+  handledAt: number;
+  /**
+   * The last-reconcile basis (see {@link basis}) for which a reconcile was asked and not yet
+   * answered by a status that is no longer due; NaN when none is outstanding.
+   */
+  asked: number;
+  refs: ObjectRefs;
+  /** List mark (relist diff). */
+  mark: number;
+}
+
+/** A referenced Secret or ConfigMap. */
+interface RefEntry {
+  /** resourceVersion; `ABSENT` when known not to exist; `undefined` when not seen yet. */
+  rv: string | undefined;
+  readonly referrers: ObjState[];
+  mark: number;
+  /** `epoch` when created (entries created during a list are not swept by it). */
+  readonly born: number;
+}
+
+const ABSENT = '';
+const SECRET: ResourceKind = { apiVersion: 'v1', kind: 'Secret' };
+const CONFIG_MAP: ResourceKind = { apiVersion: 'v1', kind: 'ConfigMap' };
+const REF_SECRET = 0;
+const REF_CONFIG_MAP = 1;
+type RefType = typeof REF_SECRET | typeof REF_CONFIG_MAP;
+
+function keyOf(obj: KubeObject): string {
+  return `${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
+}
+
+/** The last-reconcile time as a comparable basis; -1 for never reconciled. */
+function basis(st: ObjState): number {
+  return Number.isNaN(st.handledAt) ? -1 : st.handledAt;
+}
+
+function sameRefs(a: ObjectRefs, b: ObjectRefs): boolean {
+  const eq = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((v, i) => v === y[i]);
+  return a === b || (eq(a.secrets, b.secrets) && eq(a.configMaps, b.configMaps));
+}
+
+/**
+ * When a Secret or ConfigMap was last written, per its metadata: the latest of
+ * `creationTimestamp` and `metadata.managedFields[].time` (ms; NaN when neither is set).
+ */
+export function lastWriteTime(obj: KubeObject): number {
+  let t = Number.NaN;
+  const consider = (v: unknown) => {
+    if (typeof v !== 'string') return;
+    const ms = Date.parse(v);
+    if (!Number.isNaN(ms) && !(ms <= t)) t = ms;
+  };
+  consider(obj.metadata.creationTimestamp);
+  const mf = obj.metadata.managedFields;
+  if (Array.isArray(mf)) for (const e of mf) consider((e as { time?: unknown } | null)?.time);
+  return t;
+}
+
+/** See the module comment. */
+export class Forwarder {
+  private readonly clusterId: string;
+  private readonly kinds: readonly WatchedKind[];
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private readonly logger: ForwarderLogger;
+  private readonly resyncRetryMs: number;
+  private readonly objects: Map<string, ObjState>[];
+  private readonly refIndex: [Map<string, RefEntry>, Map<string, RefEntry>] = [new Map(), new Map()];
+  private readonly heap = new DueHeap<ObjState>();
+  private readonly outbox: Outbox;
+  private readonly primary: Reflector[] = [];
+  private readonly secondary: Reflector[] = [];
+  private readonly runs: Promise<void>[] = [];
+  private timer: TimerHandle | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+  private epoch = 0;
+  private ac: AbortController | undefined;
+  private syncedPromise: Promise<void> | undefined;
+  private readonly emitted: Record<ObjectEventReason, number> = {
+    added: 0,
+    modified: 0,
+    deleted: 0,
+    resync: 0,
+    'ref-changed': 0,
+  };
+  private sent = 0;
+  private sendErrors = 0;
+  private invalid = 0;
+
+  /** @param opts - See {@link ForwarderOptions}. */
+  constructor(private readonly opts: ForwarderOptions) {
+    this.clusterId = opts.clusterId;
+    this.kinds = opts.kinds ?? [appKind()];
+    this.clock = opts.clock ?? systemClock;
+    this.random = opts.random ?? Math.random;
+    this.logger = opts.logger ?? silentLogger;
+    this.resyncRetryMs = opts.resyncRetryMs ?? 300_000;
+    this.objects = this.kinds.map(() => new Map());
+    this.outbox = new Outbox({
+      transport: opts.transport,
+      build: opts.buildEvent ?? toCloudEvent,
+      clock: this.clock,
+      random: this.random,
+      windowMs: opts.coalesceWindowMs ?? 200,
+      batchSize: Math.max(1, opts.batchSize ?? 100),
+      ...(opts.backoff ? { backoff: opts.backoff } : {}),
+      logger: this.logger,
+      onSent: (events) => {
+        this.sent += events.length;
+      },
+      onSendError: () => {
+        this.sendErrors++;
+      },
+      onInvalid: () => {
+        this.invalid++;
+      },
+    });
+  }
+
+  /**
+   * Starts listing and watching. Returns at once; loops run until {@link stop}.
+   *
+   * @throws Error `forwarder already started` on a second call.
+   */
+  start(): void {
+    if (this.ac) throw new Error('forwarder already started');
+    const ac = new AbortController();
+    this.ac = ac;
+    const scopes: (string | undefined)[] = this.opts.namespaces?.length
+      ? [...new Set(this.opts.namespaces)]
+      : [undefined];
+    for (let k = 0; k < this.kinds.length; k++) {
+      for (const ns of scopes) {
+        this.primary.push(
+          this.reflector(this.kinds[k]!.resource, ns, this.opts.pageSize ?? 500, this.objectHandler(k, ns)),
+        );
+      }
+    }
+    const refTypes: RefType[] = [];
+    if (this.kinds.some((k) => k.tracksSecrets)) refTypes.push(REF_SECRET);
+    if (this.kinds.some((k) => k.tracksConfigMaps)) refTypes.push(REF_CONFIG_MAP);
+    for (const t of refTypes) {
+      for (const ns of scopes) {
+        this.secondary.push(
+          this.reflector(
+            t === REF_SECRET ? SECRET : CONFIG_MAP,
+            ns,
+            this.opts.refPageSize ?? 100,
+            this.refHandler(t, ns),
+          ),
+        );
+      }
+    }
+    this.logger.info(
+      {
+        clusterId: this.clusterId,
+        kinds: this.kinds.map((k) => k.resource.kind),
+        namespaces: scopes[0] === undefined ? 'all' : scopes,
+      },
+      'forwarder starting',
+    );
+    for (const r of this.primary) this.runs.push(r.run(ac.signal));
+    const primaryListed = Promise.all(this.primary.map((r) => r.listed));
+    const gateTimer = new AbortController();
+    ac.signal.addEventListener('abort', () => gateTimer.abort(), { once: true });
+    const gate = Promise.race([
+      primaryListed,
+      sleep(this.clock, this.opts.refStartTimeoutMs ?? 30_000, gateTimer.signal),
+    ]);
+    const refsStarted = gate.then(() => {
+      gateTimer.abort();
+      if (ac.signal.aborted) return;
+      for (const r of this.secondary) this.runs.push(r.run(ac.signal));
+    });
+    this.syncedPromise = Promise.all([primaryListed, refsStarted, ...this.secondary.map((r) => r.listed)]).then(
+      () => undefined,
+    );
+  }
+
+  /**
+   * Resolves once every watch (watched kinds, then Secrets and ConfigMaps) completed its first
+   * list. Never rejects; never resolves if a list never succeeds.
+   *
+   * @throws Error `forwarder not started` when called before {@link start}.
+   */
+  synced(): Promise<void> {
+    if (!this.syncedPromise) throw new Error('forwarder not started');
+    return this.syncedPromise;
+  }
+
+  /**
+   * Stops the loops and timers. With `drain`, events still waiting are sent first (bounded by
+   * `timeoutMs`); without it they are dropped: a restarted forwarder re-derives what matters
+   * from the objects' status (see the module comment). Idempotent.
+   */
+  async stop(options: StopOptions = {}): Promise<void> {
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    this.ac?.abort();
+    if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
+    this.timer = undefined;
+    this.timerAt = Number.POSITIVE_INFINITY;
+    const bound = new AbortController();
+    const deadline = sleep(this.clock, timeoutMs, bound.signal);
+    await Promise.race([Promise.all(this.runs), deadline]);
+    if (options.drain) {
+      this.outbox.flushNow();
+      await Promise.race([this.outbox.idle(), deadline]);
+    }
+    bound.abort();
+    this.outbox.close();
+  }
+
+  /** A snapshot of counters and sizes. */
+  stats(): ForwarderStats {
+    const all = [...this.primary, ...this.secondary].map((r) => r.counters);
+    const sum = (f: (c: Reflector['counters']) => number) => all.reduce((n, c) => n + f(c), 0);
+    return {
+      objects: this.objects.reduce((n, m) => n + m.size, 0),
+      refs: this.refIndex[0].size + this.refIndex[1].size,
+      scheduled: this.heap.size,
+      emitted: { ...this.emitted },
+      sent: this.sent,
+      sendErrors: this.sendErrors,
+      invalid: this.invalid,
+      pending: this.outbox.size,
+      lists: sum((c) => c.lists),
+      gone: sum((c) => c.gone),
+      watches: sum((c) => c.watches),
+      stalls: sum((c) => c.stalls),
+      watchErrors: sum((c) => c.errors),
+    };
+  }
+
+  /**
+   * When the forwarder will next emit `resync` for an object on its own (ms since the epoch),
+   * or `undefined` when no timer is set (unknown object, paused, PackageInstall handled).
+   */
+  dueAt(kind: ResourceKind, namespace: string, name: string): number | undefined {
+    const k = this.kinds.findIndex((w) => w.resource.apiVersion === kind.apiVersion && w.resource.kind === kind.kind);
+    const st = k < 0 ? undefined : this.objects[k]!.get(`${namespace}/${name}`);
+    return st && st.heapIndex >= 0 ? st.due : undefined;
+  }
+
+  private reflector(
+    resource: ResourceKind,
+    namespace: string | undefined,
+    pageSize: number,
+    handler: ReflectorHandler,
+  ) {
+    return new Reflector(
+      {
+        watcher: this.opts.watcher,
+        resource,
+        ...(namespace === undefined ? {} : { namespace }),
+        pageSize,
+        watchTimeoutSeconds: this.opts.watchTimeoutSeconds ?? 300,
+        stallTimeoutMs: this.opts.stallTimeoutMs ?? 90_000,
+        ...(this.opts.backoff ? { backoff: this.opts.backoff } : {}),
+        clock: this.clock,
+        random: this.random,
+        logger: this.logger,
+      },
+      handler,
+    );
+  }
+
+  // ---- watched kinds ------------------------------------------------------------------------
+
+  private objectHandler(kindIx: number, ns: string | undefined): ReflectorHandler {
+    let mark = 0;
+    return {
+      listStart: () => {
+        mark = ++this.epoch;
+      },
+      listItem: (obj, mode) => this.onObject(kindIx, obj, mode, mark),
+      listEnd: () => this.sweepObjects(kindIx, ns, mark),
+      event: (ev) => {
+        if (ev.type === 'DELETED') this.onObjectDeleted(kindIx, ev.object);
+        else this.onObject(kindIx, ev.object, 'watch', 0);
+      },
+    };
+  }
+
+  private onObject(kindIx: number, obj: KubeObject, source: ListMode | 'watch', mark: number): void {
+    const kind = this.kinds[kindIx]!;
+    const map = this.objects[kindIx]!;
+    const m = obj.metadata;
+    const key = keyOf(obj);
+    const now = this.clock.now();
+    let st = map.get(key);
+    if (st && st.uid !== m.uid) {
+      this.forget(st, key);
+      this.emit(st, 'deleted');
+      st = undefined;
+    }
+    if (!st) {
+      st = {
+        kindIx,
+        namespace: m.namespace ?? '',
+        name: m.name,
+        uid: m.uid,
+        generation: m.generation ?? 0,
+        rv: m.resourceVersion,
+        deleting: Boolean(m.deletionTimestamp),
+        handledAt: kind.handledAt(obj) ?? Number.NaN,
+        asked: Number.NaN,
+        refs: kind.refs(obj),
+        mark,
+        due: Number.POSITIVE_INFINITY,
+        heapIndex: -1,
+      };
+      map.set(key, st);
+      this.index(st);
+      const due = kind.dueAt(obj, now);
+      const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
+      if (reason) this.ask(st, reason, now);
+      else this.schedule(st, due);
+      return;
+    }
+    if (mark) st.mark = mark;
+    if (st.rv === m.resourceVersion) return;
+    const generation = m.generation ?? 0;
+    const deleting = Boolean(m.deletionTimestamp);
+    const reason: ObjectEventReason | undefined =
+      generation !== st.generation || (deleting && !st.deleting) ? 'modified' : undefined;
+    st.rv = m.resourceVersion;
+    st.generation = generation;
+    st.deleting = deleting;
+    st.handledAt = kind.handledAt(obj) ?? Number.NaN;
+    this.reindex(st, kind.refs(obj));
+    if (reason) {
+      this.ask(st, reason, now);
+      return;
+    }
+    const due = kind.dueAt(obj, now);
+    if (due === null || due > now) {
+      st.asked = Number.NaN;
+      this.schedule(st, due);
+    } else if (st.asked !== basis(st)) {
+      this.ask(st, 'resync', now);
+    }
+    // else: a reconcile of exactly this status was asked for; its retry timer stays.
+  }
+
+  /** The rule for an object seen for the first time by a first list (after a restart). */
+  private startupReason(obj: KubeObject, due: number | null, now: number): ObjectEventReason | undefined {
+    const og = observedGeneration(obj);
+    if (og === undefined) return 'added';
+    if (og !== (obj.metadata.generation ?? 0)) return 'modified';
+    if (due !== null && due <= now) return 'resync';
+    return undefined;
+  }
+
+  private onObjectDeleted(kindIx: number, obj: KubeObject): void {
+    const key = keyOf(obj);
+    const st = this.objects[kindIx]!.get(key);
+    if (st) {
+      this.forget(st, key);
+      if (st.uid !== obj.metadata.uid) this.emit(st, 'deleted');
+    }
+    const kind = this.kinds[kindIx]!;
+    this.emitData({
+      clusterId: this.clusterId,
+      kind: kind.resource.kind as Kind,
+      apiVersion: kind.resource.apiVersion,
+      namespace: obj.metadata.namespace ?? '',
+      name: obj.metadata.name,
+      uid: obj.metadata.uid,
+      generation: obj.metadata.generation ?? 0,
+      resourceVersion: obj.metadata.resourceVersion,
+      reason: 'deleted',
+    });
+  }
+
+  private sweepObjects(kindIx: number, ns: string | undefined, mark: number): void {
+    const map = this.objects[kindIx]!;
+    for (const [key, st] of map) {
+      if (st.mark === mark || (ns !== undefined && st.namespace !== ns)) continue;
+      this.forget(st, key);
+      this.emit(st, 'deleted');
+    }
+  }
+
+  private forget(st: ObjState, key: string): void {
+    this.heap.delete(st);
+    this.unindex(st);
+    this.objects[st.kindIx]!.delete(key);
+  }
+
+  // ---- emission and the resync timer -------------------------------------------------------
+
+  /** Emits a reason that asks for a reconcile and arms the "no answer" retry. */
+  private ask(st: ObjState, reason: ObjectEventReason, now: number): void {
+    this.emit(st, reason);
+    st.asked = basis(st);
+    this.schedule(st, now + this.resyncRetryMs);
+  }
+
+  private emit(st: ObjState, reason: ObjectEventReason): void {
+    const kind = this.kinds[st.kindIx]!;
+    this.emitData({
+      clusterId: this.clusterId,
+      kind: kind.resource.kind as Kind,
+      apiVersion: kind.resource.apiVersion,
+      namespace: st.namespace,
+      name: st.name,
+      uid: st.uid,
+      generation: st.generation,
+      resourceVersion: st.rv,
+      reason,
+    });
+  }
+
+  private emitData(data: ObjectEventData): void {
+    this.emitted[data.reason]++;
+    this.outbox.enqueue(data);
+  }
+
+  private schedule(st: ObjState, due: number | null): void {
+    if (due === null || !Number.isFinite(due)) {
+      this.heap.delete(st);
+      st.due = Number.POSITIVE_INFINITY;
+      return;
+    }
+    this.heap.set(st, due);
+    this.armTimer();
+  }
+
+  private armTimer(): void {
+    if (!this.ac || this.ac.signal.aborted) return;
+    const top = this.heap.peek();
+    if (!top || (this.timer !== undefined && this.timerAt <= top.due)) return;
+    if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
+    this.timerAt = top.due;
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, top.due - this.clock.now()));
+    this.timer = this.clock.setTimeout(() => this.onTimer(), delay);
+  }
+
+  private onTimer(): void {
+    this.timer = undefined;
+    this.timerAt = Number.POSITIVE_INFINITY;
+    const now = this.clock.now();
+    for (let st = this.heap.popDue(now); st; st = this.heap.popDue(now)) this.ask(st, 'resync', now);
+    this.armTimer();
+  }
+
+  // ---- referenced Secrets and ConfigMaps ---------------------------------------------------
+
+  private index(st: ObjState): void {
+    this.addRefs(REF_SECRET, st, st.refs.secrets);
+    this.addRefs(REF_CONFIG_MAP, st, st.refs.configMaps);
+  }
+
+  private unindex(st: ObjState): void {
+    this.dropRefs(REF_SECRET, st, st.refs.secrets);
+    this.dropRefs(REF_CONFIG_MAP, st, st.refs.configMaps);
+  }
+
+  private reindex(st: ObjState, refs: ObjectRefs): void {
+    if (sameRefs(st.refs, refs)) return;
+    this.unindex(st);
+    st.refs = refs;
+    this.index(st);
+  }
+
+  private addRefs(t: RefType, st: ObjState, names: readonly string[]): void {
+    const map = this.refIndex[t];
+    for (const name of names) {
+      const key = `${st.namespace}/${name}`;
+      let e = map.get(key);
+      if (!e) {
+        e = { rv: undefined, referrers: [], mark: 0, born: this.epoch };
+        map.set(key, e);
+      }
+      e.referrers.push(st);
+    }
+  }
+
+  private dropRefs(t: RefType, st: ObjState, names: readonly string[]): void {
+    const map = this.refIndex[t];
+    for (const name of names) {
+      const key = `${st.namespace}/${name}`;
+      const e = map.get(key);
+      if (!e) continue;
+      const i = e.referrers.indexOf(st);
+      if (i >= 0) e.referrers.splice(i, 1);
+      if (e.referrers.length === 0) map.delete(key);
+    }
+  }
+
+  private refHandler(t: RefType, ns: string | undefined): ReflectorHandler {
+    let mark = 0;
+    return {
+      listStart: () => {
+        mark = ++this.epoch;
+      },
+      listItem: (obj) => this.onRefListed(t, obj, mark),
+      listEnd: () => this.sweepRefs(t, ns, mark),
+      event: (ev) => this.onRefEvent(t, ev),
+    };
+  }
+
+  private onRefListed(t: RefType, obj: KubeObject, mark: number): void {
+    const e = this.refIndex[t].get(keyOf(obj));
+    if (!e) return;
+    e.mark = mark;
+    const rv = obj.metadata.resourceVersion;
+    if (e.rv === rv) return;
+    const known = e.rv !== undefined;
+    e.rv = rv;
+    if (known) {
+      for (const r of e.referrers) this.emit(r, 'ref-changed');
+      return;
+    }
+    // No baseline (first list after a restart): changed since the referrer's last reconcile?
+    const written = lastWriteTime(obj);
+    for (const r of e.referrers) {
+      if (!Number.isNaN(r.asked)) continue; // a reconcile was already asked for
+      if (Number.isNaN(written) || Number.isNaN(r.handledAt) || written >= r.handledAt) this.emit(r, 'ref-changed');
+    }
+  }
+
+  private sweepRefs(t: RefType, ns: string | undefined, mark: number): void {
+    const prefix = ns === undefined ? undefined : `${ns}/`;
+    for (const [key, e] of this.refIndex[t]) {
+      if (e.mark === mark || e.born >= mark || (prefix !== undefined && !key.startsWith(prefix))) continue;
+      const existed = e.rv !== undefined && e.rv !== ABSENT;
+      e.rv = ABSENT;
+      if (existed) for (const r of e.referrers) this.emit(r, 'ref-changed');
+    }
+  }
+
+  private onRefEvent(t: RefType, ev: WatchEvent): void {
+    const e = this.refIndex[t].get(keyOf(ev.object));
+    if (!e) return;
+    if (ev.type === 'DELETED') {
+      e.rv = ABSENT;
+    } else {
+      if (e.rv === ev.object.metadata.resourceVersion) return;
+      e.rv = ev.object.metadata.resourceVersion;
+    }
+    for (const r of e.referrers) this.emit(r, 'ref-changed');
+  }
+}

@@ -1,0 +1,39 @@
+/**
+ * The in-cluster forwarder: public API. See `forwarder.ts` for the event rules.
+ *
+ * @module
+ */
+export { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from './backoff.js';
+export { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
+export { DueHeap, type HeapItem } from './due-heap.js';
+export type { CloudEvent, ObjectEventData, ObjectEventReason } from './event.js';
+export {
+  Forwarder,
+  type ForwarderOptions,
+  type ForwarderStats,
+  lastWriteTime,
+  type StopOptions,
+} from './forwarder.js';
+export {
+  appKind,
+  appRefs,
+  NO_REFS,
+  type ObjectRefs,
+  observedGeneration,
+  packageInstallKind,
+  packageRepositoryKind,
+  packageRepositoryRefs,
+  type WatchedKind,
+  type WatchedKindName,
+  watchedKinds,
+} from './kinds.js';
+export { type ForwarderLogger, silentLogger } from './log.js';
+export { mergeEvents, Outbox, type OutboxOptions, REASON_RANK } from './outbox.js';
+export {
+  type ListMode,
+  Reflector,
+  type ReflectorCounters,
+  type ReflectorHandler,
+  type ReflectorOptions,
+} from './reflector.js';
+export type { Transport } from './transport.js';

@@ -1,0 +1,233 @@
+/**
+ * The table of kinds the forwarder watches. Adding PackageInstall or PackageRepository (or a
+ * future kind) is configuration: pick entries by name with {@link watchedKinds}, or pass any
+ * {@link WatchedKind}; the forwarder has no per-kind code.
+ *
+ * Each entry says where the objects live (apiVersion/kind for the watch port,
+ * group/version/plural for RBAC and docs), when an object is due for a timer-driven resync
+ * (from the object alone, kapp-controller `pkg/app/reconcile_timer.go`), which Secrets and
+ * ConfigMaps in its namespace it references (kapp-controller `pkg/app/app.go`
+ * `SecretRefs`/`ConfigMapRefs`, `pkg/pkgrepository/reconciler.go`; reference §3.1), and when it
+ * was last reconciled.
+ *
+ * @module
+ */
+import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/fetch/refs.js';
+import type { KubeObject, ResourceKind } from '../../functions/lib/kube/port.js';
+import {
+  lastReconcileTime,
+  nextDueAt,
+  type TimedObject,
+  type TimerConfig,
+} from '../../functions/lib/reconcile/timer.js';
+
+/** Names of Secrets and ConfigMaps (in the object's own namespace) an object reads. */
+export interface ObjectRefs {
+  /** Secret names, sorted, without duplicates. */
+  readonly secrets: readonly string[];
+  /** ConfigMap names, sorted, without duplicates. */
+  readonly configMaps: readonly string[];
+}
+
+/** One watched kind. All functions are pure and must not throw on odd shapes. */
+export interface WatchedKind {
+  /** `apiVersion` and `kind`, as the watch port takes them. */
+  readonly resource: ResourceKind;
+  /** REST coordinates, for RBAC (`events/forwarder/rbac.yaml`) and logs. */
+  readonly group: string;
+  /** API version within the group. */
+  readonly version: string;
+  /** Lowercase plural resource name. */
+  readonly plural: string;
+  /**
+   * When the object is next due for a timer-driven reconcile, from the object alone.
+   *
+   * @param obj - The object as watched.
+   * @param now - Current time, ms since the epoch.
+   * @returns Milliseconds since the epoch (≤ `now` means due now), or `null` for never by timer.
+   */
+  dueAt(obj: KubeObject, now: number): number | null;
+  /** Whether {@link WatchedKind.refs} can name Secrets (the forwarder then watches Secrets). */
+  readonly tracksSecrets: boolean;
+  /** Whether {@link WatchedKind.refs} can name ConfigMaps (the forwarder then watches ConfigMaps). */
+  readonly tracksConfigMaps: boolean;
+  /** Secrets and ConfigMaps the object references (§3.1); empty while it is being deleted. */
+  refs(obj: KubeObject): ObjectRefs;
+  /**
+   * When the object was last reconciled, per its status (ms since the epoch), or `undefined`
+   * when never. Used after a restart to tell whether a referenced Secret changed since.
+   */
+  handledAt(obj: KubeObject): number | undefined;
+}
+
+/** Refs of an object that references nothing. Shared, frozen. */
+export const NO_REFS: ObjectRefs = Object.freeze({ secrets: Object.freeze([]), configMaps: Object.freeze([]) });
+
+type Loose = Record<string, unknown> | undefined;
+
+function rec(v: unknown): Loose {
+  return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+}
+
+function deleting(obj: KubeObject): boolean {
+  return Boolean(obj.metadata.deletionTimestamp);
+}
+
+function refsOf(secrets: readonly string[], configMaps: readonly string[]): ObjectRefs {
+  // A ref without a name can match no object; upstream tracks it under the empty name.
+  const s = secrets.filter((n) => n.length > 0);
+  const c = configMaps.filter((n) => n.length > 0);
+  if (s.length === 0 && c.length === 0) return NO_REFS;
+  return { secrets: s.length ? s : NO_REFS.secrets, configMaps: c.length ? c : NO_REFS.configMaps };
+}
+
+/**
+ * Secrets and ConfigMaps an App references: `referencedSecrets` / `referencedConfigMaps` of
+ * `functions/lib/fetch/refs.ts` (kapp-controller `pkg/app/app.go` `SecretRefs` /
+ * `ConfigMapRefs`, reference §3.1). An App being deleted references nothing (upstream drops
+ * its refs); a spec the walk cannot read (the API server's schema makes that unlikely)
+ * references nothing rather than stopping the forwarder.
+ *
+ * @param obj - An App as watched (not validated).
+ */
+export function appRefs(obj: KubeObject): ObjectRefs {
+  if (deleting(obj)) return NO_REFS;
+  const spec = (rec(obj.spec) ?? {}) as AppRefsSpec;
+  try {
+    return refsOf(referencedSecrets(spec), referencedConfigMaps(spec));
+  } catch {
+    return NO_REFS;
+  }
+}
+
+/**
+ * Secrets a PackageRepository references: `spec.fetch.{image, imgpkgBundle, http, git}.secretRef`
+ * (kapp-controller `pkg/pkgrepository/reconciler.go`; `inline.pathsFrom` and ConfigMaps are not
+ * tracked upstream, reference §3.1). Empty while it is being deleted.
+ *
+ * @param obj - A PackageRepository as watched.
+ */
+export function packageRepositoryRefs(obj: KubeObject): ObjectRefs {
+  if (deleting(obj)) return NO_REFS;
+  const fetch = rec(rec(obj.spec)?.fetch);
+  const names = new Set<string>();
+  for (const src of ['image', 'imgpkgBundle', 'http', 'git'] as const) {
+    const name = rec(rec(fetch?.[src])?.secretRef)?.name;
+    if (typeof name === 'string') names.add(name);
+  }
+  return refsOf([...names].sort(), []);
+}
+
+function observedGenerationOf(obj: KubeObject): number | undefined {
+  const og = rec(obj.status)?.observedGeneration;
+  return typeof og === 'number' ? og : undefined;
+}
+
+function timedDueAt(kind: 'App' | 'PackageRepository', config: TimerConfig | undefined) {
+  return (obj: KubeObject, now: number): number | null => {
+    const d = nextDueAt(obj as unknown as TimedObject, new Date(now), { kind, config });
+    return d === null ? null : d.getTime();
+  };
+}
+
+function timedHandledAt(obj: KubeObject): number | undefined {
+  return lastReconcileTime(obj as unknown as TimedObject)?.getTime();
+}
+
+/**
+ * App (`kappctrl.k14s.io/v1alpha1`, `apps`): due per {@link nextDueAt} (sync period + jitter
+ * after success, 2^n s after failure, never while paused/canceled), refs per {@link appRefs}.
+ *
+ * @param config - Controller-config sync periods (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`).
+ */
+export function appKind(config?: TimerConfig): WatchedKind {
+  return {
+    resource: { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' },
+    group: 'kappctrl.k14s.io',
+    version: 'v1alpha1',
+    plural: 'apps',
+    dueAt: timedDueAt('App', config),
+    tracksSecrets: true,
+    tracksConfigMaps: true,
+    refs: appRefs,
+    handledAt: timedHandledAt,
+  };
+}
+
+/**
+ * PackageRepository (`packaging.carvel.dev/v1alpha1`, `packagerepositories`): due per the
+ * PackageRepository timer (`pkg/pkgrepository/reconcile_timer.go`: default 10m, floor 30s),
+ * refs per {@link packageRepositoryRefs}.
+ */
+export function packageRepositoryKind(): WatchedKind {
+  return {
+    resource: { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageRepository' },
+    group: 'packaging.carvel.dev',
+    version: 'v1alpha1',
+    plural: 'packagerepositories',
+    dueAt: timedDueAt('PackageRepository', undefined),
+    tracksSecrets: true,
+    tracksConfigMaps: false,
+    refs: packageRepositoryRefs,
+    handledAt: timedHandledAt,
+  };
+}
+
+/**
+ * PackageInstall (`packaging.carvel.dev/v1alpha1`, `packageinstalls`). Upstream has **no**
+ * periodic timer for it (periodicity comes from its App's sync, reference §3.1): due only while
+ * `status.observedGeneration != metadata.generation`, otherwise never. References nothing (its
+ * values Secrets are read by the App it creates, which tracks them).
+ */
+export function packageInstallKind(): WatchedKind {
+  return {
+    resource: { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageInstall' },
+    group: 'packaging.carvel.dev',
+    version: 'v1alpha1',
+    plural: 'packageinstalls',
+    dueAt: (obj, now) => ((observedGenerationOf(obj) ?? 0) !== (obj.metadata.generation ?? 0) ? now : null),
+    tracksSecrets: false,
+    tracksConfigMaps: false,
+    refs: () => NO_REFS,
+    handledAt: () => undefined,
+  };
+}
+
+/** Names accepted by {@link watchedKinds}. */
+export type WatchedKindName = 'App' | 'PackageInstall' | 'PackageRepository';
+
+/**
+ * Builds the watched-kind table from names (e.g. from a `FORWARDER_KINDS=App,PackageRepository`
+ * setting read by an entry file).
+ *
+ * @param names - Kinds to watch, in order; duplicates are dropped. Default `['App']`.
+ * @param config - Controller-config sync periods for the App timer.
+ * @throws TypeError `unknown watched kind "<name>"` for any other name.
+ */
+export function watchedKinds(names: readonly string[] = ['App'], config?: TimerConfig): WatchedKind[] {
+  const out: WatchedKind[] = [];
+  for (const name of new Set(names)) {
+    switch (name) {
+      case 'App':
+        out.push(appKind(config));
+        break;
+      case 'PackageInstall':
+        out.push(packageInstallKind());
+        break;
+      case 'PackageRepository':
+        out.push(packageRepositoryKind());
+        break;
+      default:
+        throw new TypeError(`unknown watched kind ${JSON.stringify(name)}`);
+    }
+  }
+  return out;
+}
+
+/**
+ * `status.observedGeneration` of any kapp-controller kind (`GenericStatus`), or `undefined`
+ * when the object was never reconciled (no status written yet).
+ */
+export function observedGeneration(obj: KubeObject): number | undefined {
+  return observedGenerationOf(obj);
+}

@@ -1,0 +1,233 @@
+/**
+ * Coalescing, batching and delivery of the forwarder's events, with back-pressure.
+ *
+ * - **Coalescing.** The first event for an object (kind, namespace, name, uid) opens a window
+ *   of `windowMs`; later events for it within the window, and while it waits for the transport,
+ *   merge into that one event: the latest resourceVersion and generation win, and the reason
+ *   with the highest rank wins (`deleted` > `added` > `modified` > `ref-changed` > `resync`),
+ *   since a reference to the latest state is all a function needs.
+ * - **Batching and back-pressure.** Ready events go out in batches of up to `batchSize`, one
+ *   batch at a time. While a batch is in flight (or being retried), newer events wait and keep
+ *   merging, so memory is bounded by the number of objects, whatever the event rate, and the
+ *   transport is never called concurrently.
+ * - **No loss.** A failed batch is retried whole, with exponential backoff and jitter, until it
+ *   is accepted or {@link Outbox.close} is called; per object, events are sent in order.
+ *
+ * @module
+ */
+import { type BackoffOptions, backoffDelay } from './backoff.js';
+import { type Clock, MAX_TIMER_MS, type TimerHandle } from './clock.js';
+import type { CloudEvent, ObjectEventData, ObjectEventReason } from './event.js';
+import type { ForwarderLogger } from './log.js';
+import type { Transport } from './transport.js';
+
+/** Rank of reasons when events for one object merge: the higher rank is kept. */
+export const REASON_RANK: Readonly<Record<ObjectEventReason, number>> = Object.freeze({
+  resync: 0,
+  'ref-changed': 1,
+  modified: 2,
+  added: 3,
+  deleted: 4,
+});
+
+/**
+ * Merges a waiting event with a newer one for the same object: the newer reference
+ * (resourceVersion, generation) and the higher-ranked reason ({@link REASON_RANK}).
+ *
+ * @param pending - The event waiting to be sent.
+ * @param next - The newer event (same kind, namespace, name and uid).
+ * @returns A new object; inputs are not changed.
+ */
+export function mergeEvents(pending: ObjectEventData, next: ObjectEventData): ObjectEventData {
+  const reason = REASON_RANK[next.reason] >= REASON_RANK[pending.reason] ? next.reason : pending.reason;
+  return { ...next, reason };
+}
+
+/** Options of {@link Outbox}. */
+export interface OutboxOptions {
+  /** Where batches go. */
+  transport: Transport;
+  /**
+   * Builds the envelope; called once per event when its batch is formed (retries reuse it).
+   * An event it throws for is logged and dropped.
+   */
+  build: (data: ObjectEventData, now: number) => CloudEvent;
+  /** Time and timers. */
+  clock: Clock;
+  /** Uniform `[0, 1)` source for the retry jitter. */
+  random: () => number;
+  /** Coalescing window in ms; 0 sends on the next timer tick. */
+  windowMs: number;
+  /** Largest batch handed to the transport (≥ 1). */
+  batchSize: number;
+  /** Retry backoff of failed sends. */
+  backoff?: BackoffOptions;
+  /** Logger for send failures. */
+  logger: ForwarderLogger;
+  /** Called after each accepted batch (for counters). */
+  onSent?: (events: readonly ObjectEventData[]) => void;
+  /** Called for an event whose envelope cannot be built (it is dropped). */
+  onInvalid?: (data: ObjectEventData, err: unknown) => void;
+  /** Called after each failed send attempt (for counters). */
+  onSendError?: (err: unknown, attempt: number) => void;
+}
+
+interface Pending {
+  data: ObjectEventData;
+  readyAt: number;
+}
+
+/** See the module comment. */
+export class Outbox {
+  /** Insertion order is readyAt order (fixed windows), so the head is the next to be ready. */
+  private readonly pending = new Map<string, Pending>();
+  private inFlight = false;
+  private timer: TimerHandle | undefined;
+  private timerAt = Number.POSITIVE_INFINITY;
+  private retryTimer: TimerHandle | undefined;
+  private closed = false;
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(private readonly opts: OutboxOptions) {}
+
+  /** Events waiting (not counting a batch in flight). */
+  get size(): number {
+    return this.pending.size;
+  }
+
+  /** Whether a batch is being sent or retried. */
+  get busy(): boolean {
+    return this.inFlight;
+  }
+
+  /** Queues one event, merging it into a waiting one for the same object. */
+  enqueue(data: ObjectEventData): void {
+    if (this.closed) return;
+    const key = `${data.apiVersion}\u0000${data.kind}\u0000${data.namespace}\u0000${data.name}\u0000${data.uid}`;
+    const p = this.pending.get(key);
+    if (p) {
+      p.data = mergeEvents(p.data, data);
+      return;
+    }
+    const readyAt = this.opts.clock.now() + this.opts.windowMs;
+    this.pending.set(key, { data, readyAt });
+    this.arm(readyAt);
+  }
+
+  /** Ends every coalescing window now (used when draining before a stop). */
+  flushNow(): void {
+    const now = this.opts.clock.now();
+    for (const p of this.pending.values()) p.readyAt = Math.min(p.readyAt, now);
+    this.arm(now);
+  }
+
+  /** Resolves once nothing is waiting and no batch is in flight. */
+  idle(): Promise<void> {
+    if (this.pending.size === 0 && !this.inFlight) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /**
+   * Stops sending: timers are cleared, waiting events are dropped (a restarted forwarder
+   * re-derives them from the objects), a batch in flight finishes but is not retried.
+   * Pending {@link idle} promises resolve.
+   */
+  close(): void {
+    this.closed = true;
+    if (this.timer !== undefined) this.opts.clock.clearTimeout(this.timer);
+    if (this.retryTimer !== undefined) this.opts.clock.clearTimeout(this.retryTimer);
+    this.timer = undefined;
+    this.retryTimer = undefined;
+    this.pending.clear();
+    this.notifyIdle(true);
+  }
+
+  private arm(at: number): void {
+    if (this.closed || this.inFlight) return;
+    if (this.timer !== undefined && this.timerAt <= at) return;
+    if (this.timer !== undefined) this.opts.clock.clearTimeout(this.timer);
+    this.timerAt = at;
+    const delay = Math.min(MAX_TIMER_MS, Math.max(0, at - this.opts.clock.now()));
+    this.timer = this.opts.clock.setTimeout(() => {
+      this.timer = undefined;
+      this.timerAt = Number.POSITIVE_INFINITY;
+      this.pump();
+    }, delay);
+  }
+
+  private pump(): void {
+    if (this.closed || this.inFlight) return;
+    const now = this.opts.clock.now();
+    const batch: ObjectEventData[] = [];
+    for (const [key, p] of this.pending) {
+      if (p.readyAt > now || batch.length >= this.opts.batchSize) break;
+      batch.push(p.data);
+      this.pending.delete(key);
+    }
+    if (batch.length === 0) {
+      const head = this.pending.values().next();
+      if (head.done) this.notifyIdle(false);
+      else this.arm(head.value.readyAt);
+      return;
+    }
+    const events: CloudEvent[] = [];
+    const valid: ObjectEventData[] = [];
+    for (const d of batch) {
+      try {
+        events.push(this.opts.build(d, now));
+        valid.push(d);
+      } catch (err) {
+        // A bad record fails only itself (style.md §9); retrying cannot fix it.
+        this.opts.logger.warn(
+          { err, kind: d.kind, namespace: d.namespace, name: d.name, reason: d.reason },
+          'dropping an event that does not validate',
+        );
+        this.opts.onInvalid?.(d, err);
+      }
+    }
+    if (events.length === 0) {
+      this.pump();
+      return;
+    }
+    this.inFlight = true;
+    void this.deliver(valid, events, 0);
+  }
+
+  private async deliver(batch: ObjectEventData[], events: CloudEvent[], attempt: number): Promise<void> {
+    try {
+      await this.opts.transport.send(events);
+    } catch (err) {
+      this.opts.onSendError?.(err, attempt);
+      if (this.closed) {
+        this.inFlight = false;
+        this.notifyIdle(true);
+        return;
+      }
+      const delay = backoffDelay(attempt, this.opts.random, this.opts.backoff);
+      this.opts.logger.warn(
+        { err, events: events.length, attempt: attempt + 1, retryInMs: delay },
+        'send events failed; retrying the batch',
+      );
+      this.retryTimer = this.opts.clock.setTimeout(() => {
+        this.retryTimer = undefined;
+        if (this.closed) {
+          this.inFlight = false;
+          this.notifyIdle(true);
+          return;
+        }
+        void this.deliver(batch, events, attempt + 1);
+      }, delay);
+      return;
+    }
+    this.opts.onSent?.(batch);
+    this.inFlight = false;
+    this.pump();
+  }
+
+  private notifyIdle(force: boolean): void {
+    if (!force && (this.pending.size > 0 || this.inFlight)) return;
+    const waiters = this.idleWaiters;
+    this.idleWaiters = [];
+    for (const w of waiters) w();
+  }
+}

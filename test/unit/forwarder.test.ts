@@ -1,0 +1,813 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { CloudEvent } from '../../events/forwarder/event.js';
+import { Forwarder, type ForwarderOptions } from '../../events/forwarder/forwarder.js';
+import { watchedKinds } from '../../events/forwarder/kinds.js';
+import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
+import type { Transport } from '../../events/forwarder/transport.js';
+import { type KubeObject, WatchGoneError } from '../../functions/lib/kube/port.js';
+import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer.js';
+
+const APP = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' };
+const SECRET = { apiVersion: 'v1', kind: 'Secret' };
+const CONFIG_MAP = { apiVersion: 'v1', kind: 'ConfigMap' };
+const PKGI = { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageInstall' };
+const PKGR = { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageRepository' };
+const T0 = Date.parse('2025-01-01T00:00:00Z');
+
+/** Records accepted batches; can fail or hold sends. */
+class RecordingTransport implements Transport {
+  readonly batches: CloudEvent[][] = [];
+  calls = 0;
+  failNext = 0;
+  hold: Promise<void> | undefined;
+  concurrent = 0;
+  maxConcurrent = 0;
+  async send(events: CloudEvent[]): Promise<void> {
+    this.calls++;
+    this.concurrent++;
+    this.maxConcurrent = Math.max(this.maxConcurrent, this.concurrent);
+    try {
+      if (this.hold) await this.hold;
+      if (this.failNext > 0) {
+        this.failNext--;
+        throw new Error('queue unavailable');
+      }
+      this.batches.push(events);
+    } finally {
+      this.concurrent--;
+    }
+  }
+  /** `reason name rv` of every accepted event. */
+  get log(): string[] {
+    return this.batches.flat().map((e) => `${e.data.reason} ${e.data.name} ${e.data.resourceVersion}`);
+  }
+  take(): string[] {
+    const out = this.log;
+    this.batches.length = 0;
+    return out;
+  }
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** Status of an App reconciled successfully at `at` for generation `gen`. */
+function handled(gen: number, at: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    observedGeneration: gen,
+    conditions: [{ type: 'ReconcileSucceeded', status: 'True' }],
+    fetch: { exitCode: 0, updatedAt: iso(at - 2000) },
+    template: { exitCode: 0, updatedAt: iso(at - 1000) },
+    deploy: { exitCode: 0, finished: true, updatedAt: iso(at) },
+    consecutiveReconcileSuccesses: 1,
+    consecutiveReconcileFailures: 0,
+    ...extra,
+  };
+}
+
+interface AppOpts {
+  ns?: string;
+  gen?: number;
+  uid?: string;
+  status?: Record<string, unknown>;
+  spec?: Record<string, unknown>;
+  deletionTimestamp?: string;
+}
+
+function app(name: string, o: AppOpts = {}): KubeObject {
+  return {
+    apiVersion: APP.apiVersion,
+    kind: APP.kind,
+    metadata: {
+      name,
+      namespace: o.ns ?? 'default',
+      uid: o.uid ?? `uid-${name}`,
+      resourceVersion: '',
+      generation: o.gen ?? 1,
+      ...(o.deletionTimestamp ? { deletionTimestamp: o.deletionTimestamp } : {}),
+    },
+    spec: o.spec ?? {
+      fetch: [{ inline: { paths: { 'a.yml': 'x' } } }],
+      template: [{ ytt: {} }],
+      deploy: [{ kapp: {} }],
+    },
+    ...(o.status ? { status: o.status } : {}),
+  };
+}
+
+/** An App spec that reads Secret `values-<name>` and ConfigMap `cm-<name>`. */
+function specWithRefs(secret: string, configMap?: string): Record<string, unknown> {
+  return {
+    fetch: [{ inline: { pathsFrom: [{ secretRef: { name: secret } }] } }],
+    template: [{ ytt: { valuesFrom: configMap ? [{ configMapRef: { name: configMap } }] : [] } }],
+    deploy: [{ kapp: {} }],
+  };
+}
+
+function secret(name: string, ns = 'default', data: Record<string, string> = { v: 'MQ==' }): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name, namespace: ns, uid: `uid-s-${name}`, resourceVersion: '', creationTimestamp: iso(Date.now()) },
+    data,
+  };
+}
+
+function configMap(name: string, ns = 'default', data: Record<string, string> = { v: '1' }): KubeObject {
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name, namespace: ns, uid: `uid-c-${name}`, resourceVersion: '', creationTimestamp: iso(Date.now()) },
+    data,
+  };
+}
+
+let watcher: FakeObjectWatcher;
+let transport: RecordingTransport;
+let fwd: Forwarder | undefined;
+
+function start(extra: Partial<ForwarderOptions> = {}): Forwarder {
+  fwd = new Forwarder({
+    clusterId: 'c1',
+    watcher,
+    transport,
+    random: () => 0.5,
+    coalesceWindowMs: 200,
+    stallTimeoutMs: 90_000,
+    resyncRetryMs: 300_000,
+    ...extra,
+  });
+  fwd.start();
+  return fwd;
+}
+
+/** Lets lists, watches and the coalescing window run. */
+async function settle(ms = 250): Promise<void> {
+  await vi.advanceTimersByTimeAsync(ms);
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: T0 });
+  watcher = new FakeObjectWatcher();
+  transport = new RecordingTransport();
+});
+
+afterEach(async () => {
+  await fwd?.stop();
+  fwd = undefined;
+  vi.useRealTimers();
+});
+
+describe('forwarder: live watch rules', () => {
+  it('emits added for a new App, modified on a generation change, deleted on delete', async () => {
+    start();
+    await settle();
+    const a = watcher.apply(app('a'));
+    await settle();
+    expect(transport.take()).toEqual([`added a ${a.metadata.resourceVersion}`]);
+
+    const a2 = watcher.apply(app('a', { gen: 2 }));
+    await settle();
+    expect(transport.take()).toEqual([`modified a ${a2.metadata.resourceVersion}`]);
+
+    const gone = watcher.remove(APP, 'default', 'a')!;
+    await settle();
+    expect(transport.take()).toEqual([`deleted a ${gone.metadata.resourceVersion}`]);
+    expect(fwd!.stats().objects).toBe(0);
+  });
+
+  it('carries the full object reference in a valid CloudEvent', async () => {
+    start();
+    await settle();
+    const a = watcher.apply(app('a', { ns: 'team-a', gen: 3 }));
+    await settle();
+    const [ev] = transport.batches.flat();
+    expect(ev).toMatchObject({
+      specversion: '1.0',
+      type: 'dev.kapp-lambda.object.v1',
+      subject: 'c1/App/team-a/a',
+      source: '/kapp-lambda/clusters/c1/forwarder',
+      time: '2025-01-01T00:00:00.450Z', // applied at +250 ms, sent after the 200 ms window
+      data: {
+        clusterId: 'c1',
+        kind: 'App',
+        apiVersion: 'kappctrl.k14s.io/v1alpha1',
+        namespace: 'team-a',
+        name: 'a',
+        uid: 'uid-a',
+        generation: 3,
+        resourceVersion: a.metadata.resourceVersion,
+        reason: 'added',
+      },
+    });
+  });
+
+  it('emits nothing for status-only updates (our own status writes) and only moves the resync timer', async () => {
+    watcher.apply(app('a', { status: handled(1, T0 - 10_000) }));
+    start();
+    await settle();
+    expect(transport.take()).toEqual([]);
+    const due1 = fwd!.dueAt(APP, 'default', 'a');
+
+    // A status write at T0+1s: Reconciling (time unchanged), then succeeded with new times.
+    watcher.apply(
+      app('a', { status: { ...handled(1, T0 - 10_000), conditions: [{ type: 'Reconciling', status: 'True' }] } }),
+    );
+    const later = app('a', { status: handled(1, T0 + 1000) });
+    for (let i = 0; i < 20; i++) watcher.apply(later);
+    await settle(2000);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().emitted).toEqual({ added: 0, modified: 0, deleted: 0, resync: 0, 'ref-changed': 0 });
+    const due2 = fwd!.dueAt(APP, 'default', 'a');
+    expect(due2).toBe(nextDueAt(later as unknown as TimedObject)!.getTime());
+    expect(due2).not.toBe(due1);
+  });
+
+  it('emits modified when deletionTimestamp appears, even without a generation change', async () => {
+    watcher.apply(app('a', { status: handled(1, T0) }));
+    start();
+    await settle();
+    const d = watcher.apply(app('a', { status: handled(1, T0), deletionTimestamp: iso(T0) }));
+    await settle();
+    expect(transport.take()).toEqual([`modified a ${d.metadata.resourceVersion}`]);
+  });
+
+  it('emits deleted for the old uid and added for the new one when a name is reused', async () => {
+    start();
+    await settle();
+    watcher.apply(app('a', { uid: 'uid-old' }));
+    await settle();
+    transport.take();
+    // Delete + recreate collapsed into one MODIFIED by a resumed watch: same name, new uid.
+    watcher.stallWatches(APP);
+    watcher.remove(APP, 'default', 'a');
+    const b = watcher.apply(app('a', { uid: 'uid-new' }));
+    watcher.dropWatches(APP);
+    await settle();
+    const evs = transport.batches.flat().map((e) => `${e.data.reason} ${e.data.uid}`);
+    expect(evs).toEqual(['deleted uid-old', 'added uid-new']);
+    expect(transport.batches.flat()[1]!.data.resourceVersion).toBe(b.metadata.resourceVersion);
+  });
+
+  it('coalesces a burst for one object into one event with the latest resourceVersion and generation', async () => {
+    start();
+    await settle();
+    let last: KubeObject | undefined;
+    watcher.apply(app('a'));
+    for (let g = 2; g <= 30; g++) last = watcher.apply(app('a', { gen: g }));
+    await settle(199);
+    expect(transport.calls).toBe(0);
+    await settle(2);
+    expect(transport.batches.flat().map((e) => [e.data.reason, e.data.generation, e.data.resourceVersion])).toEqual([
+      ['added', 30, last!.metadata.resourceVersion],
+    ]);
+    expect(fwd!.stats().emitted.modified).toBe(29);
+    expect(fwd!.stats().sent).toBe(1);
+  });
+
+  it('does not merge events of different objects', async () => {
+    start();
+    await settle();
+    watcher.apply(app('a'));
+    watcher.apply(app('b'));
+    watcher.apply(app('c', { ns: 'other' }));
+    await settle();
+    expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['added a', 'added b', 'added c']);
+  });
+});
+
+describe('forwarder: resync timer from status', () => {
+  it('emits resync exactly when nextDueAt says, then waits for the status to move', async () => {
+    const obj = app('a', { status: handled(1, T0 - 20_000) });
+    watcher.apply(obj);
+    start();
+    await settle(0);
+    const due = nextDueAt(obj as unknown as TimedObject)!.getTime();
+    expect(due).toBeGreaterThanOrEqual(T0 + 10_000);
+    expect(due).toBeLessThan(T0 + 15_000);
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBe(due);
+    await vi.advanceTimersByTimeAsync(due - Date.now() - 1);
+    expect(fwd!.stats().emitted.resync).toBe(0);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(fwd!.stats().emitted.resync).toBe(1);
+    await settle();
+    expect(transport.take()).toEqual([`resync a ${watcher.get(APP, 'default', 'a')!.metadata.resourceVersion}`]);
+
+    // The function marks the App Reconciling (same reconcile times: still "due"): no new event.
+    watcher.apply({
+      ...obj,
+      status: { ...handled(1, T0 - 20_000), conditions: [{ type: 'Reconciling', status: 'True' }] },
+    });
+    await settle();
+    expect(transport.take()).toEqual([]);
+    // It finishes: next due is computed from the new status.
+    const now = Date.now();
+    const done = watcher.apply(app('a', { status: handled(1, now) }));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBe(nextDueAt(done as unknown as TimedObject)!.getTime());
+  });
+
+  it('uses the 2^n failure backoff of the status', async () => {
+    const failed = app('a', {
+      status: {
+        ...handled(1, T0),
+        conditions: [{ type: 'ReconcileFailed', status: 'True', message: 'x' }],
+        consecutiveReconcileFailures: 3,
+      },
+    });
+    watcher.apply(failed);
+    start();
+    await settle(0);
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBe(T0 + 8000);
+    await vi.advanceTimersByTimeAsync(7999);
+    expect(fwd!.stats().emitted.resync).toBe(0);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(fwd!.stats().emitted.resync).toBe(1);
+  });
+
+  it('emits resync for a status write that is already due, once per reconcile basis', async () => {
+    // A late status event: failure at T0-10s with a 2s backoff is due on arrival.
+    start();
+    await settle();
+    watcher.apply(app('a', { status: handled(1, T0 - 60_000) }));
+    await settle();
+    expect(transport.take()).toEqual(['added a 1001']);
+    const failed = {
+      ...handled(1, T0 - 10_000),
+      conditions: [{ type: 'ReconcileFailed', status: 'True' }],
+      consecutiveReconcileFailures: 1,
+    };
+    const f = watcher.apply(app('a', { status: failed }));
+    watcher.apply(app('a', { status: { ...failed, friendlyDescription: 'x' } }));
+    await settle();
+    // The second write (same reconcile basis) asks nothing more; the event carries the first.
+    expect(transport.take()).toEqual([`resync a ${f.metadata.resourceVersion}`]);
+    expect(fwd!.stats().emitted.resync).toBe(1);
+  });
+
+  it('re-emits resync after resyncRetryMs when no status answer comes, not before', async () => {
+    start({ resyncRetryMs: 60_000 });
+    await settle();
+    watcher.apply(app('a'));
+    await settle();
+    expect(transport.take()).toEqual(['added a 1001']);
+    await vi.advanceTimersByTimeAsync(60_000 - 251);
+    expect(transport.take()).toEqual([]);
+    await settle();
+    expect(transport.take()).toEqual(['resync a 1001']);
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(transport.take()).toEqual(['resync a 1001']);
+  });
+
+  it('never schedules a paused App', async () => {
+    watcher.apply(app('a', { spec: { paused: true }, status: handled(1, T0 - 3_600_000) }));
+    start();
+    await settle();
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(3_600_000);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().scheduled).toBe(0);
+  });
+
+  it('keeps one timer for many objects', async () => {
+    for (let i = 0; i < 500; i++) watcher.apply(app(`a${i}`, { status: handled(1, T0 - (i % 30) * 1000) }));
+    start();
+    await settle(0);
+    expect(fwd!.stats().scheduled).toBe(500);
+    // Pending timers: one watchdog per watch (App, Secret, ConfigMap) and the one resync timer.
+    expect(vi.getTimerCount()).toBe(4);
+    await vi.advanceTimersByTimeAsync(40_000);
+    expect(fwd!.stats().emitted.resync).toBe(500);
+  });
+});
+
+describe('forwarder: restart without state', () => {
+  it('emits only for unhandled, changed or due objects', async () => {
+    watcher.apply(app('never', {})); // no status: never reconciled
+    watcher.apply(app('changed', { gen: 3, status: handled(2, T0 - 1000) }));
+    watcher.apply(app('due', { status: handled(1, T0 - 3_600_000) }));
+    watcher.apply(
+      app('failed-due', {
+        status: {
+          ...handled(1, T0 - 5000),
+          conditions: [{ type: 'ReconcileFailed', status: 'True' }],
+          consecutiveReconcileFailures: 2,
+        },
+      }),
+    );
+    for (let i = 0; i < 100; i++) watcher.apply(app(`ok${i}`, { status: handled(1, T0 - 1000) }));
+    start();
+    await settle();
+    expect(
+      transport
+        .take()
+        .map((l) => l.split(' ').slice(0, 2).join(' '))
+        .sort(),
+    ).toEqual(['added never', 'modified changed', 'resync due', 'resync failed-due']);
+    expect(fwd!.stats().objects).toBe(104);
+  });
+
+  it('emits ref-changed after a restart only for Secrets written since the last reconcile', async () => {
+    vi.setSystemTime(T0 - 100_000);
+    watcher.apply(secret('old'));
+    vi.setSystemTime(T0 - 1000);
+    watcher.apply(secret('new')); // written after the Apps' last reconcile (T0-10s)
+    watcher.apply(secret('unreferenced'));
+    vi.setSystemTime(T0);
+    watcher.apply(app('uses-old', { spec: specWithRefs('old'), status: handled(1, T0 - 10_000) }));
+    watcher.apply(app('uses-new', { spec: specWithRefs('new'), status: handled(1, T0 - 10_000) }));
+    watcher.apply(app('uses-missing', { spec: specWithRefs('missing'), status: handled(1, T0 - 10_000) }));
+    start();
+    await settle();
+    expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['ref-changed uses-new']);
+    expect(fwd!.stats().refs).toBe(3);
+  });
+
+  it('emits ref-changed for a managedFields write newer than the last reconcile', async () => {
+    const s = secret('vals');
+    s.metadata.creationTimestamp = iso(T0 - 3_600_000);
+    s.metadata.managedFields = [
+      { manager: 'kubectl', operation: 'Update', time: iso(T0 - 3_600_000) },
+      { manager: 'kubectl', operation: 'Update', time: iso(T0 - 5000) },
+    ];
+    watcher.apply(s);
+    watcher.apply(app('a', { spec: specWithRefs('vals'), status: handled(1, T0 - 10_000) }));
+    watcher.apply(app('b', { spec: specWithRefs('vals'), status: handled(1, T0 - 1000) }));
+    start();
+    await settle();
+    expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['ref-changed a']);
+  });
+});
+
+describe('forwarder: referenced Secrets and ConfigMaps', () => {
+  it('emits ref-changed for a referenced Secret (create, update, delete) but not an unreferenced one', async () => {
+    watcher.apply(app('a', { spec: specWithRefs('vals-a', 'cm-a'), status: handled(1, T0) }));
+    watcher.apply(app('b', { spec: specWithRefs('vals-b'), status: handled(1, T0) }));
+    watcher.apply(app('other-ns', { ns: 'team-x', spec: specWithRefs('vals-a'), status: handled(1, T0) }));
+    start();
+    await settle();
+    expect(transport.take()).toEqual([]);
+
+    const rvA = () => watcher.get(APP, 'default', 'a')!.metadata.resourceVersion;
+    watcher.apply(secret('vals-a'));
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed a ${rvA()}`]);
+    watcher.apply(secret('vals-a', 'default', { v: 'Mg==' }));
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed a ${rvA()}`]);
+    watcher.apply(secret('unrelated'));
+    watcher.apply(secret('unrelated', 'default', { v: 'Mw==' }));
+    watcher.apply(configMap('vals-a')); // a ConfigMap with the Secret's name
+    await settle();
+    expect(transport.take()).toEqual([]);
+    watcher.apply(configMap('cm-a'));
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed a ${rvA()}`]);
+    watcher.remove(SECRET, 'default', 'vals-a');
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed a ${rvA()}`]);
+    expect(fwd!.stats().refs).toBe(4);
+  });
+
+  it('follows ref changes in the spec and drops refs of an App being deleted', async () => {
+    watcher.apply(app('a', { spec: specWithRefs('one'), status: handled(1, T0) }));
+    start();
+    await settle();
+    watcher.apply(app('a', { gen: 2, spec: specWithRefs('two'), status: handled(1, T0) }));
+    await settle();
+    expect(transport.take().map((l) => l.split(' ')[0])).toEqual(['modified']);
+    watcher.apply(secret('one'));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    watcher.apply(secret('two'));
+    await settle();
+    expect(transport.take().map((l) => l.split(' ')[0])).toEqual(['ref-changed']);
+    watcher.apply(app('a', { gen: 3, spec: specWithRefs('two'), status: handled(1, T0), deletionTimestamp: iso(T0) }));
+    await settle();
+    transport.take();
+    watcher.apply(secret('two', 'default', { v: 'OQ==' }));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().refs).toBe(0);
+  });
+
+  it('tracks only Secrets for PackageRepository and nothing for PackageInstall', async () => {
+    watcher.apply({
+      apiVersion: PKGR.apiVersion,
+      kind: PKGR.kind,
+      metadata: { name: 'repo', namespace: 'default', uid: 'uid-repo', resourceVersion: '', generation: 1 },
+      spec: { fetch: { imgpkgBundle: { image: 'r/x', secretRef: { name: 'regcred' } } } },
+      status: handled(1, T0),
+    });
+    watcher.apply({
+      apiVersion: PKGI.apiVersion,
+      kind: PKGI.kind,
+      metadata: { name: 'inst', namespace: 'default', uid: 'uid-inst', resourceVersion: '', generation: 1 },
+      spec: { packageRef: { refName: 'p' }, values: [{ secretRef: { name: 'regcred' } }] },
+      status: { observedGeneration: 1, conditions: [{ type: 'ReconcileSucceeded', status: 'True' }] },
+    });
+    start({ kinds: watchedKinds(['PackageInstall', 'PackageRepository']) });
+    await settle();
+    expect(watcher.listCalls(CONFIG_MAP)).toEqual([]);
+    expect(watcher.listCalls(SECRET)).toHaveLength(1);
+    watcher.apply(secret('regcred'));
+    await settle();
+    expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['ref-changed repo']);
+    // PackageInstall: no timer; PackageRepository: 10m default sync period.
+    expect(fwd!.dueAt(PKGI, 'default', 'inst')).toBeUndefined();
+    const due = fwd!.dueAt(PKGR, 'default', 'repo')!;
+    expect(due).toBeGreaterThanOrEqual(T0 + 600_000);
+    expect(due).toBeLessThan(T0 + 605_000);
+    const ev = transport.batches.flat();
+    expect(ev).toEqual([]);
+  });
+});
+
+describe('forwarder: watch resilience', () => {
+  it('lists in pages with the configured limit, then watches from the list resourceVersion with bookmarks', async () => {
+    for (let i = 0; i < 7; i++) watcher.apply(app(`a${i}`, { status: handled(1, T0) }));
+    const rv = watcher.resourceVersion;
+    start({ pageSize: 3 });
+    await settle();
+    expect(watcher.listCalls(APP).map((c) => [c.limit, c.continue])).toEqual([
+      [3, undefined],
+      [3, `${rv}:3`],
+      [3, `${rv}:6`],
+    ]);
+    expect(watcher.watchCalls(APP).map((c) => c.resourceVersion)).toEqual([rv]);
+    expect(fwd!.stats().objects).toBe(7);
+  });
+
+  it('resumes a dropped watch from the last resourceVersion seen (event or bookmark) without relisting', async () => {
+    start();
+    await settle();
+    const a = watcher.apply(app('a'));
+    await settle();
+    watcher.dropWatches(APP);
+    await settle(0);
+    expect(watcher.watchCalls(APP).map((c) => c.resourceVersion)).toEqual(['1000', a.metadata.resourceVersion]);
+
+    // Unrelated writes move the resourceVersion; a bookmark carries it.
+    watcher.apply(secret('x'));
+    watcher.bookmark(APP);
+    const bookmarked = watcher.resourceVersion;
+    watcher.stallWatches(APP); // events from here on are not delivered on this watch
+    const b = watcher.apply(app('b'));
+    watcher.dropWatches(APP);
+    await settle();
+    expect(watcher.watchCalls(APP).map((c) => c.resourceVersion)).toEqual([
+      '1000',
+      a.metadata.resourceVersion,
+      bookmarked,
+    ]);
+    expect(watcher.listCalls(APP)).toHaveLength(1);
+    expect(transport.take()).toEqual([
+      `added a ${a.metadata.resourceVersion}`,
+      `added b ${b.metadata.resourceVersion}`,
+    ]);
+  });
+
+  it('relists on 410 and emits only for what changed while away, without duplicates', async () => {
+    watcher.apply(app('same', { spec: specWithRefs('s-same'), status: handled(1, T0) }));
+    watcher.apply(app('status-only', { status: handled(1, T0) }));
+    watcher.apply(app('spec-change', { status: handled(1, T0) }));
+    watcher.apply(app('to-delete', { status: handled(1, T0) }));
+    watcher.apply(app('uses-secret', { spec: specWithRefs('s-changed'), status: handled(1, T0) }));
+    watcher.apply(app('uses-gone-secret', { spec: specWithRefs('s-gone'), status: handled(1, T0) }));
+    vi.setSystemTime(T0 - 60_000); // Secrets written before the Apps' last reconcile
+    watcher.apply(secret('s-same'));
+    watcher.apply(secret('s-changed'));
+    watcher.apply(secret('s-gone'));
+    vi.setSystemTime(T0);
+    start();
+    await settle();
+    expect(transport.take()).toEqual([]);
+
+    // Watches go silent; meanwhile things change; then history is compacted (410).
+    watcher.stallWatches(APP);
+    watcher.stallWatches(SECRET);
+    watcher.apply(app('status-only', { status: handled(1, T0 + 1000) }));
+    const changed = watcher.apply(app('spec-change', { gen: 2, status: handled(1, T0) }));
+    watcher.remove(APP, 'default', 'to-delete');
+    const created = watcher.apply(app('created'));
+    watcher.apply(secret('s-changed', 'default', { v: 'Mg==' }));
+    watcher.remove(SECRET, 'default', 's-gone');
+    watcher.compact(APP);
+    watcher.compact(SECRET);
+    watcher.dropWatches();
+    // A watch that ended having delivered nothing backs off (≤ 500 ms) before it resumes.
+    await settle(1000);
+
+    expect(watcher.listCalls(APP)).toHaveLength(2);
+    expect(watcher.listCalls(SECRET)).toHaveLength(2);
+    expect(fwd!.stats().gone).toBe(2);
+    expect(
+      transport
+        .take()
+        .map((l) => l.split(' ').slice(0, 2).join(' '))
+        .sort(),
+    ).toEqual([
+      'added created',
+      'deleted to-delete',
+      'modified spec-change',
+      'ref-changed uses-gone-secret',
+      'ref-changed uses-secret',
+    ]);
+    expect(transport.batches.length).toBe(0);
+    expect(changed.metadata.resourceVersion).not.toBe(created.metadata.resourceVersion);
+
+    // A second relist with nothing changed emits nothing.
+    watcher.apply(secret('unrelated'));
+    watcher.compact(APP);
+    watcher.compact(SECRET);
+    watcher.dropWatches();
+    await settle(1000);
+    expect(watcher.listCalls(APP)).toHaveLength(3);
+    expect(transport.take()).toEqual([]);
+  });
+
+  it('restarts a list whose continue token expired', async () => {
+    for (let i = 0; i < 4; i++) watcher.apply(app(`a${i}`, { status: handled(1, T0) }));
+    watcher.expireContinueTokens = true;
+    start({ pageSize: 2, backoff: { initialMs: 100, jitter: 0 } });
+    await settle(0);
+    // The first 410 relists at once, the second in a row backs off (100 ms).
+    expect(watcher.listCalls(APP).map((c) => c.continue)).toEqual([undefined, '1004:2', undefined, '1004:2']);
+    watcher.expireContinueTokens = false;
+    await settle(99);
+    expect(watcher.listCalls(APP)).toHaveLength(4);
+    await settle(1);
+    expect(watcher.listCalls(APP).map((c) => c.continue)).toEqual([
+      undefined,
+      '1004:2',
+      undefined,
+      '1004:2',
+      undefined,
+      '1004:2',
+    ]);
+    expect(fwd!.stats().gone).toBe(2);
+    expect(fwd!.stats().objects).toBe(4);
+    expect(transport.take()).toEqual([]);
+  });
+
+  it('restarts a watch that delivered nothing (not even a bookmark) for stallTimeoutMs', async () => {
+    start({ stallTimeoutMs: 30_000 });
+    await settle(0);
+    watcher.stallWatches(APP);
+    const a = watcher.apply(app('a')); // lost on the stalled connection
+    await vi.advanceTimersByTimeAsync(15_000);
+    watcher.bookmark(SECRET); // the Secret and ConfigMap watches are alive
+    watcher.bookmark(CONFIG_MAP);
+    await vi.advanceTimersByTimeAsync(14_999);
+    expect(watcher.watchCalls(APP)).toHaveLength(1);
+    expect(transport.take()).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(watcher.watchCalls(APP).map((c) => c.resourceVersion)).toEqual(['1000', '1000']);
+    expect(fwd!.stats().stalls).toBe(1);
+    await settle();
+    expect(transport.take()).toEqual([`added a ${a.metadata.resourceVersion}`]);
+  });
+
+  it('keeps a quiet watch that receives bookmarks', async () => {
+    start({ stallTimeoutMs: 30_000 });
+    await settle(0);
+    for (let i = 0; i < 10; i++) {
+      await vi.advanceTimersByTimeAsync(20_000);
+      watcher.bookmark(APP);
+      watcher.bookmark(SECRET);
+      watcher.bookmark(CONFIG_MAP);
+    }
+    expect(watcher.watchCalls(APP)).toHaveLength(1);
+    expect(fwd!.stats().stalls).toBe(0);
+  });
+
+  it('backs off exponentially on list and watch errors and recovers', async () => {
+    const err = Object.assign(new Error('connect ECONNREFUSED'), { statusCode: undefined });
+    watcher.listFailures.push(err, err, err);
+    watcher.apply(app('a'));
+    start({ backoff: { initialMs: 1000, maxMs: 8000, jitter: 0 }, kinds: watchedKinds(['App']) });
+    await settle(0);
+    expect(watcher.listCalls(APP)).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(999);
+    expect(watcher.listCalls(APP)).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(watcher.listCalls(APP)).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(2000);
+    expect(watcher.listCalls(APP)).toHaveLength(3);
+    await vi.advanceTimersByTimeAsync(4000);
+    expect(watcher.listCalls(APP)).toHaveLength(4);
+    await settle();
+    expect(transport.take()).toEqual(['added a 1001']);
+    expect(fwd!.stats().watchErrors).toBe(3);
+
+    // Watch errors back off too, and resume from the last resourceVersion.
+    watcher.watchFailures.push(err);
+    watcher.failWatches(err, APP);
+    await settle(0);
+    const n = watcher.watchCalls(APP).length;
+    await vi.advanceTimersByTimeAsync(1000);
+    expect(watcher.watchCalls(APP).length).toBe(n + 1);
+    await vi.advanceTimersByTimeAsync(2000);
+    expect(watcher.watchCalls(APP).length).toBe(n + 2);
+    expect(watcher.watchCalls(APP).at(-1)!.resourceVersion).toBe('1001');
+    expect(watcher.openWatches(APP)).toBe(1);
+  });
+
+  it('relists at once on 410 from a watch', async () => {
+    start({ backoff: { initialMs: 10_000, jitter: 0 } });
+    await settle(0);
+    watcher.failWatches(new WatchGoneError('too old'), APP);
+    await settle(0);
+    expect(watcher.listCalls(APP)).toHaveLength(2);
+  });
+
+  it('watches each configured namespace separately', async () => {
+    watcher.apply(app('a', { ns: 'team-a' }));
+    watcher.apply(app('b', { ns: 'team-b' }));
+    watcher.apply(app('c', { ns: 'team-c' }));
+    start({ namespaces: ['team-a', 'team-b'] });
+    await settle();
+    expect(watcher.listCalls(APP).map((c) => c.namespace)).toEqual(['team-a', 'team-b']);
+    expect(
+      watcher
+        .watchCalls(SECRET)
+        .map((c) => c.namespace)
+        .sort(),
+    ).toEqual(['team-a', 'team-b']);
+    expect(
+      transport
+        .take()
+        .map((l) => l.split(' ').slice(0, 2).join(' '))
+        .sort(),
+    ).toEqual(['added a', 'added b']);
+    watcher.apply(app('c2', { ns: 'team-c' }));
+    await settle();
+    expect(transport.take()).toEqual([]);
+  });
+});
+
+describe('forwarder: delivery', () => {
+  it('retries a failed batch with backoff and loses nothing', async () => {
+    transport.failNext = 3;
+    start({ backoff: { initialMs: 1000, jitter: 0 } });
+    await settle();
+    watcher.apply(app('a'));
+    watcher.apply(app('b'));
+    await settle();
+    expect(transport.calls).toBe(1);
+    await vi.advanceTimersByTimeAsync(1000 + 2000 + 4000);
+    expect(transport.calls).toBe(4);
+    expect(transport.take()).toEqual(['added a 1001', 'added b 1002']);
+    expect(fwd!.stats().sendErrors).toBe(3);
+  });
+
+  it('sends one batch at a time and merges events that arrive meanwhile', async () => {
+    let release!: () => void;
+    transport.hold = new Promise((r) => {
+      release = r;
+    });
+    start({ batchSize: 2 });
+    await settle();
+    watcher.apply(app('a'));
+    watcher.apply(app('b'));
+    watcher.apply(app('c'));
+    await settle();
+    expect(transport.calls).toBe(1);
+    for (let g = 2; g <= 50; g++) watcher.apply(app('a', { gen: g }));
+    await settle(5000);
+    expect(transport.calls).toBe(1);
+    expect(fwd!.stats().pending).toBe(2);
+    transport.hold = undefined;
+    release();
+    await settle();
+    expect(transport.maxConcurrent).toBe(1);
+    expect(transport.batches.map((b) => b.map((e) => `${e.data.reason} ${e.data.name} ${e.data.generation}`))).toEqual([
+      ['added a 1', 'added b 1'],
+      ['added c 1', 'modified a 50'],
+    ]);
+  });
+
+  it('drains waiting events on stop({ drain: true })', async () => {
+    start({ coalesceWindowMs: 60_000 });
+    await settle();
+    watcher.apply(app('a'));
+    await settle();
+    expect(transport.calls).toBe(0);
+    const stopping = fwd!.stop({ drain: true });
+    await settle(0);
+    await stopping;
+    expect(transport.take()).toEqual(['added a 1001']);
+    expect(watcher.openWatches()).toBe(0);
+  });
+
+  it('drops an event that does not validate and keeps going', async () => {
+    start({ clusterId: 'Not_A_DNS_Label' });
+    await settle();
+    watcher.apply(app('a'));
+    await settle();
+    expect(transport.calls).toBe(0);
+    expect(fwd!.stats().invalid).toBe(1);
+  });
+});
