@@ -1,0 +1,666 @@
+/**
+ * The event contract between the forwarder and the functions, and between stages.
+ *
+ * Every event is a CloudEvents 1.0 structured-mode JSON envelope whose `data` *references* an
+ * object (cluster, kind, namespace, name, uid, generation, resourceVersion); functions re-read
+ * the latest object before acting, so an event never carries spec, status or secrets. Stage
+ * hand-offs add the run being continued and the keys of the artifacts produced so far.
+ *
+ * | type | producer → consumer | data |
+ * |---|---|---|
+ * | `dev.kapp-lambda.object.v1` | forwarder → fetch (App), install (PackageInstall), index-repo (PackageRepository) | {@link ObjectEventData} |
+ * | `dev.kapp-lambda.stage.template.v1` | fetch → template | {@link TemplateStageData} |
+ * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy | {@link DeployStageData} |
+ * | `dev.kapp-lambda.repo.indexed.v1` | index-repo → install | {@link RepoIndexedData} |
+ *
+ * Pure: no I/O, no clock (callers pass `time`), no randomness (ids are derived by hashing).
+ *
+ * @see https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/spec.md
+ * @see kapp-controller `pkg/app/app_reconcile.go` (fetch → template → deploy) and
+ *   `pkg/reconciler/unique_reconciler.go` (one reconcile per object: the ordering key).
+ */
+import { createHash } from 'node:crypto';
+import { z } from 'zod';
+import { FETCH_KEY_PATTERN, INDEX_KEY_PATTERN, TEMPLATE_KEY_PATTERN } from '../functions/lib/artifact/keys.js';
+
+/** Kinds the forwarder watches. */
+export const KINDS = ['App', 'PackageInstall', 'PackageRepository'] as const;
+/** A watched kind. */
+export type Kind = (typeof KINDS)[number];
+
+/** apiVersion of each kind, as served by kapp-controller's CRDs. */
+export const API_VERSIONS: Readonly<Record<Kind, string>> = {
+  App: 'kappctrl.k14s.io/v1alpha1',
+  PackageInstall: 'packaging.carvel.dev/v1alpha1',
+  PackageRepository: 'packaging.carvel.dev/v1alpha1',
+};
+
+/**
+ * Why the forwarder emitted an object event: a watch `added`/`modified`/`deleted`, a timer
+ * `resync` (syncPeriod elapsed or backoff expired), or `ref-changed` (something the object
+ * refers to changed, e.g. a values Secret or a new Package version).
+ */
+export const REASONS = ['added', 'modified', 'deleted', 'resync', 'ref-changed'] as const;
+/** An object event reason. */
+export type Reason = (typeof REASONS)[number];
+
+/** CloudEvents `type` of every event kapp-lambda emits. */
+export const EVENT_TYPES = {
+  object: 'dev.kapp-lambda.object.v1',
+  template: 'dev.kapp-lambda.stage.template.v1',
+  deploy: 'dev.kapp-lambda.stage.deploy.v1',
+  repoIndexed: 'dev.kapp-lambda.repo.indexed.v1',
+} as const;
+/** One of {@link EVENT_TYPES}. */
+export type EventType = (typeof EVENT_TYPES)[keyof typeof EVENT_TYPES];
+
+/** Functions events are delivered to. */
+export type FunctionName = 'fetch' | 'template' | 'deploy' | 'index-repo' | 'install';
+
+/** Largest serialized event {@link parseEvent} accepts: 256 KiB (the SQS and Lambda async payload limit). */
+export const MAX_EVENT_BYTES = 256 * 1024;
+/** Longest `stdout`/`stderr` in a {@link StageStatusSummary}: 16 KiB characters each. */
+export const MAX_SUMMARY_OUTPUT_CHARS = 16 * 1024;
+/** Longest `error` in a {@link StageStatusSummary}: 4 KiB characters. */
+export const MAX_SUMMARY_ERROR_CHARS = 4 * 1024;
+/** Longest ordering key: SQS FIFO `MessageGroupId` allows 128 characters. */
+export const MAX_ORDERING_KEY_CHARS = 128;
+
+// ---------------------------------------------------------------------------------------
+// Field schemas
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const TOKEN = /^[A-Za-z0-9][A-Za-z0-9._:-]*$/;
+
+const dnsLabel = z.string().max(63).regex(DNS_LABEL, { error: 'expected a DNS-1123 label' });
+const dnsSubdomain = z.string().max(253).regex(DNS_SUBDOMAIN, { error: 'expected a DNS-1123 subdomain' });
+const token = (max: number) =>
+  z.string().min(1).max(max).regex(TOKEN, { error: 'expected letters, digits and ._:- only' });
+const timestamp = z.iso.datetime({ offset: true, error: 'expected an RFC 3339 timestamp' });
+const generation = z.number().int().min(0);
+
+/**
+ * A reference to one watched object in one cluster. Shape:
+ * `{ clusterId, kind, apiVersion, namespace, name, uid, generation, resourceVersion }`.
+ *
+ * - `clusterId`: DNS-1123 label naming the cluster in the fleet (≤ 63 chars);
+ * - `apiVersion` must be {@link API_VERSIONS}`[kind]`;
+ * - `namespace`: DNS-1123 label; `name`: DNS-1123 subdomain (≤ 253 chars);
+ * - `uid`: `metadata.uid` (≤ 128 chars of `[A-Za-z0-9._:-]`);
+ * - `generation`: `metadata.generation`, integer ≥ 0;
+ * - `resourceVersion`: opaque `metadata.resourceVersion` (≤ 128 chars of `[A-Za-z0-9._:-]`).
+ */
+export const ObjectRefSchema = z.strictObject({
+  clusterId: dnsLabel,
+  kind: z.enum(KINDS),
+  apiVersion: z.string().min(1).max(128),
+  namespace: dnsLabel,
+  name: dnsSubdomain,
+  uid: token(128),
+  generation,
+  resourceVersion: token(128),
+});
+/** See {@link ObjectRefSchema}. */
+export type ObjectRef = z.infer<typeof ObjectRefSchema>;
+
+/** The fields of an {@link ObjectRef} that identify the object (see {@link orderingKey}). */
+export type ObjectIdentity = Pick<ObjectRef, 'clusterId' | 'kind' | 'namespace' | 'name'>;
+
+/** `data` of `dev.kapp-lambda.object.v1`: an {@link ObjectRef} plus the {@link Reason}. */
+export const ObjectEventDataSchema = ObjectRefSchema.extend({ reason: z.enum(REASONS) });
+/** See {@link ObjectEventDataSchema}. */
+export type ObjectEventData = z.infer<typeof ObjectEventDataSchema>;
+
+/**
+ * The reconcile run a stage event continues: `{ generation, runId, startedAt }`.
+ *
+ * - `generation`: the object's generation the run started for (fencing: a run whose
+ *   generation is older than the live object's must not overwrite newer status);
+ * - `runId`: ≤ 128 chars of `[A-Za-z0-9._:-]`, the same for every stage of one run;
+ * - `startedAt`: RFC 3339 time the run's first stage started.
+ */
+export const StageRunSchema = z.strictObject({
+  generation,
+  runId: token(128),
+  startedAt: timestamp,
+});
+/** See {@link StageRunSchema}. */
+export type StageRun = z.infer<typeof StageRunSchema>;
+
+/**
+ * Bounded summary of a finished stage, shaped like kapp-controller's `status.fetch` /
+ * `status.template` (`{ startedAt?, updatedAt, exitCode, error?, stdout?, stderr? }`); the
+ * producer truncates outputs to their limits and redacts secrets before putting them here.
+ *
+ * @see kapp-controller `pkg/apis/kappctrl/v1alpha1/types_status.go` (AppStatusFetch, AppStatusTemplate).
+ */
+export const StageStatusSummarySchema = z.strictObject({
+  startedAt: timestamp.optional(),
+  updatedAt: timestamp,
+  exitCode: z.number().int(),
+  error: z.string().max(MAX_SUMMARY_ERROR_CHARS).optional(),
+  stdout: z.string().max(MAX_SUMMARY_OUTPUT_CHARS).optional(),
+  stderr: z.string().max(MAX_SUMMARY_OUTPUT_CHARS).optional(),
+});
+/** See {@link StageStatusSummarySchema}. */
+export type StageStatusSummary = z.infer<typeof StageStatusSummarySchema>;
+
+const fetchKey = z.string().regex(FETCH_KEY_PATTERN, { error: 'expected artifacts/fetch/sha256/<hex>.tgz' });
+const manifestKey = z.string().regex(TEMPLATE_KEY_PATTERN, { error: 'expected artifacts/template/sha256/<hex>.yaml' });
+const indexKey = z.string().regex(INDEX_KEY_PATTERN, { error: 'expected artifacts/index/sha256/<hex>.json' });
+
+/**
+ * `data` of `dev.kapp-lambda.stage.template.v1` (fetch → template):
+ * `{ object, run, artifacts: { fetchKey }, fetchStatus? }`. `object.kind` must be `App`.
+ * `fetchKey` is the `artifacts/fetch/sha256/<hex>.tgz` key of the fetched tarball.
+ */
+export const TemplateStageDataSchema = z.strictObject({
+  object: ObjectRefSchema,
+  run: StageRunSchema,
+  artifacts: z.strictObject({ fetchKey }),
+  fetchStatus: StageStatusSummarySchema.optional(),
+});
+/** See {@link TemplateStageDataSchema}. */
+export type TemplateStageData = z.infer<typeof TemplateStageDataSchema>;
+
+/**
+ * `data` of `dev.kapp-lambda.stage.deploy.v1` (template → deploy):
+ * `{ object, run, artifacts: { fetchKey?, manifestKey }, fetchStatus?, templateStatus? }`.
+ * `object.kind` must be `App`. `manifestKey` is the `artifacts/template/sha256/<hex>.yaml` key
+ * of the rendered manifest; `fetchKey` is kept for receipts.
+ */
+export const DeployStageDataSchema = z.strictObject({
+  object: ObjectRefSchema,
+  run: StageRunSchema,
+  artifacts: z.strictObject({ fetchKey: fetchKey.optional(), manifestKey }),
+  fetchStatus: StageStatusSummarySchema.optional(),
+  templateStatus: StageStatusSummarySchema.optional(),
+});
+/** See {@link DeployStageDataSchema}. */
+export type DeployStageData = z.infer<typeof DeployStageDataSchema>;
+
+/**
+ * `data` of `dev.kapp-lambda.repo.indexed.v1` (index-repo → install): the repository whose
+ * index is ready, `{ object, run, artifacts: { indexKey } }`. `object.kind` must be
+ * `PackageRepository`; `indexKey` is `artifacts/index/sha256/<bundle hex>.json`. The install
+ * function re-reads the PackageInstalls that may now resolve to a new version.
+ */
+export const RepoIndexedDataSchema = z.strictObject({
+  object: ObjectRefSchema,
+  run: StageRunSchema,
+  artifacts: z.strictObject({ indexKey }),
+});
+/** See {@link RepoIndexedDataSchema}. */
+export type RepoIndexedData = z.infer<typeof RepoIndexedDataSchema>;
+
+// ---------------------------------------------------------------------------------------
+// Envelope
+
+/** CloudEvents extension attribute names: lowercase letters and digits, at most 20. */
+const EXTENSION_NAME = /^[a-z0-9]{1,20}$/;
+const extensionValue = z.union([z.string().max(1024), z.number().int(), z.boolean()]);
+
+function envelope<T extends EventType, D extends z.ZodType>(type: T, data: D) {
+  return z
+    .object({
+      specversion: z.literal('1.0'),
+      id: token(128),
+      source: z.string().min(1).max(1024).regex(/^\S+$/, { error: 'expected a URI-reference without whitespace' }),
+      type: z.literal(type),
+      time: timestamp,
+      datacontenttype: z.literal('application/json'),
+      subject: z.string().min(1).max(1024),
+      dataschema: z.url().max(1024).optional(),
+      data,
+    })
+    .catchall(extensionValue);
+}
+
+const ObjectEventSchema = envelope(EVENT_TYPES.object, ObjectEventDataSchema);
+const TemplateStageEventSchema = envelope(EVENT_TYPES.template, TemplateStageDataSchema);
+const DeployStageEventSchema = envelope(EVENT_TYPES.deploy, DeployStageDataSchema);
+const RepoIndexedEventSchema = envelope(EVENT_TYPES.repoIndexed, RepoIndexedDataSchema);
+
+/**
+ * The CloudEvents 1.0 structured-mode envelope shared by every event. Extension attributes
+ * (`[a-z0-9]{1,20}` → string | integer | boolean) are accepted and kept by {@link parseEvent}
+ * but not part of the static type; read them with a cast.
+ */
+export interface EventEnvelope<T extends EventType, D> {
+  /** Always `1.0`. */
+  readonly specversion: '1.0';
+  /** Unique per event from one source (≤ 128 chars of `[A-Za-z0-9._:-]`); usable as a dedup id. */
+  readonly id: string;
+  /** URI-reference of the producer, e.g. `/kapp-lambda/functions/fetch`. */
+  readonly source: string;
+  readonly type: T;
+  /** RFC 3339 time the event was produced. */
+  readonly time: string;
+  /** Always `application/json`. */
+  readonly datacontenttype: 'application/json';
+  /** {@link subjectOf} the referenced object. */
+  readonly subject: string;
+  /** Optional URL of the data schema. */
+  readonly dataschema?: string;
+  readonly data: D;
+}
+
+/** `dev.kapp-lambda.object.v1`: forwarder → entry function of the object's kind. */
+export type ObjectEvent = EventEnvelope<typeof EVENT_TYPES.object, ObjectEventData>;
+/** `dev.kapp-lambda.stage.template.v1`: fetch → template. */
+export type TemplateStageEvent = EventEnvelope<typeof EVENT_TYPES.template, TemplateStageData>;
+/** `dev.kapp-lambda.stage.deploy.v1`: template → deploy. */
+export type DeployStageEvent = EventEnvelope<typeof EVENT_TYPES.deploy, DeployStageData>;
+/** `dev.kapp-lambda.repo.indexed.v1`: index-repo → install. */
+export type RepoIndexedEvent = EventEnvelope<typeof EVENT_TYPES.repoIndexed, RepoIndexedData>;
+/** Any kapp-lambda event. Narrow on `type`. */
+export type KappEvent = ObjectEvent | TemplateStageEvent | DeployStageEvent | RepoIndexedEvent;
+
+/** The object an event's `data` refers to (flat in object events, `data.object` otherwise). */
+export function objectRefOf(event: KappEvent): ObjectRef {
+  if (event.type === EVENT_TYPES.object) {
+    const { reason: _reason, ...ref } = event.data;
+    return ref;
+  }
+  return event.data.object;
+}
+
+/** Cross-field rules (all reported with their path from the event root). */
+function crossCheck(event: KappEvent, ctx: z.RefinementCtx): void {
+  for (const key of Object.keys(event)) {
+    if (!KNOWN_ATTRIBUTES.has(key) && !EXTENSION_NAME.test(key)) {
+      ctx.addIssue({ code: 'custom', path: [key], message: 'unrecognized key' });
+    }
+  }
+  const isObject = event.type === EVENT_TYPES.object;
+  const ref = objectRefOf(event);
+  // Zod runs this even when fields failed; cross-field rules only make sense on a valid ref.
+  if (!ObjectRefSchema.safeParse(ref).success) return;
+  const refPath = isObject ? ['data'] : ['data', 'object'];
+  const wantKind: Kind | undefined =
+    event.type === EVENT_TYPES.template || event.type === EVENT_TYPES.deploy
+      ? 'App'
+      : event.type === EVENT_TYPES.repoIndexed
+        ? 'PackageRepository'
+        : undefined;
+  if (wantKind && ref.kind !== wantKind) {
+    ctx.addIssue({
+      code: 'custom',
+      path: [...refPath, 'kind'],
+      message: `expected "${wantKind}", received "${ref.kind}"`,
+    });
+  }
+  const wantApi = API_VERSIONS[ref.kind];
+  if (ref.apiVersion !== wantApi) {
+    ctx.addIssue({
+      code: 'custom',
+      path: [...refPath, 'apiVersion'],
+      message: `expected "${wantApi}" for kind ${ref.kind}, received ${describe(ref.apiVersion)}`,
+    });
+  }
+  const wantSubject = subjectOf(ref);
+  if (event.subject !== wantSubject) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['subject'],
+      message: `expected "${wantSubject}" (cluster/kind/namespace/name of the object)`,
+    });
+  }
+}
+
+const KNOWN_ATTRIBUTES = new Set([
+  'specversion',
+  'id',
+  'source',
+  'type',
+  'time',
+  'datacontenttype',
+  'subject',
+  'dataschema',
+  'data',
+]);
+
+/**
+ * Zod schema of any kapp-lambda event (discriminated on `type`), with the cross-field rules:
+ * stage events refer to an `App`, repo.indexed to a `PackageRepository`; `apiVersion` matches
+ * the kind; `subject` is {@link subjectOf} the object; extension attributes are named
+ * `[a-z0-9]{1,20}` and hold a string, integer or boolean. Prefer {@link parseEvent}, which
+ * never throws and formats errors.
+ */
+export const KappEventSchema = z
+  .discriminatedUnion('type', [
+    ObjectEventSchema,
+    TemplateStageEventSchema,
+    DeployStageEventSchema,
+    RepoIndexedEventSchema,
+  ])
+  .superRefine((e, ctx) => crossCheck(e as KappEvent, ctx));
+
+// ---------------------------------------------------------------------------------------
+// Identity helpers
+
+/**
+ * `clusterId/kind/namespace/name`, e.g. `prod-eu-1/App/default/simple-app`: the CloudEvents
+ * `subject` of every event about the object. Unambiguous: no component contains `/`.
+ */
+export function subjectOf(ref: ObjectIdentity): string {
+  return `${ref.clusterId}/${ref.kind}/${ref.namespace}/${ref.name}`;
+}
+
+/**
+ * The ordering key of an object: events with the same key are delivered one at a time, in
+ * order (the transport's message group; kapp-controller's UniqueReconciler key plus the
+ * cluster). It is {@link subjectOf} when that fits {@link MAX_ORDERING_KEY_CHARS} (128) and
+ * otherwise `sha256-<64 hex of the subject>`, so it is always a valid SQS `MessageGroupId`.
+ */
+export function orderingKey(ref: ObjectIdentity): string {
+  const s = subjectOf(ref);
+  if (s.length <= MAX_ORDERING_KEY_CHARS) return s;
+  return `sha256-${createHash('sha256').update(s).digest('hex')}`;
+}
+
+/**
+ * The function an event is delivered to: object events go to the entry function of their
+ * kind (App → `fetch`, PackageInstall → `install`, PackageRepository → `index-repo`), stage
+ * events to their stage, repo.indexed to `install`.
+ */
+export function targetFunction(event: KappEvent): FunctionName {
+  switch (event.type) {
+    case EVENT_TYPES.object:
+      return event.data.kind === 'App' ? 'fetch' : event.data.kind === 'PackageInstall' ? 'install' : 'index-repo';
+    case EVENT_TYPES.template:
+      return 'template';
+    case EVENT_TYPES.deploy:
+      return 'deploy';
+    case EVENT_TYPES.repoIndexed:
+      return 'install';
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Parsing
+
+/** Result of {@link parseEvent}. */
+export type ParseEventResult = { ok: true; event: KappEvent } | { ok: false; error: string };
+
+/** How many problems {@link parseEvent} lists before summarizing the rest. */
+const MAX_REPORTED_ISSUES = 5;
+
+/**
+ * Validates an event at the edge. Never throws, whatever `input` is.
+ *
+ * @param input the parsed JSON value, or its serialized form as a string, `Buffer` or
+ *   `Uint8Array` (UTF-8, at most {@link MAX_EVENT_BYTES}).
+ * @returns `{ ok: true, event }`, or `{ ok: false, error }` where `error` names each bad
+ *   field by its path from the event root, e.g. `data.generation: expected number, received
+ *   string`; several problems are joined with `; ` (at most 5, then `(+N more)`). Problems
+ *   with the input as a whole use the path `(root)`. Values are never echoed except short
+ *   enum-like strings, so errors are safe to log.
+ */
+export function parseEvent(input: unknown): ParseEventResult {
+  try {
+    let value = input;
+    if (typeof value === 'string' || value instanceof Uint8Array) {
+      const size = typeof value === 'string' ? value.length : value.byteLength;
+      // A string's UTF-8 size is at least its length, so this also bounds the work below.
+      if (size > MAX_EVENT_BYTES || (typeof value === 'string' && Buffer.byteLength(value) > MAX_EVENT_BYTES)) {
+        return { ok: false, error: `(root): event exceeds ${MAX_EVENT_BYTES} bytes` };
+      }
+      const text = typeof value === 'string' ? value : Buffer.from(value).toString('utf8');
+      try {
+        value = JSON.parse(text);
+      } catch {
+        return { ok: false, error: '(root): not valid JSON' };
+      }
+    }
+    const r = KappEventSchema.safeParse(value, { reportInput: true });
+    if (r.success) return { ok: true, event: r.data as KappEvent };
+    return { ok: false, error: formatIssues(r.error.issues, value) };
+  } catch (e) {
+    // Hostile inputs (throwing getters, revoked proxies) end up here.
+    return { ok: false, error: `(root): could not be read (${e instanceof Error ? e.name : typeof e})` };
+  }
+}
+
+/**
+ * Formats a zod path from the event root: `data.object.kind`, `data.items[2]`,
+ * `["weird key"]`; the empty path is `(root)`.
+ */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = '';
+  for (const seg of path) {
+    if (typeof seg === 'number') out += `[${seg}]`;
+    else if (typeof seg === 'string' && /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(seg)) out += out ? `.${seg}` : seg;
+    else out += `[${JSON.stringify(String(seg))}]`;
+  }
+  return out || '(root)';
+}
+
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'array';
+  if (typeof v === 'number' && Number.isNaN(v)) return 'NaN';
+  if (typeof v === 'string' && v.length <= 64 && /^[\x20-\x7e]*$/.test(v)) return JSON.stringify(v);
+  return typeof v;
+}
+
+function typeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'array';
+  if (typeof v === 'number' && Number.isNaN(v)) return 'NaN';
+  return typeof v;
+}
+
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let v = root;
+  for (const seg of path) {
+    if (v === null || typeof v !== 'object') return undefined;
+    v = (v as Record<PropertyKey, unknown>)[seg];
+  }
+  return v;
+}
+
+function issueMessage(iss: z.core.$ZodIssue, root: unknown): string {
+  const received = valueAt(root, iss.path);
+  switch (iss.code) {
+    case 'invalid_type':
+      if (iss.expected === 'int') return `expected integer, received ${typeName(received)}`;
+      return `expected ${iss.expected}, received ${typeName(received)}`;
+    case 'invalid_value': {
+      const vals = iss.values.map((v) => JSON.stringify(v)).join(' | ');
+      return `expected ${iss.values.length === 1 ? vals : `one of ${vals}`}, received ${describe(received)}`;
+    }
+    case 'invalid_union':
+      if ('discriminator' in iss || iss.errors.length === 0) {
+        const opts = (iss as { options?: unknown[] }).options;
+        const list = Array.isArray(opts) ? opts.map((o) => JSON.stringify(o)).join(' | ') : 'a known value';
+        return `expected one of ${list}, received ${describe(received)}`;
+      }
+      {
+        // A union of primitive types (extension attributes): name every accepted type.
+        const expected = iss.errors.flatMap((branch) =>
+          branch
+            .filter((b) => b.code === 'invalid_type' && b.path.length === 0)
+            .map((b) => (b as { expected: string }).expected),
+        );
+        const list = expected.length > 0 ? [...new Set(expected)].join(' | ') : 'a matching value';
+        return `expected ${list}, received ${typeName(received)}`;
+      }
+    case 'too_big':
+    case 'too_small': {
+      const bound = iss.code === 'too_big' ? iss.maximum : iss.minimum;
+      const word = iss.code === 'too_big' ? 'at most' : 'at least';
+      const plural = Number(bound) === 1 ? '' : 's';
+      if (iss.origin === 'string') return `expected ${word} ${String(bound)} character${plural}`;
+      if (iss.origin === 'array') return `expected ${word} ${String(bound)} item${plural}`;
+      return `expected ${iss.code === 'too_big' ? '<=' : '>='} ${String(bound)}, received ${String(received)}`;
+    }
+    default:
+      return iss.message;
+  }
+}
+
+function formatIssues(issues: readonly z.core.$ZodIssue[], root: unknown): string {
+  const lines: string[] = [];
+  const seen = new Set<string>();
+  // One problem per field: the first (a too-long name is not also reported as malformed).
+  const add = (path: string, message: string) => {
+    if (seen.has(path)) return;
+    seen.add(path);
+    lines.push(`${path}: ${message}`);
+  };
+  for (const iss of issues) {
+    if (iss.code === 'unrecognized_keys') {
+      for (const k of iss.keys) add(formatPath([...iss.path, k]), 'unrecognized key');
+    } else {
+      add(formatPath(iss.path), issueMessage(iss, root));
+    }
+  }
+  const shown = lines.slice(0, MAX_REPORTED_ISSUES).join('; ');
+  return lines.length > MAX_REPORTED_ISSUES ? `${shown}; (+${lines.length - MAX_REPORTED_ISSUES} more)` : shown;
+}
+
+// ---------------------------------------------------------------------------------------
+// Builders
+
+/** Envelope options for the builders. */
+export interface EventOptions {
+  /** Event time (CloudEvents `time`): a Date, or an RFC 3339 string used as is. Required: builders read no clock. */
+  readonly time: Date | string;
+  /**
+   * CloudEvents `id`. Default: derived from the event's content (first 32 hex chars of a
+   * sha256), so a retried producer emits the same id and transports can deduplicate.
+   */
+  readonly id?: string;
+  /** CloudEvents `source`. Default: `/kapp-lambda/clusters/<clusterId>/forwarder` for object events, `/kapp-lambda/functions/<producer>` for the others. */
+  readonly source?: string;
+  /** CloudEvents extension attributes (e.g. `{ traceparent: '00-…' }`). */
+  readonly extensions?: Readonly<Record<string, string | number | boolean>>;
+}
+
+/** Thrown by the builders when their input does not make a valid event; `message` is as {@link parseEvent}'s `error`. */
+export class EventValidationError extends Error {
+  override readonly name = 'EventValidationError';
+}
+
+function deriveId(parts: readonly unknown[]): string {
+  return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
+}
+
+function build<E extends KappEvent>(
+  type: E['type'],
+  ref: ObjectIdentity,
+  data: E['data'],
+  source: string,
+  idParts: unknown[],
+  opts: EventOptions,
+): E {
+  const time = typeof opts.time === 'string' ? opts.time : opts.time.toISOString();
+  const candidate = {
+    ...opts.extensions,
+    specversion: '1.0',
+    id: opts.id ?? deriveId([type, subjectOf(ref), time, ...idParts]),
+    source: opts.source ?? source,
+    type,
+    time,
+    datacontenttype: 'application/json',
+    subject: subjectOf(ref),
+    data,
+  };
+  const r = parseEvent(candidate);
+  if (!r.ok) throw new EventValidationError(r.error);
+  return r.event as E;
+}
+
+/**
+ * Builds a `dev.kapp-lambda.object.v1` event (forwarder → pipeline).
+ * The derived id covers type, subject, time, uid, resourceVersion and reason.
+ * @throws EventValidationError when `ref`, `reason` or `opts` make an invalid event.
+ */
+export function objectEvent(ref: ObjectRef, reason: Reason, opts: EventOptions): ObjectEvent {
+  const data: ObjectEventData = { ...pickRef(ref), reason };
+  return build<ObjectEvent>(
+    EVENT_TYPES.object,
+    ref,
+    data,
+    `/kapp-lambda/clusters/${ref.clusterId}/forwarder`,
+    [ref.uid, ref.resourceVersion, reason],
+    opts,
+  );
+}
+
+/**
+ * Builds a `dev.kapp-lambda.stage.template.v1` event (fetch → template).
+ * The derived id covers type, subject, time, runId and the artifact keys.
+ * @throws EventValidationError when `data` or `opts` make an invalid event.
+ */
+export function templateEvent(data: TemplateStageData, opts: EventOptions): TemplateStageEvent {
+  return build<TemplateStageEvent>(
+    EVENT_TYPES.template,
+    data.object,
+    { ...data, object: pickRef(data.object) },
+    '/kapp-lambda/functions/fetch',
+    [data.run.runId, data.artifacts],
+    opts,
+  );
+}
+
+/**
+ * Builds a `dev.kapp-lambda.stage.deploy.v1` event (template → deploy).
+ * The derived id covers type, subject, time, runId and the artifact keys.
+ * @throws EventValidationError when `data` or `opts` make an invalid event.
+ */
+export function deployEvent(data: DeployStageData, opts: EventOptions): DeployStageEvent {
+  return build<DeployStageEvent>(
+    EVENT_TYPES.deploy,
+    data.object,
+    { ...data, object: pickRef(data.object) },
+    '/kapp-lambda/functions/template',
+    [data.run.runId, data.artifacts],
+    opts,
+  );
+}
+
+/**
+ * Builds a `dev.kapp-lambda.repo.indexed.v1` event (index-repo → install).
+ * The derived id covers type, subject, time, runId and the index key.
+ * @throws EventValidationError when `data` or `opts` make an invalid event.
+ */
+export function repoIndexedEvent(data: RepoIndexedData, opts: EventOptions): RepoIndexedEvent {
+  return build<RepoIndexedEvent>(
+    EVENT_TYPES.repoIndexed,
+    data.object,
+    { ...data, object: pickRef(data.object) },
+    '/kapp-lambda/functions/index-repo',
+    [data.run.runId, data.artifacts],
+    opts,
+  );
+}
+
+/** Copies exactly the ObjectRef fields, so a caller may pass a wider object (e.g. ObjectEventData). */
+function pickRef(r: ObjectRef): ObjectRef {
+  return {
+    clusterId: r.clusterId,
+    kind: r.kind,
+    apiVersion: r.apiVersion,
+    namespace: r.namespace,
+    name: r.name,
+    uid: r.uid,
+    generation: r.generation,
+    resourceVersion: r.resourceVersion,
+  };
+}
+
+/**
+ * Serializes an event to its structured-mode JSON body (`application/cloudevents+json`).
+ * @throws EventValidationError when the result would exceed {@link MAX_EVENT_BYTES}.
+ */
+export function serializeEvent(event: KappEvent): string {
+  const body = JSON.stringify(event);
+  const size = Buffer.byteLength(body);
+  if (size > MAX_EVENT_BYTES) {
+    throw new EventValidationError(`(root): event exceeds ${MAX_EVENT_BYTES} bytes (${size})`);
+  }
+  return body;
+}

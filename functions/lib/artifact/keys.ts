@@ -1,0 +1,195 @@
+/**
+ * Content keys for artifacts in object storage, and the canonical render-input hash.
+ *
+ * Pure: no I/O, no clock. Hashing uses `node:crypto` as a computation only.
+ *
+ * Layout (all keys are valid {@link ObjectStore} keys):
+ *
+ * | what | key | hex is |
+ * |---|---|---|
+ * | fetched content (deterministic tarball) | `artifacts/fetch/sha256/<hex>.tgz` | sha256 of the *uncompressed* tar stream ({@link PackedDir.sha256}) |
+ * | rendered manifest | `artifacts/template/sha256/<hex>.yaml` | sha256 of the manifest bytes |
+ * | render cache entry | `cache/render/sha256/<hex>.json` | {@link renderInputHash} of the render's inputs |
+ * | package repository index | `artifacts/index/sha256/<hex>.json` | sha256 digest of the repository bundle it indexes |
+ *
+ * Renders are stored by the digest of their output and found through the render cache
+ * (input hash → manifest key), so two different inputs that render to the same manifest
+ * share one artifact and a deploy that sees an unchanged manifest key is a no-op.
+ *
+ * @see fluxcd/pkg `artifact/storage` (content-addressed artifact paths).
+ */
+import { createHash } from 'node:crypto';
+
+/** Lowercase hex sha256: exactly 64 characters of `[0-9a-f]`. */
+export const SHA256_HEX_PATTERN = /^[0-9a-f]{64}$/;
+
+/** Matches a fetch artifact key; group 1 is the hex digest. */
+export const FETCH_KEY_PATTERN = /^artifacts\/fetch\/sha256\/([0-9a-f]{64})\.tgz$/;
+/** Matches a rendered-manifest key; group 1 is the hex digest. */
+export const TEMPLATE_KEY_PATTERN = /^artifacts\/template\/sha256\/([0-9a-f]{64})\.yaml$/;
+/** Matches a package repository index key; group 1 is the hex digest. */
+export const INDEX_KEY_PATTERN = /^artifacts\/index\/sha256\/([0-9a-f]{64})\.json$/;
+/** Matches a render cache key; group 1 is the render-input hash. */
+export const RENDER_CACHE_KEY_PATTERN = /^cache\/render\/sha256\/([0-9a-f]{64})\.json$/;
+
+/** Kind of artifact a key names, as returned by {@link parseArtifactKey}. */
+export type ArtifactKind = 'fetch' | 'template' | 'index' | 'render-cache';
+
+/** True when `s` is a lowercase 64-character hex sha256. */
+export function isSha256Hex(s: unknown): s is string {
+  return typeof s === 'string' && SHA256_HEX_PATTERN.test(s);
+}
+
+function requireHex(hex: string, what: string): string {
+  if (!isSha256Hex(hex)) {
+    throw new TypeError(`invalid ${what} digest: expected 64 lowercase hex characters`);
+  }
+  return hex;
+}
+
+/**
+ * Key of a fetched tarball: `artifacts/fetch/sha256/<hex>.tgz`.
+ * @param sha256 hex digest of the uncompressed tar stream (see `packDir`).
+ * @throws TypeError when `sha256` is not 64 lowercase hex characters.
+ */
+export function fetchArtifactKey(sha256: string): string {
+  return `artifacts/fetch/sha256/${requireHex(sha256, 'fetch')}.tgz`;
+}
+
+/**
+ * Key of a rendered manifest: `artifacts/template/sha256/<hex>.yaml`.
+ * @param sha256 hex digest of the manifest bytes ({@link sha256Hex}).
+ * @throws TypeError when `sha256` is not 64 lowercase hex characters.
+ */
+export function templateArtifactKey(sha256: string): string {
+  return `artifacts/template/sha256/${requireHex(sha256, 'template')}.yaml`;
+}
+
+/**
+ * Key of a package repository index: `artifacts/index/sha256/<hex>.json`.
+ * @param bundleSha256 hex sha256 digest of the repository's imgpkg bundle (without `sha256:`),
+ *   so a bundle is indexed once for the whole fleet.
+ * @throws TypeError when the digest is not 64 lowercase hex characters.
+ */
+export function repoIndexKey(bundleSha256: string): string {
+  return `artifacts/index/sha256/${requireHex(bundleSha256, 'index')}.json`;
+}
+
+/**
+ * Key of a render cache entry: `cache/render/sha256/<hex>.json`. The entry's body (owned by
+ * the template stage) names the manifest key rendered from these inputs.
+ * @param inputHash result of {@link renderInputHash}.
+ * @throws TypeError when `inputHash` is not 64 lowercase hex characters.
+ */
+export function renderCacheKey(inputHash: string): string {
+  return `cache/render/sha256/${requireHex(inputHash, 'render input')}.json`;
+}
+
+/**
+ * Splits an artifact key into its kind and hex digest.
+ * @returns `undefined` when `key` matches none of the layouts above (never throws).
+ */
+export function parseArtifactKey(key: string): { kind: ArtifactKind; sha256: string } | undefined {
+  const table: [ArtifactKind, RegExp][] = [
+    ['fetch', FETCH_KEY_PATTERN],
+    ['template', TEMPLATE_KEY_PATTERN],
+    ['index', INDEX_KEY_PATTERN],
+    ['render-cache', RENDER_CACHE_KEY_PATTERN],
+  ];
+  for (const [kind, re] of table) {
+    const m = re.exec(key);
+    if (m?.[1]) return { kind, sha256: m[1] };
+  }
+  return undefined;
+}
+
+/** Lowercase hex sha256 of `data` (strings are hashed as UTF-8). */
+export function sha256Hex(data: Uint8Array | string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+/**
+ * Canonical JSON: object keys sorted (by UTF-16 code unit, as RFC 8785 JCS), no whitespace,
+ * numbers and strings serialized as `JSON.stringify` does. Object properties whose value is
+ * `undefined` are omitted (as `JSON.stringify` does); everything else must be plain JSON.
+ * Equal values give byte-identical output regardless of key insertion order.
+ *
+ * @throws TypeError for values JSON cannot represent faithfully: `undefined` at the top or in
+ *   an array, functions, symbols, bigints, non-finite numbers, non-plain objects (Date, Map,
+ *   class instances) and cycles. The message names the path, e.g. `template.ytt.paths[2]`.
+ */
+export function canonicalJson(value: unknown): string {
+  return canon(value, '(root)', new Set());
+}
+
+function canon(v: unknown, path: string, seen: Set<object>): string {
+  if (v === null) return 'null';
+  switch (typeof v) {
+    case 'string':
+    case 'boolean':
+      return JSON.stringify(v);
+    case 'number':
+      if (!Number.isFinite(v)) throw new TypeError(`canonical json: ${path}: non-finite number`);
+      return JSON.stringify(v);
+    case 'object':
+      break;
+    default:
+      throw new TypeError(`canonical json: ${path}: unsupported ${typeof v}`);
+  }
+  const obj = v as object;
+  if (seen.has(obj)) throw new TypeError(`canonical json: ${path}: cycle`);
+  seen.add(obj);
+  try {
+    if (Array.isArray(obj)) {
+      const parts = obj.map((item, i) => {
+        if (item === undefined) throw new TypeError(`canonical json: ${path}[${i}]: undefined in array`);
+        return canon(item, `${path}[${i}]`, seen);
+      });
+      return `[${parts.join(',')}]`;
+    }
+    const proto = Object.getPrototypeOf(obj);
+    if (proto !== Object.prototype && proto !== null) {
+      throw new TypeError(`canonical json: ${path}: not a plain object`);
+    }
+    const rec = obj as Record<string, unknown>;
+    const parts: string[] = [];
+    for (const k of Object.keys(rec).sort()) {
+      const item = rec[k];
+      if (item === undefined) continue;
+      const childPath = path === '(root)' ? k : `${path}.${k}`;
+      parts.push(`${JSON.stringify(k)}:${canon(item, childPath, seen)}`);
+    }
+    return `{${parts.join(',')}}`;
+  } finally {
+    seen.delete(obj);
+  }
+}
+
+/**
+ * Everything a render depends on. Digests are lowercase hex sha256 (or `sha256:<hex>`);
+ * map keys are caller-chosen stable names (e.g. `fetch`, `secret/ns/name`).
+ */
+export interface RenderInputs {
+  /** Digests of the fetched inputs, e.g. `{ fetch: '<hex of the fetch tarball>' }`. */
+  readonly inputs: Readonly<Record<string, string>>;
+  /** The App's `spec.template` (plain JSON), exactly as the template stage interprets it. */
+  readonly template: unknown;
+  /** Digests of values sources (inline values, Secret/ConfigMap data, downward API values). */
+  readonly values: Readonly<Record<string, string>>;
+  /** Versions of every tool the render runs, e.g. `{ ytt: '0.55.3', kbld: '0.46.0' }`. */
+  readonly tools: Readonly<Record<string, string>>;
+}
+
+/**
+ * Render-input hash: lowercase hex sha256 over {@link canonicalJson} of
+ * `{ v: 1, inputs, template, values, tools }`. The same inputs anywhere in the fleet give the
+ * same hash, so a render runs once; the leading `v` lets the recipe change without
+ * colliding with old cache entries.
+ *
+ * Values are hashed by digest, never by content, so secret values never enter the hash input.
+ *
+ * @throws TypeError when `template` is not plain JSON (see {@link canonicalJson}).
+ */
+export function renderInputHash(r: RenderInputs): string {
+  return sha256Hex(canonicalJson({ v: 1, inputs: r.inputs, template: r.template, values: r.values, tools: r.tools }));
+}
