@@ -429,14 +429,15 @@ export function isEmptyResult(result: StageResult): boolean {
 
 /**
  * `status.inspect` after `kapp inspect` (`reconcileInspect`): {@link withFriendlyYAMLStrings},
- * redacted and bounded; `null` when the result is empty.
+ * redacted and bounded; `undefined` (the field is dropped, as upstream's nil) when the result is
+ * empty.
  *
  * @param result - The inspect result.
  * @param times - `updatedAt` (now).
  */
-export function inspectStatus(result: StageResult, times: { updatedAt: Date }): InspectStatus | null {
+export function inspectStatus(result: StageResult, times: { updatedAt: Date }): InspectStatus | undefined {
   const r = withFriendlyYAMLStrings(result);
-  if (isEmptyResult(r)) return null;
+  if (isEmptyResult(r)) return undefined;
   const out: InspectStatus = { exitCode: r.exitCode };
   putText(out, 'stdout', boundedStatusText(r.stdout));
   putText(out, 'stderr', boundedStatusText(r.stderr));

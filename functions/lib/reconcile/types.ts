@@ -1,107 +1,57 @@
 /**
- * Minimal structural shapes of the status and object fields the timer and status functions
- * read and write. Field names follow kapp-controller's JSON exactly
- * (`pkg/apis/kappctrl/v1alpha1/types.go` `AppStatus*`, `pkg/apis/kappctrl/v1alpha1/status.go`
- * `GenericStatus` / `AppCondition`; reference §2.1.5). They are deliberately loose (optional
- * fields, `string` condition types) so that the zod-inferred `App` / `PackageRepository` types
- * in `functions/lib/api/` are assignable to them.
+ * The status and object shapes the timer and status functions read and write, taken from the
+ * zod-inferred API types in `functions/lib/api/` (field names as kapp-controller's JSON:
+ * `pkg/apis/kappctrl/v1alpha1/types.go` `AppStatus*`, `status.go` `GenericStatus` /
+ * `AppCondition`; reference §2.1.5).
+ *
+ * The builders in `status.ts` return the stage blocks with `exitCode` (and `finished` for deploy)
+ * always present, as upstream serializes them without `omitempty`.
  *
  * @module
  */
+import type {
+  AppStatus,
+  AppStatusDeploy,
+  AppStatusFetch,
+  AppStatusInspect,
+  AppStatusTemplate,
+  Condition,
+  ConditionTypeValue,
+  GroupKind,
+  KappDeployStatus,
+  PackageRepositoryStatus,
+} from '../api/index.js';
+
+export type { Condition, GroupKind, KappDeployStatus };
 
 /** Condition types an App, PackageInstall or PackageRepository can carry (`status.go`). */
-export type ConditionType = 'Reconciling' | 'ReconcileSucceeded' | 'ReconcileFailed' | 'Deleting' | 'DeleteFailed';
+export type ConditionType = ConditionTypeValue;
 
-/** `AppCondition`: `reason` is never set by kapp-controller; `message` only on failure types. */
-export interface Condition {
-  type: string;
-  status: string;
-  reason?: string;
-  message?: string;
-}
+/** `metav1.Time` as serialized: RFC 3339 (kapp-controller writes whole seconds in UTC). */
+export type StatusTime = string;
+
+/** `status.fetch` as written: vendir's output, `exitCode` always present. */
+export type FetchStatus = AppStatusFetch & { exitCode: number };
+
+/** `status.template` as written (the template's stdout is never stored). */
+export type TemplateStatus = AppStatusTemplate & { exitCode: number };
+
+/** `status.deploy` as written: kapp's deploy or delete output, `finished` and `exitCode` always present. */
+export type DeployStatus = AppStatusDeploy & { finished: boolean; exitCode: number };
+
+/** `status.inspect` as written: `kapp inspect` output. */
+export type InspectStatus = AppStatusInspect & { exitCode: number };
 
 /**
- * `metav1.Time` as serialized: RFC 3339 with second precision (`2024-01-02T03:04:05Z`), or
- * `null` for the zero time.
+ * A status the transitions in `status.ts` accept: `App.status` or `PackageRepository.status`
+ * (which has the same fields minus `inspect`).
  */
-export type StatusTime = string | null;
-
-/** `status.fetch` (`AppStatusFetch`): vendir's output. */
-export interface FetchStatus {
-  stderr?: string;
-  stdout?: string;
-  exitCode: number;
-  error?: string;
-  startedAt?: StatusTime;
-  updatedAt?: StatusTime;
-}
-
-/** `status.template` (`AppStatusTemplate`): the template's stdout is never stored. */
-export interface TemplateStatus {
-  stderr?: string;
-  exitCode: number;
-  error?: string;
-  updatedAt?: StatusTime;
-}
-
-/** `metav1.GroupKind`. */
-export interface GroupKind {
-  group: string;
-  kind: string;
-}
-
-/** `status.deploy.kapp` (`KappDeployStatus`). */
-export interface KappDeployStatus {
-  associatedResources: {
-    label?: string;
-    namespaces?: string[];
-    groupKinds?: GroupKind[];
-  };
-}
-
-/** `status.deploy` (`AppStatusDeploy`): kapp's deploy or delete output. */
-export interface DeployStatus {
-  stdout?: string;
-  stderr?: string;
-  finished: boolean;
-  exitCode: number;
-  error?: string;
-  startedAt?: StatusTime;
-  updatedAt?: StatusTime;
-  kapp?: KappDeployStatus;
-}
-
-/** `status.inspect` (`AppStatusInspect`): `kapp inspect` output. */
-export interface InspectStatus {
-  stdout?: string;
-  stderr?: string;
-  exitCode: number;
-  error?: string;
-  updatedAt?: StatusTime;
-}
-
-/** `GenericStatus` fields shared by App, PackageInstall and PackageRepository status. */
-export interface GenericStatusLike {
-  observedGeneration?: number;
-  conditions?: Condition[] | null;
-  friendlyDescription?: string;
-  usefulErrorMessage?: string;
-}
-
-/** `AppStatus` (and the PackageRepository status, which has the same fields minus `inspect`). */
-export interface AppStatusLike extends GenericStatusLike {
-  managedAppName?: string;
-  fetch?: FetchStatus | null;
-  template?: TemplateStatus | null;
-  deploy?: DeployStatus | null;
-  inspect?: InspectStatus | null;
-  consecutiveReconcileSuccesses?: number;
-  consecutiveReconcileFailures?: number;
-}
+export type AppStatusLike = AppStatus | PackageRepositoryStatus;
 
 /**
  * What the reconcile timer reads from an App or PackageRepository: generation, pause/cancel
- * flags, syncPeriod and the status counters and timestamps.
+ * flags, syncPeriod and the status counters and timestamps. `App` and `PackageRepository` from
+ * `functions/lib/api/` are assignable to it.
  */
 export interface TimedObject {
   metadata: {
@@ -122,8 +72,8 @@ export interface TimedObject {
     observedGeneration?: number;
     conditions?: Condition[] | null;
     consecutiveReconcileFailures?: number;
-    fetch?: { updatedAt?: StatusTime } | null;
-    template?: { updatedAt?: StatusTime } | null;
-    deploy?: { updatedAt?: StatusTime } | null;
+    fetch?: { updatedAt?: string | null } | null;
+    template?: { updatedAt?: string | null } | null;
+    deploy?: { updatedAt?: string | null } | null;
   } | null;
 }
