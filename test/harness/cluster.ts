@@ -1,0 +1,605 @@
+/**
+ * A local Kubernetes cluster for integration tests and the demo: etcd, kube-apiserver,
+ * kube-controller-manager and kube-scheduler built from Go modules (`layers/manifest.ts`),
+ * run by kwokctl's binary runtime on 127.0.0.1, plus kwok fake Nodes so Deployments get Pods
+ * that turn Running/Ready (kapp's wait rules finish as on a real cluster).
+ *
+ * Each cluster owns a fresh work directory (`KWOK_WORKDIR`) and ports picked here, so several
+ * clusters (even from several processes) run at once. Nothing is downloaded: every binary
+ * kwokctl could fetch is given as a local path, and downloads go to a dead proxy.
+ *
+ * Teardown: {@link Cluster.stop}; for clusters not started `detached`, also a synchronous kill
+ * on process exit and a detached reaper process (`scripts/cluster.ts reap`) that cleans up
+ * when the owning process dies by any signal, SIGKILL included.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { stringify } from 'yaml';
+import { binPath } from '../../layers/gobuild.js';
+import { component } from '../../layers/manifest.js';
+import { kubectl } from './kube.js';
+
+/** Absolute paths of the binaries a cluster runs. */
+export interface ClusterBinaries {
+  readonly kwokctl: string;
+  readonly kwok: string;
+  readonly etcd: string;
+  readonly kubeApiserver: string;
+  readonly kubeControllerManager: string;
+  readonly kubeScheduler: string;
+  readonly kubectl: string;
+}
+
+/**
+ * The locally built binaries from the Go build cache (`npm run setup` builds them).
+ * Does not check that they exist; {@link startCluster} does.
+ */
+export function clusterBinaries(): ClusterBinaries {
+  const k8s = component('kubernetes');
+  const kwok = component('kwok');
+  return {
+    kwokctl: binPath(kwok, 'kwokctl'),
+    kwok: binPath(kwok, 'kwok'),
+    etcd: binPath(component('etcd'), 'etcd'),
+    kubeApiserver: binPath(k8s, 'kube-apiserver'),
+    kubeControllerManager: binPath(k8s, 'kube-controller-manager'),
+    kubeScheduler: binPath(k8s, 'kube-scheduler'),
+    kubectl: binPath(k8s, 'kubectl'),
+  };
+}
+
+/** Options of {@link startCluster}. */
+export interface ClusterOptions {
+  /** Cluster name (`[a-z0-9-]`, at most 40 chars). Default `kl-<8 random hex>`. */
+  readonly name?: string;
+  /**
+   * Work directory for kwokctl (`KWOK_WORKDIR`); must not exist or be empty. Default: a new
+   * `kapp-lambda-cluster-*` directory under `baseDir`.
+   */
+  readonly workdir?: string;
+  /** Parent of the default work directory. Default `os.tmpdir()`. */
+  readonly baseDir?: string;
+  /** Number of kwok fake Nodes (`kwok-node-0` …), each 32 CPU, 256Gi, 110 pods. Default 1. */
+  readonly nodes?: number;
+  /**
+   * Keep the cluster running after this process exits (for `scripts/cluster.ts up`): no exit
+   * hook and no reaper. Stop it with {@link stopClusterAt}. Default false.
+   */
+  readonly detached?: boolean;
+  /** Give up after this many milliseconds (the cluster is then torn down). Default 120 000. */
+  readonly timeoutMs?: number;
+  /** Progress lines (no secrets). Default: none. */
+  readonly log?: (line: string) => void;
+  /** Binary overrides; default {@link clusterBinaries}. */
+  readonly binaries?: ClusterBinaries;
+}
+
+/** Milliseconds spent in each phase of {@link startCluster}. */
+export interface ClusterTimings {
+  /** `kwokctl create cluster` (PKI, config, start of every component, API served). */
+  readonly kwokctlMs: number;
+  /** From API served to `/readyz` ok, Nodes Ready and the `default` ServiceAccount present. */
+  readonly readyMs: number;
+  /** Whole call. */
+  readonly totalMs: number;
+}
+
+/** A running cluster. */
+export interface Cluster {
+  /** kwokctl cluster name; the kubeconfig context is `kwok-<name>`. */
+  readonly name: string;
+  /** kwokctl work directory (`KWOK_WORKDIR`); removed by {@link Cluster.stop}. */
+  readonly workdir: string;
+  /**
+   * Self-contained admin kubeconfig (certificates embedded, mode 0600, context `kwok-<name>`,
+   * user in `system:masters`). Its contents are credentials: never log them.
+   */
+  readonly kubeconfigPath: string;
+  /** API server URL, `https://127.0.0.1:<port>`. */
+  readonly server: string;
+  /** The kubectl tests should use (the locally built one). */
+  readonly kubectlPath: string;
+  /** Names of the kwok fake Nodes. */
+  readonly nodeNames: readonly string[];
+  /** Start-up timings. */
+  readonly timings: ClusterTimings;
+  /** Stops every component and removes the work directory. Idempotent; never throws. */
+  stop(): Promise<void>;
+}
+
+const KUBE_VERSION = component('kubernetes').version;
+const ETCD_VERSION = component('etcd').version;
+const STATE_FILE = 'kapp-lambda-cluster.json';
+
+/** What {@link startCluster} records in `<workdir>/kapp-lambda-cluster.json`. */
+interface ClusterState {
+  name: string;
+  kubeconfigPath: string;
+  server: string;
+  ownerPid: number;
+  detached: boolean;
+}
+
+/** Clusters of this process to kill synchronously on exit, by work directory. */
+const active = new Map<string, { name: string }>();
+let exitHookInstalled = false;
+
+/** Ports handed out by this process, so two clusters started together never share one. */
+const handedOut = new Set<number>();
+
+/**
+ * Starts a cluster and waits until it is usable: API `/readyz` ok, RBAC on
+ * (`--authorization-mode=Node,RBAC`), admission on, every Node Ready and the `default`
+ * ServiceAccount of namespace `default` created (Pods can be admitted).
+ * @returns the running cluster; call {@link Cluster.stop} when done.
+ * @throws Error when a binary is missing (run `npm run setup`), or kwokctl or a readiness
+ *   check fails or times out; the message names the phase and carries the tails of kwokctl's
+ *   output and the component logs. The half-started cluster is torn down first.
+ */
+export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> {
+  const started = Date.now();
+  const log = opts.log ?? (() => {});
+  const bins = opts.binaries ?? clusterBinaries();
+  for (const [k, p] of Object.entries(bins)) {
+    if (!existsSync(p)) throw new Error(`start cluster: ${k} binary missing at ${p} (run \`npm run setup\`)`);
+  }
+  const name = opts.name ?? `kl-${randomBytes(4).toString('hex')}`;
+  if (!/^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$/.test(name)) throw new Error(`start cluster: bad name ${name}`);
+  const workdir = opts.workdir
+    ? await ensureEmptyDir(opts.workdir)
+    : await mkdtemp(path.join(opts.baseDir ?? tmpdir(), 'kapp-lambda-cluster-'));
+  const deadline = started + (opts.timeoutMs ?? 120_000);
+  const detached = opts.detached ?? false;
+  const clusterDir = path.join(workdir, 'clusters', name);
+  const kubeconfigPath = path.join(workdir, 'kubeconfig.yaml');
+
+  let reaper: ChildProcess | undefined;
+  if (!detached) {
+    active.set(workdir, { name });
+    installExitHook();
+    reaper = spawnReaper(workdir);
+  }
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      await teardown(workdir, name, bins).catch(() => {});
+      active.delete(workdir);
+      if (reaper?.stdin && !reaper.stdin.destroyed) reaper.stdin.end('stop\n');
+    })();
+    return stopping;
+  };
+
+  try {
+    let kwokctlMs = 0;
+    let ports: Ports | undefined;
+    for (let attempt = 1; ; attempt++) {
+      ports = await pickPorts();
+      const t0 = Date.now();
+      log(`cluster ${name}: kwokctl create (api 127.0.0.1:${ports.apiserver})`);
+      try {
+        await kwokctlCreate(workdir, name, bins, ports, Math.max(deadline - Date.now(), 5_000));
+        kwokctlMs = Date.now() - t0;
+        break;
+      } catch (err) {
+        // A port taken between the pick and the bind is the one retryable failure.
+        const logs = await componentLogTails(clusterDir);
+        if (attempt >= 2 || !/address already in use/i.test(logs) || Date.now() > deadline) {
+          throw new Error(`start cluster ${name}: kwokctl create: ${(err as Error).message}\n${logs}`, {
+            cause: err,
+          });
+        }
+        log(`cluster ${name}: port clash, retrying with new ports`);
+        await teardown(workdir, name, bins, { keepWorkdir: true });
+        await rm(path.join(workdir, 'clusters'), { recursive: true, force: true });
+      }
+    }
+    const server = `https://127.0.0.1:${ports.apiserver}`;
+    await writeKubeconfig(clusterDir, name, server, kubeconfigPath);
+    const state: ClusterState = { name, kubeconfigPath, server, ownerPid: process.pid, detached };
+    await writeFile(path.join(workdir, STATE_FILE), `${JSON.stringify(state, null, 2)}\n`);
+
+    const t1 = Date.now();
+    const nodeNames = Array.from({ length: opts.nodes ?? 1 }, (_, i) => `kwok-node-${i}`);
+    await waitReady(kubeconfigPath, bins.kubectl, nodeNames, deadline);
+    const readyMs = Date.now() - t1;
+    const timings = { kwokctlMs, readyMs, totalMs: Date.now() - started };
+    log(`cluster ${name}: ready in ${timings.totalMs}ms (kwokctl ${kwokctlMs}ms, nodes/SA ${readyMs}ms)`);
+    return { name, workdir, kubeconfigPath, server, kubectlPath: bins.kubectl, nodeNames, timings, stop };
+  } catch (err) {
+    const logs = existsSync(clusterDir) ? await componentLogTails(clusterDir) : '';
+    await stop();
+    if ((err as Error).message.startsWith(`start cluster ${name}`)) throw err;
+    throw new Error(`start cluster ${name}: ${(err as Error).message}\n${logs}`, { cause: err });
+  }
+}
+
+/**
+ * Stops a cluster started elsewhere (e.g. `scripts/cluster.ts up`) from its work directory:
+ * `kwokctl delete cluster`, then kills any component left and removes the directory.
+ * @returns false when `workdir` holds no cluster state (nothing to stop).
+ */
+export async function stopClusterAt(workdir: string, binaries: ClusterBinaries = clusterBinaries()): Promise<boolean> {
+  const state = readState(workdir);
+  if (!state) return false;
+  await teardown(workdir, state.name, binaries);
+  return true;
+}
+
+/**
+ * Reads the state a cluster wrote into its work directory.
+ * @returns name, kubeconfig path and server URL, or undefined when there is no cluster there.
+ */
+export function readClusterState(
+  workdir: string,
+): { name: string; kubeconfigPath: string; server: string } | undefined {
+  const s = readState(workdir);
+  return s ? { name: s.name, kubeconfigPath: s.kubeconfigPath, server: s.server } : undefined;
+}
+
+/**
+ * Body of the reaper process (`scripts/cluster.ts reap <workdir>`): waits until standard
+ * input closes; unless the owner wrote `stop` first (it already tore down), kills the
+ * cluster's components and removes `workdir`. Resolves when done.
+ */
+export async function reapWhenOwnerGoes(workdir: string, input: NodeJS.ReadableStream): Promise<void> {
+  let text = '';
+  input.on('data', (d: Buffer | string) => {
+    text += d.toString();
+  });
+  await new Promise<void>((resolve) => {
+    input.on('end', resolve);
+    input.on('close', resolve);
+    input.on('error', () => resolve());
+  });
+  if (text.includes('stop')) return;
+  killComponentsSync(workdir);
+  rmSync(workdir, { recursive: true, force: true });
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface Ports {
+  apiserver: number;
+  etcd: number;
+  etcdPeer: number;
+  kwokController: number;
+  controllerManager: number;
+  scheduler: number;
+}
+
+async function ensureEmptyDir(dir: string): Promise<string> {
+  await mkdir(dir, { recursive: true });
+  const entries = await readdir(dir);
+  if (entries.length) throw new Error(`start cluster: work directory ${dir} is not empty`);
+  return path.resolve(dir);
+}
+
+/**
+ * Picks six free loopback ports at random in 20000–32000: below the kernel's ephemeral range
+ * (outgoing connections never take them) and away from kwokctl's own allocator (which counts
+ * down from 32766). Each is checked by binding 127.0.0.1 and the wildcard address.
+ */
+async function pickPorts(): Promise<Ports> {
+  const out: number[] = [];
+  while (out.length < 6) {
+    const p = 20_000 + Math.floor(Math.random() * 12_000);
+    if (handedOut.has(p) || out.includes(p)) continue;
+    if ((await canBind(p, '127.0.0.1')) && (await canBind(p, '0.0.0.0'))) out.push(p);
+  }
+  for (const p of out) handedOut.add(p);
+  const [apiserver, etcd, etcdPeer, kwokController, controllerManager, scheduler] = out as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
+  return { apiserver, etcd, etcdPeer, kwokController, controllerManager, scheduler };
+}
+
+function canBind(port: number, host: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen({ port, host, exclusive: true }, () => srv.close(() => resolve(true)));
+  });
+}
+
+/** Environment for kwokctl: its own work dir, our kubectl first on PATH, no way to download. */
+function kwokctlEnv(workdir: string, bins: ClusterBinaries): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    PATH: [path.dirname(bins.kubectl), process.env.PATH ?? '/usr/bin:/bin'].join(path.delimiter),
+    HOME: process.env.HOME ?? workdir,
+    KWOK_WORKDIR: workdir,
+    // kwokctl falls back to `kubectl` on PATH and to release URLs for anything not given; any
+    // download attempt fails at once on this dead proxy (loopback is never proxied by Go).
+    HTTPS_PROXY: 'http://127.0.0.1:9',
+    HTTP_PROXY: 'http://127.0.0.1:9',
+    NO_PROXY: '127.0.0.1,localhost,::1',
+  };
+  return env;
+}
+
+async function kwokctlCreate(
+  workdir: string,
+  name: string,
+  bins: ClusterBinaries,
+  ports: Ports,
+  timeoutMs: number,
+): Promise<void> {
+  const configPath = path.join(workdir, 'kwokctl.yaml');
+  const config = {
+    apiVersion: 'config.kwok.x-k8s.io/v1alpha1',
+    kind: 'KwokctlConfiguration',
+    options: {
+      runtime: 'binary',
+      bindAddress: '127.0.0.1',
+      kubeVersion: KUBE_VERSION,
+      etcdVersion: ETCD_VERSION.replace(/^v/, ''),
+      securePort: true,
+      kubeAuthorization: true,
+      kubeAdmission: true,
+      quietPull: true,
+      cacheDir: path.join(workdir, 'cache'),
+      kubeApiserverPort: ports.apiserver,
+      etcdPort: ports.etcd,
+      etcdPeerPort: ports.etcdPeer,
+      kwokControllerPort: ports.kwokController,
+      kubeControllerManagerPort: ports.controllerManager,
+      kubeSchedulerPort: ports.scheduler,
+      etcdBinary: bins.etcd,
+      kubeApiserverBinary: bins.kubeApiserver,
+      kubeControllerManagerBinary: bins.kubeControllerManager,
+      kubeSchedulerBinary: bins.kubeScheduler,
+      kwokControllerBinary: bins.kwok,
+      kubectlBinary: bins.kubectl,
+      // Anything else kwokctl might fetch points nowhere instead of at a release URL.
+      kubeBinaryPrefix: path.join(workdir, 'no-download'),
+      etcdBinaryPrefix: path.join(workdir, 'no-download'),
+      kwokBinaryPrefix: path.join(workdir, 'no-download'),
+    },
+  };
+  await writeFile(configPath, stringify(config));
+  const argv = [
+    '--name',
+    name,
+    '--config',
+    configPath,
+    'create',
+    'cluster',
+    '--runtime',
+    'binary',
+    // Never touch ~/.kube/config: the harness writes its own kubeconfig.
+    '--kubeconfig',
+    '',
+    '--timeout',
+    `${Math.ceil(timeoutMs / 1000)}s`,
+  ];
+  await runQuiet(bins.kwokctl, argv, kwokctlEnv(workdir, bins), timeoutMs + 5_000);
+}
+
+/** Runs a command, output captured; rejects with the command and its output tail. */
+function runQuiet(bin: string, argv: readonly string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.stdout.on('data', (d: Buffer) => {
+      out = (out + d.toString()).slice(-16_000);
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      out = (out + d.toString()).slice(-16_000);
+    });
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(new Error(`start ${path.basename(bin)}`, { cause: err }));
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(out);
+      else reject(new Error(`${path.basename(bin)} ${argv.join(' ')} exited ${code ?? signal}:\n${out.trim()}`));
+    });
+  });
+}
+
+/** Writes a kubeconfig with the admin certificate, key and CA embedded. */
+async function writeKubeconfig(clusterDir: string, name: string, server: string, out: string): Promise<void> {
+  const pki = path.join(clusterDir, 'pki');
+  const b64 = async (f: string) => (await readFile(path.join(pki, f))).toString('base64');
+  const ctx = `kwok-${name}`;
+  const doc = {
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [{ name: ctx, cluster: { server, 'certificate-authority-data': await b64('ca.crt') } }],
+    users: [
+      {
+        name: ctx,
+        user: { 'client-certificate-data': await b64('admin.crt'), 'client-key-data': await b64('admin.key') },
+      },
+    ],
+    contexts: [{ name: ctx, context: { cluster: ctx, user: ctx } }],
+    'current-context': ctx,
+  };
+  await writeFile(out, stringify(doc), { mode: 0o600 });
+}
+
+/** A kwok-managed fake Node, sized for any test workload. */
+function fakeNode(name: string): object {
+  const resources = { cpu: '32', memory: '256Gi', pods: '110', 'ephemeral-storage': '1Ti' };
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name,
+      annotations: { 'node.alpha.kubernetes.io/ttl': '0', 'kwok.x-k8s.io/node': 'fake' },
+      labels: {
+        'kubernetes.io/arch': 'amd64',
+        'kubernetes.io/os': 'linux',
+        'kubernetes.io/hostname': name,
+        'kubernetes.io/role': 'agent',
+        'node-role.kubernetes.io/agent': '',
+        type: 'kwok',
+      },
+    },
+    spec: {},
+    status: {
+      allocatable: resources,
+      capacity: resources,
+      nodeInfo: {
+        architecture: 'amd64',
+        operatingSystem: 'linux',
+        kubeletVersion: 'fake',
+        kubeProxyVersion: 'fake',
+      },
+      phase: 'Running',
+    },
+  };
+}
+
+async function waitReady(kubeconfigPath: string, kubectlBin: string, nodeNames: string[], deadline: number) {
+  const left = () => `${Math.max(1, Math.ceil((deadline - Date.now()) / 1000))}s`;
+  const k = (args: string[], input?: string) =>
+    kubectl(kubeconfigPath, args, { kubectl: kubectlBin, timeoutMs: deadline - Date.now() + 5_000, input });
+  // kwokctl returns once /version is served; RBAC bootstrap and CRD informers finish by /readyz.
+  for (;;) {
+    const r = await kubectl(kubeconfigPath, ['get', '--raw', '/readyz'], {
+      kubectl: kubectlBin,
+      check: false,
+      timeoutMs: 10_000,
+    });
+    if (r.code === 0 && r.stdout.trim() === 'ok') break;
+    if (Date.now() > deadline) throw new Error(`wait for /readyz: ${r.stdout}${r.stderr}`.trim());
+    await new Promise((res) => setTimeout(res, 200));
+  }
+  if (nodeNames.length) {
+    const list = { apiVersion: 'v1', kind: 'List', items: nodeNames.map(fakeNode) };
+    await k(['apply', '-f', '-'], JSON.stringify(list));
+    await k(['wait', '--for=condition=Ready', '--timeout', left(), ...nodeNames.map((n) => `node/${n}`)]);
+  }
+  // The ServiceAccount admission plugin rejects Pods until the `default` SA exists.
+  await k(['wait', '--for=create', '--timeout', left(), '-n', 'default', 'serviceaccount/default']);
+}
+
+/** Tail of kwokctl's component logs, for error messages. */
+async function componentLogTails(clusterDir: string): Promise<string> {
+  const dir = path.join(clusterDir, 'logs');
+  let files: string[];
+  try {
+    files = await readdir(dir);
+  } catch {
+    return '';
+  }
+  const parts: string[] = [];
+  for (const f of files.sort()) {
+    const p = path.join(dir, f);
+    if (!(await stat(p)).isFile()) continue;
+    const lines = (await readFile(p, 'utf8')).trim().split('\n').slice(-8);
+    parts.push(`--- ${f}\n${lines.join('\n')}`);
+  }
+  return parts.join('\n');
+}
+
+async function teardown(
+  workdir: string,
+  name: string,
+  bins: ClusterBinaries,
+  opts: { keepWorkdir?: boolean } = {},
+): Promise<void> {
+  if (existsSync(path.join(workdir, 'clusters', name))) {
+    await runQuiet(
+      bins.kwokctl,
+      ['--name', name, 'delete', 'cluster', '--kubeconfig', ''],
+      kwokctlEnv(workdir, bins),
+      60_000,
+    ).catch(() => {});
+  }
+  killComponentsSync(workdir);
+  if (!opts.keepWorkdir) await rm(workdir, { recursive: true, force: true });
+}
+
+/**
+ * SIGKILLs every component whose pid file is under `<workdir>/clusters/<name>/pids/`, after
+ * checking through /proc that the pid still runs a command naming `workdir` (pid reuse).
+ */
+function killComponentsSync(workdir: string): void {
+  const clustersDir = path.join(workdir, 'clusters');
+  let names: string[];
+  try {
+    names = readdirSync(clustersDir);
+  } catch {
+    return;
+  }
+  for (const n of names) {
+    const pidsDir = path.join(clustersDir, n, 'pids');
+    let pidFiles: string[];
+    try {
+      pidFiles = readdirSync(pidsDir);
+    } catch {
+      continue;
+    }
+    for (const f of pidFiles) {
+      try {
+        const pid = Number.parseInt(readFileSync(path.join(pidsDir, f), 'utf8').trim(), 10);
+        if (!(pid > 1)) continue;
+        const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        if (cmdline.includes(workdir)) process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone already
+      }
+    }
+  }
+}
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on('exit', () => {
+    for (const workdir of active.keys()) {
+      killComponentsSync(workdir);
+      try {
+        rmSync(workdir, { recursive: true, force: true });
+      } catch {
+        // best effort
+      }
+    }
+  });
+}
+
+/**
+ * Starts `scripts/cluster.ts reap <workdir>` detached, holding the write end of its stdin.
+ * The pipe closes when this process ends in any way, and the reaper then cleans up.
+ */
+function spawnReaper(workdir: string): ChildProcess | undefined {
+  const script = fileURLToPath(new URL('../../scripts/cluster.ts', import.meta.url));
+  let loader: string;
+  try {
+    loader = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href;
+  } catch {
+    return undefined;
+  }
+  const child = spawn(process.execPath, ['--import', loader, script, 'reap', workdir], {
+    detached: true,
+    stdio: ['pipe', 'ignore', 'ignore'],
+  });
+  child.on('error', () => {});
+  child.stdin?.on('error', () => {});
+  child.unref();
+  (child.stdin as unknown as { unref?: () => void } | null)?.unref?.();
+  return child;
+}
+
+function readState(workdir: string): ClusterState | undefined {
+  try {
+    return JSON.parse(readFileSync(path.join(workdir, STATE_FILE), 'utf8')) as ClusterState;
+  } catch {
+    return undefined;
+  }
+}
