@@ -1,0 +1,379 @@
+/**
+ * Exact `kapp` command lines for Apps (deploy, inspect, delete) and PackageRepositories (deploy,
+ * delete), and the parse of kapp's `--app-metadata-file-output` into
+ * `status.deploy.kapp.associatedResources`.
+ *
+ * Mirrors kapp-controller `pkg/deploy/kapp.go` (`Deploy`, `Delete`, `Inspect`, `addDeployArgs`,
+ * `addGenericArgs`, `oldManagedName`, `trySaveAppMeta`), `pkg/deploy/factory.go` (the `.app` /
+ * `.pkgr` suffixes, global raw options for Apps only), `pkg/config/config.go`
+ * (`KappDeployRawOptions` defaults), `pkg/app/app_deploy.go` and
+ * `pkg/pkgrepository/package_repo_app.go` (PackageRepository flags).
+ *
+ * @module
+ */
+import { parse } from 'yaml';
+import { KappControllerError } from '../fetch/types.js';
+import {
+  KAPP_ALLOWED_DELETE_FLAGS,
+  KAPP_ALLOWED_DEPLOY_FLAGS,
+  KAPP_ALLOWED_INSPECT_FLAGS,
+  validateRawOptions,
+} from './kapp-restrict.js';
+import type { ClusterAccess } from './kubeconfig.js';
+import type { AppDeployKapp, AppDeploySpec } from './types.js';
+
+/** kapp app name suffix for Apps (and the Apps of PackageInstalls): `<name>.app`. */
+export const APP_SUFFIX = '.app';
+
+/** kapp app name suffix for PackageRepositories: `<name>.pkgr`. */
+export const PKGR_SUFFIX = '.pkgr';
+
+/**
+ * Built-in deploy flags every App gets before the controller configuration's
+ * `kappDeployRawOptions` and the App's own `rawOptions` (later flags win in kapp).
+ */
+export const DEFAULT_KAPP_DEPLOY_RAW_OPTIONS: readonly string[] = Object.freeze([
+  '--app-changes-max-to-keep=5',
+  '--apply-timeout=5m',
+]);
+
+/** The inspect filter hiding PodMetrics (they churn constantly). */
+export const INSPECT_FILTER = '{"not":{"resource":{"kinds":["PodMetrics"]}}}';
+
+/** Environment variable carrying the restricted kubeconfig to kapp. */
+export const KAPP_KUBECONFIG_ENV = 'KAPP_KUBECONFIG_YAML';
+
+/** Upstream: `Expected exactly one deploy option`. */
+export const NOT_ONE_DEPLOY_MESSAGE = 'Expected exactly one deploy option';
+
+/** Upstream: `Unsupported way to deploy` (a deploy entry without `kapp`). */
+export const UNSUPPORTED_DEPLOY_MESSAGE = 'Unsupported way to deploy';
+
+/** Prefixes upstream gives kapp process failures (`AttachErrorf`). */
+export const KAPP_ERROR_PREFIX = {
+  deploy: 'Deploying: ',
+  delete: 'Deleting: ',
+  inspect: 'Inspecting: ',
+} as const;
+
+/** A kapp invocation. */
+export interface KappCommand {
+  /** Binary. */
+  bin: 'kapp';
+  /** Exact argv after the binary. */
+  args: string[];
+  /** Environment additions (`KAPP_KUBECONFIG_YAML` when a kubeconfig is used). */
+  env: Record<string, string>;
+  /** Names of `env` entries holding credentials: never log them. */
+  sensitiveEnv: string[];
+}
+
+/** The legacy (pre-v0.39) kapp app name, passed as `--prev-app` so kapp renames old apps. */
+export function legacyKappAppName(name: string): string {
+  return `${name}-ctrl`;
+}
+
+/**
+ * The single `kapp` deploy entry of an App.
+ *
+ * @param spec - the App's spec
+ * @throws {KappControllerError} {@link NOT_ONE_DEPLOY_MESSAGE}; {@link UNSUPPORTED_DEPLOY_MESSAGE}
+ */
+export function appKappDeploy(spec: AppDeploySpec): AppDeployKapp {
+  const deploy = spec.deploy ?? [];
+  if (deploy.length !== 1) throw new KappControllerError(NOT_ONE_DEPLOY_MESSAGE);
+  const kapp = deploy[0]!.kapp;
+  if (!kapp) throw new KappControllerError(UNSUPPORTED_DEPLOY_MESSAGE);
+  return kapp;
+}
+
+/** `--app <name><suffix> [--namespace ns] [--app-namespace ns] [--kubeconfig=/dev/null] --yes` + env. */
+function genericArgs(access: ClusterAccess, suffix: string): { args: string[]; env: Record<string, string> } {
+  const args = ['--app', `${access.name}${suffix}`];
+  const env: Record<string, string> = {};
+  if (access.namespace) args.push('--namespace', access.namespace);
+  if (access.deployNamespace) args.push('--app-namespace', access.deployNamespace);
+  if (access.kubeconfigYaml !== undefined) {
+    env[KAPP_KUBECONFIG_ENV] = access.kubeconfigYaml;
+    args.push('--kubeconfig=/dev/null'); // kapp reads the kubeconfig from the env var above
+  } else if (!access.dangerousUsePodServiceAccount) {
+    throw new Error('Internal inconsistency: Unknown kapp service account configuration');
+  }
+  args.push('--yes');
+  return { args, env };
+}
+
+function command(args: string[], generic: { args: string[]; env: Record<string, string> }): KappCommand {
+  return {
+    bin: 'kapp',
+    args: [...args, ...generic.args],
+    env: generic.env,
+    sensitiveEnv: Object.keys(generic.env),
+  };
+}
+
+/** Input for {@link kappDeployCommand}. */
+export interface KappDeployInput {
+  /** The App's `deploy[0].kapp`. */
+  kapp: AppDeployKapp;
+  /** From `appClusterAccess` (or the PackageRepository's own access). */
+  access: ClusterAccess;
+  /** Absolute path kapp writes its app metadata to (`<tmp>/app-metadata.yml` upstream). */
+  metadataFile: string;
+  /**
+   * Controller-wide raw options placed before the App's own. For Apps: omit to get
+   * {@link DEFAULT_KAPP_DEPLOY_RAW_OPTIONS} followed by `controllerRawOptions`. `null`: none at
+   * all (PackageRepositories: their factory has no kapp configuration).
+   */
+  globalRawOptions?: readonly string[] | null;
+  /** The controller configuration's `kappDeployRawOptions` (used when `globalRawOptions` is omitted). */
+  controllerRawOptions?: readonly string[];
+  /** `.app` (default) or `.pkgr`. */
+  suffix?: string;
+}
+
+/**
+ * `kapp deploy --app-metadata-file-output <f> --prev-app <N>-ctrl -f - [--into-ns ns] [--map-ns m]...
+ * <global raw options> <rawOptions> --app <N>.app [--namespace ns] [--app-namespace ns]
+ * [--kubeconfig=/dev/null] --yes`, stdin = the template output.
+ *
+ * Global options are validated first, then the App's, each against the deploy allow-list.
+ *
+ * @param input - see {@link KappDeployInput}
+ * @throws {KappControllerError} raw option errors (bare upstream texts, see `validateRawOptions`)
+ */
+export function kappDeployCommand(input: KappDeployInput): KappCommand {
+  const args = [
+    'deploy',
+    '--app-metadata-file-output',
+    input.metadataFile,
+    '--prev-app',
+    legacyKappAppName(input.access.name),
+    '-f',
+    '-',
+  ];
+  if (input.kapp.intoNs) args.push('--into-ns', input.kapp.intoNs);
+  for (const m of input.kapp.mapNs ?? []) args.push('--map-ns', m);
+  const global =
+    input.globalRawOptions === undefined
+      ? [...DEFAULT_KAPP_DEPLOY_RAW_OPTIONS, ...(input.controllerRawOptions ?? [])]
+      : (input.globalRawOptions ?? []);
+  args.push(...validateRawOptions(global, KAPP_ALLOWED_DEPLOY_FLAGS));
+  args.push(...validateRawOptions(input.kapp.rawOptions, KAPP_ALLOWED_DEPLOY_FLAGS));
+  return command(args, genericArgs(input.access, input.suffix ?? APP_SUFFIX));
+}
+
+/**
+ * `kapp inspect --filter {"not":{"resource":{"kinds":["PodMetrics"]}}} --tty <inspect.rawOptions>
+ * --app <N>.app [--namespace ns] [--app-namespace ns] [--kubeconfig=/dev/null] --yes`.
+ *
+ * Run only when `kapp.inspect` is set (unset means no inspect) and a deploy was attempted before
+ * (`status.deploy` present).
+ *
+ * @param input - the App's kapp entry and cluster access
+ * @throws {KappControllerError} raw option errors against the inspect allow-list
+ */
+export function kappInspectCommand(input: {
+  kapp: AppDeployKapp;
+  access: ClusterAccess;
+  suffix?: string;
+}): KappCommand {
+  const args = ['inspect', '--filter', INSPECT_FILTER, '--tty'];
+  if (input.kapp.inspect) args.push(...validateRawOptions(input.kapp.inspect.rawOptions, KAPP_ALLOWED_INSPECT_FLAGS));
+  return command(args, genericArgs(input.access, input.suffix ?? APP_SUFFIX));
+}
+
+/**
+ * `kapp delete --prev-app <N>-ctrl <delete.rawOptions> --app <N>.app [--namespace ns]
+ * [--app-namespace ns] [--kubeconfig=/dev/null] --yes`. No global or deploy raw options.
+ *
+ * @param input - the App's kapp entry and cluster access
+ * @throws {KappControllerError} raw option errors against the delete allow-list
+ */
+export function kappDeleteCommand(input: { kapp: AppDeployKapp; access: ClusterAccess; suffix?: string }): KappCommand {
+  const args = ['delete', '--prev-app', legacyKappAppName(input.access.name)];
+  if (input.kapp.delete) args.push(...validateRawOptions(input.kapp.delete.rawOptions, KAPP_ALLOWED_DELETE_FLAGS));
+  return command(args, genericArgs(input.access, input.suffix ?? APP_SUFFIX));
+}
+
+/** Whether an App's kapp entry asks for inspect (`inspect` set, even `{}`). */
+export function wantsInspect(kapp: AppDeployKapp): boolean {
+  return kapp.inspect !== undefined && kapp.inspect !== null;
+}
+
+/** Flags shared by PackageRepository deploy and delete. */
+function pkgrKappRawOptions(debug: boolean): string[] {
+  const opts = [
+    '--kube-api-qps=30',
+    '--kube-api-burst=40',
+    // The controller identity may list all namespaces but not most resources in them: scope to the
+    // namespace instead of spinning on forbidden lists.
+    '--dangerous-scope-to-fallback-allowed-namespaces=true',
+    '--wait=false',
+  ];
+  if (debug) opts.push('--debug=true');
+  return opts;
+}
+
+/**
+ * The kapp entry kapp-controller generates for a PackageRepository (`package_repo_app.go`):
+ * deploy `--logs=false --app-changes-max-to-keep=5 --dangerous-override-ownership-of-existing-resources=true
+ * --existing-non-labeled-resources-check=false` + shared flags; delete: the shared flags
+ * (`--kube-api-qps=30 --kube-api-burst=40 --dangerous-scope-to-fallback-allowed-namespaces=true
+ * --wait=false [--debug=true]`).
+ *
+ * @param debug - upstream's `KAPPCTRL_PKGR_KAPP_DEBUG=true` (adds `--debug=true`)
+ */
+export function packageRepositoryKapp(debug = false): AppDeployKapp {
+  return {
+    rawOptions: [
+      '--logs=false',
+      '--app-changes-max-to-keep=5',
+      '--dangerous-override-ownership-of-existing-resources=true',
+      '--existing-non-labeled-resources-check=false',
+      ...pkgrKappRawOptions(debug),
+    ],
+    delete: { rawOptions: pkgrKappRawOptions(debug) },
+  };
+}
+
+/** Input for the PackageRepository commands. */
+export interface PackageRepositoryKappInput {
+  /** PackageRepository name (kapp app `<name>.pkgr`). */
+  name: string;
+  /** PackageRepository namespace (`--namespace`; no `--app-namespace`). */
+  namespace: string;
+  /** Add `--debug=true`. */
+  debug?: boolean;
+  /**
+   * Kubeconfig for the identity the repository is deployed with. Omitted: the runtime's own
+   * identity (upstream: the controller pod's ServiceAccount, no `--kubeconfig`).
+   */
+  kubeconfigYaml?: string;
+}
+
+function pkgrAccess(input: PackageRepositoryKappInput): ClusterAccess {
+  return input.kubeconfigYaml === undefined
+    ? { name: input.name, namespace: input.namespace, deployNamespace: '', dangerousUsePodServiceAccount: true }
+    : { name: input.name, namespace: input.namespace, deployNamespace: '', kubeconfigYaml: input.kubeconfigYaml };
+}
+
+/**
+ * `kapp deploy --app-metadata-file-output <f> --prev-app <N>-ctrl -f - <pkgr deploy flags> --app <N>.pkgr
+ * --namespace <ns> --yes`. No global `kappDeployRawOptions` (upstream's PackageRepository factory
+ * has no kapp configuration).
+ *
+ * @param input - name, namespace, metadata file, debug, optional kubeconfig
+ */
+export function packageRepositoryDeployCommand(
+  input: PackageRepositoryKappInput & { metadataFile: string },
+): KappCommand {
+  return kappDeployCommand({
+    kapp: packageRepositoryKapp(input.debug),
+    access: pkgrAccess(input),
+    metadataFile: input.metadataFile,
+    globalRawOptions: null,
+    suffix: PKGR_SUFFIX,
+  });
+}
+
+/**
+ * `kapp delete --prev-app <N>-ctrl <pkgr delete flags> --app <N>.pkgr --namespace <ns> --yes`.
+ *
+ * @param input - name, namespace, debug, optional kubeconfig
+ */
+export function packageRepositoryDeleteCommand(input: PackageRepositoryKappInput): KappCommand {
+  return kappDeleteCommand({
+    kapp: packageRepositoryKapp(input.debug),
+    access: pkgrAccess(input),
+    suffix: PKGR_SUFFIX,
+  });
+}
+
+/** kapp's app metadata (`--app-metadata-file-output`), the fields kapp-controller reads. */
+export interface KappAppMeta {
+  /** Label key kapp puts on the app's resources (`kapp.k14s.io/app`). */
+  labelKey: string;
+  /** Its value. */
+  labelValue: string;
+  /** Namespaces touched by the last change (`(cluster)` for cluster-scoped resources). */
+  lastChangeNamespaces: string[];
+  /** Group/kinds the app uses. */
+  usedGKs: Array<{ group: string; kind: string }>;
+}
+
+/** `status.deploy.kapp.associatedResources`. */
+export interface AssociatedResources {
+  /** `<labelKey>=<labelValue>`. */
+  label: string;
+  /** Namespaces of the last change. */
+  namespaces: string[];
+  /** Used group/kinds. */
+  groupKinds: Array<{ group: string; kind: string }>;
+}
+
+/** Case-insensitive field lookup, as Go's `encoding/json` (which `sigs.k8s.io/yaml` uses) matches. */
+function field(o: unknown, name: string): unknown {
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) return undefined;
+  const rec = o as Record<string, unknown>;
+  if (Object.hasOwn(rec, name)) return rec[name];
+  const lower = name.toLowerCase();
+  const key = Object.keys(rec).find((k) => k.toLowerCase() === lower);
+  return key === undefined ? undefined : rec[key];
+}
+
+function asString(v: unknown): string | undefined {
+  return v === undefined || v === null ? '' : typeof v === 'string' ? v : undefined;
+}
+
+/**
+ * Parses kapp's app metadata file. Like upstream's `trySaveAppMeta`, any problem (unreadable YAML,
+ * wrong types) yields `undefined` and the deploy result is unaffected.
+ *
+ * @param text - contents of the `--app-metadata-file-output` file
+ */
+export function parseKappAppMeta(text: string): KappAppMeta | undefined {
+  let doc: unknown;
+  try {
+    doc = parse(text);
+  } catch {
+    return undefined;
+  }
+  if (doc === null || doc === undefined) doc = {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) return undefined;
+  const labelKey = asString(field(doc, 'labelKey'));
+  const labelValue = asString(field(doc, 'labelValue'));
+  if (labelKey === undefined || labelValue === undefined) return undefined;
+  const nsRaw = field(field(doc, 'lastChange'), 'namespaces');
+  const gksRaw = field(doc, 'usedGKs');
+  if (nsRaw !== undefined && nsRaw !== null && !Array.isArray(nsRaw)) return undefined;
+  if (gksRaw !== undefined && gksRaw !== null && !Array.isArray(gksRaw)) return undefined;
+  const namespaces: string[] = [];
+  for (const n of (nsRaw as unknown[] | null | undefined) ?? []) {
+    if (typeof n !== 'string') return undefined;
+    namespaces.push(n);
+  }
+  const usedGKs: KappAppMeta['usedGKs'] = [];
+  for (const gk of (gksRaw as unknown[] | null | undefined) ?? []) {
+    const group = asString(field(gk, 'Group'));
+    const kind = asString(field(gk, 'Kind'));
+    if (group === undefined || kind === undefined) return undefined;
+    usedGKs.push({ group, kind });
+  }
+  return { labelKey, labelValue, lastChangeNamespaces: namespaces, usedGKs };
+}
+
+/**
+ * `status.deploy.kapp.associatedResources` from kapp's app metadata, or `undefined` (keep what the
+ * status had) when there is no metadata or `lastChange.namespaces` is empty.
+ *
+ * @param meta - from {@link parseKappAppMeta}
+ */
+export function associatedResources(meta: KappAppMeta | undefined): AssociatedResources | undefined {
+  if (!meta || meta.lastChangeNamespaces.length === 0) return undefined;
+  return {
+    label: `${meta.labelKey}=${meta.labelValue}`,
+    namespaces: [...meta.lastChangeNamespaces],
+    groupKinds: meta.usedGKs.map((gk) => ({ group: gk.group, kind: gk.kind })),
+  };
+}
