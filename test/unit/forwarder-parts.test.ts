@@ -1,0 +1,293 @@
+import { readFileSync } from 'node:fs';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { backoffDelay } from '../../events/forwarder/backoff.js';
+import { systemClock } from '../../events/forwarder/clock.js';
+import { DueHeap, type HeapItem } from '../../events/forwarder/due-heap.js';
+import type { CloudEvent, ObjectEventData } from '../../events/forwarder/event.js';
+import { lastWriteTime } from '../../events/forwarder/forwarder.js';
+import {
+  appKind,
+  appRefs,
+  NO_REFS,
+  packageInstallKind,
+  packageRepositoryKind,
+  packageRepositoryRefs,
+  watchedKinds,
+} from '../../events/forwarder/kinds.js';
+import { silentLogger } from '../../events/forwarder/log.js';
+import { mergeEvents, Outbox } from '../../events/forwarder/outbox.js';
+import type { KubeObject } from '../../functions/lib/kube/port.js';
+
+function obj(spec: unknown, extra: Partial<KubeObject['metadata']> = {}): KubeObject {
+  return {
+    apiVersion: 'kappctrl.k14s.io/v1alpha1',
+    kind: 'App',
+    metadata: { name: 'a', namespace: 'ns', uid: 'u', resourceVersion: '1', generation: 1, ...extra },
+    spec,
+  };
+}
+
+describe('backoffDelay', () => {
+  it.each([
+    [0, 0, 500],
+    [1, 0, 1000],
+    [5, 0, 16_000],
+    [6, 0, 30_000],
+    [500, 0, 30_000],
+    [0, 0.999, 250],
+    [3, 0.5, 3000],
+    [-2, 0, 500],
+  ])('attempt %d with random %d → %d ms', (attempt, r, want) => {
+    expect(backoffDelay(attempt, () => r)).toBe(want);
+  });
+
+  it('honours options', () => {
+    expect(backoffDelay(2, () => 0.5, { initialMs: 100, factor: 3, maxMs: 10_000, jitter: 0 })).toBe(900);
+    expect(backoffDelay(2, () => 1, { initialMs: 100, factor: 3, jitter: 1 })).toBe(0);
+  });
+});
+
+describe('DueHeap', () => {
+  interface Item extends HeapItem {
+    id: number;
+  }
+  const item = (id: number): Item => ({ id, due: Number.POSITIVE_INFINITY, heapIndex: -1 });
+
+  it('pops in due order and supports moving and deleting items in place', () => {
+    const heap = new DueHeap<Item>();
+    const items = Array.from({ length: 200 }, (_, i) => item(i));
+    // Deterministic shuffle of due times.
+    for (const it of items) heap.set(it, ((it.id * 7919) % 1000) + 1000);
+    expect(heap.size).toBe(200);
+    for (const it of items.filter((x) => x.id % 3 === 0)) heap.set(it, 5000 - it.id); // move later
+    for (const it of items.filter((x) => x.id % 5 === 1)) heap.set(it, it.id); // move earlier
+    for (const it of items.filter((x) => x.id % 11 === 2)) heap.delete(it);
+    heap.delete(items[2]!); // already deleted: no-op
+    const expected = items
+      .filter((x) => x.heapIndex >= 0)
+      .map((x) => [x.due, x.id] as const)
+      .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const popped: number[] = [];
+    for (let x = heap.popDue(Number.MAX_SAFE_INTEGER); x; x = heap.popDue(Number.MAX_SAFE_INTEGER)) popped.push(x.due);
+    expect(popped).toEqual(expected.map((e) => e[0]));
+    expect(heap.size).toBe(0);
+    expect(items.every((x) => x.heapIndex === -1)).toBe(true);
+  });
+
+  it('popDue returns only items due at now', () => {
+    const heap = new DueHeap<Item>();
+    const a = item(1);
+    const b = item(2);
+    heap.set(a, 10);
+    heap.set(b, 20);
+    expect(heap.popDue(9)).toBeUndefined();
+    expect(heap.popDue(15)).toBe(a);
+    expect(heap.popDue(15)).toBeUndefined();
+    expect(heap.peek()).toBe(b);
+  });
+});
+
+describe('watched kinds', () => {
+  it('appRefs: tracked Secret and ConfigMap locations, sorted, deduplicated, without empty names', () => {
+    const refs = appRefs(
+      obj({
+        fetch: [
+          { inline: { pathsFrom: [{ secretRef: { name: 's-inline' } }, { configMapRef: { name: 'cm-inline' } }] } },
+          { image: { url: 'x', secretRef: { name: 's-image' } } },
+          { imgpkgBundle: { image: 'x', secretRef: { name: 's-bundle' } } },
+          { http: { url: 'x', secretRef: { name: 's-http' } } },
+          { git: { url: 'x', secretRef: { name: 's-git' } } },
+          { helmChart: { name: 'c', repository: { url: 'x', secretRef: { name: 's-helm' } } } },
+          { git: { url: 'x', secretRef: {} } },
+        ],
+        template: [
+          {
+            ytt: {
+              inline: { pathsFrom: [{ secretRef: { name: 's-ytt-inline' } }] },
+              valuesFrom: [{ secretRef: { name: 's-image' } }, { configMapRef: { name: 'cm-ytt' } }],
+            },
+          },
+          { helmTemplate: { valuesFrom: [{ secretRef: { name: 's-helm-values' } }] } },
+          { cue: { valuesFrom: [{ configMapRef: { name: 'cm-cue' } }] } },
+          { sops: { pgp: { privateKeysSecretRef: { name: 'not-tracked' } } } },
+        ],
+        cluster: { kubeconfigSecretRef: { name: 'not-tracked-either' } },
+      }),
+    );
+    expect(refs).toEqual({
+      secrets: ['s-bundle', 's-git', 's-helm', 's-helm-values', 's-http', 's-image', 's-inline', 's-ytt-inline'],
+      configMaps: ['cm-cue', 'cm-inline', 'cm-ytt'],
+    });
+  });
+
+  it('appRefs: none while deleting, none for an unreadable spec', () => {
+    const spec = { fetch: [{ git: { url: 'x', secretRef: { name: 's' } } }] };
+    expect(appRefs(obj(spec))).toEqual({ secrets: ['s'], configMaps: [] });
+    expect(appRefs(obj(spec, { deletionTimestamp: '2025-01-01T00:00:00Z' }))).toBe(NO_REFS);
+    expect(appRefs(obj({ fetch: 7 }))).toBe(NO_REFS);
+    expect(appRefs(obj(undefined))).toBe(NO_REFS);
+  });
+
+  it('packageRepositoryRefs: fetch secretRefs only', () => {
+    expect(packageRepositoryRefs(obj({ fetch: { imgpkgBundle: { image: 'x', secretRef: { name: 'reg' } } } }))).toEqual(
+      { secrets: ['reg'], configMaps: [] },
+    );
+    expect(packageRepositoryRefs(obj({ fetch: { inline: { pathsFrom: [{ secretRef: { name: 'no' } }] } } }))).toBe(
+      NO_REFS,
+    );
+  });
+
+  it('due times: App and PackageRepository from status, PackageInstall only when unhandled', () => {
+    const now = Date.parse('2025-01-01T00:10:00Z');
+    const status = (gen: number) => ({
+      observedGeneration: gen,
+      conditions: [{ type: 'ReconcileFailed', status: 'True' }],
+      consecutiveReconcileFailures: 4,
+      fetch: { exitCode: 1, updatedAt: '2025-01-01T00:09:50Z' },
+    });
+    const a = { ...obj({}), status: status(1) };
+    expect(appKind().dueAt(a, now)).toBe(Date.parse('2025-01-01T00:10:06Z'));
+    expect(appKind().dueAt({ ...obj({ paused: true }), status: status(1) }, now)).toBeNull();
+    expect(appKind().dueAt({ ...obj({}), status: status(0) }, now)).toBe(now);
+    expect(appKind().handledAt(a)).toBe(Date.parse('2025-01-01T00:09:50Z'));
+    expect(packageRepositoryKind().dueAt(a, now)).toBe(Date.parse('2025-01-01T00:10:06Z'));
+    expect(packageInstallKind().dueAt({ ...obj({}), status: { observedGeneration: 1 } }, now)).toBeNull();
+    expect(packageInstallKind().dueAt({ ...obj({}), status: { observedGeneration: 0 } }, now)).toBe(now);
+    expect(packageInstallKind().dueAt(obj({}), now)).toBe(now);
+  });
+
+  it('watchedKinds builds the table from names and rejects unknown ones', () => {
+    expect(
+      watchedKinds(['App', 'PackageInstall', 'PackageRepository', 'App']).map((k) => [
+        k.resource.apiVersion,
+        k.resource.kind,
+        k.group,
+        k.version,
+        k.plural,
+        k.tracksSecrets,
+        k.tracksConfigMaps,
+      ]),
+    ).toEqual([
+      ['kappctrl.k14s.io/v1alpha1', 'App', 'kappctrl.k14s.io', 'v1alpha1', 'apps', true, true],
+      [
+        'packaging.carvel.dev/v1alpha1',
+        'PackageInstall',
+        'packaging.carvel.dev',
+        'v1alpha1',
+        'packageinstalls',
+        false,
+        false,
+      ],
+      [
+        'packaging.carvel.dev/v1alpha1',
+        'PackageRepository',
+        'packaging.carvel.dev',
+        'v1alpha1',
+        'packagerepositories',
+        true,
+        false,
+      ],
+    ]);
+    expect(() => watchedKinds(['Package'])).toThrow(new TypeError('unknown watched kind "Package"'));
+  });
+});
+
+describe('lastWriteTime', () => {
+  it('is the latest of creationTimestamp and managedFields times', () => {
+    const o = obj(undefined, {
+      creationTimestamp: '2025-01-01T00:00:00Z',
+      managedFields: [{ time: '2025-01-01T00:05:00Z' }, { time: 'garbage' }, { time: '2025-01-01T00:03:00Z' }, null],
+    });
+    expect(lastWriteTime(o)).toBe(Date.parse('2025-01-01T00:05:00Z'));
+    expect(lastWriteTime(obj(undefined))).toBeNaN();
+  });
+});
+
+describe('RBAC (events/forwarder/rbac.yaml)', () => {
+  const docs = parseAllDocuments(
+    readFileSync(new URL('../../events/forwarder/rbac.yaml', import.meta.url), 'utf8'),
+  ).map((d) => d.toJS() as { kind: string; rules?: unknown });
+
+  it('grants exactly get/list/watch on the watched kinds, Secrets and ConfigMaps', () => {
+    expect(docs.map((d) => d.kind)).toEqual(['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding']);
+    expect(docs[1]!.rules).toEqual([
+      { apiGroups: ['kappctrl.k14s.io'], resources: ['apps'], verbs: ['get', 'list', 'watch'] },
+      {
+        apiGroups: ['packaging.carvel.dev'],
+        resources: ['packageinstalls', 'packagerepositories'],
+        verbs: ['get', 'list', 'watch'],
+      },
+      { apiGroups: [''], resources: ['secrets', 'configmaps'], verbs: ['get', 'list', 'watch'] },
+    ]);
+  });
+
+  it('covers every kind of the table', () => {
+    const rules = docs[1]!.rules as Array<{ apiGroups: string[]; resources: string[] }>;
+    for (const k of watchedKinds(['App', 'PackageInstall', 'PackageRepository'])) {
+      expect(rules.some((r) => r.apiGroups.includes(k.group) && r.resources.includes(k.plural))).toBe(true);
+    }
+  });
+});
+
+describe('Outbox', () => {
+  const data = (name: string, reason: ObjectEventData['reason'], rv: string, uid = `u-${name}`): ObjectEventData => ({
+    clusterId: 'c1',
+    kind: 'App',
+    apiVersion: 'kappctrl.k14s.io/v1alpha1',
+    namespace: 'ns',
+    name,
+    uid,
+    generation: Number(rv),
+    resourceVersion: rv,
+    reason,
+  });
+
+  beforeEach(() => {
+    vi.useFakeTimers({ now: 0 });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it.each([
+    ['resync', 'modified', 'modified'],
+    ['modified', 'resync', 'modified'],
+    ['ref-changed', 'resync', 'ref-changed'],
+    ['modified', 'ref-changed', 'modified'],
+    ['added', 'modified', 'added'],
+    ['added', 'deleted', 'deleted'],
+    ['deleted', 'added', 'deleted'],
+  ] as const)('mergeEvents(%s, %s) keeps %s and the newer reference', (a, b, want) => {
+    expect(mergeEvents(data('x', a, '1'), data('x', b, '2'))).toEqual(data('x', want, '2'));
+  });
+
+  it('keeps objects with another uid apart, and batches by batchSize', async () => {
+    const sent: CloudEvent[][] = [];
+    const box = new Outbox({
+      transport: {
+        send: async (e) => {
+          sent.push(e);
+        },
+      },
+      build: (d, now) => ({ data: d, time: new Date(now).toISOString() }) as unknown as CloudEvent,
+      clock: systemClock,
+      random: () => 0,
+      windowMs: 100,
+      batchSize: 2,
+      logger: silentLogger,
+    });
+    box.enqueue(data('a', 'deleted', '1', 'old'));
+    box.enqueue(data('a', 'added', '2', 'new'));
+    box.enqueue(data('b', 'added', '3'));
+    await vi.advanceTimersByTimeAsync(99);
+    expect(sent).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(sent.map((b) => b.map((e) => `${e.data.reason} ${e.data.uid}`))).toEqual([
+      ['deleted old', 'added new'],
+      ['added u-b'],
+    ]);
+    expect(sent[0]![0]!.time).toBe('1970-01-01T00:00:00.100Z');
+    await box.idle();
+  });
+});
