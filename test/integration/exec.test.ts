@@ -1,0 +1,269 @@
+/**
+ * The real command runner against real processes (coreutils and dash): output, stdin, exit codes,
+ * timeouts and cancellation that kill the whole process group, output bounds, the minimal
+ * environment, streaming and metrics.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, realpath, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createToolMetrics } from '../../functions/lib/exec/metrics.js';
+import {
+  CommandCanceledError,
+  CommandExitError,
+  type CommandRunner,
+  CommandStartError,
+  CommandTimeoutError,
+  createCommandRunner,
+  DEFAULT_SYSTEM_PATH,
+  type OutputStream,
+} from '../../functions/lib/exec/runner.js';
+import { attachError, STAGE_PREFIX } from '../../functions/lib/reconcile/status.js';
+
+const BINS: Record<string, string> = {
+  echo: '/bin/echo',
+  cat: '/bin/cat',
+  sleep: '/bin/sleep',
+  sh: '/bin/sh',
+  env: '/usr/bin/env',
+  pwd: '/bin/pwd',
+  missing: '/nonexistent/dir/missing-tool',
+};
+
+let scratch: string;
+let runner: CommandRunner;
+const metrics = createToolMetrics();
+
+beforeAll(async () => {
+  scratch = await realpath(await mkdtemp(path.join(tmpdir(), 'exec-test-')));
+  runner = createCommandRunner({
+    allow: Object.keys(BINS),
+    resolveBin: (name) => {
+      const p = BINS[name];
+      if (p === undefined) throw new Error(`unknown tool ${name}`);
+      return p;
+    },
+    home: scratch,
+    tmpDir: scratch,
+    metrics,
+  });
+});
+
+afterAll(async () => {
+  await rm(scratch, { recursive: true, force: true });
+});
+
+/** Whether a pid is gone (or a zombie waiting to be reaped, which runs nothing). */
+function isDead(pid: number): boolean {
+  const stat = `/proc/${pid}/stat`;
+  if (!existsSync(stat)) return true;
+  try {
+    const text = readFileSync(stat, 'utf8');
+    return text.slice(text.lastIndexOf(')') + 2).startsWith('Z');
+  } catch {
+    return true;
+  }
+}
+
+describe('real command runner', () => {
+  it('captures stdout of /bin/echo with exit code 0 and a duration', async () => {
+    const r = await runner.run({ cmd: 'echo', args: ['hello', 'world'] });
+    expect(r.stdout).toBe('hello world\n');
+    expect(r.stderr).toBe('');
+    expect(r.exitCode).toBe(0);
+    expect(r.error).toBeUndefined();
+    expect(r.truncated).toEqual({ stdout: false, stderr: false });
+    expect(r.durationMs).toBeGreaterThan(0);
+  });
+
+  it('passes argv without a shell', async () => {
+    const r = await runner.run({ cmd: 'echo', args: ['$HOME', '`id`', 'a;b', '*'] });
+    expect(r.stdout).toBe('$HOME `id` a;b *\n');
+  });
+
+  it('feeds stdin to /bin/cat, as text and as bytes', async () => {
+    expect((await runner.run({ cmd: 'cat', args: [], stdin: 'kind: ConfigMap\n' })).stdout).toBe('kind: ConfigMap\n');
+    const bytes = new TextEncoder().encode('é€\n');
+    expect((await runner.run({ cmd: 'cat', args: ['-'], stdin: bytes })).stdout).toBe('é€\n');
+  });
+
+  it('gives /dev/null as stdin when none is passed', async () => {
+    const r = await runner.run({ cmd: 'cat', args: [] });
+    expect(r).toMatchObject({ stdout: '', exitCode: 0 });
+  });
+
+  it('tolerates a tool that exits without reading a large stdin', async () => {
+    const r = await runner.run({ cmd: 'echo', args: ['done'], stdin: 'x'.repeat(8 * 1024 * 1024) });
+    expect(r).toMatchObject({ stdout: 'done\n', exitCode: 0 });
+  });
+
+  it('reports a non-zero exit as a result with Go error text', async () => {
+    const r = await runner.run({ cmd: 'sh', args: ['-c', 'echo out; echo err >&2; exit 3'] });
+    expect(r).toMatchObject({ stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
+    expect(r.error).toBeInstanceOf(CommandExitError);
+    expect(r.error?.message).toBe('exit status 3');
+
+    const one = await runner.run({ cmd: 'sh', args: ['-c', 'echo "ytt: Error: boom" >&2; exit 1'] });
+    expect(attachError(STAGE_PREFIX.templatingDir, one)).toEqual({
+      stdout: '',
+      stderr: 'ytt: Error: boom\n',
+      exitCode: 1,
+      error: 'Templating dir: Error (see .status.usefulErrorMessage for details)',
+      finished: true,
+    });
+  });
+
+  it('reports death by signal as signal: killed with exit code -1', async () => {
+    const r = await runner.run({ cmd: 'sh', args: ['-c', 'kill -9 $$'] });
+    expect(r.exitCode).toBe(-1);
+    expect(r.error).toBeInstanceOf(CommandExitError);
+    expect(r.error?.message).toBe('signal: killed');
+  });
+
+  it('kills /bin/sleep on timeout: exit code -1', async () => {
+    const r = await runner.run({ cmd: 'sleep', args: ['30'], timeoutMs: 200 });
+    expect(r.exitCode).toBe(-1);
+    expect(r.error).toBeInstanceOf(CommandTimeoutError);
+    expect(r.error?.message).toBe('Process timed out after 200ms');
+    expect(r.durationMs).toBeGreaterThanOrEqual(150);
+    expect(r.durationMs).toBeLessThan(10_000);
+  });
+
+  it('kills /bin/sleep on abort: Process was canceled, exit code -1, reason as cause', async () => {
+    const ac = new AbortController();
+    const reason = new Error('spec.canceled');
+    setTimeout(() => ac.abort(reason), 200);
+    const r = await runner.run({ cmd: 'sleep', args: ['30'], signal: ac.signal });
+    expect(r.exitCode).toBe(-1);
+    expect(r.error).toBeInstanceOf(CommandCanceledError);
+    expect(r.error?.message).toBe('Process was canceled');
+    expect(r.error?.cause).toBe(reason);
+    expect(r.durationMs).toBeLessThan(10_000);
+    expect(attachError(STAGE_PREFIX.deploying, r).error).toBe('Deploying: Process was canceled');
+  });
+
+  it('runs nothing when the signal is already aborted', async () => {
+    const ac = new AbortController();
+    ac.abort();
+    const r = await runner.run({ cmd: 'echo', args: ['never'], signal: ac.signal });
+    expect(r).toMatchObject({ stdout: '', exitCode: -1, durationMs: 0 });
+    expect(r.error?.message).toBe('Already canceled');
+  });
+
+  it('kills the whole process group on timeout, grandchildren included', async () => {
+    const r = await runner.run({ cmd: 'sh', args: ['-c', 'sleep 30 & echo $!; wait'], timeoutMs: 300 });
+    expect(r.error).toBeInstanceOf(CommandTimeoutError);
+    const grandchild = Number.parseInt(r.stdout.trim(), 10);
+    expect(grandchild).toBeGreaterThan(1);
+    await vi.waitFor(() => expect(isDead(grandchild)).toBe(true), { timeout: 5_000, interval: 20 });
+  });
+
+  it('kills the whole process group on abort', async () => {
+    const ac = new AbortController();
+    let pid = 0;
+    const r = await runner.run({
+      cmd: 'sh',
+      args: ['-c', 'sleep 30 & echo $!; wait'],
+      signal: ac.signal,
+      onOutput: (chunk) => {
+        pid = Number.parseInt(chunk.trim(), 10);
+        ac.abort();
+      },
+    });
+    expect(r.error?.message).toBe('Process was canceled');
+    expect(pid).toBeGreaterThan(1);
+    await vi.waitFor(() => expect(isDead(pid)).toBe(true), { timeout: 5_000, interval: 20 });
+  });
+
+  it('does not hang on a background process left behind, and reaps it', async () => {
+    const started = performance.now();
+    const r = await runner.run({ cmd: 'sh', args: ['-c', 'sleep 30 & echo $!'] });
+    expect(r.exitCode).toBe(0);
+    expect(performance.now() - started).toBeLessThan(10_000);
+    const pid = Number.parseInt(r.stdout.trim(), 10);
+    await vi.waitFor(() => expect(isDead(pid)).toBe(true), { timeout: 5_000, interval: 20 });
+  });
+
+  it('bounds output per stream, keeping the tail', async () => {
+    const script = 'i=0; while [ $i -lt 5000 ]; do echo "line $i"; i=$((i+1)); done; echo END; echo e1 >&2';
+    const r = await runner.run({ cmd: 'sh', args: ['-c', script], maxOutputBytes: 1000 });
+    expect(r.exitCode).toBe(0);
+    expect(Buffer.byteLength(r.stdout)).toBeLessThanOrEqual(1000);
+    expect(Buffer.byteLength(r.stdout)).toBeGreaterThan(900);
+    expect(r.stdout.endsWith('line 4999\nEND\n')).toBe(true);
+    expect(r.truncated).toEqual({ stdout: true, stderr: false });
+    expect(r.stderr).toBe('e1\n');
+  });
+
+  it('never splits a UTF-8 character at the bound', async () => {
+    const r = await runner.run({ cmd: 'cat', args: [], stdin: 'é'.repeat(1000), maxOutputBytes: 101 });
+    expect(r.stdout).toBe('é'.repeat(50));
+    expect(r.truncated.stdout).toBe(true);
+  });
+
+  it('starts from a minimal environment plus explicit variables, never the parent one', async () => {
+    const saved = { KUBECONFIG: process.env.KUBECONFIG, AWS_SECRET_ACCESS_KEY: process.env.AWS_SECRET_ACCESS_KEY };
+    process.env.KUBECONFIG = '/parent/kubeconfig';
+    process.env.AWS_SECRET_ACCESS_KEY = 'parent-secret';
+    try {
+      const r = await runner.run({ cmd: 'env', args: [], env: { FOO: 'bar' } });
+      const vars = r.stdout.trim().split('\n').sort();
+      expect(vars).toEqual([
+        'FOO=bar',
+        `HOME=${scratch}`,
+        `PATH=/bin:/usr/bin:/nonexistent/dir:${DEFAULT_SYSTEM_PATH}`,
+        `TMPDIR=${scratch}`,
+      ]);
+      const kube = await runner.run({ cmd: 'env', args: [], env: { KUBECONFIG: '/run/kapp/kubeconfig' } });
+      expect(kube.stdout).toContain('KUBECONFIG=/run/kapp/kubeconfig\n');
+      expect(kube.stdout).not.toContain('AWS_');
+    } finally {
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
+  });
+
+  it('runs in the given cwd, defaulting to HOME', async () => {
+    expect((await runner.run({ cmd: 'pwd', args: [], cwd: '/' })).stdout).toBe('/\n');
+    expect((await runner.run({ cmd: 'pwd', args: [] })).stdout).toBe(`${scratch}\n`);
+  });
+
+  it('streams decoded output chunks as they arrive', async () => {
+    const chunks: [string, OutputStream][] = [];
+    const r = await runner.run({
+      cmd: 'sh',
+      args: ['-c', 'echo first; echo warn >&2; cat'],
+      stdin: `${'é'.repeat(40_000)}\n`,
+      onOutput: (c, s) => chunks.push([c, s]),
+    });
+    const joined = (stream: OutputStream) =>
+      chunks
+        .filter(([, s]) => s === stream)
+        .map(([c]) => c)
+        .join('');
+    expect(joined('stdout')).toBe(r.stdout);
+    expect(joined('stderr')).toBe('warn\n');
+    expect(r.stdout).toBe(`first\n${'é'.repeat(40_000)}\n`);
+    expect(chunks.every(([c]) => !c.includes('\uFFFD'))).toBe(true);
+  });
+
+  it('reports a binary that does not exist as a start failure', async () => {
+    const r = await runner.run({ cmd: 'missing', args: ['x'] });
+    expect(r.exitCode).toBe(-1);
+    expect(r.error).toBeInstanceOf(CommandStartError);
+    expect(r.error?.message).toBe('failed to start missing: ENOENT');
+    expect((r.error?.cause as NodeJS.ErrnoException | undefined)?.code).toBe('ENOENT');
+  });
+
+  it('counts runs and time per tool', () => {
+    const snap = metrics.snapshot();
+    expect(snap.sleep).toMatchObject({ count: 2, failures: 2 });
+    expect(snap.sleep?.totalMs).toBeGreaterThanOrEqual(300);
+    expect(snap.missing).toEqual({ count: 1, failures: 1, totalMs: 0, maxMs: 0 });
+    expect(snap.echo?.count).toBe(4);
+    expect(snap.echo?.failures).toBe(1);
+  });
+});
