@@ -1,0 +1,11 @@
+/**
+ * Reconcile core: Go durations, the reconcile timer, and status transitions and error surface.
+ * Mirrors kapp-controller `pkg/app/reconcile_timer.go`, `pkg/app/app_reconcile.go`,
+ * `pkg/exec/cmd_run_result.go` (see each module).
+ *
+ * @module
+ */
+export * from './duration.js';
+export * from './status.js';
+export * from './timer.js';
+export type * from './types.js';
