@@ -165,6 +165,8 @@ export const COMPONENTS: readonly GoComponent[] = [
     name: 'versitygw',
     module: 'github.com/versity/versitygw',
     version: 'v1.8.0',
+    // its Makefile stamps these; unstamped it reports `Version  : git`
+    stamps: ['main.Version=v1.8.0', 'main.Build=v1.8.0', 'main.BuildTime=1970-01-01T00:00:00Z'],
     binaries: [
       {
         bin: 'versitygw',
