@@ -1,0 +1,573 @@
+/**
+ * Deterministic tarballs of a directory, and bounded, traversal-safe unpacking.
+ *
+ * This module reads and writes the local filesystem (a stage's scratch directory); it does
+ * no network I/O and has no clock. Packing and unpacking are bounded by {@link ArtifactLimits}.
+ *
+ * @see fluxcd/pkg `tar` (bounded untar) and vendir `pkg/vendir/directory` (symlink checks).
+ */
+import { createWriteStream } from 'node:fs';
+import {
+  chmod,
+  lstat,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  readlink,
+  realpath,
+  rename,
+  rm,
+  symlink,
+} from 'node:fs/promises';
+import { basename, dirname, join, sep } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { promisify } from 'node:util';
+import { gunzip, gzip, constants as zlibConstants } from 'node:zlib';
+import { Header, Parser, Pax, type ReadEntry } from 'tar';
+import { sha256Hex } from './keys.js';
+
+const gzipAsync = promisify(gzip);
+const gunzipAsync = promisify(gunzip);
+
+/** Default cap on the total bytes of file content packed or unpacked: 512 MiB. */
+export const DEFAULT_MAX_ARTIFACT_BYTES = 512 * 1024 * 1024;
+/** Default cap on the number of entries (files, directories, symlinks): 100 000. */
+export const DEFAULT_MAX_ARTIFACT_ENTRIES = 100_000;
+
+/** Bounds for {@link packDir}, {@link unpackTarball} and {@link tarSha256}. */
+export interface ArtifactLimits {
+  /** Maximum total bytes of file content (for {@link tarSha256}: of the tar stream). Default {@link DEFAULT_MAX_ARTIFACT_BYTES}. */
+  readonly maxBytes?: number;
+  /** Maximum number of entries. Default {@link DEFAULT_MAX_ARTIFACT_ENTRIES}. */
+  readonly maxEntries?: number;
+}
+
+/** Why an artifact operation was refused. */
+export type ArtifactErrorCode =
+  | 'too-large'
+  | 'too-many-entries'
+  | 'unsafe-path'
+  | 'unsafe-symlink'
+  | 'unsupported-entry'
+  | 'duplicate-entry'
+  | 'bad-archive'
+  | 'destination-not-empty'
+  | 'io';
+
+/**
+ * Error thrown by this module. `code` says why; `path` is the offending entry's relative path
+ * when there is one. I/O failures are `code: 'io'` with the original error as `cause`.
+ */
+export class ArtifactError extends Error {
+  override readonly name = 'ArtifactError';
+  constructor(
+    readonly code: ArtifactErrorCode,
+    message: string,
+    readonly path?: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
+/** Result of {@link packDir}. */
+export interface PackedDir {
+  /** The gzip-compressed tarball. */
+  readonly tgz: Buffer;
+  /**
+   * Lowercase hex sha256 of the *uncompressed* tar stream: the artifact's identity, used in
+   * its key (`fetchArtifactKey`). It does not depend on the gzip implementation, so two
+   * hosts with different zlib builds agree on it even if their `.tgz` bytes differ.
+   */
+  readonly sha256: string;
+  /** Size of the uncompressed tar stream in bytes. */
+  readonly tarBytes: number;
+  /** Number of entries (files, directories and symlinks; the root itself is not an entry). */
+  readonly entries: number;
+}
+
+const BLOCK = 512;
+const EPOCH = new Date(0);
+
+interface WalkEntry {
+  rel: string;
+  abs: string;
+  type: 'File' | 'Directory' | 'SymbolicLink';
+  mode: number;
+  linkpath?: string;
+}
+
+function limitsOf(l: ArtifactLimits | undefined): { maxBytes: number; maxEntries: number } {
+  return {
+    maxBytes: l?.maxBytes ?? DEFAULT_MAX_ARTIFACT_BYTES,
+    maxEntries: l?.maxEntries ?? DEFAULT_MAX_ARTIFACT_ENTRIES,
+  };
+}
+
+function ioError(action: string, cause: unknown, path?: string): ArtifactError {
+  return new ArtifactError('io', action, path, { cause });
+}
+
+function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+}
+
+function isInside(root: string, p: string): boolean {
+  return p === root || p.startsWith(root.endsWith(sep) ? root : root + sep);
+}
+
+/**
+ * Lexically checks a symlink target: relative, and resolving from the link's directory never
+ * leaves the root, not even in the middle (`../root/x` is refused).
+ * @returns an error message, or undefined when the target is acceptable.
+ */
+function symlinkTargetProblem(linkRel: string, target: string): string | undefined {
+  if (target === '' || target.includes('\0')) return 'empty or invalid target';
+  if (target.startsWith('/') || target.includes('\\') || /^[A-Za-z]:/.test(target)) return 'absolute target';
+  let depth = linkRel.split('/').length - 1;
+  for (const seg of target.split('/')) {
+    if (seg === '' || seg === '.') continue;
+    if (seg === '..') {
+      depth -= 1;
+      if (depth < 0) return 'target escapes the directory';
+    } else {
+      depth += 1;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Packs `dir` into a deterministic gzip tarball.
+ *
+ * Determinism: entries sorted by UTF-8 byte order of their relative path (directories as
+ * `name/`, before their contents); mtime 0; uid/gid 0; uname/gname empty; mode 0755 for
+ * directories and for files with any execute bit, 0644 for other files, 0777 for symlinks;
+ * no atime/ctime/dev/ino and no pax header unless a path or link target does not fit ustar
+ * (then a pax header carrying only `path`/`linkpath`); hard links are stored as regular
+ * files; gzip level 6 with a zero gzip mtime and the OS byte fixed to 3 (Unix). The same
+ * tree packed anywhere, at any path, at any time gives the same {@link PackedDir.sha256}.
+ *
+ * Symlinks are kept only when their target is relative, stays inside `dir` and exists
+ * (vendir refuses the same ones). Sockets, FIFOs and devices are refused.
+ *
+ * @param dir directory to pack (not included as an entry itself).
+ * @throws ArtifactError `too-large` / `too-many-entries` past the limits (checked before
+ *   file contents are read), `unsafe-symlink`, `unsupported-entry`, or `io` (with `cause`)
+ *   when the directory cannot be read.
+ */
+export async function packDir(dir: string, limits?: ArtifactLimits): Promise<PackedDir> {
+  const { maxBytes, maxEntries } = limitsOf(limits);
+  let root: string;
+  try {
+    root = await realpath(dir);
+  } catch (cause) {
+    throw ioError('failed to resolve directory to pack', cause);
+  }
+  const entries: WalkEntry[] = [];
+  let totalBytes = 0;
+
+  const walk = async (absDir: string, relDir: string): Promise<void> => {
+    let names: string[];
+    try {
+      names = await readdir(absDir);
+    } catch (cause) {
+      throw ioError('failed to read directory', cause, relDir || '.');
+    }
+    for (const name of names) {
+      const rel = relDir ? `${relDir}/${name}` : name;
+      const abs = join(absDir, name);
+      if (entries.length >= maxEntries) {
+        throw new ArtifactError('too-many-entries', `more than ${maxEntries} entries`, rel);
+      }
+      let st: Awaited<ReturnType<typeof lstat>>;
+      try {
+        st = await lstat(abs);
+      } catch (cause) {
+        throw ioError('failed to stat entry', cause, rel);
+      }
+      if (st.isDirectory()) {
+        entries.push({ rel, abs, type: 'Directory', mode: 0o755 });
+        await walk(abs, rel);
+      } else if (st.isFile()) {
+        totalBytes += st.size;
+        if (totalBytes > maxBytes) {
+          throw new ArtifactError('too-large', `file contents exceed ${maxBytes} bytes`, rel);
+        }
+        entries.push({ rel, abs, type: 'File', mode: st.mode & 0o111 ? 0o755 : 0o644 });
+      } else if (st.isSymbolicLink()) {
+        let target: string;
+        try {
+          target = await readlink(abs);
+        } catch (cause) {
+          throw ioError('failed to read symlink', cause, rel);
+        }
+        const problem = symlinkTargetProblem(rel, target);
+        if (problem) throw new ArtifactError('unsafe-symlink', `symlink ${problem}`, rel);
+        let resolved: string;
+        try {
+          resolved = await realpath(abs);
+        } catch {
+          throw new ArtifactError('unsafe-symlink', 'symlink target does not exist', rel);
+        }
+        if (!isInside(root, resolved)) {
+          throw new ArtifactError('unsafe-symlink', 'symlink target escapes the directory', rel);
+        }
+        entries.push({ rel, abs, type: 'SymbolicLink', mode: 0o777, linkpath: target });
+      } else {
+        throw new ArtifactError('unsupported-entry', 'not a file, directory or symlink', rel);
+      }
+    }
+  };
+  await walk(root, '');
+
+  const tarPath = (e: WalkEntry) => (e.type === 'Directory' ? `${e.rel}/` : e.rel);
+  entries.sort((a, b) => byteOrder(tarPath(a), tarPath(b)));
+
+  const blocks: Buffer[] = [];
+  let written = 0;
+  for (const e of entries) {
+    let body: Buffer | undefined;
+    if (e.type === 'File') {
+      try {
+        body = await readFile(e.abs);
+      } catch (cause) {
+        throw ioError('failed to read file', cause, e.rel);
+      }
+      written += body.length;
+      // The file may have grown since it was stat'ed; the limit holds on what is packed.
+      if (written > maxBytes) throw new ArtifactError('too-large', `file contents exceed ${maxBytes} bytes`, e.rel);
+    }
+    const header = new Header({
+      path: tarPath(e),
+      mode: e.mode,
+      uid: 0,
+      gid: 0,
+      size: body?.length ?? 0,
+      mtime: EPOCH,
+      type: e.type,
+      linkpath: e.linkpath ?? '',
+      uname: '',
+      gname: '',
+      devmaj: 0,
+      devmin: 0,
+    });
+    const block = Buffer.alloc(BLOCK);
+    // A path or link target that does not fit ustar gets a pax header with just that field.
+    if (header.encode(block, 0)) blocks.push(new Pax({ path: tarPath(e), linkpath: e.linkpath }).encode());
+    blocks.push(block);
+    if (body && body.length > 0) {
+      blocks.push(body);
+      const pad = (BLOCK - (body.length % BLOCK)) % BLOCK;
+      if (pad) blocks.push(Buffer.alloc(pad));
+    }
+  }
+  blocks.push(Buffer.alloc(BLOCK * 2));
+  const tar = Buffer.concat(blocks);
+
+  const tgz = await gzipAsync(tar, { level: 6, strategy: zlibConstants.Z_DEFAULT_STRATEGY });
+  // RFC 1952 OS byte: fixed so macOS and Linux hosts emit the same header.
+  tgz[9] = 3;
+  return { tgz, sha256: sha256Hex(tar), tarBytes: tar.length, entries: entries.length };
+}
+
+/**
+ * Hex sha256 of the uncompressed tar stream inside `tgz`: recomputes {@link PackedDir.sha256}
+ * to verify an artifact read back from storage against its key.
+ * @param limits only `maxBytes` applies: the cap on the decompressed size (default 512 MiB).
+ * @throws ArtifactError `too-large` when decompressing exceeds `maxBytes`, `bad-archive` when
+ *   `tgz` is not gzip data.
+ */
+export async function tarSha256(tgz: Uint8Array, limits?: ArtifactLimits): Promise<string> {
+  const { maxBytes } = limitsOf(limits);
+  try {
+    return sha256Hex(await gunzipAsync(tgz, { maxOutputLength: maxBytes }));
+  } catch (cause) {
+    if ((cause as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') {
+      throw new ArtifactError('too-large', `tar stream exceeds ${maxBytes} bytes`, undefined, { cause });
+    }
+    throw new ArtifactError('bad-archive', 'failed to decompress tarball', undefined, { cause });
+  }
+}
+
+/** Result of {@link unpackTarball}. */
+export interface UnpackResult {
+  /** Entries written (files, directories, symlinks; a `./` root entry is not counted). */
+  readonly entries: number;
+  /** Total bytes of file content written. */
+  readonly bytes: number;
+}
+
+/**
+ * Validates and normalizes an entry path: relative, `/`-separated, no `.`/`..`/empty
+ * segments, no backslash or NUL. A leading `./` is dropped (GNU tar `-C dir .` archives).
+ * @returns the normalized path, `''` for the root entry, or an error message.
+ */
+function normalizeEntryPath(raw: string): { path: string } | { problem: string } {
+  let p = raw;
+  while (p.startsWith('./')) p = p.slice(2);
+  while (p.endsWith('/')) p = p.slice(0, -1);
+  if (p === '' || p === '.') return { path: '' };
+  if (p.includes('\0') || p.includes('\\')) return { problem: 'invalid character in path' };
+  if (p.startsWith('/') || /^[A-Za-z]:/.test(p)) return { problem: 'absolute path' };
+  for (const seg of p.split('/')) {
+    if (seg === '..') return { problem: 'path traversal (..)' };
+    if (seg === '' || seg === '.') return { problem: 'non-normalized path' };
+  }
+  return { path: p };
+}
+
+async function isEmptyOrMissingDir(dir: string): Promise<boolean> {
+  try {
+    return (await readdir(dir)).length === 0;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return true;
+    throw ioError('failed to read destination directory', e);
+  }
+}
+
+/**
+ * Unpacks a tarball (gzip or plain tar) into `destDir`, refusing anything unsafe.
+ *
+ * Refused (the whole unpack fails, nothing appears at `destDir`): absolute paths, `..` or
+ * non-normalized segments, backslashes; hard links, devices, FIFOs; duplicate paths; entries
+ * below a symlink; symlinks that are absolute, leave the directory lexically, or resolve
+ * (after everything is written) outside it or to nothing. Modes are normalized as
+ * {@link packDir} writes them (0755 directories and executables, 0644 other files);
+ * owners and times are not restored.
+ *
+ * Atomic: entries are written into a temporary sibling directory that is renamed to
+ * `destDir` at the end, so `destDir` must not exist or be an empty directory. Memory use is
+ * bounded: file data is streamed to disk in small chunks.
+ *
+ * @throws ArtifactError `too-large` / `too-many-entries` (limits are checked on each entry's
+ *   header, before its data is written), `unsafe-path`, `unsafe-symlink`,
+ *   `unsupported-entry`, `duplicate-entry`, `bad-archive` (not a tar, truncated, bad
+ *   checksum, decompression ratio above 1000), `destination-not-empty`, or `io` with `cause`.
+ */
+export async function unpackTarball(
+  archive: Uint8Array,
+  destDir: string,
+  limits?: ArtifactLimits,
+): Promise<UnpackResult> {
+  const { maxBytes, maxEntries } = limitsOf(limits);
+  if (!(await isEmptyOrMissingDir(destDir))) {
+    throw new ArtifactError('destination-not-empty', 'destination directory is not empty');
+  }
+  const parent = dirname(destDir);
+  let tmp: string;
+  try {
+    await mkdir(parent, { recursive: true });
+    tmp = await mkdtemp(join(parent, `.${basename(destDir)}.~unpack-`));
+  } catch (cause) {
+    throw ioError('failed to create temporary directory', cause);
+  }
+  try {
+    const result = await extractInto(archive, tmp, maxBytes, maxEntries);
+    try {
+      // mkdtemp creates 0700; the unpacked root gets the directory mode entries get.
+      await chmod(tmp, 0o755);
+      await rename(tmp, destDir);
+    } catch (cause) {
+      if ((cause as NodeJS.ErrnoException).code === 'ENOTEMPTY' || (cause as NodeJS.ErrnoException).code === 'EEXIST') {
+        throw new ArtifactError('destination-not-empty', 'destination directory is not empty', undefined, { cause });
+      }
+      throw ioError('failed to move unpacked directory into place', cause);
+    }
+    return result;
+  } catch (e) {
+    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+    throw e;
+  }
+}
+
+async function extractInto(
+  archive: Uint8Array,
+  root: string,
+  maxBytes: number,
+  maxEntries: number,
+): Promise<UnpackResult> {
+  const seen = new Set<string>();
+  const implicitDirs = new Set<string>();
+  const symlinks: { path: string; target: string }[] = [];
+  const symlinkPaths = new Set<string>();
+  const dirPaths = new Set<string>();
+  let entries = 0;
+  let bytes = 0;
+  let failure: Error | undefined;
+  let chain: Promise<void> = Promise.resolve();
+
+  const parser = new Parser({ strict: true, noResume: true });
+  // The file entry being streamed to disk: ended by hand when the parser fails mid-entry,
+  // since the parser then never ends it and the write would wait forever.
+  let current: ReadEntry | undefined;
+
+  const fail = (e: Error) => {
+    if (failure) return;
+    failure = e;
+    parser.abort(e);
+  };
+
+  const onEntry = (entry: ReadEntry) => {
+    if (failure) {
+      entry.resume();
+      return;
+    }
+    const problem = checkEntry(entry);
+    if (problem) {
+      fail(problem);
+      entry.resume();
+      return;
+    }
+    const norm = normalizeEntryPath(entry.path) as { path: string };
+    const rel = norm.path;
+    if (rel === '' || entry.type === 'Directory') {
+      entry.resume();
+      if (rel === '') return;
+      chain = chain.then(async () => {
+        if (failure) return;
+        try {
+          await mkdir(join(root, rel), { recursive: true, mode: 0o755 });
+          await chmod(join(root, rel), 0o755);
+        } catch (cause) {
+          fail(ioError('failed to create directory', cause, rel));
+        }
+      });
+      return;
+    }
+    if (entry.type === 'SymbolicLink') {
+      entry.resume();
+      symlinks.push({ path: rel, target: entry.linkpath ?? '' });
+      return;
+    }
+    const abs = join(root, rel);
+    const mode = (entry.mode ?? 0o644) & 0o111 ? 0o755 : 0o644;
+    chain = chain.then(async () => {
+      if (failure) {
+        entry.resume();
+        return;
+      }
+      try {
+        await mkdir(dirname(abs), { recursive: true, mode: 0o755 });
+        current = entry;
+        if (failure) throw failure;
+        await pipeline(entry, createWriteStream(abs, { flags: 'wx', mode }));
+        await chmod(abs, mode);
+      } catch (cause) {
+        entry.resume();
+        fail(ioError('failed to write file', cause, rel));
+      } finally {
+        current = undefined;
+      }
+    });
+  };
+
+  const checkEntry = (entry: ReadEntry): ArtifactError | undefined => {
+    const norm = normalizeEntryPath(entry.path);
+    if ('problem' in norm) return new ArtifactError('unsafe-path', norm.problem, entry.path);
+    const rel = norm.path;
+    if (rel === '') {
+      return entry.type === 'Directory'
+        ? undefined
+        : new ArtifactError('unsafe-path', 'root entry is not a directory', entry.path);
+    }
+    const kind = entry.type;
+    if (
+      kind !== 'File' &&
+      kind !== 'OldFile' &&
+      kind !== 'ContiguousFile' &&
+      kind !== 'Directory' &&
+      kind !== 'SymbolicLink'
+    ) {
+      return new ArtifactError('unsupported-entry', `unsupported entry type ${kind}`, rel);
+    }
+    entries += 1;
+    if (entries > maxEntries) return new ArtifactError('too-many-entries', `more than ${maxEntries} entries`, rel);
+    if (kind !== 'Directory' && kind !== 'SymbolicLink') {
+      bytes += entry.size ?? 0;
+      if (bytes > maxBytes) return new ArtifactError('too-large', `file contents exceed ${maxBytes} bytes`, rel);
+    }
+    if (seen.has(rel) || (kind !== 'Directory' && implicitDirs.has(rel))) {
+      return new ArtifactError('duplicate-entry', 'duplicate entry', rel);
+    }
+    const parts = rel.split('/');
+    for (let i = 1; i < parts.length; i++) {
+      const ancestor = parts.slice(0, i).join('/');
+      if (symlinkPaths.has(ancestor)) return new ArtifactError('unsafe-path', 'entry below a symlink', rel);
+      if (seen.has(ancestor) && !dirPaths.has(ancestor)) {
+        return new ArtifactError('unsafe-path', 'entry below a non-directory', rel);
+      }
+      implicitDirs.add(ancestor);
+    }
+    seen.add(rel);
+    if (kind === 'Directory') dirPaths.add(rel);
+    if (kind === 'SymbolicLink') {
+      symlinkPaths.add(rel);
+      const lp = symlinkTargetProblem(rel, entry.linkpath ?? '');
+      if (lp) return new ArtifactError('unsafe-symlink', `symlink ${lp}`, rel);
+    }
+    return undefined;
+  };
+  parser.on('entry', onEntry);
+  const done = new Promise<void>((resolve) => {
+    parser.on('error', (e: Error) => {
+      if (!failure) failure = new ArtifactError('bad-archive', 'failed to read tarball', undefined, { cause: e });
+      current?.destroy(failure);
+      resolve();
+    });
+    parser.on('end', () => resolve());
+    parser.on('abort', () => {
+      current?.destroy(failure);
+      resolve();
+    });
+  });
+
+  // Feed in slices and honour backpressure so decompressed data never piles up in memory.
+  const CHUNK = 64 * 1024;
+  const buf = Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength);
+  for (let off = 0; off < buf.length && !failure; off += CHUNK) {
+    if (!parser.write(buf.subarray(off, off + CHUNK))) {
+      await new Promise<void>((resolve) => {
+        const finish = () => {
+          parser.off('drain', finish);
+          parser.off('abort', finish);
+          parser.off('error', finish);
+          resolve();
+        };
+        parser.on('drain', finish);
+        parser.on('abort', finish);
+        parser.on('error', finish);
+      });
+    }
+  }
+  if (!failure) parser.end();
+  await done;
+  await chain;
+  if (failure) throw failure;
+
+  // Symlinks last: nothing is ever written through one.
+  for (const l of symlinks) {
+    try {
+      await mkdir(dirname(join(root, l.path)), { recursive: true, mode: 0o755 });
+      await symlink(l.target, join(root, l.path));
+    } catch (cause) {
+      throw ioError('failed to create symlink', cause, l.path);
+    }
+  }
+  if (symlinks.length > 0) {
+    const realRoot = await realpath(root);
+    for (const l of symlinks) {
+      let resolved: string;
+      try {
+        resolved = await realpath(join(root, l.path));
+      } catch {
+        throw new ArtifactError('unsafe-symlink', 'symlink target does not exist', l.path);
+      }
+      if (!isInside(realRoot, resolved)) {
+        throw new ArtifactError('unsafe-symlink', 'symlink target escapes the directory', l.path);
+      }
+    }
+  }
+  return { entries, bytes };
+}
