@@ -1,52 +1,19 @@
 /**
- * Minimal structural shapes for the parts of an App the deploy planner reads, with upstream's JSON
- * names (`pkg/apis/kappctrl/v1alpha1/types.go`, `types_deploy.go`). Every field is optional, as in
- * the CRD, so the zod-inferred types of `functions/lib/api/` are assignable to these.
+ * The App types the deploy planner reads (upstream `types.go`, `types_deploy.go`), re-exported from
+ * the zod schemas in `functions/lib/api/`.
  *
  * @module
  */
+import type * as api from '../api/index.js';
 
-/** `AppDeployKapp`. */
-export interface AppDeployKapp {
-  /** `--into-ns <ns>`. */
-  intoNs?: string;
-  /** `--map-ns <src:dst>` each. */
-  mapNs?: string[];
-  /** Extra `kapp deploy` flags (`--name=value`, deploy allow-list). */
-  rawOptions?: string[];
-  /** `null`/unset: no inspect; `{}`: inspect after each deploy. */
-  inspect?: { rawOptions?: string[] } | null;
-  /** Extra `kapp delete` flags (delete allow-list). */
-  delete?: { rawOptions?: string[] } | null;
-}
+/** `AppDeployKapp`: `intoNs`, `mapNs`, `rawOptions`, `inspect` (unset: no inspect), `delete`. */
+export type AppDeployKapp = api.AppDeployKapp;
 
-/** One `spec.deploy[]` entry. */
-export interface AppDeploy {
-  /** The only supported deployer. */
-  kapp?: AppDeployKapp;
-}
+/** One `spec.deploy[]` entry (`kapp`). */
+export type AppDeploy = api.AppDeploy;
 
-/** `AppCluster`: deploy to another cluster through a kubeconfig Secret. */
-export interface AppCluster {
-  /** Namespace in the destination cluster (`--namespace` and `--app-namespace`). */
-  namespace?: string;
-  /** Secret (App namespace) holding the kubeconfig. */
-  kubeconfigSecretRef?: {
-    /** Secret name. */
-    name?: string;
-    /** Key holding the kubeconfig YAML (default `value`). */
-    key?: string;
-  };
-}
+/** `AppCluster`: `namespace`, `kubeconfigSecretRef.{name,key}` (key default `value`). */
+export type AppCluster = api.AppCluster;
 
 /** The spec fields that decide credentials, namespaces and the kapp invocation. */
-export interface AppDeploySpec {
-  /** ServiceAccount in the App namespace (wins over `cluster`). */
-  serviceAccountName?: string;
-  /** Destination cluster via kubeconfig Secret. */
-  cluster?: AppCluster | null;
-  /** Default namespace for resources without one (`--namespace`). */
-  defaultNamespace?: string;
-  /** Exactly one entry with `kapp`. */
-  deploy?: AppDeploy[];
-}
+export type AppDeploySpec = Pick<api.AppSpec, 'serviceAccountName' | 'cluster' | 'defaultNamespace' | 'deploy'>;

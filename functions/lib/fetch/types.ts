@@ -7,120 +7,40 @@
  * @module
  */
 
-/** `AppFetchLocalRef`: a reference to a Secret in the App's namespace. */
-export interface LocalRef {
-  /** Secret name. */
-  name?: string;
-}
+import type * as api from '../api/index.js';
+
+/** `AppFetchLocalRef`: a reference to a Secret in the App's namespace (`name`). */
+export type LocalRef = api.LocalRef;
 
 /** vendir `VersionSelection` (`semver.constraints`, `semver.prereleases.identifiers`). */
-export interface VersionSelection {
-  /** Semver selection; the only strategy upstream supports. */
-  semver?: {
-    /** Constraint such as `>=1.0.0 <2.0.0` (blang/carvel semantics, evaluated by vendir). */
-    constraints?: string;
-    /** Include pre-releases; `identifiers` narrows which (`alpha`, `rc`, ...). */
-    prereleases?: { identifiers?: string[] };
-  };
-}
+export type VersionSelection = api.VersionSelection;
 
-/** `AppFetchInlineSourceRef`: a Secret or ConfigMap whose keys become files. */
-export interface InlineSourceRef {
-  /** Object name (same namespace as the App). */
-  name?: string;
-  /** Directory (relative to the fetch directory) the keys are written into. */
-  directoryPath?: string;
-}
+/** `AppFetchInlineSourceRef`: a Secret or ConfigMap (`name`) whose keys go to `directoryPath`. */
+export type InlineSourceRef = api.AppFetchInlineSourceRef;
 
-/** `AppFetchInline`. */
-export interface AppFetchInline {
-  /** File path (relative) to file content. */
-  paths?: Record<string, string>;
-  /** Secrets and ConfigMaps whose every data key becomes a file. */
-  pathsFrom?: Array<{ secretRef?: InlineSourceRef; configMapRef?: InlineSourceRef }>;
-}
+/** `AppFetchInline`: `paths` (file to content) and `pathsFrom` (Secrets/ConfigMaps). */
+export type AppFetchInline = api.AppFetchInline;
 
-/** `AppFetchImage`: an OCI image whose layers hold the configuration. */
-export interface AppFetchImage {
-  /** Image reference, by tag or `@sha256:` digest. */
-  url?: string;
-  /** Pick a tag by semver (leave the tag out of `url`). */
-  tagSelection?: VersionSelection;
-  /** Registry credentials. */
-  secretRef?: LocalRef;
-  /** Sub-directory of the image to keep (vendir `newRootPath`). */
-  subPath?: string;
-}
+/** `AppFetchImage`: `url`, `tagSelection`, `secretRef`, `subPath`. */
+export type AppFetchImage = api.AppFetchImage;
 
-/** `AppFetchHTTP`: a file, tgz, tar or zip over HTTP(S). */
-export interface AppFetchHTTP {
-  /** Download URL. */
-  url?: string;
-  /** Expected sha256 (hex) of the downloaded bytes. */
-  sha256?: string;
-  /** `username` + `password` Secret. */
-  secretRef?: LocalRef;
-  /** Sub-directory of the unpacked archive to keep (vendir `newRootPath`). */
-  subPath?: string;
-}
+/** `AppFetchHTTP`: `url`, `sha256`, `secretRef`, `subPath`. */
+export type AppFetchHTTP = api.AppFetchHTTP;
 
-/** `AppFetchGit`. */
-export interface AppFetchGit {
-  /** Repository URL (http(s) or ssh). */
-  url?: string;
-  /** Branch (`origin/main`), tag or commit sha. */
-  ref?: string;
-  /** Pick a tag by semver. */
-  refSelection?: VersionSelection;
-  /** `ssh-privatekey`/`ssh-knownhosts` or `username`/`password` Secret. */
-  secretRef?: LocalRef;
-  /** Sub-directory to keep (vendir `newRootPath`). */
-  subPath?: string;
-  /** Skip git-lfs smudge (do not download LFS objects). */
-  lfsSkipSmudge?: boolean;
-  /** Send credentials as HTTP basic auth without waiting for a challenge. */
-  forceHTTPBasicAuth?: boolean;
-  /** Clone depth; unset means 1, 0 means the full history. */
-  depth?: number;
-}
+/**
+ * `AppFetchGit`: `url`, `ref`, `refSelection`, `secretRef`, `subPath`, `lfsSkipSmudge`,
+ * `forceHTTPBasicAuth`, `depth` (unset means 1, 0 means the full history).
+ */
+export type AppFetchGit = api.AppFetchGit;
 
-/** `AppFetchHelmChart`. */
-export interface AppFetchHelmChart {
-  /** Chart name. */
-  name?: string;
-  /** Chart version (unset: latest). */
-  version?: string;
-  /** Chart repository (`https://...` or `oci://...`). */
-  repository?: { url?: string; secretRef?: LocalRef };
-}
+/** `AppFetchHelmChart`: `name`, `version`, `repository.{url,secretRef}`. */
+export type AppFetchHelmChart = api.AppFetchHelmChart;
 
-/** `AppFetchImgpkgBundle`. */
-export interface AppFetchImgpkgBundle {
-  /** Bundle image reference, by tag or `@sha256:` digest. */
-  image?: string;
-  /** Pick a tag by semver. */
-  tagSelection?: VersionSelection;
-  /** Registry credentials. */
-  secretRef?: LocalRef;
-}
+/** `AppFetchImgpkgBundle`: `image`, `tagSelection`, `secretRef`. */
+export type AppFetchImgpkgBundle = api.AppFetchImgpkgBundle;
 
 /** One `spec.fetch[]` entry (`AppFetch`): exactly one source plus an optional `path`. */
-export interface AppFetch {
-  /** Files given in the App (and Secrets/ConfigMaps). */
-  inline?: AppFetchInline;
-  /** OCI image. */
-  image?: AppFetchImage;
-  /** HTTP download. */
-  http?: AppFetchHTTP;
-  /** Git repository. */
-  git?: AppFetchGit;
-  /** Helm chart from a chart repository. */
-  helmChart?: AppFetchHelmChart;
-  /** imgpkg bundle. */
-  imgpkgBundle?: AppFetchImgpkgBundle;
-  /** Directory name for this entry (default: the entry's index). */
-  path?: string;
-}
+export type AppFetch = api.AppFetch;
 
 /** The metadata fields the planners read from an App. */
 export interface AppMetadataLike {

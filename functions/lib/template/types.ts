@@ -1,124 +1,47 @@
 /**
- * Minimal structural shapes for `spec.template[]` (`AppTemplate`), with upstream's JSON names
- * (`pkg/apis/kappctrl/v1alpha1/types_template.go`). Every field is optional, as in the CRD, so
- * the zod-inferred types of `functions/lib/api/` are assignable to these.
+ * `spec.template[]` types (`AppTemplate`, upstream `types_template.go`), re-exported from the zod
+ * schemas in `functions/lib/api/` under the names the template planners use.
  *
  * @module
  */
-import type { AppFetchInline } from '../fetch/types.js';
+import type * as api from '../api/index.js';
 
-/** `AppTemplateValuesSourceRef`: a Secret or ConfigMap whose every key becomes a values file. */
-export interface ValuesSourceRef {
-  /** Object name (App namespace). */
-  name?: string;
-}
+/** `AppTemplateValuesSourceRef`: a Secret or ConfigMap (`name`) whose every key is a values file. */
+export type ValuesSourceRef = api.LocalRef;
 
-/** `AppTemplateValuesDownwardAPIItem`: one value taken from the App or the cluster. */
-export interface DownwardAPIItem {
-  /** Key in the values file; `.` separates nested keys (fieldPath only), `\.` is a literal dot. */
-  name?: string;
-  /** Relaxed JSONPath over `{metadata: {name, namespace, uid, labels, annotations}}`. */
-  fieldPath?: string;
-  /** Kubernetes version; `version` unset means the live cluster's. */
-  kubernetesVersion?: { version?: string };
-  /** Controller version; `version` unset means the running one. */
-  kappControllerVersion?: { version?: string };
-  /** API group/versions; `groupVersions` unset means the live cluster's. */
-  kubernetesAPIs?: { groupVersions?: string[] };
-}
+/**
+ * `AppTemplateValuesDownwardAPIItem`: `name` (nested with `.`, `\.` literal; fieldPath only) and one
+ * of `fieldPath`, `kubernetesVersion{version?}`, `kappControllerVersion{version?}`,
+ * `kubernetesAPIs{groupVersions?}`.
+ */
+export type DownwardAPIItem = api.AppTemplateValuesDownwardAPIItem;
 
-/** `AppTemplateValuesSource`: exactly one of the fields. */
-export interface ValuesSource {
-  /** Secret whose keys become values files. */
-  secretRef?: ValuesSourceRef;
-  /** ConfigMap whose keys become values files. */
-  configMapRef?: ValuesSourceRef;
-  /** File relative to the template root; `-` means stdin. */
-  path?: string;
-  /** Values taken from the App or the cluster. */
-  downwardAPI?: { items?: DownwardAPIItem[] };
-}
+/** `AppTemplateValuesSource`: one of `secretRef`, `configMapRef`, `path` (`-` = stdin), `downwardAPI`. */
+export type ValuesSource = api.AppTemplateValuesSource;
 
-/** `AppTemplateYtt`. */
-export interface AppTemplateYtt {
-  /** `--ignore-unknown-comments`. */
-  ignoreUnknownComments?: boolean;
-  /** Accepted but unused upstream (no `--strict` is passed). */
-  strict?: boolean;
-  /** Files written to a separate directory and passed as one more `-f`. */
-  inline?: AppFetchInline;
-  /** Paths relative to the template root; `-` means stdin. */
-  paths?: string[];
-  /** `--file-mark` values. */
-  fileMarks?: string[];
-  /** `--data-values-file` sources. */
-  valuesFrom?: ValuesSource[];
-}
+/**
+ * `AppTemplateYtt`: `ignoreUnknownComments`, `strict` (accepted, unused upstream), `inline`, `paths`,
+ * `fileMarks`, `valuesFrom`.
+ */
+export type AppTemplateYtt = api.AppTemplateYtt;
 
-/** `AppTemplateKbld`. */
-export interface AppTemplateKbld {
-  /** Paths relative to the template root; `-` means stdin. */
-  paths?: string[];
-}
+/** `AppTemplateKbld`: `paths`. */
+export type AppTemplateKbld = api.AppTemplateKbld;
 
-/** `AppTemplateHelmTemplate`. */
-export interface AppTemplateHelmTemplate {
-  /** Release name (default: App name). */
-  name?: string;
-  /** Release namespace (default: App namespace). */
-  namespace?: string;
-  /** Chart directory relative to the template root (default: the root). */
-  path?: string;
-  /** `--values` sources. */
-  valuesFrom?: ValuesSource[];
-  /** `--kube-version`; see `planHelmTemplate` for how `version` is used. */
-  kubernetesVersion?: { version?: string };
-  /** `--api-versions`; see `planHelmTemplate` for how `groupVersions` is used. */
-  kubernetesAPIs?: { groupVersions?: string[] };
-}
+/**
+ * `AppTemplateHelmTemplate`: `name`, `namespace`, `path`, `valuesFrom`, `kubernetesVersion`,
+ * `kubernetesAPIs`.
+ */
+export type AppTemplateHelmTemplate = api.AppTemplateHelmTemplate;
 
-/** `AppTemplateSopsPrivateKeysSecretRef`. */
-export interface SopsPrivateKeysSecretRef {
-  /** Secret name (App namespace); every value is a private key. */
-  name?: string;
-}
+/** `AppTemplateSopsPrivateKeysSecretRef`: `name`. */
+export type SopsPrivateKeysSecretRef = api.AppTemplateSopsPrivateKeysSecretRef;
 
-/** `AppTemplateSops`. */
-export interface AppTemplateSops {
-  /** PGP keys (armored private key block). */
-  pgp?: { privateKeysSecretRef?: SopsPrivateKeysSecretRef };
-  /** age keys (`AGE-SECRET-KEY-...` lines). */
-  age?: { privateKeysSecretRef?: SopsPrivateKeysSecretRef };
-  /** Files or directories (relative to the template root) to decrypt; default: the root. */
-  paths?: string[];
-}
+/** `AppTemplateSops`: `pgp.privateKeysSecretRef` or `age.privateKeysSecretRef`, `paths`. */
+export type AppTemplateSops = api.AppTemplateSops;
 
-/** `AppTemplateCue`. */
-export interface AppTemplateCue {
-  /** Inputs relative to the template root (default `.`), passed as given after a scope check. */
-  paths?: string[];
-  /** Positional values files. */
-  valuesFrom?: ValuesSource[];
-  /** `--path <inputExpression>` (where values are placed). */
-  inputExpression?: string;
-  /** `--expression <outputExpression>`. */
-  outputExpression?: string;
-}
+/** `AppTemplateCue`: `paths`, `valuesFrom`, `inputExpression`, `outputExpression`. */
+export type AppTemplateCue = api.AppTemplateCue;
 
-/** One `spec.template[]` entry: exactly one templater. */
-export interface AppTemplate {
-  /** ytt. */
-  ytt?: AppTemplateYtt;
-  /** kbld (never builds). */
-  kbld?: AppTemplateKbld;
-  /** `helm template`. */
-  helmTemplate?: AppTemplateHelmTemplate;
-  /** sops decryption (rewrites the directory, emits no stream). */
-  sops?: AppTemplateSops;
-  /** `cue export`. */
-  cue?: AppTemplateCue;
-  /** Declared but not implemented upstream (`Unsupported way to template`). */
-  kustomize?: Record<string, unknown>;
-  /** Declared but not implemented upstream (`Unsupported way to template`). */
-  jsonnet?: Record<string, unknown>;
-}
+/** One `spec.template[]` entry (`AppTemplate`): exactly one templater. */
+export type AppTemplate = api.AppTemplate;
