@@ -1,0 +1,232 @@
+/**
+ * {@link ObjectStore} over a local directory: the embedded runtime's object storage.
+ */
+import { randomBytes } from 'node:crypto';
+import { link, lstat, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import {
+  DEFAULT_MAX_OBJECT_BYTES,
+  type GetOptions,
+  type ListOptions,
+  listLimit,
+  type ObjectBody,
+  type ObjectHead,
+  type ObjectStore,
+  ObjectTooLargeError,
+  StoreError,
+  type StoreOp,
+  sortKeys,
+  toBuffer,
+  validateKey,
+  validatePrefix,
+} from './port.js';
+
+/** Options of {@link LocalDirStore}. */
+export interface LocalDirStoreOptions {
+  /** Largest object read or written, in bytes. Default {@link DEFAULT_MAX_OBJECT_BYTES} (512 MiB). */
+  readonly maxObjectBytes?: number;
+  /** fsync each file before it becomes visible (durable across power loss). Default true. */
+  readonly fsync?: boolean;
+}
+
+/**
+ * Temp files carry `~`, which keys cannot contain, so they never collide with a key and
+ * {@link LocalDirStore.list} skips them.
+ */
+const TEMP_MARK = '.~tmp-';
+
+function code(e: unknown): string | undefined {
+  return (e as NodeJS.ErrnoException | undefined)?.code;
+}
+
+/**
+ * Stores each object as the file `<rootDir>/<key>`.
+ *
+ * - Writes go to a temp file in the target's directory (same file system), are fsync'ed,
+ *   then appear atomically: `put` renames over the key, `putIfAbsent` hard-links the temp
+ *   file to the key, which fails with `EEXIST` for all but one of concurrent creators.
+ * - Keys are validated (no `..`, not absolute, `[A-Za-z0-9._/-]` only) so no key leaves
+ *   `rootDir`. A key cannot also be a "directory" of other keys (`a` and `a/b` cannot
+ *   coexist, unlike S3); that write fails with a {@link StoreError}.
+ * - `rootDir` is created on the first write; a missing root lists as empty.
+ * - Directories emptied by `delete` are left in place (removing them would race with writers).
+ *
+ * Errors: see {@link ObjectStore}; filesystem errors are wrapped in {@link StoreError} with the
+ * original error as `cause`.
+ */
+export class LocalDirStore implements ObjectStore {
+  private readonly maxObjectBytes: number;
+  private readonly fsync: boolean;
+
+  /**
+   * @param rootDir directory holding the objects (absolute path recommended).
+   */
+  constructor(
+    readonly rootDir: string,
+    opts: LocalDirStoreOptions = {},
+  ) {
+    this.maxObjectBytes = opts.maxObjectBytes ?? DEFAULT_MAX_OBJECT_BYTES;
+    this.fsync = opts.fsync ?? true;
+  }
+
+  private pathOf(key: string): string {
+    return join(this.rootDir, ...key.split('/'));
+  }
+
+  /** {@inheritDoc ObjectStore.get} */
+  async get(key: string, opts: GetOptions = {}): Promise<Buffer | undefined> {
+    validateKey(key, 'get');
+    const max = opts.maxBytes ?? this.maxObjectBytes;
+    let fh: Awaited<ReturnType<typeof open>>;
+    try {
+      fh = await open(this.pathOf(key), 'r');
+    } catch (e) {
+      if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR' || code(e) === 'EISDIR') return undefined;
+      throw new StoreError(`failed to get object "${key}"`, 'get', key, { cause: e });
+    }
+    try {
+      const st = await fh.stat();
+      if (!st.isFile()) return undefined;
+      // Objects are replaced by rename, never modified in place, so the open file's size holds.
+      if (st.size > max) throw new ObjectTooLargeError('get', key, max);
+      const buf = Buffer.allocUnsafe(st.size);
+      let off = 0;
+      while (off < st.size) {
+        const { bytesRead } = await fh.read(buf, off, st.size - off, off);
+        if (bytesRead === 0) break;
+        off += bytesRead;
+      }
+      return off === st.size ? buf : buf.subarray(0, off);
+    } catch (e) {
+      if (e instanceof StoreError) throw e;
+      throw new StoreError(`failed to get object "${key}"`, 'get', key, { cause: e });
+    } finally {
+      await fh.close().catch(() => undefined);
+    }
+  }
+
+  /** {@inheritDoc ObjectStore.head} */
+  async head(key: string): Promise<ObjectHead | undefined> {
+    validateKey(key, 'head');
+    try {
+      const st = await stat(this.pathOf(key));
+      if (!st.isFile()) return undefined;
+      return { size: st.size, lastModified: st.mtime };
+    } catch (e) {
+      if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return undefined;
+      throw new StoreError(`failed to head object "${key}"`, 'head', key, { cause: e });
+    }
+  }
+
+  /** {@inheritDoc ObjectStore.putIfAbsent} */
+  async putIfAbsent(key: string, body: ObjectBody): Promise<'created' | 'exists'> {
+    validateKey(key, 'putIfAbsent');
+    const buf = this.checkSize('putIfAbsent', key, body);
+    const target = this.pathOf(key);
+    try {
+      // Cheap early answer for the common "already stored" case; link() below is the real test.
+      if ((await lstat(target).catch(() => undefined))?.isFile()) return 'exists';
+      const tmp = await this.writeTemp(target, buf);
+      try {
+        await link(tmp, target);
+        return 'created';
+      } catch (e) {
+        if (code(e) === 'EEXIST') return 'exists';
+        throw e;
+      } finally {
+        await unlink(tmp).catch(() => undefined);
+      }
+    } catch (e) {
+      throw new StoreError(`failed to create object "${key}"`, 'putIfAbsent', key, { cause: e });
+    }
+  }
+
+  /** {@inheritDoc ObjectStore.put} */
+  async put(key: string, body: ObjectBody): Promise<void> {
+    validateKey(key, 'put');
+    const buf = this.checkSize('put', key, body);
+    const target = this.pathOf(key);
+    try {
+      const tmp = await this.writeTemp(target, buf);
+      try {
+        await rename(tmp, target);
+      } catch (e) {
+        await unlink(tmp).catch(() => undefined);
+        throw e;
+      }
+    } catch (e) {
+      throw new StoreError(`failed to put object "${key}"`, 'put', key, { cause: e });
+    }
+  }
+
+  /** {@inheritDoc ObjectStore.list} */
+  async list(prefix: string, opts?: ListOptions): Promise<string[]> {
+    validatePrefix(prefix);
+    const limit = listLimit(opts);
+    const slash = prefix.lastIndexOf('/');
+    const baseKey = slash >= 0 ? prefix.slice(0, slash) : '';
+    const keys: string[] = [];
+    const walk = async (dirKey: string): Promise<void> => {
+      let names: string[];
+      try {
+        names = await readdir(dirKey ? this.pathOf(dirKey) : this.rootDir);
+      } catch (e) {
+        if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return;
+        throw e;
+      }
+      for (const name of names) {
+        if (name.includes('~')) continue;
+        const key = dirKey ? `${dirKey}/${name}` : name;
+        // Descend only where keys with the prefix can be.
+        if (!key.startsWith(prefix) && !prefix.startsWith(`${key}/`)) continue;
+        const st = await lstat(this.pathOf(key)).catch(() => undefined);
+        if (st?.isDirectory()) await walk(key);
+        else if (st?.isFile() && key.startsWith(prefix)) keys.push(key);
+      }
+    };
+    try {
+      await walk(baseKey);
+    } catch (e) {
+      throw new StoreError(`failed to list objects under "${prefix}"`, 'list', prefix, { cause: e });
+    }
+    const after = opts?.startAfter;
+    return sortKeys(keys)
+      .filter((k) => after === undefined || k > after)
+      .slice(0, limit);
+  }
+
+  /** {@inheritDoc ObjectStore.delete} */
+  async delete(key: string): Promise<void> {
+    validateKey(key, 'delete');
+    try {
+      await unlink(this.pathOf(key));
+    } catch (e) {
+      if (code(e) === 'ENOENT' || code(e) === 'ENOTDIR') return;
+      throw new StoreError(`failed to delete object "${key}"`, 'delete', key, { cause: e });
+    }
+  }
+
+  private checkSize(op: StoreOp, key: string, body: ObjectBody): Buffer {
+    const buf = toBuffer(body);
+    if (buf.length > this.maxObjectBytes) throw new ObjectTooLargeError(op, key, this.maxObjectBytes);
+    return buf;
+  }
+
+  /** Writes `buf` to a fresh temp file next to `target` (creating parents) and returns its path. */
+  private async writeTemp(target: string, buf: Buffer): Promise<string> {
+    const dir = dirname(target);
+    await mkdir(dir, { recursive: true });
+    const tmp = join(dir, `${TEMP_MARK}${randomBytes(8).toString('hex')}`);
+    const fh = await open(tmp, 'wx', 0o644);
+    try {
+      await fh.writeFile(buf);
+      if (this.fsync) await fh.sync();
+    } catch (e) {
+      await fh.close().catch(() => undefined);
+      await unlink(tmp).catch(() => undefined);
+      throw e;
+    }
+    await fh.close();
+    return tmp;
+  }
+}
