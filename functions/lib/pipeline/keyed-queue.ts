@@ -16,6 +16,24 @@
  * Nothing sleeps inside a handler: retries are timers owned by the queue.
  */
 
+/**
+ * Thrown by a handler to have the queue retry a different item than the one it was given
+ * (a multi-stage run that crashed in a later stage retries that stage, not the first).
+ */
+export class RetryFrom<T> extends Error {
+  /**
+   * @param item - the item to retry.
+   * @param cause - the original failure.
+   */
+  constructor(
+    readonly item: T,
+    cause: unknown,
+  ) {
+    super(cause instanceof Error ? cause.message : String(cause), { cause });
+    this.name = 'RetryFrom';
+  }
+}
+
 /** Merges a pending item with a newer one for the same key; the result is run once. */
 export type Coalesce<T> = (pending: T, next: T) => T;
 
@@ -183,11 +201,12 @@ export class KeyedQueue<T> {
       st.attempt = 0;
     } catch (err) {
       failed = true;
-      this.opts.onError?.(key, err, st.attempt);
+      const retryItem = err instanceof RetryFrom ? (err.item as T) : item;
+      this.opts.onError?.(key, err instanceof RetryFrom ? err.cause : err, st.attempt);
       if (!this.closed && st.pending === undefined) {
         const delay = Math.min(this.maxRetryMs, this.baseRetryMs * 2 ** st.attempt);
         st.attempt++;
-        st.pending = item;
+        st.pending = retryItem;
         const setTimer =
           this.opts.setTimer ??
           ((fn: () => void, ms: number) => {

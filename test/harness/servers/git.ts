@@ -102,12 +102,16 @@ export function parseCgiHead(buf: Buffer): { status: number; headers: [string, s
 }
 
 function serveCgi(root: string, req: http.IncomingMessage, res: http.ServerResponse): void {
-  const url = new URL(req.url ?? '/', 'http://localhost');
-  if (url.pathname.split('/').includes('..')) {
+  let env: NodeJS.ProcessEnv;
+  try {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    env = cgiEnv(root, req, url);
+    if (env.PATH_INFO?.split('/').includes('..')) throw new Error('path leaves the repos dir');
+  } catch {
     res.writeHead(400).end('bad path\n');
     return;
   }
-  const child = spawn('git', ['http-backend'], { env: cgiEnv(root, req, url), stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn('git', ['http-backend'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
   let head = Buffer.alloc(0);
   let headersSent = false;
   let stderr = '';

@@ -1,8 +1,7 @@
 /**
  * Command line: `tsx test/harness/servers/main.ts [all|s3|registry|git|http]` starts the named
  * server(s) (default `all`, with the standard fixtures), prints one JSON line describing them
- * on stdout (credentials of the S3 server included: it is a throw-away test server on
- * loopback), and runs until SIGINT/SIGTERM, then stops them. Used by the cleanup tests (kill
+ * on stdout (the S3 secret key redacted), and runs until SIGINT/SIGTERM, then stops them. Used by the cleanup tests (kill
  * this process with SIGKILL and check that nothing is left) and handy for poking at the
  * servers by hand.
  */
@@ -26,7 +25,9 @@ if (!start) {
 }
 const servers = await start();
 const { stop: _stop, ...info } = servers as { stop(): Promise<void> } & Record<string, unknown>;
-process.stdout.write(`${JSON.stringify({ pid: process.pid, ...info })}\n`);
+// never print a secret, even a throw-away one
+const redact = (k: string, v: unknown) => (k === 'secretAccessKey' ? '<redacted>' : v);
+process.stdout.write(`${JSON.stringify({ pid: process.pid, ...info }, redact)}\n`);
 const keepAlive = setInterval(() => {}, 1 << 30);
 for (const sig of ['SIGINT', 'SIGTERM'] as const) {
   process.once(sig, () => {

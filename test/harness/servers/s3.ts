@@ -70,7 +70,8 @@ export async function createBucket(s3: S3Info, bucket: string): Promise<void> {
 }
 
 /**
- * argv for versitygw's posix backend on `127.0.0.1:<port>` with a `/healthz` probe path.
+ * argv for versitygw's posix backend on `127.0.0.1:<port>` with a `/healthz` probe path and
+ * request logging off (`--quiet`).
  * Credentials are not in argv (see {@link startS3Server}). Pure; exported for tests.
  */
 export function versitygwArgv(bin: string, port: number, dataDir: string, sidecarDir?: string): string[] {
@@ -82,6 +83,7 @@ export function versitygwArgv(bin: string, port: number, dataDir: string, sideca
     S3_REGION,
     '--health',
     '/healthz',
+    '--quiet',
     'posix',
     ...(sidecarDir ? ['--sidecar', sidecarDir] : []),
     dataDir,

@@ -1,0 +1,136 @@
+/**
+ * The embedded default: forwarder and functions in one process (`npm start`, `npm run demo`,
+ * the e2e tests). The composition root: builds the ports (kubeconfig cluster registry, local
+ * directory object store, command runner over the cached tools, pino logger) and wires one
+ * forwarder per cluster into the in-process {@link EmbeddedPipeline}. The same stage
+ * handlers run unchanged on Lambda, where each entry file builds its own ports.
+ */
+import { Forwarder } from '../../events/forwarder/forwarder.js';
+import { watchedKinds } from '../../events/forwarder/kinds.js';
+import { COMPONENTS } from '../../layers/manifest.js';
+import { cacheBinResolver } from '../lib/exec/bins.js';
+import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
+import { createCommandRunner, TOOL_NAMES } from '../lib/exec/runner.js';
+import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
+import type { Logger } from '../lib/log.js';
+import type { PipelineConfig } from '../lib/pipeline/deps.js';
+import { type DispatchDeps, EmbeddedPipeline } from '../lib/pipeline/runtime.js';
+import type { ClusterInfoSource } from '../lib/pipeline/template.js';
+import { LocalDirStore } from '../lib/store/local.js';
+import type { ObjectStore } from '../lib/store/port.js';
+
+/** Version reported as `kappControllerVersion` to the downward API. */
+export const CONTROLLER_VERSION = '0.1.0';
+
+/** Pinned tool versions (without `v`), keyed by binary, from `layers/manifest.ts`. */
+export function pinnedToolVersions(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const c of COMPONENTS) for (const b of c.binaries) out[b.bin] = c.version.replace(/^v/, '');
+  return out;
+}
+
+/** Options of {@link startEmbedded}. */
+export interface EmbeddedOptions {
+  /** Kubeconfig whose contexts are the clusters served (cluster id = context name). */
+  kubeconfigPath: string;
+  /** Serve only these contexts; default all. */
+  contexts?: readonly string[];
+  /** Namespaces to watch; default all. */
+  namespaces?: readonly string[];
+  /** Object store; default a {@link LocalDirStore} at `storeDir`. */
+  store?: ObjectStore;
+  /** Local object store root when `store` is not given. */
+  storeDir?: string;
+  /** Tool cache root (`~/.cache/kapp-lambda`). */
+  cacheRoot: string;
+  /** Scratch directory root. */
+  tmpRoot: string;
+  log: Logger;
+  /** Objects reconciled at once. Default 4. */
+  concurrency?: number;
+  /** Forwarder tuning (coalescing window, watchdog), ms. */
+  forwarder?: { coalesceWindowMs?: number; stallTimeoutMs?: number; watchTimeoutSeconds?: number };
+  /** Overrides of the pipeline configuration. */
+  config?: Partial<PipelineConfig>;
+  /** Crash retry backoff, ms. */
+  retry?: { baseRetryMs?: number; maxRetryMs?: number };
+  /** Wraps the dispatch deps (tests inject crashes here). */
+  wrapDeps?: (deps: DispatchDeps) => DispatchDeps;
+}
+
+/** A running embedded runtime. */
+export interface EmbeddedRuntime {
+  pipeline: EmbeddedPipeline;
+  forwarders: Forwarder[];
+  registry: KubeConfigClusterRegistry;
+  store: ObjectStore;
+  /** Tool runs and time per tool since start. */
+  toolMetrics: ToolMetrics;
+  /** Stops the forwarders (draining what they hold) and the pipeline after running stages end. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts forwarders and the in-process pipeline.
+ * @throws Error when the kubeconfig cannot be loaded.
+ */
+export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
+  const registry = KubeConfigClusterRegistry.fromFile(opts.kubeconfigPath, { contexts: opts.contexts });
+  const store = opts.store ?? new LocalDirStore(opts.storeDir ?? `${opts.cacheRoot}/store`);
+  const toolMetrics = createToolMetrics();
+  const runner = createCommandRunner({
+    allow: TOOL_NAMES,
+    resolveBin: cacheBinResolver(opts.cacheRoot),
+    tmpDir: opts.tmpRoot,
+    metrics: toolMetrics,
+  });
+  const clusterInfo: ClusterInfoSource = async (clusterId, needs) => {
+    const client = registry.client(clusterId);
+    return {
+      kubernetesVersion: needs.kubernetesVersion ? await client.serverVersion().catch((e: Error) => e) : undefined,
+      kubernetesAPIs: needs.kubernetesAPIs ? await client.apiGroupVersions().catch((e: Error) => e) : undefined,
+      kappControllerVersion: CONTROLLER_VERSION,
+    };
+  };
+  const base: DispatchDeps = {
+    clusters: registry,
+    store,
+    runner,
+    now: () => new Date(),
+    log: opts.log,
+    clusterInfo,
+    config: {
+      tmpRoot: opts.tmpRoot,
+      toolVersions: pinnedToolVersions(),
+      controllerVersion: CONTROLLER_VERSION,
+      ...opts.config,
+    },
+  };
+  const deps = opts.wrapDeps ? opts.wrapDeps(base) : base;
+  const pipeline = new EmbeddedPipeline(deps, { concurrency: opts.concurrency, ...opts.retry });
+  const forwarders = registry.clusterIds().map(
+    (clusterId) =>
+      new Forwarder({
+        clusterId,
+        watcher: registry.watchView(clusterId),
+        transport: pipeline,
+        kinds: watchedKinds(['App'], deps.config.timer),
+        namespaces: opts.namespaces,
+        logger: opts.log,
+        ...opts.forwarder,
+      }),
+  );
+  for (const f of forwarders) f.start();
+  return {
+    pipeline,
+    forwarders,
+    registry,
+    store,
+    toolMetrics,
+    async stop() {
+      await Promise.all(forwarders.map((f) => f.stop({ drain: false, timeoutMs: 5000 })));
+      pipeline.close();
+      await pipeline.idle();
+    },
+  };
+}

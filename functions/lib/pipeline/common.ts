@@ -1,0 +1,253 @@
+/**
+ * Pieces every stage handler shares: re-reading the App an event refers to, the run fence,
+ * reading referenced Secrets/ConfigMaps into the planners' shapes, scratch directories, and
+ * the single function that turns a run's results into status (style.md §1: steps never set
+ * conditions themselves).
+ */
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import path from 'node:path';
+import type { ObjectRef as EventObjectRef, StageStatusSummary } from '../../../events/schema.js';
+import { type App, type AppStatus, parseApp } from '../api/index.js';
+import type { ConfigMapLike, RefObjects, SecretLike } from '../fetch/types.js';
+import { refObjectsFrom } from '../fetch/types.js';
+import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ObjectRef } from '../kube/port.js';
+import { type RunFence, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
+import { logStageRun, type StageOutcome } from '../log.js';
+import {
+  fetchStatus,
+  formatStatusTime,
+  MAX_STATUS_TEXT_BYTES,
+  markReconcileCompleted,
+  type StageResult,
+  templateStatus,
+  truncateTail,
+} from '../reconcile/status.js';
+import type { AppStatusLike } from '../reconcile/types.js';
+import type { PipelineDeps } from './deps.js';
+
+/** The Kubernetes reference of the App an event refers to. */
+export function appRef(ref: Pick<EventObjectRef, 'namespace' | 'name'>): ObjectRef {
+  return { apiVersion: APP_API_VERSION, kind: 'App', namespace: ref.namespace, name: ref.name };
+}
+
+/** `cluster/App/namespace/name`: the object key used in logs and as the queue key. */
+export function objectKey(ref: Pick<EventObjectRef, 'clusterId' | 'namespace' | 'name'>): string {
+  return `${ref.clusterId}/App/${ref.namespace}/${ref.name}`;
+}
+
+/** The App as read, raw (for status writes) and parsed (for decisions). */
+export interface LoadedApp {
+  raw: KubeObject;
+  app: App;
+}
+
+/** Result of {@link loadApp}. */
+export type LoadResult =
+  | { kind: 'ok'; loaded: LoadedApp }
+  | { kind: 'gone' }
+  | { kind: 'invalid'; raw: KubeObject; message: string };
+
+/**
+ * Re-reads the App (functions never trust the event's copy: events are references).
+ * An object the API server accepted but our schema rejects (only possible with a CRD older
+ * than ours) is reported as `invalid` with the field path, so it can get a status, not a crash.
+ *
+ * @throws KubeApiError when the read fails (the run is retried).
+ */
+export async function loadApp(kube: KubeReader, ref: ObjectRef): Promise<LoadResult> {
+  const raw = await kube.getObject(ref);
+  if (!raw) return { kind: 'gone' };
+  const parsed = parseApp(raw);
+  if (!parsed.success) return { kind: 'invalid', raw, message: parsed.error.message };
+  return { kind: 'ok', loaded: { raw, app: parsed.data } };
+}
+
+/** Why a later stage stops without work: the object is gone, recreated, or has a newer spec. */
+export type FenceResult = 'ok' | 'gone' | 'stale';
+
+/** Checks that the live object is the one (uid) and the spec (generation) a run started for. */
+export function checkFence(raw: KubeObject | undefined, fence: RunFence): FenceResult {
+  if (!raw || raw.metadata.uid !== fence.uid) return 'gone';
+  if (raw.metadata.generation !== fence.generation) return 'stale';
+  return 'ok';
+}
+
+function secretLike(
+  name: string,
+  namespace: string,
+  s: { type: string; data: Record<string, Buffer> } | undefined,
+): SecretLike | undefined {
+  if (!s) return undefined;
+  const data: Record<string, string> = {};
+  for (const [k, v] of Object.entries(s.data)) data[k] = v.toString('base64');
+  return { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace }, type: s.type, data };
+}
+
+/**
+ * Reads the named Secrets and ConfigMaps of a namespace into the planners' lookup. Missing
+ * objects are simply absent (the planners then fail with the API server's not-found text).
+ *
+ * @throws KubeApiError when a read fails for another reason.
+ */
+export async function readRefs(
+  kube: KubeReader,
+  namespace: string,
+  secrets: readonly string[],
+  configMaps: readonly string[],
+): Promise<RefObjects & { digests: Record<string, string> }> {
+  const { createHash } = await import('node:crypto');
+  const digests: Record<string, string> = {};
+  const secretList: SecretLike[] = [];
+  const cmList: ConfigMapLike[] = [];
+  for (const name of [...new Set(secrets)].filter(Boolean)) {
+    const s = secretLike(name, namespace, await kube.getSecret(namespace, name));
+    if (s) secretList.push(s);
+    digests[`secret/${name}`] = s
+      ? createHash('sha256')
+          .update(JSON.stringify([s.type, s.data]))
+          .digest('hex')
+      : '-';
+  }
+  for (const name of [...new Set(configMaps)].filter(Boolean)) {
+    const c = await kube.getConfigMap(namespace, name);
+    if (c) {
+      const binaryData: Record<string, string> = {};
+      for (const [k, v] of Object.entries(c.binaryData)) binaryData[k] = v.toString('base64');
+      cmList.push({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace }, data: c.data, binaryData });
+    }
+    digests[`configmap/${name}`] = c
+      ? createHash('sha256')
+          .update(JSON.stringify([c.data, Object.keys(c.binaryData)]))
+          .digest('hex')
+      : '-';
+  }
+  return { ...refObjectsFrom({ secrets: secretList, configMaps: cmList }), digests };
+}
+
+/**
+ * Makes a fresh scratch directory under the configured tmp root; remove it with
+ * {@link removeScratch} in a `finally`.
+ */
+export async function makeScratch(deps: PipelineDeps, prefix: string): Promise<string> {
+  await mkdir(deps.config.tmpRoot, { recursive: true });
+  return await mkdtemp(path.join(deps.config.tmpRoot, `${prefix}-`));
+}
+
+/** Removes a scratch directory; never throws (a leftover temp dir must not fail a run). */
+export async function removeScratch(dir: string): Promise<void> {
+  await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+}
+
+/** Max characters of each output carried in a stage hand-off event (events/schema.ts limits). */
+const SUMMARY_OUTPUT_BYTES = 15 * 1024;
+const SUMMARY_ERROR_BYTES = 4000;
+
+/**
+ * Shrinks a status part into the bounded summary a hand-off event carries (the tail of each
+ * output is kept, like the 1 MiB status truncation, but at event size).
+ */
+export function summarize(part: {
+  startedAt?: string;
+  updatedAt?: string;
+  exitCode?: number;
+  error?: string;
+  stdout?: string;
+  stderr?: string;
+}): StageStatusSummary {
+  const s: StageStatusSummary = {
+    updatedAt: part.updatedAt ?? new Date(0).toISOString(),
+    exitCode: part.exitCode ?? 0,
+  };
+  if (part.startedAt) s.startedAt = part.startedAt;
+  if (part.error) s.error = truncateTail(part.error, SUMMARY_ERROR_BYTES);
+  if (part.stdout) s.stdout = truncateTail(part.stdout, SUMMARY_OUTPUT_BYTES);
+  if (part.stderr) s.stderr = truncateTail(part.stderr, SUMMARY_OUTPUT_BYTES);
+  return s;
+}
+
+/** Builds `status.fetch` from a fetch result (bounded, redacted). */
+export function fetchPart(result: StageResult, startedAt: Date, now: Date): NonNullable<AppStatus['fetch']> {
+  return fetchStatus(result, { startedAt, updatedAt: now }) as NonNullable<AppStatus['fetch']>;
+}
+
+/** Builds `status.template` from a template result (stderr only; the manifest is never stored). */
+export function templatePart(result: StageResult, now: Date): NonNullable<AppStatus['template']> {
+  return templateStatus(result, { updatedAt: now }) as NonNullable<AppStatus['template']>;
+}
+
+/** A stored status part rebuilt from a hand-off summary. */
+export function partFromSummary(s: StageStatusSummary | undefined): Record<string, unknown> | undefined {
+  if (!s) return undefined;
+  const out: Record<string, unknown> = { exitCode: s.exitCode, updatedAt: s.updatedAt };
+  if (s.startedAt) out.startedAt = s.startedAt;
+  if (s.error) out.error = s.error;
+  if (s.stdout) out.stdout = s.stdout;
+  if (s.stderr) out.stderr = s.stderr;
+  return out;
+}
+
+/** True when the live status announced this run (condition `Reconciling`): each stage then writes at once. */
+export function writesImmediately(status: AppStatus | undefined): boolean {
+  return status?.conditions?.some((c) => c.type === 'Reconciling') ?? false;
+}
+
+/** The status parts a run has produced so far (any may be absent). */
+export interface RunParts {
+  fetch?: Record<string, unknown>;
+  template?: Record<string, unknown>;
+  deploy?: Record<string, unknown>;
+  inspect?: Record<string, unknown> | null;
+}
+
+/**
+ * THE status summarizer: merges a run's parts into the current status and, when `result` is
+ * given, completes the reconcile (`ReconcileSucceeded`/`ReconcileFailed`, counters,
+ * friendlyDescription, usefulErrorMessage), as `pkg/app/app_reconcile.go` does after
+ * `reconcileFetchTemplateDeploy`. `observedGeneration` is the run's generation.
+ */
+export function summarizeStatus(
+  current: AppStatus | undefined,
+  generation: number,
+  parts: RunParts,
+  result?: StageResult,
+): AppStatus {
+  let next = { ...(current ?? {}) } as AppStatusLike & Record<string, unknown>;
+  next.observedGeneration = generation;
+  if (parts.fetch) next.fetch = parts.fetch;
+  if (parts.template) next.template = parts.template;
+  if (parts.deploy) next.deploy = parts.deploy;
+  if (parts.inspect === null) delete next.inspect;
+  else if (parts.inspect) next.inspect = parts.inspect;
+  if (result) next = markReconcileCompleted(next, result) as typeof next;
+  return next as AppStatus;
+}
+
+/** Writes a status computed from the current one, fenced by the run (see `writeStatus`). */
+export async function writeAppStatus(
+  kube: FetchView,
+  ref: ObjectRef,
+  fence: RunFence,
+  mutate: (current: AppStatus | undefined) => AppStatus,
+): Promise<StatusWriteResult> {
+  return await writeStatus<AppStatus>(kube, ref, fence, mutate);
+}
+
+/** Helper for one stage-run log line and its timing. */
+export function stageTimer(deps: PipelineDeps, stage: string, object: string, generation: number) {
+  const started = performance.now();
+  return (outcome: StageOutcome, extra: { error?: string; tools?: { runs: number; ms: number } } = {}) =>
+    logStageRun(deps.log, {
+      object,
+      stage,
+      generation,
+      durationMs: Math.round(performance.now() - started),
+      outcome,
+      ...extra,
+    });
+}
+
+/** RFC 3339 with seconds precision, as metav1.Time. */
+export const statusTime = formatStatusTime;
+
+/** 1 MiB: the bound on each status text field (PR #1840). */
+export const STATUS_TEXT_LIMIT = MAX_STATUS_TEXT_BYTES;

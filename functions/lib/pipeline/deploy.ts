@@ -1,0 +1,339 @@
+/**
+ * The deploy stage (`pkg/app/app_deploy.go`, `pkg/deploy/kapp.go`) and the delete path
+ * (`reconcileDelete`): the only stage holding a {@link DeployView}. It adds the finalizer
+ * before kapp runs (as upstream, so issue #114 behaves the same), mints a short-lived
+ * TokenRequest token for the App's ServiceAccount (or reads its kubeconfig Secret), runs
+ * `kapp deploy` with the manifest on stdin, streams kapp's output into `status.deploy`
+ * every 2 s once kapp starts applying, kills kapp when the App is canceled or deleted, runs
+ * `kapp inspect` when asked, and writes the run's final status.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { DeployStageData } from '../../../events/schema.js';
+import { type App, type AppStatus, Finalizer } from '../api/index.js';
+import {
+  appClusterAccess,
+  appKappDeploy,
+  associatedResources,
+  type ClusterAccess,
+  type CredentialMaterial,
+  credentialSource,
+  KAPP_ERROR_PREFIX,
+  type KappCommand,
+  kappDeleteCommand,
+  kappDeployCommand,
+  kappInspectCommand,
+  parseKappAppMeta,
+  wantsInspect,
+} from '../deploy/index.js';
+import { KappControllerError } from '../fetch/types.js';
+import type { DeployView, ObjectRef } from '../kube/port.js';
+import {
+  attachError,
+  deployStatus,
+  inspectStatus,
+  KAPP_APPLYING_MARKER,
+  markDeleteCompleted,
+  markDeleting,
+  resultFromError,
+  type StageResult,
+} from '../reconcile/status.js';
+import {
+  appRef,
+  checkFence,
+  loadApp,
+  makeScratch,
+  objectKey,
+  partFromSummary,
+  type RunParts,
+  removeScratch,
+  stageTimer,
+  summarizeStatus,
+  writeAppStatus,
+} from './common.js';
+import type { PipelineDeps } from './deps.js';
+import type { RunContext } from './fetch.js';
+
+const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: { name, namespace },
+  type: s.type,
+  data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, v.toString('base64')])),
+});
+
+/**
+ * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
+ * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret).
+ */
+export async function clusterAccessFor(app: App, kube: DeployView): Promise<ClusterAccess> {
+  const ns = app.metadata.namespace ?? '';
+  const source = credentialSource(app.spec, ns);
+  let material: CredentialMaterial;
+  if (source.kind === 'serviceAccount') {
+    let token: string;
+    try {
+      token = (await kube.serviceAccountToken(ns, source.serviceAccountName)).token;
+    } catch (err) {
+      throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
+    }
+    const api = kube.apiServer();
+    material = {
+      kind: 'serviceAccount',
+      token,
+      caCert: api.caData ? Buffer.from(api.caData, 'base64') : '',
+      server: api.server,
+    };
+  } else {
+    const secret = await kube.getSecret(ns, source.secretName);
+    if (!secret) throw new KappControllerError(`Preparing kapp: secrets "${source.secretName}" not found`);
+    material = { kind: 'kubeconfigSecret', secret: secretAsLike(source.secretName, ns, secret) };
+  }
+  return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
+}
+
+/**
+ * Runs a kapp command with cancellation (App canceled or deleted) and progress streaming.
+ * `onProgress` is called at most every `intervalMs` with kapp's output so far.
+ */
+async function runKapp(
+  cmd: KappCommand,
+  stdin: string | undefined,
+  deps: PipelineDeps,
+  watch: { kube: DeployView; ref: ObjectRef; uid: string; cancelOnDelete: boolean },
+  onProgress: (stdout: string, stderr: string) => Promise<void>,
+) {
+  const abort = new AbortController();
+  let stdout = '';
+  let stderr = '';
+  let busy = false;
+  const interval = deps.config.deployProgressIntervalMs ?? 2000;
+  const tick = setInterval(() => {
+    if (busy) return;
+    busy = true;
+    void (async () => {
+      try {
+        const live = await watch.kube.getObject<{
+          apiVersion: string;
+          kind: string;
+          metadata: { uid: string; resourceVersion: string; deletionTimestamp?: string; name: string };
+          spec?: { canceled?: boolean };
+        }>(watch.ref);
+        const deleted = !live || live.metadata.uid !== watch.uid || live.metadata.deletionTimestamp;
+        if (live?.spec?.canceled || (watch.cancelOnDelete && deleted))
+          abort.abort(new Error('App canceled or deleted'));
+        else await onProgress(stdout, stderr);
+      } catch (err) {
+        deps.log.warn(
+          {
+            object: objectKey({ clusterId: '', ...watch.ref, namespace: watch.ref.namespace ?? '' }),
+            error: (err as Error).message,
+          },
+          'deploy progress update failed',
+        );
+      } finally {
+        busy = false;
+      }
+    })();
+  }, interval);
+  try {
+    return await deps.runner.run({
+      cmd: cmd.bin,
+      args: cmd.args,
+      env: cmd.env,
+      stdin,
+      signal: abort.signal,
+      timeoutMs: deps.config.toolTimeoutMs,
+      onOutput: (chunk, stream) => {
+        if (stream === 'stdout') stdout += chunk;
+        else stderr += chunk;
+      },
+    });
+  } finally {
+    clearInterval(tick);
+  }
+}
+
+/** Adds the finalizer before kapp runs (`blockDeletion`). @returns an error result when that fails. */
+async function blockDeletion(kube: DeployView, ref: ObjectRef, uid: string): Promise<StageResult | undefined> {
+  try {
+    await kube.addFinalizer(ref, Finalizer.App, { uid });
+    return undefined;
+  } catch (err) {
+    return resultFromError(err, 'Blocking for deploy: ');
+  }
+}
+
+/**
+ * Runs the deploy stage for a hand-off from template.
+ *
+ * @throws on infrastructure failures: the transport retries the event.
+ */
+export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Promise<void> {
+  const ref = data.object;
+  const kube = deps.clusters.deployView(ref.clusterId);
+  const kref = appRef(ref);
+  const fence = { uid: ref.uid, generation: data.run.generation };
+  const done = stageTimer(deps, 'deploy', objectKey(ref), data.run.generation);
+  const loaded = await loadApp(kube, kref);
+  const fenceState = checkFence(loaded.kind === 'ok' ? loaded.loaded.raw : undefined, fence);
+  if (loaded.kind !== 'ok' || fenceState !== 'ok') {
+    done(fenceState === 'ok' ? 'gone' : fenceState);
+    return;
+  }
+  const { app } = loaded.loaded;
+  const parts: RunParts = {
+    fetch: partFromSummary(data.fetchStatus),
+    template: partFromSummary(data.templateStatus),
+  };
+  const startedAt = deps.now();
+  let tools = { runs: 0, ms: 0 };
+  let result: StageResult;
+  let kappStatus = app.status?.deploy?.kapp;
+  let access: ClusterAccess | undefined;
+
+  const blocked = await blockDeletion(kube, kref, ref.uid);
+  if (blocked) {
+    result = blocked;
+  } else {
+    const manifest = await deps.store.get(data.artifacts.manifestKey);
+    if (!manifest) throw new Error(`manifest ${data.artifacts.manifestKey} is missing from the object store`);
+    const work = await makeScratch(deps, 'deploy');
+    try {
+      const kapp = appKappDeploy(app.spec);
+      access = await clusterAccessFor(app, kube);
+      const metadataFile = path.join(work, 'app-metadata.yml');
+      const cmd = kappDeployCommand({
+        kapp,
+        access,
+        metadataFile,
+        controllerRawOptions: deps.config.kappDeployRawOptions,
+      });
+      let flushAll = false;
+      const run = await runKapp(
+        cmd,
+        manifest.toString('utf8'),
+        deps,
+        { kube, ref: kref, uid: ref.uid, cancelOnDelete: true },
+        async (stdout, stderr) => {
+          flushAll ||= stdout.includes(KAPP_APPLYING_MARKER);
+          if (!flushAll) return;
+          const progress = deployStatus(
+            { stdout, stderr, exitCode: 0, finished: false },
+            { startedAt, updatedAt: deps.now() },
+            kappStatus,
+          );
+          await writeAppStatus(kube, kref, fence, (cur) =>
+            summarizeStatus(cur, fence.generation, { ...parts, deploy: progress as Record<string, unknown> }),
+          );
+        },
+      );
+      tools = { runs: 1, ms: run.durationMs };
+      result = attachError(KAPP_ERROR_PREFIX.deploy, run);
+      const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
+      kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
+    } catch (err) {
+      if (!(err instanceof KappControllerError)) throw err;
+      result = resultFromError(err);
+    } finally {
+      await removeScratch(work);
+    }
+  }
+  parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, kappStatus) as Record<string, unknown>;
+
+  // Inspect after every deploy attempt when asked (status.deploy is now always set).
+  const kappSpec = app.spec.deploy?.[0]?.kapp;
+  if (kappSpec && wantsInspect(kappSpec) && access) {
+    let inspect: StageResult;
+    try {
+      const cmd = kappInspectCommand({ kapp: kappSpec, access });
+      const run = await runKapp(
+        cmd,
+        undefined,
+        deps,
+        { kube, ref: kref, uid: ref.uid, cancelOnDelete: true },
+        async () => {},
+      );
+      tools = { runs: tools.runs + 1, ms: tools.ms + run.durationMs };
+      inspect = attachError(KAPP_ERROR_PREFIX.inspect, run);
+    } catch (err) {
+      if (!(err instanceof KappControllerError)) throw err;
+      inspect = resultFromError(err, KAPP_ERROR_PREFIX.inspect);
+    }
+    parts.inspect = (inspectStatus(inspect, { updatedAt: deps.now() }) as Record<string, unknown>) ?? null;
+  }
+
+  const w = await writeAppStatus(kube, kref, fence, (cur) => summarizeStatus(cur, fence.generation, parts, result));
+  const outcome = w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error ? 'failed' : 'succeeded';
+  done(outcome, { error: result.error, tools });
+}
+
+/**
+ * The delete path (`reconcileDelete` + `app_deploy.go` `delete`): `Deleting`, then
+ * `kapp delete` (skipped for `noopDelete`), then the finalizer is removed; on failure
+ * `DeleteFailed` and the finalizer stays (retried with the failure backoff).
+ *
+ * @throws on infrastructure failures: the transport retries the event.
+ */
+export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<void> {
+  const kube = deps.clusters.deployView(ctx.clusterId);
+  const kref = appRef(ctx.ref);
+  const done = stageTimer(deps, 'delete', objectKey(ctx.ref), ctx.run.generation);
+  const loaded = await loadApp(kube, kref);
+  if (loaded.kind !== 'ok' || loaded.loaded.raw.metadata.uid !== ctx.ref.uid) {
+    done('gone');
+    return;
+  }
+  const { app, raw } = loaded.loaded;
+  if (!(app.metadata.finalizers ?? []).includes(Finalizer.App)) {
+    done('gone');
+    return;
+  }
+  const fence = { uid: raw.metadata.uid, generation: raw.metadata.generation ?? 0 };
+  const startedAt = deps.now();
+  await writeAppStatus(kube, kref, fence, (cur) => markDeleting(cur, fence.generation) as AppStatus);
+
+  let result: StageResult;
+  let tools = { runs: 0, ms: 0 };
+  if (app.spec.noopDelete) {
+    result = { stdout: '', stderr: '', exitCode: 0, finished: true };
+  } else {
+    try {
+      const kapp = appKappDeploy(app.spec);
+      const access = await clusterAccessFor(app, kube);
+      const cmd = kappDeleteCommand({ kapp, access });
+      const run = await runKapp(
+        cmd,
+        undefined,
+        deps,
+        { kube, ref: kref, uid: ctx.ref.uid, cancelOnDelete: false },
+        async (stdout, stderr) => {
+          const progress = deployStatus(
+            { stdout, stderr, exitCode: 0, finished: false },
+            { startedAt, updatedAt: deps.now() },
+            app.status?.deploy?.kapp,
+          );
+          await writeAppStatus(kube, kref, fence, (cur) =>
+            summarizeStatus(cur, fence.generation, { deploy: progress as Record<string, unknown> }),
+          );
+        },
+      );
+      tools = { runs: 1, ms: run.durationMs };
+      result = attachError(KAPP_ERROR_PREFIX.delete, run);
+    } catch (err) {
+      if (!(err instanceof KappControllerError)) throw err;
+      result = resultFromError(err, KAPP_ERROR_PREFIX.delete);
+    }
+  }
+  if (!result.error) {
+    await kube.removeFinalizer(kref, Finalizer.App, { uid: ctx.ref.uid });
+    done('deleted', { tools });
+    return;
+  }
+  const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, app.status?.deploy?.kapp);
+  await writeAppStatus(kube, kref, fence, (cur) => {
+    const next = summarizeStatus(cur, fence.generation, { deploy: deploy as Record<string, unknown> });
+    return markDeleteCompleted(next, result) as AppStatus;
+  });
+  done('failed', { error: result.error, tools });
+}

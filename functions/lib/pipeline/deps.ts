@@ -1,0 +1,52 @@
+/**
+ * What every stage handler gets: ports (Kubernetes, object storage, command runner, clock,
+ * logger) and the typed runtime configuration. Entry files build one {@link PipelineDeps}
+ * per process; handlers never read the environment.
+ */
+import type { CommandRunner } from '../exec/runner.js';
+import type { ClusterRegistry } from '../kube/port.js';
+import type { Logger } from '../log.js';
+import type { TimerConfig } from '../reconcile/timer.js';
+import type { ObjectStore } from '../store/port.js';
+
+/** Runtime configuration of the pipeline (kapp-controller's flags and `kapp-controller-config`). */
+export interface PipelineConfig {
+  /**
+   * Directory for per-run scratch directories (fetch output, template inputs, kapp files).
+   * Upstream uses the memory-backed `KAPPCTRL_MEM_TMP_DIR`; on Lambda this is `/tmp`.
+   */
+  tmpRoot: string;
+  /** `kappDeployRawOptions` of `kapp-controller-config` (allow-listed like per-App options). Default `[]`. */
+  kappDeployRawOptions?: string[];
+  /** `dangerousSkipTLSVerify` of `kapp-controller-config`: comma-separated hosts. */
+  dangerousSkipTLSVerify?: string;
+  /** Sync period defaults (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`). */
+  timer?: TimerConfig;
+  /**
+   * Versions of the tools, keyed by binary (`ytt`, `kbld`, `helm`, `cue`, `sops`, `vendir`,
+   * `kapp`); part of the render-cache key so a tool upgrade re-renders.
+   */
+  toolVersions: Readonly<Record<string, string>>;
+  /** Reported to the downward API as `kappControllerVersion`. */
+  controllerVersion: string;
+  /** How often kapp's progress is copied into `status.deploy` while it runs, ms. Upstream: 2000. */
+  deployProgressIntervalMs?: number;
+  /** Kill a tool after this long, ms. Default: the runner's default. */
+  toolTimeoutMs?: number;
+}
+
+/** Ports and configuration of the stage handlers. */
+export interface PipelineDeps {
+  /** Cluster id → narrowed Kubernetes clients. */
+  clusters: ClusterRegistry;
+  /** Artifacts, render cache and receipts. */
+  store: ObjectStore;
+  /** The one command runner (allow-listed tools). */
+  runner: CommandRunner;
+  /** Wall clock. */
+  now: () => Date;
+  /** Uniform [0,1) source for jitter; defaults to `Math.random`. */
+  random?: () => number;
+  log: Logger;
+  config: PipelineConfig;
+}

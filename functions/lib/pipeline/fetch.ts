@@ -1,0 +1,191 @@
+/**
+ * The fetch stage (`pkg/app/app_fetch.go`): run `vendir sync` for `spec.fetch` into a scratch
+ * directory laid out as kapp-controller does (entry i in `"<i>"` or its `path`), pack the
+ * result as a deterministic tarball stored by sha256, and hand the template stage its key.
+ *
+ * Same inputs are not fetched twice: when every source is pinned (a commit sha, an image
+ * digest, an http sha256, or inline paths) and the artifact for those pins exists, vendir
+ * does not run (outcome `cached`).
+ *
+ * Fetch holds only a {@link FetchView}: it reads the App and the Secrets/ConfigMaps the
+ * sources reference, and writes status; vendir itself gets no kubeconfig.
+ */
+import { createHash } from 'node:crypto';
+import type { ObjectRef as EventObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
+import type { App } from '../api/index.js';
+import { fetchArtifactKey } from '../artifact/keys.js';
+import { packDir } from '../artifact/tarball.js';
+import { fetchSourceIdentity } from '../fetch/pinned.js';
+import type { AppFetch } from '../fetch/types.js';
+import { KappControllerError } from '../fetch/types.js';
+import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import { attachError, resultFromError, type StageResult } from '../reconcile/status.js';
+import {
+  appRef,
+  fetchPart,
+  type LoadedApp,
+  makeScratch,
+  objectKey,
+  readRefs,
+  removeScratch,
+  stageTimer,
+  summarize,
+  summarizeStatus,
+  writeAppStatus,
+  writesImmediately,
+} from './common.js';
+import type { PipelineDeps } from './deps.js';
+
+/** The object and run a stage works for (everything a hand-off event carries). */
+export interface RunContext {
+  clusterId: string;
+  ref: EventObjectRef;
+  run: StageRun;
+}
+
+/** What a stage hands on: at most one of the next stage's inputs. */
+export interface StageOutput {
+  template?: TemplateStageData;
+  deploy?: import('../../../events/schema.js').DeployStageData;
+  delete?: RunContext;
+}
+
+/** Prefix of the keys that map a set of pinned sources to their fetch artifact. */
+export const PINNED_FETCH_PREFIX = 'cache/fetch/sha256/';
+
+/**
+ * Identity of a whole `spec.fetch` when every entry is pinned, else `undefined`. Covers the
+ * directory each entry lands in and the vendir version (a vendir upgrade may lay files out
+ * differently). Inline entries without `pathsFrom` are pinned by their content.
+ */
+export function pinnedFetchIdentity(fetch: readonly AppFetch[], vendirVersion: string): string | undefined {
+  if (fetch.length === 0) return undefined;
+  const parts: unknown[] = [];
+  for (const [i, entry] of fetch.entries()) {
+    if (entry.inline) {
+      if (entry.inline.pathsFrom?.length) return undefined;
+      parts.push({ i, path: entry.path ?? null, inline: entry.inline.paths ?? {} });
+      continue;
+    }
+    const id = fetchSourceIdentity(entry);
+    if (!id?.pinned) return undefined;
+    parts.push({ i, path: entry.path ?? null, id: id.cacheKey });
+  }
+  const canonical = JSON.stringify({ v: 1, vendir: vendirVersion, parts }, (_k, v) =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : v,
+  );
+  return createHash('sha256').update(canonical).digest('hex');
+}
+
+/** Runs vendir and stores the tarball. @returns the stage result and the artifact key on success. */
+async function fetchWithVendir(
+  app: App,
+  deps: PipelineDeps,
+  kube: ReturnType<PipelineDeps['clusters']['fetchView']>,
+): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
+  const ns = app.metadata.namespace ?? '';
+  let plan: ReturnType<typeof planVendirSync>;
+  try {
+    const config = buildVendirConfig(app.spec.fetch ?? [], {
+      dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify,
+    });
+    const refNames = vendirResourceRefs(config);
+    const refs = await readRefs(
+      kube,
+      ns,
+      refNames.filter((r) => r.kind === 'Secret').map((r) => r.name),
+      refNames.filter((r) => r.kind === 'ConfigMap').map((r) => r.name),
+    );
+    plan = planVendirSync({
+      fetch: app.spec.fetch ?? [],
+      namespace: ns,
+      refs,
+      dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify,
+      cacheDir: `${deps.config.tmpRoot}/vendir-cache/apps/${app.metadata.uid}`,
+    });
+  } catch (err) {
+    if (err instanceof KappControllerError) return { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+    throw err;
+  }
+  const work = await makeScratch(deps, 'fetch');
+  try {
+    const run = await deps.runner.run({
+      cmd: plan.command.bin,
+      args: plan.command.args,
+      stdin: plan.stdin,
+      cwd: work,
+      env: plan.command.env,
+      timeoutMs: deps.config.toolTimeoutMs,
+    });
+    const result = attachError(FETCH_RUN_ERROR_PREFIX, run);
+    if (result.error) return { result, toolMs: run.durationMs, toolRuns: 1 };
+    const packed = await packDir(work);
+    const fetchKey = fetchArtifactKey(packed.sha256);
+    await deps.store.putIfAbsent(fetchKey, packed.tgz);
+    return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1 };
+  } finally {
+    await removeScratch(work);
+  }
+}
+
+/**
+ * Runs the fetch stage for a run the reconcile step started.
+ *
+ * @returns the template stage's input on success; nothing after a failure (the final status
+ *   is written here) or when the run went stale.
+ * @throws on infrastructure failures (API, object store): the transport retries the event.
+ */
+export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: PipelineDeps): Promise<StageOutput> {
+  const { app } = loaded;
+  const kube = deps.clusters.fetchView(ctx.clusterId);
+  const kref = appRef(ctx.ref);
+  const fence = { uid: ctx.ref.uid, generation: ctx.run.generation };
+  const done = stageTimer(deps, 'fetch', objectKey(ctx.ref), ctx.run.generation);
+  const startedAt = deps.now();
+
+  let fetchKey: string | undefined;
+  let result: StageResult | undefined;
+  let tools = { runs: 0, ms: 0 };
+  const pinned = pinnedFetchIdentity(app.spec.fetch ?? [], deps.config.toolVersions.vendir ?? '');
+  if (pinned) {
+    const hit = await deps.store.get(`${PINNED_FETCH_PREFIX}${pinned}.json`);
+    if (hit) {
+      const candidate = (JSON.parse(hit.toString('utf8')) as { fetchKey?: string }).fetchKey;
+      if (candidate && (await deps.store.head(candidate))) {
+        fetchKey = candidate;
+        result = { stdout: '', stderr: '', exitCode: 0, finished: true };
+      }
+    }
+  }
+  const cached = fetchKey !== undefined;
+  if (!cached) {
+    const r = await fetchWithVendir(app, deps, kube);
+    result = r.result;
+    fetchKey = r.fetchKey;
+    tools = { runs: r.toolRuns, ms: r.toolMs };
+    if (pinned && fetchKey) await deps.store.put(`${PINNED_FETCH_PREFIX}${pinned}.json`, JSON.stringify({ fetchKey }));
+  }
+  const part = fetchPart(result!, startedAt, deps.now());
+  if (result!.error || !fetchKey) {
+    const w = await writeAppStatus(kube, kref, fence, (cur) =>
+      summarizeStatus(cur, ctx.run.generation, { fetch: part }, result),
+    );
+    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', { error: result!.error, tools });
+    return {};
+  }
+  if (writesImmediately(app.status)) {
+    const w = await writeAppStatus(kube, kref, fence, (cur) =>
+      summarizeStatus(cur, ctx.run.generation, { fetch: part }),
+    );
+    if (w.outcome === 'stale' || w.outcome === 'gone') {
+      done(w.outcome, { tools });
+      return {};
+    }
+  }
+  done(cached ? 'cached' : 'succeeded', { tools });
+  return {
+    template: { object: ctx.ref, run: ctx.run, artifacts: { fetchKey }, fetchStatus: summarize(part) },
+  };
+}

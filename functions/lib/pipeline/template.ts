@@ -1,0 +1,297 @@
+/**
+ * The template stage (`pkg/app/app_template.go`): unpack the fetch artifact, run the
+ * `spec.template` steps (ytt, kbld, helm template, cue, sops) piping each step's stdout into
+ * the next (§3.7), store the manifest by content hash and hand the deploy stage its key.
+ *
+ * Same inputs are not rendered twice: the render-input hash covers the fetch artifact's
+ * digest, `spec.template`, digests of every values source (Secret/ConfigMap data, App
+ * metadata for the downward API, live cluster values) and the tool versions; when a render
+ * for that hash exists, no tool runs (outcome `cached`).
+ *
+ * Template holds only a {@link FetchView}: tools get no kubeconfig.
+ */
+import { createHash } from 'node:crypto';
+import { chmod, mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import type { TemplateStageData } from '../../../events/schema.js';
+import type { App } from '../api/index.js';
+import { parseArtifactKey, renderCacheKey, renderInputHash, sha256Hex, templateArtifactKey } from '../artifact/keys.js';
+import { unpackTarball } from '../artifact/tarball.js';
+import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
+import { templateRootOf } from '../fetch/vendir.js';
+import { attachError, resultFromError, type StageResult } from '../reconcile/status.js';
+import type { ClusterInfo } from '../template/downward-api.js';
+import { planTemplate, requiredClusterInfo } from '../template/plan.js';
+import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage } from '../template/sops.js';
+import type { RunStep, SopsStep } from '../template/step.js';
+import type { PlannedFile } from '../template/values.js';
+import {
+  appRef,
+  checkFence,
+  loadApp,
+  makeScratch,
+  objectKey,
+  partFromSummary,
+  readRefs,
+  removeScratch,
+  stageTimer,
+  summarize,
+  summarizeStatus,
+  templatePart,
+  writeAppStatus,
+  writesImmediately,
+} from './common.js';
+import type { PipelineDeps } from './deps.js';
+import type { StageOutput } from './fetch.js';
+
+/** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
+export type ClusterInfoSource = (
+  clusterId: string,
+  needs: ReturnType<typeof requiredClusterInfo>,
+) => Promise<ClusterInfo>;
+
+async function writePlanned(files: readonly PlannedFile[]): Promise<void> {
+  for (const f of files) {
+    await mkdir(path.dirname(f.path), { recursive: true });
+    await writeFile(f.path, f.content, { mode: f.sensitive ? 0o600 : 0o644 });
+  }
+}
+
+async function walkSops(target: string, out: string[]): Promise<void> {
+  const st = await stat(target);
+  if (!st.isDirectory()) {
+    if (sopsDecryptedPath(target)) out.push(target);
+    return;
+  }
+  for (const entry of (await readdir(target)).sort()) await walkSops(path.join(target, entry), out);
+}
+
+/** Runs one sops step: decrypt every `*.sops.y(a)ml` in place (upstream `pkg/template/sops.go`). */
+async function runSops(step: SopsStep, deps: PipelineDeps): Promise<{ result: StageResult; ms: number; runs: number }> {
+  await writePlanned(step.files);
+  const files: string[] = [];
+  let ms = 0;
+  let runs = 0;
+  for (const target of step.targets) {
+    try {
+      await walkSops(target, files);
+    } catch (err) {
+      return { result: resultFromError(err, step.errorPrefix), ms, runs };
+    }
+  }
+  for (const file of files) {
+    const cmd = sopsDecryptCommand(step, file);
+    const run = await deps.runner.run({
+      cmd: cmd.bin,
+      args: cmd.args,
+      env: cmd.env,
+      timeoutMs: deps.config.toolTimeoutMs,
+    });
+    ms += run.durationMs;
+    runs++;
+    if (run.error) {
+      return {
+        result: {
+          stdout: '',
+          stderr: run.stderr,
+          exitCode: run.exitCode,
+          error: sopsDecryptFailureMessage(file, run.stderr, run.error.message),
+          finished: true,
+        },
+        ms,
+        runs,
+      };
+    }
+    const dest = sopsDecryptedPath(file)!;
+    await writeFile(dest, run.stdout, { mode: 0o600 });
+    await chmod(dest, 0o600);
+    await rm(file);
+  }
+  return { result: { stdout: '', stderr: '', exitCode: 0, finished: true }, ms, runs };
+}
+
+/** Runs the planned steps in order, piping stdout; stops at the first failure. */
+async function runSteps(
+  steps: ReturnType<typeof planTemplate>['steps'],
+  deps: PipelineDeps,
+): Promise<{ result: StageResult; manifest: string; ms: number; runs: number }> {
+  let stream = '';
+  let last: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
+  let ms = 0;
+  let runs = 0;
+  for (const step of steps) {
+    if (step.kind === 'fail') {
+      return { result: resultFromError(step.message), manifest: '', ms, runs };
+    }
+    if (step.kind === 'sops') {
+      const r = await runSops(step, deps);
+      ms += r.ms;
+      runs += r.runs;
+      if (r.result.error) return { result: r.result, manifest: '', ms, runs };
+      stream = '';
+      last = r.result;
+      continue;
+    }
+    const run = await runTool(step, stream, deps);
+    ms += run.durationMs;
+    runs++;
+    last = attachError(step.errorPrefix, run);
+    if (last.error) return { result: last, manifest: '', ms, runs };
+    stream = run.stdout;
+  }
+  return { result: { ...last, stdout: '' }, manifest: stream, ms, runs };
+}
+
+async function runTool(step: RunStep, stream: string, deps: PipelineDeps) {
+  await writePlanned(step.files);
+  return await deps.runner.run({
+    cmd: step.bin,
+    args: step.args,
+    env: step.env,
+    cwd: step.cwd,
+    stdin: step.stdin === 'previous' ? stream : undefined,
+    timeoutMs: deps.config.toolTimeoutMs,
+  });
+}
+
+/** Digest of what the downward API can read from the App's metadata. */
+function metadataDigest(app: App): string {
+  const m = app.metadata;
+  return sha256Hex(JSON.stringify([m.name, m.namespace, m.uid, m.labels ?? {}, m.annotations ?? {}]));
+}
+
+/** Tool versions the render depends on (every templating tool; cheap to over-include). */
+function renderTools(deps: PipelineDeps): Record<string, string> {
+  const v = deps.config.toolVersions;
+  return { ytt: v.ytt ?? '', kbld: v.kbld ?? '', helm: v.helm ?? '', cue: v.cue ?? '', sops: v.sops ?? '' };
+}
+
+/**
+ * Runs the template stage for a hand-off from fetch.
+ *
+ * @param clusterInfo - live cluster values provider (only called when the spec needs them).
+ * @returns the deploy stage's input on success; nothing after a failure (final status written
+ *   here), or when the run went stale or the App is gone.
+ * @throws on infrastructure failures: the transport retries the event.
+ */
+export async function runTemplate(
+  data: TemplateStageData,
+  deps: PipelineDeps,
+  clusterInfo: ClusterInfoSource,
+): Promise<StageOutput> {
+  const ref = data.object;
+  const kube = deps.clusters.fetchView(ref.clusterId);
+  const kref = appRef(ref);
+  const fence = { uid: ref.uid, generation: data.run.generation };
+  const done = stageTimer(deps, 'template', objectKey(ref), data.run.generation);
+  const loaded = await loadApp(kube, kref);
+  const fenceState = checkFence(loaded.kind === 'ok' ? loaded.loaded.raw : undefined, fence);
+  if (loaded.kind !== 'ok' || fenceState !== 'ok') {
+    done(fenceState === 'ok' ? 'gone' : fenceState);
+    return {};
+  }
+  const { app } = loaded.loaded;
+  const ns = app.metadata.namespace ?? '';
+  const templates = app.spec.template ?? [];
+  const sopsKeySecrets = templates.flatMap((t) => [
+    t.sops?.pgp?.privateKeysSecretRef?.name ?? '',
+    t.sops?.age?.privateKeysSecretRef?.name ?? '',
+  ]);
+  const refs = await readRefs(
+    kube,
+    ns,
+    [...referencedSecrets(app.spec), ...sopsKeySecrets],
+    referencedConfigMaps(app.spec),
+  );
+  const needs = requiredClusterInfo(templates);
+  const cluster: ClusterInfo =
+    needs.kubernetesAPIs || needs.kubernetesVersion || needs.kappControllerVersion
+      ? await clusterInfo(ref.clusterId, needs)
+      : {};
+  const fetchSha = parseArtifactKey(data.artifacts.fetchKey)?.sha256 ?? data.artifacts.fetchKey;
+  const hash = renderInputHash({
+    inputs: { fetch: fetchSha },
+    template: JSON.parse(JSON.stringify(templates)),
+    values: {
+      ...refs.digests,
+      metadata: metadataDigest(app),
+      cluster: sha256Hex(
+        JSON.stringify([cluster.kubernetesVersion, cluster.kubernetesAPIs, cluster.kappControllerVersion].map(String)),
+      ),
+      fetchLayout: sha256Hex(templateRootOf(app.spec.fetch ?? [])),
+    },
+    tools: renderTools(deps),
+  });
+  const cacheKey = renderCacheKey(hash);
+  const now = () => deps.now();
+
+  let manifestKey: string | undefined;
+  let result: StageResult | undefined;
+  let tools = { runs: 0, ms: 0 };
+  const hit = await deps.store.get(cacheKey);
+  if (hit) {
+    const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: string; stderr?: string };
+    if (rec.manifestKey && (await deps.store.head(rec.manifestKey))) {
+      manifestKey = rec.manifestKey;
+      result = { stdout: '', stderr: rec.stderr ?? '', exitCode: 0, finished: true };
+    }
+  }
+  const cached = manifestKey !== undefined;
+  if (!cached) {
+    const tgz = await deps.store.get(data.artifacts.fetchKey);
+    if (!tgz) throw new Error(`fetch artifact ${data.artifacts.fetchKey} is missing from the object store`);
+    const work = await makeScratch(deps, 'template');
+    try {
+      const src = path.join(work, 'src');
+      await unpackTarball(tgz, src);
+      const templateRoot = path.resolve(src, templateRootOf(app.spec.fetch ?? []));
+      const plan = planTemplate({
+        app: { metadata: app.metadata, spec: { template: templates } },
+        templateRoot,
+        scratchRoot: path.join(work, 'scratch'),
+        refs,
+        cluster: { ...cluster, kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion },
+      });
+      for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
+      const r = await runSteps(plan.steps, deps);
+      result = r.result;
+      tools = { runs: r.runs, ms: r.ms };
+      if (!result.error) {
+        const manifest = Buffer.from(r.manifest, 'utf8');
+        manifestKey = templateArtifactKey(createHash('sha256').update(manifest).digest('hex'));
+        await deps.store.putIfAbsent(manifestKey, manifest);
+        await deps.store.put(cacheKey, JSON.stringify({ manifestKey, stderr: result.stderr }));
+      }
+    } finally {
+      await removeScratch(work);
+    }
+  }
+  const part = templatePart(result!, now());
+  const fetchPartCarried = partFromSummary(data.fetchStatus);
+  if (result!.error || !manifestKey) {
+    const w = await writeAppStatus(kube, kref, fence, (cur) =>
+      summarizeStatus(cur, fence.generation, { fetch: fetchPartCarried, template: part }, result),
+    );
+    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', { error: result!.error, tools });
+    return {};
+  }
+  if (writesImmediately(app.status)) {
+    const w = await writeAppStatus(kube, kref, fence, (cur) =>
+      summarizeStatus(cur, fence.generation, { template: part }),
+    );
+    if (w.outcome === 'stale' || w.outcome === 'gone') {
+      done(w.outcome, { tools });
+      return {};
+    }
+  }
+  done(cached ? 'cached' : 'succeeded', { tools });
+  return {
+    deploy: {
+      object: ref,
+      run: data.run,
+      artifacts: { fetchKey: data.artifacts.fetchKey, manifestKey },
+      fetchStatus: data.fetchStatus,
+      templateStatus: summarize(part),
+    },
+  };
+}

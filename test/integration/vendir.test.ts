@@ -1,0 +1,195 @@
+/**
+ * The real vendir (pinned in layers/manifest.ts) syncs every source kind the fetch stage
+ * uses from the local servers: git (smart HTTP, `ref: origin/develop` + subPath the way
+ * kapp-controller writes it), helmChart (a helm repo built with `helm package` + `helm repo
+ * index`), imgpkgBundle (docker-registry) and http (a zip as GitHub serves one). Each test
+ * compares the fetched files with the fixture byte for byte and checks the LockConfig.
+ */
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { parse as parseYaml, stringify } from 'yaml';
+import { run } from '../../layers/gobuild.js';
+import { createRepo, fixturePath, pushBundle, readTree, toolBin, toolEnv } from '../harness/fixtures.js';
+import { type ServersInfo, startAllServers } from '../harness/servers.js';
+
+const SIMPLE_APP = fixturePath('k8s-simple-app-example');
+const STEP2 = fixturePath('k8s-simple-app-example', 'config-step-2-template');
+const PODINFO = fixturePath('podinfo', 'charts', 'podinfo');
+
+let servers: ServersInfo;
+let stopOwn: (() => Promise<void>) | undefined;
+let scratch: string;
+
+beforeAll(async () => {
+  scratch = await mkdtemp(path.join(tmpdir(), 'vendir-test-'));
+  const provided = inject('servers') as unknown as ServersInfo | null | undefined;
+  if (provided) servers = provided;
+  else {
+    const own = await startAllServers();
+    servers = own;
+    stopOwn = own.stop;
+  }
+});
+
+afterAll(async () => {
+  await stopOwn?.();
+  await rm(scratch, { recursive: true, force: true });
+});
+
+/** LockConfig as vendir writes it (the parts these tests read). */
+interface LockConfig {
+  apiVersion: string;
+  kind: string;
+  directories: { path: string; contents: ({ path: string } & Record<string, unknown>)[] }[];
+}
+
+/**
+ * Writes `vendir.yml` with one directory `vendor` holding one content `src`, runs
+ * `vendir sync` in a fresh dir, and returns the dir, the lock and vendir's output.
+ * @throws Error with vendir's stderr when the sync fails.
+ */
+async function sync(content: Record<string, unknown>, name: string) {
+  const dir = path.join(scratch, name);
+  await mkdir(dir, { recursive: true });
+  const config = {
+    apiVersion: 'vendir.k14s.io/v1alpha1',
+    kind: 'Config',
+    minimumRequiredVersion: '0.44.0',
+    directories: [{ path: 'vendor', contents: [{ path: 'src', ...content }] }],
+  };
+  await writeFile(path.join(dir, 'vendir.yml'), stringify(config));
+  const home = path.join(dir, 'home');
+  await mkdir(home);
+  const res = await run([toolBin('vendir'), 'sync', '--chdir', dir], { env: toolEnv({ home }) });
+  const lock = parseYaml(await readFile(path.join(dir, 'vendir.lock.yml'), 'utf8')) as LockConfig;
+  expect(lock.apiVersion).toBe('vendir.k14s.io/v1alpha1');
+  expect(lock.kind).toBe('LockConfig');
+  expect(lock.directories.map((d) => [d.path, d.contents.map((c) => c.path)])).toEqual([['vendor', ['src']]]);
+  return { out: path.join(dir, 'vendor', 'src'), lock: lock.directories[0]?.contents[0], stdout: res.stdout };
+}
+
+describe('vendir sync', () => {
+  it('git: ref origin/develop with subPath config-step-2-template, as kapp-controller asks', async () => {
+    const repo = servers.git.repos['k8s-simple-app-example'];
+    // kapp-controller turns `git.subPath: X` into includePaths [X/**/*] + newRootPath X
+    const { out, lock } = await sync(
+      {
+        git: { url: repo?.url, ref: 'origin/develop' },
+        includePaths: ['config-step-2-template/**/*'],
+        newRootPath: 'config-step-2-template',
+      },
+      'git',
+    );
+    expect(await readTree(out)).toEqual(await readTree(STEP2));
+    expect(lock?.git).toEqual({ sha: repo?.commitSha, commitTitle: 'k8s-simple-app-example' });
+  });
+
+  it('git: follows a branch that moved, and a tag', async () => {
+    const first = await createRepo(servers.git, 'vendir/moving', STEP2, { branch: 'develop', tags: ['v1.0.0'] });
+    const second = await createRepo(
+      servers.git,
+      'vendir/moving',
+      { 'values.yml': '#@data/values\n---\nhello_msg: moved\n' },
+      { branch: 'develop', message: 'second', tags: ['v2.0.0'] },
+    );
+    const head = await sync({ git: { url: second.url, ref: 'origin/develop' } }, 'git-moved');
+    expect(await readTree(head.out)).toEqual({ 'values.yml': '#@data/values\n---\nhello_msg: moved\n' });
+    expect(head.lock?.git).toEqual({ sha: second.commitSha, tags: ['v2.0.0'], commitTitle: 'second' });
+    const tagged = await sync({ git: { url: first.url, ref: 'v1.0.0' } }, 'git-tag');
+    expect(await readTree(tagged.out)).toEqual(await readTree(STEP2));
+    expect(tagged.lock?.git).toEqual({ sha: first.commitSha, tags: ['v1.0.0'], commitTitle: 'fixture: vendir/moving' });
+  });
+
+  it('git: fails for a ref the server does not have', async () => {
+    const repo = servers.git.repos['k8s-simple-app-example'];
+    await expect(sync({ git: { url: repo?.url, ref: 'origin/master' } }, 'git-missing')).rejects.toThrow(
+      /Git \[fetch origin master\]: exit status 128 \(stderr: fatal: couldn't find remote ref master/,
+    );
+  });
+
+  it('helmChart: podinfo from the local helm repo equals the chart fixture', async () => {
+    const helmRepo = servers.http.helmRepo;
+    const chart = helmRepo?.charts.find((c) => c.name === 'podinfo');
+    const chartYaml = parseYaml(await readFile(path.join(PODINFO, 'Chart.yaml'), 'utf8')) as {
+      version: string;
+      appVersion: string;
+    };
+    expect(chart?.version).toBe(chartYaml.version);
+    const { out, lock } = await sync(
+      { helmChart: { name: 'podinfo', version: chartYaml.version, repository: { url: helmRepo?.url } } },
+      'helm',
+    );
+    // `helm package` re-serializes Chart.yaml (sorted keys, its own quoting); every other file
+    // is the fixture byte for byte
+    const { 'Chart.yaml': gotChart, ...got } = await readTree(out);
+    const { 'Chart.yaml': wantChart, ...want } = await readTree(PODINFO);
+    expect(got).toEqual(want);
+    expect(Object.keys(got)).toHaveLength(28);
+    expect(parseYaml(gotChart ?? '')).toEqual(parseYaml(wantChart ?? ''));
+    expect(lock?.helmChart).toEqual({ version: chartYaml.version, appVersion: chartYaml.appVersion });
+  });
+
+  it('helmChart: fails for a version the repo does not have', async () => {
+    await expect(
+      sync(
+        { helmChart: { name: 'podinfo', version: '0.0.1', repository: { url: servers.http.helmRepo?.url } } },
+        'helm-missing',
+      ),
+    ).rejects.toThrow(/podinfo/);
+  });
+
+  it('imgpkgBundle: the kctrl-example-pkg stand-in, locked by digest', async () => {
+    const bundle = servers.registry.bundles['k8slt/kctrl-example-pkg:v1.0.0'];
+    const { out, lock } = await sync({ imgpkgBundle: { image: bundle?.ref } }, 'bundle');
+    const e2eBundle = fixturePath('kapp-controller', 'test', 'e2e', 'assets', 'kappctrl-e2e-bundle');
+    expect(await readTree(out)).toEqual({
+      ...(await readTree(STEP2)),
+      '.imgpkg/bundle.yml': await readFile(path.join(e2eBundle, '.imgpkg', 'bundle.yml'), 'utf8'),
+      '.imgpkg/images.yml': await readFile(path.join(e2eBundle, '.imgpkg', 'images.yml'), 'utf8'),
+    });
+    expect(lock?.imgpkgBundle).toEqual({ image: bundle?.digestRef, tag: 'v1.0.0' });
+  });
+
+  it('imgpkgBundle: a freshly pushed bundle by digest', async () => {
+    const pushed = await pushBundle(servers.registry, 'vendir/fresh:v1', { 'config.yml': 'kind: ConfigMap\n' });
+    const { out, lock } = await sync({ imgpkgBundle: { image: pushed.digestRef } }, 'bundle-digest');
+    expect(await readTree(out)).toEqual({
+      '.imgpkg/images.yml': '---\napiVersion: imgpkg.carvel.dev/v1alpha1\nkind: ImagesLock\n',
+      'config.yml': 'kind: ConfigMap\n',
+    });
+    expect(lock?.imgpkgBundle).toEqual({ image: pushed.digestRef });
+  });
+
+  it('http: k8s-simple-app-example-master.zip with subPath, as examples/simple-app-http.yml', async () => {
+    const zip = servers.http.files['k8s-simple-app-example-master.zip'];
+    const { out, lock } = await sync(
+      {
+        http: { url: zip?.url, sha256: zip?.sha256 },
+        includePaths: ['k8s-simple-app-example-master/config-step-2-template/**/*'],
+        newRootPath: 'k8s-simple-app-example-master/config-step-2-template',
+      },
+      'http-zip',
+    );
+    expect(await readTree(out)).toEqual(await readTree(STEP2));
+    expect(lock?.http).toEqual({});
+  });
+
+  it('http: the tgz unpacks to the whole fixture', async () => {
+    const tgz = servers.http.files['k8s-simple-app-example-master.tgz'];
+    const { out } = await sync({ http: { url: tgz?.url } }, 'http-tgz');
+    expect(await readTree(out)).toEqual(
+      Object.fromEntries(
+        Object.entries(await readTree(SIMPLE_APP)).map(([k, v]) => [`k8s-simple-app-example-master/${k}`, v]),
+      ),
+    );
+  });
+
+  it('http: rejects a wrong sha256', async () => {
+    const zip = servers.http.files['k8s-simple-app-example-master.zip'];
+    await expect(sync({ http: { url: zip?.url, sha256: '0'.repeat(64) } }, 'http-badsum')).rejects.toThrow(
+      /sha256|SHA256/,
+    );
+  });
+});
