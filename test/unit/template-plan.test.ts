@@ -182,6 +182,14 @@ describe('ytt (pkg/template/ytt.go)', () => {
     ]);
   });
 
+  it('asks for the inline directory to exist even when it gets no files', () => {
+    const step = run(plan([{ ytt: { inline: {} } }]).steps[0]);
+    expect(step.args).toEqual(['-f', ROOT, '-f', '/w/scratch/0/inline']);
+    expect(step.files).toEqual([]);
+    expect(step.dirs).toEqual(['/w/scratch/0/inline']);
+    expect(run(plan([{ ytt: {} }]).steps[0]).dirs).toEqual([]);
+  });
+
   it('passes -f - for a "-" path when a stream exists', () => {
     const steps = plan([{ helmTemplate: {} }, { ytt: { paths: ['-', 'overlays'] } }]).steps;
     expect(run(steps[1]).args).toEqual(['-f', '-', '-f', '/w/fetch/0/overlays']);

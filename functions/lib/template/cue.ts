@@ -65,6 +65,7 @@ export function planCue(opts: AppTemplateCue, ctx: StepContext): { step: RunStep
       cwd: ctx.templateRoot,
       stdin: 'none',
       files: values.files,
+      dirs: [],
       errorPrefix: TEMPLATING_DIR_ERROR_PREFIX,
     },
     warnings: values.warnings,

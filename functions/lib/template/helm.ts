@@ -97,6 +97,7 @@ export function planHelmTemplate(
       env: { ...HELM_TEMPLATE_ENV },
       stdin: ctx.hasStdin ? 'previous' : 'none',
       files: values.files,
+      dirs: [],
       errorPrefix: TEMPLATING_HELM_ERROR_PREFIX,
     },
     warnings: values.warnings,

@@ -25,6 +25,7 @@ export function planKbld(opts: AppTemplateKbld, ctx: StepContext): RunStep {
     env: {},
     stdin: ctx.hasStdin ? 'previous' : 'none',
     files: [],
+    dirs: [],
     errorPrefix: TEMPLATING_DIR_ERROR_PREFIX,
   };
 }

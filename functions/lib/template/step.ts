@@ -50,8 +50,13 @@ export interface RunStep {
   cwd?: string;
   /** `previous`: feed the previous step's stdout on stdin; `none`: no stdin. */
   stdin: 'previous' | 'none';
-  /** Files to write before running (values, inline files). */
+  /** Files to write before running (values, inline files), in order; create parent directories. */
   files: PlannedFile[];
+  /**
+   * Directories that must exist before running even if no file lands in them (ytt's inline
+   * directory is passed as `-f <dir>` when `inline` has no files).
+   */
+  dirs: string[];
   /**
    * Prefix for a failed run's error text (`Templating dir: ` or `Templating helm chart: `); the
    * runner appends the process error, and `exit status 1` becomes

@@ -32,9 +32,11 @@ export function planYtt(opts: AppTemplateYtt, ctx: StepContext): { step: RunStep
   if (opts.ignoreUnknownComments) args.push('--ignore-unknown-comments');
   args.push(...fileArgs(opts.paths, ctx.templateRoot, ctx.hasStdin));
   const files = [];
+  const dirs: string[] = [];
   if (opts.inline) {
     const inlineDir = posix.join(ctx.scratchDir, 'inline');
     files.push(...inlineFiles(opts.inline, inlineDir, ctx.refs));
+    dirs.push(inlineDir);
     args.push('-f', inlineDir);
   }
   for (const mark of opts.fileMarks ?? []) args.push('--file-mark', mark);
@@ -51,6 +53,7 @@ export function planYtt(opts: AppTemplateYtt, ctx: StepContext): { step: RunStep
       env: {},
       stdin: ctx.hasStdin ? 'previous' : 'none',
       files,
+      dirs,
       errorPrefix: TEMPLATING_DIR_ERROR_PREFIX,
     },
     warnings: values.warnings,
