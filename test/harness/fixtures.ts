@@ -63,7 +63,9 @@ export function toolBin(bin: string): string {
 /**
  * Environment for running the pinned tools as children: PATH has the cache dirs of every
  * layer tool (vendir, imgpkg, helm, ytt, kbld, kapp, sops, age, cue) first, then the
- * current PATH (Debian's `git`), so vendir finds `git` and `helm`. (imgpkg's IaaS keychains
+ * current PATH (Debian's `git`), so vendir finds `git` and `helm` (`VENDIR_HELM_BINARY` is the
+ * pinned helm too). vendir's `imgpkgBundle`/`image` sources link imgpkg as a library and run
+ * no `imgpkg` binary. (imgpkg's IaaS keychains
  * are off unless `--activate-keychain` is given.) With `home`, helm's config, cache and data dirs
  * and docker's config dir live under it instead of the user's home.
  */
@@ -75,6 +77,8 @@ export function toolEnv(opts: { home?: string; extra?: NodeJS.ProcessEnv } = {})
     LANG: 'C',
     TMPDIR: process.env.TMPDIR,
     SOPS_DISABLE_VERSION_CHECK: '1',
+    // vendir runs `helm3` instead of `helm` for `helmVersion: "3"` unless this is set
+    VENDIR_HELM_BINARY: toolBin('helm'),
     GIT_CONFIG_NOSYSTEM: '1',
     GIT_TERMINAL_PROMPT: '0',
   };
