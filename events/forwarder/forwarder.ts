@@ -58,7 +58,7 @@ import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
 import { type CloudEvent, type ObjectEventData, type ObjectEventReason, toCloudEvent } from './event.js';
-import { appKind, type ObjectRefs, observedGeneration, type WatchedKind } from './kinds.js';
+import { appKind, NO_REFS, type ObjectRefs, observedGeneration, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
 import { Outbox } from './outbox.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
@@ -84,9 +84,12 @@ export interface ForwarderOptions {
   logger?: ForwarderLogger;
   /** Envelope builder. Default {@link toCloudEvent}. */
   buildEvent?: (data: ObjectEventData, now: number) => CloudEvent;
-  /** List page size for watched kinds. Default 500. */
+  /**
+   * List page size for watched kinds. Default 100: a page is held in memory while it is
+   * processed, and an App's status may carry up to 1 MiB per output field.
+   */
   pageSize?: number;
-  /** List page size for Secrets and ConfigMaps (larger objects). Default 100. */
+  /** List page size for Secrets and ConfigMaps (their data is parsed, then dropped). Default 100. */
   refPageSize?: number;
   /** Server-side watch timeout, seconds (each watch uses `[t, 2t)`). Default 300. */
   watchTimeoutSeconds?: number;
@@ -161,14 +164,20 @@ interface ObjState extends HeapItem {
   generation: number;
   rv: string;
   deleting: boolean;
-  /** Last reconcile per status, ms; NaN when never. */
+  /**
+   * Last reconcile per status, in whole seconds since the epoch (status times have second
+   * precision; seconds stay small integers, which V8 stores unboxed); {@link NEVER} when never.
+   */
   handledAt: number;
   /**
-   * The last-reconcile basis (see {@link basis}) for which a reconcile was asked and not yet
-   * answered by a status that is no longer due; NaN when none is outstanding.
+   * The `handledAt` for which a reconcile was asked and not yet answered by a status that is
+   * no longer due; {@link NOT_ASKED} when none is outstanding.
    */
   asked: number;
-  refs: ObjectRefs;
+  /** Referenced Secret names (shared empty array when none). */
+  secrets: readonly string[];
+  /** Referenced ConfigMap names (shared empty array when none). */
+  configMaps: readonly string[];
   /** List mark (relist diff). */
   mark: number;
 }
@@ -177,7 +186,8 @@ interface ObjState extends HeapItem {
 interface RefEntry {
   /** resourceVersion; `ABSENT` when known not to exist; `undefined` when not seen yet. */
   rv: string | undefined;
-  readonly referrers: ObjState[];
+  /** The referencing objects: one (the common case, no array), or several. */
+  referrers: ObjState | ObjState[];
   mark: number;
   /** `epoch` when created (entries created during a list are not swept by it). */
   readonly born: number;
@@ -190,18 +200,68 @@ const REF_SECRET = 0;
 const REF_CONFIG_MAP = 1;
 type RefType = typeof REF_SECRET | typeof REF_CONFIG_MAP;
 
-function keyOf(obj: KubeObject): string {
-  return `${obj.metadata.namespace ?? ''}/${obj.metadata.name}`;
+/**
+ * namespace → name → value. Nested rather than keyed by `ns/name` so that no key string is
+ * allocated per entry: the namespace key is interned and the name is the one the state holds.
+ */
+class NamespacedMap<V> {
+  private readonly byNamespace = new Map<string, Map<string, V>>();
+  private count = 0;
+
+  get size(): number {
+    return this.count;
+  }
+
+  get(namespace: string, name: string): V | undefined {
+    return this.byNamespace.get(namespace)?.get(name);
+  }
+
+  set(namespace: string, name: string, value: V): void {
+    let m = this.byNamespace.get(namespace);
+    if (!m) {
+      m = new Map();
+      this.byNamespace.set(namespace, m);
+    }
+    const before = m.size;
+    m.set(name, value);
+    this.count += m.size - before;
+  }
+
+  delete(namespace: string, name: string): void {
+    const m = this.byNamespace.get(namespace);
+    if (!m?.delete(name)) return;
+    this.count--;
+    if (m.size === 0) this.byNamespace.delete(namespace);
+  }
+
+  /** Entries of one namespace, or of all when `namespace` is undefined, as `[namespace, name, value]`. */
+  *entries(namespace?: string): Generator<[string, string, V]> {
+    const scopes =
+      namespace === undefined ? [...this.byNamespace] : [[namespace, this.byNamespace.get(namespace)] as const];
+    for (const [ns, m] of scopes) {
+      if (!m) continue;
+      // Copy: callers delete while iterating.
+      for (const [name, v] of [...m]) yield [ns, name, v];
+    }
+  }
 }
 
-/** The last-reconcile time as a comparable basis; -1 for never reconciled. */
-function basis(st: ObjState): number {
-  return Number.isNaN(st.handledAt) ? -1 : st.handledAt;
+/** {@link ObjState.handledAt} of an object never reconciled. */
+const NEVER = -1;
+/** {@link ObjState.asked} when no reconcile is outstanding. */
+const NOT_ASKED = -2;
+
+function handledAtOf(kind: WatchedKind, obj: KubeObject): number {
+  const ms = kind.handledAt(obj);
+  return ms === undefined || Number.isNaN(ms) ? NEVER : Math.floor(ms / 1000);
 }
 
-function sameRefs(a: ObjectRefs, b: ObjectRefs): boolean {
-  const eq = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((v, i) => v === y[i]);
-  return a === b || (eq(a.secrets, b.secrets) && eq(a.configMaps, b.configMaps));
+function sameNames(x: readonly string[], y: readonly string[]): boolean {
+  return x === y || (x.length === y.length && x.every((v, i) => v === y[i]));
+}
+
+function referrersOf(e: RefEntry): readonly ObjState[] {
+  return Array.isArray(e.referrers) ? e.referrers : [e.referrers];
 }
 
 /**
@@ -229,8 +289,13 @@ export class Forwarder {
   private readonly random: () => number;
   private readonly logger: ForwarderLogger;
   private readonly resyncRetryMs: number;
-  private readonly objects: Map<string, ObjState>[];
-  private readonly refIndex: [Map<string, RefEntry>, Map<string, RefEntry>] = [new Map(), new Map()];
+  private readonly objects: NamespacedMap<ObjState>[];
+  private readonly refIndex: [NamespacedMap<RefEntry>, NamespacedMap<RefEntry>] = [
+    new NamespacedMap(),
+    new NamespacedMap(),
+  ];
+  /** One string per namespace name, shared by every object in it. */
+  private readonly namespaceNames = new Map<string, string>();
   private readonly heap = new DueHeap<ObjState>();
   private readonly outbox: Outbox;
   private readonly primary: Reflector[] = [];
@@ -260,7 +325,7 @@ export class Forwarder {
     this.random = opts.random ?? Math.random;
     this.logger = opts.logger ?? silentLogger;
     this.resyncRetryMs = opts.resyncRetryMs ?? 300_000;
-    this.objects = this.kinds.map(() => new Map());
+    this.objects = this.kinds.map(() => new NamespacedMap<ObjState>());
     this.outbox = new Outbox({
       transport: opts.transport,
       build: opts.buildEvent ?? toCloudEvent,
@@ -297,7 +362,7 @@ export class Forwarder {
     for (let k = 0; k < this.kinds.length; k++) {
       for (const ns of scopes) {
         this.primary.push(
-          this.reflector(this.kinds[k]!.resource, ns, this.opts.pageSize ?? 500, this.objectHandler(k, ns)),
+          this.reflector(this.kinds[k]!.resource, ns, this.opts.pageSize ?? 100, this.objectHandler(k, ns)),
         );
       }
     }
@@ -402,7 +467,7 @@ export class Forwarder {
    */
   dueAt(kind: ResourceKind, namespace: string, name: string): number | undefined {
     const k = this.kinds.findIndex((w) => w.resource.apiVersion === kind.apiVersion && w.resource.kind === kind.kind);
-    const st = k < 0 ? undefined : this.objects[k]!.get(`${namespace}/${name}`);
+    const st = k < 0 ? undefined : this.objects[k]!.get(namespace, name);
     return st && st.heapIndex >= 0 ? st.due : undefined;
   }
 
@@ -450,31 +515,33 @@ export class Forwarder {
     const kind = this.kinds[kindIx]!;
     const map = this.objects[kindIx]!;
     const m = obj.metadata;
-    const key = keyOf(obj);
+    const namespace = this.intern(m.namespace ?? '');
     const now = this.clock.now();
-    let st = map.get(key);
+    let st = map.get(namespace, m.name);
     if (st && st.uid !== m.uid) {
-      this.forget(st, key);
+      this.forget(st);
       this.emit(st, 'deleted');
       st = undefined;
     }
     if (!st) {
+      const refs = kind.refs(obj);
       st = {
         kindIx,
-        namespace: m.namespace ?? '',
+        namespace,
         name: m.name,
         uid: m.uid,
         generation: m.generation ?? 0,
         rv: m.resourceVersion,
         deleting: Boolean(m.deletionTimestamp),
-        handledAt: kind.handledAt(obj) ?? Number.NaN,
-        asked: Number.NaN,
-        refs: kind.refs(obj),
+        handledAt: handledAtOf(kind, obj),
+        asked: NOT_ASKED,
+        secrets: refs.secrets.length ? refs.secrets : NO_REFS.secrets,
+        configMaps: refs.configMaps.length ? refs.configMaps : NO_REFS.configMaps,
         mark,
         due: Number.POSITIVE_INFINITY,
         heapIndex: -1,
       };
-      map.set(key, st);
+      map.set(namespace, st.name, st);
       this.index(st);
       const due = kind.dueAt(obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
@@ -491,7 +558,7 @@ export class Forwarder {
     st.rv = m.resourceVersion;
     st.generation = generation;
     st.deleting = deleting;
-    st.handledAt = kind.handledAt(obj) ?? Number.NaN;
+    st.handledAt = handledAtOf(kind, obj);
     this.reindex(st, kind.refs(obj));
     if (reason) {
       this.ask(st, reason, now);
@@ -499,9 +566,9 @@ export class Forwarder {
     }
     const due = kind.dueAt(obj, now);
     if (due === null || due > now) {
-      st.asked = Number.NaN;
+      st.asked = NOT_ASKED;
       this.schedule(st, due);
-    } else if (st.asked !== basis(st)) {
+    } else if (st.asked !== st.handledAt) {
       this.ask(st, 'resync', now);
     }
     // else: a reconcile of exactly this status was asked for; its retry timer stays.
@@ -517,10 +584,9 @@ export class Forwarder {
   }
 
   private onObjectDeleted(kindIx: number, obj: KubeObject): void {
-    const key = keyOf(obj);
-    const st = this.objects[kindIx]!.get(key);
+    const st = this.objects[kindIx]!.get(obj.metadata.namespace ?? '', obj.metadata.name);
     if (st) {
-      this.forget(st, key);
+      this.forget(st);
       if (st.uid !== obj.metadata.uid) this.emit(st, 'deleted');
     }
     const kind = this.kinds[kindIx]!;
@@ -538,18 +604,17 @@ export class Forwarder {
   }
 
   private sweepObjects(kindIx: number, ns: string | undefined, mark: number): void {
-    const map = this.objects[kindIx]!;
-    for (const [key, st] of map) {
-      if (st.mark === mark || (ns !== undefined && st.namespace !== ns)) continue;
-      this.forget(st, key);
+    for (const [, , st] of this.objects[kindIx]!.entries(ns)) {
+      if (st.mark === mark) continue;
+      this.forget(st);
       this.emit(st, 'deleted');
     }
   }
 
-  private forget(st: ObjState, key: string): void {
+  private forget(st: ObjState): void {
     this.heap.delete(st);
     this.unindex(st);
-    this.objects[st.kindIx]!.delete(key);
+    this.objects[st.kindIx]!.delete(st.namespace, st.name);
   }
 
   // ---- emission and the resync timer -------------------------------------------------------
@@ -557,7 +622,7 @@ export class Forwarder {
   /** Emits a reason that asks for a reconcile and arms the "no answer" retry. */
   private ask(st: ObjState, reason: ObjectEventReason, now: number): void {
     this.emit(st, reason);
-    st.asked = basis(st);
+    st.asked = st.handledAt;
     this.schedule(st, now + this.resyncRetryMs);
   }
 
@@ -611,45 +676,55 @@ export class Forwarder {
 
   // ---- referenced Secrets and ConfigMaps ---------------------------------------------------
 
+  private intern(namespace: string): string {
+    let s = this.namespaceNames.get(namespace);
+    if (s === undefined) {
+      s = namespace;
+      this.namespaceNames.set(s, s);
+    }
+    return s;
+  }
+
   private index(st: ObjState): void {
-    this.addRefs(REF_SECRET, st, st.refs.secrets);
-    this.addRefs(REF_CONFIG_MAP, st, st.refs.configMaps);
+    this.addRefs(REF_SECRET, st, st.secrets);
+    this.addRefs(REF_CONFIG_MAP, st, st.configMaps);
   }
 
   private unindex(st: ObjState): void {
-    this.dropRefs(REF_SECRET, st, st.refs.secrets);
-    this.dropRefs(REF_CONFIG_MAP, st, st.refs.configMaps);
+    this.dropRefs(REF_SECRET, st, st.secrets);
+    this.dropRefs(REF_CONFIG_MAP, st, st.configMaps);
   }
 
   private reindex(st: ObjState, refs: ObjectRefs): void {
-    if (sameRefs(st.refs, refs)) return;
+    if (sameNames(st.secrets, refs.secrets) && sameNames(st.configMaps, refs.configMaps)) return;
     this.unindex(st);
-    st.refs = refs;
+    st.secrets = refs.secrets.length ? refs.secrets : NO_REFS.secrets;
+    st.configMaps = refs.configMaps.length ? refs.configMaps : NO_REFS.configMaps;
     this.index(st);
   }
 
   private addRefs(t: RefType, st: ObjState, names: readonly string[]): void {
     const map = this.refIndex[t];
     for (const name of names) {
-      const key = `${st.namespace}/${name}`;
-      let e = map.get(key);
-      if (!e) {
-        e = { rv: undefined, referrers: [], mark: 0, born: this.epoch };
-        map.set(key, e);
-      }
-      e.referrers.push(st);
+      const e = map.get(st.namespace, name);
+      if (!e) map.set(st.namespace, name, { rv: undefined, referrers: st, mark: 0, born: this.epoch });
+      else if (Array.isArray(e.referrers)) e.referrers.push(st);
+      else if (e.referrers !== st) e.referrers = [e.referrers, st];
     }
   }
 
   private dropRefs(t: RefType, st: ObjState, names: readonly string[]): void {
     const map = this.refIndex[t];
     for (const name of names) {
-      const key = `${st.namespace}/${name}`;
-      const e = map.get(key);
+      const e = map.get(st.namespace, name);
       if (!e) continue;
+      if (!Array.isArray(e.referrers)) {
+        if (e.referrers === st) map.delete(st.namespace, name);
+        continue;
+      }
       const i = e.referrers.indexOf(st);
       if (i >= 0) e.referrers.splice(i, 1);
-      if (e.referrers.length === 0) map.delete(key);
+      if (e.referrers.length === 1) e.referrers = e.referrers[0]!;
     }
   }
 
@@ -666,7 +741,7 @@ export class Forwarder {
   }
 
   private onRefListed(t: RefType, obj: KubeObject, mark: number): void {
-    const e = this.refIndex[t].get(keyOf(obj));
+    const e = this.refIndex[t].get(obj.metadata.namespace ?? '', obj.metadata.name);
     if (!e) return;
     e.mark = mark;
     const rv = obj.metadata.resourceVersion;
@@ -674,29 +749,28 @@ export class Forwarder {
     const known = e.rv !== undefined;
     e.rv = rv;
     if (known) {
-      for (const r of e.referrers) this.emit(r, 'ref-changed');
+      for (const r of referrersOf(e)) this.emit(r, 'ref-changed');
       return;
     }
     // No baseline (first list after a restart): changed since the referrer's last reconcile?
     const written = lastWriteTime(obj);
-    for (const r of e.referrers) {
-      if (!Number.isNaN(r.asked)) continue; // a reconcile was already asked for
-      if (Number.isNaN(written) || Number.isNaN(r.handledAt) || written >= r.handledAt) this.emit(r, 'ref-changed');
+    for (const r of referrersOf(e)) {
+      if (r.asked !== NOT_ASKED) continue; // a reconcile was already asked for
+      if (Number.isNaN(written) || r.handledAt === NEVER || written >= r.handledAt * 1000) this.emit(r, 'ref-changed');
     }
   }
 
   private sweepRefs(t: RefType, ns: string | undefined, mark: number): void {
-    const prefix = ns === undefined ? undefined : `${ns}/`;
-    for (const [key, e] of this.refIndex[t]) {
-      if (e.mark === mark || e.born >= mark || (prefix !== undefined && !key.startsWith(prefix))) continue;
+    for (const [, , e] of this.refIndex[t].entries(ns)) {
+      if (e.mark === mark || e.born >= mark) continue;
       const existed = e.rv !== undefined && e.rv !== ABSENT;
       e.rv = ABSENT;
-      if (existed) for (const r of e.referrers) this.emit(r, 'ref-changed');
+      if (existed) for (const r of referrersOf(e)) this.emit(r, 'ref-changed');
     }
   }
 
   private onRefEvent(t: RefType, ev: WatchEvent): void {
-    const e = this.refIndex[t].get(keyOf(ev.object));
+    const e = this.refIndex[t].get(ev.object.metadata.namespace ?? '', ev.object.metadata.name);
     if (!e) return;
     if (ev.type === 'DELETED') {
       e.rv = ABSENT;
@@ -704,6 +778,6 @@ export class Forwarder {
       if (e.rv === ev.object.metadata.resourceVersion) return;
       e.rv = ev.object.metadata.resourceVersion;
     }
-    for (const r of e.referrers) this.emit(r, 'ref-changed');
+    for (const r of referrersOf(e)) this.emit(r, 'ref-changed');
   }
 }

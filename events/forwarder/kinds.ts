@@ -73,12 +73,20 @@ function deleting(obj: KubeObject): boolean {
   return Boolean(obj.metadata.deletionTimestamp);
 }
 
+/** Drops the empty name (a ref without a name matches no object); exact-size arrays, shared empties. */
+function named(names: readonly string[]): readonly string[] {
+  if (names.length === 0) return NO_REFS.secrets;
+  // `filter` would over-allocate the result's backing store; this runs per object and event.
+  if (!names.includes('')) return names;
+  const out = names.filter((n) => n.length > 0);
+  return out.length === 0 ? NO_REFS.secrets : out.slice();
+}
+
 function refsOf(secrets: readonly string[], configMaps: readonly string[]): ObjectRefs {
-  // A ref without a name can match no object; upstream tracks it under the empty name.
-  const s = secrets.filter((n) => n.length > 0);
-  const c = configMaps.filter((n) => n.length > 0);
+  const s = named(secrets);
+  const c = named(configMaps);
   if (s.length === 0 && c.length === 0) return NO_REFS;
-  return { secrets: s.length ? s : NO_REFS.secrets, configMaps: c.length ? c : NO_REFS.configMaps };
+  return { secrets: s, configMaps: c };
 }
 
 /**
