@@ -5,8 +5,9 @@
  * `stop()` (or the death of the parent) leaves no process or temp dir behind.
  */
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import {
@@ -215,7 +216,6 @@ describe('static HTTP server', () => {
     const tgz = await fetch(entry?.urls[0] ?? '');
     expect(tgz.headers.get('content-type')).toBe('application/gzip');
     const bytes = Buffer.from(await tgz.arrayBuffer());
-    const { createHash } = await import('node:crypto');
     expect(createHash('sha256').update(bytes).digest('hex')).toBe(entry?.digest);
   });
 
@@ -241,9 +241,9 @@ describe('static HTTP server', () => {
     const file = servers.http.files['k8s-simple-app-example-master.tgz'];
     const res = await fetch(file?.url ?? '');
     const dest = path.join(scratch, 'untar');
-    await (await import('node:fs/promises')).mkdir(dest);
+    await mkdir(dest);
     const tgzPath = path.join(scratch, 'a.tgz');
-    await (await import('node:fs/promises')).writeFile(tgzPath, Buffer.from(await res.arrayBuffer()));
+    await writeFile(tgzPath, Buffer.from(await res.arrayBuffer()));
     await tar.x({ file: tgzPath, cwd: dest });
     expect(await readTree(path.join(dest, 'k8s-simple-app-example-master'))).toEqual(await readTree(SIMPLE_APP));
   });
