@@ -555,6 +555,15 @@ async function extractInto(
       throw ioError('failed to create symlink', cause, l.path);
     }
   }
+  // Directories created only as parents of other entries get the mode listed ones get
+  // (mkdir's mode is subject to the process umask).
+  for (const d of implicitDirs) {
+    try {
+      await chmod(join(root, d), 0o755);
+    } catch (cause) {
+      throw ioError('failed to set directory mode', cause, d);
+    }
+  }
   if (symlinks.length > 0) {
     const realRoot = await realpath(root);
     for (const l of symlinks) {
