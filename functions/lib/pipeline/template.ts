@@ -143,6 +143,7 @@ async function runSteps(
 }
 
 async function runTool(step: RunStep, stream: string, deps: PipelineDeps) {
+  for (const d of step.dirs) await mkdir(d, { recursive: true });
   await writePlanned(step.files);
   return await deps.runner.run({
     cmd: step.bin,
