@@ -234,6 +234,7 @@ export interface EventEnvelope<T extends EventType, D> {
   readonly id: string;
   /** URI-reference of the producer, e.g. `/kapp-lambda/functions/fetch`. */
   readonly source: string;
+  /** One of {@link EVENT_TYPES}; selects the shape of `data`. */
   readonly type: T;
   /** RFC 3339 time the event was produced. */
   readonly time: string;
@@ -243,6 +244,7 @@ export interface EventEnvelope<T extends EventType, D> {
   readonly subject: string;
   /** Optional URL of the data schema. */
   readonly dataschema?: string;
+  /** The payload: a reference to the object (and, for stage events, the run and artifact keys). */
   readonly data: D;
 }
 

@@ -37,6 +37,7 @@ export class MemoryStore implements ObjectStore {
   /** Number of objects written (created or replaced) so far. */
   writes = 0;
 
+  /** @param opts size limit and clock; see {@link MemoryStoreOptions}. */
   constructor(opts: MemoryStoreOptions = {}) {
     this.maxObjectBytes = opts.maxObjectBytes ?? DEFAULT_MAX_OBJECT_BYTES;
     this.now = opts.now ?? (() => new Date(0));
