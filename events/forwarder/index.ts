@@ -5,6 +5,7 @@
  */
 export { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from './backoff.js';
 export { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
+export { type ForwarderSettings, forwarderOptions, parseForwarderEnv } from './config.js';
 export { DueHeap, type HeapItem } from './due-heap.js';
 export type { CloudEvent, ObjectEventData, ObjectEventReason } from './event.js';
 export {
@@ -36,4 +37,5 @@ export {
   type ReflectorHandler,
   type ReflectorOptions,
 } from './reflector.js';
+export { FakeObjectWatcher, type FakeWatcherCall } from './testing.js';
 export type { Transport } from './transport.js';

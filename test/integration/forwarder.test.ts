@@ -151,21 +151,21 @@ afterAll(async () => {
 
 describe('forwarder RBAC', () => {
   it.each([
-    ['list', 'apps.kappctrl.k14s.io', 'yes'],
-    ['watch', 'secrets', 'yes'],
-    ['get', 'configmaps', 'yes'],
-    ['watch', 'packagerepositories.packaging.carvel.dev', 'yes'],
-    ['create', 'apps.kappctrl.k14s.io', 'no'],
-    ['patch', 'apps.kappctrl.k14s.io', 'no'],
-    ['update', 'apps.kappctrl.k14s.io/status', 'no'],
-    ['delete', 'secrets', 'no'],
-    ['list', 'pods', 'no'],
-    ['create', 'serviceaccounts/token', 'no'],
-  ])('%s %s: %s', async (verb, resource, want) => {
-    const r = await kubectl(kubeconfigPath, ['auth', 'can-i', verb, resource, '-n', ns, '--as', SA], {
-      check: false,
-      kubectl: cluster.kubectlPath,
-    });
+    ['list', 'apps.kappctrl.k14s.io', '', 'yes'],
+    ['watch', 'secrets', '', 'yes'],
+    ['get', 'configmaps', '', 'yes'],
+    ['watch', 'packageinstalls.packaging.carvel.dev', '', 'yes'],
+    ['watch', 'packagerepositories.packaging.carvel.dev', '', 'yes'],
+    ['create', 'apps.kappctrl.k14s.io', '', 'no'],
+    ['patch', 'apps.kappctrl.k14s.io', '', 'no'],
+    ['update', 'apps.kappctrl.k14s.io', 'status', 'no'],
+    ['delete', 'secrets', '', 'no'],
+    ['list', 'pods', '', 'no'],
+    ['create', 'serviceaccounts', 'token', 'no'],
+  ])('%s %s %s: %s', async (verb, resource, subresource, want) => {
+    const args = ['auth', 'can-i', verb, resource, '-n', ns, '--as', SA];
+    if (subresource) args.push(`--subresource=${subresource}`);
+    const r = await kubectl(kubeconfigPath, args, { check: false, kubectl: cluster.kubectlPath });
     expect(r.stdout.trim()).toBe(want);
   });
 });
@@ -175,6 +175,8 @@ describe('forwarder against the API server', () => {
     // Before the first start: handled Apps (status as our functions write it) and one never reconciled.
     await applySecret('vals', '1');
     await applySecret('other', '1');
+    // Status times and Secret writes have second precision: reconcile in a later second.
+    await new Promise((r) => setTimeout(r, 1100));
     await applyApp('handled');
     await applyApp('uses-vals', { secret: 'vals' });
     await applyApp('uses-other', { secret: 'other' });

@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { backoffDelay } from '../../events/forwarder/backoff.js';
 import { systemClock } from '../../events/forwarder/clock.js';
+import { forwarderOptions, parseForwarderEnv } from '../../events/forwarder/config.js';
 import { DueHeap, type HeapItem } from '../../events/forwarder/due-heap.js';
 import type { CloudEvent, ObjectEventData } from '../../events/forwarder/event.js';
 import { lastWriteTime } from '../../events/forwarder/forwarder.js';
@@ -289,5 +290,76 @@ describe('Outbox', () => {
     ]);
     expect(sent[0]![0]!.time).toBe('1970-01-01T00:00:00.100Z');
     await box.idle();
+  });
+});
+
+describe('parseForwarderEnv', () => {
+  it('fills defaults', () => {
+    expect(parseForwarderEnv({ FORWARDER_CLUSTER_ID: 'prod-eu-1', OTHER: 'ignored' })).toEqual({
+      clusterId: 'prod-eu-1',
+      kinds: ['App'],
+      namespaces: [],
+      timer: {},
+      coalesceWindowMs: 200,
+      stallTimeoutMs: 90_000,
+      watchTimeoutSeconds: 300,
+      pageSize: 100,
+      refPageSize: 100,
+      batchSize: 100,
+      resyncRetryMs: 300_000,
+    });
+  });
+
+  it('reads every variable', () => {
+    const s = parseForwarderEnv({
+      FORWARDER_CLUSTER_ID: 'c1',
+      FORWARDER_KINDS: 'App, PackageRepository,App',
+      FORWARDER_NAMESPACES: 'team-a,team-b',
+      FORWARDER_COALESCE_WINDOW_MS: '50',
+      FORWARDER_STALL_TIMEOUT_SECONDS: '120',
+      FORWARDER_WATCH_TIMEOUT_SECONDS: '600',
+      FORWARDER_PAGE_SIZE: '250',
+      FORWARDER_REF_PAGE_SIZE: '20',
+      FORWARDER_BATCH_SIZE: '10',
+      FORWARDER_RESYNC_RETRY_SECONDS: '60',
+      FORWARDER_APP_DEFAULT_SYNC_PERIOD: '5m',
+      FORWARDER_APP_MINIMUM_SYNC_PERIOD: '1m',
+    });
+    expect(s).toEqual({
+      clusterId: 'c1',
+      kinds: ['App', 'PackageRepository'],
+      namespaces: ['team-a', 'team-b'],
+      timer: { appDefaultSyncPeriodMs: 300_000, appMinimumSyncPeriodMs: 60_000 },
+      coalesceWindowMs: 50,
+      stallTimeoutMs: 120_000,
+      watchTimeoutSeconds: 600,
+      pageSize: 250,
+      refPageSize: 20,
+      batchSize: 10,
+      resyncRetryMs: 60_000,
+    });
+    const o = forwarderOptions(s);
+    expect(o.kinds!.map((k) => k.resource.kind)).toEqual(['App', 'PackageRepository']);
+    // The App timer uses the configured default sync period.
+    const app = {
+      ...obj({}),
+      status: { observedGeneration: 1, fetch: { exitCode: 0, updatedAt: '2025-01-01T00:00:00Z' } },
+    };
+    const due = o.kinds![0]!.dueAt(app, 0)!;
+    expect(due).toBeGreaterThanOrEqual(Date.parse('2025-01-01T00:05:00Z'));
+    expect(due).toBeLessThan(Date.parse('2025-01-01T00:05:05Z'));
+  });
+
+  it('names every bad variable', () => {
+    expect(() =>
+      parseForwarderEnv({ FORWARDER_KINDS: 'App,Package', FORWARDER_PAGE_SIZE: '0', FORWARDER_NAMESPACES: 'Bad_NS' }),
+    ).toThrow(
+      new Error(
+        'invalid forwarder settings: FORWARDER_CLUSTER_ID: required; FORWARDER_KINDS: Invalid option: expected one of "App"|"PackageInstall"|"PackageRepository"; FORWARDER_NAMESPACES: expected DNS-1123 labels; FORWARDER_PAGE_SIZE: expected an integer in [1, 5000], received "0"',
+      ),
+    );
+    expect(() => parseForwarderEnv({ FORWARDER_CLUSTER_ID: 'c', FORWARDER_APP_DEFAULT_SYNC_PERIOD: '1d' })).toThrow(
+      /^invalid forwarder settings: Unmarshaling appDefaultSyncPeriod as duration: /,
+    );
   });
 });
