@@ -1,0 +1,70 @@
+/**
+ * `npm start`: the embedded default. Runs the forwarder and the functions in this process
+ * against the current kubeconfig (`$KUBECONFIG`, else `~/.kube/config`; its current context
+ * is the one cluster served), or, when there is none, against a local control plane it
+ * starts (with the CRDs applied). Logs one JSON line per stage run on stderr. Ctrl-C stops.
+ *
+ * Environment: `KUBECONFIG`, `KAPP_LAMBDA_CONTEXTS` (comma-separated contexts to serve,
+ * default the current one), `KAPP_LAMBDA_NAMESPACES` (default all), `KAPP_LAMBDA_CONCURRENCY`
+ * (default 4), `KAPP_LAMBDA_STORE` (local object store directory, default
+ * `~/.cache/kapp-lambda/store`), `KAPP_LAMBDA_CACHE`.
+ */
+import { existsSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { homedir, tmpdir } from 'node:os';
+import path from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+import pino from 'pino';
+import { startEmbedded } from '../functions/embedded/runtime.js';
+import { cacheRoot } from '../layers/gobuild.js';
+import { startCluster } from '../test/harness/cluster.js';
+import { applyCrds } from './local-env.js';
+
+const log = pino({ base: undefined, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination(2));
+const say = (m: string) => process.stderr.write(`[start] ${m}\n`);
+const list = (v: string | undefined) =>
+  v
+    ?.split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+const candidate = process.env.KUBECONFIG?.split(':')[0] || path.join(homedir(), '.kube', 'config');
+let kubeconfigPath = candidate;
+let contexts = list(process.env.KAPP_LAMBDA_CONTEXTS);
+let stopCluster: (() => Promise<void>) | undefined;
+if (existsSync(candidate)) {
+  if (!contexts) {
+    const kc = new KubeConfig();
+    kc.loadFromFile(candidate);
+    contexts = [kc.getCurrentContext()];
+  }
+  say(`using kubeconfig ${candidate}, contexts ${contexts.join(', ')}`);
+} else {
+  say('no kubeconfig found: starting a local control plane');
+  const cluster = await startCluster({ log: say });
+  await applyCrds(cluster.kubeconfigPath);
+  kubeconfigPath = cluster.kubeconfigPath;
+  stopCluster = () => cluster.stop();
+  say(`local control plane ready; kubectl --kubeconfig ${cluster.kubeconfigPath} get apps -A`);
+}
+
+const runtime = startEmbedded({
+  kubeconfigPath,
+  contexts,
+  namespaces: list(process.env.KAPP_LAMBDA_NAMESPACES),
+  concurrency: Number(process.env.KAPP_LAMBDA_CONCURRENCY ?? 4),
+  cacheRoot: cacheRoot(),
+  storeDir: process.env.KAPP_LAMBDA_STORE ?? path.join(cacheRoot(), 'store'),
+  tmpRoot: await mkdtemp(path.join(tmpdir(), 'kapp-lambda-')),
+  log,
+});
+say('forwarder and functions running; Ctrl-C to stop');
+
+const stop = async (code: number) => {
+  say('stopping');
+  await runtime.stop().catch(() => undefined);
+  await stopCluster?.().catch(() => undefined);
+  process.exit(code);
+};
+process.once('SIGINT', () => void stop(130));
+process.once('SIGTERM', () => void stop(143));
