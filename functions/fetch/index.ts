@@ -1,0 +1,43 @@
+/**
+ * The fetch function on AWS Lambda (SQS FIFO event source mapping with
+ * `ReportBatchItemFailures`): for an App object event it decides whether to reconcile, runs
+ * vendir, stores the fetched tarball in S3 and queues the template stage (or, for an App
+ * being deleted, the deploy function's delete hand-off). Configuration: see
+ * `functions/lib/entry/config.ts`; it needs `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` and
+ * `KAPP_LAMBDA_QUEUE_URL_DEPLOY`.
+ *
+ * Tools: the fetch layer puts `vendir`, `imgpkg` and `helm` in `/opt/bin`. vendir also runs
+ * `git` from `PATH` for `git` sources, and the Lambda Node runtimes (Amazon Linux 2023) ship
+ * no git binary: the fetch layer needs one (with `git-remote-https` and its libraries, e.g.
+ * `/opt/bin/git` plus `/opt/lib`), which cannot be built from the Go module proxy. Until it
+ * has one, Apps with `git` fetch sources fail here with vendir's "executable file not found"
+ * error in `status.fetch`; other source types are unaffected.
+ *
+ * Clusters: fetch gets only the FetchView of each cluster (see `stageClusterRegistry` and
+ * `kubeconfigClusterRegistry` in `functions/lib/entry/lambda.ts`), never deploy credentials.
+ *
+ * Runs as-is on a Node managed runtime (handler `index.handler`) or as its own bootstrap
+ * (`node index.mjs` on a custom runtime or under the Runtime Interface Emulator).
+ *
+ * @module
+ */
+import {
+  createAwsClients,
+  createLambdaDeps,
+  lambdaBootstrap,
+  makeSqsHandler,
+  parseLambdaEnv,
+} from '../lib/entry/index.js';
+
+const bootstrap = lambdaBootstrap({
+  moduleUrl: import.meta.url,
+  argv1: process.argv[1],
+  runtimeApi: process.env.AWS_LAMBDA_RUNTIME_API,
+});
+const config = parseLambdaEnv('fetch', process.env);
+const clients = createAwsClients(config);
+
+/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeSqsHandler`). */
+export const handler = makeSqsHandler('fetch', () => createLambdaDeps(config, clients));
+
+bootstrap.start(handler);

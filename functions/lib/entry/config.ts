@@ -1,0 +1,264 @@
+/**
+ * Configuration of the Lambda functions, parsed once per process from an environment map by
+ * the entry file (the only place that reads `process.env`) and passed on as a typed object.
+ *
+ * | variable | meaning | default |
+ * |---|---|---|
+ * | `AWS_REGION` | region of the S3 and SQS clients (Lambda sets it) | required |
+ * | `KAPP_LAMBDA_BUCKET` | S3 bucket of artifacts, render cache and receipts | required |
+ * | `KAPP_LAMBDA_BUCKET_PREFIX` | key prefix inside the bucket, e.g. `kapp-lambda/` | `''` |
+ * | `KAPP_LAMBDA_S3_ENDPOINT` | S3-compatible endpoint (`http(s)://…`); path-style addressing | AWS |
+ * | `KAPP_LAMBDA_SQS_ENDPOINT` | SQS-compatible endpoint (`http(s)://…`) | AWS |
+ * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function | optional |
+ * | `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` | FIFO queue of the template function | required by fetch |
+ * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template |
+ * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name) | required |
+ * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve | all contexts |
+ * | `KAPP_LAMBDA_TMP_DIR` | absolute scratch directory root | `/tmp` |
+ * | `KAPP_LAMBDA_BIN_DIR` | absolute directory of the layer's tools | `/opt/bin` |
+ * | `KAPP_LAMBDA_TOOL_VERSIONS` | JSON object `{ "<bin>": "<version without v>" }` (render-cache key) | required |
+ * | `KAPP_LAMBDA_TOOL_TIMEOUT_MS` | kill a tool after this long | runner default (15 min) |
+ * | `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS` | JSON array, kapp-controller-config `kappDeployRawOptions` | `[]` |
+ * | `KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY` | kapp-controller-config `dangerousSkipTLSVerify` (comma hosts) | none |
+ * | `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
+ * | `KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
+ * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
+ *
+ * Credentials are not configuration: the AWS SDK takes the function role's temporary
+ * credentials from its default provider chain, and nothing here is secret, so the parsed
+ * object may be logged.
+ *
+ * @module
+ */
+import { isAbsolute } from 'node:path';
+import { z } from 'zod';
+import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
+import type { PipelineStage } from '../transport/port.js';
+
+/** Version reported as `kappControllerVersion` to the downward API (same as the embedded runtime's). */
+export const CONTROLLER_VERSION = '0.1.0';
+
+/** The stages a function hands events to: fetch → template (and deploy, for deletions), template → deploy. */
+export const NEXT_STAGES: Readonly<Record<PipelineStage, readonly PipelineStage[]>> = {
+  fetch: ['template', 'deploy'],
+  template: ['deploy'],
+  deploy: [],
+};
+
+/** Log levels the functions accept. */
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+
+/** Settings of one Lambda function (see the module comment for the variables). */
+export interface LambdaConfig {
+  /** The function these settings are for. */
+  stage: PipelineStage;
+  /** `AWS_REGION`. */
+  region: string;
+  /** `KAPP_LAMBDA_BUCKET`. */
+  bucket: string;
+  /** `KAPP_LAMBDA_BUCKET_PREFIX`; `''` for the bucket root. */
+  bucketPrefix: string;
+  /** `KAPP_LAMBDA_S3_ENDPOINT`; when set the client uses path-style addressing. */
+  s3Endpoint?: string;
+  /** `KAPP_LAMBDA_SQS_ENDPOINT`. */
+  sqsEndpoint?: string;
+  /** `KAPP_LAMBDA_QUEUE_URL_<STAGE>`: every URL given (at least those of {@link NEXT_STAGES}). */
+  queueUrls: Partial<Record<PipelineStage, string>>;
+  /** `KAPP_LAMBDA_KUBECONFIG`: path of the kubeconfig (never its contents). */
+  kubeconfigPath: string;
+  /** `KAPP_LAMBDA_CLUSTERS`; `undefined` serves every context. */
+  clusterContexts?: string[];
+  /** `KAPP_LAMBDA_TMP_DIR`, default `/tmp` (Lambda's only writable directory). */
+  tmpDir: string;
+  /** `KAPP_LAMBDA_BIN_DIR`, default `/opt/bin` (where Lambda mounts layer `bin/` directories). */
+  binDir: string;
+  /** `KAPP_LAMBDA_TOOL_VERSIONS`: versions without `v`, keyed by binary. */
+  toolVersions: Record<string, string>;
+  /** `KAPP_LAMBDA_TOOL_TIMEOUT_MS`. */
+  toolTimeoutMs?: number;
+  /** `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS`. */
+  kappDeployRawOptions: string[];
+  /** `KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY`. */
+  dangerousSkipTLSVerify?: string;
+  /** `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` / `_MINIMUM_SYNC_PERIOD`, in ms. */
+  timer: TimerConfig;
+  /** `KAPP_LAMBDA_LOG_LEVEL`. */
+  logLevel: (typeof LOG_LEVELS)[number];
+}
+
+/** The environment was not valid; `problems` lists `<VAR>: <problem>` for each bad variable. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  constructor(
+    stage: PipelineStage,
+    /** One `<VAR>: <problem>` per bad variable. */
+    readonly problems: readonly string[],
+  ) {
+    super(`invalid configuration of the ${stage} function: ${problems.join('; ')}`);
+  }
+}
+
+const QUEUE_ENV: Readonly<Record<PipelineStage, string>> = {
+  fetch: 'KAPP_LAMBDA_QUEUE_URL_FETCH',
+  template: 'KAPP_LAMBDA_QUEUE_URL_TEMPLATE',
+  deploy: 'KAPP_LAMBDA_QUEUE_URL_DEPLOY',
+};
+
+const blankToUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
+const optional = <T extends z.ZodType>(s: T) => z.preprocess(blankToUndefined, s.optional());
+const required = <T extends z.ZodType>(s: T) => z.preprocess(blankToUndefined, s);
+
+const httpUrl = z
+  .string({ error: 'required' })
+  .refine((v) => /^https?:\/\/[^\s/]+/.test(v) && URL.canParse(v), { error: 'expected an http:// or https:// URL' });
+const absPath = (dflt: string) =>
+  z.preprocess(
+    blankToUndefined,
+    z
+      .string()
+      .refine((v) => isAbsolute(v) && !v.split('/').includes('..'), { error: 'expected an absolute path without ..' })
+      .default(dflt),
+  );
+const json = <T extends z.ZodType>(inner: T, what: string) =>
+  z.string().transform((v, ctx) => {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(v);
+    } catch {
+      ctx.addIssue({ code: 'custom', message: `expected JSON (${what})` });
+      return z.NEVER;
+    }
+    const r = inner.safeParse(parsed);
+    if (!r.success) {
+      ctx.addIssue({ code: 'custom', message: `expected ${what}` });
+      return z.NEVER;
+    }
+    return r.data as z.infer<T>;
+  });
+
+const EnvSchema = z.object({
+  AWS_REGION: required(z.string({ error: 'required' }).regex(/^[a-z0-9-]+$/, { error: 'expected a region name' })),
+  KAPP_LAMBDA_BUCKET: required(
+    z
+      .string({ error: 'required' })
+      .regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, { error: 'expected an S3 bucket name' }),
+  ),
+  KAPP_LAMBDA_BUCKET_PREFIX: z.preprocess(blankToUndefined, z.string().default('')),
+  KAPP_LAMBDA_S3_ENDPOINT: optional(httpUrl),
+  KAPP_LAMBDA_SQS_ENDPOINT: optional(httpUrl),
+  KAPP_LAMBDA_QUEUE_URL_FETCH: optional(httpUrl),
+  KAPP_LAMBDA_QUEUE_URL_TEMPLATE: optional(httpUrl),
+  KAPP_LAMBDA_QUEUE_URL_DEPLOY: optional(httpUrl),
+  KAPP_LAMBDA_KUBECONFIG: required(
+    z
+      .string({ error: 'required (path of a kubeconfig file)' })
+      .refine(isAbsolute, { error: 'expected an absolute path' }),
+  ),
+  KAPP_LAMBDA_CLUSTERS: optional(
+    z
+      .string()
+      .transform((v) =>
+        v
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s.length > 0),
+      )
+      .pipe(z.array(z.string()).min(1, { error: 'expected a comma list of kubeconfig contexts' })),
+  ),
+  KAPP_LAMBDA_TMP_DIR: absPath('/tmp'),
+  KAPP_LAMBDA_BIN_DIR: absPath('/opt/bin'),
+  KAPP_LAMBDA_TOOL_VERSIONS: required(
+    z
+      .string({ error: 'required (JSON object of tool versions)' })
+      .pipe(json(z.record(z.string().regex(/^[a-z0-9-]+$/), z.string().min(1)), 'an object of tool → version strings')),
+  ),
+  KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(
+    z.string().transform((v, ctx) => {
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 1000 || n > 900_000) {
+        ctx.addIssue({ code: 'custom', message: 'expected an integer in [1000, 900000]' });
+        return z.NEVER;
+      }
+      return n;
+    }),
+  ),
+  KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: optional(z.string().pipe(json(z.array(z.string()), 'an array of strings'))),
+  KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
+  KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
+  KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
+  KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
+});
+
+/**
+ * Parses and validates the function's environment (table in the module comment).
+ *
+ * @param stage - the function being configured; decides which queue URLs are required.
+ * @param env - the environment, e.g. `process.env` (only the variables above are read).
+ * @returns the settings, defaults filled in.
+ * @throws ConfigError `invalid configuration of the <stage> function: <VAR>: <problem>; …`
+ *   naming every bad variable. Values are never echoed (a misplaced secret stays out of logs).
+ */
+export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string, string | undefined>>): LambdaConfig {
+  const r = EnvSchema.safeParse(env);
+  const problems: string[] = [];
+  if (!r.success) {
+    for (const i of r.error.issues) {
+      const line = `${String(i.path[0] ?? '(env)')}: ${i.message}`;
+      if (!problems.includes(line)) problems.push(line);
+    }
+  }
+  for (const next of NEXT_STAGES[stage]) {
+    const name = QUEUE_ENV[next];
+    if (blankToUndefined(env[name]) === undefined)
+      problems.push(`${name}: required (the ${stage} function sends to it)`);
+  }
+  let timer: TimerConfig = {};
+  if (r.success) {
+    try {
+      const parsed = parseControllerSyncConfig({
+        ...(r.data.KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD
+          ? { appDefaultSyncPeriod: r.data.KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD }
+          : {}),
+        ...(r.data.KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD
+          ? { appMinimumSyncPeriod: r.data.KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD }
+          : {}),
+      });
+      timer = {
+        ...(parsed.appDefaultSyncPeriodMs === undefined
+          ? {}
+          : { appDefaultSyncPeriodMs: parsed.appDefaultSyncPeriodMs }),
+        ...(parsed.appMinimumSyncPeriodMs === undefined
+          ? {}
+          : { appMinimumSyncPeriodMs: parsed.appMinimumSyncPeriodMs }),
+      };
+    } catch (cause) {
+      problems.push(`KAPP_LAMBDA_APP_*_SYNC_PERIOD: ${(cause as Error).message}`);
+    }
+  }
+  if (!r.success || problems.length > 0) throw new ConfigError(stage, problems);
+  const e = r.data;
+  const queueUrls: Partial<Record<PipelineStage, string>> = {};
+  if (e.KAPP_LAMBDA_QUEUE_URL_FETCH) queueUrls.fetch = e.KAPP_LAMBDA_QUEUE_URL_FETCH;
+  if (e.KAPP_LAMBDA_QUEUE_URL_TEMPLATE) queueUrls.template = e.KAPP_LAMBDA_QUEUE_URL_TEMPLATE;
+  if (e.KAPP_LAMBDA_QUEUE_URL_DEPLOY) queueUrls.deploy = e.KAPP_LAMBDA_QUEUE_URL_DEPLOY;
+  const config: LambdaConfig = {
+    stage,
+    region: e.AWS_REGION,
+    bucket: e.KAPP_LAMBDA_BUCKET,
+    bucketPrefix: e.KAPP_LAMBDA_BUCKET_PREFIX,
+    queueUrls,
+    kubeconfigPath: e.KAPP_LAMBDA_KUBECONFIG,
+    tmpDir: e.KAPP_LAMBDA_TMP_DIR,
+    binDir: e.KAPP_LAMBDA_BIN_DIR,
+    toolVersions: e.KAPP_LAMBDA_TOOL_VERSIONS,
+    kappDeployRawOptions: e.KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS ?? [],
+    timer,
+    logLevel: e.KAPP_LAMBDA_LOG_LEVEL,
+  };
+  if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
+  if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;
+  if (e.KAPP_LAMBDA_CLUSTERS) config.clusterContexts = e.KAPP_LAMBDA_CLUSTERS;
+  if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
+  if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;
+  return config;
+}

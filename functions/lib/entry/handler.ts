@@ -1,0 +1,183 @@
+/**
+ * The shared SQS handler of the stage functions: validate each record at the edge, run the
+ * stage with `dispatchEvent`, hand the next stage's event to the {@link EventSender}, and
+ * report partial batch failures so one bad record fails only itself.
+ *
+ * Per record:
+ *
+ * | record | outcome | redelivered |
+ * |---|---|---|
+ * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
+ * | valid, but for another function | logged, dropped | no |
+ * | stage ran, returned a next event | sent to the next stage's queue | no |
+ * | stage ran, run ended | done | no |
+ * | stage or send threw (infrastructure) | `batchItemFailures` | yes (SQS retry, then DLQ) |
+ *
+ * FIFO ordering: records are processed one at a time in batch order, and once a record of a
+ * message group fails, the later records of that group are failed without running (Lambda
+ * returns them to the queue in order; running them would let a newer event overtake an older
+ * one). Other groups continue. This is Powertools' `SqsFifoPartialProcessor` with
+ * `skipGroupOnError`.
+ *
+ * @module
+ */
+import { subjectOf } from '../../../events/schema.js';
+import type { Logger } from '../log.js';
+import { type DispatchDeps, dispatchEvent, type StageEvent } from '../pipeline/runtime.js';
+import { destinationOf, type EventSender, objectOfEvent, type PipelineStage } from '../transport/port.js';
+import { parseStageEvent } from './parse.js';
+
+/** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
+export interface SqsRecord {
+  /** SQS message id; what `batchItemFailures` names. */
+  messageId: string;
+  /** The message body: a structured-mode CloudEvent. */
+  body: string;
+  /** System attributes; `MessageGroupId` is set for FIFO queues. */
+  attributes?: { MessageGroupId?: string; ApproximateReceiveCount?: string; [name: string]: string | undefined };
+  /** ARN of the queue. */
+  eventSourceARN?: string;
+}
+
+/** The event Lambda passes for an SQS event source mapping. */
+export interface SqsEvent {
+  Records: SqsRecord[];
+}
+
+/**
+ * The partial batch response (the mapping must enable `ReportBatchItemFailures`): records
+ * named here return to the queue, the others are deleted. Empty: the whole batch succeeded.
+ */
+export interface SqsBatchResponse {
+  batchItemFailures: { itemIdentifier: string }[];
+}
+
+/** The fields of Lambda's context object the handler reads (all optional: tests pass none). */
+export interface LambdaContext {
+  /** Invocation id, added to every log line of the invocation. */
+  awsRequestId?: string;
+}
+
+/** A Lambda handler for SQS event source mappings. */
+export type SqsHandler = (event: SqsEvent, context?: LambdaContext) => Promise<SqsBatchResponse>;
+
+/** Everything {@link makeSqsHandler} needs, built once per process by the deps factory. */
+export interface EntryDeps {
+  /** Ports and configuration of the stage handlers. */
+  pipeline: DispatchDeps;
+  /** Where the next stage's event goes. */
+  sender: EventSender;
+  /** The function's logger (the handler adds `messageId` and `awsRequestId` bindings). */
+  log: Logger;
+  /** Runs one stage; default `dispatchEvent` (unit tests of this module replace it). */
+  dispatch?: (event: StageEvent, deps: DispatchDeps) => Promise<StageEvent | undefined>;
+}
+
+/** What happened to one record (logged as `outcome`). */
+export type RecordOutcome = 'invalid' | 'misrouted' | 'done' | 'forwarded' | 'failed' | 'skipped';
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : typeof err;
+}
+
+/**
+ * Builds the SQS handler of one stage function.
+ *
+ * @param stage - the function this handler runs as: events for any other function are dropped.
+ * @param depsFactory - builds the dependencies; called on the first invocation and cached for
+ *   the life of the process (a factory that throws is called again on the next invocation).
+ * @returns the handler. It rejects only when `depsFactory` fails (Lambda then retries the
+ *   whole batch); every per-record problem ends in the record's outcome.
+ */
+export function makeSqsHandler(stage: PipelineStage, depsFactory: () => EntryDeps | Promise<EntryDeps>): SqsHandler {
+  let deps: Promise<EntryDeps> | undefined;
+  const getDeps = (): Promise<EntryDeps> => {
+    if (!deps) {
+      deps = Promise.resolve()
+        .then(depsFactory)
+        .catch((err: unknown) => {
+          deps = undefined;
+          throw new Error(`failed to initialize the ${stage} function`, { cause: err });
+        });
+    }
+    return deps;
+  };
+
+  return async (event, context) => {
+    const d = await getDeps();
+    const log = context?.awsRequestId ? d.log.child({ awsRequestId: context.awsRequestId }) : d.log;
+    const failures: { itemIdentifier: string }[] = [];
+    const failedGroups = new Set<string>();
+    for (const record of event.Records ?? []) {
+      const group = record.attributes?.MessageGroupId;
+      const rlog = log.child({ messageId: record.messageId });
+      if (group !== undefined && failedGroups.has(group)) {
+        failures.push({ itemIdentifier: record.messageId });
+        rlog.warn(
+          { stage, outcome: 'skipped' satisfies RecordOutcome },
+          'earlier event of this object failed; retried after it',
+        );
+        continue;
+      }
+      const outcome = await processRecord(stage, record, d, rlog);
+      if (outcome === 'failed') {
+        failures.push({ itemIdentifier: record.messageId });
+        if (group !== undefined) failedGroups.add(group);
+      }
+    }
+    return { batchItemFailures: failures };
+  };
+}
+
+async function processRecord(
+  stage: PipelineStage,
+  record: SqsRecord,
+  d: EntryDeps,
+  log: Logger,
+): Promise<RecordOutcome> {
+  const parsed = parseStageEvent(typeof record.body === 'string' ? record.body : '');
+  if (!parsed.ok) {
+    log.warn({ stage, outcome: 'invalid' satisfies RecordOutcome, error: parsed.error }, 'invalid event; dropped');
+    return 'invalid';
+  }
+  const event = parsed.event;
+  const subject = subjectOf(objectOfEvent(event));
+  const target = destinationOf(event);
+  if (target !== stage) {
+    log.warn(
+      { stage, outcome: 'misrouted' satisfies RecordOutcome, type: event.type, subject, target: target ?? 'none' },
+      'event is for another function; dropped',
+    );
+    return 'misrouted';
+  }
+  const elog = log.child({ subject, eventId: event.id });
+  try {
+    const dispatch = d.dispatch ?? dispatchEvent;
+    const next = await dispatch(event, { ...d.pipeline, log: elog });
+    if (!next) {
+      elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
+      return 'done';
+    }
+    const to = destinationOf(next);
+    if (!to) throw new Error(`no pipeline queue carries ${next.type}`);
+    await d.sender.send(to, next);
+    elog.info(
+      { stage, outcome: 'forwarded' satisfies RecordOutcome, type: event.type, next: next.type, to, nextId: next.id },
+      'event handled; next stage queued',
+    );
+    return 'forwarded';
+  } catch (err) {
+    elog.error(
+      {
+        stage,
+        outcome: 'failed' satisfies RecordOutcome,
+        type: event.type,
+        error: errorText(err),
+        ...(err instanceof Error && err.cause !== undefined ? { cause: errorText(err.cause) } : {}),
+        receiveCount: Number(record.attributes?.ApproximateReceiveCount ?? 0) || undefined,
+      },
+      'event failed; will be retried',
+    );
+    return 'failed';
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * Shared code of the Lambda entry files: configuration ({@link parseLambdaEnv}), the SQS
+ * handler factory ({@link makeSqsHandler}), the composition root ({@link createLambdaDeps})
+ * and the Runtime API bootstrap ({@link lambdaBootstrap}).
+ *
+ * @module
+ */
+export {
+  CONTROLLER_VERSION,
+  ConfigError,
+  type LambdaConfig,
+  LOG_LEVELS,
+  NEXT_STAGES,
+  parseLambdaEnv,
+} from './config.js';
+export {
+  type EntryDeps,
+  type LambdaContext,
+  makeSqsHandler,
+  type RecordOutcome,
+  type SqsBatchResponse,
+  type SqsEvent,
+  type SqsHandler,
+  type SqsRecord,
+} from './handler.js';
+export {
+  type AwsClients,
+  clusterInfoSource,
+  createAwsClients,
+  createLambdaDeps,
+  createLambdaLogger,
+  kubeconfigClusterRegistry,
+  type LambdaDepsOverrides,
+  stageClusterRegistry,
+} from './lambda.js';
+export { type ParseStageEventResult, parseStageEvent } from './parse.js';
+export {
+  type Bootstrap,
+  errorBody,
+  type Invocation,
+  type InvocationContext,
+  isMainModule,
+  lambdaBootstrap,
+  MAX_RESPONSE_BYTES,
+  RUNTIME_API_VERSION,
+  RuntimeApiClient,
+  RuntimeApiError,
+  type RuntimeLoopOptions,
+  runRuntimeLoop,
+} from './runtime-api.js';

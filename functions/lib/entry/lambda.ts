@@ -1,0 +1,172 @@
+/**
+ * The Lambda composition root: from a {@link LambdaConfig} to the {@link EntryDeps} of one
+ * stage function. The entry files (`functions/<stage>/index.ts`) call these once per process;
+ * nothing here reads the environment.
+ *
+ * Ports on Lambda: S3 ({@link S3Store}) for artifacts, SQS FIFO ({@link SqsEventSender}) for
+ * hand-offs, the command runner over the layer's tools at `/opt/bin` (allow-list: the
+ * stage's tools only, `STAGE_TOOLS`), pino to stdout (CloudWatch Logs), and a cluster registry
+ * from a kubeconfig file narrowed to what the stage may do ({@link stageClusterRegistry}).
+ *
+ * @module
+ */
+import { S3Client } from '@aws-sdk/client-s3';
+import { SQSClient } from '@aws-sdk/client-sqs';
+import pino from 'pino';
+import { createCommandRunner, dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
+import type { ClusterRegistry } from '../kube/port.js';
+import { KubeConfigClusterRegistry } from '../kube/registry.js';
+import type { Logger } from '../log.js';
+import type { DispatchDeps } from '../pipeline/runtime.js';
+import type { ClusterInfoSource } from '../pipeline/template.js';
+import { S3Store } from '../store/s3.js';
+import type { EventSender, PipelineStage } from '../transport/port.js';
+import { SqsEventSender } from '../transport/sqs.js';
+import { CONTROLLER_VERSION, type LambdaConfig } from './config.js';
+import type { EntryDeps } from './handler.js';
+
+/** The AWS SDK clients of one function process. */
+export interface AwsClients {
+  /** Artifacts, render cache, receipts. */
+  s3: S3Client;
+  /** Hand-offs to the next stage's queue. */
+  sqs: SQSClient;
+}
+
+/**
+ * Creates the SDK clients (once per process, at module scope of the entry file). Credentials
+ * come from the SDK's default provider chain (on Lambda: the function role's temporary
+ * credentials); an `s3Endpoint` switches S3 to path-style addressing (S3-compatible servers).
+ */
+export function createAwsClients(config: LambdaConfig): AwsClients {
+  return {
+    s3: new S3Client({
+      region: config.region,
+      ...(config.s3Endpoint ? { endpoint: config.s3Endpoint, forcePathStyle: true } : {}),
+    }),
+    sqs: new SQSClient({ region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) }),
+  };
+}
+
+/**
+ * The function's logger: pino, JSON lines on stdout (Lambda ships them to CloudWatch Logs),
+ * written synchronously so nothing is lost when Lambda freezes the process after a response.
+ * Every line carries `function: <stage>`.
+ */
+export function createLambdaLogger(config: Pick<LambdaConfig, 'stage' | 'logLevel'>): Logger {
+  return pino(
+    { level: config.logLevel, base: { function: config.stage }, timestamp: pino.stdTimeFunctions.isoTime },
+    pino.destination({ fd: 1, sync: true }),
+  );
+}
+
+/**
+ * Narrows a registry to what a stage function may use (DESIGN.md "Credentials"): fetch and
+ * template get only `fetchView` (read the App and its referenced Secrets/ConfigMaps, write
+ * status: kapp-controller's sidecar boundary); deploy also gets `deployView` (finalizers,
+ * ServiceAccount TokenRequests). No function gets `client` or `watchView`. A denied call
+ * throws `Error('the <stage> function may not use <what>')`, which fails the record.
+ */
+export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineStage): ClusterRegistry {
+  const deny = (what: string) => (): never => {
+    throw new Error(`the ${stage} function may not use ${what}`);
+  };
+  return {
+    clusterIds: () => registry.clusterIds(),
+    fetchView: (clusterId) => registry.fetchView(clusterId),
+    deployView: stage === 'deploy' ? (clusterId) => registry.deployView(clusterId) : deny('deploy credentials'),
+    client: deny('a full cluster client'),
+    watchView: deny('the watch view'),
+  };
+}
+
+/**
+ * Live cluster values for templates (helm `--kube-version`/`--api-versions`, downward API):
+ * discovery calls only (`GET /version`, `/api`, `/apis`), which every authenticated identity
+ * may make. Failures are passed to the template stage as values, as the embedded runtime does.
+ */
+export function clusterInfoSource(registry: ClusterRegistry): ClusterInfoSource {
+  return async (clusterId, needs) => {
+    const client = registry.client(clusterId);
+    return {
+      kubernetesVersion: needs.kubernetesVersion ? await client.serverVersion().catch((e: Error) => e) : undefined,
+      kubernetesAPIs: needs.kubernetesAPIs ? await client.apiGroupVersions().catch((e: Error) => e) : undefined,
+      kappControllerVersion: CONTROLLER_VERSION,
+    };
+  };
+}
+
+/**
+ * The clusters a function serves: every context (or `clusterContexts`) of the kubeconfig at
+ * `kubeconfigPath`, cluster id = context name.
+ *
+ * This is the local and emulator setup. In production the file is replaced by the fleet's
+ * cluster registry (future work): each cluster's API server endpoint and CA come from the
+ * registry (e.g. a parameter or an AWS Secrets Manager secret per cluster), and the
+ * function's identity in each cluster is a narrowly scoped ServiceAccount token (fetch and
+ * template: read Apps and the Secrets/ConfigMaps they reference, patch App status; deploy:
+ * additionally finalizers and `serviceaccounts/token`), minted short-lived — never a
+ * long-lived admin credential. Whatever the source, fetch and template only ever see the
+ * FetchView ({@link stageClusterRegistry}).
+ *
+ * @throws Error `loading kubeconfig <path>` when the file cannot be read or parsed (its
+ *   contents are never quoted).
+ */
+export function kubeconfigClusterRegistry(
+  config: Pick<LambdaConfig, 'kubeconfigPath' | 'clusterContexts'>,
+): ClusterRegistry {
+  return KubeConfigClusterRegistry.fromFile(
+    config.kubeconfigPath,
+    config.clusterContexts ? { contexts: config.clusterContexts } : {},
+  );
+}
+
+/** Overrides of {@link createLambdaDeps} (tests, or a different cluster source). */
+export interface LambdaDepsOverrides {
+  /** Default {@link createLambdaLogger}. */
+  log?: Logger;
+  /** Default {@link kubeconfigClusterRegistry} (un-narrowed; narrowing is always applied). */
+  clusters?: ClusterRegistry;
+  /** Default an {@link SqsEventSender} over `clients.sqs` and `config.queueUrls`. */
+  sender?: EventSender;
+  /** Default `() => new Date()`. */
+  now?: () => Date;
+}
+
+/**
+ * Builds the dependencies of one stage function (the deps factory of `makeSqsHandler`).
+ *
+ * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}).
+ */
+export function createLambdaDeps(
+  config: LambdaConfig,
+  clients: AwsClients,
+  overrides: LambdaDepsOverrides = {},
+): EntryDeps {
+  const log = overrides.log ?? createLambdaLogger(config);
+  const registry = overrides.clusters ?? kubeconfigClusterRegistry(config);
+  const runner = createCommandRunner({
+    allow: STAGE_TOOLS[config.stage],
+    resolveBin: dirBinResolver(config.binDir),
+    tmpDir: config.tmpDir,
+  });
+  const pipeline: DispatchDeps = {
+    clusters: stageClusterRegistry(registry, config.stage),
+    store: new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
+    runner,
+    now: overrides.now ?? (() => new Date()),
+    log,
+    clusterInfo: clusterInfoSource(registry),
+    config: {
+      tmpRoot: config.tmpDir,
+      toolVersions: config.toolVersions,
+      controllerVersion: CONTROLLER_VERSION,
+      kappDeployRawOptions: config.kappDeployRawOptions,
+      timer: config.timer,
+      ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),
+      ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
+    },
+  };
+  const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
+  return { pipeline, sender, log };
+}
