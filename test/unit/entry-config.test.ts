@@ -1,0 +1,186 @@
+/**
+ * parseLambdaEnv: defaults, per-stage required queues, and exact error messages that never
+ * echo values.
+ */
+import { describe, expect, it } from 'vitest';
+import { ConfigError, type LambdaConfig, parseLambdaEnv } from '../../functions/lib/entry/config.js';
+
+const Q = (s: string) => `https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-${s}.fifo`;
+
+const base: Record<string, string> = {
+  AWS_REGION: 'eu-west-1',
+  KAPP_LAMBDA_BUCKET: 'kapp-lambda-artifacts',
+  KAPP_LAMBDA_QUEUE_URL_TEMPLATE: Q('template'),
+  KAPP_LAMBDA_QUEUE_URL_DEPLOY: Q('deploy'),
+  KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig.yaml',
+  KAPP_LAMBDA_TOOL_VERSIONS: '{"vendir":"0.44.0","imgpkg":"0.46.1","helm":"3.22.0"}',
+};
+
+function problems(stage: 'fetch' | 'template' | 'deploy', env: Record<string, string | undefined>): string[] {
+  try {
+    parseLambdaEnv(stage, env);
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return [...(e as ConfigError).problems];
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('parseLambdaEnv', () => {
+  it('fills defaults', () => {
+    const want: LambdaConfig = {
+      stage: 'fetch',
+      region: 'eu-west-1',
+      bucket: 'kapp-lambda-artifacts',
+      bucketPrefix: '',
+      queueUrls: { template: Q('template'), deploy: Q('deploy') },
+      kubeconfigPath: '/var/task/kubeconfig.yaml',
+      tmpDir: '/tmp',
+      binDir: '/opt/bin',
+      toolVersions: { vendir: '0.44.0', imgpkg: '0.46.1', helm: '3.22.0' },
+      kappDeployRawOptions: [],
+      timer: {},
+      logLevel: 'info',
+    };
+    expect(parseLambdaEnv('fetch', base)).toEqual(want);
+  });
+
+  it('reads every optional variable', () => {
+    const c = parseLambdaEnv('deploy', {
+      ...base,
+      KAPP_LAMBDA_BUCKET_PREFIX: 'kapp-lambda/',
+      KAPP_LAMBDA_S3_ENDPOINT: 'http://127.0.0.1:7070',
+      KAPP_LAMBDA_SQS_ENDPOINT: 'http://127.0.0.1:9324',
+      KAPP_LAMBDA_QUEUE_URL_FETCH: Q('fetch'),
+      KAPP_LAMBDA_CLUSTERS: 'prod-eu-1, prod-us-1,',
+      KAPP_LAMBDA_TMP_DIR: '/mnt/scratch',
+      KAPP_LAMBDA_BIN_DIR: '/opt/tools/bin',
+      KAPP_LAMBDA_TOOL_TIMEOUT_MS: '600000',
+      KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: '["--wait-timeout=2m"]',
+      KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: 'registry.local,10.0.0.1',
+      KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: '5m',
+      KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: '1m',
+      KAPP_LAMBDA_LOG_LEVEL: 'debug',
+    });
+    expect(c).toEqual({
+      stage: 'deploy',
+      region: 'eu-west-1',
+      bucket: 'kapp-lambda-artifacts',
+      bucketPrefix: 'kapp-lambda/',
+      s3Endpoint: 'http://127.0.0.1:7070',
+      sqsEndpoint: 'http://127.0.0.1:9324',
+      queueUrls: { fetch: Q('fetch'), template: Q('template'), deploy: Q('deploy') },
+      kubeconfigPath: '/var/task/kubeconfig.yaml',
+      clusterContexts: ['prod-eu-1', 'prod-us-1'],
+      tmpDir: '/mnt/scratch',
+      binDir: '/opt/tools/bin',
+      toolVersions: { vendir: '0.44.0', imgpkg: '0.46.1', helm: '3.22.0' },
+      toolTimeoutMs: 600_000,
+      kappDeployRawOptions: ['--wait-timeout=2m'],
+      dangerousSkipTLSVerify: 'registry.local,10.0.0.1',
+      timer: { appDefaultSyncPeriodMs: 300_000, appMinimumSyncPeriodMs: 60_000 },
+      logLevel: 'debug',
+    } satisfies LambdaConfig);
+  });
+
+  it('treats blank values as unset', () => {
+    const c = parseLambdaEnv('deploy', {
+      ...base,
+      KAPP_LAMBDA_S3_ENDPOINT: '',
+      KAPP_LAMBDA_TMP_DIR: ' ',
+      KAPP_LAMBDA_LOG_LEVEL: '',
+    });
+    expect(c.s3Endpoint).toBeUndefined();
+    expect(c.tmpDir).toBe('/tmp');
+    expect(c.logLevel).toBe('info');
+  });
+
+  it('names every missing variable in one error', () => {
+    expect(() => parseLambdaEnv('fetch', {})).toThrow(
+      'invalid configuration of the fetch function: AWS_REGION: required; KAPP_LAMBDA_BUCKET: required; ' +
+        'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
+        'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions); ' +
+        'KAPP_LAMBDA_QUEUE_URL_TEMPLATE: required (the fetch function sends to it); ' +
+        'KAPP_LAMBDA_QUEUE_URL_DEPLOY: required (the fetch function sends to it)',
+    );
+  });
+
+  it.each([
+    ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
+    ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
+    ['deploy', []],
+  ] as const)('the %s function requires the queues it sends to: %j', (stage, want) => {
+    const env = { ...base, KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined, KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined };
+    if (want.length === 0) {
+      expect(parseLambdaEnv(stage, env).queueUrls).toEqual({});
+    } else {
+      expect(problems(stage, env)).toEqual(want.map((v) => `${v}: required (the ${stage} function sends to it)`));
+    }
+  });
+
+  it.each([
+    ['AWS_REGION', 'EU West', 'AWS_REGION: expected a region name'],
+    ['KAPP_LAMBDA_BUCKET', 'My_Bucket', 'KAPP_LAMBDA_BUCKET: expected an S3 bucket name'],
+    ['KAPP_LAMBDA_S3_ENDPOINT', 'localhost:7070', 'KAPP_LAMBDA_S3_ENDPOINT: expected an http:// or https:// URL'],
+    ['KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'sqs://q', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY: expected an http:// or https:// URL'],
+    ['KAPP_LAMBDA_KUBECONFIG', 'kubeconfig', 'KAPP_LAMBDA_KUBECONFIG: expected an absolute path'],
+    ['KAPP_LAMBDA_TMP_DIR', '/tmp/../etc', 'KAPP_LAMBDA_TMP_DIR: expected an absolute path without ..'],
+    ['KAPP_LAMBDA_BIN_DIR', 'opt/bin', 'KAPP_LAMBDA_BIN_DIR: expected an absolute path without ..'],
+    [
+      'KAPP_LAMBDA_TOOL_VERSIONS',
+      '{vendir',
+      'KAPP_LAMBDA_TOOL_VERSIONS: expected JSON (an object of tool → version strings)',
+    ],
+    [
+      'KAPP_LAMBDA_TOOL_VERSIONS',
+      '{"vendir":1}',
+      'KAPP_LAMBDA_TOOL_VERSIONS: expected an object of tool → version strings',
+    ],
+    ['KAPP_LAMBDA_TOOL_TIMEOUT_MS', '10s', 'KAPP_LAMBDA_TOOL_TIMEOUT_MS: expected an integer in [1000, 900000]'],
+    ['KAPP_LAMBDA_TOOL_TIMEOUT_MS', '900001', 'KAPP_LAMBDA_TOOL_TIMEOUT_MS: expected an integer in [1000, 900000]'],
+    [
+      'KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS',
+      '["--a",2]',
+      'KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: expected an array of strings',
+    ],
+    ['KAPP_LAMBDA_CLUSTERS', ' , ', 'KAPP_LAMBDA_CLUSTERS: expected a comma list of kubeconfig contexts'],
+    [
+      'KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD',
+      'soon',
+      'KAPP_LAMBDA_APP_*_SYNC_PERIOD: Unmarshaling appDefaultSyncPeriod as duration: time: invalid duration "soon"',
+    ],
+  ])('%s=%j → %s', (name, value, want) => {
+    expect(problems('fetch', { ...base, [name]: value })).toEqual([want]);
+  });
+
+  it('rejects an unknown log level', () => {
+    const [p] = problems('deploy', { ...base, KAPP_LAMBDA_LOG_LEVEL: 'trace' });
+    expect(p).toMatch(/^KAPP_LAMBDA_LOG_LEVEL: /);
+    expect(p).toContain('"debug"|"info"|"warn"|"error"');
+  });
+
+  it('never echoes a value in its message', () => {
+    const secretish = 'AKIAEXAMPLESECRET';
+    const err = (() => {
+      try {
+        parseLambdaEnv('fetch', {
+          ...base,
+          KAPP_LAMBDA_BUCKET: secretish,
+          KAPP_LAMBDA_S3_ENDPOINT: secretish,
+          KAPP_LAMBDA_TOOL_VERSIONS: secretish,
+          KAPP_LAMBDA_KUBECONFIG: secretish,
+        });
+      } catch (e) {
+        return e as Error;
+      }
+      throw new Error('expected a ConfigError');
+    })();
+    expect(err.message).not.toContain(secretish);
+    expect(err.message).toBe(
+      'invalid configuration of the fetch function: KAPP_LAMBDA_BUCKET: expected an S3 bucket name; ' +
+        'KAPP_LAMBDA_S3_ENDPOINT: expected an http:// or https:// URL; ' +
+        'KAPP_LAMBDA_KUBECONFIG: expected an absolute path; ' +
+        'KAPP_LAMBDA_TOOL_VERSIONS: expected JSON (an object of tool → version strings)',
+    );
+  });
+});

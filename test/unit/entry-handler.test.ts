@@ -1,0 +1,347 @@
+/**
+ * makeSqsHandler: edge validation, routing, partial batch failures and FIFO group skipping,
+ * with the stage runner, the sender and the logger faked at their ports.
+ */
+import { describe, expect, it } from 'vitest';
+import { deployEvent, type ObjectRef, objectEvent, serializeEvent, templateEvent } from '../../events/schema.js';
+import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
+import { parseStageEvent } from '../../functions/lib/entry/parse.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import { DELETE_EVENT_TYPE, deleteEvent } from '../../functions/lib/pipeline/delete-event.js';
+import type { DispatchDeps, StageEvent } from '../../functions/lib/pipeline/runtime.js';
+import { MemoryEventSender, serializeStageEvent } from '../../functions/lib/transport/index.js';
+
+const app = (name: string): ObjectRef => ({
+  clusterId: 'prod-eu-1',
+  kind: 'App',
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  namespace: 'default',
+  name,
+  uid: `uid-${name}`,
+  generation: 3,
+  resourceVersion: '48213',
+});
+const time = '2025-01-02T03:04:05.000Z';
+const run = { generation: 3, runId: 'r-1', startedAt: time };
+const FETCH_KEY = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
+const MANIFEST_KEY = `artifacts/template/sha256/${'b'.repeat(64)}.yaml`;
+
+const objEv = (name: string) => objectEvent(app(name), 'modified', { time });
+const tmplEv = (name: string) =>
+  templateEvent({ object: app(name), run, artifacts: { fetchKey: FETCH_KEY } }, { time });
+const depEv = (name: string) =>
+  deployEvent({ object: app(name), run, artifacts: { fetchKey: FETCH_KEY, manifestKey: MANIFEST_KEY } }, { time });
+const delEv = (name: string) => deleteEvent({ object: app(name), run }, { time });
+
+const record = (messageId: string, body: string, group?: string): SqsRecord => ({
+  messageId,
+  body,
+  attributes:
+    group === undefined ? { ApproximateReceiveCount: '1' } : { MessageGroupId: group, ApproximateReceiveCount: '2' },
+  eventSourceARN: 'arn:aws:sqs:eu-west-1:123456789012:kapp-lambda-fetch.fifo',
+});
+const rec = (messageId: string, event: StageEvent) =>
+  record(messageId, serializeStageEvent(event), `prod-eu-1/App/default/${event.subject.split('/')[3]}`);
+
+type Dispatch = NonNullable<EntryDeps['dispatch']>;
+
+function setup(dispatch: Dispatch, sender = new MemoryEventSender()) {
+  const log = memoryLogger();
+  const seen: { event: StageEvent; deps: DispatchDeps }[] = [];
+  const pipeline = { marker: 'pipeline-deps' } as unknown as DispatchDeps;
+  const deps: EntryDeps = {
+    pipeline,
+    sender,
+    log,
+    dispatch: async (event, d) => {
+      seen.push({ event, deps: d });
+      return dispatch(event, d);
+    },
+  };
+  return { deps, log, sender, seen };
+}
+
+const lines = (log: ReturnType<typeof memoryLogger>) =>
+  log.records.map((r) => ({ level: r.level, msg: r.msg, outcome: r.obj.outcome, messageId: r.obj.messageId }));
+
+describe('makeSqsHandler', () => {
+  it('runs the stage and queues the next event for the stage it targets', async () => {
+    const next = tmplEv('a');
+    const { deps, sender, seen, log } = setup(async () => next);
+    const handler = makeSqsHandler('fetch', () => deps);
+    const ev = objEv('a');
+    expect(await handler({ Records: [rec('m1', ev)] }, { awsRequestId: 'req-1' })).toEqual({ batchItemFailures: [] });
+    expect(seen.map((s) => s.event)).toEqual([ev]);
+    expect(seen[0]?.deps).toMatchObject({ marker: 'pipeline-deps' });
+    expect(sender.sent).toEqual([{ stage: 'template', event: next }]);
+    expect(log.records).toEqual([
+      {
+        level: 'info',
+        msg: 'event handled; next stage queued',
+        obj: {
+          awsRequestId: 'req-1',
+          messageId: 'm1',
+          subject: 'prod-eu-1/App/default/a',
+          eventId: ev.id,
+          stage: 'fetch',
+          outcome: 'forwarded',
+          type: 'dev.kapp-lambda.object.v1',
+          next: 'dev.kapp-lambda.stage.template.v1',
+          to: 'template',
+          nextId: next.id,
+        },
+      },
+    ]);
+  });
+
+  it('passes a logger bound to the record to the stage', async () => {
+    const { deps, seen, log } = setup(async (_e, d) => {
+      d.log.info({ step: 'inside' }, 'stage says hi');
+      return undefined;
+    });
+    await makeSqsHandler('fetch', () => deps)({ Records: [rec('m1', objEv('a'))] });
+    expect(seen).toHaveLength(1);
+    expect(log.records[0]).toEqual({
+      level: 'info',
+      msg: 'stage says hi',
+      obj: { messageId: 'm1', subject: 'prod-eu-1/App/default/a', eventId: objEv('a').id, step: 'inside' },
+    });
+    expect(log.records[1]?.msg).toBe('event handled');
+    expect(log.records[1]?.obj.outcome).toBe('done');
+  });
+
+  it('routes the delete hand-off to the deploy queue', async () => {
+    const del = delEv('a');
+    const { deps, sender } = setup(async () => del);
+    await makeSqsHandler('fetch', () => deps)({ Records: [rec('m1', objEv('a'))] });
+    expect(sender.sent).toEqual([{ stage: 'deploy', event: del }]);
+  });
+
+  it('drops an invalid event with the path of the bad field, without running or retrying it', async () => {
+    const { deps, seen, log } = setup(async () => undefined);
+    const bad = JSON.parse(serializeEvent(objEv('a')));
+    bad.data.generation = '3';
+    const res = await makeSqsHandler(
+      'fetch',
+      () => deps,
+    )({
+      Records: [record('m1', JSON.stringify(bad), 'g'), record('m2', '{not json', 'g'), record('m3', '', 'g')],
+    });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(seen).toEqual([]);
+    expect(log.records).toEqual([
+      {
+        level: 'warn',
+        msg: 'invalid event; dropped',
+        obj: {
+          messageId: 'm1',
+          stage: 'fetch',
+          outcome: 'invalid',
+          error: 'data.generation: expected number, received string',
+        },
+      },
+      {
+        level: 'warn',
+        msg: 'invalid event; dropped',
+        obj: { messageId: 'm2', stage: 'fetch', outcome: 'invalid', error: '(root): not valid JSON' },
+      },
+      {
+        level: 'warn',
+        msg: 'invalid event; dropped',
+        obj: { messageId: 'm3', stage: 'fetch', outcome: 'invalid', error: '(root): not valid JSON' },
+      },
+    ]);
+  });
+
+  it('drops an event that targets another function', async () => {
+    const { deps, seen, log } = setup(async () => undefined);
+    const res = await makeSqsHandler(
+      'template',
+      () => deps,
+    )({ Records: [rec('m1', depEv('a')), rec('m2', delEv('b'))] });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(seen).toEqual([]);
+    expect(log.records.map((r) => r.obj)).toEqual([
+      {
+        messageId: 'm1',
+        stage: 'template',
+        outcome: 'misrouted',
+        type: 'dev.kapp-lambda.stage.deploy.v1',
+        subject: 'prod-eu-1/App/default/a',
+        target: 'deploy',
+      },
+      {
+        messageId: 'm2',
+        stage: 'template',
+        outcome: 'misrouted',
+        type: DELETE_EVENT_TYPE,
+        subject: 'prod-eu-1/App/default/b',
+        target: 'deploy',
+      },
+    ]);
+    expect(log.records.map((r) => r.msg)).toEqual([
+      'event is for another function; dropped',
+      'event is for another function; dropped',
+    ]);
+  });
+
+  it('drops an object event of a kind no pipeline function serves', async () => {
+    const { deps, log } = setup(async () => undefined);
+    const pkgi = objectEvent(
+      { ...app('p'), kind: 'PackageInstall', apiVersion: 'packaging.carvel.dev/v1alpha1' },
+      'added',
+      { time },
+    );
+    expect(await makeSqsHandler('fetch', () => deps)({ Records: [rec('m1', pkgi)] })).toEqual({
+      batchItemFailures: [],
+    });
+    expect(log.records[0]?.obj.target).toBe('none');
+  });
+
+  it('fails only the record whose stage throws, and says why', async () => {
+    const { deps, sender, log } = setup(async (e) => {
+      if (e.subject.endsWith('/b')) throw new Error('failed to read App', { cause: new Error('connect ECONNREFUSED') });
+      return depEv(e.subject.split('/')[3] ?? '');
+    });
+    const res = await makeSqsHandler(
+      'template',
+      () => deps,
+    )({
+      Records: [rec('m1', tmplEv('a')), rec('m2', tmplEv('b')), rec('m3', tmplEv('c'))],
+    });
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'm2' }] });
+    expect(sender.sent.map((s) => s.event.subject)).toEqual(['prod-eu-1/App/default/a', 'prod-eu-1/App/default/c']);
+    const failed = log.records.find((r) => r.obj.outcome === 'failed');
+    expect(failed).toEqual({
+      level: 'error',
+      msg: 'event failed; will be retried',
+      obj: {
+        messageId: 'm2',
+        subject: 'prod-eu-1/App/default/b',
+        eventId: tmplEv('b').id,
+        stage: 'template',
+        outcome: 'failed',
+        type: 'dev.kapp-lambda.stage.template.v1',
+        error: 'Error: failed to read App',
+        cause: 'Error: connect ECONNREFUSED',
+        receiveCount: 2,
+      },
+    });
+  });
+
+  it('fails the record when the next event cannot be queued', async () => {
+    const sender = new MemoryEventSender(() => new Error('queue down'));
+    const { deps } = setup(async () => depEv('a'), sender);
+    const res = await makeSqsHandler('template', () => deps)({ Records: [rec('m1', tmplEv('a'))] });
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'm1' }] });
+  });
+
+  it('after a failure, fails the later records of the same message group without running them; other groups go on', async () => {
+    const { deps, seen, log } = setup(async (e) => {
+      if (e.id === tmplEv('a').id) throw new Error('boom');
+      return undefined;
+    });
+    const a2 = templateEvent(
+      {
+        object: { ...app('a'), generation: 4 },
+        run: { ...run, generation: 4, runId: 'r-2' },
+        artifacts: { fetchKey: FETCH_KEY },
+      },
+      { time },
+    );
+    const res = await makeSqsHandler(
+      'template',
+      () => deps,
+    )({
+      Records: [
+        rec('m1', tmplEv('a')),
+        rec('m2', tmplEv('b')),
+        rec('m3', a2),
+        record('m4', '{}', 'prod-eu-1/App/default/a'),
+      ],
+    });
+    expect(res).toEqual({
+      batchItemFailures: [{ itemIdentifier: 'm1' }, { itemIdentifier: 'm3' }, { itemIdentifier: 'm4' }],
+    });
+    expect(seen.map((s) => s.event.id)).toEqual([tmplEv('a').id, tmplEv('b').id]);
+    expect(lines(log)).toEqual([
+      { level: 'error', msg: 'event failed; will be retried', outcome: 'failed', messageId: 'm1' },
+      { level: 'info', msg: 'event handled', outcome: 'done', messageId: 'm2' },
+      {
+        level: 'warn',
+        msg: 'earlier event of this object failed; retried after it',
+        outcome: 'skipped',
+        messageId: 'm3',
+      },
+      {
+        level: 'warn',
+        msg: 'earlier event of this object failed; retried after it',
+        outcome: 'skipped',
+        messageId: 'm4',
+      },
+    ]);
+  });
+
+  it('on a standard queue (no group) a failure fails only itself', async () => {
+    const { deps } = setup(async (e) => {
+      if (e.subject.endsWith('/a')) throw new Error('boom');
+      return undefined;
+    });
+    const res = await makeSqsHandler(
+      'template',
+      () => deps,
+    )({
+      Records: [record('m1', serializeEvent(tmplEv('a'))), record('m2', serializeEvent(tmplEv('a')))],
+    });
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'm1' }, { itemIdentifier: 'm2' }] });
+  });
+
+  it('builds its deps once, and again after a failed build', async () => {
+    let calls = 0;
+    const { deps } = setup(async () => undefined);
+    const handler = makeSqsHandler('fetch', () => {
+      calls++;
+      if (calls === 1) throw new Error('loading kubeconfig /var/task/kubeconfig.yaml');
+      return deps;
+    });
+    const err = await handler({ Records: [rec('m1', objEv('a'))] }).catch((e: Error) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect((err as Error).message).toBe('failed to initialize the fetch function');
+    expect(((err as Error).cause as Error).message).toBe('loading kubeconfig /var/task/kubeconfig.yaml');
+    expect(await handler({ Records: [rec('m1', objEv('a'))] })).toEqual({ batchItemFailures: [] });
+    expect(await handler({ Records: [] })).toEqual({ batchItemFailures: [] });
+    expect(calls).toBe(2);
+  });
+});
+
+describe('parseStageEvent', () => {
+  it('accepts every stage event, the delete hand-off included', () => {
+    for (const e of [objEv('a'), tmplEv('a'), depEv('a'), delEv('a')] as StageEvent[]) {
+      expect(parseStageEvent(serializeStageEvent(e))).toEqual({ ok: true, event: e });
+    }
+  });
+
+  it('reports bad delete hand-offs by path', () => {
+    const bad = JSON.parse(serializeStageEvent(delEv('a')));
+    bad.data.run.generation = -1;
+    delete bad.data.object.uid;
+    expect(parseStageEvent(JSON.stringify(bad))).toEqual({
+      ok: false,
+      error:
+        'data.object.uid: Invalid input: expected string, received undefined; data.run.generation: Too small: expected number to be >=0',
+    });
+  });
+
+  it('keeps parseEvent errors for other bodies that mention the delete type', () => {
+    expect(parseStageEvent(JSON.stringify({ type: 'x', note: DELETE_EVENT_TYPE }))).toEqual(
+      parseStageEvent('{"type":"x"}'),
+    );
+    expect(parseStageEvent(`[${JSON.stringify(DELETE_EVENT_TYPE)}]`).ok).toBe(false);
+    expect(parseStageEvent(`{"type":"${DELETE_EVENT_TYPE}"`)).toEqual({ ok: false, error: '(root): not valid JSON' });
+  });
+
+  it('bounds the size of a delete hand-off', () => {
+    const big = JSON.stringify({ type: DELETE_EVENT_TYPE, pad: 'x'.repeat(256 * 1024) });
+    expect(parseStageEvent(big)).toEqual({ ok: false, error: '(root): event exceeds 262144 bytes' });
+  });
+});

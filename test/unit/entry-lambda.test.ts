@@ -1,0 +1,295 @@
+/**
+ * The Lambda composition root (per-stage cluster narrowing, deps wiring, SDK client options)
+ * and the Runtime API loop with a fake API client at its port.
+ */
+import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
+import {
+  createAwsClients,
+  createLambdaDeps,
+  kubeconfigClusterRegistry,
+  stageClusterRegistry,
+} from '../../functions/lib/entry/lambda.js';
+import {
+  errorBody,
+  type Invocation,
+  type InvocationContext,
+  isMainModule,
+  type RuntimeApiClient,
+  RuntimeApiClient as RuntimeApiClientClass,
+  RuntimeApiError,
+  runRuntimeLoop,
+} from '../../functions/lib/entry/runtime-api.js';
+import type { ClusterRegistry, DeployView, FetchView, KubeClient, WatchView } from '../../functions/lib/kube/port.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import { S3Store } from '../../functions/lib/store/s3.js';
+import { MemoryEventSender, SqsEventSender } from '../../functions/lib/transport/index.js';
+
+const env = {
+  AWS_REGION: 'eu-west-1',
+  KAPP_LAMBDA_BUCKET: 'kapp-lambda-artifacts',
+  KAPP_LAMBDA_BUCKET_PREFIX: 'fleet/',
+  KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'https://sqs.eu-west-1.amazonaws.com/1/t.fifo',
+  KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'https://sqs.eu-west-1.amazonaws.com/1/d.fifo',
+  KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig.yaml',
+  KAPP_LAMBDA_TOOL_VERSIONS: '{"vendir":"0.44.0"}',
+};
+
+/** A registry whose views are tagged strings, so tests see which one was handed out. */
+function taggedRegistry(): ClusterRegistry {
+  const tag = <T>(s: string) => s as unknown as T;
+  return {
+    clusterIds: () => ['prod-eu-1'],
+    client: (id) => tag<KubeClient>(`client:${id}`),
+    fetchView: (id) => tag<FetchView>(`fetch:${id}`),
+    deployView: (id) => tag<DeployView>(`deploy:${id}`),
+    watchView: (id) => tag<WatchView>(`watch:${id}`),
+  };
+}
+
+describe('stageClusterRegistry', () => {
+  it.each(['fetch', 'template'] as const)('gives the %s function only the FetchView', (stage) => {
+    const r = stageClusterRegistry(taggedRegistry(), stage);
+    expect(r.clusterIds()).toEqual(['prod-eu-1']);
+    expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+    expect(() => r.deployView('prod-eu-1')).toThrow(`the ${stage} function may not use deploy credentials`);
+    expect(() => r.client('prod-eu-1')).toThrow(`the ${stage} function may not use a full cluster client`);
+    expect(() => r.watchView('prod-eu-1')).toThrow(`the ${stage} function may not use the watch view`);
+  });
+
+  it('gives the deploy function the DeployView and the FetchView, nothing more', () => {
+    const r = stageClusterRegistry(taggedRegistry(), 'deploy');
+    expect(r.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
+    expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+    expect(() => r.client('prod-eu-1')).toThrow('the deploy function may not use a full cluster client');
+    expect(() => r.watchView('prod-eu-1')).toThrow('the deploy function may not use the watch view');
+  });
+});
+
+describe('createLambdaDeps', () => {
+  it('wires S3, SQS, the narrowed registry and the pipeline configuration', () => {
+    const config = parseLambdaEnv('fetch', { ...env, KAPP_LAMBDA_TOOL_TIMEOUT_MS: '60000' });
+    const clients = createAwsClients(config);
+    const log = memoryLogger();
+    const now = () => new Date('2025-01-02T03:04:05.000Z');
+    const deps = createLambdaDeps(config, clients, { log, clusters: taggedRegistry(), now });
+    expect(deps.log).toBe(log);
+    expect(deps.sender).toBeInstanceOf(SqsEventSender);
+    expect(deps.pipeline.store).toBeInstanceOf(S3Store);
+    expect((deps.pipeline.store as S3Store).bucket).toBe('kapp-lambda-artifacts');
+    expect((deps.pipeline.store as S3Store).prefix).toBe('fleet/');
+    expect(deps.pipeline.now()).toEqual(new Date('2025-01-02T03:04:05.000Z'));
+    expect(deps.pipeline.log).toBe(log);
+    expect(deps.pipeline.clusters.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+    expect(() => deps.pipeline.clusters.deployView('prod-eu-1')).toThrow(
+      'the fetch function may not use deploy credentials',
+    );
+    expect(deps.pipeline.config).toEqual({
+      tmpRoot: '/tmp',
+      toolVersions: { vendir: '0.44.0' },
+      controllerVersion: '0.1.0',
+      kappDeployRawOptions: [],
+      timer: {},
+      toolTimeoutMs: 60_000,
+    });
+    clients.s3.destroy();
+    clients.sqs.destroy();
+  });
+
+  it('only allows the stage tools, resolved in the bin dir', async () => {
+    const config = parseLambdaEnv('deploy', { ...env, KAPP_LAMBDA_BIN_DIR: '/nonexistent/bin' });
+    const clients = createAwsClients(config);
+    const deps = createLambdaDeps(config, clients, { log: memoryLogger(), clusters: taggedRegistry() });
+    await expect(deps.pipeline.runner.run({ cmd: 'ytt', args: ['version'] })).rejects.toThrow(/ytt/);
+    const r = await deps.pipeline.runner.run({ cmd: 'kapp', args: ['version'] });
+    expect(r.exitCode).toBe(-1);
+    expect(r.error?.message).toContain('kapp');
+    clients.s3.destroy();
+    clients.sqs.destroy();
+  });
+
+  it('takes a given sender', () => {
+    const config = parseLambdaEnv('template', env);
+    const sender = new MemoryEventSender();
+    const clients = createAwsClients(config);
+    expect(createLambdaDeps(config, clients, { log: memoryLogger(), clusters: taggedRegistry(), sender }).sender).toBe(
+      sender,
+    );
+    clients.s3.destroy();
+    clients.sqs.destroy();
+  });
+});
+
+describe('createAwsClients', () => {
+  it('uses the region, and path-style addressing with a custom S3 endpoint', async () => {
+    const c = createAwsClients(
+      parseLambdaEnv('deploy', {
+        ...env,
+        KAPP_LAMBDA_S3_ENDPOINT: 'http://127.0.0.1:7070',
+        KAPP_LAMBDA_SQS_ENDPOINT: 'http://127.0.0.1:9324',
+      }),
+    );
+    expect(await c.s3.config.region()).toBe('eu-west-1');
+    expect(await c.sqs.config.region()).toBe('eu-west-1');
+    expect(c.s3.config.forcePathStyle).toBe(true);
+    const s3e = await c.s3.config.endpoint?.();
+    expect(`${s3e?.protocol}//${s3e?.hostname}:${s3e?.port}`).toBe('http://127.0.0.1:7070');
+    const sqse = await c.sqs.config.endpoint?.();
+    expect(`${sqse?.protocol}//${sqse?.hostname}:${sqse?.port}`).toBe('http://127.0.0.1:9324');
+    c.s3.destroy();
+    c.sqs.destroy();
+  });
+
+  it('leaves AWS endpoints and virtual-hosted addressing alone by default', () => {
+    const c = createAwsClients(parseLambdaEnv('deploy', env));
+    expect(c.s3.config.forcePathStyle).toBe(false);
+    c.s3.destroy();
+    c.sqs.destroy();
+  });
+});
+
+describe('kubeconfigClusterRegistry', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'entry-kc-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('serves every context of the file, or the listed ones', async () => {
+    const path = join(dir, 'kubeconfig');
+    const cluster = (name: string) => ({ name, cluster: { server: `https://${name}.example:6443` } });
+    const kc = {
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [cluster('a'), cluster('b')],
+      users: [{ name: 'u', user: { token: 'redacted-token' } }],
+      contexts: [
+        { name: 'prod-eu-1', context: { cluster: 'a', user: 'u' } },
+        { name: 'prod-us-1', context: { cluster: 'b', user: 'u' } },
+      ],
+      'current-context': 'prod-eu-1',
+    };
+    await writeFile(path, JSON.stringify(kc));
+    expect(kubeconfigClusterRegistry({ kubeconfigPath: path }).clusterIds()).toEqual(['prod-eu-1', 'prod-us-1']);
+    expect(kubeconfigClusterRegistry({ kubeconfigPath: path, clusterContexts: ['prod-us-1'] }).clusterIds()).toEqual([
+      'prod-us-1',
+    ]);
+    expect(() => kubeconfigClusterRegistry({ kubeconfigPath: path, clusterContexts: ['nope'] })).toThrow(
+      `loading kubeconfig ${path}: no context "nope"`,
+    );
+  });
+
+  it('names the path, never the contents, when the file is missing', () => {
+    expect(() => kubeconfigClusterRegistry({ kubeconfigPath: join(dir, 'missing') })).toThrow(
+      `loading kubeconfig ${join(dir, 'missing')}`,
+    );
+  });
+});
+
+describe('Runtime API pieces', () => {
+  it('isMainModule compares the real path of argv[1] with the module URL', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'entry-main-'));
+    const file = join(dir, 'fetch.mjs');
+    await writeFile(file, '');
+    await symlink(file, join(dir, 'link.mjs'));
+    const url = pathToFileURL(file).href;
+    expect(isMainModule(url, file)).toBe(true);
+    expect(isMainModule(url, join(dir, 'link.mjs'))).toBe(true);
+    expect(isMainModule(url, '/var/runtime/index.mjs')).toBe(false);
+    expect(isMainModule(url, undefined)).toBe(false);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('errorBody gives type and message, nothing else', () => {
+    const e = new RangeError('too big');
+    expect(errorBody(e)).toEqual({ errorType: 'RangeError', errorMessage: 'too big' });
+    expect(errorBody('plain')).toEqual({ errorType: 'Error', errorMessage: 'plain' });
+    expect(errorBody({ token: 'x' })).toEqual({ errorType: 'Error', errorMessage: 'non-Error thrown' });
+  });
+
+  it.each(['127.0.0.1:9001', 'localhost:8080', '[::1]:9001'])('accepts endpoint %s', (ep) => {
+    expect(() => new RuntimeApiClientClass(ep).close()).not.toThrow();
+  });
+
+  it.each(['', '127.0.0.1', 'http://127.0.0.1:9001', '127.0.0.1:9001/x'])('rejects endpoint %j', (ep) => {
+    expect(() => new RuntimeApiClientClass(ep)).toThrow(
+      new RuntimeApiError(`invalid Runtime API endpoint ${JSON.stringify(ep)}`),
+    );
+  });
+});
+
+describe('runRuntimeLoop', () => {
+  /** A fake of the API client at its port: hands out invocations, records answers. */
+  function fakeApi(invocations: Invocation[]) {
+    const calls: string[] = [];
+    const api = {
+      async next(): Promise<Invocation> {
+        const inv = invocations.shift();
+        calls.push(inv ? `next ${inv.requestId}` : 'next (api gone)');
+        if (!inv) throw new RuntimeApiError('failed to get the next invocation: status 500');
+        return inv;
+      },
+      async respond(id: string, result: unknown) {
+        calls.push(`respond ${id} ${JSON.stringify(result)}`);
+      },
+      async error(id: string, err: unknown) {
+        calls.push(`error ${id} ${JSON.stringify(errorBody(err))}`);
+      },
+    };
+    return { api: api as unknown as RuntimeApiClient, calls };
+  }
+  const inv = (requestId: string, event: unknown): Invocation => ({
+    requestId,
+    deadlineMs: 10_000,
+    invokedFunctionArn: 'arn:aws:lambda:eu-west-1:1:function:fetch',
+    traceId: '',
+    event,
+  });
+
+  it('answers each invocation with the result or the error, in order, until the API fails', async () => {
+    const { api, calls } = fakeApi([inv('r1', { n: 1 }), inv('r2', { n: 2 }), inv('r3', { n: 3 })]);
+    const contexts: InvocationContext[] = [];
+    const handler = async (event: { n: number }, ctx: InvocationContext) => {
+      contexts.push(ctx);
+      if (event.n === 2) throw new TypeError('bad n');
+      if (event.n === 3) return { big: 'x'.repeat(6 * 1024 * 1024) };
+      return { batchItemFailures: [] };
+    };
+    const err = await runRuntimeLoop(api, handler, { now: () => 4_000 }).catch((e: Error) => e);
+    expect(err).toBeInstanceOf(RuntimeApiError);
+    expect(calls).toEqual([
+      'next r1',
+      'respond r1 {"batchItemFailures":[]}',
+      'next r2',
+      'error r2 {"errorType":"TypeError","errorMessage":"bad n"}',
+      'next r3',
+      `error r3 {"errorType":"RangeError","errorMessage":"response is ${6 * 1024 * 1024 + 10} bytes, over 6291456"}`,
+      'next (api gone)',
+    ]);
+    expect(contexts.map((c) => [c.awsRequestId, c.invokedFunctionArn, c.getRemainingTimeInMillis()])).toEqual([
+      ['r1', 'arn:aws:lambda:eu-west-1:1:function:fetch', 6000],
+      ['r2', 'arn:aws:lambda:eu-west-1:1:function:fetch', 6000],
+      ['r3', 'arn:aws:lambda:eu-west-1:1:function:fetch', 6000],
+    ]);
+  });
+
+  it('stops after the current invocation when aborted', async () => {
+    const { api, calls } = fakeApi([inv('r1', {}), inv('r2', {})]);
+    const ac = new AbortController();
+    await runRuntimeLoop(
+      api,
+      async () => {
+        ac.abort();
+        return null;
+      },
+      { signal: ac.signal },
+    );
+    expect(calls).toEqual(['next r1', 'respond r1 null']);
+  });
+});

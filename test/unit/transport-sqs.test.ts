@@ -1,0 +1,183 @@
+/**
+ * Transport port rules and the SQS FIFO adapter, with a recording fake SQS client at the
+ * port boundary: exact SendMessage inputs.
+ */
+import { SendMessageCommand } from '@aws-sdk/client-sqs';
+import { describe, expect, it } from 'vitest';
+import {
+  deployEvent,
+  EventValidationError,
+  type ObjectRef,
+  objectEvent,
+  repoIndexedEvent,
+  templateEvent,
+} from '../../events/schema.js';
+import { deleteEvent } from '../../functions/lib/pipeline/delete-event.js';
+import type { StageEvent } from '../../functions/lib/pipeline/runtime.js';
+import {
+  destinationOf,
+  MemoryEventSender,
+  objectOfEvent,
+  SqsEventSender,
+  type SqsSendClient,
+  sendMessageInput,
+  TransportError,
+} from '../../functions/lib/transport/index.js';
+
+const app: ObjectRef = {
+  clusterId: 'prod-eu-1',
+  kind: 'App',
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  namespace: 'default',
+  name: 'simple-app',
+  uid: '6f1c2a7e-3b7d-4c7e-9a55-0d1f7b1d2c11',
+  generation: 3,
+  resourceVersion: '48213',
+};
+const run = { generation: 3, runId: 'r-1', startedAt: '2025-01-02T03:04:05.000Z' };
+const time = '2025-01-02T03:04:07.500Z';
+const FETCH_KEY = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
+const MANIFEST_KEY = `artifacts/template/sha256/${'b'.repeat(64)}.yaml`;
+
+const tmpl = templateEvent({ object: app, run, artifacts: { fetchKey: FETCH_KEY } }, { time });
+const dep = deployEvent({ object: app, run, artifacts: { fetchKey: FETCH_KEY, manifestKey: MANIFEST_KEY } }, { time });
+const del = deleteEvent({ object: app, run }, { time });
+const obj = objectEvent(app, 'modified', { time });
+
+const TEMPLATE_Q = 'https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-template.fifo';
+const DEPLOY_Q = 'https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-deploy.fifo';
+
+function fakeSqs(fail?: Error): SqsSendClient & { commands: SendMessageCommand[] } {
+  const commands: SendMessageCommand[] = [];
+  return {
+    commands,
+    async send(command) {
+      commands.push(command);
+      if (fail) throw fail;
+      return { MessageId: 'm-1' };
+    },
+  };
+}
+
+describe('destinationOf', () => {
+  it.each([
+    ['object event for an App', obj, 'fetch'],
+    ['fetch → template hand-off', tmpl, 'template'],
+    ['template → deploy hand-off', dep, 'deploy'],
+    ['delete hand-off', del, 'deploy'],
+  ] as const)('%s → %s', (_name, event, want) => {
+    expect(destinationOf(event)).toBe(want);
+  });
+
+  it('is undefined for events outside the App pipeline', () => {
+    const repo: ObjectRef = { ...app, kind: 'PackageRepository', apiVersion: 'packaging.carvel.dev/v1alpha1' };
+    expect(destinationOf(objectEvent(repo, 'added', { time }))).toBeUndefined();
+    expect(
+      destinationOf(
+        repoIndexedEvent(
+          { object: repo, run, artifacts: { indexKey: `artifacts/index/sha256/${'c'.repeat(64)}.json` } },
+          { time },
+        ),
+      ),
+    ).toBeUndefined();
+    const pkgi: ObjectRef = { ...app, kind: 'PackageInstall', apiVersion: 'packaging.carvel.dev/v1alpha1' };
+    expect(destinationOf(objectEvent(pkgi, 'added', { time }))).toBeUndefined();
+  });
+
+  it('objectOfEvent finds the object of every event shape', () => {
+    for (const e of [obj, tmpl, dep, del] as StageEvent[]) {
+      expect(objectOfEvent(e)).toMatchObject({
+        clusterId: 'prod-eu-1',
+        kind: 'App',
+        namespace: 'default',
+        name: 'simple-app',
+      });
+    }
+  });
+});
+
+describe('SqsEventSender', () => {
+  it('sends one SendMessage per event with group = ordering key, dedup id = event id, body = the CloudEvent', async () => {
+    const sqs = fakeSqs();
+    const sender = new SqsEventSender({ client: sqs, queueUrls: { template: TEMPLATE_Q, deploy: DEPLOY_Q } });
+    await sender.send('template', tmpl);
+    await sender.send('deploy', dep);
+    await sender.send('deploy', del);
+    expect(sqs.commands.map((c) => c instanceof SendMessageCommand)).toEqual([true, true, true]);
+    expect(sqs.commands.map((c) => c.input)).toEqual([
+      {
+        QueueUrl: TEMPLATE_Q,
+        MessageBody: JSON.stringify(tmpl),
+        MessageGroupId: 'prod-eu-1/App/default/simple-app',
+        MessageDeduplicationId: tmpl.id,
+      },
+      {
+        QueueUrl: DEPLOY_Q,
+        MessageBody: JSON.stringify(dep),
+        MessageGroupId: 'prod-eu-1/App/default/simple-app',
+        MessageDeduplicationId: dep.id,
+      },
+      {
+        QueueUrl: DEPLOY_Q,
+        MessageBody: JSON.stringify(del),
+        MessageGroupId: 'prod-eu-1/App/default/simple-app',
+        MessageDeduplicationId: del.id,
+      },
+    ]);
+    expect(tmpl.id).toMatch(/^[0-9a-f]{32}$/);
+    expect(JSON.parse(sqs.commands[0]?.input.MessageBody ?? '')).toEqual(tmpl);
+  });
+
+  it('hashes an ordering key longer than 128 characters (a valid MessageGroupId)', () => {
+    const long: ObjectRef = { ...app, name: `${'n'.repeat(60)}.${'m'.repeat(60)}` };
+    const e = templateEvent({ object: long, run, artifacts: { fetchKey: FETCH_KEY } }, { time });
+    const input = sendMessageInput(TEMPLATE_Q, e);
+    expect(input.MessageGroupId).toMatch(/^sha256-[0-9a-f]{64}$/);
+    expect(input.MessageGroupId).toHaveLength(71);
+    expect(input.MessageDeduplicationId).toBe(e.id);
+  });
+
+  it('rejects a stage it has no queue for, without calling SQS', async () => {
+    const sqs = fakeSqs();
+    const sender = new SqsEventSender({ client: sqs, queueUrls: { deploy: DEPLOY_Q } });
+    const err = await sender.send('template', tmpl).catch((e: Error) => e);
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as Error).message).toBe('no queue configured for the template function');
+    expect(sqs.commands).toEqual([]);
+  });
+
+  it('wraps an SDK error with the action and the SDK error as cause', async () => {
+    const sdkErr = Object.assign(new Error('Access to the resource is denied.'), { name: 'AccessDenied' });
+    const sender = new SqsEventSender({ client: fakeSqs(sdkErr), queueUrls: { template: TEMPLATE_Q } });
+    const err = await sender.send('template', tmpl).catch((e: Error) => e);
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as Error).message).toBe('failed to send event to the template queue');
+    expect((err as Error).cause).toBe(sdkErr);
+  });
+
+  it('refuses an event over 256 KiB before calling SQS', async () => {
+    const sqs = fakeSqs();
+    const sender = new SqsEventSender({ client: sqs, queueUrls: { template: TEMPLATE_Q } });
+    const huge = { ...tmpl, pad: 'x'.repeat(256 * 1024) } as unknown as StageEvent;
+    await expect(sender.send('template', huge)).rejects.toBeInstanceOf(EventValidationError);
+    expect(sqs.commands).toEqual([]);
+  });
+
+  it('copies its queue map (later mutation of the options does not reroute)', async () => {
+    const sqs = fakeSqs();
+    const urls: { template?: string } = { template: TEMPLATE_Q };
+    const sender = new SqsEventSender({ client: sqs, queueUrls: urls });
+    urls.template = 'https://example.invalid/other.fifo';
+    await sender.send('template', tmpl);
+    expect(sqs.commands[0]?.input.QueueUrl).toBe(TEMPLATE_Q);
+  });
+});
+
+describe('MemoryEventSender', () => {
+  it('records accepted events in order and rejects what fail() returns', async () => {
+    const sender = new MemoryEventSender((stage) => (stage === 'deploy' ? new Error('queue down') : undefined));
+    await sender.send('template', tmpl);
+    await expect(sender.send('deploy', dep)).rejects.toThrow('queue down');
+    expect(sender.sent).toEqual([{ stage: 'template', event: tmpl }]);
+  });
+});
