@@ -13,6 +13,7 @@ import {
   createLambdaDeps,
   kubeconfigClusterRegistry,
   stageClusterRegistry,
+  toolEnv,
 } from '../../functions/lib/entry/lambda.js';
 import {
   errorBody,
@@ -291,5 +292,24 @@ describe('runRuntimeLoop', () => {
       { signal: ac.signal },
     );
     expect(calls).toEqual(['next r1', 'respond r1 null']);
+  });
+});
+
+describe('toolEnv', () => {
+  const tools = (allow: readonly string[]) => ({ allow, resolveBin: (n: string) => `/opt/bin/${n}`, tmpDir: '/tmp' });
+  it('points vendir at the layer helm for the fetch function', () => {
+    expect(toolEnv('fetch', tools(['vendir', 'imgpkg', 'helm']))).toEqual({
+      PATH: '/opt/bin:/usr/local/bin:/usr/bin:/bin',
+      HOME: '/tmp',
+      TMPDIR: '/tmp',
+      VENDIR_HELM_BINARY: '/opt/bin/helm',
+    });
+  });
+  it('is the minimal environment for the other functions', () => {
+    expect(toolEnv('deploy', tools(['kapp']))).toEqual({
+      PATH: '/opt/bin:/usr/local/bin:/usr/bin:/bin',
+      HOME: '/tmp',
+      TMPDIR: '/tmp',
+    });
   });
 });

@@ -32,6 +32,7 @@ export {
   kubeconfigClusterRegistry,
   type LambdaDepsOverrides,
   stageClusterRegistry,
+  toolEnv,
 } from './lambda.js';
 export { type ParseStageEventResult, parseStageEvent } from './parse.js';
 export {

@@ -13,7 +13,7 @@
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import pino from 'pino';
-import { createCommandRunner, dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
+import { createCommandRunner, dirBinResolver, minimalEnv, STAGE_TOOLS } from '../exec/runner.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import { KubeConfigClusterRegistry } from '../kube/registry.js';
 import type { Logger } from '../log.js';
@@ -121,6 +121,21 @@ export function kubeconfigClusterRegistry(
   );
 }
 
+/**
+ * The base environment of the stage's tools: `minimalEnv` (PATH = the layer's bin dir, then
+ * the system dirs; HOME and TMPDIR = the scratch root), plus, for fetch,
+ * `VENDIR_HELM_BINARY` = the layer's `helm`: without it vendir runs `helm3` for
+ * `helmVersion: "3"` charts, which no layer ships (`pkg/vendir/fetch/helmchart/sync.go`).
+ */
+export function toolEnv(
+  stage: PipelineStage,
+  tools: { allow: readonly string[]; resolveBin: (name: string) => string; tmpDir: string },
+): Record<string, string> {
+  const env = minimalEnv(tools);
+  if (stage === 'fetch') env.VENDIR_HELM_BINARY = tools.resolveBin('helm');
+  return env;
+}
+
 /** Overrides of {@link createLambdaDeps} (tests, or a different cluster source). */
 export interface LambdaDepsOverrides {
   /** Default {@link createLambdaLogger}. */
@@ -145,11 +160,8 @@ export function createLambdaDeps(
 ): EntryDeps {
   const log = overrides.log ?? createLambdaLogger(config);
   const registry = overrides.clusters ?? kubeconfigClusterRegistry(config);
-  const runner = createCommandRunner({
-    allow: STAGE_TOOLS[config.stage],
-    resolveBin: dirBinResolver(config.binDir),
-    tmpDir: config.tmpDir,
-  });
+  const tools = { allow: STAGE_TOOLS[config.stage], resolveBin: dirBinResolver(config.binDir), tmpDir: config.tmpDir };
+  const runner = createCommandRunner({ ...tools, baseEnv: toolEnv(config.stage, tools) });
   const pipeline: DispatchDeps = {
     clusters: stageClusterRegistry(registry, config.stage),
     store: new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
