@@ -6,7 +6,8 @@
  * Versions are the ones the Go module proxy here serves and whose checksums the sum
  * database knows: kbld v0.47.0 and imgpkg v0.47.0 fail checksum verification, and vendir
  * v0.46.0 needs imgpkg v0.48.0, which the proxy refuses, so vendir v0.44.0 with the imgpkg
- * it requires (v0.46.1) is pinned. Upstream kapp-controller pins
+ * it requires (v0.46.1) is pinned. kapp-controller v0.53.1 (benchmark only, `optional`) is
+ * served by the proxy but unknown to the sum database (`noSumDb`). Upstream kapp-controller pins
  * ytt v0.50.0, kbld v0.44.0, kapp v0.63.2, vendir v0.41.0, helm v3.15.3, sops v3.9.0,
  * age v1.2.0, cue v0.9.2 (`hack/dependencies.yml`); ours are newer and flag-compatible.
  */
@@ -50,6 +51,18 @@ export interface GoComponent {
   readonly localReplaceVersion?: string;
   /** Stages whose Lambda layer carries these binaries; empty for local-only components. */
   readonly layers: readonly Stage[];
+  /**
+   * Built only when named (`tsx scripts/setup.ts <name>`) or by whoever needs it (the
+   * benchmark builds kapp-controller with `buildComponent`); `npm run setup`, `npm test` and CI
+   * skip it. Default false.
+   */
+  readonly optional?: boolean;
+  /**
+   * The Go checksum database has no entry for this module version (its lookup answers 404), so
+   * the build sets `GONOSUMDB=<module>` and trusts the module proxy for this one module (its
+   * dependencies are still verified). Default false.
+   */
+  readonly noSumDb?: boolean;
   /** Why this component is here. */
   readonly purpose: string;
 }
@@ -232,6 +245,26 @@ export const COMPONENTS: readonly GoComponent[] = [
     ],
     layers: [],
     purpose: 'cloud runtime tests: Lambda Runtime Interface Emulator',
+  },
+  {
+    name: 'kapp-controller',
+    module: 'carvel.dev/kapp-controller',
+    version: 'v0.53.1',
+    // hack/build.sh builds ./cmd/controller; release builds stamp main.Version (logged at start)
+    stamps: ['main.Version=v0.53.1'],
+    binaries: [
+      {
+        bin: 'kapp-controller',
+        pkg: 'carvel.dev/kapp-controller/cmd/controller',
+        // no version flag: `-help` lists the flags (the stamp is checked in its start-up log)
+        versionArgs: ['-help'],
+        expectVersion: 'start-api-server',
+      },
+    ],
+    layers: [],
+    optional: true,
+    noSumDb: true,
+    purpose: 'benchmark only: upstream kapp-controller run out of cluster, side by side (bench/README.md)',
   },
 ];
 

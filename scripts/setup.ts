@@ -1,7 +1,8 @@
 /**
  * First-run setup: builds every pinned Go component (tools, control plane, test servers)
  * into the cache outside the checkout, with progress, and reuses cached builds.
- * Usage: `tsx scripts/setup.ts [component...]` (default: all). Debian packages the tests
+ * Usage: `tsx scripts/setup.ts [component...]` (default: all but the `optional` ones, e.g.
+ * kapp-controller, which only the benchmark needs and builds on demand). Debian packages the tests
  * need (docker-registry, git) are installed by `scripts/apt.ts` when missing.
  */
 import { buildComponent, cacheRoot } from '../layers/gobuild.js';
@@ -9,7 +10,7 @@ import { COMPONENTS, component } from '../layers/manifest.js';
 import { ensureDebianPackages } from './apt.js';
 
 const names = process.argv.slice(2);
-const wanted = names.length ? names.map(component) : COMPONENTS;
+const wanted = names.length ? names.map(component) : COMPONENTS.filter((c) => !c.optional);
 const started = Date.now();
 const log = (m: string) => process.stderr.write(`[setup +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
 log(`cache: ${cacheRoot()}`);
