@@ -38,4 +38,4 @@ export {
   type ReflectorOptions,
 } from './reflector.js';
 export { FakeObjectWatcher, type FakeWatcherCall } from './testing.js';
-export type { Transport } from './transport.js';
+export { type StageTransportOptions, type Transport, transportToStages } from './transport.js';

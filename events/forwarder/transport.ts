@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { destinationOf, type EventSender } from '../../functions/lib/transport/port.js';
 import type { CloudEvent } from './event.js';
 
 /**
@@ -22,4 +23,38 @@ export interface Transport {
    * @throws any error to have the whole batch retried.
    */
   send(events: CloudEvent[]): Promise<void>;
+}
+
+/** Options of {@link transportToStages}. */
+export interface StageTransportOptions {
+  /**
+   * Called for an event no pipeline queue carries (PackageInstall → `install`, PackageRepository
+   * → `index-repo`, until those functions have queues); the event is then skipped, so one
+   * unroutable kind cannot block the batch. Default: ignore.
+   */
+  onUnrouted?: (event: CloudEvent) => void;
+}
+
+/**
+ * A {@link Transport} over the stage functions' {@link EventSender} (SQS FIFO on Lambda): each
+ * event goes to the queue of its entry function (`destinationOf`: App → `fetch`), one at a
+ * time and in order, so per-object order holds. The first rejected event rejects the batch,
+ * which the forwarder then retries whole (at least once; the functions are idempotent).
+ *
+ * @param sender - The stage transport.
+ * @param options - What to do with events no pipeline queue carries.
+ */
+export function transportToStages(sender: EventSender, options: StageTransportOptions = {}): Transport {
+  return {
+    async send(events) {
+      for (const event of events) {
+        const stage = destinationOf(event);
+        if (stage === undefined) {
+          options.onUnrouted?.(event);
+          continue;
+        }
+        await sender.send(stage, event);
+      }
+    },
+  };
 }

@@ -5,7 +5,7 @@ import { backoffDelay } from '../../events/forwarder/backoff.js';
 import { systemClock } from '../../events/forwarder/clock.js';
 import { forwarderOptions, parseForwarderEnv } from '../../events/forwarder/config.js';
 import { DueHeap, type HeapItem } from '../../events/forwarder/due-heap.js';
-import type { CloudEvent, ObjectEventData } from '../../events/forwarder/event.js';
+import { type CloudEvent, type ObjectEventData, toCloudEvent } from '../../events/forwarder/event.js';
 import { lastWriteTime } from '../../events/forwarder/forwarder.js';
 import {
   appKind,
@@ -18,7 +18,9 @@ import {
 } from '../../events/forwarder/kinds.js';
 import { silentLogger } from '../../events/forwarder/log.js';
 import { mergeEvents, Outbox } from '../../events/forwarder/outbox.js';
+import { transportToStages } from '../../events/forwarder/transport.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
+import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
 
 function obj(spec: unknown, extra: Partial<KubeObject['metadata']> = {}): KubeObject {
   return {
@@ -361,5 +363,43 @@ describe('parseForwarderEnv', () => {
     expect(() => parseForwarderEnv({ FORWARDER_CLUSTER_ID: 'c', FORWARDER_APP_DEFAULT_SYNC_PERIOD: '1d' })).toThrow(
       /^invalid forwarder settings: Unmarshaling appDefaultSyncPeriod as duration: /,
     );
+  });
+});
+
+describe('transportToStages', () => {
+  const ev = (kind: 'App' | 'PackageInstall', name: string): CloudEvent =>
+    toCloudEvent(
+      {
+        clusterId: 'c1',
+        kind,
+        apiVersion: kind === 'App' ? 'kappctrl.k14s.io/v1alpha1' : 'packaging.carvel.dev/v1alpha1',
+        namespace: 'ns',
+        name,
+        uid: `u-${name}`,
+        generation: 1,
+        resourceVersion: '7',
+        reason: 'added',
+      },
+      0,
+    );
+
+  it('sends App events to fetch in order and reports events no pipeline queue carries', async () => {
+    const sender = new MemoryEventSender();
+    const unrouted: string[] = [];
+    const t = transportToStages(sender, { onUnrouted: (e) => unrouted.push(e.subject) });
+    await t.send([ev('App', 'a'), ev('PackageInstall', 'p'), ev('App', 'b')]);
+    expect(sender.sent.map((s) => [s.stage, (s.event as CloudEvent).subject])).toEqual([
+      ['fetch', 'c1/App/ns/a'],
+      ['fetch', 'c1/App/ns/b'],
+    ]);
+    expect(unrouted).toEqual(['c1/PackageInstall/ns/p']);
+  });
+
+  it('rejects the batch when the sender rejects', async () => {
+    const sender = new MemoryEventSender((_, e) =>
+      (e as CloudEvent).data.name === 'b' ? new Error('down') : undefined,
+    );
+    await expect(transportToStages(sender).send([ev('App', 'a'), ev('App', 'b')])).rejects.toThrow('down');
+    expect(sender.sent).toHaveLength(1);
   });
 });
