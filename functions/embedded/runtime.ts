@@ -10,7 +10,7 @@ import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
-import { createCommandRunner, TOOL_NAMES } from '../lib/exec/runner.js';
+import { createCommandRunner, minimalEnv, TOOL_NAMES } from '../lib/exec/runner.js';
 import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
@@ -78,11 +78,17 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const registry = KubeConfigClusterRegistry.fromFile(opts.kubeconfigPath, { contexts: opts.contexts });
   const store = opts.store ?? new LocalDirStore(opts.storeDir ?? `${opts.cacheRoot}/store`);
   const toolMetrics = createToolMetrics();
+  const resolveBin = cacheBinResolver(opts.cacheRoot);
   const runner = createCommandRunner({
     allow: TOOL_NAMES,
-    resolveBin: cacheBinResolver(opts.cacheRoot),
+    resolveBin,
     tmpDir: opts.tmpRoot,
     metrics: toolMetrics,
+    // vendir runs `helm3` for Helm 3 charts unless told which binary is helm 3.
+    baseEnv: {
+      ...minimalEnv({ allow: TOOL_NAMES, resolveBin, tmpDir: opts.tmpRoot }),
+      VENDIR_HELM_BINARY: resolveBin('helm'),
+    },
   });
   const clusterInfo: ClusterInfoSource = async (clusterId, needs) => {
     const client = registry.client(clusterId);
