@@ -1,0 +1,197 @@
+/**
+ * e2e: failures surface with kapp-controller's status text (reference §3.4, §3.5): the stage
+ * prefix, `Error (see .status.usefulErrorMessage for details)` for a tool that exited 1, the
+ * tool's stderr in `usefulErrorMessage`, `Reconcile failed: <message>`, and
+ * `consecutiveReconcileFailures` growing as the failure backoff retries (2 s, 4 s, ...).
+ * Each case has its own namespace; the cases run concurrently on one runtime.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../harness/servers.js';
+import {
+  APP_FINALIZER,
+  type AppObject,
+  apply,
+  applyCrds,
+  appManifest,
+  createTenant,
+  deleteNamespaces,
+  type E2ERuntime,
+  expectFailed,
+  getObject,
+  inlineConfigMapApp,
+  RFC3339,
+  SEE_USEFUL,
+  startRuntime,
+  suffix,
+} from './support.js';
+
+const id = suffix();
+const NS = {
+  ytt: `e2e-fail-ytt-${id}`,
+  secret: `e2e-fail-secret-${id}`,
+  git: `e2e-fail-git-${id}`,
+  raw: `e2e-fail-raw-${id}`,
+  path: `e2e-fail-path-${id}`,
+};
+
+let rt: E2ERuntime;
+
+beforeAll(async () => {
+  await applyCrds();
+  await Promise.all(Object.values(NS).map(createTenant));
+  rt = await startRuntime(Object.values(NS));
+});
+
+afterAll(async () => {
+  await rt?.dispose();
+  await deleteNamespaces(Object.values(NS));
+});
+
+/** Waits for a failed reconcile of the current generation that has been retried at least once. */
+async function waitFailedTwice(ns: string, name: string): Promise<AppObject> {
+  return await rt.waitForApp(
+    ns,
+    name,
+    (a) =>
+      a.status?.observedGeneration === a.metadata.generation &&
+      (a.status?.conditions?.some((c) => c.type === 'ReconcileFailed') ?? false) &&
+      (a.status?.consecutiveReconcileFailures ?? 0) >= 2,
+    'ReconcileFailed with consecutiveReconcileFailures >= 2',
+  );
+}
+
+describe.concurrent('failures with kapp-controller status text', () => {
+  it('a failing ytt template: Templating dir, ytt stderr in usefulErrorMessage, template exit 1', async () => {
+    const ns = NS.ytt;
+    const name = `ytt-${id}`;
+    await apply(
+      appManifest(ns, name, {
+        fetch: [
+          {
+            inline: {
+              paths: {
+                'config.yml': [
+                  '#@ load("@ytt:data", "data")',
+                  'apiVersion: v1',
+                  'kind: ConfigMap',
+                  'metadata:',
+                  '  name: never',
+                  'data:',
+                  '  foo: #@ data.values.nothere',
+                ].join('\n'),
+              },
+            },
+          },
+        ],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }),
+    );
+    const app = await waitFailedTwice(ns, name);
+    const message = `Templating dir: ${SEE_USEFUL}`;
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(s.usefulErrorMessage).toMatch(/^ytt: Error: /);
+    expect(s.usefulErrorMessage).toContain('nothere');
+    expect(s.template).toEqual({
+      exitCode: 1,
+      error: message,
+      stderr: s.usefulErrorMessage,
+      updatedAt: expect.stringMatching(RFC3339),
+    });
+    expect(s.fetch?.exitCode).toBe(0);
+    // never deployed: no deploy status, no finalizer (upstream adds it only in deploy)
+    expect(s.deploy).toBeUndefined();
+    expect(app.metadata.finalizers ?? []).not.toContain(APP_FINALIZER);
+    expect(await getObject('configmap', ns, 'never')).toBeUndefined();
+  });
+
+  it('a missing Secret in inline.pathsFrom: Fetching: secrets "<name>" not found', async () => {
+    const ns = NS.secret;
+    const name = `secret-${id}`;
+    await apply(
+      appManifest(ns, name, {
+        fetch: [{ inline: { pathsFrom: [{ secretRef: { name: 'no-such-secret' } }] } }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }),
+    );
+    const app = await waitFailedTwice(ns, name);
+    const message = 'Fetching: secrets "no-such-secret" not found';
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(s.usefulErrorMessage).toBe(message);
+    expect(s.fetch).toEqual({
+      exitCode: -1,
+      error: message,
+      startedAt: expect.stringMatching(RFC3339),
+      updatedAt: expect.stringMatching(RFC3339),
+    });
+    expect(s.template).toBeUndefined();
+    expect(s.deploy).toBeUndefined();
+  });
+
+  it('an unreachable git URL: Fetching resources, vendir stderr in usefulErrorMessage', async () => {
+    const ns = NS.git;
+    const name = `git-${id}`;
+    const port = await freePort(); // closed: nothing listens there
+    const url = `http://127.0.0.1:${port}/nothing-here`;
+    await apply(
+      appManifest(ns, name, {
+        fetch: [{ git: { url, ref: 'origin/main' } }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }),
+    );
+    const app = await waitFailedTwice(ns, name);
+    const message = `Fetching resources: ${SEE_USEFUL}`;
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(s.usefulErrorMessage).toMatch(/^vendir: Error: /);
+    expect(s.usefulErrorMessage).toContain(`127.0.0.1:${port}`);
+    expect(s.fetch?.exitCode).toBe(1);
+    expect(s.fetch?.error).toBe(message);
+    expect(s.fetch?.stderr).toBe(s.usefulErrorMessage);
+    expect(s.template).toBeUndefined();
+  });
+
+  it('a forbidden kapp rawOption: the allow-list error, after the finalizer was added', async () => {
+    const ns = NS.raw;
+    const name = `raw-${id}`;
+    const manifest = inlineConfigMapApp(ns, name, 'never deployed') as { spec: Record<string, unknown> };
+    manifest.spec.deploy = [{ kapp: { rawOptions: ['--wait-timeout=2m', '--kubeconfig=/x'] } }];
+    await apply(manifest);
+    const app = await waitFailedTwice(ns, name);
+    const message = "Unexpected flag '--kubeconfig' specified (either forbidden or unknown)";
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(s.usefulErrorMessage).toBe(message);
+    expect(s.fetch?.exitCode).toBe(0);
+    expect(s.template?.exitCode).toBe(0);
+    expect(s.deploy).toEqual({
+      exitCode: -1,
+      finished: true,
+      error: message,
+      startedAt: expect.stringMatching(RFC3339),
+      updatedAt: expect.stringMatching(RFC3339),
+    });
+    expect(app.metadata.finalizers).toContain(APP_FINALIZER);
+    expect(await getObject('configmap', ns, `${name}-config`)).toBeUndefined();
+    expect(await getObject('configmap', ns, `${name}.app`)).toBeUndefined();
+  });
+
+  it('a ytt path escaping the fetch directory: Checking path: Invalid path', async () => {
+    const ns = NS.path;
+    const name = `path-${id}`;
+    const manifest = inlineConfigMapApp(ns, name, 'never rendered') as { spec: Record<string, unknown> };
+    manifest.spec.template = [{ ytt: { paths: ['../..'] } }];
+    await apply(manifest);
+    const app = await waitFailedTwice(ns, name);
+    const message = 'Checking path: Invalid path: ../..';
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(s.usefulErrorMessage).toBe(message);
+    expect(s.template).toEqual({ exitCode: -1, error: message, updatedAt: expect.stringMatching(RFC3339) });
+    expect(s.deploy).toBeUndefined();
+  });
+});
