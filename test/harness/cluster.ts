@@ -169,7 +169,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
-      await teardown(workdir, name, bins).catch(() => {});
+      await teardown(workdir).catch(() => {});
       active.delete(workdir);
       if (reaper?.stdin && !reaper.stdin.destroyed) reaper.stdin.end('stop\n');
     })();
@@ -196,7 +196,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
           });
         }
         log(`cluster ${name}: port clash, retrying with new ports`);
-        await teardown(workdir, name, bins, { keepWorkdir: true });
+        await teardown(workdir, { keepWorkdir: true });
         await rm(path.join(workdir, 'clusters'), { recursive: true, force: true });
       }
     }
@@ -207,7 +207,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
 
     const t1 = Date.now();
     const nodeNames = Array.from({ length: opts.nodes ?? 1 }, (_, i) => `kwok-node-${i}`);
-    await waitReady(kubeconfigPath, bins.kubectl, nodeNames, deadline);
+    await waitReady(kubeconfigPath, bins.kubectl, nodeNames, deadline, (m) => log(`cluster ${name}: ${m}`));
     const readyMs = Date.now() - t1;
     const timings = { kwokctlMs, readyMs, totalMs: Date.now() - started };
     log(`cluster ${name}: ready in ${timings.totalMs}ms (kwokctl ${kwokctlMs}ms, nodes/SA ${readyMs}ms)`);
@@ -222,13 +222,13 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
 
 /**
  * Stops a cluster started elsewhere (e.g. `scripts/cluster.ts up`) from its work directory:
- * `kwokctl delete cluster`, then kills any component left and removes the directory.
+ * SIGTERM to each component (SIGKILL after 3 s), then removes the directory.
  * @returns false when `workdir` holds no cluster state (nothing to stop).
  */
-export async function stopClusterAt(workdir: string, binaries: ClusterBinaries = clusterBinaries()): Promise<boolean> {
+export async function stopClusterAt(workdir: string): Promise<boolean> {
   const state = readState(workdir);
   if (!state) return false;
-  await teardown(workdir, state.name, binaries);
+  await teardown(workdir);
   return true;
 }
 
@@ -456,36 +456,70 @@ function fakeNode(name: string): object {
       nodeInfo: {
         architecture: 'amd64',
         operatingSystem: 'linux',
+        osImage: 'kwok',
+        kernelVersion: 'kwok',
+        containerRuntimeVersion: 'kwok',
         kubeletVersion: 'fake',
         kubeProxyVersion: 'fake',
+        machineID: name,
+        systemUUID: name,
+        bootID: name,
       },
       phase: 'Running',
     },
   };
 }
 
-async function waitReady(kubeconfigPath: string, kubectlBin: string, nodeNames: string[], deadline: number) {
+async function waitReady(
+  kubeconfigPath: string,
+  kubectlBin: string,
+  nodeNames: string[],
+  deadline: number,
+  log: (line: string) => void,
+) {
+  const t0 = Date.now();
   const left = () => `${Math.max(1, Math.ceil((deadline - Date.now()) / 1000))}s`;
-  const k = (args: string[], input?: string) =>
-    kubectl(kubeconfigPath, args, { kubectl: kubectlBin, timeoutMs: deadline - Date.now() + 5_000, input });
-  // kwokctl returns once /version is served; RBAC bootstrap and CRD informers finish by /readyz.
-  for (;;) {
-    const r = await kubectl(kubeconfigPath, ['get', '--raw', '/readyz'], {
-      kubectl: kubectlBin,
-      check: false,
-      timeoutMs: 10_000,
-    });
-    if (r.code === 0 && r.stdout.trim() === 'ok') break;
-    if (Date.now() > deadline) throw new Error(`wait for /readyz: ${r.stdout}${r.stderr}`.trim());
-    await new Promise((res) => setTimeout(res, 200));
-  }
+  const k = (args: string[]) =>
+    kubectl(kubeconfigPath, args, { kubectl: kubectlBin, timeoutMs: deadline - Date.now() + 5_000 });
+  // kwokctl returns once /version is served; RBAC bootstrap and CRD informers finish by
+  // /readyz. Nodes are created meanwhile (a raw POST: no OpenAPI download as `apply` does).
+  const readyz = (async () => {
+    for (;;) {
+      const r = await kubectl(kubeconfigPath, ['get', '--raw', '/readyz'], {
+        kubectl: kubectlBin,
+        check: false,
+        timeoutMs: 10_000,
+      });
+      if (r.code === 0 && r.stdout.trim() === 'ok') break;
+      if (Date.now() > deadline) throw new Error(`wait for /readyz: ${r.stdout}${r.stderr}`.trim());
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    log(`/readyz ok after ${Date.now() - t0}ms`);
+  })();
+  const nodes = Promise.all(
+    nodeNames.map(async (n) => {
+      for (;;) {
+        const r = await kubectl(kubeconfigPath, ['create', '--raw', '/api/v1/nodes', '-f', '-'], {
+          kubectl: kubectlBin,
+          check: false,
+          input: JSON.stringify(fakeNode(n)),
+          timeoutMs: 10_000,
+        });
+        if (r.code === 0 || /AlreadyExists|already exists/.test(r.stderr)) return;
+        if (Date.now() > deadline) throw new Error(`create node ${n}: ${r.stderr.trim()}`);
+        await new Promise((res) => setTimeout(res, 100));
+      }
+    }),
+  );
+  await Promise.all([readyz, nodes]);
   if (nodeNames.length) {
-    const list = { apiVersion: 'v1', kind: 'List', items: nodeNames.map(fakeNode) };
-    await k(['apply', '-f', '-'], JSON.stringify(list));
+    log(`nodes created after ${Date.now() - t0}ms`);
     await k(['wait', '--for=condition=Ready', '--timeout', left(), ...nodeNames.map((n) => `node/${n}`)]);
+    log(`nodes ready after ${Date.now() - t0}ms`);
   }
   // The ServiceAccount admission plugin rejects Pods until the `default` SA exists.
   await k(['wait', '--for=create', '--timeout', left(), '-n', 'default', 'serviceaccount/default']);
+  log(`default ServiceAccount after ${Date.now() - t0}ms`);
 }
 
 /** Tail of kwokctl's component logs, for error messages. */
@@ -507,35 +541,34 @@ async function componentLogTails(clusterDir: string): Promise<string> {
   return parts.join('\n');
 }
 
-async function teardown(
-  workdir: string,
-  name: string,
-  bins: ClusterBinaries,
-  opts: { keepWorkdir?: boolean } = {},
-): Promise<void> {
-  if (existsSync(path.join(workdir, 'clusters', name))) {
-    await runQuiet(
-      bins.kwokctl,
-      ['--name', name, 'delete', 'cluster', '--kubeconfig', ''],
-      kwokctlEnv(workdir, bins),
-      60_000,
-    ).catch(() => {});
+/**
+ * Stops a cluster's components and removes its work directory. The cluster is throw-away, so
+ * there is no graceful `kwokctl delete`: SIGTERM, up to 3 s to exit, then SIGKILL.
+ */
+async function teardown(workdir: string, opts: { keepWorkdir?: boolean } = {}): Promise<void> {
+  let pids = componentPids(workdir);
+  for (const pid of pids) signal(pid, 'SIGTERM');
+  const until = Date.now() + 3_000;
+  while (pids.length && Date.now() < until) {
+    await new Promise((res) => setTimeout(res, 50));
+    pids = pids.filter(isAlive);
   }
-  killComponentsSync(workdir);
+  for (const pid of pids) signal(pid, 'SIGKILL');
   if (!opts.keepWorkdir) await rm(workdir, { recursive: true, force: true });
 }
 
 /**
- * SIGKILLs every component whose pid file is under `<workdir>/clusters/<name>/pids/`, after
- * checking through /proc that the pid still runs a command naming `workdir` (pid reuse).
+ * Pids from every `<workdir>/clusters/<name>/pids/*.pid` whose process still runs a command
+ * naming `workdir` (checked through /proc, so a reused pid is never touched).
  */
-function killComponentsSync(workdir: string): void {
+function componentPids(workdir: string): number[] {
   const clustersDir = path.join(workdir, 'clusters');
+  const out: number[] = [];
   let names: string[];
   try {
     names = readdirSync(clustersDir);
   } catch {
-    return;
+    return out;
   }
   for (const n of names) {
     const pidsDir = path.join(clustersDir, n, 'pids');
@@ -548,14 +581,35 @@ function killComponentsSync(workdir: string): void {
     for (const f of pidFiles) {
       try {
         const pid = Number.parseInt(readFileSync(path.join(pidsDir, f), 'utf8').trim(), 10);
-        if (!(pid > 1)) continue;
-        const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-        if (cmdline.includes(workdir)) process.kill(pid, 'SIGKILL');
+        if (pid > 1 && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(workdir)) out.push(pid);
       } catch {
         // gone already
       }
     }
   }
+  return out;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    // A zombie still has /proc/<pid>; its state letter is Z.
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+function signal(pid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    // gone already
+  }
+}
+
+/** SIGKILLs every component of the cluster(s) under `workdir`; synchronous, for exit paths. */
+function killComponentsSync(workdir: string): void {
+  for (const pid of componentPids(workdir)) signal(pid, 'SIGKILL');
 }
 
 function installExitHook(): void {
