@@ -212,8 +212,13 @@ export async function buildComponent(c: GoComponent, progress: Progress, root = 
 export async function verifyVersions(c: GoComponent, dir: string): Promise<Record<string, string>> {
   const seen: Record<string, string> = {};
   for (const b of c.binaries) {
-    const expect = b.expectVersion ?? c.version.replace(/^v/, '');
-    const r = await run([path.join(dir, b.bin), ...b.versionArgs], {
+    const expect = b.versionFromBuildInfo
+      ? `${c.module}\t${c.version}`
+      : (b.expectVersion ?? c.version.replace(/^v/, ''));
+    const argv = b.versionFromBuildInfo
+      ? ['go', 'version', '-m', path.join(dir, b.bin)]
+      : [path.join(dir, b.bin), ...b.versionArgs];
+    const r = await run(argv, {
       env: { ...process.env, SOPS_DISABLE_VERSION_CHECK: '1' },
     }).catch((e: Error) => ({ stdout: '', stderr: e.message, code: 1 }));
     const text = `${r.stdout}\n${r.stderr}`;

@@ -25,6 +25,11 @@ export interface GoBinary {
   readonly versionArgs: readonly string[];
   /** Text that `versionArgs` output must contain; defaults to the version without `v`. */
   readonly expectVersion?: string;
+  /**
+   * Check the version with `go version -m <binary>` (the module version in its build info)
+   * instead of running the binary; for tools without a harmless version command.
+   */
+  readonly versionFromBuildInfo?: boolean;
 }
 
 /** One Go module at a pinned version and the binaries built from it. */
@@ -239,8 +244,10 @@ export const COMPONENTS: readonly GoComponent[] = [
       {
         bin: 'aws-lambda-rie',
         pkg: 'github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie',
-        versionArgs: ['--help'],
-        expectVersion: 'Usage',
+        // It has no version flag (every argument is taken as the handler to run, and it then
+        // binds 0.0.0.0:8080), so its version is read from the Go build info instead.
+        versionArgs: [],
+        versionFromBuildInfo: true,
       },
     ],
     layers: [],
