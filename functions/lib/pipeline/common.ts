@@ -222,14 +222,32 @@ export function summarizeStatus(
   return next as AppStatus;
 }
 
-/** Writes a status computed from the current one, fenced by the run (see `writeStatus`). */
+/**
+ * Drops the status fields upstream declares `omitempty` when they hold their zero value
+ * (`usefulErrorMessage` "", `consecutiveReconcileSuccesses` 0, `consecutiveReconcileFailures` 0;
+ * `pkg/apis/kappctrl/v1alpha1/types.go` `AppStatus`, `GenericStatus`), so the stored status has
+ * kapp-controller's shape: no `usefulErrorMessage: ""` after a success. Readers treat a missing
+ * counter as 0.
+ */
+export function omitEmptyStatusFields(status: AppStatus): AppStatus {
+  const out = { ...status } as AppStatus & Record<string, unknown>;
+  if (out.usefulErrorMessage === '') delete out.usefulErrorMessage;
+  if (out.consecutiveReconcileSuccesses === 0) delete out.consecutiveReconcileSuccesses;
+  if (out.consecutiveReconcileFailures === 0) delete out.consecutiveReconcileFailures;
+  return out;
+}
+
+/**
+ * Writes a status computed from the current one, fenced by the run (see `writeStatus`), with
+ * upstream's `omitempty` fields dropped when empty ({@link omitEmptyStatusFields}).
+ */
 export async function writeAppStatus(
   kube: FetchView,
   ref: ObjectRef,
   fence: RunFence,
   mutate: (current: AppStatus | undefined) => AppStatus,
 ): Promise<StatusWriteResult> {
-  return await writeStatus<AppStatus>(kube, ref, fence, mutate);
+  return await writeStatus<AppStatus>(kube, ref, fence, (cur) => omitEmptyStatusFields(mutate(cur)));
 }
 
 /** Helper for one stage-run log line and its timing. */
