@@ -24,7 +24,6 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { stringify } from 'yaml';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
-import { kubectl } from './kube.js';
 
 /** Absolute paths of the binaries a cluster runs. */
 export interface ClusterBinaries {
@@ -386,28 +385,67 @@ async function kwokctlCreate(
   await runQuiet(bins.kwokctl, argv, kwokctlEnv(workdir, bins), timeoutMs + 5_000);
 }
 
-/** Runs a command, output captured; rejects with the command and its output tail. */
-function runQuiet(bin: string, argv: readonly string[], env: NodeJS.ProcessEnv, timeoutMs: number): Promise<string> {
+interface ExecResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command without a shell, output captured (stdin from `input`, else empty). */
+function exec(
+  bin: string,
+  argv: readonly string[],
+  opts: { env: NodeJS.ProcessEnv; timeoutMs: number; input?: string },
+): Promise<ExecResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(bin, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    const child = spawn(bin, argv, { env: opts.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs);
     child.stdout.on('data', (d: Buffer) => {
-      out = (out + d.toString()).slice(-16_000);
+      stdout = (stdout + d.toString()).slice(-64_000);
     });
     child.stderr.on('data', (d: Buffer) => {
-      out = (out + d.toString()).slice(-16_000);
+      stderr = (stderr + d.toString()).slice(-16_000);
     });
     child.on('error', (err) => {
       clearTimeout(timer);
       reject(new Error(`start ${path.basename(bin)}`, { cause: err }));
     });
-    child.on('close', (code, signal) => {
+    child.on('close', (code) => {
       clearTimeout(timer);
-      if (code === 0) resolve(out);
-      else reject(new Error(`${path.basename(bin)} ${argv.join(' ')} exited ${code ?? signal}:\n${out.trim()}`));
+      resolve({ code: code ?? -1, stdout, stderr });
     });
+    child.stdin.on('error', () => {});
+    child.stdin.end(opts.input ?? '');
   });
+}
+
+/** Like {@link exec}; rejects with the command and its output tail on a non-zero exit. */
+async function runQuiet(bin: string, argv: readonly string[], env: NodeJS.ProcessEnv, timeoutMs: number) {
+  const r = await exec(bin, argv, { env, timeoutMs });
+  if (r.code !== 0) {
+    throw new Error(`${path.basename(bin)} ${argv.join(' ')} exited ${r.code}:\n${(r.stdout + r.stderr).trim()}`);
+  }
+  return r.stdout;
+}
+
+/**
+ * The local kubectl against `kubeconfigPath`, discovery cache beside it. Kept here rather
+ * than in `./kube.ts` so the reaper process does not load `@kubernetes/client-node`.
+ */
+function kubectlAt(kubeconfigPath: string, kubectlBin: string) {
+  const env = {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    HOME: process.env.HOME ?? '/tmp',
+    KUBECACHEDIR: path.join(path.dirname(kubeconfigPath), '.kubectl-cache'),
+  };
+  return (args: readonly string[], opts: { input?: string; timeoutMs?: number } = {}) =>
+    exec(kubectlBin, ['--kubeconfig', kubeconfigPath, ...args], {
+      env,
+      timeoutMs: opts.timeoutMs ?? 60_000,
+      input: opts.input,
+    });
 }
 
 /** Writes a kubeconfig with the admin certificate, key and CA embedded. */
@@ -479,17 +517,16 @@ async function waitReady(
 ) {
   const t0 = Date.now();
   const left = () => `${Math.max(1, Math.ceil((deadline - Date.now()) / 1000))}s`;
-  const k = (args: string[]) =>
-    kubectl(kubeconfigPath, args, { kubectl: kubectlBin, timeoutMs: deadline - Date.now() + 5_000 });
+  const run = kubectlAt(kubeconfigPath, kubectlBin);
+  const k = async (args: string[]) => {
+    const r = await run(args, { timeoutMs: deadline - Date.now() + 5_000 });
+    if (r.code !== 0) throw new Error(`kubectl ${args.join(' ')} exited ${r.code}: ${r.stderr.trim()}`);
+  };
   // kwokctl returns once /version is served; RBAC bootstrap and CRD informers finish by
   // /readyz. Nodes are created meanwhile (a raw POST: no OpenAPI download as `apply` does).
   const readyz = (async () => {
     for (;;) {
-      const r = await kubectl(kubeconfigPath, ['get', '--raw', '/readyz'], {
-        kubectl: kubectlBin,
-        check: false,
-        timeoutMs: 10_000,
-      });
+      const r = await run(['get', '--raw', '/readyz'], { timeoutMs: 10_000 });
       if (r.code === 0 && r.stdout.trim() === 'ok') break;
       if (Date.now() > deadline) throw new Error(`wait for /readyz: ${r.stdout}${r.stderr}`.trim());
       await new Promise((res) => setTimeout(res, 100));
@@ -499,9 +536,7 @@ async function waitReady(
   const nodes = Promise.all(
     nodeNames.map(async (n) => {
       for (;;) {
-        const r = await kubectl(kubeconfigPath, ['create', '--raw', '/api/v1/nodes', '-f', '-'], {
-          kubectl: kubectlBin,
-          check: false,
+        const r = await run(['create', '--raw', '/api/v1/nodes', '-f', '-'], {
           input: JSON.stringify(fakeNode(n)),
           timeoutMs: 10_000,
         });
@@ -554,37 +589,34 @@ async function teardown(workdir: string, opts: { keepWorkdir?: boolean } = {}): 
     pids = pids.filter(isAlive);
   }
   for (const pid of pids) signal(pid, 'SIGKILL');
+  killComponentsSync(workdir);
   if (!opts.keepWorkdir) await rm(workdir, { recursive: true, force: true });
 }
 
 /**
- * Pids from every `<workdir>/clusters/<name>/pids/*.pid` whose process still runs a command
- * naming `workdir` (checked through /proc, so a reused pid is never touched).
+ * Pids of every process (other than this one) whose command line names a path under
+ * `workdir`: kwokctl (`--config <workdir>/kwokctl.yaml`) and each component it forked
+ * (`<workdir>/clusters/<name>/bin/...`). Read from /proc rather than kwokctl's pid files, so
+ * a component started by a kwokctl that was itself interrupted is found too, and a reused pid
+ * is never touched. The reaper (`reap <workdir>`, no trailing slash) does not match.
  */
 function componentPids(workdir: string): number[] {
-  const clustersDir = path.join(workdir, 'clusters');
+  const needle = `${workdir}/`;
   const out: number[] = [];
-  let names: string[];
+  let entries: string[];
   try {
-    names = readdirSync(clustersDir);
+    entries = readdirSync('/proc');
   } catch {
     return out;
   }
-  for (const n of names) {
-    const pidsDir = path.join(clustersDir, n, 'pids');
-    let pidFiles: string[];
+  for (const e of entries) {
+    if (!/^\d+$/.test(e)) continue;
+    const pid = Number(e);
+    if (pid === process.pid) continue;
     try {
-      pidFiles = readdirSync(pidsDir);
+      if (readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(needle)) out.push(pid);
     } catch {
-      continue;
-    }
-    for (const f of pidFiles) {
-      try {
-        const pid = Number.parseInt(readFileSync(path.join(pidsDir, f), 'utf8').trim(), 10);
-        if (pid > 1 && readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(workdir)) out.push(pid);
-      } catch {
-        // gone already
-      }
+      // gone already
     }
   }
   return out;
@@ -607,9 +639,16 @@ function signal(pid: number, sig: NodeJS.Signals): void {
   }
 }
 
-/** SIGKILLs every component of the cluster(s) under `workdir`; synchronous, for exit paths. */
+/**
+ * SIGKILLs every process of the cluster under `workdir`; synchronous, for exit paths. Scans
+ * again after each round in case an interrupted kwokctl forked one more component.
+ */
 function killComponentsSync(workdir: string): void {
-  for (const pid of componentPids(workdir)) signal(pid, 'SIGKILL');
+  for (let round = 0; round < 5; round++) {
+    const pids = componentPids(workdir);
+    if (!pids.length) return;
+    for (const pid of pids) signal(pid, 'SIGKILL');
+  }
 }
 
 function installExitHook(): void {
