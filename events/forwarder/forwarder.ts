@@ -52,6 +52,7 @@
  *
  * @module
  */
+import { setMaxListeners } from 'node:events';
 import type { KubeObject, ObjectWatcher, ResourceKind, WatchEvent } from '../../functions/lib/kube/port.js';
 import type { Kind } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
@@ -355,6 +356,8 @@ export class Forwarder {
   start(): void {
     if (this.ac) throw new Error('forwarder already started');
     const ac = new AbortController();
+    // Every list/watch loop (one per kind and namespace) listens on this one signal.
+    setMaxListeners(0, ac.signal);
     this.ac = ac;
     const scopes: (string | undefined)[] = this.opts.namespaces?.length
       ? [...new Set(this.opts.namespaces)]

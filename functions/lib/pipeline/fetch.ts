@@ -19,7 +19,7 @@ import { fetchSourceIdentity } from '../fetch/pinned.js';
 import type { AppFetch } from '../fetch/types.js';
 import { KappControllerError } from '../fetch/types.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
-import { attachError, resultFromError, type StageResult } from '../reconcile/status.js';
+import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
 import {
   appRef,
   fetchPart,
@@ -152,10 +152,11 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   if (pinned) {
     const hit = await deps.store.get(`${PINNED_FETCH_PREFIX}${pinned}.json`);
     if (hit) {
-      const candidate = (JSON.parse(hit.toString('utf8')) as { fetchKey?: string }).fetchKey;
-      if (candidate && (await deps.store.head(candidate))) {
-        fetchKey = candidate;
-        result = { stdout: '', stderr: '', exitCode: 0, finished: true };
+      const rec = JSON.parse(hit.toString('utf8')) as { fetchKey?: string; stdout?: string };
+      if (rec.fetchKey && (await deps.store.head(rec.fetchKey))) {
+        fetchKey = rec.fetchKey;
+        // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
+        result = { stdout: rec.stdout ?? '', stderr: '', exitCode: 0, finished: true };
       }
     }
   }
@@ -165,7 +166,10 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     result = r.result;
     fetchKey = r.fetchKey;
     tools = { runs: r.toolRuns, ms: r.toolMs };
-    if (pinned && fetchKey) await deps.store.put(`${PINNED_FETCH_PREFIX}${pinned}.json`, JSON.stringify({ fetchKey }));
+    if (pinned && fetchKey) {
+      const rec = { fetchKey, stdout: redactSecrets(result.stdout) };
+      await deps.store.put(`${PINNED_FETCH_PREFIX}${pinned}.json`, JSON.stringify(rec));
+    }
   }
   const part = fetchPart(result!, startedAt, deps.now());
   if (result!.error || !fetchKey) {
