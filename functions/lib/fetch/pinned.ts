@@ -10,6 +10,7 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import { canonicalJson } from '../artifact/keys.js';
 import type { AppFetch, VersionSelection } from './types.js';
 import { type FetchSourceKind, fetchSourceKind } from './vendir.js';
 
@@ -43,18 +44,6 @@ export interface FetchSourceIdentity {
 const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i;
 const DIGEST = /@sha256:[0-9a-f]{64}$/;
 const SHA256_HEX = /^[0-9a-f]{64}$/i;
-
-/** JSON with object keys sorted, so equal content gives equal bytes. */
-function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  if (value !== null && typeof value === 'object') {
-    const entries = Object.entries(value as Record<string, unknown>)
-      .filter(([, v]) => v !== undefined)
-      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
-  }
-  return JSON.stringify(value);
-}
 
 function hasSelection(sel: VersionSelection | undefined): boolean {
   return sel !== undefined && sel !== null;

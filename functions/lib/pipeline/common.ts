@@ -62,6 +62,23 @@ export async function loadApp(kube: KubeReader, ref: ObjectRef): Promise<LoadRes
   return { kind: 'ok', loaded: { raw, app: parsed.data } };
 }
 
+/**
+ * Re-reads the App for a later stage and applies the run fence.
+ * @returns the App, or why the stage must stop without work (`gone`: deleted, recreated or
+ *   unparsable; `stale`: a newer spec exists and its own run will follow).
+ * @throws KubeApiError when the read fails (the stage is retried).
+ */
+export async function loadFenced(
+  kube: KubeReader,
+  ref: ObjectRef,
+  fence: RunFence,
+): Promise<{ loaded: LoadedApp; stop?: undefined } | { stop: 'gone' | 'stale' }> {
+  const result = await loadApp(kube, ref);
+  const state = checkFence(result.kind === 'ok' ? result.loaded.raw : undefined, fence);
+  if (result.kind !== 'ok' || state !== 'ok') return { stop: state === 'ok' ? 'gone' : state };
+  return { loaded: result.loaded };
+}
+
 /** Why a later stage stops without work: the object is gone, recreated, or has a newer spec. */
 export type FenceResult = 'ok' | 'gone' | 'stale';
 

@@ -40,8 +40,8 @@ import {
 } from '../reconcile/status.js';
 import {
   appRef,
-  checkFence,
   loadApp,
+  loadFenced,
   makeScratch,
   objectKey,
   partFromSummary,
@@ -175,13 +175,12 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   const kref = appRef(ref);
   const fence = { uid: ref.uid, generation: data.run.generation };
   const done = stageTimer(deps, 'deploy', objectKey(ref), data.run.generation);
-  const loaded = await loadApp(kube, kref);
-  const fenceState = checkFence(loaded.kind === 'ok' ? loaded.loaded.raw : undefined, fence);
-  if (loaded.kind !== 'ok' || fenceState !== 'ok') {
-    done(fenceState === 'ok' ? 'gone' : fenceState);
+  const fenced = await loadFenced(kube, kref, fence);
+  if (fenced.stop) {
+    done(fenced.stop);
     return;
   }
-  const { app } = loaded.loaded;
+  const { app } = fenced.loaded;
   const parts: RunParts = {
     fetch: partFromSummary(data.fetchStatus),
     template: partFromSummary(data.templateStatus),

@@ -10,10 +10,9 @@
  * Fetch holds only a {@link FetchView}: it reads the App and the Secrets/ConfigMaps the
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
-import { createHash } from 'node:crypto';
 import type { ObjectRef as EventObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
 import type { App } from '../api/index.js';
-import { fetchArtifactKey } from '../artifact/keys.js';
+import { canonicalJson, fetchArtifactKey, sha256Hex } from '../artifact/keys.js';
 import { packDir } from '../artifact/tarball.js';
 import { fetchSourceIdentity } from '../fetch/pinned.js';
 import type { AppFetch } from '../fetch/types.js';
@@ -64,19 +63,14 @@ export function pinnedFetchIdentity(fetch: readonly AppFetch[], vendirVersion: s
   for (const [i, entry] of fetch.entries()) {
     if (entry.inline) {
       if (entry.inline.pathsFrom?.length) return undefined;
-      parts.push({ i, path: entry.path ?? null, inline: entry.inline.paths ?? {} });
+      parts.push({ i, path: entry.path ?? null, inline: { ...(entry.inline.paths ?? {}) } });
       continue;
     }
     const id = fetchSourceIdentity(entry);
     if (!id?.pinned) return undefined;
     parts.push({ i, path: entry.path ?? null, id: id.cacheKey });
   }
-  const canonical = JSON.stringify({ v: 1, vendir: vendirVersion, parts }, (_k, v) =>
-    v && typeof v === 'object' && !Array.isArray(v)
-      ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
-      : v,
-  );
-  return createHash('sha256').update(canonical).digest('hex');
+  return sha256Hex(canonicalJson({ v: 1, vendir: vendirVersion, parts }));
 }
 
 /** Runs vendir and stores the tarball. @returns the stage result and the artifact key on success. */

@@ -27,8 +27,7 @@ import type { RunStep, SopsStep } from '../template/step.js';
 import type { PlannedFile } from '../template/values.js';
 import {
   appRef,
-  checkFence,
-  loadApp,
+  loadFenced,
   makeScratch,
   objectKey,
   partFromSummary,
@@ -185,13 +184,12 @@ export async function runTemplate(
   const kref = appRef(ref);
   const fence = { uid: ref.uid, generation: data.run.generation };
   const done = stageTimer(deps, 'template', objectKey(ref), data.run.generation);
-  const loaded = await loadApp(kube, kref);
-  const fenceState = checkFence(loaded.kind === 'ok' ? loaded.loaded.raw : undefined, fence);
-  if (loaded.kind !== 'ok' || fenceState !== 'ok') {
-    done(fenceState === 'ok' ? 'gone' : fenceState);
+  const fenced = await loadFenced(kube, kref, fence);
+  if (fenced.stop) {
+    done(fenced.stop);
     return {};
   }
-  const { app } = loaded.loaded;
+  const { app } = fenced.loaded;
   const ns = app.metadata.namespace ?? '';
   const templates = app.spec.template ?? [];
   const sopsKeySecrets = templates.flatMap((t) => [
