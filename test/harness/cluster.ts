@@ -8,9 +8,9 @@
  * clusters (even from several processes) run at once. Nothing is downloaded: every binary
  * kwokctl could fetch is given as a local path, and downloads go to a dead proxy.
  *
- * Teardown: {@link Cluster.stop}; for clusters not started `detached`, also a synchronous kill
- * on process exit and a detached reaper process (`scripts/cluster.ts reap`) that cleans up
- * when the owning process dies by any signal, SIGKILL included.
+ * Teardown: {@link Cluster.stop}; also a synchronous kill on process exit and a detached
+ * reaper process (`scripts/cluster.ts reap`) that cleans up when the owning process dies by
+ * any signal, SIGKILL included (for `detached` clusters only while they start).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -68,8 +68,8 @@ export interface ClusterOptions {
   /** Number of kwok fake Nodes (`kwok-node-0` …), each 32 CPU, 256Gi, 110 pods. Default 1. */
   readonly nodes?: number;
   /**
-   * Keep the cluster running after this process exits (for `scripts/cluster.ts up`): no exit
-   * hook and no reaper. Stop it with {@link stopClusterAt}. Default false.
+   * Keep the cluster running after this process exits (for `scripts/cluster.ts up`): exit
+   * hook and reaper guard only the start-up. Stop it with {@link stopClusterAt}. Default false.
    */
   readonly detached?: boolean;
   /** Give up after this many milliseconds (the cluster is then torn down). Default 120 000. */
@@ -159,18 +159,19 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
   const clusterDir = path.join(workdir, 'clusters', name);
   const kubeconfigPath = path.join(workdir, 'kubeconfig.yaml');
 
-  let reaper: ChildProcess | undefined;
-  if (!detached) {
-    active.set(workdir, { name });
-    installExitHook();
-    reaper = spawnReaper(workdir);
-  }
+  // Guarded while starting even when detached (Ctrl-C during `cluster.ts up` leaves nothing).
+  active.set(workdir, { name });
+  installExitHook();
+  const reaper = spawnReaper(workdir);
+  const release = () => {
+    active.delete(workdir);
+    if (reaper?.stdin && !reaper.stdin.writableEnded) reaper.stdin.end('stop\n');
+  };
   let stopping: Promise<void> | undefined;
   const stop = (): Promise<void> => {
     stopping ??= (async () => {
       await teardown(workdir).catch(() => {});
-      active.delete(workdir);
-      if (reaper?.stdin && !reaper.stdin.destroyed) reaper.stdin.end('stop\n');
+      release();
     })();
     return stopping;
   };
@@ -210,6 +211,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     const readyMs = Date.now() - t1;
     const timings = { kwokctlMs, readyMs, totalMs: Date.now() - started };
     log(`cluster ${name}: ready in ${timings.totalMs}ms (kwokctl ${kwokctlMs}ms, nodes/SA ${readyMs}ms)`);
+    if (detached) release();
     return { name, workdir, kubeconfigPath, server, kubectlPath: bins.kubectl, nodeNames, timings, stop };
   } catch (err) {
     const logs = existsSync(clusterDir) ? await componentLogTails(clusterDir) : '';
@@ -221,7 +223,7 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
 
 /**
  * Stops a cluster started elsewhere (e.g. `scripts/cluster.ts up`) from its work directory:
- * SIGTERM to each component (SIGKILL after 3 s), then removes the directory.
+ * SIGKILL to kwokctl and each component, then removes the directory.
  * @returns false when `workdir` holds no cluster state (nothing to stop).
  */
 export async function stopClusterAt(workdir: string): Promise<boolean> {
@@ -577,20 +579,19 @@ async function componentLogTails(clusterDir: string): Promise<string> {
 }
 
 /**
- * Stops a cluster's components and removes its work directory. The cluster is throw-away, so
- * there is no graceful `kwokctl delete`: SIGTERM, up to 3 s to exit, then SIGKILL.
+ * Stops a cluster's processes and removes its work directory. The cluster is throw-away, so
+ * there is no graceful shutdown (kube-apiserver alone takes seconds on SIGTERM): SIGKILL,
+ * then wait (at most 5 s) until every process is gone.
  */
 async function teardown(workdir: string, opts: { keepWorkdir?: boolean } = {}): Promise<void> {
-  let pids = componentPids(workdir);
-  for (const pid of pids) signal(pid, 'SIGTERM');
-  const until = Date.now() + 3_000;
-  while (pids.length && Date.now() < until) {
-    await new Promise((res) => setTimeout(res, 50));
-    pids = pids.filter(isAlive);
+  const until = Date.now() + 5_000;
+  for (;;) {
+    const pids = componentPids(workdir).filter(isAlive);
+    if (!pids.length || Date.now() > until) break;
+    for (const pid of pids) signal(pid, 'SIGKILL');
+    await new Promise((res) => setTimeout(res, 20));
   }
-  for (const pid of pids) signal(pid, 'SIGKILL');
-  killComponentsSync(workdir);
-  if (!opts.keepWorkdir) await rm(workdir, { recursive: true, force: true });
+  if (!opts.keepWorkdir) await rm(workdir, { recursive: true, force: true, maxRetries: 3 });
 }
 
 /**
