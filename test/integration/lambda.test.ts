@@ -1,0 +1,419 @@
+/**
+ * The bundled Lambda functions under the real AWS Lambda Runtime Interface Emulator: the
+ * esbuild bundle (same options as `layers/build.ts`) is its own bootstrap (`node fetch.mjs`,
+ * the Runtime API client of `functions/lib/entry/runtime-api.ts`), invoked with SQS-shaped
+ * events over RIE's invoke endpoint on 127.0.0.1.
+ *
+ * - invalid and misrouted records are dropped (logged with the field path), a record whose
+ *   stage throws fails alone (`batchItemFailures`), the process survives all of it;
+ * - an invalid configuration ends init with one JSON line, not a dump of the bundle;
+ * - a real fetch of an inline App in the shared cluster: artifact in S3 (versitygw), status
+ *   written, and the template hand-off sent with the real SQS adapter to a recording
+ *   SQS endpoint (there is no SQS-compatible server among the test components; the endpoint
+ *   speaks just enough of SQS's JSON protocol for `SendMessage` and records each request).
+ */
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, symlink } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { HeadObjectCommand } from '@aws-sdk/client-s3';
+import { build } from 'esbuild';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
+import { binPath } from '../../layers/gobuild.js';
+import { component } from '../../layers/manifest.js';
+import { kubectl } from '../harness/kube.js';
+import {
+  freePort,
+  httpAnswers,
+  LOOPBACK,
+  makeTempDir,
+  removeTempDir,
+  type ServerProcess,
+  startProcess,
+} from '../harness/servers/process.js';
+import { type S3Info, s3Client } from '../harness/servers/s3.js';
+import type { ServersInfo } from '../harness/servers.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const kubeconfigPath = inject('kubeconfigPath');
+const cluster = inject('cluster');
+const CLUSTER_ID = `kwok-${cluster.name}`;
+const ns = `lambda-${randomBytes(3).toString('hex')}`;
+const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, { input, kubectl: cluster.kubectlPath });
+const TEMPLATE_QUEUE = 'template.fifo';
+const DEPLOY_QUEUE = 'deploy.fifo';
+
+/** Bundles `functions/<stage>/index.ts` exactly as `layers/build.ts` does. */
+async function bundle(stage: string, outDir: string): Promise<string> {
+  const outfile = path.join(outDir, `${stage}.mjs`);
+  await build({
+    entryPoints: [path.join(ROOT, 'functions', stage, 'index.ts')],
+    bundle: true,
+    minify: true,
+    platform: 'node',
+    target: 'node20',
+    format: 'esm',
+    outfile,
+    logLevel: 'warning',
+    banner: { js: "import{createRequire as __cr}from'module';const require=__cr(import.meta.url);" },
+  });
+  return outfile;
+}
+
+/** One SendMessage request as the recording SQS endpoint received it. */
+interface SqsRequest {
+  target: string;
+  body: Record<string, unknown>;
+}
+
+/** A recording stand-in for SQS's JSON protocol: answers SendMessage, records every request. */
+async function startRecordingSqs(): Promise<{ url: string; requests: SqsRequest[]; server: Server }> {
+  const requests: SqsRequest[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const target = String(req.headers['x-amz-target'] ?? '');
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>;
+      requests.push({ target, body });
+      res.setHeader('content-type', 'application/x-amz-json-1.0');
+      if (target !== 'AmazonSQS.SendMessage') {
+        res.statusCode = 400;
+        res.end(JSON.stringify({ __type: 'com.amazon.coral.service#UnknownOperationException' }));
+        return;
+      }
+      const md5 = createHash('md5')
+        .update(String(body.MessageBody ?? ''))
+        .digest('hex');
+      res.end(JSON.stringify({ MessageId: randomUUID(), MD5OfMessageBody: md5 }));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, LOOPBACK, resolve));
+  const addr = server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : 0;
+  return { url: `http://${LOOPBACK}:${port}`, requests, server };
+}
+
+/** A running emulator serving one bundle. */
+interface Rie {
+  proc: ServerProcess;
+  invokeUrl: string;
+}
+
+const rieBin = () => binPath(component('aws-lambda-rie'), 'aws-lambda-rie');
+
+/** Starts RIE on loopback ports (invoke API and Runtime API) with `node <bundle>` as bootstrap. */
+async function startRie(bundlePath: string, env: Record<string, string>, cwd: string): Promise<Rie> {
+  const rie = rieBin();
+  if (!existsSync(rie)) throw new Error(`aws-lambda-rie is not built at ${rie}: run npm run setup`);
+  const invokePort = await freePort();
+  const apiPort = await freePort();
+  const proc = await startProcess(
+    'aws-lambda-rie',
+    [
+      rie,
+      '--runtime-interface-emulator-address',
+      `${LOOPBACK}:${invokePort}`,
+      '--runtime-api-address',
+      `${LOOPBACK}:${apiPort}`,
+      process.execPath,
+      bundlePath,
+    ],
+    {
+      cwd,
+      // RIE forwards its whole environment to the function: give it only what a function gets.
+      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: cwd, AWS_LAMBDA_FUNCTION_TIMEOUT: '120', ...env },
+      ready: () => httpAnswers(`http://${LOOPBACK}:${invokePort}/`),
+    },
+  );
+  return { proc, invokeUrl: `http://${LOOPBACK}:${invokePort}/2015-03-31/functions/function/invocations` };
+}
+
+async function invoke(rie: Rie, payload: unknown): Promise<{ status: number; body: unknown }> {
+  const res = await fetch(rie.invokeUrl, { method: 'POST', body: JSON.stringify(payload) });
+  const text = await res.text();
+  let body: unknown = text;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // not JSON: keep the text
+  }
+  return { status: res.status, body };
+}
+
+/** The function's JSON log lines (pino) among RIE's output. */
+function logLines(rie: Rie): Record<string, unknown>[] {
+  return rie.proc
+    .output()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
+}
+
+const sqsRecord = (messageId: string, body: string, group: string) => ({
+  messageId,
+  receiptHandle: `rh-${messageId}`,
+  body,
+  attributes: {
+    ApproximateReceiveCount: '1',
+    SentTimestamp: '1735787045000',
+    MessageGroupId: group,
+    MessageDeduplicationId: messageId,
+    SequenceNumber: '18849496460467696128',
+  },
+  messageAttributes: {},
+  md5OfBody: createHash('md5').update(body).digest('hex'),
+  eventSource: 'aws:sqs',
+  eventSourceARN: 'arn:aws:sqs:us-east-1:000000000000:fetch.fifo',
+  awsRegion: 'us-east-1',
+});
+
+let tmp: string;
+let s3: S3Info;
+let sqs: Awaited<ReturnType<typeof startRecordingSqs>>;
+let fetchRie: Rie;
+const started: Rie[] = [];
+
+function functionEnv(binDir: string): Record<string, string> {
+  return {
+    AWS_REGION: s3.region,
+    AWS_ACCESS_KEY_ID: s3.accessKeyId,
+    AWS_SECRET_ACCESS_KEY: s3.secretAccessKey,
+    KAPP_LAMBDA_BUCKET: s3.bucket ?? 'kapp-lambda',
+    KAPP_LAMBDA_BUCKET_PREFIX: `lambda-it-${ns}/`,
+    KAPP_LAMBDA_S3_ENDPOINT: s3.endpoint,
+    KAPP_LAMBDA_SQS_ENDPOINT: sqs.url,
+    KAPP_LAMBDA_QUEUE_URL_TEMPLATE: `${sqs.url}/000000000000/${TEMPLATE_QUEUE}`,
+    KAPP_LAMBDA_QUEUE_URL_DEPLOY: `${sqs.url}/000000000000/${DEPLOY_QUEUE}`,
+    KAPP_LAMBDA_KUBECONFIG: kubeconfigPath,
+    KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch'),
+    KAPP_LAMBDA_BIN_DIR: binDir,
+    KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify({ vendir: component('vendir').version.replace(/^v/, '') }),
+  };
+}
+
+beforeAll(async () => {
+  tmp = await makeTempDir('lambda-it');
+  await mkdir(path.join(tmp, 'scratch'));
+  const provided = inject('servers') as unknown as ServersInfo | null;
+  if (!provided) throw new Error('the integration global setup provides no servers (test/harness/servers.ts)');
+  s3 = provided.s3;
+  sqs = await startRecordingSqs();
+  // The fetch layer, as layers/build.ts lays it out: the stage's tools flat in one bin dir.
+  const binDir = path.join(tmp, 'opt', 'bin');
+  await mkdir(binDir, { recursive: true });
+  for (const [name, bin] of [
+    ['vendir', 'vendir'],
+    ['imgpkg', 'imgpkg'],
+    ['helm', 'helm'],
+  ] as const) {
+    await symlink(binPath(component(name), bin), path.join(binDir, bin));
+  }
+  const bundles = path.join(tmp, 'bundles');
+  await mkdir(bundles);
+  const fetchBundle = await bundle('fetch', bundles);
+  fetchRie = await startRie(fetchBundle, functionEnv(binDir), tmp);
+  started.push(fetchRie);
+
+  for (const f of ['apps.kappctrl.k14s.io.yaml']) {
+    await k(['apply', '--server-side', '--force-conflicts', '-f', path.join(ROOT, 'infra', 'crds', f)]);
+  }
+  await k(['wait', '--for=condition=Established', '--timeout=60s', 'crd/apps.kappctrl.k14s.io']);
+  await k(['create', 'namespace', ns]);
+}, 180_000);
+
+afterAll(async () => {
+  for (const r of started) await r.proc.stop();
+  await new Promise<void>((resolve) => (sqs ? sqs.server.close(() => resolve()) : resolve()));
+  await k(['delete', 'namespace', ns, '--wait=false']).catch(() => undefined);
+  if (tmp) await removeTempDir(tmp);
+});
+
+const appRef = (name: string, meta: { uid: string; generation: number; resourceVersion: string }) => ({
+  clusterId: CLUSTER_ID,
+  kind: 'App' as const,
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  namespace: ns,
+  name,
+  ...meta,
+});
+
+describe('fetch function under the Runtime Interface Emulator', () => {
+  it('drops invalid and misrouted records, fails only the record that throws, and keeps serving', async () => {
+    const time = new Date().toISOString();
+    const valid = objectEvent(appRef('ghost', { uid: 'u-1', generation: 1, resourceVersion: '1' }), 'added', { time });
+    const invalid = JSON.parse(serializeEvent(valid));
+    invalid.data.generation = 'one';
+    const forTemplate = templateEvent(
+      {
+        object: appRef('ghost', { uid: 'u-1', generation: 1, resourceVersion: '1' }),
+        run: { generation: 1, runId: 'r-1', startedAt: time },
+        artifacts: { fetchKey: `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz` },
+      },
+      { time },
+    );
+    const otherCluster = objectEvent(
+      { ...appRef('ghost', { uid: 'u-2', generation: 1, resourceVersion: '1' }), clusterId: 'not-served' },
+      'added',
+      { time },
+    );
+    const res = await invoke(fetchRie, {
+      Records: [
+        sqsRecord('bad-1', JSON.stringify(invalid), 'g-1'),
+        sqsRecord('bad-2', 'this is not JSON', 'g-2'),
+        sqsRecord('misrouted-1', serializeEvent(forTemplate), 'g-3'),
+        sqsRecord('unknown-cluster-1', serializeEvent(otherCluster), 'g-4'),
+      ],
+    });
+    expect(res).toEqual({ status: 200, body: { batchItemFailures: [{ itemIdentifier: 'unknown-cluster-1' }] } });
+
+    const lines = logLines(fetchRie);
+    const byMessage = (id: string) => lines.filter((l) => l.messageId === id);
+    expect(byMessage('bad-1')).toEqual([
+      expect.objectContaining({
+        level: 40,
+        function: 'fetch',
+        stage: 'fetch',
+        outcome: 'invalid',
+        error: 'data.generation: expected number, received string',
+        msg: 'invalid event; dropped',
+      }),
+    ]);
+    expect(byMessage('bad-2')).toEqual([
+      expect.objectContaining({ outcome: 'invalid', error: '(root): not valid JSON', msg: 'invalid event; dropped' }),
+    ]);
+    expect(byMessage('misrouted-1')).toEqual([
+      expect.objectContaining({
+        outcome: 'misrouted',
+        target: 'template',
+        type: 'dev.kapp-lambda.stage.template.v1',
+        msg: 'event is for another function; dropped',
+      }),
+    ]);
+    expect(byMessage('unknown-cluster-1')).toEqual([
+      expect.objectContaining({ level: 50, outcome: 'failed', msg: 'event failed; will be retried' }),
+    ]);
+    expect(String(byMessage('unknown-cluster-1')[0]?.error)).toContain('not-served');
+    expect(sqs.requests).toEqual([]);
+
+    // Still the same process, still serving: an empty batch succeeds.
+    expect(await invoke(fetchRie, { Records: [] })).toEqual({ status: 200, body: { batchItemFailures: [] } });
+    expect(fetchRie.proc.output()).not.toContain('Runtime.ExitError');
+  });
+
+  it('fetches an inline App: artifact in S3, status written, template hand-off sent to the template queue', async () => {
+    const name = 'inline-app';
+    await k(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'kappctrl.k14s.io/v1alpha1',
+        kind: 'App',
+        metadata: { name, namespace: ns },
+        spec: {
+          serviceAccountName: 'deployer',
+          fetch: [{ inline: { paths: { 'cm.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n' } } }],
+          template: [{ ytt: {} }],
+          deploy: [{ kapp: {} }],
+        },
+      }),
+    );
+    const meta = JSON.parse((await k(['get', 'app', name, '-n', ns, '-o', 'json'])).stdout).metadata as {
+      uid: string;
+      generation: number;
+      resourceVersion: string;
+    };
+    const ev = objectEvent(
+      appRef(name, { uid: meta.uid, generation: meta.generation, resourceVersion: meta.resourceVersion }),
+      'added',
+      { time: new Date() },
+    );
+    const before = sqs.requests.length;
+    const res = await invoke(fetchRie, {
+      Records: [sqsRecord('fetch-1', serializeEvent(ev), `${CLUSTER_ID}/App/${ns}/${name}`)],
+    });
+    expect(res).toEqual({ status: 200, body: { batchItemFailures: [] } });
+
+    const sent = sqs.requests.slice(before);
+    expect(sent.map((r) => r.target)).toEqual(['AmazonSQS.SendMessage']);
+    const input = sent[0]?.body ?? {};
+    expect(Object.keys(input).sort()).toEqual(['MessageBody', 'MessageDeduplicationId', 'MessageGroupId', 'QueueUrl']);
+    expect(input.QueueUrl).toBe(`${sqs.url}/000000000000/${TEMPLATE_QUEUE}`);
+    expect(input.MessageGroupId).toBe(`${CLUSTER_ID}/App/${ns}/${name}`);
+    const parsed = parseEvent(String(input.MessageBody));
+    if (!parsed.ok) throw new Error(`the sent body is not a valid event: ${parsed.error}`);
+    const next = parsed.event;
+    expect(input.MessageDeduplicationId).toBe(next.id);
+    expect(next.type).toBe('dev.kapp-lambda.stage.template.v1');
+    if (next.type !== 'dev.kapp-lambda.stage.template.v1') return;
+    expect(next.source).toBe('/kapp-lambda/functions/fetch');
+    const { reason: _reason, ...ref } = ev.data;
+    expect(next.data.object).toEqual(ref);
+    expect(next.data.run.generation).toBe(meta.generation);
+    expect(next.data.artifacts.fetchKey).toMatch(/^artifacts\/fetch\/sha256\/[0-9a-f]{64}\.tgz$/);
+    expect(next.data.fetchStatus?.exitCode).toBe(0);
+
+    const client = s3Client(s3);
+    try {
+      const head = await client.send(
+        new HeadObjectCommand({ Bucket: s3.bucket, Key: `lambda-it-${ns}/${next.data.artifacts.fetchKey}` }),
+      );
+      expect(head.ContentLength).toBeGreaterThan(0);
+    } finally {
+      client.destroy();
+    }
+
+    const app = JSON.parse((await k(['get', 'app', name, '-n', ns, '-o', 'json'])).stdout) as {
+      status?: { friendlyDescription?: string; conditions?: { type: string; status: string }[] };
+    };
+    expect(app.status?.friendlyDescription).toBe('Reconciling');
+    expect(app.status?.conditions).toEqual([expect.objectContaining({ type: 'Reconciling', status: 'True' })]);
+
+    const line = logLines(fetchRie).find((l) => l.messageId === 'fetch-1' && l.outcome === 'forwarded');
+    expect(line).toEqual(
+      expect.objectContaining({
+        function: 'fetch',
+        to: 'template',
+        next: 'dev.kapp-lambda.stage.template.v1',
+        nextId: next.id,
+      }),
+    );
+  });
+});
+
+describe('a function with an invalid configuration under the emulator', () => {
+  it('ends init with one JSON line naming the bad variables, and the invoke fails', async () => {
+    const bundles = path.join(tmp, 'bundles');
+    const deployBundle = await bundle('deploy', bundles);
+    const rie = await startRie(deployBundle, { AWS_REGION: 'us-east-1' }, tmp);
+    started.push(rie);
+    // RIE answers a failed init with 502 and an empty body (Lambda: Runtime.ExitError).
+    expect(await invoke(rie, { Records: [] })).toEqual({ status: 502, body: '' });
+    const fatal = logLines(rie).filter((l) => l.level === 'fatal');
+    expect(fatal.length).toBeGreaterThanOrEqual(1);
+    // (RIE may run init once more in the invoke phase; every attempt reports the same line.)
+    expect(fatal).toEqual(
+      fatal.map(() => ({
+        level: 'fatal',
+        msg: 'function failed',
+        error: {
+          errorType: 'ConfigError',
+          errorMessage:
+            'invalid configuration of the deploy function: KAPP_LAMBDA_BUCKET: required; ' +
+            'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
+            'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions)',
+        },
+      })),
+    );
+    // node's default report would quote the failing (minified, megabytes long) source line
+    expect(rie.proc.output().length).toBeLessThan(8 * 1024);
+  });
+});
