@@ -28,6 +28,9 @@
  * credentials from its default provider chain, and nothing here is secret, so the parsed
  * object may be logged.
  *
+ * Not read here, but worth setting on Node 20 functions: `AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED=true`
+ * (the SDK otherwise writes a multi-line Node 22 deprecation warning to stderr once per cold start).
+ *
  * @module
  */
 import { isAbsolute } from 'node:path';
