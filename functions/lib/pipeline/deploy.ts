@@ -106,12 +106,12 @@ async function runKapp(
   const abort = new AbortController();
   let stdout = '';
   let stderr = '';
-  let busy = false;
+  let inflight: Promise<void> | undefined;
+  let finished = false;
   const interval = deps.config.deployProgressIntervalMs ?? 2000;
   const tick = setInterval(() => {
-    if (busy) return;
-    busy = true;
-    void (async () => {
+    if (inflight || finished) return;
+    inflight = (async () => {
       try {
         const live = await watch.kube.getObject<{
           apiVersion: string;
@@ -122,7 +122,7 @@ async function runKapp(
         const deleted = !live || live.metadata.uid !== watch.uid || live.metadata.deletionTimestamp;
         if (live?.spec?.canceled || (watch.cancelOnDelete && deleted))
           abort.abort(new Error('App canceled or deleted'));
-        else await onProgress(stdout, stderr);
+        else if (!finished) await onProgress(stdout, stderr);
       } catch (err) {
         deps.log.warn(
           {
@@ -132,7 +132,7 @@ async function runKapp(
           'deploy progress update failed',
         );
       } finally {
-        busy = false;
+        inflight = undefined;
       }
     })();
   }, interval);
@@ -150,7 +150,11 @@ async function runKapp(
       },
     });
   } finally {
+    // A progress write still in flight must land before the caller writes the final status,
+    // or it would overwrite it with `finished: false`.
+    finished = true;
     clearInterval(tick);
+    await inflight;
   }
 }
 
