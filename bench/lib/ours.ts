@@ -1,0 +1,219 @@
+/**
+ * kapp-lambda under benchmark: the embedded runtime (`startEmbedded`) with a logger that keeps
+ * every stage-run record with the moment it was logged, and a cluster registry whose REST
+ * transport counts the pipeline's API requests (the forwarder's list/watch go through the
+ * runtime's own registry and are not counted).
+ *
+ * @module
+ */
+import { type EmbeddedOptions, type EmbeddedRuntime, startEmbedded } from '../../functions/embedded/runtime.js';
+import type { ToolStats } from '../../functions/lib/exec/metrics.js';
+import { apiServerInfoOf, KubeApiClient } from '../../functions/lib/kube/index.js';
+import type { KubeClient } from '../../functions/lib/kube/port.js';
+import { MapClusterRegistry } from '../../functions/lib/kube/registry.js';
+import {
+  ClientNodeRestTransport,
+  ClientNodeWatchTransport,
+  type RestRequest,
+  type RestTransport,
+} from '../../functions/lib/kube/transport.js';
+import type { Logger, StageRunRecord } from '../../functions/lib/log.js';
+import type { ObjectStore } from '../../functions/lib/store/port.js';
+import { loadKubeConfig } from './kube.js';
+
+/** A stage-run record plus when it was logged (`performance.now()`, ms). */
+export interface TimedRecord extends StageRunRecord {
+  at: number;
+}
+
+/** Counts of API requests by method, `all` in total, and `ms`: their summed wall time. */
+export type ApiCounts = Record<string, number>;
+
+/** A REST transport that counts requests by method (and in total under `all`) and sums their time under `ms`. */
+export function countingTransport(inner: RestTransport, counts: ApiCounts): RestTransport {
+  return {
+    async send(request: RestRequest) {
+      counts[request.method] = (counts[request.method] ?? 0) + 1;
+      counts.all = (counts.all ?? 0) + 1;
+      const t0 = performance.now();
+      try {
+        return await inner.send(request);
+      } finally {
+        counts.ms = (counts.ms ?? 0) + (performance.now() - t0);
+      }
+    },
+  };
+}
+
+/** Calls and summed wall time of object-store operations. */
+export interface StoreTiming {
+  calls: number;
+  ms: number;
+}
+
+/** Wraps every method of an object store to count calls and sum their time. */
+export function timedStore(inner: ObjectStore, timing: StoreTiming): ObjectStore {
+  return new Proxy(inner, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== 'function') return v;
+      return async (...args: unknown[]) => {
+        const t0 = performance.now();
+        timing.calls++;
+        try {
+          return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+        } finally {
+          timing.ms += performance.now() - t0;
+        }
+      };
+    },
+  });
+}
+
+/** Options of {@link startOurs}. */
+export interface OursOptions
+  extends Pick<
+    EmbeddedOptions,
+    'kubeconfigPath' | 'contexts' | 'namespaces' | 'store' | 'storeDir' | 'tmpRoot' | 'cacheRoot' | 'concurrency'
+  > {
+  /** Warnings and errors go here (one line each); stage records are kept, not printed. */
+  say?: (line: string) => void;
+}
+
+/** A running instrumented embedded runtime. */
+export interface Ours {
+  runtime: EmbeddedRuntime;
+  /** Every stage-run record so far. */
+  records: TimedRecord[];
+  /** Pipeline API requests so far (by method, `all` in total, `ms` their summed time). */
+  api: ApiCounts;
+  /** Object-store calls of the pipeline so far. */
+  store: StoreTiming;
+  /** `performance.now()` of each event the forwarders handed to the pipeline, by object key, in order. */
+  sent: Map<string, { at: number; reason: string }[]>;
+  /** Tool metrics snapshot. */
+  tools(): Record<string, ToolStats>;
+  stop(): Promise<void>;
+}
+
+/** A logger (the core's port) that keeps stage-run records and prints warnings/errors. */
+function benchLogger(
+  records: TimedRecord[],
+  say: (line: string) => void,
+  bindings: Record<string, unknown> = {},
+): Logger {
+  const at =
+    (level: string) =>
+    (obj: Record<string, unknown>, msg?: string): void => {
+      if (msg === 'stage run') {
+        records.push({ ...(obj as unknown as StageRunRecord), at: performance.now() });
+        return;
+      }
+      if (level === 'warn' || level === 'error') {
+        const o = { ...bindings, ...obj };
+        say(`[ours ${level}] ${msg ?? ''} ${JSON.stringify(o).slice(0, 400)}`);
+      }
+    };
+  return {
+    info: at('info'),
+    warn: at('warn'),
+    error: at('error'),
+    debug: () => {},
+    child: (b) => benchLogger(records, say, { ...bindings, ...b }),
+  };
+}
+
+/**
+ * Starts the embedded runtime, instrumented.
+ * @throws Error when the kubeconfig cannot be loaded.
+ */
+export function startOurs(opts: OursOptions): Ours {
+  const records: TimedRecord[] = [];
+  const api: ApiCounts = {};
+  const store: StoreTiming = { calls: 0, ms: 0 };
+  const sent = new Map<string, { at: number; reason: string }[]>();
+  const say = opts.say ?? (() => {});
+  const runtime = startEmbedded({
+    ...opts,
+    log: benchLogger(records, say),
+    wrapDeps: (deps) => {
+      const clients = new Map<string, KubeClient>();
+      for (const id of deps.clusters.clusterIds()) {
+        const kc = loadKubeConfig(opts.kubeconfigPath, id);
+        clients.set(
+          id,
+          new KubeApiClient({
+            rest: countingTransport(kc.makeApiClient(ClientNodeRestTransport), api),
+            watch: new ClientNodeWatchTransport(kc),
+            apiServer: apiServerInfoOf(kc),
+          }),
+        );
+      }
+      return { ...deps, clusters: new MapClusterRegistry(clients), store: timedStore(deps.store, store) };
+    },
+  });
+  // Note when each event reaches the pipeline (the forwarder calls `send` on this object).
+  const pipeline = runtime.pipeline;
+  const send = pipeline.send.bind(pipeline);
+  pipeline.send = async (events) => {
+    const now = performance.now();
+    for (const e of events) {
+      const d = (e as { data?: { clusterId?: string; namespace?: string; name?: string; reason?: string } }).data;
+      if (!d?.name) continue;
+      const key = `${d.clusterId}/App/${d.namespace}/${d.name}`;
+      const list = sent.get(key) ?? [];
+      list.push({ at: now, reason: d.reason ?? e.type });
+      sent.set(key, list);
+    }
+    return await send(events);
+  };
+  return {
+    runtime,
+    records,
+    api,
+    store,
+    sent,
+    tools: () => runtime.toolMetrics.snapshot(),
+    stop: () => runtime.stop(),
+  };
+}
+
+/** Per-tool difference `after − before` (count and milliseconds), tools with no runs left out. */
+export function toolDelta(
+  before: Record<string, ToolStats>,
+  after: Record<string, ToolStats>,
+): Record<string, { runs: number; ms: number }> {
+  const out: Record<string, { runs: number; ms: number }> = {};
+  for (const [tool, a] of Object.entries(after)) {
+    const b = before[tool];
+    const runs = a.count - (b?.count ?? 0);
+    const ms = a.totalMs - (b?.totalMs ?? 0);
+    if (runs > 0) out[tool] = { runs, ms };
+  }
+  return out;
+}
+
+/** Object key of an App in stage records: `cluster/App/namespace/name`. */
+export function appKey(clusterId: string, ns: string, name: string): string {
+  return `${clusterId}/App/${ns}/${name}`;
+}
+
+/**
+ * Waits until every forwarder of the runtime has listed and opened its watches (so the time
+ * an App takes from creation includes no forwarder start-up).
+ * @throws Error after `timeoutMs`.
+ */
+export async function waitForwardersReady(ours: Ours, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const ok = ours.runtime.forwarders.every((f) => {
+      const s = f.stats();
+      // App, Secret and ConfigMap reflectors have each listed and started watching
+      return s.lists >= 3 && s.watches >= 3;
+    });
+    if (ok) break;
+    if (Date.now() > deadline) throw new Error('forwarders did not start watching in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await new Promise((r) => setTimeout(r, 200));
+}

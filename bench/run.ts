@@ -1,0 +1,379 @@
+/**
+ * `npm run bench [-- <scenario>...]`: kapp-lambda's benchmarks (issue #4) on the local control
+ * plane with the embedded runtime, side by side with upstream kapp-controller. Prints a table
+ * and writes `bench/results/<date>-<machine>.json` (`…-<scenarios>.json` when only some
+ * scenarios ran). How each figure is measured: bench/README.md.
+ *
+ * Scenarios (all by default, in this order): `bundles`, `latency`, `throughput`,
+ * `kapp-controller` (latency and throughput against upstream, with ratios ours/theirs when
+ * ours ran in the same run), `resync`, `dedup`, `forwarder-memory`.
+ *
+ * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
+ * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
+ * `BENCH_LATENCY_RUNS` (default 5), `KAPP_LAMBDA_CACHE`. Results made with non-default values
+ * say so in `config`.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { cacheRoot } from '../layers/gobuild.js';
+import { component } from '../layers/manifest.js';
+import { applyCrds } from '../scripts/local-env.js';
+import { startCluster } from '../test/harness/cluster.js';
+import type { BenchContext } from './lib/context.js';
+import { ensureKappController, initClockTick, startKappController } from './lib/kapp-controller.js';
+import { createTenants, restFor } from './lib/kube.js';
+import { fmtBytes, fmtMs, fmtSummaryMs, renderTable, round } from './lib/stats.js';
+import { bundles } from './scenarios/bundles.js';
+import { dedupOurs } from './scenarios/dedup.js';
+import { forwarderMemory } from './scenarios/forwarder-memory.js';
+import {
+  latencyOurs,
+  latencyTheirs,
+  type OurLatency,
+  reportLatencyOurs,
+  type TheirLatency,
+} from './scenarios/latency.js';
+import { resyncOurs } from './scenarios/resync.js';
+import { type ThroughputRun, throughputOurs, throughputTheirs } from './scenarios/throughput.js';
+
+const ALL = ['bundles', 'latency', 'throughput', 'kapp-controller', 'resync', 'dedup', 'forwarder-memory'] as const;
+type Scenario = (typeof ALL)[number];
+const NEEDS_CLUSTER: readonly Scenario[] = ['latency', 'throughput', 'kapp-controller', 'resync', 'dedup'];
+
+const args = process.argv.slice(2).filter((a) => a !== '--');
+const unknown = args.filter((a) => !(ALL as readonly string[]).includes(a));
+if (unknown.length) {
+  process.stderr.write(`unknown scenario(s): ${unknown.join(', ')}; choose from: ${ALL.join(', ')}\n`);
+  process.exit(2);
+}
+const selected: Scenario[] = args.length ? ALL.filter((s) => args.includes(s)) : [...ALL];
+const APPS = Number(process.env.BENCH_APPS ?? 200);
+const MEMORY_COUNTS = (process.env.BENCH_MEMORY_COUNTS ?? '0,1000,10000').split(',').map(Number);
+const LATENCY_RUNS = Number(process.env.BENCH_LATENCY_RUNS ?? 5);
+const CONCURRENCIES = [4, 10];
+
+const started = Date.now();
+const say = (m: string) => process.stderr.write(`[bench +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
+const gib = Math.round(os.totalmem() / 2 ** 30);
+const machine = process.env.BENCH_MACHINE ?? `${os.cpus().length}cpu-${gib}gib`;
+
+function cmd(bin: string, argv: string[]): string {
+  try {
+    return execFileSync(bin, argv, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  } catch {
+    return 'unknown';
+  }
+}
+
+const ctx: BenchContext = {
+  cacheRoot: cacheRoot(),
+  workRoot: await mkdtemp(path.join(os.tmpdir(), 'kapp-lambda-bench-')),
+  say,
+  rows: [],
+  unmeasured: [],
+  results: {},
+};
+await initClockTick();
+
+/** 1-minute load average before and after each step (the machine may be shared). */
+const load: { step: string; before: number; after: number; seconds: number }[] = [];
+
+/** Runs one scenario step; a failure is recorded (exact message) and the run goes on. */
+async function step<T>(scenario: string, figure: string, fn: () => Promise<T>): Promise<T | undefined> {
+  const before = os.loadavg()[0]!;
+  const t0 = Date.now();
+  try {
+    return await fn();
+  } catch (err) {
+    const e = err as Error;
+    const why = `${e.message}${e.cause instanceof Error ? ` (cause: ${e.cause.message})` : ''}`;
+    say(`${scenario}: FAILED: ${why}`);
+    ctx.unmeasured.push({ scenario, figure, why });
+    return undefined;
+  } finally {
+    load.push({
+      step: `${scenario}: ${figure}`,
+      before: round(before, 2),
+      after: round(os.loadavg()[0]!, 2),
+      seconds: Math.round((Date.now() - t0) / 1000),
+    });
+  }
+}
+
+let ourLatency: OurLatency | undefined;
+const ourThroughput: ThroughputRun[] = [];
+let exitCode = 0;
+try {
+  if (selected.some((s) => NEEDS_CLUSTER.includes(s))) {
+    say('starting the local control plane (cluster A)');
+    const cluster = await startCluster({ log: say });
+    ctx.cluster = cluster;
+    ctx.rest = restFor(cluster.kubeconfigPath);
+    await applyCrds(cluster.kubeconfigPath);
+  }
+
+  if (selected.includes('bundles')) {
+    const b = await step('6 bundles', 'size and cold start', () => bundles(ctx));
+    if (b) {
+      ctx.results.bundles = b;
+      for (const f of b) {
+        ctx.rows.push(
+          {
+            scenario: '6 bundles',
+            figure: `${f.stage} bundle (esbuild, minified)`,
+            value: `${f.bytes.toLocaleString('en-US')} B (${fmtBytes(f.bytes)})`,
+            target: '≤ 1 MB',
+            verdict: f.bytes <= 1_000_000 ? 'met' : 'missed',
+          },
+          {
+            scenario: '6 bundles',
+            figure: `${f.stage} fresh node → first handler call`,
+            value: `${fmtSummaryMs(f.coldStart)}; import ${Math.round(f.importMs)} ms`,
+            target: '≤ 150 ms',
+            verdict: f.coldStart.median <= 150 ? 'met' : 'missed',
+          },
+        );
+      }
+    }
+  }
+
+  if (selected.includes('latency')) {
+    ourLatency = await step('1 latency', 'create → ReconcileSucceeded', () => latencyOurs(ctx, LATENCY_RUNS));
+    if (ourLatency) reportLatencyOurs(ctx, ourLatency);
+  }
+
+  if (selected.includes('throughput')) {
+    for (const c of CONCURRENCIES) {
+      const r = await step('2 throughput', `${APPS} Apps at concurrency ${c}`, () =>
+        throughputOurs(ctx, `bench-throughput-c${c}`, c, APPS),
+      );
+      if (r) {
+        ourThroughput.push(r);
+        ctx.rows.push(
+          {
+            scenario: '2 throughput',
+            figure: `${APPS} Apps, concurrency ${c}: all succeeded after`,
+            value: `${fmtMs(r.wallMs)} (${r.succeeded} ok, ${r.failed} failed; ${r.appsPerSecond.toFixed(2)} Apps/s)`,
+          },
+          {
+            scenario: '2 throughput',
+            figure: `  concurrency ${c}: function-seconds`,
+            value: `${r.functionSeconds!.toFixed(1)} s (tools ${(Object.values(r.tools ?? {}).reduce((a, t) => a + t.ms, 0) / 1000).toFixed(1)} s; CPU ${r.cpuSeconds.toFixed(1)} s)`,
+          },
+        );
+      }
+    }
+    ctx.results.throughput = ourThroughput;
+  }
+
+  if (selected.includes('kapp-controller')) {
+    const theirs: { version?: string; latency?: TheirLatency; throughput: ThroughputRun[]; startMs?: number } = {
+      throughput: [],
+    };
+    const bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
+    if (bin) {
+      const { cluster, rest } = { cluster: ctx.cluster!, rest: ctx.rest! };
+      const lat = await step('7 kapp-controller', 'latency', async () => {
+        const ns = 'bench-kc-latency';
+        await createTenants(rest, [ns]);
+        const kc = await startKappController(bin, {
+          kubeconfigPath: cluster.kubeconfigPath,
+          namespace: ns,
+          concurrency: 4,
+          log: say,
+        });
+        theirs.version = kc.version;
+        theirs.startMs = kc.startMs;
+        try {
+          return await latencyTheirs(ctx, ns, kc, LATENCY_RUNS);
+        } finally {
+          await kc.stop();
+        }
+      });
+      if (lat) {
+        theirs.latency = lat;
+        const ratio = ourLatency ? ourLatency.total.median / lat.total.median : undefined;
+        ctx.rows.push({
+          scenario: '7 kapp-controller',
+          figure: `latency, kapp-controller ${theirs.version}`,
+          value: `${fmtSummaryMs(lat.total)}${ratio ? `; ours/theirs ${ratio.toFixed(2)}` : ''}`,
+        });
+      }
+      for (const c of CONCURRENCIES) {
+        const r = await step('7 kapp-controller', `throughput at -concurrency=${c}`, async () => {
+          const ns = `bench-kc-throughput-c${c}`;
+          await createTenants(rest, [ns]);
+          const kc = await startKappController(bin, {
+            kubeconfigPath: cluster.kubeconfigPath,
+            namespace: ns,
+            concurrency: c,
+            log: say,
+          });
+          try {
+            return await throughputTheirs(ctx, ns, kc, c, APPS);
+          } finally {
+            await kc.stop();
+          }
+        });
+        if (r) {
+          theirs.throughput.push(r);
+          const ours = ourThroughput.find((o) => o.concurrency === c);
+          ctx.rows.push({
+            scenario: '7 kapp-controller',
+            figure: `throughput ${APPS} Apps, -concurrency=${c}`,
+            value: `${fmtMs(r.wallMs)} (${r.succeeded} ok; CPU ${r.cpuSeconds.toFixed(1)} s)${ours ? `; ours/theirs time ${(ours.wallMs / r.wallMs).toFixed(2)}, CPU ${(ours.cpuSeconds / r.cpuSeconds).toFixed(2)}` : ''}`,
+          });
+        }
+      }
+    }
+    ctx.results.kappController = {
+      ...theirs,
+      ratios: {
+        latencyMedian:
+          ourLatency && theirs.latency ? round(ourLatency.total.median / theirs.latency.total.median, 3) : null,
+        throughputWall: Object.fromEntries(
+          theirs.throughput.map((t) => {
+            const o = ourThroughput.find((x) => x.concurrency === t.concurrency);
+            return [`c${t.concurrency}`, o ? round(o.wallMs / t.wallMs, 3) : null];
+          }),
+        ),
+        throughputCpu: Object.fromEntries(
+          theirs.throughput.map((t) => {
+            const o = ourThroughput.find((x) => x.concurrency === t.concurrency);
+            return [`c${t.concurrency}`, o ? round(o.cpuSeconds / t.cpuSeconds, 3) : null];
+          }),
+        ),
+      },
+    };
+  }
+
+  if (selected.includes('resync')) {
+    const r = await step('3 resync', 'no-op resync', () => resyncOurs(ctx));
+    if (r) {
+      ctx.results.resync = r;
+      const api = r.apiPerApp;
+      ctx.rows.push(
+        {
+          scenario: '3 resync',
+          figure: 'tool processes per resync',
+          value: `${r.toolRunsPerApp} (${
+            Object.entries(r.toolsPerApp)
+              .map(([t, v]) => `${t} ${v.runs}× ${fmtMs(v.ms)}`)
+              .join(', ') || 'none'
+          })`,
+          target: '0',
+          verdict: r.toolRunsPerApp === 0 ? 'met' : 'missed',
+        },
+        {
+          scenario: '3 resync',
+          figure: 'API requests per resync (pipeline)',
+          value: `${api.all ?? 0} (${Object.entries(api)
+            .filter(([m]) => m !== 'all' && m !== 'ms')
+            .map(([m, n]) => `${m} ${n}`)
+            .join(', ')}), ${fmtMs(api.ms ?? 0)} in total`,
+        },
+        {
+          scenario: '3 resync',
+          figure: 'function time per resync (Σ stages)',
+          value: fmtSummaryMs(r.functionMs),
+          target: '< 50 ms',
+          verdict: r.functionMs.median < 50 ? 'met' : 'missed',
+        },
+        { scenario: '3 resync', figure: '  event → last stage record', value: fmtSummaryMs(r.wallMs) },
+      );
+    }
+  }
+
+  if (selected.includes('dedup')) {
+    const r = await step('5 dedup', '20 cluster ids', () => dedupOurs(ctx));
+    if (r) {
+      ctx.results.dedup = r;
+      for (const [label, p] of Object.entries(r)) {
+        ctx.rows.push(
+          {
+            scenario: '5 dedup',
+            figure: `${label}: fetch executions (vendir) for ${p.clusterIds} ids`,
+            value: `${p.fetchExecutions} (${p.succeeded}/${p.clusterIds} succeeded in ${fmtMs(p.wallMs)})`,
+            target: '1',
+            verdict: p.fetchExecutions === 1 ? 'met' : 'missed',
+          },
+          {
+            scenario: '5 dedup',
+            figure: `${label}: template executions (ytt)`,
+            value: String(p.templateExecutions),
+            target: '1',
+            verdict: p.templateExecutions === 1 ? 'met' : 'missed',
+          },
+        );
+      }
+    }
+  }
+
+  if (selected.includes('forwarder-memory')) {
+    const r = await step('4 forwarder memory', 'RSS', () => forwarderMemory(ctx, MEMORY_COUNTS));
+    if (r) {
+      ctx.results.forwarderMemory = r;
+      for (const s of r.samples) {
+        const flagged = s.flags.length > 0;
+        ctx.rows.push({
+          scenario: '4 forwarder memory',
+          figure: `${s.apps ? `${s.apps.toLocaleString('en-US')} Apps + ${(s.apps * 2).toLocaleString('en-US')} refs` : 'no Apps (baseline)'}, ${flagged ? 'V8 flags' : 'node defaults'}`,
+          value: `RSS ${fmtBytes(s.rssSynced)} synced, ${fmtBytes(s.rssSettled)} settled, peak ${fmtBytes(s.peakRss)}`,
+          ...(s.apps === 10_000 ? { target: '≤ 80 MB', verdict: s.rssSettled <= 80_000_000 ? 'met' : 'missed' } : {}),
+        } as (typeof ctx.rows)[number]);
+      }
+    }
+  }
+} catch (err) {
+  say(`bench failed: ${(err as Error).message}`);
+  exitCode = 1;
+} finally {
+  await ctx.cluster?.stop();
+  await rm(ctx.workRoot, { recursive: true, force: true });
+}
+
+const finished = Date.now();
+const doc = {
+  schema: 1,
+  startedAt: new Date(started).toISOString(),
+  durationSeconds: Math.round((finished - started) / 1000),
+  scenarios: selected,
+  config: { apps: APPS, memoryCounts: MEMORY_COUNTS, latencyRuns: LATENCY_RUNS, concurrencies: CONCURRENCIES },
+  machine: {
+    name: machine,
+    cpus: os.cpus().length,
+    cpuModel: os.cpus()[0]?.model ?? 'unknown',
+    memoryGiB: round(os.totalmem() / 2 ** 30, 1),
+    kernel: `${os.type()} ${os.release()} ${os.arch()}`,
+    node: process.version,
+    go: cmd('go', ['version']),
+  },
+  versions: {
+    kappLambdaCommit: cmd('git', ['rev-parse', 'HEAD']),
+    kubernetes: component('kubernetes').version,
+    kappController: component('kapp-controller').version,
+    tools: Object.fromEntries(['vendir', 'ytt', 'kapp', 'kwok'].map((n) => [n, component(n).version])),
+  },
+  load,
+  rows: ctx.rows,
+  unmeasured: ctx.unmeasured,
+  results: ctx.results,
+};
+const day = new Date(started).toISOString().slice(0, 10);
+const suffix = selected.length === ALL.length ? '' : `-${selected.join('+')}`;
+const outDir = path.join(import.meta.dirname, 'results');
+await mkdir(outDir, { recursive: true });
+const outFile = path.join(outDir, `${day}-${machine}${suffix}.json`);
+await writeFile(outFile, `${JSON.stringify(doc, null, 2)}\n`);
+
+process.stdout.write(`\n${renderTable(ctx.rows)}\n`);
+if (ctx.unmeasured.length) {
+  process.stdout.write('\nnot measured:\n');
+  for (const u of ctx.unmeasured) process.stdout.write(`- ${u.scenario} (${u.figure}): ${u.why}\n`);
+}
+process.stdout.write(
+  `\nmachine: ${doc.machine.cpus} × ${doc.machine.cpuModel}, ${doc.machine.memoryGiB} GiB, ${doc.machine.kernel}, node ${process.version}\nresults: ${path.relative(process.cwd(), outFile)} (${doc.durationSeconds} s)\n`,
+);
+process.exit(exitCode || (ctx.unmeasured.length ? 1 : 0));

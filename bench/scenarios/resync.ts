@@ -1,0 +1,125 @@
+/**
+ * Scenario 3, no-op resync: Apps whose source is pinned (inline, no `pathsFrom`) and
+ * unchanged, `syncPeriod: 30s` (the floor). After their first reconcile the benchmark waits
+ * for the forwarder's periodic `resync` event of each (due at last reconcile + 30 s + jitter
+ * up to 5 s) and measures, per App, what that resync cost: tool processes started (command
+ * runner), API requests made by the pipeline (counted at its REST transport; kapp's own
+ * requests are not included), the stage timers summed (function time) and the wall time from
+ * the event reaching the pipeline to its last stage record.
+ *
+ * @module
+ */
+import path from 'node:path';
+import { type BenchContext, clusterOf, contextOf, scratchDir } from '../lib/context.js';
+import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
+import { appKey, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
+import { type Summary, summarize } from '../lib/stats.js';
+
+/** Result of the resync scenario. */
+export interface ResyncResult {
+  apps: number;
+  /** Tool runs per App (by tool) during the resyncs. */
+  toolsPerApp: Record<string, { runs: number; ms: number }>;
+  toolRunsPerApp: number;
+  /** Pipeline API requests per App (by method, `all` in total). */
+  apiPerApp: Record<string, number>;
+  /** Σ stage timers of one resync run. */
+  functionMs: Summary;
+  /** Event at the pipeline → last stage record of the run. */
+  wallMs: Summary;
+  /** Stage → outcome seen in the resync runs (e.g. `fetch: cached`). */
+  outcomes: Record<string, string[]>;
+}
+
+/**
+ * Runs the resync scenario (about 40 s of waiting for the timer).
+ * @throws Error when an App does not reconcile or its resync does not arrive in time.
+ */
+export async function resyncOurs(ctx: BenchContext, apps = 3): Promise<ResyncResult> {
+  const { cluster, rest } = clusterOf(ctx);
+  const ns = 'bench-resync';
+  const id = contextOf(cluster);
+  await createTenants(rest, [ns]);
+  const dir = await scratchDir(ctx, 'resync');
+  const ours = startOurs({
+    kubeconfigPath: cluster.kubeconfigPath,
+    namespaces: [ns],
+    storeDir: path.join(dir, 'store'),
+    tmpRoot: path.join(dir, 'work'),
+    cacheRoot: ctx.cacheRoot,
+    concurrency: Math.max(4, apps),
+    say: ctx.say,
+  });
+  const watch = new AppWatch(cluster.kubeconfigPath, ns);
+  try {
+    await watch.start();
+    await waitForwardersReady(ours);
+    const names = Array.from({ length: apps }, (_, i) => `pinned-${i}`);
+    await createAll(
+      rest,
+      names.map((n) => inlineApp(ns, n, `pinned ${n}`, '30s')),
+    );
+    await watch.waitAll(
+      names.map((n) => `${ns}/${n}`),
+      120_000,
+    );
+    await ours.runtime.pipeline.idle();
+    const keys = names.map((n) => appKey(id, ns, n));
+    // baseline after the first reconciles
+    const tools0 = ours.tools();
+    const api0 = { ...ours.api };
+    const rec0 = ours.records.length;
+    const sent0 = new Map(keys.map((k) => [k, ours.sent.get(k)?.length ?? 0]));
+    ctx.say(`resync: first reconciles done; waiting for the periodic resync of ${apps} Apps (~35 s)`);
+    const deadline = Date.now() + 90_000;
+    const resyncAt = new Map<string, number>();
+    for (;;) {
+      for (const k of keys) {
+        const ev = (ours.sent.get(k) ?? []).slice(sent0.get(k)!).find((e) => e.reason === 'resync');
+        if (ev && !resyncAt.has(k)) resyncAt.set(k, ev.at);
+      }
+      if (resyncAt.size === keys.length) {
+        await ours.runtime.pipeline.idle();
+        const done = keys.every((k) =>
+          ours.records
+            .slice(rec0)
+            .some((r) => r.object === k && r.at >= resyncAt.get(k)! && (r.stage === 'deploy' || r.outcome === 'noop')),
+        );
+        if (done) break;
+      }
+      if (Date.now() > deadline) throw new Error(`resync: only ${resyncAt.size} of ${apps} resyncs completed in time`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const recs = ours.records.slice(rec0);
+    const tools = toolDelta(tools0, ours.tools());
+    const toolsPerApp: Record<string, { runs: number; ms: number }> = {};
+    for (const [t, v] of Object.entries(tools)) toolsPerApp[t] = { runs: v.runs / apps, ms: v.ms / apps };
+    const apiPerApp: Record<string, number> = {};
+    for (const [m, n] of Object.entries(ours.api)) apiPerApp[m] = (n - (api0[m] ?? 0)) / apps;
+    const outcomes: Record<string, string[]> = {};
+    for (const r of recs) {
+      const list = outcomes[r.stage] ?? [];
+      list.push(r.outcome);
+      outcomes[r.stage] = list;
+    }
+    const perApp = keys.map((k) => {
+      const mine = recs.filter((r) => r.object === k);
+      return {
+        functionMs: mine.reduce((a, r) => a + r.durationMs, 0),
+        wallMs: Math.max(...mine.map((r) => r.at)) - resyncAt.get(k)!,
+      };
+    });
+    return {
+      apps,
+      toolsPerApp,
+      toolRunsPerApp: Object.values(toolsPerApp).reduce((a, t) => a + t.runs, 0),
+      apiPerApp,
+      functionMs: summarize(perApp.map((p) => p.functionMs)),
+      wallMs: summarize(perApp.map((p) => p.wallMs)),
+      outcomes,
+    };
+  } finally {
+    await watch.stop();
+    await ours.stop();
+  }
+}
