@@ -8,6 +8,7 @@
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { COMPONENTS } from '../../layers/manifest.js';
+import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { createCommandRunner, minimalEnv, TOOL_NAMES } from '../lib/exec/runner.js';
@@ -19,8 +20,7 @@ import type { ClusterInfoSource } from '../lib/pipeline/template.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
 
-/** Version reported as `kappControllerVersion` to the downward API. */
-export const CONTROLLER_VERSION = '0.1.0';
+export { CONTROLLER_VERSION };
 
 /** Pinned tool versions (without `v`), keyed by binary, from `layers/manifest.ts`. */
 export function pinnedToolVersions(): Record<string, string> {

@@ -13,23 +13,7 @@
  *
  * @module
  */
-import {
-  createAwsClients,
-  createLambdaDeps,
-  lambdaBootstrap,
-  makeSqsHandler,
-  parseLambdaEnv,
-} from '../lib/entry/index.js';
-
-const bootstrap = lambdaBootstrap({
-  moduleUrl: import.meta.url,
-  argv1: process.argv[1],
-  runtimeApi: process.env.AWS_LAMBDA_RUNTIME_API,
-});
-const config = parseLambdaEnv('template', process.env);
-const clients = createAwsClients(config);
+import { lambdaEntry } from '../lib/entry/index.js';
 
 /** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeSqsHandler`). */
-export const handler = makeSqsHandler('template', () => createLambdaDeps(config, clients));
-
-bootstrap.start(handler);
+export const handler = lambdaEntry('template', import.meta.url, process.argv[1], process.env);

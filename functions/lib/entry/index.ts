@@ -31,6 +31,7 @@ export {
   createLambdaLogger,
   kubeconfigClusterRegistry,
   type LambdaDepsOverrides,
+  lambdaEntry,
   stageClusterRegistry,
   toolEnv,
 } from './lambda.js';

@@ -22,8 +22,9 @@ import type { ClusterInfoSource } from '../pipeline/template.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
-import { CONTROLLER_VERSION, type LambdaConfig } from './config.js';
-import type { EntryDeps } from './handler.js';
+import { CONTROLLER_VERSION, type LambdaConfig, parseLambdaEnv } from './config.js';
+import { type EntryDeps, makeSqsHandler, type SqsHandler } from './handler.js';
+import { lambdaBootstrap } from './runtime-api.js';
 
 /** The AWS SDK clients of one function process. */
 export interface AwsClients {
@@ -181,4 +182,27 @@ export function createLambdaDeps(
   };
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
   return { pipeline, sender, log };
+}
+
+/**
+ * Everything a stage's Lambda entry file does, in order: install the bootstrap (when the
+ * bundle is its own process), read the configuration once from `env`, create the AWS
+ * clients once per process, build the SQS handler, and start the Runtime API loop when the
+ * bundle is the main module. Entry files pass `import.meta.url`, `process.argv[1]` and
+ * `process.env`: they stay the only readers of the environment.
+ *
+ * @throws ConfigError (via the bootstrap's fatal handler when main) for a bad configuration.
+ */
+export function lambdaEntry(
+  stage: PipelineStage,
+  moduleUrl: string,
+  argv1: string | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+): SqsHandler {
+  const bootstrap = lambdaBootstrap({ moduleUrl, argv1, runtimeApi: env.AWS_LAMBDA_RUNTIME_API });
+  const config = parseLambdaEnv(stage, env);
+  const clients = createAwsClients(config);
+  const handler = makeSqsHandler(stage, () => createLambdaDeps(config, clients));
+  bootstrap.start(handler);
+  return handler;
 }
