@@ -37,6 +37,8 @@ interface AppRow {
 const started = Date.now();
 const say = (m: string) => process.stderr.write(`[demo +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
 const timeoutMs = Number(process.env.DEMO_TIMEOUT_SECONDS ?? 300) * 1000;
+// The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 const log = pino({ base: undefined, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination(2));
 
 say('starting local control plane and fixture servers (first run builds them; see README)');

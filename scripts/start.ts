@@ -10,7 +10,7 @@
  * `~/.cache/kapp-lambda/store`), `KAPP_LAMBDA_CACHE`.
  */
 import { existsSync } from 'node:fs';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -20,6 +20,8 @@ import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
 
+// The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 const log = pino({ base: undefined, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination(2));
 const say = (m: string) => process.stderr.write(`[start] ${m}\n`);
 const list = (v: string | undefined) =>
@@ -41,13 +43,17 @@ if (existsSync(candidate)) {
   say(`using kubeconfig ${candidate}, contexts ${contexts.join(', ')}`);
 } else {
   say('no kubeconfig found: starting a local control plane');
-  const cluster = await startCluster({ log: say });
+  const cluster = await startCluster({ log: say }).catch((err: Error) => {
+    say(`cannot start a local control plane: ${err.message}`);
+    process.exit(1);
+  });
   await applyCrds(cluster.kubeconfigPath);
   kubeconfigPath = cluster.kubeconfigPath;
   stopCluster = () => cluster.stop();
   say(`local control plane ready; kubectl --kubeconfig ${cluster.kubeconfigPath} get apps -A`);
 }
 
+const tmpRoot = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-'));
 const runtime = startEmbedded({
   kubeconfigPath,
   contexts,
@@ -55,7 +61,7 @@ const runtime = startEmbedded({
   concurrency: Number(process.env.KAPP_LAMBDA_CONCURRENCY ?? 4),
   cacheRoot: cacheRoot(),
   storeDir: process.env.KAPP_LAMBDA_STORE ?? path.join(cacheRoot(), 'store'),
-  tmpRoot: await mkdtemp(path.join(tmpdir(), 'kapp-lambda-')),
+  tmpRoot,
   log,
 });
 say('forwarder and functions running; Ctrl-C to stop');
@@ -64,6 +70,7 @@ const stop = async (code: number) => {
   say('stopping');
   await runtime.stop().catch(() => undefined);
   await stopCluster?.().catch(() => undefined);
+  await rm(tmpRoot, { recursive: true, force: true });
   process.exit(code);
 };
 process.once('SIGINT', () => void stop(130));

@@ -34,8 +34,9 @@ import {
   parsePackageRepository,
   pruneNulls,
 } from '../../functions/lib/api/index.js';
+import { fixturePath } from '../harness/fixtures.js';
 
-const FIXTURES = '/work/shared/fixtures/kapp-controller';
+const FIXTURES = fixturePath('kapp-controller');
 
 const PARSERS: Record<string, (input: unknown) => ParseResult<unknown>> = {
   App: parseApp,

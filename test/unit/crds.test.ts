@@ -13,8 +13,9 @@ import {
   staleCrdFiles,
 } from '../../infra/crds/generate.js';
 import { type JsonSchema, toStructuralSchema } from '../../infra/crds/structural.js';
+import { fixturePath } from '../harness/fixtures.js';
 
-const UPSTREAM_CRDS = '/work/shared/fixtures/kapp-controller/config/config/crds.yml';
+const UPSTREAM_CRDS = fixturePath('kapp-controller', 'config', 'config', 'crds.yml');
 
 type Obj = Record<string, unknown>;
 

@@ -20,6 +20,7 @@ import {
   wantsInspect,
 } from '../../functions/lib/deploy/index.js';
 import { KappControllerError } from '../../functions/lib/fetch/types.js';
+import { fixturePath } from '../harness/fixtures.js';
 
 const saAccess: ClusterAccess = {
   name: 'simple-app',
@@ -169,7 +170,7 @@ describe('kapp inspect and delete', () => {
   });
 
   it('builds delete from the redis example (delete raw options only, no deploy or global options)', () => {
-    const app = parseAllDocuments(readFileSync('/work/shared/fixtures/kapp-controller/examples/redis-helm.yml', 'utf8'))
+    const app = parseAllDocuments(readFileSync(fixturePath('kapp-controller', 'examples', 'redis-helm.yml'), 'utf8'))
       .map((d) => d.toJS())
       .find((d) => d.kind === 'App');
     const kapp = appKappDeploy(app.spec);

@@ -15,8 +15,9 @@ import {
   vendirSyncCommand,
 } from '../../functions/lib/fetch/index.js';
 import { KappControllerError, refObjectsFrom } from '../../functions/lib/fetch/types.js';
+import { fixturePath } from '../harness/fixtures.js';
 
-const EXAMPLES = '/work/shared/fixtures/kapp-controller/examples';
+const EXAMPLES = fixturePath('kapp-controller', 'examples');
 
 function exampleApp(file: string): { metadata: { name: string; namespace: string }; spec: { fetch: AppFetch[] } } {
   const docs = parseAllDocuments(readFileSync(`${EXAMPLES}/${file}`, 'utf8')).map((d) => d.toJS());

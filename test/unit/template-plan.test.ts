@@ -15,6 +15,7 @@ import {
   sopsDecryptFailureMessage,
   type TemplatePlanInput,
 } from '../../functions/lib/template/index.js';
+import { fixturePath } from '../harness/fixtures.js';
 
 const ROOT = '/w/fetch/0';
 const SCRATCH = '/w/scratch';
@@ -306,7 +307,7 @@ describe('helmTemplate (pkg/template/helm_template.go)', () => {
 
   it('plans the nginx-helm-git example: helm, ytt overlay on the stream, kbld', () => {
     const docs = parseAllDocuments(
-      readFileSync('/work/shared/fixtures/kapp-controller/examples/nginx-helm-git.yml', 'utf8'),
+      readFileSync(fixturePath('kapp-controller', 'examples', 'nginx-helm-git.yml'), 'utf8'),
     ).map((d) => d.toJS());
     const app = docs.find((d) => d.kind === 'App');
     const valuesSecret = docs.find((d) => d.kind === 'Secret');
@@ -338,11 +339,11 @@ describe('helmTemplate (pkg/template/helm_template.go)', () => {
 
 describe('cue (pkg/template/cue.go)', () => {
   it('plans the cue example with cwd = template root', () => {
-    const docs = parseAllDocuments(readFileSync('/work/shared/fixtures/kapp-controller/examples/cue.yml', 'utf8')).map(
+    const docs = parseAllDocuments(readFileSync(fixturePath('kapp-controller', 'examples', 'cue.yml'), 'utf8')).map(
       (d) => d.toJS(),
     );
     const app = docs.find((d) => d.kind === 'App');
-    const values = readFileSync('/work/shared/fixtures/kapp-controller-cue-app/values.yml', 'utf8');
+    const values = readFileSync(fixturePath('kapp-controller-cue-app', 'values.yml'), 'utf8');
     const step = run(
       planTemplate({
         app,
