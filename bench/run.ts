@@ -22,7 +22,12 @@ import { component } from '../layers/manifest.js';
 import { applyCrds } from '../scripts/local-env.js';
 import { startCluster } from '../test/harness/cluster.js';
 import type { BenchContext } from './lib/context.js';
-import { ensureKappController, initClockTick, startKappController } from './lib/kapp-controller.js';
+import {
+  ensureKappController,
+  initClockTick,
+  type KappController,
+  startKappController,
+} from './lib/kapp-controller.js';
 import { createTenants, restFor } from './lib/kube.js';
 import { fmtBytes, fmtMs, fmtSummaryMs, renderTable, round } from './lib/stats.js';
 import { bundles } from './scenarios/bundles.js';
@@ -139,13 +144,61 @@ try {
     }
   }
 
+  // Ours and kapp-controller alternate (latency, then each concurrency), so a load change on a
+  // shared machine does not fall on one side only.
+  const kcRows: typeof ctx.rows = [];
+  const theirs: { version?: string; latency?: TheirLatency; throughput: ThroughputRun[]; startMs?: number } = {
+    throughput: [],
+  };
+  let bin: string | undefined;
+  if (selected.includes('kapp-controller')) {
+    bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
+  }
+  const runTheirs = async <T>(
+    figure: string,
+    ns: string,
+    concurrency: number,
+    fn: (kc: KappController) => Promise<T>,
+  ): Promise<T | undefined> => {
+    if (!bin) return undefined;
+    const kcBin = bin;
+    return await step('7 kapp-controller', figure, async () => {
+      await createTenants(ctx.rest!, [ns]);
+      const kc = await startKappController(kcBin, {
+        kubeconfigPath: ctx.cluster!.kubeconfigPath,
+        namespace: ns,
+        concurrency,
+        log: say,
+      });
+      theirs.version = kc.version;
+      theirs.startMs ??= kc.startMs;
+      try {
+        return await fn(kc);
+      } finally {
+        await kc.stop();
+      }
+    });
+  };
+
   if (selected.includes('latency')) {
     ourLatency = await step('1 latency', 'create → ReconcileSucceeded', () => latencyOurs(ctx, LATENCY_RUNS));
     if (ourLatency) reportLatencyOurs(ctx, ourLatency);
   }
+  const lat = await runTheirs('latency', 'bench-kc-latency', 4, (kc) =>
+    latencyTheirs(ctx, 'bench-kc-latency', kc, LATENCY_RUNS),
+  );
+  if (lat) {
+    theirs.latency = lat;
+    const ratio = ourLatency ? ourLatency.total.median / lat.total.median : undefined;
+    kcRows.push({
+      scenario: '7 kapp-controller',
+      figure: `latency, kapp-controller ${theirs.version}`,
+      value: `${fmtSummaryMs(lat.total)}${ratio ? `; ours/theirs ${ratio.toFixed(2)}` : ''}`,
+    });
+  }
 
-  if (selected.includes('throughput')) {
-    for (const c of CONCURRENCIES) {
+  for (const c of CONCURRENCIES) {
+    if (selected.includes('throughput')) {
       const r = await step('2 throughput', `${APPS} Apps at concurrency ${c}`, () =>
         throughputOurs(ctx, `bench-throughput-c${c}`, c, APPS),
       );
@@ -165,69 +218,21 @@ try {
         );
       }
     }
-    ctx.results.throughput = ourThroughput;
-  }
-
-  if (selected.includes('kapp-controller')) {
-    const theirs: { version?: string; latency?: TheirLatency; throughput: ThroughputRun[]; startMs?: number } = {
-      throughput: [],
-    };
-    const bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
-    if (bin) {
-      const { cluster, rest } = { cluster: ctx.cluster!, rest: ctx.rest! };
-      const lat = await step('7 kapp-controller', 'latency', async () => {
-        const ns = 'bench-kc-latency';
-        await createTenants(rest, [ns]);
-        const kc = await startKappController(bin, {
-          kubeconfigPath: cluster.kubeconfigPath,
-          namespace: ns,
-          concurrency: 4,
-          log: say,
-        });
-        theirs.version = kc.version;
-        theirs.startMs = kc.startMs;
-        try {
-          return await latencyTheirs(ctx, ns, kc, LATENCY_RUNS);
-        } finally {
-          await kc.stop();
-        }
+    const ns = `bench-kc-throughput-c${c}`;
+    const r = await runTheirs(`throughput at -concurrency=${c}`, ns, c, (kc) => throughputTheirs(ctx, ns, kc, c, APPS));
+    if (r) {
+      theirs.throughput.push(r);
+      const ours = ourThroughput.find((o) => o.concurrency === c);
+      kcRows.push({
+        scenario: '7 kapp-controller',
+        figure: `throughput ${APPS} Apps, -concurrency=${c}`,
+        value: `${fmtMs(r.wallMs)} (${r.succeeded} ok; CPU ${r.cpuSeconds.toFixed(1)} s)${ours ? `; ours/theirs time ${(ours.wallMs / r.wallMs).toFixed(2)}, CPU ${(ours.cpuSeconds / r.cpuSeconds).toFixed(2)}` : ''}`,
       });
-      if (lat) {
-        theirs.latency = lat;
-        const ratio = ourLatency ? ourLatency.total.median / lat.total.median : undefined;
-        ctx.rows.push({
-          scenario: '7 kapp-controller',
-          figure: `latency, kapp-controller ${theirs.version}`,
-          value: `${fmtSummaryMs(lat.total)}${ratio ? `; ours/theirs ${ratio.toFixed(2)}` : ''}`,
-        });
-      }
-      for (const c of CONCURRENCIES) {
-        const r = await step('7 kapp-controller', `throughput at -concurrency=${c}`, async () => {
-          const ns = `bench-kc-throughput-c${c}`;
-          await createTenants(rest, [ns]);
-          const kc = await startKappController(bin, {
-            kubeconfigPath: cluster.kubeconfigPath,
-            namespace: ns,
-            concurrency: c,
-            log: say,
-          });
-          try {
-            return await throughputTheirs(ctx, ns, kc, c, APPS);
-          } finally {
-            await kc.stop();
-          }
-        });
-        if (r) {
-          theirs.throughput.push(r);
-          const ours = ourThroughput.find((o) => o.concurrency === c);
-          ctx.rows.push({
-            scenario: '7 kapp-controller',
-            figure: `throughput ${APPS} Apps, -concurrency=${c}`,
-            value: `${fmtMs(r.wallMs)} (${r.succeeded} ok; CPU ${r.cpuSeconds.toFixed(1)} s)${ours ? `; ours/theirs time ${(ours.wallMs / r.wallMs).toFixed(2)}, CPU ${(ours.cpuSeconds / r.cpuSeconds).toFixed(2)}` : ''}`,
-          });
-        }
-      }
     }
+  }
+  if (selected.includes('throughput')) ctx.results.throughput = ourThroughput;
+  if (selected.includes('kapp-controller')) {
+    ctx.rows.push(...kcRows);
     ctx.results.kappController = {
       ...theirs,
       ratios: {
@@ -270,7 +275,7 @@ try {
           scenario: '3 resync',
           figure: 'API requests per resync (pipeline)',
           value: `${api.all ?? 0} (${Object.entries(api)
-            .filter(([m]) => m !== 'all' && m !== 'ms')
+            .filter(([m, n]) => m !== 'all' && m !== 'ms' && n > 0)
             .map(([m, n]) => `${m} ${n}`)
             .join(', ')}), ${fmtMs(api.ms ?? 0)} in total`,
         },
