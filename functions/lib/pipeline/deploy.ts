@@ -24,6 +24,7 @@ import {
   kappDeployCommand,
   kappInspectCommand,
   parseKappAppMeta,
+  UNSUPPORTED_DEPLOY_MESSAGE,
   wantsInspect,
 } from '../deploy/index.js';
 import { KappControllerError } from '../fetch/types.js';
@@ -86,7 +87,11 @@ export async function clusterAccessFor(app: App, kube: DeployView): Promise<Clus
     };
   } else {
     const secret = await kube.getSecret(ns, source.secretName);
-    if (!secret) throw new KappControllerError(`Preparing kapp: secrets "${source.secretName}" not found`);
+    if (!secret) {
+      throw new KappControllerError(
+        `Preparing kapp: Getting kubeconfig secret: secrets "${source.secretName}" not found`,
+      );
+    }
     material = { kind: 'kubeconfigSecret', secret: secretAsLike(source.secretName, ns, secret) };
   }
   return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
@@ -261,14 +266,53 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       inspect = attachError(KAPP_ERROR_PREFIX.inspect, run);
     } catch (err) {
       if (!(err instanceof KappControllerError)) throw err;
-      inspect = resultFromError(err, KAPP_ERROR_PREFIX.inspect);
+      // `Inspecting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`).
+      inspect = resultFromError(err);
     }
     parts.inspect = (inspectStatus(inspect, { updatedAt: deps.now() }) as Record<string, unknown>) ?? null;
   }
 
-  const w = await writeAppStatus(kube, kref, fence, (cur) => summarizeStatus(cur, fence.generation, parts, result));
+  const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
+  let w = await writeAppStatus(kube, kref, fence, final);
+  if (w.outcome === 'stale') {
+    // Upstream's running reconcile always writes its result, also when the App was canceled
+    // or paused meanwhile (that bumps the generation); the follow-up then only marks
+    // `Canceled/paused` and leaves the condition. Any other spec change is the next run's.
+    const live = await loadApp(kube, kref);
+    const held = live.kind === 'ok' && (live.loaded.app.spec.canceled || live.loaded.app.spec.paused);
+    if (live.kind === 'ok' && held && live.loaded.raw.metadata.uid === ref.uid) {
+      w = await writeAppStatus(
+        kube,
+        kref,
+        { uid: ref.uid, generation: live.loaded.raw.metadata.generation ?? 0 },
+        final,
+      );
+    }
+  }
   const outcome = w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error ? 'failed' : 'succeeded';
   done(outcome, { error: result.error, tools });
+}
+
+/** A namespace that is being deleted or already gone. */
+async function terminating(kube: DeployView, name: string): Promise<boolean> {
+  const ns = await kube.getNamespace(name);
+  return !ns || ns.phase === 'Terminating' || Boolean(ns.metadata.deletionTimestamp);
+}
+
+/**
+ * `noopDeleteDueToTerminatingNamespaces` (`pkg/app/app.go`, v0.40+): skip `kapp delete` when
+ * the App deployed with a ServiceAccount, its namespace is terminating or gone, and so is every
+ * namespace its resources live in (none cluster-scoped), so namespace deletion is not blocked
+ * once the ServiceAccount is gone.
+ */
+export async function noopDeleteDueToTerminatingNamespaces(app: App, kube: DeployView): Promise<boolean> {
+  const kapp = app.status?.deploy?.kapp;
+  if (!kapp || !app.spec.serviceAccountName) return false;
+  if (!(await terminating(kube, app.metadata.namespace ?? ''))) return false;
+  for (const ns of kapp.associatedResources?.namespaces ?? []) {
+    if (ns === '(cluster)' || !(await terminating(kube, ns))) return false;
+  }
+  return true;
 }
 
 /**
@@ -298,7 +342,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
 
   let result: StageResult;
   let tools = { runs: 0, ms: 0 };
-  if (app.spec.noopDelete) {
+  if (app.spec.noopDelete || (await noopDeleteDueToTerminatingNamespaces(app, kube))) {
     result = { stdout: '', stderr: '', exitCode: 0, finished: true };
   } else {
     try {
@@ -325,7 +369,11 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
       result = attachError(KAPP_ERROR_PREFIX.delete, run);
     } catch (err) {
       if (!(err instanceof KappControllerError)) throw err;
-      result = resultFromError(err, KAPP_ERROR_PREFIX.delete);
+      // `Deleting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`); the delete
+      // path says `delete` where the deploy path says `deploy`.
+      result = resultFromError(
+        err.message === UNSUPPORTED_DEPLOY_MESSAGE ? new KappControllerError('Unsupported way to delete') : err,
+      );
     }
   }
   if (!result.error) {

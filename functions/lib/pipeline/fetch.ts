@@ -57,7 +57,11 @@ export const PINNED_FETCH_PREFIX = 'cache/fetch/sha256/';
  * directory each entry lands in and the vendir version (a vendir upgrade may lay files out
  * differently). Inline entries without `pathsFrom` are pinned by their content.
  */
-export function pinnedFetchIdentity(fetch: readonly AppFetch[], vendirVersion: string): string | undefined {
+export function pinnedFetchIdentity(
+  fetch: readonly AppFetch[],
+  vendirVersion: string,
+  credentials: Readonly<Record<string, string>> = {},
+): string | undefined {
   if (fetch.length === 0) return undefined;
   const parts: unknown[] = [];
   for (const [i, entry] of fetch.entries()) {
@@ -68,9 +72,24 @@ export function pinnedFetchIdentity(fetch: readonly AppFetch[], vendirVersion: s
     }
     const id = fetchSourceIdentity(entry);
     if (!id?.pinned) return undefined;
-    parts.push({ i, path: entry.path ?? null, id: id.cacheKey });
+    // The credentials are part of the identity: an App may reuse a private artifact only
+    // with the same credentials that fetched it (upstream re-fetches with each App's own).
+    const secret = fetchSecretName(entry);
+    parts.push({ i, path: entry.path ?? null, id: id.cacheKey, cred: secret ? (credentials[secret] ?? '-') : null });
   }
   return sha256Hex(canonicalJson({ v: 1, vendir: vendirVersion, parts }));
+}
+
+/** The Secret holding a fetch entry's credentials, if it names one. */
+export function fetchSecretName(entry: AppFetch): string | undefined {
+  return (
+    entry.git?.secretRef?.name ??
+    entry.http?.secretRef?.name ??
+    entry.image?.secretRef?.name ??
+    entry.imgpkgBundle?.secretRef?.name ??
+    entry.helmChart?.repository?.secretRef?.name ??
+    undefined
+  );
 }
 
 /** Runs vendir and stores the tarball. @returns the stage result and the artifact key on success. */
@@ -142,7 +161,14 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   let fetchKey: string | undefined;
   let result: StageResult | undefined;
   let tools = { runs: 0, ms: 0 };
-  const pinned = pinnedFetchIdentity(app.spec.fetch ?? [], deps.config.toolVersions.vendir ?? '');
+  const fetchSpec = app.spec.fetch ?? [];
+  const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
+  const credentials: Record<string, string> = {};
+  if (secretNames.length) {
+    const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, []);
+    for (const n of secretNames) credentials[n] = refs.digests[`secret/${n}`] ?? '-';
+  }
+  const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials);
   if (pinned) {
     const hit = await deps.store.get(`${PINNED_FETCH_PREFIX}${pinned}.json`);
     if (hit) {

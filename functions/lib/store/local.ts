@@ -215,9 +215,10 @@ export class LocalDirStore implements ObjectStore {
   /** Writes `buf` to a fresh temp file next to `target` (creating parents) and returns its path. */
   private async writeTemp(target: string, buf: Buffer): Promise<string> {
     const dir = dirname(target);
-    await mkdir(dir, { recursive: true });
+    await mkdir(dir, { recursive: true, mode: 0o700 });
     const tmp = join(dir, `${TEMP_MARK}${randomBytes(8).toString('hex')}`);
-    const fh = await open(tmp, 'wx', 0o644);
+    // Artifacts may hold rendered Secrets: readable by the runtime's user only.
+    const fh = await open(tmp, 'wx', 0o600);
     try {
       await fh.writeFile(buf);
       if (this.fsync) await fh.sync();
