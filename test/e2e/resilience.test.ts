@@ -11,6 +11,7 @@ import {
   type AppObject,
   apply,
   applyCrds,
+  appManifest,
   createTenant,
   deleteNamespaces,
   type E2ERuntime,
@@ -20,6 +21,7 @@ import {
   inlineConfigMapApp,
   startRuntime,
   suffix,
+  waitFor,
 } from './support.js';
 
 const id = suffix();
@@ -27,6 +29,7 @@ const NS = {
   crash: `e2e-res-crash-${id}`,
   restart: `e2e-res-restart-${id}`,
   quick: `e2e-res-quick-${id}`,
+  cancel: `e2e-res-cancel-${id}`,
 };
 
 const TEMPLATE_TOOLS = new Set(['ytt', 'kbld', 'helm', 'cue', 'sops']);
@@ -120,6 +123,54 @@ describe('resilience', () => {
     expect(await greetingOf(ns, name)).toBe('changed while stopped');
     const after = rt.stageRuns(ns, name).slice(before);
     expect(after.filter((r) => r.stage === 'deploy').map((r) => [r.generation, r.outcome])).toEqual([[2, 'succeeded']]);
+  });
+
+  it('canceling an App while kapp waits kills kapp and ends in ReconcileFailed (kapp-controller cancel_test.go)', async () => {
+    const ns = NS.cancel;
+    const name = `cancel-${id}`;
+    // A Deployment that can never become available (no node matches), so kapp keeps waiting.
+    const deployment = [
+      'apiVersion: apps/v1',
+      'kind: Deployment',
+      'metadata:',
+      `  name: ${name}-stuck`,
+      'spec:',
+      '  replicas: 1',
+      `  selector: {matchLabels: {app: ${name}}}`,
+      '  template:',
+      `    metadata: {labels: {app: ${name}}}`,
+      '    spec:',
+      '      nodeSelector: {kapp-lambda.test/no-such-node: "true"}',
+      '      containers: [{name: c, image: registry.invalid/none}]',
+    ].join('\n');
+    const spec = {
+      fetch: [{ inline: { paths: { 'deployment.yml': deployment } } }],
+      template: [{ ytt: {} }],
+      deploy: [{ kapp: { rawOptions: ['--wait-timeout=120s'] } }],
+    };
+    await apply({ ...appManifest(ns, name, spec) });
+    await waitFor('kapp to create the Deployment', async () =>
+      (await getObject('deployment', ns, `${name}-stuck`)) ? true : undefined,
+    );
+    await apply({ ...appManifest(ns, name, { ...spec, canceled: true }) });
+    const app = await rt.waitForApp(
+      ns,
+      name,
+      (a) =>
+        a.status?.observedGeneration === 2 &&
+        (a.status?.conditions?.some((c) => c.type === 'ReconcileFailed') ?? false) &&
+        a.status?.friendlyDescription === 'Canceled/paused',
+      'ReconcileFailed after the cancel',
+    );
+    expect(app.status?.conditions).toEqual([
+      { type: 'ReconcileFailed', status: 'True', message: 'Deploying: Process was canceled' },
+    ]);
+    expect(app.status?.deploy).toMatchObject({
+      exitCode: -1,
+      finished: true,
+      error: 'Deploying: Process was canceled',
+    });
+    expect(app.status?.usefulErrorMessage).toBeDefined();
   });
 
   it('two quick updates end with the status and resources of the newest generation', async () => {
