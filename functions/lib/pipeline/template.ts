@@ -14,8 +14,15 @@ import { createHash } from 'node:crypto';
 import { chmod, mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { TemplateStageData } from '../../../events/schema.js';
-import type { App } from '../api/index.js';
-import { parseArtifactKey, renderCacheKey, renderInputHash, sha256Hex, templateArtifactKey } from '../artifact/keys.js';
+import type { App, AppTemplate } from '../api/index.js';
+import {
+  canonicalJson,
+  parseArtifactKey,
+  renderCacheKey,
+  renderInputHash,
+  sha256Hex,
+  templateArtifactKey,
+} from '../artifact/keys.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
 import { templateRootOf } from '../fetch/vendir.js';
@@ -154,10 +161,21 @@ async function runTool(step: RunStep, stream: string, deps: PipelineDeps) {
   });
 }
 
-/** Digest of what the downward API can read from the App's metadata. */
-function metadataDigest(app: App): string {
+/**
+ * Digest of the App metadata a render can depend on: name and namespace always (helm's
+ * release name and namespace default to them); uid, labels and annotations only when a
+ * downward API item can read them. Leaving the uid out otherwise lets the same App on many
+ * clusters (each with its own uid) share one render.
+ */
+function metadataDigest(app: App, templates: readonly AppTemplate[]): string {
   const m = app.metadata;
-  return sha256Hex(JSON.stringify([m.name, m.namespace, m.uid, m.labels ?? {}, m.annotations ?? {}]));
+  const usesDownwardApi = templates.some((t) =>
+    [t.ytt?.valuesFrom, t.helmTemplate?.valuesFrom, t.cue?.valuesFrom].some((v) => v?.some((x) => x.downwardAPI)),
+  );
+  const parts = usesDownwardApi
+    ? [m.name, m.namespace, m.uid, m.labels ?? {}, m.annotations ?? {}]
+    : [m.name, m.namespace];
+  return sha256Hex(canonicalJson(parts));
 }
 
 /** Tool versions the render depends on (every templating tool; cheap to over-include). */
@@ -213,7 +231,7 @@ export async function runTemplate(
     template: JSON.parse(JSON.stringify(templates)),
     values: {
       ...refs.digests,
-      metadata: metadataDigest(app),
+      metadata: metadataDigest(app, templates),
       cluster: sha256Hex(
         JSON.stringify([cluster.kubernetesVersion, cluster.kubernetesAPIs, cluster.kappControllerVersion].map(String)),
       ),
