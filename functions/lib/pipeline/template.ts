@@ -172,9 +172,8 @@ function metadataDigest(app: App, templates: readonly AppTemplate[]): string {
   const usesDownwardApi = templates.some((t) =>
     [t.ytt?.valuesFrom, t.helmTemplate?.valuesFrom, t.cue?.valuesFrom].some((v) => v?.some((x) => x.downwardAPI)),
   );
-  const parts = usesDownwardApi
-    ? [m.name, m.namespace, m.uid, m.labels ?? {}, m.annotations ?? {}]
-    : [m.name, m.namespace];
+  const id = [m.name ?? '', m.namespace ?? ''];
+  const parts = usesDownwardApi ? [...id, m.uid ?? '', m.labels ?? {}, m.annotations ?? {}] : id;
   return sha256Hex(canonicalJson(parts));
 }
 
