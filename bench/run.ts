@@ -72,6 +72,13 @@ function cmd(bin: string, argv: string[]): string {
   }
 }
 
+// what was measured: the commit and any tracked files changed on top of it, read at start
+const commitAtStart = cmd('git', ['rev-parse', 'HEAD']);
+const dirtyAtStart = cmd('git', ['status', '--porcelain', '--untracked-files=no'])
+  .split('\n')
+  .map((l) => l.slice(3))
+  .filter((f) => f && f !== 'unknown');
+
 const ctx: BenchContext = {
   cacheRoot: cacheRoot(),
   workRoot: await mkdtemp(path.join(os.tmpdir(), 'kapp-lambda-bench-')),
@@ -356,7 +363,9 @@ const doc = {
     go: cmd('go', ['version']),
   },
   versions: {
-    kappLambdaCommit: cmd('git', ['rev-parse', 'HEAD']),
+    kappLambdaCommit: commitAtStart,
+    /** Tracked files that differed from that commit when the run started. */
+    uncommittedFiles: dirtyAtStart,
     kubernetes: component('kubernetes').version,
     kappController: component('kapp-controller').version,
     tools: Object.fromEntries(['vendir', 'ytt', 'kapp', 'kwok'].map((n) => [n, component(n).version])),
