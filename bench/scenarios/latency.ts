@@ -1,8 +1,9 @@
 /**
  * Scenario 1, latency: one inline-ytt App holding one ConfigMap, from the create request to
  * the first watch event showing `ReconcileSucceeded` for its generation. A warm-up run, then
- * `runs` measured runs one after another, each a new App with its own content (so nothing is
- * reused through the fetch or render cache: every run is a first reconcile).
+ * `runs` measured runs one after another with {@link PAUSE_MS} of idle before each, each a new
+ * App with its own content (so nothing is reused through the fetch or render cache: every run
+ * is a first reconcile).
  *
  * For kapp-lambda the total is split into time inside each tool (the command runner's
  * spawn-to-exit time per run) and the rest, and the rest further into: create → event at the
@@ -61,6 +62,13 @@ export interface OurLatency {
 const TIMEOUT_MS = 120_000;
 
 /**
+ * Idle time before each run, so every run starts from an idle controller: nothing of the
+ * previous run left running, and a client-side rate limiter (kapp-controller's 20 QPS, burst
+ * 30) refilled, as for an App changed on its own.
+ */
+export const PAUSE_MS = 2_000;
+
+/**
  * Runs the latency scenario against kapp-lambda's embedded runtime.
  * @throws Error when an App does not reconcile in time or fails.
  */
@@ -87,6 +95,7 @@ export async function latencyOurs(ctx: BenchContext, runs = 5): Promise<OurLaten
     for (let i = 0; i <= runs; i++) {
       const name = i === 0 ? 'warmup' : `run-${i}`;
       const key = appKey(id, ns, name);
+      await new Promise((r) => setTimeout(r, PAUSE_MS));
       const before: Record<string, ToolStats> = ours.tools();
       const api0 = { calls: ours.api.all ?? 0, ms: ours.api.ms ?? 0 };
       const store0 = { ...ours.store };
@@ -173,6 +182,7 @@ export async function latencyTheirs(
     const all: number[] = [];
     for (let i = 0; i <= runs; i++) {
       const name = i === 0 ? 'warmup' : `run-${i}`;
+      await new Promise((r) => setTimeout(r, PAUSE_MS));
       const t0 = performance.now();
       await createAll(rest, [inlineApp(ns, name, `${name} ${Date.now()}`)]);
       const seen = (await watch.waitAll([`${ns}/${name}`], TIMEOUT_MS)).get(`${ns}/${name}`)!;
