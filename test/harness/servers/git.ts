@@ -10,10 +10,9 @@
  * `test/harness/fixtures.ts`) while it runs.
  */
 import { spawn } from 'node:child_process';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type http from 'node:http';
 import path from 'node:path';
-import { LOOPBACK, makeTempDir, removeTempDir } from './process.js';
+import { LOOPBACK, makeTempDir, startLoopbackHttp } from './process.js';
 
 /** JSON-serializable description of a running git server. */
 export interface GitServerInfo {
@@ -152,30 +151,7 @@ function serveCgi(root: string, req: http.IncomingMessage, res: http.ServerRespo
  */
 export async function startGitServer(): Promise<GitServer> {
   const root = await makeTempDir('git');
-  const server = http.createServer((req, res) => serveCgi(root, req, res));
-  try {
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(0, LOOPBACK, () => resolve());
-    });
-  } catch (e) {
-    await removeTempDir(root);
-    throw new Error('start git server: listen on 127.0.0.1', { cause: e });
-  }
-  server.unref();
-  const { port } = server.address() as AddressInfo;
-  let stopped: Promise<void> | undefined;
-  return {
-    baseUrl: `http://${LOOPBACK}:${port}`,
-    root,
-    stop() {
-      stopped ??= new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }).then(() => removeTempDir(root));
-      return stopped;
-    },
-  };
+  return await startLoopbackHttp('git server', root, (req, res) => serveCgi(root, req, res));
 }
 
 /** Absolute path of the bare repo dir for `name` under a git server's root. */

@@ -5,10 +5,9 @@
  */
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type http from 'node:http';
 import path from 'node:path';
-import { LOOPBACK, makeTempDir, removeTempDir } from './process.js';
+import { makeTempDir, startLoopbackHttp } from './process.js';
 
 /** JSON-serializable description of a running static server. */
 export interface HttpServerInfo {
@@ -82,33 +81,10 @@ async function serveFile(root: string, req: http.IncomingMessage, res: http.Serv
  */
 export async function startHttpServer(): Promise<HttpServer> {
   const root = await makeTempDir('http');
-  const server = http.createServer((req, res) => {
+  return await startLoopbackHttp('http server', root, (req, res) => {
     serveFile(root, req, res).catch((e: Error) => {
       if (!res.headersSent) res.writeHead(500).end(`${e.message}\n`);
       else res.destroy(e);
     });
   });
-  try {
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(0, LOOPBACK, () => resolve());
-    });
-  } catch (e) {
-    await removeTempDir(root);
-    throw new Error('start http server: listen on 127.0.0.1', { cause: e });
-  }
-  server.unref();
-  const { port } = server.address() as AddressInfo;
-  let stopped: Promise<void> | undefined;
-  return {
-    baseUrl: `http://${LOOPBACK}:${port}`,
-    root,
-    stop() {
-      stopped ??= new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }).then(() => removeTempDir(root));
-      return stopped;
-    },
-  };
 }

@@ -10,9 +10,12 @@
  *   the parent. When the parent dies for any reason, SIGKILL included, the pipe closes and the
  *   reaper kills the registered process groups and removes the registered dirs.
  */
+
 import { type ChildProcess, spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -290,4 +293,50 @@ export async function withFreePort<T>(start: (port: number) => Promise<T>, attem
     }
   }
   throw last;
+}
+
+/** A Node HTTP server on 127.0.0.1 serving a temp directory. */
+export interface LoopbackHttpService {
+  /** `http://127.0.0.1:<port>`, no trailing slash. */
+  readonly baseUrl: string;
+  /** The served directory. */
+  readonly root: string;
+  /** Closes the server and its connections, then removes `root`; idempotent. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Listens with `handler` on a free 127.0.0.1 port, serving the temp dir `root`.
+ * @param what - name for the error message, e.g. `git server`.
+ * @throws Error `start <what>: listen on 127.0.0.1` (root removed) when it cannot listen.
+ */
+export async function startLoopbackHttp(
+  what: string,
+  root: string,
+  handler: http.RequestListener,
+): Promise<LoopbackHttpService> {
+  const server = http.createServer(handler);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, LOOPBACK, () => resolve());
+    });
+  } catch (e) {
+    await removeTempDir(root);
+    throw new Error(`start ${what}: listen on 127.0.0.1`, { cause: e });
+  }
+  server.unref();
+  const { port } = server.address() as AddressInfo;
+  let stopped: Promise<void> | undefined;
+  return {
+    baseUrl: `http://${LOOPBACK}:${port}`,
+    root,
+    stop() {
+      stopped ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }).then(() => removeTempDir(root));
+      return stopped;
+    },
+  };
 }
