@@ -318,6 +318,11 @@ try {
             target: '1',
             verdict: p.templateExecutions === 1 ? 'met' : 'missed',
           },
+          {
+            scenario: '5 dedup',
+            figure: `  ${label}: the 2 real clusters (same ns/name)`,
+            value: `vendir ${p.realClusters.fetchExecutions}, ytt ${p.realClusters.templateExecutions}`,
+          },
         );
       }
     }

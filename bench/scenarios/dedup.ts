@@ -12,7 +12,9 @@
  * has reconciled.
  *
  * The simulated ids share cluster A, so their Apps live in different namespaces
- * (`bench-dedup-sNN`); the two real clusters use the same namespace and name.
+ * (`bench-dedup-sNN`); the two real clusters use the same namespace and name. The render key
+ * covers the App's name and namespace, so only ids with the same namespace can share a
+ * render: `realClusters` gives the two real clusters' own counts.
  *
  * @module
  */
@@ -37,6 +39,10 @@ export interface DedupPhase {
   templateExecutions: number;
   /** kapp runs across all ids. */
   deployExecutions: number;
+  /** vendir and ytt runs of the two real clusters (same namespace and App name in both). */
+  realClusters: { fetchExecutions: number; templateExecutions: number };
+  /** vendir and ytt runs per cluster id. */
+  perId: Record<string, { vendir: number; ytt: number }>;
   /** Stage → outcome → count. */
   outcomes: Record<string, Record<string, number>>;
   succeeded: number;
@@ -148,8 +154,13 @@ async function phase(
   }
   const wallMs = performance.now() - t0;
   await Promise.all(fleet.runtimes.map((r) => r.runtime.pipeline.idle()));
-  const sum = (tool: string) =>
-    fleet.runtimes.reduce((a, r, j) => a + (toolDelta(before[j]!, r.tools())[tool]?.runs ?? 0), 0);
+  const runsOf = (j: number, tool: string) => toolDelta(before[j]!, fleet.runtimes[j]!.tools())[tool]?.runs ?? 0;
+  const sum = (tool: string) => fleet.runtimes.reduce((a, _r, j) => a + runsOf(j, tool), 0);
+  const real = fleet.ids.flatMap((i, j) => (i.id.startsWith('real-') ? [j] : []));
+  const perId: Record<string, { vendir: number; ytt: number }> = {};
+  fleet.ids.forEach((i, j) => {
+    perId[i.id] = { vendir: runsOf(j, 'vendir'), ytt: runsOf(j, 'ytt') };
+  });
   const outcomes: Record<string, Record<string, number>> = {};
   fleet.runtimes.forEach((r, j) => {
     const key = appKey(fleet.ids[j]!.id, fleet.ids[j]!.ns, name);
@@ -164,6 +175,11 @@ async function phase(
     fetchExecutions: sum('vendir'),
     templateExecutions: sum('ytt'),
     deployExecutions: sum('kapp'),
+    realClusters: {
+      fetchExecutions: real.reduce((a, j) => a + runsOf(j, 'vendir'), 0),
+      templateExecutions: real.reduce((a, j) => a + runsOf(j, 'ytt'), 0),
+    },
+    perId,
     outcomes,
     succeeded,
     wallMs,
