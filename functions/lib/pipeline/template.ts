@@ -162,17 +162,19 @@ async function runTool(step: RunStep, stream: string, deps: PipelineDeps) {
 }
 
 /**
- * Digest of the App metadata a render can depend on: name and namespace always (helm's
- * release name and namespace default to them); uid, labels and annotations only when a
- * downward API item can read them. Leaving the uid out otherwise lets the same App on many
- * clusters (each with its own uid) share one render.
+ * Digest of the App metadata a render can depend on: name and namespace when a helm step is
+ * present (its release name and namespace default to them); uid, labels and annotations too
+ * when a downward API item can read them; nothing otherwise (ytt, kbld, cue and sops never
+ * see the App). Leaving them out lets the same App in any namespace of any cluster of the
+ * fleet share one render.
  */
 function metadataDigest(app: App, templates: readonly AppTemplate[]): string {
   const m = app.metadata;
   const usesDownwardApi = templates.some((t) =>
     [t.ytt?.valuesFrom, t.helmTemplate?.valuesFrom, t.cue?.valuesFrom].some((v) => v?.some((x) => x.downwardAPI)),
   );
-  const id = [m.name ?? '', m.namespace ?? ''];
+  const usesHelm = templates.some((t) => t.helmTemplate);
+  const id = usesDownwardApi || usesHelm ? [m.name ?? '', m.namespace ?? ''] : [];
   const parts = usesDownwardApi ? [...id, m.uid ?? '', m.labels ?? {}, m.annotations ?? {}] : id;
   return sha256Hex(canonicalJson(parts));
 }
