@@ -11,7 +11,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { APP_API_VERSION, type KubeObject } from '../../functions/lib/kube/port.js';
 import { clientForKubeConfig } from '../../functions/lib/kube/registry.js';
 import { ClientNodeRestTransport, type RestTransport } from '../../functions/lib/kube/transport.js';
-import { kubectl } from '../../test/harness/kube.js';
+import { kubectl, tenantManifests } from '../../test/harness/kube.js';
 
 /** The ServiceAccount every benchmark namespace gets (namespace-scoped all-verbs Role). */
 export const BENCH_SA = 'bench-sa';
@@ -114,23 +114,7 @@ export async function kubectlBulk(
  * `examples/rbac/default-ns.yml`): what every benchmark App deploys with.
  */
 export function tenant(ns: string): Manifest[] {
-  return [
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } },
-    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: BENCH_SA, namespace: ns } },
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'Role',
-      metadata: { name: `${BENCH_SA}-role`, namespace: ns },
-      rules: [{ apiGroups: ['*'], resources: ['*'], verbs: ['*'] }],
-    },
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'RoleBinding',
-      metadata: { name: `${BENCH_SA}-role-binding`, namespace: ns },
-      subjects: [{ kind: 'ServiceAccount', name: BENCH_SA, namespace: ns }],
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${BENCH_SA}-role` },
-    },
-  ];
+  return tenantManifests(ns, BENCH_SA) as Manifest[];
 }
 
 /**

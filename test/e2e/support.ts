@@ -16,7 +16,7 @@ import { expect, inject } from 'vitest';
 import { type EmbeddedOptions, type EmbeddedRuntime, startEmbedded } from '../../functions/embedded/runtime.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { cacheRoot } from '../../layers/gobuild.js';
-import { kubectl } from '../harness/kube.js';
+import { kubectl, tenantManifests } from '../harness/kube.js';
 import type { ServersInfo } from '../harness/servers.js';
 
 /** Admin kubeconfig of the shared cluster (never log its contents). */
@@ -73,23 +73,7 @@ export async function applyCrds(): Promise<void> {
  * allowing every verb on every resource (kapp-controller `examples/rbac/default-ns.yml`).
  */
 export async function createTenant(ns: string): Promise<void> {
-  const items = [
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } },
-    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: SA, namespace: ns } },
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'Role',
-      metadata: { name: `${SA}-role`, namespace: ns },
-      rules: [{ apiGroups: ['*'], resources: ['*'], verbs: ['*'] }],
-    },
-    {
-      apiVersion: 'rbac.authorization.k8s.io/v1',
-      kind: 'RoleBinding',
-      metadata: { name: `${SA}-role-binding`, namespace: ns },
-      subjects: [{ kind: 'ServiceAccount', name: SA, namespace: ns }],
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${SA}-role` },
-    },
-  ];
+  const items = tenantManifests(ns, SA);
   await k(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items }));
 }
 

@@ -127,3 +127,29 @@ export async function writeTokenKubeconfig(
   await writeFile(outPath, stringify(doc), { mode: 0o600 });
   return outPath;
 }
+
+/**
+ * A namespace with a ServiceAccount bound to a namespace-scoped all-verbs Role, as
+ * kapp-controller's `examples/rbac/default-ns.yml` does for `default`: what test and
+ * benchmark Apps deploy with. Returns the objects (Namespace, ServiceAccount, Role,
+ * RoleBinding) to apply.
+ */
+export function tenantManifests(ns: string, serviceAccount: string): Record<string, unknown>[] {
+  return [
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } },
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: serviceAccount, namespace: ns } },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'Role',
+      metadata: { name: `${serviceAccount}-role`, namespace: ns },
+      rules: [{ apiGroups: ['*'], resources: ['*'], verbs: ['*'] }],
+    },
+    {
+      apiVersion: 'rbac.authorization.k8s.io/v1',
+      kind: 'RoleBinding',
+      metadata: { name: `${serviceAccount}-role-binding`, namespace: ns },
+      subjects: [{ kind: 'ServiceAccount', name: serviceAccount, namespace: ns }],
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${serviceAccount}-role` },
+    },
+  ];
+}
