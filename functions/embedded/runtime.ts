@@ -5,6 +5,7 @@
  * forwarder per cluster into the in-process {@link EmbeddedPipeline}. The same stage
  * handlers run unchanged on Lambda, where each entry file builds its own ports.
  */
+import path from 'node:path';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { COMPONENTS } from '../../layers/manifest.js';
@@ -12,6 +13,7 @@ import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { createCommandRunner, minimalEnv, TOOL_NAMES } from '../lib/exec/runner.js';
+import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
 import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
@@ -54,6 +56,11 @@ export interface EmbeddedOptions {
   config?: Partial<PipelineConfig>;
   /** Crash retry backoff, ms. */
   retry?: { baseRetryMs?: number; maxRetryMs?: number };
+  /**
+   * Run each tool under its own unprivileged uid (see `functions/lib/exec/sandbox.ts`).
+   * Default: on when this process is root, the only case where it is possible.
+   */
+  isolateTools?: boolean;
   /** Wraps the dispatch deps (tests inject crashes here). */
   wrapDeps?: (deps: DispatchDeps) => DispatchDeps;
 }
@@ -78,12 +85,20 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const registry = KubeConfigClusterRegistry.fromFile(opts.kubeconfigPath, { contexts: opts.contexts });
   const store = opts.store ?? new LocalDirStore(opts.storeDir ?? `${opts.cacheRoot}/store`);
   const toolMetrics = createToolMetrics();
-  const resolveBin = cacheBinResolver(opts.cacheRoot);
+  const isolate = opts.isolateTools ?? canSwitchUid();
+  let resolveBin = cacheBinResolver(opts.cacheRoot);
+  if (isolate) {
+    // Runs under other uids must reach their scratch directories and execute the tools,
+    // which sit in root's private home: stage them beside the scratch root.
+    ensureTraversable(opts.tmpRoot);
+    resolveBin = stageBinaries(TOOL_NAMES, resolveBin, path.join(opts.tmpRoot, 'bin'));
+  }
   const runner = createCommandRunner({
     allow: TOOL_NAMES,
     resolveBin,
     tmpDir: opts.tmpRoot,
     metrics: toolMetrics,
+    ...(isolate ? { uidPool: DEFAULT_UID_POOL } : {}),
     // vendir runs `helm3` for Helm 3 charts unless told which binary is helm 3.
     baseEnv: {
       ...minimalEnv({ allow: TOOL_NAMES, resolveBin, tmpDir: opts.tmpRoot }),

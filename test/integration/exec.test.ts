@@ -4,7 +4,7 @@
  * environment, streaming and metrics.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, realpath, rm } from 'node:fs/promises';
+import { link, mkdir, mkdtemp, readdir, realpath, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -19,6 +19,7 @@ import {
   DEFAULT_SYSTEM_PATH,
   type OutputStream,
 } from '../../functions/lib/exec/runner.js';
+import { canSwitchUid, ensureTraversable } from '../../functions/lib/exec/sandbox.js';
 import { attachError, STAGE_PREFIX } from '../../functions/lib/reconcile/status.js';
 
 const BINS: Record<string, string> = {
@@ -209,11 +210,17 @@ describe('real command runner', () => {
     try {
       const r = await runner.run({ cmd: 'env', args: [], env: { FOO: 'bar' } });
       const vars = r.stdout.trim().split('\n').sort();
+      const run = /^HOME=(.*)\/home$/m.exec(r.stdout)?.[1] ?? '';
+      expect(path.dirname(run)).toBe(scratch);
+      expect(path.basename(run)).toMatch(/^run-/);
       expect(vars).toEqual([
         'FOO=bar',
-        `HOME=${scratch}`,
+        `HOME=${run}/home`,
         `PATH=/bin:/usr/bin:/nonexistent/dir:${DEFAULT_SYSTEM_PATH}`,
-        `TMPDIR=${scratch}`,
+        `TMPDIR=${run}/tmp`,
+        `XDG_CACHE_HOME=${run}/cache`,
+        `XDG_CONFIG_HOME=${run}/config`,
+        `XDG_DATA_HOME=${run}/data`,
       ]);
       const kube = await runner.run({ cmd: 'env', args: [], env: { KUBECONFIG: '/run/kapp/kubeconfig' } });
       expect(kube.stdout).toContain('KUBECONFIG=/run/kapp/kubeconfig\n');
@@ -226,9 +233,34 @@ describe('real command runner', () => {
     }
   });
 
-  it('runs in the given cwd, defaulting to HOME', async () => {
+  it("runs in the given cwd, defaulting to the run's own HOME", async () => {
     expect((await runner.run({ cmd: 'pwd', args: [], cwd: '/' })).stdout).toBe('/\n');
-    expect((await runner.run({ cmd: 'pwd', args: [] })).stdout).toBe(`${scratch}\n`);
+    const r = await runner.run({ cmd: 'sh', args: ['-c', 'pwd; echo "$HOME"'] });
+    const [cwd, home] = r.stdout.trim().split('\n');
+    expect(cwd).toBe(home);
+    expect(cwd?.startsWith(`${scratch}/run-`)).toBe(true);
+  });
+
+  it('gives every run its own HOME, temp and cache directories and removes them afterwards', async () => {
+    const plant = await runner.run({
+      cmd: 'sh',
+      args: [
+        '-c',
+        'mkdir -p "$HOME/.docker" "$XDG_DATA_HOME/helm/plugins/evil" && echo planted > "$HOME/.gitconfig" && echo {} > "$HOME/.docker/config.json" && echo x > "$TMPDIR/t" && echo "$HOME"',
+      ],
+    });
+    expect(plant.error).toBeUndefined();
+    const plantedHome = plant.stdout.trim();
+    expect(existsSync(plantedHome)).toBe(false);
+    const look = await runner.run({
+      cmd: 'sh',
+      args: ['-c', 'ls -A "$HOME" "$TMPDIR" "$XDG_DATA_HOME" "$XDG_CACHE_HOME" "$XDG_CONFIG_HOME"; echo "$HOME"'],
+    });
+    expect(look.stdout).not.toContain('.gitconfig');
+    expect(look.stdout).not.toContain('.docker');
+    expect(look.stdout).not.toContain('helm');
+    expect(look.stdout.trim().split('\n').at(-1)).not.toBe(plantedHome);
+    expect((await readdir(scratch)).filter((n) => n.startsWith('run-'))).toEqual([]);
   });
 
   it('streams decoded output chunks as they arrive', async () => {
@@ -265,5 +297,89 @@ describe('real command runner', () => {
     expect(snap.missing).toEqual({ count: 1, failures: 1, totalMs: 0, maxMs: 0 });
     expect(snap.echo?.count).toBe(4);
     expect(snap.echo?.failures).toBe(1);
+  });
+});
+
+describe('tool runs under their own uid (the runtime is root)', () => {
+  let root: string;
+  let work: string;
+  let sandboxed: CommandRunner;
+
+  beforeAll(async () => {
+    expect(canSwitchUid()).toBe(true); // this suite runs as root, as CI does
+    root = await realpath(await mkdtemp(path.join(tmpdir(), 'exec-uid-')));
+    work = path.join(root, 'work');
+    ensureTraversable(work);
+    sandboxed = createCommandRunner({
+      allow: ['sh', 'sleep'],
+      resolveBin: (name) => (name === 'sh' ? '/bin/sh' : '/bin/sleep'),
+      tmpDir: work,
+      uidPool: { first: 910_100, size: 2 },
+    });
+  });
+
+  afterAll(async () => {
+    await rm(root, { recursive: true, force: true });
+  });
+
+  it('cannot read the runtime environment, its files or another run, and writes only where allowed', async () => {
+    const secret = path.join(root, 'kubeconfig');
+    await writeFile(secret, 'admin-token', { mode: 0o600 });
+    const scratchDir = await mkdtemp(path.join(work, 'fetch-'));
+    const other = await mkdtemp(path.join(work, 'template-'));
+    const r = await sandboxed.run({
+      cmd: 'sh',
+      args: [
+        '-c',
+        [
+          'id -u',
+          `cat ${secret} || echo no-secret`,
+          `cat /proc/${process.pid}/environ || echo no-environ`,
+          `echo out > ${scratchDir}/ok && echo wrote-scratch`,
+          `echo out > ${other}/bad || echo no-other`,
+        ].join('; '),
+      ],
+      writable: [scratchDir],
+    });
+    const lines = r.stdout.trim().split('\n');
+    expect(Number(lines[0])).toBeGreaterThanOrEqual(910_100);
+    expect(Number(lines[0])).toBeLessThan(910_102);
+    expect(lines.slice(1)).toEqual(['no-secret', 'no-environ', 'wrote-scratch', 'no-other']);
+    expect(r.stderr).toContain('Permission denied');
+    expect(existsSync(path.join(other, 'bad'))).toBe(false);
+  });
+
+  it('gives runs in flight different uids, so one cannot read the other', async () => {
+    const a = sandboxed.run({ cmd: 'sh', args: ['-c', 'echo secret-a > "$HOME/a"; id -u; echo "$HOME"; sleep 1'] });
+    await new Promise((r) => setTimeout(r, 300));
+    const b = await sandboxed.run({
+      cmd: 'sh',
+      args: ['-c', 'id -u; for f in $(dirname "$HOME")/../run-*/home/a; do cat "$f" || true; done'],
+    });
+    const ra = await a;
+    const [uidA] = ra.stdout.trim().split('\n');
+    const [uidB, ...rest] = b.stdout.trim().split('\n');
+    expect(uidA).not.toBe(uidB);
+    expect(rest.join('\n')).not.toContain('secret-a');
+  });
+
+  it('hands a directory over without following symlinks or hard links to files outside', async () => {
+    const outside = path.join(root, 'outside.txt');
+    await writeFile(outside, 'root only', { mode: 0o600 });
+    const dir = await mkdtemp(path.join(work, 'src-'));
+    await mkdir(path.join(dir, 'sub'));
+    await symlink(outside, path.join(dir, 'sub', 'link'));
+    await link(outside, path.join(dir, 'hard'));
+    const r = await sandboxed.run({
+      cmd: 'sh',
+      args: [
+        '-c',
+        `cat ${dir}/sub/link || echo no-link; cat ${dir}/hard || echo no-hard; touch ${dir}/sub/new && echo ok`,
+      ],
+      writable: [dir],
+    });
+    expect(r.stdout.trim().split('\n')).toEqual(['no-link', 'no-hard', 'ok']);
+    expect((await stat(outside)).uid).toBe(0);
+    expect((await stat(path.join(dir, 'sub'))).uid).toBeGreaterThanOrEqual(910_100);
   });
 });

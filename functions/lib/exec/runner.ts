@@ -4,8 +4,10 @@
  * - argv arrays only, never a shell; the binary must be on an allow-list of names and is resolved
  *   to an absolute path by an injected `resolveBin` (kapp-controller's sidecar allow-list,
  *   `cmd/controller/sidecarexec.go`);
- * - a minimal environment (`PATH`, `HOME`, `TMPDIR`) plus what the caller passes explicitly;
- *   nothing is inherited from the parent process (no `KUBECONFIG`, no `AWS_*`);
+ * - a minimal environment (`PATH`, plus `HOME`, `TMPDIR` and the XDG directories of the run's
+ *   own private directory, removed afterwards) plus what the caller passes explicitly; nothing is
+ *   inherited from the parent process (no `KUBECONFIG`, no `AWS_*`);
+ * - with a uid pool (root only), each run under its own unprivileged uid (`./sandbox.ts`);
  * - timeout and `AbortSignal` cancellation kill the whole process group;
  * - output is bounded per stream, keeping the tail;
  * - a non-zero exit is a result, not a rejection. Error texts follow Go's `os/exec` and
@@ -20,6 +22,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import type { ToolMetricsSink, ToolRunOutcome } from './metrics.js';
+import { handOver, makeRunDirs, type RunDirs, removeRunDirs, UidLeases, type UidPool } from './sandbox.js';
 
 /** Which output stream a chunk came from. */
 export type OutputStream = 'stdout' | 'stderr';
@@ -47,6 +50,12 @@ export interface RunRequest {
   maxOutputBytes?: number;
   /** Called with each decoded output chunk as it arrives (progress streaming). Must not throw. */
   onOutput?: (chunk: string, stream: OutputStream) => void;
+  /**
+   * Directories the run may write besides its own private ones (a stage's scratch directory,
+   * vendir's cache). With uid isolation they are handed to the run's uid before it starts
+   * (see `handOver` in `./sandbox.ts`); without it they are simply used.
+   */
+  writable?: readonly string[];
 }
 
 /** The outcome of a run. */
@@ -249,9 +258,9 @@ export interface CommandRunnerOptions {
    * directories of the allowed tools, then {@link DEFAULT_SYSTEM_PATH}), `HOME` and `TMPDIR`.
    */
   baseEnv?: Readonly<Record<string, string>>;
-  /** `HOME` and default cwd; defaults to `tmpDir`. */
+  /** `HOME` of {@link minimalEnv}; each run overrides it with its own private `HOME`. */
   home?: string;
-  /** `TMPDIR`; defaults to the OS temp directory. */
+  /** Where each run's private directories are made; defaults to the OS temp directory. */
   tmpDir?: string;
   /** Defaults to {@link DEFAULT_TIMEOUT_MS}; 0 disables the timeout. */
   defaultTimeoutMs?: number;
@@ -261,6 +270,13 @@ export interface CommandRunnerOptions {
   metrics?: ToolMetricsSink;
   /** Monotonic milliseconds for durations; defaults to `performance.now`. */
   now?: () => number;
+  /**
+   * Run each tool under its own uid from this pool (requires root; see `./sandbox.ts`).
+   * Default: none, every run keeps the runtime's uid. The embedded runtime turns it on when
+   * it is root; `tmpDir` must then be traversable by other users and the binaries executable
+   * by them (`ensureTraversable`, `stageBinaries`).
+   */
+  uidPool?: UidPool;
 }
 
 /**
@@ -368,6 +384,7 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
   const now = opts.now ?? (() => performance.now());
   const defaultTimeout = opts.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
   const defaultMax = opts.defaultMaxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+  const leases = opts.uidPool ? new UidLeases(opts.uidPool) : undefined;
 
   const record = (cmd: string, durationMs: number, exitCode: number, outcome: ToolRunOutcome) => {
     opts.metrics?.record({ tool: cmd, durationMs, exitCode, outcome });
@@ -396,117 +413,138 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         return { ...empty, exitCode: -1, durationMs: 0, error: new CommandStartError(req.cmd, cause) };
       }
 
-      const max = req.maxOutputBytes ?? defaultMax;
-      const timeoutMs = req.timeoutMs ?? defaultTimeout;
-      const out = new TailBuffer(max);
-      const err = new TailBuffer(max);
-      const started = now();
-
-      return await new Promise<RunResult>((resolve) => {
-        let settled = false;
-        let killedBy: 'timeout' | 'canceled' | undefined;
-        let startError: unknown;
-        let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
-
-        const child = spawn(bin, [...req.args], {
-          cwd: req.cwd ?? opts.home ?? tmp,
-          env: { ...baseEnv, ...req.env },
-          stdio: [req.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-          detached: true,
-          shell: false,
-          windowsHide: true,
-        });
-
-        const onAbort = () => {
-          if (killedBy === undefined && exit === undefined) {
-            killedBy = 'canceled';
-            killGroup(child.pid);
-          }
-        };
-        const timer =
-          timeoutMs > 0
-            ? setTimeout(() => {
-                if (killedBy === undefined && exit === undefined) {
-                  killedBy = 'timeout';
-                  killGroup(child.pid);
-                }
-              }, timeoutMs)
-            : undefined;
-        req.signal?.addEventListener('abort', onAbort, { once: true });
-
-        const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
-        const onData = (stream: OutputStream, buf: TailBuffer) => (chunk: Buffer) => {
-          buf.push(chunk);
-          if (req.onOutput) {
-            const text = decoders[stream].write(chunk);
-            if (text !== '') req.onOutput(text, stream);
-          }
-        };
-        child.stdout?.on('data', onData('stdout', out));
-        child.stderr?.on('data', onData('stderr', err));
-
-        if (child.stdin) {
-          // The tool may exit without reading its input (EPIPE); its exit status tells the story.
-          child.stdin.on('error', () => {});
-          child.stdin.end(req.stdin);
-        }
-
-        const finish = () => {
-          if (settled) return;
-          settled = true;
-          if (timer) clearTimeout(timer);
-          req.signal?.removeEventListener('abort', onAbort);
-          if (req.onOutput) {
-            for (const stream of ['stdout', 'stderr'] as const) {
-              const rest = decoders[stream].end();
-              if (rest !== '') req.onOutput(rest, stream);
-            }
-          }
-          const durationMs = exit || killedBy ? now() - started : 0;
-          const result: RunResult = {
-            stdout: out.text(),
-            stderr: err.text(),
-            exitCode: -1,
-            durationMs,
-            truncated: { stdout: out.truncated, stderr: err.truncated },
-          };
-          let outcome: ToolRunOutcome;
-          if (startError !== undefined && exit === undefined) {
-            result.error = new CommandStartError(req.cmd, startError);
-            outcome = 'start-failed';
-          } else if (killedBy === 'timeout') {
-            result.error = new CommandTimeoutError(req.cmd, timeoutMs);
-            outcome = 'timeout';
-          } else if (killedBy === 'canceled') {
-            result.error = new CommandCanceledError(req.cmd, true, req.signal?.reason);
-            outcome = 'canceled';
-          } else if (exit?.signal) {
-            result.error = new CommandExitError(req.cmd, -1, exit.signal);
-            outcome = 'signal';
-          } else if (exit && exit.code !== 0) {
-            result.exitCode = exit.code ?? -1;
-            result.error = new CommandExitError(req.cmd, result.exitCode);
-            outcome = 'exit';
-          } else {
-            result.exitCode = 0;
-            outcome = 'ok';
-          }
-          record(req.cmd, durationMs, result.exitCode, outcome);
-          resolve(result);
-        };
-
-        child.on('error', (e) => {
-          startError = e;
-          // 'close' does not follow a failed spawn on every Node version; finish once streams end.
-          if (child.pid === undefined) setImmediate(finish);
-        });
-        child.on('exit', (code, signal) => {
-          exit = { code, signal };
-          // Reap whatever the tool left behind in its group so the pipes close.
-          killGroup(child.pid);
-        });
-        child.on('close', finish);
-      });
+      const uid = await leases?.acquire();
+      let dirs: RunDirs | undefined;
+      try {
+        dirs = await makeRunDirs(tmp, uid);
+        if (uid !== undefined) for (const w of req.writable ?? []) await handOver(w, uid);
+      } catch (cause) {
+        if (dirs) await removeRunDirs(dirs);
+        if (uid !== undefined) leases?.release(uid);
+        record(req.cmd, 0, -1, 'start-failed');
+        return { ...empty, exitCode: -1, durationMs: 0, error: new CommandStartError(req.cmd, cause) };
+      }
+      try {
+        return await spawnRun(req, bin, dirs, uid);
+      } finally {
+        await removeRunDirs(dirs);
+        if (uid !== undefined) leases?.release(uid);
+      }
     },
   };
+
+  function spawnRun(req: RunRequest, bin: string, dirs: RunDirs, uid: number | undefined): Promise<RunResult> {
+    const max = req.maxOutputBytes ?? defaultMax;
+    const timeoutMs = req.timeoutMs ?? defaultTimeout;
+    const out = new TailBuffer(max);
+    const err = new TailBuffer(max);
+    const started = now();
+
+    return new Promise<RunResult>((resolve) => {
+      let settled = false;
+      let killedBy: 'timeout' | 'canceled' | undefined;
+      let startError: unknown;
+      let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+
+      const child = spawn(bin, [...req.args], {
+        cwd: req.cwd ?? dirs.env.HOME,
+        env: { ...baseEnv, ...dirs.env, ...req.env },
+        ...(uid === undefined ? {} : { uid, gid: uid }),
+        stdio: [req.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+        detached: true,
+        shell: false,
+        windowsHide: true,
+      });
+
+      const onAbort = () => {
+        if (killedBy === undefined && exit === undefined) {
+          killedBy = 'canceled';
+          killGroup(child.pid);
+        }
+      };
+      const timer =
+        timeoutMs > 0
+          ? setTimeout(() => {
+              if (killedBy === undefined && exit === undefined) {
+                killedBy = 'timeout';
+                killGroup(child.pid);
+              }
+            }, timeoutMs)
+          : undefined;
+      req.signal?.addEventListener('abort', onAbort, { once: true });
+
+      const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+      const onData = (stream: OutputStream, buf: TailBuffer) => (chunk: Buffer) => {
+        buf.push(chunk);
+        if (req.onOutput) {
+          const text = decoders[stream].write(chunk);
+          if (text !== '') req.onOutput(text, stream);
+        }
+      };
+      child.stdout?.on('data', onData('stdout', out));
+      child.stderr?.on('data', onData('stderr', err));
+
+      if (child.stdin) {
+        // The tool may exit without reading its input (EPIPE); its exit status tells the story.
+        child.stdin.on('error', () => {});
+        child.stdin.end(req.stdin);
+      }
+
+      const finish = () => {
+        if (settled) return;
+        settled = true;
+        if (timer) clearTimeout(timer);
+        req.signal?.removeEventListener('abort', onAbort);
+        if (req.onOutput) {
+          for (const stream of ['stdout', 'stderr'] as const) {
+            const rest = decoders[stream].end();
+            if (rest !== '') req.onOutput(rest, stream);
+          }
+        }
+        const durationMs = exit || killedBy ? now() - started : 0;
+        const result: RunResult = {
+          stdout: out.text(),
+          stderr: err.text(),
+          exitCode: -1,
+          durationMs,
+          truncated: { stdout: out.truncated, stderr: err.truncated },
+        };
+        let outcome: ToolRunOutcome;
+        if (startError !== undefined && exit === undefined) {
+          result.error = new CommandStartError(req.cmd, startError);
+          outcome = 'start-failed';
+        } else if (killedBy === 'timeout') {
+          result.error = new CommandTimeoutError(req.cmd, timeoutMs);
+          outcome = 'timeout';
+        } else if (killedBy === 'canceled') {
+          result.error = new CommandCanceledError(req.cmd, true, req.signal?.reason);
+          outcome = 'canceled';
+        } else if (exit?.signal) {
+          result.error = new CommandExitError(req.cmd, -1, exit.signal);
+          outcome = 'signal';
+        } else if (exit && exit.code !== 0) {
+          result.exitCode = exit.code ?? -1;
+          result.error = new CommandExitError(req.cmd, result.exitCode);
+          outcome = 'exit';
+        } else {
+          result.exitCode = 0;
+          outcome = 'ok';
+        }
+        record(req.cmd, durationMs, result.exitCode, outcome);
+        resolve(result);
+      };
+
+      child.on('error', (e) => {
+        startError = e;
+        // 'close' does not follow a failed spawn on every Node version; finish once streams end.
+        if (child.pid === undefined) setImmediate(finish);
+      });
+      child.on('exit', (code, signal) => {
+        exit = { code, signal };
+        // Reap whatever the tool left behind in its group so the pipes close.
+        killGroup(child.pid);
+      });
+      child.on('close', finish);
+    });
+  }
 }

@@ -107,6 +107,7 @@ async function runKapp(
   deps: PipelineDeps,
   watch: { kube: DeployView; ref: ObjectRef; uid: string; cancelOnDelete: boolean },
   onProgress: (stdout: string, stderr: string) => Promise<void>,
+  writable: readonly string[] = [],
 ) {
   const abort = new AbortController();
   let stdout = '';
@@ -147,6 +148,7 @@ async function runKapp(
       args: cmd.args,
       env: cmd.env,
       stdin,
+      writable,
       signal: abort.signal,
       timeoutMs: deps.config.toolTimeoutMs,
       onOutput: (chunk, stream) => {
@@ -235,6 +237,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
             summarizeStatus(cur, fence.generation, { ...parts, deploy: progress as Record<string, unknown> }),
           );
         },
+        [work],
       );
       tools = { runs: 1, ms: run.durationMs };
       result = attachError(KAPP_ERROR_PREFIX.deploy, run);

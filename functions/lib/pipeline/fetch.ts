@@ -10,6 +10,7 @@
  * Fetch holds only a {@link FetchView}: it reads the App and the Secrets/ConfigMaps the
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
+import { mkdir } from 'node:fs/promises';
 import type { ObjectRef as EventObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
 import type { App } from '../api/index.js';
 import { canonicalJson, fetchArtifactKey, sha256Hex } from '../artifact/keys.js';
@@ -124,12 +125,15 @@ async function fetchWithVendir(
   }
   const work = await makeScratch(deps, 'fetch');
   try {
+    const cacheDir = plan.command.env.VENDIR_CACHE_DIR;
+    if (cacheDir) await mkdir(cacheDir, { recursive: true });
     const run = await deps.runner.run({
       cmd: plan.command.bin,
       args: plan.command.args,
       stdin: plan.stdin,
       cwd: work,
       env: plan.command.env,
+      writable: cacheDir ? [work, cacheDir] : [work],
       timeoutMs: deps.config.toolTimeoutMs,
     });
     const result = attachError(FETCH_RUN_ERROR_PREFIX, run);

@@ -73,7 +73,11 @@ async function walkSops(target: string, out: string[]): Promise<void> {
 }
 
 /** Runs one sops step: decrypt every `*.sops.y(a)ml` in place (upstream `pkg/template/sops.go`). */
-async function runSops(step: SopsStep, deps: PipelineDeps): Promise<{ result: StageResult; ms: number; runs: number }> {
+async function runSops(
+  step: SopsStep,
+  deps: PipelineDeps,
+  work: string,
+): Promise<{ result: StageResult; ms: number; runs: number }> {
   await writePlanned(step.files);
   const files: string[] = [];
   let ms = 0;
@@ -92,6 +96,7 @@ async function runSops(step: SopsStep, deps: PipelineDeps): Promise<{ result: St
       args: cmd.args,
       env: cmd.env,
       timeoutMs: deps.config.toolTimeoutMs,
+      writable: [work],
     });
     ms += run.durationMs;
     runs++;
@@ -120,6 +125,7 @@ async function runSops(step: SopsStep, deps: PipelineDeps): Promise<{ result: St
 async function runSteps(
   steps: ReturnType<typeof planTemplate>['steps'],
   deps: PipelineDeps,
+  work: string,
 ): Promise<{ result: StageResult; manifest: string; ms: number; runs: number }> {
   let stream = '';
   let last: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
@@ -130,7 +136,7 @@ async function runSteps(
       return { result: resultFromError(step.message), manifest: '', ms, runs };
     }
     if (step.kind === 'sops') {
-      const r = await runSops(step, deps);
+      const r = await runSops(step, deps, work);
       ms += r.ms;
       runs += r.runs;
       if (r.result.error) return { result: r.result, manifest: '', ms, runs };
@@ -138,7 +144,7 @@ async function runSteps(
       last = r.result;
       continue;
     }
-    const run = await runTool(step, stream, deps);
+    const run = await runTool(step, stream, deps, work);
     ms += run.durationMs;
     runs++;
     last = attachError(step.errorPrefix, run);
@@ -148,7 +154,8 @@ async function runSteps(
   return { result: { ...last, stdout: '' }, manifest: stream, ms, runs };
 }
 
-async function runTool(step: RunStep, stream: string, deps: PipelineDeps) {
+/** Runs one tool step; `work` is the stage's scratch directory, which the run may use. */
+async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: string) {
   for (const d of step.dirs) await mkdir(d, { recursive: true });
   await writePlanned(step.files);
   return await deps.runner.run({
@@ -158,6 +165,7 @@ async function runTool(step: RunStep, stream: string, deps: PipelineDeps) {
     cwd: step.cwd,
     stdin: step.stdin === 'previous' ? stream : undefined,
     timeoutMs: deps.config.toolTimeoutMs,
+    writable: [work],
   });
 }
 
@@ -271,7 +279,7 @@ export async function runTemplate(
         cluster: { ...cluster, kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion },
       });
       for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
-      const r = await runSteps(plan.steps, deps);
+      const r = await runSteps(plan.steps, deps, work);
       result = r.result;
       tools = { runs: r.runs, ms: r.ms };
       if (!result.error) {
