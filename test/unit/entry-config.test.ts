@@ -41,6 +41,7 @@ describe('parseLambdaEnv', () => {
       kappDeployRawOptions: [],
       timer: {},
       logLevel: 'info',
+      urlPolicy: { mode: 'enforce', allow: [] },
     };
     expect(parseLambdaEnv('fetch', base)).toEqual(want);
   });
@@ -61,6 +62,8 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: '5m',
       KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: '1m',
       KAPP_LAMBDA_LOG_LEVEL: 'debug',
+      KAPP_LAMBDA_URL_POLICY: 'off',
+      KAPP_LAMBDA_URL_ALLOW: 'registry.corp:5000, 10.20.0.0/16,',
     });
     expect(c).toEqual({
       stage: 'deploy',
@@ -80,6 +83,7 @@ describe('parseLambdaEnv', () => {
       dangerousSkipTLSVerify: 'registry.local,10.0.0.1',
       timer: { appDefaultSyncPeriodMs: 300_000, appMinimumSyncPeriodMs: 60_000 },
       logLevel: 'debug',
+      urlPolicy: { mode: 'off', allow: ['registry.corp:5000', '10.20.0.0/16'] },
     } satisfies LambdaConfig);
   });
 
@@ -126,6 +130,16 @@ describe('parseLambdaEnv', () => {
     ['KAPP_LAMBDA_KUBECONFIG', 'kubeconfig', 'KAPP_LAMBDA_KUBECONFIG: expected an absolute path'],
     ['KAPP_LAMBDA_TMP_DIR', '/tmp/../etc', 'KAPP_LAMBDA_TMP_DIR: expected an absolute path without ..'],
     ['KAPP_LAMBDA_BIN_DIR', 'opt/bin', 'KAPP_LAMBDA_BIN_DIR: expected an absolute path without ..'],
+    [
+      'KAPP_LAMBDA_URL_POLICY',
+      'audit',
+      'KAPP_LAMBDA_URL_POLICY: Invalid option: expected one of "enforce"|"off"',
+    ],
+    [
+      'KAPP_LAMBDA_URL_ALLOW',
+      'http://registry/x',
+      'KAPP_LAMBDA_URL_ALLOW: expected a comma list of host, host:port or CIDR entries',
+    ],
     [
       'KAPP_LAMBDA_TOOL_VERSIONS',
       '{vendir',

@@ -96,6 +96,7 @@ describe('createLambdaDeps', () => {
       kappDeployRawOptions: [],
       timer: {},
       toolTimeoutMs: 60_000,
+      urlPolicy: { mode: 'enforce', allow: [] },
     });
     clients.s3.destroy();
     clients.sqs.destroy();

@@ -23,6 +23,8 @@
  * | `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
+ * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
+ * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
  *
  * Credentials are not configuration: the AWS SDK takes the function role's temporary
  * credentials from its default provider chain, and nothing here is secret, so the parsed
@@ -35,6 +37,7 @@
  */
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
+import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 import type { PipelineStage } from '../transport/port.js';
 
@@ -87,6 +90,8 @@ export interface LambdaConfig {
   timer: TimerConfig;
   /** `KAPP_LAMBDA_LOG_LEVEL`. */
   logLevel: (typeof LOG_LEVELS)[number];
+  /** `KAPP_LAMBDA_URL_POLICY` and `KAPP_LAMBDA_URL_ALLOW`; enforced unless set to `off`. */
+  urlPolicy: UrlPolicy;
 }
 
 /** The environment was not valid; `problems` lists `<VAR>: <problem>` for each bad variable. */
@@ -190,6 +195,20 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
+  KAPP_LAMBDA_URL_POLICY: z.preprocess(blankToUndefined, z.enum(['enforce', 'off']).default('enforce')),
+  KAPP_LAMBDA_URL_ALLOW: optional(
+    z.string().refine(
+      (v) => {
+        try {
+          new UrlPolicyChecker(parseUrlPolicy('enforce', v, 'enforce'));
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      { error: 'expected a comma list of host, host:port or CIDR entries' },
+    ),
+  ),
 });
 
 /**
@@ -257,6 +276,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     kappDeployRawOptions: e.KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS ?? [],
     timer,
     logLevel: e.KAPP_LAMBDA_LOG_LEVEL,
+    urlPolicy: parseUrlPolicy(e.KAPP_LAMBDA_URL_POLICY, e.KAPP_LAMBDA_URL_ALLOW, 'enforce'),
   };
   if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
   if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;

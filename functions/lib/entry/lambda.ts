@@ -176,6 +176,7 @@ export function createLambdaDeps(
       controllerVersion: CONTROLLER_VERSION,
       kappDeployRawOptions: config.kappDeployRawOptions,
       timer: config.timer,
+      urlPolicy: config.urlPolicy,
       ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
     },

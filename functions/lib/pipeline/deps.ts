@@ -4,6 +4,7 @@
  * per process; handlers never read the environment.
  */
 import type { CommandRunner } from '../exec/runner.js';
+import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import type { Logger } from '../log.js';
 import type { TimerConfig } from '../reconcile/timer.js';
@@ -33,6 +34,11 @@ export interface PipelineConfig {
   deployProgressIntervalMs?: number;
   /** Kill a tool after this long, ms. Default: the runner's default. */
   toolTimeoutMs?: number;
+  /**
+   * The URL policy every fetch obeys (`../fetch/url-policy.ts`). Default: off, as
+   * kapp-controller; the Lambda functions default to enforcing it.
+   */
+  urlPolicy?: UrlPolicy;
 }
 
 /** Ports and configuration of the stage handlers. */

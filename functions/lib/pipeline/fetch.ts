@@ -18,6 +18,7 @@ import { packDir } from '../artifact/tarball.js';
 import { fetchSourceIdentity } from '../fetch/pinned.js';
 import type { AppFetch } from '../fetch/types.js';
 import { KappControllerError } from '../fetch/types.js';
+import { UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
 import {
@@ -102,6 +103,7 @@ async function fetchWithVendir(
   const ns = app.metadata.namespace ?? '';
   let plan: ReturnType<typeof planVendirSync>;
   try {
+    if (deps.config.urlPolicy) await new UrlPolicyChecker(deps.config.urlPolicy).checkFetch(app.spec.fetch ?? []);
     const config = buildVendirConfig(app.spec.fetch ?? [], {
       dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify,
     });
@@ -120,6 +122,9 @@ async function fetchWithVendir(
       cacheDir: `${deps.config.tmpRoot}/vendir-cache/apps/${app.metadata.uid}`,
     });
   } catch (err) {
+    if (err instanceof UrlPolicyError) {
+      return { result: resultFromError(err, FETCH_RUN_ERROR_PREFIX), toolMs: 0, toolRuns: 0 };
+    }
     if (err instanceof KappControllerError) return { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
     throw err;
   }

@@ -1,0 +1,260 @@
+/**
+ * The URL policy every fetch obeys in the cloud mode (issue 7 §4): a source whose host resolves
+ * to loopback, link-local (169.254.0.0/16: the instance and container credential endpoints),
+ * the Lambda Runtime API (loopback), a private, shared (CGNAT), multicast or unspecified
+ * address is refused before any tool runs, unless the fleet's allow-list names it. One fetch
+ * function serves every cluster of a fleet, so a hostile App must not be able to turn it into
+ * a proxy into the function's own network. kapp-controller has no such policy (its fetches
+ * run inside the tenant's own cluster network); the embedded default keeps that behaviour
+ * unless configured.
+ *
+ * The check covers the URL of every source kind (http, git with scp-style forms, helm
+ * repositories including `oci://`, image and bundle registries). A refused source fails the
+ * fetch with {@link UrlPolicyError} and no request is sent.
+ *
+ * @module
+ */
+import { lookup } from 'node:dns/promises';
+import { BlockList, isIP } from 'node:net';
+import { type AppFetch, KappControllerError } from './types.js';
+import { extractImageRegistry } from './vendir.js';
+
+/** Address ranges refused by default, each with the reason given to the user. */
+const DENIED_RANGES: ReadonlyArray<readonly [string, number, 'ipv4' | 'ipv6', string]> = [
+  ['0.0.0.0', 8, 'ipv4', 'an unspecified address'],
+  ['127.0.0.0', 8, 'ipv4', 'a loopback address'],
+  ['10.0.0.0', 8, 'ipv4', 'a private address'],
+  ['172.16.0.0', 12, 'ipv4', 'a private address'],
+  ['192.168.0.0', 16, 'ipv4', 'a private address'],
+  ['100.64.0.0', 10, 'ipv4', 'a shared (carrier-grade NAT) address'],
+  ['169.254.0.0', 16, 'ipv4', 'a link-local address (instance and container credential endpoints)'],
+  ['192.0.0.0', 24, 'ipv4', 'an IETF protocol assignment address'],
+  ['198.18.0.0', 15, 'ipv4', 'a benchmarking address'],
+  ['224.0.0.0', 4, 'ipv4', 'a multicast address'],
+  ['240.0.0.0', 4, 'ipv4', 'a reserved address'],
+  ['::', 128, 'ipv6', 'an unspecified address'],
+  ['::1', 128, 'ipv6', 'a loopback address'],
+  ['fc00::', 7, 'ipv6', 'a private (unique local) address'],
+  ['fe80::', 10, 'ipv6', 'a link-local address'],
+  ['ff00::', 8, 'ipv6', 'a multicast address'],
+  ['64:ff9b::', 96, 'ipv6', 'a NAT64 address'],
+];
+
+/** The policy of one deployment. */
+export interface UrlPolicy {
+  /** `enforce`: refuse denied addresses; `off`: allow everything (kapp-controller's behaviour). */
+  mode: 'enforce' | 'off';
+  /**
+   * Exceptions, each `host`, `host:port` or a CIDR (`10.20.0.0/16`, `fd00::/8`): a source whose
+   * host (or host and port) is listed, or whose every address is in a listed CIDR, is allowed.
+   */
+  allow: readonly string[];
+}
+
+/** The default of the cloud mode: enforce, no exceptions. */
+export const CLOUD_URL_POLICY: UrlPolicy = Object.freeze({ mode: 'enforce', allow: Object.freeze([]) });
+
+/** A source refused by the policy; `message` names the source, the address and the reason. */
+export class UrlPolicyError extends KappControllerError {
+  /**
+   * @param source - the URL or image reference as written in the spec
+   * @param detail - why it was refused
+   */
+  constructor(
+    readonly source: string,
+    detail: string,
+  ) {
+    super(`URL policy refused ${source}: ${detail}`);
+    this.name = 'UrlPolicyError';
+  }
+}
+
+/** Resolves a host name to its addresses (default: the system resolver, every address). */
+export type HostResolver = (host: string) => Promise<string[]>;
+
+const systemResolver: HostResolver = async (host) => (await lookup(host, { all: true })).map((a) => a.address);
+
+/** One network endpoint a fetch entry will contact. */
+export interface FetchEndpoint {
+  /** The URL or reference as the spec wrote it. */
+  source: string;
+  /** Scheme (`https`, `http`, `ssh`, `git`, `oci`, `registry` for image references). */
+  scheme: string;
+  /** Host name or IP literal, without brackets. */
+  host: string;
+  /** Port, when the source names one. */
+  port?: string;
+}
+
+/** Schemes a fetch may use when the policy is enforced (no `file://`, `ext::` or local paths). */
+const ALLOWED_SCHEMES = new Set(['https', 'http', 'ssh', 'git', 'oci', 'registry']);
+
+function fromUrl(source: string): FetchEndpoint {
+  let u: URL;
+  try {
+    u = new URL(source);
+  } catch {
+    throw new UrlPolicyError(source, 'not a URL');
+  }
+  const scheme = u.protocol.replace(/:$/, '').toLowerCase();
+  const host = u.hostname.replace(/^\[|\]$/g, '');
+  return { source, scheme, host, ...(u.port ? { port: u.port } : {}) };
+}
+
+/** Endpoint of a git URL: a URL with a scheme, or scp-style `[user@]host:path`. */
+function gitEndpoint(source: string): FetchEndpoint {
+  if (/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(source)) return fromUrl(source);
+  const local =
+    'not a network URL (local paths and git transports other than https, http, ssh and git are not allowed)';
+  // `<transport>::<address>` runs a git remote helper (`ext::` runs a command).
+  if (/^[A-Za-z][A-Za-z0-9+.-]*::/.test(source)) throw new UrlPolicyError(source, local);
+  const scp = /^(?:[^@/]+@)?(\[[^\]]+\]|[^:/]+):(?!\/\/)/.exec(source);
+  if (scp?.[1]) return { source, scheme: 'ssh', host: scp[1].replace(/^\[|\]$/g, '') };
+  throw new UrlPolicyError(
+    source,
+    'not a network URL (local paths and git transports other than https, http, ssh and git are not allowed)',
+  );
+}
+
+/** Endpoint of an image reference: its registry (`index.docker.io` when none is written). */
+function registryEndpoint(source: string): FetchEndpoint {
+  const registry = extractImageRegistry(source);
+  const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(registry);
+  const host = (m?.[1] ?? registry).replace(/^\[|\]$/g, '');
+  return { source, scheme: 'registry', host, ...(m?.[2] ? { port: m[2] } : {}) };
+}
+
+/**
+ * The endpoints a `spec.fetch` will contact, in order. Inline sources contact none.
+ *
+ * @param fetch - `spec.fetch` (of an App, or the single fetch of a PackageRepository)
+ * @throws {UrlPolicyError} for a git source that is not a network URL
+ */
+export function fetchEndpoints(fetch: readonly AppFetch[]): FetchEndpoint[] {
+  const out: FetchEndpoint[] = [];
+  for (const entry of fetch) {
+    if (entry.http?.url) out.push(fromUrl(entry.http.url));
+    if (entry.git?.url) out.push(gitEndpoint(entry.git.url));
+    const repo = entry.helmChart?.repository?.url;
+    if (repo) out.push(fromUrl(repo));
+    if (entry.image?.url) out.push(registryEndpoint(entry.image.url));
+    if (entry.imgpkgBundle?.image) out.push(registryEndpoint(entry.imgpkgBundle.image));
+  }
+  return out;
+}
+
+function family(address: string): 'ipv4' | 'ipv6' {
+  return isIP(address) === 6 ? 'ipv6' : 'ipv4';
+}
+
+/** An IPv4 address written as IPv6 (`::ffff:127.0.0.1`) is judged as IPv4. */
+function unmap(address: string): string {
+  const m = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  return m?.[1] ?? address;
+}
+
+/** Compiled form of a {@link UrlPolicy}. */
+export class UrlPolicyChecker {
+  private readonly denied: Array<{ list: BlockList; reason: string }> = [];
+  private readonly allowedCidrs = new BlockList();
+  private readonly allowedHosts = new Set<string>();
+
+  /**
+   * @param policy - mode and allow-list
+   * @param resolve - host resolver (tests pass a fake; default the system resolver)
+   * @throws Error for an allow-list entry that is not a host, `host:port` or CIDR
+   */
+  constructor(
+    readonly policy: UrlPolicy,
+    private readonly resolve: HostResolver = systemResolver,
+  ) {
+    for (const [net, prefix, fam, reason] of DENIED_RANGES) {
+      const list = new BlockList();
+      list.addSubnet(net, prefix, fam);
+      this.denied.push({ list, reason });
+    }
+    for (const raw of policy.allow) {
+      const entry = raw.trim().toLowerCase();
+      if (entry === '') continue;
+      const cidr = /^(.+)\/(\d{1,3})$/.exec(entry);
+      if (cidr?.[1] && isIP(cidr[1])) {
+        this.allowedCidrs.addSubnet(cidr[1], Number(cidr[2]), family(cidr[1]));
+      } else if (/^[a-z0-9.\-[\]:]+$/.test(entry)) {
+        this.allowedHosts.add(entry.replace(/^\[|\]$/g, ''));
+      } else {
+        throw new Error(`URL policy: invalid allow-list entry ${JSON.stringify(raw)}`);
+      }
+    }
+  }
+
+  /** Why `address` is denied, or `undefined` when it is allowed. */
+  deniedReason(address: string): string | undefined {
+    const a = unmap(address);
+    const fam = family(a);
+    if (this.allowedCidrs.check(a, fam)) return undefined;
+    return this.denied.find((d) => d.list.check(a, fam))?.reason;
+  }
+
+  /**
+   * Checks one endpoint: its scheme, then every address its host resolves to.
+   *
+   * @throws {UrlPolicyError} when the policy refuses it
+   */
+  async check(ep: FetchEndpoint): Promise<void> {
+    if (this.policy.mode === 'off') return;
+    if (!ALLOWED_SCHEMES.has(ep.scheme)) throw new UrlPolicyError(ep.source, `scheme ${ep.scheme} is not allowed`);
+    const host = ep.host.toLowerCase();
+    if (this.allowedHosts.has(host) || (ep.port && this.allowedHosts.has(`${host}:${ep.port}`))) return;
+    let addresses: string[];
+    if (isIP(host)) addresses = [host];
+    else {
+      try {
+        addresses = await this.resolve(host);
+      } catch (err) {
+        throw new UrlPolicyError(
+          ep.source,
+          `host ${host} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+        );
+      }
+    }
+    for (const address of addresses) {
+      const reason = this.deniedReason(address);
+      if (reason) {
+        const via = address === host ? host : `${host} resolves to ${address}`;
+        throw new UrlPolicyError(ep.source, `${via}, ${reason}, which this deployment does not allow`);
+      }
+    }
+  }
+
+  /**
+   * Checks every endpoint of a `spec.fetch`, in order.
+   *
+   * @throws {UrlPolicyError} for the first refused source
+   */
+  async checkFetch(fetch: readonly AppFetch[]): Promise<void> {
+    if (this.policy.mode === 'off') return;
+    for (const ep of fetchEndpoints(fetch)) await this.check(ep);
+  }
+}
+
+/**
+ * Parses the policy settings (`KAPP_LAMBDA_URL_POLICY`, `KAPP_LAMBDA_URL_ALLOW`).
+ *
+ * @param mode - `enforce`, `off`, or empty for `dflt`
+ * @param allow - comma-separated allow-list entries
+ * @param dflt - the runtime's default mode (cloud: `enforce`; embedded: `off`)
+ * @throws Error for an unknown mode
+ */
+export function parseUrlPolicy(
+  mode: string | undefined,
+  allow: string | undefined,
+  dflt: UrlPolicy['mode'],
+): UrlPolicy {
+  const m = (mode ?? '').trim() || dflt;
+  if (m !== 'enforce' && m !== 'off') throw new Error(`expected enforce or off, got ${JSON.stringify(mode)}`);
+  const list = (allow ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  return { mode: m, allow: list };
+}
