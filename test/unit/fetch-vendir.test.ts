@@ -301,11 +301,11 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
     ...extra,
   });
 
-  it('runs exactly `vendir sync -f - --lock-file /dev/null` with VENDIR_CACHE_DIR', () => {
+  it('runs exactly `vendir sync -f - --lock-file /dev/null` with VENDIR_CACHE_DIR and a GODEBUG refusing unsafe tar/zip names', () => {
     expect(vendirSyncCommand('/cache/apps/uid-1')).toEqual({
       bin: 'vendir',
       args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
-      env: { VENDIR_CACHE_DIR: '/cache/apps/uid-1' },
+      env: { VENDIR_CACHE_DIR: '/cache/apps/uid-1', GODEBUG: 'tarinsecurepath=0,zipinsecurepath=0' },
     });
   });
 

@@ -519,19 +519,33 @@ export interface VendirSyncCommand {
   bin: 'vendir';
   /** Exactly upstream's: `sync -f - --lock-file /dev/null`. */
   args: string[];
-  /** `VENDIR_CACHE_DIR` (upstream sets only this variable). */
+  /** `VENDIR_CACHE_DIR` (upstream sets only this variable) and {@link VENDIR_GODEBUG}. */
   env: Record<string, string>;
 }
 
 /**
+ * `GODEBUG` for vendir: Go's tar and zip readers then refuse entry names that are absolute or
+ * climb out with `..` (`archive/tar: insecure file path`). Not set upstream. It guards the
+ * archives vendir still unpacks itself: OCI layers of `image` and `imgpkgBundle` sources
+ * (imgpkg v0.46.1 `DirImage` joins layer entry names onto its directory unchecked, so a layer
+ * entry `../../x` is written outside) and charts read by the helm it runs. (http archives
+ * never reach vendir: the fetch stage unpacks them itself.)
+ */
+export const VENDIR_GODEBUG = 'tarinsecurepath=0,zipinsecurepath=0';
+
+/**
  * The `vendir sync` command upstream runs (`pkg/fetch/vendir.go` `Run`): config on stdin, lock file
- * discarded, cwd = the fetch working directory.
+ * discarded, cwd = the fetch working directory; plus {@link VENDIR_GODEBUG}.
  *
  * @param cacheDir - absolute vendir cache directory for this object (upstream:
  *   `<cacheRoot>/apps/<app uid>` for Apps, `.../pkg-repo/<uid>` for PackageRepositories)
  */
 export function vendirSyncCommand(cacheDir: string): VendirSyncCommand {
-  return { bin: 'vendir', args: ['sync', '-f', '-', '--lock-file', '/dev/null'], env: { VENDIR_CACHE_DIR: cacheDir } };
+  return {
+    bin: 'vendir',
+    args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
+    env: { VENDIR_CACHE_DIR: cacheDir, GODEBUG: VENDIR_GODEBUG },
+  };
 }
 
 /** Input for {@link planVendirSync}. */
