@@ -191,6 +191,19 @@ describe('buildVendirConfig (pkg/fetch/vendir.go AddDir)', () => {
     expect(c.git).toBeUndefined();
   });
 
+  it('turns a prepared http entry into a directory source with the same newRootPath, without its secret', () => {
+    const fetch: AppFetch[] = [
+      { http: { url: 'https://h/a.zip', sha256: 'abc', secretRef: { name: 's' }, subPath: 'a/b' } },
+      { path: 'other', http: { url: 'https://h/b.tgz' } },
+    ];
+    const config = buildVendirConfig(fetch, { preparedHttp: new Map([[0, '/scratch/fetch-http-1/0']]) });
+    expect(config.directories).toEqual([
+      { path: '0', contents: [{ path: '.', directory: { path: '/scratch/fetch-http-1/0' }, newRootPath: 'a/b' }] },
+      { path: 'other', contents: [{ path: '.', http: { url: 'https://h/b.tgz' } }] },
+    ]);
+    expect(vendirResourceRefs(config)).toEqual([]);
+  });
+
   it.each([
     [[], 'Expected at least one fetch option'],
     [[{}], 'Fetching (0): Unsupported way to fetch templates'],
