@@ -13,6 +13,7 @@ import { Header } from 'tar';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   entryNameProblem,
+  isVendirArchiveError,
   plainFileName,
   UnsafeArchiveError,
   unpackHttpContent,
@@ -278,6 +279,22 @@ describe('unpackHttpContent keeps vendir layout for good content', () => {
     expect(r.format).toBe('plain');
     expect(await tree(dest)).toEqual(['a/b/dest/a.yml', 'a/b/dest/app.tgz']);
     expect(Buffer.compare(await readFile(join(dest, 'app.tgz')), content)).toBe(0);
+  });
+
+  it('a file where a directory is needed ends the unpack with a vendir-style error, not an I/O throw', async () => {
+    const err = await unpackHttpContent(
+      gzipSync(
+        tarOf([
+          { path: 'a', body: 'file' },
+          { path: 'a/b', body: 'below a file' },
+        ]),
+      ),
+      dest,
+      URL_TGZ,
+    ).catch((e) => e);
+    expect(isVendirArchiveError(err)).toBe(true);
+    expect(err.message).toBe('Making intermediate dir: EEXIST (entry "a/b")');
+    await expectNothingOutside();
   });
 
   it('entryNameProblem accepts names that stay inside', () => {

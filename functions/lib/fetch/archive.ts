@@ -122,9 +122,20 @@ async function writeEntry(destDir: string, name: string, data: Uint8Array, budge
   if (problem) throw new UnsafeArchiveError(problem, name);
   budget.write(name, data.length);
   const path = posix.join(destDir, name);
-  await mkdir(posix.dirname(path), { recursive: true, mode: 0o700 });
-  // Go's os.Create: truncate, mode 0666 less the umask.
-  await writeFile(path, data, { mode: 0o666 });
+  // Failures here (a file where a directory is needed, a name that is a directory) end the
+  // unpack as vendir's do, with its wording, instead of escaping as an I/O error.
+  const why = (err: unknown) => ((err as NodeJS.ErrnoException).code ?? String(err)).toString();
+  try {
+    await mkdir(posix.dirname(path), { recursive: true, mode: 0o700 });
+  } catch (err) {
+    throw new FinalArchiveError(`Making intermediate dir: ${why(err)} (entry ${quote(name)})`);
+  }
+  try {
+    // Go's os.Create: truncate, mode 0666 less the umask.
+    await writeFile(path, data, { mode: 0o666 });
+  } catch (err) {
+    throw new FinalArchiveError(`Creating dst file: ${why(err)} (entry ${quote(name)})`);
+  }
   budget.files += 1;
 }
 
