@@ -130,11 +130,7 @@ describe('parseLambdaEnv', () => {
     ['KAPP_LAMBDA_KUBECONFIG', 'kubeconfig', 'KAPP_LAMBDA_KUBECONFIG: expected an absolute path'],
     ['KAPP_LAMBDA_TMP_DIR', '/tmp/../etc', 'KAPP_LAMBDA_TMP_DIR: expected an absolute path without ..'],
     ['KAPP_LAMBDA_BIN_DIR', 'opt/bin', 'KAPP_LAMBDA_BIN_DIR: expected an absolute path without ..'],
-    [
-      'KAPP_LAMBDA_URL_POLICY',
-      'audit',
-      'KAPP_LAMBDA_URL_POLICY: Invalid option: expected one of "enforce"|"off"',
-    ],
+    ['KAPP_LAMBDA_URL_POLICY', 'audit', 'KAPP_LAMBDA_URL_POLICY: Invalid option: expected one of "enforce"|"off"'],
     [
       'KAPP_LAMBDA_URL_ALLOW',
       'http://registry/x',

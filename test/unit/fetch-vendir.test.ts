@@ -191,6 +191,19 @@ describe('buildVendirConfig (pkg/fetch/vendir.go AddDir)', () => {
     expect(c.git).toBeUndefined();
   });
 
+  it('turns a prepared http entry into a directory source with the same newRootPath, without its secret', () => {
+    const fetch: AppFetch[] = [
+      { http: { url: 'https://h/a.zip', sha256: 'abc', secretRef: { name: 's' }, subPath: 'a/b' } },
+      { path: 'other', http: { url: 'https://h/b.tgz' } },
+    ];
+    const config = buildVendirConfig(fetch, { preparedHttp: new Map([[0, '/scratch/fetch-http-1/0']]) });
+    expect(config.directories).toEqual([
+      { path: '0', contents: [{ path: '.', directory: { path: '/scratch/fetch-http-1/0' }, newRootPath: 'a/b' }] },
+      { path: 'other', contents: [{ path: '.', http: { url: 'https://h/b.tgz' } }] },
+    ]);
+    expect(vendirResourceRefs(config)).toEqual([]);
+  });
+
   it.each([
     [[], 'Expected at least one fetch option'],
     [[{}], 'Fetching (0): Unsupported way to fetch templates'],
@@ -301,11 +314,11 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
     ...extra,
   });
 
-  it('runs exactly `vendir sync -f - --lock-file /dev/null` with VENDIR_CACHE_DIR', () => {
+  it('runs exactly `vendir sync -f - --lock-file /dev/null` with VENDIR_CACHE_DIR and a GODEBUG refusing unsafe tar/zip names', () => {
     expect(vendirSyncCommand('/cache/apps/uid-1')).toEqual({
       bin: 'vendir',
       args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
-      env: { VENDIR_CACHE_DIR: '/cache/apps/uid-1' },
+      env: { VENDIR_CACHE_DIR: '/cache/apps/uid-1', GODEBUG: 'tarinsecurepath=0,zipinsecurepath=0' },
     });
   });
 

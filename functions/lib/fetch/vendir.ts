@@ -82,6 +82,11 @@ export interface VendirContents {
   };
   /** HTTP download. */
   http?: { url?: string; sha256?: string; secretRef?: VendirLocalRef };
+  /**
+   * A local directory vendir copies: what an `http` source becomes once the fetch stage has
+   * downloaded and safely unpacked it itself (see {@link VendirConfigOptions.preparedHttp}).
+   */
+  directory?: { path: string };
   /** Git repository. */
   git?: {
     url?: string;
@@ -133,6 +138,14 @@ export interface VendirConfigOptions {
    * `host:port`s. Applies to `image`, `imgpkgBundle` and `git` sources only, as upstream.
    */
   dangerousSkipTLSVerify?: string;
+  /**
+   * `spec.fetch` index → absolute directory already holding that `http` entry's content
+   * (downloaded and unpacked by the fetch stage with its own safe extractor). Such an entry
+   * becomes a vendir `directory` source with the same `newRootPath`, so vendir never unpacks
+   * an archive (vendir v0.44 writes `../` entries outside its directory). Entries not listed
+   * keep their `http` source.
+   */
+  preparedHttp?: ReadonlyMap<number, string>;
 }
 
 /**
@@ -314,7 +327,10 @@ function imgpkgBundleContents(bundle: AppFetchImgpkgBundle, skip: string | undef
   };
 }
 
-function httpContents(http: AppFetchHTTP): VendirContents {
+function httpContents(http: AppFetchHTTP, prepared: string | undefined): VendirContents {
+  if (prepared !== undefined) {
+    return compact({ path: '.' as const, directory: { path: prepared }, newRootPath: http.subPath });
+  }
   return compact({
     path: '.' as const,
     http: compact({ url: http.url, sha256: http.sha256, secretRef: localRef(http.secretRef) }),
@@ -401,7 +417,7 @@ export function buildVendirConfig(fetch: readonly AppFetch[], options: VendirCon
         contents = imageContents(entry.image!, skip);
         break;
       case 'http':
-        contents = httpContents(entry.http!);
+        contents = httpContents(entry.http!, options.preparedHttp?.get(i));
         break;
       case 'git':
         contents = gitContents(entry.git!, skip);
@@ -503,19 +519,33 @@ export interface VendirSyncCommand {
   bin: 'vendir';
   /** Exactly upstream's: `sync -f - --lock-file /dev/null`. */
   args: string[];
-  /** `VENDIR_CACHE_DIR` (upstream sets only this variable). */
+  /** `VENDIR_CACHE_DIR` (upstream sets only this variable) and {@link VENDIR_GODEBUG}. */
   env: Record<string, string>;
 }
 
 /**
+ * `GODEBUG` for vendir: Go's tar and zip readers then refuse entry names that are absolute or
+ * climb out with `..` (`archive/tar: insecure file path`). Not set upstream. It guards the
+ * archives vendir still unpacks itself: OCI layers of `image` and `imgpkgBundle` sources
+ * (imgpkg v0.46.1 `DirImage` joins layer entry names onto its directory unchecked, so a layer
+ * entry `../../x` is written outside) and charts read by the helm it runs. (http archives
+ * never reach vendir: the fetch stage unpacks them itself.)
+ */
+export const VENDIR_GODEBUG = 'tarinsecurepath=0,zipinsecurepath=0';
+
+/**
  * The `vendir sync` command upstream runs (`pkg/fetch/vendir.go` `Run`): config on stdin, lock file
- * discarded, cwd = the fetch working directory.
+ * discarded, cwd = the fetch working directory; plus {@link VENDIR_GODEBUG}.
  *
  * @param cacheDir - absolute vendir cache directory for this object (upstream:
  *   `<cacheRoot>/apps/<app uid>` for Apps, `.../pkg-repo/<uid>` for PackageRepositories)
  */
 export function vendirSyncCommand(cacheDir: string): VendirSyncCommand {
-  return { bin: 'vendir', args: ['sync', '-f', '-', '--lock-file', '/dev/null'], env: { VENDIR_CACHE_DIR: cacheDir } };
+  return {
+    bin: 'vendir',
+    args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
+    env: { VENDIR_CACHE_DIR: cacheDir, GODEBUG: VENDIR_GODEBUG },
+  };
 }
 
 /** Input for {@link planVendirSync}. */
@@ -530,6 +560,8 @@ export interface VendirPlanInput {
   dangerousSkipTLSVerify?: string;
   /** Absolute vendir cache directory (see {@link vendirSyncCommand}). */
   cacheDir: string;
+  /** See {@link VendirConfigOptions.preparedHttp}. */
+  preparedHttp?: ReadonlyMap<number, string>;
 }
 
 /** Everything the fetch function needs to run vendir for an App. */
@@ -562,7 +594,10 @@ export interface VendirPlan {
  *   referenced object is missing (upstream's `Fetching: %v` around the API error)
  */
 export function planVendirSync(input: VendirPlanInput): VendirPlan {
-  const config = buildVendirConfig(input.fetch, { dangerousSkipTLSVerify: input.dangerousSkipTLSVerify });
+  const config = buildVendirConfig(input.fetch, {
+    dangerousSkipTLSVerify: input.dangerousSkipTLSVerify,
+    preparedHttp: input.preparedHttp,
+  });
   const extraDocuments = vendirResourceRefs(config).map((ref) => {
     if (ref.kind === 'Secret') {
       const secret = input.refs.secret(ref.name);

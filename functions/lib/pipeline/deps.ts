@@ -4,6 +4,7 @@
  * per process; handlers never read the environment.
  */
 import type { CommandRunner } from '../exec/runner.js';
+import type { HttpDownloader } from '../fetch/http-download.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import type { Logger } from '../log.js';
@@ -49,6 +50,11 @@ export interface PipelineDeps {
   store: ObjectStore;
   /** The one command runner (allow-listed tools). */
   runner: CommandRunner;
+  /**
+   * Downloads `http` fetch sources (the fetch stage unpacks them itself, safely, instead of
+   * vendir). Default: `createHttpDownloader()` (Node's `fetch`).
+   */
+  download?: HttpDownloader;
   /** Wall clock. */
   now: () => Date;
   /** Uniform [0,1) source for jitter; defaults to `Math.random`. */

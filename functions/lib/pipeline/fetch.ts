@@ -14,10 +14,11 @@ import { mkdir } from 'node:fs/promises';
 import type { ObjectRef as EventObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
 import type { App } from '../api/index.js';
 import { canonicalJson, fetchArtifactKey, sha256Hex } from '../artifact/keys.js';
-import { packDir } from '../artifact/tarball.js';
+import { ArtifactError, packDir } from '../artifact/tarball.js';
+import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSourceIdentity } from '../fetch/pinned.js';
 import type { AppFetch } from '../fetch/types.js';
-import { KappControllerError } from '../fetch/types.js';
+import { KappControllerError, type RefObjects } from '../fetch/types.js';
 import { UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
@@ -101,7 +102,7 @@ async function fetchWithVendir(
   kube: ReturnType<PipelineDeps['clusters']['fetchView']>,
 ): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
   const ns = app.metadata.namespace ?? '';
-  let plan: ReturnType<typeof planVendirSync>;
+  let plan: ReturnType<typeof planVendirSync> & { input: Parameters<typeof planVendirSync>[0]; refs: RefObjects };
   try {
     if (deps.config.urlPolicy) await new UrlPolicyChecker(deps.config.urlPolicy).checkFetch(app.spec.fetch ?? []);
     const config = buildVendirConfig(app.spec.fetch ?? [], {
@@ -114,13 +115,14 @@ async function fetchWithVendir(
       refNames.filter((r) => r.kind === 'Secret').map((r) => r.name),
       refNames.filter((r) => r.kind === 'ConfigMap').map((r) => r.name),
     );
-    plan = planVendirSync({
+    const input = {
       fetch: app.spec.fetch ?? [],
       namespace: ns,
       refs,
       dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify,
       cacheDir: `${deps.config.tmpRoot}/vendir-cache/apps/${app.metadata.uid}`,
-    });
+    };
+    plan = { ...planVendirSync(input), input, refs };
   } catch (err) {
     if (err instanceof UrlPolicyError) {
       return { result: resultFromError(err, FETCH_RUN_ERROR_PREFIX), toolMs: 0, toolRuns: 0 };
@@ -129,25 +131,53 @@ async function fetchWithVendir(
     throw err;
   }
   const work = await makeScratch(deps, 'fetch');
+  // http sources are downloaded and unpacked here, outside vendir's directory (see
+  // ../fetch/http-source.ts), so vendir never unpacks an archive itself.
+  const prep = await makeScratch(deps, 'fetch-http');
   try {
     const cacheDir = plan.command.env.VENDIR_CACHE_DIR;
     if (cacheDir) await mkdir(cacheDir, { recursive: true });
+    const prepared = await prepareHttpSources({
+      fetch: app.spec.fetch ?? [],
+      refs: plan.refs,
+      root: prep,
+      downloader: deps.download,
+      timeoutMs: deps.config.toolTimeoutMs,
+    });
+    if ('result' in prepared) return { result: prepared.result, toolMs: 0, toolRuns: 0 };
+    const toRun = prepared.dirs.size > 0 ? planVendirSync({ ...plan.input, preparedHttp: prepared.dirs }) : plan;
     const run = await deps.runner.run({
-      cmd: plan.command.bin,
-      args: plan.command.args,
-      stdin: plan.stdin,
+      cmd: toRun.command.bin,
+      args: toRun.command.args,
+      stdin: toRun.stdin,
       cwd: work,
-      env: plan.command.env,
-      writable: cacheDir ? [work, cacheDir] : [work],
+      env: toRun.command.env,
+      // vendir writes the fetch directory and its cache, and reads the unpacked http sources.
+      writable: cacheDir ? [work, prep, cacheDir] : [work, prep],
       timeoutMs: deps.config.toolTimeoutMs,
     });
     const result = attachError(FETCH_RUN_ERROR_PREFIX, run);
+    if (prepared.dirs.size > 0) result.stdout = restoreHttpLock(result.stdout, prepared.urls);
     if (result.error) return { result, toolMs: run.durationMs, toolRuns: 1 };
-    const packed = await packDir(work);
+    let packed: Awaited<ReturnType<typeof packDir>>;
+    try {
+      packed = await packDir(work);
+    } catch (err) {
+      // What vendir left is refused (a symlink out of the directory, too many files, ...):
+      // a fetch failure in status rather than a stage that throws and is retried forever.
+      if (!(err instanceof ArtifactError) || err.code === 'io') throw err;
+      const detail = err.path ? `${err.message}: ${JSON.stringify(err.path)}` : err.message;
+      return {
+        result: { ...resultFromError(new Error(detail), FETCH_RUN_ERROR_PREFIX), stdout: result.stdout },
+        toolMs: run.durationMs,
+        toolRuns: 1,
+      };
+    }
     const fetchKey = fetchArtifactKey(packed.sha256);
     await deps.store.putIfAbsent(fetchKey, packed.tgz);
     return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1 };
   } finally {
+    await removeScratch(prep);
     await removeScratch(work);
   }
 }
