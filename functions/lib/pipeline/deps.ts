@@ -33,6 +33,12 @@ export interface PipelineConfig {
   deployProgressIntervalMs?: number;
   /** Kill a tool after this long, ms. Default: the runner's default. */
   toolTimeoutMs?: number;
+  /**
+   * Bound of each templating tool's output (the manifest stream), bytes. Output above it fails
+   * the template stage (`Templating dir: ytt output exceeded <N> bytes ...`) rather than
+   * deploying a cut manifest. Default: `DEFAULT_MAX_OUTPUT_BYTES` of the runner (64 MiB).
+   */
+  maxTemplateOutputBytes?: number;
 }
 
 /** Ports and configuration of the stage handlers. */
