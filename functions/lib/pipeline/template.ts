@@ -24,9 +24,9 @@ import {
   templateArtifactKey,
 } from '../artifact/keys.js';
 import { unpackTarball } from '../artifact/tarball.js';
+import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
 import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
 import { templateRootOf } from '../fetch/vendir.js';
-import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
 import { attachError, resultFromError, type StageResult } from '../reconcile/status.js';
 import { markTruncated } from '../reconcile/status-budget.js';
 import type { ClusterInfo } from '../template/downward-api.js';

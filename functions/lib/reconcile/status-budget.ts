@@ -77,13 +77,38 @@ function codePointCost(cp: number): number {
  * @returns Encoded bytes.
  */
 export function encodedTextBytes(text: string): number {
+  // UTF-8 length natively, plus what escaping adds: 1 byte for `"`, `\`, `\n`, `\r`, `\t`;
+  // 5 for the other controls and `<`, `>`, `&` (`\u00XX`); 3 for U+2028/9 and lone surrogates
+  // (UTF-8 counts 3, the escape is 6).
+  return (
+    Buffer.byteLength(text, 'utf8') +
+    count(text, TWO_BYTE_ESCAPES) +
+    5 * count(text, SIX_BYTE_ESCAPES) +
+    3 * count(text, WIDE_ESCAPES)
+  );
+}
+
+const TWO_BYTE_ESCAPES = /["\\\n\r\t]/g;
+// biome-ignore lint/suspicious/noControlCharactersInRegex: counting the control characters JSON escapes
+const SIX_BYTE_ESCAPES = /[\u0000-\u0008\u000b\u000c\u000e-\u001f<>&]/g;
+const WIDE_ESCAPES = /[\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+function count(text: string, re: RegExp): number {
+  re.lastIndex = 0;
   let n = 0;
-  for (let i = 0; i < text.length; i++) {
-    const cp = text.codePointAt(i) ?? 0;
-    n += codePointCost(cp);
-    if (cp > 0xffff) i++;
-  }
+  while (re.exec(text) !== null) n++;
   return n;
+}
+
+/** A deep copy of a JSON value that shares the (immutable) strings instead of copying megabytes. */
+function copyJson<T>(value: T): T {
+  if (Array.isArray(value)) return value.map(copyJson) as T;
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[k] = copyJson(v);
+    return out as T;
+  }
+  return value;
 }
 
 /**
@@ -129,6 +154,11 @@ export function encodedSize(value: unknown): number {
  */
 export function truncateTailEncoded(text: string, maxBytes: number): string {
   if (text.length <= maxBytes / 6 || encodedTextBytes(text) <= maxBytes) return text;
+  return cutTail(text, maxBytes);
+}
+
+/** {@link truncateTailEncoded} for a text known not to fit. */
+function cutTail(text: string, maxBytes: number): string {
   const keep = maxBytes - encodedTextBytes(TRUNCATION_PREFIX);
   if (keep < 0) return '';
   let used = 0;
@@ -200,16 +230,50 @@ interface TextField {
 const STAGE_PARTS = ['fetch', 'template', 'deploy', 'inspect'] as const;
 const STAGE_TEXT: Record<string, FieldClass> = { error: 'short', stderr: 'stderr', stdout: 'stdout' };
 
+/** The longest string anywhere in a JSON value, in UTF-16 code units. */
+function longestString(value: unknown): number {
+  if (typeof value === 'string') return value.length;
+  if (value === null || typeof value !== 'object') return 0;
+  let n = 0;
+  for (const v of Array.isArray(value) ? value : Object.values(value)) n = Math.max(n, longestString(v));
+  return n;
+}
+
+/**
+ * The last `maxUnits` code units of `text` (never starting inside a surrogate pair). Every code
+ * unit encodes to at least one byte, so no cut to `maxUnits` bytes or fewer needs more.
+ */
+function lastUnits(text: string, maxUnits: number): string {
+  if (text.length <= maxUnits) return text;
+  let start = text.length - maxUnits;
+  const unit = text.charCodeAt(start);
+  if (unit >= 0xdc00 && unit <= 0xdfff) start++;
+  return text.slice(start);
+}
+
 function isRecord(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
 
-/** Collects the bounded text fields of `status` (a private deep copy). */
-function textFields(status: Record<string, unknown>): TextField[] {
+/**
+ * Collects the bounded text fields of `status` (a private deep copy), each first cut to its last
+ * `maxUnits` code units (cheap, and never less than any share it can get) so that a 5 MiB text
+ * is measured only once at budget size.
+ */
+function textFields(status: Record<string, unknown>, maxUnits: number): TextField[] {
   const out: TextField[] = [];
   const add = (holder: Record<string, unknown>, key: string, cls: FieldClass) => {
     const v = holder[key];
-    if (typeof v === 'string' && v !== '') out.push({ holder, key, cls, bytes: encodedTextBytes(v) });
+    if (typeof v !== 'string' || v === '') return;
+    const text = lastUnits(v, maxUnits);
+    holder[key] = text;
+    // A pre-cut text always counts as too big for its share (so it gets the marker).
+    out.push({
+      holder,
+      key,
+      cls,
+      bytes: text === v ? encodedTextBytes(text) : Math.max(encodedTextBytes(text), maxUnits + 1),
+    });
   };
   add(status, 'friendlyDescription', 'short');
   add(status, 'usefulErrorMessage', 'useful');
@@ -274,12 +338,13 @@ export function fitStatus<S extends AppStatusLike>(
   budgetBytes: number = STATUS_BUDGET_BYTES,
   generation?: number,
 ): S {
-  if (encodedSize(status) <= budgetBytes) return status;
-  const out = structuredClone(status) as S & Record<string, unknown>;
+  // A string longer than the budget cannot fit (each code unit encodes to 1+ bytes).
+  if (longestString(status) <= budgetBytes && encodedSize(status) <= budgetBytes) return status;
+  const out = copyJson(status) as S & Record<string, unknown>;
   if (Array.isArray(out.conditions) && out.conditions.length > MAX_CONDITIONS) {
     out.conditions = out.conditions.slice(0, MAX_CONDITIONS);
   }
-  const fields = textFields(out);
+  const fields = textFields(out, budgetBytes);
   const texts = fields.map((f) => f.holder[f.key] as string);
   for (const f of fields) f.holder[f.key] = '';
   const room = budgetBytes - encodedSize(out);
@@ -299,7 +364,7 @@ export function fitStatus<S extends AppStatusLike>(
   const apply = (list: typeof short, alloc: number[]) =>
     list.forEach(({ f, i }, k) => {
       const text = texts[i] ?? '';
-      f.holder[f.key] = (alloc[k] ?? 0) >= f.bytes ? text : truncateTailEncoded(text, alloc[k] ?? 0);
+      f.holder[f.key] = (alloc[k] ?? 0) >= f.bytes ? text : cutTail(text, alloc[k] ?? 0);
     });
   apply(short, shortAlloc);
   apply(long, longAlloc);
