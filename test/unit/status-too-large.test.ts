@@ -14,6 +14,7 @@ import { isStatusTooLargeError, writeStatus } from '../../functions/lib/kube/sta
 import type { RestRequest, RestResponse, RestTransport, WatchTransport } from '../../functions/lib/kube/transport.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { summarizeStatus, templatePart, writeAppStatus } from '../../functions/lib/pipeline/common.js';
+import { KAPP_OUTPUT_BYTES, runDeploy } from '../../functions/lib/pipeline/deploy.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
 import { TRUNCATION_PREFIX } from '../../functions/lib/reconcile/status.js';
@@ -62,8 +63,27 @@ class FakeApiServer implements RestTransport {
     private readonly limits: Limits = REAL,
   ) {}
 
+  /** Every status stored, in order. */
+  readonly statuses: AppStatus[] = [];
+
   async send(req: RestRequest): Promise<RestResponse> {
     if (req.method === 'GET' && req.path === APP_PATH) return { statusCode: 200, body: structuredClone(this.object) };
+    if (req.method === 'PATCH' && req.path === APP_PATH) {
+      // Finalizers (merge patch with the resourceVersion precondition).
+      const patch = req.body as { metadata: { finalizers: string[] } };
+      const rv = String(Number(this.object.metadata.resourceVersion) + 1);
+      this.object = {
+        ...this.object,
+        metadata: { ...this.object.metadata, finalizers: patch.metadata.finalizers, resourceVersion: rv },
+      };
+      return { statusCode: 200, body: structuredClone(this.object) };
+    }
+    if (req.method === 'GET' && req.path === '/api/v1/namespaces/n/serviceaccounts/sa') {
+      return { statusCode: 200, body: { metadata: { name: 'sa', namespace: 'n' } } };
+    }
+    if (req.method === 'POST' && req.path === '/api/v1/namespaces/n/serviceaccounts/sa/token') {
+      return { statusCode: 201, body: { status: { token: 'tok', expirationTimestamp: '2099-01-01T00:00:00Z' } } };
+    }
     if (req.method !== 'PUT' || req.path !== `${APP_PATH}/status`) return failure(404, 'not found', 'NotFound');
     const bodyBytes = Buffer.byteLength(JSON.stringify(req.body));
     this.puts.push(bodyBytes);
@@ -88,6 +108,7 @@ class FakeApiServer implements RestTransport {
     }
     if (stored > this.limits.etcd) return failure(500, 'etcdserver: request is too large');
     this.object = next;
+    this.statuses.push(next.status as AppStatus);
     return { statusCode: 200, body: structuredClone(next) };
   }
 }
@@ -317,5 +338,83 @@ describe('template output cut by the runner bound', () => {
     const { out, store } = await run(1000);
     expect(out.deploy?.artifacts.manifestKey).toMatch(/^artifacts\/template\/sha256\/[0-9a-f]{64}\.yaml$/);
     expect((await store.get(out.deploy?.artifacts.manifestKey ?? ''))?.length).toBe(1000);
+  });
+});
+
+describe('kapp output while and after deploying', () => {
+  it('8 MiB of kapp progress: every status written stays within the budget, the tail and marker kept', {
+    timeout: 120_000,
+  }, async () => {
+    const server = new FakeApiServer(appObject({ serviceAccountName: 'sa' }));
+    const store = new MemoryStore();
+    const manifestKey = `artifacts/template/sha256/${'b'.repeat(64)}.yaml`;
+    await store.put(manifestKey, 'kind: ConfigMap\n');
+    const line = 'Wait to: 0 reconcile, 0 delete, 1 noop  |  ongoing: waiting on configmap/x (v1) namespace: n\n';
+    let total = 0;
+    const runner = new FakeCommandRunner().on('kapp', async (req) => {
+      req.onOutput?.('Changes\n\n ---- applying 1 changes [0/1 done] ----\n', 'stdout');
+      // 8 MiB in 16 chunks, pausing so the 1 ms progress timer fires in between.
+      const chunk = line.repeat(Math.ceil((512 * 1024) / line.length));
+      for (let i = 0; i < 16; i++) {
+        req.onOutput?.(chunk, 'stdout');
+        req.onOutput?.(`stderr warning ${i}\n`.repeat(2000), 'stderr');
+        total += chunk.length;
+        await new Promise((r) => setTimeout(r, 3));
+      }
+      // kapp keeps running until a progress write has shown the cut output (bounded wait).
+      const cutShown = () =>
+        server.statuses.some((st) => st.deploy?.finished === false && st.deploy.stdout?.startsWith(TRUNCATION_PREFIX));
+      for (let i = 0; i < 2000 && !cutShown(); i++) await new Promise((r) => setTimeout(r, 5));
+      return { stdout: `${chunk.repeat(16)}Succeeded\n`, stderr: 'last warning\n' };
+    });
+    const deps: PipelineDeps = {
+      clusters: new MapClusterRegistry({ c1: clientOf(server) }),
+      store,
+      runner,
+      now: () => new Date('2024-01-02T03:04:05Z'),
+      log: memoryLogger(),
+      config: {
+        tmpRoot: path.join(tmpdir(), 'status-too-large-deploy'),
+        toolVersions: {},
+        controllerVersion: 'v0.53.1',
+        deployProgressIntervalMs: 1,
+      },
+    };
+    await runDeploy(
+      {
+        object: {
+          clusterId: 'c1',
+          kind: 'App',
+          apiVersion: REF.apiVersion,
+          namespace: 'n',
+          name: 'a',
+          uid: 'u1',
+          generation: 1,
+          resourceVersion: '1',
+        },
+        run: { generation: 1, runId: 'r1', startedAt: '2024-01-02T03:04:05Z' },
+        artifacts: { manifestKey },
+      },
+      deps,
+    );
+    expect(total).toBeGreaterThan(8 * MiB - 1);
+    const progress = server.statuses.filter((st) => st.deploy?.finished === false);
+    expect(progress.length).toBeGreaterThan(0);
+    for (const st of server.statuses) {
+      expect(Buffer.byteLength(JSON.stringify(st))).toBeLessThanOrEqual(STATUS_BUDGET_BYTES);
+    }
+    for (const st of progress) {
+      expect(st.deploy?.stdout?.endsWith('waiting on configmap/x (v1) namespace: n')).toBe(true);
+    }
+    // Once more than the budget has streamed, progress shows the tail behind the marker.
+    expect(progress.some((st) => st.deploy?.stdout?.startsWith(TRUNCATION_PREFIX))).toBe(true);
+    const final = server.object.status as AppStatus;
+    expect(final.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    expect(final.deploy?.finished).toBe(true);
+    expect(final.deploy?.stdout?.startsWith(TRUNCATION_PREFIX)).toBe(true);
+    expect(final.deploy?.stdout?.endsWith('namespace: n\nSucceeded')).toBe(true);
+    // The runner kept at most its bound; the status at most its share of the budget.
+    expect(Buffer.byteLength(final.deploy?.stdout ?? '')).toBeLessThan(KAPP_OUTPUT_BYTES);
+    expect(final.deploy?.stderr).toBe('last warning');
   });
 });
