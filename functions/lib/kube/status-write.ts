@@ -103,7 +103,8 @@ export function normalizeStatus(status: unknown): unknown {
 /**
  * Decides what to do with `object` (as just read, or `undefined` on 404) for `run`.
  * `mutate` gets a deep copy of the current status (`undefined` when none) and returns
- * the new one. Pure (as long as `mutate` is).
+ * the new one; `fitTo` (a {@link StatusBounds.fit}), when given, then bounds it before it is
+ * compared with the stored one. Pure (as long as `mutate` and `fitTo` are).
  */
 export function planStatusWrite<S>(
   object: KubeObject | undefined,
