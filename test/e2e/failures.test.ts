@@ -32,6 +32,7 @@ const NS = {
   git: `e2e-fail-git-${id}`,
   raw: `e2e-fail-raw-${id}`,
   path: `e2e-fail-path-${id}`,
+  big: `e2e-fail-big-${id}`,
 };
 
 let rt: E2ERuntime;
@@ -104,6 +105,36 @@ describe.concurrent('failures with kapp-controller status text', () => {
     expect(s.deploy).toBeUndefined();
     expect(app.metadata.finalizers ?? []).not.toContain(APP_FINALIZER);
     expect(await getObject('configmap', ns, 'never')).toBeUndefined();
+  });
+
+  it('a ytt fail() with a 5 MiB message: ReconcileFailed with the tail of the message, status within 1 MiB', async () => {
+    // Upstream bounds each field to 1 MiB, so template.stderr + usefulErrorMessage (2 MiB and
+    // more) exceed what the API server stores and the App stays Reconciling. Here the whole
+    // status has one 1 MiB budget and keeps the tail behind `[output truncated]`.
+    const ns = NS.big;
+    const name = `big-${id}`;
+    await apply(
+      appManifest(ns, name, {
+        fetch: [
+          { inline: { paths: { 'config.yml': '#@ fail("BEGIN-OF-FAIL " + "x" * 5242880 + " END-OF-FAIL")\n' } } },
+        ],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }),
+    );
+    const app = await waitFailedTwice(ns, name);
+    const message = `Templating dir: ${SEE_USEFUL}`;
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(Buffer.byteLength(JSON.stringify(s))).toBeLessThanOrEqual(1024 * 1024);
+    for (const text of [s.usefulErrorMessage, s.template?.stderr]) {
+      expect(text?.startsWith('[output truncated]\n')).toBe(true);
+      expect(text).toContain('x END-OF-FAIL');
+      expect(text).not.toContain('- fail: BEGIN-OF-FAIL');
+    }
+    expect(s.template?.exitCode).toBe(1);
+    expect(s.template?.error).toBe(message);
+    expect(s.deploy).toBeUndefined();
   });
 
   it('a missing Secret in inline.pathsFrom: Fetching: secrets "<name>" not found', async () => {

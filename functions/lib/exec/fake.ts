@@ -37,6 +37,16 @@ export interface ScriptedResult {
   durationMs?: number;
 }
 
+/** The tail of `text` within `max` UTF-8 bytes (never splitting a character), as the real runner keeps. */
+function tailBytes(text: string, max: number | undefined): { text: string; truncated: boolean } {
+  if (max === undefined) return { text, truncated: false };
+  const buf = Buffer.from(text, 'utf8');
+  if (buf.length <= max) return { text, truncated: false };
+  let start = buf.length - max;
+  while (start < buf.length && ((buf[start] ?? 0) & 0xc0) === 0x80) start++;
+  return { text: buf.subarray(start).toString('utf8'), truncated: true };
+}
+
 /** A fixed answer, or a function of the request. */
 export type Responder =
   | ScriptedResult
@@ -113,7 +123,9 @@ export class FakeCommandRunner implements CommandRunner {
   }
 
   /**
-   * Records the request and answers it. Streams scripted stdout then stderr through `onOutput`.
+   * Records the request and answers it. Streams scripted stdout then stderr through `onOutput`;
+   * the result keeps each stream's tail within `maxOutputBytes` and reports `truncated`, as the
+   * real runner does.
    * An already-aborted signal yields `Already canceled` (nothing recorded as run, but the call is
    * still recorded).
    *
@@ -155,12 +167,15 @@ export class FakeCommandRunner implements CommandRunner {
     if (responder === undefined) throw new Error(`unscripted command: ${[req.cmd, ...req.args].join(' ')}`);
 
     const scripted = typeof responder === 'function' ? await responder(req, call) : responder;
-    const stdout = scripted.stdout ?? '';
-    const stderr = scripted.stderr ?? '';
     if (req.onOutput) {
-      if (stdout !== '') req.onOutput(stdout, 'stdout');
-      if (stderr !== '') req.onOutput(stderr, 'stderr');
+      if (scripted.stdout) req.onOutput(scripted.stdout, 'stdout');
+      if (scripted.stderr) req.onOutput(scripted.stderr, 'stderr');
     }
+    // Like the real runner: each stream keeps its tail within `req.maxOutputBytes`.
+    const out = tailBytes(scripted.stdout ?? '', req.maxOutputBytes);
+    const err = tailBytes(scripted.stderr ?? '', req.maxOutputBytes);
+    const stdout = out.text;
+    const stderr = err.text;
     let exitCode = scripted.exitCode ?? (scripted.error ? scripted.error.exitCode : 0);
     let error = scripted.error;
     if (error === undefined && exitCode !== 0) error = new CommandExitError(req.cmd, exitCode);
@@ -170,7 +185,7 @@ export class FakeCommandRunner implements CommandRunner {
       stderr,
       exitCode,
       durationMs: scripted.durationMs ?? 0,
-      truncated: { stdout: false, stderr: false },
+      truncated: { stdout: out.truncated, stderr: err.truncated },
     };
     if (error !== undefined) result.error = error;
     return result;

@@ -7,3 +7,4 @@
  */
 export * from './metrics.js';
 export * from './runner.js';
+export * from './tail.js';

@@ -11,6 +11,7 @@ import { isDeepStrictEqual } from 'node:util';
 import {
   ConflictError,
   GoneError,
+  KubeApiError,
   type KubeObject,
   type KubeReader,
   type ObjectRef,
@@ -40,10 +41,48 @@ export type StatusWriteOutcome = 'written' | 'unchanged' | 'stale' | 'gone';
 /** Result of {@link writeStatus}. */
 export interface StatusWriteResult {
   outcome: StatusWriteOutcome;
+  /**
+   * Set when the API server rejected the status as too large and {@link StatusBounds.tooLarge}'s
+   * status was written (or found unchanged) instead.
+   */
+  tooLarge?: true;
   /** `metadata.resourceVersion` after the call (`written`: the new one; `unchanged`/`stale`: the one read); `undefined` when `gone`. */
   resourceVersion: string | undefined;
   /** Number of GETs done (1 unless 409s forced re-reads). */
   attempts: number;
+}
+
+/**
+ * How a status is kept within the API server's size limit (see `reconcile/status-budget.ts`).
+ * Both functions must be pure.
+ */
+export interface StatusBounds<S> {
+  /** Makes the status about to be written fit; `object` is the object as read (its size counts). */
+  fit(status: S, object: KubeObject): S;
+  /**
+   * The status written instead when the API server rejected `attempted` as too large
+   * ({@link isStatusTooLargeError}); it must be small.
+   */
+  tooLarge(current: S | undefined, attempted: S, error: KubeApiError): S;
+}
+
+/** What the API server answers when a request or the stored object is too large. */
+const TOO_LARGE_MESSAGE =
+  /request entity too large|etcdserver: request is too large|ResourceExhausted|trying to send message larger than max/i;
+
+/**
+ * True when a write failed because of its size: HTTP 413 (`Request entity too large: limit is
+ * 3145728`, the API server's 3 MiB request body bound), or a 500/422 carrying etcd's refusal
+ * (`etcdserver: request is too large` above `--max-request-bytes`, 1.5 MiB by default) or its
+ * client's (`rpc error: code = ResourceExhausted desc = trying to send message larger than max
+ * (N vs. 2097152)`). Retrying such a write can never succeed.
+ *
+ * @param error - Anything thrown by a {@link StatusWriter}.
+ */
+export function isStatusTooLargeError(error: unknown): error is KubeApiError {
+  if (!(error instanceof KubeApiError)) return false;
+  if (error.statusCode === 413 || error.reason === 'RequestEntityTooLarge') return true;
+  return (error.statusCode === 500 || error.statusCode === 422) && TOO_LARGE_MESSAGE.test(error.message);
 }
 
 /** Decision for one read object. */
@@ -64,18 +103,21 @@ export function normalizeStatus(status: unknown): unknown {
 /**
  * Decides what to do with `object` (as just read, or `undefined` on 404) for `run`.
  * `mutate` gets a deep copy of the current status (`undefined` when none) and returns
- * the new one. Pure (as long as `mutate` is).
+ * the new one; `fitTo` (a {@link StatusBounds.fit}), when given, then bounds it before it is
+ * compared with the stored one. Pure (as long as `mutate` and `fitTo` are).
  */
 export function planStatusWrite<S>(
   object: KubeObject | undefined,
   run: RunFence,
   mutate: (current: S | undefined) => S,
+  fitTo?: StatusBounds<S>['fit'],
 ): StatusWritePlan {
   if (!object || object.metadata.uid !== run.uid) return { action: 'gone' };
   const resourceVersion = object.metadata.resourceVersion;
   if (object.metadata.generation !== run.generation) return { action: 'stale', resourceVersion };
   const current = normalizeStatus(object.status);
-  const next = normalizeStatus(mutate(structuredClone(current) as S | undefined));
+  const mutated = mutate(structuredClone(current) as S | undefined);
+  const next = normalizeStatus(fitTo ? fitTo(mutated, object) : mutated);
   if (isDeepStrictEqual(current, next)) return { action: 'unchanged', resourceVersion };
   return { action: 'write', resourceVersion, status: next };
 }
@@ -87,24 +129,34 @@ export function planStatusWrite<S>(
  * status). A deletion run must carry the generation read after the deletionTimestamp
  * was set (the API server bumps it).
  *
+ * With `bounds`, every status passes `bounds.fit` before it is compared and sent, and a write
+ * the API server rejects as too large ({@link isStatusTooLargeError}) is not retried as is:
+ * the next attempt writes `bounds.tooLarge(...)` instead (once; result `tooLarge: true`).
+ *
  * @returns the outcome; see {@link StatusWriteOutcome}.
  * @throws ConflictError when all {@link STATUS_WRITE_ATTEMPTS} attempts conflicted.
- * @throws KubeApiError on any other API failure (from the reader or writer).
+ * @throws KubeApiError on any other API failure (from the reader or writer), including a
+ *   too-large rejection without `bounds` or of the fallback status itself.
  */
 export async function writeStatus<S>(
   client: KubeReader & StatusWriter,
   ref: ObjectRef,
   run: RunFence,
   mutate: (current: S | undefined) => S,
+  bounds?: StatusBounds<S>,
 ): Promise<StatusWriteResult> {
   let lastConflict: ConflictError | undefined;
-  for (let attempt = 1; attempt <= STATUS_WRITE_ATTEMPTS; attempt++) {
-    const plan = planStatusWrite(await client.getObject(ref), run, mutate);
+  let planned = mutate;
+  let tooLarge = false;
+  const result = (r: StatusWriteResult): StatusWriteResult => (tooLarge ? { ...r, tooLarge: true } : r);
+  // The fallback after a too-large rejection gets one attempt of its own.
+  for (let attempt = 1; attempt <= STATUS_WRITE_ATTEMPTS + (tooLarge ? 1 : 0); attempt++) {
+    const plan = planStatusWrite(await client.getObject(ref), run, planned, bounds?.fit);
     if (plan.action === 'gone') {
-      return { outcome: 'gone', resourceVersion: undefined, attempts: attempt };
+      return result({ outcome: 'gone', resourceVersion: undefined, attempts: attempt });
     }
     if (plan.action === 'stale' || plan.action === 'unchanged') {
-      return { outcome: plan.action, resourceVersion: plan.resourceVersion, attempts: attempt };
+      return result({ outcome: plan.action, resourceVersion: plan.resourceVersion, attempts: attempt });
     }
     try {
       const written = await client.updateStatus(
@@ -112,10 +164,16 @@ export async function writeStatus<S>(
         { resourceVersion: plan.resourceVersion, uid: run.uid },
         plan.status,
       );
-      return { outcome: 'written', resourceVersion: written.resourceVersion, attempts: attempt };
+      return result({ outcome: 'written', resourceVersion: written.resourceVersion, attempts: attempt });
     } catch (error) {
       if (error instanceof GoneError) {
-        return { outcome: 'gone', resourceVersion: undefined, attempts: attempt };
+        return result({ outcome: 'gone', resourceVersion: undefined, attempts: attempt });
+      }
+      if (bounds && !tooLarge && isStatusTooLargeError(error)) {
+        const attempted = plan.status as S;
+        planned = (current) => bounds.tooLarge(current, attempted, error);
+        tooLarge = true;
+        continue;
       }
       if (!(error instanceof ConflictError)) throw error;
       lastConflict = error;

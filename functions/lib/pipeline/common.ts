@@ -11,7 +11,7 @@ import { type App, type AppStatus, parseApp } from '../api/index.js';
 import type { ConfigMapLike, RefObjects, SecretLike } from '../fetch/types.js';
 import { refObjectsFrom } from '../fetch/types.js';
 import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ObjectRef } from '../kube/port.js';
-import { type RunFence, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
+import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
 import { logStageRun, type StageOutcome } from '../log.js';
 import {
   fetchStatus,
@@ -22,6 +22,7 @@ import {
   templateStatus,
   truncateTail,
 } from '../reconcile/status.js';
+import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
 import type { AppStatusLike } from '../reconcile/types.js';
 import type { PipelineDeps } from './deps.js';
 
@@ -255,8 +256,27 @@ export function omitEmptyStatusFields(status: AppStatus): AppStatus {
 }
 
 /**
+ * The size discipline of every App status write (`reconcile/status-budget.ts`): the status is
+ * fitted to the object's budget ({@link statusBudgetFor}: 1 MiB, less when the spec is large),
+ * and a status the API server still rejects as too large is replaced by
+ * {@link tooLargeStatus} (`ReconcileFailed`, or `DeleteFailed` during a delete, with a short
+ * message) instead of being retried.
+ *
+ * @param generation - `observedGeneration` of the fallback status (the run's generation).
+ */
+export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
+  return {
+    fit: (status, object) =>
+      fitStatus(status, statusBudgetFor(object as unknown as Record<string, unknown>), generation),
+    tooLarge: (current, attempted, error) =>
+      omitEmptyStatusFields(tooLargeStatus(current, attempted, generation, error.message)),
+  };
+}
+
+/**
  * Writes a status computed from the current one, fenced by the run (see `writeStatus`), with
- * upstream's `omitempty` fields dropped when empty ({@link omitEmptyStatusFields}).
+ * upstream's `omitempty` fields dropped when empty ({@link omitEmptyStatusFields}). THE one
+ * path of App status writes: every status is bounded by {@link appStatusBounds} here.
  */
 export async function writeAppStatus(
   kube: FetchView,
@@ -264,7 +284,13 @@ export async function writeAppStatus(
   fence: RunFence,
   mutate: (current: AppStatus | undefined) => AppStatus,
 ): Promise<StatusWriteResult> {
-  return await writeStatus<AppStatus>(kube, ref, fence, (cur) => omitEmptyStatusFields(mutate(cur)));
+  return await writeStatus<AppStatus>(
+    kube,
+    ref,
+    fence,
+    (cur) => omitEmptyStatusFields(mutate(cur)),
+    appStatusBounds(fence.generation),
+  );
 }
 
 /** Helper for one stage-run log line and its timing. */

@@ -27,6 +27,7 @@ import {
   UNSUPPORTED_DEPLOY_MESSAGE,
   wantsInspect,
 } from '../deploy/index.js';
+import { TextTail } from '../exec/tail.js';
 import { KappControllerError } from '../fetch/types.js';
 import type { DeployView, ObjectRef } from '../kube/port.js';
 import {
@@ -39,6 +40,7 @@ import {
   resultFromError,
   type StageResult,
 } from '../reconcile/status.js';
+import { markTruncated } from '../reconcile/status-budget.js';
 import {
   appRef,
   loadApp,
@@ -98,20 +100,41 @@ export async function clusterAccessFor(app: App, kube: DeployView): Promise<Clus
 }
 
 /**
+ * Bound of kapp's output kept in memory, per stream: 2 MiB for the runner's result, 1 Mi code
+ * units for the progress copy. Both are above what status keeps (the status budget cuts
+ * further, with the `[output truncated]` marker), so the most useful tail always survives.
+ */
+export const KAPP_OUTPUT_BYTES = 2 * 1024 * 1024;
+/** See {@link KAPP_OUTPUT_BYTES}. */
+export const KAPP_PROGRESS_CHARS = 1024 * 1024;
+
+/** kapp's output so far, as handed to a progress callback. */
+export interface KappProgress {
+  /** The kept tail of stdout, behind `[output truncated]\n` when its head was dropped. */
+  stdout: string;
+  /** The kept tail of stderr, likewise. */
+  stderr: string;
+  /** Whether kapp's stdout ever contained {@link KAPP_APPLYING_MARKER}. */
+  applying: boolean;
+}
+
+/**
  * Runs a kapp command with cancellation (App canceled or deleted) and progress streaming.
- * `onProgress` is called at most every `intervalMs` with kapp's output so far.
+ * `onProgress` is called at most every `intervalMs` with kapp's output so far. What is kept of
+ * kapp's output is bounded ({@link KAPP_OUTPUT_BYTES}, {@link KAPP_PROGRESS_CHARS}); a result
+ * whose head was dropped carries the truncation marker.
  */
 async function runKapp(
   cmd: KappCommand,
   stdin: string | undefined,
   deps: PipelineDeps,
   watch: { kube: DeployView; ref: ObjectRef; uid: string; cancelOnDelete: boolean },
-  onProgress: (stdout: string, stderr: string) => Promise<void>,
+  onProgress: (progress: KappProgress) => Promise<void>,
   writable: readonly string[] = [],
 ) {
   const abort = new AbortController();
-  let stdout = '';
-  let stderr = '';
+  const stdout = new TextTail(KAPP_PROGRESS_CHARS, KAPP_APPLYING_MARKER);
+  const stderr = new TextTail(KAPP_PROGRESS_CHARS);
   let inflight: Promise<void> | undefined;
   let finished = false;
   const interval = deps.config.deployProgressIntervalMs ?? 2000;
@@ -128,7 +151,12 @@ async function runKapp(
         const deleted = !live || live.metadata.uid !== watch.uid || live.metadata.deletionTimestamp;
         if (live?.spec?.canceled || (watch.cancelOnDelete && deleted))
           abort.abort(new Error('App canceled or deleted'));
-        else if (!finished) await onProgress(stdout, stderr);
+        else if (!finished)
+          await onProgress({
+            stdout: markTruncated(stdout.text(), stdout.truncated),
+            stderr: markTruncated(stderr.text(), stderr.truncated),
+            applying: stdout.seen,
+          });
       } catch (err) {
         deps.log.warn(
           {
@@ -143,7 +171,7 @@ async function runKapp(
     })();
   }, interval);
   try {
-    return await deps.runner.run({
+    const run = await deps.runner.run({
       cmd: cmd.bin,
       args: cmd.args,
       env: cmd.env,
@@ -151,11 +179,17 @@ async function runKapp(
       writable,
       signal: abort.signal,
       timeoutMs: deps.config.toolTimeoutMs,
+      maxOutputBytes: KAPP_OUTPUT_BYTES,
       onOutput: (chunk, stream) => {
-        if (stream === 'stdout') stdout += chunk;
-        else stderr += chunk;
+        if (stream === 'stdout') stdout.push(chunk);
+        else stderr.push(chunk);
       },
     });
+    return {
+      ...run,
+      stdout: markTruncated(run.stdout, run.truncated.stdout),
+      stderr: markTruncated(run.stderr, run.truncated.stderr),
+    };
   } finally {
     // A progress write still in flight must land before the caller writes the final status,
     // or it would overwrite it with `finished: false`.
@@ -225,8 +259,8 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         manifest.toString('utf8'),
         deps,
         { kube, ref: kref, uid: ref.uid, cancelOnDelete: true },
-        async (stdout, stderr) => {
-          flushAll ||= stdout.includes(KAPP_APPLYING_MARKER);
+        async ({ stdout, stderr, applying }) => {
+          flushAll ||= applying;
           if (!flushAll) return;
           const progress = deployStatus(
             { stdout, stderr, exitCode: 0, finished: false },
@@ -292,7 +326,8 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       );
     }
   }
-  const outcome = w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error ? 'failed' : 'succeeded';
+  const outcome =
+    w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : 'succeeded';
   done(outcome, { error: result.error, tools });
 }
 
@@ -357,7 +392,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
         undefined,
         deps,
         { kube, ref: kref, uid: ctx.ref.uid, cancelOnDelete: false },
-        async (stdout, stderr) => {
+        async ({ stdout, stderr }) => {
           const progress = deployStatus(
             { stdout, stderr, exitCode: 0, finished: false },
             { startedAt, updatedAt: deps.now() },

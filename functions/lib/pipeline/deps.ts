@@ -40,6 +40,12 @@ export interface PipelineConfig {
    * kapp-controller; the Lambda functions default to enforcing it.
    */
   urlPolicy?: UrlPolicy;
+  /**
+   * Bound of each templating tool's output (the manifest stream), bytes. Output above it fails
+   * the template stage (`Templating dir: ytt output exceeded <N> bytes ...`) rather than
+   * deploying a cut manifest. Default: `DEFAULT_MAX_OUTPUT_BYTES` of the runner (64 MiB).
+   */
+  maxTemplateOutputBytes?: number;
 }
 
 /** Ports and configuration of the stage handlers. */

@@ -24,9 +24,11 @@ import {
   templateArtifactKey,
 } from '../artifact/keys.js';
 import { unpackTarball } from '../artifact/tarball.js';
+import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
 import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
 import { templateRootOf } from '../fetch/vendir.js';
 import { attachError, resultFromError, type StageResult } from '../reconcile/status.js';
+import { markTruncated } from '../reconcile/status-budget.js';
 import type { ClusterInfo } from '../template/downward-api.js';
 import { planTemplate, requiredClusterInfo } from '../template/plan.js';
 import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage } from '../template/sops.js';
@@ -97,9 +99,17 @@ async function runSops(
       env: cmd.env,
       timeoutMs: deps.config.toolTimeoutMs,
       writable: [work],
+      maxOutputBytes: templateOutputBound(deps),
     });
     ms += run.durationMs;
     runs++;
+    if (!run.error && run.truncated.stdout) {
+      return {
+        result: outputExceeded(step.errorPrefix, cmd.bin, templateOutputBound(deps)),
+        ms,
+        runs,
+      };
+    }
     if (run.error) {
       return {
         result: {
@@ -147,11 +157,43 @@ async function runSteps(
     const run = await runTool(step, stream, deps, work);
     ms += run.durationMs;
     runs++;
-    last = attachError(step.errorPrefix, run);
+    last = attachError(step.errorPrefix, { ...run, stderr: markTruncated(run.stderr, run.truncated.stderr) });
     if (last.error) return { result: last, manifest: '', ms, runs };
+    if (run.truncated.stdout) {
+      // The runner kept only the tail: deploying it would make kapp delete what is missing.
+      const failed = outputExceeded(step.errorPrefix, step.bin, templateOutputBound(deps));
+      return { result: failed, manifest: '', ms, runs };
+    }
     stream = run.stdout;
   }
   return { result: { ...last, stdout: '' }, manifest: stream, ms, runs };
+}
+
+/** The bound of each templating tool's stdout, bytes ({@link PipelineDeps} `maxTemplateOutputBytes`). */
+function templateOutputBound(deps: PipelineDeps): number {
+  return deps.config.maxTemplateOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+}
+
+/**
+ * The failure of a templating step whose stdout exceeded the output bound. Upstream
+ * (kapp-controller) buffers a tool's output without a bound and hands all of it to kapp; here
+ * the runner keeps a bounded tail, and a cut manifest must never reach kapp (it would prune
+ * every resource that fell off the head), so the stage fails instead.
+ *
+ * @param prefix - The step's error prefix (`Templating dir: `, `Templating helm chart: `, ...).
+ * @param bin - The tool that printed too much.
+ * @param maxBytes - The bound.
+ * @returns A failed result without stderr, so usefulErrorMessage shows this error rather than
+ *   the tool's warnings.
+ */
+export function outputExceeded(prefix: string, bin: string, maxBytes: number): StageResult {
+  return {
+    stdout: '',
+    stderr: '',
+    exitCode: -1,
+    error: `${prefix}${bin} output exceeded ${maxBytes} bytes (the limit of a rendered manifest); nothing was deployed`,
+    finished: true,
+  };
 }
 
 /** Runs one tool step; `work` is the stage's scratch directory, which the run may use. */
@@ -166,6 +208,7 @@ async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: 
     stdin: step.stdin === 'previous' ? stream : undefined,
     timeoutMs: deps.config.toolTimeoutMs,
     writable: [work],
+    maxOutputBytes: templateOutputBound(deps),
   });
 }
 

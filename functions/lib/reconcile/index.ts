@@ -7,5 +7,6 @@
  */
 export * from './duration.js';
 export * from './status.js';
+export * from './status-budget.js';
 export * from './timer.js';
 export type * from './types.js';
