@@ -27,6 +27,12 @@ export interface HttpDownloadRequest {
   maxBytes?: number;
   /** Aborts the download. */
   signal?: AbortSignal;
+  /**
+   * Called with every URL before it is requested, the first and each redirect target, so a
+   * redirect cannot lead past the URL policy. Its error (e.g. `UrlPolicyError`) propagates as is
+   * and no request is sent to that URL.
+   */
+  checkUrl?: (url: string) => Promise<void>;
 }
 
 /** A completed download. */
@@ -109,6 +115,7 @@ export function createHttpDownloader(fetchImpl: typeof fetch = fetch): HttpDownl
         const target = new URL(current.href);
         target.username = '';
         target.password = '';
+        await req.checkUrl?.(target.href);
         let res: Response;
         try {
           res = await fetchImpl(target, { method: 'GET', headers, redirect: 'manual', signal: req.signal });

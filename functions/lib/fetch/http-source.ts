@@ -14,10 +14,11 @@
  * @module
  */
 import { join } from 'node:path';
-import { GENERIC_ERROR_DETAIL, type StageResult } from '../reconcile/status.js';
+import { GENERIC_ERROR_DETAIL, resultFromError, type StageResult } from '../reconcile/status.js';
 import { isVendirArchiveError, type UnpackLimits, UnsafeArchiveError, unpackHttpContent } from './archive.js';
 import { createHttpDownloader, HttpDownloadError, type HttpDownloader } from './http-download.js';
 import type { AppFetch, RefObjects } from './types.js';
+import { type UrlPolicyChecker, UrlPolicyError } from './url-policy.js';
 import { FETCH_RUN_ERROR_PREFIX, fetchDirectoryName } from './vendir.js';
 
 /** Input of {@link prepareHttpSources}. */
@@ -30,6 +31,8 @@ export interface PrepareHttpInput {
   root: string;
   /** The download port. Default {@link createHttpDownloader}. */
   downloader?: HttpDownloader;
+  /** The URL policy, checked on every hop of every download (redirects included). */
+  urlPolicy?: UrlPolicyChecker;
   /** Abort a download after this long, ms. Default 10 minutes. */
   timeoutMs?: number;
   /** Bounds of the download and of the unpacked content. */
@@ -130,6 +133,7 @@ export async function prepareHttpSources(input: PrepareHttpInput): Promise<Prepa
         basicAuth: auth,
         maxBytes: input.limits?.maxDownloadBytes,
         signal: AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000),
+        ...(input.urlPolicy ? { checkUrl: (u: string) => input.urlPolicy!.checkUrl(u) } : {}),
       });
       if (http.sha256 && http.sha256 !== got.sha256) {
         return {
@@ -141,6 +145,7 @@ export async function prepareHttpSources(input: PrepareHttpInput): Promise<Prepa
       body = got.body;
     } catch (err) {
       if (err instanceof HttpDownloadError) return { result: vendirFailure(chain(`Downloading URL: ${err.message}`)) };
+      if (err instanceof UrlPolicyError) return { result: resultFromError(err, FETCH_RUN_ERROR_PREFIX) };
       throw err;
     }
     const dir = join(input.root, String(i));

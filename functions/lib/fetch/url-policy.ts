@@ -227,6 +227,16 @@ export class UrlPolicyChecker {
   }
 
   /**
+   * Checks one http(s) URL: each hop of a download (redirects included) goes through here.
+   *
+   * @throws {UrlPolicyError} when the policy refuses it
+   */
+  async checkUrl(url: string): Promise<void> {
+    if (this.policy.mode === 'off') return;
+    await this.check(fromUrl(url));
+  }
+
+  /**
    * Checks every endpoint of a `spec.fetch`, in order.
    *
    * @throws {UrlPolicyError} for the first refused source

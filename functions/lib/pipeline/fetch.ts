@@ -102,9 +102,10 @@ async function fetchWithVendir(
   kube: ReturnType<PipelineDeps['clusters']['fetchView']>,
 ): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
   const ns = app.metadata.namespace ?? '';
+  const policy = deps.config.urlPolicy ? new UrlPolicyChecker(deps.config.urlPolicy) : undefined;
   let plan: ReturnType<typeof planVendirSync> & { input: Parameters<typeof planVendirSync>[0]; refs: RefObjects };
   try {
-    if (deps.config.urlPolicy) await new UrlPolicyChecker(deps.config.urlPolicy).checkFetch(app.spec.fetch ?? []);
+    if (policy) await policy.checkFetch(app.spec.fetch ?? []);
     const config = buildVendirConfig(app.spec.fetch ?? [], {
       dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify,
     });
@@ -142,6 +143,7 @@ async function fetchWithVendir(
       refs: plan.refs,
       root: prep,
       downloader: deps.download,
+      ...(policy ? { urlPolicy: policy } : {}),
       timeoutMs: deps.config.toolTimeoutMs,
     });
     if ('result' in prepared) return { result: prepared.result, toolMs: 0, toolRuns: 0 };
