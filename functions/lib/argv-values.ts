@@ -127,8 +127,9 @@ const URL_WITH_SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)/;
  * Why a git remote URL (`git.url`) is refused, or `undefined`. vendir runs
  * `git remote add origin <url>`, and git hands the host of an ssh URL to `ssh`. Refused: a URL
  * beginning with `-`; control characters and whitespace; the remote-helper syntax
- * `<transport>::<address>` (`ext::` runs any command, `fd::` reads descriptors); an authority
- * (`user@host[:port]` of `scheme://...`, or of scp-like `user@host:path`) beginning with `-`.
+ * `<transport>::<address>` (`ext::` runs any command, `fd::` reads descriptors); a host or
+ * authority (`[user@]host[:port]` of `scheme://...`, or of scp-like `[user@]host:path`) beginning
+ * with `-`.
  * Every URL git documents (`https://`, `ssh://`, `git://`, `file://`, scp-like, local paths)
  * passes otherwise. Which hosts may be reached is the URL policy's business, not this check's.
  *
@@ -140,7 +141,11 @@ export function gitUrlError(url: string): string | undefined {
   if (REMOTE_HELPER.test(url)) return 'remote helper transports ("<transport>::<address>") are not allowed';
   const m = URL_WITH_SCHEME.exec(url);
   if (m) {
-    if ((m[2] ?? '').startsWith('-')) return 'its host must not begin with "-" (ssh would read it as an option)';
+    const authority = m[2] ?? '';
+    const host = authority.slice(authority.lastIndexOf('@') + 1);
+    if (authority.startsWith('-') || host.startsWith('-')) {
+      return 'its host must not begin with "-" (ssh would read it as an option)';
+    }
     return undefined;
   }
   const colon = url.indexOf(':');
