@@ -142,7 +142,7 @@ export function gitUrlError(url: string): string | undefined {
   const m = URL_WITH_SCHEME.exec(url);
   if (m) {
     const authority = m[2] ?? '';
-    const host = authority.slice(authority.lastIndexOf('@') + 1);
+    const host = authority.slice(authority.lastIndexOf('@') + 1).replace(/^\[/, '');
     if (authority.startsWith('-') || host.startsWith('-')) {
       return 'its host must not begin with "-" (ssh would read it as an option)';
     }
@@ -154,7 +154,7 @@ export function gitUrlError(url: string): string | undefined {
     // scp-like `[user@]host:path`
     const host = url.slice(0, colon);
     const at = host.lastIndexOf('@');
-    if (host.slice(at + 1).startsWith('-')) {
+    if (host.slice(at + 1).replace(/^\[/, '').startsWith('-')) {
       return 'its host must not begin with "-" (ssh would read it as an option)';
     }
   }

@@ -318,6 +318,7 @@ describe('vendir (git, helm run by vendir)', () => {
     ['ssh://-oProxyCommand=sh/repo', HOST_OPTION],
     ['ssh://git@-oProxyCommand=sh/repo', HOST_OPTION],
     ['git@-oProxyCommand=sh:repo', HOST_OPTION],
+    ['ssh://[-oProxyCommand=sh]/repo', HOST_OPTION],
     ['https://example.com/r.git\n--upload-pack=sh', 'it must not contain control characters or whitespace'],
     ['https://example.com/r .git', 'it must not contain control characters or whitespace'],
   ])('refuses git.url %j', async (url, reason) => {
