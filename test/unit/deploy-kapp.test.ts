@@ -28,7 +28,9 @@ const saAccess: ClusterAccess = {
   deployNamespace: 'default',
   kubeconfigYaml: 'KUBECONFIG',
 };
-const generic = ['--app', 'simple-app.app', '--app-namespace', 'default', '--kubeconfig=/dev/null', '--yes'];
+// User-supplied values (namespaces, intoNs, mapNs) are attached with `=` (upstream passes them as
+// separate arguments) so that none can be read as a kapp flag.
+const generic = ['--app', 'simple-app.app', '--app-namespace=default', '--kubeconfig=/dev/null', '--yes'];
 
 describe('kapp deploy (pkg/deploy/kapp.go Deploy)', () => {
   it('builds the exact App deploy command', () => {
@@ -48,12 +50,9 @@ describe('kapp deploy (pkg/deploy/kapp.go Deploy)', () => {
         'simple-app-ctrl',
         '-f',
         '-',
-        '--into-ns',
-        'target',
-        '--map-ns',
-        'a:b',
-        '--map-ns',
-        'c:d',
+        '--into-ns=target',
+        '--map-ns=a:b',
+        '--map-ns=c:d',
         '--app-changes-max-to-keep=5',
         '--apply-timeout=5m',
         '--kube-api-qps=50',
@@ -72,13 +71,11 @@ describe('kapp deploy (pkg/deploy/kapp.go Deploy)', () => {
       access: { ...saAccess, namespace: 'resources-ns' },
       metadataFile: '/m',
     });
-    expect(cmd.args.slice(-8)).toEqual([
+    expect(cmd.args.slice(-6)).toEqual([
       '--app',
       'simple-app.app',
-      '--namespace',
-      'resources-ns',
-      '--app-namespace',
-      'default',
+      '--namespace=resources-ns',
+      '--app-namespace=default',
       '--kubeconfig=/dev/null',
       '--yes',
     ]);
@@ -185,8 +182,7 @@ describe('kapp inspect and delete', () => {
       '--apply-ignored=true',
       '--app',
       'redis.app',
-      '--app-namespace',
-      'default',
+      '--app-namespace=default',
       '--kubeconfig=/dev/null',
       '--yes',
     ]);
@@ -238,8 +234,7 @@ describe('PackageRepository kapp (pkg/pkgrepository/package_repo_app.go)', () =>
         ...shared,
         '--app',
         'repo.pkgr',
-        '--namespace',
-        'pkgs',
+        '--namespace=pkgs',
         '--yes',
       ],
       env: {},
@@ -256,22 +251,14 @@ describe('PackageRepository kapp (pkg/pkgrepository/package_repo_app.go)', () =>
       '--debug=true',
       '--app',
       'repo.pkgr',
-      '--namespace',
-      'pkgs',
+      '--namespace=pkgs',
       '--yes',
     ]);
   });
 
   it('can run with a given kubeconfig instead of the runtime identity', () => {
     const cmd = packageRepositoryDeleteCommand({ name: 'repo', namespace: 'pkgs', kubeconfigYaml: 'KC' });
-    expect(cmd.args.slice(-6)).toEqual([
-      '--app',
-      'repo.pkgr',
-      '--namespace',
-      'pkgs',
-      '--kubeconfig=/dev/null',
-      '--yes',
-    ]);
+    expect(cmd.args.slice(-5)).toEqual(['--app', 'repo.pkgr', '--namespace=pkgs', '--kubeconfig=/dev/null', '--yes']);
     expect(cmd.env).toEqual({ KAPP_KUBECONFIG_YAML: 'KC' });
   });
 });

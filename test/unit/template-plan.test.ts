@@ -150,10 +150,8 @@ describe('ytt (pkg/template/ytt.go)', () => {
       '/w/fetch/0/values.yml',
       '-f',
       '/w/scratch/0/inline',
-      '--file-mark',
-      'a.yml:type=data',
-      '--file-mark',
-      'b:exclude=true',
+      '--file-mark=a.yml:type=data',
+      '--file-mark=b:exclude=true',
       '--data-values-file',
       '/w/scratch/0/values/0/a.yml',
       '--data-values-file',
@@ -229,7 +227,9 @@ describe('helmTemplate (pkg/template/helm_template.go)', () => {
   it('defaults name and namespace to the App, chart path to the root, and disarms the cluster env', () => {
     const step = run(plan([{ helmTemplate: {} }]).steps[0]);
     expect(step.bin).toBe('helm');
-    expect(step.args).toEqual(['template', 'app', ROOT, '--namespace', 'ns', '--include-crds']);
+    // `=` forms and `--` before the positionals (upstream: `template app <root> --namespace ns ...`),
+    // so no user value can be read as a helm flag.
+    expect(step.args).toEqual(['template', '--namespace=ns', '--include-crds', '--', 'app', ROOT]);
     expect(step.env).toEqual({ KUBERNETES_SERVICE_HOST: 'not-real', KUBERNETES_SERVICE_PORT: 'not-real' });
     expect(step.errorPrefix).toBe('Templating helm chart: ');
   });
@@ -254,19 +254,15 @@ describe('helmTemplate (pkg/template/helm_template.go)', () => {
     );
     expect(step.args).toEqual([
       'template',
+      '--namespace=target',
+      '--include-crds',
+      '--kube-version=1.34.1',
+      '--api-versions=v1,apps/v1',
+      '--values=/w/scratch/0/values/0/data.yml',
+      '--values=/w/fetch/0/charts/podinfo/values-prod.yaml',
+      '--',
       'rel',
       '/w/fetch/0/charts/podinfo',
-      '--namespace',
-      'target',
-      '--include-crds',
-      '--kube-version',
-      '1.34.1',
-      '--api-versions',
-      'v1,apps/v1',
-      '--values',
-      '/w/scratch/0/values/0/data.yml',
-      '--values',
-      '/w/fetch/0/charts/podinfo/values-prod.yaml',
     ]);
   });
 
@@ -276,7 +272,7 @@ describe('helmTemplate (pkg/template/helm_template.go)', () => {
         { helmTemplate: { kubernetesVersion: { version: '1.20.0' }, kubernetesAPIs: { groupVersions: ['x/v1'] } } },
       ]).steps[0],
     );
-    expect(step.args.slice(-4)).toEqual(['--kube-version', '1.20.0', '--api-versions', 'x/v1']);
+    expect(step.args.slice(-5, -3)).toEqual(['--kube-version=1.20.0', '--api-versions=x/v1']);
   });
 
   it('reports a failed live lookup as the step error', () => {
@@ -295,7 +291,7 @@ describe('helmTemplate (pkg/template/helm_template.go)', () => {
       { kind: 'fail', index: 0, message: 'Expected stdin to be available when using it as path, but was not' },
     ]);
     const steps = plan([{ ytt: {} }, { helmTemplate: { valuesFrom: [{ path: '-' }] } }]).steps;
-    expect(run(steps[1]).args.slice(-2)).toEqual(['--values', '-']);
+    expect(run(steps[1]).args.slice(-4, -3)).toEqual(['--values=-']);
     expect(run(steps[1]).stdin).toBe('previous');
   });
 
@@ -322,13 +318,12 @@ describe('helmTemplate (pkg/template/helm_template.go)', () => {
       [
         'helm',
         'template',
+        '--namespace=default',
+        '--include-crds',
+        '--values=/w/scratch/0/values/0/data.yml',
+        '--',
         'nginx',
         ROOT,
-        '--namespace',
-        'default',
-        '--include-crds',
-        '--values',
-        '/w/scratch/0/values/0/data.yml',
       ],
       ['ytt', '--ignore-unknown-comments', '-f', '-', '-f', '/w/scratch/1/inline'],
       ['kbld', '-f', '-', '--build=false'],
@@ -357,12 +352,13 @@ describe('cue (pkg/template/cue.go)', () => {
       'export',
       '--out',
       'yaml',
+      // `=` forms and `--` before the positionals (upstream: `. --path config: <values> --expression
+      // output`), so no user value can be read as a cue flag.
+      '--path=config:',
+      '--expression=output',
+      '--',
       '.',
-      '--path',
-      'config:',
       '/w/scratch/0/values/0/values.yml',
-      '--expression',
-      'output',
     ]);
     expect(step.cwd).toBe(ROOT);
     expect(step.stdin).toBe('none');
@@ -374,6 +370,7 @@ describe('cue (pkg/template/cue.go)', () => {
       'export',
       '--out',
       'yaml',
+      '--',
       'app.cue',
       'lib/x.cue',
     ]);

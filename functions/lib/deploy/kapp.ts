@@ -87,12 +87,16 @@ export function appKappDeploy(spec: AppDeploySpec): AppDeployKapp {
   return kapp;
 }
 
-/** `--app <name><suffix> [--namespace ns] [--app-namespace ns] [--kubeconfig=/dev/null] --yes` + env. */
+/**
+ * `--app <name><suffix> [--namespace=<ns>] [--app-namespace=<ns>] [--kubeconfig=/dev/null] --yes` + env.
+ * The namespaces come from the App's spec (or its kubeconfig Secret), so they are attached with
+ * `=` (upstream: `--namespace <ns>`): a value can never be read as a flag of its own.
+ */
 function genericArgs(access: ClusterAccess, suffix: string): { args: string[]; env: Record<string, string> } {
   const args = ['--app', `${access.name}${suffix}`];
   const env: Record<string, string> = {};
-  if (access.namespace) args.push('--namespace', access.namespace);
-  if (access.deployNamespace) args.push('--app-namespace', access.deployNamespace);
+  if (access.namespace) args.push(`--namespace=${access.namespace}`);
+  if (access.deployNamespace) args.push(`--app-namespace=${access.deployNamespace}`);
   if (access.kubeconfigYaml !== undefined) {
     env[KAPP_KUBECONFIG_ENV] = access.kubeconfigYaml;
     args.push('--kubeconfig=/dev/null'); // kapp reads the kubeconfig from the env var above
@@ -133,9 +137,13 @@ export interface KappDeployInput {
 }
 
 /**
- * `kapp deploy --app-metadata-file-output <f> --prev-app <N>-ctrl -f - [--into-ns ns] [--map-ns m]...
- * <global raw options> <rawOptions> --app <N>.app [--namespace ns] [--app-namespace ns]
+ * `kapp deploy --app-metadata-file-output <f> --prev-app <N>-ctrl -f - [--into-ns=<ns>] [--map-ns=<m>]...
+ * <global raw options> <rawOptions> --app <N>.app [--namespace=<ns>] [--app-namespace=<ns>]
  * [--kubeconfig=/dev/null] --yes`, stdin = the template output.
+ *
+ * `intoNs`, `mapNs` and the namespaces are attached with `=` (upstream passes them as separate
+ * arguments), so no user value can be read as a flag; raw options are one `--name=value`
+ * argument each (see `validateRawOptions`).
  *
  * Global options are validated first, then the App's, each against the deploy allow-list.
  *
@@ -152,8 +160,8 @@ export function kappDeployCommand(input: KappDeployInput): KappCommand {
     '-f',
     '-',
   ];
-  if (input.kapp.intoNs) args.push('--into-ns', input.kapp.intoNs);
-  for (const m of input.kapp.mapNs ?? []) args.push('--map-ns', m);
+  if (input.kapp.intoNs) args.push(`--into-ns=${input.kapp.intoNs}`);
+  for (const m of input.kapp.mapNs ?? []) args.push(`--map-ns=${m}`);
   const global =
     input.globalRawOptions === undefined
       ? [...DEFAULT_KAPP_DEPLOY_RAW_OPTIONS, ...(input.controllerRawOptions ?? [])]
@@ -165,7 +173,7 @@ export function kappDeployCommand(input: KappDeployInput): KappCommand {
 
 /**
  * `kapp inspect --filter {"not":{"resource":{"kinds":["PodMetrics"]}}} --tty <inspect.rawOptions>
- * --app <N>.app [--namespace ns] [--app-namespace ns] [--kubeconfig=/dev/null] --yes`.
+ * --app <N>.app [--namespace=<ns>] [--app-namespace=<ns>] [--kubeconfig=/dev/null] --yes`.
  *
  * Run only when `kapp.inspect` is set (unset means no inspect) and a deploy was attempted before
  * (`status.deploy` present).
@@ -184,8 +192,8 @@ export function kappInspectCommand(input: {
 }
 
 /**
- * `kapp delete --prev-app <N>-ctrl <delete.rawOptions> --app <N>.app [--namespace ns]
- * [--app-namespace ns] [--kubeconfig=/dev/null] --yes`. No global or deploy raw options.
+ * `kapp delete --prev-app <N>-ctrl <delete.rawOptions> --app <N>.app [--namespace=<ns>]
+ * [--app-namespace=<ns>] [--kubeconfig=/dev/null] --yes`. No global or deploy raw options.
  *
  * @param input - the App's kapp entry and cluster access
  * @throws {KappControllerError} raw option errors against the delete allow-list
@@ -260,7 +268,7 @@ function pkgrAccess(input: PackageRepositoryKappInput): ClusterAccess {
 
 /**
  * `kapp deploy --app-metadata-file-output <f> --prev-app <N>-ctrl -f - <pkgr deploy flags> --app <N>.pkgr
- * --namespace <ns> --yes`. No global `kappDeployRawOptions` (upstream's PackageRepository factory
+ * --namespace=<ns> --yes`. No global `kappDeployRawOptions` (upstream's PackageRepository factory
  * has no kapp configuration).
  *
  * @param input - name, namespace, metadata file, debug, optional kubeconfig
@@ -278,7 +286,7 @@ export function packageRepositoryDeployCommand(
 }
 
 /**
- * `kapp delete --prev-app <N>-ctrl <pkgr delete flags> --app <N>.pkgr --namespace <ns> --yes`.
+ * `kapp delete --prev-app <N>-ctrl <pkgr delete flags> --app <N>.pkgr --namespace=<ns> --yes`.
  *
  * @param input - name, namespace, debug, optional kubeconfig
  */

@@ -12,6 +12,14 @@
 import { posix } from 'node:path';
 import { stringify } from 'yaml';
 import {
+  gitRefError,
+  gitUrlError,
+  helmChartNameError,
+  helmChartVersionError,
+  helmRepositoryUrlError,
+  quoteValue,
+} from '../argv-values.js';
+import {
   type AppFetch,
   type AppFetchGit,
   type AppFetchHelmChart,
@@ -386,6 +394,44 @@ function checkFetchPath(path: string, index: number): void {
 }
 
 /**
+ * Refuses fetch values that vendir passes to `git` or `helm` as separate arguments and that could
+ * be read as an option there (see `argv-values.ts` for each rule): `git.url` (`git remote add
+ * origin <url>`), `git.ref` (`git fetch origin <ref minus "origin/">`, `git checkout <ref>`),
+ * `helmChart.name` (`helm fetch <name>`), `helmChart.version` (`--version <v>`) and
+ * `helmChart.repository.url` (`helm repo add vendir-unused <url>`, `helm registry login <host>`).
+ * Upstream passes them unchecked. image and imgpkgBundle references and http URLs reach vendir's
+ * in-process libraries, never an argv, so they are not checked here. Empty values are left to
+ * vendir's own errors.
+ */
+function checkArgvValues(entry: AppFetch, index: number): void {
+  const fail = (field: string, value: string, what: string, reason: string): never => {
+    throw new KappControllerError(
+      `Fetching (${index}): ${field} ${quoteValue(value)} is not a valid ${what}: ${reason}`,
+    );
+  };
+  const check = (
+    field: string,
+    value: string | undefined,
+    what: string,
+    rule: (v: string) => string | undefined,
+  ): void => {
+    if (!value) return;
+    const reason = rule(value);
+    if (reason !== undefined) fail(field, value, what, reason);
+  };
+  const kind = fetchSourceKind(entry);
+  if (kind === 'git' && entry.git) {
+    check('git.url', entry.git.url, 'git URL', gitUrlError);
+    check('git.ref', entry.git.ref, 'git ref', gitRefError);
+  }
+  if (kind === 'helmChart' && entry.helmChart) {
+    check('helmChart.name', entry.helmChart.name, 'chart name', helmChartNameError);
+    check('helmChart.version', entry.helmChart.version, 'chart version', helmChartVersionError);
+    check('helmChart.repository.url', entry.helmChart.repository?.url, 'repository URL', helmRepositoryUrlError);
+  }
+}
+
+/**
  * Builds the vendir `Config` for `spec.fetch`: one directory per entry
  * (`{path: <i> | entry.path, contents: [{path: ".", <source>, newRootPath?: subPath}]}`).
  *
@@ -401,7 +447,9 @@ function checkFetchPath(path: string, index: number): void {
  * @throws {KappControllerError} `Expected at least one fetch option` when `fetch` is empty;
  *   `Fetching (<i>): Unsupported way to fetch templates` for an entry without a source;
  *   `Fetching (<i>): Invalid path: <path>` for a `path` that is absolute or climbs out with `..`
- *   (a check upstream lacks).
+ *   (a check upstream lacks); `Fetching (<i>): <field> "<value>" is not a valid <what>: <reason>`
+ *   for a git URL or ref, or a helm chart name, version or repository URL, that a tool could
+ *   read as an option (checks upstream lacks, see `checkArgvValues`).
  */
 export function buildVendirConfig(fetch: readonly AppFetch[], options: VendirConfigOptions = {}): VendirConfig {
   if (fetch.length === 0) throw new KappControllerError(NO_FETCH_MESSAGE);
@@ -432,6 +480,7 @@ export function buildVendirConfig(fetch: readonly AppFetch[], options: VendirCon
         throw new KappControllerError(`Fetching (${i}): ${UNSUPPORTED_FETCH_MESSAGE}`);
     }
     checkFetchPath(path, i);
+    checkArgvValues(entry, i);
     return { path, contents: [contents] };
   });
   return { apiVersion: VENDIR_API_VERSION, kind: 'Config', directories };

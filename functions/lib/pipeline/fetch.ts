@@ -95,8 +95,17 @@ export function fetchSecretName(entry: AppFetch): string | undefined {
   );
 }
 
-/** Runs vendir and stores the tarball. @returns the stage result and the artifact key on success. */
-async function fetchWithVendir(
+/**
+ * Plans and runs vendir, and stores the tarball. Planning errors (a missing Secret, a refused git
+ * ref, ...) end the fetch with their message before vendir starts.
+ *
+ * @param app - the App
+ * @param deps - runner, store, config
+ * @param kube - reads the Secrets and ConfigMaps the fetch refers to
+ * @returns the stage result, the artifact key on success, tool time (ms) and run count
+ * @throws on infrastructure failures (API reads, object store)
+ */
+export async function fetchWithVendir(
   app: App,
   deps: PipelineDeps,
   kube: ReturnType<PipelineDeps['clusters']['fetchView']>,

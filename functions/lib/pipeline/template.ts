@@ -131,8 +131,17 @@ async function runSops(
   return { result: { stdout: '', stderr: '', exitCode: 0, finished: true }, ms, runs };
 }
 
-/** Runs the planned steps in order, piping stdout; stops at the first failure. */
-async function runSteps(
+/**
+ * Runs planned template steps in order, piping each step's stdout into the next; stops at the
+ * first failure. A `fail` step (a planning error, e.g. a refused helm release name) ends the run
+ * with its message before any later tool starts.
+ *
+ * @param steps - from `planTemplate`
+ * @param deps - the command runner and `config.toolTimeoutMs` are used
+ * @param work - the stage's scratch directory, which the tools may use (handed to their uid)
+ * @returns the stage result, the manifest (last stream) on success, tool time (ms) and run count
+ */
+export async function runTemplateSteps(
   steps: ReturnType<typeof planTemplate>['steps'],
   deps: PipelineDeps,
   work: string,
@@ -322,7 +331,7 @@ export async function runTemplate(
         cluster: { ...cluster, kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion },
       });
       for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
-      const r = await runSteps(plan.steps, deps, work);
+      const r = await runTemplateSteps(plan.steps, deps, work);
       result = r.result;
       tools = { runs: r.runs, ms: r.ms };
       if (!result.error) {

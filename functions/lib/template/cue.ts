@@ -4,6 +4,7 @@
  * @module
  */
 import { posix } from 'node:path';
+import { positionalPathError, quoteValue } from '../argv-values.js';
 import { KappControllerError } from '../fetch/types.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
 import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
@@ -15,22 +16,33 @@ export const CUE_STREAM_UNSUPPORTED_MESSAGE = 'Templating stream is not supporte
 
 /**
  * Plans a cue step (directory input only):
- * `cue export --out yaml <paths | .> [--path <inputExpression>] <values files...> [--expression <outputExpression>]`
+ * `cue export --out yaml [--path=<inputExpression>] [--expression=<outputExpression>] -- <paths | .> <values files...>`
  * with cwd = the template root.
  *
  * `paths` are checked to stay in the root but passed as written (relative to the cwd), as upstream.
  * Values files go to `<scratchDir>/values/<j>/` and are passed positionally (absolute).
  *
+ * Unlike upstream (`cue export --out yaml <paths> --path <in> <values> --expression <out>`), flag
+ * values are attached with `=` and every positional follows `--`, so no user value can be read as
+ * a flag (a path `--outfile=/x` would otherwise make cue write a file); a path beginning with `-`
+ * is refused before cue starts. cue applies `--path` and `--expression` to the whole command
+ * whatever their position, so the output is the same.
+ *
  * @param opts - the step's `cue` spec
  * @param ctx - step context (must not have stdin; the pipeline turns that case into
  *   {@link CUE_STREAM_UNSUPPORTED_MESSAGE})
  * @returns the run step, plus warnings from values planning
- * @throws {KappControllerError} `Checking path: Invalid path: <p>`; `Writing values: <values error>`
+ * @throws {KappControllerError} `cue.paths[<j>] "<p>" is not a valid path: it must not begin with
+ *   "-" (...)`; `Checking path: Invalid path: <p>`; `Writing values: <values error>`
  */
 export function planCue(opts: AppTemplateCue, ctx: StepContext): { step: RunStep; warnings: string[] } {
-  const args = ['export', '--out', 'yaml'];
+  const positionals: string[] = [];
   if (opts.paths && opts.paths.length > 0) {
-    for (const p of opts.paths) {
+    for (const [j, p] of opts.paths.entries()) {
+      const flagError = positionalPathError(p);
+      if (flagError !== undefined) {
+        throw new KappControllerError(`cue.paths[${j}] ${quoteValue(p)} is not a valid path: ${flagError}`);
+      }
       try {
         scopedPath(ctx.templateRoot, p);
       } catch (err) {
@@ -39,9 +51,9 @@ export function planCue(opts: AppTemplateCue, ctx: StepContext): { step: RunStep
         throw err;
       }
     }
-    args.push(...opts.paths);
+    positionals.push(...opts.paths);
   } else {
-    args.push('.');
+    positionals.push('.');
   }
   let values: ReturnType<typeof planValues>;
   try {
@@ -51,9 +63,10 @@ export function planCue(opts: AppTemplateCue, ctx: StepContext): { step: RunStep
       throw new KappControllerError(`Writing values: ${err.message}`, { cause: err });
     throw err;
   }
-  if (opts.inputExpression) args.push('--path', opts.inputExpression);
-  args.push(...values.paths);
-  if (opts.outputExpression) args.push('--expression', opts.outputExpression);
+  const args = ['export', '--out', 'yaml'];
+  if (opts.inputExpression) args.push(`--path=${opts.inputExpression}`);
+  if (opts.outputExpression) args.push(`--expression=${opts.outputExpression}`);
+  args.push('--', ...positionals, ...values.paths);
   return {
     step: {
       kind: 'run',

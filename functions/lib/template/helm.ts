@@ -4,6 +4,7 @@
  * @module
  */
 import { posix } from 'node:path';
+import { dns1123LabelError, helmReleaseNameError, quoteValue } from '../argv-values.js';
 import { KappControllerError } from '../fetch/types.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
 import type { ClusterInfo } from './downward-api.js';
@@ -48,19 +49,46 @@ export function helmApiVersions(opts: AppTemplateHelmTemplate, cluster: ClusterI
 }
 
 /**
+ * Checks the release name and namespace a helm step will use (see {@link planHelmTemplate}).
+ *
+ * @throws {KappControllerError} `helmTemplate.name "<v>" is not a valid release name: <helm's
+ *   text>` (helm's own `ValidateReleaseName`, which `helm template` applies too; the field is
+ *   `metadata.name` when the name defaulted to the App's); `helmTemplate.namespace "<v>" is not a
+ *   valid namespace: <Kubernetes' DNS-1123 label texts>`
+ */
+function checkReleaseNameAndNamespace(opts: AppTemplateHelmTemplate, name: string, namespace: string): void {
+  const nameError = helmReleaseNameError(name);
+  if (nameError !== undefined) {
+    const field = opts.name ? 'helmTemplate.name' : 'metadata.name (the default helmTemplate.name)';
+    throw new KappControllerError(`${field} ${quoteValue(name)} is not a valid release name: ${nameError}`);
+  }
+  const nsError = dns1123LabelError(namespace);
+  if (nsError !== undefined) {
+    const field = opts.namespace ? 'helmTemplate.namespace' : 'metadata.namespace (the default helmTemplate.namespace)';
+    throw new KappControllerError(`${field} ${quoteValue(namespace)} is not a valid namespace: ${nsError}`);
+  }
+}
+
+/**
  * Plans a helm step:
- * `helm template <name> <chartPath> --namespace <ns> --include-crds [--kube-version v] [--api-versions a,b] [--values f]...`
+ * `helm template --namespace=<ns> --include-crds [--kube-version=<v>] [--api-versions=<a,b>] [--values=<f>]... -- <name> <chartPath>`
  * with env {@link HELM_TEMPLATE_ENV}.
  *
  * - `name` defaults to the App name, `namespace` to the App namespace;
  * - `chartPath` is `path` resolved under the template root (default: the root);
  * - `valuesFrom` files go to `<scratchDir>/values/<j>/`; `-` (stdin) needs a stream.
  *
+ * Unlike upstream (`helm template <name> <chart> --namespace <ns> ...`), every flag value is
+ * attached with `=` and the positionals follow `--`, so no user value can be read as a flag (a
+ * release name `--post-renderer=sh` would otherwise run a program); and the release name and
+ * namespace are checked before helm starts.
+ *
  * @param opts - the step's `helmTemplate` spec
  * @param ctx - step context
  * @returns the run step, plus warnings from values planning
  * @throws {KappControllerError} `Invalid path: <path>` (bare, as upstream) for a chart path out of
- *   scope; values errors; {@link STDIN_UNAVAILABLE_MESSAGE}; a failed live lookup's message
+ *   scope; the release name and namespace errors of `checkReleaseNameAndNamespace`; values
+ *   errors; {@link STDIN_UNAVAILABLE_MESSAGE}; a failed live lookup's message
  */
 export function planHelmTemplate(
   opts: AppTemplateHelmTemplate,
@@ -77,16 +105,18 @@ export function planHelmTemplate(
   }
   const name = opts.name || ctx.appName;
   const namespace = opts.namespace || ctx.appNamespace;
-  const args = ['template', name, chartPath, '--namespace', namespace, '--include-crds'];
+  checkReleaseNameAndNamespace(opts, name, namespace);
+  const args = ['template', `--namespace=${namespace}`, '--include-crds'];
   const kubeVersion = helmKubeVersion(opts, ctx.cluster);
-  if (kubeVersion !== undefined) args.push('--kube-version', kubeVersion);
+  if (kubeVersion !== undefined) args.push(`--kube-version=${kubeVersion}`);
   const apiVersions = helmApiVersions(opts, ctx.cluster);
-  if (apiVersions !== undefined) args.push('--api-versions', apiVersions.join(','));
+  if (apiVersions !== undefined) args.push(`--api-versions=${apiVersions.join(',')}`);
   const values = planValues(opts.valuesFrom ?? [], posix.join(ctx.scratchDir, 'values'), ctx);
   for (const p of values.paths) {
     if (p === STDIN_PATH && !ctx.hasStdin) throw new KappControllerError(STDIN_UNAVAILABLE_MESSAGE);
-    args.push('--values', p);
+    args.push(`--values=${p}`);
   }
+  args.push('--', name, chartPath);
   return {
     step: {
       kind: 'run',

@@ -12,13 +12,15 @@ import { planValues } from './values.js';
 
 /**
  * Plans a ytt step:
- * `ytt [--ignore-unknown-comments] <-f path>... [-f <inlineDir>] [--file-mark m]... [--data-values-file f]...`.
+ * `ytt [--ignore-unknown-comments] <-f path>... [-f <inlineDir>] [--file-mark=<m>]... [--data-values-file f]...`.
  *
  * - `-f` arguments follow {@link fileArgs};
  * - `inline` files go to `<scratchDir>/inline` (so they sit at the root of ytt's file list);
  * - `valuesFrom` files go to `<scratchDir>/values/<j>/` (see `planValues`); a `-` values path is
  *   passed as `--data-values-file -`;
- * - `strict` is ignored, as upstream (no `--strict` flag is passed).
+ * - `strict` is ignored, as upstream (no `--strict` flag is passed);
+ * - `fileMarks` are attached with `=` (upstream passes `--file-mark <m>`), so a mark can never be
+ *   read as a flag of its own; every `-f` value is an absolute scoped path or `-`.
  *
  * Errors are raised in upstream's order: paths, inline, values.
  *
@@ -39,7 +41,7 @@ export function planYtt(opts: AppTemplateYtt, ctx: StepContext): { step: RunStep
     dirs.push(inlineDir);
     args.push('-f', inlineDir);
   }
-  for (const mark of opts.fileMarks ?? []) args.push('--file-mark', mark);
+  for (const mark of opts.fileMarks ?? []) args.push(`--file-mark=${mark}`);
   const values = planValues(opts.valuesFrom ?? [], posix.join(ctx.scratchDir, 'values'), ctx);
   files.push(...values.files);
   for (const p of values.paths) args.push('--data-values-file', p);

@@ -1,0 +1,222 @@
+/**
+ * Checks for user strings that end up in a tool's argv (ours, or one a tool builds itself, such as
+ * the `git`/`helm` commands vendir runs), so that no such string can be read as an option.
+ *
+ * Each check returns `undefined` for an acceptable value, or the reason it is refused (a phrase
+ * the caller puts after the field name and the quoted value, see {@link quoteValue}). They follow
+ * what the receiving tool itself accepts (helm's release names, Kubernetes' DNS-1123 labels, git's
+ * `check-ref-format`), and in addition refuse anything that starts like an option where the tool
+ * would see it as a separate argument. Pure: no I/O.
+ *
+ * @module
+ */
+
+/** At most this many characters of a refused value are quoted in an error message. */
+export const QUOTED_VALUE_MAX_CHARS = 128;
+
+/**
+ * A user value as shown in an error message: JSON-quoted (so control characters and newlines are
+ * visible and cannot forge lines), cut to {@link QUOTED_VALUE_MAX_CHARS} characters with `...`.
+ *
+ * @param value - the refused value
+ * @returns e.g. `"--post-renderer=sh"`
+ */
+export function quoteValue(value: string): string {
+  const shown = value.length > QUOTED_VALUE_MAX_CHARS ? `${value.slice(0, QUOTED_VALUE_MAX_CHARS)}...` : value;
+  return JSON.stringify(shown);
+}
+
+/** The reason given for a value that starts like an option. */
+export const LOOKS_LIKE_OPTION_REASON = 'it must not begin with "-" (a tool would read it as an option)';
+
+/** Whether `value` holds an ASCII control character (C0 or DEL). */
+function hasControl(value: string): boolean {
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c < 0x20 || c === 0x7f) return true;
+  }
+  return false;
+}
+
+/** Helm's release name regex (`pkg/chartutil/validate_name.go` `validName`). */
+export const HELM_RELEASE_NAME_REGEX = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/** Helm's maximum release name length (`maxReleaseNameLen`). */
+export const HELM_RELEASE_NAME_MAX = 53;
+
+/**
+ * Helm's own `ValidateReleaseName` (run by `helm template` before rendering): `no name provided`
+ * for `''`, otherwise helm's exact `errInvalidName` text for a name that does not match
+ * {@link HELM_RELEASE_NAME_REGEX} or is longer than {@link HELM_RELEASE_NAME_MAX}. A valid release
+ * name can never begin with `-`.
+ *
+ * @param name - release name
+ * @returns `undefined` when helm accepts it, else helm's error text
+ */
+export function helmReleaseNameError(name: string): string | undefined {
+  if (name === '') return 'no name provided';
+  if (name.length > HELM_RELEASE_NAME_MAX || !HELM_RELEASE_NAME_REGEX.test(name)) {
+    return `invalid release name, must match regex ${HELM_RELEASE_NAME_REGEX.source} and the length must not be longer than ${HELM_RELEASE_NAME_MAX}`;
+  }
+  return undefined;
+}
+
+/** Kubernetes' DNS-1123 label regex (`k8s.io/apimachinery/pkg/util/validation`). */
+export const DNS1123_LABEL_REGEX = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+/** Kubernetes' DNS-1123 label maximum length. */
+export const DNS1123_LABEL_MAX = 63;
+
+/**
+ * Kubernetes' `IsDNS1123Label` (what a namespace name must be), with its exact messages joined
+ * by `; `. A valid label can never begin with `-`.
+ *
+ * @param value - e.g. a namespace name
+ * @returns `undefined` when valid, else the API server's texts
+ */
+export function dns1123LabelError(value: string): string | undefined {
+  const errs: string[] = [];
+  if (value.length > DNS1123_LABEL_MAX) errs.push(`must be no more than ${DNS1123_LABEL_MAX} characters`);
+  if (!DNS1123_LABEL_REGEX.test(value)) {
+    errs.push(
+      "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+    );
+  }
+  return errs.length > 0 ? errs.join('; ') : undefined;
+}
+
+/**
+ * Why a git ref (`git.ref` of a fetch) is refused, or `undefined`. vendir v0.44 runs
+ * `git fetch origin <ref without "origin/">` when the ref starts with `origin/`, and always
+ * `git checkout <ref>`, both as separate arguments; so a ref is accepted only if it follows
+ * `git check-ref-format --allow-onelevel` and no `/`-separated part of it begins with `-` (git
+ * itself refuses branch and tag names beginning with `-`). Commit ids (hex) and `HEAD` pass.
+ * Refused as well, by check-ref-format: `..`, `@{`, a lone `@`, control characters, space,
+ * `~ ^ : ? * [ \`, empty parts (`//`, leading or trailing `/`), parts beginning with `.` or
+ * ending with `.lock`, and a trailing `.`. Revision expressions such as `HEAD~1` are therefore
+ * refused too (vendir would pass them to `git checkout`).
+ *
+ * @param ref - the ref as written in the App (non-empty)
+ * @returns the reason, e.g. `a "/"-separated part must not begin with "-" (...)`
+ */
+export function gitRefError(ref: string): string | undefined {
+  if (ref === '@') return 'it must not be "@"';
+  if (hasControl(ref) || /[ ~^:?*[\\]/.test(ref)) {
+    return 'it must not contain control characters, space or any of ~ ^ : ? * [ \\';
+  }
+  if (ref.includes('..')) return 'it must not contain ".."';
+  if (ref.includes('@{')) return 'it must not contain "@{"';
+  if (ref.endsWith('.')) return 'it must not end with "."';
+  const parts = ref.split('/');
+  if (parts.some((p) => p === '')) return 'it must not begin or end with "/" or contain "//"';
+  for (const p of parts) {
+    if (p.startsWith('-')) return 'a "/"-separated part must not begin with "-" (git would read it as an option)';
+    if (p.startsWith('.')) return 'a "/"-separated part must not begin with "."';
+    if (p.endsWith('.lock')) return 'a "/"-separated part must not end with ".lock"';
+  }
+  return undefined;
+}
+
+/** git's `<transport>::<address>` remote-helper syntax (`ext::<command>` runs a command). */
+const REMOTE_HELPER = /^[A-Za-z0-9][A-Za-z0-9+.-]*::/;
+
+/** `scheme://authority...`. */
+const URL_WITH_SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)/;
+
+/**
+ * Why a git remote URL (`git.url`) is refused, or `undefined`. vendir runs
+ * `git remote add origin <url>`, and git hands the host of an ssh URL to `ssh`. Refused: a URL
+ * beginning with `-`; control characters and whitespace; the remote-helper syntax
+ * `<transport>::<address>` (`ext::` runs any command, `fd::` reads descriptors); a host or
+ * authority (`[user@]host[:port]` of `scheme://...`, or of scp-like `[user@]host:path`) beginning
+ * with `-`.
+ * Every URL git documents (`https://`, `ssh://`, `git://`, `file://`, scp-like, local paths)
+ * passes otherwise. Which hosts may be reached is the URL policy's business, not this check's.
+ *
+ * @param url - the URL as written (non-empty)
+ */
+export function gitUrlError(url: string): string | undefined {
+  if (url.startsWith('-')) return LOOKS_LIKE_OPTION_REASON;
+  if (hasControl(url) || /\s/.test(url)) return 'it must not contain control characters or whitespace';
+  if (REMOTE_HELPER.test(url)) return 'remote helper transports ("<transport>::<address>") are not allowed';
+  const m = URL_WITH_SCHEME.exec(url);
+  if (m) {
+    const authority = m[2] ?? '';
+    const host = authority.slice(authority.lastIndexOf('@') + 1).replace(/^\[/, '');
+    if (authority.startsWith('-') || host.startsWith('-')) {
+      return 'its host must not begin with "-" (ssh would read it as an option)';
+    }
+    return undefined;
+  }
+  const colon = url.indexOf(':');
+  const slash = url.indexOf('/');
+  if (colon > 0 && (slash < 0 || colon < slash)) {
+    // scp-like `[user@]host:path`
+    const host = url.slice(0, colon);
+    const at = host.lastIndexOf('@');
+    if (
+      host
+        .slice(at + 1)
+        .replace(/^\[/, '')
+        .startsWith('-')
+    ) {
+      return 'its host must not begin with "-" (ssh would read it as an option)';
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Why a helm chart name (`helmChart.name` of a fetch) is refused, or `undefined`. vendir runs
+ * `helm fetch <name>` (after stripping a `stable/` prefix) or `helm pull oci://<repo>/<name>`, so
+ * no `/`-separated part may begin with `-`; control characters and whitespace are refused too
+ * (helm's chart names are lower-case letters, digits and `-`).
+ *
+ * @param name - the chart name as written (non-empty)
+ */
+export function helmChartNameError(name: string): string | undefined {
+  if (hasControl(name) || /\s/.test(name)) return 'it must not contain control characters or whitespace';
+  if (name.split('/').some((p) => p.startsWith('-'))) {
+    return 'a "/"-separated part must not begin with "-" (helm would read it as an option)';
+  }
+  return undefined;
+}
+
+/**
+ * Why a helm chart version or constraint (`helmChart.version`) is refused, or `undefined`: it must
+ * not begin with `-` nor contain control characters (constraints such as `>=1.0 <2.0` pass).
+ *
+ * @param version - as written (non-empty)
+ */
+export function helmChartVersionError(version: string): string | undefined {
+  if (version.startsWith('-')) return LOOKS_LIKE_OPTION_REASON;
+  if (hasControl(version)) return 'it must not contain control characters';
+  return undefined;
+}
+
+/**
+ * Why a helm repository URL (`helmChart.repository.url`) is refused, or `undefined`. vendir runs
+ * `helm repo add vendir-unused <url>` for http(s) repositories and `helm registry login <url
+ * without "oci://">` for OCI ones, so neither the URL nor its `oci://`-stripped form may begin with
+ * `-`; control characters and whitespace are refused too.
+ *
+ * @param url - as written (non-empty)
+ */
+export function helmRepositoryUrlError(url: string): string | undefined {
+  if (url.startsWith('-')) return LOOKS_LIKE_OPTION_REASON;
+  if (hasControl(url) || /\s/.test(url)) return 'it must not contain control characters or whitespace';
+  if (url.startsWith('oci://') && url.slice('oci://'.length).startsWith('-')) {
+    return 'the part after "oci://" must not begin with "-" (helm would read it as an option)';
+  }
+  return undefined;
+}
+
+/**
+ * Why a path that is passed to a tool as a positional argument is refused, or `undefined`: it must
+ * not begin with `-`. (Scoping to the template root is checked separately.)
+ *
+ * @param path - as written
+ */
+export function positionalPathError(path: string): string | undefined {
+  return path.startsWith('-') ? LOOKS_LIKE_OPTION_REASON : undefined;
+}

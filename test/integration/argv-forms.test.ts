@@ -1,0 +1,133 @@
+/**
+ * The argv forms that keep user values from being read as flags (issue 7, item 1) work with the
+ * real pinned tools: helm with `--flag=value` and `--` before the release name and chart, cue with
+ * `--path=`/`--expression=` and `--` before its inputs, ytt with `--file-mark=`. Planned by
+ * `planTemplate` and run by `runTemplateSteps` with the real command runner.
+ */
+import { cp, mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
+import { createCommandRunner } from '../../functions/lib/exec/runner.js';
+import { refObjectsFrom } from '../../functions/lib/fetch/types.js';
+import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
+import { runTemplateSteps } from '../../functions/lib/pipeline/template.js';
+import { type AppTemplate, planTemplate } from '../../functions/lib/template/index.js';
+import { cacheRoot } from '../../layers/gobuild.js';
+import { fixturePath } from '../harness/fixtures.js';
+
+let scratch: string;
+let deps: PipelineDeps;
+
+beforeAll(async () => {
+  scratch = await realpath(await mkdtemp(path.join(tmpdir(), 'argv-forms-')));
+  await mkdir(path.join(scratch, 'home'));
+  const runner = createCommandRunner({
+    allow: ['helm', 'cue', 'ytt'],
+    resolveBin: cacheBinResolver(cacheRoot()),
+    home: path.join(scratch, 'home'),
+    tmpDir: scratch,
+  });
+  // Only the runner and the tool timeout are used by runTemplateSteps.
+  deps = {
+    runner,
+    config: { tmpRoot: scratch, toolVersions: {}, controllerVersion: 'test' },
+  } as unknown as PipelineDeps;
+});
+
+afterAll(async () => {
+  await rm(scratch, { recursive: true, force: true });
+});
+
+async function render(name: string, template: AppTemplate[], files: Record<string, string> = {}) {
+  const root = path.join(scratch, name, 'root');
+  await mkdir(root, { recursive: true });
+  for (const [f, content] of Object.entries(files)) {
+    await mkdir(path.dirname(path.join(root, f)), { recursive: true });
+    await writeFile(path.join(root, f), content);
+  }
+  const plan = planTemplate({
+    app: { metadata: { name: 'app', namespace: 'ns' }, spec: { template } },
+    templateRoot: root,
+    scratchRoot: path.join(scratch, name, 'scratch'),
+    refs: refObjectsFrom({
+      configMaps: [
+        {
+          metadata: { name: 'cue-values' },
+          data: { 'values.yml': await readFile(fixturePath('kapp-controller-cue-app', 'values.yml'), 'utf8') },
+        },
+      ],
+    }),
+  });
+  return { root, plan, run: await runTemplateSteps(plan.steps, deps, path.join(scratch, name)) };
+}
+
+describe('argv forms with the real tools', () => {
+  it('helm template --namespace=<ns> ... -- <name> <chart> renders the chart', async () => {
+    const chart = fixturePath('podinfo', 'charts', 'podinfo');
+    const root = path.join(scratch, 'helm', 'root');
+    await mkdir(root, { recursive: true });
+    await cp(chart, path.join(root, 'chart'), { recursive: true });
+    const { plan, run } = await render('helm', [
+      { helmTemplate: { name: 'rel', namespace: 'target', path: 'chart', kubernetesVersion: { version: '1.30.0' } } },
+    ]);
+    expect((plan.steps[0] as { args: string[] }).args.slice(-3)).toEqual(['--', 'rel', path.join(root, 'chart')]);
+    expect(run.result.error).toBeUndefined();
+    const docs = parseAllDocuments(run.manifest).map((d) => d.toJS());
+    const deployment = docs.find((d) => d?.kind === 'Deployment');
+    expect(deployment.metadata).toMatchObject({ name: 'rel-podinfo', namespace: 'target' });
+  });
+
+  it('helm takes a flag-looking --kube-version= value as a version, not as a flag', async () => {
+    const root = path.join(scratch, 'helm2', 'root');
+    await mkdir(root, { recursive: true });
+    await cp(fixturePath('podinfo', 'charts', 'podinfo'), path.join(root, 'chart'), { recursive: true });
+    const { run } = await render('helm2', [
+      {
+        helmTemplate: { name: 'rel', path: 'chart', kubernetesVersion: { version: `--post-renderer=/usr/bin/touch` } },
+      },
+    ]);
+    expect(run.result.error).toBe('Templating helm chart: Error (see .status.usefulErrorMessage for details)');
+    expect(run.result.stderr).toContain('--post-renderer=/usr/bin/touch');
+  });
+
+  it('cue export --path=config: --expression=output -- . <values> renders the cue example', async () => {
+    const app = await readFile(fixturePath('kapp-controller-cue-app', 'app.cue'), 'utf8');
+    const { run } = await render(
+      'cue',
+      [
+        {
+          cue: {
+            inputExpression: 'config:',
+            outputExpression: 'output',
+            valuesFrom: [{ configMapRef: { name: 'cue-values' } }],
+          },
+        },
+      ],
+      { 'app.cue': app },
+    );
+    expect(run.result.error).toBeUndefined();
+    expect(run.manifest).toContain('kind: List');
+    expect(run.manifest).toContain('from cue');
+  });
+
+  it('cue export -- <paths> renders the named files only', async () => {
+    const { run } = await render('cue-paths', [{ cue: { paths: ['a.cue'] } }], {
+      'a.cue': 'a: 1\n',
+      'b.cue': 'b: 2\n',
+    });
+    expect(run.result.error).toBeUndefined();
+    expect(run.manifest.trim()).toBe('a: 1');
+  });
+
+  it('ytt --file-mark=<m> applies the mark', async () => {
+    const { run } = await render('ytt', [{ ytt: { fileMarks: ['b.yml:exclude=true'] } }], {
+      'a.yml': 'a: 1\n',
+      'b.yml': 'b: 2\n',
+    });
+    expect(run.result.error).toBeUndefined();
+    expect(run.manifest.trim()).toBe('a: 1');
+  });
+});
