@@ -12,6 +12,7 @@ import { copyFile, mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { buildComponent, cacheRoot } from './gobuild.js';
 import { COMPONENTS, type Stage } from './manifest.js';
+import { buildHardenAddon, HARDEN_ADDON_NAME } from './native.js';
 
 /** Lambda's limit on a function's unzipped deployment package plus layers, in bytes (250 MiB as AWS counts it). */
 export const LAMBDA_UNZIPPED_LIMIT = 262_144_000;
@@ -77,6 +78,11 @@ export async function buildLayers(log: (m: string) => void, root = cacheRoot()):
       layerBytes += (await stat(src)).size;
       tools.push(bin);
     }
+    // The hardening addon (functions/lib/exec/harden.ts) at /opt/lib, loaded at init.
+    const addon = buildHardenAddon(log, root);
+    await mkdir(path.join(path.dirname(dir), 'lib'), { recursive: true });
+    await copyFile(addon, path.join(path.dirname(dir), 'lib', HARDEN_ADDON_NAME));
+    layerBytes += (await stat(addon)).size;
     const codeBytes = await bundleBytes(stage, bundles);
     const totalBytes = layerBytes + codeBytes;
     sizes.push({ stage, tools, layerBytes, codeBytes, totalBytes, withinLimit: totalBytes <= LAMBDA_UNZIPPED_LIMIT });

@@ -9,8 +9,10 @@ import path from 'node:path';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { COMPONENTS } from '../../layers/manifest.js';
+import { hardenAddonPath } from '../../layers/native.js';
 import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
+import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { createCommandRunner, minimalEnv, TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
@@ -61,6 +63,8 @@ export interface EmbeddedOptions {
    * Default: on when this process is root, the only case where it is possible.
    */
   isolateTools?: boolean;
+  /** The hardening addon (`functions/lib/exec/harden.ts`); default the one `npm run setup` builds. */
+  hardenAddon?: string;
   /** Wraps the dispatch deps (tests inject crashes here). */
   wrapDeps?: (deps: DispatchDeps) => DispatchDeps;
 }
@@ -85,6 +89,8 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const registry = KubeConfigClusterRegistry.fromFile(opts.kubeconfigPath, { contexts: opts.contexts });
   const store = opts.store ?? new LocalDirStore(opts.storeDir ?? `${opts.cacheRoot}/store`);
   const toolMetrics = createToolMetrics();
+  // A tool must not read this process's environment or memory, even under the same uid.
+  hardenProcess(opts.hardenAddon ?? hardenAddonPath(opts.cacheRoot));
   const isolate = opts.isolateTools ?? canSwitchUid();
   let resolveBin = cacheBinResolver(opts.cacheRoot);
   if (isolate) {

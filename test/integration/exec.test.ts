@@ -3,8 +3,21 @@
  * timeouts and cancellation that kill the whole process group, output bounds, the minimal
  * environment, streaming and metrics.
  */
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { link, mkdir, mkdtemp, readdir, realpath, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  link,
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  realpath,
+  rm,
+  stat,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -21,6 +34,7 @@ import {
 } from '../../functions/lib/exec/runner.js';
 import { canSwitchUid, ensureTraversable } from '../../functions/lib/exec/sandbox.js';
 import { attachError, STAGE_PREFIX } from '../../functions/lib/reconcile/status.js';
+import { hardenAddonPath } from '../../layers/native.js';
 
 const BINS: Record<string, string> = {
   echo: '/bin/echo',
@@ -381,5 +395,51 @@ describe('tool runs under their own uid (the runtime is root)', () => {
     expect(r.stdout.trim().split('\n')).toEqual(['no-link', 'no-hard', 'ok']);
     expect((await stat(outside)).uid).toBe(0);
     expect((await stat(path.join(dir, 'sub'))).uid).toBeGreaterThanOrEqual(910_100);
+  });
+});
+
+describe('the runtime process is not dumpable (hardening addon)', () => {
+  /**
+   * Runs a Node process as an unprivileged uid (as the functions run on Lambda) that starts a
+   * tool under its own uid; the tool tries to read the runtime's environment.
+   */
+  async function readOwnEnviron(harden: boolean): Promise<string> {
+    const dir = await realpath(await mkdtemp(path.join(tmpdir(), 'harden-')));
+    const addon = path.join(dir, 'harden.node');
+    await writeFile(addon, await readFile(hardenAddonPath()), { mode: 0o755 });
+    const script = path.join(dir, 'runtime.cjs');
+    await writeFile(
+      script,
+      [
+        "const { spawnSync } = require('node:child_process');",
+        `if (${harden}) { const m = { exports: {} }; process.dlopen(m, ${JSON.stringify(addon)}); if (m.exports.setNotDumpable() !== 0) process.exit(3); }`,
+        "const r = spawnSync('/bin/sh', ['-c', `tr '\\\\0' '\\\\n' < /proc/${process.pid}/environ || echo denied`], { encoding: 'utf8' });",
+        'process.stdout.write(r.stdout);',
+      ].join('\n'),
+      { mode: 0o644 },
+    );
+    await chmod(dir, 0o755);
+    try {
+      const out = execFileSync(process.execPath, [script], {
+        uid: 910_250,
+        gid: 910_250,
+        env: { PATH: DEFAULT_SYSTEM_PATH, AWS_SECRET_ACCESS_KEY: 'role-secret' },
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      });
+      return out;
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  it('a tool under the same uid reads the environment of an unhardened runtime (the threat)', async () => {
+    expect(await readOwnEnviron(false)).toContain('AWS_SECRET_ACCESS_KEY=role-secret');
+  });
+
+  it('but not the environment of a hardened one', async () => {
+    const out = await readOwnEnviron(true);
+    expect(out).not.toContain('role-secret');
+    expect(out.trim()).toBe('denied');
   });
 });

@@ -24,6 +24,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
+import { hardenAddonPath } from '../../layers/native.js';
 import { kubectl } from '../harness/kube.js';
 import {
   freePort,
@@ -197,6 +198,7 @@ function functionEnv(binDir: string): Record<string, string> {
     KAPP_LAMBDA_KUBECONFIG: kubeconfigPath,
     KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch'),
     KAPP_LAMBDA_BIN_DIR: binDir,
+    KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify({ vendir: component('vendir').version.replace(/^v/, '') }),
   };
 }

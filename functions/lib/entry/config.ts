@@ -23,6 +23,7 @@
  * | `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
+ * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
  * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
  *
@@ -90,6 +91,8 @@ export interface LambdaConfig {
   timer: TimerConfig;
   /** `KAPP_LAMBDA_LOG_LEVEL`. */
   logLevel: (typeof LOG_LEVELS)[number];
+  /** `KAPP_LAMBDA_HARDEN_ADDON`: loaded at init; the function does not start without it. */
+  hardenAddon: string;
   /** `KAPP_LAMBDA_URL_POLICY` and `KAPP_LAMBDA_URL_ALLOW`; enforced unless set to `off`. */
   urlPolicy: UrlPolicy;
 }
@@ -175,6 +178,7 @@ const EnvSchema = z.object({
   ),
   KAPP_LAMBDA_TMP_DIR: absPath('/tmp'),
   KAPP_LAMBDA_BIN_DIR: absPath('/opt/bin'),
+  KAPP_LAMBDA_HARDEN_ADDON: absPath('/opt/lib/kapp-lambda-harden.node'),
   KAPP_LAMBDA_TOOL_VERSIONS: required(
     z
       .string({ error: 'required (JSON object of tool versions)' })
@@ -272,6 +276,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     kubeconfigPath: e.KAPP_LAMBDA_KUBECONFIG,
     tmpDir: e.KAPP_LAMBDA_TMP_DIR,
     binDir: e.KAPP_LAMBDA_BIN_DIR,
+    hardenAddon: e.KAPP_LAMBDA_HARDEN_ADDON,
     toolVersions: e.KAPP_LAMBDA_TOOL_VERSIONS,
     kappDeployRawOptions: e.KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS ?? [],
     timer,

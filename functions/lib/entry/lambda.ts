@@ -13,6 +13,7 @@
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import pino from 'pino';
+import { hardenProcess } from '../exec/harden.js';
 import { createCommandRunner, dirBinResolver, minimalEnv, STAGE_TOOLS } from '../exec/runner.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import { KubeConfigClusterRegistry } from '../kube/registry.js';
@@ -202,6 +203,9 @@ export function lambdaEntry(
 ): SqsHandler {
   const bootstrap = lambdaBootstrap({ moduleUrl, argv1, runtimeApi: env.AWS_LAMBDA_RUNTIME_API });
   const config = parseLambdaEnv(stage, env);
+  // Before any tool can run: the tools share this function's uid on Lambda, and this
+  // process's environment holds the role's AWS credentials.
+  hardenProcess(config.hardenAddon);
   const clients = createAwsClients(config);
   const handler = makeSqsHandler(stage, () => createLambdaDeps(config, clients));
   bootstrap.start(handler);

@@ -1,0 +1,57 @@
+/**
+ * Builds the runtime's one native piece, `layers/native/harden.c` (a Node-API addon that makes
+ * the runtime process non-dumpable; see `functions/lib/exec/harden.ts`), with the machine's C
+ * compiler against the running Node's headers. Node-API is ABI-stable, so one build serves
+ * every Node version from 20 on, and it links only libc (`prctl`), so the Debian-built file
+ * loads on Lambda's Amazon Linux 2023 as well. Cached by source hash and architecture.
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { cacheRoot } from './gobuild.js';
+
+const SOURCE = fileURLToPath(new URL('./native/harden.c', import.meta.url));
+
+/** File name of the addon inside a Lambda layer's `lib/` (mounted at `/opt/lib`). */
+export const HARDEN_ADDON_NAME = 'kapp-lambda-harden.node';
+
+/**
+ * Where the addon for this source and architecture is cached.
+ *
+ * @param root - cache root (default `~/.cache/kapp-lambda`)
+ */
+export function hardenAddonPath(root = cacheRoot()): string {
+  const hash = createHash('sha256').update(readFileSync(SOURCE)).update(process.arch).digest('hex').slice(0, 10);
+  return path.join(root, 'native', `harden-${process.arch}-${hash}.node`);
+}
+
+/**
+ * Compiles the addon unless it is cached.
+ *
+ * @param log - progress lines
+ * @param root - cache root
+ * @returns the addon's path
+ * @throws Error naming what is missing when the C compiler or Node's headers are absent
+ */
+export function buildHardenAddon(log: (m: string) => void, root = cacheRoot()): string {
+  const out = hardenAddonPath(root);
+  if (existsSync(out)) return out;
+  const include = path.resolve(path.dirname(process.execPath), '..', 'include', 'node');
+  if (!existsSync(path.join(include, 'node_api.h'))) {
+    throw new Error(`native addon: Node's headers are missing (${include}/node_api.h); install Node with its headers`);
+  }
+  mkdirSync(path.dirname(out), { recursive: true });
+  const tmp = `${out}.${process.pid}.tmp`;
+  log('harden addon: compiling layers/native/harden.c');
+  try {
+    execFileSync('cc', ['-shared', '-fPIC', '-O2', '-Wall', '-Werror', '-I', include, '-o', tmp, SOURCE], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+  } catch (err) {
+    throw new Error(`native addon: cc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
+  }
+  renameSync(tmp, out);
+  return out;
+}
