@@ -16,6 +16,10 @@
  * (input hash → manifest key), so two different inputs that render to the same manifest
  * share one artifact and a deploy that sees an unchanged manifest key is a no-op.
  *
+ * These keys are shared by the whole fleet, so only content without any Secret input uses
+ * them; content made from Secrets is sealed per cluster under `private/` keys (`./sealed.ts`,
+ * `docs/secret-material.md`).
+ *
  * @see fluxcd/pkg `artifact/storage` (content-addressed artifact paths).
  */
 import { createHash } from 'node:crypto';
