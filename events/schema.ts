@@ -22,6 +22,7 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { FETCH_KEY_PATTERN, INDEX_KEY_PATTERN, TEMPLATE_KEY_PATTERN } from '../functions/lib/artifact/keys.js';
+import { PRIVATE_FETCH_KEY_PATTERN, PRIVATE_TEMPLATE_KEY_PATTERN } from '../functions/lib/artifact/sealed.js';
 
 /** Kinds the forwarder watches. */
 export const KINDS = ['App', 'PackageInstall', 'PackageRepository'] as const;
@@ -146,14 +147,20 @@ export const StageStatusSummarySchema = z.strictObject({
 /** See {@link StageStatusSummarySchema}. */
 export type StageStatusSummary = z.infer<typeof StageStatusSummarySchema>;
 
-const fetchKey = z.string().regex(FETCH_KEY_PATTERN, { error: 'expected artifacts/fetch/sha256/<hex>.tgz' });
-const manifestKey = z.string().regex(TEMPLATE_KEY_PATTERN, { error: 'expected artifacts/template/sha256/<hex>.yaml' });
+// Shared (fleet-wide, content-addressed) or private (sealed per cluster, artifact/sealed.ts) keys.
+const fetchKey = z.string().refine((k) => FETCH_KEY_PATTERN.test(k) || PRIVATE_FETCH_KEY_PATTERN.test(k), {
+  error: 'expected artifacts/fetch/sha256/<hex>.tgz or a private fetch key',
+});
+const manifestKey = z.string().refine((k) => TEMPLATE_KEY_PATTERN.test(k) || PRIVATE_TEMPLATE_KEY_PATTERN.test(k), {
+  error: 'expected artifacts/template/sha256/<hex>.yaml or a private template key',
+});
 const indexKey = z.string().regex(INDEX_KEY_PATTERN, { error: 'expected artifacts/index/sha256/<hex>.json' });
 
 /**
  * `data` of `dev.kapp-lambda.stage.template.v1` (fetch → template):
  * `{ object, run, artifacts: { fetchKey }, fetchStatus? }`. `object.kind` must be `App`.
- * `fetchKey` is the `artifacts/fetch/sha256/<hex>.tgz` key of the fetched tarball.
+ * `fetchKey` is the `artifacts/fetch/sha256/<hex>.tgz` key of the fetched tarball, or its
+ * `private/<cluster tag>/<namespace tag>/fetch/<mac>.tgz` key when a Secret went into it.
  */
 export const TemplateStageDataSchema = z.strictObject({
   object: ObjectRefSchema,
@@ -168,7 +175,8 @@ export type TemplateStageData = z.infer<typeof TemplateStageDataSchema>;
  * `data` of `dev.kapp-lambda.stage.deploy.v1` (template → deploy):
  * `{ object, run, artifacts: { fetchKey?, manifestKey }, fetchStatus?, templateStatus? }`.
  * `object.kind` must be `App`. `manifestKey` is the `artifacts/template/sha256/<hex>.yaml` key
- * of the rendered manifest; `fetchKey` is kept for receipts.
+ * of the rendered manifest (or its private `private/.../template/<mac>.yaml` key); `fetchKey`
+ * is kept for receipts.
  */
 export const DeployStageDataSchema = z.strictObject({
   object: ObjectRefSchema,

@@ -10,6 +10,7 @@ import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import { hardenAddonPath } from '../../layers/native.js';
+import { type ClusterKeyring, fileKeyring } from '../lib/artifact/keyring.js';
 import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
 import { hardenProcess } from '../lib/exec/harden.js';
@@ -47,6 +48,12 @@ export interface EmbeddedOptions {
   storeDir?: string;
   /** Tool cache root (`~/.cache/kapp-lambda`). */
   cacheRoot: string;
+  /**
+   * Keys sealing private artifacts (content made from Secrets), per cluster. Default: keys
+   * derived from the root key file `<cacheRoot>/keys/artifact-root.key`, created 0600 on first
+   * use (outside the store directory, so no object key can name it).
+   */
+  keyring?: ClusterKeyring;
   /** Scratch directory root. */
   tmpRoot: string;
   log: Logger;
@@ -122,6 +129,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const base: DispatchDeps = {
     clusters: registry,
     store,
+    keyring: opts.keyring ?? fileKeyring(path.join(opts.cacheRoot, 'keys', 'artifact-root.key')),
     runner,
     now: () => new Date(),
     log: opts.log,

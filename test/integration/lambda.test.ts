@@ -200,6 +200,7 @@ function functionEnv(binDir: string): Record<string, string> {
     KAPP_LAMBDA_BIN_DIR: binDir,
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify({ vendir: component('vendir').version.replace(/^v/, '') }),
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 7).toString('base64'),
   };
 }
 

@@ -275,7 +275,7 @@ describe('vendir (git, helm run by vendir)', () => {
 
   async function fetchError(fetch: AppFetch[]) {
     const runner = new FakeCommandRunner({ fallback: {} });
-    const r = await fetchWithVendir(app(fetch), deps(runner), kube);
+    const r = await fetchWithVendir(app(fetch), deps(runner), kube, undefined);
     return { error: r.result.error, runner };
   }
 
@@ -385,7 +385,7 @@ describe('vendir (git, helm run by vendir)', () => {
     ])('git %s at %s', async (url, ref) => {
       tmp = await mkdtemp(path.join(tmpdir(), 'argv-'));
       const runner = new FakeCommandRunner({ fallback: {} });
-      const r = await fetchWithVendir(app([{ git: { url, ref } }]), deps(runner, tmp), kube);
+      const r = await fetchWithVendir(app([{ git: { url, ref } }]), deps(runner, tmp), kube, undefined);
       expect(r.result.error).toBeUndefined();
       expect(runner.calls).toHaveLength(1);
       expect(runner.calls[0]!.cmd).toBe('vendir');

@@ -91,10 +91,10 @@ describe('renderInputHash', () => {
     tools: { ytt: '0.55.3', kbld: '0.46.0' },
   };
 
-  it('is sha256 over the canonical JSON of {v: 1, inputs, template, values, tools}', () => {
+  it('is sha256 over the canonical JSON of {v: 2, inputs, template, values, tools}', () => {
     const canonical =
       `{"inputs":{"fetch":"${A}"},"template":[{"ytt":{"paths":["config"]}},{"kbld":{}}],` +
-      `"tools":{"kbld":"0.46.0","ytt":"0.55.3"},"v":1,"values":{"secret/default/values":"${B}"}}`;
+      `"tools":{"kbld":"0.46.0","ytt":"0.55.3"},"v":2,"values":{"secret/default/values":"${B}"}}`;
     expect(renderInputHash(inputs)).toBe(createHash('sha256').update(canonical).digest('hex'));
   });
 

@@ -243,7 +243,7 @@ describe('parseEvent', () => {
     expect(errorOf(bad)).toBe(
       [
         'data.run.runId: expected at least 1 character',
-        'data.artifacts.fetchKey: expected artifacts/fetch/sha256/<hex>.tgz',
+        'data.artifacts.fetchKey: expected artifacts/fetch/sha256/<hex>.tgz or a private fetch key',
         'data.fetchStatus.exitCode: expected number, received string',
         'data.fetchStatus.stderr: expected at most 16384 characters',
       ].join('; '),

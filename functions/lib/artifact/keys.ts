@@ -16,6 +16,10 @@
  * (input hash → manifest key), so two different inputs that render to the same manifest
  * share one artifact and a deploy that sees an unchanged manifest key is a no-op.
  *
+ * These keys are shared by the whole fleet, so only content without any Secret input uses
+ * them; content made from Secrets is sealed per cluster under `private/` keys (`./sealed.ts`,
+ * `docs/secret-material.md`).
+ *
  * @see fluxcd/pkg `artifact/storage` (content-addressed artifact paths).
  */
 import { createHash } from 'node:crypto';
@@ -182,14 +186,15 @@ export interface RenderInputs {
 
 /**
  * Render-input hash: lowercase hex sha256 over {@link canonicalJson} of
- * `{ v: 1, inputs, template, values, tools }`. The same inputs anywhere in the fleet give the
+ * `{ v: 2, inputs, template, values, tools }`. The same inputs anywhere in the fleet give the
  * same hash, so a render runs once; the leading `v` lets the recipe change without
- * colliding with old cache entries.
+ * colliding with old cache entries (v2: shared entries written before private artifacts
+ * existed may name renders that held Secrets, so they are not read again).
  *
  * Values are hashed by digest, never by content, so secret values never enter the hash input.
  *
  * @throws TypeError when `template` is not plain JSON (see {@link canonicalJson}).
  */
 export function renderInputHash(r: RenderInputs): string {
-  return sha256Hex(canonicalJson({ v: 1, inputs: r.inputs, template: r.template, values: r.values, tools: r.tools }));
+  return sha256Hex(canonicalJson({ v: 2, inputs: r.inputs, template: r.template, values: r.values, tools: r.tools }));
 }

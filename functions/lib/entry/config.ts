@@ -26,6 +26,7 @@
  * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
  * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
+ * | `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` | base64 root key (32+ bytes) sealing private artifacts; read by `lambdaEntry`, not here (secret) | required |
  *
  * Credentials are not configuration: the AWS SDK takes the function role's temporary
  * credentials from its default provider chain, and nothing here is secret, so the parsed

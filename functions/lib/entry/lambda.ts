@@ -13,6 +13,7 @@
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import pino from 'pino';
+import { type ClusterKeyring, DerivedKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
 import { hardenProcess } from '../exec/harden.js';
 import { createCommandRunner, dirBinResolver, minimalEnv, STAGE_TOOLS } from '../exec/runner.js';
 import type { ClusterRegistry } from '../kube/port.js';
@@ -23,7 +24,7 @@ import type { ClusterInfoSource } from '../pipeline/template.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
-import { CONTROLLER_VERSION, type LambdaConfig, parseLambdaEnv } from './config.js';
+import { CONTROLLER_VERSION, ConfigError, type LambdaConfig, parseLambdaEnv } from './config.js';
 import { type EntryDeps, makeSqsHandler, type SqsHandler } from './handler.js';
 import { lambdaBootstrap } from './runtime-api.js';
 
@@ -148,6 +149,38 @@ export interface LambdaDepsOverrides {
   sender?: EventSender;
   /** Default `() => new Date()`. */
   now?: () => Date;
+  /**
+   * Keys sealing private artifacts. Default none: a run that would store content made from
+   * Secrets then fails (never stores it in the clear). {@link lambdaEntry} always passes one.
+   */
+  keyring?: ClusterKeyring;
+}
+
+/** The variable holding the fleet's artifact root key (base64, at least 32 bytes). */
+export const ARTIFACT_ROOT_KEY_ENV = 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY';
+
+/**
+ * The keyring of the functions: per-cluster keys derived (HKDF) from the fleet's root key in
+ * `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` (base64 of 32+ random bytes; set it from AWS Secrets Manager,
+ * the same value for the fetch, template and deploy functions of a fleet). Read apart from
+ * {@link parseLambdaEnv} so the parsed configuration stays free of secrets and loggable.
+ *
+ * Production design, not built yet: a KMS data key per cluster (GenerateDataKey under the
+ * fleet's CMK, the wrapped key kept with the cluster's registry entry, Decrypt allowed by the
+ * function roles only), so that one leaked root key does not open every cluster's artifacts.
+ *
+ * @throws ConfigError when the variable is missing or not base64 of at least 32 bytes (the
+ *   value is never quoted).
+ */
+export function artifactKeyringFromEnv(
+  stage: LambdaConfig['stage'],
+  env: Readonly<Record<string, string | undefined>>,
+): ClusterKeyring {
+  try {
+    return new DerivedKeyring(rootKeyFromBase64(env[ARTIFACT_ROOT_KEY_ENV], ARTIFACT_ROOT_KEY_ENV));
+  } catch (err) {
+    throw new ConfigError(stage, [(err as Error).message]);
+  }
 }
 
 /**
@@ -167,6 +200,7 @@ export function createLambdaDeps(
   const pipeline: DispatchDeps = {
     clusters: stageClusterRegistry(registry, config.stage),
     store: new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
+    ...(overrides.keyring ? { keyring: overrides.keyring } : {}),
     runner,
     now: overrides.now ?? (() => new Date()),
     log,
@@ -206,8 +240,9 @@ export function lambdaEntry(
   // Before any tool can run: the tools share this function's uid on Lambda, and this
   // process's environment holds the role's AWS credentials.
   hardenProcess(config.hardenAddon);
+  const keyring = artifactKeyringFromEnv(stage, env);
   const clients = createAwsClients(config);
-  const handler = makeSqsHandler(stage, () => createLambdaDeps(config, clients));
+  const handler = makeSqsHandler(stage, () => createLambdaDeps(config, clients, { keyring }));
   bootstrap.start(handler);
   return handler;
 }

@@ -41,6 +41,7 @@ import {
   type StageResult,
 } from '../reconcile/status.js';
 import { markTruncated } from '../reconcile/status-budget.js';
+import { readArtifact, scopeOf } from './artifacts.js';
 import {
   appRef,
   loadApp,
@@ -240,7 +241,8 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   if (blocked) {
     result = blocked;
   } else {
-    const manifest = await deps.store.get(data.artifacts.manifestKey);
+    // A private manifest opens only with this run's cluster key (and for the App's namespace).
+    const manifest = await readArtifact(deps, scopeOf(ref), data.artifacts.manifestKey);
     if (!manifest) throw new Error(`manifest ${data.artifacts.manifestKey} is missing from the object store`);
     const work = await makeScratch(deps, 'deploy');
     try {

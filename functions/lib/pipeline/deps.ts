@@ -3,6 +3,8 @@
  * logger) and the typed runtime configuration. Entry files build one {@link PipelineDeps}
  * per process; handlers never read the environment.
  */
+
+import type { ClusterKeyring } from '../artifact/keyring.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { HttpDownloader } from '../fetch/http-download.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
@@ -46,6 +48,11 @@ export interface PipelineConfig {
    * deploying a cut manifest. Default: `DEFAULT_MAX_OUTPUT_BYTES` of the runner (64 MiB).
    */
   maxTemplateOutputBytes?: number;
+  /**
+   * Life of a private artifact (content made from Secrets) after each write, ms. Default
+   * `DEFAULT_PRIVATE_TTL_MS` (7 days); see `../artifact/sealed.ts`.
+   */
+  privateArtifactTtlMs?: number;
 }
 
 /** Ports and configuration of the stage handlers. */
@@ -54,6 +61,11 @@ export interface PipelineDeps {
   clusters: ClusterRegistry;
   /** Artifacts, render cache and receipts. */
   store: ObjectStore;
+  /**
+   * Per-cluster keys sealing private artifacts (content made from Secrets). Without one, a
+   * run that would store secret material fails instead (it is never stored in the clear).
+   */
+  keyring?: ClusterKeyring;
   /** The one command runner (allow-listed tools). */
   runner: CommandRunner;
   /**

@@ -22,6 +22,7 @@ import { KappControllerError, type RefObjects } from '../fetch/types.js';
 import { UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
+import { fetchIsPrivate, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
 import {
   appRef,
   fetchPart,
@@ -96,12 +97,15 @@ export function fetchSecretName(entry: AppFetch): string | undefined {
 }
 
 /**
- * Plans and runs vendir, and stores the tarball. Planning errors (a missing Secret, a refused git
- * ref, ...) end the fetch with their message before vendir starts.
+ * Plans and runs vendir, and stores the tarball: shared by content digest, or, when `scope` is
+ * given (a fetch that used a Secret), sealed under the cluster's private key. Planning errors (a
+ * missing Secret, a refused git ref or URL, ...) end the fetch with their message before vendir
+ * starts.
  *
  * @param app - the App
  * @param deps - runner, store, config
  * @param kube - reads the Secrets and ConfigMaps the fetch refers to
+ * @param scope - the private scope when the fetch used a Secret
  * @returns the stage result, the artifact key on success, tool time (ms) and run count
  * @throws on infrastructure failures (API reads, object store)
  */
@@ -109,6 +113,7 @@ export async function fetchWithVendir(
   app: App,
   deps: PipelineDeps,
   kube: ReturnType<PipelineDeps['clusters']['fetchView']>,
+  scope: ReturnType<typeof scopeOf> | undefined,
 ): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
   const ns = app.metadata.namespace ?? '';
   const policy = deps.config.urlPolicy ? new UrlPolicyChecker(deps.config.urlPolicy) : undefined;
@@ -184,8 +189,16 @@ export async function fetchWithVendir(
         toolRuns: 1,
       };
     }
-    const fetchKey = fetchArtifactKey(packed.sha256);
-    await deps.store.putIfAbsent(fetchKey, packed.tgz);
+    let fetchKey: string;
+    if (scope) {
+      const priv = privateArtifacts(deps);
+      fetchKey = await priv.keyFor(scope, 'fetch', packed.sha256);
+      // put, not putIfAbsent: each write restarts the expiry of the sealed artifact.
+      await priv.put(scope, fetchKey, packed.tgz);
+    } else {
+      fetchKey = fetchArtifactKey(packed.sha256);
+      await deps.store.putIfAbsent(fetchKey, packed.tgz);
+    }
     return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1 };
   } finally {
     await removeScratch(prep);
@@ -219,8 +232,18 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     for (const n of secretNames) credentials[n] = refs.digests[`secret/${n}`] ?? '-';
   }
   const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials);
-  if (pinned) {
-    const hit = await deps.store.get(`${PINNED_FETCH_PREFIX}${pinned}.json`);
+  // A fetch that used a Secret (credentials of a private source, inline pathsFrom Secrets) is
+  // private: sealed for this cluster and namespace, never in the fleet-wide cache.
+  const scope = fetchIsPrivate(fetchSpec) ? scopeOf(ctx.ref) : undefined;
+  const priv = scope ? privateArtifacts(deps) : undefined;
+  const recordKey = pinned
+    ? scope && priv
+      ? await priv.keyFor(scope, 'fetch-cache', pinned)
+      : `${PINNED_FETCH_PREFIX}${pinned}.json`
+    : undefined;
+  if (recordKey) {
+    const hit =
+      scope && priv ? await priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : await deps.store.get(recordKey);
     if (hit) {
       const rec = JSON.parse(hit.toString('utf8')) as { fetchKey?: string; stdout?: string };
       if (rec.fetchKey && (await deps.store.head(rec.fetchKey))) {
@@ -232,13 +255,14 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const cached = fetchKey !== undefined;
   if (!cached) {
-    const r = await fetchWithVendir(app, deps, kube);
+    const r = await fetchWithVendir(app, deps, kube, scope);
     result = r.result;
     fetchKey = r.fetchKey;
     tools = { runs: r.toolRuns, ms: r.toolMs };
-    if (pinned && fetchKey) {
-      const rec = { fetchKey, stdout: redactSecrets(result.stdout) };
-      await deps.store.put(`${PINNED_FETCH_PREFIX}${pinned}.json`, JSON.stringify(rec));
+    if (recordKey && fetchKey) {
+      const rec = JSON.stringify({ fetchKey, stdout: redactSecrets(result.stdout) });
+      if (scope && priv) await priv.put(scope, recordKey, rec);
+      else await deps.store.put(recordKey, rec);
     }
   }
   const part = fetchPart(result!, startedAt, deps.now());

@@ -23,6 +23,7 @@ import {
   sha256Hex,
   templateArtifactKey,
 } from '../artifact/keys.js';
+import { isPrivateKey } from '../artifact/sealed.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
 import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
@@ -34,6 +35,14 @@ import { planTemplate, requiredClusterInfo } from '../template/plan.js';
 import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage } from '../template/sops.js';
 import type { RunStep, SopsStep } from '../template/step.js';
 import type { PlannedFile } from '../template/values.js';
+import {
+  manifestHasSecret,
+  PRIVATE_REUSE_MARGIN_MS,
+  privateArtifacts,
+  readArtifact,
+  scopeOf,
+  templateIsPrivate,
+} from './artifacts.js';
 import {
   appRef,
   loadFenced,
@@ -302,21 +311,39 @@ export async function runTemplate(
   });
   const cacheKey = renderCacheKey(hash);
   const now = () => deps.now();
+  // Private renders (any Secret input, a private fetch, or a manifest holding a Secret) are
+  // sealed for this cluster and namespace and cached there only; all others are shared by
+  // the fleet. Inputs without a Secret may still have rendered a Secret: such a render is
+  // found in this scope's private cache.
+  const scope = scopeOf(ref);
+  const inputsPrivate = isPrivateKey(data.artifacts.fetchKey) || templateIsPrivate(templates);
+  const priv = inputsPrivate || deps.keyring ? privateArtifacts(deps) : undefined;
+  const privateCacheKey = priv ? await priv.keyFor(scope, 'render-cache', hash) : undefined;
 
   let manifestKey: string | undefined;
   let result: StageResult | undefined;
   let tools = { runs: 0, ms: 0 };
-  const hit = await deps.store.get(cacheKey);
-  if (hit) {
+  const useRecord = async (hit: Buffer | undefined): Promise<void> => {
+    if (!hit || manifestKey) return;
     const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: string; stderr?: string };
     if (rec.manifestKey && (await deps.store.head(rec.manifestKey))) {
       manifestKey = rec.manifestKey;
       result = { stdout: '', stderr: rec.stderr ?? '', exitCode: 0, finished: true };
     }
+  };
+  if (!inputsPrivate) {
+    const hit = await deps.store.get(cacheKey);
+    // A shared record never names a private artifact (not even a forged one).
+    if (hit && !isPrivateKey(String((JSON.parse(hit.toString('utf8')) as { manifestKey?: unknown }).manifestKey))) {
+      await useRecord(hit);
+    }
+  }
+  if (!manifestKey && priv && privateCacheKey) {
+    await useRecord(await priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS));
   }
   const cached = manifestKey !== undefined;
   if (!cached) {
-    const tgz = await deps.store.get(data.artifacts.fetchKey);
+    const tgz = await readArtifact(deps, scope, data.artifacts.fetchKey);
     if (!tgz) throw new Error(`fetch artifact ${data.artifacts.fetchKey} is missing from the object store`);
     const work = await makeScratch(deps, 'template');
     try {
@@ -336,9 +363,18 @@ export async function runTemplate(
       tools = { runs: r.runs, ms: r.ms };
       if (!result.error) {
         const manifest = Buffer.from(r.manifest, 'utf8');
-        manifestKey = templateArtifactKey(createHash('sha256').update(manifest).digest('hex'));
-        await deps.store.putIfAbsent(manifestKey, manifest);
-        await deps.store.put(cacheKey, JSON.stringify({ manifestKey, stderr: result.stderr }));
+        const digest = createHash('sha256').update(manifest).digest('hex');
+        if (inputsPrivate || manifestHasSecret(r.manifest)) {
+          const p = privateArtifacts(deps);
+          manifestKey = await p.keyFor(scope, 'template', digest);
+          await p.put(scope, manifestKey, manifest);
+          const record = JSON.stringify({ manifestKey, stderr: result.stderr });
+          await p.put(scope, privateCacheKey ?? (await p.keyFor(scope, 'render-cache', hash)), record);
+        } else {
+          manifestKey = templateArtifactKey(digest);
+          await deps.store.putIfAbsent(manifestKey, manifest);
+          await deps.store.put(cacheKey, JSON.stringify({ manifestKey, stderr: result.stderr }));
+        }
       }
     } finally {
       await removeScratch(work);
