@@ -46,11 +46,11 @@ export function buildHardenAddon(log: (m: string) => void, root = cacheRoot()): 
   const tmp = `${out}.${process.pid}.tmp`;
   log('harden addon: compiling layers/native/harden.c');
   try {
-    execFileSync('cc', ['-shared', '-fPIC', '-O2', '-Wall', '-Werror', '-I', include, '-o', tmp, SOURCE], {
+    execFileSync('gcc', ['-shared', '-fPIC', '-O2', '-Wall', '-Werror', '-I', include, '-o', tmp, SOURCE], {
       stdio: ['ignore', 'inherit', 'inherit'],
     });
   } catch (err) {
-    throw new Error(`native addon: cc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
+    throw new Error(`native addon: gcc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
   }
   renameSync(tmp, out);
   return out;

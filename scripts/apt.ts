@@ -1,6 +1,7 @@
 /**
  * Installs the Debian packages the integration tests need when they are missing:
- * `docker-registry` (OCI registry) and `git` (git server and vendir's git fetch).
+ * `docker-registry` (OCI registry), `git` (git server and vendir's git fetch) and `gcc` (the
+ * runtime's hardening addon, `layers/native.ts`).
  */
 import { existsSync } from 'node:fs';
 import { run } from '../layers/gobuild.js';
@@ -9,6 +10,7 @@ import { run } from '../layers/gobuild.js';
 export const DEBIAN_PACKAGES: Readonly<Record<string, string>> = {
   'docker-registry': '/usr/bin/docker-registry',
   git: '/usr/bin/git',
+  gcc: '/usr/bin/gcc',
 };
 
 /**

@@ -16,6 +16,7 @@ import path from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import pino from 'pino';
 import { startEmbedded } from '../functions/embedded/runtime.js';
+import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/lib/fetch/url-policy.js';
 import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
@@ -54,7 +55,16 @@ if (existsSync(candidate)) {
 }
 
 const tmpRoot = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-'));
+let urlPolicy: UrlPolicy;
+try {
+  urlPolicy = parseUrlPolicy(process.env.KAPP_LAMBDA_URL_POLICY, process.env.KAPP_LAMBDA_URL_ALLOW, 'off');
+  new UrlPolicyChecker(urlPolicy);
+} catch (err) {
+  say(`KAPP_LAMBDA_URL_POLICY / KAPP_LAMBDA_URL_ALLOW: ${(err as Error).message}`);
+  process.exit(2);
+}
 const runtime = startEmbedded({
+  config: { urlPolicy },
   kubeconfigPath,
   contexts,
   namespaces: list(process.env.KAPP_LAMBDA_NAMESPACES),
