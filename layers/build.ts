@@ -12,7 +12,7 @@ import { copyFile, mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { buildComponent, cacheRoot } from './gobuild.js';
 import { COMPONENTS, type Stage } from './manifest.js';
-import { buildHardenAddon, HARDEN_ADDON_NAME } from './native.js';
+import { buildHardenAddon, buildLauncher, HARDEN_ADDON_NAME, LAUNCHER_NAME } from './native.js';
 
 /** Lambda's limit on a function's unzipped deployment package plus layers, in bytes (250 MiB as AWS counts it). */
 export const LAMBDA_UNZIPPED_LIMIT = 262_144_000;
@@ -78,6 +78,10 @@ export async function buildLayers(log: (m: string) => void, root = cacheRoot()):
       layerBytes += (await stat(src)).size;
       tools.push(bin);
     }
+    // The tool launcher (functions/lib/exec/runner.ts `launcher`) beside the tools.
+    const launcher = buildLauncher(log, root);
+    await copyFile(launcher, path.join(dir, LAUNCHER_NAME));
+    layerBytes += (await stat(launcher)).size;
     // The hardening addon (functions/lib/exec/harden.ts) at /opt/lib, loaded at init.
     const addon = buildHardenAddon(log, root);
     await mkdir(path.join(path.dirname(dir), 'lib'), { recursive: true });

@@ -13,6 +13,10 @@ import { fileURLToPath } from 'node:url';
 import { cacheRoot } from './gobuild.js';
 
 const SOURCE = fileURLToPath(new URL('./native/harden.c', import.meta.url));
+const LAUNCH_SOURCE = fileURLToPath(new URL('./native/launch.c', import.meta.url));
+
+/** Name of the tool launcher (`layers/native/launch.c`) in a layer's `bin/`. */
+export const LAUNCHER_NAME = 'kl-launch';
 
 /** File name of the addon inside a Lambda layer's `lib/` (mounted at `/opt/lib`). */
 export const HARDEN_ADDON_NAME = 'kapp-lambda-harden.node';
@@ -51,6 +55,45 @@ export function buildHardenAddon(log: (m: string) => void, root = cacheRoot()): 
     });
   } catch (err) {
     throw new Error(`native addon: gcc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
+  }
+  renameSync(tmp, out);
+  return out;
+}
+
+function sourceKey(file: string): string {
+  return createHash('sha256').update(readFileSync(file)).update(process.arch).digest('hex').slice(0, 10);
+}
+
+/**
+ * Where the tool launcher for this source and architecture is cached.
+ *
+ * @param root - cache root (default `~/.cache/kapp-lambda`)
+ */
+export function launcherPath(root = cacheRoot()): string {
+  return path.join(root, 'native', `${LAUNCHER_NAME}-${process.arch}-${sourceKey(LAUNCH_SOURCE)}`);
+}
+
+/**
+ * Compiles the tool launcher (`functions/lib/exec/runner.ts` `launcher`) unless it is cached:
+ * a static executable, so the same file runs on Lambda.
+ *
+ * @param log - progress lines
+ * @param root - cache root
+ * @returns the launcher's path
+ * @throws Error when the C compiler fails
+ */
+export function buildLauncher(log: (m: string) => void, root = cacheRoot()): string {
+  const out = launcherPath(root);
+  if (existsSync(out)) return out;
+  mkdirSync(path.dirname(out), { recursive: true });
+  const tmp = `${out}.${process.pid}.tmp`;
+  log('launcher: compiling layers/native/launch.c');
+  try {
+    execFileSync('gcc', ['-static', '-O2', '-Wall', '-Werror', '-o', tmp, LAUNCH_SOURCE], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+  } catch (err) {
+    throw new Error(`launcher: gcc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
   }
   renameSync(tmp, out);
   return out;

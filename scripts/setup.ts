@@ -7,7 +7,7 @@
  */
 import { buildComponent, cacheRoot } from '../layers/gobuild.js';
 import { COMPONENTS, component } from '../layers/manifest.js';
-import { buildHardenAddon } from '../layers/native.js';
+import { buildHardenAddon, buildLauncher } from '../layers/native.js';
 import { ensureDebianPackages } from './apt.js';
 
 const names = process.argv.slice(2);
@@ -16,6 +16,9 @@ const started = Date.now();
 const log = (m: string) => process.stderr.write(`[setup +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
 log(`cache: ${cacheRoot()}`);
 await ensureDebianPackages(log);
-if (names.length === 0) buildHardenAddon(log);
+if (names.length === 0) {
+  buildHardenAddon(log);
+  buildLauncher(log);
+}
 for (const c of wanted) await buildComponent(c, log);
 log(`ready in ${Math.round((Date.now() - started) / 1000)}s`);

@@ -9,7 +9,7 @@ import path from 'node:path';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { COMPONENTS } from '../../layers/manifest.js';
-import { hardenAddonPath } from '../../layers/native.js';
+import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
 import { type ClusterKeyring, fileKeyring } from '../lib/artifact/keyring.js';
 import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
@@ -99,12 +99,15 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   // A tool must not read this process's environment or memory, even under the same uid.
   hardenProcess(opts.hardenAddon ?? hardenAddonPath(opts.cacheRoot));
   const isolate = opts.isolateTools ?? canSwitchUid();
-  let resolveBin = cacheBinResolver(opts.cacheRoot);
+  const cached = cacheBinResolver(opts.cacheRoot);
+  const launcherFile = launcherPath(opts.cacheRoot);
+  // The launcher is resolved like a tool so that it is staged with them (not on the allow-list).
+  let resolveBin = (name: string) => (name === LAUNCHER_NAME ? launcherFile : cached(name));
   if (isolate) {
     // Runs under other uids must reach their scratch directories and execute the tools,
     // which sit in root's private home: stage them beside the scratch root.
     ensureTraversable(opts.tmpRoot);
-    resolveBin = stageBinaries(TOOL_NAMES, resolveBin, path.join(opts.tmpRoot, 'bin'));
+    resolveBin = stageBinaries([...TOOL_NAMES, LAUNCHER_NAME], resolveBin, path.join(opts.tmpRoot, 'bin'));
   }
   const runner = createCommandRunner({
     allow: TOOL_NAMES,
@@ -112,6 +115,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     tmpDir: opts.tmpRoot,
     metrics: toolMetrics,
     ...(isolate ? { uidPool: DEFAULT_UID_POOL } : {}),
+    launcher: resolveBin(LAUNCHER_NAME),
     // vendir runs `helm3` for Helm 3 charts unless told which binary is helm 3.
     baseEnv: {
       ...minimalEnv({ allow: TOOL_NAMES, resolveBin, tmpDir: opts.tmpRoot }),

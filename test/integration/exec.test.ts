@@ -3,7 +3,7 @@
  * timeouts and cancellation that kill the whole process group, output bounds, the minimal
  * environment, streaming and metrics.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import {
   chmod,
@@ -34,7 +34,7 @@ import {
 } from '../../functions/lib/exec/runner.js';
 import { canSwitchUid, ensureTraversable } from '../../functions/lib/exec/sandbox.js';
 import { attachError, STAGE_PREFIX } from '../../functions/lib/reconcile/status.js';
-import { hardenAddonPath } from '../../layers/native.js';
+import { hardenAddonPath, launcherPath } from '../../layers/native.js';
 
 const BINS: Record<string, string> = {
   echo: '/bin/echo',
@@ -441,5 +441,52 @@ describe('the runtime process is not dumpable (hardening addon)', () => {
     const out = await readOwnEnviron(true);
     expect(out).not.toContain('role-secret');
     expect(out.trim()).toBe('denied');
+  });
+});
+
+describe('tools die with the runtime (launcher)', () => {
+  /** Whether a process with this pid still runs (and is not a zombie). */
+  const alive = (pid: number) => !isDead(pid);
+
+  /**
+   * Starts a stand-in runtime (`sh`) that starts `sleep 60` (through the launcher or not),
+   * SIGKILLs the stand-in and reports whether the sleep survived.
+   */
+  async function sleepSurvivesRuntimeKill(viaLauncher: boolean): Promise<boolean> {
+    const start = viaLauncher ? `${launcherPath()} $$ /bin/sleep 60` : '/bin/sleep 60';
+    const runtime = spawn('/bin/sh', ['-c', `${start} & echo $!; wait`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const pid = await new Promise<number>((resolve) =>
+      runtime.stdout.once('data', (d) => resolve(Number(String(d).trim()))),
+    );
+    await new Promise((r) => setTimeout(r, 200));
+    expect(alive(pid)).toBe(true);
+    runtime.kill('SIGKILL');
+    await new Promise((r) => setTimeout(r, 500));
+    const survived = alive(pid);
+    if (survived) process.kill(pid, 'SIGKILL');
+    return survived;
+  }
+
+  it('a tool started directly outlives a SIGKILLed runtime (the threat)', async () => {
+    expect(await sleepSurvivesRuntimeKill(false)).toBe(true);
+  });
+
+  it('a tool started through the launcher is killed with it', async () => {
+    expect(await sleepSurvivesRuntimeKill(true)).toBe(false);
+  });
+
+  it('the runner with a launcher runs tools as before and reports a missing binary as a start failure', async () => {
+    const launched = createCommandRunner({
+      allow: Object.keys(BINS),
+      resolveBin: (name) => BINS[name] ?? '/nope',
+      tmpDir: scratch,
+      launcher: launcherPath(),
+    });
+    const r = await launched.run({ cmd: 'sh', args: ['-c', 'echo "$0 $1"; exit 3', 'x'] });
+    expect(r.stdout).toBe('x \n');
+    expect(r.error?.message).toBe('exit status 3');
+    const missing = await launched.run({ cmd: 'missing', args: [] });
+    expect(missing.error).toBeInstanceOf(CommandStartError);
+    expect(missing.error?.message).toBe('failed to start missing: ENOENT');
   });
 });

@@ -24,7 +24,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
-import { hardenAddonPath } from '../../layers/native.js';
+import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
 import { kubectl } from '../harness/kube.js';
 import {
   freePort,
@@ -221,6 +221,7 @@ beforeAll(async () => {
   ] as const) {
     await symlink(binPath(component(name), bin), path.join(binDir, bin));
   }
+  await symlink(launcherPath(), path.join(binDir, LAUNCHER_NAME));
   const bundles = path.join(tmp, 'bundles');
   await mkdir(bundles);
   const fetchBundle = await bundle('fetch', bundles);

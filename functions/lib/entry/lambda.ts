@@ -10,6 +10,7 @@
  *
  * @module
  */
+import path from 'node:path';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import pino from 'pino';
@@ -196,7 +197,12 @@ export function createLambdaDeps(
   const log = overrides.log ?? createLambdaLogger(config);
   const registry = overrides.clusters ?? kubeconfigClusterRegistry(config);
   const tools = { allow: STAGE_TOOLS[config.stage], resolveBin: dirBinResolver(config.binDir), tmpDir: config.tmpDir };
-  const runner = createCommandRunner({ ...tools, baseEnv: toolEnv(config.stage, tools) });
+  const runner = createCommandRunner({
+    ...tools,
+    baseEnv: toolEnv(config.stage, tools),
+    // Shipped in every layer's bin/ (layers/build.ts): tools die with the function's process.
+    launcher: path.join(config.binDir, 'kl-launch'),
+  });
   const pipeline: DispatchDeps = {
     clusters: stageClusterRegistry(registry, config.stage),
     store: new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),

@@ -277,6 +277,13 @@ export interface CommandRunnerOptions {
    * by them (`ensureTraversable`, `stageBinaries`).
    */
   uidPool?: UidPool;
+  /**
+   * Absolute path of the tool launcher (`layers/native/launch.c`, `kl-launch`): each tool is
+   * started through it so that it is killed when this process dies (`PR_SET_PDEATHSIG`), and a
+   * runtime killed mid-deploy leaves no kapp running. Default: none (tools are started
+   * directly and outlive a SIGKILLed runtime).
+   */
+  launcher?: string;
 }
 
 /**
@@ -366,6 +373,19 @@ function killGroup(pid: number | undefined): void {
   }
 }
 
+const LAUNCH_ERRNO: Readonly<Record<string, string>> = {
+  'No such file or directory': 'ENOENT',
+  'Permission denied': 'EACCES',
+  'Exec format error': 'ENOEXEC',
+};
+
+/** The launcher's own failure (`kl-launch: <path>: <strerror>`) as an errno-coded error. */
+function launchFailure(stderr: string): NodeJS.ErrnoException | undefined {
+  const m = /^kl-launch: .*: ([^\n]+)\n?$/.exec(stderr);
+  if (!m?.[1]) return undefined;
+  return Object.assign(new Error(m[1]), { code: LAUNCH_ERRNO[m[1]] ?? m[1] });
+}
+
 /**
  * Creates the real {@link CommandRunner} on Node's `child_process.spawn`: no shell, detached
  * into its own process group (so a timeout or abort kills the tool and everything it started),
@@ -446,7 +466,10 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       let startError: unknown;
       let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
 
-      const child = spawn(bin, [...req.args], {
+      const [file, argv] = opts.launcher
+        ? [opts.launcher, [String(process.pid), bin, ...req.args]]
+        : [bin, [...req.args]];
+      const child = spawn(file, argv, {
         cwd: req.cwd ?? dirs.env.HOME,
         env: { ...baseEnv, ...dirs.env, ...req.env },
         ...(uid === undefined ? {} : { uid, gid: uid }),
@@ -522,6 +545,9 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         } else if (exit?.signal) {
           result.error = new CommandExitError(req.cmd, -1, exit.signal);
           outcome = 'signal';
+        } else if (opts.launcher && (exit?.code === 127 || exit?.code === 125) && launchFailure(err.text())) {
+          result.error = new CommandStartError(req.cmd, launchFailure(err.text()));
+          outcome = 'start-failed';
         } else if (exit && exit.code !== 0) {
           result.exitCode = exit.code ?? -1;
           result.error = new CommandExitError(req.cmd, result.exitCode);
