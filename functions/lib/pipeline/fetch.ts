@@ -21,6 +21,7 @@ import type { AppFetch } from '../fetch/types.js';
 import { KappControllerError, type RefObjects } from '../fetch/types.js';
 import { UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
 import {
   appRef,
@@ -36,7 +37,7 @@ import {
   writeAppStatus,
   writesImmediately,
 } from './common.js';
-import type { PipelineDeps } from './deps.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
 
 /** The object and run a stage works for (everything a hand-off event carries). */
 export interface RunContext {
@@ -100,6 +101,7 @@ async function fetchWithVendir(
   app: App,
   deps: PipelineDeps,
   kube: ReturnType<PipelineDeps['clusters']['fetchView']>,
+  mask: SecretMask,
 ): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
   const ns = app.metadata.namespace ?? '';
   let plan: ReturnType<typeof planVendirSync> & { input: Parameters<typeof planVendirSync>[0]; refs: RefObjects };
@@ -114,6 +116,7 @@ async function fetchWithVendir(
       ns,
       refNames.filter((r) => r.kind === 'Secret').map((r) => r.name),
       refNames.filter((r) => r.kind === 'ConfigMap').map((r) => r.name),
+      mask,
     );
     const input = {
       fetch: app.spec.fetch ?? [],
@@ -156,7 +159,8 @@ async function fetchWithVendir(
       writable: cacheDir ? [work, prep, cacheDir] : [work, prep],
       timeoutMs: deps.config.toolTimeoutMs,
     });
-    const result = attachError(FETCH_RUN_ERROR_PREFIX, run);
+    // Masked as soon as vendir returns, before anything cuts or copies its output.
+    const result = mask.result(attachError(FETCH_RUN_ERROR_PREFIX, run));
     if (prepared.dirs.size > 0) result.stdout = restoreHttpLock(result.stdout, prepared.urls);
     if (result.error) return { result, toolMs: run.durationMs, toolRuns: 1 };
     let packed: Awaited<ReturnType<typeof packDir>>;
@@ -203,8 +207,9 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   const fetchSpec = app.spec.fetch ?? [];
   const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
   const credentials: Record<string, string> = {};
+  const mask = secretMaskOf(deps);
   if (secretNames.length) {
-    const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, []);
+    const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, [], mask);
     for (const n of secretNames) credentials[n] = refs.digests[`secret/${n}`] ?? '-';
   }
   const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials);
@@ -221,8 +226,8 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const cached = fetchKey !== undefined;
   if (!cached) {
-    const r = await fetchWithVendir(app, deps, kube);
-    result = r.result;
+    const r = await fetchWithVendir(app, deps, kube, mask);
+    result = mask.result(r.result);
     fetchKey = r.fetchKey;
     tools = { runs: r.toolRuns, ms: r.toolMs };
     if (pinned && fetchKey) {
@@ -232,15 +237,26 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const part = fetchPart(result!, startedAt, deps.now());
   if (result!.error || !fetchKey) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, ctx.run.generation, { fetch: part }, result),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, ctx.run.generation, { fetch: part }, result),
+      mask,
     );
-    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', { error: result!.error, tools });
+    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', {
+      error: result!.error && mask.redact(result!.error),
+      tools,
+    });
     return {};
   }
   if (writesImmediately(app.status)) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, ctx.run.generation, { fetch: part }),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, ctx.run.generation, { fetch: part }),
+      mask,
     );
     if (w.outcome === 'stale' || w.outcome === 'gone') {
       done(w.outcome, { tools });

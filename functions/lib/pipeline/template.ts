@@ -49,7 +49,7 @@ import {
   writeAppStatus,
   writesImmediately,
 } from './common.js';
-import type { PipelineDeps } from './deps.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
 import type { StageOutput } from './fetch.js';
 
 /** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
@@ -266,11 +266,13 @@ export async function runTemplate(
     t.sops?.pgp?.privateKeysSecretRef?.name ?? '',
     t.sops?.age?.privateKeysSecretRef?.name ?? '',
   ]);
+  const mask = secretMaskOf(deps);
   const refs = await readRefs(
     kube,
     ns,
     [...referencedSecrets(app.spec), ...sopsKeySecrets],
     referencedConfigMaps(app.spec),
+    mask,
   );
   const needs = requiredClusterInfo(templates);
   const cluster: ClusterInfo =
@@ -302,7 +304,7 @@ export async function runTemplate(
     const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: string; stderr?: string };
     if (rec.manifestKey && (await deps.store.head(rec.manifestKey))) {
       manifestKey = rec.manifestKey;
-      result = { stdout: '', stderr: rec.stderr ?? '', exitCode: 0, finished: true };
+      result = { stdout: '', stderr: mask.text(rec.stderr ?? ''), exitCode: 0, finished: true };
     }
   }
   const cached = manifestKey !== undefined;
@@ -323,7 +325,9 @@ export async function runTemplate(
       });
       for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
       const r = await runSteps(plan.steps, deps, work);
-      result = r.result;
+      // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
+      // before the render cache or status sees it. The manifest itself is not touched.
+      result = mask.result(r.result);
       tools = { runs: r.runs, ms: r.ms };
       if (!result.error) {
         const manifest = Buffer.from(r.manifest, 'utf8');
@@ -338,15 +342,26 @@ export async function runTemplate(
   const part = templatePart(result!, now());
   const fetchPartCarried = partFromSummary(data.fetchStatus);
   if (result!.error || !manifestKey) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, fence.generation, { fetch: fetchPartCarried, template: part }, result),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, fence.generation, { fetch: fetchPartCarried, template: part }, result),
+      mask,
     );
-    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', { error: result!.error, tools });
+    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', {
+      error: result!.error && mask.redact(result!.error),
+      tools,
+    });
     return {};
   }
   if (writesImmediately(app.status)) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, fence.generation, { template: part }),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, fence.generation, { template: part }),
+      mask,
     );
     if (w.outcome === 'stale' || w.outcome === 'gone') {
       done(w.outcome, { tools });
