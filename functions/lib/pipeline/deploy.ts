@@ -57,6 +57,7 @@ import {
 } from './common.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import type { RunContext } from './fetch.js';
+import { infraStep } from './retry-bound.js';
 
 const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
   apiVersion: 'v1',
@@ -246,7 +247,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   if (blocked) {
     result = blocked;
   } else {
-    const manifest = await deps.store.get(data.artifacts.manifestKey);
+    const manifest = await infraStep('reading the rendered manifest', () => deps.store.get(data.artifacts.manifestKey));
     if (!manifest) throw new Error(`manifest ${data.artifacts.manifestKey} is missing from the object store`);
     const work = await makeScratch(deps, 'deploy');
     try {

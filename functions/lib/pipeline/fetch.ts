@@ -38,6 +38,7 @@ import {
   writesImmediately,
 } from './common.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
+import { infraStep } from './retry-bound.js';
 
 /** The object and run a stage works for (everything a hand-off event carries). */
 export interface RunContext {
@@ -178,7 +179,7 @@ async function fetchWithVendir(
       };
     }
     const fetchKey = fetchArtifactKey(packed.sha256);
-    await deps.store.putIfAbsent(fetchKey, packed.tgz);
+    await infraStep('storing the fetch artifact', () => deps.store.putIfAbsent(fetchKey, packed.tgz));
     return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1 };
   } finally {
     await removeScratch(prep);
@@ -214,10 +215,12 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials);
   if (pinned) {
-    const hit = await deps.store.get(`${PINNED_FETCH_PREFIX}${pinned}.json`);
+    const hit = await infraStep('reading the fetch cache', () =>
+      deps.store.get(`${PINNED_FETCH_PREFIX}${pinned}.json`),
+    );
     if (hit) {
       const rec = JSON.parse(hit.toString('utf8')) as { fetchKey?: string; stdout?: string };
-      if (rec.fetchKey && (await deps.store.head(rec.fetchKey))) {
+      if (rec.fetchKey && (await infraStep('reading the fetch cache', () => deps.store.head(rec.fetchKey!)))) {
         fetchKey = rec.fetchKey;
         // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
         result = { stdout: rec.stdout ?? '', stderr: '', exitCode: 0, finished: true };
@@ -232,7 +235,9 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     tools = { runs: r.toolRuns, ms: r.toolMs };
     if (pinned && fetchKey) {
       const rec = { fetchKey, stdout: redactSecrets(result.stdout) };
-      await deps.store.put(`${PINNED_FETCH_PREFIX}${pinned}.json`, JSON.stringify(rec));
+      await infraStep('storing the fetch cache record', () =>
+        deps.store.put(`${PINNED_FETCH_PREFIX}${pinned}.json`, JSON.stringify(rec)),
+      );
     }
   }
   const part = fetchPart(result!, startedAt, deps.now());

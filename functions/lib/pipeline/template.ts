@@ -51,6 +51,7 @@ import {
 } from './common.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import type { StageOutput } from './fetch.js';
+import { infraStep } from './retry-bound.js';
 
 /** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
 export type ClusterInfoSource = (
@@ -299,17 +300,17 @@ export async function runTemplate(
   let manifestKey: string | undefined;
   let result: StageResult | undefined;
   let tools = { runs: 0, ms: 0 };
-  const hit = await deps.store.get(cacheKey);
+  const hit = await infraStep('reading the render cache', () => deps.store.get(cacheKey));
   if (hit) {
     const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: string; stderr?: string };
-    if (rec.manifestKey && (await deps.store.head(rec.manifestKey))) {
+    if (rec.manifestKey && (await infraStep('reading the render cache', () => deps.store.head(rec.manifestKey!)))) {
       manifestKey = rec.manifestKey;
       result = { stdout: '', stderr: mask.text(rec.stderr ?? ''), exitCode: 0, finished: true };
     }
   }
   const cached = manifestKey !== undefined;
   if (!cached) {
-    const tgz = await deps.store.get(data.artifacts.fetchKey);
+    const tgz = await infraStep('reading the fetch artifact', () => deps.store.get(data.artifacts.fetchKey));
     if (!tgz) throw new Error(`fetch artifact ${data.artifacts.fetchKey} is missing from the object store`);
     const work = await makeScratch(deps, 'template');
     try {
@@ -332,8 +333,11 @@ export async function runTemplate(
       if (!result.error) {
         const manifest = Buffer.from(r.manifest, 'utf8');
         manifestKey = templateArtifactKey(createHash('sha256').update(manifest).digest('hex'));
-        await deps.store.putIfAbsent(manifestKey, manifest);
-        await deps.store.put(cacheKey, JSON.stringify({ manifestKey, stderr: result.stderr }));
+        const key = manifestKey;
+        await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
+        await infraStep('storing the render cache record', () =>
+          deps.store.put(cacheKey, JSON.stringify({ manifestKey: key, stderr: result?.stderr ?? '' })),
+        );
       }
     } finally {
       await removeScratch(work);
