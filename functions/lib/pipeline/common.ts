@@ -321,3 +321,54 @@ export const statusTime = formatStatusTime;
 
 /** 1 MiB: the bound on each status text field (PR #1840). */
 export const STATUS_TEXT_LIMIT = MAX_STATUS_TEXT_BYTES;
+
+/** A running watch of an App for deletion or cancellation (see {@link watchForAbort}). */
+export interface AbortWatch {
+  /** Aborted once the App is deleted (`deletionTimestamp`, gone, or recreated) or canceled. */
+  readonly signal: AbortSignal;
+  /** Stops polling; resolves once a poll in flight has finished. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Polls the App every `deps.config.abortPollIntervalMs` (default 2000 ms) while a fetch or
+ * template tool runs, and aborts {@link AbortWatch.signal} when the App is deleted (its
+ * `deletionTimestamp` set, gone, or another uid under the name) or `spec.canceled`: the tool is
+ * killed, so the delete (queued behind this run for the same object) starts at once instead of
+ * waiting for a long fetch. The same check `runKapp` makes during a deploy. A failed poll is
+ * logged and the tool keeps running.
+ *
+ * @param kube - reader of the App.
+ * @param ref - the App.
+ * @param uid - the uid the run started from.
+ */
+export function watchForAbort(kube: KubeReader, ref: ObjectRef, uid: string, deps: PipelineDeps): AbortWatch {
+  const abort = new AbortController();
+  let inflight: Promise<void> | undefined;
+  let stopped = false;
+  const tick = setInterval(() => {
+    if (inflight || stopped || abort.signal.aborted) return;
+    inflight = (async () => {
+      try {
+        const live = await kube.getObject<KubeObject & { spec?: { canceled?: boolean } }>(ref);
+        const deleted = !live || live.metadata.uid !== uid || Boolean(live.metadata.deletionTimestamp);
+        if (!stopped && (deleted || live?.spec?.canceled)) abort.abort(new Error('App canceled or deleted'));
+      } catch (err) {
+        deps.log.warn(
+          { app: `${ref.namespace}/${ref.name}`, error: (err as Error).message },
+          'App deletion poll failed',
+        );
+      } finally {
+        inflight = undefined;
+      }
+    })();
+  }, deps.config.abortPollIntervalMs ?? 2000);
+  return {
+    signal: abort.signal,
+    async stop() {
+      stopped = true;
+      clearInterval(tick);
+      await inflight;
+    },
+  };
+}

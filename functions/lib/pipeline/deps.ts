@@ -34,6 +34,11 @@ export interface PipelineConfig {
   controllerVersion: string;
   /** How often kapp's progress is copied into `status.deploy` while it runs, ms. Upstream: 2000. */
   deployProgressIntervalMs?: number;
+  /**
+   * How often a running fetch or template re-reads its App to stop when the App is deleted,
+   * recreated or canceled (as kapp is stopped during a deploy), ms. Default 2000.
+   */
+  abortPollIntervalMs?: number;
   /** Kill a tool after this long, ms. Default: the runner's default. */
   toolTimeoutMs?: number;
   /**

@@ -34,6 +34,7 @@ import {
   stageTimer,
   summarize,
   summarizeStatus,
+  watchForAbort,
   writeAppStatus,
   writesImmediately,
 } from './common.js';
@@ -103,6 +104,7 @@ async function fetchWithVendir(
   deps: PipelineDeps,
   kube: ReturnType<PipelineDeps['clusters']['fetchView']>,
   mask: SecretMask,
+  signal: AbortSignal,
 ): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
   const ns = app.metadata.namespace ?? '';
   let plan: ReturnType<typeof planVendirSync> & { input: Parameters<typeof planVendirSync>[0]; refs: RefObjects };
@@ -147,6 +149,7 @@ async function fetchWithVendir(
       root: prep,
       downloader: deps.download,
       timeoutMs: deps.config.toolTimeoutMs,
+      signal,
     });
     if ('result' in prepared) return { result: prepared.result, toolMs: 0, toolRuns: 0 };
     const toRun = prepared.dirs.size > 0 ? planVendirSync({ ...plan.input, preparedHttp: prepared.dirs }) : plan;
@@ -159,6 +162,7 @@ async function fetchWithVendir(
       // vendir writes the fetch directory and its cache, and reads the unpacked http sources.
       writable: cacheDir ? [work, prep, cacheDir] : [work, prep],
       timeoutMs: deps.config.toolTimeoutMs,
+      signal,
     });
     // Masked as soon as vendir returns, before anything cuts or copies its output.
     const result = mask.result(attachError(FETCH_RUN_ERROR_PREFIX, run));
@@ -229,7 +233,22 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const cached = fetchKey !== undefined;
   if (!cached) {
-    const r = await fetchWithVendir(app, deps, kube, mask);
+    // Deleting (or canceling) the App kills the fetch, as it kills kapp during a deploy.
+    const watch = watchForAbort(kube, kref, ctx.ref.uid, deps);
+    let r: Awaited<ReturnType<typeof fetchWithVendir>>;
+    try {
+      r = await fetchWithVendir(app, deps, kube, mask, watch.signal);
+    } catch (err) {
+      if (!watch.signal.aborted) throw err;
+      r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+    } finally {
+      await watch.stop();
+    }
+    if (watch.signal.aborted) {
+      // The delete (or the canceled spec's run) owns the App now: no fetch status for it.
+      done('stale', { tools: { runs: r.toolRuns, ms: r.toolMs } });
+      return {};
+    }
     result = mask.result(r.result);
     fetchKey = r.fetchKey;
     tools = { runs: r.toolRuns, ms: r.toolMs };

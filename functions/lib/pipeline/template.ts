@@ -46,6 +46,7 @@ import {
   summarize,
   summarizeStatus,
   templatePart,
+  watchForAbort,
   writeAppStatus,
   writesImmediately,
 } from './common.js';
@@ -80,6 +81,7 @@ async function runSops(
   step: SopsStep,
   deps: PipelineDeps,
   work: string,
+  signal?: AbortSignal,
 ): Promise<{ result: StageResult; ms: number; runs: number }> {
   await writePlanned(step.files);
   const files: string[] = [];
@@ -101,6 +103,7 @@ async function runSops(
       timeoutMs: deps.config.toolTimeoutMs,
       writable: [work],
       maxOutputBytes: templateOutputBound(deps),
+      signal,
     });
     ms += run.durationMs;
     runs++;
@@ -137,6 +140,7 @@ async function runSteps(
   steps: ReturnType<typeof planTemplate>['steps'],
   deps: PipelineDeps,
   work: string,
+  signal?: AbortSignal,
 ): Promise<{ result: StageResult; manifest: string; ms: number; runs: number }> {
   let stream = '';
   let last: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
@@ -147,7 +151,7 @@ async function runSteps(
       return { result: resultFromError(step.message), manifest: '', ms, runs };
     }
     if (step.kind === 'sops') {
-      const r = await runSops(step, deps, work);
+      const r = await runSops(step, deps, work, signal);
       ms += r.ms;
       runs += r.runs;
       if (r.result.error) return { result: r.result, manifest: '', ms, runs };
@@ -155,7 +159,7 @@ async function runSteps(
       last = r.result;
       continue;
     }
-    const run = await runTool(step, stream, deps, work);
+    const run = await runTool(step, stream, deps, work, signal);
     ms += run.durationMs;
     runs++;
     last = attachError(step.errorPrefix, { ...run, stderr: markTruncated(run.stderr, run.truncated.stderr) });
@@ -198,7 +202,7 @@ export function outputExceeded(prefix: string, bin: string, maxBytes: number): S
 }
 
 /** Runs one tool step; `work` is the stage's scratch directory, which the run may use. */
-async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: string) {
+async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: string, signal?: AbortSignal) {
   for (const d of step.dirs) await mkdir(d, { recursive: true });
   await writePlanned(step.files);
   return await deps.runner.run({
@@ -210,6 +214,7 @@ async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: 
     timeoutMs: deps.config.toolTimeoutMs,
     writable: [work],
     maxOutputBytes: templateOutputBound(deps),
+    signal,
   });
 }
 
@@ -325,7 +330,18 @@ export async function runTemplate(
         cluster: { ...cluster, kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion },
       });
       for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
-      const r = await runSteps(plan.steps, deps, work);
+      // Deleting (or canceling) the App kills the templating tools, as it kills kapp.
+      const watch = watchForAbort(kube, kref, ref.uid, deps);
+      let r: Awaited<ReturnType<typeof runSteps>>;
+      try {
+        r = await runSteps(plan.steps, deps, work, watch.signal);
+      } finally {
+        await watch.stop();
+      }
+      if (watch.signal.aborted) {
+        done('stale', { tools: { runs: r.runs, ms: r.ms } });
+        return {};
+      }
       // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
       // before the render cache or status sees it. The manifest itself is not touched.
       result = mask.result(r.result);
