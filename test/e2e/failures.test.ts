@@ -33,6 +33,7 @@ const NS = {
   raw: `e2e-fail-raw-${id}`,
   path: `e2e-fail-path-${id}`,
   big: `e2e-fail-big-${id}`,
+  leak: `e2e-fail-leak-${id}`,
 };
 
 let rt: E2ERuntime;
@@ -135,6 +136,45 @@ describe.concurrent('failures with kapp-controller status text', () => {
     expect(s.template?.exitCode).toBe(1);
     expect(s.template?.error).toBe(message);
     expect(s.deploy).toBeUndefined();
+  });
+
+  it('a ytt fail() quoting a data value from a valuesFrom Secret: the value never appears in status', async () => {
+    // redactSecrets alone recognizes only credential shapes (`password: x`); here the value is
+    // printed bare, so only masking the Secret's own values keeps it out of status.
+    const ns = NS.leak;
+    const name = `leak-${id}`;
+    const value = `Zq8-tenant-db-pw-${id}`;
+    await apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: 'db', namespace: ns },
+        stringData: { 'values.yml': `db:\n  pw: ${value}\n` },
+      },
+      appManifest(ns, name, {
+        fetch: [
+          {
+            inline: {
+              paths: {
+                'values.yml': '#@data/values-schema\n---\ndb:\n  pw: ""\n',
+                'config.yml': '#@ load("@ytt:data", "data")\n#@ fail("cannot connect with " + data.values.db.pw)\n',
+              },
+            },
+          },
+        ],
+        template: [{ ytt: { valuesFrom: [{ secretRef: { name: 'db' } }] } }],
+        deploy: [{ kapp: {} }],
+      }),
+    );
+    const app = await waitFailedTwice(ns, name);
+    expectFailed(app, `Templating dir: ${SEE_USEFUL}`);
+    const s = app.status!;
+    // The failure is still explained: ytt's message with the value masked.
+    expect(s.usefulErrorMessage).toMatch(/^ytt: Error: /);
+    expect(s.usefulErrorMessage).toContain('cannot connect with ***');
+    const all = JSON.stringify(app);
+    expect(all).not.toContain(value);
+    expect(all).not.toContain(Buffer.from(value).toString('base64').replace(/=+$/, ''));
   });
 
   it('a missing Secret in inline.pathsFrom: Fetching: secrets "<name>" not found', async () => {

@@ -14,7 +14,7 @@ import type { ClusterAccess } from '../../functions/lib/deploy/kubeconfig.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { type AppFetch, refObjectsFrom } from '../../functions/lib/fetch/types.js';
 import type { FetchView } from '../../functions/lib/kube/port.js';
-import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
+import { type PipelineDeps, secretMaskOf } from '../../functions/lib/pipeline/deps.js';
 import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplateSteps } from '../../functions/lib/pipeline/template.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
@@ -275,7 +275,14 @@ describe('vendir (git, helm run by vendir)', () => {
 
   async function fetchError(fetch: AppFetch[]) {
     const runner = new FakeCommandRunner({ fallback: {} });
-    const r = await fetchWithVendir(app(fetch), deps(runner), kube, undefined);
+    const r = await fetchWithVendir(
+      app(fetch),
+      deps(runner),
+      kube,
+      undefined,
+      secretMaskOf(deps(runner)),
+      new AbortController().signal,
+    );
     return { error: r.result.error, runner };
   }
 
@@ -385,7 +392,14 @@ describe('vendir (git, helm run by vendir)', () => {
     ])('git %s at %s', async (url, ref) => {
       tmp = await mkdtemp(path.join(tmpdir(), 'argv-'));
       const runner = new FakeCommandRunner({ fallback: {} });
-      const r = await fetchWithVendir(app([{ git: { url, ref } }]), deps(runner, tmp), kube, undefined);
+      const r = await fetchWithVendir(
+        app([{ git: { url, ref } }]),
+        deps(runner, tmp),
+        kube,
+        undefined,
+        secretMaskOf(deps(runner, tmp)),
+        new AbortController().signal,
+      );
       expect(r.result.error).toBeUndefined();
       expect(runner.calls).toHaveLength(1);
       expect(runner.calls[0]!.cmd).toBe('vendir');

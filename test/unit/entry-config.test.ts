@@ -43,6 +43,7 @@ describe('parseLambdaEnv', () => {
       timer: {},
       logLevel: 'info',
       urlPolicy: { mode: 'enforce', allow: [] },
+      maxReceiveCount: 5,
     };
     expect(parseLambdaEnv('fetch', base)).toEqual(want);
   });
@@ -65,6 +66,7 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_LOG_LEVEL: 'debug',
       KAPP_LAMBDA_URL_POLICY: 'off',
       KAPP_LAMBDA_URL_ALLOW: 'registry.corp:5000, 10.20.0.0/16,',
+      KAPP_LAMBDA_MAX_RECEIVE_COUNT: '3',
     });
     expect(c).toEqual({
       stage: 'deploy',
@@ -86,6 +88,7 @@ describe('parseLambdaEnv', () => {
       timer: { appDefaultSyncPeriodMs: 300_000, appMinimumSyncPeriodMs: 60_000 },
       logLevel: 'debug',
       urlPolicy: { mode: 'off', allow: ['registry.corp:5000', '10.20.0.0/16'] },
+      maxReceiveCount: 3,
     } satisfies LambdaConfig);
   });
 
@@ -150,6 +153,8 @@ describe('parseLambdaEnv', () => {
     ],
     ['KAPP_LAMBDA_TOOL_TIMEOUT_MS', '10s', 'KAPP_LAMBDA_TOOL_TIMEOUT_MS: expected an integer in [1000, 900000]'],
     ['KAPP_LAMBDA_TOOL_TIMEOUT_MS', '900001', 'KAPP_LAMBDA_TOOL_TIMEOUT_MS: expected an integer in [1000, 900000]'],
+    ['KAPP_LAMBDA_MAX_RECEIVE_COUNT', '0', 'KAPP_LAMBDA_MAX_RECEIVE_COUNT: expected an integer in [1, 1000]'],
+    ['KAPP_LAMBDA_MAX_RECEIVE_COUNT', 'five', 'KAPP_LAMBDA_MAX_RECEIVE_COUNT: expected an integer in [1, 1000]'],
     [
       'KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS',
       '["--a",2]',

@@ -25,6 +25,7 @@
  * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
  * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
+ * | `KAPP_LAMBDA_MAX_RECEIVE_COUNT` | the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed` | `5` |
  * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
  * | `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` | base64 root key (32+ bytes) sealing private artifacts; read by `lambdaEntry`, not here (secret) | required |
  *
@@ -40,6 +41,7 @@
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 import type { PipelineStage } from '../transport/port.js';
 
@@ -96,6 +98,11 @@ export interface LambdaConfig {
   hardenAddon: string;
   /** `KAPP_LAMBDA_URL_POLICY` and `KAPP_LAMBDA_URL_ALLOW`; enforced unless set to `off`. */
   urlPolicy: UrlPolicy;
+  /**
+   * `KAPP_LAMBDA_MAX_RECEIVE_COUNT`, default 5: must equal the `maxReceiveCount` of the queue's
+   * redrive policy (see `pipeline/retry-bound.ts`).
+   */
+  maxReceiveCount: number;
 }
 
 /** The environment was not valid; `problems` lists `<VAR>: <problem>` for each bad variable. */
@@ -199,6 +206,16 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
+  KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(
+    z.string().transform((v, ctx) => {
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 1 || n > 1000) {
+        ctx.addIssue({ code: 'custom', message: 'expected an integer in [1, 1000]' });
+        return z.NEVER;
+      }
+      return n;
+    }),
+  ),
   KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
   KAPP_LAMBDA_URL_POLICY: z.preprocess(blankToUndefined, z.enum(['enforce', 'off']).default('enforce')),
   KAPP_LAMBDA_URL_ALLOW: optional(
@@ -283,6 +300,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     timer,
     logLevel: e.KAPP_LAMBDA_LOG_LEVEL,
     urlPolicy: parseUrlPolicy(e.KAPP_LAMBDA_URL_POLICY, e.KAPP_LAMBDA_URL_ALLOW, 'enforce'),
+    maxReceiveCount: e.KAPP_LAMBDA_MAX_RECEIVE_COUNT ?? DEFAULT_MAX_ATTEMPTS,
   };
   if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
   if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;

@@ -11,7 +11,9 @@
  * | valid, but for another function | logged, dropped | no |
  * | stage ran, returned a next event | sent to the next stage's queue | no |
  * | stage ran, run ended | done | no |
- * | stage or send threw (infrastructure) | `batchItemFailures` | yes (SQS retry, then DLQ) |
+ * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
+ * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), acknowledged | no |
+ * | the same, and that status write failed too | logged, `batchItemFailures` | SQS moves it to the DLQ |
  *
  * FIFO ordering: records are processed one at a time in batch order, and once a record of a
  * message group fails, the later records of that group are failed without running (Lambda
@@ -23,7 +25,9 @@
  */
 import { subjectOf } from '../../../events/schema.js';
 import type { Logger } from '../log.js';
+import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries, infraStep } from '../pipeline/retry-bound.js';
 import { type DispatchDeps, dispatchEvent, type StageEvent } from '../pipeline/runtime.js';
+import { SecretMask } from '../reconcile/secret-mask.js';
 import { destinationOf, type EventSender, objectOfEvent, type PipelineStage } from '../transport/port.js';
 import { parseStageEvent } from './parse.js';
 
@@ -71,10 +75,16 @@ export interface EntryDeps {
   log: Logger;
   /** Runs one stage; default `dispatchEvent` (unit tests of this module replace it). */
   dispatch?: (event: StageEvent, deps: DispatchDeps) => Promise<StageEvent | undefined>;
+  /**
+   * The queue's redrive `maxReceiveCount`: a record received this many times is on its last
+   * attempt, and a stage failing then ends the run with a final failed status instead of
+   * going silently to the dead-letter queue. Default {@link DEFAULT_MAX_ATTEMPTS} (5).
+   */
+  maxAttempts?: number;
 }
 
 /** What happened to one record (logged as `outcome`). */
-export type RecordOutcome = 'invalid' | 'misrouted' | 'done' | 'forwarded' | 'failed' | 'skipped';
+export type RecordOutcome = 'invalid' | 'misrouted' | 'done' | 'forwarded' | 'failed' | 'skipped' | 'ended';
 
 function errorText(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : typeof err;
@@ -151,32 +161,41 @@ async function processRecord(
     return 'misrouted';
   }
   const elog = log.child({ subject, eventId: event.id });
+  const receiveCount = Number(record.attributes?.ApproximateReceiveCount ?? 0) || undefined;
+  const maxAttempts = d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
+  // Per record (one run of one App): the values of the Secrets the stage reads.
+  const secretMask = new SecretMask();
   try {
     const dispatch = d.dispatch ?? dispatchEvent;
-    const next = await dispatch(event, { ...d.pipeline, log: elog });
+    const next = await dispatch(event, { ...d.pipeline, log: elog, secretMask });
     if (!next) {
       elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
       return 'done';
     }
     const to = destinationOf(next);
     if (!to) throw new Error(`no pipeline queue carries ${next.type}`);
-    await d.sender.send(to, next);
+    await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
     elog.info(
       { stage, outcome: 'forwarded' satisfies RecordOutcome, type: event.type, next: next.type, to, nextId: next.id },
       'event handled; next stage queued',
     );
     return 'forwarded';
   } catch (err) {
+    const last = receiveCount !== undefined && receiveCount >= maxAttempts;
+    if (last && (await endRunAfterRetries(event, err, { ...d.pipeline, log: elog }, secretMask, receiveCount))) {
+      elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
+      return 'ended';
+    }
     elog.error(
       {
         stage,
         outcome: 'failed' satisfies RecordOutcome,
         type: event.type,
-        error: errorText(err),
-        ...(err instanceof Error && err.cause !== undefined ? { cause: errorText(err.cause) } : {}),
-        receiveCount: Number(record.attributes?.ApproximateReceiveCount ?? 0) || undefined,
+        error: secretMask.redact(errorText(err)),
+        ...(err instanceof Error && err.cause !== undefined ? { cause: secretMask.redact(errorText(err.cause)) } : {}),
+        receiveCount,
       },
-      'event failed; will be retried',
+      last ? 'event failed on its last attempt; it goes to the dead-letter queue' : 'event failed; will be retried',
     );
     return 'failed';
   }

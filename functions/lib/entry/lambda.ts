@@ -223,7 +223,7 @@ export function createLambdaDeps(
     },
   };
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
-  return { pipeline, sender, log };
+  return { pipeline, sender, log, maxAttempts: config.maxReceiveCount };
 }
 
 /**

@@ -35,6 +35,8 @@ export interface PrepareHttpInput {
   urlPolicy?: UrlPolicyChecker;
   /** Abort a download after this long, ms. Default 10 minutes. */
   timeoutMs?: number;
+  /** Aborts the downloads early (the App was deleted or canceled meanwhile). */
+  signal?: AbortSignal;
   /** Bounds of the download and of the unpacked content. */
   limits?: UnpackLimits & { maxDownloadBytes?: number };
 }
@@ -132,7 +134,9 @@ export async function prepareHttpSources(input: PrepareHttpInput): Promise<Prepa
         url,
         basicAuth: auth,
         maxBytes: input.limits?.maxDownloadBytes,
-        signal: AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000),
+        signal: input.signal
+          ? AbortSignal.any([AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000), input.signal])
+          : AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000),
         ...(input.urlPolicy ? { checkUrl: (u: string) => input.urlPolicy!.checkUrl(u) } : {}),
       });
       if (http.sha256 && http.sha256 !== got.sha256) {

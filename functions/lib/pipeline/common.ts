@@ -13,6 +13,7 @@ import { refObjectsFrom } from '../fetch/types.js';
 import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ObjectRef } from '../kube/port.js';
 import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
 import { logStageRun, type StageOutcome } from '../log.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   fetchStatus,
   formatStatusTime,
@@ -105,6 +106,8 @@ function secretLike(
  * Reads the named Secrets and ConfigMaps of a namespace into the planners' lookup. Missing
  * objects are simply absent (the planners then fail with the API server's not-found text).
  *
+ * @param mask - when given, every data value of every Secret read is added to it, so that what
+ *   the stage writes for the App never shows them (`../reconcile/secret-mask.ts`).
  * @throws KubeApiError when a read fails for another reason.
  */
 export async function readRefs(
@@ -112,13 +115,16 @@ export async function readRefs(
   namespace: string,
   secrets: readonly string[],
   configMaps: readonly string[],
+  mask?: SecretMask,
 ): Promise<RefObjects & { digests: Record<string, string> }> {
   const { createHash } = await import('node:crypto');
   const digests: Record<string, string> = {};
   const secretList: SecretLike[] = [];
   const cmList: ConfigMapLike[] = [];
   for (const name of [...new Set(secrets)].filter(Boolean)) {
-    const s = secretLike(name, namespace, await kube.getSecret(namespace, name));
+    const read = await kube.getSecret(namespace, name);
+    if (read) mask?.addSecretData(read.data);
+    const s = secretLike(name, namespace, read);
     if (s) secretList.push(s);
     digests[`secret/${name}`] = s
       ? createHash('sha256')
@@ -276,19 +282,22 @@ export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
 /**
  * Writes a status computed from the current one, fenced by the run (see `writeStatus`), with
  * upstream's `omitempty` fields dropped when empty ({@link omitEmptyStatusFields}). THE one
- * path of App status writes: every status is bounded by {@link appStatusBounds} here.
+ * path of App status writes: every status is bounded by {@link appStatusBounds} here, and,
+ * with `mask`, every string of it has the run's Secret values masked (a last pass: stages mask
+ * each tool result as it returns, before any cut, see `../reconcile/secret-mask.ts`).
  */
 export async function writeAppStatus(
   kube: FetchView,
   ref: ObjectRef,
   fence: RunFence,
   mutate: (current: AppStatus | undefined) => AppStatus,
+  mask?: SecretMask,
 ): Promise<StatusWriteResult> {
   return await writeStatus<AppStatus>(
     kube,
     ref,
     fence,
-    (cur) => omitEmptyStatusFields(mutate(cur)),
+    (cur) => omitEmptyStatusFields(mask ? mask.deep(mutate(cur)) : mutate(cur)),
     appStatusBounds(fence.generation),
   );
 }
@@ -312,3 +321,54 @@ export const statusTime = formatStatusTime;
 
 /** 1 MiB: the bound on each status text field (PR #1840). */
 export const STATUS_TEXT_LIMIT = MAX_STATUS_TEXT_BYTES;
+
+/** A running watch of an App for deletion or cancellation (see {@link watchForAbort}). */
+export interface AbortWatch {
+  /** Aborted once the App is deleted (`deletionTimestamp`, gone, or recreated) or canceled. */
+  readonly signal: AbortSignal;
+  /** Stops polling; resolves once a poll in flight has finished. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Polls the App every `deps.config.abortPollIntervalMs` (default 2000 ms) while a fetch or
+ * template tool runs, and aborts {@link AbortWatch.signal} when the App is deleted (its
+ * `deletionTimestamp` set, gone, or another uid under the name) or `spec.canceled`: the tool is
+ * killed, so the delete (queued behind this run for the same object) starts at once instead of
+ * waiting for a long fetch. The same check `runKapp` makes during a deploy. A failed poll is
+ * logged and the tool keeps running.
+ *
+ * @param kube - reader of the App.
+ * @param ref - the App.
+ * @param uid - the uid the run started from.
+ */
+export function watchForAbort(kube: KubeReader, ref: ObjectRef, uid: string, deps: PipelineDeps): AbortWatch {
+  const abort = new AbortController();
+  let inflight: Promise<void> | undefined;
+  let stopped = false;
+  const tick = setInterval(() => {
+    if (inflight || stopped || abort.signal.aborted) return;
+    inflight = (async () => {
+      try {
+        const live = await kube.getObject<KubeObject & { spec?: { canceled?: boolean } }>(ref);
+        const deleted = !live || live.metadata.uid !== uid || Boolean(live.metadata.deletionTimestamp);
+        if (!stopped && (deleted || live?.spec?.canceled)) abort.abort(new Error('App canceled or deleted'));
+      } catch (err) {
+        deps.log.warn(
+          { app: `${ref.namespace}/${ref.name}`, error: (err as Error).message },
+          'App deletion poll failed',
+        );
+      } finally {
+        inflight = undefined;
+      }
+    })();
+  }, deps.config.abortPollIntervalMs ?? 2000);
+  return {
+    signal: abort.signal,
+    async stop() {
+      stopped = true;
+      clearInterval(tick);
+      await inflight;
+    },
+  };
+}

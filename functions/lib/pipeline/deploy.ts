@@ -30,6 +30,7 @@ import {
 import { TextTail } from '../exec/tail.js';
 import { KappControllerError } from '../fetch/types.js';
 import type { DeployView, ObjectRef } from '../kube/port.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   attachError,
   deployStatus,
@@ -55,8 +56,9 @@ import {
   summarizeStatus,
   writeAppStatus,
 } from './common.js';
-import type { PipelineDeps } from './deps.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
 import type { RunContext } from './fetch.js';
+import { infraStep } from './retry-bound.js';
 
 const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
   apiVersion: 'v1',
@@ -68,9 +70,11 @@ const secretAsLike = (name: string, namespace: string, s: { type: string; data: 
 
 /**
  * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
+ * @param mask - when given, the minted token and every value of the kubeconfig Secret are
+ *   added to it, so kapp's output can never show them in status.
  * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret).
  */
-export async function clusterAccessFor(app: App, kube: DeployView): Promise<ClusterAccess> {
+export async function clusterAccessFor(app: App, kube: DeployView, mask?: SecretMask): Promise<ClusterAccess> {
   const ns = app.metadata.namespace ?? '';
   const source = credentialSource(app.spec, ns);
   let material: CredentialMaterial;
@@ -78,6 +82,7 @@ export async function clusterAccessFor(app: App, kube: DeployView): Promise<Clus
     let token: string;
     try {
       token = (await kube.serviceAccountToken(ns, source.serviceAccountName)).token;
+      mask?.addValue(token);
     } catch (err) {
       throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
     }
@@ -95,6 +100,7 @@ export async function clusterAccessFor(app: App, kube: DeployView): Promise<Clus
         `Preparing kapp: Getting kubeconfig secret: secrets "${source.secretName}" not found`,
       );
     }
+    mask?.addSecretData(secret.data, { structured: false });
     material = { kind: 'kubeconfigSecret', secret: secretAsLike(source.secretName, ns, secret) };
   }
   return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
@@ -227,6 +233,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     return;
   }
   const { app } = fenced.loaded;
+  const mask = secretMaskOf(deps);
   const parts: RunParts = {
     fetch: partFromSummary(data.fetchStatus),
     template: partFromSummary(data.templateStatus),
@@ -242,12 +249,14 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     result = blocked;
   } else {
     // A private manifest opens only with this run's cluster key (and for the App's namespace).
-    const manifest = await readArtifact(deps, scopeOf(ref), data.artifacts.manifestKey);
+    const manifest = await infraStep('reading the rendered manifest', () =>
+      readArtifact(deps, scopeOf(ref), data.artifacts.manifestKey),
+    );
     if (!manifest) throw new Error(`manifest ${data.artifacts.manifestKey} is missing from the object store`);
     const work = await makeScratch(deps, 'deploy');
     try {
       const kapp = appKappDeploy(app.spec);
-      access = await clusterAccessFor(app, kube);
+      access = await clusterAccessFor(app, kube, mask);
       const metadataFile = path.join(work, 'app-metadata.yml');
       const cmd = kappDeployCommand({
         kapp,
@@ -265,18 +274,22 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
           flushAll ||= applying;
           if (!flushAll) return;
           const progress = deployStatus(
-            { stdout, stderr, exitCode: 0, finished: false },
+            mask.result({ stdout, stderr, exitCode: 0, finished: false }),
             { startedAt, updatedAt: deps.now() },
             kappStatus,
           );
-          await writeAppStatus(kube, kref, fence, (cur) =>
-            summarizeStatus(cur, fence.generation, { ...parts, deploy: progress as Record<string, unknown> }),
+          await writeAppStatus(
+            kube,
+            kref,
+            fence,
+            (cur) => summarizeStatus(cur, fence.generation, { ...parts, deploy: progress as Record<string, unknown> }),
+            mask,
           );
         },
         [work],
       );
       tools = { runs: 1, ms: run.durationMs };
-      result = attachError(KAPP_ERROR_PREFIX.deploy, run);
+      result = mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run));
       const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
       kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
     } catch (err) {
@@ -302,7 +315,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         async () => {},
       );
       tools = { runs: tools.runs + 1, ms: tools.ms + run.durationMs };
-      inspect = attachError(KAPP_ERROR_PREFIX.inspect, run);
+      inspect = mask.result(attachError(KAPP_ERROR_PREFIX.inspect, run));
     } catch (err) {
       if (!(err instanceof KappControllerError)) throw err;
       // `Inspecting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`).
@@ -312,7 +325,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   }
 
   const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
-  let w = await writeAppStatus(kube, kref, fence, final);
+  let w = await writeAppStatus(kube, kref, fence, final, mask);
   if (w.outcome === 'stale') {
     // Upstream's running reconcile always writes its result, also when the App was canceled
     // or paused meanwhile (that bumps the generation); the follow-up then only marks
@@ -325,12 +338,13 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         kref,
         { uid: ref.uid, generation: live.loaded.raw.metadata.generation ?? 0 },
         final,
+        mask,
       );
     }
   }
   const outcome =
     w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : 'succeeded';
-  done(outcome, { error: result.error, tools });
+  done(outcome, { error: result.error && mask.redact(result.error), tools });
 }
 
 /** A namespace that is being deleted or already gone. */
@@ -378,6 +392,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
   }
   const fence = { uid: raw.metadata.uid, generation: raw.metadata.generation ?? 0 };
   const startedAt = deps.now();
+  const mask = secretMaskOf(deps);
   await writeAppStatus(kube, kref, fence, (cur) => markDeleting(cur, fence.generation) as AppStatus);
 
   let result: StageResult;
@@ -387,7 +402,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
   } else {
     try {
       const kapp = appKappDeploy(app.spec);
-      const access = await clusterAccessFor(app, kube);
+      const access = await clusterAccessFor(app, kube, mask);
       const cmd = kappDeleteCommand({ kapp, access });
       const run = await runKapp(
         cmd,
@@ -396,17 +411,21 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
         { kube, ref: kref, uid: ctx.ref.uid, cancelOnDelete: false },
         async ({ stdout, stderr }) => {
           const progress = deployStatus(
-            { stdout, stderr, exitCode: 0, finished: false },
+            mask.result({ stdout, stderr, exitCode: 0, finished: false }),
             { startedAt, updatedAt: deps.now() },
             app.status?.deploy?.kapp,
           );
-          await writeAppStatus(kube, kref, fence, (cur) =>
-            summarizeStatus(cur, fence.generation, { deploy: progress as Record<string, unknown> }),
+          await writeAppStatus(
+            kube,
+            kref,
+            fence,
+            (cur) => summarizeStatus(cur, fence.generation, { deploy: progress as Record<string, unknown> }),
+            mask,
           );
         },
       );
       tools = { runs: 1, ms: run.durationMs };
-      result = attachError(KAPP_ERROR_PREFIX.delete, run);
+      result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
     } catch (err) {
       if (!(err instanceof KappControllerError)) throw err;
       // `Deleting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`); the delete
@@ -422,9 +441,15 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
     return;
   }
   const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, app.status?.deploy?.kapp);
-  await writeAppStatus(kube, kref, fence, (cur) => {
-    const next = summarizeStatus(cur, fence.generation, { deploy: deploy as Record<string, unknown> });
-    return markDeleteCompleted(next, result) as AppStatus;
-  });
-  done('failed', { error: result.error, tools });
+  await writeAppStatus(
+    kube,
+    kref,
+    fence,
+    (cur) => {
+      const next = summarizeStatus(cur, fence.generation, { deploy: deploy as Record<string, unknown> });
+      return markDeleteCompleted(next, result) as AppStatus;
+    },
+    mask,
+  );
+  done('failed', { error: result.error && mask.redact(result.error), tools });
 }

@@ -10,6 +10,7 @@ import type { HttpDownloader } from '../fetch/http-download.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import type { Logger } from '../log.js';
+import { type SecretMask, SecretMask as SecretMaskImpl } from '../reconcile/secret-mask.js';
 import type { TimerConfig } from '../reconcile/timer.js';
 import type { ObjectStore } from '../store/port.js';
 
@@ -35,6 +36,11 @@ export interface PipelineConfig {
   controllerVersion: string;
   /** How often kapp's progress is copied into `status.deploy` while it runs, ms. Upstream: 2000. */
   deployProgressIntervalMs?: number;
+  /**
+   * How often a running fetch or template re-reads its App to stop when the App is deleted,
+   * recreated or canceled (as kapp is stopped during a deploy), ms. Default 2000.
+   */
+  abortPollIntervalMs?: number;
   /** Kill a tool after this long, ms. Default: the runner's default. */
   toolTimeoutMs?: number;
   /**
@@ -79,4 +85,15 @@ export interface PipelineDeps {
   random?: () => number;
   log: Logger;
   config: PipelineConfig;
+  /**
+   * The values of the Secrets read for the App of this run, masked in everything written for
+   * it (`../reconcile/secret-mask.ts`). Per run, never per process: the runtimes set a fresh
+   * one for each event (`dispatchWithRetryBound`); a stage called without one makes its own.
+   */
+  secretMask?: SecretMask;
+}
+
+/** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */
+export function secretMaskOf(deps: PipelineDeps): SecretMask {
+  return deps.secretMask ?? new SecretMaskImpl();
 }

@@ -21,6 +21,7 @@ import type { AppFetch } from '../fetch/types.js';
 import { KappControllerError, type RefObjects } from '../fetch/types.js';
 import { UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
 import { fetchIsPrivate, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
 import {
@@ -34,10 +35,12 @@ import {
   stageTimer,
   summarize,
   summarizeStatus,
+  watchForAbort,
   writeAppStatus,
   writesImmediately,
 } from './common.js';
-import type { PipelineDeps } from './deps.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
+import { infraStep } from './retry-bound.js';
 
 /** The object and run a stage works for (everything a hand-off event carries). */
 export interface RunContext {
@@ -114,6 +117,8 @@ export async function fetchWithVendir(
   deps: PipelineDeps,
   kube: ReturnType<PipelineDeps['clusters']['fetchView']>,
   scope: ReturnType<typeof scopeOf> | undefined,
+  mask: SecretMask,
+  signal: AbortSignal,
 ): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
   const ns = app.metadata.namespace ?? '';
   const policy = deps.config.urlPolicy ? new UrlPolicyChecker(deps.config.urlPolicy) : undefined;
@@ -129,6 +134,7 @@ export async function fetchWithVendir(
       ns,
       refNames.filter((r) => r.kind === 'Secret').map((r) => r.name),
       refNames.filter((r) => r.kind === 'ConfigMap').map((r) => r.name),
+      mask,
     );
     const input = {
       fetch: app.spec.fetch ?? [],
@@ -159,6 +165,7 @@ export async function fetchWithVendir(
       downloader: deps.download,
       ...(policy ? { urlPolicy: policy } : {}),
       timeoutMs: deps.config.toolTimeoutMs,
+      signal,
     });
     if ('result' in prepared) return { result: prepared.result, toolMs: 0, toolRuns: 0 };
     const toRun = prepared.dirs.size > 0 ? planVendirSync({ ...plan.input, preparedHttp: prepared.dirs }) : plan;
@@ -171,8 +178,10 @@ export async function fetchWithVendir(
       // vendir writes the fetch directory and its cache, and reads the unpacked http sources.
       writable: cacheDir ? [work, prep, cacheDir] : [work, prep],
       timeoutMs: deps.config.toolTimeoutMs,
+      signal,
     });
-    const result = attachError(FETCH_RUN_ERROR_PREFIX, run);
+    // Masked as soon as vendir returns, before anything cuts or copies its output.
+    const result = mask.result(attachError(FETCH_RUN_ERROR_PREFIX, run));
     if (prepared.dirs.size > 0) result.stdout = restoreHttpLock(result.stdout, prepared.urls);
     if (result.error) return { result, toolMs: run.durationMs, toolRuns: 1 };
     let packed: Awaited<ReturnType<typeof packDir>>;
@@ -192,12 +201,14 @@ export async function fetchWithVendir(
     let fetchKey: string;
     if (scope) {
       const priv = privateArtifacts(deps);
-      fetchKey = await priv.keyFor(scope, 'fetch', packed.sha256);
+      const key = await priv.keyFor(scope, 'fetch', packed.sha256);
       // put, not putIfAbsent: each write restarts the expiry of the sealed artifact.
-      await priv.put(scope, fetchKey, packed.tgz);
+      await infraStep('storing the fetch artifact', () => priv.put(scope, key, packed.tgz));
+      fetchKey = key;
     } else {
-      fetchKey = fetchArtifactKey(packed.sha256);
-      await deps.store.putIfAbsent(fetchKey, packed.tgz);
+      const key = fetchArtifactKey(packed.sha256);
+      await infraStep('storing the fetch artifact', () => deps.store.putIfAbsent(key, packed.tgz));
+      fetchKey = key;
     }
     return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1 };
   } finally {
@@ -227,8 +238,9 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   const fetchSpec = app.spec.fetch ?? [];
   const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
   const credentials: Record<string, string> = {};
+  const mask = secretMaskOf(deps);
   if (secretNames.length) {
-    const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, []);
+    const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, [], mask);
     for (const n of secretNames) credentials[n] = refs.digests[`secret/${n}`] ?? '-';
   }
   const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials);
@@ -242,11 +254,12 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
       : `${PINNED_FETCH_PREFIX}${pinned}.json`
     : undefined;
   if (recordKey) {
-    const hit =
-      scope && priv ? await priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : await deps.store.get(recordKey);
+    const hit = await infraStep('reading the fetch cache', () =>
+      scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
+    );
     if (hit) {
       const rec = JSON.parse(hit.toString('utf8')) as { fetchKey?: string; stdout?: string };
-      if (rec.fetchKey && (await deps.store.head(rec.fetchKey))) {
+      if (rec.fetchKey && (await infraStep('reading the fetch cache', () => deps.store.head(rec.fetchKey!)))) {
         fetchKey = rec.fetchKey;
         // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
         result = { stdout: rec.stdout ?? '', stderr: '', exitCode: 0, finished: true };
@@ -255,27 +268,55 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const cached = fetchKey !== undefined;
   if (!cached) {
-    const r = await fetchWithVendir(app, deps, kube, scope);
-    result = r.result;
+    // Deleting (or canceling) the App kills the fetch, as it kills kapp during a deploy.
+    const watch = watchForAbort(kube, kref, ctx.ref.uid, deps);
+    let r: Awaited<ReturnType<typeof fetchWithVendir>>;
+    try {
+      r = await fetchWithVendir(app, deps, kube, scope, mask, watch.signal);
+    } catch (err) {
+      if (!watch.signal.aborted) throw err;
+      r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+    } finally {
+      await watch.stop();
+    }
+    if (watch.signal.aborted) {
+      // The delete (or the canceled spec's run) owns the App now: no fetch status for it.
+      done('stale', { tools: { runs: r.toolRuns, ms: r.toolMs } });
+      return {};
+    }
+    result = mask.result(r.result);
     fetchKey = r.fetchKey;
     tools = { runs: r.toolRuns, ms: r.toolMs };
     if (recordKey && fetchKey) {
       const rec = JSON.stringify({ fetchKey, stdout: redactSecrets(result.stdout) });
-      if (scope && priv) await priv.put(scope, recordKey, rec);
-      else await deps.store.put(recordKey, rec);
+      await infraStep('storing the fetch cache record', async () => {
+        if (scope && priv) await priv.put(scope, recordKey, rec);
+        else await deps.store.put(recordKey, rec);
+      });
     }
   }
   const part = fetchPart(result!, startedAt, deps.now());
   if (result!.error || !fetchKey) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, ctx.run.generation, { fetch: part }, result),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, ctx.run.generation, { fetch: part }, result),
+      mask,
     );
-    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', { error: result!.error, tools });
+    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', {
+      error: result!.error && mask.redact(result!.error),
+      tools,
+    });
     return {};
   }
   if (writesImmediately(app.status)) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, ctx.run.generation, { fetch: part }),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, ctx.run.generation, { fetch: part }),
+      mask,
     );
     if (w.outcome === 'stale' || w.outcome === 'gone') {
       done(w.outcome, { tools });

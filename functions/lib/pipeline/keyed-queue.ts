@@ -11,7 +11,10 @@
  *   the key before the first `/`, the cluster id), so one cluster's burst cannot starve others;
  * - a run that throws (a crashed function) is retried with exponential backoff
  *   (`baseRetryMs * 2^attempt`, capped at `maxRetryMs`), like `ErrReconciler` plus the
- *   rate-limited requeue; a newer item for the key replaces the one being retried.
+ *   rate-limited requeue; a newer item for the key replaces the one being retried. The
+ *   handler is told which attempt it runs (1 for a fresh item, reset by a newer item, a
+ *   success, or a {@link RetryFrom} naming another item), so it can end a run that keeps
+ *   failing (`retry-bound.ts`).
  *
  * Nothing sleeps inside a handler: retries are timers owned by the queue.
  */
@@ -76,10 +79,11 @@ export class KeyedQueue<T> {
   private closed = false;
 
   /**
-   * @param handler runs one item; resolves when the whole run for that key is done.
+   * @param handler runs one item; resolves when the whole run for that key is done. `attempt`
+   *   is 1 for a new item and counts up while the key's runs keep throwing.
    */
   constructor(
-    private readonly handler: (key: string, item: T) => Promise<void>,
+    private readonly handler: (key: string, item: T, attempt: number) => Promise<void>,
     private readonly opts: KeyedQueueOptions<T> = {},
   ) {
     this.concurrency = opts.concurrency ?? 4;
@@ -197,11 +201,14 @@ export class KeyedQueue<T> {
   private async runOne(key: string, st: KeyState<T>, item: T): Promise<void> {
     let failed = false;
     try {
-      await this.handler(key, item);
+      await this.handler(key, item, st.attempt + 1);
       st.attempt = 0;
     } catch (err) {
       failed = true;
       const retryItem = err instanceof RetryFrom ? (err.item as T) : item;
+      // A later stage of the run failed: its attempts count from 1, as each stage's message
+      // does on SQS (its own receive count).
+      if (retryItem !== item) st.attempt = 0;
       this.opts.onError?.(key, err instanceof RetryFrom ? err.cause : err, st.attempt);
       if (!this.closed && st.pending === undefined) {
         const delay = Math.min(this.maxRetryMs, this.baseRetryMs * 2 ** st.attempt);

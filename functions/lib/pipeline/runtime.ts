@@ -17,6 +17,7 @@ import {
   orderingKey,
   templateEvent,
 } from '../../../events/schema.js';
+import { SecretMask } from '../reconcile/secret-mask.js';
 import type { DeleteStageData } from './delete-event.js';
 import { deleteEvent, isDeleteEvent } from './delete-event.js';
 import { runDelete, runDeploy } from './deploy.js';
@@ -24,6 +25,7 @@ import type { PipelineDeps } from './deps.js';
 import type { StageOutput } from './fetch.js';
 import { KeyedQueue, RetryFrom } from './keyed-queue.js';
 import { handleAppEvent } from './reconcile.js';
+import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries } from './retry-bound.js';
 import { type ClusterInfoSource, runTemplate } from './template.js';
 
 /** Any event a stage function consumes. */
@@ -76,6 +78,41 @@ export async function dispatchEvent(event: StageEvent, deps: DispatchDeps): Prom
   }
 }
 
+/** Which attempt of a run a stage event is (see `retry-bound.ts`). */
+export interface AttemptInfo {
+  /** 1-based attempt of this run (embedded: the queue's count; Lambda: `ApproximateReceiveCount`). */
+  attempt: number;
+  /** Attempts allowed; the one numbered `maxAttempts` (or later) is the last. */
+  maxAttempts: number;
+}
+
+/**
+ * {@link dispatchEvent} with a fresh {@link SecretMask} for the run and the retry bound: when the
+ * stage throws on its last attempt, the run ends with a final failed status
+ * (`endRunAfterRetries`) instead of another retry.
+ *
+ * @param dispatch - the stage runner; default {@link dispatchEvent} (tests replace it).
+ * @returns `next`: the next stage's event, if any; `ended`: true when the run was ended by the
+ *   retry bound (the event must be acknowledged).
+ * @throws what the stage threw, before the last attempt, or when the final status could not be
+ *   written either.
+ */
+export async function dispatchWithRetryBound(
+  event: StageEvent,
+  deps: DispatchDeps,
+  attempt: AttemptInfo,
+  dispatch: (event: StageEvent, deps: DispatchDeps) => Promise<StageEvent | undefined> = dispatchEvent,
+): Promise<{ next?: StageEvent; ended?: true }> {
+  const secretMask = new SecretMask();
+  try {
+    return { next: await dispatch(event, { ...deps, secretMask }) };
+  } catch (err) {
+    if (attempt.attempt < attempt.maxAttempts) throw err;
+    if (await endRunAfterRetries(event, err, deps, secretMask, attempt.attempt)) return { ended: true };
+    throw err;
+  }
+}
+
 const RANK: Record<string, number> = { resync: 0, modified: 1, 'ref-changed': 2, added: 3, deleted: 4 };
 
 /**
@@ -103,6 +140,11 @@ export interface EmbeddedPipelineOptions {
   baseRetryMs?: number;
   /** Retry delay cap, ms. Default 30 000. */
   maxRetryMs?: number;
+  /**
+   * Attempts of a run before it ends with a final failed status (`retry-bound.ts`). Default
+   * {@link DEFAULT_MAX_ATTEMPTS}.
+   */
+  maxAttempts?: number;
 }
 
 /**
@@ -111,12 +153,14 @@ export interface EmbeddedPipelineOptions {
  */
 export class EmbeddedPipeline {
   private readonly queue: KeyedQueue<StageEvent>;
+  private readonly maxAttempts: number;
 
   constructor(
     private readonly deps: DispatchDeps,
     opts: EmbeddedPipelineOptions = {},
   ) {
-    this.queue = new KeyedQueue<StageEvent>((_key, item) => this.run(item), {
+    this.maxAttempts = opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
+    this.queue = new KeyedQueue<StageEvent>((_key, item, attempt) => this.run(item, attempt), {
       concurrency: opts.concurrency ?? 4,
       baseRetryMs: opts.baseRetryMs,
       maxRetryMs: opts.maxRetryMs,
@@ -149,12 +193,12 @@ export class EmbeddedPipeline {
     return { running: this.queue.running, waiting: this.queue.waiting };
   }
 
-  private async run(first: StageEvent): Promise<void> {
+  private async run(first: StageEvent, attempt: number): Promise<void> {
     let ev: StageEvent | undefined = first;
     while (ev) {
       const current: StageEvent = ev;
       try {
-        ev = await dispatchEvent(current, this.deps);
+        ev = (await dispatchWithRetryBound(current, this.deps, { attempt, maxAttempts: this.maxAttempts })).next;
       } catch (err) {
         throw new RetryFrom(current, err);
       }

@@ -55,11 +55,13 @@ import {
   summarize,
   summarizeStatus,
   templatePart,
+  watchForAbort,
   writeAppStatus,
   writesImmediately,
 } from './common.js';
-import type { PipelineDeps } from './deps.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
 import type { StageOutput } from './fetch.js';
+import { infraStep } from './retry-bound.js';
 
 /** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
 export type ClusterInfoSource = (
@@ -88,6 +90,7 @@ async function runSops(
   step: SopsStep,
   deps: PipelineDeps,
   work: string,
+  signal?: AbortSignal,
 ): Promise<{ result: StageResult; ms: number; runs: number }> {
   await writePlanned(step.files);
   const files: string[] = [];
@@ -109,6 +112,7 @@ async function runSops(
       timeoutMs: deps.config.toolTimeoutMs,
       writable: [work],
       maxOutputBytes: templateOutputBound(deps),
+      signal,
     });
     ms += run.durationMs;
     runs++;
@@ -154,6 +158,7 @@ export async function runTemplateSteps(
   steps: ReturnType<typeof planTemplate>['steps'],
   deps: PipelineDeps,
   work: string,
+  signal?: AbortSignal,
 ): Promise<{ result: StageResult; manifest: string; ms: number; runs: number }> {
   let stream = '';
   let last: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
@@ -164,7 +169,7 @@ export async function runTemplateSteps(
       return { result: resultFromError(step.message), manifest: '', ms, runs };
     }
     if (step.kind === 'sops') {
-      const r = await runSops(step, deps, work);
+      const r = await runSops(step, deps, work, signal);
       ms += r.ms;
       runs += r.runs;
       if (r.result.error) return { result: r.result, manifest: '', ms, runs };
@@ -172,7 +177,7 @@ export async function runTemplateSteps(
       last = r.result;
       continue;
     }
-    const run = await runTool(step, stream, deps, work);
+    const run = await runTool(step, stream, deps, work, signal);
     ms += run.durationMs;
     runs++;
     last = attachError(step.errorPrefix, { ...run, stderr: markTruncated(run.stderr, run.truncated.stderr) });
@@ -215,7 +220,7 @@ export function outputExceeded(prefix: string, bin: string, maxBytes: number): S
 }
 
 /** Runs one tool step; `work` is the stage's scratch directory, which the run may use. */
-async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: string) {
+async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: string, signal?: AbortSignal) {
   for (const d of step.dirs) await mkdir(d, { recursive: true });
   await writePlanned(step.files);
   return await deps.runner.run({
@@ -227,6 +232,7 @@ async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: 
     timeoutMs: deps.config.toolTimeoutMs,
     writable: [work],
     maxOutputBytes: templateOutputBound(deps),
+    signal,
   });
 }
 
@@ -284,11 +290,13 @@ export async function runTemplate(
     t.sops?.pgp?.privateKeysSecretRef?.name ?? '',
     t.sops?.age?.privateKeysSecretRef?.name ?? '',
   ]);
+  const mask = secretMaskOf(deps);
   const refs = await readRefs(
     kube,
     ns,
     [...referencedSecrets(app.spec), ...sopsKeySecrets],
     referencedConfigMaps(app.spec),
+    mask,
   );
   const needs = requiredClusterInfo(templates);
   const cluster: ClusterInfo =
@@ -326,24 +334,26 @@ export async function runTemplate(
   const useRecord = async (hit: Buffer | undefined): Promise<void> => {
     if (!hit || manifestKey) return;
     const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: string; stderr?: string };
-    if (rec.manifestKey && (await deps.store.head(rec.manifestKey))) {
+    if (rec.manifestKey && (await infraStep('reading the render cache', () => deps.store.head(rec.manifestKey!)))) {
       manifestKey = rec.manifestKey;
-      result = { stdout: '', stderr: rec.stderr ?? '', exitCode: 0, finished: true };
+      result = { stdout: '', stderr: mask.text(rec.stderr ?? ''), exitCode: 0, finished: true };
     }
   };
   if (!inputsPrivate) {
-    const hit = await deps.store.get(cacheKey);
+    const hit = await infraStep('reading the render cache', () => deps.store.get(cacheKey));
     // A shared record never names a private artifact (not even a forged one).
     if (hit && !isPrivateKey(String((JSON.parse(hit.toString('utf8')) as { manifestKey?: unknown }).manifestKey))) {
       await useRecord(hit);
     }
   }
   if (!manifestKey && priv && privateCacheKey) {
-    await useRecord(await priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS));
+    await useRecord(
+      await infraStep('reading the render cache', () => priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS)),
+    );
   }
   const cached = manifestKey !== undefined;
   if (!cached) {
-    const tgz = await readArtifact(deps, scope, data.artifacts.fetchKey);
+    const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, data.artifacts.fetchKey));
     if (!tgz) throw new Error(`fetch artifact ${data.artifacts.fetchKey} is missing from the object store`);
     const work = await makeScratch(deps, 'template');
     try {
@@ -358,22 +368,38 @@ export async function runTemplate(
         cluster: { ...cluster, kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion },
       });
       for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
-      const r = await runTemplateSteps(plan.steps, deps, work);
-      result = r.result;
+      // Deleting (or canceling) the App kills the templating tools, as it kills kapp.
+      const watch = watchForAbort(kube, kref, ref.uid, deps);
+      let r: Awaited<ReturnType<typeof runTemplateSteps>>;
+      try {
+        r = await runTemplateSteps(plan.steps, deps, work, watch.signal);
+      } finally {
+        await watch.stop();
+      }
+      if (watch.signal.aborted) {
+        done('stale', { tools: { runs: r.runs, ms: r.ms } });
+        return {};
+      }
+      // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
+      // before the render cache or status sees it. The manifest itself is not touched.
+      result = mask.result(r.result);
       tools = { runs: r.runs, ms: r.ms };
       if (!result.error) {
         const manifest = Buffer.from(r.manifest, 'utf8');
         const digest = createHash('sha256').update(manifest).digest('hex');
+        const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: result?.stderr ?? '' });
         if (inputsPrivate || manifestHasSecret(r.manifest)) {
           const p = privateArtifacts(deps);
-          manifestKey = await p.keyFor(scope, 'template', digest);
-          await p.put(scope, manifestKey, manifest);
-          const record = JSON.stringify({ manifestKey, stderr: result.stderr });
-          await p.put(scope, privateCacheKey ?? (await p.keyFor(scope, 'render-cache', hash)), record);
+          const key = await p.keyFor(scope, 'template', digest);
+          await infraStep('storing the rendered manifest', () => p.put(scope, key, manifest));
+          const recKey = privateCacheKey ?? (await p.keyFor(scope, 'render-cache', hash));
+          await infraStep('storing the render cache record', () => p.put(scope, recKey, record(key)));
+          manifestKey = key;
         } else {
-          manifestKey = templateArtifactKey(digest);
-          await deps.store.putIfAbsent(manifestKey, manifest);
-          await deps.store.put(cacheKey, JSON.stringify({ manifestKey, stderr: result.stderr }));
+          const key = templateArtifactKey(digest);
+          await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
+          await infraStep('storing the render cache record', () => deps.store.put(cacheKey, record(key)));
+          manifestKey = key;
         }
       }
     } finally {
@@ -383,15 +409,26 @@ export async function runTemplate(
   const part = templatePart(result!, now());
   const fetchPartCarried = partFromSummary(data.fetchStatus);
   if (result!.error || !manifestKey) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, fence.generation, { fetch: fetchPartCarried, template: part }, result),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, fence.generation, { fetch: fetchPartCarried, template: part }, result),
+      mask,
     );
-    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', { error: result!.error, tools });
+    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', {
+      error: result!.error && mask.redact(result!.error),
+      tools,
+    });
     return {};
   }
   if (writesImmediately(app.status)) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, fence.generation, { template: part }),
+    const w = await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, fence.generation, { template: part }),
+      mask,
     );
     if (w.outcome === 'stale' || w.outcome === 'gone') {
       done(w.outcome, { tools });

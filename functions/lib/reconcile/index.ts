@@ -6,6 +6,7 @@
  * @module
  */
 export * from './duration.js';
+export * from './secret-mask.js';
 export * from './status.js';
 export * from './status-budget.js';
 export * from './timer.js';

@@ -1,0 +1,228 @@
+/**
+ * The bound on retries of a stage that keeps failing for an infrastructure reason (the object
+ * store cannot be written, the API server keeps refusing a read or a status write, code
+ * crashes), and the final failed status written when that bound is reached.
+ *
+ * Why: a stage that throws is retried by its transport (the embedded {@link KeyedQueue}'s
+ * backoff, SQS redelivery). Without a bound, the App shows `Reconciling` forever while the stage
+ * crash-loops, and on Lambda the event finally lands in the dead-letter queue with nothing in
+ * status. kapp-controller has no such failure mode (its status and caches live in one
+ * process); its closest behaviour is `ReconcileFailed` with the error, then the failure
+ * backoff of the reconcile timer, which is what this produces.
+ *
+ * Attempts are counted per (object, run): in the embedded runtime by the queue (reset by any
+ * newer event of the object, which starts a new run), on Lambda by SQS's
+ * `ApproximateReceiveCount` of the record. On the last attempt ({@link DEFAULT_MAX_ATTEMPTS}),
+ * a stage that throws gets {@link failRunAfterRetries}: a final `ReconcileFailed` (`DeleteFailed`
+ * for a delete) whose message is `<Stage>: <bounded, redacted cause>`, e.g.
+ * `Fetching resources: storing the fetch artifact failed: 503 SlowDown`; the event is then
+ * acknowledged. The forwarder's timer re-runs the App after the failure backoff (§3.3), so
+ * nothing is lost. When that status write fails too (the API server is what is failing),
+ * nothing more can be done: the error is logged and the event goes on to the dead-letter queue
+ * (Lambda) or stays in the queue's capped backoff (embedded).
+ *
+ * @module
+ */
+import { EVENT_TYPES, type KappEvent } from '../../../events/schema.js';
+import type { StatusWriteOutcome } from '../kube/status-write.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
+import { markDeleteFailed, markFailed, redactSecrets } from '../reconcile/status.js';
+import { appRef, writeAppStatus } from './common.js';
+import type { DeleteStageEvent } from './delete-event.js';
+import { isDeleteEvent } from './delete-event.js';
+import type { PipelineDeps } from './deps.js';
+
+/**
+ * Attempts of one stage of one run before the final failed status: 5. On Lambda this must equal
+ * the `maxReceiveCount` of the queue's redrive policy, so the last attempt is the one that
+ * writes the status rather than a silent move to the dead-letter queue.
+ */
+export const DEFAULT_MAX_ATTEMPTS = 5;
+
+/** Bound of the cause in the final status message, UTF-8 bytes (head kept: the action comes first). */
+export const INFRA_CAUSE_BYTES = 1024;
+
+/** Depth of the `cause` chain rendered into the message. */
+const MAX_CAUSE_DEPTH = 4;
+
+/**
+ * An infrastructure step of a stage failed: `<action> failed: <cause>`. Thrown at the
+ * boundaries of the ports (object store, API server) so that the final status names what the
+ * stage was doing, e.g. `storing the fetch artifact failed: 503 SlowDown`.
+ */
+export class InfraError extends Error {
+  override readonly name = 'InfraError';
+  /**
+   * @param action - lowercase action, e.g. `storing the fetch artifact`.
+   * @param cause - the port's error.
+   */
+  constructor(
+    readonly action: string,
+    cause: unknown,
+  ) {
+    super(`${action} failed`, { cause });
+  }
+}
+
+/**
+ * Runs one infrastructure step, wrapping what it throws in an {@link InfraError} named after
+ * `action`.
+ *
+ * @throws InfraError with the original error as `cause`.
+ */
+export async function infraStep<T>(action: string, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (err) {
+    if (err instanceof InfraError) throw err;
+    throw new InfraError(action, err);
+  }
+}
+
+function messageOf(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  return typeof err === 'string' ? err : 'unknown error';
+}
+
+function cutHead(text: string, maxBytes: number): string {
+  if (Buffer.byteLength(text) <= maxBytes) return text;
+  const marker = ' [truncated]';
+  let out = Buffer.from(text)
+    .subarray(0, maxBytes - Buffer.byteLength(marker))
+    .toString('utf8');
+  // A character split by the byte cut decodes as U+FFFD: drop it.
+  out = out.replace(/\uFFFD$/, '');
+  return out + marker;
+}
+
+/**
+ * The cause text of a final failed status: the messages of `err` and its `cause` chain joined
+ * with `: ` (a message that already contains its cause's is not repeated), the run's Secret
+ * values masked, credential shapes redacted ({@link redactSecrets}), whitespace runs folded to
+ * one space, and the head kept within {@link INFRA_CAUSE_BYTES}.
+ *
+ * @param err - What the stage threw.
+ * @param mask - The run's Secret values, when known.
+ */
+export function infraCauseText(err: unknown, mask?: SecretMask): string {
+  const parts: string[] = [];
+  let cur: unknown = err;
+  for (let depth = 0; cur !== undefined && cur !== null && depth < MAX_CAUSE_DEPTH; depth++) {
+    const m = messageOf(cur);
+    const prev = parts.at(-1);
+    if (!prev?.includes(m)) parts.push(m);
+    cur = cur instanceof Error ? cur.cause : undefined;
+  }
+  const text = parts.join(': ').replace(/\s+/g, ' ').trim();
+  const masked = mask ? mask.text(text) : text;
+  return cutHead(redactSecrets(masked), INFRA_CAUSE_BYTES);
+}
+
+/** The stage an event runs, as its status prefix: what the user sees before the cause. */
+export function infraStagePrefix(event: KappEvent | DeleteStageEvent): string {
+  if (isDeleteEvent(event)) return 'Deleting: ';
+  switch (event.type) {
+    case EVENT_TYPES.template:
+      return 'Templating: ';
+    case EVENT_TYPES.deploy:
+      return 'Deploying: ';
+    default:
+      return 'Fetching resources: ';
+  }
+}
+
+/** The App and run fence a final status is written for; `undefined` for events of other kinds. */
+function targetOf(event: KappEvent | DeleteStageEvent) {
+  if (isDeleteEvent(event)) {
+    const d = event.data;
+    return { ref: d.object, fence: { uid: d.object.uid, generation: d.run.generation } };
+  }
+  switch (event.type) {
+    case EVENT_TYPES.object:
+      if (event.data.kind !== 'App') return undefined;
+      return { ref: event.data, fence: { uid: event.data.uid, generation: event.data.generation } };
+    case EVENT_TYPES.template:
+    case EVENT_TYPES.deploy:
+      return {
+        ref: event.data.object,
+        fence: { uid: event.data.object.uid, generation: event.data.run.generation },
+      };
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * Writes the final failed status of a run whose stage kept failing: `ReconcileFailed` (or
+ * `DeleteFailed` for a delete) with message `<Stage>: <cause>` ({@link infraStagePrefix},
+ * {@link infraCauseText}), counters and friendlyDescription as for any failed reconcile
+ * (`markFailed`), fenced by the run (a newer spec or a recreated object is left alone).
+ *
+ * @param event - The event whose stage failed on its last attempt.
+ * @param err - What the stage threw.
+ * @param deps - The pipeline's ports (the App's status is written through `fetchView`, which
+ *   every stage function holds).
+ * @param mask - The run's Secret values, when known.
+ * @returns the write's outcome (`stale`/`gone`: nothing to report any more; also `gone` for an
+ *   event that is not about an App, which has no such status).
+ * @throws what the status write throws (the API server is failing too).
+ */
+export async function failRunAfterRetries(
+  event: KappEvent | DeleteStageEvent,
+  err: unknown,
+  deps: PipelineDeps,
+  mask?: SecretMask,
+): Promise<StatusWriteOutcome> {
+  const target = targetOf(event);
+  if (!target) return 'gone';
+  const { ref, fence } = target;
+  const message = `${infraStagePrefix(event)}${infraCauseText(err, mask)}`;
+  const kube = deps.clusters.fetchView(ref.clusterId);
+  const deleting = isDeleteEvent(event);
+  const w = await writeAppStatus(
+    kube,
+    appRef(ref),
+    fence,
+    (cur) => {
+      const next = { ...(cur ?? {}), observedGeneration: fence.generation };
+      return deleting ? markDeleteFailed(next, message) : markFailed(next, message);
+    },
+    mask,
+  );
+  return w.outcome;
+}
+
+/**
+ * The last attempt of a stage failed: writes the final failed status
+ * ({@link failRunAfterRetries}) and logs the outcome (the cause masked and bounded, never the
+ * raw error).
+ *
+ * @param attempts - how many attempts were made (logged).
+ * @returns true when the run is over (status written, or nothing left to report: the App is
+ *   gone or has a newer spec) and the event may be acknowledged; false when the status write
+ *   itself failed (log only: the event goes to the dead-letter queue on Lambda, stays in the
+ *   capped backoff in the embedded runtime).
+ */
+export async function endRunAfterRetries(
+  event: KappEvent | DeleteStageEvent,
+  err: unknown,
+  deps: PipelineDeps,
+  mask: SecretMask | undefined,
+  attempts: number,
+): Promise<boolean> {
+  const error = infraCauseText(err, mask);
+  try {
+    const status = await failRunAfterRetries(event, err, deps, mask);
+    deps.log.error(
+      { subject: event.subject, type: event.type, attempts, error, status },
+      'stage failed on its last attempt; run ended with a failed status',
+    );
+    return true;
+  } catch (writeErr) {
+    deps.log.error(
+      { subject: event.subject, type: event.type, attempts, error, statusError: infraCauseText(writeErr, mask) },
+      'stage failed on its last attempt and its failed status could not be written',
+    );
+    return false;
+  }
+}

@@ -1,0 +1,332 @@
+/**
+ * Infrastructure errors reach status: a stage that keeps failing (object store down, status
+ * writes refused) ends its run with a final ReconcileFailed after a bounded number of attempts,
+ * in both runtimes (embedded queue, Lambda SQS handler), with a bounded and redacted cause;
+ * when the status write itself is what fails, the event is failed to SQS (dead-letter queue).
+ * Faked at the ports: kube, object store, command runner.
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ObjectRef, objectEvent, templateEvent } from '../../events/schema.js';
+import type { AppStatus } from '../../functions/lib/api/index.js';
+import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
+import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import { KubeApiError, type KubeObject } from '../../functions/lib/kube/port.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import { deleteEvent } from '../../functions/lib/pipeline/delete-event.js';
+import {
+  DEFAULT_MAX_ATTEMPTS,
+  failRunAfterRetries,
+  INFRA_CAUSE_BYTES,
+  InfraError,
+  infraCauseText,
+} from '../../functions/lib/pipeline/retry-bound.js';
+import { type DispatchDeps, EmbeddedPipeline, type StageEvent } from '../../functions/lib/pipeline/runtime.js';
+import { MASKED } from '../../functions/lib/reconcile/secret-mask.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { StoreError } from '../../functions/lib/store/port.js';
+import { MemoryEventSender, serializeStageEvent } from '../../functions/lib/transport/index.js';
+
+const REF: ObjectRef = {
+  clusterId: 'c1',
+  kind: 'App',
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  namespace: 'ns',
+  name: 'app',
+  uid: 'uid-1',
+  generation: 1,
+  resourceVersion: '1',
+};
+const TIME = '2025-01-01T00:00:00.000Z';
+const RUN = { generation: 1, runId: 'r1', startedAt: TIME };
+
+/** A kube port holding one App; status writes can be made to fail. */
+function fakeKube(opts: { failStatusWrites?: boolean } = {}) {
+  const statuses: AppStatus[] = [];
+  let current: KubeObject = {
+    apiVersion: REF.apiVersion,
+    kind: 'App',
+    metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
+    spec: {
+      fetch: [{ inline: { paths: { 'a.yml': 'a: 1\n' } } }],
+      template: [{ ytt: {} }],
+      deploy: [{ kapp: {} }],
+    },
+  } as KubeObject;
+  let rv = 1;
+  let statusWriteAttempts = 0;
+  const kube = {
+    statuses,
+    get statusWriteAttempts() {
+      return statusWriteAttempts;
+    },
+    get object() {
+      return current;
+    },
+    async getObject() {
+      return structuredClone(current) as never;
+    },
+    async updateStatus(_ref: unknown, _pre: unknown, status: unknown) {
+      statusWriteAttempts++;
+      if (opts.failStatusWrites) {
+        throw new KubeApiError(
+          'updating status of App ns/app: 503 the server is currently unable to handle the request',
+          {
+            statusCode: 503,
+          } as never,
+        );
+      }
+      statuses.push(status as AppStatus);
+      rv += 1;
+      current = { ...current, status, metadata: { ...current.metadata, resourceVersion: String(rv) } } as KubeObject;
+      return { resourceVersion: String(rv) };
+    },
+    async getSecret() {
+      return undefined;
+    },
+    async getConfigMap() {
+      return undefined;
+    },
+    async getNamespace() {
+      return undefined;
+    },
+  };
+  return kube;
+}
+
+/** An object store whose artifact writes fail the first `failures` times (Infinity: always). */
+class FlakyStore extends MemoryStore {
+  readonly keysTried: string[] = [];
+  constructor(
+    private failures: number,
+    private readonly prefix = '',
+  ) {
+    super();
+  }
+  get putAttempts(): number {
+    return this.keysTried.length;
+  }
+  override async putIfAbsent(key: string, body: Parameters<MemoryStore['putIfAbsent']>[1]) {
+    if (!key.startsWith(this.prefix)) return await super.putIfAbsent(key, body);
+    this.keysTried.push(key);
+    if (this.failures > 0) {
+      this.failures--;
+      throw new StoreError(`PUT ${key}: 503 SlowDown: Please reduce your request rate.`, 'putIfAbsent', key);
+    }
+    return await super.putIfAbsent(key, body);
+  }
+}
+
+let tmp: string;
+beforeAll(async () => {
+  tmp = await mkdtemp(path.join(tmpdir(), 'retry-bound-'));
+});
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
+
+function depsWith(kube: ReturnType<typeof fakeKube>, store: MemoryStore, runner = new FakeCommandRunner()) {
+  const log = memoryLogger();
+  const deps: DispatchDeps = {
+    clusters: { fetchView: () => kube, deployView: () => kube } as unknown as DispatchDeps['clusters'],
+    store,
+    runner,
+    now: () => new Date(TIME),
+    log,
+    clusterInfo: async () => ({}),
+    config: { tmpRoot: path.join(tmp, 'scratch'), toolVersions: { vendir: '0.44.0' }, controllerVersion: 'v0.53.1' },
+  };
+  return { deps, log };
+}
+
+/** vendir that "fetches" one file into its working directory. */
+const vendirOk = () =>
+  new FakeCommandRunner().on('vendir', async (req) => {
+    await writeFile(path.join(req.cwd ?? '', 'a.yml'), 'a: 1\n');
+    return { stdout: 'apiVersion: vendir.k14s.io/v1alpha1\nkind: LockConfig\n' };
+  });
+
+describe('embedded runtime: a stage that keeps failing ends in ReconcileFailed', () => {
+  it('object store down: 5 attempts, then ReconcileFailed naming the step and the cause', async () => {
+    const kube = fakeKube();
+    const store = new FlakyStore(Number.POSITIVE_INFINITY);
+    const runner = vendirOk();
+    const { deps, log } = depsWith(kube, store, runner);
+    const pipeline = new EmbeddedPipeline(deps, { baseRetryMs: 1, maxRetryMs: 1 });
+    await pipeline.send([objectEvent(REF, 'added', { time: TIME })]);
+    // Resolves only because the run ended: without the bound it retries forever.
+    await pipeline.idle();
+    expect(store.putAttempts).toBe(DEFAULT_MAX_ATTEMPTS);
+    expect(runner.calls.filter((c) => c.cmd === 'vendir')).toHaveLength(DEFAULT_MAX_ATTEMPTS);
+    const message =
+      'Fetching resources: storing the fetch artifact failed: ' +
+      `PUT ${store.keysTried[0]}: 503 SlowDown: Please reduce your request rate.`;
+    expect(new Set(store.keysTried).size).toBe(1);
+    const status = kube.object.status as AppStatus;
+    expect(status.conditions).toEqual([{ type: 'ReconcileFailed', status: 'True', message }]);
+    expect(status.friendlyDescription).toBe(`Reconcile failed: ${message}`);
+    expect(status.usefulErrorMessage).toBe(message);
+    expect(status.consecutiveReconcileFailures).toBe(1);
+    expect(status.observedGeneration).toBe(1);
+    // Reconciling was shown while it retried.
+    expect(kube.statuses[0]?.conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
+    expect(
+      log.records.filter((r) => r.msg === 'stage failed on its last attempt; run ended with a failed status'),
+    ).toHaveLength(1);
+  });
+
+  it('a store that recovers within the bound: the run succeeds, no ReconcileFailed', async () => {
+    const kube = fakeKube();
+    const store = new FlakyStore(DEFAULT_MAX_ATTEMPTS - 1);
+    const runner = vendirOk().on('ytt', { stderr: 'ytt: Error: boom\n', exitCode: 1 });
+    const { deps } = depsWith(kube, store, runner);
+    const pipeline = new EmbeddedPipeline(deps, { baseRetryMs: 1, maxRetryMs: 1 });
+    await pipeline.send([objectEvent(REF, 'added', { time: TIME })]);
+    await pipeline.idle();
+    expect(store.putAttempts).toBe(DEFAULT_MAX_ATTEMPTS);
+    expect(await store.list('artifacts/fetch/')).toHaveLength(1);
+    // The fetch artifact reached the template stage, whose own (ordinary) failure ends the run.
+    expect(runner.calls.filter((c) => c.cmd === 'ytt')).toHaveLength(1);
+    expect((kube.object.status as AppStatus).conditions).toEqual([
+      {
+        type: 'ReconcileFailed',
+        status: 'True',
+        message: 'Templating dir: Error (see .status.usefulErrorMessage for details)',
+      },
+    ]);
+  });
+
+  it('a later stage gets attempts of its own: template storing its manifest fails 5 times', async () => {
+    const kube = fakeKube();
+    const store = new FlakyStore(Number.POSITIVE_INFINITY, 'artifacts/template/');
+    const runner = vendirOk().on('ytt', { stdout: 'kind: ConfigMap\n' });
+    const { deps } = depsWith(kube, store, runner);
+    const pipeline = new EmbeddedPipeline(deps, { baseRetryMs: 1, maxRetryMs: 1 });
+    await pipeline.send([objectEvent(REF, 'added', { time: TIME })]);
+    await pipeline.idle();
+    expect(runner.calls.filter((c) => c.cmd === 'vendir')).toHaveLength(1);
+    expect(runner.calls.filter((c) => c.cmd === 'ytt')).toHaveLength(DEFAULT_MAX_ATTEMPTS);
+    const message = (kube.object.status as AppStatus).conditions?.[0]?.message ?? '';
+    expect(message).toBe(
+      `Templating: storing the rendered manifest failed: PUT ${store.keysTried[0]}: 503 SlowDown: Please reduce your request rate.`,
+    );
+  });
+});
+
+describe('Lambda handler: ApproximateReceiveCount bounds the retries', () => {
+  const record = (event: StageEvent, receiveCount: number): SqsRecord => ({
+    messageId: `m${receiveCount}`,
+    body: serializeStageEvent(event),
+    attributes: { MessageGroupId: 'c1/App/ns/app', ApproximateReceiveCount: String(receiveCount) },
+  });
+  const SECRET = 'tenant-s3cr3t-value';
+  const tmpl = templateEvent(
+    { object: REF, run: RUN, artifacts: { fetchKey: `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz` } },
+    { time: TIME },
+  );
+
+  function handlerWith(kube: ReturnType<typeof fakeKube>) {
+    const { deps: pipeline, log } = depsWith(kube, new MemoryStore());
+    const deps: EntryDeps = {
+      pipeline,
+      sender: new MemoryEventSender(),
+      log,
+      // The stage read a Secret, then its store failed with an error quoting the value.
+      dispatch: async (_event, d) => {
+        d.secretMask?.addValue(SECRET);
+        throw new InfraError(
+          'storing the rendered manifest',
+          new StoreError(`PUT x: 500 InternalError for ${SECRET} ${'z'.repeat(4000)}`, 'putIfAbsent', 'x'),
+        );
+      },
+    };
+    return { handler: makeSqsHandler('template', () => deps), log };
+  }
+
+  it('before the last attempt: the record fails (SQS redelivers), status untouched', async () => {
+    const kube = fakeKube();
+    const { handler } = handlerWith(kube);
+    for (let n = 1; n < DEFAULT_MAX_ATTEMPTS; n++) {
+      expect(await handler({ Records: [record(tmpl, n)] })).toEqual({
+        batchItemFailures: [{ itemIdentifier: `m${n}` }],
+      });
+    }
+    expect(kube.statuses).toEqual([]);
+  });
+
+  it('on the last attempt: ReconcileFailed with the bounded, masked cause, and the record is acknowledged', async () => {
+    const kube = fakeKube();
+    const { handler, log } = handlerWith(kube);
+    expect(await handler({ Records: [record(tmpl, DEFAULT_MAX_ATTEMPTS)] })).toEqual({ batchItemFailures: [] });
+    const status = kube.object.status as AppStatus;
+    const message = status.conditions?.[0]?.message ?? '';
+    expect(status.conditions?.[0]?.type).toBe('ReconcileFailed');
+    expect(
+      message.startsWith(
+        `Templating: storing the rendered manifest failed: PUT x: 500 InternalError for ${MASKED} zzz`,
+      ),
+    ).toBe(true);
+    expect(message.endsWith('z [truncated]')).toBe(true);
+    expect(Buffer.byteLength(message)).toBe('Templating: '.length + INFRA_CAUSE_BYTES);
+    expect(JSON.stringify(kube.statuses)).not.toContain(SECRET);
+    expect(JSON.stringify(log.records)).not.toContain(SECRET);
+    expect(log.records.at(-1)).toMatchObject({ level: 'info', obj: { outcome: 'ended', receiveCount: 5 } });
+  });
+
+  it('when the status write itself fails: logged, the record fails on to the dead-letter queue', async () => {
+    const kube = fakeKube({ failStatusWrites: true });
+    const { handler, log } = handlerWith(kube);
+    expect(await handler({ Records: [record(tmpl, DEFAULT_MAX_ATTEMPTS)] })).toEqual({
+      batchItemFailures: [{ itemIdentifier: `m${DEFAULT_MAX_ATTEMPTS}` }],
+    });
+    expect(kube.statusWriteAttempts).toBe(1);
+    const msgs = log.records.map((r) => r.msg);
+    expect(msgs).toContain('stage failed on its last attempt and its failed status could not be written');
+    expect(msgs).toContain('event failed on its last attempt; it goes to the dead-letter queue');
+    expect(JSON.stringify(log.records)).not.toContain(SECRET);
+  });
+});
+
+describe('failRunAfterRetries', () => {
+  it('a delete that keeps failing ends in DeleteFailed with the Deleting: prefix', async () => {
+    const kube = fakeKube();
+    const { deps } = depsWith(kube, new MemoryStore());
+    const ev = deleteEvent({ object: REF, run: RUN }, { time: TIME });
+    expect(await failRunAfterRetries(ev, new Error('reading the App failed: 500 etcd leader changed'), deps)).toBe(
+      'written',
+    );
+    const status = kube.object.status as AppStatus;
+    expect(status.conditions).toEqual([
+      { type: 'DeleteFailed', status: 'True', message: 'Deleting: reading the App failed: 500 etcd leader changed' },
+    ]);
+  });
+
+  it('leaves a newer spec alone (the fence): stale, nothing written', async () => {
+    const kube = fakeKube();
+    const { deps } = depsWith(kube, new MemoryStore());
+    const ev = templateEvent(
+      {
+        object: REF,
+        run: { ...RUN, generation: 0 },
+        artifacts: { fetchKey: `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz` },
+      },
+      { time: TIME },
+    );
+    expect(await failRunAfterRetries(ev, new Error('x'), deps)).toBe('stale');
+    expect(kube.statuses).toEqual([]);
+  });
+});
+
+describe('infraCauseText', () => {
+  it('joins the cause chain once, folds whitespace, redacts credential shapes', () => {
+    const err = new InfraError(
+      'reading the fetch cache',
+      new Error('GET https://user:pw@s3.local/k:\n  403 Forbidden'),
+    );
+    expect(infraCauseText(err)).toBe('reading the fetch cache failed: GET https://***@s3.local/k: 403 Forbidden');
+    const wrapped = new Error('boom: inner', { cause: new Error('inner') });
+    expect(infraCauseText(wrapped)).toBe('boom: inner');
+  });
+});

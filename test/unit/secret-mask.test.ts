@@ -1,0 +1,305 @@
+/**
+ * The values of the Secrets a stage read for an App never reach what is written for it: the
+ * SecretMask itself (exact, base64, JSON-escaped and per-line forms; short values; a value cut
+ * by truncation), and the fetch, template and deploy stages faked at the ports (kube, runner,
+ * store) with tools that echo the values.
+ */
+
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ObjectRef as EventObjectRef } from '../../events/schema.js';
+import type { App } from '../../functions/lib/api/index.js';
+import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
+import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { packDir } from '../../functions/lib/artifact/tarball.js';
+import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import type { KubeObject, KubeSecret } from '../../functions/lib/kube/port.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import { runDeploy } from '../../functions/lib/pipeline/deploy.js';
+import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
+import { runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { runTemplate } from '../../functions/lib/pipeline/template.js';
+import { MASKED, MIN_MASKED_CHARS, SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
+import { TRUNCATION_PREFIX, truncateTail } from '../../functions/lib/reconcile/status.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+
+describe('SecretMask', () => {
+  const maskOf = (...values: string[]) => {
+    const m = new SecretMask();
+    for (const v of values) m.addValue(Buffer.from(v));
+    return m;
+  };
+
+  it('masks the exact value wherever it appears, whatever surrounds it', () => {
+    const m = maskOf('hunter2-swordfish');
+    expect(m.text('fail: the value was hunter2-swordfish!')).toBe(`fail: the value was ${MASKED}!`);
+    expect(m.text('xhunter2-swordfishxhunter2-swordfish')).toBe(`x${MASKED}x${MASKED}`);
+    expect(m.text('nothing here')).toBe('nothing here');
+  });
+
+  it('masks the base64 forms (padded and not) and the JSON-escaped form', () => {
+    const m = maskOf('pa"ss\\word');
+    const b64 = Buffer.from('pa"ss\\word').toString('base64');
+    expect(b64.endsWith('=')).toBe(true);
+    expect(m.text(`data: {k: ${b64}}`)).toBe(`data: {k: ${MASKED}}`);
+    expect(m.text(`k=${b64.replace(/=+$/, '')}`)).toBe(`k=${MASKED}`);
+    expect(m.text(`{"k":"pa\\"ss\\\\word"}`)).toBe(`{"k":"${MASKED}"}`);
+  });
+
+  it('masks each line of a multi-line value, also when printed indented or alone', () => {
+    const key = '-----BEGIN SOMETHING-----\nAAAAbbbbCCCCdddd\n  EEEEffffGGGG  \n-----END SOMETHING-----\n';
+    const m = maskOf(key);
+    expect(m.text(`got ${key}`)).toBe(`got ${MASKED}`);
+    expect(m.text('line 3:     EEEEffffGGGG\nok')).toBe(`line 3:     ${MASKED}\nok`);
+    expect(m.text('AAAAbbbbCCCCdddd')).toBe(MASKED);
+  });
+
+  it(`leaves values shorter than ${MIN_MASKED_CHARS} characters alone (masking them would reveal them)`, () => {
+    const m = maskOf('abc', '1', 'no', '');
+    expect(m.size).toBe(0);
+    expect(m.text('abc 1 no')).toBe('abc 1 no');
+    expect(maskOf('abcd').text('xabcdx')).toBe(`x${MASKED}x`);
+  });
+
+  it('masks the tail of a value whose head was cut off by truncation', () => {
+    const secret = 'S3CRET-0123456789-abcdefghij';
+    const m = maskOf(secret);
+    const text = `${'x'.repeat(100)}${secret}\nafter\n`;
+    // Keep a tail that starts in the middle of the value.
+    const cut = truncateTail(text, Buffer.byteLength(`${TRUNCATION_PREFIX}56789-abcdefghij\nafter\n`));
+    expect(cut).toBe(`${TRUNCATION_PREFIX}56789-abcdefghij\nafter\n`);
+    expect(m.text(cut)).toBe(`${TRUNCATION_PREFIX}${MASKED}\nafter\n`);
+    // A cut that leaves fewer than MIN_MASKED_CHARS of the value, or unrelated text, is kept.
+    expect(m.text(`${TRUNCATION_PREFIX}hij\nafter`)).toBe(`${TRUNCATION_PREFIX}hij\nafter`);
+    expect(m.text(`${TRUNCATION_PREFIX}unrelated`)).toBe(`${TRUNCATION_PREFIX}unrelated`);
+  });
+
+  it('masks the leaves of a YAML/JSON values file and the values of env lines, not the keys', () => {
+    const m = maskOf('db:\n  password: "s3cr3t-pw"\n  port: 54321\nlist: [alpha-one]\n');
+    expect(m.text('ytt: fail: s3cr3t-pw on 54321, alpha-one; db.password')).toBe(
+      `ytt: fail: ${MASKED} on ${MASKED}, ${MASKED}; db.password`,
+    );
+    expect(m.text(Buffer.from('s3cr3t-pw').toString('base64'))).toBe(MASKED);
+    const env = maskOf('API_KEY=abcd-efgh\nexport OTHER="quoted-value"\n');
+    expect(env.text('abcd-efgh quoted-value API_KEY')).toBe(`${MASKED} ${MASKED} API_KEY`);
+  });
+
+  it('a kubeconfig added unstructured does not mask its common words (kind: Config)', () => {
+    const kubeconfig = 'apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: tok-0123456789\n';
+    const m = new SecretMask();
+    m.addSecretData({ value: Buffer.from(kubeconfig) }, { structured: false });
+    expect(m.text('configmap/x ConfigMap Config')).toBe('configmap/x ConfigMap Config');
+    expect(m.text(kubeconfig)).toBe(MASKED);
+    expect(m.text('    token: tok-0123456789')).toBe(`    ${MASKED}`);
+  });
+
+  it('masks every string of a JSON value, and leaves other values', () => {
+    const m = maskOf('topsecret');
+    expect(m.deep({ a: ['x topsecret', 1, true, null], b: { c: 'topsecret' } })).toEqual({
+      a: [`x ${MASKED}`, 1, true, null],
+      b: { c: MASKED },
+    });
+  });
+
+  it('values of a non-UTF-8 binary secret are masked in base64 only', () => {
+    const m = new SecretMask();
+    const bin = Buffer.from([0xff, 0xfe, 0x00, 0x41, 0x42, 0x43, 0x44]);
+    m.addValue(bin);
+    expect(m.text(bin.toString('base64'))).toBe(MASKED);
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The stages
+
+const SECRET_VALUE = 'Zq8#tenant-db-password-91x';
+const SECRET_MULTILINE = 'first-line-of-key-AAAA\nsecond-line-of-key-BBBB\n';
+const TOKEN = 'eyJhbGciOiJSUzI1NiJ9.minted-sa-token.signature';
+
+const REF: EventObjectRef = {
+  clusterId: 'c1',
+  kind: 'App',
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  namespace: 'ns',
+  name: 'app',
+  uid: 'uid-1',
+  generation: 1,
+  resourceVersion: '1',
+};
+const RUN = { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' };
+
+function appWith(spec: Record<string, unknown>): App {
+  return {
+    apiVersion: 'kappctrl.k14s.io/v1alpha1',
+    kind: 'App',
+    metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
+    spec: {
+      fetch: [{ inline: { paths: { 'a.yml': 'a: 1\n' } } }],
+      template: [{ ytt: {} }],
+      deploy: [{ kapp: {} }],
+      ...spec,
+    },
+  } as unknown as App;
+}
+
+/** A kube port with one App and one Secret `creds`; records every status written. */
+function fakeKube(app: App, secret: Record<string, string>) {
+  const statuses: Record<string, unknown>[] = [];
+  let current: KubeObject = structuredClone(app) as unknown as KubeObject;
+  let rv = 1;
+  const kube = {
+    statuses,
+    async getObject() {
+      return structuredClone(current) as never;
+    },
+    async updateStatus(_ref: unknown, _pre: unknown, status: unknown) {
+      statuses.push(status as Record<string, unknown>);
+      rv += 1;
+      current = { ...current, status, metadata: { ...current.metadata, resourceVersion: String(rv) } } as KubeObject;
+      return { resourceVersion: String(rv) };
+    },
+    async getSecret(_ns: string, name: string): Promise<KubeSecret | undefined> {
+      if (name !== 'creds') return undefined;
+      const data: Record<string, Buffer> = {};
+      for (const [k, v] of Object.entries(secret)) data[k] = Buffer.from(v);
+      return { metadata: { name, namespace: 'ns', uid: 's1', resourceVersion: '1' }, type: 'Opaque', data };
+    },
+    async getConfigMap() {
+      return undefined;
+    },
+    async getNamespace() {
+      return undefined;
+    },
+    async addFinalizer() {},
+    async serviceAccountToken() {
+      return { token: TOKEN, expirationTimestamp: '2099-01-01T00:00:00Z' };
+    },
+    apiServer() {
+      return { server: 'https://127.0.0.1:6443' };
+    },
+  };
+  return kube;
+}
+
+let tmp: string;
+beforeAll(async () => {
+  tmp = await mkdtemp(path.join(tmpdir(), 'secret-mask-'));
+});
+afterAll(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
+
+function depsWith(kube: ReturnType<typeof fakeKube>, runner: FakeCommandRunner, store = new MemoryStore()) {
+  const log = memoryLogger();
+  const deps: PipelineDeps = {
+    clusters: { fetchView: () => kube, deployView: () => kube } as unknown as PipelineDeps['clusters'],
+    store,
+    runner,
+    now: () => new Date('2025-01-01T00:00:00Z'),
+    log,
+    // Content made from Secrets is sealed per cluster (private artifacts need a keyring).
+    keyring: new DerivedKeyring(Buffer.alloc(32, 7)),
+    config: {
+      tmpRoot: path.join(tmp, 'scratch'),
+      toolVersions: { vendir: '0.44.0', ytt: '0.55.3' },
+      controllerVersion: 'v0.53.1',
+    },
+  };
+  return { deps, log, store };
+}
+
+/** Every form of the Secret values a tool could print. */
+const LEAKS = [
+  SECRET_VALUE,
+  Buffer.from(SECRET_VALUE).toString('base64'),
+  'first-line-of-key-AAAA',
+  'second-line-of-key-BBBB',
+];
+
+function expectNoLeak(what: unknown) {
+  const text = JSON.stringify(what);
+  for (const leak of LEAKS) expect(text).not.toContain(leak);
+}
+
+describe('a Secret value echoed by a tool never reaches status', () => {
+  it('template: a ytt fail() message built from a valuesFrom Secret value', async () => {
+    const dir = await mkdtemp(path.join(tmp, 'src-'));
+    await writeFile(path.join(dir, 'a.yml'), 'a: 1\n');
+    const packed = await packDir(dir);
+    const fetchKey = fetchArtifactKey(packed.sha256);
+    const app = appWith({ template: [{ ytt: { valuesFrom: [{ secretRef: { name: 'creds' } }] } }] });
+    const kube = fakeKube(app, { 'values.yml': `password: ${SECRET_VALUE}\n`, key: SECRET_MULTILINE });
+    const stderr = [
+      'ytt: Error: ',
+      `- fail: bad password ${SECRET_VALUE} (base64 ${Buffer.from(SECRET_VALUE).toString('base64')})`,
+      '    in <toplevel>',
+      '      a.yml:3 | #@ fail("bad key " + data.values.key)',
+      '',
+      '    reason:',
+      `     - bad key first-line-of-key-AAAA`,
+      `       second-line-of-key-BBBB`,
+    ].join('\n');
+    const runner = new FakeCommandRunner().on('ytt', exitWith(1, stderr));
+    const { deps, log, store } = depsWith(kube, runner);
+    await store.put(fetchKey, packed.tgz);
+    const out = await runTemplate({ object: REF, run: RUN, artifacts: { fetchKey } }, deps, async () => ({}));
+    expect(out).toEqual({});
+    // The Secret really reached ytt (so the echo above is realistic) ...
+    expect(runner.calls).toHaveLength(1);
+    const last = kube.statuses.at(-1) as { usefulErrorMessage?: string; template?: { stderr?: string } };
+    // ... and the failure is reported with the values masked, the rest kept.
+    expect(last.usefulErrorMessage).toBe(
+      [
+        'ytt: Error: ',
+        `- fail: bad password ${MASKED} (base64 ${MASKED})`,
+        '    in <toplevel>',
+        '      a.yml:3 | #@ fail("bad key " + data.values.key)',
+        '',
+        '    reason:',
+        `     - bad key ${MASKED}`,
+        `       ${MASKED}`,
+      ].join('\n'),
+    );
+    expect(last.template?.stderr).toBe(last.usefulErrorMessage);
+    expectNoLeak(kube.statuses);
+    expectNoLeak(log.records);
+  });
+
+  it('fetch: vendir echoing a git secretRef password (not in a credential-looking shape)', async () => {
+    const app = appWith({
+      fetch: [{ git: { url: 'https://git.example/r', ref: 'origin/main', secretRef: { name: 'creds' } } }],
+    });
+    const kube = fakeKube(app, { username: 'git-user', password: SECRET_VALUE });
+    const runner = new FakeCommandRunner().on(
+      'vendir',
+      exitWith(1, `vendir: Error: Syncing directory '0': fatal: could not read ${SECRET_VALUE} from remote\n`),
+    );
+    const { deps, log } = depsWith(kube, runner);
+    const out = await runFetch({ clusterId: 'c1', ref: REF, run: RUN }, { raw: app as never, app }, deps);
+    expect(out).toEqual({});
+    const last = kube.statuses.at(-1) as { fetch?: { stderr?: string }; usefulErrorMessage?: string };
+    expect(last.fetch?.stderr).toBe(
+      `vendir: Error: Syncing directory '0': fatal: could not read ${MASKED} from remote\n`,
+    );
+    expectNoLeak(kube.statuses);
+    expectNoLeak(log.records);
+  });
+
+  it('deploy: kapp output quoting the minted ServiceAccount token', async () => {
+    const app = appWith({ serviceAccountName: 'sa' });
+    const kube = fakeKube(app, {});
+    const store = new MemoryStore();
+    const manifestKey = `artifacts/template/sha256/${'c'.repeat(64)}.yaml`;
+    await store.put(manifestKey, 'kind: ConfigMap\n');
+    const runner = new FakeCommandRunner().on('kapp', exitWith(1, `kapp: Error: token ${TOKEN} rejected\n`));
+    const { deps } = depsWith(kube, runner, store);
+    await runDeploy({ object: REF, run: RUN, artifacts: { manifestKey } }, deps);
+    const text = JSON.stringify(kube.statuses);
+    expect(text).not.toContain(TOKEN);
+    expect((kube.statuses.at(-1) as { usefulErrorMessage?: string }).usefulErrorMessage).toBe(
+      `kapp: Error: token ${MASKED} rejected\n`,
+    );
+  });
+});
