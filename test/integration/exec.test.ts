@@ -413,6 +413,8 @@ describe('the runtime process is not dumpable (hardening addon)', () => {
       [
         "const { spawnSync } = require('node:child_process');",
         `if (${harden}) { const m = { exports: {} }; process.dlopen(m, ${JSON.stringify(addon)}); if (m.exports.setNotDumpable() !== 0) process.exit(3); }`,
+        // The child script's own template literal: its ${process.pid} is the child's pid.
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: code of the script written out
         "const r = spawnSync('/bin/sh', ['-c', `tr '\\\\0' '\\\\n' < /proc/${process.pid}/environ || echo denied`], { encoding: 'utf8' });",
         'process.stdout.write(r.stdout);',
       ].join('\n'),

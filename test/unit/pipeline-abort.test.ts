@@ -134,7 +134,7 @@ describe('fetch: vendir is killed when the App goes away', () => {
     const { deps, log } = depsWith(kube, runner);
     const out = await runFetch({ clusterId: 'c1', ref: REF, run: RUN }, { raw: APP as never, app: APP }, deps);
     expect(signal?.aborted).toBe(true);
-    expect((signal?.reason as Error).message).toBe('App canceled or deleted');
+    expect((signal?.reason as Error | undefined)?.message).toBe('App canceled or deleted');
     expect(out).toEqual({});
     expect(kube.statuses).toEqual([]);
     expect(log.records.find((r) => r.msg === 'stage run')?.obj).toMatchObject({ stage: 'fetch', outcome: 'stale' });
