@@ -13,9 +13,20 @@ import { type AllServers, startAllServers } from '../test/harness/servers.js';
 /** Repository root. */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** Applies the generated CRDs and waits until they are established. */
+/** The namespace of the runtimes' leader-election Leases (`functions/embedded/leadership.ts`). */
+export const LEASE_NAMESPACE_MANIFEST = JSON.stringify({
+  apiVersion: 'v1',
+  kind: 'Namespace',
+  metadata: { name: 'kapp-lambda' },
+});
+
+/**
+ * Applies the generated CRDs and waits until they are established; creates the `kapp-lambda`
+ * namespace, where the runtime's leader-election Lease lives.
+ */
 export async function applyCrds(kubeconfigPath: string): Promise<void> {
   await kubectl(kubeconfigPath, ['apply', '--server-side', '-f', path.join(REPO_ROOT, 'infra', 'crds', 'crds.yaml')]);
+  await kubectl(kubeconfigPath, ['apply', '-f', '-'], { input: LEASE_NAMESPACE_MANIFEST });
   await kubectl(kubeconfigPath, ['wait', '--for=condition=Established', '--timeout=60s', 'crd', '--all']);
 }
 

@@ -7,7 +7,14 @@
  * Environment: `KUBECONFIG`, `KAPP_LAMBDA_CONTEXTS` (comma-separated contexts to serve,
  * default the current one), `KAPP_LAMBDA_NAMESPACES` (default all), `KAPP_LAMBDA_CONCURRENCY`
  * (default 4), `KAPP_LAMBDA_STORE` (local object store directory, default
- * `~/.cache/kapp-lambda/store`), `KAPP_LAMBDA_CACHE`.
+ * `~/.cache/kapp-lambda/store`), `KAPP_LAMBDA_CACHE`, `KAPP_LAMBDA_LEASE_NAMESPACE` (namespace
+ * of the leader-election Lease, default `kapp-lambda`; it must exist:
+ * `kubectl create namespace kapp-lambda`), `KAPP_LAMBDA_LEADER_ELECTION=off` (act without a
+ * Lease; only when nothing else serves the cluster).
+ *
+ * Several `npm start` against one cluster are safe: per cluster, only the holder of the Lease
+ * forwards events and runs stages; the others wait and take over within ~15 s when it goes
+ * away (at once when it stops with Ctrl-C, which releases the Lease).
  */
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -73,8 +80,16 @@ const runtime = startEmbedded({
   storeDir: process.env.KAPP_LAMBDA_STORE ?? path.join(cacheRoot(), 'store'),
   tmpRoot,
   log,
+  leaderElection:
+    process.env.KAPP_LAMBDA_LEADER_ELECTION === 'off'
+      ? false
+      : { namespace: process.env.KAPP_LAMBDA_LEASE_NAMESPACE || undefined },
 });
-say('forwarder and functions running; Ctrl-C to stop');
+say(
+  process.env.KAPP_LAMBDA_LEADER_ELECTION === 'off'
+    ? 'forwarder and functions running (no leader election); Ctrl-C to stop'
+    : 'forwarder and functions running once this process holds the cluster lease (log: "leader election: acquired lease"); Ctrl-C to stop',
+);
 
 const stop = async (code: number) => {
   say('stopping');

@@ -206,11 +206,15 @@ export function appKey(clusterId: string, ns: string, name: string): string {
 export async function waitForwardersReady(ours: Ours, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const ok = ours.runtime.forwarders.every((f) => {
-      const s = f.stats();
-      // App, Secret and ConfigMap reflectors have each listed and started watching
-      return s.lists >= 3 && s.watches >= 3;
-    });
+    // One forwarder per cluster once this runtime leads every cluster's Lease.
+    const all = ours.runtime.forwarders.length === ours.runtime.registry.clusterIds().length;
+    const ok =
+      all &&
+      ours.runtime.forwarders.every((f) => {
+        const s = f.stats();
+        // App, Secret and ConfigMap reflectors have each listed and started watching
+        return s.lists >= 3 && s.watches >= 3;
+      });
     if (ok) break;
     if (Date.now() > deadline) throw new Error('forwarders did not start watching in time');
     await new Promise((r) => setTimeout(r, 50));

@@ -28,6 +28,16 @@ export {
   type WatchedKindName,
   watchedKinds,
 } from './kinds.js';
+export {
+  DEFAULT_LEASE_DURATION_MS,
+  DEFAULT_RENEW_DEADLINE_MS,
+  DEFAULT_RETRY_PERIOD_MS,
+  type ElectorStopOptions,
+  JITTER_FACTOR,
+  LeaderElector,
+  type LeaderElectorOptions,
+  type LeaderElectorStats,
+} from './leader.js';
 export { type ForwarderLogger, silentLogger } from './log.js';
 export { mergeEvents, Outbox, type OutboxOptions, REASON_RANK } from './outbox.js';
 export {

@@ -4,10 +4,17 @@
  * directory object store, command runner over the cached tools, pino logger) and wires one
  * forwarder per cluster into the in-process {@link EmbeddedPipeline}. The same stage
  * handlers run unchanged on Lambda, where each entry file builds its own ports.
+ *
+ * Per cluster, a Lease election (`leadership.ts`) decides which of several runtimes pointed at
+ * it acts: only the leader runs that cluster's forwarder and starts its stages.
  */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
 import path from 'node:path';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
+import type { LeaderElector } from '../../events/forwarder/leader.js';
+import type { Transport } from '../../events/forwarder/transport.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
 import { type ClusterKeyring, fileKeyring } from '../lib/artifact/keyring.js';
@@ -24,6 +31,7 @@ import { type DispatchDeps, EmbeddedPipeline } from '../lib/pipeline/runtime.js'
 import type { ClusterInfoSource } from '../lib/pipeline/template.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
+import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
 
 export { CONTROLLER_VERSION };
 
@@ -72,19 +80,54 @@ export interface EmbeddedOptions {
   isolateTools?: boolean;
   /** The hardening addon (`functions/lib/exec/harden.ts`); default the one `npm run setup` builds. */
   hardenAddon?: string;
-  /** Wraps the dispatch deps (tests inject crashes here). */
+  /** Wraps the dispatch deps (tests inject crashes here). Stages are gated by leadership after this. */
   wrapDeps?: (deps: DispatchDeps) => DispatchDeps;
+  /**
+   * Leader election per cluster (see `leadership.ts`). Default on, with the defaults of
+   * {@link LeaderElectionOptions}. `false` acts on every cluster unconditionally (only safe
+   * when nothing else can serve the same clusters).
+   */
+  leaderElection?: false | LeaderElectionOptions;
+}
+
+/** Options of the per-cluster leader election. Times in milliseconds. */
+export interface LeaderElectionOptions {
+  /** Namespace of the Lease (must exist). Default `kapp-lambda` ({@link DEFAULT_LEASE_NAMESPACE}). */
+  namespace?: string;
+  /** Lease name. Default {@link leaseNameFor}(`namespaces`): `kapp-lambda-forwarder[-<scope hash>]`. */
+  name?: string;
+  /** Holder identity. Default `<hostname>_<8 random hex>`, new per runtime. */
+  identity?: string;
+  /** Default 15 000 (controller-runtime). */
+  leaseDurationMs?: number;
+  /** Default 10 000 (controller-runtime). */
+  renewDeadlineMs?: number;
+  /** Default 2 000 (controller-runtime). */
+  retryPeriodMs?: number;
+}
+
+/** `<hostname>_<8 random hex>`: client-go's identity shape (`hostname + "_" + uuid`), unique per process. */
+export function defaultIdentity(): string {
+  return `${hostname()}_${randomBytes(4).toString('hex')}`;
 }
 
 /** A running embedded runtime. */
 export interface EmbeddedRuntime {
   pipeline: EmbeddedPipeline;
-  forwarders: Forwarder[];
+  /** The running forwarders: one per cluster this runtime leads now (all clusters without election). */
+  readonly forwarders: Forwarder[];
+  /** Per cluster id, its election; empty when election is off. */
+  electors: ReadonlyMap<string, LeaderElector>;
+  /** Cluster ids this runtime acts for now, sorted. */
+  leading(): string[];
   registry: KubeConfigClusterRegistry;
   store: ObjectStore;
   /** Tool runs and time per tool since start. */
   toolMetrics: ToolMetrics;
-  /** Stops the forwarders (draining what they hold) and the pipeline after running stages end. */
+  /**
+   * Stops the forwarders (dropping what they hold), lets running stages end (still holding the
+   * leases), then stops the elections, releasing the leases so another runtime takes over at once.
+   */
   stop(): Promise<void>;
 }
 
@@ -145,31 +188,69 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       ...opts.config,
     },
   };
-  const deps = opts.wrapDeps ? opts.wrapDeps(base) : base;
+  const wrapped = opts.wrapDeps ? opts.wrapDeps(base) : base;
+  const leaderships = new Map<string, ClusterLeadership>();
+  const acting = (clusterId: string) => opts.leaderElection === false || !!leaderships.get(clusterId)?.isLeader();
+  const deps: DispatchDeps = { ...wrapped, clusters: leaderGatedRegistry(wrapped.clusters, acting) };
   const pipeline = new EmbeddedPipeline(deps, { concurrency: opts.concurrency, ...opts.retry });
-  const forwarders = registry.clusterIds().map(
-    (clusterId) =>
-      new Forwarder({
+  const makeForwarder = (clusterId: string, transport: Transport) =>
+    new Forwarder({
+      clusterId,
+      watcher: registry.watchView(clusterId),
+      transport,
+      kinds: watchedKinds(['App'], deps.config.timer),
+      namespaces: opts.namespaces,
+      logger: opts.log,
+      ...opts.forwarder,
+    });
+  const fixed: Forwarder[] = [];
+  if (opts.leaderElection === false) {
+    for (const clusterId of registry.clusterIds()) fixed.push(makeForwarder(clusterId, pipeline));
+    for (const f of fixed) f.start();
+  } else {
+    const election = opts.leaderElection ?? {};
+    const identity = election.identity ?? defaultIdentity();
+    for (const clusterId of registry.clusterIds()) {
+      const leadership = new ClusterLeadership({
         clusterId,
-        watcher: registry.watchView(clusterId),
+        election: {
+          lease: registry.leaseView(clusterId),
+          namespace: election.namespace ?? DEFAULT_LEASE_NAMESPACE,
+          name: election.name ?? leaseNameFor(opts.namespaces),
+          identity,
+          ...(election.leaseDurationMs === undefined ? {} : { leaseDurationMs: election.leaseDurationMs }),
+          ...(election.renewDeadlineMs === undefined ? {} : { renewDeadlineMs: election.renewDeadlineMs }),
+          ...(election.retryPeriodMs === undefined ? {} : { retryPeriodMs: election.retryPeriodMs }),
+          logger: opts.log,
+        },
+        makeForwarder: (transport) => makeForwarder(clusterId, transport),
         transport: pipeline,
-        kinds: watchedKinds(['App'], deps.config.timer),
-        namespaces: opts.namespaces,
         logger: opts.log,
-        ...opts.forwarder,
-      }),
-  );
-  for (const f of forwarders) f.start();
+      });
+      leaderships.set(clusterId, leadership);
+    }
+    for (const l of leaderships.values()) l.start();
+  }
+  const electors = new Map([...leaderships].map(([id, l]) => [id, l.elector] as const));
   return {
     pipeline,
-    forwarders,
+    get forwarders() {
+      if (opts.leaderElection === false) return [...fixed];
+      return [...leaderships.values()].flatMap((l) => (l.forwarder ? [l.forwarder] : []));
+    },
+    electors,
+    leading: () => registry.clusterIds().filter(acting),
     registry,
     store,
     toolMetrics,
     async stop() {
-      await Promise.all(forwarders.map((f) => f.stop({ drain: false, timeoutMs: 5000 })));
+      await Promise.all([
+        ...fixed.map((f) => f.stop({ drain: false, timeoutMs: 5000 })),
+        ...[...leaderships.values()].map((l) => l.stopForwarding()),
+      ]);
       pipeline.close();
       await pipeline.idle();
+      await Promise.all([...leaderships.values()].map((l) => l.stop()));
     },
   };
 }

@@ -53,11 +53,16 @@ export function suffix(): string {
 
 /**
  * Applies `infra/crds/crds.yaml` server-side (idempotent; `--force-conflicts` because other
- * test files apply the same CRDs client-side) and waits until they are established.
+ * test files apply the same CRDs client-side) and waits until they are established. Also
+ * creates the `kapp-lambda` namespace, where the runtimes' leader-election Leases live.
  */
 export async function applyCrds(): Promise<void> {
   const file = fileURLToPath(new URL('../../infra/crds/crds.yaml', import.meta.url));
   await k(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
+  await k(
+    ['apply', '-f', '-'],
+    JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kapp-lambda' } }),
+  );
   await k([
     'wait',
     '--for=condition=Established',

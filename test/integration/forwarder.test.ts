@@ -170,6 +170,23 @@ describe('forwarder RBAC', () => {
   });
 });
 
+describe('forwarder RBAC: leader election', () => {
+  it.each([
+    ['get', 'kapp-lambda', 'yes'],
+    ['create', 'kapp-lambda', 'yes'],
+    ['update', 'kapp-lambda', 'yes'],
+    ['delete', 'kapp-lambda', 'no'],
+    ['patch', 'kapp-lambda', 'no'],
+    ['update', 'kube-system', 'no'],
+    ['create', 'TENANT', 'no'],
+  ])('%s leases in %s: %s', async (verb, where, want) => {
+    const namespace = where === 'TENANT' ? ns : where;
+    const args = ['auth', 'can-i', verb, 'leases.coordination.k8s.io', '-n', namespace, '--as', SA];
+    const r = await kubectl(kubeconfigPath, args, { check: false, kubectl: cluster.kubectlPath });
+    expect(r.stdout.trim()).toBe(want);
+  });
+});
+
 describe('forwarder against the API server', () => {
   it('forwards live changes, stays quiet on status writes, and loses nothing across a restart', async () => {
     // Before the first start: handled Apps (status as our functions write it) and one never reconciled.

@@ -213,7 +213,13 @@ describe('RBAC (events/forwarder/rbac.yaml)', () => {
   ).map((d) => d.toJS() as { kind: string; rules?: unknown });
 
   it('grants exactly get/list/watch on the watched kinds, Secrets and ConfigMaps', () => {
-    expect(docs.map((d) => d.kind)).toEqual(['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding']);
+    expect(docs.map((d) => d.kind)).toEqual([
+      'ServiceAccount',
+      'ClusterRole',
+      'ClusterRoleBinding',
+      'Role',
+      'RoleBinding',
+    ]);
     expect(docs[1]!.rules).toEqual([
       { apiGroups: ['kappctrl.k14s.io'], resources: ['apps'], verbs: ['get', 'list', 'watch'] },
       {
@@ -223,6 +229,24 @@ describe('RBAC (events/forwarder/rbac.yaml)', () => {
       },
       { apiGroups: [''], resources: ['secrets', 'configmaps'], verbs: ['get', 'list', 'watch'] },
     ]);
+  });
+
+  it('grants writes only on Leases, only in its own namespace (leader election)', () => {
+    const role = docs[3] as unknown as { metadata: { namespace: string }; rules: unknown };
+    expect(role.metadata.namespace).toBe('kapp-lambda');
+    expect(role.rules).toEqual([
+      { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
+    ]);
+    const binding = docs[4] as unknown as { metadata: { namespace: string }; subjects: unknown; roleRef: unknown };
+    expect(binding.metadata.namespace).toBe('kapp-lambda');
+    expect(binding.subjects).toEqual([
+      { kind: 'ServiceAccount', name: 'kapp-lambda-forwarder', namespace: 'kapp-lambda' },
+    ]);
+    expect(binding.roleRef).toEqual({
+      apiGroup: 'rbac.authorization.k8s.io',
+      kind: 'Role',
+      name: 'kapp-lambda-forwarder-leader-election',
+    });
   });
 
   it('covers every kind of the table', () => {

@@ -596,3 +596,67 @@ describe('KubeApiClient list and watch', () => {
     expect(err.cause).toBe(reset);
   });
 });
+
+describe('KubeApiClient leases', () => {
+  const PATH = '/apis/coordination.k8s.io/v1/namespaces/kapp-lambda/leases';
+  const spec = { holderIdentity: 'h_1', leaseDurationSeconds: 15, renewTime: '2025-03-01T10:00:00.000000Z' };
+  const lease = (rv: string) => ({
+    metadata: { name: 'l', namespace: 'kapp-lambda', uid: 'u', resourceVersion: rv },
+    spec,
+  });
+
+  it('gets (undefined on 404), creates with POST and updates with a resourceVersion PUT', async () => {
+    const rest = new FakeRest([
+      { statusCode: 404, body: { kind: 'Status', reason: 'NotFound', message: 'leases "l" not found' } },
+      { statusCode: 201, body: lease('5') },
+      { statusCode: 200, body: lease('6') },
+      { statusCode: 200, body: lease('6') },
+    ]);
+    const c = client(rest);
+    expect(await c.getLease('kapp-lambda', 'l')).toBeUndefined();
+    expect(await c.createLease('kapp-lambda', 'l', spec)).toEqual(lease('5'));
+    expect(await c.updateLease('kapp-lambda', 'l', '5', spec)).toEqual(lease('6'));
+    expect(await c.getLease('kapp-lambda', 'l')).toEqual(lease('6'));
+    expect(rest.requests).toEqual([
+      { method: 'GET', path: `${PATH}/l` },
+      {
+        method: 'POST',
+        path: PATH,
+        body: {
+          apiVersion: 'coordination.k8s.io/v1',
+          kind: 'Lease',
+          metadata: { name: 'l', namespace: 'kapp-lambda' },
+          spec,
+        },
+      },
+      {
+        method: 'PUT',
+        path: `${PATH}/l`,
+        body: {
+          apiVersion: 'coordination.k8s.io/v1',
+          kind: 'Lease',
+          metadata: { name: 'l', namespace: 'kapp-lambda', resourceVersion: '5' },
+          spec,
+        },
+      },
+      { method: 'GET', path: `${PATH}/l` },
+    ]);
+  });
+
+  it('maps 409 to ConflictError and a missing namespace to KubeApiError with the server message', async () => {
+    const rest = new FakeRest([
+      { statusCode: 409, body: { reason: 'AlreadyExists', message: 'leases.coordination.k8s.io "l" already exists' } },
+      { statusCode: 409, body: { reason: 'Conflict', message: 'the object has been modified' } },
+      { statusCode: 404, body: { reason: 'NotFound', message: 'namespaces "kapp-lambda" not found' } },
+    ]);
+    const c = client(rest);
+    await expect(c.createLease('kapp-lambda', 'l', spec)).rejects.toBeInstanceOf(ConflictError);
+    const err = await c.updateLease('kapp-lambda', 'l', '5', spec).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConflictError);
+    expect((err as Error).message).toBe('updating Lease kapp-lambda/l: 409 the object has been modified');
+    const missing = await c.createLease('kapp-lambda', 'l', spec).catch((e: unknown) => e);
+    expect(missing).toBeInstanceOf(KubeApiError);
+    expect(missing).not.toBeInstanceOf(ConflictError);
+    expect((missing as Error).message).toBe('creating Lease kapp-lambda/l: 404 namespaces "kapp-lambda" not found');
+  });
+});

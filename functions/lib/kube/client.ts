@@ -21,6 +21,8 @@ import {
   type KubeNamespace,
   type KubeObject,
   type KubeSecret,
+  type Lease,
+  type LeaseSpec,
   type ListOptions,
   type ListResult,
   type ObjectMeta,
@@ -167,6 +169,10 @@ export function extractGroupVersions(core: unknown, groups: unknown): string[] {
     for (const version of group.versions ?? []) push(version.groupVersion);
   }
   return out;
+}
+
+function leaseRef(namespace: string, name: string): ObjectRef {
+  return { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', namespace, name };
 }
 
 function decodeMap(data: unknown): Record<string, Buffer> {
@@ -422,6 +428,38 @@ export class KubeApiClient implements KubeClient {
   /** {@inheritDoc DeployCredentials.apiServer} */
   apiServer(): ApiServerInfo {
     return { ...this.#apiServer };
+  }
+
+  /** {@inheritDoc LeaseView.getLease} */
+  async getLease(namespace: string, name: string): Promise<Lease | undefined> {
+    const ref = leaseRef(namespace, name);
+    return await this.#get<Lease>(`getting ${describeRef(ref)}`, objectPath(ref));
+  }
+
+  /** {@inheritDoc LeaseView.createLease} */
+  async createLease(namespace: string, name: string, spec: LeaseSpec): Promise<Lease> {
+    const ref = leaseRef(namespace, name);
+    const action = `creating ${describeRef(ref)}`;
+    const response = await this.#send(action, {
+      method: 'POST',
+      path: collectionPath(resourceFor(ref), namespace),
+      body: { apiVersion: ref.apiVersion, kind: ref.kind, metadata: { name, namespace }, spec },
+    });
+    if (response.statusCode !== 201 && response.statusCode !== 200) throw errorFromResponse(action, response);
+    return response.body as Lease;
+  }
+
+  /** {@inheritDoc LeaseView.updateLease} */
+  async updateLease(namespace: string, name: string, resourceVersion: string, spec: LeaseSpec): Promise<Lease> {
+    const ref = leaseRef(namespace, name);
+    const action = `updating ${describeRef(ref)}`;
+    const response = await this.#send(action, {
+      method: 'PUT',
+      path: objectPath(ref),
+      body: { apiVersion: ref.apiVersion, kind: ref.kind, metadata: { name, namespace, resourceVersion }, spec },
+    });
+    if (response.statusCode !== 200) throw errorFromResponse(action, response);
+    return response.body as Lease;
   }
 
   /** {@inheritDoc ObjectWatcher.list} */

@@ -4,7 +4,8 @@
  * Split by capability so the types show who may do what (DESIGN.md "Credentials"):
  * the fetch and template stages get {@link FetchView} (read the App and the Secrets and
  * ConfigMaps it references, write status) and never a {@link DeployCredentials}; only the
- * deploy stage gets {@link DeployView}; the forwarder gets {@link WatchView}.
+ * deploy stage gets {@link DeployView}; the forwarder gets {@link WatchView}; the leader
+ * election of a runtime that hosts forwarders gets {@link LeaseView} (one Lease, nothing else).
  *
  * Mirrors the `App` vs `CRDApp` split of kapp-controller (`pkg/app/app.go`,
  * `pkg/app/crd_app.go`): the core decides, the adapter (`kubeconfig-registry.ts`) talks
@@ -104,6 +105,7 @@ export const RESOURCE_TYPES: Readonly<Record<string, ResourceType>> = Object.fre
   'v1/ConfigMap': { group: '', version: 'v1', plural: 'configmaps', namespaced: true },
   'v1/ServiceAccount': { group: '', version: 'v1', plural: 'serviceaccounts', namespaced: true },
   'v1/Namespace': { group: '', version: 'v1', plural: 'namespaces', namespaced: false },
+  'coordination.k8s.io/v1/Lease': { group: 'coordination.k8s.io', version: 'v1', plural: 'leases', namespaced: true },
 });
 
 /**
@@ -382,8 +384,61 @@ export interface ObjectWatcher {
   ): Promise<void>;
 }
 
+/**
+ * `spec` of a `coordination.k8s.io/v1` Lease as leader election uses it (client-go
+ * `tools/leaderelection/resourcelock/leaselock.go` `LeaderElectionRecord`). Times are RFC 3339
+ * `MicroTime` strings as the API server serializes them.
+ */
+export interface LeaseSpec {
+  /** Who holds the lease; `''` or absent: nobody (released). */
+  holderIdentity?: string;
+  /** How long, in whole seconds, a candidate waits after seeing the lease last change before taking it. */
+  leaseDurationSeconds?: number;
+  /** When the current holder acquired it. */
+  acquireTime?: string;
+  /** When the current holder last renewed it. */
+  renewTime?: string;
+  /** How many times the holder changed. */
+  leaseTransitions?: number;
+}
+
+/** A Lease: its metadata (`resourceVersion` is the optimistic-concurrency token) and spec. */
+export interface Lease {
+  metadata: ObjectMeta;
+  spec: LeaseSpec;
+}
+
+/**
+ * One Lease per call, for leader election (`coordination.k8s.io/v1`, verbs get, create,
+ * update). Mirrors client-go's `LeaseLock` (`Get`, `Create`, `Update`).
+ */
+export interface LeaseView {
+  /**
+   * GETs a Lease.
+   *
+   * @returns the Lease, or `undefined` on 404.
+   * @throws KubeApiError on any other API failure.
+   */
+  getLease(namespace: string, name: string): Promise<Lease | undefined>;
+  /**
+   * POSTs a new Lease.
+   *
+   * @throws ConflictError on 409 (it already exists: someone else created it first).
+   * @throws KubeApiError on any other API failure (e.g. 404 when the namespace does not exist).
+   */
+  createLease(namespace: string, name: string, spec: LeaseSpec): Promise<Lease>;
+  /**
+   * PUTs the Lease's spec with a `resourceVersion` precondition (labels and annotations are
+   * not kept; a lease used for election has none).
+   *
+   * @throws ConflictError on 409 (it changed since `resourceVersion` was read).
+   * @throws KubeApiError on any other API failure (404 when it was deleted).
+   */
+  updateLease(namespace: string, name: string, resourceVersion: string, spec: LeaseSpec): Promise<Lease>;
+}
+
 /** Everything one cluster offers. Only the registry and tests hold this. */
-export type KubeClient = KubeReader & StatusWriter & FinalizerWriter & DeployCredentials & ObjectWatcher;
+export type KubeClient = KubeReader & StatusWriter & FinalizerWriter & DeployCredentials & ObjectWatcher & LeaseView;
 
 /** Fetch and template stages: read the App and its referenced Secrets/ConfigMaps, write status. No finalizers, no tokens. */
 export type FetchView = KubeReader & StatusWriter;

@@ -18,17 +18,19 @@ import {
   type DeployView,
   type FetchView,
   type KubeClient,
+  type LeaseView,
   UnknownClusterError,
   type WatchView,
 } from './port.js';
 import { ClientNodeRestTransport, ClientNodeWatchTransport } from './transport.js';
-import { deployViewOf, fetchViewOf, watchViewOf } from './views.js';
+import { deployViewOf, fetchViewOf, leaseViewOf, watchViewOf } from './views.js';
 
 interface Entry {
   client: KubeClient;
   fetch: FetchView;
   deploy: DeployView;
   watch: WatchView;
+  lease: LeaseView;
 }
 
 /** A {@link ClusterRegistry} over given clients; views are built once per cluster. */
@@ -44,6 +46,7 @@ export class MapClusterRegistry implements ClusterRegistry {
         fetch: fetchViewOf(client),
         deploy: deployViewOf(client),
         watch: watchViewOf(client),
+        lease: leaseViewOf(client),
       });
     }
   }
@@ -77,6 +80,17 @@ export class MapClusterRegistry implements ClusterRegistry {
   /** {@inheritDoc ClusterRegistry.watchView} */
   watchView(clusterId: string): WatchView {
     return this.#entry(clusterId).watch;
+  }
+
+  /**
+   * The Lease view of a cluster, for the leader election of a runtime that hosts forwarders
+   * (`events/forwarder/leader.ts`). Not part of {@link ClusterRegistry}: stage functions
+   * (and the Lambda entry files' registries) never elect and never get it.
+   *
+   * @throws UnknownClusterError
+   */
+  leaseView(clusterId: string): LeaseView {
+    return this.#entry(clusterId).lease;
   }
 }
 

@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { DeployView, FetchView, KubeClient, WatchView } from './port.js';
+import type { DeployView, FetchView, KubeClient, LeaseView, WatchView } from './port.js';
 
 /** Read + status write only (fetch and template stages). Pure. */
 export function fetchViewOf(client: KubeClient): FetchView {
@@ -46,5 +46,14 @@ export function watchViewOf(client: KubeClient): WatchView {
     getNamespace: client.getNamespace.bind(client),
     list: client.list.bind(client),
     watch: client.watch.bind(client),
+  });
+}
+
+/** Get, create and update of Leases only (leader election). No object reads, no status. Pure. */
+export function leaseViewOf(client: KubeClient): LeaseView {
+  return Object.freeze({
+    getLease: client.getLease.bind(client),
+    createLease: client.createLease.bind(client),
+    updateLease: client.updateLease.bind(client),
   });
 }

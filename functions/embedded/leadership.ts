@@ -1,0 +1,238 @@
+/**
+ * One runtime acting per cluster: the embedded runtime's use of the Lease election
+ * (`events/forwarder/leader.ts`). Per cluster, a {@link ClusterLeadership} runs one
+ * {@link LeaderElector}; only while it leads does that cluster's forwarder run and do stages
+ * for that cluster start ({@link leaderGatedRegistry}). Two runtimes pointed at one cluster
+ * (two `npm start`, a rolling restart, a forgotten terminal) therefore never reconcile the same
+ * App at once; the other one waits and takes over within the lease duration when the leader
+ * goes away (at once when it stops cleanly and releases the Lease).
+ *
+ * On losing the lease, a runtime at once: stops handing that cluster's events to the pipeline
+ * (the forwarder's transport drops them, then the forwarder is stopped), and refuses to start a
+ * stage for that cluster or write through its views ({@link NotLeaderError}, which the
+ * pipeline's queue treats as a crash: the run is retried with backoff and goes through once
+ * this runtime leads again, or is dropped when it stops). A tool already running (a kapp
+ * deploy) runs to its end; its status write is refused.
+ *
+ * RBAC: the identity of the runtime needs `get`, `create` and `update` on
+ * `coordination.k8s.io` `leases` in the lease namespace (default {@link DEFAULT_LEASE_NAMESPACE};
+ * the Role in `events/forwarder/rbac.yaml`), and the namespace must exist.
+ *
+ * @module
+ */
+import { createHash } from 'node:crypto';
+import type { Forwarder, StopOptions } from '../../events/forwarder/forwarder.js';
+import { LeaderElector, type LeaderElectorOptions } from '../../events/forwarder/leader.js';
+import type { ForwarderLogger } from '../../events/forwarder/log.js';
+import type { Transport } from '../../events/forwarder/transport.js';
+import type { ClusterRegistry, DeployView, FetchView, KubeClient, WatchView } from '../lib/kube/port.js';
+
+/**
+ * Namespace of the Lease by default: the namespace `events/forwarder/rbac.yaml` puts the
+ * forwarder's ServiceAccount in, so the Lease needs only a Role there (no write access to
+ * `kube-system`, which holds the control plane's own leases).
+ */
+export const DEFAULT_LEASE_NAMESPACE = 'kapp-lambda';
+
+/** Base name of the Lease (the forwarder's name, as its ServiceAccount and ClusterRole). */
+export const LEASE_BASE_NAME = 'kapp-lambda-forwarder';
+
+/**
+ * The Lease name for a watch scope: {@link LEASE_BASE_NAME} when watching all namespaces,
+ * else `<base>-<first 10 hex of sha256 of the sorted, deduplicated namespaces joined by ','>`.
+ * Runtimes serving the same scope contend for one Lease; runtimes serving disjoint namespace
+ * sets of one cluster (a fleet of ids over one API server, test files) do not block each other.
+ * Scopes that overlap without being equal are not protected from each other: serve one cluster
+ * with one scope. Pure.
+ */
+export function leaseNameFor(namespaces: readonly string[] | undefined): string {
+  const scope = [...new Set(namespaces ?? [])].sort();
+  if (scope.length === 0) return LEASE_BASE_NAME;
+  return `${LEASE_BASE_NAME}-${createHash('sha256').update(scope.join(',')).digest('hex').slice(0, 10)}`;
+}
+
+/** A stage or write for a cluster this runtime does not lead (anymore). */
+export class NotLeaderError extends Error {
+  /** The cluster. */
+  readonly clusterId: string;
+  constructor(clusterId: string) {
+    super(`not the leader of cluster ${JSON.stringify(clusterId)}: another runtime holds its lease`);
+    this.name = 'NotLeaderError';
+    this.clusterId = clusterId;
+  }
+}
+
+/**
+ * A {@link ClusterRegistry} for the pipeline that refuses to act for clusters this runtime does
+ * not lead: `fetchView`, `deployView` and `client` throw {@link NotLeaderError} when
+ * `acting(clusterId)` is false (every stage gets its view first, so no stage starts), and the
+ * views' writes (`updateStatus`, finalizers, `serviceAccountToken`) check again on every call
+ * (a stage that was running when the lease was lost writes nothing more). Reads pass through.
+ * Views are built once per cluster.
+ *
+ * @param inner - The registry to guard.
+ * @param acting - Whether this runtime leads the cluster now.
+ */
+export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: string) => boolean): ClusterRegistry {
+  const check = (clusterId: string) => {
+    if (!acting(clusterId)) throw new NotLeaderError(clusterId);
+  };
+  const guard =
+    <A extends unknown[], R>(clusterId: string, fn: (...args: A) => Promise<R>) =>
+    async (...args: A): Promise<R> => {
+      check(clusterId);
+      return await fn(...args);
+    };
+  const fetchViews = new Map<string, FetchView>();
+  const deployViews = new Map<string, DeployView>();
+  return Object.freeze({
+    clusterIds: () => inner.clusterIds(),
+    client(clusterId: string): KubeClient {
+      check(clusterId);
+      return inner.client(clusterId);
+    },
+    fetchView(clusterId: string): FetchView {
+      check(clusterId);
+      let view = fetchViews.get(clusterId);
+      if (!view) {
+        const v = inner.fetchView(clusterId);
+        view = Object.freeze({
+          getObject: v.getObject.bind(v),
+          getSecret: v.getSecret.bind(v),
+          getConfigMap: v.getConfigMap.bind(v),
+          getNamespace: v.getNamespace.bind(v),
+          updateStatus: guard(clusterId, v.updateStatus.bind(v)),
+        }) as FetchView;
+        fetchViews.set(clusterId, view);
+      }
+      return view;
+    },
+    deployView(clusterId: string): DeployView {
+      check(clusterId);
+      let view = deployViews.get(clusterId);
+      if (!view) {
+        const v = inner.deployView(clusterId);
+        view = Object.freeze({
+          getObject: v.getObject.bind(v),
+          getSecret: v.getSecret.bind(v),
+          getConfigMap: v.getConfigMap.bind(v),
+          getNamespace: v.getNamespace.bind(v),
+          updateStatus: guard(clusterId, v.updateStatus.bind(v)),
+          addFinalizer: guard(clusterId, v.addFinalizer.bind(v)),
+          removeFinalizer: guard(clusterId, v.removeFinalizer.bind(v)),
+          serviceAccountToken: guard(clusterId, v.serviceAccountToken.bind(v)),
+          serverVersion: v.serverVersion.bind(v),
+          apiGroupVersions: v.apiGroupVersions.bind(v),
+          apiServer: v.apiServer.bind(v),
+        }) as DeployView;
+        deployViews.set(clusterId, view);
+      }
+      return view;
+    },
+    watchView: (clusterId: string): WatchView => inner.watchView(clusterId),
+  });
+}
+
+/** Options of {@link ClusterLeadership}. */
+export interface ClusterLeadershipOptions {
+  /** The cluster. */
+  clusterId: string;
+  /** The election (its `onStartedLeading`/`onStoppedLeading` are this class's). */
+  election: Omit<LeaderElectorOptions, 'onStartedLeading' | 'onStoppedLeading'>;
+  /** A new, not yet started forwarder for one term, sending to `transport`. */
+  makeForwarder: (transport: Transport) => Forwarder;
+  /** Where the leader's forwarder sends (the pipeline). */
+  transport: Transport;
+  /** How a forwarder is stopped when a term ends. Default `{ drain: false, timeoutMs: 5000 }`. */
+  stopOptions?: StopOptions;
+  logger?: ForwarderLogger;
+}
+
+/**
+ * One cluster's election and, while leading, its forwarder: a new forwarder per term (it
+ * starts from a list and derives due times from status), whose transport forwards only while
+ * that term lasts, so nothing it still holds reaches the pipeline after a loss.
+ */
+export class ClusterLeadership {
+  /** The cluster. */
+  readonly clusterId: string;
+  /** The election. */
+  readonly elector: LeaderElector;
+  private current: Forwarder | undefined;
+  private term = 0;
+  private forwarding = true;
+  private readonly stopping = new Set<Promise<void>>();
+
+  /** @param opts - See {@link ClusterLeadershipOptions}. */
+  constructor(private readonly opts: ClusterLeadershipOptions) {
+    this.clusterId = opts.clusterId;
+    this.elector = new LeaderElector({
+      ...opts.election,
+      onStartedLeading: () => this.startTerm(),
+      onStoppedLeading: () => this.endTerm(),
+    });
+  }
+
+  /** The forwarder of the current term, when leading. */
+  get forwarder(): Forwarder | undefined {
+    return this.current;
+  }
+
+  /** Whether this runtime leads the cluster now ({@link LeaderElector.isLeader}). */
+  isLeader(): boolean {
+    return this.elector.isLeader();
+  }
+
+  /** Starts the election. */
+  start(): void {
+    this.elector.start();
+  }
+
+  /**
+   * Stops the forwarder and starts none again, but keeps the Lease (so the runtime can let its
+   * running stages end before another takes over). Resolves when the forwarder has stopped.
+   */
+  async stopForwarding(): Promise<void> {
+    this.forwarding = false;
+    this.endTerm();
+    await Promise.all(this.stopping);
+  }
+
+  /** {@link stopForwarding}, then stops the election and releases the Lease. */
+  async stop(): Promise<void> {
+    await this.stopForwarding();
+    await this.elector.stop();
+  }
+
+  private startTerm(): void {
+    if (!this.forwarding) return;
+    const term = ++this.term;
+    const transport: Transport = {
+      send: async (events) => {
+        // A batch from an ended term is dropped (resolving, so the outbox does not retry it).
+        if (term !== this.term || !this.elector.isLeader()) return;
+        await this.opts.transport.send(events);
+      },
+    };
+    const forwarder = this.opts.makeForwarder(transport);
+    this.current = forwarder;
+    forwarder.start();
+  }
+
+  private endTerm(): void {
+    this.term++;
+    const f = this.current;
+    this.current = undefined;
+    if (!f) return;
+    const p = f
+      .stop(this.opts.stopOptions ?? { drain: false, timeoutMs: 5000 })
+      .catch((error: unknown) =>
+        this.opts.logger?.warn(
+          { clusterId: this.clusterId, error: error instanceof Error ? error.message : String(error) },
+          'stopping the forwarder failed',
+        ),
+      )
+      .finally(() => this.stopping.delete(p));
+    this.stopping.add(p);
+  }
+}

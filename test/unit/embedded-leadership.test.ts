@@ -1,0 +1,251 @@
+/**
+ * The embedded runtime's use of the election (`functions/embedded/leadership.ts`): the lease
+ * name per watch scope, the gated registry that refuses stages and writes for a cluster this
+ * runtime does not lead, and a cluster's forwarder running only while leading (a real
+ * {@link Forwarder} over the in-memory watcher, a Lease port with optimistic concurrency).
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { CloudEvent } from '../../events/forwarder/event.js';
+import { Forwarder } from '../../events/forwarder/forwarder.js';
+import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
+import {
+  ClusterLeadership,
+  LEASE_BASE_NAME,
+  leaderGatedRegistry,
+  leaseNameFor,
+  NotLeaderError,
+} from '../../functions/embedded/leadership.js';
+import {
+  type ClusterRegistry,
+  ConflictError,
+  type DeployView,
+  type FetchView,
+  type KubeObject,
+  type Lease,
+  type LeaseSpec,
+  type LeaseView,
+} from '../../functions/lib/kube/port.js';
+
+const T0 = Date.parse('2025-03-01T10:00:00.000Z');
+const APP = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' };
+
+describe('leaseNameFor', () => {
+  it('is the base name for all namespaces, and a stable hash of the set otherwise', () => {
+    expect(leaseNameFor(undefined)).toBe('kapp-lambda-forwarder');
+    expect(leaseNameFor([])).toBe(LEASE_BASE_NAME);
+    const ab = leaseNameFor(['team-a', 'team-b']);
+    expect(ab).toMatch(/^kapp-lambda-forwarder-[0-9a-f]{10}$/);
+    expect(leaseNameFor(['team-b', 'team-a', 'team-b'])).toBe(ab);
+    expect(leaseNameFor(['team-a'])).not.toBe(ab);
+    expect(ab.length).toBeLessThanOrEqual(63);
+  });
+});
+
+/** A registry whose views record calls and answer trivially. */
+function recordingRegistry(calls: string[]): ClusterRegistry {
+  const reads = (id: string) => ({
+    getObject: async () => {
+      calls.push(`${id} getObject`);
+      return undefined;
+    },
+    getSecret: async () => undefined,
+    getConfigMap: async () => undefined,
+    getNamespace: async () => undefined,
+  });
+  const write =
+    (id: string, op: string) =>
+    async (..._args: unknown[]) => {
+      calls.push(`${id} ${op}`);
+      return { resourceVersion: '2' } as never;
+    };
+  return {
+    clusterIds: () => ['c1', 'c2'],
+    client: () => ({}) as never,
+    fetchView: (id) => ({ ...reads(id), updateStatus: write(id, 'updateStatus') }) as FetchView,
+    deployView: (id) =>
+      ({
+        ...reads(id),
+        updateStatus: write(id, 'updateStatus'),
+        addFinalizer: write(id, 'addFinalizer'),
+        removeFinalizer: write(id, 'removeFinalizer'),
+        serviceAccountToken: write(id, 'serviceAccountToken'),
+        serverVersion: async () => '1.34.0',
+        apiGroupVersions: async () => ['v1'],
+        apiServer: () => ({ server: 'https://127.0.0.1:6443' }),
+      }) as DeployView,
+    watchView: () => ({}) as never,
+  };
+}
+
+describe('leaderGatedRegistry', () => {
+  const ref = { apiVersion: APP.apiVersion, kind: 'App', namespace: 'ns', name: 'a' };
+  const pre = { resourceVersion: '1', uid: 'u' };
+
+  it('refuses to hand out stage views of a cluster it does not lead; other clusters are unaffected', () => {
+    const leading = new Set(['c2']);
+    const r = leaderGatedRegistry(recordingRegistry([]), (id) => leading.has(id));
+    expect(() => r.fetchView('c1')).toThrow(NotLeaderError);
+    expect(() => r.deployView('c1')).toThrow('not the leader of cluster "c1": another runtime holds its lease');
+    expect(() => r.client('c1')).toThrow(NotLeaderError);
+    expect(r.fetchView('c2')).toBe(r.fetchView('c2'));
+    expect(r.clusterIds()).toEqual(['c1', 'c2']);
+  });
+
+  it('refuses every write of a view obtained while leading once the lease is lost; reads pass', async () => {
+    const calls: string[] = [];
+    const leading = new Set(['c1']);
+    const r = leaderGatedRegistry(recordingRegistry(calls), (id) => leading.has(id));
+    const fetch = r.fetchView('c1');
+    const deploy = r.deployView('c1');
+    await fetch.updateStatus(ref, pre, {});
+    leading.delete('c1');
+    await expect(fetch.updateStatus(ref, pre, {})).rejects.toBeInstanceOf(NotLeaderError);
+    await expect(deploy.updateStatus(ref, pre, {})).rejects.toBeInstanceOf(NotLeaderError);
+    await expect(deploy.addFinalizer(ref, 'f')).rejects.toBeInstanceOf(NotLeaderError);
+    await expect(deploy.removeFinalizer(ref, 'f')).rejects.toBeInstanceOf(NotLeaderError);
+    await expect(deploy.serviceAccountToken('ns', 'sa')).rejects.toBeInstanceOf(NotLeaderError);
+    expect(await deploy.getObject(ref)).toBeUndefined();
+    expect(calls).toEqual(['c1 updateStatus', 'c1 getObject']);
+    expect(Object.isFrozen(fetch)).toBe(true);
+    expect(Object.keys(fetch).sort()).toEqual([
+      'getConfigMap',
+      'getNamespace',
+      'getObject',
+      'getSecret',
+      'updateStatus',
+    ]);
+  });
+});
+
+/** One Lease with optimistic concurrency; `put` is another runtime writing it. */
+class OneLease {
+  lease: Lease | undefined;
+  private rv = 1;
+  readonly view: LeaseView = {
+    getLease: async () => structuredClone(this.lease),
+    createLease: async (_ns, _name, spec) => {
+      if (this.lease) throw new ConflictError('409 already exists');
+      return this.put(spec);
+    },
+    updateLease: async (_ns, _name, rv, spec) => {
+      if (this.lease?.metadata.resourceVersion !== rv) throw new ConflictError('409 conflict');
+      return this.put(spec);
+    },
+  };
+  put(spec: LeaseSpec): Lease {
+    this.lease = {
+      metadata: { name: 'l', namespace: 'kapp-lambda', uid: 'u', resourceVersion: String(++this.rv) },
+      spec: structuredClone(spec),
+    };
+    return structuredClone(this.lease);
+  }
+}
+
+function app(name: string, generation = 1): KubeObject {
+  return {
+    ...APP,
+    metadata: { name, namespace: 'default', uid: `uid-${name}`, resourceVersion: '', generation },
+    spec: { fetch: [{ inline: {} }], template: [{ ytt: {} }], deploy: [{ kapp: {} }] },
+  };
+}
+
+describe('ClusterLeadership', () => {
+  let watcher: FakeObjectWatcher;
+  let lease: OneLease;
+  let received: string[];
+  let made: number;
+  let leadership: ClusterLeadership;
+
+  beforeEach(() => {
+    vi.useFakeTimers({ now: T0 });
+    watcher = new FakeObjectWatcher();
+    lease = new OneLease();
+    received = [];
+    made = 0;
+    leadership = new ClusterLeadership({
+      clusterId: 'c1',
+      election: { lease: lease.view, namespace: 'kapp-lambda', name: 'l', identity: 'me', random: () => 0.5 },
+      makeForwarder: (transport) => {
+        made++;
+        return new Forwarder({ clusterId: 'c1', watcher, transport, coalesceWindowMs: 10, random: () => 0.5 });
+      },
+      transport: {
+        send: async (events: CloudEvent[]) => {
+          for (const e of events) {
+            const d = e.data as { name: string; reason: string; generation: number };
+            received.push(`${d.reason} ${d.name} ${d.generation}`);
+          }
+        },
+      },
+    });
+  });
+
+  afterEach(async () => {
+    await leadership.stop();
+    vi.useRealTimers();
+  });
+
+  it('forwards nothing while another runtime holds the lease, then takes over and forwards from status', async () => {
+    lease.put({ holderIdentity: 'other', leaseDurationSeconds: 15 });
+    const keepAlive = setInterval(() => lease.put({ holderIdentity: 'other', leaseDurationSeconds: 15 }), 2000);
+    watcher.apply(app('a'));
+    leadership.start();
+    await vi.advanceTimersByTimeAsync(30_000);
+    watcher.apply(app('b'));
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(leadership.isLeader()).toBe(false);
+    expect(leadership.forwarder).toBeUndefined();
+    expect(made).toBe(0);
+    expect(watcher.calls).toEqual([]); // not even a list
+    expect(received).toEqual([]);
+
+    clearInterval(keepAlive); // the other runtime dies
+    await vi.advanceTimersByTimeAsync(18_000);
+    expect(leadership.isLeader()).toBe(true);
+    expect(made).toBe(1);
+    // a new leader starts from a list: both never-reconciled Apps are `added`
+    expect(received.sort()).toEqual(['added a 1', 'added b 1']);
+  });
+
+  it('stops forwarding the moment the lease is lost, and starts a fresh forwarder when it leads again', async () => {
+    leadership.start();
+    await vi.advanceTimersByTimeAsync(500);
+    expect(leadership.isLeader()).toBe(true);
+    watcher.apply(app('a'));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(received).toEqual(['added a 1']);
+    const first = leadership.forwarder;
+
+    // another runtime takes the lease over (e.g. we were partitioned); our next renewal sees it
+    lease.put({ holderIdentity: 'other', leaseDurationSeconds: 15 });
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(leadership.isLeader()).toBe(false);
+    expect(leadership.forwarder).toBeUndefined();
+    watcher.apply(app('a', 2));
+    watcher.apply(app('c'));
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(received).toEqual(['added a 1']);
+
+    // the other goes away; we lead again with a new forwarder that derives work from the objects
+    await vi.advanceTimersByTimeAsync(20_000);
+    expect(leadership.isLeader()).toBe(true);
+    expect(leadership.forwarder).toBeDefined();
+    expect(leadership.forwarder).not.toBe(first);
+    expect(made).toBe(2);
+    expect(received.slice(1).sort()).toEqual(['added a 2', 'added c 1']);
+  });
+
+  it('stopForwarding keeps the lease; stop releases it', async () => {
+    leadership.start();
+    await vi.advanceTimersByTimeAsync(500);
+    await leadership.stopForwarding();
+    expect(leadership.forwarder).toBeUndefined();
+    await vi.advanceTimersByTimeAsync(6_000);
+    expect(leadership.isLeader()).toBe(true);
+    expect(lease.lease?.spec.holderIdentity).toBe('me');
+    expect(made).toBe(1);
+    await leadership.stop();
+    expect(leadership.isLeader()).toBe(false);
+    expect(lease.lease?.spec).toMatchObject({ holderIdentity: '', leaseDurationSeconds: 1 });
+  });
+});
