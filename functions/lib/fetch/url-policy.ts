@@ -51,6 +51,22 @@ export interface UrlPolicy {
   allow: readonly string[];
 }
 
+/**
+ * Environment for the `git` that vendir runs while the policy is enforced: git config
+ * `protocol.allow=user` (through `GIT_CONFIG_COUNT`, so no file is read or written). git clones
+ * submodules with `GIT_PROTOCOL_FROM_USER=0`, so under this setting every submodule transport is
+ * refused (`fatal: transport 'http' not allowed`), while the repository the App names (whose URL
+ * the policy checked) is fetched as before. Without it, vendir's
+ * `git submodule update --init --recursive` would clone whatever URL a repository's
+ * `.gitmodules` names (`http://127.0.0.1:9001/...`, the Lambda Runtime API), which the policy
+ * never sees. kapp-controller clones submodules; under an enforced policy they are refused.
+ */
+export const GIT_SUBMODULE_LOCKDOWN_ENV: Readonly<Record<string, string>> = Object.freeze({
+  GIT_CONFIG_COUNT: '1',
+  GIT_CONFIG_KEY_0: 'protocol.allow',
+  GIT_CONFIG_VALUE_0: 'user',
+});
+
 /** The default of the cloud mode: enforce, no exceptions. */
 export const CLOUD_URL_POLICY: UrlPolicy = Object.freeze({ mode: 'enforce', allow: Object.freeze([]) });
 
@@ -89,7 +105,22 @@ export interface FetchEndpoint {
 /** Schemes a fetch may use when the policy is enforced (no `file://`, `ext::` or local paths). */
 const ALLOWED_SCHEMES = new Set(['https', 'http', 'ssh', 'git', 'oci', 'registry']);
 
+/**
+ * The raw authority of `scheme://authority...` as curl (git over http), Go's `net/url` (helm) and
+ * ssh read it: everything up to the first `/`, `?` or `#`. The WHATWG parser used here instead
+ * also ends a special URL's authority at `\`, so `https://public.example\@127.0.0.1/r` has host
+ * `public.example` for us but `127.0.0.1` for git: such URLs are refused rather than judged.
+ */
+const RAW_AUTHORITY = /^[A-Za-z][A-Za-z0-9+.-]*:\/\/([^/?#]*)/;
+
 function fromUrl(source: string): FetchEndpoint {
+  const raw = RAW_AUTHORITY.exec(source)?.[1];
+  if (raw?.includes('\\')) {
+    throw new UrlPolicyError(
+      source,
+      'a "\\" before the path is not allowed (URL parsers disagree on which host it names)',
+    );
+  }
   let u: URL;
   try {
     u = new URL(source);
@@ -137,6 +168,9 @@ export function fetchEndpoints(fetch: readonly AppFetch[]): FetchEndpoint[] {
     if (entry.git?.url) out.push(gitEndpoint(entry.git.url));
     const repo = entry.helmChart?.repository?.url;
     if (repo) out.push(fromUrl(repo));
+    // `helm pull <chart URL>`: a chart name with a scheme is downloaded from that URL directly.
+    const chart = entry.helmChart?.name;
+    if (chart && /^[A-Za-z][A-Za-z0-9+.-]*:/.test(chart)) out.push(fromUrl(chart));
     if (entry.image?.url) out.push(registryEndpoint(entry.image.url));
     if (entry.imgpkgBundle?.image) out.push(registryEndpoint(entry.imgpkgBundle.image));
   }

@@ -19,7 +19,7 @@ import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSourceIdentity } from '../fetch/pinned.js';
 import type { AppFetch } from '../fetch/types.js';
 import { KappControllerError, type RefObjects } from '../fetch/types.js';
-import { UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
+import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
@@ -174,7 +174,9 @@ export async function fetchWithVendir(
       args: toRun.command.args,
       stdin: toRun.stdin,
       cwd: work,
-      env: toRun.command.env,
+      // Under an enforced URL policy git refuses submodule clones (their URLs are never checked).
+      env:
+        policy?.policy.mode === 'enforce' ? { ...toRun.command.env, ...GIT_SUBMODULE_LOCKDOWN_ENV } : toRun.command.env,
       // vendir writes the fetch directory and its cache, and reads the unpacked http sources.
       writable: cacheDir ? [work, prep, cacheDir] : [work, prep],
       timeoutMs: deps.config.toolTimeoutMs,

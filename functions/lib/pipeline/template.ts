@@ -11,7 +11,7 @@
  * Template holds only a {@link FetchView}: tools get no kubeconfig.
  */
 import { createHash } from 'node:crypto';
-import { chmod, mkdir, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { TemplateStageData } from '../../../events/schema.js';
 import type { App, AppTemplate } from '../api/index.js';
@@ -32,7 +32,12 @@ import { attachError, resultFromError, type StageResult } from '../reconcile/sta
 import { markTruncated } from '../reconcile/status-budget.js';
 import type { ClusterInfo } from '../template/downward-api.js';
 import { planTemplate, requiredClusterInfo } from '../template/plan.js';
-import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage } from '../template/sops.js';
+import {
+  sopsDecryptCommand,
+  sopsDecryptedPath,
+  sopsDecryptFailureMessage,
+  sopsRemoteKeyError,
+} from '../template/sops.js';
 import type { RunStep, SopsStep } from '../template/step.js';
 import type { PlannedFile } from '../template/values.js';
 import {
@@ -104,6 +109,15 @@ async function runSops(
     }
   }
   for (const file of files) {
+    // A file naming a remote master key (hc_vault, kms, ...) would make sops contact it.
+    const refused = sopsRemoteKeyError(await readFile(file, 'utf8'));
+    if (refused !== undefined) {
+      return {
+        result: resultFromError(new Error(`Decrypting file '${file}': ${refused}`), step.errorPrefix),
+        ms,
+        runs,
+      };
+    }
     const cmd = sopsDecryptCommand(step, file);
     const run = await deps.runner.run({
       cmd: cmd.bin,

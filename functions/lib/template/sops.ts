@@ -4,7 +4,9 @@
  *
  * @module
  */
+
 import { posix } from 'node:path';
+import { parseAllDocuments } from 'yaml';
 import { KappControllerError, type RefObjects, secretNotFoundMessage } from '../fetch/types.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
 import { DECRYPTING_DIR_ERROR_PREFIX, type SopsStep, type StepContext } from './step.js';
@@ -34,6 +36,54 @@ const SOPS_EXTENSIONS: ReadonlyArray<[string, string]> = [
 export function sopsDecryptedPath(path: string): string | undefined {
   for (const [ext, repl] of SOPS_EXTENSIONS) {
     if (path.endsWith(ext)) return path.slice(0, -ext.length) + repl;
+  }
+  return undefined;
+}
+
+/** sops metadata fields naming keys decrypted here, by the key material the App's Secret holds. */
+const LOCAL_SOPS_KEY_TYPES = new Set(['pgp', 'age']);
+
+/**
+ * Why a sops YAML file is refused before sops runs, or `undefined`: its `sops` metadata (of any
+ * document) lists a master key other than `pgp` or `age` (`hc_vault`, `kms`, `gcp_kms`,
+ * `azure_kv`, ... at the top level or in `key_groups`), or it does not parse. sops tries every
+ * master key in order, and for `hc_vault` it sends `PUT <vault_address>/v1/<engine>/decrypt/<key>`
+ * to whatever address the file names and prints the response into its error (sops 3.13.3 did so for
+ * `vault_address: http://127.0.0.1:...`): a request from the template function to an address of
+ * the App author's choosing, which the URL policy never sees. kapp-controller only ever gives
+ * sops pgp or age keys, so a file needing another key type could not be decrypted anyway. Files
+ * that do not parse are refused rather than left to sops's parser.
+ *
+ * @param text - the file's content
+ * @returns the reason, e.g. `its sops metadata names a hc_vault key (only pgp and age keys are used)`
+ */
+export function sopsRemoteKeyError(text: string): string | undefined {
+  let docs: unknown[];
+  try {
+    docs = parseAllDocuments(text, { merge: true }).map((d) => {
+      if ('errors' in d && d.errors.length > 0) throw d.errors[0];
+      return d.toJS({ maxAliasCount: 64 });
+    });
+  } catch {
+    return 'it is not valid YAML';
+  }
+  const foreign = (group: unknown): string | undefined => {
+    if (group === null || typeof group !== 'object' || Array.isArray(group)) return undefined;
+    for (const [k, v] of Object.entries(group)) {
+      if (k === 'key_groups' || LOCAL_SOPS_KEY_TYPES.has(k) || !Array.isArray(v) || v.length === 0) continue;
+      return k;
+    }
+    return undefined;
+  };
+  for (const doc of docs) {
+    if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) continue;
+    const meta = (doc as Record<string, unknown>).sops;
+    if (meta === undefined) continue;
+    const groups = meta !== null && typeof meta === 'object' ? (meta as Record<string, unknown>).key_groups : undefined;
+    for (const g of [meta, ...(Array.isArray(groups) ? groups : [])]) {
+      const k = foreign(g);
+      if (k !== undefined) return `its sops metadata names a ${k} key (only pgp and age keys are used)`;
+    }
   }
   return undefined;
 }

@@ -1,0 +1,153 @@
+/**
+ * A git repository whose `.gitmodules` names a URL the policy never checked (the Lambda Runtime
+ * API on loopback): vendir runs `git submodule update --init --recursive`, so before this change
+ * git cloned it (vendir 0.44 + git 2.39 requested `/submod/info/refs` from a loopback server).
+ * Under an enforced policy vendir now runs with {@link GIT_SUBMODULE_LOCKDOWN_ENV}. The first test
+ * checks the stage passes it; the second shows with the system git, on local repositories only,
+ * that it refuses a submodule clone while the top-level clone still works.
+ */
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { ObjectRef as EventObjectRef } from '../../events/schema.js';
+import type { App } from '../../functions/lib/api/index.js';
+import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import { GIT_SUBMODULE_LOCKDOWN_ENV } from '../../functions/lib/fetch/url-policy.js';
+import type { FetchView, KubeObject } from '../../functions/lib/kube/port.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
+import { runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+
+const run = promisify(execFile);
+let tmp: string;
+beforeEach(async () => {
+  tmp = await mkdtemp(join(tmpdir(), 'attack-git-submodules-'));
+});
+afterEach(async () => {
+  await rm(tmp, { recursive: true, force: true });
+});
+
+const REF: EventObjectRef = {
+  clusterId: 'c1',
+  kind: 'App',
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  namespace: 'ns',
+  name: 'app',
+  uid: 'uid-1',
+  generation: 1,
+  resourceVersion: '1',
+};
+const APP = {
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  kind: 'App',
+  metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
+  spec: {
+    fetch: [{ git: { url: 'https://git.example/r.git', ref: 'origin/main' } }],
+    template: [{ ytt: {} }],
+    deploy: [{ kapp: {} }],
+  },
+} as unknown as App;
+
+function kube(): FetchView {
+  let current = structuredClone(APP) as unknown as KubeObject;
+  return {
+    async getObject() {
+      return structuredClone(current) as never;
+    },
+    async updateStatus(_r: unknown, _p: unknown, status: unknown) {
+      current = { ...current, status } as KubeObject;
+      return { resourceVersion: '2' };
+    },
+    async getSecret() {
+      return undefined;
+    },
+    async getConfigMap() {
+      return undefined;
+    },
+    async getNamespace() {
+      return undefined;
+    },
+  } as unknown as FetchView;
+}
+
+async function vendirEnv(mode: 'enforce' | 'off'): Promise<Record<string, string> | undefined> {
+  const runner = new FakeCommandRunner().on('vendir', async (req) => {
+    await writeFile(join(req.cwd ?? '', 'a.yml'), 'a: 1\n');
+    return { stdout: '' };
+  });
+  const deps = {
+    clusters: { fetchView: () => kube() },
+    store: new MemoryStore(),
+    runner,
+    download: { download: async () => ({ body: Buffer.alloc(0), sha256: '' }) },
+    now: () => new Date('2025-01-01T00:00:00Z'),
+    log: memoryLogger(),
+    config: {
+      tmpRoot: tmp,
+      toolVersions: { vendir: '0.44.0' },
+      controllerVersion: 'v0.53.1',
+      // allow-listed by name, so the check needs no DNS
+      urlPolicy: { mode, allow: ['git.example'] },
+    },
+  } as unknown as PipelineDeps;
+  const ctx = { clusterId: 'c1', ref: REF, run: { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' } };
+  await runFetch(ctx, { raw: APP as never, app: APP }, deps);
+  expect(runner.calls).toHaveLength(1);
+  return runner.calls[0]?.env as Record<string, string> | undefined;
+}
+
+async function git(cwd: string, env: Record<string, string>, ...args: string[]): Promise<string> {
+  const { stdout } = await run('git', args, {
+    cwd,
+    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: join(tmp, 'home'), GIT_TERMINAL_PROMPT: '0', ...env },
+  });
+  return stdout;
+}
+
+describe('git submodules under an enforced URL policy', () => {
+  it('vendir runs with protocol.allow=user when the policy is enforced, and without it when off', async () => {
+    expect(await vendirEnv('enforce')).toMatchObject({ ...GIT_SUBMODULE_LOCKDOWN_ENV });
+    expect(await vendirEnv('off')).not.toHaveProperty('GIT_CONFIG_COUNT');
+  });
+
+  it('with that environment git clones the named repository but refuses its submodule', async () => {
+    await mkdir(join(tmp, 'home'));
+    const id = { GIT_AUTHOR_NAME: 'a', GIT_AUTHOR_EMAIL: 'a@b', GIT_COMMITTER_NAME: 'a', GIT_COMMITTER_EMAIL: 'a@b' };
+    const sub = join(tmp, 'sub');
+    const top = join(tmp, 'top');
+    for (const d of [sub, top]) {
+      await mkdir(d);
+      await git(d, id, 'init', '-q', '-b', 'main');
+      await writeFile(join(d, 'a.yml'), 'a: 1\n');
+      await git(d, id, 'add', 'a.yml');
+      await git(d, id, 'commit', '-qm', 'a');
+    }
+    // What a hostile repository would hold: a submodule on a URL nobody checked.
+    // (`git://127.0.0.1:1/`: a transport git allows by default, on a port where nothing listens.)
+    const head = (await git(sub, {}, 'rev-parse', 'HEAD')).trim();
+    await writeFile(join(top, '.gitmodules'), '[submodule "s"]\n\tpath = s\n\turl = git://127.0.0.1:1/r\n');
+    await git(top, id, 'add', '.gitmodules');
+    await git(top, id, 'update-index', '--add', '--cacheinfo', `160000,${head},s`);
+    await git(top, id, 'commit', '-qm', 'sub');
+
+    const clone = join(tmp, 'clone');
+    await git(tmp, GIT_SUBMODULE_LOCKDOWN_ENV, 'clone', '-q', top, clone);
+    expect(await readFile(join(clone, 'a.yml'), 'utf8')).toBe('a: 1\n');
+    const err = await git(clone, GIT_SUBMODULE_LOCKDOWN_ENV, 'submodule', 'update', '--init', '--recursive').then(
+      () => undefined,
+      (e: { stderr: string }) => e.stderr,
+    );
+    expect(err).toMatch(/transport 'git' not allowed/);
+    // Without the setting git connects to the submodule's host (the behaviour vendir had).
+    const open = await git(clone, {}, 'submodule', 'update', '--init', '--recursive').then(
+      () => undefined,
+      (e: { stderr: string }) => e.stderr,
+    );
+    expect(open).toMatch(/unable to connect to 127\.0\.0\.1/);
+    expect(open).not.toMatch(/not allowed/);
+  });
+});
