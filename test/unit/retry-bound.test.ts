@@ -5,6 +5,7 @@
  * when the status write itself is what fails, the event is failed to SQS (dead-letter queue).
  * Faked at the ports: kube, object store, command runner.
  */
+
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -25,6 +26,7 @@ import {
 } from '../../functions/lib/pipeline/retry-bound.js';
 import { type DispatchDeps, EmbeddedPipeline, type StageEvent } from '../../functions/lib/pipeline/runtime.js';
 import { MASKED } from '../../functions/lib/reconcile/secret-mask.js';
+import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { StoreError } from '../../functions/lib/store/port.js';
 import { MemoryEventSender, serializeStageEvent } from '../../functions/lib/transport/index.js';
@@ -170,6 +172,13 @@ describe('embedded runtime: a stage that keeps failing ends in ReconcileFailed',
     expect(status.usefulErrorMessage).toBe(message);
     expect(status.consecutiveReconcileFailures).toBe(1);
     expect(status.observedGeneration).toBe(1);
+    // The stage that gave up reads as a finished failure with updatedAt, so the resync timer
+    // retries the App on the failure backoff (2^1 s) once the store heals.
+    expect(status.fetch).toMatchObject({ exitCode: -1, error: message, finished: true });
+    const updatedAt = (status.fetch as { updatedAt?: string }).updatedAt;
+    expect(updatedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
+    const app = { metadata: { generation: 1, uid: 'u' }, spec: {}, status } as unknown as TimedObject;
+    expect(nextDueAt(app, new Date(Date.parse(updatedAt ?? '')))?.getTime()).toBe(Date.parse(updatedAt ?? '') + 2000);
     // Reconciling was shown while it retried.
     expect(kube.statuses[0]?.conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
     expect(

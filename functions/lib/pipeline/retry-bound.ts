@@ -131,6 +131,14 @@ export function infraStagePrefix(event: KappEvent | DeleteStageEvent): string {
   }
 }
 
+/** The status part (`fetch`, `template` or `deploy`) of the stage an event runs. */
+function infraStagePart(event: KappEvent | DeleteStageEvent): 'fetch' | 'template' | 'deploy' {
+  if (isDeleteEvent(event)) return 'deploy';
+  if (event.type === EVENT_TYPES.template) return 'template';
+  if (event.type === EVENT_TYPES.deploy) return 'deploy';
+  return 'fetch';
+}
+
 /** The App and run fence a final status is written for; `undefined` for events of other kinds. */
 function targetOf(event: KappEvent | DeleteStageEvent) {
   if (isDeleteEvent(event)) {
@@ -184,7 +192,19 @@ export async function failRunAfterRetries(
     appRef(ref),
     fence,
     (cur) => {
-      const next = { ...(cur ?? {}), observedGeneration: fence.generation };
+      // The stage that gave up gets a finished, failed part with `updatedAt` now, as a tool
+      // failure would: the resync timer's failure backoff counts from the last `updatedAt`
+      // (`lastReconcileTime`), and without it the App was never retried once the store healed.
+      const part = infraStagePart(event);
+      const prev = (cur as Record<string, unknown> | undefined)?.[part] as Record<string, unknown> | undefined;
+      const failedPart = {
+        ...(prev ?? {}),
+        exitCode: -1,
+        error: message,
+        finished: true,
+        updatedAt: deps.now().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+      };
+      const next = { ...(cur ?? {}), [part]: failedPart, observedGeneration: fence.generation };
       return deleting ? markDeleteFailed(next, message) : markFailed(next, message);
     },
     mask,
