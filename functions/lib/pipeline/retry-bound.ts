@@ -26,7 +26,7 @@
 import { EVENT_TYPES, type KappEvent } from '../../../events/schema.js';
 import type { StatusWriteOutcome } from '../kube/status-write.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { markDeleteFailed, markFailed, redactSecrets } from '../reconcile/status.js';
+import { formatStatusTime, markDeleteFailed, markFailed, redactSecrets } from '../reconcile/status.js';
 import { appRef, writeAppStatus } from './common.js';
 import type { DeleteStageEvent } from './delete-event.js';
 import { isDeleteEvent } from './delete-event.js';
@@ -202,7 +202,7 @@ export async function failRunAfterRetries(
         exitCode: -1,
         error: message,
         finished: true,
-        updatedAt: deps.now().toISOString().replace(/\.\d{3}Z$/, 'Z'),
+        updatedAt: formatStatusTime(deps.now()),
       };
       const next = { ...(cur ?? {}), [part]: failedPart, observedGeneration: fence.generation };
       return deleting ? markDeleteFailed(next, message) : markFailed(next, message);
