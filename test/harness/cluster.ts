@@ -367,6 +367,13 @@ async function kwokctlCreate(
       etcdBinaryPrefix: path.join(workdir, 'no-download'),
       kwokBinaryPrefix: path.join(workdir, 'no-download'),
     },
+    // One instance of each: no leader election, so a paused API server (the fault e2e pauses it
+    // for 20 s, beyond their 10 s renew deadline) does not make them exit and leave the shared
+    // cluster without Deployments and scheduling for the test files after it.
+    componentsPatches: ['kube-controller-manager', 'kube-scheduler'].map((component) => ({
+      name: component,
+      extraArgs: [{ key: 'leader-elect', value: 'false' }],
+    })),
   };
   await writeFile(configPath, stringify(config));
   const argv = [
