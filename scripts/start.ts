@@ -91,12 +91,23 @@ say(
     : 'forwarder and functions running once this process holds the cluster lease (log: "leader election: acquired lease"); Ctrl-C to stop',
 );
 
-const stop = async (code: number) => {
-  say('stopping');
-  await runtime.stop().catch(() => undefined);
-  await stopCluster?.().catch(() => undefined);
-  await rm(tmpRoot, { recursive: true, force: true });
-  process.exit(code);
+// The forwarder's and the elector's timers are unref'ed (they never keep a process alive on
+// their own), so a runtime waiting for the Lease of a crashed holder would otherwise exit 0.
+const keepAlive = setInterval(() => undefined, 60_000);
+
+let stopping: Promise<void> | undefined;
+const stop = (code: number) => {
+  // Idempotent, and the handlers stay installed: a second signal (tsx relays SIGINT again when
+  // the child is slow to confirm) must not fall through to a default exit mid-cleanup.
+  stopping ??= (async () => {
+    say('stopping');
+    clearInterval(keepAlive);
+    await runtime.stop().catch(() => undefined);
+    await stopCluster?.().catch(() => undefined);
+    await rm(tmpRoot, { recursive: true, force: true });
+    process.exit(code);
+  })();
+  return stopping;
 };
-process.once('SIGINT', () => void stop(130));
-process.once('SIGTERM', () => void stop(143));
+process.on('SIGINT', () => void stop(130));
+process.on('SIGTERM', () => void stop(143));

@@ -156,6 +156,13 @@ export interface StopOptions {
   timeoutMs?: number;
 }
 
+/** Whether the status shows a reconcile or delete in progress (`Reconciling`/`Deleting` True). */
+function inFlight(obj: KubeObject): boolean {
+  const conditions = (obj as { status?: { conditions?: Array<{ type?: string; status?: string }> } }).status
+    ?.conditions;
+  return (conditions ?? []).some((c) => (c.type === 'Reconciling' || c.type === 'Deleting') && c.status === 'True');
+}
+
 /** Per-object state: a reference and a schedule, never the object. */
 interface ObjState extends HeapItem {
   readonly kindIx: number;
@@ -583,6 +590,11 @@ export class Forwarder {
     if (og === undefined) return 'added';
     if (og !== (obj.metadata.generation ?? 0)) return 'modified';
     if (due !== null && due <= now) return 'resync';
+    // A run that was in flight when the previous runtime died (status still `Reconciling` or
+    // `Deleting`) may be lost: reconcile it now (`added` is not timer-gated, as kapp-controller's
+    // restart reconciles every object) instead of after the sync period. On the SQS transport the
+    // event queues behind a run still in flight for the object (one message group per object).
+    if (inFlight(obj)) return 'added';
     return undefined;
   }
 

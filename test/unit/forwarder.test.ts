@@ -397,6 +397,12 @@ describe('forwarder: restart without state', () => {
         },
       }),
     );
+    // A run in flight when the previous runtime died: its status still says Reconciling.
+    watcher.apply(
+      app('lost-run', {
+        status: { ...handled(1, T0 - 1000), conditions: [{ type: 'Reconciling', status: 'True' }] },
+      }),
+    );
     for (let i = 0; i < 100; i++) watcher.apply(app(`ok${i}`, { status: handled(1, T0 - 1000) }));
     start();
     await settle();
@@ -405,8 +411,8 @@ describe('forwarder: restart without state', () => {
         .take()
         .map((l) => l.split(' ').slice(0, 2).join(' '))
         .sort(),
-    ).toEqual(['added never', 'modified changed', 'resync due', 'resync failed-due']);
-    expect(fwd!.stats().objects).toBe(104);
+    ).toEqual(['added lost-run', 'added never', 'modified changed', 'resync due', 'resync failed-due']);
+    expect(fwd!.stats().objects).toBe(105);
   });
 
   it('emits ref-changed after a restart only for Secrets written since the last reconcile', async () => {
