@@ -83,52 +83,46 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
       check(clusterId);
       return await fn(...args);
     };
-  const fetchViews = new Map<string, FetchView>();
-  const deployViews = new Map<string, DeployView>();
+  /** One view per cluster, built on first use. */
+  const memo = <V>(build: (clusterId: string) => V) => {
+    const views = new Map<string, V>();
+    return (clusterId: string): V => {
+      check(clusterId);
+      let view = views.get(clusterId);
+      if (!view) {
+        view = build(clusterId);
+        views.set(clusterId, view);
+      }
+      return view;
+    };
+  };
+  /** What both stage views share: reads pass through, the status write is guarded. */
+  const readAndStatus = (clusterId: string, v: FetchView) => ({
+    getObject: v.getObject.bind(v),
+    getSecret: v.getSecret.bind(v),
+    getConfigMap: v.getConfigMap.bind(v),
+    getNamespace: v.getNamespace.bind(v),
+    updateStatus: guard(clusterId, v.updateStatus.bind(v)),
+  });
   return Object.freeze({
     clusterIds: () => inner.clusterIds(),
     client(clusterId: string): KubeClient {
       check(clusterId);
       return inner.client(clusterId);
     },
-    fetchView(clusterId: string): FetchView {
-      check(clusterId);
-      let view = fetchViews.get(clusterId);
-      if (!view) {
-        const v = inner.fetchView(clusterId);
-        view = Object.freeze({
-          getObject: v.getObject.bind(v),
-          getSecret: v.getSecret.bind(v),
-          getConfigMap: v.getConfigMap.bind(v),
-          getNamespace: v.getNamespace.bind(v),
-          updateStatus: guard(clusterId, v.updateStatus.bind(v)),
-        }) as FetchView;
-        fetchViews.set(clusterId, view);
-      }
-      return view;
-    },
-    deployView(clusterId: string): DeployView {
-      check(clusterId);
-      let view = deployViews.get(clusterId);
-      if (!view) {
-        const v = inner.deployView(clusterId);
-        view = Object.freeze({
-          getObject: v.getObject.bind(v),
-          getSecret: v.getSecret.bind(v),
-          getConfigMap: v.getConfigMap.bind(v),
-          getNamespace: v.getNamespace.bind(v),
-          updateStatus: guard(clusterId, v.updateStatus.bind(v)),
-          addFinalizer: guard(clusterId, v.addFinalizer.bind(v)),
-          removeFinalizer: guard(clusterId, v.removeFinalizer.bind(v)),
-          serviceAccountToken: guard(clusterId, v.serviceAccountToken.bind(v)),
-          serverVersion: v.serverVersion.bind(v),
-          apiGroupVersions: v.apiGroupVersions.bind(v),
-          apiServer: v.apiServer.bind(v),
-        }) as DeployView;
-        deployViews.set(clusterId, view);
-      }
-      return view;
-    },
+    fetchView: memo((clusterId): FetchView => Object.freeze(readAndStatus(clusterId, inner.fetchView(clusterId)))),
+    deployView: memo((clusterId): DeployView => {
+      const v = inner.deployView(clusterId);
+      return Object.freeze({
+        ...readAndStatus(clusterId, v),
+        addFinalizer: guard(clusterId, v.addFinalizer.bind(v)),
+        removeFinalizer: guard(clusterId, v.removeFinalizer.bind(v)),
+        serviceAccountToken: guard(clusterId, v.serviceAccountToken.bind(v)),
+        serverVersion: v.serverVersion.bind(v),
+        apiGroupVersions: v.apiGroupVersions.bind(v),
+        apiServer: v.apiServer.bind(v),
+      });
+    }),
     watchView: (clusterId: string): WatchView => inner.watchView(clusterId),
   });
 }

@@ -54,6 +54,7 @@ import {
   removeScratch,
   stageTimer,
   summarizeStatus,
+  watchForAbort,
   writeAppStatus,
 } from './common.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
@@ -139,44 +140,19 @@ async function runKapp(
   onProgress: (progress: KappProgress) => Promise<void>,
   writable: readonly string[] = [],
 ) {
-  const abort = new AbortController();
   const stdout = new TextTail(KAPP_PROGRESS_CHARS, KAPP_APPLYING_MARKER);
   const stderr = new TextTail(KAPP_PROGRESS_CHARS);
-  let inflight: Promise<void> | undefined;
-  let finished = false;
-  const interval = deps.config.deployProgressIntervalMs ?? 2000;
-  const tick = setInterval(() => {
-    if (inflight || finished) return;
-    inflight = (async () => {
-      try {
-        const live = await watch.kube.getObject<{
-          apiVersion: string;
-          kind: string;
-          metadata: { uid: string; resourceVersion: string; deletionTimestamp?: string; name: string };
-          spec?: { canceled?: boolean };
-        }>(watch.ref);
-        const deleted = !live || live.metadata.uid !== watch.uid || live.metadata.deletionTimestamp;
-        if (live?.spec?.canceled || (watch.cancelOnDelete && deleted))
-          abort.abort(new Error('App canceled or deleted'));
-        else if (!finished)
-          await onProgress({
-            stdout: markTruncated(stdout.text(), stdout.truncated),
-            stderr: markTruncated(stderr.text(), stderr.truncated),
-            applying: stdout.seen,
-          });
-      } catch (err) {
-        deps.log.warn(
-          {
-            object: objectKey({ clusterId: '', ...watch.ref, namespace: watch.ref.namespace ?? '' }),
-            error: (err as Error).message,
-          },
-          'deploy progress update failed',
-        );
-      } finally {
-        inflight = undefined;
-      }
-    })();
-  }, interval);
+  const watcher = watchForAbort(watch.kube, watch.ref, watch.uid, deps, {
+    intervalMs: deps.config.deployProgressIntervalMs ?? 2000,
+    abortOnDelete: watch.cancelOnDelete,
+    failureMessage: 'deploy progress update failed',
+    onTick: () =>
+      onProgress({
+        stdout: markTruncated(stdout.text(), stdout.truncated),
+        stderr: markTruncated(stderr.text(), stderr.truncated),
+        applying: stdout.seen,
+      }),
+  });
   try {
     const run = await deps.runner.run({
       cmd: cmd.bin,
@@ -184,7 +160,7 @@ async function runKapp(
       env: cmd.env,
       stdin,
       writable,
-      signal: abort.signal,
+      signal: watcher.signal,
       timeoutMs: deps.config.toolTimeoutMs,
       maxOutputBytes: KAPP_OUTPUT_BYTES,
       onOutput: (chunk, stream) => {
@@ -200,9 +176,7 @@ async function runKapp(
   } finally {
     // A progress write still in flight must land before the caller writes the final status,
     // or it would overwrite it with `finished: false`.
-    finished = true;
-    clearInterval(tick);
-    await inflight;
+    await watcher.stop();
   }
 }
 
