@@ -4,10 +4,10 @@
  * now). Faked at the ports: a kube port whose App is deleted while the tool runs, a runner
  * whose tool runs until its signal aborts (or a safety bound, which fails the test).
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ObjectRef } from '../../events/schema.js';
 import type { App } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
@@ -16,11 +16,10 @@ import { FakeCommandRunner, type ScriptedResult } from '../../functions/lib/exec
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { CommandCanceledError } from '../../functions/lib/exec/runner.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
-import { memoryLogger } from '../../functions/lib/log.js';
-import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { stageDeps, useTempDir } from './support/stage-deps.js';
 
 const REF: ObjectRef = {
   clusterId: 'c1',
@@ -92,29 +91,15 @@ function longTool(onStart: () => void, done: ScriptedResult) {
   };
 }
 
-let tmp: string;
-beforeAll(async () => {
-  tmp = await mkdtemp(path.join(tmpdir(), 'pipeline-abort-'));
-});
-afterAll(async () => {
-  await rm(tmp, { recursive: true, force: true });
-});
+const tempDir = useTempDir('pipeline-abort-');
 
 function depsWith(kube: ReturnType<typeof fakeKube>, runner: FakeCommandRunner, store = new MemoryStore()) {
-  const log = memoryLogger();
-  const deps: PipelineDeps = {
-    clusters: { fetchView: () => kube } as unknown as PipelineDeps['clusters'],
-    store,
+  const { deps, log } = stageDeps(kube, {
     runner,
-    now: () => new Date('2025-01-01T00:00:00Z'),
-    log,
-    config: {
-      tmpRoot: path.join(tmp, 'scratch'),
-      toolVersions: { vendir: '0.44.0', ytt: '0.55.3' },
-      controllerVersion: 'v0.53.1',
-      abortPollIntervalMs: 1,
-    },
-  };
+    store,
+    tmpRoot: path.join(tempDir(), 'scratch'),
+    config: { toolVersions: { vendir: '0.44.0', ytt: '0.55.3' }, abortPollIntervalMs: 1 },
+  });
   return { deps, log };
 }
 
@@ -159,7 +144,7 @@ describe('fetch: vendir is killed when the App goes away', () => {
 
 describe('template: ytt is killed when the App is deleted', () => {
   it('delete during ytt: killed, no status, nothing handed to deploy', async () => {
-    const dir = await mkdtemp(path.join(tmp, 'src-'));
+    const dir = await mkdtemp(path.join(tempDir(), 'src-'));
     await writeFile(path.join(dir, 'a.yml'), 'a: 1\n');
     const packed = await packDir(dir);
     const fetchKey = fetchArtifactKey(packed.sha256);

@@ -4,6 +4,7 @@
  * fails the fetch with the entry named without starting vendir, and a symlink vendir leaves
  * pointing out of the directory fails the fetch in status instead of throwing.
  */
+
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,10 +17,9 @@ import { sha256Hex } from '../../functions/lib/artifact/keys.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { HttpDownloader } from '../../functions/lib/fetch/http-download.js';
 import type { FetchView, KubeObject } from '../../functions/lib/kube/port.js';
-import { memoryLogger } from '../../functions/lib/log.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
-import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { stageDeps } from './support/stage-deps.js';
 
 let tmp: string;
 beforeEach(async () => {
@@ -91,15 +91,7 @@ function tgzOf(entries: Record<string, string>): Buffer {
 
 function depsWith(kube: FetchView, runner: FakeCommandRunner, body: Buffer): PipelineDeps {
   const download: HttpDownloader = { download: async () => ({ body, sha256: sha256Hex(body) }) };
-  return {
-    clusters: { fetchView: () => kube } as unknown as PipelineDeps['clusters'],
-    store: new MemoryStore(),
-    runner,
-    download,
-    now: () => new Date('2025-01-01T00:00:00Z'),
-    log: memoryLogger(),
-    config: { tmpRoot: tmp, toolVersions: { vendir: '0.44.0' }, controllerVersion: 'v0.53.1' },
-  };
+  return stageDeps(kube, { runner, tmpRoot: tmp, extra: { download } }).deps;
 }
 
 const CTX = { clusterId: 'c1', ref: REF, run: { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' } };

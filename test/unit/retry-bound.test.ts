@@ -6,16 +6,14 @@
  * Faked at the ports: kube, object store, command runner.
  */
 
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type ObjectRef, objectEvent, templateEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { KubeApiError, type KubeObject } from '../../functions/lib/kube/port.js';
-import { memoryLogger } from '../../functions/lib/log.js';
 import { deleteEvent } from '../../functions/lib/pipeline/delete-event.js';
 import {
   DEFAULT_MAX_ATTEMPTS,
@@ -24,12 +22,13 @@ import {
   InfraError,
   infraCauseText,
 } from '../../functions/lib/pipeline/retry-bound.js';
-import { type DispatchDeps, EmbeddedPipeline, type StageEvent } from '../../functions/lib/pipeline/runtime.js';
+import { EmbeddedPipeline, type StageEvent } from '../../functions/lib/pipeline/runtime.js';
 import { MASKED } from '../../functions/lib/reconcile/secret-mask.js';
 import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { StoreError } from '../../functions/lib/store/port.js';
 import { MemoryEventSender, serializeStageEvent } from '../../functions/lib/transport/index.js';
+import { stageDeps, useTempDir } from './support/stage-deps.js';
 
 const REF: ObjectRef = {
   clusterId: 'c1',
@@ -121,25 +120,10 @@ class FlakyStore extends MemoryStore {
   }
 }
 
-let tmp: string;
-beforeAll(async () => {
-  tmp = await mkdtemp(path.join(tmpdir(), 'retry-bound-'));
-});
-afterAll(async () => {
-  await rm(tmp, { recursive: true, force: true });
-});
+const tempDir = useTempDir('retry-bound-');
 
 function depsWith(kube: ReturnType<typeof fakeKube>, store: MemoryStore, runner = new FakeCommandRunner()) {
-  const log = memoryLogger();
-  const deps: DispatchDeps = {
-    clusters: { fetchView: () => kube, deployView: () => kube } as unknown as DispatchDeps['clusters'],
-    store,
-    runner,
-    now: () => new Date(TIME),
-    log,
-    clusterInfo: async () => ({}),
-    config: { tmpRoot: path.join(tmp, 'scratch'), toolVersions: { vendir: '0.44.0' }, controllerVersion: 'v0.53.1' },
-  };
+  const { deps, log } = stageDeps(kube, { runner, store, now: TIME, tmpRoot: path.join(tempDir(), 'scratch') });
   return { deps, log };
 }
 

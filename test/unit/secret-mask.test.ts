@@ -5,10 +5,9 @@
  * store) with tools that echo the values.
  */
 
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ObjectRef as EventObjectRef } from '../../events/schema.js';
 import type { App } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
@@ -16,14 +15,13 @@ import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { packDir } from '../../functions/lib/artifact/tarball.js';
 import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { KubeObject, KubeSecret } from '../../functions/lib/kube/port.js';
-import { memoryLogger } from '../../functions/lib/log.js';
 import { runDeploy } from '../../functions/lib/pipeline/deploy.js';
-import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
 import { MASKED, MIN_MASKED_CHARS, SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
 import { TRUNCATION_PREFIX, truncateTail } from '../../functions/lib/reconcile/status.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { stageDeps, useTempDir } from './support/stage-deps.js';
 
 describe('SecretMask', () => {
   const maskOf = (...values: string[]) => {
@@ -183,31 +181,17 @@ function fakeKube(app: App, secret: Record<string, string>) {
   return kube;
 }
 
-let tmp: string;
-beforeAll(async () => {
-  tmp = await mkdtemp(path.join(tmpdir(), 'secret-mask-'));
-});
-afterAll(async () => {
-  await rm(tmp, { recursive: true, force: true });
-});
+const tempDir = useTempDir('secret-mask-');
 
 function depsWith(kube: ReturnType<typeof fakeKube>, runner: FakeCommandRunner, store = new MemoryStore()) {
-  const log = memoryLogger();
-  const deps: PipelineDeps = {
-    clusters: { fetchView: () => kube, deployView: () => kube } as unknown as PipelineDeps['clusters'],
-    store,
+  return stageDeps(kube, {
     runner,
-    now: () => new Date('2025-01-01T00:00:00Z'),
-    log,
+    store,
+    tmpRoot: path.join(tempDir(), 'scratch'),
+    config: { toolVersions: { vendir: '0.44.0', ytt: '0.55.3' } },
     // Content made from Secrets is sealed per cluster (private artifacts need a keyring).
-    keyring: new DerivedKeyring(Buffer.alloc(32, 7)),
-    config: {
-      tmpRoot: path.join(tmp, 'scratch'),
-      toolVersions: { vendir: '0.44.0', ytt: '0.55.3' },
-      controllerVersion: 'v0.53.1',
-    },
-  };
-  return { deps, log, store };
+    extra: { keyring: new DerivedKeyring(Buffer.alloc(32, 7)) },
+  });
 }
 
 /** Every form of the Secret values a tool could print. */
@@ -225,7 +209,7 @@ function expectNoLeak(what: unknown) {
 
 describe('a Secret value echoed by a tool never reaches status', () => {
   it('template: a ytt fail() message built from a valuesFrom Secret value', async () => {
-    const dir = await mkdtemp(path.join(tmp, 'src-'));
+    const dir = await mkdtemp(path.join(tempDir(), 'src-'));
     await writeFile(path.join(dir, 'a.yml'), 'a: 1\n');
     const packed = await packDir(dir);
     const fetchKey = fetchArtifactKey(packed.sha256);
