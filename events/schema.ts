@@ -4,13 +4,16 @@
  * Every event is a CloudEvents 1.0 structured-mode JSON envelope whose `data` *references* an
  * object (cluster, kind, namespace, name, uid, generation, resourceVersion); functions re-read
  * the latest object before acting, so an event never carries spec, status or secrets. Stage
- * hand-offs add the run being continued and the keys of the artifacts produced so far.
+ * hand-offs add the run being continued and (template, deploy) the keys of the artifacts
+ * produced so far. This module owns every event type: {@link parseEvent} is the one parser of
+ * a queue body or forwarder event, with errors whose paths start at the envelope root.
  *
  * | type | producer → consumer | data |
  * |---|---|---|
  * | `dev.kapp-lambda.object.v1` | forwarder → fetch (App), install (PackageInstall), index-repo (PackageRepository) | {@link ObjectEventData} |
  * | `dev.kapp-lambda.stage.template.v1` | fetch → template | {@link TemplateStageData} |
  * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy | {@link DeployStageData} |
+ * | `dev.kapp-lambda.stage.delete.v1` | fetch → deploy (an App being deleted) | {@link DeleteStageData} |
  * | `dev.kapp-lambda.repo.indexed.v1` | index-repo → install | {@link RepoIndexedData} |
  *
  * Pure: no I/O, no clock (callers pass `time`), no randomness (ids are derived by hashing).
@@ -45,11 +48,41 @@ export const REASONS = ['added', 'modified', 'deleted', 'resync', 'ref-changed']
 /** An object event reason. */
 export type Reason = (typeof REASONS)[number];
 
+/**
+ * Rank of each {@link Reason} when two events for one object merge into one (the forwarder's
+ * outbox and the embedded runtime's coalescer): the higher rank is kept
+ * (`deleted` 4 > `added` 3 > `ref-changed` 2 > `modified` 1 > `resync` 0), see
+ * {@link strongerReason}.
+ *
+ * Why this order: the merged event must still make the pipeline do everything either event
+ * asked for. `deleted` is never lost to anything. `added` and `ref-changed` force a run even
+ * when the spec is unchanged and the App is not due (`pipeline/reconcile.ts`), `modified` and
+ * `resync` do not (a spec change is seen by comparing `observedGeneration` with the live
+ * object, whatever the reason), so a forcing reason must outrank a non-forcing one: a status-only
+ * `modified` arriving behind a `ref-changed` must not turn a changed Secret into a no-op.
+ */
+export const REASON_RANK: Readonly<Record<Reason, number>> = Object.freeze({
+  resync: 0,
+  modified: 1,
+  'ref-changed': 2,
+  added: 3,
+  deleted: 4,
+});
+
+/**
+ * The reason kept when a pending event for an object merges with a newer one: the
+ * higher-ranked by {@link REASON_RANK}, and `next` on a tie.
+ */
+export function strongerReason(pending: Reason, next: Reason): Reason {
+  return REASON_RANK[pending] > REASON_RANK[next] ? pending : next;
+}
+
 /** CloudEvents `type` of every event kapp-lambda emits. */
 export const EVENT_TYPES = {
   object: 'dev.kapp-lambda.object.v1',
   template: 'dev.kapp-lambda.stage.template.v1',
   deploy: 'dev.kapp-lambda.stage.deploy.v1',
+  delete: 'dev.kapp-lambda.stage.delete.v1',
   repoIndexed: 'dev.kapp-lambda.repo.indexed.v1',
 } as const;
 /** One of {@link EVENT_TYPES}. */
@@ -189,6 +222,19 @@ export const DeployStageDataSchema = z.strictObject({
 export type DeployStageData = z.infer<typeof DeployStageDataSchema>;
 
 /**
+ * `data` of `dev.kapp-lambda.stage.delete.v1` (the fetch function's reconcile step → deploy),
+ * for an App whose deletion started and that carries our finalizer: `{ object, run }`.
+ * `object.kind` must be `App`. It goes to the deploy function because only that function
+ * holds the credentials `kapp delete` needs.
+ */
+export const DeleteStageDataSchema = z.strictObject({
+  object: ObjectRefSchema,
+  run: StageRunSchema,
+});
+/** See {@link DeleteStageDataSchema}. */
+export type DeleteStageData = z.infer<typeof DeleteStageDataSchema>;
+
+/**
  * `data` of `dev.kapp-lambda.repo.indexed.v1` (index-repo → install): the repository whose
  * index is ready, `{ object, run, artifacts: { indexKey } }`. `object.kind` must be
  * `PackageRepository`; `indexKey` is `artifacts/index/sha256/<bundle hex>.json`. The install
@@ -228,6 +274,7 @@ function envelope<T extends EventType, D extends z.ZodType>(type: T, data: D) {
 const ObjectEventSchema = envelope(EVENT_TYPES.object, ObjectEventDataSchema);
 const TemplateStageEventSchema = envelope(EVENT_TYPES.template, TemplateStageDataSchema);
 const DeployStageEventSchema = envelope(EVENT_TYPES.deploy, DeployStageDataSchema);
+const DeleteStageEventSchema = envelope(EVENT_TYPES.delete, DeleteStageDataSchema);
 const RepoIndexedEventSchema = envelope(EVENT_TYPES.repoIndexed, RepoIndexedDataSchema);
 
 /**
@@ -262,10 +309,12 @@ export type ObjectEvent = EventEnvelope<typeof EVENT_TYPES.object, ObjectEventDa
 export type TemplateStageEvent = EventEnvelope<typeof EVENT_TYPES.template, TemplateStageData>;
 /** `dev.kapp-lambda.stage.deploy.v1`: template → deploy. */
 export type DeployStageEvent = EventEnvelope<typeof EVENT_TYPES.deploy, DeployStageData>;
+/** `dev.kapp-lambda.stage.delete.v1`: fetch → deploy, for an App being deleted. */
+export type DeleteStageEvent = EventEnvelope<typeof EVENT_TYPES.delete, DeleteStageData>;
 /** `dev.kapp-lambda.repo.indexed.v1`: index-repo → install. */
 export type RepoIndexedEvent = EventEnvelope<typeof EVENT_TYPES.repoIndexed, RepoIndexedData>;
 /** Any kapp-lambda event. Narrow on `type`. */
-export type KappEvent = ObjectEvent | TemplateStageEvent | DeployStageEvent | RepoIndexedEvent;
+export type KappEvent = ObjectEvent | TemplateStageEvent | DeployStageEvent | DeleteStageEvent | RepoIndexedEvent;
 
 /** The object an event's `data` refers to (flat in object events, `data.object` otherwise). */
 export function objectRefOf(event: KappEvent): ObjectRef {
@@ -289,7 +338,7 @@ function crossCheck(event: KappEvent, ctx: z.RefinementCtx): void {
   if (!ObjectRefSchema.safeParse(ref).success) return;
   const refPath = isObject ? ['data'] : ['data', 'object'];
   const wantKind: Kind | undefined =
-    event.type === EVENT_TYPES.template || event.type === EVENT_TYPES.deploy
+    event.type === EVENT_TYPES.template || event.type === EVENT_TYPES.deploy || event.type === EVENT_TYPES.delete
       ? 'App'
       : event.type === EVENT_TYPES.repoIndexed
         ? 'PackageRepository'
@@ -333,7 +382,7 @@ const KNOWN_ATTRIBUTES = new Set([
 
 /**
  * Zod schema of any kapp-lambda event (discriminated on `type`), with the cross-field rules:
- * stage events refer to an `App`, repo.indexed to a `PackageRepository`; `apiVersion` matches
+ * stage events (template, deploy, delete) refer to an `App`, repo.indexed to a `PackageRepository`; `apiVersion` matches
  * the kind; `subject` is {@link subjectOf} the object; extension attributes are named
  * `[a-z0-9]{1,20}` and hold a string, integer or boolean. Prefer {@link parseEvent}, which
  * never throws and formats errors.
@@ -343,6 +392,7 @@ export const KappEventSchema = z
     ObjectEventSchema,
     TemplateStageEventSchema,
     DeployStageEventSchema,
+    DeleteStageEventSchema,
     RepoIndexedEventSchema,
   ])
   .superRefine((e, ctx) => crossCheck(e as KappEvent, ctx));
@@ -373,7 +423,8 @@ export function orderingKey(ref: ObjectIdentity): string {
 /**
  * The function an event is delivered to: object events go to the entry function of their
  * kind (App → `fetch`, PackageInstall → `install`, PackageRepository → `index-repo`), stage
- * events to their stage, repo.indexed to `install`.
+ * events to their stage, the delete hand-off to `deploy` (the function that holds the
+ * credentials `kapp delete` needs), repo.indexed to `install`.
  */
 export function targetFunction(event: KappEvent): FunctionName {
   switch (event.type) {
@@ -382,6 +433,7 @@ export function targetFunction(event: KappEvent): FunctionName {
     case EVENT_TYPES.template:
       return 'template';
     case EVENT_TYPES.deploy:
+    case EVENT_TYPES.delete:
       return 'deploy';
     case EVENT_TYPES.repoIndexed:
       return 'install';
@@ -628,6 +680,22 @@ export function deployEvent(data: DeployStageData, opts: EventOptions): DeploySt
     { ...data, object: pickRef(data.object) },
     '/kapp-lambda/functions/template',
     [data.run.runId, data.artifacts],
+    opts,
+  );
+}
+
+/**
+ * Builds a `dev.kapp-lambda.stage.delete.v1` event (fetch → deploy, for an App being deleted).
+ * The derived id covers type, subject, time and runId.
+ * @throws EventValidationError when `data` or `opts` make an invalid event.
+ */
+export function deleteEvent(data: DeleteStageData, opts: EventOptions): DeleteStageEvent {
+  return build<DeleteStageEvent>(
+    EVENT_TYPES.delete,
+    data.object,
+    { ...data, object: pickRef(data.object) },
+    '/kapp-lambda/functions/fetch',
+    [data.run.runId],
     opts,
   );
 }

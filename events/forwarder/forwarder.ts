@@ -54,14 +54,13 @@
  */
 import { setMaxListeners } from 'node:events';
 import type { KubeObject, ObjectWatcher, ResourceKind, WatchEvent } from '../../functions/lib/kube/port.js';
-import type { Kind } from '../schema.js';
+import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
-import { type CloudEvent, type ObjectEventData, type ObjectEventReason, toCloudEvent } from './event.js';
 import { appKind, NO_REFS, type ObjectRefs, observedGeneration, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
-import { Outbox } from './outbox.js';
+import { Outbox, toCloudEvent } from './outbox.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
 import type { Transport } from './transport.js';
 
@@ -84,7 +83,7 @@ export interface ForwarderOptions {
   /** Logger. Default silent. */
   logger?: ForwarderLogger;
   /** Envelope builder. Default {@link toCloudEvent}. */
-  buildEvent?: (data: ObjectEventData, now: number) => CloudEvent;
+  buildEvent?: (data: ObjectEventData, now: number) => ObjectEvent;
   /**
    * List page size for watched kinds. Default 100: a page is held in memory while it is
    * processed, and an App's status may carry up to 1 MiB per output field.
@@ -127,7 +126,7 @@ export interface ForwarderStats {
   /** Objects with a pending timer. */
   scheduled: number;
   /** Events emitted, by reason, before coalescing. */
-  emitted: Record<ObjectEventReason, number>;
+  emitted: Record<Reason, number>;
   /** Events accepted by the transport (after coalescing). */
   sent: number;
   /** Failed `Transport.send` calls. */
@@ -314,7 +313,7 @@ export class Forwarder {
   private epoch = 0;
   private ac: AbortController | undefined;
   private syncedPromise: Promise<void> | undefined;
-  private readonly emitted: Record<ObjectEventReason, number> = {
+  private readonly emitted: Record<Reason, number> = {
     added: 0,
     modified: 0,
     deleted: 0,
@@ -563,7 +562,7 @@ export class Forwarder {
     if (st.rv === m.resourceVersion) return;
     const generation = m.generation ?? 0;
     const deleting = Boolean(m.deletionTimestamp);
-    const reason: ObjectEventReason | undefined =
+    const reason: Reason | undefined =
       generation !== st.generation || (deleting && !st.deleting) ? 'modified' : undefined;
     st.rv = m.resourceVersion;
     st.generation = generation;
@@ -585,7 +584,7 @@ export class Forwarder {
   }
 
   /** The rule for an object seen for the first time by a first list (after a restart). */
-  private startupReason(obj: KubeObject, due: number | null, now: number): ObjectEventReason | undefined {
+  private startupReason(obj: KubeObject, due: number | null, now: number): Reason | undefined {
     const og = observedGeneration(obj);
     if (og === undefined) return 'added';
     if (og !== (obj.metadata.generation ?? 0)) return 'modified';
@@ -635,13 +634,13 @@ export class Forwarder {
   // ---- emission and the resync timer -------------------------------------------------------
 
   /** Emits a reason that asks for a reconcile and arms the "no answer" retry. */
-  private ask(st: ObjState, reason: ObjectEventReason, now: number): void {
+  private ask(st: ObjState, reason: Reason, now: number): void {
     this.emit(st, reason);
     st.asked = st.handledAt;
     this.schedule(st, now + this.resyncRetryMs);
   }
 
-  private emit(st: ObjState, reason: ObjectEventReason): void {
+  private emit(st: ObjState, reason: Reason): void {
     const kind = this.kinds[st.kindIx]!;
     this.emitData({
       clusterId: this.clusterId,

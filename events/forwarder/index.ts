@@ -7,7 +7,6 @@ export { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from './backoff.js
 export { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 export { type ForwarderSettings, forwarderOptions, parseForwarderEnv } from './config.js';
 export { DueHeap, type HeapItem } from './due-heap.js';
-export type { CloudEvent, ObjectEventData, ObjectEventReason } from './event.js';
 export {
   Forwarder,
   type ForwarderOptions,
@@ -39,7 +38,7 @@ export {
   type LeaderElectorStats,
 } from './leader.js';
 export { type ForwarderLogger, silentLogger } from './log.js';
-export { mergeEvents, Outbox, type OutboxOptions, REASON_RANK } from './outbox.js';
+export { mergeEvents, Outbox, type OutboxOptions, toCloudEvent } from './outbox.js';
 export {
   type ListMode,
   Reflector,

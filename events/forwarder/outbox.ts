@@ -4,8 +4,9 @@
  * - **Coalescing.** The first event for an object (kind, namespace, name, uid) opens a window
  *   of `windowMs`; later events for it within the window, and while it waits for the transport,
  *   merge into that one event: the latest resourceVersion and generation win, and the reason
- *   with the highest rank wins (`deleted` > `added` > `modified` > `ref-changed` > `resync`),
- *   since a reference to the latest state is all a function needs.
+ *   with the highest rank wins (`REASON_RANK` of `events/schema.ts`, shared with the embedded
+ *   runtime's coalescer: `deleted` > `added` > `ref-changed` > `modified` > `resync`), since a
+ *   reference to the latest state is all a function needs.
  * - **Batching and back-pressure.** Ready events go out in batches of up to `batchSize`, one
  *   batch at a time. While a batch is in flight (or being retried), newer events wait and keep
  *   merging, so memory is bounded by the number of objects, whatever the event rate, and the
@@ -15,32 +16,38 @@
  *
  * @module
  */
+
+import { type ObjectEvent, type ObjectEventData, objectEvent, strongerReason } from '../schema.js';
 import { type BackoffOptions, backoffDelay } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, type TimerHandle } from './clock.js';
-import type { CloudEvent, ObjectEventData, ObjectEventReason } from './event.js';
 import type { ForwarderLogger } from './log.js';
 import type { Transport } from './transport.js';
 
-/** Rank of reasons when events for one object merge: the higher rank is kept. */
-export const REASON_RANK: Readonly<Record<ObjectEventReason, number>> = Object.freeze({
-  resync: 0,
-  'ref-changed': 1,
-  modified: 2,
-  added: 3,
-  deleted: 4,
-});
-
 /**
  * Merges a waiting event with a newer one for the same object: the newer reference
- * (resourceVersion, generation) and the higher-ranked reason ({@link REASON_RANK}).
+ * (resourceVersion, generation) and the higher-ranked reason (`strongerReason` of
+ * `events/schema.ts`).
  *
  * @param pending - The event waiting to be sent.
  * @param next - The newer event (same kind, namespace, name and uid).
  * @returns A new object; inputs are not changed.
  */
 export function mergeEvents(pending: ObjectEventData, next: ObjectEventData): ObjectEventData {
-  const reason = REASON_RANK[next.reason] >= REASON_RANK[pending.reason] ? next.reason : pending.reason;
-  return { ...next, reason };
+  return { ...next, reason: strongerReason(pending.reason, next.reason) };
+}
+
+/**
+ * The forwarder's default envelope builder ({@link OutboxOptions.build}): `objectEvent` of
+ * `events/schema.ts` with the id derived from the content and `time` from `now`.
+ *
+ * @param data - The reference and reason.
+ * @param now - Emission time, ms since the epoch.
+ * @throws EventValidationError when `data` does not make a valid event (e.g. a kind that is
+ *   not App, PackageInstall or PackageRepository, or a clusterId that is not a DNS label).
+ */
+export function toCloudEvent(data: ObjectEventData, now: number): ObjectEvent {
+  const { reason, ...ref } = data;
+  return objectEvent(ref, reason, { time: new Date(now) });
 }
 
 /** Options of {@link Outbox}. */
@@ -51,7 +58,7 @@ export interface OutboxOptions {
    * Builds the envelope; called once per event when its batch is formed (retries reuse it).
    * An event it throws for is logged and dropped.
    */
-  build: (data: ObjectEventData, now: number) => CloudEvent;
+  build: (data: ObjectEventData, now: number) => ObjectEvent;
   /** Time and timers. */
   clock: Clock;
   /** Uniform `[0, 1)` source for the retry jitter. */
@@ -170,7 +177,7 @@ export class Outbox {
       else this.arm(head.value.readyAt);
       return;
     }
-    const events: CloudEvent[] = [];
+    const events: ObjectEvent[] = [];
     const valid: ObjectEventData[] = [];
     for (const d of batch) {
       try {
@@ -193,7 +200,7 @@ export class Outbox {
     void this.deliver(valid, events, 0);
   }
 
-  private async deliver(batch: ObjectEventData[], events: CloudEvent[], attempt: number): Promise<void> {
+  private async deliver(batch: ObjectEventData[], events: ObjectEvent[], attempt: number): Promise<void> {
     try {
       await this.opts.transport.send(events);
     } catch (err) {

@@ -4,8 +4,8 @@
  *
  * @module
  */
-import { destinationOf, type EventSender } from '../../functions/lib/transport/port.js';
-import type { CloudEvent } from './event.js';
+import { type EventSender, isPipelineStage } from '../../functions/lib/transport/port.js';
+import { type ObjectEvent, targetFunction } from '../schema.js';
 
 /**
  * Delivers events. The forwarder calls `send` with at most one batch outstanding (its
@@ -22,7 +22,7 @@ export interface Transport {
    *   object (kind, namespace, name, uid).
    * @throws any error to have the whole batch retried.
    */
-  send(events: CloudEvent[]): Promise<void>;
+  send(events: ObjectEvent[]): Promise<void>;
 }
 
 /** Options of {@link transportToStages}. */
@@ -32,12 +32,12 @@ export interface StageTransportOptions {
    * → `index-repo`, until those functions have queues); the event is then skipped, so one
    * unroutable kind cannot block the batch. Default: ignore.
    */
-  onUnrouted?: (event: CloudEvent) => void;
+  onUnrouted?: (event: ObjectEvent) => void;
 }
 
 /**
  * A {@link Transport} over the stage functions' {@link EventSender} (SQS FIFO on Lambda): each
- * event goes to the queue of its entry function (`destinationOf`: App → `fetch`), one at a
+ * event goes to the queue of its entry function (`targetFunction`: App → `fetch`), one at a
  * time and in order, so per-object order holds. The first rejected event rejects the batch,
  * which the forwarder then retries whole (at least once; the functions are idempotent).
  *
@@ -48,8 +48,8 @@ export function transportToStages(sender: EventSender, options: StageTransportOp
   return {
     async send(events) {
       for (const event of events) {
-        const stage = destinationOf(event);
-        if (stage === undefined) {
+        const stage = targetFunction(event);
+        if (!isPipelineStage(stage)) {
           options.onUnrouted?.(event);
           continue;
         }

@@ -10,9 +10,9 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { CloudEvent } from '../../events/forwarder/event.js';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import type { Transport } from '../../events/forwarder/transport.js';
+import type { ObjectEvent } from '../../events/schema.js';
 import { clientForKubeConfig } from '../../functions/lib/kube/registry.js';
 import { kubectl, loadKubeConfig, writeTokenKubeconfig } from '../harness/kube.js';
 
@@ -25,8 +25,8 @@ const RBAC = fileURLToPath(new URL('../../events/forwarder/rbac.yaml', import.me
 const SA = 'system:serviceaccount:kapp-lambda:kapp-lambda-forwarder';
 
 class RecordingTransport implements Transport {
-  readonly events: CloudEvent[] = [];
-  async send(events: CloudEvent[]): Promise<void> {
+  readonly events: ObjectEvent[] = [];
+  async send(events: ObjectEvent[]): Promise<void> {
     this.events.push(...events);
   }
 }

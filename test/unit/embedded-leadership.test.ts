@@ -5,9 +5,9 @@
  * {@link Forwarder} over the in-memory watcher, a Lease port with optimistic concurrency).
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { CloudEvent } from '../../events/forwarder/event.js';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
+import type { ObjectEvent } from '../../events/schema.js';
 import {
   ClusterLeadership,
   LEASE_BASE_NAME,
@@ -170,7 +170,7 @@ describe('ClusterLeadership', () => {
         return new Forwarder({ clusterId: 'c1', watcher, transport, coalesceWindowMs: 10, random: () => 0.5 });
       },
       transport: {
-        send: async (events: CloudEvent[]) => {
+        send: async (events: ObjectEvent[]) => {
           for (const e of events) {
             const d = e.data as { name: string; reason: string; generation: number };
             received.push(`${d.reason} ${d.name} ${d.generation}`);

@@ -3,13 +3,20 @@
  * with the stage runner, the sender and the logger faked at their ports.
  */
 import { describe, expect, it } from 'vitest';
-import { deployEvent, type ObjectRef, objectEvent, serializeEvent, templateEvent } from '../../events/schema.js';
+import {
+  deleteEvent,
+  deployEvent,
+  EVENT_TYPES,
+  type KappEvent,
+  type ObjectRef,
+  objectEvent,
+  serializeEvent,
+  templateEvent,
+} from '../../events/schema.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
-import { parseStageEvent } from '../../functions/lib/entry/parse.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import { DELETE_EVENT_TYPE, deleteEvent } from '../../functions/lib/pipeline/delete-event.js';
-import type { DispatchDeps, StageEvent } from '../../functions/lib/pipeline/runtime.js';
-import { MemoryEventSender, serializeStageEvent } from '../../functions/lib/transport/index.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/runtime.js';
+import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 
 const app = (name: string): ObjectRef => ({
   clusterId: 'prod-eu-1',
@@ -40,14 +47,14 @@ const record = (messageId: string, body: string, group?: string): SqsRecord => (
     group === undefined ? { ApproximateReceiveCount: '1' } : { MessageGroupId: group, ApproximateReceiveCount: '2' },
   eventSourceARN: 'arn:aws:sqs:eu-west-1:123456789012:kapp-lambda-fetch.fifo',
 });
-const rec = (messageId: string, event: StageEvent) =>
-  record(messageId, serializeStageEvent(event), `prod-eu-1/App/default/${event.subject.split('/')[3]}`);
+const rec = (messageId: string, event: KappEvent) =>
+  record(messageId, serializeEvent(event), `prod-eu-1/App/default/${event.subject.split('/')[3]}`);
 
 type Dispatch = NonNullable<EntryDeps['dispatch']>;
 
 function setup(dispatch: Dispatch, sender = new MemoryEventSender()) {
   const log = memoryLogger();
-  const seen: { event: StageEvent; deps: DispatchDeps }[] = [];
+  const seen: { event: KappEvent; deps: DispatchDeps }[] = [];
   const pipeline = { marker: 'pipeline-deps' } as unknown as DispatchDeps;
   const deps: EntryDeps = {
     pipeline,
@@ -174,7 +181,7 @@ describe('makeSqsHandler', () => {
         messageId: 'm2',
         stage: 'template',
         outcome: 'misrouted',
-        type: DELETE_EVENT_TYPE,
+        type: EVENT_TYPES.delete,
         subject: 'prod-eu-1/App/default/b',
         target: 'deploy',
       },
@@ -311,37 +318,5 @@ describe('makeSqsHandler', () => {
     expect(await handler({ Records: [rec('m1', objEv('a'))] })).toEqual({ batchItemFailures: [] });
     expect(await handler({ Records: [] })).toEqual({ batchItemFailures: [] });
     expect(calls).toBe(2);
-  });
-});
-
-describe('parseStageEvent', () => {
-  it('accepts every stage event, the delete hand-off included', () => {
-    for (const e of [objEv('a'), tmplEv('a'), depEv('a'), delEv('a')] as StageEvent[]) {
-      expect(parseStageEvent(serializeStageEvent(e))).toEqual({ ok: true, event: e });
-    }
-  });
-
-  it('reports bad delete hand-offs by path', () => {
-    const bad = JSON.parse(serializeStageEvent(delEv('a')));
-    bad.data.run.generation = -1;
-    delete bad.data.object.uid;
-    expect(parseStageEvent(JSON.stringify(bad))).toEqual({
-      ok: false,
-      error:
-        'data.object.uid: Invalid input: expected string, received undefined; data.run.generation: Too small: expected number to be >=0',
-    });
-  });
-
-  it('keeps parseEvent errors for other bodies that mention the delete type', () => {
-    expect(parseStageEvent(JSON.stringify({ type: 'x', note: DELETE_EVENT_TYPE }))).toEqual(
-      parseStageEvent('{"type":"x"}'),
-    );
-    expect(parseStageEvent(`[${JSON.stringify(DELETE_EVENT_TYPE)}]`).ok).toBe(false);
-    expect(parseStageEvent(`{"type":"${DELETE_EVENT_TYPE}"`)).toEqual({ ok: false, error: '(root): not valid JSON' });
-  });
-
-  it('bounds the size of a delete hand-off', () => {
-    const big = JSON.stringify({ type: DELETE_EVENT_TYPE, pad: 'x'.repeat(256 * 1024) });
-    expect(parseStageEvent(big)).toEqual({ ok: false, error: '(root): event exceeds 262144 bytes' });
   });
 });

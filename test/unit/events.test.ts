@@ -1,7 +1,9 @@
+import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
+  deleteEvent,
   deployEvent,
   EVENT_TYPES,
   EventValidationError,
@@ -14,8 +16,11 @@ import {
   objectRefOf,
   orderingKey,
   parseEvent,
+  REASON_RANK,
+  REASONS,
   repoIndexedEvent,
   serializeEvent,
+  strongerReason,
   subjectOf,
   targetFunction,
   templateEvent,
@@ -96,8 +101,10 @@ describe('sample events', () => {
     'invalid.generation-string.json': 'data.generation: expected number, received string',
     'invalid.template-missing-fetch-key.json': 'data.artifacts.fetchKey: expected string, received undefined',
     'invalid.unknown-type.json':
-      'type: expected one of "dev.kapp-lambda.object.v1" | "dev.kapp-lambda.stage.template.v1" | "dev.kapp-lambda.stage.deploy.v1" | "dev.kapp-lambda.repo.indexed.v1", received "dev.kapp-lambda.object.v2"',
+      'type: expected one of "dev.kapp-lambda.object.v1" | "dev.kapp-lambda.stage.template.v1" | "dev.kapp-lambda.stage.deploy.v1" | "dev.kapp-lambda.stage.delete.v1" | "dev.kapp-lambda.repo.indexed.v1", received "dev.kapp-lambda.object.v2"',
     'invalid.deploy-not-an-app.json': 'data.object.kind: expected "App", received "PackageInstall"',
+    'invalid.delete-not-an-app.json':
+      'time: expected an RFC 3339 timestamp; data.object.kind: expected "App", received "PackageInstall"',
     'invalid.reason-and-name.json':
       'data.name: expected a DNS-1123 subdomain; data.reason: expected one of "added" | "modified" | "deleted" | "resync" | "ref-changed", received "updated"',
   };
@@ -260,6 +267,41 @@ describe('parseEvent', () => {
     const appRepo = withFields(r, { 'data.object': { ...app }, subject: subjectOf(app) });
     expect(errorOf(appRepo)).toBe('data.object.kind: expected "PackageRepository", received "App"');
   });
+
+  it('checks the delete hand-off with the same envelope and cross-checks as the others', () => {
+    const del = deleteEvent({ object: app, run }, { time });
+    const bad = withFields(del, { 'data.run.generation': -1, 'data.object.uid': undefined });
+    expect(errorOf(bad)).toBe(
+      'data.object.uid: expected string, received undefined; data.run.generation: expected >= 0, received -1',
+    );
+    const loose = withFields(del, { id: 'a b', time: 'now', subject: 'prod-eu-1/App/default/other' });
+    expect(errorOf(loose)).toBe(
+      [
+        'id: expected letters, digits and ._:- only',
+        'time: expected an RFC 3339 timestamp',
+        'subject: expected "prod-eu-1/App/default/simple-app" (cluster/kind/namespace/name of the object)',
+      ].join('; '),
+    );
+    const repoDel = withFields(del, { 'data.object': { ...pkgRepo }, subject: subjectOf(pkgRepo) });
+    expect(errorOf(repoDel)).toBe('data.object.kind: expected "App", received "PackageRepository"');
+    expect(errorOf(withFields(del, { 'data.artifacts': { fetchKey } }))).toBe('data.artifacts: unrecognized key');
+  });
+
+  it('parses every queue body by its type alone, the delete hand-off included', () => {
+    const events: KappEvent[] = [
+      objectEvent(app, 'modified', { time }),
+      templateEvent({ object: app, run, artifacts: { fetchKey } }, { time }),
+      deployEvent({ object: app, run, artifacts: { fetchKey, manifestKey } }, { time }),
+      deleteEvent({ object: app, run }, { time }),
+    ];
+    for (const e of events) expect(parseEvent(serializeEvent(e))).toEqual({ ok: true, event: e });
+    // No body sniffing: a body that merely mentions the delete type is judged by its own type.
+    expect(parseEvent(JSON.stringify({ type: 'x', note: EVENT_TYPES.delete }))).toEqual(parseEvent('{"type":"x"}'));
+    expect(parseEvent(`[${JSON.stringify(EVENT_TYPES.delete)}]`).ok).toBe(false);
+    expect(parseEvent(`{"type":"${EVENT_TYPES.delete}"`)).toEqual({ ok: false, error: '(root): not valid JSON' });
+    const big = JSON.stringify({ type: EVENT_TYPES.delete, pad: 'x'.repeat(256 * 1024) });
+    expect(parseEvent(big)).toEqual({ ok: false, error: '(root): event exceeds 262144 bytes' });
+  });
 });
 
 describe('builders', () => {
@@ -309,6 +351,32 @@ describe('builders', () => {
     expect(objectRefOf(objectEvent(app, 'deleted', { time }))).toEqual(app);
   });
 
+  it('builds the delete hand-off: fetch as source, routed to deploy, same id as before it joined the schema', () => {
+    const e = deleteEvent({ object: { ...app, reason: 'deleted' } as unknown as ObjectRef, run }, { time });
+    expect(e).toEqual({
+      specversion: '1.0',
+      id: e.id,
+      source: '/kapp-lambda/functions/fetch',
+      type: 'dev.kapp-lambda.stage.delete.v1',
+      time,
+      datacontenttype: 'application/json',
+      subject: 'prod-eu-1/App/default/simple-app',
+      data: { object: app, run },
+    });
+    // The id scheme of the former functions/lib/pipeline/delete-event.ts, so a hand-off re-sent
+    // across an upgrade is still deduplicated by the FIFO queue.
+    const legacyId = createHash('sha256')
+      .update(JSON.stringify([EVENT_TYPES.delete, subjectOf(app), time, run.runId]))
+      .digest('hex')
+      .slice(0, 32);
+    expect(e.id).toBe(legacyId);
+    expect(targetFunction(e)).toBe('deploy');
+    expect(objectRefOf(e)).toEqual(app);
+    expect(() => deleteEvent({ object: pkgRepo, run }, { time })).toThrow(
+      new EventValidationError('data.object.kind: expected "App", received "PackageRepository"'),
+    );
+  });
+
   it('throws EventValidationError with the formatted path for bad input', () => {
     expect(() => objectEvent({ ...app, generation: -2 }, 'modified', { time })).toThrow(
       new EventValidationError('data.generation: expected >= 0, received -2'),
@@ -333,6 +401,32 @@ describe('builders', () => {
     expect(() => serializeEvent(huge)).toThrow(
       new EventValidationError(`(root): event exceeds 262144 bytes (${JSON.stringify(huge).length})`),
     );
+  });
+});
+
+describe('reason rank', () => {
+  it('ranks every reason, deleted > added > ref-changed > modified > resync', () => {
+    expect(Object.keys(REASON_RANK).sort()).toEqual([...REASONS].sort());
+    expect([...REASONS].sort((a, b) => REASON_RANK[b] - REASON_RANK[a])).toEqual([
+      'deleted',
+      'added',
+      'ref-changed',
+      'modified',
+      'resync',
+    ]);
+  });
+
+  it('keeps the higher-ranked reason, the newer one on a tie; deleted always survives', () => {
+    for (const a of REASONS) {
+      for (const b of REASONS) {
+        const want = REASON_RANK[a] > REASON_RANK[b] ? a : b;
+        expect(strongerReason(a, b)).toBe(want);
+      }
+      expect(strongerReason(a, 'deleted')).toBe('deleted');
+      expect(strongerReason('deleted', a)).toBe('deleted');
+    }
+    expect(strongerReason('ref-changed', 'modified')).toBe('ref-changed');
+    expect(strongerReason('modified', 'ref-changed')).toBe('ref-changed');
   });
 });
 

@@ -5,7 +5,6 @@ import { backoffDelay } from '../../events/forwarder/backoff.js';
 import { systemClock } from '../../events/forwarder/clock.js';
 import { forwarderOptions, parseForwarderEnv } from '../../events/forwarder/config.js';
 import { DueHeap, type HeapItem } from '../../events/forwarder/due-heap.js';
-import { type CloudEvent, type ObjectEventData, toCloudEvent } from '../../events/forwarder/event.js';
 import { lastWriteTime } from '../../events/forwarder/forwarder.js';
 import {
   appKind,
@@ -17,8 +16,9 @@ import {
   watchedKinds,
 } from '../../events/forwarder/kinds.js';
 import { silentLogger } from '../../events/forwarder/log.js';
-import { mergeEvents, Outbox } from '../../events/forwarder/outbox.js';
+import { mergeEvents, Outbox, toCloudEvent } from '../../events/forwarder/outbox.js';
 import { transportToStages } from '../../events/forwarder/transport.js';
+import type { ObjectEvent, ObjectEventData } from '../../events/schema.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
 
@@ -281,7 +281,7 @@ describe('Outbox', () => {
     ['resync', 'modified', 'modified'],
     ['modified', 'resync', 'modified'],
     ['ref-changed', 'resync', 'ref-changed'],
-    ['modified', 'ref-changed', 'modified'],
+    ['modified', 'ref-changed', 'ref-changed'],
     ['added', 'modified', 'added'],
     ['added', 'deleted', 'deleted'],
     ['deleted', 'added', 'deleted'],
@@ -290,14 +290,14 @@ describe('Outbox', () => {
   });
 
   it('keeps objects with another uid apart, and batches by batchSize', async () => {
-    const sent: CloudEvent[][] = [];
+    const sent: ObjectEvent[][] = [];
     const box = new Outbox({
       transport: {
         send: async (e) => {
           sent.push(e);
         },
       },
-      build: (d, now) => ({ data: d, time: new Date(now).toISOString() }) as unknown as CloudEvent,
+      build: (d, now) => ({ data: d, time: new Date(now).toISOString() }) as unknown as ObjectEvent,
       clock: systemClock,
       random: () => 0,
       windowMs: 100,
@@ -391,7 +391,7 @@ describe('parseForwarderEnv', () => {
 });
 
 describe('transportToStages', () => {
-  const ev = (kind: 'App' | 'PackageInstall', name: string): CloudEvent =>
+  const ev = (kind: 'App' | 'PackageInstall', name: string): ObjectEvent =>
     toCloudEvent(
       {
         clusterId: 'c1',
@@ -412,7 +412,7 @@ describe('transportToStages', () => {
     const unrouted: string[] = [];
     const t = transportToStages(sender, { onUnrouted: (e) => unrouted.push(e.subject) });
     await t.send([ev('App', 'a'), ev('PackageInstall', 'p'), ev('App', 'b')]);
-    expect(sender.sent.map((s) => [s.stage, (s.event as CloudEvent).subject])).toEqual([
+    expect(sender.sent.map((s) => [s.stage, (s.event as ObjectEvent).subject])).toEqual([
       ['fetch', 'c1/App/ns/a'],
       ['fetch', 'c1/App/ns/b'],
     ]);
@@ -421,7 +421,7 @@ describe('transportToStages', () => {
 
   it('rejects the batch when the sender rejects', async () => {
     const sender = new MemoryEventSender((_, e) =>
-      (e as CloudEvent).data.name === 'b' ? new Error('down') : undefined,
+      (e as ObjectEvent).data.name === 'b' ? new Error('down') : undefined,
     );
     await expect(transportToStages(sender).send([ev('App', 'a'), ev('App', 'b')])).rejects.toThrow('down');
     expect(sender.sent).toHaveLength(1);

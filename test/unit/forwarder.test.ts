@@ -1,9 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { CloudEvent } from '../../events/forwarder/event.js';
 import { Forwarder, type ForwarderOptions } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
 import type { Transport } from '../../events/forwarder/transport.js';
+import type { ObjectEvent } from '../../events/schema.js';
 import { type KubeObject, WatchGoneError } from '../../functions/lib/kube/port.js';
 import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer.js';
 
@@ -16,13 +16,13 @@ const T0 = Date.parse('2025-01-01T00:00:00Z');
 
 /** Records accepted batches; can fail or hold sends. */
 class RecordingTransport implements Transport {
-  readonly batches: CloudEvent[][] = [];
+  readonly batches: ObjectEvent[][] = [];
   calls = 0;
   failNext = 0;
   hold: Promise<void> | undefined;
   concurrent = 0;
   maxConcurrent = 0;
-  async send(events: CloudEvent[]): Promise<void> {
+  async send(events: ObjectEvent[]): Promise<void> {
     this.calls++;
     this.concurrent++;
     this.maxConcurrent = Math.max(this.maxConcurrent, this.concurrent);

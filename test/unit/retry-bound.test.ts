@@ -9,12 +9,18 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { type ObjectRef, objectEvent, templateEvent } from '../../events/schema.js';
+import {
+  deleteEvent,
+  type KappEvent,
+  type ObjectRef,
+  objectEvent,
+  serializeEvent,
+  templateEvent,
+} from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { KubeApiError, type KubeObject } from '../../functions/lib/kube/port.js';
-import { deleteEvent } from '../../functions/lib/pipeline/delete-event.js';
 import {
   DEFAULT_MAX_ATTEMPTS,
   failRunAfterRetries,
@@ -22,12 +28,12 @@ import {
   InfraError,
   infraCauseText,
 } from '../../functions/lib/pipeline/retry-bound.js';
-import { EmbeddedPipeline, type StageEvent } from '../../functions/lib/pipeline/runtime.js';
+import { EmbeddedPipeline } from '../../functions/lib/pipeline/runtime.js';
 import { MASKED } from '../../functions/lib/reconcile/secret-mask.js';
 import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { StoreError } from '../../functions/lib/store/port.js';
-import { MemoryEventSender, serializeStageEvent } from '../../functions/lib/transport/index.js';
+import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
 const REF: ObjectRef = {
@@ -209,9 +215,9 @@ describe('embedded runtime: a stage that keeps failing ends in ReconcileFailed',
 });
 
 describe('Lambda handler: ApproximateReceiveCount bounds the retries', () => {
-  const record = (event: StageEvent, receiveCount: number): SqsRecord => ({
+  const record = (event: KappEvent, receiveCount: number): SqsRecord => ({
     messageId: `m${receiveCount}`,
-    body: serializeStageEvent(event),
+    body: serializeEvent(event),
     attributes: { MessageGroupId: 'c1/App/ns/app', ApproximateReceiveCount: String(receiveCount) },
   });
   const SECRET = 'tenant-s3cr3t-value';

@@ -5,19 +5,20 @@
 import { SendMessageCommand } from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
 import {
+  deleteEvent,
   deployEvent,
   EventValidationError,
+  type KappEvent,
   type ObjectRef,
   objectEvent,
+  objectRefOf,
   repoIndexedEvent,
+  targetFunction,
   templateEvent,
 } from '../../events/schema.js';
-import { deleteEvent } from '../../functions/lib/pipeline/delete-event.js';
-import type { StageEvent } from '../../functions/lib/pipeline/runtime.js';
 import {
-  destinationOf,
+  isPipelineStage,
   MemoryEventSender,
-  objectOfEvent,
   SqsEventSender,
   type SqsSendClient,
   sendMessageInput,
@@ -59,34 +60,37 @@ function fakeSqs(fail?: Error): SqsSendClient & { commands: SendMessageCommand[]
   };
 }
 
-describe('destinationOf', () => {
+describe('routing to a pipeline stage (targetFunction, isPipelineStage)', () => {
   it.each([
     ['object event for an App', obj, 'fetch'],
     ['fetch → template hand-off', tmpl, 'template'],
     ['template → deploy hand-off', dep, 'deploy'],
     ['delete hand-off', del, 'deploy'],
   ] as const)('%s → %s', (_name, event, want) => {
-    expect(destinationOf(event)).toBe(want);
+    expect(targetFunction(event)).toBe(want);
+    expect(isPipelineStage(targetFunction(event))).toBe(true);
   });
 
-  it('is undefined for events outside the App pipeline', () => {
+  it('is no pipeline stage for events outside the App pipeline', () => {
     const repo: ObjectRef = { ...app, kind: 'PackageRepository', apiVersion: 'packaging.carvel.dev/v1alpha1' };
-    expect(destinationOf(objectEvent(repo, 'added', { time }))).toBeUndefined();
+    expect(isPipelineStage(targetFunction(objectEvent(repo, 'added', { time })))).toBe(false);
     expect(
-      destinationOf(
-        repoIndexedEvent(
-          { object: repo, run, artifacts: { indexKey: `artifacts/index/sha256/${'c'.repeat(64)}.json` } },
-          { time },
+      isPipelineStage(
+        targetFunction(
+          repoIndexedEvent(
+            { object: repo, run, artifacts: { indexKey: `artifacts/index/sha256/${'c'.repeat(64)}.json` } },
+            { time },
+          ),
         ),
       ),
-    ).toBeUndefined();
+    ).toBe(false);
     const pkgi: ObjectRef = { ...app, kind: 'PackageInstall', apiVersion: 'packaging.carvel.dev/v1alpha1' };
-    expect(destinationOf(objectEvent(pkgi, 'added', { time }))).toBeUndefined();
+    expect(isPipelineStage(targetFunction(objectEvent(pkgi, 'added', { time })))).toBe(false);
   });
 
-  it('objectOfEvent finds the object of every event shape', () => {
-    for (const e of [obj, tmpl, dep, del] as StageEvent[]) {
-      expect(objectOfEvent(e)).toMatchObject({
+  it('objectRefOf finds the object of every event shape', () => {
+    for (const e of [obj, tmpl, dep, del] as KappEvent[]) {
+      expect(objectRefOf(e)).toMatchObject({
         clusterId: 'prod-eu-1',
         kind: 'App',
         namespace: 'default',
@@ -158,7 +162,7 @@ describe('SqsEventSender', () => {
   it('refuses an event over 256 KiB before calling SQS', async () => {
     const sqs = fakeSqs();
     const sender = new SqsEventSender({ client: sqs, queueUrls: { template: TEMPLATE_Q } });
-    const huge = { ...tmpl, pad: 'x'.repeat(256 * 1024) } as unknown as StageEvent;
+    const huge = { ...tmpl, pad: 'x'.repeat(256 * 1024) } as unknown as KappEvent;
     await expect(sender.send('template', huge)).rejects.toBeInstanceOf(EventValidationError);
     expect(sqs.commands).toEqual([]);
   });

@@ -23,13 +23,12 @@
  *
  * @module
  */
-import { subjectOf } from '../../../events/schema.js';
+import { type KappEvent, objectRefOf, parseEvent, subjectOf, targetFunction } from '../../../events/schema.js';
 import type { Logger } from '../log.js';
 import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries, infraStep } from '../pipeline/retry-bound.js';
-import { type DispatchDeps, dispatchEvent, type StageEvent } from '../pipeline/runtime.js';
+import { type DispatchDeps, dispatchEvent } from '../pipeline/runtime.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import { destinationOf, type EventSender, objectOfEvent, type PipelineStage } from '../transport/port.js';
-import { parseStageEvent } from './parse.js';
+import { type EventSender, isPipelineStage, type PipelineStage } from '../transport/port.js';
 
 /** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
 export interface SqsRecord {
@@ -74,7 +73,7 @@ export interface EntryDeps {
   /** The function's logger (the handler adds `messageId` and `awsRequestId` bindings). */
   log: Logger;
   /** Runs one stage; default `dispatchEvent` (unit tests of this module replace it). */
-  dispatch?: (event: StageEvent, deps: DispatchDeps) => Promise<StageEvent | undefined>;
+  dispatch?: (event: KappEvent, deps: DispatchDeps) => Promise<KappEvent | undefined>;
   /**
    * The queue's redrive `maxReceiveCount`: a record received this many times is on its last
    * attempt, and a stage failing then ends the run with a final failed status instead of
@@ -85,6 +84,12 @@ export interface EntryDeps {
 
 /** What happened to one record (logged as `outcome`). */
 export type RecordOutcome = 'invalid' | 'misrouted' | 'done' | 'forwarded' | 'failed' | 'skipped' | 'ended';
+
+/** The pipeline stage that consumes `event`, or `undefined` when no pipeline queue carries it. */
+function stageOf(event: KappEvent): PipelineStage | undefined {
+  const fn = targetFunction(event);
+  return isPipelineStage(fn) ? fn : undefined;
+}
 
 function errorText(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : typeof err;
@@ -145,14 +150,14 @@ async function processRecord(
   d: EntryDeps,
   log: Logger,
 ): Promise<RecordOutcome> {
-  const parsed = parseStageEvent(typeof record.body === 'string' ? record.body : '');
+  const parsed = parseEvent(typeof record.body === 'string' ? record.body : '');
   if (!parsed.ok) {
     log.warn({ stage, outcome: 'invalid' satisfies RecordOutcome, error: parsed.error }, 'invalid event; dropped');
     return 'invalid';
   }
   const event = parsed.event;
-  const subject = subjectOf(objectOfEvent(event));
-  const target = destinationOf(event);
+  const subject = subjectOf(objectRefOf(event));
+  const target = stageOf(event);
   if (target !== stage) {
     log.warn(
       { stage, outcome: 'misrouted' satisfies RecordOutcome, type: event.type, subject, target: target ?? 'none' },
@@ -172,7 +177,7 @@ async function processRecord(
       elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
       return 'done';
     }
-    const to = destinationOf(next);
+    const to = stageOf(next);
     if (!to) throw new Error(`no pipeline queue carries ${next.type}`);
     await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
     elog.info(

@@ -35,7 +35,6 @@ export {
   stageClusterRegistry,
   toolEnv,
 } from './lambda.js';
-export { type ParseStageEventResult, parseStageEvent } from './parse.js';
 export {
   type Bootstrap,
   errorBody,

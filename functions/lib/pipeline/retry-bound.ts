@@ -28,8 +28,6 @@ import type { StatusWriteOutcome } from '../kube/status-write.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { formatStatusTime, markDeleteFailed, markFailed, redactSecrets } from '../reconcile/status.js';
 import { appRef, writeAppStatus } from './common.js';
-import type { DeleteStageEvent } from './delete-event.js';
-import { isDeleteEvent } from './delete-event.js';
 import type { PipelineDeps } from './deps.js';
 
 /**
@@ -119,9 +117,10 @@ export function infraCauseText(err: unknown, mask?: SecretMask): string {
 }
 
 /** The stage an event runs, as its status prefix: what the user sees before the cause. */
-export function infraStagePrefix(event: KappEvent | DeleteStageEvent): string {
-  if (isDeleteEvent(event)) return 'Deleting: ';
+export function infraStagePrefix(event: KappEvent): string {
   switch (event.type) {
+    case EVENT_TYPES.delete:
+      return 'Deleting: ';
     case EVENT_TYPES.template:
       return 'Templating: ';
     case EVENT_TYPES.deploy:
@@ -132,25 +131,21 @@ export function infraStagePrefix(event: KappEvent | DeleteStageEvent): string {
 }
 
 /** The status part (`fetch`, `template` or `deploy`) of the stage an event runs. */
-function infraStagePart(event: KappEvent | DeleteStageEvent): 'fetch' | 'template' | 'deploy' {
-  if (isDeleteEvent(event)) return 'deploy';
+function infraStagePart(event: KappEvent): 'fetch' | 'template' | 'deploy' {
   if (event.type === EVENT_TYPES.template) return 'template';
-  if (event.type === EVENT_TYPES.deploy) return 'deploy';
+  if (event.type === EVENT_TYPES.deploy || event.type === EVENT_TYPES.delete) return 'deploy';
   return 'fetch';
 }
 
 /** The App and run fence a final status is written for; `undefined` for events of other kinds. */
-function targetOf(event: KappEvent | DeleteStageEvent) {
-  if (isDeleteEvent(event)) {
-    const d = event.data;
-    return { ref: d.object, fence: { uid: d.object.uid, generation: d.run.generation } };
-  }
+function targetOf(event: KappEvent) {
   switch (event.type) {
     case EVENT_TYPES.object:
       if (event.data.kind !== 'App') return undefined;
       return { ref: event.data, fence: { uid: event.data.uid, generation: event.data.generation } };
     case EVENT_TYPES.template:
     case EVENT_TYPES.deploy:
+    case EVENT_TYPES.delete:
       return {
         ref: event.data.object,
         fence: { uid: event.data.object.uid, generation: event.data.run.generation },
@@ -176,7 +171,7 @@ function targetOf(event: KappEvent | DeleteStageEvent) {
  * @throws what the status write throws (the API server is failing too).
  */
 export async function failRunAfterRetries(
-  event: KappEvent | DeleteStageEvent,
+  event: KappEvent,
   err: unknown,
   deps: PipelineDeps,
   mask?: SecretMask,
@@ -186,7 +181,7 @@ export async function failRunAfterRetries(
   const { ref, fence } = target;
   const message = `${infraStagePrefix(event)}${infraCauseText(err, mask)}`;
   const kube = deps.clusters.fetchView(ref.clusterId);
-  const deleting = isDeleteEvent(event);
+  const deleting = event.type === EVENT_TYPES.delete;
   const w = await writeAppStatus(
     kube,
     appRef(ref),
@@ -224,7 +219,7 @@ export async function failRunAfterRetries(
  *   capped backoff in the embedded runtime).
  */
 export async function endRunAfterRetries(
-  event: KappEvent | DeleteStageEvent,
+  event: KappEvent,
   err: unknown,
   deps: PipelineDeps,
   mask: SecretMask | undefined,

@@ -9,17 +9,16 @@
  * meanwhile coalesce into one follow-up, and a crashed stage is retried from that stage.
  */
 import {
+  deleteEvent,
   deployEvent,
   EVENT_TYPES,
   type KappEvent,
-  type ObjectEvent,
   objectRefOf,
   orderingKey,
+  strongerReason,
   templateEvent,
 } from '../../../events/schema.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import type { DeleteStageData } from './delete-event.js';
-import { deleteEvent, isDeleteEvent } from './delete-event.js';
 import { runDelete, runDeploy } from './deploy.js';
 import type { PipelineDeps } from './deps.js';
 import type { StageOutput } from './fetch.js';
@@ -28,23 +27,17 @@ import { handleAppEvent } from './reconcile.js';
 import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries } from './retry-bound.js';
 import { type ClusterInfoSource, runTemplate } from './template.js';
 
-/** Any event a stage function consumes. */
-export type StageEvent = KappEvent | ReturnType<typeof deleteEvent>;
-
 /** Dependencies of {@link dispatchEvent}. */
 export interface DispatchDeps extends PipelineDeps {
   /** Live cluster values for templates that need them. */
   clusterInfo: ClusterInfoSource;
 }
 
-function nextEvent(out: StageOutput, deps: PipelineDeps): StageEvent | undefined {
+function nextEvent(out: StageOutput, deps: PipelineDeps): KappEvent | undefined {
   const opts = { time: deps.now() };
   if (out.template) return templateEvent(out.template, opts);
   if (out.deploy) return deployEvent(out.deploy, opts);
-  if (out.delete) {
-    const data: DeleteStageData = { object: out.delete.ref, run: out.delete.run };
-    return deleteEvent(data, opts);
-  }
+  if (out.delete) return deleteEvent({ object: out.delete.ref, run: out.delete.run }, opts);
   return undefined;
 }
 
@@ -55,22 +48,21 @@ function nextEvent(out: StageOutput, deps: PipelineDeps): StageEvent | undefined
  *   status written, no-op, stale, gone).
  * @throws on infrastructure failures (API, store, crashed code): deliver the same event again.
  */
-export async function dispatchEvent(event: StageEvent, deps: DispatchDeps): Promise<StageEvent | undefined> {
-  if (isDeleteEvent(event)) {
-    await runDelete({ clusterId: event.data.object.clusterId, ref: event.data.object, run: event.data.run }, deps);
-    return undefined;
-  }
+export async function dispatchEvent(event: KappEvent, deps: DispatchDeps): Promise<KappEvent | undefined> {
   switch (event.type) {
     case EVENT_TYPES.object:
       if (event.data.kind !== 'App') {
         deps.log.warn({ kind: event.data.kind, subject: event.subject }, 'no handler for this kind yet; event dropped');
         return undefined;
       }
-      return nextEvent(await handleAppEvent(event as ObjectEvent, deps), deps);
+      return nextEvent(await handleAppEvent(event, deps), deps);
     case EVENT_TYPES.template:
       return nextEvent(await runTemplate(event.data, deps, deps.clusterInfo), deps);
     case EVENT_TYPES.deploy:
       await runDeploy(event.data, deps);
+      return undefined;
+    case EVENT_TYPES.delete:
+      await runDelete({ clusterId: event.data.object.clusterId, ref: event.data.object, run: event.data.run }, deps);
       return undefined;
     default:
       deps.log.warn({ type: event.type }, 'no handler for this event type; event dropped');
@@ -98,11 +90,11 @@ export interface AttemptInfo {
  *   written either.
  */
 export async function dispatchWithRetryBound(
-  event: StageEvent,
+  event: KappEvent,
   deps: DispatchDeps,
   attempt: AttemptInfo,
-  dispatch: (event: StageEvent, deps: DispatchDeps) => Promise<StageEvent | undefined> = dispatchEvent,
-): Promise<{ next?: StageEvent; ended?: true }> {
+  dispatch: (event: KappEvent, deps: DispatchDeps) => Promise<KappEvent | undefined> = dispatchEvent,
+): Promise<{ next?: KappEvent; ended?: true }> {
   const secretMask = new SecretMask();
   try {
     return { next: await dispatch(event, { ...deps, secretMask }) };
@@ -113,21 +105,16 @@ export async function dispatchWithRetryBound(
   }
 }
 
-const RANK: Record<string, number> = { resync: 0, modified: 1, 'ref-changed': 2, added: 3, deleted: 4 };
-
 /**
  * Coalesces two events for one object into the one that runs: a newer object event replaces
  * anything waiting (it starts a new run from the latest object), keeping the stronger reason
- * (a pending `ref-changed` must still force the run); a stage event waiting for retry is
- * replaced by any object event.
+ * (`strongerReason`, the same rank as the forwarder's outbox: a pending `ref-changed` must
+ * still force the run); a stage event waiting for retry is replaced by any object event.
  */
-export function coalesceEvents(pending: StageEvent, next: StageEvent): StageEvent {
+export function coalesceEvents(pending: KappEvent, next: KappEvent): KappEvent {
   if (pending.type === EVENT_TYPES.object && next.type === EVENT_TYPES.object) {
-    const p = pending as ObjectEvent;
-    const n = next as ObjectEvent;
-    if ((RANK[p.data.reason] ?? 0) > (RANK[n.data.reason] ?? 0)) {
-      return { ...n, data: { ...n.data, reason: p.data.reason } };
-    }
+    const reason = strongerReason(pending.data.reason, next.data.reason);
+    if (reason !== next.data.reason) return { ...next, data: { ...next.data, reason } };
   }
   return next;
 }
@@ -152,7 +139,7 @@ export interface EmbeddedPipelineOptions {
  * forwarder's `Transport`) and runs each object's stages in process.
  */
 export class EmbeddedPipeline {
-  private readonly queue: KeyedQueue<StageEvent>;
+  private readonly queue: KeyedQueue<KappEvent>;
   private readonly maxAttempts: number;
 
   constructor(
@@ -160,7 +147,7 @@ export class EmbeddedPipeline {
     opts: EmbeddedPipelineOptions = {},
   ) {
     this.maxAttempts = opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
-    this.queue = new KeyedQueue<StageEvent>((_key, item, attempt) => this.run(item, attempt), {
+    this.queue = new KeyedQueue<KappEvent>((_key, item, attempt) => this.run(item, attempt), {
       concurrency: opts.concurrency ?? 4,
       baseRetryMs: opts.baseRetryMs,
       maxRetryMs: opts.maxRetryMs,
@@ -174,8 +161,8 @@ export class EmbeddedPipeline {
   }
 
   /** Accepts a batch of events (the forwarder's `Transport.send`). Never rejects. */
-  async send(events: readonly StageEvent[]): Promise<void> {
-    for (const e of events) this.queue.add(orderingKey(objectOf(e)), e);
+  async send(events: readonly KappEvent[]): Promise<void> {
+    for (const e of events) this.queue.add(orderingKey(objectRefOf(e)), e);
   }
 
   /** Resolves when no object runs or waits (crash retries included). */
@@ -193,10 +180,10 @@ export class EmbeddedPipeline {
     return { running: this.queue.running, waiting: this.queue.waiting };
   }
 
-  private async run(first: StageEvent, attempt: number): Promise<void> {
-    let ev: StageEvent | undefined = first;
+  private async run(first: KappEvent, attempt: number): Promise<void> {
+    let ev: KappEvent | undefined = first;
     while (ev) {
-      const current: StageEvent = ev;
+      const current: KappEvent = ev;
       try {
         ev = (await dispatchWithRetryBound(current, this.deps, { attempt, maxAttempts: this.maxAttempts })).next;
       } catch (err) {
@@ -204,9 +191,4 @@ export class EmbeddedPipeline {
       }
     }
   }
-}
-
-function objectOf(e: StageEvent) {
-  if (isDeleteEvent(e)) return e.data.object;
-  return objectRefOf(e as KappEvent);
 }

@@ -3,13 +3,13 @@
  *
  * @module
  */
-import type { StageEvent } from '../pipeline/runtime.js';
+import type { KappEvent } from '../../../events/schema.js';
 import type { EventSender, PipelineStage } from './port.js';
 
 /** One accepted event. */
 export interface SentEvent {
   stage: PipelineStage;
-  event: StageEvent;
+  event: KappEvent;
 }
 
 /** Records every event in {@link MemoryEventSender.sent}, in order. */
@@ -21,10 +21,10 @@ export class MemoryEventSender implements EventSender {
    * @param fail - when set, `send` rejects with what it returns for an event instead of
    *   recording it (simulates a transport outage); return `undefined` to accept.
    */
-  constructor(private readonly fail?: (stage: PipelineStage, event: StageEvent) => Error | undefined) {}
+  constructor(private readonly fail?: (stage: PipelineStage, event: KappEvent) => Error | undefined) {}
 
   /** {@inheritDoc EventSender.send} */
-  async send(stage: PipelineStage, event: StageEvent): Promise<void> {
+  async send(stage: PipelineStage, event: KappEvent): Promise<void> {
     const err = this.fail?.(stage, event);
     if (err) throw err;
     this.sent.push({ stage, event });

@@ -7,14 +7,13 @@
  * - `MessageDeduplicationId` = the CloudEvents `id`: builders derive ids from content, so a
  *   stage that is retried and emits the same hand-off again is deduplicated by SQS within its
  *   5-minute window (beyond it, the next stage's fencing and no-op checks absorb duplicates).
- * - `MessageBody` = the structured-mode CloudEvents JSON (`serializeStageEvent`).
+ * - `MessageBody` = the structured-mode CloudEvents JSON (`serializeEvent`).
  *
  * @module
  */
 import { SendMessageCommand, type SendMessageCommandInput } from '@aws-sdk/client-sqs';
-import { orderingKey } from '../../../events/schema.js';
-import type { StageEvent } from '../pipeline/runtime.js';
-import { type EventSender, objectOfEvent, type PipelineStage, serializeStageEvent, TransportError } from './port.js';
+import { type KappEvent, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
+import { type EventSender, type PipelineStage, TransportError } from './port.js';
 
 /**
  * The part of `SQSClient` this adapter uses (an `SQSClient` satisfies it; unit tests pass a
@@ -38,11 +37,11 @@ export interface SqsEventSenderOptions {
  *
  * @throws EventValidationError when the body exceeds 256 KiB.
  */
-export function sendMessageInput(queueUrl: string, event: StageEvent): SendMessageCommandInput {
+export function sendMessageInput(queueUrl: string, event: KappEvent): SendMessageCommandInput {
   return {
     QueueUrl: queueUrl,
-    MessageBody: serializeStageEvent(event),
-    MessageGroupId: orderingKey(objectOfEvent(event)),
+    MessageBody: serializeEvent(event),
+    MessageGroupId: orderingKey(objectRefOf(event)),
     MessageDeduplicationId: event.id,
   };
 }
@@ -63,7 +62,7 @@ export class SqsEventSender implements EventSender {
    *   has no URL for `stage`, or `failed to send event to the <stage> queue` with the SDK
    *   error as `cause`.
    */
-  async send(stage: PipelineStage, event: StageEvent): Promise<void> {
+  async send(stage: PipelineStage, event: KappEvent): Promise<void> {
     const url = this.#queueUrls[stage];
     if (!url) throw new TransportError(`no queue configured for the ${stage} function`);
     const input = sendMessageInput(url, event);
