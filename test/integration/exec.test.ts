@@ -21,6 +21,7 @@ import {
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { KAPP_ERROR_PREFIX } from '../../functions/lib/deploy/kapp.js';
 import { createToolMetrics } from '../../functions/lib/exec/metrics.js';
 import {
   CommandCanceledError,
@@ -33,7 +34,8 @@ import {
   type OutputStream,
 } from '../../functions/lib/exec/runner.js';
 import { canSwitchUid, ensureTraversable } from '../../functions/lib/exec/sandbox.js';
-import { attachError, STAGE_PREFIX } from '../../functions/lib/reconcile/status.js';
+import { attachError } from '../../functions/lib/reconcile/result.js';
+import { TEMPLATING_DIR_ERROR_PREFIX } from '../../functions/lib/template/step.js';
 import { hardenAddonPath, launcherPath } from '../../layers/native.js';
 
 const BINS: Record<string, string> = {
@@ -120,7 +122,7 @@ describe('real command runner', () => {
     expect(r.error?.message).toBe('exit status 3');
 
     const one = await runner.run({ cmd: 'sh', args: ['-c', 'echo "ytt: Error: boom" >&2; exit 1'] });
-    expect(attachError(STAGE_PREFIX.templatingDir, one)).toEqual({
+    expect(attachError(TEMPLATING_DIR_ERROR_PREFIX, one)).toEqual({
       stdout: '',
       stderr: 'ytt: Error: boom\n',
       exitCode: 1,
@@ -155,7 +157,7 @@ describe('real command runner', () => {
     expect(r.error?.message).toBe('Process was canceled');
     expect(r.error?.cause).toBe(reason);
     expect(r.durationMs).toBeLessThan(10_000);
-    expect(attachError(STAGE_PREFIX.deploying, r).error).toBe('Deploying: Process was canceled');
+    expect(attachError(KAPP_ERROR_PREFIX.deploy, r).error).toBe('Deploying: Process was canceled');
   });
 
   it('runs nothing when the signal is already aborted', async () => {

@@ -19,7 +19,7 @@ import { prepareHttpSources, restoreHttpLock } from '../../functions/lib/fetch/h
 import type { AppFetch } from '../../functions/lib/fetch/types.js';
 import { refObjectsFrom } from '../../functions/lib/fetch/types.js';
 import { planVendirSync } from '../../functions/lib/fetch/vendir.js';
-import type { StageResult } from '../../functions/lib/reconcile/status.js';
+import type { StageResult } from '../../functions/lib/reconcile/result.js';
 import { run } from '../../layers/gobuild.js';
 import { publishFile, readTree, toolBin, toolEnv } from '../harness/fixtures.js';
 import { type HttpServer, startHttpServer } from '../harness/servers.js';

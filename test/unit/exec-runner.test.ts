@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { KAPP_ERROR_PREFIX } from '../../functions/lib/deploy/kapp.js';
 import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
 import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { createToolMetrics, type ToolRunSample, teeToolMetrics } from '../../functions/lib/exec/metrics.js';
@@ -16,7 +17,8 @@ import {
   type OutputStream,
   STAGE_TOOLS,
 } from '../../functions/lib/exec/runner.js';
-import { attachError, STAGE_PREFIX } from '../../functions/lib/reconcile/status.js';
+import { FETCH_RUN_ERROR_PREFIX } from '../../functions/lib/fetch/vendir.js';
+import { attachError } from '../../functions/lib/reconcile/result.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 
@@ -124,7 +126,7 @@ describe('createCommandRunner without spawning', () => {
     const r = await runner.run({ cmd: 'kapp', args: ['deploy'], signal: ac.signal });
     expect(r).toMatchObject({ stdout: '', stderr: '', exitCode: -1, durationMs: 0 });
     expect(r.error).toBeInstanceOf(CommandCanceledError);
-    expect(attachError(STAGE_PREFIX.deploying, r).error).toBe('Deploying: Already canceled');
+    expect(attachError(KAPP_ERROR_PREFIX.deploy, r).error).toBe('Deploying: Already canceled');
     expect(metrics.snapshot()).toEqual({ kapp: { count: 1, failures: 1, totalMs: 0, maxMs: 0 } });
   });
 
@@ -211,7 +213,7 @@ describe('FakeCommandRunner', () => {
     expect(r.error).toBeInstanceOf(CommandExitError);
     expect(r.error?.message).toBe('exit status 1');
     expect(r.error?.cmd).toBe('vendir');
-    expect(attachError(STAGE_PREFIX.fetching, r)).toEqual({
+    expect(attachError(FETCH_RUN_ERROR_PREFIX, r)).toEqual({
       stdout: '',
       stderr: 'vendir: Error: boom\n',
       exitCode: 1,
@@ -224,7 +226,7 @@ describe('FakeCommandRunner', () => {
     const fake = new FakeCommandRunner().on('kapp', { error: new CommandCanceledError('kapp', true, undefined) });
     const r = await fake.run({ cmd: 'kapp', args: ['deploy'] });
     expect(r.exitCode).toBe(-1);
-    expect(attachError(STAGE_PREFIX.deploying, r).error).toBe('Deploying: Process was canceled');
+    expect(attachError(KAPP_ERROR_PREFIX.deploy, r).error).toBe('Deploying: Process was canceled');
   });
 
   it('streams scripted output through onOutput', async () => {

@@ -1,52 +1,48 @@
 import { describe, expect, it } from 'vitest';
+import { KAPP_ERROR_PREFIX } from '../../functions/lib/deploy/kapp.js';
+import { PREPARING_KAPP_PREFIX } from '../../functions/lib/deploy/kubeconfig.js';
 import {
   CommandCanceledError,
   CommandExitError,
   CommandStartError,
   CommandTimeoutError,
 } from '../../functions/lib/exec/runner.js';
+import { FETCH_RUN_ERROR_PREFIX } from '../../functions/lib/fetch/vendir.js';
+import { BLOCKING_FOR_DEPLOY_PREFIX } from '../../functions/lib/pipeline/deploy.js';
+import {
+  boundedStatusText,
+  MAX_STATUS_TEXT_BYTES,
+  redactSecrets,
+  TRUNCATION_PREFIX,
+  truncateTail,
+} from '../../functions/lib/reconcile/redact.js';
 import {
   attachError,
-  boundedStatusText,
   CA_HINT,
-  decideStatusWrite,
+  GENERIC_ERROR_DETAIL,
+  resultFromError,
+  type StageResult,
+  withCAHint,
+  withFriendlyYAMLStrings,
+} from '../../functions/lib/reconcile/result.js';
+import {
   deployStatus,
-  fetchingIndexPrefix,
   fetchStatus,
   formatStatusTime,
-  GENERIC_ERROR_DETAIL,
   inspectStatus,
-  kappStartedApplying,
-  MAX_STATUS_TEXT_BYTES,
   markDeleteCompleted,
   markDeleteFailed,
   markDeleting,
   markFailed,
-  markObserved,
   markPausedOrCanceled,
   markReconcileCompleted,
   markReconciling,
   markSucceeded,
-  onKappOutput,
-  onReconcileEnd,
-  onStatusChange,
-  redactSecrets,
-  resultFromError,
-  STAGE_ERROR,
-  STAGE_PREFIX,
-  type StageResult,
-  type StatusWritePlan,
-  startStatusWritePlan,
-  statusDiff,
-  statusEqual,
-  TRUNCATION_PREFIX,
   templateStatus,
-  truncateTail,
   usefulErrorMessage,
-  withCAHint,
-  withFriendlyYAMLStrings,
 } from '../../functions/lib/reconcile/status.js';
 import type { AppStatusLike } from '../../functions/lib/reconcile/types.js';
+import { TEMPLATING_DIR_ERROR_PREFIX, TEMPLATING_HELM_ERROR_PREFIX } from '../../functions/lib/template/step.js';
 
 const T1 = new Date('2024-05-01T10:00:01.250Z');
 const T2 = new Date('2024-05-01T10:00:02Z');
@@ -59,25 +55,6 @@ const ok = (stdout = '', stderr = ''): StageResult => attachError('', { stdout, 
 describe('strings', () => {
   it('has the upstream generic detail and prefixes', () => {
     expect(GENERIC_ERROR_DETAIL).toBe(GENERIC);
-    expect(STAGE_PREFIX).toEqual({
-      fetching: 'Fetching resources: ',
-      fetchingConfig: 'Fetching: ',
-      templatingDir: 'Templating dir: ',
-      templatingHelmChart: 'Templating helm chart: ',
-      preparingTemplateValues: 'Preparing template values: ',
-      writingValues: 'Writing values: ',
-      decryptingDir: 'Decrypting dir: ',
-      buildingConfig: 'Building config: ',
-      deploying: 'Deploying: ',
-      preparingKapp: 'Preparing kapp: ',
-      blockingForDeploy: 'Blocking for deploy: ',
-      deleting: 'Deleting: ',
-      unblockingForDeploy: 'Unblocking for deploy: ',
-      inspecting: 'Inspecting: ',
-    });
-    expect(fetchingIndexPrefix(2) + STAGE_ERROR.unsupportedFetch).toBe(
-      'Fetching (2): Unsupported way to fetch templates',
-    );
   });
 
   it('formats metav1.Time with whole seconds in UTC', () => {
@@ -89,54 +66,54 @@ describe('attachError (AttachErrorf)', () => {
   it.each([
     [
       'exit status 1 becomes the generic detail',
-      STAGE_PREFIX.deploying,
+      KAPP_ERROR_PREFIX.deploy,
       new CommandExitError('kapp', 1),
       1,
       `Deploying: ${GENERIC}`,
     ],
     [
       'another exit status is quoted',
-      STAGE_PREFIX.templatingDir,
+      TEMPLATING_DIR_ERROR_PREFIX,
       new CommandExitError('ytt', 2),
       2,
       'Templating dir: exit status 2',
     ],
     [
       'a signal has exit code -1',
-      STAGE_PREFIX.fetching,
+      FETCH_RUN_ERROR_PREFIX,
       new CommandExitError('vendir', -1, 'SIGKILL'),
       -1,
       'Fetching resources: signal: killed',
     ],
     [
       'cancellation during the run',
-      STAGE_PREFIX.deploying,
+      KAPP_ERROR_PREFIX.deploy,
       new CommandCanceledError('kapp', true, undefined),
       -1,
       'Deploying: Process was canceled',
     ],
     [
       'cancellation before the run',
-      STAGE_PREFIX.deploying,
+      KAPP_ERROR_PREFIX.deploy,
       new CommandCanceledError('kapp', false, undefined),
       -1,
       'Deploying: Already canceled',
     ],
     [
       'timeout',
-      STAGE_PREFIX.templatingHelmChart,
+      TEMPLATING_HELM_ERROR_PREFIX,
       new CommandTimeoutError('helm', 5000),
       -1,
       'Templating helm chart: Process timed out after 5000ms',
     ],
     [
       'spawn failure',
-      STAGE_PREFIX.inspecting,
+      KAPP_ERROR_PREFIX.inspect,
       new CommandStartError('kapp', Object.assign(new Error('spawn x ENOENT'), { code: 'ENOENT' })),
       -1,
       'Inspecting: failed to start kapp: ENOENT',
     ],
-    ['a plain error has no exit code', STAGE_PREFIX.deleting, new Error('boom'), -1, 'Deleting: boom'],
+    ['a plain error has no exit code', KAPP_ERROR_PREFIX.delete, new Error('boom'), -1, 'Deleting: boom'],
   ] as const)('%s', (_name, prefix, error, exitCode, message) => {
     expect(attachError(prefix, { stdout: 'out', stderr: 'err', error })).toEqual({
       stdout: 'out',
@@ -148,7 +125,7 @@ describe('attachError (AttachErrorf)', () => {
   });
 
   it('a successful run is finished with exit code 0 and no error', () => {
-    expect(attachError(STAGE_PREFIX.deploying, { stdout: 'Succeeded', stderr: '', error: undefined })).toEqual({
+    expect(attachError(KAPP_ERROR_PREFIX.deploy, { stdout: 'Succeeded', stderr: '', error: undefined })).toEqual({
       stdout: 'Succeeded',
       stderr: '',
       exitCode: 0,
@@ -157,7 +134,7 @@ describe('attachError (AttachErrorf)', () => {
   });
 
   it('resultFromError (NewCmdRunResultWithErr)', () => {
-    expect(resultFromError(new Error('Getting service account: not found'), STAGE_PREFIX.preparingKapp)).toEqual({
+    expect(resultFromError(new Error('Getting service account: not found'), PREPARING_KAPP_PREFIX)).toEqual({
       stdout: '',
       stderr: '',
       exitCode: -1,
@@ -182,7 +159,7 @@ describe('withFriendlyYAMLStrings', () => {
 
 describe('withCAHint', () => {
   it('appends the hint to a failed fetch with an unknown CA', () => {
-    const r = attachError(STAGE_PREFIX.fetching, {
+    const r = attachError(FETCH_RUN_ERROR_PREFIX, {
       stderr:
         'vendir: Error: Syncing directory \'0\':\n  Get "https://registry.local/v2/": x509: certificate signed by unknown authority',
       error: new CommandExitError('vendir', 1),
@@ -195,7 +172,7 @@ describe('withCAHint', () => {
   });
 
   it('leaves other failures and successes alone', () => {
-    const failed = attachError(STAGE_PREFIX.fetching, { stderr: 'no such host', error: new CommandExitError('v', 1) });
+    const failed = attachError(FETCH_RUN_ERROR_PREFIX, { stderr: 'no such host', error: new CommandExitError('v', 1) });
     expect(withCAHint(failed)).toBe(failed);
     const succeeded = ok('', 'x509: certificate signed by unknown authority');
     expect(withCAHint(succeeded)).toBe(succeeded);
@@ -289,7 +266,7 @@ describe('redactSecrets', () => {
 
 describe('stage status blocks', () => {
   it('fetchStatus stores stdout and stderr (with the CA hint), redacted', () => {
-    const r = attachError(STAGE_PREFIX.fetching, {
+    const r = attachError(FETCH_RUN_ERROR_PREFIX, {
       stdout: 'kind: LockConfig\nurl: https://u:p@h/x\n',
       stderr: 'x509: certificate signed by unknown authority',
       error: new CommandExitError('vendir', 1),
@@ -431,7 +408,7 @@ describe('transitions', () => {
       consecutiveReconcileSuccesses: 0,
     });
     expect(markDeleteCompleted(deleting, ok())).toEqual(deleting);
-    expect(markDeleteCompleted(deleting, resultFromError('x', STAGE_PREFIX.unblockingForDeploy))).toEqual(
+    expect(markDeleteCompleted(deleting, resultFromError('x', 'Unblocking for deploy: '))).toEqual(
       markDeleteFailed(deleting, 'Unblocking for deploy: x'),
     );
   });
@@ -452,7 +429,6 @@ describe('transitions', () => {
       observedGeneration: 1,
       friendlyDescription: 'Canceled/paused',
     });
-    expect(markObserved(null, 7)).toEqual({ observedGeneration: 7 });
   });
 });
 
@@ -461,7 +437,7 @@ describe('upstream status examples, end to end', () => {
     let s = markReconciling(undefined, 0);
     const stderr =
       'vendir: Error: Syncing directory \'0\':\n  Syncing directory \'.\' with HTTP contents:\n    Downloading URL:\n      Initiating URL download:\n        Get "i-dont-exist": unsupported protocol scheme ""\n';
-    const fetch = attachError(STAGE_PREFIX.fetching, { stderr, error: new CommandExitError('vendir', 1) });
+    const fetch = attachError(FETCH_RUN_ERROR_PREFIX, { stderr, error: new CommandExitError('vendir', 1) });
     s = { ...s, fetch: fetchStatus(fetch, { startedAt: T1, updatedAt: T2 }) };
     s = markReconcileCompleted(s, fetch);
     expect(s).toEqual({
@@ -489,7 +465,7 @@ describe('upstream status examples, end to end', () => {
     s = { ...s, template: templateStatus(ok('---\n'), { updatedAt: T2 }) };
     const deploy = resultFromError(
       new Error('Updating app: apps.kappctrl.k14s.io "simple-app" not found'),
-      STAGE_PREFIX.blockingForDeploy,
+      BLOCKING_FOR_DEPLOY_PREFIX,
     );
     s = { ...s, deploy: deployStatus(deploy, { startedAt: T2, updatedAt: T3 }) };
     s = markReconcileCompleted(s, deploy);
@@ -518,7 +494,7 @@ describe('upstream status examples, end to end', () => {
 
   it('Test_TemplateError_DisplayedInStatus_UsefulErrorMessageProperty', () => {
     const stderr = 'ytt: Error: \n- undefined: data\n    file.yml:1 | foo: #@ data.values.nothere\n';
-    const tpl = attachError(STAGE_PREFIX.templatingDir, { stderr, error: new CommandExitError('ytt', 1) });
+    const tpl = attachError(TEMPLATING_DIR_ERROR_PREFIX, { stderr, error: new CommandExitError('ytt', 1) });
     const s = markReconcileCompleted(
       { ...markReconciling(undefined, 0), template: templateStatus(tpl, { updatedAt: T2 }) },
       tpl,
@@ -537,7 +513,7 @@ describe('upstream status examples, end to end', () => {
   it('app_status_test deploy failure and cancel_test', () => {
     const kappErr =
       'kapp: Error: Checking existence of resource configmap/configmap (v1) namespace: does-not-exist:\n  API server says: ...';
-    const deploy = attachError(STAGE_PREFIX.deploying, {
+    const deploy = attachError(KAPP_ERROR_PREFIX.deploy, {
       stderr: `${kappErr}\n`,
       error: new CommandExitError('kapp', 1),
     });
@@ -551,100 +527,13 @@ describe('upstream status examples, end to end', () => {
       consecutiveReconcileSuccesses: 0,
       consecutiveReconcileFailures: 1,
     });
-    const canceled = attachError(STAGE_PREFIX.deploying, { error: new CommandCanceledError('kapp', true, undefined) });
+    const canceled = attachError(KAPP_ERROR_PREFIX.deploy, {
+      error: new CommandCanceledError('kapp', true, undefined),
+    });
     const d = deployStatus(canceled, { startedAt: T1, updatedAt: T2 });
     expect([d.finished, d.exitCode, d.error]).toEqual([true, -1, 'Deploying: Process was canceled']);
     expect(markReconcileCompleted(EMPTY, canceled).conditions).toEqual([
       { type: 'ReconcileFailed', status: 'True', message: 'Deploying: Process was canceled' },
     ]);
-  });
-});
-
-describe('statusEqual / statusDiff', () => {
-  it('treats absent, null, empty string and empty array alike', () => {
-    expect(statusEqual({ conditions: [], usefulErrorMessage: '', inspect: null }, {})).toBe(true);
-    expect(statusEqual(undefined, {})).toBe(true);
-    expect(statusEqual({ a: { b: 1, c: '' } }, { a: { b: 1 } })).toBe(true);
-  });
-
-  it('keeps zero numbers and false booleans significant', () => {
-    expect(statusDiff({ deploy: { exitCode: 0, finished: false } }, { deploy: {} })).toEqual([
-      'deploy.exitCode',
-      'deploy.finished',
-    ]);
-  });
-
-  it('lists differing paths, sorted', () => {
-    const a = markFailed(markReconciling(undefined, 1), 'Deploying: x');
-    const b = markSucceeded(markReconciling(undefined, 1));
-    expect(statusDiff(a, b)).toEqual([
-      'conditions[0].message',
-      'conditions[0].type',
-      'consecutiveReconcileFailures',
-      'consecutiveReconcileSuccesses',
-      'friendlyDescription',
-      'usefulErrorMessage',
-    ]);
-    expect(statusEqual(a, b)).toBe(false);
-    expect(statusDiff({ conditions: [{ type: 'A' }] }, { conditions: [{ type: 'A' }, { type: 'B' }] })).toEqual([
-      'conditions[1]',
-    ]);
-  });
-});
-
-describe('status write discipline (app.go updateStatus / flushUpdateStatus)', () => {
-  it('decideStatusWrite', () => {
-    expect(decideStatusWrite({ generation: 2, observedGenerationAtStart: 1, flushAll: false })).toBe('immediate');
-    expect(decideStatusWrite({ generation: 1, observedGenerationAtStart: 1, flushAll: true })).toBe('immediate');
-    expect(decideStatusWrite({ generation: 1, observedGenerationAtStart: 1, flushAll: false })).toBe('deferred');
-  });
-
-  it('a periodic resync with no changes writes once, at the end', () => {
-    let plan: StatusWritePlan = startStatusWritePlan(3, 3);
-    const writes: string[] = [];
-    const step = (name: string, r: { plan: StatusWritePlan; write: boolean }) => {
-      plan = r.plan;
-      if (r.write) writes.push(name);
-    };
-    step('reconciling', onStatusChange(plan));
-    step('fetch', onStatusChange(plan));
-    step('template', onStatusChange(plan));
-    step('kapp progress', onKappOutput(plan, 'Target cluster ...\nChanges\n\nSucceeded'));
-    step('deploy', onStatusChange(plan));
-    step('completed', onStatusChange(plan));
-    step('end', onReconcileEnd(plan));
-    expect(writes).toEqual(['end']);
-  });
-
-  it('a spec change writes every update immediately and nothing is left for the end', () => {
-    let plan = startStatusWritePlan(4, 3);
-    const writes: boolean[] = [];
-    for (let i = 0; i < 3; i++) {
-      const r = onStatusChange(plan);
-      plan = r.plan;
-      writes.push(r.write);
-    }
-    expect(writes).toEqual([true, true, true]);
-    expect(onReconcileEnd(plan).write).toBe(false);
-  });
-
-  it('kapp applying switches flush-all on once, flushing what is pending', () => {
-    let plan = startStatusWritePlan(3, 3);
-    plan = onStatusChange(plan).plan;
-    expect(plan.pending).toBe(true);
-    const first = onKappOutput(plan, '2:01:02AM: ---- applying 1 changes [0/1 done] ----');
-    expect(first.write).toBe(true);
-    expect(first.plan).toEqual({ generation: 3, observedGenerationAtStart: 3, flushAll: true, pending: false });
-    const again = onKappOutput(first.plan, 'more ---- applying ');
-    expect(again).toEqual({ plan: first.plan, write: false });
-    expect(onStatusChange(first.plan).write).toBe(true);
-    expect(kappStartedApplying('---- applying')).toBe(false);
-    expect(kappStartedApplying('x ---- applying 2 changes')).toBe(true);
-  });
-
-  it('switching flush-all on with nothing pending writes nothing yet', () => {
-    const r = onKappOutput(startStatusWritePlan(1, 1), ' ---- applying ');
-    expect(r.write).toBe(false);
-    expect(r.plan.flushAll).toBe(true);
   });
 });

@@ -18,8 +18,8 @@ import type { KubeObject, KubeSecret } from '../../functions/lib/kube/port.js';
 import { runDeploy } from '../../functions/lib/pipeline/deploy.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
+import { TRUNCATION_PREFIX, truncateTail } from '../../functions/lib/reconcile/redact.js';
 import { MASKED, MIN_MASKED_CHARS, SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
-import { TRUNCATION_PREFIX, truncateTail } from '../../functions/lib/reconcile/status.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 

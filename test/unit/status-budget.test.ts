@@ -1,13 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { TextTail } from '../../functions/lib/exec/tail.js';
-import { fetchPart, summarizeStatus, templatePart } from '../../functions/lib/pipeline/common.js';
+import { MAX_STATUS_TEXT_BYTES, TRUNCATION_PREFIX } from '../../functions/lib/reconcile/redact.js';
 import {
   deployStatus,
+  fetchPart,
   inspectStatus,
-  MAX_STATUS_TEXT_BYTES,
   markFailed,
-  TRUNCATION_PREFIX,
+  summarizeStatus,
+  templatePart,
 } from '../../functions/lib/reconcile/status.js';
 import {
   ETCD_MAX_REQUEST_BYTES,
@@ -64,8 +65,8 @@ function buildHugeStatus(): AppStatus {
   const parts = {
     fetch: fetchPart(stage('fetch', 5 * MiB), NOW, NOW),
     template: templatePart(stage('template', 5 * MiB, error), NOW),
-    deploy: deployStatus(stage('deploy', 5 * MiB), { startedAt: NOW, updatedAt: NOW }) as Record<string, unknown>,
-    inspect: inspectStatus(stage('inspect', 5 * MiB), { updatedAt: NOW }) as Record<string, unknown>,
+    deploy: deployStatus(stage('deploy', 5 * MiB), { startedAt: NOW, updatedAt: NOW }),
+    inspect: inspectStatus(stage('inspect', 5 * MiB), { updatedAt: NOW }),
   };
   const status = summarizeStatus({ observedGeneration: 1 }, 2, parts, {
     stdout: '',
@@ -182,7 +183,7 @@ describe('fitStatus', () => {
       deploy: deployStatus(
         { stdout: big('deploy-stdout', 3 * MiB), stderr: 'kapp: Error: short', exitCode: 1, finished: true },
         { startedAt: NOW, updatedAt: NOW },
-      ) as Record<string, unknown>,
+      ),
     }) as AppStatus;
     const fitted = fitStatus(status, 200_000);
     expect(fitted.deploy?.stderr).toBe('kapp: Error: short');

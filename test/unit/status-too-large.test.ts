@@ -13,11 +13,12 @@ import { MapClusterRegistry } from '../../functions/lib/kube/registry.js';
 import { isStatusTooLargeError, writeStatus } from '../../functions/lib/kube/status-write.js';
 import type { RestRequest, RestResponse, RestTransport, WatchTransport } from '../../functions/lib/kube/transport.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import { summarizeStatus, templatePart, writeAppStatus } from '../../functions/lib/pipeline/common.js';
+import { writeAppStatus } from '../../functions/lib/pipeline/common.js';
 import { KAPP_OUTPUT_BYTES, runDeploy } from '../../functions/lib/pipeline/deploy.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
-import { TRUNCATION_PREFIX } from '../../functions/lib/reconcile/status.js';
+import { TRUNCATION_PREFIX } from '../../functions/lib/reconcile/redact.js';
+import { summarizeStatus, templatePart } from '../../functions/lib/reconcile/status.js';
 import {
   APISERVER_MAX_REQUEST_BODY_BYTES,
   ETCD_CLIENT_MAX_SEND_BYTES,

@@ -90,6 +90,17 @@ export function renderCacheKey(inputHash: string): string {
 }
 
 /**
+ * Key of a shared pinned-fetch record: `cache/fetch/sha256/<hex>.json`. The record's body (owned
+ * by the fetch stage) names the fetch artifact made from sources pinned to that identity (a
+ * private fetch keeps its record sealed instead, `./sealed.ts` kind `fetch-cache`).
+ * @param identity result of `pinnedFetchIdentity` (`../fetch/pinned.ts`).
+ * @throws TypeError when `identity` is not 64 lowercase hex characters.
+ */
+export function fetchCacheKey(identity: string): string {
+  return `cache/fetch/sha256/${requireHex(identity, 'pinned fetch')}.json`;
+}
+
+/**
  * Splits an artifact key into its kind and hex digest.
  * @returns `undefined` when `key` matches none of the layouts above (never throws).
  */

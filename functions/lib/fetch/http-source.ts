@@ -14,7 +14,7 @@
  * @module
  */
 import { join } from 'node:path';
-import { GENERIC_ERROR_DETAIL, resultFromError, type StageResult } from '../reconcile/status.js';
+import { GENERIC_ERROR_DETAIL, resultFromError, type StageResult } from '../reconcile/result.js';
 import { isVendirArchiveError, type UnpackLimits, UnsafeArchiveError, unpackHttpContent } from './archive.js';
 import { createHttpDownloader, HttpDownloadError, type HttpDownloader } from './http-download.js';
 import type { AppFetch, RefObjects } from './types.js';

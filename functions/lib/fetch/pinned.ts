@@ -10,7 +10,7 @@
  * @module
  */
 import { createHash } from 'node:crypto';
-import { canonicalJson } from '../artifact/keys.js';
+import { canonicalJson, sha256Hex } from '../artifact/keys.js';
 import type { AppFetch, VersionSelection } from './types.js';
 import { type FetchSourceKind, fetchSourceKind } from './vendir.js';
 
@@ -113,4 +113,44 @@ export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | unde
     .update(canonicalJson({ v: 1, source, ...content }))
     .digest('hex')}`;
   return { source, pinned, reason, cacheKey };
+}
+
+/**
+ * Identity of a whole `spec.fetch` when every entry is pinned, else `undefined`. Covers the
+ * directory each entry lands in and the vendir version (a vendir upgrade may lay files out
+ * differently). Inline entries without `pathsFrom` are pinned by their content.
+ */
+export function pinnedFetchIdentity(
+  fetch: readonly AppFetch[],
+  vendirVersion: string,
+  credentials: Readonly<Record<string, string>> = {},
+): string | undefined {
+  if (fetch.length === 0) return undefined;
+  const parts: unknown[] = [];
+  for (const [i, entry] of fetch.entries()) {
+    if (entry.inline) {
+      if (entry.inline.pathsFrom?.length) return undefined;
+      parts.push({ i, path: entry.path ?? null, inline: { ...(entry.inline.paths ?? {}) } });
+      continue;
+    }
+    const id = fetchSourceIdentity(entry);
+    if (!id?.pinned) return undefined;
+    // The credentials are part of the identity: an App may reuse a private artifact only
+    // with the same credentials that fetched it (upstream re-fetches with each App's own).
+    const secret = fetchSecretName(entry);
+    parts.push({ i, path: entry.path ?? null, id: id.cacheKey, cred: secret ? (credentials[secret] ?? '-') : null });
+  }
+  return sha256Hex(canonicalJson({ v: 1, vendir: vendirVersion, parts }));
+}
+
+/** The Secret holding a fetch entry's credentials, if it names one. */
+export function fetchSecretName(entry: AppFetch): string | undefined {
+  return (
+    entry.git?.secretRef?.name ??
+    entry.http?.secretRef?.name ??
+    entry.image?.secretRef?.name ??
+    entry.imgpkgBundle?.secretRef?.name ??
+    entry.helmChart?.repository?.secretRef?.name ??
+    undefined
+  );
 }

@@ -126,21 +126,8 @@ export function configMapNotFoundMessage(name: string): string {
   return `configmaps "${name}" not found`;
 }
 
-/**
- * A planning error whose `message` is exactly the text kapp-controller would put into
- * `status.<stage>.error` (and, for the failing stage, the ReconcileFailed condition message).
- * The process exit code for such errors is `-1` upstream (no process ran).
- */
-export class KappControllerError extends Error {
-  /**
-   * @param message - the exact upstream status text
-   * @param options - `cause`: the underlying error, if any
-   */
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = 'KappControllerError';
-  }
-}
+/** The user-facing error type (`../reconcile/result.ts`), re-exported for the planners. */
+export { KappControllerError } from '../reconcile/result.js';
 
 /** What upstream substitutes for `exit status 1` in status error texts. */
 export const SEE_USEFUL_ERROR_MESSAGE = 'Error (see .status.usefulErrorMessage for details)';

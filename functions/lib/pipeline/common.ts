@@ -1,12 +1,13 @@
 /**
- * Pieces every stage handler shares: re-reading the App an event refers to, the run fence,
- * reading referenced Secrets/ConfigMaps into the planners' shapes, scratch directories, and
- * the single function that turns a run's results into status (style.md §1: steps never set
- * conditions themselves).
+ * Pieces every stage handler shares: the App an event refers to and reading it, reading
+ * referenced Secrets/ConfigMaps into the planners' shapes, scratch directories, THE App status
+ * write, the stage-run log line and the abort watch. The stage frame (open, fence, close with
+ * the write policy) is `./stage.ts`; the status summarizer is `../reconcile/status.ts`.
  */
+import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
-import type { ObjectRef as EventObjectRef, StageStatusSummary } from '../../../events/schema.js';
+import type { ObjectRef as EventObjectRef } from '../../../events/schema.js';
 import { type App, type AppStatus, parseApp } from '../api/index.js';
 import type { ConfigMapLike, RefObjects, SecretLike } from '../fetch/types.js';
 import { refObjectsFrom } from '../fetch/types.js';
@@ -14,17 +15,8 @@ import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type
 import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
 import { logStageRun, type StageOutcome } from '../log.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import {
-  fetchStatus,
-  formatStatusTime,
-  MAX_STATUS_TEXT_BYTES,
-  markReconcileCompleted,
-  type StageResult,
-  templateStatus,
-  truncateTail,
-} from '../reconcile/status.js';
+import { omitEmptyStatusFields } from '../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
-import type { AppStatusLike } from '../reconcile/types.js';
 import type { PipelineDeps } from './deps.js';
 
 /** The Kubernetes reference of the App an event refers to. */
@@ -64,33 +56,6 @@ export async function loadApp(kube: KubeReader, ref: ObjectRef): Promise<LoadRes
   return { kind: 'ok', loaded: { raw, app: parsed.data } };
 }
 
-/**
- * Re-reads the App for a later stage and applies the run fence.
- * @returns the App, or why the stage must stop without work (`gone`: deleted, recreated or
- *   unparsable; `stale`: a newer spec exists and its own run will follow).
- * @throws KubeApiError when the read fails (the stage is retried).
- */
-export async function loadFenced(
-  kube: KubeReader,
-  ref: ObjectRef,
-  fence: RunFence,
-): Promise<{ loaded: LoadedApp; stop?: undefined } | { stop: 'gone' | 'stale' }> {
-  const result = await loadApp(kube, ref);
-  const state = checkFence(result.kind === 'ok' ? result.loaded.raw : undefined, fence);
-  if (result.kind !== 'ok' || state !== 'ok') return { stop: state === 'ok' ? 'gone' : state };
-  return { loaded: result.loaded };
-}
-
-/** Why a later stage stops without work: the object is gone, recreated, or has a newer spec. */
-export type FenceResult = 'ok' | 'gone' | 'stale';
-
-/** Checks that the live object is the one (uid) and the spec (generation) a run started for. */
-export function checkFence(raw: KubeObject | undefined, fence: RunFence): FenceResult {
-  if (!raw || raw.metadata.uid !== fence.uid) return 'gone';
-  if (raw.metadata.generation !== fence.generation) return 'stale';
-  return 'ok';
-}
-
 function secretLike(
   name: string,
   namespace: string,
@@ -117,7 +82,6 @@ export async function readRefs(
   configMaps: readonly string[],
   mask?: SecretMask,
 ): Promise<RefObjects & { digests: Record<string, string> }> {
-  const { createHash } = await import('node:crypto');
   const digests: Record<string, string> = {};
   const secretList: SecretLike[] = [];
   const cmList: ConfigMapLike[] = [];
@@ -160,105 +124,6 @@ export async function makeScratch(deps: PipelineDeps, prefix: string): Promise<s
 /** Removes a scratch directory; never throws (a leftover temp dir must not fail a run). */
 export async function removeScratch(dir: string): Promise<void> {
   await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-}
-
-/** Max characters of each output carried in a stage hand-off event (events/schema.ts limits). */
-const SUMMARY_OUTPUT_BYTES = 15 * 1024;
-const SUMMARY_ERROR_BYTES = 4000;
-
-/**
- * Shrinks a status part into the bounded summary a hand-off event carries (the tail of each
- * output is kept, like the 1 MiB status truncation, but at event size).
- */
-export function summarize(part: {
-  startedAt?: string;
-  updatedAt?: string;
-  exitCode?: number;
-  error?: string;
-  stdout?: string;
-  stderr?: string;
-}): StageStatusSummary {
-  const s: StageStatusSummary = {
-    updatedAt: part.updatedAt ?? new Date(0).toISOString(),
-    exitCode: part.exitCode ?? 0,
-  };
-  if (part.startedAt) s.startedAt = part.startedAt;
-  if (part.error) s.error = truncateTail(part.error, SUMMARY_ERROR_BYTES);
-  if (part.stdout) s.stdout = truncateTail(part.stdout, SUMMARY_OUTPUT_BYTES);
-  if (part.stderr) s.stderr = truncateTail(part.stderr, SUMMARY_OUTPUT_BYTES);
-  return s;
-}
-
-/** Builds `status.fetch` from a fetch result (bounded, redacted). */
-export function fetchPart(result: StageResult, startedAt: Date, now: Date): NonNullable<AppStatus['fetch']> {
-  return fetchStatus(result, { startedAt, updatedAt: now }) as NonNullable<AppStatus['fetch']>;
-}
-
-/** Builds `status.template` from a template result (stderr only; the manifest is never stored). */
-export function templatePart(result: StageResult, now: Date): NonNullable<AppStatus['template']> {
-  return templateStatus(result, { updatedAt: now }) as NonNullable<AppStatus['template']>;
-}
-
-/** A stored status part rebuilt from a hand-off summary. */
-export function partFromSummary(s: StageStatusSummary | undefined): Record<string, unknown> | undefined {
-  if (!s) return undefined;
-  const out: Record<string, unknown> = { exitCode: s.exitCode, updatedAt: s.updatedAt };
-  if (s.startedAt) out.startedAt = s.startedAt;
-  if (s.error) out.error = s.error;
-  if (s.stdout) out.stdout = s.stdout;
-  if (s.stderr) out.stderr = s.stderr;
-  return out;
-}
-
-/** True when the live status announced this run (condition `Reconciling`): each stage then writes at once. */
-export function writesImmediately(status: AppStatus | undefined): boolean {
-  return status?.conditions?.some((c) => c.type === 'Reconciling') ?? false;
-}
-
-/** The status parts a run has produced so far (any may be absent). */
-export interface RunParts {
-  fetch?: Record<string, unknown>;
-  template?: Record<string, unknown>;
-  deploy?: Record<string, unknown>;
-  inspect?: Record<string, unknown> | null;
-}
-
-/**
- * THE status summarizer: merges a run's parts into the current status and, when `result` is
- * given, completes the reconcile (`ReconcileSucceeded`/`ReconcileFailed`, counters,
- * friendlyDescription, usefulErrorMessage), as `pkg/app/app_reconcile.go` does after
- * `reconcileFetchTemplateDeploy`. `observedGeneration` is the run's generation.
- */
-export function summarizeStatus(
-  current: AppStatus | undefined,
-  generation: number,
-  parts: RunParts,
-  result?: StageResult,
-): AppStatus {
-  let next = { ...(current ?? {}) } as AppStatusLike & Record<string, unknown>;
-  next.observedGeneration = generation;
-  if (parts.fetch) next.fetch = parts.fetch;
-  if (parts.template) next.template = parts.template;
-  if (parts.deploy) next.deploy = parts.deploy;
-  if (parts.inspect === null) delete next.inspect;
-  else if (parts.inspect) next.inspect = parts.inspect;
-  if (result) next = markReconcileCompleted(next, result) as typeof next;
-  return next as AppStatus;
-}
-
-/**
- * Drops the status fields upstream declares `omitempty` when they hold their zero value
- * (`usefulErrorMessage` "", `consecutiveReconcileSuccesses` 0, `consecutiveReconcileFailures` 0;
- * `pkg/apis/kappctrl/v1alpha1/types.go` `AppStatus`, `GenericStatus`), so the stored status has
- * kapp-controller's shape: no `usefulErrorMessage: ""` after a success. Readers treat a missing
- * counter as 0.
- */
-export function omitEmptyStatusFields(status: AppStatus): AppStatus {
-  const out = { ...status } as AppStatus & Record<string, unknown>;
-  if (out.usefulErrorMessage === '') delete out.usefulErrorMessage;
-  if (out.consecutiveReconcileSuccesses === 0) delete out.consecutiveReconcileSuccesses;
-  if (out.consecutiveReconcileFailures === 0) delete out.consecutiveReconcileFailures;
-  return out;
 }
 
 /**
@@ -315,12 +180,6 @@ export function stageTimer(deps: PipelineDeps, stage: string, object: string, ge
       ...extra,
     });
 }
-
-/** RFC 3339 with seconds precision, as metav1.Time. */
-export const statusTime = formatStatusTime;
-
-/** 1 MiB: the bound on each status text field (PR #1840). */
-export const STATUS_TEXT_LIMIT = MAX_STATUS_TEXT_BYTES;
 
 /** A running watch of an App for deletion or cancellation (see {@link watchForAbort}). */
 export interface AbortWatch {

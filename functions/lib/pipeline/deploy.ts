@@ -28,38 +28,42 @@ import {
   wantsInspect,
 } from '../deploy/index.js';
 import { TextTail } from '../exec/tail.js';
-import { KappControllerError } from '../fetch/types.js';
 import type { DeployView, ObjectRef } from '../kube/port.js';
-import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   attachError,
+  KappControllerError,
+  MissingArtifactError,
+  outcomeOf,
+  resultFromError,
+  type StageResult,
+} from '../reconcile/result.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
+import {
   deployStatus,
+  fromEventPart,
   inspectStatus,
   KAPP_APPLYING_MARKER,
   markDeleteCompleted,
   markDeleting,
-  resultFromError,
-  type StageResult,
+  type RunParts,
+  summarizeStatus,
 } from '../reconcile/status.js';
 import { markTruncated } from '../reconcile/status-budget.js';
 import { readArtifact, scopeOf } from './artifacts.js';
 import {
   appRef,
   loadApp,
-  loadFenced,
   makeScratch,
   objectKey,
-  partFromSummary,
-  type RunParts,
   removeScratch,
   stageTimer,
-  summarizeStatus,
   watchForAbort,
   writeAppStatus,
 } from './common.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import type { RunContext } from './fetch.js';
 import { infraStep } from './retry-bound.js';
+import { APP_KIND, closeStage, openStage } from './stage.js';
 
 const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
   apiVersion: 'v1',
@@ -180,13 +184,16 @@ async function runKapp(
   }
 }
 
+/** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
+export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';
+
 /** Adds the finalizer before kapp runs (`blockDeletion`). @returns an error result when that fails. */
 async function blockDeletion(kube: DeployView, ref: ObjectRef, uid: string): Promise<StageResult | undefined> {
   try {
     await kube.addFinalizer(ref, Finalizer.App, { uid });
     return undefined;
   } catch (err) {
-    return resultFromError(err, 'Blocking for deploy: ');
+    return resultFromError(err, BLOCKING_FOR_DEPLOY_PREFIX);
   }
 }
 
@@ -197,20 +204,21 @@ async function blockDeletion(kube: DeployView, ref: ObjectRef, uid: string): Pro
  */
 export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Promise<void> {
   const ref = data.object;
-  const kube = deps.clusters.deployView(ref.clusterId);
-  const kref = appRef(ref);
-  const fence = { uid: ref.uid, generation: data.run.generation };
-  const done = stageTimer(deps, 'deploy', objectKey(ref), data.run.generation);
-  const fenced = await loadFenced(kube, kref, fence);
-  if (fenced.stop) {
-    done(fenced.stop);
-    return;
-  }
-  const { app } = fenced.loaded;
-  const mask = secretMaskOf(deps);
+  const opened = await openStage(deps, {
+    stage: 'deploy',
+    object: ref,
+    generation: data.run.generation,
+    view: (id) => deps.clusters.deployView(id),
+    kind: APP_KIND,
+  });
+  if (opened.stop) return;
+  const { frame } = opened;
+  const { kube, mask, fence } = frame;
+  const kref = frame.ref;
+  const { app } = frame.loaded;
   const parts: RunParts = {
-    fetch: partFromSummary(data.fetchStatus),
-    template: partFromSummary(data.templateStatus),
+    fetch: fromEventPart(data.fetchStatus),
+    template: fromEventPart(data.templateStatus),
   };
   const startedAt = deps.now();
   let tools = { runs: 0, ms: 0 };
@@ -226,7 +234,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     const manifest = await infraStep('reading the rendered manifest', () =>
       readArtifact(deps, scopeOf(ref), data.artifacts.manifestKey),
     );
-    if (!manifest) throw new Error(`manifest ${data.artifacts.manifestKey} is missing from the object store`);
+    if (!manifest) throw new MissingArtifactError('manifest', data.artifacts.manifestKey);
     const work = await makeScratch(deps, 'deploy');
     try {
       const kapp = appKappDeploy(app.spec);
@@ -238,6 +246,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         metadataFile,
         controllerRawOptions: deps.config.kappDeployRawOptions,
       });
+      // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
       let flushAll = false;
       const run = await runKapp(
         cmd,
@@ -256,7 +265,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
             kube,
             kref,
             fence,
-            (cur) => summarizeStatus(cur, fence.generation, { ...parts, deploy: progress as Record<string, unknown> }),
+            (cur) => summarizeStatus(cur, fence.generation, { ...parts, deploy: progress }),
             mask,
           );
         },
@@ -267,13 +276,13 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
       kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
     } catch (err) {
-      if (!(err instanceof KappControllerError)) throw err;
+      if (outcomeOf(err) !== 'user') throw err;
       result = resultFromError(err);
     } finally {
       await removeScratch(work);
     }
   }
-  parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, kappStatus) as Record<string, unknown>;
+  parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, kappStatus);
 
   // Inspect after every deploy attempt when asked (status.deploy is now always set).
   const kappSpec = app.spec.deploy?.[0]?.kapp;
@@ -291,34 +300,13 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       tools = { runs: tools.runs + 1, ms: tools.ms + run.durationMs };
       inspect = mask.result(attachError(KAPP_ERROR_PREFIX.inspect, run));
     } catch (err) {
-      if (!(err instanceof KappControllerError)) throw err;
+      if (outcomeOf(err) !== 'user') throw err;
       // `Inspecting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`).
       inspect = resultFromError(err);
     }
-    parts.inspect = (inspectStatus(inspect, { updatedAt: deps.now() }) as Record<string, unknown>) ?? null;
+    parts.inspect = inspectStatus(inspect, { updatedAt: deps.now() }) ?? null;
   }
-
-  const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
-  let w = await writeAppStatus(kube, kref, fence, final, mask);
-  if (w.outcome === 'stale') {
-    // Upstream's running reconcile always writes its result, also when the App was canceled
-    // or paused meanwhile (that bumps the generation); the follow-up then only marks
-    // `Canceled/paused` and leaves the condition. Any other spec change is the next run's.
-    const live = await loadApp(kube, kref);
-    const held = live.kind === 'ok' && (live.loaded.app.spec.canceled || live.loaded.app.spec.paused);
-    if (live.kind === 'ok' && held && live.loaded.raw.metadata.uid === ref.uid) {
-      w = await writeAppStatus(
-        kube,
-        kref,
-        { uid: ref.uid, generation: live.loaded.raw.metadata.generation ?? 0 },
-        final,
-        mask,
-      );
-    }
-  }
-  const outcome =
-    w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : 'succeeded';
-  done(outcome, { error: result.error && mask.redact(result.error), tools });
+  await closeStage(frame, { parts, result, last: true, success: 'succeeded', tools });
 }
 
 /** A namespace that is being deleted or already gone. */
@@ -393,7 +381,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
             kube,
             kref,
             fence,
-            (cur) => summarizeStatus(cur, fence.generation, { deploy: progress as Record<string, unknown> }),
+            (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
             mask,
           );
         },
@@ -401,11 +389,13 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
       tools = { runs: 1, ms: run.durationMs };
       result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
     } catch (err) {
-      if (!(err instanceof KappControllerError)) throw err;
+      if (outcomeOf(err) !== 'user') throw err;
       // `Deleting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`); the delete
       // path says `delete` where the deploy path says `deploy`.
       result = resultFromError(
-        err.message === UNSUPPORTED_DEPLOY_MESSAGE ? new KappControllerError('Unsupported way to delete') : err,
+        err instanceof Error && err.message === UNSUPPORTED_DEPLOY_MESSAGE
+          ? new KappControllerError('Unsupported way to delete')
+          : err,
       );
     }
   }
@@ -420,8 +410,8 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
     kref,
     fence,
     (cur) => {
-      const next = summarizeStatus(cur, fence.generation, { deploy: deploy as Record<string, unknown> });
-      return markDeleteCompleted(next, result) as AppStatus;
+      const next = summarizeStatus(cur, fence.generation, { deploy });
+      return markDeleteCompleted(next, result);
     },
     mask,
   );

@@ -11,36 +11,29 @@
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
 import { mkdir } from 'node:fs/promises';
-import type { ObjectRef as EventObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
+import type {
+  DeployStageData,
+  ObjectRef as EventObjectRef,
+  StageRun,
+  TemplateStageData,
+} from '../../../events/schema.js';
 import type { App } from '../api/index.js';
-import { canonicalJson, fetchArtifactKey, sha256Hex } from '../artifact/keys.js';
+import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
 import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
-import { fetchSourceIdentity } from '../fetch/pinned.js';
-import type { AppFetch } from '../fetch/types.js';
-import { KappControllerError, type RefObjects } from '../fetch/types.js';
+import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
+import type { RefObjects } from '../fetch/types.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import { redactSecrets } from '../reconcile/redact.js';
+import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
+import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { fetchIsPrivate, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
-import {
-  appRef,
-  fetchPart,
-  type LoadedApp,
-  makeScratch,
-  objectKey,
-  readRefs,
-  removeScratch,
-  stageTimer,
-  summarize,
-  summarizeStatus,
-  watchForAbort,
-  writeAppStatus,
-  writesImmediately,
-} from './common.js';
-import { type PipelineDeps, secretMaskOf } from './deps.js';
+import { type LoadedApp, makeScratch, readRefs, removeScratch, watchForAbort } from './common.js';
+import type { PipelineDeps } from './deps.js';
 import { infraStep } from './retry-bound.js';
+import { APP_KIND, closeStage, openStage } from './stage.js';
 
 /** The object and run a stage works for (everything a hand-off event carries). */
 export interface RunContext {
@@ -52,51 +45,8 @@ export interface RunContext {
 /** What a stage hands on: at most one of the next stage's inputs. */
 export interface StageOutput {
   template?: TemplateStageData;
-  deploy?: import('../../../events/schema.js').DeployStageData;
+  deploy?: DeployStageData;
   delete?: RunContext;
-}
-
-/** Prefix of the keys that map a set of pinned sources to their fetch artifact. */
-export const PINNED_FETCH_PREFIX = 'cache/fetch/sha256/';
-
-/**
- * Identity of a whole `spec.fetch` when every entry is pinned, else `undefined`. Covers the
- * directory each entry lands in and the vendir version (a vendir upgrade may lay files out
- * differently). Inline entries without `pathsFrom` are pinned by their content.
- */
-export function pinnedFetchIdentity(
-  fetch: readonly AppFetch[],
-  vendirVersion: string,
-  credentials: Readonly<Record<string, string>> = {},
-): string | undefined {
-  if (fetch.length === 0) return undefined;
-  const parts: unknown[] = [];
-  for (const [i, entry] of fetch.entries()) {
-    if (entry.inline) {
-      if (entry.inline.pathsFrom?.length) return undefined;
-      parts.push({ i, path: entry.path ?? null, inline: { ...(entry.inline.paths ?? {}) } });
-      continue;
-    }
-    const id = fetchSourceIdentity(entry);
-    if (!id?.pinned) return undefined;
-    // The credentials are part of the identity: an App may reuse a private artifact only
-    // with the same credentials that fetched it (upstream re-fetches with each App's own).
-    const secret = fetchSecretName(entry);
-    parts.push({ i, path: entry.path ?? null, id: id.cacheKey, cred: secret ? (credentials[secret] ?? '-') : null });
-  }
-  return sha256Hex(canonicalJson({ v: 1, vendir: vendirVersion, parts }));
-}
-
-/** The Secret holding a fetch entry's credentials, if it names one. */
-export function fetchSecretName(entry: AppFetch): string | undefined {
-  return (
-    entry.git?.secretRef?.name ??
-    entry.http?.secretRef?.name ??
-    entry.image?.secretRef?.name ??
-    entry.imgpkgBundle?.secretRef?.name ??
-    entry.helmChart?.repository?.secretRef?.name ??
-    undefined
-  );
 }
 
 /**
@@ -145,11 +95,10 @@ export async function fetchWithVendir(
     };
     plan = { ...planVendirSync(input), input, refs };
   } catch (err) {
-    if (err instanceof UrlPolicyError) {
-      return { result: resultFromError(err, FETCH_RUN_ERROR_PREFIX), toolMs: 0, toolRuns: 0 };
-    }
-    if (err instanceof KappControllerError) return { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
-    throw err;
+    if (outcomeOf(err) !== 'user') throw err;
+    // A refused URL is reported as vendir's own failure would be (`Fetching resources: `).
+    const prefix = err instanceof UrlPolicyError ? FETCH_RUN_ERROR_PREFIX : '';
+    return { result: resultFromError(err, prefix), toolMs: 0, toolRuns: 0 };
   }
   const work = await makeScratch(deps, 'fetch');
   // http sources are downloaded and unpacked here, outside vendir's directory (see
@@ -192,7 +141,7 @@ export async function fetchWithVendir(
     } catch (err) {
       // What vendir left is refused (a symlink out of the directory, too many files, ...):
       // a fetch failure in status rather than a stage that throws and is retried forever.
-      if (!(err instanceof ArtifactError) || err.code === 'io') throw err;
+      if (!(err instanceof ArtifactError) || outcomeOf(err) !== 'user') throw err;
       const detail = err.path ? `${err.message}: ${JSON.stringify(err.path)}` : err.message;
       return {
         result: { ...resultFromError(new Error(detail), FETCH_RUN_ERROR_PREFIX), stdout: result.stdout },
@@ -219,28 +168,39 @@ export async function fetchWithVendir(
   }
 }
 
+/** The record of a pinned fetch: its artifact and vendir's lock config (`status.fetch.stdout`). */
+interface PinnedFetchRecord {
+  fetchKey?: string;
+  stdout?: string;
+}
+
 /**
- * Runs the fetch stage for a run the reconcile step started.
+ * Runs the fetch stage for a run the reconcile step started (the App as it just read it).
  *
  * @returns the template stage's input on success; nothing after a failure (the final status
  *   is written here) or when the run went stale.
  * @throws on infrastructure failures (API, object store): the transport retries the event.
  */
 export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: PipelineDeps): Promise<StageOutput> {
+  const opened = await openStage(deps, {
+    stage: 'fetch',
+    object: ctx.ref,
+    generation: ctx.run.generation,
+    view: (id) => deps.clusters.fetchView(id),
+    kind: APP_KIND,
+    loaded,
+  });
+  if (opened.stop) return {};
+  const { frame } = opened;
+  const { kube, mask } = frame;
   const { app } = loaded;
-  const kube = deps.clusters.fetchView(ctx.clusterId);
-  const kref = appRef(ctx.ref);
-  const fence = { uid: ctx.ref.uid, generation: ctx.run.generation };
-  const done = stageTimer(deps, 'fetch', objectKey(ctx.ref), ctx.run.generation);
   const startedAt = deps.now();
 
-  let fetchKey: string | undefined;
-  let result: StageResult | undefined;
+  let fetched: { result: StageResult; fetchKey?: string } | undefined;
   let tools = { runs: 0, ms: 0 };
   const fetchSpec = app.spec.fetch ?? [];
   const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
   const credentials: Record<string, string> = {};
-  const mask = secretMaskOf(deps);
   if (secretNames.length) {
     const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, [], mask);
     for (const n of secretNames) credentials[n] = refs.digests[`secret/${n}`] ?? '-';
@@ -253,25 +213,23 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   const recordKey = pinned
     ? scope && priv
       ? await priv.keyFor(scope, 'fetch-cache', pinned)
-      : `${PINNED_FETCH_PREFIX}${pinned}.json`
+      : fetchCacheKey(pinned)
     : undefined;
   if (recordKey) {
     const hit = await infraStep('reading the fetch cache', () =>
       scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
     );
-    if (hit) {
-      const rec = JSON.parse(hit.toString('utf8')) as { fetchKey?: string; stdout?: string };
-      if (rec.fetchKey && (await infraStep('reading the fetch cache', () => deps.store.head(rec.fetchKey!)))) {
-        fetchKey = rec.fetchKey;
-        // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
-        result = { stdout: rec.stdout ?? '', stderr: '', exitCode: 0, finished: true };
-      }
+    const rec = hit ? (JSON.parse(hit.toString('utf8')) as PinnedFetchRecord) : undefined;
+    const fetchKey = rec?.fetchKey;
+    if (fetchKey && (await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) {
+      // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
+      fetched = { fetchKey, result: { stdout: rec?.stdout ?? '', stderr: '', exitCode: 0, finished: true } };
     }
   }
-  const cached = fetchKey !== undefined;
-  if (!cached) {
+  const cached = fetched !== undefined;
+  if (!fetched) {
     // Deleting (or canceling) the App kills the fetch, as it kills kapp during a deploy.
-    const watch = watchForAbort(kube, kref, ctx.ref.uid, deps);
+    const watch = watchForAbort(kube, frame.ref, ctx.ref.uid, deps);
     let r: Awaited<ReturnType<typeof fetchWithVendir>>;
     try {
       r = await fetchWithVendir(app, deps, kube, scope, mask, watch.signal);
@@ -281,52 +239,34 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     } finally {
       await watch.stop();
     }
+    tools = { runs: r.toolRuns, ms: r.toolMs };
     if (watch.signal.aborted) {
       // The delete (or the canceled spec's run) owns the App now: no fetch status for it.
-      done('stale', { tools: { runs: r.toolRuns, ms: r.toolMs } });
+      frame.done('stale', { tools });
       return {};
     }
-    result = mask.result(r.result);
-    fetchKey = r.fetchKey;
-    tools = { runs: r.toolRuns, ms: r.toolMs };
-    if (recordKey && fetchKey) {
-      const rec = JSON.stringify({ fetchKey, stdout: redactSecrets(result.stdout) });
+    fetched = { result: mask.result(r.result), fetchKey: r.fetchKey };
+    if (recordKey && r.fetchKey) {
+      const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(fetched.result.stdout) });
       await infraStep('storing the fetch cache record', async () => {
         if (scope && priv) await priv.put(scope, recordKey, rec);
         else await deps.store.put(recordKey, rec);
       });
     }
   }
-  const part = fetchPart(result!, startedAt, deps.now());
-  if (result!.error || !fetchKey) {
-    const w = await writeAppStatus(
-      kube,
-      kref,
-      fence,
-      (cur) => summarizeStatus(cur, ctx.run.generation, { fetch: part }, result),
-      mask,
-    );
-    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', {
-      error: result!.error && mask.redact(result!.error),
-      tools,
-    });
-    return {};
-  }
-  if (writesImmediately(app.status)) {
-    const w = await writeAppStatus(
-      kube,
-      kref,
-      fence,
-      (cur) => summarizeStatus(cur, ctx.run.generation, { fetch: part }),
-      mask,
-    );
-    if (w.outcome === 'stale' || w.outcome === 'gone') {
-      done(w.outcome, { tools });
-      return {};
-    }
-  }
-  done(cached ? 'cached' : 'succeeded', { tools });
+  const { result, fetchKey } = fetched;
+  const part = fetchPart(result, startedAt, deps.now());
+  const closed = await closeStage(frame, {
+    parts: { fetch: part },
+    own: part,
+    result,
+    // A fetch without an artifact always carries its error (kept as a guard).
+    last: !fetchKey,
+    success: cached ? 'cached' : 'succeeded',
+    tools,
+  });
+  if (!closed.next || !fetchKey) return {};
   return {
-    template: { object: ctx.ref, run: ctx.run, artifacts: { fetchKey }, fetchStatus: summarize(part) },
+    template: { object: ctx.ref, run: ctx.run, artifacts: { fetchKey }, fetchStatus: toEventPart(part) },
   };
 }

@@ -16,9 +16,10 @@
 import { randomUUID } from 'node:crypto';
 import type { ObjectEvent } from '../../../events/schema.js';
 import { Finalizer } from '../api/index.js';
-import { markPausedOrCanceled, markReconciling, resultFromError } from '../reconcile/status.js';
+import { resultFromError } from '../reconcile/result.js';
+import { markPausedOrCanceled, markReconciling, summarizeStatus } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
-import { appRef, loadApp, objectKey, stageTimer, summarizeStatus, writeAppStatus } from './common.js';
+import { appRef, loadApp, objectKey, stageTimer, writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
 import { type RunContext, runFetch, type StageOutput } from './fetch.js';
 

@@ -25,8 +25,9 @@
  */
 import { EVENT_TYPES, type KappEvent } from '../../../events/schema.js';
 import type { StatusWriteOutcome } from '../kube/status-write.js';
+import { redactSecrets } from '../reconcile/redact.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { formatStatusTime, markDeleteFailed, markFailed, redactSecrets } from '../reconcile/status.js';
+import { formatStatusTime, markDeleteFailed, markFailed } from '../reconcile/status.js';
 import { appRef, writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
 

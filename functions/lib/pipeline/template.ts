@@ -28,7 +28,8 @@ import { unpackTarball } from '../artifact/tarball.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
 import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
 import { templateRootOf } from '../fetch/vendir.js';
-import { attachError, resultFromError, type StageResult } from '../reconcile/status.js';
+import { attachError, MissingArtifactError, resultFromError, type StageResult } from '../reconcile/result.js';
+import { fromEventPart, templatePart, toEventPart } from '../reconcile/status.js';
 import { markTruncated } from '../reconcile/status-budget.js';
 import type { ClusterInfo } from '../template/downward-api.js';
 import { planTemplate, requiredClusterInfo } from '../template/plan.js';
@@ -48,25 +49,11 @@ import {
   scopeOf,
   templateIsPrivate,
 } from './artifacts.js';
-import {
-  appRef,
-  loadFenced,
-  makeScratch,
-  objectKey,
-  partFromSummary,
-  readRefs,
-  removeScratch,
-  stageTimer,
-  summarize,
-  summarizeStatus,
-  templatePart,
-  watchForAbort,
-  writeAppStatus,
-  writesImmediately,
-} from './common.js';
-import { type PipelineDeps, secretMaskOf } from './deps.js';
+import { makeScratch, objectKey, readRefs, removeScratch, watchForAbort } from './common.js';
+import type { PipelineDeps } from './deps.js';
 import type { StageOutput } from './fetch.js';
 import { infraStep } from './retry-bound.js';
+import { APP_KIND, closeStage, openStage } from './stage.js';
 
 /** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
 export type ClusterInfoSource = (
@@ -288,23 +275,23 @@ export async function runTemplate(
   clusterInfo: ClusterInfoSource,
 ): Promise<StageOutput> {
   const ref = data.object;
-  const kube = deps.clusters.fetchView(ref.clusterId);
-  const kref = appRef(ref);
-  const fence = { uid: ref.uid, generation: data.run.generation };
-  const done = stageTimer(deps, 'template', objectKey(ref), data.run.generation);
-  const fenced = await loadFenced(kube, kref, fence);
-  if (fenced.stop) {
-    done(fenced.stop);
-    return {};
-  }
-  const { app } = fenced.loaded;
+  const opened = await openStage(deps, {
+    stage: 'template',
+    object: ref,
+    generation: data.run.generation,
+    view: (id) => deps.clusters.fetchView(id),
+    kind: APP_KIND,
+  });
+  if (opened.stop) return {};
+  const { frame } = opened;
+  const { kube, mask } = frame;
+  const { app } = frame.loaded;
   const ns = app.metadata.namespace ?? '';
   const templates = app.spec.template ?? [];
   const sopsKeySecrets = templates.flatMap((t) => [
     t.sops?.pgp?.privateKeysSecretRef?.name ?? '',
     t.sops?.age?.privateKeysSecretRef?.name ?? '',
   ]);
-  const mask = secretMaskOf(deps);
   const refs = await readRefs(
     kube,
     ns,
@@ -343,13 +330,14 @@ export async function runTemplate(
   const privateCacheKey = priv ? await priv.keyFor(scope, 'render-cache', hash) : undefined;
 
   let manifestKey: string | undefined;
-  let result: StageResult | undefined;
+  let result: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
   let tools = { runs: 0, ms: 0 };
   const useRecord = async (hit: Buffer | undefined): Promise<void> => {
     if (!hit || manifestKey) return;
     const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: string; stderr?: string };
-    if (rec.manifestKey && (await infraStep('reading the render cache', () => deps.store.head(rec.manifestKey!)))) {
-      manifestKey = rec.manifestKey;
+    const key = rec.manifestKey;
+    if (key && (await infraStep('reading the render cache', () => deps.store.head(key)))) {
+      manifestKey = key;
       result = { stdout: '', stderr: mask.text(rec.stderr ?? ''), exitCode: 0, finished: true };
     }
   };
@@ -368,7 +356,7 @@ export async function runTemplate(
   const cached = manifestKey !== undefined;
   if (!cached) {
     const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, data.artifacts.fetchKey));
-    if (!tgz) throw new Error(`fetch artifact ${data.artifacts.fetchKey} is missing from the object store`);
+    if (!tgz) throw new MissingArtifactError('fetch artifact', data.artifacts.fetchKey);
     const work = await makeScratch(deps, 'template');
     try {
       const src = path.join(work, 'src');
@@ -383,7 +371,7 @@ export async function runTemplate(
       });
       for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
       // Deleting (or canceling) the App kills the templating tools, as it kills kapp.
-      const watch = watchForAbort(kube, kref, ref.uid, deps);
+      const watch = watchForAbort(kube, frame.ref, ref.uid, deps);
       let r: Awaited<ReturnType<typeof runTemplateSteps>>;
       try {
         r = await runTemplateSteps(plan.steps, deps, work, watch.signal);
@@ -391,7 +379,7 @@ export async function runTemplate(
         await watch.stop();
       }
       if (watch.signal.aborted) {
-        done('stale', { tools: { runs: r.runs, ms: r.ms } });
+        frame.done('stale', { tools: { runs: r.runs, ms: r.ms } });
         return {};
       }
       // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
@@ -401,7 +389,7 @@ export async function runTemplate(
       if (!result.error) {
         const manifest = Buffer.from(r.manifest, 'utf8');
         const digest = createHash('sha256').update(manifest).digest('hex');
-        const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: result?.stderr ?? '' });
+        const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: result.stderr });
         if (inputsPrivate || manifestHasSecret(r.manifest)) {
           const p = privateArtifacts(deps);
           const key = await p.keyFor(scope, 'template', digest);
@@ -420,43 +408,23 @@ export async function runTemplate(
       await removeScratch(work);
     }
   }
-  const part = templatePart(result!, now());
-  const fetchPartCarried = partFromSummary(data.fetchStatus);
-  if (result!.error || !manifestKey) {
-    const w = await writeAppStatus(
-      kube,
-      kref,
-      fence,
-      (cur) => summarizeStatus(cur, fence.generation, { fetch: fetchPartCarried, template: part }, result),
-      mask,
-    );
-    done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed', {
-      error: result!.error && mask.redact(result!.error),
-      tools,
-    });
-    return {};
-  }
-  if (writesImmediately(app.status)) {
-    const w = await writeAppStatus(
-      kube,
-      kref,
-      fence,
-      (cur) => summarizeStatus(cur, fence.generation, { template: part }),
-      mask,
-    );
-    if (w.outcome === 'stale' || w.outcome === 'gone') {
-      done(w.outcome, { tools });
-      return {};
-    }
-  }
-  done(cached ? 'cached' : 'succeeded', { tools });
+  const part = templatePart(result, now());
+  const closed = await closeStage(frame, {
+    parts: { fetch: fromEventPart(data.fetchStatus), template: part },
+    own: part,
+    result,
+    last: !manifestKey,
+    success: cached ? 'cached' : 'succeeded',
+    tools,
+  });
+  if (!closed.next || !manifestKey) return {};
   return {
     deploy: {
       object: ref,
       run: data.run,
       artifacts: { fetchKey: data.artifacts.fetchKey, manifestKey },
       fetchStatus: data.fetchStatus,
-      templateStatus: summarize(part),
+      templateStatus: toEventPart(part),
     },
   };
 }

@@ -1,11 +1,14 @@
 /**
- * Reconcile core: Go durations, the reconcile timer, and status transitions and error surface.
+ * Reconcile core: Go durations, the reconcile timer, the command result and its error
+ * classifier, redaction and bounding, and status transitions and the summarizer.
  * Mirrors kapp-controller `pkg/app/reconcile_timer.go`, `pkg/app/app_reconcile.go`,
  * `pkg/exec/cmd_run_result.go` (see each module).
  *
  * @module
  */
 export * from './duration.js';
+export * from './redact.js';
+export * from './result.js';
 export * from './secret-mask.js';
 export * from './status.js';
 export * from './status-budget.js';

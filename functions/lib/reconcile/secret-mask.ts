@@ -39,7 +39,7 @@
  * @module
  */
 import { parseAllDocuments } from 'yaml';
-import { redactSecrets, TRUNCATION_PREFIX } from './status.js';
+import { redactSecrets, TRUNCATION_PREFIX } from './redact.js';
 
 /** What a masked value is replaced with (the same marker as {@link redactSecrets}). */
 export const MASKED = '***';

@@ -21,7 +21,8 @@
  *
  * @module
  */
-import { friendlyDeleteFailed, friendlyReconcileFailed, redactSecrets, TRUNCATION_PREFIX } from './status.js';
+import { redactSecrets, TRUNCATION_PREFIX } from './redact.js';
+import { friendlyDeleteFailed, friendlyReconcileFailed } from './status.js';
 import type { AppStatusLike, Condition } from './types.js';
 
 /** etcd's default `--max-request-bytes`: 1.5 MiB. The whole object (metadata, spec, status) is one value. */

@@ -1,26 +1,28 @@
 /**
- * Status transitions and the user-facing error surface of App and PackageRepository status, as
- * pure functions that return new objects.
+ * App (and PackageRepository) status: the stage parts, the transitions and THE summarizer that
+ * turns a run's parts and result into status, as pure functions that return new objects.
  *
  * Mirrors kapp-controller:
- * - `pkg/app/app_reconcile.go` (`markObservedLatest`, `setReconciling`, `setReconcileCompleted`,
- *   `setDeleting`, `setDeleteCompleted`, `setUsefulErrorMessage`, `updateLastDeploy`,
- *   `reconcileInspect`, the paused/canceled branch of `Reconcile`) and its PackageRepository copy
+ * - `pkg/app/app_reconcile.go` (`setReconciling`, `setReconcileCompleted`, `setDeleting`,
+ *   `setDeleteCompleted`, `setUsefulErrorMessage`, `updateLastDeploy`, `reconcileInspect`, the
+ *   paused/canceled branch of `Reconcile`) and its PackageRepository copy
  *   `pkg/pkgrepository/app_reconcile.go` (friendly text `Paused`);
+ * - `pkg/app/app.go` `updateStatus` / `flushUpdateStatus`: {@link writesImmediately};
  * - `pkg/apis/kappctrl/v1alpha1/status.go` (condition types, `status: "True"`, `message` omitted
- *   when empty);
- * - `pkg/exec/cmd_run_result.go` (`AttachErrorf`, `NewCmdRunResultWithErr`, `ErrorStr`,
- *   `WithFriendlyYAMLStrings`);
- * - `pkg/app/app_fetch.go` (the x509 CA hint), `pkg/app/app.go` (`updateStatus` /
- *   `flushUpdateStatus` write throttling), `pkg/deploy/kapp.go` (the `" ---- applying "` switch);
- * - upstream PR #1840: 1 MiB tail truncation with an `[output truncated]\n` prefix.
+ *   when empty) and `types.go` (`omitempty`: {@link omitEmptyStatusFields});
+ * - `pkg/deploy/kapp.go` (the `" ---- applying "` switch).
  *
- * Beyond upstream: every text stored in status passes through {@link redactSecrets}, and
- * `template.stderr` is bounded like the fields PR #1840 covers. Reference §3.2, §3.4, §3.5,
- * §3.9, §3.10.
+ * The command result these read is in `./result.ts`; bounding and redaction in `./redact.ts`.
+ * Beyond upstream: every text stored in status is redacted, `template.stderr` is bounded like
+ * the fields PR #1840 covers, and each part has a second, smaller bound for the stage hand-off
+ * events ({@link toEventPart}). Reference §3.2, §3.4, §3.5, §3.9, §3.10.
  *
  * @module
  */
+import type { StageStatusSummary } from '../../../events/schema.js';
+import type { AppStatus } from '../api/index.js';
+import { boundedStatusText, MAX_STATUS_TEXT_BYTES, redactSecrets, TRUNCATION_PREFIX, truncateTail } from './redact.js';
+import { type StageResult, withCAHint, withFriendlyYAMLStrings } from './result.js';
 import type {
   AppStatusLike,
   Condition,
@@ -66,273 +68,11 @@ export function friendlyDeleteFailed(err: string): string {
   return `Delete failed: ${err}`;
 }
 
-/** What `AttachErrorf` puts in place of the error when a tool exits with `exit status 1`. */
-export const GENERIC_ERROR_DETAIL = 'Error (see .status.usefulErrorMessage for details)';
-
-/**
- * Stage prefixes of error strings (reference §3.5), each ending in `": "` so that
- * `prefix + detail` gives the stored text. Use with {@link attachError} or {@link resultFromError}.
- */
-export const STAGE_PREFIX = {
-  /** vendir failed (`app_fetch.go` `runVendir`). */
-  fetching: 'Fetching resources: ',
-  /** Building the vendir config failed, e.g. a referenced secret is missing. */
-  fetchingConfig: 'Fetching: ',
-  /** ytt, kbld or cue failed. */
-  templatingDir: 'Templating dir: ',
-  /** helm template failed. */
-  templatingHelmChart: 'Templating helm chart: ',
-  /** Reading `valuesFrom` failed. */
-  preparingTemplateValues: 'Preparing template values: ',
-  /** cue: writing values failed. */
-  writingValues: 'Writing values: ',
-  /** sops: decrypting failed. */
-  decryptingDir: 'Decrypting dir: ',
-  /** sops: building its config failed. */
-  buildingConfig: 'Building config: ',
-  /** kapp deploy failed. */
-  deploying: 'Deploying: ',
-  /** Building kapp's credentials or options failed. */
-  preparingKapp: 'Preparing kapp: ',
-  /** Adding the finalizer failed. */
-  blockingForDeploy: 'Blocking for deploy: ',
-  /** kapp delete failed. */
-  deleting: 'Deleting: ',
-  /** Removing the finalizer failed. */
-  unblockingForDeploy: 'Unblocking for deploy: ',
-  /** kapp inspect failed. */
-  inspecting: 'Inspecting: ',
-} as const;
-
-/**
- * Prefix for an unsupported or invalid fetch entry (`app_fetch.go`: `Fetching (%d): `).
- *
- * @param index - Index into `spec.fetch`.
- * @returns `Fetching (<index>): `.
- */
-export function fetchingIndexPrefix(index: number): string {
-  return `Fetching (${index}): `;
-}
-
-/** Fixed error details used by the stages (reference §3.5, §3.10). */
-export const STAGE_ERROR = {
-  unsupportedFetch: 'Unsupported way to fetch templates',
-  unsupportedTemplate: 'Unsupported way to template',
-  unsupportedDeploy: 'Unsupported way to deploy',
-  processCanceled: 'Process was canceled',
-  alreadyCanceled: 'Already canceled',
-} as const;
-
-/** The stderr text that triggers {@link CA_HINT}. */
-export const X509_UNKNOWN_AUTHORITY = 'x509: certificate signed by unknown authority';
-
-/** Hint appended to fetch stderr when the CA is unknown (`app_fetch.go`). */
-export const CA_HINT =
-  '(hint: The CA Certificate from URL is unknown/invalid. Add valid CA certificate to the kapp-controller configuration to reconcile successfully)';
-
-/** Bound of each status text field: 1 MiB (upstream PR #1840). */
-export const MAX_STATUS_TEXT_BYTES = 1024 * 1024;
-
-/** Prefix of a field cut by {@link truncateTail} (upstream PR #1840). */
-export const TRUNCATION_PREFIX = '[output truncated]\n';
-
 /**
  * Text in kapp's stdout that means kapp started changing the cluster; from then on every
  * progress update is written (`pkg/deploy/kapp.go` `trackCmdOutput`).
  */
 export const KAPP_APPLYING_MARKER = ' ---- applying ';
-
-// ---------------------------------------------------------------------------------------------
-// Command results (CmdRunResult)
-
-/**
- * A stage's outcome, shaped like kapp-controller's `exec.CmdRunResult` with the error already
- * rendered to its string (`ErrorStr()`): `error` is set iff the stage failed.
- */
-export interface StageResult {
-  stdout: string;
-  stderr: string;
-  /** Process exit code, or -1 when the error has none (killed, or failed before exec). */
-  exitCode: number;
-  /** The stage-prefixed error text; absent on success. */
-  error?: string;
-  /** True once a result (success or error) is attached. */
-  finished: boolean;
-}
-
-/**
- * What {@link attachError} needs from a command run: the command runner's `RunResult` fits.
- * `error.exitCode` (a number), when present, is the process exit code; an error without one
- * (timeout, cancellation, spawn failure) yields -1, like Go's non-`*exec.ExitError` case.
- */
-export interface RunOutcome {
-  stdout?: string;
-  stderr?: string;
-  error?: (Error & { exitCode?: number }) | null;
-}
-
-/**
- * The message of anything thrown, for status text.
- *
- * @param err - An `Error` or any thrown value.
- * @returns `err.message`, or `String(err)`.
- */
-export function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
-/**
- * `CmdRunResult.AttachErrorf(prefix + "%s", err)`: marks the result finished and, on error, sets
- * the exit code (the process's, or -1) and the error text `prefix + detail`, where detail is
- * {@link GENERIC_ERROR_DETAIL} when the error is exactly `exit status 1` and the error message
- * otherwise.
- *
- * @param prefix - A {@link STAGE_PREFIX} value (or `''`).
- * @param run - The command's output and error.
- * @returns The stage result; `exitCode` 0 on success.
- */
-export function attachError(prefix: string, run: RunOutcome): StageResult {
-  const result: StageResult = { stdout: run.stdout ?? '', stderr: run.stderr ?? '', exitCode: 0, finished: true };
-  const err = run.error;
-  if (err) {
-    result.exitCode = typeof err.exitCode === 'number' && err.exitCode >= 0 ? err.exitCode : -1;
-    result.error = prefix + (err.message === 'exit status 1' ? GENERIC_ERROR_DETAIL : err.message);
-  }
-  return result;
-}
-
-/**
- * `NewCmdRunResultWithErr`: a failed result with no output and exit code -1, for errors that
- * happen outside a tool (e.g. `Preparing kapp: <err>`).
- *
- * @param err - The error (its message is used).
- * @param prefix - A {@link STAGE_PREFIX} value (or `''`).
- * @returns The stage result.
- */
-export function resultFromError(err: unknown, prefix = ''): StageResult {
-  const message = errorMessage(err);
-  return {
-    stdout: '',
-    stderr: '',
-    exitCode: -1,
-    error: prefix + (message === 'exit status 1' ? GENERIC_ERROR_DETAIL : message),
-    finished: true,
-  };
-}
-
-const TRAILING_SPACE = /\s+\n/g;
-
-/**
- * `WithFriendlyYAMLStrings`: trims stdout and stderr and removes whitespace before each newline
- * (regex `\s+\n` → `\n`), so YAML renders them as block strings. Used for deploy and inspect.
- *
- * @param result - The stage result.
- * @returns A new result.
- */
-export function withFriendlyYAMLStrings(result: StageResult): StageResult {
-  return {
-    ...result,
-    stdout: result.stdout.trim().replace(TRAILING_SPACE, '\n'),
-    stderr: result.stderr.trim().replace(TRAILING_SPACE, '\n'),
-  };
-}
-
-/**
- * Appends {@link CA_HINT} to a failed fetch's stderr when it contains
- * {@link X509_UNKNOWN_AUTHORITY} (`app_fetch.go`), on its own line.
- *
- * @param result - The fetch result.
- * @returns A new result, or the same one when no hint applies.
- */
-export function withCAHint(result: StageResult): StageResult {
-  if (result.error === undefined || !result.stderr.includes(X509_UNKNOWN_AUTHORITY)) return result;
-  const sep = result.stderr.endsWith('\n') ? '' : '\n';
-  return { ...result, stderr: `${result.stderr}${sep}${CA_HINT}` };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Bounding and redaction
-
-/**
- * Keeps the last bytes of `text` so that the result, including {@link TRUNCATION_PREFIX}, is at
- * most `maxBytes` UTF-8 bytes (upstream PR #1840 keeps the tail because kapp's summary and errors
- * come last). The cut never splits a character.
- *
- * @param text - Any text.
- * @param maxBytes - Bound in bytes; defaults to {@link MAX_STATUS_TEXT_BYTES}.
- * @returns `text` when it fits, else `[output truncated]\n<tail>`.
- */
-export function truncateTail(text: string, maxBytes: number = MAX_STATUS_TEXT_BYTES): string {
-  // Every UTF-16 unit is at most 3 UTF-8 bytes: skip the encode for short strings.
-  if (text.length * 3 <= maxBytes) return text;
-  const buf = Buffer.from(text, 'utf8');
-  if (buf.length <= maxBytes) return text;
-  const keep = Math.max(0, maxBytes - Buffer.byteLength(TRUNCATION_PREFIX));
-  let start = buf.length - keep;
-  while (start < buf.length && ((buf[start] ?? 0) & 0xc0) === 0x80) start++;
-  return TRUNCATION_PREFIX + buf.subarray(start).toString('utf8');
-}
-
-const REDACTED = '***';
-
-/** A private key block, complete or cut off at the end of the text. */
-const PEM_PRIVATE_KEY = /-----BEGIN ([A-Z0-9 ]{0,40}PRIVATE KEY)-----(?:[\s\S]*?-----END \1-----|[\s\S]*$)/g;
-/** age identities. */
-const AGE_SECRET_KEY = /AGE-SECRET-KEY-1[0-9A-Z]+/g;
-/** `scheme://userinfo@`: everything up to the last `@` of the authority. */
-const URL_USERINFO = /(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}:\/\/)[^\s/?#@]*(?:@[^\s/?#@]*)*@/g;
-/** `Authorization: <scheme> <credentials>` in headers, JSON or YAML. */
-const AUTHORIZATION =
-  /\b((?:proxy-)?authorization["']?[ \t]*[:=][ \t]*["']?)(?:(bearer|basic|token|digest|negotiate|aws4-hmac-sha256)[ \t]+)?[^\s"',;]+/gi;
-/** A bare bearer token (8+ token characters, so prose like "Bearer token" is left alone). */
-const BEARER = /\b(Bearer[ \t]+)[A-Za-z0-9\-._~+/]{8,}=*/g;
-/** Docker config `"auth": "<base64 user:pass>"`. */
-const DOCKER_AUTH = /("auth"[ \t]*:[ \t]*)"[^"\n]*"/g;
-/** Secret-named keys: `token: x`, `password=x`, `"apiKey": "x"`, `accessToken=x`, `client_secret: x`. */
-const SECRET_KEY_VALUE =
-  /(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]{0,64}?(?:token|password|passwd|secret[_-]?key|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)["']?[ \t]*[:=][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s"',;&]+)/gi;
-/** Secret-named CLI flags with a separate value: `--password x`, `--token x`. */
-const SECRET_FLAG = /(?<![A-Za-z0-9_-])(--?[A-Za-z0-9-]{0,64}?(?:token|password|passwd)[ \t]+)(?!-)(\S+)/gi;
-
-/**
- * Replaces credentials in free text with `***`: URL userinfo (`https://user:pass@host` →
- * `https://***@host`), `Authorization` headers (scheme kept), bearer tokens, docker config
- * `auth`, secret-named keys (`token: …`, `password=…`, `"apiKey": "…"`, `client_secret=…`),
- * secret-named CLI flags, PEM private keys and age secret keys.
- *
- * Every pattern is bounded so that megabytes of tool output are scanned in linear time.
- *
- * @param text - Any text headed for status, logs or events.
- * @returns The text with secrets replaced.
- */
-export function redactSecrets(text: string): string {
-  if (text === '') return text;
-  return text
-    .replace(PEM_PRIVATE_KEY, (_m, label: string) => `-----BEGIN ${label}-----\n${REDACTED}\n-----END ${label}-----`)
-    .replace(AGE_SECRET_KEY, `AGE-SECRET-KEY-${REDACTED}`)
-    .replace(URL_USERINFO, `$1${REDACTED}@`)
-    .replace(AUTHORIZATION, (_m, head: string, scheme: string | undefined) =>
-      scheme ? `${head}${scheme} ${REDACTED}` : `${head}${REDACTED}`,
-    )
-    .replace(BEARER, `$1${REDACTED}`)
-    .replace(DOCKER_AUTH, `$1"${REDACTED}"`)
-    .replace(SECRET_KEY_VALUE, (_m, head: string, value: string) => {
-      const q = value[0];
-      return q === '"' || q === "'" ? `${head}${q}${REDACTED}${q}` : `${head}${REDACTED}`;
-    })
-    .replace(SECRET_FLAG, `$1${REDACTED}`);
-}
-
-/**
- * Prepares text for a bounded status field: {@link redactSecrets}, then {@link truncateTail}
- * (redaction first, so a cut never leaves half a secret unrecognized).
- *
- * @param text - Any text.
- * @param maxBytes - Bound in bytes; defaults to {@link MAX_STATUS_TEXT_BYTES}.
- */
-export function boundedStatusText(text: string, maxBytes: number = MAX_STATUS_TEXT_BYTES): string {
-  return truncateTail(redactSecrets(text), maxBytes);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Stage status blocks
@@ -466,16 +206,6 @@ function base<S extends AppStatusLike>(status: S | null | undefined): S {
  */
 export function usefulErrorMessage(err: string, stderr = ''): string {
   return boundedStatusText(stderr !== '' ? stderr : err);
-}
-
-/**
- * `markObservedLatest`: `observedGeneration = generation`.
- *
- * @param status - Current status (absent before the first write).
- * @param generation - `metadata.generation`.
- */
-export function markObserved<S extends AppStatusLike>(status: S | null | undefined, generation: number): S {
-  return { ...base(status), observedGeneration: generation };
 }
 
 /**
@@ -614,155 +344,160 @@ export function markPausedOrCanceled<S extends AppStatusLike>(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Equality and diff
+// Stage parts: one type, two bounds
 
 /**
- * Drops what Go's zero values and `omitempty` make indistinguishable on the wire: `undefined`,
- * `null`, `''` and empty arrays (as object members). Numbers and booleans are kept, zero or not.
+ * A stage part as it crosses a stage hand-off: `status.fetch` or `status.template` (the
+ * template part is the same shape without `stdout` and `startedAt`).
  */
-function normalize(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(normalize);
-  if (value !== null && typeof value === 'object') {
-    const out: Record<string, unknown> = {};
-    for (const key of Object.keys(value).sort()) {
-      const v = (value as Record<string, unknown>)[key];
-      if (v === undefined || v === null || v === '' || (Array.isArray(v) && v.length === 0)) continue;
-      out[key] = normalize(v);
-    }
-    return out;
-  }
-  return value;
-}
-
-function diffInto(a: unknown, b: unknown, path: string, out: string[]): void {
-  if (Object.is(a, b)) return;
-  const aObj = a !== null && typeof a === 'object';
-  const bObj = b !== null && typeof b === 'object';
-  if (Array.isArray(a) && Array.isArray(b)) {
-    const n = Math.max(a.length, b.length);
-    for (let i = 0; i < n; i++) diffInto(a[i], b[i], `${path}[${i}]`, out);
-    return;
-  }
-  if (aObj && bObj && !Array.isArray(a) && !Array.isArray(b)) {
-    const keys = new Set([...Object.keys(a), ...Object.keys(b)]);
-    for (const k of [...keys].sort()) {
-      diffInto((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], path ? `${path}.${k}` : k, out);
-    }
-    return;
-  }
-  out.push(path || '.');
-}
+export type StagePart = FetchStatus | TemplateStatus;
 
 /**
- * The paths at which two statuses differ, treating absent, `null`, `''` and `[]` as equal (Go
- * zero values with `omitempty`). Paths are dotted, with `[i]` for array items, e.g.
- * `conditions[0].type`, `deploy.stdout`.
- *
- * @param a - One status (or any JSON value).
- * @param b - The other.
- * @returns Sorted paths; empty when equal.
+ * Bounds of each text of a stage part, UTF-8 bytes, by where the part is kept: `status`, the
+ * stored part (1 MiB per output, upstream PR #1840; the error is not cut), or `event`, the copy a
+ * hand-off event carries (15 KiB per output and 4000 for the error, below the 16 Ki / 4 Ki
+ * character limits of `events/schema.ts` `StageStatusSummarySchema`). Both keep the tail.
  */
-export function statusDiff(a: unknown, b: unknown): string[] {
-  const out: string[] = [];
-  diffInto(normalize(a ?? {}), normalize(b ?? {}), '', out);
+export const PART_BOUNDS = {
+  status: { output: MAX_STATUS_TEXT_BYTES, error: Number.POSITIVE_INFINITY },
+  event: { output: 15 * 1024, error: 4000 },
+} as const;
+
+/**
+ * The event copy of a stored part ({@link PART_BOUNDS} `event`): what a hand-off event carries
+ * so that a deferred status can be written by a later stage. `updatedAt` and `exitCode` are
+ * always present (the summary requires them).
+ */
+export function toEventPart(part: StagePart): StageStatusSummary {
+  const b = PART_BOUNDS.event;
+  const s: StageStatusSummary = {
+    updatedAt: part.updatedAt ?? new Date(0).toISOString(),
+    exitCode: part.exitCode ?? 0,
+  };
+  const p = part as FetchStatus;
+  if (p.startedAt) s.startedAt = p.startedAt;
+  if (p.error) s.error = truncateTail(p.error, b.error);
+  if (p.stdout) s.stdout = truncateTail(p.stdout, b.output);
+  if (p.stderr) s.stderr = truncateTail(p.stderr, b.output);
+  return s;
+}
+
+/** The part an event carried, back in its stored shape (`undefined` when none was carried). */
+export function fromEventPart(s: StageStatusSummary | undefined): FetchStatus | undefined {
+  if (!s) return undefined;
+  const out: FetchStatus = { exitCode: s.exitCode, updatedAt: s.updatedAt };
+  if (s.startedAt) out.startedAt = s.startedAt;
+  if (s.error) out.error = s.error;
+  if (s.stdout) out.stdout = s.stdout;
+  if (s.stderr) out.stderr = s.stderr;
   return out;
 }
 
 /**
- * Whether two statuses are equal in the sense of {@link statusDiff}: the check upstream does
- * with `reflect.DeepEqual` before `UpdateStatus` (`pkg/app/crd_app.go`), so an unchanged status
- * is not written.
- *
- * @param a - One status.
- * @param b - The other.
+ * True when the event copy of `part` cuts one of its texts: the stored part then holds more
+ * than an event can carry, so a stage writes it at once rather than deferring it to a later
+ * stage that only has the event copy (`closeStage` in `../pipeline/stage.ts`).
  */
-export function statusEqual(a: unknown, b: unknown): boolean {
-  return statusDiff(a, b).length === 0;
+export function cutForEvent(part: StagePart): boolean {
+  const e = toEventPart(part);
+  const p = part as FetchStatus;
+  return e.stdout !== p.stdout || e.stderr !== p.stderr || e.error !== p.error;
+}
+
+/** Whether `carried` text is `stored` text or its event-bound tail. */
+function sameOrTail(carried: string | undefined, stored: string | undefined): boolean {
+  if (carried === stored) return true;
+  if (carried === undefined || stored === undefined || !carried.startsWith(TRUNCATION_PREFIX)) return false;
+  return stored.endsWith(carried.slice(TRUNCATION_PREFIX.length));
+}
+
+/**
+ * True when `carried` (a part rebuilt from an event) is the event copy of the `stored` part of
+ * the same stage run: same times and exit code, each text equal or its cut tail. The stored one
+ * is then kept, so the final write never replaces a stored 1 MiB output by its 15 KiB copy.
+ */
+function isEventCopyOf(carried: StagePart, stored: AppStatus['fetch'] | AppStatus['template']): boolean {
+  if (!stored) return false;
+  const c = carried as FetchStatus;
+  const s = stored as NonNullable<AppStatus['fetch']>;
+  return (
+    c.updatedAt === s.updatedAt &&
+    c.startedAt === s.startedAt &&
+    c.exitCode === s.exitCode &&
+    sameOrTail(c.stdout, s.stdout) &&
+    sameOrTail(c.stderr, s.stderr) &&
+    sameOrTail(c.error, s.error)
+  );
+}
+
+/**
+ * `status.fetch` from a fetch result ({@link fetchStatus}, bounded and redacted).
+ *
+ * @param startedAt - when the fetch began; `now` - its end.
+ */
+export function fetchPart(result: StageResult, startedAt: Date, now: Date): FetchStatus {
+  return fetchStatus(result, { startedAt, updatedAt: now });
+}
+
+/** `status.template` from a template result (stderr only; the manifest is never stored). */
+export function templatePart(result: StageResult, now: Date): TemplateStatus {
+  return templateStatus(result, { updatedAt: now });
 }
 
 // ---------------------------------------------------------------------------------------------
-// Write discipline (pkg/app/app.go updateStatus / flushUpdateStatus)
+// The summarizer and the write policy
 
-/** State of the status-write throttle during one reconcile. */
-export interface StatusWritePlan {
-  /** `metadata.generation` of the object being reconciled. */
-  readonly generation: number;
-  /** `status.observedGeneration` as it was when this reconcile started. */
-  readonly observedGenerationAtStart: number;
-  /** Switched on once kapp's stdout contains {@link KAPP_APPLYING_MARKER}. */
-  readonly flushAll: boolean;
-  /** A status change has been recorded but not written. */
-  readonly pending: boolean;
+/**
+ * True when the live status announced this run (condition `Reconciling`, written when the spec
+ * changed): each stage then writes its part at once, as `app.go` `updateStatus` does; otherwise
+ * the parts wait for the run's end (`flushUpdateStatus`).
+ */
+export function writesImmediately(status: AppStatus | undefined): boolean {
+  return status?.conditions?.some((c) => c.type === 'Reconciling') ?? false;
 }
 
-/** A plan step's outcome: the new plan and whether to write the status now. */
-export interface StatusWriteStep {
-  plan: StatusWritePlan;
-  write: boolean;
+/** The status parts a run has produced so far (any may be absent; `inspect: null` removes it). */
+export interface RunParts {
+  fetch?: FetchStatus;
+  template?: TemplateStatus;
+  deploy?: DeployStatus;
+  inspect?: InspectStatus | null;
 }
 
 /**
- * The decision itself (§3.4): write immediately when the spec changed (generation differs from
- * the observedGeneration at the start of this reconcile) or once flush-all is on; otherwise defer
- * to the end of the reconcile.
- *
- * @param input - Generation, observedGeneration at start, flush-all flag.
- * @returns `immediate` or `deferred`.
+ * THE status summarizer: merges a run's parts into the current status and, when `result` is
+ * given, completes the reconcile (`ReconcileSucceeded`/`ReconcileFailed`, counters,
+ * friendlyDescription, usefulErrorMessage), as `pkg/app/app_reconcile.go` does after
+ * `reconcileFetchTemplateDeploy`. `observedGeneration` is the run's generation. A fetch or
+ * template part that is the event copy of the one already stored leaves the stored one in place.
  */
-export function decideStatusWrite(input: {
-  generation: number;
-  observedGenerationAtStart: number;
-  flushAll: boolean;
-}): 'immediate' | 'deferred' {
-  return input.flushAll || input.generation !== input.observedGenerationAtStart ? 'immediate' : 'deferred';
+export function summarizeStatus(
+  current: AppStatus | undefined,
+  generation: number,
+  parts: RunParts,
+  result?: StageResult,
+): AppStatus {
+  let next: AppStatus = { ...(current ?? {}), observedGeneration: generation };
+  if (parts.fetch && !isEventCopyOf(parts.fetch, current?.fetch)) next.fetch = parts.fetch;
+  if (parts.template && !isEventCopyOf(parts.template, current?.template)) next.template = parts.template;
+  if (parts.deploy) next.deploy = parts.deploy;
+  if (parts.inspect === null) delete next.inspect;
+  else if (parts.inspect) next.inspect = parts.inspect;
+  if (result) next = markReconcileCompleted(next, result);
+  return next;
 }
 
 /**
- * A fresh plan at the start of a reconcile.
- *
- * @param generation - `metadata.generation`.
- * @param observedGenerationAtStart - `status.observedGeneration` before this reconcile touched it.
+ * Drops the status fields upstream declares `omitempty` when they hold their zero value
+ * (`usefulErrorMessage` "", `consecutiveReconcileSuccesses` 0, `consecutiveReconcileFailures` 0;
+ * `pkg/apis/kappctrl/v1alpha1/types.go` `AppStatus`, `GenericStatus`), so the stored status has
+ * kapp-controller's shape: no `usefulErrorMessage: ""` after a success. Readers treat a missing
+ * counter as 0.
  */
-export function startStatusWritePlan(generation: number, observedGenerationAtStart: number): StatusWritePlan {
-  return { generation, observedGenerationAtStart, flushAll: false, pending: false };
-}
-
-/**
- * `updateStatus`: a status change was made; write now or mark it pending.
- *
- * @param plan - The current plan.
- */
-export function onStatusChange(plan: StatusWritePlan): StatusWriteStep {
-  if (decideStatusWrite(plan) === 'immediate') return { plan: { ...plan, pending: false }, write: true };
-  return { plan: { ...plan, pending: true }, write: false };
-}
-
-/**
- * True when kapp's stdout shows it started changing the cluster.
- *
- * @param kappStdout - kapp's stdout so far.
- */
-export function kappStartedApplying(kappStdout: string): boolean {
-  return kappStdout.includes(KAPP_APPLYING_MARKER);
-}
-
-/**
- * `trackCmdOutput` → `startFlushingAllStatusUpdates`: the first time kapp's stdout contains
- * {@link KAPP_APPLYING_MARKER}, flush-all switches on and any pending change is written.
- *
- * @param plan - The current plan.
- * @param kappStdout - kapp's stdout so far.
- */
-export function onKappOutput(plan: StatusWritePlan, kappStdout: string): StatusWriteStep {
-  if (plan.flushAll || !kappStartedApplying(kappStdout)) return { plan, write: false };
-  return { plan: { ...plan, flushAll: true, pending: false }, write: plan.pending };
-}
-
-/**
- * `flushUpdateStatus` at the end of `Reconcile`: write once if anything is pending.
- *
- * @param plan - The current plan.
- */
-export function onReconcileEnd(plan: StatusWritePlan): StatusWriteStep {
-  return { plan: { ...plan, pending: false }, write: plan.pending };
+export function omitEmptyStatusFields(status: AppStatus): AppStatus {
+  const out = { ...status };
+  if (out.usefulErrorMessage === '') delete out.usefulErrorMessage;
+  if (out.consecutiveReconcileSuccesses === 0) delete out.consecutiveReconcileSuccesses;
+  if (out.consecutiveReconcileFailures === 0) delete out.consecutiveReconcileFailures;
+  return out;
 }

@@ -1,0 +1,201 @@
+/**
+ * The stage frame: how every stage of a run opens and closes, written once (style.md §1, Flux's
+ * deferred summarize-and-patch; kapp-controller's `updateStatus` / `flushUpdateStatus` in
+ * `pkg/app/app.go`). A stage calls {@link openStage}, does only its own work, and hands its
+ * parts and result to {@link closeStage}, which applies the one write policy:
+ *
+ * - a failure (or the run's last stage) writes the final status (`ReconcileSucceeded` /
+ *   `ReconcileFailed`) with every part of the run;
+ * - a run the status announced (`Reconciling`: the spec changed) writes the parts now;
+ * - otherwise the parts are deferred: the next stage's event carries them, except that a part
+ *   longer than an event may carry is written now (the final write keeps it, see
+ *   `../reconcile/status.ts` `summarizeStatus`);
+ * - a write that finds the object gone or with a newer spec ends the stage with that outcome.
+ *
+ * The object a stage works for is described by a {@link StageKind} (today the App), so that
+ * later stages over other kinds can open the same way.
+ */
+import type { ObjectRef as EventObjectRef } from '../../../events/schema.js';
+import type { App, AppStatus } from '../api/index.js';
+import type { FetchView, KubeObject, KubeReader, ObjectRef } from '../kube/port.js';
+import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
+import type { StageOutcome } from '../log.js';
+import type { StageResult } from '../reconcile/result.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
+import { cutForEvent, type RunParts, type StagePart, summarizeStatus, writesImmediately } from '../reconcile/status.js';
+import { appRef, type LoadedApp, type LoadResult, loadApp, objectKey, stageTimer, writeAppStatus } from './common.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
+
+/** Why a stage stops without work: the object is gone or recreated, has a newer spec, or is paused. */
+export type StageStop = 'gone' | 'stale' | 'paused';
+
+/**
+ * What a stage frame needs to know about the kind of object it works for.
+ *
+ * @typeParam L - the object as read (raw for status writes, parsed for decisions).
+ */
+export interface StageKind<L extends { raw: KubeObject }> {
+  /** The Kubernetes reference of the object an event refers to. */
+  ref(object: Pick<EventObjectRef, 'namespace' | 'name'>): ObjectRef;
+  /** Reads and parses the object (`gone`/`invalid` both stop a later stage as `gone`). */
+  load(kube: KubeReader, ref: ObjectRef): Promise<{ kind: 'ok'; loaded: L } | { kind: 'gone' | 'invalid' }>;
+  /** True when the object's spec holds its reconcile (paused, canceled). */
+  held(loaded: L): boolean;
+}
+
+/** The App as a {@link StageKind}: `spec.paused` or `spec.canceled` hold it. */
+export const APP_KIND: StageKind<LoadedApp> = {
+  ref: appRef,
+  load: (kube, ref): Promise<LoadResult> => loadApp(kube, ref),
+  held: ({ app }) => Boolean(app.spec.canceled || app.spec.paused),
+};
+
+/** The log line of one stage run (`stageTimer`). */
+export type StageDone = ReturnType<typeof stageTimer>;
+
+/** An open stage: the object as read, the run fence, the view the stage holds, its mask and log line. */
+export interface StageFrame<V extends FetchView, L extends { raw: KubeObject } = LoadedApp> {
+  /** The view of the object's cluster the stage holds (fetch or deploy view). */
+  kube: V;
+  /** The object's Kubernetes reference. */
+  ref: ObjectRef;
+  /** The object as the event refers to it. */
+  object: EventObjectRef;
+  /** The run's fence: the uid and generation every write of the run is checked against. */
+  fence: RunFence;
+  /** The object as read when the stage opened. */
+  loaded: L;
+  /** The run's Secret values (added to as the stage reads Secrets), masked in all it writes. */
+  mask: SecretMask;
+  /** Logs the stage run once, with its outcome. */
+  done: StageDone;
+}
+
+/** What {@link openStage} takes. */
+export interface OpenStageInput<V extends FetchView, L extends { raw: KubeObject }> {
+  /** Stage name, for the log line (`fetch`, `template`, `deploy`, ...). */
+  stage: string;
+  /** The object the event refers to. */
+  object: EventObjectRef;
+  /** The run's generation (the fence is `object.uid` + this). */
+  generation: number;
+  /** The view the stage holds, for the object's cluster. */
+  view: (clusterId: string) => V;
+  /** The kind of object. */
+  kind: StageKind<L>;
+  /** The object as the caller just read it in this invocation (the run's first stage): not read again. */
+  loaded?: L;
+}
+
+/**
+ * Opens a stage: re-reads the object (functions never trust an event's copy), fences it on
+ * uid + generation and stops on stale, gone or paused, logging the stop.
+ *
+ * @returns the frame, or the stop outcome (already logged).
+ * @throws KubeApiError when the read fails (the transport retries the stage).
+ */
+export async function openStage<V extends FetchView, L extends { raw: KubeObject } = LoadedApp>(
+  deps: PipelineDeps,
+  input: OpenStageInput<V, L>,
+): Promise<{ frame: StageFrame<V, L>; stop?: undefined } | { stop: StageStop }> {
+  const { object, generation } = input;
+  const kube = input.view(object.clusterId);
+  const ref = input.kind.ref(object);
+  const fence = { uid: object.uid, generation };
+  const done = stageTimer(deps, input.stage, objectKey(object), generation);
+  let loaded = input.loaded;
+  if (!loaded) {
+    const read = await input.kind.load(kube, ref);
+    const state = checkFence(read.kind === 'ok' ? read.loaded.raw : undefined, fence);
+    if (read.kind !== 'ok' || state !== 'ok') {
+      const stop = state === 'ok' ? 'gone' : state;
+      done(stop);
+      return { stop };
+    }
+    loaded = read.loaded;
+  }
+  if (input.kind.held(loaded)) {
+    done('paused');
+    return { stop: 'paused' };
+  }
+  return { frame: { kube, ref, object, fence, loaded, mask: secretMaskOf(deps), done } };
+}
+
+/** Why a later stage stops without work: the object is gone, recreated, or has a newer spec. */
+export type FenceResult = 'ok' | 'gone' | 'stale';
+
+/** Checks that the live object is the one (uid) and the spec (generation) a run started for. */
+export function checkFence(raw: KubeObject | undefined, fence: RunFence): FenceResult {
+  if (!raw || raw.metadata.uid !== fence.uid) return 'gone';
+  if (raw.metadata.generation !== fence.generation) return 'stale';
+  return 'ok';
+}
+
+/** What {@link closeStage} takes. */
+export interface CloseStageInput {
+  /** Every part of the run so far: those carried by the event and the stage's own. */
+  parts: RunParts;
+  /** The stage's own part: deferred unless it is longer than an event may carry. */
+  own?: StagePart;
+  /** The stage's result (`error` set: the run failed here). */
+  result: StageResult;
+  /** The run's last stage: the final status is written whatever the result. */
+  last?: boolean;
+  /** The outcome logged when the stage succeeded (`cached` when no tool ran). */
+  success: 'succeeded' | 'cached';
+  /** Tool runs and time of the stage, for the log line. */
+  tools: { runs: number; ms: number };
+}
+
+/**
+ * Closes a stage with the one write policy (see the module comment) and logs its outcome.
+ *
+ * The last stage's final write also lands when the App was canceled or paused meanwhile:
+ * upstream's running reconcile always writes its result then (the generation bumped); the
+ * follow-up only marks `Canceled/paused` and leaves the condition. Any other spec change is the
+ * next run's.
+ *
+ * @returns `next: true` when the run goes on to the next stage; false when it ended here
+ *   (final status written, or stale/gone).
+ * @throws what the status write throws (the transport retries the stage).
+ */
+export async function closeStage(
+  frame: StageFrame<FetchView, LoadedApp>,
+  input: CloseStageInput,
+): Promise<{ next: boolean }> {
+  const { kube, ref, fence, mask, done, loaded } = frame;
+  const { parts, result, tools } = input;
+  if (result.error || input.last) {
+    const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
+    let w = await writeAppStatus(kube, ref, fence, final, mask);
+    if (w.outcome === 'stale' && input.last) w = await writeHeld(frame, final, w);
+    const outcome: StageOutcome =
+      w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : input.success;
+    done(outcome, { ...(result.error ? { error: mask.redact(result.error) } : {}), tools });
+    return { next: false };
+  }
+  const app: App = loaded.app;
+  if (writesImmediately(app.status) || (input.own && cutForEvent(input.own))) {
+    const w = await writeAppStatus(kube, ref, fence, (cur) => summarizeStatus(cur, fence.generation, parts), mask);
+    if (w.outcome === 'stale' || w.outcome === 'gone') {
+      done(w.outcome, { tools });
+      return { next: false };
+    }
+  }
+  done(input.success, { tools });
+  return { next: true };
+}
+
+/** The final write again, fenced on the live generation, when the App was only canceled or paused. */
+async function writeHeld(
+  frame: StageFrame<FetchView, LoadedApp>,
+  final: (cur: AppStatus | undefined) => AppStatus,
+  stale: StatusWriteResult,
+): Promise<StatusWriteResult> {
+  const live = await loadApp(frame.kube, frame.ref);
+  if (live.kind !== 'ok' || live.loaded.raw.metadata.uid !== frame.fence.uid || !APP_KIND.held(live.loaded)) {
+    return stale;
+  }
+  const fence = { uid: frame.fence.uid, generation: live.loaded.raw.metadata.generation ?? 0 };
+  return await writeAppStatus(frame.kube, frame.ref, fence, final, frame.mask);
+}

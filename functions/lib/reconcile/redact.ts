@@ -1,0 +1,94 @@
+/**
+ * Bounding and redaction of every text that leaves a stage for status, logs or events:
+ * upstream's 1 MiB tail truncation (PR #1840, `[output truncated]\n` prefix) and, beyond
+ * upstream, the credential shapes {@link redactSecrets} replaces with `***`.
+ *
+ * @module
+ */
+
+/** Bound of each status text field: 1 MiB (upstream PR #1840). */
+export const MAX_STATUS_TEXT_BYTES = 1024 * 1024;
+
+/** Prefix of a field cut by {@link truncateTail} (upstream PR #1840). */
+export const TRUNCATION_PREFIX = '[output truncated]\n';
+
+/**
+ * Keeps the last bytes of `text` so that the result, including {@link TRUNCATION_PREFIX}, is at
+ * most `maxBytes` UTF-8 bytes (upstream PR #1840 keeps the tail because kapp's summary and errors
+ * come last). The cut never splits a character.
+ *
+ * @param text - Any text.
+ * @param maxBytes - Bound in bytes; defaults to {@link MAX_STATUS_TEXT_BYTES}.
+ * @returns `text` when it fits, else `[output truncated]\n<tail>`.
+ */
+export function truncateTail(text: string, maxBytes: number = MAX_STATUS_TEXT_BYTES): string {
+  // Every UTF-16 unit is at most 3 UTF-8 bytes: skip the encode for short strings.
+  if (text.length * 3 <= maxBytes) return text;
+  const buf = Buffer.from(text, 'utf8');
+  if (buf.length <= maxBytes) return text;
+  const keep = Math.max(0, maxBytes - Buffer.byteLength(TRUNCATION_PREFIX));
+  let start = buf.length - keep;
+  while (start < buf.length && ((buf[start] ?? 0) & 0xc0) === 0x80) start++;
+  return TRUNCATION_PREFIX + buf.subarray(start).toString('utf8');
+}
+
+const REDACTED = '***';
+
+/** A private key block, complete or cut off at the end of the text. */
+const PEM_PRIVATE_KEY = /-----BEGIN ([A-Z0-9 ]{0,40}PRIVATE KEY)-----(?:[\s\S]*?-----END \1-----|[\s\S]*$)/g;
+/** age identities. */
+const AGE_SECRET_KEY = /AGE-SECRET-KEY-1[0-9A-Z]+/g;
+/** `scheme://userinfo@`: everything up to the last `@` of the authority. */
+const URL_USERINFO = /(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]{0,31}:\/\/)[^\s/?#@]*(?:@[^\s/?#@]*)*@/g;
+/** `Authorization: <scheme> <credentials>` in headers, JSON or YAML. */
+const AUTHORIZATION =
+  /\b((?:proxy-)?authorization["']?[ \t]*[:=][ \t]*["']?)(?:(bearer|basic|token|digest|negotiate|aws4-hmac-sha256)[ \t]+)?[^\s"',;]+/gi;
+/** A bare bearer token (8+ token characters, so prose like "Bearer token" is left alone). */
+const BEARER = /\b(Bearer[ \t]+)[A-Za-z0-9\-._~+/]{8,}=*/g;
+/** Docker config `"auth": "<base64 user:pass>"`. */
+const DOCKER_AUTH = /("auth"[ \t]*:[ \t]*)"[^"\n]*"/g;
+/** Secret-named keys: `token: x`, `password=x`, `"apiKey": "x"`, `accessToken=x`, `client_secret: x`. */
+const SECRET_KEY_VALUE =
+  /(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]{0,64}?(?:token|password|passwd|secret[_-]?key|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)["']?[ \t]*[:=][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s"',;&]+)/gi;
+/** Secret-named CLI flags with a separate value: `--password x`, `--token x`. */
+const SECRET_FLAG = /(?<![A-Za-z0-9_-])(--?[A-Za-z0-9-]{0,64}?(?:token|password|passwd)[ \t]+)(?!-)(\S+)/gi;
+
+/**
+ * Replaces credentials in free text with `***`: URL userinfo (`https://user:pass@host` →
+ * `https://***@host`), `Authorization` headers (scheme kept), bearer tokens, docker config
+ * `auth`, secret-named keys (`token: …`, `password=…`, `"apiKey": "…"`, `client_secret=…`),
+ * secret-named CLI flags, PEM private keys and age secret keys.
+ *
+ * Every pattern is bounded so that megabytes of tool output are scanned in linear time.
+ *
+ * @param text - Any text headed for status, logs or events.
+ * @returns The text with secrets replaced.
+ */
+export function redactSecrets(text: string): string {
+  if (text === '') return text;
+  return text
+    .replace(PEM_PRIVATE_KEY, (_m, label: string) => `-----BEGIN ${label}-----\n${REDACTED}\n-----END ${label}-----`)
+    .replace(AGE_SECRET_KEY, `AGE-SECRET-KEY-${REDACTED}`)
+    .replace(URL_USERINFO, `$1${REDACTED}@`)
+    .replace(AUTHORIZATION, (_m, head: string, scheme: string | undefined) =>
+      scheme ? `${head}${scheme} ${REDACTED}` : `${head}${REDACTED}`,
+    )
+    .replace(BEARER, `$1${REDACTED}`)
+    .replace(DOCKER_AUTH, `$1"${REDACTED}"`)
+    .replace(SECRET_KEY_VALUE, (_m, head: string, value: string) => {
+      const q = value[0];
+      return q === '"' || q === "'" ? `${head}${q}${REDACTED}${q}` : `${head}${REDACTED}`;
+    })
+    .replace(SECRET_FLAG, `$1${REDACTED}`);
+}
+
+/**
+ * Prepares text for a bounded status field: {@link redactSecrets}, then {@link truncateTail}
+ * (redaction first, so a cut never leaves half a secret unrecognized).
+ *
+ * @param text - Any text.
+ * @param maxBytes - Bound in bytes; defaults to {@link MAX_STATUS_TEXT_BYTES}.
+ */
+export function boundedStatusText(text: string, maxBytes: number = MAX_STATUS_TEXT_BYTES): string {
+  return truncateTail(redactSecrets(text), maxBytes);
+}
