@@ -13,7 +13,7 @@ import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
 import { createCommandRunner } from '../../functions/lib/exec/runner.js';
 import { refObjectsFrom } from '../../functions/lib/fetch/types.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
-import { runTemplateSteps } from '../../functions/lib/pipeline/template.js';
+import { runTemplateSteps } from '../../functions/lib/template/execute.js';
 import { type AppTemplate, planTemplate } from '../../functions/lib/template/index.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { fixturePath } from '../harness/fixtures.js';

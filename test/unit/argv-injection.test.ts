@@ -16,8 +16,8 @@ import { type AppFetch, refObjectsFrom } from '../../functions/lib/fetch/types.j
 import type { FetchView } from '../../functions/lib/kube/port.js';
 import { type PipelineDeps, secretMaskOf } from '../../functions/lib/pipeline/deps.js';
 import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
-import { runTemplateSteps } from '../../functions/lib/pipeline/template.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { runTemplateSteps } from '../../functions/lib/template/execute.js';
 import { type AppTemplate, planTemplate, type RunStep } from '../../functions/lib/template/index.js';
 
 const ROOT = '/w/fetch/0';

@@ -6,6 +6,7 @@ import type { TemplateStageData } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { packDir } from '../../functions/lib/artifact/tarball.js';
+import { KAPP_OUTPUT_BYTES } from '../../functions/lib/deploy/run.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { KubeApiClient } from '../../functions/lib/kube/client.js';
 import { KubeApiError, type KubeObject, type ObjectRef } from '../../functions/lib/kube/port.js';
@@ -14,7 +15,7 @@ import { isStatusTooLargeError, writeStatus } from '../../functions/lib/kube/sta
 import type { RestRequest, RestResponse, RestTransport, WatchTransport } from '../../functions/lib/kube/transport.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { writeAppStatus } from '../../functions/lib/pipeline/common.js';
-import { KAPP_OUTPUT_BYTES, runDeploy } from '../../functions/lib/pipeline/deploy.js';
+import { runDeploy } from '../../functions/lib/pipeline/deploy.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
 import { TRUNCATION_PREFIX } from '../../functions/lib/reconcile/redact.js';

@@ -1,8 +1,8 @@
 /**
  * Pieces every stage handler shares: the App an event refers to and reading it, reading
  * referenced Secrets/ConfigMaps into the planners' shapes, scratch directories, THE App status
- * write, the stage-run log line and the abort watch. The stage frame (open, fence, close with
- * the write policy) is `./stage.ts`; the status summarizer is `../reconcile/status.ts`.
+ * write and the stage-run log line. The stage frame (open, fence, close with the write policy)
+ * is `./stage.ts`; the status summarizer and the abort watch are in `../reconcile/`.
  */
 import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
@@ -179,81 +179,4 @@ export function stageTimer(deps: PipelineDeps, stage: string, object: string, ge
       outcome,
       ...extra,
     });
-}
-
-/** A running watch of an App for deletion or cancellation (see {@link watchForAbort}). */
-export interface AbortWatch {
-  /** Aborted once the App is deleted (`deletionTimestamp`, gone, or recreated) or canceled. */
-  readonly signal: AbortSignal;
-  /** Stops polling; resolves once a poll in flight has finished. */
-  stop(): Promise<void>;
-}
-
-/** Options of {@link watchForAbort}. */
-export interface AbortWatchOptions {
-  /** Poll period, ms. Default `deps.config.abortPollIntervalMs`, else 2000. */
-  intervalMs?: number;
-  /** Abort when the App is deleted, not only when canceled. Default true. */
-  abortOnDelete?: boolean;
-  /** Runs after each poll that did not abort (deploy copies kapp's progress into status). */
-  onTick?: () => Promise<void>;
-  /** Log message of a failed poll or `onTick`. Default `App deletion poll failed`. */
-  failureMessage?: string;
-}
-
-/**
- * Polls the App every `deps.config.abortPollIntervalMs` (default 2000 ms) while a fetch or
- * template tool runs, and aborts {@link AbortWatch.signal} when the App is deleted (its
- * `deletionTimestamp` set, gone, or another uid under the name) or `spec.canceled`: the tool is
- * killed, so the delete (queued behind this run for the same object) starts at once instead of
- * waiting for a long fetch. `runKapp` uses the same loop during a deploy (with `onTick` for its
- * progress writes). A failed poll is logged and the tool keeps running; `stop()` waits for a
- * poll or `onTick` in flight.
- *
- * @param kube - reader of the App.
- * @param ref - the App.
- * @param uid - the uid the run started from.
- */
-export function watchForAbort(
-  kube: KubeReader,
-  ref: ObjectRef,
-  uid: string,
-  deps: PipelineDeps,
-  opts: AbortWatchOptions = {},
-): AbortWatch {
-  const abort = new AbortController();
-  let inflight: Promise<void> | undefined;
-  let stopped = false;
-  const tick = setInterval(
-    () => {
-      if (inflight || stopped || abort.signal.aborted) return;
-      inflight = (async () => {
-        try {
-          const live = await kube.getObject<KubeObject & { spec?: { canceled?: boolean } }>(ref);
-          const deleted = !live || live.metadata.uid !== uid || Boolean(live.metadata.deletionTimestamp);
-          if (!stopped && (live?.spec?.canceled || ((opts.abortOnDelete ?? true) && deleted))) {
-            abort.abort(new Error('App canceled or deleted'));
-          } else if (!stopped) {
-            await opts.onTick?.();
-          }
-        } catch (err) {
-          deps.log.warn(
-            { app: `${ref.namespace}/${ref.name}`, error: (err as Error).message },
-            opts.failureMessage ?? 'App deletion poll failed',
-          );
-        } finally {
-          inflight = undefined;
-        }
-      })();
-    },
-    opts.intervalMs ?? deps.config.abortPollIntervalMs ?? 2000,
-  );
-  return {
-    signal: abort.signal,
-    async stop() {
-      stopped = true;
-      clearInterval(tick);
-      await inflight;
-    },
-  };
 }

@@ -5,21 +5,18 @@
  * TokenRequest token for the App's ServiceAccount (or reads its kubeconfig Secret), runs
  * `kapp deploy` with the manifest on stdin, streams kapp's output into `status.deploy`
  * every 2 s once kapp starts applying, kills kapp when the App is canceled or deleted, runs
- * `kapp inspect` when asked, and writes the run's final status.
+ * `kapp inspect` when asked, and writes the run's final status. The cluster access and the kapp
+ * run (progress, cancellation) are `../deploy/run.ts`; this file orchestrates them.
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { DeployStageData } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer } from '../api/index.js';
 import {
-  appClusterAccess,
   appKappDeploy,
   associatedResources,
   type ClusterAccess,
-  type CredentialMaterial,
-  credentialSource,
   KAPP_ERROR_PREFIX,
-  type KappCommand,
   kappDeleteCommand,
   kappDeployCommand,
   kappInspectCommand,
@@ -27,7 +24,7 @@ import {
   UNSUPPORTED_DEPLOY_MESSAGE,
   wantsInspect,
 } from '../deploy/index.js';
-import { TextTail } from '../exec/tail.js';
+import { clusterAccessFor, runKapp } from '../deploy/run.js';
 import type { DeployView, ObjectRef } from '../kube/port.js';
 import {
   attachError,
@@ -37,152 +34,20 @@ import {
   resultFromError,
   type StageResult,
 } from '../reconcile/result.js';
-import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   deployStatus,
   fromEventPart,
   inspectStatus,
-  KAPP_APPLYING_MARKER,
   markDeleteCompleted,
   markDeleting,
   type RunParts,
   summarizeStatus,
 } from '../reconcile/status.js';
-import { markTruncated } from '../reconcile/status-budget.js';
 import { readArtifact, scopeOf } from './artifacts.js';
-import {
-  appRef,
-  loadApp,
-  makeScratch,
-  objectKey,
-  removeScratch,
-  stageTimer,
-  watchForAbort,
-  writeAppStatus,
-} from './common.js';
-import { type PipelineDeps, secretMaskOf } from './deps.js';
-import type { RunContext } from './fetch.js';
+import { appRef, loadApp, makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
+import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openStage } from './stage.js';
-
-const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
-  apiVersion: 'v1',
-  kind: 'Secret',
-  metadata: { name, namespace },
-  type: s.type,
-  data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, v.toString('base64')])),
-});
-
-/**
- * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
- * @param mask - when given, the minted token and every value of the kubeconfig Secret are
- *   added to it, so kapp's output can never show them in status.
- * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret).
- */
-export async function clusterAccessFor(app: App, kube: DeployView, mask?: SecretMask): Promise<ClusterAccess> {
-  const ns = app.metadata.namespace ?? '';
-  const source = credentialSource(app.spec, ns);
-  let material: CredentialMaterial;
-  if (source.kind === 'serviceAccount') {
-    let token: string;
-    try {
-      token = (await kube.serviceAccountToken(ns, source.serviceAccountName)).token;
-      mask?.addValue(token);
-    } catch (err) {
-      throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
-    }
-    const api = kube.apiServer();
-    material = {
-      kind: 'serviceAccount',
-      token,
-      caCert: api.caData ? Buffer.from(api.caData, 'base64') : '',
-      server: api.server,
-    };
-  } else {
-    const secret = await kube.getSecret(ns, source.secretName);
-    if (!secret) {
-      throw new KappControllerError(
-        `Preparing kapp: Getting kubeconfig secret: secrets "${source.secretName}" not found`,
-      );
-    }
-    mask?.addSecretData(secret.data, { structured: false });
-    material = { kind: 'kubeconfigSecret', secret: secretAsLike(source.secretName, ns, secret) };
-  }
-  return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
-}
-
-/**
- * Bound of kapp's output kept in memory, per stream: 2 MiB for the runner's result, 1 Mi code
- * units for the progress copy. Both are above what status keeps (the status budget cuts
- * further, with the `[output truncated]` marker), so the most useful tail always survives.
- */
-export const KAPP_OUTPUT_BYTES = 2 * 1024 * 1024;
-/** See {@link KAPP_OUTPUT_BYTES}. */
-export const KAPP_PROGRESS_CHARS = 1024 * 1024;
-
-/** kapp's output so far, as handed to a progress callback. */
-export interface KappProgress {
-  /** The kept tail of stdout, behind `[output truncated]\n` when its head was dropped. */
-  stdout: string;
-  /** The kept tail of stderr, likewise. */
-  stderr: string;
-  /** Whether kapp's stdout ever contained {@link KAPP_APPLYING_MARKER}. */
-  applying: boolean;
-}
-
-/**
- * Runs a kapp command with cancellation (App canceled or deleted) and progress streaming.
- * `onProgress` is called at most every `intervalMs` with kapp's output so far. What is kept of
- * kapp's output is bounded ({@link KAPP_OUTPUT_BYTES}, {@link KAPP_PROGRESS_CHARS}); a result
- * whose head was dropped carries the truncation marker.
- */
-async function runKapp(
-  cmd: KappCommand,
-  stdin: string | undefined,
-  deps: PipelineDeps,
-  watch: { kube: DeployView; ref: ObjectRef; uid: string; cancelOnDelete: boolean },
-  onProgress: (progress: KappProgress) => Promise<void>,
-  writable: readonly string[] = [],
-) {
-  const stdout = new TextTail(KAPP_PROGRESS_CHARS, KAPP_APPLYING_MARKER);
-  const stderr = new TextTail(KAPP_PROGRESS_CHARS);
-  const watcher = watchForAbort(watch.kube, watch.ref, watch.uid, deps, {
-    intervalMs: deps.config.deployProgressIntervalMs ?? 2000,
-    abortOnDelete: watch.cancelOnDelete,
-    failureMessage: 'deploy progress update failed',
-    onTick: () =>
-      onProgress({
-        stdout: markTruncated(stdout.text(), stdout.truncated),
-        stderr: markTruncated(stderr.text(), stderr.truncated),
-        applying: stdout.seen,
-      }),
-  });
-  try {
-    const run = await deps.runner.run({
-      cmd: cmd.bin,
-      args: cmd.args,
-      env: cmd.env,
-      stdin,
-      writable,
-      signal: watcher.signal,
-      timeoutMs: deps.config.toolTimeoutMs,
-      maxOutputBytes: KAPP_OUTPUT_BYTES,
-      onOutput: (chunk, stream) => {
-        if (stream === 'stdout') stdout.push(chunk);
-        else stderr.push(chunk);
-      },
-    });
-    return {
-      ...run,
-      stdout: markTruncated(run.stdout, run.truncated.stdout),
-      stderr: markTruncated(run.stderr, run.truncated.stderr),
-    };
-  } finally {
-    // A progress write still in flight must land before the caller writes the final status,
-    // or it would overwrite it with `finished: false`.
-    await watcher.stop();
-  }
-}
 
 /** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
 export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';

@@ -97,3 +97,17 @@ export interface PipelineDeps {
 export function secretMaskOf(deps: PipelineDeps): SecretMask {
   return deps.secretMask ?? new SecretMaskImpl();
 }
+
+/** The object and run a stage works for (everything a hand-off event carries). */
+export interface RunContext {
+  clusterId: string;
+  ref: import('../../../events/schema.js').ObjectRef;
+  run: import('../../../events/schema.js').StageRun;
+}
+
+/** What a stage hands on: at most one of the next stage's inputs. */
+export interface StageOutput {
+  template?: import('../../../events/schema.js').TemplateStageData;
+  deploy?: import('../../../events/schema.js').DeployStageData;
+  delete?: RunContext;
+}

@@ -11,12 +11,6 @@
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
 import { mkdir } from 'node:fs/promises';
-import type {
-  DeployStageData,
-  ObjectRef as EventObjectRef,
-  StageRun,
-  TemplateStageData,
-} from '../../../events/schema.js';
 import type { App } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
@@ -25,29 +19,16 @@ import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
 import type { RefObjects } from '../fetch/types.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import { watchForAbort } from '../reconcile/abort-watch.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { fetchIsPrivate, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
-import { type LoadedApp, makeScratch, readRefs, removeScratch, watchForAbort } from './common.js';
-import type { PipelineDeps } from './deps.js';
+import { type LoadedApp, makeScratch, readRefs, removeScratch } from './common.js';
+import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openStage } from './stage.js';
-
-/** The object and run a stage works for (everything a hand-off event carries). */
-export interface RunContext {
-  clusterId: string;
-  ref: EventObjectRef;
-  run: StageRun;
-}
-
-/** What a stage hands on: at most one of the next stage's inputs. */
-export interface StageOutput {
-  template?: TemplateStageData;
-  deploy?: DeployStageData;
-  delete?: RunContext;
-}
 
 /**
  * Plans and runs vendir, and stores the tarball: shared by content digest, or, when `scope` is

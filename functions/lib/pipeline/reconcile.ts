@@ -20,8 +20,8 @@ import { resultFromError } from '../reconcile/result.js';
 import { markPausedOrCanceled, markReconciling, summarizeStatus } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
 import { appRef, loadApp, objectKey, stageTimer, writeAppStatus } from './common.js';
-import type { PipelineDeps } from './deps.js';
-import { type RunContext, runFetch, type StageOutput } from './fetch.js';
+import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
+import { runFetch } from './fetch.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms. */
 const RESYNC_EARLY_TOLERANCE_MS = 1000;

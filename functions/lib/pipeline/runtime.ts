@@ -20,8 +20,7 @@ import {
 } from '../../../events/schema.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import { runDelete, runDeploy } from './deploy.js';
-import type { PipelineDeps } from './deps.js';
-import type { StageOutput } from './fetch.js';
+import type { PipelineDeps, StageOutput } from './deps.js';
 import { KeyedQueue, RetryFrom } from './keyed-queue.js';
 import { handleAppEvent } from './reconcile.js';
 import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries } from './retry-bound.js';

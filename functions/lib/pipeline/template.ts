@@ -8,10 +8,11 @@
  * metadata for the downward API, live cluster values) and the tool versions; when a render
  * for that hash exists, no tool runs (outcome `cached`).
  *
- * Template holds only a {@link FetchView}: tools get no kubeconfig.
+ * Template holds only a {@link FetchView}: tools get no kubeconfig. The steps are planned in
+ * `../template/plan.ts` and run by `../template/execute.ts`; this file decides the inputs, the
+ * cache and what the result means for the App.
  */
 import { createHash } from 'node:crypto';
-import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { TemplateStageData } from '../../../events/schema.js';
 import type { App, AppTemplate } from '../api/index.js';
@@ -25,22 +26,14 @@ import {
 } from '../artifact/keys.js';
 import { isPrivateKey } from '../artifact/sealed.js';
 import { unpackTarball } from '../artifact/tarball.js';
-import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
 import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
 import { templateRootOf } from '../fetch/vendir.js';
-import { attachError, MissingArtifactError, resultFromError, type StageResult } from '../reconcile/result.js';
+import { watchForAbort } from '../reconcile/abort-watch.js';
+import { MissingArtifactError, type StageResult } from '../reconcile/result.js';
 import { fromEventPart, templatePart, toEventPart } from '../reconcile/status.js';
-import { markTruncated } from '../reconcile/status-budget.js';
 import type { ClusterInfo } from '../template/downward-api.js';
+import { runTemplateSteps, type TemplateRun } from '../template/execute.js';
 import { planTemplate, requiredClusterInfo } from '../template/plan.js';
-import {
-  sopsDecryptCommand,
-  sopsDecryptedPath,
-  sopsDecryptFailureMessage,
-  sopsRemoteKeyError,
-} from '../template/sops.js';
-import type { RunStep, SopsStep } from '../template/step.js';
-import type { PlannedFile } from '../template/values.js';
 import {
   manifestHasSecret,
   PRIVATE_REUSE_MARGIN_MS,
@@ -49,9 +42,8 @@ import {
   scopeOf,
   templateIsPrivate,
 } from './artifacts.js';
-import { makeScratch, objectKey, readRefs, removeScratch, watchForAbort } from './common.js';
-import type { PipelineDeps } from './deps.js';
-import type { StageOutput } from './fetch.js';
+import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
+import type { PipelineDeps, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openStage } from './stage.js';
 
@@ -60,182 +52,6 @@ export type ClusterInfoSource = (
   clusterId: string,
   needs: ReturnType<typeof requiredClusterInfo>,
 ) => Promise<ClusterInfo>;
-
-async function writePlanned(files: readonly PlannedFile[]): Promise<void> {
-  for (const f of files) {
-    await mkdir(path.dirname(f.path), { recursive: true });
-    await writeFile(f.path, f.content, { mode: f.sensitive ? 0o600 : 0o644 });
-  }
-}
-
-async function walkSops(target: string, out: string[]): Promise<void> {
-  const st = await stat(target);
-  if (!st.isDirectory()) {
-    if (sopsDecryptedPath(target)) out.push(target);
-    return;
-  }
-  for (const entry of (await readdir(target)).sort()) await walkSops(path.join(target, entry), out);
-}
-
-/** Runs one sops step: decrypt every `*.sops.y(a)ml` in place (upstream `pkg/template/sops.go`). */
-async function runSops(
-  step: SopsStep,
-  deps: PipelineDeps,
-  work: string,
-  signal?: AbortSignal,
-): Promise<{ result: StageResult; ms: number; runs: number }> {
-  await writePlanned(step.files);
-  const files: string[] = [];
-  let ms = 0;
-  let runs = 0;
-  for (const target of step.targets) {
-    try {
-      await walkSops(target, files);
-    } catch (err) {
-      return { result: resultFromError(err, step.errorPrefix), ms, runs };
-    }
-  }
-  for (const file of files) {
-    // A file naming a remote master key (hc_vault, kms, ...) would make sops contact it.
-    const refused = sopsRemoteKeyError(await readFile(file, 'utf8'));
-    if (refused !== undefined) {
-      return {
-        result: resultFromError(new Error(`Decrypting file '${file}': ${refused}`), step.errorPrefix),
-        ms,
-        runs,
-      };
-    }
-    const cmd = sopsDecryptCommand(step, file);
-    const run = await deps.runner.run({
-      cmd: cmd.bin,
-      args: cmd.args,
-      env: cmd.env,
-      timeoutMs: deps.config.toolTimeoutMs,
-      writable: [work],
-      maxOutputBytes: templateOutputBound(deps),
-      signal,
-    });
-    ms += run.durationMs;
-    runs++;
-    if (!run.error && run.truncated.stdout) {
-      return {
-        result: outputExceeded(step.errorPrefix, cmd.bin, templateOutputBound(deps)),
-        ms,
-        runs,
-      };
-    }
-    if (run.error) {
-      return {
-        result: {
-          stdout: '',
-          stderr: run.stderr,
-          exitCode: run.exitCode,
-          error: sopsDecryptFailureMessage(file, run.stderr, run.error.message),
-          finished: true,
-        },
-        ms,
-        runs,
-      };
-    }
-    const dest = sopsDecryptedPath(file)!;
-    await writeFile(dest, run.stdout, { mode: 0o600 });
-    await chmod(dest, 0o600);
-    await rm(file);
-  }
-  return { result: { stdout: '', stderr: '', exitCode: 0, finished: true }, ms, runs };
-}
-
-/**
- * Runs planned template steps in order, piping each step's stdout into the next; stops at the
- * first failure. A `fail` step (a planning error, e.g. a refused helm release name) ends the run
- * with its message before any later tool starts.
- *
- * @param steps - from `planTemplate`
- * @param deps - the command runner and `config.toolTimeoutMs` are used
- * @param work - the stage's scratch directory, which the tools may use (handed to their uid)
- * @returns the stage result, the manifest (last stream) on success, tool time (ms) and run count
- */
-export async function runTemplateSteps(
-  steps: ReturnType<typeof planTemplate>['steps'],
-  deps: PipelineDeps,
-  work: string,
-  signal?: AbortSignal,
-): Promise<{ result: StageResult; manifest: string; ms: number; runs: number }> {
-  let stream = '';
-  let last: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
-  let ms = 0;
-  let runs = 0;
-  for (const step of steps) {
-    if (step.kind === 'fail') {
-      return { result: resultFromError(step.message), manifest: '', ms, runs };
-    }
-    if (step.kind === 'sops') {
-      const r = await runSops(step, deps, work, signal);
-      ms += r.ms;
-      runs += r.runs;
-      if (r.result.error) return { result: r.result, manifest: '', ms, runs };
-      stream = '';
-      last = r.result;
-      continue;
-    }
-    const run = await runTool(step, stream, deps, work, signal);
-    ms += run.durationMs;
-    runs++;
-    last = attachError(step.errorPrefix, { ...run, stderr: markTruncated(run.stderr, run.truncated.stderr) });
-    if (last.error) return { result: last, manifest: '', ms, runs };
-    if (run.truncated.stdout) {
-      // The runner kept only the tail: deploying it would make kapp delete what is missing.
-      const failed = outputExceeded(step.errorPrefix, step.bin, templateOutputBound(deps));
-      return { result: failed, manifest: '', ms, runs };
-    }
-    stream = run.stdout;
-  }
-  return { result: { ...last, stdout: '' }, manifest: stream, ms, runs };
-}
-
-/** The bound of each templating tool's stdout, bytes ({@link PipelineDeps} `maxTemplateOutputBytes`). */
-function templateOutputBound(deps: PipelineDeps): number {
-  return deps.config.maxTemplateOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-}
-
-/**
- * The failure of a templating step whose stdout exceeded the output bound. Upstream
- * (kapp-controller) buffers a tool's output without a bound and hands all of it to kapp; here
- * the runner keeps a bounded tail, and a cut manifest must never reach kapp (it would prune
- * every resource that fell off the head), so the stage fails instead.
- *
- * @param prefix - The step's error prefix (`Templating dir: `, `Templating helm chart: `, ...).
- * @param bin - The tool that printed too much.
- * @param maxBytes - The bound.
- * @returns A failed result without stderr, so usefulErrorMessage shows this error rather than
- *   the tool's warnings.
- */
-export function outputExceeded(prefix: string, bin: string, maxBytes: number): StageResult {
-  return {
-    stdout: '',
-    stderr: '',
-    exitCode: -1,
-    error: `${prefix}${bin} output exceeded ${maxBytes} bytes (the limit of a rendered manifest); nothing was deployed`,
-    finished: true,
-  };
-}
-
-/** Runs one tool step; `work` is the stage's scratch directory, which the run may use. */
-async function runTool(step: RunStep, stream: string, deps: PipelineDeps, work: string, signal?: AbortSignal) {
-  for (const d of step.dirs) await mkdir(d, { recursive: true });
-  await writePlanned(step.files);
-  return await deps.runner.run({
-    cmd: step.bin,
-    args: step.args,
-    env: step.env,
-    cwd: step.cwd,
-    stdin: step.stdin === 'previous' ? stream : undefined,
-    timeoutMs: deps.config.toolTimeoutMs,
-    writable: [work],
-    maxOutputBytes: templateOutputBound(deps),
-    signal,
-  });
-}
 
 /**
  * Digest of the App metadata a render can depend on: name and namespace when a helm step is
@@ -372,7 +188,7 @@ export async function runTemplate(
       for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
       // Deleting (or canceling) the App kills the templating tools, as it kills kapp.
       const watch = watchForAbort(kube, frame.ref, ref.uid, deps);
-      let r: Awaited<ReturnType<typeof runTemplateSteps>>;
+      let r: TemplateRun;
       try {
         r = await runTemplateSteps(plan.steps, deps, work, watch.signal);
       } finally {

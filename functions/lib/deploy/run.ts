@@ -1,0 +1,158 @@
+/**
+ * Running kapp (upstream `pkg/deploy/kapp.go` `Deploy`/`Inspect`/`Delete` and `pkg/kubeconfig`):
+ * the cluster access kapp gets (a TokenRequest token for the App's ServiceAccount, or its
+ * kubeconfig Secret) and a kapp run with cancellation and progress streaming. The command lines
+ * are planned in `./kapp.ts` and `./kubeconfig.ts`; the deploy stage (`../pipeline/deploy.ts`)
+ * decides when kapp runs and what its result means for the App.
+ *
+ * @module
+ */
+
+import type { App } from '../api/index.js';
+import type { CommandRunner, RunResult } from '../exec/runner.js';
+import { TextTail } from '../exec/tail.js';
+import type { DeployView, ObjectRef } from '../kube/port.js';
+import { type AbortWatchDeps, watchForAbort } from '../reconcile/abort-watch.js';
+import { KappControllerError } from '../reconcile/result.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
+import { KAPP_APPLYING_MARKER } from '../reconcile/status.js';
+import { markTruncated } from '../reconcile/status-budget.js';
+import type { KappCommand } from './kapp.js';
+import { appClusterAccess, type ClusterAccess, type CredentialMaterial, credentialSource } from './kubeconfig.js';
+
+/** What a kapp run uses of the stage's dependencies (a `PipelineDeps` fits). */
+export interface KappRunDeps extends AbortWatchDeps {
+  /** The one command runner (allow-listed tools). */
+  runner: CommandRunner;
+  config: AbortWatchDeps['config'] & {
+    /** How often kapp's progress is handed to `onProgress`, ms. Default 2000 (upstream). */
+    deployProgressIntervalMs?: number;
+    /** Kill kapp after this long, ms. Default: the runner's default. */
+    toolTimeoutMs?: number;
+  };
+}
+
+const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: { name, namespace },
+  type: s.type,
+  data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, v.toString('base64')])),
+});
+
+/**
+ * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
+ * @param mask - when given, the minted token and every value of the kubeconfig Secret are
+ *   added to it, so kapp's output can never show them in status.
+ * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret).
+ */
+export async function clusterAccessFor(app: App, kube: DeployView, mask?: SecretMask): Promise<ClusterAccess> {
+  const ns = app.metadata.namespace ?? '';
+  const source = credentialSource(app.spec, ns);
+  let material: CredentialMaterial;
+  if (source.kind === 'serviceAccount') {
+    let token: string;
+    try {
+      token = (await kube.serviceAccountToken(ns, source.serviceAccountName)).token;
+      mask?.addValue(token);
+    } catch (err) {
+      throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
+    }
+    const api = kube.apiServer();
+    material = {
+      kind: 'serviceAccount',
+      token,
+      caCert: api.caData ? Buffer.from(api.caData, 'base64') : '',
+      server: api.server,
+    };
+  } else {
+    const secret = await kube.getSecret(ns, source.secretName);
+    if (!secret) {
+      throw new KappControllerError(
+        `Preparing kapp: Getting kubeconfig secret: secrets "${source.secretName}" not found`,
+      );
+    }
+    mask?.addSecretData(secret.data, { structured: false });
+    material = { kind: 'kubeconfigSecret', secret: secretAsLike(source.secretName, ns, secret) };
+  }
+  return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
+}
+
+/**
+ * Bound of kapp's output kept in memory, per stream: 2 MiB for the runner's result, 1 Mi code
+ * units for the progress copy. Both are above what status keeps (the status budget cuts
+ * further, with the `[output truncated]` marker), so the most useful tail always survives.
+ */
+export const KAPP_OUTPUT_BYTES = 2 * 1024 * 1024;
+/** See {@link KAPP_OUTPUT_BYTES}. */
+export const KAPP_PROGRESS_CHARS = 1024 * 1024;
+
+/** kapp's output so far, as handed to a progress callback. */
+export interface KappProgress {
+  /** The kept tail of stdout, behind `[output truncated]\n` when its head was dropped. */
+  stdout: string;
+  /** The kept tail of stderr, likewise. */
+  stderr: string;
+  /** Whether kapp's stdout ever contained {@link KAPP_APPLYING_MARKER}. */
+  applying: boolean;
+}
+
+/**
+ * Runs a kapp command with cancellation (App canceled or deleted) and progress streaming.
+ * `onProgress` is called at most every `intervalMs` with kapp's output so far. What is kept of
+ * kapp's output is bounded ({@link KAPP_OUTPUT_BYTES}, {@link KAPP_PROGRESS_CHARS}); a result
+ * whose head was dropped carries the truncation marker.
+ *
+ * @param stdin - the manifest for `kapp deploy`; `undefined` for inspect and delete.
+ * @param watch - the App watched for cancellation; `cancelOnDelete: false` for `kapp delete`
+ *   (the App is being deleted while it runs), so only `spec.canceled` kills it then.
+ * @param writable - directories kapp may write (the deploy's `--app-metadata-file-output`).
+ * @returns the runner's result; resolves for every process outcome.
+ */
+export async function runKapp(
+  cmd: KappCommand,
+  stdin: string | undefined,
+  deps: KappRunDeps,
+  watch: { kube: DeployView; ref: ObjectRef; uid: string; cancelOnDelete: boolean },
+  onProgress: (progress: KappProgress) => Promise<void>,
+  writable: readonly string[] = [],
+): Promise<RunResult> {
+  const stdout = new TextTail(KAPP_PROGRESS_CHARS, KAPP_APPLYING_MARKER);
+  const stderr = new TextTail(KAPP_PROGRESS_CHARS);
+  const watcher = watchForAbort(watch.kube, watch.ref, watch.uid, deps, {
+    intervalMs: deps.config.deployProgressIntervalMs ?? 2000,
+    abortOnDelete: watch.cancelOnDelete,
+    failureMessage: 'deploy progress update failed',
+    onTick: () =>
+      onProgress({
+        stdout: markTruncated(stdout.text(), stdout.truncated),
+        stderr: markTruncated(stderr.text(), stderr.truncated),
+        applying: stdout.seen,
+      }),
+  });
+  try {
+    const run = await deps.runner.run({
+      cmd: cmd.bin,
+      args: cmd.args,
+      env: cmd.env,
+      stdin,
+      writable,
+      signal: watcher.signal,
+      timeoutMs: deps.config.toolTimeoutMs,
+      maxOutputBytes: KAPP_OUTPUT_BYTES,
+      onOutput: (chunk, stream) => {
+        if (stream === 'stdout') stdout.push(chunk);
+        else stderr.push(chunk);
+      },
+    });
+    return {
+      ...run,
+      stdout: markTruncated(run.stdout, run.truncated.stdout),
+      stderr: markTruncated(run.stderr, run.truncated.stderr),
+    };
+  } finally {
+    // A progress write still in flight must land before the caller writes the final status,
+    // or it would overwrite it with `finished: false`.
+    await watcher.stop();
+  }
+}
