@@ -12,7 +12,7 @@
  * @module
  */
 import { parse } from 'yaml';
-import { KappControllerError } from '../fetch/types.js';
+import { KappControllerError } from '../reconcile/result.js';
 import {
   KAPP_ALLOWED_DELETE_FLAGS,
   KAPP_ALLOWED_DEPLOY_FLAGS,

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { KappControllerError } from '../fetch/types.js';
+import { KappControllerError } from '../reconcile/result.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
 import { STDIN_UNAVAILABLE_MESSAGE } from './step.js';
 import { STDIN_PATH } from './values.js';

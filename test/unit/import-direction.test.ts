@@ -1,0 +1,133 @@
+/**
+ * The direction of imports in the functions' core (issue 8, review R5): the stage files in
+ * `functions/lib/pipeline/` orchestrate the modules below them, never the other way round. No
+ * module below the pipeline imports the pipeline, the entry files or a composition root
+ * (`functions/embedded/`, `functions/<stage>/`), not even for a type; and the three planners
+ * (`fetch/`, `template/`, `deploy/`) do not import each other: what they share lives lower down
+ * (`api/`, `reconcile/`).
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+/** The folders of `functions/lib/` below the pipeline. */
+const LOWER = ['fetch', 'template', 'deploy', 'reconcile', 'exec', 'api', 'artifact', 'kube', 'store'];
+
+/** The stage planners, which must not import each other. */
+const PLANNERS = new Set(['fetch', 'template', 'deploy']);
+
+/**
+ * Known edges that another part of issue 8 removes (item 3 moves what an App references, the
+ * planners' Secret and ConfigMap shapes and their not-found messages from `fetch/types.ts` to
+ * `api/refs.ts`), keyed `importer -> imported`. Each entry must still be an offending edge:
+ * delete it when it moves, so the list cannot go stale.
+ */
+const PENDING: Readonly<Record<string, string>> = {
+  'functions/lib/fetch/refs.ts -> functions/lib/template/types.ts': 'issue 8 item 3: App references join api/',
+  'functions/lib/template/downward-api.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: AppMetadataLike',
+  'functions/lib/template/inline.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
+  'functions/lib/template/plan.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
+  'functions/lib/template/sops.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
+  'functions/lib/template/values.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
+  'functions/lib/deploy/kubeconfig.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: SecretLike',
+};
+
+/** A repository-relative path with `/` separators. */
+const rel = (file: string) => path.relative(ROOT, file).split(path.sep).join('/');
+
+/**
+ * Every relative module a file names: `import`/`export ... from` (type-only included, which
+ * the runtime graph erases but the layering does not allow either), side-effect imports and
+ * `import('...')` types or calls.
+ *
+ * @throws Error when a specifier does not resolve to a file (so a changed layout cannot make
+ *   the scan silently find nothing).
+ */
+function importsOf(file: string): string[] {
+  const src = readFileSync(file, 'utf8');
+  const statements = /^\s*(?:import|export)\s+(?:type\s+)?(?:[^;'"]*?\sfrom\s+)?['"](\.{1,2}\/[^'"]+)['"]/gm;
+  const dynamic = /\bimport\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g;
+  return [...src.matchAll(statements), ...src.matchAll(dynamic)].map((m) => {
+    const target = path.resolve(path.dirname(file), (m[1] ?? '').replace(/\.js$/, '.ts'));
+    if (!existsSync(target)) throw new Error(`${rel(file)}: cannot resolve ${m[1]}`);
+    return rel(target);
+  });
+}
+
+/** The TypeScript files of a folder, recursively. */
+function tsFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
+    const full = path.join(dir, e.name);
+    if (e.isDirectory()) return tsFiles(full);
+    return e.name.endsWith('.ts') ? [full] : [];
+  });
+}
+
+/** Every import of every module below the pipeline, as `importer -> imported`. */
+function lowerEdges(): { from: string; to: string }[] {
+  return LOWER.flatMap((dir) => tsFiles(path.join(ROOT, 'functions/lib', dir))).flatMap((file) =>
+    importsOf(file).map((to) => ({ from: rel(file), to })),
+  );
+}
+
+/** The folder of `functions/lib/` a path is in (`fetch`, `pipeline`, ...), if any. */
+function libFolder(file: string): string | undefined {
+  return /^functions\/lib\/([^/]+)\//.exec(file)?.[1];
+}
+
+/**
+ * Why an import breaks the layering, or `undefined` when it does not.
+ *
+ * @param from - the importer, repository-relative.
+ * @param to - the imported module, repository-relative.
+ */
+function violation(from: string, to: string): string | undefined {
+  const [a, b] = [libFolder(from), libFolder(to)];
+  if (b === 'pipeline' || b === 'entry') return 'imports upward';
+  if (to.startsWith('functions/') && !to.startsWith('functions/lib/')) return 'imports a composition root';
+  if (a !== b && a !== undefined && b !== undefined && PLANNERS.has(a) && PLANNERS.has(b)) {
+    return 'imports a sibling planner';
+  }
+  return undefined;
+}
+
+describe('import direction below the pipeline', () => {
+  const edges = lowerEdges();
+  const offending = edges
+    .map(({ from, to }) => ({ edge: `${from} -> ${to}`, why: violation(from, to) }))
+    .filter((e) => e.why !== undefined);
+
+  it('no module below the pipeline imports the pipeline, the entry files or a planner sibling', () => {
+    expect(offending.filter((e) => !(e.edge in PENDING)).map((e) => `${e.edge} (${e.why})`)).toEqual([]);
+  });
+
+  it('still has each pending exception (remove it from PENDING once it moves)', () => {
+    const still = new Set(offending.map((e) => e.edge));
+    expect(Object.keys(PENDING).filter((e) => !still.has(e))).toEqual([]);
+  });
+
+  it('reads runtime, type-only and re-export imports (the scan can fail)', () => {
+    const has = (from: string, to: string) => edges.some((e) => e.from === from && e.to === to);
+    // A runtime import of a module moved down for this rule.
+    expect(has('functions/lib/deploy/run.ts', 'functions/lib/reconcile/abort-watch.ts')).toBe(true);
+    // `import type * as api from ...`.
+    expect(has('functions/lib/deploy/types.ts', 'functions/lib/api/index.ts')).toBe(true);
+    // `export * from ...` in a barrel.
+    expect(has('functions/lib/template/index.ts', 'functions/lib/template/sops.ts')).toBe(true);
+  });
+
+  it('tells each kind of upward or sideways import apart', () => {
+    expect(violation('functions/lib/deploy/run.ts', 'functions/lib/pipeline/deps.ts')).toBe('imports upward');
+    expect(violation('functions/lib/kube/client.ts', 'functions/lib/entry/config.ts')).toBe('imports upward');
+    expect(violation('functions/lib/store/s3.ts', 'functions/embedded/runtime.ts')).toBe('imports a composition root');
+    expect(violation('functions/lib/template/plan.ts', 'functions/lib/fetch/vendir.ts')).toBe(
+      'imports a sibling planner',
+    );
+    expect(violation('functions/lib/template/execute.ts', 'functions/lib/template/sops.ts')).toBeUndefined();
+    expect(violation('functions/lib/deploy/run.ts', 'functions/lib/reconcile/result.ts')).toBeUndefined();
+    expect(violation('functions/lib/reconcile/status.ts', 'events/schema.ts')).toBeUndefined();
+  });
+});
