@@ -19,15 +19,12 @@ import {
   fetchDirectoryName,
   formatPath,
   gitDepth,
-  goDurationNanos,
   helmTemplateName,
   helmTemplateNamespace,
-  isGoDuration,
   kubeconfigSecretKey,
   MINIMUM_SYNC_PERIOD,
   type ParseResult,
   parseApp,
-  parseGoDuration,
   parsePackage,
   parsePackageInstall,
   parsePackageMetadata,
@@ -494,38 +491,6 @@ describe('defaults', () => {
       "Set name explicitly, default is App CR's name (optional; v0.13.0+)",
     );
     expect(AppSpecSchema.shape.syncPeriod.unwrap().description).toContain('default=30s');
-  });
-});
-
-describe('Go durations', () => {
-  it.each([
-    ['30s', 30_000],
-    ['1m', 60_000],
-    ['10m', 600_000],
-    ['1h30m', 5_400_000],
-    ['1.5h', 5_400_000],
-    ['300ms', 300],
-    ['1us', 0.001],
-    ['1µs', 0.001],
-    ['2h45m30.5s', 9_930_500],
-    ['0', 0],
-    ['-1m', -60_000],
-    ['+5s', 5_000],
-    ['1.s', 1_000],
-    ['.5s', 500],
-  ])('%s = %d ms', (text, ms) => {
-    expect(isGoDuration(text)).toBe(true);
-    expect(parseGoDuration(text)).toBe(ms);
-  });
-
-  it.each(['', '1', '1d', '10 s', 's', '.s', '1.2.3s', '1S', '30sec', '2562048h'])('rejects %j', (text) => {
-    expect(isGoDuration(text)).toBe(false);
-    expect(() => parseGoDuration(text)).toThrow(`time: invalid duration ${JSON.stringify(text)}`);
-  });
-
-  it('holds int64 nanoseconds like Go', () => {
-    expect(goDurationNanos('2562047h')).toBe(9_223_369_200_000_000_000n);
-    expect(goDurationNanos('1.000000001s')).toBe(1_000_000_001n);
   });
 });
 

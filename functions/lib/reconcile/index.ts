@@ -1,11 +1,10 @@
 /**
- * Reconcile core: Go durations, the reconcile timer, and status transitions and error surface.
+ * Reconcile core: the reconcile timer, and status transitions and error surface.
  * Mirrors kapp-controller `pkg/app/reconcile_timer.go`, `pkg/app/app_reconcile.go`,
  * `pkg/exec/cmd_run_result.go` (see each module).
  *
  * @module
  */
-export * from './duration.js';
 export * from './secret-mask.js';
 export * from './status.js';
 export * from './status-budget.js';

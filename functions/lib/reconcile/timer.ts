@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { DurationParseError, parseDuration, tryParseDuration } from './duration.js';
+import { DurationParseError, parseDuration, tryParseDuration } from '../api/duration.js';
 import type { Condition, TimedObject } from './types.js';
 
 export type { TimedObject } from './types.js';
