@@ -16,12 +16,7 @@ import {
   DEFAULT_KUBECONFIG_SECRET_KEY,
   DEFAULT_PACKAGE_INSTALL_SYNC_PERIOD,
   DEFAULT_PACKAGE_REPOSITORY_SYNC_PERIOD,
-  fetchDirectoryName,
   formatPath,
-  gitDepth,
-  helmTemplateName,
-  helmTemplateNamespace,
-  kubeconfigSecretKey,
   MINIMUM_SYNC_PERIOD,
   type ParseResult,
   parseApp,
@@ -31,6 +26,7 @@ import {
   parsePackageRepository,
   pruneNulls,
 } from '../../functions/lib/api/index.js';
+import { fetchDirectoryName } from '../../functions/lib/fetch/vendir.js';
 import { fixturePath } from '../harness/fixtures.js';
 
 const FIXTURES = fixturePath('kapp-controller');
@@ -444,25 +440,10 @@ describe('defaults', () => {
 
   it('git depth defaults to 1; 0 means full history', () => {
     expect(DEFAULT_GIT_DEPTH).toBe(1);
-    expect(gitDepth({ url: 'u' })).toBe(1);
-    expect(gitDepth({ url: 'u', depth: 0 })).toBe(0);
-    expect(gitDepth({ url: 'u', depth: 5 })).toBe(5);
   });
 
   it('kubeconfig secret key defaults to "value"', () => {
     expect(DEFAULT_KUBECONFIG_SECRET_KEY).toBe('value');
-    expect(kubeconfigSecretKey({ name: 's' })).toBe('value');
-    expect(kubeconfigSecretKey({ name: 's', key: '' })).toBe('value');
-    expect(kubeconfigSecretKey({ name: 's', key: 'config' })).toBe('config');
-  });
-
-  it('helm template name and namespace default to the App name and namespace', () => {
-    const app = { metadata: { name: 'my-app', namespace: 'team-a' } };
-    expect(helmTemplateName({}, app)).toBe('my-app');
-    expect(helmTemplateName({ name: '' }, app)).toBe('my-app');
-    expect(helmTemplateName({ name: 'release' }, app)).toBe('release');
-    expect(helmTemplateNamespace({}, app)).toBe('team-a');
-    expect(helmTemplateNamespace({ namespace: 'other' }, app)).toBe('other');
   });
 
   it('fetch directory defaults to the entry index', () => {
