@@ -24,6 +24,8 @@
  * @module
  */
 import { EVENT_TYPES, type KappEvent } from '../../../events/schema.js';
+import { KAPP_ERROR_PREFIX } from '../deploy/kapp.js';
+import { FETCH_RUN_ERROR_PREFIX } from '../fetch/vendir.js';
 import type { StatusWriteOutcome } from '../kube/status-write.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { formatStatusTime, markDeleteFailed, markFailed, redactSecrets } from '../reconcile/status.js';
@@ -120,14 +122,14 @@ export function infraCauseText(err: unknown, mask?: SecretMask): string {
 
 /** The stage an event runs, as its status prefix: what the user sees before the cause. */
 export function infraStagePrefix(event: KappEvent | DeleteStageEvent): string {
-  if (isDeleteEvent(event)) return 'Deleting: ';
+  if (isDeleteEvent(event)) return KAPP_ERROR_PREFIX.delete;
   switch (event.type) {
     case EVENT_TYPES.template:
       return 'Templating: ';
     case EVENT_TYPES.deploy:
-      return 'Deploying: ';
+      return KAPP_ERROR_PREFIX.deploy;
     default:
-      return 'Fetching resources: ';
+      return FETCH_RUN_ERROR_PREFIX;
   }
 }
 
