@@ -1,7 +1,7 @@
 /**
  * Child process of the forwarder-memory scenario: a forwarder alone (no pipeline; its
  * transport only counts events) watching every App, and the Secrets and ConfigMaps they
- * reference, of one cluster. The benchmark bundles this file with esbuild and runs it with
+ * reference, of one cluster. The benchmark bundles this file (`layers/bundle.ts`) and runs it with
  * plain `node`, so the figure is a forwarder process's RSS, not tsx's.
  *
  * Usage: `node forwarder-rss.mjs <kubeconfig> <context> <expectedApps> <expectedRefs>`.

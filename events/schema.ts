@@ -24,6 +24,7 @@
  */
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
+import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from '../functions/lib/api/names.js';
 import { FETCH_KEY_PATTERN, INDEX_KEY_PATTERN, TEMPLATE_KEY_PATTERN } from '../functions/lib/artifact/keys.js';
 import { PRIVATE_FETCH_KEY_PATTERN, PRIVATE_TEMPLATE_KEY_PATTERN } from '../functions/lib/artifact/sealed.js';
 
@@ -103,11 +104,10 @@ export const MAX_ORDERING_KEY_CHARS = 128;
 // ---------------------------------------------------------------------------------------
 // Field schemas
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const TOKEN = /^[A-Za-z0-9][A-Za-z0-9._:-]*$/;
 
-const dnsLabel = z.string().max(63).regex(DNS_LABEL, { error: 'expected a DNS-1123 label' });
+const dnsLabel = z.string().max(DNS1123_LABEL_MAX).regex(DNS1123_LABEL_REGEX, { error: 'expected a DNS-1123 label' });
 const dnsSubdomain = z.string().max(253).regex(DNS_SUBDOMAIN, { error: 'expected a DNS-1123 subdomain' });
 const token = (max: number) =>
   z.string().min(1).max(max).regex(TOKEN, { error: 'expected letters, digits and ._:- only' });

@@ -10,6 +10,7 @@
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { bundleFunction, functionEntry } from './bundle.js';
 import { buildComponent, cacheRoot } from './gobuild.js';
 import { COMPONENTS, type Stage } from './manifest.js';
 import { buildHardenAddon, buildLauncher, HARDEN_ADDON_NAME, LAUNCHER_NAME } from './native.js';
@@ -40,22 +41,8 @@ export function layerTools(stage: Stage): { component: (typeof COMPONENTS)[numbe
 }
 
 async function bundleBytes(stage: Stage, outDir: string): Promise<number> {
-  const entry = path.join('functions', stage, 'index.ts');
-  if (!existsSync(entry)) return 0;
-  const { build } = await import('esbuild');
-  const outfile = path.join(outDir, `${stage}.mjs`);
-  await build({
-    entryPoints: [entry],
-    bundle: true,
-    minify: true,
-    platform: 'node',
-    target: 'node20',
-    format: 'esm',
-    outfile,
-    logLevel: 'warning',
-    banner: { js: "import{createRequire as __cr}from'module';const require=__cr(import.meta.url);" },
-  });
-  return (await stat(outfile)).size;
+  if (!existsSync(functionEntry(stage))) return 0;
+  return bundleFunction(stage, path.join(outDir, `${stage}.mjs`));
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
  * Scenario 6, bundles: each Lambda function (`functions/<stage>/index.ts`) bundled by esbuild
- * exactly as `layers/build.ts` does (bundle, minify, ESM, node20, `require` shim), its size in
+ * by `layers/bundle.ts` exactly as `layers/build.ts` does (bundle, minify, ESM, node20, `require`
+ * shim), its size in
  * bytes, and its cold start: the time from spawning a fresh `node` process (which imports the
  * bundle and calls the handler once with an empty SQS batch, `bench/cold-start.mjs`) to that
  * first call returning, measured by the parent; median of `runs` processes per function.
@@ -10,11 +11,12 @@
  * @module
  */
 import { spawn } from 'node:child_process';
-import { stat, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { stringify } from 'yaml';
 import { pinnedToolVersions } from '../../functions/embedded/runtime.js';
+import { bundleFunction } from '../../layers/bundle.js';
 import { type BenchContext, scratchDir } from '../lib/context.js';
 import { type Summary, summarize } from '../lib/stats.js';
 
@@ -71,8 +73,6 @@ function once(
  */
 export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigures[]> {
   const dir = await scratchDir(ctx, 'bundles');
-  const { build } = await import('esbuild');
-  const repo = path.join(import.meta.dirname, '..', '..');
   const kubeconfig = path.join(dir, 'kubeconfig.yaml');
   await writeFile(
     kubeconfig,
@@ -104,18 +104,7 @@ export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigure
   const out: BundleFigures[] = [];
   for (const stage of STAGES) {
     const outfile = path.join(dir, stage, 'index.mjs');
-    await build({
-      entryPoints: [path.join(repo, 'functions', stage, 'index.ts')],
-      bundle: true,
-      minify: true,
-      platform: 'node',
-      target: 'node20',
-      format: 'esm',
-      outfile,
-      logLevel: 'warning',
-      banner: { js: "import{createRequire as __cr}from'module';const require=__cr(import.meta.url);" },
-    });
-    const bytes = (await stat(outfile)).size;
+    const bytes = await bundleFunction(stage, outfile);
     await once(outfile, env, script); // page cache warm-up, not counted
     const samples: { wallMs: number; importMs: number; firstCallMs: number }[] = [];
     for (let i = 0; i < runs; i++) samples.push(await once(outfile, env, script));

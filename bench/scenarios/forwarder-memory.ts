@@ -17,6 +17,7 @@
 import { spawn } from 'node:child_process';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
+import { bundleEntry } from '../../layers/bundle.js';
 import { applyCrds } from '../../scripts/local-env.js';
 import { startCluster } from '../../test/harness/cluster.js';
 import { type BenchContext, scratchDir } from '../lib/context.js';
@@ -216,19 +217,8 @@ export async function forwarderMemory(
   counts: readonly number[] = [1000, 10_000],
 ): Promise<ForwarderMemoryResult> {
   const dir = await scratchDir(ctx, 'forwarder-memory');
-  const { build } = await import('esbuild');
   const bundle = path.join(dir, 'forwarder-rss.mjs');
-  await build({
-    entryPoints: [path.join(import.meta.dirname, '..', 'forwarder-rss.ts')],
-    bundle: true,
-    minify: true,
-    platform: 'node',
-    target: 'node20',
-    format: 'esm',
-    outfile: bundle,
-    logLevel: 'warning',
-    banner: { js: "import{createRequire as __cr}from'module';const require=__cr(import.meta.url);" },
-  });
+  await bundleEntry(path.join(import.meta.dirname, '..', 'forwarder-rss.ts'), bundle);
   ctx.say('forwarder-memory: starting a control plane of its own');
   const cluster = await startCluster({ log: ctx.say });
   try {

@@ -20,6 +20,8 @@
  * @module
  */
 import { z } from 'zod';
+import { blankToUndefined, commaList, envProblem, intText } from '../../functions/lib/api/env.js';
+import { DNS1123_LABEL_MAX, isDns1123Label } from '../../functions/lib/api/names.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../../functions/lib/reconcile/timer.js';
 import type { ForwarderOptions } from './forwarder.js';
 import { type WatchedKindName, watchedKinds } from './kinds.js';
@@ -44,47 +46,27 @@ export interface ForwarderSettings {
   resyncRetryMs: number;
 }
 
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 const KIND_NAMES = ['App', 'PackageInstall', 'PackageRepository'] as const;
 
-const list = (v: string | undefined) =>
-  (v ?? '')
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s.length > 0);
-
+/** An integer knob in `[min, max]`, `dflt` when unset or blank; problems quote the text. */
 const int = (min: number, max: number, dflt: number) =>
-  z
-    .string()
-    .optional()
-    .transform((v, ctx) => {
-      if (v === undefined || v.trim() === '') return dflt;
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < min || n > max) {
-        ctx.addIssue({
-          code: 'custom',
-          message: `expected an integer in [${min}, ${max}], received ${JSON.stringify(v)}`,
-        });
-        return z.NEVER;
-      }
-      return n;
-    });
+  z.preprocess(blankToUndefined, intText(min, max, true).default(dflt));
 
 const EnvSchema = z.object({
   FORWARDER_CLUSTER_ID: z
     .string({ error: 'required' })
-    .regex(DNS_LABEL, { error: 'expected a DNS-1123 label' })
-    .max(63),
+    .refine(isDns1123Label, { error: 'expected a DNS-1123 label' })
+    .max(DNS1123_LABEL_MAX),
   FORWARDER_KINDS: z
     .string()
     .optional()
-    .transform((v) => (list(v).length ? list(v) : ['App']))
+    .transform((v) => (commaList(v).length ? commaList(v) : ['App']))
     .pipe(z.array(z.enum(KIND_NAMES))),
   FORWARDER_NAMESPACES: z
     .string()
     .optional()
-    .transform(list)
-    .pipe(z.array(z.string().regex(DNS_LABEL, { error: 'expected DNS-1123 labels' }))),
+    .transform(commaList)
+    .pipe(z.array(z.string().refine(isDns1123Label, { error: 'expected DNS-1123 labels' }))),
   FORWARDER_COALESCE_WINDOW_MS: int(0, 60_000, 200),
   FORWARDER_STALL_TIMEOUT_SECONDS: int(5, 3600, 90),
   FORWARDER_WATCH_TIMEOUT_SECONDS: int(10, 3600, 300),
@@ -107,20 +89,16 @@ const EnvSchema = z.object({
 export function parseForwarderEnv(env: Readonly<Record<string, string | undefined>>): ForwarderSettings {
   const r = EnvSchema.safeParse(env);
   if (!r.success) {
-    const problems = r.error.issues.map((i) => `${String(i.path[0] ?? '(env)')}: ${i.message}`);
+    const problems = r.error.issues.map(envProblem);
     throw new Error(`invalid forwarder settings: ${problems.join('; ')}`);
   }
   const e = r.data;
   let timer: TimerConfig;
   try {
-    const parsed = parseControllerSyncConfig({
-      ...(e.FORWARDER_APP_DEFAULT_SYNC_PERIOD ? { appDefaultSyncPeriod: e.FORWARDER_APP_DEFAULT_SYNC_PERIOD } : {}),
-      ...(e.FORWARDER_APP_MINIMUM_SYNC_PERIOD ? { appMinimumSyncPeriod: e.FORWARDER_APP_MINIMUM_SYNC_PERIOD } : {}),
+    timer = parseControllerSyncConfig({
+      appDefaultSyncPeriod: e.FORWARDER_APP_DEFAULT_SYNC_PERIOD,
+      appMinimumSyncPeriod: e.FORWARDER_APP_MINIMUM_SYNC_PERIOD,
     });
-    timer = {
-      ...(parsed.appDefaultSyncPeriodMs === undefined ? {} : { appDefaultSyncPeriodMs: parsed.appDefaultSyncPeriodMs }),
-      ...(parsed.appMinimumSyncPeriodMs === undefined ? {} : { appMinimumSyncPeriodMs: parsed.appMinimumSyncPeriodMs }),
-    };
   } catch (cause) {
     throw new Error(`invalid forwarder settings: ${(cause as Error).message}`, { cause });
   }

@@ -1,9 +1,10 @@
 /**
  * The embedded default: forwarder and functions in one process (`npm start`, `npm run demo`,
  * the e2e tests). The composition root: builds the ports (kubeconfig cluster registry, local
- * directory object store, command runner over the cached tools, pino logger) and wires one
- * forwarder per cluster into the in-process {@link EmbeddedPipeline}. The same stage
- * handlers run unchanged on Lambda, where each entry file builds its own ports.
+ * directory object store, the cached tools, pino logger), hands them to `createPipelineDeps`
+ * (the builder the Lambda functions share) and wires one forwarder per cluster into the
+ * in-process {@link EmbeddedPipeline}. The same stage handlers run unchanged on Lambda, where
+ * each entry file brings its own ports.
  *
  * Per cluster, a Lease election (`leadership.ts`) decides which of several runtimes pointed at
  * it acts: only the leader runs that cluster's forwarder and starts its stages.
@@ -22,13 +23,13 @@ import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
 import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
-import { createCommandRunner, minimalEnv, TOOL_NAMES } from '../lib/exec/runner.js';
+import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
 import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
+import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
 import { type DispatchDeps, EmbeddedPipeline } from '../lib/pipeline/runtime.js';
-import type { ClusterInfoSource } from '../lib/pipeline/template.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
 import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
@@ -152,42 +153,26 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     ensureTraversable(opts.tmpRoot);
     resolveBin = stageBinaries([...TOOL_NAMES, LAUNCHER_NAME], resolveBin, path.join(opts.tmpRoot, 'bin'));
   }
-  const runner = createCommandRunner({
-    allow: TOOL_NAMES,
-    resolveBin,
-    tmpDir: opts.tmpRoot,
-    metrics: toolMetrics,
-    ...(isolate ? { uidPool: DEFAULT_UID_POOL } : {}),
-    launcher: resolveBin(LAUNCHER_NAME),
-    // vendir runs `helm3` for Helm 3 charts unless told which binary is helm 3.
-    baseEnv: {
-      ...minimalEnv({ allow: TOOL_NAMES, resolveBin, tmpDir: opts.tmpRoot }),
-      VENDIR_HELM_BINARY: resolveBin('helm'),
-    },
-  });
-  const clusterInfo: ClusterInfoSource = async (clusterId, needs) => {
-    const client = registry.client(clusterId);
-    return {
-      kubernetesVersion: needs.kubernetesVersion ? await client.serverVersion().catch((e: Error) => e) : undefined,
-      kubernetesAPIs: needs.kubernetesAPIs ? await client.apiGroupVersions().catch((e: Error) => e) : undefined,
-      kappControllerVersion: CONTROLLER_VERSION,
-    };
-  };
-  const base: DispatchDeps = {
+  const base: DispatchDeps = createPipelineDeps({
     clusters: registry,
     store,
     keyring: opts.keyring ?? fileKeyring(path.join(opts.cacheRoot, 'keys', 'artifact-root.key')),
-    runner,
-    now: () => new Date(),
     log: opts.log,
-    clusterInfo,
+    tools: {
+      allow: TOOL_NAMES,
+      resolveBin,
+      tmpDir: opts.tmpRoot,
+      metrics: toolMetrics,
+      ...(isolate ? { uidPool: DEFAULT_UID_POOL } : {}),
+      launcher: resolveBin(LAUNCHER_NAME),
+    },
     config: {
       tmpRoot: opts.tmpRoot,
       toolVersions: pinnedToolVersions(),
       controllerVersion: CONTROLLER_VERSION,
       ...opts.config,
     },
-  };
+  });
   const wrapped = opts.wrapDeps ? opts.wrapDeps(base) : base;
   const leaderships = new Map<string, ClusterLeadership>();
   const acting = (clusterId: string) => opts.leaderElection === false || !!leaderships.get(clusterId)?.isLeader();

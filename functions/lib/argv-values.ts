@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from './api/names.js';
 
 /** At most this many characters of a refused value are quoted in an error message. */
 export const QUOTED_VALUE_MAX_CHARS = 128;
@@ -60,12 +61,6 @@ export function helmReleaseNameError(name: string): string | undefined {
   }
   return undefined;
 }
-
-/** Kubernetes' DNS-1123 label regex (`k8s.io/apimachinery/pkg/util/validation`). */
-export const DNS1123_LABEL_REGEX = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-
-/** Kubernetes' DNS-1123 label maximum length. */
-export const DNS1123_LABEL_MAX = 63;
 
 /**
  * Kubernetes' `IsDNS1123Label` (what a namespace name must be), with its exact messages joined

@@ -1,8 +1,8 @@
 /**
  * The bundled Lambda functions under the real AWS Lambda Runtime Interface Emulator: the
- * esbuild bundle (same options as `layers/build.ts`) is its own bootstrap (`node fetch.mjs`,
- * the Runtime API client of `functions/lib/entry/runtime-api.ts`), invoked with SQS-shaped
- * events over RIE's invoke endpoint on 127.0.0.1.
+ * esbuild bundle (`layers/bundle.ts`, as `layers/build.ts` makes it) is its own bootstrap
+ * (`node fetch.mjs`, the Runtime API client of `functions/lib/entry/runtime-api.ts`), invoked
+ * with SQS-shaped events over RIE's invoke endpoint on 127.0.0.1.
  *
  * - invalid and misrouted records are dropped (logged with the field path), a record whose
  *   stage throws fails alone (`batchItemFailures`), the process survives all of it;
@@ -19,9 +19,9 @@ import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { HeadObjectCommand } from '@aws-sdk/client-s3';
-import { build } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
+import { bundleFunction } from '../../layers/bundle.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
@@ -50,17 +50,7 @@ const DEPLOY_QUEUE = 'deploy.fifo';
 /** Bundles `functions/<stage>/index.ts` exactly as `layers/build.ts` does. */
 async function bundle(stage: string, outDir: string): Promise<string> {
   const outfile = path.join(outDir, `${stage}.mjs`);
-  await build({
-    entryPoints: [path.join(ROOT, 'functions', stage, 'index.ts')],
-    bundle: true,
-    minify: true,
-    platform: 'node',
-    target: 'node20',
-    format: 'esm',
-    outfile,
-    logLevel: 'warning',
-    banner: { js: "import{createRequire as __cr}from'module';const require=__cr(import.meta.url);" },
-  });
+  await bundleFunction(stage, outfile);
   return outfile;
 }
 

@@ -16,24 +16,17 @@ import {
   DEFAULT_KUBECONFIG_SECRET_KEY,
   DEFAULT_PACKAGE_INSTALL_SYNC_PERIOD,
   DEFAULT_PACKAGE_REPOSITORY_SYNC_PERIOD,
-  fetchDirectoryName,
   formatPath,
-  gitDepth,
-  goDurationNanos,
-  helmTemplateName,
-  helmTemplateNamespace,
-  isGoDuration,
-  kubeconfigSecretKey,
   MINIMUM_SYNC_PERIOD,
   type ParseResult,
   parseApp,
-  parseGoDuration,
   parsePackage,
   parsePackageInstall,
   parsePackageMetadata,
   parsePackageRepository,
   pruneNulls,
 } from '../../functions/lib/api/index.js';
+import { fetchDirectoryName } from '../../functions/lib/fetch/vendir.js';
 import { fixturePath } from '../harness/fixtures.js';
 
 const FIXTURES = fixturePath('kapp-controller');
@@ -447,25 +440,10 @@ describe('defaults', () => {
 
   it('git depth defaults to 1; 0 means full history', () => {
     expect(DEFAULT_GIT_DEPTH).toBe(1);
-    expect(gitDepth({ url: 'u' })).toBe(1);
-    expect(gitDepth({ url: 'u', depth: 0 })).toBe(0);
-    expect(gitDepth({ url: 'u', depth: 5 })).toBe(5);
   });
 
   it('kubeconfig secret key defaults to "value"', () => {
     expect(DEFAULT_KUBECONFIG_SECRET_KEY).toBe('value');
-    expect(kubeconfigSecretKey({ name: 's' })).toBe('value');
-    expect(kubeconfigSecretKey({ name: 's', key: '' })).toBe('value');
-    expect(kubeconfigSecretKey({ name: 's', key: 'config' })).toBe('config');
-  });
-
-  it('helm template name and namespace default to the App name and namespace', () => {
-    const app = { metadata: { name: 'my-app', namespace: 'team-a' } };
-    expect(helmTemplateName({}, app)).toBe('my-app');
-    expect(helmTemplateName({ name: '' }, app)).toBe('my-app');
-    expect(helmTemplateName({ name: 'release' }, app)).toBe('release');
-    expect(helmTemplateNamespace({}, app)).toBe('team-a');
-    expect(helmTemplateNamespace({ namespace: 'other' }, app)).toBe('other');
   });
 
   it('fetch directory defaults to the entry index', () => {
@@ -494,38 +472,6 @@ describe('defaults', () => {
       "Set name explicitly, default is App CR's name (optional; v0.13.0+)",
     );
     expect(AppSpecSchema.shape.syncPeriod.unwrap().description).toContain('default=30s');
-  });
-});
-
-describe('Go durations', () => {
-  it.each([
-    ['30s', 30_000],
-    ['1m', 60_000],
-    ['10m', 600_000],
-    ['1h30m', 5_400_000],
-    ['1.5h', 5_400_000],
-    ['300ms', 300],
-    ['1us', 0.001],
-    ['1µs', 0.001],
-    ['2h45m30.5s', 9_930_500],
-    ['0', 0],
-    ['-1m', -60_000],
-    ['+5s', 5_000],
-    ['1.s', 1_000],
-    ['.5s', 500],
-  ])('%s = %d ms', (text, ms) => {
-    expect(isGoDuration(text)).toBe(true);
-    expect(parseGoDuration(text)).toBe(ms);
-  });
-
-  it.each(['', '1', '1d', '10 s', 's', '.s', '1.2.3s', '1S', '30sec', '2562048h'])('rejects %j', (text) => {
-    expect(isGoDuration(text)).toBe(false);
-    expect(() => parseGoDuration(text)).toThrow(`time: invalid duration ${JSON.stringify(text)}`);
-  });
-
-  it('holds int64 nanoseconds like Go', () => {
-    expect(goDurationNanos('2562047h')).toBe(9_223_369_200_000_000_000n);
-    expect(goDurationNanos('1.000000001s')).toBe(1_000_000_001n);
   });
 });
 

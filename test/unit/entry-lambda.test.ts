@@ -13,7 +13,6 @@ import {
   createLambdaDeps,
   kubeconfigClusterRegistry,
   stageClusterRegistry,
-  toolEnv,
 } from '../../functions/lib/entry/lambda.js';
 import {
   errorBody,
@@ -27,6 +26,7 @@ import {
 } from '../../functions/lib/entry/runtime-api.js';
 import type { ClusterRegistry, DeployView, FetchView, KubeClient, WatchView } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
+import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
 import { MemoryEventSender, SqsEventSender } from '../../functions/lib/transport/index.js';
 

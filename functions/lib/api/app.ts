@@ -23,7 +23,7 @@ import { AppTemplateSchema } from './template.js';
 
 /**
  * Secret holding the destination cluster's kubeconfig (`AppClusterKubeconfigSecretRef`). `key`
- * defaults to `value` (`DEFAULT_KUBECONFIG_SECRET_KEY`; see `kubeconfigSecretKey` in `./defaults.js`); a missing key fails with
+ * defaults to `value` (`DEFAULT_KUBECONFIG_SECRET_KEY`, applied by `deploy/kubeconfig.ts`); a missing key fails with
  * `Expected to find key '<k>' in secret (keys: ...)`.
  */
 export const AppClusterKubeconfigSecretRefSchema = z.object({

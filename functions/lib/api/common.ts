@@ -11,7 +11,7 @@
  * @module
  */
 import { z } from 'zod';
-import { isGoDuration } from './duration.js';
+import { invalidDurationMessage, isGoDuration } from './duration.js';
 
 /**
  * A Go `int64` (JSON number without a fraction, within JS's safe-integer range). In the CRD it is
@@ -37,12 +37,12 @@ export type Time = z.infer<typeof TimeSchema>;
 
 /**
  * `metav1.Duration`: a Go duration string such as `30s`, `1m`, `1h30m` or `300ms` (no `d` unit),
- * validated as Go's `time.ParseDuration` would (error `time: invalid duration "1d"`, Go's own
- * message). In the CRD it is a plain `type: string`, as
- * upstream; use `parseGoDuration` from `./duration.js` to get milliseconds.
+ * validated by Go's `time.ParseDuration` rules (`./duration.js`); any rejection reads
+ * `time: invalid duration "1d"`. In the CRD it is a plain `type: string`, as upstream; use
+ * `parseDuration` from `./duration.js` to get milliseconds.
  */
 export const DurationSchema = z.string().refine(isGoDuration, {
-  error: (issue) => `time: invalid duration ${JSON.stringify(issue.input)}`,
+  error: (issue) => invalidDurationMessage(issue.input),
 });
 
 /** A `metav1.Duration` value: a Go duration string, see {@link DurationSchema}. */

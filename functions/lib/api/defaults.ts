@@ -1,7 +1,9 @@
 /**
- * Defaults kapp-controller applies when a field is absent. The CRDs carry no `default:` (as
- * upstream's), so stored objects keep exactly what the user wrote; code reads the effective
- * value through these helpers.
+ * Defaults kapp-controller applies when a field is absent, as constants only. The CRDs carry no
+ * `default:` (as upstream's), so stored objects keep exactly what the user wrote; the planner
+ * that reads a field applies its default (`fetch/vendir.ts` the git depth and the fetch
+ * directory, `deploy/kubeconfig.ts` the secret key, `template/helm.ts` the release name and
+ * namespace, `reconcile/timer.ts` the sync periods).
  *
  * Sources: `pkg/fetch/vendir.go` (git depth), `pkg/kubeconfig/kubeconfig_secrets.go` (secret key),
  * `pkg/template/helm_template.go` (helm name and namespace), `pkg/config/config.go` and
@@ -9,11 +11,6 @@
  *
  * @module
  */
-import type { AppClusterKubeconfigSecretRef } from './app.js';
-import type { ObjectMeta } from './common.js';
-import type { AppFetch, AppFetchGit } from './fetch.js';
-import type { AppTemplateHelmTemplate } from './template.js';
-
 /** `spec.fetch[].git.depth` when absent: only the latest commit. `0` means full history. */
 export const DEFAULT_GIT_DEPTH = 1;
 
@@ -34,28 +31,3 @@ export const DEFAULT_PACKAGE_REPOSITORY_SYNC_PERIOD = '10m';
 
 /** Shortest effective sync period: shorter values are raised to this (`appMinimumSyncPeriod` floor). */
 export const MINIMUM_SYNC_PERIOD = '30s';
-
-/** Effective git clone depth: `git.depth`, or {@link DEFAULT_GIT_DEPTH} (1) when absent; 0 = full history. */
-export function gitDepth(git: AppFetchGit): number {
-  return git.depth ?? DEFAULT_GIT_DEPTH;
-}
-
-/** Effective kubeconfig key: `ref.key`, or {@link DEFAULT_KUBECONFIG_SECRET_KEY} (`value`) when absent or empty. */
-export function kubeconfigSecretKey(ref: AppClusterKubeconfigSecretRef): string {
-  return ref.key ? ref.key : DEFAULT_KUBECONFIG_SECRET_KEY;
-}
-
-/** Effective `helm template` release name: `helmTemplate.name`, or the App's name when absent or empty. */
-export function helmTemplateName(helm: AppTemplateHelmTemplate, app: { metadata: ObjectMeta }): string {
-  return helm.name ? helm.name : (app.metadata.name ?? '');
-}
-
-/** Effective `helm template --namespace`: `helmTemplate.namespace`, or the App's namespace when absent or empty. */
-export function helmTemplateNamespace(helm: AppTemplateHelmTemplate, app: { metadata: ObjectMeta }): string {
-  return helm.namespace ? helm.namespace : (app.metadata.namespace ?? '');
-}
-
-/** Directory a fetch entry lands in: `fetch.path`, or its zero-based `index` (`"0"`, `"1"`, ...) when absent or empty. */
-export function fetchDirectoryName(fetch: AppFetch, index: number): string {
-  return fetch.path ? fetch.path : String(index);
-}

@@ -122,7 +122,7 @@ export const AppFetchGitSchema = z.object({
   ).optional(),
 });
 
-/** Git fetch source. `depth` defaults to 1 (`DEFAULT_GIT_DEPTH`; see `gitDepth` in `./defaults.js`). */
+/** Git fetch source. `depth` defaults to 1 (`DEFAULT_GIT_DEPTH`, applied by `fetch/vendir.ts`). */
 export type AppFetchGit = z.infer<typeof AppFetchGitSchema>;
 
 /** The chart repository of a `helmChart` fetch (`AppFetchHelmChartRepo`). */
@@ -163,7 +163,7 @@ export type AppFetchImgpkgBundle = z.infer<typeof AppFetchImgpkgBundleSchema>;
 /**
  * One `spec.fetch[]` entry (`AppFetch`): exactly one source plus an optional `path`. The fetched
  * content lands in directory `<path>` or, by default, `"<index>"` (see `fetchDirectoryName` in
- * `./defaults.js`).
+ * `fetch/vendir.ts`).
  */
 export const AppFetchSchema = z.object({
   inline: AppFetchInlineSchema.describe(

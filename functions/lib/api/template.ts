@@ -128,8 +128,7 @@ export type AppTemplateKbld = z.infer<typeof AppTemplateKbldSchema>;
 
 /**
  * `helm template` (`AppTemplateHelmTemplate`). `name` defaults to the App's name, `namespace` to
- * the App's namespace and `path` to the template root (see `helmTemplateName` and
- * `helmTemplateNamespace` in `./defaults.js`).
+ * the App's namespace and `path` to the template root (applied by `template/helm.ts`).
  */
 export const AppTemplateHelmTemplateSchema = z.object({
   name: z.string().describe("Set name explicitly, default is App CR's name (optional; v0.13.0+)").optional(),

@@ -12,6 +12,7 @@
  * @module
  */
 import { parse, stringify } from 'yaml';
+import { DEFAULT_KUBECONFIG_SECRET_KEY } from '../api/defaults.js';
 import { KappControllerError, type SecretLike } from '../fetch/types.js';
 import type { AppDeploySpec } from './types.js';
 
@@ -272,7 +273,7 @@ export function serviceAccountKubeconfig(input: ServiceAccountKubeconfigInput): 
  *   sorted; upstream lists them in random map order)
  */
 export function kubeconfigFromSecret(secret: SecretLike, key?: string): string {
-  const k = key || 'value';
+  const k = key || DEFAULT_KUBECONFIG_SECRET_KEY;
   const data = secret.data ?? {};
   if (!Object.hasOwn(data, k)) {
     const keys = Object.keys(data).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
@@ -321,7 +322,7 @@ export function credentialSource(spec: AppDeploySpec, appNamespace: string): Cre
     return {
       kind: 'kubeconfigSecret',
       secretName: spec.cluster.kubeconfigSecretRef.name ?? '',
-      key: spec.cluster.kubeconfigSecretRef.key || 'value',
+      key: spec.cluster.kubeconfigSecretRef.key || DEFAULT_KUBECONFIG_SECRET_KEY,
       namespace: appNamespace,
     };
   }

@@ -40,6 +40,17 @@
  */
 import { isAbsolute } from 'node:path';
 import { z } from 'zod';
+import {
+  absPath,
+  blankToUndefined,
+  commaList,
+  envProblem,
+  httpUrl,
+  intText,
+  json,
+  optional,
+  required,
+} from '../api/env.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
@@ -123,38 +134,6 @@ const QUEUE_ENV: Readonly<Record<PipelineStage, string>> = {
   deploy: 'KAPP_LAMBDA_QUEUE_URL_DEPLOY',
 };
 
-const blankToUndefined = (v: unknown) => (typeof v === 'string' && v.trim() === '' ? undefined : v);
-const optional = <T extends z.ZodType>(s: T) => z.preprocess(blankToUndefined, s.optional());
-const required = <T extends z.ZodType>(s: T) => z.preprocess(blankToUndefined, s);
-
-const httpUrl = z
-  .string({ error: 'required' })
-  .refine((v) => /^https?:\/\/[^\s/]+/.test(v) && URL.canParse(v), { error: 'expected an http:// or https:// URL' });
-const absPath = (dflt: string) =>
-  z.preprocess(
-    blankToUndefined,
-    z
-      .string()
-      .refine((v) => isAbsolute(v) && !v.split('/').includes('..'), { error: 'expected an absolute path without ..' })
-      .default(dflt),
-  );
-const json = <T extends z.ZodType>(inner: T, what: string) =>
-  z.string().transform((v, ctx) => {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(v);
-    } catch {
-      ctx.addIssue({ code: 'custom', message: `expected JSON (${what})` });
-      return z.NEVER;
-    }
-    const r = inner.safeParse(parsed);
-    if (!r.success) {
-      ctx.addIssue({ code: 'custom', message: `expected ${what}` });
-      return z.NEVER;
-    }
-    return r.data as z.infer<T>;
-  });
-
 const EnvSchema = z.object({
   AWS_REGION: required(z.string({ error: 'required' }).regex(/^[a-z0-9-]+$/, { error: 'expected a region name' })),
   KAPP_LAMBDA_BUCKET: required(
@@ -176,12 +155,7 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_CLUSTERS: optional(
     z
       .string()
-      .transform((v) =>
-        v
-          .split(',')
-          .map((s) => s.trim())
-          .filter((s) => s.length > 0),
-      )
+      .transform(commaList)
       .pipe(z.array(z.string()).min(1, { error: 'expected a comma list of kubeconfig contexts' })),
   ),
   KAPP_LAMBDA_TMP_DIR: absPath('/tmp'),
@@ -192,30 +166,12 @@ const EnvSchema = z.object({
       .string({ error: 'required (JSON object of tool versions)' })
       .pipe(json(z.record(z.string().regex(/^[a-z0-9-]+$/), z.string().min(1)), 'an object of tool → version strings')),
   ),
-  KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(
-    z.string().transform((v, ctx) => {
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < 1000 || n > 900_000) {
-        ctx.addIssue({ code: 'custom', message: 'expected an integer in [1000, 900000]' });
-        return z.NEVER;
-      }
-      return n;
-    }),
-  ),
+  KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(intText(1000, 900_000)),
   KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: optional(z.string().pipe(json(z.array(z.string()), 'an array of strings'))),
   KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
-  KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(
-    z.string().transform((v, ctx) => {
-      const n = Number(v);
-      if (!Number.isInteger(n) || n < 1 || n > 1000) {
-        ctx.addIssue({ code: 'custom', message: 'expected an integer in [1, 1000]' });
-        return z.NEVER;
-      }
-      return n;
-    }),
-  ),
+  KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(intText(1, 1000)),
   KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
   KAPP_LAMBDA_URL_POLICY: z.preprocess(blankToUndefined, z.enum(['enforce', 'off']).default('enforce')),
   KAPP_LAMBDA_URL_ALLOW: optional(
@@ -247,7 +203,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   const problems: string[] = [];
   if (!r.success) {
     for (const i of r.error.issues) {
-      const line = `${String(i.path[0] ?? '(env)')}: ${i.message}`;
+      const line = envProblem(i);
       if (!problems.includes(line)) problems.push(line);
     }
   }
@@ -259,22 +215,10 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   let timer: TimerConfig = {};
   if (r.success) {
     try {
-      const parsed = parseControllerSyncConfig({
-        ...(r.data.KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD
-          ? { appDefaultSyncPeriod: r.data.KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD }
-          : {}),
-        ...(r.data.KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD
-          ? { appMinimumSyncPeriod: r.data.KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD }
-          : {}),
+      timer = parseControllerSyncConfig({
+        appDefaultSyncPeriod: r.data.KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD,
+        appMinimumSyncPeriod: r.data.KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD,
       });
-      timer = {
-        ...(parsed.appDefaultSyncPeriodMs === undefined
-          ? {}
-          : { appDefaultSyncPeriodMs: parsed.appDefaultSyncPeriodMs }),
-        ...(parsed.appMinimumSyncPeriodMs === undefined
-          ? {}
-          : { appMinimumSyncPeriodMs: parsed.appMinimumSyncPeriodMs }),
-      };
     } catch (cause) {
       problems.push(`KAPP_LAMBDA_APP_*_SYNC_PERIOD: ${(cause as Error).message}`);
     }

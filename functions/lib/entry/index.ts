@@ -25,7 +25,6 @@ export {
 } from './handler.js';
 export {
   type AwsClients,
-  clusterInfoSource,
   createAwsClients,
   createLambdaDeps,
   createLambdaLogger,
@@ -33,7 +32,6 @@ export {
   type LambdaDepsOverrides,
   lambdaEntry,
   stageClusterRegistry,
-  toolEnv,
 } from './lambda.js';
 export {
   type Bootstrap,

@@ -16,12 +16,11 @@ import { SQSClient } from '@aws-sdk/client-sqs';
 import pino from 'pino';
 import { type ClusterKeyring, DerivedKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
 import { hardenProcess } from '../exec/harden.js';
-import { createCommandRunner, dirBinResolver, minimalEnv, STAGE_TOOLS } from '../exec/runner.js';
+import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import { KubeConfigClusterRegistry } from '../kube/registry.js';
 import type { Logger } from '../log.js';
-import type { DispatchDeps } from '../pipeline/runtime.js';
-import type { ClusterInfoSource } from '../pipeline/template.js';
+import { createPipelineDeps } from '../pipeline/compose.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
@@ -85,22 +84,6 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
 }
 
 /**
- * Live cluster values for templates (helm `--kube-version`/`--api-versions`, downward API):
- * discovery calls only (`GET /version`, `/api`, `/apis`), which every authenticated identity
- * may make. Failures are passed to the template stage as values, as the embedded runtime does.
- */
-export function clusterInfoSource(registry: ClusterRegistry): ClusterInfoSource {
-  return async (clusterId, needs) => {
-    const client = registry.client(clusterId);
-    return {
-      kubernetesVersion: needs.kubernetesVersion ? await client.serverVersion().catch((e: Error) => e) : undefined,
-      kubernetesAPIs: needs.kubernetesAPIs ? await client.apiGroupVersions().catch((e: Error) => e) : undefined,
-      kappControllerVersion: CONTROLLER_VERSION,
-    };
-  };
-}
-
-/**
  * The clusters a function serves: every context (or `clusterContexts`) of the kubeconfig at
  * `kubeconfigPath`, cluster id = context name.
  *
@@ -123,21 +106,6 @@ export function kubeconfigClusterRegistry(
     config.kubeconfigPath,
     config.clusterContexts ? { contexts: config.clusterContexts } : {},
   );
-}
-
-/**
- * The base environment of the stage's tools: `minimalEnv` (PATH = the layer's bin dir, then
- * the system dirs; HOME and TMPDIR = the scratch root), plus, for fetch,
- * `VENDIR_HELM_BINARY` = the layer's `helm`: without it vendir runs `helm3` for
- * `helmVersion: "3"` charts, which no layer ships (`pkg/vendir/fetch/helmchart/sync.go`).
- */
-export function toolEnv(
-  stage: PipelineStage,
-  tools: { allow: readonly string[]; resolveBin: (name: string) => string; tmpDir: string },
-): Record<string, string> {
-  const env = minimalEnv(tools);
-  if (stage === 'fetch') env.VENDIR_HELM_BINARY = tools.resolveBin('helm');
-  return env;
 }
 
 /** Overrides of {@link createLambdaDeps} (tests, or a different cluster source). */
@@ -185,7 +153,9 @@ export function artifactKeyringFromEnv(
 }
 
 /**
- * Builds the dependencies of one stage function (the deps factory of `makeSqsHandler`).
+ * Builds the dependencies of one stage function (the deps factory of `makeSqsHandler`) with
+ * `createPipelineDeps`: the stage's tools in the layer's bin dir, S3, the stage-narrowed
+ * registry (discovery uses the un-narrowed one), the SQS sender.
  *
  * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}).
  */
@@ -196,21 +166,21 @@ export function createLambdaDeps(
 ): EntryDeps {
   const log = overrides.log ?? createLambdaLogger(config);
   const registry = overrides.clusters ?? kubeconfigClusterRegistry(config);
-  const tools = { allow: STAGE_TOOLS[config.stage], resolveBin: dirBinResolver(config.binDir), tmpDir: config.tmpDir };
-  const runner = createCommandRunner({
-    ...tools,
-    baseEnv: toolEnv(config.stage, tools),
-    // Shipped in every layer's bin/ (layers/build.ts): tools die with the function's process.
-    launcher: path.join(config.binDir, 'kl-launch'),
-  });
-  const pipeline: DispatchDeps = {
+  const pipeline = createPipelineDeps({
     clusters: stageClusterRegistry(registry, config.stage),
+    discovery: registry,
     store: new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
     ...(overrides.keyring ? { keyring: overrides.keyring } : {}),
-    runner,
-    now: overrides.now ?? (() => new Date()),
     log,
-    clusterInfo: clusterInfoSource(registry),
+    ...(overrides.now ? { now: overrides.now } : {}),
+    stage: config.stage,
+    tools: {
+      allow: STAGE_TOOLS[config.stage],
+      resolveBin: dirBinResolver(config.binDir),
+      tmpDir: config.tmpDir,
+      // Shipped in every layer's bin/ (layers/build.ts): tools die with the function's process.
+      launcher: path.join(config.binDir, 'kl-launch'),
+    },
     config: {
       tmpRoot: config.tmpDir,
       toolVersions: config.toolVersions,
@@ -221,7 +191,7 @@ export function createLambdaDeps(
       ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
     },
-  };
+  });
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
   return { pipeline, sender, log, maxAttempts: config.maxReceiveCount };
 }

@@ -11,6 +11,7 @@
  */
 import { posix } from 'node:path';
 import { stringify } from 'yaml';
+import { DEFAULT_GIT_DEPTH } from '../api/defaults.js';
 import {
   gitRefError,
   gitUrlError,
@@ -345,9 +346,6 @@ function httpContents(http: AppFetchHTTP, prepared: string | undefined): VendirC
     newRootPath: http.subPath,
   });
 }
-
-/** Git clone depth default (kapp-controller `types_fetch.go`: `depth` unset means 1). */
-export const DEFAULT_GIT_DEPTH = 1;
 
 function gitContents(git: AppFetchGit, skip: string | undefined): VendirContents {
   // depth: unset -> 1; 0 -> full history, which vendir expresses by omitting the field.

@@ -1,7 +1,8 @@
 /**
  * What every stage handler gets: ports (Kubernetes, object storage, command runner, clock,
- * logger) and the typed runtime configuration. Entry files build one {@link PipelineDeps}
- * per process; handlers never read the environment.
+ * logger) and the typed runtime configuration. Both composition roots build one
+ * {@link PipelineDeps} per process with `createPipelineDeps` (`./compose.ts`); handlers never
+ * read the environment.
  */
 
 import type { ClusterKeyring } from '../artifact/keyring.js';

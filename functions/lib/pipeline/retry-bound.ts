@@ -24,6 +24,8 @@
  * @module
  */
 import { EVENT_TYPES, type KappEvent } from '../../../events/schema.js';
+import { KAPP_ERROR_PREFIX } from '../deploy/kapp.js';
+import { FETCH_RUN_ERROR_PREFIX } from '../fetch/vendir.js';
 import type { StatusWriteOutcome } from '../kube/status-write.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
@@ -121,13 +123,13 @@ export function infraCauseText(err: unknown, mask?: SecretMask): string {
 export function infraStagePrefix(event: KappEvent): string {
   switch (event.type) {
     case EVENT_TYPES.delete:
-      return 'Deleting: ';
+      return KAPP_ERROR_PREFIX.delete;
     case EVENT_TYPES.template:
       return 'Templating: ';
     case EVENT_TYPES.deploy:
-      return 'Deploying: ';
+      return KAPP_ERROR_PREFIX.deploy;
     default:
-      return 'Fetching resources: ';
+      return FETCH_RUN_ERROR_PREFIX;
   }
 }
 

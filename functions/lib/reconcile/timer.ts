@@ -14,22 +14,33 @@
  *
  * @module
  */
-import { DurationParseError, parseDuration, tryParseDuration } from './duration.js';
+import {
+  DEFAULT_PACKAGE_INSTALL_SYNC_PERIOD,
+  DEFAULT_PACKAGE_REPOSITORY_SYNC_PERIOD,
+  MINIMUM_SYNC_PERIOD,
+} from '../api/defaults.js';
+import { DurationParseError, parseDuration, tryParseDuration } from '../api/duration.js';
 import type { Condition, TimedObject } from './types.js';
 
 export type { TimedObject } from './types.js';
 
-/** Lowest sync period anything may use: 30s (`reconcile_timer.go`, `config.go`). */
-export const MIN_SYNC_PERIOD_MS = 30_000;
+/** Lowest sync period anything may use: 30s (`reconcile_timer.go`, `config.go`), {@link MINIMUM_SYNC_PERIOD}. */
+export const MIN_SYNC_PERIOD_MS = parseDuration(MINIMUM_SYNC_PERIOD);
 
 /** Upper bound of the success jitter: requeue after `syncPeriod + U[0, 5s)` (`applyJitter`). */
 export const APP_JITTER_MS = 5_000;
 
-/** Default sync period of a PackageRepository's in-memory App: 10m (`package_repo_app.go`). */
-export const PKGR_DEFAULT_SYNC_PERIOD_MS = 600_000;
+/**
+ * Default sync period of a PackageRepository's in-memory App: 10m (`package_repo_app.go`),
+ * {@link DEFAULT_PACKAGE_REPOSITORY_SYNC_PERIOD}.
+ */
+export const PKGR_DEFAULT_SYNC_PERIOD_MS = parseDuration(DEFAULT_PACKAGE_REPOSITORY_SYNC_PERIOD);
 
-/** Default sync period of the App a PackageInstall creates: 10m (`config.go`). */
-export const PKGI_DEFAULT_SYNC_PERIOD_MS = 600_000;
+/**
+ * Default sync period of the App a PackageInstall creates: 10m (`config.go`),
+ * {@link DEFAULT_PACKAGE_INSTALL_SYNC_PERIOD}.
+ */
+export const PKGI_DEFAULT_SYNC_PERIOD_MS = parseDuration(DEFAULT_PACKAGE_INSTALL_SYNC_PERIOD);
 
 /**
  * Consecutive failures at or above which the failure backoff is no longer computed (it would

@@ -5,8 +5,8 @@
  */
 import { posix } from 'node:path';
 import { positionalPathError, quoteValue } from '../argv-values.js';
-import { KappControllerError } from '../reconcile/result.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
+import { KappControllerError } from '../reconcile/result.js';
 import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
 import type { AppTemplateCue } from './types.js';
 import { planValues } from './values.js';

@@ -4,8 +4,9 @@
  *
  * @module
  */
-import { KappControllerError } from '../reconcile/result.js';
+
 import { InvalidPathError, scopedPath } from '../paths.js';
+import { KappControllerError } from '../reconcile/result.js';
 import { STDIN_UNAVAILABLE_MESSAGE } from './step.js';
 import { STDIN_PATH } from './values.js';
 

@@ -3,10 +3,13 @@ import {
   DurationParseError,
   formatDuration,
   formatDurationNanos,
+  parseDurationNanos as goDurationNanos,
+  isGoDuration,
   parseDuration,
   parseDurationNanos,
+  parseGoDuration,
   tryParseDuration,
-} from '../../functions/lib/reconcile/duration.js';
+} from '../../functions/lib/api/duration.js';
 
 const ns = 1n;
 const us = 1_000n;
@@ -183,5 +186,37 @@ describe('formatDuration (milliseconds)', () => {
 
   it('rejects non-finite input', () => {
     expect(() => formatDuration(Number.NaN)).toThrow('cannot format non-finite duration NaN');
+  });
+});
+
+describe('Go durations', () => {
+  it.each([
+    ['30s', 30_000],
+    ['1m', 60_000],
+    ['10m', 600_000],
+    ['1h30m', 5_400_000],
+    ['1.5h', 5_400_000],
+    ['300ms', 300],
+    ['1us', 0.001],
+    ['1µs', 0.001],
+    ['2h45m30.5s', 9_930_500],
+    ['0', 0],
+    ['-1m', -60_000],
+    ['+5s', 5_000],
+    ['1.s', 1_000],
+    ['.5s', 500],
+  ])('%s = %d ms', (text, ms) => {
+    expect(isGoDuration(text)).toBe(true);
+    expect(parseGoDuration(text)).toBe(ms);
+  });
+
+  it.each(['', '1', '1d', '10 s', 's', '.s', '1.2.3s', '1S', '30sec', '2562048h'])('rejects %j', (text) => {
+    expect(isGoDuration(text)).toBe(false);
+    expect(() => parseGoDuration(text)).toThrow(`time: invalid duration ${JSON.stringify(text)}`);
+  });
+
+  it('holds int64 nanoseconds like Go', () => {
+    expect(goDurationNanos('2562047h')).toBe(9_223_369_200_000_000_000n);
+    expect(goDurationNanos('1.000000001s')).toBe(1_000_000_001n);
   });
 });

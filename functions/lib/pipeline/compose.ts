@@ -1,0 +1,110 @@
+/**
+ * The one builder of the stage handlers' dependencies, shared by the two composition roots:
+ * the Lambda functions (`../entry/lambda.ts`, one stage per process, S3, a stage-narrowed
+ * registry, the layer's tools) and the embedded runtime (`functions/embedded/runtime.ts`, every
+ * stage in one process, a local store, a leader-gated registry, the cached tools). Each root
+ * brings its own adapters; the command runner, its tool environment and the template stage's
+ * cluster discovery are made here, once.
+ *
+ * @module
+ */
+import type { ClusterKeyring } from '../artifact/keyring.js';
+import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
+import type { ClusterRegistry } from '../kube/port.js';
+import type { Logger } from '../log.js';
+import type { ObjectStore } from '../store/port.js';
+import type { PipelineStage } from '../transport/port.js';
+import type { PipelineConfig, PipelineDeps } from './deps.js';
+import type { ClusterInfoSource } from './template.js';
+
+/**
+ * Live cluster values for templates (helm `--kube-version`/`--api-versions`, downward API):
+ * discovery calls only (`GET /version`, `/api`, `/apis`), which every authenticated identity
+ * may make. A failed call is passed to the template stage as its value (an `Error`), which
+ * decides what it means for the App.
+ *
+ * @param registry - A registry whose `client` may be used (not a stage-narrowed one).
+ * @param controllerVersion - Reported as `kappControllerVersion`.
+ * @returns The source the template stage calls per run.
+ */
+export function clusterInfoSource(registry: ClusterRegistry, controllerVersion: string): ClusterInfoSource {
+  return async (clusterId, needs) => {
+    const client = registry.client(clusterId);
+    return {
+      kubernetesVersion: needs.kubernetesVersion ? await client.serverVersion().catch((e: Error) => e) : undefined,
+      kubernetesAPIs: needs.kubernetesAPIs ? await client.apiGroupVersions().catch((e: Error) => e) : undefined,
+      kappControllerVersion: controllerVersion,
+    };
+  };
+}
+
+/**
+ * The base environment of the tools: `minimalEnv` (PATH = the tools' directories, then the
+ * system dirs; HOME and TMPDIR = the scratch root), plus, when the runner serves the fetch
+ * stage, `VENDIR_HELM_BINARY` = the allowed `helm`: without it vendir runs `helm3` for
+ * `helmVersion: "3"` charts, which neither the layers nor the tool cache ship
+ * (`pkg/vendir/fetch/helmchart/sync.go`).
+ *
+ * @param stage - The one stage the runner serves (a Lambda function), or `undefined` for a
+ *   runner serving every stage (the embedded runtime).
+ * @param tools - Allow-list, resolver and scratch root of the runner.
+ * @returns A new environment object.
+ */
+export function toolEnv(
+  stage: PipelineStage | undefined,
+  tools: Pick<CommandRunnerOptions, 'allow' | 'resolveBin' | 'tmpDir'>,
+): Record<string, string> {
+  const env = minimalEnv(tools);
+  if (stage === undefined || stage === 'fetch') env.VENDIR_HELM_BINARY = tools.resolveBin('helm');
+  return env;
+}
+
+/** The stage handlers' dependencies with the template stage's cluster discovery. */
+export type ComposedPipelineDeps = PipelineDeps & { clusterInfo: ClusterInfoSource };
+
+/** What a composition root brings to {@link createPipelineDeps}. */
+export interface PipelineAdapters {
+  /** The registry the stages use, already narrowed (Lambda) or not (embedded). */
+  clusters: ClusterRegistry;
+  /** The registry cluster discovery uses (`client` must work). Default `clusters`. */
+  discovery?: ClusterRegistry;
+  /** Artifacts, render cache and receipts. */
+  store: ObjectStore;
+  /** Keys sealing private artifacts. Default none (a run that would store secrets then fails). */
+  keyring?: ClusterKeyring;
+  log: Logger;
+  /** Wall clock. Default `() => new Date()`. */
+  now?: () => Date;
+  /** The one stage this process serves (see {@link toolEnv}); `undefined` for every stage. */
+  stage?: PipelineStage;
+  /**
+   * The command runner's options without `baseEnv` ({@link toolEnv} of them is used): the
+   * allow-list, the resolver, the scratch root, the launcher, and the embedded runtime's
+   * metrics and uid pool.
+   */
+  tools: Omit<CommandRunnerOptions, 'baseEnv'>;
+  /** The pipeline configuration, as is. */
+  config: PipelineConfig;
+}
+
+/**
+ * Builds the dependencies of the stage handlers from a composition root's adapters: the one
+ * command runner (over `tools`, with {@link toolEnv}), the wall clock, and
+ * {@link clusterInfoSource} over `discovery` with `config.controllerVersion`.
+ *
+ * @param adapters - The root's ports and configuration.
+ * @returns The deps every stage handler (and the in-process dispatcher) takes.
+ */
+export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipelineDeps {
+  const { tools, config } = adapters;
+  return {
+    clusters: adapters.clusters,
+    store: adapters.store,
+    ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
+    runner: createCommandRunner({ ...tools, baseEnv: toolEnv(adapters.stage, tools) }),
+    now: adapters.now ?? (() => new Date()),
+    log: adapters.log,
+    clusterInfo: clusterInfoSource(adapters.discovery ?? adapters.clusters, config.controllerVersion),
+    config,
+  };
+}
