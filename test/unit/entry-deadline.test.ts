@@ -4,19 +4,26 @@
  * records not started by then go back to the queue. Faked at the ports: the shared fake
  * cluster, a fake runner whose ytt runs until its signal aborts, a memory store and sender.
  */
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { objectEvent, type StageStatusSummary, serializeEvent, templateEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
-import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
-import { packDir } from '../../functions/lib/artifact/tarball.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { CommandDeadlineError, DeadlineError, withDeadline } from '../../functions/lib/exec/deadline.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../functions/lib/exec/fake.js';
 import { CommandCanceledError, type RunRequest } from '../../functions/lib/exec/runner.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import { appObject, appWorld, finalFailed, NOW, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
+import {
+  appObject,
+  appWorld,
+  finalFailed,
+  NOW,
+  putFetchArtifact,
+  REF,
+  RUN,
+  SUCCEEDED_BEFORE,
+} from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('entry-deadline-');
@@ -42,11 +49,7 @@ function untilAborted(seen: AbortSignal[]) {
 describe('the function deadline of the SQS handler', () => {
   it('cuts the running tool a margin before the limit; the status says so; later records are not started', async () => {
     const w = appWorld({ app: appObject({ status: SUCCEEDED_BEFORE }), tmpRoot: path.join(tempDir(), 'scratch') });
-    const dir = await mkdtemp(path.join(tempDir(), 'fetched-'));
-    await writeFile(path.join(dir, 'config.yml'), 'a: 1\n');
-    const packed = await packDir(dir);
-    const fetchKey = fetchArtifactKey(packed.sha256);
-    await w.store.putIfAbsent(fetchKey, packed.tgz);
+    const fetchKey = await putFetchArtifact(w.store, tempDir());
     const seen: AbortSignal[] = [];
     w.runner.on('ytt', untilAborted(seen));
     const sender = new MemoryEventSender();

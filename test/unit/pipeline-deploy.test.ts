@@ -20,6 +20,7 @@ import {
   finalFailed,
   finalSucceeded,
   NOW,
+  openStopRows,
   RECONCILING,
   REF,
   RUN,
@@ -97,28 +98,7 @@ const rows: Record<string, Row> = {
     outcome: 'failed',
     tools: [],
   },
-  'gone: the App was deleted': { app: null, statuses: [], finalizer: false, outcome: 'gone', tools: [] },
-  'gone: the App was recreated (another uid)': {
-    app: { metadata: { uid: 'uid-2' } },
-    statuses: [],
-    finalizer: false,
-    outcome: 'gone',
-    tools: [],
-  },
-  'stale: the spec changed since the run started': {
-    app: { generation: 2, status: SUCCEEDED_BEFORE },
-    statuses: [],
-    finalizer: false,
-    outcome: 'stale',
-    tools: [],
-  },
-  'paused: the App is paused': {
-    app: { status: SUCCEEDED_BEFORE, spec: { paused: true } },
-    statuses: [],
-    finalizer: false,
-    outcome: 'paused',
-    tools: [],
-  },
+  ...openStopRows({ finalizer: false }),
   'stale but paused: paused while kapp ran, the run still writes its result': {
     app: { status: SUCCEEDED_BEFORE },
     kapp: (w) => async () => {

@@ -4,13 +4,11 @@
  * `dispatchEvent` with a template event. Faked at the ports: the shared fake cluster, the fake
  * runner (ytt), a memory store holding the fetch artifact.
  */
-import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { deployEvent, type StageStatusSummary, templateEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
-import { packDir } from '../../functions/lib/artifact/tarball.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/runtime.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
@@ -22,6 +20,8 @@ import {
   changeApp,
   finalFailed,
   NOW,
+  openStopRows,
+  putFetchArtifact,
   RECONCILING,
   REF,
   RUN,
@@ -104,28 +104,7 @@ const rows: Record<string, Row> = {
     outcome: 'failed',
     tools: [],
   },
-  'gone: the App was deleted': { app: null, statuses: [], next: false, outcome: 'gone', tools: [] },
-  'gone: the App was recreated (another uid)': {
-    app: { metadata: { uid: 'uid-2' } },
-    statuses: [],
-    next: false,
-    outcome: 'gone',
-    tools: [],
-  },
-  'stale: the spec changed since the run started': {
-    app: { generation: 2, status: SUCCEEDED_BEFORE },
-    statuses: [],
-    next: false,
-    outcome: 'stale',
-    tools: [],
-  },
-  'paused: the App is paused': {
-    app: { status: SUCCEEDED_BEFORE, spec: { paused: true } },
-    statuses: [],
-    next: false,
-    outcome: 'paused',
-    tools: [],
-  },
+  ...openStopRows({ next: false }),
   'stale at close, immediate: the spec changed while ytt ran, the write is dropped': {
     app: { status: RECONCILING },
     ytt: (w) => async () => {
@@ -138,15 +117,6 @@ const rows: Record<string, Row> = {
     tools: ['ytt'],
   },
 };
-
-async function fetchArtifact(store: MemoryStore): Promise<string> {
-  const dir = await mkdtemp(path.join(tempDir(), 'fetched-'));
-  await writeFile(path.join(dir, 'config.yml'), 'a: 1\n');
-  const packed = await packDir(dir);
-  const key = fetchArtifactKey(packed.sha256);
-  await store.putIfAbsent(key, packed.tgz);
-  return key;
-}
 
 async function templateOnce(row: Row, store: MemoryStore, fetchKey: string) {
   const w = appWorld({
@@ -164,7 +134,7 @@ async function templateOnce(row: Row, store: MemoryStore, fetchKey: string) {
 describe('template stage table', () => {
   it.each(Object.entries(rows))('%s', async (_name, row) => {
     const store = new MemoryStore();
-    const fetchKey = row.noArtifact ? fetchArtifactKey('0'.repeat(64)) : await fetchArtifact(store);
+    const fetchKey = row.noArtifact ? fetchArtifactKey('0'.repeat(64)) : await putFetchArtifact(store, tempDir());
     if (row.warm) await templateOnce(row, store, fetchKey);
     const { w, next, data } = await templateOnce(row, store, fetchKey);
     expect(w.statuses()).toEqual(row.statuses);

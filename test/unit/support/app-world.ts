@@ -4,10 +4,12 @@
  * ({@link stageDeps}), plus readers of what a stage left behind (status writes, stage-run log
  * outcomes, tool calls).
  */
-import { writeFile } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { ObjectRef, StageRun } from '../../../events/schema.js';
 import type { App, AppStatus } from '../../../functions/lib/api/index.js';
+import { fetchArtifactKey } from '../../../functions/lib/artifact/keys.js';
+import { packDir } from '../../../functions/lib/artifact/tarball.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../../functions/lib/exec/runner.js';
 import type { PipelineConfig } from '../../../functions/lib/pipeline/deps.js';
@@ -195,4 +197,41 @@ export function finalSucceeded(parts: Partial<AppStatus>): AppStatus {
     consecutiveReconcileSuccesses: 1,
     ...parts,
   } as AppStatus;
+}
+
+/**
+ * The rows every stage that opens with a re-read shares (`openStage`): the App deleted, recreated
+ * (another uid), with a newer spec, or paused. None writes a status or runs a tool.
+ *
+ * @param extra - the stage's own fields of a row that stops (its next event, finalizer, ...).
+ */
+export function openStopRows<T extends object>(extra: T) {
+  const stop = (app: AppShape | null, outcome: 'gone' | 'stale' | 'paused') => ({
+    app,
+    statuses: [] as AppStatus[],
+    outcome,
+    tools: [] as string[],
+    ...extra,
+  });
+  return {
+    'gone: the App was deleted': stop(null, 'gone'),
+    'gone: the App was recreated (another uid)': stop({ metadata: { uid: 'uid-2' } }, 'gone'),
+    'stale: the spec changed since the run started': stop({ generation: 2, status: SUCCEEDED_BEFORE }, 'stale'),
+    'paused: the App is paused': stop({ status: SUCCEEDED_BEFORE, spec: { paused: true } }, 'paused'),
+  };
+}
+
+/**
+ * Packs a fetch directory holding `config.yml` and stores it as the fetch stage would.
+ *
+ * @param dir - a temp directory for the fetched files.
+ * @returns the fetch artifact's key.
+ */
+export async function putFetchArtifact(store: MemoryStore, dir: string): Promise<string> {
+  const fetched = await mkdtemp(path.join(dir, 'fetched-'));
+  await writeFile(path.join(fetched, 'config.yml'), 'a: 1\n');
+  const packed = await packDir(fetched);
+  const key = fetchArtifactKey(packed.sha256);
+  await store.putIfAbsent(key, packed.tgz);
+  return key;
 }
