@@ -4,10 +4,7 @@ import {
   GoneError,
   KubeApiError,
   type KubeObject,
-  type KubeReader,
   type ObjectRef,
-  type StatusWriter,
-  type WritePrecondition,
 } from '../../functions/lib/kube/port.js';
 import {
   normalizeStatus,
@@ -15,6 +12,7 @@ import {
   STATUS_WRITE_ATTEMPTS,
   writeStatus,
 } from '../../functions/lib/kube/status-write.js';
+import { FakeCluster } from './support/fake-cluster.js';
 
 const REF: ObjectRef = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'n', name: 'a' };
 const RUN = { uid: 'u1', generation: 3 };
@@ -32,39 +30,6 @@ function object(rv: string, status: Status | undefined, generation = 3, uid = 'u
     metadata: { name: 'a', namespace: 'n', uid, resourceVersion: rv, generation },
     status,
   };
-}
-
-/**
- * A fake at the port: serves a scripted sequence of objects for GETs and of results for
- * status writes, recording each call.
- */
-class FakeCluster implements KubeReader, StatusWriter {
-  readonly calls: Array<[string, ...unknown[]]> = [];
-  constructor(
-    private readonly reads: Array<KubeObject | undefined>,
-    private readonly writes: Array<string | Error> = [],
-  ) {}
-  async getObject<T extends KubeObject>(ref: ObjectRef): Promise<T | undefined> {
-    this.calls.push(['get', ref.name]);
-    if (this.reads.length === 0) throw new Error('unexpected read');
-    return structuredClone(this.reads.shift()) as T | undefined;
-  }
-  async updateStatus(ref: ObjectRef, pre: WritePrecondition, status: unknown) {
-    this.calls.push(['update', ref.name, pre, status]);
-    const next = this.writes.shift();
-    if (next === undefined) throw new Error('unexpected write');
-    if (next instanceof Error) throw next;
-    return { resourceVersion: next };
-  }
-  async getSecret(): Promise<undefined> {
-    throw new Error('not used');
-  }
-  async getConfigMap(): Promise<undefined> {
-    throw new Error('not used');
-  }
-  async getNamespace(): Promise<undefined> {
-    throw new Error('not used');
-  }
 }
 
 const succeeded = (s: Status | undefined): Status => ({

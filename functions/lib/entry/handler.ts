@@ -14,6 +14,7 @@
  * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
  * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), acknowledged | no |
  * | the same, and that status write failed too | logged, `batchItemFailures` | SQS moves it to the DLQ |
+ * | not started: the function deadline had come | logged, `batchItemFailures` | yes (a later invocation runs it) |
  *
  * FIFO ordering: records are processed one at a time in batch order, and once a record of a
  * message group fails, the later records of that group are failed without running (Lambda
@@ -21,9 +22,20 @@
  * one). Other groups continue. This is Powertools' `SqsFifoPartialProcessor` with
  * `skipGroupOnError`.
  *
+ * The function deadline: when Lambda's context gives `getRemainingTimeInMillis`, a signal fires
+ * {@link EntryDeps.deadlineMarginMs} (30 s) before the invocation's time limit, leaving time for
+ * the final status write. It cancels every tool the stage runs (the runner of the stage's deps is
+ * wrapped by `withDeadline`, `../exec/deadline.ts`): the tool is killed cleanly before the
+ * platform kills the process, and the stage records the failure like a tool timeout
+ * (`ReconcileFailed`, `<stage prefix>Process was canceled: cut by the function deadline (30 s
+ * before the time limit of the invocation)`, masked and bounded as any tool error); the record is
+ * then done and the App runs again after the failure backoff. Records not started once the
+ * deadline has come go back to the queue without running.
+ *
  * @module
  */
 import { type KappEvent, objectRefOf, parseEvent, subjectOf, targetFunction } from '../../../events/schema.js';
+import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import type { Logger } from '../log.js';
 import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries, infraStep } from '../pipeline/retry-bound.js';
 import { type DispatchDeps, dispatchEvent } from '../pipeline/runtime.js';
@@ -59,6 +71,8 @@ export interface SqsBatchResponse {
 export interface LambdaContext {
   /** Invocation id, added to every log line of the invocation. */
   awsRequestId?: string;
+  /** Milliseconds left before the invocation's time limit; arms the function deadline. */
+  getRemainingTimeInMillis?: () => number;
 }
 
 /** A Lambda handler for SQS event source mappings. */
@@ -80,10 +94,42 @@ export interface EntryDeps {
    * going silently to the dead-letter queue. Default {@link DEFAULT_MAX_ATTEMPTS} (5).
    */
   maxAttempts?: number;
+  /**
+   * How long before the invocation's time limit the function deadline cancels the running tool,
+   * ms: the time left for the stage's final status write. Default
+   * {@link DEFAULT_DEADLINE_MARGIN_MS}; at most half the time the invocation had at its start.
+   */
+  deadlineMarginMs?: number;
 }
 
+/** Default {@link EntryDeps.deadlineMarginMs}: 30 s (a status write, retried on conflicts, with room). */
+export const DEFAULT_DEADLINE_MARGIN_MS = 30_000;
+
 /** What happened to one record (logged as `outcome`). */
-export type RecordOutcome = 'invalid' | 'misrouted' | 'done' | 'forwarded' | 'failed' | 'skipped' | 'ended';
+export type RecordOutcome =
+  | 'invalid'
+  | 'misrouted'
+  | 'done'
+  | 'forwarded'
+  | 'failed'
+  | 'skipped'
+  | 'ended'
+  | 'deadline';
+
+/**
+ * Arms the function deadline of one invocation: a signal aborted with a {@link DeadlineError}
+ * `margin` before the time limit (`margin` at most half the remaining time, so a short limit
+ * still runs its records).
+ *
+ * @returns the signal and `dispose`, which clears the timer (call it when the invocation ends).
+ */
+function armDeadline(remainingMs: number, marginMs: number): { signal: AbortSignal; dispose: () => void } {
+  const margin = Math.min(marginMs, Math.floor(remainingMs / 2));
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(new DeadlineError(margin)), Math.max(0, remainingMs - margin));
+  timer.unref?.();
+  return { signal: abort.signal, dispose: () => clearTimeout(timer) };
+}
 
 /** The pipeline stage that consumes `event`, or `undefined` when no pipeline queue carries it. */
 function stageOf(event: KappEvent): PipelineStage | undefined {
@@ -123,22 +169,35 @@ export function makeSqsHandler(stage: PipelineStage, depsFactory: () => EntryDep
     const log = context?.awsRequestId ? d.log.child({ awsRequestId: context.awsRequestId }) : d.log;
     const failures: { itemIdentifier: string }[] = [];
     const failedGroups = new Set<string>();
-    for (const record of event.Records ?? []) {
-      const group = record.attributes?.MessageGroupId;
-      const rlog = log.child({ messageId: record.messageId });
-      if (group !== undefined && failedGroups.has(group)) {
-        failures.push({ itemIdentifier: record.messageId });
-        rlog.warn(
-          { stage, outcome: 'skipped' satisfies RecordOutcome },
-          'earlier event of this object failed; retried after it',
-        );
-        continue;
+    const remaining = context?.getRemainingTimeInMillis?.();
+    const deadline =
+      remaining === undefined ? undefined : armDeadline(remaining, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
+    try {
+      for (const record of event.Records ?? []) {
+        const group = record.attributes?.MessageGroupId;
+        const rlog = log.child({ messageId: record.messageId });
+        if (group !== undefined && failedGroups.has(group)) {
+          failures.push({ itemIdentifier: record.messageId });
+          rlog.warn(
+            { stage, outcome: 'skipped' satisfies RecordOutcome },
+            'earlier event of this object failed; retried after it',
+          );
+          continue;
+        }
+        if (deadline?.signal.aborted) {
+          failures.push({ itemIdentifier: record.messageId });
+          if (group !== undefined) failedGroups.add(group);
+          rlog.warn({ stage, outcome: 'deadline' satisfies RecordOutcome }, 'function deadline reached; not started');
+          continue;
+        }
+        const outcome = await processRecord(stage, record, d, rlog, deadline?.signal);
+        if (outcome === 'failed') {
+          failures.push({ itemIdentifier: record.messageId });
+          if (group !== undefined) failedGroups.add(group);
+        }
       }
-      const outcome = await processRecord(stage, record, d, rlog);
-      if (outcome === 'failed') {
-        failures.push({ itemIdentifier: record.messageId });
-        if (group !== undefined) failedGroups.add(group);
-      }
+    } finally {
+      deadline?.dispose();
     }
     return { batchItemFailures: failures };
   };
@@ -149,6 +208,7 @@ async function processRecord(
   record: SqsRecord,
   d: EntryDeps,
   log: Logger,
+  deadline?: AbortSignal,
 ): Promise<RecordOutcome> {
   const parsed = parseEvent(typeof record.body === 'string' ? record.body : '');
   if (!parsed.ok) {
@@ -172,7 +232,10 @@ async function processRecord(
   const secretMask = new SecretMask();
   try {
     const dispatch = d.dispatch ?? dispatchEvent;
-    const next = await dispatch(event, { ...d.pipeline, log: elog, secretMask });
+    // The deadline reaches every tool through the runner of the stage's deps.
+    const runner = deadline ? withDeadline(d.pipeline.runner, deadline) : d.pipeline.runner;
+    const next = await dispatch(event, { ...d.pipeline, runner, log: elog, secretMask });
+    if (deadline?.aborted) elog.warn({ stage, type: event.type }, 'function deadline reached while the stage ran');
     if (!next) {
       elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
       return 'done';

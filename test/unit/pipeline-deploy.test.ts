@@ -1,0 +1,156 @@
+/**
+ * The deploy stage over its outcomes (review R6): one row per outcome, each asserting the exact
+ * status writes (deploy is the run's last stage: a final status, or none), that no event follows,
+ * and the stage's logged outcome. Called through `dispatchEvent` with a deploy event. Faked at
+ * the ports: the shared fake cluster, the fake runner (kapp), a memory store holding the manifest.
+ */
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { deployEvent, type StageStatusSummary } from '../../events/schema.js';
+import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
+import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/runtime.js';
+import {
+  type AppShape,
+  type AppWorld,
+  appObject,
+  appWorld,
+  changeApp,
+  finalFailed,
+  finalSucceeded,
+  NOW,
+  openStopRows,
+  RECONCILING,
+  REF,
+  RUN,
+  SUCCEEDED_BEFORE,
+} from './support/app-world.js';
+import { useTempDir } from './support/stage-deps.js';
+
+const tempDir = useTempDir('pipeline-deploy-');
+
+const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
+const MANIFEST_KEY = templateArtifactKey(sha256Hex(MANIFEST));
+const FETCH_PART: StageStatusSummary = { exitCode: 0, stdout: 'lock: vendir\n', startedAt: NOW, updatedAt: NOW };
+const TEMPLATE_PART: StageStatusSummary = { exitCode: 0, updatedAt: NOW };
+const PARTS = { fetch: FETCH_PART, template: TEMPLATE_PART };
+const DEPLOYED = { finished: true, exitCode: 0, stdout: 'Succeeded', startedAt: NOW, updatedAt: NOW };
+const KAPP_FAILED = 'Deploying: Error (see .status.usefulErrorMessage for details)';
+const UNSUPPORTED = 'Unsupported way to deploy';
+
+interface Row {
+  /** The App in the cluster; `null`: none. */
+  app: AppShape | null;
+  /** Scripts kapp (default: prints `Succeeded`). */
+  kapp?: (w: AppWorld) => ScriptedResult | (() => Promise<ScriptedResult>);
+  statuses: AppStatus[];
+  /** Whether the finalizer was added before kapp (`blockDeletion`). */
+  finalizer: boolean;
+  outcome: string;
+  tools: string[];
+}
+
+const rows: Record<string, Row> = {
+  'succeeded: the final status with every part of the run': {
+    app: { status: SUCCEEDED_BEFORE },
+    statuses: [finalSucceeded({ ...PARTS, deploy: DEPLOYED } as Partial<AppStatus>)],
+    finalizer: true,
+    outcome: 'succeeded',
+    tools: ['kapp'],
+  },
+  'succeeded after Reconciling: the same one final write (deploy never defers)': {
+    app: { status: RECONCILING },
+    statuses: [finalSucceeded({ ...PARTS, deploy: DEPLOYED } as Partial<AppStatus>)],
+    finalizer: true,
+    outcome: 'succeeded',
+    tools: ['kapp'],
+  },
+  'failed: kapp exits 1': {
+    app: { status: SUCCEEDED_BEFORE },
+    kapp: () => ({ stderr: 'kapp: Error: Applying create configmap', exitCode: 1 }),
+    statuses: [
+      finalFailed(KAPP_FAILED, 'kapp: Error: Applying create configmap', {
+        ...PARTS,
+        deploy: {
+          finished: true,
+          exitCode: 1,
+          stderr: 'kapp: Error: Applying create configmap',
+          error: KAPP_FAILED,
+          startedAt: NOW,
+          updatedAt: NOW,
+        },
+      } as Partial<AppStatus>),
+    ],
+    finalizer: true,
+    outcome: 'failed',
+    tools: ['kapp'],
+  },
+  'invalid: a deploy without kapp fails before any tool runs': {
+    app: { status: SUCCEEDED_BEFORE, spec: { deploy: [{}] } },
+    statuses: [
+      finalFailed(UNSUPPORTED, UNSUPPORTED, {
+        ...PARTS,
+        deploy: { finished: true, exitCode: -1, error: UNSUPPORTED, startedAt: NOW, updatedAt: NOW },
+      } as Partial<AppStatus>),
+    ],
+    finalizer: true,
+    outcome: 'failed',
+    tools: [],
+  },
+  ...openStopRows({ finalizer: false }),
+  'stale but paused: paused while kapp ran, the run still writes its result': {
+    app: { status: SUCCEEDED_BEFORE },
+    kapp: (w) => async () => {
+      changeApp(w, 'paused');
+      return { stdout: 'Succeeded' };
+    },
+    statuses: [finalSucceeded({ ...PARTS, deploy: DEPLOYED } as Partial<AppStatus>)],
+    finalizer: true,
+    outcome: 'succeeded',
+    tools: ['kapp'],
+  },
+  'stale: the spec changed while kapp ran, the result is dropped (the next run owns the status)': {
+    app: { status: SUCCEEDED_BEFORE },
+    kapp: (w) => async () => {
+      changeApp(w, 'generation');
+      return { stdout: 'Succeeded' };
+    },
+    statuses: [],
+    finalizer: true,
+    outcome: 'stale',
+    tools: ['kapp'],
+  },
+};
+
+async function deployOnce(row: Row, manifest = true) {
+  const w = appWorld({ ...(row.app ? { app: appObject(row.app) } : {}), tmpRoot: path.join(tempDir(), 'scratch') });
+  if (manifest) await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
+  const kapp = row.kapp?.(w) ?? { stdout: 'Succeeded' };
+  w.runner.on('kapp', typeof kapp === 'function' ? () => kapp() : kapp);
+  const data = {
+    object: REF,
+    run: RUN,
+    artifacts: { fetchKey: fetchArtifactKey('f'.repeat(64)), manifestKey: MANIFEST_KEY },
+    ...{ fetchStatus: FETCH_PART, templateStatus: TEMPLATE_PART },
+  };
+  const next = await dispatchEvent(deployEvent(data, { time: new Date(NOW) }), w.deps);
+  return { w, next };
+}
+
+describe('deploy stage table', () => {
+  it.each(Object.entries(rows))('%s', async (_name, row) => {
+    const { w, next } = await deployOnce(row);
+    expect(w.statuses()).toEqual(row.statuses);
+    expect(next).toBeUndefined();
+    expect(w.app()?.metadata.finalizers ?? []).toEqual(row.finalizer ? [Finalizer.App] : []);
+    expect(w.outcomes()).toEqual([['deploy', row.outcome]]);
+    expect(w.tools()).toEqual(row.tools);
+  });
+
+  it('a manifest missing from the store: the stage throws (restart), writes no status, runs no kapp', async () => {
+    const row = rows['succeeded: the final status with every part of the run']!;
+    const run = deployOnce(row, false);
+    await expect(run).rejects.toThrow(`manifest ${MANIFEST_KEY} is missing from the object store`);
+  });
+});

@@ -1,0 +1,200 @@
+/**
+ * The reconcile step that precedes fetch over its outcomes (review R6): one row per outcome, each
+ * asserting the exact status writes (of the step and, when it starts a run, of the fetch after
+ * it), the exact next event and the logged outcomes. Called through `dispatchEvent` with an
+ * object event. Faked at the ports: the shared fake cluster, the fake runner (vendir), a memory
+ * store.
+ */
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import {
+  deleteEvent,
+  type KappEvent,
+  objectEvent,
+  type Reason,
+  type StageRun,
+  templateEvent,
+} from '../../events/schema.js';
+import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/runtime.js';
+import {
+  type AppShape,
+  type AppWorld,
+  appObject,
+  appWorld,
+  changeApp,
+  NOW,
+  RECONCILING,
+  REF,
+  SUCCEEDED_BEFORE,
+  vendirWrites,
+} from './support/app-world.js';
+import { useTempDir } from './support/stage-deps.js';
+
+const tempDir = useTempDir('pipeline-reconcile-');
+
+/** The last run ended 10 s ago: a resync is not due (default sync period 30 s). */
+const RECENT: AppStatus = {
+  ...SUCCEEDED_BEFORE,
+  fetch: { exitCode: 0, updatedAt: '2024-12-31T23:59:50Z' },
+} as AppStatus;
+/** The last run ended a day ago: a resync is due. */
+const OLD: AppStatus = { ...SUCCEEDED_BEFORE, fetch: { exitCode: 0, updatedAt: '2024-12-31T00:00:00Z' } } as AppStatus;
+const INVALID = 'Reconciling: invalid App ns/app: spec.syncPeriod: Invalid input: expected string, received number';
+const FETCH_OK = { exitCode: 0, stdout: 'lock: vendir\n', startedAt: NOW, updatedAt: NOW };
+
+type Next = 'template' | 'delete' | 'none';
+
+interface Row {
+  /** The App in the cluster; `null`: none. */
+  app: AppShape | null;
+  reason?: Reason;
+  /** Changes the cluster before the n-th App read of the row. */
+  onGet?: (w: AppWorld, n: number) => void;
+  statuses: AppStatus[];
+  next: Next;
+  outcomes: Array<[string, string]>;
+}
+
+const rows: Record<string, Row> = {
+  'gone: no App, nothing written, nothing next': {
+    app: null,
+    statuses: [],
+    next: 'none',
+    outcomes: [['reconcile', 'gone']],
+  },
+  'invalid: an App our schema rejects gets a ReconcileFailed status, not a crash': {
+    app: { spec: { syncPeriod: 5 } },
+    statuses: [
+      {
+        observedGeneration: 1,
+        conditions: [{ type: 'ReconcileFailed', status: 'True', message: INVALID }],
+        friendlyDescription: `Reconcile failed: ${INVALID}`,
+        consecutiveReconcileFailures: 1,
+        usefulErrorMessage: INVALID,
+      } as AppStatus,
+    ],
+    next: 'none',
+    outcomes: [['reconcile', 'failed']],
+  },
+  'deleting with our finalizer: the delete goes to the deploy function, nothing written': {
+    app: {
+      status: SUCCEEDED_BEFORE,
+      metadata: { deletionTimestamp: '2025-01-01T00:00:00Z', finalizers: [Finalizer.App] },
+    },
+    statuses: [],
+    next: 'delete',
+    outcomes: [['reconcile', 'deleted']],
+  },
+  'deleting without our finalizer: nothing to do (gone)': {
+    app: { status: SUCCEEDED_BEFORE, metadata: { deletionTimestamp: '2025-01-01T00:00:00Z', finalizers: ['other'] } },
+    statuses: [],
+    next: 'none',
+    outcomes: [['reconcile', 'gone']],
+  },
+  'paused: observedGeneration and Canceled/paused are written, nothing runs': {
+    app: { generation: 2, status: SUCCEEDED_BEFORE, spec: { paused: true } },
+    statuses: [{ ...SUCCEEDED_BEFORE, observedGeneration: 2, friendlyDescription: 'Canceled/paused' }],
+    next: 'none',
+    outcomes: [['reconcile', 'paused']],
+  },
+  'canceled: the same as paused': {
+    app: { generation: 2, status: SUCCEEDED_BEFORE, spec: { canceled: true } },
+    statuses: [{ ...SUCCEEDED_BEFORE, observedGeneration: 2, friendlyDescription: 'Canceled/paused' }],
+    next: 'none',
+    outcomes: [['reconcile', 'paused']],
+  },
+  'noop: a resync that is not due yet runs nothing and writes nothing': {
+    app: { status: RECENT },
+    statuses: [],
+    next: 'none',
+    outcomes: [['reconcile', 'noop']],
+  },
+  'forced (added) although not due: a run with deferred writes': {
+    app: { status: RECENT },
+    reason: 'added',
+    statuses: [],
+    next: 'template',
+    outcomes: [
+      ['reconcile', 'succeeded'],
+      ['fetch', 'succeeded'],
+    ],
+  },
+  'forced (ref-changed) although not due: a run with deferred writes': {
+    app: { status: RECENT },
+    reason: 'ref-changed',
+    statuses: [],
+    next: 'template',
+    outcomes: [
+      ['reconcile', 'succeeded'],
+      ['fetch', 'succeeded'],
+    ],
+  },
+  'due resync: a run with deferred writes (no Reconciling)': {
+    app: { status: OLD },
+    statuses: [],
+    next: 'template',
+    outcomes: [
+      ['reconcile', 'succeeded'],
+      ['fetch', 'succeeded'],
+    ],
+  },
+  // The fetch decides on the status as this step read it (before Reconciling), so its part rides
+  // the event; the template stage, which re-reads the App, writes it (as before the stage frame).
+  'spec changed: Reconciling is written at once, the fetch part rides the event': {
+    app: {},
+    statuses: [RECONCILING],
+    next: 'template',
+    outcomes: [
+      ['reconcile', 'succeeded'],
+      ['fetch', 'succeeded'],
+    ],
+  },
+  'stale: the spec changed again before Reconciling was written: nothing written, nothing runs': {
+    app: {},
+    onGet: (w, n) => {
+      if (n === 2) changeApp(w, 'generation');
+    },
+    statuses: [],
+    next: 'none',
+    outcomes: [['reconcile', 'stale']],
+  },
+  'gone: the App was recreated before Reconciling was written': {
+    app: {},
+    onGet: (w, n) => {
+      if (n === 2) changeApp(w, 'recreated');
+    },
+    statuses: [],
+    next: 'none',
+    outcomes: [['reconcile', 'gone']],
+  },
+};
+
+/** The next event the row expects, for the run the step started (its id is random). */
+function expected(next: Next, got: KappEvent | undefined, fetchKey: string | undefined): KappEvent | undefined {
+  if (next === 'none') return undefined;
+  const run = (got?.data as { run?: StageRun } | undefined)?.run;
+  expect(run?.runId).toMatch(/^[0-9a-f-]{36}$/);
+  const r: StageRun = { generation: 1, runId: run?.runId ?? '', startedAt: new Date(NOW).toISOString() };
+  const time = { time: new Date(NOW) };
+  if (next === 'delete') return deleteEvent({ object: REF, run: r }, time);
+  const fetchStatus = FETCH_OK;
+  return templateEvent({ object: REF, run: r, artifacts: { fetchKey: fetchKey ?? '' }, fetchStatus }, time);
+}
+
+describe('reconcile step table', () => {
+  it.each(Object.entries(rows))('%s', async (_name, row) => {
+    const w = appWorld({
+      ...(row.app ? { app: appObject(row.app) } : {}),
+      tmpRoot: path.join(tempDir(), 'scratch'),
+    });
+    w.runner.on('vendir', vendirWrites());
+    const onGet = row.onGet;
+    if (onGet) w.cluster.onGet = (n) => onGet(w, n);
+    const next = await dispatchEvent(objectEvent(REF, row.reason ?? 'resync', { time: new Date(NOW) }), w.deps);
+    expect(w.statuses()).toEqual(row.statuses);
+    expect(next).toEqual(expected(row.next, next, (await w.store.list('artifacts/fetch/'))[0]));
+    expect(w.outcomes()).toEqual(row.outcomes);
+    expect(w.tools()).toEqual(row.next === 'template' ? ['vendir'] : []);
+  });
+});

@@ -1,0 +1,159 @@
+/**
+ * The one fake Kubernetes cluster of the unit tests, at the port (`functions/lib/kube/port.ts`):
+ * it implements every method of a {@link DeployView} (so it serves as fetch and deploy view) and
+ * records each object read and status write in {@link FakeCluster.calls}.
+ *
+ * Two modes:
+ * - **scripted** (`new FakeCluster(reads, writes)`): GETs answer from `reads` in order and status
+ *   writes from `writes` (a new `resourceVersion`, or an error to throw); running out of either
+ *   fails the test. For the status-write protocol (`kube/status-write.ts`).
+ * - **stateful** (`new FakeCluster()` + {@link FakeCluster.put}): holds objects, Secrets and
+ *   Namespaces; a status write checks its uid and resourceVersion preconditions as the API
+ *   server does (`GoneError`, `ConflictError`), replaces `.status` and bumps the
+ *   resourceVersion. For the stage tables.
+ */
+import {
+  type ApiServerInfo,
+  ConflictError,
+  type DeployView,
+  type FinalizerResult,
+  GoneError,
+  type KubeConfigMap,
+  type KubeNamespace,
+  type KubeObject,
+  type KubeSecret,
+  type ObjectRef,
+  type ServiceAccountToken,
+  type WritePrecondition,
+} from '../../../functions/lib/kube/port.js';
+
+/** The ServiceAccount token every {@link FakeCluster.serviceAccountToken} call returns. */
+export const FAKE_SA_TOKEN = 'fake-sa-token';
+
+/** The API server of every {@link FakeCluster}. */
+export const FAKE_API_SERVER: ApiServerInfo = { server: 'https://127.0.0.1:6443' };
+
+const keyOf = (ref: Pick<ObjectRef, 'kind' | 'namespace' | 'name'>) => `${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
+
+/** A fake cluster at the port; see the module comment for its two modes. */
+export class FakeCluster implements DeployView {
+  /** Every object read (`['get', name]`) and status write (`['update', name, precondition, status]`), in order. */
+  readonly calls: Array<[string, ...unknown[]]> = [];
+  /** Stateful mode: the objects, keyed `kind/namespace/name`. */
+  readonly objects = new Map<string, KubeObject>();
+  /** Stateful mode: Secrets, keyed `namespace/name`. */
+  readonly secrets = new Map<string, KubeSecret>();
+  /** Stateful mode: ConfigMaps, keyed `namespace/name`. */
+  readonly configMaps = new Map<string, KubeConfigMap>();
+  /** Stateful mode: Namespaces by name (absent: gone). */
+  readonly namespaces = new Map<string, KubeNamespace>();
+  /**
+   * Stateful mode: called before each GET of an object with its 1-based count, so a test can
+   * change the cluster between two reads of a stage (a spec change that races a status write).
+   */
+  onGet?: (count: number) => void;
+  private gets = 0;
+  private readonly reads: Array<KubeObject | undefined> | undefined;
+  private readonly writes: Array<string | Error>;
+
+  /**
+   * @param reads - scripted mode: the objects GETs return, in order (`undefined`: 404).
+   * @param writes - scripted mode: the `resourceVersion` each status write returns, or the error it throws.
+   */
+  constructor(reads?: Array<KubeObject | undefined>, writes: Array<string | Error> = []) {
+    this.reads = reads;
+    this.writes = writes;
+  }
+
+  /** Stateful mode: adds or replaces an object (a deep copy). @returns `this`. */
+  put(object: KubeObject): this {
+    this.objects.set(keyOf({ ...object.metadata, kind: object.kind }), structuredClone(object));
+    return this;
+  }
+
+  /** Stateful mode: the stored object of `kind` named `namespace/name` (live, not a copy). */
+  get(kind: string, namespace: string, name: string): KubeObject | undefined {
+    return this.objects.get(keyOf({ kind, namespace, name }));
+  }
+
+  /** Stateful mode: the status writes so far (their bodies), in order. */
+  get statuses(): unknown[] {
+    return this.calls.filter((c) => c[0] === 'update').map((c) => c[3]);
+  }
+
+  async getObject<T extends KubeObject>(ref: ObjectRef): Promise<T | undefined> {
+    this.calls.push(['get', ref.name]);
+    if (this.reads) {
+      if (this.reads.length === 0) throw new Error('unexpected read');
+      return structuredClone(this.reads.shift()) as T | undefined;
+    }
+    this.onGet?.(++this.gets);
+    return structuredClone(this.objects.get(keyOf(ref))) as T | undefined;
+  }
+
+  async updateStatus(ref: ObjectRef, pre: WritePrecondition, status: unknown): Promise<{ resourceVersion: string }> {
+    this.calls.push(['update', ref.name, pre, status]);
+    if (this.reads) {
+      const next = this.writes.shift();
+      if (next === undefined) throw new Error('unexpected write');
+      if (next instanceof Error) throw next;
+      return { resourceVersion: next };
+    }
+    const obj = this.objects.get(keyOf(ref));
+    if (!obj || obj.metadata.uid !== pre.uid) throw new GoneError(`${ref.kind} ${ref.name} not found`);
+    if (obj.metadata.resourceVersion !== pre.resourceVersion) throw new ConflictError(`${ref.name}: 409 conflict`);
+    obj.status = structuredClone(status);
+    obj.metadata.resourceVersion = String(Number(obj.metadata.resourceVersion) + 1);
+    return { resourceVersion: obj.metadata.resourceVersion };
+  }
+
+  async getSecret(namespace: string, name: string): Promise<KubeSecret | undefined> {
+    return structuredClone(this.secrets.get(`${namespace}/${name}`));
+  }
+
+  async getConfigMap(namespace: string, name: string): Promise<KubeConfigMap | undefined> {
+    return structuredClone(this.configMaps.get(`${namespace}/${name}`));
+  }
+
+  async getNamespace(name: string): Promise<KubeNamespace | undefined> {
+    return structuredClone(this.namespaces.get(name));
+  }
+
+  async addFinalizer(ref: ObjectRef, finalizer: string, opts: { uid?: string } = {}): Promise<FinalizerResult> {
+    this.calls.push(['addFinalizer', ref.name, finalizer]);
+    const obj = this.objects.get(keyOf(ref));
+    if (!obj || (opts.uid && obj.metadata.uid !== opts.uid)) throw new GoneError(`${ref.kind} ${ref.name} not found`);
+    const list = obj.metadata.finalizers ?? [];
+    if (list.includes(finalizer)) return { changed: false, resourceVersion: obj.metadata.resourceVersion };
+    obj.metadata.finalizers = [...list, finalizer];
+    obj.metadata.resourceVersion = String(Number(obj.metadata.resourceVersion) + 1);
+    return { changed: true, resourceVersion: obj.metadata.resourceVersion };
+  }
+
+  async removeFinalizer(ref: ObjectRef, finalizer: string, opts: { uid?: string } = {}): Promise<FinalizerResult> {
+    this.calls.push(['removeFinalizer', ref.name, finalizer]);
+    const obj = this.objects.get(keyOf(ref));
+    if (!obj || (opts.uid && obj.metadata.uid !== opts.uid) || !obj.metadata.finalizers?.includes(finalizer)) {
+      return { changed: false, resourceVersion: obj?.metadata.resourceVersion };
+    }
+    obj.metadata.finalizers = obj.metadata.finalizers.filter((f) => f !== finalizer);
+    obj.metadata.resourceVersion = String(Number(obj.metadata.resourceVersion) + 1);
+    return { changed: true, resourceVersion: obj.metadata.resourceVersion };
+  }
+
+  async serviceAccountToken(): Promise<ServiceAccountToken> {
+    return { token: FAKE_SA_TOKEN, expiresAt: new Date('2025-01-01T02:00:00Z') };
+  }
+
+  async serverVersion(): Promise<string> {
+    return '1.34.4';
+  }
+
+  async apiGroupVersions(): Promise<string[]> {
+    return ['v1'];
+  }
+
+  apiServer(): ApiServerInfo {
+    return FAKE_API_SERVER;
+  }
+}
