@@ -5,7 +5,7 @@ import {
   KubeApiError,
   type KubeObject,
   type KubeReader,
-  type ObjectRef,
+  type ResourceRef,
   type StatusWriter,
   type WritePrecondition,
 } from '../../functions/lib/kube/port.js';
@@ -16,7 +16,7 @@ import {
   writeStatus,
 } from '../../functions/lib/kube/status-write.js';
 
-const REF: ObjectRef = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'n', name: 'a' };
+const REF: ResourceRef = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'n', name: 'a' };
 const RUN = { uid: 'u1', generation: 3 };
 
 interface Status {
@@ -44,12 +44,12 @@ class FakeCluster implements KubeReader, StatusWriter {
     private readonly reads: Array<KubeObject | undefined>,
     private readonly writes: Array<string | Error> = [],
   ) {}
-  async getObject<T extends KubeObject>(ref: ObjectRef): Promise<T | undefined> {
+  async getObject<T extends KubeObject>(ref: ResourceRef): Promise<T | undefined> {
     this.calls.push(['get', ref.name]);
     if (this.reads.length === 0) throw new Error('unexpected read');
     return structuredClone(this.reads.shift()) as T | undefined;
   }
-  async updateStatus(ref: ObjectRef, pre: WritePrecondition, status: unknown) {
+  async updateStatus(ref: ResourceRef, pre: WritePrecondition, status: unknown) {
     this.calls.push(['update', ref.name, pre, status]);
     const next = this.writes.shift();
     if (next === undefined) throw new Error('unexpected write');

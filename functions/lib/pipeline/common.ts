@@ -6,11 +6,11 @@
  */
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
-import type { ObjectRef as EventObjectRef, StageStatusSummary } from '../../../events/schema.js';
+import type { ObjectRef, StageStatusSummary } from '../../../events/schema.js';
 import { type App, type AppStatus, parseApp } from '../api/index.js';
 import type { ConfigMapLike, RefObjects, SecretLike } from '../fetch/types.js';
 import { refObjectsFrom } from '../fetch/types.js';
-import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ObjectRef } from '../kube/port.js';
+import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ResourceRef } from '../kube/port.js';
 import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
 import { logStageRun, type StageOutcome } from '../log.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
@@ -28,12 +28,12 @@ import type { AppStatusLike } from '../reconcile/types.js';
 import type { PipelineDeps } from './deps.js';
 
 /** The Kubernetes reference of the App an event refers to. */
-export function appRef(ref: Pick<EventObjectRef, 'namespace' | 'name'>): ObjectRef {
+export function appRef(ref: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef {
   return { apiVersion: APP_API_VERSION, kind: 'App', namespace: ref.namespace, name: ref.name };
 }
 
 /** `cluster/App/namespace/name`: the object key used in logs and as the queue key. */
-export function objectKey(ref: Pick<EventObjectRef, 'clusterId' | 'namespace' | 'name'>): string {
+export function objectKey(ref: Pick<ObjectRef, 'clusterId' | 'namespace' | 'name'>): string {
   return `${ref.clusterId}/App/${ref.namespace}/${ref.name}`;
 }
 
@@ -56,7 +56,7 @@ export type LoadResult =
  *
  * @throws KubeApiError when the read fails (the run is retried).
  */
-export async function loadApp(kube: KubeReader, ref: ObjectRef): Promise<LoadResult> {
+export async function loadApp(kube: KubeReader, ref: ResourceRef): Promise<LoadResult> {
   const raw = await kube.getObject(ref);
   if (!raw) return { kind: 'gone' };
   const parsed = parseApp(raw);
@@ -72,7 +72,7 @@ export async function loadApp(kube: KubeReader, ref: ObjectRef): Promise<LoadRes
  */
 export async function loadFenced(
   kube: KubeReader,
-  ref: ObjectRef,
+  ref: ResourceRef,
   fence: RunFence,
 ): Promise<{ loaded: LoadedApp; stop?: undefined } | { stop: 'gone' | 'stale' }> {
   const result = await loadApp(kube, ref);
@@ -288,7 +288,7 @@ export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
  */
 export async function writeAppStatus(
   kube: FetchView,
-  ref: ObjectRef,
+  ref: ResourceRef,
   fence: RunFence,
   mutate: (current: AppStatus | undefined) => AppStatus,
   mask?: SecretMask,
@@ -357,7 +357,7 @@ export interface AbortWatchOptions {
  */
 export function watchForAbort(
   kube: KubeReader,
-  ref: ObjectRef,
+  ref: ResourceRef,
   uid: string,
   deps: PipelineDeps,
   opts: AbortWatchOptions = {},

@@ -29,7 +29,7 @@ import {
 } from '../deploy/index.js';
 import { TextTail } from '../exec/tail.js';
 import { KappControllerError } from '../fetch/types.js';
-import type { DeployView, ObjectRef } from '../kube/port.js';
+import type { DeployView, ResourceRef } from '../kube/port.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   attachError,
@@ -136,7 +136,7 @@ async function runKapp(
   cmd: KappCommand,
   stdin: string | undefined,
   deps: PipelineDeps,
-  watch: { kube: DeployView; ref: ObjectRef; uid: string; cancelOnDelete: boolean },
+  watch: { kube: DeployView; ref: ResourceRef; uid: string; cancelOnDelete: boolean },
   onProgress: (progress: KappProgress) => Promise<void>,
   writable: readonly string[] = [],
 ) {
@@ -181,7 +181,7 @@ async function runKapp(
 }
 
 /** Adds the finalizer before kapp runs (`blockDeletion`). @returns an error result when that fails. */
-async function blockDeletion(kube: DeployView, ref: ObjectRef, uid: string): Promise<StageResult | undefined> {
+async function blockDeletion(kube: DeployView, ref: ResourceRef, uid: string): Promise<StageResult | undefined> {
   try {
     await kube.addFinalizer(ref, Finalizer.App, { uid });
     return undefined;

@@ -11,7 +11,7 @@
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
 import { mkdir } from 'node:fs/promises';
-import type { ObjectRef as EventObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
+import type { ObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
 import type { App } from '../api/index.js';
 import { canonicalJson, fetchArtifactKey, sha256Hex } from '../artifact/keys.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
@@ -45,7 +45,7 @@ import { infraStep } from './retry-bound.js';
 /** The object and run a stage works for (everything a hand-off event carries). */
 export interface RunContext {
   clusterId: string;
-  ref: EventObjectRef;
+  ref: ObjectRef;
   run: StageRun;
 }
 
