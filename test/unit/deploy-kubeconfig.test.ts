@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import type { SecretLike } from '../../functions/lib/api/index.js';
 import {
   type AppDeploySpec,
   appClusterAccess,
@@ -9,7 +10,7 @@ import {
   serviceAccountKubeconfig,
   UPSTREAM_SA_SERVER,
 } from '../../functions/lib/deploy/index.js';
-import { KappControllerError, type SecretLike } from '../../functions/lib/fetch/types.js';
+import { KappControllerError } from '../../functions/lib/reconcile/errors.js';
 
 const TOKEN = 'eyJhbGciOiJSUzI1NiJ9.super-secret-token';
 const CA_B64 = Buffer.from('-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n').toString('base64');

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { Header } from 'tar';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { refObjectsFrom } from '../../functions/lib/api/index.js';
 import { sha256Hex } from '../../functions/lib/artifact/keys.js';
 import {
   createHttpDownloader,
@@ -20,7 +21,6 @@ import {
   redactUrl,
 } from '../../functions/lib/fetch/http-download.js';
 import { prepareHttpSources, restoreHttpLock } from '../../functions/lib/fetch/http-source.js';
-import { refObjectsFrom } from '../../functions/lib/fetch/types.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 let server: Server;

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
+import { type AppFetch, refObjectsFrom } from '../../functions/lib/api/index.js';
 import {
-  type AppFetch,
   buildVendirConfig,
   extractImageRegistry,
   extractUrlAuthority,
@@ -14,7 +14,7 @@ import {
   vendirResourceRefs,
   vendirSyncCommand,
 } from '../../functions/lib/fetch/index.js';
-import { KappControllerError, refObjectsFrom } from '../../functions/lib/fetch/types.js';
+import { KappControllerError } from '../../functions/lib/reconcile/errors.js';
 import { fixturePath } from '../harness/fixtures.js';
 
 const EXAMPLES = fixturePath('kapp-controller', 'examples');

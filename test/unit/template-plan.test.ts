@@ -2,9 +2,13 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { type ConfigMapLike, refObjectsFrom, type SecretLike } from '../../functions/lib/fetch/types.js';
 import {
   type AppTemplate,
+  type ConfigMapLike,
+  refObjectsFrom,
+  type SecretLike,
+} from '../../functions/lib/api/index.js';
+import {
   dearmorPrivateKeyBlock,
   planTemplate,
   type RunStep,

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { KappControllerError, refObjectsFrom } from '../../functions/lib/fetch/types.js';
+import { type AppTemplateValuesDownwardAPIItem, refObjectsFrom } from '../../functions/lib/api/index.js';
+import { KappControllerError } from '../../functions/lib/reconcile/errors.js';
 import {
   type ClusterInfo,
-  type DownwardAPIItem,
   downwardAPIValuesYaml,
   evaluateFieldPath,
   planValues,
@@ -119,7 +119,7 @@ describe('downward API (pkg/template/downward_api_values.go)', () => {
   });
 
   it('renders the values of upstream e2e Test_YttTemplate_ValuesFrom', () => {
-    const items: DownwardAPIItem[] = [
+    const items: AppTemplateValuesDownwardAPIItem[] = [
       { name: 'name', fieldPath: 'metadata.name' },
       { name: 'namespace', fieldPath: 'metadata.namespace' },
       { name: 'uid', fieldPath: 'metadata.uid' },
@@ -204,7 +204,7 @@ describe('downward API (pkg/template/downward_api_values.go)', () => {
     [{ name: 'a', fieldPath: "metadata.labels['missing']" }, 'missing is not found'],
     [{ name: 'a', fieldPath: 'spec.fetch' }, 'spec is not found'],
     [{ name: 'a', fieldPath: 'metadata.name.x' }, 'x is not found'],
-  ] as Array<[DownwardAPIItem, string]>)('fails %#: %s', (item, message) => {
+  ] as Array<[AppTemplateValuesDownwardAPIItem, string]>)('fails %#: %s', (item, message) => {
     expect(() => downwardAPIValuesYaml([item], meta, {})).toThrow(message);
   });
 

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { KappControllerError } from '../fetch/types.js';
+import { KappControllerError } from '../reconcile/errors.js';
 
 /** Flags allowed for deploy, delete and inspect. */
 export const KAPP_ALLOWED_SHARED_OPTS: readonly string[] = Object.freeze([

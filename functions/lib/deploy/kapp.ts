@@ -12,15 +12,15 @@
  * @module
  */
 import { parse } from 'yaml';
-import { KappControllerError } from '../fetch/types.js';
+import type { AppDeployKapp } from '../api/deploy.js';
+import { KappControllerError } from '../reconcile/errors.js';
 import {
   KAPP_ALLOWED_DELETE_FLAGS,
   KAPP_ALLOWED_DEPLOY_FLAGS,
   KAPP_ALLOWED_INSPECT_FLAGS,
   validateRawOptions,
 } from './kapp-restrict.js';
-import type { ClusterAccess } from './kubeconfig.js';
-import type { AppDeployKapp, AppDeploySpec } from './types.js';
+import type { AppDeploySpec, ClusterAccess } from './kubeconfig.js';
 
 /** kapp app name suffix for Apps (and the Apps of PackageInstalls): `<name>.app`. */
 export const APP_SUFFIX = '.app';

@@ -12,8 +12,12 @@
  * @module
  */
 import { parse, stringify } from 'yaml';
-import { KappControllerError, type SecretLike } from '../fetch/types.js';
-import type { AppDeploySpec } from './types.js';
+import type { AppSpec } from '../api/app.js';
+import type { SecretLike } from '../api/refs.js';
+import { KappControllerError } from '../reconcile/errors.js';
+
+/** The spec fields that decide credentials, namespaces and the kapp invocation. */
+export type AppDeploySpec = Pick<AppSpec, 'serviceAccountName' | 'cluster' | 'defaultNamespace' | 'deploy'>;
 
 /** Upstream wraps every credential error in `Preparing kapp: ` (`pkg/app/app_deploy.go`). */
 export const PREPARING_KAPP_PREFIX = 'Preparing kapp: ';

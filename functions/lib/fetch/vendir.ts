@@ -11,6 +11,23 @@
  */
 import { posix } from 'node:path';
 import { stringify } from 'yaml';
+import type { LocalRef, VersionSelection } from '../api/common.js';
+import type {
+  AppFetch,
+  AppFetchGit,
+  AppFetchHelmChart,
+  AppFetchHTTP,
+  AppFetchImage,
+  AppFetchImgpkgBundle,
+  AppFetchInline,
+} from '../api/fetch.js';
+import {
+  type ConfigMapLike,
+  configMapNotFoundMessage,
+  type RefObjects,
+  type SecretLike,
+  secretNotFoundMessage,
+} from '../api/refs.js';
 import {
   gitRefError,
   gitUrlError,
@@ -19,23 +36,7 @@ import {
   helmRepositoryUrlError,
   quoteValue,
 } from '../argv-values.js';
-import {
-  type AppFetch,
-  type AppFetchGit,
-  type AppFetchHelmChart,
-  type AppFetchHTTP,
-  type AppFetchImage,
-  type AppFetchImgpkgBundle,
-  type AppFetchInline,
-  type ConfigMapLike,
-  configMapNotFoundMessage,
-  KappControllerError,
-  type LocalRef,
-  type RefObjects,
-  type SecretLike,
-  secretNotFoundMessage,
-  type VersionSelection,
-} from './types.js';
+import { KappControllerError } from '../reconcile/errors.js';
 
 /** vendir's `apiVersion` for `Config`. */
 export const VENDIR_API_VERSION = 'vendir.k14s.io/v1alpha1';

@@ -7,9 +7,15 @@
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { ObjectRef, StageStatusSummary } from '../../../events/schema.js';
-import { type App, type AppStatus, parseApp } from '../api/index.js';
-import type { ConfigMapLike, RefObjects, SecretLike } from '../fetch/types.js';
-import { refObjectsFrom } from '../fetch/types.js';
+import {
+  type App,
+  type AppStatus,
+  type ConfigMapLike,
+  parseApp,
+  type RefObjects,
+  refObjectsFrom,
+  type SecretLike,
+} from '../api/index.js';
 import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ResourceRef } from '../kube/port.js';
 import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
 import { logStageRun, type StageOutcome } from '../log.js';

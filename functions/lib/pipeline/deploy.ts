@@ -28,8 +28,8 @@ import {
   wantsInspect,
 } from '../deploy/index.js';
 import { TextTail } from '../exec/tail.js';
-import { KappControllerError } from '../fetch/types.js';
 import type { DeployView, ResourceRef } from '../kube/port.js';
+import { KappControllerError } from '../reconcile/errors.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   attachError,

@@ -12,15 +12,14 @@
  */
 import { mkdir } from 'node:fs/promises';
 import type { ObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
-import type { App } from '../api/index.js';
+import type { App, AppFetch, RefObjects } from '../api/index.js';
 import { canonicalJson, fetchArtifactKey, sha256Hex } from '../artifact/keys.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
 import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSourceIdentity } from '../fetch/pinned.js';
-import type { AppFetch } from '../fetch/types.js';
-import { KappControllerError, type RefObjects } from '../fetch/types.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import { KappControllerError } from '../reconcile/errors.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
 import { fetchIsPrivate, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';

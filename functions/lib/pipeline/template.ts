@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import type { TemplateStageData } from '../../../events/schema.js';
-import type { App, AppTemplate } from '../api/index.js';
+import { type App, type AppTemplate, referencedConfigMaps, referencedSecrets } from '../api/index.js';
 import {
   canonicalJson,
   parseArtifactKey,
@@ -26,7 +26,6 @@ import {
 import { isPrivateKey } from '../artifact/sealed.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import { DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
-import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
 import { templateRootOf } from '../fetch/vendir.js';
 import { attachError, resultFromError, type StageResult } from '../reconcile/status.js';
 import { markTruncated } from '../reconcile/status-budget.js';

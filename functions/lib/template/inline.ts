@@ -6,14 +6,10 @@
  * @module
  */
 import { posix } from 'node:path';
-import {
-  type AppFetchInline,
-  configMapNotFoundMessage,
-  KappControllerError,
-  type RefObjects,
-  secretNotFoundMessage,
-} from '../fetch/types.js';
+import type { AppFetchInline } from '../api/fetch.js';
+import { configMapNotFoundMessage, type RefObjects, secretNotFoundMessage } from '../api/refs.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
+import { KappControllerError } from '../reconcile/errors.js';
 import type { PlannedFile } from './values.js';
 
 /** Upstream: the text for an inline `pathsFrom` entry with neither ref. */

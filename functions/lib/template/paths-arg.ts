@@ -4,8 +4,9 @@
  *
  * @module
  */
-import { KappControllerError } from '../fetch/types.js';
+
 import { InvalidPathError, scopedPath } from '../paths.js';
+import { KappControllerError } from '../reconcile/errors.js';
 import { STDIN_UNAVAILABLE_MESSAGE } from './step.js';
 import { STDIN_PATH } from './values.js';
 

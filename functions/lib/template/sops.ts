@@ -7,10 +7,11 @@
 
 import { posix } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { KappControllerError, type RefObjects, secretNotFoundMessage } from '../fetch/types.js';
+import { type RefObjects, secretNotFoundMessage } from '../api/refs.js';
+import type { AppTemplateSops } from '../api/template.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
+import { KappControllerError } from '../reconcile/errors.js';
 import { DECRYPTING_DIR_ERROR_PREFIX, type SopsStep, type StepContext } from './step.js';
-import type { AppTemplateSops } from './types.js';
 import type { PlannedFile } from './values.js';
 
 /** Upstream's text when sops would have to read a stream. */

@@ -9,16 +9,11 @@
  * @module
  */
 import { posix } from 'node:path';
-import {
-  type AppMetadataLike,
-  configMapNotFoundMessage,
-  KappControllerError,
-  type RefObjects,
-  secretNotFoundMessage,
-} from '../fetch/types.js';
+import { configMapNotFoundMessage, type RefObjects, secretNotFoundMessage } from '../api/refs.js';
+import type { AppTemplateValuesSource } from '../api/template.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
-import { type ClusterInfo, downwardAPIValuesYaml } from './downward-api.js';
-import type { ValuesSource } from './types.js';
+import { KappControllerError } from '../reconcile/errors.js';
+import { type AppMetadataLike, type ClusterInfo, downwardAPIValuesYaml } from './downward-api.js';
 
 /** `-`: "use the stream (stdin)" wherever a path is accepted. */
 export const STDIN_PATH = '-';
@@ -86,7 +81,11 @@ function byteCompare(a: string, b: string): number {
  *   `secrets "x" not found`, `Invalid path: <key>`, {@link NO_VALUES_SOURCE_MESSAGE} or a downward
  *   API error. Missing live cluster values throw a `TypeError` (a caller bug).
  */
-export function planValues(valuesFrom: readonly ValuesSource[], valuesRoot: string, ctx: ValuesContext): ValuesPlan {
+export function planValues(
+  valuesFrom: readonly AppTemplateValuesSource[],
+  valuesRoot: string,
+  ctx: ValuesContext,
+): ValuesPlan {
   const plan: ValuesPlan = { paths: [], files: [], warnings: [] };
   valuesFrom.forEach((source, j) => {
     const dir = posix.join(valuesRoot, String(j));
