@@ -310,7 +310,7 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
       managedFields: [{ manager: 'kubectl' }],
     },
     type: 'Opaque',
-    data: { username: 'dXNlcg==', password: 'cHc=' },
+    data: { username: Buffer.from('user'), password: Buffer.from('pw') },
     ...extra,
   });
 
@@ -327,8 +327,6 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
       secrets: [secret('git-creds'), secret('unrelated'), secret('inline-s')],
       configMaps: [
         {
-          apiVersion: 'v1',
-          kind: 'ConfigMap',
           metadata: { name: 'inline-cm', namespace: 'ns' },
           data: { 'f.yml': 'x: 1' },
         },

@@ -15,34 +15,26 @@ import type { AppFetch } from './fetch.js';
 import type { AppTemplate } from './template.js';
 
 /**
- * A Secret as read from the API server (`data` values are base64). Only the fields below are
- * ever used or forwarded.
+ * A Secret as the planners read it: the part of the kube port's decoded `KubeSecret`
+ * (`functions/lib/kube/port.ts`) they use, so a Secret read by a stage is handed over as is.
  */
 export interface SecretLike {
-  /** `v1`. */
-  apiVersion?: string;
-  /** `Secret`. */
-  kind?: string;
   /** Object metadata; `name` identifies the Secret. */
   metadata?: { name?: string; namespace?: string };
   /** Secret type, e.g. `kubernetes.io/dockerconfigjson`. */
   type?: string;
-  /** Key to base64-encoded value. */
-  data?: Record<string, string>;
+  /** Key to value, already base64-decoded. */
+  data?: Readonly<Record<string, Buffer>>;
 }
 
-/** A ConfigMap as read from the API server. */
+/** A ConfigMap as the planners read it: the part of the kube port's `KubeConfigMap` they use. */
 export interface ConfigMapLike {
-  /** `v1`. */
-  apiVersion?: string;
-  /** `ConfigMap`. */
-  kind?: string;
   /** Object metadata; `name` identifies the ConfigMap. */
   metadata?: { name?: string; namespace?: string };
   /** Key to UTF-8 value. */
-  data?: Record<string, string>;
-  /** Key to base64 value (forwarded to vendir, never used for template values, as upstream). */
-  binaryData?: Record<string, string>;
+  data?: Readonly<Record<string, string>>;
+  /** Key to decoded value (forwarded to vendir, never used for template values, as upstream). */
+  binaryData?: Readonly<Record<string, Buffer>>;
 }
 
 /**

@@ -282,7 +282,7 @@ export function kubeconfigFromSecret(secret: SecretLike, key?: string): string {
     const keys = Object.keys(data).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     throw new KappControllerError(`Expected to find key '${k}' in secret (keys: ${keys.join(', ')})`);
   }
-  return Buffer.from(data[k]!, 'base64').toString('utf8');
+  return data[k]!.toString('utf8');
 }
 
 /** Where an App's kapp credentials come from. */

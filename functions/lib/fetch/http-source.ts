@@ -93,8 +93,7 @@ function basicAuthFrom(
     }
   }
   if (data.username === undefined) return {};
-  const decode = (v: string | undefined) => Buffer.from(v ?? '', 'base64').toString('utf8');
-  return { auth: { username: decode(data.username), password: decode(data.password) } };
+  return { auth: { username: data.username.toString('utf8'), password: data.password?.toString('utf8') ?? '' } };
 }
 
 /**

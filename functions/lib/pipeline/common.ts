@@ -13,7 +13,6 @@ import {
   type ConfigMapLike,
   parseApp,
   type RefObjects,
-  refObjectsFrom,
   type SecretLike,
 } from '../api/index.js';
 import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ResourceRef } from '../kube/port.js';
@@ -97,17 +96,6 @@ export function checkFence(raw: KubeObject | undefined, fence: RunFence): FenceR
   return 'ok';
 }
 
-function secretLike(
-  name: string,
-  namespace: string,
-  s: { type: string; data: Record<string, Buffer> } | undefined,
-): SecretLike | undefined {
-  if (!s) return undefined;
-  const data: Record<string, string> = {};
-  for (const [k, v] of Object.entries(s.data)) data[k] = v.toString('base64');
-  return { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace }, type: s.type, data };
-}
-
 /**
  * Reads the named Secrets and ConfigMaps of a namespace into the planners' lookup. Missing
  * objects are simply absent (the planners then fail with the API server's not-found text).
@@ -125,33 +113,32 @@ export async function readRefs(
 ): Promise<RefObjects & { digests: Record<string, string> }> {
   const { createHash } = await import('node:crypto');
   const digests: Record<string, string> = {};
-  const secretList: SecretLike[] = [];
-  const cmList: ConfigMapLike[] = [];
+  const secretsRead = new Map<string, SecretLike>();
+  const configMapsRead = new Map<string, ConfigMapLike>();
   for (const name of [...new Set(secrets)].filter(Boolean)) {
-    const read = await kube.getSecret(namespace, name);
-    if (read) mask?.addSecretData(read.data);
-    const s = secretLike(name, namespace, read);
-    if (s) secretList.push(s);
+    const s = await kube.getSecret(namespace, name);
+    if (s) {
+      mask?.addSecretData(s.data);
+      secretsRead.set(name, s);
+    }
+    // Digest of the wire form (type, base64 data), so fetch-cache keys stay what they were.
+    const wire = s && Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, v.toString('base64')]));
     digests[`secret/${name}`] = s
       ? createHash('sha256')
-          .update(JSON.stringify([s.type, s.data]))
+          .update(JSON.stringify([s.type, wire]))
           .digest('hex')
       : '-';
   }
   for (const name of [...new Set(configMaps)].filter(Boolean)) {
     const c = await kube.getConfigMap(namespace, name);
-    if (c) {
-      const binaryData: Record<string, string> = {};
-      for (const [k, v] of Object.entries(c.binaryData)) binaryData[k] = v.toString('base64');
-      cmList.push({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace }, data: c.data, binaryData });
-    }
+    if (c) configMapsRead.set(name, c);
     digests[`configmap/${name}`] = c
       ? createHash('sha256')
           .update(JSON.stringify([c.data, Object.keys(c.binaryData)]))
           .digest('hex')
       : '-';
   }
-  return { ...refObjectsFrom({ secrets: secretList, configMaps: cmList }), digests };
+  return { secret: (name) => secretsRead.get(name), configMap: (name) => configMapsRead.get(name), digests };
 }
 
 /**

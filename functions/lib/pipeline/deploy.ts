@@ -61,14 +61,6 @@ import { type PipelineDeps, secretMaskOf } from './deps.js';
 import type { RunContext } from './fetch.js';
 import { infraStep } from './retry-bound.js';
 
-const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
-  apiVersion: 'v1',
-  kind: 'Secret',
-  metadata: { name, namespace },
-  type: s.type,
-  data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, v.toString('base64')])),
-});
-
 /**
  * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
  * @param mask - when given, the minted token and every value of the kubeconfig Secret are
@@ -102,7 +94,7 @@ export async function clusterAccessFor(app: App, kube: DeployView, mask?: Secret
       );
     }
     mask?.addSecretData(secret.data, { structured: false });
-    material = { kind: 'kubeconfigSecret', secret: secretAsLike(source.secretName, ns, secret) };
+    material = { kind: 'kubeconfigSecret', secret };
   }
   return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
 }

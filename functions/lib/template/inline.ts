@@ -54,7 +54,7 @@ export function inlineFiles(inline: AppFetchInline, dir: string, refs: RefObject
       for (const key of keysSorted(secret.data)) {
         files.push({
           path: scoped(dir, posix.join(src.secretRef.directoryPath ?? '', key)),
-          content: new Uint8Array(Buffer.from(secret.data![key]!, 'base64')),
+          content: new Uint8Array(secret.data![key]!),
           sensitive: true,
         });
       }

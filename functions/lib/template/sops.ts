@@ -195,7 +195,7 @@ function secretContents(refs: RefObjects, name: string): string {
   const data = secret.data ?? {};
   return Object.keys(data)
     .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
-    .map((k) => `${Buffer.from(data[k]!, 'base64').toString('utf8')}\n`)
+    .map((k) => `${data[k]!.toString('utf8')}\n`)
     .join('');
 }
 

@@ -67,7 +67,7 @@ function byteCompare(a: string, b: string): number {
  * Plans the values files of one step. Sources are processed in order; each gets its own directory
  * `<valuesRoot>/<j>` (upstream: a fresh temp dir per source):
  * - `secretRef` / `configMapRef`: every key of `data` becomes `<dir>/<key>`; files sorted by path
- *   (so by key). Secret values are base64-decoded; ConfigMap `binaryData` is ignored, as upstream.
+ *   (so by key). Secret values are written decoded; ConfigMap `binaryData` is ignored, as upstream.
  * - `path`: `-` stays `-`; otherwise resolved under `templateRoot`. A path that escapes the root is
  *   **silently dropped**, as upstream does (reproduced for compatibility: an App that works under
  *   kapp-controller keeps working); a warning is returned so the drop can be logged.
@@ -96,7 +96,7 @@ export function planValues(
         if (!secret) throw new Error(secretNotFoundMessage(name));
         const files = Object.keys(secret.data ?? {}).map((key) => ({
           path: scopedPath(dir, key),
-          content: new Uint8Array(Buffer.from(secret.data![key]!, 'base64')),
+          content: new Uint8Array(secret.data![key]!),
           sensitive: true,
         }));
         files.sort((a, b) => byteCompare(a.path, b.path));
