@@ -19,6 +19,7 @@ import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSourceIdentity } from '../fetch/pinned.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import { readingRefsOnce } from '../kube/views.js';
 import { KappControllerError } from '../reconcile/errors.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { attachError, redactSecrets, resultFromError, type StageResult } from '../reconcile/status.js';
@@ -227,7 +228,8 @@ export async function fetchWithVendir(
  */
 export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: PipelineDeps): Promise<StageOutput> {
   const { app } = loaded;
-  const kube = deps.clusters.fetchView(ctx.clusterId);
+  // The credential digests and vendir read the same Secrets: one read each per run.
+  const kube = readingRefsOnce(deps.clusters.fetchView(ctx.clusterId));
   const kref = appRef(ctx.ref);
   const fence = { uid: ctx.ref.uid, generation: ctx.run.generation };
   const done = stageTimer(deps, 'fetch', objectKey(ctx.ref), ctx.run.generation);
