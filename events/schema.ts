@@ -25,8 +25,13 @@
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from '../functions/lib/api/names.js';
-import { FETCH_KEY_PATTERN, INDEX_KEY_PATTERN, TEMPLATE_KEY_PATTERN } from '../functions/lib/artifact/keys.js';
-import { PRIVATE_FETCH_KEY_PATTERN, PRIVATE_TEMPLATE_KEY_PATTERN } from '../functions/lib/artifact/sealed.js';
+import {
+  FETCH_KEY_PATTERN,
+  INDEX_KEY_PATTERN,
+  PRIVATE_FETCH_KEY_PATTERN,
+  PRIVATE_TEMPLATE_KEY_PATTERN,
+  TEMPLATE_KEY_PATTERN,
+} from '../functions/lib/artifact/keys.js';
 
 /** Kinds the forwarder watches. */
 export const KINDS = ['App', 'PackageInstall', 'PackageRepository'] as const;

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/fetch/refs.js';
+import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/api/refs.js';
 import type { KubeObject, ResourceKind } from '../../functions/lib/kube/port.js';
 import {
   lastReconcileTime,
@@ -91,7 +91,7 @@ function refsOf(secrets: readonly string[], configMaps: readonly string[]): Obje
 
 /**
  * Secrets and ConfigMaps an App references: `referencedSecrets` / `referencedConfigMaps` of
- * `functions/lib/fetch/refs.ts` (kapp-controller `pkg/app/app.go` `SecretRefs` /
+ * `functions/lib/api/refs.ts` (kapp-controller `pkg/app/app.go` `SecretRefs` /
  * `ConfigMapRefs`, reference §3.1). An App being deleted references nothing (upstream drops
  * its refs); a spec the walk cannot read (the API server's schema makes that unlikely)
  * references nothing rather than stopping the forwarder.

@@ -25,7 +25,7 @@ import type { EmbeddedOptions } from '../../functions/embedded/runtime.js';
 import {
   type ClusterRegistry,
   ConflictError,
-  type ObjectRef,
+  type ResourceRef,
   type StatusWriter,
 } from '../../functions/lib/kube/port.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/runtime.js';
@@ -107,7 +107,7 @@ function conflictingView<V extends StatusWriter>(view: V): V {
     const v = (view as unknown as Record<string, unknown>)[key];
     copy[key] = typeof v === 'function' ? v.bind(view) : v;
   }
-  const update: StatusWriter['updateStatus'] = async (ref: ObjectRef, pre, status) => {
+  const update: StatusWriter['updateStatus'] = async (ref: ResourceRef, pre, status) => {
     if (ref.kind === 'App' && ref.name === conflictFault.name) {
       if (conflictFault.remaining > 0) {
         conflictFault.remaining--;

@@ -9,12 +9,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
+import { type AppTemplate, refObjectsFrom } from '../../functions/lib/api/index.js';
 import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
 import { createCommandRunner } from '../../functions/lib/exec/runner.js';
-import { refObjectsFrom } from '../../functions/lib/fetch/types.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runTemplateSteps } from '../../functions/lib/template/execute.js';
-import { type AppTemplate, planTemplate } from '../../functions/lib/template/index.js';
+import { planTemplate } from '../../functions/lib/template/index.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { fixturePath } from '../harness/fixtures.js';
 

@@ -15,7 +15,7 @@ import {
   KubeApiError,
   type KubeClient,
   type KubeObject,
-  type ObjectRef,
+  type ResourceRef,
   UnknownClusterError,
   type WatchEvent,
   WatchGoneError,
@@ -35,7 +35,7 @@ let tmp: string;
 
 const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, input === undefined ? {} : { input });
 
-function appRef(name: string): ObjectRef {
+function appRef(name: string): ResourceRef {
   return { apiVersion: APP_API_VERSION, kind: 'App', namespace: ns, name };
 }
 
@@ -218,7 +218,7 @@ describe('StatusWriter', () => {
       getSecret: client.getSecret.bind(client),
       getConfigMap: client.getConfigMap.bind(client),
       getNamespace: client.getNamespace.bind(client),
-      updateStatus: async (ref: ObjectRef, pre: { resourceVersion: string; uid: string }, status: unknown) => {
+      updateStatus: async (ref: ResourceRef, pre: { resourceVersion: string; uid: string }, status: unknown) => {
         if (!raced) {
           raced = true;
           const fresh = await client.getObject(ref);

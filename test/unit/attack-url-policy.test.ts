@@ -6,7 +6,7 @@
  * are answered here as the system resolver answers them.
  */
 import { describe, expect, it } from 'vitest';
-import type { AppFetch } from '../../functions/lib/fetch/types.js';
+import type { AppFetch } from '../../functions/lib/api/index.js';
 import { type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 
 const DNS: Record<string, string[]> = {

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
+import type { AppDeployKapp } from '../../functions/lib/api/index.js';
 import {
-  type AppDeployKapp,
   appKappDeploy,
   associatedResources,
   type ClusterAccess,
@@ -19,7 +19,7 @@ import {
   validateRawOptions,
   wantsInspect,
 } from '../../functions/lib/deploy/index.js';
-import { KappControllerError } from '../../functions/lib/fetch/types.js';
+import { KappControllerError } from '../../functions/lib/reconcile/result.js';
 import { fixturePath } from '../harness/fixtures.js';
 
 const saAccess: ClusterAccess = {

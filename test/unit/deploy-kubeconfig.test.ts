@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import type { SecretLike } from '../../functions/lib/api/index.js';
 import {
   type AppDeploySpec,
   appClusterAccess,
@@ -9,11 +10,12 @@ import {
   serviceAccountKubeconfig,
   UPSTREAM_SA_SERVER,
 } from '../../functions/lib/deploy/index.js';
-import { KappControllerError, type SecretLike } from '../../functions/lib/fetch/types.js';
+import { KappControllerError } from '../../functions/lib/reconcile/result.js';
 
 const TOKEN = 'eyJhbGciOiJSUzI1NiJ9.super-secret-token';
 const CA_B64 = Buffer.from('-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n').toString('base64');
 const b64 = (s: string) => Buffer.from(s).toString('base64');
+const bytes = (s: string) => Buffer.from(s);
 
 const FULL = `apiVersion: v1
 kind: Config
@@ -204,7 +206,7 @@ describe('credentials and namespaces (kubeconfig.go ClusterAccess)', () => {
     `clusters: [{name: c, cluster: {server: https://remote}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u${ns ? `, namespace: ${ns}` : ''}}}]\ncurrent-context: x\n`;
   const secret = (ns?: string, key = 'value'): SecretLike => ({
     metadata: { name: 'kc' },
-    data: { [key]: b64(kubeconfig(ns)) },
+    data: { [key]: bytes(kubeconfig(ns)) },
   });
   const sa = { kind: 'serviceAccount' as const, token: TOKEN, caCert: 'CA', server: 'https://api' };
 
@@ -277,7 +279,7 @@ describe('credentials and namespaces (kubeconfig.go ClusterAccess)', () => {
 
   it('reads the kubeconfig from the given key and reports missing keys sorted', () => {
     expect(kubeconfigFromSecret(secret(undefined, 'config'), 'config')).toContain('https://remote');
-    const s: SecretLike = { data: { zeta: '', alpha: '' } };
+    const s: SecretLike = { data: { zeta: bytes(''), alpha: bytes('') } };
     expect(() => kubeconfigFromSecret(s)).toThrow("Expected to find key 'value' in secret (keys: alpha, zeta)");
     expect(() =>
       appClusterAccess(
@@ -288,7 +290,7 @@ describe('credentials and namespaces (kubeconfig.go ClusterAccess)', () => {
   });
 
   it('prefixes kubeconfig parse errors with "Preparing kapp: "', () => {
-    const bad: SecretLike = { data: { value: b64('users: []') } };
+    const bad: SecretLike = { data: { value: bytes('users: []') } };
     expect(() =>
       appClusterAccess(
         { name: 'a', namespace: 'n', spec: { cluster: { kubeconfigSecretRef: { name: 'kc' } } } },

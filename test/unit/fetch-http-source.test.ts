@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { Header } from 'tar';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { refObjectsFrom } from '../../functions/lib/api/index.js';
 import { sha256Hex } from '../../functions/lib/artifact/keys.js';
 import {
   createHttpDownloader,
@@ -20,7 +21,6 @@ import {
   redactUrl,
 } from '../../functions/lib/fetch/http-download.js';
 import { prepareHttpSources, restoreHttpLock } from '../../functions/lib/fetch/http-source.js';
-import { refObjectsFrom } from '../../functions/lib/fetch/types.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 let server: Server;
@@ -209,8 +209,8 @@ describe('prepareHttpSources', () => {
   });
 
   it('sends the secret as basic auth and refuses unknown secret keys as vendir does', async () => {
-    const b64 = (s: string) => Buffer.from(s).toString('base64');
-    const secret = (data: Record<string, string>) => ({
+    const bytes = (s: string) => Buffer.from(s);
+    const secret = (data: Record<string, Buffer>) => ({
       apiVersion: 'v1' as const,
       kind: 'Secret' as const,
       metadata: { name: 's', namespace: 'ns' },
@@ -219,14 +219,14 @@ describe('prepareHttpSources', () => {
     const calls: { basicAuth?: unknown }[] = [];
     await prepareHttpSources({
       fetch: [{ http: { url: 'http://h/a.txt', secretRef: { name: 's' } } }],
-      refs: refObjectsFrom({ secrets: [secret({ username: b64('u'), password: b64('p') })] }),
+      refs: refObjectsFrom({ secrets: [secret({ username: bytes('u'), password: bytes('p') })] }),
       root,
       downloader: fake(Buffer.from('x'), calls),
     });
     expect(calls[0]?.basicAuth).toEqual({ username: 'u', password: 'p' });
     const out = await prepareHttpSources({
       fetch: [{ http: { url: 'http://h/b.txt', secretRef: { name: 's' } } }],
-      refs: refObjectsFrom({ secrets: [secret({ token: b64('t') })] }),
+      refs: refObjectsFrom({ secrets: [secret({ token: bytes('t') })] }),
       root,
       downloader: fake(Buffer.from('x')),
     });

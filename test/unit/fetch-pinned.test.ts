@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import type { AppFetch } from '../../functions/lib/api/index.js';
 import { fetchSourceIdentity } from '../../functions/lib/fetch/pinned.js';
-import type { AppFetch } from '../../functions/lib/fetch/types.js';
 
 const SHA1 = 'b3619f0a83392ac5e10e298f1f4df980683d8328';
 const DIGEST = `sha256:${'a'.repeat(64)}`;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { AppFetch } from '../../functions/lib/fetch/types.js';
+import type { AppFetch } from '../../functions/lib/api/index.js';
 import {
   fetchEndpoints,
   parseUrlPolicy,

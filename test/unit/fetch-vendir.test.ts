@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
+import { type AppFetch, refObjectsFrom } from '../../functions/lib/api/index.js';
 import {
-  type AppFetch,
   buildVendirConfig,
   extractImageRegistry,
   extractUrlAuthority,
@@ -14,7 +14,7 @@ import {
   vendirResourceRefs,
   vendirSyncCommand,
 } from '../../functions/lib/fetch/index.js';
-import { KappControllerError, refObjectsFrom } from '../../functions/lib/fetch/types.js';
+import { KappControllerError } from '../../functions/lib/reconcile/result.js';
 import { fixturePath } from '../harness/fixtures.js';
 
 const EXAMPLES = fixturePath('kapp-controller', 'examples');
@@ -310,7 +310,7 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
       managedFields: [{ manager: 'kubectl' }],
     },
     type: 'Opaque',
-    data: { username: 'dXNlcg==', password: 'cHc=' },
+    data: { username: Buffer.from('user'), password: Buffer.from('pw') },
     ...extra,
   });
 
@@ -327,8 +327,6 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
       secrets: [secret('git-creds'), secret('unrelated'), secret('inline-s')],
       configMaps: [
         {
-          apiVersion: 'v1',
-          kind: 'ConfigMap',
           metadata: { name: 'inline-cm', namespace: 'ns' },
           data: { 'f.yml': 'x: 1' },
         },

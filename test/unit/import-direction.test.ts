@@ -19,22 +19,6 @@ const LOWER = ['fetch', 'template', 'deploy', 'reconcile', 'exec', 'api', 'artif
 /** The stage planners, which must not import each other. */
 const PLANNERS = new Set(['fetch', 'template', 'deploy']);
 
-/**
- * Known edges that another part of issue 8 removes (item 3 moves what an App references, the
- * planners' Secret and ConfigMap shapes and their not-found messages from `fetch/types.ts` to
- * `api/refs.ts`), keyed `importer -> imported`. Each entry must still be an offending edge:
- * delete it when it moves, so the list cannot go stale.
- */
-const PENDING: Readonly<Record<string, string>> = {
-  'functions/lib/fetch/refs.ts -> functions/lib/template/types.ts': 'issue 8 item 3: App references join api/',
-  'functions/lib/template/downward-api.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: AppMetadataLike',
-  'functions/lib/template/inline.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
-  'functions/lib/template/plan.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
-  'functions/lib/template/sops.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
-  'functions/lib/template/values.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: RefObjects',
-  'functions/lib/deploy/kubeconfig.ts -> functions/lib/fetch/types.ts': 'issue 8 item 3: SecretLike',
-};
-
 /** A repository-relative path with `/` separators. */
 const rel = (file: string) => path.relative(ROOT, file).split(path.sep).join('/');
 
@@ -101,20 +85,15 @@ describe('import direction below the pipeline', () => {
     .filter((e) => e.why !== undefined);
 
   it('no module below the pipeline imports the pipeline, the entry files or a planner sibling', () => {
-    expect(offending.filter((e) => !(e.edge in PENDING)).map((e) => `${e.edge} (${e.why})`)).toEqual([]);
-  });
-
-  it('still has each pending exception (remove it from PENDING once it moves)', () => {
-    const still = new Set(offending.map((e) => e.edge));
-    expect(Object.keys(PENDING).filter((e) => !still.has(e))).toEqual([]);
+    expect(offending.map((e) => `${e.edge} (${e.why})`)).toEqual([]);
   });
 
   it('reads runtime, type-only and re-export imports (the scan can fail)', () => {
     const has = (from: string, to: string) => edges.some((e) => e.from === from && e.to === to);
     // A runtime import of a module moved down for this rule.
     expect(has('functions/lib/deploy/run.ts', 'functions/lib/reconcile/abort-watch.ts')).toBe(true);
-    // `import type * as api from ...`.
-    expect(has('functions/lib/deploy/types.ts', 'functions/lib/api/index.ts')).toBe(true);
+    // `import type { ... } from ...`.
+    expect(has('functions/lib/deploy/kubeconfig.ts', 'functions/lib/api/refs.ts')).toBe(true);
     // `export * from ...` in a barrel.
     expect(has('functions/lib/template/index.ts', 'functions/lib/template/sops.ts')).toBe(true);
   });

@@ -4,7 +4,7 @@ import {
   GoneError,
   KubeApiError,
   type KubeObject,
-  type ObjectRef,
+  type ResourceRef,
 } from '../../functions/lib/kube/port.js';
 import {
   normalizeStatus,
@@ -14,7 +14,7 @@ import {
 } from '../../functions/lib/kube/status-write.js';
 import { FakeCluster } from './support/fake-cluster.js';
 
-const REF: ObjectRef = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'n', name: 'a' };
+const REF: ResourceRef = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'n', name: 'a' };
 const RUN = { uid: 'u1', generation: 3 };
 
 interface Status {

@@ -9,7 +9,7 @@ import { packDir } from '../../functions/lib/artifact/tarball.js';
 import { KAPP_OUTPUT_BYTES } from '../../functions/lib/deploy/run.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { KubeApiClient } from '../../functions/lib/kube/client.js';
-import { KubeApiError, type KubeObject, type ObjectRef } from '../../functions/lib/kube/port.js';
+import { KubeApiError, type KubeObject, type ResourceRef } from '../../functions/lib/kube/port.js';
 import { MapClusterRegistry } from '../../functions/lib/kube/registry.js';
 import { isStatusTooLargeError, writeStatus } from '../../functions/lib/kube/status-write.js';
 import type { RestRequest, RestResponse, RestTransport, WatchTransport } from '../../functions/lib/kube/transport.js';
@@ -29,7 +29,7 @@ import {
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 
 const MiB = 1024 * 1024;
-const REF: ObjectRef = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'n', name: 'a' };
+const REF: ResourceRef = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'n', name: 'a' };
 const APP_PATH = '/apis/kappctrl.k14s.io/v1alpha1/namespaces/n/apps/a';
 const FENCE = { uid: 'u1', generation: 1 };
 

@@ -2,9 +2,13 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { type ConfigMapLike, refObjectsFrom, type SecretLike } from '../../functions/lib/fetch/types.js';
 import {
   type AppTemplate,
+  type ConfigMapLike,
+  refObjectsFrom,
+  type SecretLike,
+} from '../../functions/lib/api/index.js';
+import {
   dearmorPrivateKeyBlock,
   planTemplate,
   type RunStep,
@@ -19,13 +23,13 @@ import { fixturePath } from '../harness/fixtures.js';
 
 const ROOT = '/w/fetch/0';
 const SCRATCH = '/w/scratch';
-const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64');
+const bytes = (s: string) => Buffer.from(s, 'utf8');
 const text = (c: string | Uint8Array) => (typeof c === 'string' ? c : Buffer.from(c).toString('utf8'));
 
 function secret(name: string, data: Record<string, string>): SecretLike {
-  return { metadata: { name }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, b64(v)])) };
+  return { metadata: { name }, data: Object.fromEntries(Object.entries(data).map(([k, v]) => [k, bytes(v)])) };
 }
-function configMap(name: string, data: Record<string, string>, binaryData?: Record<string, string>): ConfigMapLike {
+function configMap(name: string, data: Record<string, string>, binaryData?: Record<string, Buffer>): ConfigMapLike {
   return { metadata: { name }, data, binaryData };
 }
 
@@ -105,7 +109,7 @@ describe('pipeline (app_template.go)', () => {
 describe('ytt (pkg/template/ytt.go)', () => {
   const refs = refObjectsFrom({
     secrets: [secret('vals', { 'b.yml': 'b: 2', 'a.yml': 'a: 1' }), secret('inl', { 'z.yml': 'z' })],
-    configMaps: [configMap('cmvals', { 'c.yml': 'c: 3' }, { 'bin.yml': b64('bin') })],
+    configMaps: [configMap('cmvals', { 'c.yml': 'c: 3' }, { 'bin.yml': bytes('bin') })],
   });
 
   it('builds the full argv in upstream order', () => {

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { KappControllerError, refObjectsFrom } from '../../functions/lib/fetch/types.js';
+import { type AppTemplateValuesDownwardAPIItem, refObjectsFrom } from '../../functions/lib/api/index.js';
+import { KappControllerError } from '../../functions/lib/reconcile/result.js';
 import {
   type ClusterInfo,
-  type DownwardAPIItem,
   downwardAPIValuesYaml,
   evaluateFieldPath,
   planValues,
@@ -23,7 +23,7 @@ const meta = {
     'kapp.k14s.io/x': 'dotted',
   },
 };
-const b64 = (s: string) => Buffer.from(s).toString('base64');
+const bytes = (s: string) => Buffer.from(s);
 const text = (c: string | Uint8Array) => (typeof c === 'string' ? c : Buffer.from(c).toString('utf8'));
 
 function ctx(cluster: ClusterInfo = {}): ValuesContext {
@@ -33,9 +33,11 @@ function ctx(cluster: ClusterInfo = {}): ValuesContext {
     cluster,
     refs: refObjectsFrom({
       secrets: [
-        { metadata: { name: 's' }, data: { 'z.yml': b64('z: 1'), 'a.yml': b64('a: 1'), 'm.yml': b64('m: 1') } },
+        { metadata: { name: 's' }, data: { 'z.yml': bytes('z: 1'), 'a.yml': bytes('a: 1'), 'm.yml': bytes('m: 1') } },
       ],
-      configMaps: [{ metadata: { name: 'c' }, data: { 'v.yml': 'from_cm: true' }, binaryData: { 'b.yml': b64('x') } }],
+      configMaps: [
+        { metadata: { name: 'c' }, data: { 'v.yml': 'from_cm: true' }, binaryData: { 'b.yml': bytes('x') } },
+      ],
     }),
   };
 }
@@ -77,7 +79,7 @@ describe('planValues (pkg/template/values.go AsPaths)', () => {
 
   it('rejects a Secret key that would escape the values directory', () => {
     const c = ctx();
-    c.refs = refObjectsFrom({ secrets: [{ metadata: { name: 's' }, data: { '..': b64('x') } }] });
+    c.refs = refObjectsFrom({ secrets: [{ metadata: { name: 's' }, data: { '..': bytes('x') } }] });
     expect(() => planValues([{ secretRef: { name: 's' } }], '/v', c)).toThrow(
       'Preparing template values: Invalid path: ..',
     );
@@ -119,7 +121,7 @@ describe('downward API (pkg/template/downward_api_values.go)', () => {
   });
 
   it('renders the values of upstream e2e Test_YttTemplate_ValuesFrom', () => {
-    const items: DownwardAPIItem[] = [
+    const items: AppTemplateValuesDownwardAPIItem[] = [
       { name: 'name', fieldPath: 'metadata.name' },
       { name: 'namespace', fieldPath: 'metadata.namespace' },
       { name: 'uid', fieldPath: 'metadata.uid' },
@@ -204,7 +206,7 @@ describe('downward API (pkg/template/downward_api_values.go)', () => {
     [{ name: 'a', fieldPath: "metadata.labels['missing']" }, 'missing is not found'],
     [{ name: 'a', fieldPath: 'spec.fetch' }, 'spec is not found'],
     [{ name: 'a', fieldPath: 'metadata.name.x' }, 'x is not found'],
-  ] as Array<[DownwardAPIItem, string]>)('fails %#: %s', (item, message) => {
+  ] as Array<[AppTemplateValuesDownwardAPIItem, string]>)('fails %#: %s', (item, message) => {
     expect(() => downwardAPIValuesYaml([item], meta, {})).toThrow(message);
   });
 

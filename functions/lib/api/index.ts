@@ -16,6 +16,7 @@ export * from './duration.js';
 export * from './fetch.js';
 export * from './packaging.js';
 export * from './parse.js';
+export * from './refs.js';
 export * from './resources.js';
 export * from './status.js';
 export * from './template.js';

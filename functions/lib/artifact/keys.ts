@@ -35,6 +35,13 @@ export const TEMPLATE_KEY_PATTERN = /^artifacts\/template\/sha256\/([0-9a-f]{64}
 export const INDEX_KEY_PATTERN = /^artifacts\/index\/sha256\/([0-9a-f]{64})\.json$/;
 /** Matches a render cache key; group 1 is the render-input hash. */
 export const RENDER_CACHE_KEY_PATTERN = /^cache\/render\/sha256\/([0-9a-f]{64})\.json$/;
+/**
+ * Matches a private fetch artifact key (sealed per cluster, `./sealed.ts`). Kept here, with the
+ * shared key patterns, so the event schema checks keys without loading the encryption code.
+ */
+export const PRIVATE_FETCH_KEY_PATTERN = /^private\/[0-9a-f]{32}\/[0-9a-f]{32}\/fetch\/[0-9a-f]{64}\.tgz$/;
+/** Matches a private rendered-manifest key (see {@link PRIVATE_FETCH_KEY_PATTERN}). */
+export const PRIVATE_TEMPLATE_KEY_PATTERN = /^private\/[0-9a-f]{32}\/[0-9a-f]{32}\/template\/[0-9a-f]{64}\.yaml$/;
 
 /** Kind of artifact a key names, as returned by {@link parseArtifactKey}. */
 export type ArtifactKind = 'fetch' | 'template' | 'index' | 'render-cache';

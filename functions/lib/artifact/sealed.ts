@@ -53,10 +53,6 @@ export type PrivateKind = keyof typeof KINDS;
 /** Matches any private key; groups: cluster tag, namespace tag, kind directory, mac, extension. */
 export const PRIVATE_KEY_PATTERN =
   /^private\/([0-9a-f]{32})\/([0-9a-f]{32})\/(fetch|template|cache\/render|cache\/fetch)\/([0-9a-f]{64})\.(tgz|yaml|json)$/;
-/** Matches a private fetch artifact key. */
-export const PRIVATE_FETCH_KEY_PATTERN = /^private\/[0-9a-f]{32}\/[0-9a-f]{32}\/fetch\/[0-9a-f]{64}\.tgz$/;
-/** Matches a private rendered-manifest key. */
-export const PRIVATE_TEMPLATE_KEY_PATTERN = /^private\/[0-9a-f]{32}\/[0-9a-f]{32}\/template\/[0-9a-f]{64}\.yaml$/;
 
 /** True when `key` names a private object (any kind). */
 export function isPrivateKey(key: string): boolean {

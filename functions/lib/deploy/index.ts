@@ -6,4 +6,3 @@
 export * from './kapp.js';
 export * from './kapp-restrict.js';
 export * from './kubeconfig.js';
-export * from './types.js';

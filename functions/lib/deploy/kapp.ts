@@ -12,6 +12,7 @@
  * @module
  */
 import { parse } from 'yaml';
+import type { AppDeployKapp } from '../api/deploy.js';
 import { KappControllerError } from '../reconcile/result.js';
 import {
   KAPP_ALLOWED_DELETE_FLAGS,
@@ -19,8 +20,7 @@ import {
   KAPP_ALLOWED_INSPECT_FLAGS,
   validateRawOptions,
 } from './kapp-restrict.js';
-import type { ClusterAccess } from './kubeconfig.js';
-import type { AppDeployKapp, AppDeploySpec } from './types.js';
+import type { AppDeploySpec, ClusterAccess } from './kubeconfig.js';
 
 /** kapp app name suffix for Apps (and the Apps of PackageInstalls): `<name>.app`. */
 export const APP_SUFFIX = '.app';

@@ -12,9 +12,13 @@
  * @module
  */
 import { parse, stringify } from 'yaml';
+import type { AppSpec } from '../api/app.js';
 import { DEFAULT_KUBECONFIG_SECRET_KEY } from '../api/defaults.js';
-import { KappControllerError, type SecretLike } from '../fetch/types.js';
-import type { AppDeploySpec } from './types.js';
+import type { SecretLike } from '../api/refs.js';
+import { KappControllerError } from '../reconcile/result.js';
+
+/** The spec fields that decide credentials, namespaces and the kapp invocation. */
+export type AppDeploySpec = Pick<AppSpec, 'serviceAccountName' | 'cluster' | 'defaultNamespace' | 'deploy'>;
 
 /** Upstream wraps every credential error in `Preparing kapp: ` (`pkg/app/app_deploy.go`). */
 export const PREPARING_KAPP_PREFIX = 'Preparing kapp: ';
@@ -279,7 +283,7 @@ export function kubeconfigFromSecret(secret: SecretLike, key?: string): string {
     const keys = Object.keys(data).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     throw new KappControllerError(`Expected to find key '${k}' in secret (keys: ${keys.join(', ')})`);
   }
-  return Buffer.from(data[k]!, 'base64').toString('utf8');
+  return data[k]!.toString('utf8');
 }
 
 /** Where an App's kapp credentials come from. */

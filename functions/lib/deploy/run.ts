@@ -11,7 +11,7 @@
 import type { App } from '../api/index.js';
 import type { CommandRunner, RunResult } from '../exec/runner.js';
 import { TextTail } from '../exec/tail.js';
-import type { DeployView, ObjectRef } from '../kube/port.js';
+import type { DeployView, ResourceRef } from '../kube/port.js';
 import { type AbortWatchDeps, watchForAbort } from '../reconcile/abort-watch.js';
 import { KappControllerError } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
@@ -31,14 +31,6 @@ export interface KappRunDeps extends AbortWatchDeps {
     toolTimeoutMs?: number;
   };
 }
-
-const secretAsLike = (name: string, namespace: string, s: { type: string; data: Record<string, Buffer> }) => ({
-  apiVersion: 'v1',
-  kind: 'Secret',
-  metadata: { name, namespace },
-  type: s.type,
-  data: Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, v.toString('base64')])),
-});
 
 /**
  * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
@@ -73,7 +65,7 @@ export async function clusterAccessFor(app: App, kube: DeployView, mask?: Secret
       );
     }
     mask?.addSecretData(secret.data, { structured: false });
-    material = { kind: 'kubeconfigSecret', secret: secretAsLike(source.secretName, ns, secret) };
+    material = { kind: 'kubeconfigSecret', secret };
   }
   return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
 }
@@ -113,7 +105,7 @@ export async function runKapp(
   cmd: KappCommand,
   stdin: string | undefined,
   deps: KappRunDeps,
-  watch: { kube: DeployView; ref: ObjectRef; uid: string; cancelOnDelete: boolean },
+  watch: { kube: DeployView; ref: ResourceRef; uid: string; cancelOnDelete: boolean },
   onProgress: (progress: KappProgress) => Promise<void>,
   writable: readonly string[] = [],
 ): Promise<RunResult> {

@@ -14,10 +14,11 @@
  * @module
  */
 import { join } from 'node:path';
+import type { AppFetch } from '../api/fetch.js';
+import type { RefObjects } from '../api/refs.js';
 import { GENERIC_ERROR_DETAIL, resultFromError, type StageResult } from '../reconcile/result.js';
 import { isVendirArchiveError, type UnpackLimits, UnsafeArchiveError, unpackHttpContent } from './archive.js';
 import { createHttpDownloader, HttpDownloadError, type HttpDownloader } from './http-download.js';
-import type { AppFetch, RefObjects } from './types.js';
 import { type UrlPolicyChecker, UrlPolicyError } from './url-policy.js';
 import { FETCH_RUN_ERROR_PREFIX, fetchDirectoryName } from './vendir.js';
 
@@ -92,8 +93,7 @@ function basicAuthFrom(
     }
   }
   if (data.username === undefined) return {};
-  const decode = (v: string | undefined) => Buffer.from(v ?? '', 'base64').toString('utf8');
-  return { auth: { username: decode(data.username), password: decode(data.password) } };
+  return { auth: { username: data.username.toString('utf8'), password: data.password?.toString('utf8') ?? '' } };
 }
 
 /**

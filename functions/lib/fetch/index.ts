@@ -1,9 +1,7 @@
 /**
- * Fetch-stage planning (vendir config, referenced objects, pinned sources).
+ * Fetch-stage planning (vendir config, pinned sources).
  *
  * @module
  */
 export * from './pinned.js';
-export * from './refs.js';
-export * from './types.js';
 export * from './vendir.js';

@@ -10,8 +10,9 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import type { VersionSelection } from '../api/common.js';
+import type { AppFetch } from '../api/fetch.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
-import type { AppFetch, VersionSelection } from './types.js';
 import { type FetchSourceKind, fetchSourceKind } from './vendir.js';
 
 /** Result of {@link fetchSourceIdentity}. */

@@ -16,7 +16,8 @@
  */
 import { lookup } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
-import { type AppFetch, KappControllerError } from './types.js';
+import type { AppFetch } from '../api/fetch.js';
+import { KappControllerError } from '../reconcile/result.js';
 import { extractImageRegistry } from './vendir.js';
 
 /** Address ranges refused by default, each with the reason given to the user. */

@@ -11,7 +11,24 @@
  */
 import { posix } from 'node:path';
 import { stringify } from 'yaml';
+import type { LocalRef, VersionSelection } from '../api/common.js';
 import { DEFAULT_GIT_DEPTH } from '../api/defaults.js';
+import type {
+  AppFetch,
+  AppFetchGit,
+  AppFetchHelmChart,
+  AppFetchHTTP,
+  AppFetchImage,
+  AppFetchImgpkgBundle,
+  AppFetchInline,
+} from '../api/fetch.js';
+import {
+  type ConfigMapLike,
+  configMapNotFoundMessage,
+  type RefObjects,
+  type SecretLike,
+  secretNotFoundMessage,
+} from '../api/refs.js';
 import {
   gitRefError,
   gitUrlError,
@@ -20,23 +37,7 @@ import {
   helmRepositoryUrlError,
   quoteValue,
 } from '../argv-values.js';
-import {
-  type AppFetch,
-  type AppFetchGit,
-  type AppFetchHelmChart,
-  type AppFetchHTTP,
-  type AppFetchImage,
-  type AppFetchImgpkgBundle,
-  type AppFetchInline,
-  type ConfigMapLike,
-  configMapNotFoundMessage,
-  KappControllerError,
-  type LocalRef,
-  type RefObjects,
-  type SecretLike,
-  secretNotFoundMessage,
-  type VersionSelection,
-} from './types.js';
+import { KappControllerError } from '../reconcile/result.js';
 
 /** vendir's `apiVersion` for `Config`. */
 export const VENDIR_API_VERSION = 'vendir.k14s.io/v1alpha1';
@@ -529,6 +530,12 @@ function toYaml(value: unknown): string {
   return stringify(value, { sortMapEntries: true, lineWidth: 0 });
 }
 
+/** Decoded values in the API server's wire form (base64), as vendir reads them; none: omitted. */
+function base64Values(values: Readonly<Record<string, Buffer>> | undefined): Record<string, string> | undefined {
+  if (!values || Object.keys(values).length === 0) return undefined;
+  return Object.fromEntries(Object.entries(values).map(([k, v]) => [k, v.toString('base64')]));
+}
+
 /**
  * The document vendir receives for a Secret: `apiVersion`, `kind`, `metadata.{name,namespace}`,
  * `type` and `data` only. Upstream sends the whole object (managedFields, annotations such as
@@ -542,7 +549,7 @@ function secretDocument(secret: SecretLike, name: string, namespace: string | un
       kind: 'Secret',
       metadata: compact({ name, namespace: secret.metadata?.namespace ?? namespace }),
       type: secret.type,
-      data: secret.data && Object.keys(secret.data).length > 0 ? { ...secret.data } : undefined,
+      data: base64Values(secret.data),
     }),
   );
 }
@@ -555,7 +562,7 @@ function configMapDocument(cm: ConfigMapLike, name: string, namespace: string | 
       kind: 'ConfigMap',
       metadata: compact({ name, namespace: cm.metadata?.namespace ?? namespace }),
       data: cm.data && Object.keys(cm.data).length > 0 ? { ...cm.data } : undefined,
-      binaryData: cm.binaryData && Object.keys(cm.binaryData).length > 0 ? { ...cm.binaryData } : undefined,
+      binaryData: base64Values(cm.binaryData),
     }),
   );
 }

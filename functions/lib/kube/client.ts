@@ -26,8 +26,8 @@ import {
   type ListOptions,
   type ListResult,
   type ObjectMeta,
-  type ObjectRef,
   type ResourceKind,
+  type ResourceRef,
   type ResourceType,
   resourceFor,
   type ServiceAccountToken,
@@ -75,7 +75,7 @@ export function collectionPath(type: ResourceType, namespace?: string): string {
  *
  * @throws TypeError for an unknown kind, or a namespaced kind without a namespace.
  */
-export function objectPath(ref: ObjectRef, subresource?: string): string {
+export function objectPath(ref: ResourceRef, subresource?: string): string {
   const type = resourceFor(ref);
   if (type.namespaced && !ref.namespace) {
     throw new TypeError(`${ref.kind} ${ref.name} needs a namespace`);
@@ -171,7 +171,7 @@ export function extractGroupVersions(core: unknown, groups: unknown): string[] {
   return out;
 }
 
-function leaseRef(namespace: string, name: string): ObjectRef {
+function leaseRef(namespace: string, name: string): ResourceRef {
   return { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', namespace, name };
 }
 
@@ -219,7 +219,7 @@ export class KubeApiClient implements KubeClient {
   }
 
   /** {@inheritDoc KubeReader.getObject} */
-  async getObject<T extends KubeObject = KubeObject>(ref: ObjectRef): Promise<T | undefined> {
+  async getObject<T extends KubeObject = KubeObject>(ref: ResourceRef): Promise<T | undefined> {
     const object = await this.#get<T>(`getting ${describeRef(ref)}`, objectPath(ref));
     if (object) {
       object.apiVersion ??= ref.apiVersion;
@@ -268,7 +268,7 @@ export class KubeApiClient implements KubeClient {
 
   /** {@inheritDoc StatusWriter.updateStatus} */
   async updateStatus(
-    ref: ObjectRef,
+    ref: ResourceRef,
     precondition: WritePrecondition,
     status: unknown,
   ): Promise<{ resourceVersion: string }> {
@@ -310,7 +310,7 @@ export class KubeApiClient implements KubeClient {
   }
 
   /** {@inheritDoc FinalizerWriter.addFinalizer} */
-  addFinalizer(ref: ObjectRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
+  addFinalizer(ref: ResourceRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
     return this.#changeFinalizers(`adding finalizer to ${describeRef(ref)}`, ref, options, {
       absent: 'gone',
       edit: (list) => (list.includes(finalizer) ? undefined : [...list, finalizer]),
@@ -318,7 +318,7 @@ export class KubeApiClient implements KubeClient {
   }
 
   /** {@inheritDoc FinalizerWriter.removeFinalizer} */
-  removeFinalizer(ref: ObjectRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
+  removeFinalizer(ref: ResourceRef, finalizer: string, options: FinalizerOptions = {}): Promise<FinalizerResult> {
     return this.#changeFinalizers(`removing finalizer from ${describeRef(ref)}`, ref, options, {
       absent: 'noop',
       edit: (list) => (list.includes(finalizer) ? list.filter((f) => f !== finalizer) : undefined),
@@ -327,7 +327,7 @@ export class KubeApiClient implements KubeClient {
 
   async #changeFinalizers(
     action: string,
-    ref: ObjectRef,
+    ref: ResourceRef,
     options: FinalizerOptions,
     how: { absent: 'gone' | 'noop'; edit: (list: string[]) => string[] | undefined },
   ): Promise<FinalizerResult> {

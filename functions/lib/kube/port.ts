@@ -33,7 +33,7 @@ export interface ResourceKind {
  * A reference to one object. `namespace` is omitted (or `''`) for cluster-scoped kinds
  * such as `Namespace`.
  */
-export interface ObjectRef extends ResourceKind {
+export interface ResourceRef extends ResourceKind {
   /** Namespace of a namespaced object; omit for cluster-scoped kinds. */
   namespace?: string;
   /** `metadata.name`. */
@@ -120,7 +120,7 @@ export function resourceFor(kind: ResourceKind): ResourceType {
 }
 
 /** `kind namespace/name` (or `kind name`) for messages; never includes object contents. */
-export function describeRef(ref: ObjectRef): string {
+export function describeRef(ref: ResourceRef): string {
   return ref.namespace ? `${ref.kind} ${ref.namespace}/${ref.name}` : `${ref.kind} ${ref.name}`;
 }
 
@@ -192,7 +192,7 @@ export interface KubeReader {
    * @returns the object, or `undefined` when it does not exist (404).
    * @throws KubeApiError on any other API failure; TypeError for an unknown kind.
    */
-  getObject<T extends KubeObject = KubeObject>(ref: ObjectRef): Promise<T | undefined>;
+  getObject<T extends KubeObject = KubeObject>(ref: ResourceRef): Promise<T | undefined>;
   /** GETs a Secret (for fetch credentials and `spec.cluster.kubeconfigSecretRef`). */
   getSecret(namespace: string, name: string): Promise<KubeSecret | undefined>;
   /** GETs a ConfigMap (for template values). */
@@ -221,7 +221,11 @@ export interface StatusWriter {
    * @throws GoneError on 404, or when the object now has another uid.
    * @throws KubeApiError on any other API failure.
    */
-  updateStatus(ref: ObjectRef, precondition: WritePrecondition, status: unknown): Promise<{ resourceVersion: string }>;
+  updateStatus(
+    ref: ResourceRef,
+    precondition: WritePrecondition,
+    status: unknown,
+  ): Promise<{ resourceVersion: string }>;
 }
 
 /** Result of a finalizer change. */
@@ -251,7 +255,7 @@ export interface FinalizerWriter {
    * @throws ConflictError when 5 attempts all conflicted.
    * @throws KubeApiError on any other API failure (e.g. 422 when the object is being deleted).
    */
-  addFinalizer(ref: ObjectRef, finalizer: string, options?: FinalizerOptions): Promise<FinalizerResult>;
+  addFinalizer(ref: ResourceRef, finalizer: string, options?: FinalizerOptions): Promise<FinalizerResult>;
   /**
    * Removing the last finalizer of an object with a `deletionTimestamp` lets it disappear.
    * A missing object (or another uid) is not an error: `changed: false`.
@@ -259,7 +263,7 @@ export interface FinalizerWriter {
    * @throws ConflictError when 5 attempts all conflicted.
    * @throws KubeApiError on any other API failure.
    */
-  removeFinalizer(ref: ObjectRef, finalizer: string, options?: FinalizerOptions): Promise<FinalizerResult>;
+  removeFinalizer(ref: ResourceRef, finalizer: string, options?: FinalizerOptions): Promise<FinalizerResult>;
 }
 
 /** A short-lived ServiceAccount token from the TokenRequest API. Never log it. */

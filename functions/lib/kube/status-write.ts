@@ -14,7 +14,7 @@ import {
   KubeApiError,
   type KubeObject,
   type KubeReader,
-  type ObjectRef,
+  type ResourceRef,
   type StatusWriter,
 } from './port.js';
 
@@ -140,7 +140,7 @@ export function planStatusWrite<S>(
  */
 export async function writeStatus<S>(
   client: KubeReader & StatusWriter,
-  ref: ObjectRef,
+  ref: ResourceRef,
   run: RunFence,
   mutate: (current: S | undefined) => S,
   bounds?: StatusBounds<S>,

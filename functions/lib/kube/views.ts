@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { DeployView, FetchView, KubeClient, LeaseView, WatchView } from './port.js';
+import type { DeployView, FetchView, KubeClient, KubeConfigMap, KubeSecret, LeaseView, WatchView } from './port.js';
 
 /** Read + status write only (fetch and template stages). Pure. */
 export function fetchViewOf(client: KubeClient): FetchView {
@@ -18,6 +18,36 @@ export function fetchViewOf(client: KubeClient): FetchView {
     getNamespace: client.getNamespace.bind(client),
     updateStatus: client.updateStatus.bind(client),
   });
+}
+
+/**
+ * The same view, with each Secret and ConfigMap read at most once: a later read of the same
+ * namespace and name returns the first read's result (a failed read is not kept, so it is
+ * tried again). For one fetch run: the Secrets that decide the fetch-cache identity are then
+ * the ones vendir gets, read once, as kapp-controller reads them once to build vendir's config
+ * (`pkg/fetch/vendir.go`). Everything else (the App, status writes) goes straight through.
+ */
+export function readingRefsOnce(view: FetchView): FetchView {
+  const secrets = new Map<string, Promise<KubeSecret | undefined>>();
+  const configMaps = new Map<string, Promise<KubeConfigMap | undefined>>();
+  const once = <T>(memo: Map<string, Promise<T>>, key: string, read: () => Promise<T>): Promise<T> => {
+    let result = memo.get(key);
+    if (!result) {
+      result = read();
+      memo.set(key, result);
+      result.catch(() => memo.delete(key));
+    }
+    return result;
+  };
+  // Everything but the two reads is the view's own (its prototype), so a wider view keeps its
+  // other capabilities and a narrow test fake needs no method it never serves.
+  const wrapped: FetchView = Object.create(view);
+  return Object.freeze(
+    Object.assign(wrapped, {
+      getSecret: (ns: string, name: string) => once(secrets, `${ns}/${name}`, () => view.getSecret(ns, name)),
+      getConfigMap: (ns: string, name: string) => once(configMaps, `${ns}/${name}`, () => view.getConfigMap(ns, name)),
+    }),
+  );
 }
 
 /** Read, status, finalizers and credentials (deploy and delete). No list/watch. Pure. */

@@ -3,10 +3,9 @@
  * (`../artifact/sealed.ts`). Shared artifacts keep the fleet-wide content-addressed keys of
  * `../artifact/keys.ts`; private ones are sealed per cluster and expire.
  */
-import type { AppTemplate } from '../api/index.js';
+import type { AppFetch, AppTemplate } from '../api/index.js';
+import { referencedSecrets } from '../api/refs.js';
 import { type ArtifactScope, isPrivateKey, PrivateArtifacts } from '../artifact/sealed.js';
-import { referencedSecrets } from '../fetch/refs.js';
-import type { AppFetch } from '../fetch/types.js';
 import type { PipelineDeps } from './deps.js';
 
 /**

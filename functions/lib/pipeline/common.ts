@@ -7,11 +7,16 @@
 import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import path from 'node:path';
-import type { ObjectRef as EventObjectRef } from '../../../events/schema.js';
-import { type App, type AppStatus, parseApp } from '../api/index.js';
-import type { ConfigMapLike, RefObjects, SecretLike } from '../fetch/types.js';
-import { refObjectsFrom } from '../fetch/types.js';
-import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ObjectRef } from '../kube/port.js';
+import type { ObjectRef } from '../../../events/schema.js';
+import {
+  type App,
+  type AppStatus,
+  type ConfigMapLike,
+  parseApp,
+  type RefObjects,
+  type SecretLike,
+} from '../api/index.js';
+import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ResourceRef } from '../kube/port.js';
 import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
 import { logStageRun, type StageOutcome } from '../log.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
@@ -20,12 +25,12 @@ import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-
 import type { PipelineDeps } from './deps.js';
 
 /** The Kubernetes reference of the App an event refers to. */
-export function appRef(ref: Pick<EventObjectRef, 'namespace' | 'name'>): ObjectRef {
+export function appRef(ref: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef {
   return { apiVersion: APP_API_VERSION, kind: 'App', namespace: ref.namespace, name: ref.name };
 }
 
 /** `cluster/App/namespace/name`: the object key used in logs and as the queue key. */
-export function objectKey(ref: Pick<EventObjectRef, 'clusterId' | 'namespace' | 'name'>): string {
+export function objectKey(ref: Pick<ObjectRef, 'clusterId' | 'namespace' | 'name'>): string {
   return `${ref.clusterId}/App/${ref.namespace}/${ref.name}`;
 }
 
@@ -48,23 +53,12 @@ export type LoadResult =
  *
  * @throws KubeApiError when the read fails (the run is retried).
  */
-export async function loadApp(kube: KubeReader, ref: ObjectRef): Promise<LoadResult> {
+export async function loadApp(kube: KubeReader, ref: ResourceRef): Promise<LoadResult> {
   const raw = await kube.getObject(ref);
   if (!raw) return { kind: 'gone' };
   const parsed = parseApp(raw);
   if (!parsed.success) return { kind: 'invalid', raw, message: parsed.error.message };
   return { kind: 'ok', loaded: { raw, app: parsed.data } };
-}
-
-function secretLike(
-  name: string,
-  namespace: string,
-  s: { type: string; data: Record<string, Buffer> } | undefined,
-): SecretLike | undefined {
-  if (!s) return undefined;
-  const data: Record<string, string> = {};
-  for (const [k, v] of Object.entries(s.data)) data[k] = v.toString('base64');
-  return { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace }, type: s.type, data };
 }
 
 /**
@@ -83,33 +77,32 @@ export async function readRefs(
   mask?: SecretMask,
 ): Promise<RefObjects & { digests: Record<string, string> }> {
   const digests: Record<string, string> = {};
-  const secretList: SecretLike[] = [];
-  const cmList: ConfigMapLike[] = [];
+  const secretsRead = new Map<string, SecretLike>();
+  const configMapsRead = new Map<string, ConfigMapLike>();
   for (const name of [...new Set(secrets)].filter(Boolean)) {
-    const read = await kube.getSecret(namespace, name);
-    if (read) mask?.addSecretData(read.data);
-    const s = secretLike(name, namespace, read);
-    if (s) secretList.push(s);
+    const s = await kube.getSecret(namespace, name);
+    if (s) {
+      mask?.addSecretData(s.data);
+      secretsRead.set(name, s);
+    }
+    // Digest of the wire form (type, base64 data), so fetch-cache keys stay what they were.
+    const wire = s && Object.fromEntries(Object.entries(s.data).map(([k, v]) => [k, v.toString('base64')]));
     digests[`secret/${name}`] = s
       ? createHash('sha256')
-          .update(JSON.stringify([s.type, s.data]))
+          .update(JSON.stringify([s.type, wire]))
           .digest('hex')
       : '-';
   }
   for (const name of [...new Set(configMaps)].filter(Boolean)) {
     const c = await kube.getConfigMap(namespace, name);
-    if (c) {
-      const binaryData: Record<string, string> = {};
-      for (const [k, v] of Object.entries(c.binaryData)) binaryData[k] = v.toString('base64');
-      cmList.push({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace }, data: c.data, binaryData });
-    }
+    if (c) configMapsRead.set(name, c);
     digests[`configmap/${name}`] = c
       ? createHash('sha256')
           .update(JSON.stringify([c.data, Object.keys(c.binaryData)]))
           .digest('hex')
       : '-';
   }
-  return { ...refObjectsFrom({ secrets: secretList, configMaps: cmList }), digests };
+  return { secret: (name) => secretsRead.get(name), configMap: (name) => configMapsRead.get(name), digests };
 }
 
 /**
@@ -153,7 +146,7 @@ export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
  */
 export async function writeAppStatus(
   kube: FetchView,
-  ref: ObjectRef,
+  ref: ResourceRef,
   fence: RunFence,
   mutate: (current: AppStatus | undefined) => AppStatus,
   mask?: SecretMask,

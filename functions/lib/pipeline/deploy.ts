@@ -25,7 +25,7 @@ import {
   wantsInspect,
 } from '../deploy/index.js';
 import { clusterAccessFor, runKapp } from '../deploy/run.js';
-import type { DeployView, ObjectRef } from '../kube/port.js';
+import type { DeployView, ResourceRef } from '../kube/port.js';
 import {
   attachError,
   KappControllerError,
@@ -53,7 +53,7 @@ import { APP_KIND, closeStage, openStage } from './stage.js';
 export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';
 
 /** Adds the finalizer before kapp runs (`blockDeletion`). @returns an error result when that fails. */
-async function blockDeletion(kube: DeployView, ref: ObjectRef, uid: string): Promise<StageResult | undefined> {
+async function blockDeletion(kube: DeployView, ref: ResourceRef, uid: string): Promise<StageResult | undefined> {
   try {
     await kube.addFinalizer(ref, Finalizer.App, { uid });
     return undefined;

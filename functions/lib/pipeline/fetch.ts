@@ -11,14 +11,14 @@
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
 import { mkdir } from 'node:fs/promises';
-import type { App } from '../api/index.js';
+import type { App, RefObjects } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
 import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
-import type { RefObjects } from '../fetch/types.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import { readingRefsOnce } from '../kube/views.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
@@ -167,7 +167,8 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     stage: 'fetch',
     object: ctx.ref,
     generation: ctx.run.generation,
-    view: (id) => deps.clusters.fetchView(id),
+    // The credential digests and vendir read the same Secrets: one read each per run.
+    view: (id) => readingRefsOnce(deps.clusters.fetchView(id)),
     kind: APP_KIND,
     loaded,
   });

@@ -15,9 +15,9 @@
  * The object a stage works for is described by a {@link StageKind} (today the App), so that
  * later stages over other kinds can open the same way.
  */
-import type { ObjectRef as EventObjectRef } from '../../../events/schema.js';
+import type { ObjectRef } from '../../../events/schema.js';
 import type { App, AppStatus } from '../api/index.js';
-import type { FetchView, KubeObject, KubeReader, ObjectRef } from '../kube/port.js';
+import type { FetchView, KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
 import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
 import type { StageOutcome } from '../log.js';
 import type { StageResult } from '../reconcile/result.js';
@@ -36,9 +36,9 @@ export type StageStop = 'gone' | 'stale' | 'paused';
  */
 export interface StageKind<L extends { raw: KubeObject }> {
   /** The Kubernetes reference of the object an event refers to. */
-  ref(object: Pick<EventObjectRef, 'namespace' | 'name'>): ObjectRef;
+  ref(object: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef;
   /** Reads and parses the object (`gone`/`invalid` both stop a later stage as `gone`). */
-  load(kube: KubeReader, ref: ObjectRef): Promise<{ kind: 'ok'; loaded: L } | { kind: 'gone' | 'invalid' }>;
+  load(kube: KubeReader, ref: ResourceRef): Promise<{ kind: 'ok'; loaded: L } | { kind: 'gone' | 'invalid' }>;
   /** True when the object's spec holds its reconcile (paused, canceled). */
   held(loaded: L): boolean;
 }
@@ -58,9 +58,9 @@ export interface StageFrame<V extends FetchView, L extends { raw: KubeObject } =
   /** The view of the object's cluster the stage holds (fetch or deploy view). */
   kube: V;
   /** The object's Kubernetes reference. */
-  ref: ObjectRef;
+  ref: ResourceRef;
   /** The object as the event refers to it. */
-  object: EventObjectRef;
+  object: ObjectRef;
   /** The run's fence: the uid and generation every write of the run is checked against. */
   fence: RunFence;
   /** The object as read when the stage opened. */
@@ -76,7 +76,7 @@ export interface OpenStageInput<V extends FetchView, L extends { raw: KubeObject
   /** Stage name, for the log line (`fetch`, `template`, `deploy`, ...). */
   stage: string;
   /** The object the event refers to. */
-  object: EventObjectRef;
+  object: ObjectRef;
   /** The run's generation (the fence is `object.uid` + this). */
   generation: number;
   /** The view the stage holds, for the object's cluster. */

@@ -15,7 +15,7 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import type { TemplateStageData } from '../../../events/schema.js';
-import type { App, AppTemplate } from '../api/index.js';
+import { type App, type AppTemplate, referencedConfigMaps, referencedSecrets } from '../api/index.js';
 import {
   canonicalJson,
   parseArtifactKey,
@@ -26,7 +26,6 @@ import {
 } from '../artifact/keys.js';
 import { isPrivateKey } from '../artifact/sealed.js';
 import { unpackTarball } from '../artifact/tarball.js';
-import { referencedConfigMaps, referencedSecrets } from '../fetch/refs.js';
 import { templateRootOf } from '../fetch/vendir.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { MissingArtifactError, type StageResult } from '../reconcile/result.js';

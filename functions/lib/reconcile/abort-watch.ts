@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { KubeObject, KubeReader, ObjectRef } from '../kube/port.js';
+import type { KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
 import type { Logger } from '../log.js';
 
 /** What the watch uses of the stage's dependencies (a `PipelineDeps` fits). */
@@ -52,7 +52,7 @@ export interface AbortWatchOptions {
  */
 export function watchForAbort(
   kube: KubeReader,
-  ref: ObjectRef,
+  ref: ResourceRef,
   uid: string,
   deps: AbortWatchDeps,
   opts: AbortWatchOptions = {},

@@ -4,11 +4,11 @@
  * @module
  */
 import { posix } from 'node:path';
+import type { AppTemplateCue } from '../api/template.js';
 import { positionalPathError, quoteValue } from '../argv-values.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
 import { KappControllerError } from '../reconcile/result.js';
 import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
-import type { AppTemplateCue } from './types.js';
 import { planValues } from './values.js';
 
 /** Upstream's text when cue would have to read a stream. */

@@ -12,8 +12,17 @@
  * @module
  */
 import { stringify } from 'yaml';
-import type { AppMetadataLike } from '../fetch/types.js';
-import type { DownwardAPIItem } from './types.js';
+import type { AppTemplateValuesDownwardAPIItem } from '../api/template.js';
+
+/** The metadata fields the template planners read from an App (downward API, vendir cache key). */
+export interface AppMetadataLike {
+  name?: string;
+  namespace?: string;
+  /** Vendir cache key, downward API `metadata.uid`. */
+  uid?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
 
 /**
  * Values the downward API (and helm's `--kube-version`/`--api-versions`) read from outside the App.
@@ -288,7 +297,7 @@ function live<T>(value: T | Error | undefined, what: string): T {
  *   or a failed live lookup's message)
  */
 export function downwardAPIValuesYaml(
-  items: readonly DownwardAPIItem[],
+  items: readonly AppTemplateValuesDownwardAPIItem[],
   meta: AppMetadataLike,
   cluster: ClusterInfo,
 ): string[] {

@@ -4,12 +4,12 @@
  * @module
  */
 import { posix } from 'node:path';
+import type { AppTemplateHelmTemplate } from '../api/template.js';
 import { dns1123LabelError, helmReleaseNameError, quoteValue } from '../argv-values.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
 import { KappControllerError } from '../reconcile/result.js';
 import type { ClusterInfo } from './downward-api.js';
 import { type RunStep, STDIN_UNAVAILABLE_MESSAGE, type StepContext, TEMPLATING_HELM_ERROR_PREFIX } from './step.js';
-import type { AppTemplateHelmTemplate } from './types.js';
 import { planValues, STDIN_PATH } from './values.js';
 
 /**

@@ -12,6 +12,5 @@ export * from './paths-arg.js';
 export * from './plan.js';
 export * from './sops.js';
 export * from './step.js';
-export * from './types.js';
 export * from './values.js';
 export * from './ytt.js';

@@ -6,14 +6,10 @@
  * @module
  */
 import { posix } from 'node:path';
-import {
-  type AppFetchInline,
-  configMapNotFoundMessage,
-  KappControllerError,
-  type RefObjects,
-  secretNotFoundMessage,
-} from '../fetch/types.js';
+import type { AppFetchInline } from '../api/fetch.js';
+import { configMapNotFoundMessage, type RefObjects, secretNotFoundMessage } from '../api/refs.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
+import { KappControllerError } from '../reconcile/result.js';
 import type { PlannedFile } from './values.js';
 
 /** Upstream: the text for an inline `pathsFrom` entry with neither ref. */
@@ -58,7 +54,7 @@ export function inlineFiles(inline: AppFetchInline, dir: string, refs: RefObject
       for (const key of keysSorted(secret.data)) {
         files.push({
           path: scoped(dir, posix.join(src.secretRef.directoryPath ?? '', key)),
-          content: new Uint8Array(Buffer.from(secret.data![key]!, 'base64')),
+          content: new Uint8Array(secret.data![key]!),
           sensitive: true,
         });
       }

@@ -3,9 +3,9 @@
  *
  * @module
  */
+import type { AppTemplateKbld } from '../api/template.js';
 import { fileArgs } from './paths-arg.js';
 import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
-import type { AppTemplateKbld } from './types.js';
 
 /**
  * Plans a kbld step: `kbld <-f path>... --build=false` (building images is never allowed).

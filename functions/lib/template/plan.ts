@@ -13,14 +13,15 @@
  * @module
  */
 import { posix } from 'node:path';
-import { type AppMetadataLike, KappControllerError, type RefObjects } from '../fetch/types.js';
+import type { RefObjects } from '../api/refs.js';
+import type { AppTemplate, AppTemplateValuesSource } from '../api/template.js';
+import { KappControllerError } from '../reconcile/result.js';
 import { CUE_STREAM_UNSUPPORTED_MESSAGE, planCue } from './cue.js';
-import type { ClusterInfo } from './downward-api.js';
+import type { AppMetadataLike, ClusterInfo } from './downward-api.js';
 import { planHelmTemplate } from './helm.js';
 import { planKbld } from './kbld.js';
 import { planSops, SOPS_STREAM_UNSUPPORTED_MESSAGE } from './sops.js';
 import type { StepContext, TemplateStep } from './step.js';
-import type { AppTemplate, ValuesSource } from './types.js';
 import { planYtt } from './ytt.js';
 
 /** Upstream: `Expected at least one template option`. */
@@ -175,7 +176,7 @@ export interface ClusterInfoNeeds {
  */
 export function requiredClusterInfo(templates: readonly AppTemplate[]): ClusterInfoNeeds {
   const needs: ClusterInfoNeeds = { kubernetesVersion: false, kubernetesAPIs: false, kappControllerVersion: false };
-  const scanValues = (valuesFrom: readonly ValuesSource[] | undefined): void => {
+  const scanValues = (valuesFrom: readonly AppTemplateValuesSource[] | undefined): void => {
     for (const v of valuesFrom ?? []) {
       if (v.secretRef || v.configMapRef || v.path || !v.downwardAPI) continue;
       for (const item of v.downwardAPI.items ?? []) {

@@ -7,10 +7,11 @@
 
 import { posix } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { KappControllerError, type RefObjects, secretNotFoundMessage } from '../fetch/types.js';
+import { type RefObjects, secretNotFoundMessage } from '../api/refs.js';
+import type { AppTemplateSops } from '../api/template.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
+import { KappControllerError } from '../reconcile/result.js';
 import { DECRYPTING_DIR_ERROR_PREFIX, type SopsStep, type StepContext } from './step.js';
-import type { AppTemplateSops } from './types.js';
 import type { PlannedFile } from './values.js';
 
 /** Upstream's text when sops would have to read a stream. */
@@ -194,7 +195,7 @@ function secretContents(refs: RefObjects, name: string): string {
   const data = secret.data ?? {};
   return Object.keys(data)
     .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))
-    .map((k) => `${Buffer.from(data[k]!, 'base64').toString('utf8')}\n`)
+    .map((k) => `${data[k]!.toString('utf8')}\n`)
     .join('');
 }
 

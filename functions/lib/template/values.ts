@@ -9,16 +9,11 @@
  * @module
  */
 import { posix } from 'node:path';
-import {
-  type AppMetadataLike,
-  configMapNotFoundMessage,
-  KappControllerError,
-  type RefObjects,
-  secretNotFoundMessage,
-} from '../fetch/types.js';
+import { configMapNotFoundMessage, type RefObjects, secretNotFoundMessage } from '../api/refs.js';
+import type { AppTemplateValuesSource } from '../api/template.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
-import { type ClusterInfo, downwardAPIValuesYaml } from './downward-api.js';
-import type { ValuesSource } from './types.js';
+import { KappControllerError } from '../reconcile/result.js';
+import { type AppMetadataLike, type ClusterInfo, downwardAPIValuesYaml } from './downward-api.js';
 
 /** `-`: "use the stream (stdin)" wherever a path is accepted. */
 export const STDIN_PATH = '-';
@@ -72,7 +67,7 @@ function byteCompare(a: string, b: string): number {
  * Plans the values files of one step. Sources are processed in order; each gets its own directory
  * `<valuesRoot>/<j>` (upstream: a fresh temp dir per source):
  * - `secretRef` / `configMapRef`: every key of `data` becomes `<dir>/<key>`; files sorted by path
- *   (so by key). Secret values are base64-decoded; ConfigMap `binaryData` is ignored, as upstream.
+ *   (so by key). Secret values are written decoded; ConfigMap `binaryData` is ignored, as upstream.
  * - `path`: `-` stays `-`; otherwise resolved under `templateRoot`. A path that escapes the root is
  *   **silently dropped**, as upstream does (reproduced for compatibility: an App that works under
  *   kapp-controller keeps working); a warning is returned so the drop can be logged.
@@ -86,7 +81,11 @@ function byteCompare(a: string, b: string): number {
  *   `secrets "x" not found`, `Invalid path: <key>`, {@link NO_VALUES_SOURCE_MESSAGE} or a downward
  *   API error. Missing live cluster values throw a `TypeError` (a caller bug).
  */
-export function planValues(valuesFrom: readonly ValuesSource[], valuesRoot: string, ctx: ValuesContext): ValuesPlan {
+export function planValues(
+  valuesFrom: readonly AppTemplateValuesSource[],
+  valuesRoot: string,
+  ctx: ValuesContext,
+): ValuesPlan {
   const plan: ValuesPlan = { paths: [], files: [], warnings: [] };
   valuesFrom.forEach((source, j) => {
     const dir = posix.join(valuesRoot, String(j));
@@ -97,7 +96,7 @@ export function planValues(valuesFrom: readonly ValuesSource[], valuesRoot: stri
         if (!secret) throw new Error(secretNotFoundMessage(name));
         const files = Object.keys(secret.data ?? {}).map((key) => ({
           path: scopedPath(dir, key),
-          content: new Uint8Array(Buffer.from(secret.data![key]!, 'base64')),
+          content: new Uint8Array(secret.data![key]!),
           sensitive: true,
         }));
         files.sort((a, b) => byteCompare(a.path, b.path));

@@ -4,10 +4,10 @@
  * @module
  */
 import { posix } from 'node:path';
+import type { AppTemplateYtt } from '../api/template.js';
 import { inlineFiles } from './inline.js';
 import { fileArgs } from './paths-arg.js';
 import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
-import type { AppTemplateYtt } from './types.js';
 import { planValues } from './values.js';
 
 /**

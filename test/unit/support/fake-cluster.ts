@@ -22,7 +22,7 @@ import {
   type KubeNamespace,
   type KubeObject,
   type KubeSecret,
-  type ObjectRef,
+  type ResourceRef,
   type ServiceAccountToken,
   type WritePrecondition,
 } from '../../../functions/lib/kube/port.js';
@@ -33,7 +33,8 @@ export const FAKE_SA_TOKEN = 'fake-sa-token';
 /** The API server of every {@link FakeCluster}. */
 export const FAKE_API_SERVER: ApiServerInfo = { server: 'https://127.0.0.1:6443' };
 
-const keyOf = (ref: Pick<ObjectRef, 'kind' | 'namespace' | 'name'>) => `${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
+const keyOf = (ref: Pick<ResourceRef, 'kind' | 'namespace' | 'name'>) =>
+  `${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
 
 /** A fake cluster at the port; see the module comment for its two modes. */
 export class FakeCluster implements DeployView {
@@ -81,7 +82,7 @@ export class FakeCluster implements DeployView {
     return this.calls.filter((c) => c[0] === 'update').map((c) => c[3]);
   }
 
-  async getObject<T extends KubeObject>(ref: ObjectRef): Promise<T | undefined> {
+  async getObject<T extends KubeObject>(ref: ResourceRef): Promise<T | undefined> {
     this.calls.push(['get', ref.name]);
     if (this.reads) {
       if (this.reads.length === 0) throw new Error('unexpected read');
@@ -91,7 +92,7 @@ export class FakeCluster implements DeployView {
     return structuredClone(this.objects.get(keyOf(ref))) as T | undefined;
   }
 
-  async updateStatus(ref: ObjectRef, pre: WritePrecondition, status: unknown): Promise<{ resourceVersion: string }> {
+  async updateStatus(ref: ResourceRef, pre: WritePrecondition, status: unknown): Promise<{ resourceVersion: string }> {
     this.calls.push(['update', ref.name, pre, status]);
     if (this.reads) {
       const next = this.writes.shift();
@@ -119,7 +120,7 @@ export class FakeCluster implements DeployView {
     return structuredClone(this.namespaces.get(name));
   }
 
-  async addFinalizer(ref: ObjectRef, finalizer: string, opts: { uid?: string } = {}): Promise<FinalizerResult> {
+  async addFinalizer(ref: ResourceRef, finalizer: string, opts: { uid?: string } = {}): Promise<FinalizerResult> {
     this.calls.push(['addFinalizer', ref.name, finalizer]);
     const obj = this.objects.get(keyOf(ref));
     if (!obj || (opts.uid && obj.metadata.uid !== opts.uid)) throw new GoneError(`${ref.kind} ${ref.name} not found`);
@@ -130,7 +131,7 @@ export class FakeCluster implements DeployView {
     return { changed: true, resourceVersion: obj.metadata.resourceVersion };
   }
 
-  async removeFinalizer(ref: ObjectRef, finalizer: string, opts: { uid?: string } = {}): Promise<FinalizerResult> {
+  async removeFinalizer(ref: ResourceRef, finalizer: string, opts: { uid?: string } = {}): Promise<FinalizerResult> {
     this.calls.push(['removeFinalizer', ref.name, finalizer]);
     const obj = this.objects.get(keyOf(ref));
     if (!obj || (opts.uid && obj.metadata.uid !== opts.uid) || !obj.metadata.finalizers?.includes(finalizer)) {

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { AppRefsSpec } from '../../functions/lib/fetch/refs.js';
-import { referencedConfigMaps, referencedSecrets } from '../../functions/lib/fetch/refs.js';
+import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/api/refs.js';
 
 const spec: AppRefsSpec = {
   fetch: [

@@ -1,15 +1,80 @@
 /**
- * The Secrets and ConfigMaps an App references, for change tracking: a change to one of them
- * re-reconciles the App at once (bypassing the sync timer).
+ * What an App references: the Secrets and ConfigMaps of its namespace that `spec.fetch` and
+ * `spec.template` name, the shapes the planners read them in, and the lookup the stages hand to
+ * the planners. Used by every stage and by the forwarder's change tracking (a change to a
+ * referenced object re-reconciles the App at once, bypassing the sync timer).
  *
- * Mirrors kapp-controller `pkg/app/app.go` `SecretRefs` / `ConfigMapRefs`, including what they leave
- * out: sops private-key Secrets, `cluster.kubeconfigSecretRef` and ServiceAccounts are not tracked,
- * so changing them waits for the next sync.
+ * Mirrors kapp-controller `pkg/app/app.go` `SecretRefs` / `ConfigMapRefs` (kept on the App, as
+ * here with the API types), including what they leave out: sops private-key Secrets,
+ * `cluster.kubeconfigSecretRef` and ServiceAccounts are not tracked, so changing them waits for
+ * the next sync.
  *
  * @module
  */
-import type { AppTemplate } from '../template/types.js';
-import type { AppFetch } from './types.js';
+import type { AppFetch } from './fetch.js';
+import type { AppTemplate } from './template.js';
+
+/**
+ * A Secret as the planners read it: the part of the kube port's decoded `KubeSecret`
+ * (`functions/lib/kube/port.ts`) they use, so a Secret read by a stage is handed over as is.
+ */
+export interface SecretLike {
+  /** Object metadata; `name` identifies the Secret. */
+  metadata?: { name?: string; namespace?: string };
+  /** Secret type, e.g. `kubernetes.io/dockerconfigjson`. */
+  type?: string;
+  /** Key to value, already base64-decoded. */
+  data?: Readonly<Record<string, Buffer>>;
+}
+
+/** A ConfigMap as the planners read it: the part of the kube port's `KubeConfigMap` they use. */
+export interface ConfigMapLike {
+  /** Object metadata; `name` identifies the ConfigMap. */
+  metadata?: { name?: string; namespace?: string };
+  /** Key to UTF-8 value. */
+  data?: Readonly<Record<string, string>>;
+  /** Key to decoded value (forwarded to vendir, never used for template values, as upstream). */
+  binaryData?: Readonly<Record<string, Buffer>>;
+}
+
+/**
+ * Secrets and ConfigMaps of the App's namespace, looked up by name. `undefined` means not found
+ * (the planners then fail with the API server's text, e.g. `secrets "x" not found`).
+ */
+export interface RefObjects {
+  /** Looks up a Secret by name. */
+  secret(name: string): SecretLike | undefined;
+  /** Looks up a ConfigMap by name. */
+  configMap(name: string): ConfigMapLike | undefined;
+}
+
+/**
+ * Builds a {@link RefObjects} from lists of objects (keyed by `metadata.name`; later duplicates
+ * win). Lookups use a `Map`, so names like `__proto__` are safe.
+ *
+ * @param objects - the Secrets and ConfigMaps the caller fetched
+ * @returns a lookup over them
+ */
+export function refObjectsFrom(objects: { secrets?: SecretLike[]; configMaps?: ConfigMapLike[] }): RefObjects {
+  const secrets = new Map<string, SecretLike>();
+  const configMaps = new Map<string, ConfigMapLike>();
+  for (const s of objects.secrets ?? []) if (s.metadata?.name !== undefined) secrets.set(s.metadata.name, s);
+  for (const c of objects.configMaps ?? []) if (c.metadata?.name !== undefined) configMaps.set(c.metadata.name, c);
+  return {
+    secret: (name) => secrets.get(name),
+    configMap: (name) => configMaps.get(name),
+  };
+}
+
+/** The API server's NotFound text for a Secret: `secrets "<name>" not found`. */
+export function secretNotFoundMessage(name: string): string {
+  return `secrets "${name}" not found`;
+}
+
+/** The API server's NotFound text for a ConfigMap: `configmaps "<name>" not found`. */
+export function configMapNotFoundMessage(name: string): string {
+  return `configmaps "${name}" not found`;
+}
 
 /** The part of an App the reference walk reads. */
 export interface AppRefsSpec {
