@@ -16,11 +16,15 @@
  * same group `data.packaging.carvel.dev`, with the aggregated API's short names (`pkg`, `pkgm`),
  * category `carvel` and, as printer columns, the table columns its `ConvertToTable` returns
  * (`pkg/apiserver/registry/datapackaging/package_crd_rest.go`, `package_metadata_crd_rest.go`)
- * where a JSONPath can express them. Consequences (reference §3.13): names cannot contain `+`
- * (Kubernetes object names are DNS subdomains), the global-namespace merge moves into the
- * PackageInstall resolver, field selectors on `spec.refName` are unavailable, and upstream's
- * create-time validation (refName/version/name) is not enforced by the API server. The
- * aggregated API's `Included Software` column is left out: it joins name and version of every
+ * where a JSONPath can express them. What the aggregated API did, and how the CRDs keep it
+ * (reference §3.13):
+ * - upstream's create/update validation (`validations.go`): CEL rules (`x-kubernetes-validations`)
+ *   from `functions/lib/api/datapackaging.ts`, with upstream's messages;
+ * - `+` in Package names: the name is `packageObjectName(refName, version)` (`+` written as `--`),
+ *   which the CEL name rule demands; `metadata` declares `name` so the rule can report there;
+ * - field selector `spec.refName`: a CRD selectable field (Kubernetes ≥ 1.32);
+ * - the global-namespace merge: not in the API server; `functions/lib/packaging/resolver.ts`.
+ * The aggregated API's `Included Software` column is left out: it joins name and version of every
  * entry, which a CRD column (first JSONPath match only, no `array` type) cannot show.
  *
  * @module
@@ -32,7 +36,13 @@ import { stringify } from 'yaml';
 import { z } from 'zod';
 import { AppSpecSchema, AppStatusSchema } from '../../functions/lib/api/app.js';
 import { Annotation, DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../../functions/lib/api/constants.js';
-import { PackageMetadataSpecSchema, PackageSpecSchema } from '../../functions/lib/api/datapackaging.js';
+import {
+  type CelRule,
+  PACKAGE_METADATA_OBJECT_RULES,
+  PACKAGE_OBJECT_RULES,
+  PackageMetadataSpecSchema,
+  PackageSpecSchema,
+} from '../../functions/lib/api/datapackaging.js';
 import {
   PackageInstallSpecSchema,
   PackageInstallStatusSchema,
@@ -79,6 +89,10 @@ interface CrdSource {
   readonly status?: z.ZodType;
   readonly printerColumns: readonly PrinterColumn[];
   readonly annotations?: Readonly<Record<string, string>>;
+  /** CEL rules on the whole object (they may read `metadata.name`). */
+  readonly objectRules?: readonly CelRule[];
+  /** JSONPaths usable in field selectors (`selectableFields`), e.g. `.spec.refName`. */
+  readonly selectableFields?: readonly string[];
 }
 
 const AGE: PrinterColumn = {
@@ -155,6 +169,8 @@ const SOURCES: readonly CrdSource[] = [
       { name: 'Version', type: 'string', jsonPath: '.spec.version', description: 'Version' },
       AGE,
     ],
+    objectRules: PACKAGE_OBJECT_RULES,
+    selectableFields: ['.spec.refName'],
   },
   {
     resource: PackageMetadataResource,
@@ -172,6 +188,7 @@ const SOURCES: readonly CrdSource[] = [
       },
       AGE,
     ],
+    objectRules: PACKAGE_METADATA_OBJECT_RULES,
   },
 ];
 
@@ -208,6 +225,12 @@ function crdOf(source: CrdSource): CrdDocument {
   const { resource } = source;
   const properties: JsonSchema = { ...TYPE_META_PROPERTIES, spec: structuralSchemaOf(source.spec, 'spec') };
   if (source.status) properties.status = structuralSchemaOf(source.status, 'status');
+  const root: JsonSchema = { description: source.description, properties, required: ['spec'], type: 'object' };
+  if (source.objectRules) {
+    // A rule's fieldPath must name a declared field; `name` is the one metadata field a CRD may declare.
+    properties.metadata = { properties: { name: { type: 'string' } }, type: 'object' };
+    root['x-kubernetes-validations'] = source.objectRules.map((r) => ({ ...r }));
+  }
   const names: JsonSchema = {
     categories: [...resource.categories],
     kind: resource.kind,
@@ -219,13 +242,12 @@ function crdOf(source: CrdSource): CrdDocument {
   const version: JsonSchema = {
     additionalPrinterColumns: source.printerColumns.map((c) => ({ ...c })),
     name: resource.version,
-    schema: {
-      openAPIV3Schema: { description: source.description, properties, required: ['spec'], type: 'object' },
-    },
+    schema: { openAPIV3Schema: root },
     served: true,
     storage: true,
   };
   if (source.status) version.subresources = { status: {} };
+  if (source.selectableFields) version.selectableFields = source.selectableFields.map((jsonPath) => ({ jsonPath }));
   return {
     apiVersion: 'apiextensions.k8s.io/v1',
     kind: 'CustomResourceDefinition',

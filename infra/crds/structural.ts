@@ -7,7 +7,7 @@
  * `anyOf` or `not`; `additionalProperties` never next to `properties`; a free-form object is
  * `type: object` + `x-kubernetes-preserve-unknown-fields: true`. Value constraints zod adds on its
  * own (safe-integer `minimum`/`maximum`, the RFC 3339 `pattern`) are dropped, so the CRD accepts
- * what upstream's CRD accepts; `format` survives only for `int32`, `int64`, `date-time` and `byte`.
+ * what upstream's CRD accepts; `maxLength` (from zod `.max()`) is kept; `format` survives only for `int32`, `int64`, `date-time` and `byte`.
  * Any other keyword is an error rather than silently dropped, so a new zod construct cannot leak
  * into a CRD unnoticed.
  *
@@ -34,6 +34,7 @@ const HANDLED = new Set([
   'required',
   'items',
   'additionalProperties',
+  'maxLength',
 ]);
 
 const PRESERVE = 'x-kubernetes-preserve-unknown-fields';
@@ -78,6 +79,8 @@ export function toStructuralSchema(schema: JsonSchema, path = ''): JsonSchema {
   if (typeof schema.format === 'string' && KEPT_FORMATS.has(schema.format)) out.format = schema.format;
   if (schema.nullable === true) out.nullable = true;
   if (Array.isArray(schema.enum)) out.enum = schema.enum;
+  // Bounds the CEL cost estimate of string rules (Package refName/version); upstream has no other.
+  if (typeof schema.maxLength === 'number') out.maxLength = schema.maxLength;
 
   if (schema.properties !== undefined) {
     if (!isSchema(schema.properties)) fail(path, 'properties is not an object');

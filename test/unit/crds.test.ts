@@ -2,6 +2,8 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
+import { PackageValidationMessage, STRICT_SEMVER_REGEX } from '../../functions/lib/api/datapackaging.js';
+import { DNS1123_SUBDOMAIN_MESSAGE } from '../../functions/lib/api/names.js';
 import {
   ALL_IN_ONE_FILE,
   CRDS_DIR,
@@ -184,6 +186,38 @@ describe('Package and PackageMetadata CRDs (data.packaging.carvel.dev; upstream:
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp', description: 'Time since creation' },
     ]);
     expect(Object.keys(openAPIV3Schema(crd).properties as Obj)).toEqual(['apiVersion', 'kind', 'metadata', 'spec']);
+    expect(version.selectableFields).toEqual([{ jsonPath: '.spec.refName' }]);
+  });
+
+  it('packages: upstream validations.go as CEL rules, on the field they report', () => {
+    const schema = openAPIV3Schema(crdNamed(ours, 'packages.data.packaging.carvel.dev'));
+    const spec = (schema.properties as Obj).spec as JsonSchema;
+    const field = (name: string) => (spec.properties as Obj)[name] as JsonSchema;
+    const messages = (node: JsonSchema) =>
+      ((node['x-kubernetes-validations'] ?? []) as Obj[]).map((r) => [r.fieldPath, r.reason, r.message]);
+    expect(messages(schema)).toEqual([['.metadata.name', undefined, PackageValidationMessage.nameMismatch]]);
+    expect(messages(spec)).toEqual([
+      ['.refName', 'FieldValueRequired', 'can not be empty'],
+      ['.version', undefined, 'cannot be empty'],
+    ]);
+    expect(messages(field('refName'))).toEqual([
+      [undefined, undefined, DNS1123_SUBDOMAIN_MESSAGE],
+      [undefined, undefined, 'should be a domain with at least three segments separated by dots'],
+    ]);
+    expect(messages(field('version'))).toEqual([
+      [undefined, undefined, PackageValidationMessage.notSemver],
+      [undefined, undefined, PackageValidationMessage.versionUppercase],
+      [undefined, undefined, PackageValidationMessage.versionAmbiguous],
+    ]);
+    // The CEL name rule writes '+' as packageObjectName does; a bounded length keeps the rules' cost estimate low.
+    expect((schema['x-kubernetes-validations'] as Obj[])[0]!.rule).toContain('.replace(\'+\', "--")');
+    expect(((field('version')['x-kubernetes-validations'] as Obj[])[0] as Obj).rule).toBe(
+      `self == '' || self.matches(${JSON.stringify(STRICT_SEMVER_REGEX.source)})`,
+    );
+    expect([field('refName').maxLength, field('version').maxLength]).toEqual([253, 253]);
+    expect(PackageValidationMessage.nameMismatch.startsWith("must be <spec.refName> + '.' + <spec.version>")).toBe(
+      true,
+    );
   });
 
   it('packagemetadatas', () => {
@@ -208,6 +242,14 @@ describe('Package and PackageMetadata CRDs (data.packaging.carvel.dev; upstream:
       ['Categories', '.spec.categories', 'string'],
       ['Short Description', '.spec.shortDescription', 'string'],
       ['Age', '.metadata.creationTimestamp', 'date'],
+    ]);
+    expect(version.selectableFields).toBeUndefined();
+    expect(openAPIV3Schema(crd)['x-kubernetes-validations']).toEqual([
+      {
+        fieldPath: '.metadata.name',
+        message: 'should be a domain with at least three segments separated by dots',
+        rule: 'self.metadata.name.matches("^[^.]*\\\\.[^.]*\\\\.")',
+      },
     ]);
   });
 });
@@ -296,7 +338,11 @@ describe('structural schema', () => {
   it.each(ours.map((crd) => [(crd.metadata as Obj).name as string, crd] as const))('%s', (_name, crd) => {
     const schema = openAPIV3Schema(crd);
     expect(structuralViolations(schema, '')).toEqual([]);
-    expect((schema.properties as Obj).metadata).toEqual({ type: 'object' });
+    // Only CRDs with object-level CEL rules declare `metadata.name` (a rule's fieldPath must exist).
+    const metadata = schema['x-kubernetes-validations']
+      ? { properties: { name: { type: 'string' } }, type: 'object' }
+      : { type: 'object' };
+    expect((schema.properties as Obj).metadata).toEqual(metadata);
     expect(schema.required).toEqual(['spec']);
     expect((crd as unknown as CrdDocument).apiVersion).toBe('apiextensions.k8s.io/v1');
   });
