@@ -2,8 +2,13 @@
  * Shared pieces of the e2e tests (whole flow: forwarder → fetch → template → deploy against
  * the shared local control plane, the fixture servers and the real Carvel tools): applying the
  * CRDs, a tenant namespace with its ServiceAccount, an embedded runtime per test file with an
- * in-memory log, App manifests, polling with timeouts, and the exact status shapes
- * kapp-controller writes (reference §2.1.5, §3.4, §3.5).
+ * in-memory log ({@link useE2ERuntime}), App manifests, polling with timeouts, and the exact
+ * status shapes kapp-controller writes (reference §2.1.5, §3.4, §3.5).
+ *
+ * The e2e and integration files run in parallel against one control plane: each file uses its
+ * own random namespaces, and its runtimes watch only those (so their Leases, named by the
+ * namespaces watched, differ from other files'). A file that must disturb the control plane
+ * itself starts its own ({@link e2eCluster} binds these helpers to it).
  *
  * Not a test file (vitest only collects `*.test.ts`).
  */
