@@ -36,7 +36,8 @@ export default defineConfig({
           // its objects: every file has its own random namespaces, and a runtime's Lease is
           // named by the namespaces it watches. The one fault that would disturb the others
           // (pausing the API server) runs on its own control plane (faults-pause.test.ts).
-          maxWorkers: 3,
+          // KAPP_LAMBDA_TEST_WORKERS overrides it (e.g. 1 on a machine busy with other work).
+          maxWorkers: Number(process.env.KAPP_LAMBDA_TEST_WORKERS) || 3,
           // After the unit tests (a group of its own: another maxWorkers).
           sequence: { groupOrder: 1 },
         },

@@ -314,8 +314,25 @@ export interface E2ERuntime {
 }
 
 /**
+ * The leader election of the runtimes {@link startRuntime} starts unless told otherwise: the
+ * algorithm and retry period of production, but a runtime stops leading only after its renewals
+ * failed for 45 s (production: 10 s; Lease 60 s instead of 15 s). The integration and e2e files
+ * run in parallel on a small machine that others use too, and a worker or API server starved for
+ * 10 s cost a runtime its Lease in the middle of a test that is not about leadership (seen: the
+ * NotLeaderError crashes of hostile.test.ts under a load average of 15). The files about
+ * leadership use the production timings: {@link PRODUCTION_LEASE}.
+ */
+export const PATIENT_LEASE: Partial<EmbeddedOptions> = {
+  leaderElection: { leaseDurationMs: 60_000, renewDeadlineMs: 45_000 },
+};
+
+/** Runtime options for the production leader election (controller-runtime's timings). */
+export const PRODUCTION_LEASE: Partial<EmbeddedOptions> = { leaderElection: {} };
+
+/**
  * Starts the embedded runtime (forwarder + in-process stages) over `cluster` (default the shared
- * one), watching only `namespaces`, with an in-memory log and a temp store.
+ * one), watching only `namespaces`, with an in-memory log, a temp store and, unless `overrides`
+ * say otherwise, the {@link PATIENT_LEASE} election.
  */
 export async function startRuntime(
   namespaces: string[],
@@ -333,6 +350,7 @@ export async function startRuntime(
     tmpRoot: path.join(root, 'work'),
     log,
     retry: { baseRetryMs: 200, maxRetryMs: 5000 },
+    ...PATIENT_LEASE,
     ...o,
   });
   let runtime = startEmbedded(options(overrides));
