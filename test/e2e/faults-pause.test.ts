@@ -88,6 +88,12 @@ describe('faults: the API server', () => {
     try {
       process.kill(apiserverPid, 'SIGSTOP');
       kappAliveAtStop = (kappProcesses().get(name)?.length ?? 0) > 0;
+      // A signal is delivered asynchronously: the process shows `T` once every thread stopped.
+      const pid = apiserverPid;
+      await waitFor('the API server to stop', async () => (procState(pid) === 'T' ? true : undefined), {
+        timeoutMs: 5000,
+        intervalMs: 10,
+      }).catch(() => undefined);
       expect(procState(apiserverPid)).toBe('T');
       await new Promise((r) => setTimeout(r, 20_000));
     } finally {

@@ -34,6 +34,7 @@ import {
   succeededAt,
   suffix,
   useE2ERuntime,
+  waitFor,
 } from './support.js';
 
 const id = suffix();
@@ -181,6 +182,11 @@ describe('faults', () => {
     await apply(inlineConfigMapApp(ns, name, `store down ${id}`));
     const failed = await rt.waitForApp(ns, name, failedAt(1), 'ReconcileFailed after 5 attempts');
     const failedMs = since(t0);
+    // The runtime logs the final failure right after writing that status.
+    await waitFor('the final failure in the log', async () => (finalFailuresOf(name).length > 0 ? true : undefined), {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
     const message = failed.status?.conditions?.[0]?.message ?? '';
     expect(message).toMatch(
       /^Fetching resources: (reading the fetch cache|storing the fetch artifact|storing the fetch cache record) failed: 503 SlowDown: Please reduce your request rate \(injected\)$/,

@@ -282,6 +282,9 @@ export const failedAt = (generation: number) => (a: AppObject) =>
   a.status?.observedGeneration === generation &&
   (a.status?.conditions?.some((c) => c.type === 'ReconcileFailed') ?? false);
 
+/** How long {@link E2ERuntime.waitForApp} waits after the App matched, for the runtime's log. */
+const SETTLE_MS = 300;
+
 /** One embedded runtime for a test file, with its captured log. */
 export interface E2ERuntime {
   runtime: EmbeddedRuntime;
@@ -381,7 +384,7 @@ export async function startRuntime(
         .map((r) => r.obj),
     async waitForApp(ns, name, pred, what = 'condition', timeoutMs = 150_000) {
       let last: AppObject | undefined;
-      return await waitFor(
+      const app = await waitFor(
         `App ${ns}/${name}: ${what}`,
         async () => {
           last = await cluster.getApp(ns, name);
@@ -397,6 +400,11 @@ export async function startRuntime(
               .join('\n')}`,
         },
       );
+      // The runtime logs a stage's record (`stage run`, a final failure) just after the status
+      // write this read saw; tests read those records next. The read is in-process and can beat
+      // the runtime's next turn (a kubectl read took ~0.1-0.5 s and never did).
+      await new Promise((r) => setTimeout(r, SETTLE_MS));
+      return app;
     },
     async waitReconciled(ns, name, timeoutMs) {
       return await e2e.waitForApp(ns, name, reconciled, 'a finished reconcile of the current generation', timeoutMs);
