@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { E2EFirstSequencer } from './test/harness/sequencer.js';
 
 // Three kinds of tests (style.md §15): unit (no network, fakes only at ports), integration
 // (real servers), e2e (whole flow). Integration and e2e share one control plane and one set
@@ -9,8 +10,19 @@ export default defineConfig({
     // The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
     env: { AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true' },
     maxWorkers: 2,
+    sequence: { sequencer: E2EFirstSequencer },
     projects: [
-      { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['test/unit/**/*.test.ts'],
+          // A worker runs several unit files, importing the shared modules (the kube client, the
+          // AWS SDK) once instead of once per file: import was most of the unit time. The unit
+          // tests keep no state across files (no module mocks, fake timers restored after each).
+          isolate: false,
+        },
+      },
       {
         extends: true,
         test: {
@@ -19,7 +31,15 @@ export default defineConfig({
           globalSetup: ['test/harness/global-setup.ts'],
           testTimeout: 180_000,
           hookTimeout: 300_000,
-          maxWorkers: 1,
+          // Files run in parallel: most of their time is spent waiting (reconciles, backoffs,
+          // Lease expiry, quiet windows), not on the CPU. They share the control plane but not
+          // its objects: every file has its own random namespaces, and a runtime's Lease is
+          // named by the namespaces it watches. The one fault that would disturb the others
+          // (pausing the API server) runs on its own control plane (faults-pause.test.ts).
+          // KAPP_LAMBDA_TEST_WORKERS overrides it (e.g. 1 on a machine busy with other work).
+          maxWorkers: Number(process.env.KAPP_LAMBDA_TEST_WORKERS) || 3,
+          // After the unit tests (a group of its own: another maxWorkers).
+          sequence: { groupOrder: 1 },
         },
       },
     ],

@@ -5,24 +5,20 @@
  * `consecutiveReconcileFailures` growing as the failure backoff retries (2 s, 4 s, ...).
  * Each case has its own namespace; the cases run concurrently on one runtime.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { freePort } from '../harness/servers.js';
 import {
   APP_FINALIZER,
   type AppObject,
   apply,
-  applyCrds,
   appManifest,
-  createTenant,
-  deleteNamespaces,
-  type E2ERuntime,
   expectFailed,
   getObject,
   inlineConfigMapApp,
   RFC3339,
   SEE_USEFUL,
-  startRuntime,
   suffix,
+  useE2ERuntime,
 } from './support.js';
 
 const id = suffix();
@@ -36,18 +32,7 @@ const NS = {
   leak: `e2e-fail-leak-${id}`,
 };
 
-let rt: E2ERuntime;
-
-beforeAll(async () => {
-  await applyCrds();
-  await Promise.all(Object.values(NS).map(createTenant));
-  rt = await startRuntime(Object.values(NS));
-});
-
-afterAll(async () => {
-  await rt?.dispose();
-  await deleteNamespaces(Object.values(NS));
-});
+const rt = useE2ERuntime(Object.values(NS));
 
 /** Waits for a failed reconcile of the current generation that has been retried at least once. */
 async function waitFailedTwice(ns: string, name: string): Promise<AppObject> {

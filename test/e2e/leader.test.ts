@@ -15,6 +15,7 @@ import {
   expectSucceeded,
   getApp,
   inlineConfigMapApp,
+  PRODUCTION_LEASE,
   startRuntime,
   suffix,
   waitFor,
@@ -33,8 +34,8 @@ const stageRuns = (rt: E2ERuntime) => rt.records.filter((r) => r.msg === 'stage 
 beforeAll(async () => {
   await applyCrds();
   await createTenant(NS);
-  first = await startRuntime([NS]);
-  second = await startRuntime([NS]);
+  first = await startRuntime([NS], PRODUCTION_LEASE);
+  second = await startRuntime([NS], PRODUCTION_LEASE);
 });
 
 afterAll(async () => {

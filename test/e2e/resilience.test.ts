@@ -4,23 +4,19 @@
  * while the App changes (no change lost), and two quick updates (the newest generation wins,
  * a stale run never overwrites its status).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { EmbeddedOptions } from '../../functions/embedded/runtime.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/runtime.js';
 import {
-  type AppObject,
   apply,
-  applyCrds,
   appManifest,
-  createTenant,
-  deleteNamespaces,
-  type E2ERuntime,
   expectSucceeded,
   getApp,
   getObject,
   inlineConfigMapApp,
-  startRuntime,
+  succeededAt,
   suffix,
+  useE2ERuntime,
   waitFor,
 } from './support.js';
 
@@ -57,27 +53,14 @@ function crashingDeps(deps: DispatchDeps): DispatchDeps {
 
 const runtimeOptions: Partial<EmbeddedOptions> = { wrapDeps: crashingDeps };
 
-let rt: E2ERuntime;
+const rt = useE2ERuntime(Object.values(NS), { overrides: runtimeOptions });
 
-beforeAll(async () => {
-  await applyCrds();
-  await Promise.all(Object.values(NS).map(createTenant));
-  rt = await startRuntime(Object.values(NS), runtimeOptions);
-});
-
-afterAll(async () => {
+afterAll(() => {
   crash.armed = false;
-  await rt?.dispose();
-  await deleteNamespaces(Object.values(NS));
 });
 
 const greetingOf = async (ns: string, name: string) =>
   (await getObject<{ data?: Record<string, string> }>('configmap', ns, `${name}-config`))?.data?.greeting;
-
-const succeededAt = (generation: number) => (a: AppObject) =>
-  a.metadata.generation === generation &&
-  a.status?.observedGeneration === generation &&
-  (a.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded') ?? false);
 
 describe('resilience', () => {
   it('a function crashing in the template stage is retried from that stage to success', async () => {

@@ -4,25 +4,21 @@
  * then an update that redeploys and a delete that removes everything.
  */
 import { readFile } from 'node:fs/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { fixturePath } from '../harness/fixtures.js';
 import {
   type AppObject,
   apply,
-  applyCrds,
   appManifest,
-  createTenant,
-  deleteNamespaces,
-  type E2ERuntime,
   expectSucceeded,
   getApp,
   getObject,
   inlineConfigMapApp,
   k,
   servers,
-  startRuntime,
   suffix,
+  useE2ERuntime,
   waitFor,
 } from './support.js';
 
@@ -36,8 +32,6 @@ const NS = {
   update: `e2e-src-update-${id}`,
   delete: `e2e-src-delete-${id}`,
 };
-
-let rt: E2ERuntime;
 
 interface Deployment {
   metadata: { name: string; labels?: Record<string, string>; annotations?: Record<string, string> };
@@ -55,16 +49,7 @@ interface ConfigMap {
 
 const envOf = (d: Deployment, name: string) => d.spec.template.spec.containers[0]?.env?.find((e) => e.name === name);
 
-beforeAll(async () => {
-  await applyCrds();
-  await Promise.all(Object.values(NS).map(createTenant));
-  rt = await startRuntime(Object.values(NS));
-});
-
-afterAll(async () => {
-  await rt?.dispose();
-  await deleteNamespaces(Object.values(NS));
-});
+const rt = useE2ERuntime(Object.values(NS));
 
 describe('every source and template reconciles (kapp-controller status shape)', () => {
   it('inline+ytt, git+ytt, http zip+ytt valuesFrom secret, imgpkgBundle+ytt+kbld, helmChart+helmTemplate', async () => {

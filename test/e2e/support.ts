@@ -2,8 +2,13 @@
  * Shared pieces of the e2e tests (whole flow: forwarder → fetch → template → deploy against
  * the shared local control plane, the fixture servers and the real Carvel tools): applying the
  * CRDs, a tenant namespace with its ServiceAccount, an embedded runtime per test file with an
- * in-memory log, App manifests, polling with timeouts, and the exact status shapes
- * kapp-controller writes (reference §2.1.5, §3.4, §3.5).
+ * in-memory log ({@link useE2ERuntime}), App manifests, polling with timeouts, and the exact
+ * status shapes kapp-controller writes (reference §2.1.5, §3.4, §3.5).
+ *
+ * The e2e and integration files run in parallel against one control plane: each file uses its
+ * own random namespaces, and its runtimes watch only those (so their Leases, named by the
+ * namespaces watched, differ from other files'). A file that must disturb the control plane
+ * itself starts its own ({@link e2eCluster} binds these helpers to it).
  *
  * Not a test file (vitest only collects `*.test.ts`).
  */
@@ -12,11 +17,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { expect, inject } from 'vitest';
+import { ApiException, CustomObjectsApi } from '@kubernetes/client-node';
+import { afterAll, beforeAll, expect, inject } from 'vitest';
 import { type EmbeddedOptions, type EmbeddedRuntime, startEmbedded } from '../../functions/embedded/runtime.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { cacheRoot } from '../../layers/gobuild.js';
-import { kubectl, tenantManifests } from '../harness/kube.js';
+import { type KubectlResult, kubectl, loadKubeConfig, tenantManifests } from '../harness/kube.js';
 import type { ServersInfo } from '../harness/servers.js';
 
 /** Admin kubeconfig of the shared cluster (never log its contents). */
@@ -41,51 +47,118 @@ export const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/;
 /** The ServiceAccount every tenant namespace gets (namespace-scoped all-verbs Role). */
 export const SA = 'e2e-sa';
 
-/** Runs the local kubectl against the shared cluster (argv only). */
-export async function k(args: string[], input?: string, check = true) {
-  return await kubectl(kubeconfigPath, args, { input, check });
-}
-
 /** A short random suffix for namespace and App names. */
 export function suffix(): string {
   return randomBytes(3).toString('hex');
 }
 
 /**
- * Applies `infra/crds/crds.yaml` server-side (idempotent; `--force-conflicts` because other
- * test files apply the same CRDs client-side) and waits until they are established. Also
- * creates the `kapp-lambda` namespace, where the runtimes' leader-election Leases live.
+ * What the e2e tests do to one cluster: kubectl (argv only), CRDs, tenants and reads of Apps
+ * and other objects. {@link shared} is the shared cluster of the global setup (and the plain
+ * exports below are its members); {@link e2eCluster} binds the same helpers to another cluster,
+ * for a test that must not disturb the other files (one that pauses its API server).
  */
-export async function applyCrds(): Promise<void> {
-  const file = fileURLToPath(new URL('../../infra/crds/crds.yaml', import.meta.url));
-  await k(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
-  await k(
-    ['apply', '-f', '-'],
-    JSON.stringify({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kapp-lambda' } }),
-  );
-  await k([
-    'wait',
-    '--for=condition=Established',
-    '--timeout=60s',
-    'crd/apps.kappctrl.k14s.io',
-    'crd/packageinstalls.packaging.carvel.dev',
-    'crd/packagerepositories.packaging.carvel.dev',
-  ]);
+export interface E2ECluster {
+  /** Admin kubeconfig (never log its contents). */
+  readonly kubeconfigPath: string;
+  /** Runs the local kubectl against the cluster (argv only). */
+  k(args: string[], input?: string, check?: boolean): Promise<KubectlResult>;
+  /**
+   * Applies `infra/crds/crds.yaml` server-side (idempotent; `--force-conflicts` because other
+   * test files apply the same CRDs client-side) and waits until they are established. Also
+   * creates the `kapp-lambda` namespace, where the runtimes' leader-election Leases live.
+   */
+  applyCrds(): Promise<void>;
+  /**
+   * Creates a namespace with the ServiceAccount {@link SA} bound to a namespace-scoped Role
+   * allowing every verb on every resource (kapp-controller `examples/rbac/default-ns.yml`).
+   */
+  createTenant(ns: string): Promise<void>;
+  /** Applies any objects (JSON documents in one List). */
+  apply(...objects: object[]): Promise<void>;
+  /**
+   * Reads an App; `undefined` when it does not exist. An in-process GET, not a kubectl run:
+   * the waits poll Apps every 500 ms, many at once across files, and each kubectl run costs
+   * about 0.1 s of CPU (process start, TLS, discovery cache).
+   */
+  getApp(ns: string, name: string): Promise<AppObject | undefined>;
+  /** Reads any namespaced object as JSON (kubectl); `undefined` when it does not exist. */
+  getObject<T = Record<string, unknown>>(kind: string, ns: string, name: string): Promise<T | undefined>;
+  /** Deletes test namespaces without waiting (the cluster is torn down after the run). */
+  deleteNamespaces(namespaces: string[]): Promise<void>;
 }
 
-/**
- * Creates a namespace with the ServiceAccount {@link SA} bound to a namespace-scoped Role
- * allowing every verb on every resource (kapp-controller `examples/rbac/default-ns.yml`).
- */
-export async function createTenant(ns: string): Promise<void> {
-  const items = tenantManifests(ns, SA);
-  await k(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items }));
+const APP_RESOURCE = { group: 'kappctrl.k14s.io', version: 'v1alpha1', plural: 'apps' } as const;
+
+/** The e2e helpers bound to the cluster of `kubeconfig` (see {@link E2ECluster}). */
+export function e2eCluster(kubeconfig: string): E2ECluster {
+  const k = async (args: string[], input?: string, check = true) => await kubectl(kubeconfig, args, { input, check });
+  const apply = async (...objects: object[]) => {
+    await k(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
+  };
+  let apps: CustomObjectsApi | undefined;
+  return {
+    kubeconfigPath: kubeconfig,
+    k,
+    apply,
+    async applyCrds() {
+      const file = fileURLToPath(new URL('../../infra/crds/crds.yaml', import.meta.url));
+      await k(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
+      await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kapp-lambda' } });
+      await k([
+        'wait',
+        '--for=condition=Established',
+        '--timeout=60s',
+        'crd/apps.kappctrl.k14s.io',
+        'crd/packageinstalls.packaging.carvel.dev',
+        'crd/packagerepositories.packaging.carvel.dev',
+      ]);
+    },
+    async createTenant(ns) {
+      await apply(...tenantManifests(ns, SA));
+    },
+    async getApp(ns, name) {
+      apps ??= loadKubeConfig(kubeconfig).makeApiClient(CustomObjectsApi);
+      try {
+        return (await apps.getNamespacedCustomObject({ ...APP_RESOURCE, namespace: ns, name })) as AppObject;
+      } catch (e) {
+        if (e instanceof ApiException && e.code === 404) return undefined;
+        const detail = e instanceof ApiException ? `${e.code} ${String(e.body).slice(0, 2000)}` : String(e);
+        throw new Error(`get App ${ns}/${name}: ${detail}`);
+      }
+    },
+    async getObject<T>(kind: string, ns: string, name: string) {
+      const r = await k(['get', kind, name, '-n', ns, '-o', 'json'], undefined, false);
+      if (r.code !== 0) {
+        if (/NotFound|not found/.test(r.stderr)) return undefined;
+        throw new Error(`kubectl get ${kind} ${ns}/${name}: ${r.stderr.trim()}`);
+      }
+      return JSON.parse(r.stdout) as T;
+    },
+    async deleteNamespaces(namespaces) {
+      if (namespaces.length === 0) return;
+      await k(['delete', 'namespace', '--wait=false', '--ignore-not-found', ...namespaces], undefined, false);
+    },
+  };
 }
 
-/** Applies any objects (JSON documents in one List). */
-export async function apply(...objects: object[]): Promise<void> {
-  await k(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
-}
+/** The shared cluster of the global setup. */
+export const shared: E2ECluster = e2eCluster(kubeconfigPath);
+
+/** Runs the local kubectl against the shared cluster (argv only). */
+export const k = shared.k;
+/** {@link E2ECluster.applyCrds} on the shared cluster. */
+export const applyCrds = shared.applyCrds;
+/** {@link E2ECluster.createTenant} on the shared cluster. */
+export const createTenant = shared.createTenant;
+/** {@link E2ECluster.apply} on the shared cluster. */
+export const apply = shared.apply;
+/** {@link E2ECluster.getApp} on the shared cluster. */
+export const getApp = shared.getApp;
+/** {@link E2ECluster.getObject} on the shared cluster. */
+export const getObject = shared.getObject;
+/** {@link E2ECluster.deleteNamespaces} on the shared cluster. */
+export const deleteNamespaces = shared.deleteNamespaces;
 
 /** The parts of an App the tests read. */
 export interface AppObject {
@@ -165,30 +238,6 @@ export function inlineConfigMapApp(ns: string, name: string, greeting: string, e
   });
 }
 
-/** Reads an App; `undefined` when it does not exist. */
-export async function getApp(ns: string, name: string): Promise<AppObject | undefined> {
-  const r = await k(['get', 'apps.kappctrl.k14s.io', name, '-n', ns, '-o', 'json'], undefined, false);
-  if (r.code !== 0) {
-    if (/NotFound|not found/.test(r.stderr)) return undefined;
-    throw new Error(`kubectl get app ${ns}/${name}: ${r.stderr.trim()}`);
-  }
-  return JSON.parse(r.stdout) as AppObject;
-}
-
-/** Reads any namespaced object as JSON; `undefined` when it does not exist. */
-export async function getObject<T = Record<string, unknown>>(
-  kind: string,
-  ns: string,
-  name: string,
-): Promise<T | undefined> {
-  const r = await k(['get', kind, name, '-n', ns, '-o', 'json'], undefined, false);
-  if (r.code !== 0) {
-    if (/NotFound|not found/.test(r.stderr)) return undefined;
-    throw new Error(`kubectl get ${kind} ${ns}/${name}: ${r.stderr.trim()}`);
-  }
-  return JSON.parse(r.stdout) as T;
-}
-
 /**
  * Polls `probe` every `intervalMs` until it returns something other than `undefined`.
  * @throws Error `timed out after <ms> waiting for <what>` plus `describe()`'s text.
@@ -221,9 +270,26 @@ export function reconciled(app: AppObject | undefined): boolean {
   );
 }
 
+/** `pred` for {@link E2ERuntime.waitForApp}: generation `generation` reconciled with ReconcileSucceeded. */
+export const succeededAt = (generation: number) => (a: AppObject) =>
+  a.metadata.generation === generation &&
+  a.status?.observedGeneration === generation &&
+  (a.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded') ?? false);
+
+/** `pred` for {@link E2ERuntime.waitForApp}: generation `generation` reconciled with ReconcileFailed. */
+export const failedAt = (generation: number) => (a: AppObject) =>
+  a.metadata.generation === generation &&
+  a.status?.observedGeneration === generation &&
+  (a.status?.conditions?.some((c) => c.type === 'ReconcileFailed') ?? false);
+
+/** How long {@link E2ERuntime.waitForApp} waits after the App matched, for the runtime's log. */
+const SETTLE_MS = 300;
+
 /** One embedded runtime for a test file, with its captured log. */
 export interface E2ERuntime {
   runtime: EmbeddedRuntime;
+  /** The cluster it serves. */
+  cluster: E2ECluster;
   /** Everything the runtime logged (memory logger records). */
   records: { level: string; obj: Record<string, unknown>; msg?: string }[];
   /** Temp root holding `store/` and `work/`. */
@@ -251,24 +317,43 @@ export interface E2ERuntime {
 }
 
 /**
- * Starts the embedded runtime (forwarder + in-process stages) over the shared cluster,
- * watching only `namespaces`, with an in-memory log and a temp store.
+ * The leader election of the runtimes {@link startRuntime} starts unless told otherwise: the
+ * algorithm and retry period of production, but a runtime stops leading only after its renewals
+ * failed for 45 s (production: 10 s; Lease 60 s instead of 15 s). The integration and e2e files
+ * run in parallel on a small machine that others use too, and a worker or API server starved for
+ * 10 s cost a runtime its Lease in the middle of a test that is not about leadership (seen: the
+ * NotLeaderError crashes of hostile.test.ts under a load average of 15). The files about
+ * leadership use the production timings: {@link PRODUCTION_LEASE}.
+ */
+export const PATIENT_LEASE: Partial<EmbeddedOptions> = {
+  leaderElection: { leaseDurationMs: 60_000, renewDeadlineMs: 45_000 },
+};
+
+/** Runtime options for the production leader election (controller-runtime's timings). */
+export const PRODUCTION_LEASE: Partial<EmbeddedOptions> = { leaderElection: {} };
+
+/**
+ * Starts the embedded runtime (forwarder + in-process stages) over `cluster` (default the shared
+ * one), watching only `namespaces`, with an in-memory log, a temp store and, unless `overrides`
+ * say otherwise, the {@link PATIENT_LEASE} election.
  */
 export async function startRuntime(
   namespaces: string[],
   overrides: Partial<EmbeddedOptions> = {},
+  cluster: E2ECluster = shared,
 ): Promise<E2ERuntime> {
   const root = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-e2e-'));
   const log = memoryLogger();
   const records = log.records;
   const options = (o: Partial<EmbeddedOptions>): EmbeddedOptions => ({
-    kubeconfigPath,
+    kubeconfigPath: cluster.kubeconfigPath,
     namespaces,
     cacheRoot: cacheRoot(),
     storeDir: path.join(root, 'store'),
     tmpRoot: path.join(root, 'work'),
     log,
     retry: { baseRetryMs: 200, maxRetryMs: 5000 },
+    ...PATIENT_LEASE,
     ...o,
   });
   let runtime = startEmbedded(options(overrides));
@@ -278,6 +363,7 @@ export async function startRuntime(
     get runtime() {
       return runtime;
     },
+    cluster,
     records,
     root,
     restart(o = {}) {
@@ -298,10 +384,10 @@ export async function startRuntime(
         .map((r) => r.obj),
     async waitForApp(ns, name, pred, what = 'condition', timeoutMs = 150_000) {
       let last: AppObject | undefined;
-      return await waitFor(
+      const app = await waitFor(
         `App ${ns}/${name}: ${what}`,
         async () => {
-          last = await getApp(ns, name);
+          last = await cluster.getApp(ns, name);
           return last && pred(last) ? last : undefined;
         },
         {
@@ -314,6 +400,11 @@ export async function startRuntime(
               .join('\n')}`,
         },
       );
+      // The runtime logs a stage's record (`stage run`, a final failure) just after the status
+      // write this read saw; tests read those records next. The read is in-process and can beat
+      // the runtime's next turn (a kubectl read took ~0.1-0.5 s and never did).
+      await new Promise((r) => setTimeout(r, SETTLE_MS));
+      return app;
     },
     async waitReconciled(ns, name, timeoutMs) {
       return await e2e.waitForApp(ns, name, reconciled, 'a finished reconcile of the current generation', timeoutMs);
@@ -322,10 +413,45 @@ export async function startRuntime(
   return e2e;
 }
 
-/** Deletes test namespaces without waiting (the cluster is torn down after the run). */
-export async function deleteNamespaces(namespaces: string[]): Promise<void> {
-  if (namespaces.length === 0) return;
-  await k(['delete', 'namespace', '--wait=false', '--ignore-not-found', ...namespaces], undefined, false);
+/** Options of {@link useE2ERuntime}. */
+export interface UseE2ERuntimeOptions {
+  /** Runtime options; a function is called in `beforeAll` (for values known only then). */
+  overrides?: Partial<EmbeddedOptions> | (() => Partial<EmbeddedOptions>);
+  /** More tenant namespaces to create (and delete) that this runtime does not watch. */
+  tenants?: string[];
+  /** The cluster, default {@link shared}; a function is called in `beforeAll`. */
+  cluster?: E2ECluster | (() => E2ECluster);
+}
+
+/**
+ * The prologue of an e2e file with one runtime: `beforeAll` applies the CRDs, creates the tenant
+ * namespaces (`namespaces` and `tenants`) and starts a runtime watching `namespaces`; `afterAll`
+ * disposes of it and deletes the namespaces. Hooks registered before this call run before its
+ * `beforeAll` and after its `afterAll`.
+ * @returns the runtime, usable in tests and later hooks (it throws when used before `beforeAll`).
+ */
+export function useE2ERuntime(namespaces: string[], opts: UseE2ERuntimeOptions = {}): E2ERuntime {
+  let current: E2ERuntime | undefined;
+  let cluster: E2ECluster = shared;
+  const tenants = [...new Set([...namespaces, ...(opts.tenants ?? [])])];
+  beforeAll(async () => {
+    cluster = typeof opts.cluster === 'function' ? opts.cluster() : (opts.cluster ?? shared);
+    await cluster.applyCrds();
+    await Promise.all(tenants.map((ns) => cluster.createTenant(ns)));
+    const overrides = typeof opts.overrides === 'function' ? opts.overrides() : opts.overrides;
+    current = await startRuntime(namespaces, overrides, cluster);
+  });
+  afterAll(async () => {
+    await current?.dispose();
+    await cluster.deleteNamespaces(tenants);
+  });
+  return new Proxy({} as E2ERuntime, {
+    get(_target, prop) {
+      if (!current) throw new Error(`the e2e runtime for ${namespaces.join(',')} is used before its beforeAll ran`);
+      const v: unknown = Reflect.get(current, prop);
+      return typeof v === 'function' ? v.bind(current) : v;
+    },
+  });
 }
 
 /** Keys kapp-controller may serialize in App status. */
@@ -344,11 +470,11 @@ const STATUS_KEYS = new Set([
 
 /**
  * Asserts the status kapp-controller leaves after a successful reconcile of the current
- * generation, and that the kapp app record `<name>.app` exists in the App namespace and
- * matches `associatedResources.label`.
+ * generation, and that the kapp app record `<name>.app` exists in the App namespace (of
+ * `cluster`, default the shared one) and matches `associatedResources.label`.
  * @returns the kapp label (`kapp.k14s.io/app=<id>`).
  */
-export async function expectSucceeded(app: AppObject): Promise<string> {
+export async function expectSucceeded(app: AppObject, cluster: E2ECluster = shared): Promise<string> {
   const s = app.status ?? {};
   const where = `${app.metadata.namespace}/${app.metadata.name}: ${s.usefulErrorMessage ?? ''}`;
   for (const key of Object.keys(s)) expect(STATUS_KEYS.has(key), `unexpected status key ${key} (${where})`).toBe(true);
@@ -379,7 +505,7 @@ export async function expectSucceeded(app: AppObject): Promise<string> {
   expect(s.inspect).toBeUndefined();
   expect(app.metadata.finalizers).toContain(APP_FINALIZER);
   // kapp's app record: ConfigMap <name>.app in the App namespace, pointing at the same label.
-  const record = await getObject<{ data?: { spec?: string } }>(
+  const record = await cluster.getObject<{ data?: { spec?: string } }>(
     'configmap',
     app.metadata.namespace,
     `${app.metadata.name}.app`,
