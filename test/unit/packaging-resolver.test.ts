@@ -13,8 +13,8 @@ import {
   type KubeObject,
   type ListOptions,
   type ListResult,
-  type ObjectRef,
   type ResourceKind,
+  type ResourceRef,
 } from '../../functions/lib/kube/port.js';
 import {
   getPackage,
@@ -65,7 +65,7 @@ class FakeKube implements PackagingReader {
     if (!annotations) return undefined;
     return { metadata: { name, uid: name, resourceVersion: '1', annotations }, phase: 'Active' };
   }
-  async getObject<T extends KubeObject = KubeObject>(ref: ObjectRef): Promise<T | undefined> {
+  async getObject<T extends KubeObject = KubeObject>(ref: ResourceRef): Promise<T | undefined> {
     const found = this.objects.find(
       (o) => o.kind === ref.kind && o.metadata.namespace === ref.namespace && o.metadata.name === ref.name,
     );
