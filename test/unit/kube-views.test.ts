@@ -79,6 +79,16 @@ describe('readingRefsOnce', () => {
     ]);
   });
 
+  it('wraps a frozen view, as the real views are (fetchViewOf), keeping its other methods', async () => {
+    const kube = countingKube();
+    const frozen = Object.freeze({ ...kube, getSecret: kube.getSecret.bind(kube) }) as FetchView;
+    const view = readingRefsOnce(frozen);
+    await view.getSecret('ns', 'creds');
+    await view.getSecret('ns', 'creds');
+    await view.getObject({ apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App', namespace: 'ns', name: 'app' });
+    expect(kube.reads).toEqual(['secret ns/creds', 'app']);
+  });
+
   it('does not keep a failed read', async () => {
     const kube = countingKube(1);
     const view = readingRefsOnce(kube);

@@ -40,14 +40,18 @@ export function readingRefsOnce(view: FetchView): FetchView {
     return result;
   };
   // Everything but the two reads is the view's own (its prototype), so a wider view keeps its
-  // other capabilities and a narrow test fake needs no method it never serves.
-  const wrapped: FetchView = Object.create(view);
+  // other capabilities and a narrow test fake needs no method it never serves. Defined, not
+  // assigned: the views are frozen, and a frozen prototype's method cannot be assigned over.
   return Object.freeze(
-    Object.assign(wrapped, {
-      getSecret: (ns: string, name: string) => once(secrets, `${ns}/${name}`, () => view.getSecret(ns, name)),
-      getConfigMap: (ns: string, name: string) => once(configMaps, `${ns}/${name}`, () => view.getConfigMap(ns, name)),
+    Object.create(view, {
+      getSecret: {
+        value: (ns: string, name: string) => once(secrets, `${ns}/${name}`, () => view.getSecret(ns, name)),
+      },
+      getConfigMap: {
+        value: (ns: string, name: string) => once(configMaps, `${ns}/${name}`, () => view.getConfigMap(ns, name)),
+      },
     }),
-  );
+  ) as FetchView;
 }
 
 /** Read, status, finalizers and credentials (deploy and delete). No list/watch. Pure. */
