@@ -4,14 +4,19 @@
  * App, never two kapps at once. The runtime processes serve only this file's namespace, so
  * they hold their own Lease (another namespace scope) and run alongside the other files.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { kappProcesses, kappSampler, slowApp } from './faults-support.js';
+import {
+  type ChildRuntime,
+  childLog,
+  kappProcesses,
+  kappSampler,
+  killGroup,
+  slowApp,
+  startChildRuntime,
+} from './faults-support.js';
 import {
   type AppObject,
   apply,
@@ -21,7 +26,6 @@ import {
   expectSucceeded,
   getApp,
   getObject,
-  kubeconfigPath,
   reconciled,
   succeededAt,
   suffix,
@@ -31,57 +35,10 @@ import {
 const id = suffix();
 /** Served only by the child-process runtimes (their own Lease: another namespace scope). */
 const CHILD_NS = `e2e-flt-kill-${id}`;
-const REPO = fileURLToPath(new URL('../..', import.meta.url));
 
 /** Timings, printed at the end (for the report). */
 const timings: Record<string, unknown> = {};
 const since = (t0: number) => Date.now() - t0;
-
-/** A `scripts/start.ts` runtime in its own process group, logging to `logFile`. */
-interface ChildRuntime {
-  proc: ChildProcess;
-  exited: Promise<void>;
-  logFile: string;
-}
-
-function startChildRuntime(storeDir: string, logFile: string): ChildRuntime {
-  const fd = openSync(logFile, 'a');
-  const env: NodeJS.ProcessEnv = {
-    ...process.env,
-    KUBECONFIG: kubeconfigPath,
-    KAPP_LAMBDA_NAMESPACES: CHILD_NS,
-    KAPP_LAMBDA_STORE: storeDir,
-  };
-  delete env.KAPP_LAMBDA_CONTEXTS;
-  const proc = spawn('npx', ['tsx', 'scripts/start.ts'], {
-    cwd: REPO,
-    env,
-    detached: true,
-    stdio: ['ignore', fd, fd],
-  });
-  closeSync(fd);
-  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-  return { proc, exited, logFile };
-}
-
-function childLog(file: string): string {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch {
-    return '';
-  }
-}
-
-/** SIGKILLs the whole process group of a child runtime and waits for it to exit. */
-async function killGroup(child: ChildRuntime): Promise<void> {
-  if (child.proc.exitCode !== null || child.proc.signalCode !== null) return;
-  try {
-    process.kill(-child.proc.pid!, 'SIGKILL');
-  } catch {
-    // already gone
-  }
-  await child.exited;
-}
 
 const children: ChildRuntime[] = [];
 let childRoot: string | undefined;
@@ -104,7 +61,7 @@ describe('faults: the runtime process', () => {
     const name = `kill-${id}`;
     childRoot = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-faults-'));
     const storeDir = path.join(childRoot, 'store');
-    const first = startChildRuntime(storeDir, path.join(childRoot, 'runtime-1.log'));
+    const first = startChildRuntime(CHILD_NS, storeDir, path.join(childRoot, 'runtime-1.log'));
     children.push(first);
     const t0 = Date.now();
     await waitFor(
@@ -137,7 +94,7 @@ describe('faults: the runtime process', () => {
 
     const sampler = kappSampler();
     try {
-      const second = startChildRuntime(storeDir, path.join(childRoot, 'runtime-2.log'));
+      const second = startChildRuntime(CHILD_NS, storeDir, path.join(childRoot, 'runtime-2.log'));
       children.push(second);
       const restartedAt = Date.now();
       let last: AppObject | undefined;

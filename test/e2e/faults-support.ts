@@ -5,9 +5,13 @@
  *
  * Not a test file (vitest only collects `*.test.ts`).
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { appManifest } from './support.js';
+import { fileURLToPath } from 'node:url';
+import { appManifest, kubeconfigPath } from './support.js';
+
+const REPO = fileURLToPath(new URL('../..', import.meta.url));
 
 /** argv of a live process, `undefined` when it is gone (or a zombie). */
 export function argvOf(pid: string): string[] | undefined {
@@ -109,4 +113,50 @@ export function slowApp(ns: string, name: string, minReadySeconds: number): obje
     template: [{ ytt: {} }],
     deploy: [{ kapp: { rawOptions: ['--wait-timeout=180s'] } }],
   });
+}
+
+/** A `scripts/start.ts` runtime (forwarder and pipeline) in its own process group, logging to `logFile`. */
+export interface ChildRuntime {
+  proc: ChildProcess;
+  exited: Promise<void>;
+  logFile: string;
+}
+
+/**
+ * Starts `npx tsx scripts/start.ts` serving only namespace `ns` (so it holds a Lease of its own
+ * scope and runs alongside the other files), with its object store in `storeDir`.
+ */
+export function startChildRuntime(ns: string, storeDir: string, logFile: string): ChildRuntime {
+  const fd = openSync(logFile, 'a');
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    KUBECONFIG: kubeconfigPath,
+    KAPP_LAMBDA_NAMESPACES: ns,
+    KAPP_LAMBDA_STORE: storeDir,
+  };
+  delete env.KAPP_LAMBDA_CONTEXTS;
+  const proc = spawn('npx', ['tsx', 'scripts/start.ts'], { cwd: REPO, env, detached: true, stdio: ['ignore', fd, fd] });
+  closeSync(fd);
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  return { proc, exited, logFile };
+}
+
+/** A child runtime's log so far ('' before it exists). */
+export function childLog(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** SIGKILLs the whole process group of a child runtime and waits for it to exit. */
+export async function killGroup(child: ChildRuntime): Promise<void> {
+  if (child.proc.exitCode !== null || child.proc.signalCode !== null) return;
+  try {
+    process.kill(-(child.proc.pid ?? 0), 'SIGKILL');
+  } catch {
+    // already gone
+  }
+  await child.exited;
 }
