@@ -29,10 +29,11 @@ import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
-import { type DispatchDeps, EmbeddedPipeline } from '../lib/pipeline/runtime.js';
+import type { DispatchDeps } from '../lib/pipeline/dispatch.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
 import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
+import { EmbeddedPipeline } from './pipeline.js';
 
 export { CONTROLLER_VERSION };
 

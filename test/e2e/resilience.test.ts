@@ -6,7 +6,7 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import type { EmbeddedOptions } from '../../functions/embedded/runtime.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/runtime.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import {
   apply,
   appManifest,

@@ -15,7 +15,7 @@ import {
 } from '../../events/schema.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/runtime.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 
 const app = (name: string): ObjectRef => ({

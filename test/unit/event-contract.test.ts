@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { mergeEvents } from '../../events/forwarder/outbox.js';
 import { type ObjectRef, objectEvent, REASONS } from '../../events/schema.js';
-import { coalesceEvents } from '../../functions/lib/pipeline/runtime.js';
+import { coalesceEvents } from '../../functions/embedded/pipeline.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -94,6 +94,6 @@ describe('the in-cluster forwarder module graph', () => {
     expect(files.has('functions/lib/reconcile/timer.ts')).toBe(true);
     // The same walk from the embedded runtime does reach the pipeline.
     const embedded = [...moduleGraph(path.join(ROOT, 'functions/embedded/runtime.ts')).keys()].map(rel);
-    expect(embedded.filter((f) => FORBIDDEN.test(f))).toContain('functions/lib/pipeline/runtime.ts');
+    expect(embedded.filter((f) => FORBIDDEN.test(f))).toContain('functions/lib/pipeline/dispatch.ts');
   });
 });

@@ -4,7 +4,9 @@
  * module below the pipeline imports the pipeline, the entry files or a composition root
  * (`functions/embedded/`, `functions/<stage>/`), not even for a type; and the three planners
  * (`fetch/`, `template/`, `deploy/`) do not import each other: what they share lives lower down
- * (`api/`, `reconcile/`).
+ * (`api/`, `reconcile/`). Across the whole of `functions/lib/` there is no import cycle (type
+ * imports included) and nothing imports the embedded runtime (`functions/embedded/`: its
+ * in-process driver and keyed queue stay out of the Lambda bundles).
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -108,5 +110,89 @@ describe('import direction below the pipeline', () => {
     expect(violation('functions/lib/template/execute.ts', 'functions/lib/template/sops.ts')).toBeUndefined();
     expect(violation('functions/lib/deploy/run.ts', 'functions/lib/reconcile/result.ts')).toBeUndefined();
     expect(violation('functions/lib/reconcile/status.ts', 'events/schema.ts')).toBeUndefined();
+  });
+});
+
+/**
+ * Every import of every module of `functions/lib/` and of what they reach outside it (the event
+ * contract), as a map from importer to what it imports: a cycle through a module outside the
+ * folder counts too.
+ */
+function libGraph(): Map<string, string[]> {
+  const graph = new Map<string, string[]>();
+  const todo = tsFiles(path.join(ROOT, 'functions/lib')).map(rel);
+  for (let file = todo.pop(); file !== undefined; file = todo.pop()) {
+    if (graph.has(file)) continue;
+    const imports = importsOf(path.join(ROOT, file));
+    graph.set(file, imports);
+    todo.push(...imports.filter((to) => !graph.has(to)));
+  }
+  return graph;
+}
+
+/**
+ * The import cycles of a graph: its strongly connected components with more than one module,
+ * or one module that imports itself (Tarjan's algorithm), each sorted.
+ */
+function cyclesOf(graph: ReadonlyMap<string, readonly string[]>): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  const visit = (v: string) => {
+    index.set(v, index.size);
+    low.set(v, index.get(v) ?? 0);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v) ?? 0, low.get(w) ?? 0));
+      } else if (onStack.has(w)) {
+        low.set(v, Math.min(low.get(v) ?? 0, index.get(w) ?? 0));
+      }
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const component: string[] = [];
+    let w: string | undefined;
+    do {
+      w = stack.pop();
+      if (w === undefined) break;
+      onStack.delete(w);
+      component.push(w);
+    } while (w !== v);
+    if (component.length > 1 || (graph.get(v) ?? []).includes(v)) cycles.push(component.sort());
+  };
+  for (const v of graph.keys()) if (!index.has(v)) visit(v);
+  return cycles;
+}
+
+describe('the import graph of functions/lib', () => {
+  const graph = libGraph();
+
+  it('has no import cycle, type-only imports included', () => {
+    expect(cyclesOf(graph)).toEqual([]);
+  });
+
+  it('never imports the embedded runtime', () => {
+    const offending = [...graph].flatMap(([from, tos]) =>
+      tos.filter((to) => to.startsWith('functions/embedded/')).map((to) => `${from} -> ${to}`),
+    );
+    expect(offending).toEqual([]);
+  });
+
+  it('covers the pipeline, the entry files and the folders below them (the scan can fail)', () => {
+    expect(graph.get('functions/lib/pipeline/dispatch.ts')).toContain('functions/lib/pipeline/template.ts');
+    expect(graph.get('functions/lib/entry/handler.ts')).toContain('functions/lib/pipeline/dispatch.ts');
+    expect(graph.has('functions/lib/log.ts')).toBe(true);
+    expect(graph.has('events/schema.ts')).toBe(true);
+  });
+
+  it('finds a cycle, a self-import, and none in a chain', () => {
+    const g = (edges: Record<string, string[]>) => new Map(Object.entries(edges));
+    expect(cyclesOf(g({ a: ['b'], b: ['c'], c: ['a'], d: ['a'] }))).toEqual([['a', 'b', 'c']]);
+    expect(cyclesOf(g({ a: ['a'], b: [] }))).toEqual([['a']]);
+    expect(cyclesOf(g({ a: ['b'], b: ['c'], c: [] }))).toEqual([]);
   });
 });

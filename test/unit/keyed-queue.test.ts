@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KeyedQueue } from '../../functions/lib/pipeline/keyed-queue.js';
+import { KeyedQueue } from '../../functions/embedded/keyed-queue.js';
 
 function deferred() {
   let resolve!: () => void;

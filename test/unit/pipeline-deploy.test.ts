@@ -10,7 +10,7 @@ import { deployEvent, type StageStatusSummary } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/runtime.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
   type AppShape,
   type AppWorld,

@@ -16,7 +16,7 @@ import {
   templateEvent,
 } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/runtime.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
   type AppShape,
   type AppWorld,

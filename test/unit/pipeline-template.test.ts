@@ -10,7 +10,7 @@ import { deployEvent, type StageStatusSummary, templateEvent } from '../../event
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/runtime.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {
   type AppShape,

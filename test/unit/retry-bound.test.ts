@@ -17,6 +17,7 @@ import {
   serializeEvent,
   templateEvent,
 } from '../../events/schema.js';
+import { EmbeddedPipeline } from '../../functions/embedded/pipeline.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
@@ -28,7 +29,6 @@ import {
   InfraError,
   infraCauseText,
 } from '../../functions/lib/pipeline/retry-bound.js';
-import { EmbeddedPipeline } from '../../functions/lib/pipeline/runtime.js';
 import { MASKED } from '../../functions/lib/reconcile/secret-mask.js';
 import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';

@@ -37,8 +37,8 @@
 import { type KappEvent, objectRefOf, parseEvent, subjectOf, targetFunction } from '../../../events/schema.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import type { Logger } from '../log.js';
+import { type DispatchDeps, dispatchEvent } from '../pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries, infraStep } from '../pipeline/retry-bound.js';
-import { type DispatchDeps, dispatchEvent } from '../pipeline/runtime.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import { type EventSender, isPipelineStage, type PipelineStage } from '../transport/port.js';
 

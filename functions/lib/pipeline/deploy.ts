@@ -47,7 +47,7 @@ import { readArtifact, scopeOf } from './artifacts.js';
 import { appRef, loadApp, makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
 import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeStage, openStage } from './stage.js';
+import { APP_KIND, closeStage, openHandOff } from './stage.js';
 
 /** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
 export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';
@@ -69,13 +69,7 @@ async function blockDeletion(kube: DeployView, ref: ResourceRef, uid: string): P
  */
 export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Promise<void> {
   const ref = data.object;
-  const opened = await openStage(deps, {
-    stage: 'deploy',
-    object: ref,
-    generation: data.run.generation,
-    view: (id) => deps.clusters.deployView(id),
-    kind: APP_KIND,
-  });
+  const opened = await openHandOff(deps, 'deploy', data, (id) => deps.clusters.deployView(id), APP_KIND);
   if (opened.stop) return;
   const { frame } = opened;
   const { kube, mask, fence } = frame;

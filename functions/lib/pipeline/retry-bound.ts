@@ -3,7 +3,7 @@
  * store cannot be written, the API server keeps refusing a read or a status write, code
  * crashes), and the final failed status written when that bound is reached.
  *
- * Why: a stage that throws is retried by its transport (the embedded {@link KeyedQueue}'s
+ * Why: a stage that throws is retried by its transport (the embedded `KeyedQueue`'s
  * backoff, SQS redelivery). Without a bound, the App shows `Reconciling` forever while the stage
  * crash-loops, and on Lambda the event finally lands in the dead-letter queue with nothing in
  * status. kapp-controller has no such failure mode (its status and caches live in one

@@ -15,7 +15,7 @@
  * The object a stage works for is described by a {@link StageKind} (today the App), so that
  * later stages over other kinds can open the same way.
  */
-import type { ObjectRef } from '../../../events/schema.js';
+import type { ObjectRef, StageRun } from '../../../events/schema.js';
 import type { App, AppStatus } from '../api/index.js';
 import type { FetchView, KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
 import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
@@ -119,6 +119,34 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
     return { stop: 'paused' };
   }
   return { frame: { kube, ref, object, fence, loaded, mask: secretMaskOf(deps), done } };
+}
+
+/** What a stage hand-off event (`TemplateStageData`, `DeployStageData`, ...) opens the next stage with. */
+export interface HandOff {
+  /** The object the run is for. */
+  object: ObjectRef;
+  /** The run that handed off: the next stage is fenced on its generation. */
+  run: Pick<StageRun, 'generation'>;
+}
+
+/**
+ * Opens the stage a hand-off event is for: {@link openStage} fenced on the run that handed off
+ * (`object.uid` + `run.generation`), the object read again. Every stage after a run's first opens
+ * this way.
+ *
+ * @param stage - stage name, for the log line.
+ * @param view - the view the stage holds, for the object's cluster.
+ * @returns what {@link openStage} returns.
+ * @throws KubeApiError when the read fails (the transport retries the stage).
+ */
+export function openHandOff<V extends FetchView, L extends { raw: KubeObject } = LoadedApp>(
+  deps: PipelineDeps,
+  stage: string,
+  handOff: HandOff,
+  view: (clusterId: string) => V,
+  kind: StageKind<L>,
+): Promise<{ frame: StageFrame<V, L>; stop?: undefined } | { stop: StageStop }> {
+  return openStage(deps, { stage, object: handOff.object, generation: handOff.run.generation, view, kind });
 }
 
 /** Why a later stage stops without work: the object is gone, recreated, or has a newer spec. */

@@ -44,7 +44,7 @@ import {
 import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeStage, openStage } from './stage.js';
+import { APP_KIND, closeStage, openHandOff } from './stage.js';
 
 /** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
 export type ClusterInfoSource = (
@@ -90,13 +90,7 @@ export async function runTemplate(
   clusterInfo: ClusterInfoSource,
 ): Promise<StageOutput> {
   const ref = data.object;
-  const opened = await openStage(deps, {
-    stage: 'template',
-    object: ref,
-    generation: data.run.generation,
-    view: (id) => deps.clusters.fetchView(id),
-    kind: APP_KIND,
-  });
+  const opened = await openHandOff(deps, 'template', data, (id) => deps.clusters.fetchView(id), APP_KIND);
   if (opened.stop) return {};
   const { frame } = opened;
   const { kube, mask } = frame;

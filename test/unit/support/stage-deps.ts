@@ -10,7 +10,7 @@ import { afterAll, beforeAll } from 'vitest';
 import type { FakeCommandRunner } from '../../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../../functions/lib/log.js';
 import type { PipelineConfig } from '../../../functions/lib/pipeline/deps.js';
-import type { DispatchDeps } from '../../../functions/lib/pipeline/runtime.js';
+import type { DispatchDeps } from '../../../functions/lib/pipeline/dispatch.js';
 import { MemoryStore } from '../../../functions/lib/store/memory.js';
 
 /**

@@ -1,0 +1,94 @@
+/**
+ * Routing of events to stage handlers.
+ *
+ * {@link dispatchEvent} is what every function entry calls: it runs the stage an event is
+ * for and returns the next stage's event (or none). On Lambda each stage is its own
+ * function and the returned event goes to the next stage's queue; the embedded runtime's
+ * driver (`functions/embedded/pipeline.ts`) runs the stages of one object back to back in
+ * process.
+ */
+import { deleteEvent, deployEvent, EVENT_TYPES, type KappEvent, templateEvent } from '../../../events/schema.js';
+import { SecretMask } from '../reconcile/secret-mask.js';
+import { runDelete, runDeploy } from './deploy.js';
+import type { PipelineDeps, StageOutput } from './deps.js';
+import { handleAppEvent } from './reconcile.js';
+import { endRunAfterRetries } from './retry-bound.js';
+import { type ClusterInfoSource, runTemplate } from './template.js';
+
+/** Dependencies of {@link dispatchEvent}. */
+export interface DispatchDeps extends PipelineDeps {
+  /** Live cluster values for templates that need them. */
+  clusterInfo: ClusterInfoSource;
+}
+
+function nextEvent(out: StageOutput, deps: PipelineDeps): KappEvent | undefined {
+  const opts = { time: deps.now() };
+  if (out.template) return templateEvent(out.template, opts);
+  if (out.deploy) return deployEvent(out.deploy, opts);
+  if (out.delete) return deleteEvent({ object: out.delete.ref, run: out.delete.run }, opts);
+  return undefined;
+}
+
+/**
+ * Runs the stage `event` is for.
+ *
+ * @returns the next stage's event, or `undefined` when the run ended (success, failure with
+ *   status written, no-op, stale, gone).
+ * @throws on infrastructure failures (API, store, crashed code): deliver the same event again.
+ */
+export async function dispatchEvent(event: KappEvent, deps: DispatchDeps): Promise<KappEvent | undefined> {
+  switch (event.type) {
+    case EVENT_TYPES.object:
+      if (event.data.kind !== 'App') {
+        deps.log.warn({ kind: event.data.kind, subject: event.subject }, 'no handler for this kind yet; event dropped');
+        return undefined;
+      }
+      return nextEvent(await handleAppEvent(event, deps), deps);
+    case EVENT_TYPES.template:
+      return nextEvent(await runTemplate(event.data, deps, deps.clusterInfo), deps);
+    case EVENT_TYPES.deploy:
+      await runDeploy(event.data, deps);
+      return undefined;
+    case EVENT_TYPES.delete:
+      await runDelete({ clusterId: event.data.object.clusterId, ref: event.data.object, run: event.data.run }, deps);
+      return undefined;
+    default:
+      deps.log.warn({ type: event.type }, 'no handler for this event type; event dropped');
+      return undefined;
+  }
+}
+
+/** Which attempt of a run a stage event is (see `retry-bound.ts`). */
+export interface AttemptInfo {
+  /** 1-based attempt of this run (embedded: the queue's count; Lambda: `ApproximateReceiveCount`). */
+  attempt: number;
+  /** Attempts allowed; the one numbered `maxAttempts` (or later) is the last. */
+  maxAttempts: number;
+}
+
+/**
+ * {@link dispatchEvent} with a fresh {@link SecretMask} for the run and the retry bound: when the
+ * stage throws on its last attempt, the run ends with a final failed status
+ * (`endRunAfterRetries`) instead of another retry.
+ *
+ * @param dispatch - the stage runner; default {@link dispatchEvent} (tests replace it).
+ * @returns `next`: the next stage's event, if any; `ended`: true when the run was ended by the
+ *   retry bound (the event must be acknowledged).
+ * @throws what the stage threw, before the last attempt, or when the final status could not be
+ *   written either.
+ */
+export async function dispatchWithRetryBound(
+  event: KappEvent,
+  deps: DispatchDeps,
+  attempt: AttemptInfo,
+  dispatch: (event: KappEvent, deps: DispatchDeps) => Promise<KappEvent | undefined> = dispatchEvent,
+): Promise<{ next?: KappEvent; ended?: true }> {
+  const secretMask = new SecretMask();
+  try {
+    return { next: await dispatch(event, { ...deps, secretMask }) };
+  } catch (err) {
+    if (attempt.attempt < attempt.maxAttempts) throw err;
+    if (await endRunAfterRetries(event, err, deps, secretMask, attempt.attempt)) return { ended: true };
+    throw err;
+  }
+}
