@@ -1,0 +1,483 @@
+/**
+ * The fixed template pipeline of a PackageRepository (kapp-controller
+ * `pkg/pkgrepository/app_template.go`, reference §3.12 step 5):
+ *
+ * 1. `<root>/packages` must exist and be a directory ({@link INVALID_PACKAGE_REPOSITORY_MESSAGE});
+ * 2. `ytt --ignore-unknown-comments -f <root>/packages`;
+ * 3. ytt with the clean-up overlay ({@link CLEAN_UP_OVERLAY}) over that stream: only Packages
+ *    and PackageMetadatas are kept, `metadata.namespace` is removed, the four annotations added;
+ * 4. `FilterResources` ({@link filterRepositoryResources}): each document decoded with the
+ *    Package/PackageMetadata schemas (unknown fields dropped) and re-encoded; any other kind is an
+ *    error. kapp-lambda also encodes each Package's name for its CRD storage (`packageObjectName`);
+ * 5. ytt again, adding the kapp `Config` whose rebase rules resolve conflicts between
+ *    repositories ({@link REBASE_CONFIG});
+ * 6. for an `imgpkgBundle` fetch, `kbld -f - -f <root>/.imgpkg/images.yml --build=false`.
+ *
+ * The tools run through `runTemplateSteps` (`../template/execute.ts`), exactly as an App's
+ * template steps: the one command runner, the scratch directory as the only writable place,
+ * the tool timeout, the output bound and the cancel signal.
+ *
+ * Two hardenings that do not change the output: upstream interpolates `<ns>/<name>` into the
+ * overlay's source text, here it is a ytt data value given as one argv element; and the stream
+ * ytt re-reads (the previous ytt output, the filtered documents) is marked `type=yaml-plain`, so
+ * no text in a package can ever be evaluated as a template.
+ *
+ * @module
+ */
+import { lstat, mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parseAllDocuments, stringify } from 'yaml';
+import { PackageNameError, packageObjectName, STRICT_SEMVER_REGEX } from '../api/datapackaging.js';
+import { parsePackage, parsePackageMetadata } from '../api/parse.js';
+import { PackageMetadataResource, PackageResource } from '../api/resources.js';
+import { errorMessage, resultFromError, type StageResult } from '../reconcile/result.js';
+import { runTemplateSteps, type TemplateRunDeps } from '../template/execute.js';
+import { type RunStep, TEMPLATING_DIR_ERROR_PREFIX } from '../template/step.js';
+
+/** Input of the fixed PackageRepository template pipeline (kapp-controller §3.12 step 5). */
+export interface RepoTemplateInput {
+  /** The fetched repository root (vendir's directory `0`), which must contain `packages/`. */
+  root: string;
+  /** PackageRepository name and namespace (the package-repository-ref annotation `<ns>/<name>`). */
+  name: string;
+  namespace: string;
+  /** True when the fetch was an `imgpkgBundle` (then kbld runs with `<root>/.imgpkg/images.yml`). */
+  bundle: boolean;
+  /** A scratch directory the run may write to (removed by the caller). */
+  scratch: string;
+  /** Cancels the tools (App/PackageRepository deleted, function deadline). */
+  signal?: AbortSignal;
+}
+
+/**
+ * Result: the status.template part (stdout/stderr/exitCode/error/updatedAt as for Apps) and, on
+ * success, the manifest kapp deploys (Package/PackageMetadata documents with the clean-up
+ * annotations, plus the rebase-rule kapp Config), and the packages it holds.
+ */
+export interface RepoTemplateOutput {
+  result: StageResult;
+  manifest?: string;
+  /** Per refName, the versions the repository holds (exact spec.version strings), sorted as semver ascending or as listed. */
+  versions?: Record<string, string[]>;
+}
+
+/** Upstream's error when the fetched content has no `packages/` directory (`errInvalidPackageRepo`). */
+export const INVALID_PACKAGE_REPOSITORY_MESSAGE =
+  "Invalid package repository content: must contain 'packages/' directory but did not";
+
+/** The ytt data value holding `<ns>/<name>` of the PackageRepository in {@link CLEAN_UP_OVERLAY}. */
+const REPOSITORY_REF_VALUE = 'packageRepositoryRef';
+
+/**
+ * Upstream's `kapp-controller-clean-up.yml` (`yttTemplateCleanRs`), verbatim except that the
+ * package-repository-ref value reads the data value {@link REPOSITORY_REF_VALUE} instead of
+ * having `<ns>/<name>` formatted into the source.
+ */
+export const CLEAN_UP_OVERLAY = `
+#@ load("@ytt:overlay", "overlay")
+#@ load("@ytt:data", "data")
+
+#@ pkg = overlay.subset({"apiVersion":"data.packaging.carvel.dev/v1alpha1", "kind": "Package"})
+#@ pkgm = overlay.subset({"apiVersion":"data.packaging.carvel.dev/v1alpha1", "kind": "PackageMetadata"})
+
+#@overlay/match by=overlay.not_op(overlay.or_op(pkg, pkgm)),expects="0+"
+#@overlay/remove
+---
+
+#@overlay/match by=overlay.all,expects="0+"
+---
+metadata:
+  #! Ensure that all resources do not set some random namespace
+  #! so that all resource end in the PackageRepository's namespace
+  #@overlay/match missing_ok=True
+  #@overlay/remove
+  namespace:
+
+  #@overlay/match missing_ok=True
+  annotations:
+    #@overlay/match missing_ok=True
+    kapp.k14s.io/disable-original: ""
+
+    #@overlay/match missing_ok=True
+    kapp.k14s.io/disable-wait: ""
+
+    #@overlay/match missing_ok=True
+    packaging.carvel.dev/package-repository-ref: #@ data.values.${REPOSITORY_REF_VALUE}
+
+    #@overlay/match missing_ok=True
+    kapp.k14s.io/create-strategy: "fallback-on-update-or-noop"`;
+
+/**
+ * Upstream's `yttRebasePackageRelatedRsByRevision` (`yttTemplateAddIdenticalRsRebase`), verbatim:
+ * the ytt overlay kapp applies to an existing Package or PackageMetadata owned by another
+ * repository (identical → noop, higher `packaging.carvel.dev/revision` wins, else
+ * `Conflicting resources`; reference §3.12 "Conflict resolution").
+ */
+const REBASE_OVERLAY = `
+        #@ load("@ytt:data", "data")
+        #@ load("@ytt:json", "json")
+        #@ load("@ytt:overlay", "overlay")
+        #@ load("@ytt:struct", "struct")
+
+        #@ def get_rev(annotations):
+        #@   if hasattr(annotations, "packaging.carvel.dev/revision"):
+        #@     return [int(x) for x in annotations["packaging.carvel.dev/revision"].split('.')]
+        #@   else:
+        #@     return [-1]
+        #@   end
+        #@ end
+
+        #! return 0 iff eq, 1 (or more) iff r1 > r2, -1 (or less) iff r1 < r2
+        #@ def cmp_rev(r1, r2):
+        #@   size = min(len(r1), len(r2))
+        #@   for i in range(size):
+        #@     if r1[i] > r2[i]:
+        #@        return 1
+        #@     elif r1[i] < r2[i]:
+        #@        return -1
+        #@     end
+        #@   end
+        #@   return len(r1) - len(r2)
+        #@ end
+
+        #@ def filter(kvs, exclude_keys):
+        #@   return {k: v for k, v in kvs.items() if not k in exclude_keys}
+        #@ end
+
+        #! TODO: next person who adds an annotation to the set of all kapp-controller annotations is gonna have a bad time.
+        #@ def annotations_are_identical(existing_anns, new_anns):
+        #@   carvel_anns = set(["kapp.k14s.io/disable-original",
+        #@                      "kapp.k14s.io/disable-wait",
+        #@                      "packaging.carvel.dev/package-repository-ref",
+        #@                      "kapp.k14s.io/identity",
+        #@                      "kapp.k14s.io/create-strategy"])
+        #@   return filter(existing_anns, carvel_anns) == filter(new_anns, carvel_anns)
+        #@ end
+
+        #@ def labels_are_identical(existing_labels, new_labels):
+        #@   carvel_labels = set(["kapp.k14s.io/app", "kapp.k14s.io/association"])
+        #@   return filter(existing_labels, carvel_labels) == filter(new_labels, carvel_labels)
+        #@ end
+
+        #@ def specs_are_identical(existing_spec, new_spec):
+        #@   if json.encode(new_spec) == json.encode(existing_spec):
+        #@     return True, ""
+        #@   end
+        #@
+        #@   # the rest of this method is to help make a better error message
+        #@   ex = existing_spec
+        #@   nw = new_spec
+        #@
+        #@   for attr in nw.keys():
+        #@     if not attr in ex:
+        #@       return False, "adding spec."+attr
+        #@     end
+        #@   end
+        #@
+        #@   for attr in ex.keys():
+        #@     if not attr in nw:
+        #@       return False, "missing spec." + attr
+        #@     end
+        #@     if str(nw[attr]) != str(ex[attr]):
+        #@       return False, "mismatch in spec." + attr
+        #@     end
+        #@   end
+        #@   return False, "mismatch in unknown location"
+        #@ end
+
+        #@ def is_identical(existing, new):
+        #@   eq, reason = specs_are_identical(struct.decode(existing.spec), struct.decode(new.spec))
+        #@   if not eq:
+        #@     return False, reason
+        #@   end
+        #@   if not labels_are_identical(struct.decode(existing.metadata.labels), struct.decode(new.metadata.labels)):
+        #@     return False, "mismatch in metadata.labels"
+        #@   end
+        #@   if not annotations_are_identical(struct.decode(existing.metadata.annotations), struct.decode(new.metadata.annotations)):
+        #@     return False, "mismatch in metadata.annotations"
+        #@   end
+        #@   return True, ""
+        #@ end
+
+        #! if the pkgr-ref annotation is missing (and the packages are identical)
+        #! then assume ownership - covers upgrade case from old kcs
+
+        #@ pkg_repo_ann = "packaging.carvel.dev/package-repository-ref"
+        #@ new_owner = data.values.new.metadata.annotations[pkg_repo_ann]
+        #@
+        #@ existing_owner = new_owner
+        #@
+        #@ if hasattr(data.values.existing.metadata, "annotations"):
+        #@   if pkg_repo_ann in data.values.existing.metadata.annotations:
+        #@     existing_owner = data.values.existing.metadata.annotations[pkg_repo_ann]
+        #@   end
+        #@ end
+        #@
+        #@ if new_owner != existing_owner:
+        #@   identical, reason = is_identical(data.values.existing, data.values.new)
+        #@   if identical:
+
+        #@overlay/match by=overlay.all
+        ---
+        metadata:
+          #@overlay/match missing_ok=True
+          annotations:
+            #@overlay/match missing_ok=True
+            kapp.k14s.io/noop: ""
+
+        #@ elif cmp_rev(get_rev(data.values.existing.metadata.annotations), get_rev(data.values.new.metadata.annotations)) > 0:
+
+        #@overlay/match by=overlay.all
+        ---
+        metadata:
+          #@overlay/match missing_ok=True
+          annotations:
+            #@overlay/match missing_ok=True
+            kapp.k14s.io/noop: ""
+
+        #@   elif cmp_rev(get_rev(data.values.existing.metadata.annotations), get_rev(data.values.new.metadata.annotations)) < 0:
+        #@     # replacing existing older rev with newer rev
+        #@   else:
+        #@     fail("Error: Conflicting resources: " + data.values.existing.kind + "/" + data.values.existing.metadata.name + " is already present but not identical (" + reason +")")
+        #@   end
+        #@ end
+`;
+
+/**
+ * Upstream's `noop-on-identical-packages.yml`, verbatim: the kapp `Config` carrying
+ * {@link REBASE_OVERLAY} as a rebase rule (ytt overlay contract v1) for every Package and
+ * PackageMetadata. Plain YAML for ytt (the overlay is a block string kapp evaluates later).
+ */
+export const REBASE_CONFIG = `
+---
+apiVersion: kapp.k14s.io/v1alpha1
+kind: Config
+rebaseRules:
+- ytt:
+    overlayContractV1:
+      overlay.yml: |
+${REBASE_OVERLAY}
+  resourceMatchers:
+  - apiVersionKindMatcher: {apiVersion: data.packaging.carvel.dev/v1alpha1, kind: Package}
+  - apiVersionKindMatcher: {apiVersion: data.packaging.carvel.dev/v1alpha1, kind: PackageMetadata}
+`;
+
+/** The package documents of a repository after {@link filterRepositoryResources}. */
+export interface FilteredResources {
+  /** The re-encoded documents, separated by `---`. */
+  manifest: string;
+  /** Per refName, its Packages' `spec.version`s ({@link sortVersions}). */
+  versions: Record<string, string[]>;
+}
+
+const [PACKAGING_GROUP, PACKAGING_VERSION] = PackageResource.apiVersion.split('/') as [string, string];
+
+/**
+ * Upstream's `FilterResources` plus kapp-lambda's name encoding: decodes each document of the
+ * cleaned-up stream as a Package or PackageMetadata (unknown fields dropped, as Go's decode and
+ * re-encode does, so newer repository fields do not break the rebase rule's identity check) and
+ * re-encodes it. A Package whose `metadata.name` is `<refName>.<version>` is renamed to
+ * {@link packageObjectName} (its `+` written `--`); a Package named otherwise keeps its name, so
+ * the API server refuses it with upstream's `must be <spec.refName> + '.' + <spec.version>`.
+ * Empty documents are skipped.
+ *
+ * @param stream - the clean-up overlay's output (multi-document YAML)
+ * @returns the manifest and the versions per refName
+ * @throws {Error} with upstream's texts: `Parsing stream of resources: ...`,
+ *   `Expected group 'data.packaging.carvel.dev' but was '<g>'`, `Expected version 'v1alpha1' but
+ *   was '<v>'`, `Expected kind to be 'Package' or 'PackageMetadata' but was '<k>'`,
+ *   `Deserializing resource: <schema error>`; and `Encoding name of Package '<name>': <reason>`
+ *   for a version no CRD object name can hold (uppercase letters, `--`, `-+`, `+-`)
+ */
+export function filterRepositoryResources(stream: string): FilteredResources {
+  const docs = parseAllDocuments(stream);
+  const out: string[] = [];
+  const versions: Record<string, string[]> = {};
+  for (const doc of docs) {
+    if (doc.errors.length > 0) throw new Error(`Parsing stream of resources: ${doc.errors[0]?.message}`);
+    const value: unknown = doc.toJS();
+    if (value === null || value === undefined) continue;
+    const { apiVersion, kind } = (typeof value === 'object' ? value : {}) as { apiVersion?: unknown; kind?: unknown };
+    const [group, version] =
+      typeof apiVersion === 'string' && apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+    if (group !== PACKAGING_GROUP) throw new Error(`Expected group '${PACKAGING_GROUP}' but was '${group}'`);
+    if (version !== PACKAGING_VERSION) throw new Error(`Expected version '${PACKAGING_VERSION}' but was '${version}'`);
+    if (kind === PackageMetadataResource.kind) {
+      const parsed = parsePackageMetadata(value);
+      if (!parsed.success) throw new Error(`Deserializing resource: ${parsed.error.message}`);
+      out.push(stringify(parsed.data));
+      continue;
+    }
+    if (kind !== PackageResource.kind) {
+      throw new Error(`Expected kind to be 'Package' or 'PackageMetadata' but was '${String(kind ?? '')}'`);
+    }
+    const parsed = parsePackage(value);
+    if (!parsed.success) throw new Error(`Deserializing resource: ${parsed.error.message}`);
+    const pkg = parsed.data;
+    const { refName, version: pkgVersion } = pkg.spec;
+    if (refName !== undefined && pkgVersion !== undefined) {
+      if (pkg.metadata.name === `${refName}.${pkgVersion}`) pkg.metadata.name = encodedName(refName, pkgVersion);
+      versions[refName] = [...(versions[refName] ?? []), pkgVersion];
+    }
+    out.push(stringify(pkg));
+  }
+  for (const list of Object.values(versions)) sortVersions(list);
+  return { manifest: out.join('---\n'), versions };
+}
+
+/** {@link packageObjectName}, its refusal worded as a template error naming the Package. */
+function encodedName(refName: string, version: string): string {
+  try {
+    return packageObjectName(refName, version);
+  } catch (err) {
+    if (!(err instanceof PackageNameError)) throw err;
+    throw new Error(`Encoding name of Package '${refName}.${version}': ${err.message}`);
+  }
+}
+
+/** Numeric identifiers compare numerically and below alphanumeric ones (semver 2.0.0 §11). */
+function compareIdentifiers(a: string, b: string): number {
+  const an = /^[0-9]+$/.test(a);
+  const bn = /^[0-9]+$/.test(b);
+  if (an && bn) return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
+  if (an !== bn) return an ? -1 : 1;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Semver precedence of two strict semver versions (build metadata ignored). */
+function compareSemver(a: RegExpExecArray, b: RegExpExecArray): number {
+  for (const i of [1, 2, 3]) {
+    const c = compareIdentifiers(a[i] ?? '', b[i] ?? '');
+    if (c !== 0) return c;
+  }
+  const pa = a[4]?.slice(1).split('.') ?? [];
+  const pb = b[4]?.slice(1).split('.') ?? [];
+  if (pa.length === 0 || pb.length === 0) return pb.length - pa.length; // a release ranks above its prereleases
+  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
+    const c = compareIdentifiers(pa[i] ?? '', pb[i] ?? '');
+    if (c !== 0) return c;
+  }
+  return pa.length - pb.length;
+}
+
+/**
+ * Sorts versions in place, ascending by semver precedence (semver 2.0.0 §11); versions equal in
+ * precedence (differing in build metadata only) and versions that are not strict semver (the API
+ * server refuses those) keep their listed order, the latter after all semver ones.
+ *
+ * @param versions - `spec.version` strings
+ * @returns the same array
+ */
+export function sortVersions(versions: string[]): string[] {
+  const parsed = new Map(versions.map((v) => [v, STRICT_SEMVER_REGEX.exec(v)]));
+  return versions.sort((a, b) => {
+    const pa = parsed.get(a);
+    const pb = parsed.get(b);
+    if (!pa || !pb) return (pa ? 0 : 1) - (pb ? 0 : 1);
+    return compareSemver(pa, pb);
+  });
+}
+
+/** A ytt or kbld step of the pipeline (the `RunStep` of `../template/step.ts`). */
+function toolStep(
+  index: number,
+  bin: 'ytt' | 'kbld',
+  args: string[],
+  stdin: RunStep['stdin'],
+  files: RunStep['files'] = [],
+): RunStep {
+  return {
+    kind: 'run',
+    index,
+    templater: bin,
+    bin,
+    args,
+    env: {},
+    stdin,
+    files,
+    dirs: [],
+    errorPrefix: TEMPLATING_DIR_ERROR_PREFIX,
+  };
+}
+
+/** `--file-mark=<file>:type=yaml-plain`: ytt reads `<file>` as plain YAML, never as a template. */
+const plainYaml = (file: string): string => `--file-mark=${file}:type=yaml-plain`;
+
+/**
+ * Runs the fixed PackageRepository template pipeline (upstream `App.template` of
+ * `pkg/pkgrepository/app_template.go`; see the module comment for the steps).
+ *
+ * Failures are results, as upstream's `CmdRunResult`: no `packages/` directory is
+ * {@link INVALID_PACKAGE_REPOSITORY_MESSAGE} (exit code -1); a tool failure is
+ * `Templating dir: <error>` with its stderr and exit code; a {@link filterRepositoryResources}
+ * error is set on the clean-up ytt result (its stderr and exit code 0 kept, as upstream sets
+ * `result.Error` on it).
+ *
+ * @param input - root, repository name and namespace, bundle flag, scratch directory, signal
+ * @param deps - the command runner and tool timeout/output bound (`TemplateRunDeps`)
+ * @returns the template result; on success also the manifest and the versions per refName
+ * @throws only on I/O errors writing the scratch files
+ */
+export async function templateRepository(input: RepoTemplateInput, deps: TemplateRunDeps): Promise<RepoTemplateOutput> {
+  const packagesDir = path.join(input.root, 'packages');
+  try {
+    if (!(await lstat(packagesDir)).isDirectory())
+      return { result: resultFromError(INVALID_PACKAGE_REPOSITORY_MESSAGE) };
+  } catch (err) {
+    const missing = (err as NodeJS.ErrnoException).code === 'ENOENT';
+    return { result: resultFromError(missing ? INVALID_PACKAGE_REPOSITORY_MESSAGE : errorMessage(err)) };
+  }
+
+  const cleanUpDir = path.join(input.scratch, 'clean-up');
+  const cleanUp = await runTemplateSteps(
+    [
+      toolStep(0, 'ytt', ['--ignore-unknown-comments', '-f', packagesDir], 'none'),
+      toolStep(
+        1,
+        'ytt',
+        [
+          '-f',
+          '-',
+          plainYaml('stdin.yml'),
+          '-f',
+          cleanUpDir,
+          `--data-value=${REPOSITORY_REF_VALUE}=${input.namespace}/${input.name}`,
+        ],
+        'previous',
+        [{ path: path.join(cleanUpDir, 'kapp-controller-clean-up.yml'), content: CLEAN_UP_OVERLAY, sensitive: false }],
+      ),
+    ],
+    deps,
+    input.scratch,
+    input.signal,
+  );
+  if (cleanUp.result.error) return { result: cleanUp.result };
+
+  let filtered: FilteredResources;
+  try {
+    filtered = filterRepositoryResources(cleanUp.manifest);
+  } catch (err) {
+    return { result: { ...cleanUp.result, error: errorMessage(err) } };
+  }
+
+  const filteredDir = path.join(input.scratch, 'filtered');
+  await mkdir(filteredDir, { recursive: true });
+  await writeFile(path.join(filteredDir, 'packages.yml'), filtered.manifest);
+  const rebaseDir = path.join(input.scratch, 'rebase');
+  const steps = [
+    toolStep(
+      2,
+      'ytt',
+      ['-f', path.join(filteredDir, 'packages.yml'), plainYaml('packages.yml'), '-f', rebaseDir],
+      'none',
+      [{ path: path.join(rebaseDir, 'noop-on-identical-packages.yml'), content: REBASE_CONFIG, sensitive: false }],
+    ),
+  ];
+  if (input.bundle) {
+    const images = path.join(input.root, '.imgpkg', 'images.yml');
+    steps.push(toolStep(3, 'kbld', ['-f', '-', '-f', images, '--build=false'], 'previous'));
+  }
+  const final = await runTemplateSteps(steps, deps, input.scratch, input.signal);
+  if (final.result.error) return { result: final.result };
+  return { result: final.result, manifest: final.manifest, versions: filtered.versions };
+}

@@ -1,0 +1,242 @@
+/**
+ * The fixed PackageRepository template pipeline (`functions/lib/packaging/repo-template.ts`,
+ * upstream `pkg/pkgrepository/app_template.go`) over the fake command runner: the argv sequence,
+ * the stream handed between tools, and every error with upstream's text.
+ */
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import {
+  CLEAN_UP_OVERLAY,
+  filterRepositoryResources,
+  INVALID_PACKAGE_REPOSITORY_MESSAGE,
+  REBASE_CONFIG,
+  sortVersions,
+  templateRepository,
+} from '../../functions/lib/packaging/repo-template.js';
+import { useTempDir } from './support/stage-deps.js';
+
+const tmp = useTempDir('repo-template-');
+
+const PKG = `apiVersion: data.packaging.carvel.dev/v1alpha1
+kind: Package
+metadata:
+  name: app.corp.com.1.0.0+build.1
+  annotations:
+    packaging.carvel.dev/package-repository-ref: ns/repo
+spec:
+  refName: app.corp.com
+  version: 1.0.0+build.1
+  futureField: dropped
+`;
+
+const PKGM = `apiVersion: data.packaging.carvel.dev/v1alpha1
+kind: PackageMetadata
+metadata:
+  name: app.corp.com
+spec:
+  displayName: App
+`;
+
+let n = 0;
+
+/** A fresh repository root (with `packages/` unless `packages` is false) and scratch directory. */
+async function dirs(packages = true) {
+  const base = path.join(tmp(), `case-${n++}`);
+  const root = path.join(base, 'root');
+  await mkdir(packages ? path.join(root, 'packages') : root, { recursive: true });
+  return { root, scratch: path.join(base, 'scratch') };
+}
+
+/**
+ * A fake runner scripting the four tools: the first ytt prints `packages`, the clean-up ytt
+ * prints `cleaned`, the rebase ytt echoes the filtered file it is given, kbld prints `relocated`.
+ */
+function fakeTools(opts: { packages?: string; cleaned?: string } = {}) {
+  const runner = new FakeCommandRunner();
+  runner.on('ytt', { stdout: opts.packages ?? 'pass-1\n' }, (a) => a[0] === '--ignore-unknown-comments');
+  runner.on('ytt', { stdout: opts.cleaned ?? `${PKG}---\n${PKGM}` }, (a) => a.includes('-'));
+  runner.on(
+    'ytt',
+    async (_req, call) => ({ stdout: `${await readFile(call.args[1] ?? '', 'utf8')}---\nkind: Config\n` }),
+    (a) => a.some((x) => x.endsWith('packages.yml')),
+  );
+  runner.on('kbld', { stdout: 'relocated\n' });
+  return runner;
+}
+
+const deps = (runner: FakeCommandRunner) => ({ runner, config: { toolTimeoutMs: 5000 } });
+
+describe('templateRepository', () => {
+  it('runs ytt over packages/, the clean-up overlay, the rebase Config and kbld, in that order', async () => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools();
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: true, scratch }, deps(runner));
+
+    expect(out.result.error).toBeUndefined();
+    const cleanUpDir = path.join(scratch, 'clean-up');
+    const filtered = path.join(scratch, 'filtered', 'packages.yml');
+    expect(runner.argv()).toEqual([
+      ['ytt', '--ignore-unknown-comments', '-f', path.join(root, 'packages')],
+      [
+        'ytt',
+        '-f',
+        '-',
+        '--file-mark=stdin.yml:type=yaml-plain',
+        '-f',
+        cleanUpDir,
+        '--data-value=packageRepositoryRef=ns/repo',
+      ],
+      ['ytt', '-f', filtered, '--file-mark=packages.yml:type=yaml-plain', '-f', path.join(scratch, 'rebase')],
+      ['kbld', '-f', '-', '-f', path.join(root, '.imgpkg', 'images.yml'), '--build=false'],
+    ]);
+    // Each stream goes to the next tool; the tools get the configured timeout.
+    expect(runner.calls[1]?.stdin).toBe('pass-1\n');
+    expect(runner.calls[3]?.stdin).toContain('kind: Config');
+    expect(runner.calls.every((c) => c.timeoutMs === 5000)).toBe(true);
+    expect(await readFile(path.join(cleanUpDir, 'kapp-controller-clean-up.yml'), 'utf8')).toBe(CLEAN_UP_OVERLAY);
+    expect(await readFile(path.join(scratch, 'rebase', 'noop-on-identical-packages.yml'), 'utf8')).toBe(REBASE_CONFIG);
+    expect(out.manifest).toBe('relocated\n');
+    expect(out.versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
+  });
+
+  it('without a bundle runs no kbld, and the manifest holds the filtered packages with encoded names', async () => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools();
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
+
+    expect(runner.argv().map((a) => a[0])).toEqual(['ytt', 'ytt', 'ytt']);
+    const docs = parseAllDocuments(out.manifest ?? '').map((d) => d.toJS());
+    expect(docs.map((d) => [d.kind, d.metadata?.name])).toEqual([
+      ['Package', 'app.corp.com.1.0.0--build.1'],
+      ['PackageMetadata', 'app.corp.com'],
+      ['Config', undefined],
+    ]);
+    expect(docs[0].spec).toEqual({ refName: 'app.corp.com', version: '1.0.0+build.1' });
+  });
+
+  it("fails with upstream's text when packages/ is missing, without running a tool", async () => {
+    const { root, scratch } = await dirs(false);
+    const runner = fakeTools();
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
+    expect(out.result).toEqual({
+      stdout: '',
+      stderr: '',
+      exitCode: -1,
+      error: "Invalid package repository content: must contain 'packages/' directory but did not",
+      finished: true,
+    });
+    expect(out.manifest).toBeUndefined();
+    expect(runner.calls).toEqual([]);
+  });
+
+  it('fails the same way when packages is a file', async () => {
+    const { root, scratch } = await dirs(false);
+    await writeFile(path.join(root, 'packages'), 'not a directory');
+    const out = await templateRepository(
+      { root, name: 'repo', namespace: 'ns', bundle: false, scratch },
+      deps(fakeTools()),
+    );
+    expect(out.result.error).toBe(INVALID_PACKAGE_REPOSITORY_MESSAGE);
+  });
+
+  it('a failing tool ends the run with Templating dir: and its stderr', async () => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools();
+    runner.on('ytt', exitWith(1, 'ytt: Error: bad yaml\n'), (a) => a[0] === '--ignore-unknown-comments');
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: true, scratch }, deps(runner));
+    expect(out.result).toMatchObject({
+      exitCode: 1,
+      stderr: 'ytt: Error: bad yaml\n',
+      error: 'Templating dir: Error (see .status.usefulErrorMessage for details)',
+    });
+    expect(out.manifest).toBeUndefined();
+    expect(runner.calls).toHaveLength(1);
+  });
+
+  it('a failing kbld (e.g. no .imgpkg/images.yml) fails the run', async () => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools();
+    runner.on('kbld', exitWith(1, 'kbld: Error: open images.yml: no such file or directory\n'));
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: true, scratch }, deps(runner));
+    expect(out.result.error).toBe('Templating dir: Error (see .status.usefulErrorMessage for details)');
+    expect(out.result.stderr).toContain('no such file or directory');
+    expect(out.versions).toBeUndefined();
+  });
+
+  it('a document of another kind after clean-up is an error set on the clean-up result', async () => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools({ cleaned: 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n' });
+    runner.on('ytt', { stdout: 'apiVersion: v1\nkind: ConfigMap\n', stderr: 'warning\n' }, (a) => a.includes('-'));
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
+    expect(out.result).toEqual({
+      stdout: '',
+      stderr: 'warning\n',
+      exitCode: 0,
+      error: "Expected group 'data.packaging.carvel.dev' but was ''",
+      finished: true,
+    });
+    expect(runner.calls).toHaveLength(2);
+  });
+
+  it('a version no Package name can hold is an error naming the package', async () => {
+    const { root, scratch } = await dirs();
+    const bad = PKG.replaceAll('1.0.0+build.1', '1.0.0-RC.1');
+    const out = await templateRepository(
+      { root, name: 'repo', namespace: 'ns', bundle: false, scratch },
+      deps(fakeTools({ cleaned: bad })),
+    );
+    expect(out.result.error).toMatch(
+      /^Encoding name of Package 'app\.corp\.com\.1\.0\.0-RC\.1': spec\.version: Invalid value: "1\.0\.0-RC\.1": must not contain uppercase letters/,
+    );
+  });
+});
+
+describe('filterRepositoryResources', () => {
+  it('drops unknown fields and keeps a Package named other than <refName>.<version> as it is', () => {
+    const misnamed = PKG.replace('name: app.corp.com.1.0.0+build.1', 'name: other');
+    const { manifest, versions } = filterRepositoryResources(`${misnamed}---\n${PKGM}`);
+    const docs = parseAllDocuments(manifest).map((d) => d.toJS());
+    expect(docs[0].metadata.name).toBe('other');
+    expect(docs[0].spec.futureField).toBeUndefined();
+    expect(versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
+  });
+
+  it.each([
+    [
+      'apiVersion: other.dev/v1alpha1\nkind: Package\n',
+      "Expected group 'data.packaging.carvel.dev' but was 'other.dev'",
+    ],
+    ['apiVersion: data.packaging.carvel.dev/v1\nkind: Package\n', "Expected version 'v1alpha1' but was 'v1'"],
+    [
+      'apiVersion: data.packaging.carvel.dev/v1alpha1\nkind: PackageInstall\n',
+      "Expected kind to be 'Package' or 'PackageMetadata' but was 'PackageInstall'",
+    ],
+  ])('refuses %j', (doc, message) => {
+    expect(() => filterRepositoryResources(doc)).toThrow(message);
+  });
+
+  it('refuses a Package whose fields have the wrong types', () => {
+    expect(() => filterRepositoryResources(PKG.replace('version: 1.0.0+build.1', 'version: [1]'))).toThrow(
+      /^Deserializing resource: invalid Package app\.corp\.com\.1\.0\.0\+build\.1: spec\.version: /,
+    );
+  });
+
+  it('refuses a stream that is not YAML', () => {
+    expect(() => filterRepositoryResources('a: [\n')).toThrow(/^Parsing stream of resources: /);
+  });
+
+  it('an empty stream yields no documents', () => {
+    expect(filterRepositoryResources('')).toEqual({ manifest: '', versions: {} });
+  });
+});
+
+describe('sortVersions', () => {
+  it('sorts by semver precedence; build metadata ties and non-semver versions keep their order', () => {
+    expect(
+      sortVersions(['2.3.4', '10.0.0', '2.2.0+kadras.2', '2.3.2', 'v1', '1.0.0-rc.10', '1.0.0-rc.2', '1.0.0']),
+    ).toEqual(['1.0.0-rc.2', '1.0.0-rc.10', '1.0.0', '2.2.0+kadras.2', '2.3.2', '2.3.4', '10.0.0', 'v1']);
+  });
+});
