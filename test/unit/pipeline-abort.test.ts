@@ -8,7 +8,6 @@
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ObjectRef } from '../../events/schema.js';
 import type { App } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { packDir } from '../../functions/lib/artifact/tarball.js';
@@ -19,18 +18,9 @@ import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { REF } from './support/app-world.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
-const REF: ObjectRef = {
-  clusterId: 'c1',
-  kind: 'App',
-  apiVersion: 'kappctrl.k14s.io/v1alpha1',
-  namespace: 'ns',
-  name: 'app',
-  uid: 'uid-1',
-  generation: 1,
-  resourceVersion: '1',
-};
 const RUN = { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' };
 
 const APP = {

@@ -9,14 +9,7 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import {
-  deleteEvent,
-  type KappEvent,
-  type ObjectRef,
-  objectEvent,
-  serializeEvent,
-  templateEvent,
-} from '../../events/schema.js';
+import { deleteEvent, type KappEvent, objectEvent, serializeEvent, templateEvent } from '../../events/schema.js';
 import { EmbeddedPipeline } from '../../functions/embedded/pipeline.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
@@ -34,18 +27,9 @@ import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { StoreError } from '../../functions/lib/store/port.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
+import { REF } from './support/app-world.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
-const REF: ObjectRef = {
-  clusterId: 'c1',
-  kind: 'App',
-  apiVersion: 'kappctrl.k14s.io/v1alpha1',
-  namespace: 'ns',
-  name: 'app',
-  uid: 'uid-1',
-  generation: 1,
-  resourceVersion: '1',
-};
 const TIME = '2025-01-01T00:00:00.000Z';
 const RUN = { generation: 1, runId: 'r1', startedAt: TIME };
 

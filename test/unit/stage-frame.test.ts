@@ -5,7 +5,6 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ObjectRef } from '../../events/schema.js';
 import type { App, AppStatus } from '../../functions/lib/api/index.js';
 import { ArtifactError } from '../../functions/lib/artifact/tarball.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../functions/lib/exec/fake.js';
@@ -16,18 +15,9 @@ import type { LoadedApp } from '../../functions/lib/pipeline/common.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { KappControllerError, MissingArtifactError, outcomeOf } from '../../functions/lib/reconcile/result.js';
 import { fromEventPart, PART_BOUNDS, summarizeStatus } from '../../functions/lib/reconcile/status.js';
+import { REF } from './support/app-world.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
-const REF: ObjectRef = {
-  clusterId: 'c1',
-  kind: 'App',
-  apiVersion: 'kappctrl.k14s.io/v1alpha1',
-  namespace: 'ns',
-  name: 'app',
-  uid: 'uid-1',
-  generation: 1,
-  resourceVersion: '1',
-};
 const RUN = { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' };
 
 /** An App whose last run succeeded for this generation: a resync run, so its writes are deferred. */
