@@ -12,8 +12,9 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import path from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
-import { watchedKinds } from '../../events/forwarder/kinds.js';
+import { type WatchedKindName, watchedKinds } from '../../events/forwarder/kinds.js';
 import type { LeaderElector } from '../../events/forwarder/leader.js';
 import type { Transport } from '../../events/forwarder/transport.js';
 import { COMPONENTS } from '../../layers/manifest.js';
@@ -25,7 +26,7 @@ import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
-import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
+import { KubeConfigClusterRegistry, selfContainedKubeconfig } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
@@ -44,6 +45,31 @@ export function pinnedToolVersions(): Record<string, string> {
   return out;
 }
 
+/** Kinds the embedded runtime watches by default: those it has a function for. */
+export const EMBEDDED_KINDS: readonly WatchedKindName[] = Object.freeze(['App', 'PackageRepository']);
+
+/**
+ * The runtime's own identity per cluster (its kubeconfig context, self-contained), read once per
+ * cluster on first use: what kapp deploys PackageRepositories with (upstream: the controller's
+ * ServiceAccount).
+ */
+function runtimeKubeconfigs(kubeconfigPath: string): (clusterId: string) => string {
+  const made = new Map<string, string>();
+  let base: KubeConfig | undefined;
+  return (clusterId) => {
+    let yaml = made.get(clusterId);
+    if (yaml === undefined) {
+      if (!base) {
+        base = new KubeConfig();
+        base.loadFromFile(kubeconfigPath);
+      }
+      yaml = selfContainedKubeconfig(base, clusterId);
+      made.set(clusterId, yaml);
+    }
+    return yaml;
+  };
+}
+
 /** Options of {@link startEmbedded}. */
 export interface EmbeddedOptions {
   /** Kubeconfig whose contexts are the clusters served (cluster id = context name). */
@@ -52,6 +78,11 @@ export interface EmbeddedOptions {
   contexts?: readonly string[];
   /** Namespaces to watch; default all. */
   namespaces?: readonly string[];
+  /**
+   * Kinds the forwarders watch. Default {@link EMBEDDED_KINDS} (`App`, `PackageRepository`:
+   * the kinds this runtime has functions for).
+   */
+  kinds?: readonly WatchedKindName[];
   /** Object store; default a {@link LocalDirStore} at `storeDir`. */
   store?: ObjectStore;
   /** Local object store root when `store` is not given. */
@@ -174,6 +205,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       ...opts.config,
     },
   });
+  base.runtimeKubeconfig = runtimeKubeconfigs(opts.kubeconfigPath);
   const wrapped = opts.wrapDeps ? opts.wrapDeps(base) : base;
   const leaderships = new Map<string, ClusterLeadership>();
   const acting = (clusterId: string) => opts.leaderElection === false || !!leaderships.get(clusterId)?.isLeader();
@@ -184,7 +216,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       clusterId,
       watcher: registry.watchView(clusterId),
       transport,
-      kinds: watchedKinds(['App'], deps.config.timer),
+      kinds: watchedKinds(opts.kinds ?? EMBEDDED_KINDS, deps.config.timer),
       namespaces: opts.namespaces,
       logger: opts.log,
       ...opts.forwarder,

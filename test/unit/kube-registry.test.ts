@@ -14,7 +14,12 @@ import {
   UnknownClusterError,
   WatchGoneError,
 } from '../../functions/lib/kube/port.js';
-import { apiServerInfoOf, KubeConfigClusterRegistry, MapClusterRegistry } from '../../functions/lib/kube/registry.js';
+import {
+  apiServerInfoOf,
+  KubeConfigClusterRegistry,
+  MapClusterRegistry,
+  selfContainedKubeconfig,
+} from '../../functions/lib/kube/registry.js';
 import { deployViewOf, fetchViewOf, watchViewOf } from '../../functions/lib/kube/views.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kube-registry-'));
@@ -218,5 +223,44 @@ describe('views', () => {
     await registry.deployView('c').serverVersion();
     await registry.watchView('c').getSecret('n', 's');
     expect(calls).toEqual(['getObject', 'serverVersion', 'getSecret']);
+  });
+});
+
+describe('selfContainedKubeconfig', () => {
+  it('keeps only the context, its cluster and user, with the files read into *-data', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'self-kubeconfig-'));
+    try {
+      writeFileSync(join(dir, 'ca.pem'), 'CA');
+      writeFileSync(join(dir, 'c.pem'), 'CERT');
+      writeFileSync(join(dir, 'k.pem'), 'KEY');
+      const kc = new KubeConfig();
+      kc.loadFromOptions({
+        clusters: [
+          { name: 'one', server: 'https://one:6443', caFile: join(dir, 'ca.pem') },
+          { name: 'two', server: 'https://two:6443' },
+        ],
+        users: [
+          { name: 'u1', certFile: join(dir, 'c.pem'), keyFile: join(dir, 'k.pem') },
+          { name: 'u2', token: 't2' },
+        ],
+        contexts: [
+          { name: 'a', cluster: 'one', user: 'u1' },
+          { name: 'b', cluster: 'two', user: 'u2' },
+        ],
+        currentContext: 'b',
+      });
+      expect(JSON.parse(selfContainedKubeconfig(kc, 'a'))).toEqual({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'one', cluster: { server: 'https://one:6443', 'certificate-authority-data': 'Q0E=' } }],
+        users: [{ name: 'u1', user: { 'client-certificate-data': 'Q0VSVA==', 'client-key-data': 'S0VZ' } }],
+        contexts: [{ name: 'a', context: { name: 'a', cluster: 'one', user: 'u1' } }],
+        preferences: {},
+        'current-context': 'a',
+      });
+      expect(() => selfContainedKubeconfig(kc, 'zz')).toThrow('kubeconfig context "zz" has no cluster');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

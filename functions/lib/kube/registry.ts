@@ -194,3 +194,50 @@ export class KubeConfigClusterRegistry extends MapClusterRegistry {
     return new KubeConfigClusterRegistry(clients);
   }
 }
+
+/**
+ * The kubeconfig of a context's own identity, self-contained (certificate and key files read
+ * into `*-data`), for a tool that acts as this runtime: kapp deploying PackageRepositories
+ * (upstream: as the controller's ServiceAccount). Only the context, its cluster and its user
+ * are kept. The result holds credentials: hand it only to a tool's environment.
+ *
+ * @param base - the loaded kubeconfig.
+ * @param context - the context (cluster id).
+ * @returns the kubeconfig as JSON (valid YAML).
+ * @throws Error when the context or its cluster is missing, or a referenced file cannot be read
+ *   (the message names the context and file, never contents).
+ */
+export function selfContainedKubeconfig(base: KubeConfig, context: string): string {
+  const ctx = base.getContextObject(context);
+  const cluster = ctx && base.getCluster(ctx.cluster);
+  if (!ctx || !cluster) throw new Error(`kubeconfig context ${JSON.stringify(context)} has no cluster`);
+  const read = (file: string | undefined, what: string): string | undefined => {
+    if (!file) return undefined;
+    try {
+      return readFileSync(file).toString('base64');
+    } catch (cause) {
+      throw new Error(`reading ${what} ${file} of context ${JSON.stringify(context)}`, { cause });
+    }
+  };
+  const user = ctx.user ? base.getUser(ctx.user) : null;
+  const out = new KubeConfig();
+  out.loadFromOptions({
+    clusters: [
+      { ...cluster, caFile: undefined, caData: cluster.caData ?? read(cluster.caFile, 'certificate-authority') },
+    ],
+    users: user
+      ? [
+          {
+            ...user,
+            certFile: undefined,
+            keyFile: undefined,
+            certData: user.certData ?? read(user.certFile, 'client-certificate'),
+            keyData: user.keyData ?? read(user.keyFile, 'client-key'),
+          },
+        ]
+      : [],
+    contexts: [ctx],
+    currentContext: context,
+  });
+  return out.exportConfig();
+}

@@ -29,9 +29,9 @@ export function appRef(ref: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef 
   return { apiVersion: APP_API_VERSION, kind: 'App', namespace: ref.namespace, name: ref.name };
 }
 
-/** `cluster/App/namespace/name`: the object key used in logs and as the queue key. */
-export function objectKey(ref: Pick<ObjectRef, 'clusterId' | 'namespace' | 'name'>): string {
-  return `${ref.clusterId}/App/${ref.namespace}/${ref.name}`;
+/** `cluster/<kind>/namespace/name` (kind default `App`): the object key used in logs. */
+export function objectKey(ref: Pick<ObjectRef, 'clusterId' | 'namespace' | 'name'> & { kind?: string }): string {
+  return `${ref.clusterId}/${ref.kind ?? 'App'}/${ref.namespace}/${ref.name}`;
 }
 
 /** The App as read, raw (for status writes) and parsed (for decisions). */

@@ -11,12 +11,13 @@ import { deleteEvent, deployEvent, EVENT_TYPES, type KappEvent, templateEvent } 
 import { SecretMask } from '../reconcile/secret-mask.js';
 import { runDelete, runDeploy } from './deploy.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
+import { type IndexRepoDeps, runIndexRepo } from './index-repo.js';
 import { handleAppEvent } from './reconcile.js';
 import { endRunAfterRetries } from './retry-bound.js';
 import { type ClusterInfoSource, runTemplate } from './template.js';
 
-/** Dependencies of {@link dispatchEvent}. */
-export interface DispatchDeps extends PipelineDeps {
+/** Dependencies of {@link dispatchEvent} (the index-repo ports are optional). */
+export interface DispatchDeps extends IndexRepoDeps {
   /** Live cluster values for templates that need them. */
   clusterInfo: ClusterInfoSource;
 }
@@ -39,6 +40,10 @@ function nextEvent(out: StageOutput, deps: PipelineDeps): KappEvent | undefined 
 export async function dispatchEvent(event: KappEvent, deps: DispatchDeps): Promise<KappEvent | undefined> {
   switch (event.type) {
     case EVENT_TYPES.object:
+      if (event.data.kind === 'PackageRepository') {
+        await runIndexRepo(event, deps);
+        return undefined;
+      }
       if (event.data.kind !== 'App') {
         deps.log.warn({ kind: event.data.kind, subject: event.subject }, 'no handler for this kind yet; event dropped');
         return undefined;

@@ -12,11 +12,12 @@
  *   `../reconcile/status.ts` `summarizeStatus`);
  * - a write that finds the object gone or with a newer spec ends the stage with that outcome.
  *
- * The object a stage works for is described by a {@link StageKind} (today the App), so that
- * later stages over other kinds can open the same way.
+ * The object a stage works for is described by a {@link StageKind}: the App ({@link APP_KIND})
+ * or a PackageRepository (`PKGR_KIND` of `./index-repo.ts`, whose status is the App's without
+ * `inspect`, so the same summarizer, bounds and write serve both).
  */
 import type { ObjectRef, StageRun } from '../../../events/schema.js';
-import type { App, AppStatus } from '../api/index.js';
+import type { AppStatus } from '../api/index.js';
 import type { FetchView, KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
 import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
 import type { StageOutcome } from '../log.js';
@@ -41,6 +42,8 @@ export interface StageKind<L extends { raw: KubeObject }> {
   load(kube: KubeReader, ref: ResourceRef): Promise<{ kind: 'ok'; loaded: L } | { kind: 'gone' | 'invalid' }>;
   /** True when the object's spec holds its reconcile (paused, canceled). */
   held(loaded: L): boolean;
+  /** The object's status as read (the write policy asks whether it announced the run). */
+  status(loaded: L): AppStatus | undefined;
 }
 
 /** The App as a {@link StageKind}: `spec.paused` or `spec.canceled` hold it. */
@@ -48,6 +51,7 @@ export const APP_KIND: StageKind<LoadedApp> = {
   ref: appRef,
   load: (kube, ref): Promise<LoadResult> => loadApp(kube, ref),
   held: ({ app }) => Boolean(app.spec.canceled || app.spec.paused),
+  status: ({ app }) => app.status,
 };
 
 /** The log line of one stage run (`stageTimer`). */
@@ -65,6 +69,8 @@ export interface StageFrame<V extends FetchView, L extends { raw: KubeObject } =
   fence: RunFence;
   /** The object as read when the stage opened. */
   loaded: L;
+  /** The kind of object (re-reads of a held object at the final write). */
+  kind: StageKind<L>;
   /** The run's Secret values (added to as the stage reads Secrets), masked in all it writes. */
   mask: SecretMask;
   /** Logs the stage run once, with its outcome. */
@@ -118,7 +124,7 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
     done('paused');
     return { stop: 'paused' };
   }
-  return { frame: { kube, ref, object, fence, loaded, mask: secretMaskOf(deps), done } };
+  return { frame: { kube, ref, object, fence, loaded, kind: input.kind, mask: secretMaskOf(deps), done } };
 }
 
 /** What a stage hand-off event (`TemplateStageData`, `DeployStageData`, ...) opens the next stage with. */
@@ -178,7 +184,7 @@ export interface CloseStageInput {
 /**
  * Closes a stage with the one write policy (see the module comment) and logs its outcome.
  *
- * The last stage's final write also lands when the App was canceled or paused meanwhile:
+ * The last stage's final write also lands when the object was canceled or paused meanwhile:
  * upstream's running reconcile always writes its result then (the generation bumped); the
  * follow-up only marks `Canceled/paused` and leaves the condition. Any other spec change is the
  * next run's.
@@ -187,8 +193,8 @@ export interface CloseStageInput {
  *   (final status written, or stale/gone).
  * @throws what the status write throws (the transport retries the stage).
  */
-export async function closeStage(
-  frame: StageFrame<FetchView, LoadedApp>,
+export async function closeStage<L extends { raw: KubeObject }>(
+  frame: StageFrame<FetchView, L>,
   input: CloseStageInput,
 ): Promise<{ next: boolean }> {
   const { kube, ref, fence, mask, done, loaded } = frame;
@@ -202,8 +208,7 @@ export async function closeStage(
     done(outcome, { ...(result.error ? { error: mask.redact(result.error) } : {}), tools });
     return { next: false };
   }
-  const app: App = loaded.app;
-  if (writesImmediately(app.status) || (input.own && cutForEvent(input.own))) {
+  if (writesImmediately(frame.kind.status(loaded)) || (input.own && cutForEvent(input.own))) {
     const w = await writeAppStatus(kube, ref, fence, (cur) => summarizeStatus(cur, fence.generation, parts), mask);
     if (w.outcome === 'stale' || w.outcome === 'gone') {
       done(w.outcome, { tools });
@@ -214,14 +219,14 @@ export async function closeStage(
   return { next: true };
 }
 
-/** The final write again, fenced on the live generation, when the App was only canceled or paused. */
-async function writeHeld(
-  frame: StageFrame<FetchView, LoadedApp>,
+/** The final write again, fenced on the live generation, when the object was only canceled or paused. */
+async function writeHeld<L extends { raw: KubeObject }>(
+  frame: StageFrame<FetchView, L>,
   final: (cur: AppStatus | undefined) => AppStatus,
   stale: StatusWriteResult,
 ): Promise<StatusWriteResult> {
-  const live = await loadApp(frame.kube, frame.ref);
-  if (live.kind !== 'ok' || live.loaded.raw.metadata.uid !== frame.fence.uid || !APP_KIND.held(live.loaded)) {
+  const live = await frame.kind.load(frame.kube, frame.ref);
+  if (live.kind !== 'ok' || live.loaded.raw.metadata.uid !== frame.fence.uid || !frame.kind.held(live.loaded)) {
     return stale;
   }
   const fence = { uid: frame.fence.uid, generation: live.loaded.raw.metadata.generation ?? 0 };

@@ -1,0 +1,404 @@
+/**
+ * The index-repo function (kapp-controller `pkg/pkgrepository/*`, reference §2.2, §3.12): one
+ * invocation reconciles one PackageRepository — fetch, template and deploy in a row, as its
+ * in-memory App does upstream (`NewPackageRepoApp`), on the shared stage frame (`./stage.ts`).
+ *
+ * Order (`pkg/pkgrepository/app_reconcile.go` `Reconcile`): **paused** first (observedGeneration
+ * and `Paused`; paused takes precedence over deletion), then **deletion** (`kapp delete
+ * <name>.pkgr`, then the finalizers go), then **forced or due** by the PackageRepository timer
+ * (10m default, ≤30s becomes 30s), else a no-op.
+ *
+ * - Fetch: vendir with the single entry `[spec.fetch]` into directory `0`, through the App
+ *   fetch (`fetchWithVendir`: URL policy, http sources, Secret reads and masking); the fetched
+ *   tree is stored by digest (shared by every cluster that fetches the same content) and
+ *   unpacked again for the template.
+ * - Template: the fixed repository pipeline `templateRepository` (`../packaging/repo-template.ts`).
+ * - Deploy: the finalizer, then `kapp deploy` of `<name>.pkgr` with the runtime's own identity
+ *   (upstream: the controller's ServiceAccount), `--wait=false`; `status.deploy` without
+ *   `associatedResources`, and no inspect.
+ *
+ * @module
+ */
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import type { ObjectEvent, ObjectRef } from '../../../events/schema.js';
+import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
+import { unpackTarball } from '../artifact/tarball.js';
+import {
+  KAPP_ERROR_PREFIX,
+  packageRepositoryDeleteCommand,
+  packageRepositoryDeployCommand,
+  packageRepositoryKapp,
+} from '../deploy/kapp.js';
+import { runKapp } from '../deploy/run.js';
+import {
+  APP_API_VERSION,
+  type DeployView,
+  type KubeObject,
+  PACKAGING_API_VERSION,
+  type ResourceRef,
+} from '../kube/port.js';
+import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
+import { watchForAbort } from '../reconcile/abort-watch.js';
+import { attachError, MissingArtifactError, resultFromError, type StageResult } from '../reconcile/result.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
+import {
+  deployStatus,
+  fetchPart,
+  markDeleteCompleted,
+  markDeleting,
+  markPausedOrCanceled,
+  markReconciling,
+  type RunParts,
+  summarizeStatus,
+  templatePart,
+} from '../reconcile/status.js';
+import { isReadyAt } from '../reconcile/timer.js';
+import { fetchIsPrivate, readArtifact, scopeOf } from './artifacts.js';
+import { makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
+import { BLOCKING_FOR_DEPLOY_PREFIX } from './deploy.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
+import { fetchWithVendir } from './fetch.js';
+import { infraStep } from './retry-bound.js';
+import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
+
+/** Tolerance for a resync event that arrives a little before the timer says due, ms (as Apps). */
+const RESYNC_EARLY_TOLERANCE_MS = 1000;
+
+/** The PackageRepository as read, raw (for status writes) and parsed (for decisions). */
+export interface LoadedRepo {
+  raw: KubeObject;
+  pkgr: PackageRepository;
+}
+
+/** The Kubernetes reference of the PackageRepository an event refers to. */
+export function packageRepositoryRef(ref: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef {
+  return { apiVersion: PACKAGING_API_VERSION, kind: 'PackageRepository', namespace: ref.namespace, name: ref.name };
+}
+
+/**
+ * The PackageRepository as a {@link StageKind}: read with `parsePackageRepository`, held by
+ * `spec.paused` (it has no `canceled`). Its status is the App status without `inspect`, so the
+ * App status write and bounds serve it.
+ */
+export const PKGR_KIND: StageKind<LoadedRepo> = {
+  ref: packageRepositoryRef,
+  load: async (kube, ref) => {
+    const raw = await kube.getObject(ref);
+    if (!raw) return { kind: 'gone' };
+    const parsed = parsePackageRepository(raw);
+    return parsed.success ? { kind: 'ok', loaded: { raw, pkgr: parsed.data } } : { kind: 'invalid' };
+  },
+  held: ({ pkgr }) => Boolean(pkgr.spec.paused),
+  status: ({ pkgr }) => pkgr.status as AppStatus | undefined,
+};
+
+/** Dependencies of {@link runIndexRepo}: the pipeline's ports plus two of its own. */
+export interface IndexRepoDeps extends PipelineDeps {
+  /**
+   * Kubeconfig (YAML) of the runtime's own identity in a cluster, for `kapp` (upstream deploys
+   * repositories as the controller's ServiceAccount). `undefined` (or no function): kapp gets no
+   * `--kubeconfig` and uses the ambient identity of its process. The value is secret: it only
+   * reaches kapp through `KAPP_KUBECONFIG_YAML`, never a log or status.
+   */
+  runtimeKubeconfig?: (clusterId: string) => string | undefined;
+  /** The repository template pipeline. Default `templateRepository` (tests inject a fake). */
+  templateRepository?: typeof defaultTemplateRepository;
+}
+
+/** The in-memory App upstream builds for a PackageRepository (`NewPackageRepoApp`); never stored. */
+export function packageRepositoryApp(pkgr: PackageRepository): App {
+  return {
+    apiVersion: APP_API_VERSION,
+    kind: 'App',
+    metadata: pkgr.metadata,
+    spec: {
+      fetch: [pkgr.spec.fetch],
+      template: [],
+      deploy: [{ kapp: packageRepositoryKapp() }],
+      ...(pkgr.spec.paused ? { paused: true } : {}),
+    },
+  } as App;
+}
+
+/** A status write on a PackageRepository: its status is the App status without `inspect`. */
+function writeRepoStatus(
+  kube: DeployView,
+  ref: ResourceRef,
+  fence: { uid: string; generation: number },
+  mutate: (cur: AppStatus | undefined) => AppStatus,
+  mask?: SecretMask,
+) {
+  return writeAppStatus(kube, ref, fence, mutate, mask);
+}
+
+/**
+ * Handles an object event for a PackageRepository (the index-repo function's entry point).
+ * Everything happens in this one invocation; nothing is handed on.
+ *
+ * @throws KubeApiError / StoreError on infrastructure failures: the transport retries the event.
+ */
+export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Promise<void> {
+  const ev = event.data;
+  const kube = deps.clusters.deployView(ev.clusterId);
+  const kref = packageRepositoryRef(ev);
+  const done = stageTimer(deps, 'reconcile', objectKey(ev), ev.generation);
+  const read = await kube.getObject(kref);
+  if (!read) {
+    done('gone');
+    return;
+  }
+  const parsed = parsePackageRepository(read);
+  const meta = read.metadata;
+  const generation = meta.generation ?? 0;
+  const fence = { uid: meta.uid, generation };
+  if (!parsed.success) {
+    // Accepted by the API server but not by our schema (an older CRD): a failed reconcile in
+    // status, not a crash on every event.
+    await writeRepoStatus(kube, kref, fence, (cur) =>
+      summarizeStatus(cur, generation, {}, resultFromError(parsed.error.message, 'Reconciling: ')),
+    );
+    done('failed', { error: parsed.error.message });
+    return;
+  }
+  const pkgr = parsed.data;
+  if (pkgr.spec.paused) {
+    await writeRepoStatus(kube, kref, fence, (cur) => markPausedOrCanceled(cur, generation, 'PackageRepository'));
+    done('paused');
+    return;
+  }
+  if (meta.deletionTimestamp) {
+    const finalizers = meta.finalizers ?? [];
+    if (!finalizers.includes(Finalizer.PackageRepository) && !finalizers.includes(Finalizer.PackageRepositoryLegacy)) {
+      done('gone');
+      return;
+    }
+    done('deleted');
+    await deleteRepository({ ...ev, uid: meta.uid, generation }, kube, deps);
+    return;
+  }
+  const specChanged = pkgr.status?.observedGeneration !== generation;
+  const forced = specChanged || ev.reason === 'added' || ev.reason === 'ref-changed';
+  const soon = new Date(deps.now().getTime() + RESYNC_EARLY_TOLERANCE_MS);
+  if (!forced && !isReadyAt(pkgr, soon, { kind: 'PackageRepository' })) {
+    done('noop');
+    return;
+  }
+  if (specChanged) {
+    const w = await writeRepoStatus(kube, kref, fence, (cur) => markReconciling(cur, generation));
+    if (w.outcome === 'gone' || w.outcome === 'stale') {
+      done(w.outcome);
+      return;
+    }
+  }
+  done('succeeded');
+  const object: ObjectRef = {
+    ...ev,
+    apiVersion: read.apiVersion,
+    namespace: meta.namespace ?? ev.namespace,
+    uid: meta.uid,
+    generation,
+    resourceVersion: meta.resourceVersion,
+  };
+  const opened = await openStage(deps, {
+    stage: 'index-repo',
+    object,
+    generation,
+    view: () => kube,
+    kind: PKGR_KIND,
+    loaded: { raw: read, pkgr },
+  });
+  if (opened.stop) return;
+  await reconcileRepository(opened.frame, deps);
+}
+
+/** Fetch, template and deploy of one run; writes the final status through `closeStage`. */
+async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, deps: IndexRepoDeps): Promise<void> {
+  const { kube, mask, object } = frame;
+  const { pkgr } = frame.loaded;
+  const app = packageRepositoryApp(pkgr);
+  const parts: RunParts = {};
+  let tools = { runs: 0, ms: 0 };
+  const close = (result: StageResult) => closeStage(frame, { parts, result, last: true, success: 'succeeded', tools });
+
+  const scope = scopeOf(object);
+  // Deleting the PackageRepository kills the tools, as it kills kapp during a deploy.
+  const watch = watchForAbort(kube, frame.ref, object.uid, deps);
+  const work = await makeScratch(deps, 'index-repo');
+  try {
+    // ---- fetch
+    const fetchStarted = deps.now();
+    let fetched: Awaited<ReturnType<typeof fetchWithVendir>>;
+    try {
+      fetched = await fetchWithVendir(
+        app,
+        deps,
+        kube,
+        fetchIsPrivate(app.spec.fetch ?? []) ? scope : undefined,
+        mask,
+        watch.signal,
+      );
+    } catch (err) {
+      if (!watch.signal.aborted) throw err;
+      fetched = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+    }
+    tools = { runs: fetched.toolRuns, ms: fetched.toolMs };
+    if (watch.signal.aborted) {
+      frame.done('stale', { tools });
+      return;
+    }
+    const fetchResult = mask.result(fetched.result);
+    parts.fetch = fetchPart(fetchResult, fetchStarted, deps.now());
+    const fetchKey = fetched.fetchKey;
+    if (fetchResult.error || !fetchKey) {
+      await close(fetchResult);
+      return;
+    }
+
+    // ---- template
+    const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, fetchKey));
+    if (!tgz) throw new MissingArtifactError('fetch', fetchKey);
+    const fetchedDir = path.join(work, 'fetched');
+    const templateDir = path.join(work, 'template');
+    await unpackTarball(tgz, fetchedDir);
+    await mkdir(templateDir);
+    const template = deps.templateRepository ?? defaultTemplateRepository;
+    const rendered = await template(
+      {
+        root: path.join(fetchedDir, '0'),
+        name: pkgr.metadata.name ?? object.name,
+        namespace: pkgr.metadata.namespace ?? object.namespace,
+        bundle: Boolean(pkgr.spec.fetch.imgpkgBundle),
+        scratch: templateDir,
+        signal: watch.signal,
+      },
+      deps,
+    );
+    if (watch.signal.aborted) {
+      frame.done('stale', { tools });
+      return;
+    }
+    const templateResult = mask.result(rendered.result);
+    parts.template = templatePart(templateResult, deps.now());
+    if (templateResult.error || rendered.manifest === undefined) {
+      await close(
+        templateResult.error ? templateResult : resultFromError('templating produced no manifest', 'Templating dir: '),
+      );
+      return;
+    }
+
+    // ---- deploy
+    const deployed = await deployRepository(frame, rendered.manifest, work, deps);
+    tools = { runs: tools.runs + deployed.runs, ms: tools.ms + deployed.ms };
+    parts.deploy = deployed.part;
+    await close(deployed.result);
+  } finally {
+    await watch.stop();
+    await removeScratch(work);
+  }
+}
+
+/** The finalizer, then `kapp deploy <name>.pkgr` with the manifest on stdin. */
+async function deployRepository(
+  frame: StageFrame<DeployView, LoadedRepo>,
+  manifest: string,
+  work: string,
+  deps: IndexRepoDeps,
+): Promise<{ result: StageResult; part: RunParts['deploy']; runs: number; ms: number }> {
+  const { kube, mask, fence, object } = frame;
+  const startedAt = deps.now();
+  try {
+    // Before kapp runs, so a repository deleted meanwhile still has its packages removed.
+    await kube.addFinalizer(frame.ref, Finalizer.PackageRepository, { uid: object.uid });
+  } catch (err) {
+    const result = resultFromError(err, BLOCKING_FOR_DEPLOY_PREFIX);
+    return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 0, ms: 0 };
+  }
+  const cmd = packageRepositoryDeployCommand({
+    name: object.name,
+    namespace: object.namespace,
+    metadataFile: path.join(work, 'app-metadata.yml'),
+    kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
+  });
+  let flushAll = false;
+  const run = await runKapp(
+    cmd,
+    manifest,
+    deps,
+    { kube, ref: frame.ref, uid: object.uid, cancelOnDelete: true },
+    async ({ stdout, stderr, applying }) => {
+      // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
+      flushAll ||= applying;
+      if (!flushAll) return;
+      const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
+        startedAt,
+        updatedAt: deps.now(),
+      });
+      await writeRepoStatus(
+        kube,
+        frame.ref,
+        fence,
+        (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
+        mask,
+      );
+    },
+    [work],
+  );
+  const result = mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run));
+  return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 1, ms: run.durationMs };
+}
+
+/**
+ * The delete path: `Deleting`, `kapp delete <name>.pkgr` (the repository's Packages and
+ * PackageMetadatas, and only its), then both finalizers are removed; on failure
+ * `DeleteFailed` and the finalizers stay (retried with the failure backoff).
+ */
+async function deleteRepository(object: ObjectRef, kube: DeployView, deps: IndexRepoDeps): Promise<void> {
+  const ref = packageRepositoryRef(object);
+  const fence = { uid: object.uid, generation: object.generation };
+  const done = stageTimer(deps, 'delete', objectKey(object), object.generation);
+  const mask = secretMaskOf(deps);
+  const startedAt = deps.now();
+  await writeRepoStatus(kube, ref, fence, (cur) => markDeleting(cur, fence.generation));
+  const cmd = packageRepositoryDeleteCommand({
+    name: object.name,
+    namespace: object.namespace,
+    kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
+  });
+  const run = await runKapp(
+    cmd,
+    undefined,
+    deps,
+    { kube, ref, uid: object.uid, cancelOnDelete: false },
+    async ({ stdout, stderr }) => {
+      const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
+        startedAt,
+        updatedAt: deps.now(),
+      });
+      await writeRepoStatus(
+        kube,
+        ref,
+        fence,
+        (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
+        mask,
+      );
+    },
+  );
+  const tools = { runs: 1, ms: run.durationMs };
+  const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
+  if (!result.error) {
+    await kube.removeFinalizer(ref, Finalizer.PackageRepository, { uid: object.uid });
+    await kube.removeFinalizer(ref, Finalizer.PackageRepositoryLegacy, { uid: object.uid });
+    done('deleted', { tools });
+    return;
+  }
+  const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() });
+  await writeRepoStatus(
+    kube,
+    ref,
+    fence,
+    (cur) => markDeleteCompleted(summarizeStatus(cur, fence.generation, { deploy }), result),
+    mask,
+  );
+  done('failed', { error: mask.redact(result.error ?? ''), tools });
+}
