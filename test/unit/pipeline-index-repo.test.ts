@@ -340,6 +340,17 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(w.runner.argv()).toEqual([['kapp', ...DELETE_ARGV, '--yes']]);
   });
 
+  it('the fetched root the template pipeline reads lies inside the scratch handed to its tools', async () => {
+    // With uid isolation a tool reads only its `writable` directories (the scratch): a root
+    // beside it was `permission denied` for ytt on the real runner.
+    const { templateCalls } = await indexOnce(
+      rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!,
+    );
+    expect(templateCalls).toHaveLength(1);
+    const { root, scratch } = templateCalls[0]!;
+    expect(path.relative(scratch, root)).toBe(path.join('fetched', '0'));
+  });
+
   it('an imgpkgBundle fetch tells the template pipeline it is a bundle', async () => {
     const { templateCalls } = await indexOnce({
       ...rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!,

@@ -36,7 +36,10 @@ import { type RunStep, TEMPLATING_DIR_ERROR_PREFIX } from '../template/step.js';
 
 /** Input of the fixed PackageRepository template pipeline (kapp-controller §3.12 step 5). */
 export interface RepoTemplateInput {
-  /** The fetched repository root (vendir's directory `0`), which must contain `packages/`. */
+  /**
+   * The fetched repository root (vendir's directory `0`), which must contain `packages/`. It must
+   * lie inside `scratch`: with uid isolation the tools can read only the scratch handed to them.
+   */
   root: string;
   /** PackageRepository name and namespace (the package-repository-ref annotation `<ns>/<name>`). */
   name: string;

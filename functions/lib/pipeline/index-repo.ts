@@ -258,10 +258,12 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
     // ---- template
     const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, fetchKey));
     if (!tgz) throw new MissingArtifactError('fetch', fetchKey);
-    const fetchedDir = path.join(work, 'fetched');
+    // The fetched tree goes inside the template scratch: the tools run under their own uid and
+    // can read only what is handed to them (the scratch), as the App template stage unpacks into its.
     const templateDir = path.join(work, 'template');
-    await unpackTarball(tgz, fetchedDir);
+    const fetchedDir = path.join(templateDir, 'fetched');
     await mkdir(templateDir);
+    await unpackTarball(tgz, fetchedDir);
     const template = deps.templateRepository ?? defaultTemplateRepository;
     const rendered = await template(
       {
