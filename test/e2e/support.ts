@@ -112,6 +112,8 @@ export function e2eCluster(kubeconfig: string): E2ECluster {
         'crd/apps.kappctrl.k14s.io',
         'crd/packageinstalls.packaging.carvel.dev',
         'crd/packagerepositories.packaging.carvel.dev',
+        'crd/packages.data.packaging.carvel.dev',
+        'crd/packagemetadatas.data.packaging.carvel.dev',
       ]);
     },
     async createTenant(ns) {

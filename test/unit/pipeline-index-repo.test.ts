@@ -340,6 +340,19 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(w.runner.argv()).toEqual([['kapp', ...DELETE_ARGV, '--yes']]);
   });
 
+  it('the fetched root the template pipeline reads lies inside the scratch handed to its tools', async () => {
+    // With uid isolation a tool reaches only its `writable` directories: the scratch must be a
+    // stage scratch (its parent traversable), not a directory inside the 0700 one (ytt's lstat of
+    // packages/ was `permission denied` on the real runner), and the fetched root inside it.
+    const { w, templateCalls } = await indexOnce(
+      rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!,
+    );
+    expect(templateCalls).toHaveLength(1);
+    const { root, scratch } = templateCalls[0]!;
+    expect(path.dirname(scratch)).toBe(w.deps.config.tmpRoot);
+    expect(path.relative(scratch, root)).toBe(path.join('fetched', '0'));
+  });
+
   it('an imgpkgBundle fetch tells the template pipeline it is a bundle', async () => {
     const { templateCalls } = await indexOnce({
       ...rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!,

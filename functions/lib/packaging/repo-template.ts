@@ -36,14 +36,20 @@ import { type RunStep, TEMPLATING_DIR_ERROR_PREFIX } from '../template/step.js';
 
 /** Input of the fixed PackageRepository template pipeline (kapp-controller §3.12 step 5). */
 export interface RepoTemplateInput {
-  /** The fetched repository root (vendir's directory `0`), which must contain `packages/`. */
+  /**
+   * The fetched repository root (vendir's directory `0`), which must contain `packages/`. It must
+   * lie inside `scratch`: with uid isolation the tools can reach only the scratch handed to them.
+   */
   root: string;
   /** PackageRepository name and namespace (the package-repository-ref annotation `<ns>/<name>`). */
   name: string;
   namespace: string;
   /** True when the fetch was an `imgpkgBundle` (then kbld runs with `<root>/.imgpkg/images.yml`). */
   bundle: boolean;
-  /** A scratch directory the run may write to (removed by the caller). */
+  /**
+   * A scratch directory the run may write to (removed by the caller). Handed to the tools' uid,
+   * so its parents must be traversable: a stage scratch (`makeScratch`), not a directory inside one.
+   */
   scratch: string;
   /** Cancels the tools (App/PackageRepository deleted, function deadline). */
   signal?: AbortSignal;

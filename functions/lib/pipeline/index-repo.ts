@@ -19,7 +19,6 @@
  *
  * @module
  */
-import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { ObjectEvent, ObjectRef } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
@@ -258,10 +257,11 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
     // ---- template
     const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, fetchKey));
     if (!tgz) throw new MissingArtifactError('fetch', fetchKey);
+    // The template tools get the run's scratch itself, with the fetched tree inside, as the App
+    // template stage does: under uid isolation a tool can reach only the directories handed to
+    // it, and a directory inside this 0700 scratch would be out of its reach.
     const fetchedDir = path.join(work, 'fetched');
-    const templateDir = path.join(work, 'template');
     await unpackTarball(tgz, fetchedDir);
-    await mkdir(templateDir);
     const template = deps.templateRepository ?? defaultTemplateRepository;
     const rendered = await template(
       {
@@ -269,7 +269,7 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
         name: pkgr.metadata.name ?? object.name,
         namespace: pkgr.metadata.namespace ?? object.namespace,
         bundle: Boolean(pkgr.spec.fetch.imgpkgBundle),
-        scratch: templateDir,
+        scratch: work,
         signal: watch.signal,
       },
       deps,

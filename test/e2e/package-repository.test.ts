@@ -1,0 +1,266 @@
+/**
+ * e2e: PackageRepository through the whole index-repo flow (forwarder → vendir fetch → the fixed
+ * repository template with ytt → `kapp deploy <name>.pkgr`) against the shared control plane and
+ * the real tools (reference §3.12): an inline repository becomes Packages and PackageMetadatas
+ * with upstream's status, one without `packages/` fails with upstream's exact text, and deleting
+ * a repository removes its packages and then the repository.
+ */
+import { describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { Finalizer } from '../../functions/lib/api/index.js';
+import { type AppStatusView, apply, getObject, k, RFC3339, suffix, useE2ERuntime, waitFor } from './support.js';
+
+const id = suffix();
+const NS = {
+  inline: `e2e-pkgr-inline-${id}`,
+  failing: `e2e-pkgr-failing-${id}`,
+  delete: `e2e-pkgr-delete-${id}`,
+};
+
+const REF_NAME = 'simple-app.corp.com';
+const VERSIONS = ['1.0.0', '1.1.0+build.7'] as const;
+/** The object names kapp-lambda stores them under (`packageObjectName`: `+` written `--`). */
+const PACKAGE_NAMES = [`${REF_NAME}.1.0.0`, `${REF_NAME}.1.1.0--build.7`] as const;
+
+/** Resource names for kubectl, fully qualified (no clash with another API's `packages`). */
+const PKGR = 'packagerepositories.packaging.carvel.dev';
+const PKG = 'packages.data.packaging.carvel.dev';
+const PKGM = 'packagemetadatas.data.packaging.carvel.dev';
+
+/** Keys kapp-controller may serialize in PackageRepository status (App status without inspect). */
+const PKGR_STATUS_KEYS = new Set([
+  'observedGeneration',
+  'conditions',
+  'friendlyDescription',
+  'usefulErrorMessage',
+  'fetch',
+  'template',
+  'deploy',
+  'consecutiveReconcileSuccesses',
+  'consecutiveReconcileFailures',
+]);
+
+interface RepoObject {
+  metadata: { name: string; namespace: string; generation: number; finalizers?: string[] };
+  status?: AppStatusView;
+}
+
+interface PackagingObject {
+  metadata: { name: string; annotations?: Record<string, string>; labels?: Record<string, string> };
+  spec: Record<string, unknown> & { refName?: string; version?: string };
+}
+
+/** A Package document as a repository author writes it (its name carries the raw `+`). */
+function packageDoc(version: string): object {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'Package',
+    // a namespace in the repository content is removed by the clean-up overlay
+    metadata: { name: `${REF_NAME}.${version}`, namespace: 'somewhere-else' },
+    spec: {
+      refName: REF_NAME,
+      version,
+      releaseNotes: `release ${version}`,
+      template: {
+        spec: {
+          fetch: [{ imgpkgBundle: { image: `registry.invalid/simple-app:${version.replace('+', '_')}` } }],
+          template: [{ ytt: { paths: ['config/'] } }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+    },
+  };
+}
+
+/** An inline PackageRepository: one PackageMetadata and two Package files under `packages/<refName>/`. */
+function inlineRepository(ns: string, name: string): object {
+  const metadata = {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'PackageMetadata',
+    metadata: { name: REF_NAME },
+    spec: { displayName: 'Simple App', shortDescription: 'an app for the e2e test' },
+  };
+  const paths: Record<string, string> = { [`packages/${REF_NAME}/metadata.yml`]: stringify(metadata) };
+  for (const v of VERSIONS) paths[`packages/${REF_NAME}/${v}.yml`] = stringify(packageDoc(v));
+  // Not a Package or PackageMetadata: the clean-up overlay drops it (it would need RBAC otherwise).
+  paths[`packages/${REF_NAME}/other.yml`] = stringify({
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: `dropped-${id}` },
+  });
+  return repositoryManifest(ns, name, paths);
+}
+
+function repositoryManifest(ns: string, name: string, paths: Record<string, string>): object {
+  return {
+    apiVersion: 'packaging.carvel.dev/v1alpha1',
+    kind: 'PackageRepository',
+    metadata: { name, namespace: ns },
+    spec: { syncPeriod: '10m', fetch: { inline: { paths } } },
+  };
+}
+
+const rt = useE2ERuntime(Object.values(NS));
+
+/** Waits until the PackageRepository finished a reconcile of its current generation. */
+async function waitRepoReconciled(ns: string, name: string): Promise<RepoObject> {
+  let last: RepoObject | undefined;
+  return await waitFor(
+    `PackageRepository ${ns}/${name} reconciled`,
+    async () => {
+      last = await getObject<RepoObject>(PKGR, ns, name);
+      const s = last?.status;
+      const done =
+        last &&
+        s?.observedGeneration === last.metadata.generation &&
+        s.conditions?.some((c) => c.type === 'ReconcileSucceeded' || c.type === 'ReconcileFailed');
+      return done ? last : undefined;
+    },
+    {
+      timeoutMs: 150_000,
+      intervalMs: 1000,
+      describe: () =>
+        `last: ${JSON.stringify(last ?? null, null, 1)}\nlog: ${rt.records
+          .filter((r) => typeof r.obj.object === 'string' && r.obj.object.endsWith(`/${ns}/${name}`))
+          .slice(-20)
+          .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
+          .join('\n')}`,
+    },
+  );
+}
+
+/** Lists Packages of `ns` whose `spec.refName` is `refName` (the CRD's selectable field). */
+async function packagesByRefName(ns: string, refName: string): Promise<PackagingObject[]> {
+  const r = await k(['get', 'packages', '-n', ns, '--field-selector', `spec.refName=${refName}`, '-o', 'json']);
+  return (JSON.parse(r.stdout) as { items: PackagingObject[] }).items;
+}
+
+/** Asserts upstream's status after a successful PackageRepository reconcile (§3.12 step 7). */
+function expectRepoSucceeded(repo: RepoObject): void {
+  const s = repo.status ?? {};
+  const where = `${repo.metadata.namespace}/${repo.metadata.name}: ${s.usefulErrorMessage ?? ''}`;
+  for (const key of Object.keys(s)) expect(PKGR_STATUS_KEYS.has(key), `unexpected status key ${key}`).toBe(true);
+  expect(s.conditions, where).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+  expect(s.friendlyDescription).toBe('Reconcile succeeded');
+  expect(s.observedGeneration).toBe(repo.metadata.generation);
+  expect(s).not.toHaveProperty('usefulErrorMessage');
+  expect(s).not.toHaveProperty('consecutiveReconcileFailures');
+  expect(s.consecutiveReconcileSuccesses).toBeGreaterThanOrEqual(1);
+  expect(s.fetch?.exitCode).toBe(0);
+  expect(s.fetch?.error).toBeUndefined();
+  expect(s.fetch?.startedAt).toMatch(RFC3339);
+  expect(s.fetch?.updatedAt).toMatch(RFC3339);
+  expect(s.fetch?.stdout).toContain('kind: LockConfig');
+  expect(s.template?.exitCode).toBe(0);
+  expect(s.template?.error).toBeUndefined();
+  expect(s.template?.updatedAt).toMatch(RFC3339);
+  expect(s.template).not.toHaveProperty('stdout');
+  expect(s.deploy?.exitCode).toBe(0);
+  expect(s.deploy?.finished).toBe(true);
+  expect(s.deploy?.error).toBeUndefined();
+  expect(s.deploy?.startedAt).toMatch(RFC3339);
+  expect(s.deploy?.updatedAt).toMatch(RFC3339);
+  // kapp's change table and summary
+  expect(s.deploy?.stdout).toContain('Succeeded');
+  // a repository's deploy status has no associatedResources upstream
+  expect(s.deploy).not.toHaveProperty('kapp');
+  expect(repo.metadata.finalizers).toContain(Finalizer.PackageRepository);
+}
+
+/** The four annotations the clean-up overlay adds (§3.12 step 5.3). */
+const cleanUpAnnotations = (ns: string, name: string) => ({
+  'kapp.k14s.io/disable-original': '',
+  'kapp.k14s.io/disable-wait': '',
+  'packaging.carvel.dev/package-repository-ref': `${ns}/${name}`,
+  'kapp.k14s.io/create-strategy': 'fallback-on-update-or-noop',
+});
+
+describe('PackageRepository (index-repo through the real tools)', () => {
+  it('an inline repository reconciles and its Packages and PackageMetadata exist with the clean-up annotations', async () => {
+    const ns = NS.inline;
+    const name = `inline-${id}`;
+    await apply(inlineRepository(ns, name));
+    const repo = await waitRepoReconciled(ns, name);
+    expectRepoSucceeded(repo);
+    expect(repo.metadata.generation).toBe(1);
+    expect(repo.status?.deploy?.stdout).toContain('PackageMetadata');
+
+    const annotations = cleanUpAnnotations(ns, name);
+    const meta = await getObject<PackagingObject>(PKGM, ns, REF_NAME);
+    expect(meta, `PackageMetadata ${REF_NAME}`).toBeDefined();
+    expect(meta?.metadata.annotations).toMatchObject(annotations);
+    expect(meta?.spec).toMatchObject({ displayName: 'Simple App', shortDescription: 'an app for the e2e test' });
+    for (const [i, version] of VERSIONS.entries()) {
+      const pkg = await getObject<PackagingObject>(PKG, ns, PACKAGE_NAMES[i]!);
+      expect(pkg, `Package ${PACKAGE_NAMES[i]}`).toBeDefined();
+      expect(pkg?.metadata.annotations).toMatchObject(annotations);
+      expect(pkg?.spec.refName).toBe(REF_NAME);
+      expect(pkg?.spec.version).toBe(version);
+      expect(pkg?.spec).toMatchObject({ releaseNotes: `release ${version}` });
+    }
+    // the overlay dropped the ConfigMap and the foreign namespace
+    expect(await getObject('configmap', ns, `dropped-${id}`)).toBeUndefined();
+    expect(await getObject(PKG, 'somewhere-else', PACKAGE_NAMES[0])).toBeUndefined();
+    // kapp's app record of `<name>.pkgr`, labelling the packages
+    const record = await getObject<{ data?: { spec?: string } }>('configmap', ns, `${name}.pkgr`);
+    expect(record, `kapp app record ${name}.pkgr`).toBeDefined();
+    const spec = JSON.parse(record?.data?.spec ?? '{}') as { labelKey?: string; labelValue?: string };
+    expect(meta?.metadata.labels?.[spec.labelKey ?? '']).toBe(spec.labelValue);
+
+    const listed = await packagesByRefName(ns, REF_NAME);
+    expect(listed.map((p) => p.metadata.name).sort()).toEqual([...PACKAGE_NAMES].sort());
+    expect(listed.map((p) => p.spec.version).sort()).toEqual([...VERSIONS].sort());
+    expect(await packagesByRefName(ns, `other.${REF_NAME}`)).toEqual([]);
+  });
+
+  it('a repository without packages/ fails with upstream status', async () => {
+    const ns = NS.failing;
+    const name = `failing-${id}`;
+    const message = "Invalid package repository content: must contain 'packages/' directory but did not";
+    await apply(repositoryManifest(ns, name, { 'config/metadata.yml': stringify(packageDoc('1.0.0')) }));
+    const repo = await waitRepoReconciled(ns, name);
+    const s = repo.status ?? {};
+    for (const key of Object.keys(s)) expect(PKGR_STATUS_KEYS.has(key), `unexpected status key ${key}`).toBe(true);
+    // pkg/pkgrepository/app_reconcile_test.go: condition, friendlyDescription and usefulErrorMessage
+    expect(s.conditions).toEqual([{ type: 'ReconcileFailed', status: 'True', message }]);
+    expect(s.friendlyDescription).toBe(`Reconcile failed: ${message}`);
+    expect(s.usefulErrorMessage).toBe(message);
+    expect(s.observedGeneration).toBe(1);
+    expect(s.consecutiveReconcileFailures).toBeGreaterThanOrEqual(1);
+    expect(s).not.toHaveProperty('consecutiveReconcileSuccesses');
+    expect(s.fetch?.exitCode).toBe(0);
+    expect(s.fetch?.error).toBeUndefined();
+    expect(s.template?.exitCode).toBe(-1);
+    expect(s.template?.error).toBe(message);
+    expect(s.template?.updatedAt).toMatch(RFC3339);
+    // deploy was never attempted
+    expect(s).not.toHaveProperty('deploy');
+    expect(await getObject('configmap', ns, `${name}.pkgr`)).toBeUndefined();
+    expect((await k(['get', PKG, '-n', ns, '-o', 'name'])).stdout.trim()).toBe('');
+  });
+
+  it('deleting a repository removes its Packages, PackageMetadata, kapp app and then the repository', async () => {
+    const ns = NS.delete;
+    const name = `delete-${id}`;
+    await apply(inlineRepository(ns, name));
+    expectRepoSucceeded(await waitRepoReconciled(ns, name));
+    expect(await getObject(PKGM, ns, REF_NAME)).toBeDefined();
+    expect(await packagesByRefName(ns, REF_NAME)).toHaveLength(2);
+
+    // expectRepoSucceeded checked the finalizer: the repository can only disappear once the
+    // delete path (kapp delete <name>.pkgr) removed it.
+    await k(['delete', PKGR, name, '-n', ns, '--wait=false']);
+    await waitFor(
+      `PackageRepository ${ns}/${name} gone`,
+      async () => ((await getObject(PKGR, ns, name)) ? undefined : true),
+      {
+        timeoutMs: 120_000,
+        intervalMs: 1000,
+        describe: async () => JSON.stringify((await getObject<RepoObject>(PKGR, ns, name)) ?? null),
+      },
+    );
+    expect(await packagesByRefName(ns, REF_NAME)).toEqual([]);
+    expect((await k(['get', `${PKG},${PKGM}`, '-n', ns, '-o', 'name'])).stdout.trim()).toBe('');
+    expect(await getObject('configmap', ns, `${name}.pkgr`)).toBeUndefined();
+  });
+});
