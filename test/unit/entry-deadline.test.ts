@@ -111,6 +111,45 @@ describe('the function deadline of the SQS handler', () => {
   });
 });
 
+describe('the function deadline with no time left, or no time limit', () => {
+  it.each([
+    ['no time left: no record starts, every record goes back to the queue', 0, 1000, false],
+    ['past the limit: the same', -5, 1000, false],
+    ['no time left and a negative margin: the same', 0, -1000, false],
+    ['a remaining time that is not a number is no deadline: every record runs uncut', Number.NaN, 1000, true],
+  ])('%s', async (_name, remaining, margin, runs) => {
+    const w = appWorld({ app: appObject({ status: SUCCEEDED_BEFORE }), tmpRoot: path.join(tempDir(), 'scratch') });
+    const fetchKey = await putFetchArtifact(w.store, tempDir());
+    const aborted: boolean[] = [];
+    w.runner.on('ytt', async (req) => {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      aborted.push(req.signal?.aborted ?? false);
+      return { stdout: 'a: 1\n' };
+    });
+    const sender = new MemoryEventSender();
+    const handler = makeSqsHandler('template', () => ({
+      pipeline: w.deps,
+      sender,
+      log: w.log,
+      deadlineMarginMs: margin,
+    }));
+    const ev = templateEvent(
+      { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: FETCH_PART },
+      { time: new Date(NOW) },
+    );
+    const records = ['m1', 'm2'].map((messageId) => ({ messageId, body: serializeEvent(ev) }));
+    const res = await handler({ Records: records }, { getRemainingTimeInMillis: () => remaining });
+    const outcome = runs ? 'forwarded' : 'deadline';
+    const recordLines = w.log.records.filter((r) => r.obj.outcome !== undefined && r.msg !== 'stage run');
+    expect(recordLines.map((r) => r.obj.outcome)).toEqual([outcome, outcome]);
+    expect(res).toEqual({ batchItemFailures: runs ? [] : [{ itemIdentifier: 'm1' }, { itemIdentifier: 'm2' }] });
+    // ytt runs for the first record (the second reuses its rendered manifest), never cut.
+    expect(aborted).toEqual(runs ? [false] : []);
+    expect(w.statuses()).toEqual([]);
+    expect(sender.sent.map((e) => e.event.type)).toEqual(runs ? Array(2).fill('dev.kapp-lambda.stage.deploy.v1') : []);
+  });
+});
+
 describe('withDeadline', () => {
   const canceled = (req: RunRequest): ScriptedResult => ({
     error: new CommandCanceledError(req.cmd, false, req.signal?.reason),

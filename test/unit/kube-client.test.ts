@@ -277,6 +277,22 @@ describe('KubeApiClient reads', () => {
       '/api/v1/namespaces/n/secrets/nope',
     ]);
   });
+
+  it('a data key named __proto__ is kept as data (an own key), not made the prototype', async () => {
+    const meta = { name: 's', namespace: 'n', uid: 'u', resourceVersion: '1' };
+    const b64 = Buffer.from('S3cr3t!').toString('base64');
+    // JSON.parse, as the transport's answer is read, makes `__proto__` an own key.
+    const answer = (kind: string, field: string) => ({
+      statusCode: 200,
+      body: JSON.parse(`{"kind":"${kind}","metadata":${JSON.stringify(meta)},"${field}":{"__proto__":"${b64}"}}`),
+    });
+    const c = client(new FakeRest([answer('Secret', 'data'), answer('ConfigMap', 'binaryData')]));
+    for (const decoded of [(await c.getSecret('n', 's'))?.data, (await c.getConfigMap('n', 's'))?.binaryData]) {
+      expect(Object.getPrototypeOf(decoded)).toBe(Object.prototype);
+      expect(Object.keys(decoded ?? {})).toEqual(['__proto__']);
+      expect(Object.values(decoded ?? {}).map((v) => v.toString('utf8'))).toEqual(['S3cr3t!']);
+    }
+  });
 });
 
 describe('KubeApiClient.updateStatus', () => {

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { deployEvent, type StageStatusSummary } from '../../events/schema.js';
+import { deleteEvent, deployEvent, type StageStatusSummary } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
@@ -152,5 +152,27 @@ describe('deploy stage table', () => {
     const row = rows['succeeded: the final status with every part of the run']!;
     const run = deployOnce(row, false);
     await expect(run).rejects.toThrow(`manifest ${MANIFEST_KEY} is missing from the object store`);
+  });
+});
+
+describe('delete stage', () => {
+  const live = { status: SUCCEEDED_BEFORE, metadata: { finalizers: [Finalizer.App] } };
+  const deleting = { ...live, metadata: { ...live.metadata, deletionTimestamp: NOW } };
+  it.each<[string, AppShape, number, string, string[], string[]]>([
+    ['deleting: kapp delete runs, the finalizer goes', deleting, 1, 'deleted', ['kapp'], []],
+    ['live (no deletionTimestamp): gone, nothing written, no tool', live, 1, 'gone', [], [Finalizer.App]],
+    ['live, the event naming another generation: gone', live, 99, 'gone', [], [Finalizer.App]],
+  ])('%s', async (_name, app, generation, outcome, tools, finalizers) => {
+    const w = appWorld({ app: appObject(app), tmpRoot: path.join(tempDir(), 'scratch') });
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    const next = await dispatchEvent(
+      deleteEvent({ object: REF, run: { ...RUN, generation } }, { time: new Date(NOW) }),
+      w.deps,
+    );
+    expect(next).toBeUndefined();
+    expect(w.outcomes()).toEqual([['delete', outcome]]);
+    expect(w.tools()).toEqual(tools);
+    expect(w.app()?.metadata.finalizers ?? []).toEqual(finalizers);
+    if (outcome === 'gone') expect(w.statuses()).toEqual([]);
   });
 });

@@ -107,6 +107,17 @@ describe('SecretMask', () => {
     m.addValue(bin);
     expect(m.text(bin.toString('base64'))).toBe(MASKED);
   });
+
+  it('a non-UTF-8 value is masked as a tool prints it decoded: lossy (U+FFFD) and its valid runs', () => {
+    const value = Buffer.concat([Buffer.from('db-password-S3cr3t!'), Buffer.from([0xff]), Buffer.from('tail-part')]);
+    const m = new SecretMask();
+    m.addSecretData({ password: value.toString('base64') }, { base64: true });
+    expect(m.text(`tool: ${value.toString('utf8')} end`)).toBe(`tool: ${MASKED} end`);
+    // A decoder that drops the invalid byte instead still shows each valid run.
+    expect(m.text('tool: db-password-S3cr3t! end')).toBe(`tool: ${MASKED} end`);
+    expect(m.text('tool: db-password-S3cr3t!tail-part end')).toBe(`tool: ${MASKED}${MASKED} end`);
+    expect(m.text(value.toString('base64'))).toBe(MASKED);
+  });
 });
 
 // ---------------------------------------------------------------------------------------------

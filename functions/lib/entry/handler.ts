@@ -119,14 +119,23 @@ export type RecordOutcome =
 /**
  * Arms the function deadline of one invocation: a signal aborted with a {@link DeadlineError}
  * `margin` before the time limit (`margin` at most half the remaining time, so a short limit
- * still runs its records).
+ * still runs its records, and at least 0). When no time is left before the margin (`remaining`
+ * 0 or negative) the signal is aborted at once, so no record starts (they go back to the queue)
+ * instead of starting one whose tool is canceled before it runs.
  *
- * @returns the signal and `dispose`, which clears the timer (call it when the invocation ends).
+ * @returns the signal and `dispose`, which clears the timer (call it when the invocation ends);
+ *   `undefined` (no deadline) when `remainingMs` is not a finite number.
  */
-function armDeadline(remainingMs: number, marginMs: number): { signal: AbortSignal; dispose: () => void } {
-  const margin = Math.min(marginMs, Math.floor(remainingMs / 2));
+function armDeadline(remainingMs: number, marginMs: number): { signal: AbortSignal; dispose: () => void } | undefined {
+  if (!Number.isFinite(remainingMs)) return undefined;
+  const margin = Math.max(0, Math.min(marginMs, Math.floor(remainingMs / 2)) || 0);
   const abort = new AbortController();
-  const timer = setTimeout(() => abort.abort(new DeadlineError(margin)), Math.max(0, remainingMs - margin));
+  const delay = remainingMs - margin;
+  if (delay <= 0) {
+    abort.abort(new DeadlineError(margin));
+    return { signal: abort.signal, dispose: () => {} };
+  }
+  const timer = setTimeout(() => abort.abort(new DeadlineError(margin)), delay);
   timer.unref?.();
   return { signal: abort.signal, dispose: () => clearTimeout(timer) };
 }

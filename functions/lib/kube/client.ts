@@ -175,14 +175,18 @@ function leaseRef(namespace: string, name: string): ResourceRef {
   return { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', namespace, name };
 }
 
+/**
+ * Decodes a base64 map (`Secret.data`, `ConfigMap.binaryData`). Built with `Object.fromEntries`
+ * (own data properties), so a key named `__proto__` stays a data key (masked and digested) and
+ * never sets the result's prototype.
+ */
 function decodeMap(data: unknown): Record<string, Buffer> {
-  const out: Record<string, Buffer> = {};
-  if (data && typeof data === 'object') {
-    for (const [key, value] of Object.entries(data as Record<string, unknown>)) {
-      if (typeof value === 'string') out[key] = Buffer.from(value, 'base64');
-    }
-  }
-  return out;
+  if (!data || typeof data !== 'object') return {};
+  return Object.fromEntries(
+    Object.entries(data as Record<string, unknown>).flatMap(([key, value]) =>
+      typeof value === 'string' ? [[key, Buffer.from(value, 'base64')]] : [],
+    ),
+  );
 }
 
 /**

@@ -191,7 +191,8 @@ export async function noopDeleteDueToTerminatingNamespaces(app: App, kube: Deplo
 }
 
 /**
- * The delete path (`reconcileDelete` + `app_deploy.go` `delete`): `Deleting`, then
+ * The delete path (`reconcileDelete` + `app_deploy.go` `delete`): only for an App with a
+ * `deletionTimestamp` and our finalizer (else `gone`, nothing written, no tool); `Deleting`, then
  * `kapp delete` (skipped for `noopDelete`), then the finalizer is removed; on failure
  * `DeleteFailed` and the finalizer stays (retried with the failure backoff).
  *
@@ -207,7 +208,9 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
     return;
   }
   const { app, raw } = loaded.loaded;
-  if (!(app.metadata.finalizers ?? []).includes(Finalizer.App)) {
+  // Only an App being deleted is deleted (the rule of the reconcile step): a delete event for a
+  // live App (a forged or misrouted hand-off) stops here, whatever generation it names.
+  if (!app.metadata.deletionTimestamp || !(app.metadata.finalizers ?? []).includes(Finalizer.App)) {
     done('gone');
     return;
   }

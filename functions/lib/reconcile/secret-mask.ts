@@ -12,7 +12,8 @@
  * Not upstream: kapp-controller copies tool output into status as is.
  *
  * What is masked, for each Secret data value (each key of each Secret read):
- * - the value as UTF-8 text (when it is valid UTF-8);
+ * - the value as UTF-8 text (when it is valid UTF-8); when it is not, its lossy UTF-8 text
+ *   (U+FFFD for each invalid sequence) and each valid run between invalid sequences;
  * - its standard base64 form (padded and unpadded; a tool printing the Secret object shows it
  *   so), and its JSON-escaped form when that differs (a value with quotes or newlines inside a
  *   JSON document);
@@ -128,7 +129,10 @@ export class SecretMask {
     const b64 = buf.toString('base64');
     this.addNeedle(this.whole, b64);
     this.addNeedle(this.whole, b64.replace(/=+$/, ''));
-    if (!isValidUtf8(buf)) return;
+    if (!isValidUtf8(buf)) {
+      this.addLossyForms(buf);
+      return;
+    }
     const text = buf.toString('utf8');
     this.addNeedle(this.whole, text);
     this.addNeedle(this.whole, JSON.stringify(text).slice(1, -1));
@@ -142,6 +146,22 @@ export class SecretMask {
       this.addNeedle(this.lines, line.trim());
       const env = structured ? /^(?:export\s+)?[A-Za-z_][A-Za-z0-9_.-]*=(.*)$/.exec(line.trim()) : null;
       if (env?.[1] !== undefined) this.addNeedle(this.lines, env[1].trim().replace(/^(["'])(.*)\1$/, '$2'));
+    }
+  }
+
+  /**
+   * A value that is not valid UTF-8, as a tool printing it shows it once decoded: the lossy
+   * UTF-8 text (each invalid sequence as U+FFFD, as this runner decodes tool output), and each
+   * run of valid text between invalid sequences (another decoder replaces or drops them
+   * differently). Runs shorter than {@link MIN_MASKED_CHARS} are skipped by `addNeedle`.
+   */
+  private addLossyForms(buf: Buffer): void {
+    const lossy = buf.toString('utf8');
+    this.addNeedle(this.whole, lossy);
+    let n = 0;
+    for (const run of lossy.split('\uFFFD')) {
+      if (n++ >= MAX_LINES_PER_VALUE) break;
+      this.addNeedle(this.lines, run);
     }
   }
 

@@ -21,9 +21,19 @@
  *
  * @module
  */
-import { redactSecrets, TRUNCATION_PREFIX } from './redact.js';
+import {
+  codePointCost,
+  cutTail,
+  encodedTextBytes,
+  redactSecrets,
+  TRUNCATION_PREFIX,
+  truncateTailEncoded,
+} from './redact.js';
 import { friendlyDeleteFailed, friendlyReconcileFailed } from './status.js';
 import type { AppStatusLike, Condition } from './types.js';
+
+// The encoded sizes live in `redact.ts` (status parts for events are bounded with them too).
+export { encodedTextBytes, truncateTailEncoded };
 
 /** etcd's default `--max-request-bytes`: 1.5 MiB. The whole object (metadata, spec, status) is one value. */
 export const ETCD_MAX_REQUEST_BYTES = 1_572_864;
@@ -57,49 +67,6 @@ export const TOO_LARGE_MESSAGE_BYTES = 2048;
 
 // ---------------------------------------------------------------------------------------------
 // Encoded sizes
-
-function codePointCost(cp: number): number {
-  if (cp === 0x22 || cp === 0x5c || cp === 0x0a || cp === 0x0d || cp === 0x09) return 2;
-  if (cp < 0x20 || cp === 0x3c || cp === 0x3e || cp === 0x26) return 6;
-  if (cp < 0x80) return 1;
-  if (cp < 0x800) return 2;
-  if (cp === 0x2028 || cp === 0x2029) return 6;
-  // Lone surrogates: JSON.stringify writes `\udXXX`.
-  if (cp >= 0xd800 && cp <= 0xdfff) return 6;
-  if (cp < 0x10000) return 3;
-  return 4;
-}
-
-/**
- * Bytes of `text` inside a JSON string as the API server encodes it (without the quotes): an
- * upper bound of both Go's `encoding/json` (HTML-escaping) and `JSON.stringify`.
- *
- * @param text - Any text.
- * @returns Encoded bytes.
- */
-export function encodedTextBytes(text: string): number {
-  // UTF-8 length natively, plus what escaping adds: 1 byte for `"`, `\`, `\n`, `\r`, `\t`;
-  // 5 for the other controls and `<`, `>`, `&` (`\u00XX`); 3 for U+2028/9 and lone surrogates
-  // (UTF-8 counts 3, the escape is 6).
-  return (
-    Buffer.byteLength(text, 'utf8') +
-    count(text, TWO_BYTE_ESCAPES) +
-    5 * count(text, SIX_BYTE_ESCAPES) +
-    3 * count(text, WIDE_ESCAPES)
-  );
-}
-
-const TWO_BYTE_ESCAPES = /["\\\n\r\t]/g;
-// biome-ignore lint/suspicious/noControlCharactersInRegex: counting the control characters JSON escapes
-const SIX_BYTE_ESCAPES = /[\u0000-\u0008\u000b\u000c\u000e-\u001f<>&]/g;
-const WIDE_ESCAPES = /[\u2028\u2029]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
-
-function count(text: string, re: RegExp): number {
-  re.lastIndex = 0;
-  let n = 0;
-  while (re.exec(text) !== null) n++;
-  return n;
-}
 
 /** A deep copy of a JSON value that shares the (immutable) strings instead of copying megabytes. */
 function copyJson<T>(value: T): T {
@@ -140,43 +107,6 @@ export function encodedSize(value: unknown): number {
     return n + Math.max(0, members - 1);
   }
   return 0;
-}
-
-/**
- * Keeps the tail of `text` so that, encoded ({@link encodedTextBytes}), the result including
- * {@link TRUNCATION_PREFIX} is at most `maxBytes` (upstream PR #1840 keeps the tail: kapp's
- * summary and a tool's error come last). Never splits a character. A text that already carries
- * the marker keeps exactly one.
- *
- * @param text - Any text.
- * @param maxBytes - Encoded bound in bytes.
- * @returns `text` when it fits, `[output truncated]\n<tail>` otherwise, `''` when not even the
- *   marker fits.
- */
-export function truncateTailEncoded(text: string, maxBytes: number): string {
-  if (text.length <= maxBytes / 6 || encodedTextBytes(text) <= maxBytes) return text;
-  return cutTail(text, maxBytes);
-}
-
-/** {@link truncateTailEncoded} for a text known not to fit. */
-function cutTail(text: string, maxBytes: number): string {
-  const keep = maxBytes - encodedTextBytes(TRUNCATION_PREFIX);
-  if (keep < 0) return '';
-  let used = 0;
-  let start = text.length;
-  while (start > 0) {
-    let i = start - 1;
-    const unit = text.charCodeAt(i);
-    if (unit >= 0xdc00 && unit <= 0xdfff && i > 0) {
-      const hi = text.charCodeAt(i - 1);
-      if (hi >= 0xd800 && hi <= 0xdbff) i--;
-    }
-    const cost = codePointCost(text.codePointAt(i) ?? 0);
-    if (used + cost > keep) break;
-    used += cost;
-    start = i;
-  }
-  return TRUNCATION_PREFIX + text.slice(start);
 }
 
 /** The first `maxBytes` (encoded) of `text`, for short one-line excerpts. */

@@ -21,7 +21,14 @@
  */
 import type { StageStatusSummary } from '../../../events/schema.js';
 import type { AppStatus } from '../api/index.js';
-import { boundedStatusText, MAX_STATUS_TEXT_BYTES, redactSecrets, TRUNCATION_PREFIX, truncateTail } from './redact.js';
+import {
+  boundedStatusText,
+  MAX_STATUS_TEXT_BYTES,
+  redactSecrets,
+  TRUNCATION_PREFIX,
+  truncateTail,
+  truncateTailEncoded,
+} from './redact.js';
 import { type StageResult, withCAHint, withFriendlyYAMLStrings } from './result.js';
 import type {
   AppStatusLike,
@@ -356,7 +363,8 @@ export type StagePart = FetchStatus | TemplateStatus;
  * Bounds of each text of a stage part, UTF-8 bytes, by where the part is kept: `status`, the
  * stored part (1 MiB per output, upstream PR #1840; the error is not cut), or `event`, the copy a
  * hand-off event carries (15 KiB per output and 4000 for the error, below the 16 Ki / 4 Ki
- * character limits of `events/schema.ts` `StageStatusSummarySchema`). Both keep the tail.
+ * character limits of `events/schema.ts` `StageStatusSummarySchema`; counted both raw and
+ * JSON-escaped, so escape-heavy output keeps the event under its limit). Both keep the tail.
  */
 export const PART_BOUNDS = {
   status: { output: MAX_STATUS_TEXT_BYTES, error: Number.POSITIVE_INFINITY },
@@ -376,10 +384,21 @@ export function toEventPart(part: StagePart): StageStatusSummary {
   };
   const p = part as FetchStatus;
   if (p.startedAt) s.startedAt = p.startedAt;
-  if (p.error) s.error = truncateTail(p.error, b.error);
-  if (p.stdout) s.stdout = truncateTail(p.stdout, b.output);
-  if (p.stderr) s.stderr = truncateTail(p.stderr, b.output);
+  if (p.error) s.error = eventText(p.error, b.error);
+  if (p.stdout) s.stdout = eventText(p.stdout, b.output);
+  if (p.stderr) s.stderr = eventText(p.stderr, b.output);
   return s;
+}
+
+/**
+ * A text of an event part: its UTF-8 tail ({@link truncateTail}) when that also fits `maxBytes`
+ * JSON-escaped, else its tail bounded by the escaped size ({@link truncateTailEncoded}). Events
+ * are JSON, where each control character (ANSI escapes, git sideband) takes 6 bytes: bounding
+ * raw bytes only would let such output push an event past its 256 KiB limit.
+ */
+function eventText(text: string, maxBytes: number): string {
+  const cut = truncateTail(text, maxBytes);
+  return Buffer.byteLength(JSON.stringify(cut)) - 2 <= maxBytes ? cut : truncateTailEncoded(text, maxBytes);
 }
 
 /** The part an event carried, back in its stored shape (`undefined` when none was carried). */
