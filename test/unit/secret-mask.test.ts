@@ -101,7 +101,7 @@ describe('SecretMask', () => {
     });
   });
 
-  it('values of a non-UTF-8 binary secret are masked in base64 only', () => {
+  it('values of a non-UTF-8 binary secret are masked in base64', () => {
     const m = new SecretMask();
     const bin = Buffer.from([0xff, 0xfe, 0x00, 0x41, 0x42, 0x43, 0x44]);
     m.addValue(bin);
