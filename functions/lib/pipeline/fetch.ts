@@ -28,7 +28,7 @@ import { fetchIsPrivate, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } fr
 import { type LoadedApp, makeScratch, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeStage, openStage } from './stage.js';
+import { APP_KIND, closeHandingOn, openStage } from './stage.js';
 
 /**
  * Plans and runs vendir, and stores the tarball: shared by content digest, or, when `scope` is
@@ -238,16 +238,15 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const { result, fetchKey } = fetched;
   const part = fetchPart(result, startedAt, deps.now());
-  const closed = await closeStage(frame, {
+  const next = await closeHandingOn(frame, {
     parts: { fetch: part },
     own: part,
     result,
-    // A fetch without an artifact always carries its error (kept as a guard).
-    last: !fetchKey,
-    success: cached ? 'cached' : 'succeeded',
+    artifactKey: fetchKey,
+    cached,
     tools,
   });
-  if (!closed.next || !fetchKey) return {};
+  if (!next || !fetchKey) return {};
   return {
     template: { object: ctx.ref, run: ctx.run, artifacts: { fetchKey }, fetchStatus: toEventPart(part) },
   };

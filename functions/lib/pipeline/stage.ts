@@ -232,3 +232,20 @@ async function writeHeld<L extends { raw: KubeObject }>(
   const fence = { uid: frame.fence.uid, generation: live.loaded.raw.metadata.generation ?? 0 };
   return await writeAppStatus(frame.kube, frame.ref, fence, final, frame.mask);
 }
+
+/**
+ * Closes a stage whose success hands an artifact to the next stage (fetch → template →
+ * deploy): without its artifact the run always carries its error, so it is then the run's
+ * last stage (a guard), and the logged success is `cached` when no tool ran.
+ *
+ * @returns true when the next stage runs (the stage succeeded, the run is still current and
+ *   the artifact exists).
+ */
+export async function closeHandingOn<L extends { raw: KubeObject }>(
+  frame: StageFrame<FetchView, L>,
+  input: Omit<CloseStageInput, 'last' | 'success'> & { artifactKey: string | undefined; cached: boolean },
+): Promise<boolean> {
+  const { artifactKey, cached, ...rest } = input;
+  const closed = await closeStage(frame, { ...rest, last: !artifactKey, success: cached ? 'cached' : 'succeeded' });
+  return closed.next && artifactKey !== undefined;
+}

@@ -44,7 +44,7 @@ import {
 import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeStage, openHandOff } from './stage.js';
+import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
 
 /** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
 export type ClusterInfoSource = (
@@ -218,15 +218,15 @@ export async function runTemplate(
     }
   }
   const part = templatePart(result, now());
-  const closed = await closeStage(frame, {
+  const next = await closeHandingOn(frame, {
     parts: { fetch: fromEventPart(data.fetchStatus), template: part },
     own: part,
     result,
-    last: !manifestKey,
-    success: cached ? 'cached' : 'succeeded',
+    artifactKey: manifestKey,
+    cached,
     tools,
   });
-  if (!closed.next || !manifestKey) return {};
+  if (!next || !manifestKey) return {};
   return {
     deploy: {
       object: ref,
