@@ -93,8 +93,20 @@ const APP_RESOURCE = { group: 'kappctrl.k14s.io', version: 'v1alpha1', plural: '
 /** The e2e helpers bound to the cluster of `kubeconfig` (see {@link E2ECluster}). */
 export function e2eCluster(kubeconfig: string): E2ECluster {
   const k = async (args: string[], input?: string, check = true) => await kubectl(kubeconfig, args, { input, check });
+  // Files run in parallel and share some objects (the `kapp-lambda` namespace, the CRDs): two
+  // applies can both find one missing and create it; the loser gets AlreadyExists (or a
+  // conflict) although the object is there. Applying again then updates it.
+  const applyWith = async (args: string[], input?: string) => {
+    for (let attempt = 1; ; attempt++) {
+      const r = await k(args, input, attempt >= 3);
+      if (r.code === 0) return;
+      if (!/AlreadyExists|Conflict|the object has been modified/.test(r.stderr)) {
+        throw new Error(`kubectl ${args.join(' ')} exited ${r.code}: ${r.stderr.trim()}`);
+      }
+    }
+  };
   const apply = async (...objects: object[]) => {
-    await k(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
+    await applyWith(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
   };
   let apps: CustomObjectsApi | undefined;
   return {
@@ -103,7 +115,7 @@ export function e2eCluster(kubeconfig: string): E2ECluster {
     apply,
     async applyCrds() {
       const file = fileURLToPath(new URL('../../infra/crds/crds.yaml', import.meta.url));
-      await k(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
+      await applyWith(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
       await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kapp-lambda' } });
       await k([
         'wait',
