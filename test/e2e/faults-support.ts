@@ -6,7 +6,7 @@
  * Not a test file (vitest only collects `*.test.ts`).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { appManifest, kubeconfigPath } from './support.js';
@@ -124,15 +124,23 @@ export interface ChildRuntime {
 
 /**
  * Starts `npx tsx scripts/start.ts` serving only namespace `ns` (so it holds a Lease of its own
- * scope and runs alongside the other files), with its object store in `storeDir`.
+ * scope and runs alongside the other files), with its object store in `storeDir` and its
+ * `TMPDIR` beside it (`storeDir` must be inside a directory the test removes).
  */
 export function startChildRuntime(ns: string, storeDir: string, logFile: string): ChildRuntime {
   const fd = openSync(logFile, 'a');
+  // Its scratch and staged tools go beside the store, inside the test's own directory: a
+  // SIGKILLed runtime cannot remove them, the test's afterAll does.
+  const tmp = path.join(path.dirname(storeDir), 'tmp');
+  mkdirSync(tmp, { recursive: true });
+  // Tool runs under other uids must traverse it (the runtime checks; `mkdtemp` made it 0700).
+  chmodSync(path.dirname(storeDir), 0o711);
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     KUBECONFIG: kubeconfigPath,
     KAPP_LAMBDA_NAMESPACES: ns,
     KAPP_LAMBDA_STORE: storeDir,
+    TMPDIR: tmp,
   };
   delete env.KAPP_LAMBDA_CONTEXTS;
   const proc = spawn('npx', ['tsx', 'scripts/start.ts'], { cwd: REPO, env, detached: true, stdio: ['ignore', fd, fd] });
