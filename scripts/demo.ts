@@ -1,8 +1,10 @@
 /**
  * `npm run demo`: the main job on the embedded default. Starts a local control plane and the
- * fixture servers, applies the example Apps (examples/), runs forwarder + functions in this
- * process until every App reached a final condition for its generation, prints the Apps as
- * `kubectl get apps` shows them, and exits 0 only when every App reconciled.
+ * fixture servers, commits the kadras package repository (`../shared/fixtures/kadras-packages/repo`)
+ * to the git server, applies the examples (examples/: Apps and that PackageRepository), runs
+ * forwarder + functions in this process until every App and the repository reached a final
+ * condition for their generation, prints them as `kubectl get apps` and
+ * `kubectl get packagemetadatas,packages` show them, and exits 0 only when all reconciled.
  *
  * Options (environment): `DEMO_TIMEOUT_SECONDS` (default 300), `KAPP_LAMBDA_CACHE`.
  */
@@ -12,18 +14,21 @@ import path from 'node:path';
 import pino from 'pino';
 import { startEmbedded } from '../functions/embedded/runtime.js';
 import { cacheRoot } from '../layers/gobuild.js';
+import { createRepo, fixturePath } from '../test/harness/fixtures.js';
 import { kubectl } from '../test/harness/kube.js';
 import { examplePlaceholders, renderExample, startLocalEnvironment } from './local-env.js';
 
-const EXAMPLES = [
-  'rbac.yml',
+/** The example Apps, each file one App; `rbac.yml` before them. */
+const APP_EXAMPLES = [
   'inline-app.yml',
   'simple-app-git.yml',
   'simple-app-http.yml',
   'simple-app-bundle.yml',
   'podinfo-helm.yml',
 ];
+const EXAMPLES = ['rbac.yml', ...APP_EXAMPLES, 'kadras-repository.yml'];
 
+/** An App or PackageRepository as `kubectl get -o json` returns it (the fields read here). */
 interface AppRow {
   metadata: { name: string; namespace: string; generation?: number };
   status?: {
@@ -63,24 +68,39 @@ process.once('SIGTERM', () => void shutdown().then(() => process.exit(143)));
 try {
   const kc = env.cluster.kubeconfigPath;
   const placeholders = examplePlaceholders(env.servers);
+  // `__GIT_URL__/kadras-packages` of examples/kadras-repository.yml (the server reads its root per request)
+  await createRepo(env.servers.git, 'kadras-packages', fixturePath('kadras-packages', 'repo'));
   for (const file of EXAMPLES) {
     say(`kubectl apply -f examples/${file}`);
     await kubectl(kc, ['apply', '-f', '-'], { input: await renderExample(file, placeholders) });
   }
-  say('waiting for every App to reconcile');
+  say('waiting for every App and the PackageRepository to reconcile');
   let apps: AppRow[] = [];
+  let repos: AppRow[] = [];
   const final = (a: AppRow) =>
     a.status?.observedGeneration === a.metadata.generation &&
     a.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded' || c.type === 'ReconcileFailed');
   const deadline = Date.now() + timeoutMs;
+  const list = async (resource: string) =>
+    (JSON.parse((await kubectl(kc, ['get', resource, '-A', '-o', 'json'])).stdout) as { items: AppRow[] }).items;
   while (Date.now() < deadline) {
-    apps = (JSON.parse((await kubectl(kc, ['get', 'apps', '-A', '-o', 'json'])).stdout) as { items: AppRow[] }).items;
-    if (apps.length > 0 && apps.every(final)) break;
+    [apps, repos] = await Promise.all([list('apps'), list('packagerepositories')]);
+    const all = [...apps, ...repos];
+    if (all.length === APP_EXAMPLES.length + 1 && all.every(final)) break;
     await new Promise((r) => setTimeout(r, 2000));
   }
-  process.stdout.write(`\n$ kubectl get apps -A\n${(await kubectl(kc, ['get', 'apps', '-A'])).stdout}\n`);
-  const ok = apps.filter((a) => a.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded'));
-  for (const a of apps.filter((x) => !ok.includes(x))) {
+  for (const args of [
+    ['get', 'apps', '-A'],
+    ['get', 'packagerepositories', '-A'],
+    ['get', 'packagemetadatas,packages', '-A'],
+  ]) {
+    process.stdout.write(`\n$ kubectl ${args.join(' ')}\n${(await kubectl(kc, args)).stdout}`);
+  }
+  process.stdout.write('\n');
+  const succeeded = (a: AppRow) => a.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded');
+  const all = [...apps, ...repos];
+  const ok = all.filter(succeeded);
+  for (const a of all.filter((x) => !ok.includes(x))) {
     process.stdout.write(
       `${a.metadata.namespace}/${a.metadata.name}: ${a.status?.friendlyDescription ?? 'not reconciled'}\n${a.status?.usefulErrorMessage ?? ''}\n`,
     );
@@ -91,8 +111,12 @@ try {
       .map(([tool, s]) => `${tool} ${s.count} (${Math.round(s.totalMs)} ms)`)
       .join(', ')}\n`,
   );
-  exitCode = ok.length === apps.length && apps.length === EXAMPLES.length - 1 ? 0 : 1;
-  say(exitCode === 0 ? `all ${apps.length} Apps reconciled` : `${apps.length - ok.length} App(s) did not reconcile`);
+  exitCode = apps.length === APP_EXAMPLES.length && repos.length === 1 && ok.length === all.length ? 0 : 1;
+  say(
+    exitCode === 0
+      ? `all ${apps.length} Apps and the PackageRepository reconciled`
+      : `${all.length - ok.length} of ${all.length} Apps/PackageRepositories did not reconcile (expected ${APP_EXAMPLES.length} + 1)`,
+  );
 } catch (err) {
   say(`demo failed: ${(err as Error).message}`);
 } finally {
