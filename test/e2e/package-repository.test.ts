@@ -8,7 +8,17 @@
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
-import { type AppStatusView, apply, getObject, k, RFC3339, suffix, useE2ERuntime, waitFor } from './support.js';
+import {
+  type AppStatusView,
+  apply,
+  expectSucceededStatus,
+  getObject,
+  k,
+  RFC3339,
+  suffix,
+  useE2ERuntime,
+  waitFor,
+} from './support.js';
 
 const id = suffix();
 const NS = {
@@ -137,31 +147,8 @@ async function packagesByRefName(ns: string, refName: string): Promise<Packaging
 
 /** Asserts upstream's status after a successful PackageRepository reconcile (§3.12 step 7). */
 function expectRepoSucceeded(repo: RepoObject): void {
-  const s = repo.status ?? {};
-  const where = `${repo.metadata.namespace}/${repo.metadata.name}: ${s.usefulErrorMessage ?? ''}`;
-  for (const key of Object.keys(s)) expect(PKGR_STATUS_KEYS.has(key), `unexpected status key ${key}`).toBe(true);
-  expect(s.conditions, where).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
-  expect(s.friendlyDescription).toBe('Reconcile succeeded');
-  expect(s.observedGeneration).toBe(repo.metadata.generation);
-  expect(s).not.toHaveProperty('usefulErrorMessage');
-  expect(s).not.toHaveProperty('consecutiveReconcileFailures');
-  expect(s.consecutiveReconcileSuccesses).toBeGreaterThanOrEqual(1);
-  expect(s.fetch?.exitCode).toBe(0);
-  expect(s.fetch?.error).toBeUndefined();
-  expect(s.fetch?.startedAt).toMatch(RFC3339);
-  expect(s.fetch?.updatedAt).toMatch(RFC3339);
+  const s = expectSucceededStatus(repo, PKGR_STATUS_KEYS);
   expect(s.fetch?.stdout).toContain('kind: LockConfig');
-  expect(s.template?.exitCode).toBe(0);
-  expect(s.template?.error).toBeUndefined();
-  expect(s.template?.updatedAt).toMatch(RFC3339);
-  expect(s.template).not.toHaveProperty('stdout');
-  expect(s.deploy?.exitCode).toBe(0);
-  expect(s.deploy?.finished).toBe(true);
-  expect(s.deploy?.error).toBeUndefined();
-  expect(s.deploy?.startedAt).toMatch(RFC3339);
-  expect(s.deploy?.updatedAt).toMatch(RFC3339);
-  // kapp's change table and summary
-  expect(s.deploy?.stdout).toContain('Succeeded');
   // a repository's deploy status has no associatedResources upstream
   expect(s.deploy).not.toHaveProperty('kapp');
   expect(repo.metadata.finalizers).toContain(Finalizer.PackageRepository);

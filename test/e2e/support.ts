@@ -483,18 +483,22 @@ const STATUS_KEYS = new Set([
 ]);
 
 /**
- * Asserts the status kapp-controller leaves after a successful reconcile of the current
- * generation, and that the kapp app record `<name>.app` exists in the App namespace (of
- * `cluster`, default the shared one) and matches `associatedResources.label`.
- * @returns the kapp label (`kapp.k14s.io/app=<id>`).
+ * The status checks every successful reconcile shares, App or PackageRepository (upstream's
+ * GenericStatus plus the fetch/template/deploy parts of one successful run): only `allowedKeys`
+ * at the top, `ReconcileSucceeded` for the current generation, omitempty fields absent, each
+ * part with exit code 0, no error, RFC 3339 times and kapp's `Succeeded` in deploy's stdout.
+ * @returns the status, for the caller's kind-specific checks.
  */
-export async function expectSucceeded(app: AppObject, cluster: E2ECluster = shared): Promise<string> {
-  const s = app.status ?? {};
-  const where = `${app.metadata.namespace}/${app.metadata.name}: ${s.usefulErrorMessage ?? ''}`;
-  for (const key of Object.keys(s)) expect(STATUS_KEYS.has(key), `unexpected status key ${key} (${where})`).toBe(true);
+export function expectSucceededStatus(
+  obj: { metadata: { namespace: string; name: string; generation?: number }; status?: AppStatusView },
+  allowedKeys: ReadonlySet<string>,
+): AppStatusView {
+  const s = obj.status ?? {};
+  const where = `${obj.metadata.namespace}/${obj.metadata.name}: ${s.usefulErrorMessage ?? ''}`;
+  for (const key of Object.keys(s)) expect(allowedKeys.has(key), `unexpected status key ${key} (${where})`).toBe(true);
   expect(s.conditions, where).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
   expect(s.friendlyDescription).toBe('Reconcile succeeded');
-  expect(s.observedGeneration).toBe(app.metadata.generation);
+  expect(s.observedGeneration).toBe(obj.metadata.generation);
   // omitempty upstream: absent, not "" or 0
   expect(s).not.toHaveProperty('usefulErrorMessage');
   expect(s).not.toHaveProperty('consecutiveReconcileFailures');
@@ -512,7 +516,19 @@ export async function expectSucceeded(app: AppObject, cluster: E2ECluster = shar
   expect(s.deploy?.error).toBeUndefined();
   expect(s.deploy?.startedAt).toMatch(RFC3339);
   expect(s.deploy?.updatedAt).toMatch(RFC3339);
+  // kapp's change table and summary
   expect(s.deploy?.stdout).toContain('Succeeded');
+  return s;
+}
+
+/**
+ * Asserts the status kapp-controller leaves after a successful reconcile of the current
+ * generation, and that the kapp app record `<name>.app` exists in the App namespace (of
+ * `cluster`, default the shared one) and matches `associatedResources.label`.
+ * @returns the kapp label (`kapp.k14s.io/app=<id>`).
+ */
+export async function expectSucceeded(app: AppObject, cluster: E2ECluster = shared): Promise<string> {
+  const s = expectSucceededStatus(app, STATUS_KEYS);
   const label = s.deploy?.kapp?.associatedResources?.label ?? '';
   expect(label).toMatch(/^kapp\.k14s\.io\/app=\d+$/);
   expect(s.deploy?.kapp?.associatedResources?.namespaces).toEqual([app.metadata.namespace]);

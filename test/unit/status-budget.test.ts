@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { TextTail } from '../../functions/lib/exec/tail.js';
-import { MAX_STATUS_TEXT_BYTES, TRUNCATION_PREFIX } from '../../functions/lib/reconcile/redact.js';
+import {
+  encodedTextBytes,
+  MAX_STATUS_TEXT_BYTES,
+  TRUNCATION_PREFIX,
+  truncateTailEncoded,
+} from '../../functions/lib/reconcile/redact.js';
 import {
   deployStatus,
   fetchPart,
@@ -13,7 +18,6 @@ import {
 import {
   ETCD_MAX_REQUEST_BYTES,
   encodedSize,
-  encodedTextBytes,
   fitStatus,
   MAX_CONDITIONS,
   MIN_STATUS_BUDGET_BYTES,
@@ -23,7 +27,6 @@ import {
   STATUS_BUDGET_BYTES,
   statusBudgetFor,
   tooLargeStatus,
-  truncateTailEncoded,
 } from '../../functions/lib/reconcile/status-budget.js';
 
 const MiB = 1024 * 1024;

@@ -27,13 +27,9 @@ import {
   encodedTextBytes,
   redactSecrets,
   TRUNCATION_PREFIX,
-  truncateTailEncoded,
 } from './redact.js';
 import { friendlyDeleteFailed, friendlyReconcileFailed } from './status.js';
 import type { AppStatusLike, Condition } from './types.js';
-
-// The encoded sizes live in `redact.ts` (status parts for events are bounded with them too).
-export { encodedTextBytes, truncateTailEncoded };
 
 /** etcd's default `--max-request-bytes`: 1.5 MiB. The whole object (metadata, spec, status) is one value. */
 export const ETCD_MAX_REQUEST_BYTES = 1_572_864;
