@@ -21,13 +21,7 @@
  *
  * @module
  */
-import {
-  codePointCost,
-  cutTail,
-  encodedTextBytes,
-  redactSecrets,
-  TRUNCATION_PREFIX,
-} from './redact.js';
+import { codePointCost, cutTail, encodedTextBytes, redactSecrets, TRUNCATION_PREFIX } from './redact.js';
 import { friendlyDeleteFailed, friendlyReconcileFailed } from './status.js';
 import type { AppStatusLike, Condition } from './types.js';
 
