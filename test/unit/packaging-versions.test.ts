@@ -9,6 +9,7 @@
  * as vendir's semvers_test.go shows.
  */
 import { describe, expect, it } from 'vitest';
+import { Annotation } from '../../functions/lib/api/constants.js';
 import {
   compare,
   finalizeVersion,
@@ -20,6 +21,9 @@ import {
   type ConstraintCallback,
   compareVersions,
   highestConstrainedVersion,
+  type PackageVersionCallbackOptions,
+  type PackageVersionConstraints,
+  packageVersionCallbacks,
   parseRange,
   VersionSelectionError,
   type VersionSelectionSemver,
@@ -390,6 +394,12 @@ const CONSTRAINTS_LIST = ['2.0.3', '0.0.1', '0.3.1', '0.3.0', '2.0.0', '2.3.0', 
 const noThree: ConstraintCallback = { name: 'myConstraint', check: (v) => !v.includes('3') };
 const notFound = (details: string) => `Expected to find at least one version, but did not (details: ${details})`;
 
+/** The selection returns `want` when no `error` is expected, else throws VersionSelectionError with `error`. */
+function expectSelection(run: () => string, want: string | undefined, error: string | undefined): void {
+  if (error === undefined) expect(run()).toBe(want);
+  else expect(run).toThrow(new VersionSelectionError(error));
+}
+
 /** `highestConstrainedVersion` returns `want`, or throws VersionSelectionError with `error`. */
 const selections: {
   src: string;
@@ -589,9 +599,7 @@ const selections: {
 
 describe('highestConstrainedVersion (vendir HighestConstrainedVersionWithAdditionalConstraints)', () => {
   it.each(selections)('$src', ({ candidates, selection, callbacks, want, error }) => {
-    const run = () => highestConstrainedVersion(candidates, selection, callbacks);
-    if (error === undefined) expect(run()).toBe(want);
-    else expect(run).toThrow(new VersionSelectionError(error));
+    expectSelection(() => highestConstrainedVersion(candidates, selection, callbacks), want, error);
   });
 });
 
@@ -626,5 +634,118 @@ describe('withExactPrereleaseRule (packageinstall.go)', () => {
     { src: 'packageinstall.go (empty constraints)', selection: { constraints: '' }, want: { constraints: '' } },
   ])('$src', ({ selection, want }) => {
     expect(withExactPrereleaseRule(selection)).toEqual(want);
+  });
+});
+
+const IGNORE_K8S = { [Annotation.IgnoreKubernetesVersionSelection]: '' };
+const IGNORE_KC = { [Annotation.IgnoreKappControllerVersionSelection]: '' };
+const K8S_PKGS: PackageVersionConstraints[] = [
+  { version: '1.0.0' },
+  { version: '2.0.0', kubernetesConstraints: '>=1.30.0' },
+];
+const KC_PKGS: PackageVersionConstraints[] = [
+  { version: '1.0.0' },
+  { version: '2.0.0', kappControllerConstraints: '>=0.50.0' },
+];
+
+/** Selection through `packageVersionCallbacks`: `want`, or VersionSelectionError `error`. */
+const packageChecks: {
+  src: string;
+  packages: PackageVersionConstraints[];
+  options: PackageVersionCallbackOptions;
+  constraints?: string;
+  names?: string[];
+  want?: string;
+  error?: string;
+}[] = [
+  {
+    src: 'packageinstall.go Find (no Kubernetes constraint: no cluster version asked, no check)',
+    packages: KC_PKGS,
+    options: { kappControllerVersion: 'v0.50.0' },
+    names: ['kapp-controller-version-check'],
+    want: '2.0.0',
+  },
+  {
+    src: 'packageinstall.go Find (Kubernetes check first, then kapp-controller)',
+    packages: K8S_PKGS,
+    options: { kubernetesVersion: 'v1.30.1', kappControllerVersion: 'v0.50.0' },
+    names: ['kubernetes-version-check', 'kapp-controller-version-check'],
+    want: '2.0.0',
+  },
+  {
+    src: 'packageinstall.go clusterVersionConstraintsSatisfied',
+    packages: K8S_PKGS,
+    options: { kubernetesVersion: 'v1.29.2+k3s1', kappControllerVersion: 'v0.50.0' },
+    want: '1.0.0',
+  },
+  {
+    src: '§2.5 step 6 (details with both callbacks)',
+    packages: K8S_PKGS,
+    options: { kubernetesVersion: 'v1.29.2+k3s1', kappControllerVersion: 'v0.50.0' },
+    constraints: '>=2.0.0',
+    error:
+      'Expected to find at least one version, but did not (details: all=2 -> after-prereleases-filter=2 -> after-kubernetes-version-check=1 -> after-kapp-controller-version-check=1 -> after-constraints-filter=0)',
+  },
+  {
+    src: 'component_info.go parseAndScrubVersion (cluster pre/build dropped)',
+    packages: [{ version: '1.0.0', kubernetesConstraints: '>=1.30.0' }],
+    options: { kubernetesVersion: 'v1.30.0-gke.1+abc', kappControllerVersion: 'v0.50.0' },
+    want: '1.0.0',
+  },
+  {
+    src: 'packageinstall.go (ignore-kubernetes-version-selection)',
+    packages: K8S_PKGS,
+    options: { annotations: IGNORE_K8S, kubernetesVersion: 'v1.29.2', kappControllerVersion: 'v0.50.0' },
+    want: '2.0.0',
+  },
+  {
+    src: 'packageinstall.go (cluster version fetched even when ignored; ParseTolerant prefixes 0)',
+    packages: K8S_PKGS,
+    options: { annotations: IGNORE_K8S, kubernetesVersion: 'latest', kappControllerVersion: 'v0.50.0' },
+    error: 'Unable to get kubernetes version: Invalid character(s) found in major number "0latest"',
+  },
+  {
+    src: 'packageinstall.go kcVersionConstraintsSatisfied',
+    packages: KC_PKGS,
+    options: { kappControllerVersion: 'v0.49.3' },
+    want: '1.0.0',
+  },
+  {
+    src: 'packageinstall.go kcVersionConstraintsSatisfied (controller pre/build dropped)',
+    packages: KC_PKGS,
+    options: { kappControllerVersion: 'v0.50.0-rc.1+dev' },
+    want: '2.0.0',
+  },
+  {
+    src: '§3.11.2 step 6 (unparseable controller version refuses kc-constrained packages)',
+    packages: KC_PKGS,
+    options: { kappControllerVersion: 'develop' },
+    constraints: '>=2.0.0',
+    error:
+      'Expected to find at least one version, but did not (details: all=2 -> after-prereleases-filter=2 -> after-kapp-controller-version-check=1 -> after-constraints-filter=0)',
+  },
+  {
+    src: 'packageinstall.go (ignore-kapp-controller-version-selection)',
+    packages: KC_PKGS,
+    options: { annotations: IGNORE_KC, kappControllerVersion: 'develop' },
+    want: '2.0.0',
+  },
+  {
+    src: 'kapp-lambda deviation (a Package range that does not parse refuses it)',
+    packages: [{ version: '1.0.0' }, { version: '2.0.0', kappControllerConstraints: '^0.50.0' }],
+    options: { kappControllerVersion: 'v0.50.0' },
+    want: '1.0.0',
+  },
+];
+
+describe('packageVersionCallbacks (kapp-controller PackageFinder.Find)', () => {
+  it.each(packageChecks)('$src', ({ packages, options, constraints, names, want, error }) => {
+    if (names !== undefined) expect(packageVersionCallbacks(packages, options).map((c) => c.name)).toEqual(names);
+    const versions = packages.map((p) => p.version);
+    expectSelection(
+      () => highestConstrainedVersion(versions, { constraints }, packageVersionCallbacks(packages, options)),
+      want,
+      error,
+    );
   });
 });

@@ -46,7 +46,7 @@ const NUMBERS = /^[0-9]*$/;
 const ALPHANUM = /^[0-9A-Za-z-]*$/;
 
 /** Go `strconv.Quote` for the strings that reach error messages (what `%q` prints). */
-export function goQuote(s: string): string {
+function goQuote(s: string): string {
   let out = '"';
   for (const ch of s) {
     const c = ch.codePointAt(0) ?? 0;

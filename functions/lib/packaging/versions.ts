@@ -7,7 +7,16 @@
  *
  * @module
  */
-import { compare, parseRangeExpr, parseVersion, SemverError, type Version } from './semver.js';
+import { Annotation } from '../api/constants.js';
+import {
+  compare,
+  parseRangeExpr,
+  parseTolerantVersion,
+  parseVersion,
+  type Range,
+  SemverError,
+  type Version,
+} from './semver.js';
 
 /**
  * `spec.packageRef.versionSelection` (vendir `VersionSelectionSemver`). `constraints`: a blang range,
@@ -89,7 +98,7 @@ export function highestConstrainedVersion(
   }
   const constraints = selection.constraints ?? '';
   if (constraints.length > 0) {
-    let range: (v: Version) => boolean;
+    let range: Range;
     try {
       range = parseRangeExpr(constraints);
     } catch (err) {
@@ -152,4 +161,91 @@ export function compareVersions(a: string, b: string): number {
 export function parseRange(constraints: string): (version: string) => boolean {
   const range = parseRangeExpr(constraints);
   return (version) => range(parseVersion(version));
+}
+
+/** kapp-controller `parseAndScrubVersion`: blang ParseTolerant, then prerelease and build dropped. */
+function scrubbed(version: string): Version {
+  return { ...parseTolerantVersion(version), pre: [], build: [] };
+}
+
+/** What a candidate Package contributes to the version checks (from its `spec`). */
+export interface PackageVersionConstraints {
+  /** `spec.version`, as passed to {@link highestConstrainedVersion}. */
+  version: string;
+  /** `spec.kubernetesVersionSelection.constraints`; absent or empty = no constraint. */
+  kubernetesConstraints?: string | undefined;
+  /** `spec.kappControllerVersionSelection.constraints`; absent or empty = no constraint. */
+  kappControllerConstraints?: string | undefined;
+}
+
+/** Whether some candidate has a Kubernetes constraint, i.e. whether upstream asks the cluster its version at all. */
+export function requiresKubernetesVersion(packages: readonly PackageVersionConstraints[]): boolean {
+  return packages.some((p) => (p.kubernetesConstraints ?? '') !== '');
+}
+
+/** Options of {@link packageVersionCallbacks}. */
+export interface PackageVersionCallbackOptions {
+  /** The PackageInstall's annotations: `packaging.carvel.dev/ignore-kubernetes-version-selection` and `…/ignore-kapp-controller-version-selection` (any value) switch a check off. */
+  annotations?: Readonly<Record<string, string>> | undefined;
+  /** The cluster's server version as discovery reports it (`v1.29.2+k3s1`); needed only when {@link requiresKubernetesVersion}. */
+  kubernetesVersion?: string | undefined;
+  /** The controller's own version (`v0.50.0`); when it does not parse (`develop`), every Package with a kapp-controller constraint is refused, as upstream. */
+  kappControllerVersion: string;
+}
+
+/**
+ * kapp-controller's `PackageFinder.Find` callbacks (reference §3.11.2 steps 5–6):
+ * `kubernetes-version-check` only when some candidate has a Kubernetes constraint, then always
+ * `kapp-controller-version-check`. Each passes a candidate whose Package has no such constraint,
+ * or when the PackageInstall carries the ignore annotation; otherwise the Package's range must
+ * match the version (ParseTolerant, prerelease and build dropped). Deviation: a Package range that
+ * does not parse refuses the candidate (upstream ignores the parse error and would call a nil range).
+ *
+ * @throws VersionSelectionError `Unable to get kubernetes version: …` when the Kubernetes check is
+ *   needed and `kubernetesVersion` is absent or does not parse
+ */
+export function packageVersionCallbacks(
+  packages: readonly PackageVersionConstraints[],
+  options: PackageVersionCallbackOptions,
+): ConstraintCallback[] {
+  const byVersion = new Map(packages.map((p) => [p.version, p]));
+  const annotations = options.annotations ?? {};
+  const satisfies = (constraints: string | undefined, version: Version | undefined): boolean => {
+    if ((constraints ?? '') === '') return true;
+    if (version === undefined) return false;
+    try {
+      return parseRangeExpr(constraints ?? '')(version);
+    } catch (err) {
+      if (err instanceof SemverError) return false;
+      throw err;
+    }
+  };
+  const callbacks: ConstraintCallback[] = [];
+  if (requiresKubernetesVersion(packages)) {
+    let k8s: Version;
+    try {
+      if (options.kubernetesVersion === undefined) throw new SemverError('no kubernetes version given');
+      k8s = scrubbed(options.kubernetesVersion);
+    } catch (err) {
+      if (!(err instanceof SemverError)) throw err;
+      throw new VersionSelectionError(`Unable to get kubernetes version: ${err.message}`, { cause: err });
+    }
+    const ignore = Object.hasOwn(annotations, Annotation.IgnoreKubernetesVersionSelection);
+    callbacks.push({
+      name: 'kubernetes-version-check',
+      check: (v) => ignore || satisfies(byVersion.get(v)?.kubernetesConstraints, k8s),
+    });
+  }
+  let kc: Version | undefined;
+  try {
+    kc = scrubbed(options.kappControllerVersion);
+  } catch (err) {
+    if (!(err instanceof SemverError)) throw err;
+  }
+  const ignoreKc = Object.hasOwn(annotations, Annotation.IgnoreKappControllerVersionSelection);
+  callbacks.push({
+    name: 'kapp-controller-version-check',
+    check: (v) => ignoreKc || satisfies(byVersion.get(v)?.kappControllerConstraints, kc),
+  });
+  return callbacks;
 }
