@@ -167,6 +167,9 @@ const ranges: { src: string; range: string; version: string; want: boolean }[] =
   { src: 'semver_test compareTests (build compared)', range: '>1.2.3', version: '1.2.3+ignoreme', want: true },
   // blang splitAndTrim drops one-character parts: the lone "!" of "! 1.0.0" vanishes
   { src: 'range.go splitAndTrim (derived)', range: '! 1.0.0', version: '1.0.0', want: true },
+  // ... and the lone "-" of a hyphen range, leaving two exact versions ANDed: nothing matches
+  { src: 'range.go splitAndTrim (derived; no hyphen ranges)', range: '1.0.0 - 2.0.0', version: '1.5.0', want: false },
+  { src: 'range.go splitAndTrim (derived; no hyphen ranges)', range: '1.0.0 - 2.0.0', version: '1.0.0', want: false },
 ];
 
 describe('parseRange (blang ParseRange)', () => {
@@ -206,6 +209,16 @@ const badRanges: { src: string; range: string; message: string }[] = [
     src: '§2.5 docs discrepancy (">v1.5.3")',
     range: '>v1.5.3',
     message: 'Could not parse Range ">v1.5.3": Could not parse comparator ">v" in ">v1.5.3"',
+  },
+  {
+    src: '§2.5 (v prefix in a constraint)',
+    range: 'v1.0.0',
+    message: 'Could not parse Range "v1.0.0": Could not parse comparator "v" in "v1.0.0"',
+  },
+  {
+    src: '§2.5 (v prefix in a constraint, second comparator)',
+    range: '>=1.0.0 <v2.0.0',
+    message: 'Could not parse Range "<v2.0.0": Could not parse comparator "<v" in "<v2.0.0"',
   },
   {
     src: '§2.5 (no ^)',
