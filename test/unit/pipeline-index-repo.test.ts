@@ -549,6 +549,19 @@ describe('index-repo: the package set is indexed once for the fleet', () => {
     expect(third.w.tools()).toEqual(['kapp']);
   });
 
+  it('a pinned source whose content a branch indexed: fetched once, then found without a fetch', async () => {
+    const store = new MemoryStore();
+    const branch = { git: { url: 'https://git.example/repo', ref: 'origin/main' } };
+    const pinned = { git: { url: 'https://git.example/repo', ref: COMMIT } };
+    const first = await reconcileIn(store, { clusterId: 'c1', namespace: 'ns', name: 'repo', fetch: branch });
+    expect(first.templateCalls).toHaveLength(1);
+    const second = await reconcileIn(store, { clusterId: 'c2', namespace: 'ns', name: 'repo', fetch: pinned });
+    expect([second.w.tools(), second.templateCalls.length]).toEqual([['vendir', 'kapp'], 0]);
+    const third = await reconcileIn(store, { clusterId: 'c3', namespace: 'ns', name: 'repo', fetch: pinned });
+    expect([third.w.tools(), third.templateCalls.length]).toEqual([['kapp'], 0]);
+    expect(third.w.statuses().at(-1)).toEqual(SUCCEEDED);
+  });
+
   it('stores the versions per refName beside the index, read back by the typed reader', async () => {
     const store = new MemoryStore();
     await reconcileIn(store, {

@@ -62,7 +62,6 @@ function recipeJson(recipe: RepoIndexRecipe) {
 /**
  * The index digest of a fetched tree: lowercase hex sha256 over the tree's digest (the fetch
  * artifact's, `../artifact/tarball.ts` `packDir`) and the {@link RepoIndexRecipe}.
- * @throws TypeError when `fetchSha256` is not plain JSON (never for a string).
  */
 export function repoIndexDigest(fetchSha256: string, recipe: RepoIndexRecipe): string {
   return sha256Hex(canonicalJson({ ...recipeJson(recipe), fetch: fetchSha256 }));
@@ -155,11 +154,13 @@ export interface RepoIndexWrite {
   index: string;
   /** The rendered manifest, as `templateRepository` returned it. */
   manifest: string;
+  /** Per refName, the versions the manifest's Packages hold. */
   versions: RepoVersions;
   /** `<namespace>/<name>` of the repository the manifest was rendered for. */
   ref: string;
   /** vendir's lock config (redacted), recorded for `source`. */
   fetchStdout: string;
+  /** The template pipeline's stderr (redacted). */
   templateStderr: string;
   /** The pinned source's digest ({@link repoIndexSourceDigest}), when the source is pinned. */
   source?: string;
@@ -177,6 +178,22 @@ export async function storeRepoIndex(store: ObjectStore, w: RepoIndexWrite): Pro
   const record: RepoIndexRecord = { index: w.index, ref: w.ref, templateStderr: w.templateStderr };
   await store.put(repoIndexRecordKey(w.index), canonicalJson(record));
   if (w.source) await store.put(repoIndexRecordKey(w.source), canonicalJson({ ...record, fetchStdout: w.fetchStdout }));
+}
+
+/**
+ * Records a pinned source for an index found by its fetched tree (built from another source, a
+ * tag or a branch with the same content), so the source's next run skips the fetch too.
+ * @param fetchStdout - vendir's lock config of this run's fetch (secrets redacted by the caller)
+ * @throws StoreError from the store
+ */
+export async function storeSourceRecord(
+  store: ObjectStore,
+  source: string,
+  hit: RepoIndexRecord,
+  fetchStdout: string,
+): Promise<void> {
+  const record: RepoIndexRecord = { index: hit.index, ref: hit.ref, templateStderr: hit.templateStderr, fetchStdout };
+  await store.put(repoIndexRecordKey(source), canonicalJson(record));
 }
 
 /**

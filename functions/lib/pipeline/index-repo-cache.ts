@@ -22,6 +22,7 @@ import {
   repoIndexDigest,
   repoIndexSourceDigest,
   storeRepoIndex,
+  storeSourceRecord,
 } from '../packaging/repo-index.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import { outcomeOf, type StageResult } from '../reconcile/result.js';
@@ -31,6 +32,7 @@ import { infraStep } from './retry-bound.js';
 
 /** How one run of a PackageRepository uses the fleet index. */
 export interface RepoIndexPlan {
+  /** What besides the fetched tree decides the index (bundle flag, tool versions). */
   recipe: RepoIndexRecipe;
   /** `<namespace>/<name>` of the repository (its Packages' package-repository-ref). */
   ref: string;
@@ -93,15 +95,27 @@ export async function findPinnedIndex(
   return await infraStep('reading the repository index', () => findRepoIndex(deps.store, source));
 }
 
-/** The index of a fetched tree (`fetchKey`), before templating it. */
+/**
+ * The index of a fetched tree (`fetchKey`), before templating it. A hit for a pinned source that
+ * had no record of its own (the index was built from a tag or branch with the same content) also
+ * records the source, with this run's `fetchStdout`, so its next run skips the fetch.
+ */
 export async function findFetchedIndex(
   plan: RepoIndexPlan | undefined,
   fetchKey: string,
+  fetchStdout: string,
   deps: PipelineDeps,
 ): Promise<RepoIndexHit | undefined> {
   const digest = plan && indexDigestOf(plan, fetchKey);
   if (!digest) return undefined;
-  return await infraStep('reading the repository index', () => findRepoIndex(deps.store, digest));
+  const hit = await infraStep('reading the repository index', () => findRepoIndex(deps.store, digest));
+  const source = plan.source;
+  if (hit && source) {
+    await infraStep('storing the repository index', () =>
+      storeSourceRecord(deps.store, source, hit, redactSecrets(fetchStdout)),
+    );
+  }
+  return hit;
 }
 
 /**

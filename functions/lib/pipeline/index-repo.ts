@@ -266,7 +266,7 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
     }
 
     // ---- template (skipped for fetched content already indexed)
-    const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, deps) : undefined);
+    const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, fetchStdout, deps) : undefined);
     let manifest: string;
     if (hit) {
       parts.template = templatePart(cachedResult({ stderr: mask.text(hit.templateStderr) }), deps.now());
