@@ -9,15 +9,17 @@ import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
 import {
-  type AppStatusView,
   apply,
   expectSucceededStatus,
   getObject,
   k,
+  PKGR_STATUS_KEYS,
+  type RepoObject,
   RFC3339,
   suffix,
   useE2ERuntime,
   waitFor,
+  waitRepoReconciled,
 } from './support.js';
 
 const id = suffix();
@@ -36,24 +38,6 @@ const PACKAGE_NAMES = [`${REF_NAME}.1.0.0`, `${REF_NAME}.1.1.0--build.7`] as con
 const PKGR = 'packagerepositories.packaging.carvel.dev';
 const PKG = 'packages.data.packaging.carvel.dev';
 const PKGM = 'packagemetadatas.data.packaging.carvel.dev';
-
-/** Keys kapp-controller may serialize in PackageRepository status (App status without inspect). */
-const PKGR_STATUS_KEYS = new Set([
-  'observedGeneration',
-  'conditions',
-  'friendlyDescription',
-  'usefulErrorMessage',
-  'fetch',
-  'template',
-  'deploy',
-  'consecutiveReconcileSuccesses',
-  'consecutiveReconcileFailures',
-]);
-
-interface RepoObject {
-  metadata: { name: string; namespace: string; generation: number; finalizers?: string[] };
-  status?: AppStatusView;
-}
 
 interface PackagingObject {
   metadata: { name: string; annotations?: Record<string, string>; labels?: Record<string, string> };
@@ -112,33 +96,6 @@ function repositoryManifest(ns: string, name: string, paths: Record<string, stri
 
 const rt = useE2ERuntime(Object.values(NS));
 
-/** Waits until the PackageRepository finished a reconcile of its current generation. */
-async function waitRepoReconciled(ns: string, name: string): Promise<RepoObject> {
-  let last: RepoObject | undefined;
-  return await waitFor(
-    `PackageRepository ${ns}/${name} reconciled`,
-    async () => {
-      last = await getObject<RepoObject>(PKGR, ns, name);
-      const s = last?.status;
-      const done =
-        last &&
-        s?.observedGeneration === last.metadata.generation &&
-        s.conditions?.some((c) => c.type === 'ReconcileSucceeded' || c.type === 'ReconcileFailed');
-      return done ? last : undefined;
-    },
-    {
-      timeoutMs: 150_000,
-      intervalMs: 1000,
-      describe: () =>
-        `last: ${JSON.stringify(last ?? null, null, 1)}\nlog: ${rt.records
-          .filter((r) => typeof r.obj.object === 'string' && r.obj.object.endsWith(`/${ns}/${name}`))
-          .slice(-20)
-          .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
-          .join('\n')}`,
-    },
-  );
-}
-
 /** Lists Packages of `ns` whose `spec.refName` is `refName` (the CRD's selectable field). */
 async function packagesByRefName(ns: string, refName: string): Promise<PackagingObject[]> {
   const r = await k(['get', 'packages', '-n', ns, '--field-selector', `spec.refName=${refName}`, '-o', 'json']);
@@ -167,7 +124,7 @@ describe('PackageRepository (index-repo through the real tools)', () => {
     const ns = NS.inline;
     const name = `inline-${id}`;
     await apply(inlineRepository(ns, name));
-    const repo = await waitRepoReconciled(ns, name);
+    const repo = await waitRepoReconciled(ns, name, rt);
     expectRepoSucceeded(repo);
     expect(repo.metadata.generation).toBe(1);
     expect(repo.status?.deploy?.stdout).toContain('PackageMetadata');
@@ -205,7 +162,7 @@ describe('PackageRepository (index-repo through the real tools)', () => {
     const name = `failing-${id}`;
     const message = "Invalid package repository content: must contain 'packages/' directory but did not";
     await apply(repositoryManifest(ns, name, { 'config/metadata.yml': stringify(packageDoc('1.0.0')) }));
-    const repo = await waitRepoReconciled(ns, name);
+    const repo = await waitRepoReconciled(ns, name, rt);
     const s = repo.status ?? {};
     for (const key of Object.keys(s)) expect(PKGR_STATUS_KEYS.has(key), `unexpected status key ${key}`).toBe(true);
     // pkg/pkgrepository/app_reconcile_test.go: condition, friendlyDescription and usefulErrorMessage
@@ -230,7 +187,7 @@ describe('PackageRepository (index-repo through the real tools)', () => {
     const ns = NS.delete;
     const name = `delete-${id}`;
     await apply(inlineRepository(ns, name));
-    expectRepoSucceeded(await waitRepoReconciled(ns, name));
+    expectRepoSucceeded(await waitRepoReconciled(ns, name, rt));
     expect(await getObject(PKGM, ns, REF_NAME)).toBeDefined();
     expect(await packagesByRefName(ns, REF_NAME)).toHaveLength(2);
 

@@ -8,6 +8,8 @@ import {
   renderCacheKey,
   renderInputHash,
   repoIndexKey,
+  repoIndexManifestKey,
+  repoIndexRecordKey,
   sha256Hex,
   templateArtifactKey,
 } from '../../functions/lib/artifact/index.js';
@@ -21,6 +23,8 @@ describe('artifact keys', () => {
     [fetchArtifactKey(A), `artifacts/fetch/sha256/${A}.tgz`, 'fetch'],
     [templateArtifactKey(A), `artifacts/template/sha256/${A}.yaml`, 'template'],
     [repoIndexKey(A), `artifacts/index/sha256/${A}.json`, 'index'],
+    [repoIndexManifestKey(A), `artifacts/index/sha256/${A}.yaml`, 'index-manifest'],
+    [repoIndexRecordKey(A), `cache/index/sha256/${A}.json`, 'index-record'],
     [renderCacheKey(A), `cache/render/sha256/${A}.json`, 'render-cache'],
   ])('%s', (key, expected, kind) => {
     expect(key).toBe(expected);

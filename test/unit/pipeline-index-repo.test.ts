@@ -7,12 +7,17 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
 import { type ObjectRef, objectEvent, type Reason } from '../../events/schema.js';
-import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
+import { type AppStatus, Finalizer, parsePackageRepository } from '../../functions/lib/api/index.js';
 import { exitWith, type ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
+import { readRepositoryVersions } from '../../functions/lib/packaging/repo-index.js';
 import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
+import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { planRepoIndex } from '../../functions/lib/pipeline/index-repo-cache.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { appWorld, finalFailed, finalSucceeded, NOW } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
@@ -359,5 +364,230 @@ describe('index-repo (PackageRepository reconcile)', () => {
       repo: { spec: { fetch: { imgpkgBundle: { image: `registry.example/repo@sha256:${'a'.repeat(64)}` } } } },
     });
     expect(templateCalls.map((c) => c.bundle)).toEqual([true]);
+  });
+});
+
+// ------------------------------------------------------------------------------ the fleet index
+
+const COMMIT = 'c'.repeat(40);
+const DIGEST = `sha256:${'d'.repeat(64)}`;
+/** A rendered index as `templateRepository` returns it: annotated for `ns/repo`. */
+const indexManifest = (ref: string) =>
+  [
+    'apiVersion: data.packaging.carvel.dev/v1alpha1',
+    'kind: Package',
+    'metadata:',
+    '  name: a.example.com.1.0.0',
+    '  annotations:',
+    `    packaging.carvel.dev/package-repository-ref: ${ref}`,
+    '    kapp.k14s.io/create-strategy: fallback-on-update-or-noop',
+    'spec:',
+    '  refName: a.example.com',
+    '  version: 1.0.0',
+    '---',
+    'apiVersion: kapp.k14s.io/v1alpha1',
+    'kind: Config',
+    'rebaseRules: []',
+    '',
+  ].join('\n');
+const KBLD_STDERR = 'resolve | final: registry.example/a:1 -> registry.example/a@sha256:1\n';
+const INDEXED: RepoTemplateOutput = {
+  result: { stdout: '', stderr: KBLD_STDERR, exitCode: 0, finished: true },
+  manifest: indexManifest('ns/repo'),
+  versions: { 'a.example.com': ['1.0.0', '1.1.0+kadras.2'] },
+};
+
+/** One cluster of the fleet: its PackageRepository (`ns2/repo2` unless the first) and runtime. */
+interface FleetCluster {
+  clusterId: string;
+  namespace: string;
+  name: string;
+  fetch: Record<string, unknown>;
+  config?: Partial<PipelineConfig>;
+  template?: RepoTemplateOutput;
+}
+
+async function reconcileIn(store: MemoryStore, c: FleetCluster) {
+  const templateCalls: RepoTemplateInput[] = [];
+  const w = appWorld({
+    tmpRoot: path.join(tempDir(), 'scratch'),
+    store,
+    config: c.config,
+    extra: {
+      templateRepository: async (input) => {
+        templateCalls.push(input);
+        return c.template ?? INDEXED;
+      },
+    },
+  });
+  w.cluster.put(repoObject({ metadata: { name: c.name, namespace: c.namespace }, spec: { fetch: c.fetch } }) as never);
+  w.runner.on('vendir', vendirFetches);
+  w.runner.on('kapp', { stdout: 'Succeeded' });
+  const ref = { ...PKGR_REF, clusterId: c.clusterId, namespace: c.namespace, name: c.name };
+  await dispatchEvent(objectEvent(ref, 'added', { time: new Date(NOW) }), w.deps);
+  const kapp = w.runner.calls.find((call) => call.cmd === 'kapp');
+  return { w, templateCalls, stdin: kapp?.stdin };
+}
+
+interface FleetRow {
+  fetch: Record<string, unknown>;
+  /** The second cluster's pipeline config (tool versions, URL policy). */
+  config?: Partial<PipelineConfig>;
+  /** The first cluster's template result (default {@link INDEXED}). */
+  firstTemplate?: RepoTemplateOutput;
+  /** Tools run and template pipelines run in the second cluster. */
+  tools: string[];
+  templates: number;
+  /** The second cluster's final status. */
+  status: AppStatus;
+}
+
+/**
+ * The second cluster's final status, whether its parts came from the index or from its own tools:
+ * a hit reports the recorded vendir lock config and kbld stderr, as the App pipeline's caches do.
+ */
+const SUCCEEDED = finalSucceeded({
+  fetch: FETCHED,
+  template: { exitCode: 0, stderr: KBLD_STDERR, updatedAt: NOW },
+  deploy: { finished: true, exitCode: 0, stdout: 'Succeeded', startedAt: NOW, updatedAt: NOW },
+});
+
+const fleetRows: Record<string, FleetRow> = {
+  'git pinned to a commit: kapp only, fetch and template parts from the index': {
+    fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } },
+    tools: ['kapp'],
+    templates: 0,
+    status: SUCCEEDED,
+  },
+  'imgpkgBundle by digest: kapp only': {
+    fetch: { imgpkgBundle: { image: `registry.example/repo@${DIGEST}` } },
+    tools: ['kapp'],
+    templates: 0,
+    status: SUCCEEDED,
+  },
+  'inline (pinned by its content): kapp only': {
+    fetch: INLINE_FETCH,
+    tools: ['kapp'],
+    templates: 0,
+    status: SUCCEEDED,
+  },
+  'imgpkgBundle by tag (no cheap tag resolution): fetched, then the template is skipped by the tree digest': {
+    fetch: { imgpkgBundle: { image: 'registry.example/repo:v1' } },
+    tools: ['vendir', 'kapp'],
+    templates: 0,
+    status: SUCCEEDED,
+  },
+  'git branch: fetched, then the template is skipped by the tree digest': {
+    fetch: { git: { url: 'https://git.example/repo', ref: 'origin/main' } },
+    tools: ['vendir', 'kapp'],
+    templates: 0,
+    status: SUCCEEDED,
+  },
+  'another ytt version: not the same index, templated again': {
+    fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } },
+    config: { toolVersions: { vendir: '0.44.0', ytt: '0.99.0', kapp: '0.64.2' } },
+    tools: ['vendir', 'kapp'],
+    templates: 1,
+    status: SUCCEEDED,
+  },
+  'the first template failed: nothing was indexed, fetched and templated again': {
+    fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } },
+    firstTemplate: { result: { stdout: '', stderr: '', exitCode: -1, error: NO_PACKAGES, finished: true } },
+    tools: ['vendir', 'kapp'],
+    templates: 1,
+    status: SUCCEEDED,
+  },
+  "a source this cluster's URL policy refuses: the index is not used, the fetch fails": {
+    fetch: { git: { url: 'https://127.0.0.1/repo', ref: COMMIT } },
+    config: { urlPolicy: { mode: 'enforce', allow: [] } },
+    tools: [],
+    templates: 0,
+    status: expect.objectContaining({
+      conditions: [expect.objectContaining({ type: 'ReconcileFailed' })],
+      fetch: expect.objectContaining({ error: expect.stringContaining('Fetching resources: ') }),
+    }) as AppStatus,
+  },
+};
+
+describe('index-repo: the package set is indexed once for the fleet', () => {
+  it.each(Object.entries(fleetRows))('%s', async (_name, row) => {
+    const store = new MemoryStore();
+    const first = await reconcileIn(store, {
+      clusterId: 'c1',
+      namespace: 'ns',
+      name: 'repo',
+      fetch: row.fetch,
+      template: row.firstTemplate,
+    });
+    expect(first.w.tools()[0]).toBe('vendir');
+    expect(first.templateCalls).toHaveLength(1);
+
+    const second = await reconcileIn(store, {
+      clusterId: 'c2',
+      namespace: 'ns2',
+      name: 'repo2',
+      fetch: row.fetch,
+      config: row.config,
+    });
+    expect(second.w.tools()).toEqual(row.tools);
+    expect(second.templateCalls).toHaveLength(row.templates);
+    expect(second.w.statuses().at(-1)).toEqual(row.status);
+  });
+
+  it("the second cluster's kapp gets the index with its own package-repository-ref, all else as rendered", async () => {
+    const store = new MemoryStore();
+    const fetch = { git: { url: 'https://git.example/repo', ref: COMMIT } };
+    const first = await reconcileIn(store, { clusterId: 'c1', namespace: 'ns', name: 'repo', fetch });
+    expect(first.stdin).toBe(indexManifest('ns/repo'));
+    const second = await reconcileIn(store, { clusterId: 'c2', namespace: 'ns2', name: 'repo2', fetch });
+    expect(parseAllDocuments(second.stdin ?? '').map((d) => d.toJS())).toEqual(
+      parseAllDocuments(indexManifest('ns2/repo2')).map((d) => d.toJS()),
+    );
+    // The same name and namespace in another cluster: the stored bytes as they are.
+    const third = await reconcileIn(store, { clusterId: 'c3', namespace: 'ns', name: 'repo', fetch });
+    expect(third.stdin).toBe(indexManifest('ns/repo'));
+    expect(third.w.tools()).toEqual(['kapp']);
+  });
+
+  it('a pinned source whose content a branch indexed: fetched once, then found without a fetch', async () => {
+    const store = new MemoryStore();
+    const branch = { git: { url: 'https://git.example/repo', ref: 'origin/main' } };
+    const pinned = { git: { url: 'https://git.example/repo', ref: COMMIT } };
+    const first = await reconcileIn(store, { clusterId: 'c1', namespace: 'ns', name: 'repo', fetch: branch });
+    expect(first.templateCalls).toHaveLength(1);
+    const second = await reconcileIn(store, { clusterId: 'c2', namespace: 'ns', name: 'repo', fetch: pinned });
+    expect([second.w.tools(), second.templateCalls.length]).toEqual([['vendir', 'kapp'], 0]);
+    const third = await reconcileIn(store, { clusterId: 'c3', namespace: 'ns', name: 'repo', fetch: pinned });
+    expect([third.w.tools(), third.templateCalls.length]).toEqual([['kapp'], 0]);
+    expect(third.w.statuses().at(-1)).toEqual(SUCCEEDED);
+  });
+
+  it('stores the versions per refName beside the index, read back by the typed reader', async () => {
+    const store = new MemoryStore();
+    await reconcileIn(store, {
+      clusterId: 'c1',
+      namespace: 'ns',
+      name: 'repo',
+      fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } },
+    });
+    const indexes = await store.list('artifacts/index/');
+    expect(indexes.map((k) => k.replace(/[0-9a-f]{64}/, '<d>'))).toEqual([
+      'artifacts/index/sha256/<d>.json',
+      'artifacts/index/sha256/<d>.yaml',
+    ]);
+    const digest = /([0-9a-f]{64})/.exec(indexes[0]!)![1]!;
+    expect(await readRepositoryVersions(store, digest)).toEqual(INDEXED.versions);
+    expect(await readRepositoryVersions(store, 'e'.repeat(64))).toBeUndefined();
+    // One record for the fetched tree, one for the pinned source.
+    expect(await store.list('cache/index/')).toHaveLength(2);
+  });
+
+  it('a fetch that uses a Secret is never indexed', async () => {
+    const w = appWorld({ tmpRoot: path.join(tempDir(), 'scratch') });
+    const pkgr = parsePackageRepository(
+      repoObject({ spec: { fetch: { git: { url: 'https://git.example/r', ref: COMMIT, secretRef: { name: 's' } } } } }),
+    );
+    if (!pkgr.success) throw pkgr.error;
+    expect(await planRepoIndex(pkgr.data, { namespace: 'ns', name: 'repo' }, w.deps)).toBeUndefined();
   });
 });

@@ -10,7 +10,9 @@
  * | fetched content (deterministic tarball) | `artifacts/fetch/sha256/<hex>.tgz` | sha256 of the *uncompressed* tar stream ({@link PackedDir.sha256}) |
  * | rendered manifest | `artifacts/template/sha256/<hex>.yaml` | sha256 of the manifest bytes |
  * | render cache entry | `cache/render/sha256/<hex>.json` | {@link renderInputHash} of the render's inputs |
- * | package repository index | `artifacts/index/sha256/<hex>.json` | sha256 digest of the repository bundle it indexes |
+ * | package repository index: versions per refName | `artifacts/index/sha256/<hex>.json` | repository index digest (`repoIndexDigest`, `../packaging/repo-index.ts`) |
+ * | package repository index: the manifest kapp deploys | `artifacts/index/sha256/<hex>.yaml` | the same index digest |
+ * | package repository index lookup record | `cache/index/sha256/<hex>.json` | an index digest, or a pinned source's digest (`repoIndexSourceDigest`) |
  *
  * Renders are stored by the digest of their output and found through the render cache
  * (input hash → manifest key), so two different inputs that render to the same manifest
@@ -33,6 +35,10 @@ export const FETCH_KEY_PATTERN = /^artifacts\/fetch\/sha256\/([0-9a-f]{64})\.tgz
 export const TEMPLATE_KEY_PATTERN = /^artifacts\/template\/sha256\/([0-9a-f]{64})\.yaml$/;
 /** Matches a package repository index key; group 1 is the hex digest. */
 export const INDEX_KEY_PATTERN = /^artifacts\/index\/sha256\/([0-9a-f]{64})\.json$/;
+/** Matches a package repository index manifest key; group 1 is the index digest. */
+export const INDEX_MANIFEST_KEY_PATTERN = /^artifacts\/index\/sha256\/([0-9a-f]{64})\.yaml$/;
+/** Matches a package repository index lookup record key; group 1 is the looked-up digest. */
+export const INDEX_RECORD_KEY_PATTERN = /^cache\/index\/sha256\/([0-9a-f]{64})\.json$/;
 /** Matches a render cache key; group 1 is the render-input hash. */
 export const RENDER_CACHE_KEY_PATTERN = /^cache\/render\/sha256\/([0-9a-f]{64})\.json$/;
 /**
@@ -44,7 +50,7 @@ export const PRIVATE_FETCH_KEY_PATTERN = /^private\/[0-9a-f]{32}\/[0-9a-f]{32}\/
 export const PRIVATE_TEMPLATE_KEY_PATTERN = /^private\/[0-9a-f]{32}\/[0-9a-f]{32}\/template\/[0-9a-f]{64}\.yaml$/;
 
 /** Kind of artifact a key names, as returned by {@link parseArtifactKey}. */
-export type ArtifactKind = 'fetch' | 'template' | 'index' | 'render-cache';
+export type ArtifactKind = 'fetch' | 'template' | 'index' | 'index-manifest' | 'index-record' | 'render-cache';
 
 /** True when `s` is a lowercase 64-character hex sha256. */
 export function isSha256Hex(s: unknown): s is string {
@@ -77,13 +83,35 @@ export function templateArtifactKey(sha256: string): string {
 }
 
 /**
- * Key of a package repository index: `artifacts/index/sha256/<hex>.json`.
- * @param bundleSha256 hex sha256 digest of the repository's imgpkg bundle (without `sha256:`),
- *   so a bundle is indexed once for the whole fleet.
+ * Key of a package repository index's versions document: `artifacts/index/sha256/<hex>.json`,
+ * `{ <refName>: [<version>...] }` (read with `readRepositoryVersions`, `../packaging/repo-index.ts`).
+ * @param indexDigest hex digest of the index (`repoIndexDigest`: the fetched tree's digest and
+ *   the template recipe), so a repository's content is indexed once for the whole fleet.
  * @throws TypeError when the digest is not 64 lowercase hex characters.
  */
-export function repoIndexKey(bundleSha256: string): string {
-  return `artifacts/index/sha256/${requireHex(bundleSha256, 'index')}.json`;
+export function repoIndexKey(indexDigest: string): string {
+  return `artifacts/index/sha256/${requireHex(indexDigest, 'index')}.json`;
+}
+
+/**
+ * Key of a package repository index's manifest (the Package/PackageMetadata documents and the
+ * rebase-rule kapp Config that `kapp deploy <name>.pkgr` applies): `artifacts/index/sha256/<hex>.yaml`.
+ * @param indexDigest as for {@link repoIndexKey}.
+ * @throws TypeError when the digest is not 64 lowercase hex characters.
+ */
+export function repoIndexManifestKey(indexDigest: string): string {
+  return `artifacts/index/sha256/${requireHex(indexDigest, 'index')}.yaml`;
+}
+
+/**
+ * Key of a package repository index lookup record: `cache/index/sha256/<hex>.json`. The body
+ * (owned by `../packaging/repo-index.ts`) names the index digest and the status parts of the run
+ * that built it.
+ * @param digest an index digest, or a pinned source's digest (`repoIndexSourceDigest`).
+ * @throws TypeError when the digest is not 64 lowercase hex characters.
+ */
+export function repoIndexRecordKey(digest: string): string {
+  return `cache/index/sha256/${requireHex(digest, 'index lookup')}.json`;
 }
 
 /**
@@ -116,6 +144,8 @@ export function parseArtifactKey(key: string): { kind: ArtifactKind; sha256: str
     ['fetch', FETCH_KEY_PATTERN],
     ['template', TEMPLATE_KEY_PATTERN],
     ['index', INDEX_KEY_PATTERN],
+    ['index-manifest', INDEX_MANIFEST_KEY_PATTERN],
+    ['index-record', INDEX_RECORD_KEY_PATTERN],
     ['render-cache', RENDER_CACHE_KEY_PATTERN],
   ];
   for (const [kind, re] of table) {

@@ -37,6 +37,7 @@ import {
   PACKAGING_API_VERSION,
   type ResourceRef,
 } from '../kube/port.js';
+import { withRepositoryRef } from '../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { attachError, MissingArtifactError, resultFromError, type StageResult } from '../reconcile/result.js';
@@ -58,6 +59,7 @@ import { makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } fro
 import { BLOCKING_FOR_DEPLOY_PREFIX } from './deploy.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import { fetchWithVendir } from './fetch.js';
+import { cachedResult, findFetchedIndex, findPinnedIndex, planRepoIndex, storeIndex } from './index-repo-cache.js';
 import { infraStep } from './retry-bound.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
@@ -225,70 +227,78 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
   const watch = watchForAbort(kube, frame.ref, object.uid, deps);
   const work = await makeScratch(deps, 'index-repo');
   try {
-    // ---- fetch
+    const index = await planRepoIndex(pkgr, object, deps);
+    // ---- fetch (skipped for a pinned source already indexed)
     const fetchStarted = deps.now();
-    let fetched: Awaited<ReturnType<typeof fetchWithVendir>>;
-    try {
-      fetched = await fetchWithVendir(
-        app,
-        deps,
-        kube,
-        fetchIsPrivate(app.spec.fetch ?? []) ? scope : undefined,
-        mask,
-        watch.signal,
-      );
-    } catch (err) {
-      if (!watch.signal.aborted) throw err;
-      fetched = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
-    }
-    tools = { runs: fetched.toolRuns, ms: fetched.toolMs };
-    if (watch.signal.aborted) {
-      frame.done('stale', { tools });
-      return;
-    }
-    const fetchResult = mask.result(fetched.result);
-    parts.fetch = fetchPart(fetchResult, fetchStarted, deps.now());
-    const fetchKey = fetched.fetchKey;
-    if (fetchResult.error || !fetchKey) {
-      await close(fetchResult);
-      return;
+    const pinnedHit = await findPinnedIndex(index, deps);
+    let fetchKey: string | undefined;
+    let fetchStdout = '';
+    if (pinnedHit) {
+      parts.fetch = fetchPart(cachedResult({ stdout: pinnedHit.fetchStdout }), fetchStarted, deps.now());
+    } else {
+      let fetched: Awaited<ReturnType<typeof fetchWithVendir>>;
+      try {
+        fetched = await fetchWithVendir(
+          app,
+          deps,
+          kube,
+          fetchIsPrivate(app.spec.fetch ?? []) ? scope : undefined,
+          mask,
+          watch.signal,
+        );
+      } catch (err) {
+        if (!watch.signal.aborted) throw err;
+        fetched = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+      }
+      tools = { runs: fetched.toolRuns, ms: fetched.toolMs };
+      if (watch.signal.aborted) {
+        frame.done('stale', { tools });
+        return;
+      }
+      const fetchResult = mask.result(fetched.result);
+      parts.fetch = fetchPart(fetchResult, fetchStarted, deps.now());
+      fetchKey = fetched.fetchKey;
+      fetchStdout = fetchResult.stdout;
+      if (fetchResult.error || !fetchKey) {
+        await close(fetchResult);
+        return;
+      }
     }
 
-    // ---- template
-    const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, fetchKey));
-    if (!tgz) throw new MissingArtifactError('fetch', fetchKey);
-    // The template tools get the run's scratch itself, with the fetched tree inside, as the App
-    // template stage does: under uid isolation a tool can reach only the directories handed to
-    // it, and a directory inside this 0700 scratch would be out of its reach.
-    const fetchedDir = path.join(work, 'fetched');
-    await unpackTarball(tgz, fetchedDir);
-    const template = deps.templateRepository ?? defaultTemplateRepository;
-    const rendered = await template(
-      {
-        root: path.join(fetchedDir, '0'),
-        name: pkgr.metadata.name ?? object.name,
-        namespace: pkgr.metadata.namespace ?? object.namespace,
-        bundle: Boolean(pkgr.spec.fetch.imgpkgBundle),
-        scratch: work,
-        signal: watch.signal,
-      },
-      deps,
-    );
-    if (watch.signal.aborted) {
-      frame.done('stale', { tools });
-      return;
-    }
-    const templateResult = mask.result(rendered.result);
-    parts.template = templatePart(templateResult, deps.now());
-    if (templateResult.error || rendered.manifest === undefined) {
-      await close(
-        templateResult.error ? templateResult : resultFromError('templating produced no manifest', 'Templating dir: '),
+    // ---- template (skipped for fetched content already indexed)
+    const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, fetchStdout, deps) : undefined);
+    let manifest: string;
+    if (hit) {
+      parts.template = templatePart(cachedResult({ stderr: mask.text(hit.templateStderr) }), deps.now());
+      manifest = withRepositoryRef(hit, `${object.namespace}/${object.name}`);
+    } else if (fetchKey) {
+      const rendered = await renderRepository(frame, fetchKey, work, watch.signal, deps);
+      if (watch.signal.aborted) {
+        frame.done('stale', { tools });
+        return;
+      }
+      const templateResult = mask.result(rendered.result);
+      parts.template = templatePart(templateResult, deps.now());
+      if (templateResult.error || rendered.manifest === undefined) {
+        await close(
+          templateResult.error
+            ? templateResult
+            : resultFromError('templating produced no manifest', 'Templating dir: '),
+        );
+        return;
+      }
+      manifest = rendered.manifest;
+      const { versions } = rendered;
+      await storeIndex(
+        index,
+        fetchKey,
+        { manifest, versions, fetchStdout, templateStderr: templateResult.stderr },
+        deps,
       );
-      return;
-    }
+    } else return; // unreachable: without a pinned hit the fetch either stored an artifact or closed the run
 
     // ---- deploy
-    const deployed = await deployRepository(frame, rendered.manifest, work, deps);
+    const deployed = await deployRepository(frame, manifest, work, deps);
     tools = { runs: tools.runs + deployed.runs, ms: tools.ms + deployed.ms };
     parts.deploy = deployed.part;
     await close(deployed.result);
@@ -296,6 +306,37 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
     await watch.stop();
     await removeScratch(work);
   }
+}
+
+/** The fixed template pipeline over the fetched tree `fetchKey`, unpacked in the run's scratch. */
+async function renderRepository(
+  frame: StageFrame<DeployView, LoadedRepo>,
+  fetchKey: string,
+  work: string,
+  signal: AbortSignal,
+  deps: IndexRepoDeps,
+): ReturnType<typeof defaultTemplateRepository> {
+  const { object } = frame;
+  const { pkgr } = frame.loaded;
+  const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scopeOf(object), fetchKey));
+  if (!tgz) throw new MissingArtifactError('fetch', fetchKey);
+  // The template tools get the run's scratch itself, with the fetched tree inside, as the App
+  // template stage does: under uid isolation a tool can reach only the directories handed to
+  // it, and a directory inside this 0700 scratch would be out of its reach.
+  const fetchedDir = path.join(work, 'fetched');
+  await unpackTarball(tgz, fetchedDir);
+  const template = deps.templateRepository ?? defaultTemplateRepository;
+  return await template(
+    {
+      root: path.join(fetchedDir, '0'),
+      name: pkgr.metadata.name ?? object.name,
+      namespace: pkgr.metadata.namespace ?? object.namespace,
+      bundle: Boolean(pkgr.spec.fetch.imgpkgBundle),
+      scratch: work,
+      signal,
+    },
+    deps,
+  );
 }
 
 /** The finalizer, then `kapp deploy <name>.pkgr` with the manifest on stdin. */
