@@ -469,7 +469,7 @@ export function useE2ERuntime(namespaces: string[], opts: UseE2ERuntimeOptions =
 }
 
 /** Keys kapp-controller may serialize in App status. */
-const STATUS_KEYS = new Set([
+export const STATUS_KEYS: ReadonlySet<string> = new Set([
   'observedGeneration',
   'conditions',
   'friendlyDescription',

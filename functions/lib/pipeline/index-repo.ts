@@ -39,7 +39,13 @@ import {
 } from '../kube/port.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
-import { attachError, MissingArtifactError, resultFromError, type StageResult } from '../reconcile/result.js';
+import {
+  attachError,
+  MissingArtifactError,
+  resultFromError,
+  type StageResult,
+  withFriendlyYAMLStrings,
+} from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   deployStatus,
@@ -344,7 +350,9 @@ async function deployRepository(
     },
     [work],
   );
-  const result = mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run));
+  // upstream `updateLastDeploy` returns the friendly result, so usefulErrorMessage is kapp's
+  // stderr trimmed and without whitespace before newlines, as status.deploy.stderr
+  const result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run)));
   return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 1, ms: run.durationMs };
 }
 
@@ -385,7 +393,7 @@ async function deleteRepository(object: ObjectRef, kube: DeployView, deps: Index
     },
   );
   const tools = { runs: 1, ms: run.durationMs };
-  const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
+  const result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.delete, run)));
   if (!result.error) {
     await kube.removeFinalizer(ref, Finalizer.PackageRepository, { uid: object.uid });
     await kube.removeFinalizer(ref, Finalizer.PackageRepositoryLegacy, { uid: object.uid });
