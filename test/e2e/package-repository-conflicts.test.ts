@@ -23,8 +23,8 @@ import {
   packageMetadataDoc,
   packagesPaths,
   type RepoObject,
-  waitGone,
   waitRepo,
+  waitRepoGone,
 } from './packaging-support.js';
 import { apply, getObject, k, SEE_USEFUL, suffix, useE2ERuntime } from './support.js';
 
@@ -38,6 +38,10 @@ const PKG_NAME = `${PKG_REF}.0.0.0`;
 const OTHER_REF = 'contooor.co.uk';
 const META = 'shirt-mgr.co.uk';
 const REVISION = 'packaging.carvel.dev/revision';
+/** A `spec.template` other than pkg0's (upstream's `k8slt/some-other-image:latest` case). */
+const OTHER_TEMPLATE = {
+  template: { spec: { fetch: [{ imgpkgBundle: { image: 'k8slt/some-other-image:latest' } }] } },
+};
 
 /** upstream's Package of the overlap tests: `template.spec: {}` and nothing else. */
 const pkg0 = (opts: Parameters<typeof packageDoc>[2] = {}) =>
@@ -121,44 +125,38 @@ describe.concurrent('overlapping PackageRepositories (the rebase rules through t
     expect(adopted?.spec).not.toHaveProperty('releaseNotes');
     expect(adopted?.metadata.annotations).toMatchObject(cleanUpAnnotations(ns, 'repo1'));
 
-    // repo2 provides an identical pkg0 (noop: repo1 keeps it) and a package of its own
-    expectRepoSucceeded(await deploy(ns, 'repo2', [pkg0(), packageDoc(OTHER_REF, '0.22.0')]));
-    expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo1`);
-    expect(await ownerOf(PKG, ns, `${OTHER_REF}.0.22.0`)).toBe(`${ns}/repo2`);
-
-    // each difference fails the newcomer with its reason; the existing objects are untouched
-    const conflicting: [string, object[], string][] = [
-      ['repo3', [pkg0({ annotations: { 'some.co.internal.ann': 'value' } })], 'metadata.annotations'],
+    // Then, all at once (each depends only on repo1's objects, and none changes them):
+    // repo2 provides an identical pkg0 (noop: repo1 keeps it) and a package of its own ...
+    const noop = (async () => {
+      expectRepoSucceeded(await deploy(ns, 'repo2', [pkg0(), packageDoc(OTHER_REF, '0.22.0')]));
+      expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo1`);
+      expect(await ownerOf(PKG, ns, `${OTHER_REF}.0.22.0`)).toBe(`${ns}/repo2`);
+    })();
+    // ... and each difference fails the newcomer with its reason, leaving the objects alone
+    const labelled = { ...(pkg0() as object), metadata: { name: PKG_NAME, labels: { 'some.co.internal.label': 'v' } } };
+    const conflicting: [string, object, 'Package' | 'PackageMetadata', string][] = [
       [
-        'repo4',
-        [{ ...(pkg0() as object), metadata: { name: PKG_NAME, labels: { 'some.co.internal.label': 'v' } } }],
-        'metadata.labels',
+        'repo3',
+        pkg0({ annotations: { 'some.co.internal.ann': 'value' } }),
+        'Package',
+        'mismatch in metadata.annotations',
       ],
-      [
-        'repo5',
-        [pkg0({ spec: { template: { spec: { fetch: [{ imgpkgBundle: { image: 'k8slt/x:v1' } }] } } } })],
-        'spec.template',
-      ],
-      ['repo6', [pkg0({ spec: { releaseNotes: 'now with notes' } })], 'spec.releaseNotes'],
-      ['repo7', [shirtMgr('now with dress shirts')], 'spec.shortDescription'],
-      ['repo8', [shirtMgr()], 'spec.shortDescription'],
+      ['repo4', labelled, 'Package', 'mismatch in metadata.labels'],
+      ['repo5', pkg0({ spec: OTHER_TEMPLATE }), 'Package', 'mismatch in spec.template'],
+      ['repo6', pkg0({ spec: { releaseNotes: 'now with notes' } }), 'Package', 'adding spec.releaseNotes'],
+      ['repo7', shirtMgr('now with dress shirts'), 'PackageMetadata', 'mismatch in spec.shortDescription'],
+      ['repo8', shirtMgr(), 'PackageMetadata', 'missing spec.shortDescription'],
     ];
-    const reasons: Record<string, string> = {
-      repo3: 'mismatch in metadata.annotations',
-      repo4: 'mismatch in metadata.labels',
-      repo5: 'mismatch in spec.template',
-      repo6: 'adding spec.releaseNotes',
-      repo7: 'mismatch in spec.shortDescription',
-      repo8: 'missing spec.shortDescription',
-    };
-    await Promise.all(
-      conflicting.map(async ([name, docs]) => {
-        const repo = await deploy(ns, name, docs);
-        const meta = name === 'repo7' || name === 'repo8';
-        const [kind, object] = meta ? (['PackageMetadata', META] as const) : (['Package', PKG_NAME] as const);
-        expectConflict(repo, conflictMessage(ns, kind, object, reasons[name] ?? ''));
+    await Promise.all([
+      noop,
+      ...conflicting.map(async ([name, doc, kind, reason]) => {
+        const repo = await deploy(ns, name, [doc]);
+        expectConflict(repo, conflictMessage(ns, kind, kind === 'Package' ? PKG_NAME : META, reason));
+        // deleting a failed repository removes nothing of the others (and stops its retries)
+        await k(['delete', PKGR, name, '-n', ns, '--wait=false']);
+        await waitRepoGone(ns, name);
       }),
-    );
+    ]);
     expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo1`);
     expect((await getObject<PackagingObject>(PKG, ns, PKG_NAME))?.spec).toEqual({
       refName: PKG_REF,
@@ -169,9 +167,9 @@ describe.concurrent('overlapping PackageRepositories (the rebase rules through t
       'get your shirts to work for you',
     );
 
-    // deleting the failed ones and repo2 removes only repo2's own package
-    await k(['delete', PKGR, 'repo2', ...conflicting.map(([n]) => n), '-n', ns, '--wait=false']);
-    await Promise.all(['repo2', ...conflicting.map(([n]) => n)].map((n) => waitGone(PKGR, ns, n)));
+    // deleting repo2 removes only its own package, not the identical one it left to repo1
+    await k(['delete', PKGR, 'repo2', '-n', ns, '--wait=false']);
+    await waitRepoGone(ns, 'repo2');
     expect(await getObject(PKG, ns, `${OTHER_REF}.0.22.0`)).toBeUndefined();
     expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo1`);
     expect(await ownerOf(PKGM, ns, META)).toBe(`${ns}/repo1`);
@@ -186,13 +184,16 @@ describe.concurrent('overlapping PackageRepositories (the rebase rules through t
     expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo1`);
     expectRepoSucceeded(await deploy(ns, 'repo2', [rev('2')]));
     expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo2`);
-    expectRepoSucceeded(await deploy(ns, 'repo3', [rev('1.6.8', { releaseNotes: 'older' })]));
-    expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo2`);
-    expectRepoSucceeded(await deploy(ns, 'repo4', [rev('2.0')]));
+    // at once: a lower revision (1.6.8 < 2 and < 2.0) is a noop whichever of the two it meets
+    const [lower, higher] = await Promise.all([
+      deploy(ns, 'repo3', [rev('1.6.8', { releaseNotes: 'older' })]),
+      deploy(ns, 'repo4', [rev('2.0')]),
+    ]);
+    expectRepoSucceeded(lower);
+    expectRepoSucceeded(higher);
     expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo4`);
-    const other = { template: { spec: { fetch: [{ imgpkgBundle: { image: 'k8slt/some-other-image:latest' } }] } } };
     expectConflict(
-      await deploy(ns, 'repo5', [rev('2.0', other)]),
+      await deploy(ns, 'repo5', [rev('2.0', OTHER_TEMPLATE)]),
       conflictMessage(ns, 'Package', PKG_NAME, 'mismatch in spec.template'),
     );
     const pkg = await getObject<PackagingObject>(PKG, ns, PKG_NAME);
@@ -201,7 +202,7 @@ describe.concurrent('overlapping PackageRepositories (the rebase rules through t
 
     // repo1 lost the package to repo2: deleting repo1 leaves it in place
     await k(['delete', PKGR, 'repo1', '-n', ns, '--wait=false']);
-    await waitGone(PKGR, ns, 'repo1');
+    await waitRepoGone(ns, 'repo1');
     expect(await ownerOf(PKG, ns, PKG_NAME)).toBe(`${ns}/repo4`);
   });
 });

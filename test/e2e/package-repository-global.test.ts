@@ -33,6 +33,7 @@ import {
   packageMetadataDoc,
   packagesPaths,
   waitRepo,
+  waitRepoGone,
 } from './packaging-support.js';
 import { apply, getObject, k, kubeconfigPath, suffix, useE2ERuntime, waitFor } from './support.js';
 
@@ -57,7 +58,7 @@ const kube = () => clientForKubeConfig(loadKubeConfig(kubeconfigPath));
 
 const notes = (p: { spec: { releaseNotes?: string } }) => p.spec.releaseNotes;
 
-describe('global packages through the resolver, and namespace deletion', () => {
+describe.concurrent('global packages through the resolver, and namespace deletion', () => {
   it('a global repository provides its packages to every namespace; local overrides; excluded sees none', async () => {
     await k(['annotate', 'namespace', NS.excluded, `${Annotation.ExcludeGlobalPackages}=`]);
     const globalDocs = [
@@ -121,14 +122,8 @@ describe('global packages through the resolver, and namespace deletion', () => {
 
     // deleting the local repository uncovers the global package again, in place
     await k(['delete', PKGR, 'local', '-n', NS.local, '--wait=false']);
-    await waitFor(
-      'local repository gone',
-      async () => ((await getObject(PKGR, NS.local, 'local')) ? undefined : true),
-      {
-        timeoutMs: 120_000,
-        intervalMs: 1000,
-      },
-    );
+    await waitRepoGone(NS.local, 'local');
+
     expect((await listPackages(client, NS.local, opts)).map((p) => [p.spec.version, notes(p)])).toEqual([
       ['1.0.0', 'global 1.0.0'],
       ['2.0.0+build.1', 'global 2.0.0'],

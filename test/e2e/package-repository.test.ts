@@ -18,8 +18,8 @@ import {
   PKGR,
   PKGR_STATUS_KEYS,
   packagesByRefName,
-  waitGone,
   waitRepo,
+  waitRepoGone,
 } from './packaging-support.js';
 import { apply, getObject, k, RFC3339, suffix, useE2ERuntime } from './support.js';
 
@@ -139,7 +139,7 @@ describe('PackageRepository (index-repo through the real tools)', () => {
     // expectRepoSucceeded checked the finalizer: the repository can only disappear once the
     // delete path (kapp delete <name>.pkgr) removed it.
     await k(['delete', PKGR, name, '-n', ns, '--wait=false']);
-    await waitGone(PKGR, ns, name);
+    await waitRepoGone(ns, name);
     expect(await packagesByRefName(ns, REF_NAME)).toEqual([]);
     expect((await k(['get', `${PKG},${PKGM}`, '-n', ns, '-o', 'name'])).stdout.trim()).toBe('');
     expect(await getObject('configmap', ns, `${name}.pkgr`)).toBeUndefined();

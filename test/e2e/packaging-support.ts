@@ -5,15 +5,17 @@
  *
  * Not a test file (vitest only collects `*.test.ts`).
  */
+import { ApiException, CustomObjectsApi } from '@kubernetes/client-node';
 import { expect } from 'vitest';
 import { stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
+import { loadKubeConfig } from '../harness/kube.js';
 import {
   type AppStatusView,
   type E2ERuntime,
   expectSucceededStatus,
-  getObject,
   k,
+  kubeconfigPath,
   STATUS_KEYS,
   waitFor,
 } from './support.js';
@@ -110,6 +112,25 @@ export function repoReconciled(repo: RepoObject): boolean {
   );
 }
 
+let repos: CustomObjectsApi | undefined;
+
+/**
+ * Reads a PackageRepository of the shared cluster; `undefined` when it does not exist. In
+ * process, as `getApp`: the waits poll every second, several at once, and a kubectl run costs
+ * about 0.1 s of CPU on a machine the parallel files share.
+ */
+export async function getRepo(ns: string, name: string): Promise<RepoObject | undefined> {
+  repos ??= loadKubeConfig(kubeconfigPath).makeApiClient(CustomObjectsApi);
+  try {
+    return (await repos.getNamespacedCustomObject({ ...PKGR_RESOURCE, namespace: ns, name })) as RepoObject;
+  } catch (e) {
+    if (e instanceof ApiException && e.code === 404) return undefined;
+    throw new Error(`get PackageRepository ${ns}/${name}: ${e instanceof ApiException ? e.code : String(e)}`);
+  }
+}
+
+const PKGR_RESOURCE = { group: 'packaging.carvel.dev', version: 'v1alpha1', plural: 'packagerepositories' } as const;
+
 /**
  * Waits until `pred` holds for the PackageRepository (default: {@link repoReconciled}); the
  * timeout error shows it and the runtime's last log records about it.
@@ -125,7 +146,7 @@ export async function waitRepo(
   return await waitFor(
     `PackageRepository ${ns}/${name}: ${what}`,
     async () => {
-      last = await getObject<RepoObject>(PKGR, ns, name);
+      last = await getRepo(ns, name);
       return last && pred(last) ? last : undefined;
     },
     {
@@ -141,12 +162,12 @@ export async function waitRepo(
   );
 }
 
-/** Waits until the namespaced object is gone (the error shows it as last read). */
-export async function waitGone(kind: string, ns: string, name: string, timeoutMs = 120_000): Promise<void> {
-  await waitFor(`${kind} ${ns}/${name} gone`, async () => ((await getObject(kind, ns, name)) ? undefined : true), {
+/** Waits until the PackageRepository is gone (the error shows it as last read). */
+export async function waitRepoGone(ns: string, name: string, timeoutMs = 120_000): Promise<void> {
+  await waitFor(`PackageRepository ${ns}/${name} gone`, async () => ((await getRepo(ns, name)) ? undefined : true), {
     timeoutMs,
     intervalMs: 1000,
-    describe: async () => JSON.stringify((await getObject(kind, ns, name)) ?? null),
+    describe: async () => JSON.stringify((await getRepo(ns, name)) ?? null),
   });
 }
 
