@@ -170,8 +170,8 @@ const rows: Record<string, Row> = {
         ],
         friendlyDescription: 'Delete failed: Deleting: Error (see .status.usefulErrorMessage for details)',
         consecutiveReconcileFailures: 1,
-        // friendly, as upstream's updateLastDeploy returns it: trimmed, no space before a newline
-        usefulErrorMessage: 'kapp: Error: forbidden:\n  deleting',
+        // raw (upstream's reconcileDelete reads delete()'s own result); status.deploy friendly
+        usefulErrorMessage: 'kapp: Error: forbidden: \n  deleting \n',
         deploy: {
           finished: true,
           exitCode: 1,

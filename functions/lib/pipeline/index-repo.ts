@@ -393,7 +393,9 @@ async function deleteRepository(object: ObjectRef, kube: DeployView, deps: Index
     },
   );
   const tools = { runs: 1, ms: run.durationMs };
-  const result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.delete, run)));
+  // raw, unlike the deploy: upstream's reconcileDelete hands `delete()`'s own result to
+  // setDeleteCompleted (status.deploy, below, is friendly as always)
+  const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
   if (!result.error) {
     await kube.removeFinalizer(ref, Finalizer.PackageRepository, { uid: object.uid });
     await kube.removeFinalizer(ref, Finalizer.PackageRepositoryLegacy, { uid: object.uid });
