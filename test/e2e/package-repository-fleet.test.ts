@@ -17,6 +17,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify } from 'yaml';
 import { pushBundle } from '../harness/fixtures.js';
+import { PKGR_STATUS_KEYS, type RepoObject, waitRepo } from './packaging-support.js';
 import {
   apply,
   applyCrds,
@@ -26,12 +27,9 @@ import {
   expectSucceededStatus,
   getObject,
   kubeconfigPath,
-  PKGR_STATUS_KEYS,
-  type RepoObject,
   servers,
   startRuntime,
   suffix,
-  waitRepoReconciled,
 } from './support.js';
 
 const id = suffix();
@@ -139,7 +137,7 @@ describe('PackageRepository: indexed once for the fleet', () => {
         metadata: { name: c.name, namespace: c.ns },
         spec: { syncPeriod: '10m', fetch: { imgpkgBundle: { image: bundleRef } } },
       });
-      repos.push(await waitRepoReconciled(c.ns, c.name, runtimes[i]!));
+      repos.push(await waitRepo(runtimes[i]!, c.ns, c.name));
     }
 
     // The first cluster fetched and templated (one pipeline: three ytt runs and kbld); the

@@ -7,20 +7,21 @@
  */
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { Finalizer } from '../../functions/lib/api/index.js';
 import {
-  apply,
-  expectSucceededStatus,
-  getObject,
-  k,
+  packageDoc as authorPackageDoc,
+  cleanUpAnnotations,
+  expectRepoSucceeded,
+  inlineRepositoryManifest,
+  type PackagingObject,
+  PKG,
+  PKGM,
+  PKGR,
   PKGR_STATUS_KEYS,
-  type RepoObject,
-  RFC3339,
-  suffix,
-  useE2ERuntime,
-  waitFor,
-  waitRepoReconciled,
-} from './support.js';
+  packagesByRefName,
+  waitRepo,
+  waitRepoGone,
+} from './packaging-support.js';
+import { apply, getObject, k, RFC3339, suffix, useE2ERuntime } from './support.js';
 
 const id = suffix();
 const NS = {
@@ -34,36 +35,12 @@ const VERSIONS = ['1.0.0', '1.1.0+build.7'] as const;
 /** The object names kapp-lambda stores them under (`packageObjectName`: `+` written `--`). */
 const PACKAGE_NAMES = [`${REF_NAME}.1.0.0`, `${REF_NAME}.1.1.0--build.7`] as const;
 
-/** Resource names for kubectl, fully qualified (no clash with another API's `packages`). */
-const PKGR = 'packagerepositories.packaging.carvel.dev';
-const PKG = 'packages.data.packaging.carvel.dev';
-const PKGM = 'packagemetadatas.data.packaging.carvel.dev';
-
-interface PackagingObject {
-  metadata: { name: string; annotations?: Record<string, string>; labels?: Record<string, string> };
-  spec: Record<string, unknown> & { refName?: string; version?: string };
-}
-
-/** A Package document as a repository author writes it (its name carries the raw `+`). */
+/** A Package document with release notes and a foreign namespace (removed by the clean-up overlay). */
 function packageDoc(version: string): object {
-  return {
-    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
-    kind: 'Package',
-    // a namespace in the repository content is removed by the clean-up overlay
-    metadata: { name: `${REF_NAME}.${version}`, namespace: 'somewhere-else' },
-    spec: {
-      refName: REF_NAME,
-      version,
-      releaseNotes: `release ${version}`,
-      template: {
-        spec: {
-          fetch: [{ imgpkgBundle: { image: `registry.invalid/simple-app:${version.replace('+', '_')}` } }],
-          template: [{ ytt: { paths: ['config/'] } }],
-          deploy: [{ kapp: {} }],
-        },
-      },
-    },
+  const doc = authorPackageDoc(REF_NAME, version, { spec: { releaseNotes: `release ${version}` } }) as {
+    metadata: Record<string, unknown>;
   };
+  return { ...doc, metadata: { ...doc.metadata, namespace: 'somewhere-else' } };
 }
 
 /** An inline PackageRepository: one PackageMetadata and two Package files under `packages/<refName>/`. */
@@ -82,49 +59,17 @@ function inlineRepository(ns: string, name: string): object {
     kind: 'ConfigMap',
     metadata: { name: `dropped-${id}` },
   });
-  return repositoryManifest(ns, name, paths);
-}
-
-function repositoryManifest(ns: string, name: string, paths: Record<string, string>): object {
-  return {
-    apiVersion: 'packaging.carvel.dev/v1alpha1',
-    kind: 'PackageRepository',
-    metadata: { name, namespace: ns },
-    spec: { syncPeriod: '10m', fetch: { inline: { paths } } },
-  };
+  return inlineRepositoryManifest(ns, name, paths);
 }
 
 const rt = useE2ERuntime(Object.values(NS));
-
-/** Lists Packages of `ns` whose `spec.refName` is `refName` (the CRD's selectable field). */
-async function packagesByRefName(ns: string, refName: string): Promise<PackagingObject[]> {
-  const r = await k(['get', 'packages', '-n', ns, '--field-selector', `spec.refName=${refName}`, '-o', 'json']);
-  return (JSON.parse(r.stdout) as { items: PackagingObject[] }).items;
-}
-
-/** Asserts upstream's status after a successful PackageRepository reconcile (§3.12 step 7). */
-function expectRepoSucceeded(repo: RepoObject): void {
-  const s = expectSucceededStatus(repo, PKGR_STATUS_KEYS);
-  expect(s.fetch?.stdout).toContain('kind: LockConfig');
-  // a repository's deploy status has no associatedResources upstream
-  expect(s.deploy).not.toHaveProperty('kapp');
-  expect(repo.metadata.finalizers).toContain(Finalizer.PackageRepository);
-}
-
-/** The four annotations the clean-up overlay adds (§3.12 step 5.3). */
-const cleanUpAnnotations = (ns: string, name: string) => ({
-  'kapp.k14s.io/disable-original': '',
-  'kapp.k14s.io/disable-wait': '',
-  'packaging.carvel.dev/package-repository-ref': `${ns}/${name}`,
-  'kapp.k14s.io/create-strategy': 'fallback-on-update-or-noop',
-});
 
 describe('PackageRepository (index-repo through the real tools)', () => {
   it('an inline repository reconciles and its Packages and PackageMetadata exist with the clean-up annotations', async () => {
     const ns = NS.inline;
     const name = `inline-${id}`;
     await apply(inlineRepository(ns, name));
-    const repo = await waitRepoReconciled(ns, name, rt);
+    const repo = await waitRepo(rt, ns, name);
     expectRepoSucceeded(repo);
     expect(repo.metadata.generation).toBe(1);
     expect(repo.status?.deploy?.stdout).toContain('PackageMetadata');
@@ -161,8 +106,8 @@ describe('PackageRepository (index-repo through the real tools)', () => {
     const ns = NS.failing;
     const name = `failing-${id}`;
     const message = "Invalid package repository content: must contain 'packages/' directory but did not";
-    await apply(repositoryManifest(ns, name, { 'config/metadata.yml': stringify(packageDoc('1.0.0')) }));
-    const repo = await waitRepoReconciled(ns, name, rt);
+    await apply(inlineRepositoryManifest(ns, name, { 'config/metadata.yml': stringify(packageDoc('1.0.0')) }));
+    const repo = await waitRepo(rt, ns, name);
     const s = repo.status ?? {};
     for (const key of Object.keys(s)) expect(PKGR_STATUS_KEYS.has(key), `unexpected status key ${key}`).toBe(true);
     // pkg/pkgrepository/app_reconcile_test.go: condition, friendlyDescription and usefulErrorMessage
@@ -187,22 +132,14 @@ describe('PackageRepository (index-repo through the real tools)', () => {
     const ns = NS.delete;
     const name = `delete-${id}`;
     await apply(inlineRepository(ns, name));
-    expectRepoSucceeded(await waitRepoReconciled(ns, name, rt));
+    expectRepoSucceeded(await waitRepo(rt, ns, name));
     expect(await getObject(PKGM, ns, REF_NAME)).toBeDefined();
     expect(await packagesByRefName(ns, REF_NAME)).toHaveLength(2);
 
     // expectRepoSucceeded checked the finalizer: the repository can only disappear once the
     // delete path (kapp delete <name>.pkgr) removed it.
     await k(['delete', PKGR, name, '-n', ns, '--wait=false']);
-    await waitFor(
-      `PackageRepository ${ns}/${name} gone`,
-      async () => ((await getObject(PKGR, ns, name)) ? undefined : true),
-      {
-        timeoutMs: 120_000,
-        intervalMs: 1000,
-        describe: async () => JSON.stringify((await getObject<RepoObject>(PKGR, ns, name)) ?? null),
-      },
-    );
+    await waitRepoGone(ns, name);
     expect(await packagesByRefName(ns, REF_NAME)).toEqual([]);
     expect((await k(['get', `${PKG},${PKGM}`, '-n', ns, '-o', 'name'])).stdout.trim()).toBe('');
     expect(await getObject('configmap', ns, `${name}.pkgr`)).toBeUndefined();

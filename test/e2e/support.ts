@@ -469,7 +469,7 @@ export function useE2ERuntime(namespaces: string[], opts: UseE2ERuntimeOptions =
 }
 
 /** Keys kapp-controller may serialize in App status. */
-const STATUS_KEYS = new Set([
+export const STATUS_KEYS: ReadonlySet<string> = new Set([
   'observedGeneration',
   'conditions',
   'friendlyDescription',
@@ -481,45 +481,6 @@ const STATUS_KEYS = new Set([
   'consecutiveReconcileSuccesses',
   'consecutiveReconcileFailures',
 ]);
-
-/** Keys kapp-controller may serialize in PackageRepository status (the App status without inspect). */
-export const PKGR_STATUS_KEYS: ReadonlySet<string> = new Set([...STATUS_KEYS].filter((k) => k !== 'inspect'));
-
-/** A PackageRepository as the e2e files read it. */
-export interface RepoObject {
-  metadata: { name: string; namespace: string; generation: number; finalizers?: string[] };
-  status?: AppStatusView;
-}
-
-/**
- * Waits until the PackageRepository finished a reconcile (succeeded or failed) of its current
- * generation; on timeout the error shows it and the last log lines of `rt` about it.
- */
-export async function waitRepoReconciled(ns: string, name: string, rt: E2ERuntime): Promise<RepoObject> {
-  let last: RepoObject | undefined;
-  return await waitFor(
-    `PackageRepository ${ns}/${name} reconciled`,
-    async () => {
-      last = await getObject<RepoObject>('packagerepositories.packaging.carvel.dev', ns, name);
-      const s = last?.status;
-      const done =
-        last &&
-        s?.observedGeneration === last.metadata.generation &&
-        s.conditions?.some((c) => c.type === 'ReconcileSucceeded' || c.type === 'ReconcileFailed');
-      return done ? last : undefined;
-    },
-    {
-      timeoutMs: 150_000,
-      intervalMs: 1000,
-      describe: () =>
-        `last: ${JSON.stringify(last ?? null, null, 1)}\nlog: ${rt.records
-          .filter((r) => typeof r.obj.object === 'string' && r.obj.object.endsWith(`/${ns}/${name}`))
-          .slice(-20)
-          .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
-          .join('\n')}`,
-    },
-  );
-}
 
 /**
  * The status checks every successful reconcile shares, App or PackageRepository (upstream's

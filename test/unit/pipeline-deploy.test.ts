@@ -66,9 +66,10 @@ const rows: Record<string, Row> = {
     outcome: 'succeeded',
     tools: ['kapp'],
   },
-  'failed: kapp exits 1': {
+  'failed: kapp exits 1; usefulErrorMessage is the friendly stderr, as status.deploy': {
     app: { status: SUCCEEDED_BEFORE },
-    kapp: () => ({ stderr: 'kapp: Error: Applying create configmap', exitCode: 1 }),
+    // upstream's updateLastDeploy returns the friendly result (trimmed, `\s+\n` → `\n`)
+    kapp: () => ({ stderr: 'kapp: Error: Applying create configmap \n', exitCode: 1 }),
     statuses: [
       finalFailed(KAPP_FAILED, 'kapp: Error: Applying create configmap', {
         ...PARTS,

@@ -161,7 +161,7 @@ const rows: Record<string, Row> = {
   },
   'deleting fails: DeleteFailed, the finalizer stays': {
     repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
-    kapp: exitWith(1, 'kapp: Error: forbidden'),
+    kapp: exitWith(1, 'kapp: Error: forbidden: \n  deleting \n'),
     statuses: [
       { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
       {
@@ -175,11 +175,12 @@ const rows: Record<string, Row> = {
         ],
         friendlyDescription: 'Delete failed: Deleting: Error (see .status.usefulErrorMessage for details)',
         consecutiveReconcileFailures: 1,
-        usefulErrorMessage: 'kapp: Error: forbidden',
+        // raw (upstream's reconcileDelete reads delete()'s own result); status.deploy friendly
+        usefulErrorMessage: 'kapp: Error: forbidden: \n  deleting \n',
         deploy: {
           finished: true,
           exitCode: 1,
-          stderr: 'kapp: Error: forbidden',
+          stderr: 'kapp: Error: forbidden:\n  deleting',
           error: 'Deleting: Error (see .status.usefulErrorMessage for details)',
           startedAt: NOW,
           updatedAt: NOW,
@@ -252,18 +253,20 @@ const rows: Record<string, Row> = {
     ],
     finalizers: [Finalizer.PackageRepository],
   },
-  'deploy fails: ReconcileFailed with kapp stderr, the finalizer stays added': {
+  'deploy fails: ReconcileFailed with the friendly kapp stderr, the finalizer stays added': {
     repo: {},
-    kapp: exitWith(1, 'kapp: Error: Conflicting resources'),
+    kapp: exitWith(1, '  kapp: Error: create package/x: \n    Evaluating: \n- fail: Conflicting resources\n'),
     statuses: [
       RECONCILING,
-      finalFailed(KAPP_FAILED, 'kapp: Error: Conflicting resources', {
+      // usefulErrorMessage as status.deploy.stderr: upstream's updateLastDeploy returns the
+      // friendly result (trimmed, `\s+\n` → `\n`) that setReconcileCompleted then reads
+      finalFailed(KAPP_FAILED, 'kapp: Error: create package/x:\n    Evaluating:\n- fail: Conflicting resources', {
         fetch: FETCHED,
         template: { exitCode: 0, updatedAt: NOW },
         deploy: {
           finished: true,
           exitCode: 1,
-          stderr: 'kapp: Error: Conflicting resources',
+          stderr: 'kapp: Error: create package/x:\n    Evaluating:\n- fail: Conflicting resources',
           error: KAPP_FAILED,
           startedAt: NOW,
           updatedAt: NOW,

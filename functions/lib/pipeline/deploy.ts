@@ -33,6 +33,7 @@ import {
   outcomeOf,
   resultFromError,
   type StageResult,
+  withFriendlyYAMLStrings,
 } from '../reconcile/result.js';
 import {
   deployStatus,
@@ -131,7 +132,9 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         [work],
       );
       tools = { runs: 1, ms: run.durationMs };
-      result = mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run));
+      // upstream's updateLastDeploy returns the friendly result, which setReconcileCompleted then
+      // reads: usefulErrorMessage is kapp's stderr as status.deploy shows it
+      result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run)));
       const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
       kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
     } catch (err) {

@@ -40,7 +40,13 @@ import {
 import { withRepositoryRef } from '../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
-import { attachError, MissingArtifactError, resultFromError, type StageResult } from '../reconcile/result.js';
+import {
+  attachError,
+  MissingArtifactError,
+  resultFromError,
+  type StageResult,
+  withFriendlyYAMLStrings,
+} from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   deployStatus,
@@ -385,7 +391,9 @@ async function deployRepository(
     },
     [work],
   );
-  const result = mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run));
+  // upstream `updateLastDeploy` returns the friendly result, so usefulErrorMessage is kapp's
+  // stderr trimmed and without whitespace before newlines, as status.deploy.stderr
+  const result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run)));
   return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 1, ms: run.durationMs };
 }
 
@@ -426,6 +434,8 @@ async function deleteRepository(object: ObjectRef, kube: DeployView, deps: Index
     },
   );
   const tools = { runs: 1, ms: run.durationMs };
+  // raw, unlike the deploy: upstream's reconcileDelete hands `delete()`'s own result to
+  // setDeleteCompleted (status.deploy, below, is friendly as always)
   const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
   if (!result.error) {
     await kube.removeFinalizer(ref, Finalizer.PackageRepository, { uid: object.uid });

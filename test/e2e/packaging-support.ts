@@ -1,0 +1,200 @@
+/**
+ * Shared pieces of the PackageRepository e2e files (reference §2.2, §3.12, §3.13): the resource
+ * names, status shape and waits of a PackageRepository, the documents a repository author
+ * writes, and the assertions every successful repository reconcile shares.
+ *
+ * Not a test file (vitest only collects `*.test.ts`).
+ */
+import { ApiException, CustomObjectsApi } from '@kubernetes/client-node';
+import { expect } from 'vitest';
+import { stringify } from 'yaml';
+import { Finalizer } from '../../functions/lib/api/index.js';
+import { loadKubeConfig } from '../harness/kube.js';
+import {
+  type AppStatusView,
+  type E2ERuntime,
+  expectSucceededStatus,
+  k,
+  kubeconfigPath,
+  STATUS_KEYS,
+  waitFor,
+} from './support.js';
+
+/** Resource names for kubectl, fully qualified (no clash with another API's `packages`). */
+export const PKGR = 'packagerepositories.packaging.carvel.dev';
+/** Packages (CRD), fully qualified. */
+export const PKG = 'packages.data.packaging.carvel.dev';
+/** PackageMetadatas (CRD), fully qualified. */
+export const PKGM = 'packagemetadatas.data.packaging.carvel.dev';
+
+/** Keys kapp-controller may serialize in PackageRepository status: App status without inspect. */
+export const PKGR_STATUS_KEYS: ReadonlySet<string> = new Set([...STATUS_KEYS].filter((key) => key !== 'inspect'));
+
+/** The parts of a PackageRepository the tests read. */
+export interface RepoObject {
+  metadata: {
+    name: string;
+    namespace: string;
+    generation: number;
+    finalizers?: string[];
+    deletionTimestamp?: string;
+  };
+  status?: AppStatusView;
+}
+
+/** The parts of a Package or PackageMetadata the tests read. */
+export interface PackagingObject {
+  metadata: { name: string; namespace?: string; annotations?: Record<string, string>; labels?: Record<string, string> };
+  spec: Record<string, unknown> & { refName?: string; version?: string };
+}
+
+/** A PackageRepository manifest with one fetch source and a 10m sync period (no resync in a test). */
+export function repositoryManifest(ns: string, name: string, fetch: Record<string, unknown>): object {
+  return {
+    apiVersion: 'packaging.carvel.dev/v1alpha1',
+    kind: 'PackageRepository',
+    metadata: { name, namespace: ns },
+    spec: { syncPeriod: '10m', fetch },
+  };
+}
+
+/** An inline PackageRepository whose `paths` (file → content) are its fetched tree. */
+export function inlineRepositoryManifest(ns: string, name: string, paths: Record<string, string>): object {
+  return repositoryManifest(ns, name, { inline: { paths } });
+}
+
+/** A PackageMetadata document as a repository author writes it. */
+export function packageMetadataDoc(refName: string, spec: Record<string, unknown> = {}): object {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'PackageMetadata',
+    metadata: { name: refName },
+    spec: { displayName: refName.split('.')[0], ...spec },
+  };
+}
+
+/** A Package document as a repository author writes it (its name carries a raw `+`). */
+export function packageDoc(
+  refName: string,
+  version: string,
+  opts: { annotations?: Record<string, string>; spec?: Record<string, unknown> } = {},
+): object {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'Package',
+    metadata: { name: `${refName}.${version}`, ...(opts.annotations ? { annotations: opts.annotations } : {}) },
+    spec: {
+      refName,
+      version,
+      template: {
+        spec: {
+          fetch: [{ imgpkgBundle: { image: `registry.invalid/${refName}:${version.replace('+', '_')}` } }],
+          template: [{ ytt: { paths: ['config/'] } }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+      ...opts.spec,
+    },
+  };
+}
+
+/** An inline repository's `paths`: `packages/<i>.yml` per document. */
+export function packagesPaths(docs: object[]): Record<string, string> {
+  return Object.fromEntries(docs.map((d, i) => [`packages/${i}.yml`, stringify(d)]));
+}
+
+/** True when the repository finished a reconcile (succeeded or failed) of its current generation. */
+export function repoReconciled(repo: RepoObject): boolean {
+  const s = repo.status;
+  return (
+    s?.observedGeneration === repo.metadata.generation &&
+    (s.conditions?.some((c) => c.type === 'ReconcileSucceeded' || c.type === 'ReconcileFailed') ?? false)
+  );
+}
+
+let repos: CustomObjectsApi | undefined;
+
+/**
+ * Reads a PackageRepository of the shared cluster; `undefined` when it does not exist. In
+ * process, as `getApp`: the waits poll every second, several at once, and a kubectl run costs
+ * about 0.1 s of CPU on a machine the parallel files share.
+ */
+export async function getRepo(ns: string, name: string): Promise<RepoObject | undefined> {
+  repos ??= loadKubeConfig(kubeconfigPath).makeApiClient(CustomObjectsApi);
+  try {
+    return (await repos.getNamespacedCustomObject({ ...PKGR_RESOURCE, namespace: ns, name })) as RepoObject;
+  } catch (e) {
+    if (e instanceof ApiException && e.code === 404) return undefined;
+    throw new Error(`get PackageRepository ${ns}/${name}: ${e instanceof ApiException ? e.code : String(e)}`);
+  }
+}
+
+const PKGR_RESOURCE = { group: 'packaging.carvel.dev', version: 'v1alpha1', plural: 'packagerepositories' } as const;
+
+/**
+ * Waits until `pred` holds for the PackageRepository (default: {@link repoReconciled}); the
+ * timeout error shows it and the runtime's last log records about it.
+ */
+export async function waitRepo(
+  rt: E2ERuntime,
+  ns: string,
+  name: string,
+  pred: (repo: RepoObject) => boolean = repoReconciled,
+  what = 'a finished reconcile of the current generation',
+): Promise<RepoObject> {
+  let last: RepoObject | undefined;
+  return await waitFor(
+    `PackageRepository ${ns}/${name}: ${what}`,
+    async () => {
+      last = await getRepo(ns, name);
+      return last && pred(last) ? last : undefined;
+    },
+    {
+      timeoutMs: 150_000,
+      intervalMs: 1000,
+      describe: () =>
+        `last: ${JSON.stringify(last ?? null, null, 1)}\nlog: ${rt.records
+          .filter((r) => typeof r.obj.object === 'string' && r.obj.object.endsWith(`/${ns}/${name}`))
+          .slice(-20)
+          .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
+          .join('\n')}`,
+    },
+  );
+}
+
+/** Waits until the PackageRepository is gone (the error shows it as last read). */
+export async function waitRepoGone(ns: string, name: string, timeoutMs = 120_000): Promise<void> {
+  await waitFor(`PackageRepository ${ns}/${name} gone`, async () => ((await getRepo(ns, name)) ? undefined : true), {
+    timeoutMs,
+    intervalMs: 1000,
+    describe: async () => JSON.stringify((await getRepo(ns, name)) ?? null),
+  });
+}
+
+/** Lists every object of `kind` in `ns` (kubectl, JSON). */
+export async function listObjects<T = PackagingObject>(kind: string, ns: string, args: string[] = []): Promise<T[]> {
+  const r = await k(['get', kind, '-n', ns, ...args, '-o', 'json']);
+  return (JSON.parse(r.stdout) as { items: T[] }).items;
+}
+
+/** Lists the Packages of `ns` whose `spec.refName` is `refName` (the CRD's selectable field). */
+export async function packagesByRefName(ns: string, refName: string): Promise<PackagingObject[]> {
+  return listObjects(PKG, ns, ['--field-selector', `spec.refName=${refName}`]);
+}
+
+/** Asserts upstream's status after a successful PackageRepository reconcile (§3.12 step 7). */
+export function expectRepoSucceeded(repo: RepoObject): void {
+  const s = expectSucceededStatus(repo, PKGR_STATUS_KEYS);
+  expect(s.fetch?.stdout).toContain('kind: LockConfig');
+  // a repository's deploy status has no associatedResources upstream
+  expect(s.deploy).not.toHaveProperty('kapp');
+  expect(repo.metadata.finalizers).toContain(Finalizer.PackageRepository);
+}
+
+/** The four annotations the clean-up overlay adds (§3.12 step 5.3). */
+export const cleanUpAnnotations = (ns: string, name: string): Record<string, string> => ({
+  'kapp.k14s.io/disable-original': '',
+  'kapp.k14s.io/disable-wait': '',
+  'packaging.carvel.dev/package-repository-ref': `${ns}/${name}`,
+  'kapp.k14s.io/create-strategy': 'fallback-on-update-or-noop',
+});
