@@ -119,8 +119,9 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  * registry (e.g. a parameter or an AWS Secrets Manager secret per cluster), and the
  * function's identity in each cluster is a narrowly scoped ServiceAccount token (fetch and
  * template: read Apps and the Secrets/ConfigMaps they reference, patch App status; deploy:
- * additionally finalizers and `serviceaccounts/token`), minted short-lived — never a
- * long-lived admin credential. Whatever the source, fetch and template only ever see the
+ * additionally finalizers and `serviceaccounts/token`; index-repo: PackageRepositories, and what
+ * kapp needs to deploy Packages and PackageMetadatas as that identity), minted short-lived —
+ * never a long-lived admin credential. Whatever the source, fetch and template only ever see the
  * FetchView ({@link stageClusterRegistry}).
  *
  * @throws Error `loading kubeconfig <path>` when the file cannot be read or parsed (its
