@@ -1,6 +1,6 @@
 /**
- * Lays out one Lambda layer per stage (fetch, template, deploy) from the cached Go builds,
- * holding only the binaries that stage runs, and prints each function's unzipped size
+ * Lays out one Lambda layer per function (`PIPELINE_STAGES`: fetch, template, deploy,
+ * index-repo) from the cached Go builds, holding only the binaries that function runs, and prints each function's unzipped size
  * (bundled code + its layer). Exits non-zero when a function exceeds Lambda's 250 MB
  * unzipped limit (code plus all layers).
  *
@@ -10,6 +10,7 @@
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { PIPELINE_STAGES } from '../functions/lib/transport/port.js';
 import { bundleFunction, functionEntry } from './bundle.js';
 import { buildComponent, cacheRoot } from './gobuild.js';
 import { COMPONENTS, type Stage } from './manifest.js';
@@ -18,8 +19,8 @@ import { buildHardenAddon, buildLauncher, HARDEN_ADDON_NAME, LAUNCHER_NAME } fro
 /** Lambda's limit on a function's unzipped deployment package plus layers, in bytes (250 MiB as AWS counts it). */
 export const LAMBDA_UNZIPPED_LIMIT = 262_144_000;
 
-/** The stages that have a function and a layer. */
-export const STAGES: readonly Stage[] = ['fetch', 'template', 'deploy'];
+/** The functions that have a layer: every one with a queue (`PIPELINE_STAGES`). */
+export const STAGES: readonly Stage[] = PIPELINE_STAGES;
 
 /** Size report of one function. All sizes in bytes. */
 export interface FunctionSize {

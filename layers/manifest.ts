@@ -12,8 +12,14 @@
  * age v1.2.0, cue v0.9.2 (`hack/dependencies.yml`); ours are newer and flag-compatible.
  */
 
-/** Pipeline stage whose Lambda layer holds a tool. */
-export type Stage = 'fetch' | 'template' | 'deploy';
+import type { PipelineStage } from '../functions/lib/transport/port.js';
+
+/**
+ * A Lambda function (`PIPELINE_STAGES`) whose layer holds a tool. A function's layer must carry
+ * every tool of its allow-list (`STAGE_TOOLS` in `functions/lib/exec/runner.ts`; the layers test
+ * checks it).
+ */
+export type Stage = PipelineStage;
 
 /** One binary built from a Go module. */
 export interface GoBinary {
@@ -91,7 +97,7 @@ export const COMPONENTS: readonly GoComponent[] = [
     version: 'v0.55.3',
     stamps: ['carvel.dev/ytt/pkg/version.Version=0.55.3'],
     binaries: [{ bin: 'ytt', pkg: 'carvel.dev/ytt/cmd/ytt', versionArgs: ['version'] }],
-    layers: ['template'],
+    layers: ['template', 'index-repo'],
     purpose: 'template: ytt',
   },
   {
@@ -100,7 +106,7 @@ export const COMPONENTS: readonly GoComponent[] = [
     version: 'v0.46.0',
     stamps: ['carvel.dev/kbld/pkg/kbld/version.Version=0.46.0'],
     binaries: [{ bin: 'kbld', pkg: 'carvel.dev/kbld/cmd/kbld', versionArgs: ['version'] }],
-    layers: ['template'],
+    layers: ['template', 'index-repo'],
     purpose: 'template: kbld image resolution (--build=false)',
   },
   {
@@ -109,8 +115,8 @@ export const COMPONENTS: readonly GoComponent[] = [
     version: 'v0.64.2',
     stamps: ['carvel.dev/kapp/pkg/kapp/version.Version=0.64.2'],
     binaries: [{ bin: 'kapp', pkg: 'carvel.dev/kapp/cmd/kapp', versionArgs: ['version'] }],
-    layers: ['deploy'],
-    purpose: 'deploy: kapp deploy/inspect/delete',
+    layers: ['deploy', 'index-repo'],
+    purpose: 'deploy: kapp deploy/inspect/delete; index-repo: kapp deploy/delete of <name>.pkgr',
   },
   {
     name: 'vendir',
@@ -118,7 +124,7 @@ export const COMPONENTS: readonly GoComponent[] = [
     version: 'v0.44.0',
     stamps: ['carvel.dev/vendir/pkg/vendir/version.Version=0.44.0'],
     binaries: [{ bin: 'vendir', pkg: 'carvel.dev/vendir/cmd/vendir', versionArgs: ['version'] }],
-    layers: ['fetch'],
+    layers: ['fetch', 'index-repo'],
     purpose: 'fetch: vendir sync',
   },
   {
@@ -127,7 +133,7 @@ export const COMPONENTS: readonly GoComponent[] = [
     version: 'v0.46.1',
     stamps: ['carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=0.46.1'],
     binaries: [{ bin: 'imgpkg', pkg: 'carvel.dev/imgpkg/cmd/imgpkg', versionArgs: ['version'] }],
-    layers: ['fetch'],
+    layers: ['fetch', 'index-repo'],
     purpose: 'fetch: imgpkg bundles (vendir calls it); tests push bundles with it',
   },
   {

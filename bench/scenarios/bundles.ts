@@ -16,6 +16,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { stringify } from 'yaml';
 import { pinnedToolVersions } from '../../functions/embedded/runtime.js';
+import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
 import { bundleFunction } from '../../layers/bundle.js';
 import { type BenchContext, scratchDir } from '../lib/context.js';
 import { type Summary, summarize } from '../lib/stats.js';
@@ -32,7 +33,8 @@ export interface BundleFigures {
   firstCallMs: number;
 }
 
-const STAGES = ['fetch', 'template', 'deploy'] as const;
+/** Every Lambda function. */
+const STAGES = PIPELINE_STAGES;
 
 function once(
   bundle: string,
@@ -68,7 +70,7 @@ function once(
 }
 
 /**
- * Builds the three function bundles and measures size and cold start.
+ * Builds every function bundle (`PIPELINE_STAGES`) and measures size and cold start.
  * @throws Error when a bundle does not build or a cold start fails.
  */
 export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigures[]> {

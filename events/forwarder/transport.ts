@@ -28,16 +28,17 @@ export interface Transport {
 /** Options of {@link transportToStages}. */
 export interface StageTransportOptions {
   /**
-   * Called for an event no pipeline queue carries (PackageInstall → `install`, PackageRepository
-   * → `index-repo`, until those functions have queues); the event is then skipped, so one
-   * unroutable kind cannot block the batch. Default: ignore.
+   * Called for an event no pipeline queue carries (PackageInstall → `install`, until that
+   * function has a queue); the event is then skipped, so one unroutable kind cannot block the
+   * batch. Default: ignore.
    */
   onUnrouted?: (event: ObjectEvent) => void;
 }
 
 /**
  * A {@link Transport} over the stage functions' {@link EventSender} (SQS FIFO on Lambda): each
- * event goes to the queue of its entry function (`targetFunction`: App → `fetch`), one at a
+ * event goes to the queue of its entry function (`targetFunction`: App → `fetch`,
+ * PackageRepository → `index-repo`), one at a
  * time and in order, so per-object order holds. The first rejected event rejects the batch,
  * which the forwarder then retries whole (at least once; the functions are idempotent).
  *

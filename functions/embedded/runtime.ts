@@ -12,7 +12,6 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import { KubeConfig } from '@kubernetes/client-node';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { type WatchedKindName, watchedKinds } from '../../events/forwarder/kinds.js';
 import type { LeaderElector } from '../../events/forwarder/leader.js';
@@ -26,7 +25,7 @@ import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
-import { KubeConfigClusterRegistry, selfContainedKubeconfig } from '../lib/kube/registry.js';
+import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
@@ -47,28 +46,6 @@ export function pinnedToolVersions(): Record<string, string> {
 
 /** Kinds the embedded runtime watches by default: those it has a function for. */
 export const EMBEDDED_KINDS: readonly WatchedKindName[] = Object.freeze(['App', 'PackageRepository']);
-
-/**
- * The runtime's own identity per cluster (its kubeconfig context, self-contained), read once per
- * cluster on first use: what kapp deploys PackageRepositories with (upstream: the controller's
- * ServiceAccount).
- */
-function runtimeKubeconfigs(kubeconfigPath: string): (clusterId: string) => string {
-  const made = new Map<string, string>();
-  let base: KubeConfig | undefined;
-  return (clusterId) => {
-    let yaml = made.get(clusterId);
-    if (yaml === undefined) {
-      if (!base) {
-        base = new KubeConfig();
-        base.loadFromFile(kubeconfigPath);
-      }
-      yaml = selfContainedKubeconfig(base, clusterId);
-      made.set(clusterId, yaml);
-    }
-    return yaml;
-  };
-}
 
 /** Options of {@link startEmbedded}. */
 export interface EmbeddedOptions {
@@ -205,6 +182,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       ...opts.config,
     },
   });
+  // kapp deploys PackageRepositories as this runtime (upstream: the controller's ServiceAccount).
   base.runtimeKubeconfig = runtimeKubeconfigs(opts.kubeconfigPath);
   const wrapped = opts.wrapDeps ? opts.wrapDeps(base) : base;
   const leaderships = new Map<string, ClusterLeadership>();

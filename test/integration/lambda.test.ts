@@ -10,7 +10,11 @@
  * - a real fetch of an inline App in the shared cluster: artifact in S3 (versitygw), status
  *   written, and the template hand-off sent with the real SQS adapter to a recording
  *   SQS endpoint (there is no SQS-compatible server among the test components; the endpoint
- *   speaks just enough of SQS's JSON protocol for `SendMessage` and records each request).
+ *   speaks just enough of SQS's JSON protocol for `SendMessage` and records each request);
+ * - the index-repo function (its own layer: vendir, imgpkg, ytt, kbld, kapp) reconciling an
+ *   inline PackageRepository: fetched tree in S3, Packages and PackageMetadata deployed by kapp
+ *   as the function's own identity, `ReconcileSucceeded`, nothing sent on; then its delete
+ *   event removes them and the finalizer.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -18,9 +22,12 @@ import { mkdir, symlink } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { HeadObjectCommand } from '@aws-sdk/client-s3';
+import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { stringify } from 'yaml';
 import { objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
+import type { PipelineStage } from '../../functions/lib/transport/port.js';
+import { layerTools } from '../../layers/build.js';
 import { bundleFunction } from '../../layers/bundle.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
@@ -174,7 +181,23 @@ let sqs: Awaited<ReturnType<typeof startRecordingSqs>>;
 let fetchRie: Rie;
 const started: Rie[] = [];
 
-function functionEnv(binDir: string): Record<string, string> {
+/** A function's layer as `layers/build.ts` lays it out: its tools and the launcher flat in one bin dir. */
+async function layerBinDir(stage: PipelineStage): Promise<string> {
+  const binDir = path.join(tmp, 'opt', stage, 'bin');
+  await mkdir(binDir, { recursive: true });
+  for (const { component: c, bin } of layerTools(stage)) await symlink(binPath(c, bin), path.join(binDir, bin));
+  await symlink(launcherPath(), path.join(binDir, LAUNCHER_NAME));
+  return binDir;
+}
+
+/** `KAPP_LAMBDA_TOOL_VERSIONS` of a function: the pinned version of each tool of its layer. */
+function toolVersions(stage: PipelineStage): string {
+  return JSON.stringify(
+    Object.fromEntries(layerTools(stage).map(({ component: c, bin }) => [bin, c.version.replace(/^v/, '')])),
+  );
+}
+
+function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<string, string> {
   return {
     AWS_REGION: s3.region,
     AWS_ACCESS_KEY_ID: s3.accessKeyId,
@@ -189,7 +212,7 @@ function functionEnv(binDir: string): Record<string, string> {
     KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch'),
     KAPP_LAMBDA_BIN_DIR: binDir,
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
-    KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify({ vendir: component('vendir').version.replace(/^v/, '') }),
+    KAPP_LAMBDA_TOOL_VERSIONS: toolVersions(stage),
     KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 7).toString('base64'),
   };
 }
@@ -201,27 +224,22 @@ beforeAll(async () => {
   if (!provided) throw new Error('the integration global setup provides no servers (test/harness/servers.ts)');
   s3 = provided.s3;
   sqs = await startRecordingSqs();
-  // The fetch layer, as layers/build.ts lays it out: the stage's tools flat in one bin dir.
-  const binDir = path.join(tmp, 'opt', 'bin');
-  await mkdir(binDir, { recursive: true });
-  for (const [name, bin] of [
-    ['vendir', 'vendir'],
-    ['imgpkg', 'imgpkg'],
-    ['helm', 'helm'],
-  ] as const) {
-    await symlink(binPath(component(name), bin), path.join(binDir, bin));
-  }
-  await symlink(launcherPath(), path.join(binDir, LAUNCHER_NAME));
   const bundles = path.join(tmp, 'bundles');
   await mkdir(bundles);
   const fetchBundle = await bundle('fetch', bundles);
-  fetchRie = await startRie(fetchBundle, functionEnv(binDir), tmp);
+  fetchRie = await startRie(fetchBundle, functionEnv(await layerBinDir('fetch')), tmp);
   started.push(fetchRie);
 
-  for (const f of ['apps.kappctrl.k14s.io.yaml']) {
-    await k(['apply', '--server-side', '--force-conflicts', '-f', path.join(ROOT, 'infra', 'crds', f)]);
+  const crds = [
+    'apps.kappctrl.k14s.io',
+    'packagerepositories.packaging.carvel.dev',
+    'packages.data.packaging.carvel.dev',
+    'packagemetadatas.data.packaging.carvel.dev',
+  ];
+  for (const f of crds) {
+    await k(['apply', '--server-side', '--force-conflicts', '-f', path.join(ROOT, 'infra', 'crds', `${f}.yaml`)]);
   }
-  await k(['wait', '--for=condition=Established', '--timeout=60s', 'crd/apps.kappctrl.k14s.io']);
+  await k(['wait', '--for=condition=Established', '--timeout=60s', ...crds.map((c) => `crd/${c}`)]);
   await k(['create', 'namespace', ns]);
 }, 180_000);
 
@@ -380,6 +398,139 @@ describe('fetch function under the Runtime Interface Emulator', () => {
         nextId: next.id,
       }),
     );
+  });
+});
+
+describe('index-repo function under the Runtime Interface Emulator', () => {
+  const REF_NAME = 'simple.lambda.example.com';
+  const VERSIONS = ['1.0.0', '1.1.0'];
+  const paths: Record<string, string> = {
+    [`packages/${REF_NAME}/metadata.yml`]: stringify({
+      apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+      kind: 'PackageMetadata',
+      metadata: { name: REF_NAME },
+      spec: { displayName: 'Simple App' },
+    }),
+  };
+  for (const version of VERSIONS) {
+    paths[`packages/${REF_NAME}/${version}.yml`] = stringify({
+      apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+      kind: 'Package',
+      metadata: { name: `${REF_NAME}.${version}` },
+      spec: {
+        refName: REF_NAME,
+        version,
+        template: { spec: { fetch: [{ inline: {} }], template: [{ ytt: {} }], deploy: [{ kapp: {} }] } },
+      },
+    });
+  }
+  interface Repo {
+    metadata: { uid: string; generation: number; resourceVersion: string; finalizers?: string[] };
+    status?: {
+      observedGeneration?: number;
+      friendlyDescription?: string;
+      conditions?: { type: string; status: string }[];
+      fetch?: { exitCode?: number };
+      template?: { exitCode?: number };
+      deploy?: { exitCode?: number };
+    };
+  }
+  const repoEvent = (name: string, m: Repo['metadata'], reason: 'added' | 'modified') =>
+    objectEvent(
+      {
+        clusterId: CLUSTER_ID,
+        kind: 'PackageRepository',
+        apiVersion: 'packaging.carvel.dev/v1alpha1',
+        namespace: ns,
+        name,
+        uid: m.uid,
+        generation: m.generation,
+        resourceVersion: m.resourceVersion,
+      },
+      reason,
+      { time: new Date() },
+    );
+  /** The keys of fetched trees in this file's bucket prefix. */
+  const fetchKeys = async (): Promise<string[]> => {
+    const client = s3Client(s3);
+    try {
+      const listed = await client.send(
+        new ListObjectsV2Command({ Bucket: s3.bucket, Prefix: `lambda-it-${ns}/artifacts/fetch/` }),
+      );
+      return (listed.Contents ?? []).map((o) => o.Key ?? '');
+    } finally {
+      client.destroy();
+    }
+  };
+  const names = async (resource: string) =>
+    (await k(['get', resource, '-n', ns, '-o', 'jsonpath={.items[*].metadata.name}'])).stdout
+      .split(' ')
+      .filter(Boolean);
+
+  it('reconciles an inline PackageRepository into Packages (ReconcileSucceeded), then deletes them with the repository', async () => {
+    const indexRie = await startRie(
+      await bundle('index-repo', path.join(tmp, 'bundles')),
+      functionEnv(await layerBinDir('index-repo'), 'index-repo'),
+      tmp,
+    );
+    started.push(indexRie);
+    const name = 'inline-repo';
+    await k(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'packaging.carvel.dev/v1alpha1',
+        kind: 'PackageRepository',
+        metadata: { name, namespace: ns },
+        spec: { fetch: { inline: { paths } } },
+      }),
+    );
+    const getRepo = async () => JSON.parse((await k(['get', 'pkgr', name, '-n', ns, '-o', 'json'])).stdout) as Repo;
+    const group = `${CLUSTER_ID}/PackageRepository/${ns}/${name}`;
+    const before = sqs.requests.length;
+    const keysBefore = await fetchKeys();
+    const added = repoEvent(name, (await getRepo()).metadata, 'added');
+    expect(await invoke(indexRie, { Records: [sqsRecord('repo-1', serializeEvent(added), group)] })).toEqual({
+      status: 200,
+      body: { batchItemFailures: [] },
+    });
+
+    const repo = await getRepo();
+    expect(repo.status?.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    expect(repo.status?.friendlyDescription).toBe('Reconcile succeeded');
+    expect(repo.status?.observedGeneration).toBe(repo.metadata.generation);
+    expect([repo.status?.fetch?.exitCode, repo.status?.template?.exitCode, repo.status?.deploy?.exitCode]).toEqual([
+      0, 0, 0,
+    ]);
+    expect(repo.metadata.finalizers).toContain('finalizers.packagerepository.packaging.carvel.dev/delete');
+    expect((await names('packages.data.packaging.carvel.dev')).sort()).toEqual(VERSIONS.map((v) => `${REF_NAME}.${v}`));
+    expect(await names('packagemetadatas.data.packaging.carvel.dev')).toEqual([REF_NAME]);
+    // kapp's app record of `<name>.pkgr`: deployed by the function as its own identity.
+    expect(await names('configmaps')).toContain(`${name}.pkgr`);
+    // The fetched tree went to S3 (content-addressed); nothing is handed on.
+    expect((await fetchKeys()).filter((key) => !keysBefore.includes(key))).toEqual([
+      expect.stringMatching(/\/artifacts\/fetch\/sha256\/[0-9a-f]{64}\.tgz$/),
+    ]);
+    expect(sqs.requests.slice(before)).toEqual([]);
+    // One stage-run line each for the decision and the run (with its tool runs), then the record's.
+    const lines = logLines(indexRie).filter((l) => l.messageId === 'repo-1' && l.outcome !== undefined);
+    expect(lines.map((l) => [l.msg, l.stage, l.outcome])).toEqual([
+      ['stage run', 'reconcile', 'succeeded'],
+      ['stage run', 'index-repo', 'succeeded'],
+      ['event handled', 'index-repo', 'done'],
+    ]);
+    expect(lines.every((l) => l.function === 'index-repo')).toBe(true);
+
+    // Deleted: the function's delete (kapp delete of `<name>.pkgr`) removes the packages, then
+    // the finalizers, so the repository goes.
+    await k(['delete', 'pkgr', name, '-n', ns, '--wait=false']);
+    const deleted = repoEvent(name, (await getRepo()).metadata, 'modified');
+    expect(await invoke(indexRie, { Records: [sqsRecord('repo-2', serializeEvent(deleted), group)] })).toEqual({
+      status: 200,
+      body: { batchItemFailures: [] },
+    });
+    expect(await names('packages.data.packaging.carvel.dev')).toEqual([]);
+    expect(await names('packagemetadatas.data.packaging.carvel.dev')).toEqual([]);
+    expect(await names('packagerepositories.packaging.carvel.dev')).toEqual([]);
   });
 });
 

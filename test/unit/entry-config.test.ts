@@ -3,7 +3,7 @@
  * echo values.
  */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, type LambdaConfig, parseLambdaEnv } from '../../functions/lib/entry/config.js';
+import { ConfigError, type LambdaConfig, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
 
 const Q = (s: string) => `https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-${s}.fifo`;
 
@@ -16,7 +16,10 @@ const base: Record<string, string> = {
   KAPP_LAMBDA_TOOL_VERSIONS: '{"vendir":"0.44.0","imgpkg":"0.46.1","helm":"3.22.0"}',
 };
 
-function problems(stage: 'fetch' | 'template' | 'deploy', env: Record<string, string | undefined>): string[] {
+function problems(
+  stage: 'fetch' | 'template' | 'deploy' | 'index-repo',
+  env: Record<string, string | undefined>,
+): string[] {
   try {
     parseLambdaEnv(stage, env);
   } catch (e) {
@@ -55,6 +58,7 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_S3_ENDPOINT: 'http://127.0.0.1:7070',
       KAPP_LAMBDA_SQS_ENDPOINT: 'http://127.0.0.1:9324',
       KAPP_LAMBDA_QUEUE_URL_FETCH: Q('fetch'),
+      KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: Q('index-repo'),
       KAPP_LAMBDA_CLUSTERS: 'prod-eu-1, prod-us-1,',
       KAPP_LAMBDA_TMP_DIR: '/mnt/scratch',
       KAPP_LAMBDA_BIN_DIR: '/opt/tools/bin',
@@ -75,7 +79,7 @@ describe('parseLambdaEnv', () => {
       bucketPrefix: 'kapp-lambda/',
       s3Endpoint: 'http://127.0.0.1:7070',
       sqsEndpoint: 'http://127.0.0.1:9324',
-      queueUrls: { fetch: Q('fetch'), template: Q('template'), deploy: Q('deploy') },
+      queueUrls: { fetch: Q('fetch'), template: Q('template'), deploy: Q('deploy'), 'index-repo': Q('index-repo') },
       kubeconfigPath: '/var/task/kubeconfig.yaml',
       clusterContexts: ['prod-eu-1', 'prod-us-1'],
       tmpDir: '/mnt/scratch',
@@ -90,6 +94,19 @@ describe('parseLambdaEnv', () => {
       urlPolicy: { mode: 'off', allow: ['registry.corp:5000', '10.20.0.0/16'] },
       maxReceiveCount: 3,
     } satisfies LambdaConfig);
+  });
+
+  it('names each queue variable after its function, a hyphen as an underscore', () => {
+    expect(['fetch', 'template', 'deploy', 'index-repo'].map((s) => queueUrlEnv(s as never))).toEqual([
+      'KAPP_LAMBDA_QUEUE_URL_FETCH',
+      'KAPP_LAMBDA_QUEUE_URL_TEMPLATE',
+      'KAPP_LAMBDA_QUEUE_URL_DEPLOY',
+      'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO',
+    ]);
+    // The hyphenated spelling is no variable of ours: it is ignored, not read.
+    const c = parseLambdaEnv('index-repo', { ...base, 'KAPP_LAMBDA_QUEUE_URL_INDEX-REPO': Q('x') });
+    expect(c.stage).toBe('index-repo');
+    expect(c.queueUrls).toEqual({ template: Q('template'), deploy: Q('deploy') });
   });
 
   it('treats blank values as unset', () => {
@@ -118,6 +135,7 @@ describe('parseLambdaEnv', () => {
     ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
     ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
     ['deploy', []],
+    ['index-repo', []],
   ] as const)('the %s function requires the queues it sends to: %j', (stage, want) => {
     const env = { ...base, KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined, KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined };
     if (want.length === 0) {
@@ -132,6 +150,11 @@ describe('parseLambdaEnv', () => {
     ['KAPP_LAMBDA_BUCKET', 'My_Bucket', 'KAPP_LAMBDA_BUCKET: expected an S3 bucket name'],
     ['KAPP_LAMBDA_S3_ENDPOINT', 'localhost:7070', 'KAPP_LAMBDA_S3_ENDPOINT: expected an http:// or https:// URL'],
     ['KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'sqs://q', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY: expected an http:// or https:// URL'],
+    [
+      'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO',
+      'sqs://q',
+      'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: expected an http:// or https:// URL',
+    ],
     ['KAPP_LAMBDA_KUBECONFIG', 'kubeconfig', 'KAPP_LAMBDA_KUBECONFIG: expected an absolute path'],
     ['KAPP_LAMBDA_TMP_DIR', '/tmp/../etc', 'KAPP_LAMBDA_TMP_DIR: expected an absolute path without ..'],
     ['KAPP_LAMBDA_BIN_DIR', 'opt/bin', 'KAPP_LAMBDA_BIN_DIR: expected an absolute path without ..'],

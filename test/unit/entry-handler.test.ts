@@ -192,6 +192,29 @@ describe('makeSqsHandler', () => {
     ]);
   });
 
+  it('the index-repo function runs a PackageRepository object event and sends nothing on; the fetch function drops it', async () => {
+    const repo = objectEvent(
+      { ...app('r'), kind: 'PackageRepository', apiVersion: 'packaging.carvel.dev/v1alpha1' },
+      'added',
+      { time },
+    );
+    const r = setup(async () => undefined);
+    expect(
+      await makeSqsHandler('index-repo', () => r.deps)({ Records: [rec('m1', repo), rec('m2', objEv('a'))] }),
+    ).toEqual({ batchItemFailures: [] });
+    expect(r.seen.map((x) => x.event)).toEqual([repo]);
+    expect(r.sender.sent).toEqual([]);
+    expect(r.log.records.map((x) => [x.msg, x.obj.outcome, x.obj.stage, x.obj.subject, x.obj.target])).toEqual([
+      ['event handled', 'done', 'index-repo', 'prod-eu-1/PackageRepository/default/r', undefined],
+      ['event is for another function; dropped', 'misrouted', 'index-repo', 'prod-eu-1/App/default/a', 'fetch'],
+    ]);
+
+    const f = setup(async () => undefined);
+    await makeSqsHandler('fetch', () => f.deps)({ Records: [rec('m3', repo)] });
+    expect(f.seen).toEqual([]);
+    expect(f.log.records[0]?.obj).toMatchObject({ outcome: 'misrouted', target: 'index-repo' });
+  });
+
   it('drops an object event of a kind no pipeline function serves', async () => {
     const { deps, log } = setup(async () => undefined);
     const pkgi = objectEvent(

@@ -62,13 +62,16 @@ describe('stageClusterRegistry', () => {
     expect(() => r.watchView('prod-eu-1')).toThrow(`the ${stage} function may not use the watch view`);
   });
 
-  it('gives the deploy function the DeployView and the FetchView, nothing more', () => {
-    const r = stageClusterRegistry(taggedRegistry(), 'deploy');
-    expect(r.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
-    expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
-    expect(() => r.client('prod-eu-1')).toThrow('the deploy function may not use a full cluster client');
-    expect(() => r.watchView('prod-eu-1')).toThrow('the deploy function may not use the watch view');
-  });
+  it.each(['deploy', 'index-repo'] as const)(
+    'gives the %s function the DeployView and the FetchView, nothing more',
+    (stage) => {
+      const r = stageClusterRegistry(taggedRegistry(), stage);
+      expect(r.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
+      expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+      expect(() => r.client('prod-eu-1')).toThrow(`the ${stage} function may not use a full cluster client`);
+      expect(() => r.watchView('prod-eu-1')).toThrow(`the ${stage} function may not use the watch view`);
+    },
+  );
 });
 
 describe('createLambdaDeps', () => {
@@ -110,6 +113,37 @@ describe('createLambdaDeps', () => {
     const r = await deps.pipeline.runner.run({ cmd: 'kapp', args: ['version'] });
     expect(r.exitCode).toBe(-1);
     expect(r.error?.message).toContain('kapp');
+    clients.s3.destroy();
+    clients.sqs.destroy();
+  });
+
+  it('gives the index-repo function its tools and the runtime identity for kapp; no other function gets it', async () => {
+    const config = parseLambdaEnv('index-repo', { ...env, KAPP_LAMBDA_BIN_DIR: '/nonexistent/bin' });
+    const clients = createAwsClients(config);
+    const runtimeKubeconfig = (id: string) => `kubeconfig-of:${id}`;
+    const deps = createLambdaDeps(config, clients, {
+      log: memoryLogger(),
+      clusters: taggedRegistry(),
+      runtimeKubeconfig,
+    });
+    expect(deps.pipeline.runtimeKubeconfig?.('prod-eu-1')).toBe('kubeconfig-of:prod-eu-1');
+    expect(deps.pipeline.clusters.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
+    for (const tool of ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp']) {
+      // Allowed: it starts (and fails only because the bin dir does not exist).
+      const r = await deps.pipeline.runner.run({ cmd: tool, args: ['version'] });
+      expect(r.error?.message).toBe(`failed to start ${tool}: ENOENT`);
+    }
+    for (const tool of ['helm', 'sops', 'cue']) {
+      await expect(deps.pipeline.runner.run({ cmd: tool, args: ['version'] })).rejects.toThrow(tool);
+    }
+    for (const stage of ['fetch', 'template', 'deploy'] as const) {
+      const other = createLambdaDeps(parseLambdaEnv(stage, env), clients, {
+        log: memoryLogger(),
+        clusters: taggedRegistry(),
+        runtimeKubeconfig,
+      });
+      expect(other.pipeline.runtimeKubeconfig).toBeUndefined();
+    }
     clients.s3.destroy();
     clients.sqs.destroy();
   });

@@ -391,7 +391,7 @@ describe('parseForwarderEnv', () => {
 });
 
 describe('transportToStages', () => {
-  const ev = (kind: 'App' | 'PackageInstall', name: string): ObjectEvent =>
+  const ev = (kind: 'App' | 'PackageInstall' | 'PackageRepository', name: string): ObjectEvent =>
     toCloudEvent(
       {
         clusterId: 'c1',
@@ -407,13 +407,14 @@ describe('transportToStages', () => {
       0,
     );
 
-  it('sends App events to fetch in order and reports events no pipeline queue carries', async () => {
+  it('sends App events to fetch and PackageRepository events to index-repo in order, and reports events no pipeline queue carries', async () => {
     const sender = new MemoryEventSender();
     const unrouted: string[] = [];
     const t = transportToStages(sender, { onUnrouted: (e) => unrouted.push(e.subject) });
-    await t.send([ev('App', 'a'), ev('PackageInstall', 'p'), ev('App', 'b')]);
+    await t.send([ev('App', 'a'), ev('PackageInstall', 'p'), ev('PackageRepository', 'r'), ev('App', 'b')]);
     expect(sender.sent.map((s) => [s.stage, (s.event as ObjectEvent).subject])).toEqual([
       ['fetch', 'c1/App/ns/a'],
+      ['index-repo', 'c1/PackageRepository/ns/r'],
       ['fetch', 'c1/App/ns/b'],
     ]);
     expect(unrouted).toEqual(['c1/PackageInstall/ns/p']);

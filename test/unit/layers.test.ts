@@ -1,5 +1,13 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { layerTools } from '../../layers/build.js';
+import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
+import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
+import { layerTools, STAGES } from '../../layers/build.js';
+import { bundleFunction, functionEntry } from '../../layers/bundle.js';
 import { componentKey, wrapperDirectives } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
 
@@ -50,6 +58,12 @@ describe('manifest', () => {
       'cue',
     ]);
     expect(layerTools('deploy').map((t) => t.bin)).toEqual(['kapp']);
+    expect(layerTools('index-repo').map((t) => t.bin)).toEqual(['ytt', 'kbld', 'kapp', 'vendir', 'imgpkg']);
+  });
+
+  it.each(PIPELINE_STAGES)('the %s layer carries every tool the function may run', (stage) => {
+    const bins = layerTools(stage).map((t) => t.bin);
+    expect(STAGE_TOOLS[stage].filter((tool) => !bins.includes(tool))).toEqual([]);
   });
 
   it('keys caches by name, version and recipe', () => {
@@ -58,4 +72,36 @@ describe('manifest', () => {
     expect(componentKey({ ...ytt, stamps: [] })).not.toEqual(componentKey(ytt));
     expect(new Set(COMPONENTS.map(componentKey)).size).toBe(COMPONENTS.length);
   });
+});
+
+describe('function bundles', () => {
+  it('every function with a queue has a layer and an entry file', () => {
+    expect(STAGES).toEqual(['fetch', 'template', 'deploy', 'index-repo']);
+    expect(PIPELINE_STAGES.filter((s) => !existsSync(functionEntry(s)))).toEqual([]);
+  });
+
+  it('the index-repo bundle builds and starts as the index-repo function', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'layers-bundle-'));
+    try {
+      const outfile = path.join(dir, 'index-repo.mjs');
+      expect(await bundleFunction('index-repo', outfile)).toBeGreaterThan(0);
+      // Its own bootstrap, with no configuration: init ends with one fatal JSON line on stderr
+      // naming the function whose configuration is missing (not the fetch or deploy function).
+      const run = spawnSync(process.execPath, [outfile], { env: { PATH: process.env.PATH }, encoding: 'utf8' });
+      expect(run.status).toBe(1);
+      expect(JSON.parse(run.stderr.trim().split('\n')[0] ?? '{}')).toEqual({
+        level: 'fatal',
+        msg: 'function failed',
+        error: {
+          errorType: 'ConfigError',
+          errorMessage:
+            'invalid configuration of the index-repo function: AWS_REGION: required; KAPP_LAMBDA_BUCKET: required; ' +
+            'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
+            'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions)',
+        },
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

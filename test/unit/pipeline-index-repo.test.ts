@@ -8,7 +8,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { type ObjectRef, objectEvent, type Reason } from '../../events/schema.js';
+import { objectEvent, type Reason } from '../../events/schema.js';
 import { type AppStatus, Finalizer, parsePackageRepository } from '../../functions/lib/api/index.js';
 import { exitWith, type ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
@@ -18,21 +18,11 @@ import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { planRepoIndex } from '../../functions/lib/pipeline/index-repo-cache.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
-import { appWorld, finalFailed, finalSucceeded, NOW } from './support/app-world.js';
+import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('pipeline-index-repo-');
 
-const PKGR_REF: ObjectRef = {
-  clusterId: 'c1',
-  kind: 'PackageRepository',
-  apiVersion: 'packaging.carvel.dev/v1alpha1',
-  namespace: 'ns',
-  name: 'repo',
-  uid: 'uid-r',
-  generation: 1,
-  resourceVersion: '1',
-};
 const INLINE_FETCH = { inline: { paths: { 'packages/a.yml': 'kind: Package\n' } } };
 const MANIFEST = 'apiVersion: data.packaging.carvel.dev/v1alpha1\nkind: Package\n';
 const VENDIR_STDERR =

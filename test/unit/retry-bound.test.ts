@@ -27,25 +27,35 @@ import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { StoreError } from '../../functions/lib/store/port.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import { REF } from './support/app-world.js';
+import { PKGR_REF, REF } from './support/app-world.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
 const TIME = '2025-01-01T00:00:00.000Z';
 const RUN = { generation: 1, runId: 'r1', startedAt: TIME };
 
-/** A kube port holding one App; status writes can be made to fail. */
-function fakeKube(opts: { failStatusWrites?: boolean } = {}) {
+const APP_OBJECT = {
+  apiVersion: REF.apiVersion,
+  kind: 'App',
+  metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
+  spec: {
+    fetch: [{ inline: { paths: { 'a.yml': 'a: 1\n' } } }],
+    template: [{ ytt: {} }],
+    deploy: [{ kapp: {} }],
+  },
+} as KubeObject;
+
+/** The PackageRepository of `PKGR_REF`: an inline repository. */
+const PKGR_OBJECT = {
+  apiVersion: 'packaging.carvel.dev/v1alpha1',
+  kind: 'PackageRepository',
+  metadata: { name: 'repo', namespace: 'ns', uid: 'uid-r', generation: 1, resourceVersion: '1' },
+  spec: { fetch: { inline: { paths: { 'packages/a.yml': 'kind: Package\n' } } } },
+} as KubeObject;
+
+/** A kube port holding one object (default an App); status writes can be made to fail. */
+function fakeKube(opts: { failStatusWrites?: boolean; object?: KubeObject } = {}) {
   const statuses: AppStatus[] = [];
-  let current: KubeObject = {
-    apiVersion: REF.apiVersion,
-    kind: 'App',
-    metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
-    spec: {
-      fetch: [{ inline: { paths: { 'a.yml': 'a: 1\n' } } }],
-      template: [{ ytt: {} }],
-      deploy: [{ kapp: {} }],
-    },
-  } as KubeObject;
+  let current: KubeObject = structuredClone(opts.object ?? APP_OBJECT);
   let rv = 1;
   let statusWriteAttempts = 0;
   const kube = {
@@ -125,40 +135,50 @@ const vendirOk = () =>
   });
 
 describe('embedded runtime: a stage that keeps failing ends in ReconcileFailed', () => {
-  it('object store down: 5 attempts, then ReconcileFailed naming the step and the cause', async () => {
-    const kube = fakeKube();
-    const store = new FlakyStore(Number.POSITIVE_INFINITY);
-    const runner = vendirOk();
-    const { deps, log } = depsWith(kube, store, runner);
-    const pipeline = new EmbeddedPipeline(deps, { baseRetryMs: 1, maxRetryMs: 1 });
-    await pipeline.send([objectEvent(REF, 'added', { time: TIME })]);
-    // Resolves only because the run ended: without the bound it retries forever.
-    await pipeline.idle();
-    expect(store.putAttempts).toBe(DEFAULT_MAX_ATTEMPTS);
-    expect(runner.calls.filter((c) => c.cmd === 'vendir')).toHaveLength(DEFAULT_MAX_ATTEMPTS);
-    const message =
-      'Fetching resources: storing the fetch artifact failed: ' +
-      `PUT ${store.keysTried[0]}: 503 SlowDown: Please reduce your request rate.`;
-    expect(new Set(store.keysTried).size).toBe(1);
-    const status = kube.object.status as AppStatus;
-    expect(status.conditions).toEqual([{ type: 'ReconcileFailed', status: 'True', message }]);
-    expect(status.friendlyDescription).toBe(`Reconcile failed: ${message}`);
-    expect(status.usefulErrorMessage).toBe(message);
-    expect(status.consecutiveReconcileFailures).toBe(1);
-    expect(status.observedGeneration).toBe(1);
-    // The stage that gave up reads as a finished failure with updatedAt, so the resync timer
-    // retries the App on the failure backoff (2^1 s) once the store heals.
-    expect(status.fetch).toMatchObject({ exitCode: -1, error: message, finished: true });
-    const updatedAt = (status.fetch as { updatedAt?: string }).updatedAt;
-    expect(updatedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
-    const app = { metadata: { generation: 1, uid: 'u' }, spec: {}, status } as unknown as TimedObject;
-    expect(nextDueAt(app, new Date(Date.parse(updatedAt ?? '')))?.getTime()).toBe(Date.parse(updatedAt ?? '') + 2000);
-    // Reconciling was shown while it retried.
-    expect(kube.statuses[0]?.conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
-    expect(
-      log.records.filter((r) => r.msg === 'stage failed on its last attempt; run ended with a failed status'),
-    ).toHaveLength(1);
-  });
+  it.each([
+    ['App', APP_OBJECT, REF, 'Fetching resources: '],
+    // A PackageRepository's one event runs fetch, template and deploy: the message names the run.
+    ['PackageRepository', PKGR_OBJECT, PKGR_REF, 'Reconciling: '],
+  ] as const)(
+    '%s, object store down: 5 attempts, then ReconcileFailed naming the step and the cause',
+    async (kind, object, ref, prefix) => {
+      const kube = fakeKube({ object });
+      const store = new FlakyStore(Number.POSITIVE_INFINITY);
+      const runner = vendirOk();
+      const { deps, log } = depsWith(kube, store, runner);
+      const pipeline = new EmbeddedPipeline(deps, { baseRetryMs: 1, maxRetryMs: 1 });
+      await pipeline.send([objectEvent(ref, 'added', { time: TIME })]);
+      // Resolves only because the run ended: without the bound it retries forever.
+      await pipeline.idle();
+      expect(store.putAttempts).toBe(DEFAULT_MAX_ATTEMPTS);
+      expect(runner.calls.filter((c) => c.cmd === 'vendir')).toHaveLength(DEFAULT_MAX_ATTEMPTS);
+      expect(runner.calls.filter((c) => c.cmd === 'kapp')).toEqual([]);
+      const message =
+        `${prefix}storing the fetch artifact failed: ` +
+        `PUT ${store.keysTried[0]}: 503 SlowDown: Please reduce your request rate.`;
+      expect(new Set(store.keysTried).size).toBe(1);
+      const status = kube.object.status as AppStatus;
+      expect(status.conditions).toEqual([{ type: 'ReconcileFailed', status: 'True', message }]);
+      expect(status.friendlyDescription).toBe(`Reconcile failed: ${message}`);
+      expect(status.usefulErrorMessage).toBe(message);
+      expect(status.consecutiveReconcileFailures).toBe(1);
+      expect(status.observedGeneration).toBe(1);
+      // The stage that gave up reads as a finished failure with updatedAt, so the resync timer
+      // retries the object on the failure backoff (2^1 s) once the store heals.
+      expect(status.fetch).toMatchObject({ exitCode: -1, error: message, finished: true });
+      const updatedAt = (status.fetch as { updatedAt?: string }).updatedAt;
+      expect(updatedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/);
+      const timed = { metadata: { generation: 1, uid: 'u' }, spec: {}, status } as unknown as TimedObject;
+      expect(nextDueAt(timed, new Date(Date.parse(updatedAt ?? '')), { kind })?.getTime()).toBe(
+        Date.parse(updatedAt ?? '') + 2000,
+      );
+      // Reconciling was shown while it retried.
+      expect(kube.statuses[0]?.conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
+      expect(
+        log.records.filter((r) => r.msg === 'stage failed on its last attempt; run ended with a failed status'),
+      ).toHaveLength(1);
+    },
+  );
 
   it('a store that recovers within the bound: the run succeeds, no ReconcileFailed', async () => {
     const kube = fakeKube();
@@ -298,6 +318,60 @@ describe('failRunAfterRetries', () => {
       { time: TIME },
     );
     expect(await failRunAfterRetries(ev, new Error('x'), deps)).toBe('stale');
+    expect(kube.statuses).toEqual([]);
+  });
+});
+
+describe('PackageRepository (index-repo function): the retry bound on Lambda, and deletion', () => {
+  const storeDown = (store: FlakyStore) =>
+    `Reconciling: storing the fetch artifact failed: PUT ${store.keysTried[0]}: 503 SlowDown: Please reduce your request rate.`;
+
+  it('Lambda: before the last receive the record fails; on it, ReconcileFailed and the record is acknowledged', async () => {
+    const kube = fakeKube({ object: PKGR_OBJECT });
+    const store = new FlakyStore(Number.POSITIVE_INFINITY);
+    const { deps: pipeline, log } = depsWith(kube, store, vendirOk());
+    const handler = makeSqsHandler('index-repo', () => ({ pipeline, sender: new MemoryEventSender(), log }));
+    const record = (n: number): SqsRecord => ({
+      messageId: `m${n}`,
+      body: serializeEvent(objectEvent(PKGR_REF, 'added', { time: TIME })),
+      attributes: { MessageGroupId: 'c1/PackageRepository/ns/repo', ApproximateReceiveCount: String(n) },
+    });
+    expect(await handler({ Records: [record(1)] })).toEqual({ batchItemFailures: [{ itemIdentifier: 'm1' }] });
+    expect((kube.object.status as AppStatus).conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
+    expect(await handler({ Records: [record(DEFAULT_MAX_ATTEMPTS)] })).toEqual({ batchItemFailures: [] });
+    expect((kube.object.status as AppStatus).conditions).toEqual([
+      { type: 'ReconcileFailed', status: 'True', message: storeDown(store) },
+    ]);
+    expect(log.records.at(-1)).toMatchObject({
+      level: 'info',
+      obj: { stage: 'index-repo', outcome: 'ended', receiveCount: DEFAULT_MAX_ATTEMPTS },
+    });
+  });
+
+  it('a repository being deleted ends in DeleteFailed with the Deleting: prefix (its finalizer stays)', async () => {
+    const finalizers = ['finalizers.packagerepository.packaging.carvel.dev/delete'];
+    const deleting = {
+      ...PKGR_OBJECT,
+      metadata: { ...PKGR_OBJECT.metadata, deletionTimestamp: TIME, finalizers },
+    } as KubeObject;
+    const kube = fakeKube({ object: deleting });
+    const { deps } = depsWith(kube, new MemoryStore());
+    const ev = objectEvent(PKGR_REF, 'modified', { time: TIME });
+    expect(await failRunAfterRetries(ev, new Error('reading the PackageRepository failed: 500 etcd'), deps)).toBe(
+      'written',
+    );
+    const status = kube.object.status as AppStatus;
+    const message = 'Deleting: reading the PackageRepository failed: 500 etcd';
+    expect(status.conditions).toEqual([{ type: 'DeleteFailed', status: 'True', message }]);
+    expect(status.deploy).toMatchObject({ exitCode: -1, error: message, finished: true });
+    expect(kube.object.metadata.finalizers).toEqual(finalizers);
+  });
+
+  it('a recreated repository (another uid) is left alone', async () => {
+    const kube = fakeKube({ object: PKGR_OBJECT });
+    const { deps } = depsWith(kube, new MemoryStore());
+    const ev = objectEvent({ ...PKGR_REF, uid: 'uid-old' }, 'modified', { time: TIME });
+    expect(await failRunAfterRetries(ev, new Error('x'), deps)).toBe('gone');
     expect(kube.statuses).toEqual([]);
   });
 });

@@ -71,9 +71,15 @@ describe('routing to a pipeline stage (targetFunction, isPipelineStage)', () => 
     expect(isPipelineStage(targetFunction(event))).toBe(true);
   });
 
-  it('is no pipeline stage for events outside the App pipeline', () => {
+  it('routes a PackageRepository object event to the index-repo function, which has a queue', () => {
     const repo: ObjectRef = { ...app, kind: 'PackageRepository', apiVersion: 'packaging.carvel.dev/v1alpha1' };
-    expect(isPipelineStage(targetFunction(objectEvent(repo, 'added', { time })))).toBe(false);
+    const event = objectEvent(repo, 'added', { time });
+    expect(targetFunction(event)).toBe('index-repo');
+    expect(isPipelineStage(targetFunction(event))).toBe(true);
+  });
+
+  it('is no pipeline stage for events of functions without a queue (install)', () => {
+    const repo: ObjectRef = { ...app, kind: 'PackageRepository', apiVersion: 'packaging.carvel.dev/v1alpha1' };
     expect(
       isPipelineStage(
         targetFunction(

@@ -12,6 +12,7 @@
  * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function | optional |
  * | `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` | FIFO queue of the template function | required by fetch |
  * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template |
+ * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of the index-repo function | optional |
  * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name) | required |
  * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve | all contexts |
  * | `KAPP_LAMBDA_TMP_DIR` | absolute scratch directory root | `/tmp` |
@@ -54,16 +55,18 @@ import {
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
-import type { PipelineStage } from '../transport/port.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../transport/port.js';
 
 /** Version reported as `kappControllerVersion` to the downward API (same as the embedded runtime's). */
 export const CONTROLLER_VERSION = '0.1.0';
 
-/** The stages a function hands events to: fetch → template (and deploy, for deletions), template → deploy. */
-export const NEXT_STAGES: Readonly<Record<PipelineStage, readonly PipelineStage[]>> = {
+/**
+ * The functions a function hands events to: fetch → template (and deploy, for deletions),
+ * template → deploy. A function missing here sends nothing on (deploy, index-repo).
+ */
+export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly PipelineStage[]>>> = {
   fetch: ['template', 'deploy'],
   template: ['deploy'],
-  deploy: [],
 };
 
 /** Log levels the functions accept. */
@@ -83,7 +86,7 @@ export interface LambdaConfig {
   s3Endpoint?: string;
   /** `KAPP_LAMBDA_SQS_ENDPOINT`. */
   sqsEndpoint?: string;
-  /** `KAPP_LAMBDA_QUEUE_URL_<STAGE>`: every URL given (at least those of {@link NEXT_STAGES}). */
+  /** {@link queueUrlEnv}`(<stage>)`: every URL given (at least those of {@link NEXT_STAGES}). */
   queueUrls: Partial<Record<PipelineStage, string>>;
   /** `KAPP_LAMBDA_KUBECONFIG`: path of the kubeconfig (never its contents). */
   kubeconfigPath: string;
@@ -128,11 +131,17 @@ export class ConfigError extends Error {
   }
 }
 
-const QUEUE_ENV: Readonly<Record<PipelineStage, string>> = {
-  fetch: 'KAPP_LAMBDA_QUEUE_URL_FETCH',
-  template: 'KAPP_LAMBDA_QUEUE_URL_TEMPLATE',
-  deploy: 'KAPP_LAMBDA_QUEUE_URL_DEPLOY',
-};
+/**
+ * The variable holding a function's queue URL: `KAPP_LAMBDA_QUEUE_URL_` + the function's name
+ * in upper case with `-` as `_` (`index-repo` → `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO`: a hyphen is
+ * not a valid name for a shell or CloudFormation variable).
+ */
+export function queueUrlEnv(stage: PipelineStage): string {
+  return `KAPP_LAMBDA_QUEUE_URL_${stage.toUpperCase().replaceAll('-', '_')}`;
+}
+
+/** One optional URL variable per function with a queue. */
+const QUEUE_ENV_SCHEMA = Object.fromEntries(PIPELINE_STAGES.map((s) => [queueUrlEnv(s), optional(httpUrl)]));
 
 const EnvSchema = z.object({
   AWS_REGION: required(z.string({ error: 'required' }).regex(/^[a-z0-9-]+$/, { error: 'expected a region name' })),
@@ -144,9 +153,7 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_BUCKET_PREFIX: z.preprocess(blankToUndefined, z.string().default('')),
   KAPP_LAMBDA_S3_ENDPOINT: optional(httpUrl),
   KAPP_LAMBDA_SQS_ENDPOINT: optional(httpUrl),
-  KAPP_LAMBDA_QUEUE_URL_FETCH: optional(httpUrl),
-  KAPP_LAMBDA_QUEUE_URL_TEMPLATE: optional(httpUrl),
-  KAPP_LAMBDA_QUEUE_URL_DEPLOY: optional(httpUrl),
+  ...QUEUE_ENV_SCHEMA,
   KAPP_LAMBDA_KUBECONFIG: required(
     z
       .string({ error: 'required (path of a kubeconfig file)' })
@@ -207,8 +214,8 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
       if (!problems.includes(line)) problems.push(line);
     }
   }
-  for (const next of NEXT_STAGES[stage]) {
-    const name = QUEUE_ENV[next];
+  for (const next of NEXT_STAGES[stage] ?? []) {
+    const name = queueUrlEnv(next);
     if (blankToUndefined(env[name]) === undefined)
       problems.push(`${name}: required (the ${stage} function sends to it)`);
   }
@@ -226,9 +233,10 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   if (!r.success || problems.length > 0) throw new ConfigError(stage, problems);
   const e = r.data;
   const queueUrls: Partial<Record<PipelineStage, string>> = {};
-  if (e.KAPP_LAMBDA_QUEUE_URL_FETCH) queueUrls.fetch = e.KAPP_LAMBDA_QUEUE_URL_FETCH;
-  if (e.KAPP_LAMBDA_QUEUE_URL_TEMPLATE) queueUrls.template = e.KAPP_LAMBDA_QUEUE_URL_TEMPLATE;
-  if (e.KAPP_LAMBDA_QUEUE_URL_DEPLOY) queueUrls.deploy = e.KAPP_LAMBDA_QUEUE_URL_DEPLOY;
+  for (const s of PIPELINE_STAGES) {
+    const url = (e as Record<string, unknown>)[queueUrlEnv(s)];
+    if (typeof url === 'string' && url) queueUrls[s] = url;
+  }
   const config: LambdaConfig = {
     stage,
     region: e.AWS_REGION,

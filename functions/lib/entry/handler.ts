@@ -37,8 +37,8 @@
 import { type KappEvent, objectRefOf, parseEvent, subjectOf, targetFunction } from '../../../events/schema.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import type { Logger } from '../log.js';
-import { type DispatchDeps, dispatchEvent } from '../pipeline/dispatch.js';
-import { DEFAULT_MAX_ATTEMPTS, endRunAfterRetries, infraStep } from '../pipeline/retry-bound.js';
+import { type DispatchDeps, dispatchEvent, dispatchWithRetryBound } from '../pipeline/dispatch.js';
+import { DEFAULT_MAX_ATTEMPTS, infraStep } from '../pipeline/retry-bound.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import { type EventSender, isPipelineStage, type PipelineStage } from '../transport/port.js';
 
@@ -237,32 +237,52 @@ async function processRecord(
   const elog = log.child({ subject, eventId: event.id });
   const receiveCount = Number(record.attributes?.ApproximateReceiveCount ?? 0) || undefined;
   const maxAttempts = d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
-  // Per record (one run of one App): the values of the Secrets the stage reads.
+  // Per record (one run of one object): the values of the Secrets the stage reads.
   const secretMask = new SecretMask();
   try {
-    const dispatch = d.dispatch ?? dispatchEvent;
     // The deadline reaches every tool through the runner of the stage's deps.
     const runner = deadline ? withDeadline(d.pipeline.runner, deadline) : d.pipeline.runner;
-    const next = await dispatch(event, { ...d.pipeline, runner, log: elog, secretMask });
-    if (deadline?.aborted) elog.warn({ stage, type: event.type }, 'function deadline reached while the stage ran');
-    if (!next) {
+    const dispatch = d.dispatch ?? dispatchEvent;
+    const r = await dispatchWithRetryBound(
+      event,
+      { ...d.pipeline, runner, log: elog },
+      { attempt: receiveCount ?? 0, maxAttempts },
+      {
+        secretMask,
+        dispatch: async (e, deps) => {
+          const next = await dispatch(e, deps);
+          if (deadline?.aborted) elog.warn({ stage, type: e.type }, 'function deadline reached while the stage ran');
+          return next;
+        },
+        forward: async (next) => {
+          const to = stageOf(next);
+          if (!to) throw new Error(`no pipeline queue carries ${next.type}`);
+          await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
+        },
+      },
+    );
+    if (r.ended) {
+      elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
+      return 'ended';
+    }
+    if (!r.next) {
       elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
       return 'done';
     }
-    const to = stageOf(next);
-    if (!to) throw new Error(`no pipeline queue carries ${next.type}`);
-    await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
     elog.info(
-      { stage, outcome: 'forwarded' satisfies RecordOutcome, type: event.type, next: next.type, to, nextId: next.id },
+      {
+        stage,
+        outcome: 'forwarded' satisfies RecordOutcome,
+        type: event.type,
+        next: r.next.type,
+        to: stageOf(r.next),
+        nextId: r.next.id,
+      },
       'event handled; next stage queued',
     );
     return 'forwarded';
   } catch (err) {
     const last = receiveCount !== undefined && receiveCount >= maxAttempts;
-    if (last && (await endRunAfterRetries(event, err, { ...d.pipeline, log: elog }, secretMask, receiveCount))) {
-      elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
-      return 'ended';
-    }
     elog.error(
       {
         stage,

@@ -12,6 +12,7 @@ export {
   LOG_LEVELS,
   NEXT_STAGES,
   parseLambdaEnv,
+  queueUrlEnv,
 } from './config.js';
 export {
   type EntryDeps,
@@ -28,6 +29,8 @@ export {
   createAwsClients,
   createLambdaDeps,
   createLambdaLogger,
+  FUNCTION_ACCESS,
+  type FunctionAccess,
   kubeconfigClusterRegistry,
   type LambdaDepsOverrides,
   lambdaEntry,

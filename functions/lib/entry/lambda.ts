@@ -6,7 +6,8 @@
  * Ports on Lambda: S3 ({@link S3Store}) for artifacts, SQS FIFO ({@link SqsEventSender}) for
  * hand-offs, the command runner over the layer's tools at `/opt/bin` (allow-list: the
  * stage's tools only, `STAGE_TOOLS`), pino to stdout (CloudWatch Logs), and a cluster registry
- * from a kubeconfig file narrowed to what the stage may do ({@link stageClusterRegistry}).
+ * from a kubeconfig file narrowed to what the stage may do ({@link stageClusterRegistry},
+ * {@link FUNCTION_ACCESS}).
  *
  * @module
  */
@@ -18,9 +19,10 @@ import { type ClusterKeyring, DerivedKeyring, rootKeyFromBase64 } from '../artif
 import { hardenProcess } from '../exec/harden.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import type { ClusterRegistry } from '../kube/port.js';
-import { KubeConfigClusterRegistry } from '../kube/registry.js';
+import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.js';
 import type { Logger } from '../log.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
+import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
@@ -63,11 +65,34 @@ export function createLambdaLogger(config: Pick<LambdaConfig, 'stage' | 'logLeve
   );
 }
 
+/** What a function may do in the clusters it serves, beyond the FetchView every function holds. */
+export interface FunctionAccess {
+  /** The DeployView: finalizers, ServiceAccount TokenRequests, objects of any kind it deploys. */
+  deployView: boolean;
+  /**
+   * The runtime's own identity handed to kapp (`runtimeKubeconfig`, upstream: the controller's
+   * ServiceAccount), for what kapp-controller deploys as itself.
+   */
+  runtimeIdentity: boolean;
+}
+
 /**
- * Narrows a registry to what a stage function may use (DESIGN.md "Credentials"): fetch and
- * template get only `fetchView` (read the App and its referenced Secrets/ConfigMaps, write
- * status: kapp-controller's sidecar boundary); deploy also gets `deployView` (finalizers,
- * ServiceAccount TokenRequests). No function gets `client` or `watchView`. A denied call
+ * Per function, what it may do (DESIGN.md "Credentials"): fetch and template get only the
+ * FetchView (kapp-controller's sidecar boundary); deploy also the DeployView (kapp with the App's
+ * own ServiceAccount); index-repo the DeployView and the runtime's own identity (upstream deploys
+ * a PackageRepository's packages as the controller: `NewKappPrivilegedForPackageRepository`).
+ */
+export const FUNCTION_ACCESS: Readonly<Record<PipelineStage, FunctionAccess>> = {
+  fetch: { deployView: false, runtimeIdentity: false },
+  template: { deployView: false, runtimeIdentity: false },
+  deploy: { deployView: true, runtimeIdentity: false },
+  'index-repo': { deployView: true, runtimeIdentity: true },
+};
+
+/**
+ * Narrows a registry to what a stage function may use ({@link FUNCTION_ACCESS}): every function
+ * gets `fetchView` (read the object and its referenced Secrets/ConfigMaps, write status); deploy
+ * and index-repo also get `deployView`. No function gets `client` or `watchView`. A denied call
  * throws `Error('the <stage> function may not use <what>')`, which fails the record.
  */
 export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineStage): ClusterRegistry {
@@ -77,7 +102,9 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
   return {
     clusterIds: () => registry.clusterIds(),
     fetchView: (clusterId) => registry.fetchView(clusterId),
-    deployView: stage === 'deploy' ? (clusterId) => registry.deployView(clusterId) : deny('deploy credentials'),
+    deployView: FUNCTION_ACCESS[stage].deployView
+      ? (clusterId) => registry.deployView(clusterId)
+      : deny('deploy credentials'),
     client: deny('a full cluster client'),
     watchView: deny('the watch view'),
   };
@@ -92,8 +119,9 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  * registry (e.g. a parameter or an AWS Secrets Manager secret per cluster), and the
  * function's identity in each cluster is a narrowly scoped ServiceAccount token (fetch and
  * template: read Apps and the Secrets/ConfigMaps they reference, patch App status; deploy:
- * additionally finalizers and `serviceaccounts/token`), minted short-lived — never a
- * long-lived admin credential. Whatever the source, fetch and template only ever see the
+ * additionally finalizers and `serviceaccounts/token`; index-repo: PackageRepositories, and what
+ * kapp needs to deploy Packages and PackageMetadatas as that identity), minted short-lived —
+ * never a long-lived admin credential. Whatever the source, fetch and template only ever see the
  * FetchView ({@link stageClusterRegistry}).
  *
  * @throws Error `loading kubeconfig <path>` when the file cannot be read or parsed (its
@@ -123,6 +151,12 @@ export interface LambdaDepsOverrides {
    * Secrets then fails (never stores it in the clear). {@link lambdaEntry} always passes one.
    */
   keyring?: ClusterKeyring;
+  /**
+   * The runtime's own kubeconfig per cluster, for a function with `runtimeIdentity`
+   * ({@link FUNCTION_ACCESS}). Default `runtimeKubeconfigs(config.kubeconfigPath)`: the
+   * function's context of the kubeconfig file, self-contained.
+   */
+  runtimeKubeconfig?: (clusterId: string) => string;
 }
 
 /** The variable holding the fleet's artifact root key (base64, at least 32 bytes). */
@@ -155,7 +189,9 @@ export function artifactKeyringFromEnv(
 /**
  * Builds the dependencies of one stage function (the deps factory of `makeSqsHandler`) with
  * `createPipelineDeps`: the stage's tools in the layer's bin dir, S3, the stage-narrowed
- * registry (discovery uses the un-narrowed one), the SQS sender.
+ * registry (discovery uses the un-narrowed one), the SQS sender, and for a function with
+ * `runtimeIdentity` ({@link FUNCTION_ACCESS}) the runtime's own kubeconfig per cluster, which
+ * only kapp gets (through its environment). Other functions get none.
  *
  * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}).
  */
@@ -166,7 +202,7 @@ export function createLambdaDeps(
 ): EntryDeps {
   const log = overrides.log ?? createLambdaLogger(config);
   const registry = overrides.clusters ?? kubeconfigClusterRegistry(config);
-  const pipeline = createPipelineDeps({
+  const pipeline: DispatchDeps = createPipelineDeps({
     clusters: stageClusterRegistry(registry, config.stage),
     discovery: registry,
     store: new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
@@ -192,6 +228,9 @@ export function createLambdaDeps(
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
     },
   });
+  if (FUNCTION_ACCESS[config.stage].runtimeIdentity) {
+    pipeline.runtimeKubeconfig = overrides.runtimeKubeconfig ?? runtimeKubeconfigs(config.kubeconfigPath);
+  }
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
   return { pipeline, sender, log, maxAttempts: config.maxReceiveCount };
 }

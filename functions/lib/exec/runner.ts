@@ -21,6 +21,7 @@ import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
+import type { PipelineStage } from '../transport/port.js';
 import type { ToolMetricsSink, ToolRunOutcome } from './metrics.js';
 import { handOver, makeRunDirs, type RunDirs, removeRunDirs, UidLeases, type UidPool } from './sandbox.js';
 
@@ -222,14 +223,19 @@ function goSignalText(signal: NodeJS.Signals): string {
 export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 'sops', 'age', 'cue'] as const;
 
 /**
- * Tools each stage may run. Fetch and template never get kapp, the only tool that talks to the
+ * Tools each function may run (its allow-list on Lambda, and what its layer must carry: see
+ * `layers/manifest.ts`). Fetch and template never get kapp, the only tool that talks to the
  * cluster (kapp-controller's sidecar allow-list: vendir, ytt, kbld, sops, helm, cue).
+ * `index-repo` runs a PackageRepository's whole reconcile in one invocation, as upstream's
+ * in-memory App does: vendir (imgpkg for bundles and images; no helm: a repository has no
+ * `helmChart` source), the fixed ytt + kbld pipeline, and kapp as the runtime's own identity.
  */
 export const STAGE_TOOLS = {
   fetch: ['vendir', 'imgpkg', 'helm'],
   template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue'],
   deploy: ['kapp'],
-} as const satisfies Record<string, readonly (typeof TOOL_NAMES)[number][]>;
+  'index-repo': ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp'],
+} as const satisfies Record<PipelineStage, readonly (typeof TOOL_NAMES)[number][]>;
 
 /** System directories appended to `PATH` (vendir runs `git` and `imgpkg` from `PATH`). */
 export const DEFAULT_SYSTEM_PATH = '/usr/local/bin:/usr/bin:/bin';

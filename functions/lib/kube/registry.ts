@@ -149,6 +149,27 @@ function withContext(base: KubeConfig, context: string): KubeConfig {
   return kubeConfig;
 }
 
+/**
+ * Loads a kubeconfig file.
+ *
+ * @throws Error `loading kubeconfig <path>` when the file cannot be read (the fs error as
+ *   `cause`) or `loading kubeconfig <path>: not a valid kubeconfig` when it cannot be parsed
+ *   (parse errors are not attached: they may quote the file).
+ */
+function loadKubeConfigFile(path: string): KubeConfig {
+  const base = new KubeConfig();
+  try {
+    base.loadFromFile(path);
+  } catch (cause) {
+    const fsError = cause instanceof Error && 'code' in cause;
+    throw new Error(
+      `loading kubeconfig ${path}${fsError ? '' : ': not a valid kubeconfig'}`,
+      fsError ? { cause } : undefined,
+    );
+  }
+  return base;
+}
+
 /** {@link ClusterRegistry} over kubeconfig contexts, with client-node clients. */
 export class KubeConfigClusterRegistry extends MapClusterRegistry {
   /**
@@ -159,16 +180,7 @@ export class KubeConfigClusterRegistry extends MapClusterRegistry {
    *   context does not exist or has no cluster.
    */
   static fromFile(path: string, options: FromFileOptions = {}): KubeConfigClusterRegistry {
-    const base = new KubeConfig();
-    try {
-      base.loadFromFile(path);
-    } catch (cause) {
-      const fsError = cause instanceof Error && 'code' in cause;
-      throw new Error(
-        `loading kubeconfig ${path}${fsError ? '' : ': not a valid kubeconfig'}`,
-        fsError ? { cause } : undefined,
-      );
-    }
+    const base = loadKubeConfigFile(path);
     const names = options.contexts ?? base.contexts.map((c) => c.name);
     const configs = new Map<string, KubeConfig>();
     for (const name of names) {
@@ -240,4 +252,29 @@ export function selfContainedKubeconfig(base: KubeConfig, context: string): stri
     currentContext: context,
   });
   return out.exportConfig();
+}
+
+/**
+ * The runtime's own identity per cluster, from the kubeconfig file at `kubeconfigPath`: for each
+ * context (cluster id) its {@link selfContainedKubeconfig}, made on first use and kept for the
+ * life of the process (the file is read once, on the first call). What kapp deploys
+ * PackageRepositories with, in the embedded runtime and in the index-repo function alike.
+ *
+ * @returns the lookup; it throws what {@link selfContainedKubeconfig} throws, or what
+ *   loading the file throws (`loading kubeconfig <path>[: not a valid kubeconfig]`).
+ */
+export function runtimeKubeconfigs(kubeconfigPath: string): (clusterId: string) => string {
+  const made = new Map<string, string>();
+  let base: KubeConfig | undefined;
+  return (clusterId) => {
+    let yaml = made.get(clusterId);
+    if (yaml === undefined) {
+      if (!base) {
+        base = loadKubeConfigFile(kubeconfigPath);
+      }
+      yaml = selfContainedKubeconfig(base, clusterId);
+      made.set(clusterId, yaml);
+    }
+    return yaml;
+  };
 }

@@ -71,26 +71,49 @@ export interface AttemptInfo {
   maxAttempts: number;
 }
 
+/** Options of {@link dispatchWithRetryBound}. */
+export interface RetryBoundOptions {
+  /** The stage runner; default {@link dispatchEvent} (tests replace it). */
+  dispatch?: (event: KappEvent, deps: DispatchDeps) => Promise<KappEvent | undefined>;
+  /**
+   * Hands the next stage's event on (Lambda: its queue). It runs inside the bound: a hand-off
+   * that keeps failing ends the run like a stage that keeps failing. Default: none (the caller
+   * runs `next` itself, as the embedded driver does).
+   */
+  forward?: (next: KappEvent) => Promise<void>;
+  /**
+   * The run's Secret values (what the stage adds to it is masked in the final status and in
+   * the caller's logs). Default a fresh {@link SecretMask}.
+   */
+  secretMask?: SecretMask;
+}
+
 /**
- * {@link dispatchEvent} with a fresh {@link SecretMask} for the run and the retry bound: when the
- * stage throws on its last attempt, the run ends with a final failed status
- * (`endRunAfterRetries`) instead of another retry.
+ * {@link dispatchEvent} under the retry bound, THE one used by both runtimes (the embedded
+ * driver and the Lambda SQS handler): the stage runs with the run's {@link SecretMask}, its next
+ * event is forwarded (`forward`), and when either throws on the last attempt the run ends with a
+ * final failed status (`endRunAfterRetries`: `ReconcileFailed`, or `DeleteFailed` for a delete,
+ * for Apps and PackageRepositories alike) instead of another retry.
  *
- * @param dispatch - the stage runner; default {@link dispatchEvent} (tests replace it).
- * @returns `next`: the next stage's event, if any; `ended`: true when the run was ended by the
- *   retry bound (the event must be acknowledged).
- * @throws what the stage threw, before the last attempt, or when the final status could not be
- *   written either.
+ * @param attempt - which attempt this is; an `attempt` below `maxAttempts` (or unknown: 0) never
+ *   ends the run.
+ * @returns `next`: the next stage's event, if any (already forwarded when `forward` is given);
+ *   `ended`: true when the run was ended by the retry bound (the event must be acknowledged).
+ * @throws what the stage or the hand-off threw, before the last attempt, or when the final
+ *   status could not be written either.
  */
 export async function dispatchWithRetryBound(
   event: KappEvent,
   deps: DispatchDeps,
   attempt: AttemptInfo,
-  dispatch: (event: KappEvent, deps: DispatchDeps) => Promise<KappEvent | undefined> = dispatchEvent,
+  options: RetryBoundOptions = {},
 ): Promise<{ next?: KappEvent; ended?: true }> {
-  const secretMask = new SecretMask();
+  const secretMask = options.secretMask ?? new SecretMask();
+  const dispatch = options.dispatch ?? dispatchEvent;
   try {
-    return { next: await dispatch(event, { ...deps, secretMask }) };
+    const next = await dispatch(event, { ...deps, secretMask });
+    if (next && options.forward) await options.forward(next);
+    return next ? { next } : {};
   } catch (err) {
     if (attempt.attempt < attempt.maxAttempts) throw err;
     if (await endRunAfterRetries(event, err, deps, secretMask, attempt.attempt)) return { ended: true };

@@ -17,20 +17,23 @@
  * for a delete) whose message is `<Stage>: <bounded, redacted cause>`, e.g.
  * `Fetching resources: storing the fetch artifact failed: 503 SlowDown`; the event is then
  * acknowledged. The forwarder's timer re-runs the App after the failure backoff (§3.3), so
- * nothing is lost. When that status write fails too (the API server is what is failing),
+ * nothing is lost. A PackageRepository, whose whole reconcile is one event (index-repo), ends
+ * the same way: `ReconcileFailed` with `Reconciling: <cause>`, or `DeleteFailed` with
+ * `Deleting: <cause>` when it is being deleted (its finalizers stay, so it is retried). When that status write fails too (the API server is what is failing),
  * nothing more can be done: the error is logged and the event goes on to the dead-letter queue
  * (Lambda) or stays in the queue's capped backoff (embedded).
  *
  * @module
  */
-import { EVENT_TYPES, type KappEvent } from '../../../events/schema.js';
+import { EVENT_TYPES, type KappEvent, type ObjectRef } from '../../../events/schema.js';
 import { KAPP_ERROR_PREFIX } from '../deploy/kapp.js';
 import { FETCH_RUN_ERROR_PREFIX } from '../fetch/vendir.js';
+import type { ResourceRef } from '../kube/port.js';
 import type { StatusWriteOutcome } from '../kube/status-write.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { formatStatusTime, markDeleteFailed, markFailed } from '../reconcile/status.js';
-import { appRef, writeAppStatus } from './common.js';
+import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
 
 /**
@@ -119,8 +122,22 @@ export function infraCauseText(err: unknown, mask?: SecretMask): string {
   return cutHead(redactSecrets(masked), INFRA_CAUSE_BYTES);
 }
 
-/** The stage an event runs, as its status prefix: what the user sees before the cause. */
-export function infraStagePrefix(event: KappEvent): string {
+/**
+ * Prefix of the final message of a PackageRepository reconcile: its one event runs fetch,
+ * template and deploy, so the message names the run, and the cause names the step
+ * (`<action> failed: ...`).
+ */
+export const REPO_RUN_ERROR_PREFIX = 'Reconciling: ';
+
+/**
+ * The stage an event runs, as its status prefix: what the user sees before the cause.
+ *
+ * @param deleting - the object is being deleted (a PackageRepository's delete runs in its
+ *   object event); delete events are always a delete.
+ */
+export function infraStagePrefix(event: KappEvent, deleting = false): string {
+  if (deleting) return KAPP_ERROR_PREFIX.delete;
+  if (event.type === EVENT_TYPES.object && event.data.kind === 'PackageRepository') return REPO_RUN_ERROR_PREFIX;
   switch (event.type) {
     case EVENT_TYPES.delete:
       return KAPP_ERROR_PREFIX.delete;
@@ -133,18 +150,29 @@ export function infraStagePrefix(event: KappEvent): string {
   }
 }
 
-/** The status part (`fetch`, `template` or `deploy`) of the stage an event runs. */
-function infraStagePart(event: KappEvent): 'fetch' | 'template' | 'deploy' {
+/**
+ * The status part (`fetch`, `template` or `deploy`) of the stage an event runs: the one marked
+ * failed (a PackageRepository's run as a whole: `fetch`, its first part; its delete: `deploy`).
+ */
+function infraStagePart(event: KappEvent, deleting: boolean): 'fetch' | 'template' | 'deploy' {
   if (event.type === EVENT_TYPES.template) return 'template';
-  if (event.type === EVENT_TYPES.deploy || event.type === EVENT_TYPES.delete) return 'deploy';
+  if (deleting || event.type === EVENT_TYPES.deploy || event.type === EVENT_TYPES.delete) return 'deploy';
   return 'fetch';
 }
 
-/** The App and run fence a final status is written for; `undefined` for events of other kinds. */
-function targetOf(event: KappEvent) {
+/** The Kubernetes reference of the object an event is about (its kind and apiVersion as sent). */
+function resourceRefOf(ref: ObjectRef): ResourceRef {
+  return { apiVersion: ref.apiVersion, kind: ref.kind, namespace: ref.namespace, name: ref.name };
+}
+
+/**
+ * The App or PackageRepository and run fence a final status is written for; `undefined` for
+ * events of other kinds (a PackageInstall has no function yet).
+ */
+function targetOf(event: KappEvent): { ref: ObjectRef; fence: { uid: string; generation: number } } | undefined {
   switch (event.type) {
     case EVENT_TYPES.object:
-      if (event.data.kind !== 'App') return undefined;
+      if (event.data.kind !== 'App' && event.data.kind !== 'PackageRepository') return undefined;
       return { ref: event.data, fence: { uid: event.data.uid, generation: event.data.generation } };
     case EVENT_TYPES.template:
     case EVENT_TYPES.deploy:
@@ -162,16 +190,18 @@ function targetOf(event: KappEvent) {
  * Writes the final failed status of a run whose stage kept failing: `ReconcileFailed` (or
  * `DeleteFailed` for a delete) with message `<Stage>: <cause>` ({@link infraStagePrefix},
  * {@link infraCauseText}), counters and friendlyDescription as for any failed reconcile
- * (`markFailed`), fenced by the run (a newer spec or a recreated object is left alone).
+ * (`markFailed`), fenced by the run (a newer spec or a recreated object is left alone). For a
+ * PackageRepository the object is read first: with a `deletionTimestamp` its delete is what
+ * failed (`DeleteFailed`, `Deleting: <cause>`).
  *
  * @param event - The event whose stage failed on its last attempt.
  * @param err - What the stage threw.
- * @param deps - The pipeline's ports (the App's status is written through `fetchView`, which
- *   every stage function holds).
+ * @param deps - The pipeline's ports (the status is written through `fetchView`, which every
+ *   stage function holds).
  * @param mask - The run's Secret values, when known.
  * @returns the write's outcome (`stale`/`gone`: nothing to report any more; also `gone` for an
- *   event that is not about an App, which has no such status).
- * @throws what the status write throws (the API server is failing too).
+ *   event that is not about an App or PackageRepository, which has no such status).
+ * @throws what the read or the status write throws (the API server is failing too).
  */
 export async function failRunAfterRetries(
   event: KappEvent,
@@ -181,19 +211,25 @@ export async function failRunAfterRetries(
 ): Promise<StatusWriteOutcome> {
   const target = targetOf(event);
   if (!target) return 'gone';
-  const { ref, fence } = target;
-  const message = `${infraStagePrefix(event)}${infraCauseText(err, mask)}`;
-  const kube = deps.clusters.fetchView(ref.clusterId);
-  const deleting = event.type === EVENT_TYPES.delete;
+  const { fence } = target;
+  const ref = resourceRefOf(target.ref);
+  const kube = deps.clusters.fetchView(target.ref.clusterId);
+  let deleting = event.type === EVENT_TYPES.delete;
+  if (ref.kind === 'PackageRepository') {
+    const live = await kube.getObject(ref);
+    if (!live || live.metadata.uid !== fence.uid) return 'gone';
+    deleting = Boolean(live.metadata.deletionTimestamp);
+  }
+  const message = `${infraStagePrefix(event, deleting)}${infraCauseText(err, mask)}`;
   const w = await writeAppStatus(
     kube,
-    appRef(ref),
+    ref,
     fence,
     (cur) => {
       // The stage that gave up gets a finished, failed part with `updatedAt` now, as a tool
       // failure would: the resync timer's failure backoff counts from the last `updatedAt`
-      // (`lastReconcileTime`), and without it the App was never retried once the store healed.
-      const part = infraStagePart(event);
+      // (`lastReconcileTime`), and without it the object was never retried once the store healed.
+      const part = infraStagePart(event, deleting);
       const prev = (cur as Record<string, unknown> | undefined)?.[part] as Record<string, unknown> | undefined;
       const failedPart = {
         ...(prev ?? {}),

@@ -33,6 +33,18 @@ export const REF: ObjectRef = {
   resourceVersion: '1',
 };
 
+/** A PackageRepository `ns/repo` in the same cluster, as events refer to it (generation 1). */
+export const PKGR_REF: ObjectRef = {
+  clusterId: 'c1',
+  kind: 'PackageRepository',
+  apiVersion: 'packaging.carvel.dev/v1alpha1',
+  namespace: 'ns',
+  name: 'repo',
+  uid: 'uid-r',
+  generation: 1,
+  resourceVersion: '1',
+};
+
 /** The run of the stage events of the tables. */
 export const RUN: StageRun = { generation: 1, runId: 'run-1', startedAt: NOW };
 

@@ -1,0 +1,27 @@
+/**
+ * The index-repo function on AWS Lambda (SQS FIFO event source mapping with
+ * `ReportBatchItemFailures`): for a PackageRepository object event it runs the repository's
+ * whole reconcile in one invocation (`runIndexRepo`, `functions/lib/pipeline/index-repo.ts`):
+ * vendir into directory `0`, the fixed ytt + kbld pipeline, `kapp deploy` of `<name>.pkgr`
+ * (or `kapp delete` for a repository being deleted) and the status. It sends nothing on.
+ * Configuration: see `functions/lib/entry/config.ts`; its queue is
+ * `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` (the forwarder sends to it).
+ *
+ * Tools: the index-repo layer puts `vendir`, `imgpkg`, `ytt`, `kbld` and `kapp` in `/opt/bin`.
+ * As for the fetch function, a `git` repository needs a git binary in the layer, which cannot be
+ * built from the Go module proxy (see `functions/fetch/index.ts`).
+ *
+ * Clusters: the DeployView, and the runtime's own identity for kapp (upstream deploys a
+ * repository's packages as the controller's ServiceAccount): the function's context of
+ * `KAPP_LAMBDA_KUBECONFIG`, handed only to kapp (see `FUNCTION_ACCESS` in
+ * `functions/lib/entry/lambda.ts`).
+ *
+ * Runs as-is on a Node managed runtime (handler `index.handler`) or as its own bootstrap
+ * (`node index.mjs` on a custom runtime or under the Runtime Interface Emulator).
+ *
+ * @module
+ */
+import { lambdaEntry } from '../lib/entry/index.js';
+
+/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeSqsHandler`). */
+export const handler = lambdaEntry('index-repo', import.meta.url, process.argv[1], process.env);
