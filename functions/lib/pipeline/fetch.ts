@@ -11,7 +11,7 @@
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
 import { mkdir } from 'node:fs/promises';
-import type { App, RefObjects } from '../api/index.js';
+import type { App, AppFetch, RefObjects } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
 import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
@@ -149,6 +149,29 @@ export async function fetchWithVendir(
   }
 }
 
+/**
+ * Whether every source of `fetch` passes this runtime's URL policy (`true` without a policy).
+ * A cached artifact (pinned fetch record, repository index) is served only when it does: the
+ * cache is shared by the fleet, and a cluster with a stricter policy must not reuse content
+ * another cluster was allowed to fetch. A refused source then runs the real fetch, which fails
+ * with the policy's message.
+ *
+ * @throws what the policy check throws for reasons other than a refusal (infrastructure)
+ */
+export async function fetchPassesUrlPolicy(
+  fetch: readonly AppFetch[],
+  deps: Pick<PipelineDeps, 'config'>,
+): Promise<boolean> {
+  if (!deps.config.urlPolicy) return true;
+  try {
+    await new UrlPolicyChecker(deps.config.urlPolicy).checkFetch(fetch);
+    return true;
+  } catch (err) {
+    if (outcomeOf(err) !== 'user') throw err;
+    return false;
+  }
+}
+
 /** The record of a pinned fetch: its artifact and vendir's lock config (`status.fetch.stdout`). */
 interface PinnedFetchRecord {
   fetchKey?: string;
@@ -197,7 +220,7 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
       ? await priv.keyFor(scope, 'fetch-cache', pinned)
       : fetchCacheKey(pinned)
     : undefined;
-  if (recordKey) {
+  if (recordKey && (await fetchPassesUrlPolicy(fetchSpec, deps))) {
     const hit = await infraStep('reading the fetch cache', () =>
       scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
     );

@@ -13,7 +13,6 @@
 import type { PackageRepository } from '../api/index.js';
 import { parseArtifactKey } from '../artifact/keys.js';
 import { pinnedFetchIdentity } from '../fetch/pinned.js';
-import { UrlPolicyChecker } from '../fetch/url-policy.js';
 import {
   findRepoIndex,
   type RepoIndexHit,
@@ -25,9 +24,10 @@ import {
   storeSourceRecord,
 } from '../packaging/repo-index.js';
 import { redactSecrets } from '../reconcile/redact.js';
-import { outcomeOf, type StageResult } from '../reconcile/result.js';
+import type { StageResult } from '../reconcile/result.js';
 import { fetchIsPrivate } from './artifacts.js';
 import type { PipelineDeps } from './deps.js';
+import { fetchPassesUrlPolicy } from './fetch.js';
 import { infraStep } from './retry-bound.js';
 
 /** How one run of a PackageRepository uses the fleet index. */
@@ -68,14 +68,7 @@ export async function planRepoIndex(
   if (!identity) return plan;
   // A source this runtime's URL policy refuses is never served from the index: the fetch runs
   // and fails with the policy's message.
-  if (deps.config.urlPolicy) {
-    try {
-      await new UrlPolicyChecker(deps.config.urlPolicy).checkFetch(fetch);
-    } catch (err) {
-      if (outcomeOf(err) !== 'user') throw err;
-      return plan;
-    }
-  }
+  if (!(await fetchPassesUrlPolicy(fetch, deps))) return plan;
   return { ...plan, source: repoIndexSourceDigest(identity, recipe) };
 }
 
