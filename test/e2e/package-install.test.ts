@@ -11,6 +11,7 @@
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
+import { tenantManifests } from '../harness/kube.js';
 import { apply, getObject, k, SA, SEE_USEFUL, suffix, useE2ERuntime, waitFor } from './support.js';
 
 const id = suffix();
@@ -32,7 +33,7 @@ interface PkgiObject {
   status?: Record<string, unknown>;
 }
 
-/** A Package of `version`: an inline ytt ConfigMap `<pkgi>-greeting` with `greeting` and `version`. */
+/** A Package of `version`: an inline ytt ConfigMap (`name`, default `greeting`) with `greeting` and `version`. */
 function packageDoc(version: string): object {
   return {
     apiVersion: 'data.packaging.carvel.dev/v1alpha1',
@@ -52,12 +53,12 @@ function packageDoc(version: string): object {
                     'apiVersion: v1',
                     'kind: ConfigMap',
                     'metadata:',
-                    '  name: greeting',
+                    '  name: #@ data.values.name',
                     'data:',
                     '  greeting: #@ data.values.greeting',
                     `  version: "${version}"`,
                   ].join('\n'),
-                  'values.yml': '#@data/values\n---\ngreeting: default\n',
+                  'values.yml': '#@data/values\n---\nname: greeting\ngreeting: default\n',
                 },
               },
             },
@@ -88,13 +89,13 @@ function repository(name: string): object {
   };
 }
 
-function packageInstall(name: string, constraints: string): object {
+function packageInstall(name: string, constraints: string, serviceAccountName = SA): object {
   return {
     apiVersion: 'packaging.carvel.dev/v1alpha1',
     kind: 'PackageInstall',
     metadata: { name, namespace: NS },
     spec: {
-      serviceAccountName: SA,
+      serviceAccountName,
       packageRef: { refName: REF_NAME, versionSelection: { constraints } },
       values: [{ secretRef: { name: `${name}-values` } }],
     },
@@ -124,6 +125,28 @@ async function waitPkgi(name: string, what: string, pred: (p: PkgiObject) => boo
   );
 }
 
+/** The values Secret `<name>-values` of a PackageInstall. */
+function valuesSecret(name: string, values: string): object {
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: `${name}-values`, namespace: NS },
+    stringData: { 'values.yml': values },
+  };
+}
+
+/** Waits until the PackageInstall and its App are both gone (the App first: its finalizer holds the PackageInstall). */
+async function waitBothGone(name: string): Promise<void> {
+  await waitFor(
+    `App and PackageInstall ${NS}/${name} gone`,
+    async () => {
+      const [a, p] = await Promise.all([getObject(APPS, NS, name), getObject(PKGI, NS, name)]);
+      return !a && !p ? true : undefined;
+    },
+    { timeoutMs: 120_000, intervalMs: 1000 },
+  );
+}
+
 const conditionOf = (p: PkgiObject) => (p.status?.conditions as Array<{ type: string }> | undefined)?.[0]?.type;
 
 describe('PackageInstall (install function, App pipeline, real tools)', () => {
@@ -143,15 +166,7 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
         describe: async () => JSON.stringify(await getObject(PKGR, NS, `repo-${id}`)),
       },
     );
-    await apply(
-      {
-        apiVersion: 'v1',
-        kind: 'Secret',
-        metadata: { name: `${name}-values`, namespace: NS },
-        stringData: { 'values.yml': 'greeting: from-secret\n' },
-      },
-      packageInstall(name, '>=1.0.0'),
-    );
+    await apply(valuesSecret(name, 'greeting: from-secret\n'), packageInstall(name, '>=1.0.0'));
 
     const installed = await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
     // Upstream packageinstall_test.go's expected status, exactly.
@@ -219,19 +234,48 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
 
     // Deletion: the App goes first (kapp delete removes the ConfigMap), then the PackageInstall.
     await k(['delete', PKGI, name, '-n', NS, '--wait=false']);
-    await waitFor(
-      'App and PackageInstall gone',
-      async () => {
-        const [a, p] = await Promise.all([getObject(APPS, NS, name), getObject(PKGI, NS, name)]);
-        if (p && !a) return undefined; // finalizer not yet removed
-        return !a && !p ? true : undefined;
-      },
-      { timeoutMs: 120_000, intervalMs: 1000 },
-    );
+    await waitBothGone(name);
     expect(await getObject('configmap', NS, 'greeting')).toBeUndefined();
     const runs = rt.records.filter(
       (r) => r.msg === 'stage run' && String(r.obj.object).endsWith(`/PackageInstall/${NS}/${name}`),
     );
     expect(runs.map((r) => r.obj.outcome)).toContain('deleted');
+  });
+
+  it('a failing App delete shows Delete failed on the PackageInstall and recovers when the ServiceAccount is back', async () => {
+    const name = `fragile-${id}`;
+    const sa = `fragile-sa-${id}`;
+    await waitFor(
+      'Packages indexed',
+      async () => ((await getObject(PKG, NS, `${REF_NAME}.1.0.0`)) ? true : undefined),
+      {
+        timeoutMs: 120_000,
+        intervalMs: 1000,
+      },
+    );
+    await apply(
+      ...tenantManifests(NS, sa).slice(1),
+      valuesSecret(name, 'name: fragile\n'),
+      packageInstall(name, '1.0.0', sa),
+    );
+    await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
+    expect((await getObject<{ data: Record<string, string> }>('configmap', NS, 'fragile'))?.data).toEqual({
+      greeting: 'default',
+      version: '1.0.0',
+    });
+
+    await k(['delete', 'serviceaccount', sa, '-n', NS]);
+    await k(['delete', PKGI, name, '-n', NS, '--wait=false']);
+    const blocked = await waitPkgi(name, 'DeleteFailed', (p) => conditionOf(p) === 'DeleteFailed');
+    expect(blocked.status).toMatchObject({
+      conditions: [{ type: 'DeleteFailed', status: 'True', message: SEE_USEFUL }],
+      friendlyDescription: `Delete failed: ${SEE_USEFUL}`,
+    });
+    expect(blocked.status?.usefulErrorMessage).toContain(sa);
+    expect(await getObject(APPS, NS, name)).toBeDefined();
+
+    await apply(tenantManifests(NS, sa)[1]!);
+    await waitBothGone(name);
+    expect(await getObject('configmap', NS, 'fragile')).toBeUndefined();
   });
 });
