@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { type ObjectRef, objectEvent } from '../../events/schema.js';
 import { Finalizer } from '../../functions/lib/api/index.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
-import type { KubeObject } from '../../functions/lib/kube/port.js';
+import { ConflictError, type KubeObject } from '../../functions/lib/kube/port.js';
 import { injectValues, secretNamesFromAnnotation } from '../../functions/lib/packaging/install-values.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { friendlyErrMsg } from '../../functions/lib/pipeline/install.js';
@@ -472,6 +472,24 @@ describe('install: the PackageInstall reconcile, one row per outcome', () => {
     configured.deps.config.timer = { packageInstallDefaultSyncPeriodMs: 20 * 60_000 };
     await dispatchEvent(objectEvent(REF, 'added', { time: new Date(NOW) }), configured.deps);
     expect(configured.cluster.get('App', 'ns', 'inst')?.spec).toMatchObject({ syncPeriod: '20m0s' });
+  });
+
+  it('an App write that conflicts (the App pipeline wrote meanwhile) is computed again from a fresh read', async () => {
+    const row =
+      rows['new version: the App is updated and the PackageInstall shows Reconciling until the App observes it']!;
+    const w = world(row);
+    const update = w.cluster.updateApp.bind(w.cluster);
+    let conflicts = 0;
+    w.cluster.updateApp = async (app) => {
+      if (conflicts++ === 0) throw new ConflictError('updating App ns/inst: 409 the object has been modified');
+      return await update(app);
+    };
+    await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(conflicts).toBe(2);
+    expect(w.cluster.statuses).toEqual([row.status]);
+    expect(w.cluster.get('App', 'ns', 'inst')?.metadata.annotations).toMatchObject({
+      'packaging.carvel.dev/package-version': '2.0.0',
+    });
   });
 
   it('fetch-<i>-secret-name overrides the secretRef of that fetch step (and wins over the placeholder)', async () => {

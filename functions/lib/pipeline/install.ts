@@ -30,7 +30,14 @@ import { Annotation, Finalizer } from '../api/constants.js';
 import type { Package } from '../api/datapackaging.js';
 import type { PackageInstall, PackageInstallStatus } from '../api/packaging.js';
 import { parsePackageInstall } from '../api/parse.js';
-import { GoneError, type InstallView, KubeApiError, PACKAGING_API_VERSION, type ResourceRef } from '../kube/port.js';
+import {
+  ConflictError,
+  GoneError,
+  type InstallView,
+  KubeApiError,
+  PACKAGING_API_VERSION,
+  type ResourceRef,
+} from '../kube/port.js';
 import { writeStatus } from '../kube/status-write.js';
 import {
   newApp,
@@ -45,6 +52,9 @@ import { GENERIC_ERROR_DETAIL, KappControllerError } from '../reconcile/result.j
 import { FRIENDLY } from '../reconcile/status.js';
 import { appRef, objectKey, stageTimer } from './common.js';
 import type { PipelineDeps } from './deps.js';
+
+/** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
+const APP_WRITE_ATTEMPTS = 5;
 
 /** The Kubernetes reference of the PackageInstall an event refers to. */
 export function packageInstallRef(ref: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef {
@@ -268,18 +278,28 @@ async function reconcileInstall(
   }
   run.status = { ...run.status, lastAttemptedVersion: version };
   const aref = appRef({ namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' });
-  const existing = await kube.getObject<RawApp>(aref);
   for (const secret of placeholderSecrets(pkgi, pkg)) await kube.createSecret(secret);
   const pkgWithSecrets: Package = withPlaceholderSecrets(pkgi, pkg);
   const opts = { defaultSyncPeriodMs: deps.config.timer?.packageInstallDefaultSyncPeriodMs };
-  if (!existing) {
-    // The new App has no status yet: the PackageInstall stays `Reconciling` until it has one.
-    await kube.createApp(newApp(undefined, pkgi, pkgWithSecrets, opts));
-    return;
+  // The App pipeline writes the App's status and finalizer meanwhile, each a new
+  // resourceVersion: a conflicting write is computed again from a fresh read, as finalizer
+  // changes are, instead of failing the PackageInstall for a moment.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const existing = await kube.getObject<RawApp>(aref);
+      if (!existing) {
+        // The new App has no status yet: the PackageInstall stays `Reconciling` until it has one.
+        await kube.createApp(newApp(undefined, pkgi, pkgWithSecrets, opts));
+        return;
+      }
+      const desired = newApp(existing, pkgi, pkgWithSecrets, opts);
+      const current = sameApp(desired, existing) ? existing : await kube.updateApp(withoutStatus(desired));
+      run.status = mirrorAppStatus(run.status, current);
+      return;
+    } catch (err) {
+      if (!(err instanceof ConflictError) || attempt >= APP_WRITE_ATTEMPTS) throw err;
+    }
   }
-  const desired = newApp(existing, pkgi, pkgWithSecrets, opts);
-  const current = sameApp(desired, existing) ? existing : await kube.updateApp(withoutStatus(desired));
-  run.status = mirrorAppStatus(run.status, current);
 }
 
 /** `version < last` by carvel semver; a version that does not parse is a user error (as upstream's `NewSemver`). */
