@@ -22,7 +22,9 @@
  *   object per `resyncRetryMs`, never a storm.
  * - `ref-changed`: a referenced Secret or ConfigMap (same namespace, §3.1) was created,
  *   changed (new resourceVersion) or deleted; once per referencing object. Unreferenced Secrets
- *   and ConfigMaps produce nothing and are not stored.
+ *   and ConfigMaps produce nothing and are not stored. Also for a watched object controlling
+ *   another one ({@link WatchedKind.controlledBy}: the PackageInstall of an App) whenever the
+ *   owned object changes in any way (status included) or is deleted.
  *
  * After a restart (no state; the first list of each watch):
  * - never reconciled (no `status.observedGeneration`): `added`;
@@ -560,6 +562,7 @@ export class Forwarder {
     }
     if (mark) st.mark = mark;
     if (st.rv === m.resourceVersion) return;
+    this.notifyController(kind, obj);
     const generation = m.generation ?? 0;
     const deleting = Boolean(m.deletionTimestamp);
     const reason: Reason | undefined =
@@ -581,6 +584,22 @@ export class Forwarder {
       this.ask(st, 'resync', now);
     }
     // else: a reconcile of exactly this status was asked for; its retry timer stays.
+  }
+
+  /**
+   * A known object changed or was deleted: its controller, when it is a watched object of the
+   * same namespace with the owner's uid, gets `ref-changed` (it reconciles on its owned
+   * object's changes, e.g. a PackageInstall mirroring its App's status).
+   */
+  private notifyController(kind: WatchedKind, obj: KubeObject): void {
+    const owner = kind.controlledBy?.(obj);
+    if (!owner) return;
+    const ix = this.kinds.findIndex(
+      (k) => k.resource.kind === owner.resource.kind && k.resource.apiVersion === owner.resource.apiVersion,
+    );
+    if (ix < 0) return;
+    const st = this.objects[ix]!.get(obj.metadata.namespace ?? '', owner.name);
+    if (st && st.uid === owner.uid) this.emit(st, 'ref-changed');
   }
 
   /** The rule for an object seen for the first time by a first list (after a restart). */
@@ -615,6 +634,7 @@ export class Forwarder {
       resourceVersion: obj.metadata.resourceVersion,
       reason: 'deleted',
     });
+    this.notifyController(kind, obj);
   }
 
   private sweepObjects(kindIx: number, ns: string | undefined, mark: number): void {

@@ -58,6 +58,22 @@ export interface WatchedKind {
    * when never. Used after a restart to tell whether a referenced Secret changed since.
    */
   handledAt(obj: KubeObject): number | undefined;
+  /**
+   * The watched object that controls this one and reconciles when it changes (upstream: a
+   * controller-runtime `Watches` of the owned kind with `EnqueueRequestForOwner`), or
+   * `undefined`. Kinds without it notify nobody.
+   */
+  controlledBy?(obj: KubeObject): ControllerOwner | undefined;
+}
+
+/** The controller of an object, from its `metadata.ownerReferences` entry with `controller: true`. */
+export interface ControllerOwner {
+  /** The owner's `apiVersion` and `kind`. */
+  readonly resource: ResourceKind;
+  /** The owner's name (same namespace as the object). */
+  readonly name: string;
+  /** The owner's uid: a recreated owner of the same name is not notified. */
+  readonly uid: string;
 }
 
 /** Refs of an object that references nothing. Shared, frozen. */
@@ -142,6 +158,11 @@ function timedHandledAt(obj: KubeObject): number | undefined {
   return lastReconcileTime(obj as unknown as TimedObject)?.getTime();
 }
 
+const PACKAGE_INSTALL_RESOURCE: ResourceKind = Object.freeze({
+  apiVersion: 'packaging.carvel.dev/v1alpha1',
+  kind: 'PackageInstall',
+});
+
 /**
  * App (`kappctrl.k14s.io/v1alpha1`, `apps`): due per {@link nextDueAt} (sync period + jitter
  * after success, 2^n s after failure, never while paused/canceled), refs per {@link appRefs}.
@@ -159,7 +180,31 @@ export function appKind(config?: TimerConfig): WatchedKind {
     tracksConfigMaps: true,
     refs: appRefs,
     handledAt: timedHandledAt,
+    controlledBy: appControllingPackageInstall,
   };
+}
+
+/**
+ * The PackageInstall controlling an App (its controller ownerReference of kind
+ * `PackageInstall` in group `packaging.carvel.dev`), or `undefined`. Upstream's PackageInstall
+ * controller watches the Apps it owns and reconciles the owner on every change of one (status
+ * included, reference §3.9 step 5, §3.11.5): that is how the PackageInstall mirrors its App's
+ * status and removes its finalizer once the App is gone.
+ *
+ * @param obj - An App as watched.
+ */
+export function appControllingPackageInstall(obj: KubeObject): ControllerOwner | undefined {
+  const refs = obj.metadata.ownerReferences;
+  if (!Array.isArray(refs)) return undefined;
+  const ref = refs.find(
+    (r) =>
+      r?.controller === true &&
+      r.kind === 'PackageInstall' &&
+      typeof r.apiVersion === 'string' &&
+      r.apiVersion.split('/')[0] === 'packaging.carvel.dev',
+  );
+  if (!ref || typeof ref.name !== 'string' || typeof ref.uid !== 'string') return undefined;
+  return { resource: PACKAGE_INSTALL_RESOURCE, name: ref.name, uid: ref.uid };
 }
 
 /**
@@ -185,11 +230,12 @@ export function packageRepositoryKind(): WatchedKind {
  * PackageInstall (`packaging.carvel.dev/v1alpha1`, `packageinstalls`). Upstream has **no**
  * periodic timer for it (periodicity comes from its App's sync, reference §3.1): due only while
  * `status.observedGeneration != metadata.generation`, otherwise never. References nothing (its
- * values Secrets are read by the App it creates, which tracks them).
+ * values Secrets are read by the App it creates, which tracks them). Every change of an App it
+ * controls asks for its reconcile ({@link appControllingPackageInstall}).
  */
 export function packageInstallKind(): WatchedKind {
   return {
-    resource: { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageInstall' },
+    resource: PACKAGE_INSTALL_RESOURCE,
     group: 'packaging.carvel.dev',
     version: 'v1alpha1',
     plural: 'packageinstalls',

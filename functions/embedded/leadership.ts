@@ -25,7 +25,7 @@ import type { Forwarder, StopOptions } from '../../events/forwarder/forwarder.js
 import { LeaderElector, type LeaderElectorOptions } from '../../events/forwarder/leader.js';
 import type { ForwarderLogger } from '../../events/forwarder/log.js';
 import type { Transport } from '../../events/forwarder/transport.js';
-import type { ClusterRegistry, DeployView, FetchView, KubeClient, WatchView } from '../lib/kube/port.js';
+import type { ClusterRegistry, DeployView, FetchView, InstallView, KubeClient, WatchView } from '../lib/kube/port.js';
 
 /**
  * Namespace of the Lease by default: the namespace `events/forwarder/rbac.yaml` puts the
@@ -64,9 +64,9 @@ export class NotLeaderError extends Error {
 
 /**
  * A {@link ClusterRegistry} for the pipeline that refuses to act for clusters this runtime does
- * not lead: `fetchView`, `deployView` and `client` throw {@link NotLeaderError} when
+ * not lead: `fetchView`, `deployView`, `installView` and `client` throw {@link NotLeaderError} when
  * `acting(clusterId)` is false (every stage gets its view first, so no stage starts), and the
- * views' writes (`updateStatus`, finalizers, `serviceAccountToken`) check again on every call
+ * views' writes (`updateStatus`, finalizers, `serviceAccountToken`, App and Secret writes) check again on every call
  * (a stage that was running when the lease was lost writes nothing more). Reads pass through.
  * Views are built once per cluster.
  *
@@ -104,6 +104,20 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
     getNamespace: v.getNamespace.bind(v),
     updateStatus: guard(clusterId, v.updateStatus.bind(v)),
   });
+  const gatedInstallView = (clusterId: string): InstallView => {
+    const v = (inner.installView as (id: string) => InstallView)(clusterId);
+    return Object.freeze({
+      ...readAndStatus(clusterId, v),
+      list: v.list.bind(v),
+      addFinalizer: guard(clusterId, v.addFinalizer.bind(v)),
+      removeFinalizer: guard(clusterId, v.removeFinalizer.bind(v)),
+      createApp: guard(clusterId, v.createApp.bind(v)),
+      updateApp: guard(clusterId, v.updateApp.bind(v)),
+      deleteApp: guard(clusterId, v.deleteApp.bind(v)),
+      createSecret: guard(clusterId, v.createSecret.bind(v)),
+      serverVersion: v.serverVersion.bind(v),
+    });
+  };
   return Object.freeze({
     clusterIds: () => inner.clusterIds(),
     client(clusterId: string): KubeClient {
@@ -124,6 +138,7 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
       });
     }),
     watchView: (clusterId: string): WatchView => inner.watchView(clusterId),
+    ...(inner.installView ? { installView: memo((clusterId) => gatedInstallView(clusterId)) } : {}),
   });
 }
 

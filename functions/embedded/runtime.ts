@@ -45,7 +45,7 @@ export function pinnedToolVersions(): Record<string, string> {
 }
 
 /** Kinds the embedded runtime watches by default: those it has a function for. */
-export const EMBEDDED_KINDS: readonly WatchedKindName[] = Object.freeze(['App', 'PackageRepository']);
+export const EMBEDDED_KINDS: readonly WatchedKindName[] = Object.freeze(['App', 'PackageInstall', 'PackageRepository']);
 
 /** Options of {@link startEmbedded}. */
 export interface EmbeddedOptions {
@@ -56,7 +56,7 @@ export interface EmbeddedOptions {
   /** Namespaces to watch; default all. */
   namespaces?: readonly string[];
   /**
-   * Kinds the forwarders watch. Default {@link EMBEDDED_KINDS} (`App`, `PackageRepository`:
+   * Kinds the forwarders watch. Default {@link EMBEDDED_KINDS} (`App`, `PackageInstall`, `PackageRepository`:
    * the kinds this runtime has functions for).
    */
   kinds?: readonly WatchedKindName[];

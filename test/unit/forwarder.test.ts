@@ -531,6 +531,65 @@ describe('forwarder: referenced Secrets and ConfigMaps', () => {
   });
 });
 
+describe('forwarder: controllers of owned objects', () => {
+  const inst = (uid = 'uid-inst'): KubeObject => ({
+    apiVersion: PKGI.apiVersion,
+    kind: PKGI.kind,
+    metadata: { name: 'inst', namespace: 'default', uid, resourceVersion: '', generation: 1 },
+    spec: { packageRef: { refName: 'p' } },
+    status: { observedGeneration: 1, conditions: [{ type: 'ReconcileSucceeded', status: 'True' }] },
+  });
+  const owned = (status: Record<string, unknown>, ownerUid = 'uid-inst'): KubeObject => {
+    const a = app('inst', { status });
+    a.metadata.ownerReferences = [
+      { apiVersion: PKGI.apiVersion, kind: PKGI.kind, name: 'inst', uid: ownerUid, controller: true },
+    ];
+    return a;
+  };
+
+  it("asks the PackageInstall controlling an App to reconcile on the App's status changes and deletion", async () => {
+    watcher.apply(inst());
+    watcher.apply(owned(handled(1, T0 - 10_000)));
+    start({ kinds: watchedKinds(['App', 'PackageInstall']) });
+    await settle();
+    expect(transport.take()).toEqual([]);
+    // A status-only write of the App: nothing for the App itself, ref-changed for its controller.
+    watcher.apply(owned({ ...handled(1, T0 - 10_000), conditions: [{ type: 'Reconciling', status: 'True' }] }));
+    await settle();
+    expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['ref-changed inst']);
+    watcher.remove(APP, 'default', 'inst');
+    await settle();
+    expect(transport.batches.flat().map((e) => `${e.data.kind} ${e.data.reason}`)).toEqual([
+      'App deleted',
+      'PackageInstall ref-changed',
+    ]);
+  });
+
+  it('notifies nobody for an owner of another uid, a non-controller owner, or an unwatched kind', async () => {
+    watcher.apply(inst());
+    watcher.apply(owned(handled(1, T0 - 10_000), 'uid-other'));
+    start({ kinds: watchedKinds(['App', 'PackageInstall']) });
+    await settle();
+    watcher.apply(owned(handled(1, T0 - 5_000), 'uid-other'));
+    const plain = app('b', { status: handled(1, T0 - 10_000) });
+    plain.metadata.ownerReferences = [{ apiVersion: PKGI.apiVersion, kind: PKGI.kind, name: 'inst', uid: 'uid-inst' }];
+    watcher.apply(plain);
+    await settle();
+    transport.take();
+    watcher.apply({ ...plain, status: handled(1, T0 - 5_000) });
+    await settle();
+    expect(transport.take()).toEqual([]);
+    await fwd?.stop();
+    fwd = undefined;
+    start({ kinds: watchedKinds(['App']) });
+    await settle();
+    transport.take();
+    watcher.apply(owned(handled(1, T0 - 1_000)));
+    await settle();
+    expect(transport.take()).toEqual([]);
+  });
+});
+
 describe('forwarder: watch resilience', () => {
   it('lists in pages with the configured limit, then watches from the list resourceVersion with bookmarks', async () => {
     for (let i = 0; i < 7; i++) watcher.apply(app(`a${i}`, { status: handled(1, T0) }));

@@ -676,3 +676,82 @@ describe('KubeApiClient leases', () => {
     expect((missing as Error).message).toBe('creating Lease kapp-lambda/l: 404 namespaces "kapp-lambda" not found');
   });
 });
+
+describe('KubeApiClient App and Secret writes (install view)', () => {
+  const APPS = '/apis/kappctrl.k14s.io/v1alpha1/namespaces/ns1/apps';
+  const alreadyExists: RestResponse = {
+    statusCode: 409,
+    body: { kind: 'Status', reason: 'AlreadyExists', message: 'secrets "s" already exists', code: 409 },
+  };
+
+  it('creates with POST, updates with PUT, deletes with a uid precondition (false on 404 and on another uid)', async () => {
+    const rest = new FakeRest([
+      { statusCode: 201, body: app('1').body },
+      { statusCode: 200, body: app('2').body },
+      conflict,
+      { statusCode: 404, body: notFound('apps "a1" not found').body },
+      { statusCode: 200, body: {} },
+      { statusCode: 404, body: notFound('apps "a1" not found').body },
+      {
+        statusCode: 409,
+        body: {
+          kind: 'Status',
+          reason: 'Conflict',
+          message: 'Precondition failed: UID in precondition: u2, UID in object meta: u1',
+        },
+      },
+    ]);
+    const c = client(rest);
+    const body = app('1').body;
+    expect(await c.createApp(body)).toEqual(body);
+    expect(await c.updateApp(body)).toEqual(app('2').body);
+    await expect(c.updateApp(body)).rejects.toBeInstanceOf(ConflictError);
+    await expect(c.updateApp(body)).rejects.toBeInstanceOf(GoneError);
+    expect(await c.deleteApp('ns1', 'a1', { uid: 'u1' })).toBe(true);
+    expect(await c.deleteApp('ns1', 'a1')).toBe(false);
+    expect(await c.deleteApp('ns1', 'a1', { uid: 'u2' })).toBe(false);
+    expect(rest.requests.map((r) => [r.method, r.path])).toEqual([
+      ['POST', APPS],
+      ['PUT', APP_PATH],
+      ['PUT', APP_PATH],
+      ['PUT', APP_PATH],
+      ['DELETE', APP_PATH],
+      ['DELETE', APP_PATH],
+      ['DELETE', APP_PATH],
+    ]);
+    expect(rest.requests[4]!.body).toEqual({
+      apiVersion: 'v1',
+      kind: 'DeleteOptions',
+      propagationPolicy: 'Background',
+      preconditions: { uid: 'u1' },
+    });
+  });
+
+  it('creates a Secret with base64 data; AlreadyExists is false, other errors throw', async () => {
+    const rest = new FakeRest([
+      { statusCode: 201, body: {} },
+      alreadyExists,
+      { statusCode: 403, body: { kind: 'Status', reason: 'Forbidden', message: 'forbidden' } },
+    ]);
+    const c = client(rest);
+    const secret = {
+      metadata: { name: 's', namespace: 'ns1', annotations: { a: '' } },
+      type: 'kubernetes.io/dockerconfigjson',
+      data: { '.dockerconfigjson': Buffer.from('{"auths":{}}') },
+    };
+    expect(await c.createSecret(secret)).toBe(true);
+    expect(await c.createSecret(secret)).toBe(false);
+    await expect(c.createSecret(secret)).rejects.toBeInstanceOf(KubeApiError);
+    expect(rest.requests[0]).toEqual({
+      method: 'POST',
+      path: '/api/v1/namespaces/ns1/secrets',
+      body: {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: secret.metadata,
+        type: 'kubernetes.io/dockerconfigjson',
+        data: { '.dockerconfigjson': Buffer.from('{"auths":{}}').toString('base64') },
+      },
+    });
+  });
+});

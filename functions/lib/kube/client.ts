@@ -9,6 +9,7 @@
  */
 
 import {
+  APP_API_VERSION,
   type ApiServerInfo,
   ConflictError,
   describeRef,
@@ -25,6 +26,7 @@ import {
   type LeaseSpec,
   type ListOptions,
   type ListResult,
+  type NewSecret,
   type ObjectMeta,
   type ResourceKind,
   type ResourceRef,
@@ -169,6 +171,11 @@ export function extractGroupVersions(core: unknown, groups: unknown): string[] {
     for (const version of group.versions ?? []) push(version.groupVersion);
   }
   return out;
+}
+
+/** The reference of an App to write, from its own metadata. */
+function appRefOf(app: KubeObject): ResourceRef {
+  return { apiVersion: APP_API_VERSION, kind: 'App', namespace: app.metadata.namespace, name: app.metadata.name };
 }
 
 function leaseRef(namespace: string, name: string): ResourceRef {
@@ -432,6 +439,75 @@ export class KubeApiClient implements KubeClient {
   /** {@inheritDoc DeployCredentials.apiServer} */
   apiServer(): ApiServerInfo {
     return { ...this.#apiServer };
+  }
+
+  /** {@inheritDoc AppWriter.createApp} */
+  async createApp<T extends KubeObject>(app: T): Promise<T> {
+    const ref = appRefOf(app);
+    const action = `creating ${describeRef(ref)}`;
+    const response = await this.#send(action, {
+      method: 'POST',
+      path: collectionPath(resourceFor(ref), ref.namespace),
+      body: app,
+    });
+    if (response.statusCode !== 201 && response.statusCode !== 200) throw errorFromResponse(action, response);
+    return response.body as T;
+  }
+
+  /** {@inheritDoc AppWriter.updateApp} */
+  async updateApp<T extends KubeObject>(app: T): Promise<T> {
+    const ref = appRefOf(app);
+    const action = `updating ${describeRef(ref)}`;
+    const response = await this.#send(action, { method: 'PUT', path: objectPath(ref), body: app });
+    if (response.statusCode === 404) {
+      throw new GoneError(`${action}: 404 ${apiMessage(response)}`, {
+        statusCode: 404,
+        cause: new ApiResponseError(response),
+      });
+    }
+    if (response.statusCode !== 200) throw errorFromResponse(action, response);
+    return response.body as T;
+  }
+
+  /** {@inheritDoc AppWriter.deleteApp} */
+  async deleteApp(namespace: string, name: string, options: { uid?: string } = {}): Promise<boolean> {
+    const ref = { apiVersion: APP_API_VERSION, kind: 'App', namespace, name };
+    const action = `deleting ${describeRef(ref)}`;
+    const response = await this.#send(action, {
+      method: 'DELETE',
+      path: objectPath(ref),
+      body: {
+        apiVersion: 'v1',
+        kind: 'DeleteOptions',
+        propagationPolicy: 'Background',
+        ...(options.uid ? { preconditions: { uid: options.uid } } : {}),
+      },
+    });
+    if (response.statusCode === 404) return false;
+    if (response.statusCode === 409 && options.uid) return false;
+    if (response.statusCode !== 200 && response.statusCode !== 202) throw errorFromResponse(action, response);
+    return true;
+  }
+
+  /** {@inheritDoc AppWriter.createSecret} */
+  async createSecret(secret: NewSecret): Promise<boolean> {
+    const namespace = secret.metadata.namespace ?? '';
+    const ref = { apiVersion: 'v1', kind: 'Secret', namespace, name: secret.metadata.name };
+    const action = `creating ${describeRef(ref)}`;
+    const response = await this.#send(action, {
+      method: 'POST',
+      path: collectionPath(resourceFor(ref), namespace),
+      body: {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: secret.metadata,
+        type: secret.type,
+        data: Object.fromEntries(Object.entries(secret.data).map(([k, v]) => [k, v.toString('base64')])),
+      },
+    });
+    if (response.statusCode === 409 && asStatus(response.body).reason === 'AlreadyExists') return false;
+    if (response.statusCode !== 201 && response.statusCode !== 200) throw errorFromResponse(action, response);
+    return true;
   }
 
   /** {@inheritDoc LeaseView.getLease} */

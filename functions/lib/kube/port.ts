@@ -441,14 +441,84 @@ export interface LeaseView {
   updateLease(namespace: string, name: string, resourceVersion: string, spec: LeaseSpec): Promise<Lease>;
 }
 
+/** A Secret to create: `data` as bytes (base64-encoded by the adapter). */
+export interface NewSecret {
+  metadata: Pick<ObjectMeta, 'name' | 'namespace' | 'annotations' | 'labels' | 'ownerReferences'>;
+  /** e.g. `kubernetes.io/dockerconfigjson`. */
+  type: string;
+  data: Record<string, Buffer>;
+}
+
+/**
+ * The writes of the install function (kapp-controller `pkg/packageinstall/packageinstall.go`):
+ * create, update and delete the App it generates for a PackageInstall, and create the
+ * placeholder Secrets of its fetch steps. Nothing else: Apps only, and Secrets only created
+ * (never read back through this interface, never updated).
+ */
+export interface AppWriter {
+  /**
+   * POSTs a new App (`metadata.resourceVersion` must be absent).
+   *
+   * @returns the App as stored.
+   * @throws ConflictError (reason `AlreadyExists`) when an object of that name exists.
+   * @throws KubeApiError on any other API failure.
+   */
+  createApp<T extends KubeObject>(app: T): Promise<T>;
+  /**
+   * PUTs an App (spec and metadata; the status subresource is untouched) with its
+   * `metadata.resourceVersion` as the optimistic-concurrency check (upstream `Update`).
+   *
+   * @returns the App as stored.
+   * @throws ConflictError on 409 (it changed since it was read).
+   * @throws GoneError on 404.
+   * @throws KubeApiError on any other API failure.
+   */
+  updateApp<T extends KubeObject>(app: T): Promise<T>;
+  /**
+   * DELETEs an App (background propagation), with a uid precondition when `uid` is given.
+   *
+   * @returns false when it did not exist (404) or has another uid (409 precondition).
+   * @throws KubeApiError on any other API failure.
+   */
+  deleteApp(namespace: string, name: string, options?: { uid?: string }): Promise<boolean>;
+  /**
+   * POSTs a Secret.
+   *
+   * @returns false when a Secret of that name already exists (409 AlreadyExists: upstream
+   *   ignores it, the placeholder is created idempotently).
+   * @throws KubeApiError on any other API failure.
+   */
+  createSecret(secret: NewSecret): Promise<boolean>;
+}
+
 /** Everything one cluster offers. Only the registry and tests hold this. */
-export type KubeClient = KubeReader & StatusWriter & FinalizerWriter & DeployCredentials & ObjectWatcher & LeaseView;
+export type KubeClient = KubeReader &
+  StatusWriter &
+  FinalizerWriter &
+  DeployCredentials &
+  ObjectWatcher &
+  LeaseView &
+  AppWriter;
 
 /** Fetch and template stages: read the App and its referenced Secrets/ConfigMaps, write status. No finalizers, no tokens. */
 export type FetchView = KubeReader & StatusWriter;
 
 /** Deploy stage (and deletion): everything but list/watch. */
 export type DeployView = KubeReader & StatusWriter & FinalizerWriter & DeployCredentials;
+
+/**
+ * The install function (PackageInstall reconcile): read and list (Packages through the
+ * resolver, `../packaging/resolver.ts`), status and finalizers of the PackageInstall, the App
+ * and placeholder Secret writes ({@link AppWriter}) and the server version (the Packages'
+ * `kubernetesVersionSelection`). No tokens, no watch: the App it writes is deployed by the App
+ * pipeline with the App's own ServiceAccount.
+ */
+export type InstallView = KubeReader &
+  StatusWriter &
+  FinalizerWriter &
+  AppWriter &
+  Pick<ObjectWatcher, 'list'> &
+  Pick<DeployCredentials, 'serverVersion'>;
 
 /** The forwarder: read, list and watch; no writes, no tokens. */
 export type WatchView = KubeReader & ObjectWatcher;
@@ -469,6 +539,14 @@ export interface ClusterRegistry {
   deployView(clusterId: string): DeployView;
   /** @throws UnknownClusterError */
   watchView(clusterId: string): WatchView;
+  /**
+   * The install function's view. Optional so that registries of runtimes without an install
+   * function (and test registries) need not offer it; the install function fails its event
+   * when absent.
+   *
+   * @throws UnknownClusterError
+   */
+  installView?(clusterId: string): InstallView;
 }
 
 /** Options of the error classes below. */

@@ -17,13 +17,14 @@ import {
   type ClusterRegistry,
   type DeployView,
   type FetchView,
+  type InstallView,
   type KubeClient,
   type LeaseView,
   UnknownClusterError,
   type WatchView,
 } from './port.js';
 import { ClientNodeRestTransport, ClientNodeWatchTransport } from './transport.js';
-import { deployViewOf, fetchViewOf, leaseViewOf, watchViewOf } from './views.js';
+import { deployViewOf, fetchViewOf, installViewOf, leaseViewOf, watchViewOf } from './views.js';
 
 interface Entry {
   client: KubeClient;
@@ -31,6 +32,7 @@ interface Entry {
   deploy: DeployView;
   watch: WatchView;
   lease: LeaseView;
+  install: InstallView;
 }
 
 /** A {@link ClusterRegistry} over given clients; views are built once per cluster. */
@@ -47,6 +49,7 @@ export class MapClusterRegistry implements ClusterRegistry {
         deploy: deployViewOf(client),
         watch: watchViewOf(client),
         lease: leaseViewOf(client),
+        install: installViewOf(client),
       });
     }
   }
@@ -80,6 +83,11 @@ export class MapClusterRegistry implements ClusterRegistry {
   /** {@inheritDoc ClusterRegistry.watchView} */
   watchView(clusterId: string): WatchView {
     return this.#entry(clusterId).watch;
+  }
+
+  /** {@inheritDoc ClusterRegistry.installView} */
+  installView(clusterId: string): InstallView {
+    return this.#entry(clusterId).install;
   }
 
   /**

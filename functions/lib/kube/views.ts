@@ -7,15 +7,32 @@
  * @module
  */
 
-import type { DeployView, FetchView, KubeClient, KubeConfigMap, KubeSecret, LeaseView, WatchView } from './port.js';
+import type {
+  DeployView,
+  FetchView,
+  InstallView,
+  KubeClient,
+  KubeConfigMap,
+  KubeReader,
+  KubeSecret,
+  LeaseView,
+  WatchView,
+} from './port.js';
 
-/** Read + status write only (fetch and template stages). Pure. */
-export function fetchViewOf(client: KubeClient): FetchView {
-  return Object.freeze({
+/** The four reads every view but the Lease view has, bound to the client. */
+function readsOf(client: KubeClient): KubeReader {
+  return {
     getObject: client.getObject.bind(client),
     getSecret: client.getSecret.bind(client),
     getConfigMap: client.getConfigMap.bind(client),
     getNamespace: client.getNamespace.bind(client),
+  };
+}
+
+/** Read + status write only (fetch and template stages). Pure. */
+export function fetchViewOf(client: KubeClient): FetchView {
+  return Object.freeze({
+    ...readsOf(client),
     updateStatus: client.updateStatus.bind(client),
   });
 }
@@ -57,10 +74,7 @@ export function readingRefsOnce(view: FetchView): FetchView {
 /** Read, status, finalizers and credentials (deploy and delete). No list/watch. Pure. */
 export function deployViewOf(client: KubeClient): DeployView {
   return Object.freeze({
-    getObject: client.getObject.bind(client),
-    getSecret: client.getSecret.bind(client),
-    getConfigMap: client.getConfigMap.bind(client),
-    getNamespace: client.getNamespace.bind(client),
+    ...readsOf(client),
     updateStatus: client.updateStatus.bind(client),
     addFinalizer: client.addFinalizer.bind(client),
     removeFinalizer: client.removeFinalizer.bind(client),
@@ -71,13 +85,29 @@ export function deployViewOf(client: KubeClient): DeployView {
   });
 }
 
+/**
+ * Read, list, PackageInstall status and finalizers, App and placeholder Secret writes, server
+ * version (the install function). No tokens, no watch. Pure.
+ */
+export function installViewOf(client: KubeClient): InstallView {
+  return Object.freeze({
+    ...readsOf(client),
+    list: client.list.bind(client),
+    updateStatus: client.updateStatus.bind(client),
+    addFinalizer: client.addFinalizer.bind(client),
+    removeFinalizer: client.removeFinalizer.bind(client),
+    createApp: client.createApp.bind(client),
+    updateApp: client.updateApp.bind(client),
+    deleteApp: client.deleteApp.bind(client),
+    createSecret: client.createSecret.bind(client),
+    serverVersion: client.serverVersion.bind(client),
+  });
+}
+
 /** Read, list and watch (the forwarder). No writes, no tokens. Pure. */
 export function watchViewOf(client: KubeClient): WatchView {
   return Object.freeze({
-    getObject: client.getObject.bind(client),
-    getSecret: client.getSecret.bind(client),
-    getConfigMap: client.getConfigMap.bind(client),
-    getNamespace: client.getNamespace.bind(client),
+    ...readsOf(client),
     list: client.list.bind(client),
     watch: client.watch.bind(client),
   });

@@ -12,7 +12,7 @@ import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import type { Logger } from '../log.js';
 import { type SecretMask, SecretMask as SecretMaskImpl } from '../reconcile/secret-mask.js';
-import type { TimerConfig } from '../reconcile/timer.js';
+import type { ControllerSyncConfig } from '../reconcile/timer.js';
 import type { ObjectStore } from '../store/port.js';
 
 /** Runtime configuration of the pipeline (kapp-controller's flags and `kapp-controller-config`). */
@@ -26,8 +26,22 @@ export interface PipelineConfig {
   kappDeployRawOptions?: string[];
   /** `dangerousSkipTLSVerify` of `kapp-controller-config`: comma-separated hosts. */
   dangerousSkipTLSVerify?: string;
-  /** Sync period defaults (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`). */
-  timer?: TimerConfig;
+  /**
+   * Sync period defaults (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`, and
+   * `packageInstallDefaultSyncPeriod` for the Apps PackageInstalls generate: 10m when unset).
+   */
+  timer?: ControllerSyncConfig;
+  /**
+   * The packaging global namespace whose Packages every namespace sees (upstream
+   * `-packaging-global-namespace`). Default `kapp-controller-packaging-global`.
+   */
+  packagingGlobalNamespace?: string;
+  /**
+   * The kapp-controller version Packages' `kappControllerVersionSelection` is checked against.
+   * Default `COMPATIBLE_KAPP_CONTROLLER_VERSION` (`../packaging/select.ts`, 0.53.1: the upstream
+   * release kapp-lambda mirrors).
+   */
+  kappControllerCompatibleVersion?: string;
   /**
    * Versions of the tools, keyed by binary (`ytt`, `kbld`, `helm`, `cue`, `sops`, `vendir`,
    * `kapp`); part of the render-cache key so a tool upgrade re-renders.

@@ -12,6 +12,7 @@ import { SecretMask } from '../reconcile/secret-mask.js';
 import { runDelete, runDeploy } from './deploy.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { type IndexRepoDeps, runIndexRepo } from './index-repo.js';
+import { runInstall } from './install.js';
 import { handleAppEvent } from './reconcile.js';
 import { endRunAfterRetries } from './retry-bound.js';
 import { type ClusterInfoSource, runTemplate } from './template.js';
@@ -42,6 +43,10 @@ export async function dispatchEvent(event: KappEvent, deps: DispatchDeps): Promi
     case EVENT_TYPES.object:
       if (event.data.kind === 'PackageRepository') {
         await runIndexRepo(event, deps);
+        return undefined;
+      }
+      if (event.data.kind === 'PackageInstall') {
+        await runInstall(event, deps);
         return undefined;
       }
       if (event.data.kind !== 'App') {

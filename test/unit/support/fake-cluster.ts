@@ -10,7 +10,9 @@
  * - **stateful** (`new FakeCluster()` + {@link FakeCluster.put}): holds objects, Secrets and
  *   Namespaces; a status write checks its uid and resourceVersion preconditions as the API
  *   server does (`GoneError`, `ConflictError`), replaces `.status` and bumps the
- *   resourceVersion. For the stage tables.
+ *   resourceVersion. For the stage tables. It also serves as an install view: `list`, App
+ *   create/update/delete (generation bumped on a spec change, a delete of an object with
+ *   finalizers only sets `deletionTimestamp`) and Secret creation (AlreadyExists ignored).
  */
 import {
   type ApiServerInfo,
@@ -18,10 +20,14 @@ import {
   type DeployView,
   type FinalizerResult,
   GoneError,
+  type InstallView,
   type KubeConfigMap,
   type KubeNamespace,
   type KubeObject,
   type KubeSecret,
+  type ListResult,
+  type NewSecret,
+  type ResourceKind,
   type ResourceRef,
   type ServiceAccountToken,
   type WritePrecondition,
@@ -37,7 +43,7 @@ const keyOf = (ref: Pick<ResourceRef, 'kind' | 'namespace' | 'name'>) =>
   `${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
 
 /** A fake cluster at the port; see the module comment for its two modes. */
-export class FakeCluster implements DeployView {
+export class FakeCluster implements DeployView, InstallView {
   /** Every object read (`['get', name]`) and status write (`['update', name, precondition, status]`), in order. */
   readonly calls: Array<[string, ...unknown[]]> = [];
   /** Stateful mode: the objects, keyed `kind/namespace/name`. */
@@ -140,6 +146,65 @@ export class FakeCluster implements DeployView {
     obj.metadata.finalizers = obj.metadata.finalizers.filter((f) => f !== finalizer);
     obj.metadata.resourceVersion = String(Number(obj.metadata.resourceVersion) + 1);
     return { changed: true, resourceVersion: obj.metadata.resourceVersion };
+  }
+
+  async list<T extends KubeObject>(kind: ResourceKind, opts: { namespace?: string }): Promise<ListResult<T>> {
+    const items = [...this.objects.values()].filter(
+      (o) =>
+        o.kind === kind.kind &&
+        o.apiVersion === kind.apiVersion &&
+        (opts.namespace === undefined || o.metadata.namespace === opts.namespace),
+    );
+    return { items: structuredClone(items) as T[], resourceVersion: '1', continue: undefined };
+  }
+
+  async createApp<T extends KubeObject>(app: T): Promise<T> {
+    this.calls.push(['createApp', app.metadata.name]);
+    if (this.objects.has(keyOf({ ...app.metadata, kind: 'App' }))) {
+      throw new ConflictError(`apps "${app.metadata.name}" already exists`, { reason: 'AlreadyExists' });
+    }
+    const stored = structuredClone(app);
+    stored.metadata = { ...stored.metadata, uid: `uid-${app.metadata.name}-app`, resourceVersion: '1', generation: 1 };
+    this.put(stored);
+    return structuredClone(stored);
+  }
+
+  async updateApp<T extends KubeObject>(app: T): Promise<T> {
+    this.calls.push(['updateApp', app.metadata.name]);
+    const cur = this.objects.get(keyOf({ ...app.metadata, kind: 'App' }));
+    if (!cur) throw new GoneError(`apps "${app.metadata.name}" not found`);
+    if (cur.metadata.resourceVersion !== app.metadata.resourceVersion) throw new ConflictError('409 conflict');
+    const specChanged = JSON.stringify(cur.spec) !== JSON.stringify(app.spec);
+    const next: KubeObject = { ...structuredClone(app), status: cur.status };
+    next.metadata = {
+      ...next.metadata,
+      resourceVersion: String(Number(cur.metadata.resourceVersion) + 1),
+      generation: (cur.metadata.generation ?? 1) + (specChanged ? 1 : 0),
+    };
+    this.put(next);
+    return structuredClone(next) as T;
+  }
+
+  async deleteApp(namespace: string, name: string, opts: { uid?: string } = {}): Promise<boolean> {
+    this.calls.push(['deleteApp', name]);
+    const key = keyOf({ kind: 'App', namespace, name });
+    const cur = this.objects.get(key);
+    if (!cur || (opts.uid && cur.metadata.uid !== opts.uid)) return false;
+    if (cur.metadata.finalizers?.length) cur.metadata.deletionTimestamp = '2025-01-01T00:00:00Z';
+    else this.objects.delete(key);
+    return true;
+  }
+
+  async createSecret(secret: NewSecret): Promise<boolean> {
+    this.calls.push(['createSecret', secret.metadata.name]);
+    const key = `${secret.metadata.namespace}/${secret.metadata.name}`;
+    if (this.secrets.has(key)) return false;
+    this.secrets.set(key, {
+      metadata: { ...secret.metadata, uid: `uid-${secret.metadata.name}`, resourceVersion: '1' },
+      type: secret.type,
+      data: secret.data,
+    } as KubeSecret);
+    return true;
   }
 
   async serviceAccountToken(): Promise<ServiceAccountToken> {

@@ -54,7 +54,11 @@ export function stageDeps(kube: unknown, opts: StageDepsOptions) {
   const log = memoryLogger();
   const store = opts.store ?? new MemoryStore();
   const deps: DispatchDeps = {
-    clusters: { fetchView: () => kube, deployView: () => kube } as unknown as DispatchDeps['clusters'],
+    clusters: {
+      fetchView: () => kube,
+      deployView: () => kube,
+      installView: () => kube,
+    } as unknown as DispatchDeps['clusters'],
     store,
     runner: opts.runner,
     now: () => new Date(opts.now ?? '2025-01-01T00:00:00Z'),

@@ -1,0 +1,374 @@
+/**
+ * The install function (kapp-controller `pkg/packageinstall/packageinstall.go`, reference §2.3,
+ * §3.9, §3.11): one invocation reconciles one PackageInstall. It selects the Package, writes the
+ * App generated from it, and mirrors that App's status; the App then flows through the App
+ * pipeline (fetch → template → deploy) unchanged, and every change of it brings the
+ * PackageInstall back here (the forwarder's `controlledBy`, `events/forwarder/kinds.ts`).
+ *
+ * Main flow (§3.11.1): deletion first; the finalizer; `observedGeneration` and `Reconciling`;
+ * `spec.values[].secretRef` validated; the Package selected (`../packaging/select.ts`);
+ * `status.version`; the downgrade guard; `status.lastAttemptedVersion`; then the App is created
+ * (with its placeholder Secrets) or updated, and its status mirrored (§3.11.5). The status is
+ * written once, at the end, as upstream's deferred `updateStatus`.
+ *
+ * Errors: a user error (selection, validation, an App owned by another controller, an App the
+ * API server refuses with 4xx) ends the run with `ReconcileFailed <err>` and friendly text
+ * `Reconcile failed: <first line, 80 chars>...`; an infrastructure error (5xx, conflict,
+ * network) is written the same way and thrown, so the transport retries the event (upstream:
+ * `Requeue` with the controller's backoff).
+ *
+ * Deletion (§3.9): the App of the same name is updated with the PackageInstall's
+ * `serviceAccountName`, `cluster`, `noopDelete`, `paused`, `canceled` and `defaultNamespace`
+ * (so a fixed ServiceAccount reaches it), then deleted; its `Deleting` / `DeleteFailed` is
+ * mirrored; once it is gone the finalizer is removed.
+ *
+ * @module
+ */
+import type { ObjectEvent, ObjectRef } from '../../../events/schema.js';
+import type { Condition } from '../api/common.js';
+import { Annotation, Finalizer } from '../api/constants.js';
+import type { Package } from '../api/datapackaging.js';
+import type { PackageInstall, PackageInstallStatus } from '../api/packaging.js';
+import { parsePackageInstall } from '../api/parse.js';
+import {
+  ConflictError,
+  GoneError,
+  type InstallView,
+  KubeApiError,
+  PACKAGING_API_VERSION,
+  type ResourceRef,
+} from '../kube/port.js';
+import { writeStatus } from '../kube/status-write.js';
+import {
+  newApp,
+  placeholderSecrets,
+  type RawApp,
+  sameApp,
+  withPlaceholderSecrets,
+} from '../packaging/app-from-package.js';
+import { selectPackage } from '../packaging/select.js';
+import { compareVersions } from '../packaging/versions.js';
+import { GENERIC_ERROR_DETAIL, KappControllerError } from '../reconcile/result.js';
+import { FRIENDLY } from '../reconcile/status.js';
+import { appRef, objectKey, stageTimer } from './common.js';
+import type { PipelineDeps } from './deps.js';
+
+/** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
+const APP_WRITE_ATTEMPTS = 5;
+
+/** The Kubernetes reference of the PackageInstall an event refers to. */
+export function packageInstallRef(ref: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef {
+  return { apiVersion: PACKAGING_API_VERSION, kind: 'PackageInstall', namespace: ref.namespace, name: ref.name };
+}
+
+/** The install view of a cluster. @throws Error when the registry offers none (a runtime without the install function). */
+function installView(deps: PipelineDeps, clusterId: string): InstallView {
+  if (!deps.clusters.installView)
+    throw new Error('this runtime has no install view (PackageInstall events unsupported)');
+  return deps.clusters.installView(clusterId);
+}
+
+/**
+ * `friendlyErrMsg` (`pkg/reconciler/status.go`): the first line; longer than 80 characters:
+ * its first 80 and `...`; more lines: the first line and `...`.
+ */
+export function friendlyErrMsg(msg: string): string {
+  const [first = '', ...rest] = msg.split('\n');
+  if (first.length > 80) return `${first.slice(0, 80)}...`;
+  return rest.length > 0 ? `${first}...` : first;
+}
+
+const condition = (type: Condition['type'], message?: string): Condition =>
+  message === undefined ? { type, status: 'True' } : { type, status: 'True', message };
+
+/** `SetReconciling` (observedGeneration, `[Reconciling]`) with usefulErrorMessage cleared (§3.11.1). */
+export function pkgiReconciling(cur: PackageInstallStatus | undefined, generation: number): PackageInstallStatus {
+  const { usefulErrorMessage: _cleared, ...rest } = cur ?? {};
+  return {
+    ...rest,
+    observedGeneration: generation,
+    conditions: [condition('Reconciling')],
+    friendlyDescription: FRIENDLY.reconciling,
+  };
+}
+
+/** `SetReconcileCompleted(err)`: `[ReconcileSucceeded]`, or `[ReconcileFailed err]` with the friendly first line. */
+export function pkgiCompleted(s: PackageInstallStatus, err?: string): PackageInstallStatus {
+  if (err === undefined) {
+    const { usefulErrorMessage: _cleared, ...rest } = s;
+    return { ...rest, conditions: [condition('ReconcileSucceeded')], friendlyDescription: FRIENDLY.reconcileSucceeded };
+  }
+  return {
+    ...s,
+    conditions: [condition('ReconcileFailed', err)],
+    friendlyDescription: friendlyErrMsg(`Reconcile failed: ${err}`),
+  };
+}
+
+/** `SetDeleting`: observedGeneration, `[Deleting]`, friendly `Deleting`. */
+function pkgiDeleting(cur: PackageInstallStatus | undefined, generation: number): PackageInstallStatus {
+  return {
+    ...cur,
+    observedGeneration: generation,
+    conditions: [condition('Deleting')],
+    friendlyDescription: FRIENDLY.deleting,
+  };
+}
+
+/** `SetDeleteCompleted(err)` with the App's usefulErrorMessage. */
+function pkgiDeleteFailed(s: PackageInstallStatus, useful: string | undefined): PackageInstallStatus {
+  return {
+    ...s,
+    conditions: [condition('DeleteFailed', GENERIC_ERROR_DETAIL)],
+    friendlyDescription: friendlyErrMsg(`Delete failed: ${GENERIC_ERROR_DETAIL}`),
+    ...(useful ? { usefulErrorMessage: useful } : {}),
+  };
+}
+
+/** The downgrade guard's usefulErrorMessage (`packageinstall.go`), verbatim. */
+export function downgradeMessage(version: string, lastAttempted: string): string {
+  return (
+    `Stopped installing matched version '${version}' since last attempted version '${lastAttempted}' is higher.\n` +
+    `hint: Add annotation ${Annotation.Downgradable}: "" to PackageInstall to proceed with downgrade`
+  );
+}
+
+/** The App's conditions, by type. */
+function hasCondition(app: RawApp, type: string): boolean {
+  const conditions = (app.status as { conditions?: Condition[] } | undefined)?.conditions ?? [];
+  return conditions.some((c) => c.type === type && c.status === 'True');
+}
+
+/**
+ * The PackageInstall status mirrored from its App (§3.11.5): a spec not yet observed or
+ * `Reconciling` → `[Reconciling]`; `ReconcileSucceeded` → succeeded; `ReconcileFailed` →
+ * `[ReconcileFailed "Error (see .status.usefulErrorMessage for details)"]` with the App's
+ * usefulErrorMessage; anything else (a new App without status) leaves `[Reconciling]`.
+ */
+export function mirrorAppStatus(s: PackageInstallStatus, app: RawApp): PackageInstallStatus {
+  const status = app.status as { observedGeneration?: number; usefulErrorMessage?: string } | undefined;
+  if ((app.metadata.generation ?? 0) !== (status?.observedGeneration ?? 0)) return s;
+  if (hasCondition(app, 'Reconciling')) return s;
+  if (hasCondition(app, 'ReconcileSucceeded')) return pkgiCompleted(s);
+  if (hasCondition(app, 'ReconcileFailed')) {
+    return pkgiCompleted(
+      { ...s, ...(status?.usefulErrorMessage ? { usefulErrorMessage: status.usefulErrorMessage } : {}) },
+      GENERIC_ERROR_DETAIL,
+    );
+  }
+  return s;
+}
+
+/** True for an error the user must fix (no retry): selection, validation, a 4xx other than 409/429. */
+function isUserError(err: unknown): boolean {
+  if (err instanceof KappControllerError) return true;
+  if (err instanceof KubeApiError && !(err instanceof GoneError)) {
+    const code = err.statusCode ?? 0;
+    return code >= 400 && code < 500 && code !== 409 && code !== 429;
+  }
+  return false;
+}
+
+/** The `error` text of a thrown error. */
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * Handles an object event for a PackageInstall (the install function's entry point). Everything
+ * happens in this one invocation; nothing is handed on.
+ *
+ * @throws KubeApiError on infrastructure failures, after writing `ReconcileFailed` when it
+ *   could: the transport retries the event.
+ */
+export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promise<void> {
+  const ev = event.data;
+  const kube = installView(deps, ev.clusterId);
+  const ref = packageInstallRef(ev);
+  const done = stageTimer(deps, 'install', objectKey(ev), ev.generation);
+  const raw = await kube.getObject(ref);
+  if (!raw) {
+    done('gone');
+    return;
+  }
+  const meta = raw.metadata;
+  const generation = meta.generation ?? 0;
+  const fence = { uid: meta.uid, generation };
+  const write = (mutate: (cur: PackageInstallStatus | undefined) => PackageInstallStatus) =>
+    writeStatus<PackageInstallStatus>(kube, ref, fence, mutate);
+  const parsed = parsePackageInstall(raw);
+  if (!parsed.success) {
+    // Accepted by the API server but not by our schema (an older CRD): a failed reconcile in status.
+    await write((cur) => pkgiCompleted(pkgiReconciling(cur, generation), parsed.error.message));
+    done('failed', { error: parsed.error.message });
+    return;
+  }
+  const pkgi = parsed.data;
+  if (meta.deletionTimestamp) {
+    await deleteInstall(kube, ref, pkgi, fence, done);
+    return;
+  }
+  try {
+    await kube.addFinalizer(ref, Finalizer.PackageInstall, { uid: meta.uid });
+  } catch (err) {
+    if (err instanceof GoneError) {
+      done('gone');
+      return;
+    }
+    throw err;
+  }
+  let outcome: 'succeeded' | 'failed' = 'succeeded';
+  let error: string | undefined;
+  let thrown: unknown;
+  // Kept up to date by the reconcile: `version` is reported even when a later step fails.
+  const run = { status: pkgiReconciling(pkgi.status, generation) };
+  try {
+    await reconcileInstall(kube, pkgi, run, deps);
+    const first = run.status.conditions?.[0];
+    if (first?.type === 'ReconcileFailed') {
+      outcome = 'failed';
+      error = first.message;
+    }
+  } catch (err) {
+    outcome = 'failed';
+    error = messageOf(err);
+    run.status = pkgiCompleted(run.status, error);
+    if (!isUserError(err)) thrown = err;
+  }
+  const final = run.status;
+  const w = await write(() => final);
+  done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : outcome, error ? { error } : {});
+  if (thrown) throw thrown;
+}
+
+/**
+ * The reconcile proper, from `[Reconciling]` to the status to write (§3.11.1), kept in
+ * `run.status` as it goes.
+ *
+ * @throws PackageSelectionError, KappControllerError, AlreadyOwnedError (user errors) and
+ *   KubeApiError.
+ */
+async function reconcileInstall(
+  kube: InstallView,
+  pkgi: PackageInstall,
+  run: { status: PackageInstallStatus },
+  deps: PipelineDeps,
+): Promise<void> {
+  (pkgi.spec.values ?? []).forEach((v, i) => {
+    if (!v.secretRef) throw new KappControllerError(`Invalid fields: spec.values[${i}].secretRef: Required value`);
+  });
+  const pkg = await selectPackage(kube, pkgi, {
+    ...(deps.config.packagingGlobalNamespace ? { globalNamespace: deps.config.packagingGlobalNamespace } : {}),
+    kubernetesVersion: () => kube.serverVersion(),
+    ...(deps.config.kappControllerCompatibleVersion
+      ? { kappControllerVersion: deps.config.kappControllerCompatibleVersion }
+      : {}),
+  });
+  const version = pkg.spec.version ?? '';
+  run.status = { ...run.status, version };
+  const last = pkgi.status?.lastAttemptedVersion;
+  const downgradable = pkgi.metadata.annotations?.[Annotation.Downgradable] !== undefined;
+  if (!downgradable && last && isLower(version, last)) {
+    // No requeue upstream: the user adds the annotation or changes the constraints.
+    run.status = pkgiCompleted(
+      { ...run.status, usefulErrorMessage: downgradeMessage(version, last) },
+      GENERIC_ERROR_DETAIL,
+    );
+    return;
+  }
+  run.status = { ...run.status, lastAttemptedVersion: version };
+  const aref = appRef({ namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' });
+  for (const secret of placeholderSecrets(pkgi, pkg)) await kube.createSecret(secret);
+  const pkgWithSecrets: Package = withPlaceholderSecrets(pkgi, pkg);
+  const opts = { defaultSyncPeriodMs: deps.config.timer?.packageInstallDefaultSyncPeriodMs };
+  // The App pipeline writes the App's status and finalizer meanwhile, each a new
+  // resourceVersion: a conflicting write is computed again from a fresh read, as finalizer
+  // changes are, instead of failing the PackageInstall for a moment.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const existing = await kube.getObject<RawApp>(aref);
+      if (!existing) {
+        // The new App has no status yet: the PackageInstall stays `Reconciling` until it has one.
+        await kube.createApp(newApp(undefined, pkgi, pkgWithSecrets, opts));
+        return;
+      }
+      const desired = newApp(existing, pkgi, pkgWithSecrets, opts);
+      const current = sameApp(desired, existing) ? existing : await kube.updateApp(withoutStatus(desired));
+      run.status = mirrorAppStatus(run.status, current);
+      return;
+    } catch (err) {
+      if (!(err instanceof ConflictError) || attempt >= APP_WRITE_ATTEMPTS) throw err;
+    }
+  }
+}
+
+/** `version < last` by carvel semver; a version that does not parse is a user error (as upstream's `NewSemver`). */
+function isLower(version: string, last: string): boolean {
+  try {
+    return compareVersions(version, last) < 0;
+  } catch (err) {
+    throw new KappControllerError(messageOf(err), { cause: err });
+  }
+}
+
+/** An App to PUT: the status subresource is not written through the main resource. */
+function withoutStatus(app: RawApp): RawApp {
+  const { status: _status, ...rest } = app;
+  return rest as RawApp;
+}
+
+/** The PackageInstall fields copied onto its App before deleting it (`reconcileDelete`). */
+const DELETE_PROPAGATED = [
+  'serviceAccountName',
+  'cluster',
+  'noopDelete',
+  'paused',
+  'canceled',
+  'defaultNamespace',
+] as const;
+
+/**
+ * The delete path (§3.9): the App first, then the finalizer.
+ *
+ * @throws KubeApiError on infrastructure failures (retried).
+ */
+async function deleteInstall(
+  kube: InstallView,
+  ref: ResourceRef,
+  pkgi: PackageInstall,
+  fence: { uid: string; generation: number },
+  done: ReturnType<typeof stageTimer>,
+): Promise<void> {
+  if (!pkgi.metadata.finalizers?.includes(Finalizer.PackageInstall)) {
+    done('gone');
+    return;
+  }
+  const aref = appRef({ namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' });
+  const app = await kube.getObject<RawApp>(aref);
+  if (!app) {
+    await kube.removeFinalizer(ref, Finalizer.PackageInstall, { uid: fence.uid });
+    done('deleted');
+    return;
+  }
+  let current = app;
+  const spec = { ...(app.spec ?? {}) } as Record<string, unknown>;
+  let changed = false;
+  for (const key of DELETE_PROPAGATED) {
+    const value = pkgi.spec[key];
+    if (JSON.stringify(spec[key]) === JSON.stringify(value)) continue;
+    changed = true;
+    if (value === undefined) delete spec[key];
+    else spec[key] = value;
+  }
+  if (changed) current = await kube.updateApp(withoutStatus({ ...app, spec }));
+  let status: (cur: PackageInstallStatus | undefined) => PackageInstallStatus = (cur) =>
+    pkgiDeleting(cur, fence.generation);
+  if (!current.metadata.deletionTimestamp) {
+    await kube.deleteApp(aref.namespace ?? '', aref.name, { uid: current.metadata.uid });
+  } else if (hasCondition(current, 'DeleteFailed')) {
+    const useful = (current.status as { usefulErrorMessage?: string } | undefined)?.usefulErrorMessage;
+    status = (cur) => pkgiDeleteFailed(pkgiDeleting(cur, fence.generation), useful);
+  }
+  const w = await writeStatus<PackageInstallStatus>(kube, ref, fence, status);
+  done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'deleted');
+}

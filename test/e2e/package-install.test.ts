@@ -1,0 +1,281 @@
+/**
+ * e2e: PackageInstall through the install function and the App pipeline on the shared control
+ * plane with the real tools (reference §2.3, §3.9, §3.11): an inline PackageRepository provides
+ * two versions of a small package (one ytt ConfigMap); a PackageInstall with constraints gets
+ * the highest matching version as an App (same name, provenance annotations, controller
+ * ownerReference), its values Secret reaches the first template step, its status mirrors the
+ * App's (upstream `packageinstall_test.go` shape), the downgrade guard stops a lower version
+ * with upstream's message, and deleting it removes the App (and what the App deployed) first,
+ * then the PackageInstall.
+ */
+import { describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { Finalizer } from '../../functions/lib/api/index.js';
+import { tenantManifests } from '../harness/kube.js';
+import { apply, getObject, k, SA, SEE_USEFUL, suffix, useE2ERuntime, waitFor } from './support.js';
+
+const id = suffix();
+const NS = `e2e-pkgi-${id}`;
+const REF_NAME = 'greeter.e2e.carvel.dev';
+const PKGI = 'packageinstalls.packaging.carvel.dev';
+const PKGR = 'packagerepositories.packaging.carvel.dev';
+const PKG = 'packages.data.packaging.carvel.dev';
+const APPS = 'apps.kappctrl.k14s.io';
+
+/** The App as this file reads it: with its annotations and owner references. */
+interface GeneratedApp {
+  metadata: { annotations?: Record<string, string>; ownerReferences?: unknown[] };
+  spec: Record<string, unknown>;
+}
+
+interface PkgiObject {
+  metadata: { name: string; generation: number; finalizers?: string[]; uid: string };
+  status?: Record<string, unknown>;
+}
+
+/** A Package of `version`: an inline ytt ConfigMap (`name`, default `greeting`) with `greeting` and `version`. */
+function packageDoc(version: string): object {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'Package',
+    metadata: { name: `${REF_NAME}.${version}` },
+    spec: {
+      refName: REF_NAME,
+      version,
+      template: {
+        spec: {
+          fetch: [
+            {
+              inline: {
+                paths: {
+                  'config.yml': [
+                    '#@ load("@ytt:data", "data")',
+                    'apiVersion: v1',
+                    'kind: ConfigMap',
+                    'metadata:',
+                    '  name: #@ data.values.name',
+                    'data:',
+                    '  greeting: #@ data.values.greeting',
+                    `  version: "${version}"`,
+                  ].join('\n'),
+                  'values.yml': '#@data/values\n---\nname: greeting\ngreeting: default\n',
+                },
+              },
+            },
+          ],
+          template: [{ ytt: {} }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+    },
+  };
+}
+
+function repository(name: string): object {
+  const paths: Record<string, string> = {
+    [`packages/${REF_NAME}/metadata.yml`]: stringify({
+      apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+      kind: 'PackageMetadata',
+      metadata: { name: REF_NAME },
+      spec: { displayName: 'Greeter' },
+    }),
+  };
+  for (const v of ['1.0.0', '2.0.0']) paths[`packages/${REF_NAME}/${v}.yml`] = stringify(packageDoc(v));
+  return {
+    apiVersion: 'packaging.carvel.dev/v1alpha1',
+    kind: 'PackageRepository',
+    metadata: { name, namespace: NS },
+    spec: { fetch: { inline: { paths } } },
+  };
+}
+
+function packageInstall(name: string, constraints: string, serviceAccountName = SA): object {
+  return {
+    apiVersion: 'packaging.carvel.dev/v1alpha1',
+    kind: 'PackageInstall',
+    metadata: { name, namespace: NS },
+    spec: {
+      serviceAccountName,
+      packageRef: { refName: REF_NAME, versionSelection: { constraints } },
+      values: [{ secretRef: { name: `${name}-values` } }],
+    },
+  };
+}
+
+const rt = useE2ERuntime([NS]);
+
+async function waitPkgi(name: string, what: string, pred: (p: PkgiObject) => boolean): Promise<PkgiObject> {
+  let last: PkgiObject | undefined;
+  return await waitFor(
+    `PackageInstall ${NS}/${name}: ${what}`,
+    async () => {
+      last = await getObject<PkgiObject>(PKGI, NS, name);
+      return last && pred(last) ? last : undefined;
+    },
+    {
+      timeoutMs: 120_000,
+      intervalMs: 500,
+      describe: () =>
+        `last: ${JSON.stringify(last ?? null, null, 1)}\nlog: ${rt.records
+          .filter((r) => typeof r.obj.object === 'string' && r.obj.object.includes(`/${NS}/`))
+          .slice(-20)
+          .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
+          .join('\n')}`,
+    },
+  );
+}
+
+/** The values Secret `<name>-values` of a PackageInstall. */
+function valuesSecret(name: string, values: string): object {
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: `${name}-values`, namespace: NS },
+    stringData: { 'values.yml': values },
+  };
+}
+
+/** Waits until the PackageInstall and its App are both gone (the App first: its finalizer holds the PackageInstall). */
+async function waitBothGone(name: string): Promise<void> {
+  await waitFor(
+    `App and PackageInstall ${NS}/${name} gone`,
+    async () => {
+      const [a, p] = await Promise.all([getObject(APPS, NS, name), getObject(PKGI, NS, name)]);
+      return !a && !p ? true : undefined;
+    },
+    { timeoutMs: 120_000, intervalMs: 1000 },
+  );
+}
+
+const conditionOf = (p: PkgiObject) => (p.status?.conditions as Array<{ type: string }> | undefined)?.[0]?.type;
+
+describe('PackageInstall (install function, App pipeline, real tools)', () => {
+  it('installs the highest matching version with values, guards downgrades, deletes App first', async () => {
+    const name = `greeter-${id}`;
+    await apply(repository(`repo-${id}`));
+    // The Packages must exist first: nothing re-runs a PackageInstall when a repository is indexed (issue 10 item 4).
+    await waitFor(
+      'both Packages indexed',
+      async () => {
+        const r = await k(['get', PKG, '-n', NS, '-o', 'name']);
+        return r.stdout.trim().split('\n').filter(Boolean).length === 2 ? true : undefined;
+      },
+      {
+        timeoutMs: 120_000,
+        intervalMs: 1000,
+        describe: async () => JSON.stringify(await getObject(PKGR, NS, `repo-${id}`)),
+      },
+    );
+    await apply(valuesSecret(name, 'greeting: from-secret\n'), packageInstall(name, '>=1.0.0'));
+
+    const installed = await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
+    // Upstream packageinstall_test.go's expected status, exactly.
+    expect(installed.status).toEqual({
+      conditions: [{ type: 'ReconcileSucceeded', status: 'True' }],
+      observedGeneration: 1,
+      friendlyDescription: 'Reconcile succeeded',
+      version: '2.0.0',
+      lastAttemptedVersion: '2.0.0',
+    });
+    expect(installed.metadata.finalizers).toContain(Finalizer.PackageInstall);
+
+    const app = (await getObject<GeneratedApp>(APPS, NS, name))!;
+    expect(app.metadata.annotations).toMatchObject({
+      'packaging.carvel.dev/package-ref-name': REF_NAME,
+      'packaging.carvel.dev/package-version': '2.0.0',
+    });
+    expect(app.metadata.ownerReferences).toEqual([
+      {
+        apiVersion: 'packaging.carvel.dev/v1alpha1',
+        kind: 'PackageInstall',
+        name,
+        uid: installed.metadata.uid,
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ]);
+    expect(app.spec).toMatchObject({
+      serviceAccountName: SA,
+      syncPeriod: '10m0s',
+      template: [{ ytt: { valuesFrom: [{ secretRef: { name: `${name}-values` } }] } }],
+    });
+    const cm = await getObject<{ data: Record<string, string> }>('configmap', NS, 'greeting');
+    expect(cm?.data).toEqual({ greeting: 'from-secret', version: '2.0.0' });
+
+    // The downgrade guard: status.version is the selected 1.0.0, nothing is written to the App.
+    await k([
+      'patch',
+      PKGI,
+      name,
+      '-n',
+      NS,
+      '--type=merge',
+      '-p',
+      '{"spec":{"packageRef":{"versionSelection":{"constraints":"1.0.0"}}}}',
+    ]);
+    const guarded = await waitPkgi(
+      name,
+      'downgrade refused',
+      (p) => p.status?.observedGeneration === 2 && conditionOf(p) === 'ReconcileFailed',
+    );
+    expect(guarded.status).toEqual({
+      conditions: [{ type: 'ReconcileFailed', status: 'True', message: SEE_USEFUL }],
+      observedGeneration: 2,
+      friendlyDescription: `Reconcile failed: ${SEE_USEFUL}`,
+      usefulErrorMessage:
+        "Stopped installing matched version '1.0.0' since last attempted version '2.0.0' is higher.\n" +
+        'hint: Add annotation packaging.carvel.dev/downgradable: "" to PackageInstall to proceed with downgrade',
+      version: '1.0.0',
+      lastAttemptedVersion: '2.0.0',
+    });
+    expect((await getObject<GeneratedApp>(APPS, NS, name))?.metadata.annotations).toMatchObject({
+      'packaging.carvel.dev/package-version': '2.0.0',
+    });
+
+    // Deletion: the App goes first (kapp delete removes the ConfigMap), then the PackageInstall.
+    await k(['delete', PKGI, name, '-n', NS, '--wait=false']);
+    await waitBothGone(name);
+    expect(await getObject('configmap', NS, 'greeting')).toBeUndefined();
+    const runs = rt.records.filter(
+      (r) => r.msg === 'stage run' && String(r.obj.object).endsWith(`/PackageInstall/${NS}/${name}`),
+    );
+    expect(runs.map((r) => r.obj.outcome)).toContain('deleted');
+  });
+
+  it('a failing App delete shows Delete failed on the PackageInstall and recovers when the ServiceAccount is back', async () => {
+    const name = `fragile-${id}`;
+    const sa = `fragile-sa-${id}`;
+    await waitFor(
+      'Packages indexed',
+      async () => ((await getObject(PKG, NS, `${REF_NAME}.1.0.0`)) ? true : undefined),
+      {
+        timeoutMs: 120_000,
+        intervalMs: 1000,
+      },
+    );
+    await apply(
+      ...tenantManifests(NS, sa).slice(1),
+      valuesSecret(name, 'name: fragile\n'),
+      packageInstall(name, '1.0.0', sa),
+    );
+    await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
+    expect((await getObject<{ data: Record<string, string> }>('configmap', NS, 'fragile'))?.data).toEqual({
+      greeting: 'default',
+      version: '1.0.0',
+    });
+
+    await k(['delete', 'serviceaccount', sa, '-n', NS]);
+    await k(['delete', PKGI, name, '-n', NS, '--wait=false']);
+    const blocked = await waitPkgi(name, 'DeleteFailed', (p) => conditionOf(p) === 'DeleteFailed');
+    expect(blocked.status).toMatchObject({
+      conditions: [{ type: 'DeleteFailed', status: 'True', message: SEE_USEFUL }],
+      friendlyDescription: `Delete failed: ${SEE_USEFUL}`,
+    });
+    expect(blocked.status?.usefulErrorMessage).toContain(sa);
+    expect(await getObject(APPS, NS, name)).toBeDefined();
+
+    await apply(tenantManifests(NS, sa)[1]!);
+    await waitBothGone(name);
+    expect(await getObject('configmap', NS, 'fragile')).toBeUndefined();
+  });
+});
