@@ -6,7 +6,8 @@
  *
  * Scenarios (all by default, in this order): `bundles`, `latency`, `throughput`,
  * `kapp-controller` (latency and throughput against upstream, with ratios ours/theirs when
- * ours ran in the same run), `resync`, `dedup`, `forwarder-memory`.
+ * ours ran in the same run), `resync`, `dedup`, `repositories` (inline PackageRepositories of
+ * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `forwarder-memory`.
  *
  * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
  * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
@@ -14,6 +15,7 @@
  * say so in `config`.
  */
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -40,12 +42,23 @@ import {
   reportLatencyOurs,
   type TheirLatency,
 } from './scenarios/latency.js';
+import { repositoriesScenario } from './scenarios/repositories.js';
 import { resyncOurs } from './scenarios/resync.js';
 import { type ThroughputRun, throughputOurs, throughputTheirs } from './scenarios/throughput.js';
 
-const ALL = ['bundles', 'latency', 'throughput', 'kapp-controller', 'resync', 'dedup', 'forwarder-memory'] as const;
+const ALL = [
+  'bundles',
+  'latency',
+  'throughput',
+  'kapp-controller',
+  'resync',
+  'dedup',
+  'repositories',
+  'forwarder-memory',
+] as const;
 type Scenario = (typeof ALL)[number];
-const NEEDS_CLUSTER: readonly Scenario[] = ['latency', 'throughput', 'kapp-controller', 'resync', 'dedup'];
+/** Every scenario but these two starts from cluster A (forwarder-memory starts its own). */
+const NEEDS_CLUSTER: readonly Scenario[] = ALL.filter((s) => s !== 'bundles' && s !== 'forwarder-memory');
 
 const args = process.argv.slice(2).filter((a) => a !== '--');
 const unknown = args.filter((a) => !(ALL as readonly string[]).includes(a));
@@ -63,6 +76,16 @@ const started = Date.now();
 const say = (m: string) => process.stderr.write(`[bench +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
 const gib = Math.round(os.totalmem() / 2 ** 30);
 const machine = process.env.BENCH_MACHINE ?? `${os.cpus().length}cpu-${gib}gib`;
+
+/** `/proc/loadavg` as read (1-, 5-, 15-minute load, runnable/all tasks, last pid); '' off Linux. */
+function procLoadavg(): string {
+  try {
+    return readFileSync('/proc/loadavg', 'utf8').trim();
+  } catch {
+    return '';
+  }
+}
+const loadavgAtStart = procLoadavg();
 
 function cmd(bin: string, argv: string[]): string {
   try {
@@ -158,7 +181,7 @@ try {
     throughput: [],
   };
   let bin: string | undefined;
-  if (selected.includes('kapp-controller')) {
+  if (selected.includes('kapp-controller') || selected.includes('repositories')) {
     bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
   }
   const runTheirs = async <T>(
@@ -167,7 +190,8 @@ try {
     concurrency: number,
     fn: (kc: KappController) => Promise<T>,
   ): Promise<T | undefined> => {
-    if (!bin) return undefined;
+    // `bin` is also built for the repositories scenario alone
+    if (!bin || !selected.includes('kapp-controller')) return undefined;
     const kcBin = bin;
     return await step('7 kapp-controller', figure, async () => {
       await createTenants(ctx.rest!, [ns]);
@@ -328,6 +352,10 @@ try {
     }
   }
 
+  if (selected.includes('repositories')) {
+    ctx.results.repositories = await repositoriesScenario(ctx, bin, step);
+  }
+
   if (selected.includes('forwarder-memory')) {
     const r = await step('4 forwarder memory', 'RSS', () => forwarderMemory(ctx, MEMORY_COUNTS));
     if (r) {
@@ -357,7 +385,17 @@ const doc = {
   startedAt: new Date(started).toISOString(),
   durationSeconds: Math.round((finished - started) / 1000),
   scenarios: selected,
-  config: { apps: APPS, memoryCounts: MEMORY_COUNTS, latencyRuns: LATENCY_RUNS, concurrencies: CONCURRENCIES },
+  config: {
+    apps: APPS,
+    memoryCounts: MEMORY_COUNTS,
+    latencyRuns: LATENCY_RUNS,
+    concurrencies: CONCURRENCIES,
+    /**
+     * `/proc/loadavg` at the start and the end of the run: the machine is shared with other
+     * engineers' test suites, whose load is in these figures (per-step 1-minute averages: `load`).
+     */
+    loadavg: { start: loadavgAtStart, end: procLoadavg() },
+  },
   machine: {
     name: machine,
     cpus: os.cpus().length,

@@ -51,15 +51,20 @@ export interface KappControllerOptions {
   /** `-concurrency`. */
   concurrency: number;
   log: (m: string) => void;
-  /** Give up waiting for its App workers after this long. Default 60 000 ms. */
+  /** Give up waiting for the controllers' workers after this long. Default 60 000 ms. */
   startTimeoutMs?: number;
+  /**
+   * Controllers (controller-runtime names: `app`, `pkgi`, `pkgr`) whose workers must run
+   * before the start counts as done. Default `['app']`.
+   */
+  controllers?: readonly string[];
 }
 
 /** A running kapp-controller (controller + sidecarexec). */
 export interface KappController {
   /** Version it logged at start. */
   version: string;
-  /** Milliseconds from spawning the sidecar to the App controller's workers running. */
+  /** Milliseconds from spawning the sidecar to the awaited controllers' workers running. */
   startMs: number;
   /** CPU seconds (user + system, own and reaped children) of both processes so far. */
   cpuSeconds(): number;
@@ -125,7 +130,8 @@ function waitExit(child: ChildProcess, ms: number): Promise<void> {
 }
 
 /**
- * Starts the sidecar, then the controller, and waits until the App controller's workers run.
+ * Starts the sidecar, then the controller, and waits until the workers of `opts.controllers`
+ * (default the App controller's) run.
  * @throws Error (with the tail of its log) when a process exits early or start-up times out.
  */
 export async function startKappController(bin: string, opts: KappControllerOptions): Promise<KappController> {
@@ -207,14 +213,17 @@ export async function startKappController(bin: string, opts: KappControllerOptio
     );
     controller.stdout?.on('data', capture('controller'));
     controller.stderr?.on('data', capture('controller'));
+    const started = (name: string) =>
+      new RegExp(
+        `"Starting workers"[^\\n]*"controller":"${name}"|"controller":"${name}"[^\\n]*"Starting workers"`,
+      ).test(text);
+    const controllers = opts.controllers ?? ['app'];
     for (;;) {
-      if (
-        /"Starting workers"[^\n]*"controller":"app"/.test(text) ||
-        /"controller":"app"[^\n]*"Starting workers"/.test(text)
-      )
-        break;
+      if (controllers.every(started)) break;
       if (controller.exitCode !== null) throw new Error(`controller exited ${controller.exitCode}`);
-      if (Date.now() > deadline) throw new Error('App workers did not start in time');
+      if (Date.now() > deadline) {
+        throw new Error(`workers of ${controllers.filter((c) => !started(c)).join(', ')} did not start in time`);
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
     const version = /"kapp-controller","version":"([^"]+)"/.exec(text)?.[1] ?? 'unknown';

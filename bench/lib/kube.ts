@@ -8,7 +8,12 @@
  * @module
  */
 import { KubeConfig } from '@kubernetes/client-node';
-import { APP_API_VERSION, type KubeObject } from '../../functions/lib/kube/port.js';
+import {
+  APP_API_VERSION,
+  DATA_PACKAGING_API_VERSION,
+  type KubeObject,
+  PACKAGING_API_VERSION,
+} from '../../functions/lib/kube/port.js';
 import { clientForKubeConfig } from '../../functions/lib/kube/registry.js';
 import { ClientNodeRestTransport, type RestTransport } from '../../functions/lib/kube/transport.js';
 import { kubectl, tenantManifests } from '../../test/harness/kube.js';
@@ -35,6 +40,12 @@ export function collectionPath(kind: string, namespace?: string): string {
   switch (kind) {
     case 'App':
       return `/apis/kappctrl.k14s.io/v1alpha1${ns}/apps`;
+    case 'PackageRepository':
+      return `/apis/${PACKAGING_API_VERSION}${ns}/packagerepositories`;
+    case 'Package':
+      return `/apis/${DATA_PACKAGING_API_VERSION}${ns}/packages`;
+    case 'PackageMetadata':
+      return `/apis/${DATA_PACKAGING_API_VERSION}${ns}/packagemetadatas`;
     case 'Namespace':
       return '/api/v1/namespaces';
     case 'ServiceAccount':
@@ -199,13 +210,23 @@ export interface AppSeen {
   message?: string;
 }
 
+/** The kind {@link AppWatch} watches unless told otherwise. */
+const APP_KIND = { apiVersion: APP_API_VERSION, kind: 'App' };
+
 /**
- * Watches the Apps of one namespace (or all) and records, per `namespace/name`, when a
- * finished reconcile of the App's current generation was first seen. A successful reconcile
- * after an earlier one (e.g. a resync) is recorded again only after {@link AppWatch.forget}.
+ * Watches the Apps (or the objects of another kind with the App's status shape, e.g.
+ * PackageRepositories) of one namespace (or all) and records, per `namespace/name`, when a
+ * finished reconcile of the object's current generation was first seen, and when the object
+ * was first seen gone (a `DELETED` event, or missing from a relist after a watch failure). A
+ * successful reconcile after an earlier one (e.g. a resync) is recorded again only after
+ * {@link AppWatch.forget}.
  */
 export class AppWatch {
   readonly #seen = new Map<string, AppSeen>();
+  /** Keys of objects that exist as far as the watch knows. */
+  readonly #present = new Set<string>();
+  /** `performance.now()` when each key was first seen gone. */
+  readonly #gone = new Map<string, number>();
   readonly #abort = new AbortController();
   readonly #waiters = new Set<() => void>();
   #running: Promise<void> | undefined;
@@ -216,17 +237,19 @@ export class AppWatch {
    * @param kubeconfigPath - Admin kubeconfig.
    * @param namespace - Namespace to watch; undefined: all.
    * @param context - Kubeconfig context; default the current one.
+   * @param kind - apiVersion and kind to watch; default App.
    */
   constructor(
     private readonly kubeconfigPath: string,
     private readonly namespace?: string,
     private readonly context?: string,
+    private readonly kind: { apiVersion: string; kind: string } = APP_KIND,
   ) {}
 
   /** Lists, then watches in the background. Resolves once the watch is established. */
   async start(): Promise<void> {
     const client = clientForKubeConfig(loadKubeConfig(this.kubeconfigPath, this.context));
-    const kind = { apiVersion: APP_API_VERSION, kind: 'App' };
+    const kind = this.kind;
     let rv = '';
     let cont: string | undefined;
     do {
@@ -248,6 +271,7 @@ export class AppWatch {
             (ev) => {
               rv = ev.object.metadata.resourceVersion ?? rv;
               if (ev.type === 'ADDED' || ev.type === 'MODIFIED') this.#observe(ev.object);
+              if (ev.type === 'DELETED') this.#markGone(keyOf(ev.object));
             },
             this.#abort.signal,
           );
@@ -257,8 +281,12 @@ export class AppWatch {
           this.errors++;
           established();
           if (this.#abort.signal.aborted) return;
-          // relist on any failure (410 included)
+          // relist on any failure (410 included); what the list lacks is gone
           const page = await client.list(kind, { namespace: this.namespace, limit: 500 }).catch(() => undefined);
+          if (page && !page.continue) {
+            const listed = new Set(page.items.map(keyOf));
+            for (const k of [...this.#present]) if (!listed.has(k)) this.#markGone(k);
+          }
           if (page) {
             for (const o of page.items) this.#observe(o);
             rv = page.resourceVersion;
@@ -273,7 +301,8 @@ export class AppWatch {
   }
 
   #observe(o: KubeObject): void {
-    const key = `${o.metadata.namespace}/${o.metadata.name}`;
+    const key = keyOf(o);
+    this.#present.add(key);
     if (this.#seen.has(key)) return;
     const final = finalOf(o);
     if (!final) return;
@@ -281,6 +310,16 @@ export class AppWatch {
     const seen: AppSeen = { at: performance.now(), final };
     if (final === 'failed') seen.message = `${s.friendlyDescription ?? ''} ${s.usefulErrorMessage ?? ''}`.trim();
     this.#seen.set(key, seen);
+    this.#wake();
+  }
+
+  #markGone(key: string): void {
+    this.#present.delete(key);
+    if (!this.#gone.has(key)) this.#gone.set(key, performance.now());
+    this.#wake();
+  }
+
+  #wake(): void {
     for (const w of this.#waiters) w();
   }
 
@@ -289,9 +328,12 @@ export class AppWatch {
     return this.#seen.get(key);
   }
 
-  /** Forgets what was seen for these keys (to time their next reconcile). */
+  /** Forgets what was seen for these keys (to time their next reconcile, or their next deletion). */
   forget(keys: readonly string[]): void {
-    for (const k of keys) this.#seen.delete(k);
+    for (const k of keys) {
+      this.#seen.delete(k);
+      this.#gone.delete(k);
+    }
   }
 
   /**
@@ -299,25 +341,41 @@ export class AppWatch {
    * @throws Error listing how many are missing (and a few names) after `timeoutMs`.
    */
   async waitAll(keys: readonly string[], timeoutMs: number): Promise<Map<string, AppSeen>> {
+    await this.#waitFor(keys, this.#seen, timeoutMs, 'reconciled');
+    return new Map(keys.map((k) => [k, this.#seen.get(k)!]));
+  }
+
+  /**
+   * Waits until every key has been seen gone.
+   * @returns key → `performance.now()` when it was first seen gone.
+   * @throws Error listing how many are missing (and a few names) after `timeoutMs`.
+   */
+  async waitGone(keys: readonly string[], timeoutMs: number): Promise<Map<string, number>> {
+    await this.#waitFor(keys, this.#gone, timeoutMs, 'gone');
+    return new Map(keys.map((k) => [k, this.#gone.get(k)!]));
+  }
+
+  async #waitFor(keys: readonly string[], done: Map<string, unknown>, timeoutMs: number, what: string): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const missing = keys.filter((k) => !this.#seen.has(k));
-      if (missing.length === 0) return new Map(keys.map((k) => [k, this.#seen.get(k)!]));
+      const missing = keys.filter((k) => !done.has(k));
+      if (missing.length === 0) return;
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new Error(
-          `timed out after ${timeoutMs} ms: ${missing.length} of ${keys.length} Apps not reconciled (${missing.slice(0, 5).join(', ')})`,
+          `timed out after ${timeoutMs} ms: ${missing.length} of ${keys.length} ${this.kind.kind}s not ${what} (${missing.slice(0, 5).join(', ')})`,
         );
       }
       await new Promise<void>((resolve) => {
-        const t = setTimeout(done, Math.min(left, 1000));
-        function done() {
+        const t = setTimeout(wake, Math.min(left, 1000));
+        const waiters = this.#waiters;
+        function wake() {
           clearTimeout(t);
+          waiters.delete(wake);
           resolve();
         }
-        this.#waiters.add(done);
+        waiters.add(wake);
       });
-      this.#waiters.clear();
     }
   }
 
@@ -326,4 +384,8 @@ export class AppWatch {
     this.#abort.abort();
     await this.#running?.catch(() => undefined);
   }
+}
+
+function keyOf(o: KubeObject): string {
+  return `${o.metadata.namespace}/${o.metadata.name}`;
 }

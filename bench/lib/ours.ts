@@ -6,7 +6,14 @@
  *
  * @module
  */
-import { type EmbeddedOptions, type EmbeddedRuntime, startEmbedded } from '../../functions/embedded/runtime.js';
+
+import path from 'node:path';
+import {
+  EMBEDDED_KINDS,
+  type EmbeddedOptions,
+  type EmbeddedRuntime,
+  startEmbedded,
+} from '../../functions/embedded/runtime.js';
 import type { ToolStats } from '../../functions/lib/exec/metrics.js';
 import { apiServerInfoOf, KubeApiClient } from '../../functions/lib/kube/index.js';
 import type { KubeClient } from '../../functions/lib/kube/port.js';
@@ -19,6 +26,7 @@ import {
 } from '../../functions/lib/kube/transport.js';
 import type { Logger, StageRunRecord } from '../../functions/lib/log.js';
 import type { ObjectStore } from '../../functions/lib/store/port.js';
+import { type BenchContext, clusterOf, scratchDir } from './context.js';
 import { loadKubeConfig } from './kube.js';
 
 /** A stage-run record plus when it was logged (`performance.now()`, ms). */
@@ -178,6 +186,24 @@ export function startOurs(opts: OursOptions): Ours {
   };
 }
 
+/**
+ * Starts the instrumented runtime on cluster A for one namespace, with its store and tool
+ * scratch in the run's scratch directory `scratch`: what the single-cluster scenarios run.
+ */
+export async function startOursIn(ctx: BenchContext, ns: string, scratch: string, concurrency = 4): Promise<Ours> {
+  const { cluster } = clusterOf(ctx);
+  const dir = await scratchDir(ctx, scratch);
+  return startOurs({
+    kubeconfigPath: cluster.kubeconfigPath,
+    namespaces: [ns],
+    storeDir: path.join(dir, 'store'),
+    tmpRoot: path.join(dir, 'work'),
+    cacheRoot: ctx.cacheRoot,
+    concurrency,
+    say: ctx.say,
+  });
+}
+
 /** Per-tool difference `after − before` (count and milliseconds), tools with no runs left out. */
 export function toolDelta(
   before: Record<string, ToolStats>,
@@ -198,6 +224,9 @@ export function appKey(clusterId: string, ns: string, name: string): string {
   return `${clusterId}/App/${ns}/${name}`;
 }
 
+/** Reflectors of a default embedded forwarder: its kinds plus the Secrets and ConfigMaps they reference. */
+const REFLECTORS = EMBEDDED_KINDS.length + 2;
+
 /**
  * Waits until every forwarder of the runtime has listed and opened its watches (so the time
  * an App takes from creation includes no forwarder start-up).
@@ -212,8 +241,9 @@ export async function waitForwardersReady(ours: Ours, timeoutMs = 30_000): Promi
       all &&
       ours.runtime.forwarders.every((f) => {
         const s = f.stats();
-        // App, Secret and ConfigMap reflectors have each listed and started watching
-        return s.lists >= 3 && s.watches >= 3;
+        // one reflector per watched kind (App, PackageRepository), plus Secret and ConfigMap:
+        // each has listed and started watching
+        return s.lists >= REFLECTORS && s.watches >= REFLECTORS;
       });
     if (ok) break;
     if (Date.now() > deadline) throw new Error('forwarders did not start watching in time');

@@ -14,12 +14,11 @@
  *
  * @module
  */
-import path from 'node:path';
 import type { ToolStats } from '../../functions/lib/exec/metrics.js';
-import { type BenchContext, clusterOf, contextOf, scratchDir } from '../lib/context.js';
+import { type BenchContext, clusterOf, contextOf } from '../lib/context.js';
 import type { KappController } from '../lib/kapp-controller.js';
 import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
-import { appKey, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
+import { appKey, startOursIn, toolDelta, waitForwardersReady } from '../lib/ours.js';
 import { fmtMs, fmtSummaryMs, round, type Summary, summarize } from '../lib/stats.js';
 
 /** One measured run of kapp-lambda. */
@@ -77,16 +76,7 @@ export async function latencyOurs(ctx: BenchContext, runs = 5): Promise<OurLaten
   const ns = 'bench-latency';
   const id = contextOf(cluster);
   await createTenants(rest, [ns]);
-  const dir = await scratchDir(ctx, 'latency');
-  const ours = startOurs({
-    kubeconfigPath: cluster.kubeconfigPath,
-    namespaces: [ns],
-    storeDir: path.join(dir, 'store'),
-    tmpRoot: path.join(dir, 'work'),
-    cacheRoot: ctx.cacheRoot,
-    concurrency: 4,
-    say: ctx.say,
-  });
+  const ours = await startOursIn(ctx, ns, 'latency');
   const watch = new AppWatch(cluster.kubeconfigPath, ns);
   try {
     await watch.start();

@@ -9,10 +9,9 @@
  *
  * @module
  */
-import path from 'node:path';
-import { type BenchContext, clusterOf, contextOf, scratchDir } from '../lib/context.js';
+import { type BenchContext, clusterOf, contextOf } from '../lib/context.js';
 import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
-import { appKey, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
+import { appKey, startOursIn, toolDelta, waitForwardersReady } from '../lib/ours.js';
 import { type Summary, summarize } from '../lib/stats.js';
 
 /** Result of the resync scenario. */
@@ -40,16 +39,7 @@ export async function resyncOurs(ctx: BenchContext, apps = 3): Promise<ResyncRes
   const ns = 'bench-resync';
   const id = contextOf(cluster);
   await createTenants(rest, [ns]);
-  const dir = await scratchDir(ctx, 'resync');
-  const ours = startOurs({
-    kubeconfigPath: cluster.kubeconfigPath,
-    namespaces: [ns],
-    storeDir: path.join(dir, 'store'),
-    tmpRoot: path.join(dir, 'work'),
-    cacheRoot: ctx.cacheRoot,
-    concurrency: Math.max(4, apps),
-    say: ctx.say,
-  });
+  const ours = await startOursIn(ctx, ns, 'resync', Math.max(4, apps));
   const watch = new AppWatch(cluster.kubeconfigPath, ns);
   try {
     await watch.start();

@@ -12,11 +12,10 @@
  *
  * @module
  */
-import path from 'node:path';
-import { type BenchContext, clusterOf, contextOf, scratchDir } from '../lib/context.js';
+import { type BenchContext, clusterOf, contextOf } from '../lib/context.js';
 import { type KappController, procCpuSeconds } from '../lib/kapp-controller.js';
 import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
-import { appKey, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
+import { appKey, startOursIn, toolDelta, waitForwardersReady } from '../lib/ours.js';
 import { fmtMs } from '../lib/stats.js';
 
 /** One throughput run. */
@@ -103,16 +102,7 @@ export async function throughputOurs(
 ): Promise<ThroughputRun> {
   const { cluster, rest } = clusterOf(ctx);
   await createTenants(rest, [ns]);
-  const dir = await scratchDir(ctx, `throughput-${concurrency}`);
-  const ours = startOurs({
-    kubeconfigPath: cluster.kubeconfigPath,
-    namespaces: [ns],
-    storeDir: path.join(dir, 'store'),
-    tmpRoot: path.join(dir, 'work'),
-    cacheRoot: ctx.cacheRoot,
-    concurrency,
-    say: ctx.say,
-  });
+  const ours = await startOursIn(ctx, ns, `throughput-${concurrency}`, concurrency);
   try {
     await waitForwardersReady(ours);
     const before = ours.tools();
