@@ -10,6 +10,7 @@ import { parseAllDocuments } from 'yaml';
 import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import {
   CLEAN_UP_OVERLAY,
+  filterRepositoryJson,
   filterRepositoryResources,
   INVALID_PACKAGE_REPOSITORY_MESSAGE,
   REBASE_CONFIG,
@@ -50,14 +51,27 @@ async function dirs(packages = true) {
   return { root, scratch: path.join(base, 'scratch') };
 }
 
+/** The clean-up ytt's answer: `cleaned` as it is, or with `-o json` as ytt prints it (concatenated objects). */
+function cleanedAnswer(cleaned: string, stderr = '') {
+  return (_req: unknown, call: { args: readonly string[] }) => ({
+    stderr,
+    stdout: call.args.includes('json')
+      ? parseAllDocuments(cleaned)
+          .map((d) => JSON.stringify(d.toJS()))
+          .join('')
+      : cleaned,
+  });
+}
+
 /**
  * A fake runner scripting the four tools: the first ytt prints `packages`, the clean-up ytt
- * prints `cleaned`, the rebase ytt echoes the filtered file it is given, kbld prints `relocated`.
+ * prints `cleaned` (as JSON when asked), the rebase ytt echoes the filtered file it is given,
+ * kbld prints `relocated`.
  */
 function fakeTools(opts: { packages?: string; cleaned?: string } = {}) {
   const runner = new FakeCommandRunner();
   runner.on('ytt', { stdout: opts.packages ?? 'pass-1\n' }, (a) => a[0] === '--ignore-unknown-comments');
-  runner.on('ytt', { stdout: opts.cleaned ?? `${PKG}---\n${PKGM}` }, (a) => a.includes('-'));
+  runner.on('ytt', cleanedAnswer(opts.cleaned ?? `${PKG}---\n${PKGM}`), (a) => a.includes('-'));
   runner.on(
     'ytt',
     async (_req, call) => ({ stdout: `${await readFile(call.args[1] ?? '', 'utf8')}---\nkind: Config\n` }),
@@ -88,6 +102,8 @@ describe('templateRepository', () => {
         '-f',
         cleanUpDir,
         '--data-value=packageRepositoryRef=ns/repo',
+        '-o',
+        'json',
       ],
       ['ytt', '-f', filtered, '--file-mark=packages.yml:type=yaml-plain', '-f', path.join(scratch, 'rebase')],
       ['kbld', '-f', '-', '-f', path.join(root, '.imgpkg', 'images.yml'), '--build=false'],
@@ -169,7 +185,7 @@ describe('templateRepository', () => {
   it('a document of another kind after clean-up is an error set on the clean-up result', async () => {
     const { root, scratch } = await dirs();
     const runner = fakeTools({ cleaned: 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n' });
-    runner.on('ytt', { stdout: 'apiVersion: v1\nkind: ConfigMap\n', stderr: 'warning\n' }, (a) => a.includes('-'));
+    runner.on('ytt', cleanedAnswer('apiVersion: v1\nkind: ConfigMap\n', 'warning\n'), (a) => a.includes('-'));
     const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
     expect(out.result).toEqual({
       stdout: '',
@@ -179,6 +195,31 @@ describe('templateRepository', () => {
       finished: true,
     });
     expect(runner.calls).toHaveLength(2);
+  });
+
+  it.each([
+    ['a value JSON cannot hold (.inf)', `${PKG}  maximum: .inf\n`, 2],
+    ['ytt failing to print JSON (a key that is not a string)', PKG, 3],
+  ])('%s: the clean-up ytt prints YAML, as upstream', async (_what, cleaned, runs) => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools({ packages: cleaned, cleaned });
+    runner.on('ytt', exitWith(2, 'panic: Expected key to be string\n'), (a) => a.includes('json'));
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
+    expect(out.result.error).toBeUndefined();
+    const cleanUps = runner.argv().filter((a) => a.includes('-'));
+    expect(cleanUps.map((a) => a.includes('json'))).toEqual(runs === 2 ? [false] : [true, false]);
+    expect(runner.calls).toHaveLength(runs + 1);
+    expect(out.versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
+  });
+
+  it('re-encodes documents as JSON, so no string is re-read as another type', async () => {
+    const { root, scratch } = await dirs();
+    const cleaned = PKG.replace('futureField: dropped', 'releaseNotes: "yes"');
+    const runner = fakeTools({ cleaned });
+    await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
+    const written = await readFile(path.join(scratch, 'filtered', 'packages.yml'), 'utf8');
+    expect(written).toContain('"releaseNotes":"yes"');
+    expect(parseAllDocuments(written)[0]?.toJS().spec.releaseNotes).toBe('yes');
   });
 
   it('a version no Package name can hold is an error naming the package', async () => {
@@ -230,6 +271,33 @@ describe('filterRepositoryResources', () => {
 
   it('an empty stream yields no documents', () => {
     expect(filterRepositoryResources('')).toEqual({ manifest: '', versions: {} });
+  });
+});
+
+describe('filterRepositoryJson', () => {
+  const json = (yaml: string) => JSON.stringify(parseAllDocuments(yaml)[0]?.toJS());
+
+  it("reads ytt's concatenated JSON documents, braces and quotes inside strings included", () => {
+    const pkgm = PKGM.replace('displayName: App', 'displayName: \'a "}{" b\'');
+    const out = filterRepositoryJson(`${json(PKG)}${json(pkgm)}\n`);
+    expect(out?.versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
+    const docs = parseAllDocuments(out?.manifest ?? '').map((d) => d.toJS());
+    expect(docs.map((d) => d.metadata.name)).toEqual(['app.corp.com.1.0.0--build.1', 'app.corp.com']);
+    expect(docs[1].spec.displayName).toBe('a "}{" b');
+  });
+
+  it('gives the same documents as the YAML stream', () => {
+    expect(filterRepositoryJson(`${json(PKG)}${json(PKGM)}`)).toEqual(filterRepositoryResources(`${PKG}---\n${PKGM}`));
+  });
+
+  it.each(['"text"', '5', '{"a":1', '{"a":1}}', 'apiVersion: v1'])('leaves %j to the YAML path', (stream) => {
+    expect(filterRepositoryJson(stream)).toBeUndefined();
+  });
+
+  it('refuses other kinds with the same errors', () => {
+    expect(() => filterRepositoryJson('{"apiVersion":"v1","kind":"ConfigMap"}')).toThrow(
+      "Expected group 'data.packaging.carvel.dev' but was ''",
+    );
   });
 });
 

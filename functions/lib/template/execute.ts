@@ -134,6 +134,8 @@ async function runSops(
  * @param deps - the command runner and `config.toolTimeoutMs` are used
  * @param work - the stage's scratch directory, which the tools may use (handed to their uid)
  * @param signal - kills the running tool when aborted (the App was deleted or canceled)
+ * @param input - the stream a first `stdin: 'previous'` step reads (the output of steps run
+ *   before, in an earlier call); default `''`
  * @returns the stage result, the manifest (last stream) on success, tool time (ms) and run count
  */
 export async function runTemplateSteps(
@@ -141,8 +143,9 @@ export async function runTemplateSteps(
   deps: TemplateRunDeps,
   work: string,
   signal?: AbortSignal,
+  input = '',
 ): Promise<TemplateRun> {
-  let stream = '';
+  let stream = input;
   let last: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
   let ms = 0;
   let runs = 0;
