@@ -256,7 +256,15 @@ async function processRecord(
         },
         forward: async (next) => {
           const to = stageOf(next);
-          if (!to) throw new Error(`no pipeline queue carries ${next.type}`);
+          if (!to) {
+            // `repo.indexed` (→ install) until the install function has its queue: the
+            // repository's run succeeded; its PackageInstalls wait for their App's sync.
+            elog.warn(
+              { stage, type: next.type, target: targetFunction(next) },
+              'no queue carries this event yet; dropped',
+            );
+            return;
+          }
           await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
         },
       },
