@@ -274,7 +274,7 @@ async function processRecord(
       elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
       return 'ended';
     }
-    if (!r.next) {
+    if (!r.next || !stageOf(r.next)) {
       elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
       return 'done';
     }
