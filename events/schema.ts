@@ -239,16 +239,36 @@ export const DeleteStageDataSchema = z.strictObject({
 /** See {@link DeleteStageDataSchema}. */
 export type DeleteStageData = z.infer<typeof DeleteStageDataSchema>;
 
+/** Most refNames one `repo.indexed` event lists; a larger change omits `changes` (everything changed). */
+export const MAX_INDEXED_CHANGES = 1000;
+/** Most versions one refName of a `repo.indexed` event lists. */
+export const MAX_INDEXED_VERSIONS = 200;
+
 /**
- * `data` of `dev.kapp-lambda.repo.indexed.v1` (index-repo → install): the repository whose
- * index is ready, `{ object, run, artifacts: { indexKey } }`. `object.kind` must be
- * `PackageRepository`; `indexKey` is `artifacts/index/sha256/<bundle hex>.json`. The install
- * function re-reads the PackageInstalls that may now resolve to a new version.
+ * `data` of `dev.kapp-lambda.repo.indexed.v1` (index-repo → install): a repository reconcile
+ * deployed Packages that differ from what it deployed before,
+ * `{ object, run, artifacts: { indexKey? }, changes? }`. `object.kind` must be
+ * `PackageRepository`; `indexKey` is `artifacts/index/sha256/<hex>.json` of the index deployed
+ * (absent for a repository fetched with a Secret, never indexed for the fleet, and for a
+ * deleted one); `changes` lists each refName whose versions were added or removed, with those
+ * versions (at most {@link MAX_INDEXED_CHANGES} refNames of {@link MAX_INDEXED_VERSIONS}
+ * versions; absent: treat every refName as changed). The install function sends a
+ * `ref-changed` object event to every PackageInstall in scope these changes may move
+ * (`functions/lib/pipeline/install-fanout.ts`).
  */
 export const RepoIndexedDataSchema = z.strictObject({
   object: ObjectRefSchema,
   run: StageRunSchema,
-  artifacts: z.strictObject({ indexKey }),
+  artifacts: z.strictObject({ indexKey: indexKey.optional() }),
+  changes: z
+    .array(
+      z.strictObject({
+        refName: dnsSubdomain,
+        versions: z.array(z.string().min(1).max(256)).min(1).max(MAX_INDEXED_VERSIONS),
+      }),
+    )
+    .max(MAX_INDEXED_CHANGES)
+    .optional(),
 });
 /** See {@link RepoIndexedDataSchema}. */
 export type RepoIndexedData = z.infer<typeof RepoIndexedDataSchema>;

@@ -189,6 +189,8 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const acting = (clusterId: string) => opts.leaderElection === false || !!leaderships.get(clusterId)?.isLeader();
   const deps: DispatchDeps = { ...wrapped, clusters: leaderGatedRegistry(wrapped.clusters, acting) };
   const pipeline = new EmbeddedPipeline(deps, { concurrency: opts.concurrency, ...opts.retry });
+  // Fan-out events (a repository's new versions → its PackageInstalls) join the same queue.
+  deps.emit = (events) => pipeline.send(events);
   const makeForwarder = (clusterId: string, transport: Transport) =>
     new Forwarder({
       clusterId,

@@ -16,6 +16,8 @@ import { apply, getObject, k, SA, SEE_USEFUL, suffix, useE2ERuntime, waitFor } f
 
 const id = suffix();
 const NS = `e2e-pkgi-${id}`;
+/** The upgrade test's namespace: its own repository, so the first tests' Packages do not meet it. */
+const NS_UP = `e2e-pkgi-up-${id}`;
 const REF_NAME = 'greeter.e2e.carvel.dev';
 const PKGI = 'packageinstalls.packaging.carvel.dev';
 const PKGR = 'packagerepositories.packaging.carvel.dev';
@@ -71,7 +73,7 @@ function packageDoc(version: string): object {
   };
 }
 
-function repository(name: string): object {
+function repository(name: string, versions = ['1.0.0', '2.0.0'], namespace = NS): object {
   const paths: Record<string, string> = {
     [`packages/${REF_NAME}/metadata.yml`]: stringify({
       apiVersion: 'data.packaging.carvel.dev/v1alpha1',
@@ -80,21 +82,28 @@ function repository(name: string): object {
       spec: { displayName: 'Greeter' },
     }),
   };
-  for (const v of ['1.0.0', '2.0.0']) paths[`packages/${REF_NAME}/${v}.yml`] = stringify(packageDoc(v));
+  for (const v of versions) paths[`packages/${REF_NAME}/${v}.yml`] = stringify(packageDoc(v));
   return {
     apiVersion: 'packaging.carvel.dev/v1alpha1',
     kind: 'PackageRepository',
-    metadata: { name, namespace: NS },
+    metadata: { name, namespace },
     spec: { fetch: { inline: { paths } } },
   };
 }
 
-function packageInstall(name: string, constraints: string, serviceAccountName = SA): object {
+function packageInstall(
+  name: string,
+  constraints: string,
+  serviceAccountName = SA,
+  namespace = NS,
+  extra: Record<string, unknown> = {},
+): object {
   return {
     apiVersion: 'packaging.carvel.dev/v1alpha1',
     kind: 'PackageInstall',
-    metadata: { name, namespace: NS },
+    metadata: { name, namespace },
     spec: {
+      ...extra,
       serviceAccountName,
       packageRef: { refName: REF_NAME, versionSelection: { constraints } },
       values: [{ secretRef: { name: `${name}-values` } }],
@@ -102,14 +111,19 @@ function packageInstall(name: string, constraints: string, serviceAccountName = 
   };
 }
 
-const rt = useE2ERuntime([NS]);
+const rt = useE2ERuntime([NS, NS_UP]);
 
-async function waitPkgi(name: string, what: string, pred: (p: PkgiObject) => boolean): Promise<PkgiObject> {
+async function waitPkgi(
+  name: string,
+  what: string,
+  pred: (p: PkgiObject) => boolean,
+  namespace = NS,
+): Promise<PkgiObject> {
   let last: PkgiObject | undefined;
   return await waitFor(
-    `PackageInstall ${NS}/${name}: ${what}`,
+    `PackageInstall ${namespace}/${name}: ${what}`,
     async () => {
-      last = await getObject<PkgiObject>(PKGI, NS, name);
+      last = await getObject<PkgiObject>(PKGI, namespace, name);
       return last && pred(last) ? last : undefined;
     },
     {
@@ -117,7 +131,7 @@ async function waitPkgi(name: string, what: string, pred: (p: PkgiObject) => boo
       intervalMs: 500,
       describe: () =>
         `last: ${JSON.stringify(last ?? null, null, 1)}\nlog: ${rt.records
-          .filter((r) => typeof r.obj.object === 'string' && r.obj.object.includes(`/${NS}/`))
+          .filter((r) => typeof r.obj.object === 'string' && r.obj.object.includes(`/${namespace}/`))
           .slice(-20)
           .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
           .join('\n')}`,
@@ -126,11 +140,11 @@ async function waitPkgi(name: string, what: string, pred: (p: PkgiObject) => boo
 }
 
 /** The values Secret `<name>-values` of a PackageInstall. */
-function valuesSecret(name: string, values: string): object {
+function valuesSecret(name: string, values: string, namespace = NS): object {
   return {
     apiVersion: 'v1',
     kind: 'Secret',
-    metadata: { name: `${name}-values`, namespace: NS },
+    metadata: { name: `${name}-values`, namespace },
     stringData: { 'values.yml': values },
   };
 }
@@ -153,7 +167,6 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
   it('installs the highest matching version with values, guards downgrades, deletes App first', async () => {
     const name = `greeter-${id}`;
     await apply(repository(`repo-${id}`));
-    // The Packages must exist first: nothing re-runs a PackageInstall when a repository is indexed (issue 10 item 4).
     await waitFor(
       'both Packages indexed',
       async () => {
@@ -277,5 +290,47 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
     await apply(tenantManifests(NS, sa)[1]!);
     await waitBothGone(name);
     expect(await getObject('configmap', NS, 'fragile')).toBeUndefined();
+  });
+
+  it('upgrades at once when its repository adds a version: no timer (sync period 10m), created before its repository', async () => {
+    const name = `upgrade-${id}`;
+    const repo = `upgrade-repo-${id}`;
+    // Before any repository: `Package <refName> not found`, fixed by the repository's reconcile.
+    await apply(
+      valuesSecret(name, 'name: upgraded\n', NS_UP),
+      packageInstall(name, '>=1.0.0', SA, NS_UP, { syncPeriod: '10m' }),
+    );
+    await waitPkgi(name, 'Package not found', (p) => conditionOf(p) === 'ReconcileFailed', NS_UP);
+    await apply(repository(repo, ['1.0.0'], NS_UP));
+    await waitPkgi(
+      name,
+      'ReconcileSucceeded at 1.0.0',
+      (p) => conditionOf(p) === 'ReconcileSucceeded' && p.status?.version === '1.0.0',
+      NS_UP,
+    );
+
+    // The repository gains 2.0.0: its reconcile hands the change on, the PackageInstall moves.
+    await apply(repository(repo, ['1.0.0', '2.0.0'], NS_UP));
+    const upgraded = await waitPkgi(
+      name,
+      'ReconcileSucceeded at 2.0.0',
+      (p) => conditionOf(p) === 'ReconcileSucceeded' && p.status?.version === '2.0.0',
+      NS_UP,
+    );
+    expect(upgraded.status).toMatchObject({ version: '2.0.0', lastAttemptedVersion: '2.0.0' });
+    const app = (await getObject<GeneratedApp>(APPS, NS_UP, name))!;
+    expect(app.metadata.annotations?.['packaging.carvel.dev/package-version']).toBe('2.0.0');
+    // Neither the PackageInstall nor its App was due: only the repository's change moved them.
+    expect((await getObject<{ spec: { syncPeriod?: string } }>(PKGI, NS_UP, name))?.spec.syncPeriod).toBe('10m');
+    expect(app.spec.syncPeriod).toBe('10m0s');
+    expect((await getObject<{ data: Record<string, string> }>('configmap', NS_UP, 'upgraded'))?.data).toEqual({
+      greeting: 'default',
+      version: '2.0.0',
+    });
+    const fanOuts = rt.records.filter(
+      (r) =>
+        r.msg === 'repository versions changed; PackageInstalls reconciled' && String(r.obj.subject).includes(repo),
+    );
+    expect(fanOuts.map((r) => r.obj.installs)).toEqual([1, 1]);
   });
 });

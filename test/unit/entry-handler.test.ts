@@ -10,6 +10,7 @@ import {
   type KappEvent,
   type ObjectRef,
   objectEvent,
+  repoIndexedEvent,
   serializeEvent,
   templateEvent,
 } from '../../events/schema.js';
@@ -213,6 +214,24 @@ describe('makeSqsHandler', () => {
     await makeSqsHandler('fetch', () => f.deps)({ Records: [rec('m3', repo)] });
     expect(f.seen).toEqual([]);
     expect(f.log.records[0]?.obj).toMatchObject({ outcome: 'misrouted', target: 'index-repo' });
+  });
+
+  it('a repo.indexed hand-off no queue carries yet (install) is logged and dropped; the record succeeds', async () => {
+    const ref = { ...app('r'), kind: 'PackageRepository' as const, apiVersion: 'packaging.carvel.dev/v1alpha1' };
+    const indexed = repoIndexedEvent({ object: ref, run, artifacts: {}, changes: [] }, { time });
+    const r = setup(async () => indexed);
+    const res = await makeSqsHandler(
+      'index-repo',
+      () => r.deps,
+    )({
+      Records: [rec('m1', objectEvent(ref, 'modified', { time }))],
+    });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(r.sender.sent).toEqual([]);
+    expect(r.log.records.map((x) => [x.msg, x.obj.outcome ?? x.obj.target])).toEqual([
+      ['no queue carries this event yet; dropped', 'install'],
+      ['event handled', 'done'],
+    ]);
   });
 
   it('drops an object event of a kind no pipeline function serves', async () => {

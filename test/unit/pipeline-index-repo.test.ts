@@ -8,11 +8,11 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { objectEvent, type Reason } from '../../events/schema.js';
+import { EVENT_TYPES, type KappEvent, objectEvent, type Reason } from '../../events/schema.js';
 import { type AppStatus, Finalizer, parsePackageRepository } from '../../functions/lib/api/index.js';
 import { exitWith, type ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
-import { readRepositoryVersions } from '../../functions/lib/packaging/repo-index.js';
+import { readRepositoryVersions, repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
@@ -112,6 +112,8 @@ interface Row {
   outcomes: Array<[string, string]>;
   /** The finalizers left on the object. */
   finalizers: string[];
+  /** The `changes` of the `repo.indexed` event handed on (none: no event). */
+  announces?: Array<{ refName: string; versions: string[] }>;
 }
 
 const TEMPLATED: RepoTemplateOutput = {
@@ -242,6 +244,8 @@ const rows: Record<string, Row> = {
       ['index-repo', 'succeeded'],
     ],
     finalizers: [Finalizer.PackageRepository],
+    // First deploy of this repository: every version it holds is new.
+    announces: [{ refName: 'a.example.com', versions: ['1.0.0'] }],
   },
   'deploy fails: ReconcileFailed with the friendly kapp stderr, the finalizer stays added': {
     repo: {},
@@ -299,7 +303,7 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(w.tools()).toEqual(row.tools);
     expect(w.outcomes()).toEqual(row.outcomes);
     expect(finalizers).toEqual(row.finalizers);
-    expect(next).toBeUndefined();
+    expect(next && next.type === EVENT_TYPES.repoIndexed ? next.data.changes : next).toEqual(row.announces);
   });
 
   it('runs kapp deploy <name>.pkgr with the exact argv, the manifest on stdin, the runtime identity', async () => {
@@ -398,6 +402,11 @@ interface FleetCluster {
   fetch: Record<string, unknown>;
   config?: Partial<PipelineConfig>;
   template?: RepoTemplateOutput;
+  /** The repository's metadata over the default (uid, deletionTimestamp, finalizers). */
+  metadata?: Record<string, unknown>;
+  kapp?: ScriptedResult;
+  /** Default {@link vendirFetches}. */
+  vendir?: (req: RunRequest) => Promise<ScriptedResult>;
 }
 
 async function reconcileIn(store: MemoryStore, c: FleetCluster) {
@@ -413,13 +422,17 @@ async function reconcileIn(store: MemoryStore, c: FleetCluster) {
       },
     },
   });
-  w.cluster.put(repoObject({ metadata: { name: c.name, namespace: c.namespace }, spec: { fetch: c.fetch } }) as never);
-  w.runner.on('vendir', vendirFetches);
-  w.runner.on('kapp', { stdout: 'Succeeded' });
+  const metadata: Record<string, unknown> = { name: c.name, namespace: c.namespace, ...c.metadata };
+  w.cluster.put(repoObject({ metadata, spec: { fetch: c.fetch } }) as never);
+  w.runner.on('vendir', c.vendir ?? vendirFetches);
+  w.runner.on('kapp', c.kapp ?? { stdout: 'Succeeded' });
   const ref = { ...PKGR_REF, clusterId: c.clusterId, namespace: c.namespace, name: c.name };
-  await dispatchEvent(objectEvent(ref, 'added', { time: new Date(NOW) }), w.deps);
+  const next = await dispatchEvent(
+    objectEvent({ ...ref, uid: String(metadata.uid ?? ref.uid) }, 'added', { time: new Date(NOW) }),
+    w.deps,
+  );
   const kapp = w.runner.calls.find((call) => call.cmd === 'kapp');
-  return { w, templateCalls, stdin: kapp?.stdin };
+  return { w, templateCalls, stdin: kapp?.stdin, next };
 }
 
 interface FleetRow {
@@ -584,3 +597,166 @@ describe('index-repo: the package set is indexed once for the fleet', () => {
     expect(await planRepoIndex(pkgr.data, { namespace: 'ns', name: 'repo' }, w.deps)).toBeUndefined();
   });
 });
+
+/** One reconcile of `c1` `ns/repo` in a row of {@link announceRows}. */
+interface AnnounceStep {
+  /** Versions the template renders (default {@link INDEXED}'s). */
+  versions?: Record<string, string[]>;
+  fetch?: Record<string, unknown>;
+  metadata?: Record<string, unknown>;
+  kapp?: ScriptedResult;
+  /** The `changes` of the `repo.indexed` event handed on; `null`: no event. */
+  announces: Array<{ refName: string; versions: string[] }> | null;
+}
+
+const GIT = { git: { url: 'https://git.example/repo', ref: 'origin/main' } };
+const V1 = { 'a.example.com': ['1.0.0'], 'b.example.com': ['0.1.0'] };
+const V2 = { 'a.example.com': ['1.0.0', '2.0.0'], 'b.example.com': ['0.1.0'] };
+const DELETING = { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] };
+
+/** Successive reconciles of one repository sharing one store: what each hands on to the PackageInstalls. */
+const announceRows: Record<string, AnnounceStep[]> = {
+  'the first deploy announces every version; the same versions again announce nothing': [
+    {
+      versions: V1,
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    { versions: V1, announces: null },
+  ],
+  'a version added: only its refName, only the new version': [
+    {
+      versions: V1,
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    { versions: V2, announces: [{ refName: 'a.example.com', versions: ['2.0.0'] }] },
+  ],
+  'a version and a refName removed: the removed ones': [
+    {
+      versions: V2,
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0', '2.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    {
+      versions: { 'a.example.com': ['2.0.0'] },
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+  ],
+  'a failed deploy announces nothing and keeps the pointer: the next success announces the change': [
+    {
+      versions: V1,
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    { versions: V2, kapp: exitWith(1, 'kapp: Error: boom'), announces: null },
+    { versions: V2, announces: [{ refName: 'a.example.com', versions: ['2.0.0'] }] },
+  ],
+  'a deleted repository announces the removal of all it deployed; recreated, it announces all again': [
+    {
+      versions: V1,
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    {
+      metadata: DELETING,
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    {
+      versions: { 'a.example.com': ['1.0.0'] },
+      metadata: { uid: 'uid-new' },
+      announces: [{ refName: 'a.example.com', versions: ['1.0.0'] }],
+    },
+  ],
+  'a repository recreated under the same name (new uid) starts afresh': [
+    {
+      versions: V1,
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    {
+      versions: V1,
+      metadata: { uid: 'uid-new' },
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+  ],
+  'a pinned source already indexed (no fetch, no template) is compared by the stored versions document': [
+    {
+      versions: V1,
+      fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } },
+      announces: [
+        { refName: 'a.example.com', versions: ['1.0.0'] },
+        { refName: 'b.example.com', versions: ['0.1.0'] },
+      ],
+    },
+    { versions: V2, fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } }, announces: null },
+  ],
+};
+
+describe('index-repo: a change of versions is handed on to the PackageInstalls (repo.indexed)', () => {
+  it.each(Object.entries(announceRows))('%s', async (_name, steps) => {
+    const store = new MemoryStore();
+    const seen: Array<unknown> = [];
+    for (const step of steps) {
+      const { next } = await reconcileIn(store, {
+        clusterId: 'c1',
+        namespace: 'ns',
+        name: 'repo',
+        fetch: step.fetch ?? GIT,
+        template: { ...INDEXED, versions: step.versions ?? INDEXED.versions },
+        ...(step.metadata ? { metadata: step.metadata } : {}),
+        ...(step.kapp ? { kapp: step.kapp } : {}),
+        vendir: vendirFetchesVersions(step.versions ?? INDEXED.versions ?? {}),
+      });
+      seen.push(announced(next));
+    }
+    expect(seen).toEqual(steps.map((s) => s.announces));
+  });
+
+  it('the event names the repository and the index deployed; the pointer names that index', async () => {
+    const store = new MemoryStore();
+    const { next } = await reconcileIn(store, { clusterId: 'c1', namespace: 'ns', name: 'repo', fetch: GIT });
+    if (next?.type !== EVENT_TYPES.repoIndexed) throw new Error('expected a repo.indexed event');
+    expect(next.subject).toBe('c1/PackageRepository/ns/repo');
+    const indexKey = next.data.artifacts.indexKey ?? '';
+    expect(indexKey).toMatch(/^artifacts\/index\/sha256\/[0-9a-f]{64}\.json$/);
+    const pointer = JSON.parse((await store.get(repoPointerKey('c1', 'ns', 'repo')))?.toString() ?? '{}');
+    expect(pointer).toEqual({ uid: 'uid-r', index: /([0-9a-f]{64})/.exec(indexKey)?.[1] });
+  });
+});
+
+/** vendir leaving a tree that differs with `versions` (a new tree digest, as a real new version makes). */
+function vendirFetchesVersions(versions: Record<string, string[]>) {
+  return async (req: RunRequest): Promise<ScriptedResult> => {
+    await mkdir(path.join(req.cwd ?? '', '0', 'packages'), { recursive: true });
+    await writeFile(path.join(req.cwd ?? '', '0', 'packages', 'a.yml'), `# ${JSON.stringify(versions)}\n`);
+    return { stdout: 'lock: vendir\n' };
+  };
+}
+
+/** The `changes` of a `repo.indexed` event, `null` for no event. */
+function announced(next: KappEvent | undefined) {
+  if (!next) return null;
+  return next.type === EVENT_TYPES.repoIndexed ? next.data.changes : next.type;
+}

@@ -5,7 +5,7 @@
  * port only: the shared fake cluster (as install view: list, App and Secret writes).
  */
 import { describe, expect, it } from 'vitest';
-import { type ObjectRef, objectEvent } from '../../events/schema.js';
+import { EVENT_TYPES, type KappEvent, type ObjectRef, objectEvent, repoIndexedEvent } from '../../events/schema.js';
 import { Finalizer } from '../../functions/lib/api/index.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { ConflictError, type KubeObject } from '../../functions/lib/kube/port.js';
@@ -579,5 +579,169 @@ describe('install values (§3.11.4): only the first ytt or helmTemplate step', (
     expect(friendlyErrMsg('a'.repeat(81))).toBe(`${'a'.repeat(80)}...`);
     expect(friendlyErrMsg('a'.repeat(80))).toBe('a'.repeat(80));
     expect(friendlyErrMsg('short\nmore')).toBe('short...');
+  });
+});
+
+/** A PackageInstall `namespace/name` of `refName` with `constraints` (or none: no version selection). */
+function pkgiIn(namespace: string, name: string, refName: string, selection?: Record<string, unknown>): KubeObject {
+  return pkgi({
+    metadata: { name, namespace, uid: `uid-${namespace}-${name}` },
+    spec: { packageRef: { refName, ...(selection ? { versionSelection: selection } : {}) } },
+  });
+}
+
+const REPO_REF: ObjectRef = { ...REF, kind: 'PackageRepository', name: 'repo', uid: 'uid-repo' };
+
+interface FanOutRow {
+  /** Namespace of the repository. */
+  repoNamespace: string;
+  changes?: Array<{ refName: string; versions: string[] }>;
+  /** Namespaces and their annotations (besides the global one). */
+  namespaces?: Record<string, Record<string, string> | undefined>;
+  installs: KubeObject[];
+  /** `namespace/name` of each PackageInstall sent a `ref-changed` event, in order. */
+  sent: string[];
+}
+
+const A = 'a.test.carvel.dev';
+const B = 'b.test.carvel.dev';
+const EXCLUDE = { 'kapp-controller.carvel.dev/exclude-global-packages': '' };
+
+const fanOutRows: Record<string, FanOutRow> = {
+  'same namespace: only PackageInstalls of a changed refName': {
+    repoNamespace: 'ns',
+    changes: [{ refName: A, versions: ['2.0.0'] }],
+    installs: [pkgiIn('ns', 'a', A, { constraints: '>=1.0.0' }), pkgiIn('ns', 'b', B, { constraints: '>=1.0.0' })],
+    sent: ['ns/a'],
+  },
+  'another namespace does not see a local repository': {
+    repoNamespace: 'ns',
+    changes: [{ refName: A, versions: ['2.0.0'] }],
+    namespaces: { other: undefined },
+    installs: [pkgiIn('other', 'a', A, { constraints: '>=1.0.0' })],
+    sent: [],
+  },
+  'upstream version filter: a change no selection accepts reconciles nothing': {
+    repoNamespace: 'ns',
+    changes: [{ refName: A, versions: ['0.9.0', '2.0.0-rc.1'] }],
+    installs: [
+      pkgiIn('ns', 'ge1', A, { constraints: '>=1.0.0' }),
+      pkgiIn('ns', 'pre', A, { constraints: '>=1.0.0', prereleases: {} }),
+      pkgiIn('ns', 'exact-pre', A, { constraints: '2.0.0-rc.1' }),
+      pkgiIn('ns', 'bad-range', A, { constraints: '^1.0.0' }),
+      pkgiIn('ns', 'no-selection', A),
+    ],
+    sent: ['ns/exact-pre', 'ns/no-selection', 'ns/pre'],
+  },
+  'a removed version its selection accepts: reconciled (it may now fail or move down)': {
+    repoNamespace: 'ns',
+    changes: [{ refName: A, versions: ['1.5.0'] }],
+    installs: [pkgiIn('ns', 'a', A, { constraints: '>=1.0.0 <2.0.0' })],
+    sent: ['ns/a'],
+  },
+  'global repository: every namespace, except those excluding global packages': {
+    repoNamespace: GLOBAL,
+    changes: [{ refName: A, versions: ['2.0.0'] }],
+    namespaces: { ns2: undefined, excluded: EXCLUDE },
+    installs: [
+      pkgiIn('ns', 'a', A, { constraints: '>=1.0.0' }),
+      pkgiIn('ns2', 'a', A, { constraints: '>=1.0.0' }),
+      pkgiIn('excluded', 'a', A, { constraints: '>=1.0.0' }),
+      pkgiIn(GLOBAL, 'a', A, { constraints: '>=1.0.0' }),
+    ],
+    sent: [`${GLOBAL}/a`, 'ns/a', 'ns2/a'],
+  },
+  'no changes listed (too many for one event): every PackageInstall in scope': {
+    repoNamespace: 'ns',
+    installs: [pkgiIn('ns', 'a', A, { constraints: '>=1.0.0' }), pkgiIn('ns', 'b', B, { constraints: '>=9.0.0' })],
+    sent: ['ns/a', 'ns/b'],
+  },
+  'a PackageInstall being deleted is left to its own delete': {
+    repoNamespace: 'ns',
+    changes: [{ refName: A, versions: ['2.0.0'] }],
+    installs: [
+      pkgi({
+        metadata: { name: 'gone', deletionTimestamp: NOW, finalizers: [Finalizer.PackageInstall] },
+        spec: { packageRef: { refName: A, versionSelection: { constraints: '>=1.0.0' } } },
+      }),
+    ],
+    sent: [],
+  },
+};
+
+function fanOutWorld(row: Pick<FanOutRow, 'namespaces' | 'installs'>) {
+  const cluster = new FakeCluster();
+  for (const i of row.installs) cluster.put(i);
+  for (const [name, annotations] of Object.entries({ ns: undefined, ...row.namespaces })) {
+    cluster.namespaces.set(name, {
+      metadata: { name, uid: `uid-${name}`, resourceVersion: '1', annotations },
+      phase: 'Active',
+    });
+  }
+  cluster.namespaces.set(GLOBAL, { metadata: { name: GLOBAL, uid: 'uid-g', resourceVersion: '1' }, phase: 'Active' });
+  const emitted: KappEvent[] = [];
+  const { deps, log } = stageDeps(cluster, {
+    runner: new FakeCommandRunner(),
+    now: NOW,
+    tmpRoot: tempDir(),
+    extra: { emit: async (events) => void emitted.push(...events) },
+  });
+  return { cluster, deps, log, emitted };
+}
+
+function indexed(namespace: string, changes?: Array<{ refName: string; versions: string[] }>) {
+  return repoIndexedEvent(
+    {
+      object: { ...REPO_REF, namespace },
+      run: { generation: 1, runId: 'r1', startedAt: NOW },
+      artifacts: {},
+      ...(changes ? { changes } : {}),
+    },
+    { time: NOW },
+  );
+}
+
+describe('install: a repository whose versions changed reconciles its PackageInstalls at once (repo.indexed)', () => {
+  it.each(Object.entries(fanOutRows))('%s', async (_name, row) => {
+    const { deps, emitted, cluster } = fanOutWorld(row);
+    expect(await dispatchEvent(indexed(row.repoNamespace, row.changes), deps)).toBeUndefined();
+    const sent = emitted.map((e) => (e.type === EVENT_TYPES.object ? `${e.data.namespace}/${e.data.name}` : e.type));
+    expect(sent.sort()).toEqual(row.sent);
+    for (const e of emitted) {
+      expect(e.type === EVENT_TYPES.object && [e.data.kind, e.data.reason, e.data.clusterId]).toEqual([
+        'PackageInstall',
+        'ref-changed',
+        'c1',
+      ]);
+    }
+    // The fan-out only reads: the PackageInstalls reconcile in their own runs.
+    expect(cluster.statuses).toEqual([]);
+  });
+
+  it('a PackageInstall that failed with "Package not found" succeeds once a repository provides it, without a timer', async () => {
+    const inst = pkgi({
+      spec: { packageRef: { refName: 'pkg.test.carvel.dev', versionSelection: { constraints: '>=1.0.0' } } },
+    });
+    const { cluster, deps, emitted } = fanOutWorld({ installs: [inst] });
+    await dispatchEvent(objectEvent(REF, 'added', { time: new Date(NOW) }), deps);
+    expect((cluster.statuses.at(-1) as { conditions?: unknown } | undefined)?.conditions).toEqual([
+      { type: 'ReconcileFailed', status: 'True', message: 'Package pkg.test.carvel.dev not found' },
+    ]);
+    // The repository deploys its Packages, then hands on what changed.
+    cluster.put(pkg({ version: '1.0.0' }));
+    await dispatchEvent(indexed('ns', [{ refName: 'pkg.test.carvel.dev', versions: ['1.0.0'] }]), deps);
+    expect(emitted).toHaveLength(1);
+    expect(await dispatchEvent(emitted[0]!, deps)).toBeUndefined();
+    expect(cluster.statuses.at(-1)).toEqual(reconcilingAt('1.0.0'));
+    expect(cluster.get('App', 'ns', 'inst')?.metadata.annotations?.['packaging.carvel.dev/package-version']).toBe(
+      '1.0.0',
+    );
+  });
+
+  it('without a transport for fan-out events: logged and dropped, never thrown', async () => {
+    const { deps, log } = fanOutWorld({ installs: [pkgiIn('ns', 'a', A, { constraints: '>=1.0.0' })] });
+    const { emit: _none, ...without } = deps;
+    await dispatchEvent(indexed('ns', [{ refName: A, versions: ['2.0.0'] }]), without);
+    expect(log.records.some((r) => r.msg === 'no transport for fan-out events; dropped')).toBe(true);
   });
 });

@@ -10,6 +10,7 @@
  * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
  * | valid, but for another function | logged, dropped | no |
  * | stage ran, returned a next event | sent to the next stage's queue | no |
+ * | stage ran, returned an event no queue carries yet (`repo.indexed` → install) | logged, dropped | no |
  * | stage ran, run ended | done | no |
  * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
  * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), acknowledged | no |
@@ -256,7 +257,15 @@ async function processRecord(
         },
         forward: async (next) => {
           const to = stageOf(next);
-          if (!to) throw new Error(`no pipeline queue carries ${next.type}`);
+          if (!to) {
+            // `repo.indexed` (→ install) until the install function has its queue: the
+            // repository's run succeeded; its PackageInstalls wait for their App's sync.
+            elog.warn(
+              { stage, type: next.type, target: targetFunction(next) },
+              'no queue carries this event yet; dropped',
+            );
+            return;
+          }
           await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
         },
       },
@@ -265,7 +274,7 @@ async function processRecord(
       elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
       return 'ended';
     }
-    if (!r.next) {
+    if (!r.next || !stageOf(r.next)) {
       elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
       return 'done';
     }

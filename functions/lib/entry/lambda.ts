@@ -15,6 +15,7 @@ import path from 'node:path';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import pino from 'pino';
+import { targetFunction } from '../../../events/schema.js';
 import { type ClusterKeyring, DerivedKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
 import { hardenProcess } from '../exec/harden.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
@@ -24,7 +25,7 @@ import type { Logger } from '../log.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { S3Store } from '../store/s3.js';
-import type { EventSender, PipelineStage } from '../transport/port.js';
+import { type EventSender, isPipelineStage, type PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
 import { CONTROLLER_VERSION, ConfigError, type LambdaConfig, parseLambdaEnv } from './config.js';
 import { type EntryDeps, makeSqsHandler, type SqsHandler } from './handler.js';
@@ -232,6 +233,14 @@ export function createLambdaDeps(
     pipeline.runtimeKubeconfig = overrides.runtimeKubeconfig ?? runtimeKubeconfigs(config.kubeconfigPath);
   }
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
+  pipeline.emit = async (events) => {
+    for (const event of events) {
+      const to = targetFunction(event);
+      if (isPipelineStage(to)) await sender.send(to, event);
+      else
+        log.warn({ type: event.type, subject: event.subject, target: to }, 'no queue carries this event yet; dropped');
+    }
+  };
   return { pipeline, sender, log, maxAttempts: config.maxReceiveCount };
 }
 

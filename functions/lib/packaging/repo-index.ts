@@ -231,3 +231,98 @@ function parseJson<T>(key: string, body: Buffer, schema: z.ZodType<T>): T {
     throw new RepoIndexFormatError(`malformed repository index object ${key}: ${parsed.error.message}`);
   return parsed.data;
 }
+
+// ---------------------------------------------------------------------------------------
+// What each repository last deployed (event-driven upgrades, issue 10 item 4)
+
+/**
+ * The per-repository pointer: what one PackageRepository of one cluster deployed last, so its next
+ * reconcile can tell which versions it added or removed. Kept in the object store, not in status
+ * (status keeps upstream's shape), at {@link repoPointerKey}.
+ *
+ * - `uid`: the repository's `metadata.uid` (a repository deleted and created again starts afresh);
+ * - `index`: the index digest deployed ({@link repoIndexDigest}), whose versions document
+ *   ({@link readRepositoryVersions}) lists its versions; or, for a repository fetched with a
+ *   Secret (never indexed for the fleet), `versions` itself.
+ */
+export interface RepoPointer {
+  uid: string;
+  index?: string;
+  versions?: RepoVersions;
+}
+
+const PointerSchema = z.object({
+  uid: z.string(),
+  index: z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional(),
+  versions: RepoVersionsSchema.optional(),
+});
+
+/** A cluster id, namespace or name as a key part: DNS-1123 characters, no `..`. */
+const KEY_PART = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
+
+/**
+ * Key of a repository's pointer: `state/package-repositories/<clusterId>/<namespace>/<name>.json`.
+ * Per cluster, never shared: only that cluster's index-repo runs read or write it.
+ * @throws TypeError when a part is not a DNS-1123 name (or holds `..`).
+ */
+export function repoPointerKey(clusterId: string, namespace: string, name: string): string {
+  for (const part of [clusterId, namespace, name]) {
+    if (!KEY_PART.test(part) || part.includes('..'))
+      throw new TypeError(`invalid repository key part ${JSON.stringify(part)}`);
+  }
+  return `state/package-repositories/${clusterId}/${namespace}/${name}.json`;
+}
+
+/**
+ * The versions a repository deployed last, per {@link RepoPointer}: `undefined` when it never
+ * deployed (no pointer, another uid, or its index is gone from the store), which counts every
+ * version it now holds as added.
+ * @throws RepoIndexFormatError for a malformed pointer or versions document; StoreError from the store
+ */
+export async function readPreviousVersions(
+  store: ObjectStore,
+  key: string,
+  uid: string,
+): Promise<RepoVersions | undefined> {
+  const body = await store.get(key);
+  if (!body) return undefined;
+  const pointer = parseJson(key, body, PointerSchema);
+  if (pointer.uid !== uid) return undefined;
+  if (pointer.index) return readRepositoryVersions(store, pointer.index);
+  return pointer.versions;
+}
+
+/**
+ * Records what a repository deployed (replaced: one writer per repository, the leader of its cluster).
+ * @throws StoreError from the store
+ */
+export async function writeRepoPointer(store: ObjectStore, key: string, pointer: RepoPointer): Promise<void> {
+  await store.put(key, canonicalJson(pointer));
+}
+
+/** One refName whose versions changed: `versions` are those added or removed, ascending as stored. */
+export interface RepoVersionChange {
+  refName: string;
+  versions: string[];
+}
+
+/**
+ * The refNames whose versions differ between two versions documents, sorted by refName; each with
+ * the versions in one and not the other (added then removed). Pure. `previous` `undefined` is
+ * the empty document (a first deploy adds everything).
+ */
+export function diffRepoVersions(previous: RepoVersions | undefined, next: RepoVersions): RepoVersionChange[] {
+  const before = previous ?? {};
+  const out: RepoVersionChange[] = [];
+  for (const refName of [...new Set([...Object.keys(before), ...Object.keys(next)])].sort()) {
+    const a = new Set(before[refName] ?? []);
+    const b = new Set(next[refName] ?? []);
+    const added = [...b].filter((v) => !a.has(v));
+    const removed = [...a].filter((v) => !b.has(v));
+    if (added.length + removed.length > 0) out.push({ refName, versions: [...added, ...removed] });
+  }
+  return out;
+}

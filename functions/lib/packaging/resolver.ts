@@ -57,17 +57,24 @@ export async function visibleGlobalNamespace(
   return global;
 }
 
-/** Every object of `kind` in `namespace`, all pages, parsed; objects that do not parse are skipped. */
-async function listAll<T>(
+/**
+ * Every object of `kind` in `namespace` (`undefined`: all namespaces), all pages, parsed; objects
+ * that do not parse are skipped.
+ * @throws KubeApiError when a list fails.
+ */
+export async function listAll<T>(
   kube: Pick<ObjectWatcher, 'list'>,
   kind: ResourceKind,
-  namespace: string,
+  namespace: string | undefined,
   parse: (input: unknown) => ParseResult<T>,
 ): Promise<T[]> {
   const out: T[] = [];
   let next: string | undefined;
   do {
-    const page = await kube.list(kind, { namespace, ...(next ? { continue: next } : {}) });
+    const page = await kube.list(kind, {
+      ...(namespace === undefined ? {} : { namespace }),
+      ...(next ? { continue: next } : {}),
+    });
     for (const item of page.items) {
       const parsed = parse(item);
       // The CRD validates on write, so only an object written before its rules existed can fail;

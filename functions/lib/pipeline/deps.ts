@@ -106,6 +106,15 @@ export interface PipelineDeps {
    * one for each event (`dispatchWithRetryBound`); a stage called without one makes its own.
    */
   secretMask?: SecretMask;
+  /**
+   * Sends events about other objects through the runtime's transport, each to its own function
+   * and ordering key (not the run's next stage, which a stage returns): the `ref-changed` events
+   * a `repo.indexed` event fans out to PackageInstalls. Embedded: the in-process queue
+   * (`EmbeddedPipeline.send`); Lambda: the function's queue of each event. Resolves once every
+   * event is accepted. Absent: such events are dropped with a warning.
+   * @throws TransportError when an event was not accepted (the stage is retried)
+   */
+  emit?: (events: readonly import('../../../events/schema.js').KappEvent[]) => Promise<void>;
 }
 
 /** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */

@@ -13,6 +13,7 @@ import { runDelete, runDeploy } from './deploy.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { type IndexRepoDeps, runIndexRepo } from './index-repo.js';
 import { runInstall } from './install.js';
+import { fanOutRepoIndexed } from './install-fanout.js';
 import { handleAppEvent } from './reconcile.js';
 import { endRunAfterRetries } from './retry-bound.js';
 import { type ClusterInfoSource, runTemplate } from './template.js';
@@ -32,7 +33,9 @@ function nextEvent(out: StageOutput, deps: PipelineDeps): KappEvent | undefined 
 }
 
 /**
- * Runs the stage `event` is for.
+ * Runs the stage `event` is for. A PackageRepository's run may return a `repo.indexed` event
+ * (its versions changed), whose stage sends `ref-changed` events to PackageInstalls through
+ * `deps.emit`.
  *
  * @returns the next stage's event, or `undefined` when the run ended (success, failure with
  *   status written, no-op, stale, gone).
@@ -41,10 +44,7 @@ function nextEvent(out: StageOutput, deps: PipelineDeps): KappEvent | undefined 
 export async function dispatchEvent(event: KappEvent, deps: DispatchDeps): Promise<KappEvent | undefined> {
   switch (event.type) {
     case EVENT_TYPES.object:
-      if (event.data.kind === 'PackageRepository') {
-        await runIndexRepo(event, deps);
-        return undefined;
-      }
+      if (event.data.kind === 'PackageRepository') return await runIndexRepo(event, deps);
       if (event.data.kind === 'PackageInstall') {
         await runInstall(event, deps);
         return undefined;
@@ -62,8 +62,11 @@ export async function dispatchEvent(event: KappEvent, deps: DispatchDeps): Promi
     case EVENT_TYPES.delete:
       await runDelete({ clusterId: event.data.object.clusterId, ref: event.data.object, run: event.data.run }, deps);
       return undefined;
+    case EVENT_TYPES.repoIndexed:
+      await fanOutRepoIndexed(event, deps);
+      return undefined;
     default:
-      deps.log.warn({ type: event.type }, 'no handler for this event type; event dropped');
+      deps.log.warn({ type: (event as KappEvent).type }, 'no handler for this event type; event dropped');
       return undefined;
   }
 }

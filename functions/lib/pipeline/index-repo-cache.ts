@@ -73,7 +73,7 @@ export async function planRepoIndex(
 }
 
 /** The index digest of a shared fetch artifact, or `undefined` for a private key. */
-function indexDigestOf(plan: RepoIndexPlan, fetchKey: string): string | undefined {
+export function indexDigestOf(plan: RepoIndexPlan, fetchKey: string): string | undefined {
   const parsed = parseArtifactKey(fetchKey);
   return parsed?.kind === 'fetch' ? repoIndexDigest(parsed.sha256, plan.recipe) : undefined;
 }

@@ -20,7 +20,7 @@
  * @module
  */
 import path from 'node:path';
-import type { ObjectEvent, ObjectRef } from '../../../events/schema.js';
+import type { ObjectEvent, ObjectRef, RepoIndexedEvent } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import {
@@ -65,7 +65,15 @@ import { makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } fro
 import { BLOCKING_FOR_DEPLOY_PREFIX } from './deploy.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import { fetchWithVendir } from './fetch.js';
-import { cachedResult, findFetchedIndex, findPinnedIndex, planRepoIndex, storeIndex } from './index-repo-cache.js';
+import {
+  cachedResult,
+  findFetchedIndex,
+  findPinnedIndex,
+  indexDigestOf,
+  planRepoIndex,
+  storeIndex,
+} from './index-repo-cache.js';
+import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { infraStep } from './retry-bound.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
@@ -140,12 +148,15 @@ function writeRepoStatus(
 }
 
 /**
- * Handles an object event for a PackageRepository (the index-repo function's entry point).
- * Everything happens in this one invocation; nothing is handed on.
+ * Handles an object event for a PackageRepository (the index-repo function's entry point). The
+ * reconcile happens in this one invocation; what is handed on is the `repo.indexed` event of a
+ * successful deploy or delete that added or removed versions (`./index-repo-changes.ts`), for
+ * the install function.
  *
+ * @returns that event, or `undefined`.
  * @throws KubeApiError / StoreError on infrastructure failures: the transport retries the event.
  */
-export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Promise<void> {
+export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Promise<RepoIndexedEvent | undefined> {
   const ev = event.data;
   const kube = deps.clusters.deployView(ev.clusterId);
   const kref = packageRepositoryRef(ev);
@@ -181,8 +192,7 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
       return;
     }
     done('deleted');
-    await deleteRepository({ ...ev, uid: meta.uid, generation }, kube, deps);
-    return;
+    return await deleteRepository({ ...ev, uid: meta.uid, generation }, kube, deps);
   }
   const specChanged = pkgr.status?.observedGeneration !== generation;
   const forced = specChanged || ev.reason === 'added' || ev.reason === 'ref-changed';
@@ -216,11 +226,17 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     loaded: { raw: read, pkgr },
   });
   if (opened.stop) return;
-  await reconcileRepository(opened.frame, deps);
+  return await reconcileRepository(opened.frame, deps);
 }
 
-/** Fetch, template and deploy of one run; writes the final status through `closeStage`. */
-async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, deps: IndexRepoDeps): Promise<void> {
+/**
+ * Fetch, template and deploy of one run; writes the final status through `closeStage`.
+ * @returns the `repo.indexed` event of a successful deploy that changed versions.
+ */
+async function reconcileRepository(
+  frame: StageFrame<DeployView, LoadedRepo>,
+  deps: IndexRepoDeps,
+): Promise<RepoIndexedEvent | undefined> {
   const { kube, mask, object } = frame;
   const { pkgr } = frame.loaded;
   const app = packageRepositoryApp(pkgr);
@@ -274,7 +290,9 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
     // ---- template (skipped for fetched content already indexed)
     const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, fetchStdout, deps) : undefined);
     let manifest: string;
+    let deployedVersions: DeployedVersions;
     if (hit) {
+      deployedVersions = { index: hit.index };
       parts.template = templatePart(cachedResult({ stderr: mask.text(hit.templateStderr) }), deps.now());
       manifest = withRepositoryRef(hit, `${object.namespace}/${object.name}`);
     } else if (fetchKey) {
@@ -295,6 +313,8 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
       }
       manifest = rendered.manifest;
       const { versions } = rendered;
+      const digest = index && indexDigestOf(index, fetchKey);
+      deployedVersions = { ...(digest ? { index: digest } : {}), versions: versions ?? {} };
       await storeIndex(
         index,
         fetchKey,
@@ -307,7 +327,10 @@ async function reconcileRepository(frame: StageFrame<DeployView, LoadedRepo>, de
     const deployed = await deployRepository(frame, manifest, work, deps);
     tools = { runs: tools.runs + deployed.runs, ms: tools.ms + deployed.ms };
     parts.deploy = deployed.part;
+    // Before the final status: a store failure retries the run rather than losing the change.
+    const indexed = deployed.result.error ? undefined : await announceRepoChanges(object, deployedVersions, deps);
     await close(deployed.result);
+    return indexed;
   } finally {
     await watch.stop();
     await removeScratch(work);
@@ -401,8 +424,13 @@ async function deployRepository(
  * The delete path: `Deleting`, `kapp delete <name>.pkgr` (the repository's Packages and
  * PackageMetadatas, and only its), then both finalizers are removed; on failure
  * `DeleteFailed` and the finalizers stay (retried with the failure backoff).
+ * @returns the `repo.indexed` event removing every version it deployed, after a successful delete.
  */
-async function deleteRepository(object: ObjectRef, kube: DeployView, deps: IndexRepoDeps): Promise<void> {
+async function deleteRepository(
+  object: ObjectRef,
+  kube: DeployView,
+  deps: IndexRepoDeps,
+): Promise<RepoIndexedEvent | undefined> {
   const ref = packageRepositoryRef(object);
   const fence = { uid: object.uid, generation: object.generation };
   const done = stageTimer(deps, 'delete', objectKey(object), object.generation);
@@ -438,10 +466,12 @@ async function deleteRepository(object: ObjectRef, kube: DeployView, deps: Index
   // setDeleteCompleted (status.deploy, below, is friendly as always)
   const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
   if (!result.error) {
+    // Its Packages are gone: the PackageInstalls that used them reconcile (and fail) at once.
+    const indexed = await announceRepoChanges(object, 'deleted', deps);
     await kube.removeFinalizer(ref, Finalizer.PackageRepository, { uid: object.uid });
     await kube.removeFinalizer(ref, Finalizer.PackageRepositoryLegacy, { uid: object.uid });
     done('deleted', { tools });
-    return;
+    return indexed;
   }
   const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() });
   await writeRepoStatus(

@@ -62,7 +62,7 @@ export function packageInstallRef(ref: Pick<ObjectRef, 'namespace' | 'name'>): R
 }
 
 /** The install view of a cluster. @throws Error when the registry offers none (a runtime without the install function). */
-function installView(deps: PipelineDeps, clusterId: string): InstallView {
+export function installView(deps: PipelineDeps, clusterId: string): InstallView {
   if (!deps.clusters.installView)
     throw new Error('this runtime has no install view (PackageInstall events unsupported)');
   return deps.clusters.installView(clusterId);
