@@ -105,6 +105,21 @@ describe('attack: a bundle plants objects through .imgpkg/images.yml', () => {
     expect(runner.argv().map((a) => a[0])).not.toContain('kbld');
   });
 
+  it('an alias bomb in images.yml is a clear template error, not a thrown stage', async () => {
+    const bomb = ['a: &a [x, x, x, x, x, x, x, x, x]'];
+    for (const c of 'bcdefghij')
+      bomb.push(
+        `${c}: &${c} [${Array(9)
+          .fill(`*${String.fromCharCode(c.charCodeAt(0) - 1)}`)
+          .join(', ')}]`,
+      );
+    const { root, scratch } = await bundle(`${LOCK}---\n${bomb.join('\n')}\n`);
+    const runner = tools(() => '');
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: true, scratch }, deps(runner));
+    expect(out.result.error).toMatch(/^Templating dir: Parsing \.imgpkg\/images\.yml: .*alias/i);
+    expect(runner.argv().map((a) => a[0])).not.toContain('kbld');
+  });
+
   it('whatever kbld adds to the stream anyway is refused before kapp', async () => {
     const { root, scratch } = await bundle(LOCK);
     const out = await templateRepository(

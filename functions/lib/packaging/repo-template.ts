@@ -492,6 +492,24 @@ export async function templateRepository(input: RepoTemplateInput, deps: Templat
   return { result: final.result, manifest: final.manifest, versions: filtered.versions };
 }
 
+/**
+ * The non-empty documents of a YAML stream as plain values, or `Parsing <what>: <reason>` (a
+ * syntax error, or an alias bomb `yaml` refuses beyond its alias count) instead of a throw.
+ */
+function yamlValues(text: string, what: string): unknown[] | string {
+  const out: unknown[] = [];
+  try {
+    for (const doc of parseAllDocuments(text)) {
+      if (doc.errors.length > 0) return `Parsing ${what}: ${doc.errors[0]?.message}`;
+      const value: unknown = doc.toJS();
+      if (value !== null && value !== undefined) out.push(value);
+    }
+  } catch (err) {
+    return `Parsing ${what}: ${errorMessage(err)}`;
+  }
+  return out;
+}
+
 /** `<apiVersion> <kind>` of a parsed document, for error messages. */
 function kindOf(value: unknown): string {
   const { apiVersion, kind } = (value !== null && typeof value === 'object' ? value : {}) as Record<string, unknown>;
@@ -517,10 +535,9 @@ export async function imagesLockProblem(file: string): Promise<string | undefine
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw err;
   }
-  for (const doc of parseAllDocuments(text)) {
-    if (doc.errors.length > 0) return `Parsing .imgpkg/images.yml: ${doc.errors[0]?.message}`;
-    const value: unknown = doc.toJS();
-    if (value === null || value === undefined) continue;
+  const values = yamlValues(text, '.imgpkg/images.yml');
+  if (typeof values === 'string') return values;
+  for (const value of values) {
     const { apiVersion, kind } = (typeof value === 'object' ? value : {}) as Record<string, unknown>;
     if (apiVersion !== IMAGES_LOCK_API_VERSION || kind !== 'ImagesLock') {
       return `Expected .imgpkg/images.yml to hold only ${IMAGES_LOCK_API_VERSION} ImagesLock documents but found '${kindOf(value)}'`;
@@ -539,10 +556,9 @@ const IMAGES_LOCK_API_VERSION = 'imgpkg.carvel.dev/v1alpha1';
  */
 export function unexpectedRenderedDocument(manifest: string): string | undefined {
   let configs = 0;
-  for (const doc of parseAllDocuments(manifest)) {
-    if (doc.errors.length > 0) return `Parsing rendered repository: ${doc.errors[0]?.message}`;
-    const value: unknown = doc.toJS();
-    if (value === null || value === undefined) continue;
+  const values = yamlValues(manifest, 'rendered repository');
+  if (typeof values === 'string') return values;
+  for (const value of values) {
     const obj = (typeof value === 'object' ? value : {}) as {
       apiVersion?: unknown;
       kind?: unknown;
