@@ -66,7 +66,7 @@ function cleanedAnswer(cleaned: string, stderr = '') {
 /**
  * A fake runner scripting the four tools: the first ytt prints `packages`, the clean-up ytt
  * prints `cleaned` (as JSON when asked), the rebase ytt echoes the filtered file it is given,
- * kbld prints `relocated`.
+ * kbld echoes its stdin after `# relocated`.
  */
 function fakeTools(opts: { packages?: string; cleaned?: string } = {}) {
   const runner = new FakeCommandRunner();
@@ -74,10 +74,12 @@ function fakeTools(opts: { packages?: string; cleaned?: string } = {}) {
   runner.on('ytt', cleanedAnswer(opts.cleaned ?? `${PKG}---\n${PKGM}`), (a) => a.includes('-'));
   runner.on(
     'ytt',
-    async (_req, call) => ({ stdout: `${await readFile(call.args[1] ?? '', 'utf8')}---\nkind: Config\n` }),
+    async (_req, call) => ({
+      stdout: `${await readFile(call.args[1] ?? '', 'utf8')}---\napiVersion: kapp.k14s.io/v1alpha1\nkind: Config\n`,
+    }),
     (a) => a.some((x) => x.endsWith('packages.yml')),
   );
-  runner.on('kbld', { stdout: 'relocated\n' });
+  runner.on('kbld', async (_req, call) => ({ stdout: `# relocated\n${call.stdin ?? ''}` }));
   return runner;
 }
 
@@ -114,7 +116,7 @@ describe('templateRepository', () => {
     expect(runner.calls.every((c) => c.timeoutMs === 5000)).toBe(true);
     expect(await readFile(path.join(cleanUpDir, 'kapp-controller-clean-up.yml'), 'utf8')).toBe(CLEAN_UP_OVERLAY);
     expect(await readFile(path.join(scratch, 'rebase', 'noop-on-identical-packages.yml'), 'utf8')).toBe(REBASE_CONFIG);
-    expect(out.manifest).toBe('relocated\n');
+    expect(out.manifest).toBe(`# relocated\n${runner.calls[3]?.stdin}`);
     expect(out.versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
   });
 

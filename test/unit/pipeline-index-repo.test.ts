@@ -114,7 +114,14 @@ interface Row {
   finalizers: string[];
   /** The `changes` of the `repo.indexed` event handed on (none: no event). */
   announces?: Array<{ refName: string; versions: string[] }>;
+  /** ConfigMaps in `ns` (`data.spec` by name): a kapp app record planted before the run. */
+  records?: Record<string, string>;
 }
+
+/** The deploy error of a planted kapp record (`plantedKappRecord`). */
+const PLANTED = (cm: string, why: string) =>
+  `Deploying: kapp app record ConfigMap ns/${cm} was not written by kapp (${why}): kapp would act on its selector with the controller's identity; delete the ConfigMap`;
+const SELECTOR_PLANTED = PLANTED('repo.pkgr.apps.k14s.io', 'its label selector is not kapp.k14s.io/app=<number>');
 
 const TEMPLATED: RepoTemplateOutput = {
   result: { stdout: '', stderr: '', exitCode: 0, finished: true },
@@ -247,6 +254,47 @@ const rows: Record<string, Row> = {
     // First deploy of this repository: every version it holds is new.
     announces: [{ refName: 'a.example.com', versions: ['1.0.0'] }],
   },
+  'a planted kapp record (any selector): kapp never runs, ReconcileFailed names the ConfigMap (attack)': {
+    repo: {},
+    records: { 'repo.pkgr.apps.k14s.io': '{"labelKey":"app","labelValue":"nginx"}' },
+    statuses: [
+      RECONCILING,
+      finalFailed(SELECTOR_PLANTED, SELECTOR_PLANTED, {
+        fetch: FETCHED,
+        template: { exitCode: 0, updatedAt: NOW },
+        deploy: {
+          finished: true,
+          exitCode: -1,
+          error: SELECTOR_PLANTED,
+          startedAt: NOW,
+          updatedAt: NOW,
+        },
+      }),
+    ],
+    tools: ['vendir'],
+    outcomes: [
+      ['reconcile', 'succeeded'],
+      ['index-repo', 'failed'],
+    ],
+    finalizers: [Finalizer.PackageRepository],
+  },
+  'deleting next to a planted legacy record (a Go case-folded key): DeleteFailed, kapp never runs (attack)': {
+    repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
+    records: { 'repo-ctrl': '{"labelKey":"kapp.k14s.io/app","labelValue":"1","LABELKEY":"app"}' },
+    statuses: [
+      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      expect.objectContaining({
+        conditions: [expect.objectContaining({ type: 'DeleteFailed' })],
+        usefulErrorMessage: `Deleting: ${PLANTED('repo-ctrl', "its data.spec has key 'LABELKEY'").slice('Deploying: '.length)}`,
+      }),
+    ],
+    tools: [],
+    outcomes: [
+      ['reconcile', 'deleted'],
+      ['delete', 'failed'],
+    ],
+    finalizers: [Finalizer.PackageRepository],
+  },
   'deploy fails: ReconcileFailed with the friendly kapp stderr, the finalizer stays added': {
     repo: {},
     kapp: exitWith(1, '  kapp: Error: create package/x: \n    Evaluating: \n- fail: Conflicting resources\n'),
@@ -276,6 +324,15 @@ const rows: Record<string, Row> = {
   },
 };
 
+// A record as kapp writes it (also the legacy `<N>-ctrl` one) does not stop kapp (attack control).
+rows['a kapp record as kapp writes it: kapp runs (attack control)'] = {
+  ...rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!,
+  records: {
+    'repo.pkgr.apps.k14s.io': '{"labelKey":"kapp.k14s.io/app","labelValue":"1700000000000000000","usedGVs":[]}',
+    'repo-ctrl': '{"labelKey":"kapp.k14s.io/app","labelValue":"1600000000000000000"}',
+  },
+};
+
 async function indexOnce(row: Row, runtimeKubeconfig?: string) {
   const templateCalls: RepoTemplateInput[] = [];
   const w = appWorld({
@@ -289,6 +346,13 @@ async function indexOnce(row: Row, runtimeKubeconfig?: string) {
     },
   });
   w.cluster.put(repoObject(row.repo) as never);
+  for (const [name, spec] of Object.entries(row.records ?? {})) {
+    w.cluster.configMaps.set(`ns/${name}`, {
+      metadata: { name, namespace: 'ns', uid: `uid-${name}`, resourceVersion: '1' },
+      data: { spec },
+      binaryData: {},
+    });
+  }
   w.runner.on('vendir', row.vendir ?? vendirFetches);
   w.runner.on('kapp', row.kapp ?? { stdout: 'Succeeded' });
   const next = await dispatchEvent(objectEvent(PKGR_REF, row.reason ?? 'modified', { time: new Date(NOW) }), w.deps);

@@ -39,7 +39,7 @@ import { CLEAN_UP_OVERLAY, REBASE_CONFIG } from './repo-template.js';
  * Version of the index recipe: bump when the template pipeline's code (not only its overlay
  * texts, which are hashed) changes what it renders, so old indexes are not read again.
  */
-export const REPO_INDEX_RECIPE_VERSION = 1;
+export const REPO_INDEX_RECIPE_VERSION = 2;
 
 /** The annotation the clean-up overlay writes with `<namespace>/<name>` of the repository. */
 export const PACKAGE_REPOSITORY_REF_ANNOTATION = 'packaging.carvel.dev/package-repository-ref';

@@ -29,7 +29,7 @@
  *
  * @module
  */
-import { lstat, mkdir, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { PackageNameError, packageObjectName, STRICT_SEMVER_REGEX } from '../api/datapackaging.js';
@@ -584,9 +584,98 @@ export async function templateRepository(input: RepoTemplateInput, deps: Templat
   ];
   if (input.bundle) {
     const images = path.join(input.root, '.imgpkg', 'images.yml');
+    const problem = await imagesLockProblem(images);
+    if (problem) return { result: resultFromError(problem, TEMPLATING_DIR_ERROR_PREFIX) };
     steps.push(toolStep(3, 'kbld', ['-f', '-', '-f', images, '--build=false'], 'previous'));
   }
   const final = await runTemplateSteps(steps, deps, input.scratch, input.signal);
   if (final.result.error) return { result: final.result };
+  const unexpected = unexpectedRenderedDocument(final.manifest);
+  if (unexpected) return { result: { ...final.result, error: `${TEMPLATING_DIR_ERROR_PREFIX}${unexpected}` } };
   return { result: final.result, manifest: final.manifest, versions: filtered.versions };
+}
+
+/**
+ * The non-empty documents of a YAML stream as plain values, or `Parsing <what>: <reason>` (a
+ * syntax error, or an alias bomb `yaml` refuses beyond its alias count) instead of a throw.
+ */
+function yamlValues(text: string, what: string): unknown[] | string {
+  const out: unknown[] = [];
+  try {
+    for (const doc of parseAllDocuments(text)) {
+      if (doc.errors.length > 0) return `Parsing ${what}: ${doc.errors[0]?.message}`;
+      const value: unknown = doc.toJS();
+      if (value !== null && value !== undefined) out.push(value);
+    }
+  } catch (err) {
+    return `Parsing ${what}: ${errorMessage(err)}`;
+  }
+  return out;
+}
+
+/** `<apiVersion> <kind>` of a parsed document, for error messages. */
+function kindOf(value: unknown): string {
+  const { apiVersion, kind } = (value !== null && typeof value === 'object' ? value : {}) as Record<string, unknown>;
+  return `${String(apiVersion ?? '')} ${String(kind ?? '')}`.trim() || JSON.stringify(value);
+}
+
+/**
+ * Why `.imgpkg/images.yml` is refused, or `undefined` when it holds only imgpkg `ImagesLock`
+ * documents (or is missing: kbld then reports it as upstream).
+ *
+ * **Differs from upstream**, which hands the file to `kbld -f` as it is: kbld passes every
+ * document that is not one of its own configuration kinds through to its output, so a bundle's
+ * `images.yml` could add any object (a ClusterRoleBinding, a Package in another namespace, a kapp
+ * Config) to what kapp deploys with the controller's identity, past the clean-up overlay and
+ * `FilterResources`. A real bundle's file (written by `imgpkg push`) is one `ImagesLock`.
+ */
+export async function imagesLockProblem(file: string): Promise<string | undefined> {
+  let text: string;
+  try {
+    if ((await stat(file)).isDirectory()) return 'Expected .imgpkg/images.yml to be a file but it is a directory';
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+  const values = yamlValues(text, '.imgpkg/images.yml');
+  if (typeof values === 'string') return values;
+  for (const value of values) {
+    const { apiVersion, kind } = (typeof value === 'object' ? value : {}) as Record<string, unknown>;
+    if (apiVersion !== IMAGES_LOCK_API_VERSION || kind !== 'ImagesLock') {
+      return `Expected .imgpkg/images.yml to hold only ${IMAGES_LOCK_API_VERSION} ImagesLock documents but found '${kindOf(value)}'`;
+    }
+  }
+  return undefined;
+}
+
+/** The apiVersion of imgpkg's `ImagesLock`. */
+const IMAGES_LOCK_API_VERSION = 'imgpkg.carvel.dev/v1alpha1';
+
+/**
+ * The last guard before kapp deploys a repository with the controller's identity: every document
+ * of the rendered stream is a Package or PackageMetadata without `metadata.namespace`, or the one
+ * kapp `Config` of {@link REBASE_CONFIG}. Returns the refusal, or `undefined`.
+ */
+export function unexpectedRenderedDocument(manifest: string): string | undefined {
+  let configs = 0;
+  const values = yamlValues(manifest, 'rendered repository');
+  if (typeof values === 'string') return values;
+  for (const value of values) {
+    const obj = (typeof value === 'object' ? value : {}) as {
+      apiVersion?: unknown;
+      kind?: unknown;
+      metadata?: unknown;
+    };
+    if (obj.apiVersion === 'kapp.k14s.io/v1alpha1' && obj.kind === 'Config' && ++configs === 1) continue;
+    const packaging =
+      obj.apiVersion === PackageResource.apiVersion &&
+      (obj.kind === PackageResource.kind || obj.kind === PackageMetadataResource.kind);
+    const namespace = (obj.metadata as { namespace?: unknown } | undefined)?.namespace;
+    if (!packaging || namespace !== undefined) {
+      const where = namespace === undefined ? '' : ` in namespace '${String(namespace)}'`;
+      return `Expected only Packages and PackageMetadatas of the repository's namespace but found '${kindOf(value)}'${where}`;
+    }
+  }
+  return undefined;
 }

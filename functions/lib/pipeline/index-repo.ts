@@ -25,10 +25,13 @@ import { type App, type AppStatus, Finalizer, type PackageRepository, parsePacka
 import { unpackTarball } from '../artifact/tarball.js';
 import {
   KAPP_ERROR_PREFIX,
+  legacyKappAppName,
+  PKGR_SUFFIX,
   packageRepositoryDeleteCommand,
   packageRepositoryDeployCommand,
   packageRepositoryKapp,
 } from '../deploy/kapp.js';
+import { plantedKappRecord } from '../deploy/kapp-record.js';
 import { runKapp } from '../deploy/run.js';
 import {
   APP_API_VERSION,
@@ -368,7 +371,12 @@ async function renderRepository(
   );
 }
 
-/** The finalizer, then `kapp deploy <name>.pkgr` with the manifest on stdin. */
+/** The kapp apps a PackageRepository's kapp runs read: `--app <N>.pkgr` and `--prev-app <N>-ctrl`. */
+function pkgrKappApps(name: string): string[] {
+  return [`${name}${PKGR_SUFFIX}`, legacyKappAppName(name)];
+}
+
+/** The finalizer, the kapp records checked (`plantedKappRecord`), then `kapp deploy <name>.pkgr` with the manifest on stdin. */
 async function deployRepository(
   frame: StageFrame<DeployView, LoadedRepo>,
   manifest: string,
@@ -382,6 +390,11 @@ async function deployRepository(
     await kube.addFinalizer(frame.ref, Finalizer.PackageRepository, { uid: object.uid });
   } catch (err) {
     const result = resultFromError(err, BLOCKING_FOR_DEPLOY_PREFIX);
+    return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 0, ms: 0 };
+  }
+  const planted = await plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name));
+  if (planted) {
+    const result = resultFromError(planted, KAPP_ERROR_PREFIX.deploy);
     return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 0, ms: 0 };
   }
   const cmd = packageRepositoryDeployCommand({
@@ -442,26 +455,29 @@ async function deleteRepository(
     namespace: object.namespace,
     kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
   });
-  const run = await runKapp(
-    cmd,
-    undefined,
-    deps,
-    { kube, ref, uid: object.uid, cancelOnDelete: false },
-    async ({ stdout, stderr }) => {
-      const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
-        startedAt,
-        updatedAt: deps.now(),
-      });
-      await writeRepoStatus(
-        kube,
-        ref,
-        fence,
-        (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
-        mask,
+  const planted = await plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name));
+  const run = planted
+    ? { stdout: '', stderr: '', durationMs: 0, error: new Error(planted) }
+    : await runKapp(
+        cmd,
+        undefined,
+        deps,
+        { kube, ref, uid: object.uid, cancelOnDelete: false },
+        async ({ stdout, stderr }) => {
+          const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
+            startedAt,
+            updatedAt: deps.now(),
+          });
+          await writeRepoStatus(
+            kube,
+            ref,
+            fence,
+            (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
+            mask,
+          );
+        },
       );
-    },
-  );
-  const tools = { runs: 1, ms: run.durationMs };
+  const tools = { runs: planted ? 0 : 1, ms: run.durationMs };
   // raw, unlike the deploy: upstream's reconcileDelete hands `delete()`'s own result to
   // setDeleteCompleted (status.deploy, below, is friendly as always)
   const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));

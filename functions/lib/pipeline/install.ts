@@ -38,7 +38,7 @@ import {
   PACKAGING_API_VERSION,
   type ResourceRef,
 } from '../kube/port.js';
-import { writeStatus } from '../kube/status-write.js';
+import { type StatusBounds, writeStatus } from '../kube/status-write.js';
 import {
   newApp,
   placeholderSecrets,
@@ -50,6 +50,7 @@ import { selectPackage } from '../packaging/select.js';
 import { compareVersions } from '../packaging/versions.js';
 import { GENERIC_ERROR_DETAIL, KappControllerError } from '../reconcile/result.js';
 import { FRIENDLY } from '../reconcile/status.js';
+import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
 import { appRef, objectKey, stageTimer } from './common.js';
 import type { PipelineDeps } from './deps.js';
 
@@ -125,6 +126,32 @@ function pkgiDeleteFailed(s: PackageInstallStatus, useful: string | undefined): 
   };
 }
 
+/**
+ * The size discipline of every PackageInstall status write, as Apps' (`appStatusBounds`): the
+ * status is fitted to the object's budget (an error quoting a 1 MB `constraints` string would
+ * otherwise make the object larger than etcd stores, and the write would fail on every retry),
+ * and a status still rejected as too large becomes `tooLargeStatus`'s one condition and message,
+ * keeping `version` and `lastAttemptedVersion` (a PackageInstall has no failure counters).
+ */
+export function pkgiStatusBounds(generation: number): StatusBounds<PackageInstallStatus> {
+  return {
+    fit: (status, object) =>
+      fitStatus(status, statusBudgetFor(object as unknown as Record<string, unknown>), generation),
+    tooLarge: (current, attempted, error) => {
+      const t = tooLargeStatus(current, attempted, generation, error.message);
+      const { version, lastAttemptedVersion } = attempted;
+      return {
+        observedGeneration: generation,
+        conditions: t.conditions,
+        friendlyDescription: t.friendlyDescription,
+        usefulErrorMessage: t.usefulErrorMessage,
+        ...(version === undefined ? {} : { version }),
+        ...(lastAttemptedVersion === undefined ? {} : { lastAttemptedVersion }),
+      };
+    },
+  };
+}
+
 /** The downgrade guard's usefulErrorMessage (`packageinstall.go`), verbatim. */
 export function downgradeMessage(version: string, lastAttempted: string): string {
   return (
@@ -195,7 +222,7 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   const generation = meta.generation ?? 0;
   const fence = { uid: meta.uid, generation };
   const write = (mutate: (cur: PackageInstallStatus | undefined) => PackageInstallStatus) =>
-    writeStatus<PackageInstallStatus>(kube, ref, fence, mutate);
+    writeStatus<PackageInstallStatus>(kube, ref, fence, mutate, pkgiStatusBounds(generation));
   const parsed = parsePackageInstall(raw);
   if (!parsed.success) {
     // Accepted by the API server but not by our schema (an older CRD): a failed reconcile in status.
@@ -369,6 +396,6 @@ async function deleteInstall(
     const useful = (current.status as { usefulErrorMessage?: string } | undefined)?.usefulErrorMessage;
     status = (cur) => pkgiDeleteFailed(pkgiDeleting(cur, fence.generation), useful);
   }
-  const w = await writeStatus<PackageInstallStatus>(kube, ref, fence, status);
+  const w = await writeStatus<PackageInstallStatus>(kube, ref, fence, status, pkgiStatusBounds(fence.generation));
   done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'deleted');
 }
