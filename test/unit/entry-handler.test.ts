@@ -215,17 +215,27 @@ describe('makeSqsHandler', () => {
     expect(f.log.records[0]?.obj).toMatchObject({ outcome: 'misrouted', target: 'index-repo' });
   });
 
-  it('drops an object event of a kind no pipeline function serves', async () => {
-    const { deps, log } = setup(async () => undefined);
+  it('the install function runs a PackageInstall object event and sends nothing on; the fetch function drops it', async () => {
     const pkgi = objectEvent(
       { ...app('p'), kind: 'PackageInstall', apiVersion: 'packaging.carvel.dev/v1alpha1' },
       'added',
       { time },
     );
-    expect(await makeSqsHandler('fetch', () => deps)({ Records: [rec('m1', pkgi)] })).toEqual({
+    const i = setup(async () => undefined);
+    expect(await makeSqsHandler('install', () => i.deps)({ Records: [rec('m1', pkgi)] })).toEqual({
       batchItemFailures: [],
     });
-    expect(log.records[0]?.obj.target).toBe('none');
+    expect(i.seen.map((x) => x.event)).toEqual([pkgi]);
+    expect(i.sender.sent).toEqual([]);
+    expect(i.log.records.map((x) => [x.msg, x.obj.outcome, x.obj.stage])).toEqual([
+      ['event handled', 'done', 'install'],
+    ]);
+
+    const { deps, log } = setup(async () => undefined);
+    expect(await makeSqsHandler('fetch', () => deps)({ Records: [rec('m2', pkgi)] })).toEqual({
+      batchItemFailures: [],
+    });
+    expect(log.records[0]?.obj).toMatchObject({ outcome: 'misrouted', target: 'install' });
   });
 
   it('fails only the record whose stage throws, and says why', async () => {
