@@ -1,6 +1,7 @@
 /**
  * Lays out one Lambda layer per function (`PIPELINE_STAGES`: fetch, template, deploy,
- * index-repo) from the cached Go builds, holding only the binaries that function runs, and prints each function's unzipped size
+ * index-repo, install) from the cached Go builds, holding only the binaries that function runs
+ * (none for install: its layer is the hardening addon alone), and prints each function's unzipped size
  * (bundled code + its layer). Exits non-zero when a function exceeds Lambda's 250 MB
  * unzipped limit (code plus all layers).
  *
@@ -66,10 +67,13 @@ export async function buildLayers(log: (m: string) => void, root = cacheRoot()):
       layerBytes += (await stat(src)).size;
       tools.push(bin);
     }
-    // The tool launcher (functions/lib/exec/runner.ts `launcher`) beside the tools.
-    const launcher = buildLauncher(log, root);
-    await copyFile(launcher, path.join(dir, LAUNCHER_NAME));
-    layerBytes += (await stat(launcher)).size;
+    // The tool launcher (functions/lib/exec/runner.ts `launcher`) beside the tools; a function
+    // that runs no tool (install) needs none.
+    if (tools.length > 0) {
+      const launcher = buildLauncher(log, root);
+      await copyFile(launcher, path.join(dir, LAUNCHER_NAME));
+      layerBytes += (await stat(launcher)).size;
+    }
     // The hardening addon (functions/lib/exec/harden.ts) at /opt/lib, loaded at init.
     const addon = buildHardenAddon(log, root);
     await mkdir(path.join(path.dirname(dir), 'lib'), { recursive: true });

@@ -1,10 +1,12 @@
 /**
  * `npm run demo`: the main job on the embedded default. Starts a local control plane and the
- * fixture servers, commits the kadras package repository (`../shared/fixtures/kadras-packages/repo`)
- * to the git server, applies the examples (examples/: Apps and that PackageRepository), runs
- * forwarder + functions in this process until every App and the repository reached a final
- * condition for their generation, prints them as `kubectl get apps` and
- * `kubectl get packagemetadatas,packages` show them, and exits 0 only when all reconciled.
+ * fixture servers, pushes the kadras package repository (`../shared/fixtures/kadras-packages/repo`)
+ * and its metrics-server package bundle to the local registry (`./demo-kadras.ts`), applies the
+ * examples (examples/: Apps, that PackageRepository and a PackageInstall of metrics-server), runs
+ * forwarder + functions in this process until every App, the repository and the install reached
+ * a final condition for their generation, prints them as `kubectl get apps`,
+ * `kubectl get packagemetadatas,packages` and `kubectl get packageinstalls` show them, and exits
+ * 0 only when all reconciled.
  *
  * Options (environment): `DEMO_TIMEOUT_SECONDS` (default 300), `KAPP_LAMBDA_CACHE`.
  */
@@ -14,8 +16,8 @@ import path from 'node:path';
 import pino from 'pino';
 import { startEmbedded } from '../functions/embedded/runtime.js';
 import { cacheRoot } from '../layers/gobuild.js';
-import { createRepo, fixturePath } from '../test/harness/fixtures.js';
 import { kubectl } from '../test/harness/kube.js';
+import { relocateKadras } from './demo-kadras.js';
 import { examplePlaceholders, renderExample, startLocalEnvironment } from './local-env.js';
 
 /** The example Apps, each file one App; `rbac.yml` before them. */
@@ -27,8 +29,15 @@ const APP_EXAMPLES = [
   'podinfo-helm.yml',
 ];
 const EXAMPLES = ['rbac.yml', ...APP_EXAMPLES, 'kadras-repository.yml'];
+/**
+ * Applied once the repository reconciled, as a user runs `kctrl package install` after `kctrl
+ * package repository add` (kctrl waits for the repository): a PackageInstall applied before its
+ * Packages exist fails `Package ... not found` and, until repository indexing re-triggers
+ * installs (issue 10 item 4), waits for its sync period.
+ */
+const INSTALL_EXAMPLE = 'kadras-metrics-server-install.yml';
 
-/** An App or PackageRepository as `kubectl get -o json` returns it (the fields read here). */
+/** An App, PackageRepository or PackageInstall as `kubectl get -o json` returns it (the fields read here). */
 interface AppRow {
   metadata: { name: string; namespace: string; generation?: number };
   status?: {
@@ -67,16 +76,21 @@ process.once('SIGTERM', () => void shutdown().then(() => process.exit(143)));
 
 try {
   const kc = env.cluster.kubeconfigPath;
-  const placeholders = examplePlaceholders(env.servers);
-  // `__GIT_URL__/kadras-packages` of examples/kadras-repository.yml (the server reads its root per request)
-  await createRepo(env.servers.git, 'kadras-packages', fixturePath('kadras-packages', 'repo'));
+  say('pushing the kadras repository and the metrics-server package bundle to the local registry');
+  const placeholders = {
+    ...examplePlaceholders(env.servers),
+    // examples/kadras-repository.yml
+    __KADRAS_REPO_BUNDLE__: await relocateKadras(env.servers.registry),
+  };
   for (const file of EXAMPLES) {
     say(`kubectl apply -f examples/${file}`);
     await kubectl(kc, ['apply', '-f', '-'], { input: await renderExample(file, placeholders) });
   }
-  say('waiting for every App and the PackageRepository to reconcile');
+  say('waiting for every App, the PackageRepository and the PackageInstall to reconcile');
   let apps: AppRow[] = [];
   let repos: AppRow[] = [];
+  let installs: AppRow[] = [];
+  let installApplied = false;
   const final = (a: AppRow) =>
     a.status?.observedGeneration === a.metadata.generation &&
     a.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded' || c.type === 'ReconcileFailed');
@@ -84,21 +98,29 @@ try {
   const list = async (resource: string) =>
     (JSON.parse((await kubectl(kc, ['get', resource, '-A', '-o', 'json'])).stdout) as { items: AppRow[] }).items;
   while (Date.now() < deadline) {
-    [apps, repos] = await Promise.all([list('apps'), list('packagerepositories')]);
-    const all = [...apps, ...repos];
-    if (all.length === APP_EXAMPLES.length + 1 && all.every(final)) break;
+    [apps, repos, installs] = await Promise.all([list('apps'), list('packagerepositories'), list('packageinstalls')]);
+    const all = [...apps, ...repos, ...installs];
+    if (!installApplied && repos.length === 1 && repos.every(final)) {
+      say(`kubectl apply -f examples/${INSTALL_EXAMPLE}`);
+      await kubectl(kc, ['apply', '-f', '-'], { input: await renderExample(INSTALL_EXAMPLE, placeholders) });
+      installApplied = true;
+      continue;
+    }
+    // The PackageInstall's App (same name) is one more App.
+    if (all.length === APP_EXAMPLES.length + 3 && all.every(final)) break;
     await new Promise((r) => setTimeout(r, 2000));
   }
   for (const args of [
     ['get', 'apps', '-A'],
     ['get', 'packagerepositories', '-A'],
     ['get', 'packagemetadatas,packages', '-A'],
+    ['get', 'packageinstalls', '-A'],
   ]) {
     process.stdout.write(`\n$ kubectl ${args.join(' ')}\n${(await kubectl(kc, args)).stdout}`);
   }
   process.stdout.write('\n');
   const succeeded = (a: AppRow) => a.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded');
-  const all = [...apps, ...repos];
+  const all = [...apps, ...repos, ...installs];
   const ok = all.filter(succeeded);
   for (const a of all.filter((x) => !ok.includes(x))) {
     process.stdout.write(
@@ -111,11 +133,14 @@ try {
       .map(([tool, s]) => `${tool} ${s.count} (${Math.round(s.totalMs)} ms)`)
       .join(', ')}\n`,
   );
-  exitCode = apps.length === APP_EXAMPLES.length && repos.length === 1 && ok.length === all.length ? 0 : 1;
+  exitCode =
+    apps.length === APP_EXAMPLES.length + 1 && repos.length === 1 && installs.length === 1 && ok.length === all.length
+      ? 0
+      : 1;
   say(
     exitCode === 0
-      ? `all ${apps.length} Apps and the PackageRepository reconciled`
-      : `${all.length - ok.length} of ${all.length} Apps/PackageRepositories did not reconcile (expected ${APP_EXAMPLES.length} + 1)`,
+      ? `all ${apps.length} Apps, the PackageRepository and the PackageInstall reconciled`
+      : `${all.length - ok.length} of ${all.length} Apps/PackageRepositories/PackageInstalls did not reconcile (expected ${APP_EXAMPLES.length + 1} + 1 + 1)`,
   );
 } catch (err) {
   say(`demo failed: ${(err as Error).message}`);

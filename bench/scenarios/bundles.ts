@@ -97,6 +97,7 @@ export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigure
     KAPP_LAMBDA_QUEUE_URL_FETCH: 'http://127.0.0.1:9/000000000000/fetch.fifo',
     KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'http://127.0.0.1:9/000000000000/template.fifo',
     KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'http://127.0.0.1:9/000000000000/deploy.fifo',
+    KAPP_LAMBDA_QUEUE_URL_INSTALL: 'http://127.0.0.1:9/000000000000/install.fifo',
     KAPP_LAMBDA_KUBECONFIG: kubeconfig,
     KAPP_LAMBDA_TMP_DIR: dir,
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(pinnedToolVersions()),

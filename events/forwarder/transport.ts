@@ -28,9 +28,9 @@ export interface Transport {
 /** Options of {@link transportToStages}. */
 export interface StageTransportOptions {
   /**
-   * Called for an event no pipeline queue carries (PackageInstall → `install`, until that
-   * function has a queue); the event is then skipped, so one unroutable kind cannot block the
-   * batch. Default: ignore.
+   * Called for an event no pipeline queue carries (none today: every `targetFunction` has a
+   * queue; kept so a kind added to the contract before its function cannot block the batch);
+   * the event is then skipped. Default: ignore.
    */
   onUnrouted?: (event: ObjectEvent) => void;
 }
@@ -38,7 +38,7 @@ export interface StageTransportOptions {
 /**
  * A {@link Transport} over the stage functions' {@link EventSender} (SQS FIFO on Lambda): each
  * event goes to the queue of its entry function (`targetFunction`: App → `fetch`,
- * PackageRepository → `index-repo`), one at a
+ * PackageRepository → `index-repo`, PackageInstall → `install`), one at a
  * time and in order, so per-object order holds. The first rejected event rejects the batch,
  * which the forwarder then retries whole (at least once; the functions are idempotent).
  *

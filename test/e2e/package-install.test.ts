@@ -6,7 +6,9 @@
  * ownerReference), its values Secret reaches the first template step, its status mirrors the
  * App's (upstream `packageinstall_test.go` shape), the downgrade guard stops a lower version
  * with upstream's message, and deleting it removes the App (and what the App deployed) first,
- * then the PackageInstall.
+ * then the PackageInstall. Kubernetes-version constraints are checked against the control
+ * plane's real version: a Package requiring `>=1.99.0` is filtered with upstream's exact
+ * selection message, and `packaging.carvel.dev/ignore-kubernetes-version-selection` installs it.
  */
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
@@ -19,6 +21,8 @@ const NS = `e2e-pkgi-${id}`;
 /** The upgrade test's namespace: its own repository, so the first tests' Packages do not meet it. */
 const NS_UP = `e2e-pkgi-up-${id}`;
 const REF_NAME = 'greeter.e2e.carvel.dev';
+/** Two versions, 2.0.0 requiring a Kubernetes newer than the control plane's. */
+const KUBE_REF = 'kube.e2e.carvel.dev';
 const PKGI = 'packageinstalls.packaging.carvel.dev';
 const PKGR = 'packagerepositories.packaging.carvel.dev';
 const PKG = 'packages.data.packaging.carvel.dev';
@@ -35,15 +39,19 @@ interface PkgiObject {
   status?: Record<string, unknown>;
 }
 
-/** A Package of `version`: an inline ytt ConfigMap (`name`, default `greeting`) with `greeting` and `version`. */
-function packageDoc(version: string): object {
+/**
+ * A Package of `version`: an inline ytt ConfigMap (`name`, default `greeting`) with `greeting`
+ * and `version`; `refName` default {@link REF_NAME}, `kube` its `kubernetesVersionSelection`.
+ */
+function packageDoc(version: string, refName = REF_NAME, kube?: string): object {
   return {
     apiVersion: 'data.packaging.carvel.dev/v1alpha1',
     kind: 'Package',
-    metadata: { name: `${REF_NAME}.${version}` },
+    metadata: { name: `${refName}.${version}` },
     spec: {
-      refName: REF_NAME,
+      refName,
       version,
+      ...(kube ? { kubernetesVersionSelection: { constraints: kube } } : {}),
       template: {
         spec: {
           fetch: [
@@ -83,6 +91,11 @@ function repository(name: string, versions = ['1.0.0', '2.0.0'], namespace = NS)
     }),
   };
   for (const v of versions) paths[`packages/${REF_NAME}/${v}.yml`] = stringify(packageDoc(v));
+  if (namespace === NS) {
+    // Kubernetes-version constraints against the control plane's real version (v1.34.x).
+    paths[`packages/${KUBE_REF}/1.0.0.yml`] = stringify(packageDoc('1.0.0', KUBE_REF, '>=1.20.0'));
+    paths[`packages/${KUBE_REF}/2.0.0.yml`] = stringify(packageDoc('2.0.0', KUBE_REF, '>=1.99.0'));
+  }
   return {
     apiVersion: 'packaging.carvel.dev/v1alpha1',
     kind: 'PackageRepository',
@@ -97,6 +110,7 @@ function packageInstall(
   serviceAccountName = SA,
   namespace = NS,
   extra: Record<string, unknown> = {},
+  refName = REF_NAME,
 ): object {
   return {
     apiVersion: 'packaging.carvel.dev/v1alpha1',
@@ -105,7 +119,7 @@ function packageInstall(
     spec: {
       ...extra,
       serviceAccountName,
-      packageRef: { refName: REF_NAME, versionSelection: { constraints } },
+      packageRef: { refName, versionSelection: { constraints } },
       values: [{ secretRef: { name: `${name}-values` } }],
     },
   };
@@ -168,10 +182,10 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
     const name = `greeter-${id}`;
     await apply(repository(`repo-${id}`));
     await waitFor(
-      'both Packages indexed',
+      'the four Packages indexed',
       async () => {
         const r = await k(['get', PKG, '-n', NS, '-o', 'name']);
-        return r.stdout.trim().split('\n').filter(Boolean).length === 2 ? true : undefined;
+        return r.stdout.trim().split('\n').filter(Boolean).length === 4 ? true : undefined;
       },
       {
         timeoutMs: 120_000,
@@ -332,5 +346,40 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
         r.msg === 'repository versions changed; PackageInstalls reconciled' && String(r.obj.subject).includes(repo),
     );
     expect(fanOuts.map((r) => r.obj.installs)).toEqual([1, 1]);
+  });
+
+  it('Kubernetes-version constraints: the real control plane version filters, the ignore annotation lifts it', async () => {
+    const name = `kube-${id}`;
+    await waitFor(
+      'Packages indexed',
+      async () => ((await getObject(PKG, NS, `${KUBE_REF}.2.0.0`)) ? true : undefined),
+      { timeoutMs: 120_000, intervalMs: 1000 },
+    );
+    await apply(valuesSecret(name, `name: ${name}\n`), packageInstall(name, '2.0.0', SA, NS, {}, KUBE_REF));
+    const failed = await waitPkgi(name, 'ReconcileFailed', (p) => conditionOf(p) === 'ReconcileFailed');
+    expect(failed.status?.conditions).toEqual([
+      {
+        type: 'ReconcileFailed',
+        status: 'True',
+        message:
+          'Expected to find at least one version, but did not (details: all=2 -> after-prereleases-filter=2 -> ' +
+          'after-kubernetes-version-check=1 -> after-kapp-controller-version-check=1 -> after-constraints-filter=0)',
+      },
+    ]);
+    expect(await getObject(APPS, NS, name)).toBeUndefined();
+
+    // The annotation with a spec change: the forwarder re-runs a PackageInstall on a new
+    // generation only (an annotation alone does not bump it; upstream reconciles on any update).
+    const patch = {
+      metadata: { annotations: { 'packaging.carvel.dev/ignore-kubernetes-version-selection': '' } },
+      spec: { syncPeriod: '11m' },
+    };
+    await k(['patch', PKGI, name, '-n', NS, '--type=merge', '-p', JSON.stringify(patch)]);
+    const ok = await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
+    expect(ok.status?.version).toBe('2.0.0');
+    expect((await getObject<{ data: Record<string, string> }>('configmap', NS, name))?.data).toEqual({
+      greeting: 'default',
+      version: '2.0.0',
+    });
   });
 });

@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url';
 import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
-import { objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
+import { EVENT_TYPES, objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerTools } from '../../layers/build.js';
 import { bundleFunction } from '../../layers/bundle.js';
@@ -52,6 +52,7 @@ const CLUSTER_ID = `kwok-${cluster.name}`;
 const ns = `lambda-${randomBytes(3).toString('hex')}`;
 const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, { input, kubectl: cluster.kubectlPath });
 const TEMPLATE_QUEUE = 'template.fifo';
+const INSTALL_QUEUE = 'install.fifo';
 const DEPLOY_QUEUE = 'deploy.fifo';
 
 /** Bundles `functions/<stage>/index.ts` exactly as `layers/build.ts` does. */
@@ -208,6 +209,7 @@ function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<str
     KAPP_LAMBDA_SQS_ENDPOINT: sqs.url,
     KAPP_LAMBDA_QUEUE_URL_TEMPLATE: `${sqs.url}/000000000000/${TEMPLATE_QUEUE}`,
     KAPP_LAMBDA_QUEUE_URL_DEPLOY: `${sqs.url}/000000000000/${DEPLOY_QUEUE}`,
+    KAPP_LAMBDA_QUEUE_URL_INSTALL: `${sqs.url}/000000000000/${INSTALL_QUEUE}`,
     KAPP_LAMBDA_KUBECONFIG: kubeconfigPath,
     KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch'),
     KAPP_LAMBDA_BIN_DIR: binDir,
@@ -506,17 +508,28 @@ describe('index-repo function under the Runtime Interface Emulator', () => {
     expect(await names('packagemetadatas.data.packaging.carvel.dev')).toEqual([REF_NAME]);
     // kapp's app record of `<name>.pkgr`: deployed by the function as its own identity.
     expect(await names('configmaps')).toContain(`${name}.pkgr`);
-    // The fetched tree went to S3 (content-addressed); nothing is handed on.
+    // The fetched tree went to S3 (content-addressed).
     expect((await fetchKeys()).filter((key) => !keysBefore.includes(key))).toEqual([
       expect.stringMatching(/\/artifacts\/fetch\/sha256\/[0-9a-f]{64}\.tgz$/),
     ]);
-    expect(sqs.requests.slice(before)).toEqual([]);
+    // A first deploy: every version is new, so the PackageInstalls that may move are told
+    // through the install function's queue (`repo.indexed`).
+    const sent = sqs.requests.slice(before);
+    expect(sent.map((r) => [r.target, r.body?.QueueUrl])).toEqual([
+      ['AmazonSQS.SendMessage', `${sqs.url}/000000000000/${INSTALL_QUEUE}`],
+    ]);
+    const indexed = parseEvent(String(sent[0]?.body?.MessageBody));
+    if (!indexed.ok) throw new Error(`the sent body is not a valid event: ${indexed.error}`);
+    expect(indexed.event.type).toBe(EVENT_TYPES.repoIndexed);
+    expect(indexed.event.data).toMatchObject({
+      changes: [{ refName: REF_NAME, versions: expect.arrayContaining(VERSIONS) }],
+    });
     // One stage-run line each for the decision and the run (with its tool runs), then the record's.
     const lines = logLines(indexRie).filter((l) => l.messageId === 'repo-1' && l.outcome !== undefined);
     expect(lines.map((l) => [l.msg, l.stage, l.outcome])).toEqual([
       ['stage run', 'reconcile', 'succeeded'],
       ['stage run', 'index-repo', 'succeeded'],
-      ['event handled', 'index-repo', 'done'],
+      ['event handled; next stage queued', 'index-repo', 'forwarded'],
     ]);
     expect(lines.every((l) => l.function === 'index-repo')).toBe(true);
 

@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { ConfigError, type LambdaConfig, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
+import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
 
 const Q = (s: string) => `https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-${s}.fifo`;
 
@@ -17,7 +18,7 @@ const base: Record<string, string> = {
 };
 
 function problems(
-  stage: 'fetch' | 'template' | 'deploy' | 'index-repo',
+  stage: 'fetch' | 'template' | 'deploy' | 'index-repo' | 'install',
   env: Record<string, string | undefined>,
 ): string[] {
   try {
@@ -59,6 +60,7 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_SQS_ENDPOINT: 'http://127.0.0.1:9324',
       KAPP_LAMBDA_QUEUE_URL_FETCH: Q('fetch'),
       KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: Q('index-repo'),
+      KAPP_LAMBDA_QUEUE_URL_INSTALL: Q('install'),
       KAPP_LAMBDA_CLUSTERS: 'prod-eu-1, prod-us-1,',
       KAPP_LAMBDA_TMP_DIR: '/mnt/scratch',
       KAPP_LAMBDA_BIN_DIR: '/opt/tools/bin',
@@ -79,7 +81,13 @@ describe('parseLambdaEnv', () => {
       bucketPrefix: 'kapp-lambda/',
       s3Endpoint: 'http://127.0.0.1:7070',
       sqsEndpoint: 'http://127.0.0.1:9324',
-      queueUrls: { fetch: Q('fetch'), template: Q('template'), deploy: Q('deploy'), 'index-repo': Q('index-repo') },
+      queueUrls: {
+        fetch: Q('fetch'),
+        template: Q('template'),
+        deploy: Q('deploy'),
+        'index-repo': Q('index-repo'),
+        install: Q('install'),
+      },
       kubeconfigPath: '/var/task/kubeconfig.yaml',
       clusterContexts: ['prod-eu-1', 'prod-us-1'],
       tmpDir: '/mnt/scratch',
@@ -97,16 +105,21 @@ describe('parseLambdaEnv', () => {
   });
 
   it('names each queue variable after its function, a hyphen as an underscore', () => {
-    expect(['fetch', 'template', 'deploy', 'index-repo'].map((s) => queueUrlEnv(s as never))).toEqual([
+    expect(PIPELINE_STAGES.map(queueUrlEnv)).toEqual([
       'KAPP_LAMBDA_QUEUE_URL_FETCH',
       'KAPP_LAMBDA_QUEUE_URL_TEMPLATE',
       'KAPP_LAMBDA_QUEUE_URL_DEPLOY',
       'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO',
+      'KAPP_LAMBDA_QUEUE_URL_INSTALL',
     ]);
     // The hyphenated spelling is no variable of ours: it is ignored, not read.
-    const c = parseLambdaEnv('index-repo', { ...base, 'KAPP_LAMBDA_QUEUE_URL_INDEX-REPO': Q('x') });
+    const c = parseLambdaEnv('index-repo', {
+      ...base,
+      KAPP_LAMBDA_QUEUE_URL_INSTALL: Q('install'),
+      'KAPP_LAMBDA_QUEUE_URL_INDEX-REPO': Q('x'),
+    });
     expect(c.stage).toBe('index-repo');
-    expect(c.queueUrls).toEqual({ template: Q('template'), deploy: Q('deploy') });
+    expect(c.queueUrls).toEqual({ template: Q('template'), deploy: Q('deploy'), install: Q('install') });
   });
 
   it('treats blank values as unset', () => {
@@ -135,7 +148,8 @@ describe('parseLambdaEnv', () => {
     ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
     ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
     ['deploy', []],
-    ['index-repo', []],
+    ['index-repo', ['KAPP_LAMBDA_QUEUE_URL_INSTALL']],
+    ['install', ['KAPP_LAMBDA_QUEUE_URL_INSTALL']],
   ] as const)('the %s function requires the queues it sends to: %j', (stage, want) => {
     const env = { ...base, KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined, KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined };
     if (want.length === 0) {

@@ -216,7 +216,7 @@ describe('makeSqsHandler', () => {
     expect(f.log.records[0]?.obj).toMatchObject({ outcome: 'misrouted', target: 'index-repo' });
   });
 
-  it('a repo.indexed hand-off no queue carries yet (install) is logged and dropped; the record succeeds', async () => {
+  it('a repo.indexed hand-off of index-repo goes to the install queue; the record succeeds', async () => {
     const ref = { ...app('r'), kind: 'PackageRepository' as const, apiVersion: 'packaging.carvel.dev/v1alpha1' };
     const indexed = repoIndexedEvent({ object: ref, run, artifacts: {}, changes: [] }, { time });
     const r = setup(async () => indexed);
@@ -227,24 +227,33 @@ describe('makeSqsHandler', () => {
       Records: [rec('m1', objectEvent(ref, 'modified', { time }))],
     });
     expect(res).toEqual({ batchItemFailures: [] });
-    expect(r.sender.sent).toEqual([]);
-    expect(r.log.records.map((x) => [x.msg, x.obj.outcome ?? x.obj.target])).toEqual([
-      ['no queue carries this event yet; dropped', 'install'],
-      ['event handled', 'done'],
+    expect(r.sender.sent.map((s) => [s.stage, s.event.type])).toEqual([['install', indexed.type]]);
+    expect(r.log.records.map((x) => [x.msg, x.obj.outcome])).toEqual([
+      ['event handled; next stage queued', 'forwarded'],
     ]);
   });
 
-  it('drops an object event of a kind no pipeline function serves', async () => {
-    const { deps, log } = setup(async () => undefined);
+  it('the install function runs a PackageInstall object event and sends nothing on; the fetch function drops it', async () => {
     const pkgi = objectEvent(
       { ...app('p'), kind: 'PackageInstall', apiVersion: 'packaging.carvel.dev/v1alpha1' },
       'added',
       { time },
     );
-    expect(await makeSqsHandler('fetch', () => deps)({ Records: [rec('m1', pkgi)] })).toEqual({
+    const i = setup(async () => undefined);
+    expect(await makeSqsHandler('install', () => i.deps)({ Records: [rec('m1', pkgi)] })).toEqual({
       batchItemFailures: [],
     });
-    expect(log.records[0]?.obj.target).toBe('none');
+    expect(i.seen.map((x) => x.event)).toEqual([pkgi]);
+    expect(i.sender.sent).toEqual([]);
+    expect(i.log.records.map((x) => [x.msg, x.obj.outcome, x.obj.stage])).toEqual([
+      ['event handled', 'done', 'install'],
+    ]);
+
+    const { deps, log } = setup(async () => undefined);
+    expect(await makeSqsHandler('fetch', () => deps)({ Records: [rec('m2', pkgi)] })).toEqual({
+      batchItemFailures: [],
+    });
+    expect(log.records[0]?.obj).toMatchObject({ outcome: 'misrouted', target: 'install' });
   });
 
   it('fails only the record whose stage throws, and says why', async () => {

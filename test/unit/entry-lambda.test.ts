@@ -24,7 +24,14 @@ import {
   RuntimeApiError,
   runRuntimeLoop,
 } from '../../functions/lib/entry/runtime-api.js';
-import type { ClusterRegistry, DeployView, FetchView, KubeClient, WatchView } from '../../functions/lib/kube/port.js';
+import type {
+  ClusterRegistry,
+  DeployView,
+  FetchView,
+  InstallView,
+  KubeClient,
+  WatchView,
+} from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
@@ -36,6 +43,7 @@ const env = {
   KAPP_LAMBDA_BUCKET_PREFIX: 'fleet/',
   KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'https://sqs.eu-west-1.amazonaws.com/1/t.fifo',
   KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'https://sqs.eu-west-1.amazonaws.com/1/d.fifo',
+  KAPP_LAMBDA_QUEUE_URL_INSTALL: 'https://sqs.eu-west-1.amazonaws.com/1/i.fifo',
   KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig.yaml',
   KAPP_LAMBDA_TOOL_VERSIONS: '{"vendir":"0.44.0"}',
 };
@@ -49,6 +57,7 @@ function taggedRegistry(): ClusterRegistry {
     fetchView: (id) => tag<FetchView>(`fetch:${id}`),
     deployView: (id) => tag<DeployView>(`deploy:${id}`),
     watchView: (id) => tag<WatchView>(`watch:${id}`),
+    installView: (id) => tag<InstallView>(`install:${id}`),
   };
 }
 
@@ -60,6 +69,7 @@ describe('stageClusterRegistry', () => {
     expect(() => r.deployView('prod-eu-1')).toThrow(`the ${stage} function may not use deploy credentials`);
     expect(() => r.client('prod-eu-1')).toThrow(`the ${stage} function may not use a full cluster client`);
     expect(() => r.watchView('prod-eu-1')).toThrow(`the ${stage} function may not use the watch view`);
+    expect(() => r.installView?.('prod-eu-1')).toThrow(`the ${stage} function may not use the install view`);
   });
 
   it.each(['deploy', 'index-repo'] as const)(
@@ -70,8 +80,23 @@ describe('stageClusterRegistry', () => {
       expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
       expect(() => r.client('prod-eu-1')).toThrow(`the ${stage} function may not use a full cluster client`);
       expect(() => r.watchView('prod-eu-1')).toThrow(`the ${stage} function may not use the watch view`);
+      expect(() => r.installView?.('prod-eu-1')).toThrow(`the ${stage} function may not use the install view`);
     },
   );
+
+  it('gives the install function the InstallView and the FetchView, no deploy credentials', () => {
+    const r = stageClusterRegistry(taggedRegistry(), 'install');
+    expect(r.installView?.('prod-eu-1')).toBe('install:prod-eu-1');
+    expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+    expect(() => r.deployView('prod-eu-1')).toThrow('the install function may not use deploy credentials');
+    expect(() => r.client('prod-eu-1')).toThrow('the install function may not use a full cluster client');
+    expect(() => r.watchView('prod-eu-1')).toThrow('the install function may not use the watch view');
+  });
+
+  it('offers no install view when the registry has none', () => {
+    const { installView: _, ...withoutInstall } = taggedRegistry();
+    expect(stageClusterRegistry(withoutInstall, 'install').installView).toBeUndefined();
+  });
 });
 
 describe('createLambdaDeps', () => {
@@ -143,6 +168,28 @@ describe('createLambdaDeps', () => {
         runtimeKubeconfig,
       });
       expect(other.pipeline.runtimeKubeconfig).toBeUndefined();
+    }
+    clients.s3.destroy();
+    clients.sqs.destroy();
+  });
+
+  it('gives the install function no tool, no runtime identity and only its own queue to send to', async () => {
+    const config = parseLambdaEnv('install', {
+      ...env,
+      KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined,
+      KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined,
+    });
+    expect(config.queueUrls).toEqual({ install: env.KAPP_LAMBDA_QUEUE_URL_INSTALL });
+    const clients = createAwsClients(config);
+    const deps = createLambdaDeps(config, clients, {
+      log: memoryLogger(),
+      clusters: taggedRegistry(),
+      runtimeKubeconfig: (id) => `kubeconfig-of:${id}`,
+    });
+    expect(deps.pipeline.runtimeKubeconfig).toBeUndefined();
+    expect(deps.pipeline.clusters.installView?.('prod-eu-1')).toBe('install:prod-eu-1');
+    for (const tool of ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm']) {
+      await expect(deps.pipeline.runner.run({ cmd: tool, args: ['version'] })).rejects.toThrow(tool);
     }
     clients.s3.destroy();
     clients.sqs.destroy();

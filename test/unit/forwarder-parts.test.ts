@@ -407,17 +407,18 @@ describe('transportToStages', () => {
       0,
     );
 
-  it('sends App events to fetch and PackageRepository events to index-repo in order, and reports events no pipeline queue carries', async () => {
+  it('sends App events to fetch, PackageInstall events to install and PackageRepository events to index-repo, in order', async () => {
     const sender = new MemoryEventSender();
     const unrouted: string[] = [];
     const t = transportToStages(sender, { onUnrouted: (e) => unrouted.push(e.subject) });
     await t.send([ev('App', 'a'), ev('PackageInstall', 'p'), ev('PackageRepository', 'r'), ev('App', 'b')]);
     expect(sender.sent.map((s) => [s.stage, (s.event as ObjectEvent).subject])).toEqual([
       ['fetch', 'c1/App/ns/a'],
+      ['install', 'c1/PackageInstall/ns/p'],
       ['index-repo', 'c1/PackageRepository/ns/r'],
       ['fetch', 'c1/App/ns/b'],
     ]);
-    expect(unrouted).toEqual(['c1/PackageInstall/ns/p']);
+    expect(unrouted).toEqual([]);
   });
 
   it('rejects the batch when the sender rejects', async () => {

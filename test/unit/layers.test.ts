@@ -59,6 +59,7 @@ describe('manifest', () => {
     ]);
     expect(layerTools('deploy').map((t) => t.bin)).toEqual(['kapp']);
     expect(layerTools('index-repo').map((t) => t.bin)).toEqual(['ytt', 'kbld', 'kapp', 'vendir', 'imgpkg']);
+    expect(layerTools('install')).toEqual([]);
   });
 
   it.each(PIPELINE_STAGES)('the %s layer carries every tool the function may run', (stage) => {
@@ -76,32 +77,38 @@ describe('manifest', () => {
 
 describe('function bundles', () => {
   it('every function with a queue has a layer and an entry file', () => {
-    expect(STAGES).toEqual(['fetch', 'template', 'deploy', 'index-repo']);
+    expect(STAGES).toEqual(['fetch', 'template', 'deploy', 'index-repo', 'install']);
     expect(PIPELINE_STAGES.filter((s) => !existsSync(functionEntry(s)))).toEqual([]);
   });
 
-  it('the index-repo bundle builds and starts as the index-repo function', async () => {
-    const dir = await mkdtemp(path.join(tmpdir(), 'layers-bundle-'));
-    try {
-      const outfile = path.join(dir, 'index-repo.mjs');
-      expect(await bundleFunction('index-repo', outfile)).toBeGreaterThan(0);
-      // Its own bootstrap, with no configuration: init ends with one fatal JSON line on stderr
-      // naming the function whose configuration is missing (not the fetch or deploy function).
-      const run = spawnSync(process.execPath, [outfile], { env: { PATH: process.env.PATH }, encoding: 'utf8' });
-      expect(run.status).toBe(1);
-      expect(JSON.parse(run.stderr.trim().split('\n')[0] ?? '{}')).toEqual({
-        level: 'fatal',
-        msg: 'function failed',
-        error: {
-          errorType: 'ConfigError',
-          errorMessage:
-            'invalid configuration of the index-repo function: AWS_REGION: required; KAPP_LAMBDA_BUCKET: required; ' +
-            'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
-            'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions)',
-        },
-      });
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
-  }, 60_000);
+  it.each(['index-repo', 'install'] as const)(
+    'the %s bundle builds and starts as that function',
+    async (stage) => {
+      const dir = await mkdtemp(path.join(tmpdir(), 'layers-bundle-'));
+      try {
+        const outfile = path.join(dir, `${stage}.mjs`);
+        expect(await bundleFunction(stage, outfile)).toBeGreaterThan(0);
+        // Its own bootstrap, with no configuration: init ends with one fatal JSON line on stderr
+        // naming the function whose configuration is missing (not the fetch or deploy function).
+        const run = spawnSync(process.execPath, [outfile], { env: { PATH: process.env.PATH }, encoding: 'utf8' });
+        expect(run.status).toBe(1);
+        expect(JSON.parse(run.stderr.trim().split('\n')[0] ?? '{}')).toEqual({
+          level: 'fatal',
+          msg: 'function failed',
+          error: {
+            errorType: 'ConfigError',
+            errorMessage:
+              `invalid configuration of the ${stage} function: AWS_REGION: required; KAPP_LAMBDA_BUCKET: required; ` +
+              'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
+              'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions); ' +
+              // both send to the install queue (repo.indexed, the ref-changed fan-out)
+              `KAPP_LAMBDA_QUEUE_URL_INSTALL: required (the ${stage} function sends to it)`,
+          },
+        });
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+    60_000,
+  );
 });

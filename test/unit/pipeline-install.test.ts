@@ -5,13 +5,23 @@
  * port only: the shared fake cluster (as install view: list, App and Secret writes).
  */
 import { describe, expect, it } from 'vitest';
-import { EVENT_TYPES, type KappEvent, type ObjectRef, objectEvent, repoIndexedEvent } from '../../events/schema.js';
+import {
+  EVENT_TYPES,
+  type KappEvent,
+  type ObjectRef,
+  objectEvent,
+  repoIndexedEvent,
+  serializeEvent,
+} from '../../events/schema.js';
 import { Finalizer } from '../../functions/lib/api/index.js';
+import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
+import { stageClusterRegistry } from '../../functions/lib/entry/lambda.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { ConflictError, type KubeObject } from '../../functions/lib/kube/port.js';
 import { injectValues, secretNamesFromAnnotation } from '../../functions/lib/packaging/install-values.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { friendlyErrMsg } from '../../functions/lib/pipeline/install.js';
+import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { FakeCluster } from './support/fake-cluster.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
@@ -447,6 +457,26 @@ describe('install: the PackageInstall reconcile, one row per outcome', () => {
       const { uid: _u, resourceVersion: _r, generation: _g, ...meta } = app?.metadata ?? {};
       expect({ ...app, metadata: meta }).toEqual(row.appAfter);
     }
+  });
+
+  it('on Lambda: the install function, narrowed to its access, creates the App from one SQS record and sends nothing on', async () => {
+    const row = rows[Object.keys(rows)[0] as string] as Row;
+    const { cluster, deps, log } = world(row);
+    const sender = new MemoryEventSender();
+    const handler = makeSqsHandler('install', () => ({
+      pipeline: { ...deps, clusters: stageClusterRegistry(deps.clusters, 'install') },
+      sender,
+      log,
+    }));
+    const body = serializeEvent(objectEvent(REF, 'added', { time: new Date(NOW) }));
+    const record = { messageId: 'm1', body, attributes: { MessageGroupId: 'c1/PackageInstall/ns/inst' } };
+    expect(await handler({ Records: [record] })).toEqual({ batchItemFailures: [] });
+    const app = cluster.get('App', 'ns', 'inst');
+    const { uid: _u, resourceVersion: _r, generation: _g, ...meta } = app?.metadata ?? {};
+    expect({ ...app, metadata: meta }).toEqual(row.appAfter);
+    expect(cluster.statuses).toEqual([row.status]);
+    expect(sender.sent).toEqual([]);
+    expect(log.records.filter((r) => r.obj.outcome === 'done').map((r) => r.obj.stage)).toEqual(['install']);
   });
 
   it('the placeholder Secret is a dockerconfigjson with no registries, annotated and owned by the PackageInstall', async () => {

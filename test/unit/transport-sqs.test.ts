@@ -78,20 +78,17 @@ describe('routing to a pipeline stage (targetFunction, isPipelineStage)', () => 
     expect(isPipelineStage(targetFunction(event))).toBe(true);
   });
 
-  it('is no pipeline stage for events of functions without a queue (install)', () => {
+  it('routes PackageInstall object events and repo.indexed to the install function, which has a queue', () => {
     const repo: ObjectRef = { ...app, kind: 'PackageRepository', apiVersion: 'packaging.carvel.dev/v1alpha1' };
-    expect(
-      isPipelineStage(
-        targetFunction(
-          repoIndexedEvent(
-            { object: repo, run, artifacts: { indexKey: `artifacts/index/sha256/${'c'.repeat(64)}.json` } },
-            { time },
-          ),
-        ),
-      ),
-    ).toBe(false);
+    const indexed = repoIndexedEvent(
+      { object: repo, run, artifacts: { indexKey: `artifacts/index/sha256/${'c'.repeat(64)}.json` } },
+      { time },
+    );
     const pkgi: ObjectRef = { ...app, kind: 'PackageInstall', apiVersion: 'packaging.carvel.dev/v1alpha1' };
-    expect(isPipelineStage(targetFunction(objectEvent(pkgi, 'added', { time })))).toBe(false);
+    for (const event of [indexed, objectEvent(pkgi, 'added', { time })]) {
+      expect(targetFunction(event)).toBe('install');
+      expect(isPipelineStage(targetFunction(event))).toBe(true);
+    }
   });
 
   it('objectRefOf finds the object of every event shape', () => {

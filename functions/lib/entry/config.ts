@@ -13,6 +13,7 @@
  * | `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` | FIFO queue of the template function | required by fetch |
  * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template |
  * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of the index-repo function | optional |
+ * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of the install function | optional |
  * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name) | required |
  * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve | all contexts |
  * | `KAPP_LAMBDA_TMP_DIR` | absolute scratch directory root | `/tmp` |
@@ -62,11 +63,15 @@ export const CONTROLLER_VERSION = '0.1.0';
 
 /**
  * The functions a function hands events to: fetch → template (and deploy, for deletions),
- * template → deploy. A function missing here sends nothing on (deploy, index-repo).
+ * template → deploy, index-repo → install (`repo.indexed`: the versions a repository gained
+ * or lost), install → install (the `ref-changed` fan-out to each PackageInstall it may move).
+ * A function missing here sends nothing on (deploy).
  */
 export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly PipelineStage[]>>> = {
   fetch: ['template', 'deploy'],
   template: ['deploy'],
+  'index-repo': ['install'],
+  install: ['install'],
 };
 
 /** Log levels the functions accept. */

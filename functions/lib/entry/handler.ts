@@ -10,7 +10,7 @@
  * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
  * | valid, but for another function | logged, dropped | no |
  * | stage ran, returned a next event | sent to the next stage's queue | no |
- * | stage ran, returned an event no queue carries yet (`repo.indexed` → install) | logged, dropped | no |
+ * | stage ran, returned an event for a function without a queue (none today) | logged, dropped | no |
  * | stage ran, run ended | done | no |
  * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
  * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), acknowledged | no |
@@ -258,8 +258,7 @@ async function processRecord(
         forward: async (next) => {
           const to = stageOf(next);
           if (!to) {
-            // `repo.indexed` (→ install) until the install function has its queue: the
-            // repository's run succeeded; its PackageInstalls wait for their App's sync.
+            // Defensive: every function has a queue today (`PIPELINE_STAGES`).
             elog.warn(
               { stage, type: next.type, target: targetFunction(next) },
               'no queue carries this event yet; dropped',

@@ -75,31 +75,40 @@ export interface FunctionAccess {
    * ServiceAccount), for what kapp-controller deploys as itself.
    */
   runtimeIdentity: boolean;
+  /**
+   * The InstallView: list Packages, write Apps and placeholder Secrets, finalizers and status
+   * of PackageInstalls, the server version (`kubernetesVersionSelection`). No tokens, no watch.
+   */
+  installView: boolean;
 }
 
 /**
  * Per function, what it may do (DESIGN.md "Credentials"): fetch and template get only the
  * FetchView (kapp-controller's sidecar boundary); deploy also the DeployView (kapp with the App's
  * own ServiceAccount); index-repo the DeployView and the runtime's own identity (upstream deploys
- * a PackageRepository's packages as the controller: `NewKappPrivilegedForPackageRepository`).
+ * a PackageRepository's packages as the controller: `NewKappPrivilegedForPackageRepository`);
+ * install only the InstallView (it writes the App; the App's own ServiceAccount deploys it).
  */
 export const FUNCTION_ACCESS: Readonly<Record<PipelineStage, FunctionAccess>> = {
-  fetch: { deployView: false, runtimeIdentity: false },
-  template: { deployView: false, runtimeIdentity: false },
-  deploy: { deployView: true, runtimeIdentity: false },
-  'index-repo': { deployView: true, runtimeIdentity: true },
+  fetch: { deployView: false, runtimeIdentity: false, installView: false },
+  template: { deployView: false, runtimeIdentity: false, installView: false },
+  deploy: { deployView: true, runtimeIdentity: false, installView: false },
+  'index-repo': { deployView: true, runtimeIdentity: true, installView: false },
+  install: { deployView: false, runtimeIdentity: false, installView: true },
 };
 
 /**
  * Narrows a registry to what a stage function may use ({@link FUNCTION_ACCESS}): every function
  * gets `fetchView` (read the object and its referenced Secrets/ConfigMaps, write status); deploy
- * and index-repo also get `deployView`. No function gets `client` or `watchView`. A denied call
- * throws `Error('the <stage> function may not use <what>')`, which fails the record.
+ * and index-repo also get `deployView`, install `installView`. No function gets `client` or
+ * `watchView`. A denied call throws `Error('the <stage> function may not use <what>')`, which
+ * fails the record (a registry without an install view leaves `installView` absent).
  */
 export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineStage): ClusterRegistry {
   const deny = (what: string) => (): never => {
     throw new Error(`the ${stage} function may not use ${what}`);
   };
+  const installView = registry.installView?.bind(registry);
   return {
     clusterIds: () => registry.clusterIds(),
     fetchView: (clusterId) => registry.fetchView(clusterId),
@@ -108,6 +117,9 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
       : deny('deploy credentials'),
     client: deny('a full cluster client'),
     watchView: deny('the watch view'),
+    ...(installView
+      ? { installView: FUNCTION_ACCESS[stage].installView ? installView : deny('the install view') }
+      : {}),
   };
 }
 
@@ -121,7 +133,8 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  * function's identity in each cluster is a narrowly scoped ServiceAccount token (fetch and
  * template: read Apps and the Secrets/ConfigMaps they reference, patch App status; deploy:
  * additionally finalizers and `serviceaccounts/token`; index-repo: PackageRepositories, and what
- * kapp needs to deploy Packages and PackageMetadatas as that identity), minted short-lived —
+ * kapp needs to deploy Packages and PackageMetadatas as that identity; install: PackageInstalls,
+ * Packages, Apps and Secrets of the namespaces it serves), minted short-lived —
  * never a long-lived admin credential. Whatever the source, fetch and template only ever see the
  * FetchView ({@link stageClusterRegistry}).
  *

@@ -229,12 +229,15 @@ export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 's
  * `index-repo` runs a PackageRepository's whole reconcile in one invocation, as upstream's
  * in-memory App does: vendir (imgpkg for bundles and images; no helm: a repository has no
  * `helmChart` source), the fixed ytt + kbld pipeline, and kapp as the runtime's own identity.
+ * `install` runs no tool: it selects a Package and writes an App, which the App pipeline renders
+ * and deploys (upstream's PackageInstall reconciler runs none either).
  */
 export const STAGE_TOOLS = {
   fetch: ['vendir', 'imgpkg', 'helm'],
   template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue'],
   deploy: ['kapp'],
   'index-repo': ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp'],
+  install: [],
 } as const satisfies Record<PipelineStage, readonly (typeof TOOL_NAMES)[number][]>;
 
 /** System directories appended to `PATH` (vendir runs `git` and `imgpkg` from `PATH`). */
