@@ -189,6 +189,8 @@ interface ObjState extends HeapItem {
   configMaps: readonly string[];
   /** List mark (relist diff). */
   mark: number;
+  /** The kind's {@link WatchedKind.changeKey} as last seen (absent for most kinds). */
+  changeKey?: string;
 }
 
 /** A referenced Secret or ConfigMap. */
@@ -552,6 +554,8 @@ export class Forwarder {
         due: Number.POSITIVE_INFINITY,
         heapIndex: -1,
       };
+      const key = kind.changeKey?.(obj);
+      if (key !== undefined) st.changeKey = key;
       map.set(namespace, st.name, st);
       this.index(st);
       const due = kind.dueAt(obj, now);
@@ -565,8 +569,11 @@ export class Forwarder {
     this.notifyController(kind, obj);
     const generation = m.generation ?? 0;
     const deleting = Boolean(m.deletionTimestamp);
+    const changeKey = kind.changeKey?.(obj);
     const reason: Reason | undefined =
-      generation !== st.generation || (deleting && !st.deleting) ? 'modified' : undefined;
+      generation !== st.generation || (deleting && !st.deleting) || changeKey !== st.changeKey ? 'modified' : undefined;
+    if (changeKey === undefined) delete st.changeKey;
+    else st.changeKey = changeKey;
     st.rv = m.resourceVersion;
     st.generation = generation;
     st.deleting = deleting;

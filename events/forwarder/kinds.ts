@@ -12,6 +12,7 @@
  *
  * @module
  */
+import { createHash } from 'node:crypto';
 import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/api/refs.js';
 import type { KubeObject, ResourceKind } from '../../functions/lib/kube/port.js';
 import {
@@ -64,6 +65,12 @@ export interface WatchedKind {
    * `undefined`. Kinds without it notify nobody.
    */
   controlledBy?(obj: KubeObject): ControllerOwner | undefined;
+  /**
+   * A short fingerprint of what, besides the spec (generation) and deletion, makes a change of
+   * the object `modified`; `undefined` when nothing else does. Kinds without it react to spec
+   * changes only.
+   */
+  changeKey?(obj: KubeObject): string | undefined;
 }
 
 /** The controller of an object, from its `metadata.ownerReferences` entry with `controller: true`. */
@@ -231,7 +238,8 @@ export function packageRepositoryKind(): WatchedKind {
  * periodic timer for it (periodicity comes from its App's sync, reference §3.1): due only while
  * `status.observedGeneration != metadata.generation`, otherwise never. References nothing (its
  * values Secrets are read by the App it creates, which tracks them). Every change of an App it
- * controls asks for its reconcile ({@link appControllingPackageInstall}).
+ * controls asks for its reconcile ({@link appControllingPackageInstall}). A change of its
+ * annotations is `modified` ({@link packageInstallChangeKey}).
  */
 export function packageInstallKind(): WatchedKind {
   return {
@@ -244,7 +252,27 @@ export function packageInstallKind(): WatchedKind {
     tracksConfigMaps: false,
     refs: () => NO_REFS,
     handledAt: () => undefined,
+    changeKey: packageInstallChangeKey,
   };
+}
+
+/** Annotation kubectl rewrites with every `apply` (it mirrors the spec, which generation covers). */
+const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
+
+/**
+ * The fingerprint of a PackageInstall's annotations (sha256, base64url, 16 bytes: small for
+ * the forwarder's per-object state), `undefined` without any. Upstream's PackageInstall
+ * controller reconciles on every update, and annotations steer that reconcile without changing
+ * the generation: `packaging.carvel.dev/downgradable` is how a user lets a refused downgrade
+ * proceed, the `ignore-*-version-selection` annotations lift a version check, and the
+ * `ext.packaging.carvel.dev/*` ones change the App it writes. Adding one must act at once, as
+ * upstream, not at the next timer.
+ */
+export function packageInstallChangeKey(obj: KubeObject): string | undefined {
+  const annotations = Object.entries(obj.metadata.annotations ?? {}).filter(([k]) => k !== LAST_APPLIED);
+  if (annotations.length === 0) return undefined;
+  annotations.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return createHash('sha256').update(JSON.stringify(annotations)).digest('base64url').slice(0, 22);
 }
 
 /** Names accepted by {@link watchedKinds}. */

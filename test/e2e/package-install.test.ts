@@ -368,12 +368,9 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
     ]);
     expect(await getObject(APPS, NS, name)).toBeUndefined();
 
-    // The annotation with a spec change: the forwarder re-runs a PackageInstall on a new
-    // generation only (an annotation alone does not bump it; upstream reconciles on any update).
-    const patch = {
-      metadata: { annotations: { 'packaging.carvel.dev/ignore-kubernetes-version-selection': '' } },
-      spec: { syncPeriod: '11m' },
-    };
+    // The annotation alone (no spec change): upstream's PackageInstall reconciles on every
+    // update, and so does ours (the forwarder's changeKey of PackageInstall annotations).
+    const patch = { metadata: { annotations: { 'packaging.carvel.dev/ignore-kubernetes-version-selection': '' } } };
     await k(['patch', PKGI, name, '-n', NS, '--type=merge', '-p', JSON.stringify(patch)]);
     const ok = await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
     expect(ok.status?.version).toBe('2.0.0');

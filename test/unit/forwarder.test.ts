@@ -565,6 +565,36 @@ describe('forwarder: controllers of owned objects', () => {
     ]);
   });
 
+  it('a PackageInstall whose annotations change is modified (downgradable, ignore-*): its status and last-applied are not', async () => {
+    watcher.apply(inst());
+    start({ kinds: watchedKinds(['PackageInstall']) });
+    await settle();
+    expect(transport.take()).toEqual([]);
+    const annotated = (annotations: Record<string, string>, status?: Record<string, unknown>): KubeObject => {
+      const o = inst();
+      o.metadata.annotations = annotations;
+      if (status) o.status = status;
+      return o;
+    };
+    // Upstream's PackageInstall reconciles on every update; the annotation lets a refused downgrade proceed.
+    watcher.apply(annotated({ 'packaging.carvel.dev/downgradable': '' }));
+    await settle();
+    expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['modified inst']);
+    // A status write, or kubectl's last-applied annotation alone, is no change of the annotations.
+    watcher.apply(
+      annotated(
+        { 'packaging.carvel.dev/downgradable': '', 'kubectl.kubernetes.io/last-applied-configuration': '{}' },
+        { observedGeneration: 1, conditions: [{ type: 'ReconcileFailed', status: 'True' }] },
+      ),
+    );
+    await settle();
+    expect(transport.take()).toEqual([]);
+    // Removing it is a change too.
+    watcher.apply(annotated({}));
+    await settle();
+    expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['modified inst']);
+  });
+
   it('notifies nobody for an owner of another uid, a non-controller owner, or an unwatched kind', async () => {
     watcher.apply(inst());
     watcher.apply(owned(handled(1, T0 - 10_000), 'uid-other'));
