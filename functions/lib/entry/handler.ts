@@ -10,7 +10,6 @@
  * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
  * | valid, but for another function | logged, dropped | no |
  * | stage ran, returned a next event | sent to the next stage's queue | no |
- * | stage ran, returned an event for a function without a queue (none today) | logged, dropped | no |
  * | stage ran, run ended | done | no |
  * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
  * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), acknowledged | no |
@@ -41,7 +40,7 @@ import type { Logger } from '../log.js';
 import { type DispatchDeps, dispatchEvent, dispatchWithRetryBound } from '../pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, infraStep } from '../pipeline/retry-bound.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import { type EventSender, isPipelineStage, type PipelineStage } from '../transport/port.js';
+import type { EventSender, PipelineStage } from '../transport/port.js';
 
 /** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
 export interface SqsRecord {
@@ -141,12 +140,6 @@ function armDeadline(remainingMs: number, marginMs: number): { signal: AbortSign
   return { signal: abort.signal, dispose: () => clearTimeout(timer) };
 }
 
-/** The pipeline stage that consumes `event`, or `undefined` when no pipeline queue carries it. */
-function stageOf(event: KappEvent): PipelineStage | undefined {
-  const fn = targetFunction(event);
-  return isPipelineStage(fn) ? fn : undefined;
-}
-
 function errorText(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : typeof err;
 }
@@ -227,10 +220,12 @@ async function processRecord(
   }
   const event = parsed.event;
   const subject = subjectOf(objectRefOf(event));
-  const target = stageOf(event);
+  // Every function an event can target has a queue (`FunctionName` and `PipelineStage` are one
+  // set: `send` below would not compile otherwise).
+  const target = targetFunction(event);
   if (target !== stage) {
     log.warn(
-      { stage, outcome: 'misrouted' satisfies RecordOutcome, type: event.type, subject, target: target ?? 'none' },
+      { stage, outcome: 'misrouted' satisfies RecordOutcome, type: event.type, subject, target },
       'event is for another function; dropped',
     );
     return 'misrouted';
@@ -256,15 +251,7 @@ async function processRecord(
           return next;
         },
         forward: async (next) => {
-          const to = stageOf(next);
-          if (!to) {
-            // Defensive: every function has a queue today (`PIPELINE_STAGES`).
-            elog.warn(
-              { stage, type: next.type, target: targetFunction(next) },
-              'no queue carries this event yet; dropped',
-            );
-            return;
-          }
+          const to = targetFunction(next);
           await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
         },
       },
@@ -273,7 +260,7 @@ async function processRecord(
       elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
       return 'ended';
     }
-    if (!r.next || !stageOf(r.next)) {
+    if (!r.next) {
       elog.info({ stage, outcome: 'done' satisfies RecordOutcome, type: event.type }, 'event handled');
       return 'done';
     }
@@ -283,7 +270,7 @@ async function processRecord(
         outcome: 'forwarded' satisfies RecordOutcome,
         type: event.type,
         next: r.next.type,
-        to: stageOf(r.next),
+        to: targetFunction(r.next),
         nextId: r.next.id,
       },
       'event handled; next stage queued',

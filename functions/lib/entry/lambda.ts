@@ -25,7 +25,7 @@ import type { Logger } from '../log.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { S3Store } from '../store/s3.js';
-import { type EventSender, isPipelineStage, type PipelineStage } from '../transport/port.js';
+import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
 import { CONTROLLER_VERSION, ConfigError, type LambdaConfig, parseLambdaEnv } from './config.js';
 import { type EntryDeps, makeSqsHandler, type SqsHandler } from './handler.js';
@@ -247,12 +247,7 @@ export function createLambdaDeps(
   }
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
   pipeline.emit = async (events) => {
-    for (const event of events) {
-      const to = targetFunction(event);
-      if (isPipelineStage(to)) await sender.send(to, event);
-      else
-        log.warn({ type: event.type, subject: event.subject, target: to }, 'no queue carries this event yet; dropped');
-    }
+    for (const event of events) await sender.send(targetFunction(event), event);
   };
   return { pipeline, sender, log, maxAttempts: config.maxReceiveCount };
 }

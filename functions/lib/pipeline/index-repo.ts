@@ -139,15 +139,25 @@ export function packageRepositoryApp(pkgr: PackageRepository): App {
   } as App;
 }
 
-/** A status write on a PackageRepository: its status is the App status without `inspect`. */
-function writeRepoStatus(
+/**
+ * The kapp progress callback of a repository's deploy or delete: `status.deploy` as kapp runs
+ * (a PackageRepository's status is the App status without `inspect`, so the App write serves).
+ */
+function deployProgress(
   kube: DeployView,
   ref: ResourceRef,
   fence: { uid: string; generation: number },
-  mutate: (cur: AppStatus | undefined) => AppStatus,
-  mask?: SecretMask,
+  mask: SecretMask,
+  startedAt: Date,
+  deps: Pick<IndexRepoDeps, 'now'>,
 ) {
-  return writeAppStatus(kube, ref, fence, mutate, mask);
+  return async ({ stdout, stderr }: { stdout: string; stderr: string }): Promise<void> => {
+    const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
+      startedAt,
+      updatedAt: deps.now(),
+    });
+    await writeAppStatus(kube, ref, fence, (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }), mask);
+  };
 }
 
 /**
@@ -176,7 +186,7 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
   if (!parsed.success) {
     // Accepted by the API server but not by our schema (an older CRD): a failed reconcile in
     // status, not a crash on every event.
-    await writeRepoStatus(kube, kref, fence, (cur) =>
+    await writeAppStatus(kube, kref, fence, (cur) =>
       summarizeStatus(cur, generation, {}, resultFromError(parsed.error.message, 'Reconciling: ')),
     );
     done('failed', { error: parsed.error.message });
@@ -184,7 +194,7 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
   }
   const pkgr = parsed.data;
   if (pkgr.spec.paused) {
-    await writeRepoStatus(kube, kref, fence, (cur) => markPausedOrCanceled(cur, generation, 'PackageRepository'));
+    await writeAppStatus(kube, kref, fence, (cur) => markPausedOrCanceled(cur, generation, 'PackageRepository'));
     done('paused');
     return;
   }
@@ -205,7 +215,7 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     return;
   }
   if (specChanged) {
-    const w = await writeRepoStatus(kube, kref, fence, (cur) => markReconciling(cur, generation));
+    const w = await writeAppStatus(kube, kref, fence, (cur) => markReconciling(cur, generation));
     if (w.outcome === 'gone' || w.outcome === 'stale') {
       done(w.outcome);
       return;
@@ -404,26 +414,16 @@ async function deployRepository(
     kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
   });
   let flushAll = false;
+  const progress = deployProgress(kube, frame.ref, fence, mask, startedAt, deps);
   const run = await runKapp(
     cmd,
     manifest,
     deps,
     { kube, ref: frame.ref, uid: object.uid, cancelOnDelete: true },
-    async ({ stdout, stderr, applying }) => {
+    async (out) => {
       // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
-      flushAll ||= applying;
-      if (!flushAll) return;
-      const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
-        startedAt,
-        updatedAt: deps.now(),
-      });
-      await writeRepoStatus(
-        kube,
-        frame.ref,
-        fence,
-        (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
-        mask,
-      );
+      flushAll ||= out.applying;
+      if (flushAll) await progress(out);
     },
     [work],
   );
@@ -449,7 +449,7 @@ async function deleteRepository(
   const done = stageTimer(deps, 'delete', objectKey(object), object.generation);
   const mask = secretMaskOf(deps);
   const startedAt = deps.now();
-  await writeRepoStatus(kube, ref, fence, (cur) => markDeleting(cur, fence.generation));
+  await writeAppStatus(kube, ref, fence, (cur) => markDeleting(cur, fence.generation));
   const cmd = packageRepositoryDeleteCommand({
     name: object.name,
     namespace: object.namespace,
@@ -463,19 +463,7 @@ async function deleteRepository(
         undefined,
         deps,
         { kube, ref, uid: object.uid, cancelOnDelete: false },
-        async ({ stdout, stderr }) => {
-          const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
-            startedAt,
-            updatedAt: deps.now(),
-          });
-          await writeRepoStatus(
-            kube,
-            ref,
-            fence,
-            (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
-            mask,
-          );
-        },
+        deployProgress(kube, ref, fence, mask, startedAt, deps),
       );
   const tools = { runs: planted ? 0 : 1, ms: run.durationMs };
   // raw, unlike the deploy: upstream's reconcileDelete hands `delete()`'s own result to
@@ -490,7 +478,7 @@ async function deleteRepository(
     return indexed;
   }
   const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() });
-  await writeRepoStatus(
+  await writeAppStatus(
     kube,
     ref,
     fence,
