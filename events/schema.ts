@@ -620,6 +620,14 @@ export interface EventOptions {
    * sha256), so a retried producer emits the same id and transports can deduplicate.
    */
   readonly id?: string;
+  /**
+   * Object events only: what made the producer emit the event beyond the object's own state
+   * (e.g. `Secret/creds@4711`, the referenced object and its resourceVersion, or a resync's
+   * retry ordinal); part of the derived id, so two distinct causes at one resourceVersion keep
+   * distinct ids while the same cause seen twice (a second replica, a restart) does not.
+   * Default: none.
+   */
+  readonly cause?: string;
   /** CloudEvents `source`. Default: `/kapp-lambda/clusters/<clusterId>/forwarder` for object events, `/kapp-lambda/functions/<producer>` for the others. */
   readonly source?: string;
   /** CloudEvents extension attributes (e.g. `{ traceparent: '00-…' }`). */
@@ -635,19 +643,33 @@ function deriveId(parts: readonly unknown[]): string {
   return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
 }
 
+/**
+ * The derived id of an object event: the first 32 hex chars of a sha256 over type, subject,
+ * uid, resourceVersion, reason and `cause`, **without the time**, so the same object change
+ * announced twice (by a second forwarder replica, or again after a restart) gets the same id
+ * and an SQS FIFO queue (`MessageDeduplicationId`) drops the copy within its 5-minute window.
+ *
+ * @param ref - The object (identity, uid and resourceVersion are read).
+ * @param reason - Why it is announced.
+ * @param cause - See {@link EventOptions.cause}; `undefined` and `''` are the same.
+ */
+export function objectEventId(ref: ObjectRef, reason: Reason, cause?: string): string {
+  return deriveId([EVENT_TYPES.object, subjectOf(ref), ref.uid, ref.resourceVersion, reason, cause ?? '']);
+}
+
 function build<E extends KappEvent>(
   type: E['type'],
   ref: ObjectIdentity,
   data: E['data'],
   source: string,
-  idParts: unknown[],
+  idParts: unknown[] | string,
   opts: EventOptions,
 ): E {
   const time = typeof opts.time === 'string' ? opts.time : opts.time.toISOString();
   const candidate = {
     ...opts.extensions,
     specversion: '1.0',
-    id: opts.id ?? deriveId([type, subjectOf(ref), time, ...idParts]),
+    id: opts.id ?? (typeof idParts === 'string' ? idParts : deriveId([type, subjectOf(ref), time, ...idParts])),
     source: opts.source ?? source,
     type,
     time,
@@ -662,7 +684,9 @@ function build<E extends KappEvent>(
 
 /**
  * Builds a `dev.kapp-lambda.object.v1` event (forwarder → pipeline).
- * The derived id covers type, subject, time, uid, resourceVersion and reason.
+ * The derived id is {@link objectEventId}: type, subject, uid, resourceVersion, reason and
+ * `opts.cause`, not the time (stage hand-offs below keep the time in theirs: a run id makes
+ * them unique already).
  * @throws EventValidationError when `ref`, `reason` or `opts` make an invalid event.
  */
 export function objectEvent(ref: ObjectRef, reason: Reason, opts: EventOptions): ObjectEvent {
@@ -672,7 +696,7 @@ export function objectEvent(ref: ObjectRef, reason: Reason, opts: EventOptions):
     ref,
     data,
     `/kapp-lambda/clusters/${ref.clusterId}/forwarder`,
-    [ref.uid, ref.resourceVersion, reason],
+    objectEventId(ref, reason, opts.cause),
     opts,
   );
 }

@@ -85,7 +85,7 @@ export interface ForwarderOptions {
   /** Logger. Default silent. */
   logger?: ForwarderLogger;
   /** Envelope builder. Default {@link toCloudEvent}. */
-  buildEvent?: (data: ObjectEventData, now: number) => ObjectEvent;
+  buildEvent?: (data: ObjectEventData, now: number, cause?: string) => ObjectEvent;
   /**
    * List page size for watched kinds. Default 100: a page is held in memory while it is
    * processed, and an App's status may carry up to 1 MiB per output field.
@@ -183,6 +183,11 @@ interface ObjState extends HeapItem {
    * no longer due; {@link NOT_ASKED} when none is outstanding.
    */
   asked: number;
+  /**
+   * How many times in a row a reconcile of the same status (`asked`) was asked for, minus one:
+   * a resync retry's cause (`retry-<n>`), so it keeps an id distinct from the first ask.
+   */
+  retries: number;
   /** Referenced Secret names (shared empty array when none). */
   secrets: readonly string[];
   /** Referenced ConfigMap names (shared empty array when none). */
@@ -269,6 +274,11 @@ function handledAtOf(kind: WatchedKind, obj: KubeObject): number {
 
 function sameNames(x: readonly string[], y: readonly string[]): boolean {
   return x === y || (x.length === y.length && x.every((v, i) => v === y[i]));
+}
+
+/** The cause of a `ref-changed` (part of its event id): `Secret/<name>@<rv>`, `ConfigMap/…`. */
+function refCause(t: RefType, name: string, version: string): string {
+  return `${t === REF_SECRET ? 'Secret' : 'ConfigMap'}/${name}@${version}`;
 }
 
 function referrersOf(e: RefEntry): readonly ObjState[] {
@@ -548,6 +558,7 @@ export class Forwarder {
         deleting: Boolean(m.deletionTimestamp),
         handledAt: handledAtOf(kind, obj),
         asked: NOT_ASKED,
+        retries: 0,
         secrets: refs.secrets.length ? refs.secrets : NO_REFS.secrets,
         configMaps: refs.configMaps.length ? refs.configMaps : NO_REFS.configMaps,
         mark,
@@ -606,7 +617,9 @@ export class Forwarder {
     );
     if (ix < 0) return;
     const st = this.objects[ix]!.get(obj.metadata.namespace ?? '', owner.name);
-    if (st && st.uid === owner.uid) this.emit(st, 'ref-changed');
+    if (st && st.uid === owner.uid) {
+      this.emit(st, 'ref-changed', `${kind.resource.kind}/${obj.metadata.name}@${obj.metadata.resourceVersion}`);
+    }
   }
 
   /** The rule for an object seen for the first time by a first list (after a restart). */
@@ -660,31 +673,39 @@ export class Forwarder {
 
   // ---- emission and the resync timer -------------------------------------------------------
 
-  /** Emits a reason that asks for a reconcile and arms the "no answer" retry. */
+  /**
+   * Emits a reason that asks for a reconcile and arms the "no answer" retry. Asking again about
+   * the same status (a retry) carries `retry-<n>` as its cause: same resourceVersion, new id.
+   */
   private ask(st: ObjState, reason: Reason, now: number): void {
-    this.emit(st, reason);
+    st.retries = st.asked === st.handledAt ? st.retries + 1 : 0;
+    this.emit(st, reason, st.retries > 0 ? `retry-${st.retries}` : undefined);
     st.asked = st.handledAt;
     this.schedule(st, now + this.resyncRetryMs);
   }
 
-  private emit(st: ObjState, reason: Reason): void {
+  /** Emits one event for `st` at its current state; `cause` as in {@link Outbox.enqueue}. */
+  private emit(st: ObjState, reason: Reason, cause?: string): void {
     const kind = this.kinds[st.kindIx]!;
-    this.emitData({
-      clusterId: this.clusterId,
-      kind: kind.resource.kind as Kind,
-      apiVersion: kind.resource.apiVersion,
-      namespace: st.namespace,
-      name: st.name,
-      uid: st.uid,
-      generation: st.generation,
-      resourceVersion: st.rv,
-      reason,
-    });
+    this.emitData(
+      {
+        clusterId: this.clusterId,
+        kind: kind.resource.kind as Kind,
+        apiVersion: kind.resource.apiVersion,
+        namespace: st.namespace,
+        name: st.name,
+        uid: st.uid,
+        generation: st.generation,
+        resourceVersion: st.rv,
+        reason,
+      },
+      cause,
+    );
   }
 
-  private emitData(data: ObjectEventData): void {
+  private emitData(data: ObjectEventData, cause?: string): void {
     this.emitted[data.reason]++;
-    this.outbox.enqueue(data);
+    this.outbox.enqueue(data, cause);
   }
 
   private schedule(st: ObjState, due: number | null): void {
@@ -789,36 +810,42 @@ export class Forwarder {
     if (e.rv === rv) return;
     const known = e.rv !== undefined;
     e.rv = rv;
+    const cause = refCause(t, obj.metadata.name, rv);
     if (known) {
-      for (const r of referrersOf(e)) this.emit(r, 'ref-changed');
+      for (const r of referrersOf(e)) this.emit(r, 'ref-changed', cause);
       return;
     }
     // No baseline (first list after a restart): changed since the referrer's last reconcile?
     const written = lastWriteTime(obj);
     for (const r of referrersOf(e)) {
       if (r.asked !== NOT_ASKED) continue; // a reconcile was already asked for
-      if (Number.isNaN(written) || r.handledAt === NEVER || written >= r.handledAt * 1000) this.emit(r, 'ref-changed');
+      if (Number.isNaN(written) || r.handledAt === NEVER || written >= r.handledAt * 1000) {
+        this.emit(r, 'ref-changed', cause);
+      }
     }
   }
 
   private sweepRefs(t: RefType, ns: string | undefined, mark: number): void {
-    for (const [, , e] of this.refIndex[t].entries(ns)) {
+    for (const [, name, e] of this.refIndex[t].entries(ns)) {
       if (e.mark === mark || e.born >= mark) continue;
-      const existed = e.rv !== undefined && e.rv !== ABSENT;
+      const last = e.rv;
       e.rv = ABSENT;
-      if (existed) for (const r of referrersOf(e)) this.emit(r, 'ref-changed');
+      if (last === undefined || last === ABSENT) continue;
+      for (const r of referrersOf(e)) this.emit(r, 'ref-changed', refCause(t, name, `gone-${last}`));
     }
   }
 
   private onRefEvent(t: RefType, ev: WatchEvent): void {
     const e = this.refIndex[t].get(ev.object.metadata.namespace ?? '', ev.object.metadata.name);
     if (!e) return;
+    const rv = ev.object.metadata.resourceVersion;
     if (ev.type === 'DELETED') {
       e.rv = ABSENT;
     } else {
-      if (e.rv === ev.object.metadata.resourceVersion) return;
-      e.rv = ev.object.metadata.resourceVersion;
+      if (e.rv === rv) return;
+      e.rv = rv;
     }
-    for (const r of referrersOf(e)) this.emit(r, 'ref-changed');
+    const cause = refCause(t, ev.object.metadata.name, ev.type === 'DELETED' ? `gone-${rv}` : rv);
+    for (const r of referrersOf(e)) this.emit(r, 'ref-changed', cause);
   }
 }

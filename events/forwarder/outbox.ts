@@ -38,16 +38,19 @@ export function mergeEvents(pending: ObjectEventData, next: ObjectEventData): Ob
 
 /**
  * The forwarder's default envelope builder ({@link OutboxOptions.build}): `objectEvent` of
- * `events/schema.ts` with the id derived from the content and `time` from `now`.
+ * `events/schema.ts` with `time` from `now` and the id derived from the content and `cause`
+ * but not the time (`objectEventId`), so a change announced again by another replica or after
+ * a restart is dropped by the FIFO queue's deduplication.
  *
  * @param data - The reference and reason.
  * @param now - Emission time, ms since the epoch.
+ * @param cause - What caused the event beyond the object's state (`EventOptions.cause`).
  * @throws EventValidationError when `data` does not make a valid event (e.g. a kind that is
  *   not App, PackageInstall or PackageRepository, or a clusterId that is not a DNS label).
  */
-export function toCloudEvent(data: ObjectEventData, now: number): ObjectEvent {
+export function toCloudEvent(data: ObjectEventData, now: number, cause?: string): ObjectEvent {
   const { reason, ...ref } = data;
-  return objectEvent(ref, reason, { time: new Date(now) });
+  return objectEvent(ref, reason, { time: new Date(now), ...(cause ? { cause } : {}) });
 }
 
 /** Options of {@link Outbox}. */
@@ -56,9 +59,10 @@ export interface OutboxOptions {
   transport: Transport;
   /**
    * Builds the envelope; called once per event when its batch is formed (retries reuse it).
-   * An event it throws for is logged and dropped.
+   * An event it throws for is logged and dropped. `cause` is the latest cause enqueued for
+   * the object (see {@link Outbox.enqueue}).
    */
-  build: (data: ObjectEventData, now: number) => ObjectEvent;
+  build: (data: ObjectEventData, now: number, cause?: string) => ObjectEvent;
   /** Time and timers. */
   clock: Clock;
   /** Uniform `[0, 1)` source for the retry jitter. */
@@ -82,6 +86,7 @@ export interface OutboxOptions {
 interface Pending {
   data: ObjectEventData;
   readyAt: number;
+  cause: string | undefined;
 }
 
 /** See the module comment. */
@@ -107,17 +112,23 @@ export class Outbox {
     return this.inFlight;
   }
 
-  /** Queues one event, merging it into a waiting one for the same object. */
-  enqueue(data: ObjectEventData): void {
+  /**
+   * Queues one event, merging it into a waiting one for the same object.
+   *
+   * @param cause - What caused it beyond the object's state (part of the event id, see
+   *   `toCloudEvent`); on a merge the latest cause given wins, like the resourceVersion.
+   */
+  enqueue(data: ObjectEventData, cause?: string): void {
     if (this.closed) return;
     const key = `${data.apiVersion}\u0000${data.kind}\u0000${data.namespace}\u0000${data.name}\u0000${data.uid}`;
     const p = this.pending.get(key);
     if (p) {
       p.data = mergeEvents(p.data, data);
+      p.cause = cause ?? p.cause;
       return;
     }
     const readyAt = this.opts.clock.now() + this.opts.windowMs;
-    this.pending.set(key, { data, readyAt });
+    this.pending.set(key, { data, readyAt, cause });
     this.arm(readyAt);
   }
 
@@ -165,10 +176,10 @@ export class Outbox {
   private pump(): void {
     if (this.closed || this.inFlight) return;
     const now = this.opts.clock.now();
-    const batch: ObjectEventData[] = [];
+    const batch: Pending[] = [];
     for (const [key, p] of this.pending) {
       if (p.readyAt > now || batch.length >= this.opts.batchSize) break;
-      batch.push(p.data);
+      batch.push(p);
       this.pending.delete(key);
     }
     if (batch.length === 0) {
@@ -179,9 +190,9 @@ export class Outbox {
     }
     const events: ObjectEvent[] = [];
     const valid: ObjectEventData[] = [];
-    for (const d of batch) {
+    for (const { data: d, cause } of batch) {
       try {
-        events.push(this.opts.build(d, now));
+        events.push(this.opts.build(d, now, cause));
         valid.push(d);
       } catch (err) {
         // A bad record fails only itself (style.md §9); retrying cannot fix it.

@@ -13,6 +13,7 @@ import {
   MAX_EVENT_BYTES,
   type ObjectRef,
   objectEvent,
+  objectEventId,
   objectRefOf,
   orderingKey,
   parseEvent,
@@ -318,11 +319,18 @@ describe('builders', () => {
       data: { ...app, reason: 'modified' },
     });
     expect(e.id).toMatch(/^[0-9a-f]{32}$/);
-    // Same content, same id (dedup of a retried producer); any change gives another id.
+    // Same object change, same id, whenever it is announced (a second forwarder replica or a
+    // restart: the FIFO queue drops the copy); another reason, version or cause gives another id.
     expect(objectEvent(app, 'modified', { time }).id).toBe(e.id);
+    expect(objectEvent(app, 'modified', { time: '2025-01-02T03:14:05.000Z' }).id).toBe(e.id);
+    expect(objectEventId(app, 'modified')).toBe(e.id);
     expect(objectEvent(app, 'resync', { time }).id).not.toBe(e.id);
     expect(objectEvent({ ...app, resourceVersion: '48214' }, 'modified', { time }).id).not.toBe(e.id);
-    expect(objectEvent(app, 'modified', { time: '2025-01-02T03:14:05.000Z' }).id).not.toBe(e.id);
+    expect(objectEvent({ ...app, uid: 'other-uid' }, 'modified', { time }).id).not.toBe(e.id);
+    const byCause = objectEvent(app, 'modified', { time, cause: 'Secret/creds@7' }).id;
+    expect(byCause).not.toBe(e.id);
+    expect(objectEvent(app, 'modified', { time, cause: 'Secret/creds@8' }).id).not.toBe(byCause);
+    expect(objectEventId(app, 'modified', 'Secret/creds@7')).toBe(byCause);
   });
 
   it('honours id, source and extensions, and copies only ObjectRef fields', () => {

@@ -361,6 +361,28 @@ describe('forwarder: resync timer from status', () => {
     expect(transport.take()).toEqual(['resync a 1001']);
   });
 
+  it('gives a resync retry an id of its own, and a restarted forwarder the same ids for the same changes', async () => {
+    start({ resyncRetryMs: 60_000 });
+    await settle();
+    watcher.apply(app('a'));
+    await settle();
+    await vi.advanceTimersByTimeAsync(60_000);
+    await vi.advanceTimersByTimeAsync(60_000);
+    const ids = transport.batches.flat().map((e) => e.id);
+    const firstTime = transport.batches.flat()[0]!.time;
+    expect(transport.take()).toEqual(['added a 1001', 'resync a 1001', 'resync a 1001']);
+    expect(new Set(ids).size).toBe(3); // a retry is not dropped as a duplicate of the first ask
+    await fwd!.stop();
+    // Another replica (or this one restarted) announces the never-reconciled App again: same id,
+    // so the FIFO queue's deduplication drops the copy.
+    start();
+    await settle();
+    const again = transport.batches.flat();
+    expect(transport.take()).toEqual(['added a 1001']);
+    expect(again[0]!.id).toBe(ids[0]);
+    expect(again[0]!.time).not.toBe(firstTime); // announced later, same id
+  });
+
   it('never schedules a paused App', async () => {
     watcher.apply(app('a', { spec: { paused: true }, status: handled(1, T0 - 3_600_000) }));
     start();
@@ -475,6 +497,14 @@ describe('forwarder: referenced Secrets and ConfigMaps', () => {
     await settle();
     expect(transport.take()).toEqual([`ref-changed a ${rvA()}`]);
     expect(fwd!.stats().refs).toBe(4);
+    // Each change of the Secret is its own cause: at one App resourceVersion, distinct ids.
+    watcher.apply(secret('vals-a'));
+    await settle();
+    watcher.apply(secret('vals-a', 'default', { v: 'NA==' }));
+    await settle();
+    const [first, second] = transport.batches.flat();
+    expect(first!.data.resourceVersion).toBe(second!.data.resourceVersion);
+    expect(first!.id).not.toBe(second!.id);
   });
 
   it('follows ref changes in the spec and drops refs of an App being deleted', async () => {

@@ -104,7 +104,9 @@ export async function fanOutRepoIndexed(event: RepoIndexedEvent, deps: PipelineD
         resourceVersion: pkgi.metadata.resourceVersion ?? '',
       },
       'ref-changed',
-      { time },
+      // The repo.indexed event as the cause: a retried fan-out re-sends the same ids (deduplicated
+      // by the FIFO queue), while two index runs at one PackageInstall resourceVersion stay distinct.
+      { time, cause: `${event.type}/${event.id}` },
     ),
   );
   deps.log.info(
