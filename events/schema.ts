@@ -97,6 +97,13 @@ export type EventType = (typeof EVENT_TYPES)[keyof typeof EVENT_TYPES];
 /** Functions events are delivered to. */
 export type FunctionName = 'fetch' | 'template' | 'deploy' | 'index-repo' | 'install';
 
+/** The function an object event of each kind goes to (the entry of its pipeline). */
+export const KIND_FUNCTION: Readonly<Record<Kind, FunctionName>> = Object.freeze({
+  App: 'fetch',
+  PackageInstall: 'install',
+  PackageRepository: 'index-repo',
+});
+
 /** Largest serialized event {@link parseEvent} accepts: 256 KiB (the SQS and Lambda async payload limit). */
 export const MAX_EVENT_BYTES = 256 * 1024;
 /** Longest `stdout`/`stderr` in a {@link StageStatusSummary}: 16 KiB characters each. */
@@ -454,7 +461,7 @@ export function orderingKey(ref: ObjectIdentity): string {
 export function targetFunction(event: KappEvent): FunctionName {
   switch (event.type) {
     case EVENT_TYPES.object:
-      return event.data.kind === 'App' ? 'fetch' : event.data.kind === 'PackageInstall' ? 'install' : 'index-repo';
+      return KIND_FUNCTION[event.data.kind];
     case EVENT_TYPES.template:
       return 'template';
     case EVENT_TYPES.deploy:

@@ -17,12 +17,41 @@
  * | `FORWARDER_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `FORWARDER_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
  *
+ * The program (`main.ts`) reads these too ({@link parseForwarderProgramEnv}):
+ *
+ * | variable | meaning | default |
+ * |---|---|---|
+ * | `AWS_REGION` | region of the SQS client | required |
+ * | `KAPP_LAMBDA_SQS_ENDPOINT` | SQS-compatible endpoint (`http(s)://…`) | AWS |
+ * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of App events (the fetch function's) | required when App is watched |
+ * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of PackageInstall events | required when PackageInstall is watched |
+ * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of PackageRepository events | required when PackageRepository is watched |
+ * | `FORWARDER_LEASE_NAMESPACE` | namespace of the leader-election Lease | `kapp-lambda` |
+ * | `FORWARDER_LEASE_NAME` | name of the Lease | `kapp-lambda-forwarder[-<hash of FORWARDER_NAMESPACES>]` |
+ * | `FORWARDER_HTTP_HOST` | address of `/healthz`, `/readyz`, `/metrics` | `0.0.0.0` |
+ * | `FORWARDER_HTTP_PORT` | port of the same | 8080 |
+ * | `FORWARDER_SHUTDOWN_TIMEOUT_SECONDS` | on SIGTERM: bound of sending what is waiting | 10 |
+ * | `FORWARDER_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
+ * | `KUBECONFIG` | kubeconfig file (its current context); unset: the in-cluster ServiceAccount | in-cluster |
+ *
+ * The queue variables are the functions' own (`queueUrlEnv` of `functions/lib/transport/port.ts`).
+ * Credentials are not configuration: the SQS client takes them from the AWS SDK's default chain
+ * (IRSA's web identity token or EKS Pod Identity in a cluster).
+ *
  * @module
  */
 import { z } from 'zod';
-import { blankToUndefined, commaList, envProblem, intText } from '../../functions/lib/api/env.js';
-import { DNS1123_LABEL_MAX, isDns1123Label } from '../../functions/lib/api/names.js';
+import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from '../../functions/embedded/leadership.js';
+import { blankToUndefined, commaList, envProblem, httpUrl, intText, optional } from '../../functions/lib/api/env.js';
+import {
+  DNS1123_LABEL_MAX,
+  DNS1123_SUBDOMAIN_MAX,
+  isDns1123Label,
+  isDns1123Subdomain,
+} from '../../functions/lib/api/names.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../../functions/lib/reconcile/timer.js';
+import { type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
+import { KIND_FUNCTION } from '../schema.js';
 import type { ForwarderOptions } from './forwarder.js';
 import { type WatchedKindName, watchedKinds } from './kinds.js';
 
@@ -135,5 +164,99 @@ export function forwarderOptions(
     refPageSize: settings.refPageSize,
     batchSize: settings.batchSize,
     resyncRetryMs: settings.resyncRetryMs,
+  };
+}
+
+/** Log levels of the program. */
+export const FORWARDER_LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+
+/** Settings of the forwarder program (`main.ts`): the forwarder's plus its surroundings. */
+export interface ForwarderProgramSettings {
+  /** The forwarder's own ({@link parseForwarderEnv}). */
+  forwarder: ForwarderSettings;
+  /** `AWS_REGION`. */
+  region: string;
+  /** `KAPP_LAMBDA_SQS_ENDPOINT`, when set. */
+  sqsEndpoint?: string;
+  /** Queue URL of the function each watched kind goes to (exactly those). */
+  queueUrls: Partial<Record<PipelineStage, string>>;
+  /** `FORWARDER_LEASE_NAMESPACE` / `FORWARDER_LEASE_NAME`. */
+  lease: { namespace: string; name: string };
+  /** `FORWARDER_HTTP_HOST` / `FORWARDER_HTTP_PORT` (0: any free port, for tests). */
+  http: { host: string; port: number };
+  /** `FORWARDER_SHUTDOWN_TIMEOUT_SECONDS`, in ms. */
+  shutdownTimeoutMs: number;
+  /** `FORWARDER_LOG_LEVEL`. */
+  logLevel: (typeof FORWARDER_LOG_LEVELS)[number];
+  /** `KUBECONFIG`, when set (else in-cluster). Only a single path is supported. */
+  kubeconfig?: string;
+}
+
+const ProgramEnvSchema = z.object({
+  AWS_REGION: z
+    .preprocess(blankToUndefined, z.string({ error: 'required' }))
+    .pipe(z.string().regex(/^[a-z0-9-]+$/, { error: 'expected a region name' })),
+  KAPP_LAMBDA_SQS_ENDPOINT: optional(httpUrl),
+  FORWARDER_LEASE_NAMESPACE: z.preprocess(
+    blankToUndefined,
+    z.string().default(DEFAULT_LEASE_NAMESPACE).refine(isDns1123Label, { error: 'expected a DNS-1123 label' }),
+  ),
+  FORWARDER_LEASE_NAME: optional(
+    z.string().max(DNS1123_SUBDOMAIN_MAX).refine(isDns1123Subdomain, { error: 'expected a DNS-1123 subdomain' }),
+  ),
+  FORWARDER_HTTP_HOST: z.preprocess(blankToUndefined, z.string().default('0.0.0.0')),
+  FORWARDER_HTTP_PORT: int(0, 65_535, 8080),
+  FORWARDER_SHUTDOWN_TIMEOUT_SECONDS: int(1, 300, 10),
+  FORWARDER_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(FORWARDER_LOG_LEVELS).default('info')),
+  KUBECONFIG: optional(z.string().refine((v) => !v.includes(':'), { error: 'expected one path (no list)' })),
+});
+
+/**
+ * Parses the forwarder program's environment: {@link parseForwarderEnv} plus the variables of the
+ * second table in the module comment. A queue URL is required for every watched kind (a kind
+ * whose queue is missing would stall its batches forever) and only those are kept.
+ *
+ * @param env - The environment, e.g. `process.env`.
+ * @throws Error `invalid forwarder settings: <VAR>: <problem>; ...` naming every bad variable
+ *   (URLs and paths are not echoed).
+ */
+export function parseForwarderProgramEnv(env: Readonly<Record<string, string | undefined>>): ForwarderProgramSettings {
+  const problems: string[] = [];
+  let forwarder: ForwarderSettings | undefined;
+  try {
+    forwarder = parseForwarderEnv(env);
+  } catch (e) {
+    problems.push((e as Error).message.replace(/^invalid forwarder settings: /, ''));
+  }
+  const r = ProgramEnvSchema.safeParse(env);
+  if (!r.success) problems.push(...r.error.issues.map(envProblem));
+  const queueUrls: Partial<Record<PipelineStage, string>> = {};
+  for (const kind of forwarder?.kinds ?? []) {
+    const stage = KIND_FUNCTION[kind] as PipelineStage;
+    const name = queueUrlEnv(stage);
+    const url = httpUrl.safeParse(blankToUndefined(env[name]));
+    if (url.success) queueUrls[stage] = url.data;
+    else
+      problems.push(
+        `${name}: ${env[name]?.trim() ? 'expected an http:// or https:// URL' : `required (${kind} events go to it)`}`,
+      );
+  }
+  if (!forwarder || !r.success || problems.length > 0) {
+    throw new Error(`invalid forwarder settings: ${problems.join('; ')}`);
+  }
+  const e = r.data;
+  return {
+    forwarder,
+    region: e.AWS_REGION,
+    ...(e.KAPP_LAMBDA_SQS_ENDPOINT ? { sqsEndpoint: e.KAPP_LAMBDA_SQS_ENDPOINT } : {}),
+    queueUrls,
+    lease: {
+      namespace: e.FORWARDER_LEASE_NAMESPACE,
+      name: e.FORWARDER_LEASE_NAME ?? leaseNameFor(forwarder.namespaces),
+    },
+    http: { host: e.FORWARDER_HTTP_HOST, port: e.FORWARDER_HTTP_PORT },
+    shutdownTimeoutMs: e.FORWARDER_SHUTDOWN_TIMEOUT_SECONDS * 1000,
+    logLevel: e.FORWARDER_LOG_LEVEL,
+    ...(e.KUBECONFIG ? { kubeconfig: e.KUBECONFIG } : {}),
   };
 }

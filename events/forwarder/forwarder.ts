@@ -445,8 +445,11 @@ export class Forwarder {
    * Stops the loops and timers. With `drain`, events still waiting are sent first (bounded by
    * `timeoutMs`); without it they are dropped: a restarted forwarder re-derives what matters
    * from the objects' status (see the module comment). Idempotent.
+   *
+   * @returns false when `drain` was asked and events were still waiting or in flight at the
+   *   bound (they are dropped); true otherwise.
    */
-  async stop(options: StopOptions = {}): Promise<void> {
+  async stop(options: StopOptions = {}): Promise<boolean> {
     const timeoutMs = options.timeoutMs ?? 10_000;
     this.ac?.abort();
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
@@ -455,12 +458,14 @@ export class Forwarder {
     const bound = new AbortController();
     const deadline = sleep(this.clock, timeoutMs, bound.signal);
     await Promise.race([Promise.all(this.runs), deadline]);
+    let drained = true;
     if (options.drain) {
       this.outbox.flushNow();
-      await Promise.race([this.outbox.idle(), deadline]);
+      drained = await Promise.race([this.outbox.idle().then(() => true), deadline.then(() => false)]);
     }
     bound.abort();
     this.outbox.close();
+    return drained;
   }
 
   /** A snapshot of counters and sizes. */

@@ -34,7 +34,7 @@ export interface ObjectRefs {
 export interface WatchedKind {
   /** `apiVersion` and `kind`, as the watch port takes them. */
   readonly resource: ResourceKind;
-  /** REST coordinates, for RBAC (`events/forwarder/rbac.yaml`) and logs. */
+  /** REST coordinates, for RBAC (`infra/forwarder/rbac.yml`) and logs. */
   readonly group: string;
   /** API version within the group. */
   readonly version: string;

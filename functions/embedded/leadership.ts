@@ -16,7 +16,7 @@
  *
  * RBAC: the identity of the runtime needs `get`, `create` and `update` on
  * `coordination.k8s.io` `leases` in the lease namespace (default {@link DEFAULT_LEASE_NAMESPACE};
- * the Role in `events/forwarder/rbac.yaml`), and the namespace must exist.
+ * the Role in `infra/forwarder/rbac.yml`), and the namespace must exist.
  *
  * @module
  */
@@ -28,7 +28,7 @@ import type { Transport } from '../../events/forwarder/transport.js';
 import type { ClusterRegistry, DeployView, FetchView, InstallView, KubeClient, WatchView } from '../lib/kube/port.js';
 
 /**
- * Namespace of the Lease by default: the namespace `events/forwarder/rbac.yaml` puts the
+ * Namespace of the Lease by default: the namespace `infra/forwarder/rbac.yml` puts the
  * forwarder's ServiceAccount in, so the Lease needs only a Role there (no write access to
  * `kube-system`, which holds the control plane's own leases).
  */
@@ -235,6 +235,7 @@ export class ClusterLeadership {
     if (!f) return;
     const p = f
       .stop(this.opts.stopOptions ?? { drain: false, timeoutMs: 5000 })
+      .then(() => undefined)
       .catch((error: unknown) =>
         this.opts.logger?.warn(
           { clusterId: this.clusterId, error: error instanceof Error ? error.message : String(error) },

@@ -1,7 +1,8 @@
 /**
  * Every real server the integration and e2e tests (and the demo) talk to, started on
- * 127.0.0.1 free ports: S3 (versitygw), OCI registry (Debian docker-registry), git (smart
- * HTTP via `git http-backend`) and a static HTTP server, plus the standard fixtures served
+ * 127.0.0.1 free ports: S3 (versitygw), SQS (moto's server), OCI registry (Debian
+ * docker-registry), git (smart HTTP via `git http-backend`) and a static HTTP server, plus the
+ * standard fixtures served
  * from them (DESIGN.md "Real components"). The upstream URLs in kapp-controller's examples
  * map to these:
  *
@@ -33,12 +34,21 @@ import { type HttpServer, type HttpServerInfo, startHttpServer } from './servers
 import { makeTempDir, removeTempDir } from './servers/process.js';
 import { type RegistryInfo, type RegistryServer, startRegistry } from './servers/registry.js';
 import { type S3Info, type S3Server, startS3Server } from './servers/s3.js';
+import { type SqsInfo, type SqsServer, startSqsServer } from './servers/sqs.js';
 
 export { type GitServer, type GitServerInfo, startGitServer } from './servers/git.js';
 export { type HttpServer, type HttpServerInfo, startHttpServer } from './servers/http.js';
 export { freePort, LOOPBACK } from './servers/process.js';
 export { type RegistryInfo, type RegistryServer, startRegistry } from './servers/registry.js';
 export { createBucket, type S3Info, type S3Server, s3Client, startS3Server } from './servers/s3.js';
+export {
+  createFifoQueue,
+  type FifoQueueOptions,
+  type SqsInfo,
+  type SqsServer,
+  sqsClient,
+  startSqsServer,
+} from './servers/sqs.js';
 
 /** Bucket created on the S3 server by {@link startAllServers}. */
 export const DEFAULT_BUCKET = 'kapp-lambda';
@@ -76,6 +86,8 @@ export interface RegistryWithBundles extends RegistryInfo {
 export interface AllServers {
   /** S3 server with bucket {@link DEFAULT_BUCKET}. */
   readonly s3: S3Info;
+  /** SQS-compatible server (moto), no queues: tests create their own (`createFifoQueue`). */
+  readonly sqs: SqsInfo;
   readonly registry: RegistryWithBundles;
   readonly git: GitInfo;
   readonly http: HttpInfo;
@@ -98,9 +110,9 @@ export interface StartAllOptions {
 type Stoppable = { stop(): Promise<void> };
 
 /**
- * Starts S3, registry, git and static HTTP servers in parallel, then publishes the standard
- * fixtures (unless `fixtures: false`). Needs the pinned versitygw, helm and imgpkg
- * (`npm run setup`) and Debian `docker-registry` and `git`.
+ * Starts S3, SQS, registry, git and static HTTP servers in parallel, then publishes the standard
+ * fixtures (unless `fixtures: false`). Needs the pinned versitygw, helm and imgpkg and
+ * moto (`npm run setup`) and Debian `docker-registry` and `git`.
  * @throws Error from the first server or fixture that fails; whatever started is stopped
  *   first.
  */
@@ -119,14 +131,16 @@ export async function startAllServers(opts: StartAllOptions = {}): Promise<AllSe
   try {
     const results = await Promise.allSettled([
       track<S3Server>(startS3Server({ bucket: DEFAULT_BUCKET })),
+      track<SqsServer>(startSqsServer()),
       track<RegistryServer>(startRegistry()),
       track<GitServer>(startGitServer()),
       track<HttpServer>(startHttpServer()),
     ]);
     const failed = results.find((r) => r.status === 'rejected');
     if (failed) throw (failed as PromiseRejectedResult).reason;
-    const [s3, registry, git, http] = results.map((r) => (r as PromiseFulfilledResult<Stoppable>).value) as [
+    const [s3, sqs, registry, git, http] = results.map((r) => (r as PromiseFulfilledResult<Stoppable>).value) as [
       S3Server,
+      SqsServer,
       RegistryServer,
       GitServer,
       HttpServer,
@@ -134,6 +148,7 @@ export async function startAllServers(opts: StartAllOptions = {}): Promise<AllSe
     const fx = opts.fixtures === false ? undefined : await standardFixtures(registry, git, http);
     return {
       s3: plain(s3),
+      sqs: plain(sqs),
       registry: { ...plain(registry), bundles: fx?.bundles ?? {} },
       git: { ...plain(git), repos: fx?.repos ?? {} },
       http: { ...plain(http), ...(fx ? { helmRepo: fx.helmRepo } : {}), files: fx?.files ?? {} },

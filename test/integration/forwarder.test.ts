@@ -1,6 +1,6 @@
 /**
  * The forwarder against the real kube-apiserver of the shared test cluster, running with the
- * read-only ServiceAccount of events/forwarder/rbac.yaml: live events, status-only writes
+ * read-only ServiceAccount of infra/forwarder/rbac.yml: live events, status-only writes
  * that stay quiet, ref-changed for a referenced Secret only, and a stop/restart with changes
  * made while it was down (none lost, no storm).
  */
@@ -21,7 +21,7 @@ const cluster = inject('cluster');
 const ns = `fwd-${randomBytes(3).toString('hex')}`;
 const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, { input, kubectl: cluster.kubectlPath });
 const CRD_DIR = fileURLToPath(new URL('../../infra/crds/', import.meta.url));
-const RBAC = fileURLToPath(new URL('../../events/forwarder/rbac.yaml', import.meta.url));
+const RBAC = fileURLToPath(new URL('../../infra/forwarder/rbac.yml', import.meta.url));
 const SA = 'system:serviceaccount:kapp-lambda:kapp-lambda-forwarder';
 
 class RecordingTransport implements Transport {

@@ -3,7 +3,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { backoffDelay } from '../../events/forwarder/backoff.js';
 import { systemClock } from '../../events/forwarder/clock.js';
-import { forwarderOptions, parseForwarderEnv } from '../../events/forwarder/config.js';
+import { forwarderOptions, parseForwarderEnv, parseForwarderProgramEnv } from '../../events/forwarder/config.js';
 import { DueHeap, type HeapItem } from '../../events/forwarder/due-heap.js';
 import { lastWriteTime } from '../../events/forwarder/forwarder.js';
 import {
@@ -19,6 +19,7 @@ import { silentLogger } from '../../events/forwarder/log.js';
 import { mergeEvents, Outbox, toCloudEvent } from '../../events/forwarder/outbox.js';
 import { transportToStages } from '../../events/forwarder/transport.js';
 import type { ObjectEvent, ObjectEventData } from '../../events/schema.js';
+import { leaseNameFor } from '../../functions/embedded/leadership.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
 
@@ -207,10 +208,10 @@ describe('lastWriteTime', () => {
   });
 });
 
-describe('RBAC (events/forwarder/rbac.yaml)', () => {
-  const docs = parseAllDocuments(
-    readFileSync(new URL('../../events/forwarder/rbac.yaml', import.meta.url), 'utf8'),
-  ).map((d) => d.toJS() as { kind: string; rules?: unknown });
+describe('RBAC (infra/forwarder/rbac.yml)', () => {
+  const docs = parseAllDocuments(readFileSync(new URL('../../infra/forwarder/rbac.yml', import.meta.url), 'utf8')).map(
+    (d) => d.toJS() as { kind: string; rules?: unknown },
+  );
 
   it('grants exactly get/list/watch on the watched kinds, Secrets and ConfigMaps', () => {
     expect(docs.map((d) => d.kind)).toEqual([
@@ -386,6 +387,85 @@ describe('parseForwarderEnv', () => {
     );
     expect(() => parseForwarderEnv({ FORWARDER_CLUSTER_ID: 'c', FORWARDER_APP_DEFAULT_SYNC_PERIOD: '1d' })).toThrow(
       /^invalid forwarder settings: Unmarshaling appDefaultSyncPeriod as duration: /,
+    );
+  });
+});
+
+describe('parseForwarderProgramEnv', () => {
+  const FETCH = 'https://sqs.eu-west-1.amazonaws.com/111122223333/kapp-lambda-fetch.fifo';
+
+  it('fills defaults: in-cluster, port 8080, the Lease of the watch scope, the queue of each watched kind', () => {
+    const s = parseForwarderProgramEnv({
+      FORWARDER_CLUSTER_ID: 'prod-eu-1',
+      AWS_REGION: 'eu-west-1',
+      KAPP_LAMBDA_QUEUE_URL_FETCH: FETCH,
+      KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'https://sqs.example/ignored.fifo', // not a queue the forwarder sends to
+    });
+    expect(s).toEqual({
+      forwarder: parseForwarderEnv({ FORWARDER_CLUSTER_ID: 'prod-eu-1' }),
+      region: 'eu-west-1',
+      queueUrls: { fetch: FETCH },
+      lease: { namespace: 'kapp-lambda', name: 'kapp-lambda-forwarder' },
+      http: { host: '0.0.0.0', port: 8080 },
+      shutdownTimeoutMs: 10_000,
+      logLevel: 'info',
+    });
+  });
+
+  it('reads every variable; the Lease name follows the namespaces as in the embedded runtime', () => {
+    const s = parseForwarderProgramEnv({
+      FORWARDER_CLUSTER_ID: 'c1',
+      FORWARDER_KINDS: 'App,PackageInstall,PackageRepository',
+      FORWARDER_NAMESPACES: 'team-b,team-a',
+      AWS_REGION: 'us-east-1',
+      KAPP_LAMBDA_SQS_ENDPOINT: 'http://127.0.0.1:4566',
+      KAPP_LAMBDA_QUEUE_URL_FETCH: FETCH,
+      KAPP_LAMBDA_QUEUE_URL_INSTALL: 'http://127.0.0.1:4566/1/install.fifo',
+      KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: 'http://127.0.0.1:4566/1/index-repo.fifo',
+      FORWARDER_LEASE_NAMESPACE: 'ops',
+      FORWARDER_HTTP_HOST: '127.0.0.1',
+      FORWARDER_HTTP_PORT: '0',
+      FORWARDER_SHUTDOWN_TIMEOUT_SECONDS: '3',
+      FORWARDER_LOG_LEVEL: 'debug',
+      KUBECONFIG: '/home/me/.kube/config',
+    });
+    expect(s.queueUrls).toEqual({
+      fetch: FETCH,
+      install: 'http://127.0.0.1:4566/1/install.fifo',
+      'index-repo': 'http://127.0.0.1:4566/1/index-repo.fifo',
+    });
+    expect(s.lease).toEqual({ namespace: 'ops', name: leaseNameFor(['team-a', 'team-b']) });
+    expect(s).toMatchObject({
+      sqsEndpoint: 'http://127.0.0.1:4566',
+      http: { host: '127.0.0.1', port: 0 },
+      shutdownTimeoutMs: 3000,
+      logLevel: 'debug',
+      kubeconfig: '/home/me/.kube/config',
+    });
+    expect(parseForwarderProgramEnv({ ...BASE, FORWARDER_LEASE_NAME: 'mine' }).lease.name).toBe('mine');
+  });
+
+  const BASE = { FORWARDER_CLUSTER_ID: 'c1', AWS_REGION: 'eu-west-1', KAPP_LAMBDA_QUEUE_URL_FETCH: FETCH };
+
+  it("names every bad variable, the forwarder's included, without echoing URLs", () => {
+    expect(() =>
+      parseForwarderProgramEnv({
+        FORWARDER_KINDS: 'App,PackageInstall',
+        KAPP_LAMBDA_QUEUE_URL_FETCH: 'sqs.example/secret-path',
+        FORWARDER_HTTP_PORT: '70000',
+        KUBECONFIG: '/a:/b',
+      }),
+    ).toThrow(
+      new Error(
+        'invalid forwarder settings: FORWARDER_CLUSTER_ID: required; AWS_REGION: required; FORWARDER_HTTP_PORT: expected an integer in [0, 65535], received "70000"; KUBECONFIG: expected one path (no list)',
+      ),
+    );
+    expect(() =>
+      parseForwarderProgramEnv({ ...BASE, FORWARDER_KINDS: 'App,PackageInstall', KAPP_LAMBDA_QUEUE_URL_FETCH: 'x/y' }),
+    ).toThrow(
+      new Error(
+        'invalid forwarder settings: KAPP_LAMBDA_QUEUE_URL_FETCH: expected an http:// or https:// URL; KAPP_LAMBDA_QUEUE_URL_INSTALL: required (PackageInstall events go to it)',
+      ),
     );
   });
 });

@@ -56,7 +56,9 @@ import {
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../transport/port.js';
+import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../transport/port.js';
+
+export { queueUrlEnv } from '../transport/port.js';
 
 /** Version reported as `kappControllerVersion` to the downward API (same as the embedded runtime's). */
 export const CONTROLLER_VERSION = '0.1.0';
@@ -134,15 +136,6 @@ export class ConfigError extends Error {
   ) {
     super(`invalid configuration of the ${stage} function: ${problems.join('; ')}`);
   }
-}
-
-/**
- * The variable holding a function's queue URL: `KAPP_LAMBDA_QUEUE_URL_` + the function's name
- * in upper case with `-` as `_` (`index-repo` → `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO`: a hyphen is
- * not a valid name for a shell or CloudFormation variable).
- */
-export function queueUrlEnv(stage: PipelineStage): string {
-  return `KAPP_LAMBDA_QUEUE_URL_${stage.toUpperCase().replaceAll('-', '_')}`;
 }
 
 /** One optional URL variable per function with a queue. */

@@ -32,6 +32,17 @@ export function isPipelineStage(fn: FunctionName): fn is PipelineStage {
 }
 
 /**
+ * The variable holding a function's queue URL: `KAPP_LAMBDA_QUEUE_URL_` + the function's name
+ * in upper case with `-` as `_` (`index-repo` → `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO`: a hyphen is
+ * not a valid name for a shell or CloudFormation variable). The functions
+ * (`functions/lib/entry/config.ts`) and the forwarder program (`events/forwarder/config.ts`)
+ * read the same names.
+ */
+export function queueUrlEnv(stage: PipelineStage): string {
+  return `KAPP_LAMBDA_QUEUE_URL_${stage.toUpperCase().replaceAll('-', '_')}`;
+}
+
+/**
  * Delivers one event to a stage's queue.
  *
  * Contract: resolve only once the event is durably accepted; reject otherwise (the caller

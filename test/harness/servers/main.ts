@@ -1,5 +1,5 @@
 /**
- * Command line: `tsx test/harness/servers/main.ts [all|s3|registry|git|http]` starts the named
+ * Command line: `tsx test/harness/servers/main.ts [all|s3|sqs|registry|git|http]` starts the named
  * server(s) (default `all`, with the standard fixtures), prints one JSON line describing them
  * on stdout (the S3 secret key redacted), and runs until SIGINT/SIGTERM, then stops them. Used by the cleanup tests (kill
  * this process with SIGKILL and check that nothing is left) and handy for poking at the
@@ -9,10 +9,12 @@ import { startGitServer } from './git.js';
 import { startHttpServer } from './http.js';
 import { startRegistry } from './registry.js';
 import { startS3Server } from './s3.js';
+import { startSqsServer } from './sqs.js';
 
 const what = process.argv[2] ?? 'all';
 const starters: Record<string, () => Promise<{ stop(): Promise<void> }>> = {
   s3: () => startS3Server({ bucket: 'kapp-lambda' }),
+  sqs: startSqsServer,
   registry: startRegistry,
   git: startGitServer,
   http: startHttpServer,
