@@ -301,7 +301,13 @@ describe('cleanup', () => {
     const all = await startAllServers({ fixtures: false });
     const dirs = [all.s3.dir, all.registry.dir, all.git.root, all.http.root];
     for (const d of dirs) expect(existsSync(d)).toBe(true);
-    const urls = [`${all.s3.endpoint}/healthz`, `http://${all.registry.host}/v2/`, all.git.baseUrl, all.http.baseUrl];
+    const urls = [
+      `${all.s3.endpoint}/healthz`,
+      `${all.sqs.endpoint}/moto-api/`,
+      `http://${all.registry.host}/v2/`,
+      all.git.baseUrl,
+      all.http.baseUrl,
+    ];
     for (const url of urls) expect((await fetch(url)).status).toBeLessThan(500);
     await all.stop();
     for (const d of dirs) expect(existsSync(d)).toBe(false);
