@@ -13,8 +13,10 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import type { AppFetch } from '../../functions/lib/api/index.js';
 import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/api/refs.js';
 import type { KubeObject, ResourceKind } from '../../functions/lib/kube/port.js';
+import { placeholderSecretName, wantsPlaceholder } from '../../functions/lib/packaging/placeholder-secrets.js';
 import {
   lastReconcileTime,
   nextDueAt,
@@ -132,9 +134,11 @@ export function appRefs(obj: KubeObject): ObjectRefs {
 }
 
 /**
- * Secrets a PackageRepository references: `spec.fetch.{image, imgpkgBundle, http, git}.secretRef`
- * (kapp-controller `pkg/pkgrepository/reconciler.go`; `inline.pathsFrom` and ConfigMaps are not
- * tracked upstream, reference §3.1). Empty while it is being deleted.
+ * Secrets a PackageRepository references: `spec.fetch.{image, imgpkgBundle, http, git}.secretRef`,
+ * and for an `image` or `imgpkgBundle` fetch without one its placeholder Secret `<name>-fetch-0`
+ * (kapp-controller `pkg/pkgrepository/reconciler.go`: the refs of the in-memory App, placeholder
+ * set, so secretgen-controller filling it reconciles the repository; `inline.pathsFrom` and
+ * ConfigMaps are not tracked upstream, reference §3.1). Empty while it is being deleted.
  *
  * @param obj - A PackageRepository as watched.
  */
@@ -146,6 +150,7 @@ export function packageRepositoryRefs(obj: KubeObject): ObjectRefs {
     const name = rec(rec(fetch?.[src])?.secretRef)?.name;
     if (typeof name === 'string') names.add(name);
   }
+  if (wantsPlaceholder(fetch as AppFetch | undefined)) names.add(placeholderSecretName(obj.metadata.name, 0));
   return refsOf([...names].sort(), []);
 }
 
