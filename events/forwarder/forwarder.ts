@@ -60,7 +60,14 @@ import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
-import { appKind, NO_REFS, type ObjectRefs, observedGeneration, type WatchedKind } from './kinds.js';
+import {
+  appKind,
+  NO_REFS,
+  type ObjectRefs,
+  observedGeneration,
+  rateLimitedRequeueMs,
+  type WatchedKind,
+} from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
 import { Outbox, toCloudEvent } from './outbox.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
@@ -196,6 +203,11 @@ interface ObjState extends HeapItem {
   mark: number;
   /** The kind's {@link WatchedKind.changeKey} as last seen (absent for most kinds). */
   changeKey?: string;
+  /**
+   * Rate-limited requeues counted while the status shows a failure returned as an error
+   * ({@link WatchedKind.failedWithError}); {@link NOT_FAILING} otherwise.
+   */
+  failures: number;
 }
 
 /** A referenced Secret or ConfigMap. */
@@ -266,6 +278,8 @@ class NamespacedMap<V> {
 const NEVER = -1;
 /** {@link ObjState.asked} when no reconcile is outstanding. */
 const NOT_ASKED = -2;
+/** {@link ObjState.failures} of an object whose status shows no failure returned as an error. */
+const NOT_FAILING = -1;
 
 function handledAtOf(kind: WatchedKind, obj: KubeObject): number {
   const ms = kind.handledAt(obj);
@@ -569,6 +583,7 @@ export class Forwarder {
         mark,
         due: Number.POSITIVE_INFINITY,
         heapIndex: -1,
+        failures: NOT_FAILING,
       };
       const key = kind.changeKey?.(obj);
       if (key !== undefined) st.changeKey = key;
@@ -577,7 +592,7 @@ export class Forwarder {
       const due = kind.dueAt(obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
       if (reason) this.ask(st, reason, now);
-      else this.schedule(st, due);
+      else this.schedule(st, this.withRequeue(kind, st, obj, due, now));
       return;
     }
     if (mark) st.mark = mark;
@@ -599,7 +614,7 @@ export class Forwarder {
       this.ask(st, reason, now);
       return;
     }
-    const due = kind.dueAt(obj, now);
+    const due = this.withRequeue(kind, st, obj, kind.dueAt(obj, now), now);
     if (due === null || due > now) {
       st.asked = NOT_ASKED;
       this.schedule(st, due);
@@ -625,6 +640,24 @@ export class Forwarder {
     if (st && st.uid === owner.uid) {
       this.emit(st, 'ref-changed', `${kind.resource.kind}/${obj.metadata.name}@${obj.metadata.resourceVersion}`);
     }
+  }
+
+  /**
+   * The due time of an object, with controller-runtime's rate-limited requeue when its status
+   * shows a failure returned as an error ({@link WatchedKind.failedWithError}): the next requeue
+   * is `rateLimitedRequeueMs(n)` after this status was seen, `n` counting the failed reconciles
+   * since the last success (this status's own included, as upstream's `AddRateLimited` counts
+   * each). Any other status resets the count (`Forget`). In memory only, as upstream's work
+   * queue: a restarted forwarder starts again at 5 ms.
+   */
+  private withRequeue(kind: WatchedKind, st: ObjState, obj: KubeObject, due: number | null, now: number) {
+    if (!kind.failedWithError?.(obj)) {
+      st.failures = NOT_FAILING;
+      return due;
+    }
+    st.failures = Math.max(st.failures, 0);
+    const requeue = now + rateLimitedRequeueMs(st.failures++);
+    return due === null ? requeue : Math.min(due, requeue);
   }
 
   /** The rule for an object seen for the first time by a first list (after a restart). */
@@ -737,7 +770,16 @@ export class Forwarder {
     this.timer = undefined;
     this.timerAt = Number.POSITIVE_INFINITY;
     const now = this.clock.now();
-    for (let st = this.heap.popDue(now); st; st = this.heap.popDue(now)) this.ask(st, 'resync', now);
+    for (let st = this.heap.popDue(now); st; st = this.heap.popDue(now)) {
+      if (st.failures === NOT_FAILING) {
+        this.ask(st, 'resync', now);
+        continue;
+      }
+      // A rate-limited requeue: a run that fails again writes the same status (no watch event),
+      // so the next one is scheduled now; a run that succeeds changes the status and resets it.
+      this.emit(st, 'resync');
+      this.schedule(st, now + rateLimitedRequeueMs(st.failures++));
+    }
     this.armTimer();
   }
 

@@ -13,14 +13,18 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import { GENERIC_ERROR_DETAIL } from '../../functions/lib/api/constants.js';
+import type { AppFetch } from '../../functions/lib/api/index.js';
 import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/api/refs.js';
 import type { KubeObject, ResourceKind } from '../../functions/lib/kube/port.js';
+import { placeholderSecretName, wantsPlaceholder } from '../../functions/lib/packaging/placeholder-secrets.js';
 import {
   lastReconcileTime,
   nextDueAt,
   type TimedObject,
   type TimerConfig,
 } from '../../functions/lib/reconcile/timer.js';
+import { type BackoffOptions, backoffDelay } from './backoff.js';
 
 /** Names of Secrets and ConfigMaps (in the object's own namespace) an object reads. */
 export interface ObjectRefs {
@@ -71,6 +75,33 @@ export interface WatchedKind {
    * changes only.
    */
   changeKey?(obj: KubeObject): string | undefined;
+  /**
+   * Whether the object's status shows a reconcile that upstream's controller ended by returning
+   * an error, which controller-runtime requeues with its per-object rate limiter
+   * ({@link CONTROLLER_RATE_LIMIT}) until a reconcile succeeds. Kinds without it are never
+   * requeued that way (their timers come from status, {@link WatchedKind.dueAt}).
+   */
+  failedWithError?(obj: KubeObject): boolean;
+}
+
+/**
+ * controller-runtime's default per-object rate limiter (`workqueue.DefaultControllerRateLimiter`,
+ * its `ItemExponentialFailureRateLimiter(5ms, 1000s)`), as {@link backoffDelay} options: the
+ * n-th requeue of a failing object (n from 0) waits `min(5 ms · 2^n, 1000 s)`, no jitter; the
+ * count resets when a reconcile succeeds (`Forget`). So about 10 retries in the first 5 s, then
+ * 10 s, 20 s, … and every 16 min 40 s from the 18th on. (The limiter's overall 10 qps bucket is
+ * not reproduced: the fan-out of events is bounded by the outbox and the queues.)
+ */
+export const CONTROLLER_RATE_LIMIT: Readonly<Required<BackoffOptions>> = Object.freeze({
+  initialMs: 5,
+  maxMs: 1_000_000,
+  factor: 2,
+  jitter: 0,
+});
+
+/** The wait before requeue number `n` (from 0) of {@link CONTROLLER_RATE_LIMIT}, ms. */
+export function rateLimitedRequeueMs(n: number): number {
+  return backoffDelay(n, () => 0, CONTROLLER_RATE_LIMIT);
 }
 
 /** The controller of an object, from its `metadata.ownerReferences` entry with `controller: true`. */
@@ -132,9 +163,11 @@ export function appRefs(obj: KubeObject): ObjectRefs {
 }
 
 /**
- * Secrets a PackageRepository references: `spec.fetch.{image, imgpkgBundle, http, git}.secretRef`
- * (kapp-controller `pkg/pkgrepository/reconciler.go`; `inline.pathsFrom` and ConfigMaps are not
- * tracked upstream, reference §3.1). Empty while it is being deleted.
+ * Secrets a PackageRepository references: `spec.fetch.{image, imgpkgBundle, http, git}.secretRef`,
+ * and for an `image` or `imgpkgBundle` fetch without one its placeholder Secret `<name>-fetch-0`
+ * (kapp-controller `pkg/pkgrepository/reconciler.go`: the refs of the in-memory App, placeholder
+ * set, so secretgen-controller filling it reconciles the repository; `inline.pathsFrom` and
+ * ConfigMaps are not tracked upstream, reference §3.1). Empty while it is being deleted.
  *
  * @param obj - A PackageRepository as watched.
  */
@@ -146,6 +179,7 @@ export function packageRepositoryRefs(obj: KubeObject): ObjectRefs {
     const name = rec(rec(fetch?.[src])?.secretRef)?.name;
     if (typeof name === 'string') names.add(name);
   }
+  if (wantsPlaceholder(fetch as AppFetch | undefined)) names.add(placeholderSecretName(obj.metadata.name, 0));
   return refsOf([...names].sort(), []);
 }
 
@@ -236,10 +270,12 @@ export function packageRepositoryKind(): WatchedKind {
 /**
  * PackageInstall (`packaging.carvel.dev/v1alpha1`, `packageinstalls`). Upstream has **no**
  * periodic timer for it (periodicity comes from its App's sync, reference §3.1): due only while
- * `status.observedGeneration != metadata.generation`, otherwise never. References nothing (its
- * values Secrets are read by the App it creates, which tracks them). Every change of an App it
- * controls asks for its reconcile ({@link appControllingPackageInstall}). A change of its
- * annotations is `modified` ({@link packageInstallChangeKey}).
+ * `status.observedGeneration != metadata.generation`, otherwise never, except that a reconcile
+ * failed with an error of its own is requeued with controller-runtime's rate limiter
+ * ({@link packageInstallFailedWithError}). References nothing (its values Secrets are read by
+ * the App it creates, which tracks them). Every change of an App it controls asks for its
+ * reconcile ({@link appControllingPackageInstall}). A change of its annotations is `modified`
+ * ({@link packageInstallChangeKey}).
  */
 export function packageInstallKind(): WatchedKind {
   return {
@@ -253,7 +289,36 @@ export function packageInstallKind(): WatchedKind {
     refs: () => NO_REFS,
     handledAt: () => undefined,
     changeKey: packageInstallChangeKey,
+    failedWithError: packageInstallFailedWithError,
   };
+}
+
+/**
+ * Whether a PackageInstall's last reconcile returned an error upstream (`pkg/packageinstall/
+ * packageinstall.go`: `return reconcile.Result{Requeue: true}, err`, which controller-runtime
+ * requeues rate-limited): its status for the current generation is `ReconcileFailed` (or
+ * `DeleteFailed`) with a message of its own, e.g. `Package <refName> not found` or `Expected to
+ * find at least one version, but did not (...)`. Not the failures upstream ends without an error,
+ * whose message is `Error (see .status.usefulErrorMessage for details)`: the App's failure
+ * mirrored (the App's own timer retries, and each App change reconciles the PackageInstall) and
+ * the refused downgrade (fixed by the user's change).
+ *
+ * @param obj - A PackageInstall as watched.
+ */
+export function packageInstallFailedWithError(obj: KubeObject): boolean {
+  if ((observedGenerationOf(obj) ?? -1) !== (obj.metadata.generation ?? 0)) return false;
+  const conditions = rec(obj.status)?.conditions;
+  if (!Array.isArray(conditions)) return false;
+  return conditions.some((c) => {
+    const cond = rec(c);
+    return (
+      (cond?.type === 'ReconcileFailed' || cond?.type === 'DeleteFailed') &&
+      cond.status === 'True' &&
+      typeof cond.message === 'string' &&
+      cond.message !== '' &&
+      cond.message !== GENERIC_ERROR_DETAIL
+    );
+  });
 }
 
 /** Annotation kubectl rewrites with every `apply` (it mirrors the spec, which generation covers). */

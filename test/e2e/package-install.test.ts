@@ -9,12 +9,31 @@
  * then the PackageInstall. Kubernetes-version constraints are checked against the control
  * plane's real version: a Package requiring `>=1.99.0` is filtered with upstream's exact
  * selection message, and `packaging.carvel.dev/ignore-kubernetes-version-selection` installs it.
+ * Prereleases need `prereleases: {}` unless the constraint is one exact prerelease; an App of
+ * the same name is taken over; an install waiting for a Package no repository announces recovers
+ * by upstream's rate-limited requeue. The kadras repository bundle (relocated to the local
+ * registry as `npm run demo` does, `scripts/demo-kadras.ts`) installs metrics-server with values
+ * from a Secret that reach its first template step, with upstream's placeholder Secrets for the
+ * repository's and the package's bundle fetches.
  */
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
+import { relocateKadras } from '../../scripts/demo-kadras.js';
 import { tenantManifests } from '../harness/kube.js';
-import { apply, getObject, k, SA, SEE_USEFUL, suffix, useE2ERuntime, waitFor } from './support.js';
+import {
+  apply,
+  getObject,
+  inlineConfigMapApp,
+  k,
+  SA,
+  SEE_USEFUL,
+  servers,
+  succeededAt,
+  suffix,
+  useE2ERuntime,
+  waitFor,
+} from './support.js';
 
 const id = suffix();
 const NS = `e2e-pkgi-${id}`;
@@ -23,6 +42,10 @@ const NS_UP = `e2e-pkgi-up-${id}`;
 const REF_NAME = 'greeter.e2e.carvel.dev';
 /** Two versions, 2.0.0 requiring a Kubernetes newer than the control plane's. */
 const KUBE_REF = 'kube.e2e.carvel.dev';
+/** 1.0.0 and the prerelease 1.1.0-rc.1. */
+const PRE_REF = 'pre.e2e.carvel.dev';
+/** The kadras install's namespace: the kadras repository (14 Packages) stays out of {@link NS}. */
+const NS_KADRAS = `e2e-pkgi-kadras-${id}`;
 const PKGI = 'packageinstalls.packaging.carvel.dev';
 const PKGR = 'packagerepositories.packaging.carvel.dev';
 const PKG = 'packages.data.packaging.carvel.dev';
@@ -95,6 +118,8 @@ function repository(name: string, versions = ['1.0.0', '2.0.0'], namespace = NS)
     // Kubernetes-version constraints against the control plane's real version (v1.34.x).
     paths[`packages/${KUBE_REF}/1.0.0.yml`] = stringify(packageDoc('1.0.0', KUBE_REF, '>=1.20.0'));
     paths[`packages/${KUBE_REF}/2.0.0.yml`] = stringify(packageDoc('2.0.0', KUBE_REF, '>=1.99.0'));
+    paths[`packages/${PRE_REF}/1.0.0.yml`] = stringify(packageDoc('1.0.0', PRE_REF));
+    paths[`packages/${PRE_REF}/1.1.0-rc.1.yml`] = stringify(packageDoc('1.1.0-rc.1', PRE_REF));
   }
   return {
     apiVersion: 'packaging.carvel.dev/v1alpha1',
@@ -125,7 +150,7 @@ function packageInstall(
   };
 }
 
-const rt = useE2ERuntime([NS, NS_UP]);
+const rt = useE2ERuntime([NS, NS_UP, NS_KADRAS]);
 
 async function waitPkgi(
   name: string,
@@ -175,6 +200,24 @@ async function waitBothGone(name: string): Promise<void> {
   );
 }
 
+/** Waits until the Package `name` exists in {@link NS} (its repository reconciled). */
+async function waitPackage(name: string): Promise<void> {
+  await waitFor(`Package ${NS}/${name} indexed`, async () => ((await getObject(PKG, NS, name)) ? true : undefined), {
+    timeoutMs: 120_000,
+    intervalMs: 1000,
+  });
+}
+
+/** The controller ownerReference of an App to its PackageInstall (upstream `SetControllerReference`). */
+const controllerRef = (name: string, uid: string) => ({
+  apiVersion: 'packaging.carvel.dev/v1alpha1',
+  kind: 'PackageInstall',
+  name,
+  uid,
+  controller: true,
+  blockOwnerDeletion: true,
+});
+
 const conditionOf = (p: PkgiObject) => (p.status?.conditions as Array<{ type: string }> | undefined)?.[0]?.type;
 
 describe('PackageInstall (install function, App pipeline, real tools)', () => {
@@ -182,10 +225,10 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
     const name = `greeter-${id}`;
     await apply(repository(`repo-${id}`));
     await waitFor(
-      'the four Packages indexed',
+      'the six Packages indexed',
       async () => {
         const r = await k(['get', PKG, '-n', NS, '-o', 'name']);
-        return r.stdout.trim().split('\n').filter(Boolean).length === 4 ? true : undefined;
+        return r.stdout.trim().split('\n').filter(Boolean).length === 6 ? true : undefined;
       },
       {
         timeoutMs: 120_000,
@@ -211,16 +254,7 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
       'packaging.carvel.dev/package-ref-name': REF_NAME,
       'packaging.carvel.dev/package-version': '2.0.0',
     });
-    expect(app.metadata.ownerReferences).toEqual([
-      {
-        apiVersion: 'packaging.carvel.dev/v1alpha1',
-        kind: 'PackageInstall',
-        name,
-        uid: installed.metadata.uid,
-        controller: true,
-        blockOwnerDeletion: true,
-      },
-    ]);
+    expect(app.metadata.ownerReferences).toEqual([controllerRef(name, installed.metadata.uid)]);
     expect(app.spec).toMatchObject({
       serviceAccountName: SA,
       syncPeriod: '10m0s',
@@ -272,14 +306,7 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
   it('a failing App delete shows Delete failed on the PackageInstall and recovers when the ServiceAccount is back', async () => {
     const name = `fragile-${id}`;
     const sa = `fragile-sa-${id}`;
-    await waitFor(
-      'Packages indexed',
-      async () => ((await getObject(PKG, NS, `${REF_NAME}.1.0.0`)) ? true : undefined),
-      {
-        timeoutMs: 120_000,
-        intervalMs: 1000,
-      },
-    );
+    await waitPackage(`${REF_NAME}.1.0.0`);
     await apply(
       ...tenantManifests(NS, sa).slice(1),
       valuesSecret(name, 'name: fragile\n'),
@@ -350,11 +377,7 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
 
   it('Kubernetes-version constraints: the real control plane version filters, the ignore annotation lifts it', async () => {
     const name = `kube-${id}`;
-    await waitFor(
-      'Packages indexed',
-      async () => ((await getObject(PKG, NS, `${KUBE_REF}.2.0.0`)) ? true : undefined),
-      { timeoutMs: 120_000, intervalMs: 1000 },
-    );
+    await waitPackage(`${KUBE_REF}.2.0.0`);
     await apply(valuesSecret(name, `name: ${name}\n`), packageInstall(name, '2.0.0', SA, NS, {}, KUBE_REF));
     const failed = await waitPkgi(name, 'ReconcileFailed', (p) => conditionOf(p) === 'ReconcileFailed');
     expect(failed.status?.conditions).toEqual([
@@ -378,5 +401,178 @@ describe('PackageInstall (install function, App pipeline, real tools)', () => {
       greeting: 'default',
       version: '2.0.0',
     });
+  });
+
+  it('prereleases: only with `prereleases: {}`, or a constraint that is one exact prerelease', async () => {
+    const [open, exact] = [`pre-${id}`, `pre-exact-${id}`];
+    await waitPackage(`${PRE_REF}.1.1.0-rc.1`);
+    await apply(
+      valuesSecret(open, `name: ${open}\n`),
+      valuesSecret(exact, `name: ${exact}\n`),
+      packageInstall(open, '>=1.0.0', SA, NS, {}, PRE_REF),
+      packageInstall(exact, '1.1.0-rc.1', SA, NS, {}, PRE_REF),
+    );
+    const succeededWith = (version: string) => (p: PkgiObject) =>
+      conditionOf(p) === 'ReconcileSucceeded' && p.status?.version === version;
+    // Without `prereleases`, 1.1.0-rc.1 is filtered; one exact prerelease needs no filter.
+    await waitPkgi(open, 'ReconcileSucceeded at 1.0.0', succeededWith('1.0.0'));
+    await waitPkgi(exact, 'ReconcileSucceeded at 1.1.0-rc.1', succeededWith('1.1.0-rc.1'));
+
+    const selection = { packageRef: { versionSelection: { constraints: '>=1.0.0', prereleases: {} } } };
+    await k(['patch', PKGI, open, '-n', NS, '--type=merge', '-p', JSON.stringify({ spec: selection })]);
+    await waitPkgi(open, 'ReconcileSucceeded at 1.1.0-rc.1', succeededWith('1.1.0-rc.1'));
+    for (const name of [open, exact]) {
+      expect((await getObject<{ data: Record<string, string> }>('configmap', NS, name))?.data).toEqual({
+        greeting: 'default',
+        version: '1.1.0-rc.1',
+      });
+    }
+  });
+
+  it('takes over an existing App of the same name: same App, now owned and the package deployed', async () => {
+    const name = `taken-${id}`;
+    await waitPackage(`${REF_NAME}.1.0.0`);
+    await apply(inlineConfigMapApp(NS, name, 'hand-written'));
+    const before = await rt.waitForApp(NS, name, succeededAt(1), 'the hand-written App reconciled');
+    expect(await getObject('configmap', NS, `${name}-config`)).toBeDefined();
+
+    await apply(valuesSecret(name, `name: ${name}\n`), packageInstall(name, '1.0.0'));
+    const installed = await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
+    const app = (await getObject<GeneratedApp & { metadata: { uid: string } }>(APPS, NS, name))!;
+    // Upstream `Test_PackageInstall_UsesExistingAppWithSameName`: updated in place, not recreated.
+    expect(app.metadata.uid).toBe((before as { metadata: { uid?: string } }).metadata.uid);
+    expect(app.metadata.ownerReferences).toEqual([controllerRef(name, installed.metadata.uid)]);
+    expect(app.metadata.annotations).toMatchObject({ 'packaging.carvel.dev/package-version': '1.0.0' });
+    // The same kapp app now deploys the package: its ConfigMap is there, the hand-written one pruned.
+    expect((await getObject<{ data: Record<string, string> }>('configmap', NS, name))?.data).toEqual({
+      greeting: 'default',
+      version: '1.0.0',
+    });
+    expect(await getObject('configmap', NS, `${name}-config`)).toBeUndefined();
+  });
+
+  it('recovers on its own once its Package exists, though no repository announces it (rate-limited requeue)', async () => {
+    const name = `orphan-${id}`;
+    const refName = 'handmade.e2e.carvel.dev';
+    await apply(valuesSecret(name, `name: ${name}\n`), packageInstall(name, '1.0.0', SA, NS, {}, refName));
+    const failed = await waitPkgi(name, 'ReconcileFailed', (p) => conditionOf(p) === 'ReconcileFailed');
+    expect((failed.status?.conditions as Array<{ message?: string }> | undefined)?.[0]?.message).toMatch(
+      /^Expected to find at least one version, but did not \(details: all=0 -> /,
+    );
+    // Applied by hand: no repository reconciles, so no fan-out event reaches the PackageInstall;
+    // only upstream's rate-limited requeue of the failed reconcile brings it back.
+    await apply({ ...packageDoc('1.0.0', refName), metadata: { name: `${refName}.1.0.0`, namespace: NS } });
+    const ok = await waitPkgi(name, 'ReconcileSucceeded', (p) => conditionOf(p) === 'ReconcileSucceeded');
+    expect(ok.status).toMatchObject({ version: '1.0.0', lastAttemptedVersion: '1.0.0' });
+    expect((await getObject<{ data: Record<string, string> }>('configmap', NS, name))?.data).toEqual({
+      greeting: 'default',
+      version: '1.0.0',
+    });
+  });
+
+  it('installs metrics-server from the kadras repository bundle: Secret values reach its first template step', async () => {
+    const [pkgr, pkgi, sa] = ['kadras', 'metrics-server', `kadras-sa-${id}`];
+    const target = `ms-${id}`;
+    const binding = `e2e-kadras-${id}`;
+    const bundle = await relocateKadras(servers().registry);
+    await apply(
+      { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: sa, namespace: NS_KADRAS } },
+      // metrics-server is cluster-wide (ClusterRoles, its own namespace), as the demo's example
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRoleBinding',
+        metadata: { name: binding },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'cluster-admin' },
+        subjects: [{ kind: 'ServiceAccount', name: sa, namespace: NS_KADRAS }],
+      },
+      valuesSecret(pkgi, `metricsServer:\n  namespace: ${target}\n  config:\n    securePort: 4444\n`, NS_KADRAS),
+      {
+        // kwok runs no container: the APIService could never become Available (examples/)
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: `${pkgi}-no-apiservice`, namespace: NS_KADRAS },
+        stringData: {
+          'no-apiservice.yml': [
+            '#@ load("@ytt:overlay", "overlay")',
+            '#@overlay/match by=overlay.subset({"kind":"APIService"})',
+            '#@overlay/remove',
+            '---',
+          ].join('\n'),
+        },
+      },
+      {
+        apiVersion: 'packaging.carvel.dev/v1alpha1',
+        kind: 'PackageRepository',
+        metadata: { name: pkgr, namespace: NS_KADRAS },
+        spec: { syncPeriod: '10m', fetch: { imgpkgBundle: { image: bundle } } },
+      },
+      {
+        apiVersion: 'packaging.carvel.dev/v1alpha1',
+        kind: 'PackageInstall',
+        metadata: {
+          name: pkgi,
+          namespace: NS_KADRAS,
+          annotations: { 'ext.packaging.carvel.dev/ytt-paths-from-secret-name.0': `${pkgi}-no-apiservice` },
+        },
+        spec: {
+          serviceAccountName: sa,
+          packageRef: { refName: 'metrics-server.packages.kadras.io', versionSelection: { constraints: '0.9.0' } },
+          values: [{ secretRef: { name: `${pkgi}-values` } }],
+        },
+      },
+    );
+    try {
+      const installed = await waitPkgi(
+        pkgi,
+        'ReconcileSucceeded',
+        (p) => conditionOf(p) === 'ReconcileSucceeded',
+        NS_KADRAS,
+      );
+      expect(installed.status).toMatchObject({ version: '0.9.0', lastAttemptedVersion: '0.9.0' });
+      // The values reached ytt, the package's first template step: its namespace and port.
+      const deployment = await getObject<{
+        spec: {
+          template: { spec: { containers: Array<{ args: string[]; ports: Array<{ containerPort: number }> }> } };
+        };
+      }>('deployment', target, 'metrics-server');
+      const container = deployment?.spec.template.spec.containers[0];
+      expect(container?.args).toContain('--secure-port=4444');
+      expect(container?.ports.map((p) => p.containerPort)).toEqual([4444]);
+      const apiService = await k(['get', 'apiservice', 'v1beta1.metrics.k8s.io', '--ignore-not-found', '-o', 'name']);
+      expect(apiService.stdout.trim()).toBe('');
+
+      // Upstream's placeholder Secrets: the repository's bundle and the package's bundle fetch.
+      const app = (await getObject<{
+        spec: { fetch: Array<{ imgpkgBundle?: { secretRef?: { name: string } } }> };
+      }>(APPS, NS_KADRAS, pkgi))!;
+      expect(app.spec.fetch[0]?.imgpkgBundle?.secretRef).toEqual({ name: `${pkgi}-fetch-0` });
+      const repo = (await getObject<{ metadata: { uid: string } }>(PKGR, NS_KADRAS, pkgr))!;
+      for (const [secret, kind, uid] of [
+        [`${pkgi}-fetch-0`, 'PackageInstall', installed.metadata.uid],
+        [`${pkgr}-fetch-0`, 'PackageRepository', repo.metadata.uid],
+      ] as const) {
+        const placeholder = await getObject<{
+          type: string;
+          data: Record<string, string>;
+          metadata: { annotations?: Record<string, string>; labels?: unknown; ownerReferences?: unknown[] };
+        }>('secret', NS_KADRAS, secret);
+        expect(placeholder?.type).toBe('kubernetes.io/dockerconfigjson');
+        expect(Buffer.from(placeholder?.data['.dockerconfigjson'] ?? '', 'base64').toString()).toBe('{"auths":{}}');
+        expect(placeholder?.metadata.annotations).toEqual({ 'secretgen.carvel.dev/image-pull-secret': '' });
+        expect(placeholder?.metadata.labels).toBeUndefined();
+        expect(placeholder?.metadata.ownerReferences).toEqual([
+          { apiVersion: 'packaging.carvel.dev/v1alpha1', kind, name: secret.replace(/-fetch-0$/, ''), uid },
+        ]);
+      }
+    } finally {
+      // Its cluster-wide objects go with the App (kapp delete), then the binding.
+      await k(['delete', PKGI, pkgi, '-n', NS_KADRAS, '--wait=false', '--ignore-not-found']);
+      await waitFor(
+        `PackageInstall ${NS_KADRAS}/${pkgi} gone`,
+        async () => ((await getObject(PKGI, NS_KADRAS, pkgi)) ? undefined : true),
+        { timeoutMs: 120_000, intervalMs: 1000 },
+      );
+      await k(['delete', 'clusterrolebinding', binding, '--ignore-not-found']);
+    }
   });
 });

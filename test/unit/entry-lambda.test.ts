@@ -72,17 +72,23 @@ describe('stageClusterRegistry', () => {
     expect(() => r.installView?.('prod-eu-1')).toThrow(`the ${stage} function may not use the install view`);
   });
 
-  it.each(['deploy', 'index-repo'] as const)(
-    'gives the %s function the DeployView and the FetchView, nothing more',
-    (stage) => {
-      const r = stageClusterRegistry(taggedRegistry(), stage);
-      expect(r.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
-      expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
-      expect(() => r.client('prod-eu-1')).toThrow(`the ${stage} function may not use a full cluster client`);
-      expect(() => r.watchView('prod-eu-1')).toThrow(`the ${stage} function may not use the watch view`);
-      expect(() => r.installView?.('prod-eu-1')).toThrow(`the ${stage} function may not use the install view`);
-    },
-  );
+  it('gives the deploy function the DeployView and the FetchView, nothing more', () => {
+    const r = stageClusterRegistry(taggedRegistry(), 'deploy');
+    expect(r.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
+    expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+    expect(() => r.client('prod-eu-1')).toThrow('the deploy function may not use a full cluster client');
+    expect(() => r.watchView('prod-eu-1')).toThrow('the deploy function may not use the watch view');
+    expect(() => r.installView?.('prod-eu-1')).toThrow('the deploy function may not use the install view');
+  });
+
+  it('gives the index-repo function the DeployView, the FetchView and the InstallView (placeholder Secret)', () => {
+    const r = stageClusterRegistry(taggedRegistry(), 'index-repo');
+    expect(r.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
+    expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+    expect(r.installView?.('prod-eu-1')).toBe('install:prod-eu-1');
+    expect(() => r.client('prod-eu-1')).toThrow('the index-repo function may not use a full cluster client');
+    expect(() => r.watchView('prod-eu-1')).toThrow('the index-repo function may not use the watch view');
+  });
 
   it('gives the install function the InstallView and the FetchView, no deploy credentials', () => {
     const r = stageClusterRegistry(taggedRegistry(), 'install');

@@ -133,13 +133,23 @@ describe('watched kinds', () => {
     expect(appRefs(obj(undefined))).toBe(NO_REFS);
   });
 
-  it('packageRepositoryRefs: fetch secretRefs only', () => {
+  it('packageRepositoryRefs: fetch secretRefs, else the placeholder of an image or bundle fetch', () => {
     expect(packageRepositoryRefs(obj({ fetch: { imgpkgBundle: { image: 'x', secretRef: { name: 'reg' } } } }))).toEqual(
       { secrets: ['reg'], configMaps: [] },
     );
     expect(packageRepositoryRefs(obj({ fetch: { inline: { pathsFrom: [{ secretRef: { name: 'no' } }] } } }))).toBe(
       NO_REFS,
     );
+    // upstream tracks the in-memory App's refs, with the placeholder `<name>-fetch-0` set
+    const name = obj({}).metadata.name;
+    for (const fetch of [{ imgpkgBundle: { image: 'x' } }, { image: { url: 'x' } }]) {
+      expect(packageRepositoryRefs(obj({ fetch }))).toEqual({ secrets: [`${name}-fetch-0`], configMaps: [] });
+    }
+    expect(packageRepositoryRefs(obj({ fetch: { git: { url: 'x' } } }))).toBe(NO_REFS);
+    expect(packageRepositoryRefs(obj({ fetch: { imgpkgBundle: 'odd' } }))).toEqual({
+      secrets: [`${name}-fetch-0`],
+      configMaps: [],
+    });
   });
 
   it('due times: App and PackageRepository from status, PackageInstall only when unhandled', () => {

@@ -625,6 +625,55 @@ describe('forwarder: controllers of owned objects', () => {
     expect(transport.take().map((l) => l.split(' ').slice(0, 2).join(' '))).toEqual(['modified inst']);
   });
 
+  it("requeues a PackageInstall failed with an error of its own as controller-runtime's rate limiter does, until it succeeds", async () => {
+    const failed = (message: string): Record<string, unknown> => ({
+      observedGeneration: 1,
+      conditions: [{ type: 'ReconcileFailed', status: 'True', message }],
+    });
+    const o = inst();
+    o.status = failed('Package p not found');
+    watcher.apply(o);
+    start({ kinds: watchedKinds(['PackageInstall']), coalesceWindowMs: 0 });
+    await settle(0);
+    // Requeue n waits 5 ms · 2^n after the previous one: 5, 10, 20, ... ms, then 1000 s at most.
+    const resyncs: number[] = [];
+    let last = Date.now();
+    for (let i = 0; i < 20; i++) {
+      const due = fwd!.dueAt(PKGI, 'default', 'inst')!;
+      resyncs.push(due - last);
+      last = due;
+      await vi.advanceTimersByTimeAsync(due - Date.now());
+    }
+    expect(resyncs.slice(0, 5)).toEqual([5, 10, 20, 40, 80]);
+    expect(resyncs.slice(16)).toEqual([327_680, 655_360, 1_000_000, 1_000_000]);
+    // One resync per requeue (the first ones, milliseconds apart, may share a send).
+    const sent = transport.take();
+    expect(sent.length).toBeGreaterThanOrEqual(18);
+    expect(sent.every((l) => l.startsWith('resync inst'))).toBe(true);
+
+    // A success resets the count (`Forget`); a new failure starts again at 5 ms.
+    watcher.apply({
+      ...inst(),
+      status: { observedGeneration: 1, conditions: [{ type: 'ReconcileSucceeded', status: 'True' }] },
+    });
+    await settle(0);
+    expect(fwd!.dueAt(PKGI, 'default', 'inst')).toBeUndefined();
+    const again = inst();
+    again.status = failed('Expected to find at least one version, but did not (details: all=1 -> ...)');
+    watcher.apply(again);
+    await settle(0);
+    expect(fwd!.dueAt(PKGI, 'default', 'inst')! - Date.now()).toBe(5);
+
+    // Failures upstream ends without an error (the App's failure mirrored, a refused downgrade): no requeue.
+    watcher.apply({ ...inst(), status: failed('Error (see .status.usefulErrorMessage for details)') });
+    await settle(0);
+    expect(fwd!.dueAt(PKGI, 'default', 'inst')).toBeUndefined();
+    await settle(10_000);
+    transport.take();
+    await settle(10_000);
+    expect(transport.take()).toEqual([]);
+  });
+
   it('notifies nobody for an owner of another uid, a non-controller owner, or an unwatched kind', async () => {
     watcher.apply(inst());
     watcher.apply(owned(handled(1, T0 - 10_000), 'uid-other'));

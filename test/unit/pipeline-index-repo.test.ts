@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { EVENT_TYPES, type KappEvent, objectEvent, type Reason } from '../../events/schema.js';
 import { type AppStatus, Finalizer, parsePackageRepository } from '../../functions/lib/api/index.js';
+import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { exitWith, type ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { readRepositoryVersions, repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
@@ -425,6 +426,98 @@ describe('index-repo (PackageRepository reconcile)', () => {
       repo: { spec: { fetch: { imgpkgBundle: { image: `registry.example/repo@sha256:${'a'.repeat(64)}` } } } },
     });
     expect(templateCalls.map((c) => c.bundle)).toEqual([true]);
+  });
+});
+
+// ------------------------------------------------------------------- the placeholder Secret (§3.12 step 2)
+
+const BUNDLE_BY_TAG = { imgpkgBundle: { image: 'registry.example/repo:v1' } };
+const DOCKERCONFIG = '.dockerconfigjson';
+/** `ns/repo-fetch-0` as secretgen-controller leaves it once it filled it. */
+const FILLED = {
+  metadata: { name: 'repo-fetch-0', namespace: 'ns', uid: 'uid-p', resourceVersion: '2' },
+  type: 'kubernetes.io/dockerconfigjson',
+  data: { [DOCKERCONFIG]: Buffer.from('{"auths":{"registry.example":{"username":"u","password":"p"}}}') },
+};
+
+/** A world whose fetch may read Secrets (a keyring seals what it stores). */
+function filledWorld() {
+  return appWorld({
+    tmpRoot: path.join(tempDir(), 'scratch'),
+    extra: { templateRepository: async () => TEMPLATED, keyring: new DerivedKeyring(Buffer.alloc(32, 7)) },
+  });
+}
+
+describe('index-repo: the placeholder Secret <name>-fetch-0 (§3.12 step 2)', () => {
+  const deploys = rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!;
+
+  it('is created as upstream for a bundle without secretRef; unfilled, the fetch stays anonymous', async () => {
+    const { w } = await indexOnce({ ...deploys, repo: { spec: { fetch: BUNDLE_BY_TAG } } });
+    const secret = w.cluster.secrets.get('ns/repo-fetch-0')!;
+    expect(secret.metadata).toEqual({
+      name: 'repo-fetch-0',
+      namespace: 'ns',
+      uid: 'uid-repo-fetch-0',
+      resourceVersion: '1',
+      annotations: { 'secretgen.carvel.dev/image-pull-secret': '' },
+      ownerReferences: [
+        { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageRepository', name: 'repo', uid: 'uid-r' },
+      ],
+    });
+    expect(secret.type).toBe('kubernetes.io/dockerconfigjson');
+    expect(Buffer.from(secret.data[DOCKERCONFIG]!).toString()).toBe('{"auths":{}}');
+    const vendir = w.runner.calls.find((c) => c.cmd === 'vendir')!;
+    expect(vendir.stdin).not.toContain('secretRef');
+    expect(w.tools()).toEqual(['vendir', 'kapp']);
+  });
+
+  it('once secretgen-controller filled it, the fetch authenticates with it', async () => {
+    const w = filledWorld();
+    w.cluster.put(repoObject({ spec: { fetch: BUNDLE_BY_TAG } }) as never);
+    w.cluster.secrets.set('ns/repo-fetch-0', FILLED as never);
+    w.runner.on('vendir', vendirFetches);
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    await dispatchEvent(objectEvent(PKGR_REF, 'added', { time: new Date(NOW) }), w.deps);
+    const vendir = w.runner.calls.find((c) => c.cmd === 'vendir')!;
+    expect(vendir.stdin).toContain('name: repo-fetch-0');
+    expect(vendir.stdin).toContain('kind: Secret');
+    // created once, never overwritten: secretgen-controller's content stays
+    expect(Buffer.from(w.cluster.secrets.get('ns/repo-fetch-0')!.data[DOCKERCONFIG]!).toString()).toContain('"u"');
+    expect(w.outcomes()).toContainEqual(['index-repo', 'succeeded']);
+  });
+
+  it('no placeholder for a fetch with secretRef or another source', async () => {
+    for (const fetch of [
+      { imgpkgBundle: { image: 'registry.example/r:v1', secretRef: { name: 'reg' } } },
+      INLINE_FETCH,
+    ]) {
+      const { w } = await indexOnce({ ...deploys, repo: { spec: { fetch } } });
+      expect(w.cluster.calls.filter((c) => c[0] === 'createSecret')).toEqual([]);
+    }
+  });
+
+  it('ref-changed: its own unfilled placeholder forces nothing; filled, it forces a reconcile', async () => {
+    const notDue = { spec: { fetch: BUNDLE_BY_TAG }, status: SUCCEEDED_A_MINUTE_AGO };
+    const first = await indexOnce({ ...deploys, repo: { spec: { fetch: BUNDLE_BY_TAG } } });
+    const unfilled = filledWorld();
+    unfilled.cluster.put(repoObject(notDue) as never);
+    unfilled.cluster.secrets.set('ns/repo-fetch-0', first.w.cluster.secrets.get('ns/repo-fetch-0')!);
+    await dispatchEvent(objectEvent(PKGR_REF, 'ref-changed', { time: new Date(NOW) }), unfilled.deps);
+    expect(unfilled.outcomes()).toEqual([['reconcile', 'noop']]);
+    // deleted: the forced run creates it again (upstream recreates it on every reconcile)
+    const deleted = await indexOnce({ ...deploys, repo: notDue, reason: 'ref-changed' });
+    expect(deleted.w.cluster.calls.filter((c) => c[0] === 'createSecret')).toEqual([['createSecret', 'repo-fetch-0']]);
+
+    const w = filledWorld();
+    w.cluster.put(repoObject(notDue) as never);
+    w.cluster.secrets.set('ns/repo-fetch-0', FILLED as never);
+    w.runner.on('vendir', vendirFetches);
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    await dispatchEvent(objectEvent(PKGR_REF, 'ref-changed', { time: new Date(NOW) }), w.deps);
+    expect(w.outcomes()).toEqual([
+      ['reconcile', 'succeeded'],
+      ['index-repo', 'succeeded'],
+    ]);
   });
 });
 

@@ -76,5 +76,12 @@ export const Annotation = {
   GlobalNamespace: 'packaging.carvel.dev/global-namespace',
 } as const;
 
+/**
+ * What `AttachErrorf` puts in place of the error when a tool exits with `exit status 1`, and the
+ * condition message of a failure whose detail is in `usefulErrorMessage` (an App's failure
+ * mirrored on its PackageInstall, a refused downgrade).
+ */
+export const GENERIC_ERROR_DETAIL = 'Error (see .status.usefulErrorMessage for details)';
+
 /** Default packaging global namespace (upstream `-packaging-global-namespace`). */
 export const DEFAULT_PACKAGING_GLOBAL_NAMESPACE = 'kapp-controller-packaging-global';

@@ -86,21 +86,22 @@ export interface FunctionAccess {
  * Per function, what it may do (DESIGN.md "Credentials"): fetch and template get only the
  * FetchView (kapp-controller's sidecar boundary); deploy also the DeployView (kapp with the App's
  * own ServiceAccount); index-repo the DeployView and the runtime's own identity (upstream deploys
- * a PackageRepository's packages as the controller: `NewKappPrivilegedForPackageRepository`);
- * install only the InstallView (it writes the App; the App's own ServiceAccount deploys it).
+ * a PackageRepository's packages as the controller: `NewKappPrivilegedForPackageRepository`)
+ * and the InstallView for one call, creating the repository's placeholder Secret `<name>-fetch-0`
+ * (upstream's controller creates it with the same identity); install only the InstallView (it writes the App; the App's own ServiceAccount deploys it).
  */
 export const FUNCTION_ACCESS: Readonly<Record<PipelineStage, FunctionAccess>> = {
   fetch: { deployView: false, runtimeIdentity: false, installView: false },
   template: { deployView: false, runtimeIdentity: false, installView: false },
   deploy: { deployView: true, runtimeIdentity: false, installView: false },
-  'index-repo': { deployView: true, runtimeIdentity: true, installView: false },
+  'index-repo': { deployView: true, runtimeIdentity: true, installView: true },
   install: { deployView: false, runtimeIdentity: false, installView: true },
 };
 
 /**
  * Narrows a registry to what a stage function may use ({@link FUNCTION_ACCESS}): every function
  * gets `fetchView` (read the object and its referenced Secrets/ConfigMaps, write status); deploy
- * and index-repo also get `deployView`, install `installView`. No function gets `client` or
+ * and index-repo also get `deployView`, install and index-repo `installView`. No function gets `client` or
  * `watchView`. A denied call throws `Error('the <stage> function may not use <what>')`, which
  * fails the record (a registry without an install view leaves `installView` absent).
  */
@@ -133,7 +134,8 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  * function's identity in each cluster is a narrowly scoped ServiceAccount token (fetch and
  * template: read Apps and the Secrets/ConfigMaps they reference, patch App status; deploy:
  * additionally finalizers and `serviceaccounts/token`; index-repo: PackageRepositories, and what
- * kapp needs to deploy Packages and PackageMetadatas as that identity; install: PackageInstalls,
+ * kapp needs to deploy Packages and PackageMetadatas as that identity, and creating Secrets (the
+ * repository's placeholder `<name>-fetch-0`); install: PackageInstalls,
  * Packages, Apps and Secrets of the namespaces it serves), minted short-lived —
  * never a long-lived admin credential. Whatever the source, fetch and template only ever see the
  * FetchView ({@link stageClusterRegistry}).

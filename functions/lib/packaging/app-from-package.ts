@@ -10,68 +10,35 @@ import { isDeepStrictEqual } from 'node:util';
 import { Annotation } from '../api/constants.js';
 import type { Package } from '../api/datapackaging.js';
 import { formatDuration, parseDuration } from '../api/duration.js';
-import type { AppFetch, AppSpec } from '../api/index.js';
+import type { AppSpec } from '../api/index.js';
 import type { PackageInstall } from '../api/packaging.js';
-import { APP_API_VERSION, type KubeObject, type NewSecret, PACKAGING_API_VERSION } from '../kube/port.js';
+import { APP_API_VERSION, type KubeObject, type NewSecret } from '../kube/port.js';
 import { KappControllerError } from '../reconcile/result.js';
 import { packageInstallDefaultSyncPeriod } from '../reconcile/timer.js';
 import { injectValues } from './install-values.js';
+import {
+  ownerRefTo,
+  type PlaceholderOwner,
+  placeholderSecrets as sharedPlaceholderSecrets,
+  withPlaceholderRefs,
+} from './placeholder-secrets.js';
 
-/** Annotation of the placeholder Secrets: secretgen-controller fills them with registry credentials. */
-export const IMAGE_PULL_SECRET_ANNOTATION = 'secretgen.carvel.dev/image-pull-secret';
-
-/** The data of a placeholder Secret (`.dockerconfigjson` with no registries). */
-export const PLACEHOLDER_DOCKERCONFIG = '{"auths":{}}';
-
-/** The owner reference naming a PackageInstall (`controllerutil.SetOwnerReference`: no controller flags). */
-export function ownerRefTo(pkgi: PackageInstall): NonNullable<KubeObject['metadata']['ownerReferences']>[number] {
-  return {
-    apiVersion: PACKAGING_API_VERSION,
-    kind: 'PackageInstall',
-    name: pkgi.metadata.name ?? '',
-    uid: pkgi.metadata.uid ?? '',
-  };
+/** A PackageInstall as the owner of its placeholder Secrets. */
+function asOwner(pkgi: PackageInstall): PlaceholderOwner {
+  return { kind: 'PackageInstall', metadata: pkgi.metadata };
 }
 
 /** The controller reference of an App to its PackageInstall (`controllerutil.SetControllerReference`). */
 export function controllerRefTo(pkgi: PackageInstall): NonNullable<KubeObject['metadata']['ownerReferences']>[number] {
-  return { ...ownerRefTo(pkgi), controller: true, blockOwnerDeletion: true };
-}
-
-/** `<pkgi>-fetch-<i>`: the placeholder Secret of fetch step `i` (upstream `placeHolderSecretName`). */
-export function placeholderSecretName(pkgiName: string, index: number): string {
-  return `${pkgiName}-fetch-${index}`;
-}
-
-/** True for a fetch step that gets a placeholder Secret: `image` or `imgpkgBundle` without `secretRef`. */
-function wantsPlaceholder(fetch: AppFetch): boolean {
-  return Boolean((fetch.imgpkgBundle && !fetch.imgpkgBundle.secretRef) || (fetch.image && !fetch.image.secretRef));
+  return { ...ownerRefTo(asOwner(pkgi)), controller: true, blockOwnerDeletion: true };
 }
 
 /**
- * The placeholder Secrets of a Package's fetch steps (`reconcileFetchPlaceholderSecrets`):
- * type `kubernetes.io/dockerconfigjson`, data `{"auths":{}}`, the annotation
- * {@link IMAGE_PULL_SECRET_ANNOTATION} and an owner reference to the PackageInstall (so they
- * are garbage-collected with it).
+ * The placeholder Secrets of a Package's fetch steps (`reconcileFetchPlaceholderSecrets`, shared
+ * with PackageRepositories: `./placeholder-secrets.ts`), owned by the PackageInstall.
  */
 export function placeholderSecrets(pkgi: PackageInstall, pkg: Package): NewSecret[] {
-  const fetches = pkg.spec.template?.spec.fetch ?? [];
-  return fetches.flatMap((fetch, i) =>
-    wantsPlaceholder(fetch)
-      ? [
-          {
-            metadata: {
-              name: placeholderSecretName(pkgi.metadata.name ?? '', i),
-              namespace: pkgi.metadata.namespace ?? '',
-              annotations: { [IMAGE_PULL_SECRET_ANNOTATION]: '' },
-              ownerReferences: [ownerRefTo(pkgi)],
-            },
-            type: 'kubernetes.io/dockerconfigjson',
-            data: { '.dockerconfigjson': Buffer.from(PLACEHOLDER_DOCKERCONFIG) },
-          },
-        ]
-      : [],
-  );
+  return sharedPlaceholderSecrets(asOwner(pkgi), pkg.spec.template?.spec.fetch ?? []);
 }
 
 /**
@@ -80,13 +47,8 @@ export function placeholderSecrets(pkgi: PackageInstall, pkg: Package): NewSecre
  */
 export function withPlaceholderSecrets(pkgi: PackageInstall, pkg: Package): Package {
   const copy = structuredClone(pkg);
-  const fetches = copy.spec.template?.spec.fetch ?? [];
-  fetches.forEach((fetch, i) => {
-    if (!wantsPlaceholder(fetch)) return;
-    const secretRef = { name: placeholderSecretName(pkgi.metadata.name ?? '', i) };
-    if (fetch.imgpkgBundle) fetch.imgpkgBundle.secretRef = secretRef;
-    else if (fetch.image) fetch.image.secretRef = secretRef;
-  });
+  const spec = copy.spec.template?.spec;
+  if (spec?.fetch) spec.fetch = withPlaceholderRefs(pkgi.metadata.name ?? '', spec.fetch);
   return copy;
 }
 

@@ -77,6 +77,7 @@ import {
   storeIndex,
 } from './index-repo-cache.js';
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
+import { refChangeMatters, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
@@ -208,7 +209,8 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     return await deleteRepository({ ...ev, uid: meta.uid, generation }, kube, deps);
   }
   const specChanged = pkgr.status?.observedGeneration !== generation;
-  const forced = specChanged || ev.reason === 'added' || ev.reason === 'ref-changed';
+  const forced =
+    specChanged || ev.reason === 'added' || (ev.reason === 'ref-changed' && (await refChangeMatters(pkgr, kube)));
   const soon = new Date(deps.now().getTime() + RESYNC_EARLY_TOLERANCE_MS);
   if (!forced && !isReadyAt(pkgr, soon, { kind: 'PackageRepository' })) {
     done('noop');
@@ -251,7 +253,8 @@ async function reconcileRepository(
   deps: IndexRepoDeps,
 ): Promise<RepoIndexedEvent | undefined> {
   const { kube, mask, object } = frame;
-  const { pkgr } = frame.loaded;
+  // §3.12 step 2: the placeholder Secret, and the fetch as it reads it (`./repo-placeholder.ts`).
+  const pkgr = await withRepoPlaceholder(frame.loaded.pkgr, object.clusterId, kube, deps);
   const app = packageRepositoryApp(pkgr);
   const parts: RunParts = {};
   let tools = { runs: 0, ms: 0 };

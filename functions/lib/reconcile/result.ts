@@ -6,10 +6,10 @@
  *
  * @module
  */
+import { GENERIC_ERROR_DETAIL } from '../api/constants.js';
 import { ArtifactError } from '../artifact/tarball.js';
 
-/** What `AttachErrorf` puts in place of the error when a tool exits with `exit status 1`. */
-export const GENERIC_ERROR_DETAIL = 'Error (see .status.usefulErrorMessage for details)';
+export { GENERIC_ERROR_DETAIL };
 
 /** The stderr text that triggers {@link CA_HINT}. */
 export const X509_UNKNOWN_AUTHORITY = 'x509: certificate signed by unknown authority';
