@@ -7,7 +7,7 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -27,6 +27,7 @@ import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 import { clusterDocOf, putCluster, rbacManifests } from '../../scripts/cluster-registry.js';
+import { applyCrds } from '../e2e/support.js';
 import { kubectl, loadKubeConfig } from '../harness/kube.js';
 
 const kubeconfigPath = inject('kubeconfigPath');
@@ -35,7 +36,6 @@ const ns = `creg-${suffix}`;
 const other = `creg-other-${suffix}`;
 const ids = `creg-ids-${suffix}`;
 const CLUSTER = `creg-${suffix}`;
-const CRD_DIR = path.resolve(import.meta.dirname, '../../infra/crds');
 const STAGES: PipelineStage[] = ['fetch', 'template', 'deploy', 'index-repo', 'install'];
 
 const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, input === undefined ? {} : { input });
@@ -84,15 +84,7 @@ async function asStage(stage: PipelineStage, bin: string, args: string[], input?
 
 beforeAll(async () => {
   tmp = await mkdtemp(path.join(tmpdir(), 'cluster-registry-it-'));
-  const crds = (await readdir(CRD_DIR)).filter((f) => f.endsWith('.yaml') && f !== 'crds.yaml');
-  await k(['apply', ...crds.flatMap((f) => ['-f', path.join(CRD_DIR, f)])]);
-  await k([
-    'wait',
-    '--for=condition=Established',
-    '--timeout=60s',
-    'crd/apps.kappctrl.k14s.io',
-    'crd/packages.data.packaging.carvel.dev',
-  ]);
+  await applyCrds();
   // A CRD is served a moment after Established (429 "storage is (re)initializing" until then).
   for (let i = 0; i < 100; i++) {
     const r = await kubectl(kubeconfigPath, ['get', 'packages.data.packaging.carvel.dev', '-A'], { check: false });
