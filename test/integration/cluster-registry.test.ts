@@ -21,13 +21,13 @@ import {
   type KubeObject,
   type ResourceRef,
 } from '../../functions/lib/kube/port.js';
-import { apiServerInfoOf } from '../../functions/lib/kube/registry.js';
+import { apiServerInfoOf, clientForKubeConfig } from '../../functions/lib/kube/registry.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 import { clusterDocOf, putCluster, rbacManifests } from '../../scripts/cluster-registry.js';
-import { applyCrds } from '../e2e/support.js';
+import { apply, applyCrds } from '../e2e/support.js';
 import { kubectl, loadKubeConfig } from '../harness/kube.js';
 
 const kubeconfigPath = inject('kubeconfigPath');
@@ -95,16 +95,21 @@ beforeAll(async () => {
   manifests = (await rbacManifests({ tokenIdentities: true, identityNamespace: ids })).filter(
     (m) => m.kind !== 'Secret',
   );
-  await k(['apply', '-f', '-'], manifests.map((m) => stringify(m)).join('---\n'));
-  await k(['create', 'namespace', ns]);
-  await k(['create', 'namespace', other]);
-  await k(['-n', ns, 'create', 'serviceaccount', 'deployer']);
-  await k(['-n', ns, 'create', 'secret', 'generic', 'creds', '--from-literal=password=p4ss']);
-  await k(['-n', other, 'create', 'secret', 'generic', 'elsewhere', '--from-literal=password=x']);
-  await k(['-n', ns, 'create', 'configmap', 'vals', '--from-literal=a=1']);
-  await k(
-    ['apply', '-f', '-'],
-    stringify({
+  const secret = (namespace: string, name: string) => ({
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name, namespace },
+    stringData: { password: 'p4ss' },
+  });
+  await apply(
+    ...manifests,
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: other } },
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'deployer', namespace: ns } },
+    secret(ns, 'creds'),
+    secret(other, 'elsewhere'),
+    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'vals', namespace: ns }, data: { a: '1' } },
+    {
       apiVersion: APP_API_VERSION,
       kind: 'App',
       metadata: { name: 'simple', namespace: ns },
@@ -114,15 +119,16 @@ beforeAll(async () => {
         template: [{ ytt: {} }],
         deploy: [{ kapp: {} }],
       },
-    }),
+    },
   );
 
-  // Each function's token (TokenRequest, never on argv) where the document names it.
+  // Each function's token (a TokenRequest by the admin) where the document names it.
+  const admin = clientForKubeConfig(loadKubeConfig(kubeconfigPath));
   const secretsDir = path.join(tmp, 'secrets');
   await mkdir(path.join(secretsDir, 'kapp-lambda', CLUSTER), { recursive: true });
   for (const stage of STAGES) {
-    const { stdout } = await k(['-n', ids, 'create', 'token', `kapp-lambda-${stage}`, '--duration=20m']);
-    await writeFile(path.join(secretsDir, 'kapp-lambda', CLUSTER, stage), stdout.trim(), { mode: 0o600 });
+    const { token } = await admin.serviceAccountToken(ids, `kapp-lambda-${stage}`, 1200);
+    await writeFile(path.join(secretsDir, 'kapp-lambda', CLUSTER, stage), token, { mode: 0o600 });
   }
   // Register the cluster as `npm run cluster -- add <id> --auth token` does.
   const api = apiServerInfoOf(loadKubeConfig(kubeconfigPath));
