@@ -144,6 +144,49 @@ describe('parseLambdaEnv', () => {
     );
   });
 
+  it('reads the cluster registry instead of a kubeconfig', () => {
+    const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = base;
+    const c = parseLambdaEnv('deploy', {
+      ...noKube,
+      KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/kapp-lambda',
+      KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS: '30',
+    });
+    expect(c.kubeconfigPath).toBe('');
+    expect(c.clusterRegistry).toEqual({
+      location: { kind: 's3', bucket: 'fleet-registry', prefix: 'kapp-lambda/' },
+      secrets: { kind: 'aws-secretsmanager' },
+      ttlMs: 30_000,
+    });
+    const d = parseLambdaEnv('deploy', {
+      ...noKube,
+      KAPP_LAMBDA_CLUSTER_REGISTRY: 'file:///srv/registry',
+      KAPP_LAMBDA_CLUSTER_SECRETS: 'file:///srv/tokens',
+    });
+    expect(d.clusterRegistry).toEqual({
+      location: { kind: 'dir', root: '/srv/registry' },
+      secrets: { kind: 'dir', root: '/srv/tokens' },
+      ttlMs: 60_000,
+    });
+  });
+
+  it('wants exactly one cluster source, and a registry location it understands', () => {
+    expect(problems('deploy', { ...base, KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/' })).toEqual([
+      'KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both',
+    ]);
+    const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = base;
+    expect(problems('deploy', noKube)).toEqual(['KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file)']);
+    expect(problems('deploy', { ...noKube, KAPP_LAMBDA_CLUSTER_REGISTRY: 'https://fleet-registry/x' })).toEqual([
+      'KAPP_LAMBDA_CLUSTER_REGISTRY: expected s3://bucket/prefix or file:///absolute/dir',
+    ]);
+    expect(
+      problems('deploy', {
+        ...noKube,
+        KAPP_LAMBDA_CLUSTER_REGISTRY: 'file:///srv/registry',
+        KAPP_LAMBDA_CLUSTER_SECRETS: 's3://tokens/x',
+      }),
+    ).toEqual(['KAPP_LAMBDA_CLUSTER_SECRETS: expected aws-secretsmanager or file:///absolute/dir']);
+  });
+
   it.each([
     ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
     ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY']],

@@ -2,11 +2,12 @@
  * The Lambda composition root (per-stage cluster narrowing, deps wiring, SDK client options)
  * and the Runtime API loop with a fake API client at its port.
  */
-import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ObjectRef, objectEvent } from '../../events/schema.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
   createAwsClients,
@@ -32,6 +33,7 @@ import type {
   KubeClient,
   WatchView,
 } from '../../functions/lib/kube/port.js';
+import { KubeApiError, UnknownClusterError } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
@@ -177,6 +179,59 @@ describe('createLambdaDeps', () => {
     }
     clients.s3.destroy();
     clients.sqs.destroy();
+  });
+
+  it('serves the fleet registry as the function identity, loading the record cluster before the stage', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'entry-lambda-fleet-'));
+    try {
+      const pem = '-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIU\n-----END CERTIFICATE-----\n';
+      await mkdir(join(dir, 'registry', 'clusters'), { recursive: true });
+      await mkdir(join(dir, 'tokens'));
+      await writeFile(join(dir, 'tokens', 'edge-1-index-repo'), 'the-index-repo-token');
+      const doc = {
+        apiVersion: 'kapp-lambda/v1',
+        kind: 'Cluster',
+        id: 'edge-1',
+        endpoint: 'https://127.0.0.1:1',
+        caData: Buffer.from(pem).toString('base64'),
+        auth: { kind: 'token', secrets: { 'index-repo': 'edge-1-index-repo' } },
+      };
+      await writeFile(join(dir, 'registry', 'clusters', 'edge-1.json'), JSON.stringify(doc));
+      const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = env;
+      const config = parseLambdaEnv('index-repo', {
+        ...noKube,
+        KAPP_LAMBDA_CLUSTER_REGISTRY: pathToFileURL(join(dir, 'registry')).href,
+        KAPP_LAMBDA_CLUSTER_SECRETS: pathToFileURL(join(dir, 'tokens')).href,
+      });
+      const clients = createAwsClients(config);
+      const deps = createLambdaDeps(config, clients, { log: memoryLogger() });
+      const ref = (clusterId: string): ObjectRef => ({
+        clusterId,
+        kind: 'PackageRepository',
+        apiVersion: 'packaging.carvel.dev/v1alpha1',
+        namespace: 'ns',
+        name: 'repo',
+        uid: 'u',
+        generation: 1,
+        resourceVersion: '1',
+      });
+      const time = new Date('2026-12-01T00:00:00Z');
+      await expect(deps.dispatch?.(objectEvent(ref('edge-2'), 'added', { time }), deps.pipeline)).rejects.toThrow(
+        UnknownClusterError,
+      );
+      // edge-1 is loaded: the stage runs and reaches the (closed) endpoint as the function identity.
+      await expect(deps.dispatch?.(objectEvent(ref('edge-1'), 'added', { time }), deps.pipeline)).rejects.toThrow(
+        KubeApiError,
+      );
+      expect(deps.pipeline.runtimeKubeconfig?.('edge-1')).toContain('the-index-repo-token');
+      expect(() => deps.pipeline.clusters.client('edge-1')).toThrow(
+        'the index-repo function may not use a full cluster client',
+      );
+      clients.s3.destroy();
+      clients.sqs.destroy();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('gives the install function no tool, no runtime identity and only its own queue to send to', async () => {

@@ -14,8 +14,11 @@
  * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template |
  * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of the index-repo function | optional |
  * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of the install function | optional |
- * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name) | required |
- * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve | all contexts |
+ * | `KAPP_LAMBDA_CLUSTER_REGISTRY` | the fleet's cluster registry: `s3://<bucket>/<prefix>` (documents `clusters/<id>.json` under it) or `file:///<dir>` | this or the kubeconfig |
+ * | `KAPP_LAMBDA_CLUSTER_SECRETS` | where `token` clusters' ServiceAccount tokens are: `aws-secretsmanager` or `file:///<dir>` | `aws-secretsmanager` |
+ * | `KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS` | how long a cluster document (and a token from the secret store) is used before it is read again | `60` |
+ * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name); the local and emulator setup | this or the registry |
+ * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve (kubeconfig only) | all contexts |
  * | `KAPP_LAMBDA_TMP_DIR` | absolute scratch directory root | `/tmp` |
  * | `KAPP_LAMBDA_BIN_DIR` | absolute directory of the layer's tools | `/opt/bin` |
  * | `KAPP_LAMBDA_TOOL_VERSIONS` | JSON object `{ "<bin>": "<version without v>" }` (render-cache key) | required |
@@ -54,6 +57,7 @@ import {
   required,
 } from '../api/env.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
+import { parseRegistryLocation, type RegistryLocation } from '../kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../transport/port.js';
@@ -95,7 +99,13 @@ export interface LambdaConfig {
   sqsEndpoint?: string;
   /** {@link queueUrlEnv}`(<stage>)`: every URL given (at least those of {@link NEXT_STAGES}). */
   queueUrls: Partial<Record<PipelineStage, string>>;
-  /** `KAPP_LAMBDA_KUBECONFIG`: path of the kubeconfig (never its contents). */
+  /**
+   * `KAPP_LAMBDA_CLUSTER_REGISTRY`, `KAPP_LAMBDA_CLUSTER_SECRETS` and
+   * `KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS`: the fleet's cluster registry. Exactly one of this
+   * and `kubeconfigPath` is set.
+   */
+  clusterRegistry?: ClusterRegistryConfig;
+  /** `KAPP_LAMBDA_KUBECONFIG`: path of the kubeconfig (never its contents); `''` when the registry is used. */
   kubeconfigPath: string;
   /** `KAPP_LAMBDA_CLUSTERS`; `undefined` serves every context. */
   clusterContexts?: string[];
@@ -126,6 +136,16 @@ export interface LambdaConfig {
   maxReceiveCount: number;
 }
 
+/** Where a function finds its clusters at run time (`../kube/fleet-registry.ts`). */
+export interface ClusterRegistryConfig {
+  /** The registry's documents. */
+  location: RegistryLocation;
+  /** `token` clusters' tokens: Secrets Manager, or files under a directory. */
+  secrets: { kind: 'aws-secretsmanager' } | { kind: 'dir'; root: string };
+  /** Document (and token) cache lifetime, ms. */
+  ttlMs: number;
+}
+
 /** The environment was not valid; `problems` lists `<VAR>: <problem>` for each bad variable. */
 export class ConfigError extends Error {
   override readonly name = 'ConfigError';
@@ -141,6 +161,19 @@ export class ConfigError extends Error {
 /** One optional URL variable per function with a queue. */
 const QUEUE_ENV_SCHEMA = Object.fromEntries(PIPELINE_STAGES.map((s) => [queueUrlEnv(s), optional(httpUrl)]));
 
+function validLocation(v: string): boolean {
+  try {
+    parseRegistryLocation(v);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const KUBECONFIG_PATH = z
+  .string({ error: 'required (path of a kubeconfig file)' })
+  .refine(isAbsolute, { error: 'expected an absolute path' });
+
 const EnvSchema = z.object({
   AWS_REGION: required(z.string({ error: 'required' }).regex(/^[a-z0-9-]+$/, { error: 'expected a region name' })),
   KAPP_LAMBDA_BUCKET: required(
@@ -152,11 +185,16 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_S3_ENDPOINT: optional(httpUrl),
   KAPP_LAMBDA_SQS_ENDPOINT: optional(httpUrl),
   ...QUEUE_ENV_SCHEMA,
-  KAPP_LAMBDA_KUBECONFIG: required(
-    z
-      .string({ error: 'required (path of a kubeconfig file)' })
-      .refine(isAbsolute, { error: 'expected an absolute path' }),
+  KAPP_LAMBDA_KUBECONFIG: required(KUBECONFIG_PATH),
+  KAPP_LAMBDA_CLUSTER_REGISTRY: optional(
+    z.string().refine(validLocation, { error: 'expected s3://bucket/prefix or file:///absolute/dir' }),
   ),
+  KAPP_LAMBDA_CLUSTER_SECRETS: optional(
+    z.string().refine((v) => v === 'aws-secretsmanager' || (validLocation(v) && v.startsWith('file:')), {
+      error: 'expected aws-secretsmanager or file:///absolute/dir',
+    }),
+  ),
+  KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS: optional(intText(1, 3600)),
   KAPP_LAMBDA_CLUSTERS: optional(
     z
       .string()
@@ -204,13 +242,19 @@ const EnvSchema = z.object({
  *   naming every bad variable. Values are never echoed (a misplaced secret stays out of logs).
  */
 export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string, string | undefined>>): LambdaConfig {
-  const r = EnvSchema.safeParse(env);
+  // The kubeconfig is required unless the fleet's cluster registry is used.
+  const hasRegistry = blankToUndefined(env.KAPP_LAMBDA_CLUSTER_REGISTRY) !== undefined;
+  const schema = hasRegistry ? EnvSchema.extend({ KAPP_LAMBDA_KUBECONFIG: optional(KUBECONFIG_PATH) }) : EnvSchema;
+  const r = schema.safeParse(env);
   const problems: string[] = [];
   if (!r.success) {
     for (const i of r.error.issues) {
       const line = envProblem(i);
       if (!problems.includes(line)) problems.push(line);
     }
+  }
+  if (hasRegistry && blankToUndefined(env.KAPP_LAMBDA_KUBECONFIG) !== undefined) {
+    problems.push('KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both');
   }
   for (const next of NEXT_STAGES[stage] ?? []) {
     const name = queueUrlEnv(next);
@@ -241,7 +285,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     bucket: e.KAPP_LAMBDA_BUCKET,
     bucketPrefix: e.KAPP_LAMBDA_BUCKET_PREFIX,
     queueUrls,
-    kubeconfigPath: e.KAPP_LAMBDA_KUBECONFIG,
+    kubeconfigPath: e.KAPP_LAMBDA_KUBECONFIG ?? '',
     tmpDir: e.KAPP_LAMBDA_TMP_DIR,
     binDir: e.KAPP_LAMBDA_BIN_DIR,
     hardenAddon: e.KAPP_LAMBDA_HARDEN_ADDON,
@@ -254,6 +298,15 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   };
   if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
   if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;
+  if (e.KAPP_LAMBDA_CLUSTER_REGISTRY) {
+    const secrets = e.KAPP_LAMBDA_CLUSTER_SECRETS;
+    const dir = secrets?.startsWith('file:') ? parseRegistryLocation(secrets) : undefined;
+    config.clusterRegistry = {
+      location: parseRegistryLocation(e.KAPP_LAMBDA_CLUSTER_REGISTRY),
+      secrets: dir?.kind === 'dir' ? { kind: 'dir', root: dir.root } : { kind: 'aws-secretsmanager' },
+      ttlMs: (e.KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS ?? 60) * 1000,
+    };
+  }
   if (e.KAPP_LAMBDA_CLUSTERS) config.clusterContexts = e.KAPP_LAMBDA_CLUSTERS;
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
   if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;

@@ -86,7 +86,10 @@ export interface EntryDeps {
   sender: EventSender;
   /** The function's logger (the handler adds `messageId` and `awsRequestId` bindings). */
   log: Logger;
-  /** Runs one stage; default `dispatchEvent` (unit tests of this module replace it). */
+  /**
+   * Runs one stage; default `dispatchEvent` (unit tests of this module replace it; the Lambda
+   * composition root wraps it to load the record's cluster from the fleet registry first).
+   */
   dispatch?: (event: KappEvent, deps: DispatchDeps) => Promise<KappEvent | undefined>;
   /**
    * The queue's redrive `maxReceiveCount`: a record received this many times is on its last

@@ -31,6 +31,7 @@ export {
   createLambdaLogger,
   FUNCTION_ACCESS,
   type FunctionAccess,
+  fleetClusterRegistry,
   kubeconfigClusterRegistry,
   type LambdaDepsOverrides,
   lambdaEntry,

@@ -6,28 +6,39 @@
  * Ports on Lambda: S3 ({@link S3Store}) for artifacts, SQS FIFO ({@link SqsEventSender}) for
  * hand-offs, the command runner over the layer's tools at `/opt/bin` (allow-list: the
  * stage's tools only, `STAGE_TOOLS`), pino to stdout (CloudWatch Logs), and a cluster registry
- * from a kubeconfig file narrowed to what the stage may do ({@link stageClusterRegistry},
- * {@link FUNCTION_ACCESS}).
+ * (the fleet's documents in S3, {@link fleetClusterRegistry}, or a kubeconfig file) narrowed to
+ * what the stage may do ({@link stageClusterRegistry}, {@link FUNCTION_ACCESS}).
  *
  * @module
  */
 import path from 'node:path';
 import { S3Client } from '@aws-sdk/client-s3';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
+import { defaultProvider } from '@aws-sdk/credential-provider-node';
 import pino from 'pino';
-import { targetFunction } from '../../../events/schema.js';
+import { objectRefOf, targetFunction } from '../../../events/schema.js';
 import { type ClusterKeyring, DerivedKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
 import { hardenProcess } from '../exec/harden.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
+import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
+import { StoreClusterRegistry } from '../kube/fleet-registry.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.js';
 import type { Logger } from '../log.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
-import type { DispatchDeps } from '../pipeline/dispatch.js';
+import { type DispatchDeps, dispatchEvent } from '../pipeline/dispatch.js';
+import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
-import { CONTROLLER_VERSION, ConfigError, type LambdaConfig, parseLambdaEnv } from './config.js';
+import {
+  type ClusterRegistryConfig,
+  CONTROLLER_VERSION,
+  ConfigError,
+  type LambdaConfig,
+  parseLambdaEnv,
+} from './config.js';
 import { type EntryDeps, makeSqsHandler, type SqsHandler } from './handler.js';
 import { lambdaBootstrap } from './runtime-api.js';
 
@@ -112,6 +123,7 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
   const installView = registry.installView?.bind(registry);
   return {
     clusterIds: () => registry.clusterIds(),
+    ...(registry.prepare ? { prepare: registry.prepare.bind(registry) } : {}),
     fetchView: (clusterId) => registry.fetchView(clusterId),
     deployView: FUNCTION_ACCESS[stage].deployView
       ? (clusterId) => registry.deployView(clusterId)
@@ -128,16 +140,8 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  * The clusters a function serves: every context (or `clusterContexts`) of the kubeconfig at
  * `kubeconfigPath`, cluster id = context name.
  *
- * This is the local and emulator setup. In production the file is replaced by the fleet's
- * cluster registry (future work): each cluster's API server endpoint and CA come from the
- * registry (e.g. a parameter or an AWS Secrets Manager secret per cluster), and the
- * function's identity in each cluster is a narrowly scoped ServiceAccount token (fetch and
- * template: read Apps and the Secrets/ConfigMaps they reference, patch App status; deploy:
- * additionally finalizers and `serviceaccounts/token`; index-repo: PackageRepositories, and what
- * kapp needs to deploy Packages and PackageMetadatas as that identity, and creating Secrets (the
- * repository's placeholder `<name>-fetch-0`); install: PackageInstalls,
- * Packages, Apps and Secrets of the namespaces it serves), minted short-lived —
- * never a long-lived admin credential. Whatever the source, fetch and template only ever see the
+ * This is the local and emulator setup; a fleet uses {@link fleetClusterRegistry} instead
+ * (`KAPP_LAMBDA_CLUSTER_REGISTRY`). Whatever the source, fetch and template only ever see the
  * FetchView ({@link stageClusterRegistry}).
  *
  * @throws Error `loading kubeconfig <path>` when the file cannot be read or parsed (its
@@ -150,6 +154,34 @@ export function kubeconfigClusterRegistry(
     config.kubeconfigPath,
     config.clusterContexts ? { contexts: config.clusterContexts } : {},
   );
+}
+
+/**
+ * The clusters a function serves from the fleet's cluster registry
+ * (`KAPP_LAMBDA_CLUSTER_REGISTRY`, `../kube/fleet-registry.ts`), as the function's own stage
+ * identity: on EKS the function role (the SDK's default credentials, mapped in each cluster by an
+ * access entry to `kapp-lambda:<stage>`), otherwise the stage's ServiceAccount token from Secrets
+ * Manager (or a directory). Documents are read from S3 with the function's S3 client (any bucket
+ * the role may read), or from a local directory.
+ */
+export function fleetClusterRegistry(
+  config: Pick<LambdaConfig, 'stage' | 'region' | 's3Endpoint'> & { clusterRegistry: ClusterRegistryConfig },
+  clients: Pick<AwsClients, 's3'>,
+): StoreClusterRegistry {
+  const { location, secrets, ttlMs } = config.clusterRegistry;
+  return new StoreClusterRegistry({
+    store:
+      location.kind === 's3'
+        ? new S3Store({ client: clients.s3, bucket: location.bucket, prefix: location.prefix })
+        : new LocalDirStore(location.root),
+    stage: config.stage,
+    credentials: defaultProvider(),
+    secrets:
+      secrets.kind === 'dir'
+        ? new DirSecretStore(secrets.root)
+        : new SecretsManagerSecretStore(new SecretsManagerClient({ region: config.region })),
+    ttlMs,
+  });
 }
 
 /** Overrides of {@link createLambdaDeps} (tests, or a different cluster source). */
@@ -217,7 +249,11 @@ export function createLambdaDeps(
   overrides: LambdaDepsOverrides = {},
 ): EntryDeps {
   const log = overrides.log ?? createLambdaLogger(config);
-  const registry = overrides.clusters ?? kubeconfigClusterRegistry(config);
+  const fleet =
+    overrides.clusters || !config.clusterRegistry
+      ? undefined
+      : fleetClusterRegistry({ ...config, clusterRegistry: config.clusterRegistry }, clients);
+  const registry = overrides.clusters ?? fleet ?? kubeconfigClusterRegistry(config);
   const pipeline: DispatchDeps = createPipelineDeps({
     clusters: stageClusterRegistry(registry, config.stage),
     discovery: registry,
@@ -245,13 +281,23 @@ export function createLambdaDeps(
     },
   });
   if (FUNCTION_ACCESS[config.stage].runtimeIdentity) {
-    pipeline.runtimeKubeconfig = overrides.runtimeKubeconfig ?? runtimeKubeconfigs(config.kubeconfigPath);
+    pipeline.runtimeKubeconfig =
+      overrides.runtimeKubeconfig ??
+      (fleet ? (clusterId) => fleet.runtimeKubeconfig(clusterId) : runtimeKubeconfigs(config.kubeconfigPath));
   }
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
   pipeline.emit = async (events) => {
     for (const event of events) await sender.send(targetFunction(event), event);
   };
-  return { pipeline, sender, log, maxAttempts: config.maxReceiveCount };
+  // A registry that looks clusters up at run time loads the record's cluster before the stage.
+  const prepare = registry.prepare?.bind(registry);
+  const dispatch: EntryDeps['dispatch'] = prepare
+    ? async (event, deps) => {
+        await prepare(objectRefOf(event).clusterId);
+        return dispatchEvent(event, deps);
+      }
+    : undefined;
+  return { pipeline, sender, log, maxAttempts: config.maxReceiveCount, ...(dispatch ? { dispatch } : {}) };
 }
 
 /**

@@ -547,6 +547,14 @@ export interface ClusterRegistry {
    * @throws UnknownClusterError
    */
   installView?(clusterId: string): InstallView;
+  /**
+   * Loads a cluster before its views are used, for registries that look clusters up at run
+   * time (`fleet-registry.ts`); absent when every cluster is known up front. Callers run it
+   * once per record, before the stage.
+   *
+   * @throws UnknownClusterError
+   */
+  prepare?(clusterId: string): Promise<void>;
 }
 
 /** Options of the error classes below. */

@@ -26,7 +26,8 @@ import {
 import { ClientNodeRestTransport, ClientNodeWatchTransport } from './transport.js';
 import { deployViewOf, fetchViewOf, installViewOf, leaseViewOf, watchViewOf } from './views.js';
 
-interface Entry {
+/** A cluster's client and its capability views, built once per client. */
+export interface ClusterViews {
   client: KubeClient;
   fetch: FetchView;
   deploy: DeployView;
@@ -35,26 +36,72 @@ interface Entry {
   install: InstallView;
 }
 
+/** The views of a client (each a distinct frozen object, see `views.ts`). */
+export function clusterViewsOf(client: KubeClient): ClusterViews {
+  return {
+    client,
+    fetch: fetchViewOf(client),
+    deploy: deployViewOf(client),
+    watch: watchViewOf(client),
+    lease: leaseViewOf(client),
+    install: installViewOf(client),
+  };
+}
+
+/**
+ * A {@link ClusterRegistry} that serves each cluster's {@link ClusterViews}; subclasses say where
+ * a cluster's views come from.
+ */
+export abstract class ViewsClusterRegistry implements ClusterRegistry {
+  /**
+   * The views of a known cluster.
+   *
+   * @throws UnknownClusterError
+   */
+  protected abstract views(clusterId: string): ClusterViews;
+
+  /** {@inheritDoc ClusterRegistry.clusterIds} */
+  abstract clusterIds(): string[];
+
+  /** {@inheritDoc ClusterRegistry.client} */
+  client(clusterId: string): KubeClient {
+    return this.views(clusterId).client;
+  }
+
+  /** {@inheritDoc ClusterRegistry.fetchView} */
+  fetchView(clusterId: string): FetchView {
+    return this.views(clusterId).fetch;
+  }
+
+  /** {@inheritDoc ClusterRegistry.deployView} */
+  deployView(clusterId: string): DeployView {
+    return this.views(clusterId).deploy;
+  }
+
+  /** {@inheritDoc ClusterRegistry.watchView} */
+  watchView(clusterId: string): WatchView {
+    return this.views(clusterId).watch;
+  }
+
+  /** {@inheritDoc ClusterRegistry.installView} */
+  installView(clusterId: string): InstallView {
+    return this.views(clusterId).install;
+  }
+}
+
 /** A {@link ClusterRegistry} over given clients; views are built once per cluster. */
-export class MapClusterRegistry implements ClusterRegistry {
-  readonly #entries = new Map<string, Entry>();
+export class MapClusterRegistry extends ViewsClusterRegistry {
+  readonly #entries = new Map<string, ClusterViews>();
 
   /** @param clients cluster id → client (iteration order does not matter; ids are sorted). */
   constructor(clients: ReadonlyMap<string, KubeClient> | Readonly<Record<string, KubeClient>>) {
+    super();
     const pairs = clients instanceof Map ? [...clients.entries()] : Object.entries(clients);
-    for (const [id, client] of pairs) {
-      this.#entries.set(id, {
-        client,
-        fetch: fetchViewOf(client),
-        deploy: deployViewOf(client),
-        watch: watchViewOf(client),
-        lease: leaseViewOf(client),
-        install: installViewOf(client),
-      });
-    }
+    for (const [id, client] of pairs) this.#entries.set(id, clusterViewsOf(client));
   }
 
-  #entry(clusterId: string): Entry {
+  /** {@inheritDoc ViewsClusterRegistry.views} */
+  protected views(clusterId: string): ClusterViews {
     const entry = this.#entries.get(clusterId);
     if (!entry) throw new UnknownClusterError(clusterId);
     return entry;
@@ -65,31 +112,6 @@ export class MapClusterRegistry implements ClusterRegistry {
     return [...this.#entries.keys()].sort();
   }
 
-  /** {@inheritDoc ClusterRegistry.client} */
-  client(clusterId: string): KubeClient {
-    return this.#entry(clusterId).client;
-  }
-
-  /** {@inheritDoc ClusterRegistry.fetchView} */
-  fetchView(clusterId: string): FetchView {
-    return this.#entry(clusterId).fetch;
-  }
-
-  /** {@inheritDoc ClusterRegistry.deployView} */
-  deployView(clusterId: string): DeployView {
-    return this.#entry(clusterId).deploy;
-  }
-
-  /** {@inheritDoc ClusterRegistry.watchView} */
-  watchView(clusterId: string): WatchView {
-    return this.#entry(clusterId).watch;
-  }
-
-  /** {@inheritDoc ClusterRegistry.installView} */
-  installView(clusterId: string): InstallView {
-    return this.#entry(clusterId).install;
-  }
-
   /**
    * The Lease view of a cluster, for the leader election of a runtime that hosts forwarders
    * (`events/forwarder/leader.ts`). Not part of {@link ClusterRegistry}: stage functions
@@ -98,7 +120,7 @@ export class MapClusterRegistry implements ClusterRegistry {
    * @throws UnknownClusterError
    */
   leaseView(clusterId: string): LeaseView {
-    return this.#entry(clusterId).lease;
+    return this.views(clusterId).lease;
   }
 }
 

@@ -74,10 +74,17 @@ export interface WatchTransport {
  */
 export class ClientNodeRestTransport implements RestTransport {
   readonly #configuration: Configuration;
+  readonly #bearer: (() => Promise<string>) | undefined;
 
-  /** @param configuration as passed by `KubeConfig.makeApiClient`. */
-  constructor(configuration: Configuration) {
+  /**
+   * @param configuration as passed by `KubeConfig.makeApiClient`.
+   * @param bearer - when given, each request's `Authorization: Bearer <token>` comes from it
+   *   (asked per request, so a short-lived token is replaced as it expires; the cluster
+   *   registry's tokens), after the kubeconfig's own authentication.
+   */
+  constructor(configuration: Configuration, bearer?: () => Promise<string>) {
     this.#configuration = configuration;
+    this.#bearer = bearer;
   }
 
   /** {@inheritDoc RestTransport.send} */
@@ -93,6 +100,7 @@ export class ClientNodeRestTransport implements RestTransport {
       context.setBody(JSON.stringify(request.body));
     }
     await config.authMethods.default?.applySecurityAuthentication(context);
+    if (this.#bearer) context.setHeaderParam('Authorization', `Bearer ${await this.#bearer()}`);
     const response = await config.httpApi.send(context).toPromise();
     const text = await response.body.text();
     return { statusCode: response.httpStatusCode, body: parseBody(text) };

@@ -1,0 +1,257 @@
+/**
+ * The fleet's cluster registry, read at run time: one document per cluster
+ * (`clusters/<id>.json`, `cluster-doc.ts`) in an object store (S3 for the functions, a
+ * directory for the embedded mode and tests), so one function deployment serves every
+ * registered cluster and a new cluster needs no redeploy.
+ *
+ * Each function authenticates as its own stage identity ({@link StoreClusterRegistryOptions.stage}):
+ * on EKS its IAM role (mapped by an access entry to the group `kapp-lambda:<stage>`), otherwise
+ * the ServiceAccount token the document names for that stage. What each identity may do is
+ * the RBAC in `infra/rbac/`.
+ *
+ * The {@link ClusterRegistry} interface is synchronous: {@link StoreClusterRegistry.prepare}
+ * loads a cluster (document, client, a current token) before a record of that cluster runs, and
+ * the views then use what it loaded. Documents are read again after a short TTL; a removed
+ * document makes the cluster unknown again.
+ *
+ * @module
+ */
+import {
+  type ApiConstructor,
+  type ApiType,
+  type Configuration,
+  KubeConfig,
+  type Cluster as KubeConfigCluster,
+} from '@kubernetes/client-node';
+import type { AwsCredentialIdentityProvider } from '@smithy/types';
+import type { ObjectStore } from '../store/port.js';
+import type { PipelineStage } from '../transport/port.js';
+import { type BearerSource, type BearerToken, EksTokenSource, type SecretStore, SecretTokenSource } from './bearer.js';
+import { KubeApiClient } from './client.js';
+import {
+  CLUSTER_ID_PATTERN,
+  type ClusterDoc,
+  clusterDocKey,
+  MAX_CLUSTER_DOC_BYTES,
+  parseClusterDoc,
+} from './cluster-doc.js';
+import { type ApiServerInfo, type ClusterRegistry, UnknownClusterError } from './port.js';
+import { type ClusterViews, clusterViewsOf, ViewsClusterRegistry } from './registry.js';
+import { ClientNodeRestTransport, ClientNodeWatchTransport, type WatchTransport } from './transport.js';
+
+/** Default {@link StoreClusterRegistryOptions.ttlMs}: 60 s. */
+export const DEFAULT_CLUSTER_TTL_MS = 60_000;
+
+/** Default {@link StoreClusterRegistryOptions.runtimeTokenValidityMs}: 10 minutes. */
+export const DEFAULT_RUNTIME_TOKEN_VALIDITY_MS = 10 * 60_000;
+
+/** Options of {@link StoreClusterRegistry}. */
+export interface StoreClusterRegistryOptions {
+  /** Where the documents are (`clusters/<id>.json` under the store's root). */
+  store: ObjectStore;
+  /** The function this registry serves: its identity in each cluster. */
+  stage: PipelineStage;
+  /** The function role's AWS credentials, for `eks` clusters (the SDK's default chain on Lambda). */
+  credentials?: AwsCredentialIdentityProvider;
+  /** Where `token` clusters' ServiceAccount tokens are (Secrets Manager on Lambda). */
+  secrets?: SecretStore;
+  /** How long a loaded document (and a token read from the secret store) is used before it is read again, ms. */
+  ttlMs?: number;
+  /**
+   * How long the token in {@link StoreClusterRegistry.runtimeKubeconfig} must still be valid
+   * when `prepare` returns, ms: the longest a tool holding it (kapp) runs. Default 10 minutes.
+   */
+  runtimeTokenValidityMs?: number;
+  /** Clock; default `() => new Date()`. */
+  now?: () => Date;
+}
+
+interface Entry extends ClusterViews {
+  text: string;
+  doc: ClusterDoc;
+  loadedAt: number;
+  bearer: BearerSource;
+  current?: BearerToken;
+}
+
+/** The kubeconfig cluster entry of a document. */
+function kubeConfigCluster(doc: ClusterDoc): KubeConfigCluster {
+  return {
+    name: doc.id,
+    server: doc.endpoint,
+    caData: doc.caData,
+    skipTLSVerify: false,
+    ...(doc.tlsServerName ? { tlsServerName: doc.tlsServerName } : {}),
+  };
+}
+
+/** A KubeConfig for one document, authenticated with `token` when given (none: the bearer is added per request). */
+function kubeConfigOf(doc: ClusterDoc, token?: string): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [kubeConfigCluster(doc)],
+    users: [{ name: 'kapp-lambda', ...(token ? { token } : {}) }],
+    contexts: [{ name: doc.id, cluster: doc.id, user: 'kapp-lambda' }],
+    currentContext: doc.id,
+  });
+  return kc;
+}
+
+/** Watches with a token asked for per watch (a new KubeConfig each time: client-node's Watch reads it once). */
+class BearerWatchTransport implements WatchTransport {
+  constructor(
+    readonly doc: ClusterDoc,
+    readonly bearer: BearerSource,
+  ) {}
+
+  /** {@inheritDoc WatchTransport.stream} */
+  async stream(
+    path: string,
+    query: Record<string, string | number | boolean | undefined>,
+    onLine: (type: string, object: unknown) => void,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const { token } = await this.bearer.token();
+    return new ClientNodeWatchTransport(kubeConfigOf(this.doc, token)).stream(path, query, onLine, signal);
+  }
+}
+
+/**
+ * A {@link ClusterRegistry} over the cluster documents of an object store, for one stage's
+ * identity. Call {@link prepare} for a cluster before using its views.
+ */
+export class StoreClusterRegistry extends ViewsClusterRegistry {
+  readonly #options: StoreClusterRegistryOptions;
+  readonly #entries = new Map<string, Entry>();
+  readonly #loading = new Map<string, Promise<void>>();
+
+  /** See {@link StoreClusterRegistryOptions}. */
+  constructor(options: StoreClusterRegistryOptions) {
+    super();
+    this.#options = options;
+  }
+
+  #now(): number {
+    return (this.#options.now ?? (() => new Date()))().getTime();
+  }
+
+  /** This stage's token source for a document. @throws Error when the document gives this stage no identity. */
+  #bearerOf(doc: ClusterDoc): BearerSource {
+    const { stage } = this.#options;
+    if (doc.auth.kind === 'eks') {
+      if (!this.#options.credentials) throw new Error(`cluster ${doc.id}: eks auth needs AWS credentials`);
+      return new EksTokenSource({
+        clusterName: doc.auth.clusterName,
+        region: doc.auth.region,
+        credentials: this.#options.credentials,
+        ...(this.#options.now ? { now: this.#options.now } : {}),
+      });
+    }
+    const name = doc.auth.secrets[stage];
+    if (!name) throw new Error(`cluster ${doc.id} has no token for the ${stage} function`);
+    if (!this.#options.secrets) throw new Error(`cluster ${doc.id}: token auth needs a secret store`);
+    return new SecretTokenSource({
+      store: this.#options.secrets,
+      name,
+      ttlMs: this.#options.ttlMs ?? DEFAULT_CLUSTER_TTL_MS,
+      ...(this.#options.now ? { now: this.#options.now } : {}),
+    });
+  }
+
+  #build(text: string, doc: ClusterDoc): Entry {
+    const bearer = this.#bearerOf(doc);
+    const apiServer: ApiServerInfo = {
+      server: doc.endpoint,
+      caData: doc.caData,
+      ...(doc.tlsServerName ? { tlsServerName: doc.tlsServerName } : {}),
+    };
+    const token = async () => (await bearer.token()).token;
+    const Rest = class extends ClientNodeRestTransport {
+      constructor(configuration: Configuration) {
+        super(configuration, token);
+      }
+    };
+    const client = new KubeApiClient({
+      rest: kubeConfigOf(doc).makeApiClient(Rest as unknown as ApiConstructor<ApiType & ClientNodeRestTransport>),
+      watch: new BearerWatchTransport(doc, bearer),
+      apiServer,
+    });
+    return { ...clusterViewsOf(client), text, doc, loadedAt: this.#now(), bearer };
+  }
+
+  async #load(clusterId: string): Promise<void> {
+    const key = clusterDocKey(clusterId);
+    const body = await this.#options.store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
+    if (body === undefined) {
+      this.#entries.delete(clusterId);
+      return;
+    }
+    const text = body.toString('utf8');
+    const old = this.#entries.get(clusterId);
+    if (old && old.text === text) {
+      old.loadedAt = this.#now();
+      return;
+    }
+    // A changed (or newly invalid) document replaces (or drops) the old entry and its tokens.
+    this.#entries.delete(clusterId);
+    this.#entries.set(clusterId, this.#build(text, parseClusterDoc(key, text)));
+  }
+
+  /**
+   * Loads a cluster for use: its document (read again when older than the TTL), its client and
+   * a token of this stage's identity valid for `runtimeTokenValidityMs`. Concurrent calls for
+   * one cluster share one read.
+   *
+   * @throws UnknownClusterError when no document exists for the id (or the id is not a DNS-1123 label).
+   * @throws InvalidClusterDocumentError when the document is not valid.
+   * @throws Error when the document gives this stage no identity, or its token cannot be had
+   *   (secret store, credentials); StoreError when the store cannot be read.
+   */
+  async prepare(clusterId: string): Promise<void> {
+    if (!CLUSTER_ID_PATTERN.test(clusterId)) throw new UnknownClusterError(clusterId);
+    const entry = this.#entries.get(clusterId);
+    const ttl = this.#options.ttlMs ?? DEFAULT_CLUSTER_TTL_MS;
+    if (!entry || this.#now() - entry.loadedAt >= ttl) {
+      let loading = this.#loading.get(clusterId);
+      if (!loading) {
+        loading = this.#load(clusterId).finally(() => this.#loading.delete(clusterId));
+        this.#loading.set(clusterId, loading);
+      }
+      await loading;
+    }
+    const loaded = this.#entry(clusterId);
+    loaded.current = await loaded.bearer.token(
+      this.#options.runtimeTokenValidityMs ?? DEFAULT_RUNTIME_TOKEN_VALIDITY_MS,
+    );
+  }
+
+  #entry(clusterId: string): Entry {
+    const entry = this.#entries.get(clusterId);
+    if (!entry) throw new UnknownClusterError(clusterId);
+    return entry;
+  }
+
+  /** {@inheritDoc ViewsClusterRegistry.views} */
+  protected views(clusterId: string): ClusterViews {
+    return this.#entry(clusterId);
+  }
+
+  /** The clusters loaded so far (by {@link prepare}), sorted: the registry is not listed at run time. */
+  clusterIds(): string[] {
+    return [...this.#entries.keys()].sort();
+  }
+
+  /**
+   * This stage's identity in a prepared cluster as a self-contained kubeconfig (endpoint, CA,
+   * the token `prepare` made valid for `runtimeTokenValidityMs`), for a tool acting as the
+   * runtime (kapp deploying a PackageRepository's packages). Holds a credential: hand it only
+   * to a tool's environment.
+   *
+   * @throws UnknownClusterError when the cluster was not prepared.
+   */
+  runtimeKubeconfig(clusterId: string): string {
+    const entry = this.#entry(clusterId);
+    if (!entry.current) throw new UnknownClusterError(clusterId);
+    return kubeConfigOf(entry.doc, entry.current.token).exportConfig();
+  }
+}

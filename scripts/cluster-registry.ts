@@ -1,0 +1,309 @@
+/**
+ * `npm run cluster -- <command>`: the fleet's cluster registry (the documents the functions read
+ * at run time, `functions/lib/kube/cluster-doc.ts`).
+ *
+ * ```
+ * npm run cluster -- add <id> --endpoint https://… --ca-file ca.pem --auth eks \
+ *     --eks-cluster-name NAME --region REGION [--function-role <stage>=<role arn> …]
+ * npm run cluster -- add <id> --endpoint https://… --ca-file ca.pem --auth token \
+ *     [--secret-prefix kapp-lambda/<id>/] [--identity-namespace kapp-lambda]
+ * npm run cluster -- list
+ * npm run cluster -- remove <id>
+ * ```
+ *
+ * Every command takes `--registry s3://<bucket>/<prefix>` or `file:///<dir>`, default
+ * `$KAPP_LAMBDA_CLUSTER_REGISTRY` (the functions' variable); S3 is reached as the functions do
+ * (`AWS_REGION`, `KAPP_LAMBDA_S3_ENDPOINT`, the SDK's default credentials). `add` writes the
+ * document, prints the RBAC manifests the cluster needs (`infra/rbac/`) on stdout, and the
+ * steps that map each function's identity (EKS access entries, or the token copies) on stderr.
+ *
+ * @module
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { S3Client } from '@aws-sdk/client-s3';
+import { parseAllDocuments, stringify } from 'yaml';
+import {
+  CLUSTER_DOC_API_VERSION,
+  CLUSTER_DOC_PREFIX,
+  type ClusterDoc,
+  clusterDocKey,
+  MAX_CLUSTER_DOC_BYTES,
+  parseClusterDoc,
+  parseRegistryLocation,
+} from '../functions/lib/kube/cluster-doc.js';
+import { LocalDirStore } from '../functions/lib/store/local.js';
+import type { ObjectStore } from '../functions/lib/store/port.js';
+import { S3Store } from '../functions/lib/store/s3.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../functions/lib/transport/port.js';
+
+/** Directory of the RBAC manifests, one file per function plus `token-identities.yml`. */
+export const RBAC_DIR = path.resolve(import.meta.dirname, '../infra/rbac');
+
+/** The Kubernetes group a function's identity is mapped to: `kapp-lambda:<stage>`. */
+export function stageGroup(stage: PipelineStage): string {
+  return `kapp-lambda:${stage}`;
+}
+
+/** The ServiceAccount of a function's identity for `token` clusters: `kapp-lambda-<stage>`. */
+export function stageServiceAccount(stage: PipelineStage): string {
+  return `kapp-lambda-${stage}`;
+}
+
+/** Options of {@link rbacManifests}. */
+export interface RbacOptions {
+  /** Include the ServiceAccounts and token Secrets of `token` auth. Default false. */
+  tokenIdentities?: boolean;
+  /** Namespace of those ServiceAccounts (and the bindings' ServiceAccount subjects). Default `kapp-lambda`. */
+  identityNamespace?: string;
+}
+
+/**
+ * The RBAC manifests of `infra/rbac/` as objects: per function a ClusterRole and a
+ * ClusterRoleBinding to its group and ServiceAccount, and for token auth the identities
+ * themselves. The files are the source; only the identity namespace is substituted.
+ *
+ * @throws Error when a file cannot be read or parsed.
+ */
+export async function rbacManifests(options: RbacOptions = {}): Promise<Record<string, unknown>[]> {
+  const ns = options.identityNamespace ?? 'kapp-lambda';
+  const files = [
+    ...PIPELINE_STAGES.map((s) => `${s}.yml`),
+    ...(options.tokenIdentities ? ['token-identities.yml'] : []),
+  ];
+  const out: Record<string, unknown>[] = [];
+  for (const file of files) {
+    for (const doc of parseAllDocuments(await readFile(path.join(RBAC_DIR, file), 'utf8'))) {
+      if (doc.errors.length > 0) throw new Error(`parsing ${file}: ${doc.errors[0]?.message}`);
+      const o = doc.toJS() as {
+        kind: string;
+        metadata: { name: string; namespace?: string };
+        subjects?: { kind: string; namespace?: string }[];
+      };
+      if (o.kind === 'Namespace') o.metadata.name = ns;
+      else if (o.metadata.namespace) o.metadata.namespace = ns;
+      for (const s of o.subjects ?? []) if (s.kind === 'ServiceAccount') s.namespace = ns;
+      out.push(o);
+    }
+  }
+  return out;
+}
+
+/** The store behind a registry location (S3 as the functions reach it, or a directory). */
+export function registryStore(location: string, env: NodeJS.ProcessEnv = process.env): ObjectStore {
+  const loc = parseRegistryLocation(location);
+  if (loc.kind === 'dir') return new LocalDirStore(loc.root);
+  const endpoint = env.KAPP_LAMBDA_S3_ENDPOINT;
+  const client = new S3Client({
+    ...(env.AWS_REGION ? { region: env.AWS_REGION } : {}),
+    ...(endpoint ? { endpoint, forcePathStyle: true } : {}),
+  });
+  return new S3Store({ client, bucket: loc.bucket, prefix: loc.prefix });
+}
+
+/** Input of {@link clusterDocOf}. */
+export interface AddInput {
+  id: string;
+  endpoint: string;
+  /** PEM bundle of the API server's CA. */
+  caPem: string;
+  tlsServerName?: string;
+  auth:
+    | { kind: 'eks'; clusterName: string; region: string }
+    | { kind: 'token' /** Default `kapp-lambda/<id>/`. */; secretPrefix?: string };
+}
+
+/**
+ * The validated document for a cluster.
+ *
+ * @throws InvalidClusterDocumentError naming the bad fields.
+ */
+export function clusterDocOf(input: AddInput): ClusterDoc {
+  const auth =
+    input.auth.kind === 'eks'
+      ? input.auth
+      : {
+          kind: 'token' as const,
+          secrets: Object.fromEntries(
+            PIPELINE_STAGES.map((s) => [
+              s,
+              `${input.auth.kind === 'token' ? (input.auth.secretPrefix ?? `kapp-lambda/${input.id}/`) : ''}${s}`,
+            ]),
+          ),
+        };
+  const doc = {
+    apiVersion: CLUSTER_DOC_API_VERSION,
+    kind: 'Cluster',
+    id: input.id,
+    endpoint: input.endpoint,
+    caData: Buffer.from(input.caPem, 'utf8').toString('base64'),
+    ...(input.tlsServerName ? { tlsServerName: input.tlsServerName } : {}),
+    auth,
+  };
+  return parseClusterDoc(clusterDocKey(input.id), JSON.stringify(doc));
+}
+
+/** Writes a cluster's document (replacing an older one). */
+export async function putCluster(store: ObjectStore, doc: ClusterDoc): Promise<string> {
+  const key = clusterDocKey(doc.id);
+  await store.put(key, `${JSON.stringify(doc, null, 2)}\n`);
+  return key;
+}
+
+/** One line of `list`: the id, endpoint and auth kind, or why the document is invalid. Never the CA. */
+export async function listClusters(store: ObjectStore): Promise<string[]> {
+  const lines: string[] = [];
+  let after: string | undefined;
+  for (;;) {
+    const keys = await store.list(CLUSTER_DOC_PREFIX, after ? { startAfter: after } : {});
+    for (const key of keys) {
+      if (!key.endsWith('.json')) continue;
+      const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
+      if (!body) continue;
+      try {
+        const doc = parseClusterDoc(key, body);
+        const how = doc.auth.kind === 'eks' ? `eks ${doc.auth.clusterName} ${doc.auth.region}` : 'token';
+        lines.push(`${doc.id}\t${doc.endpoint}\t${how}`);
+      } catch (err) {
+        lines.push(`${key}\tINVALID\t${(err as Error).message}`);
+      }
+    }
+    if (keys.length < 1000) return lines;
+    after = keys[keys.length - 1];
+  }
+}
+
+/** The steps that give each function its identity in the cluster (printed by `add`). */
+export function identitySteps(
+  doc: ClusterDoc,
+  roles: Partial<Record<PipelineStage, string>>,
+  identityNs: string,
+): string {
+  const lines: string[] = [];
+  if (doc.auth.kind === 'eks') {
+    lines.push(`# Map each function's IAM role to its group (the cluster's authentication mode must include API):`);
+    for (const s of PIPELINE_STAGES) {
+      const arn = roles[s] ?? `<${s}-function-role-arn>`;
+      lines.push(
+        `aws eks create-access-entry --region ${doc.auth.region} --cluster-name ${doc.auth.clusterName} --type STANDARD --principal-arn ${arn} --kubernetes-groups ${stageGroup(s)}`,
+      );
+    }
+  } else {
+    lines.push(
+      `# Store each function's ServiceAccount token where the document names it (after applying the manifests):`,
+    );
+    for (const s of PIPELINE_STAGES) {
+      const name = doc.auth.secrets[s];
+      lines.push(
+        `kubectl -n ${identityNs} get secret ${stageServiceAccount(s)}-token -o 'jsonpath={.data.token}' | base64 -d | aws secretsmanager create-secret --name ${name} --secret-string file:///dev/stdin`,
+      );
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+const USAGE = `usage:
+  npm run cluster -- add <id> --endpoint https://… --ca-file <pem> [--tls-server-name <name>]
+      --auth eks --eks-cluster-name <name> --region <region> [--function-role <stage>=<arn> …]
+    | --auth token [--secret-prefix <prefix>] [--identity-namespace <ns>]
+  npm run cluster -- list
+  npm run cluster -- remove <id>
+  (all: --registry s3://<bucket>/<prefix> | file:///<dir>, default $KAPP_LAMBDA_CLUSTER_REGISTRY)
+`;
+
+/**
+ * Runs the command line.
+ *
+ * @returns the exit code (2 for a usage error).
+ */
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const { values: v, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      registry: { type: 'string' },
+      endpoint: { type: 'string' },
+      'ca-file': { type: 'string' },
+      'tls-server-name': { type: 'string' },
+      auth: { type: 'string' },
+      'eks-cluster-name': { type: 'string' },
+      region: { type: 'string' },
+      'function-role': { type: 'string', multiple: true },
+      'secret-prefix': { type: 'string' },
+      'identity-namespace': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  const [command, id, ...extra] = positionals;
+  const usage = (problem?: string): number => {
+    process.stderr.write(`${problem ? `cluster: ${problem}\n` : ''}${USAGE}`);
+    return problem ? 2 : 0;
+  };
+  if (v.help) return usage();
+  const location = v.registry ?? env.KAPP_LAMBDA_CLUSTER_REGISTRY;
+  if (!location) return usage('--registry (or KAPP_LAMBDA_CLUSTER_REGISTRY) is required');
+  if (extra.length > 0) return usage(`unexpected argument ${JSON.stringify(extra[0])}`);
+  const store = registryStore(location, env);
+  if (command === 'list') {
+    for (const line of await listClusters(store)) process.stdout.write(`${line}\n`);
+    return 0;
+  }
+  if (!id) return usage('a cluster id is required');
+  if (command === 'remove') {
+    await store.delete(clusterDocKey(id));
+    process.stderr.write(`removed ${clusterDocKey(id)} (the RBAC in the cluster is left as it is)\n`);
+    return 0;
+  }
+  if (command !== 'add') return usage(command ? `unknown command ${JSON.stringify(command)}` : undefined);
+  if (!v.endpoint || !v['ca-file']) return usage('add needs --endpoint and --ca-file');
+  const roles: Partial<Record<PipelineStage, string>> = {};
+  for (const pair of v['function-role'] ?? []) {
+    const [stage, arn] = [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)];
+    if (
+      !(PIPELINE_STAGES as readonly string[]).includes(stage) ||
+      !/^arn:aws[a-z-]*:iam::\d{12}:role\/\S+$/.test(arn)
+    ) {
+      return usage(`--function-role expects <stage>=<IAM role ARN>, stage one of ${PIPELINE_STAGES.join(', ')}`);
+    }
+    roles[stage as PipelineStage] = arn;
+  }
+  let auth: AddInput['auth'];
+  if (v.auth === 'eks') {
+    if (!v['eks-cluster-name'] || !v.region) return usage('--auth eks needs --eks-cluster-name and --region');
+    auth = { kind: 'eks', clusterName: v['eks-cluster-name'], region: v.region };
+  } else if (v.auth === 'token') {
+    auth = { kind: 'token', ...(v['secret-prefix'] ? { secretPrefix: v['secret-prefix'] } : {}) };
+  } else {
+    return usage('--auth must be eks or token');
+  }
+  const doc = clusterDocOf({
+    id,
+    endpoint: v.endpoint,
+    caPem: await readFile(v['ca-file'], 'utf8'),
+    ...(v['tls-server-name'] ? { tlsServerName: v['tls-server-name'] } : {}),
+    auth,
+  });
+  const key = await putCluster(store, doc);
+  const identityNamespace = v['identity-namespace'] ?? 'kapp-lambda';
+  const manifests = await rbacManifests({ tokenIdentities: auth.kind === 'token', identityNamespace });
+  process.stdout.write(manifests.map((m) => stringify(m)).join('---\n'));
+  process.stderr.write(
+    `wrote ${key}\n# Apply the manifests on stdout to the cluster (kubectl apply -f, or kapp deploy).\n`,
+  );
+  process.stderr.write(identitySteps(doc, roles, identityNamespace));
+  return 0;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === import.meta.filename) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err: unknown) => {
+      process.stderr.write(`cluster: ${err instanceof Error ? err.message : String(err)}\n`);
+      process.exitCode = 1;
+    },
+  );
+}

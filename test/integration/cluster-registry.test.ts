@@ -1,0 +1,287 @@
+/**
+ * The fleet's cluster registry against the real control plane: the infra/rbac manifests
+ * applied, a ServiceAccount token per function (TokenRequest) in a directory secret store, the
+ * cluster registered with `token` auth in a directory registry, and each function's views used
+ * through the registry as that function's identity: what its stage does works, what it must
+ * not do is refused by the API server (403).
+ */
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { stringify } from 'yaml';
+import { DirSecretStore } from '../../functions/lib/kube/bearer.js';
+import { StoreClusterRegistry } from '../../functions/lib/kube/fleet-registry.js';
+import {
+  APP_API_VERSION,
+  DATA_PACKAGING_API_VERSION,
+  KubeApiError,
+  type KubeObject,
+  type ResourceRef,
+} from '../../functions/lib/kube/port.js';
+import { apiServerInfoOf, clientForKubeConfig } from '../../functions/lib/kube/registry.js';
+import { LocalDirStore } from '../../functions/lib/store/local.js';
+import type { PipelineStage } from '../../functions/lib/transport/port.js';
+import { binPath } from '../../layers/gobuild.js';
+import { component } from '../../layers/manifest.js';
+import { clusterDocOf, putCluster, rbacManifests } from '../../scripts/cluster-registry.js';
+import { apply, applyCrds } from '../e2e/support.js';
+import { kubectl, loadKubeConfig } from '../harness/kube.js';
+
+const kubeconfigPath = inject('kubeconfigPath');
+const suffix = randomBytes(3).toString('hex');
+const ns = `creg-${suffix}`;
+const other = `creg-other-${suffix}`;
+const ids = `creg-ids-${suffix}`;
+const CLUSTER = `creg-${suffix}`;
+const STAGES: PipelineStage[] = ['fetch', 'template', 'deploy', 'index-repo', 'install'];
+
+const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, input === undefined ? {} : { input });
+
+let tmp: string;
+let manifests: Record<string, unknown>[];
+const registries = new Map<PipelineStage, StoreClusterRegistry>();
+
+function registry(stage: PipelineStage): StoreClusterRegistry {
+  const r = registries.get(stage);
+  if (!r) throw new Error(`no registry for ${stage}`);
+  return r;
+}
+
+const app: ResourceRef = { apiVersion: APP_API_VERSION, kind: 'App', namespace: ns, name: 'simple' };
+
+/** The status code of a rejected call (or 0 when it resolved). */
+async function codeOf(call: Promise<unknown>): Promise<number> {
+  try {
+    await call;
+    return 0;
+  } catch (e) {
+    if (!(e instanceof KubeApiError)) throw e;
+    return e.statusCode ?? -1;
+  }
+}
+
+/** Runs a binary with a kubeconfig file of the stage's identity, no shell; resolves with the exit code and stderr. */
+async function asStage(stage: PipelineStage, bin: string, args: string[], input?: string) {
+  const file = path.join(tmp, `${stage}.kubeconfig`);
+  await writeFile(file, registry(stage).runtimeKubeconfig(CLUSTER), { mode: 0o600 });
+  return await new Promise<{ code: number; stderr: string }>((resolve, reject) => {
+    const child = spawn(bin, [...args, '--kubeconfig', file], {
+      env: { PATH: '/usr/bin:/bin', HOME: tmp, KUBECACHEDIR: path.join(tmp, `cache-${stage}`) },
+    });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.stdout.resume();
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code: code ?? -1, stderr }));
+    child.stdin.end(input ?? '');
+  });
+}
+
+beforeAll(async () => {
+  tmp = await mkdtemp(path.join(tmpdir(), 'cluster-registry-it-'));
+  await applyCrds();
+  // A CRD is served a moment after Established (429 "storage is (re)initializing" until then).
+  for (let i = 0; i < 100; i++) {
+    const r = await kubectl(kubeconfigPath, ['get', 'packages.data.packaging.carvel.dev', '-A'], { check: false });
+    if (r.code === 0) break;
+    await new Promise((done) => setTimeout(done, 200));
+  }
+  // The functions' RBAC, with this file's identity namespace (the ServiceAccounts of token auth).
+  manifests = (await rbacManifests({ tokenIdentities: true, identityNamespace: ids })).filter(
+    (m) => m.kind !== 'Secret',
+  );
+  const secret = (namespace: string, name: string) => ({
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name, namespace },
+    stringData: { password: 'p4ss' },
+  });
+  await apply(
+    ...manifests,
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } },
+    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: other } },
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'deployer', namespace: ns } },
+    secret(ns, 'creds'),
+    secret(other, 'elsewhere'),
+    { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'vals', namespace: ns }, data: { a: '1' } },
+    {
+      apiVersion: APP_API_VERSION,
+      kind: 'App',
+      metadata: { name: 'simple', namespace: ns },
+      spec: {
+        serviceAccountName: 'deployer',
+        fetch: [{ inline: {} }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      },
+    },
+  );
+
+  // Each function's token (a TokenRequest by the admin) where the document names it.
+  const admin = clientForKubeConfig(loadKubeConfig(kubeconfigPath));
+  const secretsDir = path.join(tmp, 'secrets');
+  await mkdir(path.join(secretsDir, 'kapp-lambda', CLUSTER), { recursive: true });
+  for (const stage of STAGES) {
+    const { token } = await admin.serviceAccountToken(ids, `kapp-lambda-${stage}`, 1200);
+    await writeFile(path.join(secretsDir, 'kapp-lambda', CLUSTER, stage), token, { mode: 0o600 });
+  }
+  // Register the cluster as `npm run cluster -- add <id> --auth token` does.
+  const api = apiServerInfoOf(loadKubeConfig(kubeconfigPath));
+  const store = new LocalDirStore(path.join(tmp, 'registry'));
+  await putCluster(
+    store,
+    clusterDocOf({
+      id: CLUSTER,
+      endpoint: api.server,
+      caPem: Buffer.from(api.caData ?? '', 'base64').toString('utf8'),
+      ...(api.tlsServerName ? { tlsServerName: api.tlsServerName } : {}),
+      auth: { kind: 'token' },
+    }),
+  );
+  for (const stage of STAGES) {
+    const r = new StoreClusterRegistry({ store, stage, secrets: new DirSecretStore(secretsDir) });
+    await r.prepare(CLUSTER);
+    registries.set(stage, r);
+  }
+});
+
+afterAll(async () => {
+  await k(['delete', 'namespace', ns, other, ids, '--wait=false'], undefined).catch(() => {});
+  const cluster = manifests.filter((m) => m.kind === 'ClusterRole' || m.kind === 'ClusterRoleBinding');
+  for (const m of cluster) {
+    await k([
+      'delete',
+      String(m.kind).toLowerCase(),
+      (m.metadata as { name: string }).name,
+      '--ignore-not-found',
+    ]).catch(() => {});
+  }
+  if (tmp) await rm(tmp, { recursive: true, force: true });
+});
+
+describe('the functions through the cluster registry, each as its own identity', () => {
+  it.each(['fetch', 'template'] as const)(
+    '%s reads the App and the Secret and ConfigMap it references and writes status, and nothing more',
+    async (stage) => {
+      const view = registry(stage).fetchView(CLUSTER);
+      const live = await view.getObject(app);
+      expect(live?.metadata.name).toBe('simple');
+      expect((await view.getSecret(ns, 'creds'))?.data.password?.toString()).toBe('p4ss');
+      expect((await view.getConfigMap(ns, 'vals'))?.data).toEqual({ a: '1' });
+      const meta = live?.metadata ?? { resourceVersion: '', uid: '' };
+      await view.updateStatus(
+        app,
+        { resourceVersion: meta.resourceVersion, uid: meta.uid },
+        { friendlyDescription: stage },
+      );
+
+      // The same identity through the full client: every other write is refused.
+      const client = registry(stage).client(CLUSTER);
+      expect(await codeOf(client.addFinalizer(app, 'finalizers.kapp-ctrl.k14s.io/delete'))).toBe(403);
+      expect(await codeOf(client.serviceAccountToken(ns, 'deployer'))).toBe(403);
+      expect(await codeOf(client.list({ apiVersion: 'v1', kind: 'Secret' }, {}))).toBe(403);
+      expect(await codeOf(client.list({ apiVersion: 'v1', kind: 'Secret' }, { namespace: ns }))).toBe(403);
+      expect(
+        await codeOf(client.createSecret({ metadata: { name: 'x', namespace: ns }, type: 'Opaque', data: {} })),
+      ).toBe(403);
+      const kubectlBin = binPath(component('kubernetes'), 'kubectl');
+      const created = await asStage(stage, kubectlBin, ['-n', ns, 'create', 'deployment', 'nope', '--image=nginx']);
+      expect(created.code).not.toBe(0);
+      expect(created.stderr).toContain('forbidden');
+    },
+  );
+
+  it('deploy adds and removes the finalizer, requests a token for the App ServiceAccount, and writes no Apps or Secrets', async () => {
+    const view = registry('deploy').deployView(CLUSTER);
+    expect((await view.addFinalizer(app, 'finalizers.kapp-ctrl.k14s.io/delete')).changed).toBe(true);
+    expect((await view.removeFinalizer(app, 'finalizers.kapp-ctrl.k14s.io/delete')).changed).toBe(true);
+    expect((await view.serviceAccountToken(ns, 'deployer', 600)).token.length).toBeGreaterThan(20);
+    expect((await view.getNamespace(ns))?.phase).toBe('Active');
+    expect(await view.serverVersion()).toMatch(/^\d+\.\d+\.\d+$/);
+
+    const client = registry('deploy').client(CLUSTER);
+    expect(await codeOf(client.list({ apiVersion: 'v1', kind: 'Secret' }, { namespace: ns }))).toBe(403);
+    expect(
+      await codeOf(client.createSecret({ metadata: { name: 'x', namespace: ns }, type: 'Opaque', data: {} })),
+    ).toBe(403);
+    expect(await codeOf(client.deleteApp(ns, 'simple'))).toBe(403);
+  });
+
+  it('install writes Apps and placeholder Secrets and lists Packages, but cannot request tokens or read Secrets', async () => {
+    const view = registry('install').installView(CLUSTER);
+    const written = await view.createApp({
+      apiVersion: APP_API_VERSION,
+      kind: 'App',
+      metadata: { name: 'from-pkgi', namespace: ns },
+      spec: {
+        serviceAccountName: 'deployer',
+        fetch: [{ inline: {} }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      },
+    } as unknown as KubeObject);
+    expect(written.metadata.uid).not.toBe('');
+    expect(
+      await view.createSecret({
+        metadata: { name: 'placeholder', namespace: ns },
+        type: 'kubernetes.io/dockerconfigjson',
+        data: { '.dockerconfigjson': Buffer.from('{"auths":{}}') },
+      }),
+    ).toBe(true);
+    expect(
+      (await view.list({ apiVersion: DATA_PACKAGING_API_VERSION, kind: 'Package' }, { namespace: ns })).items,
+    ).toEqual([]);
+    expect(await view.deleteApp(ns, 'from-pkgi')).toBe(true);
+
+    const client = registry('install').client(CLUSTER);
+    expect(await codeOf(client.serviceAccountToken(ns, 'deployer'))).toBe(403);
+    expect(await codeOf(client.getSecret(ns, 'creds'))).toBe(403);
+    expect(await codeOf(client.updateStatus(app, { resourceVersion: '1', uid: 'x' }, {}))).toBe(403);
+  });
+
+  it('index-repo: kapp deploys a Package and its app record as that identity, which still cannot read Secrets cluster-wide or request tokens', async () => {
+    const pkg = {
+      apiVersion: DATA_PACKAGING_API_VERSION,
+      kind: 'Package',
+      metadata: { name: 'demo.example.com.1.0.0', namespace: ns },
+      spec: {
+        refName: 'demo.example.com',
+        version: '1.0.0',
+        template: { spec: { fetch: [{ inline: {} }], template: [{ ytt: {} }], deploy: [{ kapp: {} }] } },
+      },
+    };
+    const kapp = binPath(component('kapp'), 'kapp');
+    const deployed = await asStage(
+      'index-repo',
+      kapp,
+      [
+        'deploy',
+        '-a',
+        'demo.pkgr',
+        '-n',
+        ns,
+        '-f',
+        '-',
+        '-y',
+        '--wait=false',
+        '--dangerous-scope-to-fallback-allowed-namespaces=true',
+        '--app-changes-max-to-keep=5',
+      ],
+      stringify(pkg),
+    );
+    expect(deployed.stderr).toBe('');
+    expect(deployed.code).toBe(0);
+    const read = await registry('index-repo').deployView(CLUSTER).getConfigMap(ns, 'demo.pkgr');
+    expect(read?.data.spec).toContain('demo.pkgr');
+
+    const client = registry('index-repo').client(CLUSTER);
+    expect(await codeOf(client.list({ apiVersion: 'v1', kind: 'Secret' }, {}))).toBe(403);
+    expect(await codeOf(client.serviceAccountToken(ns, 'deployer'))).toBe(403);
+    expect(await codeOf(client.updateStatus(app, { resourceVersion: '1', uid: 'x' }, {}))).toBe(403);
+  });
+});

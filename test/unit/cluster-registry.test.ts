@@ -1,0 +1,463 @@
+/**
+ * The fleet's cluster registry: document validation, the EKS token (checked against an
+ * independent SigV4 computation), token caching, the secret-store token source, the
+ * store-backed registry's loading and TTL, and the `cluster` command. Fakes only at the ports:
+ * fixed credentials and clock for the signer, MemoryStore, a temp directory secret store.
+ */
+import { createHash, createHmac } from 'node:crypto';
+import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
+import {
+  DirSecretStore,
+  EKS_TOKEN_PREFIX,
+  EksTokenSource,
+  jwtExpiry,
+  SecretTokenSource,
+} from '../../functions/lib/kube/bearer.js';
+import {
+  type ClusterDoc,
+  clusterDocKey,
+  InvalidClusterDocumentError,
+  parseClusterDoc,
+  parseRegistryLocation,
+} from '../../functions/lib/kube/cluster-doc.js';
+import { StoreClusterRegistry } from '../../functions/lib/kube/fleet-registry.js';
+import { UnknownClusterError } from '../../functions/lib/kube/port.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { clusterDocOf, listClusters, main, putCluster, rbacManifests } from '../../scripts/cluster-registry.js';
+
+// A self-signed certificate (only its shape matters here).
+const CA_PEM = `-----BEGIN CERTIFICATE-----
+MIIBdzCCAR2gAwIBAgIUQm9ndXNDZXJ0aWZpY2F0ZUZvclRlc3RzMAoGCCqGSM49BAMCMA8xDTALBgNVBAMMBHRl
+c3QwHhcNMjYwMTAxMDAwMDAwWhcNMjcwMTAxMDAwMDAwWjAPMQ0wCwYDVQQDDAR0ZXN0MFkwEwYHKoZIzj0CAQYI
+-----END CERTIFICATE-----
+`;
+const CA_DATA = Buffer.from(CA_PEM).toString('base64');
+
+function eksDoc(id = 'prod-eu-1'): ClusterDoc {
+  return {
+    apiVersion: 'kapp-lambda/v1',
+    kind: 'Cluster',
+    id,
+    endpoint: 'https://abc.gr7.eu-west-1.eks.amazonaws.com',
+    caData: CA_DATA,
+    auth: { kind: 'eks', clusterName: 'prod-eu-1', region: 'eu-west-1' },
+  };
+}
+
+function tokenDoc(id: string, secrets: Record<string, string>): ClusterDoc {
+  return { ...eksDoc(id), endpoint: 'https://127.0.0.1:6443', auth: { kind: 'token', secrets } };
+}
+
+function problemsOf(doc: unknown, key = clusterDocKey('prod-eu-1')): string[] {
+  try {
+    parseClusterDoc(key, typeof doc === 'string' ? doc : JSON.stringify(doc));
+  } catch (e) {
+    expect(e).toBeInstanceOf(InvalidClusterDocumentError);
+    expect((e as Error).message).not.toContain(CA_DATA.slice(0, 20));
+    return [...(e as InvalidClusterDocumentError).problems];
+  }
+  throw new Error('expected the document to be refused');
+}
+
+describe('cluster documents', () => {
+  it('accepts an eks and a token document', () => {
+    expect(parseClusterDoc(clusterDocKey('prod-eu-1'), JSON.stringify(eksDoc()))).toEqual(eksDoc());
+    const t = tokenDoc('edge-7', {
+      fetch: 'kapp-lambda/edge-7/fetch',
+      deploy: 'arn:aws:secretsmanager:eu-west-1:1:secret:x',
+    });
+    expect(parseClusterDoc('clusters/edge-7.json', JSON.stringify(t))).toEqual(t);
+  });
+
+  it.each([
+    [
+      'an http endpoint',
+      { endpoint: 'http://abc.example' },
+      'endpoint: expected an https:// URL without path, query or credentials',
+    ],
+    [
+      'an endpoint with a path',
+      { endpoint: 'https://abc.example/api' },
+      'endpoint: expected an https:// URL without path, query or credentials',
+    ],
+    [
+      'an endpoint with credentials',
+      { endpoint: 'https://u:p@abc.example' },
+      'endpoint: expected an https:// URL without path, query or credentials',
+    ],
+    [
+      'a CA that is not PEM',
+      { caData: Buffer.from('hello').toString('base64') },
+      'caData: expected base64 of a PEM certificate bundle',
+    ],
+    ['an unknown field', { token: 'x' }, '(document): Unrecognized key: "token"'],
+    ['another version', { apiVersion: 'kapp-lambda/v2' }, 'apiVersion: Invalid input: expected "kapp-lambda/v1"'],
+    ['a bad region', { auth: { kind: 'eks', clusterName: 'a', region: 'EU' } }, 'auth.region: expected an AWS region'],
+    [
+      'an unknown auth kind',
+      { auth: { kind: 'password' } },
+      "auth.kind: Invalid discriminator value. Expected 'eks' | 'token'",
+    ],
+    [
+      'a secret name with ..',
+      { auth: { kind: 'token', secrets: { fetch: 'a/../b' } } },
+      'auth.secrets.fetch: expected no empty, "." or ".." segment',
+    ],
+    [
+      'a secret for a stage that does not exist',
+      { auth: { kind: 'token', secrets: { forwarder: 'x' } } },
+      'auth.secrets: Unrecognized key: "forwarder"',
+    ],
+  ])('refuses %s', (_what, patch, problem) => {
+    const got = problemsOf({ ...eksDoc(), ...patch });
+    expect(got.some((p) => p.startsWith(problem))).toBe(true);
+  });
+
+  it('refuses a document whose id is not its key, and one that is not JSON', () => {
+    expect(problemsOf(eksDoc('other'))).toEqual(['id: does not match the key']);
+    expect(problemsOf('{')).toEqual(['not valid JSON']);
+  });
+
+  it('parses registry locations', () => {
+    expect(parseRegistryLocation('s3://fleet/kapp-lambda')).toEqual({
+      kind: 's3',
+      bucket: 'fleet',
+      prefix: 'kapp-lambda/',
+    });
+    expect(parseRegistryLocation('s3://fleet')).toEqual({ kind: 's3', bucket: 'fleet', prefix: '' });
+    expect(parseRegistryLocation('file:///srv/reg')).toEqual({ kind: 'dir', root: '/srv/reg' });
+    for (const bad of ['fleet/x', 'https://fleet/x', 's3://Fleet/x', 's3://fleet/x?y=1', 'file://host/x']) {
+      expect(() => parseRegistryLocation(bad)).toThrow('expected s3://bucket/prefix or file:///absolute/dir');
+    }
+  });
+});
+
+const CREDS = {
+  accessKeyId: 'AKIDEXAMPLE',
+  secretAccessKey: 'wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY',
+  sessionToken: 'SESSION/TOKEN+1',
+};
+const T0 = new Date('2026-12-01T10:00:00.000Z');
+
+/** SigV4 of a presigned GET with the given signed headers, computed here from the spec (not the SDK). */
+function expectedSignature(url: URL, headers: Record<string, string>): string {
+  const params = [...url.searchParams.entries()].filter(([k]) => k !== 'X-Amz-Signature');
+  const enc = (s: string) =>
+    encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  const query = params
+    .map(([k, v]) => [enc(k), enc(v)])
+    .sort(([a = ''], [b = '']) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([k, v]) => `${k}=${v}`)
+    .join('&');
+  const names = Object.keys(headers).sort();
+  const canonical = [
+    'GET',
+    '/',
+    query,
+    ...names.map((n) => `${n}:${headers[n]}`),
+    '',
+    names.join(';'),
+    createHash('sha256').update('').digest('hex'),
+  ].join('\n');
+  const date = url.searchParams.get('X-Amz-Date') ?? '';
+  const scope = `${date.slice(0, 8)}/eu-west-1/sts/aws4_request`;
+  const toSign = ['AWS4-HMAC-SHA256', date, scope, createHash('sha256').update(canonical).digest('hex')].join('\n');
+  let key: Buffer = createHmac('sha256', `AWS4${CREDS.secretAccessKey}`).update(date.slice(0, 8)).digest();
+  for (const part of ['eu-west-1', 'sts', 'aws4_request']) key = createHmac('sha256', key).update(part).digest();
+  return createHmac('sha256', key).update(toSign).digest('hex');
+}
+
+describe('EKS tokens', () => {
+  it('is a presigned STS GetCallerIdentity URL signed with x-k8s-aws-id, as aws-iam-authenticator makes it', async () => {
+    const source = new EksTokenSource({
+      clusterName: 'prod-eu-1',
+      region: 'eu-west-1',
+      credentials: CREDS,
+      now: () => T0,
+    });
+    const { token, expiresAt } = await source.token();
+    expect(token.startsWith(EKS_TOKEN_PREFIX)).toBe(true);
+    const encoded = token.slice(EKS_TOKEN_PREFIX.length);
+    expect(encoded).toMatch(/^[A-Za-z0-9_-]+$/); // base64url, no padding
+    const url = new URL(Buffer.from(encoded, 'base64url').toString('utf8'));
+    expect(url.origin).toBe('https://sts.eu-west-1.amazonaws.com');
+    expect(url.pathname).toBe('/');
+    const q = Object.fromEntries(url.searchParams.entries());
+    expect(q).toMatchObject({
+      Action: 'GetCallerIdentity',
+      Version: '2011-06-15',
+      'X-Amz-Algorithm': 'AWS4-HMAC-SHA256',
+      'X-Amz-Credential': 'AKIDEXAMPLE/20261201/eu-west-1/sts/aws4_request',
+      'X-Amz-Date': '20261201T100000Z',
+      'X-Amz-Expires': '60',
+      'X-Amz-SignedHeaders': 'host;x-k8s-aws-id',
+      'X-Amz-Security-Token': CREDS.sessionToken,
+    });
+    expect(q['X-Amz-Signature']).toBe(
+      expectedSignature(url, { host: 'sts.eu-west-1.amazonaws.com', 'x-k8s-aws-id': 'prod-eu-1' }),
+    );
+    expect(expiresAt).toEqual(new Date(T0.getTime() + 15 * 60_000));
+  });
+
+  it('is cached until shortly before its 15-minute expiry', async () => {
+    let now = T0;
+    const source = new EksTokenSource({ clusterName: 'c', region: 'eu-west-1', credentials: CREDS, now: () => now });
+    const first = await source.token();
+    now = new Date(T0.getTime() + 13 * 60_000);
+    expect(await source.token()).toBe(first);
+    // A caller needing ten more minutes (a tool's kubeconfig) gets a new one.
+    const fresh = await source.token(10 * 60_000);
+    expect(fresh.token).not.toBe(first.token);
+    now = new Date(T0.getTime() + 13 * 60_000 + 14 * 60_000 + 1);
+    expect((await source.token()).token).not.toBe(fresh.token);
+  });
+});
+
+describe('tokens from a secret store', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'cluster-registry-unit-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('reads a token by name, keeps it for the TTL, and reads it again after', async () => {
+    await writeFile(path.join(dir, 'fetch'), 'token-one\n');
+    let now = T0;
+    const source = new SecretTokenSource({
+      store: new DirSecretStore(dir),
+      name: 'fetch',
+      ttlMs: 60_000,
+      now: () => now,
+    });
+    expect((await source.token()).token).toBe('token-one');
+    await writeFile(path.join(dir, 'fetch'), 'token-two');
+    expect((await source.token()).token).toBe('token-one');
+    now = new Date(T0.getTime() + 60_000);
+    expect((await source.token()).token).toBe('token-two');
+  });
+
+  it('reads a JWT again when its exp is nearer than the validity asked for', async () => {
+    const jwt = (exp: number) => `h.${Buffer.from(JSON.stringify({ exp: exp / 1000 })).toString('base64url')}.s`;
+    await writeFile(path.join(dir, 'jwt'), jwt(T0.getTime() + 120_000));
+    const source = new SecretTokenSource({
+      store: new DirSecretStore(dir),
+      name: 'jwt',
+      ttlMs: 3_600_000,
+      now: () => T0,
+    });
+    expect((await source.token()).expiresAt).toEqual(new Date(T0.getTime() + 120_000));
+    await writeFile(path.join(dir, 'jwt'), jwt(T0.getTime() + 600_000));
+    expect(jwtExpiry((await source.token(60_000)).token)).toEqual(new Date(T0.getTime() + 120_000));
+    expect(jwtExpiry((await source.token(300_000)).token)).toEqual(new Date(T0.getTime() + 600_000));
+  });
+
+  it('refuses names that leave the directory and never quotes a value', async () => {
+    await writeFile(path.join(tmpdir(), 'cluster-registry-outside'), 'secret-value');
+    await symlink(path.join(tmpdir(), 'cluster-registry-outside'), path.join(dir, 'link')).catch(() => {});
+    const store = new DirSecretStore(dir);
+    await expect(store.read('../cluster-registry-outside')).rejects.toThrow(
+      'reading secret ../cluster-registry-outside: outside the secret directory',
+    );
+    await expect(store.read('link')).rejects.toThrow('reading secret link: outside the secret directory');
+    await writeFile(path.join(dir, 'empty'), '\n');
+    await expect(store.read('empty')).rejects.toThrow('reading secret empty: empty');
+    await rm(path.join(tmpdir(), 'cluster-registry-outside'));
+  });
+});
+
+describe('StoreClusterRegistry', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'cluster-registry-unit-'));
+    await writeFile(path.join(dir, 'fetch-token'), 'fetch-secret-token');
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  function setup(stage: 'fetch' | 'deploy' = 'fetch') {
+    const store = new MemoryStore();
+    let now = T0;
+    const registry = new StoreClusterRegistry({
+      store,
+      stage,
+      secrets: new DirSecretStore(dir),
+      credentials: async () => CREDS,
+      ttlMs: 60_000,
+      now: () => now,
+    });
+    return { store, registry, advance: (ms: number) => (now = new Date(now.getTime() + ms)) };
+  }
+
+  it('knows a cluster only once its document is there and it was prepared', async () => {
+    const { store, registry } = setup();
+    await expect(registry.prepare('edge-1')).rejects.toBeInstanceOf(UnknownClusterError);
+    await expect(registry.prepare('../x')).rejects.toBeInstanceOf(UnknownClusterError);
+    await putCluster(store, tokenDoc('edge-1', { fetch: 'fetch-token' }));
+    expect(() => registry.fetchView('edge-1')).toThrow(UnknownClusterError);
+    await registry.prepare('edge-1');
+    expect(registry.clusterIds()).toEqual(['edge-1']);
+    expect(Object.keys(registry.fetchView('edge-1')).sort()).toEqual([
+      'getConfigMap',
+      'getNamespace',
+      'getObject',
+      'getSecret',
+      'updateStatus',
+    ]);
+    expect(registry.deployView('edge-1').apiServer()).toEqual({ server: 'https://127.0.0.1:6443', caData: CA_DATA });
+    const kubeconfig = parse(registry.runtimeKubeconfig('edge-1')) as {
+      users: { user: { token: string } }[];
+      clusters: { cluster: { server: string } }[];
+    };
+    expect(kubeconfig.users[0]?.user.token).toBe('fetch-secret-token');
+    expect(kubeconfig.clusters[0]?.cluster.server).toBe('https://127.0.0.1:6443');
+  });
+
+  it('reads the document again after the TTL: a removed cluster becomes unknown, a changed one is rebuilt', async () => {
+    const { store, registry, advance } = setup();
+    await putCluster(store, tokenDoc('edge-2', { fetch: 'fetch-token' }));
+    await registry.prepare('edge-2');
+    const view = registry.fetchView('edge-2');
+    await putCluster(store, { ...tokenDoc('edge-2', { fetch: 'fetch-token' }), endpoint: 'https://10.0.0.1:6443' });
+    await registry.prepare('edge-2');
+    expect(registry.fetchView('edge-2')).toBe(view);
+    advance(60_000);
+    await registry.prepare('edge-2');
+    expect(registry.fetchView('edge-2')).not.toBe(view);
+    expect(registry.deployView('edge-2').apiServer().server).toBe('https://10.0.0.1:6443');
+    await store.delete(clusterDocKey('edge-2'));
+    advance(60_000);
+    await expect(registry.prepare('edge-2')).rejects.toBeInstanceOf(UnknownClusterError);
+    expect(() => registry.fetchView('edge-2')).toThrow(UnknownClusterError);
+  });
+
+  it('fails a cluster whose document is invalid or gives this stage no identity', async () => {
+    const { store, registry } = setup('deploy');
+    await store.put(clusterDocKey('edge-3'), JSON.stringify({ ...tokenDoc('edge-3', {}), extra: true }));
+    await expect(registry.prepare('edge-3')).rejects.toThrow(
+      'invalid cluster document clusters/edge-3.json: (document): Unrecognized key: "extra"',
+    );
+    await putCluster(store, tokenDoc('edge-4', { fetch: 'fetch-token' }));
+    await expect(registry.prepare('edge-4')).rejects.toThrow('cluster edge-4 has no token for the deploy function');
+  });
+
+  it('gives an eks cluster the function role as a token of that cluster', async () => {
+    const { store, registry } = setup();
+    await putCluster(store, eksDoc());
+    await registry.prepare('prod-eu-1');
+    const token = (parse(registry.runtimeKubeconfig('prod-eu-1')) as { users: { user: { token: string } }[] }).users[0]
+      ?.user.token;
+    expect(token?.startsWith(EKS_TOKEN_PREFIX)).toBe(true);
+    const url = new URL(Buffer.from(token?.slice(EKS_TOKEN_PREFIX.length) ?? '', 'base64url').toString());
+    expect(url.searchParams.get('X-Amz-SignedHeaders')).toBe('host;x-k8s-aws-id');
+  });
+});
+
+describe('npm run cluster', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'cluster-registry-cli-'));
+    await writeFile(path.join(dir, 'ca.pem'), CA_PEM);
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('names each stage a secret under the prefix for token auth', () => {
+    const doc = clusterDocOf({ id: 'edge-9', endpoint: 'https://10.0.0.9', caPem: CA_PEM, auth: { kind: 'token' } });
+    expect(doc.auth).toEqual({
+      kind: 'token',
+      secrets: {
+        fetch: 'kapp-lambda/edge-9/fetch',
+        template: 'kapp-lambda/edge-9/template',
+        deploy: 'kapp-lambda/edge-9/deploy',
+        'index-repo': 'kapp-lambda/edge-9/index-repo',
+        install: 'kapp-lambda/edge-9/install',
+      },
+    });
+  });
+
+  it('renders the RBAC of every function, with the identity namespace substituted', async () => {
+    const all = await rbacManifests({ tokenIdentities: true, identityNamespace: 'ids' });
+    const roles = all.filter((m) => m.kind === 'ClusterRole').map((m) => (m.metadata as { name: string }).name);
+    expect(roles).toEqual([
+      'kapp-lambda:fetch',
+      'kapp-lambda:template',
+      'kapp-lambda:deploy',
+      'kapp-lambda:index-repo',
+      'kapp-lambda:install',
+    ]);
+    const subjects = all.flatMap((m) => (m.subjects as { kind: string; namespace?: string; name: string }[]) ?? []);
+    expect(subjects.filter((s) => s.kind === 'ServiceAccount').every((s) => s.namespace === 'ids')).toBe(true);
+    expect(subjects.filter((s) => s.kind === 'Group').map((s) => s.name)).toEqual(roles);
+    expect(all.filter((m) => m.kind === 'ServiceAccount')).toHaveLength(5);
+    // No function may list or watch Secrets, and only deploy may request tokens.
+    for (const role of all.filter((m) => m.kind === 'ClusterRole')) {
+      for (const rule of role.rules as { resources: string[]; verbs: string[] }[]) {
+        if (rule.resources.includes('secrets'))
+          expect(rule.verbs.filter((v) => v === 'list' || v === 'watch')).toEqual([]);
+        if (rule.resources.includes('serviceaccounts/token'))
+          expect((role.metadata as { name: string }).name).toBe('kapp-lambda:deploy');
+        expect(rule.verbs).not.toContain('*');
+      }
+    }
+  });
+
+  it('adds, lists and removes a cluster in a directory registry', async () => {
+    const registry = `file://${dir}/registry`;
+    const out: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    const errWrite = process.stderr.write.bind(process.stderr);
+    const err: string[] = [];
+    process.stdout.write = ((s: string) => out.push(s) > 0) as typeof process.stdout.write;
+    process.stderr.write = ((s: string) => err.push(s) > 0) as typeof process.stderr.write;
+    try {
+      const argv = [
+        'add',
+        'prod-eu-1',
+        '--registry',
+        registry,
+        '--endpoint',
+        'https://abc.example',
+        '--ca-file',
+        path.join(dir, 'ca.pem'),
+      ];
+      expect(
+        await main([
+          ...argv,
+          '--auth',
+          'eks',
+          '--eks-cluster-name',
+          'prod',
+          '--region',
+          'eu-west-1',
+          '--function-role',
+          'deploy=arn:aws:iam::123456789012:role/kl-deploy',
+        ]),
+      ).toBe(0);
+      expect(await main(['list', '--registry', registry])).toBe(0);
+      expect(await main([...argv, '--auth', 'magic'])).toBe(2);
+    } finally {
+      process.stdout.write = write;
+      process.stderr.write = errWrite;
+    }
+    const text = out.join('');
+    expect(text).toContain('name: kapp-lambda:fetch');
+    expect(text).toContain('prod-eu-1\thttps://abc.example\teks prod eu-west-1\n');
+    expect(err.join('')).toContain(
+      'aws eks create-access-entry --region eu-west-1 --cluster-name prod --type STANDARD --principal-arn arn:aws:iam::123456789012:role/kl-deploy --kubernetes-groups kapp-lambda:deploy',
+    );
+    expect(err.join('')).toContain('cluster: --auth must be eks or token');
+    const { LocalDirStore } = await import('../../functions/lib/store/local.js');
+    const store = new LocalDirStore(path.join(dir, 'registry'));
+    expect(await listClusters(store)).toEqual(['prod-eu-1\thttps://abc.example\teks prod eu-west-1']);
+    expect(await main(['remove', 'prod-eu-1', '--registry', registry])).toBe(0);
+    expect(await listClusters(store)).toEqual([]);
+  });
+});
