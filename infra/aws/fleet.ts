@@ -19,6 +19,7 @@
  *
  * @module
  */
+import type { IFunction } from 'aws-cdk-lib/aws-lambda';
 import { z } from 'zod';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { DEFAULT_ARTIFACT_RETENTION_DAYS, STAGE_SIZING } from './stages.js';
@@ -68,7 +69,12 @@ const fromText = (v: unknown): unknown => {
   return t;
 };
 
-const concurrencyValue = z.number().int().min(2).max(1000);
+const CONCURRENCY_ERROR = 'expected an integer from 2 to 1000, or a JSON object of function → integer';
+const concurrencyValue = z
+  .number({ error: CONCURRENCY_ERROR })
+  .int({ error: CONCURRENCY_ERROR })
+  .min(2, { error: CONCURRENCY_ERROR })
+  .max(1000, { error: CONCURRENCY_ERROR });
 const arn = (service: string) =>
   z.string().regex(new RegExp(`^arn:aws[a-z-]*:${service}:[a-z0-9-]+:\\d{12}:.+$`), {
     error: `expected an ${service} ARN`,
@@ -142,5 +148,37 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     logRetentionDays: c.logRetentionDays as FleetSettings['logRetentionDays'],
     artifactRetentionDays: c.artifactRetentionDays,
     ...(c.alarmTopicArn ? { alarmTopicArn: c.alarmTopicArn } : {}),
+  };
+}
+
+/**
+ * How the functions find the clusters they serve: THE hook of the fleet's cluster registry
+ * (issue 11 item 4). Today {@link kubeconfigClusterAccess}: a kubeconfig file at a path, from a
+ * layer. A registry replaces it with the variables that locate the registry, any layer it needs,
+ * and a `grant` giving each function read access to the registry entries its stage may use.
+ */
+export interface ClusterAccess {
+  /** Variables every function gets (e.g. `KAPP_LAMBDA_KUBECONFIG`). */
+  readonly environment: Readonly<Record<string, string>>;
+  /** Layer version ARNs added to every function (after its tool layer). */
+  readonly layerArns: readonly string[];
+  /** Grants one function what reading its clusters needs; called once per function. */
+  grant?(fn: IFunction, stage: PipelineStage): void;
+}
+
+/**
+ * The interim cluster source the functions read today (`kubeconfigClusterRegistry`): the
+ * kubeconfig at `fleet.kubeconfigPath`, optionally from the layer `fleet.clusterLayerArn`, serving
+ * `fleet.clusters` (all contexts when unset). No IAM grant: the file is in the function's layer.
+ */
+export function kubeconfigClusterAccess(
+  fleet: Pick<FleetSettings, 'kubeconfigPath' | 'clusterLayerArn' | 'clusters'>,
+): ClusterAccess {
+  return {
+    environment: {
+      KAPP_LAMBDA_KUBECONFIG: fleet.kubeconfigPath,
+      ...(fleet.clusters ? { KAPP_LAMBDA_CLUSTERS: fleet.clusters.join(',') } : {}),
+    },
+    layerArns: fleet.clusterLayerArn ? [fleet.clusterLayerArn] : [],
   };
 }

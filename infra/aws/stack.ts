@@ -36,7 +36,7 @@ import { ARTIFACT_ROOT_KEY_ENV } from '../../functions/lib/entry/lambda.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
-import type { FleetSettings } from './fleet.js';
+import { type ClusterAccess, type FleetSettings, kubeconfigClusterAccess } from './fleet.js';
 import {
   FORWARDER_STAGES,
   PRIVATE_EXPIRY_DAYS,
@@ -55,38 +55,6 @@ export interface StageAssets {
   readonly codeDir: string;
   /** Directory laid out as the function's layer: `bin/<tool>`, `lib/<addon>` (mounted at `/opt`). */
   readonly layerDir: string;
-}
-
-/**
- * How the functions find the clusters they serve: THE hook of the fleet's cluster registry
- * (issue 11 item 4). Today {@link kubeconfigClusterAccess}: a kubeconfig file at a path, from a
- * layer. A registry replaces it with the variables that locate the registry, any layer it needs,
- * and a `grant` giving each function read access to the registry entries its stage may use.
- */
-export interface ClusterAccess {
-  /** Variables every function gets (e.g. `KAPP_LAMBDA_KUBECONFIG`). */
-  readonly environment: Readonly<Record<string, string>>;
-  /** Layer version ARNs added to every function (after its tool layer). */
-  readonly layerArns: readonly string[];
-  /** Grants one function what reading its clusters needs; called once per function. */
-  grant?(fn: lambda.IFunction, stage: PipelineStage): void;
-}
-
-/**
- * The interim cluster source the functions read today (`kubeconfigClusterRegistry`): the
- * kubeconfig at `fleet.kubeconfigPath`, optionally from the layer `fleet.clusterLayerArn`, serving
- * `fleet.clusters` (all contexts when unset). No IAM grant: the file is in the function's layer.
- */
-export function kubeconfigClusterAccess(
-  fleet: Pick<FleetSettings, 'kubeconfigPath' | 'clusterLayerArn' | 'clusters'>,
-): ClusterAccess {
-  return {
-    environment: {
-      KAPP_LAMBDA_KUBECONFIG: fleet.kubeconfigPath,
-      ...(fleet.clusters ? { KAPP_LAMBDA_CLUSTERS: fleet.clusters.join(',') } : {}),
-    },
-    layerArns: fleet.clusterLayerArn ? [fleet.clusterLayerArn] : [],
-  };
 }
 
 /** Properties of {@link KappLambdaStack}. */

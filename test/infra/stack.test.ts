@@ -274,6 +274,11 @@ describe('IAM', () => {
       return refs.length > 0 && refs.every((m) => ids.has(m.replace(/^.*:\[?"|"$/g, '')));
     };
     expect(statements().length).toBeGreaterThan(0);
+    // Nothing beside these statements: no managed policies, no inline policies on the roles.
+    for (const [, role] of ofType('AWS::IAM::Role')) {
+      expect(role.Properties.ManagedPolicyArns).toBeUndefined();
+      expect(role.Properties.Policies).toBeUndefined();
+    }
     for (const s of statements()) {
       expect(s.Effect).toBe('Allow');
       for (const a of list(s.Action as string | string[])) expect(a).toMatch(/^[a-z0-9]+:[A-Za-z]+$/);
