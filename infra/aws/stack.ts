@@ -107,6 +107,11 @@ export class KappLambdaStack extends Stack {
       objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
       enforceSSL: true,
       minimumTLSVersion: 1.2,
+      // Counted from an object's last write (S3 has no "last read" rule). Safe to expire: every
+      // stage treats a missing artifact or cache record as a miss (fetch and template `head` the
+      // artifact a record names), which costs a re-fetch or re-render, never a wrong result. A
+      // sealed object is written again on each use, so `private/` goes a day after its own TTL.
+      // `state/` (a repository's deployed versions) is never expired.
       lifecycleRules: [
         ...['artifacts/', 'cache/'].map((prefix) => ({
           id: `expire-${prefix.slice(0, -1)}`,
