@@ -26,6 +26,18 @@ export default defineConfig({
       {
         extends: true,
         test: {
+          // The CDK app, synthesized offline (no credentials, no servers). Its own project
+          // because it bundles every function first (tens of seconds on a busy machine), which
+          // the unit project, run before every commit, should not pay.
+          name: 'infra',
+          include: ['test/infra/**/*.test.ts'],
+          hookTimeout: 300_000,
+          testTimeout: 60_000,
+        },
+      },
+      {
+        extends: true,
+        test: {
           name: 'integration',
           include: ['test/integration/**/*.test.ts', 'test/e2e/**/*.test.ts'],
           globalSetup: ['test/harness/global-setup.ts'],

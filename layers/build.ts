@@ -42,6 +42,14 @@ export function layerTools(stage: Stage): { component: (typeof COMPONENTS)[numbe
   );
 }
 
+/**
+ * The pinned version (without `v`) of each tool of a stage's layer, keyed by binary: the
+ * function's `KAPP_LAMBDA_TOOL_VERSIONS` (part of the render-cache key). `{}` for install.
+ */
+export function layerToolVersions(stage: Stage): Record<string, string> {
+  return Object.fromEntries(layerTools(stage).map(({ component: c, bin }) => [bin, c.version.replace(/^v/, '')]));
+}
+
 async function bundleBytes(stage: Stage, outDir: string): Promise<number> {
   if (!existsSync(functionEntry(stage))) return 0;
   return bundleFunction(stage, path.join(outDir, `${stage}.mjs`));

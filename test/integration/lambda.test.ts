@@ -27,7 +27,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
 import { EVENT_TYPES, objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
-import { layerTools } from '../../layers/build.js';
+import { layerTools, layerToolVersions } from '../../layers/build.js';
 import { bundleFunction } from '../../layers/bundle.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
@@ -191,13 +191,6 @@ async function layerBinDir(stage: PipelineStage): Promise<string> {
   return binDir;
 }
 
-/** `KAPP_LAMBDA_TOOL_VERSIONS` of a function: the pinned version of each tool of its layer. */
-function toolVersions(stage: PipelineStage): string {
-  return JSON.stringify(
-    Object.fromEntries(layerTools(stage).map(({ component: c, bin }) => [bin, c.version.replace(/^v/, '')])),
-  );
-}
-
 function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<string, string> {
   return {
     AWS_REGION: s3.region,
@@ -214,7 +207,7 @@ function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<str
     KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch'),
     KAPP_LAMBDA_BIN_DIR: binDir,
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
-    KAPP_LAMBDA_TOOL_VERSIONS: toolVersions(stage),
+    KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
     KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 7).toString('base64'),
   };
 }

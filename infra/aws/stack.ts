@@ -1,0 +1,381 @@
+/**
+ * The fleet deployment on AWS: one stack holding the artifact bucket and its KMS key, the
+ * artifact root key, and per function of `PIPELINE_STAGES` a FIFO queue with its dead-letter
+ * queue, the function (its esbuild bundle and its tool layer), its event source mapping, its
+ * own role, log group and alarms; plus the send-only role of the in-cluster forwarders.
+ *
+ * The stack takes its code as directories (`assets`), so it never builds anything itself: the
+ * app (`./app.ts`) bundles the functions with the project's one esbuild recipe and points at
+ * the layers `npm run build:layers` laid out; the infrastructure test points at the same
+ * bundles and a small layer directory. Synth needs no AWS credentials and no network.
+ *
+ * @module
+ */
+import {
+  CfnOutput,
+  aws_cloudwatch as cloudwatch,
+  aws_cloudwatch_actions as cwActions,
+  Duration,
+  aws_iam as iam,
+  aws_kms as kms,
+  aws_lambda as lambda,
+  aws_lambda_event_sources as lambdaEvents,
+  aws_logs as logs,
+  Size,
+  Stack,
+  type StackProps,
+  aws_s3 as s3,
+  aws_secretsmanager as secretsmanager,
+  aws_sns as sns,
+  aws_sqs as sqs,
+  Validations,
+} from 'aws-cdk-lib';
+import type { Construct } from 'constructs';
+import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
+import { ARTIFACT_ROOT_KEY_ENV } from '../../functions/lib/entry/lambda.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
+import { layerToolVersions } from '../../layers/build.js';
+import { type ClusterAccess, type FleetSettings, kubeconfigClusterAccess } from './fleet.js';
+import {
+  FORWARDER_STAGES,
+  PRIVATE_EXPIRY_DAYS,
+  STAGE_OBJECTS,
+  STAGE_SIZING,
+  toolTimeoutMs,
+  VISIBILITY_MARGIN_SECONDS,
+} from './stages.js';
+
+/** The Lambda runtime of every function: the newest Node managed runtime (the bundles target Node 20). */
+export const FUNCTION_RUNTIME = lambda.Runtime.NODEJS_24_X;
+
+/** The code of one function. */
+export interface StageAssets {
+  /** Directory holding the function's bundle as `index.mjs` (handler `index.handler`). */
+  readonly codeDir: string;
+  /** Directory laid out as the function's layer: `bin/<tool>`, `lib/<addon>` (mounted at `/opt`). */
+  readonly layerDir: string;
+}
+
+/** Properties of {@link KappLambdaStack}. */
+export interface KappLambdaStackProps extends StackProps {
+  /** Code and layer directory of every function. */
+  readonly assets: Readonly<Record<PipelineStage, StageAssets>>;
+  /** The instruction set the layers' tools were built for (the build host's). */
+  readonly architecture: lambda.Architecture;
+  /** Validated context values (`fleetSettings`). */
+  readonly fleet: FleetSettings;
+  /** Default {@link kubeconfigClusterAccess}`(fleet)`. */
+  readonly clusterAccess?: ClusterAccess;
+}
+
+/** The resources of one function, for tests and for other stacks to reference. */
+export interface StageResources {
+  readonly queue: sqs.Queue;
+  readonly deadLetterQueue: sqs.Queue;
+  readonly fn: lambda.Function;
+  readonly role: iam.Role;
+}
+
+/** The kapp-lambda fleet deployment (see the module comment). */
+export class KappLambdaStack extends Stack {
+  /** Artifacts, render cache, repository indexes and state; SSE-KMS under {@link artifactKey}. */
+  readonly bucket: s3.Bucket;
+  /** Encrypts the bucket, the root-key secret and the functions' variables. */
+  readonly artifactKey: kms.Key;
+  /** Per function: its queue, dead-letter queue, function and role. */
+  readonly stages: Readonly<Record<PipelineStage, StageResources>>;
+  /** The forwarders' identity: `sqs:SendMessage` on the entry queues, nothing else. */
+  readonly forwarderRole: iam.Role;
+
+  constructor(scope: Construct, id: string, props: KappLambdaStackProps) {
+    super(scope, id, props);
+    const { fleet } = props;
+    const clusterAccess = props.clusterAccess ?? kubeconfigClusterAccess(fleet);
+
+    this.artifactKey = new kms.Key(this, 'ArtifactKey', {
+      description: 'kapp-lambda: artifact bucket, artifact root key secret, function variables',
+      enableKeyRotation: true,
+    });
+
+    this.bucket = new s3.Bucket(this, 'ArtifactBucket', {
+      encryption: s3.BucketEncryption.KMS,
+      encryptionKey: this.artifactKey,
+      // One data key per bucket instead of a KMS call per object.
+      bucketKeyEnabled: true,
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+      enforceSSL: true,
+      minimumTLSVersion: 1.2,
+      // Counted from an object's last write (S3 has no "last read" rule). Safe to expire: every
+      // stage treats a missing artifact or cache record as a miss (fetch and template `head` the
+      // artifact a record names), which costs a re-fetch or re-render, never a wrong result. A
+      // sealed object is written again on each use, so `private/` goes a day after its own TTL.
+      // `state/` (a repository's deployed versions) is never expired.
+      lifecycleRules: [
+        ...['artifacts/', 'cache/'].map((prefix) => ({
+          id: `expire-${prefix.slice(0, -1)}`,
+          prefix,
+          expiration: Duration.days(fleet.artifactRetentionDays),
+        })),
+        { id: 'expire-private', prefix: 'private/', expiration: Duration.days(PRIVATE_EXPIRY_DAYS) },
+        { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
+      ],
+    });
+    Validations.of(this.bucket).acknowledge({
+      id: 'AwsSolutions-S1',
+      reason:
+        'Server access logs would need a second bucket per deployment; the functions are its only writers ' +
+        '(each role scoped to its prefixes) and CloudTrail S3 data events are the audit trail where one is wanted.',
+    });
+
+    const rootKey = new secretsmanager.Secret(this, 'ArtifactRootKey', {
+      description: `kapp-lambda ${ARTIFACT_ROOT_KEY_ENV}: root of the per-cluster keys sealing private artifacts`,
+      encryptionKey: this.artifactKey,
+      // 64 characters of [A-Za-z0-9] are valid base64 of 48 bytes (about 381 bits of entropy),
+      // what `rootKeyFromBase64` accepts (at least 32 bytes).
+      generateSecretString: { passwordLength: 64, excludePunctuation: true, includeSpace: false },
+    });
+    Validations.of(rootKey).acknowledge({
+      id: 'AwsSolutions-SMG4',
+      reason:
+        'Rotating the artifact root key would make every sealed artifact unreadable at once (they are ' +
+        'rebuilt on the next miss, but all at the same time); the keyring has no key versions yet.',
+    });
+
+    const alarmAction = fleet.alarmTopicArn
+      ? new cwActions.SnsAction(sns.Topic.fromTopicArn(this, 'AlarmTopic', fleet.alarmTopicArn))
+      : undefined;
+
+    const queues = Object.fromEntries(PIPELINE_STAGES.map((stage) => [stage, this.stageQueues(stage)])) as Record<
+      PipelineStage,
+      { queue: sqs.Queue; deadLetterQueue: sqs.Queue }
+    >;
+
+    const stages = {} as Record<PipelineStage, StageResources>;
+    for (const stage of PIPELINE_STAGES) {
+      stages[stage] = {
+        ...queues[stage],
+        ...this.stageFunction(stage, props, clusterAccess, rootKey, queues),
+      };
+      for (const alarm of this.stageAlarms(stage, stages[stage])) if (alarmAction) alarm.addAlarmAction(alarmAction);
+    }
+    this.stages = stages;
+
+    this.forwarderRole = this.forwarderIdentity(queues);
+
+    new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName });
+    new CfnOutput(this, 'ForwarderRoleArn', { value: this.forwarderRole.roleArn });
+    for (const stage of PIPELINE_STAGES) {
+      new CfnOutput(this, `QueueUrl${pascal(stage)}`, {
+        value: queues[stage].queue.queueUrl,
+        description: `${queueUrlEnv(stage)} of the forwarders and functions`,
+      });
+    }
+  }
+
+  /** The FIFO queue of a function and its FIFO dead-letter queue. */
+  private stageQueues(stage: PipelineStage): { queue: sqs.Queue; deadLetterQueue: sqs.Queue } {
+    const id = pascal(stage);
+    const deadLetterQueue = new sqs.Queue(this, `${id}DeadLetterQueue`, {
+      fifo: true,
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(14),
+    });
+    const queue = new sqs.Queue(this, `${id}Queue`, {
+      fifo: true,
+      // The senders set MessageDeduplicationId (the event id) and MessageGroupId (the object).
+      contentBasedDeduplication: false,
+      // High-throughput FIFO: the fleet's objects are many groups, each ordered on its own.
+      deduplicationScope: sqs.DeduplicationScope.MESSAGE_GROUP,
+      fifoThroughputLimit: sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
+      // Events are references, not secrets: SSE-SQS, so senders need no KMS grant.
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      visibilityTimeout: Duration.seconds(STAGE_SIZING[stage].timeoutSeconds + VISIBILITY_MARGIN_SECONDS),
+      // The last receive is the one that writes the final failed status (`retry-bound.ts`), so
+      // the redrive count and `KAPP_LAMBDA_MAX_RECEIVE_COUNT` are the same number.
+      deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: DEFAULT_MAX_ATTEMPTS },
+    });
+    return { queue, deadLetterQueue };
+  }
+
+  /** A function, its role (least privilege), its layer, its log group and its event source mapping. */
+  private stageFunction(
+    stage: PipelineStage,
+    props: KappLambdaStackProps,
+    clusterAccess: ClusterAccess,
+    rootKey: secretsmanager.Secret,
+    queues: Record<PipelineStage, { queue: sqs.Queue }>,
+  ): { fn: lambda.Function; role: iam.Role } {
+    const id = pascal(stage);
+    const sizing = STAGE_SIZING[stage];
+    const assets = props.assets[stage];
+    const logGroup = new logs.LogGroup(this, `${id}Logs`, {
+      retention: props.fleet.logRetentionDays as logs.RetentionDays,
+    });
+    // An own role instead of the default one: the default attaches AWSLambdaBasicExecutionRole,
+    // whose log statements name every log group of the account.
+    const role = new iam.Role(this, `${id}Role`, {
+      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+      description: `kapp-lambda ${stage} function`,
+    });
+    logGroup.grantWrite(role);
+
+    const layer = new lambda.LayerVersion(this, `${id}Layer`, {
+      code: lambda.Code.fromAsset(assets.layerDir),
+      compatibleRuntimes: [FUNCTION_RUNTIME],
+      compatibleArchitectures: [props.architecture],
+      description: `kapp-lambda ${stage} tools`,
+    });
+    const timeout = toolTimeoutMs(stage);
+    const fn = new lambda.Function(this, `${id}Function`, {
+      description: `kapp-lambda ${stage}`,
+      runtime: FUNCTION_RUNTIME,
+      architecture: props.architecture,
+      handler: 'index.handler',
+      code: lambda.Code.fromAsset(assets.codeDir),
+      layers: [
+        layer,
+        ...clusterAccess.layerArns.map((arn, i) =>
+          lambda.LayerVersion.fromLayerVersionArn(this, `${id}ClusterLayer${i}`, arn),
+        ),
+      ],
+      role,
+      logGroup,
+      memorySize: sizing.memoryMiB,
+      ephemeralStorageSize: Size.mebibytes(sizing.ephemeralMiB),
+      timeout: Duration.seconds(sizing.timeoutSeconds),
+      environmentEncryption: this.artifactKey,
+      environment: {
+        KAPP_LAMBDA_BUCKET: this.bucket.bucketName,
+        ...Object.fromEntries(
+          (NEXT_STAGES[stage] ?? []).map((next) => [queueUrlEnv(next), queues[next].queue.queueUrl]),
+        ),
+        KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
+        ...(timeout === undefined ? {} : { KAPP_LAMBDA_TOOL_TIMEOUT_MS: String(timeout) }),
+        KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
+        ...clusterAccess.environment,
+        // Resolved by CloudFormation at deploy time (a dynamic reference: the template holds
+        // none of it); the function reads it from its variables, encrypted with the artifact key.
+        [ARTIFACT_ROOT_KEY_ENV]: rootKey.secretValue.unsafeUnwrap(),
+      },
+    });
+    fn.addEventSource(
+      new lambdaEvents.SqsEventSource(queues[stage].queue, {
+        batchSize: sizing.batchSize,
+        reportBatchItemFailures: true,
+        maxConcurrency: props.fleet.concurrency[stage],
+      }),
+    );
+    for (const next of NEXT_STAGES[stage] ?? []) {
+      role.addToPolicy(
+        new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [queues[next].queue.queueArn] }),
+      );
+    }
+    this.grantObjects(stage, role);
+    clusterAccess.grant?.(fn, stage);
+
+    return { fn, role };
+  }
+
+  /**
+   * The artifact bucket for one stage: its prefixes (`STAGE_OBJECTS`), `s3:ListBucket` (without
+   * it S3 answers 403 rather than 404 for a missing key, and every cache miss would fail as an
+   * access error), and the artifact key through S3 (and Lambda, for the function's variables).
+   * A stage with no prefix (install) gets neither.
+   */
+  private grantObjects(stage: PipelineStage, role: iam.Role): void {
+    const grants = STAGE_OBJECTS[stage];
+    const bucketId = this.resolve(this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket));
+    if (grants.length > 0) {
+      for (const g of grants) {
+        role.addToPolicy(
+          new iam.PolicyStatement({ actions: [...g.actions], resources: [this.bucket.arnForObjects(g.keys)] }),
+        );
+        // cdk-nag reports each object ARN ending in a wildcard; the wildcard is the prefix's keys
+        // (content digests, per-cluster tags), the actions are named: acknowledged one by one.
+        Validations.of(role).acknowledge({
+          id: `AwsSolutions-IAM5[Resource::<${bucketId}.Arn>/${g.keys}]`,
+          reason: `${stage} function, ${g.why}: the keys under the prefix are digests and per-cluster tags, not known in advance.`,
+        });
+      }
+      role.addToPolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }));
+    }
+    const writes = grants.some((g) => g.actions.includes('s3:PutObject'));
+    const services = [...(grants.length > 0 ? ['s3'] : []), 'lambda'].map((s) => `${s}.${this.region}.amazonaws.com`);
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['kms:Decrypt'],
+        resources: [this.artifactKey.keyArn],
+        conditions: { StringEquals: { 'kms:ViaService': services } },
+      }),
+    );
+    if (writes) {
+      role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['kms:GenerateDataKey'],
+          resources: [this.artifactKey.keyArn],
+          conditions: { StringEquals: { 'kms:ViaService': `s3.${this.region}.amazonaws.com` } },
+        }),
+      );
+    }
+  }
+
+  /** Alarms: a message in the dead-letter queue, and any function error, over 5 minutes. */
+  private stageAlarms(stage: PipelineStage, r: StageResources): cloudwatch.Alarm[] {
+    const id = pascal(stage);
+    const common = {
+      threshold: 1,
+      evaluationPeriods: 1,
+      comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+    };
+    return [
+      new cloudwatch.Alarm(this, `${id}DeadLetterAlarm`, {
+        ...common,
+        alarmDescription: `kapp-lambda ${stage}: an event reached the dead-letter queue (its object's status says why)`,
+        metric: r.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
+          period: Duration.minutes(5),
+          statistic: cloudwatch.Stats.MAXIMUM,
+        }),
+      }),
+      new cloudwatch.Alarm(this, `${id}ErrorAlarm`, {
+        ...common,
+        alarmDescription: `kapp-lambda ${stage}: the function failed an invocation (crash, timeout or bad configuration)`,
+        metric: r.fn.metricErrors({ period: Duration.minutes(5), statistic: cloudwatch.Stats.SUM }),
+      }),
+    ];
+  }
+
+  /**
+   * The forwarders' role: trusted by EKS Pod Identity in this account (an association binds it
+   * to the forwarder's ServiceAccount), allowed `sqs:SendMessage` on the queues object events go
+   * to (`FORWARDER_STAGES`) and nothing else: no receive, no bucket, no key. One identity for
+   * every cluster: tying an event's cluster to its sender is issue 11 item 6d (per-cluster roles
+   * or queues would start here).
+   */
+  private forwarderIdentity(queues: Record<PipelineStage, { queue: sqs.Queue }>): iam.Role {
+    const role = new iam.Role(this, 'ForwarderRole', {
+      description: 'kapp-lambda forwarder: sends object events to the entry queues',
+      assumedBy: new iam.SessionTagsPrincipal(
+        new iam.ServicePrincipal('pods.eks.amazonaws.com').withConditions({
+          StringEquals: { 'aws:SourceAccount': this.account },
+        }),
+      ),
+    });
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['sqs:SendMessage'],
+        resources: FORWARDER_STAGES.map((s) => queues[s].queue.queueArn),
+      }),
+    );
+    return role;
+  }
+}
+
+/** `index-repo` → `IndexRepo`: construct ids. */
+function pascal(stage: string): string {
+  return stage.replace(/(^|-)([a-z])/g, (_, __, c: string) => c.toUpperCase());
+}

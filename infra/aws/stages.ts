@@ -1,0 +1,172 @@
+/**
+ * What each Lambda function of the fleet deployment is given, per stage (`PIPELINE_STAGES`):
+ * its size, its queue's batching, the object-store keys it may touch, and which queues the
+ * in-cluster forwarders send to. Pure data and pure functions: the stack (`./stack.ts`) turns
+ * them into resources and the infrastructure test checks the template against them.
+ *
+ * @module
+ */
+import { API_VERSIONS, KINDS, objectEvent, targetFunction } from '../../events/schema.js';
+import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
+import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
+import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
+import type { PipelineStage } from '../../functions/lib/transport/port.js';
+
+/** Size and batching of one stage's function and event source mapping. */
+export interface StageSizing {
+  /** Function memory, MiB (CPU grows with it: one full vCPU at 1769 MiB). */
+  readonly memoryMiB: number;
+  /** `/tmp` size, MiB (512..10240): scratch trees, tarballs, tool caches. */
+  readonly ephemeralMiB: number;
+  /** Function timeout, seconds (at most 900, Lambda's limit). */
+  readonly timeoutSeconds: number;
+  /** Records per invocation (a FIFO event source mapping takes 1..10). */
+  readonly batchSize: number;
+  /** Default of the event source mapping's `maxConcurrency` (2..1000); context `concurrency` overrides it. */
+  readonly concurrency: number;
+}
+
+/**
+ * Sizing per stage, from what each stage runs:
+ *
+ * - fetch: vendir, imgpkg and helm download sources (network-bound); the fetched tree and its
+ *   tarball sit in `/tmp` together, so storage is the large part;
+ * - template: ytt, kbld, helm, cue render (CPU-bound), so more memory for more CPU;
+ * - deploy: kapp deploy waits for the resources it applies; the wait is what takes time, hence
+ *   Lambda's full 15 minutes;
+ * - index-repo: fetch, template and a kapp deploy of the repository's Packages in one run;
+ * - install: no tool, only API calls (resolve a version, write an App): small and short, and a
+ *   batch of 10 since each record takes seconds.
+ *
+ * The tool stages take one record per invocation: the function timeout then bounds one run,
+ * not the sum of ten (a FIFO batch is processed in order, so a long record would delay the rest).
+ */
+export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
+  fetch: { memoryMiB: 1024, ephemeralMiB: 4096, timeoutSeconds: 600, batchSize: 1, concurrency: 10 },
+  template: { memoryMiB: 2048, ephemeralMiB: 2048, timeoutSeconds: 300, batchSize: 1, concurrency: 10 },
+  deploy: { memoryMiB: 1024, ephemeralMiB: 1024, timeoutSeconds: 900, batchSize: 1, concurrency: 10 },
+  'index-repo': { memoryMiB: 2048, ephemeralMiB: 4096, timeoutSeconds: 900, batchSize: 1, concurrency: 5 },
+  install: { memoryMiB: 512, ephemeralMiB: 512, timeoutSeconds: 120, batchSize: 10, concurrency: 5 },
+};
+
+/**
+ * Time kept between a tool's timeout (`KAPP_LAMBDA_TOOL_TIMEOUT_MS`) and the function timeout,
+ * ms: twice the handler's deadline margin (`DEFAULT_DEADLINE_MARGIN_MS`, 30 s), so a tool that
+ * runs into its timeout is killed by the runner and the stage writes `ReconcileFailed` with the
+ * tool's error, rather than Lambda killing the process with no status written.
+ */
+export const TOOL_TIMEOUT_MARGIN_MS = 2 * DEFAULT_DEADLINE_MARGIN_MS;
+
+/**
+ * `KAPP_LAMBDA_TOOL_TIMEOUT_MS` of a stage: its function timeout less {@link TOOL_TIMEOUT_MARGIN_MS};
+ * `undefined` for a stage that runs no tool (install).
+ */
+export function toolTimeoutMs(stage: PipelineStage): number | undefined {
+  if (STAGE_TOOLS[stage].length === 0) return undefined;
+  return STAGE_SIZING[stage].timeoutSeconds * 1000 - TOOL_TIMEOUT_MARGIN_MS;
+}
+
+/**
+ * Extra seconds of an SQS queue's visibility timeout over its function's timeout. AWS advises
+ * six times the function timeout so that throttled invocations do not burn receives; here each
+ * event source mapping has a `maxConcurrency` below the function's share of the account's
+ * concurrency instead, and a record of a crashed invocation (and every later record of its FIFO
+ * group, which waits behind it) comes back one minute after the timeout rather than 75 minutes
+ * (6 × 15 min) later.
+ */
+export const VISIBILITY_MARGIN_SECONDS = 60;
+
+/** S3 permissions a stage may hold on a key prefix (HeadObject needs `s3:GetObject`). */
+export type ObjectAction = 's3:GetObject' | 's3:PutObject' | 's3:DeleteObject';
+
+/** One prefix of the artifact bucket a stage uses, and why. */
+export interface ObjectGrant {
+  /** Key pattern relative to the bucket root, ending in `*` (IAM's `*` also matches `/`). */
+  readonly keys: string;
+  readonly actions: readonly ObjectAction[];
+  readonly why: string;
+}
+
+const READ: readonly ObjectAction[] = ['s3:GetObject'];
+const WRITE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject'];
+// Sealed objects are deleted by the reader that finds them expired (`PrivateArtifacts.get`).
+const SEALED_READ: readonly ObjectAction[] = ['s3:GetObject', 's3:DeleteObject'];
+const SEALED_WRITE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
+
+/**
+ * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
+ * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
+ * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`). A stage gets only
+ * these prefixes: template cannot overwrite a fetch artifact, deploy cannot write at all, and
+ * install, which only talks to the API server, has no access to the bucket.
+ */
+export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[]>> = {
+  fetch: [
+    { keys: 'artifacts/fetch/*', actions: WRITE, why: 'stores fetched tarballs (putIfAbsent)' },
+    { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
+    { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
+  ],
+  template: [
+    { keys: 'artifacts/fetch/*', actions: READ, why: 'reads the fetch hand-off' },
+    { keys: 'private/*/fetch/*', actions: SEALED_READ, why: 'reads a sealed fetch hand-off' },
+    { keys: 'artifacts/template/*', actions: WRITE, why: 'stores rendered manifests' },
+    { keys: 'cache/render/*', actions: WRITE, why: 'render cache records' },
+    { keys: 'private/*/template/*', actions: SEALED_WRITE, why: 'sealed rendered manifests' },
+    { keys: 'private/*/cache/render/*', actions: SEALED_WRITE, why: 'sealed render cache records' },
+  ],
+  deploy: [
+    { keys: 'artifacts/template/*', actions: READ, why: 'reads the manifest to deploy' },
+    { keys: 'private/*/template/*', actions: SEALED_READ, why: 'reads a sealed manifest to deploy' },
+  ],
+  'index-repo': [
+    { keys: 'artifacts/fetch/*', actions: WRITE, why: 'fetches the repository bundle (as fetch does)' },
+    { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
+    { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'a repository fetched with a Secret' },
+    { keys: 'artifacts/index/*', actions: WRITE, why: 'repository indexes and their manifests' },
+    { keys: 'cache/index/*', actions: WRITE, why: 'index lookup records' },
+    {
+      keys: 'state/package-repositories/*',
+      actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
+      why: 'the versions a repository last deployed (removed with the repository)',
+    },
+  ],
+  install: [],
+};
+
+/**
+ * Days after its last write when a `private/` object is removed: a day after the sealed
+ * objects' own expiry (`DEFAULT_PRIVATE_TTL_MS`, 7 days after each write, enforced on read), so
+ * only what no reader will open again goes: 8.
+ */
+export const PRIVATE_EXPIRY_DAYS = DEFAULT_PRIVATE_TTL_MS / 86_400_000 + 1;
+
+/** Default of context `artifactRetentionDays`: 30. */
+export const DEFAULT_ARTIFACT_RETENTION_DAYS = 30;
+
+/**
+ * The stages whose queues the forwarders send to: the `targetFunction` of an object event of
+ * each watched kind (App → fetch, PackageInstall → install, PackageRepository → index-repo).
+ * Computed from the event contract so a new kind or route cannot drift from the IAM grant.
+ */
+export const FORWARDER_STAGES: readonly PipelineStage[] = [
+  ...new Set(
+    KINDS.map((kind) =>
+      targetFunction(
+        objectEvent(
+          {
+            clusterId: 'c',
+            kind,
+            apiVersion: API_VERSIONS[kind],
+            namespace: 'n',
+            name: 'n',
+            uid: 'u',
+            generation: 1,
+            resourceVersion: '1',
+          },
+          'resync',
+          { time: new Date(0) },
+        ),
+      ),
+    ),
+  ),
+];

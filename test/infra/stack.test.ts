@@ -1,0 +1,380 @@
+/**
+ * The CDK app's stack, synthesized offline: no AWS credentials, no network, no lookups. The
+ * functions' code is the real esbuild bundles (`bundleFunctions`, the project's one recipe); the
+ * layers are one small directory instead of `npm run build:layers` output: the tool layers are
+ * 100+ MB of Go binaries per stage that would have to be built (minutes) and copied for a test
+ * that only checks how a layer directory is wired, which a small directory shows as well.
+ */
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { App, aws_lambda as lambda, Validations } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import { AwsSolutionsChecks } from 'cdk-nag';
+import type { IConstruct } from 'constructs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
+import { ARTIFACT_ROOT_KEY_ENV } from '../../functions/lib/entry/lambda.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
+import { stageAssets } from '../../infra/aws/assets.js';
+import { fleetSettings } from '../../infra/aws/fleet.js';
+import { KappLambdaStack } from '../../infra/aws/stack.js';
+import { FORWARDER_STAGES, PRIVATE_EXPIRY_DAYS, STAGE_OBJECTS, STAGE_SIZING } from '../../infra/aws/stages.js';
+import { layerToolVersions } from '../../layers/build.js';
+import { bundleFunctions } from '../../layers/bundle.js';
+import { HARDEN_ADDON_NAME } from '../../layers/native.js';
+
+type Json = Record<string, unknown>;
+type Resource = { Type: string; Properties: Json };
+
+let tmp: string;
+let app: App;
+let stack: KappLambdaStack;
+let template: Template;
+let resources: Record<string, Resource>;
+
+/** Logical id of the CloudFormation resource behind a construct. */
+const logicalId = (c: IConstruct) => stack.resolve(stack.getLogicalId(c.node.defaultChild as never)) as string;
+const ofType = (type: string) => Object.entries(resources).filter(([, r]) => r.Type === type);
+const stageOf = (fnId: string): PipelineStage => {
+  const s = PIPELINE_STAGES.find((st) => logicalId(stack.stages[st].fn) === fnId);
+  if (!s) throw new Error(`no stage has function ${fnId}`);
+  return s;
+};
+/** The statements of the inline policies attached to a role. */
+const roleStatements = (roleId: string): Json[] =>
+  ofType('AWS::IAM::Policy')
+    .filter(([, p]) => (p.Properties.Roles as Json[]).some((r) => r.Ref === roleId))
+    .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
+const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
+/** `arn-of-bucket/<suffix>` of an `Fn::Join` object ARN, or undefined for another resource. */
+const objectSuffix = (resource: unknown): string | undefined => {
+  const parts = (resource as { 'Fn::Join'?: [string, unknown[]] })['Fn::Join']?.[1];
+  if (parts?.length !== 2) return undefined;
+  const [arn, suffix] = parts as [Json, string];
+  return (arn['Fn::GetAtt'] as string[] | undefined)?.[0] === logicalId(stack.bucket) ? suffix : undefined;
+};
+
+beforeAll(async () => {
+  // No credentials of any kind reach the synth (it must not need them).
+  for (const k of Object.keys(process.env)) if (k.startsWith('AWS_') || k.startsWith('CDK_')) delete process.env[k];
+  process.env.AWS_EC2_METADATA_DISABLED = 'true';
+  tmp = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-cdk-'));
+  const code = await bundleFunctions(PIPELINE_STAGES, path.join(tmp, 'code'));
+  const layer = path.join(tmp, 'layer');
+  await mkdir(path.join(layer, 'lib'), { recursive: true });
+  await writeFile(path.join(layer, 'lib', HARDEN_ADDON_NAME), 'stand-in for the hardening addon\n');
+  const layers = Object.fromEntries(PIPELINE_STAGES.map((s) => [s, layer])) as Record<PipelineStage, string>;
+  // Asset staging off: the template names the directories in place instead of copying 5 bundles.
+  app = new App({ outdir: path.join(tmp, 'cdk.out'), context: { 'aws:cdk:disable-asset-staging': true } });
+  const context: Record<string, unknown> = { clusters: 'east-1,west-2', concurrency: '{"deploy": 25}' };
+  stack = new KappLambdaStack(app, 'KappLambda', {
+    assets: stageAssets(code, layers),
+    architecture: lambda.Architecture.ARM_64,
+    fleet: fleetSettings((k) => context[k]),
+  });
+  template = Template.fromStack(stack);
+  resources = template.toJSON().Resources as Record<string, Resource>;
+}, 300_000);
+
+afterAll(async () => {
+  if (tmp) await rm(tmp, { recursive: true, force: true });
+});
+
+describe('synth', () => {
+  it('needs no credentials, account, region or context lookup', () => {
+    const assembly = app.synth();
+    expect(assembly.manifest.missing ?? []).toEqual([]);
+    const artifact = assembly.getStackByName('KappLambda');
+    expect(artifact.environment.account).toBe('unknown-account');
+    expect(artifact.environment.region).toBe('unknown-region');
+  });
+
+  it('holds these resources', () => {
+    const counts: Record<string, number> = {};
+    for (const r of Object.values(resources)) counts[r.Type] = (counts[r.Type] ?? 0) + 1;
+    const n = PIPELINE_STAGES.length;
+    expect(counts).toEqual({
+      'AWS::KMS::Key': 1,
+      'AWS::S3::Bucket': 1,
+      'AWS::S3::BucketPolicy': 1,
+      'AWS::SecretsManager::Secret': 1,
+      'AWS::SQS::Queue': 2 * n,
+      'AWS::SQS::QueuePolicy': 2 * n,
+      'AWS::Logs::LogGroup': n,
+      'AWS::IAM::Role': n + 1,
+      'AWS::IAM::Policy': n + 1,
+      'AWS::Lambda::LayerVersion': n,
+      'AWS::Lambda::Function': n,
+      'AWS::Lambda::EventSourceMapping': n,
+      'AWS::CloudWatch::Alarm': 2 * n,
+    });
+  });
+});
+
+describe('artifact bucket', () => {
+  it('is encrypted with the stack key, private, TLS only', () => {
+    template.hasResourceProperties('AWS::KMS::Key', { EnableKeyRotation: true });
+    template.hasResourceProperties('AWS::S3::Bucket', {
+      BucketEncryption: {
+        ServerSideEncryptionConfiguration: [
+          {
+            BucketKeyEnabled: true,
+            ServerSideEncryptionByDefault: {
+              SSEAlgorithm: 'aws:kms',
+              KMSMasterKeyID: { 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] },
+            },
+          },
+        ],
+      },
+      PublicAccessBlockConfiguration: {
+        BlockPublicAcls: true,
+        BlockPublicPolicy: true,
+        IgnorePublicAcls: true,
+        RestrictPublicBuckets: true,
+      },
+    });
+    template.hasResourceProperties('AWS::S3::BucketPolicy', {
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({
+            Effect: 'Deny',
+            Principal: { AWS: '*' },
+            Condition: { Bool: { 'aws:SecureTransport': 'false' } },
+          }),
+          Match.objectLike({
+            Effect: 'Deny',
+            Condition: { NumericLessThan: { 's3:TlsVersion': 1.2 } },
+          }),
+        ]),
+      },
+    });
+  });
+
+  it('expires artifacts and cache after 30 days, sealed objects after their TTL, never state', () => {
+    const bucket = ofType('AWS::S3::Bucket')[0]![1];
+    const rules = (bucket.Properties.LifecycleConfiguration as { Rules: Json[] }).Rules;
+    const expiry = Object.fromEntries(rules.filter((r) => r.Prefix).map((r) => [r.Prefix, r.ExpirationInDays]));
+    expect(expiry).toEqual({ 'artifacts/': 30, 'cache/': 30, 'private/': PRIVATE_EXPIRY_DAYS });
+    expect(PRIVATE_EXPIRY_DAYS).toBe(8);
+    expect(rules.every((r) => r.Status === 'Enabled')).toBe(true);
+  });
+});
+
+describe('queues and event source mappings', () => {
+  it.each(PIPELINE_STAGES)('%s: a FIFO queue redriving to its FIFO dead-letter queue', (stage) => {
+    const { queue, deadLetterQueue } = stack.stages[stage];
+    const q = resources[logicalId(queue)]!.Properties;
+    const dlq = resources[logicalId(deadLetterQueue)]!.Properties;
+    expect(q).toMatchObject({
+      FifoQueue: true,
+      ContentBasedDeduplication: false,
+      SqsManagedSseEnabled: true,
+      RedrivePolicy: {
+        deadLetterTargetArn: { 'Fn::GetAtt': [logicalId(deadLetterQueue), 'Arn'] },
+        maxReceiveCount: DEFAULT_MAX_ATTEMPTS,
+      },
+    });
+    expect(q.VisibilityTimeout).toBeGreaterThan(STAGE_SIZING[stage].timeoutSeconds);
+    expect(dlq).toMatchObject({ FifoQueue: true, SqsManagedSseEnabled: true, MessageRetentionPeriod: 1_209_600 });
+  });
+
+  it.each(PIPELINE_STAGES)('%s: its function reads its queue and reports partial batch failures', (stage) => {
+    const { fn, queue } = stack.stages[stage];
+    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      FunctionName: { Ref: logicalId(fn) },
+      EventSourceArn: { 'Fn::GetAtt': [logicalId(queue), 'Arn'] },
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      BatchSize: STAGE_SIZING[stage].batchSize,
+      ScalingConfig: { MaximumConcurrency: stage === 'deploy' ? 25 : STAGE_SIZING[stage].concurrency },
+    });
+  });
+
+  it('every queue accepts TLS only', () => {
+    for (const [, policy] of ofType('AWS::SQS::QueuePolicy')) {
+      expect(policy.Properties.PolicyDocument).toMatchObject({
+        Statement: [{ Effect: 'Deny', Action: 'sqs:*', Condition: { Bool: { 'aws:SecureTransport': 'false' } } }],
+      });
+    }
+  });
+});
+
+describe('functions', () => {
+  it.each(PIPELINE_STAGES)('%s: sized for its stage, its layer, its variables', (stage) => {
+    const { fn } = stack.stages[stage];
+    const p = resources[logicalId(fn)]!.Properties;
+    const sizing = STAGE_SIZING[stage];
+    expect(p).toMatchObject({
+      Runtime: 'nodejs24.x',
+      Handler: 'index.handler',
+      Architectures: ['arm64'],
+      MemorySize: sizing.memoryMiB,
+      EphemeralStorage: { Size: sizing.ephemeralMiB },
+      Timeout: sizing.timeoutSeconds,
+      KmsKeyArn: { 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] },
+      LoggingConfig: { LogGroup: expect.anything() },
+    });
+    expect(p.Layers).toHaveLength(1);
+    const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
+    const queueVars = Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'));
+    expect(queueVars.sort()).toEqual((NEXT_STAGES[stage] ?? []).map(queueUrlEnv).sort());
+    for (const next of NEXT_STAGES[stage] ?? []) {
+      expect(env[queueUrlEnv(next)]).toEqual({ Ref: logicalId(stack.stages[next].queue) });
+    }
+    expect(env).toMatchObject({
+      KAPP_LAMBDA_BUCKET: { Ref: logicalId(stack.bucket) },
+      KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
+      KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
+      KAPP_LAMBDA_KUBECONFIG: '/opt/kapp-lambda/kubeconfig',
+      KAPP_LAMBDA_CLUSTERS: 'east-1,west-2',
+    });
+    // A dynamic reference: resolved by CloudFormation at deploy time, never in the template.
+    expect(JSON.stringify(env[ARTIFACT_ROOT_KEY_ENV])).toMatch(/\{\{resolve:secretsmanager:/);
+    if (stage === 'install') expect(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS).toBeUndefined();
+    else {
+      const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);
+      expect(toolMs).toBeGreaterThan(0);
+      expect(toolMs).toBeLessThanOrEqual(sizing.timeoutSeconds * 1000 - 60_000);
+    }
+  });
+
+  it('keep their logs 30 days', () => {
+    for (const [, group] of ofType('AWS::Logs::LogGroup')) expect(group.Properties.RetentionInDays).toBe(30);
+  });
+
+  it('have an alarm on dead letters and one on errors each', () => {
+    for (const stage of PIPELINE_STAGES) {
+      template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'AWS/SQS',
+        MetricName: 'ApproximateNumberOfMessagesVisible',
+        Dimensions: [
+          { Name: 'QueueName', Value: { 'Fn::GetAtt': [logicalId(stack.stages[stage].deadLetterQueue), 'QueueName'] } },
+        ],
+        Threshold: 1,
+      });
+      template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'AWS/Lambda',
+        MetricName: 'Errors',
+        Dimensions: [{ Name: 'FunctionName', Value: { Ref: logicalId(stack.stages[stage].fn) } }],
+        Threshold: 1,
+      });
+    }
+  });
+});
+
+describe('IAM', () => {
+  const statements = () =>
+    ofType('AWS::IAM::Policy').flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
+
+  it('every statement allows named actions on resources of this stack', () => {
+    const ids = new Set(Object.keys(resources));
+    const named = (r: unknown): boolean => {
+      const refs = JSON.stringify(r).match(/"(Ref|Fn::GetAtt)":(\["[A-Za-z0-9]+"|"[A-Za-z0-9]+")/g) ?? [];
+      return refs.length > 0 && refs.every((m) => ids.has(m.replace(/^.*:\[?"|"$/g, '')));
+    };
+    expect(statements().length).toBeGreaterThan(0);
+    // Nothing beside these statements: no managed policies, no inline policies on the roles.
+    for (const [, role] of ofType('AWS::IAM::Role')) {
+      expect(role.Properties.ManagedPolicyArns).toBeUndefined();
+      expect(role.Properties.Policies).toBeUndefined();
+    }
+    for (const s of statements()) {
+      expect(s.Effect).toBe('Allow');
+      for (const a of list(s.Action as string | string[])) expect(a).toMatch(/^[a-z0-9]+:[A-Za-z]+$/);
+      for (const r of list(s.Resource)) {
+        expect(r).not.toBe('*');
+        expect(named(r), JSON.stringify(r)).toBe(true);
+      }
+    }
+  });
+
+  it.each(PIPELINE_STAGES)(
+    '%s: its queue, the queues it sends to, its prefixes, the key, its logs; nothing else',
+    (stage) => {
+      const { role, queue, fn } = stack.stages[stage];
+      const st = roleStatements(logicalId(role));
+      const arnOf = (c: IConstruct) => ({ 'Fn::GetAtt': [logicalId(c), 'Arn'] });
+      const covered = new Set<Json>();
+      const take = (pred: (s: Json) => boolean) => {
+        const found = st.filter(pred);
+        for (const s of found) covered.add(s);
+        return found;
+      };
+
+      const consume = take((s) => list(s.Action as string[]).includes('sqs:ReceiveMessage'));
+      expect(consume).toHaveLength(1);
+      expect(consume[0]!.Resource).toEqual(arnOf(queue));
+      const sends = take((s) => list(s.Action as string[]).join() === 'sqs:SendMessage');
+      expect(sends.map((s) => s.Resource)).toEqual((NEXT_STAGES[stage] ?? []).map((n) => arnOf(stack.stages[n].queue)));
+
+      const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
+      expect(
+        objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: list(s.Action as string[]) })),
+      ).toEqual(STAGE_OBJECTS[stage].map((g) => ({ keys: g.keys, actions: [...g.actions] })));
+      const listing = take((s) => list(s.Action as string[]).includes('s3:ListBucket'));
+      expect(listing.map((s) => s.Resource)).toEqual(STAGE_OBJECTS[stage].length > 0 ? [arnOf(stack.bucket)] : []);
+
+      const kms = take((s) => list(s.Action as string[]).some((a) => a.startsWith('kms:')));
+      for (const s of kms) {
+        expect(s.Resource).toEqual(arnOf(stack.artifactKey));
+        expect(s.Condition).toMatchObject({ StringEquals: { 'kms:ViaService': expect.anything() } });
+      }
+      expect(kms.flatMap((s) => list(s.Action as string[])).sort()).toEqual(
+        stage === 'deploy' || stage === 'install' ? ['kms:Decrypt'] : ['kms:Decrypt', 'kms:GenerateDataKey'],
+      );
+
+      const logsSt = take((s) => list(s.Action as string[]).every((a) => a.startsWith('logs:')));
+      expect(logsSt).toHaveLength(1);
+      const logGroupId = (resources[logicalId(fn)]!.Properties.LoggingConfig as { LogGroup: { Ref: string } }).LogGroup
+        .Ref;
+      expect(logsSt[0]!.Resource).toEqual({ 'Fn::GetAtt': [logGroupId, 'Arn'] });
+
+      expect(st.filter((s) => !covered.has(s))).toEqual([]);
+      expect(stageOf(logicalId(fn))).toBe(stage);
+    },
+  );
+
+  it('the forwarder role may only send to the entry queues, and only EKS Pod Identity of this account assumes it', () => {
+    const roleId = logicalId(stack.forwarderRole);
+    expect(roleStatements(roleId)).toEqual([
+      {
+        Effect: 'Allow',
+        Action: 'sqs:SendMessage',
+        Resource: FORWARDER_STAGES.map((s) => ({ 'Fn::GetAtt': [logicalId(stack.stages[s].queue), 'Arn'] })),
+      },
+    ]);
+    expect([...FORWARDER_STAGES].sort()).toEqual(['fetch', 'index-repo', 'install']);
+    expect(resources[roleId]!.Properties.AssumeRolePolicyDocument).toEqual({
+      Version: '2012-10-17',
+      Statement: [
+        {
+          Effect: 'Allow',
+          Principal: { Service: 'pods.eks.amazonaws.com' },
+          Action: ['sts:AssumeRole', 'sts:TagSession'],
+          Condition: { StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } },
+        },
+      ],
+    });
+  });
+});
+
+describe('cdk-nag AwsSolutions', () => {
+  it('reports nothing unacknowledged', () => {
+    const report = new AwsSolutionsChecks(app).validateScope(stack);
+    expect(report.violations.map((v) => v.ruleName)).toEqual([]);
+    expect(report.success).toBe(true);
+  });
+
+  it('every acknowledgment says why', () => {
+    const acks = stack.node
+      .findAll()
+      .flatMap((c) => c.node.metadata.filter((m) => m.type === Validations.ACKNOWLEDGED_RULES_METADATA_KEY))
+      .flatMap((m) => Object.entries(m.data as Record<string, string>).map(([id, reason]) => ({ id, reason })));
+    expect(acks.length).toBeGreaterThan(0);
+    for (const a of acks) expect(a.reason.length, a.id).toBeGreaterThan(40);
+    expect(new Set(acks.map((a) => a.id.replace(/^Annotation::/, '').replace(/\[.*$/, '')))).toEqual(
+      new Set(['AwsSolutions-S1', 'AwsSolutions-SMG4', 'AwsSolutions-IAM5']),
+    );
+  });
+});
