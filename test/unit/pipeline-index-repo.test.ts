@@ -4,7 +4,7 @@
  * `dispatchEvent` with a PackageRepository object event. Faked at the ports: the shared fake
  * cluster, the fake runner (vendir, kapp) and an injected repository template pipeline.
  */
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
@@ -419,6 +419,32 @@ describe('index-repo (PackageRepository reconcile)', () => {
     const { root, scratch } = templateCalls[0]!;
     expect(path.dirname(scratch)).toBe(w.deps.config.tmpRoot);
     expect(path.relative(scratch, root)).toBe(path.join('fetched', '0'));
+  });
+
+  it("templates vendir's own files, not an unpacked copy of the artifact it just stored", async () => {
+    const written: number[] = [];
+    const read: number[] = [];
+    const row = rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!;
+    const w = appWorld({
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      extra: {
+        templateRepository: async (input) => {
+          read.push((await stat(path.join(input.root, 'packages', 'a.yml'))).ino);
+          return TEMPLATED;
+        },
+      },
+    });
+    w.cluster.put(repoObject(row.repo) as never);
+    w.runner.on('vendir', async (req) => {
+      const out = await vendirFetches(req);
+      written.push((await stat(path.join(req.cwd ?? '', '0', 'packages', 'a.yml'))).ino);
+      return out;
+    });
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    await dispatchEvent(objectEvent(PKGR_REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(written).toHaveLength(1);
+    expect(read).toEqual(written);
+    expect(w.statuses().at(-1)?.friendlyDescription).toBe('Reconcile succeeded');
   });
 
   it('an imgpkgBundle fetch tells the template pipeline it is a bundle', async () => {

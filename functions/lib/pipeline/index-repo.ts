@@ -32,7 +32,7 @@ import {
   packageRepositoryKapp,
 } from '../deploy/kapp.js';
 import { plantedKappRecord } from '../deploy/kapp-record.js';
-import { runKapp } from '../deploy/run.js';
+import { type KappProgress, runKapp } from '../deploy/run.js';
 import {
   APP_API_VERSION,
   type DeployView,
@@ -151,12 +151,22 @@ function deployProgress(
   startedAt: Date,
   deps: Pick<IndexRepoDeps, 'now'>,
 ) {
-  return async ({ stdout, stderr }: { stdout: string; stderr: string }): Promise<void> => {
+  return async (tick: KappProgress): Promise<void> => {
+    const { stdout, stderr } = tick;
     const progress = deployStatus(mask.result({ stdout, stderr, exitCode: 0, finished: false }), {
       startedAt,
       updatedAt: deps.now(),
     });
-    await writeAppStatus(kube, ref, fence, (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }), mask);
+    // Planned on the object kapp's poll has just read: one GET per tick of a repository that
+    // may hold ~1 MB inline, not two.
+    await writeAppStatus(
+      kube,
+      ref,
+      fence,
+      (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
+      mask,
+      'live' in tick ? { object: tick.live } : undefined,
+    );
   };
 }
 
