@@ -134,6 +134,32 @@ describe('writeStatus', () => {
     ]);
   });
 
+  it('plans its first attempt on the object the caller just read, without a GET', async () => {
+    const fake = new FakeCluster([], ['6']);
+    const read = { object: object('5', {}) };
+    expect(await writeStatus<Status>(fake, REF, RUN, succeeded, undefined, read)).toEqual({
+      outcome: 'written',
+      resourceVersion: '6',
+      attempts: 1,
+    });
+    expect(fake.calls).toEqual([['update', 'a', { resourceVersion: '5', uid: 'u1' }, succeeded({})]]);
+    // Read as not found: gone, as a GET answering 404 would be.
+    expect((await writeStatus<Status>(fake, REF, RUN, succeeded, undefined, { object: undefined })).outcome).toBe(
+      'gone',
+    );
+  });
+
+  it('a copy older than the stored object costs a 409 and a re-read', async () => {
+    const fake = new FakeCluster([object('7', { friendlyDescription: 'other' })], [new ConflictError('c'), '8']);
+    const result = await writeStatus<Status>(fake, REF, RUN, succeeded, undefined, { object: object('5', {}) });
+    expect(result).toEqual({ outcome: 'written', resourceVersion: '8', attempts: 2 });
+    expect(fake.calls.map((c) => c.slice(0, 3))).toEqual([
+      ['update', 'a', { resourceVersion: '5', uid: 'u1' }],
+      ['get', 'a'],
+      ['update', 'a', { resourceVersion: '7', uid: 'u1' }],
+    ]);
+  });
+
   it('a conflict followed by a spec change ends stale (never overwrites a newer run)', async () => {
     const fake = new FakeCluster([object('5', {}), object('9', {}, 4)], [new ConflictError('c')]);
     expect(await writeStatus<Status>(fake, REF, RUN, succeeded)).toEqual({

@@ -135,6 +135,19 @@ describe('templateRepository', () => {
     expect(docs[0].spec).toEqual({ refName: 'app.corp.com', version: '1.0.0+build.1' });
   });
 
+  it('without a bundle, a namespaced document left after the clean-up is refused before kapp', async () => {
+    const { root, scratch } = await dirs();
+    const namespaced = PKG.replace('metadata:\n', 'metadata:\n  namespace: kube-system\n');
+    const out = await templateRepository(
+      { root, name: 'repo', namespace: 'ns', bundle: false, scratch },
+      deps(fakeTools({ cleaned: namespaced })),
+    );
+    expect(out.result.error).toBe(
+      "Templating dir: Expected only Packages and PackageMetadatas of the repository's namespace but found 'data.packaging.carvel.dev/v1alpha1 Package' in namespace 'kube-system'",
+    );
+    expect(out.manifest).toBeUndefined();
+  });
+
   it("fails with upstream's text when packages/ is missing, without running a tool", async () => {
     const { root, scratch } = await dirs(false);
     const runner = fakeTools();

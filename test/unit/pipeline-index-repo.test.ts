@@ -4,7 +4,7 @@
  * `dispatchEvent` with a PackageRepository object event. Faked at the ports: the shared fake
  * cluster, the fake runner (vendir, kapp) and an injected repository template pipeline.
  */
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
@@ -45,6 +45,8 @@ const SUCCEEDED_A_MINUTE_AGO = {
   consecutiveReconcileSuccesses: 1,
   fetch: { ...FETCHED, startedAt: '2024-12-31T23:59:00Z', updatedAt: '2024-12-31T23:59:00Z' },
 };
+// kapp's rate limit is kapp-lambda's 50/100, not upstream's 30/40 (PKGR_KAPP_RATE_LIMIT in
+// functions/lib/deploy/kapp.ts says why).
 const DEPLOY_ARGV = [
   'deploy',
   '--app-metadata-file-output',
@@ -57,8 +59,8 @@ const DEPLOY_ARGV = [
   '--app-changes-max-to-keep=5',
   '--dangerous-override-ownership-of-existing-resources=true',
   '--existing-non-labeled-resources-check=false',
-  '--kube-api-qps=30',
-  '--kube-api-burst=40',
+  '--kube-api-qps=50',
+  '--kube-api-burst=100',
   '--dangerous-scope-to-fallback-allowed-namespaces=true',
   '--wait=false',
   '--app',
@@ -69,8 +71,8 @@ const DELETE_ARGV = [
   'delete',
   '--prev-app',
   'repo-ctrl',
-  '--kube-api-qps=30',
-  '--kube-api-burst=40',
+  '--kube-api-qps=50',
+  '--kube-api-burst=100',
   '--dangerous-scope-to-fallback-allowed-namespaces=true',
   '--wait=false',
   '--app',
@@ -418,6 +420,32 @@ describe('index-repo (PackageRepository reconcile)', () => {
     const { root, scratch } = templateCalls[0]!;
     expect(path.dirname(scratch)).toBe(w.deps.config.tmpRoot);
     expect(path.relative(scratch, root)).toBe(path.join('fetched', '0'));
+  });
+
+  it("templates vendir's own files, not an unpacked copy of the artifact it just stored", async () => {
+    const written: number[] = [];
+    const read: number[] = [];
+    const row = rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!;
+    const w = appWorld({
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      extra: {
+        templateRepository: async (input) => {
+          read.push((await stat(path.join(input.root, 'packages', 'a.yml'))).ino);
+          return TEMPLATED;
+        },
+      },
+    });
+    w.cluster.put(repoObject(row.repo) as never);
+    w.runner.on('vendir', async (req) => {
+      const out = await vendirFetches(req);
+      written.push((await stat(path.join(req.cwd ?? '', '0', 'packages', 'a.yml'))).ino);
+      return out;
+    });
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    await dispatchEvent(objectEvent(PKGR_REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(written).toHaveLength(1);
+    expect(read).toEqual(written);
+    expect(w.statuses().at(-1)?.friendlyDescription).toBe('Reconcile succeeded');
   });
 
   it('an imgpkgBundle fetch tells the template pipeline it is a bundle', async () => {

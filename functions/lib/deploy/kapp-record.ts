@@ -73,10 +73,12 @@ export async function plantedKappRecord(
   namespace: string,
   apps: readonly string[],
 ): Promise<string | undefined> {
-  for (const app of apps) {
-    for (const name of [`${app}${APP_SUFFIX}`, app]) {
-      const cm = await kube.getConfigMap(namespace, name);
-      if (!cm) continue;
+  // Read in parallel (before every repository's kapp run), judged in order.
+  const names = apps.flatMap((app) => [`${app}${APP_SUFFIX}`, app]);
+  const records = await Promise.all(names.map((name) => kube.getConfigMap(namespace, name)));
+  for (const [i, name] of names.entries()) {
+    const cm = records[i];
+    if (cm) {
       const why = recordProblem(cm.data.spec);
       if (why) {
         return `kapp app record ConfigMap ${namespace}/${name} was not written by kapp (${why}): kapp would act on its selector with the controller's identity; delete the ConfigMap`;

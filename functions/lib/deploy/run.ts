@@ -11,7 +11,7 @@
 import type { App } from '../api/index.js';
 import type { CommandRunner, RunResult } from '../exec/runner.js';
 import { TextTail } from '../exec/tail.js';
-import type { DeployView, ResourceRef } from '../kube/port.js';
+import type { DeployView, KubeObject, ResourceRef } from '../kube/port.js';
 import { type AbortWatchDeps, watchForAbort } from '../reconcile/abort-watch.js';
 import { KappControllerError } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
@@ -87,6 +87,11 @@ export interface KappProgress {
   stderr: string;
   /** Whether kapp's stdout ever contained {@link KAPP_APPLYING_MARKER}. */
   applying: boolean;
+  /**
+   * The watched object as the poll before this call read it (`undefined`: not found), for a
+   * status write to plan on instead of reading it again.
+   */
+  live?: KubeObject | undefined;
 }
 
 /**
@@ -115,11 +120,12 @@ export async function runKapp(
     intervalMs: deps.config.deployProgressIntervalMs ?? 2000,
     abortOnDelete: watch.cancelOnDelete,
     failureMessage: 'deploy progress update failed',
-    onTick: () =>
+    onTick: (live) =>
       onProgress({
         stdout: markTruncated(stdout.text(), stdout.truncated),
         stderr: markTruncated(stderr.text(), stderr.truncated),
         applying: stdout.seen,
+        live,
       }),
   });
   try {

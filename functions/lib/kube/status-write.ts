@@ -133,6 +133,10 @@ export function planStatusWrite<S>(
  * the API server rejects as too large ({@link isStatusTooLargeError}) is not retried as is:
  * the next attempt writes `bounds.tooLarge(...)` instead (once; result `tooLarge: true`).
  *
+ * @param read - the object as the caller has just read it: the first attempt plans on it
+ *   instead of a GET (a large object, a PackageRepository holding its whole inline repository,
+ *   is not fetched twice in a row). A copy older than the stored object only costs a 409 and
+ *   the usual re-read; `undefined` (not found) ends the write as `gone`, as a GET would.
  * @returns the outcome; see {@link StatusWriteOutcome}.
  * @throws ConflictError when all {@link STATUS_WRITE_ATTEMPTS} attempts conflicted.
  * @throws KubeApiError on any other API failure (from the reader or writer), including a
@@ -144,6 +148,7 @@ export async function writeStatus<S>(
   run: RunFence,
   mutate: (current: S | undefined) => S,
   bounds?: StatusBounds<S>,
+  read?: { object: KubeObject | undefined },
 ): Promise<StatusWriteResult> {
   let lastConflict: ConflictError | undefined;
   let planned = mutate;
@@ -151,7 +156,8 @@ export async function writeStatus<S>(
   const result = (r: StatusWriteResult): StatusWriteResult => (tooLarge ? { ...r, tooLarge: true } : r);
   // The fallback after a too-large rejection gets one attempt of its own.
   for (let attempt = 1; attempt <= STATUS_WRITE_ATTEMPTS + (tooLarge ? 1 : 0); attempt++) {
-    const plan = planStatusWrite(await client.getObject(ref), run, planned, bounds?.fit);
+    const object = attempt === 1 && read ? read.object : await client.getObject(ref);
+    const plan = planStatusWrite(object, run, planned, bounds?.fit);
     if (plan.action === 'gone') {
       return result({ outcome: 'gone', resourceVersion: undefined, attempts: attempt });
     }

@@ -143,6 +143,8 @@ export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
  * path of App status writes: every status is bounded by {@link appStatusBounds} here, and,
  * with `mask`, every string of it has the run's Secret values masked (a last pass: stages mask
  * each tool result as it returns, before any cut, see `../reconcile/secret-mask.ts`).
+ *
+ * @param read - the object as just read, planned on instead of a first GET (see `writeStatus`)
  */
 export async function writeAppStatus(
   kube: FetchView,
@@ -150,6 +152,7 @@ export async function writeAppStatus(
   fence: RunFence,
   mutate: (current: AppStatus | undefined) => AppStatus,
   mask?: SecretMask,
+  read?: { object: KubeObject | undefined },
 ): Promise<StatusWriteResult> {
   return await writeStatus<AppStatus>(
     kube,
@@ -157,6 +160,7 @@ export async function writeAppStatus(
     fence,
     (cur) => omitEmptyStatusFields(mask ? mask.deep(mutate(cur)) : mutate(cur)),
     appStatusBounds(fence.generation),
+    read,
   );
 }
 

@@ -10,7 +10,7 @@
  * Fetch holds only a {@link FetchView}: it reads the App and the Secrets/ConfigMaps the
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rename } from 'node:fs/promises';
 import type { App, AppFetch, RefObjects } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
@@ -40,7 +40,12 @@ import { APP_KIND, closeHandingOn, openStage } from './stage.js';
  * @param deps - runner, store, config
  * @param kube - reads the Secrets and ConfigMaps the fetch refers to
  * @param scope - the private scope when the fetch used a Secret
- * @returns the stage result, the artifact key on success, tool time (ms) and run count
+ * @param keepAt - after a successful fetch, vendir's directory (the tree exactly as packed, entry
+ *   i in `"<i>"`) is moved to this path, which must not exist and must be on the same file
+ *   system as `deps.config.tmpRoot` (the index-repo function templates it there instead of
+ *   unpacking the artifact it just stored). Omitted: the directory is removed.
+ * @returns the stage result, the artifact key on success, tool time (ms) and run count, and
+ *   `kept: true` when the tree was moved to `keepAt`
  * @throws on infrastructure failures (API reads, object store)
  */
 export async function fetchWithVendir(
@@ -50,7 +55,8 @@ export async function fetchWithVendir(
   scope: ReturnType<typeof scopeOf> | undefined,
   mask: SecretMask,
   signal: AbortSignal,
-): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number }> {
+  keepAt?: string,
+): Promise<{ result: StageResult; fetchKey?: string; toolMs: number; toolRuns: number; kept?: boolean }> {
   const ns = app.metadata.namespace ?? '';
   const policy = deps.config.urlPolicy ? new UrlPolicyChecker(deps.config.urlPolicy) : undefined;
   let plan: ReturnType<typeof planVendirSync> & { input: Parameters<typeof planVendirSync>[0]; refs: RefObjects };
@@ -142,7 +148,13 @@ export async function fetchWithVendir(
       await infraStep('storing the fetch artifact', () => deps.store.putIfAbsent(key, packed.tgz));
       fetchKey = key;
     }
-    return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1 };
+    const kept =
+      keepAt !== undefined &&
+      (await rename(work, keepAt).then(
+        () => true,
+        () => false, // the caller unpacks the stored artifact instead
+      ));
+    return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1, ...(kept ? { kept } : {}) };
   } finally {
     await removeScratch(prep);
     await removeScratch(work);

@@ -31,8 +31,11 @@ export interface AbortWatchOptions {
   intervalMs?: number;
   /** Abort when the App is deleted, not only when canceled. Default true. */
   abortOnDelete?: boolean;
-  /** Runs after each poll that did not abort (deploy copies kapp's progress into status). */
-  onTick?: () => Promise<void>;
+  /**
+   * Runs after each poll that did not abort (deploy copies kapp's progress into status), with
+   * the object that poll read (`undefined`: not found), so a status write need not read it again.
+   */
+  onTick?: (live: KubeObject | undefined) => Promise<void>;
   /** Log message of a failed poll or `onTick`. Default `App deletion poll failed`. */
   failureMessage?: string;
 }
@@ -70,7 +73,7 @@ export function watchForAbort(
           if (!stopped && (live?.spec?.canceled || ((opts.abortOnDelete ?? true) && deleted))) {
             abort.abort(new Error('App canceled or deleted'));
           } else if (!stopped) {
-            await opts.onTick?.();
+            await opts.onTick?.(live);
           }
         } catch (err) {
           deps.log.warn(
