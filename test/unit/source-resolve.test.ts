@@ -15,6 +15,8 @@ import {
   RegistryResolveError,
   resolveImageDigest,
 } from '../../functions/lib/fetch/registry-digest.js';
+import { resolveSource } from '../../functions/lib/fetch/source-resolve.js';
+import { UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 
 const DIGEST = `sha256:${'d'.repeat(64)}`;
 
@@ -209,10 +211,24 @@ describe('resolveGitRef', () => {
     expect(runner.calls).toEqual([]);
   });
 
-  it('reports a failed run with its last stderr line', async () => {
-    const runner = new FakeCommandRunner().on('git', { exitCode: 128, stderr: 'x\nfatal: repository not found\n' });
-    await expect(resolveGitRef(runner, 'https://git.io/r', 'main')).rejects.toThrow(
-      'git ls-remote failed: fatal: repository not found',
+  it('reports a failed run with its last stderr line, a URL password masked', async () => {
+    const runner = new FakeCommandRunner().on('git', {
+      exitCode: 128,
+      stderr: "x\nfatal: repository 'https://u:s3cret@git.io/r/' not found\n",
+    });
+    await expect(resolveGitRef(runner, 'https://u:s3cret@git.io/r', 'main')).rejects.toThrow(
+      "git ls-remote failed: fatal: repository 'https://u:***@git.io/r/' not found",
     );
+  });
+
+  it('the source resolver checks a git URL against the URL policy before git runs', async () => {
+    const runner = new FakeCommandRunner();
+    await expect(
+      resolveSource(
+        { kind: 'git', url: 'https://127.0.0.1/r', ref: 'main' },
+        { runner, urlPolicy: { mode: 'enforce', allow: [] } },
+      ),
+    ).rejects.toBeInstanceOf(UrlPolicyError);
+    expect(runner.calls).toEqual([]);
   });
 });

@@ -81,7 +81,8 @@ export async function resolveGitRef(
     ...(signal ? { signal } : {}),
   });
   if (run.error) {
-    const last = run.stderr.trim().split('\n').pop() ?? '';
+    // A URL's password (`https://user:pass@host`) never reaches the message.
+    const last = (run.stderr.trim().split('\n').pop() ?? '').replace(/(:\/\/[^/\s:@]*:)[^/\s@]*@/g, '$1***@');
     throw new GitResolveError(`git ls-remote failed: ${last || run.error.message}`);
   }
   const commit = commitFromLsRemote(run.stdout, ref);

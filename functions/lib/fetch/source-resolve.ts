@@ -65,7 +65,11 @@ export async function resolveSource(
   source: PolledSource,
   deps: { runner: CommandRunner; urlPolicy?: UrlPolicy },
 ): Promise<string> {
-  if (source.kind === 'git') return await resolveGitRef(deps.runner, source.url, source.ref);
   const policy = deps.urlPolicy ? new UrlPolicyChecker(deps.urlPolicy) : undefined;
+  if (source.kind === 'git') {
+    // The poll timer resolves records without a repository run's policy check: check here.
+    await policy?.checkFetch([{ git: { url: source.url, ref: source.ref } }]);
+    return await resolveGitRef(deps.runner, source.url, source.ref);
+  }
   return await resolveImageDigest(source.url, policy ? { checkUrl: (u) => policy.checkUrl(u) } : {});
 }
