@@ -94,6 +94,31 @@ export const EVENT_TYPES = {
 /** One of {@link EVENT_TYPES}. */
 export type EventType = (typeof EVENT_TYPES)[keyof typeof EVENT_TYPES];
 
+/**
+ * `type` of the source poll event: the index-repo function resolves the fleet's polled
+ * PackageRepository sources whose record is older than the poll period and reconciles the
+ * repositories behind (`functions/lib/pipeline/source-poll.ts`). Not a {@link KappEvent} (it is
+ * about no object and never goes through a queue): on Lambda an EventBridge Scheduler schedule
+ * invokes the index-repo function directly with the constant input {@link SourcePollEvent},
+ * e.g. `rate(1 minute)`.
+ */
+export const SOURCE_POLL_EVENT_TYPE = 'dev.kapp-lambda.source.poll.v1';
+
+/** The source poll event, `{ "type": "dev.kapp-lambda.source.poll.v1" }`. */
+export interface SourcePollEvent {
+  readonly type: typeof SOURCE_POLL_EVENT_TYPE;
+}
+
+/** Whether a Lambda invocation's payload is the {@link SourcePollEvent}. */
+export function isSourcePollEvent(payload: unknown): payload is SourcePollEvent {
+  return (
+    typeof payload === 'object' &&
+    payload !== null &&
+    (payload as { type?: unknown }).type === SOURCE_POLL_EVENT_TYPE &&
+    !('Records' in payload)
+  );
+}
+
 /** Functions events are delivered to. */
 export type FunctionName = 'fetch' | 'template' | 'deploy' | 'index-repo' | 'install';
 

@@ -30,6 +30,7 @@ import type { Logger } from '../lib/log.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
 import type { DispatchDeps } from '../lib/pipeline/dispatch.js';
+import { pollSources, sourcePollPeriodMs } from '../lib/pipeline/source-poll.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
 import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
@@ -98,6 +99,15 @@ export interface EmbeddedOptions {
    * when nothing else can serve the same clusters).
    */
   leaderElection?: false | LeaderElectionOptions;
+  /**
+   * The fleet's source poll (`functions/lib/pipeline/source-poll.ts`): a timer that, every
+   * `config.sourcePollPeriodMs` (default 60 s), resolves each polled PackageRepository source
+   * whose record is older than the period (one registry `HEAD` or `git ls-remote` per source;
+   * several runtimes sharing a store resolve each source once) and reconciles the repositories of
+   * the clusters this runtime leads that are behind. Default on; `false` turns the timer off (the
+   * repositories' own runs still poll when they are due).
+   */
+  sourcePoll?: boolean;
 }
 
 /** Options of the per-cluster leader election. Times in milliseconds. */
@@ -230,6 +240,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     for (const l of leaderships.values()) l.start();
   }
   const electors = new Map([...leaderships].map(([id, l]) => [id, l.elector] as const));
+  const poller = opts.sourcePoll === false ? undefined : startSourcePoller(deps);
   return {
     pipeline,
     get forwarders() {
@@ -242,6 +253,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     store,
     toolMetrics,
     async stop() {
+      await poller?.stop();
       await Promise.all([
         ...fixed.map((f) => f.stop({ drain: false, timeoutMs: 5000 })),
         ...[...leaderships.values()].map((l) => l.stopForwarding()),
@@ -249,6 +261,34 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       pipeline.close();
       await pipeline.idle();
       await Promise.all([...leaderships.values()].map((l) => l.stop()));
+    },
+  };
+}
+
+/**
+ * The embedded runtime's source poll timer: one {@link pollSources} per period, never two at
+ * once; a failed poll is logged and the next one runs on time.
+ * @returns `stop()`, which clears the timer and waits for a poll in flight.
+ */
+function startSourcePoller(deps: DispatchDeps): { stop(): Promise<void> } {
+  const pokedAt = new Map<string, number>();
+  let running: Promise<void> | undefined;
+  const timer = setInterval(() => {
+    if (running) return;
+    running = pollSources(deps, { pokedAt })
+      .then((s) => {
+        if (s.polled > 0 || s.poked > 0) deps.log.debug({ ...s }, 'source poll');
+      })
+      .catch((err: unknown) => deps.log.warn({ err: (err as Error).message }, 'source poll failed'))
+      .finally(() => {
+        running = undefined;
+      });
+  }, sourcePollPeriodMs(deps));
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
     },
   };
 }

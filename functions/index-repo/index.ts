@@ -16,6 +16,11 @@
  * `KAPP_LAMBDA_KUBECONFIG`, handed only to kapp (see `FUNCTION_ACCESS` in
  * `functions/lib/entry/lambda.ts`).
  *
+ * Source poll: invoked directly (not through SQS) with `{"type":"dev.kapp-lambda.source.poll.v1"}`
+ * by an EventBridge Scheduler schedule (e.g. `rate(1 minute)`, the poll period), it resolves the
+ * fleet's polled PackageRepository sources whose record is stale and reconciles the repositories
+ * behind (`functions/lib/pipeline/source-poll.ts`).
+ *
  * Runs as-is on a Node managed runtime (handler `index.handler`) or as its own bootstrap
  * (`node index.mjs` on a custom runtime or under the Runtime Interface Emulator).
  *

@@ -75,6 +75,8 @@ function faultyStore(store: ObjectStore): ObjectStore {
     head: gate('head', (key) => store.head(key)),
     putIfAbsent: gate('putIfAbsent', (key, body) => store.putIfAbsent(key, body)),
     put: gate('put', (key, body) => store.put(key, body)),
+    getVersioned: gate('get', (key, opts) => store.getVersioned(key, opts)),
+    putIfMatch: gate('putIfMatch', (key, body, ifMatch) => store.putIfMatch(key, body, ifMatch)),
     list: (prefix, opts) => store.list(prefix, opts),
     delete: (key) => store.delete(key),
   };

@@ -11,13 +11,13 @@
  * clusters get the Packages and PackageMetadata, annotated with their own repository, and
  * upstream's ReconcileSucceeded status.
  */
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml, stringify } from 'yaml';
+import { stringify } from 'yaml';
 import { pushBundle } from '../harness/fixtures.js';
-import { PKGR_STATUS_KEYS, type RepoObject, waitRepo } from './packaging-support.js';
+import { fleetKubeconfig, PKGR_STATUS_KEYS, type RepoObject, waitRepo } from './packaging-support.js';
 import {
   apply,
   applyCrds,
@@ -26,7 +26,6 @@ import {
   type E2ERuntime,
   expectSucceededStatus,
   getObject,
-  kubeconfigPath,
   servers,
   startRuntime,
   suffix,
@@ -81,18 +80,6 @@ const BUNDLE = {
   }),
 };
 
-/** The shared kubeconfig with one more context per cluster id, each naming its current cluster and user. */
-async function fleetKubeconfig(file: string): Promise<void> {
-  const doc = parseYaml(await readFile(kubeconfigPath, 'utf8')) as {
-    'current-context': string;
-    contexts: Array<{ name: string; context: Record<string, unknown> }>;
-  };
-  const current = doc.contexts.find((c) => c.name === doc['current-context']);
-  if (!current) throw new Error('the shared kubeconfig has no current context');
-  doc.contexts = [...doc.contexts, ...CLUSTERS.map((c) => ({ name: c.context, context: { ...current.context } }))];
-  await writeFile(file, stringify(doc), { mode: 0o600 });
-}
-
 let dir = '';
 const runtimes: E2ERuntime[] = [];
 let bundleRef = '';
@@ -102,7 +89,10 @@ beforeAll(async () => {
   await Promise.all(CLUSTERS.map((c) => createTenant(c.ns)));
   dir = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-e2e-fleet-'));
   const kubeconfig = path.join(dir, 'kubeconfig');
-  await fleetKubeconfig(kubeconfig);
+  await fleetKubeconfig(
+    kubeconfig,
+    CLUSTERS.map((c) => c.context),
+  );
   bundleRef = (await pushBundle(servers().registry, `pkgr-fleet-${id}:v1`, BUNDLE)).digestRef;
   for (const c of CLUSTERS) {
     runtimes.push(

@@ -5,9 +5,10 @@
  *
  * Not a test file (vitest only collects `*.test.ts`).
  */
+import { readFile, writeFile } from 'node:fs/promises';
 import { ApiException, CustomObjectsApi } from '@kubernetes/client-node';
 import { expect } from 'vitest';
-import { stringify } from 'yaml';
+import { parse as parseYaml, stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
 import { loadKubeConfig } from '../harness/kube.js';
 import {
@@ -198,3 +199,18 @@ export const cleanUpAnnotations = (ns: string, name: string): Record<string, str
   'packaging.carvel.dev/package-repository-ref': `${ns}/${name}`,
   'kapp.k14s.io/create-strategy': 'fallback-on-update-or-noop',
 });
+
+/**
+ * Writes to `file` the shared kubeconfig with one more context per name in `contexts`, each a
+ * copy of the current one: so many cluster ids of one control plane (a fleet in one test).
+ */
+export async function fleetKubeconfig(file: string, contexts: readonly string[]): Promise<void> {
+  const doc = parseYaml(await readFile(kubeconfigPath, 'utf8')) as {
+    'current-context': string;
+    contexts: Array<{ name: string; context: Record<string, unknown> }>;
+  };
+  const current = doc.contexts.find((c) => c.name === doc['current-context']);
+  if (!current) throw new Error('the shared kubeconfig has no current context');
+  doc.contexts = [...doc.contexts, ...contexts.map((name) => ({ name, context: { ...current.context } }))];
+  await writeFile(file, stringify(doc), { mode: 0o600 });
+}

@@ -11,12 +11,14 @@ import {
   type ObjectRef,
   objectEvent,
   repoIndexedEvent,
+  SOURCE_POLL_EVENT_TYPE,
   serializeEvent,
   templateEvent,
 } from '../../events/schema.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 
 const app = (name: string): ObjectRef => ({
@@ -369,5 +371,26 @@ describe('makeSqsHandler', () => {
     expect(await handler({ Records: [rec('m1', objEv('a'))] })).toEqual({ batchItemFailures: [] });
     expect(await handler({ Records: [] })).toEqual({ batchItemFailures: [] });
     expect(calls).toBe(2);
+  });
+});
+
+describe('the source poll event', () => {
+  it('the index-repo function runs one poll of the store and dispatches nothing; another function drops it', async () => {
+    const store = new MemoryStore();
+    const listed: string[] = [];
+    const list = store.list.bind(store);
+    store.list = async (prefix, opts) => {
+      listed.push(prefix);
+      return await list(prefix, opts);
+    };
+    const { deps, seen, log } = setup(async () => undefined);
+    deps.pipeline = { store, config: {}, now: () => new Date(time), log } as unknown as DispatchDeps;
+    const poll = { type: SOURCE_POLL_EVENT_TYPE } as const;
+    expect(await makeSqsHandler('index-repo', () => deps)(poll)).toEqual({ batchItemFailures: [] });
+    expect(listed).toEqual(['cache/source-poll/sha256/']);
+    expect(log.records.find((r) => r.msg === 'source poll')?.obj).toMatchObject({ sources: 0, polled: 0, poked: 0 });
+    expect(await makeSqsHandler('install', () => deps)(poll)).toEqual({ batchItemFailures: [] });
+    expect(listed).toHaveLength(1);
+    expect(seen).toEqual([]);
   });
 });

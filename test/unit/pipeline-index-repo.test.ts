@@ -592,6 +592,8 @@ interface FleetCluster {
   kapp?: ScriptedResult;
   /** Default {@link vendirFetches}. */
   vendir?: (req: RunRequest) => Promise<ScriptedResult>;
+  /** The source resolver (default: unreachable, so a tag or branch is fetched as is). */
+  resolve?: () => Promise<string>;
 }
 
 async function reconcileIn(store: MemoryStore, c: FleetCluster) {
@@ -605,6 +607,9 @@ async function reconcileIn(store: MemoryStore, c: FleetCluster) {
         templateCalls.push(input);
         return c.template ?? INDEXED;
       },
+      // A tag or branch is polled for the fleet when it resolves; these rows' registry and git
+      // server cannot be reached unless the row says otherwise.
+      resolveSource: c.resolve ?? (async () => Promise.reject(new Error('unreachable'))),
     },
   });
   const metadata: Record<string, unknown> = { name: c.name, namespace: c.namespace, ...c.metadata };
@@ -622,6 +627,8 @@ async function reconcileIn(store: MemoryStore, c: FleetCluster) {
 
 interface FleetRow {
   fetch: Record<string, unknown>;
+  /** The source resolver of both clusters (default: unreachable). */
+  resolve?: () => Promise<string>;
   /** The second cluster's pipeline config (tool versions, URL policy). */
   config?: Partial<PipelineConfig>;
   /** The first cluster's template result (default {@link INDEXED}). */
@@ -662,13 +669,27 @@ const fleetRows: Record<string, FleetRow> = {
     templates: 0,
     status: SUCCEEDED,
   },
-  'imgpkgBundle by tag (no cheap tag resolution): fetched, then the template is skipped by the tree digest': {
+  'imgpkgBundle by tag, polled: the second cluster finds the fresh poll record, kapp only': {
+    fetch: { imgpkgBundle: { image: 'registry.example/repo:v1' } },
+    resolve: async () => DIGEST,
+    tools: ['kapp'],
+    templates: 0,
+    status: SUCCEEDED,
+  },
+  'git branch, polled: the second cluster finds the fresh poll record, kapp only': {
+    fetch: { git: { url: 'https://git.example/repo', ref: 'origin/main' } },
+    resolve: async () => COMMIT,
+    tools: ['kapp'],
+    templates: 0,
+    status: SUCCEEDED,
+  },
+  'imgpkgBundle by tag that cannot be resolved: fetched, then the template is skipped by the tree digest': {
     fetch: { imgpkgBundle: { image: 'registry.example/repo:v1' } },
     tools: ['vendir', 'kapp'],
     templates: 0,
     status: SUCCEEDED,
   },
-  'git branch: fetched, then the template is skipped by the tree digest': {
+  'git branch that cannot be resolved: fetched, then the template is skipped by the tree digest': {
     fetch: { git: { url: 'https://git.example/repo', ref: 'origin/main' } },
     tools: ['vendir', 'kapp'],
     templates: 0,
@@ -709,6 +730,7 @@ describe('index-repo: the package set is indexed once for the fleet', () => {
       name: 'repo',
       fetch: row.fetch,
       template: row.firstTemplate,
+      resolve: row.resolve,
     });
     expect(first.w.tools()[0]).toBe('vendir');
     expect(first.templateCalls).toHaveLength(1);
@@ -719,6 +741,7 @@ describe('index-repo: the package set is indexed once for the fleet', () => {
       name: 'repo2',
       fetch: row.fetch,
       config: row.config,
+      resolve: row.resolve,
     });
     expect(second.w.tools()).toEqual(row.tools);
     expect(second.templateCalls).toHaveLength(row.templates);

@@ -34,11 +34,20 @@
  *
  * @module
  */
-import { type KappEvent, objectRefOf, parseEvent, subjectOf, targetFunction } from '../../../events/schema.js';
+import {
+  isSourcePollEvent,
+  type KappEvent,
+  objectRefOf,
+  parseEvent,
+  type SourcePollEvent,
+  subjectOf,
+  targetFunction,
+} from '../../../events/schema.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import type { Logger } from '../log.js';
 import { type DispatchDeps, dispatchEvent, dispatchWithRetryBound } from '../pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, infraStep } from '../pipeline/retry-bound.js';
+import { pollSources } from '../pipeline/source-poll.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 
@@ -75,8 +84,11 @@ export interface LambdaContext {
   getRemainingTimeInMillis?: () => number;
 }
 
-/** A Lambda handler for SQS event source mappings. */
-export type SqsHandler = (event: SqsEvent, context?: LambdaContext) => Promise<SqsBatchResponse>;
+/**
+ * A Lambda handler for SQS event source mappings; the index-repo function's also takes the
+ * {@link SourcePollEvent} of its schedule.
+ */
+export type SqsHandler = (event: SqsEvent | SourcePollEvent, context?: LambdaContext) => Promise<SqsBatchResponse>;
 
 /** Everything {@link makeSqsHandler} needs, built once per process by the deps factory. */
 export interface EntryDeps {
@@ -175,6 +187,16 @@ export function makeSqsHandler(stage: PipelineStage, depsFactory: () => EntryDep
     const log = context?.awsRequestId ? d.log.child({ awsRequestId: context.awsRequestId }) : d.log;
     const failures: { itemIdentifier: string }[] = [];
     const failedGroups = new Set<string>();
+    if (isSourcePollEvent(event)) {
+      // The schedule's poll: only the index-repo function polls; a failure fails the
+      // invocation (the schedule's retry policy, then the next period, runs it again).
+      if (stage !== 'index-repo') {
+        log.warn({ stage }, 'source poll event sent to a function that does not poll; dropped');
+        return { batchItemFailures: [] };
+      }
+      log.info({ stage, ...(await pollSources(d.pipeline)) }, 'source poll');
+      return { batchItemFailures: [] };
+    }
     const remaining = context?.getRemainingTimeInMillis?.();
     const deadline =
       remaining === undefined ? undefined : armDeadline(remaining, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);

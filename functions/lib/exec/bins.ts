@@ -6,8 +6,14 @@
  *
  * @module
  */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { binPath } from '../../../layers/gobuild.js';
 import { COMPONENTS } from '../../../layers/manifest.js';
+import { DEFAULT_SYSTEM_PATH } from './runner.js';
+
+/** Tools taken from the system rather than built: `git` (the source poll's `git ls-remote`). */
+const SYSTEM_TOOLS = new Set(['git']);
 
 /**
  * A resolver that maps a binary name to its path in the Go build cache, per the pinned manifest
@@ -26,8 +32,16 @@ export function cacheBinResolver(cacheRoot: string): (name: string) => string {
     }
   }
   return (name) => {
-    const p = index.get(name);
+    const p = index.get(name) ?? systemTool(name);
     if (p === undefined) throw new Error(`unknown tool ${name}`);
     return p;
   };
+}
+
+/** The first `<dir>/<name>` of {@link DEFAULT_SYSTEM_PATH} for a system tool, or `undefined`. */
+function systemTool(name: string): string | undefined {
+  if (!SYSTEM_TOOLS.has(name)) return undefined;
+  return DEFAULT_SYSTEM_PATH.split(':')
+    .map((dir) => path.join(dir, name))
+    .find((p) => existsSync(p));
 }

@@ -219,8 +219,13 @@ function goSignalText(signal: NodeJS.Signals): string {
 // ---------------------------------------------------------------------------------------------
 // Defaults and options
 
-/** Carvel tools and their helpers kapp-lambda runs (the union of the per-stage lists). */
-export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 'sops', 'age', 'cue'] as const;
+/**
+ * Carvel tools and their helpers kapp-lambda runs (the union of the per-stage lists), plus `git`
+ * for the fleet's source poll (`git ls-remote`, `../fetch/git-ls-remote.ts`): the system's git,
+ * which the embedded runtime resolves from {@link DEFAULT_SYSTEM_PATH} (vendir runs it from `PATH`
+ * too); the Lambda layers do not ship one, so a git source is not polled there.
+ */
+export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 'sops', 'age', 'cue', 'git'] as const;
 
 /**
  * Tools each function may run (its allow-list on Lambda, and what its layer must carry: see

@@ -70,6 +70,12 @@ export interface PipelineConfig {
    */
   maxTemplateOutputBytes?: number;
   /**
+   * How often the fleet resolves each polled PackageRepository source (a tag or branch) again,
+   * ms: one registry `HEAD` or `git ls-remote` per source per period, whatever the fleet size
+   * (`./source-poll.ts`). Default `DEFAULT_SOURCE_POLL_PERIOD_MS` (60 000).
+   */
+  sourcePollPeriodMs?: number;
+  /**
    * Life of a private artifact (content made from Secrets) after each write, ms. Default
    * `DEFAULT_PRIVATE_TTL_MS` (7 days); see `../artifact/sealed.ts`.
    */
@@ -94,6 +100,13 @@ export interface PipelineDeps {
    * vendir). Default: `createHttpDownloader()` (Node's `fetch`).
    */
   download?: HttpDownloader;
+  /**
+   * Resolves a polled PackageRepository source (a tag or branch) to its digest or commit now.
+   * Default: `resolveSource` of `../fetch/source-resolve.ts` (one registry `HEAD`, or `git ls-remote`
+   * through `runner`, under the URL policy); unit tests inject a fake.
+   * @throws when the source cannot be resolved (the run then fetches by tag)
+   */
+  resolveSource?: (source: import('../fetch/source-resolve.js').PolledSource) => Promise<string>;
   /** Wall clock. */
   now: () => Date;
   /** Uniform [0,1) source for jitter; defaults to `Math.random`. */

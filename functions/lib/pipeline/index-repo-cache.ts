@@ -38,9 +38,9 @@ export interface RepoIndexPlan {
   ref: string;
   /**
    * The pinned source's lookup digest (`repoIndexSourceDigest`) when `spec.fetch` is pinned and
-   * passes the URL policy: a hit then skips vendir too. Absent for a tag, branch or selection:
-   * kapp-lambda has no cheap tag → digest resolution (no registry or git client besides vendir),
-   * so those are fetched and only the template is skipped.
+   * passes the URL policy: a hit then skips vendir too. A tag or branch the fleet polls arrives
+   * here already pinned (`./source-poll.ts`); absent for a selection, a source with a Secret or
+   * one that could not be resolved: those are fetched and only the template is skipped.
    */
   source?: string;
 }

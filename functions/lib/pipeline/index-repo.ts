@@ -79,6 +79,7 @@ import {
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
+import { leaveSource, memberDeployed, type TrackedSource, trackSource } from './source-poll.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms (as Apps). */
@@ -223,7 +224,7 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
       return;
     }
     done('deleted');
-    return await deleteRepository({ ...ev, uid: meta.uid, generation }, read, kube, deps);
+    return await deleteRepository({ ...ev, uid: meta.uid, generation }, read, pkgr, kube, deps);
   }
   const specChanged = pkgr.status?.observedGeneration !== generation;
   const forced =
@@ -273,8 +274,14 @@ async function reconcileRepository(
   deps: IndexRepoDeps,
 ): Promise<RepoIndexedEvent | undefined> {
   const { kube, mask, object } = frame;
+  // A tag or branch polled for the fleet is fetched pinned to the digest the fleet resolved
+  // (`./source-poll.ts`), so an indexed digest runs kapp only.
+  const tracked = await infraStep('tracking the repository source', () => trackSource(frame.loaded.pkgr, object, deps));
+  const polled = tracked
+    ? { ...frame.loaded.pkgr, spec: { ...frame.loaded.pkgr.spec, fetch: tracked.fetch } }
+    : frame.loaded.pkgr;
   // §3.12 step 2: the placeholder Secret, and the fetch as it reads it (`./repo-placeholder.ts`).
-  const pkgr = await withRepoPlaceholder(frame.loaded.pkgr, object.clusterId, kube, deps);
+  const pkgr = await withRepoPlaceholder(polled, object.clusterId, kube, deps);
   const app = packageRepositoryApp(pkgr);
   const parts: RunParts = {};
   let tools = { runs: 0, ms: 0 };
@@ -370,11 +377,25 @@ async function reconcileRepository(
     parts.deploy = deployed.part;
     // Before the final status: a store failure retries the run rather than losing the change.
     const indexed = deployed.result.error ? undefined : await announceRepoChanges(object, deployedVersions, deps);
+    if (tracked && !deployed.result.error) await followSource(tracked, object, !pinnedHit, deps);
     await close(deployed.result);
     return indexed;
   } finally {
     await watch.stop();
     await removeScratch(work);
+  }
+}
+
+/**
+ * Records the digest a run deployed in its source's poll record and, when this run fetched it,
+ * reconciles the members behind (`memberDeployed`). A failure is logged, not retried: the next
+ * poll pokes the members still behind.
+ */
+async function followSource(tracked: TrackedSource, object: ObjectRef, fetched: boolean, deps: IndexRepoDeps) {
+  try {
+    await memberDeployed(tracked, object, fetched, deps);
+  } catch (err) {
+    deps.log.warn({ subject: objectKey(object), err: (err as Error).message }, 'source poll record not updated');
   }
 }
 
@@ -493,6 +514,7 @@ async function deployRepository(
 async function deleteRepository(
   object: ObjectRef,
   read: KubeObject,
+  pkgr: PackageRepository,
   kube: DeployView,
   deps: IndexRepoDeps,
 ): Promise<RepoIndexedEvent | undefined> {
@@ -527,6 +549,7 @@ async function deleteRepository(
   if (!result.error) {
     // Its Packages are gone: the PackageInstalls that used them reconcile (and fail) at once.
     const indexed = await announceRepoChanges(object, 'deleted', deps);
+    await infraStep('leaving the source poll record', () => leaveSource(pkgr.spec.fetch, object, deps));
     for (const f of [Finalizer.PackageRepository, Finalizer.PackageRepositoryLegacy]) {
       if (read.metadata.finalizers?.includes(f)) await kube.removeFinalizer(ref, f, { uid: object.uid });
     }

@@ -5,6 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { link, lstat, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import {
+  type ConditionalPutResult,
+  contentEtag,
   DEFAULT_MAX_OBJECT_BYTES,
   type GetOptions,
   type ListOptions,
@@ -17,8 +19,10 @@ import {
   type StoreOp,
   sortKeys,
   toBuffer,
+  type VersionedObject,
   validateKey,
   validatePrefix,
+  withContentEtag,
 } from './port.js';
 
 /** Options of {@link LocalDirStore}. */
@@ -34,6 +38,12 @@ export interface LocalDirStoreOptions {
  * {@link LocalDirStore.list} skips them.
  */
 const TEMP_MARK = '.~tmp-';
+/** Suffix of the lock file of {@link LocalDirStore.putIfMatch} (has `~`, like temp files). */
+const LOCK_MARK = '.~lock';
+/** A lock file older than this is left over by a dead writer and broken, ms. */
+const LOCK_STALE_MS = 10_000;
+/** How long a writer waits for a lock before failing, ms. */
+const LOCK_WAIT_MS = 10_000;
 
 function code(e: unknown): string | undefined {
   return (e as NodeJS.ErrnoException | undefined)?.code;
@@ -49,6 +59,10 @@ function code(e: unknown): string | undefined {
  *   `rootDir`. A key cannot also be a "directory" of other keys (`a` and `a/b` cannot
  *   coexist, unlike S3); that write fails with a {@link StoreError}.
  * - `rootDir` is created on the first write; a missing root lists as empty.
+ * - `putIfMatch` holds a lock file `<key>.~lock` (created with `O_EXCL`) while it compares the
+ *   current body's sha256 with `ifMatch` and renames the new body in; a lock older than 10 s is
+ *   a dead writer's and is broken. Versions are content hashes, so a rewrite of the same bytes
+ *   keeps its version (harmless for the records this serves: the same content).
  * - Directories emptied by `delete` are left in place (removing them would race with writers).
  *
  * Errors: see {@link ObjectStore}; filesystem errors are wrapped in {@link StoreError} with the
@@ -141,19 +155,59 @@ export class LocalDirStore implements ObjectStore {
     }
   }
 
+  /** {@inheritDoc ObjectStore.getVersioned} */
+  async getVersioned(key: string, opts: GetOptions = {}): Promise<VersionedObject | undefined> {
+    return withContentEtag(await this.get(key, opts));
+  }
+
+  /** {@inheritDoc ObjectStore.putIfMatch} */
+  async putIfMatch(key: string, body: ObjectBody, ifMatch: string | undefined): Promise<ConditionalPutResult> {
+    validateKey(key, 'putIfMatch');
+    const buf = this.checkSize('putIfMatch', key, body);
+    const target = this.pathOf(key);
+    try {
+      await mkdir(dirname(target), { recursive: true, mode: 0o700 });
+      const release = await this.lock(`${target}${LOCK_MARK}`);
+      try {
+        const cur = await this.get(key);
+        if (ifMatch === undefined ? cur !== undefined : !cur || contentEtag(cur) !== ifMatch) return 'conflict';
+        await this.replace(target, buf);
+        return 'written';
+      } finally {
+        await release();
+      }
+    } catch (e) {
+      if (e instanceof ObjectTooLargeError) throw e;
+      throw new StoreError(`failed to put object "${key}" conditionally`, 'putIfMatch', key, { cause: e });
+    }
+  }
+
+  /** Takes the lock file `lockPath` (see the class comment); resolves to its release. */
+  private async lock(lockPath: string): Promise<() => Promise<void>> {
+    const deadline = Date.now() + LOCK_WAIT_MS;
+    for (;;) {
+      try {
+        await (await open(lockPath, 'wx', 0o600)).close();
+        return async () => await unlink(lockPath).catch(() => undefined);
+      } catch (e) {
+        if (code(e) !== 'EEXIST') throw e;
+      }
+      const st = await stat(lockPath).catch(() => undefined);
+      if (st && Date.now() - st.mtimeMs > LOCK_STALE_MS) {
+        await unlink(lockPath).catch(() => undefined);
+        continue;
+      }
+      if (Date.now() > deadline) throw new Error(`lock ${lockPath} is busy`);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+
   /** {@inheritDoc ObjectStore.put} */
   async put(key: string, body: ObjectBody): Promise<void> {
     validateKey(key, 'put');
     const buf = this.checkSize('put', key, body);
-    const target = this.pathOf(key);
     try {
-      const tmp = await this.writeTemp(target, buf);
-      try {
-        await rename(tmp, target);
-      } catch (e) {
-        await unlink(tmp).catch(() => undefined);
-        throw e;
-      }
+      await this.replace(this.pathOf(key), buf);
     } catch (e) {
       throw new StoreError(`failed to put object "${key}"`, 'put', key, { cause: e });
     }
@@ -210,6 +264,17 @@ export class LocalDirStore implements ObjectStore {
     const buf = toBuffer(body);
     if (buf.length > this.maxObjectBytes) throw new ObjectTooLargeError(op, key, this.maxObjectBytes);
     return buf;
+  }
+
+  /** Replaces the file `target` with `buf` atomically (a temp file renamed over it). */
+  private async replace(target: string, buf: Buffer): Promise<void> {
+    const tmp = await this.writeTemp(target, buf);
+    try {
+      await rename(tmp, target);
+    } catch (e) {
+      await unlink(tmp).catch(() => undefined);
+      throw e;
+    }
   }
 
   /** Writes `buf` to a fresh temp file next to `target` (creating parents) and returns its path. */

@@ -3,6 +3,8 @@
  * rules, size limits, conditional-create and list semantics as the real adapters.
  */
 import {
+  type ConditionalPutResult,
+  contentEtag,
   DEFAULT_MAX_OBJECT_BYTES,
   type GetOptions,
   type ListOptions,
@@ -14,8 +16,10 @@ import {
   type StoreOp,
   sortKeys,
   toBuffer,
+  type VersionedObject,
   validateKey,
   validatePrefix,
+  withContentEtag,
 } from './port.js';
 
 /** Options of {@link MemoryStore}. */
@@ -67,6 +71,21 @@ export class MemoryStore implements ObjectStore {
     if (this.objects.has(key)) return 'exists';
     this.store(key, buf);
     return 'created';
+  }
+
+  /** {@inheritDoc ObjectStore.getVersioned} */
+  async getVersioned(key: string, opts: GetOptions = {}): Promise<VersionedObject | undefined> {
+    return withContentEtag(await this.get(key, opts));
+  }
+
+  /** {@inheritDoc ObjectStore.putIfMatch} */
+  async putIfMatch(key: string, body: ObjectBody, ifMatch: string | undefined): Promise<ConditionalPutResult> {
+    validateKey(key, 'putIfMatch');
+    const buf = this.checkSize('putIfMatch', key, body);
+    const cur = this.objects.get(key);
+    if (ifMatch === undefined ? cur !== undefined : !cur || contentEtag(cur.body) !== ifMatch) return 'conflict';
+    this.store(key, buf);
+    return 'written';
   }
 
   /** {@inheritDoc ObjectStore.put} */

@@ -7,6 +7,7 @@
  *
  * @see fluxcd/pkg `artifact/storage` (atomic, content-addressed writes).
  */
+import { createHash } from 'node:crypto';
 
 /** Default cap on the size of one object read or written: 512 MiB. */
 export const DEFAULT_MAX_OBJECT_BYTES = 512 * 1024 * 1024;
@@ -33,6 +34,20 @@ export interface GetOptions {
   /** Largest body to read, in bytes; default: the adapter's `maxObjectBytes` (512 MiB unless configured). */
   readonly maxBytes?: number;
 }
+
+/** An object's body and its version, from {@link ObjectStore.getVersioned}. */
+export interface VersionedObject {
+  /** The body. */
+  readonly body: Buffer;
+  /**
+   * Opaque version of this body, for {@link ObjectStore.putIfMatch}: the S3 ETag (quotes
+   * included), or the quoted sha256 of the body for the local and memory stores.
+   */
+  readonly etag: string;
+}
+
+/** Outcome of {@link ObjectStore.putIfMatch}: written, or the object was not at the version expected. */
+export type ConditionalPutResult = 'written' | 'conflict';
 
 /** Options of {@link ObjectStore.list}. */
 export interface ListOptions {
@@ -68,6 +83,21 @@ export interface ObjectStore {
    */
   putIfAbsent(key: string, body: ObjectBody): Promise<'created' | 'exists'>;
   /**
+   * Reads a whole object with its version (for a later {@link ObjectStore.putIfMatch}).
+   * @returns the body and its `etag`, or `undefined` when there is no such key.
+   * @throws ObjectTooLargeError as {@link ObjectStore.get}.
+   */
+  getVersioned(key: string, opts?: GetOptions): Promise<VersionedObject | undefined>;
+  /**
+   * Compare-and-swap: replaces the object only if its current version is `ifMatch` (an `etag`
+   * of {@link ObjectStore.getVersioned}), or, with `ifMatch` `undefined`, creates it only if the
+   * key is absent (S3 `If-Match` / `If-None-Match: *`). Of concurrent writers holding the same
+   * version exactly one gets `'written'`; the others get `'conflict'` and should read again.
+   * Meant for small mutable records shared by many writers (the fleet's source poll records).
+   * @throws ObjectTooLargeError when the body is larger than the adapter's `maxObjectBytes`.
+   */
+  putIfMatch(key: string, body: ObjectBody, ifMatch: string | undefined): Promise<ConditionalPutResult>;
+  /**
    * Creates or replaces the object atomically: readers see the old or the new body, never
    * a mix. Last writer wins.
    * @throws ObjectTooLargeError when the body is larger than the adapter's `maxObjectBytes`.
@@ -84,7 +114,7 @@ export interface ObjectStore {
 }
 
 /** Store operation names, as recorded on {@link StoreError}. */
-export type StoreOp = 'get' | 'head' | 'putIfAbsent' | 'put' | 'list' | 'delete';
+export type StoreOp = 'get' | 'head' | 'putIfAbsent' | 'putIfMatch' | 'put' | 'list' | 'delete';
 
 /**
  * A store operation failed. `op` and `key` (or the list prefix) say which; `cause` is the
@@ -197,4 +227,14 @@ export function toBuffer(body: ObjectBody): Buffer {
  */
 export function sortKeys(keys: string[]): string[] {
   return keys.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+/** The version tag the local and memory stores give a body: its quoted sha256. */
+export function contentEtag(body: Buffer): string {
+  return `"${createHash('sha256').update(body).digest('hex')}"`;
+}
+
+/** `body` with its {@link contentEtag} (the local and memory stores' `getVersioned`). */
+export function withContentEtag(body: Buffer | undefined): VersionedObject | undefined {
+  return body && { body, etag: contentEtag(body) };
 }

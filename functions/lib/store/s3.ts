@@ -11,6 +11,7 @@ import {
   type S3Client,
 } from '@aws-sdk/client-s3';
 import {
+  type ConditionalPutResult,
   DEFAULT_MAX_OBJECT_BYTES,
   type GetOptions,
   type ListOptions,
@@ -22,6 +23,7 @@ import {
   StoreError,
   type StoreOp,
   toBuffer,
+  type VersionedObject,
   validateKey,
   validatePrefix,
 } from './port.js';
@@ -68,6 +70,8 @@ function isNotFound(e: unknown): boolean {
  * - `putIfAbsent` is `PutObject` with `If-None-Match: *`: `412 PreconditionFailed` (the key
  *   exists) and `409 ConditionalRequestConflict` (a concurrent conditional write to the key
  *   is in flight; for content-addressed keys it carries the same bytes) both mean `'exists'`.
+ * - `putIfMatch` is `PutObject` with `If-Match: <etag>` (or `If-None-Match: *` to create):
+ *   `412`, `409` and a `404` (the object went away) are `'conflict'`.
  * - `get` streams the body and stops at the size limit (checking `Content-Length` first),
  *   aborting the request, so an oversized object is never read whole.
  * - `list` pages through `ListObjectsV2` until it has `limit` keys.
@@ -105,6 +109,11 @@ export class S3Store implements ObjectStore {
 
   /** {@inheritDoc ObjectStore.get} */
   async get(key: string, opts: GetOptions = {}): Promise<Buffer | undefined> {
+    return (await this.getVersioned(key, opts))?.body;
+  }
+
+  /** {@inheritDoc ObjectStore.getVersioned} */
+  async getVersioned(key: string, opts: GetOptions = {}): Promise<VersionedObject | undefined> {
     validateKey(key, 'get');
     const max = opts.maxBytes ?? this.maxObjectBytes;
     const abort = new AbortController();
@@ -124,7 +133,8 @@ export class S3Store implements ObjectStore {
         abort.abort();
         throw new ObjectTooLargeError('get', key, max);
       }
-      if (!body) return Buffer.alloc(0);
+      const etag = res.ETag ?? '';
+      if (!body) return { body: Buffer.alloc(0), etag };
       const chunks: Buffer[] = [];
       let size = 0;
       for await (const chunk of body) {
@@ -136,7 +146,7 @@ export class S3Store implements ObjectStore {
         }
         chunks.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
       }
-      return Buffer.concat(chunks, size);
+      return { body: Buffer.concat(chunks, size), etag };
     } catch (e) {
       if (e instanceof StoreError) throw e;
       throw new StoreError(`failed to get object "${key}"`, 'get', key, { cause: e });
@@ -163,6 +173,27 @@ export class S3Store implements ObjectStore {
   async putIfAbsent(key: string, body: ObjectBody): Promise<'created' | 'exists'> {
     validateKey(key, 'putIfAbsent');
     const buf = this.checkSize('putIfAbsent', key, body);
+    return (await this.conditionalPut('putIfAbsent', key, buf, { IfNoneMatch: '*' })) ? 'created' : 'exists';
+  }
+
+  /** {@inheritDoc ObjectStore.putIfMatch} */
+  async putIfMatch(key: string, body: ObjectBody, ifMatch: string | undefined): Promise<ConditionalPutResult> {
+    validateKey(key, 'putIfMatch');
+    const buf = this.checkSize('putIfMatch', key, body);
+    const condition = ifMatch === undefined ? { IfNoneMatch: '*' } : { IfMatch: ifMatch };
+    return (await this.conditionalPut('putIfMatch', key, buf, condition)) ? 'written' : 'conflict';
+  }
+
+  /**
+   * `PutObject` under a precondition: `true` when written, `false` when the precondition failed
+   * (`412`, a concurrent conditional write `409`, or a `404` for `If-Match` on a missing key).
+   */
+  private async conditionalPut(
+    op: StoreOp,
+    key: string,
+    buf: Buffer,
+    condition: { IfNoneMatch: string } | { IfMatch: string },
+  ): Promise<boolean> {
     try {
       await this.client.send(
         new PutObjectCommand({
@@ -170,15 +201,19 @@ export class S3Store implements ObjectStore {
           Key: this.full(key),
           Body: buf,
           ContentLength: buf.length,
-          IfNoneMatch: '*',
+          ...condition,
         }),
       );
-      return 'created';
+      return true;
     } catch (e) {
       const n = errName(e);
       const s = status(e);
-      if (n === 'PreconditionFailed' || n === 'ConditionalRequestConflict' || s === 412 || s === 409) return 'exists';
-      throw new StoreError(`failed to create object "${key}"`, 'putIfAbsent', key, { cause: e });
+      if (n === 'PreconditionFailed' || n === 'ConditionalRequestConflict' || s === 412 || s === 409) return false;
+      if ('IfMatch' in condition && isNotFound(e)) return false;
+      const what = op === 'putIfAbsent' ? 'create object' : 'put object';
+      throw new StoreError(`failed to ${what} "${key}"${op === 'putIfAbsent' ? '' : ' conditionally'}`, op, key, {
+        cause: e,
+      });
     }
   }
 

@@ -1,0 +1,75 @@
+/**
+ * The PackageRepository sources the fleet polls (a tag or a branch, public), how each is pinned
+ * once resolved, and the resolution itself: one registry `HEAD` (`./registry-digest.ts`) or one
+ * `git ls-remote` (`./git-ls-remote.ts`), under the URL policy. The poll records and the fan-out
+ * are the pipeline's (`../pipeline/source-poll.ts`).
+ *
+ * @module
+ */
+import type { PackageRepositoryFetch } from '../api/index.js';
+import type { CommandRunner } from '../exec/runner.js';
+import { resolveGitRef } from './git-ls-remote.js';
+import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
+import { type UrlPolicy, UrlPolicyChecker } from './url-policy.js';
+
+/** A source the fleet polls: what is resolved, and how. */
+export interface PolledSource {
+  /** `image` / `imgpkgBundle` (registry HEAD) or `git` (ls-remote). */
+  kind: 'image' | 'imgpkgBundle' | 'git';
+  /** The image reference with its tag, or the git URL. */
+  url: string;
+  /** The tag (images) or git ref. */
+  ref: string;
+}
+
+/**
+ * The source of a repository's fetch that the fleet polls, or `undefined`: pinned sources
+ * (nothing to poll), selections (`tagSelection`, `refSelection`: vendir picks among many tags),
+ * sources with a Secret (their content is sealed per cluster, never shared), http and inline.
+ */
+export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | undefined {
+  const img = fetch.imgpkgBundle ?? fetch.image;
+  if (img) {
+    const url = fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url;
+    if (!url || img.secretRef || img.tagSelection) return undefined;
+    const parsed = parseImageTagRef(url);
+    if (!parsed) return undefined;
+    return { kind: fetch.imgpkgBundle ? 'imgpkgBundle' : 'image', url, ref: parsed.tag };
+  }
+  const git = fetch.git;
+  if (git?.url && git.ref && !git.secretRef && !git.refSelection && !/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i.test(git.ref)) {
+    return { kind: 'git', url: git.url, ref: git.ref };
+  }
+  return undefined;
+}
+
+/** `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. */
+export function pinnedFetchOf(fetch: PackageRepositoryFetch, resolved: string): PackageRepositoryFetch {
+  if (fetch.imgpkgBundle)
+    return {
+      ...fetch,
+      imgpkgBundle: { ...fetch.imgpkgBundle, image: pinImageRef(fetch.imgpkgBundle.image ?? '', resolved) },
+    };
+  if (fetch.image) return { ...fetch, image: { ...fetch.image, url: pinImageRef(fetch.image.url ?? '', resolved) } };
+  if (fetch.git) return { ...fetch, git: { ...fetch.git, ref: resolved } };
+  return fetch;
+}
+
+/**
+ * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged) or one
+ * `git ls-remote`, every URL under the runtime's URL policy.
+ * @param deps - the command runner (git) and the URL policy in force (none: off)
+ * @throws RegistryResolveError, GitResolveError, UrlPolicyError, CommandNotAllowedError
+ */
+export async function resolveSource(
+  source: PolledSource,
+  deps: { runner: CommandRunner; urlPolicy?: UrlPolicy },
+): Promise<string> {
+  const policy = deps.urlPolicy ? new UrlPolicyChecker(deps.urlPolicy) : undefined;
+  if (source.kind === 'git') {
+    // The poll timer resolves records without a repository run's policy check: check here.
+    await policy?.checkFetch([{ git: { url: source.url, ref: source.ref } }]);
+    return await resolveGitRef(deps.runner, source.url, source.ref);
+  }
+  return await resolveImageDigest(source.url, policy ? { checkUrl: (u) => policy.checkUrl(u) } : {});
+}

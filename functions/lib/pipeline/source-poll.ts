@@ -1,0 +1,433 @@
+/**
+ * Event-driven upgrades across the fleet (issue 10 item 5): a tagged PackageRepository source is
+ * polled once per period for the whole fleet, not once per cluster, and a tag that moves sends
+ * every cluster's PackageRepository on it a reconcile event at once.
+ *
+ * - **Source poll record**, one per distinct source (`imgpkgBundle`/`image` by tag, `git` by
+ *   branch or tag; no Secret, no selection), keyed by the source's identity, not the cluster:
+ *   `cache/source-poll/sha256/<hex>.json` = {@link SourcePollRecord} (`resolved` digest or commit,
+ *   `polledAt`, `changedAt`, and the members `cluster/namespace/name` with the `resolved` each
+ *   last deployed). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
+ *   pollers of one period one wins and the others read its result.
+ * - **Resolution** without vendir: one registry `HEAD` of the manifest
+ *   (`../fetch/registry-digest.ts`) or one `git ls-remote` (`../fetch/git-ls-remote.ts`), under
+ *   the URL policy.
+ * - **A repository run** ({@link trackSource}) uses a record younger than the poll period as is,
+ *   else resolves and writes it, joins the members, and fetches the source pinned to `resolved`
+ *   (so an indexed digest runs kapp only). After its deploy ({@link memberDeployed}) it records
+ *   the digest it deployed and, if it was the run that fetched the new digest (the fleet's one
+ *   fetch and template), sends `ref-changed` to the members still behind.
+ * - **The poll** ({@link pollSources}: a timer in the embedded runtime, an EventBridge schedule of
+ *   the index-repo function on Lambda) resolves every record older than the period (one request
+ *   per source, whatever the fleet size) and pokes members behind `resolved`: when nobody has
+ *   deployed the new digest yet, only the first member (the leader: it fetches and templates
+ *   once, then pokes the rest itself), else every member behind; a leader that did not move
+ *   within {@link LEADER_GRACE_MS} makes the poll poke them all.
+ *
+ * The forwarders stay read-only: everything here happens in the functions, and the `ref-changed`
+ * events go through the runtime's transport (`deps.emit`), as the forwarders' own events do.
+ *
+ * @module
+ */
+import { type ObjectRef, objectEvent } from '../../../events/schema.js';
+import type { PackageRepository, PackageRepositoryFetch } from '../api/index.js';
+import { canonicalJson, sha256Hex } from '../artifact/keys.js';
+import { type PolledSource, pinnedFetchOf, polledSourceOf, resolveSource } from '../fetch/source-resolve.js';
+import { PACKAGING_API_VERSION } from '../kube/port.js';
+import { type ObjectStore, StoreError } from '../store/port.js';
+import type { PipelineDeps } from './deps.js';
+import { fetchPassesUrlPolicy } from './fetch.js';
+
+/** Default poll period of a source, ms: 1 minute (one request per source per minute). */
+export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;
+/** How long the poll lets the leader build a new digest's index before poking every member, ms. */
+export const LEADER_GRACE_MS = 5 * 60_000;
+/** Where the poll records live. */
+export const SOURCE_POLL_PREFIX = 'cache/source-poll/sha256/';
+/** Compare-and-swap attempts before a record update gives up. */
+const CAS_ATTEMPTS = 10;
+
+/** One PackageRepository on a source. */
+export interface SourceMember {
+  cluster: string;
+  namespace: string;
+  name: string;
+  /** `metadata.uid` when it joined. */
+  uid: string;
+  /** The `resolved` value it last deployed. */
+  at?: string;
+}
+
+/** The fleet-wide poll record of one source (JSON, version 1). */
+export interface SourcePollRecord {
+  v: 1;
+  source: PolledSource;
+  /** Image digest `sha256:<hex>` or git commit id. */
+  resolved: string;
+  /** RFC 3339 time of the last resolution. */
+  polledAt: string;
+  /** RFC 3339 time `resolved` last changed. */
+  changedAt: string;
+  members: SourceMember[];
+}
+
+export type { PolledSource } from '../fetch/source-resolve.js';
+export { pinnedFetchOf, polledSourceOf } from '../fetch/source-resolve.js';
+
+/** The poll period in force, ms (`config.sourcePollPeriodMs`, default {@link DEFAULT_SOURCE_POLL_PERIOD_MS}). */
+export function sourcePollPeriodMs(deps: Pick<PipelineDeps, 'config'>): number {
+  return deps.config.sourcePollPeriodMs ?? DEFAULT_SOURCE_POLL_PERIOD_MS;
+}
+
+/** The record key of a source: `cache/source-poll/sha256/<sha256 of its identity>.json`. */
+export function sourcePollKey(source: PolledSource): string {
+  return `${SOURCE_POLL_PREFIX}${sha256Hex(canonicalJson({ v: 1, ...source }))}.json`;
+}
+
+/** The resolver in force: `deps.resolveSource`, or {@link resolveSource}. */
+function resolverOf(deps: PipelineDeps): (source: PolledSource) => Promise<string> {
+  return (
+    deps.resolveSource ??
+    ((source) =>
+      resolveSource(source, {
+        runner: deps.runner,
+        ...(deps.config.urlPolicy ? { urlPolicy: deps.config.urlPolicy } : {}),
+      }))
+  );
+}
+
+/** Parses a stored record; `undefined` for a missing or malformed one. */
+function parseRecord(body: Buffer | undefined): SourcePollRecord | undefined {
+  if (!body) return undefined;
+  try {
+    const r = JSON.parse(body.toString('utf8')) as SourcePollRecord;
+    return r?.v === 1 && typeof r.resolved === 'string' && Array.isArray(r.members) ? r : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Reads a record. @throws StoreError */
+export async function readSourcePoll(store: ObjectStore, key: string): Promise<SourcePollRecord | undefined> {
+  return parseRecord(await store.get(key));
+}
+
+/**
+ * Read-modify-write of a record under compare-and-swap: `change` gets the current record (or
+ * `undefined`) and returns the new one, or `undefined` to leave it as is. Retried on conflict.
+ * @returns the record as stored after the update (or as read when unchanged).
+ * @throws StoreError; Error when {@link CAS_ATTEMPTS} writes in a row lost
+ */
+export async function updateSourcePoll(
+  store: ObjectStore,
+  key: string,
+  change: (cur: SourcePollRecord | undefined) => SourcePollRecord | undefined,
+): Promise<SourcePollRecord | undefined> {
+  for (let i = 0; i < CAS_ATTEMPTS; i++) {
+    const got = await store.getVersioned(key);
+    const cur = parseRecord(got?.body);
+    const next = change(cur);
+    if (!next) return cur;
+    // A malformed record is replaced as if absent, under its version.
+    if ((await store.putIfMatch(key, JSON.stringify(next), got?.etag)) === 'written') return next;
+  }
+  throw new Error(`source poll record ${key}: ${CAS_ATTEMPTS} conflicting writes in a row`);
+}
+
+const memberId = (m: Pick<SourceMember, 'cluster' | 'namespace' | 'name'>) => `${m.cluster}/${m.namespace}/${m.name}`;
+
+/** Whether `rec` was polled less than one period before `now`. */
+function isFresh(rec: SourcePollRecord, now: Date, periodMs: number): boolean {
+  return now.getTime() - Date.parse(rec.polledAt) < periodMs;
+}
+
+/** `rec` (or a new record) with a new resolution at `now`. */
+function polled(
+  rec: SourcePollRecord | undefined,
+  source: PolledSource,
+  resolved: string,
+  now: Date,
+): SourcePollRecord {
+  const at = now.toISOString();
+  return {
+    v: 1,
+    source,
+    resolved,
+    polledAt: at,
+    changedAt: rec && rec.resolved === resolved ? rec.changedAt : at,
+    members: rec?.members ?? [],
+  };
+}
+
+/** What {@link pollIfDue} did. */
+interface PollOutcome {
+  /** The record after the poll (`undefined`: none, and none could be made). */
+  rec: SourcePollRecord | undefined;
+  /** Whether this call resolved the source (sent the request). */
+  polled: boolean;
+  /** Whether `resolved` moved. */
+  changed: boolean;
+}
+
+/**
+ * Polls `source` when its record is absent or older than the period. A stale record is claimed
+ * first (compare-and-swap of `polledAt`), so of concurrent pollers only the winner sends the
+ * request; it then writes what it resolved. A resolution that fails after the claim leaves the
+ * previous `resolved` in force for the period.
+ * @throws what the resolver throws; StoreError
+ */
+async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps): Promise<PollOutcome> {
+  const periodMs = sourcePollPeriodMs(deps);
+  let claimed = false;
+  const claim = await updateSourcePoll(deps.store, key, (cur) => {
+    claimed = cur !== undefined && !isFresh(cur, deps.now(), periodMs);
+    return claimed && cur ? { ...cur, polledAt: deps.now().toISOString() } : undefined;
+  });
+  if (claim && !claimed) return { rec: claim, polled: false, changed: false };
+  const resolved = await resolverOf(deps)(source);
+  const rec = await updateSourcePoll(deps.store, key, (cur) =>
+    cur?.resolved === resolved ? undefined : polled(cur, source, resolved, deps.now()),
+  );
+  const changed = claim !== undefined && rec?.resolved !== claim.resolved;
+  if (changed) deps.log.info({ source: source.url, ref: source.ref, resolved }, 'source moved to a new digest');
+  return { rec, polled: true, changed };
+}
+
+/** What a repository run tracks of its polled source. */
+export interface TrackedSource {
+  /** The record key. */
+  key: string;
+  /** The digest or commit the run fetches. */
+  resolved: string;
+  /** The repository's fetch pinned to `resolved`. */
+  fetch: PackageRepositoryFetch;
+}
+
+/**
+ * For a repository run: the pinned fetch of its polled source, from a fresh record or a
+ * resolution of its own (written for the fleet), with the repository joined to the members.
+ *
+ * @returns `undefined` when the source is not polled (see {@link polledSourceOf}), the URL policy
+ *   refuses it (the fetch then runs and reports that), or the resolution failed (logged; the run
+ *   fetches by tag as before, and vendir reports what is wrong).
+ * @throws StoreError (the run is retried)
+ */
+export async function trackSource(
+  pkgr: PackageRepository,
+  object: ObjectRef,
+  deps: PipelineDeps,
+): Promise<TrackedSource | undefined> {
+  const source = polledSourceOf(pkgr.spec.fetch);
+  if (!source) return undefined;
+  if (!(await fetchPassesUrlPolicy([pkgr.spec.fetch], deps))) return undefined;
+  const key = sourcePollKey(source);
+  const self: SourceMember = {
+    cluster: object.clusterId,
+    namespace: object.namespace,
+    name: object.name,
+    uid: object.uid,
+  };
+  let due: PollOutcome;
+  try {
+    due = await pollIfDue(key, source, deps);
+  } catch (err) {
+    if (err instanceof StoreError) throw err;
+    deps.log.warn(
+      { source: source.url, ref: source.ref, err: (err as Error).message },
+      'source resolution failed; fetching by tag',
+    );
+    return undefined;
+  }
+  if (!due.rec) return undefined;
+  const rec =
+    (await updateSourcePoll(deps.store, key, (cur) => {
+      if (!cur || cur.members.some((m) => memberId(m) === memberId(self) && m.uid === self.uid)) return undefined;
+      const members = [...cur.members.filter((m) => memberId(m) !== memberId(self)), self];
+      return { ...cur, members: members.sort((a, b) => (memberId(a) < memberId(b) ? -1 : 1)) };
+    })) ?? due.rec;
+  return { key, resolved: rec.resolved, fetch: pinnedFetchOf(pkgr.spec.fetch, rec.resolved) };
+}
+
+/** Whether this runtime serves `clusterId` now (known, and led here in the embedded runtime). */
+function serves(deps: PipelineDeps, clusterId: string): boolean {
+  if (!deps.clusters.clusterIds().includes(clusterId)) return false;
+  try {
+    deps.clusters.deployView(clusterId);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Sends `ref-changed` to `targets` (members this runtime serves), after reading each: a
+ * repository that is gone, was recreated (another uid) or now names another source leaves the
+ * record instead.
+ * @returns how many were sent.
+ * @throws KubeApiError, TransportError, StoreError: the caller's event or tick is retried
+ */
+async function pokeMembers(key: string, targets: readonly SourceMember[], deps: PipelineDeps): Promise<number> {
+  const events = [];
+  const leave: string[] = [];
+  for (const m of targets) {
+    const kube = deps.clusters.deployView(m.cluster);
+    const ref = { apiVersion: PACKAGING_API_VERSION, kind: 'PackageRepository', namespace: m.namespace, name: m.name };
+    const obj = await kube.getObject(ref);
+    const parsed = obj?.spec as { fetch?: PackageRepositoryFetch } | undefined;
+    const source = parsed?.fetch && polledSourceOf(parsed.fetch);
+    if (!obj || obj.metadata.uid !== m.uid || !source || sourcePollKey(source) !== key) {
+      leave.push(memberId(m));
+      continue;
+    }
+    events.push(
+      objectEvent(
+        {
+          clusterId: m.cluster,
+          kind: 'PackageRepository',
+          apiVersion: PACKAGING_API_VERSION,
+          namespace: m.namespace,
+          name: m.name,
+          uid: m.uid,
+          generation: obj.metadata.generation ?? 0,
+          resourceVersion: obj.metadata.resourceVersion ?? '0',
+        },
+        'ref-changed',
+        { time: deps.now() },
+      ),
+    );
+  }
+  if (leave.length > 0) {
+    await updateSourcePoll(deps.store, key, (cur) =>
+      cur ? { ...cur, members: cur.members.filter((m) => !leave.includes(memberId(m))) } : undefined,
+    );
+  }
+  if (events.length > 0) {
+    if (!deps.emit) deps.log.warn({ key, events: events.length }, 'no transport for source fan-out events; dropped');
+    else await deps.emit(events);
+  }
+  return events.length;
+}
+
+/**
+ * After a repository run deployed `tracked.resolved`: records it as the member's `at`, and, when
+ * this run fetched (it built the digest's index for the fleet), sends `ref-changed` to every
+ * member this runtime serves that is behind the record.
+ * @throws StoreError, KubeApiError, TransportError (the caller retries the run)
+ */
+export async function memberDeployed(
+  tracked: TrackedSource,
+  object: ObjectRef,
+  fetched: boolean,
+  deps: PipelineDeps,
+): Promise<void> {
+  const self = memberId({ cluster: object.clusterId, namespace: object.namespace, name: object.name });
+  const rec = await updateSourcePoll(deps.store, tracked.key, (cur) => {
+    const mine = cur?.members.find((m) => memberId(m) === self);
+    if (!cur || !mine || mine.at === tracked.resolved) return undefined;
+    return { ...cur, members: cur.members.map((m) => (memberId(m) === self ? { ...m, at: tracked.resolved } : m)) };
+  });
+  if (!fetched || !rec || rec.resolved !== tracked.resolved) return;
+  const behind = rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== self && serves(deps, m.cluster));
+  if (behind.length === 0) return;
+  const sent = await pokeMembers(tracked.key, behind, deps);
+  deps.log.info(
+    { source: rec.source.url, resolved: rec.resolved, members: sent },
+    'new source digest indexed; members reconciled',
+  );
+}
+
+/** A repository being deleted leaves its source's record. @throws StoreError */
+export async function leaveSource(fetch: PackageRepositoryFetch, object: ObjectRef, deps: PipelineDeps): Promise<void> {
+  const source = polledSourceOf(fetch);
+  if (!source) return;
+  const self = memberId({ cluster: object.clusterId, namespace: object.namespace, name: object.name });
+  await updateSourcePoll(deps.store, sourcePollKey(source), (cur) =>
+    cur?.members.some((m) => memberId(m) === self)
+      ? { ...cur, members: cur.members.filter((m) => memberId(m) !== self) }
+      : undefined,
+  );
+}
+
+/** What one {@link pollSources} did. */
+export interface PollSummary {
+  /** Records read. */
+  sources: number;
+  /** Sources resolved by this poll (the others were fresh, or another poller won). */
+  polled: number;
+  /** Sources whose digest changed in this poll. */
+  changed: number;
+  /** `ref-changed` events sent. */
+  poked: number;
+  /** Sources whose resolution failed (logged). */
+  failed: number;
+}
+
+/** Options of {@link pollSources}. */
+export interface PollOptions {
+  /**
+   * `<member>@<resolved>` → time of the last poke, kept by a long-lived poller (the embedded
+   * timer) so a member that keeps failing is poked at most once per period. Default: none.
+   */
+  pokedAt?: Map<string, number>;
+}
+
+/**
+ * One poll of the fleet's sources (the embedded runtime's timer, the Lambda poll event): every
+ * record older than the period is resolved again and written under compare-and-swap (one
+ * poller wins per period); then the members this runtime serves that are behind are poked
+ * (see the module comment for who).
+ * @throws StoreError on a failed list (a failed record is logged and skipped)
+ */
+export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): Promise<PollSummary> {
+  const summary: PollSummary = { sources: 0, polled: 0, changed: 0, poked: 0, failed: 0 };
+  const periodMs = sourcePollPeriodMs(deps);
+  const started = deps.now().getTime();
+  for (const [k, at] of opts.pokedAt ?? []) if (started - at >= periodMs) opts.pokedAt?.delete(k);
+  const keys: string[] = [];
+  for (let page = await deps.store.list(SOURCE_POLL_PREFIX); ; ) {
+    keys.push(...page);
+    if (page.length < 1000) break;
+    page = await deps.store.list(SOURCE_POLL_PREFIX, { startAfter: page[page.length - 1] });
+  }
+  for (const key of keys) {
+    summary.sources += 1;
+    try {
+      const stored = await readSourcePoll(deps.store, key);
+      if (!stored) continue;
+      const due = await pollIfDue(key, stored.source, deps);
+      if (due.polled) summary.polled += 1;
+      if (due.changed) summary.changed += 1;
+      const rec = due.rec;
+      if (!rec) continue;
+      summary.poked += await pokeBehind(key, rec, deps, opts, periodMs);
+    } catch (err) {
+      summary.failed += 1;
+      deps.log.warn({ key, err: (err as Error).message }, 'source poll failed');
+    }
+  }
+  return summary;
+}
+
+/** The poll's pokes for one record (see the module comment). */
+async function pokeBehind(
+  key: string,
+  rec: SourcePollRecord,
+  deps: PipelineDeps,
+  opts: PollOptions,
+  periodMs: number,
+): Promise<number> {
+  const behind = rec.members.filter((m) => m.at !== rec.resolved);
+  if (behind.length === 0) return 0;
+  const someoneAt = rec.members.some((m) => m.at === rec.resolved);
+  const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
+  const candidates = someoneAt || leaderLate ? behind : behind.slice(0, 1);
+  const now = deps.now().getTime();
+  const targets = candidates.filter((m) => {
+    if (!serves(deps, m.cluster)) return false;
+    const last = opts.pokedAt?.get(`${memberId(m)}@${rec.resolved}`);
+    return last === undefined || now - last >= periodMs;
+  });
+  if (targets.length === 0) return 0;
+  for (const m of targets) opts.pokedAt?.set(`${memberId(m)}@${rec.resolved}`, now);
+  return await pokeMembers(key, targets, deps);
+}

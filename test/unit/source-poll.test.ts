@@ -1,0 +1,256 @@
+/**
+ * The fleet's source poll (`functions/lib/pipeline/source-poll.ts`), faked at its ports: the
+ * object store (MemoryStore, compare-and-swap included), the source resolver, one fake cluster per
+ * cluster id, a clock and the transport (`deps.emit`). Asserts the records written, how many
+ * resolutions (registry requests) happen, and which `ref-changed` events go to which repository.
+ */
+import { describe, expect, it } from 'vitest';
+import type { KappEvent, ObjectRef } from '../../events/schema.js';
+import { parsePackageRepository } from '../../functions/lib/api/index.js';
+import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import {
+  leaveSource,
+  memberDeployed,
+  type PolledSource,
+  pinnedFetchOf,
+  polledSourceOf,
+  pollSources,
+  readSourcePoll,
+  type SourcePollRecord,
+  sourcePollKey,
+  trackSource,
+} from '../../functions/lib/pipeline/source-poll.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { FakeCluster } from './support/fake-cluster.js';
+
+const IMAGE = 'registry.example/repo:latest';
+const D1 = `sha256:${'1'.repeat(64)}`;
+const D2 = `sha256:${'2'.repeat(64)}`;
+const T0 = Date.parse('2025-01-01T00:00:00Z');
+const PERIOD = 60_000;
+
+/** A fleet of fake clusters sharing one store, with a controllable clock and resolver. */
+function fleet(clusterIds: string[]) {
+  const store = new MemoryStore();
+  const clusters = new Map(clusterIds.map((id) => [id, new FakeCluster()]));
+  const state = { now: T0, digest: D1, resolutions: 0, emitted: [] as KappEvent[] };
+  const deps: DispatchDeps = {
+    clusters: {
+      clusterIds: () => [...clusters.keys()],
+      deployView: (id: string) => {
+        const c = clusters.get(id);
+        if (!c) throw new Error(`unknown cluster ${id}`);
+        return c;
+      },
+    } as unknown as DispatchDeps['clusters'],
+    store,
+    runner: new FakeCommandRunner(),
+    now: () => new Date(state.now),
+    log: memoryLogger(),
+    clusterInfo: async () => ({}),
+    resolveSource: async () => {
+      state.resolutions += 1;
+      return state.digest;
+    },
+    emit: async (events) => {
+      state.emitted.push(...events);
+    },
+    config: { tmpRoot: '/tmp', toolVersions: {}, controllerVersion: 'v0.53.1', sourcePollPeriodMs: PERIOD },
+  };
+  /** Creates the PackageRepository `ns/name` on `image` in `cluster`; returns its event ref. */
+  const repo = (cluster: string, name: string, image = IMAGE): ObjectRef => {
+    const raw = {
+      apiVersion: 'packaging.carvel.dev/v1alpha1',
+      kind: 'PackageRepository',
+      metadata: { name, namespace: 'ns', uid: `uid-${cluster}-${name}`, generation: 1, resourceVersion: '7' },
+      spec: { fetch: { imgpkgBundle: { image } } },
+    };
+    clusters.get(cluster)?.put(raw as never);
+    return {
+      clusterId: cluster,
+      kind: 'PackageRepository',
+      apiVersion: 'packaging.carvel.dev/v1alpha1',
+      namespace: 'ns',
+      name,
+      uid: raw.metadata.uid,
+      generation: 1,
+      resourceVersion: '7',
+    };
+  };
+  const pkgrOf = (cluster: string, name: string) => {
+    const parsed = parsePackageRepository(clusters.get(cluster)?.get('PackageRepository', 'ns', name) as never);
+    if (!parsed.success) throw new Error('bad repository');
+    return parsed.data;
+  };
+  const key = sourcePollKey({ kind: 'imgpkgBundle', url: IMAGE, ref: 'latest' });
+  const record = async () => (await readSourcePoll(store, key)) as SourcePollRecord;
+  /** Each of `refs` runs (joins the record) and deploys; `fetcher` is the one that fetched. */
+  const deployAll = async (refs: ObjectRef[], fetcher?: ObjectRef) => {
+    for (const ref of refs) {
+      const t = await trackSource(pkgrOf(ref.clusterId, ref.name), ref, deps);
+      if (t) await memberDeployed(t, ref, ref === fetcher, deps);
+    }
+  };
+  const poked = () =>
+    state.emitted.map((e) =>
+      e.type === 'dev.kapp-lambda.object.v1' ? `${e.data.clusterId}/${e.data.name}:${e.data.reason}` : e.type,
+    );
+  return { store, clusters, state, deps, repo, pkgrOf, key, record, poked, deployAll };
+}
+
+describe('polledSourceOf and pinnedFetchOf', () => {
+  it.each([
+    [{ imgpkgBundle: { image: IMAGE } }, { kind: 'imgpkgBundle', url: IMAGE, ref: 'latest' }],
+    [{ image: { url: 'r.io/x:v2' } }, { kind: 'image', url: 'r.io/x:v2', ref: 'v2' }],
+    [
+      { git: { url: 'https://g.io/r', ref: 'origin/main' } },
+      { kind: 'git', url: 'https://g.io/r', ref: 'origin/main' },
+    ],
+  ])('polls %j', (fetch, want) => {
+    expect(polledSourceOf(fetch)).toEqual(want);
+  });
+
+  it.each([
+    { imgpkgBundle: { image: `r.io/x@${D1}` } },
+    { imgpkgBundle: { image: 'r.io/x:v1', secretRef: { name: 's' } } },
+    { imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: { constraints: '>0' } } } },
+    { git: { url: 'https://g.io/r', ref: 'a'.repeat(40) } },
+    { git: { url: 'https://g.io/r', ref: 'main', refSelection: { semver: {} } } },
+    { http: { url: 'https://h.io/r.tgz' } },
+    { inline: { paths: { a: 'b' } } },
+  ])('does not poll %j', (fetch) => {
+    expect(polledSourceOf(fetch as never)).toBeUndefined();
+  });
+
+  it('pins a tag to the digest and a branch to the commit', () => {
+    expect(pinnedFetchOf({ imgpkgBundle: { image: IMAGE } }, D1)).toEqual({
+      imgpkgBundle: { image: `registry.example/repo@${D1}` },
+    });
+    expect(pinnedFetchOf({ git: { url: 'https://g.io/r', ref: 'main' } }, 'c'.repeat(40))).toEqual({
+      git: { url: 'https://g.io/r', ref: 'c'.repeat(40) },
+    });
+  });
+
+  it('keys a record by the source, not the cluster', () => {
+    const a: PolledSource = { kind: 'imgpkgBundle', url: IMAGE, ref: 'latest' };
+    expect(sourcePollKey(a)).toMatch(/^cache\/source-poll\/sha256\/[0-9a-f]{64}\.json$/);
+    expect(sourcePollKey({ ...a })).toBe(sourcePollKey(a));
+    expect(sourcePollKey({ ...a, url: 'registry.example/repo:v2', ref: 'v2' })).not.toBe(sourcePollKey(a));
+  });
+});
+
+describe('trackSource: a repository run', () => {
+  it('the first run resolves and writes the record; the others of the period reuse it; a stale one is polled once', async () => {
+    const f = fleet(['c1', 'c2', 'c3']);
+    const refs = ['c1', 'c2', 'c3'].map((c) => f.repo(c, 'repo'));
+    const tracked = [];
+    for (const ref of refs) tracked.push(await trackSource(f.pkgrOf(ref.clusterId, 'repo'), ref, f.deps));
+    expect(f.state.resolutions).toBe(1);
+    expect(tracked.map((t) => t?.fetch)).toEqual(
+      refs.map(() => ({ imgpkgBundle: { image: `registry.example/repo@${D1}` } })),
+    );
+    expect(await f.record()).toEqual({
+      v: 1,
+      source: { kind: 'imgpkgBundle', url: IMAGE, ref: 'latest' },
+      resolved: D1,
+      polledAt: '2025-01-01T00:00:00.000Z',
+      changedAt: '2025-01-01T00:00:00.000Z',
+      members: refs.map((r) => ({ cluster: r.clusterId, namespace: 'ns', name: 'repo', uid: r.uid })),
+    });
+
+    // A period later the tag moved: the next run polls (once) and fetches the new digest.
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    const later = await trackSource(f.pkgrOf('c2', 'repo'), refs[1] as ObjectRef, f.deps);
+    const again = await trackSource(f.pkgrOf('c3', 'repo'), refs[2] as ObjectRef, f.deps);
+    expect([later?.resolved, again?.resolved, f.state.resolutions]).toEqual([D2, D2, 2]);
+    expect(await f.record()).toMatchObject({ resolved: D2, changedAt: '2025-01-01T00:01:00.000Z' });
+  });
+
+  it('a failed resolution falls back to the fetch by tag and writes nothing', async () => {
+    const f = fleet(['c1']);
+    const ref = f.repo('c1', 'repo');
+    f.deps.resolveSource = async () => Promise.reject(new Error('HEAD manifest repo:latest answered 503'));
+    expect(await trackSource(f.pkgrOf('c1', 'repo'), ref, f.deps)).toBeUndefined();
+    expect(await f.store.list('cache/source-poll/')).toEqual([]);
+  });
+});
+
+describe('pollSources: the timer', () => {
+  it('one resolution per period per source however many pollers; a new digest pokes the leader only', async () => {
+    const f = fleet(['c1', 'c2']);
+    const a = f.repo('c1', 'repo');
+    const b = f.repo('c2', 'repo');
+    await f.deployAll([a, b], a);
+    expect(f.state.resolutions).toBe(1);
+    // Within the period: nothing to resolve, nobody behind.
+    expect(await pollSources(f.deps)).toEqual({ sources: 1, polled: 0, changed: 0, poked: 0, failed: 0 });
+
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    // Three pollers at once (three runtimes sharing the store): one request.
+    const summaries = await Promise.all([pollSources(f.deps), pollSources(f.deps), pollSources(f.deps)]);
+    expect(f.state.resolutions).toBe(2);
+    expect(summaries.map((s) => s.polled).reduce((x, y) => x + y)).toBe(1);
+    expect(summaries.map((s) => s.changed).reduce((x, y) => x + y)).toBe(1);
+    // Nobody has deployed D2: only the leader (first member) is reconciled, by each poller that ran after the change.
+    expect(new Set(f.poked())).toEqual(new Set(['c1/repo:ref-changed']));
+  });
+
+  it('the leader, having fetched the new digest, reconciles the members behind; then the poll has nobody to poke', async () => {
+    const f = fleet(['c1', 'c2', 'c3']);
+    const refs = ['c1', 'c2', 'c3'].map((c) => f.repo(c, 'repo'));
+    await f.deployAll(refs);
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    await pollSources(f.deps);
+    expect(f.poked()).toEqual(['c1/repo:ref-changed']);
+    f.state.emitted.length = 0;
+
+    const leader = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, f.deps);
+    expect(leader?.resolved).toBe(D2);
+    await memberDeployed(leader!, refs[0] as ObjectRef, true, f.deps);
+    expect(f.poked()).toEqual(['c2/repo:ref-changed', 'c3/repo:ref-changed']);
+    expect(f.state.emitted[0]).toMatchObject({ data: { uid: 'uid-c2-repo', generation: 1, resourceVersion: '7' } });
+
+    f.state.emitted.length = 0;
+    await f.deployAll(refs.slice(1));
+    expect(f.state.emitted).toEqual([]);
+    expect((await f.record()).members.map((m) => m.at)).toEqual([D2, D2, D2]);
+    expect(await pollSources(f.deps)).toMatchObject({ polled: 0, poked: 0 });
+  });
+
+  it('pokes members behind once per period, only in clusters it serves; gone or re-pointed members leave the record', async () => {
+    const f = fleet(['c1', 'c2', 'c3']);
+    const refs = ['c1', 'c2', 'c3'].map((c) => f.repo(c, 'repo'));
+    await f.deployAll(refs);
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    // The leader (c1) deployed D2 in an earlier run; c2 and c3 are behind.
+    const t = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, { ...f.deps, emit: undefined });
+    await memberDeployed(t!, refs[0] as ObjectRef, false, f.deps);
+    // c3 now names another tag; c2 is not served by this runtime.
+    f.repo('c3', 'repo', 'registry.example/repo:v9');
+    const served = { ...f.deps, clusters: { ...f.deps.clusters, clusterIds: () => ['c1', 'c3'] } } as DispatchDeps;
+    const pokedAt = new Map<string, number>();
+    expect(await pollSources(served, { pokedAt })).toMatchObject({ poked: 0 });
+    expect((await f.record()).members.map((m) => m.cluster)).toEqual(['c1', 'c2']);
+
+    expect(await pollSources(f.deps, { pokedAt })).toMatchObject({ poked: 1 });
+    expect(await pollSources(f.deps, { pokedAt })).toMatchObject({ poked: 0 });
+    f.state.now += PERIOD;
+    expect(await pollSources(f.deps, { pokedAt })).toMatchObject({ poked: 1 });
+    expect(f.poked()).toEqual(['c2/repo:ref-changed', 'c2/repo:ref-changed']);
+  });
+
+  it('a repository being deleted leaves the record', async () => {
+    const f = fleet(['c1', 'c2']);
+    const a = f.repo('c1', 'repo');
+    const b = f.repo('c2', 'repo');
+    for (const ref of [a, b]) await trackSource(f.pkgrOf(ref.clusterId, 'repo'), ref, f.deps);
+    await leaveSource({ imgpkgBundle: { image: IMAGE } }, a, f.deps);
+    expect((await f.record()).members.map((m) => m.cluster)).toEqual(['c2']);
+  });
+});
