@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fetchArtifactKey, packDir, tarSha256 } from '../../functions/lib/artifact/index.js';
 import { InvalidKeyError, ObjectTooLargeError, S3Store, StoreError } from '../../functions/lib/store/index.js';
 import { type S3Server, s3Client, startS3Server } from '../harness/servers.js';
+import { casContract } from '../harness/store-cas-contract.js';
 
 const BUCKET = 'store-test';
 
@@ -86,27 +87,7 @@ describe('S3Store on versitygw', () => {
     }
   });
 
-  it('putIfMatch creates only when absent, then replaces only at the version read', async () => {
-    expect(await store.putIfMatch('cas/k', 'one', undefined)).toBe('written');
-    expect(await store.putIfMatch('cas/k', 'again', undefined)).toBe('conflict');
-    const v1 = await store.getVersioned('cas/k');
-    expect(v1?.body.toString()).toBe('one');
-    expect(await store.putIfMatch('cas/k', 'two', v1?.etag)).toBe('written');
-    // The version read before the replacement no longer matches.
-    expect(await store.putIfMatch('cas/k', 'three', v1?.etag)).toBe('conflict');
-    expect((await store.get('cas/k'))?.toString()).toBe('two');
-    expect(await store.putIfMatch('cas/absent', 'x', v1?.etag)).toBe('conflict');
-    expect(await store.getVersioned('cas/absent')).toBeUndefined();
-  });
-
-  it('lets exactly one of many writers holding the same version replace the object', async () => {
-    await store.put('cas/race', 'base');
-    const base = await store.getVersioned('cas/race');
-    const bodies = Array.from({ length: 12 }, (_, i) => `writer-${i}`);
-    const results = await Promise.all(bodies.map((b) => store.putIfMatch('cas/race', b, base?.etag)));
-    expect(results.filter((r) => r === 'written')).toHaveLength(1);
-    expect((await store.get('cas/race'))?.toString()).toBe(bodies[results.indexOf('written')]);
-  });
+  casContract(() => store);
 
   it('lists sorted keys by prefix, paging with limit and startAfter', async () => {
     for (const k of ['b/2', 'a/1', 'a/10', 'a/2', 'ab', 'a-x/1', 'c']) await store.put(`list/${k}`, k);

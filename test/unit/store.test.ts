@@ -11,6 +11,7 @@ import {
   ObjectTooLargeError,
   StoreError,
 } from '../../functions/lib/store/index.js';
+import { casContract } from '../harness/store-cas-contract.js';
 
 let tmp: string;
 beforeEach(async () => {
@@ -98,27 +99,7 @@ describe.each(adapters)('%s (ObjectStore contract)', (_name, make) => {
     expect((await store.get('race/key'))?.toString()).toBe(winner);
   });
 
-  it('putIfMatch creates only when absent, then replaces only at the version read', async () => {
-    expect(await store.putIfMatch('cas/k', 'one', undefined)).toBe('written');
-    expect(await store.putIfMatch('cas/k', 'again', undefined)).toBe('conflict');
-    const v1 = await store.getVersioned('cas/k');
-    expect(v1?.body.toString()).toBe('one');
-    expect(await store.putIfMatch('cas/k', 'two', v1?.etag)).toBe('written');
-    // The version read before the replacement no longer matches.
-    expect(await store.putIfMatch('cas/k', 'three', v1?.etag)).toBe('conflict');
-    expect((await store.get('cas/k'))?.toString()).toBe('two');
-    expect(await store.putIfMatch('cas/absent', 'x', v1?.etag)).toBe('conflict');
-    expect(await store.getVersioned('cas/absent')).toBeUndefined();
-  });
-
-  it('lets exactly one of many writers holding the same version replace the object', async () => {
-    await store.put('cas/race', 'base');
-    const base = await store.getVersioned('cas/race');
-    const bodies = Array.from({ length: 12 }, (_, i) => `writer-${i}`);
-    const results = await Promise.all(bodies.map((b) => store.putIfMatch('cas/race', b, base?.etag)));
-    expect(results.filter((r) => r === 'written')).toHaveLength(1);
-    expect((await store.get('cas/race'))?.toString()).toBe(bodies[results.indexOf('written')]);
-  });
+  casContract(() => store);
 
   it('concurrent puts leave one whole body, never a mix', async () => {
     const bodies = Array.from({ length: 16 }, (_, i) => String.fromCharCode(97 + i).repeat(64 * 1024));

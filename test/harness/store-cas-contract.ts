@@ -1,0 +1,32 @@
+/**
+ * The compare-and-swap part of the ObjectStore contract (`getVersioned`, `putIfMatch`), shared by
+ * the unit tests of the local and memory stores and the S3 store's test on the real server, so
+ * every adapter is held to the same rules (the fleet's source poll record relies on them).
+ */
+import { expect, it } from 'vitest';
+import type { ObjectStore } from '../../functions/lib/store/index.js';
+
+/** Defines the compare-and-swap tests in the calling `describe`, against `store()` at run time. */
+export function casContract(store: () => ObjectStore): void {
+  it('putIfMatch creates only when absent, then replaces only at the version read', async () => {
+    expect(await store().putIfMatch('cas/k', 'one', undefined)).toBe('written');
+    expect(await store().putIfMatch('cas/k', 'again', undefined)).toBe('conflict');
+    const v1 = await store().getVersioned('cas/k');
+    expect(v1?.body.toString()).toBe('one');
+    expect(await store().putIfMatch('cas/k', 'two', v1?.etag)).toBe('written');
+    // The version read before the replacement no longer matches.
+    expect(await store().putIfMatch('cas/k', 'three', v1?.etag)).toBe('conflict');
+    expect((await store().get('cas/k'))?.toString()).toBe('two');
+    expect(await store().putIfMatch('cas/absent', 'x', v1?.etag)).toBe('conflict');
+    expect(await store().getVersioned('cas/absent')).toBeUndefined();
+  });
+
+  it('lets exactly one of many writers holding the same version replace the object', async () => {
+    await store().put('cas/race', 'base');
+    const base = await store().getVersioned('cas/race');
+    const bodies = Array.from({ length: 12 }, (_, i) => `writer-${i}`);
+    const results = await Promise.all(bodies.map((b) => store().putIfMatch('cas/race', b, base?.etag)));
+    expect(results.filter((r) => r === 'written')).toHaveLength(1);
+    expect((await store().get('cas/race'))?.toString()).toBe(bodies[results.indexOf('written')]);
+  });
+}
