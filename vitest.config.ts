@@ -21,6 +21,10 @@ export default defineConfig({
           // AWS SDK) once instead of once per file: import was most of the unit time. The unit
           // tests keep no state across files (no module mocks, fake timers restored after each).
           isolate: false,
+          // Some unit tests are CPU-bound by design (a megabyte constraint, a large tarball, every
+          // CRD schema): about a second alone, several while the two cores are shared, so vitest's
+          // 5 s default failed now and then on a loaded machine. A hang still fails.
+          testTimeout: 20_000,
         },
       },
       {

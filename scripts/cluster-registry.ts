@@ -11,6 +11,8 @@
  * npm run cluster -- remove <id>
  * ```
  *
+ * `add` refuses an id already registered unless `--replace`; `remove` of an unknown id exits 1.
+ *
  * Every command takes `--registry s3://<bucket>/<prefix>` or `file:///<dir>`, default
  * `$KAPP_LAMBDA_CLUSTER_REGISTRY` (the functions' variable); S3 is reached as the functions do
  * (`AWS_REGION`, `KAPP_LAMBDA_S3_ENDPOINT`, the SDK's default credentials). `add` writes the
@@ -204,7 +206,7 @@ export function identitySteps(
 }
 
 const USAGE = `usage:
-  npm run cluster -- add <id> --endpoint https://… --ca-file <pem> [--tls-server-name <name>]
+  npm run cluster -- add <id> --endpoint https://… --ca-file <pem> [--tls-server-name <name>] [--replace]
       --auth eks --eks-cluster-name <name> --region <region> [--function-role <stage>=<arn> …]
     | --auth token [--secret-prefix <prefix>] [--identity-namespace <ns>]
   npm run cluster -- list
@@ -215,7 +217,8 @@ const USAGE = `usage:
 /**
  * Runs the command line.
  *
- * @returns the exit code (2 for a usage error).
+ * @returns the exit code (2 for a usage error, 1 for an id already registered without
+ *   `--replace` or an unknown id to remove).
  */
 export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const { values: v, positionals } = parseArgs({
@@ -233,6 +236,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       'function-role': { type: 'string', multiple: true },
       'secret-prefix': { type: 'string' },
       'identity-namespace': { type: 'string' },
+      replace: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -252,6 +256,10 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   }
   if (!id) return usage('a cluster id is required');
   if (command === 'remove') {
+    if (!(await store.head(clusterDocKey(id)))) {
+      process.stderr.write(`cluster: no cluster ${JSON.stringify(id)} in the registry (see list)\n`);
+      return 1;
+    }
     await store.delete(clusterDocKey(id));
     process.stderr.write(`removed ${clusterDocKey(id)} (the RBAC in the cluster is left as it is)\n`);
     return 0;
@@ -277,6 +285,12 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     auth = { kind: 'token', ...(v['secret-prefix'] ? { secretPrefix: v['secret-prefix'] } : {}) };
   } else {
     return usage('--auth must be eks or token');
+  }
+  // A typo in an id must not silently repoint another cluster's functions (the document decides
+  // where their identities are sent): replacing one is explicit.
+  if (!v.replace && (await store.head(clusterDocKey(id)))) {
+    process.stderr.write(`cluster: ${JSON.stringify(id)} is already registered; add --replace to overwrite it\n`);
+    return 1;
   }
   const doc = clusterDocOf({
     id,

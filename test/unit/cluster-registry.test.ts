@@ -443,6 +443,10 @@ describe('npm run cluster', () => {
       ).toBe(0);
       expect(await main(['list', '--registry', registry])).toBe(0);
       expect(await main([...argv, '--auth', 'magic'])).toBe(2);
+      // An id already registered is replaced only when asked; an unknown id is not "removed".
+      const again = [...argv, '--auth', 'eks', '--eks-cluster-name', 'other', '--region', 'eu-west-1'];
+      expect(await main(again)).toBe(1);
+      expect(await main(['remove', 'nope', '--registry', registry])).toBe(1);
     } finally {
       process.stdout.write = write;
       process.stderr.write = errWrite;
@@ -454,6 +458,8 @@ describe('npm run cluster', () => {
       'aws eks create-access-entry --region eu-west-1 --cluster-name prod --type STANDARD --principal-arn arn:aws:iam::123456789012:role/kl-deploy --kubernetes-groups kapp-lambda:deploy',
     );
     expect(err.join('')).toContain('cluster: --auth must be eks or token');
+    expect(err.join('')).toContain('cluster: "prod-eu-1" is already registered; add --replace to overwrite it');
+    expect(err.join('')).toContain('cluster: no cluster "nope" in the registry (see list)');
     const { LocalDirStore } = await import('../../functions/lib/store/local.js');
     const store = new LocalDirStore(path.join(dir, 'registry'));
     expect(await listClusters(store)).toEqual(['prod-eu-1\thttps://abc.example\teks prod eu-west-1']);
