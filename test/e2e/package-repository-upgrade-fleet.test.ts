@@ -224,5 +224,7 @@ describe('PackageRepository by tag: an upgrade reaches the fleet as events', () 
       // Fetched (or found indexed) pinned to the digest the tag resolved to.
       expect(s.fetch?.stdout, c.context).toContain(v2.digest);
     }
-  });
+    // Two repositories, two installs and an upgrade in sequence: about a minute on a quiet
+    // machine, several while the integration files share two cores (the 180 s default was hit).
+  }, 420_000);
 });

@@ -84,7 +84,7 @@ async function get(r: Replica, p: string): Promise<{ status: number; body: strin
 }
 
 /** Polls until `probe` holds; fails with the replicas' output after `timeoutMs`. */
-async function until(what: string, probe: () => Promise<boolean>, rs: Replica[], timeoutMs = 30_000): Promise<void> {
+async function until(what: string, probe: () => Promise<boolean>, rs: Replica[], timeoutMs = 90_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await probe().catch(() => false))) {
     if (Date.now() > deadline) {
