@@ -5,43 +5,49 @@
  *
  * | context key | meaning | default |
  * |---|---|---|
- * | `clusters` | comma list of cluster ids (kubeconfig contexts) the functions serve (`KAPP_LAMBDA_CLUSTERS`) | every context |
+ * | `clusterRegistryBucket` | a bucket of the account holding the cluster registry instead of the stack's artifact bucket | the artifact bucket |
+ * | `clusterRegistryPrefix` | key prefix of the registry in that bucket: documents `<prefix>clusters/<id>.json` | `registry/` |
+ * | `sourcePollMinutes` | period of the fleet source poll (the index-repo function's schedule), minutes | 1 |
  * | `concurrency` | most concurrent invocations per function (the event source mapping's `maxConcurrency`, 2..1000): a number for every function, or JSON `{"deploy": 20}` per function | `STAGE_SIZING` (10; 5 for index-repo and install) |
- * | `kubeconfigPath` | where the functions read the clusters' kubeconfig (`KAPP_LAMBDA_KUBECONFIG`) | `/opt/kapp-lambda/kubeconfig` |
- * | `clusterLayerArn` | a Lambda layer version (ARN) holding that kubeconfig, added to every function | none |
  * | `logRetentionDays` | retention of the functions' log groups (a CloudWatch Logs retention value) | 30 |
  * | `artifactRetentionDays` | expiry of `artifacts/` and `cache/` objects, days after their last write | 30 |
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
  *
- * The kubeconfig pair is the interim cluster source (the one the functions read today,
- * `kubeconfigClusterRegistry`). The fleet's cluster registry replaces it through the stack's
- * `clusterAccess` prop ({@link ClusterAccess}), not through more context here.
+ * The functions find their clusters in the fleet's cluster registry
+ * (`functions/lib/kube/fleet-registry.ts`, `npm run cluster -- add --registry s3://…`); the
+ * stack's `clusterAccess` prop ({@link ClusterAccess}) is the hook for another source.
  *
  * @module
  */
-import type { IFunction } from 'aws-cdk-lib/aws-lambda';
+import type { aws_iam as iam } from 'aws-cdk-lib';
 import { z } from 'zod';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
-import { DEFAULT_ARTIFACT_RETENTION_DAYS, STAGE_SIZING } from './stages.js';
+import { DEFAULT_ARTIFACT_RETENTION_DAYS, registryPrefixProblem, STAGE_SIZING } from './stages.js';
 
 /** CloudWatch Logs retention values, in days (the API refuses others). */
 export const LOG_RETENTION_DAYS = [
   1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
 ] as const;
 
-/** Default of `kubeconfigPath`: a file in a layer (`clusterLayerArn`), which Lambda mounts at `/opt`. */
-export const DEFAULT_KUBECONFIG_PATH = '/opt/kapp-lambda/kubeconfig';
+/** Default of `clusterRegistryPrefix`: the registry's documents are `registry/clusters/<id>.json`. */
+export const DEFAULT_CLUSTER_REGISTRY_PREFIX = 'registry/';
+
+/** Default of `sourcePollMinutes`: the poll period of the functions' code (`DEFAULT_SOURCE_POLL_PERIOD_MS`). */
+export const DEFAULT_SOURCE_POLL_MINUTES = 1;
 
 /** Default of `logRetentionDays`. */
 export const DEFAULT_LOG_RETENTION_DAYS = 30;
 
 /** The validated settings; see the module comment for each. */
 export interface FleetSettings {
-  clusters?: string[];
+  /** Bucket name; unset: the stack's artifact bucket. */
+  clusterRegistryBucket?: string;
+  /** `''` (the bucket root) or ending in `/`. */
+  clusterRegistryPrefix: string;
+  /** Minutes, 1..1440. */
+  sourcePollMinutes: number;
   /** Per function, filled from `STAGE_SIZING` where the context names none. */
   concurrency: Record<PipelineStage, number>;
-  kubeconfigPath: string;
-  clusterLayerArn?: string;
   logRetentionDays: (typeof LOG_RETENTION_DAYS)[number];
   artifactRetentionDays: number;
   alarmTopicArn?: string;
@@ -81,28 +87,29 @@ const arn = (service: string) =>
   });
 
 const ContextSchema = z.object({
-  clusters: z.preprocess(
-    (v) =>
-      typeof v === 'string'
-        ? v
-            .split(',')
-            .map((s) => s.trim())
-            .filter(Boolean)
-        : v,
+  clusterRegistryBucket: z.preprocess(
+    fromText,
     z
-      .array(z.string().regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, { error: 'expected DNS-1123 labels' }))
-      .min(1)
+      .string()
+      .regex(/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/, { error: 'expected an S3 bucket name' })
       .optional(),
+  ),
+  clusterRegistryPrefix: z.preprocess(
+    fromText,
+    z
+      .string()
+      .regex(/^([A-Za-z0-9._-]+\/)*[A-Za-z0-9._-]*$/, { error: 'expected a key prefix of [A-Za-z0-9._-] segments' })
+      .transform((p) => (p === '' || p.endsWith('/') ? p : `${p}/`))
+      .default(DEFAULT_CLUSTER_REGISTRY_PREFIX),
+  ),
+  sourcePollMinutes: z.preprocess(
+    fromText,
+    z.number().int().min(1).max(1440, { error: 'expected at most 1440 (a day)' }).default(DEFAULT_SOURCE_POLL_MINUTES),
   ),
   concurrency: z.preprocess(
     fromText,
     z.union([concurrencyValue, z.partialRecord(z.enum(PIPELINE_STAGES), concurrencyValue)]).optional(),
   ),
-  kubeconfigPath: z.preprocess(
-    fromText,
-    z.string().startsWith('/', { error: 'expected an absolute path' }).default(DEFAULT_KUBECONFIG_PATH),
-  ),
-  clusterLayerArn: z.preprocess(fromText, arn('lambda').optional()),
   logRetentionDays: z.preprocess(
     fromText,
     z
@@ -134,6 +141,10 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     throw new FleetContextError(r.error.issues.map((i) => `${i.path.map(String).join('.')}: ${i.message}`));
   }
   const c = r.data;
+  // In the artifact bucket, the registry must stay clear of every function's writable keys and
+  // of the lifecycle rules (a cluster document must never expire).
+  const clash = c.clusterRegistryBucket ? undefined : registryPrefixProblem(c.clusterRegistryPrefix);
+  if (clash) throw new FleetContextError([`clusterRegistryPrefix: ${clash}`]);
   const concurrency = Object.fromEntries(
     PIPELINE_STAGES.map((s) => [
       s,
@@ -141,10 +152,10 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     ]),
   ) as Record<PipelineStage, number>;
   return {
-    ...(c.clusters ? { clusters: c.clusters } : {}),
+    ...(c.clusterRegistryBucket ? { clusterRegistryBucket: c.clusterRegistryBucket } : {}),
+    clusterRegistryPrefix: c.clusterRegistryPrefix,
+    sourcePollMinutes: c.sourcePollMinutes,
     concurrency,
-    kubeconfigPath: c.kubeconfigPath,
-    ...(c.clusterLayerArn ? { clusterLayerArn: c.clusterLayerArn } : {}),
     logRetentionDays: c.logRetentionDays as FleetSettings['logRetentionDays'],
     artifactRetentionDays: c.artifactRetentionDays,
     ...(c.alarmTopicArn ? { alarmTopicArn: c.alarmTopicArn } : {}),
@@ -152,33 +163,13 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
 }
 
 /**
- * How the functions find the clusters they serve: THE hook of the fleet's cluster registry
- * (issue 11 item 4). Today {@link kubeconfigClusterAccess}: a kubeconfig file at a path, from a
- * layer. A registry replaces it with the variables that locate the registry, any layer it needs,
- * and a `grant` giving each function read access to the registry entries its stage may use.
+ * How the functions find the clusters they serve. The stack's default is the fleet's cluster
+ * registry (`registryClusterAccess` in `./stack.ts`): the variable that locates it and, per
+ * function, read access to the documents and to its stage's tokens.
  */
 export interface ClusterAccess {
-  /** Variables every function gets (e.g. `KAPP_LAMBDA_KUBECONFIG`). */
+  /** Variables every function gets (e.g. `KAPP_LAMBDA_CLUSTER_REGISTRY`). */
   readonly environment: Readonly<Record<string, string>>;
-  /** Layer version ARNs added to every function (after its tool layer). */
-  readonly layerArns: readonly string[];
-  /** Grants one function what reading its clusters needs; called once per function. */
-  grant?(fn: IFunction, stage: PipelineStage): void;
-}
-
-/**
- * The interim cluster source the functions read today (`kubeconfigClusterRegistry`): the
- * kubeconfig at `fleet.kubeconfigPath`, optionally from the layer `fleet.clusterLayerArn`, serving
- * `fleet.clusters` (all contexts when unset). No IAM grant: the file is in the function's layer.
- */
-export function kubeconfigClusterAccess(
-  fleet: Pick<FleetSettings, 'kubeconfigPath' | 'clusterLayerArn' | 'clusters'>,
-): ClusterAccess {
-  return {
-    environment: {
-      KAPP_LAMBDA_KUBECONFIG: fleet.kubeconfigPath,
-      ...(fleet.clusters ? { KAPP_LAMBDA_CLUSTERS: fleet.clusters.join(',') } : {}),
-    },
-    layerArns: fleet.clusterLayerArn ? [fleet.clusterLayerArn] : [],
-  };
+  /** Grants one function's role what reading its clusters needs; called once per function. */
+  grant(role: iam.Role, stage: PipelineStage): void;
 }

@@ -2,7 +2,8 @@
  * The fleet deployment on AWS: one stack holding the artifact bucket and its KMS key, the
  * artifact root key, and per function of `PIPELINE_STAGES` a FIFO queue with its dead-letter
  * queue, the function (its esbuild bundle and its tool layer), its event source mapping, its
- * own role, log group and alarms; plus the send-only role of the in-cluster forwarders.
+ * own role (read access to the fleet's cluster registry included), log group and alarms; the
+ * schedule of the fleet source poll; plus the send-only role of the in-cluster forwarders.
  *
  * The stack takes its code as directories (`assets`), so it never builds anything itself: the
  * app (`./app.ts`) bundles the functions with the project's one esbuild recipe and points at
@@ -12,6 +13,7 @@
  * @module
  */
 import {
+  ArnFormat,
   CfnOutput,
   aws_cloudwatch as cloudwatch,
   aws_cloudwatch_actions as cwActions,
@@ -25,19 +27,25 @@ import {
   Stack,
   type StackProps,
   aws_s3 as s3,
+  aws_scheduler as scheduler,
+  aws_scheduler_targets as schedulerTargets,
   aws_secretsmanager as secretsmanager,
   aws_sns as sns,
   aws_sqs as sqs,
   Validations,
 } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
+import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
-import { ARTIFACT_ROOT_KEY_ENV } from '../../functions/lib/entry/lambda.js';
+import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
+import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
+import { CLUSTER_DOC_PREFIX } from '../../functions/lib/kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
-import { type ClusterAccess, type FleetSettings, kubeconfigClusterAccess } from './fleet.js';
+import type { ClusterAccess, FleetSettings } from './fleet.js';
 import {
+  EXPIRING_PREFIXES,
   FORWARDER_STAGES,
   PRIVATE_EXPIRY_DAYS,
   STAGE_OBJECTS,
@@ -65,8 +73,68 @@ export interface KappLambdaStackProps extends StackProps {
   readonly architecture: lambda.Architecture;
   /** Validated context values (`fleetSettings`). */
   readonly fleet: FleetSettings;
-  /** Default {@link kubeconfigClusterAccess}`(fleet)`. */
+  /** Default {@link registryClusterAccess} of the registry the fleet settings name. */
   readonly clusterAccess?: ClusterAccess;
+}
+
+/** Where the fleet's cluster registry is: documents `<prefix>clusters/<id>.json` in `bucket`. */
+export interface ClusterRegistryLocation {
+  readonly bucket: s3.IBucket;
+  /** `''` (the bucket root) or ending in `/`. */
+  readonly prefix: string;
+}
+
+/** The name pattern of a token cluster's Secrets Manager secret of one stage (`npm run cluster`'s default `kapp-lambda/<id>/<stage>`). */
+export function tokenSecretPattern(stage: PipelineStage): string {
+  return `kapp-lambda/*/${stage}`;
+}
+
+/**
+ * The cluster source of the stack's functions: the fleet's cluster registry
+ * (`functions/lib/kube/fleet-registry.ts`). Every function gets `KAPP_LAMBDA_CLUSTER_REGISTRY`
+ * (`s3://<bucket>/<prefix>`), `s3:GetObject` on `<prefix>clusters/*` only (no list: the
+ * functions read a cluster's document by its id), and `secretsmanager:GetSecretValue` on the
+ * secrets of its own stage only ({@link tokenSecretPattern}, plus the 6 characters Secrets
+ * Manager appends to a secret's ARN), for `token` clusters. An `eks` cluster needs no grant here:
+ * its access entry maps the function's role (output `FunctionRoleArn<Stage>`) to the group
+ * `kapp-lambda:<stage>`.
+ */
+export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLocation): ClusterAccess {
+  const docs = `${registry.prefix}${CLUSTER_DOC_PREFIX}*`;
+  return {
+    environment: { KAPP_LAMBDA_CLUSTER_REGISTRY: `s3://${registry.bucket.bucketName}/${registry.prefix}` },
+    grant(role, stage) {
+      role.addToPolicy(
+        new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [registry.bucket.arnForObjects(docs)] }),
+      );
+      role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['secretsmanager:GetSecretValue'],
+          resources: [
+            stack.formatArn({
+              service: 'secretsmanager',
+              resource: 'secret',
+              resourceName: `${tokenSecretPattern(stage)}-??????`,
+              arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+            }),
+          ],
+        }),
+      );
+      // How cdk-nag spells the bucket ARN in its finding: a bucket of this stack by its logical id.
+      const bucketRef =
+        registry.bucket instanceof s3.Bucket
+          ? `<${stack.resolve(stack.getLogicalId(registry.bucket.node.defaultChild as s3.CfnBucket))}.Arn>`
+          : `arn:<AWS::Partition>:s3:::${registry.bucket.bucketName}`;
+      Validations.of(role).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::${bucketRef}/${docs}]`,
+        reason: `${stage} function: reads a cluster's registry document by its id; the ids are the fleet's clusters, registered after the deployment.`,
+      });
+      Validations.of(role).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:${tokenSecretPattern(stage)}-??????]`,
+        reason: `${stage} function: its own ServiceAccount token in each token cluster (kapp-lambda/<cluster id>/${stage}); the ids are registered after the deployment.`,
+      });
+    },
+  };
 }
 
 /** The resources of one function, for tests and for other stacks to reference. */
@@ -87,11 +155,14 @@ export class KappLambdaStack extends Stack {
   readonly stages: Readonly<Record<PipelineStage, StageResources>>;
   /** The forwarders' identity: `sqs:SendMessage` on the entry queues, nothing else. */
   readonly forwarderRole: iam.Role;
+  /** Where the functions read the fleet's cluster documents. */
+  readonly clusterRegistry: ClusterRegistryLocation;
+  /** Invokes the index-repo function with the source poll event every `sourcePollMinutes`. */
+  readonly sourcePoll: scheduler.Schedule;
 
   constructor(scope: Construct, id: string, props: KappLambdaStackProps) {
     super(scope, id, props);
     const { fleet } = props;
-    const clusterAccess = props.clusterAccess ?? kubeconfigClusterAccess(fleet);
 
     this.artifactKey = new kms.Key(this, 'ArtifactKey', {
       description: 'kapp-lambda: artifact bucket, artifact root key secret, function variables',
@@ -111,14 +182,14 @@ export class KappLambdaStack extends Stack {
       // stage treats a missing artifact or cache record as a miss (fetch and template `head` the
       // artifact a record names), which costs a re-fetch or re-render, never a wrong result. A
       // sealed object is written again on each use, so `private/` goes a day after its own TTL.
-      // `state/` (a repository's deployed versions) is never expired.
+      // `state/` (a repository's deployed versions) and the cluster registry are never expired
+      // (`fleetSettings` refuses a registry prefix under an expiring one).
       lifecycleRules: [
-        ...['artifacts/', 'cache/'].map((prefix) => ({
+        ...EXPIRING_PREFIXES.map((prefix) => ({
           id: `expire-${prefix.slice(0, -1)}`,
           prefix,
-          expiration: Duration.days(fleet.artifactRetentionDays),
+          expiration: Duration.days(prefix === 'private/' ? PRIVATE_EXPIRY_DAYS : fleet.artifactRetentionDays),
         })),
-        { id: 'expire-private', prefix: 'private/', expiration: Duration.days(PRIVATE_EXPIRY_DAYS) },
         { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
     });
@@ -128,6 +199,14 @@ export class KappLambdaStack extends Stack {
         'Server access logs would need a second bucket per deployment; the functions are its only writers ' +
         '(each role scoped to its prefixes) and CloudTrail S3 data events are the audit trail where one is wanted.',
     });
+
+    this.clusterRegistry = {
+      bucket: fleet.clusterRegistryBucket
+        ? s3.Bucket.fromBucketName(this, 'ClusterRegistryBucket', fleet.clusterRegistryBucket)
+        : this.bucket,
+      prefix: fleet.clusterRegistryPrefix,
+    };
+    const clusterAccess = props.clusterAccess ?? registryClusterAccess(this, this.clusterRegistry);
 
     const rootKey = new secretsmanager.Secret(this, 'ArtifactRootKey', {
       description: `kapp-lambda ${ARTIFACT_ROOT_KEY_ENV}: root of the per-cluster keys sealing private artifacts`,
@@ -163,15 +242,68 @@ export class KappLambdaStack extends Stack {
     this.stages = stages;
 
     this.forwarderRole = this.forwarderIdentity(queues);
+    this.sourcePoll = this.sourcePollSchedule(stages['index-repo'].fn, fleet.sourcePollMinutes);
 
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName });
+    new CfnOutput(this, 'ClusterRegistry', {
+      value: `s3://${this.clusterRegistry.bucket.bucketName}/${this.clusterRegistry.prefix}`,
+      description: 'the --registry of npm run cluster (KAPP_LAMBDA_CLUSTER_REGISTRY of the functions)',
+    });
     new CfnOutput(this, 'ForwarderRoleArn', { value: this.forwarderRole.roleArn });
     for (const stage of PIPELINE_STAGES) {
       new CfnOutput(this, `QueueUrl${pascal(stage)}`, {
         value: queues[stage].queue.queueUrl,
         description: `${queueUrlEnv(stage)} of the forwarders and functions`,
       });
+      new CfnOutput(this, `FunctionRoleArn${pascal(stage)}`, {
+        value: stages[stage].role.roleArn,
+        description: `the ${stage} function's identity: an EKS access entry maps it to the group kapp-lambda:${stage}`,
+      });
     }
+  }
+
+  /**
+   * The fleet source poll (`functions/lib/pipeline/source-poll.ts`): an EventBridge Scheduler
+   * schedule invoking the index-repo function with `{"type":"dev.kapp-lambda.source.poll.v1"}`
+   * every `minutes`, through a role that may invoke that function only. No retry: a failed poll
+   * is the next period's (a retry would land beside it); the function's own asynchronous
+   * retries are off for the same reason.
+   */
+  private sourcePollSchedule(fn: lambda.Function, minutes: number): scheduler.Schedule {
+    fn.configureAsyncInvoke({ retryAttempts: 0, maxEventAge: Duration.minutes(Math.max(minutes, 1)) });
+    // The scheduler of this account, for schedules of its default group (this one's).
+    const role = new iam.Role(this, 'SourcePollRole', {
+      description: 'kapp-lambda source poll schedule: invokes the index-repo function',
+      assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com', {
+        conditions: {
+          StringEquals: {
+            'aws:SourceAccount': this.account,
+            'aws:SourceArn': this.formatArn({
+              service: 'scheduler',
+              resource: 'schedule-group',
+              resourceName: 'default',
+            }),
+          },
+        },
+      }),
+    });
+    // `LambdaInvoke` grants through `grantInvoke`: the function and its versions and aliases.
+    Validations.of(role).acknowledge({
+      id: `AwsSolutions-IAM5[Resource::<${this.resolve(this.getLogicalId(fn.node.defaultChild as lambda.CfnFunction))}.Arn>:*]`,
+      reason:
+        'The index-repo function and its versions and aliases (what grantInvoke names); no other function, no other action.',
+    });
+    const schedule = new scheduler.Schedule(this, 'SourcePollSchedule', {
+      description: 'kapp-lambda: the fleet source poll (index-repo function)',
+      schedule: scheduler.ScheduleExpression.rate(Duration.minutes(minutes)),
+      target: new schedulerTargets.LambdaInvoke(fn, {
+        input: scheduler.ScheduleTargetInput.fromObject({ type: SOURCE_POLL_EVENT_TYPE }),
+        role,
+        retryAttempts: 0,
+        maxEventAge: Duration.minutes(Math.max(minutes, 1)),
+      }),
+    });
+    return schedule;
   }
 
   /** The FIFO queue of a function and its FIFO dead-letter queue. */
@@ -236,12 +368,7 @@ export class KappLambdaStack extends Stack {
       architecture: props.architecture,
       handler: 'index.handler',
       code: lambda.Code.fromAsset(assets.codeDir),
-      layers: [
-        layer,
-        ...clusterAccess.layerArns.map((arn, i) =>
-          lambda.LayerVersion.fromLayerVersionArn(this, `${id}ClusterLayer${i}`, arn),
-        ),
-      ],
+      layers: [layer],
       role,
       logGroup,
       memorySize: sizing.memoryMiB,
@@ -253,13 +380,17 @@ export class KappLambdaStack extends Stack {
         ...Object.fromEntries(
           (NEXT_STAGES[stage] ?? []).map((next) => [queueUrlEnv(next), queues[next].queue.queueUrl]),
         ),
-        KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
+        // Install runs no tool: nothing for tool versions to key (`parseLambdaEnv` allows none).
+        ...(STAGE_TOOLS[stage].length === 0
+          ? {}
+          : { KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)) }),
         ...(timeout === undefined ? {} : { KAPP_LAMBDA_TOOL_TIMEOUT_MS: String(timeout) }),
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
         ...clusterAccess.environment,
         // Resolved by CloudFormation at deploy time (a dynamic reference: the template holds
         // none of it); the function reads it from its variables, encrypted with the artifact key.
-        [ARTIFACT_ROOT_KEY_ENV]: rootKey.secretValue.unsafeUnwrap(),
+        // Only for the functions that seal or open private artifacts (not install).
+        ...(usesArtifactKey(stage) ? { [ARTIFACT_ROOT_KEY_ENV]: rootKey.secretValue.unsafeUnwrap() } : {}),
       },
     });
     fn.addEventSource(
@@ -275,7 +406,7 @@ export class KappLambdaStack extends Stack {
       );
     }
     this.grantObjects(stage, role);
-    clusterAccess.grant?.(fn, stage);
+    clusterAccess.grant(role, stage);
 
     return { fn, role };
   }
@@ -284,7 +415,8 @@ export class KappLambdaStack extends Stack {
    * The artifact bucket for one stage: its prefixes (`STAGE_OBJECTS`), `s3:ListBucket` (without
    * it S3 answers 403 rather than 404 for a missing key, and every cache miss would fail as an
    * access error), and the artifact key through S3 (and Lambda, for the function's variables).
-   * A stage with no prefix (install) gets neither.
+   * A stage with no prefix (install) gets neither, but the key through S3 when the cluster
+   * registry is in this bucket (its documents are encrypted with it too).
    */
   private grantObjects(stage: PipelineStage, role: iam.Role): void {
     const grants = STAGE_OBJECTS[stage];
@@ -304,7 +436,8 @@ export class KappLambdaStack extends Stack {
       role.addToPolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }));
     }
     const writes = grants.some((g) => g.actions.includes('s3:PutObject'));
-    const services = [...(grants.length > 0 ? ['s3'] : []), 'lambda'].map((s) => `${s}.${this.region}.amazonaws.com`);
+    const viaS3 = grants.length > 0 || this.clusterRegistry.bucket === this.bucket;
+    const services = [...(viaS3 ? ['s3'] : []), 'lambda'].map((s) => `${s}.${this.region}.amazonaws.com`);
     role.addToPolicy(
       new iam.PolicyStatement({
         actions: ['kms:Decrypt'],

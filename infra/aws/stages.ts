@@ -125,6 +125,11 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'artifacts/index/*', actions: WRITE, why: 'repository indexes and their manifests' },
     { keys: 'cache/index/*', actions: WRITE, why: 'index lookup records' },
     {
+      keys: 'cache/source-poll/*',
+      actions: WRITE,
+      why: 'fleet source poll records (conditional writes: If-Match, If-None-Match)',
+    },
+    {
       keys: 'state/package-repositories/*',
       actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
       why: 'the versions a repository last deployed (removed with the repository)',
@@ -139,6 +144,37 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
  * only what no reader will open again goes: 8.
  */
 export const PRIVATE_EXPIRY_DAYS = DEFAULT_PRIVATE_TTL_MS / 86_400_000 + 1;
+
+/**
+ * Prefixes of the artifact bucket with a lifecycle expiry: `artifacts/` and `cache/` after
+ * context `artifactRetentionDays`, `private/` after {@link PRIVATE_EXPIRY_DAYS}.
+ */
+export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/'] as const;
+
+/** Whether an IAM key pattern of {@link ObjectGrant} (`*` matches anything, `/` included) covers `key`. */
+function keyPatternMatches(pattern: string, key: string): boolean {
+  const re = pattern
+    .split('*')
+    .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+    .join('.*');
+  return new RegExp(`^${re}$`).test(key);
+}
+
+/**
+ * Why a cluster registry at `prefix` of the artifact bucket would be unsafe, or `undefined`:
+ * a cluster document (`<prefix>clusters/<id>.json`) a function could write (whoever writes one
+ * points the functions' identities at any endpoint), or one a lifecycle rule would expire.
+ */
+export function registryPrefixProblem(prefix: string): string | undefined {
+  const doc = `${prefix}clusters/x.json`;
+  const expiring = EXPIRING_PREFIXES.find((p) => doc.startsWith(p));
+  if (expiring) return `the registry must not be under ${expiring}, which expires`;
+  for (const [stage, grants] of Object.entries(STAGE_OBJECTS)) {
+    const g = grants.find((g) => g.actions.some((a) => a !== 's3:GetObject') && keyPatternMatches(g.keys, doc));
+    if (g) return `the ${stage} function may write ${g.keys}, which would hold the registry`;
+  }
+  return undefined;
+}
 
 /** Default of context `artifactRetentionDays`: 30. */
 export const DEFAULT_ARTIFACT_RETENTION_DAYS = 30;

@@ -13,14 +13,23 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
-import { ARTIFACT_ROOT_KEY_ENV } from '../../functions/lib/entry/lambda.js';
+import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { NEXT_STAGES, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
+import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
+import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
+import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings } from '../../infra/aws/fleet.js';
-import { KappLambdaStack } from '../../infra/aws/stack.js';
-import { FORWARDER_STAGES, PRIVATE_EXPIRY_DAYS, STAGE_OBJECTS, STAGE_SIZING } from '../../infra/aws/stages.js';
+import { KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';
+import {
+  EXPIRING_PREFIXES,
+  FORWARDER_STAGES,
+  PRIVATE_EXPIRY_DAYS,
+  STAGE_OBJECTS,
+  STAGE_SIZING,
+} from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunctions } from '../../layers/bundle.js';
 import { HARDEN_ADDON_NAME } from '../../layers/native.js';
@@ -31,6 +40,8 @@ type Resource = { Type: string; Properties: Json };
 let tmp: string;
 let app: App;
 let stack: KappLambdaStack;
+/** The same app with the registry in a bucket of its own (`clusterRegistryBucket`). */
+let apart: KappLambdaStack;
 let template: Template;
 let resources: Record<string, Resource>;
 
@@ -48,6 +59,22 @@ const roleStatements = (roleId: string): Json[] =>
     .filter(([, p]) => (p.Properties.Roles as Json[]).some((r) => r.Ref === roleId))
     .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
 const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
+const pascal = (stage: string) => stage.replace(/(^|-)([a-z])/g, (_, __, c: string) => c.toUpperCase());
+/** The secret ARN a stage's token statement names (a pattern over this account and region). */
+const tokenSecretArn = (stage: PipelineStage) => ({
+  'Fn::Join': [
+    '',
+    [
+      'arn:',
+      { Ref: 'AWS::Partition' },
+      ':secretsmanager:',
+      { Ref: 'AWS::Region' },
+      ':',
+      { Ref: 'AWS::AccountId' },
+      `:secret:kapp-lambda/*/${stage}-??????`,
+    ],
+  ],
+});
 /** `arn-of-bucket/<suffix>` of an `Fn::Join` object ARN, or undefined for another resource. */
 const objectSuffix = (resource: unknown): string | undefined => {
   const parts = (resource as { 'Fn::Join'?: [string, unknown[]] })['Fn::Join']?.[1];
@@ -68,11 +95,20 @@ beforeAll(async () => {
   const layers = Object.fromEntries(PIPELINE_STAGES.map((s) => [s, layer])) as Record<PipelineStage, string>;
   // Asset staging off: the template names the directories in place instead of copying 5 bundles.
   app = new App({ outdir: path.join(tmp, 'cdk.out'), context: { 'aws:cdk:disable-asset-staging': true } });
-  const context: Record<string, unknown> = { clusters: 'east-1,west-2', concurrency: '{"deploy": 25}' };
+  const context: Record<string, unknown> = { concurrency: '{"deploy": 25}', sourcePollMinutes: '2' };
   stack = new KappLambdaStack(app, 'KappLambda', {
     assets: stageAssets(code, layers),
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
+  });
+  const apartContext: Record<string, unknown> = {
+    clusterRegistryBucket: 'fleet-registry',
+    clusterRegistryPrefix: 'kapp-lambda',
+  };
+  apart = new KappLambdaStack(app, 'KappLambdaApart', {
+    assets: stageAssets(code, layers),
+    architecture: lambda.Architecture.ARM_64,
+    fleet: fleetSettings((k) => apartContext[k]),
   });
   template = Template.fromStack(stack);
   resources = template.toJSON().Resources as Record<string, Resource>;
@@ -103,13 +139,24 @@ describe('synth', () => {
       'AWS::SQS::Queue': 2 * n,
       'AWS::SQS::QueuePolicy': 2 * n,
       'AWS::Logs::LogGroup': n,
-      'AWS::IAM::Role': n + 1,
-      'AWS::IAM::Policy': n + 1,
+      'AWS::IAM::Role': n + 2,
+      'AWS::IAM::Policy': n + 2,
       'AWS::Lambda::LayerVersion': n,
       'AWS::Lambda::Function': n,
       'AWS::Lambda::EventSourceMapping': n,
+      'AWS::Lambda::EventInvokeConfig': 1,
       'AWS::CloudWatch::Alarm': 2 * n,
+      'AWS::Scheduler::Schedule': 1,
     });
+    const outputs = Object.keys(template.toJSON().Outputs as Json);
+    expect(outputs.sort()).toEqual(
+      [
+        'BucketName',
+        'ClusterRegistry',
+        'ForwarderRoleArn',
+        ...PIPELINE_STAGES.flatMap((s) => [`QueueUrl${pascal(s)}`, `FunctionRoleArn${pascal(s)}`]),
+      ].sort(),
+    );
   });
 });
 
@@ -159,6 +206,28 @@ describe('artifact bucket', () => {
     expect(expiry).toEqual({ 'artifacts/': 30, 'cache/': 30, 'private/': PRIVATE_EXPIRY_DAYS });
     expect(PRIVATE_EXPIRY_DAYS).toBe(8);
     expect(rules.every((r) => r.Status === 'Enabled')).toBe(true);
+    // The only rule over every key aborts unfinished uploads: it expires no object.
+    expect(rules.filter((r) => !r.Prefix)).toEqual([
+      { Id: 'abort-incomplete-uploads', AbortIncompleteMultipartUpload: { DaysAfterInitiation: 1 }, Status: 'Enabled' },
+    ]);
+    expect(EXPIRING_PREFIXES).toEqual(Object.keys(expiry));
+  });
+
+  it('never expires a cluster registry document, nor lets a function write one', () => {
+    const doc = `${stack.clusterRegistry.prefix}clusters/prod-eu-1.json`;
+    expect(doc).toBe('registry/clusters/prod-eu-1.json');
+    const bucket = ofType('AWS::S3::Bucket')[0]![1];
+    const rules = (bucket.Properties.LifecycleConfiguration as { Rules: Json[] }).Rules;
+    for (const r of rules) if (r.Prefix) expect(doc.startsWith(r.Prefix as string), r.Prefix as string).toBe(false);
+    for (const stage of PIPELINE_STAGES) {
+      const writes = roleStatements(logicalId(stack.stages[stage].role)).filter((s) =>
+        list(s.Action as string[]).some((a) => a === 's3:PutObject' || a === 's3:DeleteObject'),
+      );
+      for (const s of writes) {
+        const re = new RegExp(`^${objectSuffix(s.Resource)!.slice(1).replaceAll('*', '.*')}$`);
+        expect(re.test(doc), `${stage} ${objectSuffix(s.Resource)}`).toBe(false);
+      }
+    }
   });
 });
 
@@ -217,6 +286,11 @@ describe('functions', () => {
     });
     expect(p.Layers).toHaveLength(1);
     const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env.KAPP_LAMBDA_CLUSTER_REGISTRY).toEqual({
+      'Fn::Join': ['', ['s3://', { Ref: logicalId(stack.bucket) }, '/registry/']],
+    });
+    expect(env.KAPP_LAMBDA_KUBECONFIG).toBeUndefined();
+    expect(env.KAPP_LAMBDA_CLUSTERS).toBeUndefined();
     const queueVars = Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'));
     expect(queueVars.sort()).toEqual((NEXT_STAGES[stage] ?? []).map(queueUrlEnv).sort());
     for (const next of NEXT_STAGES[stage] ?? []) {
@@ -224,13 +298,31 @@ describe('functions', () => {
     }
     expect(env).toMatchObject({
       KAPP_LAMBDA_BUCKET: { Ref: logicalId(stack.bucket) },
-      KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
       KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
-      KAPP_LAMBDA_KUBECONFIG: '/opt/kapp-lambda/kubeconfig',
-      KAPP_LAMBDA_CLUSTERS: 'east-1,west-2',
     });
+    // Install runs no tool and seals nothing: no tool versions, no root key.
+    if (STAGE_TOOLS[stage].length === 0) expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBeUndefined();
+    else expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBe(JSON.stringify(layerToolVersions(stage)));
     // A dynamic reference: resolved by CloudFormation at deploy time, never in the template.
-    expect(JSON.stringify(env[ARTIFACT_ROOT_KEY_ENV])).toMatch(/\{\{resolve:secretsmanager:/);
+    if (usesArtifactKey(stage))
+      expect(JSON.stringify(env[ARTIFACT_ROOT_KEY_ENV])).toMatch(/\{\{resolve:secretsmanager:/);
+    else expect(env[ARTIFACT_ROOT_KEY_ENV]).toBeUndefined();
+    // What the function's configuration parser accepts (template values stand in for the tokens).
+    const concrete = Object.fromEntries(
+      Object.entries(env).map(([k, v]) => [
+        k,
+        typeof v === 'string'
+          ? v
+          : k === 'KAPP_LAMBDA_CLUSTER_REGISTRY'
+            ? 's3://kapp-lambda-bucket/registry/'
+            : k === 'KAPP_LAMBDA_BUCKET'
+              ? 'kapp-lambda-bucket'
+              : 'https://sqs.eu-west-1.amazonaws.com/123456789012/q.fifo',
+      ]),
+    );
+    const config = parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' });
+    expect(config.clusterRegistry?.location).toEqual({ kind: 's3', bucket: 'kapp-lambda-bucket', prefix: 'registry/' });
+    expect(config.kubeconfigPath).toBe('');
     if (stage === 'install') expect(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS).toBeUndefined();
     else {
       const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);
@@ -282,6 +374,11 @@ describe('IAM', () => {
     for (const s of statements()) {
       expect(s.Effect).toBe('Allow');
       for (const a of list(s.Action as string | string[])) expect(a).toMatch(/^[a-z0-9]+:[A-Za-z]+$/);
+      // The token secrets are made per cluster after the deployment: a name pattern per stage.
+      if (s.Action === 'secretsmanager:GetSecretValue') {
+        expect(PIPELINE_STAGES.map(tokenSecretArn)).toContainEqual(s.Resource);
+        continue;
+      }
       for (const r of list(s.Resource)) {
         expect(r).not.toBe('*');
         expect(named(r), JSON.stringify(r)).toBe(true);
@@ -290,7 +387,7 @@ describe('IAM', () => {
   });
 
   it.each(PIPELINE_STAGES)(
-    '%s: its queue, the queues it sends to, its prefixes, the key, its logs; nothing else',
+    '%s: its queue, the queues it sends to, its prefixes, the registry, its tokens, the key, its logs; nothing else',
     (stage) => {
       const { role, queue, fn } = stack.stages[stage];
       const st = roleStatements(logicalId(role));
@@ -311,7 +408,16 @@ describe('IAM', () => {
       const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
       expect(
         objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: list(s.Action as string[]) })),
-      ).toEqual(STAGE_OBJECTS[stage].map((g) => ({ keys: g.keys, actions: [...g.actions] })));
+      ).toEqual([
+        ...STAGE_OBJECTS[stage].map((g) => ({ keys: g.keys, actions: [...g.actions] })),
+        // The cluster registry: read only, its documents only.
+        { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
+      ]);
+      const tokens = take((s) => list(s.Action as string[]).some((a) => a.startsWith('secretsmanager:')));
+      expect(tokens).toEqual([
+        { Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: tokenSecretArn(stage) },
+      ]);
+      expect(tokenSecretPattern(stage)).toBe(`kapp-lambda/*/${stage}`);
       const listing = take((s) => list(s.Action as string[]).includes('s3:ListBucket'));
       expect(listing.map((s) => s.Resource)).toEqual(STAGE_OBJECTS[stage].length > 0 ? [arnOf(stack.bucket)] : []);
 
@@ -320,6 +426,14 @@ describe('IAM', () => {
         expect(s.Resource).toEqual(arnOf(stack.artifactKey));
         expect(s.Condition).toMatchObject({ StringEquals: { 'kms:ViaService': expect.anything() } });
       }
+      // Every function decrypts through S3 (the registry documents are in the artifact bucket).
+      const decrypt = kms.find((s) => list(s.Action as string[]).includes('kms:Decrypt'))!;
+      expect(
+        list((decrypt.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']),
+      ).toEqual([
+        { 'Fn::Join': ['', ['s3.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
+        { 'Fn::Join': ['', ['lambda.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
+      ]);
       expect(kms.flatMap((s) => list(s.Action as string[])).sort()).toEqual(
         stage === 'deploy' || stage === 'install' ? ['kms:Decrypt'] : ['kms:Decrypt', 'kms:GenerateDataKey'],
       );
@@ -359,11 +473,104 @@ describe('IAM', () => {
   });
 });
 
+describe('cluster registry in a bucket of its own', () => {
+  it('locates it, and grants reading its documents in that bucket only', () => {
+    const t = Template.fromStack(apart).toJSON() as { Resources: Record<string, Resource> };
+    const id = (c: IConstruct) => apart.resolve(apart.getLogicalId(c.node.defaultChild as never)) as string;
+    for (const stage of PIPELINE_STAGES) {
+      const env = (t.Resources[id(apart.stages[stage].fn)]!.Properties.Environment as { Variables: Json }).Variables;
+      expect(env.KAPP_LAMBDA_CLUSTER_REGISTRY).toBe('s3://fleet-registry/kapp-lambda/');
+      const st = Object.values(t.Resources)
+        .filter((r) => r.Type === 'AWS::IAM::Policy')
+        .filter((p) => (p.Properties.Roles as Json[]).some((r) => r.Ref === id(apart.stages[stage].role)))
+        .flatMap((p) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
+      const registry = st.filter((s) => JSON.stringify(s.Resource).includes('fleet-registry'));
+      expect(registry).toEqual([
+        {
+          Effect: 'Allow',
+          Action: 's3:GetObject',
+          Resource: {
+            'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':s3:::fleet-registry/kapp-lambda/clusters/*']],
+          },
+        },
+      ]);
+      // Install has no prefix of the artifact bucket: it now decrypts through Lambda only.
+      const decrypt = st.find((s) => s.Action === 'kms:Decrypt')!;
+      const via = list((decrypt.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']);
+      expect(via).toHaveLength(stage === 'install' ? 1 : 2);
+    }
+  });
+});
+
+describe('fleet source poll', () => {
+  it('invokes the index-repo function with the poll event every sourcePollMinutes, no retry', () => {
+    const fn = stack.stages['index-repo'].fn;
+    const [[, schedule]] = ofType('AWS::Scheduler::Schedule') as [[string, Resource]];
+    expect(schedule.Properties).toMatchObject({
+      ScheduleExpression: 'rate(2 minutes)',
+      State: 'ENABLED',
+      FlexibleTimeWindow: { Mode: 'OFF' },
+      Target: {
+        Arn: { 'Fn::GetAtt': [logicalId(fn), 'Arn'] },
+        Input: JSON.stringify({ type: SOURCE_POLL_EVENT_TYPE }),
+        RetryPolicy: { MaximumRetryAttempts: 0 },
+      },
+    });
+    // Lambda's own asynchronous retries off too: the next period is the retry.
+    template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      FunctionName: { Ref: logicalId(fn) },
+      MaximumRetryAttempts: 0,
+    });
+  });
+
+  it('runs as a role the scheduler of this account assumes, allowed to invoke that function only', () => {
+    const fn = stack.stages['index-repo'].fn;
+    const [[, schedule]] = ofType('AWS::Scheduler::Schedule') as [[string, Resource]];
+    const roleId = ((schedule.Properties.Target as Json).RoleArn as { 'Fn::GetAtt': string[] })['Fn::GetAtt'][0]!;
+    const trust = (resources[roleId]!.Properties.AssumeRolePolicyDocument as { Statement: Json[] }).Statement;
+    expect(trust).toHaveLength(1);
+    expect(trust[0]).toMatchObject({
+      Effect: 'Allow',
+      Principal: { Service: 'scheduler.amazonaws.com' },
+      Action: 'sts:AssumeRole',
+      Condition: { StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } },
+    });
+    const fnArn = { 'Fn::GetAtt': [logicalId(fn), 'Arn'] };
+    expect(roleStatements(roleId)).toEqual([
+      {
+        Effect: 'Allow',
+        Action: 'lambda:InvokeFunction',
+        Resource: [fnArn, { 'Fn::Join': ['', [fnArn, ':*']] }],
+      },
+    ]);
+  });
+
+  it('gives the index-repo function what the poll needs: its records, its own queue, the registry', () => {
+    expect(SOURCE_POLL_PREFIX.startsWith('cache/source-poll/')).toBe(true);
+    expect(STAGE_OBJECTS['index-repo']).toContainEqual(
+      expect.objectContaining({ keys: 'cache/source-poll/*', actions: ['s3:GetObject', 's3:PutObject'] }),
+    );
+    // The fan-out's ref-changed events of PackageRepositories go to the index-repo queue.
+    expect(NEXT_STAGES['index-repo']).toContain('index-repo');
+  });
+});
+
+describe('artifact root key', () => {
+  it('goes to exactly the functions with sealed prefixes', () => {
+    for (const stage of PIPELINE_STAGES) {
+      const seals = STAGE_OBJECTS[stage].some((g) => g.keys.startsWith('private/'));
+      expect(usesArtifactKey(stage), stage).toBe(seals);
+    }
+  });
+});
+
 describe('cdk-nag AwsSolutions', () => {
   it('reports nothing unacknowledged', () => {
-    const report = new AwsSolutionsChecks(app).validateScope(stack);
-    expect(report.violations.map((v) => v.ruleName)).toEqual([]);
-    expect(report.success).toBe(true);
+    for (const s of [stack, apart]) {
+      const report = new AwsSolutionsChecks(app).validateScope(s);
+      expect(report.violations.map((v) => `${v.ruleName} ${JSON.stringify(v.violatingResources)}`)).toEqual([]);
+      expect(report.success).toBe(true);
+    }
   });
 
   it('every acknowledgment says why', () => {

@@ -54,6 +54,8 @@ const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, { in
 const TEMPLATE_QUEUE = 'template.fifo';
 const INSTALL_QUEUE = 'install.fifo';
 const DEPLOY_QUEUE = 'deploy.fifo';
+// Named for index-repo's config (the source poll's fan-out goes there); this file sends none.
+const INDEX_REPO_QUEUE = 'index-repo.fifo';
 
 /** Bundles `functions/<stage>/index.ts` exactly as `layers/build.ts` does. */
 async function bundle(stage: string, outDir: string): Promise<string> {
@@ -203,6 +205,7 @@ function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<str
     KAPP_LAMBDA_QUEUE_URL_TEMPLATE: `${sqs.url}/000000000000/${TEMPLATE_QUEUE}`,
     KAPP_LAMBDA_QUEUE_URL_DEPLOY: `${sqs.url}/000000000000/${DEPLOY_QUEUE}`,
     KAPP_LAMBDA_QUEUE_URL_INSTALL: `${sqs.url}/000000000000/${INSTALL_QUEUE}`,
+    KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: `${sqs.url}/000000000000/${INDEX_REPO_QUEUE}`,
     KAPP_LAMBDA_KUBECONFIG: kubeconfigPath,
     KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch'),
     KAPP_LAMBDA_BIN_DIR: binDir,

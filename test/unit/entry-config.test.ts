@@ -116,10 +116,16 @@ describe('parseLambdaEnv', () => {
     const c = parseLambdaEnv('index-repo', {
       ...base,
       KAPP_LAMBDA_QUEUE_URL_INSTALL: Q('install'),
+      KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: Q('index-repo'),
       'KAPP_LAMBDA_QUEUE_URL_INDEX-REPO': Q('x'),
     });
     expect(c.stage).toBe('index-repo');
-    expect(c.queueUrls).toEqual({ template: Q('template'), deploy: Q('deploy'), install: Q('install') });
+    expect(c.queueUrls).toEqual({
+      template: Q('template'),
+      deploy: Q('deploy'),
+      install: Q('install'),
+      'index-repo': Q('index-repo'),
+    });
   });
 
   it('treats blank values as unset', () => {
@@ -142,6 +148,29 @@ describe('parseLambdaEnv', () => {
         'KAPP_LAMBDA_QUEUE_URL_TEMPLATE: required (the fetch function sends to it); ' +
         'KAPP_LAMBDA_QUEUE_URL_DEPLOY: required (the fetch function sends to it)',
     );
+  });
+
+  it('needs no tool versions for install, which runs no tool; every other function does', () => {
+    const { KAPP_LAMBDA_TOOL_VERSIONS: _, ...noVersions } = base;
+    const c = parseLambdaEnv('install', { ...noVersions, KAPP_LAMBDA_QUEUE_URL_INSTALL: Q('install') });
+    expect(c.toolVersions).toEqual({});
+    expect(parseLambdaEnv('install', { ...base, KAPP_LAMBDA_QUEUE_URL_INSTALL: Q('install') }).toolVersions).toEqual({
+      vendir: '0.44.0',
+      imgpkg: '0.46.1',
+      helm: '3.22.0',
+    });
+    expect(
+      problems('install', {
+        ...noVersions,
+        KAPP_LAMBDA_QUEUE_URL_INSTALL: Q('install'),
+        KAPP_LAMBDA_TOOL_VERSIONS: '[]',
+      }),
+    ).toEqual(['KAPP_LAMBDA_TOOL_VERSIONS: expected an object of tool → version strings']);
+    for (const stage of ['fetch', 'template', 'deploy'] as const) {
+      expect(problems(stage, noVersions)).toEqual([
+        'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions)',
+      ]);
+    }
   });
 
   it('reads the cluster registry instead of a kubeconfig', () => {
@@ -191,7 +220,7 @@ describe('parseLambdaEnv', () => {
     ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
     ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
     ['deploy', []],
-    ['index-repo', ['KAPP_LAMBDA_QUEUE_URL_INSTALL']],
+    ['index-repo', ['KAPP_LAMBDA_QUEUE_URL_INSTALL', 'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO']],
     ['install', ['KAPP_LAMBDA_QUEUE_URL_INSTALL']],
   ] as const)('the %s function requires the queues it sends to: %j', (stage, want) => {
     const env = { ...base, KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined, KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined };

@@ -46,6 +46,7 @@ const env = {
   KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'https://sqs.eu-west-1.amazonaws.com/1/t.fifo',
   KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'https://sqs.eu-west-1.amazonaws.com/1/d.fifo',
   KAPP_LAMBDA_QUEUE_URL_INSTALL: 'https://sqs.eu-west-1.amazonaws.com/1/i.fifo',
+  KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: 'https://sqs.eu-west-1.amazonaws.com/1/r.fifo',
   KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig.yaml',
   KAPP_LAMBDA_TOOL_VERSIONS: '{"vendir":"0.44.0"}',
 };
@@ -239,6 +240,7 @@ describe('createLambdaDeps', () => {
       ...env,
       KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined,
       KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined,
+      KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: undefined,
     });
     expect(config.queueUrls).toEqual({ install: env.KAPP_LAMBDA_QUEUE_URL_INSTALL });
     const clients = createAwsClients(config);

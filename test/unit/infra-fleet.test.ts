@@ -1,21 +1,23 @@
 import { describe, expect, it } from 'vitest';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
+import { FleetContextError, fleetSettings } from '../../infra/aws/fleet.js';
 import {
-  DEFAULT_KUBECONFIG_PATH,
-  FleetContextError,
-  fleetSettings,
-  kubeconfigClusterAccess,
-} from '../../infra/aws/fleet.js';
-import { FORWARDER_STAGES, STAGE_SIZING, TOOL_TIMEOUT_MARGIN_MS, toolTimeoutMs } from '../../infra/aws/stages.js';
+  FORWARDER_STAGES,
+  registryPrefixProblem,
+  STAGE_SIZING,
+  TOOL_TIMEOUT_MARGIN_MS,
+  toolTimeoutMs,
+} from '../../infra/aws/stages.js';
 
 const settings = (context: Record<string, unknown>) => fleetSettings((k) => context[k]);
 
 describe('fleetSettings', () => {
   it('fills the documented defaults from an empty context', () => {
     expect(settings({})).toEqual({
+      clusterRegistryPrefix: 'registry/',
+      sourcePollMinutes: 1,
       concurrency: { fetch: 10, template: 10, deploy: 10, 'index-repo': 5, install: 5 },
-      kubeconfigPath: DEFAULT_KUBECONFIG_PATH,
       logRetentionDays: 30,
       artifactRetentionDays: 30,
     });
@@ -23,19 +25,19 @@ describe('fleetSettings', () => {
 
   it('parses command-line strings: lists, numbers, JSON', () => {
     const s = settings({
-      clusters: ' east-1, west-2 ,',
+      clusterRegistryBucket: 'fleet-admin-registry',
+      clusterRegistryPrefix: 'kapp-lambda/prod',
+      sourcePollMinutes: '5',
       concurrency: '{"deploy": 40}',
       logRetentionDays: '90',
       artifactRetentionDays: '7',
-      kubeconfigPath: '/opt/fleet/kubeconfig',
-      clusterLayerArn: 'arn:aws:lambda:eu-west-1:123456789012:layer:fleet-kubeconfig:3',
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
     });
     expect(s).toEqual({
-      clusters: ['east-1', 'west-2'],
+      clusterRegistryBucket: 'fleet-admin-registry',
+      clusterRegistryPrefix: 'kapp-lambda/prod/',
+      sourcePollMinutes: 5,
       concurrency: { fetch: 10, template: 10, deploy: 40, 'index-repo': 5, install: 5 },
-      kubeconfigPath: '/opt/fleet/kubeconfig',
-      clusterLayerArn: 'arn:aws:lambda:eu-west-1:123456789012:layer:fleet-kubeconfig:3',
       logRetentionDays: 90,
       artifactRetentionDays: 7,
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
@@ -49,9 +51,10 @@ describe('fleetSettings', () => {
 
   it('names every invalid key', () => {
     const bad = {
-      clusters: 'East_1',
+      clusterRegistryBucket: 'Fleet_Registry',
+      clusterRegistryPrefix: 'a//b',
+      sourcePollMinutes: '0',
       concurrency: '1',
-      kubeconfigPath: 'kubeconfig',
       logRetentionDays: '31',
       alarmTopicArn: 'arn:aws:sqs:eu-west-1:123456789012:q',
     };
@@ -60,9 +63,10 @@ describe('fleetSettings', () => {
       settings(bad);
     } catch (err) {
       expect((err as FleetContextError).problems).toEqual([
-        'clusters.0: expected DNS-1123 labels',
+        'clusterRegistryBucket: expected an S3 bucket name',
+        'clusterRegistryPrefix: expected a key prefix of [A-Za-z0-9._-] segments',
+        'sourcePollMinutes: Too small: expected number to be >=1',
         'concurrency: expected an integer from 2 to 1000, or a JSON object of function → integer',
-        'kubeconfigPath: expected an absolute path',
         `logRetentionDays: expected one of 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653`,
         'alarmTopicArn: expected an sns ARN',
       ]);
@@ -74,22 +78,23 @@ describe('fleetSettings', () => {
   });
 });
 
-describe('kubeconfigClusterAccess', () => {
-  it('gives the kubeconfig path, the served clusters and the layer holding the file', () => {
+describe('cluster registry prefix', () => {
+  it('keeps the registry in the artifact bucket clear of expiring and function-writable keys', () => {
+    expect(registryPrefixProblem('registry/')).toBeUndefined();
+    expect(registryPrefixProblem('')).toBeUndefined();
+    expect(registryPrefixProblem('state/')).toBeUndefined();
+    expect(registryPrefixProblem('cache/')).toBe('the registry must not be under cache/, which expires');
+    expect(registryPrefixProblem('private/x/')).toBe('the registry must not be under private/, which expires');
+    expect(registryPrefixProblem('state/package-repositories/')).toBe(
+      'the index-repo function may write state/package-repositories/*, which would hold the registry',
+    );
+    expect(() => settings({ clusterRegistryPrefix: 'artifacts/fleet' })).toThrow(
+      'invalid CDK context: clusterRegistryPrefix: the registry must not be under artifacts/, which expires',
+    );
+    // In a bucket of its own, no prefix of the artifact bucket matters.
     expect(
-      kubeconfigClusterAccess({
-        kubeconfigPath: '/opt/k/kubeconfig',
-        clusters: ['a', 'b'],
-        clusterLayerArn: 'arn:aws:lambda:eu-west-1:123456789012:layer:k:1',
-      }),
-    ).toEqual({
-      environment: { KAPP_LAMBDA_KUBECONFIG: '/opt/k/kubeconfig', KAPP_LAMBDA_CLUSTERS: 'a,b' },
-      layerArns: ['arn:aws:lambda:eu-west-1:123456789012:layer:k:1'],
-    });
-    expect(kubeconfigClusterAccess({ kubeconfigPath: '/k' })).toEqual({
-      environment: { KAPP_LAMBDA_KUBECONFIG: '/k' },
-      layerArns: [],
-    });
+      settings({ clusterRegistryBucket: 'fleet-registry', clusterRegistryPrefix: 'cache' }).clusterRegistryPrefix,
+    ).toBe('cache/');
   });
 });
 

@@ -100,9 +100,14 @@ describe('function bundles', () => {
             errorMessage:
               `invalid configuration of the ${stage} function: AWS_REGION: required; KAPP_LAMBDA_BUCKET: required; ` +
               'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
-              'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions); ' +
-              // both send to the install queue (repo.indexed, the ref-changed fan-out)
-              `KAPP_LAMBDA_QUEUE_URL_INSTALL: required (the ${stage} function sends to it)`,
+              // install runs no tool: it needs no tool versions
+              (stage === 'install' ? '' : 'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions); ') +
+              // both send to the install queue (repo.indexed, the ref-changed fan-out); index-repo
+              // also to its own (the source poll's fan-out)
+              `KAPP_LAMBDA_QUEUE_URL_INSTALL: required (the ${stage} function sends to it)` +
+              (stage === 'index-repo'
+                ? `; KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: required (the ${stage} function sends to it)`
+                : ''),
           },
         });
       } finally {

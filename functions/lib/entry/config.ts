@@ -21,7 +21,7 @@
  * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve (kubeconfig only) | all contexts |
  * | `KAPP_LAMBDA_TMP_DIR` | absolute scratch directory root | `/tmp` |
  * | `KAPP_LAMBDA_BIN_DIR` | absolute directory of the layer's tools | `/opt/bin` |
- * | `KAPP_LAMBDA_TOOL_VERSIONS` | JSON object `{ "<bin>": "<version without v>" }` (render-cache key) | required |
+ * | `KAPP_LAMBDA_TOOL_VERSIONS` | JSON object `{ "<bin>": "<version without v>" }` (render-cache key) | required, except by install (runs no tool: `{}`) |
  * | `KAPP_LAMBDA_TOOL_TIMEOUT_MS` | kill a tool after this long | runner default (15 min) |
  * | `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS` | JSON array, kapp-controller-config `kappDeployRawOptions` | `[]` |
  * | `KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY` | kapp-controller-config `dangerousSkipTLSVerify` (comma hosts) | none |
@@ -32,7 +32,7 @@
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
  * | `KAPP_LAMBDA_MAX_RECEIVE_COUNT` | the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed` | `5` |
  * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
- * | `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` | base64 root key (32+ bytes) sealing private artifacts; read by `lambdaEntry`, not here (secret) | required |
+ * | `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` | base64 root key (32+ bytes) sealing private artifacts; read by `lambdaEntry`, not here (secret) | required, except by install (stores nothing) |
  *
  * Credentials are not configuration: the AWS SDK takes the function role's temporary
  * credentials from its default provider chain, and nothing here is secret, so the parsed
@@ -56,6 +56,7 @@ import {
   optional,
   required,
 } from '../api/env.js';
+import { STAGE_TOOLS } from '../exec/runner.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import { parseRegistryLocation, type RegistryLocation } from '../kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
@@ -70,13 +71,15 @@ export const CONTROLLER_VERSION = '0.1.0';
 /**
  * The functions a function hands events to: fetch → template (and deploy, for deletions),
  * template → deploy, index-repo → install (`repo.indexed`: the versions a repository gained
- * or lost), install → install (the `ref-changed` fan-out to each PackageInstall it may move).
- * A function missing here sends nothing on (deploy).
+ * or lost) and index-repo → index-repo (the fleet source poll's `ref-changed` to the
+ * repositories of a moved tag, `../pipeline/source-poll.ts`), install → install (the
+ * `ref-changed` fan-out to each PackageInstall it may move). A function missing here sends
+ * nothing on (deploy).
  */
 export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly PipelineStage[]>>> = {
   fetch: ['template', 'deploy'],
   template: ['deploy'],
-  'index-repo': ['install'],
+  'index-repo': ['install', 'index-repo'],
   install: ['install'],
 };
 
@@ -113,7 +116,7 @@ export interface LambdaConfig {
   tmpDir: string;
   /** `KAPP_LAMBDA_BIN_DIR`, default `/opt/bin` (where Lambda mounts layer `bin/` directories). */
   binDir: string;
-  /** `KAPP_LAMBDA_TOOL_VERSIONS`: versions without `v`, keyed by binary. */
+  /** `KAPP_LAMBDA_TOOL_VERSIONS`: versions without `v`, keyed by binary; `{}` for a function that runs no tool when unset. */
   toolVersions: Record<string, string>;
   /** `KAPP_LAMBDA_TOOL_TIMEOUT_MS`. */
   toolTimeoutMs?: number;
@@ -245,7 +248,10 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   // The kubeconfig is required unless the fleet's cluster registry is used.
   const hasRegistry = blankToUndefined(env.KAPP_LAMBDA_CLUSTER_REGISTRY) !== undefined;
   const schema = hasRegistry ? EnvSchema.extend({ KAPP_LAMBDA_KUBECONFIG: optional(KUBECONFIG_PATH) }) : EnvSchema;
-  const r = schema.safeParse(env);
+  // Tool versions key tool outputs (render cache, pinned fetches): a function running no tool
+  // (install) has none to key, and an unset value is `{}`.
+  const noVersions = STAGE_TOOLS[stage].length === 0 && blankToUndefined(env.KAPP_LAMBDA_TOOL_VERSIONS) === undefined;
+  const r = schema.safeParse(noVersions ? { ...env, KAPP_LAMBDA_TOOL_VERSIONS: '{}' } : env);
   const problems: string[] = [];
   if (!r.success) {
     for (const i of r.error.issues) {

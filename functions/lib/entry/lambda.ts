@@ -196,7 +196,8 @@ export interface LambdaDepsOverrides {
   now?: () => Date;
   /**
    * Keys sealing private artifacts. Default none: a run that would store content made from
-   * Secrets then fails (never stores it in the clear). {@link lambdaEntry} always passes one.
+   * Secrets then fails (never stores it in the clear). {@link lambdaEntry} passes one to every
+   * function that {@link usesArtifactKey}.
    */
   keyring?: ClusterKeyring;
   /**
@@ -209,6 +210,15 @@ export interface LambdaDepsOverrides {
 
 /** The variable holding the fleet's artifact root key (base64, at least 32 bytes). */
 export const ARTIFACT_ROOT_KEY_ENV = 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY';
+
+/**
+ * Whether a function seals or opens private artifacts, and so needs {@link ARTIFACT_ROOT_KEY_ENV}:
+ * every function with the artifact store, not install (it only talks to API servers: it
+ * writes an App and placeholder Secrets, never an artifact), which then runs without the key.
+ */
+export function usesArtifactKey(stage: PipelineStage): boolean {
+  return stage !== 'install';
+}
 
 /**
  * The keyring of the functions: per-cluster keys derived (HKDF) from the fleet's root key in
@@ -320,9 +330,9 @@ export function lambdaEntry(
   // Before any tool can run: the tools share this function's uid on Lambda, and this
   // process's environment holds the role's AWS credentials.
   hardenProcess(config.hardenAddon);
-  const keyring = artifactKeyringFromEnv(stage, env);
+  const keyring = usesArtifactKey(stage) ? artifactKeyringFromEnv(stage, env) : undefined;
   const clients = createAwsClients(config);
-  const handler = makeSqsHandler(stage, () => createLambdaDeps(config, clients, { keyring }));
+  const handler = makeSqsHandler(stage, () => createLambdaDeps(config, clients, keyring ? { keyring } : {}));
   bootstrap.start(handler);
   return handler;
 }
