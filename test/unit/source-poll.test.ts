@@ -245,6 +245,34 @@ describe('pollSources: the timer', () => {
     expect(f.poked()).toEqual(['c2/repo:ref-changed', 'c2/repo:ref-changed']);
   });
 
+  it('a registry that loads clusters at run time (Lambda) is asked to load each member cluster first', async () => {
+    const f = fleet(['c1', 'c2']);
+    const refs = ['c1', 'c2'].map((c) => f.repo(c, 'repo'));
+    await f.deployAll(refs);
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    const t = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, { ...f.deps, emit: undefined });
+    await memberDeployed(t!, refs[0] as ObjectRef, false, f.deps);
+    // A fresh container: nothing loaded until prepare(); c2 loads, an unknown cluster would throw.
+    const loaded = new Set<string>();
+    const prepared: string[] = [];
+    const lazy = {
+      ...f.deps,
+      clusters: {
+        ...f.deps.clusters,
+        clusterIds: () => [...loaded],
+        prepare: async (id: string) => {
+          prepared.push(id);
+          if (id !== 'c2') throw new Error(`unknown cluster ${id}`);
+          loaded.add(id);
+        },
+      },
+    } as DispatchDeps;
+    expect(await pollSources(lazy, { pokedAt: new Map() })).toMatchObject({ poked: 1 });
+    expect(prepared).toEqual(['c2']);
+    expect(f.poked()).toEqual(['c2/repo:ref-changed']);
+  });
+
   it('a repository being deleted leaves the record', async () => {
     const f = fleet(['c1', 'c2']);
     const a = f.repo('c1', 'repo');

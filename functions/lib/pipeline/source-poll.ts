@@ -248,8 +248,20 @@ export async function trackSource(
   return { key, resolved: rec.resolved, fetch: pinnedFetchOf(pkgr.spec.fetch, rec.resolved) };
 }
 
-/** Whether this runtime serves `clusterId` now (known, and led here in the embedded runtime). */
-function serves(deps: PipelineDeps, clusterId: string): boolean {
+/**
+ * Whether this runtime serves `clusterId` now (known, and led here in the embedded runtime). A
+ * registry that loads clusters at run time (the fleet registry on Lambda) is asked to load it
+ * first: a scheduled poll starts with none loaded, and would otherwise poke no member at all.
+ */
+async function serves(deps: PipelineDeps, clusterId: string): Promise<boolean> {
+  if (deps.clusters.prepare) {
+    try {
+      await deps.clusters.prepare(clusterId);
+    } catch (err) {
+      deps.log.warn({ clusterId, err: (err as Error).message }, 'source poll: cluster not loaded; member skipped');
+      return false;
+    }
+  }
   if (!deps.clusters.clusterIds().includes(clusterId)) return false;
   try {
     deps.clusters.deployView(clusterId);
@@ -257,6 +269,13 @@ function serves(deps: PipelineDeps, clusterId: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** The members whose cluster this runtime serves ({@link serves}), each cluster asked once. */
+async function filterServed(members: readonly SourceMember[], deps: PipelineDeps): Promise<SourceMember[]> {
+  const served = new Map<string, boolean>();
+  for (const c of new Set(members.map((m) => m.cluster))) served.set(c, await serves(deps, c));
+  return members.filter((m) => served.get(m.cluster) === true);
 }
 
 /**
@@ -327,7 +346,10 @@ export async function memberDeployed(
     return { ...cur, members: cur.members.map((m) => (memberId(m) === self ? { ...m, at: tracked.resolved } : m)) };
   });
   if (!fetched || !rec || rec.resolved !== tracked.resolved) return;
-  const behind = rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== self && serves(deps, m.cluster));
+  const behind = await filterServed(
+    rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== self),
+    deps,
+  );
   if (behind.length === 0) return;
   const sent = await pokeMembers(tracked.key, behind, deps);
   deps.log.info(
@@ -422,8 +444,7 @@ async function pokeBehind(
   const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
   const candidates = someoneAt || leaderLate ? behind : behind.slice(0, 1);
   const now = deps.now().getTime();
-  const targets = candidates.filter((m) => {
-    if (!serves(deps, m.cluster)) return false;
+  const targets = (await filterServed(candidates, deps)).filter((m) => {
     const last = opts.pokedAt?.get(`${memberId(m)}@${rec.resolved}`);
     return last === undefined || now - last >= periodMs;
   });
