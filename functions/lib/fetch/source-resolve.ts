@@ -56,20 +56,34 @@ export function pinnedFetchOf(fetch: PackageRepositoryFetch, resolved: string): 
 }
 
 /**
+ * How long one resolution may take in all (every request, redirect and token exchange, or the
+ * `git ls-remote`): 30 s. Without it a registry that accepts the connection and never answers
+ * held the poll for undici's 300 s header timeout per request, and the fleet's poll (one
+ * source after the other) never reached the sources behind it.
+ */
+export const RESOLVE_TIMEOUT_MS = 30_000;
+
+/**
  * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged) or one
- * `git ls-remote`, every URL under the runtime's URL policy.
- * @param deps - the command runner (git) and the URL policy in force (none: off)
- * @throws RegistryResolveError, GitResolveError, UrlPolicyError, CommandNotAllowedError
+ * `git ls-remote`, every URL under the runtime's URL policy, within `timeoutMs`.
+ * @param deps - the command runner (git), the URL policy in force (none: off), and the
+ *   deadline in ms (default {@link RESOLVE_TIMEOUT_MS})
+ * @throws RegistryResolveError, GitResolveError, UrlPolicyError, CommandNotAllowedError; the
+ *   signal's `TimeoutError` when the deadline passes while a body is read
  */
 export async function resolveSource(
   source: PolledSource,
-  deps: { runner: CommandRunner; urlPolicy?: UrlPolicy },
+  deps: { runner: CommandRunner; urlPolicy?: UrlPolicy; timeoutMs?: number },
 ): Promise<string> {
   const policy = deps.urlPolicy ? new UrlPolicyChecker(deps.urlPolicy) : undefined;
+  const signal = AbortSignal.timeout(deps.timeoutMs ?? RESOLVE_TIMEOUT_MS);
   if (source.kind === 'git') {
     // The poll timer resolves records without a repository run's policy check: check here.
     await policy?.checkFetch([{ git: { url: source.url, ref: source.ref } }]);
-    return await resolveGitRef(deps.runner, source.url, source.ref);
+    return await resolveGitRef(deps.runner, source.url, source.ref, signal);
   }
-  return await resolveImageDigest(source.url, policy ? { checkUrl: (u) => policy.checkUrl(u) } : {});
+  return await resolveImageDigest(source.url, {
+    signal,
+    ...(policy ? { checkUrl: (u: string) => policy.checkUrl(u) } : {}),
+  });
 }
