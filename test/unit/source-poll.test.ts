@@ -108,6 +108,7 @@ describe('polledSourceOf and pinnedFetchOf', () => {
       { git: { url: 'https://g.io/r', ref: 'origin/main' } },
       { kind: 'git', url: 'https://g.io/r', ref: 'origin/main' },
     ],
+    [{ git: { url: 'git@g.io:o/r', ref: 'main' } }, { kind: 'git', url: 'git@g.io:o/r', ref: 'main' }],
   ])('polls %j', (fetch, want) => {
     expect(polledSourceOf(fetch)).toEqual(want);
   });
@@ -120,6 +121,11 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     { git: { url: 'https://g.io/r', ref: 'main', refSelection: { semver: {} } } },
     { http: { url: 'https://h.io/r.tgz' } },
     { inline: { paths: { a: 'b' } } },
+    // Credentials in the URL (a password, or a token as the user of an http URL): the poll
+    // record (stored, logged with its URL) would carry them, and the content is private.
+    { git: { url: 'https://u:s3cret@g.io/r', ref: 'main' } },
+    { git: { url: 'https://ghp_t0ken@g.io/r', ref: 'main' } },
+    { git: { url: 'ssh://git:s3cret@g.io/r', ref: 'main' } },
   ])('does not poll %j', (fetch) => {
     expect(polledSourceOf(fetch as never)).toBeUndefined();
   });

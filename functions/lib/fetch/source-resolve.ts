@@ -23,9 +23,20 @@ export interface PolledSource {
 }
 
 /**
+ * Whether a git URL carries a credential: a password (`scheme://user:pass@`), or any user of an
+ * http(s) URL (`https://<token>@host`, the usual form of an access token).
+ */
+function gitUrlHasCredential(url: string): boolean {
+  const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)@/.exec(url);
+  if (!m) return false;
+  return (m[2] ?? '').includes(':') || /^https?$/i.test(m[1] ?? '');
+}
+
+/**
  * The source of a repository's fetch that the fleet polls, or `undefined`: pinned sources
  * (nothing to poll), selections (`tagSelection`, `refSelection`: vendir picks among many tags),
- * sources with a Secret (their content is sealed per cluster, never shared), http and inline.
+ * sources with a Secret (their content is sealed per cluster, never shared) or with credentials
+ * in the git URL (the poll record stores and logs its URL), http and inline.
  */
 export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | undefined {
   const img = fetch.imgpkgBundle ?? fetch.image;
@@ -37,7 +48,14 @@ export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | un
     return { kind: fetch.imgpkgBundle ? 'imgpkgBundle' : 'image', url, ref: parsed.tag };
   }
   const git = fetch.git;
-  if (git?.url && git.ref && !git.secretRef && !git.refSelection && !/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i.test(git.ref)) {
+  if (
+    git?.url &&
+    git.ref &&
+    !git.secretRef &&
+    !git.refSelection &&
+    !gitUrlHasCredential(git.url) &&
+    !/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i.test(git.ref)
+  ) {
     return { kind: 'git', url: git.url, ref: git.ref };
   }
   return undefined;
