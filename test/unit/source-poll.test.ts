@@ -12,6 +12,7 @@ import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import {
   leaveSource,
+  MAX_MEMBERS_PER_CLUSTER,
   memberDeployed,
   type PolledSource,
   pinnedFetchOf,
@@ -173,6 +174,20 @@ describe('trackSource: a repository run', () => {
     const again = await trackSource(f.pkgrOf('c3', 'repo'), refs[2] as ObjectRef, f.deps);
     expect([later?.resolved, again?.resolved, f.state.resolutions]).toEqual([D2, D2, 2]);
     expect(await f.record()).toMatchObject({ resolved: D2, changedAt: '2025-01-01T00:01:00.000Z' });
+  });
+
+  it("one cluster's repositories on a source join its record up to MAX_MEMBERS_PER_CLUSTER; other clusters still join", async () => {
+    const f = fleet(['hostile', 'c2']);
+    const many = Array.from({ length: MAX_MEMBERS_PER_CLUSTER + 5 }, (_, i) => f.repo('hostile', `r${i}`));
+    const tracked = [];
+    for (const ref of many) tracked.push(await trackSource(f.pkgrOf('hostile', ref.name), ref, f.deps));
+    // Past the bound a repository still fetches the fleet's digest, without joining.
+    expect(tracked.every((t) => t?.resolved === D1)).toBe(true);
+    const other = f.repo('c2', 'repo');
+    expect((await trackSource(f.pkgrOf('c2', 'repo'), other, f.deps))?.resolved).toBe(D1);
+    const members = (await f.record()).members;
+    expect(members.filter((m) => m.cluster === 'hostile')).toHaveLength(MAX_MEMBERS_PER_CLUSTER);
+    expect(members.filter((m) => m.cluster === 'c2').map((m) => m.name)).toEqual(['repo']);
   });
 
   it('a failed resolution falls back to the fetch by tag and writes nothing', async () => {

@@ -44,6 +44,14 @@ export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;
 export const LEADER_GRACE_MS = 5 * 60_000;
 /** Where the poll records live. */
 export const SOURCE_POLL_PREFIX = 'cache/source-poll/sha256/';
+/**
+ * Most members one cluster may hold in a source's record: 100. The record is shared by every
+ * cluster on the source and rewritten whole on each join and deploy; without a bound one
+ * tenant's thousands of repositories on a popular public tag grew it (and the compare-and-swap
+ * conflicts of everyone on it) without limit. A repository past the bound still fetches the
+ * record's digest; it is not poked when the tag moves and upgrades on its own sync period.
+ */
+export const MAX_MEMBERS_PER_CLUSTER = 100;
 /** Compare-and-swap attempts before a record update gives up. */
 const CAS_ATTEMPTS = 10;
 
@@ -242,7 +250,9 @@ export async function trackSource(
   const rec =
     (await updateSourcePoll(deps.store, key, (cur) => {
       if (!cur || cur.members.some((m) => memberId(m) === memberId(self) && m.uid === self.uid)) return undefined;
-      const members = [...cur.members.filter((m) => memberId(m) !== memberId(self)), self];
+      const others = cur.members.filter((m) => memberId(m) !== memberId(self));
+      if (others.filter((m) => m.cluster === self.cluster).length >= MAX_MEMBERS_PER_CLUSTER) return undefined;
+      const members = [...others, self];
       return { ...cur, members: members.sort((a, b) => (memberId(a) < memberId(b) ? -1 : 1)) };
     })) ?? due.rec;
   return { key, resolved: rec.resolved, fetch: pinnedFetchOf(pkgr.spec.fetch, rec.resolved) };
