@@ -200,6 +200,27 @@ describe('trackSource: a repository run', () => {
 });
 
 describe('pollSources: the timer', () => {
+  it("a source whose registry holds its request does not hold the other sources' poll", async () => {
+    const f = fleet(['c1']);
+    const slow = f.repo('c1', 'slow', 'slow.example/repo:latest');
+    const fast = f.repo('c1', 'fast');
+    await f.deployAll([slow, fast]);
+    f.state.now = T0 + PERIOD;
+    // Each registry answers only once the other's request has been sent: polled one after the
+    // other, the first source's request is held for ever and the poll never ends.
+    let started = 0;
+    let release: () => void = () => undefined;
+    const both = new Promise<void>((r) => {
+      release = r;
+    });
+    f.deps.resolveSource = async (source) => {
+      if (++started === 2) release();
+      await both;
+      return source.url.startsWith('slow.') ? D1 : D2;
+    };
+    expect(await pollSources(f.deps)).toMatchObject({ sources: 2, polled: 2, changed: 1, failed: 0 });
+  });
+
   it('one resolution per period per source however many pollers; a new digest pokes the leader only', async () => {
     const f = fleet(['c1', 'c2']);
     const a = f.repo('c1', 'repo');
