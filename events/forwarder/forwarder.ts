@@ -777,7 +777,9 @@ export class Forwarder {
       }
       // A rate-limited requeue: a run that fails again writes the same status (no watch event),
       // so the next one is scheduled now; a run that succeeds changes the status and resets it.
-      this.emit(st, 'resync');
+      // Its ordinal is the cause: each requeue at one resourceVersion has an id of its own (one
+      // id for all of them was dropped by SQS FIFO deduplication for 5 minutes after the first).
+      this.emit(st, 'resync', `requeue-${st.failures}`);
       this.schedule(st, now + rateLimitedRequeueMs(st.failures++));
     }
     this.armTimer();

@@ -646,7 +646,11 @@ describe('forwarder: controllers of owned objects', () => {
     }
     expect(resyncs.slice(0, 5)).toEqual([5, 10, 20, 40, 80]);
     expect(resyncs.slice(16)).toEqual([327_680, 655_360, 1_000_000, 1_000_000]);
-    // One resync per requeue (the first ones, milliseconds apart, may share a send).
+    // One resync per requeue (the first ones, milliseconds apart, may share a send), each with
+    // an id of its own: the run that fails again leaves the status (and resourceVersion) as is,
+    // and SQS FIFO drops a message whose id it saw in the last 5 minutes.
+    const ids = transport.batches.flat().map((e) => e.id);
+    expect(new Set(ids).size).toBe(ids.length);
     const sent = transport.take();
     expect(sent.length).toBeGreaterThanOrEqual(18);
     expect(sent.every((l) => l.startsWith('resync inst'))).toBe(true);

@@ -12,6 +12,7 @@ import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import {
   leaveSource,
+  MAX_MEMBERS_PER_CLUSTER,
   memberDeployed,
   type PolledSource,
   pinnedFetchOf,
@@ -108,6 +109,7 @@ describe('polledSourceOf and pinnedFetchOf', () => {
       { git: { url: 'https://g.io/r', ref: 'origin/main' } },
       { kind: 'git', url: 'https://g.io/r', ref: 'origin/main' },
     ],
+    [{ git: { url: 'git@g.io:o/r', ref: 'main' } }, { kind: 'git', url: 'git@g.io:o/r', ref: 'main' }],
   ])('polls %j', (fetch, want) => {
     expect(polledSourceOf(fetch)).toEqual(want);
   });
@@ -120,6 +122,11 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     { git: { url: 'https://g.io/r', ref: 'main', refSelection: { semver: {} } } },
     { http: { url: 'https://h.io/r.tgz' } },
     { inline: { paths: { a: 'b' } } },
+    // Credentials in the URL (a password, or a token as the user of an http URL): the poll
+    // record (stored, logged with its URL) would carry them, and the content is private.
+    { git: { url: 'https://u:s3cret@g.io/r', ref: 'main' } },
+    { git: { url: 'https://ghp_t0ken@g.io/r', ref: 'main' } },
+    { git: { url: 'ssh://git:s3cret@g.io/r', ref: 'main' } },
   ])('does not poll %j', (fetch) => {
     expect(polledSourceOf(fetch as never)).toBeUndefined();
   });
@@ -169,6 +176,20 @@ describe('trackSource: a repository run', () => {
     expect(await f.record()).toMatchObject({ resolved: D2, changedAt: '2025-01-01T00:01:00.000Z' });
   });
 
+  it("one cluster's repositories on a source join its record up to MAX_MEMBERS_PER_CLUSTER; other clusters still join", async () => {
+    const f = fleet(['hostile', 'c2']);
+    const many = Array.from({ length: MAX_MEMBERS_PER_CLUSTER + 5 }, (_, i) => f.repo('hostile', `r${i}`));
+    const tracked = [];
+    for (const ref of many) tracked.push(await trackSource(f.pkgrOf('hostile', ref.name), ref, f.deps));
+    // Past the bound a repository still fetches the fleet's digest, without joining.
+    expect(tracked.every((t) => t?.resolved === D1)).toBe(true);
+    const other = f.repo('c2', 'repo');
+    expect((await trackSource(f.pkgrOf('c2', 'repo'), other, f.deps))?.resolved).toBe(D1);
+    const members = (await f.record()).members;
+    expect(members.filter((m) => m.cluster === 'hostile')).toHaveLength(MAX_MEMBERS_PER_CLUSTER);
+    expect(members.filter((m) => m.cluster === 'c2').map((m) => m.name)).toEqual(['repo']);
+  });
+
   it('a failed resolution falls back to the fetch by tag and writes nothing', async () => {
     const f = fleet(['c1']);
     const ref = f.repo('c1', 'repo');
@@ -179,6 +200,27 @@ describe('trackSource: a repository run', () => {
 });
 
 describe('pollSources: the timer', () => {
+  it("a source whose registry holds its request does not hold the other sources' poll", async () => {
+    const f = fleet(['c1']);
+    const slow = f.repo('c1', 'slow', 'slow.example/repo:latest');
+    const fast = f.repo('c1', 'fast');
+    await f.deployAll([slow, fast]);
+    f.state.now = T0 + PERIOD;
+    // Each registry answers only once the other's request has been sent: polled one after the
+    // other, the first source's request is held for ever and the poll never ends.
+    let started = 0;
+    let release: () => void = () => undefined;
+    const both = new Promise<void>((r) => {
+      release = r;
+    });
+    f.deps.resolveSource = async (source) => {
+      if (++started === 2) release();
+      await both;
+      return source.url.startsWith('slow.') ? D1 : D2;
+    };
+    expect(await pollSources(f.deps)).toMatchObject({ sources: 2, polled: 2, changed: 1, failed: 0 });
+  });
+
   it('one resolution per period per source however many pollers; a new digest pokes the leader only', async () => {
     const f = fleet(['c1', 'c2']);
     const a = f.repo('c1', 'repo');

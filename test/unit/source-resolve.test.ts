@@ -4,6 +4,7 @@
  * and the command runner of `git ls-remote` (argv shape, refused values, ref precedence).
  * The real registry and git server: `test/integration/source-resolve.test.ts`.
  */
+import { createServer, type Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { commitFromLsRemote, GitResolveError, resolveGitRef } from '../../functions/lib/fetch/git-ls-remote.js';
@@ -230,5 +231,26 @@ describe('resolveGitRef', () => {
       ),
     ).rejects.toBeInstanceOf(UrlPolicyError);
     expect(runner.calls).toEqual([]);
+  });
+
+  it('a registry that accepts the connection and never answers fails the resolution at its deadline', async () => {
+    // Hostile registry: the poll resolves one source after the other, so a source whose server
+    // holds the request must not hold the fleet's poll (undici alone waits 300 s per request).
+    const sockets: Socket[] = [];
+    const server = createServer((s) => void sockets.push(s));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const { port } = server.address() as { port: number };
+    try {
+      await expect(
+        resolveSource(
+          { kind: 'image', url: `127.0.0.1:${port}/slow/repo:v1`, ref: 'v1' },
+          { runner: new FakeCommandRunner(), timeoutMs: 200 },
+        ),
+      ).rejects.toBeInstanceOf(RegistryResolveError);
+      expect(sockets.length).toBeGreaterThan(0);
+    } finally {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => server.close(r));
+    }
   });
 });

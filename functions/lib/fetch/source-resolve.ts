@@ -23,9 +23,20 @@ export interface PolledSource {
 }
 
 /**
+ * Whether a git URL carries a credential: a password (`scheme://user:pass@`), or any user of an
+ * http(s) URL (`https://<token>@host`, the usual form of an access token).
+ */
+function gitUrlHasCredential(url: string): boolean {
+  const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)@/.exec(url);
+  if (!m) return false;
+  return (m[2] ?? '').includes(':') || /^https?$/i.test(m[1] ?? '');
+}
+
+/**
  * The source of a repository's fetch that the fleet polls, or `undefined`: pinned sources
  * (nothing to poll), selections (`tagSelection`, `refSelection`: vendir picks among many tags),
- * sources with a Secret (their content is sealed per cluster, never shared), http and inline.
+ * sources with a Secret (their content is sealed per cluster, never shared) or with credentials
+ * in the git URL (the poll record stores and logs its URL), http and inline.
  */
 export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | undefined {
   const img = fetch.imgpkgBundle ?? fetch.image;
@@ -37,7 +48,14 @@ export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | un
     return { kind: fetch.imgpkgBundle ? 'imgpkgBundle' : 'image', url, ref: parsed.tag };
   }
   const git = fetch.git;
-  if (git?.url && git.ref && !git.secretRef && !git.refSelection && !/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i.test(git.ref)) {
+  if (
+    git?.url &&
+    git.ref &&
+    !git.secretRef &&
+    !git.refSelection &&
+    !gitUrlHasCredential(git.url) &&
+    !/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i.test(git.ref)
+  ) {
     return { kind: 'git', url: git.url, ref: git.ref };
   }
   return undefined;
@@ -56,20 +74,34 @@ export function pinnedFetchOf(fetch: PackageRepositoryFetch, resolved: string): 
 }
 
 /**
+ * How long one resolution may take in all (every request, redirect and token exchange, or the
+ * `git ls-remote`): 30 s. Without it a registry that accepts the connection and never answers
+ * held the poll for undici's 300 s header timeout per request, and the fleet's poll (one
+ * source after the other) never reached the sources behind it.
+ */
+export const RESOLVE_TIMEOUT_MS = 30_000;
+
+/**
  * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged) or one
- * `git ls-remote`, every URL under the runtime's URL policy.
- * @param deps - the command runner (git) and the URL policy in force (none: off)
- * @throws RegistryResolveError, GitResolveError, UrlPolicyError, CommandNotAllowedError
+ * `git ls-remote`, every URL under the runtime's URL policy, within `timeoutMs`.
+ * @param deps - the command runner (git), the URL policy in force (none: off), and the
+ *   deadline in ms (default {@link RESOLVE_TIMEOUT_MS})
+ * @throws RegistryResolveError, GitResolveError, UrlPolicyError, CommandNotAllowedError; the
+ *   signal's `TimeoutError` when the deadline passes while a body is read
  */
 export async function resolveSource(
   source: PolledSource,
-  deps: { runner: CommandRunner; urlPolicy?: UrlPolicy },
+  deps: { runner: CommandRunner; urlPolicy?: UrlPolicy; timeoutMs?: number },
 ): Promise<string> {
   const policy = deps.urlPolicy ? new UrlPolicyChecker(deps.urlPolicy) : undefined;
+  const signal = AbortSignal.timeout(deps.timeoutMs ?? RESOLVE_TIMEOUT_MS);
   if (source.kind === 'git') {
     // The poll timer resolves records without a repository run's policy check: check here.
     await policy?.checkFetch([{ git: { url: source.url, ref: source.ref } }]);
-    return await resolveGitRef(deps.runner, source.url, source.ref);
+    return await resolveGitRef(deps.runner, source.url, source.ref, signal);
   }
-  return await resolveImageDigest(source.url, policy ? { checkUrl: (u) => policy.checkUrl(u) } : {});
+  return await resolveImageDigest(source.url, {
+    signal,
+    ...(policy ? { checkUrl: (u: string) => policy.checkUrl(u) } : {}),
+  });
 }

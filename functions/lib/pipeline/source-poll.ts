@@ -44,6 +44,16 @@ export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;
 export const LEADER_GRACE_MS = 5 * 60_000;
 /** Where the poll records live. */
 export const SOURCE_POLL_PREFIX = 'cache/source-poll/sha256/';
+/**
+ * Most members one cluster may hold in a source's record: 100. The record is shared by every
+ * cluster on the source and rewritten whole on each join and deploy; without a bound one
+ * tenant's thousands of repositories on a popular public tag grew it (and the compare-and-swap
+ * conflicts of everyone on it) without limit. A repository past the bound still fetches the
+ * record's digest; it is not poked when the tag moves and upgrades on its own sync period.
+ */
+export const MAX_MEMBERS_PER_CLUSTER = 100;
+/** Sources {@link pollSources} resolves at once: 8. */
+export const POLL_CONCURRENCY = 8;
 /** Compare-and-swap attempts before a record update gives up. */
 const CAS_ATTEMPTS = 10;
 
@@ -242,7 +252,9 @@ export async function trackSource(
   const rec =
     (await updateSourcePoll(deps.store, key, (cur) => {
       if (!cur || cur.members.some((m) => memberId(m) === memberId(self) && m.uid === self.uid)) return undefined;
-      const members = [...cur.members.filter((m) => memberId(m) !== memberId(self)), self];
+      const others = cur.members.filter((m) => memberId(m) !== memberId(self));
+      if (others.filter((m) => m.cluster === self.cluster).length >= MAX_MEMBERS_PER_CLUSTER) return undefined;
+      const members = [...others, self];
       return { ...cur, members: members.sort((a, b) => (memberId(a) < memberId(b) ? -1 : 1)) };
     })) ?? due.rec;
   return { key, resolved: rec.resolved, fetch: pinnedFetchOf(pkgr.spec.fetch, rec.resolved) };
@@ -394,8 +406,8 @@ export interface PollOptions {
 }
 
 /**
- * One poll of the fleet's sources (the embedded runtime's timer, the Lambda poll event): every
- * record older than the period is resolved again and written under compare-and-swap (one
+ * One poll of the fleet's sources (the embedded runtime's timer, the Lambda poll event),
+ * {@link POLL_CONCURRENCY} at a time: every record older than the period is resolved again and written under compare-and-swap (one
  * poller wins per period); then the members this runtime serves that are behind are poked
  * (see the module comment for who).
  * @throws StoreError on a failed list (a failed record is logged and skipped)
@@ -411,22 +423,29 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     if (page.length < 1000) break;
     page = await deps.store.list(SOURCE_POLL_PREFIX, { startAfter: page[page.length - 1] });
   }
-  for (const key of keys) {
+  let next = 0;
+  const pollOne = async (key: string) => {
     summary.sources += 1;
     try {
       const stored = await readSourcePoll(deps.store, key);
-      if (!stored) continue;
+      if (!stored) return;
       const due = await pollIfDue(key, stored.source, deps);
       if (due.polled) summary.polled += 1;
       if (due.changed) summary.changed += 1;
       const rec = due.rec;
-      if (!rec) continue;
+      if (!rec) return;
       summary.poked += await pokeBehind(key, rec, deps, opts, periodMs);
     } catch (err) {
       summary.failed += 1;
       deps.log.warn({ key, err: (err as Error).message }, 'source poll failed');
     }
-  }
+  };
+  // A few sources at a time: one whose server holds its request to the deadline must not hold
+  // every source behind it (the record keys are hashes, so any source may come first).
+  const worker = async () => {
+    for (let i = next++; i < keys.length; i = next++) await pollOne(keys[i] as string);
+  };
+  await Promise.all(Array.from({ length: Math.min(POLL_CONCURRENCY, keys.length) }, worker));
   return summary;
 }
 
