@@ -460,6 +460,7 @@ describe('index-repo (PackageRepository reconcile)', () => {
 // ------------------------------------------------------------------- the placeholder Secret (§3.12 step 2)
 
 const BUNDLE_BY_TAG = { imgpkgBundle: { image: 'registry.example/repo:v1' } };
+const BUNDLE_BY_DIGEST = { imgpkgBundle: { image: `registry.example/repo@sha256:${'b'.repeat(64)}` } };
 const DOCKERCONFIG = '.dockerconfigjson';
 /** `ns/repo-fetch-0` as secretgen-controller leaves it once it filled it. */
 const FILLED = {
@@ -525,8 +526,10 @@ describe('index-repo: the placeholder Secret <name>-fetch-0 (§3.12 step 2)', ()
   });
 
   it('ref-changed: its own unfilled placeholder forces nothing; filled, it forces a reconcile', async () => {
-    const notDue = { spec: { fetch: BUNDLE_BY_TAG }, status: SUCCEEDED_A_MINUTE_AGO };
-    const first = await indexOnce({ ...deploys, repo: { spec: { fetch: BUNDLE_BY_TAG } } });
+    // A source by digest: a tag is polled for the fleet, and its ref-changed (the poll's poke for a
+    // new digest) always runs (next test).
+    const notDue = { spec: { fetch: BUNDLE_BY_DIGEST }, status: SUCCEEDED_A_MINUTE_AGO };
+    const first = await indexOnce({ ...deploys, repo: { spec: { fetch: BUNDLE_BY_DIGEST } } });
     const unfilled = filledWorld();
     unfilled.cluster.put(repoObject(notDue) as never);
     unfilled.cluster.secrets.set('ns/repo-fetch-0', first.w.cluster.secrets.get('ns/repo-fetch-0')!);
@@ -539,6 +542,21 @@ describe('index-repo: the placeholder Secret <name>-fetch-0 (§3.12 step 2)', ()
     const w = filledWorld();
     w.cluster.put(repoObject(notDue) as never);
     w.cluster.secrets.set('ns/repo-fetch-0', FILLED as never);
+    w.runner.on('vendir', vendirFetches);
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    await dispatchEvent(objectEvent(PKGR_REF, 'ref-changed', { time: new Date(NOW) }), w.deps);
+    expect(w.outcomes()).toEqual([
+      ['reconcile', 'succeeded'],
+      ['index-repo', 'succeeded'],
+    ]);
+  });
+
+  it('ref-changed on a source by tag (polled for the fleet) runs even with its placeholder unfilled', async () => {
+    const notDue = { spec: { fetch: BUNDLE_BY_TAG }, status: SUCCEEDED_A_MINUTE_AGO };
+    const first = await indexOnce({ ...deploys, repo: { spec: { fetch: BUNDLE_BY_TAG } } });
+    const w = filledWorld();
+    w.cluster.put(repoObject(notDue) as never);
+    w.cluster.secrets.set('ns/repo-fetch-0', first.w.cluster.secrets.get('ns/repo-fetch-0')!);
     w.runner.on('vendir', vendirFetches);
     w.runner.on('kapp', { stdout: 'Succeeded' });
     await dispatchEvent(objectEvent(PKGR_REF, 'ref-changed', { time: new Date(NOW) }), w.deps);

@@ -79,7 +79,7 @@ import {
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
-import { leaveSource, memberDeployed, type TrackedSource, trackSource } from './source-poll.js';
+import { leaveSource, memberDeployed, polledSourceOf, type TrackedSource, trackSource } from './source-poll.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms (as Apps). */
@@ -228,7 +228,12 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
   }
   const specChanged = pkgr.status?.observedGeneration !== generation;
   const forced =
-    specChanged || ev.reason === 'added' || (ev.reason === 'ref-changed' && (await refChangeMatters(pkgr, kube)));
+    specChanged ||
+    ev.reason === 'added' ||
+    // A polled source's ref-changed is the fleet poll's poke (a new digest): always a run. Otherwise
+    // it is a Secret change, which matters unless it is the placeholder still unfilled.
+    (ev.reason === 'ref-changed' &&
+      (polledSourceOf(pkgr.spec.fetch) !== undefined || (await refChangeMatters(pkgr, kube))));
   const soon = new Date(deps.now().getTime() + RESYNC_EARLY_TOLERANCE_MS);
   if (!forced && !isReadyAt(pkgr, soon, { kind: 'PackageRepository' })) {
     done('noop');
