@@ -310,7 +310,8 @@ export async function upgradeOurs(
         }),
       );
     }
-    await Promise.all(runtimes.map((r) => waitForwardersReady(r, 60_000)));
+    // 20 runtimes start their forwarders at once on a shared, loaded machine: allow 4 min
+    await Promise.all(runtimes.map((r) => waitForwardersReady(r, 240_000)));
     const v1 = await pushBundle(registry, `${FLEET_REPO}:latest`, upgradeBundle(['1.0.0']));
     const image = `${proxy.host}/${FLEET_REPO}:latest`;
     const rests = { a: restFor(kubeconfig, 'real-a'), b: restFor(kubeconfig, 'real-b') };
