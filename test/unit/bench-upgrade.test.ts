@@ -33,7 +33,7 @@ describe('bench upgrade: generated content', () => {
     ]);
     const docs = Object.values(files).map((f) => parse(f) as { kind: string; spec: { version?: string } });
     const { versions } = filterRepositoryResources(Object.values(files).join('---\n'));
-    expect(Object.fromEntries(versions)).toEqual({ [UPGRADE_REF_NAME]: ['1.0.0', '2.0.0'] });
+    expect(versions).toEqual({ [UPGRADE_REF_NAME]: ['1.0.0', '2.0.0'] });
     expect(docs.filter((d) => d.kind === 'Package').map((d) => d.spec.version)).toEqual(['1.0.0', '2.0.0']);
   });
 
@@ -140,7 +140,12 @@ describe('bench upgrade: rows', () => {
     const rows = upgradeRows({ ours });
     expect(rows.filter((r) => r.verdict).map((r) => r.verdict)).toEqual(['met', 'met', 'met']);
     const bad = upgradeRows({
-      ours: { ...ours, eventDrivenMs: 31_000, registry: { ...ours.registry, manifestByTag: 2 }, tools: countToolRuns([]) },
+      ours: {
+        ...ours,
+        eventDrivenMs: 31_000,
+        registry: { ...ours.registry, manifestByTag: 2 },
+        tools: countToolRuns([]),
+      },
     });
     expect(bad.filter((r) => r.verdict).map((r) => r.verdict)).toEqual(['missed', 'missed', 'missed']);
   });
