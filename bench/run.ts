@@ -45,6 +45,7 @@ import {
 import { repositoriesScenario } from './scenarios/repositories.js';
 import { resyncOurs } from './scenarios/resync.js';
 import { type ThroughputRun, throughputOurs, throughputTheirs } from './scenarios/throughput.js';
+import { DEFAULT_KC_WAIT_S, DEFAULT_POLL_MS, upgradeScenario } from './scenarios/upgrade.js';
 
 const ALL = [
   'bundles',
@@ -54,6 +55,7 @@ const ALL = [
   'resync',
   'dedup',
   'repositories',
+  'upgrade',
   'forwarder-memory',
 ] as const;
 type Scenario = (typeof ALL)[number];
@@ -71,6 +73,8 @@ const APPS = Number(process.env.BENCH_APPS ?? 200);
 const MEMORY_COUNTS = (process.env.BENCH_MEMORY_COUNTS ?? '0,1000,10000').split(',').map(Number);
 const LATENCY_RUNS = Number(process.env.BENCH_LATENCY_RUNS ?? 5);
 const CONCURRENCIES = [4, 10];
+const UPGRADE_POLL_MS = Number(process.env.BENCH_UPGRADE_POLL_MS ?? DEFAULT_POLL_MS);
+const UPGRADE_KC_WAIT_S = Number(process.env.BENCH_UPGRADE_KC_WAIT_S ?? DEFAULT_KC_WAIT_S);
 
 const started = Date.now();
 const say = (m: string) => process.stderr.write(`[bench +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
@@ -181,7 +185,7 @@ try {
     throughput: [],
   };
   let bin: string | undefined;
-  if (selected.includes('kapp-controller') || selected.includes('repositories')) {
+  if (selected.includes('kapp-controller') || selected.includes('repositories') || selected.includes('upgrade')) {
     bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
   }
   const runTheirs = async <T>(
@@ -356,6 +360,13 @@ try {
     ctx.results.repositories = await repositoriesScenario(ctx, bin, step);
   }
 
+  if (selected.includes('upgrade')) {
+    ctx.results.upgrade = await upgradeScenario(ctx, bin, step, {
+      pollMs: UPGRADE_POLL_MS,
+      kcWaitS: UPGRADE_KC_WAIT_S,
+    });
+  }
+
   if (selected.includes('forwarder-memory')) {
     const r = await step('4 forwarder memory', 'RSS', () => forwarderMemory(ctx, MEMORY_COUNTS));
     if (r) {
@@ -390,6 +401,8 @@ const doc = {
     memoryCounts: MEMORY_COUNTS,
     latencyRuns: LATENCY_RUNS,
     concurrencies: CONCURRENCIES,
+    upgradePollMs: UPGRADE_POLL_MS,
+    upgradeKcWaitS: UPGRADE_KC_WAIT_S,
     /**
      * `/proc/loadavg` at the start and the end of the run: the machine is shared with other
      * engineers' test suites, whose load is in these figures (per-step 1-minute averages: `load`).

@@ -42,6 +42,8 @@ export function collectionPath(kind: string, namespace?: string): string {
       return `/apis/kappctrl.k14s.io/v1alpha1${ns}/apps`;
     case 'PackageRepository':
       return `/apis/${PACKAGING_API_VERSION}${ns}/packagerepositories`;
+    case 'PackageInstall':
+      return `/apis/${PACKAGING_API_VERSION}${ns}/packageinstalls`;
     case 'Package':
       return `/apis/${DATA_PACKAGING_API_VERSION}${ns}/packages`;
     case 'PackageMetadata':

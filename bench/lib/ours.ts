@@ -15,6 +15,7 @@ import {
   startEmbedded,
 } from '../../functions/embedded/runtime.js';
 import type { ToolStats } from '../../functions/lib/exec/metrics.js';
+import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { apiServerInfoOf, KubeApiClient } from '../../functions/lib/kube/index.js';
 import type { KubeClient } from '../../functions/lib/kube/port.js';
 import { MapClusterRegistry } from '../../functions/lib/kube/registry.js';
@@ -82,10 +83,20 @@ export function timedStore(inner: ObjectStore, timing: StoreTiming): ObjectStore
 export interface OursOptions
   extends Pick<
     EmbeddedOptions,
-    'kubeconfigPath' | 'contexts' | 'namespaces' | 'store' | 'storeDir' | 'tmpRoot' | 'cacheRoot' | 'concurrency'
+    | 'kubeconfigPath'
+    | 'contexts'
+    | 'namespaces'
+    | 'store'
+    | 'storeDir'
+    | 'tmpRoot'
+    | 'cacheRoot'
+    | 'concurrency'
+    | 'config'
   > {
   /** Warnings and errors go here (one line each); stage records are kept, not printed. */
   say?: (line: string) => void;
+  /** Called with each tool run's request before it starts (to tell a repository's runs from an App's). */
+  onToolRun?: (req: RunRequest) => void;
 }
 
 /** A running instrumented embedded runtime. */
@@ -97,6 +108,8 @@ export interface Ours {
   api: ApiCounts;
   /** Object-store calls of the pipeline so far. */
   store: StoreTiming;
+  /** Info-level log messages other than stage records (message and when), e.g. the source poll's. */
+  logs: { at: number; msg: string }[];
   /** `performance.now()` of each event the forwarders handed to the pipeline, by object key, in order. */
   sent: Map<string, { at: number; reason: string }[]>;
   /** Tool metrics snapshot. */
@@ -107,6 +120,7 @@ export interface Ours {
 /** A logger (the core's port) that keeps stage-run records and prints warnings/errors. */
 function benchLogger(
   records: TimedRecord[],
+  logs: { at: number; msg: string }[],
   say: (line: string) => void,
   bindings: Record<string, unknown> = {},
 ): Logger {
@@ -117,6 +131,7 @@ function benchLogger(
         records.push({ ...(obj as unknown as StageRunRecord), at: performance.now() });
         return;
       }
+      if (level === 'info' && msg) logs.push({ at: performance.now(), msg });
       if (level === 'warn' || level === 'error') {
         const o = { ...bindings, ...obj };
         say(`[ours ${level}] ${msg ?? ''} ${JSON.stringify(o).slice(0, 400)}`);
@@ -127,7 +142,7 @@ function benchLogger(
     warn: at('warn'),
     error: at('error'),
     debug: () => {},
-    child: (b) => benchLogger(records, say, { ...bindings, ...b }),
+    child: (b) => benchLogger(records, logs, say, { ...bindings, ...b }),
   };
 }
 
@@ -139,11 +154,12 @@ export function startOurs(opts: OursOptions): Ours {
   const records: TimedRecord[] = [];
   const api: ApiCounts = {};
   const store: StoreTiming = { calls: 0, ms: 0 };
+  const logs: { at: number; msg: string }[] = [];
   const sent = new Map<string, { at: number; reason: string }[]>();
   const say = opts.say ?? (() => {});
   const runtime = startEmbedded({
     ...opts,
-    log: benchLogger(records, say),
+    log: benchLogger(records, logs, say),
     wrapDeps: (deps) => {
       const clients = new Map<string, KubeClient>();
       for (const id of deps.clusters.clusterIds()) {
@@ -157,7 +173,16 @@ export function startOurs(opts: OursOptions): Ours {
           }),
         );
       }
-      return { ...deps, clusters: new MapClusterRegistry(clients), store: timedStore(deps.store, store) };
+      const { onToolRun } = opts;
+      const runner = onToolRun
+        ? {
+            run: (req: RunRequest) => {
+              onToolRun(req);
+              return deps.runner.run(req);
+            },
+          }
+        : deps.runner;
+      return { ...deps, runner, clusters: new MapClusterRegistry(clients), store: timedStore(deps.store, store) };
     },
   });
   // Note when each event reaches the pipeline (the forwarder calls `send` on this object).
@@ -180,6 +205,7 @@ export function startOurs(opts: OursOptions): Ours {
     records,
     api,
     store,
+    logs,
     sent,
     tools: () => runtime.toolMetrics.snapshot(),
     stop: () => runtime.stop(),

@@ -18,16 +18,15 @@
  *
  * @module
  */
-import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { stringify } from 'yaml';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
 import { applyCrds } from '../../scripts/local-env.js';
-import { type Cluster, startCluster } from '../../test/harness/cluster.js';
+import { startCluster } from '../../test/harness/cluster.js';
 import { createRepo } from '../../test/harness/fixtures.js';
 import { type GitServer, startGitServer } from '../../test/harness/servers/git.js';
 import { type BenchContext, clusterOf, scratchDir } from '../lib/context.js';
-import { AppWatch, BENCH_SA, createAll, createTenants, loadKubeConfig, type Manifest, restFor } from '../lib/kube.js';
+import { type FleetId, fleetIds, fleetKubeconfig } from '../lib/fleet.js';
+import { AppWatch, BENCH_SA, createAll, createTenants, type Manifest, restFor } from '../lib/kube.js';
 import { appKey, type Ours, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
 
 /** One phase of the dedup scenario. */
@@ -55,36 +54,7 @@ export interface DedupResult {
   staggered: DedupPhase;
 }
 
-interface Id {
-  id: string;
-  cluster: 'a' | 'b';
-  ns: string;
-}
-
-/** Kubeconfig with one context per cluster id (A and B's admin users; simulated ids use A). */
-async function fleetKubeconfig(a: Cluster, b: Cluster, ids: readonly Id[], file: string): Promise<void> {
-  const ka = loadKubeConfig(a.kubeconfigPath);
-  const kb = loadKubeConfig(b.kubeconfigPath);
-  const entry = (kc: ReturnType<typeof loadKubeConfig>, n: string) => {
-    const c = kc.getCurrentCluster()!;
-    const u = kc.getCurrentUser()!;
-    return {
-      cluster: { name: n, cluster: { server: c.server, 'certificate-authority-data': c.caData } },
-      user: { name: n, user: { 'client-certificate-data': u.certData, 'client-key-data': u.keyData } },
-    };
-  };
-  const ea = entry(ka, 'a');
-  const eb = entry(kb, 'b');
-  const doc = {
-    apiVersion: 'v1',
-    kind: 'Config',
-    clusters: [ea.cluster, eb.cluster],
-    users: [ea.user, eb.user],
-    contexts: ids.map((i) => ({ name: i.id, context: { cluster: i.cluster, user: i.cluster } })),
-    'current-context': ids[0]!.id,
-  };
-  await writeFile(file, stringify(doc), { mode: 0o600 });
-}
+type Id = FleetId;
 
 function gitApp(ns: string, name: string, url: string, sha: string): Manifest {
   return {
@@ -202,15 +172,7 @@ export async function dedupOurs(ctx: BenchContext, simulated = 18): Promise<Dedu
   const runtimes: Ours[] = [];
   try {
     await applyCrds(b.kubeconfigPath);
-    const ids: Id[] = [
-      { id: 'real-a', cluster: 'a', ns: 'bench-dedup' },
-      { id: 'real-b', cluster: 'b', ns: 'bench-dedup' },
-      ...Array.from({ length: simulated }, (_, i) => ({
-        id: `sim-${String(i + 1).padStart(2, '0')}`,
-        cluster: 'a' as const,
-        ns: `bench-dedup-s${String(i + 1).padStart(2, '0')}`,
-      })),
-    ];
+    const ids = fleetIds('bench-dedup', simulated);
     await createTenants(
       restA,
       ids.filter((i) => i.cluster === 'a').map((i) => i.ns),
