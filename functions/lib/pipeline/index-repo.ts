@@ -79,7 +79,14 @@ import {
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
-import { leaveSource, memberDeployed, polledSourceOf, type TrackedSource, trackSource } from './source-poll.js';
+import {
+  causeOf,
+  leaveSource,
+  memberDeployed,
+  polledSourceOf,
+  type TrackedSource,
+  trackSource,
+} from './source-poll.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms (as Apps). */
@@ -400,7 +407,10 @@ async function followSource(tracked: TrackedSource, object: ObjectRef, fetched: 
   try {
     await memberDeployed(tracked, object, fetched, deps);
   } catch (err) {
-    deps.log.warn({ subject: objectKey(object), err: (err as Error).message }, 'source poll record not updated');
+    deps.log.warn(
+      { subject: objectKey(object), err: (err as Error).message, cause: causeOf(err) },
+      'source poll record not updated',
+    );
   }
 }
 

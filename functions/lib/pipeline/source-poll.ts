@@ -127,6 +127,15 @@ function parseRecord(body: Buffer | undefined): SourcePollRecord | undefined {
   }
 }
 
+/**
+ * The message of `err.cause` (a StoreError wraps the filesystem or S3 error that explains it), or
+ * `undefined`; logged beside the error so a failing record update says why (no content, no keys).
+ */
+export function causeOf(err: unknown): string | undefined {
+  const cause = (err as { cause?: unknown } | undefined)?.cause;
+  return cause === undefined ? undefined : cause instanceof Error ? cause.message : String(cause);
+}
+
 /** Reads a record. @throws StoreError */
 export async function readSourcePoll(store: ObjectStore, key: string): Promise<SourcePollRecord | undefined> {
   return parseRecord(await store.get(key));
@@ -455,7 +464,7 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
       summary.poked += await pokeBehind(key, rec, deps, opts, periodMs);
     } catch (err) {
       summary.failed += 1;
-      deps.log.warn({ key, err: (err as Error).message }, 'source poll failed');
+      deps.log.warn({ key, err: (err as Error).message, cause: causeOf(err) }, 'source poll failed');
     }
   };
   // A few sources at a time: one whose server holds its request to the deadline must not hold
