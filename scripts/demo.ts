@@ -18,24 +18,14 @@ import { startEmbedded } from '../functions/embedded/runtime.js';
 import { cacheRoot } from '../layers/gobuild.js';
 import { kubectl } from '../test/harness/kube.js';
 import { relocateKadras } from './demo-kadras.js';
-import { examplePlaceholders, renderExample, startLocalEnvironment } from './local-env.js';
-
-/** The example Apps, each file one App; `rbac.yml` before them. */
-const APP_EXAMPLES = [
-  'inline-app.yml',
-  'simple-app-git.yml',
-  'simple-app-http.yml',
-  'simple-app-bundle.yml',
-  'podinfo-helm.yml',
-];
-const EXAMPLES = ['rbac.yml', ...APP_EXAMPLES, 'kadras-repository.yml'];
-/**
- * Applied once the repository reconciled, as a user runs `kctrl package install` after `kctrl
- * package repository add` (kctrl waits for the repository): a PackageInstall applied before its
- * Packages exist fails `Package ... not found` and, until repository indexing re-triggers
- * installs (issue 10 item 4), waits for its sync period.
- */
-const INSTALL_EXAMPLE = 'kadras-metrics-server-install.yml';
+import {
+  APP_EXAMPLES,
+  EXAMPLES,
+  examplePlaceholders,
+  INSTALL_EXAMPLE,
+  renderExample,
+  startLocalEnvironment,
+} from './local-env.js';
 
 /** An App, PackageRepository or PackageInstall as `kubectl get -o json` returns it (the fields read here). */
 interface AppRow {

@@ -30,6 +30,24 @@ export async function applyCrds(kubeconfigPath: string): Promise<void> {
   await kubectl(kubeconfigPath, ['wait', '--for=condition=Established', '--timeout=60s', 'crd', '--all']);
 }
 
+/** The example Apps of `npm run demo` (and the cloud-mode e2e), each file one App. */
+export const APP_EXAMPLES = [
+  'inline-app.yml',
+  'simple-app-git.yml',
+  'simple-app-http.yml',
+  'simple-app-bundle.yml',
+  'podinfo-helm.yml',
+];
+/** What the demo applies first: `rbac.yml`, the Apps, the kadras repository. */
+export const EXAMPLES = ['rbac.yml', ...APP_EXAMPLES, 'kadras-repository.yml'];
+/**
+ * Applied once the repository reconciled, as a user runs `kctrl package install` after `kctrl
+ * package repository add` (kctrl waits for the repository): a PackageInstall applied before its
+ * Packages exist fails `Package ... not found` and, until repository indexing re-triggers
+ * installs (issue 10 item 4), waits for its sync period.
+ */
+export const INSTALL_EXAMPLE = 'kadras-metrics-server-install.yml';
+
 /** Placeholder → value, for the example manifests (see examples/README.md). */
 export function examplePlaceholders(servers: Omit<AllServers, 'stop'>): Record<string, string> {
   return {

@@ -17,8 +17,7 @@
  *   event removes them and the finalizer.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { mkdir, symlink } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,21 +26,12 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
 import { EVENT_TYPES, objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
-import { layerTools, layerToolVersions } from '../../layers/build.js';
+import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunction } from '../../layers/bundle.js';
-import { binPath } from '../../layers/gobuild.js';
-import { component } from '../../layers/manifest.js';
-import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
+import { hardenAddonPath } from '../../layers/native.js';
 import { kubectl } from '../harness/kube.js';
-import {
-  freePort,
-  httpAnswers,
-  LOOPBACK,
-  makeTempDir,
-  removeTempDir,
-  type ServerProcess,
-  startProcess,
-} from '../harness/servers/process.js';
+import { functionLayer, invokeRie, type Rie, rieLogLines, startRie } from '../harness/lambda.js';
+import { LOOPBACK, makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { type S3Info, s3Client } from '../harness/servers/s3.js';
 import type { ServersInfo } from '../harness/servers.js';
 
@@ -98,67 +88,13 @@ async function startRecordingSqs(): Promise<{ url: string; requests: SqsRequest[
   return { url: `http://${LOOPBACK}:${port}`, requests, server };
 }
 
-/** A running emulator serving one bundle. */
-interface Rie {
-  proc: ServerProcess;
-  invokeUrl: string;
-}
-
-const rieBin = () => binPath(component('aws-lambda-rie'), 'aws-lambda-rie');
-
-/** Starts RIE on loopback ports (invoke API and Runtime API) with `node <bundle>` as bootstrap. */
-async function startRie(bundlePath: string, env: Record<string, string>, cwd: string): Promise<Rie> {
-  const rie = rieBin();
-  if (!existsSync(rie)) throw new Error(`aws-lambda-rie is not built at ${rie}: run npm run setup`);
-  const invokePort = await freePort();
-  const apiPort = await freePort();
-  const proc = await startProcess(
-    'aws-lambda-rie',
-    [
-      rie,
-      '--runtime-interface-emulator-address',
-      `${LOOPBACK}:${invokePort}`,
-      '--runtime-api-address',
-      `${LOOPBACK}:${apiPort}`,
-      process.execPath,
-      bundlePath,
-    ],
-    {
-      cwd,
-      // RIE forwards its whole environment to the function: give it only what a function gets.
-      env: { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: cwd, AWS_LAMBDA_FUNCTION_TIMEOUT: '120', ...env },
-      ready: () => httpAnswers(`http://${LOOPBACK}:${invokePort}/`),
-    },
-  );
-  return { proc, invokeUrl: `http://${LOOPBACK}:${invokePort}/2015-03-31/functions/function/invocations` };
-}
-
-async function invoke(rie: Rie, payload: unknown): Promise<{ status: number; body: unknown }> {
-  const res = await fetch(rie.invokeUrl, { method: 'POST', body: JSON.stringify(payload) });
-  const text = await res.text();
-  let body: unknown = text;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    // not JSON: keep the text
-  }
-  return { status: res.status, body };
-}
-
-/** The function's JSON log lines (pino) among RIE's output. */
-function logLines(rie: Rie): Record<string, unknown>[] {
-  return rie.proc
-    .output()
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l) as Record<string, unknown>];
-      } catch {
-        return [];
-      }
-    });
-}
+const startFunction = (bundlePath: string, env: Record<string, string>, cwd: string) =>
+  startRie({ bundle: bundlePath, env, cwd });
+const invoke = async (rie: Rie, payload: unknown) => {
+  const { status, body } = await invokeRie(rie, payload);
+  return { status, body };
+};
+const logLines = rieLogLines;
 
 const sqsRecord = (messageId: string, body: string, group: string) => ({
   messageId,
@@ -186,11 +122,7 @@ const started: Rie[] = [];
 
 /** A function's layer as `layers/build.ts` lays it out: its tools and the launcher flat in one bin dir. */
 async function layerBinDir(stage: PipelineStage): Promise<string> {
-  const binDir = path.join(tmp, 'opt', stage, 'bin');
-  await mkdir(binDir, { recursive: true });
-  for (const { component: c, bin } of layerTools(stage)) await symlink(binPath(c, bin), path.join(binDir, bin));
-  await symlink(launcherPath(), path.join(binDir, LAUNCHER_NAME));
-  return binDir;
+  return (await functionLayer(tmp, stage)).binDir;
 }
 
 function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<string, string> {
@@ -225,7 +157,7 @@ beforeAll(async () => {
   const bundles = path.join(tmp, 'bundles');
   await mkdir(bundles);
   const fetchBundle = await bundle('fetch', bundles);
-  fetchRie = await startRie(fetchBundle, functionEnv(await layerBinDir('fetch')), tmp);
+  fetchRie = await startFunction(fetchBundle, functionEnv(await layerBinDir('fetch')), tmp);
   started.push(fetchRie);
 
   const crds = [
@@ -466,7 +398,7 @@ describe('index-repo function under the Runtime Interface Emulator', () => {
       .filter(Boolean);
 
   it('reconciles an inline PackageRepository into Packages (ReconcileSucceeded), then deletes them with the repository', async () => {
-    const indexRie = await startRie(
+    const indexRie = await startFunction(
       await bundle('index-repo', path.join(tmp, 'bundles')),
       functionEnv(await layerBinDir('index-repo'), 'index-repo'),
       tmp,
@@ -547,7 +479,7 @@ describe('a function with an invalid configuration under the emulator', () => {
   it('ends init with one JSON line naming the bad variables, and the invoke fails', async () => {
     const bundles = path.join(tmp, 'bundles');
     const deployBundle = await bundle('deploy', bundles);
-    const rie = await startRie(deployBundle, { AWS_REGION: 'us-east-1' }, tmp);
+    const rie = await startFunction(deployBundle, { AWS_REGION: 'us-east-1' }, tmp);
     started.push(rie);
     // RIE answers a failed init with 502 and an empty body (Lambda: Runtime.ExitError).
     expect(await invoke(rie, { Records: [] })).toEqual({ status: 502, body: '' });

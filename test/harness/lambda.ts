@@ -1,0 +1,215 @@
+/**
+ * The Lambda functions as they ship, on this machine: each function's esbuild bundle (the
+ * project's one recipe, `layers/bundle.ts`) as its own bootstrap under the AWS Lambda Runtime
+ * Interface Emulator (`aws-lambda-rie`, built by `npm run setup`), with its layer laid out as
+ * `layers/build.ts` lays it (its tools and the launcher flat in `<layer>/bin`).
+ *
+ * With `isolate`, the emulator runs in a private mount namespace (`unshare`, root) in which the
+ * host's tool directories (`/usr/bin`, `/usr/local/bin`, `/usr/sbin`) are empty
+ * (`lambda-sandbox.ts`) and node is where Lambda's Node runtime keeps it
+ * (`<root>/var/lang/bin/node`): a function finds only its own layer's tools, so one that would
+ * need a host tool (git for vendir, kubectl) fails here as it would on Lambda.
+ *
+ * @module
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdir, stat, symlink, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { PipelineStage } from '../../functions/lib/transport/port.js';
+import { layerTools } from '../../layers/build.js';
+import { bundleEntry } from '../../layers/bundle.js';
+import { binPath } from '../../layers/gobuild.js';
+import { component } from '../../layers/manifest.js';
+import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
+import { freePort, httpAnswers, LOOPBACK, type ServerProcess, startProcess } from './servers/process.js';
+
+/** Path of the emulator binary (`npm run setup` builds it). */
+export const rieBin = (): string => binPath(component('aws-lambda-rie'), 'aws-lambda-rie');
+
+/** Host directories a sandboxed function does not see (Lambda's image has none of their tools). */
+export const HIDDEN_HOST_DIRS = ['/usr/local/bin', '/usr/bin', '/usr/sbin'] as const;
+
+/** A function's layer laid out on disk. */
+export interface FunctionLayer {
+  /** `<root>/opt/<stage>/bin`: its tools and the launcher (`KAPP_LAMBDA_BIN_DIR`). */
+  readonly binDir: string;
+  /** The binaries in it (tools in manifest order, then the launcher when there are tools). */
+  readonly bins: readonly string[];
+  /** What the deployed layer weighs: its binaries plus the hardening addon, bytes. */
+  readonly bytes: number;
+}
+
+/**
+ * Lays out `stage`'s layer under `root` as `layers/build.ts` does (symlinks to the cached tool
+ * builds; the launcher only for a function with tools) and measures it.
+ */
+export async function functionLayer(root: string, stage: PipelineStage): Promise<FunctionLayer> {
+  const binDir = path.join(root, 'opt', stage, 'bin');
+  await mkdir(binDir, { recursive: true });
+  const bins: string[] = [];
+  let bytes = (await stat(hardenAddonPath())).size;
+  const tools = layerTools(stage).map(({ component: c, bin }) => ({ bin, src: binPath(c, bin) }));
+  if (tools.length > 0) tools.push({ bin: LAUNCHER_NAME, src: launcherPath() });
+  for (const { bin, src } of tools) {
+    await symlink(src, path.join(binDir, bin));
+    bytes += (await stat(src)).size;
+    bins.push(bin);
+  }
+  return { binDir, bins, bytes };
+}
+
+/** A running emulator serving one function. */
+export interface Rie {
+  readonly proc: ServerProcess;
+  /** RIE's invoke endpoint (`POST` an event). */
+  readonly invokeUrl: string;
+}
+
+/** Options of {@link startRie}. */
+export interface RieOptions {
+  /** The function's bundle (`node <bundle>` is the bootstrap). */
+  readonly bundle: string;
+  /** The function's environment (RIE passes its whole environment on: nothing else is given). */
+  readonly env: Record<string, string>;
+  /** Working directory and `HOME`. */
+  readonly cwd: string;
+  /** Lambda's time limit of one invocation, seconds (`AWS_LAMBDA_FUNCTION_TIMEOUT`; default 120). */
+  readonly timeoutSeconds?: number;
+  /** Memory size reported to the function, MiB (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`). */
+  readonly memoryMiB?: number;
+  /**
+   * Hide {@link HIDDEN_HOST_DIRS} (see the module comment); `bundles` is where the sandbox
+   * program's own bundle is written. Default: the host's directories stay visible.
+   */
+  readonly isolate?: { readonly bundles: string };
+}
+
+const SANDBOX_ENTRY = fileURLToPath(new URL('./lambda-sandbox.ts', import.meta.url));
+
+/** Bundles `lambda-sandbox.ts` into `dir` once; returns its path. */
+async function sandboxProgram(dir: string): Promise<string> {
+  const out = path.join(dir, 'lambda-sandbox.mjs');
+  if (!existsSync(out)) await bundleEntry(SANDBOX_ENTRY, out);
+  return out;
+}
+
+/**
+ * Starts RIE on two loopback ports (invoke API and Runtime API) with `node <bundle>` as the
+ * bootstrap, and waits until the invoke API answers. The function initializes on the first
+ * invoke (its cold start), as on Lambda.
+ * @throws Error when the emulator is not built (`npm run setup`) or does not start.
+ */
+export async function startRie(opts: RieOptions): Promise<Rie> {
+  const rie = rieBin();
+  if (!existsSync(rie)) throw new Error(`aws-lambda-rie is not built at ${rie}: run npm run setup`);
+  const invokePort = await freePort();
+  const apiPort = await freePort();
+  let node = process.execPath;
+  let prefix: string[] = [];
+  const pathDirs = ['/usr/local/bin', '/usr/bin', '/bin'];
+  if (opts.isolate) {
+    const langBin = path.join(opts.cwd, 'var', 'lang', 'bin');
+    await mkdir(langBin, { recursive: true });
+    node = path.join(langBin, 'node');
+    if (!existsSync(node)) await writeFile(node, '');
+    const hide = HIDDEN_HOST_DIRS.filter((d) => existsSync(d)).flatMap((d) => ['--hide', d]);
+    prefix = [
+      'unshare',
+      '--mount',
+      '--propagation',
+      'private',
+      process.execPath,
+      await sandboxProgram(opts.isolate.bundles),
+      '--bind',
+      process.execPath,
+      node,
+      ...hide,
+      '--',
+    ];
+    pathDirs.unshift(langBin);
+  }
+  const argv = [
+    ...prefix,
+    rie,
+    '--runtime-interface-emulator-address',
+    `${LOOPBACK}:${invokePort}`,
+    '--runtime-api-address',
+    `${LOOPBACK}:${apiPort}`,
+    node,
+    opts.bundle,
+  ];
+  const proc = await startProcess('aws-lambda-rie', argv, {
+    cwd: opts.cwd,
+    env: {
+      PATH: pathDirs.join(':'),
+      HOME: opts.cwd,
+      AWS_LAMBDA_FUNCTION_TIMEOUT: String(opts.timeoutSeconds ?? 120),
+      ...(opts.memoryMiB ? { AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(opts.memoryMiB) } : {}),
+      ...opts.env,
+    },
+    ready: () => httpAnswers(`http://${LOOPBACK}:${invokePort}/`),
+  });
+  return { proc, invokeUrl: `http://${LOOPBACK}:${invokePort}/2015-03-31/functions/function/invocations` };
+}
+
+/** What one invoke returned. */
+export interface InvokeResult {
+  /** HTTP status of RIE's answer (200 also for a function error; 502 for a failed init). */
+  readonly status: number;
+  /** The answer, parsed when it is JSON. */
+  readonly body: unknown;
+  /** Round trip, ms. */
+  readonly ms: number;
+}
+
+/**
+ * Invokes the function once with `payload` (RIE runs one invocation at a time).
+ * @throws Error when RIE does not answer (e.g. the emulator is gone).
+ */
+export async function invokeRie(rie: Rie, payload: unknown): Promise<InvokeResult> {
+  const t0 = performance.now();
+  const res = await fetch(rie.invokeUrl, { method: 'POST', body: JSON.stringify(payload) });
+  const text = await res.text();
+  const ms = performance.now() - t0;
+  let body: unknown = text;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // not JSON: keep the text
+  }
+  return { status: res.status, body, ms };
+}
+
+/** The function's JSON log lines (pino) among RIE's output (the last 64 KiB). */
+export function rieLogLines(rie: Rie): Record<string, unknown>[] {
+  return rie.proc
+    .output()
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l) as Record<string, unknown>];
+      } catch {
+        return [];
+      }
+    });
+}
+
+/**
+ * The pid of the function's runtime process under an emulator (argv `<node> <bundle>`), found
+ * through /proc; `undefined` while none runs (before its first invoke, after a crash).
+ */
+export function runtimePid(bundle: string): number | undefined {
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let argv: string[];
+    try {
+      argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+    } catch {
+      continue;
+    }
+    if (argv.length === 2 && path.basename(argv[0] ?? '') === 'node' && argv[1] === bundle) return Number(pid);
+  }
+  return undefined;
+}
