@@ -23,7 +23,7 @@
  * each stage in this run.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, stat } from 'node:fs/promises';
+import { mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
@@ -35,6 +35,7 @@ import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../function
 import { STAGE_SIZING, toolTimeoutMs } from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
+import { cacheRoot } from '../../layers/gobuild.js';
 import { hardenAddonPath } from '../../layers/native.js';
 import { relocateKadras } from '../../scripts/demo-kadras.js';
 import {
@@ -140,7 +141,7 @@ function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string,
 
 const getApp = (ns: string, name: string) => kube.getApp(ns, name);
 
-async function waitApp(ns: string, name: string, pred: (a: AppObject) => boolean, timeoutMs = 240_000) {
+async function waitApp(ns: string, name: string, pred: (a: AppObject) => boolean, timeoutMs = 150_000) {
   let last: AppObject | undefined;
   return await waitFor(
     `App ${ns}/${name}`,
@@ -156,8 +157,10 @@ const final = (o: { metadata: { generation?: number }; status?: AppObject['statu
   o.status?.observedGeneration === o.metadata.generation &&
   (o.status?.conditions?.some((c) => c.type === 'ReconcileSucceeded' || c.type === 'ReconcileFailed') ?? false);
 
-async function list<T>(resource: string): Promise<T[]> {
-  return (JSON.parse((await kube.k(['get', resource, '-A', '-o', 'json'])).stdout) as { items: T[] }).items;
+/** The Apps of the demo's examples (the other tests' Apps are in namespaces `cloud-…`). */
+async function demoApps(): Promise<AppObject[]> {
+  const all = (JSON.parse((await kube.k(['get', 'apps', '-A', '-o', 'json'])).stdout) as { items: AppObject[] }).items;
+  return all.filter((a) => !a.metadata.namespace.startsWith('cloud-'));
 }
 
 beforeAll(async () => {
@@ -167,6 +170,8 @@ beforeAll(async () => {
   const startedCluster = startCluster({ log: (m) => process.stderr.write(`[cloud] ${m}\n`) });
   const bundles = path.join(tmp, 'bundles');
   const dirs = await bundleFunctions(PIPELINE_STAGES, bundles);
+  const forwarderBundle = path.join(bundles, 'forwarder.mjs');
+  await bundleEntry(path.join(ROOT, 'events/forwarder/main.ts'), forwarderBundle);
   for (const stage of PIPELINE_STAGES) {
     const dlq = await createFifoQueue(s.sqs, `${id}-${stage}-dlq`);
     const queue = await createFifoQueue(s.sqs, `${id}-${stage}`, {
@@ -221,8 +226,6 @@ beforeAll(async () => {
     h.mapping.start();
   }
 
-  const forwarderBundle = path.join(bundles, 'forwarder.mjs');
-  await bundleEntry(path.join(ROOT, 'events/forwarder/main.ts'), forwarderBundle);
   const port = await freePort();
   forwarder = await startProcess('forwarder', [process.execPath, forwarderBundle], {
     env: {
@@ -254,7 +257,10 @@ afterAll(async () => {
   sqs?.destroy();
   await cluster?.stop();
   if (tmp) await removeTempDir(tmp);
-  if (hosts.size > 0) process.stderr.write(figures());
+  if (hosts.size > 0) {
+    process.stderr.write(figures().text);
+    await writeFile(FIGURES_FILE, `${JSON.stringify(figures().rows, null, 2)}\n`).catch(() => undefined);
+  }
 });
 
 const median = (xs: number[]) => {
@@ -263,34 +269,67 @@ const median = (xs: number[]) => {
 };
 const mib = (n: number) => `${(n / 1_048_576).toFixed(1)} MiB`;
 
+/** Where the last run's figures are kept (beside `layers/sizes.json` of `npm run build:layers`). */
+const FIGURES_FILE = path.join(cacheRoot(), 'cloud-e2e-figures.json');
+
+/** One function's figures: sizes in bytes, times in ms. */
+interface FunctionFigures {
+  stage: PipelineStage;
+  bundleBytes: number;
+  layerBytes: number;
+  /** First invoke of a fresh emulator (init + an empty batch). */
+  coldMs: number;
+  /** Median of three invokes after it (an empty batch). */
+  warmMs: number;
+  /** Invocations with records that the function settled, and their median round trip. */
+  invocations: number;
+  medianInvocationMs: number;
+}
+
 /** The figures the closing note reports: sizes, cold and warm invokes, record times. */
-function figures(): string {
-  const rows = [...hosts.values()].map((h) => {
+function figures(): { rows: FunctionFigures[]; text: string } {
+  const rows = [...hosts.values()].map((h): FunctionFigures => {
     const records = h.mapping?.invocations.filter((i) => i.outcome === 'ok' && i.messageIds.length > 0) ?? [];
-    return [
-      h.stage.padEnd(10),
-      mib(h.bundleBytes).padStart(9),
-      mib(h.layer.bytes).padStart(10),
-      `${Math.round(h.coldMs)} ms`.padStart(8),
-      `${Math.round(median(h.warmMs))} ms`.padStart(8),
-      String(records.length).padStart(7),
-      `${Math.round(median(records.map((r) => r.ms)))} ms`.padStart(9),
-    ].join(' ');
+    return {
+      stage: h.stage,
+      bundleBytes: h.bundleBytes,
+      layerBytes: h.layer.bytes,
+      coldMs: Math.round(h.coldMs),
+      warmMs: Math.round(median(h.warmMs)),
+      invocations: records.length,
+      medianInvocationMs: Math.round(median(records.map((r) => r.ms))),
+    };
   });
-  return [
+  const line = (r: FunctionFigures) =>
+    [
+      r.stage.padEnd(10),
+      mib(r.bundleBytes).padStart(9),
+      mib(r.layerBytes).padStart(10),
+      `${r.coldMs} ms`.padStart(8),
+      `${r.warmMs} ms`.padStart(8),
+      String(r.invocations).padStart(7),
+      `${r.medianInvocationMs} ms`.padStart(9),
+    ].join(' ');
+  const text = [
     '',
     '[cloud] function     bundle      layer     cold     warm  invokes  median/invoke (records of this run)',
-    ...rows.map((r) => `[cloud] ${r}`),
+    ...rows.map((r) => `[cloud] ${line(r)}`),
+    `[cloud] (also in ${FIGURES_FILE})`,
     '',
   ].join('\n');
+  return { rows, text };
 }
 
 /** What a function logged about one message id. */
 const logsOf = (stage: PipelineStage, messageId: string) =>
   rieLogLines(host(stage).rie).filter((l) => l.messageId === messageId);
 
-describe('cloud mode: forwarder → SQS → functions under the Runtime Interface Emulator → S3', () => {
-  it('reconciles every App of the demo, its PackageRepository and PackageInstall as the embedded runtime does', async () => {
+// The three run at once: the crash and the poison wait mostly on visibility timeouts, and each
+// uses its own FIFO groups and objects (the crash its own namespace, the poison its own cluster id).
+describe.concurrent('cloud mode: forwarder → SQS → functions under the Runtime Interface Emulator → S3', () => {
+  it('reconciles every App of the demo, its PackageRepository and PackageInstall as the embedded runtime does', {
+    timeout: 300_000,
+  }, async () => {
     const s = servers();
     const placeholders = {
       ...examplePlaceholders(s),
@@ -305,7 +344,7 @@ describe('cloud mode: forwarder → SQS → functions under the Runtime Interfac
         const r = await kube.getObject<RepoObject>('packagerepositories', 'kadras-packages', 'kadras-packages');
         return r && final(r) ? r : undefined;
       },
-      { timeoutMs: 240_000, intervalMs: 1000 },
+      { timeoutMs: 120_000, intervalMs: 1000 },
     );
     expectRepoSucceeded(repo);
     await kube.k(['apply', '-f', '-'], await renderExample(INSTALL_EXAMPLE, placeholders));
@@ -313,15 +352,15 @@ describe('cloud mode: forwarder → SQS → functions under the Runtime Interfac
     const apps = await waitFor(
       'every App reconciled',
       async () => {
-        const all = await list<AppObject>('apps');
+        const all = await demoApps();
         return all.length === APP_EXAMPLES.length + 1 && all.every(final) ? all : undefined;
       },
       {
-        timeoutMs: 240_000,
+        timeoutMs: 150_000,
         intervalMs: 1000,
         describe: async () =>
           JSON.stringify(
-            (await list<AppObject>('apps')).map((a) => [a.metadata.namespace, a.metadata.name, a.status]),
+            (await demoApps()).filter((a) => !final(a)).map((a) => [a.metadata.namespace, a.metadata.name, a.status]),
             null,
             1,
           ),
