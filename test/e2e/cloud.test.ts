@@ -16,7 +16,11 @@
  * - a deploy function killed while its kapp runs: the record comes back after the visibility
  *   timeout and the App converges;
  * - a poison message (an event naming a cluster the functions do not serve): failed on every
- *   receive, logged with the reason, and moved to the dead-letter queue by the redrive policy.
+ *   receive, logged with the reason, and moved to the dead-letter queue by the redrive policy;
+ * - a record whose stage fails on every receive for a cause in the cluster (an admission policy
+ *   refusing the App's status writes unless they report a failure): on its last allowed receive
+ *   the function writes `ReconcileFailed` with the cause and the record is deleted
+ *   (`retry-bound.ts`: the dead-letter queue only gets what cannot even be given a status).
  *
  * It prints each function's bundle and layer size, and the cold-start and warm invoke times
  * under the emulator (an empty batch: the runtime's own cost), and the median record time of
@@ -71,9 +75,11 @@ import { kappProcesses, slowApp } from './faults-support.js';
 import { expectRepoSucceeded, type RepoObject } from './packaging-support.js';
 import {
   type AppObject,
+  appManifest,
   type E2ECluster,
   e2eCluster,
   expectSucceededStatus,
+  failedAt,
   STATUS_KEYS,
   servers,
   succeededAt,
@@ -500,5 +506,74 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     const lines = logsOf('fetch', messageId);
     expect(lines.filter((l) => l.outcome === 'failed').length).toBeGreaterThanOrEqual(1);
     expect(String(lines.at(-1)?.error)).toContain('not-a-served-cluster');
+  });
+
+  it('a stage that fails on every receive ends its run on the last one: ReconcileFailed says why, nothing is left queued', async () => {
+    // The cluster refuses this App's status writes (an admission policy, as a policy engine
+    // would) unless the status reports a failure: every receive of its fetch record fails,
+    // until the last allowed one (`DEFAULT_MAX_ATTEMPTS`) writes the final ReconcileFailed.
+    const ns = `cloud-refused-${id}`;
+    const name = `refused-${id}`;
+    await kube.createTenant(ns);
+    await kube.apply(
+      {
+        apiVersion: 'admissionregistration.k8s.io/v1',
+        kind: 'ValidatingAdmissionPolicy',
+        metadata: { name },
+        spec: {
+          failurePolicy: 'Fail',
+          matchConstraints: {
+            resourceRules: [
+              {
+                apiGroups: ['kappctrl.k14s.io'],
+                apiVersions: ['v1alpha1'],
+                operations: ['UPDATE'],
+                resources: ['apps/status'],
+              },
+            ],
+          },
+          validations: [
+            {
+              expression: `object.metadata.name != '${name}' || (has(object.status) && has(object.status.conditions) && object.status.conditions.exists(c, c.type == 'ReconcileFailed'))`,
+              message: 'status writes of this App are refused by policy',
+            },
+          ],
+        },
+      },
+      {
+        apiVersion: 'admissionregistration.k8s.io/v1',
+        kind: 'ValidatingAdmissionPolicyBinding',
+        metadata: { name },
+        spec: { policyName: name, validationActions: ['Deny'] },
+      },
+    );
+    const fetch = host('fetch');
+    const before = fetch.mapping.invocations.length;
+    await kube.apply(
+      appManifest(ns, name, {
+        fetch: [{ inline: { paths: { 'cm.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n' } } }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }),
+    );
+    const app = await waitApp(ns, name, failedAt(1));
+    expect(app.status?.usefulErrorMessage).toContain('status writes of this App are refused by policy');
+    expect(app.status?.conditions).toEqual([
+      expect.objectContaining({
+        type: 'ReconcileFailed',
+        status: 'True',
+        message: expect.stringMatching(/^Fetching resources: /),
+      }),
+    ]);
+    // Its record: failed on each receive but the last, which ended the run and was deleted.
+    const ours = fetch.mapping.invocations.slice(before);
+    const first = ours.find((i) => i.groupIds.includes(`${clusterId}/App/${ns}/${name}`));
+    const messageId = first?.messageIds[0] ?? '';
+    const tries = ours.filter((i) => i.messageIds.includes(messageId));
+    expect(tries.map((i) => [i.receiveCounts[0], i.failed.length])).toEqual([
+      ...Array.from({ length: DEFAULT_MAX_ATTEMPTS - 1 }, (_, n) => [n + 1, 1]),
+      [DEFAULT_MAX_ATTEMPTS, 0],
+    ]);
+    await kube.k(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', name]);
   });
 });

@@ -68,6 +68,8 @@ export interface EventSourceMappingOptions {
 export interface Invocation {
   /** Message ids of the batch, in order. */
   readonly messageIds: readonly string[];
+  /** `MessageGroupId` of each record. */
+  readonly groupIds: readonly string[];
   /** `ApproximateReceiveCount` of each record. */
   readonly receiveCounts: readonly number[];
   /** `ok`: settled by `batchItemFailures`; `error`: the whole batch failed. */
@@ -191,6 +193,7 @@ export class EventSourceMapping {
     const failed = failures ?? ids;
     this.invocations.push({
       messageIds: ids,
+      groupIds: records.map((r) => r.attributes.MessageGroupId ?? ''),
       receiveCounts: records.map((r) => Number(r.attributes.ApproximateReceiveCount)),
       outcome: failures ? 'ok' : 'error',
       failed,
