@@ -246,6 +246,37 @@ describe('safety net: a run left in flight is re-driven', () => {
   });
 });
 
+describe('a stage that never ends is visible', () => {
+  it('inFlight() names the object and stage holding it, and a stall warning is logged once', async () => {
+    const w = world(new MemoryStore());
+    let release!: () => void;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    // The deploy's first API call hangs (a request without an answer).
+    const addFinalizer = w.cluster.addFinalizer.bind(w.cluster);
+    w.cluster.addFinalizer = async (...args) => {
+      await gate;
+      return await addFinalizer(...args);
+    };
+    const pipeline = new EmbeddedPipeline(w.deps, { stallWarnMs: 1 });
+    await pipeline.send([event('added')]);
+    // Every stage outlives 1 ms; the deploy is the one that hangs.
+    const stalled = () =>
+      w.log.records.filter((r) => r.msg === 'stage still running' && r.obj.stage === 'deploy').map((r) => r.obj);
+    await waitFor(() => stalled().length === 1);
+    expect(stalled()[0]).toMatchObject({ object: 'c1/App/ns/app', attempt: 1 });
+    expect(pipeline.inFlight()).toEqual([
+      { object: 'c1/App/ns/app', stage: 'deploy', attempt: 1, startedAt: expect.any(Number) },
+    ]);
+    release();
+    await pipeline.idle();
+    expect(pipeline.inFlight()).toEqual([]);
+    expect(stalled()).toHaveLength(1);
+    expect(lastCondition(w)).toEqual(['ReconcileSucceeded']);
+  });
+});
+
 /** Resolves once `cond` holds (checked every few ms, for at most about 10 s). */
 async function waitFor(cond: () => boolean): Promise<void> {
   for (let i = 0; i < 2000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
