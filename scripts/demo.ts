@@ -35,7 +35,29 @@ interface AppRow {
     conditions?: { type: string; message?: string }[];
     friendlyDescription?: string;
     usefulErrorMessage?: string;
+    fetch?: StagePart;
+    template?: StagePart;
+    deploy?: StagePart;
   };
+}
+
+/** The fields of `status.fetch`/`template`/`deploy` the failure report reads. */
+interface StagePart {
+  updatedAt?: string;
+  finished?: boolean;
+  exitCode?: number;
+}
+
+/** Which stages of the last run left a part in status, e.g. `fetch 0 @12:00:01, template -, deploy -`. */
+function stagesOf(a: AppRow): string {
+  return (['fetch', 'template', 'deploy'] as const)
+    .map((k) => {
+      const p = a.status?.[k];
+      if (!p) return `${k} -`;
+      const state = p.finished === false ? 'running' : `exit ${p.exitCode ?? '?'}`;
+      return `${k} ${state} @${p.updatedAt ?? '?'}`;
+    })
+    .join(', ');
 }
 
 const started = Date.now();
@@ -114,8 +136,14 @@ try {
   const ok = all.filter(succeeded);
   for (const a of all.filter((x) => !ok.includes(x))) {
     process.stdout.write(
-      `${a.metadata.namespace}/${a.metadata.name}: ${a.status?.friendlyDescription ?? 'not reconciled'}\n${a.status?.usefulErrorMessage ?? ''}\n`,
+      `${a.metadata.namespace}/${a.metadata.name}: ${a.status?.friendlyDescription ?? 'not reconciled'}\n${a.status?.usefulErrorMessage ?? ''}\n` +
+        `  status parts: ${stagesOf(a)}\n`,
     );
+  }
+  // What holds an object that did not finish: a stage still running (and since when), or nothing.
+  for (const f of runtime.pipeline.inFlight()) {
+    const secs = Math.round((Date.now() - f.startedAt) / 1000);
+    process.stdout.write(`in flight: ${f.object} ${f.stage} (attempt ${f.attempt}) for ${secs} s\n`);
   }
   const m = runtime.toolMetrics.snapshot();
   process.stdout.write(

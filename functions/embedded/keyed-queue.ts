@@ -11,8 +11,10 @@
  *   the key before the first `/`, the cluster id), so one cluster's burst cannot starve others;
  * - a run that throws (a crashed function) is retried with exponential backoff
  *   (`baseRetryMs * 2^attempt`, capped at `maxRetryMs`), like `ErrReconciler` plus the
- *   rate-limited requeue; a newer item for the key replaces the one being retried. The
- *   handler is told which attempt it runs (1 for a fresh item, reset by a newer item, a
+ *   rate-limited requeue; a newer item for the key is merged with the one being retried by
+ *   the coalesce function, whose result runs at once, unless it is the retried item itself,
+ *   which then keeps its backoff and attempt count (the embedded pipeline keeps a crashed stage
+ *   against a timer-gated resync, see `coalesceEvents`). The handler is told which attempt it runs (1 for a fresh item, reset by a newer item, a
  *   success, or a {@link RetryFrom} naming another item), so it can end a run that keeps
  *   failing (`retry-bound.ts`).
  *
@@ -44,7 +46,10 @@ export type Coalesce<T> = (pending: T, next: T) => T;
 export interface KeyedQueueOptions<T> {
   /** Keys processed at once. Default 4 (packaged kapp-controller's `-concurrency`). */
   concurrency?: number;
-  /** Default: keep the newer item. */
+  /**
+   * Default: keep the newer item. Also merges a crashed item with one that arrived meanwhile
+   * (`coalesce(crashed, newer)`); returning `pending` itself keeps a crashed item in backoff.
+   */
   coalesce?: Coalesce<T>;
   /** First retry delay after a crash. Default 500. */
   baseRetryMs?: number;
@@ -101,7 +106,10 @@ export class KeyedQueue<T> {
       this.keys.set(key, st);
     }
     const wasWaiting = st.pending !== undefined;
-    st.pending = st.pending === undefined ? item : this.coalesce(st.pending, item);
+    const merged = st.pending === undefined ? item : this.coalesce(st.pending, item);
+    // The crashed item kept by the merge keeps its backoff (and its attempt count).
+    if (st.retryTimer && merged === st.pending) return;
+    st.pending = merged;
     if (st.retryTimer) {
       // A newer item supersedes the backoff of a crashed one.
       st.retryTimer.cancel();
@@ -210,7 +218,12 @@ export class KeyedQueue<T> {
       // does on SQS (its own receive count).
       if (retryItem !== item) st.attempt = 0;
       this.opts.onError?.(key, err instanceof RetryFrom ? err.cause : err, st.attempt);
-      if (!this.closed && st.pending === undefined) {
+      // An item that arrived while this one ran is merged with the retry, not put in its place:
+      // the merge decides whether the newer item supersedes the crashed one (it then runs at
+      // once) or the crashed one stands (retried after its backoff).
+      const arrived = st.pending;
+      if (arrived !== undefined) st.pending = this.coalesce(retryItem, arrived);
+      if (!this.closed && (st.pending === undefined || st.pending === retryItem)) {
         const delay = Math.min(this.maxRetryMs, this.baseRetryMs * 2 ** st.attempt);
         st.attempt++;
         st.pending = retryItem;

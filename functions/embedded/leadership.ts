@@ -8,7 +8,8 @@
  * goes away (at once when it stops cleanly and releases the Lease).
  *
  * On losing the lease, a runtime at once: stops handing that cluster's events to the pipeline
- * (the forwarder's transport drops them, then the forwarder is stopped), and refuses to start a
+ * (the forwarder's transport refuses them, so its outbox holds them while the term may still be
+ * renewed; then the forwarder is stopped and what it held dropped), and refuses to start a
  * stage for that cluster or write through its views ({@link NotLeaderError}, which the
  * pipeline's queue treats as a crash: the run is retried with backoff and goes through once
  * this runtime leads again, or is dropped when it stops). A tool already running (a kapp
@@ -218,8 +219,15 @@ export class ClusterLeadership {
     const term = ++this.term;
     const transport: Transport = {
       send: async (events) => {
-        // A batch from an ended term is dropped (resolving, so the outbox does not retry it).
-        if (term !== this.term || !this.elector.isLeader()) return;
+        // A batch from an ended term is dropped (resolving, so the outbox does not retry it):
+        // the next term's forwarder lists and derives that work again from status.
+        if (term !== this.term) return;
+        // The term has not ended, but a renewal is overdue (its deadline timer has not fired
+        // yet, e.g. the event loop was busy): refuse, so the outbox retries the batch until the
+        // renewal lands or the term ends (its forwarder and outbox are then stopped). Dropping it
+        // here, as before, lost it while the forwarder went on as if it had been sent: a `resync`
+        // or `added` was asked again only after `resyncRetryMs` (5 min), a `ref-changed` never.
+        if (!this.elector.isLeader()) throw new NotLeaderError(this.clusterId);
         await this.opts.transport.send(events);
       },
     };

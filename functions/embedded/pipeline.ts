@@ -7,23 +7,42 @@
  * retried from that stage. Each stage runs through `dispatchWithRetryBound`: `dispatchEvent`,
  * the routing every Lambda function entry uses, with the same retry bound.
  */
-import { EVENT_TYPES, type KappEvent, objectRefOf, orderingKey, strongerReason } from '../../events/schema.js';
+import {
+  EVENT_TYPES,
+  type FunctionName,
+  type KappEvent,
+  objectRefOf,
+  orderingKey,
+  strongerReason,
+  targetFunction,
+} from '../../events/schema.js';
 import { type DispatchDeps, dispatchWithRetryBound } from '../lib/pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../lib/pipeline/retry-bound.js';
-import { KeyedQueue, RetryFrom } from './keyed-queue.js';
+import { KeyedQueue, type KeyedQueueOptions, RetryFrom } from './keyed-queue.js';
 
 /**
  * Coalesces two events for one object into the one that runs: a newer object event replaces
  * anything waiting (it starts a new run from the latest object), keeping the stronger reason
  * (`strongerReason`, the same rank as the forwarder's outbox: a pending `ref-changed` must
- * still force the run); a stage event waiting for retry is replaced by any object event.
+ * still force the run). One exception: a stage event waiting for its retry (a crashed template,
+ * deploy, delete or fan-out) is kept against a `resync` of the same object and generation. A
+ * resync is timer-gated (`pipeline/reconcile.ts`), and the run that stage belongs to has just
+ * written its parts (`updatedAt` now), so the resync would be a no-op and the run would be lost,
+ * leaving the App `Reconciling` (the `npm run demo` flake of `demo-helm/podinfo`). Any other
+ * object event (`added`, `modified`, `ref-changed`, `deleted`, or a newer uid or generation)
+ * still replaces it.
+ *
+ * @returns `pending` itself when it is kept, so the queue keeps its retry backoff.
  */
 export function coalesceEvents(pending: KappEvent, next: KappEvent): KappEvent {
-  if (pending.type === EVENT_TYPES.object && next.type === EVENT_TYPES.object) {
+  if (next.type !== EVENT_TYPES.object) return next;
+  if (pending.type === EVENT_TYPES.object) {
     const reason = strongerReason(pending.data.reason, next.data.reason);
-    if (reason !== next.data.reason) return { ...next, data: { ...next.data, reason } };
+    return reason === next.data.reason ? next : { ...next, data: { ...next.data, reason } };
   }
-  return next;
+  const { object, run } = pending.data;
+  const sameRun = next.data.uid === object.uid && next.data.generation === run.generation;
+  return next.data.reason === 'resync' && sameRun ? pending : next;
 }
 
 /** Options of {@link EmbeddedPipeline}. */
@@ -39,6 +58,27 @@ export interface EmbeddedPipelineOptions {
    * {@link DEFAULT_MAX_ATTEMPTS}.
    */
   maxAttempts?: number;
+  /** Timer port of the crash retries (tests fire them by hand); default the global timers. */
+  setTimer?: KeyedQueueOptions<KappEvent>['setTimer'];
+  /**
+   * A stage still running after this long is logged once (`stage still running`, warn) with its
+   * object, function and attempt: a run that never ends holds its object (every later event of
+   * it only waits), so it must be visible. Default 120 000 (2 min; a kapp deploy waiting on its
+   * resources may take longer, the warning then only says so); 0 turns it off.
+   */
+  stallWarnMs?: number;
+}
+
+/** A stage running now, as {@link EmbeddedPipeline.inFlight} reports it. */
+export interface InFlightStage {
+  /** The object's ordering key (`cluster/Kind/namespace/name`). */
+  object: string;
+  /** The function the stage event is for (`fetch` also covers the reconcile step). */
+  stage: FunctionName;
+  /** Attempt of the run (1 for a fresh event). */
+  attempt: number;
+  /** When the stage started, ms since the epoch. */
+  startedAt: number;
 }
 
 /**
@@ -48,16 +88,20 @@ export interface EmbeddedPipelineOptions {
 export class EmbeddedPipeline {
   private readonly queue: KeyedQueue<KappEvent>;
   private readonly maxAttempts: number;
+  private readonly stallWarnMs: number;
+  private readonly current = new Map<string, InFlightStage>();
 
   constructor(
     private readonly deps: DispatchDeps,
     opts: EmbeddedPipelineOptions = {},
   ) {
     this.maxAttempts = opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
-    this.queue = new KeyedQueue<KappEvent>((_key, item, attempt) => this.run(item, attempt), {
+    this.stallWarnMs = opts.stallWarnMs ?? 120_000;
+    this.queue = new KeyedQueue<KappEvent>((key, item, attempt) => this.run(key, item, attempt), {
       concurrency: opts.concurrency ?? 4,
       baseRetryMs: opts.baseRetryMs,
       maxRetryMs: opts.maxRetryMs,
+      ...(opts.setTimer ? { setTimer: opts.setTimer } : {}),
       coalesce: coalesceEvents,
       onError: (key, err, attempt) =>
         deps.log.error(
@@ -87,15 +131,42 @@ export class EmbeddedPipeline {
     return { running: this.queue.running, waiting: this.queue.waiting };
   }
 
-  private async run(first: KappEvent, attempt: number): Promise<void> {
+  /** The stages running now, oldest first (what a stuck object is doing). */
+  inFlight(): InFlightStage[] {
+    return [...this.current.values()].sort((a, b) => a.startedAt - b.startedAt);
+  }
+
+  /**
+   * The deps a run gets: the queue runs one event per object at a time and every stage of a run
+   * before the next, so `oneRunPerObject` holds (read per run: the runtime sets `deps.emit` after
+   * construction).
+   */
+  private runDeps(): DispatchDeps {
+    return { ...this.deps, config: { ...this.deps.config, oneRunPerObject: true } };
+  }
+
+  private async run(key: string, first: KappEvent, attempt: number): Promise<void> {
     let ev: KappEvent | undefined = first;
-    while (ev) {
-      const current: KappEvent = ev;
-      try {
-        ev = (await dispatchWithRetryBound(current, this.deps, { attempt, maxAttempts: this.maxAttempts })).next;
-      } catch (err) {
-        throw new RetryFrom(current, err);
+    try {
+      while (ev) {
+        const current: KappEvent = ev;
+        const stage: InFlightStage = { object: key, stage: targetFunction(current), attempt, startedAt: Date.now() };
+        this.current.set(key, stage);
+        const stall =
+          this.stallWarnMs > 0
+            ? setTimeout(() => this.deps.log.warn({ ...stage }, 'stage still running'), this.stallWarnMs)
+            : undefined;
+        stall?.unref();
+        try {
+          ev = (await dispatchWithRetryBound(current, this.runDeps(), { attempt, maxAttempts: this.maxAttempts })).next;
+        } catch (err) {
+          throw new RetryFrom(current, err);
+        } finally {
+          clearTimeout(stall);
+        }
       }
+    } finally {
+      this.current.delete(key);
     }
   }
 }

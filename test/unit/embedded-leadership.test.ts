@@ -235,6 +235,23 @@ describe('ClusterLeadership', () => {
     expect(received.slice(1).sort()).toEqual(['added a 2', 'added c 1']);
   });
 
+  it('a batch sent while a renewal is overdue (the term not yet ended) is retried, not dropped', async () => {
+    leadership.start();
+    await vi.advanceTimersByTimeAsync(500);
+    expect(leadership.isLeader()).toBe(true);
+    // The renewal is late and its deadline timer has not fired: isLeader() already says no.
+    const overdue = vi.spyOn(leadership.elector, 'isLeader').mockReturnValue(false);
+    watcher.apply(app('a'));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(received).toEqual([]);
+    expect(leadership.forwarder?.stats().sendErrors).toBeGreaterThan(0);
+    // The renewal lands in the same term: the outbox's retry delivers the batch.
+    overdue.mockRestore();
+    await vi.advanceTimersByTimeAsync(30_000);
+    expect(received).toEqual(['added a 1']);
+    expect(made).toBe(1);
+  });
+
   it('stopForwarding keeps the lease; stop releases it', async () => {
     leadership.start();
     await vi.advanceTimersByTimeAsync(500);

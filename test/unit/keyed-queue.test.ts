@@ -9,6 +9,23 @@ function deferred() {
   return { promise, resolve };
 }
 
+/** A timer port that keeps the last timer set, to be fired by hand, and records a cancel. */
+function oneTimer() {
+  const t = {
+    fire: undefined as (() => void) | undefined,
+    cancelled: false,
+    set: (fn: () => void) => {
+      t.fire = fn;
+      return {
+        cancel: () => {
+          t.cancelled = true;
+        },
+      };
+    },
+  };
+  return t;
+}
+
 describe('KeyedQueue', () => {
   it('runs one item per key at a time and coalesces arrivals into one follow-up', async () => {
     const gate = deferred();
@@ -114,30 +131,63 @@ describe('KeyedQueue', () => {
 
   it('lets a newer item replace one waiting in backoff', async () => {
     const seen: string[] = [];
-    let fire: (() => void) | undefined;
-    let cancelled = false;
+    const timer = oneTimer();
     const q = new KeyedQueue<string>(
       async (_k, item) => {
         seen.push(item);
         if (item === 'old') throw new Error('boom');
       },
       {
-        setTimer: (fn) => {
-          fire = fn;
-          return {
-            cancel: () => {
-              cancelled = true;
-            },
-          };
-        },
+        setTimer: timer.set,
       },
     );
     q.add('k', 'old');
     await new Promise((r) => setTimeout(r, 0));
-    expect(fire).toBeDefined();
+    expect(timer.fire).toBeDefined();
     q.add('k', 'new');
     await q.idle();
-    expect(cancelled).toBe(true);
+    expect(timer.cancelled).toBe(true);
     expect(seen).toEqual(['old', 'new']);
+  });
+  it('keeps an item in backoff, with its timer, when the merge with a newer item returns it', async () => {
+    const seen: string[] = [];
+    const timer = oneTimer();
+    const q = new KeyedQueue<string>(
+      async (_k, item) => {
+        seen.push(item);
+        if (item === 'crashed' && seen.length === 1) throw new Error('boom');
+      },
+      {
+        // 'resync' never supersedes a crashed item; anything else does.
+        coalesce: (pending, next) => (next === 'resync' && pending === 'crashed' ? pending : next),
+        setTimer: timer.set,
+      },
+    );
+    q.add('k', 'crashed');
+    await new Promise((r) => setTimeout(r, 0));
+    q.add('k', 'resync');
+    expect(timer.cancelled).toBe(false);
+    expect(seen).toEqual(['crashed']);
+    timer.fire?.();
+    await q.idle();
+    expect(seen).toEqual(['crashed', 'crashed']);
+  });
+
+  it('merges a crashed item with the item that arrived while it ran, instead of dropping it', async () => {
+    const seen: string[] = [];
+    let q!: KeyedQueue<string>;
+    q = new KeyedQueue<string>(
+      async (k, item) => {
+        seen.push(item);
+        if (seen.length === 1) {
+          q.add(k, 'resync');
+          throw new Error('boom');
+        }
+      },
+      { coalesce: (pending, next) => `${pending}+${next}`, baseRetryMs: 1, maxRetryMs: 1 },
+    );
+    q.add('k', 'ref-changed');
+    await q.idle();
+    expect(seen).toEqual(['ref-changed', 'ref-changed+resync']);
   });
 });

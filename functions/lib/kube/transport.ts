@@ -66,6 +66,27 @@ export interface WatchTransport {
 }
 
 /**
+ * Bound of one API request (sending it and reading the whole answer), ms: 120 000. The API
+ * server ends a non-watch request itself after its `--request-timeout` (60 s by default), so this
+ * only fires when no answer can come (a stalled connection, a server gone mid-request). Without
+ * it such a request never settled: the stage waiting on it never ended, and in the embedded
+ * runtime its object stayed `Reconciling` with every later event queued behind it.
+ */
+export const REST_REQUEST_TIMEOUT_MS = 120_000;
+
+/** A request got no (complete) answer within its bound ({@link REST_REQUEST_TIMEOUT_MS}). */
+export class RestTimeoutError extends Error {
+  override readonly name = 'RestTimeoutError';
+  /**
+   * @param request - the request (method and path are named; query and body never are).
+   * @param timeoutMs - the bound that passed.
+   */
+  constructor(request: Pick<RestRequest, 'method' | 'path'>, timeoutMs: number) {
+    super(`no answer from the API server within ${timeoutMs} ms (${request.method} ${request.path})`);
+  }
+}
+
+/**
  * {@link RestTransport} over client-node's generated HTTP layer: the same request
  * context, authentication (`KubeConfig.applySecurityAuthentication`: client certs,
  * tokens, exec plugins, CA) and fetch library as client-node's own `*Api` classes, but
@@ -75,20 +96,43 @@ export interface WatchTransport {
 export class ClientNodeRestTransport implements RestTransport {
   readonly #configuration: Configuration;
   readonly #bearer: (() => Promise<string>) | undefined;
+  readonly #timeoutMs: number;
 
   /**
    * @param configuration as passed by `KubeConfig.makeApiClient`.
    * @param bearer - when given, each request's `Authorization: Bearer <token>` comes from it
    *   (asked per request, so a short-lived token is replaced as it expires; the cluster
    *   registry's tokens), after the kubeconfig's own authentication.
+   * @param timeoutMs - bound of each request; default {@link REST_REQUEST_TIMEOUT_MS}.
    */
-  constructor(configuration: Configuration, bearer?: () => Promise<string>) {
+  constructor(
+    configuration: Configuration,
+    bearer?: () => Promise<string>,
+    timeoutMs: number = REST_REQUEST_TIMEOUT_MS,
+  ) {
     this.#configuration = configuration;
     this.#bearer = bearer;
+    this.#timeoutMs = timeoutMs;
   }
 
-  /** {@inheritDoc RestTransport.send} */
+  /**
+   * {@inheritDoc RestTransport.send}
+   * @throws RestTimeoutError when no complete answer came within the bound (the request itself
+   *   is left to end on its own; nothing of it is used).
+   */
   async send(request: RestRequest): Promise<RestResponse> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new RestTimeoutError(request, this.#timeoutMs)), this.#timeoutMs);
+    });
+    try {
+      return await Promise.race([this.#exchange(request), deadline]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #exchange(request: RestRequest): Promise<RestResponse> {
     const config = this.#configuration;
     const context: RequestContext = config.baseServer.makeRequestContext(request.path, HttpMethod[request.method]);
     for (const [key, value] of Object.entries(request.query ?? {})) {

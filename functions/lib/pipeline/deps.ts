@@ -56,6 +56,16 @@ export interface PipelineConfig {
    * recreated or canceled (as kapp is stopped during a deploy), ms. Default 2000.
    */
   abortPollIntervalMs?: number;
+  /**
+   * The transport runs one event of an object at a time and every stage of a run before the
+   * object's next event (the embedded runtime's queue, which sets this). Then an App whose status
+   * still shows `Reconciling` for its generation when an object event starts has lost its run (a
+   * hand-off dropped, a crash not retried): the reconcile step runs it again at once, as a
+   * restarted forwarder does (`added` for an object in flight), instead of waiting for the sync
+   * period. Default false: on Lambda a run's template and deploy events travel on other queues,
+   * so the run may still be in flight.
+   */
+  oneRunPerObject?: boolean;
   /** Kill a tool after this long, ms. Default: the runner's default. */
   toolTimeoutMs?: number;
   /**

@@ -6,6 +6,8 @@
  * - `deletionTimestamp` → the delete path (deploy function), when our finalizer is on it;
  * - `spec.canceled` / `spec.paused` → `observedGeneration` + `Canceled/paused`, nothing else;
  * - not forced and not due by the timer (§3.3) → a no-op (no tool, no write);
+ * - status still `Reconciling` for this generation where no run can be in flight
+ *   (`config.oneRunPerObject`, the embedded queue) → forced: that run was lost;
  * - otherwise → a new run: `Reconciling` is written at once when the spec changed
  *   (`generation != observedGeneration`), else deferred to the end (§3.4), then fetch.
  *
@@ -17,7 +19,7 @@ import { randomUUID } from 'node:crypto';
 import type { ObjectEvent } from '../../../events/schema.js';
 import { Finalizer } from '../api/index.js';
 import { resultFromError } from '../reconcile/result.js';
-import { markPausedOrCanceled, markReconciling, summarizeStatus } from '../reconcile/status.js';
+import { markPausedOrCanceled, markReconciling, summarizeStatus, writesImmediately } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
 import { appRef, loadApp, objectKey, stageTimer, writeAppStatus } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
@@ -83,7 +85,15 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
     return {};
   }
   const specChanged = app.status?.observedGeneration !== generation;
-  const forced = specChanged || event.data.reason === 'added' || event.data.reason === 'ref-changed';
+  // Only where no other run of this App can be in flight (`oneRunPerObject`): its run was lost.
+  const lostRun = !specChanged && deps.config.oneRunPerObject === true && writesImmediately(app.status);
+  if (lostRun) {
+    deps.log.warn(
+      { object: key, generation, reason: event.data.reason },
+      'run left in flight (Reconciling); running again',
+    );
+  }
+  const forced = specChanged || lostRun || event.data.reason === 'added' || event.data.reason === 'ref-changed';
   const now = deps.now();
   if (!forced && !isReadyAt(app, new Date(now.getTime() + RESYNC_EARLY_TOLERANCE_MS), { config: deps.config.timer })) {
     done('noop');
