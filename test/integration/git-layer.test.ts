@@ -24,6 +24,7 @@ import {
   STAGE_TOOLS,
 } from '../../functions/lib/exec/runner.js';
 import { GitResolveError, resolveGitRef } from '../../functions/lib/fetch/git-ls-remote.js';
+import { GIT_SUBMODULE_LOCKDOWN_ENV } from '../../functions/lib/fetch/url-policy.js';
 import { planVendirSync } from '../../functions/lib/fetch/vendir.js';
 import { assembleStageLayer, type StageLayer } from '../../layers/build.js';
 import { run } from '../../layers/gobuild.js';
@@ -103,7 +104,8 @@ async function vendirGit(url: string, ref: string) {
   const r = await runner.run({
     cmd: plan.command.bin,
     args: plan.command.args,
-    env: plan.command.env,
+    // As the fetch stage runs it under the cloud mode's enforced URL policy.
+    env: { ...plan.command.env, ...GIT_SUBMODULE_LOCKDOWN_ENV },
     stdin: plan.stdin,
     cwd: work,
   });

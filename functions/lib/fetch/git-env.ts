@@ -17,13 +17,22 @@
 /** The git settings of {@link GIT_SAFETY_ENV}, in order: `[key, value]`. */
 export const GIT_SAFETY_CONFIG: readonly (readonly [string, string])[] = [['http.followRedirects', 'false']];
 
+/**
+ * git settings as git's `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_<n>`/`GIT_CONFIG_VALUE_<n>` variables.
+ * The variables are one list: an environment holding settings of two sources must be made from
+ * both at once (merging two such environments keeps only the second's).
+ */
+export function gitConfigEnv(settings: readonly (readonly [string, string])[]): Readonly<Record<string, string>> {
+  return Object.freeze({
+    GIT_CONFIG_COUNT: String(settings.length),
+    ...Object.fromEntries(
+      settings.flatMap(([key, value], i) => [
+        [`GIT_CONFIG_KEY_${i}`, key],
+        [`GIT_CONFIG_VALUE_${i}`, value],
+      ]),
+    ),
+  });
+}
+
 /** {@link GIT_SAFETY_CONFIG} as git's `GIT_CONFIG_*` environment variables. */
-export const GIT_SAFETY_ENV: Readonly<Record<string, string>> = Object.freeze({
-  GIT_CONFIG_COUNT: String(GIT_SAFETY_CONFIG.length),
-  ...Object.fromEntries(
-    GIT_SAFETY_CONFIG.flatMap(([key, value], i) => [
-      [`GIT_CONFIG_KEY_${i}`, key],
-      [`GIT_CONFIG_VALUE_${i}`, value],
-    ]),
-  ),
-});
+export const GIT_SAFETY_ENV: Readonly<Record<string, string>> = gitConfigEnv(GIT_SAFETY_CONFIG);
