@@ -64,13 +64,52 @@ function sourceKey(file: string): string {
   return createHash('sha256').update(readFileSync(file)).update(process.arch).digest('hex').slice(0, 10);
 }
 
+/** A static executable built from one C file of `layers/native/`. */
+interface StaticProgram {
+  /** The file name in a layer. */
+  readonly name: string;
+  /** Absolute path of its C source. */
+  readonly source: string;
+}
+
+/** The tool launcher (`launch.c`). */
+const LAUNCHER: StaticProgram = { name: LAUNCHER_NAME, source: LAUNCH_SOURCE };
+
+/** The git launcher (`git-launch.c`, see `./git.ts`). */
+const GIT_LAUNCHER: StaticProgram = {
+  name: 'kl-git',
+  source: fileURLToPath(new URL('./native/git-launch.c', import.meta.url)),
+};
+
+function staticPath(program: StaticProgram, root: string): string {
+  return path.join(root, 'native', `${program.name}-${process.arch}-${sourceKey(program.source)}`);
+}
+
+/** Compiles a static program unless it is cached. @throws Error when the C compiler fails. */
+function buildStatic(program: StaticProgram, log: (m: string) => void, root: string): string {
+  const out = staticPath(program, root);
+  if (existsSync(out)) return out;
+  mkdirSync(path.dirname(out), { recursive: true });
+  const tmp = `${out}.${process.pid}.tmp`;
+  log(`${program.name}: compiling layers/native/${path.basename(program.source)}`);
+  try {
+    execFileSync('gcc', ['-static', '-O2', '-Wall', '-Werror', '-o', tmp, program.source], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+  } catch (err) {
+    throw new Error(`${program.name}: gcc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
+  }
+  renameSync(tmp, out);
+  return out;
+}
+
 /**
  * Where the tool launcher for this source and architecture is cached.
  *
  * @param root - cache root (default `~/.cache/kapp-lambda`)
  */
 export function launcherPath(root = cacheRoot()): string {
-  return path.join(root, 'native', `${LAUNCHER_NAME}-${process.arch}-${sourceKey(LAUNCH_SOURCE)}`);
+  return staticPath(LAUNCHER, root);
 }
 
 /**
@@ -83,18 +122,18 @@ export function launcherPath(root = cacheRoot()): string {
  * @throws Error when the C compiler fails
  */
 export function buildLauncher(log: (m: string) => void, root = cacheRoot()): string {
-  const out = launcherPath(root);
-  if (existsSync(out)) return out;
-  mkdirSync(path.dirname(out), { recursive: true });
-  const tmp = `${out}.${process.pid}.tmp`;
-  log('launcher: compiling layers/native/launch.c');
-  try {
-    execFileSync('gcc', ['-static', '-O2', '-Wall', '-Werror', '-o', tmp, LAUNCH_SOURCE], {
-      stdio: ['ignore', 'inherit', 'inherit'],
-    });
-  } catch (err) {
-    throw new Error(`launcher: gcc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
-  }
-  renameSync(tmp, out);
-  return out;
+  return buildStatic(LAUNCHER, log, root);
+}
+
+/**
+ * Compiles the git launcher (`layers/native/git-launch.c`: runs a layer's git with the layer's
+ * own loader and libraries, from wherever the layer is) unless it is cached; static.
+ *
+ * @param log - progress lines
+ * @param root - cache root
+ * @returns the launcher's path
+ * @throws Error when the C compiler fails
+ */
+export function buildGitLauncher(log: (m: string) => void, root = cacheRoot()): string {
+  return buildStatic(GIT_LAUNCHER, log, root);
 }

@@ -4,14 +4,18 @@
  *
  * ```
  * npm run cluster -- add <id> --endpoint https://… --ca-file ca.pem --auth eks \
- *     --eks-cluster-name NAME --region REGION [--function-role <stage>=<role arn> …]
+ *     --eks-cluster-name NAME --region REGION [--function-role <stage>=<role arn> …] \
+ *     --forwarder-role-id AROA…
  * npm run cluster -- add <id> --endpoint https://… --ca-file ca.pem --auth token \
- *     [--secret-prefix kapp-lambda/<id>/] [--identity-namespace kapp-lambda]
+ *     [--secret-prefix kapp-lambda/<id>/] [--identity-namespace kapp-lambda] --forwarder-role-id AROA…
  * npm run cluster -- list
  * npm run cluster -- remove <id>
  * ```
  *
  * `add` refuses an id already registered unless `--replace`; `remove` of an unknown id exits 1.
+ * `--forwarder-role-id` is the unique id of the cluster's forwarder role (the stack's output
+ * `ForwarderRoleId<Id>`): the functions accept events naming the cluster only from that role
+ * (`functions/lib/entry/sender.ts`); without it, `add` warns that no forwarder can send for it.
  *
  * Every command takes `--registry s3://<bucket>/<prefix>` or `file:///<dir>`, default
  * `$KAPP_LAMBDA_CLUSTER_REGISTRY` (the functions' variable); S3 is reached as the functions do
@@ -31,6 +35,7 @@ import {
   CLUSTER_DOC_PREFIX,
   type ClusterDoc,
   clusterDocKey,
+  IAM_ROLE_ID_PATTERN,
   MAX_CLUSTER_DOC_BYTES,
   parseClusterDoc,
   parseRegistryLocation,
@@ -114,6 +119,8 @@ export interface AddInput {
   auth:
     | { kind: 'eks'; clusterName: string; region: string }
     | { kind: 'token' /** Default `kapp-lambda/<id>/`. */; secretPrefix?: string };
+  /** The forwarder role's unique id (`AROA…`); none: no forwarder may send for the cluster. */
+  forwarderRoleId?: string;
 }
 
 /**
@@ -142,6 +149,7 @@ export function clusterDocOf(input: AddInput): ClusterDoc {
     caData: Buffer.from(input.caPem, 'utf8').toString('base64'),
     ...(input.tlsServerName ? { tlsServerName: input.tlsServerName } : {}),
     auth,
+    ...(input.forwarderRoleId ? { forwarder: { roleId: input.forwarderRoleId } } : {}),
   };
   return parseClusterDoc(clusterDocKey(input.id), JSON.stringify(doc));
 }
@@ -166,7 +174,7 @@ export async function listClusters(store: ObjectStore): Promise<string[]> {
       try {
         const doc = parseClusterDoc(key, body);
         const how = doc.auth.kind === 'eks' ? `eks ${doc.auth.clusterName} ${doc.auth.region}` : 'token';
-        lines.push(`${doc.id}\t${doc.endpoint}\t${how}`);
+        lines.push(`${doc.id}\t${doc.endpoint}\t${how}\tforwarder ${doc.forwarder?.roleId ?? 'none'}`);
       } catch (err) {
         lines.push(`${key}\tINVALID\t${(err as Error).message}`);
       }
@@ -209,6 +217,7 @@ const USAGE = `usage:
   npm run cluster -- add <id> --endpoint https://… --ca-file <pem> [--tls-server-name <name>] [--replace]
       --auth eks --eks-cluster-name <name> --region <region> [--function-role <stage>=<arn> …]
     | --auth token [--secret-prefix <prefix>] [--identity-namespace <ns>]
+      --forwarder-role-id <AROA…> (the stack's ForwarderRoleId<Id>: the only sender of this cluster's events)
   npm run cluster -- list
   npm run cluster -- remove <id>
   (all: --registry s3://<bucket>/<prefix> | file:///<dir>, default $KAPP_LAMBDA_CLUSTER_REGISTRY)
@@ -236,6 +245,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       'function-role': { type: 'string', multiple: true },
       'secret-prefix': { type: 'string' },
       'identity-namespace': { type: 'string' },
+      'forwarder-role-id': { type: 'string' },
       replace: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -266,6 +276,10 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   }
   if (command !== 'add') return usage(command ? `unknown command ${JSON.stringify(command)}` : undefined);
   if (!v.endpoint || !v['ca-file']) return usage('add needs --endpoint and --ca-file');
+  const forwarderRoleId = v['forwarder-role-id'];
+  if (forwarderRoleId !== undefined && !IAM_ROLE_ID_PATTERN.test(forwarderRoleId)) {
+    return usage('--forwarder-role-id expects an IAM role id (AROA…, aws iam get-role --query Role.RoleId)');
+  }
   const roles: Partial<Record<PipelineStage, string>> = {};
   for (const pair of v['function-role'] ?? []) {
     const [stage, arn] = [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)];
@@ -298,6 +312,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     caPem: await readFile(v['ca-file'], 'utf8'),
     ...(v['tls-server-name'] ? { tlsServerName: v['tls-server-name'] } : {}),
     auth,
+    ...(forwarderRoleId ? { forwarderRoleId } : {}),
   });
   const key = await putCluster(store, doc);
   const identityNamespace = v['identity-namespace'] ?? 'kapp-lambda';
@@ -307,6 +322,11 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     `wrote ${key}\n# Apply the manifests on stdout to the cluster (kubectl apply -f, or kapp deploy).\n`,
   );
   process.stderr.write(identitySteps(doc, roles, identityNamespace));
+  if (!forwarderRoleId) {
+    process.stderr.write(
+      `# No --forwarder-role-id: the functions refuse every forwarder's event naming ${id} until the document names its forwarder role (add --replace … --forwarder-role-id).\n`,
+    );
+  }
   return 0;
 }
 

@@ -12,6 +12,7 @@
  * | `logRetentionDays` | retention of the functions' log groups (a CloudWatch Logs retention value) | 30 |
  * | `artifactRetentionDays` | expiry of `artifacts/` and `cache/` objects, days after their last write | 30 |
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
+ * | `forwarders` | JSON object: cluster id → `{"eksClusterArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}`, one send-only forwarder role per cluster, assumable through EKS Pod Identity by that cluster's `kapp-lambda/kapp-lambda-forwarder` ServiceAccount only | `{}` (no forwarder; `KappLambdaStack.addClusterForwarder` for other trust) |
  *
  * The functions find their clusters in the fleet's cluster registry
  * (`functions/lib/kube/fleet-registry.ts`, `npm run cluster -- add --registry s3://…`); the
@@ -21,6 +22,7 @@
  */
 import type { aws_iam as iam } from 'aws-cdk-lib';
 import { z } from 'zod';
+import { CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { DEFAULT_ARTIFACT_RETENTION_DAYS, registryPrefixProblem, STAGE_SIZING } from './stages.js';
 
@@ -51,6 +53,14 @@ export interface FleetSettings {
   logRetentionDays: (typeof LOG_RETENTION_DAYS)[number];
   artifactRetentionDays: number;
   alarmTopicArn?: string;
+  /** Per cluster id, the EKS cluster whose forwarder may send events naming it. */
+  forwarders: Record<string, ClusterForwarder>;
+}
+
+/** A cluster's forwarder on EKS: the cluster its Pod Identity association is in. */
+export interface ClusterForwarder {
+  /** `arn:aws:eks:<region>:<account>:cluster/<name>`: the `eks-cluster-arn` session tag Pod Identity sets. */
+  eksClusterArn: string;
 }
 
 /** A context value was invalid; `problems` holds one `<key>: <problem>` each. */
@@ -85,6 +95,9 @@ const arn = (service: string) =>
   z.string().regex(new RegExp(`^arn:aws[a-z-]*:${service}:[a-z0-9-]+:\\d{12}:.+$`), {
     error: `expected an ${service} ARN`,
   });
+
+/** `arn:<partition>:eks:<region>:<account>:cluster/<name>`. */
+const EKS_CLUSTER_ARN = /^arn:aws[a-z-]*:eks:[a-z0-9-]+:\d{12}:cluster\/[0-9A-Za-z][A-Za-z0-9_-]{0,99}$/;
 
 const ContextSchema = z.object({
   clusterRegistryBucket: z.preprocess(
@@ -124,6 +137,18 @@ const ContextSchema = z.object({
     z.number().int().min(1).max(3650).default(DEFAULT_ARTIFACT_RETENTION_DAYS),
   ),
   alarmTopicArn: z.preprocess(fromText, arn('sns').optional()),
+  forwarders: z.preprocess(
+    fromText,
+    z
+      .record(
+        z.string().regex(CLUSTER_ID_PATTERN, { error: 'expected cluster ids (DNS-1123 labels)' }),
+        z.strictObject({
+          eksClusterArn: z.string().regex(EKS_CLUSTER_ARN, { error: 'expected an EKS cluster ARN' }),
+        }),
+        { error: 'expected a JSON object of cluster id → {"eksClusterArn": …}' },
+      )
+      .default({}),
+  ),
 });
 
 /** The context keys of {@link FleetSettings}. */
@@ -159,6 +184,7 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     logRetentionDays: c.logRetentionDays as FleetSettings['logRetentionDays'],
     artifactRetentionDays: c.artifactRetentionDays,
     ...(c.alarmTopicArn ? { alarmTopicArn: c.alarmTopicArn } : {}),
+    forwarders: c.forwarders,
   };
 }
 

@@ -3,7 +3,10 @@
  * artifact root key, and per function of `PIPELINE_STAGES` a FIFO queue with its dead-letter
  * queue, the function (its esbuild bundle and its tool layer), its event source mapping, its
  * own role (read access to the fleet's cluster registry included), log group and alarms; the
- * schedule of the fleet source poll; plus the send-only role of the in-cluster forwarders.
+ * schedule of the fleet source poll; plus one send-only role per cluster's forwarder (context
+ * `forwarders`, {@link KappLambdaStack.addClusterForwarder}). With the fleet registry, every
+ * function checks who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`): an event naming a
+ * cluster is taken from that cluster's forwarder role or a function that sends to it only.
  *
  * The stack takes its code as directories (`assets`), so it never builds anything itself: the
  * app (`./app.ts`) bundles the functions with the project's one esbuild recipe and points at
@@ -18,6 +21,7 @@ import {
   aws_cloudwatch as cloudwatch,
   aws_cloudwatch_actions as cwActions,
   Duration,
+  Fn,
   aws_iam as iam,
   aws_kms as kms,
   aws_lambda as lambda,
@@ -39,7 +43,7 @@ import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
-import { CLUSTER_DOC_PREFIX } from '../../functions/lib/kube/cluster-doc.js';
+import { CLUSTER_DOC_PREFIX, CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
@@ -153,8 +157,10 @@ export class KappLambdaStack extends Stack {
   readonly artifactKey: kms.Key;
   /** Per function: its queue, dead-letter queue, function and role. */
   readonly stages: Readonly<Record<PipelineStage, StageResources>>;
-  /** The forwarders' identity: `sqs:SendMessage` on the entry queues, nothing else. */
-  readonly forwarderRole: iam.Role;
+  /** Per cluster id, its forwarder's send-only role ({@link addClusterForwarder}). */
+  readonly forwarderRoles: Record<string, iam.Role> = {};
+  /** The queues object events go to (`FORWARDER_STAGES`): what a forwarder may send to. */
+  private entryQueues: sqs.IQueue[] = [];
   /** Where the functions read the fleet's cluster documents. */
   readonly clusterRegistry: ClusterRegistryLocation;
   /** Invokes the index-repo function with the source poll event every `sourcePollMinutes`. */
@@ -231,17 +237,33 @@ export class KappLambdaStack extends Stack {
       { queue: sqs.Queue; deadLetterQueue: sqs.Queue }
     >;
 
+    // Every role before any function: a function's variables name the roles that send to it.
+    const roles = Object.fromEntries(
+      PIPELINE_STAGES.map((stage) => [
+        stage,
+        // An own role instead of the default one: the default attaches AWSLambdaBasicExecutionRole,
+        // whose log statements name every log group of the account.
+        new iam.Role(this, `${pascal(stage)}Role`, {
+          assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+          description: `kapp-lambda ${stage} function`,
+        }),
+      ]),
+    ) as Record<PipelineStage, iam.Role>;
+    const senderCheck = !props.clusterAccess;
     const stages = {} as Record<PipelineStage, StageResources>;
     for (const stage of PIPELINE_STAGES) {
       stages[stage] = {
         ...queues[stage],
-        ...this.stageFunction(stage, props, clusterAccess, rootKey, queues),
+        ...this.stageFunction(stage, props, clusterAccess, rootKey, queues, roles, senderCheck),
       };
       for (const alarm of this.stageAlarms(stage, stages[stage])) if (alarmAction) alarm.addAlarmAction(alarmAction);
     }
     this.stages = stages;
 
-    this.forwarderRole = this.forwarderIdentity(queues);
+    this.entryQueues = FORWARDER_STAGES.map((st) => queues[st].queue);
+    for (const [clusterId, f] of Object.entries(fleet.forwarders)) {
+      this.addClusterForwarder(clusterId, podIdentityForwarder(this, f.eksClusterArn));
+    }
     this.sourcePoll = this.sourcePollSchedule(stages['index-repo'].fn, fleet.sourcePollMinutes);
 
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName });
@@ -249,7 +271,6 @@ export class KappLambdaStack extends Stack {
       value: `s3://${this.clusterRegistry.bucket.bucketName}/${this.clusterRegistry.prefix}`,
       description: 'the --registry of npm run cluster (KAPP_LAMBDA_CLUSTER_REGISTRY of the functions)',
     });
-    new CfnOutput(this, 'ForwarderRoleArn', { value: this.forwarderRole.roleArn });
     for (const stage of PIPELINE_STAGES) {
       new CfnOutput(this, `QueueUrl${pascal(stage)}`, {
         value: queues[stage].queue.queueUrl,
@@ -340,6 +361,8 @@ export class KappLambdaStack extends Stack {
     clusterAccess: ClusterAccess,
     rootKey: secretsmanager.Secret,
     queues: Record<PipelineStage, { queue: sqs.Queue }>,
+    roles: Record<PipelineStage, iam.Role>,
+    senderCheck: boolean,
   ): { fn: lambda.Function; role: iam.Role } {
     const id = pascal(stage);
     const sizing = STAGE_SIZING[stage];
@@ -347,13 +370,11 @@ export class KappLambdaStack extends Stack {
     const logGroup = new logs.LogGroup(this, `${id}Logs`, {
       retention: props.fleet.logRetentionDays as logs.RetentionDays,
     });
-    // An own role instead of the default one: the default attaches AWSLambdaBasicExecutionRole,
-    // whose log statements name every log group of the account.
-    const role = new iam.Role(this, `${id}Role`, {
-      assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-      description: `kapp-lambda ${stage} function`,
-    });
+    const role = roles[stage];
     logGroup.grantWrite(role);
+    // The functions that send to this one (`NEXT_STAGES`): their role ids are the senders an
+    // event naming any cluster is taken from; every other sender must be the cluster's forwarder.
+    const senders = functionSenders(stage).map((s) => roles[s].roleId);
 
     const layer = new lambda.LayerVersion(this, `${id}Layer`, {
       code: lambda.Code.fromAsset(assets.layerDir),
@@ -387,6 +408,8 @@ export class KappLambdaStack extends Stack {
         ...(timeout === undefined ? {} : { KAPP_LAMBDA_TOOL_TIMEOUT_MS: String(timeout) }),
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
         ...clusterAccess.environment,
+        ...(senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
+        ...(senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join(',', senders) } : {}),
         // Resolved by CloudFormation at deploy time (a dynamic reference: the template holds
         // none of it); the function reads it from its variables, encrypted with the artifact key.
         // Only for the functions that seal or open private artifacts (not install).
@@ -483,29 +506,68 @@ export class KappLambdaStack extends Stack {
   }
 
   /**
-   * The forwarders' role: trusted by EKS Pod Identity in this account (an association binds it
-   * to the forwarder's ServiceAccount), allowed `sqs:SendMessage` on the queues object events go
-   * to (`FORWARDER_STAGES`) and nothing else: no receive, no bucket, no key. One identity for
-   * every cluster: tying an event's cluster to its sender is issue 11 item 6d (per-cluster roles
-   * or queues would start here).
+   * Adds the send-only role of one cluster's forwarder: `sqs:SendMessage` on the queues object
+   * events go to (`FORWARDER_STAGES`) and nothing else (no receive, no bucket, no key), assumable
+   * by `principal` only. Outputs `ForwarderRoleArn<Id>` (for the forwarder's identity) and
+   * `ForwarderRoleId<Id>` (for `npm run cluster -- add <id> --forwarder-role-id`: the functions
+   * take an event naming the cluster only when SQS says this role sent it, `sender.ts`). Context
+   * `forwarders` adds one per EKS cluster ({@link podIdentityForwarder}); call this for other
+   * trust (IRSA of a cluster's OIDC provider, a role of another account).
+   *
+   * @param clusterId - the cluster's id in the registry (a DNS-1123 label).
+   * @param principal - who may assume the role (keep it to that one cluster's forwarder).
+   * @throws Error when the id is not a DNS-1123 label or already has a forwarder.
    */
-  private forwarderIdentity(queues: Record<PipelineStage, { queue: sqs.Queue }>): iam.Role {
-    const role = new iam.Role(this, 'ForwarderRole', {
-      description: 'kapp-lambda forwarder: sends object events to the entry queues',
-      assumedBy: new iam.SessionTagsPrincipal(
-        new iam.ServicePrincipal('pods.eks.amazonaws.com').withConditions({
-          StringEquals: { 'aws:SourceAccount': this.account },
-        }),
-      ),
+  addClusterForwarder(clusterId: string, principal: iam.IPrincipal): iam.Role {
+    if (!CLUSTER_ID_PATTERN.test(clusterId)) throw new Error(`forwarder: ${clusterId} is not a DNS-1123 label`);
+    if (this.forwarderRoles[clusterId]) throw new Error(`forwarder: ${clusterId} already has one`);
+    const id = pascal(clusterId);
+    const role = new iam.Role(this, `Forwarder${id}Role`, {
+      description: `kapp-lambda forwarder of cluster ${clusterId}: sends its object events to the entry queues`,
+      assumedBy: principal,
     });
     role.addToPolicy(
-      new iam.PolicyStatement({
-        actions: ['sqs:SendMessage'],
-        resources: FORWARDER_STAGES.map((s) => queues[s].queue.queueArn),
-      }),
+      new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: this.entryQueues.map((q) => q.queueArn) }),
     );
+    this.forwarderRoles[clusterId] = role;
+    new CfnOutput(this, `ForwarderRoleArn${id}`, {
+      value: role.roleArn,
+      description: `the forwarder identity of cluster ${clusterId} (EKS Pod Identity association, or IRSA)`,
+    });
+    new CfnOutput(this, `ForwarderRoleId${id}`, {
+      value: role.roleId,
+      description: `npm run cluster -- add ${clusterId} … --forwarder-role-id <this>`,
+    });
     return role;
   }
+}
+
+/** The ServiceAccount the forwarder runs as (`infra/forwarder/`): `<namespace>/<name>`. */
+export const FORWARDER_SERVICE_ACCOUNT = { namespace: 'kapp-lambda', name: 'kapp-lambda-forwarder' } as const;
+
+/**
+ * Who may assume a cluster's forwarder role on EKS: Pod Identity of this account, for the
+ * forwarder's ServiceAccount ({@link FORWARDER_SERVICE_ACCOUNT}) in that one cluster only. The
+ * conditions are on the session tags Pod Identity sets (`eks-cluster-arn`,
+ * `kubernetes-namespace`, `kubernetes-service-account`), so an association of another cluster
+ * or another ServiceAccount with this role gets no credentials.
+ */
+export function podIdentityForwarder(stack: Stack, eksClusterArn: string): iam.IPrincipal {
+  return new iam.SessionTagsPrincipal(
+    new iam.ServicePrincipal('pods.eks.amazonaws.com').withConditions({
+      StringEquals: {
+        'aws:SourceAccount': stack.account,
+        'aws:RequestTag/eks-cluster-arn': eksClusterArn,
+        'aws:RequestTag/kubernetes-namespace': FORWARDER_SERVICE_ACCOUNT.namespace,
+        'aws:RequestTag/kubernetes-service-account': FORWARDER_SERVICE_ACCOUNT.name,
+      },
+    }),
+  );
+}
+
+/** The functions that send to `stage`'s queue (`NEXT_STAGES` inverted), in `PIPELINE_STAGES` order. */
+export function functionSenders(stage: PipelineStage): PipelineStage[] {
+  return PIPELINE_STAGES.filter((s) => (NEXT_STAGES[s] ?? []).includes(stage));
 }
 
 /** `index-repo` → `IndexRepo`: construct ids. */

@@ -8,7 +8,7 @@
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { App, aws_lambda as lambda, Validations } from 'aws-cdk-lib';
+import { App, aws_iam as iam, aws_lambda as lambda, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
@@ -22,7 +22,7 @@ import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js'
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings } from '../../infra/aws/fleet.js';
-import { KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';
+import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
@@ -35,6 +35,9 @@ import { bundleFunctions } from '../../layers/bundle.js';
 import { HARDEN_ADDON_NAME } from '../../layers/native.js';
 
 type Json = Record<string, unknown>;
+
+/** The EKS cluster of the one forwarder the test's context declares (cluster id `prod-eu-1`). */
+const PROD_CLUSTER_ARN = 'arn:aws:eks:eu-west-1:123456789012:cluster/prod-eu-1';
 type Resource = { Type: string; Properties: Json };
 
 let tmp: string;
@@ -95,7 +98,11 @@ beforeAll(async () => {
   const layers = Object.fromEntries(PIPELINE_STAGES.map((s) => [s, layer])) as Record<PipelineStage, string>;
   // Asset staging off: the template names the directories in place instead of copying 5 bundles.
   app = new App({ outdir: path.join(tmp, 'cdk.out'), context: { 'aws:cdk:disable-asset-staging': true } });
-  const context: Record<string, unknown> = { concurrency: '{"deploy": 25}', sourcePollMinutes: '2' };
+  const context: Record<string, unknown> = {
+    concurrency: '{"deploy": 25}',
+    sourcePollMinutes: '2',
+    forwarders: JSON.stringify({ 'prod-eu-1': { eksClusterArn: PROD_CLUSTER_ARN } }),
+  };
   stack = new KappLambdaStack(app, 'KappLambda', {
     assets: stageAssets(code, layers),
     architecture: lambda.Architecture.ARM_64,
@@ -153,7 +160,8 @@ describe('synth', () => {
       [
         'BucketName',
         'ClusterRegistry',
-        'ForwarderRoleArn',
+        'ForwarderRoleArnProdEu1',
+        'ForwarderRoleIdProdEu1',
         ...PIPELINE_STAGES.flatMap((s) => [`QueueUrl${pascal(s)}`, `FunctionRoleArn${pascal(s)}`]),
       ].sort(),
     );
@@ -299,7 +307,16 @@ describe('functions', () => {
     expect(env).toMatchObject({
       KAPP_LAMBDA_BUCKET: { Ref: logicalId(stack.bucket) },
       KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
+      KAPP_LAMBDA_SENDER_CHECK: 'registry',
     });
+    // The role ids of exactly the functions that send to this one (none send to fetch).
+    const senderIds = functionSenders(stage).map((s) => ({
+      'Fn::GetAtt': [logicalId(stack.stages[s].role), 'RoleId'],
+    }));
+    expect(
+      senderIds.length === 0 ? undefined : senderIds.length === 1 ? senderIds[0] : { 'Fn::Join': [',', senderIds] },
+    ).toEqual(env.KAPP_LAMBDA_FUNCTION_SENDERS);
+    expect(functionSenders(stage)).toEqual(PIPELINE_STAGES.filter((s) => NEXT_STAGES[s]?.includes(stage)));
     // Install runs no tool and seals nothing: no tool versions, no root key.
     if (STAGE_TOOLS[stage].length === 0) expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBeUndefined();
     else expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBe(JSON.stringify(layerToolVersions(stage)));
@@ -315,14 +332,17 @@ describe('functions', () => {
           ? v
           : k === 'KAPP_LAMBDA_CLUSTER_REGISTRY'
             ? 's3://kapp-lambda-bucket/registry/'
-            : k === 'KAPP_LAMBDA_BUCKET'
-              ? 'kapp-lambda-bucket'
-              : 'https://sqs.eu-west-1.amazonaws.com/123456789012/q.fifo',
+            : k === 'KAPP_LAMBDA_FUNCTION_SENDERS'
+              ? 'AROAFETCHFUNCTION0001,AROATEMPLATEFUNCTION1'
+              : k === 'KAPP_LAMBDA_BUCKET'
+                ? 'kapp-lambda-bucket'
+                : 'https://sqs.eu-west-1.amazonaws.com/123456789012/q.fifo',
       ]),
     );
     const config = parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' });
     expect(config.clusterRegistry?.location).toEqual({ kind: 's3', bucket: 'kapp-lambda-bucket', prefix: 'registry/' });
     expect(config.kubeconfigPath).toBe('');
+    expect(config.senderCheck).toBeDefined();
     if (stage === 'install') expect(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS).toBeUndefined();
     else {
       const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);
@@ -449,8 +469,9 @@ describe('IAM', () => {
     },
   );
 
-  it('the forwarder role may only send to the entry queues, and only EKS Pod Identity of this account assumes it', () => {
-    const roleId = logicalId(stack.forwarderRole);
+  it("a cluster's forwarder role may only send to the entry queues, and only its cluster's forwarder ServiceAccount assumes it", () => {
+    expect(Object.keys(stack.forwarderRoles)).toEqual(['prod-eu-1']);
+    const roleId = logicalId(stack.forwarderRoles['prod-eu-1']!);
     expect(roleStatements(roleId)).toEqual([
       {
         Effect: 'Allow',
@@ -466,10 +487,35 @@ describe('IAM', () => {
           Effect: 'Allow',
           Principal: { Service: 'pods.eks.amazonaws.com' },
           Action: ['sts:AssumeRole', 'sts:TagSession'],
-          Condition: { StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } },
+          Condition: {
+            StringEquals: {
+              'aws:SourceAccount': { Ref: 'AWS::AccountId' },
+              'aws:RequestTag/eks-cluster-arn': PROD_CLUSTER_ARN,
+              'aws:RequestTag/kubernetes-namespace': 'kapp-lambda',
+              'aws:RequestTag/kubernetes-service-account': 'kapp-lambda-forwarder',
+            },
+          },
         },
       ],
     });
+    // What `npm run cluster -- add prod-eu-1 --forwarder-role-id` takes: the role's unique id.
+    expect((template.toJSON().Outputs as Record<string, Json>).ForwarderRoleIdProdEu1!.Value).toEqual({
+      'Fn::GetAtt': [roleId, 'RoleId'],
+    });
+  });
+
+  it('no forwarder role without the context, and one more per cluster through addClusterForwarder', () => {
+    expect(apart.forwarderRoles).toEqual({});
+    const t = Template.fromStack(apart).toJSON() as { Resources: Record<string, Resource> };
+    expect(Object.values(t.Resources).filter((r) => r.Type === 'AWS::IAM::Role')).toHaveLength(
+      PIPELINE_STAGES.length + 1,
+    );
+    expect(() => stack.addClusterForwarder('prod-eu-1', new iam.AccountRootPrincipal())).toThrow(
+      'forwarder: prod-eu-1 already has one',
+    );
+    expect(() => stack.addClusterForwarder('Not_A_Label', new iam.AccountRootPrincipal())).toThrow(
+      'forwarder: Not_A_Label is not a DNS-1123 label',
+    );
   });
 });
 

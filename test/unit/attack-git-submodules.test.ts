@@ -15,6 +15,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ObjectRef as EventObjectRef } from '../../events/schema.js';
 import type { App } from '../../functions/lib/api/index.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import { GIT_SAFETY_ENV } from '../../functions/lib/fetch/git-env.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV } from '../../functions/lib/fetch/url-policy.js';
 import type { FetchView, KubeObject } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
@@ -109,9 +110,17 @@ async function git(cwd: string, env: Record<string, string>, ...args: string[]):
 }
 
 describe('git submodules under an enforced URL policy', () => {
-  it('vendir runs with protocol.allow=user when the policy is enforced, and without it when off', async () => {
-    expect(await vendirEnv('enforce')).toMatchObject({ ...GIT_SUBMODULE_LOCKDOWN_ENV });
-    expect(await vendirEnv('off')).not.toHaveProperty('GIT_CONFIG_COUNT');
+  it('vendir runs with protocol.allow=user when the policy is enforced, and without it when off; never following a redirect', async () => {
+    expect(await vendirEnv('enforce')).toMatchObject({
+      GIT_CONFIG_COUNT: '2',
+      GIT_CONFIG_KEY_0: 'http.followRedirects',
+      GIT_CONFIG_VALUE_0: 'false',
+      GIT_CONFIG_KEY_1: 'protocol.allow',
+      GIT_CONFIG_VALUE_1: 'user',
+    });
+    const off = await vendirEnv('off');
+    expect(off).toMatchObject({ ...GIT_SAFETY_ENV });
+    expect(off).not.toHaveProperty('GIT_CONFIG_KEY_1');
   });
 
   it('with that environment git clones the named repository but refuses its submodule', async () => {

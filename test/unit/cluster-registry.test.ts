@@ -71,6 +71,8 @@ describe('cluster documents', () => {
       deploy: 'arn:aws:secretsmanager:eu-west-1:1:secret:x',
     });
     expect(parseClusterDoc('clusters/edge-7.json', JSON.stringify(t))).toEqual(t);
+    const withForwarder = { ...eksDoc(), forwarder: { roleId: 'AROAEXAMPLEID1234567' } };
+    expect(parseClusterDoc(clusterDocKey('prod-eu-1'), JSON.stringify(withForwarder))).toEqual(withForwarder);
   });
 
   it.each([
@@ -106,6 +108,11 @@ describe('cluster documents', () => {
       'a secret name with ..',
       { auth: { kind: 'token', secrets: { fetch: 'a/../b' } } },
       'auth.secrets.fetch: expected no empty, "." or ".." segment',
+    ],
+    [
+      "an IAM user's id as the forwarder",
+      { forwarder: { roleId: 'AIDAEXAMPLEID1234567' } },
+      'forwarder.roleId: expected an IAM role id (AROA…)',
     ],
     [
       'a secret for a stage that does not exist',
@@ -319,6 +326,25 @@ describe('StoreClusterRegistry', () => {
     expect(kubeconfig.clusters[0]?.cluster.server).toBe('https://127.0.0.1:6443');
   });
 
+  it("names a cluster's forwarder role from its document, without asking for a token, and reads it again after the TTL", async () => {
+    const { store, registry, advance } = setup();
+    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
+    expect(await registry.forwarderRoleId('../x')).toBeUndefined();
+    // No token for the fetch stage in the secret store: the forwarder lookup does not need one.
+    await putCluster(store, tokenDoc('edge-9', { fetch: 'no-such-token' }));
+    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
+    await putCluster(store, {
+      ...tokenDoc('edge-9', { fetch: 'no-such-token' }),
+      forwarder: { roleId: 'AROAEXAMPLEID1234567' },
+    });
+    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
+    advance(60_000);
+    expect(await registry.forwarderRoleId('edge-9')).toBe('AROAEXAMPLEID1234567');
+    await store.delete(clusterDocKey('edge-9'));
+    advance(60_000);
+    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
+  });
+
   it('reads the document again after the TTL: a removed cluster becomes unknown, a changed one is rebuilt', async () => {
     const { store, registry, advance } = setup();
     await putCluster(store, tokenDoc('edge-2', { fetch: 'fetch-token' }));
@@ -439,8 +465,14 @@ describe('npm run cluster', () => {
           'eu-west-1',
           '--function-role',
           'deploy=arn:aws:iam::123456789012:role/kl-deploy',
+          '--forwarder-role-id',
+          'AROAEXAMPLEID1234567',
         ]),
       ).toBe(0);
+      // A forwarder identity that is not a role id (an IAM user's AIDA…, static keys) is refused.
+      expect(await main([...argv, '--auth', 'token', '--replace', '--forwarder-role-id', 'AIDAEXAMPLEID1234567'])).toBe(
+        2,
+      );
       expect(await main(['list', '--registry', registry])).toBe(0);
       expect(await main([...argv, '--auth', 'magic'])).toBe(2);
       // An id already registered is replaced only when asked; an unknown id is not "removed".
@@ -453,7 +485,7 @@ describe('npm run cluster', () => {
     }
     const text = out.join('');
     expect(text).toContain('name: kapp-lambda:fetch');
-    expect(text).toContain('prod-eu-1\thttps://abc.example\teks prod eu-west-1\n');
+    expect(text).toContain('prod-eu-1\thttps://abc.example\teks prod eu-west-1\tforwarder AROAEXAMPLEID1234567\n');
     expect(err.join('')).toContain(
       'aws eks create-access-entry --region eu-west-1 --cluster-name prod --type STANDARD --principal-arn arn:aws:iam::123456789012:role/kl-deploy --kubernetes-groups kapp-lambda:deploy',
     );
@@ -462,7 +494,10 @@ describe('npm run cluster', () => {
     expect(err.join('')).toContain('cluster: no cluster "nope" in the registry (see list)');
     const { LocalDirStore } = await import('../../functions/lib/store/local.js');
     const store = new LocalDirStore(path.join(dir, 'registry'));
-    expect(await listClusters(store)).toEqual(['prod-eu-1\thttps://abc.example\teks prod eu-west-1']);
+    expect(await listClusters(store)).toEqual([
+      'prod-eu-1\thttps://abc.example\teks prod eu-west-1\tforwarder AROAEXAMPLEID1234567',
+    ]);
+    expect(err.join('')).toContain('cluster: --forwarder-role-id expects an IAM role id');
     expect(await main(['remove', 'prod-eu-1', '--registry', registry])).toBe(0);
     expect(await listClusters(store)).toEqual([]);
   });

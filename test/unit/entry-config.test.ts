@@ -198,6 +198,28 @@ describe('parseLambdaEnv', () => {
     });
   });
 
+  it('checks senders against the registry when asked, with the function role ids given', () => {
+    const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = base;
+    const fleet = { ...noKube, KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/' };
+    expect(parseLambdaEnv('deploy', fleet).senderCheck).toBeUndefined();
+    expect(
+      parseLambdaEnv('deploy', {
+        ...fleet,
+        KAPP_LAMBDA_SENDER_CHECK: 'registry',
+        KAPP_LAMBDA_FUNCTION_SENDERS: 'AROAFETCHFUNCTION0001, AROATEMPLATEFUNCTION1',
+      }).senderCheck,
+    ).toEqual({ functionSenders: ['AROAFETCHFUNCTION0001', 'AROATEMPLATEFUNCTION1'] });
+    expect(parseLambdaEnv('deploy', { ...fleet, KAPP_LAMBDA_SENDER_CHECK: 'registry' }).senderCheck).toEqual({
+      functionSenders: [],
+    });
+    expect(problems('deploy', { ...base, KAPP_LAMBDA_SENDER_CHECK: 'registry' })).toEqual([
+      'KAPP_LAMBDA_SENDER_CHECK: registry needs KAPP_LAMBDA_CLUSTER_REGISTRY (the forwarders are named there)',
+    ]);
+    expect(problems('deploy', { ...fleet, KAPP_LAMBDA_FUNCTION_SENDERS: 'AIDAUSERKEYS00000001' })).toEqual([
+      'KAPP_LAMBDA_FUNCTION_SENDERS: expected a comma list of IAM role ids (AROA…)',
+    ]);
+  });
+
   it('wants exactly one cluster source, and a registry location it understands', () => {
     expect(problems('deploy', { ...base, KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/' })).toEqual([
       'KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both',

@@ -16,6 +16,7 @@ import {
   templateEvent,
 } from '../../events/schema.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
+import { senderCheckOf } from '../../functions/lib/entry/lambda.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
@@ -392,5 +393,76 @@ describe('the source poll event', () => {
     expect(await makeSqsHandler('install', () => deps)(poll)).toEqual({ batchItemFailures: [] });
     expect(listed).toHaveLength(1);
     expect(seen).toEqual([]);
+  });
+});
+
+describe('the sender check', () => {
+  const FETCH_ROLE = 'AROAFETCHFUNCTION0001';
+  const PROD_FORWARDER = 'AROAPRODFORWARDER0001';
+  const EDGE_FORWARDER = 'AROAEDGEFORWARDER0001';
+  const forwarders: Record<string, string> = { 'prod-eu-1': PROD_FORWARDER, 'edge-1': EDGE_FORWARDER };
+  const fleet = { forwarderRoleId: async (id: string) => forwarders[id] };
+  const from = (messageId: string, event: KappEvent, senderId?: string): SqsRecord => {
+    const r = rec(messageId, event);
+    return { ...r, attributes: { ...r.attributes, ...(senderId === undefined ? {} : { SenderId: senderId }) } };
+  };
+
+  it("takes an event naming a cluster from that cluster's forwarder or a fleet function, and drops every other sender's", async () => {
+    const { deps, seen, log } = setup(async () => undefined);
+    const checkSender = senderCheckOf({ stage: 'template', senderCheck: { functionSenders: [FETCH_ROLE] } }, fleet);
+    const res = await makeSqsHandler('template', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }))({
+      Records: [
+        from('own', tmplEv('a'), `${PROD_FORWARDER}:eks-prod-eu-1-forwarder-abc`),
+        from('fn', tmplEv('b'), `${FETCH_ROLE}:awslambda_123`),
+        from('other', tmplEv('c'), `${EDGE_FORWARDER}:eks-edge-1-forwarder-xyz`),
+        from('none', tmplEv('d')),
+      ],
+    });
+    // A refused record is not retried: redelivery would not change its sender.
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(seen.map((s) => s.event.subject)).toEqual(['prod-eu-1/App/default/a', 'prod-eu-1/App/default/b']);
+    const refused = log.records.filter((r) => r.obj.outcome === 'refused');
+    expect(refused.map((r) => [r.obj.messageId, r.obj.reason, r.msg])).toEqual([
+      [
+        'other',
+        `sender ${EDGE_FORWARDER} is not the forwarder of cluster prod-eu-1`,
+        'event names a cluster its sender may not speak for; dropped',
+      ],
+      ['none', 'the message has no SenderId', 'event names a cluster its sender may not speak for; dropped'],
+    ]);
+  });
+
+  it('drops an event naming a cluster without a registered forwarder; fails (retries) when the registry cannot be read', async () => {
+    const { deps, seen, log } = setup(async () => undefined);
+    const unknown = { ...app('x'), clusterId: 'ghost' };
+    const ghost = objectEvent(unknown, 'modified', { time });
+    let broken = false;
+    const registry = {
+      forwarderRoleId: async (id: string) => {
+        if (broken) throw new Error('registry unreadable');
+        return forwarders[id];
+      },
+    };
+    const checkSender = senderCheckOf({ stage: 'fetch', senderCheck: { functionSenders: [] } }, registry);
+    const handler = makeSqsHandler('fetch', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }));
+    const body = (id: string, e: KappEvent, s: string): SqsRecord => ({
+      ...record(id, serializeEvent(e)),
+      attributes: { SenderId: s },
+    });
+    expect(await handler({ Records: [body('g', ghost, `${PROD_FORWARDER}:s`)] })).toEqual({ batchItemFailures: [] });
+    expect(log.records.at(-1)?.obj.reason).toBe('cluster ghost has no registered forwarder');
+    broken = true;
+    expect(await handler({ Records: [body('p', objEv('p'), `${PROD_FORWARDER}:s`)] })).toEqual({
+      batchItemFailures: [{ itemIdentifier: 'p' }],
+    });
+    expect(log.records.at(-1)?.obj).toMatchObject({ outcome: 'failed', error: 'Error: registry unreadable' });
+    expect(seen).toEqual([]);
+  });
+
+  it('is off unless configured, and refuses to run configured without the fleet registry', () => {
+    expect(senderCheckOf({ stage: 'fetch' }, fleet)).toBeUndefined();
+    expect(() => senderCheckOf({ stage: 'fetch', senderCheck: { functionSenders: [] } }, undefined)).toThrow(
+      'KAPP_LAMBDA_SENDER_CHECK: registry needs the fleet cluster registry',
+    );
   });
 });

@@ -314,11 +314,17 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
     ...extra,
   });
 
-  it('runs exactly `vendir sync -f - --lock-file /dev/null` with VENDIR_CACHE_DIR and a GODEBUG refusing unsafe tar/zip names', () => {
+  it('runs exactly `vendir sync -f - --lock-file /dev/null` with VENDIR_CACHE_DIR, a GODEBUG refusing unsafe tar/zip names and a git that follows no redirect', () => {
     expect(vendirSyncCommand('/cache/apps/uid-1')).toEqual({
       bin: 'vendir',
       args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
-      env: { VENDIR_CACHE_DIR: '/cache/apps/uid-1', GODEBUG: 'tarinsecurepath=0,zipinsecurepath=0' },
+      env: {
+        VENDIR_CACHE_DIR: '/cache/apps/uid-1',
+        GODEBUG: 'tarinsecurepath=0,zipinsecurepath=0',
+        GIT_CONFIG_COUNT: '1',
+        GIT_CONFIG_KEY_0: 'http.followRedirects',
+        GIT_CONFIG_VALUE_0: 'false',
+      },
     });
   });
 

@@ -20,6 +20,7 @@ describe('fleetSettings', () => {
       concurrency: { fetch: 10, template: 10, deploy: 10, 'index-repo': 5, install: 5 },
       logRetentionDays: 30,
       artifactRetentionDays: 30,
+      forwarders: {},
     });
   });
 
@@ -32,6 +33,7 @@ describe('fleetSettings', () => {
       logRetentionDays: '90',
       artifactRetentionDays: '7',
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
+      forwarders: '{"prod-eu-1": {"eksClusterArn": "arn:aws:eks:eu-west-1:123456789012:cluster/prod"}}',
     });
     expect(s).toEqual({
       clusterRegistryBucket: 'fleet-admin-registry',
@@ -41,6 +43,7 @@ describe('fleetSettings', () => {
       logRetentionDays: 90,
       artifactRetentionDays: 7,
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
+      forwarders: { 'prod-eu-1': { eksClusterArn: 'arn:aws:eks:eu-west-1:123456789012:cluster/prod' } },
     });
   });
 
@@ -57,6 +60,8 @@ describe('fleetSettings', () => {
       concurrency: '1',
       logRetentionDays: '31',
       alarmTopicArn: 'arn:aws:sqs:eu-west-1:123456789012:q',
+      forwarders:
+        '{"Prod": {"eksClusterArn": "arn:aws:eks:eu-west-1:123456789012:cluster/prod"}, "edge": {"eksClusterArn": "prod"}}',
     };
     expect(() => settings(bad)).toThrow(FleetContextError);
     try {
@@ -69,6 +74,8 @@ describe('fleetSettings', () => {
         'concurrency: expected an integer from 2 to 1000, or a JSON object of function → integer',
         `logRetentionDays: expected one of 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653`,
         'alarmTopicArn: expected an sns ARN',
+        'forwarders.Prod: expected a JSON object of cluster id → {"eksClusterArn": …}',
+        'forwarders.edge.eksClusterArn: expected an EKS cluster ARN',
       ]);
     }
   });

@@ -6,8 +6,9 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
-import { layerTools, STAGES } from '../../layers/build.js';
+import { layerBins, layerTools, STAGES } from '../../layers/build.js';
 import { bundleFunction, functionEntry } from '../../layers/bundle.js';
+import { lddLibraries } from '../../layers/git.js';
 import { componentKey, wrapperDirectives } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
 
@@ -63,8 +64,14 @@ describe('manifest', () => {
   });
 
   it.each(PIPELINE_STAGES)('the %s layer carries every tool the function may run', (stage) => {
-    const bins = layerTools(stage).map((t) => t.bin);
+    const bins = layerBins(stage);
     expect(STAGE_TOOLS[stage].filter((tool) => !bins.includes(tool))).toEqual([]);
+  });
+
+  it('carries git in the layers of the functions that run vendir', () => {
+    const withVendir = PIPELINE_STAGES.filter((s) => layerBins(s).includes('vendir'));
+    expect(withVendir).toEqual(['fetch', 'index-repo']);
+    for (const s of PIPELINE_STAGES) expect(layerBins(s).includes('git')).toBe(withVendir.includes(s));
   });
 
   it('keys caches by name, version and recipe', () => {
@@ -116,4 +123,26 @@ describe('function bundles', () => {
     },
     60_000,
   );
+});
+
+describe('lddLibraries', () => {
+  it('lists each library by its name and the loader as ld.so, skipping the vDSO', () => {
+    const out = [
+      '\tlinux-vdso.so.1 (0x00007ffd)',
+      '\tlibz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x00007f8b98bc4000)',
+      '\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f8b98584000)',
+      '\t/lib64/ld-linux-x86-64.so.2 (0x00007f8b98bf6000)',
+    ].join('\n');
+    expect(lddLibraries(out)).toEqual([
+      ['libz.so.1', '/lib/x86_64-linux-gnu/libz.so.1'],
+      ['libc.so.6', '/lib/x86_64-linux-gnu/libc.so.6'],
+      ['ld.so', '/lib64/ld-linux-x86-64.so.2'],
+    ]);
+  });
+
+  it('refuses a library ldd could not find (the layer would not start)', () => {
+    expect(() => lddLibraries('\tlibcurl-gnutls.so.4 => not found\n')).toThrow(
+      'git layer: ldd: libcurl-gnutls.so.4 => not found',
+    );
+  });
 });

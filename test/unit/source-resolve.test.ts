@@ -190,6 +190,12 @@ describe('resolveGitRef', () => {
         'refs/heads/main',
       ],
     ]);
+    // git follows no redirect of the remote (a hostile server could point it at a refused URL).
+    expect(runner.calls[0]?.env).toMatchObject({
+      GIT_CONFIG_COUNT: '1',
+      GIT_CONFIG_KEY_0: 'http.followRedirects',
+      GIT_CONFIG_VALUE_0: 'false',
+    });
   });
 
   it('prefers a tag (peeled) over a branch of the same name', () => {

@@ -16,6 +16,8 @@
  * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of the install function | optional |
  * | `KAPP_LAMBDA_CLUSTER_REGISTRY` | the fleet's cluster registry: `s3://<bucket>/<prefix>` (documents `clusters/<id>.json` under it) or `file:///<dir>` | this or the kubeconfig |
  * | `KAPP_LAMBDA_CLUSTER_SECRETS` | where `token` clusters' ServiceAccount tokens are: `aws-secretsmanager` or `file:///<dir>` | `aws-secretsmanager` |
+ * | `KAPP_LAMBDA_SENDER_CHECK` | `registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS` (`sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry | `off` |
+ * | `KAPP_LAMBDA_FUNCTION_SENDERS` | comma list of the IAM role ids (`AROA…`) of the functions that send to this function's queue | none |
  * | `KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS` | how long a cluster document (and a token from the secret store) is used before it is read again | `60` |
  * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name); the local and emulator setup | this or the registry |
  * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve (kubeconfig only) | all contexts |
@@ -58,7 +60,7 @@ import {
 } from '../api/env.js';
 import { STAGE_TOOLS } from '../exec/runner.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
-import { parseRegistryLocation, type RegistryLocation } from '../kube/cluster-doc.js';
+import { IAM_ROLE_ID_PATTERN, parseRegistryLocation, type RegistryLocation } from '../kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../transport/port.js';
@@ -108,6 +110,11 @@ export interface LambdaConfig {
    * and `kubeconfigPath` is set.
    */
   clusterRegistry?: ClusterRegistryConfig;
+  /**
+   * `KAPP_LAMBDA_SENDER_CHECK=registry` and `KAPP_LAMBDA_FUNCTION_SENDERS`: who may send events
+   * naming a cluster (`./sender.ts`); unset: no check.
+   */
+  senderCheck?: { functionSenders: string[] };
   /** `KAPP_LAMBDA_KUBECONFIG`: path of the kubeconfig (never its contents); `''` when the registry is used. */
   kubeconfigPath: string;
   /** `KAPP_LAMBDA_CLUSTERS`; `undefined` serves every context. */
@@ -198,6 +205,13 @@ const EnvSchema = z.object({
     }),
   ),
   KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS: optional(intText(1, 3600)),
+  KAPP_LAMBDA_SENDER_CHECK: z.preprocess(blankToUndefined, z.enum(['registry', 'off']).default('off')),
+  KAPP_LAMBDA_FUNCTION_SENDERS: optional(
+    z
+      .string()
+      .transform(commaList)
+      .pipe(z.array(z.string().regex(IAM_ROLE_ID_PATTERN, { error: 'expected a comma list of IAM role ids (AROA…)' }))),
+  ),
   KAPP_LAMBDA_CLUSTERS: optional(
     z
       .string()
@@ -259,6 +273,11 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
       if (!problems.includes(line)) problems.push(line);
     }
   }
+  if (!hasRegistry && blankToUndefined(env.KAPP_LAMBDA_SENDER_CHECK) === 'registry') {
+    problems.push(
+      'KAPP_LAMBDA_SENDER_CHECK: registry needs KAPP_LAMBDA_CLUSTER_REGISTRY (the forwarders are named there)',
+    );
+  }
   if (hasRegistry && blankToUndefined(env.KAPP_LAMBDA_KUBECONFIG) !== undefined) {
     problems.push('KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both');
   }
@@ -314,6 +333,9 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     };
   }
   if (e.KAPP_LAMBDA_CLUSTERS) config.clusterContexts = e.KAPP_LAMBDA_CLUSTERS;
+  if (e.KAPP_LAMBDA_SENDER_CHECK === 'registry') {
+    config.senderCheck = { functionSenders: e.KAPP_LAMBDA_FUNCTION_SENDERS ?? [] };
+  }
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
   if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;
   return config;

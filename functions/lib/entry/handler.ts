@@ -9,6 +9,8 @@
  * |---|---|---|
  * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
  * | valid, but for another function | logged, dropped | no |
+ * | its sender may not name its cluster (`checkSender`, `./sender.ts`) | logged, dropped | no |
+ * | the sender check could not be made (registry unreadable) | logged, `batchItemFailures` | yes |
  * | stage ran, returned a next event | sent to the next stage's queue | no |
  * | stage ran, run ended | done | no |
  * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
@@ -57,8 +59,16 @@ export interface SqsRecord {
   messageId: string;
   /** The message body: a structured-mode CloudEvent. */
   body: string;
-  /** System attributes; `MessageGroupId` is set for FIFO queues. */
-  attributes?: { MessageGroupId?: string; ApproximateReceiveCount?: string; [name: string]: string | undefined };
+  /**
+   * System attributes; `MessageGroupId` is set for FIFO queues, `SenderId` is the IAM principal
+   * that sent the message (`<role id>:<session>` for a role), set by SQS.
+   */
+  attributes?: {
+    MessageGroupId?: string;
+    ApproximateReceiveCount?: string;
+    SenderId?: string;
+    [name: string]: string | undefined;
+  };
   /** ARN of the queue. */
   eventSourceARN?: string;
 }
@@ -115,6 +125,13 @@ export interface EntryDeps {
    * {@link DEFAULT_DEADLINE_MARGIN_MS}; at most half the time the invocation had at its start.
    */
   deadlineMarginMs?: number;
+  /**
+   * Whether the record's sender may name the event's cluster (`./sender.ts`): `undefined` when
+   * it may, else why not; the record is then dropped and logged (`refused`). A throw fails the
+   * record (retried). Default: no check (the local and emulator setups; a fleet on AWS sets
+   * `KAPP_LAMBDA_SENDER_CHECK=registry`).
+   */
+  checkSender?: (clusterId: string, senderId: string | undefined) => Promise<string | undefined>;
 }
 
 /** Default {@link EntryDeps.deadlineMarginMs}: 30 s (a status write, retried on conflicts, with room). */
@@ -124,6 +141,7 @@ export const DEFAULT_DEADLINE_MARGIN_MS = 30_000;
 export type RecordOutcome =
   | 'invalid'
   | 'misrouted'
+  | 'refused'
   | 'done'
   | 'forwarded'
   | 'failed'
@@ -254,6 +272,26 @@ async function processRecord(
       'event is for another function; dropped',
     );
     return 'misrouted';
+  }
+  if (d.checkSender) {
+    const senderId = record.attributes?.SenderId;
+    let refusal: string | undefined;
+    try {
+      refusal = await d.checkSender(objectRefOf(event).clusterId, senderId);
+    } catch (err) {
+      log.error(
+        { stage, outcome: 'failed' satisfies RecordOutcome, type: event.type, subject, error: errorText(err) },
+        "the event's sender could not be checked; will be retried",
+      );
+      return 'failed';
+    }
+    if (refusal !== undefined) {
+      log.warn(
+        { stage, outcome: 'refused' satisfies RecordOutcome, type: event.type, subject, senderId, reason: refusal },
+        'event names a cluster its sender may not speak for; dropped',
+      );
+      return 'refused';
+    }
   }
   const elog = log.child({ subject, eventId: event.id });
   const receiveCount = Number(record.attributes?.ApproximateReceiveCount ?? 0) || undefined;

@@ -7,7 +7,9 @@
  * hand-offs, the command runner over the layer's tools at `/opt/bin` (allow-list: the
  * stage's tools only, `STAGE_TOOLS`), pino to stdout (CloudWatch Logs), and a cluster registry
  * (the fleet's documents in S3, {@link fleetClusterRegistry}, or a kubeconfig file) narrowed to
- * what the stage may do ({@link stageClusterRegistry}, {@link FUNCTION_ACCESS}).
+ * what the stage may do ({@link stageClusterRegistry}, {@link FUNCTION_ACCESS}), and with
+ * `KAPP_LAMBDA_SENDER_CHECK=registry` the check that an event naming a cluster came from that
+ * cluster's forwarder or a fleet function ({@link senderCheckOf}, `./sender.ts`).
  *
  * @module
  */
@@ -41,6 +43,7 @@ import {
 } from './config.js';
 import { type EntryDeps, makeSqsHandler, type SqsHandler } from './handler.js';
 import { lambdaBootstrap } from './runtime-api.js';
+import { type SenderPolicy, senderRefusal } from './sender.js';
 
 /** The AWS SDK clients of one function process. */
 export interface AwsClients {
@@ -296,6 +299,7 @@ export function createLambdaDeps(
       (fleet ? (clusterId) => fleet.runtimeKubeconfig(clusterId) : runtimeKubeconfigs(config.kubeconfigPath));
   }
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
+  const checkSender = senderCheckOf(config, fleet);
   pipeline.emit = async (events) => {
     for (const event of events) await sender.send(targetFunction(event), event);
   };
@@ -307,7 +311,36 @@ export function createLambdaDeps(
         return dispatchEvent(event, deps);
       }
     : undefined;
-  return { pipeline, sender, log, maxAttempts: config.maxReceiveCount, ...(dispatch ? { dispatch } : {}) };
+  return {
+    pipeline,
+    sender,
+    log,
+    maxAttempts: config.maxReceiveCount,
+    ...(dispatch ? { dispatch } : {}),
+    ...(checkSender ? { checkSender } : {}),
+  };
+}
+
+/**
+ * The handler's sender check (`./sender.ts`) for `KAPP_LAMBDA_SENDER_CHECK=registry`: the
+ * configured function role ids, and each cluster's forwarder from the fleet registry.
+ *
+ * @throws ConfigError when the check is asked for but the function's clusters do not come from
+ *   the fleet registry (an override): it would otherwise silently take every sender.
+ */
+export function senderCheckOf(
+  config: Pick<LambdaConfig, 'stage' | 'senderCheck'>,
+  fleet: Pick<StoreClusterRegistry, 'forwarderRoleId'> | undefined,
+): EntryDeps['checkSender'] {
+  if (!config.senderCheck) return undefined;
+  if (!fleet) {
+    throw new ConfigError(config.stage, ['KAPP_LAMBDA_SENDER_CHECK: registry needs the fleet cluster registry']);
+  }
+  const policy: SenderPolicy = {
+    functionSenders: new Set(config.senderCheck.functionSenders),
+    forwarderOf: (clusterId) => fleet.forwarderRoleId(clusterId),
+  };
+  return (clusterId, senderId) => senderRefusal(policy, clusterId, senderId);
 }
 
 /**

@@ -223,7 +223,7 @@ function goSignalText(signal: NodeJS.Signals): string {
  * Carvel tools and their helpers kapp-lambda runs (the union of the per-stage lists), plus `git`
  * for the fleet's source poll (`git ls-remote`, `../fetch/git-ls-remote.ts`): the system's git,
  * which the embedded runtime resolves from {@link DEFAULT_SYSTEM_PATH} (vendir runs it from `PATH`
- * too); the Lambda layers do not ship one, so a git source is not polled there.
+ * too); on Lambda the fetch and index-repo layers carry it (`layers/git.ts`).
  */
 export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 'sops', 'age', 'cue', 'git'] as const;
 
@@ -235,13 +235,15 @@ export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 's
  * in-memory App does: vendir (imgpkg for bundles and images; no helm: a repository has no
  * `helmChart` source), the fixed ytt + kbld pipeline, and kapp as the runtime's own identity.
  * `install` runs no tool: it selects a Package and writes an App, which the App pipeline renders
- * and deploys (upstream's PackageInstall reconciler runs none either).
+ * and deploys (upstream's PackageInstall reconciler runs none either). `git` is index-repo's for
+ * the source poll's `git ls-remote`; vendir runs the layer's git from `PATH` in fetch and
+ * index-repo without it being on the list.
  */
 export const STAGE_TOOLS = {
   fetch: ['vendir', 'imgpkg', 'helm'],
   template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue'],
   deploy: ['kapp'],
-  'index-repo': ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp'],
+  'index-repo': ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'git'],
   install: [],
 } as const satisfies Record<PipelineStage, readonly (typeof TOOL_NAMES)[number][]>;
 

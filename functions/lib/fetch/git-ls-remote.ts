@@ -6,7 +6,7 @@
  * argv only: `git -c credential.helper= ls-remote -- <url> <patterns...>`. The URL and the ref
  * are checked first as for vendir's git (`gitUrlError`, `gitRefError` of `../argv-values.ts`: no
  * leading `-`, no remote helpers, `check-ref-format` rules), and `--` ends git's options before
- * them. The URL policy is the caller's (it checks the source before this runs).
+ * them. Runs with `GIT_SAFETY_ENV` (`./git-env.ts`): a redirect of the remote is not followed. The URL policy is the caller's (it checks the source before this runs).
  *
  * Which ref wins (vendir checks out `ref` after fetching every branch and tag, so git's own
  * precedence applies): a full `refs/...` name; else `refs/tags/<ref>` (an annotated tag's peeled
@@ -16,6 +16,7 @@
  */
 import { gitRefError, gitUrlError } from '../argv-values.js';
 import type { CommandRunner } from '../exec/runner.js';
+import { GIT_SAFETY_ENV } from './git-env.js';
 
 /** How long one `git ls-remote` may run: 60 s. */
 export const LS_REMOTE_TIMEOUT_MS = 60_000;
@@ -75,7 +76,7 @@ export async function resolveGitRef(
   const run = await runner.run({
     cmd: 'git',
     args: ['-c', 'credential.helper=', 'ls-remote', '--', url, ...patterns],
-    env: { GIT_TERMINAL_PROMPT: '0', GIT_ASKPASS: '/bin/false', SSH_ASKPASS: '/bin/false' },
+    env: { GIT_TERMINAL_PROMPT: '0', GIT_ASKPASS: '/bin/false', SSH_ASKPASS: '/bin/false', ...GIT_SAFETY_ENV },
     timeoutMs: LS_REMOTE_TIMEOUT_MS,
     maxOutputBytes: LS_REMOTE_MAX_OUTPUT,
     ...(signal ? { signal } : {}),

@@ -18,6 +18,7 @@ import { lookup } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
 import type { AppFetch } from '../api/fetch.js';
 import { KappControllerError } from '../reconcile/result.js';
+import { GIT_SAFETY_CONFIG, gitConfigEnv } from './git-env.js';
 import { extractImageRegistry } from './vendir.js';
 
 /** Address ranges refused by default, each with the reason given to the user. */
@@ -61,12 +62,13 @@ export interface UrlPolicy {
  * `git submodule update --init --recursive` would clone whatever URL a repository's
  * `.gitmodules` names (`http://127.0.0.1:9001/...`, the Lambda Runtime API), which the policy
  * never sees. kapp-controller clones submodules; under an enforced policy they are refused.
+ * Holds `GIT_SAFETY_CONFIG` (`./git-env.ts`) too: it replaces the `GIT_CONFIG_*` variables of
+ * vendir's environment, which carry that setting.
  */
-export const GIT_SUBMODULE_LOCKDOWN_ENV: Readonly<Record<string, string>> = Object.freeze({
-  GIT_CONFIG_COUNT: '1',
-  GIT_CONFIG_KEY_0: 'protocol.allow',
-  GIT_CONFIG_VALUE_0: 'user',
-});
+export const GIT_SUBMODULE_LOCKDOWN_ENV: Readonly<Record<string, string>> = gitConfigEnv([
+  ...GIT_SAFETY_CONFIG,
+  ['protocol.allow', 'user'],
+]);
 
 /** The default of the cloud mode: enforce, no exceptions. */
 export const CLOUD_URL_POLICY: UrlPolicy = Object.freeze({ mode: 'enforce', allow: Object.freeze([]) });

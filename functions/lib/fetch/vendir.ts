@@ -38,6 +38,7 @@ import {
   quoteValue,
 } from '../argv-values.js';
 import { KappControllerError } from '../reconcile/result.js';
+import { GIT_SAFETY_ENV } from './git-env.js';
 
 /** vendir's `apiVersion` for `Config`. */
 export const VENDIR_API_VERSION = 'vendir.k14s.io/v1alpha1';
@@ -573,7 +574,10 @@ export interface VendirSyncCommand {
   bin: 'vendir';
   /** Exactly upstream's: `sync -f - --lock-file /dev/null`. */
   args: string[];
-  /** `VENDIR_CACHE_DIR` (upstream sets only this variable) and {@link VENDIR_GODEBUG}. */
+  /**
+   * `VENDIR_CACHE_DIR` (upstream sets only this variable), {@link VENDIR_GODEBUG} and
+   * `GIT_SAFETY_ENV` (`./git-env.ts`: the git vendir runs follows no redirect).
+   */
   env: Record<string, string>;
 }
 
@@ -589,7 +593,8 @@ export const VENDIR_GODEBUG = 'tarinsecurepath=0,zipinsecurepath=0';
 
 /**
  * The `vendir sync` command upstream runs (`pkg/fetch/vendir.go` `Run`): config on stdin, lock file
- * discarded, cwd = the fetch working directory; plus {@link VENDIR_GODEBUG}.
+ * discarded, cwd = the fetch working directory; plus {@link VENDIR_GODEBUG} and `GIT_SAFETY_ENV`
+ * (vendir hands its environment to the `git` it runs, which then follows no redirect).
  *
  * @param cacheDir - absolute vendir cache directory for this object (upstream:
  *   `<cacheRoot>/apps/<app uid>` for Apps, `.../pkg-repo/<uid>` for PackageRepositories)
@@ -598,7 +603,7 @@ export function vendirSyncCommand(cacheDir: string): VendirSyncCommand {
   return {
     bin: 'vendir',
     args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
-    env: { VENDIR_CACHE_DIR: cacheDir, GODEBUG: VENDIR_GODEBUG },
+    env: { VENDIR_CACHE_DIR: cacheDir, GODEBUG: VENDIR_GODEBUG, ...GIT_SAFETY_ENV },
   };
 }
 

@@ -9,7 +9,8 @@
  * ```json
  * { "apiVersion": "kapp-lambda/v1", "kind": "Cluster", "id": "prod-eu-1",
  *   "endpoint": "https://ABC.gr7.eu-west-1.eks.amazonaws.com", "caData": "<base64 of PEM>",
- *   "auth": { "kind": "eks", "clusterName": "prod-eu-1", "region": "eu-west-1" } }
+ *   "auth": { "kind": "eks", "clusterName": "prod-eu-1", "region": "eu-west-1" },
+ *   "forwarder": { "roleId": "AROAEXAMPLEID1234567" } }
  * ```
  *
  * @module
@@ -85,6 +86,22 @@ const TokenAuth = z.strictObject({
   secrets: z.strictObject(Object.fromEntries(PIPELINE_STAGES.map((s) => [s, secretName.optional()]))),
 });
 
+/**
+ * An IAM role's unique id (`RoleId`, `AROA` + 12 or more upper-case letters and digits): what SQS
+ * reports as the `SenderId` of a message sent with the role's credentials (`<role id>:<session>`).
+ */
+export const IAM_ROLE_ID_PATTERN = /^AROA[A-Z0-9]{12,124}$/;
+
+/**
+ * `forwarder`: the identity the cluster's forwarder sends its events with. The functions take an
+ * event naming this cluster from a forwarder only when SQS says this role sent it
+ * (`../entry/sender.ts`); without it, no forwarder may speak for the cluster.
+ */
+const Forwarder = z.strictObject({
+  /** The forwarder role's unique id (`aws iam get-role --query Role.RoleId`, the stack's `ForwarderRoleId<Id>`). */
+  roleId: z.string().regex(IAM_ROLE_ID_PATTERN, { error: 'expected an IAM role id (AROA…)' }),
+});
+
 /** The schema of a cluster document (strict: unknown fields are refused). */
 export const ClusterDocSchema = z.strictObject({
   apiVersion: z.literal(CLUSTER_DOC_API_VERSION),
@@ -98,6 +115,7 @@ export const ClusterDocSchema = z.strictObject({
     .regex(/^[A-Za-z0-9.-]{1,253}$/)
     .optional(),
   auth: z.discriminatedUnion('kind', [EksAuth, TokenAuth]),
+  forwarder: Forwarder.optional(),
 });
 
 /** How a stage authenticates to an EKS cluster. */

@@ -209,20 +209,40 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
    */
   async prepare(clusterId: string): Promise<void> {
     if (!CLUSTER_ID_PATTERN.test(clusterId)) throw new UnknownClusterError(clusterId);
-    const entry = this.#entries.get(clusterId);
-    const ttl = this.#options.ttlMs ?? DEFAULT_CLUSTER_TTL_MS;
-    if (!entry || this.#now() - entry.loadedAt >= ttl) {
-      let loading = this.#loading.get(clusterId);
-      if (!loading) {
-        loading = this.#load(clusterId).finally(() => this.#loading.delete(clusterId));
-        this.#loading.set(clusterId, loading);
-      }
-      await loading;
-    }
+    await this.#fresh(clusterId);
     const loaded = this.#entry(clusterId);
     loaded.current = await loaded.bearer.token(
       this.#options.runtimeTokenValidityMs ?? DEFAULT_RUNTIME_TOKEN_VALIDITY_MS,
     );
+  }
+
+  /** Reads a cluster's document unless the loaded one is younger than the TTL; one read per cluster at a time. */
+  async #fresh(clusterId: string): Promise<void> {
+    const entry = this.#entries.get(clusterId);
+    const ttl = this.#options.ttlMs ?? DEFAULT_CLUSTER_TTL_MS;
+    if (entry && this.#now() - entry.loadedAt < ttl) return;
+    let loading = this.#loading.get(clusterId);
+    if (!loading) {
+      loading = this.#load(clusterId).finally(() => this.#loading.delete(clusterId));
+      this.#loading.set(clusterId, loading);
+    }
+    await loading;
+  }
+
+  /**
+   * The role id of a cluster's forwarder (`forwarder.roleId` of its document, read as
+   * {@link prepare} reads it, without asking for a token): who may send events naming the
+   * cluster (`../entry/sender.ts`).
+   *
+   * @returns `undefined` when the cluster is not registered (or the id is not a DNS-1123
+   *   label) or its document names no forwarder.
+   * @throws InvalidClusterDocumentError, StoreError, or Error when the document gives this
+   *   stage no identity, as {@link prepare}.
+   */
+  async forwarderRoleId(clusterId: string): Promise<string | undefined> {
+    if (!CLUSTER_ID_PATTERN.test(clusterId)) return undefined;
+    await this.#fresh(clusterId);
+    return this.#entries.get(clusterId)?.doc.forwarder?.roleId;
   }
 
   #entry(clusterId: string): Entry {

@@ -1,0 +1,61 @@
+/**
+ * Who may name which cluster (issue 11 item 6d): an SQS message's sender is the IAM principal
+ * SQS authenticated (`SenderId` of the record's attributes, `<role id>:<session name>` for a
+ * role's credentials; no sender can set it). An event naming cluster C is taken only when
+ *
+ * - a function of the fleet sent it (its role id is in {@link SenderPolicy.functionSenders}:
+ *   hand-offs between stages, follow-ups; a function only ever sends events for the cluster of
+ *   an event it took), or
+ * - C's forwarder sent it: the role id in C's registry document (`forwarder.roleId`,
+ *   `../kube/cluster-doc.ts`), the per-cluster role the CDK app creates (`ForwarderRoleId<Id>`).
+ *
+ * Anything else (another cluster's forwarder, a cluster without a registered forwarder, an
+ * unregistered cluster, a message without `SenderId`) is dropped and logged by the handler:
+ * it never becomes valid by redelivery.
+ *
+ * Why the sender id, not per-cluster queues or signed envelopes: SQS sets it from the
+ * credentials, so no forwarder can forge it; it needs no key to distribute or rotate and no
+ * queue per cluster (queues, alarms and event source mappings would grow with the fleet); and
+ * the registry document, which the fleet's administrators already write, is where a cluster's
+ * forwarder is named.
+ *
+ * @module
+ */
+
+/** Where a {@link senderRefusal} looks up who may speak for a cluster. */
+export interface SenderPolicy {
+  /** Role ids (`AROA…`) of the fleet's functions that send to this function's queue. */
+  readonly functionSenders: ReadonlySet<string>;
+  /**
+   * The role id of a cluster's registered forwarder; `undefined` when the cluster has none or
+   * is not registered. May throw (registry unreadable): the record then fails and is retried.
+   */
+  forwarderOf(clusterId: string): Promise<string | undefined>;
+}
+
+/** The principal part of an SQS `SenderId`: the role id of `AROA…:session`, else the whole id. */
+export function senderPrincipal(senderId: string): string {
+  const colon = senderId.indexOf(':');
+  return colon < 0 ? senderId : senderId.slice(0, colon);
+}
+
+/**
+ * Whether the sender of a record may name `clusterId`.
+ *
+ * @param senderId - the record's `attributes.SenderId`.
+ * @returns `undefined` when it may, else why not (for the log: ids only, no secret).
+ * @throws whatever {@link SenderPolicy.forwarderOf} throws.
+ */
+export async function senderRefusal(
+  policy: SenderPolicy,
+  clusterId: string,
+  senderId: string | undefined,
+): Promise<string | undefined> {
+  if (!senderId) return 'the message has no SenderId';
+  const principal = senderPrincipal(senderId);
+  if (policy.functionSenders.has(principal)) return undefined;
+  const forwarder = await policy.forwarderOf(clusterId);
+  if (forwarder === undefined) return `cluster ${clusterId} has no registered forwarder`;
+  if (principal !== forwarder) return `sender ${principal} is not the forwarder of cluster ${clusterId}`;
+  return undefined;
+}
