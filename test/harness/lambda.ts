@@ -19,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerTools } from '../../layers/build.js';
 import { bundleEntry } from '../../layers/bundle.js';
+import { addGitToLayer, GIT_LAYER_STAGES } from '../../layers/git.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
@@ -34,7 +35,7 @@ export const HIDDEN_HOST_DIRS = ['/usr/local/bin', '/usr/bin', '/usr/sbin'] as c
 export interface FunctionLayer {
   /** `<root>/opt/<stage>/bin`: its tools and the launcher (`KAPP_LAMBDA_BIN_DIR`). */
   readonly binDir: string;
-  /** The binaries in it (tools in manifest order, then the launcher when there are tools). */
+  /** The binaries in it (tools in manifest order, the launcher when there are tools, then git). */
   readonly bins: readonly string[];
   /** What the deployed layer weighs: its binaries plus the hardening addon, bytes. */
   readonly bytes: number;
@@ -42,7 +43,8 @@ export interface FunctionLayer {
 
 /**
  * Lays out `stage`'s layer under `root` as `layers/build.ts` does (symlinks to the cached tool
- * builds; the launcher only for a function with tools) and measures it.
+ * builds; the launcher only for a function with tools; git, copied with its libraries, for the
+ * functions that ship it, `layers/git.ts`) and measures it.
  */
 export async function functionLayer(root: string, stage: PipelineStage): Promise<FunctionLayer> {
   const binDir = path.join(root, 'opt', stage, 'bin');
@@ -55,6 +57,10 @@ export async function functionLayer(root: string, stage: PipelineStage): Promise
     await symlink(src, path.join(binDir, bin));
     bytes += (await stat(src)).size;
     bins.push(bin);
+  }
+  if (GIT_LAYER_STAGES.includes(stage)) {
+    bytes += (await addGitToLayer(path.dirname(binDir), () => {})).bytes;
+    bins.push('git');
   }
   return { binDir, bins, bytes };
 }
@@ -114,6 +120,8 @@ export async function startRie(opts: RieOptions): Promise<Rie> {
     node = path.join(langBin, 'node');
     if (!existsSync(node)) await writeFile(node, '');
     const hide = HIDDEN_HOST_DIRS.filter((d) => existsSync(d)).flatMap((d) => ['--hide', d]);
+    // Lambda's image has a /bin/sh (git's submodule script needs one); here /bin is /usr/bin.
+    const keep = existsSync('/usr/bin/sh') ? ['--keep', '/usr/bin/sh'] : [];
     prefix = [
       'unshare',
       '--mount',
@@ -125,6 +133,7 @@ export async function startRie(opts: RieOptions): Promise<Rie> {
       process.execPath,
       node,
       ...hide,
+      ...keep,
       '--',
     ];
     pathDirs.unshift(langBin);
