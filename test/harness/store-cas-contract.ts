@@ -7,12 +7,17 @@ import { expect, it } from 'vitest';
 import type { ObjectStore } from '../../functions/lib/store/index.js';
 import { appendUnderCas } from './store-cas-append.js';
 
-/**
- * Defines the compare-and-swap tests in the calling `describe`, against `store()` at run time;
- * `writer(i)`, when given, is the i-th of many concurrent writers (e.g. its own adapter instance
- * on the same storage), else `store()`.
- */
-export function casContract(store: () => ObjectStore, writer?: (i: number) => ObjectStore): void {
+/** Options of {@link casContract}. */
+export interface CasContractOptions {
+  /** The i-th of many concurrent writers (e.g. its own adapter instance on the same storage); default `store()`. */
+  writer?: (i: number) => ObjectStore;
+  /** Concurrent read-modify-write loops; default 20 (fewer against a real server: each costs requests). */
+  writers?: number;
+}
+
+/** Defines the compare-and-swap tests in the calling `describe`, against `store()` at run time. */
+export function casContract(store: () => ObjectStore, opts: CasContractOptions = {}): void {
+  const { writer } = opts;
   it('putIfMatch creates only when absent, then replaces only at the version read', async () => {
     expect(await store().putIfMatch('cas/k', 'one', undefined)).toBe('written');
     expect(await store().putIfMatch('cas/k', 'again', undefined)).toBe('conflict');
@@ -35,8 +40,8 @@ export function casContract(store: () => ObjectStore, writer?: (i: number) => Ob
     expect((await store().get('cas/race'))?.toString()).toBe(bodies[results.indexOf('written')]);
   });
 
-  it('loses no update of 20 concurrent read-modify-write loops, answering only written or conflict', async () => {
-    const writers = 20;
+  const writers = opts.writers ?? 20;
+  it(`loses no update of ${writers} concurrent read-modify-write loops, answering only written or conflict`, async () => {
     const each = 3;
     const results = await Promise.all(
       Array.from({ length: writers }, (_, w) =>

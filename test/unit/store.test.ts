@@ -100,7 +100,7 @@ describe.each(adapters)('%s (ObjectStore contract)', (_name, make, another) => {
     expect((await store.get('race/key'))?.toString()).toBe(winner);
   });
 
-  casContract(() => store, another && (() => another(store)));
+  casContract(() => store, another ? { writer: () => another(store) } : {});
 
   it('concurrent puts leave one whole body, never a mix', async () => {
     const bodies = Array.from({ length: 16 }, (_, i) => String.fromCharCode(97 + i).repeat(64 * 1024));
