@@ -98,16 +98,21 @@ export async function withFileLock<T>(
 async function acquire(path: string, staleMs: number): Promise<() => Promise<void>> {
   const token = randomBytes(16).toString('hex');
   for (let attempt = 0; ; attempt++) {
-    try {
-      const fh = await open(path, 'wx', 0o600);
+    const fh = await open(path, 'wx', 0o600).catch((e) => {
+      if (code(e) === 'EEXIST') return undefined;
+      throw e;
+    });
+    if (fh) {
       try {
         await fh.writeFile(token);
-      } finally {
         await fh.close();
+      } catch (e) {
+        // Not left behind tokenless (no release would remove it before it went stale).
+        await fh.close().catch(() => undefined);
+        await unlink(path).catch(() => undefined);
+        throw e;
       }
       return holding(path, token, staleMs);
-    } catch (e) {
-      if (code(e) !== 'EEXIST') throw e;
     }
     const st = await lstat(path).catch((e) => {
       if (code(e) === 'ENOENT') return undefined;
