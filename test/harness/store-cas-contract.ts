@@ -5,9 +5,19 @@
  */
 import { expect, it } from 'vitest';
 import type { ObjectStore } from '../../functions/lib/store/index.js';
+import { appendUnderCas } from './store-cas-append.js';
+
+/** Options of {@link casContract}. */
+export interface CasContractOptions {
+  /** The i-th of many concurrent writers (e.g. its own adapter instance on the same storage); default `store()`. */
+  writer?: (i: number) => ObjectStore;
+  /** Concurrent read-modify-write loops; default 20 (fewer against a real server: each costs requests). */
+  writers?: number;
+}
 
 /** Defines the compare-and-swap tests in the calling `describe`, against `store()` at run time. */
-export function casContract(store: () => ObjectStore): void {
+export function casContract(store: () => ObjectStore, opts: CasContractOptions = {}): void {
+  const { writer } = opts;
   it('putIfMatch creates only when absent, then replaces only at the version read', async () => {
     expect(await store().putIfMatch('cas/k', 'one', undefined)).toBe('written');
     expect(await store().putIfMatch('cas/k', 'again', undefined)).toBe('conflict');
@@ -28,5 +38,26 @@ export function casContract(store: () => ObjectStore): void {
     const results = await Promise.all(bodies.map((b) => store().putIfMatch('cas/race', b, base?.etag)));
     expect(results.filter((r) => r === 'written')).toHaveLength(1);
     expect((await store().get('cas/race'))?.toString()).toBe(bodies[results.indexOf('written')]);
+  });
+
+  const writers = opts.writers ?? 20;
+  it(`loses no update of ${writers} concurrent read-modify-write loops, answering only written or conflict`, async () => {
+    const each = 3;
+    const results = await Promise.all(
+      Array.from({ length: writers }, (_, w) =>
+        appendUnderCas(
+          writer?.(w) ?? store(),
+          'cas/loops',
+          Array.from({ length: each }, (_, n) => `w${w}-${n}`),
+        ),
+      ),
+    );
+    expect(new Set(results.flat())).toEqual(new Set(['written', 'conflict']));
+    const stored = JSON.parse((await store().get('cas/loops'))?.toString() ?? '[]') as string[];
+    expect(stored.sort()).toEqual(
+      Array.from({ length: writers }, (_, w) => Array.from({ length: each }, (_, n) => `w${w}-${n}`))
+        .flat()
+        .sort(),
+    );
   });
 }

@@ -18,7 +18,9 @@ import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { planRepoIndex } from '../../functions/lib/pipeline/index-repo-cache.js';
+import { readSourcePoll, SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
@@ -812,6 +814,36 @@ describe('index-repo: the package set is indexed once for the fleet', () => {
     expect(await readRepositoryVersions(store, 'e'.repeat(64))).toBeUndefined();
     // One record for the fetched tree, one for the pinned source.
     expect(await store.list('cache/index/')).toHaveLength(2);
+  });
+
+  it("a deploy its source's poll record cannot take fails the run; the retried run records it", async () => {
+    /** Its compare-and-swap writes that record a member's deployed digest (`at`) throw once. */
+    class RecordFailing extends MemoryStore {
+      failures = 1;
+      override async putIfMatch(key: string, body: ObjectBody, ifMatch: string | undefined) {
+        if (this.failures > 0 && String(body).includes('"at":')) {
+          this.failures -= 1;
+          throw new StoreError(`failed to put object "${key}" conditionally`, 'putIfMatch', key);
+        }
+        return await super.putIfMatch(key, body, ifMatch);
+      }
+    }
+    const store = new RecordFailing();
+    const c1 = {
+      clusterId: 'c1',
+      namespace: 'ns',
+      name: 'repo',
+      fetch: { imgpkgBundle: { image: 'registry.example/repo:v1' } },
+      resolve: async () => DIGEST,
+    };
+    await expect(reconcileIn(store, c1)).rejects.toThrow('recording the deployed source digest failed');
+    const [key] = await store.list(SOURCE_POLL_PREFIX);
+    const members = async () => (await readSourcePoll(store, key!))?.members;
+    expect(await members()).toEqual([{ cluster: 'c1', namespace: 'ns', name: 'repo', uid: PKGR_REF.uid }]);
+    // The retry: the index is there (kapp only), and the deployed digest is recorded.
+    const retried = await reconcileIn(store, c1);
+    expect(retried.w.tools()).toEqual(['kapp']);
+    expect(await members()).toEqual([{ cluster: 'c1', namespace: 'ns', name: 'repo', uid: PKGR_REF.uid, at: DIGEST }]);
   });
 
   it('a fetch that uses a Secret is never indexed', async () => {

@@ -4,7 +4,7 @@
  * cluster id, a clock and the transport (`deps.emit`). Asserts the records written, how many
  * resolutions (registry requests) happen, and which `ref-changed` events go to which repository.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { KappEvent, ObjectRef } from '../../events/schema.js';
 import { parsePackageRepository } from '../../functions/lib/api/index.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
@@ -24,6 +24,7 @@ import {
   trackSource,
 } from '../../functions/lib/pipeline/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { FakeCluster } from './support/fake-cluster.js';
 
 const IMAGE = 'registry.example/repo:latest';
@@ -32,9 +33,32 @@ const D2 = `sha256:${'2'.repeat(64)}`;
 const T0 = Date.parse('2025-01-01T00:00:00Z');
 const PERIOD = 60_000;
 
+/**
+ * The store at its port, whose compare-and-swap writes fail on demand: the next `throwing` ones
+ * throw a StoreError (an I/O error), the next `conflicting` ones answer 'conflict' (another writer
+ * won, again and again).
+ */
+class FailingCasStore extends MemoryStore {
+  throwing = 0;
+  conflicting = 0;
+  override async putIfMatch(key: string, body: ObjectBody, ifMatch: string | undefined) {
+    if (this.throwing > 0) {
+      this.throwing -= 1;
+      throw new StoreError(`failed to put object "${key}" conditionally`, 'putIfMatch', key, {
+        cause: new Error('lock busy'),
+      });
+    }
+    if (this.conflicting > 0) {
+      this.conflicting -= 1;
+      return 'conflict' as const;
+    }
+    return await super.putIfMatch(key, body, ifMatch);
+  }
+}
+
 /** A fleet of fake clusters sharing one store, with a controllable clock and resolver. */
 function fleet(clusterIds: string[]) {
-  const store = new MemoryStore();
+  const store = new FailingCasStore();
   const clusters = new Map(clusterIds.map((id) => [id, new FakeCluster()]));
   const state = { now: T0, digest: D1, resolutions: 0, emitted: [] as KappEvent[] };
   const deps: DispatchDeps = {
@@ -322,5 +346,71 @@ describe('pollSources: the timer', () => {
     for (const ref of [a, b]) await trackSource(f.pkgrOf(ref.clusterId, 'repo'), ref, f.deps);
     await leaveSource({ imgpkgBundle: { image: IMAGE } }, a, f.deps);
     expect((await f.record()).members.map((m) => m.cluster)).toEqual(['c2']);
+  });
+});
+
+describe('a member whose record update fails is never left out', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('a join that throws fails the run; the retried run joins, and the member is poked when the tag moves', async () => {
+    const f = fleet(['c1', 'c2']);
+    const a = f.repo('c1', 'repo');
+    const b = f.repo('c2', 'repo');
+    await f.deployAll([a]);
+    f.store.throwing = 1;
+    await expect(trackSource(f.pkgrOf('c2', 'repo'), b, f.deps)).rejects.toBeInstanceOf(StoreError);
+    expect((await f.record()).members.map((m) => m.cluster)).toEqual(['c1']);
+    // The run is retried (the queue's backoff, SQS redelivery) and joins.
+    await f.deployAll([b]);
+    expect((await f.record()).members.map((m) => [m.cluster, m.at])).toEqual([
+      ['c1', D1],
+      ['c2', D1],
+    ]);
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    await pollSources(f.deps);
+    const leader = await trackSource(f.pkgrOf('c1', 'repo'), a, f.deps);
+    await memberDeployed(leader!, a, true, f.deps);
+    expect(f.poked()).toEqual(['c1/repo:ref-changed', 'c2/repo:ref-changed']);
+  });
+
+  it('a record that keeps losing its compare-and-swap fails the run instead of fetching by tag unjoined', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout'] });
+    const f = fleet(['c1', 'c2']);
+    const a = f.repo('c1', 'repo');
+    const b = f.repo('c2', 'repo');
+    await f.deployAll([a]);
+    // The record is due: the run must claim it first, and every claim loses.
+    f.state.now = T0 + PERIOD;
+    f.store.conflicting = Number.POSITIVE_INFINITY;
+    const run = trackSource(f.pkgrOf('c2', 'repo'), b, f.deps);
+    const settled = run.then(
+      () => 'resolved',
+      (e: Error) => e.message,
+    );
+    await vi.runAllTimersAsync();
+    expect(await settled).toMatch(/conflicting writes in a row$/);
+    expect(f.state.resolutions).toBe(1);
+    f.store.conflicting = 0;
+    expect((await trackSource(f.pkgrOf('c2', 'repo'), b, f.deps))?.resolved).toBe(D1);
+    expect((await f.record()).members.map((m) => m.cluster)).toEqual(['c1', 'c2']);
+  });
+
+  it('a deploy joins the member again when the record lost it', async () => {
+    const f = fleet(['c1', 'c2']);
+    const a = f.repo('c1', 'repo');
+    const b = f.repo('c2', 'repo');
+    await f.deployAll([a]);
+    const tracked = await trackSource(f.pkgrOf('c2', 'repo'), b, f.deps);
+    // The record was replaced without c2 between its join and its deploy.
+    const rec = await f.record();
+    await f.store.put(f.key, JSON.stringify({ ...rec, members: rec.members.filter((m) => m.cluster !== 'c2') }));
+    await memberDeployed(tracked!, b, false, f.deps);
+    expect((await f.record()).members).toEqual([
+      { cluster: 'c1', namespace: 'ns', name: 'repo', uid: 'uid-c1-repo', at: D1 },
+      { cluster: 'c2', namespace: 'ns', name: 'repo', uid: 'uid-c2-repo', at: D1 },
+    ]);
   });
 });

@@ -53,12 +53,13 @@ describe('keyProblem', () => {
   });
 });
 
-const adapters: Array<[string, () => ObjectStore]> = [
-  ['LocalDirStore', () => new LocalDirStore(join(tmp, 'root'))],
-  ['MemoryStore', () => new MemoryStore()],
+/** Adapter name, its factory, and (local store) a factory of more instances on the same storage. */
+const adapters: Array<[string, () => ObjectStore, ((store: ObjectStore) => ObjectStore) | undefined]> = [
+  ['LocalDirStore', () => new LocalDirStore(join(tmp, 'root')), (s) => new LocalDirStore((s as LocalDirStore).rootDir)],
+  ['MemoryStore', () => new MemoryStore(), undefined],
 ];
 
-describe.each(adapters)('%s (ObjectStore contract)', (_name, make) => {
+describe.each(adapters)('%s (ObjectStore contract)', (_name, make, another) => {
   let store: ObjectStore;
   beforeEach(() => {
     store = make();
@@ -99,7 +100,7 @@ describe.each(adapters)('%s (ObjectStore contract)', (_name, make) => {
     expect((await store.get('race/key'))?.toString()).toBe(winner);
   });
 
-  casContract(() => store);
+  casContract(() => store, another ? { writer: () => another(store) } : {});
 
   it('concurrent puts leave one whole body, never a mix', async () => {
     const bodies = Array.from({ length: 16 }, (_, i) => String.fromCharCode(97 + i).repeat(64 * 1024));

@@ -79,14 +79,7 @@ import {
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
-import {
-  causeOf,
-  leaveSource,
-  memberDeployed,
-  polledSourceOf,
-  type TrackedSource,
-  trackSource,
-} from './source-poll.js';
+import { leaveSource, memberDeployed, polledSourceOf, trackSource } from './source-poll.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms (as Apps). */
@@ -389,28 +382,16 @@ async function reconcileRepository(
     parts.deploy = deployed.part;
     // Before the final status: a store failure retries the run rather than losing the change.
     const indexed = deployed.result.error ? undefined : await announceRepoChanges(object, deployedVersions, deps);
-    if (tracked && !deployed.result.error) await followSource(tracked, object, !pinnedHit, deps);
+    // Also before it: a deploy not recorded would leave the member out of the record or behind it
+    // (never poked, or the fleet's pokes waiting for the poll), so the run is retried instead.
+    if (tracked && !deployed.result.error) {
+      await infraStep('recording the deployed source digest', () => memberDeployed(tracked, object, !pinnedHit, deps));
+    }
     await close(deployed.result);
     return indexed;
   } finally {
     await watch.stop();
     await removeScratch(work);
-  }
-}
-
-/**
- * Records the digest a run deployed in its source's poll record and, when this run fetched it,
- * reconciles the members behind (`memberDeployed`). A failure is logged, not retried: the next
- * poll pokes the members still behind.
- */
-async function followSource(tracked: TrackedSource, object: ObjectRef, fetched: boolean, deps: IndexRepoDeps) {
-  try {
-    await memberDeployed(tracked, object, fetched, deps);
-  } catch (err) {
-    deps.log.warn(
-      { subject: objectKey(object), err: (err as Error).message, cause: causeOf(err) },
-      'source poll record not updated',
-    );
   }
 }
 

@@ -34,7 +34,7 @@ import type { PackageRepository, PackageRepositoryFetch } from '../api/index.js'
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
 import { type PolledSource, pinnedFetchOf, polledSourceOf, resolveSource } from '../fetch/source-resolve.js';
 import { PACKAGING_API_VERSION } from '../kube/port.js';
-import { type ObjectStore, StoreError } from '../store/port.js';
+import type { ObjectStore } from '../store/port.js';
 import type { PipelineDeps } from './deps.js';
 import { fetchPassesUrlPolicy } from './fetch.js';
 
@@ -136,6 +136,18 @@ export function causeOf(err: unknown): string | undefined {
   return cause === undefined ? undefined : cause instanceof Error ? cause.message : String(cause);
 }
 
+/**
+ * The source could not be resolved (registry or git server error, refused URL): the repository
+ * run fetches by tag. Only this error falls back so; a record that cannot be read or written
+ * fails the run, which is retried, rather than leaving the repository out of the members.
+ */
+export class SourceResolutionError extends Error {
+  override readonly name = 'SourceResolutionError';
+  constructor(source: PolledSource, cause: unknown) {
+    super(`resolving ${source.url} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
+}
+
 /** Reads a record. @throws StoreError */
 export async function readSourcePoll(store: ObjectStore, key: string): Promise<SourcePollRecord | undefined> {
   return parseRecord(await store.get(key));
@@ -204,7 +216,7 @@ interface PollOutcome {
  * first (compare-and-swap of `polledAt`), so of concurrent pollers only the winner sends the
  * request; it then writes what it resolved. A resolution that fails after the claim leaves the
  * previous `resolved` in force for the period.
- * @throws what the resolver throws; StoreError
+ * @throws SourceResolutionError; StoreError, or Error when {@link updateSourcePoll} gave up
  */
 async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps): Promise<PollOutcome> {
   const periodMs = sourcePollPeriodMs(deps);
@@ -214,7 +226,12 @@ async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps):
     return claimed && cur ? { ...cur, polledAt: deps.now().toISOString() } : undefined;
   });
   if (claim && !claimed) return { rec: claim, polled: false, changed: false };
-  const resolved = await resolverOf(deps)(source);
+  let resolved: string;
+  try {
+    resolved = await resolverOf(deps)(source);
+  } catch (err) {
+    throw new SourceResolutionError(source, err);
+  }
   const rec = await updateSourcePoll(deps.store, key, (cur) =>
     cur?.resolved === resolved ? undefined : polled(cur, source, resolved, deps.now()),
   );
@@ -240,7 +257,9 @@ export interface TrackedSource {
  * @returns `undefined` when the source is not polled (see {@link polledSourceOf}), the URL policy
  *   refuses it (the fetch then runs and reports that), or the resolution failed (logged; the run
  *   fetches by tag as before, and vendir reports what is wrong).
- * @throws StoreError (the run is retried)
+ * @throws StoreError, or Error when {@link updateSourcePoll} gave up: the record could not be
+ *   read, claimed or joined; the run is retried, so the repository is never left out of the
+ *   members it must be poked as.
  */
 export async function trackSource(
   pkgr: PackageRepository,
@@ -261,23 +280,30 @@ export async function trackSource(
   try {
     due = await pollIfDue(key, source, deps);
   } catch (err) {
-    if (err instanceof StoreError) throw err;
+    if (!(err instanceof SourceResolutionError)) throw err;
     deps.log.warn(
-      { source: source.url, ref: source.ref, err: (err as Error).message },
+      { source: source.url, ref: source.ref, err: (err.cause as Error | undefined)?.message ?? err.message },
       'source resolution failed; fetching by tag',
     );
     return undefined;
   }
   if (!due.rec) return undefined;
-  const rec =
-    (await updateSourcePoll(deps.store, key, (cur) => {
-      if (!cur || cur.members.some((m) => memberId(m) === memberId(self) && m.uid === self.uid)) return undefined;
-      const others = cur.members.filter((m) => memberId(m) !== memberId(self));
-      if (others.filter((m) => m.cluster === self.cluster).length >= MAX_MEMBERS_PER_CLUSTER) return undefined;
-      const members = [...others, self];
-      return { ...cur, members: members.sort((a, b) => (memberId(a) < memberId(b) ? -1 : 1)) };
-    })) ?? due.rec;
+  const rec = (await updateSourcePoll(deps.store, key, (cur) => joined(cur, self))) ?? due.rec;
   return { key, resolved: rec.resolved, fetch: pinnedFetchOf(pkgr.spec.fetch, rec.resolved) };
+}
+
+/**
+ * `cur` with `self` among its members (replacing an entry of the same id with another uid, or
+ * with another `at` when `self` has one), members sorted by id; `undefined` when there is nothing
+ * to change, no record, or `self`'s cluster already has {@link MAX_MEMBERS_PER_CLUSTER} others.
+ */
+function joined(cur: SourcePollRecord | undefined, self: SourceMember): SourcePollRecord | undefined {
+  const mine = cur?.members.find((m) => memberId(m) === memberId(self));
+  if (!cur || (mine && mine.uid === self.uid && (self.at === undefined || mine.at === self.at))) return undefined;
+  const others = cur.members.filter((m) => memberId(m) !== memberId(self));
+  if (others.filter((m) => m.cluster === self.cluster).length >= MAX_MEMBERS_PER_CLUSTER) return undefined;
+  const members = [...others, self];
+  return { ...cur, members: members.sort((a, b) => (memberId(a) < memberId(b) ? -1 : 1)) };
 }
 
 /**
@@ -367,7 +393,8 @@ async function pokeMembers(
 }
 
 /**
- * After a repository run deployed `tracked.resolved`: records it as the member's `at`, and, when
+ * After a repository run deployed `tracked.resolved`: records it as the member's `at` (joining the
+ * member again if the record lost it, e.g. a record recreated since the run's join), and, when
  * this run fetched (it built the digest's index for the fleet), sends `ref-changed` to every
  * member this runtime serves that is behind the record.
  * @throws StoreError, KubeApiError, TransportError (the caller retries the run)
@@ -378,15 +405,17 @@ export async function memberDeployed(
   fetched: boolean,
   deps: PipelineDeps,
 ): Promise<void> {
-  const self = memberId({ cluster: object.clusterId, namespace: object.namespace, name: object.name });
-  const rec = await updateSourcePoll(deps.store, tracked.key, (cur) => {
-    const mine = cur?.members.find((m) => memberId(m) === self);
-    if (!cur || !mine || mine.at === tracked.resolved) return undefined;
-    return { ...cur, members: cur.members.map((m) => (memberId(m) === self ? { ...m, at: tracked.resolved } : m)) };
-  });
+  const self: SourceMember = {
+    cluster: object.clusterId,
+    namespace: object.namespace,
+    name: object.name,
+    uid: object.uid,
+    at: tracked.resolved,
+  };
+  const rec = await updateSourcePoll(deps.store, tracked.key, (cur) => joined(cur, self));
   if (!fetched || !rec || rec.resolved !== tracked.resolved) return;
   const behind = await filterServed(
-    rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== self),
+    rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== memberId(self)),
     deps,
   );
   if (behind.length === 0) return;

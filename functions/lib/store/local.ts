@@ -3,7 +3,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { link, lstat, mkdir, open, readdir, rename, stat, unlink } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { DEFAULT_LOCK_STALE_MS, withFileLock } from './file-lock.js';
 import {
   type ConditionalPutResult,
   contentEtag,
@@ -31,6 +32,11 @@ export interface LocalDirStoreOptions {
   readonly maxObjectBytes?: number;
   /** fsync each file before it becomes visible (durable across power loss). Default true. */
   readonly fsync?: boolean;
+  /**
+   * Age after which the lock file of a `putIfMatch` whose writer stopped refreshing it (a dead
+   * process) is broken, ms. Default {@link DEFAULT_LOCK_STALE_MS} (15 s).
+   */
+  readonly lockStaleMs?: number;
 }
 
 /**
@@ -40,10 +46,14 @@ export interface LocalDirStoreOptions {
 const TEMP_MARK = '.~tmp-';
 /** Suffix of the lock file of {@link LocalDirStore.putIfMatch} (has `~`, like temp files). */
 const LOCK_MARK = '.~lock';
-/** A lock file older than this is left over by a dead writer and broken, ms. */
-const LOCK_STALE_MS = 10_000;
-/** How long a writer waits for a lock before failing, ms. */
-const LOCK_WAIT_MS = 10_000;
+
+/**
+ * The conditional puts of this process in flight on each target path (any store instance): how
+ * many, and the version the last of their writes left. A writer whose version was replaced by
+ * one of them while it waited answers 'conflict' without taking the lock (a valid answer: the
+ * object was at another version during its call). Dropped when none is in flight.
+ */
+const inFlight = new Map<string, { calls: number; writes: number; etag?: string }>();
 
 function code(e: unknown): string | undefined {
   return (e as NodeJS.ErrnoException | undefined)?.code;
@@ -59,10 +69,14 @@ function code(e: unknown): string | undefined {
  *   `rootDir`. A key cannot also be a "directory" of other keys (`a` and `a/b` cannot
  *   coexist, unlike S3); that write fails with a {@link StoreError}.
  * - `rootDir` is created on the first write; a missing root lists as empty.
- * - `putIfMatch` holds a lock file `<key>.~lock` (created with `O_EXCL`) while it compares the
- *   current body's sha256 with `ifMatch` and renames the new body in; a lock older than 10 s is
- *   a dead writer's and is broken. Versions are content hashes, so a rewrite of the same bytes
- *   keeps its version (harmless for the records this serves: the same content).
+ * - `putIfMatch` answers `'conflict'` at once when the current body already differs from
+ *   `ifMatch`; otherwise it holds the lock `<key>.~lock` ({@link withFileLock}: writers of this
+ *   process queue in order, other processes' writers wait on the lock file, which its holder
+ *   keeps fresh and a dead writer's goes stale) while it compares again and renames the new body
+ *   in. It waits for the lock as long as a live writer holds it, so it only ever answers
+ *   `'written'` or `'conflict'`, or throws for a filesystem error. Versions are content
+ *   hashes, so a rewrite of the same bytes keeps its version (harmless for the records this
+ *   serves: the same content).
  * - Directories emptied by `delete` are left in place (removing them would race with writers).
  *
  * Errors: see {@link ObjectStore}; filesystem errors are wrapped in {@link StoreError} with the
@@ -71,6 +85,7 @@ function code(e: unknown): string | undefined {
 export class LocalDirStore implements ObjectStore {
   private readonly maxObjectBytes: number;
   private readonly fsync: boolean;
+  private readonly lockStaleMs: number;
 
   /**
    * @param rootDir directory holding the objects (absolute path recommended).
@@ -81,6 +96,7 @@ export class LocalDirStore implements ObjectStore {
   ) {
     this.maxObjectBytes = opts.maxObjectBytes ?? DEFAULT_MAX_OBJECT_BYTES;
     this.fsync = opts.fsync ?? true;
+    this.lockStaleMs = opts.lockStaleMs ?? DEFAULT_LOCK_STALE_MS;
   }
 
   private pathOf(key: string): string {
@@ -165,40 +181,37 @@ export class LocalDirStore implements ObjectStore {
     validateKey(key, 'putIfMatch');
     const buf = this.checkSize('putIfMatch', key, body);
     const target = this.pathOf(key);
+    const stale = (cur: Buffer | undefined) =>
+      ifMatch === undefined ? cur !== undefined : !cur || contentEtag(cur) !== ifMatch;
+    const at = resolve(target);
+    const mine = inFlight.get(at) ?? { calls: 0, writes: 0 };
+    inFlight.set(at, mine);
+    mine.calls += 1;
+    const writesBefore = mine.writes;
     try {
+      // A writer that already lost needs no lock (most of them, when many update one record).
+      if (stale(await this.get(key))) return 'conflict';
       await mkdir(dirname(target), { recursive: true, mode: 0o700 });
-      const release = await this.lock(`${target}${LOCK_MARK}`);
-      try {
-        const cur = await this.get(key);
-        if (ifMatch === undefined ? cur !== undefined : !cur || contentEtag(cur) !== ifMatch) return 'conflict';
-        await this.replace(target, buf);
-        return 'written';
-      } finally {
-        await release();
-      }
+      return await withFileLock<ConditionalPutResult>(
+        `${target}${LOCK_MARK}`,
+        async () => {
+          if (stale(await this.get(key))) return 'conflict';
+          await this.replace(target, buf);
+          mine.writes += 1;
+          mine.etag = contentEtag(buf);
+          return 'written';
+        },
+        {
+          staleMs: this.lockStaleMs,
+          skip: () => (mine.writes !== writesBefore && mine.etag !== ifMatch ? 'conflict' : undefined),
+        },
+      );
     } catch (e) {
       if (e instanceof ObjectTooLargeError) throw e;
       throw new StoreError(`failed to put object "${key}" conditionally`, 'putIfMatch', key, { cause: e });
-    }
-  }
-
-  /** Takes the lock file `lockPath` (see the class comment); resolves to its release. */
-  private async lock(lockPath: string): Promise<() => Promise<void>> {
-    const deadline = Date.now() + LOCK_WAIT_MS;
-    for (;;) {
-      try {
-        await (await open(lockPath, 'wx', 0o600)).close();
-        return async () => await unlink(lockPath).catch(() => undefined);
-      } catch (e) {
-        if (code(e) !== 'EEXIST') throw e;
-      }
-      const st = await stat(lockPath).catch(() => undefined);
-      if (st && Date.now() - st.mtimeMs > LOCK_STALE_MS) {
-        await unlink(lockPath).catch(() => undefined);
-        continue;
-      }
-      if (Date.now() > deadline) throw new Error(`lock ${lockPath} is busy`);
-      await new Promise((r) => setTimeout(r, 5));
+    } finally {
+      mine.calls -= 1;
+      if (mine.calls === 0) inFlight.delete(at);
     }
   }
 
