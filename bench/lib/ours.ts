@@ -79,6 +79,30 @@ export function timedStore(inner: ObjectStore, timing: StoreTiming): ObjectStore
   });
 }
 
+/**
+ * The pipeline's cluster registry for `ids` (kubeconfig contexts), each client's REST transport
+ * wrapped by `wrap` (to count or time the pipeline's API requests; watches are not wrapped).
+ */
+export function wrappedRegistry(
+  kubeconfigPath: string,
+  ids: readonly string[],
+  wrap: (rest: RestTransport) => RestTransport,
+): MapClusterRegistry {
+  const clients = new Map<string, KubeClient>();
+  for (const id of ids) {
+    const kc = loadKubeConfig(kubeconfigPath, id);
+    clients.set(
+      id,
+      new KubeApiClient({
+        rest: wrap(kc.makeApiClient(ClientNodeRestTransport)),
+        watch: new ClientNodeWatchTransport(kc),
+        apiServer: apiServerInfoOf(kc),
+      }),
+    );
+  }
+  return new MapClusterRegistry(clients);
+}
+
 /** Options of {@link startOurs}. */
 export interface OursOptions
   extends Pick<
@@ -161,18 +185,9 @@ export function startOurs(opts: OursOptions): Ours {
     ...opts,
     log: benchLogger(records, logs, say),
     wrapDeps: (deps) => {
-      const clients = new Map<string, KubeClient>();
-      for (const id of deps.clusters.clusterIds()) {
-        const kc = loadKubeConfig(opts.kubeconfigPath, id);
-        clients.set(
-          id,
-          new KubeApiClient({
-            rest: countingTransport(kc.makeApiClient(ClientNodeRestTransport), api),
-            watch: new ClientNodeWatchTransport(kc),
-            apiServer: apiServerInfoOf(kc),
-          }),
-        );
-      }
+      const clusters = wrappedRegistry(opts.kubeconfigPath, deps.clusters.clusterIds(), (t) =>
+        countingTransport(t, api),
+      );
       const { onToolRun } = opts;
       const runner = onToolRun
         ? {
@@ -182,7 +197,7 @@ export function startOurs(opts: OursOptions): Ours {
             },
           }
         : deps.runner;
-      return { ...deps, runner, clusters: new MapClusterRegistry(clients), store: timedStore(deps.store, store) };
+      return { ...deps, runner, clusters, store: timedStore(deps.store, store) };
     },
   });
   // Note when each event reaches the pipeline (the forwarder calls `send` on this object).

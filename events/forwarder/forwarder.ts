@@ -44,7 +44,7 @@
  *
  * Every event then goes through the {@link Outbox}: bursts for one object within
  * `coalesceWindowMs` (and while the transport is busy) become one event carrying the latest
- * resourceVersion and generation.
+ * resourceVersion and generation; an `added` event (a new object) is sent at once.
  *
  * ## Memory
  *
@@ -107,7 +107,7 @@ export interface ForwarderOptions {
    * Default 90 000 (the API server sends a bookmark about every minute).
    */
   stallTimeoutMs?: number;
-  /** Coalescing window per object. Default 200. */
+  /** Coalescing window per object, ms (none for a new object's `added`). Default 200. */
   coalesceWindowMs?: number;
   /** Largest batch per `Transport.send`. Default 100. */
   batchSize?: number;

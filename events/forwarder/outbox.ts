@@ -7,6 +7,13 @@
  *   with the highest rank wins (`REASON_RANK` of `events/schema.ts`, shared with the embedded
  *   runtime's coalescer: `deleted` > `added` > `ref-changed` > `modified` > `resync`), since a
  *   reference to the latest state is all a function needs.
+ * - **New objects wait for no window.** An `added` event is ready at once, and so is every
+ *   event queued before it (events leave in the order they were queued, so a `deleted` for a
+ *   name's old uid still goes before the `added` of its new one): nothing can have been written
+ *   to an object the functions have not seen yet that a window would save a run for, so a new
+ *   object's first reconcile starts without waiting (kapp-controller's informer hands a new
+ *   object to its reconciler at once). Later events of the object open a window as usual, and
+ *   those arriving while the batch is in flight merge as always.
  * - **Batching and back-pressure.** Ready events go out in batches of up to `batchSize`, one
  *   batch at a time. While a batch is in flight (or being retried), newer events wait and keep
  *   merging, so memory is bounded by the number of objects, whatever the event rate, and the
@@ -96,6 +103,8 @@ export class Outbox {
   private inFlight = false;
   private timer: TimerHandle | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
+  /** Ready time of the last event queued (the latest of all: windows are fixed). */
+  private tailReadyAt = Number.NEGATIVE_INFINITY;
   private retryTimer: TimerHandle | undefined;
   private closed = false;
   private idleWaiters: Array<() => void> = [];
@@ -121,15 +130,39 @@ export class Outbox {
   enqueue(data: ObjectEventData, cause?: string): void {
     if (this.closed) return;
     const key = `${data.apiVersion}\u0000${data.kind}\u0000${data.namespace}\u0000${data.name}\u0000${data.uid}`;
+    const now = this.opts.clock.now();
     const p = this.pending.get(key);
     if (p) {
       p.data = mergeEvents(p.data, data);
       p.cause = cause ?? p.cause;
+      if (data.reason === 'added') this.readyThrough(key, now);
       return;
     }
-    const readyAt = this.opts.clock.now() + this.opts.windowMs;
+    if (data.reason === 'added') {
+      // Ready times never decrease along the queue: when the last one is ready, all are.
+      if (this.tailReadyAt > now) this.readyThrough(undefined, now);
+      this.pending.set(key, { data, readyAt: now, cause });
+      this.tailReadyAt = now;
+      this.arm(now);
+      return;
+    }
+    const readyAt = now + this.opts.windowMs;
     this.pending.set(key, { data, readyAt, cause });
+    this.tailReadyAt = readyAt;
     this.arm(readyAt);
+  }
+
+  /**
+   * Makes every event queued up to and including `key` (all of them when `key` is undefined)
+   * ready at `now`.
+   */
+  private readyThrough(key: string | undefined, now: number): void {
+    for (const [k, p] of this.pending) {
+      p.readyAt = Math.min(p.readyAt, now);
+      if (k === key) break;
+    }
+    if (key === undefined) this.tailReadyAt = Math.min(this.tailReadyAt, now);
+    this.arm(now);
   }
 
   /** Ends every coalescing window now (used when draining before a stop). */

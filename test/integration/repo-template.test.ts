@@ -163,6 +163,81 @@ spec:
     expect(out.versions).toEqual({ 'simple-app.corp.com': ['1.0.0'] });
   });
 
+  it("a repository's own data values, templates and overlays apply before the clean-up, as in upstream's two ytt runs", async () => {
+    const root = path.join(scratch, 'templated');
+    await mkdir(path.join(root, 'packages', 'app'), { recursive: true });
+    await writeFile(path.join(root, 'packages', 'values.yml'), '#@data/values\n---\nversion: 1.2.3\n');
+    await writeFile(
+      path.join(root, 'packages', 'app', 'package.yml'),
+      `#@ load("@ytt:data", "data")
+apiVersion: data.packaging.carvel.dev/v1alpha1
+kind: Package
+metadata:
+  name: #@ "app.corp.com." + data.values.version
+spec:
+  refName: app.corp.com
+  version: #@ data.values.version
+`,
+    );
+    // The repository's overlay sets a namespace and adds a ConfigMap-like kind change: the
+    // clean-up (applied after it) still removes the namespace and drops other kinds.
+    await writeFile(
+      path.join(root, 'packages', 'zz-overlay.yml'),
+      `#@ load("@ytt:overlay", "overlay")
+#@overlay/match by=overlay.subset({"kind": "Package"})
+---
+metadata:
+  #@overlay/match missing_ok=True
+  namespace: elsewhere
+  #@overlay/match missing_ok=True
+  labels:
+    team: a
+`,
+    );
+    await writeFile(path.join(root, 'packages', 'other.yml'), 'apiVersion: v1\nkind: Secret\nmetadata: {name: x}\n');
+    const { out, of, docs } = await run({ root, bundle: false });
+    expect(out.result).toEqual({ stdout: '', stderr: '', exitCode: 0, finished: true });
+    expect(docs.map((d) => d.kind)).toEqual(['Package', 'Config']);
+    expect(of('Package')[0].metadata).toEqual({
+      name: 'app.corp.com.1.2.3',
+      labels: { team: 'a' },
+      annotations: REPO_ANNOTATIONS,
+    });
+    expect(out.versions).toEqual({ 'app.corp.com': ['1.2.3'] });
+  });
+
+  it('a Package holding a value JSON cannot (.inf) is kept, not dropped by a JSON printer', async () => {
+    const root = path.join(scratch, 'non-finite');
+    await mkdir(path.join(root, 'packages'), { recursive: true });
+    await writeFile(
+      path.join(root, 'packages', 'pkg.yml'),
+      `apiVersion: data.packaging.carvel.dev/v1alpha1
+kind: Package
+metadata:
+  name: app.corp.com.1.0.0
+spec:
+  refName: app.corp.com
+  version: 1.0.0
+  valuesSchema:
+    openAPIv3:
+      properties:
+        replicas: {type: number, maximum: .inf}
+---
+apiVersion: data.packaging.carvel.dev/v1alpha1
+kind: Package
+metadata:
+  name: app.corp.com.2.0.0
+spec:
+  refName: app.corp.com
+  version: 2.0.0
+`,
+    );
+    const { out, of } = await run({ root, bundle: false });
+    expect(out.result.error).toBeUndefined();
+    expect(of('Package').map((d) => d.spec.version)).toEqual(['1.0.0', '2.0.0']);
+    expect(out.versions).toEqual({ 'app.corp.com': ['1.0.0', '2.0.0'] });
+  });
+
   it("a root without packages/ fails with upstream's text", async () => {
     const { out } = await run({ root: path.join(KADRAS, 'packages'), bundle: false });
     expect(out.result.error).toBe("Invalid package repository content: must contain 'packages/' directory but did not");

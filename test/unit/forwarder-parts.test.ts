@@ -316,16 +316,45 @@ describe('Outbox', () => {
       logger: silentLogger,
     });
     box.enqueue(data('a', 'deleted', '1', 'old'));
-    box.enqueue(data('a', 'added', '2', 'new'));
-    box.enqueue(data('b', 'added', '3'));
+    box.enqueue(data('b', 'modified', '2'));
+    box.enqueue(data('c', 'modified', '3'));
     await vi.advanceTimersByTimeAsync(99);
     expect(sent).toEqual([]);
     await vi.advanceTimersByTimeAsync(1);
-    expect(sent.map((b) => b.map((e) => `${e.data.reason} ${e.data.uid}`))).toEqual([
-      ['deleted old', 'added new'],
-      ['added u-b'],
+    expect(sent.map((b) => b.map((e) => `${e.data.reason} ${e.data.name} ${e.data.uid}`))).toEqual([
+      ['deleted a old', 'modified b u-b'],
+      ['modified c u-c'],
     ]);
     expect(sent[0]![0]!.time).toBe('1970-01-01T00:00:00.100Z');
+    await box.idle();
+  });
+
+  it('sends an added at once, after everything queued before it, and later events of its object after a window', async () => {
+    const sent: ObjectEvent[][] = [];
+    const box = new Outbox({
+      transport: {
+        send: async (e) => {
+          sent.push(e);
+        },
+      },
+      build: (d, now) => ({ data: d, time: new Date(now).toISOString() }) as unknown as ObjectEvent,
+      clock: systemClock,
+      random: () => 0,
+      windowMs: 100,
+      batchSize: 10,
+      logger: silentLogger,
+    });
+    const names = () => sent.map((b) => b.map((e) => `${e.data.reason} ${e.data.name} ${e.data.uid}`));
+    box.enqueue(data('a', 'deleted', '1', 'old'));
+    box.enqueue(data('a', 'added', '2', 'new'));
+    box.enqueue(data('z', 'modified', '3'));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(names()).toEqual([['deleted a old', 'added a new']]);
+    box.enqueue(data('a', 'modified', '4', 'new'));
+    await vi.advanceTimersByTimeAsync(99);
+    expect(names()).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(names()[1]).toEqual(['modified z u-z', 'modified a new']);
     await box.idle();
   });
 });

@@ -188,7 +188,7 @@ describe('forwarder: live watch rules', () => {
       type: 'dev.kapp-lambda.object.v1',
       subject: 'c1/App/team-a/a',
       source: '/kapp-lambda/clusters/c1/forwarder',
-      time: '2025-01-01T00:00:00.450Z', // applied at +250 ms, sent after the 200 ms window
+      time: '2025-01-01T00:00:00.250Z', // applied at +250 ms, sent at once: a new object waits for no window
       data: {
         clusterId: 'c1',
         kind: 'App',
@@ -253,17 +253,36 @@ describe('forwarder: live watch rules', () => {
   it('coalesces a burst for one object into one event with the latest resourceVersion and generation', async () => {
     start();
     await settle();
-    let last: KubeObject | undefined;
     watcher.apply(app('a'));
+    await settle(0);
+    expect(transport.take()).toEqual(['added a 1001']);
+    let last: KubeObject | undefined;
     for (let g = 2; g <= 30; g++) last = watcher.apply(app('a', { gen: g }));
     await settle(199);
-    expect(transport.calls).toBe(0);
+    expect(transport.calls).toBe(1);
     await settle(2);
     expect(transport.batches.flat().map((e) => [e.data.reason, e.data.generation, e.data.resourceVersion])).toEqual([
-      ['added', 30, last!.metadata.resourceVersion],
+      ['modified', 30, last!.metadata.resourceVersion],
     ]);
     expect(fwd!.stats().emitted.modified).toBe(29);
-    expect(fwd!.stats().sent).toBe(1);
+    expect(fwd!.stats().sent).toBe(2);
+  });
+
+  it("sends a new object's added at once, with what was queued before it, in order; its burst merges into it", async () => {
+    watcher.apply(app('old', { status: handled(1, T0) }));
+    start();
+    await settle();
+    watcher.apply(app('old', { gen: 2, status: handled(1, T0) }));
+    await settle(50);
+    expect(transport.calls).toBe(0); // a modified waits for its window
+    watcher.apply(app('a'));
+    const a3 = watcher.apply(app('a', { gen: 3 }));
+    await settle(0);
+    expect(transport.batches.flat().map((e) => `${e.data.reason} ${e.data.name} ${e.data.generation}`)).toEqual([
+      'modified old 2',
+      'added a 3',
+    ]);
+    expect(transport.batches.flat()[1]!.data.resourceVersion).toBe(a3.metadata.resourceVersion);
   });
 
   it('does not merge events of different objects', async () => {
@@ -968,15 +987,16 @@ describe('forwarder: delivery', () => {
   });
 
   it('drains waiting events on stop({ drain: true })', async () => {
+    watcher.apply(app('a', { status: handled(1, T0) }));
     start({ coalesceWindowMs: 60_000 });
     await settle();
-    watcher.apply(app('a'));
+    const a2 = watcher.apply(app('a', { gen: 2, status: handled(1, T0) }));
     await settle();
     expect(transport.calls).toBe(0);
     const stopping = fwd!.stop({ drain: true });
     await settle(0);
     await stopping;
-    expect(transport.take()).toEqual(['added a 1001']);
+    expect(transport.take()).toEqual([`modified a ${a2.metadata.resourceVersion}`]);
     expect(watcher.openWatches()).toBe(0);
   });
 

@@ -10,6 +10,7 @@ import {
 } from '../../functions/lib/kube/client.js';
 import { ConflictError, GoneError, KubeApiError, resourceFor, WatchGoneError } from '../../functions/lib/kube/port.js';
 import {
+  METADATA_ONLY_ACCEPT,
   type RestRequest,
   type RestResponse,
   type RestTransport,
@@ -345,13 +346,15 @@ describe('KubeApiClient.updateStatus', () => {
 describe('KubeApiClient finalizers', () => {
   const F = 'finalizers.kapp-ctrl.k14s.io/delete';
 
-  it('adds with a merge patch carrying the read resourceVersion', async () => {
+  it('adds with a merge patch carrying the read resourceVersion, reading and writing metadata only', async () => {
     const rest = new FakeRest([app('5', ['other']), app('6', ['other', F])]);
     expect(await client(rest).addFinalizer(APP, F)).toEqual({ changed: true, resourceVersion: '6' });
+    expect(rest.requests[0]).toEqual({ method: 'GET', path: APP_PATH, accept: METADATA_ONLY_ACCEPT });
     expect(rest.requests[1]).toEqual({
       method: 'PATCH',
       path: APP_PATH,
       contentType: 'application/merge-patch+json',
+      accept: METADATA_ONLY_ACCEPT,
       body: { metadata: { resourceVersion: '5', finalizers: ['other', F] } },
     });
   });

@@ -1,7 +1,8 @@
 /**
  * The fixed PackageRepository template pipeline (`functions/lib/packaging/repo-template.ts`,
- * upstream `pkg/pkgrepository/app_template.go`) over the fake command runner: the argv sequence,
- * the stream handed between tools, and every error with upstream's text.
+ * upstream `pkg/pkgrepository/app_template.go`) over the fake command runner: the argv sequence
+ * of the one-pass run and of upstream's way, the stream handed between tools, and every error
+ * with upstream's text.
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -9,10 +10,11 @@ import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import {
-  CLEAN_UP_OVERLAY,
+  cleanUpOverlay,
   filterRepositoryJson,
   filterRepositoryResources,
   INVALID_PACKAGE_REPOSITORY_MESSAGE,
+  JSON_CHECK_OVERLAY,
   REBASE_CONFIG,
   sortVersions,
   templateRepository,
@@ -51,7 +53,7 @@ async function dirs(packages = true) {
   return { root, scratch: path.join(base, 'scratch') };
 }
 
-/** The clean-up ytt's answer: `cleaned` as it is, or with `-o json` as ytt prints it (concatenated objects). */
+/** A ytt's answer printing `cleaned` as it is, or with `-o json` as ytt prints it (concatenated objects). */
 function cleanedAnswer(cleaned: string, stderr = '') {
   return (_req: unknown, call: { args: readonly string[] }) => ({
     stderr,
@@ -63,22 +65,20 @@ function cleanedAnswer(cleaned: string, stderr = '') {
   });
 }
 
+/** The one-pass ytt: over `packages/` with the clean-up and JSON-check overlays. */
+const isOnePass = (a: readonly string[]) => a.some((x) => x.endsWith('kapp-lambda-json-check.yml'));
+
 /**
- * A fake runner scripting the four tools: the first ytt prints `packages`, the clean-up ytt
- * prints `cleaned` (as JSON when asked), the rebase ytt echoes the filtered file it is given,
+ * A fake runner scripting the tools: the one-pass ytt prints `cleaned` (as JSON), upstream's
+ * first ytt prints `packages`, upstream's clean-up ytt prints `cleaned` (as JSON when asked),
  * kbld echoes its stdin after `# relocated`.
  */
 function fakeTools(opts: { packages?: string; cleaned?: string } = {}) {
   const runner = new FakeCommandRunner();
+  const cleaned = opts.cleaned ?? `${PKG}---\n${PKGM}`;
   runner.on('ytt', { stdout: opts.packages ?? 'pass-1\n' }, (a) => a[0] === '--ignore-unknown-comments');
-  runner.on('ytt', cleanedAnswer(opts.cleaned ?? `${PKG}---\n${PKGM}`), (a) => a.includes('-'));
-  runner.on(
-    'ytt',
-    async (_req, call) => ({
-      stdout: `${await readFile(call.args[1] ?? '', 'utf8')}---\napiVersion: kapp.k14s.io/v1alpha1\nkind: Config\n`,
-    }),
-    (a) => a.some((x) => x.endsWith('packages.yml')),
-  );
+  runner.on('ytt', cleanedAnswer(cleaned), (a) => a.includes('-'));
+  runner.on('ytt', cleanedAnswer(cleaned, 'ytt warnings of the repository\n'), isOnePass);
   runner.on('kbld', async (_req, call) => ({ stdout: `# relocated\n${call.stdin ?? ''}` }));
   return runner;
 }
@@ -86,46 +86,35 @@ function fakeTools(opts: { packages?: string; cleaned?: string } = {}) {
 const deps = (runner: FakeCommandRunner) => ({ runner, config: { toolTimeoutMs: 5000 } });
 
 describe('templateRepository', () => {
-  it('runs ytt over packages/, the clean-up overlay, the rebase Config and kbld, in that order', async () => {
+  it('runs one ytt over packages/ with the clean-up and JSON-check overlays, then kbld over the filtered documents and the rebase Config', async () => {
     const { root, scratch } = await dirs();
     const runner = fakeTools();
     const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: true, scratch }, deps(runner));
 
     expect(out.result.error).toBeUndefined();
-    const cleanUpDir = path.join(scratch, 'clean-up');
-    const filtered = path.join(scratch, 'filtered', 'packages.yml');
+    const cleanUp = path.join(scratch, 'one-pass', 'kapp-controller-clean-up.yml');
+    const check = path.join(scratch, 'one-pass', 'kapp-lambda-json-check.yml');
     expect(runner.argv()).toEqual([
-      ['ytt', '--ignore-unknown-comments', '-f', path.join(root, 'packages')],
-      [
-        'ytt',
-        '-f',
-        '-',
-        '--file-mark=stdin.yml:type=yaml-plain',
-        '-f',
-        cleanUpDir,
-        '--data-value=packageRepositoryRef=ns/repo',
-        '-o',
-        'json',
-      ],
-      ['ytt', '-f', filtered, '--file-mark=packages.yml:type=yaml-plain', '-f', path.join(scratch, 'rebase')],
+      ['ytt', '--ignore-unknown-comments', '-f', path.join(root, 'packages'), '-f', cleanUp, '-f', check, '-o', 'json'],
       ['kbld', '-f', '-', '-f', path.join(root, '.imgpkg', 'images.yml'), '--build=false'],
     ]);
-    // Each stream goes to the next tool; the tools get the configured timeout.
-    expect(runner.calls[1]?.stdin).toBe('pass-1\n');
-    expect(runner.calls[3]?.stdin).toContain('kind: Config');
     expect(runner.calls.every((c) => c.timeoutMs === 5000)).toBe(true);
-    expect(await readFile(path.join(cleanUpDir, 'kapp-controller-clean-up.yml'), 'utf8')).toBe(CLEAN_UP_OVERLAY);
-    expect(await readFile(path.join(scratch, 'rebase', 'noop-on-identical-packages.yml'), 'utf8')).toBe(REBASE_CONFIG);
-    expect(out.manifest).toBe(`# relocated\n${runner.calls[3]?.stdin}`);
+    expect(await readFile(cleanUp, 'utf8')).toBe(cleanUpOverlay('ns/repo'));
+    expect(await readFile(check, 'utf8')).toBe(JSON_CHECK_OVERLAY);
+    const stdin = runner.calls[1]?.stdin ?? '';
+    expect(stdin.endsWith(REBASE_CONFIG)).toBe(true);
+    expect(parseAllDocuments(stdin).map((d) => d.toJS().kind)).toEqual(['Package', 'PackageMetadata', 'Config']);
+    expect(out.manifest).toBe(`# relocated\n${stdin}`);
     expect(out.versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
   });
 
-  it('without a bundle runs no kbld, and the manifest holds the filtered packages with encoded names', async () => {
+  it("without a bundle runs one tool; the manifest holds the filtered packages with encoded names; stderr is empty as upstream's last ytt", async () => {
     const { root, scratch } = await dirs();
     const runner = fakeTools();
     const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
 
-    expect(runner.argv().map((a) => a[0])).toEqual(['ytt', 'ytt', 'ytt']);
+    expect(runner.argv().map((a) => a[0])).toEqual(['ytt']);
+    expect(out.result).toEqual({ stdout: '', stderr: '', exitCode: 0, finished: true });
     const docs = parseAllDocuments(out.manifest ?? '').map((d) => d.toJS());
     expect(docs.map((d) => [d.kind, d.metadata?.name])).toEqual([
       ['Package', 'app.corp.com.1.0.0--build.1'],
@@ -133,6 +122,7 @@ describe('templateRepository', () => {
       ['Config', undefined],
     ]);
     expect(docs[0].spec).toEqual({ refName: 'app.corp.com', version: '1.0.0+build.1' });
+    expect(docs[2]).toEqual(parseAllDocuments(REBASE_CONFIG).at(-1)?.toJS());
   });
 
   it('without a bundle, a namespaced document left after the clean-up is refused before kapp', async () => {
@@ -173,7 +163,7 @@ describe('templateRepository', () => {
     expect(out.result.error).toBe(INVALID_PACKAGE_REPOSITORY_MESSAGE);
   });
 
-  it('a failing tool ends the run with Templating dir: and its stderr', async () => {
+  it("a failing one-pass ytt goes upstream's way, whose first ytt's failure ends the run with its stderr", async () => {
     const { root, scratch } = await dirs();
     const runner = fakeTools();
     runner.on('ytt', exitWith(1, 'ytt: Error: bad yaml\n'), (a) => a[0] === '--ignore-unknown-comments');
@@ -184,7 +174,39 @@ describe('templateRepository', () => {
       error: 'Templating dir: Error (see .status.usefulErrorMessage for details)',
     });
     expect(out.manifest).toBeUndefined();
+    expect(runner.argv().map((a) => isOnePass(a))).toEqual([true, false]);
+  });
+
+  it('a canceled one-pass ytt (the repository deleted) is not run again', async () => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools();
+    const ac = new AbortController();
+    ac.abort();
+    const out = await templateRepository(
+      { root, name: 'repo', namespace: 'ns', bundle: false, scratch, signal: ac.signal },
+      deps(runner),
+    );
+    expect(out.result.error).toBeDefined();
+    expect(out.manifest).toBeUndefined();
     expect(runner.calls).toHaveLength(1);
+  });
+
+  it("upstream's way: ytt over packages/, then the clean-up ytt over its stream, the repository named in the overlay", async () => {
+    const { root, scratch } = await dirs();
+    const runner = fakeTools();
+    runner.on('ytt', exitWith(1, 'ytt: Error: anything\n'), isOnePass);
+    const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
+    expect(out.result.error).toBeUndefined();
+    const cleanUpDir = path.join(scratch, 'clean-up');
+    expect(runner.argv().slice(1)).toEqual([
+      ['ytt', '--ignore-unknown-comments', '-f', path.join(root, 'packages')],
+      ['ytt', '-f', '-', '--file-mark=stdin.yml:type=yaml-plain', '-f', cleanUpDir, '-o', 'json'],
+    ]);
+    expect(runner.calls[2]?.stdin).toBe('pass-1\n');
+    expect(await readFile(path.join(cleanUpDir, 'kapp-controller-clean-up.yml'), 'utf8')).toBe(
+      cleanUpOverlay('ns/repo'),
+    );
+    expect(out.versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
   });
 
   it('a failing kbld (e.g. no .imgpkg/images.yml) fails the run', async () => {
@@ -197,7 +219,7 @@ describe('templateRepository', () => {
     expect(out.versions).toBeUndefined();
   });
 
-  it('a document of another kind after clean-up is an error set on the clean-up result', async () => {
+  it("a document of another kind after clean-up is an error set on upstream's clean-up result", async () => {
     const { root, scratch } = await dirs();
     const runner = fakeTools({ cleaned: 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n' });
     runner.on('ytt', cleanedAnswer('apiVersion: v1\nkind: ConfigMap\n', 'warning\n'), (a) => a.includes('-'));
@@ -209,32 +231,34 @@ describe('templateRepository', () => {
       error: "Expected group 'data.packaging.carvel.dev' but was ''",
       finished: true,
     });
-    expect(runner.calls).toHaveLength(2);
+    expect(runner.calls).toHaveLength(3);
   });
 
   it.each([
-    ['a value JSON cannot hold (.inf)', `${PKG}  maximum: .inf\n`, 2],
-    ['ytt failing to print JSON (a key that is not a string)', PKG, 3],
-  ])('%s: the clean-up ytt prints YAML, as upstream', async (_what, cleaned, runs) => {
+    ['a value JSON cannot hold (.inf)', `${PKG}  maximum: .inf\n`, [false]],
+    ['ytt failing to print JSON (a key that is not a string)', PKG, [true, false]],
+  ])("%s: the JSON check fails the one pass; upstream's clean-up ytt prints YAML", async (_what, cleaned, jsonRuns) => {
     const { root, scratch } = await dirs();
     const runner = fakeTools({ packages: cleaned, cleaned });
-    runner.on('ytt', exitWith(2, 'panic: Expected key to be string\n'), (a) => a.includes('json'));
+    runner.on('ytt', exitWith(2, 'panic: Expected key to be string\n'), (a) => a.includes('json') && !isOnePass(a));
+    runner.on('ytt', exitWith(1, 'json.encode: json: unsupported value: +Inf\n'), isOnePass);
     const out = await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
     expect(out.result.error).toBeUndefined();
     const cleanUps = runner.argv().filter((a) => a.includes('-'));
-    expect(cleanUps.map((a) => a.includes('json'))).toEqual(runs === 2 ? [false] : [true, false]);
-    expect(runner.calls).toHaveLength(runs + 1);
+    expect(cleanUps.map((a) => a.includes('json'))).toEqual(jsonRuns);
+    expect(runner.calls).toHaveLength(2 + jsonRuns.length);
     expect(out.versions).toEqual({ 'app.corp.com': ['1.0.0+build.1'] });
   });
 
   it('re-encodes documents as JSON, so no string is re-read as another type', async () => {
     const { root, scratch } = await dirs();
     const cleaned = PKG.replace('futureField: dropped', 'releaseNotes: "yes"');
-    const runner = fakeTools({ cleaned });
-    await templateRepository({ root, name: 'repo', namespace: 'ns', bundle: false, scratch }, deps(runner));
-    const written = await readFile(path.join(scratch, 'filtered', 'packages.yml'), 'utf8');
-    expect(written).toContain('"releaseNotes":"yes"');
-    expect(parseAllDocuments(written)[0]?.toJS().spec.releaseNotes).toBe('yes');
+    const out = await templateRepository(
+      { root, name: 'repo', namespace: 'ns', bundle: false, scratch },
+      deps(fakeTools({ cleaned })),
+    );
+    expect(out.manifest).toContain('"releaseNotes":"yes"');
+    expect(parseAllDocuments(out.manifest ?? '')[0]?.toJS().spec.releaseNotes).toBe('yes');
   });
 
   it('a version no Package name can hold is an error naming the package', async () => {
@@ -247,6 +271,18 @@ describe('templateRepository', () => {
     expect(out.result.error).toMatch(
       /^Encoding name of Package 'app\.corp\.com\.1\.0\.0-RC\.1': spec\.version: Invalid value: "1\.0\.0-RC\.1": must not contain uppercase letters/,
     );
+  });
+});
+
+describe('cleanUpOverlay', () => {
+  it('names the repository as a quoted string in the annotation value', () => {
+    expect(cleanUpOverlay('tenant-a/kadras.repo')).toContain(
+      'packaging.carvel.dev/package-repository-ref: "tenant-a/kadras.repo"',
+    );
+  });
+
+  it.each(['ns', 'ns/a/b', 'ns/"x"', 'ns/x\n#@ fail("x")', 'NS/x'])('refuses %j, which is not two DNS names', (ref) => {
+    expect(() => cleanUpOverlay(ref)).toThrow(/not a <namespace>\/<name>/);
   });
 });
 

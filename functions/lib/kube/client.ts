@@ -39,6 +39,7 @@ import {
   type WritePrecondition,
 } from './port.js';
 import {
+  METADATA_ONLY_ACCEPT,
   type RestRequest,
   type RestResponse,
   type RestTransport,
@@ -222,8 +223,8 @@ export class KubeApiClient implements KubeClient {
   }
 
   /** GET returning `undefined` on 404. */
-  async #get<T>(action: string, path: string): Promise<T | undefined> {
-    const response = await this.#send(action, { method: 'GET', path });
+  async #get<T>(action: string, path: string, accept?: string): Promise<T | undefined> {
+    const response = await this.#send(action, { method: 'GET', path, ...(accept ? { accept } : {}) });
     if (response.statusCode === 404) return undefined;
     if (response.statusCode !== 200) throw errorFromResponse(action, response);
     return response.body as T;
@@ -345,7 +346,8 @@ export class KubeApiClient implements KubeClient {
     const path = objectPath(ref);
     let lastConflict: ConflictError | undefined;
     for (let attempt = 0; attempt < FINALIZER_ATTEMPTS; attempt++) {
-      const object = await this.#get<KubeObject>(action, path);
+      // Metadata only, read and written: all a finalizer change needs of an object that may be large.
+      const object = await this.#get<KubeObject>(action, path, METADATA_ONLY_ACCEPT);
       if (!object || (options.uid !== undefined && object.metadata.uid !== options.uid)) {
         if (how.absent === 'noop') return { changed: false, resourceVersion: undefined };
         throw new GoneError(`${action}: object not found${object ? ' (uid changed)' : ''}`, {
@@ -361,6 +363,7 @@ export class KubeApiClient implements KubeClient {
         method: 'PATCH',
         path,
         contentType: 'application/merge-patch+json',
+        accept: METADATA_ONLY_ACCEPT,
         body: {
           metadata: { resourceVersion: object.metadata.resourceVersion, finalizers: next },
         },

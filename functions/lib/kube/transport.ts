@@ -20,7 +20,20 @@ export interface RestRequest {
   body?: unknown;
   /** Request `Content-Type`; default `application/json`. */
   contentType?: string;
+  /**
+   * Request `Accept`; default `application/json`. {@link METADATA_ONLY_ACCEPT} asks the API server
+   * for the object's metadata only (a response of any write included).
+   */
+  accept?: string;
 }
+
+/**
+ * `Accept` for a response holding only the object's metadata (`PartialObjectMetadata`, as
+ * client-go's metadata client asks), with plain JSON as the fallback a server without it
+ * answers: for reads and writes that need nothing else of an object that may be large (a
+ * PackageRepository holding ~1 MB inline).
+ */
+export const METADATA_ONLY_ACCEPT = 'application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json';
 
 /** The raw answer: any status code, body parsed as JSON when it is JSON. */
 export interface RestResponse {
@@ -138,7 +151,7 @@ export class ClientNodeRestTransport implements RestTransport {
     for (const [key, value] of Object.entries(request.query ?? {})) {
       if (value !== undefined) context.setQueryParam(key, String(value));
     }
-    context.setHeaderParam('Accept', 'application/json');
+    context.setHeaderParam('Accept', request.accept ?? 'application/json');
     if (request.body !== undefined) {
       context.setHeaderParam('Content-Type', request.contentType ?? 'application/json');
       context.setBody(JSON.stringify(request.body));

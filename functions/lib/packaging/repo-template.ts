@@ -5,35 +5,45 @@
  * 1. `<root>/packages` must exist and be a directory ({@link INVALID_PACKAGE_REPOSITORY_MESSAGE});
  * 2. `ytt --ignore-unknown-comments -f <root>/packages`;
  * 3. ytt with the clean-up overlay ({@link CLEAN_UP_OVERLAY}) over that stream: only Packages
- *    and PackageMetadatas are kept, `metadata.namespace` is removed, the four annotations added.
- *    Here it prints JSON (`-o json`, parsed in a fraction of a YAML parse's time: seconds for
- *    500 Packages), except where JSON cannot stand in for the YAML: a stream that may hold
- *    `.inf`/`.nan` (ytt's JSON printer drops such documents silently) or ytt failing to print
- *    JSON (a map key that is not a string); then it prints YAML, as upstream;
+ *    and PackageMetadatas are kept, `metadata.namespace` is removed, the four annotations added;
  * 4. `FilterResources` ({@link filterRepositoryResources}, {@link filterRepositoryJson}): each
  *    document decoded with the Package/PackageMetadata schemas (unknown fields dropped) and
  *    re-encoded (as JSON, one line each); any other kind is an error. kapp-lambda also encodes
  *    each Package's name for its CRD storage (`packageObjectName`);
- * 5. ytt again, adding the kapp `Config` whose rebase rules resolve conflicts between
- *    repositories ({@link REBASE_CONFIG});
+ * 5. the kapp `Config` whose rebase rules resolve conflicts between repositories
+ *    ({@link REBASE_CONFIG}) is added to the stream;
  * 6. for an `imgpkgBundle` fetch, `kbld -f - -f <root>/.imgpkg/images.yml --build=false`;
  * 7. kapp-lambda's last check ({@link unexpectedRenderedDocument}): only Packages and
  *    PackageMetadatas without a namespace, plus the one Config. kbld's output is parsed for it;
- *    without kbld the documents of step 4 are checked as decoded (the last ytt prints them
- *    unchanged beside the Config), sparing a YAML parse of the whole stream.
+ *    without kbld the documents of step 4 are checked as decoded, sparing a YAML parse of the
+ *    whole stream.
+ *
+ * **How the tools run (same output as upstream's three ytt runs, fewer processes).** Steps 2
+ * and 3 run as one ytt (`-f <root>/packages -f <clean-up overlay> -f <JSON check> -o json`): ytt
+ * applies overlay files after every template, in the order given, so the clean-up overlay
+ * meets exactly the documents upstream's first ytt prints, after the repository's own overlays.
+ * The overlay names the repository in its text (`<ns>/<name>`, quoted, as upstream formats it
+ * in) rather than by data value, so the repository's own data values meet nothing of ours. The
+ * JSON output is parsed in a fraction of a YAML parse's time (seconds for 500 Packages). Any
+ * run that does not end in filtered documents (a tool error, a filter error, a value JSON
+ * cannot hold: ytt's JSON printer would drop such a document silently, so the check overlay
+ * {@link JSON_CHECK_OVERLAY} fails the run instead) goes again the way upstream does, ytt over
+ * `packages/` then the clean-up ytt (printing JSON where it can, else YAML), so every error and
+ * its stderr are upstream's. Step 5 is done here, not by upstream's third ytt: that ytt reads the
+ * filtered documents as plain YAML beside the constant Config and prints both unchanged, so
+ * appending the Config gives kapp the same documents.
  *
  * The tools run through `runTemplateSteps` (`../template/execute.ts`), exactly as an App's
  * template steps: the one command runner, the scratch directory as the only writable place,
  * the tool timeout, the output bound and the cancel signal.
  *
- * Two hardenings that do not change the output: upstream interpolates `<ns>/<name>` into the
- * overlay's source text, here it is a ytt data value given as one argv element; and the stream
- * ytt re-reads (the previous ytt output, the filtered documents) is marked `type=yaml-plain`, so
- * no text in a package can ever be evaluated as a template.
+ * A hardening that does not change the output: the stream the clean-up ytt re-reads on the
+ * upstream way (the previous ytt output) is marked `type=yaml-plain`, so no text in a package can
+ * ever be evaluated as a template.
  *
  * @module
  */
-import { lstat, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { lstat, readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { PackageNameError, packageObjectName, STRICT_SEMVER_REGEX } from '../api/datapackaging.js';
@@ -80,17 +90,20 @@ export interface RepoTemplateOutput {
 export const INVALID_PACKAGE_REPOSITORY_MESSAGE =
   "Invalid package repository content: must contain 'packages/' directory but did not";
 
-/** The ytt data value holding `<ns>/<name>` of the PackageRepository in {@link CLEAN_UP_OVERLAY}. */
-const REPOSITORY_REF_VALUE = 'packageRepositoryRef';
+/** `<namespace>/<name>` of a repository: both parts are DNS names the API server validated. */
+const REPOSITORY_REF = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
 
 /**
- * Upstream's `kapp-controller-clean-up.yml` (`yttTemplateCleanRs`), verbatim except that the
- * package-repository-ref value reads the data value {@link REPOSITORY_REF_VALUE} instead of
- * having `<ns>/<name>` formatted into the source.
+ * Upstream's `kapp-controller-clean-up.yml` (`yttTemplateCleanRs`) for the repository `ref`
+ * (`<namespace>/<name>`), formatted into the text as upstream does, but quoted.
+ *
+ * @throws {Error} when `ref` is not two DNS names (never for an object the API server holds)
  */
-export const CLEAN_UP_OVERLAY = `
+export function cleanUpOverlay(ref: string): string {
+  if (!REPOSITORY_REF.test(ref))
+    throw new Error(`not a <namespace>/<name> of a PackageRepository: ${JSON.stringify(ref)}`);
+  return `
 #@ load("@ytt:overlay", "overlay")
-#@ load("@ytt:data", "data")
 
 #@ pkg = overlay.subset({"apiVersion":"data.packaging.carvel.dev/v1alpha1", "kind": "Package"})
 #@ pkgm = overlay.subset({"apiVersion":"data.packaging.carvel.dev/v1alpha1", "kind": "PackageMetadata"})
@@ -117,10 +130,33 @@ metadata:
     kapp.k14s.io/disable-wait: ""
 
     #@overlay/match missing_ok=True
-    packaging.carvel.dev/package-repository-ref: #@ data.values.${REPOSITORY_REF_VALUE}
+    packaging.carvel.dev/package-repository-ref: ${JSON.stringify(ref)}
 
     #@overlay/match missing_ok=True
     kapp.k14s.io/create-strategy: "fallback-on-update-or-noop"`;
+}
+
+/** {@link cleanUpOverlay} of a placeholder repository: the text the repository index hashes. */
+export const CLEAN_UP_OVERLAY = cleanUpOverlay('namespace/name');
+
+/**
+ * Fails the one-pass ytt run (see the module comment) when a document it would print holds a
+ * value JSON cannot (`.inf`, `.nan`, a map key that is not a string): ytt's JSON printer would
+ * leave such a document out, silently and with exit code 0. Applied last, to the documents the
+ * clean-up overlay kept; it matches nothing, so it changes no document.
+ */
+export const JSON_CHECK_OVERLAY = `
+#@ load("@ytt:overlay", "overlay")
+#@ load("@ytt:json", "json")
+
+#@ def printable_as_json(index, left, right):
+#@   json.encode(left)
+#@   return False
+#@ end
+
+#@overlay/match by=printable_as_json,expects="0+"
+---
+`;
 
 /**
  * Upstream's `yttRebasePackageRelatedRsByRevision` (`yttTemplateAddIdenticalRsRebase`), verbatim:
@@ -499,15 +535,122 @@ const NON_FINITE_FLOAT = /\.(inf|nan)/i;
 /** `--file-mark=<file>:type=yaml-plain`: ytt reads `<file>` as plain YAML, never as a template. */
 const plainYaml = (file: string): string => `--file-mark=${file}:type=yaml-plain`;
 
+/** The filtered documents of a repository (step 4 of the module comment). */
+type Filtered = ReturnType<typeof filterDecoded>;
+
+/** A successful tool result with nothing printed on stderr: upstream's third ytt's, as it ends. */
+const QUIET_SUCCESS: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
+
+/**
+ * Steps 2 and 3 as one ytt run (see the module comment): the filtered documents, or `undefined`
+ * when the run does not end in them (then the caller goes the upstream way, which reports why).
+ */
+async function onePass(
+  packagesDir: string,
+  input: RepoTemplateInput,
+  deps: TemplateRunDeps,
+): Promise<{ filtered: Filtered } | { failed: StageResult }> {
+  const dir = path.join(input.scratch, 'one-pass');
+  const cleanUp = path.join(dir, 'kapp-controller-clean-up.yml');
+  const check = path.join(dir, 'kapp-lambda-json-check.yml');
+  const run = await runTemplateSteps(
+    [
+      toolStep(
+        0,
+        'ytt',
+        ['--ignore-unknown-comments', '-f', packagesDir, '-f', cleanUp, '-f', check, '-o', 'json'],
+        'none',
+        [
+          { path: cleanUp, content: cleanUpOverlay(`${input.namespace}/${input.name}`), sensitive: false },
+          { path: check, content: JSON_CHECK_OVERLAY, sensitive: false },
+        ],
+      ),
+    ],
+    deps,
+    input.scratch,
+    input.signal,
+  );
+  const values = run.result.error ? undefined : splitJsonValues(run.manifest);
+  if (!values) return { failed: run.result };
+  try {
+    return { filtered: filterDecoded(values) };
+  } catch {
+    return { failed: run.result };
+  }
+}
+
+/**
+ * Steps 2 to 4 upstream's way: ytt over `packages/`, then the clean-up ytt over its output
+ * (printing JSON unless the stream may hold a value JSON cannot, or ytt fails to print JSON;
+ * then YAML, as upstream), then the filter. Every failure is upstream's result.
+ */
+async function upstreamPasses(
+  packagesDir: string,
+  input: RepoTemplateInput,
+  deps: TemplateRunDeps,
+): Promise<{ filtered: Filtered } | { result: StageResult }> {
+  const listed = await runTemplateSteps(
+    [toolStep(0, 'ytt', ['--ignore-unknown-comments', '-f', packagesDir], 'none')],
+    deps,
+    input.scratch,
+    input.signal,
+  );
+  if (listed.result.error) return { result: listed.result };
+
+  const cleanUpDir = path.join(input.scratch, 'clean-up');
+  const cleanUpRun = (json: boolean) =>
+    runTemplateSteps(
+      [
+        toolStep(
+          1,
+          'ytt',
+          ['-f', '-', plainYaml('stdin.yml'), '-f', cleanUpDir, ...(json ? ['-o', 'json'] : [])],
+          'previous',
+          [
+            {
+              path: path.join(cleanUpDir, 'kapp-controller-clean-up.yml'),
+              content: cleanUpOverlay(`${input.namespace}/${input.name}`),
+              sensitive: false,
+            },
+          ],
+        ),
+      ],
+      deps,
+      input.scratch,
+      input.signal,
+      listed.manifest,
+    );
+
+  if (!NON_FINITE_FLOAT.test(listed.manifest)) {
+    const cleanUp = await cleanUpRun(true);
+    try {
+      const values = cleanUp.result.error ? undefined : splitJsonValues(cleanUp.manifest);
+      if (values) return { filtered: filterDecoded(values) };
+    } catch (err) {
+      return { result: { ...cleanUp.result, error: errorMessage(err) } };
+    }
+  }
+  // The YAML stream upstream reads: the exact result (and error) wherever JSON cannot stand in.
+  const cleanUp = await cleanUpRun(false);
+  if (cleanUp.result.error) return { result: cleanUp.result };
+  try {
+    return { filtered: filterDecoded(yamlStreamValues(cleanUp.manifest)) };
+  } catch (err) {
+    return { result: { ...cleanUp.result, error: errorMessage(err) } };
+  }
+}
+
 /**
  * Runs the fixed PackageRepository template pipeline (upstream `App.template` of
- * `pkg/pkgrepository/app_template.go`; see the module comment for the steps).
+ * `pkg/pkgrepository/app_template.go`; see the module comment for the steps and how the tools
+ * run).
  *
  * Failures are results, as upstream's `CmdRunResult`: no `packages/` directory is
  * {@link INVALID_PACKAGE_REPOSITORY_MESSAGE} (exit code -1); a tool failure is
  * `Templating dir: <error>` with its stderr and exit code; a {@link filterRepositoryResources}
  * error is set on the clean-up ytt result (its stderr and exit code 0 kept, as upstream sets
- * `result.Error` on it).
+ * `result.Error` on it). A success without kbld has upstream's third ytt's result: exit code 0,
+ * nothing on stderr.
  *
  * @param input - root, repository name and namespace, bundle flag, scratch directory, signal
  * @param deps - the command runner and tool timeout/output bound (`TemplateRunDeps`)
@@ -524,95 +667,34 @@ export async function templateRepository(input: RepoTemplateInput, deps: Templat
     return { result: resultFromError(missing ? INVALID_PACKAGE_REPOSITORY_MESSAGE : errorMessage(err)) };
   }
 
-  const listed = await runTemplateSteps(
-    [toolStep(0, 'ytt', ['--ignore-unknown-comments', '-f', packagesDir], 'none')],
+  const fast = await onePass(packagesDir, input, deps);
+  // Canceled (the repository was deleted): no second try.
+  if ('failed' in fast && input.signal?.aborted) return { result: fast.failed };
+  const passes = 'filtered' in fast ? fast : await upstreamPasses(packagesDir, input, deps);
+  if ('result' in passes) return { result: passes.result };
+  const { filtered } = passes;
+  const stream = `${filtered.manifest}${REBASE_CONFIG}`;
+
+  if (!input.bundle) {
+    // The stream is exactly the documents as decoded plus the Config: checked without a parse
+    // (`yaml` reads ~0.5 MB/s on a busy host: seconds for 500 Packages).
+    const unexpected = unexpectedDocuments(filtered.documents);
+    if (unexpected) return { result: { ...QUIET_SUCCESS, error: `${TEMPLATING_DIR_ERROR_PREFIX}${unexpected}` } };
+    return { result: QUIET_SUCCESS, manifest: stream, versions: filtered.versions };
+  }
+  const images = path.join(input.root, '.imgpkg', 'images.yml');
+  const problem = await imagesLockProblem(images);
+  if (problem) return { result: resultFromError(problem, TEMPLATING_DIR_ERROR_PREFIX) };
+  const final = await runTemplateSteps(
+    [toolStep(3, 'kbld', ['-f', '-', '-f', images, '--build=false'], 'previous')],
     deps,
     input.scratch,
     input.signal,
+    stream,
   );
-  if (listed.result.error) return { result: listed.result };
-
-  const cleanUpDir = path.join(input.scratch, 'clean-up');
-  const cleanUpRun = (json: boolean) =>
-    runTemplateSteps(
-      [
-        toolStep(
-          1,
-          'ytt',
-          [
-            '-f',
-            '-',
-            plainYaml('stdin.yml'),
-            '-f',
-            cleanUpDir,
-            `--data-value=${REPOSITORY_REF_VALUE}=${input.namespace}/${input.name}`,
-            ...(json ? ['-o', 'json'] : []),
-          ],
-          'previous',
-          [
-            {
-              path: path.join(cleanUpDir, 'kapp-controller-clean-up.yml'),
-              content: CLEAN_UP_OVERLAY,
-              sensitive: false,
-            },
-          ],
-        ),
-      ],
-      deps,
-      input.scratch,
-      input.signal,
-      listed.manifest,
-    );
-
-  let filtered: ReturnType<typeof filterDecoded> | undefined;
-  if (!NON_FINITE_FLOAT.test(listed.manifest)) {
-    const cleanUp = await cleanUpRun(true);
-    try {
-      const values = cleanUp.result.error ? undefined : splitJsonValues(cleanUp.manifest);
-      if (values) filtered = filterDecoded(values);
-    } catch (err) {
-      return { result: { ...cleanUp.result, error: errorMessage(err) } };
-    }
-  }
-  if (!filtered) {
-    // The YAML stream upstream reads: the exact result (and error) wherever JSON cannot stand in.
-    const cleanUp = await cleanUpRun(false);
-    if (cleanUp.result.error) return { result: cleanUp.result };
-    try {
-      filtered = filterDecoded(yamlStreamValues(cleanUp.manifest));
-    } catch (err) {
-      return { result: { ...cleanUp.result, error: errorMessage(err) } };
-    }
-  }
-
-  const filteredDir = path.join(input.scratch, 'filtered');
-  await mkdir(filteredDir, { recursive: true });
-  await writeFile(path.join(filteredDir, 'packages.yml'), filtered.manifest);
-  const rebaseDir = path.join(input.scratch, 'rebase');
-  const steps = [
-    toolStep(
-      2,
-      'ytt',
-      ['-f', path.join(filteredDir, 'packages.yml'), plainYaml('packages.yml'), '-f', rebaseDir],
-      'none',
-      [{ path: path.join(rebaseDir, 'noop-on-identical-packages.yml'), content: REBASE_CONFIG, sensitive: false }],
-    ),
-  ];
-  if (input.bundle) {
-    const images = path.join(input.root, '.imgpkg', 'images.yml');
-    const problem = await imagesLockProblem(images);
-    if (problem) return { result: resultFromError(problem, TEMPLATING_DIR_ERROR_PREFIX) };
-    steps.push(toolStep(3, 'kbld', ['-f', '-', '-f', images, '--build=false'], 'previous'));
-  }
-  const final = await runTemplateSteps(steps, deps, input.scratch, input.signal);
   if (final.result.error) return { result: final.result };
-  // kbld's output is parsed and checked. Without kbld the last ytt read only the filtered
-  // documents (plain YAML, never templated) and the rebase Config, and prints exactly those: the
-  // documents are checked as decoded, which spares a YAML parse of the whole stream (`yaml`
-  // reads ~0.5 MB/s on a busy host: seconds for 500 Packages).
-  const unexpected = input.bundle
-    ? unexpectedRenderedDocument(final.manifest)
-    : unexpectedDocuments(filtered.documents);
+  // kbld's output is parsed and checked: it passes through whatever images.yml adds.
+  const unexpected = unexpectedRenderedDocument(final.manifest);
   if (unexpected) return { result: { ...final.result, error: `${TEMPLATING_DIR_ERROR_PREFIX}${unexpected}` } };
   return { result: final.result, manifest: final.manifest, versions: filtered.versions };
 }

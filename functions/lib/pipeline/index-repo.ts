@@ -40,6 +40,7 @@ import {
   PACKAGING_API_VERSION,
   type ResourceRef,
 } from '../kube/port.js';
+import type { StatusWriteResult } from '../kube/status-write.js';
 import { withRepositoryRef } from '../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
@@ -239,16 +240,13 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     done('noop');
     return;
   }
-  if (specChanged) {
-    // Planned on the object just read: no second GET of a repository that may hold ~1 MB inline.
-    const w = await writeAppStatus(kube, kref, fence, (cur) => markReconciling(cur, generation), undefined, {
-      object: read,
-    });
-    if (w.outcome === 'gone' || w.outcome === 'stale') {
-      done(w.outcome);
-      return;
-    }
-  }
+  // `Reconciling` (upstream writes it before the fetch): written while the run plans and fetches,
+  // and awaited before anything else is written or deployed (`reconcileRepository`). Planned on
+  // the object just read: no second GET of a repository that may hold ~1 MB inline.
+  const reconciling = specChanged
+    ? writeAppStatus(kube, kref, fence, (cur) => markReconciling(cur, generation), undefined, { object: read })
+    : undefined;
+  reconciling?.catch(() => {}); // its failure is thrown where it is awaited
   done('succeeded');
   const object: ObjectRef = {
     ...ev,
@@ -266,8 +264,11 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     kind: PKGR_KIND,
     loaded: { raw: read, pkgr },
   });
-  if (opened.stop) return;
-  return await reconcileRepository(opened.frame, deps);
+  if (opened.stop) {
+    await reconciling;
+    return;
+  }
+  return await reconcileRepository(opened.frame, deps, reconciling);
 }
 
 /**
@@ -277,8 +278,12 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
 async function reconcileRepository(
   frame: StageFrame<DeployView, LoadedRepo>,
   deps: IndexRepoDeps,
+  reconciling: Promise<StatusWriteResult> | undefined,
 ): Promise<RepoIndexedEvent | undefined> {
   const { kube, mask, object } = frame;
+  // Read while the run fetches and templates (they were read right before kapp): kapp's records.
+  const records = plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name));
+  records.catch(() => {}); // its failure is thrown where it is awaited
   // A tag or branch polled for the fleet is fetched pinned to the digest the fleet resolved
   // (`./source-poll.ts`), so an indexed digest runs kapp only.
   const tracked = await infraStep('tracking the repository source', () => trackSource(frame.loaded.pkgr, object, deps));
@@ -291,6 +296,13 @@ async function reconcileRepository(
   const parts: RunParts = {};
   let tools = { runs: 0, ms: 0 };
   const close = (result: StageResult) => closeStage(frame, { parts, result, last: true, success: 'succeeded', tools });
+  /** Awaits the `Reconciling` write; true (the run ended) when the object went or changed meanwhile. */
+  const reconcilingEnded = async (): Promise<boolean> => {
+    const w = await reconciling;
+    if (w?.outcome !== 'gone' && w?.outcome !== 'stale') return false;
+    frame.done(w.outcome, { tools });
+    return true;
+  };
 
   const scope = scopeOf(object);
   // Deleting the PackageRepository kills the tools, as it kills kapp during a deploy.
@@ -333,15 +345,17 @@ async function reconcileRepository(
       fetchStdout = fetchResult.stdout;
       treeKept = fetched.kept === true;
       if (fetchResult.error || !fetchKey) {
-        await close(fetchResult);
+        if (!(await reconcilingEnded())) await close(fetchResult);
         return;
       }
     }
+    if (await reconcilingEnded()) return;
 
     // ---- template (skipped for fetched content already indexed)
     const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, fetchStdout, deps) : undefined);
     let manifest: string;
     let deployedVersions: DeployedVersions;
+    let stored: Promise<void> | undefined;
     if (hit) {
       deployedVersions = { index: hit.index };
       parts.template = templatePart(cachedResult({ stderr: mask.text(hit.templateStderr) }), deps.now());
@@ -366,18 +380,21 @@ async function reconcileRepository(
       const { versions } = rendered;
       const digest = index && indexDigestOf(index, fetchKey);
       deployedVersions = { ...(digest ? { index: digest } : {}), versions: versions ?? {} };
-      await storeIndex(
+      // Stored while kapp deploys; awaited before the final status (a store failure retries the run).
+      stored = storeIndex(
         index,
         fetchKey,
         { manifest, versions, fetchStdout, templateStderr: templateResult.stderr },
         deps,
       );
+      stored.catch(() => {});
     } else return; // unreachable: without a pinned hit the fetch either stored an artifact or closed the run
 
     // ---- deploy (runKapp polls the repository itself while kapp runs: one poll, not two, of an
     // object that holds the whole inline repository)
     await watch.stop();
-    const deployed = await deployRepository(frame, manifest, work, deps);
+    const deployed = await deployRepository(frame, manifest, work, records, deps);
+    await stored;
     tools = { runs: tools.runs + deployed.runs, ms: tools.ms + deployed.ms };
     parts.deploy = deployed.part;
     // Before the final status: a store failure retries the run rather than losing the change.
@@ -447,29 +464,32 @@ function pkgrKappApps(name: string): string[] {
   return [`${name}${PKGR_SUFFIX}`, legacyKappAppName(name)];
 }
 
-/** The finalizer, the kapp records checked (`plantedKappRecord`), then `kapp deploy <name>.pkgr` with the manifest on stdin. */
+/**
+ * The finalizer, the kapp records checked (`planted`: `plantedKappRecord`, read earlier), then
+ * `kapp deploy <name>.pkgr` with the manifest on stdin.
+ */
 async function deployRepository(
   frame: StageFrame<DeployView, LoadedRepo>,
   manifest: string,
   work: string,
+  planted: Promise<string | undefined>,
   deps: IndexRepoDeps,
 ): Promise<{ result: StageResult; part: RunParts['deploy']; runs: number; ms: number }> {
   const { kube, mask, fence, object } = frame;
   const startedAt = deps.now();
-  // The finalizer before kapp runs, so a repository deleted meanwhile still has its packages
-  // removed; the kapp records are read meanwhile.
+  // The finalizer before kapp runs (upstream `blockDeletion` in `deploy`), so a repository
+  // deleted meanwhile still has its packages removed.
   const [finalizer, records] = await Promise.allSettled([
     kube.addFinalizer(frame.ref, Finalizer.PackageRepository, { uid: object.uid }),
-    plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name)),
+    planted,
   ]);
   if (finalizer.status === 'rejected') {
     const result = resultFromError(finalizer.reason, BLOCKING_FOR_DEPLOY_PREFIX);
     return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 0, ms: 0 };
   }
   if (records.status === 'rejected') throw records.reason;
-  const planted = records.value;
-  if (planted) {
-    const result = resultFromError(planted, KAPP_ERROR_PREFIX.deploy);
+  if (records.value) {
+    const result = resultFromError(records.value, KAPP_ERROR_PREFIX.deploy);
     return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 0, ms: 0 };
   }
   const cmd = packageRepositoryDeployCommand({
