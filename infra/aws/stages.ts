@@ -60,10 +60,16 @@ export const TOOL_TIMEOUT_MARGIN_MS = 2 * DEFAULT_DEADLINE_MARGIN_MS;
 /**
  * `KAPP_LAMBDA_TOOL_TIMEOUT_MS` of a stage: its function timeout less {@link TOOL_TIMEOUT_MARGIN_MS};
  * `undefined` for a stage that runs no tool (install).
+ *
+ * Deploy's is its function timeout less half the deadline margin (15 s): later than the function
+ * deadline (30 s before the limit), which stops kapp while it waits and continues the deploy in
+ * a follow-up invocation (`functions/lib/pipeline/deploy.ts`), so the tool timeout never ends a
+ * long deploy as failed; it stays below the function timeout as the last guard.
  */
 export function toolTimeoutMs(stage: PipelineStage): number | undefined {
   if (STAGE_TOOLS[stage].length === 0) return undefined;
-  return STAGE_SIZING[stage].timeoutSeconds * 1000 - TOOL_TIMEOUT_MARGIN_MS;
+  const margin = stage === 'deploy' ? DEFAULT_DEADLINE_MARGIN_MS / 2 : TOOL_TIMEOUT_MARGIN_MS;
+  return STAGE_SIZING[stage].timeoutSeconds * 1000 - margin;
 }
 
 /**
