@@ -7,24 +7,14 @@
  * retried from that stage. Each stage runs through `dispatchWithRetryBound`: `dispatchEvent`,
  * the routing every Lambda function entry uses, with the same retry bound.
  */
-import { EVENT_TYPES, type KappEvent, objectRefOf, orderingKey, strongerReason } from '../../events/schema.js';
+import { type KappEvent, objectRefOf, orderingKey } from '../../events/schema.js';
+import { coalesceEvents } from '../lib/lease/coalesce.js';
 import { type DispatchDeps, dispatchWithRetryBound } from '../lib/pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../lib/pipeline/retry-bound.js';
 import { KeyedQueue, RetryFrom } from './keyed-queue.js';
 
-/**
- * Coalesces two events for one object into the one that runs: a newer object event replaces
- * anything waiting (it starts a new run from the latest object), keeping the stronger reason
- * (`strongerReason`, the same rank as the forwarder's outbox: a pending `ref-changed` must
- * still force the run); a stage event waiting for retry is replaced by any object event.
- */
-export function coalesceEvents(pending: KappEvent, next: KappEvent): KappEvent {
-  if (pending.type === EVENT_TYPES.object && next.type === EVENT_TYPES.object) {
-    const reason = strongerReason(pending.data.reason, next.data.reason);
-    if (reason !== next.data.reason) return { ...next, data: { ...next.data, reason } };
-  }
-  return next;
-}
+/** The coalescing rule, shared with the Lambda run lease (`../lib/lease/`). */
+export { coalesceEvents };
 
 /** Options of {@link EmbeddedPipeline}. */
 export interface EmbeddedPipelineOptions {

@@ -100,10 +100,21 @@ const SEALED_READ: readonly ObjectAction[] = ['s3:GetObject', 's3:DeleteObject']
 const SEALED_WRITE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
 
 /**
+ * The run leases of Apps (`functions/lib/lease/`), which fetch, template and deploy share:
+ * read and conditional writes (If-Match, If-None-Match) only; a lease is freed by a write, never deleted.
+ */
+const RUN_LEASE: ObjectGrant = {
+  keys: 'state/leases/*',
+  actions: WRITE,
+  why: 'run leases of Apps (conditional writes: If-Match, If-None-Match)',
+};
+
+/**
  * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
  * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
- * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`). A stage gets only
- * these prefixes: template cannot overwrite a fetch artifact, deploy cannot write at all, and
+ * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
+ * for `state/leases/…`). A stage gets only these prefixes: template cannot overwrite a fetch
+ * artifact, deploy writes nothing but its Apps' run leases, and
  * install, which only talks to the API server, has no access to the bucket.
  */
 export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[]>> = {
@@ -111,6 +122,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'stores fetched tarballs (putIfAbsent)' },
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
+    RUN_LEASE,
   ],
   template: [
     { keys: 'artifacts/fetch/*', actions: READ, why: 'reads the fetch hand-off' },
@@ -119,10 +131,12 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'cache/render/*', actions: WRITE, why: 'render cache records' },
     { keys: 'private/*/template/*', actions: SEALED_WRITE, why: 'sealed rendered manifests' },
     { keys: 'private/*/cache/render/*', actions: SEALED_WRITE, why: 'sealed render cache records' },
+    RUN_LEASE,
   ],
   deploy: [
     { keys: 'artifacts/template/*', actions: READ, why: 'reads the manifest to deploy' },
     { keys: 'private/*/template/*', actions: SEALED_READ, why: 'reads a sealed manifest to deploy' },
+    RUN_LEASE,
   ],
   'index-repo': [
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'fetches the repository bundle (as fetch does)' },
