@@ -28,6 +28,7 @@
  *
  * @module
  */
+import { createHash } from 'node:crypto';
 import {
   EVENT_TYPES,
   type KappEvent,
@@ -309,10 +310,25 @@ export class HeldLease {
     return this.leases.update(this.key, (rec) => {
       if (rec.holder !== this.#holder) return { result: undefined };
       if (!rec.pending) return { next: {}, result: undefined };
+      const followUp = followUpOf(rec.pending, this.#holder);
       return {
-        next: { holder: holderOf(rec.pending), expiresAt: this.leases.expiry(), pending: rec.pending },
-        result: rec.pending,
+        next: { holder: holderOf(followUp), expiresAt: this.leases.expiry(), pending: followUp },
+        result: followUp,
       };
     });
   }
+}
+
+/**
+ * The follow-up as sent: the pending event under a new id, derived from its own and the run that
+ * ends (32 hex chars of a sha256). The pending event was delivered once already with its own id,
+ * and an SQS FIFO queue drops a message whose deduplication id (the event id) it saw in the last
+ * 5 minutes; the same run ending twice (a retried record) still derives the same id.
+ */
+export function followUpOf(pending: KappEvent, endedBy: string): KappEvent {
+  const id = createHash('sha256')
+    .update(JSON.stringify([pending.id, 'follow-up', endedBy]))
+    .digest('hex')
+    .slice(0, 32);
+  return { ...pending, id };
 }
