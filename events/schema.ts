@@ -12,7 +12,7 @@
  * |---|---|---|
  * | `dev.kapp-lambda.object.v1` | forwarder → fetch (App), install (PackageInstall), index-repo (PackageRepository) | {@link ObjectEventData} |
  * | `dev.kapp-lambda.stage.template.v1` | fetch → template | {@link TemplateStageData} |
- * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy | {@link DeployStageData} |
+ * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy; deploy → deploy (continuation) | {@link DeployStageData} |
  * | `dev.kapp-lambda.stage.delete.v1` | fetch → deploy (an App being deleted) | {@link DeleteStageData} |
  * | `dev.kapp-lambda.repo.indexed.v1` | index-repo → install | {@link RepoIndexedData} |
  *
@@ -242,11 +242,21 @@ export const TemplateStageDataSchema = z.strictObject({
 export type TemplateStageData = z.infer<typeof TemplateStageDataSchema>;
 
 /**
- * `data` of `dev.kapp-lambda.stage.deploy.v1` (template → deploy):
- * `{ object, run, artifacts: { fetchKey?, manifestKey }, fetchStatus?, templateStatus? }`.
+ * Most follow-up invocations of one deploy ({@link DeployStageData} `continuation.count`): 1000,
+ * a guard only (kapp's cumulative `--wait-timeout` ends a deploy long before: 1000 continuations
+ * of a 15-minute function are about ten days).
+ */
+export const MAX_DEPLOY_CONTINUATIONS = 1000;
+
+/**
+ * `data` of `dev.kapp-lambda.stage.deploy.v1` (template → deploy, or deploy → deploy to continue):
+ * `{ object, run, artifacts: { fetchKey?, manifestKey }, fetchStatus?, templateStatus?, continuation? }`.
  * `object.kind` must be `App`. `manifestKey` is the `artifacts/template/sha256/<hex>.yaml` key
  * of the rendered manifest (or its private `private/.../template/<mac>.yaml` key); `fetchKey`
- * is kept for receipts.
+ * is kept for receipts. `continuation` is set on the deploy function's own follow-up, when the
+ * function deadline stopped kapp while it waited: `count` (1-based) of follow-ups so far (at most
+ * {@link MAX_DEPLOY_CONTINUATIONS}), `deployStartedAt` when the run's first kapp started (the
+ * `status.deploy.startedAt` kept, and the start of kapp's wait budget).
  */
 export const DeployStageDataSchema = z.strictObject({
   object: ObjectRefSchema,
@@ -254,6 +264,9 @@ export const DeployStageDataSchema = z.strictObject({
   artifacts: z.strictObject({ fetchKey: fetchKey.optional(), manifestKey }),
   fetchStatus: StageStatusSummarySchema.optional(),
   templateStatus: StageStatusSummarySchema.optional(),
+  continuation: z
+    .strictObject({ count: z.number().int().min(1).max(MAX_DEPLOY_CONTINUATIONS), deployStartedAt: timestamp })
+    .optional(),
 });
 /** See {@link DeployStageDataSchema}. */
 export type DeployStageData = z.infer<typeof DeployStageDataSchema>;
@@ -750,8 +763,9 @@ export function templateEvent(data: TemplateStageData, opts: EventOptions): Temp
 }
 
 /**
- * Builds a `dev.kapp-lambda.stage.deploy.v1` event (template → deploy).
- * The derived id covers type, subject, time, runId and the artifact keys.
+ * Builds a `dev.kapp-lambda.stage.deploy.v1` event (template → deploy, or the deploy function's
+ * continuation, whose `source` is then the deploy function).
+ * The derived id covers type, subject, time, runId, the artifact keys and the continuation count.
  * @throws EventValidationError when `data` or `opts` make an invalid event.
  */
 export function deployEvent(data: DeployStageData, opts: EventOptions): DeployStageEvent {
@@ -759,8 +773,8 @@ export function deployEvent(data: DeployStageData, opts: EventOptions): DeploySt
     EVENT_TYPES.deploy,
     data.object,
     { ...data, object: pickRef(data.object) },
-    '/kapp-lambda/functions/template',
-    [data.run.runId, data.artifacts],
+    data.continuation ? '/kapp-lambda/functions/deploy' : '/kapp-lambda/functions/template',
+    [data.run.runId, data.artifacts, ...(data.continuation ? [data.continuation.count] : [])],
     opts,
   );
 }

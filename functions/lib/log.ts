@@ -23,7 +23,9 @@ export type StageOutcome =
   | 'gone'
   | 'paused'
   | 'deleted'
-  | 'crashed';
+  | 'crashed'
+  // The function deadline stopped the stage's tool; a follow-up invocation continues the run.
+  | 'continued';
 
 /** One line per stage run, like a controller's reconcile log. */
 export interface StageRunRecord {

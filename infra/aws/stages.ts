@@ -60,10 +60,16 @@ export const TOOL_TIMEOUT_MARGIN_MS = 2 * DEFAULT_DEADLINE_MARGIN_MS;
 /**
  * `KAPP_LAMBDA_TOOL_TIMEOUT_MS` of a stage: its function timeout less {@link TOOL_TIMEOUT_MARGIN_MS};
  * `undefined` for a stage that runs no tool (install).
+ *
+ * Deploy's is its function timeout less half the deadline margin (15 s): later than the function
+ * deadline (30 s before the limit), which stops kapp while it waits and continues the deploy in
+ * a follow-up invocation (`functions/lib/pipeline/deploy.ts`), so the tool timeout never ends a
+ * long deploy as failed; it stays below the function timeout as the last guard.
  */
 export function toolTimeoutMs(stage: PipelineStage): number | undefined {
   if (STAGE_TOOLS[stage].length === 0) return undefined;
-  return STAGE_SIZING[stage].timeoutSeconds * 1000 - TOOL_TIMEOUT_MARGIN_MS;
+  const margin = stage === 'deploy' ? DEFAULT_DEADLINE_MARGIN_MS / 2 : TOOL_TIMEOUT_MARGIN_MS;
+  return STAGE_SIZING[stage].timeoutSeconds * 1000 - margin;
 }
 
 /**
@@ -94,10 +100,21 @@ const SEALED_READ: readonly ObjectAction[] = ['s3:GetObject', 's3:DeleteObject']
 const SEALED_WRITE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
 
 /**
+ * The run leases of Apps (`functions/lib/lease/`), which fetch, template and deploy share:
+ * read and conditional writes (If-Match, If-None-Match) only; a lease is freed by a write, never deleted.
+ */
+const RUN_LEASE: ObjectGrant = {
+  keys: 'state/leases/*',
+  actions: WRITE,
+  why: 'run leases of Apps (conditional writes: If-Match, If-None-Match)',
+};
+
+/**
  * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
  * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
- * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`). A stage gets only
- * these prefixes: template cannot overwrite a fetch artifact, deploy cannot write at all, and
+ * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
+ * for `state/leases/…`). A stage gets only these prefixes: template cannot overwrite a fetch
+ * artifact, deploy writes nothing but its Apps' run leases, and
  * install, which only talks to the API server, has no access to the bucket.
  */
 export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[]>> = {
@@ -105,6 +122,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'stores fetched tarballs (putIfAbsent)' },
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
+    RUN_LEASE,
   ],
   template: [
     { keys: 'artifacts/fetch/*', actions: READ, why: 'reads the fetch hand-off' },
@@ -113,10 +131,12 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'cache/render/*', actions: WRITE, why: 'render cache records' },
     { keys: 'private/*/template/*', actions: SEALED_WRITE, why: 'sealed rendered manifests' },
     { keys: 'private/*/cache/render/*', actions: SEALED_WRITE, why: 'sealed render cache records' },
+    RUN_LEASE,
   ],
   deploy: [
     { keys: 'artifacts/template/*', actions: READ, why: 'reads the manifest to deploy' },
     { keys: 'private/*/template/*', actions: SEALED_READ, why: 'reads a sealed manifest to deploy' },
+    RUN_LEASE,
   ],
   'index-repo': [
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'fetches the repository bundle (as fetch does)' },

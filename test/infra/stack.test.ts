@@ -347,7 +347,12 @@ describe('functions', () => {
     else {
       const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);
       expect(toolMs).toBeGreaterThan(0);
-      expect(toolMs).toBeLessThanOrEqual(sizing.timeoutSeconds * 1000 - 60_000);
+      // Deploy's tool timeout comes after the function deadline (30 s before the limit), which
+      // continues a long kapp wait in a follow-up invocation instead of failing it.
+      if (stage === 'deploy') {
+        expect(toolMs).toBeGreaterThan(sizing.timeoutSeconds * 1000 - 30_000);
+        expect(toolMs).toBeLessThan(sizing.timeoutSeconds * 1000);
+      } else expect(toolMs).toBeLessThanOrEqual(sizing.timeoutSeconds * 1000 - 60_000);
     }
   });
 
@@ -455,7 +460,8 @@ describe('IAM', () => {
         { 'Fn::Join': ['', ['lambda.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
       ]);
       expect(kms.flatMap((s) => list(s.Action as string[])).sort()).toEqual(
-        stage === 'deploy' || stage === 'install' ? ['kms:Decrypt'] : ['kms:Decrypt', 'kms:GenerateDataKey'],
+        // Deploy writes its Apps' run leases (state/leases/*), so it encrypts too; install writes nothing.
+        stage === 'install' ? ['kms:Decrypt'] : ['kms:Decrypt', 'kms:GenerateDataKey'],
       );
 
       const logsSt = take((s) => list(s.Action as string[]).every((a) => a.startsWith('logs:')));

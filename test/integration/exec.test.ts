@@ -193,6 +193,40 @@ describe('real command runner', () => {
     await vi.waitFor(() => expect(isDead(pid)).toBe(true), { timeout: 5_000, interval: 20 });
   });
 
+  it('with a kill grace, an abort sends SIGTERM first: a tool that handles it stops on its own', async () => {
+    const ac = new AbortController();
+    const r = await runner.run({
+      cmd: 'sh',
+      args: ['-c', "trap 'echo stopping; exit 3' TERM; echo ready; sleep 30 & wait"],
+      signal: ac.signal,
+      killGraceMs: 20_000,
+      onOutput: (chunk) => {
+        if (chunk.includes('ready')) ac.abort();
+      },
+    });
+    expect(r.error?.message).toBe('Process was canceled');
+    // The trap ran: SIGTERM came, not SIGKILL (the grace is far longer than the test waits).
+    expect(r.stdout).toBe('ready\nstopping\n');
+  });
+
+  it('with a kill grace, a tool that ignores SIGTERM is killed when the grace ends', async () => {
+    const ac = new AbortController();
+    let pid = 0;
+    const r = await runner.run({
+      cmd: 'sh',
+      args: ['-c', "trap '' TERM; sleep 30 & echo $!; wait"],
+      signal: ac.signal,
+      killGraceMs: 300,
+      onOutput: (chunk) => {
+        pid = Number.parseInt(chunk.trim(), 10);
+        ac.abort();
+      },
+    });
+    expect(r.error?.message).toBe('Process was canceled');
+    expect(pid).toBeGreaterThan(1);
+    await vi.waitFor(() => expect(isDead(pid)).toBe(true), { timeout: 5_000, interval: 20 });
+  });
+
   it('does not hang on a background process left behind, and reaps it', async () => {
     const started = performance.now();
     const r = await runner.run({ cmd: 'sh', args: ['-c', 'sleep 30 & echo $!'] });

@@ -6,7 +6,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { API_VERSIONS, type KappEvent, objectEvent } from '../../events/schema.js';
 import { fetchArtifactKey, packDir, tarSha256 } from '../../functions/lib/artifact/index.js';
+import { leaseKey, parseLease, RunLeases } from '../../functions/lib/lease/index.js';
 import { InvalidKeyError, ObjectTooLargeError, S3Store, StoreError } from '../../functions/lib/store/index.js';
 import { type S3Server, s3Client, startS3Server } from '../harness/servers.js';
 import { casContract } from '../harness/store-cas-contract.js';
@@ -167,5 +169,31 @@ describe('S3Store on versitygw', () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the run lease of an App on versitygw (issue 11 item 6b)', () => {
+  const ref = { clusterId: 'c1', kind: 'App' as const, namespace: 'ns', name: 'lease-app' };
+  const change = (resourceVersion: string) =>
+    objectEvent({ ...ref, apiVersion: API_VERSIONS.App, uid: 'u1', generation: 1, resourceVersion }, 'resync', {
+      time: '2025-01-01T00:00:00Z',
+    });
+
+  it('lets exactly one of many events at once run; the others become its one follow-up, sent when it ends', async () => {
+    const leases = new RunLeases({ store });
+    const events = Array.from({ length: 6 }, (_, i) => change(String(i + 1)));
+    const results = await Promise.all(events.map((e) => leases.acquire(e)));
+    const held = results.flatMap((r) => (r.kind === 'acquired' ? [r] : []));
+    expect(held).toHaveLength(1);
+    expect(results.filter((r) => r.kind === 'coalesced')).toHaveLength(5);
+    const followUp = await held[0]?.lease.end();
+    expect(followUp?.type).toBe('dev.kapp-lambda.object.v1');
+    expect(followUp?.id).not.toBe(held[0]?.event.id);
+    const stored = parseLease(await store.get(leaseKey(ref)));
+    expect(stored.holder).toBe(`event:${followUp?.id}`);
+    const next = await leases.acquire(followUp as KappEvent);
+    expect(next.kind).toBe('acquired');
+    if (next.kind === 'acquired') expect(await next.lease.end()).toBeUndefined();
+    expect(parseLease(await store.get(leaseKey(ref)))).toEqual({});
   });
 });

@@ -13,6 +13,7 @@
  */
 import { parse } from 'yaml';
 import type { AppDeployKapp } from '../api/deploy.js';
+import { formatDuration, tryParseDuration } from '../api/duration.js';
 import { KappControllerError } from '../reconcile/result.js';
 import {
   KAPP_ALLOWED_DELETE_FLAGS,
@@ -403,4 +404,42 @@ export function associatedResources(meta: KappAppMeta | undefined): AssociatedRe
     namespaces: [...meta.lastChangeNamespaces],
     groupKinds: meta.usedGKs.map((gk) => ({ group: gk.group, kind: gk.kind })),
   };
+}
+
+/** kapp's default `--wait-timeout` (kapp v0.64: `15m0s`), ms. */
+export const KAPP_DEFAULT_WAIT_TIMEOUT_MS = 15 * 60_000;
+
+/**
+ * The `--wait-timeout` a kapp deploy command runs with, ms: its last `--wait-timeout=<duration>`
+ * argument (kapp keeps the last value of a repeated flag), else {@link KAPP_DEFAULT_WAIT_TIMEOUT_MS}.
+ * `0s` (no wait limit in kapp) and an unparsable value (kapp itself rejects it) are `undefined`.
+ */
+export function kappWaitTimeoutMs(cmd: Pick<KappCommand, 'args'>): number | undefined {
+  const last = cmd.args.filter((a) => a.startsWith('--wait-timeout=')).at(-1);
+  if (last === undefined) return KAPP_DEFAULT_WAIT_TIMEOUT_MS;
+  const ms = tryParseDuration(last.slice('--wait-timeout='.length));
+  return ms === undefined || ms <= 0 ? undefined : ms;
+}
+
+/**
+ * Shortest wait a continued deploy gets, ms (1 s): a deploy whose wait budget is spent still
+ * runs kapp once, which applies nothing new and fails with kapp's own `Timed out waiting` error.
+ */
+export const MIN_CONTINUED_WAIT_MS = 1000;
+
+/**
+ * A kapp deploy that continues one the function deadline stopped (`../pipeline/deploy.ts`):
+ * kapp's wait restarts with every process, so the continuation gets what is left of the run's
+ * wait budget, `--wait-timeout=<kapp's timeout - elapsed>` (at least {@link MIN_CONTINUED_WAIT_MS}),
+ * appended so that it wins over every earlier value. Upstream's one kapp process waits at most
+ * its `--wait-timeout`; a deploy split over invocations waits about as long in total.
+ *
+ * @param elapsedMs - time since the run's first kapp started.
+ * @returns `cmd` unchanged when its wait has no limit (`--wait-timeout=0s`), else a copy.
+ */
+export function withKappWaitBudget(cmd: KappCommand, elapsedMs: number): KappCommand {
+  const timeout = kappWaitTimeoutMs(cmd);
+  if (timeout === undefined) return cmd;
+  const left = Math.max(MIN_CONTINUED_WAIT_MS, Math.ceil((timeout - elapsedMs) / 1000) * 1000);
+  return { ...cmd, args: [...cmd.args, `--wait-timeout=${formatDuration(left)}`] };
 }

@@ -79,6 +79,12 @@ export const KAPP_OUTPUT_BYTES = 2 * 1024 * 1024;
 /** See {@link KAPP_OUTPUT_BYTES}. */
 export const KAPP_PROGRESS_CHARS = 1024 * 1024;
 
+/**
+ * How long a canceled kapp (App canceled or deleted, function deadline) gets between SIGTERM and
+ * SIGKILL, ms: 5 s, well inside the deadline's margin left for the status write.
+ */
+export const KAPP_KILL_GRACE_MS = 5000;
+
 /** kapp's output so far, as handed to a progress callback. */
 export interface KappProgress {
   /** The kept tail of stdout, behind `[output truncated]\n` when its head was dropped. */
@@ -136,6 +142,7 @@ export async function runKapp(
       stdin,
       writable,
       signal: watcher.signal,
+      killGraceMs: KAPP_KILL_GRACE_MS,
       timeoutMs: deps.config.toolTimeoutMs,
       maxOutputBytes: KAPP_OUTPUT_BYTES,
       onOutput: (chunk, stream) => {

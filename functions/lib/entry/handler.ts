@@ -17,6 +17,7 @@
  * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), acknowledged | no |
  * | the same, and that status write failed too | logged, `batchItemFailures` | SQS moves it to the DLQ |
  * | not started: the function deadline had come | logged, `batchItemFailures` | yes (a later invocation runs it) |
+ * | an App event whose run lease another run holds ({@link EntryDeps.leases}) | coalesced into the lease's one follow-up, acknowledged | no (the holder sends the follow-up when its run ends) |
  *
  * FIFO ordering: records are processed one at a time in batch order, and once a record of a
  * message group fails, the later records of that group are failed without running (Lambda
@@ -31,8 +32,17 @@
  * platform kills the process, and the stage records the failure like a tool timeout
  * (`ReconcileFailed`, `<stage prefix>Process was canceled: cut by the function deadline (30 s
  * before the time limit of the invocation)`, masked and bounded as any tool error); the record is
- * then done and the App runs again after the failure backoff. Records not started once the
- * deadline has come go back to the queue without running.
+ * then done and the App runs again after the failure backoff. Except `kapp deploy`: the deploy
+ * stage writes its progress (still `Reconciling`) and returns its own continuation, queued to the
+ * deploy function like any next event, so a deploy longer than one invocation goes on in the next
+ * (`../pipeline/deploy.ts`). Records not started once the deadline has come go back to the queue
+ * without running.
+ *
+ * The run lease (fetch, template, deploy): an App event takes its App's lease before its stage
+ * runs (`../lease/`), renews it while the stage runs, passes it to the next stage's event before
+ * sending that, and ends it when the run ends (or the stage fails), sending the follow-up the
+ * events coalesced meanwhile became. So one App has at most one run across the three functions,
+ * as in the embedded runtime.
  *
  * @module
  */
@@ -46,6 +56,7 @@ import {
   targetFunction,
 } from '../../../events/schema.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
+import { type HeldLease, leaseSubject, type RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { type DispatchDeps, dispatchEvent, dispatchWithRetryBound } from '../pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, infraStep } from '../pipeline/retry-bound.js';
@@ -132,6 +143,13 @@ export interface EntryDeps {
    * `KAPP_LAMBDA_SENDER_CHECK=registry`).
    */
   checkSender?: (clusterId: string, senderId: string | undefined) => Promise<string | undefined>;
+  /**
+   * The run leases of Apps (`../lease/`): at most one run per App across the stage functions,
+   * events meanwhile coalesced into one follow-up. Default none (every record runs: unit tests,
+   * and functions whose objects run in one function only). The Lambda composition root gives
+   * one to fetch, template and deploy.
+   */
+  leases?: RunLeases;
 }
 
 /** Default {@link EntryDeps.deadlineMarginMs}: 30 s (a status write, retried on conflicts, with room). */
@@ -147,7 +165,8 @@ export type RecordOutcome =
   | 'failed'
   | 'skipped'
   | 'ended'
-  | 'deadline';
+  | 'deadline'
+  | 'coalesced';
 
 /**
  * Arms the function deadline of one invocation: a signal aborted with a {@link DeadlineError}
@@ -298,12 +317,30 @@ async function processRecord(
   const maxAttempts = d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   // Per record (one run of one object): the values of the Secrets the stage reads.
   const secretMask = new SecretMask();
+  let lease: HeldLease | undefined;
+  let stopRenewing: (() => void) | undefined;
   try {
+    let run = event;
+    if (d.leases && leaseSubject(event)) {
+      const leases = d.leases;
+      const got = await infraStep('taking the run lease', () => leases.acquire(event));
+      if (got.kind === 'coalesced') {
+        elog.info(
+          { stage, outcome: 'coalesced' satisfies RecordOutcome, type: event.type, holder: got.holder },
+          'another run of this object holds its lease; coalesced into its follow-up',
+        );
+        return 'coalesced';
+      }
+      if (got.tookOver) elog.warn({ stage, lease: got.lease.key }, 'run lease had expired; taken over');
+      ({ lease, event: run } = got);
+      stopRenewing = got.lease.keepAlive(elog);
+    }
+    const held = lease;
     // The deadline reaches every tool through the runner of the stage's deps.
     const runner = deadline ? withDeadline(d.pipeline.runner, deadline) : d.pipeline.runner;
     const dispatch = d.dispatch ?? dispatchEvent;
     const r = await dispatchWithRetryBound(
-      event,
+      run,
       { ...d.pipeline, runner, log: elog },
       { attempt: receiveCount ?? 0, maxAttempts },
       {
@@ -315,10 +352,16 @@ async function processRecord(
         },
         forward: async (next) => {
           const to = targetFunction(next);
+          // The run keeps its lease: passed to the next stage's event before that is sent.
+          if (held) await infraStep('passing the run lease on', () => held.handOff(next));
           await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
         },
       },
     );
+    if (!r.next && held) {
+      lease = undefined;
+      await endRun(held, d, elog);
+    }
     if (r.ended) {
       elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
       return 'ended';
@@ -352,6 +395,28 @@ async function processRecord(
       },
       last ? 'event failed on its last attempt; it goes to the dead-letter queue' : 'event failed; will be retried',
     );
+    // A failed stage does not hold its App: the follow-up (if any) runs now, the retry after it
+    // (the embedded runtime's rule: a newer event replaces a run waiting for its retry).
+    if (lease) {
+      await endRun(lease, d, elog).catch((endErr: unknown) =>
+        elog.warn({ stage, error: errorText(endErr) }, 'run lease not ended; it expires'),
+      );
+    }
     return 'failed';
+  } finally {
+    stopRenewing?.();
   }
+}
+
+/**
+ * Ends a run's lease and sends the follow-up coalesced meanwhile, if any.
+ * @throws InfraError when the lease or the send fails (the record is retried; a follow-up not
+ *   sent runs once the lease reserved for it expires and the next event takes it over).
+ */
+async function endRun(lease: HeldLease, d: EntryDeps, log: Logger): Promise<void> {
+  const followUp = await infraStep('ending the run lease', () => lease.end());
+  if (!followUp) return;
+  const to = targetFunction(followUp);
+  await infraStep(`queueing the ${to} follow-up`, () => d.sender.send(to, followUp));
+  log.info({ to, type: followUp.type, followUpId: followUp.id }, 'run ended; coalesced follow-up queued');
 }

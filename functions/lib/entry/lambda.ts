@@ -27,6 +27,7 @@ import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.js';
+import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import { type DispatchDeps, dispatchEvent } from '../pipeline/dispatch.js';
@@ -211,6 +212,12 @@ export interface LambdaDepsOverrides {
   runtimeKubeconfig?: (clusterId: string) => string;
 }
 
+/**
+ * The functions an App's run spans, which take its run lease (`../lease/`): fetch, template and
+ * deploy. index-repo and install run their objects in one function each, ordered by its FIFO group.
+ */
+export const LEASED_STAGES: readonly PipelineStage[] = Object.freeze(['fetch', 'template', 'deploy']);
+
 /** The variable holding the fleet's artifact root key (base64, at least 32 bytes). */
 export const ARTIFACT_ROOT_KEY_ENV = 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY';
 
@@ -267,10 +274,11 @@ export function createLambdaDeps(
       ? undefined
       : fleetClusterRegistry({ ...config, clusterRegistry: config.clusterRegistry }, clients);
   const registry = overrides.clusters ?? fleet ?? kubeconfigClusterRegistry(config);
+  const store = new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix });
   const pipeline: DispatchDeps = createPipelineDeps({
     clusters: stageClusterRegistry(registry, config.stage),
     discovery: registry,
-    store: new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
+    store,
     ...(overrides.keyring ? { keyring: overrides.keyring } : {}),
     log,
     ...(overrides.now ? { now: overrides.now } : {}),
@@ -311,6 +319,10 @@ export function createLambdaDeps(
         return dispatchEvent(event, deps);
       }
     : undefined;
+  // The functions of an App's run share its run lease (in the artifact bucket).
+  const leases = LEASED_STAGES.includes(config.stage)
+    ? new RunLeases({ store, ...(overrides.now ? { now: overrides.now } : {}) })
+    : undefined;
   return {
     pipeline,
     sender,
@@ -318,6 +330,7 @@ export function createLambdaDeps(
     maxAttempts: config.maxReceiveCount,
     ...(dispatch ? { dispatch } : {}),
     ...(checkSender ? { checkSender } : {}),
+    ...(leases ? { leases } : {}),
   };
 }
 

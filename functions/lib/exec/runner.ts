@@ -47,6 +47,12 @@ export interface RunRequest {
   timeoutMs?: number;
   /** Kill the process group when aborted. An already-aborted signal runs nothing. */
   signal?: AbortSignal;
+  /**
+   * When `signal` aborts: send SIGTERM to the process group first and SIGKILL only this many
+   * milliseconds later, if it is still running (a tool that stops cleanly on SIGTERM, e.g. kapp
+   * between two API calls). Default 0: SIGKILL at once. A timeout always kills at once.
+   */
+  killGraceMs?: number;
   /** Per-stream bound in bytes; the tail is kept. Defaults to the runner's default. */
   maxOutputBytes?: number;
   /** Called with each decoded output chunk as it arrives (progress streaming). Must not throw. */
@@ -380,10 +386,10 @@ class TailBuffer {
 // ---------------------------------------------------------------------------------------------
 // The runner
 
-function killGroup(pid: number | undefined): void {
+function killGroup(pid: number | undefined, signal: NodeJS.Signals = 'SIGKILL'): void {
   if (pid === undefined) return;
   try {
-    process.kill(-pid, 'SIGKILL');
+    process.kill(-pid, signal);
   } catch {
     // ESRCH: the group is already gone.
   }
@@ -495,10 +501,17 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         windowsHide: true,
       });
 
+      let graceTimer: NodeJS.Timeout | undefined;
       const onAbort = () => {
         if (killedBy === undefined && exit === undefined) {
           killedBy = 'canceled';
-          killGroup(child.pid);
+          const grace = req.killGraceMs ?? 0;
+          if (grace > 0) {
+            killGroup(child.pid, 'SIGTERM');
+            graceTimer = setTimeout(() => killGroup(child.pid), grace);
+          } else {
+            killGroup(child.pid);
+          }
         }
       };
       const timer =
@@ -533,6 +546,7 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         if (settled) return;
         settled = true;
         if (timer) clearTimeout(timer);
+        if (graceTimer) clearTimeout(graceTimer);
         req.signal?.removeEventListener('abort', onAbort);
         if (req.onOutput) {
           for (const stream of ['stdout', 'stderr'] as const) {

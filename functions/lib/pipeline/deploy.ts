@@ -10,7 +10,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { DeployStageData } from '../../../events/schema.js';
+import { type DeployStageData, MAX_DEPLOY_CONTINUATIONS } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer } from '../api/index.js';
 import {
   appKappDeploy,
@@ -23,8 +23,10 @@ import {
   parseKappAppMeta,
   UNSUPPORTED_DEPLOY_MESSAGE,
   wantsInspect,
+  withKappWaitBudget,
 } from '../deploy/index.js';
 import { clusterAccessFor, runKapp } from '../deploy/run.js';
+import { CommandDeadlineError } from '../exec/deadline.js';
 import type { DeployView, ResourceRef } from '../kube/port.js';
 import {
   attachError,
@@ -37,10 +39,12 @@ import {
 } from '../reconcile/result.js';
 import {
   deployStatus,
+  formatStatusTime,
   fromEventPart,
   inspectStatus,
   markDeleteCompleted,
   markDeleting,
+  markReconciling,
   type RunParts,
   summarizeStatus,
 } from '../reconcile/status.js';
@@ -48,7 +52,7 @@ import { readArtifact, scopeOf } from './artifacts.js';
 import { appRef, loadApp, makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
 import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeStage, openHandOff } from './stage.js';
+import { APP_KIND, closeStage, openHandOff, type StageFrame } from './stage.js';
 
 /** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
 export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';
@@ -64,14 +68,27 @@ async function blockDeletion(kube: DeployView, ref: ResourceRef, uid: string): P
 }
 
 /**
- * Runs the deploy stage for a hand-off from template.
+ * Runs the deploy stage for a hand-off from template, or for its own continuation.
  *
+ * The function deadline (Lambda: `withDeadline` on the runner, `../exec/deadline.ts`) may stop
+ * `kapp deploy` while it waits for resources: the stage then writes the progress so far
+ * (`status.deploy` unfinished with kapp's output, conditions `Reconciling`) and returns the
+ * continuation, which the deploy function sends to its own queue. The follow-up runs
+ * `kapp deploy` again with the same manifest: kapp applies nothing new and waits for what is not
+ * ready yet (a kept resource that is not done is waited for), within what is left of its
+ * `--wait-timeout` ({@link withKappWaitBudget}). So a deploy longer than one invocation ends like
+ * upstream's single kapp process: `ReconcileSucceeded`, or kapp's own timeout. Canceled, paused,
+ * deleted or changed Apps stop the continuation when it opens (and the running kapp, through
+ * the abort watch), as any later stage. The embedded runtime has no deadline: it never continues.
+ *
+ * @returns the continuation's data when the deadline stopped kapp, else `undefined` (the run
+ *   ended: final status written, or stale/gone/paused).
  * @throws on infrastructure failures: the transport retries the event.
  */
-export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Promise<void> {
+export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Promise<DeployStageData | undefined> {
   const ref = data.object;
   const opened = await openHandOff(deps, 'deploy', data, (id) => deps.clusters.deployView(id), APP_KIND);
-  if (opened.stop) return;
+  if (opened.stop) return undefined;
   const { frame } = opened;
   const { kube, mask, fence } = frame;
   const kref = frame.ref;
@@ -80,7 +97,10 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     fetch: fromEventPart(data.fetchStatus),
     template: fromEventPart(data.templateStatus),
   };
-  const startedAt = deps.now();
+  // A continuation keeps the first kapp's start: status.deploy.startedAt and kapp's wait budget.
+  const startedAt = data.continuation ? new Date(data.continuation.deployStartedAt) : deps.now();
+  // kapp's output when the function deadline stopped it.
+  let cut: { stdout: string; stderr: string } | undefined;
   let tools = { runs: 0, ms: 0 };
   let result: StageResult;
   let kappStatus = app.status?.deploy?.kapp;
@@ -100,12 +120,13 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       const kapp = appKappDeploy(app.spec);
       access = await clusterAccessFor(app, kube, mask);
       const metadataFile = path.join(work, 'app-metadata.yml');
-      const cmd = kappDeployCommand({
+      const planned = kappDeployCommand({
         kapp,
         access,
         metadataFile,
         controllerRawOptions: deps.config.kappDeployRawOptions,
       });
+      const cmd = data.continuation ? withKappWaitBudget(planned, deps.now().getTime() - startedAt.getTime()) : planned;
       // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
       let flushAll = false;
       const run = await runKapp(
@@ -132,6 +153,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         [work],
       );
       tools = { runs: 1, ms: run.durationMs };
+      if (run.error instanceof CommandDeadlineError) cut = { stdout: run.stdout, stderr: run.stderr };
       // upstream's updateLastDeploy returns the friendly result, which setReconcileCompleted then
       // reads: usefulErrorMessage is kapp's stderr as status.deploy shows it
       result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run)));
@@ -143,6 +165,10 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     } finally {
       await removeScratch(work);
     }
+  }
+  const count = (data.continuation?.count ?? 0) + 1;
+  if (cut && count <= MAX_DEPLOY_CONTINUATIONS) {
+    return await continueDeploy(frame, data, { parts, kappStatus, cut, startedAt, count, tools }, deps);
   }
   parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, kappStatus);
 
@@ -169,6 +195,48 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     parts.inspect = inspectStatus(inspect, { updatedAt: deps.now() }) ?? null;
   }
   await closeStage(frame, { parts, result, last: true, success: 'succeeded', tools });
+  return undefined;
+}
+
+/**
+ * The deadline stopped kapp: writes the progress so far (`status.deploy` unfinished with kapp's
+ * output, fenced on the run, conditions `Reconciling`: the reconcile is still going on) and
+ * returns the continuation. A write that finds the App gone or with a newer spec ends the run.
+ */
+async function continueDeploy(
+  frame: StageFrame<DeployView>,
+  data: DeployStageData,
+  state: {
+    parts: RunParts;
+    kappStatus: NonNullable<AppStatus['deploy']>['kapp'];
+    cut: { stdout: string; stderr: string };
+    startedAt: Date;
+    count: number;
+    tools: { runs: number; ms: number };
+  },
+  deps: PipelineDeps,
+): Promise<DeployStageData | undefined> {
+  const { kube, ref, fence, mask } = frame;
+  const { cut, startedAt, count, tools } = state;
+  const progress = deployStatus(
+    mask.result({ stdout: cut.stdout, stderr: cut.stderr, exitCode: 0, finished: false }),
+    { startedAt, updatedAt: deps.now() },
+    state.kappStatus,
+  );
+  const w = await writeAppStatus(
+    kube,
+    ref,
+    fence,
+    (cur) =>
+      markReconciling(summarizeStatus(cur, fence.generation, { ...state.parts, deploy: progress }), fence.generation),
+    mask,
+  );
+  if (w.outcome === 'stale' || w.outcome === 'gone') {
+    frame.done(w.outcome, { tools });
+    return undefined;
+  }
+  frame.done('continued', { tools });
+  return { ...data, continuation: { count, deployStartedAt: formatStatusTime(startedAt) } };
 }
 
 /** A namespace that is being deleted or already gone. */

@@ -56,9 +56,11 @@ export async function dispatchEvent(event: KappEvent, deps: DispatchDeps): Promi
       return nextEvent(await handleAppEvent(event, deps), deps);
     case EVENT_TYPES.template:
       return nextEvent(await runTemplate(event.data, deps, deps.clusterInfo), deps);
-    case EVENT_TYPES.deploy:
-      await runDeploy(event.data, deps);
-      return undefined;
+    case EVENT_TYPES.deploy: {
+      // The deadline stopped kapp: the deploy continues in a follow-up invocation (Lambda).
+      const continuation = await runDeploy(event.data, deps);
+      return continuation && deployEvent(continuation, { time: deps.now() });
+    }
     case EVENT_TYPES.delete:
       await runDelete({ clusterId: event.data.object.clusterId, ref: event.data.object, run: event.data.run }, deps);
       return undefined;

@@ -1,0 +1,334 @@
+/**
+ * The run lease of an App on Lambda: at most one run per App across the fetch, template and
+ * deploy functions, and the events that arrive meanwhile coalesced into one follow-up. The
+ * embedded runtime gets the same from its in-process `KeyedQueue` (kapp-controller's
+ * `UniqueReconciler`); on Lambda each stage is its own function with its own FIFO queue, which
+ * orders one object's events per queue only, so a new generation's fetch could otherwise run
+ * while the same App's deploy still runs kapp.
+ *
+ * The lease is one small JSON object per App in the artifact bucket,
+ * `state/leases/<cluster>/<namespace>/<name>.json` ({@link leaseKey}), changed only by
+ * compare-and-swap (`ObjectStore.putIfMatch`: S3 `If-Match`/`If-None-Match`):
+ * `{ holder?, expiresAt?, pending? }`.
+ *
+ * - `holder`: who runs the App now ({@link holderOf}): `run:<runId>` for a stage event of a run,
+ *   `event:<id>` for the object event that may start one. A run keeps the lease across its
+ *   stages: a hand-off passes it to the next stage's event before that event is sent
+ *   ({@link HeldLease.handOff}), and the deploy's own continuation is the same run.
+ * - `expiresAt`: the lease is renewed while a stage runs ({@link HeldLease.keepAlive}) and
+ *   given {@link DEFAULT_LEASE_TTL_MS} on each hand-off; a crashed holder's lease expires and the
+ *   next event takes it over.
+ * - `pending`: an event that found the lease held by another run: acknowledged without running,
+ *   coalesced into this one follow-up (`coalesceEvents`, the embedded runtime's rule), and sent
+ *   when the run ends ({@link HeldLease.end}), with the lease reserved for it.
+ *
+ * Only App events take the lease (object events of Apps, template, deploy and delete hand-offs):
+ * a PackageRepository or PackageInstall runs in one function only, where its FIFO group already
+ * orders its events.
+ *
+ * @module
+ */
+import { createHash } from 'node:crypto';
+import {
+  EVENT_TYPES,
+  type KappEvent,
+  type ObjectIdentity,
+  objectRefOf,
+  parseEvent,
+  serializeEvent,
+} from '../../../events/schema.js';
+import type { Logger } from '../log.js';
+import type { ObjectStore } from '../store/port.js';
+import { coalesceEvents } from './coalesce.js';
+
+/**
+ * How long a lease lasts without renewal, ms: 5 minutes. Long enough for a hand-off to wait in
+ * the next stage's queue (the lease is given this much at each hand-off), short enough that a
+ * crashed holder blocks its App's changes for minutes, not for the queue's visibility timeout.
+ */
+export const DEFAULT_LEASE_TTL_MS = 5 * 60_000;
+
+/** Where the leases live in the artifact bucket. */
+export const LEASE_PREFIX = 'state/leases/';
+
+/** Compare-and-swap attempts of one lease change before it gives up (conflicts are rare: one App's events). */
+const CAS_ATTEMPTS = 20;
+
+/** A lease as stored. */
+export interface LeaseRecord {
+  /** Who runs the App ({@link holderOf}); absent: nobody. */
+  holder?: string;
+  /** RFC 3339 time the holder's claim ends unless renewed. */
+  expiresAt?: string;
+  /** The one follow-up, sent when the holder's run ends. */
+  pending?: KappEvent;
+}
+
+/** The App an event is about when it takes the run lease; `undefined` for every other event. */
+export function leaseSubject(event: KappEvent): ObjectIdentity | undefined {
+  switch (event.type) {
+    case EVENT_TYPES.object:
+      return event.data.kind === 'App' ? event.data : undefined;
+    case EVENT_TYPES.template:
+    case EVENT_TYPES.deploy:
+    case EVENT_TYPES.delete:
+      return objectRefOf(event);
+    default:
+      return undefined;
+  }
+}
+
+/** The lease's key: `state/leases/<cluster>/<namespace>/<name>.json` (every part a DNS name). */
+export function leaseKey(ref: ObjectIdentity): string {
+  return `${LEASE_PREFIX}${ref.clusterId}/${ref.namespace}/${ref.name}.json`;
+}
+
+/** Who an event runs as: `run:<runId>` for a stage event (every stage of a run), `event:<id>` for an object event. */
+export function holderOf(event: KappEvent): string {
+  return event.type === EVENT_TYPES.object ? `event:${event.id}` : `run:${event.data.run.runId}`;
+}
+
+/**
+ * Reads a stored lease. A record that is not a lease (or whose `pending` is not a valid event) reads
+ * as free: it is replaced by the next write under its version, and an invalid pending event is
+ * dropped (it could never be processed).
+ */
+export function parseLease(body: Buffer | undefined): LeaseRecord {
+  if (!body) return {};
+  let raw: unknown;
+  try {
+    raw = JSON.parse(body.toString('utf8'));
+  } catch {
+    return {};
+  }
+  if (typeof raw !== 'object' || raw === null) return {};
+  const r = raw as Record<string, unknown>;
+  const out: LeaseRecord = {};
+  if (typeof r.holder === 'string' && typeof r.expiresAt === 'string' && !Number.isNaN(Date.parse(r.expiresAt))) {
+    out.holder = r.holder;
+    out.expiresAt = r.expiresAt;
+  }
+  if (r.pending !== undefined) {
+    const p = parseEvent(r.pending);
+    if (p.ok) out.pending = p.event;
+  }
+  return out;
+}
+
+function serializeLease(rec: LeaseRecord): string {
+  // The pending event is stored as its validated body (bounded by the event size limit).
+  return JSON.stringify({
+    ...(rec.holder ? { holder: rec.holder, expiresAt: rec.expiresAt } : {}),
+    ...(rec.pending ? { pending: JSON.parse(serializeEvent(rec.pending)) } : {}),
+  });
+}
+
+/** Options of {@link RunLeases}. */
+export interface RunLeasesOptions {
+  /** Where leases live: the artifact bucket. */
+  store: ObjectStore;
+  /** Default `() => new Date()`. */
+  now?: () => Date;
+  /** Default {@link DEFAULT_LEASE_TTL_MS}. */
+  ttlMs?: number;
+}
+
+/** What {@link RunLeases.acquire} decided. */
+export type AcquireResult =
+  | {
+      kind: 'acquired';
+      /**
+       * The event to run: the one received, or for an object event the one coalesced with a
+       * pending object event it supersedes (a stronger pending reason is kept).
+       */
+      event: KappEvent;
+      /** The lease held; end it with {@link HeldLease.handOff} or {@link HeldLease.end}. */
+      lease: HeldLease;
+      /** The previous holder's claim had expired (it crashed or its hand-off waited too long). */
+      tookOver: boolean;
+    }
+  | {
+      kind: 'coalesced';
+      /** Who holds the lease. */
+      holder: string;
+    };
+
+/** The run leases of the Apps of a fleet, in one object store. */
+export class RunLeases {
+  readonly #store: ObjectStore;
+  readonly #now: () => Date;
+  readonly ttlMs: number;
+
+  constructor(opts: RunLeasesOptions) {
+    this.#store = opts.store;
+    this.#now = opts.now ?? (() => new Date());
+    this.ttlMs = opts.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+  }
+
+  /** `expiresAt` of a claim made now. */
+  expiry(): string {
+    return new Date(this.#now().getTime() + this.ttlMs).toISOString();
+  }
+
+  /** Whether `rec` is held by someone whose claim has not expired. */
+  isLive(rec: LeaseRecord): boolean {
+    return rec.holder !== undefined && Date.parse(rec.expiresAt ?? '') > this.#now().getTime();
+  }
+
+  /**
+   * Takes the lease for `event`'s run, or coalesces `event` into the lease's pending follow-up.
+   *
+   * Taken when the lease is free, already the event's ({@link holderOf}: a hand-off of the run
+   * holding it, or the follow-up it was reserved for), or expired. A stage event leaves a pending
+   * follow-up where it is (it runs after this run); an object event absorbs it (it starts a run
+   * from the latest object itself). Otherwise `event` becomes (or merges into) the pending
+   * follow-up and must be acknowledged without running.
+   *
+   * @param event - an event with a {@link leaseSubject}.
+   * @throws StoreError when the store fails; Error after {@link CAS_ATTEMPTS} conflicts in a row.
+   */
+  async acquire(event: KappEvent): Promise<AcquireResult> {
+    const subject = leaseSubject(event);
+    if (!subject) throw new Error(`event ${event.type} takes no run lease`);
+    const key = leaseKey(subject);
+    const me = holderOf(event);
+    return this.update<AcquireResult>(key, (rec) => {
+      const mine = rec.holder === me;
+      if (mine || !this.isLive(rec)) {
+        let run = event;
+        let pending = rec.pending;
+        // The follow-up the lease was reserved for has arrived.
+        if (pending?.id === event.id) pending = undefined;
+        if (pending && event.type === EVENT_TYPES.object) {
+          run = coalesceEvents(pending, event);
+          pending = undefined;
+        }
+        const tookOver = !mine && rec.holder !== undefined;
+        return {
+          next: { holder: me, expiresAt: this.expiry(), ...(pending ? { pending } : {}) },
+          result: { kind: 'acquired', event: run, lease: new HeldLease(this, key, me), tookOver },
+        };
+      }
+      const pending = rec.pending ? coalesceEvents(rec.pending, event) : event;
+      return { next: { ...rec, pending }, result: { kind: 'coalesced', holder: rec.holder ?? '' } };
+    });
+  }
+
+  /**
+   * Read-modify-write of one lease under compare-and-swap, retried on conflict: `change` gets the
+   * lease as read and returns the record to write (none: leave it) and the result.
+   * @throws StoreError when the store fails; Error after {@link CAS_ATTEMPTS} conflicts in a row.
+   */
+  async update<T>(key: string, change: (rec: LeaseRecord) => { next?: LeaseRecord; result: T }): Promise<T> {
+    for (let i = 0; i < CAS_ATTEMPTS; i++) {
+      const got = await this.#store.getVersioned(key);
+      const { next, result } = change(parseLease(got?.body));
+      if (!next) return result;
+      if ((await this.#store.putIfMatch(key, serializeLease(next), got?.etag)) === 'written') return result;
+      await new Promise((r) => setTimeout(r, Math.random() * 10 * 2 ** Math.min(i, 5)));
+    }
+    throw new Error(`run lease ${key}: ${CAS_ATTEMPTS} conflicting writes in a row`);
+  }
+}
+
+/** A lease taken by {@link RunLeases.acquire}, for one stage of one run. */
+export class HeldLease {
+  #holder: string;
+
+  /** @internal */
+  constructor(
+    private readonly leases: RunLeases,
+    /** The lease's key. */
+    readonly key: string,
+    holder: string,
+  ) {
+    this.#holder = holder;
+  }
+
+  /** Who holds it now. */
+  get holder(): string {
+    return this.#holder;
+  }
+
+  /**
+   * Extends the claim by the TTL from now, when it is still ours.
+   * @returns false when another run holds the lease now (ours expired and was taken over).
+   */
+  renew(): Promise<boolean> {
+    return this.leases.update(this.key, (rec) =>
+      rec.holder === this.#holder
+        ? { next: { ...rec, expiresAt: this.leases.expiry() }, result: true }
+        : { result: false },
+    );
+  }
+
+  /**
+   * Renews the claim every third of the TTL while the stage runs (failures are logged: the
+   * claim then lasts until its expiry).
+   * @returns stops the renewals.
+   */
+  keepAlive(log: Logger): () => void {
+    const timer = setInterval(() => {
+      this.renew().then(
+        (ours) => {
+          if (!ours) log.warn({ lease: this.key }, 'run lease taken over by another run while this stage ran');
+        },
+        (err: unknown) =>
+          log.warn(
+            { lease: this.key, error: err instanceof Error ? err.message : String(err) },
+            'run lease renewal failed',
+          ),
+      );
+    }, this.leases.ttlMs / 3);
+    timer.unref?.();
+    return () => clearInterval(timer);
+  }
+
+  /**
+   * Passes the lease to the run's next event (call it before sending that event): its holder
+   * ({@link holderOf}) gets a fresh TTL; the pending follow-up stays. Nothing is changed when the
+   * lease is no longer ours (the next event then waits as any other, coalesced).
+   */
+  async handOff(next: KappEvent): Promise<void> {
+    const to = holderOf(next);
+    const ours = await this.leases.update(this.key, (rec) =>
+      rec.holder === this.#holder
+        ? { next: { ...rec, holder: to, expiresAt: this.leases.expiry() }, result: true }
+        : { result: false },
+    );
+    if (ours) this.#holder = to;
+  }
+
+  /**
+   * Ends the run's claim. With a pending follow-up the lease is reserved for it (holder: the
+   * follow-up's, a fresh TTL; `pending` kept until it arrives, so a follow-up lost on the way
+   * runs with whoever takes the lease after its expiry); without one it is freed.
+   *
+   * @returns the follow-up to send now (its `targetFunction`), if any.
+   */
+  end(): Promise<KappEvent | undefined> {
+    return this.leases.update(this.key, (rec) => {
+      if (rec.holder !== this.#holder) return { result: undefined };
+      if (!rec.pending) return { next: {}, result: undefined };
+      const followUp = followUpOf(rec.pending, this.#holder);
+      return {
+        next: { holder: holderOf(followUp), expiresAt: this.leases.expiry(), pending: followUp },
+        result: followUp,
+      };
+    });
+  }
+}
+
+/**
+ * The follow-up as sent: the pending event under a new id, derived from its own and the run that
+ * ends (32 hex chars of a sha256). The pending event was delivered once already with its own id,
+ * and an SQS FIFO queue drops a message whose deduplication id (the event id) it saw in the last
+ * 5 minutes; the same run ending twice (a retried record) still derives the same id.
+ */
+export function followUpOf(pending: KappEvent, endedBy: string): KappEvent {
+  const id = createHash('sha256')
+    .update(JSON.stringify([pending.id, 'follow-up', endedBy]))
+    .digest('hex')
+    .slice(0, 32);
+  return { ...pending, id };
+}
