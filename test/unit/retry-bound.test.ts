@@ -262,7 +262,9 @@ describe('Lambda handler: ApproximateReceiveCount bounds the retries', () => {
   it('on the last attempt: ReconcileFailed with the bounded, masked cause, and the record is acknowledged', async () => {
     const kube = fakeKube();
     const { handler, log } = handlerWith(kube);
-    expect(await handler({ Records: [record(tmpl, DEFAULT_MAX_ATTEMPTS)] })).toEqual({ batchItemFailures: [] });
+    expect(await handler({ Records: [record(tmpl, DEFAULT_MAX_ATTEMPTS)] })).toEqual({
+      batchItemFailures: [{ itemIdentifier: `m${DEFAULT_MAX_ATTEMPTS}` }],
+    });
     const status = kube.object.status as AppStatus;
     const message = status.conditions?.[0]?.message ?? '';
     expect(status.conditions?.[0]?.type).toBe('ReconcileFailed');
@@ -275,7 +277,7 @@ describe('Lambda handler: ApproximateReceiveCount bounds the retries', () => {
     expect(Buffer.byteLength(message)).toBe('Templating: '.length + INFRA_CAUSE_BYTES);
     expect(JSON.stringify(kube.statuses)).not.toContain(SECRET);
     expect(JSON.stringify(log.records)).not.toContain(SECRET);
-    expect(log.records.at(-1)).toMatchObject({ level: 'info', obj: { outcome: 'ended', receiveCount: 5 } });
+    expect(log.records.at(-1)).toMatchObject({ level: 'warn', obj: { outcome: 'ended', receiveCount: 5 } });
   });
 
   it('when the status write itself fails: logged, the record fails on to the dead-letter queue', async () => {
@@ -338,12 +340,14 @@ describe('PackageRepository (index-repo function): the retry bound on Lambda, an
     });
     expect(await handler({ Records: [record(1)] })).toEqual({ batchItemFailures: [{ itemIdentifier: 'm1' }] });
     expect((kube.object.status as AppStatus).conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
-    expect(await handler({ Records: [record(DEFAULT_MAX_ATTEMPTS)] })).toEqual({ batchItemFailures: [] });
+    expect(await handler({ Records: [record(DEFAULT_MAX_ATTEMPTS)] })).toEqual({
+      batchItemFailures: [{ itemIdentifier: `m${DEFAULT_MAX_ATTEMPTS}` }],
+    });
     expect((kube.object.status as AppStatus).conditions).toEqual([
       { type: 'ReconcileFailed', status: 'True', message: storeDown(store) },
     ]);
     expect(log.records.at(-1)).toMatchObject({
-      level: 'info',
+      level: 'warn',
       obj: { stage: 'index-repo', outcome: 'ended', receiveCount: DEFAULT_MAX_ATTEMPTS },
     });
   });

@@ -14,7 +14,7 @@
  * | stage ran, returned a next event | sent to the next stage's queue | no |
  * | stage ran, run ended | done | no |
  * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
- * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), acknowledged | no |
+ * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), `batchItemFailures` | no: SQS moves it to the DLQ (the operator's alarm; a redrive re-runs it) |
  * | the same, and that status write failed too | logged, `batchItemFailures` | SQS moves it to the DLQ |
  * | not started: the function deadline had come | logged, `batchItemFailures` | yes (a later invocation runs it) |
  * | an App event whose run lease another run holds ({@link EntryDeps.leases}) | coalesced into the lease's one follow-up, acknowledged | no (the holder sends the follow-up when its run ends) |
@@ -259,6 +259,11 @@ export function makeSqsHandler(stage: PipelineStage, depsFactory: () => EntryDep
         if (outcome === 'failed') {
           failures.push({ itemIdentifier: record.messageId });
           if (group !== undefined) failedGroups.add(group);
+        } else if (outcome === 'ended') {
+          // The run is over (its final status says why), so the object's later records still
+          // run; this one is failed on its last receive so that the redrive policy keeps it in
+          // the dead-letter queue, whose alarm tells the operator the infrastructure failed.
+          failures.push({ itemIdentifier: record.messageId });
         }
       }
     } finally {
@@ -363,7 +368,10 @@ async function processRecord(
       await endRun(held, d, elog);
     }
     if (r.ended) {
-      elog.info({ stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount }, 'event handled');
+      elog.warn(
+        { stage, outcome: 'ended' satisfies RecordOutcome, type: event.type, receiveCount },
+        'run ended with a failed status on its last attempt; the event goes to the dead-letter queue',
+      );
       return 'ended';
     }
     if (!r.next) {

@@ -15,9 +15,12 @@
  * `ApproximateReceiveCount` of the record. On the last attempt ({@link DEFAULT_MAX_ATTEMPTS}),
  * a stage that throws gets {@link failRunAfterRetries}: a final `ReconcileFailed` (`DeleteFailed`
  * for a delete) whose message is `<Stage>: <bounded, redacted cause>`, e.g.
- * `Fetching resources: storing the fetch artifact failed: 503 SlowDown`; the event is then
- * acknowledged. The forwarder's timer re-runs the App after the failure backoff (§3.3), so
- * nothing is lost. A PackageRepository, whose whole reconcile is one event (index-repo), ends
+ * `Fetching resources: storing the fetch artifact failed: 503 SlowDown`. In the embedded
+ * runtime the event is then done; on Lambda it still fails its last receive, so the redrive
+ * policy moves it to the dead-letter queue, whose alarm tells the operator (the status tells the
+ * App's owner). The forwarder's timer re-runs the App after the failure backoff (§3.3), so
+ * nothing is lost; a redrive after the fix re-runs the event too (the run lease and the
+ * generation check make a stale one harmless). A PackageRepository, whose whole reconcile is one event (index-repo), ends
  * the same way: `ReconcileFailed` with `Reconciling: <cause>`, or `DeleteFailed` with
  * `Deleting: <cause>` when it is being deleted (its finalizers stay, so it is retried). When that status write fails too (the API server is what is failing),
  * nothing more can be done: the error is logged and the event goes on to the dead-letter queue
