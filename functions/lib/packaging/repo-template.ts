@@ -52,6 +52,7 @@ import { PackageMetadataResource, PackageResource } from '../api/resources.js';
 import { errorMessage, resultFromError, type StageResult } from '../reconcile/result.js';
 import { runTemplateSteps, type TemplateRunDeps } from '../template/execute.js';
 import { type RunStep, TEMPLATING_DIR_ERROR_PREFIX } from '../template/step.js';
+import { compare, parseVersion } from './semver.js';
 
 /** Input of the fixed PackageRepository template pipeline (kapp-controller §3.12 step 5). */
 export interface RepoTemplateInput {
@@ -460,31 +461,6 @@ function encodedName(refName: string, version: string): string {
   }
 }
 
-/** Numeric identifiers compare numerically and below alphanumeric ones (semver 2.0.0 §11). */
-function compareIdentifiers(a: string, b: string): number {
-  const an = /^[0-9]+$/.test(a);
-  const bn = /^[0-9]+$/.test(b);
-  if (an && bn) return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
-  if (an !== bn) return an ? -1 : 1;
-  return a < b ? -1 : a > b ? 1 : 0;
-}
-
-/** Semver precedence of two strict semver versions (build metadata ignored). */
-function compareSemver(a: RegExpExecArray, b: RegExpExecArray): number {
-  for (const i of [1, 2, 3]) {
-    const c = compareIdentifiers(a[i] ?? '', b[i] ?? '');
-    if (c !== 0) return c;
-  }
-  const pa = a[4]?.slice(1).split('.') ?? [];
-  const pb = b[4]?.slice(1).split('.') ?? [];
-  if (pa.length === 0 || pb.length === 0) return pb.length - pa.length; // a release ranks above its prereleases
-  for (let i = 0; i < Math.min(pa.length, pb.length); i++) {
-    const c = compareIdentifiers(pa[i] ?? '', pb[i] ?? '');
-    if (c !== 0) return c;
-  }
-  return pa.length - pb.length;
-}
-
 /**
  * Sorts versions in place, ascending by semver precedence (semver 2.0.0 §11); versions equal in
  * precedence (differing in build metadata only) and versions that are not strict semver (the API
@@ -494,12 +470,20 @@ function compareSemver(a: RegExpExecArray, b: RegExpExecArray): number {
  * @returns the same array
  */
 export function sortVersions(versions: string[]): string[] {
-  const parsed = new Map(versions.map((v) => [v, STRICT_SEMVER_REGEX.exec(v)]));
+  // Precedence only: `compare` of the fork also orders build metadata, which semver 2.0.0 does not.
+  const precedence = (v: string) => {
+    try {
+      return STRICT_SEMVER_REGEX.test(v) ? { ...parseVersion(v), build: [] } : undefined;
+    } catch {
+      return undefined; // a number beyond uint64: not a version blang can hold
+    }
+  };
+  const parsed = new Map(versions.map((v) => [v, precedence(v)]));
   return versions.sort((a, b) => {
     const pa = parsed.get(a);
     const pb = parsed.get(b);
     if (!pa || !pb) return (pa ? 0 : 1) - (pb ? 0 : 1);
-    return compareSemver(pa, pb);
+    return compare(pa, pb);
   });
 }
 
