@@ -10,6 +10,18 @@
  * fixed namespaces and metrics-server's cluster-wide objects, which must not meet the other
  * files' (package-install.test.ts installs metrics-server too).
  *
+ * The functions reach that cluster as a fleet's do (issue 11 item 4): through the cluster
+ * registry in S3 (`s3://<bucket>/<prefix>registry/`, where the CDK stack puts it), the cluster
+ * registered by `npm run cluster -- add --auth token` (the CLI as a process), the RBAC it prints
+ * (`infra/rbac/`) applied, and each function holding only its own stage's ServiceAccount token
+ * (a TokenRequest) in a secret directory of its own. No function has a kubeconfig in its
+ * environment, and the control planes' admin kubeconfigs and the other functions' tokens are
+ * hidden from its sandbox: every status below is written with the stage's least RBAC.
+ *
+ * The sender check (item 6d) stays off: moto 5.2.1 gives every received message the same
+ * `SenderId` (its constant `AIDAIT2UOQQY3AUEKVGXU`, whatever credentials sent it), so a
+ * forwarder and a stranger cannot be told apart here.
+ *
  * - every App of `npm run demo`, its PackageRepository and its PackageInstall reach the status
  *   the embedded e2e checks (`expectSucceededStatus`, `expectRepoSucceeded`); the git App's source
  *   through the git the fetch layer ships (`layers/git.ts`), with the host's git hidden;
@@ -26,21 +38,29 @@
  * under the emulator (an empty batch: the runtime's own cost), and the median record time of
  * each stage in this run.
  */
+
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
 import { objectEvent, serializeEvent } from '../../events/schema.js';
+import { clusterDocKey, MAX_CLUSTER_DOC_BYTES, parseClusterDoc } from '../../functions/lib/kube/cluster-doc.js';
+import { apiServerInfoOf } from '../../functions/lib/kube/registry.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
+import { S3Store } from '../../functions/lib/store/s3.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { STAGE_SIZING, toolTimeoutMs } from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { hardenAddonPath } from '../../layers/native.js';
+import { stageServiceAccount } from '../../scripts/cluster-registry.js';
 import { relocateKadras } from '../../scripts/demo-kadras.js';
 import {
   APP_EXAMPLES,
@@ -50,6 +70,7 @@ import {
   renderExample,
 } from '../../scripts/local-env.js';
 import { type Cluster, startCluster } from '../harness/cluster.js';
+import { loadKubeConfig } from '../harness/kube.js';
 import {
   type FunctionLayer,
   functionLayer,
@@ -82,6 +103,7 @@ import {
   failedAt,
   STATUS_KEYS,
   servers,
+  kubeconfigPath as sharedKubeconfigPath,
   succeededAt,
   waitFor,
 } from './support.js';
@@ -91,6 +113,10 @@ const id = randomBytes(3).toString('hex');
 /** The queues' visibility timeout here, seconds (see `sqs-poller.ts` for why not the deployed one). */
 const VISIBILITY_SECONDS = 5;
 const PREFIX = `cloud-${id}/`;
+/** The fleet's cluster registry: in the artifact bucket under `registry/`, the CDK stack's default. */
+const REGISTRY_PREFIX = `${PREFIX}registry/`;
+/** Namespace of the functions' ServiceAccounts (`npm run cluster -- add`'s default). */
+const IDENTITY_NAMESPACE = 'kapp-lambda';
 
 interface StageHost {
   stage: PipelineStage;
@@ -118,6 +144,134 @@ const host = (stage: PipelineStage): StageHost => {
   return h;
 };
 
+/** A function's secret directory: only its own stage's token (as its IAM role reads only its own secrets). */
+const secretsDir = (stage: PipelineStage) => path.join(tmp, 'secrets', stage);
+
+/**
+ * Registers the test's cluster as a fleet's administrator does: `npm run cluster -- add
+ * --auth token` (the CLI as a process) writes the document to the registry in S3 and prints
+ * the RBAC (`infra/rbac/`), which is applied; then each function's token (a TokenRequest for
+ * its ServiceAccount, instead of the long-lived token Secrets the printed steps copy) goes
+ * where the document names it, in that function's own secret directory.
+ */
+async function registerCluster(): Promise<void> {
+  const s = servers();
+  const api = apiServerInfoOf(loadKubeConfig(cluster.kubeconfigPath));
+  const caFile = path.join(tmp, 'ca.pem');
+  await writeFile(caFile, Buffer.from(api.caData ?? '', 'base64'));
+  const registry = `s3://${s.s3.bucket ?? 'kapp-lambda'}/${REGISTRY_PREFIX}`;
+  const added = await promisify(execFile)(
+    path.join(ROOT, 'node_modules/.bin/tsx'),
+    [
+      'scripts/cluster-registry.ts',
+      'add',
+      clusterId,
+      '--registry',
+      registry,
+      '--endpoint',
+      api.server,
+      '--ca-file',
+      caFile,
+      ...(api.tlsServerName ? ['--tls-server-name', api.tlsServerName] : []),
+      '--auth',
+      'token',
+    ],
+    {
+      cwd: ROOT,
+      env: {
+        PATH: process.env.PATH,
+        HOME: tmp,
+        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+        AWS_REGION: s.s3.region,
+        AWS_ACCESS_KEY_ID: s.s3.accessKeyId,
+        AWS_SECRET_ACCESS_KEY: s.s3.secretAccessKey,
+        KAPP_LAMBDA_S3_ENDPOINT: s.s3.endpoint,
+      },
+    },
+  );
+  const manifests = parseAllDocuments(added.stdout)
+    .map((d) => d.toJS() as { kind: string })
+    // The token Secrets the legacy token controller would fill: the tokens here are requested.
+    .filter((m) => m.kind !== 'Secret');
+  await kube.apply(...manifests);
+  const client = s3Client(s.s3);
+  try {
+    const store = new S3Store({ client, bucket: s.s3.bucket ?? 'kapp-lambda', prefix: REGISTRY_PREFIX });
+    const key = clusterDocKey(clusterId);
+    const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
+    const doc = parseClusterDoc(key, body ?? '');
+    if (doc.auth.kind !== 'token') throw new Error(`registered ${clusterId} with ${doc.auth.kind} auth`);
+    for (const stage of PIPELINE_STAGES) {
+      const name = doc.auth.secrets[stage];
+      if (!name) throw new Error(`the document names no ${stage} token`);
+      const token = (
+        await kube.k(['-n', IDENTITY_NAMESPACE, 'create', 'token', stageServiceAccount(stage), '--duration=2h'])
+      ).stdout.trim();
+      const file = path.join(secretsDir(stage), name);
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(file, token, { mode: 0o600 });
+    }
+  } finally {
+    client.destroy();
+  }
+}
+
+/** Who may write each status: the stage functions that own it (`infra/rbac/`). */
+const STATUS_WRITERS: Readonly<Record<string, readonly PipelineStage[]>> = {
+  'kappctrl.k14s.io/apps/status': ['fetch', 'template', 'deploy'],
+  'packaging.carvel.dev/packagerepositories/status': ['index-repo'],
+  'packaging.carvel.dev/packageinstalls/status': ['install'],
+};
+
+/**
+ * A ValidatingAdmissionPolicy and its binding denying the status `UPDATE`s of `resources`
+ * (`<group>/<resource>/status`, any version) that fail one of `validations` (CEL).
+ */
+function statusPolicy(
+  name: string,
+  resources: readonly string[],
+  validations: readonly { expression: string; message: string }[],
+): object[] {
+  const resourceRules = resources.map((key) => {
+    const [group, resource, sub] = key.split('/');
+    return { apiGroups: [group], apiVersions: ['*'], operations: ['UPDATE'], resources: [`${resource}/${sub}`] };
+  });
+  return [
+    {
+      apiVersion: 'admissionregistration.k8s.io/v1',
+      kind: 'ValidatingAdmissionPolicy',
+      metadata: { name },
+      spec: { failurePolicy: 'Fail', matchConstraints: { resourceRules }, validations },
+    },
+    {
+      apiVersion: 'admissionregistration.k8s.io/v1',
+      kind: 'ValidatingAdmissionPolicyBinding',
+      metadata: { name },
+      spec: { policyName: name, validationActions: ['Deny'] },
+    },
+  ];
+}
+
+/**
+ * The policy refusing every status write not made by the stage identity that owns it
+ * ({@link STATUS_WRITERS}): a function acting with any other credential (an admin kubeconfig,
+ * another stage's token) would leave its object without the status the tests wait for.
+ */
+function statusWriterPolicy(): object[] {
+  const user = (stage: PipelineStage) => `system:serviceaccount:${IDENTITY_NAMESPACE}:${stageServiceAccount(stage)}`;
+  return statusPolicy(
+    'kapp-lambda-status-writers',
+    Object.keys(STATUS_WRITERS),
+    Object.entries(STATUS_WRITERS).map(([key, stages]) => {
+      const [group, resource] = key.split('/');
+      return {
+        expression: `request.resource.group != '${group}' || request.resource.resource != '${resource}' || request.userInfo.username in ${JSON.stringify(stages.map(user))}`,
+        message: `${key} is written only by the ${stages.join(', ')} functions' identities`,
+      };
+    }),
+  );
+}
+
 function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string, string> {
   const s = servers();
   const queues = Object.fromEntries([...hosts.values()].map((h) => [queueUrlEnv(h.stage), h.queue.url]));
@@ -132,7 +286,9 @@ function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string,
     KAPP_LAMBDA_S3_ENDPOINT: s.s3.endpoint,
     KAPP_LAMBDA_SQS_ENDPOINT: s.sqs.endpoint,
     ...queues,
-    KAPP_LAMBDA_KUBECONFIG: cluster.kubeconfigPath,
+    // The cluster comes from the registry, authenticated as this stage only.
+    KAPP_LAMBDA_CLUSTER_REGISTRY: `s3://${s.s3.bucket ?? 'kapp-lambda'}/${REGISTRY_PREFIX}`,
+    KAPP_LAMBDA_CLUSTER_SECRETS: `file://${secretsDir(stage)}`,
     KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch', stage),
     KAPP_LAMBDA_BIN_DIR: layer.binDir,
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
@@ -201,6 +357,8 @@ beforeAll(async () => {
   kube = e2eCluster(cluster.kubeconfigPath);
   clusterId = `kwok-${cluster.name}`;
   await kube.applyCrds();
+  await registerCluster();
+  await kube.apply(...statusWriterPolicy());
   for (const h of hosts.values()) {
     const sizing = STAGE_SIZING[h.stage];
     h.rie = await startRie({
@@ -209,7 +367,16 @@ beforeAll(async () => {
       cwd: path.join(tmp, 'fn', h.stage),
       timeoutSeconds: sizing.timeoutSeconds,
       memoryMiB: sizing.memoryMiB,
-      isolate: { bundles },
+      isolate: {
+        bundles,
+        // No admin kubeconfig (this file's control plane, the shared one) and no other
+        // function's token is there to be read.
+        hide: [
+          cluster.workdir,
+          path.dirname(sharedKubeconfigPath),
+          ...PIPELINE_STAGES.filter((st) => st !== h.stage).map(secretsDir),
+        ],
+      },
     });
     // Cold start, then warm: an empty batch measures the runtime, not a stage.
     const cold = await invokeRie(h.rie, { Records: [] });
@@ -396,6 +563,27 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
       { timeoutMs: 60_000, intervalMs: 1000 },
     );
     expect(pkgi.status?.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    // Those statuses came from the stage identities: the policy that held every write to them
+    // refuses the same write from the admin.
+    const byAdmin = await kube.k(
+      [
+        'patch',
+        'app',
+        'inline-app',
+        '-n',
+        'demo-inline',
+        '--subresource=status',
+        '--type=merge',
+        '-p',
+        '{"status":{"friendlyDescription":"admin"}}',
+      ],
+      undefined,
+      false,
+    );
+    expect(byAdmin.code).not.toBe(0);
+    expect(byAdmin.stderr).toContain(
+      "kappctrl.k14s.io/apps/status is written only by the fetch, template, deploy functions' identities",
+    );
 
     // The artifacts are in S3 under this run's prefix: fetched trees and rendered manifests.
     const client = s3Client(s.s3);
@@ -517,36 +705,16 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     const name = `refused-${id}`;
     await kube.createTenant(ns);
     await kube.apply(
-      {
-        apiVersion: 'admissionregistration.k8s.io/v1',
-        kind: 'ValidatingAdmissionPolicy',
-        metadata: { name },
-        spec: {
-          failurePolicy: 'Fail',
-          matchConstraints: {
-            resourceRules: [
-              {
-                apiGroups: ['kappctrl.k14s.io'],
-                apiVersions: ['v1alpha1'],
-                operations: ['UPDATE'],
-                resources: ['apps/status'],
-              },
-            ],
+      ...statusPolicy(
+        name,
+        ['kappctrl.k14s.io/apps/status'],
+        [
+          {
+            expression: `object.metadata.name != '${name}' || (has(object.status) && has(object.status.conditions) && object.status.conditions.exists(c, c.type == 'ReconcileFailed'))`,
+            message: 'status writes of this App are refused by policy',
           },
-          validations: [
-            {
-              expression: `object.metadata.name != '${name}' || (has(object.status) && has(object.status.conditions) && object.status.conditions.exists(c, c.type == 'ReconcileFailed'))`,
-              message: 'status writes of this App are refused by policy',
-            },
-          ],
-        },
-      },
-      {
-        apiVersion: 'admissionregistration.k8s.io/v1',
-        kind: 'ValidatingAdmissionPolicyBinding',
-        metadata: { name },
-        spec: { policyName: name, validationActions: ['Deny'] },
-      },
+        ],
+      ),
     );
     const fetch = host('fetch');
     const before = fetch.mapping.invocations.length;

@@ -8,7 +8,9 @@
  * host's tool directories (`/usr/bin`, `/usr/local/bin`, `/usr/sbin`) are empty
  * (`lambda-sandbox.ts`) and node is where Lambda's Node runtime keeps it
  * (`<root>/var/lang/bin/node`): a function finds only its own layer's tools, so one that would
- * need a host tool (git for vendir, kubectl) fails here as it would on Lambda.
+ * need a host tool (git for vendir, kubectl) fails here as it would on Lambda. Directories of
+ * credentials a function must not hold (an admin kubeconfig, other functions' tokens) can be
+ * hidden the same way.
  *
  * @module
  */
@@ -88,7 +90,15 @@ export interface RieOptions {
    * Hide {@link HIDDEN_HOST_DIRS} (see the module comment); `bundles` is where the sandbox
    * program's own bundle is written. Default: the host's directories stay visible.
    */
-  readonly isolate?: { readonly bundles: string };
+  readonly isolate?: {
+    readonly bundles: string;
+    /**
+     * More directories the function must not see (absolute, existing), e.g. the control
+     * plane's work directory with its admin kubeconfig, or other functions' credentials: what
+     * a Lambda sandbox would not hold either. Default none.
+     */
+    readonly hide?: readonly string[];
+  };
 }
 
 const SANDBOX_ENTRY = fileURLToPath(new URL('./lambda-sandbox.ts', import.meta.url));
@@ -119,7 +129,10 @@ export async function startRie(opts: RieOptions): Promise<Rie> {
     await mkdir(langBin, { recursive: true });
     node = path.join(langBin, 'node');
     if (!existsSync(node)) await writeFile(node, '');
-    const hide = HIDDEN_HOST_DIRS.filter((d) => existsSync(d)).flatMap((d) => ['--hide', d]);
+    const hide = [...HIDDEN_HOST_DIRS.filter((d) => existsSync(d)), ...(opts.isolate.hide ?? [])].flatMap((d) => [
+      '--hide',
+      d,
+    ]);
     // Lambda's image has a /bin/sh (git's submodule script needs one); here /bin is /usr/bin.
     const keep = existsSync('/usr/bin/sh') ? ['--keep', '/usr/bin/sh'] : [];
     prefix = [
