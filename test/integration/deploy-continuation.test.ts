@@ -46,6 +46,7 @@ import {
   getApp,
   getObject,
   k,
+  pendingDeployment,
   RFC3339,
   servers,
   suffix,
@@ -165,20 +166,7 @@ async function appEvent(name: string, reason: 'added' | 'modified'): Promise<Kap
 
 /** An App deploying one Deployment whose Pod needs a node labelled `selector` (none is, yet). */
 function stuckApp(name: string, selector: string): object {
-  const deployment = [
-    'apiVersion: apps/v1',
-    'kind: Deployment',
-    'metadata:',
-    `  name: ${name}-web`,
-    'spec:',
-    '  replicas: 1',
-    `  selector: {matchLabels: {app: ${name}}}`,
-    '  template:',
-    `    metadata: {labels: {app: ${name}}}`,
-    '    spec:',
-    `      nodeSelector: {${selector}: "true"}`,
-    '      containers: [{name: c, image: registry.invalid/none}]',
-  ].join('\n');
+  const deployment = pendingDeployment(`${name}-web`, name, selector);
   return appManifest(ns, name, {
     fetch: [{ inline: { paths: { 'deployment.yml': deployment } } }],
     template: [{ ytt: {} }],
