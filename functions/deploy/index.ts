@@ -3,7 +3,9 @@
  * `ReportBatchItemFailures`): for a template → deploy hand-off it runs `kapp deploy` with the
  * App's own ServiceAccount (short-lived TokenRequest token) or kubeconfig Secret and writes
  * `status.deploy`/`status.inspect`; for a delete hand-off it runs `kapp delete` and removes
- * the finalizer. It sends nothing on. Configuration: see `functions/lib/entry/config.ts`.
+ * the finalizer. It sends only its own continuation, to its own queue, when the function
+ * deadline stops kapp while it waits. Configuration: see `functions/lib/entry/config.ts`; it
+ * needs `KAPP_LAMBDA_QUEUE_URL_DEPLOY`.
  *
  * Tools: `kapp` from the deploy layer in `/opt/bin`. Clusters: the DeployView (the only
  * function that mints ServiceAccount tokens).

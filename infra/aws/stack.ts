@@ -44,6 +44,7 @@ import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { CLUSTER_DOC_PREFIX, CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
+import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
@@ -51,6 +52,7 @@ import type { ClusterAccess, FleetSettings } from './fleet.js';
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
+  LEASE_EXPIRY_DAYS,
   PRIVATE_EXPIRY_DAYS,
   STAGE_OBJECTS,
   STAGE_SIZING,
@@ -188,7 +190,9 @@ export class KappLambdaStack extends Stack {
       // stage treats a missing artifact or cache record as a miss (fetch and template `head` the
       // artifact a record names), which costs a re-fetch or re-render, never a wrong result. A
       // sealed object is written again on each use, so `private/` goes a day after its own TTL.
-      // `state/` (a repository's deployed versions) and the cluster registry are never expired
+      // Run leases (`state/leases/`) go 30 days after their last write: a held lease is renewed
+      // every 100 s, so one that old is free (`LEASE_EXPIRY_DAYS`). The rest of `state/` (a
+      // repository's deployed versions) and the cluster registry are never expired
       // (`fleetSettings` refuses a registry prefix under an expiring one).
       lifecycleRules: [
         ...EXPIRING_PREFIXES.map((prefix) => ({
@@ -196,6 +200,7 @@ export class KappLambdaStack extends Stack {
           prefix,
           expiration: Duration.days(prefix === 'private/' ? PRIVATE_EXPIRY_DAYS : fleet.artifactRetentionDays),
         })),
+        { id: 'expire-leases', prefix: LEASE_PREFIX, expiration: Duration.days(LEASE_EXPIRY_DAYS) },
         { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
     });

@@ -10,6 +10,7 @@ import { API_VERSIONS, KINDS, objectEvent, targetFunction } from '../../events/s
 import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
+import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 
 /** Size and batching of one stage's function and event source mapping. */
@@ -171,6 +172,17 @@ export const PRIVATE_EXPIRY_DAYS = DEFAULT_PRIVATE_TTL_MS / 86_400_000 + 1;
  */
 export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/'] as const;
 
+/**
+ * Days after its last write when a run lease (`state/leases/…`, `functions/lib/lease/`) is
+ * removed: 30. A held lease is written at least every 100 s (renewed every third of its 5-minute
+ * TTL while a stage runs, and on every hand-off), and every event of an App (a resync each sync
+ * period) takes it, so a lease unwritten for 30 days is long free: its App is gone, or has had
+ * no event for a month. A pending follow-up in it is then moot (the next event of a live App
+ * runs it afresh). Only `state/leases/` expires: the rest of `state/` (a repository's deployed
+ * versions) is never expired.
+ */
+export const LEASE_EXPIRY_DAYS = 30;
+
 /** Whether an IAM key pattern of {@link ObjectGrant} (`*` matches anything, `/` included) covers `key`. */
 function keyPatternMatches(pattern: string, key: string): boolean {
   const re = pattern
@@ -187,7 +199,7 @@ function keyPatternMatches(pattern: string, key: string): boolean {
  */
 export function registryPrefixProblem(prefix: string): string | undefined {
   const doc = `${prefix}clusters/x.json`;
-  const expiring = EXPIRING_PREFIXES.find((p) => doc.startsWith(p));
+  const expiring = [...EXPIRING_PREFIXES, LEASE_PREFIX].find((p) => doc.startsWith(p));
   if (expiring) return `the registry must not be under ${expiring}, which expires`;
   for (const [stage, grants] of Object.entries(STAGE_OBJECTS)) {
     const g = grants.find((g) => g.actions.some((a) => a !== 's3:GetObject') && keyPatternMatches(g.keys, doc));

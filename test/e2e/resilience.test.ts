@@ -14,6 +14,7 @@ import {
   getApp,
   getObject,
   inlineConfigMapApp,
+  pendingDeployment,
   succeededAt,
   suffix,
   useE2ERuntime,
@@ -112,20 +113,7 @@ describe('resilience', () => {
     const ns = NS.cancel;
     const name = `cancel-${id}`;
     // A Deployment that can never become available (no node matches), so kapp keeps waiting.
-    const deployment = [
-      'apiVersion: apps/v1',
-      'kind: Deployment',
-      'metadata:',
-      `  name: ${name}-stuck`,
-      'spec:',
-      '  replicas: 1',
-      `  selector: {matchLabels: {app: ${name}}}`,
-      '  template:',
-      `    metadata: {labels: {app: ${name}}}`,
-      '    spec:',
-      '      nodeSelector: {kapp-lambda.test/no-such-node: "true"}',
-      '      containers: [{name: c, image: registry.invalid/none}]',
-    ].join('\n');
+    const deployment = pendingDeployment(`${name}-stuck`, name, 'kapp-lambda.test/no-such-node');
     const spec = {
       fetch: [{ inline: { paths: { 'deployment.yml': deployment } } }],
       template: [{ ytt: {} }],

@@ -225,6 +225,28 @@ export function appManifest(ns: string, name: string, spec: Record<string, unkno
   };
 }
 
+/**
+ * A Deployment `name` (Pods labelled `app: <app>`) whose one Pod asks for a node labelled
+ * `<nodeLabel>: "true"`: while no node has the label it never becomes available, so kapp keeps
+ * waiting for it. As YAML, for an inline fetch.
+ */
+export function pendingDeployment(name: string, app: string, nodeLabel: string): string {
+  return [
+    'apiVersion: apps/v1',
+    'kind: Deployment',
+    'metadata:',
+    `  name: ${name}`,
+    'spec:',
+    '  replicas: 1',
+    `  selector: {matchLabels: {app: ${app}}}`,
+    '  template:',
+    `    metadata: {labels: {app: ${app}}}`,
+    '    spec:',
+    `      nodeSelector: {${nodeLabel}: "true"}`,
+    '      containers: [{name: c, image: registry.invalid/none}]',
+  ].join('\n');
+}
+
 /** An inline fetch + ytt App rendering one ConfigMap `<name>-config` with `data.greeting`. */
 export function inlineConfigMapApp(ns: string, name: string, greeting: string, extra = ''): object {
   return appManifest(ns, name, {

@@ -17,6 +17,8 @@ import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { NEXT_STAGES, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
+import { LEASE_PREFIX, leaseKey } from '../../functions/lib/lease/index.js';
+import { repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
@@ -26,7 +28,9 @@ import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infr
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
+  LEASE_EXPIRY_DAYS,
   PRIVATE_EXPIRY_DAYS,
+  registryPrefixProblem,
   STAGE_OBJECTS,
   STAGE_SIZING,
 } from '../../infra/aws/stages.js';
@@ -207,18 +211,30 @@ describe('artifact bucket', () => {
     });
   });
 
-  it('expires artifacts and cache after 30 days, sealed objects after their TTL, never state', () => {
+  it('expires artifacts and cache after 30 days, sealed objects after their TTL, run leases after 30 days, no other state', () => {
     const bucket = ofType('AWS::S3::Bucket')[0]![1];
     const rules = (bucket.Properties.LifecycleConfiguration as { Rules: Json[] }).Rules;
     const expiry = Object.fromEntries(rules.filter((r) => r.Prefix).map((r) => [r.Prefix, r.ExpirationInDays]));
-    expect(expiry).toEqual({ 'artifacts/': 30, 'cache/': 30, 'private/': PRIVATE_EXPIRY_DAYS });
+    expect(expiry).toEqual({
+      'artifacts/': 30,
+      'cache/': 30,
+      'private/': PRIVATE_EXPIRY_DAYS,
+      'state/leases/': LEASE_EXPIRY_DAYS,
+    });
     expect(PRIVATE_EXPIRY_DAYS).toBe(8);
+    expect(LEASE_EXPIRY_DAYS).toBe(30);
+    // The leases' rule covers exactly the leases' keys: a repository's deployed versions never expire.
+    expect(LEASE_PREFIX).toBe('state/leases/');
+    const expiring = (key: string) => rules.some((r) => r.Prefix && key.startsWith(r.Prefix as string));
+    expect(expiring(leaseKey({ clusterId: 'prod-eu-1', kind: 'App', namespace: 'ns', name: 'app' }))).toBe(true);
+    expect(expiring(repoPointerKey('prod-eu-1', 'ns', 'repo'))).toBe(false);
+    expect(registryPrefixProblem('state/leases/')).toBe('the registry must not be under state/leases/, which expires');
     expect(rules.every((r) => r.Status === 'Enabled')).toBe(true);
     // The only rule over every key aborts unfinished uploads: it expires no object.
     expect(rules.filter((r) => !r.Prefix)).toEqual([
       { Id: 'abort-incomplete-uploads', AbortIncompleteMultipartUpload: { DaysAfterInitiation: 1 }, Status: 'Enabled' },
     ]);
-    expect(EXPIRING_PREFIXES).toEqual(Object.keys(expiry));
+    expect([...EXPIRING_PREFIXES, LEASE_PREFIX]).toEqual(Object.keys(expiry));
   });
 
   it('never expires a cluster registry document, nor lets a function write one', () => {
@@ -604,6 +620,20 @@ describe('fleet source poll', () => {
     );
     // The fan-out's ref-changed events of PackageRepositories go to the index-repo queue.
     expect(NEXT_STAGES['index-repo']).toContain('index-repo');
+  });
+});
+
+describe('deploy continuation', () => {
+  it('gives the deploy function its own queue for its continuation: the URL, SendMessage, and its role as a sender', () => {
+    expect(NEXT_STAGES.deploy).toEqual(['deploy']);
+    const { fn, role, queue } = stack.stages.deploy;
+    const env = (resources[logicalId(fn)]!.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    expect(env.KAPP_LAMBDA_QUEUE_URL_DEPLOY).toEqual({ Ref: logicalId(queue) });
+    expect(JSON.stringify(env.KAPP_LAMBDA_FUNCTION_SENDERS)).toContain(JSON.stringify([logicalId(role), 'RoleId']));
+    const sends = roleStatements(logicalId(role)).filter(
+      (s) => list(s.Action as string[]).join() === 'sqs:SendMessage',
+    );
+    expect(sends.map((s) => s.Resource)).toEqual([{ 'Fn::GetAtt': [logicalId(queue), 'Arn'] }]);
   });
 });
 

@@ -174,9 +174,43 @@ describe('the continuation', () => {
     expect(w.statuses().at(-1)?.deploy?.startedAt).toBe(tenMinutesIn);
   });
 
+  it("the App canceled meanwhile: ends without kapp as upstream's cancel of the waiting kapp does (ReconcileFailed, Process was canceled)", async () => {
+    const progress = {
+      finished: false,
+      exitCode: 0,
+      stdout: WAITING.trimEnd(),
+      startedAt: tenMinutesIn,
+      updatedAt: NOW,
+    };
+    const w = await world({
+      ...RECONCILING,
+      fetch: FETCH_PART,
+      template: TEMPLATE_PART,
+      deploy: progress,
+    } as AppStatus);
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    changeApp(w, 'canceled');
+    const sender = new MemoryEventSender();
+    const res = await deployHandler(w, sender)(record(continued(1)), { getRemainingTimeInMillis: () => 900_000 });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(w.tools()).toEqual([]);
+    const message = 'Deploying: Process was canceled';
+    expect(w.statuses()).toEqual([
+      expect.objectContaining({
+        observedGeneration: 1,
+        conditions: [{ type: 'ReconcileFailed', status: 'True', message }],
+        friendlyDescription: `Reconcile failed: ${message}`,
+        fetch: FETCH_PART,
+        template: TEMPLATE_PART,
+        deploy: { ...progress, finished: true, exitCode: -1, error: message },
+      }),
+    ]);
+    expect(w.outcomes()).toEqual([['deploy', 'failed']]);
+    expect(sender.sent).toEqual([]);
+  });
+
   it.each([
-    // Canceling or pausing changes the spec: the continuation's run is stale.
-    ['canceled', 'stale'],
+    // Pausing changes the spec: the continuation's run is stale.
     ['paused', 'stale'],
     ['generation', 'stale'],
     ['deleted', 'gone'],

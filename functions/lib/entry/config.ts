@@ -11,7 +11,7 @@
  * | `KAPP_LAMBDA_SQS_ENDPOINT` | SQS-compatible endpoint (`http(s)://…`) | AWS |
  * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function | optional |
  * | `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` | FIFO queue of the template function | required by fetch |
- * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template |
+ * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template, deploy |
  * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of the index-repo function | optional |
  * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of the install function | optional |
  * | `KAPP_LAMBDA_CLUSTER_REGISTRY` | the fleet's cluster registry: `s3://<bucket>/<prefix>` (documents `clusters/<id>.json` under it) or `file:///<dir>` | this or the kubeconfig |
@@ -72,15 +72,17 @@ export const CONTROLLER_VERSION = '0.1.0';
 
 /**
  * The functions a function hands events to: fetch → template (and deploy, for deletions),
- * template → deploy, index-repo → install (`repo.indexed`: the versions a repository gained
- * or lost) and index-repo → index-repo (the fleet source poll's `ref-changed` to the
- * repositories of a moved tag, `../pipeline/source-poll.ts`), install → install (the
- * `ref-changed` fan-out to each PackageInstall it may move). A function missing here sends
- * nothing on (deploy).
+ * template → deploy, deploy → deploy (its own continuation when the function deadline stops
+ * kapp, `../pipeline/deploy.ts`), index-repo → install (`repo.indexed`: the versions a
+ * repository gained or lost) and index-repo → index-repo (the fleet source poll's
+ * `ref-changed` to the repositories of a moved tag, `../pipeline/source-poll.ts`), install →
+ * install (the `ref-changed` fan-out to each PackageInstall it may move). Each function gets
+ * these queues' URLs, may send to them, and is a sender their functions accept (infra).
  */
 export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly PipelineStage[]>>> = {
   fetch: ['template', 'deploy'],
   template: ['deploy'],
+  deploy: ['deploy'],
   'index-repo': ['install', 'index-repo'],
   install: ['install'],
 };

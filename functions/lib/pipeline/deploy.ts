@@ -27,6 +27,7 @@ import {
 } from '../deploy/index.js';
 import { clusterAccessFor, runKapp } from '../deploy/run.js';
 import { CommandDeadlineError } from '../exec/deadline.js';
+import { CommandCanceledError } from '../exec/runner.js';
 import type { DeployView, ResourceRef } from '../kube/port.js';
 import {
   attachError,
@@ -77,15 +78,17 @@ async function blockDeletion(kube: DeployView, ref: ResourceRef, uid: string): P
  * `kapp deploy` again with the same manifest: kapp applies nothing new and waits for what is not
  * ready yet (a kept resource that is not done is waited for), within what is left of its
  * `--wait-timeout` ({@link withKappWaitBudget}). So a deploy longer than one invocation ends like
- * upstream's single kapp process: `ReconcileSucceeded`, or kapp's own timeout. Canceled, paused,
- * deleted or changed Apps stop the continuation when it opens (and the running kapp, through
- * the abort watch), as any later stage. The embedded runtime has no deadline: it never continues.
+ * upstream's single kapp process: `ReconcileSucceeded`, or kapp's own timeout. A canceled App
+ * ends the continuation as upstream's cancel ends its waiting kapp ({@link endCanceledContinuation});
+ * paused, deleted or changed Apps stop it when it opens (and the running kapp, through the abort
+ * watch), as any later stage. The embedded runtime has no deadline: it never continues.
  *
  * @returns the continuation's data when the deadline stopped kapp, else `undefined` (the run
  *   ended: final status written, or stale/gone/paused).
  * @throws on infrastructure failures: the transport retries the event.
  */
 export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Promise<DeployStageData | undefined> {
+  if (data.continuation && (await endCanceledContinuation(data, data.continuation, deps))) return undefined;
   const ref = data.object;
   const opened = await openHandOff(deps, 'deploy', data, (id) => deps.clusters.deployView(id), APP_KIND);
   if (opened.stop) return undefined;
@@ -237,6 +240,64 @@ async function continueDeploy(
   }
   frame.done('continued', { tools });
   return { ...data, continuation: { count, deployStartedAt: formatStatusTime(startedAt) } };
+}
+
+/**
+ * A continuation whose App was canceled meanwhile (`spec.canceled`, same uid): upstream's kapp
+ * was still waiting then, and its cancel watch killed it (reference §3.10: `Deploying: Process
+ * was canceled`, exit code -1, `ReconcileFailed`). Here no kapp runs between invocations, so the
+ * stage writes that final status itself, without running kapp: kapp's output so far (the
+ * progress the cut wrote), the first kapp's start, fenced on the live generation as the final
+ * write of a run canceled meanwhile (`closeStage`). The canceled spec's own reconcile then marks
+ * `Canceled/paused` and leaves the condition, as upstream's next reconcile does.
+ *
+ * @returns true when the App was canceled and the run is ended (status written, or the App
+ *   changed again meanwhile); false when the continuation goes on as usual.
+ * @throws on infrastructure failures: the transport retries the event.
+ */
+async function endCanceledContinuation(
+  data: DeployStageData,
+  continuation: NonNullable<DeployStageData['continuation']>,
+  deps: PipelineDeps,
+): Promise<boolean> {
+  const kube = deps.clusters.deployView(data.object.clusterId);
+  const kref = appRef(data.object);
+  const read = await loadApp(kube, kref);
+  if (read.kind !== 'ok' || read.loaded.raw.metadata.uid !== data.object.uid || !read.loaded.app.spec.canceled) {
+    return false;
+  }
+  const done = stageTimer(deps, 'deploy', objectKey(data.object), data.run.generation);
+  const mask = secretMaskOf(deps);
+  const progress = read.loaded.app.status?.deploy;
+  const result = withFriendlyYAMLStrings(
+    mask.result(
+      attachError(KAPP_ERROR_PREFIX.deploy, {
+        stdout: progress?.stdout ?? '',
+        stderr: progress?.stderr ?? '',
+        error: new CommandCanceledError('kapp', true, 'the App was canceled'),
+      }),
+    ),
+  );
+  const parts: RunParts = {
+    fetch: fromEventPart(data.fetchStatus),
+    template: fromEventPart(data.templateStatus),
+    deploy: deployStatus(
+      result,
+      { startedAt: new Date(continuation.deployStartedAt), updatedAt: deps.now() },
+      progress?.kapp,
+    ),
+  };
+  const fence = { uid: data.object.uid, generation: read.loaded.raw.metadata.generation ?? 0 };
+  const w = await writeAppStatus(
+    kube,
+    kref,
+    fence,
+    (cur) => summarizeStatus(cur, data.run.generation, parts, result),
+    mask,
+  );
+  const outcome = w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed';
+  done(outcome, { error: mask.redact(result.error ?? ''), tools: { runs: 0, ms: 0 } });
+  return true;
 }
 
 /** A namespace that is being deleted or already gone. */
