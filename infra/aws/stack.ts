@@ -36,6 +36,7 @@ import {
   aws_secretsmanager as secretsmanager,
   aws_sns as sns,
   aws_sqs as sqs,
+  Token,
   Validations,
 } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
@@ -135,8 +136,12 @@ export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLoc
         id: `AwsSolutions-IAM5[Resource::${bucketRef}/${docs}]`,
         reason: `${stage} function: reads a cluster's registry document by its id; the ids are the fleet's clusters, registered after the deployment.`,
       });
+      // cdk-nag spells an unresolved part as its pseudo parameter and a known one as itself: a
+      // stack with an account and region (every `cdk deploy`) has them in the ARN.
+      const nag = (v: string, pseudo: string) => (Token.isUnresolved(v) ? `<${pseudo}>` : v);
+      const secretArn = `arn:${nag(stack.partition, 'AWS::Partition')}:secretsmanager:${nag(stack.region, 'AWS::Region')}:${nag(stack.account, 'AWS::AccountId')}`;
       Validations.of(role).acknowledge({
-        id: `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:<AWS::AccountId>:secret:${tokenSecretPattern(stage)}-??????]`,
+        id: `AwsSolutions-IAM5[Resource::${secretArn}:secret:${tokenSecretPattern(stage)}-??????]`,
         reason: `${stage} function: its own ServiceAccount token in each token cluster (kapp-lambda/<cluster id>/${stage}); the ids are registered after the deployment.`,
       });
     },

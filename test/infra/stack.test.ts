@@ -49,6 +49,8 @@ let app: App;
 let stack: KappLambdaStack;
 /** The same app with the registry in a bucket of its own (`clusterRegistryBucket`). */
 let apart: KappLambdaStack;
+/** The same fleet with an account and region, as `cdk deploy` synthesizes it. */
+let deployed: KappLambdaStack;
 let template: Template;
 let resources: Record<string, Resource>;
 
@@ -120,6 +122,13 @@ beforeAll(async () => {
     assets: stageAssets(code, layers),
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => apartContext[k]),
+  });
+  // As `cdk deploy` synthesizes it: with an account and a region (cdk-nag then sees them in ARNs).
+  deployed = new KappLambdaStack(app, 'KappLambdaDeployed', {
+    env: { account: '111122223333', region: 'eu-west-1' },
+    assets: stageAssets(code, layers),
+    architecture: lambda.Architecture.ARM_64,
+    fleet: fleetSettings((k) => context[k]),
   });
   template = Template.fromStack(stack);
   resources = template.toJSON().Resources as Record<string, Resource>;
@@ -648,7 +657,7 @@ describe('artifact root key', () => {
 
 describe('cdk-nag AwsSolutions', () => {
   it('reports nothing unacknowledged', () => {
-    for (const s of [stack, apart]) {
+    for (const s of [stack, apart, deployed]) {
       const report = new AwsSolutionsChecks(app).validateScope(s);
       expect(report.violations.map((v) => `${v.ruleName} ${JSON.stringify(v.violatingResources)}`)).toEqual([]);
       expect(report.success).toBe(true);
