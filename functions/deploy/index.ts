@@ -3,9 +3,8 @@
  * `ReportBatchItemFailures`): for a template → deploy hand-off it runs `kapp deploy` with the
  * App's own ServiceAccount (short-lived TokenRequest token) or kubeconfig Secret and writes
  * `status.deploy`/`status.inspect`; for a delete hand-off it runs `kapp delete` and removes
- * the finalizer. It sends only its own continuation, to its own queue, when the function
- * deadline stops kapp while it waits. Configuration: see `functions/lib/entry/config.ts`; it
- * needs `KAPP_LAMBDA_QUEUE_URL_DEPLOY`.
+ * the finalizer. It sends its own continuation past the function deadline (deploy queue) and
+ * the run lease's follow-up (fetch queue). Configuration: see `functions/lib/entry/config.ts`.
  *
  * Tools: `kapp` from the deploy layer in `/opt/bin`. Clusters: the DeployView (the only
  * function that mints ServiceAccount tokens).

@@ -3,8 +3,8 @@
  * `ReportBatchItemFailures`): for an App object event it decides whether to reconcile, runs
  * vendir, stores the fetched tarball in S3 and queues the template stage (or, for an App
  * being deleted, the deploy function's delete hand-off). Configuration: see
- * `functions/lib/entry/config.ts`; it needs `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` and
- * `KAPP_LAMBDA_QUEUE_URL_DEPLOY`.
+ * `functions/lib/entry/config.ts`; it needs `KAPP_LAMBDA_QUEUE_URL_TEMPLATE`,
+ * `KAPP_LAMBDA_QUEUE_URL_DEPLOY` and `KAPP_LAMBDA_QUEUE_URL_FETCH` (the run lease's follow-up).
  *
  * Tools: the fetch layer puts `vendir`, `imgpkg` and `helm` in `/opt/bin`. vendir also runs
  * `git` from `PATH` for `git` sources, and the Lambda Node runtimes (Amazon Linux 2023) ship

@@ -44,6 +44,8 @@ const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, { in
 const TEMPLATE_QUEUE = 'template.fifo';
 const INSTALL_QUEUE = 'install.fifo';
 const DEPLOY_QUEUE = 'deploy.fifo';
+// Named for the config of fetch, template and deploy (the run lease's follow-up goes there); this file sends none.
+const FETCH_QUEUE = 'fetch.fifo';
 // Named for index-repo's config (the source poll's fan-out goes there); this file sends none.
 const INDEX_REPO_QUEUE = 'index-repo.fifo';
 
@@ -134,6 +136,7 @@ function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<str
     KAPP_LAMBDA_BUCKET_PREFIX: `lambda-it-${ns}/`,
     KAPP_LAMBDA_S3_ENDPOINT: s3.endpoint,
     KAPP_LAMBDA_SQS_ENDPOINT: sqs.url,
+    KAPP_LAMBDA_QUEUE_URL_FETCH: `${sqs.url}/000000000000/${FETCH_QUEUE}`,
     KAPP_LAMBDA_QUEUE_URL_TEMPLATE: `${sqs.url}/000000000000/${TEMPLATE_QUEUE}`,
     KAPP_LAMBDA_QUEUE_URL_DEPLOY: `${sqs.url}/000000000000/${DEPLOY_QUEUE}`,
     KAPP_LAMBDA_QUEUE_URL_INSTALL: `${sqs.url}/000000000000/${INSTALL_QUEUE}`,

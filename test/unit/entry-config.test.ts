@@ -11,6 +11,7 @@ const Q = (s: string) => `https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-
 const base: Record<string, string> = {
   AWS_REGION: 'eu-west-1',
   KAPP_LAMBDA_BUCKET: 'kapp-lambda-artifacts',
+  KAPP_LAMBDA_QUEUE_URL_FETCH: Q('fetch'),
   KAPP_LAMBDA_QUEUE_URL_TEMPLATE: Q('template'),
   KAPP_LAMBDA_QUEUE_URL_DEPLOY: Q('deploy'),
   KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig.yaml',
@@ -37,7 +38,7 @@ describe('parseLambdaEnv', () => {
       region: 'eu-west-1',
       bucket: 'kapp-lambda-artifacts',
       bucketPrefix: '',
-      queueUrls: { template: Q('template'), deploy: Q('deploy') },
+      queueUrls: { fetch: Q('fetch'), template: Q('template'), deploy: Q('deploy') },
       kubeconfigPath: '/var/task/kubeconfig.yaml',
       tmpDir: '/tmp',
       binDir: '/opt/bin',
@@ -121,6 +122,7 @@ describe('parseLambdaEnv', () => {
     });
     expect(c.stage).toBe('index-repo');
     expect(c.queueUrls).toEqual({
+      fetch: Q('fetch'),
       template: Q('template'),
       deploy: Q('deploy'),
       install: Q('install'),
@@ -146,7 +148,8 @@ describe('parseLambdaEnv', () => {
         'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
         'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions); ' +
         'KAPP_LAMBDA_QUEUE_URL_TEMPLATE: required (the fetch function sends to it); ' +
-        'KAPP_LAMBDA_QUEUE_URL_DEPLOY: required (the fetch function sends to it)',
+        'KAPP_LAMBDA_QUEUE_URL_DEPLOY: required (the fetch function sends to it); ' +
+        'KAPP_LAMBDA_QUEUE_URL_FETCH: required (the fetch function sends to it)',
     );
   });
 
@@ -239,13 +242,19 @@ describe('parseLambdaEnv', () => {
   });
 
   it.each([
-    ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
-    ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
-    ['deploy', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY']],
+    ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'KAPP_LAMBDA_QUEUE_URL_FETCH']],
+    ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'KAPP_LAMBDA_QUEUE_URL_FETCH']],
+    ['deploy', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'KAPP_LAMBDA_QUEUE_URL_FETCH']],
     ['index-repo', ['KAPP_LAMBDA_QUEUE_URL_INSTALL', 'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO']],
     ['install', ['KAPP_LAMBDA_QUEUE_URL_INSTALL']],
   ] as const)('the %s function requires the queues it sends to: %j', (stage, want) => {
-    const env = { ...base, KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined, KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined };
+    const env = {
+      ...base,
+      KAPP_LAMBDA_QUEUE_URL_FETCH: undefined,
+      KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined,
+      KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined,
+    };
+    // Every function sends somewhere (deploy: its continuation and the run lease's follow-up).
     expect(problems(stage, env)).toEqual(want.map((v) => `${v}: required (the ${stage} function sends to it)`));
   });
 

@@ -43,6 +43,7 @@ const env = {
   AWS_REGION: 'eu-west-1',
   KAPP_LAMBDA_BUCKET: 'kapp-lambda-artifacts',
   KAPP_LAMBDA_BUCKET_PREFIX: 'fleet/',
+  KAPP_LAMBDA_QUEUE_URL_FETCH: 'https://sqs.eu-west-1.amazonaws.com/1/f.fifo',
   KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'https://sqs.eu-west-1.amazonaws.com/1/t.fifo',
   KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'https://sqs.eu-west-1.amazonaws.com/1/d.fifo',
   KAPP_LAMBDA_QUEUE_URL_INSTALL: 'https://sqs.eu-west-1.amazonaws.com/1/i.fifo',
@@ -238,6 +239,7 @@ describe('createLambdaDeps', () => {
   it('gives the install function no tool, no runtime identity and only its own queue to send to', async () => {
     const config = parseLambdaEnv('install', {
       ...env,
+      KAPP_LAMBDA_QUEUE_URL_FETCH: undefined,
       KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined,
       KAPP_LAMBDA_QUEUE_URL_DEPLOY: undefined,
       KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: undefined,
