@@ -209,7 +209,15 @@ export class RunLeases {
           result: { kind: 'acquired', event: run, lease: new HeldLease(this, key, me), tookOver },
         };
       }
-      const pending = rec.pending ? coalesceEvents(rec.pending, event) : event;
+      // A stage event that finds another run holding the lease is a hand-off that waited past
+      // the TTL (its run was taken over): it is older than a pending object event, so it must
+      // not replace it (the stale hand-off would run as the follow-up, be dropped as stale, and
+      // the newer generation would wait for a later event). Taken as the older of the two.
+      const pending = !rec.pending
+        ? event
+        : event.type !== EVENT_TYPES.object && rec.pending.type === EVENT_TYPES.object
+          ? coalesceEvents(event, rec.pending)
+          : coalesceEvents(rec.pending, event);
       return { next: { ...rec, pending }, result: { kind: 'coalesced', holder: rec.holder ?? '' } };
     });
   }
