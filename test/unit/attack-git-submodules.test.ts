@@ -110,13 +110,17 @@ async function git(cwd: string, env: Record<string, string>, ...args: string[]):
 }
 
 describe('git submodules under an enforced URL policy', () => {
-  it('vendir runs with protocol.allow=user when the policy is enforced, and without it when off; never following a redirect', async () => {
+  it('vendir runs with protocol.<t>.allow=user (others never) when the policy is enforced, and without it when off; never following a redirect', async () => {
     expect(await vendirEnv('enforce')).toMatchObject({
-      GIT_CONFIG_COUNT: '2',
+      GIT_CONFIG_COUNT: '6',
       GIT_CONFIG_KEY_0: 'http.followRedirects',
       GIT_CONFIG_VALUE_0: 'false',
       GIT_CONFIG_KEY_1: 'protocol.allow',
-      GIT_CONFIG_VALUE_1: 'user',
+      GIT_CONFIG_VALUE_1: 'never',
+      GIT_CONFIG_KEY_2: 'protocol.https.allow',
+      GIT_CONFIG_VALUE_2: 'user',
+      GIT_CONFIG_KEY_5: 'protocol.git.allow',
+      GIT_CONFIG_VALUE_5: 'user',
     });
     const off = await vendirEnv('off');
     expect(off).toMatchObject({ ...GIT_SAFETY_ENV });
@@ -144,7 +148,9 @@ describe('git submodules under an enforced URL policy', () => {
     await git(top, id, 'commit', '-qm', 'sub');
 
     const clone = join(tmp, 'clone');
-    await git(tmp, GIT_SUBMODULE_LOCKDOWN_ENV, 'clone', '-q', top, clone);
+    // A local path is the file transport, which the lockdown refuses (the policy never lets an
+    // App name one): allowed here for this clone only, on git's command line.
+    await git(tmp, GIT_SUBMODULE_LOCKDOWN_ENV, '-c', 'protocol.file.allow=always', 'clone', '-q', top, clone);
     expect(await readFile(join(clone, 'a.yml'), 'utf8')).toBe('a: 1\n');
     const err = await git(clone, GIT_SUBMODULE_LOCKDOWN_ENV, 'submodule', 'update', '--init', '--recursive').then(
       () => undefined,
@@ -158,5 +164,20 @@ describe('git submodules under an enforced URL policy', () => {
     );
     expect(open).toMatch(/unable to connect to 127\.0\.0\.1/);
     expect(open).not.toMatch(/not allowed/);
+  });
+
+  it('with that environment git refuses ext:: and file:// as the named repository too', async () => {
+    const mark = join(tmp, 'ext-ran');
+    const ext = await git(tmp, GIT_SUBMODULE_LOCKDOWN_ENV, 'ls-remote', `ext::sh -c touch% ${mark}`).then(
+      () => undefined,
+      (e: { stderr: string }) => e.stderr,
+    );
+    expect(ext).toMatch(/transport 'ext' not allowed/);
+    await expect(readFile(mark)).rejects.toThrow();
+    const file = await git(tmp, GIT_SUBMODULE_LOCKDOWN_ENV, 'ls-remote', `file://${tmp}`).then(
+      () => undefined,
+      (e: { stderr: string }) => e.stderr,
+    );
+    expect(file).toMatch(/transport 'file' not allowed/);
   });
 });

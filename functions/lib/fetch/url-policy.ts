@@ -55,7 +55,12 @@ export interface UrlPolicy {
 
 /**
  * Environment for the `git` that vendir runs while the policy is enforced: git config
- * `protocol.allow=user` (through `GIT_CONFIG_COUNT`, so no file is read or written). git clones
+ * `protocol.<t>.allow=user` for the transports the policy lets a git source name (https, http,
+ * ssh, git) and `protocol.allow=never` for every other (through `GIT_CONFIG_COUNT`, so no file
+ * is read or written). A bare `protocol.allow=user` would also be the default of `ext` and
+ * `file`, which git itself refuses (`never`) or limits: `ext::<command>` as the App's own URL
+ * would then run a command in the fetch function, with only the URL policy's parse in the way.
+ * git clones
  * submodules with `GIT_PROTOCOL_FROM_USER=0`, so under this setting every submodule transport is
  * refused (`fatal: transport 'http' not allowed`), while the repository the App names (whose URL
  * the policy checked) is fetched as before. Without it, vendir's
@@ -67,7 +72,8 @@ export interface UrlPolicy {
  */
 export const GIT_SUBMODULE_LOCKDOWN_ENV: Readonly<Record<string, string>> = gitConfigEnv([
   ...GIT_SAFETY_CONFIG,
-  ['protocol.allow', 'user'],
+  ['protocol.allow', 'never'],
+  ...(['https', 'http', 'ssh', 'git'] as const).map((t) => [`protocol.${t}.allow`, 'user'] as const),
 ]);
 
 /** The default of the cloud mode: enforce, no exceptions. */
