@@ -21,6 +21,7 @@ import {
   KAPP_DEFAULT_WAIT_TIMEOUT_MS,
   type KappCommand,
   kappWaitTimeoutMs,
+  MAX_CONTINUED_WAIT_MS,
   withKappWaitBudget,
 } from '../../functions/lib/deploy/kapp.js';
 import { KAPP_KILL_GRACE_MS } from '../../functions/lib/deploy/run.js';
@@ -245,11 +246,12 @@ describe("kapp's wait budget", () => {
     expect(kappWaitTimeoutMs(cmd(...raw))).toBe(ms);
   });
 
-  it('appends what is left, at least 1 s; an unlimited wait stays as it is', () => {
+  it('appends what is left, at least 1 s, of at most MAX_CONTINUED_WAIT_MS in all', () => {
     expect(withKappWaitBudget(cmd('--wait-timeout=30m'), 20 * 60_000).args.at(-1)).toBe('--wait-timeout=10m0s');
     expect(withKappWaitBudget(cmd(), 14 * 60_000 + 500).args.at(-1)).toBe('--wait-timeout=1m0s');
     expect(withKappWaitBudget(cmd(), 60 * 60_000).args.at(-1)).toBe('--wait-timeout=1s');
-    const unlimited = cmd('--wait-timeout=0s');
-    expect(withKappWaitBudget(unlimited, 60 * 60_000)).toBe(unlimited);
+    // A tenant's unlimited or very long wait would hold the fleet's shared deploy concurrency.
+    expect(withKappWaitBudget(cmd('--wait-timeout=0s'), 15 * 60_000).args.at(-1)).toBe('--wait-timeout=45m0s');
+    expect(withKappWaitBudget(cmd('--wait-timeout=240h'), MAX_CONTINUED_WAIT_MS).args.at(-1)).toBe('--wait-timeout=1s');
   });
 });

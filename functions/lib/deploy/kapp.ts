@@ -428,18 +428,27 @@ export function kappWaitTimeoutMs(cmd: Pick<KappCommand, 'args'>): number | unde
 export const MIN_CONTINUED_WAIT_MS = 1000;
 
 /**
+ * The longest wait a deploy continued over several invocations gets in all, ms (1 h). A deviation
+ * from upstream, whose one kapp process may wait without limit (`--wait-timeout=0s`) or for any
+ * duration an App asks: on Lambda one deploy function serves the whole fleet with a bounded
+ * concurrency, so a few Apps waiting forever on a resource that never becomes ready would hold
+ * every tenant's deploys. The embedded runtime never continues a deploy, so it keeps upstream's.
+ */
+export const MAX_CONTINUED_WAIT_MS = 60 * 60_000;
+
+/**
  * A kapp deploy that continues one the function deadline stopped (`../pipeline/deploy.ts`):
  * kapp's wait restarts with every process, so the continuation gets what is left of the run's
  * wait budget, `--wait-timeout=<kapp's timeout - elapsed>` (at least {@link MIN_CONTINUED_WAIT_MS}),
  * appended so that it wins over every earlier value. Upstream's one kapp process waits at most
- * its `--wait-timeout`; a deploy split over invocations waits about as long in total.
+ * its `--wait-timeout`; a deploy split over invocations waits about as long in total, but never
+ * longer than {@link MAX_CONTINUED_WAIT_MS} (also for `--wait-timeout=0s`, no limit in kapp).
  *
  * @param elapsedMs - time since the run's first kapp started.
- * @returns `cmd` unchanged when its wait has no limit (`--wait-timeout=0s`), else a copy.
+ * @returns a copy of `cmd` with the remaining wait as its last `--wait-timeout`.
  */
 export function withKappWaitBudget(cmd: KappCommand, elapsedMs: number): KappCommand {
-  const timeout = kappWaitTimeoutMs(cmd);
-  if (timeout === undefined) return cmd;
+  const timeout = Math.min(kappWaitTimeoutMs(cmd) ?? MAX_CONTINUED_WAIT_MS, MAX_CONTINUED_WAIT_MS);
   const left = Math.max(MIN_CONTINUED_WAIT_MS, Math.ceil((timeout - elapsedMs) / 1000) * 1000);
   return { ...cmd, args: [...cmd.args, `--wait-timeout=${formatDuration(left)}`] };
 }
