@@ -336,7 +336,9 @@ if (process.argv[1] && path.resolve(process.argv[1]) === import.meta.filename) {
       process.exitCode = code;
     },
     (err: unknown) => {
-      process.stderr.write(`cluster: ${err instanceof Error ? err.message : String(err)}\n`);
+      // The cause (an S3 or filesystem error) is what tells a user why: no credentials, no network.
+      const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
+      process.stderr.write(`cluster: ${err instanceof Error ? err.message : String(err)}${cause}\n`);
       process.exitCode = 1;
     },
   );
