@@ -633,16 +633,33 @@ describe('fleet source poll', () => {
 });
 
 describe('deploy continuation', () => {
-  it('gives the deploy function its own queue for its continuation: the URL, SendMessage, and its role as a sender', () => {
-    expect(NEXT_STAGES.deploy).toEqual(['deploy']);
+  it('gives the deploy function its own queue for its continuation and the fetch queue for the run lease follow-up: the URLs, SendMessage, and its role as a sender', () => {
+    expect(NEXT_STAGES.deploy).toEqual(['deploy', 'fetch']);
     const { fn, role, queue } = stack.stages.deploy;
+    const fetchQueue = stack.stages.fetch.queue;
     const env = (resources[logicalId(fn)]!.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
     expect(env.KAPP_LAMBDA_QUEUE_URL_DEPLOY).toEqual({ Ref: logicalId(queue) });
+    expect(env.KAPP_LAMBDA_QUEUE_URL_FETCH).toEqual({ Ref: logicalId(fetchQueue) });
     expect(JSON.stringify(env.KAPP_LAMBDA_FUNCTION_SENDERS)).toContain(JSON.stringify([logicalId(role), 'RoleId']));
+    const fetchEnv = (
+      resources[logicalId(stack.stages.fetch.fn)]!.Properties.Environment as {
+        Variables: Record<string, unknown>;
+      }
+    ).Variables;
+    expect(JSON.stringify(fetchEnv.KAPP_LAMBDA_FUNCTION_SENDERS)).toContain(
+      JSON.stringify([logicalId(role), 'RoleId']),
+    );
     const sends = roleStatements(logicalId(role)).filter(
       (s) => list(s.Action as string[]).join() === 'sqs:SendMessage',
     );
-    expect(sends.map((s) => s.Resource)).toEqual([{ 'Fn::GetAtt': [logicalId(queue), 'Arn'] }]);
+    expect(
+      sends
+        .flatMap((s) => list(s.Resource as Json | Json[]))
+        .map((r) => JSON.stringify(r))
+        .sort(),
+    ).toEqual(
+      [logicalId(queue), logicalId(fetchQueue)].map((q) => JSON.stringify({ 'Fn::GetAtt': [q, 'Arn'] })).sort(),
+    );
   });
 });
 

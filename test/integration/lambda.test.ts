@@ -499,7 +499,8 @@ describe('a function with an invalid configuration under the emulator', () => {
             'invalid configuration of the deploy function: KAPP_LAMBDA_BUCKET: required; ' +
             'KAPP_LAMBDA_KUBECONFIG: required (path of a kubeconfig file); ' +
             'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions); ' +
-            'KAPP_LAMBDA_QUEUE_URL_DEPLOY: required (the deploy function sends to it)',
+            'KAPP_LAMBDA_QUEUE_URL_DEPLOY: required (the deploy function sends to it); ' +
+            'KAPP_LAMBDA_QUEUE_URL_FETCH: required (the deploy function sends to it)',
         },
       })),
     );
