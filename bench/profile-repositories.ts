@@ -19,12 +19,11 @@ import type { RunRequest } from '../functions/lib/exec/runner.js';
 import { PACKAGING_API_VERSION } from '../functions/lib/kube/port.js';
 import type { RestTransport } from '../functions/lib/kube/transport.js';
 import type { Logger } from '../functions/lib/log.js';
-import type { ObjectStore } from '../functions/lib/store/port.js';
 import { cacheRoot } from '../layers/gobuild.js';
 import { applyCrds } from '../scripts/local-env.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { AppWatch, collectionPath, createAll, createTenants, restFor } from './lib/kube.js';
-import { wrappedRegistry } from './lib/ours.js';
+import { timedStore, wrappedRegistry } from './lib/ours.js';
 import { REPOSITORY_SIZES, repositorySet } from './scenarios/repositories.js';
 
 const sizes = process.argv
@@ -77,23 +76,6 @@ function timedRest(inner: RestTransport): RestTransport {
   };
 }
 
-function timedStore(inner: ObjectStore): ObjectStore {
-  return new Proxy(inner, {
-    get(target, prop, receiver) {
-      const v = Reflect.get(target, prop, receiver) as unknown;
-      if (typeof v !== 'function') return v;
-      return async (...args: unknown[]) => {
-        const t0 = performance.now();
-        try {
-          return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
-        } finally {
-          mark(`store ${String(prop)} ${String(args[0]).slice(0, 60)}`, t0, performance.now());
-        }
-      };
-    },
-  });
-}
-
 const workRoot = await mkdtemp(path.join(os.tmpdir(), 'kapp-lambda-profile-'));
 say('starting the local control plane');
 const cluster = await startCluster({ log: () => {} });
@@ -125,7 +107,14 @@ try {
           return r;
         },
       };
-      return { ...deps, runner, clusters, store: timedStore(deps.store) };
+      return {
+        ...deps,
+        runner,
+        clusters,
+        store: timedStore(deps.store, { calls: 0, ms: 0 }, (method, key, t0, t1) =>
+          mark(`store ${method} ${String(key).slice(0, 60)}`, t0, t1),
+        ),
+      };
     },
   });
   const send = runtime.pipeline.send.bind(runtime.pipeline);

@@ -60,8 +60,16 @@ export interface StoreTiming {
   ms: number;
 }
 
-/** Wraps every method of an object store to count calls and sum their time. */
-export function timedStore(inner: ObjectStore, timing: StoreTiming): ObjectStore {
+/**
+ * Wraps every method of an object store to count calls and sum their time; `onCall`, when
+ * given, also gets each call's method, first argument (the key) and start/end times (ms,
+ * `performance.now()`), for a timeline.
+ */
+export function timedStore(
+  inner: ObjectStore,
+  timing: StoreTiming,
+  onCall?: (method: string, key: unknown, t0: number, t1: number) => void,
+): ObjectStore {
   return new Proxy(inner, {
     get(target, prop, receiver) {
       const v = Reflect.get(target, prop, receiver) as unknown;
@@ -72,7 +80,9 @@ export function timedStore(inner: ObjectStore, timing: StoreTiming): ObjectStore
         try {
           return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
         } finally {
-          timing.ms += performance.now() - t0;
+          const t1 = performance.now();
+          timing.ms += t1 - t0;
+          onCall?.(String(prop), args[0], t0, t1);
         }
       };
     },
