@@ -625,12 +625,22 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
 
     const app = await waitApp(ns, name, succeededAt(1));
     expectSucceededStatus(app, STATUS_KEYS);
-    const ours = deploy.mapping.invocations.slice(before);
-    const crashed = ours.find((i) => i.outcome === 'error');
-    expect(crashed, JSON.stringify(ours)).toBeDefined();
-    const messageId = crashed?.messageIds[0] ?? '';
-    // Delivered again (its receive count one higher) and then handled.
-    const again = ours.filter((i) => i.messageIds.includes(messageId));
+    const group = `${clusterId}/App/${ns}/${name}`;
+    const crashed = deploy.mapping.invocations
+      .slice(before)
+      .find((i) => i.outcome === 'error' && i.groupIds.includes(group));
+    expect(crashed, JSON.stringify(deploy.mapping.invocations.slice(before))).toBeDefined();
+    const messageId = crashed?.messageIds[crashed.groupIds.indexOf(group)] ?? '';
+    // Delivered again (its receive count one higher) and then handled. The function writes the
+    // status before it returns and the poller records the invocation after, so wait for it.
+    const again = await waitFor(
+      'the redelivered record handled',
+      async () => {
+        const mine = deploy.mapping.invocations.slice(before).filter((i) => i.messageIds.includes(messageId));
+        return mine.some((i) => i.outcome === 'ok') ? mine : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
     expect(again.map((i) => [i.outcome, i.receiveCounts[0]])).toEqual([
       ['error', 1],
       ['ok', 2],
@@ -740,8 +750,11 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     // Its record: failed on every receive, the last one after ending the run with that status,
     // so the redrive policy moved it to the dead-letter queue.
     const ours = fetch.mapping.invocations.slice(before);
-    const first = ours.find((i) => i.groupIds.includes(`${clusterId}/App/${ns}/${name}`));
-    const messageId = first?.messageIds[0] ?? '';
+    // A batch may hold other tests' records too: take this App's record of it.
+    const group = `${clusterId}/App/${ns}/${name}`;
+    const first = ours.find((i) => i.groupIds.includes(group));
+    const messageId = first?.messageIds[first.groupIds.indexOf(group)] ?? '';
+    expect(messageId, JSON.stringify(ours)).not.toBe('');
     await deadLettered(fetch.dlq.url, messageId, "the refused App's fetch record");
     const tries = fetch.mapping.invocations.filter((i) => i.messageIds.includes(messageId));
     expect(tries.map((i) => [i.receiveCounts[0], i.failed.length])).toEqual(
