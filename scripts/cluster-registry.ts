@@ -7,7 +7,8 @@
  *     --eks-cluster-name NAME --region REGION [--function-role <stage>=<role arn> …] \
  *     --forwarder-role-id AROA…
  * npm run cluster -- add <id> --endpoint https://… --ca-file ca.pem --auth token \
- *     [--secret-prefix kapp-lambda/<id>/] [--identity-namespace kapp-lambda] --forwarder-role-id AROA…
+ *     [--secret-prefix kapp-lambda/<id>/] [--identity-namespace kapp-lambda] \
+ *     --forwarder-role-id AROA… | --no-sender-check
  * npm run cluster -- list
  * npm run cluster -- remove <id>
  * ```
@@ -15,7 +16,10 @@
  * `add` refuses an id already registered unless `--replace`; `remove` of an unknown id exits 1.
  * `--forwarder-role-id` is the unique id of the cluster's forwarder role (the stack's output
  * `ForwarderRoleId<Id>`): the functions accept events naming the cluster only from that role
- * (`functions/lib/entry/sender.ts`); without it, `add` warns that no forwarder can send for it.
+ * (`functions/lib/entry/sender.ts`). `add` requires it: a fleet that checks senders (every CDK
+ * deployment, `KAPP_LAMBDA_SENDER_CHECK=registry`) refuses every event of a cluster registered
+ * without it. `--no-sender-check` registers one without it on purpose, for functions that run
+ * without the check (local setups, `KAPP_LAMBDA_SENDER_CHECK` off).
  *
  * Every command takes `--registry s3://<bucket>/<prefix>` or `file:///<dir>`, default
  * `$KAPP_LAMBDA_CLUSTER_REGISTRY` (the functions' variable); S3 is reached as the functions do
@@ -218,6 +222,7 @@ const USAGE = `usage:
       --auth eks --eks-cluster-name <name> --region <region> [--function-role <stage>=<arn> …]
     | --auth token [--secret-prefix <prefix>] [--identity-namespace <ns>]
       --forwarder-role-id <AROA…> (the stack's ForwarderRoleId<Id>: the only sender of this cluster's events)
+    | --no-sender-check (no forwarder role: only for functions without the sender check, local setups)
   npm run cluster -- list
   npm run cluster -- remove <id>
   (all: --registry s3://<bucket>/<prefix> | file:///<dir>, default $KAPP_LAMBDA_CLUSTER_REGISTRY)
@@ -246,6 +251,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       'secret-prefix': { type: 'string' },
       'identity-namespace': { type: 'string' },
       'forwarder-role-id': { type: 'string' },
+      'no-sender-check': { type: 'boolean' },
       replace: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -300,6 +306,15 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   } else {
     return usage('--auth must be eks or token');
   }
+  // Without the role id a checking fleet drops every event of the cluster: never by omission.
+  if (forwarderRoleId !== undefined && v['no-sender-check']) {
+    return usage('--forwarder-role-id and --no-sender-check exclude each other');
+  }
+  if (forwarderRoleId === undefined && !v['no-sender-check']) {
+    return usage(
+      `add needs --forwarder-role-id <AROA…> (the stack's ForwarderRoleId<Id> output): the functions take events naming ${id} only from that role, and a fleet that checks senders (every CDK deployment) would refuse all of them; --no-sender-check registers it without one, for functions that run without the check (local setups)`,
+    );
+  }
   // A typo in an id must not silently repoint another cluster's functions (the document decides
   // where their identities are sent): replacing one is explicit.
   if (!v.replace && (await store.head(clusterDocKey(id)))) {
@@ -324,7 +339,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   process.stderr.write(identitySteps(doc, roles, identityNamespace));
   if (!forwarderRoleId) {
     process.stderr.write(
-      `# No --forwarder-role-id: the functions refuse every forwarder's event naming ${id} until the document names its forwarder role (add --replace … --forwarder-role-id).\n`,
+      `# --no-sender-check: no forwarder role named. Functions that check senders (KAPP_LAMBDA_SENDER_CHECK=registry, every CDK deployment) refuse every event naming ${id} (logged as refused) until the document names one (add --replace … --forwarder-role-id).\n`,
     );
   }
   return 0;

@@ -16,7 +16,8 @@
  *
  * The functions find their clusters in the fleet's cluster registry
  * (`functions/lib/kube/fleet-registry.ts`, `npm run cluster -- add --registry s3://…`); the
- * stack's `clusterAccess` prop ({@link ClusterAccess}) is the hook for another source.
+ * stack's `clusterAccess` prop ({@link ClusterAccess}) is the hook for another source (one
+ * without a registry turns the sender check off, and `forwarders` then fails the synth).
  *
  * @module
  */
@@ -191,7 +192,10 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
 /**
  * How the functions find the clusters they serve. The stack's default is the fleet's cluster
  * registry (`registryClusterAccess` in `./stack.ts`): the variable that locates it and, per
- * function, read access to the documents and to its stage's tokens.
+ * function, read access to the documents and to its stage's tokens. The functions check an
+ * event's sender against the registry only when `environment` locates one
+ * (`KAPP_LAMBDA_CLUSTER_REGISTRY`); `KAPP_LAMBDA_SENDER_CHECK` and `KAPP_LAMBDA_FUNCTION_SENDERS`
+ * are the stack's (the synth fails when `environment` sets them).
  */
 export interface ClusterAccess {
   /** Variables every function gets (e.g. `KAPP_LAMBDA_CLUSTER_REGISTRY`). */

@@ -6,7 +6,9 @@
  * schedule of the fleet source poll; plus one send-only role per cluster's forwarder (context
  * `forwarders`, {@link KappLambdaStack.addClusterForwarder}). With the fleet registry, every
  * function checks who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`): an event naming a
- * cluster is taken from that cluster's forwarder role or a function that sends to it only.
+ * cluster is taken from that cluster's forwarder role or a function that sends to it only. A
+ * cluster access without a registry cannot check, and then no forwarder role is created (the
+ * synth fails naming the conflict instead).
  *
  * The stack takes its code as directories (`assets`), so it never builds anything itself: the
  * app (`./app.ts`) bundles the functions with the project's one esbuild recipe and points at
@@ -80,9 +82,17 @@ export interface KappLambdaStackProps extends StackProps {
   readonly architecture: lambda.Architecture;
   /** Validated context values (`fleetSettings`). */
   readonly fleet: FleetSettings;
-  /** Default {@link registryClusterAccess} of the registry the fleet settings name. */
+  /**
+   * Default {@link registryClusterAccess} of the registry the fleet settings name. Another one
+   * keeps the sender check only if its variables locate a registry (`KAPP_LAMBDA_CLUSTER_REGISTRY`,
+   * where each cluster's forwarder is named): without one the stack creates no forwarder role
+   * ({@link KappLambdaStack.senderCheck}).
+   */
   readonly clusterAccess?: ClusterAccess;
 }
+
+/** The sender check's variables: the stack's alone, a {@link ClusterAccess} may not set them. */
+const SENDER_CHECK_VARS = ['KAPP_LAMBDA_SENDER_CHECK', 'KAPP_LAMBDA_FUNCTION_SENDERS'] as const;
 
 /** Where the fleet's cluster registry is: documents `<prefix>clusters/<id>.json` in `bucket`. */
 export interface ClusterRegistryLocation {
@@ -164,6 +174,14 @@ export class KappLambdaStack extends Stack {
   readonly artifactKey: kms.Key;
   /** Per function: its queue, dead-letter queue, function and role. */
   readonly stages: Readonly<Record<PipelineStage, StageResources>>;
+  /**
+   * Whether the functions check who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`, issue 11
+   * item 6d): whenever their clusters come from a registry (the default cluster access always),
+   * since the registry names each cluster's forwarder role. A cluster access without one (a
+   * kubeconfig) cannot check: such a stack refuses every forwarder role
+   * ({@link addClusterForwarder} throws), so no forwarder can send unchecked.
+   */
+  readonly senderCheck: boolean;
   /** Per cluster id, its forwarder's send-only role ({@link addClusterForwarder}). */
   readonly forwarderRoles: Record<string, iam.Role> = {};
   /** The queues object events go to (`FORWARDER_STAGES`): what a forwarder may send to. */
@@ -223,6 +241,14 @@ export class KappLambdaStack extends Stack {
       prefix: fleet.clusterRegistryPrefix,
     };
     const clusterAccess = props.clusterAccess ?? registryClusterAccess(this, this.clusterRegistry);
+    for (const v of SENDER_CHECK_VARS) {
+      if (v in clusterAccess.environment) {
+        throw new Error(
+          `clusterAccess: ${v} is the stack's to set (the sender check is on whenever the functions read a cluster registry); remove it from the cluster access's environment`,
+        );
+      }
+    }
+    this.senderCheck = Boolean(clusterAccess.environment.KAPP_LAMBDA_CLUSTER_REGISTRY);
 
     const rootKey = new secretsmanager.Secret(this, 'ArtifactRootKey', {
       description: `kapp-lambda ${ARTIFACT_ROOT_KEY_ENV}: root of the per-cluster keys sealing private artifacts`,
@@ -259,12 +285,11 @@ export class KappLambdaStack extends Stack {
         }),
       ]),
     ) as Record<PipelineStage, iam.Role>;
-    const senderCheck = !props.clusterAccess;
     const stages = {} as Record<PipelineStage, StageResources>;
     for (const stage of PIPELINE_STAGES) {
       stages[stage] = {
         ...queues[stage],
-        ...this.stageFunction(stage, props, clusterAccess, rootKey, queues, roles, senderCheck),
+        ...this.stageFunction(stage, props, clusterAccess, rootKey, queues, roles),
       };
       for (const alarm of this.stageAlarms(stage, stages[stage])) if (alarmAction) alarm.addAlarmAction(alarmAction);
     }
@@ -372,7 +397,6 @@ export class KappLambdaStack extends Stack {
     rootKey: secretsmanager.Secret,
     queues: Record<PipelineStage, { queue: sqs.Queue }>,
     roles: Record<PipelineStage, iam.Role>,
-    senderCheck: boolean,
   ): { fn: lambda.Function; role: iam.Role } {
     const id = pascal(stage);
     const sizing = STAGE_SIZING[stage];
@@ -418,8 +442,8 @@ export class KappLambdaStack extends Stack {
         ...(timeout === undefined ? {} : { KAPP_LAMBDA_TOOL_TIMEOUT_MS: String(timeout) }),
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
         ...clusterAccess.environment,
-        ...(senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
-        ...(senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join(',', senders) } : {}),
+        ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
+        ...(this.senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join(',', senders) } : {}),
         // Resolved by CloudFormation at deploy time (a dynamic reference: the template holds
         // none of it); the function reads it from its variables, encrypted with the artifact key.
         // Only for the functions that seal or open private artifacts (not install).
@@ -526,11 +550,18 @@ export class KappLambdaStack extends Stack {
    *
    * @param clusterId - the cluster's id in the registry (a DNS-1123 label).
    * @param principal - who may assume the role (keep it to that one cluster's forwarder).
-   * @throws Error when the id is not a DNS-1123 label or already has a forwarder.
+   * @throws Error when the id is not a DNS-1123 label or already has a forwarder, or when the
+   *   functions do not check senders ({@link senderCheck}: the stack's cluster access has no
+   *   registry), which would let this role send events naming any cluster.
    */
   addClusterForwarder(clusterId: string, principal: iam.IPrincipal): iam.Role {
     if (!CLUSTER_ID_PATTERN.test(clusterId)) throw new Error(`forwarder: ${clusterId} is not a DNS-1123 label`);
     if (this.forwarderRoles[clusterId]) throw new Error(`forwarder: ${clusterId} already has one`);
+    if (!this.senderCheck) {
+      throw new Error(
+        `forwarder: ${clusterId}: the stack's clusterAccess locates no cluster registry (no KAPP_LAMBDA_CLUSTER_REGISTRY), so the functions cannot check that an event naming ${clusterId} came from its forwarder role (KAPP_LAMBDA_SENDER_CHECK=registry reads the role ids there) and this role could send for any cluster; give the cluster access a registry, or create no forwarder role (context forwarders)`,
+      );
+    }
     const id = pascal(clusterId);
     const role = new iam.Role(this, `Forwarder${id}Role`, {
       description: `kapp-lambda forwarder of cluster ${clusterId}: sends its object events to the entry queues`,

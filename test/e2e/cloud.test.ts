@@ -18,9 +18,13 @@
  * environment, and the control planes' admin kubeconfigs and the other functions' tokens are
  * hidden from its sandbox: every status below is written with the stage's least RBAC.
  *
- * The sender check (item 6d) stays off: moto 5.2.1 gives every received message the same
- * `SenderId` (its constant `AIDAIT2UOQQY3AUEKVGXU`, whatever credentials sent it), so a
- * forwarder and a stranger cannot be told apart here.
+ * The forwarder acts as the identity the project ships for it: a token of the ServiceAccount of
+ * `infra/forwarder/rbac.yml` (read-only ClusterRole, a Role on its Lease), not the admin kubeconfig.
+ *
+ * The sender check (item 6d) stays off, and the cluster is registered without a forwarder role
+ * (`--no-sender-check`): moto 5.2.1 gives every received message the same `SenderId` (its
+ * constant `AIDAIT2UOQQY3AUEKVGXU`, whatever credentials sent it), so a forwarder and a stranger
+ * cannot be told apart here.
  *
  * - every App of `npm run demo`, its PackageRepository and its PackageInstall reach the status
  *   the embedded e2e checks (`expectSucceededStatus`, `expectRepoSucceeded`); the git App's source
@@ -41,7 +45,7 @@
 
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -70,7 +74,7 @@ import {
   renderExample,
 } from '../../scripts/local-env.js';
 import { type Cluster, startCluster } from '../harness/cluster.js';
-import { loadKubeConfig } from '../harness/kube.js';
+import { kubectl, loadKubeConfig, writeTokenKubeconfig } from '../harness/kube.js';
 import {
   type FunctionLayer,
   functionLayer,
@@ -137,6 +141,10 @@ let kube: E2ECluster;
 let clusterId: string;
 let sqs: SQSClient;
 let forwarder: ServerProcess | undefined;
+/** The forwarder's kubeconfig: a token of its own ServiceAccount ({@link forwarderIdentity}), nothing more. */
+let forwarderKubeconfig: string;
+/** `system:serviceaccount:<namespace>:<name>` of the forwarder's ServiceAccount in `infra/forwarder/rbac.yml`. */
+let forwarderUser: string;
 const hosts = new Map<PipelineStage, StageHost>();
 const host = (stage: PipelineStage): StageHost => {
   const h = hosts.get(stage);
@@ -175,6 +183,8 @@ async function registerCluster(): Promise<void> {
       ...(api.tlsServerName ? ['--tls-server-name', api.tlsServerName] : []),
       '--auth',
       'token',
+      // The functions here run without the sender check (see the module comment).
+      '--no-sender-check',
     ],
     {
       cwd: ROOT,
@@ -214,6 +224,30 @@ async function registerCluster(): Promise<void> {
   } finally {
     client.destroy();
   }
+}
+
+/**
+ * The forwarder's identity as a cluster gives it: the objects of `infra/forwarder/rbac.yml` (its
+ * ServiceAccount, the read-only ClusterRole and binding, the Role on its Lease) applied as they
+ * ship, and a kubeconfig holding only a token of that ServiceAccount (what the Deployment's Pod
+ * would mount), so the forwarder watches and leads with exactly what the manifests grant.
+ */
+async function forwarderIdentity(): Promise<void> {
+  const docs = parseAllDocuments(await readFile(path.join(ROOT, 'infra/forwarder/rbac.yml'), 'utf8')).map(
+    (d) => d.toJS() as { kind: string; metadata: { name: string; namespace: string } },
+  );
+  await kube.apply(...docs);
+  const sa = docs.find((d) => d.kind === 'ServiceAccount');
+  if (!sa) throw new Error('infra/forwarder/rbac.yml has no ServiceAccount');
+  forwarderUser = `system:serviceaccount:${sa.metadata.namespace}:${sa.metadata.name}`;
+  const token = (
+    await kube.k(['-n', sa.metadata.namespace, 'create', 'token', sa.metadata.name, '--duration=2h'])
+  ).stdout.trim();
+  forwarderKubeconfig = await writeTokenKubeconfig(
+    cluster.kubeconfigPath,
+    token,
+    path.join(tmp, 'forwarder.kubeconfig'),
+  );
 }
 
 /** Who may write each status: the stage functions that own it (`infra/rbac/`). */
@@ -358,6 +392,7 @@ beforeAll(async () => {
   clusterId = `kwok-${cluster.name}`;
   await kube.applyCrds();
   await registerCluster();
+  await forwarderIdentity();
   await kube.apply(...statusWriterPolicy());
   for (const h of hosts.values()) {
     const sizing = STAGE_SIZING[h.stage];
@@ -412,7 +447,7 @@ beforeAll(async () => {
       KAPP_LAMBDA_QUEUE_URL_FETCH: host('fetch').queue.url,
       KAPP_LAMBDA_QUEUE_URL_INSTALL: host('install').queue.url,
       KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: host('index-repo').queue.url,
-      KUBECONFIG: cluster.kubeconfigPath,
+      KUBECONFIG: forwarderKubeconfig,
       FORWARDER_CLUSTER_ID: clusterId,
       FORWARDER_KINDS: 'App,PackageInstall,PackageRepository',
       FORWARDER_HTTP_HOST: LOOPBACK,
@@ -500,6 +535,30 @@ const logsOf = (stage: PipelineStage, messageId: string) =>
 // The three run at once: the crash and the poison wait mostly on visibility timeouts, and each
 // uses its own FIFO groups and objects (the crash its own namespace, the poison its own cluster id).
 describe.concurrent('cloud mode: forwarder → SQS → functions under the Runtime Interface Emulator → S3', () => {
+  it('the forwarder runs as its own ServiceAccount, with the read-only access infra/forwarder/rbac.yml grants', async () => {
+    const as = (args: string[]) => kubectl(forwarderKubeconfig, args, { check: false });
+    expect((await as(['auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}'])).stdout).toBe(forwarderUser);
+    const can = async (verb: string, resource: string, ...where: string[]) =>
+      `${verb} ${resource}: ${(await as(['auth', 'can-i', verb, resource, ...where])).stdout.trim()}`;
+    expect(
+      await Promise.all([
+        can('watch', 'apps.kappctrl.k14s.io'),
+        can('list', 'packageinstalls.packaging.carvel.dev'),
+        can('update', 'leases.coordination.k8s.io', '-n', IDENTITY_NAMESPACE),
+        can('patch', 'apps.kappctrl.k14s.io'),
+        can('update', 'apps.kappctrl.k14s.io/status'),
+        can('create', 'serviceaccounts/token', '-n', IDENTITY_NAMESPACE),
+      ]),
+    ).toEqual([
+      'watch apps.kappctrl.k14s.io: yes',
+      'list packageinstalls.packaging.carvel.dev: yes',
+      'update leases.coordination.k8s.io: yes',
+      'patch apps.kappctrl.k14s.io: no',
+      'update apps.kappctrl.k14s.io/status: no',
+      'create serviceaccounts/token: no',
+    ]);
+  });
+
   it('reconciles every App of the demo, its PackageRepository and PackageInstall as the embedded runtime does', {
     timeout: 300_000,
   }, async () => {

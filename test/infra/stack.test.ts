@@ -51,6 +51,8 @@ let stack: KappLambdaStack;
 let apart: KappLambdaStack;
 /** The same fleet with an account and region, as `cdk deploy` synthesizes it. */
 let deployed: KappLambdaStack;
+/** The functions' code and layer directories every stack of this file is built from. */
+let assets: ReturnType<typeof stageAssets>;
 let template: Template;
 let resources: Record<string, Resource>;
 
@@ -102,6 +104,7 @@ beforeAll(async () => {
   await mkdir(path.join(layer, 'lib'), { recursive: true });
   await writeFile(path.join(layer, 'lib', HARDEN_ADDON_NAME), 'stand-in for the hardening addon\n');
   const layers = Object.fromEntries(PIPELINE_STAGES.map((s) => [s, layer])) as Record<PipelineStage, string>;
+  assets = stageAssets(code, layers);
   // Asset staging off: the template names the directories in place instead of copying 5 bundles.
   app = new App({ outdir: path.join(tmp, 'cdk.out'), context: { 'aws:cdk:disable-asset-staging': true } });
   const context: Record<string, unknown> = {
@@ -110,7 +113,7 @@ beforeAll(async () => {
     forwarders: JSON.stringify({ 'prod-eu-1': { eksClusterArn: PROD_CLUSTER_ARN } }),
   };
   stack = new KappLambdaStack(app, 'KappLambda', {
-    assets: stageAssets(code, layers),
+    assets,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
   });
@@ -119,14 +122,14 @@ beforeAll(async () => {
     clusterRegistryPrefix: 'kapp-lambda',
   };
   apart = new KappLambdaStack(app, 'KappLambdaApart', {
-    assets: stageAssets(code, layers),
+    assets,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => apartContext[k]),
   });
   // As `cdk deploy` synthesizes it: with an account and a region (cdk-nag then sees them in ARNs).
   deployed = new KappLambdaStack(app, 'KappLambdaDeployed', {
     env: { account: '111122223333', region: 'eu-west-1' },
-    assets: stageAssets(code, layers),
+    assets,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
   });
@@ -546,6 +549,69 @@ describe('IAM', () => {
     );
     expect(() => stack.addClusterForwarder('Not_A_Label', new iam.AccountRootPrincipal())).toThrow(
       'forwarder: Not_A_Label is not a DNS-1123 label',
+    );
+  });
+});
+
+describe('sender check with another cluster access (clusterAccess)', () => {
+  const forwarders = { forwarders: JSON.stringify({ 'prod-eu-1': { eksClusterArn: PROD_CLUSTER_ARN } }) };
+  /** A stack of its own app (a refused one must not stay in the shared app) with `environment` as its cluster access. */
+  const build = (environment: Record<string, string>, context: Record<string, unknown> = forwarders) =>
+    new KappLambdaStack(
+      new App({ outdir: path.join(tmp, 'cdk.out.access'), context: { 'aws:cdk:disable-asset-staging': true } }),
+      'KappLambdaAccess',
+      {
+        assets,
+        architecture: lambda.Architecture.ARM_64,
+        fleet: fleetSettings((k) => context[k]),
+        clusterAccess: { environment, grant: () => undefined },
+      },
+    );
+  const functionEnvs = (s: KappLambdaStack) => {
+    const t = Template.fromStack(s).toJSON() as { Resources: Record<string, Resource> };
+    return PIPELINE_STAGES.map((stage) => {
+      const fnId = s.resolve(s.getLogicalId(s.stages[stage].fn.node.defaultChild as never)) as string;
+      return (t.Resources[fnId]!.Properties.Environment as { Variables: Json }).Variables;
+    });
+  };
+
+  it('stays on beside forwarder roles when that access reads a registry', () => {
+    const s = build({ KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/kapp-lambda/' });
+    expect(s.senderCheck).toBe(true);
+    expect(Object.keys(s.forwarderRoles)).toEqual(['prod-eu-1']);
+    for (const env of functionEnvs(s)) {
+      expect(env).toMatchObject({
+        KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/kapp-lambda/',
+        KAPP_LAMBDA_SENDER_CHECK: 'registry',
+      });
+    }
+  });
+
+  it('fails the synth naming the conflict when that access has no registry and forwarder roles are asked for', () => {
+    expect(() => build({ KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig' })).toThrow(
+      "forwarder: prod-eu-1: the stack's clusterAccess locates no cluster registry (no KAPP_LAMBDA_CLUSTER_REGISTRY), so the functions cannot check that an event naming prod-eu-1 came from its forwarder role",
+    );
+  });
+
+  it('is off without a registry and without forwarder roles, and no forwarder role can be added later', () => {
+    const s = build({ KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig' }, {});
+    expect(s.senderCheck).toBe(false);
+    for (const env of functionEnvs(s)) {
+      expect(env.KAPP_LAMBDA_SENDER_CHECK).toBeUndefined();
+      expect(env.KAPP_LAMBDA_FUNCTION_SENDERS).toBeUndefined();
+    }
+    expect(() => s.addClusterForwarder('edge-9', new iam.AccountRootPrincipal())).toThrow(
+      "forwarder: edge-9: the stack's clusterAccess locates no cluster registry",
+    );
+    expect(s.forwarderRoles).toEqual({});
+  });
+
+  it.each([
+    ['KAPP_LAMBDA_SENDER_CHECK', 'off'],
+    ['KAPP_LAMBDA_FUNCTION_SENDERS', 'AROAEXAMPLEID1234567'],
+  ])('refuses an access whose variables set %s (the stack decides the check)', (name, value) => {
+    expect(() => build({ KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/kapp-lambda/', [name]: value })).toThrow(
+      `clusterAccess: ${name} is the stack's to set`,
     );
   });
 });

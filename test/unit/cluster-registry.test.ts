@@ -328,21 +328,23 @@ describe('StoreClusterRegistry', () => {
 
   it("names a cluster's forwarder role from its document, without asking for a token, and reads it again after the TTL", async () => {
     const { store, registry, advance } = setup();
-    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
-    expect(await registry.forwarderRoleId('../x')).toBeUndefined();
+    // Not registered: no forwarder at all.
+    expect(await registry.forwarderOf('edge-9')).toBeUndefined();
+    expect(await registry.forwarderOf('../x')).toBeUndefined();
     // No token for the fetch stage in the secret store: the forwarder lookup does not need one.
     await putCluster(store, tokenDoc('edge-9', { fetch: 'no-such-token' }));
-    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
+    // Registered, its document naming no forwarder role: told apart from not registered.
+    expect(await registry.forwarderOf('edge-9')).toEqual({});
     await putCluster(store, {
       ...tokenDoc('edge-9', { fetch: 'no-such-token' }),
       forwarder: { roleId: 'AROAEXAMPLEID1234567' },
     });
-    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
+    expect(await registry.forwarderOf('edge-9')).toEqual({});
     advance(60_000);
-    expect(await registry.forwarderRoleId('edge-9')).toBe('AROAEXAMPLEID1234567');
+    expect(await registry.forwarderOf('edge-9')).toEqual({ roleId: 'AROAEXAMPLEID1234567' });
     await store.delete(clusterDocKey('edge-9'));
     advance(60_000);
-    expect(await registry.forwarderRoleId('edge-9')).toBeUndefined();
+    expect(await registry.forwarderOf('edge-9')).toBeUndefined();
   });
 
   it('reads the document again after the TTL: a removed cluster becomes unknown, a changed one is rebuilt', async () => {
@@ -477,7 +479,7 @@ describe('npm run cluster', () => {
       expect(await main([...argv, '--auth', 'magic'])).toBe(2);
       // An id already registered is replaced only when asked; an unknown id is not "removed".
       const again = [...argv, '--auth', 'eks', '--eks-cluster-name', 'other', '--region', 'eu-west-1'];
-      expect(await main(again)).toBe(1);
+      expect(await main([...again, '--forwarder-role-id', 'AROAEXAMPLEID1234567'])).toBe(1);
       expect(await main(['remove', 'nope', '--registry', registry])).toBe(1);
     } finally {
       process.stdout.write = write;
@@ -500,5 +502,47 @@ describe('npm run cluster', () => {
     expect(err.join('')).toContain('cluster: --forwarder-role-id expects an IAM role id');
     expect(await main(['remove', 'prod-eu-1', '--registry', registry])).toBe(0);
     expect(await listClusters(store)).toEqual([]);
+  });
+
+  it('refuses to add a cluster without its forwarder role id unless --no-sender-check says the functions do not check', async () => {
+    const registry = `file://${dir}/registry-senders`;
+    const err: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    const errWrite = process.stderr.write.bind(process.stderr);
+    process.stdout.write = (() => true) as typeof process.stdout.write;
+    process.stderr.write = ((s: string) => err.push(s) > 0) as typeof process.stderr.write;
+    const argv = [
+      'add',
+      'edge-9',
+      '--registry',
+      registry,
+      '--endpoint',
+      'https://10.0.0.9',
+      '--ca-file',
+      path.join(dir, 'ca.pem'),
+      '--auth',
+      'token',
+    ];
+    const { LocalDirStore } = await import('../../functions/lib/store/local.js');
+    const store = new LocalDirStore(path.join(dir, 'registry-senders'));
+    try {
+      // Neither: a usage error, nothing written (a checking fleet would refuse all its events).
+      expect(await main(argv)).toBe(2);
+      expect(err.join('')).toContain(
+        "cluster: add needs --forwarder-role-id <AROA…> (the stack's ForwarderRoleId<Id> output): the functions take events naming edge-9 only from that role",
+      );
+      expect(await main([...argv, '--no-sender-check', '--forwarder-role-id', 'AROAEXAMPLEID1234567'])).toBe(2);
+      expect(err.join('')).toContain('cluster: --forwarder-role-id and --no-sender-check exclude each other');
+      expect(await listClusters(store)).toEqual([]);
+      // Said on purpose: registered without a forwarder, and told what a checking fleet then does.
+      expect(await main([...argv, '--no-sender-check'])).toBe(0);
+      expect(await listClusters(store)).toEqual(['edge-9\thttps://10.0.0.9\ttoken\tforwarder none']);
+      expect(err.join('')).toContain(
+        '# --no-sender-check: no forwarder role named. Functions that check senders (KAPP_LAMBDA_SENDER_CHECK=registry, every CDK deployment) refuse every event naming edge-9',
+      );
+    } finally {
+      process.stdout.write = write;
+      process.stderr.write = errWrite;
+    }
   });
 });

@@ -401,7 +401,10 @@ describe('the sender check', () => {
   const PROD_FORWARDER = 'AROAPRODFORWARDER0001';
   const EDGE_FORWARDER = 'AROAEDGEFORWARDER0001';
   const forwarders: Record<string, string> = { 'prod-eu-1': PROD_FORWARDER, 'edge-1': EDGE_FORWARDER };
-  const fleet = { forwarderRoleId: async (id: string) => forwarders[id] };
+  /** `unwatched` is registered without a forwarder role id; any other id is not registered. */
+  const forwarderOf = async (id: string) =>
+    id === 'unwatched' ? {} : forwarders[id] === undefined ? undefined : { roleId: forwarders[id] };
+  const fleet = { forwarderOf };
   const from = (messageId: string, event: KappEvent, senderId?: string): SqsRecord => {
     const r = rec(messageId, event);
     return { ...r, attributes: { ...r.attributes, ...(senderId === undefined ? {} : { SenderId: senderId }) } };
@@ -422,6 +425,7 @@ describe('the sender check', () => {
     expect(res).toEqual({ batchItemFailures: [] });
     expect(seen.map((s) => s.event.subject)).toEqual(['prod-eu-1/App/default/a', 'prod-eu-1/App/default/b']);
     const refused = log.records.filter((r) => r.obj.outcome === 'refused');
+    expect(refused.map((r) => r.obj.clusterId)).toEqual(['prod-eu-1', 'prod-eu-1']);
     expect(refused.map((r) => [r.obj.messageId, r.obj.reason, r.msg])).toEqual([
       [
         'other',
@@ -432,15 +436,15 @@ describe('the sender check', () => {
     ]);
   });
 
-  it('drops an event naming a cluster without a registered forwarder; fails (retries) when the registry cannot be read', async () => {
+  it('drops an event naming an unregistered cluster, or a registered one without a forwarder role id, saying which; fails (retries) when the registry cannot be read', async () => {
     const { deps, seen, log } = setup(async () => undefined);
-    const unknown = { ...app('x'), clusterId: 'ghost' };
-    const ghost = objectEvent(unknown, 'modified', { time });
+    const ghost = objectEvent({ ...app('x'), clusterId: 'ghost' }, 'modified', { time });
+    const unwatched = objectEvent({ ...app('y'), clusterId: 'unwatched' }, 'modified', { time });
     let broken = false;
     const registry = {
-      forwarderRoleId: async (id: string) => {
+      forwarderOf: async (id: string) => {
         if (broken) throw new Error('registry unreadable');
-        return forwarders[id];
+        return forwarderOf(id);
       },
     };
     const checkSender = senderCheckOf({ stage: 'fetch', senderCheck: { functionSenders: [] } }, registry);
@@ -450,7 +454,26 @@ describe('the sender check', () => {
       attributes: { SenderId: s },
     });
     expect(await handler({ Records: [body('g', ghost, `${PROD_FORWARDER}:s`)] })).toEqual({ batchItemFailures: [] });
-    expect(log.records.at(-1)?.obj.reason).toBe('cluster ghost has no registered forwarder');
+    expect(log.records.at(-1)?.obj).toMatchObject({
+      outcome: 'refused',
+      clusterId: 'ghost',
+      reason: 'cluster ghost is not registered',
+    });
+    // Its events are lost until the document names the role: the line says so, and how.
+    expect(await handler({ Records: [body('u', unwatched, `${PROD_FORWARDER}:s`)] })).toEqual({
+      batchItemFailures: [],
+    });
+    expect(log.records.at(-1)).toMatchObject({
+      level: 'warn',
+      msg: 'event names a cluster its sender may not speak for; dropped',
+      obj: {
+        outcome: 'refused',
+        clusterId: 'unwatched',
+        senderId: `${PROD_FORWARDER}:s`,
+        reason:
+          'the registry entry of cluster unwatched has no forwarder role id, so no forwarder may send for it (npm run cluster -- add unwatched --replace … --forwarder-role-id <ForwarderRoleId>)',
+      },
+    });
     broken = true;
     expect(await handler({ Records: [body('p', objEv('p'), `${PROD_FORWARDER}:s`)] })).toEqual({
       batchItemFailures: [{ itemIdentifier: 'p' }],

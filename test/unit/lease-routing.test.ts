@@ -27,7 +27,7 @@ const functionSenders = (stage: PipelineStage) => PIPELINE_STAGES.filter((s) => 
 const checkSenderOf = (stage: PipelineStage) => {
   const policy = {
     functionSenders: new Set(functionSenders(stage).map(roleOf)),
-    forwarderOf: async () => FORWARDER,
+    forwarderOf: async () => ({ roleId: FORWARDER }),
   };
   return (clusterId: string, senderId: string | undefined) => senderRefusal(policy, clusterId, senderId);
 };

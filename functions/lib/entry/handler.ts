@@ -300,8 +300,9 @@ async function processRecord(
   if (d.checkSender) {
     const senderId = record.attributes?.SenderId;
     let refusal: string | undefined;
+    const { clusterId } = objectRefOf(event);
     try {
-      refusal = await d.checkSender(objectRefOf(event).clusterId, senderId);
+      refusal = await d.checkSender(clusterId, senderId);
     } catch (err) {
       log.error(
         { stage, outcome: 'failed' satisfies RecordOutcome, type: event.type, subject, error: errorText(err) },
@@ -311,7 +312,15 @@ async function processRecord(
     }
     if (refusal !== undefined) {
       log.warn(
-        { stage, outcome: 'refused' satisfies RecordOutcome, type: event.type, subject, senderId, reason: refusal },
+        {
+          stage,
+          outcome: 'refused' satisfies RecordOutcome,
+          type: event.type,
+          subject,
+          clusterId,
+          senderId,
+          reason: refusal,
+        },
         'event names a cluster its sender may not speak for; dropped',
       );
       return 'refused';

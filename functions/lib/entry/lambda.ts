@@ -343,7 +343,7 @@ export function createLambdaDeps(
  */
 export function senderCheckOf(
   config: Pick<LambdaConfig, 'stage' | 'senderCheck'>,
-  fleet: Pick<StoreClusterRegistry, 'forwarderRoleId'> | undefined,
+  fleet: Pick<StoreClusterRegistry, 'forwarderOf'> | undefined,
 ): EntryDeps['checkSender'] {
   if (!config.senderCheck) return undefined;
   if (!fleet) {
@@ -351,7 +351,7 @@ export function senderCheckOf(
   }
   const policy: SenderPolicy = {
     functionSenders: new Set(config.senderCheck.functionSenders),
-    forwarderOf: (clusterId) => fleet.forwarderRoleId(clusterId),
+    forwarderOf: (clusterId) => fleet.forwarderOf(clusterId),
   };
   return (clusterId, senderId) => senderRefusal(policy, clusterId, senderId);
 }

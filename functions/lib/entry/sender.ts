@@ -9,9 +9,11 @@
  * - C's forwarder sent it: the role id in C's registry document (`forwarder.roleId`,
  *   `../kube/cluster-doc.ts`), the per-cluster role the CDK app creates (`ForwarderRoleId<Id>`).
  *
- * Anything else (another cluster's forwarder, a cluster without a registered forwarder, an
- * unregistered cluster, a message without `SenderId`) is dropped and logged by the handler:
- * it never becomes valid by redelivery.
+ * Anything else (another cluster's forwarder, a cluster whose registry entry has no forwarder
+ * role id, an unregistered cluster, a message without `SenderId`) is dropped and logged by the
+ * handler (`refused`, with the reason): it never becomes valid by redelivery. A registered
+ * cluster without a forwarder role id is refused with a reason of its own: its events are lost
+ * until the document names the role (`npm run cluster -- add` asks for `--forwarder-role-id`).
  *
  * Why the sender id, not per-cluster queues or signed envelopes: SQS sets it from the
  * credentials, so no forwarder can forge it; it needs no key to distribute or rotate and no
@@ -22,15 +24,20 @@
  * @module
  */
 
+/** A registered cluster's forwarder: its role id (`AROA…`), none when its document names none. */
+export interface RegisteredForwarder {
+  readonly roleId?: string;
+}
+
 /** Where a {@link senderRefusal} looks up who may speak for a cluster. */
 export interface SenderPolicy {
   /** Role ids (`AROA…`) of the fleet's functions that send to this function's queue. */
   readonly functionSenders: ReadonlySet<string>;
   /**
-   * The role id of a cluster's registered forwarder; `undefined` when the cluster has none or
-   * is not registered. May throw (registry unreadable): the record then fails and is retried.
+   * A cluster's forwarder as its registry document names it; `undefined` when the cluster is
+   * not registered. May throw (registry unreadable): the record then fails and is retried.
    */
-  forwarderOf(clusterId: string): Promise<string | undefined>;
+  forwarderOf(clusterId: string): Promise<RegisteredForwarder | undefined>;
 }
 
 /** The principal part of an SQS `SenderId`: the role id of `AROA…:session`, else the whole id. */
@@ -55,7 +62,10 @@ export async function senderRefusal(
   const principal = senderPrincipal(senderId);
   if (policy.functionSenders.has(principal)) return undefined;
   const forwarder = await policy.forwarderOf(clusterId);
-  if (forwarder === undefined) return `cluster ${clusterId} has no registered forwarder`;
-  if (principal !== forwarder) return `sender ${principal} is not the forwarder of cluster ${clusterId}`;
+  if (forwarder === undefined) return `cluster ${clusterId} is not registered`;
+  if (forwarder.roleId === undefined) {
+    return `the registry entry of cluster ${clusterId} has no forwarder role id, so no forwarder may send for it (npm run cluster -- add ${clusterId} --replace … --forwarder-role-id <ForwarderRoleId>)`;
+  }
+  if (principal !== forwarder.roleId) return `sender ${principal} is not the forwarder of cluster ${clusterId}`;
   return undefined;
 }

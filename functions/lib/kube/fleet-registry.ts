@@ -230,19 +230,21 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
   }
 
   /**
-   * The role id of a cluster's forwarder (`forwarder.roleId` of its document, read as
-   * {@link prepare} reads it, without asking for a token): who may send events naming the
-   * cluster (`../entry/sender.ts`).
+   * A cluster's forwarder (`forwarder` of its document, read as {@link prepare} reads it,
+   * without asking for a token): who may send events naming the cluster (`../entry/sender.ts`).
    *
    * @returns `undefined` when the cluster is not registered (or the id is not a DNS-1123
-   *   label) or its document names no forwarder.
+   *   label); `{}` when its document names no forwarder, else `{ roleId }`.
    * @throws InvalidClusterDocumentError, StoreError, or Error when the document gives this
    *   stage no identity, as {@link prepare}.
    */
-  async forwarderRoleId(clusterId: string): Promise<string | undefined> {
+  async forwarderOf(clusterId: string): Promise<{ roleId?: string } | undefined> {
     if (!CLUSTER_ID_PATTERN.test(clusterId)) return undefined;
     await this.#fresh(clusterId);
-    return this.#entries.get(clusterId)?.doc.forwarder?.roleId;
+    const entry = this.#entries.get(clusterId);
+    if (!entry) return undefined;
+    const roleId = entry.doc.forwarder?.roleId;
+    return roleId === undefined ? {} : { roleId };
   }
 
   #entry(clusterId: string): Entry {
