@@ -248,7 +248,11 @@ describe('cost scenario: the fleet from measurements', () => {
     const sameRun = {
       resync: { functionMs: { median: 12 }, toolRunsPerApp: 0, outcomes: { reconcile: [], fetch: [] } },
     };
-    const m = pickMeasurements([{ name: 'this run', results: sameRun }, fileSource('2026-11-30-2cpu-24gib.json')]);
+    const m = pickMeasurements([
+      { name: 'this run', results: sameRun },
+      fileSource('2026-11-30-2cpu-24gib.json'),
+      fileSource('2026-12-02-2cpu-24gib-repositories.json'),
+    ]);
     expect(m.resync).toEqual({ functionMs: 12, stages: ['reconcile', 'fetch'], toolRuns: 0, from: 'this run' });
     expect(resyncWorkloadOf(m.resync).invocations).toEqual([{ fn: 'fetch', ms: 12 }]);
     expect(() => pickMeasurements([{ name: 'x', results: sameRun }])).toThrow(
