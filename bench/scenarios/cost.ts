@@ -392,7 +392,9 @@ const usd = (x: number) =>
   `$${x.toLocaleString('en-US', { maximumFractionDigits: x < 100 ? 2 : 0, minimumFractionDigits: x < 100 ? 2 : 0 })}`;
 const pct = (x: number) => `${(x * 100).toFixed(1)} %`;
 const big = (x: number) =>
-  x >= 1e6 ? `${(x / 1e6).toLocaleString('en-US', { maximumFractionDigits: 1 })} M` : x.toFixed(0);
+  x >= 1e6
+    ? `${(x / 1e6).toLocaleString('en-US', { maximumFractionDigits: 1 })} M`
+    : x.toLocaleString('en-US', { maximumFractionDigits: 1 });
 
 /** Table rows of the cost block. */
 export function costRows(c: CostResult): Row[] {
