@@ -7,7 +7,10 @@
  * Scenarios (all by default, in this order): `bundles`, `latency`, `throughput`,
  * `kapp-controller` (latency and throughput against upstream, with ratios ours/theirs when
  * ours ran in the same run), `resync`, `dedup`, `repositories` (inline PackageRepositories of
- * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `forwarder-memory`.
+ * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `upgrade`,
+ * `forwarder-memory`, `cost` (the fleet cost model from this run's figures, or the latest
+ * committed results files for the scenarios not run; starts nothing). The file also carries
+ * `targets`: each figure with its target as numbers (`lib/targets.ts`), printed as a second table.
  *
  * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
  * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
@@ -32,7 +35,9 @@ import {
 } from './lib/kapp-controller.js';
 import { createTenants, restFor } from './lib/kube.js';
 import { fmtBytes, fmtMs, fmtSummaryMs, renderTable, round } from './lib/stats.js';
+import { computeTargets, targetRows } from './lib/targets.js';
 import { bundles } from './scenarios/bundles.js';
+import { costScenario } from './scenarios/cost.js';
 import { dedupOurs } from './scenarios/dedup.js';
 import { forwarderMemory } from './scenarios/forwarder-memory.js';
 import {
@@ -57,10 +62,13 @@ const ALL = [
   'repositories',
   'upgrade',
   'forwarder-memory',
+  'cost',
 ] as const;
 type Scenario = (typeof ALL)[number];
-/** Every scenario but these two starts from cluster A (forwarder-memory starts its own). */
-const NEEDS_CLUSTER: readonly Scenario[] = ALL.filter((s) => s !== 'bundles' && s !== 'forwarder-memory');
+/** Every scenario but these three starts from cluster A (forwarder-memory starts its own; cost computes only). */
+const NEEDS_CLUSTER: readonly Scenario[] = ALL.filter(
+  (s) => s !== 'bundles' && s !== 'forwarder-memory' && s !== 'cost',
+);
 
 const args = process.argv.slice(2).filter((a) => a !== '--');
 const unknown = args.filter((a) => !(ALL as readonly string[]).includes(a));
@@ -90,6 +98,7 @@ function procLoadavg(): string {
   }
 }
 const loadavgAtStart = procLoadavg();
+const outDir = path.join(import.meta.dirname, 'results');
 
 function cmd(bin: string, argv: string[]): string {
   try {
@@ -382,6 +391,15 @@ try {
       }
     }
   }
+
+  if (selected.includes('cost')) {
+    // last: it reads this run's figures (committed results files for the scenarios not run)
+    const c = await step('10 cost', 'fleet cost model', async () => costScenario(ctx.results, outDir));
+    if (c) {
+      ctx.results.cost = c.result;
+      ctx.rows.push(...c.rows);
+    }
+  }
 } catch (err) {
   say(`bench failed: ${(err as Error).message}`);
   exitCode = 1;
@@ -429,16 +447,18 @@ const doc = {
   load,
   rows: ctx.rows,
   unmeasured: ctx.unmeasured,
+  /** Each figure with its target as numbers (bench/README.md, "Targets"). */
+  targets: computeTargets(ctx.results),
   results: ctx.results,
 };
 const day = new Date(started).toISOString().slice(0, 10);
 const suffix = selected.length === ALL.length ? '' : `-${selected.join('+')}`;
-const outDir = path.join(import.meta.dirname, 'results');
 await mkdir(outDir, { recursive: true });
 const outFile = path.join(outDir, `${day}-${machine}${suffix}.json`);
 await writeFile(outFile, `${JSON.stringify(doc, null, 2)}\n`);
 
 process.stdout.write(`\n${renderTable(ctx.rows)}\n`);
+if (Object.keys(doc.targets).length) process.stdout.write(`\n${renderTable(targetRows(doc.targets))}\n`);
 if (ctx.unmeasured.length) {
   process.stdout.write('\nnot measured:\n');
   for (const u of ctx.unmeasured) process.stdout.write(`- ${u.scenario} (${u.figure}): ${u.why}\n`);
