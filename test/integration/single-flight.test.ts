@@ -15,7 +15,6 @@ import {
   type DeployStageEvent,
   EVENT_TYPES,
   type KappEvent,
-  objectEvent,
   objectRefOf,
   serializeEvent,
   type TemplateStageEvent,
@@ -29,20 +28,18 @@ import type { CommandRunner } from '../../functions/lib/exec/runner.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { S3Store } from '../../functions/lib/store/index.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
-import { layerToolVersions } from '../../layers/build.js';
-import { hardenAddonPath } from '../../layers/native.js';
+import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import {
   apply,
   applyCrds,
   appManifest,
+  appObjectEvent,
   createTenant,
   deleteNamespaces,
-  getApp,
   servers,
   suffix,
 } from '../e2e/support.js';
-import { functionLayer } from '../harness/lambda.js';
+import { functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
 
@@ -65,20 +62,14 @@ const binDirs = new Map<PipelineStage, string>();
 const runs = new Map<string, number>();
 
 function functionEnv(stage: PipelineStage, instance: number): Record<string, string> {
-  return {
-    AWS_REGION: s3.region,
-    KAPP_LAMBDA_BUCKET: s3.bucket ?? 'kapp-lambda',
-    KAPP_LAMBDA_BUCKET_PREFIX: PREFIX,
-    KAPP_LAMBDA_S3_ENDPOINT: s3.endpoint,
-    ...Object.fromEntries(PIPELINE_STAGES.map((s) => [queueUrlEnv(s), `http://127.0.0.1:9/000000000000/${s}.fifo`])),
-    KAPP_LAMBDA_KUBECONFIG: kubeconfigPath,
+  return inProcessFunctionEnv(stage, {
+    s3,
+    bucketPrefix: PREFIX,
+    kubeconfigPath,
     // Each instance its own /tmp, as each Lambda instance has.
-    KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch', `${stage}-${instance}`),
-    KAPP_LAMBDA_BIN_DIR: binDirs.get(stage) ?? '',
-    KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
-    KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
-    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 9).toString('base64'),
-  };
+    tmpDir: path.join(tmp, 'scratch', `${stage}-${instance}`),
+    binDir: binDirs.get(stage) ?? '',
+  });
 }
 
 /** The real runner, counting what it starts. */
@@ -128,26 +119,6 @@ function instance(stage: PipelineStage, i: number) {
   };
 }
 
-async function addedEvent(name: string): Promise<KappEvent> {
-  const app = await getApp(ns, name);
-  if (!app) throw new Error(`no App ${ns}/${name}`);
-  const m = app.metadata as { uid: string; generation: number; resourceVersion: string };
-  return objectEvent(
-    {
-      clusterId: CLUSTER_ID,
-      kind: 'App',
-      apiVersion: 'kappctrl.k14s.io/v1alpha1',
-      namespace: ns,
-      name,
-      uid: m.uid,
-      generation: m.generation,
-      resourceVersion: m.resourceVersion,
-    },
-    'added',
-    { time: new Date() },
-  );
-}
-
 const names = Array.from({ length: N }, (_, i) => `fleet-${i}`);
 const CONFIG = [
   '#@ load("@ytt:data", "data")',
@@ -189,7 +160,7 @@ describe(`${N} Apps with the same pinned fetch and render, reconciled at once by
   let templates: TemplateStageEvent[] = [];
 
   it('fetch: vendir runs once; every instance hands on the same artifact', async () => {
-    const events = await Promise.all(names.map(addedEvent));
+    const events = await Promise.all(names.map((name) => appObjectEvent(CLUSTER_ID, ns, name, 'added')));
     const out = await Promise.all(events.map((e, i) => instance('fetch', i)(e)));
     expect(runs.get('vendir')).toBe(1);
     templates = out.map((o) => {
