@@ -9,14 +9,16 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setImmediate as tick } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { templateEvent } from '../../events/schema.js';
+import { serializeEvent, templateEvent } from '../../events/schema.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
+import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import type { ConditionalPutResult, GetOptions, ObjectBody, VersionedObject } from '../../functions/lib/store/port.js';
+import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import {
   type AppShape,
   appObject,
@@ -129,6 +131,44 @@ describe('fleet single-flight in the stages', () => {
     worlds.forEach((w, i) => {
       expect(w.statuses().at(-1)?.usefulErrorMessage).toBe(`ytt: Error: cluster ${i}`);
     });
+  });
+
+  it("the function deadline while waiting for another runner's render: no ytt, no status, the record is retried", async () => {
+    const store = new MarkerCountingStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    const [holder, waiter] = fleet(2, store, { status: SUCCEEDED_BEFORE });
+    let release!: () => void;
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    holder!.runner.on('ytt', async () => {
+      await released;
+      return { stdout: MANIFEST };
+    });
+    waiter!.runner.on('ytt', async () => ({ stdout: MANIFEST }));
+    const data = { object: REF, run: RUN, artifacts: { fetchKey } };
+    const held = dispatchEvent(templateEvent(data, { time: new Date(NOW) }), holder!.deps);
+    while (store.markerWrites.length === 0) await tick();
+    const handler = makeSqsHandler('template', () => ({
+      pipeline: waiter!.deps,
+      sender: new MemoryEventSender(),
+      log: waiter!.log,
+      deadlineMarginMs: 1000,
+    }));
+    // 1.1 s left: the deadline fires 100 ms in, while the holder's ytt still runs.
+    const body = serializeEvent(templateEvent(data, { time: new Date(NOW) }));
+    const res = await handler(
+      { Records: [{ messageId: 'm1', body }] },
+      { awsRequestId: 'r1', getRemainingTimeInMillis: () => 1100 },
+    );
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'm1' }] });
+    expect(waiter!.tools()).toEqual([]);
+    expect(waiter!.statuses()).toEqual([]);
+    const errors = waiter!.log.records.map((r) => JSON.stringify(r.obj.error ?? ''));
+    expect(errors.some((e) => e.includes('the function deadline came while waiting for another runner'))).toBe(true);
+    release();
+    await held;
+    expect(holder!.tools()).toEqual(['ytt']);
   });
 
   it('secret-derived content (a ytt values Secret) never takes a marker: each cluster renders its own', async () => {
