@@ -16,15 +16,18 @@ import {
   singleFlight,
 } from '../../functions/lib/artifact/single-flight.js';
 import { memoryLogger } from '../../functions/lib/log.js';
+import { LocalDirStore } from '../../functions/lib/store/local.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import type { ObjectStore } from '../../functions/lib/store/port.js';
+import { useTempDir } from './support/stage-deps.js';
 
+const dir = useTempDir('single-flight-');
 const KEY = renderCacheKey('a'.repeat(64));
 const MARKER = inflightKey(KEY);
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 
 /** A fleet of runners over one store and one fake clock; `sleeps` counts the pauses taken. */
-function fleet() {
-  const store = new MemoryStore();
+function fleet(store: ObjectStore = new MemoryStore()) {
   const clock = { ms: T0, stepMs: 0 };
   const log = memoryLogger();
   const counts = { runs: 0, sleeps: 0 };
@@ -64,13 +67,17 @@ function gate() {
   return { opened, open };
 }
 
-async function marker(store: MemoryStore) {
+async function marker(store: ObjectStore) {
   return parseFlightMarker(await store.get(MARKER));
 }
 
 describe('fleet single-flight', () => {
-  it('N concurrent runners of one key run the tool once; the others use its artifact', async () => {
-    const f = fleet();
+  it.each([
+    ['memory store', () => new MemoryStore()],
+    // The embedded runtime's store over one directory, as the dedup bench's 20 runtimes share it.
+    ['local directory store', () => new LocalDirStore(dir(), { fsync: false })],
+  ])('N concurrent runners of one key run the tool once; the others use its artifact (%s)', async (_name, make) => {
+    const f = fleet(make());
     const g = gate();
     const n = 12;
     const all = Array.from({ length: n }, (_, i) => singleFlight(f.opts(`r${i}`), f.find, f.runner(g.opened)));
