@@ -18,6 +18,8 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { type KappEvent, objectRefOf, serializeEvent } from '../../events/schema.js';
+import type { SqsRecord } from '../../functions/lib/entry/handler.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { layerTools, layerToolVersions } from '../../layers/build.js';
 import { bundleEntry } from '../../layers/bundle.js';
@@ -77,6 +79,22 @@ export function inProcessFunctionEnv(stage: PipelineStage, f: InProcessFunction)
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
     KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 9).toString('base64'),
+  };
+}
+
+/**
+ * `event` as its function's FIFO queue delivers it the first time: the body, its object as the
+ * message group, receive count 1.
+ */
+export function firstReceive(event: KappEvent, messageId: string): SqsRecord {
+  const ref = objectRefOf(event);
+  return {
+    messageId,
+    body: serializeEvent(event),
+    attributes: {
+      MessageGroupId: `${ref.clusterId}/${ref.kind}/${ref.namespace}/${ref.name}`,
+      ApproximateReceiveCount: '1',
+    },
   };
 }
 

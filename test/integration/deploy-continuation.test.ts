@@ -19,14 +19,7 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import {
-  type DeployStageEvent,
-  EVENT_TYPES,
-  type KappEvent,
-  objectRefOf,
-  serializeEvent,
-  targetFunction,
-} from '../../events/schema.js';
+import { type DeployStageEvent, EVENT_TYPES, type KappEvent, targetFunction } from '../../events/schema.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
 import { artifactKeyringFromEnv, createLambdaDeps } from '../../functions/lib/entry/lambda.js';
@@ -48,7 +41,7 @@ import {
   servers,
   suffix,
 } from '../e2e/support.js';
-import { functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
+import { firstReceive, functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
 
@@ -113,22 +106,7 @@ function functions() {
     if (!handler) throw new Error(`no ${stage} function here`);
     const before = sender.sent.length;
     const messageId = `m-${++seq}`;
-    const ref = objectRefOf(event);
-    const res = await handler(
-      {
-        Records: [
-          {
-            messageId,
-            body: serializeEvent(event),
-            attributes: {
-              MessageGroupId: `${ref.clusterId}/${ref.kind}/${ref.namespace}/${ref.name}`,
-              ApproximateReceiveCount: '1',
-            },
-          },
-        ],
-      },
-      { ...context, awsRequestId: messageId },
-    );
+    const res = await handler({ Records: [firstReceive(event, messageId)] }, { ...context, awsRequestId: messageId });
     const stageRuns = log.records
       .filter((r) => r.msg === 'stage run' && r.obj.messageId === messageId)
       .map((r) => r.obj as { stage: string; outcome: string; tools?: { runs: number } });

@@ -15,8 +15,6 @@ import {
   type DeployStageEvent,
   EVENT_TYPES,
   type KappEvent,
-  objectRefOf,
-  serializeEvent,
   type TemplateStageEvent,
   targetFunction,
 } from '../../events/schema.js';
@@ -39,7 +37,7 @@ import {
   servers,
   suffix,
 } from '../e2e/support.js';
-import { functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
+import { firstReceive, functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
 
@@ -95,20 +93,8 @@ function instance(stage: PipelineStage, i: number) {
   });
   return async (event: KappEvent) => {
     expect(targetFunction(event)).toBe(stage);
-    const ref = objectRefOf(event);
     const res = await handler(
-      {
-        Records: [
-          {
-            messageId: `m-${stage}-${i}`,
-            body: serializeEvent(event),
-            attributes: {
-              MessageGroupId: `${ref.clusterId}/${ref.kind}/${ref.namespace}/${ref.name}`,
-              ApproximateReceiveCount: '1',
-            },
-          },
-        ],
-      },
+      { Records: [firstReceive(event, `m-${stage}-${i}`)] },
       { ...LONG, awsRequestId: `m-${stage}-${i}` },
     );
     expect(res).toEqual({ batchItemFailures: [] });
