@@ -43,6 +43,7 @@ import {
 } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
@@ -55,6 +56,7 @@ import type { ClusterAccess, FleetSettings } from './fleet.js';
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
+  INFLIGHT_EXPIRY_DAYS,
   LEASE_EXPIRY_DAYS,
   PRIVATE_EXPIRY_DAYS,
   STAGE_OBJECTS,
@@ -214,7 +216,8 @@ export class KappLambdaStack extends Stack {
       // artifact a record names), which costs a re-fetch or re-render, never a wrong result. A
       // sealed object is written again on each use, so `private/` goes a day after its own TTL.
       // Run leases (`state/leases/`) go 30 days after their last write: a held lease is renewed
-      // every 100 s, so one that old is free (`LEASE_EXPIRY_DAYS`). The rest of `state/` (a
+      // every 100 s, so one that old is free (`LEASE_EXPIRY_DAYS`). In-flight markers
+      // (`inflight/`) live seconds; a leftover goes after a day (`INFLIGHT_EXPIRY_DAYS`). The rest of `state/` (a
       // repository's deployed versions) and the cluster registry are never expired
       // (`fleetSettings` refuses a registry prefix under an expiring one).
       lifecycleRules: [
@@ -224,6 +227,7 @@ export class KappLambdaStack extends Stack {
           expiration: Duration.days(prefix === 'private/' ? PRIVATE_EXPIRY_DAYS : fleet.artifactRetentionDays),
         })),
         { id: 'expire-leases', prefix: LEASE_PREFIX, expiration: Duration.days(LEASE_EXPIRY_DAYS) },
+        { id: 'expire-inflight', prefix: INFLIGHT_PREFIX, expiration: Duration.days(INFLIGHT_EXPIRY_DAYS) },
         { id: 'abort-incomplete-uploads', abortIncompleteMultipartUploadAfter: Duration.days(1) },
       ],
     });

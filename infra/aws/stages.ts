@@ -7,6 +7,7 @@
  * @module
  */
 import { API_VERSIONS, KINDS, objectEvent, targetFunction } from '../../events/schema.js';
+import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
@@ -101,6 +102,12 @@ const SEALED_READ: readonly ObjectAction[] = ['s3:GetObject', 's3:DeleteObject']
 const SEALED_WRITE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
 
 /**
+ * Fleet in-flight markers (`functions/lib/artifact/single-flight.ts`): conditional writes
+ * (If-None-Match, If-Match) while a tool runs, deleted by their holder once the artifact is stored.
+ */
+const IN_FLIGHT: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
+
+/**
  * The run leases of Apps (`functions/lib/lease/`), which fetch, template and deploy share:
  * read and conditional writes (If-Match, If-None-Match) only; a lease is freed by a write, never deleted.
  */
@@ -114,7 +121,7 @@ const RUN_LEASE: ObjectGrant = {
  * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
  * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
  * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
- * for `state/leases/…`). A stage gets only these prefixes: template cannot overwrite a fetch
+ * for `state/leases/…`, `functions/lib/artifact/single-flight.ts` for `inflight/…`). A stage gets only these prefixes: template cannot overwrite a fetch
  * artifact, deploy writes nothing but its Apps' run leases, and
  * install, which only talks to the API server, has no access to the bucket.
  */
@@ -123,6 +130,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'stores fetched tarballs (putIfAbsent)' },
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
+    { keys: `${INFLIGHT_PREFIX}cache/fetch/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of pinned fetches' },
     RUN_LEASE,
   ],
   template: [
@@ -132,6 +140,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'cache/render/*', actions: WRITE, why: 'render cache records' },
     { keys: 'private/*/template/*', actions: SEALED_WRITE, why: 'sealed rendered manifests' },
     { keys: 'private/*/cache/render/*', actions: SEALED_WRITE, why: 'sealed render cache records' },
+    { keys: `${INFLIGHT_PREFIX}cache/render/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of shared renders' },
     RUN_LEASE,
   ],
   deploy: [
@@ -183,6 +192,15 @@ export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/'] as const;
  */
 export const LEASE_EXPIRY_DAYS = 30;
 
+/**
+ * Days after its last write when a fleet in-flight marker (`inflight/…`,
+ * `functions/lib/artifact/single-flight.ts`) is removed: 1, S3's shortest expiry. A marker lives
+ * 30 s unless its holder renews it and is deleted when its artifact is stored; one left behind (a
+ * crashed holder, a failed run's `failed` marker) is already free for the next runner, so the rule
+ * only clears leftovers.
+ */
+export const INFLIGHT_EXPIRY_DAYS = 1;
+
 /** Whether an IAM key pattern of {@link ObjectGrant} (`*` matches anything, `/` included) covers `key`. */
 function keyPatternMatches(pattern: string, key: string): boolean {
   const re = pattern
@@ -199,7 +217,7 @@ function keyPatternMatches(pattern: string, key: string): boolean {
  */
 export function registryPrefixProblem(prefix: string): string | undefined {
   const doc = `${prefix}clusters/x.json`;
-  const expiring = [...EXPIRING_PREFIXES, LEASE_PREFIX].find((p) => doc.startsWith(p));
+  const expiring = [...EXPIRING_PREFIXES, LEASE_PREFIX, INFLIGHT_PREFIX].find((p) => doc.startsWith(p));
   if (expiring) return `the registry must not be under ${expiring}, which expires`;
   for (const [stage, grants] of Object.entries(STAGE_OBJECTS)) {
     const g = grants.find((g) => g.actions.some((a) => a !== 's3:GetObject') && keyPatternMatches(g.keys, doc));

@@ -19,6 +19,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ApiException, CustomObjectsApi } from '@kubernetes/client-node';
 import { afterAll, beforeAll, expect, inject } from 'vitest';
+import { type KappEvent, objectEvent } from '../../events/schema.js';
 import { type EmbeddedOptions, type EmbeddedRuntime, startEmbedded } from '../../functions/embedded/runtime.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { cacheRoot } from '../../layers/gobuild.js';
@@ -213,6 +214,36 @@ export interface StagePart {
   error?: string;
   startedAt?: string;
   updatedAt?: string;
+}
+
+/**
+ * The object event a forwarder of `clusterId` sends for the App `ns/name` as it is now in the
+ * shared cluster (its uid, generation and resourceVersion).
+ * @throws Error when there is no such App.
+ */
+export async function appObjectEvent(
+  clusterId: string,
+  ns: string,
+  name: string,
+  reason: 'added' | 'modified',
+): Promise<KappEvent> {
+  const app = await getApp(ns, name);
+  if (!app) throw new Error(`no App ${ns}/${name}`);
+  const raw = app.metadata as AppObject['metadata'] & { resourceVersion: string };
+  return objectEvent(
+    {
+      clusterId,
+      kind: 'App',
+      apiVersion: 'kappctrl.k14s.io/v1alpha1',
+      namespace: ns,
+      name,
+      uid: raw.uid,
+      generation: raw.generation,
+      resourceVersion: raw.resourceVersion,
+    },
+    reason,
+    { time: new Date() },
+  );
 }
 
 /** An App manifest (`kappctrl.k14s.io/v1alpha1`) deploying with {@link SA}. */

@@ -18,14 +18,17 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdir, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { PipelineStage } from '../../functions/lib/transport/port.js';
-import { layerTools } from '../../layers/build.js';
+import { type KappEvent, objectRefOf, serializeEvent } from '../../events/schema.js';
+import type { SqsRecord } from '../../functions/lib/entry/handler.js';
+import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
+import { layerTools, layerToolVersions } from '../../layers/build.js';
 import { bundleEntry } from '../../layers/bundle.js';
 import { addGitToLayer, GIT_LAYER_STAGES } from '../../layers/git.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
 import { freePort, httpAnswers, LOOPBACK, type ServerProcess, startProcess } from './servers/process.js';
+import type { S3Info } from './servers/s3.js';
 
 /** Path of the emulator binary (`npm run setup` builds it). */
 export const rieBin = (): string => binPath(component('aws-lambda-rie'), 'aws-lambda-rie');
@@ -41,6 +44,58 @@ export interface FunctionLayer {
   readonly bins: readonly string[];
   /** What the deployed layer weighs: its binaries plus the hardening addon, bytes. */
   readonly bytes: number;
+}
+
+/** Where a function run in the test's own process keeps its things ({@link inProcessFunctionEnv}). */
+export interface InProcessFunction {
+  /** The S3-compatible server holding the artifact bucket. */
+  readonly s3: S3Info;
+  /** Key prefix of the function's artifacts in the bucket (`KAPP_LAMBDA_BUCKET_PREFIX`). */
+  readonly bucketPrefix: string;
+  /** Kubeconfig of the clusters the function serves. */
+  readonly kubeconfigPath: string;
+  /** Its `/tmp` (`KAPP_LAMBDA_TMP_DIR`). */
+  readonly tmpDir: string;
+  /** Its layer's tools ({@link FunctionLayer.binDir}). */
+  readonly binDir: string;
+}
+
+/**
+ * The environment the stack gives `stage`'s function, for a test that runs the function's
+ * handler in its own process (`createLambdaDeps`, `makeSqsHandler`) over the test servers: the
+ * queue URLs are placeholders (an in-memory sender stands in for SQS), the artifact root key a
+ * fixed test key, the tool versions those of the stage's layer.
+ */
+export function inProcessFunctionEnv(stage: PipelineStage, f: InProcessFunction): Record<string, string> {
+  return {
+    AWS_REGION: f.s3.region,
+    KAPP_LAMBDA_BUCKET: f.s3.bucket ?? 'kapp-lambda',
+    KAPP_LAMBDA_BUCKET_PREFIX: f.bucketPrefix,
+    KAPP_LAMBDA_S3_ENDPOINT: f.s3.endpoint,
+    ...Object.fromEntries(PIPELINE_STAGES.map((s) => [queueUrlEnv(s), `http://127.0.0.1:9/000000000000/${s}.fifo`])),
+    KAPP_LAMBDA_KUBECONFIG: f.kubeconfigPath,
+    KAPP_LAMBDA_TMP_DIR: f.tmpDir,
+    KAPP_LAMBDA_BIN_DIR: f.binDir,
+    KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
+    KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 9).toString('base64'),
+  };
+}
+
+/**
+ * `event` as its function's FIFO queue delivers it the first time: the body, its object as the
+ * message group, receive count 1.
+ */
+export function firstReceive(event: KappEvent, messageId: string): SqsRecord {
+  const ref = objectRefOf(event);
+  return {
+    messageId,
+    body: serializeEvent(event),
+    attributes: {
+      MessageGroupId: `${ref.clusterId}/${ref.kind}/${ref.namespace}/${ref.name}`,
+      ApproximateReceiveCount: '1',
+    },
+  };
 }
 
 /**

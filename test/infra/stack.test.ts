@@ -14,6 +14,7 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { fetchCacheKey, INFLIGHT_PREFIX, inflightKey, renderCacheKey } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
@@ -28,6 +29,7 @@ import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infr
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
+  INFLIGHT_EXPIRY_DAYS,
   LEASE_EXPIRY_DAYS,
   PRIVATE_EXPIRY_DAYS,
   registryPrefixProblem,
@@ -223,7 +225,7 @@ describe('artifact bucket', () => {
     });
   });
 
-  it('expires artifacts and cache after 30 days, sealed objects after their TTL, run leases after 30 days, no other state', () => {
+  it('expires artifacts and cache after 30 days, sealed objects after their TTL, run leases after 30 days, in-flight markers after 1 day, no other state', () => {
     const bucket = ofType('AWS::S3::Bucket')[0]![1];
     const rules = (bucket.Properties.LifecycleConfiguration as { Rules: Json[] }).Rules;
     const expiry = Object.fromEntries(rules.filter((r) => r.Prefix).map((r) => [r.Prefix, r.ExpirationInDays]));
@@ -232,7 +234,21 @@ describe('artifact bucket', () => {
       'cache/': 30,
       'private/': PRIVATE_EXPIRY_DAYS,
       'state/leases/': LEASE_EXPIRY_DAYS,
+      'inflight/': INFLIGHT_EXPIRY_DAYS,
     });
+    expect(INFLIGHT_EXPIRY_DAYS).toBe(1);
+    // Fleet in-flight markers of both stages are under the rule (a crashed holder's leftovers go).
+    expect(INFLIGHT_PREFIX).toBe('inflight/');
+    expect(registryPrefixProblem('inflight/')).toBe('the registry must not be under inflight/, which expires');
+    // Each stage takes, renews and deletes the markers of its own cache only.
+    const markerGrant = (stage: PipelineStage, key: string) =>
+      STAGE_OBJECTS[stage].find((g) => new RegExp(`^${g.keys.replaceAll('*', '.*')}$`).test(key))?.actions;
+    const fetchMarker = inflightKey(fetchCacheKey('0'.repeat(64)));
+    const renderMarker = inflightKey(renderCacheKey('0'.repeat(64)));
+    expect(markerGrant('fetch', fetchMarker)).toEqual(['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
+    expect(markerGrant('template', renderMarker)).toEqual(['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
+    expect(markerGrant('fetch', renderMarker)).toBeUndefined();
+    expect(markerGrant('template', fetchMarker)).toBeUndefined();
     expect(PRIVATE_EXPIRY_DAYS).toBe(8);
     expect(LEASE_EXPIRY_DAYS).toBe(30);
     // The leases' rule covers exactly the leases' keys: a repository's deployed versions never expire.
@@ -240,13 +256,14 @@ describe('artifact bucket', () => {
     const expiring = (key: string) => rules.some((r) => r.Prefix && key.startsWith(r.Prefix as string));
     expect(expiring(leaseKey({ clusterId: 'prod-eu-1', kind: 'App', namespace: 'ns', name: 'app' }))).toBe(true);
     expect(expiring(repoPointerKey('prod-eu-1', 'ns', 'repo'))).toBe(false);
+    expect(expiring(fetchMarker) && expiring(renderMarker)).toBe(true);
     expect(registryPrefixProblem('state/leases/')).toBe('the registry must not be under state/leases/, which expires');
     expect(rules.every((r) => r.Status === 'Enabled')).toBe(true);
     // The only rule over every key aborts unfinished uploads: it expires no object.
     expect(rules.filter((r) => !r.Prefix)).toEqual([
       { Id: 'abort-incomplete-uploads', AbortIncompleteMultipartUpload: { DaysAfterInitiation: 1 }, Status: 'Enabled' },
     ]);
-    expect([...EXPIRING_PREFIXES, LEASE_PREFIX]).toEqual(Object.keys(expiry));
+    expect([...EXPIRING_PREFIXES, LEASE_PREFIX, INFLIGHT_PREFIX]).toEqual(Object.keys(expiry));
   });
 
   it('never expires a cluster registry document, nor lets a function write one', () => {

@@ -19,28 +19,18 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import {
-  type DeployStageEvent,
-  EVENT_TYPES,
-  type KappEvent,
-  objectEvent,
-  objectRefOf,
-  serializeEvent,
-  targetFunction,
-} from '../../events/schema.js';
+import { type DeployStageEvent, EVENT_TYPES, type KappEvent, targetFunction } from '../../events/schema.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
 import { artifactKeyringFromEnv, createLambdaDeps } from '../../functions/lib/entry/lambda.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
-import { layerToolVersions } from '../../layers/build.js';
-import { hardenAddonPath } from '../../layers/native.js';
+import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import {
-  type AppObject,
   apply,
   applyCrds,
   appManifest,
+  appObjectEvent,
   createTenant,
   deleteNamespaces,
   getApp,
@@ -51,7 +41,7 @@ import {
   servers,
   suffix,
 } from '../e2e/support.js';
-import { functionLayer } from '../harness/lambda.js';
+import { firstReceive, functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
 
@@ -82,19 +72,13 @@ const binDirs = new Map<PipelineStage, string>();
 
 /** The environment of one function as the stack gives it (queues unused: the sender is in memory). */
 function functionEnv(stage: PipelineStage): Record<string, string> {
-  return {
-    AWS_REGION: s3.region,
-    KAPP_LAMBDA_BUCKET: s3.bucket ?? 'kapp-lambda',
-    KAPP_LAMBDA_BUCKET_PREFIX: `deploy-cont-${id}/`,
-    KAPP_LAMBDA_S3_ENDPOINT: s3.endpoint,
-    ...Object.fromEntries(PIPELINE_STAGES.map((s) => [queueUrlEnv(s), `http://127.0.0.1:9/000000000000/${s}.fifo`])),
-    KAPP_LAMBDA_KUBECONFIG: kubeconfigPath,
-    KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch'),
-    KAPP_LAMBDA_BIN_DIR: binDirs.get(stage) ?? '',
-    KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
-    KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
-    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 9).toString('base64'),
-  };
+  return inProcessFunctionEnv(stage, {
+    s3,
+    bucketPrefix: `deploy-cont-${id}/`,
+    kubeconfigPath,
+    tmpDir: path.join(tmp, 'scratch'),
+    binDir: binDirs.get(stage) ?? '',
+  });
 }
 
 /** The fetch, template and deploy functions of one App (its own processes), and what they send. */
@@ -122,22 +106,7 @@ function functions() {
     if (!handler) throw new Error(`no ${stage} function here`);
     const before = sender.sent.length;
     const messageId = `m-${++seq}`;
-    const ref = objectRefOf(event);
-    const res = await handler(
-      {
-        Records: [
-          {
-            messageId,
-            body: serializeEvent(event),
-            attributes: {
-              MessageGroupId: `${ref.clusterId}/${ref.kind}/${ref.namespace}/${ref.name}`,
-              ApproximateReceiveCount: '1',
-            },
-          },
-        ],
-      },
-      { ...context, awsRequestId: messageId },
-    );
+    const res = await handler({ Records: [firstReceive(event, messageId)] }, { ...context, awsRequestId: messageId });
     const stageRuns = log.records
       .filter((r) => r.msg === 'stage run' && r.obj.messageId === messageId)
       .map((r) => r.obj as { stage: string; outcome: string; tools?: { runs: number } });
@@ -147,24 +116,8 @@ function functions() {
 }
 
 /** The object event the forwarder sends for the App as it is now. */
-async function appEvent(name: string, reason: 'added' | 'modified'): Promise<KappEvent> {
-  const app = await getApp(ns, name);
-  if (!app) throw new Error(`no App ${ns}/${name}`);
-  const raw = app.metadata as AppObject['metadata'] & { resourceVersion: string };
-  return objectEvent(
-    {
-      clusterId: CLUSTER_ID,
-      kind: 'App',
-      apiVersion: 'kappctrl.k14s.io/v1alpha1',
-      namespace: ns,
-      name,
-      uid: raw.uid,
-      generation: raw.generation,
-      resourceVersion: raw.resourceVersion,
-    },
-    reason,
-    { time: new Date() },
-  );
+function appEvent(name: string, reason: 'added' | 'modified'): Promise<KappEvent> {
+  return appObjectEvent(CLUSTER_ID, ns, name, reason);
 }
 
 /** An App deploying one Deployment whose Pod needs a node labelled `selector` (none is, yet). */

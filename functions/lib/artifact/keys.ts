@@ -246,3 +246,21 @@ export interface RenderInputs {
 export function renderInputHash(r: RenderInputs): string {
   return sha256Hex(canonicalJson({ v: 2, inputs: r.inputs, template: r.template, values: r.values, tools: r.tools }));
 }
+
+/**
+ * Where the fleet's in-flight markers live (`./single-flight.ts`): `inflight/<cache key>`. A
+ * prefix of its own so a bucket lifecycle rule can expire markers a crashed runner left.
+ */
+export const INFLIGHT_PREFIX = 'inflight/';
+
+/**
+ * Key of the in-flight marker of a shared cache key: `inflight/<cacheKey>`, e.g.
+ * `inflight/cache/render/sha256/<hex>.json` while one runner renders for that input hash.
+ * @param cacheKey a shared cache record key ({@link fetchCacheKey}, {@link renderCacheKey}).
+ * @throws TypeError for a private key (`private/…`): content made from Secrets is never shared,
+ *   so it never waits on another runner.
+ */
+export function inflightKey(cacheKey: string): string {
+  if (cacheKey.startsWith('private/')) throw new TypeError('private content takes no fleet in-flight marker');
+  return `${INFLIGHT_PREFIX}${cacheKey}`;
+}

@@ -355,7 +355,7 @@ async function processRecord(
     const dispatch = d.dispatch ?? dispatchEvent;
     const r = await dispatchWithRetryBound(
       run,
-      { ...d.pipeline, runner, log: elog },
+      { ...d.pipeline, runner, log: elog, ...(deadline ? { deadline } : {}) },
       { attempt: receiveCount ?? 0, maxAttempts },
       {
         secretMask,

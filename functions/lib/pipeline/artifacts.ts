@@ -6,7 +6,10 @@
 import type { AppFetch, AppTemplate } from '../api/index.js';
 import { referencedSecrets } from '../api/refs.js';
 import { type ArtifactScope, isPrivateKey, PrivateArtifacts } from '../artifact/sealed.js';
+import type { FlightOptions } from '../artifact/single-flight.js';
+import { DEFAULT_TIMEOUT_MS } from '../exec/runner.js';
 import type { PipelineDeps } from './deps.js';
+import { infraStep } from './retry-bound.js';
 
 /**
  * Least life, ms, a cached private object must have left to be reused (1 hour), so the next
@@ -84,4 +87,24 @@ export function manifestHasSecret(manifest: string): boolean {
 export async function readArtifact(deps: PipelineDeps, scope: ArtifactScope, key: string): Promise<Buffer | undefined> {
   if (isPrivateKey(key)) return await privateArtifacts(deps).get(scope, key);
   return await deps.store.get(key);
+}
+
+/**
+ * The fleet single-flight options of a stage (`../artifact/single-flight.ts`) for the shared
+ * cache record `key`: the marker names the run, a wait ends with the App's abort `signal` or the
+ * function deadline, and lasts at most the tool timeout (a holder's own run cannot last longer).
+ * Only for shared keys: content made from Secrets never waits on another cluster's run.
+ */
+export function fleetFlight(deps: PipelineDeps, key: string, runId: string, signal: AbortSignal): FlightOptions {
+  return {
+    store: deps.store,
+    key,
+    label: `run:${runId}`,
+    now: deps.now,
+    log: deps.log,
+    maxWaitMs: deps.config.toolTimeoutMs ?? DEFAULT_TIMEOUT_MS,
+    signal,
+    ...(deps.deadline ? { deadline: deps.deadline } : {}),
+    step: infraStep,
+  };
 }

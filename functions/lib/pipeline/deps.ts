@@ -117,6 +117,13 @@ export interface PipelineDeps {
    * @throws when the source cannot be resolved (the run then fetches by tag)
    */
   resolveSource?: (source: import('../fetch/source-resolve.js').PolledSource) => Promise<string>;
+  /**
+   * The function deadline of this invocation (Lambda: fires `DEFAULT_DEADLINE_MARGIN_MS` before
+   * the time limit, `../entry/handler.ts`); the runner's tools get it through `withDeadline`. A
+   * stage waiting for another runner's artifact (`../artifact/single-flight.ts`) stops waiting
+   * when it fires. Absent: no deadline (the embedded runtime).
+   */
+  deadline?: AbortSignal;
   /** Wall clock. */
   now: () => Date;
   /** Uniform [0,1) source for jitter; defaults to `Math.random`. */

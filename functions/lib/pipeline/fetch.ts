@@ -13,6 +13,7 @@
 import { mkdir, rename } from 'node:fs/promises';
 import type { App, AppFetch, RefObjects } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
+import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
 import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
@@ -24,7 +25,7 @@ import { redactSecrets } from '../reconcile/redact.js';
 import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { fetchPart, toEventPart } from '../reconcile/status.js';
-import { fetchIsPrivate, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
+import { fetchIsPrivate, fleetFlight, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
 import { type LoadedApp, makeScratch, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
@@ -184,6 +185,9 @@ export async function fetchPassesUrlPolicy(
   }
 }
 
+/** A fetch's outcome: vendir's result (or the cached record's) and the artifact, on success. */
+type Fetched = { result: StageResult; fetchKey?: string };
+
 /** The record of a pinned fetch: its artifact and vendir's lock config (`status.fetch.stdout`). */
 interface PinnedFetchRecord {
   fetchKey?: string;
@@ -213,7 +217,6 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   const { app } = loaded;
   const startedAt = deps.now();
 
-  let fetched: { result: StageResult; fetchKey?: string } | undefined;
   let tools = { runs: 0, ms: 0 };
   const fetchSpec = app.spec.fetch ?? [];
   const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
@@ -232,44 +235,60 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
       ? await priv.keyFor(scope, 'fetch-cache', pinned)
       : fetchCacheKey(pinned)
     : undefined;
-  if (recordKey && (await fetchPassesUrlPolicy(fetchSpec, deps))) {
+  const usable = recordKey !== undefined && (await fetchPassesUrlPolicy(fetchSpec, deps));
+  /** The pinned fetch's artifact, when its record and the artifact it names exist. */
+  const readPinned = async (): Promise<Fetched | undefined> => {
+    if (!recordKey) return undefined;
     const hit = await infraStep('reading the fetch cache', () =>
       scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
     );
     const rec = hit ? (JSON.parse(hit.toString('utf8')) as PinnedFetchRecord) : undefined;
     const fetchKey = rec?.fetchKey;
-    if (fetchKey && (await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) {
-      // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
-      fetched = { fetchKey, result: { stdout: rec?.stdout ?? '', stderr: '', exitCode: 0, finished: true } };
-    }
-  }
-  const cached = fetched !== undefined;
+    if (!fetchKey || !(await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) return undefined;
+    // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
+    return { fetchKey, result: { stdout: rec?.stdout ?? '', stderr: '', exitCode: 0, finished: true } };
+  };
+  let fetched = usable ? await readPinned() : undefined;
+  let cached = fetched !== undefined;
   if (!fetched) {
     // Deleting (or canceling) the App kills the fetch, as it kills kapp during a deploy.
     const watch = watchForAbort(kube, frame.ref, ctx.ref.uid, deps);
-    let r: Awaited<ReturnType<typeof fetchWithVendir>>;
-    try {
-      r = await fetchWithVendir(app, deps, kube, scope, mask, watch.signal);
-    } catch (err) {
-      if (!watch.signal.aborted) throw err;
-      r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
-    } finally {
-      await watch.stop();
-    }
-    tools = { runs: r.toolRuns, ms: r.toolMs };
-    if (watch.signal.aborted) {
-      // The delete (or the canceled spec's run) owns the App now: no fetch status for it.
-      frame.done('stale', { tools });
-      return {};
-    }
-    fetched = { result: mask.result(r.result), fetchKey: r.fetchKey };
-    if (recordKey && r.fetchKey) {
-      const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(fetched.result.stdout) });
+    const vendir = async (): Promise<FlightRun<Fetched>> => {
+      let r: Awaited<ReturnType<typeof fetchWithVendir>>;
+      try {
+        r = await fetchWithVendir(app, deps, kube, scope, mask, watch.signal);
+      } catch (err) {
+        if (!watch.signal.aborted) throw err;
+        r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+      }
+      tools = { runs: r.toolRuns, ms: r.toolMs };
+      const done = { result: mask.result(r.result), fetchKey: r.fetchKey };
+      // A deleted App's fetch leaves no record: its run ends stale, with no status.
+      if (watch.signal.aborted || !recordKey || !r.fetchKey) return { result: done, shared: false };
+      const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(done.result.stdout) });
       await infraStep('storing the fetch cache record', async () => {
         if (scope && priv) await priv.put(scope, recordKey, rec);
         else await deps.store.put(recordKey, rec);
       });
+      return { result: done, shared: !scope };
+    };
+    let flight: FlightOutcome<Fetched, Fetched>;
+    try {
+      // A pinned shared fetch runs once for the fleet: the same request elsewhere waits for it.
+      flight =
+        usable && !scope
+          ? await singleFlight(fleetFlight(deps, recordKey, ctx.run.runId, watch.signal), readPinned, vendir)
+          : { kind: 'ran', result: (await vendir()).result, role: 'solo' };
+    } finally {
+      await watch.stop();
     }
+    if (flight.kind === 'aborted' || watch.signal.aborted) {
+      // The delete (or the canceled spec's run) owns the App now: no fetch status for it.
+      frame.done('stale', { tools });
+      return {};
+    }
+    if (flight.kind === 'found') cached = true;
+    fetched = flight.kind === 'found' ? flight.value : flight.result;
   }
   const { result, fetchKey } = fetched;
   const part = fetchPart(result, startedAt, deps.now());

@@ -25,15 +25,17 @@ import {
   templateArtifactKey,
 } from '../artifact/keys.js';
 import { isPrivateKey } from '../artifact/sealed.js';
+import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import { templateRootOf } from '../fetch/vendir.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { MissingArtifactError, type StageResult } from '../reconcile/result.js';
 import { fromEventPart, templatePart, toEventPart } from '../reconcile/status.js';
 import type { ClusterInfo } from '../template/downward-api.js';
-import { runTemplateSteps, type TemplateRun } from '../template/execute.js';
+import { runTemplateSteps } from '../template/execute.js';
 import { planTemplate, requiredClusterInfo } from '../template/plan.js';
 import {
+  fleetFlight,
   manifestHasSecret,
   PRIVATE_REUSE_MARGIN_MS,
   privateArtifacts,
@@ -45,6 +47,9 @@ import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
+
+/** A render's outcome: the tools' result (or the cache record's) and the manifest, on success. */
+type Rendered = { result: StageResult; manifestKey?: string };
 
 /** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
 export type ClusterInfoSource = (
@@ -138,85 +143,97 @@ export async function runTemplate(
   const priv = inputsPrivate || deps.keyring ? privateArtifacts(deps) : undefined;
   const privateCacheKey = priv ? await priv.keyFor(scope, 'render-cache', hash) : undefined;
 
-  let manifestKey: string | undefined;
-  let result: StageResult = { stdout: '', stderr: '', exitCode: 0, finished: true };
   let tools = { runs: 0, ms: 0 };
-  const useRecord = async (hit: Buffer | undefined): Promise<void> => {
-    if (!hit || manifestKey) return;
-    const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: string; stderr?: string };
+  /** The render a cache record names, when the manifest it names exists. */
+  const fromRecord = async (hit: Buffer | undefined, sealed: boolean): Promise<Rendered | undefined> => {
+    if (!hit) return undefined;
+    const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: unknown; stderr?: string };
     const key = rec.manifestKey;
-    if (key && (await infraStep('reading the render cache', () => deps.store.head(key)))) {
-      manifestKey = key;
-      result = { stdout: '', stderr: mask.text(rec.stderr ?? ''), exitCode: 0, finished: true };
-    }
-  };
-  if (!inputsPrivate) {
-    const hit = await infraStep('reading the render cache', () => deps.store.get(cacheKey));
     // A shared record never names a private artifact (not even a forged one).
-    if (hit && !isPrivateKey(String((JSON.parse(hit.toString('utf8')) as { manifestKey?: unknown }).manifestKey))) {
-      await useRecord(hit);
-    }
-  }
-  if (!manifestKey && priv && privateCacheKey) {
-    await useRecord(
-      await infraStep('reading the render cache', () => priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS)),
+    if (typeof key !== 'string' || (!sealed && isPrivateKey(key))) return undefined;
+    if (!(await infraStep('reading the render cache', () => deps.store.head(key)))) return undefined;
+    return {
+      manifestKey: key,
+      result: { stdout: '', stderr: mask.text(rec.stderr ?? ''), exitCode: 0, finished: true },
+    };
+  };
+  const readShared = async () =>
+    await fromRecord(await infraStep('reading the render cache', () => deps.store.get(cacheKey)), false);
+  let rendered = inputsPrivate ? undefined : await readShared();
+  if (!rendered && priv && privateCacheKey) {
+    const hit = await infraStep('reading the render cache', () =>
+      priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS),
     );
+    rendered = await fromRecord(hit, true);
   }
-  const cached = manifestKey !== undefined;
-  if (!cached) {
-    const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, data.artifacts.fetchKey));
-    if (!tgz) throw new MissingArtifactError('fetch artifact', data.artifacts.fetchKey);
-    const work = await makeScratch(deps, 'template');
-    try {
-      const src = path.join(work, 'src');
-      await unpackTarball(tgz, src);
-      const templateRoot = path.resolve(src, templateRootOf(app.spec.fetch ?? []));
-      const plan = planTemplate({
-        app: { metadata: app.metadata, spec: { template: templates } },
-        templateRoot,
-        scratchRoot: path.join(work, 'scratch'),
-        refs,
-        cluster: { ...cluster, kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion },
-      });
-      for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
-      // Deleting (or canceling) the App kills the templating tools, as it kills kapp.
-      const watch = watchForAbort(kube, frame.ref, ref.uid, deps);
-      let r: TemplateRun;
+  let cached = rendered !== undefined;
+  if (!rendered) {
+    // Deleting (or canceling) the App kills the templating tools, as it kills kapp.
+    const watch = watchForAbort(kube, frame.ref, ref.uid, deps);
+    const render = async (): Promise<FlightRun<Rendered>> => {
+      const tgz = await infraStep('reading the fetch artifact', () =>
+        readArtifact(deps, scope, data.artifacts.fetchKey),
+      );
+      if (!tgz) throw new MissingArtifactError('fetch artifact', data.artifacts.fetchKey);
+      const work = await makeScratch(deps, 'template');
       try {
-        r = await runTemplateSteps(plan.steps, deps, work, watch.signal);
-      } finally {
-        await watch.stop();
-      }
-      if (watch.signal.aborted) {
-        frame.done('stale', { tools: { runs: r.runs, ms: r.ms } });
-        return {};
-      }
-      // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
-      // before the render cache or status sees it. The manifest itself is not touched.
-      result = mask.result(r.result);
-      tools = { runs: r.runs, ms: r.ms };
-      if (!result.error) {
+        const src = path.join(work, 'src');
+        await unpackTarball(tgz, src);
+        const templateRoot = path.resolve(src, templateRootOf(app.spec.fetch ?? []));
+        const plan = planTemplate({
+          app: { metadata: app.metadata, spec: { template: templates } },
+          templateRoot,
+          scratchRoot: path.join(work, 'scratch'),
+          refs,
+          cluster: {
+            ...cluster,
+            kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion,
+          },
+        });
+        for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
+        const r = await runTemplateSteps(plan.steps, deps, work, watch.signal);
+        tools = { runs: r.runs, ms: r.ms };
+        // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
+        // before the render cache or status sees it. The manifest itself is not touched.
+        const out = mask.result(r.result);
+        if (out.error || watch.signal.aborted) return { result: { result: out }, shared: false };
         const manifest = Buffer.from(r.manifest, 'utf8');
         const digest = createHash('sha256').update(manifest).digest('hex');
-        const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: result.stderr });
+        const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: out.stderr });
         if (inputsPrivate || manifestHasSecret(r.manifest)) {
           const p = privateArtifacts(deps);
           const key = await p.keyFor(scope, 'template', digest);
           await infraStep('storing the rendered manifest', () => p.put(scope, key, manifest));
           const recKey = privateCacheKey ?? (await p.keyFor(scope, 'render-cache', hash));
           await infraStep('storing the render cache record', () => p.put(scope, recKey, record(key)));
-          manifestKey = key;
-        } else {
-          const key = templateArtifactKey(digest);
-          await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
-          await infraStep('storing the render cache record', () => deps.store.put(cacheKey, record(key)));
-          manifestKey = key;
+          // Sealed for this cluster: the fleet's waiters render for themselves.
+          return { result: { result: out, manifestKey: key }, shared: false };
         }
+        const key = templateArtifactKey(digest);
+        await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
+        await infraStep('storing the render cache record', () => deps.store.put(cacheKey, record(key)));
+        return { result: { result: out, manifestKey: key }, shared: true };
+      } finally {
+        await removeScratch(work);
       }
+    };
+    let flight: FlightOutcome<Rendered, Rendered>;
+    try {
+      // A render of shared inputs runs once for the fleet: the same render elsewhere waits for it.
+      flight = inputsPrivate
+        ? { kind: 'ran', result: (await render()).result, role: 'solo' }
+        : await singleFlight(fleetFlight(deps, cacheKey, data.run.runId, watch.signal), readShared, render);
     } finally {
-      await removeScratch(work);
+      await watch.stop();
     }
+    if (flight.kind === 'aborted' || watch.signal.aborted) {
+      frame.done('stale', { tools });
+      return {};
+    }
+    if (flight.kind === 'found') cached = true;
+    rendered = flight.kind === 'found' ? flight.value : flight.result;
   }
+  const { result, manifestKey } = rendered;
   const part = templatePart(result, now());
   const next = await closeHandingOn(frame, {
     parts: { fetch: fromEventPart(data.fetchStatus), template: part },
