@@ -34,21 +34,30 @@ import { SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
 import { markFailed } from '../../functions/lib/reconcile/status.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { cacheRoot } from '../../layers/gobuild.js';
-import { buildHelmRepo, pushBundle } from '../harness/fixtures.js';
-import { type HttpServer, type RegistryServer, startHttpServer, startRegistry } from '../harness/servers.js';
+import { buildHelmRepo, createRepo, pushBundle } from '../harness/fixtures.js';
+import {
+  type GitServer,
+  type HttpServer,
+  type RegistryServer,
+  startGitServer,
+  startHttpServer,
+  startRegistry,
+} from '../harness/servers.js';
 
 const CHARTS = 'charts.kapp-lambda.test';
 const REGISTRY = 'registry.kapp-lambda.test';
 const METADATA = 'metadata.kapp-lambda.test';
+const GIT = 'git.kapp-lambda.test';
 
 let scratch: string;
 let http: HttpServer;
 let registry: RegistryServer;
+let git: GitServer;
 let chartFront: Server;
 let registryFront: Server;
 let denied: Server;
 let deniedHits: string[] = [];
-let ports: { charts: number; registry: number; denied: number };
+let ports: { charts: number; registry: number; denied: number; git: number };
 let runner: ProxiedRunner;
 let deps: PipelineDeps;
 
@@ -110,7 +119,7 @@ async function selfSigned(dir: string): Promise<{ key: string; cert: string }> {
 
 beforeAll(async () => {
   scratch = await realpath(await mkdtemp(path.join(tmpdir(), 'egress-proxy-')));
-  [http, registry] = await Promise.all([startHttpServer(), startRegistry()]);
+  [http, registry, git] = await Promise.all([startHttpServer(), startRegistry(), startGitServer()]);
   denied = await listen(
     createServer((req, res) => {
       deniedHits.push(`${req.method} ${req.url}`);
@@ -158,14 +167,20 @@ beforeAll(async () => {
       forward(req, res, regPort);
     }),
   );
-  ports = { charts: portOf(chartFront), registry: portOf(registryFront), denied: portOf(denied) };
+  ports = {
+    charts: portOf(chartFront),
+    registry: portOf(registryFront),
+    denied: portOf(denied),
+    git: Number(new URL(git.baseUrl).port),
+  };
+  await createRepo(git, 'egress', { 'config.yml': 'a: 1\n' }, { branch: 'main' });
   const bundle = { 'config.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bundled\n' };
   await pushBundle(registry, 'kc/allowed:v1', bundle);
   await pushBundle(registry, 'kc/redirected:v1', bundle);
 
   const policy: UrlPolicy = {
     mode: 'enforce',
-    allow: [`${CHARTS}:${ports.charts}`, `${REGISTRY}:${ports.registry}`],
+    allow: [`${CHARTS}:${ports.charts}`, `${REGISTRY}:${ports.registry}`, `${GIT}:${ports.git}`],
   };
   const checker = new UrlPolicyChecker(policy, async (host) => {
     if (host.endsWith('.kapp-lambda.test')) return ['127.0.0.1'];
@@ -199,7 +214,7 @@ afterAll(async () => {
     s?.closeAllConnections();
     s?.close();
   }
-  await Promise.all([http?.stop(), registry?.stop()]);
+  await Promise.all([http?.stop(), registry?.stop(), git?.stop()]);
   await rm(scratch, { recursive: true, force: true });
 });
 
@@ -257,6 +272,14 @@ describe('egress proxy with the real vendir, helm and imgpkg', () => {
     // helm's own words, with the proxy's reason phrase, stay in usefulErrorMessage.
     expect(status?.usefulErrorMessage).toContain(`403 ${refusal}`);
     expect(deniedHits).toEqual([]);
+  });
+
+  it('git over http from an allow-listed server: the git (curl) vendir runs goes through the proxy', async () => {
+    const { result, fetchKey } = await fetchOne([
+      { git: { url: `http://${GIT}:${ports.git}/egress`, ref: 'origin/main' } },
+    ]);
+    expect(result.error, result.stderr).toBeUndefined();
+    expect(fetchKey).toBeDefined();
   });
 
   it('imgpkgBundle from an allow-listed registry: fetched through the proxy', async () => {

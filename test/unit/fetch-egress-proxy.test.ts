@@ -250,7 +250,7 @@ describe('withEgressProxy', () => {
       const proxied = fake.calls.filter((c) => c.env?.HTTPS_PROXY).map((c) => c.cmd);
       expect(proxied).toEqual(['vendir', 'imgpkg', 'helm', 'kbld', 'git']);
       const env = fake.calls[0]?.env ?? {};
-      expect(env.HTTPS_PROXY).toMatch(/^http:\/\/[0-9a-f]{24}@127\.0\.0\.1:\d+$/);
+      expect(env.HTTPS_PROXY).toMatch(/^http:\/\/[0-9a-f]{24}:x@127\.0\.0\.1:\d+$/);
       expect(env).toMatchObject({
         HTTP_PROXY: env.HTTPS_PROXY,
         http_proxy: env.HTTPS_PROXY,
@@ -261,7 +261,7 @@ describe('withEgressProxy', () => {
       });
       // One proxy for the process, a fresh token per run.
       const urls = fake.calls.slice(0, 5).map((c) => c.env?.HTTPS_PROXY ?? '');
-      expect(new Set(urls.map((u) => u.replace(/\/\/[0-9a-f]+@/, '//'))).size).toBe(1);
+      expect(new Set(urls.map((u) => u.replace(/\/\/[0-9a-f]+:x@/, '//'))).size).toBe(1);
       expect(new Set(urls).size).toBe(5);
       expect(fake.calls.find((c) => c.cmd === 'kapp')?.env).toEqual({ NO_PROXY: '*', KEEP: '1' });
     } finally {

@@ -53,7 +53,9 @@ export interface EgressProxy {
    * The proxy environment of one tool run: `HTTP_PROXY`, `HTTPS_PROXY` and their lowercase forms
    * (curl, hence git, reads only `http_proxy` for http), each naming `token` as the proxy user so
    * that refusals are attributed to the run ({@link track}); `NO_PROXY`/`no_proxy` empty, so an
-   * inherited value cannot exempt a host.
+   * inherited value cannot exempt a host. Go sends the user with every request; git (curl with
+   * `anyauth`) sends it only when challenged, which the proxy never does, so a refused git
+   * request is not attributed (git's own error, `403`, is what the run reports).
    */
   env(token: string): Record<string, string>;
   /** Starts recording the refusals of requests that present `token` (see {@link env}). */
@@ -242,7 +244,9 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   return {
     url,
     env(token) {
-      const proxy = `http://${token}@127.0.0.1:${port}`;
+      // A password too: git asks for the proxy password of a URL that names only a user (and
+      // fails without a terminal); the proxy itself requires no credentials.
+      const proxy = `http://${token}:x@127.0.0.1:${port}`;
       return {
         HTTP_PROXY: proxy,
         HTTPS_PROXY: proxy,

@@ -10,7 +10,9 @@
  *
  * The check covers the URL of every source kind (http, git with scp-style forms, helm
  * repositories including `oci://`, image and bundle registries). A refused source fails the
- * fetch with {@link UrlPolicyError} and no request is sent.
+ * fetch with {@link UrlPolicyError} and no request is sent. What the tools then request (a
+ * second DNS answer, a registry's redirect) is checked again by the egress proxy
+ * (`./egress-proxy.ts`), with {@link UrlPolicyChecker.checkedAddresses}.
  *
  * @module
  */
