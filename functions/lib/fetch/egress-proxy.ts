@@ -177,6 +177,8 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     }
     open.add(upstream);
     upstream.once('close', () => open.delete(upstream));
+    // A tool that goes away (killed at its timeout) drops the upstream connection too.
+    res.once('close', () => upstream.destroy());
     const out = request({
       method: req.method ?? 'GET',
       path: `${url.pathname}${url.search}`,
