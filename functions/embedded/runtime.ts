@@ -172,7 +172,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     ensureTraversable(opts.tmpRoot);
     resolveBin = stageBinaries([...TOOL_NAMES, LAUNCHER_NAME], resolveBin, path.join(opts.tmpRoot, 'bin'));
   }
-  const base: DispatchDeps = createPipelineDeps({
+  const composed = createPipelineDeps({
     clusters: registry,
     store,
     keyring: opts.keyring ?? fileKeyring(path.join(opts.cacheRoot, 'keys', 'artifact-root.key')),
@@ -192,6 +192,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       ...opts.config,
     },
   });
+  const base: DispatchDeps = composed;
   // kapp deploys PackageRepositories as this runtime (upstream: the controller's ServiceAccount).
   base.runtimeKubeconfig = runtimeKubeconfigs(opts.kubeconfigPath);
   const wrapped = opts.wrapDeps ? opts.wrapDeps(base) : base;
@@ -260,6 +261,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       ]);
       pipeline.close();
       await pipeline.idle();
+      await composed.closeEgressProxy();
       await Promise.all([...leaderships.values()].map((l) => l.stop()));
     },
   };

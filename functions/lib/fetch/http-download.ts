@@ -81,7 +81,8 @@ function causeText(err: unknown): string {
  * The real {@link HttpDownloader}, on Node's `fetch` with manual redirects.
  *
  * Differences from Go's client: Node's TLS trust store (its bundled CAs plus
- * `NODE_EXTRA_CA_CERTS`), not the system one; no proxy support (the tools get no proxy either).
+ * `NODE_EXTRA_CA_CERTS`), not the system one; no proxy support (the URL policy is applied to
+ * each hop by `checkUrl` here, while the tools go through the egress proxy, `./egress-proxy.ts`).
  *
  * @param fetchImpl - the `fetch` to use (default: the global one)
  */

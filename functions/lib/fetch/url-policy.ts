@@ -10,7 +10,9 @@
  *
  * The check covers the URL of every source kind (http, git with scp-style forms, helm
  * repositories including `oci://`, image and bundle registries). A refused source fails the
- * fetch with {@link UrlPolicyError} and no request is sent.
+ * fetch with {@link UrlPolicyError} and no request is sent. What the tools then request (a
+ * second DNS answer, a registry's redirect) is checked again by the egress proxy
+ * (`./egress-proxy.ts`), with {@link UrlPolicyChecker.checkedAddresses}.
  *
  * @module
  */
@@ -246,8 +248,21 @@ export class UrlPolicyChecker {
   async check(ep: FetchEndpoint): Promise<void> {
     if (this.policy.mode === 'off') return;
     if (!ALLOWED_SCHEMES.has(ep.scheme)) throw new UrlPolicyError(ep.source, `scheme ${ep.scheme} is not allowed`);
+    if (this.allowedByName(ep)) return;
+    await this.checkedAddresses(ep);
+  }
+
+  /**
+   * Resolves the endpoint's host once and checks every address (an allow-listed host or
+   * `host:port` is not checked), as {@link check} does, and returns the addresses: a caller that
+   * connects to one of them (the egress proxy, `./egress-proxy.ts`) cannot be led elsewhere by a
+   * second, rebinding DNS answer. The scheme is not checked (the caller speaks one protocol).
+   *
+   * @returns the addresses, in the resolver's order (at least one)
+   * @throws {UrlPolicyError} when the host does not resolve or the policy refuses an address
+   */
+  async checkedAddresses(ep: FetchEndpoint): Promise<string[]> {
     const host = ep.host.toLowerCase();
-    if (this.allowedHosts.has(host) || (ep.port && this.allowedHosts.has(`${host}:${ep.port}`))) return;
     let addresses: string[];
     if (isIP(host)) addresses = [host];
     else {
@@ -259,7 +274,9 @@ export class UrlPolicyChecker {
           `host ${host} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
         );
       }
+      if (addresses.length === 0) throw new UrlPolicyError(ep.source, `host ${host} does not resolve`);
     }
+    if (this.policy.mode === 'off' || this.allowedByName(ep)) return addresses;
     for (const address of addresses) {
       const reason = this.deniedReason(address);
       if (reason) {
@@ -267,6 +284,13 @@ export class UrlPolicyChecker {
         throw new UrlPolicyError(ep.source, `${via}, ${reason}, which this deployment does not allow`);
       }
     }
+    return addresses;
+  }
+
+  /** Whether the allow-list names the endpoint's host, or its host and port. */
+  private allowedByName(ep: FetchEndpoint): boolean {
+    const host = ep.host.toLowerCase();
+    return this.allowedHosts.has(host) || (ep.port !== undefined && this.allowedHosts.has(`${host}:${ep.port}`));
   }
 
   /**

@@ -10,6 +10,8 @@
  */
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
+import { withEgressProxy } from '../fetch/egress-proxy.js';
+import { UrlPolicyChecker } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import type { Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
@@ -59,8 +61,15 @@ export function toolEnv(
   return env;
 }
 
-/** The stage handlers' dependencies with the template stage's cluster discovery. */
-export type ComposedPipelineDeps = PipelineDeps & { clusterInfo: ClusterInfoSource };
+/**
+ * The stage handlers' dependencies with the template stage's cluster discovery, and
+ * `closeEgressProxy`, which stops the tools' egress proxy if one was started (a no-op
+ * otherwise; the composition root calls it on shutdown).
+ */
+export type ComposedPipelineDeps = PipelineDeps & {
+  clusterInfo: ClusterInfoSource;
+  closeEgressProxy: () => Promise<void>;
+};
 
 /** What a composition root brings to {@link createPipelineDeps}. */
 export interface PipelineAdapters {
@@ -90,18 +99,26 @@ export interface PipelineAdapters {
 /**
  * Builds the dependencies of the stage handlers from a composition root's adapters: the one
  * command runner (over `tools`, with {@link toolEnv}), the wall clock, and
- * {@link clusterInfoSource} over `discovery` with `config.controllerVersion`.
+ * {@link clusterInfoSource} over `discovery` with `config.controllerVersion`. While
+ * `config.urlPolicy` is enforced, the runner's network tools go through the process's egress
+ * proxy (`withEgressProxy`, `../fetch/egress-proxy.ts`), started at the first such run.
  *
  * @param adapters - The root's ports and configuration.
  * @returns The deps every stage handler (and the in-process dispatcher) takes.
  */
 export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipelineDeps {
   const { tools, config } = adapters;
+  const direct = createCommandRunner({ ...tools, baseEnv: toolEnv(adapters.stage, tools) });
+  const proxied =
+    config.urlPolicy?.mode === 'enforce'
+      ? withEgressProxy(direct, { checker: new UrlPolicyChecker(config.urlPolicy) })
+      : undefined;
   return {
     clusters: adapters.clusters,
     store: adapters.store,
     ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
-    runner: createCommandRunner({ ...tools, baseEnv: toolEnv(adapters.stage, tools) }),
+    runner: proxied ?? direct,
+    closeEgressProxy: async () => await proxied?.close(),
     now: adapters.now ?? (() => new Date()),
     log: adapters.log,
     clusterInfo: clusterInfoSource(adapters.discovery ?? adapters.clusters, config.controllerVersion),

@@ -1,0 +1,346 @@
+/**
+ * The egress proxy of the tool runs (issue 7 §4): while the URL policy is enforced, the tools
+ * that make network requests (vendir and the imgpkg, helm and git it runs, kbld) get
+ * `HTTP_PROXY`/`HTTPS_PROXY` pointing at this small forward proxy on `127.0.0.1`, run by the
+ * function itself. The up-front check of `./url-policy.ts` sees only the URLs an App writes;
+ * the Go tools then resolve the host again (a rebinding DNS answer reaches `127.0.0.1` or
+ * `169.254.169.254`) and follow registry redirects (a blob redirected to
+ * `http://169.254.169.254/...`) on their own. Through the proxy, each `CONNECT host:port`
+ * (https) and each absolute-form request (`GET http://host/...`, plain http) resolves the host
+ * once, checks every address with {@link UrlPolicyChecker} (allow-list included) and connects to
+ * a checked address, so no second resolution can lead elsewhere. A refused target gets a `403`
+ * whose reason phrase and body are the {@link UrlPolicyError} message; the run's error then
+ * carries that message ({@link withEgressProxy}). kapp-controller has no such proxy (its
+ * fetches run in the tenant's own cluster network).
+ *
+ * Known limits, both documented in the README's security section:
+ * - Go's `http.ProxyFromEnvironment` never proxies `localhost` or a loopback IP literal
+ *   (`127.0.0.0/8`, `::1`), whatever `NO_PROXY` says: a redirect to `http://127.0.0.1:9001/...`
+ *   (on Lambda, the Runtime API; nothing else listens on the function's loopback) goes direct.
+ *   The App's own URLs are checked before any tool runs, so only a redirect from an allowed
+ *   server gets there, and the tools only `GET` what it names. Closing it needs the tools built
+ *   with a patched `httpproxy` (or a network namespace, which Lambda does not offer).
+ * - ssh and `git://` git sources do not use an http proxy: their host is checked before the run
+ *   but resolved again by ssh/git.
+ *
+ * Node built-ins only (`node:http`, `node:net`); no proxy library is in the dependencies.
+ *
+ * @module
+ */
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders, request, type ServerResponse } from 'node:http';
+import { connect as netConnect, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { CommandError, type CommandRunner, type RunRequest, type RunResult } from '../exec/runner.js';
+import { type UrlPolicyChecker, UrlPolicyError } from './url-policy.js';
+
+/** Opens a TCP connection to a checked address (the port boundary tests replace). */
+export type EgressConnect = (address: string, port: number) => Socket;
+
+/** Configuration of {@link startEgressProxy}. */
+export interface EgressProxyOptions {
+  /** The policy (and resolver) every target is checked with. */
+  checker: UrlPolicyChecker;
+  /** Default: `net.connect`. */
+  connect?: EgressConnect;
+}
+
+/** A running proxy. */
+export interface EgressProxy {
+  /** `http://127.0.0.1:<port>`. */
+  readonly url: string;
+  /**
+   * The proxy environment of one tool run: `HTTP_PROXY`, `HTTPS_PROXY` and their lowercase forms
+   * (curl, hence git, reads only `http_proxy` for http), each naming `token` as the proxy user so
+   * that refusals are attributed to the run ({@link track}); `NO_PROXY`/`no_proxy` empty, so an
+   * inherited value cannot exempt a host. Go sends the user with every request; git (curl with
+   * `anyauth`) sends it only when challenged, which the proxy never does, so a refused git
+   * request is not attributed (git's own error, `403`, is what the run reports).
+   */
+  env(token: string): Record<string, string>;
+  /** Starts recording the refusals of requests that present `token` (see {@link env}). */
+  track(token: string): void;
+  /** Stops recording for `token` and returns its refusals (the {@link UrlPolicyError} messages). */
+  untrack(token: string): string[];
+  /** Stops listening and drops every open connection. Idempotent. */
+  close(): Promise<void>;
+}
+
+/** Headers that belong to one hop and are not forwarded. */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+/** What may travel in a status line's reason phrase (no CR/LF, printable ASCII). */
+function phrase(text: string): string {
+  return text.replace(/[^\x20-\x7e]/g, '?').slice(0, 1024);
+}
+
+/** The proxy user of a request (the run token), from `Proxy-Authorization: Basic`. */
+function tokenOf(req: IncomingMessage): string | undefined {
+  const m = /^Basic\s+(\S+)$/i.exec(req.headers['proxy-authorization'] ?? '');
+  if (!m?.[1]) return undefined;
+  return Buffer.from(m[1], 'base64').toString('utf8').split(':')[0];
+}
+
+function withoutHopByHop(headers: IncomingMessage['headers']): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  const listed = new Set(
+    String(headers.connection ?? '')
+      .split(',')
+      .map((s) => s.trim().toLowerCase()),
+  );
+  for (const [k, v] of Object.entries(headers)) {
+    if (v !== undefined && !HOP_BY_HOP.has(k) && !listed.has(k)) out[k] = v;
+  }
+  return out;
+}
+
+/**
+ * Starts the proxy on `127.0.0.1` at a random port. Its server does not keep the process alive.
+ *
+ * @param opts - policy checker and connector
+ * @returns the running proxy
+ * @throws the listen error
+ */
+export async function startEgressProxy(opts: EgressProxyOptions): Promise<EgressProxy> {
+  const connectTo = opts.connect ?? ((address, port) => netConnect({ host: address, port }));
+  const tracked = new Map<string, string[]>();
+  const open = new Set<Duplex>();
+
+  /**
+   * Resolves once, checks, and connects to the first checked address that answers. The refusal
+   * names `scheme://host:port` (absolute-form) or `host:port` (CONNECT), never a path or query
+   * (a redirect's query may carry a signed token).
+   */
+  const dial = async (host: string, port: number, scheme?: string): Promise<Socket> => {
+    const authority = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+    const addresses = await opts.checker.checkedAddresses({
+      source: scheme ? `${scheme}://${authority}` : authority,
+      scheme: 'https',
+      host,
+      port: String(port),
+    });
+    let last: unknown;
+    for (const address of addresses) {
+      try {
+        return await new Promise<Socket>((resolve, reject) => {
+          const s = connectTo(address, port);
+          s.once('connect', () => {
+            s.off('error', reject);
+            resolve(s);
+          });
+          s.once('error', reject);
+        });
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last;
+  };
+
+  const refused = (req: IncomingMessage, err: UrlPolicyError): string => {
+    const list = tracked.get(tokenOf(req) ?? '');
+    if (list && list.length < 16) list.push(err.message);
+    return err.message;
+  };
+
+  const onRequest = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '');
+      if (url.protocol !== 'http:') throw new Error('not http');
+    } catch {
+      res.writeHead(400, { 'content-type': 'text/plain' }).end('egress proxy: expected an absolute http URL\n');
+      return;
+    }
+    const port = Number(url.port || 80);
+    let upstream: Socket;
+    try {
+      upstream = await dial(url.hostname.replace(/^\[|\]$/g, ''), port, 'http');
+    } catch (err) {
+      if (err instanceof UrlPolicyError) {
+        const message = refused(req, err);
+        res.writeHead(403, phrase(message), { 'content-type': 'text/plain' }).end(`${message}\n`);
+      } else {
+        res.writeHead(502, { 'content-type': 'text/plain' }).end(`egress proxy: ${(err as Error).message}\n`);
+      }
+      return;
+    }
+    open.add(upstream);
+    upstream.once('close', () => open.delete(upstream));
+    // A tool that goes away (killed at its timeout) drops the upstream connection too.
+    res.once('close', () => upstream.destroy());
+    const out = request({
+      method: req.method ?? 'GET',
+      path: `${url.pathname}${url.search}`,
+      headers: { ...withoutHopByHop(req.headers), host: url.host },
+      createConnection: () => upstream,
+    });
+    out.on('response', (r) => {
+      res.writeHead(r.statusCode ?? 502, r.statusMessage, withoutHopByHop(r.headers));
+      r.pipe(res);
+    });
+    out.on('error', (e) => {
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end(`egress proxy: ${e.message}\n`);
+      else res.destroy();
+    });
+    req.pipe(out);
+  };
+
+  const onConnect = async (req: IncomingMessage, client: Duplex, head: Buffer): Promise<void> => {
+    open.add(client);
+    client.once('close', () => open.delete(client));
+    client.on('error', () => client.destroy());
+    const m = /^\[?([^\]]+?)\]?:(\d{1,5})$/.exec(req.url ?? '');
+    const answer = (status: string, body: string) =>
+      client.end(
+        `HTTP/1.1 ${status}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
+    if (!m?.[1]) {
+      answer('400 Bad Request', 'egress proxy: expected CONNECT host:port\n');
+      return;
+    }
+    let upstream: Socket;
+    try {
+      upstream = await dial(m[1], Number(m[2]));
+    } catch (err) {
+      if (err instanceof UrlPolicyError) answer(`403 ${phrase(refused(req, err))}`, `${err.message}\n`);
+      else answer('502 Bad Gateway', `egress proxy: ${(err as Error).message}\n`);
+      return;
+    }
+    open.add(upstream);
+    upstream.once('close', () => open.delete(upstream));
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+    client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+    if (head.length > 0) upstream.write(head);
+    upstream.pipe(client);
+    client.pipe(upstream);
+  };
+
+  const server = createServer((req, res) => void onRequest(req, res));
+  server.on('connect', (req, socket, head) => void onConnect(req, socket, head));
+  server.on('clientError', (_err, socket) => socket.destroy());
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  server.unref();
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  const url = `http://127.0.0.1:${port}`;
+  let closed: Promise<void> | undefined;
+  return {
+    url,
+    env(token) {
+      // A password too: git asks for the proxy password of a URL that names only a user (and
+      // fails without a terminal); the proxy itself requires no credentials.
+      const proxy = `http://${token}:x@127.0.0.1:${port}`;
+      return {
+        HTTP_PROXY: proxy,
+        HTTPS_PROXY: proxy,
+        http_proxy: proxy,
+        https_proxy: proxy,
+        NO_PROXY: '',
+        no_proxy: '',
+      };
+    },
+    track(token) {
+      tracked.set(token, []);
+    },
+    untrack(token) {
+      const list = tracked.get(token) ?? [];
+      tracked.delete(token);
+      return list;
+    },
+    close() {
+      closed ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+        for (const s of open) s.destroy();
+      });
+      return closed;
+    },
+  };
+}
+
+/**
+ * Tools whose runs go through the proxy: those that fetch (vendir, and the imgpkg, helm and git
+ * it starts, which inherit its environment) and kbld, which resolves image tags at registries.
+ * ytt, cue, sops and age make no requests; kapp talks only to the cluster's API server, which
+ * the proxy must not judge.
+ */
+export const PROXIED_TOOLS: readonly string[] = ['vendir', 'imgpkg', 'helm', 'kbld', 'git'];
+
+/** The run failed and the egress proxy refused a request of it; `message` is the policy's. */
+export class EgressRefusedError extends CommandError {
+  /**
+   * @param cmd - the tool
+   * @param exitCode - its exit code (or -1)
+   * @param message - the first refusal ({@link UrlPolicyError} message)
+   * @param cause - the run's own error
+   */
+  constructor(cmd: string, exitCode: number, message: string, cause: unknown) {
+    super(message, cmd, exitCode, { cause });
+    this.name = 'EgressRefusedError';
+  }
+}
+
+/** A {@link CommandRunner} whose network tools use an egress proxy; `close` stops the proxy. */
+export type ProxiedRunner = CommandRunner & { close(): Promise<void> };
+
+/**
+ * Wraps `runner` so that each run of a {@link PROXIED_TOOLS} tool gets the proxy environment
+ * (the proxy is started at the first such run and shared by every later one; one runner per
+ * process, so one proxy per process). When such a run fails and the proxy refused one of its
+ * requests, its error becomes an {@link EgressRefusedError} with the policy's message (e.g.
+ * `URL policy refused metadata.example:80: metadata.example resolves to 169.254.169.254, a
+ * link-local address ...`), so status names the refusal rather than the tool's generic exit;
+ * the tool's own output (stderr) is kept. The variables are set last, over the request's `env`.
+ *
+ * @param runner - the runner to wrap
+ * @param opts - the proxy's options (policy checker, connector)
+ * @returns the wrapped runner
+ */
+export function withEgressProxy(runner: CommandRunner, opts: EgressProxyOptions): ProxiedRunner {
+  let started: Promise<EgressProxy> | undefined;
+  return {
+    async run(req: RunRequest): Promise<RunResult> {
+      if (!PROXIED_TOOLS.includes(req.cmd)) return await runner.run(req);
+      started ??= startEgressProxy(opts);
+      const proxy = await started;
+      const token = randomBytes(12).toString('hex');
+      proxy.track(token);
+      let result: RunResult;
+      try {
+        result = await runner.run({ ...req, env: { ...req.env, ...proxy.env(token) } });
+      } catch (err) {
+        proxy.untrack(token);
+        throw err;
+      }
+      const first = proxy.untrack(token)[0];
+      if (result.error && first !== undefined) {
+        result.error = new EgressRefusedError(req.cmd, result.exitCode, first, result.error);
+      }
+      return result;
+    },
+    async close() {
+      const p = started;
+      started = undefined;
+      if (p) await (await p).close();
+    },
+  };
+}

@@ -1,0 +1,307 @@
+/**
+ * The tools' egress proxy (`functions/lib/fetch/egress-proxy.ts`) with the real vendir and the
+ * helm and imgpkg code it runs, through the fetch stage's `fetchWithVendir` under an enforced
+ * URL policy: a helm chart repository and a registry the allow-list names are fetched through
+ * the proxy; a chart download and a bundle blob that the server redirects to a denied address
+ * (`metadata.kapp-lambda.test`, loopback) fail with the policy's message in status, and no
+ * request reaches the denied server.
+ *
+ * Every test server listens on 127.0.0.1, which Go never proxies; the tools therefore see them
+ * under `*.kapp-lambda.test` names, which only the proxy's injected resolver knows (127.0.0.1):
+ * a request that did not go through the proxy could not resolve at all. The registry is fronted
+ * by a TLS server (self-signed, `dangerousSkipTLSVerify` for it) because vendir's imgpkg speaks
+ * plain http only to loopback and private IP literals.
+ */
+import { execFile } from 'node:child_process';
+import { lookup } from 'node:dns/promises';
+import { once } from 'node:events';
+import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { App } from '../../functions/lib/api/index.js';
+import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
+import { createCommandRunner } from '../../functions/lib/exec/runner.js';
+import { type ProxiedRunner, withEgressProxy } from '../../functions/lib/fetch/egress-proxy.js';
+import { type UrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
+import { toolEnv } from '../../functions/lib/pipeline/compose.js';
+import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
+import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
+import { SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
+import { markFailed } from '../../functions/lib/reconcile/status.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { cacheRoot } from '../../layers/gobuild.js';
+import { buildHelmRepo, createRepo, pushBundle } from '../harness/fixtures.js';
+import {
+  type GitServer,
+  type HttpServer,
+  type RegistryServer,
+  startGitServer,
+  startHttpServer,
+  startRegistry,
+} from '../harness/servers.js';
+
+const CHARTS = 'charts.kapp-lambda.test';
+const REGISTRY = 'registry.kapp-lambda.test';
+const METADATA = 'metadata.kapp-lambda.test';
+const GIT = 'git.kapp-lambda.test';
+
+let scratch: string;
+let http: HttpServer;
+let registry: RegistryServer;
+let git: GitServer;
+let chartFront: Server;
+let registryFront: Server;
+let denied: Server;
+let deniedHits: string[] = [];
+let ports: { charts: number; registry: number; denied: number; git: number };
+let runner: ProxiedRunner;
+let deps: PipelineDeps;
+
+function portOf(s: Server): number {
+  return (s.address() as { port: number }).port;
+}
+
+async function listen(s: Server): Promise<Server> {
+  s.listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  return s;
+}
+
+/** Forwards a request to `127.0.0.1:<port>` as is and pipes the answer back. */
+function forward(req: IncomingMessage, res: ServerResponse, port: number, rewrite?: (body: string) => string): void {
+  const out = request({ host: '127.0.0.1', port, method: req.method, path: req.url, headers: req.headers }, (r) => {
+    if (!rewrite) {
+      res.writeHead(r.statusCode ?? 502, r.headers);
+      r.pipe(res);
+      return;
+    }
+    let body = '';
+    r.setEncoding('utf8');
+    r.on('data', (c: string) => {
+      body += c;
+    });
+    r.on('end', () => {
+      const text = rewrite(body);
+      res.writeHead(r.statusCode ?? 502, { 'content-type': 'application/x-yaml' }).end(text);
+    });
+  });
+  out.on('error', () => res.writeHead(502).end());
+  req.pipe(out);
+}
+
+/** A self-signed certificate for the registry front's name. */
+async function selfSigned(dir: string): Promise<{ key: string; cert: string }> {
+  const key = path.join(dir, 'tls.key');
+  const cert = path.join(dir, 'tls.crt');
+  await promisify(execFile)('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-days',
+    '1',
+    '-subj',
+    `/CN=${REGISTRY}`,
+    '-addext',
+    `subjectAltName=DNS:${REGISTRY}`,
+    '-keyout',
+    key,
+    '-out',
+    cert,
+  ]);
+  return { key: await readFile(key, 'utf8'), cert: await readFile(cert, 'utf8') };
+}
+
+beforeAll(async () => {
+  scratch = await realpath(await mkdtemp(path.join(tmpdir(), 'egress-proxy-')));
+  [http, registry, git] = await Promise.all([startHttpServer(), startRegistry(), startGitServer()]);
+  denied = await listen(
+    createServer((req, res) => {
+      deniedHits.push(`${req.method} ${req.url}`);
+      res.end('the instance credentials');
+    }),
+  );
+
+  // A one-chart helm repository, served under two prefixes by the chart front.
+  const chart = path.join(scratch, 'chart');
+  await mkdir(path.join(chart, 'templates'), { recursive: true });
+  await writeFile(path.join(chart, 'Chart.yaml'), 'apiVersion: v2\nname: egress\nversion: 1.0.0\nappVersion: "1"\n');
+  await writeFile(
+    path.join(chart, 'templates', 'cm.yaml'),
+    'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: egress\ndata:\n  a: "1"\n',
+  );
+  await buildHelmRepo(http, [chart]);
+  const httpPort = Number(new URL(http.baseUrl).port);
+
+  // The chart front: /ok/charts/* and /redirect/charts/* serve the repo, the index rewritten
+  // to name the front; under /redirect the chart archive answers 307 to the denied server.
+  chartFront = await listen(
+    createServer((req, res) => {
+      const m = /^\/(ok|redirect)(\/charts\/.*)$/.exec(req.url ?? '');
+      if (!m?.[2]) return void res.writeHead(404).end();
+      const [, mode, rest] = m;
+      if (mode === 'redirect' && rest.endsWith('.tgz')) {
+        res.writeHead(307, { location: `http://${METADATA}:${ports.denied}/latest/meta-data/` }).end();
+        return;
+      }
+      req.url = rest;
+      const front = `http://${CHARTS}:${portOf(chartFront)}/${mode}/charts`;
+      const index = (body: string) => body.replaceAll(`${http.baseUrl}/charts`, front);
+      forward(req, res, httpPort, rest.endsWith('/index.yaml') ? index : undefined);
+    }),
+  );
+
+  // The registry front (TLS): forwards to docker-registry; blobs of kc/redirected answer 307.
+  const regPort = Number(registry.host.split(':')[1]);
+  registryFront = await listen(
+    createTlsServer(await selfSigned(scratch), (req, res) => {
+      if (req.method === 'GET' && /^\/v2\/kc\/redirected\/blobs\//.test(req.url ?? '')) {
+        res.writeHead(307, { location: `http://${METADATA}:${ports.denied}/blob` }).end();
+        return;
+      }
+      forward(req, res, regPort);
+    }),
+  );
+  ports = {
+    charts: portOf(chartFront),
+    registry: portOf(registryFront),
+    denied: portOf(denied),
+    git: Number(new URL(git.baseUrl).port),
+  };
+  await createRepo(git, 'egress', { 'config.yml': 'a: 1\n' }, { branch: 'main' });
+  const bundle = { 'config.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bundled\n' };
+  await pushBundle(registry, 'kc/allowed:v1', bundle);
+  await pushBundle(registry, 'kc/redirected:v1', bundle);
+
+  const policy: UrlPolicy = {
+    mode: 'enforce',
+    allow: [`${CHARTS}:${ports.charts}`, `${REGISTRY}:${ports.registry}`, `${GIT}:${ports.git}`],
+  };
+  const checker = new UrlPolicyChecker(policy, async (host) => {
+    if (host.endsWith('.kapp-lambda.test')) return ['127.0.0.1'];
+    throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
+  });
+  await mkdir(path.join(scratch, 'home'));
+  const tools = {
+    allow: ['vendir', 'imgpkg', 'helm'],
+    resolveBin: cacheBinResolver(cacheRoot()),
+    home: path.join(scratch, 'home'),
+    tmpDir: scratch,
+  };
+  runner = withEgressProxy(createCommandRunner({ ...tools, baseEnv: toolEnv('fetch', tools) }), { checker });
+  deps = {
+    runner,
+    store: new MemoryStore(),
+    now: () => new Date(),
+    config: {
+      tmpRoot: scratch,
+      toolVersions: {},
+      controllerVersion: 'test',
+      urlPolicy: policy,
+      dangerousSkipTLSVerify: `${REGISTRY}:${ports.registry}`,
+    },
+  } as unknown as PipelineDeps;
+}, 120_000);
+
+afterAll(async () => {
+  await runner?.close();
+  for (const s of [chartFront, registryFront, denied]) {
+    s?.closeAllConnections();
+    s?.close();
+  }
+  await Promise.all([http?.stop(), registry?.stop(), git?.stop()]);
+  await rm(scratch, { recursive: true, force: true });
+});
+
+/** Runs the fetch stage's vendir for one source and returns its result and the status a failure gives. */
+async function fetchOne(fetch: App['spec']['fetch']) {
+  const app = { metadata: { name: 'a', namespace: 'ns', uid: `u-${Math.random()}` }, spec: { fetch } } as App;
+  const { result, fetchKey } = await fetchWithVendir(
+    app,
+    deps,
+    {} as never,
+    undefined,
+    new SecretMask(),
+    new AbortController().signal,
+  );
+  const status = result.error ? markFailed(undefined, result.error, result.stderr) : undefined;
+  return { result, fetchKey, status };
+}
+
+describe('egress proxy with the real vendir, helm and imgpkg', () => {
+  it('the test names resolve only through the proxy', async () => {
+    await expect(lookup(CHARTS)).rejects.toThrow();
+  });
+
+  it('helmChart from an allow-listed repository: fetched through the proxy', async () => {
+    const { result, fetchKey } = await fetchOne([
+      {
+        helmChart: {
+          name: 'egress',
+          version: '1.0.0',
+          repository: { url: `http://${CHARTS}:${ports.charts}/ok/charts` },
+        },
+      },
+    ]);
+    expect(result.error, result.stderr).toBeUndefined();
+    expect(fetchKey).toBeDefined();
+  });
+
+  it('helmChart whose archive redirects to a denied address: refused by the policy, nothing reaches it', async () => {
+    deniedHits = [];
+    const { result, status } = await fetchOne([
+      {
+        helmChart: {
+          name: 'egress',
+          version: '1.0.0',
+          repository: { url: `http://${CHARTS}:${ports.charts}/redirect/charts` },
+        },
+      },
+    ]);
+    const refusal = `URL policy refused http://${METADATA}:${ports.denied}: ${METADATA} resolves to 127.0.0.1, a loopback address, which this deployment does not allow`;
+    expect(result.error).toBe(`Fetching resources: ${refusal}`);
+    expect(status?.friendlyDescription).toBe(`Reconcile failed: Fetching resources: ${refusal}`);
+    expect(status?.conditions).toEqual([
+      expect.objectContaining({ type: 'ReconcileFailed', message: `Fetching resources: ${refusal}` }),
+    ]);
+    // helm's own words, with the proxy's reason phrase, stay in usefulErrorMessage.
+    expect(status?.usefulErrorMessage).toContain(`403 ${refusal}`);
+    expect(deniedHits).toEqual([]);
+  });
+
+  it('git over http from an allow-listed server: the git (curl) vendir runs goes through the proxy', async () => {
+    const { result, fetchKey } = await fetchOne([
+      { git: { url: `http://${GIT}:${ports.git}/egress`, ref: 'origin/main' } },
+    ]);
+    expect(result.error, result.stderr).toBeUndefined();
+    expect(fetchKey).toBeDefined();
+  });
+
+  it('imgpkgBundle from an allow-listed registry: fetched through the proxy', async () => {
+    const { result, fetchKey } = await fetchOne([
+      { imgpkgBundle: { image: `${REGISTRY}:${ports.registry}/kc/allowed:v1` } },
+    ]);
+    expect(result.error, result.stderr).toBeUndefined();
+    expect(fetchKey).toBeDefined();
+  });
+
+  it('imgpkgBundle whose blob the registry redirects to a denied address: refused, nothing reaches it', async () => {
+    deniedHits = [];
+    const { result, status } = await fetchOne([
+      { imgpkgBundle: { image: `${REGISTRY}:${ports.registry}/kc/redirected:v1` } },
+    ]);
+    const refusal = `URL policy refused http://${METADATA}:${ports.denied}: ${METADATA} resolves to 127.0.0.1, a loopback address, which this deployment does not allow`;
+    expect(result.error).toBe(`Fetching resources: ${refusal}`);
+    expect(status?.friendlyDescription).toBe(`Reconcile failed: Fetching resources: ${refusal}`);
+    // go-containerregistry's own words, with the proxy's body, stay in usefulErrorMessage.
+    expect(status?.usefulErrorMessage).toContain(
+      `GET http://${METADATA}:${ports.denied}/blob: unexpected status code 403 Forbidden:\n      ${refusal}`,
+    );
+    expect(deniedHits).toEqual([]);
+  });
+});
