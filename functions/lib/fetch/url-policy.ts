@@ -115,6 +115,20 @@ export interface FetchEndpoint {
 const ALLOWED_SCHEMES = new Set(['https', 'http', 'ssh', 'git', 'oci', 'registry']);
 
 /**
+ * The port a scheme connects to when its URL names none, so an allow-list entry `host:443`
+ * matches `https://host/...` and the image `host/app` (the URL parser drops a default port).
+ */
+const DEFAULT_PORTS: Readonly<Record<string, string>> = {
+  https: '443',
+  http: '80',
+  ssh: '22',
+  git: '9418',
+  oci: '443',
+  registry: '443',
+  socks5: '1080',
+};
+
+/**
  * The raw authority of `scheme://authority...` as curl (git over http), Go's `net/url` (helm) and
  * ssh read it: everything up to the first `/`, `?` or `#`. The WHATWG parser used here instead
  * also ends a special URL's authority at `\`, so `https://public.example\@127.0.0.1/r` has host
@@ -246,8 +260,14 @@ export class UrlPolicyChecker {
   async check(ep: FetchEndpoint): Promise<void> {
     if (this.policy.mode === 'off') return;
     if (!ALLOWED_SCHEMES.has(ep.scheme)) throw new UrlPolicyError(ep.source, `scheme ${ep.scheme} is not allowed`);
+    await this.checkHost(ep);
+  }
+
+  /** The allow-list, then every address of the endpoint's host (its scheme already judged). */
+  private async checkHost(ep: FetchEndpoint): Promise<void> {
     const host = ep.host.toLowerCase();
-    if (this.allowedHosts.has(host) || (ep.port && this.allowedHosts.has(`${host}:${ep.port}`))) return;
+    const port = ep.port || DEFAULT_PORTS[ep.scheme];
+    if (this.allowedHosts.has(host) || (port && this.allowedHosts.has(`${host}:${port}`))) return;
     let addresses: string[];
     if (isIP(host)) addresses = [host];
     else {
@@ -277,6 +297,32 @@ export class UrlPolicyChecker {
   async checkUrl(url: string): Promise<void> {
     if (this.policy.mode === 'off') return;
     await this.check(fromUrl(url));
+  }
+
+  /**
+   * Checks a URL that a tool other than the fetchers will contact (kapp's API server and proxy,
+   * from an App's kubeconfig Secret), with its own schemes and its own name in the message: the
+   * refusal names `label` and the URL's scheme, host and port only (never its user info, path or
+   * query, which may hold credentials), or `label` alone when it is not a URL.
+   *
+   * @param url - the absolute URL
+   * @param label - what the message calls it (e.g. `kubeconfig clusters[0].cluster.server`)
+   * @param schemes - the schemes it may use (lower case)
+   * @throws {UrlPolicyError} when the policy refuses it
+   */
+  async checkUrlAs(url: string, label: string, schemes: readonly string[]): Promise<void> {
+    if (this.policy.mode === 'off') return;
+    let ep: FetchEndpoint;
+    try {
+      ep = fromUrl(url);
+    } catch (err) {
+      if (!(err instanceof UrlPolicyError)) throw err;
+      throw new UrlPolicyError(label, err.message.slice(`URL policy refused ${url}: `.length));
+    }
+    const shownHost = isIP(ep.host) === 6 ? `[${ep.host}]` : ep.host;
+    const source = `${label} ${ep.scheme}://${shownHost}${ep.port ? `:${ep.port}` : ''}`;
+    if (!schemes.includes(ep.scheme)) throw new UrlPolicyError(source, `scheme ${ep.scheme} is not allowed`);
+    await this.checkHost({ ...ep, source });
   }
 
   /**
