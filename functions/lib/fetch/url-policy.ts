@@ -87,7 +87,7 @@ export class UrlPolicyError extends KappControllerError {
    */
   constructor(
     readonly source: string,
-    detail: string,
+    readonly detail: string,
   ) {
     super(`URL policy refused ${source}: ${detail}`);
     this.name = 'UrlPolicyError';
@@ -317,7 +317,7 @@ export class UrlPolicyChecker {
       ep = fromUrl(url);
     } catch (err) {
       if (!(err instanceof UrlPolicyError)) throw err;
-      throw new UrlPolicyError(label, err.message.slice(`URL policy refused ${url}: `.length));
+      throw new UrlPolicyError(label, err.detail);
     }
     const shownHost = isIP(ep.host) === 6 ? `[${ep.host}]` : ep.host;
     const source = `${label} ${ep.scheme}://${shownHost}${ep.port ? `:${ep.port}` : ''}`;
