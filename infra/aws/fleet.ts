@@ -13,6 +13,7 @@
  * | `artifactRetentionDays` | expiry of `artifacts/` and `cache/` objects, days after their last write | 30 |
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
  * | `forwarders` | JSON object: cluster id → `{"eksClusterArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}`, one send-only forwarder role per cluster, assumable through EKS Pod Identity by that cluster's `kapp-lambda/kapp-lambda-forwarder` ServiceAccount only | `{}` (no forwarder; `KappLambdaStack.addClusterForwarder` for other trust) |
+ * | `urlAllow` | the fleet's exceptions to the URL policy (`functions/lib/fetch/url-policy.ts`): a JSON array (or comma list) of `host`, `host:port` or CIDR entries, e.g. `["registry.corp:443", "10.20.0.0/16"]` for private registries, git servers or API servers; set as `KAPP_LAMBDA_URL_ALLOW` on the functions that fetch or deploy ({@link URL_POLICY_STAGES}); each entry is checked at synth with the runtime's own parser | `[]` (no exception: loopback, link-local and private addresses refused) |
  *
  * The functions find their clusters in the fleet's cluster registry
  * (`functions/lib/kube/fleet-registry.ts`, `npm run cluster -- add --registry s3://…`); the
@@ -23,6 +24,7 @@
  */
 import type { aws_iam as iam } from 'aws-cdk-lib';
 import { z } from 'zod';
+import { parseUrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { DEFAULT_ARTIFACT_RETENTION_DAYS, registryPrefixProblem, STAGE_SIZING } from './stages.js';
@@ -56,6 +58,32 @@ export interface FleetSettings {
   alarmTopicArn?: string;
   /** Per cluster id, the EKS cluster whose forwarder may send events naming it. */
   forwarders: Record<string, ClusterForwarder>;
+  /** URL policy exceptions (`host`, `host:port`, CIDR), each valid for the runtime's parser. */
+  urlAllow: string[];
+}
+
+/**
+ * The functions that get `urlAllow` (as `KAPP_LAMBDA_URL_ALLOW`): those whose URL policy checks
+ * something: fetch and index-repo fetch sources (and poll them), deploy checks an App's
+ * kubeconfig Secret. Template and install contact no URL an App names.
+ */
+export const URL_POLICY_STAGES = ['fetch', 'index-repo', 'deploy'] as const satisfies readonly PipelineStage[];
+
+/**
+ * Why one `urlAllow` entry is invalid, by the parser the functions use on `KAPP_LAMBDA_URL_ALLOW`
+ * (`parseUrlPolicy` and `UrlPolicyChecker`), or `undefined` when it is valid. A comma would
+ * split the entry in the variable, so it is refused too.
+ */
+function urlAllowProblem(entry: string): string | undefined {
+  const problem = `invalid entry ${JSON.stringify(entry)}: expected a host, host:port or CIDR (e.g. registry.corp:443, 10.20.0.0/16)`;
+  if (entry.trim() === '' || entry.includes(',')) return problem;
+  try {
+    const policy = parseUrlPolicy('enforce', entry, 'enforce');
+    new UrlPolicyChecker(policy);
+    return policy.allow.length === 1 ? undefined : problem;
+  } catch {
+    return problem;
+  }
 }
 
 /** A cluster's forwarder on EKS: the cluster its Pod Identity association is in. */
@@ -150,6 +178,21 @@ const ContextSchema = z.object({
       )
       .default({}),
   ),
+  urlAllow: z.preprocess(
+    (v) => {
+      const t = fromText(v);
+      return typeof t === 'string' ? t.split(',').map((e) => e.trim()) : t;
+    },
+    z
+      .array(z.string(), { error: 'expected a JSON array of host, host:port or CIDR entries' })
+      .superRefine((entries, ctx) => {
+        for (const [i, entry] of entries.entries()) {
+          const problem = urlAllowProblem(entry);
+          if (problem) ctx.addIssue({ code: 'custom', path: [i], message: problem });
+        }
+      })
+      .default([]),
+  ),
 });
 
 /** The context keys of {@link FleetSettings}. */
@@ -186,6 +229,7 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     artifactRetentionDays: c.artifactRetentionDays,
     ...(c.alarmTopicArn ? { alarmTopicArn: c.alarmTopicArn } : {}),
     forwarders: c.forwarders,
+    urlAllow: c.urlAllow.map((e) => e.trim()),
   };
 }
 

@@ -52,7 +52,7 @@ import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
-import type { ClusterAccess, FleetSettings } from './fleet.js';
+import { type ClusterAccess, type FleetSettings, URL_POLICY_STAGES } from './fleet.js';
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
@@ -448,6 +448,10 @@ export class KappLambdaStack extends Stack {
         ...clusterAccess.environment,
         ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
         ...(this.senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join(',', senders) } : {}),
+        // The fleet's URL policy exceptions, where the policy checks something (validated at synth).
+        ...((URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage) && props.fleet.urlAllow.length > 0
+          ? { KAPP_LAMBDA_URL_ALLOW: props.fleet.urlAllow.join(',') }
+          : {}),
         // Resolved by CloudFormation at deploy time (a dynamic reference: the template holds
         // none of it); the function reads it from its variables, encrypted with the artifact key.
         // Only for the functions that seal or open private artifacts (not install).

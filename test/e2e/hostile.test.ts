@@ -376,6 +376,55 @@ describe.concurrent('the URL policy (enforced, allow-list: the git server and on
     expect((await fetch(target)).status).toBe(200);
     expect(standInRequests).toEqual([`GET ${RUNTIME_API_PATH}`]);
   });
+
+  it('a kubeconfig Secret whose server is the Lambda Runtime API: Deploying: URL policy refused ..., kapp never started', async () => {
+    const ns = NS.policy;
+    const name = `kubeconfig-${id}`;
+    // A stand-in of its own (the test above counts the shared one's requests).
+    const seen: string[] = [];
+    const own = await listen(
+      createServer((req, res) => {
+        seen.push(`${req.method} ${req.url}`);
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      }),
+    );
+    try {
+      const server = `http://127.0.0.1:${portOf(own)}`;
+      const kubeconfig = [
+        'apiVersion: v1',
+        'kind: Config',
+        `clusters: [{name: c, cluster: {server: "${server}"}}]`,
+        'users: [{name: u, user: {token: t0ken}}]',
+        'contexts: [{name: x, context: {cluster: c, user: u}}]',
+        'current-context: x',
+      ].join('\n');
+      const app = appManifest(ns, name, {
+        fetch: [{ inline: { paths: { 'cm.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: never}\n' } } }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }) as { spec: Record<string, unknown> };
+      delete app.spec.serviceAccountName;
+      app.spec.cluster = { kubeconfigSecretRef: { name: `target-${id}` } };
+      await apply(
+        {
+          apiVersion: 'v1',
+          kind: 'Secret',
+          metadata: { name: `target-${id}`, namespace: ns },
+          stringData: { value: kubeconfig },
+        },
+        app,
+      );
+      const refused = `Deploying: URL policy refused kubeconfig clusters[0].cluster.server ${server}: 127.0.0.1, a loopback address, which this deployment does not allow`;
+      const failed = await waitFailedTwice(policyRt, ns, name);
+      expectFailed(failed, refused);
+      expect(failed.status?.deploy?.error).toBe(refused);
+      expect(toolRuns(policyRt, ns, name, 'deploy')).toBe(0);
+      await expectBounded(policyRt, ns, name);
+      expect(seen).toEqual([]);
+    } finally {
+      await new Promise((r) => own.close(r));
+    }
+  });
 });
 
 describe.concurrent('malformed, unknown and invalid fields', () => {

@@ -24,7 +24,7 @@ import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.j
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { stageAssets } from '../../infra/aws/assets.js';
-import { fleetSettings } from '../../infra/aws/fleet.js';
+import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
 import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';
 import {
   EXPIRING_PREFIXES,
@@ -96,6 +96,9 @@ const objectSuffix = (resource: unknown): string | undefined => {
   return (arn['Fn::GetAtt'] as string[] | undefined)?.[0] === logicalId(stack.bucket) ? suffix : undefined;
 };
 
+/** The fleet's URL allow-list of the main stack's context, as `cdk.json` would hold it. */
+const URL_ALLOW = ['registry.corp:443', '10.20.0.0/16'];
+
 beforeAll(async () => {
   // No credentials of any kind reach the synth (it must not need them).
   for (const k of Object.keys(process.env)) if (k.startsWith('AWS_') || k.startsWith('CDK_')) delete process.env[k];
@@ -113,6 +116,7 @@ beforeAll(async () => {
     concurrency: '{"deploy": 25}',
     sourcePollMinutes: '2',
     forwarders: JSON.stringify({ 'prod-eu-1': { eksClusterArn: PROD_CLUSTER_ARN } }),
+    urlAllow: URL_ALLOW,
   };
   stack = new KappLambdaStack(app, 'KappLambda', {
     assets,
@@ -388,6 +392,13 @@ describe('functions', () => {
     expect(config.clusterRegistry?.location).toEqual({ kind: 's3', bucket: 'kapp-lambda-bucket', prefix: 'registry/' });
     expect(config.kubeconfigPath).toBe('');
     expect(config.senderCheck).toBeDefined();
+    // The fleet's URL allow-list reaches the functions whose URL policy checks something.
+    const policed = (URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage);
+    expect(env.KAPP_LAMBDA_URL_ALLOW).toBe(policed ? 'registry.corp:443,10.20.0.0/16' : undefined);
+    expect(config.urlPolicy).toEqual({
+      mode: 'enforce',
+      allow: policed ? ['registry.corp:443', '10.20.0.0/16'] : [],
+    });
     if (stage === 'install') expect(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS).toBeUndefined();
     else {
       const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);
@@ -640,6 +651,8 @@ describe('cluster registry in a bucket of its own', () => {
     for (const stage of PIPELINE_STAGES) {
       const env = (t.Resources[id(apart.stages[stage].fn)]!.Properties.Environment as { Variables: Json }).Variables;
       expect(env.KAPP_LAMBDA_CLUSTER_REGISTRY).toBe('s3://fleet-registry/kapp-lambda/');
+      // No urlAllow in this context: no exception to the URL policy (the documented default).
+      expect(env.KAPP_LAMBDA_URL_ALLOW).toBeUndefined();
       const st = Object.values(t.Resources)
         .filter((r) => r.Type === 'AWS::IAM::Policy')
         .filter((p) => (p.Properties.Roles as Json[]).some((r) => r.Ref === id(apart.stages[stage].role)))

@@ -99,7 +99,6 @@ async function vendirGit(url: string, ref: string) {
     fetch: [{ git: { url, ref } }],
     namespace: 'ns',
     refs: refObjectsFrom({}),
-    cacheDir: path.join(home, 'cache'),
   });
   const r = await runner.run({
     cmd: plan.command.bin,

@@ -88,7 +88,6 @@ const planFor = (fetch: AppFetch[], preparedHttp?: Map<number, string>) =>
     fetch,
     namespace: 'ns',
     refs: refObjectsFrom({}),
-    cacheDir: path.join(scratch, 'cache'),
     preparedHttp,
   });
 

@@ -5,14 +5,23 @@
  * index`), imgpkgBundle (docker-registry) and http (a zip as GitHub serves one). Each test
  * compares the fetched files with the fixture byte for byte and checks the LockConfig.
  */
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { parse as parseYaml, stringify } from 'yaml';
+import { type App, type AppFetch, refObjectsFrom } from '../../functions/lib/api/index.js';
+import { createCommandRunner } from '../../functions/lib/exec/runner.js';
+import { planVendirSync } from '../../functions/lib/fetch/vendir.js';
+import type { FetchView } from '../../functions/lib/kube/port.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import { toolEnv as stageToolEnv } from '../../functions/lib/pipeline/compose.js';
+import { type PipelineDeps, secretMaskOf } from '../../functions/lib/pipeline/deps.js';
+import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { run } from '../../layers/gobuild.js';
 import { createRepo, fixturePath, pushBundle, readTree, toolBin, toolEnv } from '../harness/fixtures.js';
-import { type ServersInfo, startAllServers } from '../harness/servers.js';
+import { freePort, type ServersInfo, startAllServers } from '../harness/servers.js';
 
 const SIMPLE_APP = fixturePath('k8s-simple-app-example');
 const STEP2 = fixturePath('k8s-simple-app-example', 'config-step-2-template');
@@ -191,5 +200,97 @@ describe('vendir sync', () => {
     await expect(sync({ http: { url: zip?.url, sha256: '0'.repeat(64) } }, 'http-badsum')).rejects.toThrow(
       /sha256|SHA256/,
     );
+  });
+});
+
+/**
+ * Issue 7 §3 for vendir: the fetch stage's own vendir runs (`fetchWithVendir` with the real
+ * command runner) keep no cache. Upstream's `VENDIR_CACHE_DIR` (`<tmp>/vendir-cache/apps/<uid>`)
+ * outlived every run, and vendir keys a bundle there by digest alone: a second run for the same
+ * App naming that digest on an unreachable registry was served from it.
+ */
+describe('the fetch stage runs vendir with no cache between runs', () => {
+  const TOOLS = ['vendir', 'helm', 'imgpkg'];
+  // Fetches with no Secret or ConfigMap reference read nothing through the view.
+  const noKube = new Proxy({} as FetchView, {
+    get: (_t, name) => () => {
+      throw new Error(`the fetch read ${String(name)} from the cluster`);
+    },
+  });
+  const app = (fetch: AppFetch[]) =>
+    ({
+      apiVersion: 'kappctrl.k14s.io/v1alpha1',
+      kind: 'App',
+      metadata: { name: 'simple', namespace: 'ns', uid: 'same-app-uid' },
+      spec: { fetch },
+    }) as unknown as App;
+
+  /** A tmp root as the functions have one (Lambda: `/tmp`): scratch and tool run directories. */
+  async function stage(name: string): Promise<{ tmpRoot: string; deps: PipelineDeps }> {
+    const tmpRoot = path.join(scratch, name);
+    await mkdir(tmpRoot);
+    const tools = { allow: TOOLS, resolveBin: toolBin, tmpDir: tmpRoot };
+    const deps: PipelineDeps = {
+      clusters: undefined as unknown as PipelineDeps['clusters'],
+      store: new MemoryStore(),
+      runner: createCommandRunner({ ...tools, baseEnv: stageToolEnv('fetch', tools) }),
+      now: () => new Date(),
+      log: memoryLogger(),
+      config: { tmpRoot, toolVersions: { vendir: '0.44.0' }, controllerVersion: 'v0.53.1' },
+    };
+    return { tmpRoot, deps };
+  }
+
+  const fetchOnce = async (deps: PipelineDeps, fetch: AppFetch[]) =>
+    await fetchWithVendir(app(fetch), deps, noKube, undefined, secretMaskOf(deps), new AbortController().signal);
+
+  it('leaves nothing in the tmp root after a git, a bundle or a failed fetch', async () => {
+    const { tmpRoot, deps } = await stage('no-leftovers');
+    const bundle = servers.registry.bundles['k8slt/kctrl-example-pkg:v1.0.0'];
+    const fetches: [AppFetch[], boolean][] = [
+      [[{ git: { url: servers.git.repos['k8s-simple-app-example']?.url, ref: 'origin/develop' } }], true],
+      [[{ imgpkgBundle: { image: bundle?.digestRef } }], true],
+      [[{ git: { url: servers.git.repos['k8s-simple-app-example']?.url, ref: 'origin/no-such-branch' } }], false],
+    ];
+    for (const [fetch, ok] of fetches) {
+      const r = await fetchOnce(deps, fetch);
+      expect(r.toolRuns).toBe(1);
+      expect(r.result.error === undefined).toBe(ok);
+      expect(await readdir(tmpRoot)).toEqual([]);
+    }
+  });
+
+  it('a second run for the same App is not served the bundle the first run fetched', async () => {
+    const pushed = await pushBundle(servers.registry, 'vendir/no-cache:v1', { 'config.yml': 'kind: ConfigMap\n' });
+    // The same digest on a registry nobody listens on: only a cache could serve it.
+    const unreachable = `127.0.0.1:${await freePort()}/nothing@${pushed.digest}`;
+
+    // Control: with upstream's cache directory kept between runs, the second run succeeds.
+    const control = await stage('control');
+    const cacheDir = path.join(control.tmpRoot, 'vendir-cache', 'apps', 'same-app-uid');
+    await mkdir(cacheDir, { recursive: true });
+    const upstreamRun = async (image: string) => {
+      const work = await mkdtemp(path.join(control.tmpRoot, 'fetch-'));
+      const plan = planVendirSync({ fetch: [{ imgpkgBundle: { image } }], namespace: 'ns', refs: refObjectsFrom({}) });
+      const r = await control.deps.runner.run({
+        cmd: 'vendir',
+        args: plan.command.args,
+        stdin: plan.stdin,
+        cwd: work,
+        env: { ...plan.command.env, VENDIR_CACHE_DIR: cacheDir },
+      });
+      await rm(work, { recursive: true });
+      return r;
+    };
+    expect((await upstreamRun(pushed.digestRef)).exitCode).toBe(0);
+    expect((await upstreamRun(unreachable)).exitCode).toBe(0);
+
+    const { tmpRoot, deps } = await stage('same-app');
+    const first = await fetchOnce(deps, [{ imgpkgBundle: { image: pushed.digestRef } }]);
+    expect(first.result.error).toBeUndefined();
+    const second = await fetchOnce(deps, [{ imgpkgBundle: { image: unreachable } }]);
+    expect(second.result.error).toBe('Fetching resources: Error (see .status.usefulErrorMessage for details)');
+    expect(second.result.stderr).toMatch(/connection refused/);
+    expect(await readdir(tmpRoot)).toEqual([]);
   });
 });

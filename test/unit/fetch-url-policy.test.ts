@@ -159,6 +159,15 @@ describe('URL policy (enforced)', () => {
     expect(await refusal([{ http: { url: 'http://127.0.0.1:9001/x' } }], policy)).toContain('a loopback address');
   });
 
+  it('matches an allow-list host:port entry against the default port of the scheme', async () => {
+    const policy = parseUrlPolicy('enforce', 'corp-registry.internal:443', 'off');
+    expect(await refusal([{ image: { url: 'corp-registry.internal/app:1' } }], policy)).toBeUndefined();
+    expect(await refusal([{ http: { url: 'https://corp-registry.internal/x.tgz' } }], policy)).toBeUndefined();
+    expect(await refusal([{ http: { url: 'http://corp-registry.internal/x.tgz' } }], policy)).toContain(
+      'a private address',
+    );
+  });
+
   it('allows everything when off (the embedded default, as kapp-controller)', async () => {
     expect(await refusal([{ http: { url: 'http://127.0.0.1:9001/x' } }], { mode: 'off', allow: [] })).toBeUndefined();
   });

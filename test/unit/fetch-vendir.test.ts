@@ -314,12 +314,11 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
     ...extra,
   });
 
-  it('runs exactly `vendir sync -f - --lock-file /dev/null` with VENDIR_CACHE_DIR, a GODEBUG refusing unsafe tar/zip names and a git that follows no redirect', () => {
-    expect(vendirSyncCommand('/cache/apps/uid-1')).toEqual({
+  it('runs exactly `vendir sync -f - --lock-file /dev/null` with no VENDIR_CACHE_DIR, a GODEBUG refusing unsafe tar/zip names and a git that follows no redirect', () => {
+    expect(vendirSyncCommand()).toEqual({
       bin: 'vendir',
       args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
       env: {
-        VENDIR_CACHE_DIR: '/cache/apps/uid-1',
         GODEBUG: 'tarinsecurepath=0,zipinsecurepath=0',
         GIT_CONFIG_COUNT: '1',
         GIT_CONFIG_KEY_0: 'http.followRedirects',
@@ -346,7 +345,6 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
       ],
       namespace: 'ns',
       refs,
-      cacheDir: '/c',
     });
     expect(vendirResourceRefs(plan.config)).toEqual([
       { kind: 'Secret', name: 'git-creds' },
@@ -392,7 +390,6 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
       fetch: [{ inline: { paths: { 'a.yml': 'a' } } }],
       namespace: 'ns',
       refs: refObjectsFrom({}),
-      cacheDir: '/c',
     });
     expect(plan.extraDocuments).toEqual([]);
     expect(plan.stdin).toBe(plan.configYaml);
@@ -407,7 +404,7 @@ describe('planVendirSync (ConfigBytes + Run)', () => {
     ],
     [[{ inline: { pathsFrom: [{ configMapRef: { name: 'cm' } }] } }], 'Fetching: configmaps "cm" not found'],
   ] as Array<[AppFetch[], string]>)('fails for a missing object: %s', (fetch, message) => {
-    expect(() => planVendirSync({ fetch, namespace: 'ns', refs: refObjectsFrom({}), cacheDir: '/c' })).toThrowError(
+    expect(() => planVendirSync({ fetch, namespace: 'ns', refs: refObjectsFrom({}) })).toThrowError(
       new KappControllerError(message),
     );
   });

@@ -22,6 +22,7 @@ describe('fleetSettings', () => {
       logRetentionDays: 30,
       artifactRetentionDays: 30,
       forwarders: {},
+      urlAllow: [],
     });
   });
 
@@ -35,6 +36,7 @@ describe('fleetSettings', () => {
       artifactRetentionDays: '7',
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
       forwarders: '{"prod-eu-1": {"eksClusterArn": "arn:aws:eks:eu-west-1:123456789012:cluster/prod"}}',
+      urlAllow: '["registry.corp:443", "10.20.0.0/16"]',
     });
     expect(s).toEqual({
       clusterRegistryBucket: 'fleet-admin-registry',
@@ -45,7 +47,45 @@ describe('fleetSettings', () => {
       artifactRetentionDays: 7,
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
       forwarders: { 'prod-eu-1': { eksClusterArn: 'arn:aws:eks:eu-west-1:123456789012:cluster/prod' } },
+      urlAllow: ['registry.corp:443', '10.20.0.0/16'],
     });
+  });
+
+  it('takes urlAllow as a cdk.json array or a comma list, each entry as the functions parse KAPP_LAMBDA_URL_ALLOW', () => {
+    expect(settings({ urlAllow: ['git.corp', 'fd00::/8', '[fd00::1]:5000'] }).urlAllow).toEqual([
+      'git.corp',
+      'fd00::/8',
+      '[fd00::1]:5000',
+    ]);
+    expect(settings({ urlAllow: ' registry.corp:443 , 10.20.0.0/16 ' }).urlAllow).toEqual([
+      'registry.corp:443',
+      '10.20.0.0/16',
+    ]);
+    expect(settings({ urlAllow: '[]' }).urlAllow).toEqual([]);
+  });
+
+  it('fails the synth on a malformed urlAllow entry, naming it', () => {
+    const problems = (urlAllow: unknown) => {
+      try {
+        settings({ urlAllow });
+        return [];
+      } catch (err) {
+        expect(err).toBeInstanceOf(FleetContextError);
+        return [...(err as FleetContextError).problems];
+      }
+    };
+    const invalid = (i: number, entry: string) =>
+      `urlAllow.${i}: invalid entry ${JSON.stringify(entry)}: expected a host, host:port or CIDR (e.g. registry.corp:443, 10.20.0.0/16)`;
+    expect(problems(['https://registry.corp/v2', '10.20.0.0/16', '10.0.0.0/99', 'a,b', ''])).toEqual([
+      invalid(0, 'https://registry.corp/v2'),
+      invalid(2, '10.0.0.0/99'),
+      invalid(3, 'a,b'),
+      invalid(4, ''),
+    ]);
+    expect(problems('registry.corp, *.corp')).toEqual([invalid(1, '*.corp')]);
+    expect(problems('{"registry.corp": true}')).toEqual([
+      'urlAllow: expected a JSON array of host, host:port or CIDR entries',
+    ]);
   });
 
   it('applies one concurrency number to every function, as cdk.json values arrive', () => {

@@ -234,6 +234,62 @@ export function restrictKubeconfig(input: string): RestrictedKubeconfig {
   }
 }
 
+/** A URL kapp would contact because a kubeconfig names it (see {@link kubeconfigUrls}). */
+export interface KubeconfigUrl {
+  /** Where it is, e.g. `kubeconfig clusters[0].cluster.server`; names no value. */
+  label: string;
+  /**
+   * `server`: an API server (client-go speaks `https` or `http` to it); `proxy`: the proxy every
+   * request to that cluster goes through (`http`, `https` or `socks5`); `token-issuer`: an OIDC
+   * issuer kapp asks for a token endpoint, which it then posts the refresh token to.
+   */
+  kind: 'server' | 'proxy' | 'token-issuer';
+  /** The absolute URL. */
+  url: string;
+}
+
+/**
+ * Every URL kapp may contact with a restricted kubeconfig ({@link restrictKubeconfig}'s output):
+ * each cluster's `server` and `proxy-url` (every cluster, not only the current context's), and
+ * the `idp-issuer-url` of an `auth-provider` that can refresh its token (`refresh-token` set;
+ * client-go's oidc provider then fetches `<issuer>/.well-known/openid-configuration` and posts to
+ * the `token_endpoint` it names; without a refresh token it sends nothing). A `server` without a
+ * scheme is listed as both `https://` and `http://` (client-go picks one by the TLS settings).
+ * An empty `server` is not listed: client-go refuses such a config before any request.
+ *
+ * @param restrictedYaml - the `yaml` of a {@link RestrictedKubeconfig}
+ * @returns the URLs in document order
+ */
+export function kubeconfigUrls(restrictedYaml: string): KubeconfigUrl[] {
+  const doc = parse(restrictedYaml) as {
+    clusters?: { cluster?: { server?: string; 'proxy-url'?: string } }[] | null;
+    users?: { user?: { 'auth-provider'?: { config?: Record<string, string> | null } } }[] | null;
+  };
+  const out: KubeconfigUrl[] = [];
+  for (const [i, c] of (doc.clusters ?? []).entries()) {
+    const at = `kubeconfig clusters[${i}].cluster`;
+    const server = c.cluster?.server ?? '';
+    if (/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(server)) out.push({ label: `${at}.server`, kind: 'server', url: server });
+    else if (server !== '') {
+      for (const scheme of ['https', 'http'])
+        out.push({ label: `${at}.server`, kind: 'server', url: `${scheme}://${server}` });
+    }
+    const proxy = c.cluster?.['proxy-url'];
+    if (proxy) out.push({ label: `${at}.proxy-url`, kind: 'proxy', url: proxy });
+  }
+  for (const [i, u] of (doc.users ?? []).entries()) {
+    const config = u.user?.['auth-provider']?.config ?? {};
+    if (config['refresh-token'] && config['idp-issuer-url']) {
+      out.push({
+        label: `kubeconfig users[${i}].user.auth-provider.config.idp-issuer-url`,
+        kind: 'token-issuer',
+        url: config['idp-issuer-url'],
+      });
+    }
+  }
+  return out;
+}
+
 /** Input for {@link serviceAccountKubeconfig}. */
 export interface ServiceAccountKubeconfigInput {
   /** TokenRequest token for the App's ServiceAccount. */
@@ -283,7 +339,9 @@ export function kubeconfigFromSecret(secret: SecretLike, key?: string): string {
     const keys = Object.keys(data).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     throw new KappControllerError(`Expected to find key '${k}' in secret (keys: ${keys.join(', ')})`);
   }
-  return data[k]!.toString('utf8');
+  // Buffer.from: a Secret read through structuredClone (the embedded runtime's copies, the test
+  // fakes) holds plain Uint8Arrays, whose toString is a list of numbers.
+  return Buffer.from(data[k]!).toString('utf8');
 }
 
 /** Where an App's kapp credentials come from. */

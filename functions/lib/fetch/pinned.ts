@@ -2,10 +2,10 @@
  * Pinned-source detection and a stable identity for a fetch entry's content, so the fetch function
  * can skip re-fetching a source whose content cannot change and whose artifact already exists.
  *
- * Not an upstream feature as such: upstream's vendir cache (`VENDIR_CACHE_DIR`, keyed by App UID)
- * reuses only images referenced by digest. This widens the same idea to every source whose content
- * is fixed by the spec alone, and keys it by content rather than by object, so the whole fleet
- * shares one artifact.
+ * Not an upstream feature as such: upstream's vendir cache (`VENDIR_CACHE_DIR`, keyed by App UID,
+ * not set here: see `vendirSyncCommand`) reuses images referenced by digest. This widens the same
+ * idea to every source whose content is fixed by the spec alone, and keys it by content rather
+ * than by object, so the whole fleet shares one artifact.
  *
  * @module
  */

@@ -89,7 +89,7 @@ export class UrlPolicyError extends KappControllerError {
    */
   constructor(
     readonly source: string,
-    detail: string,
+    readonly detail: string,
   ) {
     super(`URL policy refused ${source}: ${detail}`);
     this.name = 'UrlPolicyError';
@@ -115,6 +115,20 @@ export interface FetchEndpoint {
 
 /** Schemes a fetch may use when the policy is enforced (no `file://`, `ext::` or local paths). */
 const ALLOWED_SCHEMES = new Set(['https', 'http', 'ssh', 'git', 'oci', 'registry']);
+
+/**
+ * The port a scheme connects to when its URL names none, so an allow-list entry `host:443`
+ * matches `https://host/...` and the image `host/app` (the URL parser drops a default port).
+ */
+const DEFAULT_PORTS: Readonly<Record<string, string>> = {
+  https: '443',
+  http: '80',
+  ssh: '22',
+  git: '9418',
+  oci: '443',
+  registry: '443',
+  socks5: '1080',
+};
 
 /**
  * The raw authority of `scheme://authority...` as curl (git over http), Go's `net/url` (helm) and
@@ -287,10 +301,14 @@ export class UrlPolicyChecker {
     return addresses;
   }
 
-  /** Whether the allow-list names the endpoint's host, or its host and port. */
+  /**
+   * Whether the allow-list names the endpoint's host, or its host and port (the scheme's default
+   * port when the URL names none, so `registry.corp:443` matches `https://registry.corp`).
+   */
   private allowedByName(ep: FetchEndpoint): boolean {
     const host = ep.host.toLowerCase();
-    return this.allowedHosts.has(host) || (ep.port !== undefined && this.allowedHosts.has(`${host}:${ep.port}`));
+    const port = ep.port || DEFAULT_PORTS[ep.scheme];
+    return this.allowedHosts.has(host) || (port !== undefined && this.allowedHosts.has(`${host}:${port}`));
   }
 
   /**
@@ -301,6 +319,34 @@ export class UrlPolicyChecker {
   async checkUrl(url: string): Promise<void> {
     if (this.policy.mode === 'off') return;
     await this.check(fromUrl(url));
+  }
+
+  /**
+   * Checks a URL that a tool other than the fetchers will contact (kapp's API server and proxy,
+   * from an App's kubeconfig Secret), with its own schemes and its own name in the message: the
+   * refusal names `label` and the URL's scheme, host and port only (never its user info, path or
+   * query, which may hold credentials), or `label` alone when it is not a URL.
+   *
+   * @param url - the absolute URL
+   * @param label - what the message calls it (e.g. `kubeconfig clusters[0].cluster.server`)
+   * @param schemes - the schemes it may use (lower case)
+   * @throws {UrlPolicyError} when the policy refuses it
+   */
+  async checkUrlAs(url: string, label: string, schemes: readonly string[]): Promise<void> {
+    if (this.policy.mode === 'off') return;
+    let ep: FetchEndpoint;
+    try {
+      ep = fromUrl(url);
+    } catch (err) {
+      if (!(err instanceof UrlPolicyError)) throw err;
+      throw new UrlPolicyError(label, err.detail);
+    }
+    const shownHost = isIP(ep.host) === 6 ? `[${ep.host}]` : ep.host;
+    const source = `${label} ${ep.scheme}://${shownHost}${ep.port ? `:${ep.port}` : ''}`;
+    if (!schemes.includes(ep.scheme)) throw new UrlPolicyError(source, `scheme ${ep.scheme} is not allowed`);
+    const named = { ...ep, source };
+    if (this.allowedByName(named)) return;
+    await this.checkedAddresses(named);
   }
 
   /**

@@ -575,8 +575,8 @@ export interface VendirSyncCommand {
   /** Exactly upstream's: `sync -f - --lock-file /dev/null`. */
   args: string[];
   /**
-   * `VENDIR_CACHE_DIR` (upstream sets only this variable), {@link VENDIR_GODEBUG} and
-   * `GIT_SAFETY_ENV` (`./git-env.ts`: the git vendir runs follows no redirect).
+   * {@link VENDIR_GODEBUG} and `GIT_SAFETY_ENV` (`./git-env.ts`: the git vendir runs follows no
+   * redirect). No `VENDIR_CACHE_DIR`: see {@link vendirSyncCommand}.
    */
   env: Record<string, string>;
 }
@@ -596,14 +596,24 @@ export const VENDIR_GODEBUG = 'tarinsecurepath=0,zipinsecurepath=0';
  * discarded, cwd = the fetch working directory; plus {@link VENDIR_GODEBUG} and `GIT_SAFETY_ENV`
  * (vendir hands its environment to the `git` it runs, which then follows no redirect).
  *
- * @param cacheDir - absolute vendir cache directory for this object (upstream:
- *   `<cacheRoot>/apps/<app uid>` for Apps, `.../pkg-repo/<uid>` for PackageRepositories)
+ * Deviation: upstream also sets `VENDIR_CACHE_DIR` to a directory per object
+ * (`<cacheRoot>/apps/<app uid>`) that outlives the run. Here vendir gets none, so it caches
+ * nothing (vendir v0.44 reads no other cache location: without the variable it uses its
+ * `NoCache`), and no run reads what an earlier run left (issue 7 §3). That cache is unsafe to
+ * keep: vendir keys an image or bundle entry by its digest alone, so a later run for
+ * `<any registry>/x@<same digest>` is served from it without contacting that registry, and a
+ * git entry is a `git bundle` a later `git fetch` starts from. What it saved is small: vendir
+ * caches only entries of at most 1 MiB (`VENDIR_MAX_CACHE_SIZE`); a pinned fetch (commit,
+ * digest, sha256) whose artifact is stored does not run vendir at all (`./pinned.ts`); and an
+ * empty cache per run would cost more than none (vendir then writes a `git bundle` of every
+ * git source: 785 ms without a cache, 944 ms with an empty one, 594 ms with a warm one, for a
+ * 43-file repository over local HTTP).
  */
-export function vendirSyncCommand(cacheDir: string): VendirSyncCommand {
+export function vendirSyncCommand(): VendirSyncCommand {
   return {
     bin: 'vendir',
     args: ['sync', '-f', '-', '--lock-file', '/dev/null'],
-    env: { VENDIR_CACHE_DIR: cacheDir, GODEBUG: VENDIR_GODEBUG, ...GIT_SAFETY_ENV },
+    env: { GODEBUG: VENDIR_GODEBUG, ...GIT_SAFETY_ENV },
   };
 }
 
@@ -617,8 +627,6 @@ export interface VendirPlanInput {
   refs: RefObjects;
   /** Controller configuration's `dangerousSkipTLSVerify`. */
   dangerousSkipTLSVerify?: string;
-  /** Absolute vendir cache directory (see {@link vendirSyncCommand}). */
-  cacheDir: string;
   /** See {@link VendirConfigOptions.preparedHttp}. */
   preparedHttp?: ReadonlyMap<number, string>;
 }
@@ -673,7 +681,7 @@ export function planVendirSync(input: VendirPlanInput): VendirPlan {
     configYaml,
     extraDocuments,
     stdin: [...extraDocuments, configYaml].join('---\n'),
-    command: vendirSyncCommand(input.cacheDir),
+    command: vendirSyncCommand(),
     templateRoot: templateRootOf(input.fetch),
   };
 }

@@ -25,9 +25,10 @@ import {
   wantsInspect,
   withKappWaitBudget,
 } from '../deploy/index.js';
-import { clusterAccessFor, runKapp } from '../deploy/run.js';
+import { runKapp } from '../deploy/run.js';
 import { CommandDeadlineError } from '../exec/deadline.js';
 import { CommandCanceledError } from '../exec/runner.js';
+import { UrlPolicyError } from '../fetch/url-policy.js';
 import type { DeployView, ResourceRef } from '../kube/port.js';
 import {
   attachError,
@@ -52,6 +53,7 @@ import {
 import { readArtifact, scopeOf } from './artifacts.js';
 import { appRef, loadApp, makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
 import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
+import { policedClusterAccess } from './kubeconfig-policy.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openHandOff, type StageFrame } from './stage.js';
 
@@ -121,7 +123,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     const work = await makeScratch(deps, 'deploy');
     try {
       const kapp = appKappDeploy(app.spec);
-      access = await clusterAccessFor(app, kube, mask);
+      access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy);
       const metadataFile = path.join(work, 'app-metadata.yml');
       const planned = kappDeployCommand({
         kapp,
@@ -164,7 +166,8 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
     } catch (err) {
       if (outcomeOf(err) !== 'user') throw err;
-      result = resultFromError(err);
+      // A refused kubeconfig URL is reported as kapp's own failure would be (`Deploying: `).
+      result = resultFromError(err, err instanceof UrlPolicyError ? KAPP_ERROR_PREFIX.deploy : '');
     } finally {
       await removeScratch(work);
     }
@@ -358,7 +361,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
   } else {
     try {
       const kapp = appKappDeploy(app.spec);
-      const access = await clusterAccessFor(app, kube, mask);
+      const access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy);
       const cmd = kappDeleteCommand({ kapp, access });
       const run = await runKapp(
         cmd,
@@ -390,6 +393,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
         err instanceof Error && err.message === UNSUPPORTED_DEPLOY_MESSAGE
           ? new KappControllerError('Unsupported way to delete')
           : err,
+        err instanceof UrlPolicyError ? KAPP_ERROR_PREFIX.delete : '',
       );
     }
   }

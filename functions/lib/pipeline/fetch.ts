@@ -10,7 +10,7 @@
  * Fetch holds only a {@link FetchView}: it reads the App and the Secrets/ConfigMaps the
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
-import { mkdir, rename } from 'node:fs/promises';
+import { rename } from 'node:fs/promises';
 import type { App, AppFetch, RefObjects } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
@@ -79,7 +79,6 @@ export async function fetchWithVendir(
       namespace: ns,
       refs,
       dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify,
-      cacheDir: `${deps.config.tmpRoot}/vendir-cache/apps/${app.metadata.uid}`,
     };
     plan = { ...planVendirSync(input), input, refs };
   } catch (err) {
@@ -93,8 +92,6 @@ export async function fetchWithVendir(
   // ../fetch/http-source.ts), so vendir never unpacks an archive itself.
   const prep = await makeScratch(deps, 'fetch-http');
   try {
-    const cacheDir = plan.command.env.VENDIR_CACHE_DIR;
-    if (cacheDir) await mkdir(cacheDir, { recursive: true });
     const prepared = await prepareHttpSources({
       fetch: app.spec.fetch ?? [],
       refs: plan.refs,
@@ -114,8 +111,9 @@ export async function fetchWithVendir(
       // Under an enforced URL policy git refuses submodule clones (their URLs are never checked).
       env:
         policy?.policy.mode === 'enforce' ? { ...toRun.command.env, ...GIT_SUBMODULE_LOCKDOWN_ENV } : toRun.command.env,
-      // vendir writes the fetch directory and its cache, and reads the unpacked http sources.
-      writable: cacheDir ? [work, prep, cacheDir] : [work, prep],
+      // vendir writes the fetch directory and reads the unpacked http sources; it keeps no
+      // cache (see vendirSyncCommand), so nothing of this run outlives it.
+      writable: [work, prep],
       timeoutMs: deps.config.toolTimeoutMs,
       signal,
     });

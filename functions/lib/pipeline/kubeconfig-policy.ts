@@ -1,0 +1,71 @@
+/**
+ * The URL policy over an App's kubeconfig Secret (`spec.cluster.kubeconfigSecretRef`): in the
+ * cloud mode the deploy function serves every cluster of a fleet, and kapp connects wherever the
+ * App's kubeconfig points, so without this check a hostile App could send kapp (with the
+ * credentials it wrote itself, but from the function's network) to the Lambda Runtime API on
+ * loopback, the credential endpoints on 169.254.0.0/16 or private ranges. Checked like a fetch
+ * source (`../fetch/url-policy.ts`: every address a name resolves to, the fleet's allow-list
+ * applies) before kapp starts. kapp-controller has no such check.
+ *
+ * Residual risk: kapp resolves the server's name again when it connects, so a name whose DNS
+ * answer changes between this check and kapp's connection (DNS rebinding) can still reach a
+ * refused address; an allow-list of literal addresses or a proxy that enforces the policy on
+ * the connection itself would close that.
+ *
+ * @module
+ */
+import type { App } from '../api/index.js';
+import { type ClusterAccess, credentialSource, kubeconfigUrls } from '../deploy/kubeconfig.js';
+import { clusterAccessFor } from '../deploy/run.js';
+import { type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
+import type { DeployView } from '../kube/port.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
+
+/** The schemes client-go accepts for each kind of kubeconfig URL. */
+const SCHEMES = { server: ['https', 'http'], proxy: ['http', 'https', 'socks5'] } as const;
+
+/** Why a refreshing auth provider is refused under an enforced policy. */
+export const REFRESHING_AUTH_PROVIDER_REFUSED =
+  'an auth provider that refreshes its token is not allowed (kapp would send the refresh token to the token endpoint the issuer names, which this check cannot see)';
+
+/**
+ * Checks every URL kapp may contact with a restricted kubeconfig (`kubeconfigUrls`): each
+ * cluster's `server` and `proxy-url`, and refuses an `auth-provider` that would refresh its
+ * token through an `idp-issuer-url`. Nothing is checked when the policy is off.
+ *
+ * @param restrictedYaml - the restricted kubeconfig kapp would get
+ * @param policy - the deployment's URL policy
+ * @throws {UrlPolicyError} for the first URL refused (`URL policy refused kubeconfig
+ *   clusters[0].cluster.server https://127.0.0.1:9001: 127.0.0.1, a loopback address, ...`)
+ */
+export async function checkKubeconfigUrls(restrictedYaml: string, policy: UrlPolicyChecker): Promise<void> {
+  if (policy.policy.mode === 'off') return;
+  for (const u of kubeconfigUrls(restrictedYaml)) {
+    if (u.kind === 'token-issuer') throw new UrlPolicyError(u.label, REFRESHING_AUTH_PROVIDER_REFUSED);
+    await policy.checkUrlAs(u.url, u.label, SCHEMES[u.kind]);
+  }
+}
+
+/**
+ * `clusterAccessFor` under the deployment's URL policy: an App deployed with its kubeconfig
+ * Secret gets its access only when {@link checkKubeconfigUrls} passes. The ServiceAccount path
+ * is not checked: its kubeconfig names the cluster's own API server from the cluster registry
+ * (which may well be a private address).
+ *
+ * @param policy - `PipelineConfig.urlPolicy` (absent: not checked, kapp-controller's behaviour)
+ * @throws {UrlPolicyError} when the policy refuses a URL of the kubeconfig Secret; what
+ *   `clusterAccessFor` throws
+ */
+export async function policedClusterAccess(
+  app: App,
+  kube: DeployView,
+  mask: SecretMask,
+  policy: UrlPolicy | undefined,
+): Promise<ClusterAccess> {
+  const access = await clusterAccessFor(app, kube, mask);
+  const source = credentialSource(app.spec, app.metadata.namespace ?? '');
+  if (policy && source.kind === 'kubeconfigSecret' && access.kubeconfigYaml) {
+    await checkKubeconfigUrls(access.kubeconfigYaml, new UrlPolicyChecker(policy));
+  }
+  return access;
+}
