@@ -11,6 +11,7 @@
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
 import type { ClusterRegistry } from '../kube/port.js';
+import { restTransportForKubeconfig } from '../kube/registry.js';
 import type { Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineStage } from '../transport/port.js';
@@ -102,6 +103,7 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
     store: adapters.store,
     ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
     runner: createCommandRunner({ ...tools, baseEnv: toolEnv(adapters.stage, tools) }),
+    appReader: restTransportForKubeconfig,
     now: adapters.now ?? (() => new Date()),
     log: adapters.log,
     clusterInfo: clusterInfoSource(adapters.discovery ?? adapters.clusters, config.controllerVersion),
