@@ -28,8 +28,9 @@
  *   (a hand edit racing the record), so the baseline is what kapp left;
  * - every document of the manifest must be among the listed objects
  *   ({@link uncoveredDocument}), so a namespace or kind the lists missed never hides drift;
- * - lists use the App's own credentials (its ServiceAccount token or kubeconfig Secret), never
- *   the runtime's identity: what the App may not read runs kapp, which fails as upstream's.
+ * - lists use the App's own credentials (the ServiceAccount token kapp gets), never the
+ *   runtime's identity: what the App may not read runs kapp, which fails as upstream's. (The
+ *   deploy stage keeps no record for an App deploying through a kubeconfig Secret.)
  *
  * @module
  */

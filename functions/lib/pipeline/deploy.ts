@@ -258,7 +258,9 @@ function deployRecordKey(deps: PipelineDeps, ref: ObjectRef): Promise<string> {
 /**
  * Reads the App's deploy record and decides whether this run may end without kapp once its
  * resources are checked. No record is kept without an artifact keyring (it is sealed) or an
- * App reader (`PipelineDeps.appReader`).
+ * App reader (`PipelineDeps.appReader`), nor for an App deploying to another cluster through
+ * its kubeconfig Secret (`spec.cluster`): the stage's own process would then connect to a server
+ * the App names, which only kapp does today; such Apps run kapp on every resync, as upstream.
  * @throws on store failures (the transport retries the event).
  */
 async function deployRecordOf(
@@ -268,7 +270,7 @@ async function deployRecordOf(
 ): Promise<RecordState> {
   const { app } = frame.loaded;
   const specDigest = deploySpecDigest(app, deps.config);
-  if (!deps.keyring || !deps.appReader) return { specDigest };
+  if (!deps.keyring || !deps.appReader || app.spec.cluster) return { specDigest };
   const key = await deployRecordKey(deps, data.object);
   const record = parseDeployRecord(
     await infraStep('reading the deploy record', () => privateArtifacts(deps).get(scopeOf(data.object), key)),
