@@ -204,12 +204,20 @@ function entryTime(entry: unknown): number {
 }
 
 /**
+ * Allowance for the API server's clock running behind the function's, ms (60 s): writes by
+ * others this long before kapp started still refuse a record, so a skewed clock cannot let a
+ * hand edit racing kapp pass as kapp's (at worst kapp runs on a resync or two more).
+ */
+export const CLOCK_SKEW_ALLOWANCE_MS = 60_000;
+
+/**
  * Why the objects may not be taken as what kapp left, or `undefined`: any object written
- * outside `status` by a field manager other than kapp at or after `since` (whole seconds, as
- * `managedFields` times are) — a hand edit between kapp's writes and the lists. Pure.
+ * outside `status` by a field manager other than kapp at or after `since` less
+ * {@link CLOCK_SKEW_ALLOWANCE_MS} (whole seconds, as `managedFields` times are) — a hand edit
+ * between kapp's writes and the lists. Pure.
  */
 export function writtenByOthersSince(items: readonly KubeObject[], since: Date): string | undefined {
-  const from = Math.floor(since.getTime() / 1000) * 1000;
+  const from = Math.floor((since.getTime() - CLOCK_SKEW_ALLOWANCE_MS) / 1000) * 1000;
   for (const o of items) {
     const fields = Array.isArray(o.metadata.managedFields) ? (o.metadata.managedFields as unknown[]) : [];
     for (const e of fields) {
