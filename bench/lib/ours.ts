@@ -207,7 +207,10 @@ export function startOurs(opts: OursOptions): Ours {
             },
           }
         : deps.runner;
-      return { ...deps, runner, clusters, store: timedStore(deps.store, store) };
+      // the deploy stage's reads as the App (the no-op resync's lists) count with the pipeline's
+      const { appReader } = deps;
+      const counted = appReader ? { appReader: (yaml: string) => countingTransport(appReader(yaml), api) } : {};
+      return { ...deps, ...counted, runner, clusters, store: timedStore(deps.store, store) };
     },
   });
   // Note when each event reaches the pipeline (the forwarder calls `send` on this object).

@@ -5,7 +5,10 @@
  * up to 5 s) and measures, per App, what that resync cost: tool processes started (command
  * runner), API requests made by the pipeline (counted at its REST transport; kapp's own
  * requests are not included), the stage timers summed (function time) and the wall time from
- * the event reaching the pipeline to its last stage record.
+ * the event reaching the pipeline to its last stage record. With a deploy record kept
+ * (`functions/lib/deploy/live-record.ts`) the deploy stage lists the App's resources as the App
+ * instead of running kapp: those requests go through `PipelineDeps.appReader`, which the
+ * benchmark counts with the pipeline's (`../lib/ours.ts`).
  *
  * @module
  */

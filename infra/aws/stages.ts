@@ -121,8 +121,9 @@ const RUN_LEASE: ObjectGrant = {
  * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
  * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
  * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
- * for `state/leases/…`, `functions/lib/artifact/single-flight.ts` for `inflight/…`). A stage gets only these prefixes: template cannot overwrite a fetch
- * artifact, deploy writes nothing but its Apps' run leases, and
+ * for `state/leases/…`, `functions/lib/artifact/single-flight.ts` for `inflight/…`). A stage gets
+ * only these prefixes: template cannot overwrite a fetch artifact, deploy writes nothing but its
+ * Apps' run leases and sealed deploy records, and
  * install, which only talks to the API server, has no access to the bucket.
  */
 export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[]>> = {
@@ -146,6 +147,11 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
   deploy: [
     { keys: 'artifacts/template/*', actions: READ, why: 'reads the manifest to deploy' },
     { keys: 'private/*/template/*', actions: SEALED_READ, why: 'reads a sealed manifest to deploy' },
+    {
+      keys: 'private/*/state/deploy/*',
+      actions: SEALED_WRITE,
+      why: 'sealed deploy records: what the last deploy left, for the no-op resync',
+    },
     RUN_LEASE,
   ],
   'index-repo': [

@@ -726,6 +726,23 @@ describe('fleet source poll', () => {
     // The fan-out's ref-changed events of PackageRepositories go to the index-repo queue.
     expect(NEXT_STAGES['index-repo']).toContain('index-repo');
   });
+
+  it('lets the deploy function read, write and remove the sealed deploy records of its Apps (the no-op resync), and no other sealed state', async () => {
+    const { PrivateArtifacts } = await import('../../functions/lib/artifact/sealed.js');
+    const { DerivedKeyring } = await import('../../functions/lib/artifact/keyring.js');
+    const { MemoryStore } = await import('../../functions/lib/store/memory.js');
+    const sealed = new PrivateArtifacts(new MemoryStore(), new DerivedKeyring(Buffer.alloc(32, 1)), {
+      now: () => new Date(),
+    });
+    const key = await sealed.keyFor({ clusterId: 'c', namespace: 'ns' }, 'deploy-record', 'a/uid');
+    const grant = STAGE_OBJECTS.deploy.find((g) => g.keys === 'private/*/state/deploy/*');
+    expect(grant?.actions).toEqual(['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
+    expect(new RegExp(`^${grant!.keys.replace(/\*/g, '[^]*')}$`).test(key)).toBe(true);
+    expect(STAGE_OBJECTS.deploy.filter((g) => g.keys.startsWith('private/')).map((g) => g.keys)).toEqual([
+      'private/*/template/*',
+      'private/*/state/deploy/*',
+    ]);
+  });
 });
 
 describe('deploy continuation', () => {

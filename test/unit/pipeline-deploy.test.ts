@@ -4,10 +4,12 @@
  * and the stage's logged outcome. Called through `dispatchEvent` with a deploy event. Faked at
  * the ports: the shared fake cluster, the fake runner (kapp), a memory store holding the manifest.
  */
+import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { deleteEvent, deployEvent, type StageStatusSummary } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
+import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
@@ -175,5 +177,106 @@ describe('delete stage', () => {
     expect(w.tools()).toEqual(tools);
     expect(w.app()?.metadata.finalizers ?? []).toEqual(finalizers);
     if (outcome === 'gone') expect(w.statuses()).toEqual([]);
+  });
+});
+
+describe('no-op resync (the deploy record)', () => {
+  const LIVE = {
+    metadata: {
+      name: 'cm',
+      namespace: REF.namespace,
+      uid: 'cm-uid',
+      resourceVersion: '5',
+      managedFields: [{ manager: 'kapp', operation: 'Update', time: '2024-12-31T00:00:00Z' }],
+    },
+    data: { a: '1' },
+  };
+  const CM_LIST = `/api/v1/namespaces/${REF.namespace}/configmaps`;
+
+  /** A world with a keyring and an App reader serving `items()` for the ConfigMap list. */
+  function world(items: () => unknown[]) {
+    const w = appWorld({
+      app: appObject({ status: SUCCEEDED_BEFORE }),
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      extra: {
+        keyring: new DerivedKeyring(Buffer.alloc(32, 7)),
+        appReader: () => ({
+          send: async (req) =>
+            req.path === '/api/v1'
+              ? { statusCode: 200, body: { resources: [{ name: 'configmaps', kind: 'ConfigMap', namespaced: true }] } }
+              : req.path === CM_LIST
+                ? { statusCode: 200, body: { items: items() } }
+                : { statusCode: 404, body: {} },
+        }),
+      },
+    });
+    // kapp prints `Succeeded` and leaves its app metadata where it is asked to
+    w.runner.on('kapp', async (req) => {
+      const file = req.args[req.args.indexOf('--app-metadata-file-output') + 1] as string;
+      await writeFile(
+        file,
+        `labelKey: kapp.k14s.io/app\nlabelValue: "123"\nlastChange: {namespaces: [${REF.namespace}]}\nusedGKs: [{Group: "", Kind: ConfigMap}]\n`,
+      );
+      return { stdout: 'Succeeded' };
+    });
+    return w;
+  }
+  const deploy = async (w: AppWorld) => {
+    await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
+    const data = {
+      object: REF,
+      run: RUN,
+      artifacts: { fetchKey: fetchArtifactKey('f'.repeat(64)), manifestKey: MANIFEST_KEY },
+      ...{ fetchStatus: FETCH_PART, templateStatus: TEMPLATE_PART },
+    };
+    await dispatchEvent(deployEvent(data, { time: new Date(NOW) }), w.deps);
+  };
+
+  it('the same run again ends as the last deploy without kapp; an edited object runs kapp', async () => {
+    let live = [LIVE];
+    const w = world(() => live);
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp']);
+    const first = w.statuses().at(-1) as AppStatus;
+    expect(first.deploy?.kapp?.associatedResources?.label).toBe('kapp.k14s.io/app=123');
+
+    // the status the first run wrote is the App's now: the resync's deploy reuses it
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp']);
+    expect(w.outcomes().at(-1)).toEqual(['deploy', 'cached']);
+    const second = w.statuses().at(-1) as AppStatus;
+    expect(second.deploy).toEqual(first.deploy);
+    expect(second.conditions).toEqual(first.conditions);
+
+    // a status-only write is not drift; an edit is, and kapp runs
+    live = [{ ...LIVE, metadata: { ...LIVE.metadata, resourceVersion: '6' }, status: { seen: true } } as never];
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp']);
+    live = [{ ...LIVE, metadata: { ...LIVE.metadata, resourceVersion: '7' }, data: { a: 'hand' } }];
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp', 'kapp']);
+    expect(w.outcomes().at(-1)).toEqual(['deploy', 'succeeded']);
+  });
+
+  it('a new generation runs kapp whatever the cluster holds', async () => {
+    const w = world(() => [LIVE]);
+    await deploy(w);
+    changeApp(w, 'generation');
+    const gen = (w.app()?.metadata.generation ?? 0) as number;
+    await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
+    await dispatchEvent(
+      deployEvent(
+        {
+          object: { ...REF, generation: gen },
+          run: { ...RUN, generation: gen },
+          artifacts: { fetchKey: fetchArtifactKey('f'.repeat(64)), manifestKey: MANIFEST_KEY },
+          fetchStatus: FETCH_PART,
+          templateStatus: TEMPLATE_PART,
+        },
+        { time: new Date(NOW) },
+      ),
+      w.deps,
+    );
+    expect(w.tools()).toEqual(['kapp', 'kapp']);
   });
 });

@@ -13,6 +13,7 @@
  * | rendered manifest | `private/<cluster tag>/<namespace tag>/template/<mac>.yaml` |
  * | render cache entry | `private/<cluster tag>/<namespace tag>/cache/render/<mac>.json` |
  * | pinned-fetch record | `private/<cluster tag>/<namespace tag>/cache/fetch/<mac>.json` |
+ * | deploy record (an App's last successful deploy, `../deploy/live-record.ts`) | `private/<cluster tag>/<namespace tag>/state/deploy/<mac>.json` |
  *
  * where the cluster tag comes from the {@link ClusterKeyring}, the namespace tag and `<mac>`
  * are HMAC-SHA256 under the cluster's MAC key (of the namespace, and of kind + namespace +
@@ -45,6 +46,7 @@ const KINDS = {
   template: { dir: 'template', ext: 'yaml' },
   'render-cache': { dir: 'cache/render', ext: 'json' },
   'fetch-cache': { dir: 'cache/fetch', ext: 'json' },
+  'deploy-record': { dir: 'state/deploy', ext: 'json' },
 } as const;
 
 /** Kind of a private object (see the table in the module comment). */
@@ -52,7 +54,7 @@ export type PrivateKind = keyof typeof KINDS;
 
 /** Matches any private key; groups: cluster tag, namespace tag, kind directory, mac, extension. */
 export const PRIVATE_KEY_PATTERN =
-  /^private\/([0-9a-f]{32})\/([0-9a-f]{32})\/(fetch|template|cache\/render|cache\/fetch)\/([0-9a-f]{64})\.(tgz|yaml|json)$/;
+  /^private\/([0-9a-f]{32})\/([0-9a-f]{32})\/(fetch|template|cache\/render|cache\/fetch|state\/deploy)\/([0-9a-f]{64})\.(tgz|yaml|json)$/;
 
 /** True when `key` names a private object (any kind). */
 export function isPrivateKey(key: string): boolean {

@@ -23,7 +23,7 @@ import {
   UnknownClusterError,
   type WatchView,
 } from './port.js';
-import { ClientNodeRestTransport, ClientNodeWatchTransport } from './transport.js';
+import { ClientNodeRestTransport, ClientNodeWatchTransport, type RestTransport } from './transport.js';
 import { deployViewOf, fetchViewOf, installViewOf, leaseViewOf, watchViewOf } from './views.js';
 
 /** A cluster's client and its capability views, built once per client. */
@@ -307,4 +307,22 @@ export function runtimeKubeconfigs(kubeconfigPath: string): (clusterId: string) 
     }
     return yaml;
   };
+}
+
+/**
+ * A {@link RestTransport} acting as the identity of a kubeconfig given as YAML (the restricted
+ * kubeconfig kapp gets for an App: its ServiceAccount token, or its kubeconfig Secret), for the
+ * deploy stage's reads of the App's resources as the App itself. A fresh connection each time
+ * (the token changes with every deploy).
+ *
+ * @throws Error when the YAML is not a kubeconfig (its text is never quoted: it holds credentials).
+ */
+export function restTransportForKubeconfig(yaml: string): RestTransport {
+  const kubeConfig = new KubeConfig();
+  try {
+    kubeConfig.loadFromString(yaml);
+  } catch {
+    throw new Error('the App kubeconfig is not a valid kubeconfig');
+  }
+  return kubeConfig.makeApiClient(ClientNodeRestTransport);
 }

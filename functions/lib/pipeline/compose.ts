@@ -13,6 +13,7 @@ import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../e
 import { withEgressProxy } from '../fetch/egress-proxy.js';
 import { UrlPolicyChecker } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
+import { restTransportForKubeconfig } from '../kube/registry.js';
 import type { Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineStage } from '../transport/port.js';
@@ -119,6 +120,7 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
     ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
     runner: proxied ?? direct,
     closeEgressProxy: async () => await proxied?.close(),
+    appReader: restTransportForKubeconfig,
     now: adapters.now ?? (() => new Date()),
     log: adapters.log,
     clusterInfo: clusterInfoSource(adapters.discovery ?? adapters.clusters, config.controllerVersion),

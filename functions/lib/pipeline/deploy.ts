@@ -10,8 +10,9 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { type DeployStageData, MAX_DEPLOY_CONTINUATIONS } from '../../../events/schema.js';
+import { type DeployStageData, MAX_DEPLOY_CONTINUATIONS, type ObjectRef } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer } from '../api/index.js';
+import { sha256Hex } from '../artifact/keys.js';
 import {
   appKappDeploy,
   associatedResources,
@@ -25,6 +26,15 @@ import {
   wantsInspect,
   withKappWaitBudget,
 } from '../deploy/index.js';
+import {
+  checkLive,
+  type DeployRecord,
+  deploySpecDigest,
+  parseDeployRecord,
+  type RecordInput,
+  recordLive,
+  reuseBlocker,
+} from '../deploy/live-record.js';
 import { runKapp } from '../deploy/run.js';
 import { CommandDeadlineError } from '../exec/deadline.js';
 import { CommandCanceledError } from '../exec/runner.js';
@@ -50,7 +60,8 @@ import {
   type RunParts,
   summarizeStatus,
 } from '../reconcile/status.js';
-import { readArtifact, scopeOf } from './artifacts.js';
+import type { DeployStatus } from '../reconcile/types.js';
+import { privateArtifacts, readArtifact, scopeOf } from './artifacts.js';
 import { appRef, loadApp, makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
 import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
@@ -112,65 +123,93 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   let access: ClusterAccess | undefined;
 
   const blocked = await blockDeletion(kube, kref, ref.uid);
+  // Set when a resync found nothing changed since the last deploy: that deploy's status.
+  let reused: DeployStatus | undefined;
   if (blocked) {
     result = blocked;
   } else {
-    // A private manifest opens only with this run's cluster key (and for the App's namespace).
-    const manifest = await infraStep('reading the rendered manifest', () =>
-      readArtifact(deps, scopeOf(ref), data.artifacts.manifestKey),
-    );
-    if (!manifest) throw new MissingArtifactError('manifest', data.artifacts.manifestKey);
-    const work = await makeScratch(deps, 'deploy');
+    const record = await deployRecordOf(frame, data, deps);
+    let work: string | undefined;
     try {
       const kapp = appKappDeploy(app.spec);
       access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy);
-      const metadataFile = path.join(work, 'app-metadata.yml');
-      const planned = kappDeployCommand({
-        kapp,
-        access,
-        metadataFile,
-        controllerRawOptions: deps.config.kappDeployRawOptions,
-      });
-      const cmd = data.continuation ? withKappWaitBudget(planned, deps.now().getTime() - startedAt.getTime()) : planned;
-      // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
-      let flushAll = false;
-      const run = await runKapp(
-        cmd,
-        manifest.toString('utf8'),
-        deps,
-        { kube, ref: kref, uid: ref.uid, cancelOnDelete: true },
-        async ({ stdout, stderr, applying }) => {
-          flushAll ||= applying;
-          if (!flushAll) return;
-          const progress = deployStatus(
-            mask.result({ stdout, stderr, exitCode: 0, finished: false }),
-            { startedAt, updatedAt: deps.now() },
-            kappStatus,
-          );
-          await writeAppStatus(
-            kube,
-            kref,
-            fence,
-            (cur) => summarizeStatus(cur, fence.generation, { ...parts, deploy: progress }),
-            mask,
-          );
-        },
-        [work],
-      );
-      tools = { runs: 1, ms: run.durationMs };
-      if (run.error instanceof CommandDeadlineError) cut = { stdout: run.stdout, stderr: run.stderr };
-      // upstream's updateLastDeploy returns the friendly result, which setReconcileCompleted then
-      // reads: usefulErrorMessage is kapp's stderr as status.deploy shows it
-      result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run)));
-      const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
-      kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
+      reused = record.reusable ? await unchangedSince(frame, record.reusable, access, deps) : undefined;
+      if (reused) {
+        result = { stdout: reused.stdout ?? '', stderr: reused.stderr ?? '', exitCode: 0, finished: true };
+      } else {
+        // A private manifest opens only with this run's cluster key (and for the App's namespace).
+        const manifest = await infraStep('reading the rendered manifest', () =>
+          readArtifact(deps, scopeOf(ref), data.artifacts.manifestKey),
+        );
+        if (!manifest) throw new MissingArtifactError('manifest', data.artifacts.manifestKey);
+        work = await makeScratch(deps, 'deploy');
+        const metadataFile = path.join(work, 'app-metadata.yml');
+        const planned = kappDeployCommand({
+          kapp,
+          access,
+          metadataFile,
+          controllerRawOptions: deps.config.kappDeployRawOptions,
+        });
+        const cmd = data.continuation
+          ? withKappWaitBudget(planned, deps.now().getTime() - startedAt.getTime())
+          : planned;
+        const kappStartedAt = deps.now();
+        // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
+        let flushAll = false;
+        const run = await runKapp(
+          cmd,
+          manifest.toString('utf8'),
+          deps,
+          { kube, ref: kref, uid: ref.uid, cancelOnDelete: true },
+          async ({ stdout, stderr, applying }) => {
+            flushAll ||= applying;
+            if (!flushAll) return;
+            const progress = deployStatus(
+              mask.result({ stdout, stderr, exitCode: 0, finished: false }),
+              { startedAt, updatedAt: deps.now() },
+              kappStatus,
+            );
+            await writeAppStatus(
+              kube,
+              kref,
+              fence,
+              (cur) => summarizeStatus(cur, fence.generation, { ...parts, deploy: progress }),
+              mask,
+            );
+          },
+          [work],
+        );
+        tools = { runs: 1, ms: run.durationMs };
+        if (run.error instanceof CommandDeadlineError) cut = { stdout: run.stdout, stderr: run.stderr };
+        // upstream's updateLastDeploy returns the friendly result, which setReconcileCompleted then
+        // reads: usefulErrorMessage is kapp's stderr as status.deploy shows it
+        result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run)));
+        const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
+        kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
+        if (!result.error && !cut && record.key && meta && access.kubeconfigYaml) {
+          await keepDeployRecord(frame, record.key, deps, access.kubeconfigYaml, {
+            generation: fence.generation,
+            manifestKey: data.artifacts.manifestKey,
+            specDigest: record.specDigest,
+            manifest: manifest.toString('utf8'),
+            meta,
+            defaultNamespace: access.namespace || (app.metadata.namespace ?? ''),
+            kappStartedAt,
+          });
+        }
+      }
     } catch (err) {
       if (outcomeOf(err) !== 'user') throw err;
       // A refused kubeconfig URL is reported as kapp's own failure would be (`Deploying: `).
       result = resultFromError(err, err instanceof UrlPolicyError ? KAPP_ERROR_PREFIX.deploy : '');
     } finally {
-      await removeScratch(work);
+      if (work) await removeScratch(work);
     }
+  }
+  if (reused) {
+    parts.deploy = reused;
+    await closeStage(frame, { parts, result, last: true, success: 'cached', tools });
+    return undefined;
   }
   const count = (data.continuation?.count ?? 0) + 1;
   if (cut && count <= MAX_DEPLOY_CONTINUATIONS) {
@@ -202,6 +241,108 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   }
   await closeStage(frame, { parts, result, last: true, success: 'succeeded', tools });
   return undefined;
+}
+
+/** The App's deploy record, when this runtime keeps one, and whether this run may reuse it. */
+interface RecordState {
+  /** The record's store key (sealed for the App's cluster and namespace, named by its name and uid). */
+  key?: string;
+  /** {@link deploySpecDigest} of the App as read. */
+  specDigest: string;
+  /** The record, when it matches this run (see {@link reuseBlocker}). */
+  reusable?: DeployRecord;
+}
+
+/** Key of the deploy record of the App `ref` (per cluster, namespace, name and uid). */
+function deployRecordKey(deps: PipelineDeps, ref: ObjectRef): Promise<string> {
+  return privateArtifacts(deps).keyFor(scopeOf(ref), 'deploy-record', sha256Hex(`${ref.name}/${ref.uid}`));
+}
+
+/**
+ * Reads the App's deploy record and decides whether this run may end without kapp once its
+ * resources are checked. No record is kept without an artifact keyring (it is sealed) or an
+ * App reader (`PipelineDeps.appReader`), nor for an App deploying to another cluster through
+ * its kubeconfig Secret (`spec.cluster`): the stage's own process would then connect to a server
+ * the App names, which only kapp does today; such Apps run kapp on every resync, as upstream.
+ * @throws on store failures (the transport retries the event).
+ */
+async function deployRecordOf(
+  frame: StageFrame<DeployView>,
+  data: DeployStageData,
+  deps: PipelineDeps,
+): Promise<RecordState> {
+  const { app } = frame.loaded;
+  const specDigest = deploySpecDigest(app, deps.config);
+  if (!deps.keyring || !deps.appReader || app.spec.cluster) return { specDigest };
+  const key = await deployRecordKey(deps, data.object);
+  const record = parseDeployRecord(
+    await infraStep('reading the deploy record', () => privateArtifacts(deps).get(scopeOf(data.object), key)),
+  );
+  const blocker = reuseBlocker(record, {
+    generation: frame.fence.generation,
+    manifestKey: data.artifacts.manifestKey,
+    specDigest,
+    continuation: Boolean(data.continuation),
+    inspect: app.spec.deploy?.[0]?.kapp ? wantsInspect(app.spec.deploy[0].kapp) : false,
+    lastDeploy: app.status?.deploy,
+  });
+  if (blocker || !record) {
+    deps.log.debug({ object: objectKey(data.object), stage: 'deploy' }, `kapp runs: ${blocker}`);
+    return { key, specDigest };
+  }
+  return { key, specDigest, reusable: record };
+}
+
+/**
+ * The no-op resync: lists the recorded resources as the App (its kapp kubeconfig) and compares
+ * them with the record.
+ *
+ * @returns when nothing drifted, `status.deploy` as upstream's successful kapp run leaves it:
+ *   the last deploy's (kapp's own output of that run, its `startedAt` and associated
+ *   resources: no kapp output is made up) with `updatedAt` now, the time of this reconcile,
+ *   which the resync timer counts from; else `undefined` (kapp runs and reverts the drift).
+ */
+async function unchangedSince(
+  frame: StageFrame<DeployView>,
+  record: DeployRecord,
+  access: ClusterAccess,
+  deps: PipelineDeps,
+): Promise<DeployStatus | undefined> {
+  const last = frame.loaded.app.status?.deploy;
+  if (!access.kubeconfigYaml || !deps.appReader || !last) return undefined;
+  const drift = await checkLive(deps.appReader(access.kubeconfigYaml), record);
+  if (drift) {
+    deps.log.info({ object: objectKey(frame.object), stage: 'deploy' }, `kapp runs: ${drift}`);
+    return undefined;
+  }
+  return { ...last, finished: true, exitCode: 0, updatedAt: formatStatusTime(deps.now()) };
+}
+
+/**
+ * Records what a successful deploy left (`recordLive`) under `key`, or removes the record when
+ * none may be kept. Never fails the deploy: without a record the next resync runs kapp.
+ */
+async function keepDeployRecord(
+  frame: StageFrame<DeployView>,
+  key: string,
+  deps: PipelineDeps,
+  kubeconfigYaml: string,
+  input: RecordInput,
+): Promise<void> {
+  const scope = scopeOf(frame.object);
+  const log = { object: objectKey(frame.object), stage: 'deploy' };
+  try {
+    const out = await recordLive((deps.appReader as NonNullable<PipelineDeps['appReader']>)(kubeconfigYaml), input);
+    if ('refused' in out) {
+      deps.log.info(log, `deploy record not kept: ${out.refused}`);
+      await deps.store.delete(key);
+      return;
+    }
+    await privateArtifacts(deps).put(scope, key, JSON.stringify(out.record));
+  } catch (err) {
+    deps.log.warn(log, `deploy record not kept: ${(err as Error).message}`);
+    await deps.store.delete(key).catch(() => {});
+  }
 }
 
 /**
@@ -399,6 +540,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
   }
   if (!result.error) {
     await kube.removeFinalizer(kref, Finalizer.App, { uid: ctx.ref.uid });
+    if (deps.keyring) await deps.store.delete(await deployRecordKey(deps, ctx.ref)).catch(() => {});
     done('deleted', { tools });
     return;
   }

@@ -124,6 +124,15 @@ export interface PipelineDeps {
    * when it fires. Absent: no deadline (the embedded runtime).
    */
   deadline?: AbortSignal;
+  /**
+   * Opens a connection acting as an App's own identity, from the restricted kubeconfig kapp
+   * gets (its ServiceAccount token or kubeconfig Secret): the deploy stage lists the App's
+   * resources with it to record a deploy and to check a resync for drift without kapp
+   * (`../deploy/live-record.ts`). Default (`createPipelineDeps`): `restTransportForKubeconfig`.
+   * Absent: every resync runs kapp.
+   * @throws Error when the kubeconfig cannot be loaded
+   */
+  appReader?: (kubeconfigYaml: string) => import('../kube/transport.js').RestTransport;
   /** Wall clock. */
   now: () => Date;
   /** Uniform [0,1) source for jitter; defaults to `Math.random`. */
