@@ -17,7 +17,7 @@ import { pathToFileURL } from 'node:url';
 import { stringify } from 'yaml';
 import { pinnedToolVersions } from '../../functions/embedded/runtime.js';
 import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
-import { bundleFunction } from '../../layers/bundle.js';
+import { bundleFunction, runtimeNodePath } from '../../layers/bundle.js';
 import { hardenAddonPath } from '../../layers/native.js';
 import { type BenchContext, scratchDir } from '../lib/context.js';
 import { type Summary, summarize } from '../lib/stats.js';
@@ -108,6 +108,8 @@ export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigure
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
     // A fixed bench-only root key (the functions with the artifact store do not start without one).
     KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 6).toString('base64'),
+    // The AWS SDK the Lambda runtime provides (not in the bundles), as its NODE_PATH gives it.
+    NODE_PATH: runtimeNodePath(),
   };
   const script = path.join(import.meta.dirname, '..', 'cold-start.mjs');
   const out: BundleFigures[] = [];

@@ -20,7 +20,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerTools } from '../../layers/build.js';
-import { bundleEntry } from '../../layers/bundle.js';
+import { bundleEntry, runtimeNodePath } from '../../layers/bundle.js';
 import { addGitToLayer, GIT_LAYER_STAGES } from '../../layers/git.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
@@ -166,6 +166,9 @@ export async function startRie(opts: RieOptions): Promise<Rie> {
     env: {
       PATH: pathDirs.join(':'),
       HOME: opts.cwd,
+      // The AWS SDK, which the function bundles leave to the runtime: Lambda's Node runtime has
+      // it on NODE_PATH (/var/runtime/node_modules); here the project's own node_modules.
+      NODE_PATH: runtimeNodePath(),
       AWS_LAMBDA_FUNCTION_TIMEOUT: String(opts.timeoutSeconds ?? 120),
       ...(opts.memoryMiB ? { AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(opts.memoryMiB) } : {}),
       ...opts.env,
