@@ -23,7 +23,7 @@
  *   `pkg/reconciler/unique_reconciler.go` (one reconcile per object: the ordering key).
  */
 import { createHash } from 'node:crypto';
-import { z } from 'zod';
+import * as z from 'zod';
 import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from '../functions/lib/api/names.js';
 import {
   FETCH_KEY_PATTERN,

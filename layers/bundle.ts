@@ -9,6 +9,7 @@
  */
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
+import type { Plugin } from 'esbuild';
 
 /** The repository root (this file lives in `layers/`). */
 const REPO_ROOT = path.join(import.meta.dirname, '..');
@@ -28,6 +29,56 @@ const RECIPE = {
   logLevel: 'warning',
   banner: { js: REQUIRE_SHIM },
 } as const;
+
+/**
+ * The packages the Lambda Node.js managed runtime provides (the AWS SDK for JavaScript v3 in
+ * `/var/runtime/node_modules`, on the runtime's `NODE_PATH`): AWS's documented practice for
+ * Node.js 18+ runtimes is to not ship them (the CDK's `NodejsFunction` marks `@aws-sdk/*`
+ * external by default, `bundleAwsSDK: false`). The function bundles load them with `require`
+ * (CommonJS resolution honours `NODE_PATH` everywhere, also when the bundle is its own bootstrap
+ * under the Runtime Interface Emulator, where no Lambda loader resolves ES imports through it).
+ *
+ * The trade-off: the SDK version is the runtime's (updated by AWS, not pinned by
+ * package-lock.json); the functions need one with S3 conditional writes (`If-Match` on
+ * `PutObject`, SDK releases since late November 2024), which the `nodejs24.x` runtime
+ * (November 2025) has. `@smithy/*` stays bundled:
+ * the EKS token signer (`functions/lib/kube/bearer.ts`) uses subpath exports of the pinned
+ * `@smithy/core` that older runtime SDKs lack.
+ */
+export const RUNTIME_PROVIDED = /^@aws-sdk\//;
+
+/**
+ * The `NODE_PATH` that gives a function bundle the {@link RUNTIME_PROVIDED} packages off Lambda
+ * (the emulator harness, the bench): the project's own `node_modules`, as Lambda's runtime puts
+ * its `/var/runtime/node_modules` on `NODE_PATH` (never the host's global modules).
+ */
+export function runtimeNodePath(): string {
+  return path.join(REPO_ROOT, 'node_modules');
+}
+
+/** The esbuild namespace of the `require` stubs of {@link RUNTIME_PROVIDED} packages. */
+const RUNTIME_NS = 'lambda-runtime';
+
+/**
+ * Replaces each import of a {@link RUNTIME_PROVIDED} package by a CommonJS stub
+ * (`module.exports = require('<package>')`) whose `require` stays in the bundle: the package is
+ * loaded from `NODE_PATH` when the module importing it is first evaluated.
+ */
+const runtimeProvided: Plugin = {
+  name: 'lambda-runtime-provided',
+  setup(b) {
+    b.onResolve({ filter: RUNTIME_PROVIDED }, (a) =>
+      a.namespace === RUNTIME_NS ? { path: a.path, external: true } : { path: a.path, namespace: RUNTIME_NS },
+    );
+    b.onLoad({ filter: /.*/, namespace: RUNTIME_NS }, (a) => ({
+      contents: `module.exports = require(${JSON.stringify(a.path)});`,
+      loader: 'js',
+    }));
+  },
+};
+
+/** THE recipe of the Lambda function bundles: {@link RECIPE} without the {@link RUNTIME_PROVIDED} packages. */
+const FUNCTION_RECIPE = { ...RECIPE, plugins: [runtimeProvided] };
 
 /**
  * The entry file of a Lambda function: `<repo>/functions/<stage>/index.ts`.
@@ -56,21 +107,25 @@ export async function bundleEntry(entry: string, outfile: string): Promise<numbe
 }
 
 /**
- * Bundles the Lambda function of `stage` ({@link functionEntry}) with {@link bundleEntry}: the
- * file deployed as the function's code.
+ * Bundles the Lambda function of `stage` ({@link functionEntry}) as {@link bundleEntry} does but
+ * without the {@link RUNTIME_PROVIDED} packages: the file deployed as the function's code. It
+ * runs where those packages are on `NODE_PATH` (the Lambda Node.js runtime; the emulator harness
+ * and the bench give it the project's `node_modules`).
  *
  * @param stage - The function's folder name, e.g. `fetch`.
  * @param outfile - Where to write the bundle.
  * @returns The bundle's size in bytes.
  * @throws Error from esbuild when the function does not build.
  */
-export function bundleFunction(stage: string, outfile: string): Promise<number> {
-  return bundleEntry(functionEntry(stage), outfile);
+export async function bundleFunction(stage: string, outfile: string): Promise<number> {
+  const { build } = await import('esbuild');
+  await build({ ...FUNCTION_RECIPE, entryPoints: [functionEntry(stage)], outfile });
+  return (await stat(outfile)).size;
 }
 
 /**
- * Bundles several Lambda functions ({@link functionEntry}) with the same recipe in one esbuild
- * run, to `<outDir>/<stage>/index.mjs` (the file name the Node managed runtime loads for the
+ * Bundles several Lambda functions ({@link functionEntry}) with the recipe of
+ * {@link bundleFunction} in one esbuild run, to `<outDir>/<stage>/index.mjs` (the file name the Node managed runtime loads for the
  * handler `index.handler`). One run parses the shared core once instead of once per function.
  *
  * @param stages - The functions' folder names.
@@ -84,10 +139,38 @@ export async function bundleFunctions<S extends string>(
 ): Promise<Record<S, string>> {
   const { build } = await import('esbuild');
   await build({
-    ...RECIPE,
+    ...FUNCTION_RECIPE,
     entryPoints: stages.map((s) => ({ in: functionEntry(s), out: path.join(s, 'index') })),
     outdir: outDir,
     outExtension: { '.js': '.mjs' },
   });
   return Object.fromEntries(stages.map((s) => [s, path.join(outDir, s)])) as Record<S, string>;
+}
+
+/**
+ * The source files that end up in the bundle of `stage` (esbuild's metafile, nothing written):
+ * paths relative to the repository root, dependencies as `node_modules/<package>/...`. What
+ * checks that a function carries its own stage only and none of the runtime's packages.
+ *
+ * @param stage - The function's folder name, e.g. `fetch`.
+ * @returns The input paths, sorted.
+ * @throws Error from esbuild when the function does not build.
+ */
+export async function functionBundleInputs(stage: string): Promise<string[]> {
+  const { build } = await import('esbuild');
+  const r = await build({
+    ...FUNCTION_RECIPE,
+    entryPoints: [functionEntry(stage)],
+    outfile: path.join(REPO_ROOT, 'inputs.mjs'),
+    write: false,
+    metafile: true,
+    logLevel: 'silent',
+  });
+  const inputs = Object.values(r.metafile.outputs).flatMap((o) => Object.keys(o.inputs));
+  return inputs
+    .map((f) => {
+      const i = f.lastIndexOf('node_modules/');
+      return i >= 0 ? f.slice(i) : path.relative(REPO_ROOT, path.resolve(process.cwd(), f));
+    })
+    .sort();
 }

@@ -17,7 +17,8 @@ import { pathToFileURL } from 'node:url';
 import { stringify } from 'yaml';
 import { pinnedToolVersions } from '../../functions/embedded/runtime.js';
 import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
-import { bundleFunction } from '../../layers/bundle.js';
+import { bundleFunction, runtimeNodePath } from '../../layers/bundle.js';
+import { hardenAddonPath } from '../../layers/native.js';
 import { type BenchContext, scratchDir } from '../lib/context.js';
 import { type Summary, summarize } from '../lib/stats.js';
 
@@ -98,10 +99,17 @@ export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigure
     KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'http://127.0.0.1:9/000000000000/template.fifo',
     KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'http://127.0.0.1:9/000000000000/deploy.fifo',
     KAPP_LAMBDA_QUEUE_URL_INSTALL: 'http://127.0.0.1:9/000000000000/install.fifo',
+    KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: 'http://127.0.0.1:9/000000000000/index-repo.fifo',
     KAPP_LAMBDA_KUBECONFIG: kubeconfig,
     KAPP_LAMBDA_TMP_DIR: dir,
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(pinnedToolVersions()),
     KAPP_LAMBDA_LOG_LEVEL: 'warn',
+    // Loaded at init as on Lambda (the layer's `/opt/lib` copy there); built by `npm run setup`.
+    KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
+    // A fixed bench-only root key (the functions with the artifact store do not start without one).
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 6).toString('base64'),
+    // The AWS SDK the Lambda runtime provides (not in the bundles), as its NODE_PATH gives it.
+    NODE_PATH: runtimeNodePath(),
   };
   const script = path.join(import.meta.dirname, '..', 'cold-start.mjs');
   const out: BundleFigures[] = [];

@@ -40,7 +40,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from '../../functions/embedded/leadership.js';
 import { blankToUndefined, commaList, envProblem, httpUrl, intText, optional } from '../../functions/lib/api/env.js';
 import {

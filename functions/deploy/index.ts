@@ -9,12 +9,21 @@
  * Tools: `kapp` from the deploy layer in `/opt/bin`. Clusters: the DeployView (the only
  * function that mints ServiceAccount tokens).
  *
+ * Its bundle holds this function's stage only (`../lib/pipeline/routes/deploy.ts`, imported on
+ * the first record); the AWS SDK is the Node managed runtime's (`layers/bundle.ts`).
+ *
  * Runs as-is on a Node managed runtime (handler `index.handler`) or as its own bootstrap
  * (`node index.mjs` on a custom runtime or under the Runtime Interface Emulator).
  *
  * @module
  */
-import { lambdaEntry } from '../lib/entry/index.js';
+import { lambdaEntry } from '../lib/entry/main.js';
 
-/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeSqsHandler`). */
-export const handler = lambdaEntry('deploy', import.meta.url, process.argv[1], process.env);
+/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeStageHandler`). */
+export const handler = lambdaEntry(
+  'deploy',
+  import.meta.url,
+  process.argv[1],
+  process.env,
+  () => import('../lib/pipeline/routes/deploy.js'),
+);

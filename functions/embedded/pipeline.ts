@@ -9,8 +9,8 @@
  */
 import { type FunctionName, type KappEvent, objectRefOf, orderingKey, targetFunction } from '../../events/schema.js';
 import { coalesceEvents } from '../lib/lease/coalesce.js';
-import { type DispatchDeps, dispatchWithRetryBound } from '../lib/pipeline/dispatch.js';
-import { DEFAULT_MAX_ATTEMPTS } from '../lib/pipeline/retry-bound.js';
+import { type DispatchDeps, dispatchEvent } from '../lib/pipeline/dispatch.js';
+import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound } from '../lib/pipeline/retry-bound.js';
 import { KeyedQueue, type KeyedQueueOptions, RetryFrom } from './keyed-queue.js';
 
 /** The coalescing rule, shared with the Lambda run lease (`../lib/lease/`). */
@@ -129,7 +129,14 @@ export class EmbeddedPipeline {
             : undefined;
         stall?.unref();
         try {
-          ev = (await dispatchWithRetryBound(current, this.runDeps(), { attempt, maxAttempts: this.maxAttempts })).next;
+          ev = (
+            await dispatchWithRetryBound(
+              current,
+              this.runDeps(),
+              { attempt, maxAttempts: this.maxAttempts },
+              { dispatch: dispatchEvent },
+            )
+          ).next;
         } catch (err) {
           throw new RetryFrom(current, err);
         } finally {

@@ -21,12 +21,21 @@
  * fleet's polled PackageRepository sources whose record is stale and reconciles the repositories
  * behind (`functions/lib/pipeline/source-poll.ts`).
  *
+ * Its bundle holds this function's stage only (`../lib/pipeline/routes/index-repo.ts`, imported on
+ * the first record); the AWS SDK is the Node managed runtime's (`layers/bundle.ts`).
+ *
  * Runs as-is on a Node managed runtime (handler `index.handler`) or as its own bootstrap
  * (`node index.mjs` on a custom runtime or under the Runtime Interface Emulator).
  *
  * @module
  */
-import { lambdaEntry } from '../lib/entry/index.js';
+import { lambdaEntry } from '../lib/entry/main.js';
 
-/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeSqsHandler`). */
-export const handler = lambdaEntry('index-repo', import.meta.url, process.argv[1], process.env);
+/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeStageHandler`). */
+export const handler = lambdaEntry(
+  'index-repo',
+  import.meta.url,
+  process.argv[1],
+  process.env,
+  () => import('../lib/pipeline/routes/index-repo.js'),
+);

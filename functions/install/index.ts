@@ -15,12 +15,21 @@
  * tokens and no runtime identity; the App is deployed with its own ServiceAccount by the deploy
  * function.
  *
+ * Its bundle holds this function's stage only (`../lib/pipeline/routes/install.ts`, imported on
+ * the first record); the AWS SDK is the Node managed runtime's (`layers/bundle.ts`).
+ *
  * Runs as-is on a Node managed runtime (handler `index.handler`) or as its own bootstrap
  * (`node index.mjs` on a custom runtime or under the Runtime Interface Emulator).
  *
  * @module
  */
-import { lambdaEntry } from '../lib/entry/index.js';
+import { lambdaEntry } from '../lib/entry/main.js';
 
-/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeSqsHandler`). */
-export const handler = lambdaEntry('install', import.meta.url, process.argv[1], process.env);
+/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeStageHandler`). */
+export const handler = lambdaEntry(
+  'install',
+  import.meta.url,
+  process.argv[1],
+  process.env,
+  () => import('../lib/pipeline/routes/install.js'),
+);

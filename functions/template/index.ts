@@ -9,12 +9,21 @@
  * discovery for helm's `--kube-version`/`--api-versions` and the downward API), never deploy
  * credentials.
  *
+ * Its bundle holds this function's stage only (`../lib/pipeline/routes/template.ts`, imported on
+ * the first record); the AWS SDK is the Node managed runtime's (`layers/bundle.ts`).
+ *
  * Runs as-is on a Node managed runtime (handler `index.handler`) or as its own bootstrap
  * (`node index.mjs` on a custom runtime or under the Runtime Interface Emulator).
  *
  * @module
  */
-import { lambdaEntry } from '../lib/entry/index.js';
+import { lambdaEntry } from '../lib/entry/main.js';
 
-/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeSqsHandler`). */
-export const handler = lambdaEntry('template', import.meta.url, process.argv[1], process.env);
+/** SQS handler: `(SqsEvent) => { batchItemFailures }` (see `makeStageHandler`). */
+export const handler = lambdaEntry(
+  'template',
+  import.meta.url,
+  process.argv[1],
+  process.env,
+  () => import('../lib/pipeline/routes/template.js'),
+);

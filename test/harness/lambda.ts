@@ -22,7 +22,7 @@ import { type KappEvent, objectRefOf, serializeEvent } from '../../events/schema
 import type { SqsRecord } from '../../functions/lib/entry/handler.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { layerTools, layerToolVersions } from '../../layers/build.js';
-import { bundleEntry } from '../../layers/bundle.js';
+import { bundleEntry, runtimeNodePath } from '../../layers/bundle.js';
 import { addGitToLayer, GIT_LAYER_STAGES } from '../../layers/git.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
@@ -221,6 +221,9 @@ export async function startRie(opts: RieOptions): Promise<Rie> {
     env: {
       PATH: pathDirs.join(':'),
       HOME: opts.cwd,
+      // The AWS SDK, which the function bundles leave to the runtime: Lambda's Node runtime has
+      // it on NODE_PATH (/var/runtime/node_modules); here the project's own node_modules.
+      NODE_PATH: runtimeNodePath(),
       AWS_LAMBDA_FUNCTION_TIMEOUT: String(opts.timeoutSeconds ?? 120),
       ...(opts.memoryMiB ? { AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(opts.memoryMiB) } : {}),
       ...opts.env,

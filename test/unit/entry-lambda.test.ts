@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ObjectRef, objectEvent } from '../../events/schema.js';
+import { type KappEvent, type ObjectRef, objectEvent, objectRefOf } from '../../events/schema.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
   createAwsClients,
@@ -36,6 +36,7 @@ import type {
 import { KubeApiError, UnknownClusterError } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
 import { MemoryEventSender, SqsEventSender } from '../../functions/lib/transport/index.js';
 
@@ -218,13 +219,14 @@ describe('createLambdaDeps', () => {
         resourceVersion: '1',
       });
       const time = new Date('2026-12-01T00:00:00Z');
-      await expect(deps.dispatch?.(objectEvent(ref('edge-2'), 'added', { time }), deps.pipeline)).rejects.toThrow(
-        UnknownClusterError,
-      );
+      // The handler loads the record's cluster (`prepare`) before the stage runs.
+      const run = async (event: KappEvent) => {
+        await deps.prepare?.(objectRefOf(event).clusterId);
+        return await dispatchEvent(event, deps.pipeline);
+      };
+      await expect(run(objectEvent(ref('edge-2'), 'added', { time }))).rejects.toThrow(UnknownClusterError);
       // edge-1 is loaded: the stage runs and reaches the (closed) endpoint as the function identity.
-      await expect(deps.dispatch?.(objectEvent(ref('edge-1'), 'added', { time }), deps.pipeline)).rejects.toThrow(
-        KubeApiError,
-      );
+      await expect(run(objectEvent(ref('edge-1'), 'added', { time }))).rejects.toThrow(KubeApiError);
       expect(deps.pipeline.runtimeKubeconfig?.('edge-1')).toContain('the-index-repo-token');
       expect(() => deps.pipeline.clusters.client('edge-1')).toThrow(
         'the index-repo function may not use a full cluster client',

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
 import { layerBins, layerTools, STAGES } from '../../layers/build.js';
-import { bundleFunction, functionEntry } from '../../layers/bundle.js';
+import { bundleFunction, functionBundleInputs, functionEntry } from '../../layers/bundle.js';
 import { lddLibraries } from '../../layers/git.js';
 import { componentKey, wrapperDirectives } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
@@ -120,6 +120,24 @@ describe('function bundles', () => {
       } finally {
         await rm(dir, { recursive: true, force: true });
       }
+    },
+    60_000,
+  );
+});
+
+describe('function bundle contents', () => {
+  /** Each function's route: the stage it runs (`functions/lib/pipeline/routes/<stage>.ts`). */
+  const routeOf = (stage: string) => `functions/lib/pipeline/routes/${stage}.ts`;
+
+  it.each(PIPELINE_STAGES)(
+    'the %s bundle holds its own route only and none of the AWS SDK',
+    async (stage) => {
+      const inputs = await functionBundleInputs(stage);
+      expect(PIPELINE_STAGES.filter((s) => inputs.includes(routeOf(s)))).toEqual([stage]);
+      expect(inputs.filter((f) => f.startsWith('node_modules/@aws-sdk/'))).toEqual([]);
+      // Loaded from the runtime's NODE_PATH instead (`RUNTIME_PROVIDED`).
+      expect(inputs).toContain('lambda-runtime:@aws-sdk/client-s3');
+      expect(inputs).not.toContain('functions/lib/pipeline/dispatch.ts');
     },
     60_000,
   );

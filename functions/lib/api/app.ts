@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { DurationSchema, GenericStatusShape, ObjectMetaSchema } from './common.js';
 import { DEFAULT_KUBECONFIG_SECRET_KEY } from './defaults.js';
 import { AppDeploySchema } from './deploy.js';

@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { invalidDurationMessage, isGoDuration } from './duration.js';
 
 /**

@@ -24,7 +24,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { AppSpecSchema } from './app.js';
 import { ObjectMetaSchema, TimeSchema } from './common.js';
 import { DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_MESSAGE, DNS1123_SUBDOMAIN_REGEX } from './names.js';

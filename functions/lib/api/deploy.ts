@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** `kapp inspect` configuration (`AppDeployKappInspect`). */
 export const AppDeployKappInspectSchema = z.object({

@@ -7,7 +7,7 @@
  * @module
  */
 import { isAbsolute } from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 
 /** `undefined` for a blank string (empty or whitespace only), anything else unchanged. */
 export const blankToUndefined = (v: unknown): unknown => (typeof v === 'string' && v.trim() === '' ? undefined : v);

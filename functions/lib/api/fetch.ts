@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { Int64Schema, LocalRefSchema, VersionSelectionSchema } from './common.js';
 import { DEFAULT_GIT_DEPTH } from './defaults.js';
 

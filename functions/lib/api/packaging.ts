@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { AppClusterSchema } from './app.js';
 import { DurationSchema, GenericStatusShape, ObjectMetaSchema, VersionSelectionSemverSchema } from './common.js';
 import {

@@ -8,7 +8,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { IntSchema, TimeSchema } from './common.js';
 
 const EXIT_CODE = 'Process exit code; -1 when the error has no exit code (process killed, or a pre-exec error)';

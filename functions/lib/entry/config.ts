@@ -46,7 +46,7 @@
  * @module
  */
 import { isAbsolute } from 'node:path';
-import { z } from 'zod';
+import * as z from 'zod';
 import {
   absPath,
   blankToUndefined,

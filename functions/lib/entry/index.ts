@@ -34,9 +34,9 @@ export {
   fleetClusterRegistry,
   kubeconfigClusterRegistry,
   type LambdaDepsOverrides,
-  lambdaEntry,
   stageClusterRegistry,
 } from './lambda.js';
+export { lambdaEntry } from './main.js';
 export {
   type Bootstrap,
   errorBody,
@@ -51,3 +51,4 @@ export {
   type RuntimeLoopOptions,
   runRuntimeLoop,
 } from './runtime-api.js';
+export { makeStageHandler } from './stage-handler.js';

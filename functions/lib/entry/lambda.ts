@@ -19,9 +19,8 @@ import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { defaultProvider } from '@aws-sdk/credential-provider-node';
 import pino from 'pino';
-import { objectRefOf, targetFunction } from '../../../events/schema.js';
-import { type ClusterKeyring, DerivedKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
-import { hardenProcess } from '../exec/harden.js';
+import { targetFunction } from '../../../events/schema.js';
+import type { ClusterKeyring } from '../artifact/keyring.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
@@ -30,21 +29,14 @@ import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.
 import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
-import { type DispatchDeps, dispatchEvent } from '../pipeline/dispatch.js';
+import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
-import {
-  type ClusterRegistryConfig,
-  CONTROLLER_VERSION,
-  ConfigError,
-  type LambdaConfig,
-  parseLambdaEnv,
-} from './config.js';
-import { type EntryDeps, makeSqsHandler, type SqsHandler } from './handler.js';
-import { lambdaBootstrap } from './runtime-api.js';
+import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
 import { type SenderPolicy, senderRefusal } from './sender.js';
+import type { EntryDeps } from './stage-handler.js';
 
 /** The AWS SDK clients of one function process. */
 export interface AwsClients {
@@ -200,8 +192,8 @@ export interface LambdaDepsOverrides {
   now?: () => Date;
   /**
    * Keys sealing private artifacts. Default none: a run that would store content made from
-   * Secrets then fails (never stores it in the clear). {@link lambdaEntry} passes one to every
-   * function that {@link usesArtifactKey}.
+   * Secrets then fails (never stores it in the clear). `lambdaEntry` (`./main.ts`) passes one to
+   * every function that `usesArtifactKey`.
    */
   keyring?: ClusterKeyring;
   /**
@@ -218,44 +210,10 @@ export interface LambdaDepsOverrides {
  */
 export const LEASED_STAGES: readonly PipelineStage[] = Object.freeze(['fetch', 'template', 'deploy']);
 
-/** The variable holding the fleet's artifact root key (base64, at least 32 bytes). */
-export const ARTIFACT_ROOT_KEY_ENV = 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY';
+export { ARTIFACT_ROOT_KEY_ENV, artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 
 /**
- * Whether a function seals or opens private artifacts, and so needs {@link ARTIFACT_ROOT_KEY_ENV}:
- * every function with the artifact store, not install (it only talks to API servers: it
- * writes an App and placeholder Secrets, never an artifact), which then runs without the key.
- */
-export function usesArtifactKey(stage: PipelineStage): boolean {
-  return stage !== 'install';
-}
-
-/**
- * The keyring of the functions: per-cluster keys derived (HKDF) from the fleet's root key in
- * `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` (base64 of 32+ random bytes; set it from AWS Secrets Manager,
- * the same value for the fetch, template and deploy functions of a fleet). Read apart from
- * {@link parseLambdaEnv} so the parsed configuration stays free of secrets and loggable.
- *
- * Production design, not built yet: a KMS data key per cluster (GenerateDataKey under the
- * fleet's CMK, the wrapped key kept with the cluster's registry entry, Decrypt allowed by the
- * function roles only), so that one leaked root key does not open every cluster's artifacts.
- *
- * @throws ConfigError when the variable is missing or not base64 of at least 32 bytes (the
- *   value is never quoted).
- */
-export function artifactKeyringFromEnv(
-  stage: LambdaConfig['stage'],
-  env: Readonly<Record<string, string | undefined>>,
-): ClusterKeyring {
-  try {
-    return new DerivedKeyring(rootKeyFromBase64(env[ARTIFACT_ROOT_KEY_ENV], ARTIFACT_ROOT_KEY_ENV));
-  } catch (err) {
-    throw new ConfigError(stage, [(err as Error).message]);
-  }
-}
-
-/**
- * Builds the dependencies of one stage function (the deps factory of `makeSqsHandler`) with
+ * Builds the dependencies of one stage function (the deps factory of `lambdaEntry`'s handler) with
  * `createPipelineDeps`: the stage's tools in the layer's bin dir, S3, the stage-narrowed
  * registry (discovery uses the un-narrowed one), the SQS sender, and for a function with
  * `runtimeIdentity` ({@link FUNCTION_ACCESS}) the runtime's own kubeconfig per cluster, which
@@ -313,12 +271,6 @@ export function createLambdaDeps(
   };
   // A registry that looks clusters up at run time loads the record's cluster before the stage.
   const prepare = registry.prepare?.bind(registry);
-  const dispatch: EntryDeps['dispatch'] = prepare
-    ? async (event, deps) => {
-        await prepare(objectRefOf(event).clusterId);
-        return dispatchEvent(event, deps);
-      }
-    : undefined;
   // The functions of an App's run share its run lease (in the artifact bucket).
   const leases = LEASED_STAGES.includes(config.stage)
     ? new RunLeases({ store, ...(overrides.now ? { now: overrides.now } : {}) })
@@ -328,7 +280,7 @@ export function createLambdaDeps(
     sender,
     log,
     maxAttempts: config.maxReceiveCount,
-    ...(dispatch ? { dispatch } : {}),
+    ...(prepare ? { prepare } : {}),
     ...(checkSender ? { checkSender } : {}),
     ...(leases ? { leases } : {}),
   };
@@ -354,31 +306,4 @@ export function senderCheckOf(
     forwarderOf: (clusterId) => fleet.forwarderOf(clusterId),
   };
   return (clusterId, senderId) => senderRefusal(policy, clusterId, senderId);
-}
-
-/**
- * Everything a stage's Lambda entry file does, in order: install the bootstrap (when the
- * bundle is its own process), read the configuration once from `env`, create the AWS
- * clients once per process, build the SQS handler, and start the Runtime API loop when the
- * bundle is the main module. Entry files pass `import.meta.url`, `process.argv[1]` and
- * `process.env`: they stay the only readers of the environment.
- *
- * @throws ConfigError (via the bootstrap's fatal handler when main) for a bad configuration.
- */
-export function lambdaEntry(
-  stage: PipelineStage,
-  moduleUrl: string,
-  argv1: string | undefined,
-  env: Readonly<Record<string, string | undefined>>,
-): SqsHandler {
-  const bootstrap = lambdaBootstrap({ moduleUrl, argv1, runtimeApi: env.AWS_LAMBDA_RUNTIME_API });
-  const config = parseLambdaEnv(stage, env);
-  // Before any tool can run: the tools share this function's uid on Lambda, and this
-  // process's environment holds the role's AWS credentials.
-  hardenProcess(config.hardenAddon);
-  const keyring = usesArtifactKey(stage) ? artifactKeyringFromEnv(stage, env) : undefined;
-  const clients = createAwsClients(config);
-  const handler = makeSqsHandler(stage, () => createLambdaDeps(config, clients, keyring ? { keyring } : {}));
-  bootstrap.start(handler);
-  return handler;
 }

@@ -15,7 +15,7 @@
  *
  * @module
  */
-import { z } from 'zod';
+import * as z from 'zod';
 import { PIPELINE_STAGES, type PipelineStage } from '../transport/port.js';
 
 /** `apiVersion` of a cluster document. */

@@ -30,7 +30,7 @@
  * @module
  */
 import { parseAllDocuments } from 'yaml';
-import { z } from 'zod';
+import * as z from 'zod';
 import { canonicalJson, repoIndexKey, repoIndexManifestKey, repoIndexRecordKey, sha256Hex } from '../artifact/keys.js';
 import type { ObjectStore } from '../store/port.js';
 import { CLEAN_UP_OVERLAY, REBASE_CONFIG } from './repo-template.js';

@@ -34,7 +34,7 @@ import { FETCH_RUN_ERROR_PREFIX } from '../fetch/vendir.js';
 import type { ResourceRef } from '../kube/port.js';
 import type { StatusWriteOutcome } from '../kube/status-write.js';
 import { redactSecrets } from '../reconcile/redact.js';
-import type { SecretMask } from '../reconcile/secret-mask.js';
+import { SecretMask } from '../reconcile/secret-mask.js';
 import { formatStatusTime, markDeleteFailed, markFailed } from '../reconcile/status.js';
 import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
@@ -281,5 +281,66 @@ export async function endRunAfterRetries(
       'stage failed on its last attempt and its failed status could not be written',
     );
     return false;
+  }
+}
+
+/** Which attempt of a run a stage event is (see `retry-bound.ts`). */
+export interface AttemptInfo {
+  /** 1-based attempt of this run (embedded: the queue's count; Lambda: `ApproximateReceiveCount`). */
+  attempt: number;
+  /** Attempts allowed; the one numbered `maxAttempts` (or later) is the last. */
+  maxAttempts: number;
+}
+
+/** Options of {@link dispatchWithRetryBound}. */
+export interface RetryBoundOptions<D extends PipelineDeps = PipelineDeps> {
+  /**
+   * The stage runner: `dispatchEvent` (`./dispatch.ts`, every stage: the embedded runtime) or one
+   * function's route (`./routes/`, the Lambda functions).
+   */
+  dispatch: (event: KappEvent, deps: D) => Promise<KappEvent | undefined>;
+  /**
+   * Hands the next stage's event on (Lambda: its queue). It runs inside the bound: a hand-off
+   * that keeps failing ends the run like a stage that keeps failing. Default: none (the caller
+   * runs `next` itself, as the embedded driver does).
+   */
+  forward?: (next: KappEvent) => Promise<void>;
+  /**
+   * The run's Secret values (what the stage adds to it is masked in the final status and in
+   * the caller's logs). Default a fresh {@link SecretMask}.
+   */
+  secretMask?: SecretMask;
+}
+
+/**
+ * A stage runner (`dispatchEvent` or a function's route) under the retry bound, THE one used by
+ * both runtimes (the embedded driver and the Lambda SQS handler): the stage runs with the run's {@link SecretMask}, its next
+ * event is forwarded (`forward`), and when either throws on the last attempt the run ends with a
+ * final failed status ({@link endRunAfterRetries}: `ReconcileFailed`, or `DeleteFailed` for a delete,
+ * for Apps and PackageRepositories alike) instead of another retry.
+ *
+ * @param attempt - which attempt this is; an `attempt` below `maxAttempts` (or unknown: 0) never
+ *   ends the run.
+ * @returns `next`: the next stage's event, if any (already forwarded when `forward` is given);
+ *   `ended`: true when the run was ended by the retry bound (the event must be acknowledged).
+ * @throws what the stage or the hand-off threw, before the last attempt, or when the final
+ *   status could not be written either.
+ */
+export async function dispatchWithRetryBound<D extends PipelineDeps>(
+  event: KappEvent,
+  deps: D,
+  attempt: AttemptInfo,
+  options: RetryBoundOptions<D>,
+): Promise<{ next?: KappEvent; ended?: true }> {
+  const secretMask = options.secretMask ?? new SecretMask();
+  const dispatch = options.dispatch;
+  try {
+    const next = await dispatch(event, { ...deps, secretMask });
+    if (next && options.forward) await options.forward(next);
+    return next ? { next } : {};
+  } catch (err) {
+    if (attempt.attempt < attempt.maxAttempts) throw err;
+    if (await endRunAfterRetries(event, err, deps, secretMask, attempt.attempt)) return { ended: true };
+    throw err;
   }
 }

@@ -1,0 +1,56 @@
+/**
+ * What a stage's Lambda entry file runs at init, kept light: the configuration, the hardening
+ * and the artifact key are checked at once (a bad setup fails the init), and the Runtime API
+ * loop starts; the composition root (`./lambda.ts`: the Kubernetes client, the AWS SDK, the
+ * pipeline's ports) is imported on the first invocation, and the function's stage
+ * (`../pipeline/routes/<stage>.ts`) on the first record that runs one. An entry file imports
+ * only this module and its own route, so its bundle holds no other function's stage.
+ *
+ * @module
+ */
+
+import { hardenProcess } from '../exec/harden.js';
+import type { FunctionRoute } from '../pipeline/routes/route.js';
+import type { PipelineStage } from '../transport/port.js';
+import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
+import { parseLambdaEnv } from './config.js';
+import { lambdaBootstrap } from './runtime-api.js';
+import { makeStageHandler, type SqsHandler } from './stage-handler.js';
+
+/**
+ * Everything a stage's Lambda entry file does, in order: install the bootstrap (when the
+ * bundle is its own process), read the configuration once from `env`, harden the process,
+ * read the artifact key, build the SQS handler, and start the Runtime API loop when the bundle
+ * is the main module. On the first invocation the handler imports the composition root and
+ * creates the AWS clients and the stage's ports (`createLambdaDeps`); on the first record (or
+ * poll) it loads the stage with `loadRoute`. Entry files pass `import.meta.url`,
+ * `process.argv[1]`, `process.env` and a loader of their route (a dynamic import of
+ * `functions/lib/pipeline/routes/<stage>.ts`):
+ * they stay the only readers of the environment.
+ *
+ * @throws ConfigError (via the bootstrap's fatal handler when main) for a bad configuration.
+ */
+export function lambdaEntry(
+  stage: PipelineStage,
+  moduleUrl: string,
+  argv1: string | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+  loadRoute: () => Promise<{ route: FunctionRoute }>,
+): SqsHandler {
+  const bootstrap = lambdaBootstrap({ moduleUrl, argv1, runtimeApi: env.AWS_LAMBDA_RUNTIME_API });
+  const config = parseLambdaEnv(stage, env);
+  // Before any tool can run: the tools share this function's uid on Lambda, and this
+  // process's environment holds the role's AWS credentials.
+  hardenProcess(config.hardenAddon);
+  const keyring = usesArtifactKey(stage) ? artifactKeyringFromEnv(stage, env) : undefined;
+  const handler = makeStageHandler(
+    stage,
+    async () => {
+      const { createAwsClients, createLambdaDeps } = await import('./lambda.js');
+      return createLambdaDeps(config, createAwsClients(config), keyring ? { keyring } : {});
+    },
+    async () => (await loadRoute()).route,
+  );
+  bootstrap.start(handler);
+  return handler;
+}
