@@ -15,7 +15,7 @@
  *   kapp (`ReconcileFailed`, `Deploying: Process was canceled`); the canceled spec's reconcile
  *   then marks `Canceled/paused`.
  */
-import { mkdir } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -30,7 +30,11 @@ import {
 } from '../../events/schema.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
-import { artifactKeyringFromEnv, createLambdaDeps } from '../../functions/lib/entry/lambda.js';
+import {
+  artifactKeyringFromEnv,
+  createLambdaDeps,
+  createSecretsManagerClient,
+} from '../../functions/lib/entry/lambda.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
@@ -93,7 +97,8 @@ function functionEnv(stage: PipelineStage): Record<string, string> {
     KAPP_LAMBDA_BIN_DIR: binDirs.get(stage) ?? '',
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
-    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 9).toString('base64'),
+    // The root key as a file secret (the stack names a Secrets Manager secret instead).
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: `file://${path.join(tmp, 'artifact-root.key')}`,
   };
 }
 
@@ -105,7 +110,7 @@ function functions() {
   for (const stage of ['fetch', 'template', 'deploy'] as const) {
     const env = functionEnv(stage);
     const config = parseLambdaEnv(stage, env);
-    const keyring = artifactKeyringFromEnv(stage, env);
+    const keyring = artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config));
     handlers.set(
       stage,
       makeSqsHandler(stage, () => ({
@@ -204,6 +209,7 @@ async function deployCut(fns: ReturnType<typeof functions>, name: string): Promi
 beforeAll(async () => {
   tmp = await makeTempDir('deploy-cont');
   await mkdir(path.join(tmp, 'scratch'));
+  await writeFile(path.join(tmp, 'artifact-root.key'), Buffer.alloc(32, 9).toString('base64'), { mode: 0o600 });
   for (const stage of ['fetch', 'template', 'deploy'] as const) {
     binDirs.set(stage, (await functionLayer(tmp, stage)).binDir);
   }
