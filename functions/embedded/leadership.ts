@@ -12,8 +12,11 @@
  * renewed; then the forwarder is stopped and what it held dropped), and refuses to start a
  * stage for that cluster or write through its views ({@link NotLeaderError}, which the
  * pipeline's queue treats as a crash: the run is retried with backoff and goes through once
- * this runtime leads again, or is dropped when it stops). A tool already running (a kapp
- * deploy) runs to its end; its status write is refused.
+ * this runtime leads again, or is dropped when it stops). Stages already running are aborted:
+ * each stage runs with its cluster's term signal ({@link ClusterLeadership.termSignal}, the
+ * embedded pipeline's `stageSignal`), which cancels its tools as the function deadline and an
+ * App's deletion do, so a kapp deploy is killed at once (not left to run beside the new
+ * leader's), and whatever the stage writes after that is refused, its status included.
  *
  * RBAC: the identity of the runtime needs `get`, `create` and `update` on
  * `coordination.k8s.io` `leases` in the lease namespace (default {@link DEFAULT_LEASE_NAMESPACE};
@@ -143,6 +146,13 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
   });
 }
 
+/** An already aborted controller: the term signal while not leading. */
+function abortedController(clusterId: string): AbortController {
+  const c = new AbortController();
+  c.abort(new NotLeaderError(clusterId));
+  return c;
+}
+
 /** Options of {@link ClusterLeadership}. */
 export interface ClusterLeadershipOptions {
   /** The cluster. */
@@ -170,17 +180,37 @@ export class ClusterLeadership {
   readonly elector: LeaderElector;
   private current: Forwarder | undefined;
   private term = 0;
+  private termAbort: AbortController;
   private forwarding = true;
   private readonly stopping = new Set<Promise<void>>();
 
   /** @param opts - See {@link ClusterLeadershipOptions}. */
   constructor(private readonly opts: ClusterLeadershipOptions) {
     this.clusterId = opts.clusterId;
+    this.termAbort = abortedController(opts.clusterId);
     this.elector = new LeaderElector({
       ...opts.election,
-      onStartedLeading: () => this.startTerm(),
-      onStoppedLeading: () => this.endTerm(),
+      onStartedLeading: () => {
+        this.termAbort = new AbortController();
+        this.startTerm();
+      },
+      onStoppedLeading: () => {
+        // First the running stages (their tools killed, their writes refused), then the forwarder.
+        this.termAbort.abort(new NotLeaderError(this.clusterId));
+        this.endTerm();
+      },
     });
+  }
+
+  /**
+   * The signal of the current term, for a stage starting now: aborted, with a
+   * {@link NotLeaderError} as reason, the moment this runtime stops leading the cluster (the
+   * Lease lost, taken over or released); already aborted when it does not lead. A new term
+   * gets a new signal, so a stage of an earlier term stays aborted. {@link stopForwarding}
+   * does not abort it (running stages may end while the Lease is kept).
+   */
+  get termSignal(): AbortSignal {
+    return this.termAbort.signal;
   }
 
   /** The forwarder of the current term, when leading. */

@@ -8,6 +8,7 @@
  * the routing every Lambda function entry uses, with the same retry bound.
  */
 import { type FunctionName, type KappEvent, objectRefOf, orderingKey, targetFunction } from '../../events/schema.js';
+import { withSignal } from '../lib/exec/deadline.js';
 import { coalesceEvents } from '../lib/lease/coalesce.js';
 import { type DispatchDeps, dispatchEvent } from '../lib/pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound } from '../lib/pipeline/retry-bound.js';
@@ -38,6 +39,13 @@ export interface EmbeddedPipelineOptions {
    * resources may take longer, the warning then only says so); 0 turns it off.
    */
   stallWarnMs?: number;
+  /**
+   * The signal a stage of cluster `clusterId` runs with, taken when the stage starts: once
+   * aborted, the stage's tools are canceled (running ones killed, later ones never started).
+   * The runtime gives the cluster's leadership term (`leadership.ts`), so a runtime that loses
+   * a cluster's Lease stops its running kapp. Default none.
+   */
+  stageSignal?: (clusterId: string) => AbortSignal | undefined;
 }
 
 /** A stage running now, as {@link EmbeddedPipeline.inFlight} reports it. */
@@ -61,6 +69,7 @@ export class EmbeddedPipeline {
   private readonly maxAttempts: number;
   private readonly stallWarnMs: number;
   private readonly current = new Map<string, InFlightStage>();
+  private readonly stageSignal: EmbeddedPipelineOptions['stageSignal'];
 
   constructor(
     private readonly deps: DispatchDeps,
@@ -68,6 +77,7 @@ export class EmbeddedPipeline {
   ) {
     this.maxAttempts = opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
     this.stallWarnMs = opts.stallWarnMs ?? 120_000;
+    this.stageSignal = opts.stageSignal;
     this.queue = new KeyedQueue<KappEvent>((key, item, attempt) => this.run(key, item, attempt), {
       concurrency: opts.concurrency ?? 4,
       baseRetryMs: opts.baseRetryMs,
@@ -110,10 +120,15 @@ export class EmbeddedPipeline {
   /**
    * The deps a run gets: the queue runs one event per object at a time and every stage of a run
    * before the next, so `oneRunPerObject` holds (read per run: the runtime sets `deps.emit` after
-   * construction).
+   * construction). With a `signal` ({@link EmbeddedPipelineOptions.stageSignal}), every tool of
+   * the stage is canceled once it aborts.
    */
-  private runDeps(): DispatchDeps {
-    return { ...this.deps, config: { ...this.deps.config, oneRunPerObject: true } };
+  private runDeps(signal: AbortSignal | undefined): DispatchDeps {
+    return {
+      ...this.deps,
+      ...(signal ? { runner: withSignal(this.deps.runner, signal) } : {}),
+      config: { ...this.deps.config, oneRunPerObject: true },
+    };
   }
 
   private async run(key: string, first: KappEvent, attempt: number): Promise<void> {
@@ -129,10 +144,11 @@ export class EmbeddedPipeline {
             : undefined;
         stall?.unref();
         try {
+          const deps = this.runDeps(this.stageSignal?.(objectRefOf(current).clusterId));
           ev = (
             await dispatchWithRetryBound(
               current,
-              this.runDeps(),
+              deps,
               { attempt, maxAttempts: this.maxAttempts },
               { dispatch: dispatchEvent },
             )

@@ -199,7 +199,12 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const leaderships = new Map<string, ClusterLeadership>();
   const acting = (clusterId: string) => opts.leaderElection === false || !!leaderships.get(clusterId)?.isLeader();
   const deps: DispatchDeps = { ...wrapped, clusters: leaderGatedRegistry(wrapped.clusters, acting) };
-  const pipeline = new EmbeddedPipeline(deps, { concurrency: opts.concurrency, ...opts.retry });
+  const pipeline = new EmbeddedPipeline(deps, {
+    concurrency: opts.concurrency,
+    ...opts.retry,
+    // Losing a cluster's Lease cancels the tools of its running stages (`leadership.ts`).
+    stageSignal: (clusterId) => leaderships.get(clusterId)?.termSignal,
+  });
   // Fan-out events (a repository's new versions → its PackageInstalls) join the same queue.
   deps.emit = (events) => pipeline.send(events);
   const makeForwarder = (clusterId: string, transport: Transport) =>

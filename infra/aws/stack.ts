@@ -45,7 +45,7 @@ import type { Construct } from 'constructs';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
-import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
+import { ARTIFACT_ROOT_KEY_SECRET_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { CLUSTER_DOC_PREFIX, CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
@@ -255,7 +255,7 @@ export class KappLambdaStack extends Stack {
     this.senderCheck = Boolean(clusterAccess.environment.KAPP_LAMBDA_CLUSTER_REGISTRY);
 
     const rootKey = new secretsmanager.Secret(this, 'ArtifactRootKey', {
-      description: `kapp-lambda ${ARTIFACT_ROOT_KEY_ENV}: root of the per-cluster keys sealing private artifacts`,
+      description: 'kapp-lambda artifact root key: root of the per-cluster keys sealing private artifacts',
       encryptionKey: this.artifactKey,
       // 64 characters of [A-Za-z0-9] are valid base64 of 48 bytes (about 381 bits of entropy),
       // what `rootKeyFromBase64` accepts (at least 32 bytes).
@@ -452,12 +452,18 @@ export class KappLambdaStack extends Stack {
         ...((URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage) && props.fleet.urlAllow.length > 0
           ? { KAPP_LAMBDA_URL_ALLOW: props.fleet.urlAllow.join(',') }
           : {}),
-        // Resolved by CloudFormation at deploy time (a dynamic reference: the template holds
-        // none of it); the function reads it from its variables, encrypted with the artifact key.
-        // Only for the functions that seal or open private artifacts (not install).
-        ...(usesArtifactKey(stage) ? { [ARTIFACT_ROOT_KEY_ENV]: rootKey.secretValue.unsafeUnwrap() } : {}),
+        // The secret's ARN, never its value (readable with lambda:GetFunctionConfiguration): the
+        // function reads the key at cold start. Only for the functions that seal or open private
+        // artifacts (not install).
+        ...(usesArtifactKey(stage) ? { [ARTIFACT_ROOT_KEY_SECRET_ENV]: rootKey.secretArn } : {}),
       },
     });
+    // That one secret (its CMK, the artifact key, through Secrets Manager: `grantObjects`).
+    if (usesArtifactKey(stage)) {
+      role.addToPolicy(
+        new iam.PolicyStatement({ actions: ['secretsmanager:GetSecretValue'], resources: [rootKey.secretArn] }),
+      );
+    }
     fn.addEventSource(
       new lambdaEvents.SqsEventSource(queues[stage].queue, {
         batchSize: sizing.batchSize,
@@ -479,7 +485,8 @@ export class KappLambdaStack extends Stack {
   /**
    * The artifact bucket for one stage: its prefixes (`STAGE_OBJECTS`), `s3:ListBucket` (without
    * it S3 answers 403 rather than 404 for a missing key, and every cache miss would fail as an
-   * access error), and the artifact key through S3 (and Lambda, for the function's variables).
+   * access error), and the artifact key through S3 (and Lambda, for the function's variables; and
+   * Secrets Manager, for the artifact root key's secret, to the functions that {@link usesArtifactKey}).
    * A stage with no prefix (install) gets neither, but the key through S3 when the cluster
    * registry is in this bucket (its documents are encrypted with it too).
    */
@@ -502,7 +509,10 @@ export class KappLambdaStack extends Stack {
     }
     const writes = grants.some((g) => g.actions.includes('s3:PutObject'));
     const viaS3 = grants.length > 0 || this.clusterRegistry.bucket === this.bucket;
-    const services = [...(viaS3 ? ['s3'] : []), 'lambda'].map((s) => `${s}.${this.region}.amazonaws.com`);
+    // Secrets Manager: the artifact root key's secret is encrypted with this key too.
+    const services = [...(viaS3 ? ['s3'] : []), 'lambda', ...(usesArtifactKey(stage) ? ['secretsmanager'] : [])].map(
+      (s) => `${s}.${this.region}.amazonaws.com`,
+    );
     role.addToPolicy(
       new iam.PolicyStatement({
         actions: ['kms:Decrypt'],

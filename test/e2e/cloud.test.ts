@@ -14,8 +14,9 @@
  * registry in S3 (`s3://<bucket>/<prefix>registry/`, where the CDK stack puts it), the cluster
  * registered by `npm run cluster -- add --auth token` (the CLI as a process), the RBAC it prints
  * (`infra/rbac/`) applied, and each function holding only its own stage's ServiceAccount token
- * (a TokenRequest) in a secret directory of its own. No function has a kubeconfig in its
- * environment, and the control planes' admin kubeconfigs and the other functions' tokens are
+ * (a TokenRequest) in a secret directory of its own. The artifact root key is a secret in
+ * moto's Secrets Manager, named by ARN in the functions' variables and read at cold start, as the
+ * stack deploys it. No function has a kubeconfig in its environment, and the control planes' admin kubeconfigs and the other functions' tokens are
  * hidden from its sandbox: every status below is written with the stage's least RBAC.
  *
  * The forwarder acts as the identity the project ships for it: a token of the ServiceAccount of
@@ -50,6 +51,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
+import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
@@ -94,7 +96,7 @@ import {
   startProcess,
 } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
-import { createFifoQueue, sqsClient } from '../harness/servers/sqs.js';
+import { createFifoQueue, type SqsInfo, sqsClient } from '../harness/servers/sqs.js';
 import { EventSourceMapping } from '../harness/sqs-poller.js';
 import { kappProcesses, slowApp } from './faults-support.js';
 import { expectRepoSucceeded, type RepoObject } from './packaging-support.js';
@@ -145,6 +147,8 @@ let forwarder: ServerProcess | undefined;
 let forwarderKubeconfig: string;
 /** `system:serviceaccount:<namespace>:<name>` of the forwarder's ServiceAccount in `infra/forwarder/rbac.yml`. */
 let forwarderUser: string;
+/** The artifact root key's secret in moto's Secrets Manager (the stack's `ArtifactRootKey`). */
+let rootKeySecretArn: string;
 const hosts = new Map<PipelineStage, StageHost>();
 const host = (stage: PipelineStage): StageHost => {
   const h = hosts.get(stage);
@@ -306,6 +310,31 @@ function statusWriterPolicy(): object[] {
   );
 }
 
+/**
+ * Creates the fleet's artifact root key as the stack does (a Secrets Manager secret, base64 of
+ * random bytes) on moto's server, which serves Secrets Manager beside SQS.
+ * @returns the secret's ARN.
+ */
+async function createRootKeySecret(moto: SqsInfo): Promise<string> {
+  const client = new SecretsManagerClient({
+    endpoint: moto.endpoint,
+    region: moto.region,
+    credentials: { accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey },
+  });
+  try {
+    const created = await client.send(
+      new CreateSecretCommand({
+        Name: `kapp-lambda-${id}/artifact-root-key`,
+        SecretString: randomBytes(48).toString('base64'),
+      }),
+    );
+    if (!created.ARN) throw new Error('create secret: no ARN in the answer');
+    return created.ARN;
+  } finally {
+    client.destroy();
+  }
+}
+
 function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string, string> {
   const s = servers();
   const queues = Object.fromEntries([...hosts.values()].map((h) => [queueUrlEnv(h.stage), h.queue.url]));
@@ -331,7 +360,9 @@ function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string,
     KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
     // The fixture servers are on loopback: allowed as a fleet allows its private registries.
     KAPP_LAMBDA_URL_ALLOW: '127.0.0.0/8',
-    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 11).toString('base64'),
+    // The root key by its secret's ARN, read from Secrets Manager (moto) as on AWS.
+    KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: s.sqs.endpoint,
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: rootKeySecretArn,
   };
 }
 
@@ -387,6 +418,7 @@ beforeAll(async () => {
       warmMs: [],
     } as unknown as StageHost);
   }
+  rootKeySecretArn = await createRootKeySecret(s.sqs);
   cluster = await startedCluster;
   kube = e2eCluster(cluster.kubeconfigPath);
   clusterId = `kwok-${cluster.name}`;
@@ -651,6 +683,9 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
       const keys = (listed.Contents ?? []).map((o) => (o.Key ?? '').slice(PREFIX.length));
       expect(keys.some((k) => k.startsWith('artifacts/fetch/'))).toBe(true);
       expect(keys.some((k) => k.startsWith('artifacts/template/'))).toBe(true);
+      // simple-app-http's render takes values from a Secret: sealed under the private prefix with
+      // keys from the root key the functions read from (moto's) Secrets Manager at cold start.
+      expect(keys.some((k) => k.startsWith('private/'))).toBe(true);
     } finally {
       client.destroy();
     }

@@ -14,7 +14,7 @@
  *
  * @module
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -64,9 +64,12 @@ export interface InProcessFunction {
  * The environment the stack gives `stage`'s function, for a test that runs the function's
  * handler in its own process (`createLambdaDeps`, `makeSqsHandler`) over the test servers: the
  * queue URLs are placeholders (an in-memory sender stands in for SQS), the artifact root key a
- * fixed test key, the tool versions those of the stage's layer.
+ * fixed test key in a file beside `tmpDir` (named `file://...`, as local setups do), the tool versions those of the stage's layer.
  */
 export function inProcessFunctionEnv(stage: PipelineStage, f: InProcessFunction): Record<string, string> {
+  const rootKeyFile = path.join(path.dirname(f.tmpDir), 'artifact-root.key');
+  mkdirSync(path.dirname(rootKeyFile), { recursive: true });
+  writeFileSync(rootKeyFile, Buffer.alloc(32, 9).toString('base64'), { mode: 0o600 });
   return {
     AWS_REGION: f.s3.region,
     KAPP_LAMBDA_BUCKET: f.s3.bucket ?? 'kapp-lambda',
@@ -78,7 +81,8 @@ export function inProcessFunctionEnv(stage: PipelineStage, f: InProcessFunction)
     KAPP_LAMBDA_BIN_DIR: f.binDir,
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
-    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 9).toString('base64'),
+    // The root key as a file secret (the stack names a Secrets Manager secret instead).
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: `file://${rootKeyFile}`,
   };
 }
 

@@ -16,7 +16,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { fetchCacheKey, INFLIGHT_PREFIX, inflightKey, renderCacheKey } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
-import { ARTIFACT_ROOT_KEY_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
+import {
+  ARTIFACT_ROOT_KEY_SECRET_ENV,
+  artifactKeyringFromEnv,
+  LEGACY_ARTIFACT_ROOT_KEY_ENV,
+  usesArtifactKey,
+} from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX, leaseKey } from '../../functions/lib/lease/index.js';
 import { repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
@@ -65,6 +70,12 @@ const stageOf = (fnId: string): PipelineStage => {
   const s = PIPELINE_STAGES.find((st) => logicalId(stack.stages[st].fn) === fnId);
   if (!s) throw new Error(`no stage has function ${fnId}`);
   return s;
+};
+/** Logical id of the one Secrets Manager secret of the stack: the artifact root key. */
+const rootKeyId = (): string => {
+  const secrets = ofType('AWS::SecretsManager::Secret');
+  expect(secrets).toHaveLength(1);
+  return secrets[0]![0];
 };
 /** The statements of the inline policies attached to a role. */
 const roleStatements = (roleId: string): Json[] =>
@@ -369,10 +380,10 @@ describe('functions', () => {
     // Install runs no tool and seals nothing: no tool versions, no root key.
     if (STAGE_TOOLS[stage].length === 0) expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBeUndefined();
     else expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBe(JSON.stringify(layerToolVersions(stage)));
-    // A dynamic reference: resolved by CloudFormation at deploy time, never in the template.
-    if (usesArtifactKey(stage))
-      expect(JSON.stringify(env[ARTIFACT_ROOT_KEY_ENV])).toMatch(/\{\{resolve:secretsmanager:/);
-    else expect(env[ARTIFACT_ROOT_KEY_ENV]).toBeUndefined();
+    // The root key's secret by ARN (a Ref of a secret resource is its ARN), never its value.
+    expect(env[LEGACY_ARTIFACT_ROOT_KEY_ENV]).toBeUndefined();
+    if (usesArtifactKey(stage)) expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toEqual({ Ref: rootKeyId() });
+    else expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toBeUndefined();
     // What the function's configuration parser accepts (template values stand in for the tokens).
     const concrete = Object.fromEntries(
       Object.entries(env).map(([k, v]) => [
@@ -456,7 +467,7 @@ describe('IAM', () => {
       expect(s.Effect).toBe('Allow');
       for (const a of list(s.Action as string | string[])) expect(a).toMatch(/^[a-z0-9]+:[A-Za-z]+$/);
       // The token secrets are made per cluster after the deployment: a name pattern per stage.
-      if (s.Action === 'secretsmanager:GetSecretValue') {
+      if (s.Action === 'secretsmanager:GetSecretValue' && !('Ref' in (s.Resource as Json))) {
         expect(PIPELINE_STAGES.map(tokenSecretArn)).toContainEqual(s.Resource);
         continue;
       }
@@ -494,8 +505,12 @@ describe('IAM', () => {
         // The cluster registry: read only, its documents only.
         { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
       ]);
-      const tokens = take((s) => list(s.Action as string[]).some((a) => a.startsWith('secretsmanager:')));
-      expect(tokens).toEqual([
+      const secrets = take((s) => list(s.Action as string[]).some((a) => a.startsWith('secretsmanager:')));
+      expect(secrets).toEqual([
+        // The artifact root key's secret, that one only, read at cold start (not by install).
+        ...(usesArtifactKey(stage)
+          ? [{ Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: { Ref: rootKeyId() } }]
+          : []),
         { Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: tokenSecretArn(stage) },
       ]);
       expect(tokenSecretPattern(stage)).toBe(`kapp-lambda/*/${stage}`);
@@ -507,14 +522,17 @@ describe('IAM', () => {
         expect(s.Resource).toEqual(arnOf(stack.artifactKey));
         expect(s.Condition).toMatchObject({ StringEquals: { 'kms:ViaService': expect.anything() } });
       }
-      // Every function decrypts through S3 (the registry documents are in the artifact bucket).
-      const decrypt = kms.find((s) => list(s.Action as string[]).includes('kms:Decrypt'))!;
+      // Every function decrypts through S3 (the registry documents are in the artifact bucket),
+      // and the ones with the root key through Secrets Manager (its secret is under this key).
+      const decrypt = kms.filter((s) => list(s.Action as string[]).includes('kms:Decrypt'));
+      expect(decrypt).toHaveLength(1);
       expect(
-        list((decrypt.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']),
-      ).toEqual([
-        { 'Fn::Join': ['', ['s3.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
-        { 'Fn::Join': ['', ['lambda.', { Ref: 'AWS::Region' }, '.amazonaws.com']] },
-      ]);
+        list((decrypt[0]!.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']),
+      ).toEqual(
+        ['s3', 'lambda', ...(usesArtifactKey(stage) ? ['secretsmanager'] : [])].map((service) => ({
+          'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']],
+        })),
+      );
       expect(kms.flatMap((s) => list(s.Action as string[])).sort()).toEqual(
         // Deploy writes its Apps' run leases (state/leases/*), so it encrypts too; install writes nothing.
         stage === 'install' ? ['kms:Decrypt'] : ['kms:Decrypt', 'kms:GenerateDataKey'],
@@ -670,7 +688,7 @@ describe('cluster registry in a bucket of its own', () => {
       // Install has no prefix of the artifact bucket: it now decrypts through Lambda only.
       const decrypt = st.find((s) => s.Action === 'kms:Decrypt')!;
       const via = list((decrypt.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']);
-      expect(via).toHaveLength(stage === 'install' ? 1 : 2);
+      expect(via).toHaveLength(stage === 'install' ? 1 : 3);
     }
   });
 });
@@ -781,6 +799,32 @@ describe('artifact root key', () => {
     for (const stage of PIPELINE_STAGES) {
       const seals = STAGE_OBJECTS[stage].some((g) => g.keys.startsWith('private/'));
       expect(usesArtifactKey(stage), stage).toBe(seals);
+    }
+  });
+
+  it("is nowhere in the template: no dynamic reference to a secret's value, its CMK is the artifact key", () => {
+    for (const s of [stack, apart, deployed]) {
+      const json = JSON.stringify(Template.fromStack(s).toJSON());
+      expect(json).not.toContain('resolve:secretsmanager');
+      expect(json).not.toContain(`${LEGACY_ARTIFACT_ROOT_KEY_ENV}"`);
+    }
+    const secret = resources[rootKeyId()]!.Properties;
+    expect(secret.KmsKeyId).toEqual({ 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] });
+    expect(secret.SecretString).toBeUndefined();
+    expect(secret.GenerateSecretString).toMatchObject({ PasswordLength: 64, ExcludePunctuation: true });
+  });
+
+  it('the functions accept the variable the stack gives them and read that secret', async () => {
+    const arn = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:ArtifactRootKey-AbCdEf';
+    for (const stage of PIPELINE_STAGES.filter(usesArtifactKey)) {
+      const ids: unknown[] = [];
+      const send = async (cmd: { input: { SecretId?: string } }) => {
+        ids.push(cmd.input.SecretId);
+        return { SecretString: Buffer.alloc(32, 1).toString('base64') };
+      };
+      const ring = artifactKeyringFromEnv(stage, { [ARTIFACT_ROOT_KEY_SECRET_ENV]: arn }, { send } as never);
+      expect((await ring.keysFor('c1')).tag).toMatch(/^[0-9a-f]{32}$/);
+      expect(ids).toEqual([arn]);
     }
   });
 });

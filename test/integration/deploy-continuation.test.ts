@@ -22,7 +22,11 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type DeployStageEvent, EVENT_TYPES, type KappEvent, targetFunction } from '../../events/schema.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
-import { artifactKeyringFromEnv, createLambdaDeps } from '../../functions/lib/entry/lambda.js';
+import {
+  artifactKeyringFromEnv,
+  createLambdaDeps,
+  createSecretsManagerClient,
+} from '../../functions/lib/entry/lambda.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
@@ -89,7 +93,7 @@ function functions() {
   for (const stage of ['fetch', 'template', 'deploy'] as const) {
     const env = functionEnv(stage);
     const config = parseLambdaEnv(stage, env);
-    const keyring = artifactKeyringFromEnv(stage, env);
+    const keyring = artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config));
     handlers.set(
       stage,
       makeSqsHandler(stage, () => ({

@@ -17,7 +17,7 @@
  *   event removes them and the finalizer.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -146,13 +146,14 @@ function functionEnv(binDir: string, stage: PipelineStage = 'fetch'): Record<str
     KAPP_LAMBDA_BIN_DIR: binDir,
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
     KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
-    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 7).toString('base64'),
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: `file://${path.join(tmp, 'artifact-root.key')}`,
   };
 }
 
 beforeAll(async () => {
   tmp = await makeTempDir('lambda-it');
   await mkdir(path.join(tmp, 'scratch'));
+  await writeFile(path.join(tmp, 'artifact-root.key'), Buffer.alloc(32, 7).toString('base64'), { mode: 0o600 });
   const provided = inject('servers') as unknown as ServersInfo | null;
   if (!provided) throw new Error('the integration global setup provides no servers (test/harness/servers.ts)');
   s3 = provided.s3;

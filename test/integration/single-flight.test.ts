@@ -21,7 +21,7 @@ import {
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
-import { artifactKeyringFromEnv, createLambdaDeps } from '../../functions/lib/entry/lambda.js';
+import { artifactKeyringFromEnv, createLambdaDeps, createSecretsManagerClient } from '../../functions/lib/entry/lambda.js';
 import type { CommandRunner } from '../../functions/lib/exec/runner.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { S3Store } from '../../functions/lib/store/index.js';
@@ -86,7 +86,7 @@ function instance(stage: PipelineStage, i: number) {
   const log = memoryLogger();
   const env = functionEnv(stage, i);
   const config = parseLambdaEnv(stage, env);
-  const keyring = artifactKeyringFromEnv(stage, env);
+  const keyring = artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config));
   const handler: SqsHandler = makeSqsHandler(stage, () => {
     const d = createLambdaDeps(config, { s3: s3c, sqs }, { log: log.child({ function: stage }), sender, keyring });
     return { ...d, pipeline: { ...d.pipeline, runner: counting(d.pipeline.runner) } };

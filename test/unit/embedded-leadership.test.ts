@@ -1,13 +1,15 @@
 /**
  * The embedded runtime's use of the election (`functions/embedded/leadership.ts`): the lease
  * name per watch scope, the gated registry that refuses stages and writes for a cluster this
- * runtime does not lead, and a cluster's forwarder running only while leading (a real
- * {@link Forwarder} over the in-memory watcher, a Lease port with optimistic concurrency).
+ * runtime does not lead, a cluster's forwarder running only while leading (a real
+ * {@link Forwarder} over the in-memory watcher, a Lease port with optimistic concurrency), and a
+ * stage running when the lease is lost aborted (the real pipeline over the fake cluster and runner).
  */
+import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
-import type { ObjectEvent } from '../../events/schema.js';
+import { type ObjectEvent, objectEvent } from '../../events/schema.js';
 import {
   ClusterLeadership,
   LEASE_BASE_NAME,
@@ -15,6 +17,8 @@ import {
   leaseNameFor,
   NotLeaderError,
 } from '../../functions/embedded/leadership.js';
+import { EmbeddedPipeline } from '../../functions/embedded/pipeline.js';
+import { CommandCanceledError } from '../../functions/lib/exec/runner.js';
 import {
   type ClusterRegistry,
   ConflictError,
@@ -25,6 +29,8 @@ import {
   type LeaseSpec,
   type LeaseView,
 } from '../../functions/lib/kube/port.js';
+import { appObject, appWorld, NOW, REF, vendirWrites } from './support/app-world.js';
+import { useTempDir } from './support/stage-deps.js';
 
 const T0 = Date.parse('2025-03-01T10:00:00.000Z');
 const APP = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' };
@@ -252,6 +258,41 @@ describe('ClusterLeadership', () => {
     expect(made).toBe(1);
   });
 
+  it("a stage's term signal: aborted while not leading, fresh per term, aborted with NotLeaderError when the lease is lost", async () => {
+    const before = leadership.termSignal;
+    expect(before.aborted).toBe(true);
+    expect(before.reason).toBeInstanceOf(NotLeaderError);
+    leadership.start();
+    await vi.advanceTimersByTimeAsync(500);
+    const first = leadership.termSignal;
+    expect(first.aborted).toBe(false);
+    // another runtime takes the lease over: the running stages' signal aborts with the term
+    lease.put({ holderIdentity: 'other', leaseDurationSeconds: 15 });
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(leadership.isLeader()).toBe(false);
+    expect(first.aborted).toBe(true);
+    expect(first.reason).toBeInstanceOf(NotLeaderError);
+    expect((first.reason as NotLeaderError).clusterId).toBe('c1');
+    expect(leadership.termSignal.aborted).toBe(true);
+    // leading again: a new signal for new stages, the old one stays aborted
+    await vi.advanceTimersByTimeAsync(20_000);
+    expect(leadership.isLeader()).toBe(true);
+    expect(leadership.termSignal.aborted).toBe(false);
+    expect(leadership.termSignal).not.toBe(first);
+    expect(first.aborted).toBe(true);
+  });
+
+  it('stopForwarding lets running stages end: their term signal is aborted only when the lease goes', async () => {
+    leadership.start();
+    await vi.advanceTimersByTimeAsync(500);
+    const term = leadership.termSignal;
+    await leadership.stopForwarding();
+    await vi.advanceTimersByTimeAsync(6_000);
+    expect(term.aborted).toBe(false);
+    await leadership.stop();
+    expect(term.aborted).toBe(true);
+  });
+
   it('stopForwarding keeps the lease; stop releases it', async () => {
     leadership.start();
     await vi.advanceTimersByTimeAsync(500);
@@ -266,3 +307,93 @@ describe('ClusterLeadership', () => {
     expect(lease.lease?.spec).toMatchObject({ holderIdentity: '', leaseDurationSeconds: 1 });
   });
 });
+
+describe('a runtime losing the lease while a stage runs', () => {
+  const tempDir = useTempDir('embedded-leadership-');
+  const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
+
+  it('kills the running kapp (its runner signal aborts) and writes no status as the ex-leader, nor starts a tool on its retry', async () => {
+    const w = appWorld({ app: appObject(), tmpRoot: path.join(tempDir(), 'scratch') });
+    w.runner.on('vendir', vendirWrites());
+    w.runner.on('ytt', { stdout: MANIFEST, exitCode: 0 });
+    let kapp: { signal: AbortSignal | undefined; statusesAtStart: number } | undefined;
+    w.runner.on('kapp', { stdout: '', exitCode: 0 }); // other kapp commands (a later rule wins)
+    // kapp deploy runs until it is canceled, as a deploy waiting on its resources does.
+    w.runner.on(
+      'kapp',
+      async (req) => {
+        kapp = { signal: req.signal, statusesAtStart: w.statuses().length };
+        await new Promise<void>((resolve) => {
+          if (!req.signal || req.signal.aborted) return resolve();
+          req.signal.addEventListener('abort', () => resolve(), { once: true });
+        });
+        return { exitCode: -1, error: new CommandCanceledError('kapp', true, req.signal?.reason) };
+      },
+      (args) => args.includes('deploy'),
+    );
+
+    // The runtime's wiring (`startEmbedded`): a real election over a Lease port, the gated
+    // registry and the pipeline's stage signal from the cluster's term.
+    const lease = new OneLease();
+    const leadership = new ClusterLeadership({
+      clusterId: REF.clusterId,
+      election: {
+        lease: lease.view,
+        namespace: 'kapp-lambda',
+        name: 'l',
+        identity: 'me',
+        leaseDurationMs: 1_500,
+        renewDeadlineMs: 1_000,
+        retryPeriodMs: 50,
+        random: () => 0.5,
+      },
+      makeForwarder: () => ({ start: () => {}, stop: async () => {} }) as unknown as Forwarder,
+      transport: { send: async () => {} },
+    });
+    const deps = { ...w.deps, clusters: leaderGatedRegistry(w.deps.clusters, () => leadership.isLeader()) };
+    const retries: (() => void)[] = [];
+    const pipeline = new EmbeddedPipeline(deps, {
+      stageSignal: () => leadership.termSignal,
+      setTimer: (fn) => {
+        retries.push(fn);
+        return { cancel: () => {} };
+      },
+    });
+    try {
+      leadership.start();
+      await until(() => leadership.isLeader());
+      await pipeline.send([objectEvent(REF, 'added', { time: new Date(NOW) })]);
+      await until(() => kapp !== undefined);
+      expect(kapp?.signal?.aborted).toBe(false);
+      const written = w.statuses().length;
+      expect(written).toBe(kapp?.statusesAtStart);
+
+      // Another runtime takes the Lease over (this one was partitioned, or stalled).
+      lease.put({ holderIdentity: 'other', leaseDurationSeconds: 15 });
+      await until(() => retries.length === 1); // the deploy stage ended as a crash, to be retried
+      expect(leadership.isLeader()).toBe(false);
+      expect(kapp?.signal?.aborted).toBe(true);
+      expect(kapp?.signal?.reason).toBeInstanceOf(NotLeaderError);
+      // Not even the failed deploy's status: the new leader owns the App now.
+      expect(w.statuses()).toHaveLength(written);
+      const crash = w.log.records.find((r) => r.msg === 'stage crashed; retrying');
+      expect(crash?.obj.error).toBe('not the leader of cluster "c1": another runtime holds its lease');
+      expect(w.tools().filter((t) => t === 'kapp')).toHaveLength(1);
+
+      // Its retry (the leader is still the other runtime) starts no tool and writes nothing.
+      retries.shift()?.();
+      await until(() => retries.length === 1);
+      expect(w.tools().filter((t) => t === 'kapp')).toHaveLength(1);
+      expect(w.statuses()).toHaveLength(written);
+    } finally {
+      pipeline.close();
+      await leadership.stop();
+    }
+  });
+});
+
+/** Resolves once `cond` holds, polling every 5 ms (fails the test after 10 s). */
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 2000 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  expect(cond()).toBe(true);
+}

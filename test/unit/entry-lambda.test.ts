@@ -12,6 +12,7 @@ import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
   createAwsClients,
   createLambdaDeps,
+  createSecretsManagerClient,
   kubeconfigClusterRegistry,
   stageClusterRegistry,
 } from '../../functions/lib/entry/lambda.js';
@@ -292,6 +293,22 @@ describe('createAwsClients', () => {
     expect(`${sqse?.protocol}//${sqse?.hostname}:${sqse?.port}`).toBe('http://127.0.0.1:9324');
     c.s3.destroy();
     c.sqs.destroy();
+  });
+
+  it('points the Secrets Manager client at KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT when set, else AWS', async () => {
+    const custom = createSecretsManagerClient(
+      parseLambdaEnv('deploy', { ...env, KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: 'http://127.0.0.1:5000' }),
+    );
+    expect(await custom.config.region()).toBe('eu-west-1');
+    const e = await custom.config.endpoint?.();
+    expect(`${e?.protocol}//${e?.hostname}:${e?.port}`).toBe('http://127.0.0.1:5000');
+    const aws = createSecretsManagerClient(parseLambdaEnv('deploy', env));
+    expect(aws.config.endpoint).toBeUndefined();
+    expect(() => parseLambdaEnv('deploy', { ...env, KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: 'not a url' })).toThrow(
+      'KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT',
+    );
+    custom.destroy();
+    aws.destroy();
   });
 
   it('leaves AWS endpoints and virtual-hosted addressing alone by default', () => {

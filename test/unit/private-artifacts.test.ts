@@ -6,6 +6,7 @@
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ObjectRef as EventObjectRef, TemplateStageData } from '../../events/schema.js';
 import { DeployStageDataSchema, TemplateStageDataSchema } from '../../events/schema.js';
@@ -26,6 +27,7 @@ import {
   sealArtifact,
 } from '../../functions/lib/artifact/sealed.js';
 import { packDir } from '../../functions/lib/artifact/tarball.js';
+import { ConfigError } from '../../functions/lib/entry/config.js';
 import { artifactKeyringFromEnv } from '../../functions/lib/entry/lambda.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { FetchView, KubeObject } from '../../functions/lib/kube/port.js';
@@ -417,13 +419,115 @@ describe('runFetch with a secretRef source', () => {
 });
 
 describe('the Lambda functions key source', () => {
-  it('requires KAPP_LAMBDA_ARTIFACT_ROOT_KEY and derives the same cluster keys in every function', async () => {
-    expect(() => artifactKeyringFromEnv('template', {})).toThrow(
-      'invalid configuration of the template function: KAPP_LAMBDA_ARTIFACT_ROOT_KEY: expected base64 of at least 32 random bytes',
+  const ARN = 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:ArtifactRootKey-AbCdEf';
+
+  /** A Secrets Manager client at the port: answers GetSecretValue from `answer`, records ids. */
+  function fakeSecretsManager(answer: (id: string) => Promise<string>) {
+    const reads: string[] = [];
+    const client = {
+      send: async (cmd: unknown) => {
+        expect(cmd).toBeInstanceOf(GetSecretValueCommand);
+        const id = String((cmd as GetSecretValueCommand).input.SecretId);
+        reads.push(id);
+        return { SecretString: await answer(id) };
+      },
+    };
+    return { client: client as unknown as SecretsManagerClient, reads };
+  }
+
+  it('requires the secret variable, and refuses a key in the variables without quoting it', () => {
+    const { client, reads } = fakeSecretsManager(async () => ROOT.toString('base64'));
+    expect(() => artifactKeyringFromEnv('template', {}, client)).toThrow(
+      'invalid configuration of the template function: KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: required: a Secrets Manager secret ARN or name, or file:///absolute/path',
     );
-    const env = { KAPP_LAMBDA_ARTIFACT_ROOT_KEY: ROOT.toString('base64') };
-    const fetchRing = artifactKeyringFromEnv('fetch', env);
-    const deployRing = artifactKeyringFromEnv('deploy', env);
-    expect((await fetchRing.keysFor('c1')).encKey.equals((await deployRing.keysFor('c1')).encKey)).toBe(true);
+    for (const bad of ['not a name!', 'file://relative/key', 's3://bucket/key']) {
+      expect(() => artifactKeyringFromEnv('fetch', { KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: bad }, client)).toThrow(
+        'KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: expected a Secrets Manager secret ARN or name, or file:///absolute/path',
+      );
+    }
+    const plaintext = ROOT.toString('base64');
+    let thrown: unknown;
+    try {
+      artifactKeyringFromEnv(
+        'deploy',
+        { KAPP_LAMBDA_ARTIFACT_ROOT_KEY: plaintext, KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: ARN },
+        client,
+      );
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(ConfigError);
+    expect((thrown as Error).message).toBe(
+      "invalid configuration of the deploy function: KAPP_LAMBDA_ARTIFACT_ROOT_KEY: a key in the function's variables is no longer read; put it in a secret and set KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET",
+    );
+    expect(reads).toEqual([]);
+  });
+
+  it('reads the secret once per process, from the cold start, and derives the same cluster keys in every function', async () => {
+    let release: () => void = () => {};
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const { client, reads } = fakeSecretsManager(async () => {
+      await gate;
+      return `${ROOT.toString('base64')}\n`;
+    });
+    const fetchRing = artifactKeyringFromEnv('fetch', { KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: ARN }, client);
+    expect(reads).toEqual([]); // nothing read until the entry warms it
+    fetchRing.warm();
+    expect(reads).toEqual([ARN]);
+    const pending = Promise.all([fetchRing.keysFor('c1'), fetchRing.keysFor('c2')]);
+    release();
+    const [c1, c2] = await pending;
+    expect(await fetchRing.keysFor('c1')).toBe(c1);
+    expect(reads).toEqual([ARN]);
+    const expected = new DerivedKeyring(ROOT);
+    expect(c1.encKey.equals((await expected.keysFor('c1')).encKey)).toBe(true);
+    expect(c2.tag).toBe((await expected.keysFor('c2')).tag);
+    // The deploy function, another process with the same secret, derives the same keys.
+    const byName = fakeSecretsManager(async () => ROOT.toString('base64'));
+    const deployRing = artifactKeyringFromEnv(
+      'deploy',
+      { KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: 'kapp-lambda/artifact-root-key' },
+      byName.client,
+    );
+    expect((await deployRing.keysFor('c1')).macKey.equals(c1.macKey)).toBe(true);
+    expect(byName.reads).toEqual(['kapp-lambda/artifact-root-key']);
+  });
+
+  it('a failed read fails the stage that needs a key (naming the secret, not a value) and is read again next time', async () => {
+    let fail = true;
+    const { client, reads } = fakeSecretsManager(async () => {
+      if (fail) throw Object.assign(new Error('User is not authorized'), { name: 'AccessDeniedException' });
+      return ROOT.toString('base64');
+    });
+    const ring = artifactKeyringFromEnv('template', { KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: ARN }, client);
+    ring.warm(); // a failed cold-start read is not an unhandled rejection
+    await expect(ring.keysFor('c1')).rejects.toThrow(`reading secret ${ARN}: AccessDeniedException`);
+    fail = false;
+    expect((await ring.keysFor('c1')).tag).toBe((await new DerivedKeyring(ROOT).keysFor('c1')).tag);
+    expect(reads.length).toBeGreaterThanOrEqual(2);
+    expect(reads.every((id) => id === ARN)).toBe(true);
+  });
+
+  it('refuses a secret that is not base64 of 32+ bytes without quoting it', async () => {
+    const { client } = fakeSecretsManager(async () => 'c2hvcnQ=');
+    const ring = artifactKeyringFromEnv('fetch', { KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: ARN }, client);
+    const err = await ring.keysFor('c1').then(
+      () => undefined,
+      (e: unknown) => e as Error,
+    );
+    expect(err?.message).toBe(
+      `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET (${ARN}): expected base64 of at least 32 random bytes`,
+    );
+  });
+
+  it('reads a file:// secret (local setups), never Secrets Manager', async () => {
+    const file = join(tmp, 'root-key.b64');
+    await writeFile(file, ROOT.toString('base64'), { mode: 0o600 });
+    const { client, reads } = fakeSecretsManager(async () => 'unused');
+    const ring = artifactKeyringFromEnv('fetch', { KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: `file://${file}` }, client);
+    expect((await ring.keysFor('c1')).tag).toBe((await new DerivedKeyring(ROOT).keysFor('c1')).tag);
+    expect(reads).toEqual([]);
   });
 });

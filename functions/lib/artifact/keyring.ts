@@ -9,8 +9,10 @@
  *
  * The implementation here, {@link DerivedKeyring}, derives every cluster's keys from one root
  * key with HKDF-SHA256 (RFC 5869, `node:crypto`). Root key sources: a local file created 0600
- * on first use ({@link loadOrCreateRootKey}, the embedded runtime), or a base64 value handed
- * to the Lambda functions ({@link rootKeyFromBase64}). The production design for the cloud is a
+ * on first use ({@link loadOrCreateRootKey}, the embedded runtime), or a base64 secret the Lambda
+ * functions read from AWS Secrets Manager at cold start ({@link rootKeyFromBase64}, loaded once
+ * per process by {@link lazyKeyring}; never a plaintext variable of the function). The
+ * production design for the cloud is a
  * KMS data key per cluster (`GenerateDataKey` under a per-fleet CMK, the wrapped key stored
  * beside the cluster's registry entry) behind this same port; that adapter is not written yet.
  *
@@ -82,7 +84,7 @@ export class DerivedKeyring implements ClusterKeyring {
 }
 
 /**
- * Decodes a base64 root key (the Lambda functions' `KAPP_LAMBDA_ARTIFACT_ROOT_KEY`).
+ * Decodes a base64 root key (the Lambda functions' secret, `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET`).
  * @throws RangeError naming `what` (never quoting the value) when it is not base64 of at least
  *   {@link ROOT_KEY_BYTES} bytes.
  */
@@ -138,21 +140,42 @@ export async function loadOrCreateRootKey(file: string): Promise<Buffer> {
   return key;
 }
 
+/** A {@link ClusterKeyring} whose root key is loaded once; see {@link lazyKeyring}. */
+export interface LazyKeyring extends ClusterKeyring {
+  /**
+   * Starts loading the root key now (a cold start), without waiting; a failure is kept from
+   * the caller and shows on the next {@link ClusterKeyring.keysFor}, which loads again.
+   */
+  warm(): void;
+}
+
+/**
+ * A {@link DerivedKeyring} over the root key `load` gives, loaded on first use (or on
+ * {@link LazyKeyring.warm}) and kept for the process's life; a failed load is not kept, so
+ * the next use tries again (the stage that needed it fails and is retried meanwhile).
+ *
+ * @param load - reads the root key (a file, a secret store); its errors never quote the key.
+ */
+export function lazyKeyring(load: () => Promise<Buffer>): LazyKeyring {
+  let ring: Promise<DerivedKeyring> | undefined;
+  const loaded = (): Promise<DerivedKeyring> => {
+    ring ??= load().then((root) => new DerivedKeyring(root));
+    const p = ring;
+    p.catch(() => {
+      if (ring === p) ring = undefined;
+    });
+    return p;
+  };
+  return {
+    keysFor: async (clusterId) => await (await loaded()).keysFor(clusterId),
+    warm: () => void loaded(),
+  };
+}
+
 /**
  * A {@link DerivedKeyring} over the root key file `file`, loaded (or created, see
  * {@link loadOrCreateRootKey}) on first use: the embedded runtime's keyring.
  */
 export function fileKeyring(file: string): ClusterKeyring {
-  let ring: Promise<DerivedKeyring> | undefined;
-  return {
-    keysFor: async (clusterId) => {
-      ring ??= loadOrCreateRootKey(file).then((root) => new DerivedKeyring(root));
-      try {
-        return await (await ring).keysFor(clusterId);
-      } catch (err) {
-        ring = undefined;
-        throw err;
-      }
-    },
-  };
+  return lazyKeyring(() => loadOrCreateRootKey(file));
 }

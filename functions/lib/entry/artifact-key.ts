@@ -1,19 +1,49 @@
 /**
- * The artifact root key of the Lambda functions, read from the environment at init (apart from
- * the parsed configuration, which stays free of secrets): light on purpose, so the entry's
- * cold path (`./main.ts`) checks it before loading the composition root.
+ * The artifact root key of the Lambda functions: where it is (a Secrets Manager secret or a
+ * file, never the key itself) is read from the environment at init, apart from the parsed
+ * configuration, which stays free of secrets. Kept apart from the composition root so the
+ * entry's cold path (`./main.ts`) checks it and starts reading the key before loading the rest.
  *
  * @module
  */
-import { type ClusterKeyring, DerivedKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
+import path from 'node:path';
+import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import { type LazyKeyring, lazyKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
+import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import type { PipelineStage } from '../transport/port.js';
 import { ConfigError, type LambdaConfig } from './config.js';
 
-/** The variable holding the fleet's artifact root key (base64, at least 32 bytes). */
-export const ARTIFACT_ROOT_KEY_ENV = 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY';
+/**
+ * A Secrets Manager client of the function (the artifact root key, `token` clusters'
+ * ServiceAccount tokens): the config's region, and `secretsManagerEndpoint` when set (a
+ * compatible server in tests). Credentials from the SDK's default provider chain.
+ */
+export function createSecretsManagerClient(
+  config: Pick<LambdaConfig, 'region' | 'secretsManagerEndpoint'>,
+): SecretsManagerClient {
+  return new SecretsManagerClient({
+    region: config.region,
+    ...(config.secretsManagerEndpoint ? { endpoint: config.secretsManagerEndpoint } : {}),
+  });
+}
 
 /**
- * Whether a function seals or opens private artifacts, and so needs {@link ARTIFACT_ROOT_KEY_ENV}:
+ * The variable naming where the fleet's artifact root key is (never the key itself: a
+ * function's variables are readable by anyone with `lambda:GetFunctionConfiguration`): the
+ * ARN or name of an AWS Secrets Manager secret whose `SecretString` is the key in base64 (32+
+ * bytes), or `file:///<absolute path>` of a file holding that text (local setups and tests).
+ */
+export const ARTIFACT_ROOT_KEY_SECRET_ENV = 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET';
+
+/** The variable that held the key itself before {@link ARTIFACT_ROOT_KEY_SECRET_ENV}; refused now. */
+export const LEGACY_ARTIFACT_ROOT_KEY_ENV = 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY';
+
+/** A Secrets Manager `SecretId`: an ARN, or a secret name (AWS's character set, 1–512). */
+const SECRET_ID =
+  /^(arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+|[A-Za-z0-9/_+=.@-]{1,512})$/;
+
+/**
+ * Whether a function seals or opens private artifacts, and so needs {@link ARTIFACT_ROOT_KEY_SECRET_ENV}:
  * every function with the artifact store, not install (it only talks to API servers: it
  * writes an App and placeholder Secrets, never an artifact), which then runs without the key.
  */
@@ -22,25 +52,50 @@ export function usesArtifactKey(stage: PipelineStage): boolean {
 }
 
 /**
- * The keyring of the functions: per-cluster keys derived (HKDF) from the fleet's root key in
- * `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` (base64 of 32+ random bytes; set it from AWS Secrets Manager,
- * the same value for the fetch, template and deploy functions of a fleet). Read apart from
- * `parseLambdaEnv` so the parsed configuration stays free of secrets and loggable.
+ * The keyring of the functions: per-cluster keys derived (HKDF) from the fleet's root key, read
+ * from where {@link ARTIFACT_ROOT_KEY_SECRET_ENV} says (Secrets Manager `GetSecretValue` with the
+ * function role, or a file) once per process: {@link LazyKeyring.warm} at cold start, kept for
+ * the process's life, read again after a failed read. The same secret for the fetch, template,
+ * deploy and index-repo functions of a fleet. The key never enters the function's variables or
+ * the parsed configuration (which stays loggable).
  *
  * Production design, not built yet: a KMS data key per cluster (GenerateDataKey under the
  * fleet's CMK, the wrapped key kept with the cluster's registry entry, Decrypt allowed by the
  * function roles only), so that one leaked root key does not open every cluster's artifacts.
  *
- * @throws ConfigError when the variable is missing or not base64 of at least 32 bytes (the
- *   value is never quoted).
+ * @param secrets - the Secrets Manager client ({@link createSecretsManagerClient}); unused for a file.
+ * @throws ConfigError when the variable is missing or malformed, or when the retired
+ *   {@link LEGACY_ARTIFACT_ROOT_KEY_ENV} is set (values are never quoted). A secret that cannot be
+ *   read, or is not base64 of 32+ bytes, fails the first stage that needs a key (retried).
  */
 export function artifactKeyringFromEnv(
   stage: LambdaConfig['stage'],
   env: Readonly<Record<string, string | undefined>>,
-): ClusterKeyring {
-  try {
-    return new DerivedKeyring(rootKeyFromBase64(env[ARTIFACT_ROOT_KEY_ENV], ARTIFACT_ROOT_KEY_ENV));
-  } catch (err) {
-    throw new ConfigError(stage, [(err as Error).message]);
+  secrets: Pick<SecretsManagerClient, 'send'>,
+): LazyKeyring {
+  const where = (env[ARTIFACT_ROOT_KEY_SECRET_ENV] ?? '').trim();
+  const problems: string[] = [];
+  if ((env[LEGACY_ARTIFACT_ROOT_KEY_ENV] ?? '').trim() !== '') {
+    problems.push(
+      `${LEGACY_ARTIFACT_ROOT_KEY_ENV}: a key in the function's variables is no longer read; put it in a secret and set ${ARTIFACT_ROOT_KEY_SECRET_ENV}`,
+    );
   }
+  let read: (() => Promise<string>) | undefined;
+  if (where.startsWith('file://')) {
+    const file = where.slice('file://'.length);
+    if (path.isAbsolute(file)) {
+      read = () => new DirSecretStore(path.dirname(file)).read(path.basename(file));
+    }
+  } else if (SECRET_ID.test(where)) {
+    const store = new SecretsManagerSecretStore(secrets as SecretsManagerClient);
+    read = () => store.read(where);
+  }
+  if (!read) {
+    problems.push(
+      `${ARTIFACT_ROOT_KEY_SECRET_ENV}: ${where ? 'expected' : 'required:'} a Secrets Manager secret ARN or name, or file:///absolute/path`,
+    );
+  }
+  if (!read || problems.length > 0) throw new ConfigError(stage, problems);
+  const load = read;
+  return lazyKeyring(async () => rootKeyFromBase64(await load(), `${ARTIFACT_ROOT_KEY_SECRET_ENV} (${where})`));
 }

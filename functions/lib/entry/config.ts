@@ -34,7 +34,8 @@
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
  * | `KAPP_LAMBDA_MAX_RECEIVE_COUNT` | the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed` | `5` |
  * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
- * | `KAPP_LAMBDA_ARTIFACT_ROOT_KEY` | base64 root key (32+ bytes) sealing private artifacts; read by `lambdaEntry`, not here (secret) | required, except by install (stores nothing) |
+ * | `KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT` | Secrets Manager-compatible endpoint (`http(s)://…`) | AWS |
+ * | `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET` | where the base64 root key (32+ bytes) sealing private artifacts is: a Secrets Manager secret ARN or name, or `file:///<path>`; read by `lambdaEntry` at cold start, not here. The key itself is never a variable (`KAPP_LAMBDA_ARTIFACT_ROOT_KEY` is refused) | required, except by install (stores nothing) |
  *
  * Credentials are not configuration: the AWS SDK takes the function role's temporary
  * credentials from its default provider chain, and nothing here is secret, so the parsed
@@ -108,6 +109,8 @@ export interface LambdaConfig {
   s3Endpoint?: string;
   /** `KAPP_LAMBDA_SQS_ENDPOINT`. */
   sqsEndpoint?: string;
+  /** `KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT`. */
+  secretsManagerEndpoint?: string;
   /** {@link queueUrlEnv}`(<stage>)`: every URL given (at least those of {@link NEXT_STAGES}). */
   queueUrls: Partial<Record<PipelineStage, string>>;
   /**
@@ -200,6 +203,7 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_BUCKET_PREFIX: z.preprocess(blankToUndefined, z.string().default('')),
   KAPP_LAMBDA_S3_ENDPOINT: optional(httpUrl),
   KAPP_LAMBDA_SQS_ENDPOINT: optional(httpUrl),
+  KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: optional(httpUrl),
   ...QUEUE_ENV_SCHEMA,
   KAPP_LAMBDA_KUBECONFIG: required(KUBECONFIG_PATH),
   KAPP_LAMBDA_CLUSTER_REGISTRY: optional(
@@ -329,6 +333,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   };
   if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
   if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;
+  if (e.KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT) config.secretsManagerEndpoint = e.KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT;
   if (e.KAPP_LAMBDA_CLUSTER_REGISTRY) {
     const secrets = e.KAPP_LAMBDA_CLUSTER_SECRETS;
     const dir = secrets?.startsWith('file:') ? parseRegistryLocation(secrets) : undefined;

@@ -15,7 +15,6 @@
  */
 import path from 'node:path';
 import { S3Client } from '@aws-sdk/client-s3';
-import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { defaultProvider } from '@aws-sdk/credential-provider-node';
 import pino from 'pino';
@@ -34,6 +33,7 @@ import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
+import { createSecretsManagerClient } from './artifact-key.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
 import { type SenderPolicy, senderRefusal } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
@@ -161,7 +161,9 @@ export function kubeconfigClusterRegistry(
  * the role may read), or from a local directory.
  */
 export function fleetClusterRegistry(
-  config: Pick<LambdaConfig, 'stage' | 'region' | 's3Endpoint'> & { clusterRegistry: ClusterRegistryConfig },
+  config: Pick<LambdaConfig, 'stage' | 'region' | 's3Endpoint' | 'secretsManagerEndpoint'> & {
+    clusterRegistry: ClusterRegistryConfig;
+  },
   clients: Pick<AwsClients, 's3'>,
 ): StoreClusterRegistry {
   const { location, secrets, ttlMs } = config.clusterRegistry;
@@ -175,7 +177,7 @@ export function fleetClusterRegistry(
     secrets:
       secrets.kind === 'dir'
         ? new DirSecretStore(secrets.root)
-        : new SecretsManagerSecretStore(new SecretsManagerClient({ region: config.region })),
+        : new SecretsManagerSecretStore(createSecretsManagerClient(config)),
     ttlMs,
   });
 }
@@ -210,7 +212,13 @@ export interface LambdaDepsOverrides {
  */
 export const LEASED_STAGES: readonly PipelineStage[] = Object.freeze(['fetch', 'template', 'deploy']);
 
-export { ARTIFACT_ROOT_KEY_ENV, artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
+export {
+  ARTIFACT_ROOT_KEY_SECRET_ENV,
+  artifactKeyringFromEnv,
+  createSecretsManagerClient,
+  LEGACY_ARTIFACT_ROOT_KEY_ENV,
+  usesArtifactKey,
+} from './artifact-key.js';
 
 /**
  * Builds the dependencies of one stage function (the deps factory of `lambdaEntry`'s handler) with

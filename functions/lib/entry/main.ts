@@ -12,7 +12,7 @@
 import { hardenProcess } from '../exec/harden.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import type { PipelineStage } from '../transport/port.js';
-import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
+import { artifactKeyringFromEnv, createSecretsManagerClient, usesArtifactKey } from './artifact-key.js';
 import { parseLambdaEnv } from './config.js';
 import { lambdaBootstrap } from './runtime-api.js';
 import { makeStageHandler, type SqsHandler } from './stage-handler.js';
@@ -42,7 +42,11 @@ export function lambdaEntry(
   // Before any tool can run: the tools share this function's uid on Lambda, and this
   // process's environment holds the role's AWS credentials.
   hardenProcess(config.hardenAddon);
-  const keyring = usesArtifactKey(stage) ? artifactKeyringFromEnv(stage, env) : undefined;
+  // The root key is read from its secret now (the cold start), not on the first private artifact.
+  const keyring = usesArtifactKey(stage)
+    ? artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config))
+    : undefined;
+  keyring?.warm();
   const handler = makeStageHandler(
     stage,
     async () => {

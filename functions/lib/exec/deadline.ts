@@ -52,15 +52,33 @@ export class CommandDeadlineError extends CommandCanceledError {
  * @returns the wrapped runner.
  */
 export function withDeadline(runner: CommandRunner, deadline: AbortSignal): CommandRunner {
+  const inner = withSignal(runner, deadline);
   return {
     async run(req: RunRequest): Promise<RunResult> {
-      const signal = req.signal ? AbortSignal.any([req.signal, deadline]) : deadline;
-      const result = await runner.run({ ...req, signal });
+      const result = await inner.run(req);
       const cut = deadline.aborted && !req.signal?.aborted && deadline.reason instanceof DeadlineError;
       if (cut && result.error instanceof CommandCanceledError) {
         return { ...result, error: new CommandDeadlineError(req.cmd, result.error.started, deadline.reason) };
       }
       return result;
     },
+  };
+}
+
+/**
+ * Wraps `runner` so that `signal` also cancels every run (combined with the request's own
+ * signal): a run started after it aborted never starts, a running tool is killed as on its own
+ * signal (the process group, SIGTERM then SIGKILL). Results pass through unchanged. Used by the
+ * function deadline ({@link withDeadline}) and by the embedded runtime for a cluster's lost
+ * Lease (`functions/embedded/leadership.ts`).
+ *
+ * @param runner - the runner of the process.
+ * @param signal - cancels every run once aborted.
+ * @returns the wrapped runner.
+ */
+export function withSignal(runner: CommandRunner, signal: AbortSignal): CommandRunner {
+  return {
+    run: (req: RunRequest): Promise<RunResult> =>
+      runner.run({ ...req, signal: req.signal ? AbortSignal.any([req.signal, signal]) : signal }),
   };
 }
