@@ -21,7 +21,11 @@ import {
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
-import { artifactKeyringFromEnv, createLambdaDeps, createSecretsManagerClient } from '../../functions/lib/entry/lambda.js';
+import {
+  artifactKeyringFromEnv,
+  createLambdaDeps,
+  createSecretsManagerClient,
+} from '../../functions/lib/entry/lambda.js';
 import type { CommandRunner } from '../../functions/lib/exec/runner.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { S3Store } from '../../functions/lib/store/index.js';
