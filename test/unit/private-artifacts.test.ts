@@ -7,7 +7,7 @@ import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ObjectRef as EventObjectRef, TemplateStageData } from '../../events/schema.js';
 import { DeployStageDataSchema, TemplateStageDataSchema } from '../../events/schema.js';
 import type { App } from '../../functions/lib/api/index.js';
@@ -475,7 +475,8 @@ describe('the Lambda functions key source', () => {
     const fetchRing = artifactKeyringFromEnv('fetch', { KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: ARN }, client);
     expect(reads).toEqual([]); // nothing read until the entry warms it
     fetchRing.warm();
-    expect(reads).toEqual([ARN]);
+    // Started at once (its first await is loading the Secrets Manager store module).
+    await vi.waitFor(() => expect(reads).toEqual([ARN]));
     const pending = Promise.all([fetchRing.keysFor('c1'), fetchRing.keysFor('c2')]);
     release();
     const [c1, c2] = await pending;

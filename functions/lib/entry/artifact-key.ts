@@ -7,25 +7,10 @@
  * @module
  */
 import path from 'node:path';
-import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { type LazyKeyring, lazyKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
-import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import type { PipelineStage } from '../transport/port.js';
 import { ConfigError, type LambdaConfig } from './config.js';
-
-/**
- * A Secrets Manager client of the function (the artifact root key, `token` clusters'
- * ServiceAccount tokens): the config's region, and `secretsManagerEndpoint` when set (a
- * compatible server in tests). Credentials from the SDK's default provider chain.
- */
-export function createSecretsManagerClient(
-  config: Pick<LambdaConfig, 'region' | 'secretsManagerEndpoint'>,
-): SecretsManagerClient {
-  return new SecretsManagerClient({
-    region: config.region,
-    ...(config.secretsManagerEndpoint ? { endpoint: config.secretsManagerEndpoint } : {}),
-  });
-}
 
 /**
  * The variable naming where the fleet's artifact root key is (never the key itself: a
@@ -51,6 +36,9 @@ export function usesArtifactKey(stage: PipelineStage): boolean {
   return stage !== 'install';
 }
 
+/** What the keyring needs of a Secrets Manager client. */
+type SecretsClient = Pick<SecretsManagerClient, 'send'>;
+
 /**
  * The keyring of the functions: per-cluster keys derived (HKDF) from the fleet's root key, read
  * from where {@link ARTIFACT_ROOT_KEY_SECRET_ENV} says (Secrets Manager `GetSecretValue` with the
@@ -63,7 +51,9 @@ export function usesArtifactKey(stage: PipelineStage): boolean {
  * fleet's CMK, the wrapped key kept with the cluster's registry entry, Decrypt allowed by the
  * function roles only), so that one leaked root key does not open every cluster's artifacts.
  *
- * @param secrets - the Secrets Manager client ({@link createSecretsManagerClient}); unused for a file.
+ * @param secrets - the Secrets Manager client (`createSecretsManagerClient` of `./secrets-client.ts`),
+ *   or a function giving it on first use (the entry's cold path, which does not load the AWS SDK
+ *   before the configuration is checked); unused for a file.
  * @throws ConfigError when the variable is missing or malformed, or when the retired
  *   {@link LEGACY_ARTIFACT_ROOT_KEY_ENV} is set (values are never quoted). A secret that cannot be
  *   read, or is not base64 of 32+ bytes, fails the first stage that needs a key (retried).
@@ -71,7 +61,7 @@ export function usesArtifactKey(stage: PipelineStage): boolean {
 export function artifactKeyringFromEnv(
   stage: LambdaConfig['stage'],
   env: Readonly<Record<string, string | undefined>>,
-  secrets: Pick<SecretsManagerClient, 'send'>,
+  secrets: SecretsClient | (() => Promise<SecretsClient>),
 ): LazyKeyring {
   const where = (env[ARTIFACT_ROOT_KEY_SECRET_ENV] ?? '').trim();
   const problems: string[] = [];
@@ -84,11 +74,18 @@ export function artifactKeyringFromEnv(
   if (where.startsWith('file://')) {
     const file = where.slice('file://'.length);
     if (path.isAbsolute(file)) {
-      read = () => new DirSecretStore(path.dirname(file)).read(path.basename(file));
+      read = async () => {
+        const { DirSecretStore } = await import('../kube/bearer.js');
+        return await new DirSecretStore(path.dirname(file)).read(path.basename(file));
+      };
     }
   } else if (SECRET_ID.test(where)) {
-    const store = new SecretsManagerSecretStore(secrets as SecretsManagerClient);
-    read = () => store.read(where);
+    read = async () => {
+      // Loaded on first use: bearer.ts brings the AWS SDK (the Lambda runtime's).
+      const { SecretsManagerSecretStore } = await import('../kube/bearer.js');
+      const client = typeof secrets === 'function' ? await secrets() : secrets;
+      return await new SecretsManagerSecretStore(client as SecretsManagerClient).read(where);
+    };
   }
   if (!read) {
     problems.push(

@@ -33,8 +33,8 @@ import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender } from '../transport/sqs.js';
-import { createSecretsManagerClient } from './artifact-key.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
+import { createSecretsManagerClient } from './secrets-client.js';
 import { type SenderPolicy, senderRefusal } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
 
@@ -215,10 +215,10 @@ export const LEASED_STAGES: readonly PipelineStage[] = Object.freeze(['fetch', '
 export {
   ARTIFACT_ROOT_KEY_SECRET_ENV,
   artifactKeyringFromEnv,
-  createSecretsManagerClient,
   LEGACY_ARTIFACT_ROOT_KEY_ENV,
   usesArtifactKey,
 } from './artifact-key.js';
+export { createSecretsManagerClient } from './secrets-client.js';
 
 /**
  * Builds the dependencies of one stage function (the deps factory of `lambdaEntry`'s handler) with

@@ -12,7 +12,7 @@
 import { hardenProcess } from '../exec/harden.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import type { PipelineStage } from '../transport/port.js';
-import { artifactKeyringFromEnv, createSecretsManagerClient, usesArtifactKey } from './artifact-key.js';
+import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { parseLambdaEnv } from './config.js';
 import { lambdaBootstrap } from './runtime-api.js';
 import { makeStageHandler, type SqsHandler } from './stage-handler.js';
@@ -44,7 +44,9 @@ export function lambdaEntry(
   hardenProcess(config.hardenAddon);
   // The root key is read from its secret now (the cold start), not on the first private artifact.
   const keyring = usesArtifactKey(stage)
-    ? artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config))
+    ? artifactKeyringFromEnv(stage, env, async () =>
+        (await import('./secrets-client.js')).createSecretsManagerClient(config),
+      )
     : undefined;
   keyring?.warm();
   const handler = makeStageHandler(
