@@ -43,7 +43,27 @@ export interface EgressProxyOptions {
   checker: UrlPolicyChecker;
   /** Default: `net.connect`. */
   connect?: EgressConnect;
+  /**
+   * Milliseconds without traffic after which an upstream connection (and its CONNECT tunnel)
+   * is dropped. Default {@link EGRESS_IDLE_TIMEOUT_MS}.
+   */
+  idleTimeoutMs?: number;
+  /**
+   * Most connections (client tunnels plus upstreams) open at once; a request beyond it gets a
+   * `503`. Default {@link EGRESS_MAX_CONNECTIONS}.
+   */
+  maxConnections?: number;
 }
+
+/**
+ * Default idle timeout of the proxy's upstream connections and tunnels (60 s): on Lambda the
+ * proxy lives as long as the warm instance, so a server that accepts and never answers must
+ * not hold a descriptor past the tool run that opened it.
+ */
+export const EGRESS_IDLE_TIMEOUT_MS = 60_000;
+
+/** Default cap of open proxy connections (well below Lambda's 1024 descriptors). */
+export const EGRESS_MAX_CONNECTIONS = 256;
 
 /** A running proxy. */
 export interface EgressProxy {
@@ -115,6 +135,15 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const connectTo = opts.connect ?? ((address, port) => netConnect({ host: address, port }));
   const tracked = new Map<string, string[]>();
   const open = new Set<Duplex>();
+  const idleMs = opts.idleTimeoutMs ?? EGRESS_IDLE_TIMEOUT_MS;
+  const maxOpen = opts.maxConnections ?? EGRESS_MAX_CONNECTIONS;
+
+  /** Counts `s` as open until it closes, and drops it after `idleMs` without traffic. */
+  const hold = (s: Socket | Duplex): void => {
+    open.add(s);
+    s.once('close', () => open.delete(s));
+    if ('setTimeout' in s && typeof s.setTimeout === 'function') s.setTimeout(idleMs, () => s.destroy());
+  };
 
   /**
    * Resolves once, checks, and connects to the first checked address that answers. The refusal
@@ -162,7 +191,17 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       res.writeHead(400, { 'content-type': 'text/plain' }).end('egress proxy: expected an absolute http URL\n');
       return;
     }
+    if (open.size >= maxOpen) {
+      res.writeHead(503, { 'content-type': 'text/plain' }).end('egress proxy: too many open connections\n');
+      return;
+    }
     const port = Number(url.port || 80);
+    // A tool that goes away (killed at its timeout) drops the upstream connection too, also
+    // when it leaves while the dial is still resolving or connecting.
+    let gone = false;
+    res.once('close', () => {
+      gone = true;
+    });
     let upstream: Socket;
     try {
       upstream = await dial(url.hostname.replace(/^\[|\]$/g, ''), port, 'http');
@@ -175,9 +214,11 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       }
       return;
     }
-    open.add(upstream);
-    upstream.once('close', () => open.delete(upstream));
-    // A tool that goes away (killed at its timeout) drops the upstream connection too.
+    if (gone || res.closed || req.socket.destroyed) {
+      upstream.destroy();
+      return;
+    }
+    hold(upstream);
     res.once('close', () => upstream.destroy());
     const out = request({
       method: req.method ?? 'GET',
@@ -200,6 +241,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     open.add(client);
     client.once('close', () => open.delete(client));
     client.on('error', () => client.destroy());
+    let gone = false;
+    client.once('close', () => {
+      gone = true;
+    });
     const m = /^\[?([^\]]+?)\]?:(\d{1,5})$/.exec(req.url ?? '');
     const answer = (status: string, body: string) =>
       client.end(
@@ -207,6 +252,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       );
     if (!m?.[1]) {
       answer('400 Bad Request', 'egress proxy: expected CONNECT host:port\n');
+      return;
+    }
+    if (open.size > maxOpen) {
+      answer('503 Service Unavailable', 'egress proxy: too many open connections\n');
       return;
     }
     let upstream: Socket;
@@ -217,8 +266,11 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       else answer('502 Bad Gateway', `egress proxy: ${(err as Error).message}\n`);
       return;
     }
-    open.add(upstream);
-    upstream.once('close', () => open.delete(upstream));
+    if (gone || client.destroyed) {
+      upstream.destroy();
+      return;
+    }
+    hold(upstream);
     upstream.on('error', () => client.destroy());
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
