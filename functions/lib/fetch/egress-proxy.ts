@@ -332,8 +332,9 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
 /**
  * Tools whose runs go through the proxy: those that fetch (vendir, and the imgpkg, helm and git
  * it starts, which inherit its environment) and kbld, which resolves image tags at registries.
- * ytt, cue, sops and age make no requests; kapp talks only to the cluster's API server, which
- * the proxy must not judge.
+ * ytt, cue, sops and age make no requests. kapp is not listed: the ServiceAccount path talks to
+ * the cluster's own API server, which the proxy must not judge; an App's kubeconfig Secret gets
+ * the proxy as every cluster's `proxy-url` instead (`../pipeline/kubeconfig-policy.ts`).
  */
 export const PROXIED_TOOLS: readonly string[] = ['vendir', 'imgpkg', 'helm', 'kbld', 'git'];
 
@@ -351,8 +352,12 @@ export class EgressRefusedError extends CommandError {
   }
 }
 
-/** A {@link CommandRunner} whose network tools use an egress proxy; `close` stops the proxy. */
-export type ProxiedRunner = CommandRunner & { close(): Promise<void> };
+/**
+ * A {@link CommandRunner} whose network tools use an egress proxy; `url` starts the proxy (if
+ * not yet) and returns its address (`http://127.0.0.1:<port>`, for a kubeconfig's `proxy-url`);
+ * `close` stops the proxy.
+ */
+export type ProxiedRunner = CommandRunner & { url(): Promise<string>; close(): Promise<void> };
 
 /**
  * Wraps `runner` so that each run of a {@link PROXIED_TOOLS} tool gets the proxy environment
@@ -388,6 +393,10 @@ export function withEgressProxy(runner: CommandRunner, opts: EgressProxyOptions)
         result.error = new EgressRefusedError(req.cmd, result.exitCode, first, result.error);
       }
       return result;
+    },
+    async url() {
+      started ??= startEgressProxy(opts);
+      return (await started).url;
     },
     async close() {
       const p = started;
