@@ -10,11 +10,13 @@
  * once, checks every address with {@link UrlPolicyChecker} (allow-list included) and connects to
  * a checked address, so no second resolution can lead elsewhere. A refused target gets a `403`
  * whose reason phrase and body are the {@link UrlPolicyError} message; the run's error then
- * carries that message ({@link withEgressProxy}). kapp-controller has no such proxy (its
- * fetches run in the tenant's own cluster network).
+ * carries that message ({@link withEgressProxy}). kapp, for an App's kubeconfig Secret, gets
+ * the proxy as every cluster's `proxy-url` ({@link ProxiedRunner.url}). An upstream whose client
+ * leaves, or that stays silent for {@link EGRESS_IDLE_TIMEOUT_MS}, is dropped. kapp-controller
+ * has no such proxy (its fetches run in the tenant's own cluster network).
  *
  * Known limits, both documented in the README's security section:
- * - Go's `http.ProxyFromEnvironment` never proxies `localhost` or a loopback IP literal
+ * - Go's `http.ProxyFromEnvironment` (the environment variables, not kapp's `proxy-url`) never proxies `localhost` or a loopback IP literal
  *   (`127.0.0.0/8`, `::1`), whatever `NO_PROXY` says: a redirect to `http://127.0.0.1:9001/...`
  *   (on Lambda, the Runtime API; nothing else listens on the function's loopback) goes direct.
  *   The App's own URLs are checked before any tool runs, so only a redirect from an allowed
