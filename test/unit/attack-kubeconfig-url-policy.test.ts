@@ -20,6 +20,7 @@ import {
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
   checkKubeconfigUrls,
+  KUBECONFIG_PROXY_REFUSED,
   REFRESHING_AUTH_PROVIDER_REFUSED,
 } from '../../functions/lib/pipeline/kubeconfig-policy.js';
 import { appObject, appWorld, NOW, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
@@ -142,19 +143,25 @@ describe('kubeconfig Secret under an enforced URL policy: hostile values', () =>
       'proxy-url: link-local, with a public server',
       { server: 'https://api.prod.example.com', 'proxy-url': 'http://169.254.170.2:80' },
       undefined,
-      `URL policy refused ${PROXY} http://169.254.170.2: 169.254.170.2, ${LINK_LOCAL}, ${NOT_ALLOWED}`,
+      `URL policy refused ${PROXY}: ${KUBECONFIG_PROXY_REFUSED}`,
     ],
     [
       'proxy-url: socks5 to loopback',
       { server: 'https://api.prod.example.com', 'proxy-url': 'socks5://127.0.0.1:1080' },
       undefined,
-      `URL policy refused ${PROXY} socks5://127.0.0.1:1080: 127.0.0.1, a loopback address, ${NOT_ALLOWED}`,
+      `URL policy refused ${PROXY}: ${KUBECONFIG_PROXY_REFUSED}`,
     ],
     [
       'proxy-url: a local file',
       { server: 'https://api.prod.example.com', 'proxy-url': 'file:///var/task/x' },
       undefined,
-      `URL policy refused ${PROXY} file://: scheme file is not allowed`,
+      `URL policy refused ${PROXY}: ${KUBECONFIG_PROXY_REFUSED}`,
+    ],
+    [
+      'proxy-url: a public proxy (kapp goes through the egress proxy instead; proxies are not chained)',
+      { server: 'https://api.prod.example.com', 'proxy-url': 'http://proxy.example.com:3128' },
+      undefined,
+      `URL policy refused ${PROXY}: ${KUBECONFIG_PROXY_REFUSED}`,
     ],
     [
       'auth-provider oidc: a refresh token sent to the issuer on the metadata endpoint',
@@ -200,10 +207,6 @@ describe('kubeconfig Secret under an enforced URL policy: hostile values', () =>
 describe('kubeconfig Secret under the URL policy: allowed', () => {
   it.each<[string, Record<string, unknown>, Record<string, unknown>?]>([
     ['a public API server', { server: 'https://api.prod.example.com:6443' }],
-    [
-      'a public API server through a public proxy',
-      { server: 'https://api.prod.example.com', 'proxy-url': 'http://proxy.example.com:3128' },
-    ],
     [
       'an oidc provider with an id-token and no refresh token (it sends nothing)',
       { server: 'https://api.prod.example.com' },
@@ -290,6 +293,18 @@ describe('deploy and delete stages with a refused kubeconfig Secret', () => {
     await deploy(w);
     expect(w.tools()).toEqual(['kapp']);
     expect(w.outcomes()).toEqual([['deploy', 'succeeded']]);
+  });
+
+  it('deploy: an allowed server is reached through the egress proxy (every cluster proxy-url set)', async () => {
+    const w = world({}, parseUrlPolicy('enforce', '127.0.0.1:9001', 'enforce'));
+    w.deps.egressProxyUrl = async () => 'http://127.0.0.1:41234';
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp']);
+    const yaml = w.runner.calls[0]?.env?.KAPP_KUBECONFIG_YAML ?? '';
+    expect(kubeconfigUrls(yaml)).toEqual([
+      { label: SERVER, kind: 'server', url: 'https://127.0.0.1:9001' },
+      { label: PROXY, kind: 'proxy', url: 'http://127.0.0.1:41234' },
+    ]);
   });
 
   it('delete: fails with the refusal (Deleting: ...), kapp never started, the finalizer stays', async () => {

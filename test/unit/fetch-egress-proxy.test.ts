@@ -269,6 +269,20 @@ describe('withEgressProxy', () => {
     }
   });
 
+  it('url() names the one proxy the tool runs use (the proxy-url kapp gets for a kubeconfig Secret)', async () => {
+    const fake = new FakeCommandRunner({ fallback: {} });
+    const runner = withEgressProxy(fake, { checker: policy });
+    try {
+      const url = await runner.url();
+      expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      await runner.run({ cmd: 'vendir', args: [] });
+      expect(fake.calls[0]?.env?.HTTPS_PROXY?.replace(/\/\/[0-9a-f]+:x@/, '//')).toBe(url);
+      expect(await runner.url()).toBe(url);
+    } finally {
+      await runner.close();
+    }
+  });
+
   it("turns a failed run's error into the policy's message when the proxy refused one of its requests", async () => {
     const fake = new FakeCommandRunner();
     // The "tool": a CONNECT to the instance metadata endpoint through the proxy it was given.

@@ -290,6 +290,23 @@ export function kubeconfigUrls(restrictedYaml: string): KubeconfigUrl[] {
   return out;
 }
 
+/**
+ * A restricted kubeconfig with every cluster's `proxy-url` set to `proxyUrl` (replacing any
+ * value). client-go sends every request of such a cluster, redirects included, through
+ * `http.ProxyURL`, which (unlike `ProxyFromEnvironment`) exempts no loopback address.
+ *
+ * @param restrictedYaml - the `yaml` of a {@link RestrictedKubeconfig}
+ * @param proxyUrl - e.g. `http://127.0.0.1:41234`
+ * @returns the restricted YAML with the proxy set
+ */
+export function withProxyUrl(restrictedYaml: string, proxyUrl: string): string {
+  const doc = parse(restrictedYaml) as { clusters?: { cluster?: Record<string, unknown> }[] | null };
+  for (const c of doc.clusters ?? []) {
+    if (c.cluster) c.cluster['proxy-url'] = proxyUrl;
+  }
+  return restrictKubeconfig(stringify(doc)).yaml;
+}
+
 /** Input for {@link serviceAccountKubeconfig}. */
 export interface ServiceAccountKubeconfigInput {
   /** TokenRequest token for the App's ServiceAccount. */

@@ -10,11 +10,13 @@
  * once, checks every address with {@link UrlPolicyChecker} (allow-list included) and connects to
  * a checked address, so no second resolution can lead elsewhere. A refused target gets a `403`
  * whose reason phrase and body are the {@link UrlPolicyError} message; the run's error then
- * carries that message ({@link withEgressProxy}). kapp-controller has no such proxy (its
- * fetches run in the tenant's own cluster network).
+ * carries that message ({@link withEgressProxy}). kapp, for an App's kubeconfig Secret, gets
+ * the proxy as every cluster's `proxy-url` ({@link ProxiedRunner.url}). An upstream whose client
+ * leaves, or that stays silent for {@link EGRESS_IDLE_TIMEOUT_MS}, is dropped. kapp-controller
+ * has no such proxy (its fetches run in the tenant's own cluster network).
  *
  * Known limits, both documented in the README's security section:
- * - Go's `http.ProxyFromEnvironment` never proxies `localhost` or a loopback IP literal
+ * - Go's `http.ProxyFromEnvironment` (the environment variables, not kapp's `proxy-url`) never proxies `localhost` or a loopback IP literal
  *   (`127.0.0.0/8`, `::1`), whatever `NO_PROXY` says: a redirect to `http://127.0.0.1:9001/...`
  *   (on Lambda, the Runtime API; nothing else listens on the function's loopback) goes direct.
  *   The App's own URLs are checked before any tool runs, so only a redirect from an allowed
@@ -43,7 +45,27 @@ export interface EgressProxyOptions {
   checker: UrlPolicyChecker;
   /** Default: `net.connect`. */
   connect?: EgressConnect;
+  /**
+   * Milliseconds without traffic after which an upstream connection (and its CONNECT tunnel)
+   * is dropped. Default {@link EGRESS_IDLE_TIMEOUT_MS}.
+   */
+  idleTimeoutMs?: number;
+  /**
+   * Most connections (client tunnels plus upstreams) open at once; a request beyond it gets a
+   * `503`. Default {@link EGRESS_MAX_CONNECTIONS}.
+   */
+  maxConnections?: number;
 }
+
+/**
+ * Default idle timeout of the proxy's upstream connections and tunnels (60 s): on Lambda the
+ * proxy lives as long as the warm instance, so a server that accepts and never answers must
+ * not hold a descriptor past the tool run that opened it.
+ */
+export const EGRESS_IDLE_TIMEOUT_MS = 60_000;
+
+/** Default cap of open proxy connections (well below Lambda's 1024 descriptors). */
+export const EGRESS_MAX_CONNECTIONS = 256;
 
 /** A running proxy. */
 export interface EgressProxy {
@@ -115,6 +137,15 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const connectTo = opts.connect ?? ((address, port) => netConnect({ host: address, port }));
   const tracked = new Map<string, string[]>();
   const open = new Set<Duplex>();
+  const idleMs = opts.idleTimeoutMs ?? EGRESS_IDLE_TIMEOUT_MS;
+  const maxOpen = opts.maxConnections ?? EGRESS_MAX_CONNECTIONS;
+
+  /** Counts `s` as open until it closes, and drops it after `idleMs` without traffic. */
+  const hold = (s: Socket | Duplex): void => {
+    open.add(s);
+    s.once('close', () => open.delete(s));
+    if ('setTimeout' in s && typeof s.setTimeout === 'function') s.setTimeout(idleMs, () => s.destroy());
+  };
 
   /**
    * Resolves once, checks, and connects to the first checked address that answers. The refusal
@@ -162,7 +193,17 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       res.writeHead(400, { 'content-type': 'text/plain' }).end('egress proxy: expected an absolute http URL\n');
       return;
     }
+    if (open.size >= maxOpen) {
+      res.writeHead(503, { 'content-type': 'text/plain' }).end('egress proxy: too many open connections\n');
+      return;
+    }
     const port = Number(url.port || 80);
+    // A tool that goes away (killed at its timeout) drops the upstream connection too, also
+    // when it leaves while the dial is still resolving or connecting.
+    let gone = false;
+    res.once('close', () => {
+      gone = true;
+    });
     let upstream: Socket;
     try {
       upstream = await dial(url.hostname.replace(/^\[|\]$/g, ''), port, 'http');
@@ -175,9 +216,11 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       }
       return;
     }
-    open.add(upstream);
-    upstream.once('close', () => open.delete(upstream));
-    // A tool that goes away (killed at its timeout) drops the upstream connection too.
+    if (gone || res.closed || req.socket.destroyed) {
+      upstream.destroy();
+      return;
+    }
+    hold(upstream);
     res.once('close', () => upstream.destroy());
     const out = request({
       method: req.method ?? 'GET',
@@ -200,6 +243,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     open.add(client);
     client.once('close', () => open.delete(client));
     client.on('error', () => client.destroy());
+    let gone = false;
+    client.once('close', () => {
+      gone = true;
+    });
     const m = /^\[?([^\]]+?)\]?:(\d{1,5})$/.exec(req.url ?? '');
     const answer = (status: string, body: string) =>
       client.end(
@@ -207,6 +254,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       );
     if (!m?.[1]) {
       answer('400 Bad Request', 'egress proxy: expected CONNECT host:port\n');
+      return;
+    }
+    if (open.size > maxOpen) {
+      answer('503 Service Unavailable', 'egress proxy: too many open connections\n');
       return;
     }
     let upstream: Socket;
@@ -217,8 +268,11 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       else answer('502 Bad Gateway', `egress proxy: ${(err as Error).message}\n`);
       return;
     }
-    open.add(upstream);
-    upstream.once('close', () => open.delete(upstream));
+    if (gone || client.destroyed) {
+      upstream.destroy();
+      return;
+    }
+    hold(upstream);
     upstream.on('error', () => client.destroy());
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
@@ -280,8 +334,9 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
 /**
  * Tools whose runs go through the proxy: those that fetch (vendir, and the imgpkg, helm and git
  * it starts, which inherit its environment) and kbld, which resolves image tags at registries.
- * ytt, cue, sops and age make no requests; kapp talks only to the cluster's API server, which
- * the proxy must not judge.
+ * ytt, cue, sops and age make no requests. kapp is not listed: the ServiceAccount path talks to
+ * the cluster's own API server, which the proxy must not judge; an App's kubeconfig Secret gets
+ * the proxy as every cluster's `proxy-url` instead (`../pipeline/kubeconfig-policy.ts`).
  */
 export const PROXIED_TOOLS: readonly string[] = ['vendir', 'imgpkg', 'helm', 'kbld', 'git'];
 
@@ -299,8 +354,12 @@ export class EgressRefusedError extends CommandError {
   }
 }
 
-/** A {@link CommandRunner} whose network tools use an egress proxy; `close` stops the proxy. */
-export type ProxiedRunner = CommandRunner & { close(): Promise<void> };
+/**
+ * A {@link CommandRunner} whose network tools use an egress proxy; `url` starts the proxy (if
+ * not yet) and returns its address (`http://127.0.0.1:<port>`, for a kubeconfig's `proxy-url`);
+ * `close` stops the proxy.
+ */
+export type ProxiedRunner = CommandRunner & { url(): Promise<string>; close(): Promise<void> };
 
 /**
  * Wraps `runner` so that each run of a {@link PROXIED_TOOLS} tool gets the proxy environment
@@ -336,6 +395,10 @@ export function withEgressProxy(runner: CommandRunner, opts: EgressProxyOptions)
         result.error = new EgressRefusedError(req.cmd, result.exitCode, first, result.error);
       }
       return result;
+    },
+    async url() {
+      started ??= startEgressProxy(opts);
+      return (await started).url;
     },
     async close() {
       const p = started;

@@ -102,7 +102,8 @@ export interface PipelineAdapters {
  * command runner (over `tools`, with {@link toolEnv}), the wall clock, and
  * {@link clusterInfoSource} over `discovery` with `config.controllerVersion`. While
  * `config.urlPolicy` is enforced, the runner's network tools go through the process's egress
- * proxy (`withEgressProxy`, `../fetch/egress-proxy.ts`), started at the first such run.
+ * proxy (`withEgressProxy`, `../fetch/egress-proxy.ts`), started at the first such run, and
+ * `egressProxyUrl` hands the same proxy to the deploy stage for kubeconfig Secret clusters.
  *
  * @param adapters - The root's ports and configuration.
  * @returns The deps every stage handler (and the in-process dispatcher) takes.
@@ -120,6 +121,7 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
     ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
     runner: proxied ?? direct,
     closeEgressProxy: async () => await proxied?.close(),
+    ...(proxied ? { egressProxyUrl: () => proxied.url() } : {}),
     appReader: restTransportForKubeconfig,
     now: adapters.now ?? (() => new Date()),
     log: adapters.log,

@@ -132,7 +132,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     let work: string | undefined;
     try {
       const kapp = appKappDeploy(app.spec);
-      access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy);
+      access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
       reused = record.reusable ? await unchangedSince(frame, record.reusable, access, deps) : undefined;
       if (reused) {
         result = { stdout: reused.stdout ?? '', stderr: reused.stderr ?? '', exitCode: 0, finished: true };
@@ -502,7 +502,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
   } else {
     try {
       const kapp = appKappDeploy(app.spec);
-      const access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy);
+      const access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
       const cmd = kappDeleteCommand({ kapp, access });
       const run = await runKapp(
         cmd,

@@ -106,6 +106,14 @@ export interface PipelineDeps {
   /** The one command runner (allow-listed tools). */
   runner: CommandRunner;
   /**
+   * Starts (once) and returns the address of the process's egress proxy
+   * (`../fetch/egress-proxy.ts`), set by `createPipelineDeps` while the URL policy is enforced:
+   * the deploy stage makes it every cluster's `proxy-url` in a kubeconfig Secret kapp gets, so
+   * each connection kapp makes (redirects and DNS answers included) is checked when it is made.
+   * Absent: the kubeconfig's URLs are checked once, before kapp starts.
+   */
+  egressProxyUrl?: () => Promise<string>;
+  /**
    * Downloads `http` fetch sources (the fetch stage unpacks them itself, safely, instead of
    * vendir). Default: `createHttpDownloader()` (Node's `fetch`).
    */

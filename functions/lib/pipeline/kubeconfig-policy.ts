@@ -5,17 +5,18 @@
  * credentials it wrote itself, but from the function's network) to the Lambda Runtime API on
  * loopback, the credential endpoints on 169.254.0.0/16 or private ranges. Checked like a fetch
  * source (`../fetch/url-policy.ts`: every address a name resolves to, the fleet's allow-list
- * applies) before kapp starts. kapp-controller has no such check.
- *
- * Residual risk: kapp resolves the server's name again when it connects, so a name whose DNS
- * answer changes between this check and kapp's connection (DNS rebinding) can still reach a
- * refused address; an allow-list of literal addresses or a proxy that enforces the policy on
- * the connection itself would close that.
+ * applies) before kapp starts, for an early, clear refusal. That check alone does not hold:
+ * kapp (client-go) follows up to 10 redirects of a `GET` to any address and resolves the
+ * server's name again when it connects (DNS rebinding). So kapp then gets every cluster's
+ * `proxy-url` set to the function's egress proxy (`../fetch/egress-proxy.ts`), which checks each
+ * connection, every hop and DNS answer, when it is made. An App's own `proxy-url` is refused
+ * under the enforced policy, whatever the allow-list says (proxies are not chained; kept
+ * simple). kapp-controller has none of this (its kapp runs in the tenant's cluster network).
  *
  * @module
  */
 import type { App } from '../api/index.js';
-import { type ClusterAccess, credentialSource, kubeconfigUrls } from '../deploy/kubeconfig.js';
+import { type ClusterAccess, credentialSource, kubeconfigUrls, withProxyUrl } from '../deploy/kubeconfig.js';
 import { clusterAccessFor } from '../deploy/run.js';
 import { type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import type { DeployView } from '../kube/port.js';
@@ -24,14 +25,19 @@ import type { SecretMask } from '../reconcile/secret-mask.js';
 /** The schemes client-go accepts for each kind of kubeconfig URL. */
 const SCHEMES = { server: ['https', 'http'], proxy: ['http', 'https', 'socks5'] } as const;
 
+/** Why an App's own `proxy-url` is refused under an enforced policy. */
+export const KUBECONFIG_PROXY_REFUSED =
+  "a kubeconfig proxy-url is not allowed (kapp connects through the deployment's egress proxy)";
+
 /** Why a refreshing auth provider is refused under an enforced policy. */
 export const REFRESHING_AUTH_PROVIDER_REFUSED =
   'an auth provider that refreshes its token is not allowed (kapp would send the refresh token to the token endpoint the issuer names, which this check cannot see)';
 
 /**
  * Checks every URL kapp may contact with a restricted kubeconfig (`kubeconfigUrls`): each
- * cluster's `server` and `proxy-url`, and refuses an `auth-provider` that would refresh its
- * token through an `idp-issuer-url`. Nothing is checked when the policy is off.
+ * cluster's `server`; refuses any `proxy-url` ({@link KUBECONFIG_PROXY_REFUSED}) and an
+ * `auth-provider` that would refresh its token through an `idp-issuer-url`. Nothing is checked
+ * when the policy is off.
  *
  * @param restrictedYaml - the restricted kubeconfig kapp would get
  * @param policy - the deployment's URL policy
@@ -42,17 +48,21 @@ export async function checkKubeconfigUrls(restrictedYaml: string, policy: UrlPol
   if (policy.policy.mode === 'off') return;
   for (const u of kubeconfigUrls(restrictedYaml)) {
     if (u.kind === 'token-issuer') throw new UrlPolicyError(u.label, REFRESHING_AUTH_PROVIDER_REFUSED);
+    if (u.kind === 'proxy') throw new UrlPolicyError(u.label, KUBECONFIG_PROXY_REFUSED);
     await policy.checkUrlAs(u.url, u.label, SCHEMES[u.kind]);
   }
 }
 
 /**
  * `clusterAccessFor` under the deployment's URL policy: an App deployed with its kubeconfig
- * Secret gets its access only when {@link checkKubeconfigUrls} passes. The ServiceAccount path
- * is not checked: its kubeconfig names the cluster's own API server from the cluster registry
- * (which may well be a private address).
+ * Secret gets its access only when {@link checkKubeconfigUrls} passes, and, when the policy is
+ * enforced and `egressProxyUrl` is given, with every cluster's `proxy-url` set to that proxy
+ * (so kapp's redirects and later DNS answers are checked too). The ServiceAccount path is
+ * neither checked nor proxied: its kubeconfig names the cluster's own API server from the
+ * cluster registry (which may well be a private address).
  *
  * @param policy - `PipelineConfig.urlPolicy` (absent: not checked, kapp-controller's behaviour)
+ * @param egressProxyUrl - `PipelineDeps.egressProxyUrl` (absent: checked only)
  * @throws {UrlPolicyError} when the policy refuses a URL of the kubeconfig Secret; what
  *   `clusterAccessFor` throws
  */
@@ -61,11 +71,15 @@ export async function policedClusterAccess(
   kube: DeployView,
   mask: SecretMask,
   policy: UrlPolicy | undefined,
+  egressProxyUrl?: () => Promise<string>,
 ): Promise<ClusterAccess> {
   const access = await clusterAccessFor(app, kube, mask);
   const source = credentialSource(app.spec, app.metadata.namespace ?? '');
   if (policy && source.kind === 'kubeconfigSecret' && access.kubeconfigYaml) {
     await checkKubeconfigUrls(access.kubeconfigYaml, new UrlPolicyChecker(policy));
+    if (policy.mode === 'enforce' && egressProxyUrl) {
+      return { ...access, kubeconfigYaml: withProxyUrl(access.kubeconfigYaml, await egressProxyUrl()) };
+    }
   }
   return access;
 }
