@@ -13,7 +13,8 @@
  * npm run cluster -- remove <id>
  * ```
  *
- * `add` refuses an id already registered unless `--replace`; `remove` of an unknown id exits 1.
+ * `add` refuses an id already registered unless `--replace`, and a `--forwarder-role-id` another
+ * cluster's document already names (exit 2, naming it); `remove` of an unknown id exits 1.
  * `--forwarder-role-id` is the unique id of the cluster's forwarder role (the stack's output
  * `ForwarderRoleId<Id>`): the functions accept events naming the cluster only from that role
  * (`functions/lib/entry/sender.ts`). `add` requires it: a fleet that checks senders (every CDK
@@ -165,27 +166,59 @@ export async function putCluster(store: ObjectStore, doc: ClusterDoc): Promise<s
   return key;
 }
 
-/** One line of `list`: the id, endpoint and auth kind, or why the document is invalid. Never the CA. */
-export async function listClusters(store: ObjectStore): Promise<string[]> {
-  const lines: string[] = [];
+/** Every registry document's key and body (pages of 1000 keys; documents that vanished skipped). */
+async function* clusterDocBodies(store: ObjectStore): AsyncGenerator<{ key: string; body: string }> {
   let after: string | undefined;
   for (;;) {
     const keys = await store.list(CLUSTER_DOC_PREFIX, after ? { startAfter: after } : {});
     for (const key of keys) {
       if (!key.endsWith('.json')) continue;
       const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
-      if (!body) continue;
-      try {
-        const doc = parseClusterDoc(key, body);
-        const how = doc.auth.kind === 'eks' ? `eks ${doc.auth.clusterName} ${doc.auth.region}` : 'token';
-        lines.push(`${doc.id}\t${doc.endpoint}\t${how}\tforwarder ${doc.forwarder?.roleId ?? 'none'}`);
-      } catch (err) {
-        lines.push(`${key}\tINVALID\t${(err as Error).message}`);
-      }
+      if (body) yield { key, body: body.toString() };
     }
-    if (keys.length < 1000) return lines;
+    if (keys.length < 1000) return;
     after = keys[keys.length - 1];
   }
+}
+
+/** One line of `list`: the id, endpoint and auth kind, or why the document is invalid. Never the CA. */
+export async function listClusters(store: ObjectStore): Promise<string[]> {
+  const lines: string[] = [];
+  for await (const { key, body } of clusterDocBodies(store)) {
+    try {
+      const doc = parseClusterDoc(key, body);
+      const how = doc.auth.kind === 'eks' ? `eks ${doc.auth.clusterName} ${doc.auth.region}` : 'token';
+      lines.push(`${doc.id}\t${doc.endpoint}\t${how}\tforwarder ${doc.forwarder?.roleId ?? 'none'}`);
+    } catch (err) {
+      lines.push(`${key}\tINVALID\t${(err as Error).message}`);
+    }
+  }
+  return lines;
+}
+
+/**
+ * The registered cluster, other than `exceptId`, whose document names `roleId` as its forwarder:
+ * a forwarder speaks for the clusters that name it, so a role id copied from another cluster's
+ * output would let that cluster's forwarder send this one's events. Invalid documents are
+ * skipped (`list` reports them).
+ *
+ * @returns the other cluster's id, or `undefined` when none names the role
+ */
+export async function clusterNamingForwarder(
+  store: ObjectStore,
+  roleId: string,
+  exceptId: string,
+): Promise<string | undefined> {
+  for await (const { key, body } of clusterDocBodies(store)) {
+    let doc: ClusterDoc;
+    try {
+      doc = parseClusterDoc(key, body);
+    } catch {
+      continue;
+    }
+    if (doc.id !== exceptId && doc.forwarder?.roleId === roleId) return doc.id;
+  }
+  return undefined;
 }
 
 /** The steps that give each function its identity in the cluster (printed by `add`). */
@@ -320,6 +353,15 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   if (!v.replace && (await store.head(clusterDocKey(id)))) {
     process.stderr.write(`cluster: ${JSON.stringify(id)} is already registered; add --replace to overwrite it\n`);
     return 1;
+  }
+  if (forwarderRoleId !== undefined) {
+    const other = await clusterNamingForwarder(store, forwarderRoleId, id);
+    if (other !== undefined) {
+      process.stderr.write(
+        `cluster: --forwarder-role-id ${forwarderRoleId} is already the forwarder of cluster ${JSON.stringify(other)}: each cluster needs its own forwarder role (the stack's ForwarderRoleId<Id> output of ${JSON.stringify(id)}), or that cluster's forwarder could send events for ${JSON.stringify(id)}\n`,
+      );
+      return 2;
+    }
   }
   const doc = clusterDocOf({
     id,

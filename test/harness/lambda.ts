@@ -18,7 +18,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { mkdir, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type KappEvent, objectRefOf, serializeEvent } from '../../events/schema.js';
+import { type KappEvent, objectRefOf, orderingKey, serializeEvent } from '../../events/schema.js';
 import type { SqsRecord } from '../../functions/lib/entry/handler.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { layerTools, layerToolVersions } from '../../layers/build.js';
@@ -96,7 +96,7 @@ export function firstReceive(event: KappEvent, messageId: string): SqsRecord {
     messageId,
     body: serializeEvent(event),
     attributes: {
-      MessageGroupId: `${ref.clusterId}/${ref.kind}/${ref.namespace}/${ref.name}`,
+      MessageGroupId: orderingKey(ref),
       ApproximateReceiveCount: '1',
     },
   };

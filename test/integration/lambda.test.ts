@@ -24,7 +24,15 @@ import { fileURLToPath } from 'node:url';
 import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
-import { EVENT_TYPES, objectEvent, parseEvent, serializeEvent, templateEvent } from '../../events/schema.js';
+import {
+  EVENT_TYPES,
+  objectEvent,
+  objectRefOf,
+  orderingKey,
+  parseEvent,
+  serializeEvent,
+  templateEvent,
+} from '../../events/schema.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunction } from '../../layers/bundle.js';
@@ -217,7 +225,7 @@ describe('fetch function under the Runtime Interface Emulator', () => {
         sqsRecord('bad-1', JSON.stringify(invalid), 'g-1'),
         sqsRecord('bad-2', 'this is not JSON', 'g-2'),
         sqsRecord('misrouted-1', serializeEvent(forTemplate), 'g-3'),
-        sqsRecord('unknown-cluster-1', serializeEvent(otherCluster), 'g-4'),
+        sqsRecord('unknown-cluster-1', serializeEvent(otherCluster), orderingKey(objectRefOf(otherCluster))),
       ],
     });
     expect(res).toEqual({ status: 200, body: { batchItemFailures: [{ itemIdentifier: 'unknown-cluster-1' }] } });

@@ -504,6 +504,53 @@ describe('npm run cluster', () => {
     expect(await listClusters(store)).toEqual([]);
   });
 
+  it("refuses a forwarder role id another cluster's document already names, except when replacing that cluster", async () => {
+    const registry = `file://${dir}/registry-forwarders`;
+    const err: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    const errWrite = process.stderr.write.bind(process.stderr);
+    process.stdout.write = (() => true) as typeof process.stdout.write;
+    process.stderr.write = ((s: string) => err.push(s) > 0) as typeof process.stderr.write;
+    const add = (id: string, roleId: string, ...more: string[]) =>
+      main([
+        'add',
+        id,
+        '--registry',
+        registry,
+        '--endpoint',
+        `https://${id}.example`,
+        '--ca-file',
+        path.join(dir, 'ca.pem'),
+        '--auth',
+        'token',
+        '--forwarder-role-id',
+        roleId,
+        ...more,
+      ]);
+    const { LocalDirStore } = await import('../../functions/lib/store/local.js');
+    const store = new LocalDirStore(path.join(dir, 'registry-forwarders'));
+    try {
+      expect(await add('cl-a', 'AROAFORWARDERA000001')).toBe(0);
+      // B with A's role id (a copy-paste mistake): refused, naming A, nothing written.
+      expect(await add('cl-b', 'AROAFORWARDERA000001')).toBe(2);
+      expect(err.join('')).toContain(
+        'cluster: --forwarder-role-id AROAFORWARDERA000001 is already the forwarder of cluster "cl-a"',
+      );
+      expect(await add('cl-b', 'AROAFORWARDERA000001', '--replace')).toBe(2);
+      expect(await add('cl-b', 'AROAFORWARDERB000001')).toBe(0);
+      // Replacing A itself keeps its own role id; B cannot take A's role even by replacing B.
+      expect(await add('cl-a', 'AROAFORWARDERA000001', '--replace')).toBe(0);
+      expect(await add('cl-b', 'AROAFORWARDERA000001', '--replace')).toBe(2);
+      expect(await listClusters(store)).toEqual([
+        'cl-a\thttps://cl-a.example\ttoken\tforwarder AROAFORWARDERA000001',
+        'cl-b\thttps://cl-b.example\ttoken\tforwarder AROAFORWARDERB000001',
+      ]);
+    } finally {
+      process.stdout.write = write;
+      process.stderr.write = errWrite;
+    }
+  });
+
   it('refuses to add a cluster without its forwarder role id unless --no-sender-check says the functions do not check', async () => {
     const registry = `file://${dir}/registry-senders`;
     const err: string[] = [];

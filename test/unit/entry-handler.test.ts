@@ -10,6 +10,8 @@ import {
   type KappEvent,
   type ObjectRef,
   objectEvent,
+  objectRefOf,
+  orderingKey,
   repoIndexedEvent,
   SOURCE_POLL_EVENT_TYPE,
   serializeEvent,
@@ -52,7 +54,7 @@ const record = (messageId: string, body: string, group?: string): SqsRecord => (
   eventSourceARN: 'arn:aws:sqs:eu-west-1:123456789012:kapp-lambda-fetch.fifo',
 });
 const rec = (messageId: string, event: KappEvent) =>
-  record(messageId, serializeEvent(event), `prod-eu-1/App/default/${event.subject.split('/')[3]}`);
+  record(messageId, serializeEvent(event), orderingKey(objectRefOf(event)));
 
 type Dispatch = NonNullable<EntryDeps['dispatch']>;
 
@@ -451,7 +453,7 @@ describe('the sender check', () => {
     const handler = makeSqsHandler('fetch', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }));
     const body = (id: string, e: KappEvent, s: string): SqsRecord => ({
       ...record(id, serializeEvent(e)),
-      attributes: { SenderId: s },
+      attributes: { MessageGroupId: orderingKey(objectRefOf(e)), SenderId: s },
     });
     expect(await handler({ Records: [body('g', ghost, `${PROD_FORWARDER}:s`)] })).toEqual({ batchItemFailures: [] });
     expect(log.records.at(-1)?.obj).toMatchObject({

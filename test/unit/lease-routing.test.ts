@@ -8,7 +8,14 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { deployEvent, type KappEvent, objectEvent, serializeEvent } from '../../events/schema.js';
+import {
+  deployEvent,
+  type KappEvent,
+  objectEvent,
+  objectRefOf,
+  orderingKey,
+  serializeEvent,
+} from '../../events/schema.js';
 import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
@@ -44,7 +51,13 @@ const senderOf = (from: PipelineStage, sent: Sent[]) => ({
   },
 });
 const rec = (event: KappEvent, messageId: string, senderId: string) => ({
-  Records: [{ messageId, body: serializeEvent(event), attributes: { SenderId: `${senderId}:session` } }],
+  Records: [
+    {
+      messageId,
+      body: serializeEvent(event),
+      attributes: { MessageGroupId: orderingKey(objectRefOf(event)), SenderId: `${senderId}:session` },
+    },
+  ],
 });
 
 describe('run lease routes as deployed (NEXT_STAGES, sender check)', () => {

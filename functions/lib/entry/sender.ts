@@ -69,3 +69,27 @@ export async function senderRefusal(
   if (principal !== forwarder.roleId) return `sender ${principal} is not the forwarder of cluster ${clusterId}`;
   return undefined;
 }
+
+/**
+ * Whether a record's FIFO message group is the one the fleet's senders give its event: every
+ * sender (the forwarder, stage hand-offs, follow-ups, the repo.indexed fan-out; all through
+ * `sendMessageInput`, `../transport/sqs.ts`) sets `MessageGroupId` = `orderingKey(objectRefOf(event))`.
+ * SQS lets the sender choose the group, and the sender check above reads only the body, so
+ * without this a cluster's forwarder could queue its own events in another cluster's object's
+ * group and hold that object's events behind them (and behind their retries).
+ *
+ * @param expected - `orderingKey(objectRefOf(event))` of the record's event.
+ * @param group - the record's `attributes.MessageGroupId`; absent on non-FIFO deliveries.
+ * @param required - whether a record without a group is refused (the sender check is on: the
+ *   fleet's queues are FIFO, so every genuine record has one).
+ * @returns `undefined` when the group is acceptable, else why not (for the log).
+ */
+export function messageGroupRefusal(
+  expected: string,
+  group: string | undefined,
+  required: boolean,
+): string | undefined {
+  if (group === undefined) return required ? 'the message has no MessageGroupId' : undefined;
+  if (group !== expected) return `message group ${group} is not the event's object's (${expected})`;
+  return undefined;
+}

@@ -11,6 +11,7 @@
  * |---|---|---|
  * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
  * | valid, but for another function | logged, dropped | no |
+ * | its `MessageGroupId` is not its object's ordering key (or absent while `checkSender` is on; `messageGroupRefusal`, `./sender.ts`) | logged (`refused`), dropped | no |
  * | its sender may not name its cluster (`checkSender`, `./sender.ts`) | logged, dropped | no |
  * | the sender check could not be made (registry unreadable) | logged, `batchItemFailures` | yes |
  * | stage ran, returned a next event | sent to the next stage's queue | no |
@@ -52,6 +53,7 @@ import {
   isSourcePollEvent,
   type KappEvent,
   objectRefOf,
+  orderingKey,
   parseEvent,
   type SourcePollEvent,
   subjectOf,
@@ -65,6 +67,7 @@ import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound, infraStep } from '../pipe
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
+import { messageGroupRefusal } from './sender.js';
 
 /** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
 export interface SqsRecord {
@@ -318,6 +321,26 @@ async function processRecord(
       'event is for another function; dropped',
     );
     return 'misrouted';
+  }
+  const groupRefusal = messageGroupRefusal(
+    orderingKey(objectRefOf(event)),
+    record.attributes?.MessageGroupId,
+    d.checkSender !== undefined,
+  );
+  if (groupRefusal !== undefined) {
+    log.warn(
+      {
+        stage,
+        outcome: 'refused' satisfies RecordOutcome,
+        type: event.type,
+        subject,
+        clusterId: objectRefOf(event).clusterId,
+        messageGroupId: record.attributes?.MessageGroupId,
+        reason: groupRefusal,
+      },
+      "event's message group is not its object's; dropped",
+    );
+    return 'refused';
   }
   if (d.checkSender) {
     const senderId = record.attributes?.SenderId;

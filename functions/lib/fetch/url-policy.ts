@@ -38,6 +38,16 @@ const DENIED_RANGES: ReadonlyArray<readonly [string, number, 'ipv4' | 'ipv6', st
   ['240.0.0.0', 4, 'ipv4', 'a reserved address'],
   ['::', 128, 'ipv6', 'an unspecified address'],
   ['::1', 128, 'ipv6', 'a loopback address'],
+  // Forms that embed an IPv4 address (a translator or relay, where one exists, reaches it; the
+  // embedded address could be a denied one) or deprecated ranges some networks still route
+  // privately. Few public services use them; an operator allows one with a CIDR exception.
+  ['::', 96, 'ipv6', 'an IPv4-compatible address (deprecated, embeds an IPv4 address)'],
+  ['::ffff:0:0:0', 96, 'ipv6', 'an IPv4-translated address (embeds an IPv4 address)'],
+  ['64:ff9b:1::', 48, 'ipv6', 'a local-use NAT64 address (embeds an IPv4 address)'],
+  ['100::', 64, 'ipv6', 'a discard-only address'],
+  ['2001::', 32, 'ipv6', 'a Teredo address (embeds an IPv4 address)'],
+  ['2002::', 16, 'ipv6', 'a 6to4 address (embeds an IPv4 address)'],
+  ['fec0::', 10, 'ipv6', 'a site-local address (deprecated)'],
   ['fc00::', 7, 'ipv6', 'a private (unique local) address'],
   ['fe80::', 10, 'ipv6', 'a link-local address'],
   ['ff00::', 8, 'ipv6', 'a multicast address'],

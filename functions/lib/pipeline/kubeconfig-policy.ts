@@ -76,10 +76,35 @@ export async function policedClusterAccess(
   const access = await clusterAccessFor(app, kube, mask);
   const source = credentialSource(app.spec, app.metadata.namespace ?? '');
   if (policy && source.kind === 'kubeconfigSecret' && access.kubeconfigYaml) {
+    if (policy.mode !== 'off') refuseServiceHostPlaceholder(access.kubeconfigYaml);
     await checkKubeconfigUrls(access.kubeconfigYaml, new UrlPolicyChecker(policy));
     if (policy.mode === 'enforce' && egressProxyUrl) {
       return { ...access, kubeconfigYaml: withProxyUrl(access.kubeconfigYaml, await egressProxyUrl()) };
     }
   }
   return access;
+}
+
+/** The placeholder kapp replaces, anywhere in its kubeconfig, with `KAPP_KUBERNETES_SERVICE_HOST_PORT`. */
+// biome-ignore lint/suspicious/noTemplateCurlyInString: the literal placeholder kapp expands.
+const SERVICE_HOST_PLACEHOLDER = '${KAPP_KUBERNETES_SERVICE_HOST_PORT}';
+
+/** Why a kubeconfig Secret holding {@link SERVICE_HOST_PLACEHOLDER} is refused under an enforced policy. */
+export const SERVICE_HOST_PLACEHOLDER_REFUSED = `the kubeconfig contains ${SERVICE_HOST_PLACEHOLDER}, which kapp replaces throughout the kubeconfig (with an empty value for a kubeconfig Secret), so the URLs checked would not be the URLs kapp uses; write the API server address itself`;
+
+/**
+ * Refuses a kubeconfig Secret that holds kapp's `${KAPP_KUBERNETES_SERVICE_HOST_PORT}`
+ * placeholder. kapp substitutes it over the whole kubeconfig YAML before parsing it (with the
+ * empty string when the variable is unset, as for a kubeconfig Secret), so the policy would
+ * check one server URL and kapp contact another (`https://${…}@169.254.169.254` becomes
+ * `https://@169.254.169.254`). kapp-controller writes the placeholder only into the kubeconfig
+ * it generates for a ServiceAccount (`UPSTREAM_SA_SERVER`), which this check never sees.
+ *
+ * @param restrictedYaml - the restricted kubeconfig of the Secret, as kapp would get it
+ * @throws {UrlPolicyError} `URL policy refused kubeconfig Secret: the kubeconfig contains …`
+ */
+export function refuseServiceHostPlaceholder(restrictedYaml: string): void {
+  if (restrictedYaml.includes(SERVICE_HOST_PLACEHOLDER)) {
+    throw new UrlPolicyError('kubeconfig Secret', SERVICE_HOST_PLACEHOLDER_REFUSED);
+  }
 }
