@@ -19,7 +19,16 @@ import { mkdir, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type KappEvent, objectRefOf, orderingKey, serializeEvent } from '../../events/schema.js';
+import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import type { SqsRecord } from '../../functions/lib/entry/handler.js';
+import {
+  type AwsClients,
+  artifactKeyringFromEnv,
+  createLambdaDeps,
+  createSecretsManagerClient,
+  type LambdaDepsOverrides,
+} from '../../functions/lib/entry/lambda.js';
+import type { EntryDeps } from '../../functions/lib/entry/stage-handler.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { layerTools, layerToolVersions } from '../../layers/build.js';
 import { bundleEntry, runtimeNodePath } from '../../layers/bundle.js';
@@ -44,6 +53,22 @@ export interface FunctionLayer {
   readonly bins: readonly string[];
   /** What the deployed layer weighs: its binaries plus the hardening addon, bytes. */
   readonly bytes: number;
+}
+
+/**
+ * The deps factory of `stage`'s function run in the test's own process (`makeSqsHandler`), built
+ * as its Lambda entry builds them: configuration and artifact keyring from `env` at once (a bad
+ * environment throws here), `createLambdaDeps` with `overrides` on the handler's first call.
+ */
+export function inProcessDepsFactory(
+  stage: PipelineStage,
+  env: Record<string, string>,
+  clients: AwsClients,
+  overrides: LambdaDepsOverrides,
+): () => EntryDeps {
+  const config = parseLambdaEnv(stage, env);
+  const keyring = artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config));
+  return () => createLambdaDeps(config, clients, { keyring, ...overrides });
 }
 
 /** Where a function run in the test's own process keeps its things ({@link inProcessFunctionEnv}). */

@@ -20,13 +20,7 @@ import path from 'node:path';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type DeployStageEvent, EVENT_TYPES, type KappEvent, targetFunction } from '../../events/schema.js';
-import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
-import {
-  artifactKeyringFromEnv,
-  createLambdaDeps,
-  createSecretsManagerClient,
-} from '../../functions/lib/entry/lambda.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
@@ -45,7 +39,7 @@ import {
   servers,
   suffix,
 } from '../e2e/support.js';
-import { firstReceive, functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
+import { firstReceive, functionLayer, inProcessDepsFactory, inProcessFunctionEnv } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
 
@@ -91,15 +85,15 @@ function functions() {
   const log = memoryLogger();
   const handlers = new Map<PipelineStage, SqsHandler>();
   for (const stage of ['fetch', 'template', 'deploy'] as const) {
-    const env = functionEnv(stage);
-    const config = parseLambdaEnv(stage, env);
-    const keyring = artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config));
+    const deps = inProcessDepsFactory(
+      stage,
+      functionEnv(stage),
+      { s3: s3c, sqs },
+      { log: log.child({ function: stage }), sender },
+    );
     handlers.set(
       stage,
-      makeSqsHandler(stage, () => ({
-        ...createLambdaDeps(config, { s3: s3c, sqs }, { log: log.child({ function: stage }), sender, keyring }),
-        deadlineMarginMs: MARGIN_MS,
-      })),
+      makeSqsHandler(stage, () => ({ ...deps(), deadlineMarginMs: MARGIN_MS })),
     );
   }
   let seq = 0;

@@ -19,13 +19,7 @@ import {
   targetFunction,
 } from '../../events/schema.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
-import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
-import {
-  artifactKeyringFromEnv,
-  createLambdaDeps,
-  createSecretsManagerClient,
-} from '../../functions/lib/entry/lambda.js';
 import type { CommandRunner } from '../../functions/lib/exec/runner.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { S3Store } from '../../functions/lib/store/index.js';
@@ -41,7 +35,7 @@ import {
   servers,
   suffix,
 } from '../e2e/support.js';
-import { firstReceive, functionLayer, inProcessFunctionEnv } from '../harness/lambda.js';
+import { firstReceive, functionLayer, inProcessDepsFactory, inProcessFunctionEnv } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
 
@@ -88,11 +82,14 @@ function counting(runner: CommandRunner): CommandRunner {
 function instance(stage: PipelineStage, i: number) {
   const sender = new MemoryEventSender();
   const log = memoryLogger();
-  const env = functionEnv(stage, i);
-  const config = parseLambdaEnv(stage, env);
-  const keyring = artifactKeyringFromEnv(stage, env, createSecretsManagerClient(config));
+  const deps = inProcessDepsFactory(
+    stage,
+    functionEnv(stage, i),
+    { s3: s3c, sqs },
+    { log: log.child({ function: stage }), sender },
+  );
   const handler: SqsHandler = makeSqsHandler(stage, () => {
-    const d = createLambdaDeps(config, { s3: s3c, sqs }, { log: log.child({ function: stage }), sender, keyring });
+    const d = deps();
     return { ...d, pipeline: { ...d.pipeline, runner: counting(d.pipeline.runner) } };
   });
   return async (event: KappEvent) => {

@@ -38,7 +38,7 @@ import { parseAllDocuments } from 'yaml';
 import type { App, AppStatusDeploy } from '../api/index.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
 import { errorFromResponse } from '../kube/client.js';
-import type { KubeObject } from '../kube/port.js';
+import { KubeApiError, type KubeObject } from '../kube/port.js';
 import type { RestTransport } from '../kube/transport.js';
 import type { KappAppMeta } from './kapp.js';
 
@@ -397,7 +397,7 @@ export interface RecordInput {
 /**
  * Lists what the deploy left and builds its record.
  * @returns the record, or why none may be kept (the next resync then runs kapp).
- * @throws KubeApiError when discovery or a list fails.
+ * @throws KubeApiError when discovery or a list fails (a list refused with 403 is a `refused`).
  */
 export async function recordLive(
   rest: RestTransport,
@@ -407,7 +407,17 @@ export async function recordLive(
   const docs = manifestDocs(input.manifest);
   const labelSelector = `${input.meta.labelKey}=${input.meta.labelValue}`;
   const collections = await liveCollections(rest, input.meta, docs, input.defaultNamespace);
-  const listed = await listCollections(rest, collections, labelSelector);
+  let listed: Awaited<ReturnType<typeof listCollections>>;
+  try {
+    listed = await listCollections(rest, collections, labelSelector);
+  } catch (err) {
+    // The App's own identity may not list what it deployed (RBAC narrower than this check
+    // needs): expected, not a fault; every resync of it runs kapp, as upstream.
+    if (err instanceof KubeApiError && err.statusCode === 403) {
+      return { refused: `the App's identity may not list what it deployed (every resync runs kapp): ${err.message}` };
+    }
+    throw err;
+  }
   const all = [...listed.values()].flat();
   const raced = writtenByOthersSince(all, input.kappStartedAt);
   if (raced) return { refused: raced };

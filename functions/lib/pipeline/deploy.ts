@@ -340,15 +340,7 @@ async function keepDeployRecord(
     }
     await privateArtifacts(deps).put(scope, key, JSON.stringify(out.record));
   } catch (err) {
-    const message = (err as Error).message;
-    // The App's own identity may not list what it deployed (RBAC narrower than kapp needs for
-    // a diff-less check): expected, not a fault; every resync of it runs kapp, as upstream.
-    const forbidden = (err as { status?: number }).status === 403 || /: 403 /.test(message);
-    if (forbidden) {
-      deps.log.info(log, `deploy record not kept (every resync runs kapp): ${message}`);
-    } else {
-      deps.log.warn(log, `deploy record not kept: ${message}`);
-    }
+    deps.log.warn(log, `deploy record not kept: ${(err as Error).message}`);
     await deps.store.delete(key).catch(() => {});
   }
 }
