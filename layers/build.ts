@@ -17,7 +17,14 @@ import { bundleFunction, functionEntry } from './bundle.js';
 import { addGitToLayer, GIT_LAYER_STAGES } from './git.js';
 import { buildComponent, cacheRoot } from './gobuild.js';
 import { COMPONENTS, type Stage } from './manifest.js';
-import { buildHardenAddon, buildLauncher, HARDEN_ADDON_NAME, LAUNCHER_NAME } from './native.js';
+import {
+  buildConnector,
+  buildHardenAddon,
+  buildLauncher,
+  CONNECTOR_NAME,
+  HARDEN_ADDON_NAME,
+  LAUNCHER_NAME,
+} from './native.js';
 
 /** Lambda's limit on a function's unzipped deployment package plus layers, in bytes (250 MiB as AWS counts it). */
 export const LAMBDA_UNZIPPED_LIMIT = 262_144_000;
@@ -114,6 +121,11 @@ export async function assembleStageLayer(
   if (GIT_LAYER_STAGES.includes(stage)) {
     bytes += (await addGitToLayer(layerDir, log, root)).bytes;
     tools.push('git');
+    // git:// goes through the egress proxy with it (GIT_PROXY_COMMAND); no `ssh` copy: the
+    // layer carries no ssh (layers/git.ts).
+    const connector = buildConnector(log, root);
+    await copyFile(connector, path.join(dir, CONNECTOR_NAME));
+    bytes += (await stat(connector)).size;
   }
   // The hardening addon (functions/lib/exec/harden.ts) at /opt/lib, loaded at init.
   const addon = buildHardenAddon(log, root);

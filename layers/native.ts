@@ -7,7 +7,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cacheRoot } from './gobuild.js';
@@ -17,6 +17,13 @@ const LAUNCH_SOURCE = fileURLToPath(new URL('./native/launch.c', import.meta.url
 
 /** Name of the tool launcher (`layers/native/launch.c`) in a layer's `bin/`. */
 export const LAUNCHER_NAME = 'kl-launch';
+
+/**
+ * Name of the egress connector (`layers/native/connect.c`): git's `GIT_PROXY_COMMAND` for
+ * `git://` and, installed a second time as `ssh`, the wrapper that sends ssh through the egress
+ * proxy (`functions/lib/fetch/egress-proxy.ts`).
+ */
+export const CONNECTOR_NAME = 'kl-connect';
 
 /** File name of the addon inside a Lambda layer's `lib/` (mounted at `/opt/lib`). */
 export const HARDEN_ADDON_NAME = 'kapp-lambda-harden.node';
@@ -81,6 +88,12 @@ const GIT_LAUNCHER: StaticProgram = {
   source: fileURLToPath(new URL('./native/git-launch.c', import.meta.url)),
 };
 
+/** The egress connector (`connect.c`). */
+const CONNECTOR: StaticProgram = {
+  name: CONNECTOR_NAME,
+  source: fileURLToPath(new URL('./native/connect.c', import.meta.url)),
+};
+
 function staticPath(program: StaticProgram, root: string): string {
   return path.join(root, 'native', `${program.name}-${process.arch}-${sourceKey(program.source)}`);
 }
@@ -136,4 +149,39 @@ export function buildLauncher(log: (m: string) => void, root = cacheRoot()): str
  */
 export function buildGitLauncher(log: (m: string) => void, root = cacheRoot()): string {
   return buildStatic(GIT_LAUNCHER, log, root);
+}
+
+/**
+ * Where the egress connector for this source and architecture is cached: `kl-connect` in a
+ * directory of its own that also holds it as `ssh` (the runner puts that directory on the tools'
+ * `PATH` ahead of the system's, so vendir's `GIT_SSH_COMMAND=ssh ...` starts the wrapper).
+ *
+ * @param root - cache root (default `~/.cache/kapp-lambda`)
+ */
+export function connectorPath(root = cacheRoot()): string {
+  return path.join(`${staticPath(CONNECTOR, root)}.d`, CONNECTOR_NAME);
+}
+
+/**
+ * Compiles the egress connector unless it is cached, and lays out {@link connectorPath}'s
+ * directory (`kl-connect` and `ssh`, the same static file); static, so it runs on Lambda too.
+ *
+ * @param log - progress lines
+ * @param root - cache root
+ * @returns the connector's path
+ * @throws Error when the C compiler fails
+ */
+export function buildConnector(log: (m: string) => void, root = cacheRoot()): string {
+  const out = connectorPath(root);
+  if (existsSync(out) && existsSync(path.join(path.dirname(out), 'ssh'))) return out;
+  const built = buildStatic(CONNECTOR, log, root);
+  mkdirSync(path.dirname(out), { recursive: true });
+  for (const name of [CONNECTOR_NAME, 'ssh']) {
+    const dest = path.join(path.dirname(out), name);
+    const tmp = `${dest}.${process.pid}.tmp`;
+    copyFileSync(built, tmp);
+    chmodSync(tmp, 0o755);
+    renameSync(tmp, dest);
+  }
+  return out;
 }

@@ -8,7 +8,7 @@
  */
 import { buildComponent, cacheRoot } from '../layers/gobuild.js';
 import { COMPONENTS, component } from '../layers/manifest.js';
-import { buildHardenAddon, buildLauncher } from '../layers/native.js';
+import { buildConnector, buildHardenAddon, buildLauncher } from '../layers/native.js';
 import { ensureDebianPackages } from './apt.js';
 import { ensurePythonPackages } from './python.js';
 
@@ -22,6 +22,7 @@ await ensurePythonPackages(log);
 if (names.length === 0) {
   buildHardenAddon(log);
   buildLauncher(log);
+  buildConnector(log);
 }
 for (const c of wanted) await buildComponent(c, log);
 log(`ready in ${Math.round((Date.now() - started) / 1000)}s`);

@@ -9,7 +9,9 @@
  * Per cluster, a Lease election (`leadership.ts`) decides which of several runtimes pointed at
  * it acts: only the leader runs that cluster's forwarder and starts its stages.
  */
+
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
@@ -17,7 +19,7 @@ import { type WatchedKindName, watchedKinds } from '../../events/forwarder/kinds
 import type { LeaderElector } from '../../events/forwarder/leader.js';
 import type { Transport } from '../../events/forwarder/transport.js';
 import { COMPONENTS } from '../../layers/manifest.js';
-import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
+import { CONNECTOR_NAME, connectorPath, hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
 import { type ClusterKeyring, fileKeyring } from '../lib/artifact/keyring.js';
 import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
@@ -164,13 +166,28 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const isolate = opts.isolateTools ?? canSwitchUid();
   const cached = cacheBinResolver(opts.cacheRoot);
   const launcherFile = launcherPath(opts.cacheRoot);
-  // The launcher is resolved like a tool so that it is staged with them (not on the allow-list).
-  let resolveBin = (name: string) => (name === LAUNCHER_NAME ? launcherFile : cached(name));
+  const connectorFile = connectorPath(opts.cacheRoot);
+  const helpers: Record<string, string> = {
+    [LAUNCHER_NAME]: launcherFile,
+    [CONNECTOR_NAME]: connectorFile,
+    ssh: path.join(path.dirname(connectorFile), 'ssh'),
+  };
+  // The launcher and the connector (with its `ssh` wrapper) are resolved like tools so that
+  // they are staged with them (not on the allow-list).
+  let resolveBin = (name: string) => helpers[name] ?? cached(name);
   if (isolate) {
     // Runs under other uids must reach their scratch directories and execute the tools,
     // which sit in root's private home: stage them beside the scratch root.
     ensureTraversable(opts.tmpRoot);
-    resolveBin = stageBinaries([...TOOL_NAMES, LAUNCHER_NAME], resolveBin, path.join(opts.tmpRoot, 'bin'));
+    resolveBin = stageBinaries([...TOOL_NAMES, ...Object.keys(helpers)], resolveBin, path.join(opts.tmpRoot, 'bin'));
+  }
+  // `npm run setup` builds it; a cache from before it existed runs git:// and ssh unproxied.
+  let connector: string | undefined;
+  try {
+    connector = resolveBin(CONNECTOR_NAME);
+    if (!existsSync(connector)) connector = undefined;
+  } catch {
+    connector = undefined;
   }
   const composed = createPipelineDeps({
     clusters: registry,
@@ -184,6 +201,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       metrics: toolMetrics,
       ...(isolate ? { uidPool: DEFAULT_UID_POOL } : {}),
       launcher: resolveBin(LAUNCHER_NAME),
+      ...(connector ? { connector } : {}),
     },
     config: {
       tmpRoot: opts.tmpRoot,

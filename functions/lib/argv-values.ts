@@ -141,6 +141,8 @@ export function gitUrlError(url: string): string | undefined {
     if (authority.startsWith('-') || host.startsWith('-')) {
       return 'its host must not begin with "-" (ssh would read it as an option)';
     }
+    const scheme = (m[1] ?? '').toLowerCase();
+    if (SHELL_HOST_SCHEMES.has(scheme)) return shellSafeHostError(authority.slice(authority.lastIndexOf('@') + 1));
     return undefined;
   }
   const colon = url.indexOf(':');
@@ -157,8 +159,27 @@ export function gitUrlError(url: string): string | undefined {
     ) {
       return 'its host must not begin with "-" (ssh would read it as an option)';
     }
+    return shellSafeHostError(host.slice(at + 1));
   }
   return undefined;
+}
+
+/**
+ * Schemes whose host reaches a shell: ssh expands `%h` into its `ProxyCommand` (the egress
+ * connector, `layers/native/connect.c`) through `/bin/sh`, and OpenSSH before 9.6 does not
+ * refuse shell metacharacters in a host name (CVE-2023-51385); `git://` hosts go to the
+ * connector's argv and are held to the same rule.
+ */
+const SHELL_HOST_SCHEMES = new Set(['ssh', 'git+ssh', 'ssh+git', 'git']);
+
+/**
+ * Why an ssh or `git://` host (`host[:port]`, an IPv6 literal in brackets) is refused: a DNS
+ * name is letters, digits, `.`, `-` and `_`; an IP literal is that or a bracketed IPv6 address.
+ */
+function shellSafeHostError(hostPort: string): string | undefined {
+  const host = hostPort.startsWith('[') ? hostPort.slice(0, hostPort.indexOf(']') + 1) : hostPort.replace(/:\d*$/, '');
+  if (/^[A-Za-z0-9._-]+$/.test(host) || /^\[[0-9A-Fa-f:.]+\]$/.test(host)) return undefined;
+  return 'its host must be a DNS name or an IP address (letters, digits, ".", "-", "_"; IPv6 in brackets)';
 }
 
 /**

@@ -35,7 +35,7 @@ import { bundleEntry, runtimeNodePath } from '../../layers/bundle.js';
 import { addGitToLayer, GIT_LAYER_STAGES } from '../../layers/git.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
-import { hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
+import { buildConnector, CONNECTOR_NAME, hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
 import { freePort, httpAnswers, LOOPBACK, type ServerProcess, startProcess } from './servers/process.js';
 import type { S3Info } from './servers/s3.js';
 
@@ -129,8 +129,8 @@ export function firstReceive(event: KappEvent, messageId: string): SqsRecord {
 
 /**
  * Lays out `stage`'s layer under `root` as `layers/build.ts` does (symlinks to the cached tool
- * builds; the launcher only for a function with tools; git, copied with its libraries, for the
- * functions that ship it, `layers/git.ts`) and measures it.
+ * builds; the launcher only for a function with tools; git, copied with its libraries, and the
+ * egress connector for the functions that ship git, `layers/git.ts`) and measures it.
  */
 export async function functionLayer(root: string, stage: PipelineStage): Promise<FunctionLayer> {
   const binDir = path.join(root, 'opt', stage, 'bin');
@@ -147,6 +147,9 @@ export async function functionLayer(root: string, stage: PipelineStage): Promise
   if (GIT_LAYER_STAGES.includes(stage)) {
     bytes += (await addGitToLayer(path.dirname(binDir), () => {})).bytes;
     bins.push('git');
+    const connector = buildConnector(() => {});
+    await symlink(connector, path.join(binDir, CONNECTOR_NAME));
+    bytes += (await stat(connector)).size;
   }
   return { binDir, bins, bytes };
 }

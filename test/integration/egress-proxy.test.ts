@@ -11,13 +11,18 @@
  * a request that did not go through the proxy could not resolve at all. The registry is fronted
  * by a TLS server (self-signed, `dangerousSkipTLSVerify` for it) because vendir's imgpkg speaks
  * plain http only to loopback and private IP literals.
+ *
+ * `git://` and ssh (`git daemon` on 127.0.0.1 as `gitd.kapp-lambda.test`) go through the proxy
+ * by the egress connector (`layers/native/connect.c`): git's `GIT_PROXY_COMMAND` and the `ssh`
+ * wrapper on the tools' `PATH`.
  */
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { lookup } from 'node:dns/promises';
 import { once } from 'node:events';
 import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
+import { createServer as createTcpServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -34,6 +39,7 @@ import { SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
 import { markFailed } from '../../functions/lib/reconcile/status.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { cacheRoot } from '../../layers/gobuild.js';
+import { buildConnector } from '../../layers/native.js';
 import { buildHelmRepo, createRepo, pushBundle } from '../harness/fixtures.js';
 import {
   type GitServer,
@@ -48,6 +54,7 @@ const CHARTS = 'charts.kapp-lambda.test';
 const REGISTRY = 'registry.kapp-lambda.test';
 const METADATA = 'metadata.kapp-lambda.test';
 const GIT = 'git.kapp-lambda.test';
+const GITD = 'gitd.kapp-lambda.test';
 
 let scratch: string;
 let http: HttpServer;
@@ -57,7 +64,8 @@ let chartFront: Server;
 let registryFront: Server;
 let denied: Server;
 let deniedHits: string[] = [];
-let ports: { charts: number; registry: number; denied: number; git: number };
+let gitDaemon: ChildProcess | undefined;
+let ports: { charts: number; registry: number; denied: number; git: number; gitd: number };
 let runner: ProxiedRunner;
 let deps: PipelineDeps;
 
@@ -167,11 +175,29 @@ beforeAll(async () => {
       forward(req, res, regPort);
     }),
   );
+  // git's own protocol: `git daemon` over the same bare repos, on a port it is given.
+  const free = await listen(createTcpServer() as unknown as Server);
+  const gitdPort = portOf(free);
+  free.close();
+  gitDaemon = spawn(
+    'git',
+    [
+      'daemon',
+      '--reuseaddr',
+      '--export-all',
+      `--base-path=${git.root}`,
+      '--listen=127.0.0.1',
+      `--port=${gitdPort}`,
+      git.root,
+    ],
+    { stdio: 'ignore' },
+  );
   ports = {
     charts: portOf(chartFront),
     registry: portOf(registryFront),
     denied: portOf(denied),
     git: Number(new URL(git.baseUrl).port),
+    gitd: gitdPort,
   };
   await createRepo(git, 'egress', { 'config.yml': 'a: 1\n' }, { branch: 'main' });
   const bundle = { 'config.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bundled\n' };
@@ -180,20 +206,27 @@ beforeAll(async () => {
 
   const policy: UrlPolicy = {
     mode: 'enforce',
-    allow: [`${CHARTS}:${ports.charts}`, `${REGISTRY}:${ports.registry}`, `${GIT}:${ports.git}`],
+    allow: [
+      `${CHARTS}:${ports.charts}`,
+      `${REGISTRY}:${ports.registry}`,
+      `${GIT}:${ports.git}`,
+      `${GITD}:${ports.gitd}`,
+    ],
   };
   const checker = new UrlPolicyChecker(policy, async (host) => {
     if (host.endsWith('.kapp-lambda.test')) return ['127.0.0.1'];
     throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
   });
   await mkdir(path.join(scratch, 'home'));
+  const connector = buildConnector(() => {});
   const tools = {
-    allow: ['vendir', 'imgpkg', 'helm'],
+    allow: ['vendir', 'imgpkg', 'helm', 'git'],
     resolveBin: cacheBinResolver(cacheRoot()),
     home: path.join(scratch, 'home'),
     tmpDir: scratch,
+    connector,
   };
-  runner = withEgressProxy(createCommandRunner({ ...tools, baseEnv: toolEnv('fetch', tools) }), { checker });
+  runner = withEgressProxy(createCommandRunner({ ...tools, baseEnv: toolEnv('fetch', tools) }), { checker, connector });
   deps = {
     runner,
     store: new MemoryStore(),
@@ -209,6 +242,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  gitDaemon?.kill();
   await runner?.close();
   for (const s of [chartFront, registryFront, denied]) {
     s?.closeAllConnections();
@@ -303,5 +337,48 @@ describe('egress proxy with the real vendir, helm and imgpkg', () => {
       `GET http://${METADATA}:${ports.denied}/blob: unexpected status code 403 Forbidden:\n      ${refusal}`,
     );
     expect(deniedHits).toEqual([]);
+  });
+
+  it('git:// from an allow-listed server: the git protocol goes through the proxy (GIT_PROXY_COMMAND)', async () => {
+    const { result, fetchKey } = await fetchOne([
+      { git: { url: `git://${GITD}:${ports.gitd}/egress.git`, ref: 'origin/main' } },
+    ]);
+    expect(result.error, result.stderr).toBeUndefined();
+    expect(fetchKey).toBeDefined();
+  });
+
+  // Past the up-front check (which sees only the App's URL), as after a DNS answer that changed.
+  it('git:// to a denied address: the proxy refuses the connector, the run reports the policy', async () => {
+    deniedHits = [];
+    const r = await runner.run({ cmd: 'git', args: ['ls-remote', `git://${METADATA}:${ports.denied}/x.git`] });
+    const refusal = `URL policy refused ${METADATA}:${ports.denied}: ${METADATA} resolves to 127.0.0.1, a loopback address, which this deployment does not allow`;
+    expect(r.error?.message).toBe(refusal);
+    expect(r.stderr).toContain(`kl-connect: proxy refused ${METADATA}:${ports.denied}: HTTP/1.1 403`);
+    expect(deniedHits).toEqual([]);
+  });
+
+  it('ssh to a denied address: the ssh wrapper gives ssh the connector, the proxy refuses it', async () => {
+    deniedHits = [];
+    const r = await runner.run({
+      cmd: 'git',
+      args: ['ls-remote', `ssh://git@${METADATA}:${ports.denied}/x.git`],
+      env: { GIT_SSH_COMMAND: 'ssh -o BatchMode=yes -F /dev/null' },
+    });
+    const refusal = `URL policy refused ${METADATA}:${ports.denied}: ${METADATA} resolves to 127.0.0.1, a loopback address, which this deployment does not allow`;
+    expect(r.error?.message).toBe(refusal);
+    expect(deniedHits).toEqual([]);
+  });
+
+  it('ssh to an allow-listed name: connected through the proxy (the name resolves nowhere else)', async () => {
+    // git daemon is no ssh server: the connection is made, then ssh fails at its handshake.
+    const r = await runner.run({
+      cmd: 'git',
+      args: ['ls-remote', `ssh://git@${GITD}:${ports.gitd}/egress.git`],
+      env: { GIT_SSH_COMMAND: 'ssh -o BatchMode=yes -F /dev/null' },
+    });
+    expect(r.error).toBeDefined();
+    expect(r.stderr).not.toContain('Could not resolve hostname');
+    expect(r.stderr).not.toContain('kl-connect');
+    expect(r.stderr).toMatch(/kex_exchange_identification|Connection closed|banner/);
   });
 });

@@ -316,6 +316,7 @@ describe('vendir (git, helm run by vendir)', () => {
   });
 
   const HOST_OPTION = 'its host must not begin with "-" (ssh would read it as an option)';
+  const SHELL_HOST = 'its host must be a DNS name or an IP address (letters, digits, ".", "-", "_"; IPv6 in brackets)';
   it.each([
     ['--upload-pack=touch /tmp/pwned', OPTION_RULE],
     ['-oProxyCommand=sh', OPTION_RULE],
@@ -325,6 +326,10 @@ describe('vendir (git, helm run by vendir)', () => {
     ['ssh://git@-oProxyCommand=sh/repo', HOST_OPTION],
     ['git@-oProxyCommand=sh:repo', HOST_OPTION],
     ['ssh://[-oProxyCommand=sh]/repo', HOST_OPTION],
+    ['ssh://git@h$(touch$HOME)/repo', SHELL_HOST],
+    ['git@a;sh:repo', SHELL_HOST],
+    ['git://h`id`:9418/repo', SHELL_HOST],
+    ['ssh://[::1;x]/repo', SHELL_HOST],
     ['https://example.com/r.git\n--upload-pack=sh', 'it must not contain control characters or whitespace'],
     ['https://example.com/r .git', 'it must not contain control characters or whitespace'],
   ])('refuses git.url %j', async (url, reason) => {
@@ -384,6 +389,8 @@ describe('vendir (git, helm run by vendir)', () => {
       ['https://github.com/org/repo.git', 'origin/main'],
       ['git@github.com:org/repo.git', 'origin/feature/x-y'],
       ['ssh://git@host:2222/repo', 'v1.2.3'],
+      ['ssh://git@[::1]:2222/repo', 'v1.2.3'],
+      ['git://git.example.org:9418/repo', 'origin/main'],
       ['file:///srv/repo', 'refs/tags/v1.0.0'],
       ['https://h/r', 'a'.repeat(40)],
       ['https://h/r', '1a2b3c4'],

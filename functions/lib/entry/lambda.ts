@@ -13,6 +13,7 @@
  *
  * @module
  */
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
@@ -255,6 +256,10 @@ export function createLambdaDeps(
       tmpDir: config.tmpDir,
       // Shipped in every layer's bin/ (layers/build.ts): tools die with the function's process.
       launcher: path.join(config.binDir, 'kl-launch'),
+      // Shipped beside git (fetch, index-repo): git:// goes through the egress proxy.
+      ...(existsSync(path.join(config.binDir, 'kl-connect'))
+        ? { connector: path.join(config.binDir, 'kl-connect') }
+        : {}),
     },
     config: {
       tmpRoot: config.tmpDir,

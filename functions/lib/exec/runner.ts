@@ -306,20 +306,30 @@ export interface CommandRunnerOptions {
    * directly and outlive a SIGKILLed runtime).
    */
   launcher?: string;
+  /**
+   * Absolute path of the egress connector (`layers/native/connect.c`, `kl-connect`), whose
+   * directory goes on `PATH` ahead of {@link DEFAULT_SYSTEM_PATH}: where it is also installed as
+   * `ssh` (the embedded runtime), vendir's git starts that wrapper, which sends ssh through the
+   * egress proxy while one is in the environment (`../fetch/egress-proxy.ts`). Its directory
+   * comes first on `PATH`. Default: none.
+   */
+  connector?: string;
 }
 
 /**
  * The minimal environment tools start from: `PATH`, `HOME`, `TMPDIR`. `PATH` lists the
- * directories of the allowed tools (so vendir finds imgpkg and helm) before
- * {@link DEFAULT_SYSTEM_PATH}.
+ * connector's directory (its `ssh` wrapper) and the directories of the allowed tools (so vendir
+ * finds imgpkg and helm) before {@link DEFAULT_SYSTEM_PATH}.
  *
  * @param opts - Allow-list, resolver, home and temp dir.
  * @returns A new environment object.
  */
 export function minimalEnv(
-  opts: Pick<CommandRunnerOptions, 'allow' | 'resolveBin' | 'home' | 'tmpDir'>,
+  opts: Pick<CommandRunnerOptions, 'allow' | 'resolveBin' | 'home' | 'tmpDir' | 'connector'>,
 ): Record<string, string> {
-  const dirs: string[] = [];
+  // The connector's directory first: its `ssh` must come before a tool directory that is a
+  // system one (the system's git resolves to /usr/bin, where the real ssh is too).
+  const dirs: string[] = opts.connector ? [path.dirname(opts.connector)] : [];
   for (const name of opts.allow) {
     try {
       const dir = path.dirname(opts.resolveBin(name));

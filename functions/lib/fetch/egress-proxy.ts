@@ -15,15 +15,20 @@
  * leaves, or that stays silent for {@link EGRESS_IDLE_TIMEOUT_MS}, is dropped. kapp-controller
  * has no such proxy (its fetches run in the tenant's own cluster network).
  *
- * Known limits, both documented in the README's security section:
- * - Go's `http.ProxyFromEnvironment` (the environment variables, not kapp's `proxy-url`) never proxies `localhost` or a loopback IP literal
- *   (`127.0.0.0/8`, `::1`), whatever `NO_PROXY` says: a redirect to `http://127.0.0.1:9001/...`
- *   (on Lambda, the Runtime API; nothing else listens on the function's loopback) goes direct.
- *   The App's own URLs are checked before any tool runs, so only a redirect from an allowed
- *   server gets there, and the tools only `GET` what it names. Closing it needs the tools built
- *   with a patched `httpproxy` (or a network namespace, which Lambda does not offer).
- * - ssh and `git://` git sources do not use an http proxy: their host is checked before the run
- *   but resolved again by ssh/git.
+ * `git://` and ssh git sources use no http proxy of their own: they come through this one by
+ * the egress connector (`layers/native/connect.c`): `GIT_PROXY_COMMAND` for `git://`, and an
+ * `ssh` wrapper ahead of the system's on `PATH` (the embedded runtime; Lambda carries no ssh)
+ * that gives ssh the connector as its `ProxyCommand`. Both send `CONNECT host:port` here, so
+ * the same single resolution and check applies.
+ *
+ * Known limit, documented in the README's security section: Go's `http.ProxyFromEnvironment`
+ * (the environment variables, not kapp's `proxy-url`) never proxies `localhost` or a loopback
+ * IP literal (`127.0.0.0/8`, `::1`), whatever `NO_PROXY` says: a redirect to
+ * `http://127.0.0.1:9001/...` (on Lambda, the Runtime API; nothing else listens on the
+ * function's loopback) goes direct. The App's own URLs are checked before any tool runs, so
+ * only a redirect from an allowed server gets there, and the tools only `GET` what it names.
+ * Closing it needs the tools built with a patched `httpproxy` (or a network namespace, which
+ * Lambda does not offer).
  *
  * Node built-ins only (`node:http`, `node:net`); no proxy library is in the dependencies.
  *
@@ -55,6 +60,12 @@ export interface EgressProxyOptions {
    * `503`. Default {@link EGRESS_MAX_CONNECTIONS}.
    */
   maxConnections?: number;
+  /**
+   * Absolute path of the egress connector (`layers/native/connect.c`), given to git runs as
+   * `GIT_PROXY_COMMAND`, so a `git://` source is fetched through `CONNECT` at this proxy too.
+   * Without it git's own protocol connects directly (after the up-front check only).
+   */
+  connector?: string;
 }
 
 /**
@@ -77,7 +88,10 @@ export interface EgressProxy {
    * that refusals are attributed to the run ({@link track}); `NO_PROXY`/`no_proxy` empty, so an
    * inherited value cannot exempt a host. Go sends the user with every request; git (curl with
    * `anyauth`) sends it only when challenged, which the proxy never does, so a refused git
-   * request is not attributed (git's own error, `403`, is what the run reports).
+   * request is not attributed (git's own error, `403`, is what the run reports). With a
+   * {@link EgressProxyOptions.connector}, also `GIT_PROXY_COMMAND` (git://) and
+   * `KL_EGRESS_PROXY` (this proxy, for the connector and its `ssh` wrapper; the connector sends
+   * the token with its `CONNECT`, so its refusals are attributed).
    */
   env(token: string): Record<string, string>;
   /** Starts recording the refusals of requests that present `token` (see {@link env}). */
@@ -310,6 +324,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
         https_proxy: proxy,
         NO_PROXY: '',
         no_proxy: '',
+        ...(opts.connector ? { GIT_PROXY_COMMAND: opts.connector, KL_EGRESS_PROXY: proxy } : {}),
       };
     },
     track(token) {

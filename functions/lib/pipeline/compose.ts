@@ -55,7 +55,7 @@ export function clusterInfoSource(registry: ClusterRegistry, controllerVersion: 
  */
 export function toolEnv(
   stage: PipelineStage | undefined,
-  tools: Pick<CommandRunnerOptions, 'allow' | 'resolveBin' | 'tmpDir'>,
+  tools: Pick<CommandRunnerOptions, 'allow' | 'resolveBin' | 'tmpDir' | 'connector'>,
 ): Record<string, string> {
   const env = minimalEnv(tools);
   if (stage === undefined || stage === 'fetch') env.VENDIR_HELM_BINARY = tools.resolveBin('helm');
@@ -113,7 +113,10 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
   const direct = createCommandRunner({ ...tools, baseEnv: toolEnv(adapters.stage, tools) });
   const proxied =
     config.urlPolicy?.mode === 'enforce'
-      ? withEgressProxy(direct, { checker: new UrlPolicyChecker(config.urlPolicy) })
+      ? withEgressProxy(direct, {
+          checker: new UrlPolicyChecker(config.urlPolicy),
+          ...(tools.connector ? { connector: tools.connector } : {}),
+        })
       : undefined;
   return {
     clusters: adapters.clusters,
