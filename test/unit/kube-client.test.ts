@@ -297,7 +297,7 @@ describe('KubeApiClient reads', () => {
 });
 
 describe('KubeApiClient.updateStatus', () => {
-  it('PUTs the status subresource with resourceVersion and uid preconditions', async () => {
+  it('PUTs the status subresource with resourceVersion and uid preconditions, reading back metadata only', async () => {
     const rest = new FakeRest([app('8')]);
     const out = await client(rest).updateStatus(
       APP,
@@ -309,6 +309,7 @@ describe('KubeApiClient.updateStatus', () => {
       {
         method: 'PUT',
         path: `${APP_PATH}/status`,
+        accept: METADATA_ONLY_ACCEPT,
         body: {
           apiVersion: 'kappctrl.k14s.io/v1alpha1',
           kind: 'App',

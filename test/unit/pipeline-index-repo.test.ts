@@ -406,6 +406,33 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(kapp.env).toEqual({ KAPP_KUBECONFIG_YAML: 'apiVersion: v1\nkind: Config\n' });
   });
 
+  it('kapp delete does not wait for the Deleting status write; Deleting is still the first status', async () => {
+    const row = rows['deleting: Deleting, kapp delete <name>.pkgr, both finalizers removed']!;
+    const w = appWorld({ tmpRoot: path.join(tempDir(), 'scratch') });
+    w.cluster.put(repoObject(row.repo) as never);
+    let kappStarted!: () => void;
+    const started = new Promise<void>((resolve) => {
+      kappStarted = resolve;
+    });
+    const events: string[] = [];
+    const update = w.cluster.updateStatus.bind(w.cluster);
+    w.cluster.updateStatus = async (ref, pre, status) => {
+      // The Deleting write is held until kapp has started (or 2 s, so a regression fails, not hangs).
+      await Promise.race([started, new Promise((r) => setTimeout(r, 2000))]);
+      events.push('status written');
+      return await update(ref, pre, status);
+    };
+    w.runner.on('kapp', () => {
+      events.push('kapp started');
+      kappStarted();
+      return { stdout: 'Succeeded' };
+    });
+    await dispatchEvent(objectEvent(PKGR_REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(events).toEqual(['kapp started', 'status written']);
+    expect(w.statuses()).toEqual(row.statuses as AppStatus[]);
+    expect(w.cluster.get('PackageRepository', 'ns', 'repo')?.metadata.finalizers).toEqual(row.finalizers);
+  });
+
   it('runs kapp delete <name>.pkgr with the exact argv', async () => {
     const { w } = await indexOnce(rows['deleting: Deleting, kapp delete <name>.pkgr, both finalizers removed']!);
     expect(w.runner.argv()).toEqual([['kapp', ...DELETE_ARGV, '--yes']]);

@@ -297,6 +297,10 @@ export class KubeApiClient implements KubeClient {
     const response = await this.#send(action, {
       method: 'PUT',
       path: objectPath(ref, 'status'),
+      // Only the new resourceVersion is read back: the API server answers with the metadata, not
+      // the whole object (a PackageRepository holds its inline repository, up to ~1 MB, and its
+      // deploy progress is written every 2 s).
+      accept: METADATA_ONLY_ACCEPT,
       body: { apiVersion: ref.apiVersion, kind: ref.kind, metadata, status },
     });
     if (response.statusCode === 404) {
