@@ -12,17 +12,20 @@
  * - ytt `inline`, `fileMarks` (`type=data`, `exclude=true`), `valuesFrom` (Secret, ConfigMap,
  *   `path`) and every `downwardAPI` item kind;
  * - a helm chart from an `oci://` repository; an http source behind basic auth;
- * - `defaultNamespace` with a ServiceAccount (§3.8.3's first row), `mapNs`, `noopDelete`.
+ * - `defaultNamespace` in each row of §3.8.3 (the `cluster` rows through a kubeconfig Secret
+ *   holding a ServiceAccount token for this same cluster), `mapNs`, `noopDelete`.
  *
  * Every App is applied in `beforeAll`, so they reconcile side by side; each test waits for its
  * own. The sops keys in `assets/sops/` are test-only keys made for this file (no passphrase).
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, rm } from 'node:fs/promises';
 import type http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { fixturePath, pushHelmChartOci, pushImage } from '../harness/fixtures.js';
+import { writeTokenKubeconfig } from '../harness/kube.js';
 import { makeTempDir, startLoopbackHttp } from '../harness/servers/process.js';
 import {
   type AppObject,
@@ -34,6 +37,7 @@ import {
   getObject,
   inlineConfigMapApp,
   k,
+  kubeconfigPath,
   SA,
   STATUS_KEYS,
   servers,
@@ -49,6 +53,10 @@ const NS = {
   ns: `e2e-feat-ns-${id}`,
   /** Where those resources land; not watched. */
   target: `e2e-feat-target-${id}`,
+  /** `cluster.namespace` of the kubeconfig-Secret Apps; not watched. */
+  c: `e2e-feat-c-${id}`,
+  /** The namespace of the kubeconfig's current context; not watched. */
+  kc: `e2e-feat-kc-${id}`,
 };
 
 const N = {
@@ -62,6 +70,10 @@ const N = {
   httpAuth: `http-auth-${id}`,
   defaultNs: `default-ns-${id}`,
   mapNs: `map-ns-${id}`,
+  clusterXC: `cluster-x-c-${id}`,
+  clusterC: `cluster-c-${id}`,
+  clusterX: `cluster-x-${id}`,
+  clusterNone: `cluster-none-${id}`,
   noop: `noop-${id}`,
 };
 
@@ -110,7 +122,7 @@ let authServer: { baseUrl: string; stop(): Promise<void> } | undefined;
 let imageDigest = '';
 let liveKubernetesVersion = '';
 
-const rt = useE2ERuntime([NS.main, NS.ns], { tenants: [NS.target] });
+const rt = useE2ERuntime([NS.main, NS.ns], { tenants: [NS.target, NS.c, NS.kc] });
 
 beforeAll(async () => {
   const s = servers();
@@ -144,15 +156,43 @@ beforeAll(async () => {
       .end(`${configMapYaml(`${N.httpAuth}-config`, { source: 'behind basic auth' })}\n`);
   });
 
-  // Lets the ServiceAccount of NS.ns deploy into NS.target (kapp-controller's e2e gives its SA
-  // a cluster-wide role; here only the two namespaces).
-  await apply({
+  // Lets the ServiceAccount of NS.ns deploy into NS.target, and the one of NS.target (the
+  // identity of the kubeconfig Secret) into NS.c and NS.kc (kapp-controller's e2e gives its SA a
+  // cluster-wide role; here only these namespaces).
+  const binding = (ns: string, from: string) => ({
     apiVersion: 'rbac.authorization.k8s.io/v1',
     kind: 'RoleBinding',
-    metadata: { name: `${SA}-from-${NS.ns}`, namespace: NS.target },
-    subjects: [{ kind: 'ServiceAccount', name: SA, namespace: NS.ns }],
+    metadata: { name: `${SA}-from-${from}`, namespace: ns },
+    subjects: [{ kind: 'ServiceAccount', name: SA, namespace: from }],
     roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${SA}-role` },
   });
+  await apply(binding(NS.target, NS.ns), binding(NS.c, NS.target), binding(NS.kc, NS.target));
+  const token = (await k(['create', 'token', SA, '-n', NS.target, '--duration=2h'])).stdout.trim();
+  const kubeconfigFile = await writeTokenKubeconfig(
+    kubeconfigPath,
+    token,
+    path.join(await makeTempDir('kubeconfig'), 'kubeconfig'),
+  );
+  const kubeconfig = parseYaml(await readFile(kubeconfigFile, 'utf8')) as {
+    contexts: { context: Record<string, string> }[];
+  };
+  kubeconfig.contexts[0]!.context.namespace = NS.kc;
+  await rm(kubeconfigFile);
+  /** An App deploying through the kubeconfig Secret (no ServiceAccount): §3.8.3's cluster rows. */
+  const clusterApp = (name: string, defaultNamespace?: string, clusterNamespace?: string) => {
+    const app = appManifest(NS.ns, name, {
+      ...(defaultNamespace ? { defaultNamespace } : {}),
+      cluster: {
+        ...(clusterNamespace ? { namespace: clusterNamespace } : {}),
+        kubeconfigSecretRef: { name: 'same-cluster' },
+      },
+      fetch: [{ inline: { paths: { 'cm.yml': configMapYaml(`${name}-config`, { via: 'kubeconfig secret' }) } } }],
+      template: [{ ytt: {} }],
+      deploy: [{ kapp: {} }],
+    }) as { spec: Record<string, unknown> };
+    delete app.spec.serviceAccountName;
+    return app;
+  };
 
   const valuesApp = appManifest(NS.main, N.values, {
     fetch: [
@@ -397,6 +437,17 @@ beforeAll(async () => {
       template: [{ ytt: {} }],
       deploy: [{ kapp: { mapNs: [`mapped-from=${NS.target}`] } }],
     }),
+    // §3.8.3's cluster rows, against the same cluster
+    {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'same-cluster', namespace: NS.ns },
+      stringData: { value: stringifyYaml(kubeconfig) },
+    },
+    clusterApp(N.clusterXC, NS.target, NS.c),
+    clusterApp(N.clusterC, undefined, NS.c),
+    clusterApp(N.clusterX, NS.target),
+    clusterApp(N.clusterNone),
     // noopDelete
     (() => {
       const app = inlineConfigMapApp(NS.main, N.noop, 'kept after delete') as { spec: Record<string, unknown> };
@@ -522,28 +573,47 @@ describe('sources (reference §2.1.2)', () => {
 });
 
 describe('deploy namespaces and delete (reference §2.1.4, §3.8.3, §3.9)', () => {
-  /** The success shape plus: resources in NS.target, the kapp record in the App namespace. */
-  async function expectDeployedToTarget(name: string): Promise<void> {
+  /**
+   * The success shape of an App of NS.ns, plus: its ConfigMap `<name>-config` in `resources`
+   * only, the kapp record `<name>.app` in `record` only.
+   */
+  async function expectDeployedTo(name: string, resources: string, record: string): Promise<void> {
     const app = await rt.waitReconciled(NS.ns, name, 170_000);
     const s = expectSucceededStatus(app, STATUS_KEYS);
-    expect(s.deploy?.kapp?.associatedResources?.namespaces).toEqual([NS.target]);
-    const record = await getObject<{ data?: { spec?: string } }>('configmap', NS.ns, `${name}.app`);
-    expect(record, `kapp app record ${name}.app in the App namespace`).toBeDefined();
-    expect(await getObject('configmap', NS.target, `${name}.app`)).toBeUndefined();
-    expect(await getObject('configmap', NS.ns, `${name}-config`)).toBeUndefined();
+    expect(s.deploy?.kapp?.associatedResources?.namespaces).toEqual([resources]);
+    const all = [NS.ns, NS.target, NS.c, NS.kc];
+    for (const ns of all) {
+      const found = (await getObject('configmap', ns, `${name}.app`)) !== undefined;
+      expect(found, `kapp app record ${name}.app in ${ns}`).toBe(ns === record);
+    }
+    for (const ns of all.filter((n) => n !== resources)) {
+      expect(await getObject('configmap', ns, `${name}-config`), `${name}-config in ${ns}`).toBeUndefined();
+    }
   }
 
   it('defaultNamespace with a ServiceAccount: resources in it, the kapp record in the App namespace', async () => {
-    await expectDeployedToTarget(N.defaultNs);
+    await expectDeployedTo(N.defaultNs, NS.target, NS.ns);
     expect((await getObject<ConfigMap>('configmap', NS.target, `${N.defaultNs}-config`))?.data).toEqual({
       placed: 'by defaultNamespace',
     });
   });
 
   it('mapNs moves a resource from its namespace into another', async () => {
-    await expectDeployedToTarget(N.mapNs);
+    await expectDeployedTo(N.mapNs, NS.target, NS.ns);
     expect((await getObject<ConfigMap>('configmap', NS.target, `${N.mapNs}-config`))?.data).toEqual({
       placed: 'by mapNs',
+    });
+  });
+
+  it.each([
+    ['defaultNamespace X and cluster.namespace C: resources in X, kapp record in C', N.clusterXC, NS.target, NS.c],
+    ['cluster.namespace C only: resources and kapp record in C', N.clusterC, NS.c, NS.c],
+    ['defaultNamespace X only: resources in X, kapp record in the kubeconfig namespace', N.clusterX, NS.target, NS.kc],
+    ['neither: resources and kapp record in the kubeconfig namespace', N.clusterNone, NS.kc, NS.kc],
+  ])('kubeconfigSecretRef (same cluster), %s', async (_what, name, resources, record) => {
+    await expectDeployedTo(name, resources, record);
+    expect((await getObject<ConfigMap>('configmap', resources, `${name}-config`))?.data).toEqual({
+      via: 'kubeconfig secret',
     });
   });
 

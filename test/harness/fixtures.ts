@@ -459,7 +459,7 @@ export async function pushBundle(
   source: FixtureSource,
   opts: { imagesLock?: string } = {},
 ): Promise<PushedBundle> {
-  if (!/^[a-z0-9][a-z0-9._/-]*:[\w][\w.-]{0,127}$/.test(repoTag)) throw new Error(`bad bundle repo:tag ${repoTag}`);
+  assertRepoTag(repoTag);
   const tmp = await makeTempDir('bundle');
   try {
     const dir = await materialize(source, path.join(tmp, 'bundle'));
@@ -483,6 +483,11 @@ export async function pushBundle(
   }
 }
 
+/** @throws Error unless `repoTag` is `<repo>:<tag>` in the registry's lower-case syntax. */
+function assertRepoTag(repoTag: string): void {
+  if (!/^[a-z0-9][a-z0-9._/-]*:[\w][\w.-]{0,127}$/.test(repoTag)) throw new Error(`bad repo:tag ${repoTag}`);
+}
+
 /**
  * Pushes `source` as a plain image (`imgpkg push -i`, one layer holding the files; not a
  * bundle: no `.imgpkg/`), what an App's `fetch[].image` pulls.
@@ -491,7 +496,7 @@ export async function pushBundle(
  * @throws Error when imgpkg fails
  */
 export async function pushImage(registry: RegistryInfo, repoTag: string, source: FixtureSource): Promise<PushedBundle> {
-  if (!/^[a-z0-9][a-z0-9._/-]*:[\w][\w.-]{0,127}$/.test(repoTag)) throw new Error(`bad image repo:tag ${repoTag}`);
+  assertRepoTag(repoTag);
   const tmp = await makeTempDir('image');
   try {
     const dir = await materialize(source, path.join(tmp, 'image'));
