@@ -13,7 +13,8 @@
  *   `path`) and every `downwardAPI` item kind;
  * - a helm chart from an `oci://` repository; an http source behind basic auth;
  * - `defaultNamespace` in each row of §3.8.3 (the `cluster` rows through a kubeconfig Secret
- *   holding a ServiceAccount token for this same cluster), `mapNs`, `noopDelete`.
+ *   holding a ServiceAccount token for this same cluster), `mapNs`, `noopDelete`;
+ * - `paused` (§3.10, upstream `pause_test.go`).
  *
  * Every App is applied in `beforeAll`, so they reconcile side by side; each test waits for its
  * own. The sops keys in `assets/sops/` are test-only keys made for this file (no passphrase).
@@ -41,6 +42,7 @@ import {
   SA,
   STATUS_KEYS,
   servers,
+  succeededAt,
   suffix,
   useE2ERuntime,
   waitFor,
@@ -75,6 +77,7 @@ const N = {
   clusterX: `cluster-x-${id}`,
   clusterNone: `cluster-none-${id}`,
   noop: `noop-${id}`,
+  paused: `paused-${id}`,
 };
 
 const ASSETS = path.join(path.dirname(fileURLToPath(import.meta.url)), 'assets', 'sops');
@@ -628,5 +631,39 @@ describe('deploy namespaces and delete (reference §2.1.4, §3.8.3, §3.9)', () 
       greeting: 'kept after delete',
     });
     expect(await getObject('configmap', NS.main, `${N.noop}.app`)).toBeDefined();
+  });
+});
+
+describe('paused (reference §3.10)', () => {
+  it('an update with paused: true is not deployed (Canceled/paused); unpausing deploys it', async () => {
+    const name = N.paused;
+    const app = (greeting: string, paused: boolean) => {
+      const a = inlineConfigMapApp(NS.main, name, greeting) as { spec: Record<string, unknown> };
+      if (paused) a.spec.paused = true;
+      return a;
+    };
+    await apply(app('before pause', false));
+    const first = await succeeded(NS.main, name);
+    expect(first.metadata.generation).toBe(1);
+
+    await apply(app('while paused', true));
+    const paused = await rt.waitForApp(
+      NS.main,
+      name,
+      (a) => a.status?.observedGeneration === 2 && a.status?.friendlyDescription === 'Canceled/paused',
+      'generation 2 observed as Canceled/paused',
+    );
+    // only observedGeneration and the friendly text change; the last reconcile's condition stays
+    expect(paused.status?.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    expect((await getObject<ConfigMap>('configmap', NS.main, `${name}-config`))?.data).toEqual({
+      greeting: 'before pause',
+    });
+
+    await apply(app('while paused', false));
+    const resumed = await rt.waitForApp(NS.main, name, succeededAt(3), 'generation 3 reconciled');
+    await expectSucceeded(resumed);
+    expect((await getObject<ConfigMap>('configmap', NS.main, `${name}-config`))?.data).toEqual({
+      greeting: 'while paused',
+    });
   });
 });
