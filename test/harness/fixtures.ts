@@ -459,7 +459,7 @@ export async function pushBundle(
   source: FixtureSource,
   opts: { imagesLock?: string } = {},
 ): Promise<PushedBundle> {
-  if (!/^[a-z0-9][a-z0-9._/-]*:[\w][\w.-]{0,127}$/.test(repoTag)) throw new Error(`bad bundle repo:tag ${repoTag}`);
+  assertRepoTag(repoTag);
   const tmp = await makeTempDir('bundle');
   try {
     const dir = await materialize(source, path.join(tmp, 'bundle'));
@@ -480,5 +480,64 @@ export async function pushBundle(
     return { ref, digestRef, digest };
   } finally {
     await removeTempDir(tmp);
+  }
+}
+
+/** @throws Error unless `repoTag` is `<repo>:<tag>` in the registry's lower-case syntax. */
+function assertRepoTag(repoTag: string): void {
+  if (!/^[a-z0-9][a-z0-9._/-]*:[\w][\w.-]{0,127}$/.test(repoTag)) throw new Error(`bad repo:tag ${repoTag}`);
+}
+
+/**
+ * Pushes `source` as a plain image (`imgpkg push -i`, one layer holding the files; not a
+ * bundle: no `.imgpkg/`), what an App's `fetch[].image` pulls.
+ * @param repoTag - `<repo>:<tag>` under the registry, e.g. `e2e/plain:v1`
+ * @returns the tag and digest references
+ * @throws Error when imgpkg fails
+ */
+export async function pushImage(registry: RegistryInfo, repoTag: string, source: FixtureSource): Promise<PushedBundle> {
+  assertRepoTag(repoTag);
+  const tmp = await makeTempDir('image');
+  try {
+    const dir = await materialize(source, path.join(tmp, 'image'));
+    const ref = `${registry.host}/${repoTag}`;
+    // imgpkg writes no lock file for a plain image; its output names the pushed digest
+    // (`Pushed '<repo>@sha256:<hex>'`), printed only with `--tty=true`.
+    const res = await run([toolBin('imgpkg'), 'push', '--tty=true', '-i', ref, '-f', dir], {
+      env: toolEnv({ home: tmp }),
+    });
+    const digest = /@(sha256:[0-9a-f]{64})/.exec(res.stdout)?.[1] ?? '';
+    const digestRef = `${ref.slice(0, ref.lastIndexOf(':'))}@${digest}`;
+    if (!digest) throw new Error(`imgpkg push ${ref}: no digest in its output`);
+    return { ref, digestRef, digest };
+  } finally {
+    await removeTempDir(tmp);
+  }
+}
+
+/**
+ * Packages a chart dir with the real `helm package` and pushes it to the registry as an OCI
+ * artifact (`helm push <tgz> oci://<host>/<repoPath> --plain-http`): the chart is then
+ * `oci://<host>/<repoPath>/<chart name>`, what `helmChart.repository.url: oci://<host>/<repoPath>`
+ * fetches.
+ * @returns the repository URL (`oci://<host>/<repoPath>`)
+ * @throws Error when helm fails
+ */
+export async function pushHelmChartOci(registry: RegistryInfo, chartDir: string, repoPath: string): Promise<string> {
+  assertRelative(repoPath);
+  const home = await makeTempDir('helm-oci');
+  try {
+    const env = toolEnv({ home });
+    const helm = toolBin('helm');
+    const out = path.join(home, 'out');
+    await mkdir(out);
+    await run([helm, 'package', chartDir, '--destination', out], { env });
+    const [tgz] = await readdir(out);
+    if (!tgz) throw new Error(`helm package ${chartDir}: no chart written`);
+    const url = `oci://${registry.host}/${repoPath}`;
+    await run([helm, 'push', path.join(out, tgz), url, '--plain-http'], { env });
+    return url;
+  } finally {
+    await removeTempDir(home);
   }
 }
