@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type KappEvent, type ObjectRef, objectEvent, objectRefOf } from '../../events/schema.js';
-import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
+import { CONTROLLER_VERSION, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
   createAwsClients,
   createLambdaDeps,
@@ -36,6 +36,7 @@ import type {
 } from '../../functions/lib/kube/port.js';
 import { KubeApiError, UnknownClusterError } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
+import { COMPATIBLE_KAPP_CONTROLLER_VERSION } from '../../functions/lib/packaging/select.js';
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
@@ -66,6 +67,12 @@ function taggedRegistry(): ClusterRegistry {
     installView: (id) => tag<InstallView>(`install:${id}`),
   };
 }
+
+describe('CONTROLLER_VERSION', () => {
+  it('is the release package selection checks against, so templates and Packages see one version', () => {
+    expect(CONTROLLER_VERSION).toBe(COMPATIBLE_KAPP_CONTROLLER_VERSION);
+  });
+});
 
 describe('stageClusterRegistry', () => {
   it.each(['fetch', 'template'] as const)('gives the %s function only the FetchView', (stage) => {
@@ -132,7 +139,7 @@ describe('createLambdaDeps', () => {
     expect(deps.pipeline.config).toEqual({
       tmpRoot: '/tmp',
       toolVersions: { vendir: '0.44.0' },
-      controllerVersion: '0.1.0',
+      controllerVersion: '0.53.1',
       kappDeployRawOptions: [],
       timer: {},
       toolTimeoutMs: 60_000,

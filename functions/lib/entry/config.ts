@@ -68,8 +68,15 @@ import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../transport/p
 
 export { queueUrlEnv } from '../transport/port.js';
 
-/** Version reported as `kappControllerVersion` to the downward API (same as the embedded runtime's). */
-export const CONTROLLER_VERSION = '0.1.0';
+/**
+ * Version reported as `kappControllerVersion` to the downward API (same as the embedded
+ * runtime's): the upstream release kapp-lambda mirrors, equal to `COMPATIBLE_KAPP_CONTROLLER_VERSION`
+ * (`../packaging/select.ts`, which Packages' `kappControllerVersionSelection` is checked
+ * against), so a template that branches on the controller version sees the same release as
+ * package selection does. Upstream reports its own build version; kapp-lambda's own (0.1.0)
+ * would send such templates down their oldest branch.
+ */
+export const CONTROLLER_VERSION = '0.53.1';
 
 /**
  * The functions a function hands events to: fetch → template (and deploy, for deletions),

@@ -17,8 +17,9 @@ import { type ConstraintCallback, highestConstrainedVersion, parseRange, withExa
 /**
  * The kapp-controller version kapp-lambda declares itself compatible with, for Packages'
  * `kappControllerVersionSelection`: the upstream release whose behaviour it mirrors (the one
- * `npm run bench` compares with, `layers/manifest.ts`). Its own version (`CONTROLLER_VERSION`,
- * 0.1.0) would reject every Package that requires a recent kapp-controller.
+ * `npm run bench` compares with, `layers/manifest.ts`). Its own version (0.1.0) would reject
+ * every Package that requires a recent kapp-controller. The downward API's
+ * `kappControllerVersion` (`CONTROLLER_VERSION`, `../entry/config.ts`) reports the same.
  */
 export const COMPATIBLE_KAPP_CONTROLLER_VERSION = '0.53.1';
 
