@@ -23,6 +23,13 @@
  *   deployed the new digest yet, only the first member (the leader: it fetches and templates
  *   once, then pokes the rest itself), else every member behind; a leader that did not move
  *   within {@link LEADER_GRACE_MS} makes the poll poke them all.
+ * - **Record checks** (embedded runtime only): the leader pokes only the members its own runtime
+ *   serves, and a poll pokes only those too, so in a fleet of runtimes each serving some clusters
+ *   the rest learned of a move or of the leader's deploy at their own next poll (up to a period
+ *   per hop, two hops). Between polls each runtime reads the records every
+ *   `config.sourceCheckPeriodMs` ({@link DEFAULT_SOURCE_CHECK_PERIOD_MS}) and pokes its members
+ *   behind by the same rule ({@link pollSources} with `resolve: false`): no registry request, so
+ *   still one resolution per source per period for the fleet.
  *
  * The forwarders stay read-only: everything here happens in the functions, and the `ref-changed`
  * events go through the runtime's transport (`deps.emit`), as the forwarders' own events do.
@@ -40,6 +47,11 @@ import { fetchPassesUrlPolicy } from './fetch.js';
 
 /** Default poll period of a source, ms: 1 minute (one request per source per minute). */
 export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;
+/**
+ * Default period of an embedded runtime's record checks between its polls, ms: 2 s (reads of the
+ * local or shared object store only; see `sourceCheckPeriodMs` of the pipeline config).
+ */
+export const DEFAULT_SOURCE_CHECK_PERIOD_MS = 2_000;
 /** How long the poll lets the leader build a new digest's index before poking every member, ms. */
 export const LEADER_GRACE_MS = 5 * 60_000;
 /** Where the poll records live. */
@@ -97,6 +109,11 @@ export { pinnedFetchOf, polledSourceOf } from '../fetch/source-resolve.js';
 /** The poll period in force, ms (`config.sourcePollPeriodMs`, default {@link DEFAULT_SOURCE_POLL_PERIOD_MS}). */
 export function sourcePollPeriodMs(deps: Pick<PipelineDeps, 'config'>): number {
   return deps.config.sourcePollPeriodMs ?? DEFAULT_SOURCE_POLL_PERIOD_MS;
+}
+
+/** The record check period in force, ms (`config.sourceCheckPeriodMs`, default {@link DEFAULT_SOURCE_CHECK_PERIOD_MS}; 0: off). */
+export function sourceCheckPeriodMs(deps: Pick<PipelineDeps, 'config'>): number {
+  return deps.config.sourceCheckPeriodMs ?? DEFAULT_SOURCE_CHECK_PERIOD_MS;
 }
 
 /** The record key of a source: `cache/source-poll/sha256/<sha256 of its identity>.json`. */
@@ -459,13 +476,21 @@ export interface PollOptions {
    * timer) so a member that keeps failing is poked at most once per period. Default: none.
    */
   pokedAt?: Map<string, number>;
+  /**
+   * Whether records older than the period are resolved again (the poll proper). `false` makes a
+   * record check: the records are only read and the members behind them poked, with no registry
+   * or git request, so a runtime that serves some clusters of a fleet acts on another runtime's
+   * poll (a tag moved) or leader (the new digest indexed) within one check. Default true.
+   */
+  resolve?: boolean;
 }
 
 /**
  * One poll of the fleet's sources (the embedded runtime's timer, the Lambda poll event),
- * {@link POLL_CONCURRENCY} at a time: every record older than the period is resolved again and written under compare-and-swap (one
- * poller wins per period); then the members this runtime serves that are behind are poked
- * (see the module comment for who).
+ * {@link POLL_CONCURRENCY} at a time: every record older than the period is resolved again and
+ * written under compare-and-swap (one poller wins per period), unless `opts.resolve` is false (a
+ * record check); then the members this runtime serves that are behind are poked (see the module
+ * comment for who).
  * @throws StoreError on a failed list (a failed record is logged and skipped)
  */
 export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): Promise<PollSummary> {
@@ -485,7 +510,10 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     try {
       const stored = await readSourcePoll(deps.store, key);
       if (!stored) return;
-      const due = await pollIfDue(key, stored.source, deps);
+      const due =
+        opts.resolve === false
+          ? { rec: stored, polled: false, changed: false }
+          : await pollIfDue(key, stored.source, deps);
       if (due.polled) summary.polled += 1;
       if (due.changed) summary.changed += 1;
       const rec = due.rec;
