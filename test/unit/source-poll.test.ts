@@ -15,6 +15,7 @@ import {
   leaveSource,
   MAX_MEMBERS_PER_CLUSTER,
   memberDeployed,
+  memberIndexed,
   type PolledSource,
   pinnedFetchOf,
   polledSourceOf,
@@ -385,12 +386,26 @@ describe('pollSources with resolve: false (record checks of runtimes serving par
     expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
     expect(f.poked()).toEqual(['c2/repo:ref-changed', 'c3/repo:ref-changed']);
     expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    // The next move: once the leader stored the new index (before its deploy), the others' check
+    // pokes them, and the leader's deploy pokes nobody again.
+    f.state.emitted.length = 0;
+    f.state.now += PERIOD;
+    const d3 = `sha256:${'3'.repeat(64)}`;
+    f.state.digest = d3;
+    expect(await pollSources(first, { pokedAt: firstPokes })).toMatchObject({ changed: 1, poked: 1 });
+    const next = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, first);
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    expect(await memberIndexed(next!, refs[0] as ObjectRef, first)).toBe(0);
+    expect((await f.record()).indexed).toBe(d3);
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
+    await memberDeployed(next!, refs[0] as ObjectRef, false, first);
+    expect(f.poked()).toEqual(['c1/repo:ref-changed', 'c2/repo:ref-changed', 'c3/repo:ref-changed']);
     // Checks never resolved the source, however stale the record got.
     f.state.now += 5 * PERIOD;
-    f.state.digest = `sha256:${'3'.repeat(64)}`;
+    f.state.digest = `sha256:${'4'.repeat(64)}`;
     expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ polled: 0, changed: 0 });
-    expect(f.state.resolutions).toBe(resolutions + 1);
-    expect((await f.record()).resolved).toBe(D2);
+    expect(f.state.resolutions).toBe(resolutions + 2);
+    expect((await f.record()).resolved).toBe(d3);
   });
 });
 

@@ -14,14 +14,15 @@
  *   the URL policy.
  * - **A repository run** ({@link trackSource}) uses a record younger than the poll period as is,
  *   else resolves and writes it, joins the members, and fetches the source pinned to `resolved`
- *   (so an indexed digest runs kapp only). After its deploy ({@link memberDeployed}) it records
- *   the digest it deployed and, if it was the run that fetched the new digest (the fleet's one
- *   fetch and template), sends `ref-changed` to the members still behind.
+ *   (so an indexed digest runs kapp only). The run that fetched and templated the new digest (the
+ *   fleet's one) sends `ref-changed` to the members still behind as soon as it stored the index
+ *   ({@link memberIndexed}), while its own kapp deploys; after its deploy ({@link memberDeployed})
+ *   a run records the digest it deployed.
  * - **The poll** ({@link pollSources}: a timer in the embedded runtime, an EventBridge schedule of
  *   the index-repo function on Lambda) resolves every record older than the period (one request
  *   per source, whatever the fleet size) and pokes members behind `resolved`: when nobody has
- *   deployed the new digest yet, only the first member (the leader: it fetches and templates
- *   once, then pokes the rest itself), else every member behind; a leader that did not move
+ *   deployed or indexed the new digest yet, only the first member (the leader: it fetches and
+ *   templates once, then pokes the rest itself), else every member behind; a leader that did not move
  *   within {@link LEADER_GRACE_MS} makes the poll poke them all.
  * - **Record checks** (embedded runtime only): the leader pokes only the members its own runtime
  *   serves, and a poll pokes only those too, so in a fleet of runtimes each serving some clusters
@@ -101,6 +102,12 @@ export interface SourcePollRecord {
   /** RFC 3339 time `resolved` last changed. */
   changedAt: string;
   members: SourceMember[];
+  /**
+   * The `resolved` value whose repository index the fleet has stored (written by the leader as
+   * soon as it stored it, before its own deploy): the members behind may then be poked, they find
+   * the index and run kapp only. Absent in records written before it existed.
+   */
+  indexed?: string;
 }
 
 export type { PolledSource } from '../fetch/source-resolve.js';
@@ -412,8 +419,9 @@ async function pokeMembers(
 /**
  * After a repository run deployed `tracked.resolved`: records it as the member's `at` (joining the
  * member again if the record lost it, e.g. a record recreated since the run's join), and, when
- * this run fetched (it built the digest's index for the fleet), sends `ref-changed` to every
- * member this runtime serves that is behind the record.
+ * `fetched` (this run fetched the digest and has not poked the members through
+ * {@link memberIndexed}: it found the fetched content already indexed), sends `ref-changed` to
+ * every member this runtime serves that is behind the record.
  * @throws StoreError, KubeApiError, TransportError (the caller retries the run)
  */
 export async function memberDeployed(
@@ -431,16 +439,46 @@ export async function memberDeployed(
   };
   const rec = await updateSourcePoll(deps.store, tracked.key, (cur) => joined(cur, self));
   if (!fetched || !rec || rec.resolved !== tracked.resolved) return;
+  await pokeServedBehind(tracked.key, rec, object, deps);
+}
+
+/**
+ * After the run that fetched `tracked.resolved` stored its repository index (before its own
+ * deploy): marks the record `indexed` and sends `ref-changed` to every member this runtime serves
+ * that is behind (other runtimes' checks and polls poke theirs on seeing `indexed`). The members
+ * find the index and run kapp only, in parallel with the leader's kapp instead of after it.
+ * @returns how many were sent.
+ * @throws StoreError, KubeApiError, TransportError (the caller retries the run)
+ */
+export async function memberIndexed(tracked: TrackedSource, object: ObjectRef, deps: PipelineDeps): Promise<number> {
+  const rec = await updateSourcePoll(deps.store, tracked.key, (cur) =>
+    cur && cur.resolved === tracked.resolved && cur.indexed !== tracked.resolved
+      ? { ...cur, indexed: tracked.resolved }
+      : undefined,
+  );
+  if (!rec || rec.resolved !== tracked.resolved) return 0;
+  return await pokeServedBehind(tracked.key, rec, object, deps);
+}
+
+/** Sends `ref-changed` to the members of `rec` this runtime serves that are behind, except `self`; logs how many. */
+async function pokeServedBehind(
+  key: string,
+  rec: SourcePollRecord,
+  self: Pick<ObjectRef, 'clusterId' | 'namespace' | 'name'>,
+  deps: PipelineDeps,
+): Promise<number> {
+  const selfId = memberId({ cluster: self.clusterId, namespace: self.namespace, name: self.name });
   const behind = await filterServed(
-    rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== memberId(self)),
+    rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== selfId),
     deps,
   );
-  if (behind.length === 0) return;
-  const sent = await pokeMembers(tracked.key, rec.resolved, behind, deps);
+  if (behind.length === 0) return 0;
+  const sent = await pokeMembers(key, rec.resolved, behind, deps);
   deps.log.info(
     { source: rec.source.url, resolved: rec.resolved, members: sent },
     'new source digest indexed; members reconciled',
   );
+  return sent;
 }
 
 /** A repository being deleted leaves its source's record. @throws StoreError */
@@ -543,7 +581,7 @@ async function pokeBehind(
 ): Promise<number> {
   const behind = rec.members.filter((m) => m.at !== rec.resolved);
   if (behind.length === 0) return 0;
-  const someoneAt = rec.members.some((m) => m.at === rec.resolved);
+  const someoneAt = rec.indexed === rec.resolved || rec.members.some((m) => m.at === rec.resolved);
   const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
   const candidates = someoneAt || leaderLate ? behind : behind.slice(0, 1);
   const now = deps.now().getTime();
