@@ -32,11 +32,11 @@ import type { Logger } from '../lib/log.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
 import type { DispatchDeps } from '../lib/pipeline/dispatch.js';
-import { pollSources, sourcePollPeriodMs } from '../lib/pipeline/source-poll.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
 import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
 import { EmbeddedPipeline } from './pipeline.js';
+import { startSourcePoller } from './source-poller.js';
 
 export { CONTROLLER_VERSION };
 
@@ -106,8 +106,10 @@ export interface EmbeddedOptions {
    * `config.sourcePollPeriodMs` (default 60 s), resolves each polled PackageRepository source
    * whose record is older than the period (one registry `HEAD` or `git ls-remote` per source;
    * several runtimes sharing a store resolve each source once) and reconciles the repositories of
-   * the clusters this runtime leads that are behind. Default on; `false` turns the timer off (the
-   * repositories' own runs still poll when they are due).
+   * the clusters this runtime leads that are behind; between polls, every
+   * `config.sourceCheckPeriodMs` (default 2 s), it reads the records only and pokes its
+   * repositories behind them (`./source-poller.ts`). Default on; `false` turns the timers off
+   * (the repositories' own runs still poll when they are due).
    */
   sourcePoll?: boolean;
 }
@@ -286,34 +288,6 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       await pipeline.idle();
       await composed.closeEgressProxy();
       await Promise.all([...leaderships.values()].map((l) => l.stop()));
-    },
-  };
-}
-
-/**
- * The embedded runtime's source poll timer: one {@link pollSources} per period, never two at
- * once; a failed poll is logged and the next one runs on time.
- * @returns `stop()`, which clears the timer and waits for a poll in flight.
- */
-function startSourcePoller(deps: DispatchDeps): { stop(): Promise<void> } {
-  const pokedAt = new Map<string, number>();
-  let running: Promise<void> | undefined;
-  const timer = setInterval(() => {
-    if (running) return;
-    running = pollSources(deps, { pokedAt })
-      .then((s) => {
-        if (s.polled > 0 || s.poked > 0) deps.log.debug({ ...s }, 'source poll');
-      })
-      .catch((err: unknown) => deps.log.warn({ err: (err as Error).message }, 'source poll failed'))
-      .finally(() => {
-        running = undefined;
-      });
-  }, sourcePollPeriodMs(deps));
-  timer.unref();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await running;
     },
   };
 }

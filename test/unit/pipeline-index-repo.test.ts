@@ -6,6 +6,7 @@
  */
 import { mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { EVENT_TYPES, type KappEvent, objectEvent, type Reason } from '../../events/schema.js';
@@ -18,7 +19,12 @@ import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { planRepoIndex } from '../../functions/lib/pipeline/index-repo-cache.js';
-import { readSourcePoll, SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
+import {
+  readSourcePoll,
+  SOURCE_POLL_PREFIX,
+  sourcePollKey,
+  updateSourcePoll,
+} from '../../functions/lib/pipeline/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';
@@ -998,6 +1004,60 @@ const announceRows: Record<string, AnnounceStep[]> = {
     { versions: V2, fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } }, announces: null },
   ],
 };
+
+describe('index-repo: a polled tag moved (the fleet leader)', () => {
+  it('the run that templates the new digest reconciles the repositories behind on the source while its own kapp deploys, once', async () => {
+    const store = new MemoryStore();
+    const fetch = { imgpkgBundle: { image: 'registry.example/repo:v1' } };
+    const emitted: KappEvent[] = [];
+    let poked: () => void = () => undefined;
+    const pokedOnce = new Promise<void>((r) => {
+      poked = r;
+    });
+    const w = appWorld({
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      store,
+      extra: {
+        templateRepository: async () => INDEXED,
+        resolveSource: async () => DIGEST,
+        emit: async (events) => {
+          emitted.push(...events);
+          poked();
+        },
+      },
+    });
+    w.deps.clusters = { ...w.deps.clusters, clusterIds: () => [PKGR_REF.clusterId] };
+    w.cluster.put(repoObject({ spec: { fetch } }) as never);
+    w.cluster.put(repoObject({ metadata: { name: 'other', uid: 'uid-o' }, spec: { fetch } }) as never);
+    // The tag moved to DIGEST (a fresh poll record); the other repository deployed the old digest.
+    const key = sourcePollKey({ kind: 'imgpkgBundle', url: fetch.imgpkgBundle.image, ref: 'v1' });
+    const old = `sha256:${'0'.repeat(64)}`;
+    await updateSourcePoll(store, key, () => ({
+      v: 1,
+      source: { kind: 'imgpkgBundle', url: fetch.imgpkgBundle.image, ref: 'v1' },
+      resolved: DIGEST,
+      polledAt: NOW,
+      changedAt: NOW,
+      members: [{ cluster: PKGR_REF.clusterId, namespace: 'ns', name: 'other', uid: 'uid-o', at: old }],
+    }));
+    w.runner.on('vendir', vendirFetches);
+    let pokedDuringKapp = false;
+    w.runner.on('kapp', async () => {
+      pokedDuringKapp = await Promise.race([pokedOnce.then(() => true), sleep(2_000).then(() => false)]);
+      return { stdout: 'Succeeded' };
+    });
+    await dispatchEvent(objectEvent(PKGR_REF, 'ref-changed', { time: new Date(NOW) }), w.deps);
+    expect(w.tools()).toEqual(['vendir', 'kapp']);
+    expect(pokedDuringKapp).toBe(true);
+    // Poked once: the deploy that follows does not poke it again.
+    expect(emitted.map((e) => (e.type === EVENT_TYPES.object ? `${e.data.name}:${e.data.reason}` : e.type))).toEqual([
+      'other:ref-changed',
+    ]);
+    const rec = await readSourcePoll(store, key);
+    expect(rec).toMatchObject({ resolved: DIGEST, indexed: DIGEST });
+    expect(rec?.members.find((m) => m.name === 'repo')?.at).toBe(DIGEST);
+  });
+});
 
 describe('index-repo: a change of versions is handed on to the PackageInstalls (repo.indexed)', () => {
   it.each(Object.entries(announceRows))('%s', async (_name, steps) => {

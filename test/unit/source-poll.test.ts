@@ -6,6 +6,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { KappEvent, ObjectRef } from '../../events/schema.js';
+import { startSourcePoller } from '../../functions/embedded/source-poller.js';
 import { parsePackageRepository } from '../../functions/lib/api/index.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../functions/lib/log.js';
@@ -14,6 +15,7 @@ import {
   leaveSource,
   MAX_MEMBERS_PER_CLUSTER,
   memberDeployed,
+  memberIndexed,
   type PolledSource,
   pinnedFetchOf,
   polledSourceOf,
@@ -346,6 +348,128 @@ describe('pollSources: the timer', () => {
     for (const ref of [a, b]) await trackSource(f.pkgrOf(ref.clusterId, 'repo'), ref, f.deps);
     await leaveSource({ imgpkgBundle: { image: IMAGE } }, a, f.deps);
     expect((await f.record()).members.map((m) => m.cluster)).toEqual(['c2']);
+  });
+});
+
+describe('pollSources with resolve: false (record checks of runtimes serving part of a fleet)', () => {
+  /** `f.deps` as a runtime that serves only `ids` sees them. */
+  const servingOnly = (f: ReturnType<typeof fleet>, ids: string[]) =>
+    ({ ...f.deps, clusters: { ...f.deps.clusters, clusterIds: () => ids } }) as DispatchDeps;
+
+  it("reaches every runtime's repositories within a check of the move and of the leader's deploy, with no registry request", async () => {
+    const f = fleet(['c1', 'c2', 'c3']);
+    const refs = ['c1', 'c2', 'c3'].map((c) => f.repo(c, 'repo'));
+    await f.deployAll(refs);
+    const resolutions = f.state.resolutions;
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    // The runtime of c3 polls first and sees the move; the leader (c1, the first member) is not
+    // its own, so it pokes nobody.
+    const third = servingOnly(f, ['c3']);
+    expect(await pollSources(third, { pokedAt: new Map() })).toMatchObject({ polled: 1, changed: 1, poked: 0 });
+    expect(f.state.resolutions).toBe(resolutions + 1);
+    // The leader's runtime learns it from its next check, not its next poll.
+    const first = servingOnly(f, ['c1']);
+    const firstPokes = new Map<string, number>();
+    expect(await pollSources(first, { pokedAt: firstPokes, resolve: false })).toMatchObject({ polled: 0, poked: 1 });
+    expect(f.poked()).toEqual(['c1/repo:ref-changed']);
+    // The others are not poked before the leader deployed (one fetch and index for the fleet).
+    const rest = servingOnly(f, ['c2', 'c3']);
+    const restPokes = new Map<string, number>();
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    // The leader deploys D2 and pokes the members its runtime serves: none.
+    const leader = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, first);
+    await memberDeployed(leader!, refs[0] as ObjectRef, true, first);
+    expect(f.poked()).toEqual(['c1/repo:ref-changed']);
+    // The other runtime's next check pokes both of its members, once.
+    f.state.emitted.length = 0;
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
+    expect(f.poked()).toEqual(['c2/repo:ref-changed', 'c3/repo:ref-changed']);
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    // The next move: once the leader stored the new index (before its deploy), the others' check
+    // pokes them, and the leader's deploy pokes nobody again.
+    f.state.emitted.length = 0;
+    f.state.now += PERIOD;
+    const d3 = `sha256:${'3'.repeat(64)}`;
+    f.state.digest = d3;
+    expect(await pollSources(first, { pokedAt: firstPokes })).toMatchObject({ changed: 1, poked: 1 });
+    const next = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, first);
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    expect(await memberIndexed(next!, refs[0] as ObjectRef, first)).toBe(0);
+    expect((await f.record()).indexed).toBe(d3);
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
+    await memberDeployed(next!, refs[0] as ObjectRef, false, first);
+    expect(f.poked()).toEqual(['c1/repo:ref-changed', 'c2/repo:ref-changed', 'c3/repo:ref-changed']);
+    // Checks never resolved the source, however stale the record got.
+    f.state.now += 5 * PERIOD;
+    f.state.digest = `sha256:${'4'.repeat(64)}`;
+    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ polled: 0, changed: 0 });
+    expect(f.state.resolutions).toBe(resolutions + 2);
+    expect((await f.record()).resolved).toBe(d3);
+  });
+});
+
+describe('startSourcePoller: the embedded timers', () => {
+  /** A timer port whose intervals fire by hand: `fire(ms)` runs the callback of period `ms`. */
+  const manualTimers = () => {
+    const timers: { fn: () => void; ms: number; canceled: boolean }[] = [];
+    const setTimer = (fn: () => void, ms: number) => {
+      const t = { fn, ms, canceled: false };
+      timers.push(t);
+      return { cancel: () => (t.canceled = true) };
+    };
+    const fire = (ms: number) => {
+      for (const t of timers) if (t.ms === ms && !t.canceled) t.fn();
+    };
+    return { timers, setTimer, fire };
+  };
+
+  it('polls once per period and checks the records in between (no resolution); a poll due during a check runs after it', async () => {
+    const f = fleet(['c1', 'c2']);
+    const refs = ['c1', 'c2'].map((c) => f.repo(c, 'repo'));
+    await f.deployAll(refs);
+    const resolutions = f.state.resolutions;
+    f.deps.config = { ...f.deps.config, sourceCheckPeriodMs: 1000 };
+    const t = manualTimers();
+    const poller = startSourcePoller(f.deps, t.setTimer);
+    expect(t.timers.map((x) => x.ms).sort()).toEqual([1000, PERIOD]);
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    // A check, held in its listing of the records, while the poll comes: the poll runs after it,
+    // not dropped; the check itself resolved nothing.
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    const list = f.store.list.bind(f.store);
+    let lists = 0;
+    f.store.list = async (...args: Parameters<typeof list>) => {
+      if (++lists === 1) await gate;
+      return await list(...args);
+    };
+    t.fire(1000);
+    t.fire(PERIOD);
+    await vi.waitFor(() => expect(lists).toBe(1));
+    expect(f.state.resolutions).toBe(resolutions);
+    release();
+    await vi.waitFor(() => expect(f.state.resolutions).toBe(resolutions + 1));
+    await vi.waitFor(() => expect(f.poked()).toEqual(['c1/repo:ref-changed']));
+    // The leader deployed D2 (its runtime poked the rest: none here, emit dropped); a check pokes c2.
+    const leader = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, { ...f.deps, emit: undefined });
+    await memberDeployed(leader!, refs[0] as ObjectRef, false, f.deps);
+    t.fire(1000);
+    await vi.waitFor(() => expect(f.poked()).toEqual(['c1/repo:ref-changed', 'c2/repo:ref-changed']));
+    await poller.stop();
+    expect(t.timers.every((x) => x.canceled)).toBe(true);
+    expect(f.state.resolutions).toBe(resolutions + 1);
+  });
+
+  it.each([0, PERIOD, 2 * PERIOD])('has no check timer with sourceCheckPeriodMs %i', async (checkMs) => {
+    const f = fleet(['c1']);
+    f.deps.config = { ...f.deps.config, sourceCheckPeriodMs: checkMs };
+    const t = manualTimers();
+    await startSourcePoller(f.deps, t.setTimer).stop();
+    expect(t.timers.map((x) => x.ms)).toEqual([PERIOD]);
   });
 });
 

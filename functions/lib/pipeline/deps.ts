@@ -86,6 +86,15 @@ export interface PipelineConfig {
    */
   sourcePollPeriodMs?: number;
   /**
+   * How often an embedded runtime reads the fleet's source poll records between its polls, ms:
+   * object-store reads only, no registry request (`pollSources` with `resolve: false`). A runtime
+   * serving only some clusters of a fleet learns this way, within one check, that another
+   * runtime's poll saw a tag move or that the new digest's index was built, instead of at its own
+   * next poll. Default `DEFAULT_SOURCE_CHECK_PERIOD_MS` (2 000); 0 turns the checks off. Unused on
+   * Lambda, where one poll serves every cluster.
+   */
+  sourceCheckPeriodMs?: number;
+  /**
    * Life of a private artifact (content made from Secrets) after each write, ms. Default
    * `DEFAULT_PRIVATE_TTL_MS` (7 days); see `../artifact/sealed.ts`.
    */

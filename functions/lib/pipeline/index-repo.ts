@@ -80,7 +80,7 @@ import {
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
-import { leaveSource, memberDeployed, polledSourceOf, trackSource } from './source-poll.js';
+import { leaveSource, memberDeployed, memberIndexed, polledSourceOf, trackSource } from './source-poll.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms (as Apps). */
@@ -355,7 +355,9 @@ async function reconcileRepository(
     const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, fetchStdout, deps) : undefined);
     let manifest: string;
     let deployedVersions: DeployedVersions;
-    let stored: Promise<void> | undefined;
+    let stored: Promise<unknown> | undefined;
+    /** Whether this run pokes the source's members once its index is stored (it rendered a new digest). */
+    let pokesWhenIndexed = false;
     if (hit) {
       deployedVersions = { index: hit.index };
       parts.template = templatePart(cachedResult({ stderr: mask.text(hit.templateStderr) }), deps.now());
@@ -381,11 +383,18 @@ async function reconcileRepository(
       const digest = index && indexDigestOf(index, fetchKey);
       deployedVersions = { ...(digest ? { index: digest } : {}), versions: versions ?? {} };
       // Stored while kapp deploys; awaited before the final status (a store failure retries the run).
+      // Once stored, the fleet's other repositories on the polled source are reconciled at once
+      // (they find this index and run kapp only), not after this run's deploy.
+      pokesWhenIndexed = tracked !== undefined && digest !== undefined && index?.source !== undefined;
       stored = storeIndex(
         index,
         fetchKey,
         { manifest, versions, fetchStdout, templateStderr: templateResult.stderr },
         deps,
+      ).then(() =>
+        pokesWhenIndexed && tracked
+          ? infraStep('reconciling the repositories behind on the source', () => memberIndexed(tracked, object, deps))
+          : undefined,
       );
       stored.catch(() => {});
     } else return; // unreachable: without a pinned hit the fetch either stored an artifact or closed the run
@@ -402,7 +411,9 @@ async function reconcileRepository(
     // Also before it: a deploy not recorded would leave the member out of the record or behind it
     // (never poked, or the fleet's pokes waiting for the poll), so the run is retried instead.
     if (tracked && !deployed.result.error) {
-      await infraStep('recording the deployed source digest', () => memberDeployed(tracked, object, !pinnedHit, deps));
+      await infraStep('recording the deployed source digest', () =>
+        memberDeployed(tracked, object, !pinnedHit && !pokesWhenIndexed, deps),
+      );
     }
     await close(deployed.result);
     return indexed;

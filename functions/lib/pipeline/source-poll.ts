@@ -14,15 +14,23 @@
  *   the URL policy.
  * - **A repository run** ({@link trackSource}) uses a record younger than the poll period as is,
  *   else resolves and writes it, joins the members, and fetches the source pinned to `resolved`
- *   (so an indexed digest runs kapp only). After its deploy ({@link memberDeployed}) it records
- *   the digest it deployed and, if it was the run that fetched the new digest (the fleet's one
- *   fetch and template), sends `ref-changed` to the members still behind.
+ *   (so an indexed digest runs kapp only). The run that fetched and templated the new digest (the
+ *   fleet's one) sends `ref-changed` to the members still behind as soon as it stored the index
+ *   ({@link memberIndexed}), while its own kapp deploys; after its deploy ({@link memberDeployed})
+ *   a run records the digest it deployed.
  * - **The poll** ({@link pollSources}: a timer in the embedded runtime, an EventBridge schedule of
  *   the index-repo function on Lambda) resolves every record older than the period (one request
  *   per source, whatever the fleet size) and pokes members behind `resolved`: when nobody has
- *   deployed the new digest yet, only the first member (the leader: it fetches and templates
- *   once, then pokes the rest itself), else every member behind; a leader that did not move
+ *   deployed or indexed the new digest yet, only the first member (the leader: it fetches and
+ *   templates once, then pokes the rest itself), else every member behind; a leader that did not move
  *   within {@link LEADER_GRACE_MS} makes the poll poke them all.
+ * - **Record checks** (embedded runtime only): the leader pokes only the members its own runtime
+ *   serves, and a poll pokes only those too, so in a fleet of runtimes each serving some clusters
+ *   the rest learned of a move or of the leader's deploy at their own next poll (up to a period
+ *   per hop, two hops). Between polls each runtime reads the records every
+ *   `config.sourceCheckPeriodMs` ({@link DEFAULT_SOURCE_CHECK_PERIOD_MS}) and pokes its members
+ *   behind by the same rule ({@link pollSources} with `resolve: false`): no registry request, so
+ *   still one resolution per source per period for the fleet.
  *
  * The forwarders stay read-only: everything here happens in the functions, and the `ref-changed`
  * events go through the runtime's transport (`deps.emit`), as the forwarders' own events do.
@@ -40,6 +48,11 @@ import { fetchPassesUrlPolicy } from './fetch.js';
 
 /** Default poll period of a source, ms: 1 minute (one request per source per minute). */
 export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;
+/**
+ * Default period of an embedded runtime's record checks between its polls, ms: 2 s (reads of the
+ * local or shared object store only; see `sourceCheckPeriodMs` of the pipeline config).
+ */
+export const DEFAULT_SOURCE_CHECK_PERIOD_MS = 2_000;
 /** How long the poll lets the leader build a new digest's index before poking every member, ms. */
 export const LEADER_GRACE_MS = 5 * 60_000;
 /** Where the poll records live. */
@@ -89,6 +102,12 @@ export interface SourcePollRecord {
   /** RFC 3339 time `resolved` last changed. */
   changedAt: string;
   members: SourceMember[];
+  /**
+   * The `resolved` value whose repository index the fleet has stored (written by the leader as
+   * soon as it stored it, before its own deploy): the members behind may then be poked, they find
+   * the index and run kapp only. Absent in records written before it existed.
+   */
+  indexed?: string;
 }
 
 export type { PolledSource } from '../fetch/source-resolve.js';
@@ -97,6 +116,11 @@ export { pinnedFetchOf, polledSourceOf } from '../fetch/source-resolve.js';
 /** The poll period in force, ms (`config.sourcePollPeriodMs`, default {@link DEFAULT_SOURCE_POLL_PERIOD_MS}). */
 export function sourcePollPeriodMs(deps: Pick<PipelineDeps, 'config'>): number {
   return deps.config.sourcePollPeriodMs ?? DEFAULT_SOURCE_POLL_PERIOD_MS;
+}
+
+/** The record check period in force, ms (`config.sourceCheckPeriodMs`, default {@link DEFAULT_SOURCE_CHECK_PERIOD_MS}; 0: off). */
+export function sourceCheckPeriodMs(deps: Pick<PipelineDeps, 'config'>): number {
+  return deps.config.sourceCheckPeriodMs ?? DEFAULT_SOURCE_CHECK_PERIOD_MS;
 }
 
 /** The record key of a source: `cache/source-poll/sha256/<sha256 of its identity>.json`. */
@@ -395,8 +419,9 @@ async function pokeMembers(
 /**
  * After a repository run deployed `tracked.resolved`: records it as the member's `at` (joining the
  * member again if the record lost it, e.g. a record recreated since the run's join), and, when
- * this run fetched (it built the digest's index for the fleet), sends `ref-changed` to every
- * member this runtime serves that is behind the record.
+ * `fetched` (this run fetched the digest and has not poked the members through
+ * {@link memberIndexed}: it found the fetched content already indexed), sends `ref-changed` to
+ * every member this runtime serves that is behind the record.
  * @throws StoreError, KubeApiError, TransportError (the caller retries the run)
  */
 export async function memberDeployed(
@@ -414,16 +439,46 @@ export async function memberDeployed(
   };
   const rec = await updateSourcePoll(deps.store, tracked.key, (cur) => joined(cur, self));
   if (!fetched || !rec || rec.resolved !== tracked.resolved) return;
+  await pokeServedBehind(tracked.key, rec, object, deps);
+}
+
+/**
+ * After the run that fetched `tracked.resolved` stored its repository index (before its own
+ * deploy): marks the record `indexed` and sends `ref-changed` to every member this runtime serves
+ * that is behind (other runtimes' checks and polls poke theirs on seeing `indexed`). The members
+ * find the index and run kapp only, in parallel with the leader's kapp instead of after it.
+ * @returns how many were sent.
+ * @throws StoreError, KubeApiError, TransportError (the caller retries the run)
+ */
+export async function memberIndexed(tracked: TrackedSource, object: ObjectRef, deps: PipelineDeps): Promise<number> {
+  const rec = await updateSourcePoll(deps.store, tracked.key, (cur) =>
+    cur && cur.resolved === tracked.resolved && cur.indexed !== tracked.resolved
+      ? { ...cur, indexed: tracked.resolved }
+      : undefined,
+  );
+  if (!rec || rec.resolved !== tracked.resolved) return 0;
+  return await pokeServedBehind(tracked.key, rec, object, deps);
+}
+
+/** Sends `ref-changed` to the members of `rec` this runtime serves that are behind, except `self`; logs how many. */
+async function pokeServedBehind(
+  key: string,
+  rec: SourcePollRecord,
+  self: Pick<ObjectRef, 'clusterId' | 'namespace' | 'name'>,
+  deps: PipelineDeps,
+): Promise<number> {
+  const selfId = memberId({ cluster: self.clusterId, namespace: self.namespace, name: self.name });
   const behind = await filterServed(
-    rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== memberId(self)),
+    rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== selfId),
     deps,
   );
-  if (behind.length === 0) return;
-  const sent = await pokeMembers(tracked.key, rec.resolved, behind, deps);
+  if (behind.length === 0) return 0;
+  const sent = await pokeMembers(key, rec.resolved, behind, deps);
   deps.log.info(
     { source: rec.source.url, resolved: rec.resolved, members: sent },
     'new source digest indexed; members reconciled',
   );
+  return sent;
 }
 
 /** A repository being deleted leaves its source's record. @throws StoreError */
@@ -459,13 +514,21 @@ export interface PollOptions {
    * timer) so a member that keeps failing is poked at most once per period. Default: none.
    */
   pokedAt?: Map<string, number>;
+  /**
+   * Whether records older than the period are resolved again (the poll proper). `false` makes a
+   * record check: the records are only read and the members behind them poked, with no registry
+   * or git request, so a runtime that serves some clusters of a fleet acts on another runtime's
+   * poll (a tag moved) or leader (the new digest indexed) within one check. Default true.
+   */
+  resolve?: boolean;
 }
 
 /**
  * One poll of the fleet's sources (the embedded runtime's timer, the Lambda poll event),
- * {@link POLL_CONCURRENCY} at a time: every record older than the period is resolved again and written under compare-and-swap (one
- * poller wins per period); then the members this runtime serves that are behind are poked
- * (see the module comment for who).
+ * {@link POLL_CONCURRENCY} at a time: every record older than the period is resolved again and
+ * written under compare-and-swap (one poller wins per period), unless `opts.resolve` is false (a
+ * record check); then the members this runtime serves that are behind are poked (see the module
+ * comment for who).
  * @throws StoreError on a failed list (a failed record is logged and skipped)
  */
 export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): Promise<PollSummary> {
@@ -485,7 +548,10 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     try {
       const stored = await readSourcePoll(deps.store, key);
       if (!stored) return;
-      const due = await pollIfDue(key, stored.source, deps);
+      const due =
+        opts.resolve === false
+          ? { rec: stored, polled: false, changed: false }
+          : await pollIfDue(key, stored.source, deps);
       if (due.polled) summary.polled += 1;
       if (due.changed) summary.changed += 1;
       const rec = due.rec;
@@ -515,7 +581,7 @@ async function pokeBehind(
 ): Promise<number> {
   const behind = rec.members.filter((m) => m.at !== rec.resolved);
   if (behind.length === 0) return 0;
-  const someoneAt = rec.members.some((m) => m.at === rec.resolved);
+  const someoneAt = rec.indexed === rec.resolved || rec.members.some((m) => m.at === rec.resolved);
   const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
   const candidates = someoneAt || leaderLate ? behind : behind.slice(0, 1);
   const now = deps.now().getTime();
