@@ -30,6 +30,7 @@ const NS = {
   path: `e2e-fail-path-${id}`,
   big: `e2e-fail-big-${id}`,
   leak: `e2e-fail-leak-${id}`,
+  kapp: `e2e-fail-kapp-${id}`,
 };
 
 const rt = useE2ERuntime(Object.values(NS));
@@ -80,6 +81,8 @@ describe.concurrent('failures with kapp-controller status text', () => {
     const s = app.status!;
     expect(s.usefulErrorMessage).toMatch(/^ytt: Error: /);
     expect(s.usefulErrorMessage).toContain('nothere');
+    // template stderr is kept verbatim, final newline included (upstream app_reconcile_test.go)
+    expect(s.usefulErrorMessage?.endsWith('\n')).toBe(true);
     expect(s.template).toEqual({
       exitCode: 1,
       error: message,
@@ -208,7 +211,54 @@ describe.concurrent('failures with kapp-controller status text', () => {
     expect(s.fetch?.exitCode).toBe(1);
     expect(s.fetch?.error).toBe(message);
     expect(s.fetch?.stderr).toBe(s.usefulErrorMessage);
+    // fetch stderr is kept verbatim, final newline included (upstream stores vendir's as is)
+    expect(s.usefulErrorMessage?.endsWith('\n')).toBe(true);
     expect(s.template).toBeUndefined();
+  });
+
+  it('a failing kapp deploy: Deploying, kapp stderr in usefulErrorMessage as status.deploy shows it (trimmed)', async () => {
+    // upstream's updateLastDeploy hands setReconcileCompleted the WithFriendlyYAMLStrings result:
+    // usefulErrorMessage is kapp's stderr trimmed, no whitespace before a newline, as in
+    // status.deploy.stderr (reference §2.1.5's example ends without a newline)
+    const ns = NS.kapp;
+    const name = `kapp-${id}`;
+    const missing = `does-not-exist-${id}`;
+    await apply(
+      appManifest(ns, name, {
+        fetch: [
+          {
+            inline: {
+              paths: {
+                'config.yml': [
+                  'apiVersion: v1',
+                  'kind: ConfigMap',
+                  'metadata:',
+                  '  name: configmap',
+                  `  namespace: ${missing}`,
+                  'data:',
+                  '  key: value',
+                ].join('\n'),
+              },
+            },
+          },
+        ],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }),
+    );
+    const app = await waitFailedTwice(ns, name);
+    const message = `Deploying: ${SEE_USEFUL}`;
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(s.usefulErrorMessage).toMatch(/^kapp: Error: /);
+    expect(s.usefulErrorMessage).toContain(missing);
+    expect(s.usefulErrorMessage).toBe(s.usefulErrorMessage?.trim());
+    expect(s.usefulErrorMessage).not.toMatch(/\s\n/);
+    expect(s.deploy?.exitCode).toBe(1);
+    expect(s.deploy?.finished).toBe(true);
+    expect(s.deploy?.error).toBe(message);
+    expect(s.deploy?.stderr).toBe(s.usefulErrorMessage);
+    expect(app.metadata.finalizers).toContain(APP_FINALIZER);
   });
 
   it('a forbidden kapp rawOption: the allow-list error, after the finalizer was added', async () => {
