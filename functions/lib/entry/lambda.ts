@@ -120,6 +120,8 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
   return {
     clusterIds: () => registry.clusterIds(),
     ...(registry.prepare ? { prepare: registry.prepare.bind(registry) } : {}),
+    // Every function reports its reconciles as Events on the object (`../observe/`).
+    ...(registry.eventWriter ? { eventWriter: registry.eventWriter.bind(registry) } : {}),
     fetchView: (clusterId) => registry.fetchView(clusterId),
     deployView: FUNCTION_ACCESS[stage].deployView
       ? (clusterId) => registry.deployView(clusterId)
