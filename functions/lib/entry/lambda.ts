@@ -27,6 +27,7 @@ import type { ClusterRegistry } from '../kube/port.js';
 import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.js';
 import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
+import { EmfReconcileMetrics } from '../observe/metrics.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { LocalDirStore } from '../store/local.js';
@@ -251,6 +252,10 @@ export function createLambdaDeps(
     log,
     ...(overrides.now ? { now: overrides.now } : {}),
     stage: config.stage,
+    // kapp-controller's reconcile metrics, per cluster, as CloudWatch EMF lines in the function's log.
+    ...(config.metrics === 'off'
+      ? {}
+      : { metrics: new EmfReconcileMetrics({ perObject: config.metrics === 'object' }) }),
     tools: {
       allow: STAGE_TOOLS[config.stage],
       resolveBin: dirBinResolver(config.binDir),
