@@ -126,9 +126,8 @@ export class PrometheusReconcileMetrics implements ReconcileMetrics {
   }
 
   #labels(t: MetricTarget): Record<string, string> {
-    const l: Record<string, string> = { controller: t.controller, name: t.name, namespace: t.namespace };
-    if (this.#clusterLabel) l.cluster = t.clusterId;
-    return l;
+    const l = { controller: t.controller, name: t.name, namespace: t.namespace };
+    return this.#clusterLabel ? { cluster: t.clusterId, ...l } : l;
   }
 
   /** {@inheritDoc ReconcileMetrics.init} */
