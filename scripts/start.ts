@@ -10,7 +10,9 @@
  * `~/.cache/kapp-lambda/store`), `KAPP_LAMBDA_CACHE`, `KAPP_LAMBDA_LEASE_NAMESPACE` (namespace
  * of the leader-election Lease, default `kapp-lambda`; it must exist:
  * `kubectl create namespace kapp-lambda`), `KAPP_LAMBDA_LEADER_ELECTION=off` (act without a
- * Lease; only when nothing else serves the cluster).
+ * Lease; only when nothing else serves the cluster), `KAPP_LAMBDA_METRICS_ADDRESS` (where
+ * `GET /metrics` serves kapp-controller's reconcile series, default `127.0.0.1:8080`; `off`: no
+ * server).
  *
  * Several `npm start` against one cluster are safe: per cluster, only the holder of the Lease
  * forwards events and runs stages; the others wait and take over within ~15 s when it goes
@@ -22,6 +24,11 @@ import { homedir, tmpdir } from 'node:os';
 import path from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import pino from 'pino';
+import {
+  DEFAULT_METRICS_ADDRESS,
+  type MetricsServer,
+  startMetricsServer,
+} from '../functions/embedded/metrics-server.js';
 import { startEmbedded } from '../functions/embedded/runtime.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/lib/fetch/url-policy.js';
 import { cacheRoot } from '../layers/gobuild.js';
@@ -91,6 +98,17 @@ say(
     : 'forwarder and functions running once this process holds the cluster lease (log: "leader election: acquired lease"); Ctrl-C to stop',
 );
 
+const metricsAddress = process.env.KAPP_LAMBDA_METRICS_ADDRESS || DEFAULT_METRICS_ADDRESS;
+let metricsServer: MetricsServer | undefined;
+if (metricsAddress !== 'off') {
+  try {
+    metricsServer = await startMetricsServer(runtime.metrics.registry, metricsAddress);
+    say(`metrics: curl http://${metricsAddress.replace(/:\d+$/, '')}:${metricsServer.address.port}/metrics`);
+  } catch (err) {
+    say(`KAPP_LAMBDA_METRICS_ADDRESS: ${(err as Error).message} (metrics not served)`);
+  }
+}
+
 // The forwarder's and the elector's timers are unref'ed (they never keep a process alive on
 // their own), so a runtime waiting for the Lease of a crashed holder would otherwise exit 0.
 const keepAlive = setInterval(() => undefined, 60_000);
@@ -102,6 +120,7 @@ const stop = (code: number) => {
   stopping ??= (async () => {
     say('stopping');
     clearInterval(keepAlive);
+    await metricsServer?.close();
     await runtime.stop().catch(() => undefined);
     await stopCluster?.().catch(() => undefined);
     await rm(tmpRoot, { recursive: true, force: true });

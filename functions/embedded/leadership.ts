@@ -29,7 +29,15 @@ import type { Forwarder, StopOptions } from '../../events/forwarder/forwarder.js
 import { LeaderElector, type LeaderElectorOptions } from '../../events/forwarder/leader.js';
 import type { ForwarderLogger } from '../../events/forwarder/log.js';
 import type { Transport } from '../../events/forwarder/transport.js';
-import type { ClusterRegistry, DeployView, FetchView, InstallView, KubeClient, WatchView } from '../lib/kube/port.js';
+import type {
+  ClusterRegistry,
+  DeployView,
+  EventWriter,
+  FetchView,
+  InstallView,
+  KubeClient,
+  WatchView,
+} from '../lib/kube/port.js';
 
 /**
  * Namespace of the Lease by default: the namespace `infra/forwarder/rbac.yml` puts the
@@ -143,6 +151,14 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
     }),
     watchView: (clusterId: string): WatchView => inner.watchView(clusterId),
     ...(inner.installView ? { installView: memo((clusterId) => gatedInstallView(clusterId)) } : {}),
+    ...(inner.eventWriter
+      ? {
+          eventWriter: memo((clusterId): EventWriter => {
+            const w = (inner.eventWriter as (id: string) => EventWriter)(clusterId);
+            return Object.freeze({ writeEvent: guard(clusterId, w.writeEvent.bind(w)) });
+          }),
+        }
+      : {}),
   });
 }
 

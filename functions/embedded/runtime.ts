@@ -29,6 +29,7 @@ import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
 import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
+import { PrometheusReconcileMetrics } from '../lib/observe/metrics.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
 import type { DispatchDeps } from '../lib/pipeline/dispatch.js';
@@ -112,6 +113,12 @@ export interface EmbeddedOptions {
    * (the repositories' own runs still poll when they are due).
    */
   sourcePoll?: boolean;
+  /**
+   * kapp-controller's reconcile metrics (`../lib/observe/metrics.ts`). Default a new
+   * {@link PrometheusReconcileMetrics} (with a `cluster` label when more than one cluster is
+   * served); serve its registry with `startMetricsServer` (`./metrics-server.ts`).
+   */
+  metrics?: PrometheusReconcileMetrics;
 }
 
 /** Options of the per-cluster leader election. Times in milliseconds. */
@@ -148,6 +155,8 @@ export interface EmbeddedRuntime {
   store: ObjectStore;
   /** Tool runs and time per tool since start. */
   toolMetrics: ToolMetrics;
+  /** kapp-controller's reconcile series (`registry` is what `/metrics` serves). */
+  metrics: PrometheusReconcileMetrics;
   /**
    * Stops the forwarders (dropping what they hold), lets running stages end (still holding the
    * leases), then stops the elections, releasing the leases so another runtime takes over at once.
@@ -163,6 +172,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   const registry = KubeConfigClusterRegistry.fromFile(opts.kubeconfigPath, { contexts: opts.contexts });
   const store = opts.store ?? new LocalDirStore(opts.storeDir ?? `${opts.cacheRoot}/store`);
   const toolMetrics = createToolMetrics();
+  const metrics = opts.metrics ?? new PrometheusReconcileMetrics({ clusterLabel: registry.clusterIds().length > 1 });
   // A tool must not read this process's environment or memory, even under the same uid.
   hardenProcess(opts.hardenAddon ?? hardenAddonPath(opts.cacheRoot));
   const isolate = opts.isolateTools ?? canSwitchUid();
@@ -205,6 +215,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       launcher: resolveBin(LAUNCHER_NAME),
       ...(connector ? { connector } : {}),
     },
+    metrics,
     config: {
       tmpRoot: opts.tmpRoot,
       toolVersions: pinnedToolVersions(),
@@ -278,6 +289,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     registry,
     store,
     toolMetrics,
+    metrics,
     async stop() {
       await poller?.stop();
       await Promise.all([

@@ -47,6 +47,7 @@ describe('parseLambdaEnv', () => {
       kappDeployRawOptions: [],
       timer: {},
       logLevel: 'info',
+      metrics: 'cluster',
       urlPolicy: { mode: 'enforce', allow: [] },
       maxReceiveCount: 5,
     };
@@ -71,6 +72,7 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: '5m',
       KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: '1m',
       KAPP_LAMBDA_LOG_LEVEL: 'debug',
+      KAPP_LAMBDA_METRICS: 'object',
       KAPP_LAMBDA_URL_POLICY: 'off',
       KAPP_LAMBDA_URL_ALLOW: 'registry.corp:5000, 10.20.0.0/16,',
       KAPP_LAMBDA_MAX_RECEIVE_COUNT: '3',
@@ -100,6 +102,7 @@ describe('parseLambdaEnv', () => {
       dangerousSkipTLSVerify: 'registry.local,10.0.0.1',
       timer: { appDefaultSyncPeriodMs: 300_000, appMinimumSyncPeriodMs: 60_000 },
       logLevel: 'debug',
+      metrics: 'object',
       urlPolicy: { mode: 'off', allow: ['registry.corp:5000', '10.20.0.0/16'] },
       maxReceiveCount: 3,
     } satisfies LambdaConfig);

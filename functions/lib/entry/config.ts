@@ -30,6 +30,7 @@
  * | `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
+ * | `KAPP_LAMBDA_METRICS` | reconcile metrics as CloudWatch EMF log lines: `cluster` (dimensions `clusterId`, `controller`), `object` (also per object: upstream's labels as dimensions, one custom metric per series and object) or `off` | `cluster` |
  * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
  * | `KAPP_LAMBDA_MAX_RECEIVE_COUNT` | the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed` | `5` |
@@ -151,6 +152,8 @@ export interface LambdaConfig {
   timer: TimerConfig;
   /** `KAPP_LAMBDA_LOG_LEVEL`. */
   logLevel: (typeof LOG_LEVELS)[number];
+  /** `KAPP_LAMBDA_METRICS`: how reconcile metrics are published (`../observe/metrics.ts`). */
+  metrics: 'cluster' | 'object' | 'off';
   /** `KAPP_LAMBDA_HARDEN_ADDON`: loaded at init; the function does not start without it. */
   hardenAddon: string;
   /** `KAPP_LAMBDA_URL_POLICY` and `KAPP_LAMBDA_URL_ALLOW`; enforced unless set to `off`. */
@@ -250,6 +253,7 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(intText(1, 1000)),
   KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
+  KAPP_LAMBDA_METRICS: z.preprocess(blankToUndefined, z.enum(['cluster', 'object', 'off']).default('cluster')),
   KAPP_LAMBDA_URL_POLICY: z.preprocess(blankToUndefined, z.enum(['enforce', 'off']).default('enforce')),
   KAPP_LAMBDA_URL_ALLOW: optional(
     z.string().refine(
@@ -335,6 +339,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     kappDeployRawOptions: e.KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS ?? [],
     timer,
     logLevel: e.KAPP_LAMBDA_LOG_LEVEL,
+    metrics: e.KAPP_LAMBDA_METRICS,
     urlPolicy: parseUrlPolicy(e.KAPP_LAMBDA_URL_POLICY, e.KAPP_LAMBDA_URL_ALLOW, 'enforce'),
     maxReceiveCount: e.KAPP_LAMBDA_MAX_RECEIVE_COUNT ?? DEFAULT_MAX_ATTEMPTS,
   };

@@ -28,6 +28,7 @@ import type { ClusterRegistry } from '../kube/port.js';
 import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.js';
 import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
+import { EmfReconcileMetrics } from '../observe/metrics.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { LocalDirStore } from '../store/local.js';
@@ -121,6 +122,8 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
   return {
     clusterIds: () => registry.clusterIds(),
     ...(registry.prepare ? { prepare: registry.prepare.bind(registry) } : {}),
+    // Every function reports its reconciles as Events on the object (`../observe/`).
+    ...(registry.eventWriter ? { eventWriter: registry.eventWriter.bind(registry) } : {}),
     fetchView: (clusterId) => registry.fetchView(clusterId),
     deployView: FUNCTION_ACCESS[stage].deployView
       ? (clusterId) => registry.deployView(clusterId)
@@ -250,6 +253,10 @@ export function createLambdaDeps(
     log,
     ...(overrides.now ? { now: overrides.now } : {}),
     stage: config.stage,
+    // kapp-controller's reconcile metrics, per cluster, as CloudWatch EMF lines in the function's log.
+    ...(config.metrics === 'off'
+      ? {}
+      : { metrics: new EmfReconcileMetrics({ perObject: config.metrics === 'object' }) }),
     tools: {
       allow: STAGE_TOOLS[config.stage],
       resolveBin: dirBinResolver(config.binDir),

@@ -8,6 +8,7 @@
  * @module
  */
 
+import { writeCoreEvent } from './events.js';
 import {
   APP_API_VERSION,
   type ApiServerInfo,
@@ -26,6 +27,7 @@ import {
   type LeaseSpec,
   type ListOptions,
   type ListResult,
+  type NewEvent,
   type NewSecret,
   type ObjectMeta,
   type ResourceKind,
@@ -515,6 +517,11 @@ export class KubeApiClient implements KubeClient {
     if (response.statusCode === 409 && asStatus(response.body).reason === 'AlreadyExists') return false;
     if (response.statusCode !== 201 && response.statusCode !== 200) throw errorFromResponse(action, response);
     return true;
+  }
+
+  /** {@inheritDoc EventWriter.writeEvent} */
+  async writeEvent(event: NewEvent): Promise<'created' | 'updated'> {
+    return await writeCoreEvent((action, request) => this.#send(action, request), errorFromResponse, event);
   }
 
   /** {@inheritDoc LeaseView.getLease} */

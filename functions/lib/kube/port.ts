@@ -491,6 +491,36 @@ export interface AppWriter {
   createSecret(secret: NewSecret): Promise<boolean>;
 }
 
+/** A core/v1 Event about an object (`./events.ts` writes it). */
+export interface NewEvent {
+  /** The Event's name: the same name again adds to the existing Event's count. */
+  name: string;
+  /** The object the Event is about (its namespace is the Event's). */
+  involvedObject: { apiVersion: string; kind: string; namespace: string; name: string; uid: string };
+  /** `Normal` or `Warning`. */
+  type: 'Normal' | 'Warning';
+  /** CamelCase reason, e.g. `ReconcileFailed`. */
+  reason: string;
+  /** Human-readable text, already bounded and redacted by the caller. */
+  message: string;
+  /** `source.component`, e.g. `kapp-lambda`. */
+  component: string;
+  /** When it happened (`firstTimestamp` of a new Event, `lastTimestamp` always). */
+  at: Date;
+}
+
+/** Writes core/v1 Events (`create`, `get`, `patch` on `events`), nothing else. */
+export interface EventWriter {
+  /**
+   * Creates the Event, or, when one of that name exists, adds one to its `count` and moves its
+   * `lastTimestamp` (client-go's event aggregation).
+   *
+   * @returns `created` or `updated`.
+   * @throws KubeApiError when the API server refuses or cannot be reached.
+   */
+  writeEvent(event: NewEvent): Promise<'created' | 'updated'>;
+}
+
 /** Everything one cluster offers. Only the registry and tests hold this. */
 export type KubeClient = KubeReader &
   StatusWriter &
@@ -498,7 +528,8 @@ export type KubeClient = KubeReader &
   DeployCredentials &
   ObjectWatcher &
   LeaseView &
-  AppWriter;
+  AppWriter &
+  EventWriter;
 
 /** Fetch and template stages: read the App and its referenced Secrets/ConfigMaps, write status. No finalizers, no tokens. */
 export type FetchView = KubeReader & StatusWriter;
@@ -547,6 +578,13 @@ export interface ClusterRegistry {
    * @throws UnknownClusterError
    */
   installView?(clusterId: string): InstallView;
+  /**
+   * The cluster's Event writer (reconcile Events on Apps, PackageInstalls and
+   * PackageRepositories). Optional: a registry without one records no Events.
+   *
+   * @throws UnknownClusterError
+   */
+  eventWriter?(clusterId: string): EventWriter;
   /**
    * Loads a cluster before its views are used, for registries that look clusters up at run
    * time (`fleet-registry.ts`); absent when every cluster is known up front. Callers run it

@@ -16,6 +16,7 @@ import {
   type ApiServerInfo,
   type ClusterRegistry,
   type DeployView,
+  type EventWriter,
   type FetchView,
   type InstallView,
   type KubeClient,
@@ -34,6 +35,7 @@ export interface ClusterViews {
   watch: WatchView;
   lease: LeaseView;
   install: InstallView;
+  events: EventWriter;
 }
 
 /** The views of a client (each a distinct frozen object, see `views.ts`). */
@@ -45,6 +47,7 @@ export function clusterViewsOf(client: KubeClient): ClusterViews {
     watch: watchViewOf(client),
     lease: leaseViewOf(client),
     install: installViewOf(client),
+    events: Object.freeze({ writeEvent: client.writeEvent.bind(client) }),
   };
 }
 
@@ -86,6 +89,11 @@ export abstract class ViewsClusterRegistry implements ClusterRegistry {
   /** {@inheritDoc ClusterRegistry.installView} */
   installView(clusterId: string): InstallView {
     return this.views(clusterId).install;
+  }
+
+  /** {@inheritDoc ClusterRegistry.eventWriter} */
+  eventWriter(clusterId: string): EventWriter {
+    return this.views(clusterId).events;
   }
 }
 

@@ -19,6 +19,12 @@ import {
 import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ResourceRef } from '../kube/port.js';
 import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
 import { logStageRun, type StageOutcome } from '../log.js';
+import {
+  isFirstReconcile,
+  type ReconcileCounts,
+  type ReconcileObserver,
+  reconcileObserver,
+} from '../observe/reconcile.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { omitEmptyStatusFields } from '../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
@@ -176,4 +182,28 @@ export function stageTimer(deps: PipelineDeps, stage: string, object: string, ge
       outcome,
       ...extra,
     });
+}
+
+/**
+ * The observer (metrics and Events, `../observe/reconcile.ts`) of a run of `object`, with the
+ * pipeline's sinks and the Event writer of the object's cluster (looked up when an Event is
+ * written, so the embedded runtime's leadership gate applies).
+ *
+ * @param status - the object's status as the run found it (decides `firstReconcile`).
+ */
+export function observerOf(
+  deps: PipelineDeps,
+  object: Pick<ObjectRef, 'clusterId' | 'kind' | 'apiVersion' | 'namespace' | 'name' | 'uid'>,
+  status: ReconcileCounts | null | undefined,
+): ReconcileObserver {
+  return reconcileObserver(
+    {
+      metrics: deps.metrics,
+      events: deps.events,
+      eventWriter: () => deps.clusters.eventWriter?.(object.clusterId),
+      log: deps.log,
+    },
+    object,
+    isFirstReconcile(status),
+  );
 }

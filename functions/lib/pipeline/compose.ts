@@ -15,6 +15,8 @@ import { UrlPolicyChecker } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import { restTransportForKubeconfig } from '../kube/registry.js';
 import type { Logger } from '../log.js';
+import { ReconcileEventRecorder } from '../observe/events.js';
+import type { ReconcileMetrics } from '../observe/metrics.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineStage } from '../transport/port.js';
 import type { PipelineConfig, PipelineDeps } from './deps.js';
@@ -95,6 +97,10 @@ export interface PipelineAdapters {
   tools: Omit<CommandRunnerOptions, 'baseEnv'>;
   /** The pipeline configuration, as is. */
   config: PipelineConfig;
+  /** Reconcile metrics (`PipelineDeps.metrics`). Default none. */
+  metrics?: ReconcileMetrics;
+  /** Reconcile Events: default a {@link ReconcileEventRecorder} with its defaults; `false`: none. */
+  events?: ReconcileEventRecorder | false;
 }
 
 /**
@@ -130,5 +136,7 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
     log: adapters.log,
     clusterInfo: clusterInfoSource(adapters.discovery ?? adapters.clusters, config.controllerVersion),
     config,
+    ...(adapters.metrics ? { metrics: adapters.metrics } : {}),
+    ...(adapters.events === false ? {} : { events: adapters.events ?? new ReconcileEventRecorder() }),
   };
 }

@@ -62,7 +62,16 @@ import {
 } from '../reconcile/status.js';
 import type { DeployStatus } from '../reconcile/types.js';
 import { privateArtifacts, readArtifact, scopeOf } from './artifacts.js';
-import { appRef, loadApp, makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
+import {
+  appRef,
+  loadApp,
+  makeScratch,
+  objectKey,
+  observerOf,
+  removeScratch,
+  stageTimer,
+  writeAppStatus,
+} from './common.js';
 import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
 import { infraStep } from './retry-bound.js';
@@ -208,6 +217,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   }
   if (reused) {
     parts.deploy = reused;
+    frame.observe.phase('deploy', frame.secondsSince(startedAt));
     await closeStage(frame, { parts, result, last: true, success: 'cached', tools });
     return undefined;
   }
@@ -216,6 +226,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     return await continueDeploy(frame, data, { parts, kappStatus, cut, startedAt, count, tools }, deps);
   }
   parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, kappStatus);
+  frame.observe.phase('deploy', frame.secondsSince(startedAt));
 
   // Inspect after every deploy attempt when asked (status.deploy is now always set).
   const kappSpec = app.spec.deploy?.[0]?.kapp;
@@ -493,6 +504,9 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
   const fence = { uid: raw.metadata.uid, generation: raw.metadata.generation ?? 0 };
   const startedAt = deps.now();
   const mask = secretMaskOf(deps);
+  const observe = observerOf(deps, ctx.ref, app.status);
+  observe.init();
+  observe.deleting();
   await writeAppStatus(kube, kref, fence, (cur) => markDeleting(cur, fence.generation) as AppStatus);
 
   let result: StageResult;
@@ -542,6 +556,7 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
     await kube.removeFinalizer(kref, Finalizer.App, { uid: ctx.ref.uid });
     if (deps.keyring) await deps.store.delete(await deployRecordKey(deps, ctx.ref)).catch(() => {});
     done('deleted', { tools });
+    await observe.deleteCompleted(undefined);
     return;
   }
   const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, app.status?.deploy?.kapp);
@@ -556,4 +571,5 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
     mask,
   );
   done('failed', { error: result.error && mask.redact(result.error), tools });
+  await observe.deleteCompleted(mask.redact(result.error ?? ''));
 }

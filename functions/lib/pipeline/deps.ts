@@ -171,6 +171,16 @@ export interface PipelineDeps {
    * @throws TransportError when an event was not accepted (the stage is retried)
    */
   emit?: (events: readonly import('../../../events/schema.js').KappEvent[]) => Promise<void>;
+  /**
+   * kapp-controller's reconcile counters and times (`../observe/metrics.ts`): the embedded
+   * runtime's Prometheus registry, the Lambda functions' CloudWatch EMF lines. Absent: none.
+   */
+  metrics?: import('../observe/metrics.js').ReconcileMetrics;
+  /**
+   * The process's reconcile Event recorder (`../observe/events.ts`), writing through the
+   * cluster's `clusters.eventWriter`. Absent: no Events.
+   */
+  events?: import('../observe/events.js').ReconcileEventRecorder;
 }
 
 /** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */

@@ -208,6 +208,7 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     view: (id) => readingRefsOnce(deps.clusters.fetchView(id)),
     kind: APP_KIND,
     loaded,
+    runStartedAt: ctx.run.startedAt,
   });
   if (opened.stop) return {};
   const { frame } = opened;
@@ -290,6 +291,7 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
   }
   const { result, fetchKey } = fetched;
   const part = fetchPart(result, startedAt, deps.now());
+  frame.observe.phase('fetch', frame.secondsSince(startedAt));
   const next = await closeHandingOn(frame, {
     parts: { fetch: part },
     own: part,

@@ -65,7 +65,7 @@ import {
 } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
 import { fetchIsPrivate, readArtifact, scopeOf } from './artifacts.js';
-import { makeScratch, objectKey, removeScratch, stageTimer, writeAppStatus } from './common.js';
+import { makeScratch, objectKey, observerOf, removeScratch, stageTimer, writeAppStatus } from './common.js';
 import { BLOCKING_FOR_DEPLOY_PREFIX } from './deploy.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import { fetchWithVendir } from './fetch.js';
@@ -206,6 +206,13 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     return;
   }
   const pkgr = parsed.data;
+  // Upstream `InitMetrics`, on every reconcile of a live PackageRepository.
+  const observe = observerOf(
+    deps,
+    { ...ev, apiVersion: read.apiVersion, namespace: meta.namespace ?? ev.namespace, uid: meta.uid },
+    pkgr.status,
+  );
+  observe.init();
   if (pkgr.spec.paused) {
     await writeAppStatus(
       kube,
@@ -225,7 +232,10 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
       return;
     }
     done('deleted');
-    return await deleteRepository({ ...ev, uid: meta.uid, generation }, read, pkgr, kube, deps);
+    observe.deleting();
+    const indexed = await deleteRepository({ ...ev, uid: meta.uid, generation }, read, pkgr, kube, deps);
+    await observe.deleteCompleted(indexed.error);
+    return indexed.event;
   }
   const specChanged = pkgr.status?.observedGeneration !== generation;
   const forced =
@@ -248,6 +258,8 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     : undefined;
   reconciling?.catch(() => {}); // its failure is thrown where it is awaited
   done('succeeded');
+  const runStartedAt = deps.now().toISOString();
+  await observe.started();
   const object: ObjectRef = {
     ...ev,
     apiVersion: read.apiVersion,
@@ -263,6 +275,7 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
     view: () => kube,
     kind: PKGR_KIND,
     loaded: { raw: read, pkgr },
+    runStartedAt,
   });
   if (opened.stop) {
     await reconciling;
@@ -318,6 +331,7 @@ async function reconcileRepository(
     let treeKept = false;
     if (pinnedHit) {
       parts.fetch = fetchPart(cachedResult({ stdout: pinnedHit.fetchStdout }), fetchStarted, deps.now());
+      frame.observe.phase('fetch', frame.secondsSince(fetchStarted));
     } else {
       let fetched: Awaited<ReturnType<typeof fetchWithVendir>>;
       try {
@@ -341,6 +355,7 @@ async function reconcileRepository(
       }
       const fetchResult = mask.result(fetched.result);
       parts.fetch = fetchPart(fetchResult, fetchStarted, deps.now());
+      frame.observe.phase('fetch', frame.secondsSince(fetchStarted));
       fetchKey = fetched.fetchKey;
       fetchStdout = fetchResult.stdout;
       treeKept = fetched.kept === true;
@@ -352,6 +367,7 @@ async function reconcileRepository(
     if (await reconcilingEnded()) return;
 
     // ---- template (skipped for fetched content already indexed)
+    const templateStarted = deps.now();
     const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, fetchStdout, deps) : undefined);
     let manifest: string;
     let deployedVersions: DeployedVersions;
@@ -361,6 +377,7 @@ async function reconcileRepository(
     if (hit) {
       deployedVersions = { index: hit.index };
       parts.template = templatePart(cachedResult({ stderr: mask.text(hit.templateStderr) }), deps.now());
+      frame.observe.phase('template', frame.secondsSince(templateStarted));
       manifest = withRepositoryRef(hit, `${object.namespace}/${object.name}`);
     } else if (fetchKey) {
       const rendered = await renderRepository(frame, { fetchKey, kept: treeKept }, work, watch.signal, deps);
@@ -370,6 +387,7 @@ async function reconcileRepository(
       }
       const templateResult = mask.result(rendered.result);
       parts.template = templatePart(templateResult, deps.now());
+      frame.observe.phase('template', frame.secondsSince(templateStarted));
       if (templateResult.error || rendered.manifest === undefined) {
         await close(
           templateResult.error
@@ -402,7 +420,9 @@ async function reconcileRepository(
     // ---- deploy (runKapp polls the repository itself while kapp runs: one poll, not two, of an
     // object that holds the whole inline repository)
     await watch.stop();
+    const deployStarted = deps.now();
     const deployed = await deployRepository(frame, manifest, work, records, deps);
+    frame.observe.phase('deploy', frame.secondsSince(deployStarted));
     await stored;
     tools = { runs: tools.runs + deployed.runs, ms: tools.ms + deployed.ms };
     parts.deploy = deployed.part;
@@ -536,7 +556,8 @@ async function deployRepository(
  *
  * @param read - the repository as read when the delete started (the `Deleting` write plans on
  *   it); of the two finalizers only those it has are removed (nothing adds the legacy one later)
- * @returns the `repo.indexed` event removing every version it deployed, after a successful delete.
+ * @returns `event`: the `repo.indexed` event removing every version it deployed, after a successful
+ *   delete; `error`: the delete's error (redacted) after a failed one.
  */
 async function deleteRepository(
   object: ObjectRef,
@@ -544,7 +565,7 @@ async function deleteRepository(
   pkgr: PackageRepository,
   kube: DeployView,
   deps: IndexRepoDeps,
-): Promise<RepoIndexedEvent | undefined> {
+): Promise<{ event?: RepoIndexedEvent; error?: string }> {
   const ref = packageRepositoryRef(object);
   const fence = { uid: object.uid, generation: object.generation };
   const done = stageTimer(deps, 'delete', objectKey(object), object.generation);
@@ -585,7 +606,7 @@ async function deleteRepository(
       if (read.metadata.finalizers?.includes(f)) await kube.removeFinalizer(ref, f, { uid: object.uid });
     }
     done('deleted', { tools });
-    return indexed;
+    return { event: indexed };
   }
   const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() });
   await writeAppStatus(
@@ -596,4 +617,5 @@ async function deleteRepository(
     mask,
   );
   done('failed', { error: mask.redact(result.error ?? ''), tools });
+  return { error: mask.redact(result.error ?? '') };
 }

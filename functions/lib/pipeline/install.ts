@@ -51,8 +51,8 @@ import { compareVersions } from '../packaging/versions.js';
 import { GENERIC_ERROR_DETAIL, KappControllerError } from '../reconcile/result.js';
 import { FRIENDLY } from '../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
-import { appRef, objectKey, stageTimer } from './common.js';
-import type { PipelineDeps } from './deps.js';
+import { appRef, objectKey, observerOf, stageTimer } from './common.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;
@@ -231,6 +231,13 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
     return;
   }
   const pkgi = parsed.data;
+  // Upstream `InitMetrics` on every reconcile; a PackageInstall counts attempts and the overall time.
+  const observe = observerOf(
+    deps,
+    { ...ev, apiVersion: raw.apiVersion, namespace: meta.namespace ?? ev.namespace, uid: meta.uid },
+    pkgi.status,
+  );
+  observe.init();
   if (meta.deletionTimestamp) {
     await deleteInstall(kube, ref, pkgi, fence, done);
     return;
@@ -244,6 +251,8 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
     }
     throw err;
   }
+  const startedAt = deps.now();
+  await observe.started();
   let outcome: 'succeeded' | 'failed' = 'succeeded';
   let error: string | undefined;
   let thrown: unknown;
@@ -265,6 +274,16 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   const final = run.status;
   const w = await write(() => final);
   done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : outcome, error ? { error } : {});
+  if (w.outcome !== 'stale' && w.outcome !== 'gone') {
+    // The outcome is the one the status shows (still `Reconciling` while its App runs).
+    const shown = final.conditions?.[0];
+    await observe.completed(
+      shown?.type === 'ReconcileFailed'
+        ? { error: secretMaskOf(deps).redact(shown.message ?? '') }
+        : { pending: shown?.type !== 'ReconcileSucceeded' },
+      (deps.now().getTime() - startedAt.getTime()) / 1000,
+    );
+  }
   if (thrown) throw thrown;
 }
 

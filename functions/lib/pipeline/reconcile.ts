@@ -21,7 +21,7 @@ import { Finalizer } from '../api/index.js';
 import { resultFromError } from '../reconcile/result.js';
 import { markPausedOrCanceled, markReconciling, summarizeStatus, writesImmediately } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
-import { appRef, loadApp, objectKey, stageTimer, writeAppStatus } from './common.js';
+import { appRef, loadApp, objectKey, observerOf, stageTimer, writeAppStatus } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { runFetch } from './fetch.js';
 
@@ -73,6 +73,9 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
     },
     run: { generation, runId: randomUUID(), startedAt: deps.now().toISOString() },
   };
+  // Upstream `InitMetrics`, on every reconcile of a live App.
+  const observe = observerOf(deps, ctx.ref, app.status);
+  observe.init();
 
   if (app.metadata.deletionTimestamp) {
     const ours = (app.metadata.finalizers ?? []).includes(Finalizer.App);
@@ -107,5 +110,7 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
     }
   }
   done('succeeded');
+  // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event).
+  await observe.started();
   return await runFetch(ctx, loaded.loaded, deps);
 }

@@ -21,10 +21,20 @@ import type { AppStatus } from '../api/index.js';
 import type { FetchView, KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
 import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
 import type { StageOutcome } from '../log.js';
+import type { ReconcileObserver } from '../observe/reconcile.js';
 import type { StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { cutForEvent, type RunParts, type StagePart, summarizeStatus, writesImmediately } from '../reconcile/status.js';
-import { appRef, type LoadedApp, type LoadResult, loadApp, objectKey, stageTimer, writeAppStatus } from './common.js';
+import {
+  appRef,
+  type LoadedApp,
+  type LoadResult,
+  loadApp,
+  objectKey,
+  observerOf,
+  stageTimer,
+  writeAppStatus,
+} from './common.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 
 /** Why a stage stops without work: the object is gone or recreated, has a newer spec, or is paused. */
@@ -75,6 +85,12 @@ export interface StageFrame<V extends FetchView, L extends { raw: KubeObject } =
   mask: SecretMask;
   /** Logs the stage run once, with its outcome. */
   done: StageDone;
+  /** Metrics and Events of the run (`../observe/reconcile.ts`): phase times here, the outcome at the final write. */
+  observe: ReconcileObserver;
+  /** Seconds since the run started (its `run.startedAt`), when known: the overall time. */
+  runSeconds: () => number | undefined;
+  /** Seconds since `since` (the stage's clock): a phase's time. */
+  secondsSince: (since: Date) => number;
 }
 
 /** What {@link openStage} takes. */
@@ -91,6 +107,8 @@ export interface OpenStageInput<V extends FetchView, L extends { raw: KubeObject
   kind: StageKind<L>;
   /** The object as the caller just read it in this invocation (the run's first stage): not read again. */
   loaded?: L;
+  /** When the run started (`run.startedAt`), for the overall time of its final stage. */
+  runStartedAt?: string;
 }
 
 /**
@@ -124,15 +142,31 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
     done('paused');
     return { stop: 'paused' };
   }
-  return { frame: { kube, ref, object, fence, loaded, kind: input.kind, mask: secretMaskOf(deps), done } };
+  const secondsSince = (since: Date) => Math.max(0, (deps.now().getTime() - since.getTime()) / 1000);
+  const runStartedAt = input.runStartedAt ? new Date(input.runStartedAt) : undefined;
+  return {
+    frame: {
+      kube,
+      ref,
+      object,
+      fence,
+      loaded,
+      kind: input.kind,
+      mask: secretMaskOf(deps),
+      done,
+      observe: observerOf(deps, object, input.kind.status(loaded)),
+      runSeconds: () => (runStartedAt ? secondsSince(runStartedAt) : undefined),
+      secondsSince,
+    },
+  };
 }
 
 /** What a stage hand-off event (`TemplateStageData`, `DeployStageData`, ...) opens the next stage with. */
 export interface HandOff {
   /** The object the run is for. */
   object: ObjectRef;
-  /** The run that handed off: the next stage is fenced on its generation. */
-  run: Pick<StageRun, 'generation'>;
+  /** The run that handed off: the next stage is fenced on its generation; its start times the run. */
+  run: Pick<StageRun, 'generation'> & Partial<Pick<StageRun, 'startedAt'>>;
 }
 
 /**
@@ -152,7 +186,14 @@ export function openHandOff<V extends FetchView, L extends { raw: KubeObject } =
   view: (clusterId: string) => V,
   kind: StageKind<L>,
 ): Promise<{ frame: StageFrame<V, L>; stop?: undefined } | { stop: StageStop }> {
-  return openStage(deps, { stage, object: handOff.object, generation: handOff.run.generation, view, kind });
+  return openStage(deps, {
+    stage,
+    object: handOff.object,
+    generation: handOff.run.generation,
+    view,
+    kind,
+    ...(handOff.run.startedAt ? { runStartedAt: handOff.run.startedAt } : {}),
+  });
 }
 
 /** Why a later stage stops without work: the object is gone, recreated, or has a newer spec. */
@@ -164,6 +205,9 @@ export function checkFence(raw: KubeObject | undefined, fence: RunFence): FenceR
   if (raw.metadata.generation !== fence.generation) return 'stale';
   return 'ok';
 }
+
+/** The Event text of a run whose status was too large to write (the status says more). */
+const TOO_LARGE_EVENT = 'the status was too large to write';
 
 /** What {@link closeStage} takes. */
 export interface CloseStageInput {
@@ -205,7 +249,12 @@ export async function closeStage<L extends { raw: KubeObject }>(
     if (w.outcome === 'stale' && input.last) w = await writeHeld(frame, final, w);
     const outcome: StageOutcome =
       w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : input.success;
+    const ended = outcome !== 'stale' && outcome !== 'gone';
     done(outcome, { ...(result.error ? { error: mask.redact(result.error) } : {}), tools });
+    if (ended) {
+      const error = result.error !== undefined ? mask.redact(result.error) : w.tooLarge ? TOO_LARGE_EVENT : undefined;
+      await frame.observe.completed(error === undefined ? {} : { error }, frame.runSeconds());
+    }
     return { next: false };
   }
   if (writesImmediately(frame.kind.status(loaded)) || (input.own && cutForEvent(input.own))) {

@@ -98,6 +98,7 @@ export async function runTemplate(
   const opened = await openHandOff(deps, 'template', data, (id) => deps.clusters.fetchView(id), APP_KIND);
   if (opened.stop) return {};
   const { frame } = opened;
+  const templateStartedAt = deps.now();
   const { kube, mask } = frame;
   const { app } = frame.loaded;
   const ns = app.metadata.namespace ?? '';
@@ -235,6 +236,7 @@ export async function runTemplate(
   }
   const { result, manifestKey } = rendered;
   const part = templatePart(result, now());
+  frame.observe.phase('template', frame.secondsSince(templateStartedAt));
   const next = await closeHandingOn(frame, {
     parts: { fetch: fromEventPart(data.fetchStatus), template: part },
     own: part,
