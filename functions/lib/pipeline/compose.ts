@@ -8,6 +8,7 @@
  *
  * @module
  */
+
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
 import { withEgressProxy } from '../fetch/egress-proxy.js';
@@ -17,6 +18,7 @@ import { restTransportForKubeconfig } from '../kube/registry.js';
 import type { Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineStage } from '../transport/port.js';
+import { clusterConfigSource } from './cluster-config.js';
 import type { PipelineConfig, PipelineDeps } from './deps.js';
 import type { ClusterInfoSource } from './template.js';
 
@@ -70,6 +72,8 @@ export function toolEnv(
 export type ComposedPipelineDeps = PipelineDeps & {
   clusterInfo: ClusterInfoSource;
   closeEgressProxy: () => Promise<void>;
+  /** Makes the next event of the cluster read its `kapp-controller-config` again (it changed). */
+  invalidateControllerConfig: (clusterId: string) => void;
 };
 
 /** What a composition root brings to {@link createPipelineDeps}. */
@@ -95,6 +99,12 @@ export interface PipelineAdapters {
   tools: Omit<CommandRunnerOptions, 'baseEnv'>;
   /** The pipeline configuration, as is. */
   config: PipelineConfig;
+  /**
+   * How long a cluster's `kapp-controller-config` is used before an event reads it again, ms.
+   * Default `DEFAULT_CONTROLLER_CONFIG_TTL_MS` (10 s); a runtime whose forwarder watches the
+   * object (the embedded one) may use a long one and invalidate on change.
+   */
+  controllerConfigTtlMs?: number;
 }
 
 /**
@@ -104,6 +114,7 @@ export interface PipelineAdapters {
  * `config.urlPolicy` is enforced, the runner's network tools go through the process's egress
  * proxy (`withEgressProxy`, `../fetch/egress-proxy.ts`), started at the first such run, and
  * `egressProxyUrl` hands the same proxy to the deploy stage for kubeconfig Secret clusters.
+ * Each event reads its cluster's `kapp-controller-config` (cached, `./cluster-config.ts`).
  *
  * @param adapters - The root's ports and configuration.
  * @returns The deps every stage handler (and the in-process dispatcher) takes.
@@ -115,8 +126,14 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
     config.urlPolicy?.mode === 'enforce'
       ? withEgressProxy(direct, { checker: new UrlPolicyChecker(config.urlPolicy) })
       : undefined;
+  const clusterConfigs = clusterConfigSource(
+    { clusters: adapters.clusters, log: adapters.log, config },
+    adapters.controllerConfigTtlMs !== undefined ? { ttlMs: adapters.controllerConfigTtlMs } : {},
+  );
   return {
     clusters: adapters.clusters,
+    controllerConfig: clusterConfigs.get,
+    invalidateControllerConfig: clusterConfigs.invalidate,
     store: adapters.store,
     ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
     runner: proxied ?? direct,
