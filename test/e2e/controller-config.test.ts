@@ -190,7 +190,7 @@ describe('kapp-controller-config of the cluster', () => {
 
     await apply(configSecret({ caCerts: caCert }));
     // A new generation reconciles at once (the failed one would retry only after its backoff).
-    await apply(httpApp(name, url, '10m'));
+    await apply(httpApp(name, url, '11m'));
     const ok = await rt.waitForApp(NS, name, succeededAt(2), 'success with the CA trusted');
     await expectSucceeded(ok);
     const cm = (await getObject('configmap', NS, name)) as { data?: Record<string, string> } | undefined;

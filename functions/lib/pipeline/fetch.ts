@@ -24,7 +24,7 @@ import { readingRefsOnce } from '../kube/views.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { fetchConfigDigest } from '../reconcile/controller-config.js';
 import { redactSecrets } from '../reconcile/redact.js';
-import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
+import { attachError, outcomeOf, resultFromError, type StageResult, withCAHint } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { fetchIsPrivate, fleetFlight, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
@@ -303,7 +303,9 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     if (flight.kind === 'found') cached = true;
     fetched = flight.kind === 'found' ? flight.value : flight.result;
   }
-  const { result, fetchKey } = fetched;
+  const { fetchKey } = fetched;
+  // The hint is part of the fetch's stderr (app_fetch.go), hence of usefulErrorMessage too.
+  const result = withCAHint(fetched.result);
   const part = fetchPart(result, startedAt, deps.now());
   const next = await closeHandingOn(frame, {
     parts: { fetch: part },
