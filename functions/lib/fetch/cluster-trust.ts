@@ -79,8 +79,8 @@ export function proxyEnv(proxy: ControllerProxy | undefined): Record<string, str
 
 /**
  * The proxy (if any) a request to `url` goes through, with Go's `httpproxy` rules: `https_proxy`
- * for https, `http_proxy` for http; none when the host matches `no_proxy` (`*`, an exact host,
- * a domain suffix with or without a leading dot, `host:port`, or a CIDR literal match of an IP)
+ * for https, `http_proxy` for http; none when the host matches `no_proxy` (`*`, an exact host
+ * and its subdomains, `.domain` for subdomains only, `host:port`, or a CIDR literal match of an IP)
  * or is `localhost` / a loopback IP (Go never proxies those).
  */
 export function proxyFor(url: URL, proxy: ControllerProxy | undefined): URL | undefined {
@@ -95,8 +95,10 @@ export function proxyFor(url: URL, proxy: ControllerProxy | undefined): URL | un
     if (e === '*') return undefined;
     const [h, p] = e.startsWith('[') ? [e.slice(1, e.indexOf(']')), e.split(']:')[1]] : e.split(':');
     if (p && p !== port) continue;
+    // Go: `.example` matches subdomains only; `example` (or `*.example`) the name and subdomains.
+    const subOnly = (h ?? '').startsWith('.');
     const name = (h ?? '').replace(/^\*?\./, '');
-    if (host === name || host.endsWith(`.${name}`)) return undefined;
+    if ((!subOnly && host === name) || host.endsWith(`.${name}`)) return undefined;
     if (name.includes('/') && inCidr(host, name)) return undefined;
   }
   try {
