@@ -10,10 +10,13 @@
  *
  * @module
  */
+import { KubeApiError } from '../kube/port.js';
 import {
+  type ClusterControllerConfig,
   ControllerConfigCache,
   DEFAULT_CONTROLLER_CONFIG_NAMESPACE,
   describeControllerConfig,
+  EMPTY_CONTROLLER_CONFIG,
   readControllerConfig,
 } from '../reconcile/controller-config.js';
 import type { PipelineDeps } from './deps.js';
@@ -86,7 +89,19 @@ export function clusterConfigSource(
       const view = deps.clusters.fetchView(clusterId);
       // noProxy's KAPPCTRL_KUBERNETES_SERVICE_HOST: the host of this cluster's API server.
       const server = deps.clusters.deployView(clusterId).apiServer().server;
-      const config = await readControllerConfig(view, ns, hostOf(server));
+      let config: ClusterControllerConfig;
+      try {
+        config = await readControllerConfig(view, ns, hostOf(server));
+      } catch (err) {
+        // A function whose cluster role may not read the object (install and index-repo today)
+        // runs with the runtime-wide settings rather than failing every event.
+        if (!(err instanceof KubeApiError) || err.statusCode !== 403) throw err;
+        deps.log.warn(
+          { clusterId, namespace: ns },
+          'kapp-controller-config not readable by this function (403); runtime-wide settings apply',
+        );
+        return EMPTY_CONTROLLER_CONFIG;
+      }
       deps.log.debug({ clusterId, controllerConfig: describeControllerConfig(config) }, 'read kapp-controller-config');
       return config;
     },
