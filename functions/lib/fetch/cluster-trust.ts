@@ -7,9 +7,9 @@
  * fetch stage's own downloads (http sources) get the same trust and proxy
  * (`./http-download.ts`). Nothing of one cluster's configuration reaches another cluster's run.
  *
- * Under an enforced URL policy the tools' proxy is the egress proxy, which refuses what the
- * policy refuses: the cluster's proxy is then not used by the tools (a cluster's proxy is
- * normally inside its own network, out of a cloud function's reach); its CA bundle is.
+ * Under an enforced URL policy the cluster's proxy is not used at all (tools: the egress proxy
+ * is their only proxy; downloads: direct), since its address is the tenant admin's choice and
+ * would be reached without the policy's check; its CA bundle is still used.
  *
  * @module
  */

@@ -99,7 +99,11 @@ export async function fetchWithVendir(
       fetch: app.spec.fetch ?? [],
       refs: plan.refs,
       root: prep,
-      ...(cc?.caCerts || cc?.proxy ? { trust: { caCerts: cc.caCerts, proxy: cc.proxy } } : {}),
+      // Under an enforced URL policy the cluster's proxy is not used (its address is the
+      // tenant's choice and would be reached unchecked), as for the tools below.
+      ...(cc?.caCerts || cc?.proxy
+        ? { trust: { caCerts: cc.caCerts, proxy: policy?.policy.mode === 'enforce' ? undefined : cc.proxy } }
+        : {}),
       downloader: deps.download,
       ...(policy ? { urlPolicy: policy } : {}),
       timeoutMs: deps.config.toolTimeoutMs,
