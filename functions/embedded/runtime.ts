@@ -85,6 +85,11 @@ export interface EmbeddedOptions {
   forwarder?: { coalesceWindowMs?: number; stallTimeoutMs?: number; watchTimeoutSeconds?: number };
   /** Overrides of the pipeline configuration. */
   config?: Partial<PipelineConfig>;
+  /**
+   * How long a cluster's `kapp-controller-config` is used before an event reads it again, ms
+   * (`0`: every event reads it). Default `DEFAULT_CONTROLLER_CONFIG_TTL_MS` (10 s).
+   */
+  controllerConfigTtlMs?: number;
   /** Crash retry backoff, ms. */
   retry?: { baseRetryMs?: number; maxRetryMs?: number };
   /**
@@ -216,6 +221,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       ...(connector ? { connector } : {}),
     },
     metrics,
+    ...(opts.controllerConfigTtlMs !== undefined ? { controllerConfigTtlMs: opts.controllerConfigTtlMs } : {}),
     config: {
       tmpRoot: opts.tmpRoot,
       toolVersions: pinnedToolVersions(),

@@ -29,6 +29,8 @@
  * | `KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY` | kapp-controller-config `dangerousSkipTLSVerify` (comma hosts) | none |
  * | `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
+ * | `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE` | namespace of each cluster's own `kapp-controller-config` Secret or ConfigMap, read from that cluster; its keys replace the four above for that cluster's runs, and its `caCerts` and proxy keys apply to its fetches only | `kapp-lambda` |
+ * | `KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS` | how long a cluster's `kapp-controller-config` is used before an event reads it again (0: every event) | `10` |
  * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
  * | `KAPP_LAMBDA_METRICS` | reconcile metrics as CloudWatch EMF log lines: `cluster` (dimensions `clusterId`, `controller`), `object` (also per object: upstream's labels as dimensions, one custom metric per series and object) or `off` | `cluster` |
  * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
@@ -150,6 +152,10 @@ export interface LambdaConfig {
   dangerousSkipTLSVerify?: string;
   /** `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` / `_MINIMUM_SYNC_PERIOD`, in ms. */
   timer: TimerConfig;
+  /** `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE`; unset: `DEFAULT_CONTROLLER_CONFIG_NAMESPACE`. */
+  controllerConfigNamespace?: string;
+  /** `KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS`, in ms; unset: the pipeline's default (10 s). */
+  controllerConfigTtlMs?: number;
   /** `KAPP_LAMBDA_LOG_LEVEL`. */
   logLevel: (typeof LOG_LEVELS)[number];
   /** `KAPP_LAMBDA_METRICS`: how reconcile metrics are published (`../observe/metrics.ts`). */
@@ -252,6 +258,10 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(intText(1, 1000)),
+  KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: optional(
+    z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { error: 'expected a namespace name' }),
+  ),
+  KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS: optional(intText(0, 3600)),
   KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
   KAPP_LAMBDA_METRICS: z.preprocess(blankToUndefined, z.enum(['cluster', 'object', 'off']).default('cluster')),
   KAPP_LAMBDA_URL_POLICY: z.preprocess(blankToUndefined, z.enum(['enforce', 'off']).default('enforce')),
@@ -360,6 +370,10 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     config.senderCheck = { functionSenders: e.KAPP_LAMBDA_FUNCTION_SENDERS ?? [] };
   }
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
+  if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE)
+    config.controllerConfigNamespace = e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE;
+  if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS !== undefined)
+    config.controllerConfigTtlMs = e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS * 1000;
   if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;
   return config;
 }

@@ -277,7 +277,9 @@ export function createLambdaDeps(
       urlPolicy: config.urlPolicy,
       ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
+      ...(config.controllerConfigNamespace ? { controllerConfigNamespace: config.controllerConfigNamespace } : {}),
     },
+    ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),
   });
   if (FUNCTION_ACCESS[config.stage].runtimeIdentity) {
     pipeline.runtimeKubeconfig =

@@ -405,8 +405,8 @@ async function processRecord(
       { attempt: receiveCount ?? 0, maxAttempts },
       {
         secretMask,
+        ...(prepare ? { prepare } : {}),
         dispatch: async (e, deps) => {
-          if (prepare) await prepare(objectRefOf(e).clusterId);
           const next = await dispatch(e, deps);
           if (deadline?.aborted) elog.warn({ stage, type: e.type }, 'function deadline reached while the stage ran');
           return next;

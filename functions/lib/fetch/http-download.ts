@@ -11,6 +11,8 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import type { ControllerProxy } from '../reconcile/controller-config.js';
+import { trustingFetch } from './cluster-trust.js';
 
 /** Go's default `http.Client` redirect limit. */
 export const MAX_REDIRECTS = 10;
@@ -33,6 +35,13 @@ export interface HttpDownloadRequest {
    * and no request is sent to that URL.
    */
   checkUrl?: (url: string) => Promise<void>;
+  /**
+   * The cluster's `kapp-controller-config` `caCerts`: trusted besides the system roots (the
+   * request then goes over {@link trustingFetch}, not the downloader's `fetch`).
+   */
+  caCerts?: string;
+  /** The cluster's proxy keys (as `caCerts`: over {@link trustingFetch}). */
+  proxy?: ControllerProxy;
 }
 
 /** A completed download. */
@@ -71,8 +80,23 @@ function basic(username: string, password: string): string {
   return `Basic ${Buffer.from(`${username}:${password}`, 'utf8').toString('base64')}`;
 }
 
+/**
+ * Node's codes for a certificate chain ending at a root it does not trust: Go reports each as
+ * `x509: certificate signed by unknown authority` (which the fetch stage's CA hint keys on).
+ */
+const UNKNOWN_AUTHORITY_CODES = new Set([
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+]);
+
 function causeText(err: unknown): string {
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  if (cause?.code && UNKNOWN_AUTHORITY_CODES.has(cause.code)) {
+    return 'tls: failed to verify certificate: x509: certificate signed by unknown authority';
+  }
   if (cause?.code && cause.message) return cause.message;
   return err instanceof Error ? err.message : String(err);
 }
@@ -81,8 +105,11 @@ function causeText(err: unknown): string {
  * The real {@link HttpDownloader}, on Node's `fetch` with manual redirects.
  *
  * Differences from Go's client: Node's TLS trust store (its bundled CAs plus
- * `NODE_EXTRA_CA_CERTS`), not the system one; no proxy support (the URL policy is applied to
- * each hop by `checkUrl` here, while the tools go through the egress proxy, `./egress-proxy.ts`).
+ * `NODE_EXTRA_CA_CERTS`, plus the request's `caCerts`), not the system one; the proxy is the
+ * request's `proxy` (the cluster's `kapp-controller-config`), never the process environment
+ * (the URL policy is applied to each hop by `checkUrl` here, while the tools go through the
+ * egress proxy, `./egress-proxy.ts`). An untrusted certificate reads as Go's
+ * `x509: certificate signed by unknown authority`.
  *
  * @param fetchImpl - the `fetch` to use (default: the global one)
  */
@@ -119,7 +146,8 @@ export function createHttpDownloader(fetchImpl: typeof fetch = fetch): HttpDownl
         await req.checkUrl?.(target.href);
         let res: Response;
         try {
-          res = await fetchImpl(target, { method: 'GET', headers, redirect: 'manual', signal: req.signal });
+          const f = req.caCerts || req.proxy ? trustingFetch({ caCerts: req.caCerts, proxy: req.proxy }) : fetchImpl;
+          res = await f(target, { method: 'GET', headers, redirect: 'manual', signal: req.signal });
         } catch (err) {
           throw new HttpDownloadError(`Initiating URL download: Get ${JSON.stringify(shown)}: ${causeText(err)}`);
         }

@@ -30,6 +30,8 @@ export interface PrepareHttpInput {
   refs: RefObjects;
   /** Empty scratch directory, not inside vendir's working directory; entry i goes to `<root>/<i>`. */
   root: string;
+  /** The cluster's `kapp-controller-config` CA bundle and proxy for every download. */
+  trust?: import('./cluster-trust.js').TrustOptions;
   /** The download port. Default {@link createHttpDownloader}. */
   downloader?: HttpDownloader;
   /** The URL policy, checked on every hop of every download (redirects included). */
@@ -134,6 +136,8 @@ export async function prepareHttpSources(input: PrepareHttpInput): Promise<Prepa
         url,
         basicAuth: auth,
         maxBytes: input.limits?.maxDownloadBytes,
+        ...(input.trust?.caCerts ? { caCerts: input.trust.caCerts } : {}),
+        ...(input.trust?.proxy ? { proxy: input.trust.proxy } : {}),
         signal: input.signal
           ? AbortSignal.any([AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000), input.signal])
           : AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000),

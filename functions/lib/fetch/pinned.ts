@@ -120,11 +120,16 @@ export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | unde
  * Identity of a whole `spec.fetch` when every entry is pinned, else `undefined`. Covers the
  * directory each entry lands in and the vendir version (a vendir upgrade may lay files out
  * differently). Inline entries without `pathsFrom` are pinned by their content.
+ *
+ * @param configDigest - `fetchConfigDigest` of the cluster's `kapp-controller-config` (its CA
+ *   bundle, proxy and skipped hosts decide what the fetch could reach); `''` adds nothing, so
+ *   an unconfigured cluster's identities are unchanged.
  */
 export function pinnedFetchIdentity(
   fetch: readonly AppFetch[],
   vendirVersion: string,
   credentials: Readonly<Record<string, string>> = {},
+  configDigest = '',
 ): string | undefined {
   if (fetch.length === 0) return undefined;
   const parts: unknown[] = [];
@@ -141,7 +146,7 @@ export function pinnedFetchIdentity(
     const secret = fetchSecretName(entry);
     parts.push({ i, path: entry.path ?? null, id: id.cacheKey, cred: secret ? (credentials[secret] ?? '-') : null });
   }
-  return sha256Hex(canonicalJson({ v: 1, vendir: vendirVersion, parts }));
+  return sha256Hex(canonicalJson({ v: 1, vendir: vendirVersion, parts, ...(configDigest ? { configDigest } : {}) }));
 }
 
 /** The Secret holding a fetch entry's credentials, if it names one. */

@@ -8,6 +8,7 @@
  *
  * @module
  */
+
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
 import { withEgressProxy } from '../fetch/egress-proxy.js';
@@ -19,6 +20,7 @@ import { ReconcileEventRecorder } from '../observe/events.js';
 import type { ReconcileMetrics } from '../observe/metrics.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineStage } from '../transport/port.js';
+import { clusterConfigSource } from './cluster-config.js';
 import type { PipelineConfig, PipelineDeps } from './deps.js';
 import type { ClusterInfoSource } from './template.js';
 
@@ -72,6 +74,8 @@ export function toolEnv(
 export type ComposedPipelineDeps = PipelineDeps & {
   clusterInfo: ClusterInfoSource;
   closeEgressProxy: () => Promise<void>;
+  /** Makes the next event of the cluster read its `kapp-controller-config` again (it changed). */
+  invalidateControllerConfig: (clusterId: string) => void;
 };
 
 /** What a composition root brings to {@link createPipelineDeps}. */
@@ -101,6 +105,12 @@ export interface PipelineAdapters {
   metrics?: ReconcileMetrics;
   /** Reconcile Events: default a {@link ReconcileEventRecorder} with its defaults; `false`: none. */
   events?: ReconcileEventRecorder | false;
+  /**
+   * How long a cluster's `kapp-controller-config` is used before an event reads it again, ms.
+   * Default `DEFAULT_CONTROLLER_CONFIG_TTL_MS` (10 s); a runtime whose forwarder watches the
+   * object (the embedded one) may use a long one and invalidate on change.
+   */
+  controllerConfigTtlMs?: number;
 }
 
 /**
@@ -110,6 +120,7 @@ export interface PipelineAdapters {
  * `config.urlPolicy` is enforced, the runner's network tools go through the process's egress
  * proxy (`withEgressProxy`, `../fetch/egress-proxy.ts`), started at the first such run, and
  * `egressProxyUrl` hands the same proxy to the deploy stage for kubeconfig Secret clusters.
+ * Each event reads its cluster's `kapp-controller-config` (cached, `./cluster-config.ts`).
  *
  * @param adapters - The root's ports and configuration.
  * @returns The deps every stage handler (and the in-process dispatcher) takes.
@@ -124,8 +135,14 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
           ...(tools.connector ? { connector: tools.connector } : {}),
         })
       : undefined;
+  const clusterConfigs = clusterConfigSource(
+    { clusters: adapters.clusters, log: adapters.log, config },
+    adapters.controllerConfigTtlMs !== undefined ? { ttlMs: adapters.controllerConfigTtlMs } : {},
+  );
   return {
     clusters: adapters.clusters,
+    controllerConfig: clusterConfigs.get,
+    invalidateControllerConfig: clusterConfigs.invalidate,
     store: adapters.store,
     ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
     runner: proxied ?? direct,

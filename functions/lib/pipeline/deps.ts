@@ -11,6 +11,7 @@ import type { HttpDownloader } from '../fetch/http-download.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import type { Logger } from '../log.js';
+import type { ClusterControllerConfig } from '../reconcile/controller-config.js';
 import { type SecretMask, SecretMask as SecretMaskImpl } from '../reconcile/secret-mask.js';
 import type { ControllerSyncConfig } from '../reconcile/timer.js';
 import type { ObjectStore } from '../store/port.js';
@@ -22,15 +23,25 @@ export interface PipelineConfig {
    * Upstream uses the memory-backed `KAPPCTRL_MEM_TMP_DIR`; on Lambda this is `/tmp`.
    */
   tmpRoot: string;
-  /** `kappDeployRawOptions` of `kapp-controller-config` (allow-listed like per-App options). Default `[]`. */
+  /**
+   * `kappDeployRawOptions` of `kapp-controller-config` (allow-listed like per-App options).
+   * Default `[]`. The runtime-wide value; a cluster's own `kapp-controller-config` replaces it
+   * for that cluster's runs (`./cluster-config.ts`).
+   */
   kappDeployRawOptions?: string[];
-  /** `dangerousSkipTLSVerify` of `kapp-controller-config`: comma-separated hosts. */
+  /** `dangerousSkipTLSVerify` of `kapp-controller-config`: comma-separated hosts (per cluster as above). */
   dangerousSkipTLSVerify?: string;
   /**
    * Sync period defaults (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`, and
-   * `packageInstallDefaultSyncPeriod` for the Apps PackageInstalls generate: 10m when unset).
+   * `packageInstallDefaultSyncPeriod` for the Apps PackageInstalls generate: 10m when unset);
+   * per key, a cluster's own `kapp-controller-config` replaces them for its runs.
    */
   timer?: ControllerSyncConfig;
+  /**
+   * Namespace of each cluster's `kapp-controller-config` Secret or ConfigMap. Default
+   * `DEFAULT_CONTROLLER_CONFIG_NAMESPACE` (`kapp-lambda`, the forwarder's).
+   */
+  controllerConfigNamespace?: string;
   /**
    * The packaging global namespace whose Packages every namespace sees (upstream
    * `-packaging-global-namespace`). Default `kapp-controller-packaging-global`.
@@ -150,6 +161,19 @@ export interface PipelineDeps {
    * @throws Error when the kubeconfig cannot be loaded
    */
   appReader?: (kubeconfigYaml: string) => import('../kube/transport.js').RestTransport;
+  /**
+   * A cluster's own `kapp-controller-config` (`../reconcile/controller-config.ts`), cached per
+   * cluster and re-read when it changes; `createPipelineDeps` sets it. Read once per event by
+   * `withClusterConfig` (`./cluster-config.ts`), which overlays it on {@link PipelineDeps.config}
+   * and sets {@link PipelineDeps.clusterConfig}. Absent: only the runtime-wide settings apply.
+   * @throws the API errors of the read (the event is retried)
+   */
+  controllerConfig?: (clusterId: string) => Promise<ClusterControllerConfig>;
+  /**
+   * The `kapp-controller-config` of the cluster of this event (set per event by
+   * `withClusterConfig`): its `caCerts`, proxy and skipped hosts reach this run's fetches only.
+   */
+  clusterConfig?: ClusterControllerConfig;
   /** Wall clock. */
   now: () => Date;
   /** Uniform [0,1) source for jitter; defaults to `Math.random`. */

@@ -15,14 +15,16 @@ import type { App, AppFetch, RefObjects } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
+import { proxyEnv, trustEnv } from '../fetch/cluster-trust.js';
 import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
 import { readingRefsOnce } from '../kube/views.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
+import { fetchConfigDigest } from '../reconcile/controller-config.js';
 import { redactSecrets } from '../reconcile/redact.js';
-import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
+import { attachError, outcomeOf, resultFromError, type StageResult, withCAHint } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { fetchIsPrivate, fleetFlight, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
@@ -92,10 +94,16 @@ export async function fetchWithVendir(
   // ../fetch/http-source.ts), so vendir never unpacks an archive itself.
   const prep = await makeScratch(deps, 'fetch-http');
   try {
+    const cc = deps.clusterConfig;
     const prepared = await prepareHttpSources({
       fetch: app.spec.fetch ?? [],
       refs: plan.refs,
       root: prep,
+      // Under an enforced URL policy the cluster's proxy is not used (its address is the
+      // tenant's choice and would be reached unchecked), as for the tools below.
+      ...(cc?.caCerts || cc?.proxy
+        ? { trust: { caCerts: cc.caCerts, proxy: policy?.policy.mode === 'enforce' ? undefined : cc.proxy } }
+        : {}),
       downloader: deps.download,
       ...(policy ? { urlPolicy: policy } : {}),
       timeoutMs: deps.config.toolTimeoutMs,
@@ -103,14 +111,22 @@ export async function fetchWithVendir(
     });
     if ('result' in prepared) return { result: prepared.result, toolMs: 0, toolRuns: 0 };
     const toRun = prepared.dirs.size > 0 ? planVendirSync({ ...plan.input, preparedHttp: prepared.dirs }) : plan;
+    // The cluster's kapp-controller-config: its CA bundle for every tool vendir runs, its proxy
+    // unless the URL policy is enforced (then the egress proxy is the tools' only proxy).
+    const enforced = policy?.policy.mode === 'enforce';
+    const clusterEnv = {
+      ...(cc?.caCerts ? await trustEnv(prep, cc.caCerts) : {}),
+      ...(enforced ? {} : proxyEnv(cc?.proxy)),
+    };
     const run = await deps.runner.run({
       cmd: toRun.command.bin,
       args: toRun.command.args,
       stdin: toRun.stdin,
       cwd: work,
       // Under an enforced URL policy git refuses submodule clones (their URLs are never checked).
-      env:
-        policy?.policy.mode === 'enforce' ? { ...toRun.command.env, ...GIT_SUBMODULE_LOCKDOWN_ENV } : toRun.command.env,
+      env: enforced
+        ? { ...toRun.command.env, ...clusterEnv, ...GIT_SUBMODULE_LOCKDOWN_ENV }
+        : { ...toRun.command.env, ...clusterEnv },
       // vendir writes the fetch directory and reads the unpacked http sources; it keeps no
       // cache (see vendirSyncCommand), so nothing of this run outlives it.
       writable: [work, prep],
@@ -224,7 +240,10 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, [], mask);
     for (const n of secretNames) credentials[n] = refs.digests[`secret/${n}`] ?? '-';
   }
-  const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials);
+  // A cluster's CA bundle, proxy and skipped hosts decide what its fetch may reach: a pinned
+  // fetch made under one configuration is not reused by a cluster configured otherwise.
+  const configDigest = deps.clusterConfig ? fetchConfigDigest(deps.clusterConfig) : '';
+  const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials, configDigest);
   // A fetch that used a Secret (credentials of a private source, inline pathsFrom Secrets) is
   // private: sealed for this cluster and namespace, never in the fleet-wide cache.
   const scope = fetchIsPrivate(fetchSpec) ? scopeOf(ctx.ref) : undefined;
@@ -289,7 +308,9 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     if (flight.kind === 'found') cached = true;
     fetched = flight.kind === 'found' ? flight.value : flight.result;
   }
-  const { result, fetchKey } = fetched;
+  const { fetchKey } = fetched;
+  // The hint is part of the fetch's stderr (app_fetch.go), hence of usefulErrorMessage too.
+  const result = withCAHint(fetched.result);
   const part = fetchPart(result, startedAt, deps.now());
   frame.observe.phase('fetch', frame.secondsSince(startedAt));
   const next = await closeHandingOn(frame, {

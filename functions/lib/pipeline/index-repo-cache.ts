@@ -10,6 +10,7 @@
  *
  * @module
  */
+
 import type { PackageRepository } from '../api/index.js';
 import { parseArtifactKey } from '../artifact/keys.js';
 import { pinnedFetchIdentity } from '../fetch/pinned.js';
@@ -23,6 +24,7 @@ import {
   storeRepoIndex,
   storeSourceRecord,
 } from '../packaging/repo-index.js';
+import { fetchConfigDigest } from '../reconcile/controller-config.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import type { StageResult } from '../reconcile/result.js';
 import { fetchIsPrivate } from './artifacts.js';
@@ -64,7 +66,13 @@ export async function planRepoIndex(
     tools: { ytt: v.ytt ?? '', kbld: v.kbld ?? '' },
   };
   const plan: RepoIndexPlan = { recipe, ref: `${ref.namespace}/${ref.name}` };
-  const identity = pinnedFetchIdentity(fetch, v.vendir ?? '');
+  // As an App's pinned fetch: keyed by the cluster's fetch configuration too (`./fetch.ts`).
+  const identity = pinnedFetchIdentity(
+    fetch,
+    v.vendir ?? '',
+    {},
+    deps.clusterConfig ? fetchConfigDigest(deps.clusterConfig) : '',
+  );
   if (!identity) return plan;
   // A source this runtime's URL policy refuses is never served from the index: the fetch runs
   // and fails with the policy's message.

@@ -28,7 +28,7 @@
  *
  * @module
  */
-import { EVENT_TYPES, type KappEvent, type ObjectRef } from '../../../events/schema.js';
+import { EVENT_TYPES, type KappEvent, type ObjectRef, objectRefOf } from '../../../events/schema.js';
 import { KAPP_ERROR_PREFIX } from '../deploy/kapp.js';
 import { FETCH_RUN_ERROR_PREFIX } from '../fetch/vendir.js';
 import type { ResourceRef } from '../kube/port.js';
@@ -36,6 +36,7 @@ import type { StatusWriteOutcome } from '../kube/status-write.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import { formatStatusTime, markDeleteFailed, markFailed } from '../reconcile/status.js';
+import { withClusterConfig } from './cluster-config.js';
 import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
 
@@ -310,6 +311,11 @@ export interface RetryBoundOptions<D extends PipelineDeps = PipelineDeps> {
    * the caller's logs). Default a fresh {@link SecretMask}.
    */
   secretMask?: SecretMask;
+  /**
+   * Loads the event's cluster before anything reads it (the fleet registry's `prepare`); then
+   * the cluster's `kapp-controller-config` is laid over `deps` (`withClusterConfig`).
+   */
+  prepare?: (clusterId: string) => Promise<void>;
 }
 
 /**
@@ -335,7 +341,9 @@ export async function dispatchWithRetryBound<D extends PipelineDeps>(
   const secretMask = options.secretMask ?? new SecretMask();
   const dispatch = options.dispatch;
   try {
-    const next = await dispatch(event, { ...deps, secretMask });
+    const clusterId = objectRefOf(event).clusterId;
+    await options.prepare?.(clusterId);
+    const next = await dispatch(event, await withClusterConfig({ ...deps, secretMask }, clusterId));
     if (next && options.forward) await options.forward(next);
     return next ? { next } : {};
   } catch (err) {

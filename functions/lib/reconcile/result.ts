@@ -119,6 +119,7 @@ export function withFriendlyYAMLStrings(result: StageResult): StageResult {
  */
 export function withCAHint(result: StageResult): StageResult {
   if (result.error === undefined || !result.stderr.includes(X509_UNKNOWN_AUTHORITY)) return result;
+  if (result.stderr.includes(CA_HINT)) return result; // applied already (idempotent)
   const sep = result.stderr.endsWith('\n') ? '' : '\n';
   return { ...result, stderr: `${result.stderr}${sep}${CA_HINT}` };
 }
