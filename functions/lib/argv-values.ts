@@ -124,7 +124,9 @@ const URL_WITH_SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)/;
  * beginning with `-`; control characters and whitespace; the remote-helper syntax
  * `<transport>::<address>` (`ext::` runs any command, `fd::` reads descriptors); a host or
  * authority (`[user@]host[:port]` of `scheme://...`, or of scp-like `[user@]host:path`) beginning
- * with `-`.
+ * with `-`; for an ssh or `git://` remote, a host git would really connect to
+ * ({@link gitConnectHost}) that is no DNS name or IP address, or that is not the host the URL
+ * names (the one the URL policy checks).
  * Every URL git documents (`https://`, `ssh://`, `git://`, `file://`, scp-like, local paths)
  * passes otherwise. Which hosts may be reached is the URL policy's business, not this check's.
  *
@@ -142,12 +144,15 @@ export function gitUrlError(url: string): string | undefined {
       return 'its host must not begin with "-" (ssh would read it as an option)';
     }
     const scheme = (m[1] ?? '').toLowerCase();
-    if (SHELL_HOST_SCHEMES.has(scheme)) return shellSafeHostError(authority.slice(authority.lastIndexOf('@') + 1));
+    if (SHELL_HOST_SCHEMES.has(scheme)) {
+      const named = authority.slice(authority.lastIndexOf('@') + 1);
+      return shellSafeHostError(named) ?? gitReachedHostError(url, named.replace(/^\[([^\]]*)\].*$|:\d*$/, '$1'));
+    }
     return undefined;
   }
   const colon = url.indexOf(':');
   const slash = url.indexOf('/');
-  if (colon > 0 && (slash < 0 || colon < slash)) {
+  if (colon >= 0 && (slash < 0 || colon < slash)) {
     // scp-like `[user@]host:path`
     const host = url.slice(0, colon);
     const at = host.lastIndexOf('@');
@@ -159,7 +164,117 @@ export function gitUrlError(url: string): string | undefined {
     ) {
       return 'its host must not begin with "-" (ssh would read it as an option)';
     }
-    return shellSafeHostError(host.slice(at + 1));
+    return (
+      shellSafeHostError(host.slice(at + 1)) ??
+      gitReachedHostError(url, (SCP_LIKE_GIT_URL.exec(url)?.[1] ?? '').replace(/^\[|\]$/g, ''))
+    );
+  }
+  return undefined;
+}
+
+/**
+ * scp-like `[user@]host:path` (git's ssh shorthand) as the URL policy reads it: group 1 is the
+ * host (an IPv6 literal in its brackets).
+ */
+export const SCP_LIKE_GIT_URL = /^(?:[^@/]+@)?(\[[^\]]+\]|[^:/]+):(?!\/\/)/;
+
+/** git's transports that reach a host by ssh or by its own protocol (`connect.c` `get_protocol`). */
+const GIT_CONNECT_SCHEMES: Readonly<Record<string, 'ssh' | 'git'>> = {
+  ssh: 'ssh',
+  'git+ssh': 'ssh',
+  'ssh+git': 'ssh',
+  git: 'git',
+};
+
+/** strtol(s, &end, 10) consumed all of `s` and gave a port (`connect.c` `get_host_and_port`). */
+function gitPort(s: string): boolean {
+  return /^[ \t\n\v\f\r]*[+-]?[0-9]+$/.test(s) && Number(s.trim()) >= 0 && Number(s.trim()) < 65536;
+}
+
+/**
+ * The host git 2.39 connects to for an ssh or `git://` remote, read as its `connect.c` does
+ * (`parse_connect_url`, `host_end`, `get_host_and_port`, `get_port`), or `undefined` for a URL it
+ * does not connect to that way. For ssh, what follows the last `@` of the destination git hands
+ * to ssh (ssh's own split); for `git://`, the host git gives `GIT_PROXY_COMMAND` or resolves.
+ * git does not read a URL as a URL parser would: it percent-decodes all of a `scheme://` URL
+ * first, and takes a bracketed host wherever `@[` appears, in the path too, so
+ * `u@good.example:x@[evil;cmd]:path` and `ssh://good.example/x%40%5Bevil%3Bcmd%5D/path` reach
+ * ssh as `evil;cmd`.
+ *
+ * @param url - a git remote URL
+ */
+export function gitConnectHost(url: string): string | undefined {
+  const isUrl = /^[A-Za-z0-9][A-Za-z0-9+.-]*:\/\//.test(url);
+  // url_decode: every %XX but %00 after the scheme.
+  const decoded = isUrl
+    ? url.replace(/%([0-9A-Fa-f]{2})/g, (all, hex: string) =>
+        Number.parseInt(hex, 16) > 0 ? String.fromCharCode(Number.parseInt(hex, 16)) : all,
+      )
+    : url;
+  let transport: 'ssh' | 'git' | undefined;
+  let rest: string;
+  let separator = '/';
+  const scheme = decoded.indexOf('://');
+  if (scheme >= 0) {
+    transport = GIT_CONNECT_SCHEMES[decoded.slice(0, scheme)];
+    rest = decoded.slice(scheme + 3);
+  } else {
+    const colon = url.indexOf(':');
+    const slash = url.indexOf('/');
+    if (colon < 0 || (slash >= 0 && slash < colon)) return undefined;
+    transport = 'ssh';
+    rest = decoded;
+    separator = ':';
+  }
+  if (transport === undefined) return undefined;
+  // host_end: a bracketed host at the start or after the first "@[" (anywhere).
+  const bracketAt = (h: string): { open: number; close: number } | undefined => {
+    const at = h.indexOf('@[');
+    const open = at >= 0 ? at + 1 : 0;
+    const close = h[open] === '[' ? h.indexOf(']', open + 1) : -1;
+    return close >= 0 ? { open, close } : undefined;
+  };
+  const b = bracketAt(rest);
+  const end = rest.indexOf(separator, b ? b.close : 0);
+  if (end < 0) return undefined;
+  const hostAndPort = rest.slice(0, end);
+  // get_host_and_port: brackets removed, a ":<port>" after them (or in the host) dropped.
+  let host = hostAndPort;
+  let port = false;
+  const hb = bracketAt(hostAndPort);
+  if (hb) {
+    host = hostAndPort.slice(0, hb.open) + hostAndPort.slice(hb.open + 1, hb.close);
+    const after = hostAndPort.slice(hb.close + 1);
+    const colon = after.indexOf(':');
+    port = colon >= 0 && gitPort(after.slice(colon + 1));
+  } else {
+    const colon = host.indexOf(':');
+    if (colon >= 0 && (gitPort(host.slice(colon + 1)) || colon === host.length - 1)) {
+      port = colon < host.length - 1;
+      host = host.slice(0, colon);
+    }
+  }
+  if (transport === 'git') return host;
+  // get_port: ssh only, when no port was found above.
+  const colon = host.indexOf(':');
+  if (!port && colon >= 0 && gitPort(host.slice(colon + 1))) host = host.slice(0, colon);
+  return host.slice(host.lastIndexOf('@') + 1);
+}
+
+/**
+ * Why an ssh or `git://` URL is refused for the host git would really connect to
+ * ({@link gitConnectHost}): it must be a DNS name or an IP address, and the host the URL
+ * names (`named`, what the URL policy checks), else a policy check and this one would judge
+ * another host than the one ssh expands into its `ProxyCommand`.
+ */
+function gitReachedHostError(url: string, named: string): string | undefined {
+  const reached = gitConnectHost(url);
+  if (reached === undefined) return undefined;
+  if (!/^[A-Za-z0-9._-]+$/.test(reached) && !/^[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*$/.test(reached)) {
+    return SHELL_HOST_REASON;
+  }
+  if (reached !== named) {
+    return `git would connect to ${quoteValue(reached)}, not to the host it names (${quoteValue(named)})`;
   }
   return undefined;
 }
@@ -179,8 +294,11 @@ const SHELL_HOST_SCHEMES = new Set(['ssh', 'git+ssh', 'ssh+git', 'git']);
 function shellSafeHostError(hostPort: string): string | undefined {
   const host = hostPort.startsWith('[') ? hostPort.slice(0, hostPort.indexOf(']') + 1) : hostPort.replace(/:\d*$/, '');
   if (/^[A-Za-z0-9._-]+$/.test(host) || /^\[[0-9A-Fa-f:.]+\]$/.test(host)) return undefined;
-  return 'its host must be a DNS name or an IP address (letters, digits, ".", "-", "_"; IPv6 in brackets)';
+  return SHELL_HOST_REASON;
 }
+
+const SHELL_HOST_REASON =
+  'its host must be a DNS name or an IP address (letters, digits, ".", "-", "_"; IPv6 in brackets)';
 
 /**
  * Why a helm chart name (`helmChart.name` of a fetch) is refused, or `undefined`. vendir runs

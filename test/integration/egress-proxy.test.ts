@@ -19,7 +19,7 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { lookup } from 'node:dns/promises';
 import { once } from 'node:events';
-import { mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readFile, realpath, rm, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
 import { createServer as createTcpServer } from 'node:net';
@@ -28,10 +28,11 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { App } from '../../functions/lib/api/index.js';
+import { gitConnectHost, gitUrlError } from '../../functions/lib/argv-values.js';
 import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
 import { createCommandRunner } from '../../functions/lib/exec/runner.js';
 import { type ProxiedRunner, withEgressProxy } from '../../functions/lib/fetch/egress-proxy.js';
-import { type UrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
+import { fetchEndpoints, type UrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
@@ -380,5 +381,62 @@ describe('egress proxy with the real vendir, helm and imgpkg', () => {
     expect(r.stderr).not.toContain('Could not resolve hostname');
     expect(r.stderr).not.toContain('kl-connect');
     expect(r.stderr).toMatch(/kex_exchange_identification|Connection closed|banner/);
+  });
+});
+
+// ssh expands the host into the connector's ProxyCommand through /bin/sh (OpenSSH before 9.6
+// does not refuse shell characters in it), so the host gitUrlError checks must be the one git
+// really gives ssh (or GIT_PROXY_COMMAND), however git reads the URL.
+describe('the host the real git gives ssh and GIT_PROXY_COMMAND', () => {
+  /**
+   * Runs `git ls-remote url` with a recording ssh and proxy command; the host ssh would connect
+   * to (after the last `@` of its destination, the argument before the remote command) or the
+   * host the proxy command got.
+   */
+  async function hostGitGives(url: string): Promise<string | undefined> {
+    const dir = await mkdtemp(path.join(scratch, 'rec-'));
+    const scripts = {
+      ssh: `#!/bin/sh\nfor a; do d="$p"; p="$a"; done\nprintf '%s' "\${d##*@}" > ${dir}/host\nexit 1\n`,
+      proxy: `#!/bin/sh\nprintf '%s' "$1" > ${dir}/host\nexit 1\n`,
+    };
+    for (const [name, text] of Object.entries(scripts)) {
+      await writeFile(path.join(dir, name), text);
+      await chmod(path.join(dir, name), 0o755);
+    }
+    const env = {
+      PATH: '/usr/bin:/bin',
+      HOME: dir,
+      GIT_SSH: path.join(dir, 'ssh'),
+      GIT_SSH_VARIANT: 'ssh',
+      GIT_PROXY_COMMAND: path.join(dir, 'proxy'),
+    };
+    await promisify(execFile)('git', ['ls-remote', url], { cwd: dir, env }).catch(() => undefined);
+    return readFile(path.join(dir, 'host'), 'utf8').catch(() => undefined);
+  }
+
+  it.each([
+    ['u@good.example:x@[evil;id]:path', 'evil;id'],
+    ['ssh://u@good.example/x@[evil;id]/path', 'evil;id'],
+    ['ssh://good.example/x%40%5Bevil%3Bid%5D/path', 'evil;id'],
+    ['u@good.example:x@[127.0.0.1]:path', '127.0.0.1'],
+    ['git://good.example/x@[evil]/path', 'good.example/x@evil'],
+  ])('%s reaches %j, and gitUrlError refuses it', async (url, host) => {
+    expect(await hostGitGives(url)).toBe(host);
+    expect(gitConnectHost(url)).toBe(host);
+    expect(gitUrlError(url)).toBeDefined();
+  });
+
+  it.each([
+    ['git@github.com:org/repo.git', 'github.com'],
+    ['ssh://git@host.example:2222/repo', 'host.example'],
+    ['ssh://git@[::1]:2222/repo', '::1'],
+    ['git+ssh://u@host.example/r', 'host.example'],
+    ['ssh://good.example:22@evil.example/x', 'evil.example'],
+    ['git://git.example.org:9418/repo', 'git.example.org'],
+    ['git://[::1]/repo', '::1'],
+  ])('%s reaches %j: the host gitUrlError and the URL policy check', async (url, host) => {
+    expect(await hostGitGives(url)).toBe(host);
+    expect(gitUrlError(url)).toBeUndefined();
+    expect(fetchEndpoints([{ git: { url, ref: 'main' } }])[0]?.host).toBe(host);
   });
 });

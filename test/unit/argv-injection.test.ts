@@ -330,6 +330,24 @@ describe('vendir (git, helm run by vendir)', () => {
     ['git@a;sh:repo', SHELL_HOST],
     ['git://h`id`:9418/repo', SHELL_HOST],
     ['ssh://[::1;x]/repo', SHELL_HOST],
+    // git takes a bracketed host after any "@[" (the path too) and percent-decodes a URL first:
+    // each of these reaches ssh as the host `evil;id`, whatever the authority says.
+    ['u@good.example:x@[evil;id]:path', SHELL_HOST],
+    ['ssh://u@good.example/x@[evil;id]/path', SHELL_HOST],
+    ['ssh://good.example/x%40%5Bevil%3Bid%5D/path', SHELL_HOST],
+    ['git+ssh://good.example/x@[evil$(id)]/path', SHELL_HOST],
+    ['git://good.example/x@[evil]/path', SHELL_HOST],
+    [':x@[evil;id]:path', SHELL_HOST],
+    // ... or a clean host other than the one the URL policy checks.
+    [
+      'u@good.example:x@[127.0.0.1]:path',
+      'git would connect to "127.0.0.1", not to the host it names ("good.example")',
+    ],
+    [
+      'ssh://good.example/x@[169.254.169.254]/p',
+      'git would connect to "169.254.169.254", not to the host it names ("good.example")',
+    ],
+    ['a@b@c:path', 'git would connect to "c", not to the host it names ("b@c")'],
     ['https://example.com/r.git\n--upload-pack=sh', 'it must not contain control characters or whitespace'],
     ['https://example.com/r .git', 'it must not contain control characters or whitespace'],
   ])('refuses git.url %j', async (url, reason) => {

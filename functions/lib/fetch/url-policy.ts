@@ -19,6 +19,7 @@
 import { lookup } from 'node:dns/promises';
 import { BlockList, isIP } from 'node:net';
 import type { AppFetch } from '../api/fetch.js';
+import { SCP_LIKE_GIT_URL } from '../argv-values.js';
 import { KappControllerError } from '../reconcile/result.js';
 import { GIT_SAFETY_CONFIG, gitConfigEnv } from './git-env.js';
 import { extractImageRegistry } from './vendir.js';
@@ -174,7 +175,7 @@ function gitEndpoint(source: string): FetchEndpoint {
     'not a network URL (local paths and git transports other than https, http, ssh and git are not allowed)';
   // `<transport>::<address>` runs a git remote helper (`ext::` runs a command).
   if (/^[A-Za-z][A-Za-z0-9+.-]*::/.test(source)) throw new UrlPolicyError(source, local);
-  const scp = /^(?:[^@/]+@)?(\[[^\]]+\]|[^:/]+):(?!\/\/)/.exec(source);
+  const scp = SCP_LIKE_GIT_URL.exec(source);
   if (scp?.[1]) return { source, scheme: 'ssh', host: scp[1].replace(/^\[|\]$/g, '') };
   throw new UrlPolicyError(
     source,
