@@ -121,11 +121,14 @@ export async function assembleStageLayer(
   if (GIT_LAYER_STAGES.includes(stage)) {
     bytes += (await addGitToLayer(layerDir, log, root)).bytes;
     tools.push('git');
-    // git:// goes through the egress proxy with it (GIT_PROXY_COMMAND); no `ssh` copy: the
-    // layer carries no ssh (layers/git.ts).
+    // git:// goes through the egress proxy with it (GIT_PROXY_COMMAND), and so would ssh if the
+    // runtime image ever carried one: the copy named `ssh` (first on the tools' PATH) runs the
+    // system's ssh with the connector as ProxyCommand, or fails as a missing ssh does today.
     const connector = buildConnector(log, root);
-    await copyFile(connector, path.join(dir, CONNECTOR_NAME));
-    bytes += (await stat(connector)).size;
+    for (const name of [CONNECTOR_NAME, 'ssh']) {
+      await copyFile(connector, path.join(dir, name));
+      bytes += (await stat(connector)).size;
+    }
   }
   // The hardening addon (functions/lib/exec/harden.ts) at /opt/lib, loaded at init.
   const addon = buildHardenAddon(log, root);

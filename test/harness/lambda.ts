@@ -148,8 +148,10 @@ export async function functionLayer(root: string, stage: PipelineStage): Promise
     bytes += (await addGitToLayer(path.dirname(binDir), () => {})).bytes;
     bins.push('git');
     const connector = buildConnector(() => {});
-    await symlink(connector, path.join(binDir, CONNECTOR_NAME));
-    bytes += (await stat(connector)).size;
+    for (const name of [CONNECTOR_NAME, 'ssh']) {
+      await symlink(connector, path.join(binDir, name));
+      bytes += (await stat(connector)).size;
+    }
   }
   return { binDir, bins, bytes };
 }
