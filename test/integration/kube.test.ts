@@ -177,7 +177,10 @@ describe('StatusWriter', () => {
     expect(written.outcome).toBe('written');
     expect(written.attempts).toBe(1);
     const unchanged = await writeStatus(client, appRef('fenced'), run, done);
-    expect(unchanged).toEqual({ outcome: 'unchanged', resourceVersion: written.resourceVersion, attempts: 1 });
+    expect(unchanged).toMatchObject({ outcome: 'unchanged', resourceVersion: written.resourceVersion, attempts: 1 });
+    // The object as stored, a later write's copy: the status just written, at its resourceVersion.
+    expect(unchanged.object?.metadata.resourceVersion).toBe(written.resourceVersion);
+    expect(written.object?.status).toEqual(unchanged.object?.status);
 
     await k([
       'patch',
@@ -192,7 +195,7 @@ describe('StatusWriter', () => {
     const bumped = await client.getObject(appRef('fenced'));
     expect(bumped?.metadata.generation).toBe(run.generation + 1);
     const stale = await writeStatus(client, appRef('fenced'), run, () => ({ friendlyDescription: 'old run' }));
-    expect(stale).toEqual({ outcome: 'stale', resourceVersion: bumped?.metadata.resourceVersion, attempts: 1 });
+    expect(stale).toMatchObject({ outcome: 'stale', resourceVersion: bumped?.metadata.resourceVersion, attempts: 1 });
     expect((await client.getObject(appRef('fenced')))?.status).toEqual(done());
 
     await k(['delete', 'apps.kappctrl.k14s.io', 'fenced', '-n', ns]);

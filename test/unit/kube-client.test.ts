@@ -7,6 +7,8 @@ import {
   KubeApiClient,
   objectPath,
   parseServerVersion,
+  ServiceAccountTokens,
+  TOKEN_CACHE_ENTRIES,
 } from '../../functions/lib/kube/client.js';
 import { ConflictError, GoneError, KubeApiError, resourceFor, WatchGoneError } from '../../functions/lib/kube/port.js';
 import {
@@ -304,7 +306,8 @@ describe('KubeApiClient.updateStatus', () => {
       { resourceVersion: '7', uid: 'u1' },
       { friendlyDescription: 'ok' },
     );
-    expect(out).toEqual({ resourceVersion: '8' });
+    // The answer is the object as stored: a later write of the stage plans on it.
+    expect(out).toEqual({ resourceVersion: '8', object: app('8').body });
     expect(rest.requests).toEqual([
       {
         method: 'PUT',
@@ -411,6 +414,41 @@ describe('KubeApiClient finalizers', () => {
     );
   });
 
+  it("plans on the caller's copy: no request when the finalizer is on it, else the PATCH alone", async () => {
+    const copy = (rv: string, finalizers: string[], uid = 'u1') => app(rv, finalizers, uid).body;
+    const present = new FakeRest([]);
+    expect(await client(present).addFinalizer(APP, F, { uid: 'u1', object: copy('5', [F]) })).toEqual({
+      changed: false,
+      resourceVersion: '5',
+    });
+    expect(present.requests).toEqual([]);
+
+    const absent = new FakeRest([app('6', ['other', F])]);
+    expect(await client(absent).addFinalizer(APP, F, { uid: 'u1', object: copy('5', ['other']) })).toEqual({
+      changed: true,
+      resourceVersion: '6',
+    });
+    expect(absent.requests.map((r) => [r.method, (r.body as { metadata?: unknown })?.metadata])).toEqual([
+      ['PATCH', { resourceVersion: '5', finalizers: ['other', F] }],
+    ]);
+  });
+
+  it('a copy that moved costs a 409 and a fresh read; a copy of a deleted object ends gone', async () => {
+    const moved = new FakeRest([conflict, app('7', ['x']), app('8', ['x', F])]);
+    const copy = app('5', []).body;
+    expect(await client(moved).addFinalizer(APP, F, { uid: 'u1', object: copy })).toEqual({
+      changed: true,
+      resourceVersion: '8',
+    });
+    expect(moved.requests.map((r) => [r.method, (r.body as { metadata?: unknown })?.metadata])).toEqual([
+      ['PATCH', { resourceVersion: '5', finalizers: [F] }],
+      ['GET', undefined],
+      ['PATCH', { resourceVersion: '7', finalizers: ['x', F] }],
+    ]);
+    const deleted = new FakeRest([notFound('apps.kappctrl.k14s.io "a1" not found')]);
+    await expect(client(deleted).addFinalizer(APP, F, { uid: 'u1', object: copy })).rejects.toBeInstanceOf(GoneError);
+  });
+
   it('surfaces a 422 (no new finalizers while deleting) as KubeApiError', async () => {
     const rest = new FakeRest([
       app('5', []),
@@ -455,6 +493,97 @@ describe('KubeApiClient deploy credentials', () => {
         body: { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 7200 } },
       },
     ]);
+  });
+
+  describe('token cache (upstream pkg/satoken/token_manager.go)', () => {
+    const sa = (uid: string): RestResponse => ({
+      statusCode: 200,
+      body: { kind: 'ServiceAccount', metadata: { name: 'sa', namespace: 'n', uid } },
+    });
+    const minted = (token: string, expires: string): RestResponse => ({
+      statusCode: 201,
+      body: { kind: 'TokenRequest', status: { token, expirationTimestamp: expires } },
+    });
+    const at = (clock: { now: Date }, rest: RestTransport) =>
+      new KubeApiClient({
+        rest,
+        watch: new FakeWatch([]),
+        apiServer: { server: 'https://127.0.0.1:6443' },
+        now: () => clock.now,
+      });
+
+    it('reuses a token until half its lifetime has passed (less the margin); the SA is read every time', async () => {
+      const clock = { now: new Date('2030-01-01T00:00:00Z') };
+      const rest = new FakeRest([
+        sa('s1'),
+        minted('t1', '2030-01-01T02:00:00Z'),
+        sa('s1'),
+        sa('s1'),
+        minted('t2', '2030-01-01T03:00:00Z'),
+      ]);
+      const c = at(clock, rest);
+      expect((await c.serviceAccountToken('n', 'sa')).token).toBe('t1');
+      clock.now = new Date('2030-01-01T00:59:49Z'); // 10 s + 1 s before the 1 h refresh point
+      expect(await c.serviceAccountToken('n', 'sa')).toEqual({
+        token: 't1',
+        expiresAt: new Date('2030-01-01T02:00:00Z'),
+      });
+      clock.now = new Date('2030-01-01T00:59:51Z');
+      expect((await c.serviceAccountToken('n', 'sa')).token).toBe('t2');
+      expect(rest.requests.map((r) => r.method)).toEqual(['GET', 'POST', 'GET', 'GET', 'POST']);
+    });
+
+    it('a recreated ServiceAccount (new uid), another one or another lifetime gets its own token', async () => {
+      const clock = { now: new Date('2030-01-01T00:00:00Z') };
+      const later = '2030-01-01T02:00:00Z';
+      const rest = new FakeRest([
+        sa('s1'),
+        minted('t1', later),
+        sa('s2'),
+        minted('t2', later),
+        sa('s2'),
+        minted('t3', '2030-01-01T00:10:00Z'),
+      ]);
+      const c = at(clock, rest);
+      expect((await c.serviceAccountToken('n', 'sa')).token).toBe('t1');
+      expect((await c.serviceAccountToken('n', 'sa')).token).toBe('t2');
+      expect((await c.serviceAccountToken('n', 'sa', 600)).token).toBe('t3');
+    });
+
+    it('concurrent deploys of one ServiceAccount share one TokenRequest; a failed one is not kept', async () => {
+      const clock = { now: new Date('2030-01-01T00:00:00Z') };
+      const forbidden: RestResponse = { statusCode: 403, body: { kind: 'Status', message: 'forbidden', code: 403 } };
+      const rest = new FakeRest([
+        sa('s1'),
+        forbidden,
+        sa('s1'),
+        minted('t1', '2030-01-01T02:00:00Z'),
+        sa('s1'),
+        sa('s1'),
+      ]);
+      const c = at(clock, rest);
+      await expect(c.serviceAccountToken('n', 'sa')).rejects.toThrow('Getting service account token: forbidden');
+      expect((await c.serviceAccountToken('n', 'sa')).token).toBe('t1');
+      const both = await Promise.all([c.serviceAccountToken('n', 'sa'), c.serviceAccountToken('n', 'sa')]);
+      expect(both.map((t) => t.token)).toEqual(['t1', 't1']);
+      expect(rest.requests.map((r) => r.method)).toEqual(['GET', 'POST', 'GET', 'POST', 'GET', 'GET']);
+    });
+
+    it('holds at most TOKEN_CACHE_ENTRIES tokens, dropping the oldest', async () => {
+      const clock = { now: new Date('2030-01-01T00:00:00Z') };
+      const tokens = new ServiceAccountTokens(() => clock.now);
+      let requests = 0;
+      const request = async () => {
+        requests++;
+        return { token: `t${requests}`, expiresAt: new Date('2030-01-01T02:00:00Z') };
+      };
+      for (let i = 0; i <= TOKEN_CACHE_ENTRIES; i++) await tokens.get(`k${i}`, request);
+      expect(requests).toBe(TOKEN_CACHE_ENTRIES + 1);
+      await tokens.get(`k${TOKEN_CACHE_ENTRIES}`, request);
+      expect(requests).toBe(TOKEN_CACHE_ENTRIES + 1);
+      await tokens.get('k0', request);
+      expect(requests).toBe(TOKEN_CACHE_ENTRIES + 2);
+    });
   });
 
   it('a missing SA gives the upstream error text', async () => {

@@ -84,6 +84,7 @@ describe('writeStatus', () => {
       outcome: 'written',
       resourceVersion: '6',
       attempts: 1,
+      object: object('6', succeeded({})),
     });
     expect(fake.calls).toEqual([
       ['get', 'a'],
@@ -97,6 +98,7 @@ describe('writeStatus', () => {
       outcome: 'unchanged',
       resourceVersion: '5',
       attempts: 1,
+      object: object('5', succeeded(undefined)),
     });
     expect(fake.calls).toEqual([['get', 'a']]);
   });
@@ -107,6 +109,7 @@ describe('writeStatus', () => {
       outcome: 'stale',
       resourceVersion: '5',
       attempts: 1,
+      object: object('5', {}, 4),
     });
     expect(await writeStatus<Status>(fake, REF, RUN, succeeded)).toEqual({
       outcome: 'gone',
@@ -127,7 +130,12 @@ describe('writeStatus', () => {
       [new ConflictError('updating status of App n/a: 409 conflict'), '8'],
     );
     const result = await writeStatus<Status>(fake, REF, RUN, succeeded);
-    expect(result).toEqual({ outcome: 'written', resourceVersion: '8', attempts: 2 });
+    expect(result).toEqual({
+      outcome: 'written',
+      resourceVersion: '8',
+      attempts: 2,
+      object: object('8', succeeded({})),
+    });
     expect(fake.calls.filter((c) => c[0] === 'update').map((c) => c[2])).toEqual([
       { resourceVersion: '5', uid: 'u1' },
       { resourceVersion: '7', uid: 'u1' },
@@ -141,6 +149,7 @@ describe('writeStatus', () => {
       outcome: 'written',
       resourceVersion: '6',
       attempts: 1,
+      object: object('6', succeeded({})),
     });
     expect(fake.calls).toEqual([['update', 'a', { resourceVersion: '5', uid: 'u1' }, succeeded({})]]);
     // Read as not found: gone, as a GET answering 404 would be.
@@ -152,7 +161,12 @@ describe('writeStatus', () => {
   it('a copy older than the stored object costs a 409 and a re-read', async () => {
     const fake = new FakeCluster([object('7', { friendlyDescription: 'other' })], [new ConflictError('c'), '8']);
     const result = await writeStatus<Status>(fake, REF, RUN, succeeded, undefined, { object: object('5', {}) });
-    expect(result).toEqual({ outcome: 'written', resourceVersion: '8', attempts: 2 });
+    expect(result).toEqual({
+      outcome: 'written',
+      resourceVersion: '8',
+      attempts: 2,
+      object: object('8', succeeded({})),
+    });
     expect(fake.calls.map((c) => c.slice(0, 3))).toEqual([
       ['update', 'a', { resourceVersion: '5', uid: 'u1' }],
       ['get', 'a'],
@@ -166,7 +180,49 @@ describe('writeStatus', () => {
       outcome: 'stale',
       resourceVersion: '9',
       attempts: 2,
+      object: object('9', {}, 4),
     });
+  });
+
+  it('keeps the object as the write answered it, when the writer answers with it', async () => {
+    const answered = { ...object('6', succeeded({})), metadata: { ...object('6', {}).metadata, managedFields: [] } };
+    const fake = new FakeCluster([object('5', {})], ['6']);
+    const writer = {
+      getObject: fake.getObject.bind(fake),
+      getSecret: fake.getSecret.bind(fake),
+      getConfigMap: fake.getConfigMap.bind(fake),
+      getNamespace: fake.getNamespace.bind(fake),
+      updateStatus: async (...args: Parameters<FakeCluster['updateStatus']>) => ({
+        ...(await fake.updateStatus(...args)),
+        object: answered,
+      }),
+    };
+    expect((await writeStatus<Status>(writer, REF, RUN, succeeded)).object).toBe(answered);
+  });
+
+  it('a kept copy that finds the status unchanged is checked against the stored object first', async () => {
+    // The stored status moved on since the copy was kept: the write still lands on it.
+    const moved = object('7', { friendlyDescription: 'edited' });
+    const fake = new FakeCluster([moved], ['8']);
+    const kept = { object: object('5', succeeded(undefined)), kept: true };
+    expect(await writeStatus<Status>(fake, REF, RUN, succeeded, undefined, kept)).toMatchObject({
+      outcome: 'written',
+      resourceVersion: '8',
+    });
+    expect(fake.calls.map((c) => c.slice(0, 3))).toEqual([
+      ['get', 'a'],
+      ['update', 'a', { resourceVersion: '7', uid: 'u1' }],
+    ]);
+    // Confirmed unchanged: nothing written.
+    const same = new FakeCluster([object('9', succeeded(undefined))]);
+    const still = { object: object('9', succeeded(undefined)), kept: true };
+    expect((await writeStatus<Status>(same, REF, RUN, succeeded, undefined, still)).outcome).toBe('unchanged');
+    expect(same.calls).toEqual([['get', 'a']]);
+    // A fresh copy (not kept) is trusted as a GET would be: no read at all.
+    const fresh = new FakeCluster([]);
+    const read = { object: object('9', succeeded(undefined)) };
+    expect((await writeStatus<Status>(fresh, REF, RUN, succeeded, undefined, read)).outcome).toBe('unchanged');
+    expect(fresh.calls).toEqual([]);
   });
 
   it('GoneError from the write → gone', async () => {

@@ -49,8 +49,8 @@ interface Row {
   /** The App in the cluster; `null`: none. */
   app: AppShape | null;
   reason?: Reason;
-  /** Changes the cluster before the n-th App read of the row. */
-  onGet?: (w: AppWorld, n: number) => void;
+  /** Changes the cluster before the n-th status write of the row (after the step read the App). */
+  onWrite?: (w: AppWorld, n: number) => void;
   statuses: AppStatus[];
   next: Next;
   outcomes: Array<[string, string]>;
@@ -152,8 +152,8 @@ const rows: Record<string, Row> = {
   },
   'stale: the spec changed again before Reconciling was written: nothing written, nothing runs': {
     app: {},
-    onGet: (w, n) => {
-      if (n === 2) changeApp(w, 'generation');
+    onWrite: (w, n) => {
+      if (n === 1) changeApp(w, 'generation');
     },
     statuses: [],
     next: 'none',
@@ -161,8 +161,8 @@ const rows: Record<string, Row> = {
   },
   'gone: the App was recreated before Reconciling was written': {
     app: {},
-    onGet: (w, n) => {
-      if (n === 2) changeApp(w, 'recreated');
+    onWrite: (w, n) => {
+      if (n === 1) changeApp(w, 'recreated');
     },
     statuses: [],
     next: 'none',
@@ -189,8 +189,8 @@ describe('reconcile step table', () => {
       tmpRoot: path.join(tempDir(), 'scratch'),
     });
     w.runner.on('vendir', vendirWrites());
-    const onGet = row.onGet;
-    if (onGet) w.cluster.onGet = (n) => onGet(w, n);
+    const onWrite = row.onWrite;
+    if (onWrite) w.cluster.onWrite = (n) => onWrite(w, n);
     const next = await dispatchEvent(objectEvent(REF, row.reason ?? 'resync', { time: new Date(NOW) }), w.deps);
     expect(w.statuses()).toEqual(row.statuses);
     expect(next).toEqual(expected(row.next, next, (await w.store.list('artifacts/fetch/'))[0]));

@@ -181,7 +181,9 @@ function fakeKube(app: App, secret: Record<string, string>) {
     async getNamespace() {
       return undefined;
     },
-    async addFinalizer() {},
+    async addFinalizer() {
+      return { changed: false, resourceVersion: '1' };
+    },
     async serviceAccountToken() {
       return { token: TOKEN, expirationTimestamp: '2099-01-01T00:00:00Z' };
     },

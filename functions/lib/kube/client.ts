@@ -63,6 +63,65 @@ export interface KubeApiClientOptions {
   watch: WatchTransport;
   /** Address and CA of the API server, returned by `apiServer()`. */
   apiServer: ApiServerInfo;
+  /** Clock of the ServiceAccount token cache; default `() => new Date()`. Tests fix it. */
+  now?: () => Date;
+}
+
+/** ServiceAccount tokens one client keeps at most ({@link ServiceAccountTokens}); the oldest goes first. */
+export const TOKEN_CACHE_ENTRIES = 1024;
+
+/**
+ * Margin before a cached token's refresh point at which it is no longer handed out, ms: 10 000
+ * (upstream's refresh jitter, at its largest, so a token is never used later than upstream's).
+ */
+export const TOKEN_REFRESH_MARGIN_MS = 10_000;
+
+/**
+ * The TokenRequest tokens of one cluster's ServiceAccounts, as kapp-controller's token manager
+ * (`pkg/satoken/token_manager.go`) keeps them: one per ServiceAccount (namespace, name and uid:
+ * a recreated ServiceAccount gets a new token) and lifetime asked, reused until half its lifetime
+ * has passed (less {@link TOKEN_REFRESH_MARGIN_MS}), then requested again; at most
+ * {@link TOKEN_CACHE_ENTRIES}. Concurrent requests for one ServiceAccount share one
+ * TokenRequest; a failed one is not kept. Tokens stay in memory only.
+ */
+export class ServiceAccountTokens {
+  readonly #entries = new Map<string, { token: Promise<ServiceAccountToken>; refreshAt: number }>();
+  readonly #now: () => Date;
+
+  /** @param now - the clock (refresh points are compared with it). */
+  constructor(now: () => Date) {
+    this.#now = now;
+  }
+
+  /**
+   * The cached token for `key`, or the one `request` makes (then kept).
+   *
+   * @param key - identifies the ServiceAccount and the lifetime asked.
+   * @param request - makes a TokenRequest; its time of asking counts as the token's issue time.
+   * @throws what `request` throws.
+   */
+  async get(key: string, request: () => Promise<ServiceAccountToken>): Promise<ServiceAccountToken> {
+    const now = this.#now().getTime();
+    const entry = this.#entries.get(key);
+    if (entry && now < entry.refreshAt) return await entry.token;
+    this.#entries.delete(key);
+    const token = request();
+    // Until the answer comes it may be shared: its refresh point is set from the answer.
+    const pending = { token, refreshAt: Number.POSITIVE_INFINITY };
+    this.#entries.set(key, pending);
+    while (this.#entries.size > TOKEN_CACHE_ENTRIES) {
+      const oldest = this.#entries.keys().next().value as string;
+      this.#entries.delete(oldest);
+    }
+    try {
+      const made = await token;
+      pending.refreshAt = now + (made.expiresAt.getTime() - now) / 2 - TOKEN_REFRESH_MARGIN_MS;
+      return made;
+    } catch (error) {
+      if (this.#entries.get(key) === pending) this.#entries.delete(key);
+      throw error;
+    }
+  }
 }
 
 /**
@@ -207,12 +266,14 @@ export class KubeApiClient implements KubeClient {
   readonly #rest: RestTransport;
   readonly #watch: WatchTransport;
   readonly #apiServer: ApiServerInfo;
+  readonly #tokens: ServiceAccountTokens;
 
   /** See {@link KubeApiClientOptions}. */
   constructor(options: KubeApiClientOptions) {
     this.#rest = options.rest;
     this.#watch = options.watch;
     this.#apiServer = Object.freeze({ ...options.apiServer });
+    this.#tokens = new ServiceAccountTokens(options.now ?? (() => new Date()));
   }
 
   async #send(action: string, request: RestRequest): Promise<RestResponse> {
@@ -285,7 +346,7 @@ export class KubeApiClient implements KubeClient {
     ref: ResourceRef,
     precondition: WritePrecondition,
     status: unknown,
-  ): Promise<{ resourceVersion: string }> {
+  ): Promise<{ resourceVersion: string; object: KubeObject }> {
     const action = `updating status of ${describeRef(ref)}`;
     // The /status PUT takes the whole object but keeps everything except .status from
     // the stored one; metadata.resourceVersion is the optimistic-concurrency check and
@@ -322,9 +383,10 @@ export class KubeApiClient implements KubeClient {
     if (response.statusCode !== 200 && response.statusCode !== 201) {
       throw errorFromResponse(action, response);
     }
-    return {
-      resourceVersion: (response.body as KubeObject).metadata.resourceVersion,
-    };
+    const object = response.body as KubeObject;
+    object.apiVersion ??= ref.apiVersion;
+    object.kind ??= ref.kind;
+    return { resourceVersion: object.metadata.resourceVersion, object };
   }
 
   /** {@inheritDoc FinalizerWriter.addFinalizer} */
@@ -353,7 +415,10 @@ export class KubeApiClient implements KubeClient {
     let lastConflict: ConflictError | undefined;
     for (let attempt = 0; attempt < FINALIZER_ATTEMPTS; attempt++) {
       // Metadata only, read and written: all a finalizer change needs of an object that may be large.
-      const object = await this.#get<KubeObject>(action, path, METADATA_ONLY_ACCEPT);
+      const object =
+        attempt === 0 && options.object
+          ? options.object
+          : await this.#get<KubeObject>(action, path, METADATA_ONLY_ACCEPT);
       if (!object || (options.uid !== undefined && object.metadata.uid !== options.uid)) {
         if (how.absent === 'noop') return { changed: false, resourceVersion: undefined };
         throw new GoneError(`${action}: object not found${object ? ' (uid changed)' : ''}`, {
@@ -383,6 +448,10 @@ export class KubeApiClient implements KubeClient {
       if (response.statusCode === 404 && how.absent === 'noop') {
         return { changed: false, resourceVersion: undefined };
       }
+      if (response.statusCode === 404) {
+        // Only after planning on the caller's copy: a GET would have found it gone.
+        throw new GoneError(`${action}: object not found`, { statusCode: 404, cause: new ApiResponseError(response) });
+      }
       const error = errorFromResponse(action, response);
       if (!(error instanceof ConflictError)) throw error;
       lastConflict = error;
@@ -390,7 +459,12 @@ export class KubeApiClient implements KubeClient {
     throw lastConflict ?? new ConflictError(`${action}: conflict`);
   }
 
-  /** {@inheritDoc DeployCredentials.serviceAccountToken} */
+  /**
+   * {@inheritDoc DeployCredentials.serviceAccountToken}
+   *
+   * The ServiceAccount is read every time (upstream's `Getting service account`); its token comes
+   * from the client's {@link ServiceAccountTokens} while it is fresh, as upstream's token manager.
+   */
   async serviceAccountToken(
     namespace: string,
     serviceAccount: string,
@@ -407,6 +481,12 @@ export class KubeApiClient implements KubeClient {
         cause: new ApiResponseError(sa),
       });
     }
+    const uid = (sa.body as Partial<KubeObject>).metadata?.uid ?? '';
+    const key = JSON.stringify([namespace, serviceAccount, uid, expirationSeconds]);
+    return await this.#tokens.get(key, () => this.#requestToken(ref, expirationSeconds));
+  }
+
+  async #requestToken(ref: ResourceRef, expirationSeconds: number): Promise<ServiceAccountToken> {
     const response = await this.#send('Getting service account token', {
       method: 'POST',
       path: objectPath(ref, 'token'),

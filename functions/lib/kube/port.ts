@@ -216,7 +216,9 @@ export interface StatusWriter {
    * concurrency on `resourceVersion` (kapp-controller `pkg/app/crd_app.go` `updateStatus`
    * uses `UpdateStatus` the same way). Spec and metadata are not changed.
    *
-   * @returns the new `metadata.resourceVersion`.
+   * @returns the new `metadata.resourceVersion`, and `object`, the whole object as the API server
+   *   answered the write, when the writer has it (a status write after it plans on it instead of
+   *   reading the object again).
    * @throws ConflictError on 409 (resourceVersion moved); re-read and retry.
    * @throws GoneError on 404, or when the object now has another uid.
    * @throws KubeApiError on any other API failure.
@@ -225,7 +227,7 @@ export interface StatusWriter {
     ref: ResourceRef,
     precondition: WritePrecondition,
     status: unknown,
-  ): Promise<{ resourceVersion: string }>;
+  ): Promise<{ resourceVersion: string; object?: KubeObject }>;
 }
 
 /** Result of a finalizer change. */
@@ -240,10 +242,18 @@ export interface FinalizerResult {
 export interface FinalizerOptions {
   /** Expected `metadata.uid`; a different uid is treated as a different object (gone). */
   uid?: string;
+  /**
+   * The object as the caller holds it (its metadata is all that is used): the first attempt
+   * plans on it instead of a GET, as kapp-controller's `blockDeletion` decides on its own copy
+   * (`pkg/app/crd_app.go`). A finalizer already on the copy means no request at all; a copy
+   * older than the stored object only costs a 409 and the usual re-read.
+   */
+  object?: KubeObject;
 }
 
 /**
- * Adds and removes finalizers. Both calls are idempotent: they GET the object, return
+ * Adds and removes finalizers. Both calls are idempotent: they GET the object (or take the
+ * caller's copy, {@link FinalizerOptions.object}), return
  * `changed: false` if nothing is to do, otherwise write `metadata.finalizers` with a
  * `resourceVersion` precondition and retry on 409 (up to 5 attempts, as `crd_app.go`).
  * Mirrors `pkg/app/finalizer.go` / `pkg/packageinstall/finalizer.go`; names in

@@ -9,6 +9,7 @@
  * @module
  */
 
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
 import { KubeApiClient } from './client.js';
@@ -317,20 +318,42 @@ export function runtimeKubeconfigs(kubeconfigPath: string): (clusterId: string) 
   };
 }
 
+/** App-identity transports {@link restTransportForKubeconfig} keeps open at most; the oldest is closed first. */
+export const APP_READER_TRANSPORTS = 64;
+
+/** Kept App-identity transports by the digest of their kubeconfig (in memory only: it holds a token). */
+const appReaders = new Map<string, ClientNodeRestTransport>();
+
 /**
  * A {@link RestTransport} acting as the identity of a kubeconfig given as YAML (the restricted
  * kubeconfig kapp gets for an App: its ServiceAccount token, or its kubeconfig Secret), for the
- * deploy stage's reads of the App's resources as the App itself. A fresh connection each time
- * (the token changes with every deploy).
+ * deploy stage's reads of the App's resources as the App itself. The same kubeconfig (the
+ * ServiceAccount's token is cached, so one App's deploys hand the same one) gets the same
+ * transport, and with it its kept connections; at most {@link APP_READER_TRANSPORTS} are kept,
+ * the least recently asked for is closed first. A new token makes a new transport.
  *
  * @throws Error when the YAML is not a kubeconfig (its text is never quoted: it holds credentials).
  */
 export function restTransportForKubeconfig(yaml: string): RestTransport {
+  const key = createHash('sha256').update(yaml).digest('hex');
+  const kept = appReaders.get(key);
+  if (kept) {
+    appReaders.delete(key);
+    appReaders.set(key, kept);
+    return kept;
+  }
   const kubeConfig = new KubeConfig();
   try {
     kubeConfig.loadFromString(yaml);
   } catch {
     throw new Error('the App kubeconfig is not a valid kubeconfig');
   }
-  return kubeConfig.makeApiClient(ClientNodeRestTransport);
+  const transport = kubeConfig.makeApiClient(ClientNodeRestTransport);
+  appReaders.set(key, transport);
+  while (appReaders.size > APP_READER_TRANSPORTS) {
+    const [oldest, closing] = appReaders.entries().next().value as [string, ClientNodeRestTransport];
+    appReaders.delete(oldest);
+    closing.close();
+  }
+  return transport;
 }

@@ -50,6 +50,13 @@ export interface StatusWriteResult {
   resourceVersion: string | undefined;
   /** Number of GETs done (1 unless 409s forced re-reads). */
   attempts: number;
+  /**
+   * The object as stored after the call, as far as it is known: the write's answer (or the object
+   * planned on with the written status and new resourceVersion), or the object read for
+   * `unchanged`/`stale`; `undefined` when `gone`. What a later write of the same stage may plan on
+   * (`read` of {@link writeStatus}) instead of reading the object again.
+   */
+  object?: KubeObject;
 }
 
 /**
@@ -123,6 +130,23 @@ export function planStatusWrite<S>(
 }
 
 /**
+ * The object as the caller holds it, planned on by {@link writeStatus}'s first attempt instead of
+ * a GET.
+ */
+export interface KnownObject {
+  /** The object; `undefined` (not found) ends the write as `gone`, as a GET would. */
+  object: KubeObject | undefined;
+  /**
+   * True when the copy may be older than a read made now would give (kept from an earlier read or
+   * write of the stage, rather than just read): a plan that finds the status `unchanged` on it is
+   * then checked against the stored object (a GET) before nothing is written, so a status some
+   * other writer changed meanwhile is still written back. Any other stale plan costs a 409 and the
+   * usual re-read.
+   */
+  kept?: boolean;
+}
+
+/**
  * GETs `ref`, applies {@link planStatusWrite}, and replaces the status with the read
  * resourceVersion as precondition. On 409 it re-reads and re-plans (so `mutate` may run
  * up to {@link STATUS_WRITE_ATTEMPTS} times and must be a pure function of the current
@@ -133,10 +157,11 @@ export function planStatusWrite<S>(
  * the API server rejects as too large ({@link isStatusTooLargeError}) is not retried as is:
  * the next attempt writes `bounds.tooLarge(...)` instead (once; result `tooLarge: true`).
  *
- * @param read - the object as the caller has just read it: the first attempt plans on it
- *   instead of a GET (a large object, a PackageRepository holding its whole inline repository,
- *   is not fetched twice in a row). A copy older than the stored object only costs a 409 and
- *   the usual re-read; `undefined` (not found) ends the write as `gone`, as a GET would.
+ * @param read - the object as the caller holds it: the first attempt plans on it instead of a
+ *   GET (a large object, a PackageRepository holding its whole inline repository, is not fetched
+ *   twice in a row; a stage's second write plans on the first one's {@link StatusWriteResult.object}).
+ *   A copy older than the stored object only costs a 409 and the usual re-read (and, when
+ *   {@link KnownObject.kept}, a GET before an `unchanged` outcome).
  * @returns the outcome; see {@link StatusWriteOutcome}.
  * @throws ConflictError when all {@link STATUS_WRITE_ATTEMPTS} attempts conflicted.
  * @throws KubeApiError on any other API failure (from the reader or writer), including a
@@ -148,21 +173,27 @@ export async function writeStatus<S>(
   run: RunFence,
   mutate: (current: S | undefined) => S,
   bounds?: StatusBounds<S>,
-  read?: { object: KubeObject | undefined },
+  read?: KnownObject,
 ): Promise<StatusWriteResult> {
   let lastConflict: ConflictError | undefined;
   let planned = mutate;
   let tooLarge = false;
+  let copy = read;
   const result = (r: StatusWriteResult): StatusWriteResult => (tooLarge ? { ...r, tooLarge: true } : r);
   // The fallback after a too-large rejection gets one attempt of its own.
   for (let attempt = 1; attempt <= STATUS_WRITE_ATTEMPTS + (tooLarge ? 1 : 0); attempt++) {
-    const object = attempt === 1 && read ? read.object : await client.getObject(ref);
-    const plan = planStatusWrite(object, run, planned, bounds?.fit);
+    let object = copy ? copy.object : await client.getObject(ref);
+    let plan = planStatusWrite(object, run, planned, bounds?.fit);
+    if (copy?.kept && plan.action === 'unchanged') {
+      object = await client.getObject(ref);
+      plan = planStatusWrite(object, run, planned, bounds?.fit);
+    }
+    copy = undefined;
     if (plan.action === 'gone') {
       return result({ outcome: 'gone', resourceVersion: undefined, attempts: attempt });
     }
     if (plan.action === 'stale' || plan.action === 'unchanged') {
-      return result({ outcome: plan.action, resourceVersion: plan.resourceVersion, attempts: attempt });
+      return result({ outcome: plan.action, resourceVersion: plan.resourceVersion, attempts: attempt, object });
     }
     try {
       const written = await client.updateStatus(
@@ -170,7 +201,17 @@ export async function writeStatus<S>(
         { resourceVersion: plan.resourceVersion, uid: run.uid },
         plan.status,
       );
-      return result({ outcome: 'written', resourceVersion: written.resourceVersion, attempts: attempt });
+      const stored = written.object ?? {
+        ...(object as KubeObject),
+        metadata: { ...(object as KubeObject).metadata, resourceVersion: written.resourceVersion },
+        status: plan.status,
+      };
+      return result({
+        outcome: 'written',
+        resourceVersion: written.resourceVersion,
+        attempts: attempt,
+        object: stored,
+      });
     } catch (error) {
       if (error instanceof GoneError) {
         return result({ outcome: 'gone', resourceVersion: undefined, attempts: attempt });

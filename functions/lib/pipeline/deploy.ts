@@ -39,7 +39,7 @@ import { runKapp } from '../deploy/run.js';
 import { CommandDeadlineError } from '../exec/deadline.js';
 import { CommandCanceledError } from '../exec/runner.js';
 import { UrlPolicyError } from '../fetch/url-policy.js';
-import type { DeployView, ResourceRef } from '../kube/port.js';
+import type { DeployView } from '../kube/port.js';
 import {
   attachError,
   KappControllerError,
@@ -75,17 +75,30 @@ import {
 import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
 import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeStage, openHandOff, type StageFrame } from './stage.js';
+import { APP_KIND, closeStage, openHandOff, type StageFrame, writeFrameStatus } from './stage.js';
 
 /** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
 export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';
 
-/** Adds the finalizer before kapp runs (`blockDeletion`). @returns an error result when that fails. */
-async function blockDeletion(kube: DeployView, ref: ResourceRef, uid: string): Promise<StageResult | undefined> {
+/**
+ * Adds the finalizer before kapp runs (`blockDeletion`), deciding on the stage's copy of the App
+ * as upstream decides on its own (no request when the finalizer is on it), and keeps the copy
+ * current (the finalizer and the new resourceVersion; the status is untouched by the change).
+ * @returns an error result when that fails.
+ */
+async function blockDeletion(frame: StageFrame<DeployView>, uid: string): Promise<StageResult | undefined> {
+  const known = frame.latest;
   try {
-    await kube.addFinalizer(ref, Finalizer.App, { uid });
+    const added = await frame.kube.addFinalizer(frame.ref, Finalizer.App, { uid, ...(known ? { object: known } : {}) });
+    if (!known || !added.changed || added.resourceVersion === undefined) {
+      frame.latest = added.changed ? undefined : known;
+      return undefined;
+    }
+    const finalizers = [...(known.metadata.finalizers ?? []), Finalizer.App];
+    frame.latest = { ...known, metadata: { ...known.metadata, finalizers, resourceVersion: added.resourceVersion } };
     return undefined;
   } catch (err) {
+    frame.latest = undefined;
     return resultFromError(err, BLOCKING_FOR_DEPLOY_PREFIX);
   }
 }
@@ -131,7 +144,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   let kappStatus = app.status?.deploy?.kapp;
   let access: ClusterAccess | undefined;
 
-  const blocked = await blockDeletion(kube, kref, ref.uid);
+  const blocked = await blockDeletion(frame, ref.uid);
   // Set when a resync found nothing changed since the last deploy: that deploy's status.
   let reused: DeployStatus | undefined;
   if (blocked) {
@@ -178,12 +191,8 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
               { startedAt, updatedAt: deps.now() },
               kappStatus,
             );
-            await writeAppStatus(
-              kube,
-              kref,
-              fence,
-              (cur) => summarizeStatus(cur, fence.generation, { ...parts, deploy: progress }),
-              mask,
+            await writeFrameStatus(frame, (cur) =>
+              summarizeStatus(cur, fence.generation, { ...parts, deploy: progress }),
             );
           },
           [work],
@@ -374,20 +383,15 @@ async function continueDeploy(
   },
   deps: PipelineDeps,
 ): Promise<DeployStageData | undefined> {
-  const { kube, ref, fence, mask } = frame;
+  const { fence, mask } = frame;
   const { cut, startedAt, count, tools } = state;
   const progress = deployStatus(
     mask.result({ stdout: cut.stdout, stderr: cut.stderr, exitCode: 0, finished: false }),
     { startedAt, updatedAt: deps.now() },
     state.kappStatus,
   );
-  const w = await writeAppStatus(
-    kube,
-    ref,
-    fence,
-    (cur) =>
-      markReconciling(summarizeStatus(cur, fence.generation, { ...state.parts, deploy: progress }), fence.generation),
-    mask,
+  const w = await writeFrameStatus(frame, (cur) =>
+    markReconciling(summarizeStatus(cur, fence.generation, { ...state.parts, deploy: progress }), fence.generation),
   );
   if (w.outcome === 'stale' || w.outcome === 'gone') {
     frame.done(w.outcome, { tools });
@@ -507,7 +511,10 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
   const observe = observerOf(deps, ctx.ref, app.status);
   observe.init();
   observe.deleting();
-  await writeAppStatus(kube, kref, fence, (cur) => markDeleting(cur, fence.generation) as AppStatus);
+  // The App was just read: the first status write plans on it.
+  await writeAppStatus(kube, kref, fence, (cur) => markDeleting(cur, fence.generation) as AppStatus, undefined, {
+    object: raw,
+  });
 
   let result: StageResult;
   let tools = { runs: 0, ms: 0 };

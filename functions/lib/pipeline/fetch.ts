@@ -20,6 +20,7 @@ import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
 import { buildVendirConfig, FETCH_RUN_ERROR_PREFIX, planVendirSync, vendirResourceRefs } from '../fetch/vendir.js';
+import type { KubeObject } from '../kube/port.js';
 import { readingRefsOnce } from '../kube/views.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { fetchConfigDigest } from '../reconcile/controller-config.js';
@@ -211,11 +212,18 @@ interface PinnedFetchRecord {
 /**
  * Runs the fetch stage for a run the reconcile step started (the App as it just read it).
  *
+ * @param latest - the App as stored now, when the reconcile step knows it (its `Reconciling`
+ *   write's answer, or `loaded.raw` when it wrote nothing): the stage's status write plans on it.
  * @returns the template stage's input on success; nothing after a failure (the final status
  *   is written here) or when the run went stale.
  * @throws on infrastructure failures (API, object store): the transport retries the event.
  */
-export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: PipelineDeps): Promise<StageOutput> {
+export async function runFetch(
+  ctx: RunContext,
+  loaded: LoadedApp,
+  deps: PipelineDeps,
+  latest?: KubeObject,
+): Promise<StageOutput> {
   const opened = await openStage(deps, {
     stage: 'fetch',
     object: ctx.ref,
@@ -225,6 +233,7 @@ export async function runFetch(ctx: RunContext, loaded: LoadedApp, deps: Pipelin
     kind: APP_KIND,
     loaded,
     runStartedAt: ctx.run.startedAt,
+    ...(latest ? { latest } : {}),
   });
   if (opened.stop) return {};
   const { frame } = opened;

@@ -18,6 +18,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ObjectEvent } from '../../../events/schema.js';
 import { Finalizer } from '../api/index.js';
+import type { KubeObject } from '../kube/port.js';
 import { resultFromError } from '../reconcile/result.js';
 import { markPausedOrCanceled, markReconciling, summarizeStatus, writesImmediately } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
@@ -50,8 +51,13 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
     // status (as a failed reconcile) instead of crashing on every event.
     const meta = loaded.raw.metadata;
     const fence = { uid: meta.uid, generation: meta.generation ?? 0 };
-    await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, fence.generation, {}, resultFromError(loaded.message, 'Reconciling: ')),
+    await writeAppStatus(
+      kube,
+      kref,
+      fence,
+      (cur) => summarizeStatus(cur, fence.generation, {}, resultFromError(loaded.message, 'Reconciling: ')),
+      undefined,
+      { object: loaded.raw },
     );
     done('failed', { error: loaded.message });
     return {};
@@ -83,7 +89,9 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
     return ours ? { delete: ctx } : {};
   }
   if (app.spec.canceled || app.spec.paused) {
-    await writeAppStatus(kube, kref, fence, (cur) => markPausedOrCanceled(cur, generation));
+    await writeAppStatus(kube, kref, fence, (cur) => markPausedOrCanceled(cur, generation), undefined, {
+      object: raw,
+    });
     done('paused');
     return {};
   }
@@ -102,15 +110,20 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
     done('noop');
     return {};
   }
+  // The App was just read: the status write plans on it, no second read.
+  let latest: KubeObject | undefined = raw;
   if (specChanged) {
-    const w = await writeAppStatus(kube, kref, fence, (cur) => markReconciling(cur, generation));
+    const w = await writeAppStatus(kube, kref, fence, (cur) => markReconciling(cur, generation), undefined, {
+      object: raw,
+    });
     if (w.outcome === 'gone' || w.outcome === 'stale') {
       done(w.outcome);
       return {};
     }
+    latest = w.object;
   }
   done('succeeded');
   // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event).
   await observe.started();
-  return await runFetch(ctx, loaded.loaded, deps);
+  return await runFetch(ctx, loaded.loaded, deps, latest);
 }

@@ -91,6 +91,11 @@ export interface StageFrame<V extends FetchView, L extends { raw: KubeObject } =
   runSeconds: () => number | undefined;
   /** Seconds since `since` (the stage's clock): a phase's time. */
   secondsSince: (since: Date) => number;
+  /**
+   * The object as this stage last read or wrote it, when known ({@link writeFrameStatus} plans on
+   * it instead of reading the object again, and keeps it current). `undefined`: the next write reads.
+   */
+  latest?: KubeObject;
 }
 
 /** What {@link openStage} takes. */
@@ -109,6 +114,11 @@ export interface OpenStageInput<V extends FetchView, L extends { raw: KubeObject
   loaded?: L;
   /** When the run started (`run.startedAt`), for the overall time of its final stage. */
   runStartedAt?: string;
+  /**
+   * With `loaded`: the object as stored now, when the caller knows it (its own status write's
+   * answer, or `loaded.raw` when it wrote nothing): the stage's first write plans on it.
+   */
+  latest?: KubeObject;
 }
 
 /**
@@ -128,6 +138,7 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
   const fence = { uid: object.uid, generation };
   const done = stageTimer(deps, input.stage, objectKey(object), generation);
   let loaded = input.loaded;
+  let latest = loaded ? input.latest : undefined;
   if (!loaded) {
     const read = await input.kind.load(kube, ref);
     const state = checkFence(read.kind === 'ok' ? read.loaded.raw : undefined, fence);
@@ -137,6 +148,7 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
       return { stop };
     }
     loaded = read.loaded;
+    latest = read.loaded.raw;
   }
   if (input.kind.held(loaded)) {
     done('paused');
@@ -157,8 +169,31 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
       observe: observerOf(deps, object, input.kind.status(loaded)),
       runSeconds: () => (runStartedAt ? secondsSince(runStartedAt) : undefined),
       secondsSince,
+      latest,
     },
   };
+}
+
+/**
+ * THE status write of an open stage: {@link writeAppStatus} with the frame's mask, planned on the
+ * frame's {@link StageFrame.latest} copy (no GET while the stage's own read or last write is the
+ * stored object; a copy that moved costs a 409 and the usual re-read), which it then keeps
+ * current. kapp-controller plans its status writes on its own copy the same way, reading again
+ * only on a conflict.
+ *
+ * @param fence - default the frame's fence.
+ * @returns what `writeStatus` returns.
+ * @throws what `writeStatus` throws.
+ */
+export async function writeFrameStatus<L extends { raw: KubeObject }>(
+  frame: StageFrame<FetchView, L>,
+  mutate: (current: AppStatus | undefined) => AppStatus,
+  fence: RunFence = frame.fence,
+): Promise<StatusWriteResult> {
+  const read = frame.latest ? { object: frame.latest, kept: true } : undefined;
+  const w = await writeAppStatus(frame.kube, frame.ref, fence, mutate, frame.mask, read);
+  frame.latest = w.object;
+  return w;
 }
 
 /** What a stage hand-off event (`TemplateStageData`, `DeployStageData`, ...) opens the next stage with. */
@@ -241,11 +276,11 @@ export async function closeStage<L extends { raw: KubeObject }>(
   frame: StageFrame<FetchView, L>,
   input: CloseStageInput,
 ): Promise<{ next: boolean }> {
-  const { kube, ref, fence, mask, done, loaded } = frame;
+  const { fence, mask, done, loaded } = frame;
   const { parts, result, tools } = input;
   if (result.error || input.last) {
     const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
-    let w = await writeAppStatus(kube, ref, fence, final, mask);
+    let w = await writeFrameStatus(frame, final);
     if (w.outcome === 'stale' && input.last) w = await writeHeld(frame, final, w);
     const outcome: StageOutcome =
       w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : input.success;
@@ -258,7 +293,7 @@ export async function closeStage<L extends { raw: KubeObject }>(
     return { next: false };
   }
   if (writesImmediately(frame.kind.status(loaded)) || (input.own && cutForEvent(input.own))) {
-    const w = await writeAppStatus(kube, ref, fence, (cur) => summarizeStatus(cur, fence.generation, parts), mask);
+    const w = await writeFrameStatus(frame, (cur) => summarizeStatus(cur, fence.generation, parts));
     if (w.outcome === 'stale' || w.outcome === 'gone') {
       done(w.outcome, { tools });
       return { next: false };
@@ -279,7 +314,8 @@ async function writeHeld<L extends { raw: KubeObject }>(
     return stale;
   }
   const fence = { uid: frame.fence.uid, generation: live.loaded.raw.metadata.generation ?? 0 };
-  return await writeAppStatus(frame.kube, frame.ref, fence, final, frame.mask);
+  frame.latest = live.loaded.raw;
+  return await writeFrameStatus(frame, final, fence);
 }
 
 /**

@@ -179,6 +179,8 @@ export function changeApp(world: AppWorld, what: 'generation' | 'paused' | 'canc
     world.cluster.objects.clear();
     return;
   }
+  // Every change moves the resourceVersion, as the API server's.
+  obj.metadata.resourceVersion = String(Number(obj.metadata.resourceVersion ?? 0) + 1);
   if (what === 'recreated') {
     obj.metadata.uid = 'uid-2';
     obj.status = undefined;

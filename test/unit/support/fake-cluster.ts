@@ -55,11 +55,11 @@ export class FakeCluster implements DeployView, InstallView {
   /** Stateful mode: Namespaces by name (absent: gone). */
   readonly namespaces = new Map<string, KubeNamespace>();
   /**
-   * Stateful mode: called before each GET of an object with its 1-based count, so a test can
-   * change the cluster between two reads of a stage (a spec change that races a status write).
+   * Stateful mode: called before each status write with its 1-based count, so a test can change
+   * the cluster between a stage's read (or its copy of the object) and its write.
    */
-  onGet?: (count: number) => void;
-  private gets = 0;
+  onWrite?: (count: number) => void;
+  private writeCount = 0;
   private readonly reads: Array<KubeObject | undefined> | undefined;
   private readonly writes: Array<string | Error>;
 
@@ -83,9 +83,9 @@ export class FakeCluster implements DeployView, InstallView {
     return this.objects.get(keyOf({ kind, namespace, name }));
   }
 
-  /** Stateful mode: the status writes so far (their bodies), in order. */
+  /** The status writes so far (their bodies), in order; in stateful mode only those that landed (no 409 or gone). */
   get statuses(): unknown[] {
-    return this.calls.filter((c) => c[0] === 'update').map((c) => c[3]);
+    return this.calls.filter((c) => c[0] === 'update' && c[4] !== false).map((c) => c[3]);
   }
 
   async getObject<T extends KubeObject>(ref: ResourceRef): Promise<T | undefined> {
@@ -94,21 +94,28 @@ export class FakeCluster implements DeployView, InstallView {
       if (this.reads.length === 0) throw new Error('unexpected read');
       return structuredClone(this.reads.shift()) as T | undefined;
     }
-    this.onGet?.(++this.gets);
     return structuredClone(this.objects.get(keyOf(ref))) as T | undefined;
   }
 
   async updateStatus(ref: ResourceRef, pre: WritePrecondition, status: unknown): Promise<{ resourceVersion: string }> {
-    this.calls.push(['update', ref.name, pre, status]);
+    const call: [string, ...unknown[]] = ['update', ref.name, pre, status];
+    this.calls.push(call);
     if (this.reads) {
       const next = this.writes.shift();
       if (next === undefined) throw new Error('unexpected write');
       if (next instanceof Error) throw next;
       return { resourceVersion: next };
     }
+    this.onWrite?.(++this.writeCount);
     const obj = this.objects.get(keyOf(ref));
-    if (!obj || obj.metadata.uid !== pre.uid) throw new GoneError(`${ref.kind} ${ref.name} not found`);
-    if (obj.metadata.resourceVersion !== pre.resourceVersion) throw new ConflictError(`${ref.name}: 409 conflict`);
+    if (!obj || obj.metadata.uid !== pre.uid) {
+      call[4] = false;
+      throw new GoneError(`${ref.kind} ${ref.name} not found`);
+    }
+    if (obj.metadata.resourceVersion !== pre.resourceVersion) {
+      call[4] = false;
+      throw new ConflictError(`${ref.name}: 409 conflict`);
+    }
     obj.status = structuredClone(status);
     obj.metadata.resourceVersion = String(Number(obj.metadata.resourceVersion) + 1);
     return { resourceVersion: obj.metadata.resourceVersion };
