@@ -346,7 +346,7 @@ export class KubeApiClient implements KubeClient {
     ref: ResourceRef,
     precondition: WritePrecondition,
     status: unknown,
-  ): Promise<{ resourceVersion: string; object: KubeObject }> {
+  ): Promise<{ resourceVersion: string; object?: KubeObject }> {
     const action = `updating status of ${describeRef(ref)}`;
     // The /status PUT takes the whole object but keeps everything except .status from
     // the stored one; metadata.resourceVersion is the optimistic-concurrency check and
@@ -383,10 +383,10 @@ export class KubeApiClient implements KubeClient {
     if (response.statusCode !== 200 && response.statusCode !== 201) {
       throw errorFromResponse(action, response);
     }
-    const object = response.body as KubeObject;
-    object.apiVersion ??= ref.apiVersion;
-    object.kind ??= ref.kind;
-    return { resourceVersion: object.metadata.resourceVersion, object };
+    // The answer is `PartialObjectMetadata`, not the object: no `object` is returned, and the
+    // caller's next write plans on its own copy with this status and resourceVersion.
+    const answered = response.body as { metadata?: { resourceVersion?: string } };
+    return { resourceVersion: answered.metadata?.resourceVersion ?? '' };
   }
 
   /** {@inheritDoc FinalizerWriter.addFinalizer} */

@@ -218,7 +218,9 @@ export interface StatusWriter {
    *
    * @returns the new `metadata.resourceVersion`, and `object`, the whole object as the API server
    *   answered the write, when the writer has it (a status write after it plans on it instead of
-   *   reading the object again).
+   *   reading the object again). The API client asks for the metadata only (a PackageRepository
+   *   holds its whole inline repository) and returns no `object`: `writeStatus` then plans on
+   *   the copy it wrote with the written status and the new resourceVersion.
    * @throws ConflictError on 409 (resourceVersion moved); re-read and retry.
    * @throws GoneError on 404, or when the object now has another uid.
    * @throws KubeApiError on any other API failure.

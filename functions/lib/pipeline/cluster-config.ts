@@ -87,11 +87,19 @@ export function clusterConfigSource(
     ...(opts.now ? { now: opts.now } : {}),
     read: async (clusterId) => {
       const view = deps.clusters.fetchView(clusterId);
-      // noProxy's KAPPCTRL_KUBERNETES_SERVICE_HOST: the host of this cluster's API server.
-      const server = deps.clusters.deployView(clusterId).apiServer().server;
+      // noProxy's KAPPCTRL_KUBERNETES_SERVICE_HOST: the host of this cluster's API server, known
+      // where the deploy view is. Fetch and template hold none (the cloud functions' registry
+      // refuses it) and their tools never call the API server: there it becomes empty, as for
+      // a pod without the variable.
+      let server = '';
+      try {
+        server = deps.clusters.deployView(clusterId).apiServer().server;
+      } catch {
+        server = '';
+      }
       let config: ClusterControllerConfig;
       try {
-        config = await readControllerConfig(view, ns, hostOf(server));
+        config = await readControllerConfig(view, ns, server ? hostOf(server) : '');
       } catch (err) {
         // A function whose cluster role may not read the object (install and index-repo today)
         // runs with the runtime-wide settings rather than failing every event.
