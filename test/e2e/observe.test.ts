@@ -184,7 +184,8 @@ describe.sequential('reconcile Events and /metrics', () => {
     const b = samplesOf(text, BAD);
     const attempts = b.get('kappctrl_app_reconcile_attempt_total') ?? 0;
     expect(attempts).toBeGreaterThanOrEqual(2);
-    expect(b.get('kappctrl_app_reconcile_failure_total')).toBe(attempts);
+    // Each attempt ended in a failure, but for a retry that may be running at the scrape.
+    expect(attempts - (b.get('kappctrl_app_reconcile_failure_total') ?? -1)).toBeOneOf([0, 1]);
     expect(b.get('kappctrl_app_reconcile_success_total')).toBe(0);
     // The first run, then the retries (the App had failed before): fetch and template, never deploy.
     for (const first of ['true', 'false']) {
