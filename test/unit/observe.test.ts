@@ -12,6 +12,8 @@ import { memoryLogger } from '../../functions/lib/log.js';
 import { MAX_EVENT_MESSAGE_CHARS, ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
 import { EmfReconcileMetrics, PrometheusReconcileMetrics } from '../../functions/lib/observe/metrics.js';
 import { isFirstReconcile, reconcileObserver } from '../../functions/lib/observe/reconcile.js';
+import { eventErrorText } from '../../functions/lib/pipeline/common.js';
+import { MASKED, SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
 
 const APP = {
   clusterId: 'c1',
@@ -276,5 +278,27 @@ describe('isFirstReconcile', () => {
     expect(isFirstReconcile({ conditions: [{ type: 'Reconciling' }] })).toBe(true);
     expect(isFirstReconcile({ consecutiveReconcileFailures: 1 })).toBe(false);
     expect(isFirstReconcile({ conditions: [{ type: 'ReconcileSucceeded' }] })).toBe(false);
+  });
+});
+
+describe('eventErrorText', () => {
+  const mask = new SecretMask();
+  mask.addValue('hunter2-swordfish');
+
+  it("is the failing tool's stderr (usefulErrorMessage), redacted, without its final newline", () => {
+    const text = eventErrorText(
+      {
+        error: 'Templating dir: Error (see .status.usefulErrorMessage for details)',
+        stderr: 'ytt: Error: pw hunter2-swordfish\n',
+      },
+      mask,
+    );
+    expect(text).toBe(`ytt: Error: pw ${MASKED}`);
+  });
+
+  it('is the stage error when the tool wrote no stderr', () => {
+    expect(eventErrorText({ error: 'Fetching resources: timed out', stderr: '' }, mask)).toBe(
+      'Fetching resources: timed out',
+    );
   });
 });

@@ -25,8 +25,9 @@ import {
   type ReconcileObserver,
   reconcileObserver,
 } from '../observe/reconcile.js';
+import type { StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { omitEmptyStatusFields } from '../reconcile/status.js';
+import { omitEmptyStatusFields, usefulErrorMessage } from '../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
 import type { PipelineDeps } from './deps.js';
 
@@ -206,4 +207,15 @@ export function observerOf(
     object,
     isFirstReconcile(status),
   );
+}
+
+/**
+ * The error text of a failed run's `ReconcileFailed` / `DeleteFailed` Event: what the status's
+ * `usefulErrorMessage` shows (the failing tool's stderr, else the stage-prefixed error; the text
+ * kapp's wait rule reports for an App), redacted with the run's mask and without the final
+ * newline. The stage error alone ("Templating dir: Error (see .status.usefulErrorMessage for
+ * details)") would send Event readers back to the status.
+ */
+export function eventErrorText(result: Pick<StageResult, 'error' | 'stderr'>, mask: SecretMask): string {
+  return mask.redact(usefulErrorMessage(result.error ?? '', result.stderr)).trimEnd();
 }

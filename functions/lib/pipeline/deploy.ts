@@ -64,6 +64,7 @@ import type { DeployStatus } from '../reconcile/types.js';
 import { privateArtifacts, readArtifact, scopeOf } from './artifacts.js';
 import {
   appRef,
+  eventErrorText,
   loadApp,
   makeScratch,
   objectKey,
@@ -578,5 +579,5 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
     mask,
   );
   done('failed', { error: result.error && mask.redact(result.error), tools });
-  await observe.deleteCompleted(mask.redact(result.error ?? ''));
+  await observe.deleteCompleted(eventErrorText(result, mask));
 }

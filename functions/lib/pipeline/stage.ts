@@ -27,6 +27,7 @@ import type { SecretMask } from '../reconcile/secret-mask.js';
 import { cutForEvent, type RunParts, type StagePart, summarizeStatus, writesImmediately } from '../reconcile/status.js';
 import {
   appRef,
+  eventErrorText,
   type LoadedApp,
   type LoadResult,
   loadApp,
@@ -287,7 +288,8 @@ export async function closeStage<L extends { raw: KubeObject }>(
     const ended = outcome !== 'stale' && outcome !== 'gone';
     done(outcome, { ...(result.error ? { error: mask.redact(result.error) } : {}), tools });
     if (ended) {
-      const error = result.error !== undefined ? mask.redact(result.error) : w.tooLarge ? TOO_LARGE_EVENT : undefined;
+      const error =
+        result.error !== undefined ? eventErrorText(result, mask) : w.tooLarge ? TOO_LARGE_EVENT : undefined;
       await frame.observe.completed(error === undefined ? {} : { error }, frame.runSeconds());
     }
     return { next: false };
