@@ -504,7 +504,7 @@ export class Forwarder {
 
   /** A snapshot of counters and sizes. */
   stats(): ForwarderStats {
-    const all = [...this.primary, ...this.secondary].map((r) => r.counters);
+    const all = [...this.primary, ...this.secondary, ...this.configWatches].map((r) => r.counters);
     const sum = (f: (c: Reflector['counters']) => number) => all.reduce((n, c) => n + f(c), 0);
     return {
       objects: this.objects.reduce((n, m) => n + m.size, 0),
