@@ -9,6 +9,7 @@
  * npm run cluster -- add <id> --endpoint https://… --ca-file ca.pem --auth token \
  *     [--secret-prefix kapp-lambda/<id>/] [--identity-namespace kapp-lambda] \
  *     --forwarder-role-id AROA… | --no-sender-check
+ * (both: [--controller-config-namespace kapp-lambda], where the functions read kapp-controller-config)
  * npm run cluster -- list
  * npm run cluster -- remove <id>
  * ```
@@ -45,6 +46,7 @@ import {
   parseClusterDoc,
   parseRegistryLocation,
 } from '../functions/lib/kube/cluster-doc.js';
+import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../functions/lib/reconcile/controller-config.js';
 import { LocalDirStore } from '../functions/lib/store/local.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { S3Store } from '../functions/lib/store/s3.js';
@@ -69,19 +71,30 @@ export interface RbacOptions {
   tokenIdentities?: boolean;
   /** Namespace of those ServiceAccounts (and the bindings' ServiceAccount subjects). Default `kapp-lambda`. */
   identityNamespace?: string;
+  /**
+   * Namespace of the cluster's `kapp-controller-config` (the functions'
+   * `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE`), where `controller-config.yml` grants install and
+   * index-repo its read. Default `kapp-lambda`.
+   */
+  controllerConfigNamespace?: string;
 }
+
+/** The file whose objects live in the controller-config namespace, not the identity one. */
+const CONTROLLER_CONFIG_RBAC = 'controller-config.yml';
 
 /**
  * The RBAC manifests of `infra/rbac/` as objects: per function a ClusterRole and a
- * ClusterRoleBinding to its group and ServiceAccount, and for token auth the identities
- * themselves. The files are the source; only the identity namespace is substituted.
+ * ClusterRoleBinding to its group and ServiceAccount, the Role reading `kapp-controller-config`
+ * (install, index-repo), and for token auth the identities themselves. The files are the
+ * source; only the identity and controller-config namespaces are substituted.
  *
  * @throws Error when a file cannot be read or parsed.
  */
 export async function rbacManifests(options: RbacOptions = {}): Promise<Record<string, unknown>[]> {
-  const ns = options.identityNamespace ?? 'kapp-lambda';
+  const ids = options.identityNamespace ?? 'kapp-lambda';
   const files = [
     ...PIPELINE_STAGES.map((s) => `${s}.yml`),
+    CONTROLLER_CONFIG_RBAC,
     ...(options.tokenIdentities ? ['token-identities.yml'] : []),
   ];
   const out: Record<string, unknown>[] = [];
@@ -93,9 +106,13 @@ export async function rbacManifests(options: RbacOptions = {}): Promise<Record<s
         metadata: { name: string; namespace?: string };
         subjects?: { kind: string; namespace?: string }[];
       };
+      const ns =
+        file === CONTROLLER_CONFIG_RBAC
+          ? (options.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE)
+          : ids;
       if (o.kind === 'Namespace') o.metadata.name = ns;
       else if (o.metadata.namespace) o.metadata.namespace = ns;
-      for (const s of o.subjects ?? []) if (s.kind === 'ServiceAccount') s.namespace = ns;
+      for (const s of o.subjects ?? []) if (s.kind === 'ServiceAccount') s.namespace = ids;
       out.push(o);
     }
   }
@@ -256,6 +273,7 @@ const USAGE = `usage:
     | --auth token [--secret-prefix <prefix>] [--identity-namespace <ns>]
       --forwarder-role-id <AROA…> (the stack's ForwarderRoleId<Id>: the only sender of this cluster's events)
     | --no-sender-check (no forwarder role: only for functions without the sender check, local setups)
+    [--controller-config-namespace <ns>] (where the functions read kapp-controller-config; default kapp-lambda)
   npm run cluster -- list
   npm run cluster -- remove <id>
   (all: --registry s3://<bucket>/<prefix> | file:///<dir>, default $KAPP_LAMBDA_CLUSTER_REGISTRY)
@@ -283,6 +301,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       'function-role': { type: 'string', multiple: true },
       'secret-prefix': { type: 'string' },
       'identity-namespace': { type: 'string' },
+      'controller-config-namespace': { type: 'string' },
       'forwarder-role-id': { type: 'string' },
       'no-sender-check': { type: 'boolean' },
       replace: { type: 'boolean' },
@@ -373,7 +392,11 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   });
   const key = await putCluster(store, doc);
   const identityNamespace = v['identity-namespace'] ?? 'kapp-lambda';
-  const manifests = await rbacManifests({ tokenIdentities: auth.kind === 'token', identityNamespace });
+  const manifests = await rbacManifests({
+    tokenIdentities: auth.kind === 'token',
+    identityNamespace,
+    ...(v['controller-config-namespace'] ? { controllerConfigNamespace: v['controller-config-namespace'] } : {}),
+  });
   process.stdout.write(manifests.map((m) => stringify(m)).join('---\n'));
   process.stderr.write(
     `wrote ${key}\n# Apply the manifests on stdout to the cluster (kubectl apply -f, or kapp deploy).\n`,

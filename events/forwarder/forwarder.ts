@@ -56,6 +56,7 @@
  */
 import { setMaxListeners } from 'node:events';
 import type { KubeObject, ObjectWatcher, ResourceKind, WatchEvent } from '../../functions/lib/kube/port.js';
+import { CONTROLLER_CONFIG_NAME } from '../../functions/lib/reconcile/controller-config.js';
 import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
@@ -124,6 +125,16 @@ export interface ForwarderOptions {
   refStartTimeoutMs?: number;
   /** Retry backoff of list, watch and send failures. */
   backoff?: BackoffOptions;
+  /**
+   * Watch this cluster's `kapp-controller-config` Secret and ConfigMap (reference §1.3) in
+   * `namespace`, one object each (field selector `metadata.name=kapp-controller-config`, so
+   * the watch costs nothing when the namespace holds many Secrets), and call `onChange` when
+   * either is created, changed (new resourceVersion) or deleted, and after each first list (a
+   * change made while the forwarder was away). Upstream's controller reloads its config the
+   * same way. No event is sent for it: the caller drops what it cached (the embedded runtime's
+   * per-cluster config). `onChange` must not throw (a throw is logged and ignored).
+   */
+  controllerConfig?: { namespace: string; onChange: () => void };
 }
 
 /** Counters and sizes, for tests, metrics and the memory benchmark. */
@@ -224,6 +235,7 @@ interface RefEntry {
 const ABSENT = '';
 const SECRET: ResourceKind = { apiVersion: 'v1', kind: 'Secret' };
 const CONFIG_MAP: ResourceKind = { apiVersion: 'v1', kind: 'ConfigMap' };
+const CONFIG_SELECTOR = `metadata.name=${CONTROLLER_CONFIG_NAME}`;
 const REF_SECRET = 0;
 const REF_CONFIG_MAP = 1;
 type RefType = typeof REF_SECRET | typeof REF_CONFIG_MAP;
@@ -335,6 +347,7 @@ export class Forwarder {
   private readonly outbox: Outbox;
   private readonly primary: Reflector[] = [];
   private readonly secondary: Reflector[] = [];
+  private readonly configWatches: Reflector[] = [];
   private readonly runs: Promise<void>[] = [];
   private timer: TimerHandle | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
@@ -403,6 +416,14 @@ export class Forwarder {
         );
       }
     }
+    const cc = this.opts.controllerConfig;
+    if (cc) {
+      for (const resource of [SECRET, CONFIG_MAP]) {
+        this.configWatches.push(
+          this.reflector(resource, cc.namespace, 1, this.configHandler(resource, cc.onChange), CONFIG_SELECTOR),
+        );
+      }
+    }
     const refTypes: RefType[] = [];
     if (this.kinds.some((k) => k.tracksSecrets)) refTypes.push(REF_SECRET);
     if (this.kinds.some((k) => k.tracksConfigMaps)) refTypes.push(REF_CONFIG_MAP);
@@ -426,7 +447,7 @@ export class Forwarder {
       },
       'forwarder starting',
     );
-    for (const r of this.primary) this.runs.push(r.run(ac.signal));
+    for (const r of [...this.primary, ...this.configWatches]) this.runs.push(r.run(ac.signal));
     const primaryListed = Promise.all(this.primary.map((r) => r.listed));
     const gateTimer = new AbortController();
     ac.signal.addEventListener('abort', () => gateTimer.abort(), { once: true });
@@ -439,9 +460,8 @@ export class Forwarder {
       if (ac.signal.aborted) return;
       for (const r of this.secondary) this.runs.push(r.run(ac.signal));
     });
-    this.syncedPromise = Promise.all([primaryListed, refsStarted, ...this.secondary.map((r) => r.listed)]).then(
-      () => undefined,
-    );
+    const waited = [...this.secondary, ...this.configWatches].map((r) => r.listed);
+    this.syncedPromise = Promise.all([primaryListed, refsStarted, ...waited]).then(() => undefined);
   }
 
   /**
@@ -484,7 +504,7 @@ export class Forwarder {
 
   /** A snapshot of counters and sizes. */
   stats(): ForwarderStats {
-    const all = [...this.primary, ...this.secondary].map((r) => r.counters);
+    const all = [...this.primary, ...this.secondary, ...this.configWatches].map((r) => r.counters);
     const sum = (f: (c: Reflector['counters']) => number) => all.reduce((n, c) => n + f(c), 0);
     return {
       objects: this.objects.reduce((n, m) => n + m.size, 0),
@@ -518,12 +538,14 @@ export class Forwarder {
     namespace: string | undefined,
     pageSize: number,
     handler: ReflectorHandler,
+    fieldSelector?: string,
   ) {
     return new Reflector(
       {
         watcher: this.opts.watcher,
         resource,
         ...(namespace === undefined ? {} : { namespace }),
+        ...(fieldSelector === undefined ? {} : { fieldSelector }),
         pageSize,
         watchTimeoutSeconds: this.opts.watchTimeoutSeconds ?? 300,
         stallTimeoutMs: this.opts.stallTimeoutMs ?? 90_000,
@@ -534,6 +556,41 @@ export class Forwarder {
       },
       handler,
     );
+  }
+
+  // ---- kapp-controller-config ---------------------------------------------------------------
+
+  /** Calls `onChange` when the one object's resourceVersion moves (deleted: `''`) and after a first list. */
+  private configHandler(resource: ResourceKind, onChange: () => void): ReflectorHandler {
+    let seen: string | undefined;
+    let listed = '';
+    const changed = (rv: string) => {
+      seen = rv;
+      this.logger.info({ clusterId: this.clusterId, kind: resource.kind }, 'kapp-controller-config changed');
+      try {
+        onChange();
+      } catch (err) {
+        this.logger.warn(
+          { clusterId: this.clusterId, error: (err as Error).message },
+          'kapp-controller-config onChange failed',
+        );
+      }
+    };
+    return {
+      listStart: () => {
+        listed = '';
+      },
+      listItem: (obj) => {
+        listed = obj.metadata.resourceVersion ?? '';
+      },
+      listEnd: (mode) => {
+        if (mode === 'initial' || listed !== seen) changed(listed);
+      },
+      event: (e) => {
+        const rv = e.type === 'DELETED' ? '' : (e.object.metadata.resourceVersion ?? '');
+        if (rv !== seen) changed(rv);
+      },
+    };
   }
 
   // ---- watched kinds ------------------------------------------------------------------------

@@ -188,9 +188,16 @@ function observedGenerationOf(obj: KubeObject): number | undefined {
   return typeof og === 'number' ? og : undefined;
 }
 
-function timedDueAt(kind: 'App' | 'PackageRepository', config: TimerConfig | undefined) {
+/**
+ * Sync periods for the App timer: fixed, or read at each computation (the embedded runtime
+ * follows its cluster's `kapp-controller-config`, which may change while the forwarder runs).
+ */
+export type TimerConfigSource = TimerConfig | (() => TimerConfig | undefined);
+
+function timedDueAt(kind: 'App' | 'PackageRepository', config: TimerConfigSource | undefined) {
+  const current = typeof config === 'function' ? config : () => config;
   return (obj: KubeObject, now: number): number | null => {
-    const d = nextDueAt(obj as unknown as TimedObject, new Date(now), { kind, config });
+    const d = nextDueAt(obj as unknown as TimedObject, new Date(now), { kind, config: current() });
     return d === null ? null : d.getTime();
   };
 }
@@ -208,9 +215,10 @@ const PACKAGE_INSTALL_RESOURCE: ResourceKind = Object.freeze({
  * App (`kappctrl.k14s.io/v1alpha1`, `apps`): due per {@link nextDueAt} (sync period + jitter
  * after success, 2^n s after failure, never while paused/canceled), refs per {@link appRefs}.
  *
- * @param config - Controller-config sync periods (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`).
+ * @param config - Controller-config sync periods (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`),
+ *   fixed or read at each due-time computation.
  */
-export function appKind(config?: TimerConfig): WatchedKind {
+export function appKind(config?: TimerConfigSource): WatchedKind {
   return {
     resource: { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' },
     group: 'kappctrl.k14s.io',
@@ -351,7 +359,7 @@ export type WatchedKindName = 'App' | 'PackageInstall' | 'PackageRepository';
  * @param config - Controller-config sync periods for the App timer.
  * @throws TypeError `unknown watched kind "<name>"` for any other name.
  */
-export function watchedKinds(names: readonly string[] = ['App'], config?: TimerConfig): WatchedKind[] {
+export function watchedKinds(names: readonly string[] = ['App'], config?: TimerConfigSource): WatchedKind[] {
   const out: WatchedKind[] = [];
   for (const name of new Set(names)) {
     switch (name) {

@@ -67,6 +67,8 @@ export interface ReflectorOptions {
   resource: ResourceKind;
   /** One namespace, or `undefined` for all. */
   namespace?: string;
+  /** Field selector of the list and the watch (e.g. `metadata.name=<name>`), or none. */
+  fieldSelector?: string;
   /** List page size (`limit`). */
   pageSize: number;
   /**
@@ -184,6 +186,7 @@ export class Reflector {
     do {
       const page = await watcher.list(resource, {
         ...(namespace === undefined ? {} : { namespace }),
+        ...(this.opts.fieldSelector === undefined ? {} : { fieldSelector: this.opts.fieldSelector }),
         limit: pageSize,
         ...(cont === undefined ? {} : { continue: cont }),
       });
@@ -228,6 +231,8 @@ export class Reflector {
           allowWatchBookmarks: true,
           timeoutSeconds,
           ...(namespace === undefined ? {} : { namespace }),
+          ...(this.opts.fieldSelector === undefined ? {} : { fieldSelector: this.opts.fieldSelector }),
+          ...(this.opts.fieldSelector === undefined ? {} : { fieldSelector: this.opts.fieldSelector }),
         },
         (event) => {
           if (ac.signal.aborted) return;

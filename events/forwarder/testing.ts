@@ -21,12 +21,28 @@ import {
 
 /** A recorded call of {@link FakeObjectWatcher}. */
 export type FakeWatcherCall =
-  | { op: 'list'; resource: string; namespace?: string; limit?: number; continue?: string }
-  | { op: 'watch'; resource: string; namespace?: string; resourceVersion: string; timeoutSeconds?: number };
+  | { op: 'list'; resource: string; namespace?: string; limit?: number; continue?: string; fieldSelector?: string }
+  | {
+      op: 'watch';
+      resource: string;
+      namespace?: string;
+      resourceVersion: string;
+      timeoutSeconds?: number;
+      fieldSelector?: string;
+    };
+
+/** Whether `o` matches a field selector; only `metadata.name=<name>` is understood (else throws). */
+function selects(fieldSelector: string | undefined, o: KubeObject): boolean {
+  if (fieldSelector === undefined) return true;
+  const m = /^metadata\.name=(.+)$/.exec(fieldSelector);
+  if (!m) throw new Error(`FakeWatcher: unsupported field selector ${fieldSelector}`);
+  return o.metadata.name === m[1];
+}
 
 interface Session {
   resource: string;
   namespace: string | undefined;
+  fieldSelector: string | undefined;
   onEvent: (e: WatchEvent) => void;
   /** Delivers nothing while true (a half-open connection). */
   stalled: boolean;
@@ -186,6 +202,7 @@ export class FakeObjectWatcher implements ObjectWatcher {
     }
     const all = [...this.store(key).values()]
       .filter((o) => options.namespace === undefined || o.metadata.namespace === options.namespace)
+      .filter((o) => selects(options.fieldSelector, o))
       .sort((a, b) => (objKey(a) < objKey(b) ? -1 : 1));
     const [snapshot, offsetText] = options.continue ? options.continue.split(':') : [String(this.rv), '0'];
     const offset = Number(offsetText);
@@ -208,6 +225,7 @@ export class FakeObjectWatcher implements ObjectWatcher {
       resourceVersion: options.resourceVersion,
       ...(options.namespace === undefined ? {} : { namespace: options.namespace }),
       ...(options.timeoutSeconds === undefined ? {} : { timeoutSeconds: options.timeoutSeconds }),
+      ...(options.fieldSelector === undefined ? {} : { fieldSelector: options.fieldSelector }),
     });
     const failure = this.watchFailures.shift();
     if (failure !== undefined) return Promise.reject(failure);
@@ -219,6 +237,7 @@ export class FakeObjectWatcher implements ObjectWatcher {
       const session: Session = {
         resource: key,
         namespace: options.namespace,
+        fieldSelector: options.fieldSelector,
         onEvent: onEvent as (e: WatchEvent) => void,
         stalled: false,
         end: (err) => {
@@ -245,7 +264,7 @@ export class FakeObjectWatcher implements ObjectWatcher {
   }
 
   private matches(s: Session, o: KubeObject): boolean {
-    return s.namespace === undefined || s.namespace === o.metadata.namespace;
+    return (s.namespace === undefined || s.namespace === o.metadata.namespace) && selects(s.fieldSelector, o);
   }
 
   private store(key: string): Map<string, KubeObject> {

@@ -33,6 +33,8 @@ import { PrometheusReconcileMetrics } from '../lib/observe/metrics.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
 import type { DispatchDeps } from '../lib/pipeline/dispatch.js';
+import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../lib/reconcile/controller-config.js';
+import type { TimerConfig } from '../lib/reconcile/timer.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
 import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
@@ -244,14 +246,34 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   });
   // Fan-out events (a repository's new versions → its PackageInstalls) join the same queue.
   deps.emit = (events) => pipeline.send(events);
+  // Each cluster's forwarder watches its kapp-controller-config (reference §1.3: upstream
+  // reloads on change): a change drops the cached config, so the next event reads it again
+  // without waiting for the cache's TTL, and the App timer takes the cluster's sync periods
+  // (objects already scheduled keep their due time until their next status change).
+  const appTimers = new Map<string, TimerConfig | undefined>();
+  const followControllerConfig = (clusterId: string) => {
+    composed.invalidateControllerConfig(clusterId);
+    deps.controllerConfig?.(clusterId).then(
+      (cc) => appTimers.set(clusterId, { ...deps.config.timer, ...cc.timer }),
+      (err: Error) =>
+        opts.log.warn(
+          { clusterId, error: err.message },
+          'reading kapp-controller-config for the App timer failed; the previous sync periods apply',
+        ),
+    );
+  };
   const makeForwarder = (clusterId: string, transport: Transport) =>
     new Forwarder({
       clusterId,
       watcher: registry.watchView(clusterId),
       transport,
-      kinds: watchedKinds(opts.kinds ?? EMBEDDED_KINDS, deps.config.timer),
+      kinds: watchedKinds(opts.kinds ?? EMBEDDED_KINDS, () => appTimers.get(clusterId) ?? deps.config.timer),
       namespaces: opts.namespaces,
       logger: opts.log,
+      controllerConfig: {
+        namespace: deps.config.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE,
+        onChange: () => followControllerConfig(clusterId),
+      },
       ...opts.forwarder,
     });
   const fixed: Forwarder[] = [];

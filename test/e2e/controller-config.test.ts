@@ -7,6 +7,9 @@
  * - with `httpProxy` in the config, the fetch goes through a proxy that records what it is asked
  *   (the App names a host only that proxy knows).
  *
+ * The runtime caches the config for an hour: every change above reaches the next run through the
+ * forwarder's watch of the object (reference §1.3: upstream reloads on change).
+ *
  * The config lives in a namespace of this file only, so the proxy never reaches other files' runs.
  */
 import { execFile } from 'node:child_process';
@@ -29,6 +32,7 @@ import {
   succeededAt,
   suffix,
   useE2ERuntime,
+  waitFor,
 } from './support.js';
 
 const id = suffix();
@@ -158,9 +162,20 @@ afterAll(async () => {
 });
 
 const rt = useE2ERuntime([NS], {
-  // Every event reads the config again, so the test needs no wait for a cache to expire.
-  overrides: { config: { controllerConfigNamespace: CONFIG_NS }, controllerConfigTtlMs: 0 },
+  // A cache that outlives the file: each change must reach the runs through the forwarder's
+  // watch of the config (which drops the cached one), not through the cache expiring.
+  overrides: { config: { controllerConfigNamespace: CONFIG_NS }, controllerConfigTtlMs: 3_600_000 },
 });
+
+/** Applies the config Secret and waits until the forwarder reported the change (the cache is dropped). */
+async function applyConfig(data: Record<string, string>): Promise<void> {
+  const seen = () => rt.records.filter((r) => r.msg === 'kapp-controller-config changed' && r.obj.kind === 'Secret');
+  const before = seen().length;
+  await apply(configSecret(data));
+  await waitFor('the forwarder to see the kapp-controller-config change', async () =>
+    seen().length > before ? true : undefined,
+  );
+}
 
 const configSecret = (data: Record<string, string>) => ({
   apiVersion: 'v1',
@@ -188,7 +203,7 @@ describe('kapp-controller-config of the cluster', () => {
     expect(failed.status?.fetch?.stderr).toContain(CA_HINT);
     expect(failed.status?.usefulErrorMessage).toContain(CA_HINT);
 
-    await apply(configSecret({ caCerts: caCert }));
+    await applyConfig({ caCerts: caCert });
     // A new generation reconciles at once (the failed one would retry only after its backoff).
     await apply(httpApp(name, url, '11m'));
     const ok = await rt.waitForApp(NS, name, succeededAt(2), 'success with the CA trusted');
@@ -203,7 +218,7 @@ describe('kapp-controller-config of the cluster', () => {
   it('httpProxy: the fetch goes through the configured proxy, which sees the request', async () => {
     const name = `via-proxy-${id}`;
     const host = `artifacts-${id}.proxied.test`;
-    await apply(configSecret({ caCerts: caCert, httpProxy: `http://127.0.0.1:${proxyPort}` }));
+    await applyConfig({ caCerts: caCert, httpProxy: `http://127.0.0.1:${proxyPort}` });
     await apply(httpApp(name, `http://${host}/${name}.yml`));
     const ok = await rt.waitForApp(NS, name, succeededAt(1), 'success through the proxy');
     await expectSucceeded(ok);

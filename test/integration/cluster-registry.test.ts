@@ -22,6 +22,7 @@ import {
   type ResourceRef,
 } from '../../functions/lib/kube/port.js';
 import { apiServerInfoOf, clientForKubeConfig } from '../../functions/lib/kube/registry.js';
+import { readControllerConfig } from '../../functions/lib/reconcile/controller-config.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { binPath } from '../../layers/gobuild.js';
@@ -92,9 +93,10 @@ beforeAll(async () => {
     await new Promise((done) => setTimeout(done, 200));
   }
   // The functions' RBAC, with this file's identity namespace (the ServiceAccounts of token auth).
-  manifests = (await rbacManifests({ tokenIdentities: true, identityNamespace: ids })).filter(
-    (m) => m.kind !== 'Secret',
-  );
+  // kapp-controller-config lives in the identity namespace too, so nothing is applied to a shared one.
+  manifests = (
+    await rbacManifests({ tokenIdentities: true, identityNamespace: ids, controllerConfigNamespace: ids })
+  ).filter((m) => m.kind !== 'Secret');
   const secret = (namespace: string, name: string) => ({
     apiVersion: 'v1',
     kind: 'Secret',
@@ -109,6 +111,13 @@ beforeAll(async () => {
     secret(ns, 'creds'),
     secret(other, 'elsewhere'),
     { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'vals', namespace: ns }, data: { a: '1' } },
+    {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'kapp-controller-config', namespace: ids },
+      data: { dangerousSkipTLSVerify: 'from-configmap.example' },
+    },
+    secret(ids, 'not-the-config'),
     {
       apiVersion: APP_API_VERSION,
       kind: 'App',
@@ -242,6 +251,30 @@ describe('the functions through the cluster registry, each as its own identity',
     expect(await codeOf(client.serviceAccountToken(ns, 'deployer'))).toBe(403);
     expect(await codeOf(client.getSecret(ns, 'creds'))).toBe(403);
     expect(await codeOf(client.updateStatus(app, { resourceVersion: '1', uid: 'x' }, {}))).toBe(403);
+  });
+
+  it('install and index-repo read kapp-controller-config (ConfigMap, then the Secret once it exists) and list no Secret of its namespace (install: get none other)', async () => {
+    const readers = ['install', 'index-repo'] as const;
+    for (const stage of readers) {
+      const config = await readControllerConfig(registry(stage).fetchView(CLUSTER), ids);
+      expect(config.source).toMatch(/^ConfigMap\//);
+      expect(config.dangerousSkipTLSVerify).toBe('from-configmap.example');
+    }
+    await apply({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'kapp-controller-config', namespace: ids },
+      stringData: { dangerousSkipTLSVerify: 'from-secret.example' },
+    });
+    for (const stage of readers) {
+      const config = await readControllerConfig(registry(stage).fetchView(CLUSTER), ids);
+      expect(config.source).toMatch(/^Secret\//);
+      expect(config.dangerousSkipTLSVerify).toBe('from-secret.example');
+      const client = registry(stage).client(CLUSTER);
+      // index-repo gets Secrets by name cluster-wide anyway (its fetch's secretRef); install never.
+      if (stage === 'install') expect(await codeOf(client.getSecret(ids, 'not-the-config'))).toBe(403);
+      expect(await codeOf(client.list({ apiVersion: 'v1', kind: 'Secret' }, { namespace: ids }))).toBe(403);
+    }
   });
 
   it('index-repo: kapp deploys a Package and its app record as that identity, which still cannot read Secrets cluster-wide or request tokens', async () => {

@@ -421,9 +421,11 @@ describe('npm run cluster', () => {
       'kapp-lambda:index-repo',
       'kapp-lambda:install',
     ]);
-    const subjects = all.flatMap((m) => (m.subjects as { kind: string; namespace?: string; name: string }[]) ?? []);
+    type Subject = { kind: string; namespace?: string; name: string };
+    const subjects = all.flatMap((m) => (m.subjects as Subject[]) ?? []);
     expect(subjects.filter((s) => s.kind === 'ServiceAccount').every((s) => s.namespace === 'ids')).toBe(true);
-    expect(subjects.filter((s) => s.kind === 'Group').map((s) => s.name)).toEqual(roles);
+    const clusterSubjects = all.filter((m) => m.kind === 'ClusterRoleBinding').flatMap((m) => m.subjects as Subject[]);
+    expect(clusterSubjects.filter((s) => s.kind === 'Group').map((s) => s.name)).toEqual(roles);
     expect(all.filter((m) => m.kind === 'ServiceAccount')).toHaveLength(5);
     // No function may list or watch Secrets, and only deploy may request tokens.
     for (const role of all.filter((m) => m.kind === 'ClusterRole')) {
@@ -435,6 +437,36 @@ describe('npm run cluster', () => {
         expect(rule.verbs).not.toContain('*');
       }
     }
+  });
+
+  it('grants install and index-repo get on kapp-controller-config only, in the controller-config namespace', async () => {
+    const ns = (m: Record<string, unknown>) => (m.metadata as { namespace?: string }).namespace;
+    const pick = (all: Record<string, unknown>[]) =>
+      all.filter((m) => (m.metadata as { name: string }).name === 'kapp-lambda:controller-config-reader');
+    const dflt = pick(await rbacManifests({ identityNamespace: 'ids' }));
+    expect(dflt.map((m) => [m.kind, ns(m)])).toEqual([
+      ['Role', 'kapp-lambda'],
+      ['RoleBinding', 'kapp-lambda'],
+    ]);
+    const all = await rbacManifests({ identityNamespace: 'ids', controllerConfigNamespace: 'carvel' });
+    expect(all).toContainEqual(expect.objectContaining({ kind: 'Namespace', metadata: { name: 'carvel' } }));
+    const [role, binding] = pick(all);
+    expect(ns(role!)).toBe('carvel');
+    expect(role!.rules).toEqual([
+      {
+        apiGroups: [''],
+        resources: ['secrets', 'configmaps'],
+        resourceNames: ['kapp-controller-config'],
+        verbs: ['get'],
+      },
+    ]);
+    expect(ns(binding!)).toBe('carvel');
+    expect(binding!.subjects).toEqual([
+      { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'kapp-lambda:install' },
+      { kind: 'ServiceAccount', namespace: 'ids', name: 'kapp-lambda-install' },
+      { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'kapp-lambda:index-repo' },
+      { kind: 'ServiceAccount', namespace: 'ids', name: 'kapp-lambda-index-repo' },
+    ]);
   });
 
   it('adds, lists and removes a cluster in a directory registry', async () => {

@@ -171,6 +171,28 @@ describe('watched kinds', () => {
     expect(packageInstallKind().dueAt(obj({}), now)).toBe(now);
   });
 
+  it('App due times follow a sync-period source read at each computation (the cluster config changed)', () => {
+    const now = Date.parse('2025-01-01T00:10:00Z');
+    const ok = {
+      ...obj({}),
+      status: {
+        observedGeneration: 1,
+        conditions: [{ type: 'ReconcileSucceeded', status: 'True' }],
+        fetch: { exitCode: 0, updatedAt: '2025-01-01T00:09:50Z' },
+      },
+    };
+    let config: { appDefaultSyncPeriodMs?: number } | undefined;
+    const kind = appKind(() => config);
+    const dflt = kind.dueAt(ok, now);
+    expect(dflt).toBe(appKind().dueAt(ok, now));
+    config = { appDefaultSyncPeriodMs: 3_600_000 };
+    const hour = kind.dueAt(ok, now);
+    expect(hour).toBe(appKind(config).dueAt(ok, now));
+    expect(hour!).toBeGreaterThan(dflt! + 3_000_000);
+    config = undefined;
+    expect(kind.dueAt(ok, now)).toBe(dflt);
+  });
+
   it('watchedKinds builds the table from names and rejects unknown ones', () => {
     expect(
       watchedKinds(['App', 'PackageInstall', 'PackageRepository', 'App']).map((k) => [

@@ -1009,3 +1009,83 @@ describe('forwarder: delivery', () => {
     expect(fwd!.stats().invalid).toBe(1);
   });
 });
+
+describe('forwarder: kapp-controller-config', () => {
+  const NAME = 'kapp-controller-config';
+  const SELECTOR = `metadata.name=${NAME}`;
+
+  it('watches only that Secret and ConfigMap in the configured namespace, reports each change, and sends no event', async () => {
+    watcher.apply(secret(NAME, 'kapp-lambda', { appDefaultSyncPeriod: 'MW0=' }));
+    const onChange = vi.fn();
+    start({ controllerConfig: { namespace: 'kapp-lambda', onChange } });
+    await settle();
+    // The first lists report (a change made while no forwarder watched is not lost).
+    expect(onChange).toHaveBeenCalledTimes(2);
+    for (const kind of [SECRET, CONFIG_MAP]) {
+      expect(watcher.listCalls(kind)).toContainEqual(
+        expect.objectContaining({ namespace: 'kapp-lambda', fieldSelector: SELECTOR }),
+      );
+      expect(watcher.watchCalls(kind)).toContainEqual(
+        expect.objectContaining({ namespace: 'kapp-lambda', fieldSelector: SELECTOR }),
+      );
+    }
+
+    watcher.apply(secret('other', 'kapp-lambda'));
+    watcher.apply(secret(NAME, 'elsewhere'));
+    watcher.apply(configMap(NAME, 'elsewhere'));
+    await settle();
+    expect(onChange).toHaveBeenCalledTimes(2);
+
+    watcher.apply(secret(NAME, 'kapp-lambda', { appDefaultSyncPeriod: 'Mm0=' }));
+    await settle();
+    expect(onChange).toHaveBeenCalledTimes(3);
+    watcher.apply(configMap(NAME, 'kapp-lambda', { caCerts: 'x' }));
+    await settle();
+    expect(onChange).toHaveBeenCalledTimes(4);
+    watcher.remove(SECRET, 'kapp-lambda', NAME);
+    await settle();
+    expect(onChange).toHaveBeenCalledTimes(5);
+    expect(transport.take()).toEqual([]);
+  });
+
+  it('after 410 the relist reports a change made while the watch was away, and nothing when none was', async () => {
+    const onChange = vi.fn();
+    start({ controllerConfig: { namespace: 'kapp-lambda', onChange } });
+    await settle();
+    expect(onChange).toHaveBeenCalledTimes(2);
+
+    watcher.dropWatches(SECRET);
+    watcher.apply(secret(NAME, 'kapp-lambda'));
+    watcher.compact(SECRET);
+    await settle(5_000);
+    expect(fwd!.stats().gone).toBeGreaterThan(0);
+    expect(onChange).toHaveBeenCalledTimes(3);
+
+    const gone = fwd!.stats().gone;
+    watcher.dropWatches(SECRET);
+    watcher.apply(secret('unrelated', 'kapp-lambda'));
+    watcher.compact(SECRET);
+    await settle(5_000);
+    expect(fwd!.stats().gone).toBeGreaterThan(gone);
+    expect(onChange).toHaveBeenCalledTimes(3);
+  });
+
+  it('a throwing onChange is logged and the watch goes on', async () => {
+    const warn = vi.fn();
+    const onChange = vi.fn(() => {
+      throw new Error('boom');
+    });
+    start({
+      controllerConfig: { namespace: 'kapp-lambda', onChange },
+      logger: { info: () => {}, debug: () => {}, warn },
+    });
+    await settle();
+    watcher.apply(configMap(NAME, 'kapp-lambda'));
+    await settle();
+    expect(onChange).toHaveBeenCalledTimes(3);
+    expect(warn).toHaveBeenCalledWith(
+      expect.objectContaining({ error: 'boom' }),
+      'kapp-controller-config onChange failed',
+    );
+  });
+});

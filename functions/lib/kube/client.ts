@@ -643,7 +643,7 @@ export class KubeApiClient implements KubeClient {
     const response = await this.#send(action, {
       method: 'GET',
       path: collectionPath(type, options.namespace),
-      query: { limit: options.limit, continue: options.continue },
+      query: { limit: options.limit, continue: options.continue, fieldSelector: options.fieldSelector },
     });
     if (response.statusCode !== 200) throw errorFromResponse(action, response);
     const body = response.body as {
@@ -675,6 +675,7 @@ export class KubeApiClient implements KubeClient {
       resourceVersion: options.resourceVersion,
       allowWatchBookmarks: options.allowWatchBookmarks,
       timeoutSeconds: options.timeoutSeconds,
+      fieldSelector: options.fieldSelector,
     };
     let handlerFailed = false;
     try {

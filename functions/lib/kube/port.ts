@@ -354,6 +354,8 @@ export interface ListOptions {
   limit?: number;
   /** `continue` token of the previous page. */
   continue?: string;
+  /** Field selector, e.g. `metadata.name=kapp-controller-config` (one object, a cheap watch). */
+  fieldSelector?: string;
 }
 
 /** Options of {@link ObjectWatcher.watch}. */
@@ -366,6 +368,8 @@ export interface WatchOptions {
   timeoutSeconds?: number;
   /** Omit to watch all namespaces. */
   namespace?: string;
+  /** Field selector; the same as the list's the watch resumes. */
+  fieldSelector?: string;
 }
 
 /** One watch event. For `BOOKMARK`, only `object.metadata.resourceVersion` is meaningful. */
