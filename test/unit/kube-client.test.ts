@@ -306,8 +306,9 @@ describe('KubeApiClient.updateStatus', () => {
       { resourceVersion: '7', uid: 'u1' },
       { friendlyDescription: 'ok' },
     );
-    // The answer is the object as stored: a later write of the stage plans on it.
-    expect(out).toEqual({ resourceVersion: '8', object: app('8').body });
+    // The answer is PartialObjectMetadata, not the object: no `object`, so writeStatus plans the
+    // stage's next write on its own copy (the status it wrote, this resourceVersion).
+    expect(out).toEqual({ resourceVersion: '8' });
     expect(rest.requests).toEqual([
       {
         method: 'PUT',
