@@ -27,10 +27,12 @@ import {
 
 const src = 'test';
 const RESULTS = path.join(import.meta.dirname, '../../bench/results');
-const readDoc = (file: string) =>
-  JSON.parse(readFileSync(path.join(RESULTS, file), 'utf8')) as { startedAt: string; results: Record<string, unknown> };
+// Copies of results files as committed on 2026-12-02 (a rerun of a scenario rewrites its file
+// under bench/results/; the figures below are those of these copies).
+const FIXTURES = path.join(import.meta.dirname, 'fixtures/bench-results');
+const readDoc = (file: string, dir = FIXTURES) =>
+  JSON.parse(readFileSync(path.join(dir, file), 'utf8')) as { startedAt: string; results: Record<string, unknown> };
 const fileSource = (name: string) => ({ name, results: readDoc(name).results });
-const fileStartedAt = (name: string) => readDoc(name).startedAt;
 /** Round prices: $0.20/M requests, $0.0000166667/GB-s, $0.50/M SQS, $0.005/1k PUT, $0.0004/1k GET. */
 const PRICES: Prices = {
   region: 'test',
@@ -240,7 +242,7 @@ describe('cost scenario: the fleet from measurements', () => {
   it('lists the committed results files newest first', () => {
     const files = committedResults(RESULTS);
     expect(files.map((f) => f.name)).toContain('2026-11-30-2cpu-24gib.json');
-    const started = files.map((f) => fileStartedAt(f.name));
+    const started = files.map((f) => readDoc(f.name, RESULTS).startedAt);
     expect(started).toEqual([...started].sort().reverse());
   });
 
