@@ -179,6 +179,11 @@ export interface ClusterLeadershipOptions {
   makeForwarder: (transport: Transport) => Forwarder;
   /** Where the leader's forwarder sends (the pipeline). */
   transport: Transport;
+  /**
+   * Called when a term starts (this runtime leads the cluster again), after its forwarder
+   * started: the runtime re-queues the stages it parked while not leading. Default none.
+   */
+  onTermStarted?: () => void;
   /** How a forwarder is stopped when a term ends. Default `{ drain: false, timeoutMs: 5000 }`. */
   stopOptions?: StopOptions;
   logger?: ForwarderLogger;
@@ -209,6 +214,7 @@ export class ClusterLeadership {
       onStartedLeading: () => {
         this.termAbort = new AbortController();
         this.startTerm();
+        this.opts.onTermStarted?.();
       },
       onStoppedLeading: () => {
         // First the running stages (their tools killed, their writes refused), then the forwarder.

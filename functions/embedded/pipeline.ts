@@ -46,6 +46,15 @@ export interface EmbeddedPipelineOptions {
    * a cluster's Lease stops its running kapp. Default none.
    */
   stageSignal?: (clusterId: string) => AbortSignal | undefined;
+  /**
+   * Whether this runtime acts for cluster `clusterId` now (leads its Lease). A stage that fails
+   * while it does not is parked instead of retried: its retries could only fail the same way
+   * (every view refuses), and after the retry bound the event was dropped, which lost what the
+   * next term's forwarder cannot derive from status (a repository's fan-out to its
+   * PackageInstalls, a poke). {@link EmbeddedPipeline.resume} re-queues the parked events of a
+   * cluster when this runtime leads it again. Default: always acting (nothing is parked).
+   */
+  acting?: (clusterId: string) => boolean;
 }
 
 /** A stage running now, as {@link EmbeddedPipeline.inFlight} reports it. */
@@ -70,6 +79,16 @@ export class EmbeddedPipeline {
   private readonly stallWarnMs: number;
   private readonly current = new Map<string, InFlightStage>();
   private readonly stageSignal: EmbeddedPipelineOptions['stageSignal'];
+  private readonly acting: EmbeddedPipelineOptions['acting'];
+  /** Events parked while their cluster was not led, by ordering key (coalesced). */
+  private readonly parked = new Map<string, KappEvent>();
+  /**
+   * While events are parked, checks every second whether their cluster is led again: a term
+   * that only missed its renewal deadline and then renewed (no new term, so no
+   * {@link resume} call) leads again without starting over.
+   */
+  private parkCheck: ReturnType<typeof setInterval> | undefined;
+  private closed = false;
 
   constructor(
     private readonly deps: DispatchDeps,
@@ -78,6 +97,7 @@ export class EmbeddedPipeline {
     this.maxAttempts = opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
     this.stallWarnMs = opts.stallWarnMs ?? 120_000;
     this.stageSignal = opts.stageSignal;
+    this.acting = opts.acting;
     this.queue = new KeyedQueue<KappEvent>((key, item, attempt) => this.run(key, item, attempt), {
       concurrency: opts.concurrency ?? 4,
       baseRetryMs: opts.baseRetryMs,
@@ -97,6 +117,39 @@ export class EmbeddedPipeline {
     for (const e of events) this.queue.add(orderingKey(objectRefOf(e)), e);
   }
 
+  /**
+   * Re-queues the events parked for cluster `clusterId` ({@link EmbeddedPipelineOptions.acting}),
+   * each joining any newer event of its object by the usual coalescing. Call when this runtime
+   * starts leading the cluster.
+   */
+  resume(clusterId: string): void {
+    for (const [key, ev] of [...this.parked]) {
+      if (objectRefOf(ev).clusterId !== clusterId) continue;
+      this.parked.delete(key);
+      this.queue.add(key, ev);
+    }
+    if (this.parked.size === 0 && this.parkCheck !== undefined) {
+      clearInterval(this.parkCheck);
+      this.parkCheck = undefined;
+    }
+  }
+
+  private park(key: string, ev: KappEvent): void {
+    const earlier = this.parked.get(key);
+    this.parked.set(key, earlier ? coalesceEvents(earlier, ev) : ev);
+    if (this.parkCheck !== undefined || this.closed) return;
+    this.parkCheck = setInterval(() => {
+      const clusters = new Set([...this.parked.values()].map((e) => objectRefOf(e).clusterId));
+      for (const c of clusters) if (this.acting?.(c)) this.resume(c);
+    }, 1000);
+    this.parkCheck.unref();
+  }
+
+  /** Events parked now, waiting for their cluster's leadership. */
+  get parkedCount(): number {
+    return this.parked.size;
+  }
+
   /** Resolves when no object runs or waits (crash retries included). */
   async idle(): Promise<void> {
     await this.queue.idle();
@@ -104,6 +157,9 @@ export class EmbeddedPipeline {
 
   /** Stops accepting events; running stages finish. */
   close(): void {
+    this.closed = true;
+    if (this.parkCheck !== undefined) clearInterval(this.parkCheck);
+    this.parkCheck = undefined;
     this.queue.close();
   }
 
@@ -154,6 +210,15 @@ export class EmbeddedPipeline {
             )
           ).next;
         } catch (err) {
+          const clusterId = objectRefOf(current).clusterId;
+          if (this.acting && !this.acting(clusterId)) {
+            this.park(key, current);
+            this.deps.log.warn(
+              { object: key, stage: stage.stage, error: err instanceof Error ? err.message : String(err) },
+              'stage parked: this runtime does not lead the cluster; it runs again when it does',
+            );
+            return;
+          }
           throw new RetryFrom(current, err);
         } finally {
           clearTimeout(stall);

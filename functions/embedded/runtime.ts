@@ -243,6 +243,8 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     ...opts.retry,
     // Losing a cluster's Lease cancels the tools of its running stages (`leadership.ts`).
     stageSignal: (clusterId) => leaderships.get(clusterId)?.termSignal,
+    // A stage refused for leadership waits for this runtime's next term instead of being dropped.
+    acting,
   });
   // Fan-out events (a repository's new versions → its PackageInstalls) join the same queue.
   deps.emit = (events) => pipeline.send(events);
@@ -298,6 +300,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
         },
         makeForwarder: (transport) => makeForwarder(clusterId, transport),
         transport: pipeline,
+        onTermStarted: () => pipeline.resume(clusterId),
         logger: opts.log,
       });
       leaderships.set(clusterId, leadership);

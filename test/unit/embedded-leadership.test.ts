@@ -312,7 +312,7 @@ describe('a runtime losing the lease while a stage runs', () => {
   const tempDir = useTempDir('embedded-leadership-');
   const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
 
-  it('kills the running kapp (its runner signal aborts) and writes no status as the ex-leader, nor starts a tool on its retry', async () => {
+  it('kills the running kapp (its runner signal aborts), writes no status as the ex-leader, parks the stage and runs it again once it leads again', async () => {
     const w = appWorld({ app: appObject(), tmpRoot: path.join(tempDir(), 'scratch') });
     w.runner.on('vendir', vendirWrites());
     w.runner.on('ytt', { stdout: MANIFEST, exitCode: 0 });
@@ -322,6 +322,7 @@ describe('a runtime losing the lease while a stage runs', () => {
     w.runner.on(
       'kapp',
       async (req) => {
+        if (kapp) return { stdout: '', exitCode: 0 }; // the run after the parked one: succeeds
         kapp = { signal: req.signal, statusesAtStart: w.statuses().length };
         await new Promise<void>((resolve) => {
           if (!req.signal || req.signal.aborted) return resolve();
@@ -349,11 +350,13 @@ describe('a runtime losing the lease while a stage runs', () => {
       },
       makeForwarder: () => ({ start: () => {}, stop: async () => {} }) as unknown as Forwarder,
       transport: { send: async () => {} },
+      onTermStarted: () => pipeline.resume(REF.clusterId),
     });
     const deps = { ...w.deps, clusters: leaderGatedRegistry(w.deps.clusters, () => leadership.isLeader()) };
     const retries: (() => void)[] = [];
-    const pipeline = new EmbeddedPipeline(deps, {
+    const pipeline: EmbeddedPipeline = new EmbeddedPipeline(deps, {
       stageSignal: () => leadership.termSignal,
+      acting: () => leadership.isLeader(),
       setTimer: (fn) => {
         retries.push(fn);
         return { cancel: () => {} };
@@ -370,21 +373,26 @@ describe('a runtime losing the lease while a stage runs', () => {
 
       // Another runtime takes the Lease over (this one was partitioned, or stalled).
       lease.put({ holderIdentity: 'other', leaseDurationSeconds: 15 });
-      await until(() => retries.length === 1); // the deploy stage ended as a crash, to be retried
+      await until(() => pipeline.parkedCount === 1); // parked, not retried against the bound
+      expect(retries).toHaveLength(0);
       expect(leadership.isLeader()).toBe(false);
       expect(kapp?.signal?.aborted).toBe(true);
       expect(kapp?.signal?.reason).toBeInstanceOf(NotLeaderError);
       // Not even the failed deploy's status: the new leader owns the App now.
       expect(w.statuses()).toHaveLength(written);
-      const crash = w.log.records.find((r) => r.msg === 'stage crashed; retrying');
-      expect(crash?.obj.error).toBe('not the leader of cluster "c1": another runtime holds its lease');
+      const parked = w.log.records.find((r) => r.msg?.startsWith('stage parked'));
+      expect(parked?.obj.error).toBe('not the leader of cluster "c1": another runtime holds its lease');
+      expect(w.tools().filter((t) => t === 'kapp')).toHaveLength(1);
+      await pipeline.idle();
       expect(w.tools().filter((t) => t === 'kapp')).toHaveLength(1);
 
-      // Its retry (the leader is still the other runtime) starts no tool and writes nothing.
-      retries.shift()?.();
-      await until(() => retries.length === 1);
-      expect(w.tools().filter((t) => t === 'kapp')).toHaveLength(1);
-      expect(w.statuses()).toHaveLength(written);
+      // The other runtime goes away; this one takes the Lease again and runs the parked deploy.
+      lease.put({ holderIdentity: '', leaseDurationSeconds: 1 });
+      await until(() => leadership.isLeader());
+      await until(() => w.tools().filter((t) => t === 'kapp').length === 2);
+      expect(pipeline.parkedCount).toBe(0);
+      await pipeline.idle();
+      expect(w.statuses().at(-1)?.conditions?.[0]?.type).toBe('ReconcileSucceeded');
     } finally {
       pipeline.close();
       await leadership.stop();
