@@ -385,8 +385,12 @@ export class KubeApiClient implements KubeClient {
     }
     // The answer is `PartialObjectMetadata`, not the object: no `object` is returned, and the
     // caller's next write plans on its own copy with this status and resourceVersion.
-    const answered = response.body as { metadata?: { resourceVersion?: string } };
-    return { resourceVersion: answered.metadata?.resourceVersion ?? '' };
+    const answered = response.body as { metadata?: { resourceVersion?: string } } | undefined;
+    const resourceVersion = answered?.metadata?.resourceVersion;
+    // An empty resourceVersion would make the next write unconditional (it would overwrite a
+    // newer status): an answer without one is an error, not a success.
+    if (!resourceVersion) throw new Error(`${action}: the API server's answer carries no resourceVersion`);
+    return { resourceVersion };
   }
 
   /** {@inheritDoc FinalizerWriter.addFinalizer} */
