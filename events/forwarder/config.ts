@@ -16,6 +16,7 @@
  * | `FORWARDER_RESYNC_RETRY_SECONDS` | re-ask after a reconcile got no status answer | 300 |
  * | `FORWARDER_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `FORWARDER_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
+ * | `FORWARDER_CONTROLLER_CONFIG_NAMESPACE` | where the cluster's `kapp-controller-config` lives (the functions' `--controller-config-namespace`); its sync periods override the two above | `kapp-lambda` |
  *
  * The program (`main.ts`) reads these too ({@link parseForwarderProgramEnv}):
  *
@@ -49,11 +50,12 @@ import {
   isDns1123Label,
   isDns1123Subdomain,
 } from '../../functions/lib/api/names.js';
+import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../../functions/lib/reconcile/controller-config.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../../functions/lib/reconcile/timer.js';
 import { type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { KIND_FUNCTION } from '../schema.js';
 import type { ForwarderOptions } from './forwarder.js';
-import { type WatchedKindName, watchedKinds } from './kinds.js';
+import { type TimerConfigSource, type WatchedKindName, watchedKinds } from './kinds.js';
 
 /** Settings of one forwarder process. */
 export interface ForwarderSettings {
@@ -63,8 +65,10 @@ export interface ForwarderSettings {
   kinds: WatchedKindName[];
   /** `FORWARDER_NAMESPACES`; empty means all namespaces. */
   namespaces: string[];
-  /** Sync periods for the App timer. */
+  /** Sync periods for the App timer (the cluster's `kapp-controller-config` overrides them). */
   timer: TimerConfig;
+  /** `FORWARDER_CONTROLLER_CONFIG_NAMESPACE`. */
+  controllerConfigNamespace: string;
   /** The numeric knobs, already in the units {@link ForwarderOptions} takes. */
   coalesceWindowMs: number;
   stallTimeoutMs: number;
@@ -105,6 +109,13 @@ const EnvSchema = z.object({
   FORWARDER_RESYNC_RETRY_SECONDS: int(10, 86_400, 300),
   FORWARDER_APP_DEFAULT_SYNC_PERIOD: z.string().optional(),
   FORWARDER_APP_MINIMUM_SYNC_PERIOD: z.string().optional(),
+  FORWARDER_CONTROLLER_CONFIG_NAMESPACE: z.preprocess(
+    blankToUndefined,
+    z
+      .string()
+      .default(DEFAULT_CONTROLLER_CONFIG_NAMESPACE)
+      .refine(isDns1123Label, { error: 'expected a DNS-1123 label' }),
+  ),
 });
 
 /**
@@ -136,6 +147,7 @@ export function parseForwarderEnv(env: Readonly<Record<string, string | undefine
     kinds: [...new Set(e.FORWARDER_KINDS)],
     namespaces: [...new Set(e.FORWARDER_NAMESPACES)],
     timer,
+    controllerConfigNamespace: e.FORWARDER_CONTROLLER_CONFIG_NAMESPACE,
     coalesceWindowMs: e.FORWARDER_COALESCE_WINDOW_MS,
     stallTimeoutMs: e.FORWARDER_STALL_TIMEOUT_SECONDS * 1000,
     watchTimeoutSeconds: e.FORWARDER_WATCH_TIMEOUT_SECONDS,
@@ -149,13 +161,17 @@ export function parseForwarderEnv(env: Readonly<Record<string, string | undefine
 /**
  * The {@link ForwarderOptions} for `settings`, minus the ports the entry file supplies
  * (watcher, transport, and optionally clock, logger).
+ *
+ * @param timer - The App timer's sync periods, read when a due time is computed; default
+ *   `settings.timer` (the program passes the cluster's `kapp-controller-config` over it).
  */
 export function forwarderOptions(
   settings: ForwarderSettings,
+  timer: TimerConfigSource = settings.timer,
 ): Omit<ForwarderOptions, 'watcher' | 'transport' | 'clock' | 'random' | 'logger' | 'buildEvent'> {
   return {
     clusterId: settings.clusterId,
-    kinds: watchedKinds(settings.kinds, settings.timer),
+    kinds: watchedKinds(settings.kinds, timer),
     namespaces: settings.namespaces,
     coalesceWindowMs: settings.coalesceWindowMs,
     stallTimeoutMs: settings.stallTimeoutMs,

@@ -51,8 +51,10 @@ async function main(): Promise<void> {
   });
   const transport = transportToStages(new SqsEventSender({ client: sqs, queueUrls: settings.queueUrls }));
   const identity = `${process.env.HOSTNAME?.trim() || hostname()}_${randomBytes(4).toString('hex')}`;
+  const view = watchViewOf(kube);
   const program = await startForwarderProgram(settings, {
-    watcher: watchViewOf(kube),
+    watcher: view,
+    configReader: view,
     lease: leaseViewOf(kube),
     transport,
     identity,

@@ -26,7 +26,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { ClusterLeadership } from '../../functions/embedded/leadership.js';
-import type { LeaseView, ObjectWatcher } from '../../functions/lib/kube/port.js';
+import type { KubeReader, LeaseView, ObjectWatcher } from '../../functions/lib/kube/port.js';
+import { describeControllerConfig, readControllerConfig } from '../../functions/lib/reconcile/controller-config.js';
+import type { TimerConfig } from '../../functions/lib/reconcile/timer.js';
 import { REASONS } from '../schema.js';
 import type { ForwarderProgramSettings } from './config.js';
 import { forwarderOptions } from './config.js';
@@ -47,6 +49,14 @@ export interface ForwarderProgramDeps {
   logger: ForwarderLogger;
   /** Election timings (ms); defaults are client-go's 15 s / 10 s / 2 s. */
   election?: { leaseDurationMs?: number; renewDeadlineMs?: number; retryPeriodMs?: number };
+  /**
+   * Reads the cluster's `kapp-controller-config` (Secret first, then ConfigMap, as upstream's
+   * `Config.Reload`). When given, the forwarder watches both objects and the App timer takes
+   * their `appDefaultSyncPeriod`/`appMinimumSyncPeriod` over the `FORWARDER_APP_*` settings,
+   * re-read on every change (upstream reloads its config the same way). Without it the settings
+   * alone apply.
+   */
+  configReader?: Pick<KubeReader, 'getSecret' | 'getConfigMap'>;
 }
 
 /** A running program. */
@@ -129,6 +139,28 @@ export async function startForwarderProgram(
   let stopping = false;
   let synced = false;
   let term: Forwarder | undefined;
+  // The cluster's kapp-controller-config sync periods, over the settings' (undefined: not read yet).
+  let clusterTimer: TimerConfig | undefined;
+  const timer = () => (clusterTimer ? { ...settings.forwarder.timer, ...clusterTimer } : settings.forwarder.timer);
+  const reader = deps.configReader;
+  const namespace = settings.forwarder.controllerConfigNamespace;
+  let reading = Promise.resolve();
+  const followControllerConfig = () => {
+    if (!reader) return;
+    // Reads in order: a change seen after a slower earlier read must win.
+    reading = reading.then(async () => {
+      try {
+        const cc = await readControllerConfig(reader, namespace);
+        clusterTimer = cc.timer;
+        logger.info({ namespace, ...describeControllerConfig(cc) }, 'kapp-controller-config read for the App timer');
+      } catch (err) {
+        logger.warn(
+          { namespace, error: (err as Error).message },
+          'reading kapp-controller-config for the App timer failed; the previous sync periods apply',
+        );
+      }
+    });
+  };
   const leadership = new ClusterLeadership({
     clusterId: settings.forwarder.clusterId,
     election: {
@@ -141,7 +173,13 @@ export async function startForwarderProgram(
     },
     makeForwarder: (transport) => {
       synced = false;
-      const f = new Forwarder({ ...forwarderOptions(settings.forwarder), watcher: deps.watcher, transport, logger });
+      const f = new Forwarder({
+        ...forwarderOptions(settings.forwarder, timer),
+        watcher: deps.watcher,
+        transport,
+        logger,
+        ...(reader ? { controllerConfig: { namespace, onChange: followControllerConfig } } : {}),
+      });
       term = f;
       // synced() needs a started forwarder: ClusterLeadership starts it right after this returns.
       queueMicrotask(() => {

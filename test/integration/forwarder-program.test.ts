@@ -247,4 +247,58 @@ describe('forwarder program', () => {
     b.proc.kill('SIGTERM');
     expect(await b.exited).toBe(0);
   }, 90_000);
+
+  it("takes the App timer's sync periods from the cluster's kapp-controller-config and re-reads them on change", async () => {
+    const read = (r: Replica) =>
+      r
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('kapp-controller-config read for the App timer') || l.includes('App timer failed'));
+    await k(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'kapp-controller-config', namespace: ns },
+        data: { appDefaultSyncPeriod: '2m' },
+      }),
+    );
+    const r = await startReplica({ FORWARDER_CONTROLLER_CONFIG_NAMESPACE: ns });
+    await until('the ConfigMap to be read', async () => read(r).some((l) => l.includes('"ConfigMap/')), [r], 30_000);
+    expect(read(r).at(-1)).toContain('"keys":["appDefaultSyncPeriod"]');
+
+    // A Secret wins over the ConfigMap (upstream's Config.Reload), read again on its creation.
+    await k([
+      'create',
+      'secret',
+      'generic',
+      'kapp-controller-config',
+      '-n',
+      ns,
+      '--from-literal=appMinimumSyncPeriod=45s',
+    ]);
+    await until('the Secret to be read', async () => read(r).some((l) => l.includes('"Secret/')), [r], 30_000);
+    expect(read(r).at(-1)).toContain('"keys":["appMinimumSyncPeriod"]');
+
+    // A value that does not parse keeps the previous periods, with the parse error (no value echoed).
+    await k([
+      'patch',
+      'secret',
+      'kapp-controller-config',
+      '-n',
+      ns,
+      '-p',
+      JSON.stringify({ stringData: { appMinimumSyncPeriod: 'soon' } }),
+    ]);
+    await until(
+      'the bad value to be reported',
+      async () => read(r).some((l) => l.includes('App timer failed')),
+      [r],
+      30_000,
+    );
+    expect(read(r).at(-1)).toContain('Unmarshaling appMinimumSyncPeriod as duration');
+
+    r.proc.kill('SIGTERM');
+    expect(await r.exited).toBe(0);
+  }, 90_000);
 });
