@@ -6,7 +6,8 @@
  *
  * Scenarios (all by default, in this order): `bundles`, `latency`, `throughput`,
  * `kapp-controller` (latency and throughput against upstream, with ratios ours/theirs when
- * ours ran in the same run), `resync`, `dedup`, `repositories` (inline PackageRepositories of
+ * ours ran in the same run), `resync`, `steady` (N Apps at a 30 s sync period, CPU-seconds and
+ * API requests per minute once reconciled, kapp-lambda then kapp-controller), `dedup`, `repositories` (inline PackageRepositories of
  * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `upgrade`,
  * `forwarder-memory`, `cost` (the fleet cost model from this run's figures, or the latest
  * committed results files for the scenarios not run; starts nothing). The file also carries
@@ -14,7 +15,8 @@
  *
  * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
  * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
- * `BENCH_LATENCY_RUNS` (default 5), `KAPP_LAMBDA_CACHE`. Results made with non-default values
+ * `BENCH_LATENCY_RUNS` (default 5), `KAPP_LAMBDA_BENCH_STEADY_APPS` (default 100),
+ * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (default 120), `KAPP_LAMBDA_CACHE`. Results made with non-default values
  * say so in `config`.
  */
 import { execFileSync } from 'node:child_process';
@@ -49,6 +51,7 @@ import {
 } from './scenarios/latency.js';
 import { repositoriesScenario } from './scenarios/repositories.js';
 import { resyncOurs } from './scenarios/resync.js';
+import { DEFAULT_STEADY_APPS, DEFAULT_STEADY_WINDOW_S, steadyScenario } from './scenarios/steady.js';
 import { type ThroughputRun, throughputOurs, throughputTheirs } from './scenarios/throughput.js';
 import { DEFAULT_KC_WAIT_S, DEFAULT_POLL_MS, upgradeScenario } from './scenarios/upgrade.js';
 
@@ -58,6 +61,7 @@ const ALL = [
   'throughput',
   'kapp-controller',
   'resync',
+  'steady',
   'dedup',
   'repositories',
   'upgrade',
@@ -83,6 +87,17 @@ const LATENCY_RUNS = Number(process.env.BENCH_LATENCY_RUNS ?? 5);
 const CONCURRENCIES = [4, 10];
 const UPGRADE_POLL_MS = Number(process.env.BENCH_UPGRADE_POLL_MS ?? DEFAULT_POLL_MS);
 const UPGRADE_KC_WAIT_S = Number(process.env.BENCH_UPGRADE_KC_WAIT_S ?? DEFAULT_KC_WAIT_S);
+const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_STEADY_APPS);
+const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_STEADY_WINDOW_S);
+for (const [name, v] of [
+  ['KAPP_LAMBDA_BENCH_STEADY_APPS', STEADY_APPS],
+  ['KAPP_LAMBDA_BENCH_STEADY_WINDOW_S', STEADY_WINDOW_S],
+] as const) {
+  if (!(Number.isInteger(v) && v > 0)) {
+    process.stderr.write(`${name} must be a positive integer\n`);
+    process.exit(2);
+  }
+}
 
 const started = Date.now();
 const say = (m: string) => process.stderr.write(`[bench +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
@@ -194,7 +209,7 @@ try {
     throughput: [],
   };
   let bin: string | undefined;
-  if (selected.includes('kapp-controller') || selected.includes('repositories') || selected.includes('upgrade')) {
+  if (['kapp-controller', 'repositories', 'upgrade', 'steady'].some((s) => selected.includes(s as Scenario))) {
     bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
   }
   const runTheirs = async <T>(
@@ -335,6 +350,10 @@ try {
     }
   }
 
+  if (selected.includes('steady')) {
+    ctx.results.steady = await steadyScenario(ctx, bin, step, { apps: STEADY_APPS, windowMs: STEADY_WINDOW_S * 1000 });
+  }
+
   if (selected.includes('dedup')) {
     const r = await step('5 dedup', '20 cluster ids', () => dedupOurs(ctx));
     if (r) {
@@ -421,6 +440,8 @@ const doc = {
     concurrencies: CONCURRENCIES,
     upgradePollMs: UPGRADE_POLL_MS,
     upgradeKcWaitS: UPGRADE_KC_WAIT_S,
+    steadyApps: STEADY_APPS,
+    steadyWindowS: STEADY_WINDOW_S,
     /**
      * `/proc/loadavg` at the start and the end of the run: the machine is shared with other
      * engineers' test suites, whose load is in these figures (per-step 1-minute averages: `load`).

@@ -70,6 +70,12 @@ export interface KappController {
   cpuSeconds(): number;
   /** Resident set size of both processes now, bytes. */
   rssBytes(): number;
+  /**
+   * App reconciles that ran kapp so far: the App controller's `"Completed deploy"` log lines
+   * (upstream `pkg/app/app_reconcile.go` logs one per reconcile that deploys; not the
+   * "Reconcile noop" of an event before the App's timer is due).
+   */
+  deploys(): number;
   /** Stops both processes and removes the work directory. */
   stop(): Promise<void>;
 }
@@ -98,6 +104,31 @@ export function procRssBytes(pid: number | undefined): number {
   } catch {
     return 0;
   }
+}
+
+/**
+ * Counts the complete lines holding `needle` over one or more streams of text chunks (a
+ * process's stdout and stderr): each stream keeps its unfinished last line until the chunk
+ * that ends it, so a line split across chunks counts once and a line still being written
+ * not at all.
+ */
+export function lineCounter(needle: string): { readonly count: number; stream(): { push(chunk: string): void } } {
+  let count = 0;
+  return {
+    get count() {
+      return count;
+    },
+    stream() {
+      let partial = '';
+      return {
+        push(chunk: string) {
+          const lines = (partial + chunk).split('\n');
+          partial = lines.pop() ?? '';
+          for (const l of lines) if (l.includes(needle)) count++;
+        },
+      };
+    },
+  };
 }
 
 /** Reads the kernel's clock tick (`getconf CLK_TCK`) once; keeps 100 when that fails. */
@@ -160,10 +191,17 @@ export async function startKappController(bin: string, opts: KappControllerOptio
   const logFile = path.join(work, 'kapp-controller.log');
   const out = createWriteStream(logFile);
   let text = '';
-  const capture = (name: string) => (d: Buffer) => {
-    out.write(d);
-    text = (text + d.toString()).slice(-200_000);
-    void name;
+  const completedDeploys = lineCounter('"Completed deploy"');
+  const capture = (name: string) => {
+    // one line buffer per stream, so a chunk boundary inside a line of one does not count twice
+    const lines = completedDeploys.stream();
+    return (d: Buffer) => {
+      out.write(d);
+      const s = d.toString();
+      text = (text + s).slice(-200_000);
+      lines.push(s);
+      void name;
+    };
   };
   const tail = () =>
     text
@@ -234,6 +272,7 @@ export async function startKappController(bin: string, opts: KappControllerOptio
       startMs: performance.now() - t0,
       cpuSeconds: () => pids.reduce<number>((a, p) => a + procCpuSeconds(p), 0),
       rssBytes: () => pids.reduce<number>((a, p) => a + procRssBytes(p), 0),
+      deploys: () => completedDeploys.count,
       stop,
     };
   } catch (err) {

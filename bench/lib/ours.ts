@@ -273,6 +273,14 @@ export function toolDelta(
   return out;
 }
 
+/**
+ * Whether a stage record ends an App's pipeline run: its deploy stage (deployed, or `cached` on
+ * a no-op resync), or an earlier stage that ended the run as a `noop`.
+ */
+export function endsRun(r: StageRunRecord): boolean {
+  return r.stage === 'deploy' || r.outcome === 'noop';
+}
+
 /** Object key of an App in stage records: `cluster/App/namespace/name`. */
 export function appKey(clusterId: string, ns: string, name: string): string {
   return `${clusterId}/App/${ns}/${name}`;

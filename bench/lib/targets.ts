@@ -9,6 +9,7 @@
  * @module
  */
 import { type Row, round } from './stats.js';
+import { STEADY_TARGET_RATIO } from './steady.js';
 
 /** How a figure is compared with its target. */
 export type TargetOp = '<=' | '<' | '==';
@@ -19,7 +20,10 @@ export interface TargetFigure {
   value: number;
   /** The target, in `unit`. */
   target: number;
-  /** `ms`, `bytes`, `MiB`, `runs`, `ratio` (ours/kapp-controller's), `share` (0–1), `per period`. */
+  /**
+   * `ms`, `bytes`, `MiB`, `runs`, `ratio` (ours/kapp-controller's), `share` (0–1), `per period`,
+   * `CPU-s/min`, `requests/min`.
+   */
   unit: string;
   /** `value <op> target` is the target met. */
   op: TargetOp;
@@ -90,6 +94,19 @@ export function computeTargets(results: Record<string, unknown>): Targets {
     put(`throughput.cpuRatio.c${c}`, ourCpu / theirCpu, '<=', 1, 'ratio');
   }
   if (cpuRatios.length) put('throughput.cpuRatio', Math.max(...cpuRatios), '<=', 1, 'ratio');
+
+  // 6 steady state (issue 13 item 6): per minute, at most a tenth of kapp-controller's at the
+  // same App count; the per-minute figure's target is a tenth of theirs, the ratio's 0.1
+  for (const [figure, field, unit, digits] of [
+    ['cpu', 'cpuSecondsPerMin', 'CPU-s/min', 3],
+    ['api', 'apiRequestsPerMin', 'requests/min', 1],
+  ] as const) {
+    const o = num(at(results, 'steady', 'ours', field));
+    const t = num(at(results, 'steady', 'theirs', field));
+    if (o === undefined || !t) continue;
+    put(`steady.${field}`, o, '<=', round(t * STEADY_TARGET_RATIO, digits), unit, digits);
+    put(`steady.${figure}Ratio`, o / t, '<=', STEADY_TARGET_RATIO, 'ratio');
+  }
 
   // 2 no-op resync (issue 13 item 2): 0 tool runs, under 50 ms
   put('resync.toolRuns', num(at(results, 'resync', 'toolRunsPerApp')), '==', 0, 'runs');

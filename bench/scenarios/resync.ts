@@ -14,7 +14,7 @@
  */
 import { type BenchContext, clusterOf, contextOf } from '../lib/context.js';
 import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
-import { appKey, startOursIn, toolDelta, waitForwardersReady } from '../lib/ours.js';
+import { appKey, endsRun, startOursIn, toolDelta, waitForwardersReady } from '../lib/ours.js';
 import { type Summary, summarize } from '../lib/stats.js';
 
 /** Result of the resync scenario. */
@@ -74,9 +74,7 @@ export async function resyncOurs(ctx: BenchContext, apps = 3): Promise<ResyncRes
       if (resyncAt.size === keys.length) {
         await ours.runtime.pipeline.idle();
         const done = keys.every((k) =>
-          ours.records
-            .slice(rec0)
-            .some((r) => r.object === k && r.at >= resyncAt.get(k)! && (r.stage === 'deploy' || r.outcome === 'noop')),
+          ours.records.slice(rec0).some((r) => r.object === k && r.at >= resyncAt.get(k)! && endsRun(r)),
         );
         if (done) break;
       }
