@@ -260,6 +260,14 @@ describe('running (execute.ts)', () => {
     expect(r.manifest).toBe('');
   });
 
+  it('fails the step, not the stage run, when the root cannot be read', async () => {
+    const root = path.join(tempDir(), 'run-missing');
+    const runner = new FakeCommandRunner({ fallback: { stdout: CM } });
+    const r = await runTemplateSteps(plan([{ kustomize: {} }], root, `${root}-scratch`).steps, deps(runner), root);
+    expect(runner.calls).toEqual([]);
+    expect(r.result.error).toBe(`Templating dir: ENOENT: no such file or directory, realpath '${root}'`);
+  });
+
   it('pipes kustomize output into ytt', async () => {
     const root = await tree('run-ok', { 'kustomization.yaml': 'resources: []\n' });
     const runner = new FakeCommandRunner().on('kustomize', { stdout: CM }).on('ytt', (req) => ({

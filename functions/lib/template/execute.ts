@@ -11,7 +11,7 @@
 import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { type CommandRunner, DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
-import { attachError, resultFromError, type StageResult } from '../reconcile/result.js';
+import { attachError, errorMessage, resultFromError, type StageResult } from '../reconcile/result.js';
 import { markTruncated } from '../reconcile/status-budget.js';
 import { checkKustomizeTree } from './kustomize.js';
 import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage, sopsRemoteKeyError } from './sops.js';
@@ -165,7 +165,8 @@ export async function runTemplateSteps(
       continue;
     }
     if (step.kustomizeRoot !== undefined) {
-      const refused = await checkKustomizeTree(step.kustomizeRoot);
+      // A file error while checking (the root missing, a file gone) is the App's: a status, not a retry.
+      const refused = await checkKustomizeTree(step.kustomizeRoot).catch((err: unknown) => errorMessage(err));
       if (refused !== undefined) {
         return { result: resultFromError(new Error(refused), step.errorPrefix), manifest: '', ms, runs };
       }
