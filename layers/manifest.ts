@@ -186,6 +186,20 @@ export const COMPONENTS: readonly GoComponent[] = [
     purpose: 'template: cue export',
   },
   {
+    name: 'kustomize',
+    module: 'sigs.k8s.io/kustomize/kustomize/v5',
+    // v5.8.3 needs go 1.27; v5.8.2 and its api/kyaml/cmd-config v0.21.2 need go 1.26.0
+    version: 'v5.8.2',
+    // its release build (releasing/cloudbuild.sh) stamps these; `kustomize version` prints `v5.8.2`
+    stamps: [
+      'sigs.k8s.io/kustomize/api/provenance.version=kustomize/v5.8.2',
+      'sigs.k8s.io/kustomize/api/provenance.buildDate=1970-01-01T00:00:00Z',
+    ],
+    binaries: [{ bin: 'kustomize', pkg: 'sigs.k8s.io/kustomize/kustomize/v5', versionArgs: ['version'] }],
+    layers: ['template'],
+    purpose: 'template: kustomize build (a step kapp-controller lacks)',
+  },
+  {
     name: 'versitygw',
     module: 'github.com/versity/versitygw',
     version: 'v1.8.0',

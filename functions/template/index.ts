@@ -1,7 +1,7 @@
 /**
  * The template function on AWS Lambda (SQS FIFO event source mapping with
  * `ReportBatchItemFailures`): for a fetch → template hand-off it renders the fetched
- * artifact with ytt/kbld/helm/cue/sops (render cache in S3) and queues the deploy stage.
+ * artifact with ytt/kbld/helm/cue/sops/kustomize (render cache in S3) and queues the deploy stage.
  * Configuration: see `functions/lib/entry/config.ts`; it needs `KAPP_LAMBDA_QUEUE_URL_DEPLOY`
  * and `KAPP_LAMBDA_QUEUE_URL_FETCH` (the run lease's follow-up).
  *

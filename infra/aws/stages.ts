@@ -33,7 +33,7 @@ export interface StageSizing {
  *
  * - fetch: vendir, imgpkg and helm download sources (network-bound); the fetched tree and its
  *   tarball sit in `/tmp` together, so storage is the large part;
- * - template: ytt, kbld, helm, cue render (CPU-bound), so more memory for more CPU;
+ * - template: ytt, kbld, helm, cue, kustomize render (CPU-bound), so more memory for more CPU;
  * - deploy: kapp deploy waits for the resources it applies; the wait is what takes time, hence
  *   Lambda's full 15 minutes;
  * - index-repo: fetch, template and a kapp deploy of the repository's Packages in one run;

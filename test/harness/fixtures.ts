@@ -51,7 +51,7 @@ export const FIXTURE_EPOCH_SECONDS = 1611878400;
 
 /**
  * Absolute path of a pinned Go-built tool (`ytt`, `kbld`, `kapp`, `vendir`, `imgpkg`, `helm`,
- * `sops`, `age`, `cue`, `versitygw`, ...).
+ * `sops`, `age`, `cue`, `kustomize`, `versitygw`, ...).
  * @throws Error when no component in the manifest ships that binary.
  */
 export function toolBin(bin: string): string {
@@ -62,7 +62,7 @@ export function toolBin(bin: string): string {
 
 /**
  * Environment for running the pinned tools as children: PATH has the cache dirs of every
- * layer tool (vendir, imgpkg, helm, ytt, kbld, kapp, sops, age, cue) first, then the
+ * layer tool (vendir, imgpkg, helm, ytt, kbld, kapp, sops, age, cue, kustomize) first, then the
  * current PATH (Debian's `git`), so vendir finds `git` and `helm` (`VENDIR_HELM_BINARY` is the
  * pinned helm too). vendir's `imgpkgBundle`/`image` sources link imgpkg as a library and run
  * no `imgpkg` binary. (imgpkg's IaaS keychains

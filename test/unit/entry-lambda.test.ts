@@ -177,7 +177,7 @@ describe('createLambdaDeps', () => {
       const r = await deps.pipeline.runner.run({ cmd: tool, args: ['version'] });
       expect(r.error?.message).toBe(`failed to start ${tool}: ENOENT`);
     }
-    for (const tool of ['helm', 'sops', 'cue']) {
+    for (const tool of ['helm', 'sops', 'cue', 'kustomize']) {
       await expect(deps.pipeline.runner.run({ cmd: tool, args: ['version'] })).rejects.toThrow(tool);
     }
     for (const stage of ['fetch', 'template', 'deploy'] as const) {

@@ -52,7 +52,7 @@ describe('stage allow-lists', () => {
   it('only deploy and index-repo (which deploys as the runtime) run kapp; only index-repo (the source poll) runs git; install runs no tool', () => {
     expect(STAGE_TOOLS).toEqual({
       fetch: ['vendir', 'imgpkg', 'helm'],
-      template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue'],
+      template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue', 'kustomize'],
       deploy: ['kapp'],
       'index-repo': ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'git'],
       install: [],

@@ -57,6 +57,7 @@ describe('manifest', () => {
       'age',
       'age-keygen',
       'cue',
+      'kustomize',
     ]);
     expect(layerTools('deploy').map((t) => t.bin)).toEqual(['kapp']);
     expect(layerTools('index-repo').map((t) => t.bin)).toEqual(['ytt', 'kbld', 'kapp', 'vendir', 'imgpkg']);

@@ -54,7 +54,7 @@ describe('pipeline (app_template.go)', () => {
   });
 
   it.each([
-    [[{ kustomize: {} }], 0],
+    [[{ jsonnet: {} }], 0],
     [[{ ytt: {} }, { jsonnet: {} }], 1],
     [[{ ytt: {} }, {}], 1],
   ] as Array<[AppTemplate[], number]>)('stops at an unsupported templater %#', (template, index) => {
@@ -83,7 +83,8 @@ describe('pipeline (app_template.go)', () => {
   it.each([
     [[{ ytt: {} }, { sops: { age: {} } }], 'Templating data is not supported'],
     [[{ helmTemplate: {} }, { cue: {} }], 'Templating stream is not supported'],
-  ] as Array<[AppTemplate[], string]>)('cannot run sops or cue on a stream: %s', (template, message) => {
+    [[{ ytt: {} }, { kustomize: {} }], 'Templating stream is not supported'],
+  ] as Array<[AppTemplate[], string]>)('cannot run sops, cue or kustomize on a stream: %s', (template, message) => {
     expect(plan(template).steps[1]).toEqual({ kind: 'fail', index: 1, message });
   });
 

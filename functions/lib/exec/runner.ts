@@ -231,12 +231,25 @@ function goSignalText(signal: NodeJS.Signals): string {
  * which the embedded runtime resolves from {@link DEFAULT_SYSTEM_PATH} (vendir runs it from `PATH`
  * too); on Lambda the fetch and index-repo layers carry it (`layers/git.ts`).
  */
-export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 'sops', 'age', 'cue', 'git'] as const;
+export const TOOL_NAMES = [
+  'vendir',
+  'imgpkg',
+  'ytt',
+  'kbld',
+  'kapp',
+  'helm',
+  'sops',
+  'age',
+  'cue',
+  'kustomize',
+  'git',
+] as const;
 
 /**
  * Tools each function may run (its allow-list on Lambda, and what its layer must carry: see
  * `layers/manifest.ts`). Fetch and template never get kapp, the only tool that talks to the
- * cluster (kapp-controller's sidecar allow-list: vendir, ytt, kbld, sops, helm, cue).
+ * cluster (kapp-controller's sidecar allow-list: vendir, ytt, kbld, sops, helm, cue; kustomize is
+ * kapp-lambda's own template step).
  * `index-repo` runs a PackageRepository's whole reconcile in one invocation, as upstream's
  * in-memory App does: vendir (imgpkg for bundles and images; no helm: a repository has no
  * `helmChart` source), the fixed ytt + kbld pipeline, and kapp as the runtime's own identity.
@@ -247,7 +260,7 @@ export const TOOL_NAMES = ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm', 's
  */
 export const STAGE_TOOLS = {
   fetch: ['vendir', 'imgpkg', 'helm'],
-  template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue'],
+  template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue', 'kustomize'],
   deploy: ['kapp'],
   'index-repo': ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'git'],
   install: [],

@@ -54,8 +54,8 @@ export interface PipelineConfig {
    */
   kappControllerCompatibleVersion?: string;
   /**
-   * Versions of the tools, keyed by binary (`ytt`, `kbld`, `helm`, `cue`, `sops`, `vendir`,
-   * `kapp`); part of the render-cache key so a tool upgrade re-renders.
+   * Versions of the tools, keyed by binary (`ytt`, `kbld`, `helm`, `cue`, `sops`, `kustomize`,
+   * `vendir`, `kapp`); part of the render-cache key so a tool upgrade re-renders.
    */
   toolVersions: Readonly<Record<string, string>>;
   /** Reported to the downward API as `kappControllerVersion`. */

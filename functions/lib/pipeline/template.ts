@@ -1,6 +1,6 @@
 /**
  * The template stage (`pkg/app/app_template.go`): unpack the fetch artifact, run the
- * `spec.template` steps (ytt, kbld, helm template, cue, sops) piping each step's stdout into
+ * `spec.template` steps (ytt, kbld, helm template, cue, sops, kustomize) piping each step's stdout into
  * the next (§3.7), store the manifest by content hash and hand the deploy stage its key.
  *
  * Same inputs are not rendered twice: the render-input hash covers the fetch artifact's
@@ -60,7 +60,7 @@ export type ClusterInfoSource = (
 /**
  * Digest of the App metadata a render can depend on: name and namespace when a helm step is
  * present (its release name and namespace default to them); uid, labels and annotations too
- * when a downward API item can read them; nothing otherwise (ytt, kbld, cue and sops never
+ * when a downward API item can read them; nothing otherwise (ytt, kbld, cue, sops and kustomize never
  * see the App). Leaving them out lets the same App in any namespace of any cluster of the
  * fleet share one render.
  */
@@ -78,7 +78,14 @@ function metadataDigest(app: App, templates: readonly AppTemplate[]): string {
 /** Tool versions the render depends on (every templating tool; cheap to over-include). */
 function renderTools(deps: PipelineDeps): Record<string, string> {
   const v = deps.config.toolVersions;
-  return { ytt: v.ytt ?? '', kbld: v.kbld ?? '', helm: v.helm ?? '', cue: v.cue ?? '', sops: v.sops ?? '' };
+  return {
+    ytt: v.ytt ?? '',
+    kbld: v.kbld ?? '',
+    helm: v.helm ?? '',
+    cue: v.cue ?? '',
+    sops: v.sops ?? '',
+    kustomize: v.kustomize ?? '',
+  };
 }
 
 /**

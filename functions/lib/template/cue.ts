@@ -11,7 +11,7 @@ import { KappControllerError } from '../reconcile/result.js';
 import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
 import { planValues } from './values.js';
 
-/** Upstream's text when cue would have to read a stream. */
+/** Upstream's text when cue would have to read a stream (kapp-lambda's kustomize step gives it too). */
 export const CUE_STREAM_UNSUPPORTED_MESSAGE = 'Templating stream is not supported';
 
 /**

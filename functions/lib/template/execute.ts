@@ -11,8 +11,9 @@
 import { chmod, mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { type CommandRunner, DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js';
-import { attachError, resultFromError, type StageResult } from '../reconcile/result.js';
+import { attachError, errorMessage, resultFromError, type StageResult } from '../reconcile/result.js';
 import { markTruncated } from '../reconcile/status-budget.js';
+import { checkKustomizeTree } from './kustomize.js';
 import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage, sopsRemoteKeyError } from './sops.js';
 import type { RunStep, SopsStep, TemplateStep } from './step.js';
 import type { PlannedFile } from './values.js';
@@ -128,7 +129,8 @@ async function runSops(
 /**
  * Runs planned template steps in order, piping each step's stdout into the next; stops at the
  * first failure. A `fail` step (a planning error, e.g. a refused helm release name) ends the run
- * with its message before any later tool starts.
+ * with its message before any later tool starts; a kustomize step whose tree
+ * `checkKustomizeTree` refuses fails with `Templating dir: <refusal>` before kustomize starts.
  *
  * @param steps - from `planTemplate`
  * @param deps - the command runner and `config.toolTimeoutMs` are used
@@ -161,6 +163,13 @@ export async function runTemplateSteps(
       stream = '';
       last = r.result;
       continue;
+    }
+    if (step.kustomizeRoot !== undefined) {
+      // A file error while checking (the root missing, a file gone) is the App's: a status, not a retry.
+      const refused = await checkKustomizeTree(step.kustomizeRoot).catch((err: unknown) => errorMessage(err));
+      if (refused !== undefined) {
+        return { result: resultFromError(new Error(refused), step.errorPrefix), manifest: '', ms, runs };
+      }
     }
     const run = await runTool(step, stream, deps, work, signal);
     ms += run.durationMs;

@@ -8,6 +8,7 @@ export * from './downward-api.js';
 export * from './helm.js';
 export * from './inline.js';
 export * from './kbld.js';
+export * from './kustomize.js';
 export * from './paths-arg.js';
 export * from './plan.js';
 export * from './sops.js';

@@ -4,9 +4,10 @@
  * running a tool.
  *
  * Mirrors kapp-controller `pkg/app/app_template.go` (`template`): step 1 works on the template
- * directory; after a stream-producing step (ytt, kbld, helm, cue) every later step gets the
- * previous step's stdout on stdin; sops rewrites the directory and produces no stream, and cannot
- * follow a stream step (nor can cue). The pipeline stops at the first failing step, so a planning
+ * directory; after a stream-producing step (ytt, kbld, helm, cue, kustomize) every later step gets
+ * the previous step's stdout on stdin; sops rewrites the directory and produces no stream, and
+ * cannot follow a stream step (nor can cue or kustomize, which read a directory). kustomize is
+ * kapp-lambda's own (upstream answers `Unsupported way to template`), placed like cue. The pipeline stops at the first failing step, so a planning
  * error for step *k* is a `fail` step at *k*: the executor runs the steps before it first, exactly
  * as upstream would have, and only then reports that error.
  *
@@ -20,6 +21,7 @@ import { CUE_STREAM_UNSUPPORTED_MESSAGE, planCue } from './cue.js';
 import type { AppMetadataLike, ClusterInfo } from './downward-api.js';
 import { planHelmTemplate } from './helm.js';
 import { planKbld } from './kbld.js';
+import { planKustomize } from './kustomize.js';
 import { planSops, SOPS_STREAM_UNSUPPORTED_MESSAGE } from './sops.js';
 import type { StepContext, TemplateStep } from './step.js';
 import { planYtt } from './ytt.js';
@@ -27,7 +29,7 @@ import { planYtt } from './ytt.js';
 /** Upstream: `Expected at least one template option`. */
 export const NO_TEMPLATE_MESSAGE = 'Expected at least one template option';
 
-/** Upstream: `Unsupported way to template` (kustomize, jsonnet, or an empty entry). */
+/** Upstream: `Unsupported way to template` (jsonnet, or an empty entry; upstream says it for kustomize too). */
 export const UNSUPPORTED_TEMPLATE_MESSAGE = 'Unsupported way to template';
 
 /** Input for {@link planTemplate}. */
@@ -59,15 +61,19 @@ export interface TemplatePlan {
   warnings: string[];
 }
 
-type TemplaterKind = 'ytt' | 'kbld' | 'helmTemplate' | 'sops' | 'cue';
+type TemplaterKind = 'ytt' | 'kbld' | 'helmTemplate' | 'sops' | 'cue' | 'kustomize';
 
-/** The templater an entry uses, in upstream's `switch` order, or `undefined` if unsupported. */
+/**
+ * The templater an entry uses, in upstream's `switch` order (kustomize, which upstream does not
+ * implement, after the others), or `undefined` if unsupported.
+ */
 export function templaterKind(tpl: AppTemplate): TemplaterKind | undefined {
   if (tpl.ytt) return 'ytt';
   if (tpl.kbld) return 'kbld';
   if (tpl.helmTemplate) return 'helmTemplate';
   if (tpl.sops) return 'sops';
   if (tpl.cue) return 'cue';
+  if (tpl.kustomize) return 'kustomize';
   return undefined;
 }
 
@@ -146,6 +152,11 @@ export function planTemplate(input: TemplatePlanInput): TemplatePlan {
           isStream = true;
           break;
         }
+        case 'kustomize':
+          if (isStream) throw new KappControllerError(CUE_STREAM_UNSUPPORTED_MESSAGE);
+          steps.push(planKustomize(tpl.kustomize!, ctx));
+          isStream = true;
+          break;
       }
     } catch (err) {
       if (!(err instanceof KappControllerError)) throw err;

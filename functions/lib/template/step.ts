@@ -6,7 +6,10 @@
  */
 import type { PlannedFile, ValuesContext } from './values.js';
 
-/** Upstream's prefix for ytt, kbld and cue process failures (`AttachErrorf("Templating dir: %s")`). */
+/**
+ * Upstream's prefix for ytt, kbld and cue process failures (`AttachErrorf("Templating dir: %s")`);
+ * kapp-lambda's kustomize step uses it too.
+ */
 export const TEMPLATING_DIR_ERROR_PREFIX = 'Templating dir: ';
 
 /** Upstream's prefix for helm process failures. */
@@ -39,9 +42,9 @@ export interface RunStep {
   /** Index in `spec.template`. */
   index: number;
   /** Which templater. */
-  templater: 'ytt' | 'kbld' | 'helmTemplate' | 'cue';
+  templater: 'ytt' | 'kbld' | 'helmTemplate' | 'cue' | 'kustomize';
   /** Binary to run. */
-  bin: 'ytt' | 'kbld' | 'helm' | 'cue';
+  bin: 'ytt' | 'kbld' | 'helm' | 'cue' | 'kustomize';
   /** Exact argv after the binary. */
   args: string[];
   /** Environment additions (helm: `KUBERNETES_SERVICE_HOST/PORT=not-real`). */
@@ -63,6 +66,11 @@ export interface RunStep {
    * `Error (see .status.usefulErrorMessage for details)`.
    */
   errorPrefix: string;
+  /**
+   * kustomize only: the directory whose kustomization tree `checkKustomizeTree` must accept
+   * before the tool starts (remote or out-of-root references are refused with `errorPrefix`).
+   */
+  kustomizeRoot?: string;
 }
 
 /**
