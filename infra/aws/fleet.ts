@@ -65,9 +65,16 @@ export interface FleetSettings {
 /**
  * The functions that get `urlAllow` (as `KAPP_LAMBDA_URL_ALLOW`): those whose URL policy checks
  * something: fetch and index-repo fetch sources (and poll them), deploy checks an App's
- * kubeconfig Secret. Template and install contact no URL an App names.
+ * kubeconfig Secret, and so does template, which reads the version and API groups of that
+ * Secret's cluster (helm `kubernetesVersion`/`kubernetesAPIs`, downward API). Install contacts
+ * no URL an App names.
  */
-export const URL_POLICY_STAGES = ['fetch', 'index-repo', 'deploy'] as const satisfies readonly PipelineStage[];
+export const URL_POLICY_STAGES = [
+  'fetch',
+  'index-repo',
+  'template',
+  'deploy',
+] as const satisfies readonly PipelineStage[];
 
 /**
  * Why one `urlAllow` entry is invalid, by the parser the functions use on `KAPP_LAMBDA_URL_ALLOW`

@@ -11,14 +11,22 @@
 import type { App } from '../api/index.js';
 import type { CommandRunner, RunResult } from '../exec/runner.js';
 import { TextTail } from '../exec/tail.js';
-import type { DeployView, KubeObject, ResourceRef } from '../kube/port.js';
+import type { DeployView, KubeObject, KubeReader, KubeSecret, ResourceRef } from '../kube/port.js';
 import { type AbortWatchDeps, watchForAbort } from '../reconcile/abort-watch.js';
 import { KappControllerError } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { KAPP_APPLYING_MARKER } from '../reconcile/status.js';
 import { markTruncated } from '../reconcile/status-budget.js';
 import type { KappCommand } from './kapp.js';
-import { appClusterAccess, type ClusterAccess, type CredentialMaterial, credentialSource } from './kubeconfig.js';
+import {
+  appClusterAccess,
+  type ClusterAccess,
+  type CredentialMaterial,
+  credentialSource,
+  kubeconfigFromSecret,
+  NO_CREDENTIALS_MESSAGE,
+  restrictKubeconfig,
+} from './kubeconfig.js';
 
 /** What a kapp run uses of the stage's dependencies (a `PipelineDeps` fits). */
 export interface KappRunDeps extends AbortWatchDeps {
@@ -58,16 +66,64 @@ export async function clusterAccessFor(app: App, kube: DeployView, mask?: Secret
       server: api.server,
     };
   } else {
-    const secret = await kube.getSecret(ns, source.secretName);
-    if (!secret) {
-      throw new KappControllerError(
-        `Preparing kapp: Getting kubeconfig secret: secrets "${source.secretName}" not found`,
-      );
+    let secret: KubeSecret;
+    try {
+      secret = await readKubeconfigSecret(kube, ns, source.secretName, mask);
+    } catch (err) {
+      if (!(err instanceof KappControllerError)) throw err;
+      throw new KappControllerError(`Preparing kapp: ${err.message}`, { cause: err });
     }
-    mask?.addSecretData(secret.data, { structured: false });
     material = { kind: 'kubeconfigSecret', secret };
   }
   return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
+}
+
+/**
+ * Reads an App's kubeconfig Secret (`pkg/kubeconfig/kubeconfig_secrets.go`
+ * `fetchKubeconfigYAML`); every value is added to `mask`.
+ *
+ * @throws KappControllerError `Getting kubeconfig secret: secrets "<name>" not found`
+ *   (client-go's NotFound text); KubeApiError for any other failed read (infrastructure)
+ */
+async function readKubeconfigSecret(
+  kube: Pick<KubeReader, 'getSecret'>,
+  namespace: string,
+  name: string,
+  mask?: SecretMask,
+): Promise<KubeSecret> {
+  const secret = await kube.getSecret(namespace, name);
+  if (!secret) throw new KappControllerError(`Getting kubeconfig secret: secrets "${name}" not found`);
+  mask?.addSecretData(secret.data, { structured: false });
+  return secret;
+}
+
+/**
+ * The restricted kubeconfig of the cluster an App deploys to, for reading that cluster's
+ * version and API groups (helm `--kube-version`/`--api-versions`, downward API), as upstream's
+ * `ComponentInfo.KubernetesVersion` picks it (`pkg/componentinfo/component_info.go`):
+ * `serviceAccountName` set → `undefined`, the App's own cluster; otherwise `cluster` →
+ * its kubeconfig Secret, restricted as kapp gets it (`pkg/kubeconfig/kubeconfig_secrets.go`).
+ * The texts are upstream's `ClusterAccess` errors, without the deploy's `Preparing kapp: `.
+ *
+ * @param mask - when given, every value of the kubeconfig Secret is added to it
+ * @returns the restricted kubeconfig YAML (sensitive), or `undefined` for the App's own cluster
+ * @throws KappControllerError `Expected service account or cluster specified`, `Expected
+ *   kubeconfig secret reference to be specified`, `Getting kubeconfig secret: secrets "<n>" not
+ *   found`, `Expected to find key '<k>' in secret (keys: …)` or a kubeconfig parse error;
+ *   KubeApiError when the Secret cannot be read (infrastructure)
+ */
+export async function destinationKubeconfig(
+  app: App,
+  kube: Pick<KubeReader, 'getSecret'>,
+  mask?: SecretMask,
+): Promise<string | undefined> {
+  const { spec } = app;
+  if (spec.serviceAccountName) return undefined;
+  if (!spec.cluster) throw new KappControllerError(NO_CREDENTIALS_MESSAGE);
+  const ref = spec.cluster.kubeconfigSecretRef;
+  if (!ref) throw new KappControllerError('Expected kubeconfig secret reference to be specified');
+  const secret = await readKubeconfigSecret(kube, app.metadata.namespace ?? '', ref.name ?? '', mask);
+  return restrictKubeconfig(kubeconfigFromSecret(secret, ref.key)).yaml;
 }
 
 /**

@@ -235,6 +235,57 @@ export function extractGroupVersions(core: unknown, groups: unknown): string[] {
   return out;
 }
 
+/**
+ * Sends one request; a transport failure (refused connection, TLS, timeout) becomes a
+ * {@link KubeApiError} `<action>: <reason>` (the answer's status is the caller's to judge).
+ */
+async function sendAs(rest: RestTransport, action: string, request: RestRequest): Promise<RestResponse> {
+  try {
+    return await rest.send(request);
+  } catch (cause) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    throw new KubeApiError(`${action}: ${reason}`, { cause });
+  }
+}
+
+/** A GET's JSON body; `undefined` on 404. @throws KubeApiError on any other non-200 answer. */
+async function getAs<T>(rest: RestTransport, action: string, path: string, accept?: string): Promise<T | undefined> {
+  const response = await sendAs(rest, action, { method: 'GET', path, ...(accept ? { accept } : {}) });
+  if (response.statusCode === 404) return undefined;
+  if (response.statusCode !== 200) throw errorFromResponse(action, response);
+  return response.body as T;
+}
+
+/**
+ * The server version of the cluster behind `rest` (`GET /version`, then
+ * {@link parseServerVersion}), as `pkg/componentinfo/component_info.go` reads it: from the
+ * App's own cluster, or from the cluster of its kubeconfig Secret over a transport made from it.
+ *
+ * @throws KubeApiError `getting server version: <reason>` when the call fails or the answer
+ *   has no `gitVersion`; Error when `gitVersion` has no `major.minor.patch`.
+ */
+export async function discoverServerVersion(rest: RestTransport): Promise<string> {
+  const action = 'getting server version';
+  const info = await getAs<{ gitVersion?: string }>(rest, action, '/version');
+  if (!info?.gitVersion) throw new KubeApiError(`${action}: no gitVersion`);
+  return parseServerVersion(info.gitVersion);
+}
+
+/**
+ * Every group/version the cluster behind `rest` serves (`/api` and `/apis`, then
+ * {@link extractGroupVersions}).
+ *
+ * @throws KubeApiError `getting api group versions: <reason>` when a call fails.
+ */
+export async function discoverApiGroupVersions(rest: RestTransport): Promise<string[]> {
+  const action = 'getting api group versions';
+  const [core, groups] = await Promise.all([
+    getAs<unknown>(rest, action, '/api'),
+    getAs<unknown>(rest, action, '/apis'),
+  ]);
+  return extractGroupVersions(core, groups);
+}
+
 /** The reference of an App to write, from its own metadata. */
 function appRefOf(app: KubeObject): ResourceRef {
   return { apiVersion: APP_API_VERSION, kind: 'App', namespace: app.metadata.namespace, name: app.metadata.name };
@@ -277,20 +328,12 @@ export class KubeApiClient implements KubeClient {
   }
 
   async #send(action: string, request: RestRequest): Promise<RestResponse> {
-    try {
-      return await this.#rest.send(request);
-    } catch (cause) {
-      const reason = cause instanceof Error ? cause.message : String(cause);
-      throw new KubeApiError(`${action}: ${reason}`, { cause });
-    }
+    return await sendAs(this.#rest, action, request);
   }
 
   /** GET returning `undefined` on 404. */
   async #get<T>(action: string, path: string, accept?: string): Promise<T | undefined> {
-    const response = await this.#send(action, { method: 'GET', path, ...(accept ? { accept } : {}) });
-    if (response.statusCode === 404) return undefined;
-    if (response.statusCode !== 200) throw errorFromResponse(action, response);
-    return response.body as T;
+    return await getAs<T>(this.#rest, action, path, accept);
   }
 
   /** {@inheritDoc KubeReader.getObject} */
@@ -516,17 +559,12 @@ export class KubeApiClient implements KubeClient {
 
   /** {@inheritDoc DeployCredentials.serverVersion} */
   async serverVersion(): Promise<string> {
-    const action = 'getting server version';
-    const info = await this.#get<{ gitVersion?: string }>(action, '/version');
-    if (!info?.gitVersion) throw new KubeApiError(`${action}: no gitVersion`);
-    return parseServerVersion(info.gitVersion);
+    return await discoverServerVersion(this.#rest);
   }
 
   /** {@inheritDoc DeployCredentials.apiGroupVersions} */
   async apiGroupVersions(): Promise<string[]> {
-    const action = 'getting api group versions';
-    const [core, groups] = await Promise.all([this.#get<unknown>(action, '/api'), this.#get<unknown>(action, '/apis')]);
-    return extractGroupVersions(core, groups);
+    return await discoverApiGroupVersions(this.#rest);
   }
 
   /** {@inheritDoc DeployCredentials.apiServer} */

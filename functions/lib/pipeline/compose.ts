@@ -13,8 +13,10 @@ import type { ClusterKeyring } from '../artifact/keyring.js';
 import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
 import { withEgressProxy } from '../fetch/egress-proxy.js';
 import { UrlPolicyChecker } from '../fetch/url-policy.js';
+import { discoverApiGroupVersions, discoverServerVersion } from '../kube/client.js';
 import type { ClusterRegistry } from '../kube/port.js';
 import { restTransportForKubeconfig } from '../kube/registry.js';
+import type { RestTransport } from '../kube/transport.js';
 import type { Logger } from '../log.js';
 import { ReconcileEventRecorder } from '../observe/events.js';
 import type { ReconcileMetrics } from '../observe/metrics.js';
@@ -24,22 +26,62 @@ import { clusterConfigSource } from './cluster-config.js';
 import type { PipelineConfig, PipelineDeps } from './deps.js';
 import type { ClusterInfoSource } from './template.js';
 
+/** Upstream's prefix of a failed version lookup (`pkg/app/app_template.go`). */
+export const KUBERNETES_VERSION_ERROR_PREFIX = 'Unable to get kubernetes version: ';
+
+/** Upstream's prefix of a failed API group/version lookup (`pkg/app/app_template.go`). */
+export const KUBERNETES_APIS_ERROR_PREFIX = 'Unable to list all server apigroups/version: ';
+
 /**
  * Live cluster values for templates (helm `--kube-version`/`--api-versions`, downward API):
  * discovery calls only (`GET /version`, `/api`, `/apis`), which every authenticated identity
- * may make. A failed call is passed to the template stage as its value (an `Error`), which
- * decides what it means for the App.
+ * may make, to the App's destination cluster: the App's own (`registry.client(clusterId)`),
+ * or, when the template stage hands a kubeconfig (an App with `cluster.kubeconfigSecretRef`),
+ * the cluster it names, over {@link restTransportForKubeconfig}. Upstream reads the version
+ * there too (`ComponentInfo.KubernetesVersion`) but the API groups always from its own cluster
+ * (`KubernetesAPIs`, no cluster argument); here both come from the destination, the cluster
+ * the manifests are rendered for (issue 12). A failed lookup is passed to the template stage as
+ * its value, an `Error` with upstream's prefix ({@link KUBERNETES_VERSION_ERROR_PREFIX},
+ * {@link KUBERNETES_APIS_ERROR_PREFIX}), which decides what it means for the App.
  *
  * @param registry - A registry whose `client` may be used (not a stage-narrowed one).
  * @param controllerVersion - Reported as `kappControllerVersion`.
+ * @param transportFor - Transport for a destination kubeconfig; default {@link restTransportForKubeconfig}.
  * @returns The source the template stage calls per run.
  */
-export function clusterInfoSource(registry: ClusterRegistry, controllerVersion: string): ClusterInfoSource {
-  return async (clusterId, needs) => {
-    const client = registry.client(clusterId);
+export function clusterInfoSource(
+  registry: ClusterRegistry,
+  controllerVersion: string,
+  transportFor: (kubeconfigYaml: string) => RestTransport = restTransportForKubeconfig,
+): ClusterInfoSource {
+  return async (clusterId, needs, destination) => {
+    const lookup = async <T>(
+      needed: boolean,
+      prefix: string,
+      own: () => Promise<T>,
+      remote: (rest: RestTransport) => Promise<T>,
+    ): Promise<T | Error | undefined> => {
+      if (!needed) return undefined;
+      if (destination instanceof Error) return new Error(`${prefix}${destination.message}`, { cause: destination });
+      try {
+        return destination === undefined ? await own() : await remote(transportFor(destination));
+      } catch (e) {
+        return new Error(`${prefix}${(e as Error).message}`, { cause: e });
+      }
+    };
     return {
-      kubernetesVersion: needs.kubernetesVersion ? await client.serverVersion().catch((e: Error) => e) : undefined,
-      kubernetesAPIs: needs.kubernetesAPIs ? await client.apiGroupVersions().catch((e: Error) => e) : undefined,
+      kubernetesVersion: await lookup(
+        needs.kubernetesVersion,
+        KUBERNETES_VERSION_ERROR_PREFIX,
+        () => registry.client(clusterId).serverVersion(),
+        discoverServerVersion,
+      ),
+      kubernetesAPIs: await lookup(
+        needs.kubernetesAPIs,
+        KUBERNETES_APIS_ERROR_PREFIX,
+        () => registry.client(clusterId).apiGroupVersions(),
+        discoverApiGroupVersions,
+      ),
       kappControllerVersion: controllerVersion,
     };
   };

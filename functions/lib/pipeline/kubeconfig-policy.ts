@@ -75,14 +75,35 @@ export async function policedClusterAccess(
 ): Promise<ClusterAccess> {
   const access = await clusterAccessFor(app, kube, mask);
   const source = credentialSource(app.spec, app.metadata.namespace ?? '');
-  if (policy && source.kind === 'kubeconfigSecret' && access.kubeconfigYaml) {
-    if (policy.mode !== 'off') refuseServiceHostPlaceholder(access.kubeconfigYaml);
-    await checkKubeconfigUrls(access.kubeconfigYaml, new UrlPolicyChecker(policy));
-    if (policy.mode === 'enforce' && egressProxyUrl) {
-      return { ...access, kubeconfigYaml: withProxyUrl(access.kubeconfigYaml, await egressProxyUrl()) };
-    }
+  if (source.kind === 'kubeconfigSecret' && access.kubeconfigYaml) {
+    return { ...access, kubeconfigYaml: await policedKubeconfig(access.kubeconfigYaml, policy, egressProxyUrl) };
   }
   return access;
+}
+
+/**
+ * A kubeconfig Secret's restricted kubeconfig as this process may use it under the URL
+ * policy: refused ({@link refuseServiceHostPlaceholder}, {@link checkKubeconfigUrls}) or
+ * returned, with every cluster's `proxy-url` set to the egress proxy when the policy is
+ * enforced and `egressProxyUrl` is given. Used for kapp's kubeconfig and for the template
+ * stage's own discovery calls to an App's destination cluster
+ * (`../deploy/run.ts` `destinationKubeconfig`).
+ *
+ * @param restrictedYaml - the restricted kubeconfig (sensitive)
+ * @param policy - the deployment's URL policy (absent: returned as is, kapp-controller's behaviour)
+ * @param egressProxyUrl - the process's egress proxy (absent: checked only)
+ * @throws {UrlPolicyError} when the policy refuses it
+ */
+export async function policedKubeconfig(
+  restrictedYaml: string,
+  policy: UrlPolicy | undefined,
+  egressProxyUrl?: () => Promise<string>,
+): Promise<string> {
+  if (!policy) return restrictedYaml;
+  if (policy.mode !== 'off') refuseServiceHostPlaceholder(restrictedYaml);
+  await checkKubeconfigUrls(restrictedYaml, new UrlPolicyChecker(policy));
+  if (policy.mode === 'enforce' && egressProxyUrl) return withProxyUrl(restrictedYaml, await egressProxyUrl());
+  return restrictedYaml;
 }
 
 /** The placeholder kapp replaces, anywhere in its kubeconfig, with `KAPP_KUBERNETES_SERVICE_HOST_PORT`. */

@@ -8,7 +8,9 @@
  * metadata for the downward API, live cluster values) and the tool versions; when a render
  * for that hash exists, no tool runs (outcome `cached`).
  *
- * Template holds only a {@link FetchView}: tools get no kubeconfig. The steps are planned in
+ * Template holds only a {@link FetchView}: tools get no kubeconfig. For an App deploying
+ * through its kubeconfig Secret, the stage itself reads the destination cluster's version and
+ * API groups (discovery only) with that kubeconfig, under the URL policy. The steps are planned in
  * `../template/plan.ts` and run by `../template/execute.ts`; this file decides the inputs, the
  * cache and what the result means for the App.
  */
@@ -27,9 +29,12 @@ import {
 import { isPrivateKey } from '../artifact/sealed.js';
 import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { unpackTarball } from '../artifact/tarball.js';
+import { destinationKubeconfig } from '../deploy/run.js';
 import { templateRootOf } from '../fetch/vendir.js';
+import type { FetchView } from '../kube/port.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
-import { MissingArtifactError, type StageResult } from '../reconcile/result.js';
+import { KappControllerError, MissingArtifactError, type StageResult } from '../reconcile/result.js';
+import type { SecretMask } from '../reconcile/secret-mask.js';
 import { fromEventPart, templatePart, toEventPart } from '../reconcile/status.js';
 import type { ClusterInfo } from '../template/downward-api.js';
 import { runTemplateSteps } from '../template/execute.js';
@@ -45,17 +50,41 @@ import {
 } from './artifacts.js';
 import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
+import { policedKubeconfig } from './kubeconfig-policy.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
 
 /** A render's outcome: the tools' result (or the cache record's) and the manifest, on success. */
 type Rendered = { result: StageResult; manifestKey?: string };
 
-/** Live cluster values the template stage may need (helm `--kube-version`, downward API). */
+/**
+ * Live cluster values the template stage may need (helm `--kube-version`, downward API), of
+ * the App's destination cluster: `clusterId`'s own when `destination` is `undefined`, else the
+ * cluster of `destination`, the restricted (and policed) kubeconfig of the App's kubeconfig
+ * Secret, or the `Error` that says why it could not be had (each needed value is then that
+ * error, with the lookup's prefix).
+ */
 export type ClusterInfoSource = (
   clusterId: string,
   needs: ReturnType<typeof requiredClusterInfo>,
+  destination?: string | Error,
 ) => Promise<ClusterInfo>;
+
+/**
+ * The App's destination for {@link ClusterInfoSource}: `undefined` for its own cluster (a
+ * ServiceAccount), the policed kubeconfig of its kubeconfig Secret, or the user-fixable error
+ * (missing Secret or key, bad kubeconfig, refused by the URL policy) as a value.
+ * @throws on infrastructure failures (the Secret could not be read): the transport retries.
+ */
+async function destinationOf(app: App, kube: FetchView, mask: SecretMask, deps: PipelineDeps) {
+  try {
+    const yaml = await destinationKubeconfig(app, kube, mask);
+    return yaml === undefined ? undefined : await policedKubeconfig(yaml, deps.config.urlPolicy, deps.egressProxyUrl);
+  } catch (err) {
+    if (err instanceof KappControllerError) return err;
+    throw err;
+  }
+}
 
 /**
  * Digest of the App metadata a render can depend on: name and namespace when a helm step is
@@ -123,9 +152,11 @@ export async function runTemplate(
   );
   const needs = requiredClusterInfo(templates);
   const cluster: ClusterInfo =
-    needs.kubernetesAPIs || needs.kubernetesVersion || needs.kappControllerVersion
-      ? await clusterInfo(ref.clusterId, needs)
-      : {};
+    needs.kubernetesAPIs || needs.kubernetesVersion
+      ? await clusterInfo(ref.clusterId, needs, await destinationOf(app, kube, mask, deps))
+      : needs.kappControllerVersion
+        ? await clusterInfo(ref.clusterId, needs)
+        : {};
   const fetchSha = parseArtifactKey(data.artifacts.fetchKey)?.sha256 ?? data.artifacts.fetchKey;
   const hash = renderInputHash({
     inputs: { fetch: fetchSha },
