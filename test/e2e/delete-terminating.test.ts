@@ -6,11 +6,14 @@
  * starts terminating first as long as both are terminating when the App's deletion starts. When
  * the App's namespace terminates while the other is still active, kapp-controller's outcome:
  * `kapp delete` is attempted and fails on the missing ServiceAccount (`DeleteFailed`, finalizer
- * kept, failure backoff), and once the other namespace terminates the next retry is the noop
- * delete. Each case has its own pair of namespaces: the App's own (where its ServiceAccount
- * lives) and another it deployed a ConfigMap into.
+ * kept, failure backoff); once the other namespace terminates too, the delete is the noop at
+ * once: the forwarder watches Namespaces and asks the App to reconcile when the last of its
+ * namespaces starts terminating (upstream waits for its next retry). Each case has its own pair
+ * of namespaces: the App's own (where its ServiceAccount lives) and another it deployed a
+ * ConfigMap into.
  */
-import { describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { KappEvent } from '../../events/schema.js';
 import {
   APP_FINALIZER,
   type AppObject,
@@ -41,6 +44,21 @@ const rt = useE2ERuntime(
   Object.values(CASES).map((c) => c.app),
   { tenants: Object.values(CASES).map((c) => c.other) },
 );
+
+/** `reason` of each event the runtime's forwarder sent, per App (`ns/name`), in order. */
+const sent = new Map<string, string[]>();
+beforeAll(() => {
+  const pipeline = rt.runtime.pipeline;
+  const send = pipeline.send.bind(pipeline);
+  pipeline.send = async (events: readonly KappEvent[]) => {
+    for (const e of events) {
+      if (e.type !== 'dev.kapp-lambda.object.v1') continue;
+      const key = `${e.data.namespace}/${e.data.name}`;
+      sent.set(key, [...(sent.get(key) ?? []), e.data.reason]);
+    }
+    await send(events);
+  };
+});
 
 /** A ConfigMap document for an inline fetch. */
 function configMap(name: string, ns: string): string {
@@ -153,7 +171,7 @@ describe.concurrent('App deleted with its ServiceAccount gone and every namespac
     expectNoopDeletes(ns, name);
   });
 
-  it("the App's namespace terminating while the other is still active: upstream's DeleteFailed until the other terminates too", async () => {
+  it("the App's namespace terminating while the other is still active: upstream's DeleteFailed, then the noop delete as soon as the other terminates", async () => {
     const { app: ns, other } = CASES.appFirst;
     const name = `term-${id}`;
     await deployAcross(ns, other, name);
@@ -162,19 +180,27 @@ describe.concurrent('App deleted with its ServiceAccount gone and every namespac
     // kapp-controller runs kapp delete here (not every namespace is terminating), which fails
     // on the missing ServiceAccount; the finalizer stays and the failure backoff retries.
     const message = 'Preparing kapp: Getting service account: serviceaccounts "e2e-sa" not found';
+    // Three failures: the next retry is 8 s away (2^n s), so what removes the App once the
+    // other namespace terminates is the forwarder's reaction, not a retry that happened to come.
     const failed = await rt.waitForApp(
       ns,
       name,
-      (a) => a.status?.conditions?.some((c) => c.type === 'DeleteFailed') ?? false,
-      'DeleteFailed',
+      (a) =>
+        (a.status?.conditions?.some((c) => c.type === 'DeleteFailed') ?? false) &&
+        (a.status?.consecutiveReconcileFailures ?? 0) >= 3,
+      'DeleteFailed three times',
     );
     expect(failed.status?.conditions).toEqual([{ type: 'DeleteFailed', status: 'True', message }]);
     expect(failed.status?.friendlyDescription).toBe(`Delete failed: ${message}`);
     expect(failed.status?.usefulErrorMessage).toBe(message);
     expect(failed.metadata.finalizers).toContain(APP_FINALIZER);
     expect(await getObject('configmap', other, 'other')).toBeDefined();
+    const before = sent.get(`${ns}/${name}`)?.length ?? 0;
     await k(['delete', 'namespace', other, '--wait=false']);
     await waitAllGone(ns, other, name);
+    // What asked for the last delete: the forwarder's Namespace watch (`ref-changed`: an App
+    // being deleted references no Secret or ConfigMap, so nothing else sends that reason).
+    expect(sent.get(`${ns}/${name}`)?.slice(before)).toContain('ref-changed');
     const deletes = rt.stageRuns(ns, name).filter((r) => r.stage === 'delete');
     // never a kapp run: the failures stopped before kapp, the last delete was the noop
     for (const run of deletes) expect((run.tools as { runs?: number } | undefined)?.runs ?? 0).toBe(0);
