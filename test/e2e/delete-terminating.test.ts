@@ -39,11 +39,18 @@ const CASES = {
   otherFirst: { app: `e2e-term-a3-${id}`, other: `e2e-term-b3-${id}` },
   appFirst: { app: `e2e-term-a4-${id}`, other: `e2e-term-b4-${id}` },
 } as const;
+/** Single-namespace cases: everything in the App's own namespace, plus the cluster-scoped one. */
+const SINGLE = {
+  same: `e2e-term-a5-${id}`,
+  clusterScoped: `e2e-term-a6-${id}`,
+  live: `e2e-term-a7-${id}`,
+} as const;
+/** The cluster-scoped object (a Namespace) the `clusterScoped` App deploys. */
+const CLUSTER_OBJECT = `e2e-term-cl-${id}`;
 
-const rt = useE2ERuntime(
-  Object.values(CASES).map((c) => c.app),
-  { tenants: Object.values(CASES).map((c) => c.other) },
-);
+const rt = useE2ERuntime([...Object.values(CASES).map((c) => c.app), ...Object.values(SINGLE)], {
+  tenants: Object.values(CASES).map((c) => c.other),
+});
 
 /** `reason` of each event the runtime's forwarder sent, per App (`ns/name`), in order. */
 const sent = new Map<string, string[]>();
@@ -206,5 +213,117 @@ describe.concurrent('App deleted with its ServiceAccount gone and every namespac
     for (const run of deletes) expect((run.tools as { runs?: number } | undefined)?.runs ?? 0).toBe(0);
     expect(deletes.at(-1)?.outcome).toBe('deleted');
     expect(deletes.slice(0, -1).every((r) => r.outcome === 'failed' && r.error === message)).toBe(true);
+  });
+});
+
+describe.concurrent('App deletion and namespaces: the other cases of §3.9', () => {
+  /** The App `ns/name` deploying `docs` (YAML documents) with {@link SA}; waits for its success. */
+  async function deploy(ns: string, name: string, docs: Record<string, string>): Promise<AppObject> {
+    await apply(
+      appManifest(ns, name, { fetch: [{ inline: { paths: docs } }], template: [{ ytt: {} }], deploy: [{ kapp: {} }] }),
+    );
+    const app = await rt.waitForApp(ns, name, succeededAt(1), 'ReconcileSucceeded');
+    expectSucceededStatus(app, STATUS_KEYS);
+    return app;
+  }
+  const message = 'Preparing kapp: Getting service account: serviceaccounts "e2e-sa" not found';
+  const deleteFailed = (a: AppObject) => a.status?.conditions?.some((c) => c.type === 'DeleteFailed') ?? false;
+  function expectDeleteFailed(app: AppObject): void {
+    expect(app.status?.conditions).toEqual([{ type: 'DeleteFailed', status: 'True', message }]);
+    expect(app.status?.friendlyDescription).toBe(`Delete failed: ${message}`);
+    expect(app.status?.usefulErrorMessage).toBe(message);
+    expect(app.metadata.finalizers).toContain(APP_FINALIZER);
+  }
+
+  it('everything in the terminating App namespace (upstream namespace_deletion_test.go): noop delete at once', async () => {
+    const ns = SINGLE.same;
+    const name = `term-${id}`;
+    const app = await deploy(ns, name, { 'own.yml': configMap('own', ns) });
+    expect(app.status?.deploy?.kapp?.associatedResources?.namespaces).toEqual([ns]);
+    await k(['delete', 'serviceaccount', SA, '-n', ns]);
+    await k(['delete', 'namespace', ns, '--wait=false']);
+    const seen = new Set<string>();
+    await waitFor(
+      `App ${ns}/${name} and namespace ${ns} gone`,
+      async () => {
+        const a = await getApp(ns, name).catch(() => undefined);
+        for (const c of a?.status?.conditions ?? []) seen.add(c.type);
+        if (a) return undefined;
+        const left = await k(['get', 'namespace', ns, '--ignore-not-found', '-o', 'name'], undefined, false);
+        return left.stdout.trim() === '' ? true : undefined;
+      },
+      { timeoutMs: 150_000, intervalMs: 200 },
+    );
+    expect([...seen]).not.toContain('DeleteFailed');
+    expectNoopDeletes(ns, name);
+  });
+
+  it('a cluster-scoped resource among them: kapp delete is attempted and fails on the missing ServiceAccount; the App stays', async () => {
+    const ns = SINGLE.clusterScoped;
+    const name = `term-${id}`;
+    const rbacName = `e2e-term-cl-${id}`;
+    await apply(
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRole',
+        metadata: { name: rbacName },
+        rules: [{ apiGroups: [''], resources: ['namespaces'], verbs: ['*'] }],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRoleBinding',
+        metadata: { name: rbacName },
+        subjects: [{ kind: 'ServiceAccount', name: SA, namespace: ns }],
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: rbacName },
+      },
+    );
+    try {
+      const app = await deploy(ns, name, {
+        'own.yml': configMap('own', ns),
+        'ns.yml': `apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ${CLUSTER_OBJECT}\n`,
+      });
+      expect(app.status?.deploy?.kapp?.associatedResources?.namespaces).toEqual(['(cluster)', ns]);
+      await k(['delete', 'serviceaccount', SA, '-n', ns]);
+      await k(['delete', 'namespace', ns, '--wait=false']);
+      const failed = await rt.waitForApp(ns, name, deleteFailed, 'DeleteFailed');
+      expectDeleteFailed(failed);
+      // kapp delete never got to run: the cluster-scoped Namespace it deployed is still there
+      expect((await k(['get', 'namespace', CLUSTER_OBJECT, '-o', 'name'])).stdout.trim()).toBe(
+        `namespace/${CLUSTER_OBJECT}`,
+      );
+      const deletes = rt.stageRuns(ns, name).filter((r) => r.stage === 'delete');
+      expect(deletes.length).toBeGreaterThanOrEqual(1);
+      expect(deletes.every((r) => r.outcome === 'failed' && r.error === message)).toBe(true);
+    } finally {
+      // As upstream, only a person lets this namespace go: drop the finalizer.
+      await k(
+        ['patch', 'apps.kappctrl.k14s.io', name, '-n', ns, '--type=merge', '-p', '{"metadata":{"finalizers":null}}'],
+        undefined,
+        false,
+      );
+      await k(['delete', 'namespace', CLUSTER_OBJECT, '--ignore-not-found', '--wait=false'], undefined, false);
+      await k(['delete', 'clusterrolebinding,clusterrole', rbacName, '--ignore-not-found'], undefined, false);
+    }
+  });
+
+  it('the namespace not terminating: kapp delete fails on the missing ServiceAccount until it is back, then removes everything', async () => {
+    const ns = SINGLE.live;
+    const name = `term-${id}`;
+    await deploy(ns, name, { 'own.yml': configMap('own', ns) });
+    await k(['delete', 'serviceaccount', SA, '-n', ns]);
+    await k(['delete', 'apps.kappctrl.k14s.io', name, '-n', ns, '--wait=false']);
+    const failed = await rt.waitForApp(ns, name, deleteFailed, 'DeleteFailed');
+    expectDeleteFailed(failed);
+    expect(await getObject('configmap', ns, 'own')).toBeDefined();
+    // The ServiceAccount is not watched (§3.1): the failure backoff's retry finds it back.
+    await apply({ apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: SA, namespace: ns } });
+    await waitFor(`App ${ns}/${name} gone`, async () => ((await getApp(ns, name)) ? undefined : true), {
+      timeoutMs: 150_000,
+    });
+    expect(await getObject('configmap', ns, 'own')).toBeUndefined();
+    expect(await getObject('configmap', ns, `${name}.app`)).toBeUndefined();
+    const deletes = rt.stageRuns(ns, name).filter((r) => r.stage === 'delete');
+    expect(deletes.at(-1)?.outcome).toBe('deleted');
+    expect((deletes.at(-1)?.tools as { runs?: number } | undefined)?.runs).toBe(1);
   });
 });
