@@ -24,7 +24,10 @@
  *   changed (new resourceVersion) or deleted; once per referencing object. Unreferenced Secrets
  *   and ConfigMaps produce nothing and are not stored. Also for a watched object controlling
  *   another one ({@link WatchedKind.controlledBy}: the PackageInstall of an App) whenever the
- *   owned object changes in any way (status included) or is deleted.
+ *   owned object changes in any way (status included) or is deleted. Also for an App being
+ *   deleted that waits on namespaces ({@link WatchedKind.waitsOnNamespaces}: its ServiceAccount
+ *   may be gone, reference §3.9) when the last of them starts terminating or goes away (cause
+ *   `Namespace/<name>@<rv>`), so its noop delete runs at once rather than at its next retry.
  *
  * After a restart (no state; the first list of each watch):
  * - never reconciled (no `status.observedGeneration`): `added`;
@@ -49,8 +52,9 @@
  * ## Memory
  *
  * Per object: namespace, name, uid, generation, resourceVersion, due time, last-reconcile time,
- * and the referenced Secret/ConfigMap names. Per referenced Secret/ConfigMap: its
- * resourceVersion and the referencing objects. No object bodies are kept.
+ * and the referenced Secret/ConfigMap names (plus, for an App being deleted, the namespaces it
+ * waits on). Per referenced Secret/ConfigMap: its resourceVersion and the referencing objects.
+ * Per Namespace: its name and whether it is terminating. No object bodies are kept.
  *
  * @module
  */
@@ -135,6 +139,15 @@ export interface ForwarderOptions {
    * per-cluster config). `onChange` must not throw (a throw is logged and ignored).
    */
   controllerConfig?: { namespace: string; onChange: () => void };
+  /**
+   * Watch Namespaces (one cluster-wide watch, whatever `namespaces` says: an App deploys into
+   * others) so that an object waiting on their termination ({@link WatchedKind.waitsOnNamespaces}:
+   * an App being deleted whose ServiceAccount may be gone) is asked to reconcile as soon as the
+   * last of them terminates, not at its next retry. Keeps each namespace's name and whether it is
+   * terminating, nothing else. Needs get/list/watch on `namespaces` (`infra/forwarder/rbac.yml`).
+   * Default true when a watched kind waits on namespaces (App); false turns it off.
+   */
+  watchNamespaces?: boolean;
 }
 
 /** Counters and sizes, for tests, metrics and the memory benchmark. */
@@ -219,6 +232,8 @@ interface ObjState extends HeapItem {
    * ({@link WatchedKind.failedWithError}); {@link NOT_FAILING} otherwise.
    */
   failures: number;
+  /** {@link WatchedKind.waitsOnNamespaces} as last seen (interned names); absent for most objects. */
+  waitsOn?: readonly string[];
 }
 
 /** A referenced Secret or ConfigMap. */
@@ -233,6 +248,7 @@ interface RefEntry {
 }
 
 const ABSENT = '';
+const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
 const SECRET: ResourceKind = { apiVersion: 'v1', kind: 'Secret' };
 const CONFIG_MAP: ResourceKind = { apiVersion: 'v1', kind: 'ConfigMap' };
 const CONFIG_SELECTOR = `metadata.name=${CONTROLLER_CONFIG_NAME}`;
@@ -348,6 +364,15 @@ export class Forwarder {
   private readonly primary: Reflector[] = [];
   private readonly secondary: Reflector[] = [];
   private readonly configWatches: Reflector[] = [];
+  /**
+   * Namespace name (interned) → whether it is terminating (`deletionTimestamp` set), filled by the
+   * Namespace watch ({@link ForwarderOptions.watchNamespaces}); a name not in it is gone once
+   * {@link namespacesListed}.
+   */
+  private readonly namespaceStates = new Map<string, boolean>();
+  private namespacesListed = false;
+  /** Objects with {@link ObjState.waitsOn} (Apps being deleted: few). */
+  private readonly namespaceWaiters = new Set<ObjState>();
   private readonly runs: Promise<void>[] = [];
   private timer: TimerHandle | undefined;
   private timerAt = Number.POSITIVE_INFINITY;
@@ -423,6 +448,11 @@ export class Forwarder {
           this.reflector(resource, cc.namespace, 1, this.configHandler(resource, cc.onChange), CONFIG_SELECTOR),
         );
       }
+    }
+    if (this.opts.watchNamespaces ?? this.kinds.some((k) => k.waitsOnNamespaces)) {
+      this.configWatches.push(
+        this.reflector(NAMESPACE, undefined, this.opts.refPageSize ?? 100, this.namespaceHandler()),
+      );
     }
     const refTypes: RefType[] = [];
     if (this.kinds.some((k) => k.tracksSecrets)) refTypes.push(REF_SECRET);
@@ -593,6 +623,84 @@ export class Forwarder {
     };
   }
 
+  // ---- Namespaces (noop delete once every namespace of an App is terminating) ----------------
+
+  /**
+   * Keeps each namespace's name and terminating flag. A namespace that starts terminating, or
+   * goes away without having been seen terminating, is {@link namespaceEnded}; after the first
+   * list every waiter whose namespaces are all terminating already is asked once (a change made
+   * while the forwarder was away).
+   */
+  private namespaceHandler(): ReflectorHandler {
+    let seen = new Set<string>();
+    return {
+      listStart: () => {
+        seen = new Set();
+      },
+      listItem: (obj) => {
+        const name = this.intern(obj.metadata.name);
+        seen.add(name);
+        this.onNamespace(name, Boolean(obj.metadata.deletionTimestamp), obj.metadata.resourceVersion);
+      },
+      listEnd: (mode) => {
+        for (const name of [...this.namespaceStates.keys()]) {
+          if (!seen.has(name)) this.onNamespaceGone(name, 'relist');
+        }
+        seen = new Set();
+        this.namespacesListed = true;
+        if (mode !== 'initial') return;
+        for (const st of this.namespaceWaiters) {
+          if (this.allTerminating(st)) this.emit(st, 'ref-changed', `Namespace/${st.waitsOn!.join(',')}@terminating`);
+        }
+      },
+      event: (e) => {
+        const name = this.intern(e.object.metadata.name);
+        if (e.type === 'DELETED') this.onNamespaceGone(name, e.object.metadata.resourceVersion);
+        else this.onNamespace(name, Boolean(e.object.metadata.deletionTimestamp), e.object.metadata.resourceVersion);
+      },
+    };
+  }
+
+  private onNamespace(name: string, terminating: boolean, rv: string): void {
+    const before = this.namespaceStates.get(name);
+    this.namespaceStates.set(name, terminating);
+    if (terminating && before !== true) this.namespaceEnded(name, `Namespace/${name}@${rv}`);
+  }
+
+  private onNamespaceGone(name: string, rv: string): void {
+    const before = this.namespaceStates.get(name);
+    this.namespaceStates.delete(name);
+    // One already seen terminating asked its waiters then.
+    if (before !== true) this.namespaceEnded(name, `Namespace/${name}@gone-${rv}`);
+  }
+
+  /** Asks each object waiting on `name` whose namespaces are now all terminating or gone. */
+  private namespaceEnded(name: string, cause: string): void {
+    if (!this.namespacesListed) return; // the first list's end asks
+    for (const st of this.namespaceWaiters) {
+      if (st.waitsOn!.includes(name) && this.allTerminating(st)) this.emit(st, 'ref-changed', cause);
+    }
+  }
+
+  /** Every namespace `st` waits on is terminating (true) or gone (absent). */
+  private allTerminating(st: ObjState): boolean {
+    return st.waitsOn!.every((ns) => this.namespaceStates.get(ns) !== false);
+  }
+
+  /** Records what `st` waits on ({@link WatchedKind.waitsOnNamespaces}). */
+  private trackNamespaces(kind: WatchedKind, st: ObjState, obj: KubeObject): void {
+    const names = kind.waitsOnNamespaces?.(obj);
+    if (!names?.length) {
+      if (st.waitsOn) {
+        delete st.waitsOn;
+        this.namespaceWaiters.delete(st);
+      }
+      return;
+    }
+    st.waitsOn = names.map((n) => this.intern(n));
+    this.namespaceWaiters.add(st);
+  }
+
   // ---- watched kinds ------------------------------------------------------------------------
 
   private objectHandler(kindIx: number, ns: string | undefined): ReflectorHandler {
@@ -646,6 +754,7 @@ export class Forwarder {
       if (key !== undefined) st.changeKey = key;
       map.set(namespace, st.name, st);
       this.index(st);
+      this.trackNamespaces(kind, st, obj);
       const due = kind.dueAt(obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
       if (reason) this.ask(st, reason, now);
@@ -667,6 +776,7 @@ export class Forwarder {
     st.deleting = deleting;
     st.handledAt = handledAtOf(kind, obj);
     this.reindex(st, kind.refs(obj));
+    this.trackNamespaces(kind, st, obj);
     if (reason) {
       this.ask(st, reason, now);
       return;
@@ -763,6 +873,7 @@ export class Forwarder {
   private forget(st: ObjState): void {
     this.heap.delete(st);
     this.unindex(st);
+    this.namespaceWaiters.delete(st);
     this.objects[st.kindIx]!.delete(st.namespace, st.name);
   }
 

@@ -16,6 +16,7 @@ export {
 } from './forwarder.js';
 export {
   appKind,
+  appNoopDeleteNamespaces,
   appRefs,
   NO_REFS,
   type ObjectRefs,

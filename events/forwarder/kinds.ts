@@ -82,6 +82,14 @@ export interface WatchedKind {
    * requeued that way (their timers come from status, {@link WatchedKind.dueAt}).
    */
   failedWithError?(obj: KubeObject): boolean;
+  /**
+   * The namespaces whose termination can turn the object's pending deletion into a noop
+   * (kapp-controller `noopDeleteDueToTerminatingNamespaces`, reference §3.9): once every one of
+   * them is terminating or gone, the object is asked to reconcile (`ref-changed`, cause
+   * `Namespace/<name>@<rv>`). `undefined` when none can (the common case: not being deleted).
+   * Kinds without it never wait on namespaces, and the forwarder then watches none.
+   */
+  waitsOnNamespaces?(obj: KubeObject): readonly string[] | undefined;
 }
 
 /**
@@ -230,7 +238,36 @@ export function appKind(config?: TimerConfigSource): WatchedKind {
     refs: appRefs,
     handledAt: timedHandledAt,
     controlledBy: appControllingPackageInstall,
+    waitsOnNamespaces: appNoopDeleteNamespaces,
   };
+}
+
+/**
+ * The namespaces an App being deleted waits on (reference §3.9, kapp-controller v0.40+
+ * `noopDeleteDueToTerminatingNamespaces`): its own and each of
+ * `status.deploy.kapp.associatedResources.namespaces`, sorted, when it has a `deletionTimestamp`,
+ * a `serviceAccountName` and a `status.deploy.kapp`, and deployed nothing cluster-scoped
+ * (`(cluster)`); otherwise `undefined`. Once all of them are terminating or gone its delete is a
+ * noop; upstream notices only at its next retry (nothing there watches Namespaces), this
+ * forwarder at once, whichever namespace terminates last.
+ *
+ * @param obj - An App as watched (not validated).
+ */
+export function appNoopDeleteNamespaces(obj: KubeObject): readonly string[] | undefined {
+  if (!deleting(obj)) return undefined;
+  if (typeof rec(obj.spec)?.serviceAccountName !== 'string' || rec(obj.spec)?.serviceAccountName === '')
+    return undefined;
+  const kapp = rec(rec(rec(obj.status)?.deploy)?.kapp);
+  if (!kapp) return undefined;
+  const listed = rec(kapp.associatedResources)?.namespaces;
+  const names = new Set<string>([obj.metadata.namespace ?? '']);
+  if (Array.isArray(listed)) {
+    for (const ns of listed) {
+      if (ns === '(cluster)') return undefined;
+      if (typeof ns === 'string' && ns !== '') names.add(ns);
+    }
+  }
+  return [...names].sort();
 }
 
 /**

@@ -245,7 +245,7 @@ describe('RBAC (infra/forwarder/rbac.yml)', () => {
     (d) => d.toJS() as { kind: string; rules?: unknown },
   );
 
-  it('grants exactly get/list/watch on the watched kinds, Secrets and ConfigMaps', () => {
+  it('grants exactly get/list/watch on the watched kinds, Secrets, ConfigMaps and Namespaces', () => {
     expect(docs.map((d) => d.kind)).toEqual([
       'ServiceAccount',
       'ClusterRole',
@@ -261,6 +261,7 @@ describe('RBAC (infra/forwarder/rbac.yml)', () => {
         verbs: ['get', 'list', 'watch'],
       },
       { apiGroups: [''], resources: ['secrets', 'configmaps'], verbs: ['get', 'list', 'watch'] },
+      { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list', 'watch'] },
     ]);
   });
 

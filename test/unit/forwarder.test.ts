@@ -414,7 +414,7 @@ describe('forwarder: resync timer from status', () => {
 
   it('keeps one timer for many objects', async () => {
     for (let i = 0; i < 500; i++) watcher.apply(app(`a${i}`, { status: handled(1, T0 - (i % 30) * 1000) }));
-    start();
+    start({ watchNamespaces: false });
     await settle(0);
     expect(fwd!.stats().scheduled).toBe(500);
     // Pending timers: one watchdog per watch (App, Secret, ConfigMap) and the one resync timer.
@@ -722,6 +722,121 @@ describe('forwarder: controllers of owned objects', () => {
   });
 });
 
+describe('forwarder: namespaces an App being deleted waits on (noop delete, reference §3.9)', () => {
+  const NS = { apiVersion: 'v1', kind: 'Namespace' };
+  function namespace(name: string, terminating = false): KubeObject {
+    return {
+      apiVersion: 'v1',
+      kind: 'Namespace',
+      metadata: {
+        name,
+        uid: `uid-ns-${name}`,
+        resourceVersion: '',
+        ...(terminating ? { deletionTimestamp: iso(T0) } : {}),
+      },
+    };
+  }
+  /** Status of an App deployed with kapp into `namespaces`, then failing to delete. */
+  function deployedTo(namespaces: string[]): Record<string, unknown> {
+    return handled(1, T0, {
+      conditions: [{ type: 'DeleteFailed', status: 'True', message: 'x' }],
+      deploy: {
+        exitCode: 1,
+        finished: true,
+        updatedAt: iso(T0),
+        kapp: { associatedResources: { label: 'kapp.k14s.io/app=1', namespaces, groupKinds: [] } },
+      },
+    });
+  }
+  const SA_SPEC = {
+    serviceAccountName: 'sa',
+    syncPeriod: '10m',
+    fetch: [{ inline: { paths: { 'a.yml': 'x' } } }],
+    template: [{ ytt: {} }],
+    deploy: [{ kapp: {} }],
+  };
+  function deletingApp(name: string, ns: string, namespaces: string[], spec: Record<string, unknown> = SA_SPEC) {
+    return app(name, { ns, spec, status: deployedTo(namespaces), deletionTimestamp: iso(T0) });
+  }
+
+  it('asks an App being deleted to reconcile once the last of its namespaces terminates, whichever order', async () => {
+    watcher.apply(namespace('a'));
+    watcher.apply(namespace('b'));
+    watcher.apply(namespace('c'));
+    watcher.apply(deletingApp('app-a', 'a', ['a', 'b']));
+    watcher.apply(deletingApp('app-c', 'c', ['b', 'c']));
+    start();
+    await settle();
+    transport.take();
+    // The App's own namespace first: not all terminating yet, nothing.
+    watcher.apply(namespace('a', true));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    const b = watcher.apply(namespace('b', true));
+    await settle();
+    // app-a now waits on nothing live; app-c still has c.
+    expect(transport.take()).toEqual([`ref-changed app-a ${watcher.get(APP, 'a', 'app-a')!.metadata.resourceVersion}`]);
+    // The other namespace first (b is terminating), then the App's own: asked at once.
+    watcher.apply(namespace('c', true));
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed app-c ${watcher.get(APP, 'c', 'app-c')!.metadata.resourceVersion}`]);
+    // Further changes of a terminating namespace, and its removal, ask nothing again.
+    watcher.apply({ ...namespace('b', true), metadata: { ...b.metadata, labels: { x: 'y' } } });
+    watcher.remove(NS, '', 'b');
+    await settle();
+    expect(transport.take()).toEqual([]);
+    expect(watcher.listCalls(NS).map((c) => c.namespace)).toEqual([undefined]);
+  });
+
+  it('counts a namespace that went away without being seen terminating', async () => {
+    watcher.apply(namespace('a', true));
+    watcher.apply(namespace('b'));
+    watcher.apply(deletingApp('app-a', 'a', ['a', 'b']));
+    start();
+    await settle();
+    transport.take();
+    watcher.remove(NS, '', 'b');
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed app-a ${watcher.get(APP, 'a', 'app-a')!.metadata.resourceVersion}`]);
+  });
+
+  it('after its first list, asks once for an App whose namespaces all terminated while it was away', async () => {
+    watcher.apply(namespace('a', true));
+    watcher.apply(deletingApp('app-a', 'a', ['a', 'gone-already']));
+    start();
+    await settle();
+    const log = transport.take();
+    expect(log.filter((l) => l.startsWith('ref-changed app-a'))).toHaveLength(1);
+  });
+
+  it('waits for nothing without a ServiceAccount, with a cluster-scoped resource, or while not being deleted', async () => {
+    watcher.apply(namespace('a'));
+    watcher.apply(namespace('b'));
+    const { serviceAccountName: _, ...noSa } = SA_SPEC;
+    watcher.apply(deletingApp('no-sa', 'a', ['a', 'b'], { ...noSa, cluster: { kubeconfigSecretRef: { name: 'k' } } }));
+    watcher.apply(deletingApp('cluster-scoped', 'a', ['(cluster)', 'a', 'b']));
+    watcher.apply(app('live', { ns: 'a', spec: SA_SPEC, status: deployedTo(['a', 'b']) }));
+    start();
+    await settle();
+    transport.take();
+    watcher.apply(namespace('a', true));
+    watcher.apply(namespace('b', true));
+    await settle();
+    expect(transport.take()).toEqual([]);
+  });
+
+  it('keeps no Namespace watch when told not to, or when no watched kind waits on namespaces', async () => {
+    start({ watchNamespaces: false });
+    await settle();
+    expect(watcher.listCalls(NS)).toEqual([]);
+    await fwd!.stop();
+    fwd = undefined;
+    start({ kinds: watchedKinds(['PackageRepository']) });
+    await settle();
+    expect(watcher.listCalls(NS)).toEqual([]);
+  });
+});
+
 describe('forwarder: watch resilience', () => {
   it('lists in pages with the configured limit, then watches from the list resourceVersion with bookmarks', async () => {
     for (let i = 0; i < 7; i++) watcher.apply(app(`a${i}`, { status: handled(1, T0) }));
@@ -850,7 +965,7 @@ describe('forwarder: watch resilience', () => {
   });
 
   it('restarts a watch that delivered nothing (not even a bookmark) for stallTimeoutMs', async () => {
-    start({ stallTimeoutMs: 30_000 });
+    start({ stallTimeoutMs: 30_000, watchNamespaces: false });
     await settle(0);
     watcher.stallWatches(APP);
     const a = watcher.apply(app('a')); // lost on the stalled connection
@@ -868,7 +983,7 @@ describe('forwarder: watch resilience', () => {
   });
 
   it('keeps a quiet watch that receives bookmarks', async () => {
-    start({ stallTimeoutMs: 30_000 });
+    start({ stallTimeoutMs: 30_000, watchNamespaces: false });
     await settle(0);
     for (let i = 0; i < 10; i++) {
       await vi.advanceTimersByTimeAsync(20_000);
@@ -884,7 +999,11 @@ describe('forwarder: watch resilience', () => {
     const err = Object.assign(new Error('connect ECONNREFUSED'), { statusCode: undefined });
     watcher.listFailures.push(err, err, err);
     watcher.apply(app('a'));
-    start({ backoff: { initialMs: 1000, maxMs: 8000, jitter: 0 }, kinds: watchedKinds(['App']) });
+    start({
+      backoff: { initialMs: 1000, maxMs: 8000, jitter: 0 },
+      kinds: watchedKinds(['App']),
+      watchNamespaces: false,
+    });
     await settle(0);
     expect(watcher.listCalls(APP)).toHaveLength(1);
     await vi.advanceTimersByTimeAsync(999);
