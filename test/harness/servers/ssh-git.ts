@@ -13,7 +13,7 @@
  */
 import { spawn } from 'node:child_process';
 import { timingSafeEqual } from 'node:crypto';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import ssh2, { type Connection, type ParsedKey } from 'ssh2';
@@ -53,6 +53,14 @@ export interface SshGitServer {
   readonly knownHostsLine: string;
   /** The host key pair. */
   readonly hostKey: SshKeyPair;
+  /** TCP connections accepted so far. */
+  readonly connections: number;
+  /**
+   * Of {@link connections}, those whose client end this process holds: made by the egress proxy
+   * of a runtime running in the test process (ssh through the egress connector), not by an ssh
+   * process of its own (Linux: read from `/proc/net/tcp*` and `/proc/self/fd`).
+   */
+  readonly fromThisProcess: number;
   /** Public keys (`ssh-ed25519 AAAA...`) of the successful authentications, in order. */
   readonly accepted: string[];
   /** Public keys offered and refused, in order. */
@@ -88,6 +96,38 @@ export function servedRepo(root: string, command: string): string | undefined {
   if (!dir.startsWith(`${base}${path.sep}`)) return undefined;
   if (!existsSync(dir) || !statSync(dir).isDirectory()) return undefined;
   return dir;
+}
+
+/**
+ * Whether this process holds the client end (`127.0.0.1:<clientPort>` → `:<serverPort>`) of a
+ * loopback TCP connection: the socket's inode from `/proc/net/tcp*` among `/proc/self/fd`.
+ */
+function clientEndIsOurs(clientPort: number, serverPort: number): boolean {
+  const hex = (n: number) => n.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      if (cols[1]?.endsWith(`:${hex(clientPort)}`) && cols[2]?.endsWith(`:${hex(serverPort)}`) && cols[9]) {
+        inodes.add(`socket:[${cols[9]}]`);
+      }
+    }
+  }
+  if (inodes.size === 0) return false;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (inodes.has(readlinkSync(`/proc/self/fd/${fd}`))) return true;
+    } catch {
+      // closed meanwhile
+    }
+  }
+  return false;
 }
 
 function keyText(key: { algo: string; data: Buffer }): string {
@@ -167,7 +207,7 @@ function handleClient(client: Connection, opts: SshGitServerOptions, allowed: Pa
       });
     });
   });
-  client.on('request', (accept, reject) => reject?.());
+  client.on('request', (_accept, reject) => reject?.());
   client.on('tcpip', (_accept, reject) => reject());
   client.on('error', () => undefined);
 }
@@ -184,9 +224,17 @@ export async function startSshGitServer(opts: SshGitServerOptions): Promise<SshG
   const hostKey = generateSshKey();
   const connections = new Set<Connection>();
   let port = 0;
+  let accepted = 0;
+  let fromThisProcess = 0;
   const state: SshGitServer = {
     get port() {
       return port;
+    },
+    get connections() {
+      return accepted;
+    },
+    get fromThisProcess() {
+      return fromThisProcess;
     },
     get knownHostsLine() {
       return `[${LOOPBACK}]:${port} ${hostKey.publicKey}`;
@@ -201,7 +249,9 @@ export async function startSshGitServer(opts: SshGitServerOptions): Promise<SshG
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
-  const server = new Server({ hostKeys: [hostKey.privateKey] }, (client) => {
+  const server = new Server({ hostKeys: [hostKey.privateKey] }, (client, info) => {
+    accepted++;
+    if (clientEndIsOurs(info.port, port)) fromThisProcess++;
     connections.add(client);
     client.on('close', () => connections.delete(client));
     handleClient(client, opts, allowed, state);
