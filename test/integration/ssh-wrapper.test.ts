@@ -10,6 +10,8 @@
  *   used the runtime user's `~/.ssh`, shared by every App);
  * - as a uid `/etc/passwd` does not list (the root runtime's tool uids, `DEFAULT_UID_POOL`), ssh
  *   runs instead of exiting with `No user exists for uid <n>`.
+ *
+ * And the test server's own rule: only `git-upload-pack '<served repo>'` runs.
  */
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -57,8 +59,8 @@ async function homeWithKey(name: string, uid: number): Promise<string> {
   return home;
 }
 
-/** `ssh ... git@127.0.0.1 git-upload-pack '/repo.git'` through the wrapper. */
-async function uploadPack(home: string, prefix: string[] = []) {
+/** `ssh ... git@127.0.0.1 <command>` through the wrapper. */
+async function uploadPack(home: string, prefix: string[] = [], command = "git-upload-pack '/repo.git'") {
   const args = [
     ...prefix,
     wrapper,
@@ -71,7 +73,7 @@ async function uploadPack(home: string, prefix: string[] = []) {
     '-p',
     String(server.port),
     'git@127.0.0.1',
-    "git-upload-pack '/repo.git'",
+    command,
   ];
   const [cmd, ...rest] = args as [string, ...string[]];
   // git-upload-pack sends its refs; a flush packet (no wants) ends the conversation cleanly.
@@ -111,5 +113,21 @@ describe("the ssh wrapper's passwd shim", () => {
     const out = await uploadPack(home, ['setpriv', `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--']);
     expect(out, out.stderr).toMatchObject({ code: 0, stdout: expect.stringContaining('refs/heads/main') });
     expect(server.accepted.slice(before)).toEqual([key.publicKey]);
+  });
+});
+
+describe('the test SSH server (a forced command)', () => {
+  it.each([
+    "git-receive-pack '/repo.git'",
+    "git-upload-pack '/../repos/repo.git'",
+    "git-upload-pack '/missing.git'",
+    "git-upload-pack '/repo.git'; id",
+    'git-upload-pack /repo.git',
+  ])('refuses %s', async (command) => {
+    const home = await homeWithKey(`home-refused-${server.execs.length}`, process.getuid?.() ?? 0);
+    const out = await uploadPack(home, [], command);
+    expect(out.code).toBe(1);
+    expect(out.stderr).toContain('only git-upload-pack of a served repository is allowed');
+    expect(server.execs.at(-1)).toEqual({ command, repo: undefined });
   });
 });
