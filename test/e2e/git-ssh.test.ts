@@ -145,6 +145,8 @@ async function expectFetchFailed(r: E2ERuntime, ns: string, name: string): Promi
   expect(s.fetch?.error).toBe(message);
   expect(s.usefulErrorMessage).toMatch(/^vendir: Error: Syncing directory '0':/);
   expect(s.fetch?.stderr).toBe(s.usefulErrorMessage);
+  // vendir names the key file it wrote, never the key
+  expect(JSON.stringify(s)).not.toContain(clientKey.privateKey.split('\n')[1]);
   expect(s.template).toBeUndefined();
   expect(s.deploy).toBeUndefined();
   expect(await getObject('configmap', ns, `${name}-config`)).toBeUndefined();
