@@ -1,5 +1,5 @@
 /**
- * e2e: git sources over ssh with a `secretRef` (reference §3.6; vendir's git auth keys
+ * e2e: sources with credentials. Git over ssh with a `secretRef` (reference §3.6; vendir's git auth keys
  * `ssh-privatekey` and `ssh-knownhosts`), through the whole flow with the real vendir, git and
  * OpenSSH client against a local SSH server (`../harness/servers/ssh-git.ts`: ssh2, serving the
  * real `git-upload-pack` on a bare repo built here).
@@ -19,10 +19,15 @@
  * - the URL policy enforced (a second runtime), the server on the allow-list: succeeds, ssh
  *   going through the egress connector and proxy; a server not on it: refused before any tool
  *   runs with the policy's message, and that server never saw a connection.
+ *
+ * And an http source whose basic-auth Secret holds a wrong password: the server answers 401 and
+ * the App fails as vendir's http fetch does (`Expected 200 OK, but was '401 Unauthorized'`),
+ * without the password in status. (The right password is run in `app-features.test.ts`.)
  */
+import type http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRepo, type GitRepo } from '../harness/fixtures.js';
-import { makeTempDir } from '../harness/servers/process.js';
+import { type LoopbackHttpService, makeTempDir, startLoopbackHttp } from '../harness/servers/process.js';
 import { generateSshKey, type SshGitServer, type SshKeyPair, startSshGitServer } from '../harness/servers/ssh-git.js';
 import {
   type AppObject,
@@ -46,7 +51,14 @@ const N = {
   otherHost: `ssh-other-host-${id}`,
   proxied: `ssh-proxied-${id}`,
   refused: `ssh-refused-${id}`,
+  httpWrong: `http-wrong-password-${id}`,
 };
+const HTTP_USER = 'e2e-user';
+const HTTP_PASSWORD = `right-${id}`;
+const WRONG_PASSWORD = `wrong-${id}`;
+/** The Authorization header of each request the basic-auth server saw. */
+const authSeen: (string | undefined)[] = [];
+let authServer: LoopbackHttpService;
 
 let server: SshGitServer;
 /** The server on the policy runtime's allow-list. */
@@ -68,13 +80,26 @@ beforeAll(async () => {
     ...Object.fromEntries(Object.values(N).map((app) => [`${app}/cm.yml`, configMap(app)])),
   });
   clientKey = generateSshKey();
+  const expected = `Basic ${Buffer.from(`${HTTP_USER}:${HTTP_PASSWORD}`).toString('base64')}`;
+  authServer = await startLoopbackHttp(
+    'basic auth server',
+    await makeTempDir('basic-auth'),
+    (req: http.IncomingMessage, res) => {
+      authSeen.push(req.headers.authorization);
+      if (req.headers.authorization !== expected) {
+        res.writeHead(401, { 'WWW-Authenticate': 'Basic realm="e2e"' }).end('401 unauthorized\n');
+        return;
+      }
+      res.writeHead(200, { 'Content-Type': 'application/x-yaml' }).end(configMap(N.httpWrong));
+    },
+  );
   [server, listed, unlisted] = (await Promise.all(
     [1, 2, 3].map(() => startSshGitServer({ root, authorizedKey: clientKey.publicKey })),
   )) as [SshGitServer, SshGitServer, SshGitServer];
 });
 
 afterAll(async () => {
-  await Promise.all([server?.stop(), listed?.stop(), unlisted?.stop()]);
+  await Promise.all([server?.stop(), listed?.stop(), unlisted?.stop(), authServer?.stop()]);
 });
 
 const rt = useE2ERuntime([NS.main]);
@@ -119,6 +144,12 @@ beforeAll(async () => {
     }),
     sshApp(NS.policy, N.proxied, listed.url('repo.git'), 'ssh-listed'),
     sshApp(NS.policy, N.refused, unlisted.url('repo.git'), 'ssh-unlisted'),
+    secret(NS.main, 'http-wrong', { username: HTTP_USER, password: WRONG_PASSWORD }),
+    appManifest(NS.main, N.httpWrong, {
+      fetch: [{ http: { url: `${authServer.baseUrl}/private/config.yml`, secretRef: { name: 'http-wrong' } } }],
+      template: [{ ytt: {} }],
+      deploy: [{ kapp: {} }],
+    }),
   );
 });
 
@@ -199,5 +230,23 @@ describe.concurrent('git over ssh with a secretRef (ssh-privatekey, ssh-knownhos
     expect(app.status?.template).toBeUndefined();
     expect(unlisted.connections).toBe(0);
     expect(unlisted.execs).toEqual([]);
+  });
+});
+
+describe('http with a basic-auth secretRef', () => {
+  it("a wrong password: the server saw it and answered 401, Fetching resources with vendir's http error", async () => {
+    const app = await rt.waitReconciled(NS.main, N.httpWrong, 170_000);
+    const message = `Fetching resources: ${SEE_USEFUL}`;
+    expectFailed(app, message);
+    const s = app.status!;
+    expect(s.usefulErrorMessage).toBe(
+      "vendir: Error: Syncing directory '0':\n  Syncing directory '.' with HTTP contents:\n    Downloading URL:\n      Expected 200 OK, but was '401 Unauthorized'\n",
+    );
+    expect(s.fetch?.stderr).toBe(s.usefulErrorMessage);
+    expect(s.fetch?.exitCode).toBe(1);
+    expect(authSeen).toContain(`Basic ${Buffer.from(`${HTTP_USER}:${WRONG_PASSWORD}`).toString('base64')}`);
+    expect(JSON.stringify(s)).not.toContain(WRONG_PASSWORD);
+    expect(s.template).toBeUndefined();
+    expect(await getObject('configmap', NS.main, `${N.httpWrong}-config`)).toBeUndefined();
   });
 });
