@@ -67,8 +67,10 @@ export function buildHardenAddon(log: (m: string) => void, root = cacheRoot()): 
   return out;
 }
 
-function sourceKey(file: string): string {
-  return createHash('sha256').update(readFileSync(file)).update(process.arch).digest('hex').slice(0, 10);
+function sourceKey(...files: string[]): string {
+  const hash = createHash('sha256');
+  for (const file of files) hash.update(readFileSync(file));
+  return hash.update(process.arch).digest('hex').slice(0, 10);
 }
 
 /** A static executable built from one C file of `layers/native/`. */
@@ -77,6 +79,8 @@ interface StaticProgram {
   readonly name: string;
   /** Absolute path of its C source. */
   readonly source: string;
+  /** Other sources built with it, part of its cache key. */
+  readonly companions?: readonly string[];
 }
 
 /** The tool launcher (`launch.c`). */
@@ -88,14 +92,28 @@ const GIT_LAUNCHER: StaticProgram = {
   source: fileURLToPath(new URL('./native/git-launch.c', import.meta.url)),
 };
 
-/** The egress connector (`connect.c`). */
+/**
+ * File name of the passwd shim (`layers/native/passwd.c`) the connector's `ssh` wrapper preloads
+ * into ssh from its own directory: a passwd entry for a tool uid `/etc/passwd` does not list, and
+ * the run's `HOME` as ssh's home.
+ */
+export const SSH_PASSWD_NAME = 'kl-passwd.so';
+
+const PASSWD_SOURCE = fileURLToPath(new URL('./native/passwd.c', import.meta.url));
+
+/** The egress connector (`connect.c`), built with the passwd shim it preloads into ssh. */
 const CONNECTOR: StaticProgram = {
   name: CONNECTOR_NAME,
   source: fileURLToPath(new URL('./native/connect.c', import.meta.url)),
+  companions: [PASSWD_SOURCE],
 };
 
 function staticPath(program: StaticProgram, root: string): string {
-  return path.join(root, 'native', `${program.name}-${process.arch}-${sourceKey(program.source)}`);
+  return path.join(
+    root,
+    'native',
+    `${program.name}-${process.arch}-${sourceKey(program.source, ...(program.companions ?? []))}`,
+  );
 }
 
 /** Compiles a static program unless it is cached. @throws Error when the C compiler fails. */
@@ -154,7 +172,8 @@ export function buildGitLauncher(log: (m: string) => void, root = cacheRoot()): 
 /**
  * Where the egress connector for this source and architecture is cached: `kl-connect` in a
  * directory of its own that also holds it as `ssh` (the runner puts that directory on the tools'
- * `PATH` ahead of the system's, so vendir's `GIT_SSH_COMMAND=ssh ...` starts the wrapper).
+ * `PATH` ahead of the system's, so vendir's `GIT_SSH_COMMAND=ssh ...` starts the wrapper) and
+ * the passwd shim {@link SSH_PASSWD_NAME} the wrapper preloads into ssh.
  *
  * @param root - cache root (default `~/.cache/kapp-lambda`)
  */
@@ -164,7 +183,8 @@ export function connectorPath(root = cacheRoot()): string {
 
 /**
  * Compiles the egress connector unless it is cached, and lays out {@link connectorPath}'s
- * directory (`kl-connect` and `ssh`, the same static file); static, so it runs on Lambda too.
+ * directory (`kl-connect` and `ssh`, the same static file, static so it runs on Lambda too;
+ * and {@link SSH_PASSWD_NAME}, a shared object linking only libc).
  *
  * @param log - progress lines
  * @param root - cache root
@@ -173,9 +193,22 @@ export function connectorPath(root = cacheRoot()): string {
  */
 export function buildConnector(log: (m: string) => void, root = cacheRoot()): string {
   const out = connectorPath(root);
-  if (existsSync(out) && existsSync(path.join(path.dirname(out), 'ssh'))) return out;
+  const dir = path.dirname(out);
+  if ([CONNECTOR_NAME, 'ssh', SSH_PASSWD_NAME].every((name) => existsSync(path.join(dir, name)))) return out;
   const built = buildStatic(CONNECTOR, log, root);
-  mkdirSync(path.dirname(out), { recursive: true });
+  mkdirSync(dir, { recursive: true });
+  const shim = path.join(dir, SSH_PASSWD_NAME);
+  const shimTmp = `${shim}.${process.pid}.tmp`;
+  log(`${SSH_PASSWD_NAME}: compiling layers/native/passwd.c`);
+  try {
+    execFileSync('gcc', ['-shared', '-fPIC', '-O2', '-Wall', '-Werror', '-o', shimTmp, PASSWD_SOURCE], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+  } catch (err) {
+    throw new Error(`${SSH_PASSWD_NAME}: gcc failed (${(err as Error).message}); a C compiler (Debian gcc) is needed`);
+  }
+  chmodSync(shimTmp, 0o755);
+  renameSync(shimTmp, shim);
   for (const name of [CONNECTOR_NAME, 'ssh']) {
     const dest = path.join(path.dirname(out), name);
     const tmp = `${dest}.${process.pid}.tmp`;

@@ -19,7 +19,14 @@ import { type WatchedKindName, watchedKinds } from '../../events/forwarder/kinds
 import type { LeaderElector } from '../../events/forwarder/leader.js';
 import type { Transport } from '../../events/forwarder/transport.js';
 import { COMPONENTS } from '../../layers/manifest.js';
-import { CONNECTOR_NAME, connectorPath, hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
+import {
+  CONNECTOR_NAME,
+  connectorPath,
+  hardenAddonPath,
+  LAUNCHER_NAME,
+  launcherPath,
+  SSH_PASSWD_NAME,
+} from '../../layers/native.js';
 import { type ClusterKeyring, fileKeyring } from '../lib/artifact/keyring.js';
 import { CONTROLLER_VERSION } from '../lib/entry/config.js';
 import { cacheBinResolver } from '../lib/exec/bins.js';
@@ -190,6 +197,8 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     [LAUNCHER_NAME]: launcherFile,
     [CONNECTOR_NAME]: connectorFile,
     ssh: path.join(path.dirname(connectorFile), 'ssh'),
+    // Preloaded into ssh by the wrapper from its own directory (`layers/native/passwd.c`).
+    [SSH_PASSWD_NAME]: path.join(path.dirname(connectorFile), SSH_PASSWD_NAME),
   };
   // The launcher and the connector (with its `ssh` wrapper) are resolved like tools so that
   // they are staged with them (not on the allow-list).

@@ -11,6 +11,9 @@
  *                              GIT_SSH_COMMAND (`ssh -F /dev/null ...`) goes through the proxy
  *                              as well; without KL_EGRESS_PROXY it runs ssh as is (a user's
  *                              own https_proxy is for http tools, not ssh, as upstream).
+ *                              Either way, with `kl-passwd.so` (passwd.c) beside it, ssh runs
+ *                              with it in LD_PRELOAD: a passwd entry for a uid /etc/passwd does
+ *                              not list, and the run's HOME as ssh's home.
  *
  * Why: the egress proxy (functions/lib/fetch/egress-proxy.ts) resolves each target once, checks
  * every address against the URL policy and connects to the address it checked. http(s) tools
@@ -246,18 +249,27 @@ static int ssh_mode(int argc, char **argv) {
   }
   if (!real[0]) return fail(127, "ssh: not found in /usr/local/bin:/usr/bin:/bin%s%s", "", "");
 
+  /* ssh runs ProxyCommand through the shell, and LD_PRELOAD splits on spaces and colons: only a
+   * path of plain characters goes in either. */
+  int plain = 1;
+  for (const char *c = self; *c; c++) {
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '/' ||
+          *c == '.' || *c == '_' || *c == '-' || *c == '+'))
+      plain = 0;
+  }
+  /* The passwd entry ssh needs for a uid /etc/passwd does not list, with the run's HOME
+   * (passwd.c), when it sits beside this file. */
+  char preload[PATH_MAX + 32];
+  snprintf(preload, sizeof preload, "%s/kl-passwd.so", self);
+  if (plain && access(preload, R_OK) == 0) setenv("LD_PRELOAD", preload, 1);
+
   const char *url = getenv("KL_EGRESS_PROXY");
   if (!url || !*url) {
     argv[0] = real;
     execv(real, argv);
     return fail(127, "%s: %s", real, strerror(errno));
   }
-  /* ssh runs ProxyCommand through the shell: only a path of plain characters goes in it. */
-  for (const char *c = self; *c; c++) {
-    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '/' ||
-          *c == '.' || *c == '_' || *c == '-' || *c == '+'))
-      return fail(126, "its directory has characters a shell would read: %s%s", self, "");
-  }
+  if (!plain) return fail(126, "its directory has characters a shell would read: %s%s", self, "");
   char option[PATH_MAX + 64];
   snprintf(option, sizeof option, "ProxyCommand=%s/kl-connect %%h %%p", self);
   char **args = calloc((size_t)argc + 4, sizeof *args);
