@@ -389,6 +389,7 @@ describe('parseForwarderEnv', () => {
       kinds: ['App'],
       namespaces: [],
       timer: {},
+      controllerConfigNamespace: 'kapp-lambda',
       coalesceWindowMs: 200,
       stallTimeoutMs: 90_000,
       watchTimeoutSeconds: 300,
@@ -413,12 +414,14 @@ describe('parseForwarderEnv', () => {
       FORWARDER_RESYNC_RETRY_SECONDS: '60',
       FORWARDER_APP_DEFAULT_SYNC_PERIOD: '5m',
       FORWARDER_APP_MINIMUM_SYNC_PERIOD: '1m',
+      FORWARDER_CONTROLLER_CONFIG_NAMESPACE: 'platform',
     });
     expect(s).toEqual({
       clusterId: 'c1',
       kinds: ['App', 'PackageRepository'],
       namespaces: ['team-a', 'team-b'],
       timer: { appDefaultSyncPeriodMs: 300_000, appMinimumSyncPeriodMs: 60_000 },
+      controllerConfigNamespace: 'platform',
       coalesceWindowMs: 50,
       stallTimeoutMs: 120_000,
       watchTimeoutSeconds: 600,
