@@ -12,6 +12,7 @@ import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
+import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 
 /** Size and batching of one stage's function and event source mapping. */
@@ -44,11 +45,11 @@ export interface StageSizing {
  * not the sum of ten (a FIFO batch is processed in order, so a long record would delay the rest).
  */
 export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
-  fetch: { memoryMiB: 1024, ephemeralMiB: 4096, timeoutSeconds: 600, batchSize: 1, concurrency: 10 },
-  template: { memoryMiB: 2048, ephemeralMiB: 2048, timeoutSeconds: 300, batchSize: 1, concurrency: 10 },
-  deploy: { memoryMiB: 1024, ephemeralMiB: 1024, timeoutSeconds: 900, batchSize: 1, concurrency: 10 },
-  'index-repo': { memoryMiB: 2048, ephemeralMiB: 4096, timeoutSeconds: 900, batchSize: 1, concurrency: 5 },
-  install: { memoryMiB: 512, ephemeralMiB: 512, timeoutSeconds: 120, batchSize: 10, concurrency: 5 },
+  fetch: { memoryMiB: STAGE_MEMORY_MIB.fetch, ephemeralMiB: 4096, timeoutSeconds: 600, batchSize: 1, concurrency: 10 },
+  template: { memoryMiB: STAGE_MEMORY_MIB.template, ephemeralMiB: 2048, timeoutSeconds: 300, batchSize: 1, concurrency: 10 },
+  deploy: { memoryMiB: STAGE_MEMORY_MIB.deploy, ephemeralMiB: 1024, timeoutSeconds: 900, batchSize: 1, concurrency: 10 },
+  'index-repo': { memoryMiB: STAGE_MEMORY_MIB['index-repo'], ephemeralMiB: 4096, timeoutSeconds: 900, batchSize: 1, concurrency: 5 },
+  install: { memoryMiB: STAGE_MEMORY_MIB.install, ephemeralMiB: 512, timeoutSeconds: 120, batchSize: 10, concurrency: 5 },
 };
 
 /**

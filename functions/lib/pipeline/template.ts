@@ -46,6 +46,7 @@ import {
 import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { infraStep } from './retry-bound.js';
+import { receiptOnEnd, trailWith } from './receipts.js';
 import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
 
 /** A render's outcome: the tools' result (or the cache record's) and the manifest, on success. */
@@ -244,8 +245,19 @@ export async function runTemplate(
     artifactKey: manifestKey,
     cached,
     tools,
+    receipt: receiptOnEnd(deps, {
+      object: ref,
+      run: data.run,
+      stage: 'template',
+      ...(data.receipt ? { trail: data.receipt } : {}),
+      fetchKey: data.artifacts.fetchKey,
+      ...(manifestKey ? { manifestKey } : {}),
+      ...(inputsPrivate ? {} : { renderInputHash: hash }),
+    }),
   });
   if (!next || !manifestKey) return {};
+  // The render-input hash of a private render is not carried (receipts hold no digest of Secrets).
+  const receipt = trailWith(deps, data.receipt, 'template', inputsPrivate ? {} : { renderInputHash: hash });
   return {
     deploy: {
       object: ref,
@@ -253,6 +265,7 @@ export async function runTemplate(
       artifacts: { fetchKey: data.artifacts.fetchKey, manifestKey },
       fetchStatus: data.fetchStatus,
       templateStatus: toEventPart(part),
+      ...(receipt ? { receipt } : {}),
     },
   };
 }
