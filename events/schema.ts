@@ -25,7 +25,6 @@
 import { createHash } from 'node:crypto';
 import * as z from 'zod';
 import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from '../functions/lib/api/names.js';
-import { ReceiptTrailSchema } from '../functions/lib/receipt/receipt.js';
 import {
   FETCH_KEY_PATTERN,
   INDEX_KEY_PATTERN,
@@ -33,6 +32,7 @@ import {
   PRIVATE_TEMPLATE_KEY_PATTERN,
   TEMPLATE_KEY_PATTERN,
 } from '../functions/lib/artifact/keys.js';
+import { ReceiptTrailSchema } from '../functions/lib/receipt/receipt.js';
 
 /** Kinds the forwarder watches. */
 export const KINDS = ['App', 'PackageInstall', 'PackageRepository'] as const;

@@ -46,10 +46,34 @@ export interface StageSizing {
  */
 export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
   fetch: { memoryMiB: STAGE_MEMORY_MIB.fetch, ephemeralMiB: 4096, timeoutSeconds: 600, batchSize: 1, concurrency: 10 },
-  template: { memoryMiB: STAGE_MEMORY_MIB.template, ephemeralMiB: 2048, timeoutSeconds: 300, batchSize: 1, concurrency: 10 },
-  deploy: { memoryMiB: STAGE_MEMORY_MIB.deploy, ephemeralMiB: 1024, timeoutSeconds: 900, batchSize: 1, concurrency: 10 },
-  'index-repo': { memoryMiB: STAGE_MEMORY_MIB['index-repo'], ephemeralMiB: 4096, timeoutSeconds: 900, batchSize: 1, concurrency: 5 },
-  install: { memoryMiB: STAGE_MEMORY_MIB.install, ephemeralMiB: 512, timeoutSeconds: 120, batchSize: 10, concurrency: 5 },
+  template: {
+    memoryMiB: STAGE_MEMORY_MIB.template,
+    ephemeralMiB: 2048,
+    timeoutSeconds: 300,
+    batchSize: 1,
+    concurrency: 10,
+  },
+  deploy: {
+    memoryMiB: STAGE_MEMORY_MIB.deploy,
+    ephemeralMiB: 1024,
+    timeoutSeconds: 900,
+    batchSize: 1,
+    concurrency: 10,
+  },
+  'index-repo': {
+    memoryMiB: STAGE_MEMORY_MIB['index-repo'],
+    ephemeralMiB: 4096,
+    timeoutSeconds: 900,
+    batchSize: 1,
+    concurrency: 5,
+  },
+  install: {
+    memoryMiB: STAGE_MEMORY_MIB.install,
+    ephemeralMiB: 512,
+    timeoutSeconds: 120,
+    batchSize: 10,
+    concurrency: 5,
+  },
 };
 
 /**

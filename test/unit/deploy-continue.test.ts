@@ -115,7 +115,9 @@ describe('a deploy the function deadline stops', () => {
     expect((next?.event as DeployStageEvent | undefined)?.data).toEqual({
       ...DATA,
       // the receipt's trail counts this invocation: the kapp run the deadline stopped
-      receipt: { stages: [expect.objectContaining({ stage: 'deploy', tools: [expect.objectContaining({ tool: 'kapp' })] })] },
+      receipt: {
+        stages: [expect.objectContaining({ stage: 'deploy', tools: [expect.objectContaining({ tool: 'kapp' })] })],
+      },
       continuation: { count: 1, deployStartedAt: NOW },
     });
   });

@@ -229,7 +229,14 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   if (reused) {
     parts.deploy = reused;
     frame.observe.phase('deploy', frame.secondsSince(startedAt));
-    await closeStage(frame, { parts, result, last: true, success: 'cached', tools, receipt: deployReceipt(deps, data) });
+    await closeStage(frame, {
+      parts,
+      result,
+      last: true,
+      success: 'cached',
+      tools,
+      receipt: deployReceipt(deps, data),
+    });
     return undefined;
   }
   const count = (data.continuation?.count ?? 0) + 1;
@@ -261,7 +268,14 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     }
     parts.inspect = inspectStatus(inspect, { updatedAt: deps.now() }) ?? null;
   }
-  await closeStage(frame, { parts, result, last: true, success: 'succeeded', tools, receipt: deployReceipt(deps, data) });
+  await closeStage(frame, {
+    parts,
+    result,
+    last: true,
+    success: 'succeeded',
+    tools,
+    receipt: deployReceipt(deps, data),
+  });
   return undefined;
 }
 

@@ -31,8 +31,8 @@ import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { fetchIsPrivate, fleetFlight, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
 import { type LoadedApp, makeScratch, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
-import { infraStep } from './retry-bound.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
+import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openStage } from './stage.js';
 
 /**

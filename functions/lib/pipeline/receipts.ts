@@ -90,7 +90,12 @@ export interface ReceiptContext {
  */
 export function receiptOnEnd(deps: PipelineDeps, ctx: ReceiptContext): (end: { error?: string }) => Promise<void> {
   return async (end) => {
-    const trail = trailWith(deps, ctx.trail, ctx.stage, ctx.renderInputHash ? { renderInputHash: ctx.renderInputHash } : {});
+    const trail = trailWith(
+      deps,
+      ctx.trail,
+      ctx.stage,
+      ctx.renderInputHash ? { renderInputHash: ctx.renderInputHash } : {},
+    );
     if (!trail) return;
     const ranTools = trail.stages.some((s) => s.tools.length > 0);
     if (end.error === undefined && !ranTools) return;
@@ -110,7 +115,10 @@ export function receiptOnEnd(deps: PipelineDeps, ctx: ReceiptContext): (end: { e
       });
       await keepReceipt(deps.store, receipt, deps.log);
     } catch (err) {
-      deps.log.warn({ object: `${ctx.object.namespace}/${ctx.object.name}`, err: (err as Error).message }, 'receipt not kept');
+      deps.log.warn(
+        { object: `${ctx.object.namespace}/${ctx.object.name}`, err: (err as Error).message },
+        'receipt not kept',
+      );
     }
   };
 }

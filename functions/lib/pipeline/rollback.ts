@@ -8,8 +8,9 @@
  *
  * @module
  */
-import { KappControllerError, resultFromError } from '../reconcile/result.js';
+
 import { readReceipt } from '../receipt/receipt.js';
+import { KappControllerError, resultFromError } from '../reconcile/result.js';
 import type { LoadedApp } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { receiptOnEnd, trailWith } from './receipts.js';

@@ -45,8 +45,8 @@ import {
 } from './artifacts.js';
 import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
-import { infraStep } from './retry-bound.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
+import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
 
 /** A render's outcome: the tools' result (or the cache record's) and the manifest, on success. */

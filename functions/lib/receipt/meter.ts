@@ -31,15 +31,21 @@ export class StageMeter {
   /** `store`, counting each request by class before it is sent. */
   store(store: ObjectStore): ObjectStore {
     const r = this.requests;
+    const counted =
+      <A extends unknown[], T>(kind: keyof StoreRequests, op: (...args: A) => Promise<T>) =>
+      (...args: A): Promise<T> => {
+        r[kind] += 1;
+        return op(...args);
+      };
     return {
-      get: (key, opts) => (r.get++, store.get(key, opts)),
-      getVersioned: (key, opts) => (r.get++, store.getVersioned(key, opts)),
-      head: (key) => (r.head++, store.head(key)),
-      put: (key, body) => (r.put++, store.put(key, body)),
-      putIfAbsent: (key, body) => (r.put++, store.putIfAbsent(key, body)),
-      putIfMatch: (key, body, ifMatch) => (r.put++, store.putIfMatch(key, body, ifMatch)),
-      list: (prefix, opts) => (r.list++, store.list(prefix, opts)),
-      delete: (key) => (r.delete++, store.delete(key)),
+      get: counted('get', (key, opts) => store.get(key, opts)),
+      getVersioned: counted('get', (key, opts) => store.getVersioned(key, opts)),
+      head: counted('head', (key) => store.head(key)),
+      put: counted('put', (key, body) => store.put(key, body)),
+      putIfAbsent: counted('put', (key, body) => store.putIfAbsent(key, body)),
+      putIfMatch: counted('put', (key, body, ifMatch) => store.putIfMatch(key, body, ifMatch)),
+      list: counted('list', (prefix, opts) => store.list(prefix, opts)),
+      delete: counted('delete', (key) => store.delete(key)),
     };
   }
 

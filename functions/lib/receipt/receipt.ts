@@ -172,7 +172,13 @@ export function noRequests(): StoreRequests {
 
 /** The sum of store request counts. */
 export function addRequests(a: StoreRequests, b: StoreRequests): StoreRequests {
-  return { get: a.get + b.get, head: a.head + b.head, put: a.put + b.put, list: a.list + b.list, delete: a.delete + b.delete };
+  return {
+    get: a.get + b.get,
+    head: a.head + b.head,
+    put: a.put + b.put,
+    list: a.list + b.list,
+    delete: a.delete + b.delete,
+  };
 }
 
 /** What {@link buildReceipt} takes besides the trail. */
@@ -223,7 +229,9 @@ export function buildReceipt(input: ReceiptInput): Receipt {
     ...(input.rollbackOf ? { rollbackOf: input.rollbackOf } : {}),
     inputs: {
       ...(input.fetch ? { fetch: artifactOf(input.fetch) } : {}),
-      ...(input.trail.renderInputHash && !input.render?.private ? { renderInputHash: input.trail.renderInputHash } : {}),
+      ...(input.trail.renderInputHash && !input.render?.private
+        ? { renderInputHash: input.trail.renderInputHash }
+        : {}),
       ...(input.render ? { render: artifactOf(input.render) } : {}),
     },
     stages: stages.map((s) => ({ stage: s.stage, ms: Math.round(s.ms) })),
