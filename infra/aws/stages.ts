@@ -13,6 +13,7 @@ import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
+import { RECEIPTS_PREFIX } from '../../functions/lib/receipt/receipt.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 
 /** Size and batching of one stage's function and event source mapping. */
@@ -143,6 +144,17 @@ const RUN_LEASE: ObjectGrant = {
 };
 
 /**
+ * Reconcile receipts (`functions/lib/receipt/receipt.ts`, `receipts/<cluster>/<namespace>/<name>/…`):
+ * the stage that ends a run writes its receipt and removes the App's oldest beyond the newest 20;
+ * the fetch function reads one to roll an App back.
+ */
+const RECEIPTS: ObjectGrant = {
+  keys: `${RECEIPTS_PREFIX}*`,
+  actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
+  why: 'reconcile receipts (one PUT per run, the oldest beyond 20 deleted; read for a rollback)',
+};
+
+/**
  * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
  * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
  * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
@@ -157,7 +169,10 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
     { keys: `${INFLIGHT_PREFIX}cache/fetch/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of pinned fetches' },
+    { keys: 'artifacts/template/*', actions: READ, why: "a rollback checks the receipt's rendered manifest exists" },
+    { keys: 'private/*/template/*', actions: READ, why: "a rollback checks the receipt's sealed manifest exists" },
     RUN_LEASE,
+    RECEIPTS,
   ],
   template: [
     { keys: 'artifacts/fetch/*', actions: READ, why: 'reads the fetch hand-off' },
@@ -168,6 +183,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'private/*/cache/render/*', actions: SEALED_WRITE, why: 'sealed render cache records' },
     { keys: `${INFLIGHT_PREFIX}cache/render/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of shared renders' },
     RUN_LEASE,
+    RECEIPTS,
   ],
   deploy: [
     { keys: 'artifacts/template/*', actions: READ, why: 'reads the manifest to deploy' },
@@ -178,6 +194,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
       why: 'sealed deploy records: what the last deploy left, for the no-op resync',
     },
     RUN_LEASE,
+    RECEIPTS,
   ],
   'index-repo': [
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'fetches the repository bundle (as fetch does)' },
@@ -207,10 +224,11 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
 export const PRIVATE_EXPIRY_DAYS = DEFAULT_PRIVATE_TTL_MS / 86_400_000 + 1;
 
 /**
- * Prefixes of the artifact bucket with a lifecycle expiry: `artifacts/` and `cache/` after
- * context `artifactRetentionDays`, `private/` after {@link PRIVATE_EXPIRY_DAYS}.
+ * Prefixes of the artifact bucket with a lifecycle expiry: `artifacts/`, `cache/` and `receipts/`
+ * after context `artifactRetentionDays` (a receipt goes with the renders it names, at the
+ * latest), `private/` after {@link PRIVATE_EXPIRY_DAYS}.
  */
-export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/'] as const;
+export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/', RECEIPTS_PREFIX] as const;
 
 /**
  * Days after its last write when a run lease (`state/leases/…`, `functions/lib/lease/`) is
