@@ -21,8 +21,10 @@ import { parseArtifactKey } from '../artifact/keys.js';
 import { isPrivateKey } from '../artifact/sealed.js';
 import type { KubeObject } from '../kube/port.js';
 import {
+  addRequests,
   buildReceipt,
   keepReceipt,
+  MAX_TOOL_RUNS_PER_STAGE,
   type ReceiptStage,
   type ReceiptTrail,
   type StageMeasure,
@@ -60,14 +62,8 @@ function merged(a: StageMeasure, b: StageMeasure): StageMeasure {
   return {
     stage: b.stage,
     ms: a.ms + b.ms,
-    tools: [...a.tools, ...b.tools].slice(0, 64),
-    store: {
-      get: a.store.get + b.store.get,
-      head: a.store.head + b.store.head,
-      put: a.store.put + b.store.put,
-      list: a.store.list + b.store.list,
-      delete: a.store.delete + b.store.delete,
-    },
+    tools: [...a.tools, ...b.tools].slice(0, MAX_TOOL_RUNS_PER_STAGE),
+    store: addRequests(a.store, b.store),
   };
 }
 
