@@ -32,6 +32,7 @@ import {
   PRIVATE_TEMPLATE_KEY_PATTERN,
   TEMPLATE_KEY_PATTERN,
 } from '../functions/lib/artifact/keys.js';
+import { ReceiptTrailSchema } from '../functions/lib/receipt/receipt.js';
 
 /** Kinds the forwarder watches. */
 export const KINDS = ['App', 'PackageInstall', 'PackageRepository'] as const;
@@ -237,6 +238,7 @@ export const TemplateStageDataSchema = z.strictObject({
   run: StageRunSchema,
   artifacts: z.strictObject({ fetchKey }),
   fetchStatus: StageStatusSummarySchema.optional(),
+  receipt: ReceiptTrailSchema.optional(),
 });
 /** See {@link TemplateStageDataSchema}. */
 export type TemplateStageData = z.infer<typeof TemplateStageDataSchema>;
@@ -253,7 +255,9 @@ export const MAX_DEPLOY_CONTINUATIONS = 1000;
  * `{ object, run, artifacts: { fetchKey?, manifestKey }, fetchStatus?, templateStatus?, continuation? }`.
  * `object.kind` must be `App`. `manifestKey` is the `artifacts/template/sha256/<hex>.yaml` key
  * of the rendered manifest (or its private `private/.../template/<mac>.yaml` key); `fetchKey`
- * is kept for receipts. `continuation` is set on the deploy function's own follow-up, when the
+ * is kept for receipts. `receipt` (here and in {@link TemplateStageDataSchema}) is what the run's
+ * stages measured so far (`ReceiptTrailSchema`, `functions/lib/receipt/receipt.ts`), for the
+ * receipt the run's last stage keeps. `continuation` is set on the deploy function's own follow-up, when the
  * function deadline stopped kapp while it waited: `count` (1-based) of follow-ups so far (at most
  * {@link MAX_DEPLOY_CONTINUATIONS}), `deployStartedAt` when the run's first kapp started (the
  * `status.deploy.startedAt` kept, and the start of kapp's wait budget).
@@ -264,6 +268,7 @@ export const DeployStageDataSchema = z.strictObject({
   artifacts: z.strictObject({ fetchKey: fetchKey.optional(), manifestKey }),
   fetchStatus: StageStatusSummarySchema.optional(),
   templateStatus: StageStatusSummarySchema.optional(),
+  receipt: ReceiptTrailSchema.optional(),
   continuation: z
     .strictObject({ count: z.number().int().min(1).max(MAX_DEPLOY_CONTINUATIONS), deployStartedAt: timestamp })
     .optional(),

@@ -11,6 +11,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { AWS_PRICES_USD } from '../../functions/lib/receipt/prices.js';
 import { STAGE_SIZING } from '../../infra/aws/stages.js';
 import {
   type FixedUse,
@@ -60,16 +61,16 @@ export function pricesFor(architecture: 'x86_64' | 'arm64'): Prices {
   return {
     region: 'us-east-1',
     architecture,
-    lambdaRequest: { usd: 0.2 / 1e6, unit: 'request', source: SRC.lambdaArchive },
-    lambdaGbSecond: { usd: x86 ? 0.0000166667 : 0.0000133334, unit: 'GB-s', source: SRC.lambdaArchive },
+    lambdaRequest: { usd: AWS_PRICES_USD.lambdaRequest, unit: 'request', source: SRC.lambdaArchive },
+    lambdaGbSecond: { usd: AWS_PRICES_USD.lambdaGbSecond[architecture], unit: 'GB-s', source: SRC.lambdaArchive },
     lambdaTiers: x86 ? TIERS_X86 : TIERS_ARM,
-    lambdaEphemeralGbSecond: { usd: 0.0000000309, unit: 'GB-s', source: SRC.ephemeral },
-    sqsFifoRequest: { usd: 0.5 / 1e6, unit: 'request', source: SRC.sqs },
-    s3Put: { usd: 0.005 / 1000, unit: 'request', source: SRC.s3Requests },
-    s3Get: { usd: 0.0004 / 1000, unit: 'request', source: SRC.s3Requests },
-    s3StorageGbMonth: { usd: 0.023, unit: 'GB-month', source: SRC.s3Storage },
-    kmsKeyMonth: { usd: 1, unit: 'key-month', source: SRC.kms },
-    kmsRequest: { usd: 0.03 / 10_000, unit: 'request', source: SRC.kms },
+    lambdaEphemeralGbSecond: { usd: AWS_PRICES_USD.lambdaEphemeralGbSecond, unit: 'GB-s', source: SRC.ephemeral },
+    sqsFifoRequest: { usd: AWS_PRICES_USD.sqsFifoRequest, unit: 'request', source: SRC.sqs },
+    s3Put: { usd: AWS_PRICES_USD.s3Put, unit: 'request', source: SRC.s3Requests },
+    s3Get: { usd: AWS_PRICES_USD.s3Get, unit: 'request', source: SRC.s3Requests },
+    s3StorageGbMonth: { usd: AWS_PRICES_USD.s3StorageGbMonth, unit: 'GB-month', source: SRC.s3Storage },
+    kmsKeyMonth: { usd: AWS_PRICES_USD.kmsKeyMonth, unit: 'key-month', source: SRC.kms },
+    kmsRequest: { usd: AWS_PRICES_USD.kmsRequest, unit: 'request', source: SRC.kms },
   };
 }
 

@@ -239,6 +239,7 @@ export function appKind(config?: TimerConfigSource): WatchedKind {
     handledAt: timedHandledAt,
     controlledBy: appControllingPackageInstall,
     waitsOnNamespaces: appNoopDeleteNamespaces,
+    changeKey: appRollbackChangeKey,
   };
 }
 
@@ -268,6 +269,21 @@ export function appNoopDeleteNamespaces(obj: KubeObject): readonly string[] | un
     }
   }
   return [...names].sort();
+}
+
+/**
+ * The App's rollback annotations (`kapp-lambda.carvel.dev/rollback-to` and `…/rollback-generation`,
+ * set and removed by `npm run receipts -- rollback`), joined; `undefined` when neither is set. A
+ * change is `modified`, which the reconcile step runs at once (`functions/lib/pipeline/reconcile.ts`),
+ * so a rollback and its clearing take effect without waiting for the sync period.
+ *
+ * @param obj - An App as watched.
+ */
+export function appRollbackChangeKey(obj: KubeObject): string | undefined {
+  const a = obj.metadata.annotations ?? {};
+  const to = a['kapp-lambda.carvel.dev/rollback-to'];
+  const generation = a['kapp-lambda.carvel.dev/rollback-generation'];
+  return to === undefined && generation === undefined ? undefined : `${to ?? ''}@${generation ?? ''}`;
 }
 
 /**

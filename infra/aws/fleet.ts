@@ -10,7 +10,7 @@
  * | `sourcePollMinutes` | period of the fleet source poll (the index-repo function's schedule), minutes | 1 |
  * | `concurrency` | most concurrent invocations per function (the event source mapping's `maxConcurrency`, 2..1000): a number for every function, or JSON `{"deploy": 20}` per function | `STAGE_SIZING` (10; 5 for index-repo and install) |
  * | `logRetentionDays` | retention of the functions' log groups (a CloudWatch Logs retention value) | 30 |
- * | `artifactRetentionDays` | expiry of `artifacts/` and `cache/` objects, days after their last write | 30 |
+ * | `artifactRetentionDays` | expiry of `artifacts/`, `cache/` and `receipts/` objects, days after their last write | 30 |
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
  * | `forwarders` | JSON object: cluster id → `{"eksClusterArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}`, one send-only forwarder role per cluster, assumable through EKS Pod Identity by that cluster's `kapp-lambda/kapp-lambda-forwarder` ServiceAccount only | `{}` (no forwarder; `KappLambdaStack.addClusterForwarder` for other trust) |
  * | `urlAllow` | the fleet's exceptions to the URL policy (`functions/lib/fetch/url-policy.ts`): a JSON array (or comma list) of `host`, `host:port` or CIDR entries, e.g. `["registry.corp:443", "10.20.0.0/16"]` for private registries, git servers or API servers; set as `KAPP_LAMBDA_URL_ALLOW` on the functions that fetch or deploy ({@link URL_POLICY_STAGES}); each entry is checked at synth with the runtime's own parser | `[]` (no exception: loopback, link-local and private addresses refused) |

@@ -215,6 +215,7 @@ export class KappLambdaStack extends Stack {
       // stage treats a missing artifact or cache record as a miss (fetch and template `head` the
       // artifact a record names), which costs a re-fetch or re-render, never a wrong result. A
       // sealed object is written again on each use, so `private/` goes a day after its own TTL.
+      // Receipts (`receipts/`) go with the artifacts they name (at most 20 per App are kept anyway).
       // Run leases (`state/leases/`) go 30 days after their last write: a held lease is renewed
       // every 100 s, so one that old is free (`LEASE_EXPIRY_DAYS`). In-flight markers
       // (`inflight/`) live seconds; a leftover goes after a day (`INFLIGHT_EXPIRY_DAYS`). The rest of `state/` (a

@@ -12,6 +12,8 @@ import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
+import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
+import { RECEIPTS_PREFIX } from '../../functions/lib/receipt/receipt.js';
 import type { PipelineStage } from '../../functions/lib/transport/port.js';
 
 /** Size and batching of one stage's function and event source mapping. */
@@ -44,11 +46,35 @@ export interface StageSizing {
  * not the sum of ten (a FIFO batch is processed in order, so a long record would delay the rest).
  */
 export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
-  fetch: { memoryMiB: 1024, ephemeralMiB: 4096, timeoutSeconds: 600, batchSize: 1, concurrency: 10 },
-  template: { memoryMiB: 2048, ephemeralMiB: 2048, timeoutSeconds: 300, batchSize: 1, concurrency: 10 },
-  deploy: { memoryMiB: 1024, ephemeralMiB: 1024, timeoutSeconds: 900, batchSize: 1, concurrency: 10 },
-  'index-repo': { memoryMiB: 2048, ephemeralMiB: 4096, timeoutSeconds: 900, batchSize: 1, concurrency: 5 },
-  install: { memoryMiB: 512, ephemeralMiB: 512, timeoutSeconds: 120, batchSize: 10, concurrency: 5 },
+  fetch: { memoryMiB: STAGE_MEMORY_MIB.fetch, ephemeralMiB: 4096, timeoutSeconds: 600, batchSize: 1, concurrency: 10 },
+  template: {
+    memoryMiB: STAGE_MEMORY_MIB.template,
+    ephemeralMiB: 2048,
+    timeoutSeconds: 300,
+    batchSize: 1,
+    concurrency: 10,
+  },
+  deploy: {
+    memoryMiB: STAGE_MEMORY_MIB.deploy,
+    ephemeralMiB: 1024,
+    timeoutSeconds: 900,
+    batchSize: 1,
+    concurrency: 10,
+  },
+  'index-repo': {
+    memoryMiB: STAGE_MEMORY_MIB['index-repo'],
+    ephemeralMiB: 4096,
+    timeoutSeconds: 900,
+    batchSize: 1,
+    concurrency: 5,
+  },
+  install: {
+    memoryMiB: STAGE_MEMORY_MIB.install,
+    ephemeralMiB: 512,
+    timeoutSeconds: 120,
+    batchSize: 10,
+    concurrency: 5,
+  },
 };
 
 /**
@@ -118,6 +144,17 @@ const RUN_LEASE: ObjectGrant = {
 };
 
 /**
+ * Reconcile receipts (`functions/lib/receipt/receipt.ts`, `receipts/<cluster>/<namespace>/<name>/…`):
+ * the stage that ends a run writes its receipt and removes the App's oldest beyond the newest 20;
+ * the fetch function reads one to roll an App back.
+ */
+const RECEIPTS: ObjectGrant = {
+  keys: `${RECEIPTS_PREFIX}*`,
+  actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
+  why: 'reconcile receipts (one PUT per run, the oldest beyond 20 deleted; read for a rollback)',
+};
+
+/**
  * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
  * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
  * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
@@ -132,7 +169,10 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
     { keys: `${INFLIGHT_PREFIX}cache/fetch/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of pinned fetches' },
+    { keys: 'artifacts/template/*', actions: READ, why: "a rollback checks the receipt's rendered manifest exists" },
+    { keys: 'private/*/template/*', actions: READ, why: "a rollback checks the receipt's sealed manifest exists" },
     RUN_LEASE,
+    RECEIPTS,
   ],
   template: [
     { keys: 'artifacts/fetch/*', actions: READ, why: 'reads the fetch hand-off' },
@@ -143,6 +183,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'private/*/cache/render/*', actions: SEALED_WRITE, why: 'sealed render cache records' },
     { keys: `${INFLIGHT_PREFIX}cache/render/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of shared renders' },
     RUN_LEASE,
+    RECEIPTS,
   ],
   deploy: [
     { keys: 'artifacts/template/*', actions: READ, why: 'reads the manifest to deploy' },
@@ -153,6 +194,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
       why: 'sealed deploy records: what the last deploy left, for the no-op resync',
     },
     RUN_LEASE,
+    RECEIPTS,
   ],
   'index-repo': [
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'fetches the repository bundle (as fetch does)' },
@@ -182,10 +224,11 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
 export const PRIVATE_EXPIRY_DAYS = DEFAULT_PRIVATE_TTL_MS / 86_400_000 + 1;
 
 /**
- * Prefixes of the artifact bucket with a lifecycle expiry: `artifacts/` and `cache/` after
- * context `artifactRetentionDays`, `private/` after {@link PRIVATE_EXPIRY_DAYS}.
+ * Prefixes of the artifact bucket with a lifecycle expiry: `artifacts/`, `cache/` and `receipts/`
+ * after context `artifactRetentionDays` (a receipt goes with the renders it names, at the
+ * latest), `private/` after {@link PRIVATE_EXPIRY_DAYS}.
  */
-export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/'] as const;
+export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/', RECEIPTS_PREFIX] as const;
 
 /**
  * Days after its last write when a run lease (`state/leases/…`, `functions/lib/lease/`) is

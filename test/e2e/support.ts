@@ -184,6 +184,7 @@ export interface AppObject {
     generation: number;
     finalizers?: string[];
     deletionTimestamp?: string;
+    annotations?: Record<string, string>;
   };
   spec: Record<string, unknown>;
   status?: AppStatusView;

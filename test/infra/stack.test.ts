@@ -240,7 +240,7 @@ describe('artifact bucket', () => {
     });
   });
 
-  it('expires artifacts and cache after 30 days, sealed objects after their TTL, run leases after 30 days, in-flight markers after 1 day, no other state', () => {
+  it('expires artifacts, cache and receipts after 30 days, sealed objects after their TTL, run leases after 30 days, in-flight markers after 1 day, no other state', () => {
     const bucket = ofType('AWS::S3::Bucket')[0]![1];
     const rules = (bucket.Properties.LifecycleConfiguration as { Rules: Json[] }).Rules;
     const expiry = Object.fromEntries(rules.filter((r) => r.Prefix).map((r) => [r.Prefix, r.ExpirationInDays]));
@@ -248,6 +248,7 @@ describe('artifact bucket', () => {
       'artifacts/': 30,
       'cache/': 30,
       'private/': PRIVATE_EXPIRY_DAYS,
+      'receipts/': 30,
       'state/leases/': LEASE_EXPIRY_DAYS,
       'inflight/': INFLIGHT_EXPIRY_DAYS,
     });

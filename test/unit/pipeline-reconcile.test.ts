@@ -16,7 +16,10 @@ import {
   templateEvent,
 } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
+import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/receipts.js';
+import { buildReceipt, receiptKey } from '../../functions/lib/receipt/receipt.js';
 import {
   type AppShape,
   type AppWorld,
@@ -196,5 +199,74 @@ describe('reconcile step table', () => {
     expect(next).toEqual(expected(row.next, next, (await w.store.list('artifacts/fetch/'))[0]));
     expect(w.outcomes()).toEqual(row.outcomes);
     expect(w.tools()).toEqual(row.next === 'template' ? ['vendir'] : []);
+  });
+});
+
+describe('rollback to a receipt (kapp-lambda.carvel.dev/rollback-to)', () => {
+  const RECEIPT_ID = '20250101-000000-000-0123abcd';
+  const MANIFEST = templateArtifactKey('e'.repeat(64));
+  /** The App rolled back at `generation` (its own generation is 1). */
+  const rolledBack = (generation: number): AppShape => ({
+    status: RECENT,
+    metadata: {
+      annotations: { [ROLLBACK_TO_ANNOTATION]: RECEIPT_ID, [ROLLBACK_GENERATION_ANNOTATION]: String(generation) },
+    },
+  });
+  /** Keeps a receipt of this App naming `MANIFEST` (stored when `withManifest`). */
+  async function keep(w: AppWorld, withManifest: boolean): Promise<void> {
+    const receipt = buildReceipt({
+      owner: REF,
+      uid: REF.uid,
+      generation: 1,
+      runId: 'earlier',
+      startedAt: new Date(NOW),
+      endedAt: new Date(NOW),
+      trail: { stages: [] },
+      render: { key: MANIFEST, digest: 'e'.repeat(64), private: false },
+    });
+    await w.store.put(receiptKey(REF, RECEIPT_ID), JSON.stringify({ ...receipt, id: RECEIPT_ID }));
+    if (withManifest) await w.store.put(MANIFEST, 'kind: ConfigMap\n');
+  }
+
+  it('a modified event (the annotations changed) runs at once and hands the receipt render to deploy: no fetch, no template', async () => {
+    const w = appWorld({ app: appObject(rolledBack(1)), tmpRoot: path.join(tempDir(), 'scratch') });
+    await keep(w, true);
+    const next = await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(next?.type).toBe('dev.kapp-lambda.stage.deploy.v1');
+    expect((next?.data as { artifacts?: unknown } | undefined)?.artifacts).toEqual({ manifestKey: MANIFEST });
+    expect(w.tools()).toEqual([]);
+    expect(w.statuses()).toEqual([]);
+  });
+
+  it('a receipt that is gone fails the reconcile with Rolling back: (kapp-controller status shape)', async () => {
+    const w = appWorld({ app: appObject(rolledBack(1)), tmpRoot: path.join(tempDir(), 'scratch') });
+    const next = await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(next).toBeUndefined();
+    const message = `Rolling back: receipt "${RECEIPT_ID}" of this App not found`;
+    expect(w.statuses().at(-1)).toMatchObject({
+      observedGeneration: 1,
+      conditions: [{ type: 'ReconcileFailed', status: 'True', message }],
+      friendlyDescription: `Reconcile failed: ${message}`,
+      usefulErrorMessage: message,
+    });
+    expect(w.tools()).toEqual([]);
+  });
+
+  it('a receipt whose render expired fails the same way, naming it', async () => {
+    const w = appWorld({ app: appObject(rolledBack(1)), tmpRoot: path.join(tempDir(), 'scratch') });
+    await keep(w, false);
+    await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(w.statuses().at(-1)?.usefulErrorMessage).toBe(
+      `Rolling back: the rendered manifest of receipt "${RECEIPT_ID}" is no longer stored`,
+    );
+  });
+
+  it('a rollback asked at an older generation no longer applies: the spec runs (fetch)', async () => {
+    const w = appWorld({ app: appObject({ ...rolledBack(0), status: OLD }), tmpRoot: path.join(tempDir(), 'scratch') });
+    w.runner.on('vendir', vendirWrites());
+    await keep(w, true);
+    const next = await dispatchEvent(objectEvent(REF, 'resync', { time: new Date(NOW) }), w.deps);
+    expect(next?.type).toBe('dev.kapp-lambda.stage.template.v1');
+    expect(w.tools()).toEqual(['vendir']);
   });
 });

@@ -75,6 +75,7 @@ import {
 } from './common.js';
 import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
+import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openHandOff, type StageFrame, writeFrameStatus } from './stage.js';
 
@@ -228,7 +229,14 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   if (reused) {
     parts.deploy = reused;
     frame.observe.phase('deploy', frame.secondsSince(startedAt));
-    await closeStage(frame, { parts, result, last: true, success: 'cached', tools });
+    await closeStage(frame, {
+      parts,
+      result,
+      last: true,
+      success: 'cached',
+      tools,
+      receipt: deployReceipt(deps, data),
+    });
     return undefined;
   }
   const count = (data.continuation?.count ?? 0) + 1;
@@ -260,8 +268,27 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     }
     parts.inspect = inspectStatus(inspect, { updatedAt: deps.now() }) ?? null;
   }
-  await closeStage(frame, { parts, result, last: true, success: 'succeeded', tools });
+  await closeStage(frame, {
+    parts,
+    result,
+    last: true,
+    success: 'succeeded',
+    tools,
+    receipt: deployReceipt(deps, data),
+  });
   return undefined;
+}
+
+/** The receipt callback of a deploy run's final status (`./receipts.ts`). */
+function deployReceipt(deps: PipelineDeps, data: DeployStageData) {
+  return receiptOnEnd(deps, {
+    object: data.object,
+    run: data.run,
+    stage: 'deploy',
+    ...(data.receipt ? { trail: data.receipt } : {}),
+    ...(data.artifacts.fetchKey ? { fetchKey: data.artifacts.fetchKey } : {}),
+    manifestKey: data.artifacts.manifestKey,
+  });
 }
 
 /** The App's deploy record, when this runtime keeps one, and whether this run may reuse it. */
@@ -399,7 +426,13 @@ async function continueDeploy(
     return undefined;
   }
   frame.done('continued', { tools });
-  return { ...data, continuation: { count, deployStartedAt: formatStatusTime(startedAt) } };
+  // The follow-up's receipt counts this invocation too.
+  const receipt = trailWith(deps, data.receipt, 'deploy');
+  return {
+    ...data,
+    ...(receipt ? { receipt } : {}),
+    continuation: { count, deployStartedAt: formatStatusTime(startedAt) },
+  };
 }
 
 /**

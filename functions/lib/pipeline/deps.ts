@@ -205,6 +205,11 @@ export interface PipelineDeps {
    * cluster's `clusters.eventWriter`. Absent: no Events.
    */
   events?: import('../observe/events.js').ReconcileEventRecorder;
+  /**
+   * The meter of this event's stage (`../receipt/meter.ts`): `store` and `runner` are its
+   * counting wrappers. Set per event by `dispatchWithRetryBound`; absent: no receipts.
+   */
+  meter?: import('../receipt/meter.js').StageMeter;
 }
 
 /** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */

@@ -31,6 +31,7 @@ import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { fetchIsPrivate, fleetFlight, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
 import { type LoadedApp, makeScratch, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
+import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openStage } from './stage.js';
 
@@ -329,9 +330,17 @@ export async function runFetch(
     artifactKey: fetchKey,
     cached,
     tools,
+    receipt: receiptOnEnd(deps, { object: ctx.ref, run: ctx.run, stage: 'fetch', ...(fetchKey ? { fetchKey } : {}) }),
   });
   if (!next || !fetchKey) return {};
+  const receipt = trailWith(deps, undefined, 'fetch');
   return {
-    template: { object: ctx.ref, run: ctx.run, artifacts: { fetchKey }, fetchStatus: toEventPart(part) },
+    template: {
+      object: ctx.ref,
+      run: ctx.run,
+      artifacts: { fetchKey },
+      fetchStatus: toEventPart(part),
+      ...(receipt ? { receipt } : {}),
+    },
   };
 }

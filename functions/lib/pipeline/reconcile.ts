@@ -12,7 +12,9 @@
  *   (`generation != observedGeneration`), else deferred to the end (§3.4), then fetch.
  *
  * Forced: `added`, `ref-changed` (a referenced Secret/ConfigMap changed, upstream's force
- * flag) and any generation change. `resync` relies on the timer, so a duplicated resync
+ * flag), `modified` (a spec change, or the rollback annotations of `./receipts.ts` changed) and
+ * any generation change. An App rolled back for its generation runs `./rollback.ts` instead of
+ * the fetch. `resync` relies on the timer, so a duplicated resync
  * event after a run is a no-op.
  */
 import { randomUUID } from 'node:crypto';
@@ -25,6 +27,8 @@ import { isReadyAt } from '../reconcile/timer.js';
 import { appRef, loadApp, objectKey, observerOf, stageTimer, writeAppStatus } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { runFetch } from './fetch.js';
+import { activeRollback } from './receipts.js';
+import { runRollback } from './rollback.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms. */
 const RESYNC_EARLY_TOLERANCE_MS = 1000;
@@ -104,7 +108,14 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
       'run left in flight (Reconciling); running again',
     );
   }
-  const forced = specChanged || lostRun || event.data.reason === 'added' || event.data.reason === 'ref-changed';
+  // `modified` with the spec unchanged: the rollback annotations changed (the forwarder's App
+  // change key), so the App is deployed from (or back off) a receipt's render at once.
+  const forced =
+    specChanged ||
+    lostRun ||
+    event.data.reason === 'added' ||
+    event.data.reason === 'ref-changed' ||
+    event.data.reason === 'modified';
   const now = deps.now();
   if (!forced && !isReadyAt(app, new Date(now.getTime() + RESYNC_EARLY_TOLERANCE_MS), { config: deps.config.timer })) {
     done('noop');
@@ -125,5 +136,8 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
   done('succeeded');
   // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event).
   await observe.started();
+  // A rollback deploys a kept receipt's render instead of fetching and templating (`./rollback.ts`).
+  const rollbackTo = activeRollback(raw);
+  if (rollbackTo) return await runRollback(ctx, loaded.loaded, rollbackTo, deps, latest);
   return await runFetch(ctx, loaded.loaded, deps, latest);
 }

@@ -33,6 +33,7 @@ import { KAPP_ERROR_PREFIX } from '../deploy/kapp.js';
 import { FETCH_RUN_ERROR_PREFIX } from '../fetch/vendir.js';
 import type { ResourceRef } from '../kube/port.js';
 import type { StatusWriteOutcome } from '../kube/status-write.js';
+import { StageMeter } from '../receipt/meter.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import { formatStatusTime, markDeleteFailed, markFailed } from '../reconcile/status.js';
@@ -343,7 +344,10 @@ export async function dispatchWithRetryBound<D extends PipelineDeps>(
   try {
     const clusterId = objectRefOf(event).clusterId;
     await options.prepare?.(clusterId);
-    const next = await dispatch(event, await withClusterConfig({ ...deps, secretMask }, clusterId));
+    // Each event's stage is metered for the run's receipt (`./receipts.ts`).
+    const meter = new StageMeter();
+    const metered = { ...deps, secretMask, meter, store: meter.store(deps.store), runner: meter.runner(deps.runner) };
+    const next = await dispatch(event, await withClusterConfig(metered, clusterId));
     if (next && options.forward) await options.forward(next);
     return next ? { next } : {};
   } catch (err) {

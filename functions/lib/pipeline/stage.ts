@@ -259,6 +259,12 @@ export interface CloseStageInput {
   success: 'succeeded' | 'cached';
   /** Tool runs and time of the stage, for the log line. */
   tools: { runs: number; ms: number };
+  /**
+   * Keeps the run's receipt once its final status is written (`receiptOnEnd`, `./receipts.ts`),
+   * with the run's error text as the status says it; run alongside the run's Events, after the
+   * status write, so a receipt never delays the status.
+   */
+  receipt?: (end: { error?: string }) => Promise<void>;
 }
 
 /**
@@ -290,7 +296,10 @@ export async function closeStage<L extends { raw: KubeObject }>(
     if (ended) {
       const error =
         result.error !== undefined ? eventErrorText(result, mask) : w.tooLarge ? TOO_LARGE_EVENT : undefined;
-      await frame.observe.completed(error === undefined ? {} : { error }, frame.runSeconds());
+      await Promise.all([
+        frame.observe.completed(error === undefined ? {} : { error }, frame.runSeconds()),
+        input.receipt?.(error === undefined ? {} : { error }),
+      ]);
     }
     return { next: false };
   }

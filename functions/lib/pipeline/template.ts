@@ -51,6 +51,7 @@ import {
 import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { policedKubeconfig } from './kubeconfig-policy.js';
+import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
 
@@ -282,8 +283,19 @@ export async function runTemplate(
     artifactKey: manifestKey,
     cached,
     tools,
+    receipt: receiptOnEnd(deps, {
+      object: ref,
+      run: data.run,
+      stage: 'template',
+      ...(data.receipt ? { trail: data.receipt } : {}),
+      fetchKey: data.artifacts.fetchKey,
+      ...(manifestKey ? { manifestKey } : {}),
+      ...(inputsPrivate ? {} : { renderInputHash: hash }),
+    }),
   });
   if (!next || !manifestKey) return {};
+  // The render-input hash of a private render is not carried (receipts hold no digest of Secrets).
+  const receipt = trailWith(deps, data.receipt, 'template', inputsPrivate ? {} : { renderInputHash: hash });
   return {
     deploy: {
       object: ref,
@@ -291,6 +303,7 @@ export async function runTemplate(
       artifacts: { fetchKey: data.artifacts.fetchKey, manifestKey },
       fetchStatus: data.fetchStatus,
       templateStatus: toEventPart(part),
+      ...(receipt ? { receipt } : {}),
     },
   };
 }

@@ -1,0 +1,82 @@
+/**
+ * The rollback run: an App annotated `kapp-lambda.carvel.dev/rollback-to: <receipt id>` for its
+ * current generation (`./receipts.ts` {@link activeRollback}) is deployed from that receipt's
+ * rendered manifest, straight to the deploy stage: no fetch, no template. The status keeps
+ * kapp-controller's shape: `status.fetch` and `status.template` stay as the last run left them,
+ * `status.deploy` and the conditions are the deploy's, as for any run. A receipt that is gone,
+ * or whose render expired, fails the reconcile (`ReconcileFailed`) with `Rolling back: …`.
+ *
+ * @module
+ */
+
+import { readReceipt } from '../receipt/receipt.js';
+import { KappControllerError, resultFromError } from '../reconcile/result.js';
+import type { LoadedApp } from './common.js';
+import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
+import { receiptOnEnd, trailWith } from './receipts.js';
+import { infraStep } from './retry-bound.js';
+import { APP_KIND, closeStage, openStage } from './stage.js';
+
+/** Prefix of a rollback's own failure (no receipt, no render). */
+export const ROLLBACK_ERROR_PREFIX = 'Rolling back: ';
+
+/**
+ * Starts the rollback run of the App to receipt `receiptId` (the reconcile step has decided the
+ * run is due).
+ *
+ * @returns the deploy hand-off, or nothing when the run ended here (failed status written, stale).
+ * @throws StoreError / KubeApiError on infrastructure failures: the transport retries the event.
+ */
+export async function runRollback(
+  ctx: RunContext,
+  loaded: LoadedApp,
+  receiptId: string,
+  deps: PipelineDeps,
+  latest?: import('../kube/port.js').KubeObject,
+): Promise<StageOutput> {
+  const receipt = await infraStep('reading the receipt', () =>
+    readReceipt(deps.store, ctx.ref, receiptId).catch((err: unknown) => {
+      if (err instanceof TypeError) return undefined;
+      throw err;
+    }),
+  );
+  const manifestKey = receipt?.inputs.render?.key;
+  const present = manifestKey ? await infraStep('reading the receipt', () => deps.store.head(manifestKey)) : undefined;
+  if (receipt && manifestKey && present) {
+    const trail = trailWith(deps, undefined, 'fetch', { rollbackOf: receipt.id });
+    const fetchKey = receipt.inputs.fetch?.key;
+    return {
+      deploy: {
+        object: ctx.ref,
+        run: ctx.run,
+        artifacts: { ...(fetchKey ? { fetchKey } : {}), manifestKey },
+        ...(trail ? { receipt: trail } : {}),
+      },
+    };
+  }
+  const opened = await openStage(deps, {
+    stage: 'fetch',
+    object: ctx.ref,
+    generation: ctx.run.generation,
+    view: (id) => deps.clusters.fetchView(id),
+    kind: APP_KIND,
+    loaded,
+    runStartedAt: ctx.run.startedAt,
+    ...(latest ? { latest } : {}),
+  });
+  if (opened.stop) return {};
+  const why = !receipt
+    ? `receipt "${receiptId}" of this App not found`
+    : !manifestKey
+      ? `receipt "${receiptId}" has no rendered manifest (its reconcile failed before the render)`
+      : `the rendered manifest of receipt "${receiptId}" is no longer stored`;
+  await closeStage(opened.frame, {
+    parts: {},
+    result: resultFromError(new KappControllerError(why), ROLLBACK_ERROR_PREFIX),
+    last: true,
+    success: 'succeeded',
+    tools: { runs: 0, ms: 0 },
+    receipt: receiptOnEnd(deps, { object: ctx.ref, run: ctx.run, stage: 'fetch' }),
+  });
+  return {};
+}

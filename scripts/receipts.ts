@@ -1,0 +1,248 @@
+/**
+ * `npm run receipts -- <command>`: an App's reconcile receipts (`functions/lib/receipt/receipt.ts`)
+ * and the rollback to one of them (`functions/lib/pipeline/rollback.ts`).
+ *
+ * ```
+ * npm run receipts -- list <namespace>/<app> [--cluster <id>] [--json]
+ * npm run receipts -- rollback <namespace>/<app> <receipt-id> [--cluster <id>]
+ * npm run receipts -- rollback <namespace>/<app> --clear
+ * ```
+ *
+ * The store is the runtime's: `--store s3://<bucket>/<prefix>` or `file:///<dir>`; default
+ * `s3://$KAPP_LAMBDA_BUCKET/$KAPP_LAMBDA_BUCKET_PREFIX` when `KAPP_LAMBDA_BUCKET` is set (the
+ * functions' variables; S3 reached as `npm run cluster` does), else the embedded runtime's
+ * directory (`$KAPP_LAMBDA_STORE`, default `~/.cache/kapp-lambda/store`). The App is reached as
+ * kubectl does (`--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`; `--context`); the
+ * cluster id defaults to the context's name, which is the embedded runtime's id of that cluster.
+ *
+ * `rollback` checks that the receipt exists and its render is stored, then annotates the App
+ * (`kapp-lambda.carvel.dev/rollback-to: <id>`, `…/rollback-generation: <its generation>`, a
+ * merge patch fenced on the App's resourceVersion). The forwarder turns the change into a run that
+ * deploys that render; a later spec change (a new generation) ends the rollback, and `--clear`
+ * removes the annotations, which runs the App from its spec again.
+ *
+ * @module
+ */
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { KubeConfig } from '@kubernetes/client-node';
+import { ClientNodeRestTransport, type RestTransport } from '../functions/lib/kube/transport.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../functions/lib/pipeline/receipts.js';
+import { listReceipts, type Receipt, type ReceiptOwner, readReceipt } from '../functions/lib/receipt/receipt.js';
+import type { ObjectStore } from '../functions/lib/store/port.js';
+import { cacheRoot } from '../layers/gobuild.js';
+import { registryStore } from './cluster-registry.js';
+
+const USAGE = `usage:
+  npm run receipts -- list <namespace>/<app> [--cluster <id>] [--json]
+  npm run receipts -- rollback <namespace>/<app> <receipt-id> [--cluster <id>]
+  npm run receipts -- rollback <namespace>/<app> --clear
+  (all: --store s3://<bucket>/<prefix> | file:///<dir>, default the runtime's store;
+        --kubeconfig <file> [--context <name>], default as kubectl)
+`;
+
+/** The store location of the runtime: see the module comment. */
+export function defaultStoreLocation(env: NodeJS.ProcessEnv = process.env): string {
+  if (env.KAPP_LAMBDA_BUCKET) return `s3://${env.KAPP_LAMBDA_BUCKET}/${env.KAPP_LAMBDA_BUCKET_PREFIX ?? ''}`;
+  return `file://${path.resolve(env.KAPP_LAMBDA_STORE ?? path.join(cacheRoot(), 'store'))}`;
+}
+
+/** Short form of a sha256 hex (its first 12 characters), `-` when absent. */
+function short(hex: string | undefined): string {
+  return hex ? hex.slice(0, 12) : '-';
+}
+
+/** Tools of a receipt as `tool×n` (in order of first run), `-` when none ran. */
+function toolsOf(r: Receipt): string {
+  const counts = new Map<string, number>();
+  for (const t of r.tools) counts.set(t.tool, (counts.get(t.tool) ?? 0) + 1);
+  return counts.size === 0 ? '-' : [...counts].map(([t, n]) => (n > 1 ? `${t}×${n}` : t)).join(',');
+}
+
+/** Digest (or, for a sealed artifact, `sealed`) of a receipt's input, short. */
+function digestOf(a: Receipt['inputs']['render']): string {
+  return a ? (a.private ? 'sealed' : short(a.digest)) : '-';
+}
+
+/**
+ * The `list` table, newest first: id, time (the run's start, UTC), generation, outcome, fetch
+ * and render digests (12 characters), tools, duration (start to end, s) and estimated cost (USD).
+ * `active` names the receipt the App is rolled back to, marked `*`.
+ */
+export function formatReceipts(receipts: readonly Receipt[], active?: string): string {
+  const rows = [...receipts]
+    .sort((a, b) => (a.id < b.id ? 1 : -1))
+    .map((r) => [
+      `${r.id === active ? '*' : ''}${r.id}`,
+      r.startedAt.replace(/\.\d+Z$/, 'Z'),
+      String(r.generation),
+      r.rollbackOf ? `${r.outcome} (rollback to ${r.rollbackOf})` : r.outcome,
+      digestOf(r.inputs.fetch),
+      digestOf(r.inputs.render),
+      toolsOf(r),
+      `${((Date.parse(r.endedAt) - Date.parse(r.startedAt)) / 1000).toFixed(1)}s`,
+      `$${r.cost.usd.toFixed(7)}`,
+    ]);
+  const head = ['RECEIPT', 'TIME', 'GEN', 'OUTCOME', 'FETCH', 'RENDER', 'TOOLS', 'DURATION', 'COST'];
+  const table = [head, ...rows];
+  const widths = head.map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)));
+  const lines = table.map((row) =>
+    row
+      .map((c, i) => c.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd(),
+  );
+  const failed = receipts.filter((r) => r.error);
+  const errors = failed.length
+    ? `\nerrors:\n${failed.map((r) => `  ${r.id}: ${r.error?.split('\n')[0] ?? ''}`).join('\n')}\n`
+    : '';
+  return `${lines.join('\n')}\n${errors}`;
+}
+
+/** The App's `metadata` as the API server has it (annotations, generation, resourceVersion). */
+interface AppMeta {
+  generation?: number;
+  resourceVersion?: string;
+  annotations?: Record<string, string>;
+}
+
+function appPath(ns: string, name: string): string {
+  return `/apis/kappctrl.k14s.io/v1alpha1/namespaces/${encodeURIComponent(ns)}/apps/${encodeURIComponent(name)}`;
+}
+
+/** Reads the App's metadata. @throws Error when the App cannot be read. */
+async function readApp(kube: RestTransport, ns: string, name: string): Promise<AppMeta> {
+  const res = await kube.send({ method: 'GET', path: appPath(ns, name) });
+  if (res.statusCode !== 200) throw new Error(`reading App ${ns}/${name}: HTTP ${res.statusCode}`);
+  return (res.body as { metadata: AppMeta }).metadata;
+}
+
+/**
+ * The merge patch that rolls an App back to receipt `id` at `meta.generation` (or, `id`
+ * undefined, clears the rollback), fenced on `meta.resourceVersion`.
+ */
+export function rollbackPatch(meta: AppMeta, id: string | undefined): Record<string, unknown> {
+  return {
+    metadata: {
+      resourceVersion: meta.resourceVersion,
+      annotations: {
+        [ROLLBACK_TO_ANNOTATION]: id ?? null,
+        [ROLLBACK_GENERATION_ANNOTATION]: id ? String(meta.generation ?? 0) : null,
+      },
+    },
+  };
+}
+
+/** What {@link main} runs against: the store and the App's API server (tests inject both). */
+export interface ReceiptsIo {
+  store: (location: string) => ObjectStore;
+  kube: (kubeconfig: string | undefined, context: string | undefined) => { rest: RestTransport; context: string };
+  out: (text: string) => void;
+  err: (text: string) => void;
+}
+
+/** The real store and API server (S3 or a directory; the kubeconfig kubectl would use). */
+export const REAL_IO: ReceiptsIo = {
+  store: (location) => registryStore(location),
+  kube: (kubeconfig, context) => {
+    const kc = new KubeConfig();
+    if (kubeconfig) kc.loadFromFile(kubeconfig);
+    else kc.loadFromDefault();
+    if (context) kc.setCurrentContext(context);
+    return { rest: kc.makeApiClient(ClientNodeRestTransport), context: kc.getCurrentContext() };
+  },
+  out: (t) => process.stdout.write(t),
+  err: (t) => process.stderr.write(t),
+};
+
+/**
+ * Runs the command line.
+ *
+ * @returns the exit code: 0, 1 (no such receipt, render gone, App not patched), 2 (usage).
+ */
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: ReceiptsIo = REAL_IO) {
+  const { values: v, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      cluster: { type: 'string' },
+      store: { type: 'string' },
+      kubeconfig: { type: 'string' },
+      context: { type: 'string' },
+      clear: { type: 'boolean' },
+      json: { type: 'boolean' },
+    },
+  });
+  const [command, target, id] = positionals;
+  const m = /^([a-z0-9][a-z0-9.-]*)\/([a-z0-9][a-z0-9.-]*)$/.exec(target ?? '');
+  const ns = m?.[1];
+  const name = m?.[2];
+  const wellFormed =
+    ns && name && ((command === 'list' && !id) || (command === 'rollback' && (v.clear ? !id : Boolean(id))));
+  if (!wellFormed) {
+    io.err(USAGE);
+    return 2;
+  }
+  const store = io.store(v.store ?? defaultStoreLocation(env));
+  // The App's API server is needed for a rollback, and for the default cluster id.
+  const kube = command === 'rollback' || !v.cluster ? io.kube(v.kubeconfig, v.context) : undefined;
+  const owner: ReceiptOwner = { clusterId: v.cluster ?? kube?.context ?? '', namespace: ns, name };
+  if (command === 'list') {
+    const receipts = await listReceipts(store, owner);
+    if (v.json) {
+      io.out(`${JSON.stringify(receipts, null, 2)}\n`);
+      return 0;
+    }
+    const active = kube ? (await readApp(kube.rest, ns, name).catch(() => undefined))?.annotations : undefined;
+    if (receipts.length === 0) {
+      io.err(`no receipts of App ${ns}/${name} in cluster ${owner.clusterId}\n`);
+      return 0;
+    }
+    io.out(formatReceipts(receipts, active?.[ROLLBACK_TO_ANNOTATION]));
+    return 0;
+  }
+  const rest = (kube as { rest: RestTransport }).rest;
+  const meta = await readApp(rest, ns, name);
+  if (id) {
+    const receipt = await readReceipt(store, owner, id).catch(() => undefined);
+    const render = receipt?.inputs.render?.key;
+    if (!receipt || !render) {
+      io.err(`receipt ${id} of App ${ns}/${name} ${receipt ? 'has no rendered manifest' : 'not found'}\n`);
+      return 1;
+    }
+    if (!(await store.head(render))) {
+      io.err(`the rendered manifest of receipt ${id} is no longer stored (${render})\n`);
+      return 1;
+    }
+  }
+  const res = await rest.send({
+    method: 'PATCH',
+    path: appPath(ns, name),
+    body: rollbackPatch(meta, id),
+    contentType: 'application/merge-patch+json',
+  });
+  if (res.statusCode !== 200) {
+    io.err(`annotating App ${ns}/${name}: HTTP ${res.statusCode} (retry: it changed meanwhile)\n`);
+    return 1;
+  }
+  io.out(
+    id
+      ? `App ${ns}/${name} rolls back to receipt ${id} at generation ${meta.generation ?? 0} (until its spec changes or --clear)\n`
+      : `App ${ns}/${name}: rollback cleared\n`,
+  );
+  return 0;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === import.meta.filename) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err: unknown) => {
+      const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
+      process.stderr.write(`receipts: ${err instanceof Error ? err.message : String(err)}${cause}\n`);
+      process.exitCode = 1;
+    },
+  );
+}
