@@ -14,7 +14,8 @@
  */
 import { Forwarder } from '../events/forwarder/forwarder.js';
 import { watchedKinds } from '../events/forwarder/kinds.js';
-import { KubeConfigClusterRegistry } from '../functions/lib/kube/registry.js';
+import { forwarderKube } from '../events/forwarder/kube.js';
+import { watchViewOf } from '../functions/lib/kube/views.js';
 
 const SETTLE_MS = 5_000;
 const TIMEOUT_MS = 10 * 60_000;
@@ -27,11 +28,12 @@ if (!kubeconfig || !context || !appsArg || !refsArg) {
 const expectedApps = Number(appsArg);
 const expectedRefs = Number(refsArg);
 const t0 = performance.now();
-const registry = KubeConfigClusterRegistry.fromFile(kubeconfig, { contexts: [context] });
+// The cluster client as the forwarder program makes it (events/forwarder/main.ts).
+const client = await forwarderKube({ kubeconfig, context });
 let events = 0;
 const forwarder = new Forwarder({
   clusterId: context,
-  watcher: registry.watchView(context),
+  watcher: watchViewOf(client),
   transport: {
     async send(batch) {
       events += batch.length;

@@ -11,6 +11,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { idleRunLeaseRequests } from '../../functions/lib/lease/index.js';
 import { AWS_PRICES_USD } from '../../functions/lib/receipt/prices.js';
 import { STAGE_SIZING } from '../../infra/aws/stages.js';
 import {
@@ -117,12 +118,26 @@ export const FLEET: FleetShape = {
 };
 
 /**
- * Object-store requests of the run lease per App stage invocation on Lambda (the embedded
- * runtime the benchmark measures has no lease: its keyed queue does the same in memory):
- * `acquire` and then `handOff` or `end` (functions/lib/entry/handler.ts), each a
- * compare-and-swap = 1 GET + 1 conditional PUT (functions/lib/lease/index.ts).
+ * The run lease's object-store requests per App run on Lambda (the embedded runtime the
+ * benchmark measures has no lease: its keyed queue does the same in memory), counted by running
+ * the lease code (`idleRunLeaseRequests`, functions/lib/lease/index.ts): every run through fetch,
+ * template and deploy, idle or not, takes the lease, hands it on twice and ends it.
  */
-export const LEASE_PER_INVOCATION = { gets: 2, puts: 2 };
+export interface LeaseRequests {
+  /** S3 GETs (lease reads) per run. */
+  gets: number;
+  /** S3 conditional PUTs (lease writes) per run. */
+  puts: number;
+  from: string;
+}
+
+/** {@link LeaseRequests} as the lease code makes them now. */
+export async function leaseRequestsPerRun(): Promise<LeaseRequests> {
+  return {
+    ...(await idleRunLeaseRequests()),
+    from: 'functions/lib/lease idleRunLeaseRequests(), run on a counting store',
+  };
+}
 
 /** Assumed, not measured: an `install` invocation (no tool, a few API requests), ms. */
 export const INSTALL_MS = 100;
@@ -141,6 +156,8 @@ export interface CostMeasurements {
   repository: { indexRepoMs: number; from: string };
   /** kapp-controller's CPU-seconds per reconcile (throughput, concurrency 4), when measured. */
   kappControllerCpuPerReconcile?: { seconds: number; from: string };
+  /** The run lease's requests per App run ({@link leaseRequestsPerRun}). */
+  lease: LeaseRequests;
 }
 
 type Json = Record<string, unknown>;
@@ -213,7 +230,7 @@ export function committedResults(dir: string): ResultsSource[] {
  * committed files newest first).
  * @throws Error naming a measurement no source has.
  */
-export function pickMeasurements(sources: readonly ResultsSource[]): CostMeasurements {
+export function pickMeasurements(sources: readonly ResultsSource[]): Omit<CostMeasurements, 'lease'> {
   const first = <T>(f: (s: ResultsSource) => T | undefined): T | undefined => {
     for (const s of sources) {
       const v = f(s);
@@ -235,18 +252,21 @@ export function pickMeasurements(sources: readonly ResultsSource[]): CostMeasure
 /** The App pipeline's stages, in order (`reconcile` runs inside the fetch function). */
 const APP_STAGES = ['fetch', 'template', 'deploy'] as const;
 
-/** An idle resync's resources as measured (the stages that ran, Σ time split evenly among them). */
-export function resyncWorkloadOf(m: CostMeasurements['resync']): Omit<Workload, 'name' | 'perMonth'> {
+/** An idle resync's resources as measured (the stages that ran, Σ time split evenly among them) and the lease's requests. */
+export function resyncWorkloadOf(
+  m: CostMeasurements['resync'],
+  lease: LeaseRequests,
+): Omit<Workload, 'name' | 'perMonth'> {
   const ran = APP_STAGES.filter((s) => m.stages.includes(s));
   const stages = ran.length ? ran : ['fetch'];
   const each = m.functionMs / stages.length;
   return {
     invocations: stages.map((fn) => ({ fn, ms: each })),
-    // per stage: one cache or manifest read (fetch record, render cache, manifest), plus the lease
-    storeGets: stages.length * (1 + LEASE_PER_INVOCATION.gets),
-    storePuts: stages.length * LEASE_PER_INVOCATION.puts,
+    // per stage: one cache or manifest read (fetch record, render cache, manifest), plus the lease's
+    storeGets: stages.length + lease.gets,
+    storePuts: lease.puts,
     messages: stages.length,
-    source: `${m.from}: resync Σ stages ${round(m.functionMs, 1)} ms over ${stages.join(', ')}, ${m.toolRuns} tool run(s); store reads modelled (1 per stage) + lease`,
+    source: `${m.from}: resync Σ stages ${round(m.functionMs, 1)} ms over ${stages.join(', ')}, ${m.toolRuns} tool run(s); store reads modelled (1 per stage) + the lease's ${lease.gets} GETs and ${lease.puts} PUTs (${lease.from})`,
   };
 }
 
@@ -257,7 +277,7 @@ export function resyncWorkloadOf(m: CostMeasurements['resync']): Omit<Workload, 
 export function fleetWorkloads(
   fleet: FleetShape,
   m: CostMeasurements,
-  resync: Omit<Workload, 'name' | 'perMonth'> = resyncWorkloadOf(m.resync),
+  resync: Omit<Workload, 'name' | 'perMonth'> = resyncWorkloadOf(m.resync, m.lease),
 ): Workload[] {
   const per = (periodS: number) => fleet.monthSeconds / (periodS + fleet.jitterMeanSeconds);
   const st = m.reconcile.stagesMs;
@@ -269,8 +289,8 @@ export function fleetWorkloads(
   // measured store calls (embedded runtime), split half reads half writes (fetch: tarball put;
   // template: fetch artifact get, cache get, manifest put, cache record put; deploy: manifest get)
   const reconcileStore = {
-    storeGets: Math.ceil(m.reconcile.storeCalls / 2) + 3 * LEASE_PER_INVOCATION.gets,
-    storePuts: Math.floor(m.reconcile.storeCalls / 2) + 3 * LEASE_PER_INVOCATION.puts,
+    storeGets: Math.ceil(m.reconcile.storeCalls / 2) + m.lease.gets,
+    storePuts: Math.floor(m.reconcile.storeCalls / 2) + m.lease.puts,
   };
   const repoResync: Omit<Workload, 'name' | 'perMonth'> = {
     invocations: [{ fn: 'index-repo', ms: m.repository.indexRepoMs }],
@@ -440,14 +460,18 @@ export function costRows(c: CostResult): Row[] {
 }
 
 /**
- * Runs the scenario: the same run's results first, then the committed files of `resultsDir`.
+ * Runs the scenario: the same run's results first, then the committed files of `resultsDir`; the
+ * lease's requests from running the lease code.
  * @throws Error when no source has a needed measurement.
  */
-export function costScenario(
+export async function costScenario(
   sameRun: Record<string, unknown>,
   resultsDir: string,
-): { result: CostResult; rows: Row[] } {
-  const m = pickMeasurements([{ name: 'this run', results: sameRun }, ...committedResults(resultsDir)]);
+): Promise<{ result: CostResult; rows: Row[] }> {
+  const m: CostMeasurements = {
+    ...pickMeasurements([{ name: 'this run', results: sameRun }, ...committedResults(resultsDir)]),
+    lease: await leaseRequestsPerRun(),
+  };
   const result = costModel(m);
   return { result, rows: costRows(result) };
 }

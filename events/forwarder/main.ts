@@ -2,7 +2,7 @@
  * Entry of the forwarder program (`npm run forwarder`; the container runs its esbuild bundle,
  * `infra/forwarder/Containerfile`). Reads its settings from the environment
  * (`parseForwarderProgramEnv`, tables in `config.ts`), talks to the cluster with the in-cluster
- * ServiceAccount (or `KUBECONFIG` when set) and to SQS with the AWS SDK's default credential
+ * ServiceAccount (or `KUBECONFIG` when set; `kube.ts`: plain `node:https`) and to SQS with the AWS SDK's default credential
  * chain (IRSA or EKS Pod Identity in a cluster; no keys in configuration), and runs
  * {@link startForwarderProgram} until SIGTERM or SIGINT.
  *
@@ -14,12 +14,11 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { SQSClient } from '@aws-sdk/client-sqs';
-import { KubeConfig } from '@kubernetes/client-node';
 import pino from 'pino';
-import { clientForKubeConfig } from '../../functions/lib/kube/registry.js';
 import { leaseViewOf, watchViewOf } from '../../functions/lib/kube/views.js';
 import { SqsEventSender } from '../../functions/lib/transport/sqs.js';
 import { parseForwarderProgramEnv } from './config.js';
+import { forwarderKube } from './kube.js';
 import { startForwarderProgram } from './program.js';
 import { transportToStages } from './transport.js';
 
@@ -41,10 +40,7 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   log.level = settings.logLevel;
-  const kubeConfig = new KubeConfig();
-  if (settings.kubeconfig) kubeConfig.loadFromFile(settings.kubeconfig);
-  else kubeConfig.loadFromCluster();
-  const kube = clientForKubeConfig(kubeConfig);
+  const kube = await forwarderKube(settings.kubeconfig ? { kubeconfig: settings.kubeconfig } : {});
   const sqs = new SQSClient({
     region: settings.region,
     ...(settings.sqsEndpoint ? { endpoint: settings.sqsEndpoint } : {}),

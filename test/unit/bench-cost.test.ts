@@ -20,6 +20,7 @@ import {
   committedResults,
   costModel,
   FLEET,
+  leaseRequestsPerRun,
   pickMeasurements,
   pricesFor,
   resyncWorkloadOf,
@@ -184,24 +185,25 @@ const MEASURED: CostMeasurements = {
   resync: { functionMs: 240, stages: ['reconcile', 'fetch', 'template', 'deploy'], toolRuns: 1, from: 'f' },
   repository: { indexRepoMs: 4882, from: 'f' },
   kappControllerCpuPerReconcile: { seconds: 0.146, from: 'f' },
+  lease: { gets: 6, puts: 3, from: 'f' },
 };
 
 describe('cost scenario: the fleet from measurements', () => {
   it('prices one idle resync as measured: 3 invocations, lease writes, by hand', () => {
-    const w = resyncWorkloadOf(MEASURED.resync);
-    // 240 ms over fetch, template, deploy: 80 ms each; per stage 1 read + the lease's 2 GETs, 2 PUTs
+    const w = resyncWorkloadOf(MEASURED.resync, MEASURED.lease);
+    // 240 ms over fetch, template, deploy: 80 ms each; per stage 1 read, plus the lease's 6 GETs, 3 PUTs
     expect(w.invocations).toEqual([
       { fn: 'fetch', ms: 80 },
       { fn: 'template', ms: 80 },
       { fn: 'deploy', ms: 80 },
     ]);
-    expect([w.storeGets, w.storePuts, w.messages]).toEqual([9, 6, 3]);
+    expect([w.storeGets, w.storePuts, w.messages]).toEqual([9, 3, 3]);
     const c = costModel(MEASURED);
     const resync = c.lambda.x86_64.byWorkload.find((b) => b.name.startsWith('App idle resync'))!;
     // requests 3 × 0.2e-6 = 0.6e-6; duration (1 + 2 + 1) GB × 0.08 s = 0.32 GB-s × 0.0000166667 = 5.333344e-6;
     // ephemeral (3.5 + 1.5 + 0.5) GB × 0.08 s = 0.44 GB-s × 3.09e-8 = 0.0136e-6; SQS 9 × 0.5e-6 = 4.5e-6;
-    // PUT 6 × 5e-6 = 30e-6; GET 9 × 0.4e-6 = 3.6e-6 → 44.046940e-6 per resync
-    expect(resync.usdPerOccurrence).toBeCloseTo(44.04694e-6, 10);
+    // PUT 3 × 5e-6 = 15e-6; GET 9 × 0.4e-6 = 3.6e-6 → 29.046944e-6 per resync
+    expect(resync.usdPerOccurrence).toBeCloseTo(29.046944e-6, 10);
     // 50,000 Apps × 2,592,000 s / (30 s + 2.5 s mean jitter) = 3,987,692,308 resyncs
     expect(resync.perMonth).toBeCloseTo(3_987_692_307.7, 0);
     expect(c.lambda.x86_64.dominant.line).toBe('S3 PUT/LIST requests');
@@ -256,7 +258,7 @@ describe('cost scenario: the fleet from measurements', () => {
       fileSource('2026-12-02-2cpu-24gib-repositories.json'),
     ]);
     expect(m.resync).toEqual({ functionMs: 12, stages: ['reconcile', 'fetch'], toolRuns: 0, from: 'this run' });
-    expect(resyncWorkloadOf(m.resync).invocations).toEqual([{ fn: 'fetch', ms: 12 }]);
+    expect(resyncWorkloadOf(m.resync, MEASURED.lease).invocations).toEqual([{ fn: 'fetch', ms: 12 }]);
     expect(() => pickMeasurements([{ name: 'x', results: sameRun }])).toThrow(
       'cost: no results with latency, repositories',
     );
@@ -267,5 +269,9 @@ describe('cost scenario: the fleet from measurements', () => {
     const c = costModel(MEASURED);
     expect(c.sizing.template).toEqual({ memoryMiB: 2048, ephemeralMiB: 2048 });
     expect(pricesFor('arm64').lambdaGbSecond.usd).toBe(0.0000133334);
+  });
+
+  it('charges each run the lease requests the lease code makes (counted, not written down)', async () => {
+    expect(await leaseRequestsPerRun()).toMatchObject({ gets: 6, puts: 3 });
   });
 });

@@ -10,6 +10,7 @@ import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import {
   DEFAULT_LEASE_TTL_MS,
   holderOf,
+  idleRunLeaseRequests,
   leaseKey,
   leaseSubject,
   parseLease,
@@ -150,5 +151,44 @@ describe('the run lease', () => {
     await store.put(KEY, body);
     expect(parseLease(Buffer.from(body))).toEqual({});
     expect(await leases.acquire(change('added', '1'))).toMatchObject({ kind: 'acquired', tookOver: false });
+  });
+
+  it('an idle run reads the lease 6 times and writes it 3 times (the run keeps a fresh claim without rewriting it)', async () => {
+    expect(await idleRunLeaseRequests()).toEqual({ gets: 6, puts: 3 });
+  });
+
+  it("a fresh claim is not rewritten by the run's own acquire and hand-off; a claim past half its TTL is", async () => {
+    const { store, clock, leases, lease } = setup();
+    const fetch = await acquired(leases, change('resync', '1'));
+    await fetch.lease.handOff(template());
+    const handedOff = await store.getVersioned(KEY);
+    clock.t += DEFAULT_LEASE_TTL_MS / 2 - 1;
+    const tpl = await acquired(leases, template());
+    await tpl.lease.handOff(deploy());
+    // nothing written: the claim still has half its TTL
+    expect((await store.getVersioned(KEY))?.etag).toBe(handedOff?.etag);
+    clock.t += 2;
+    const dep = await acquired(leases, deploy());
+    expect((await lease()).expiresAt).toBe(new Date(clock.t + DEFAULT_LEASE_TTL_MS).toISOString());
+    clock.t += DEFAULT_LEASE_TTL_MS / 2 + 1;
+    await dep.lease.handOff(deploy());
+    expect((await lease()).expiresAt).toBe(new Date(clock.t + DEFAULT_LEASE_TTL_MS).toISOString());
+  });
+
+  it('with the writes skipped, a change during the run still waits for it and the run still ends with its follow-up', async () => {
+    const { leases, lease } = setup();
+    const fetch = await acquired(leases, change('resync', '1'));
+    await fetch.lease.handOff(template());
+    const tpl = await acquired(leases, template());
+    // a new generation arrives while the template stage runs: coalesced, not run
+    const newer = change('modified', '2', 2);
+    expect(await leases.acquire(newer)).toEqual({ kind: 'coalesced', holder: holderOf(template()) });
+    // the pending follow-up is kept through the skipped hand-off and the deploy's acquire
+    await tpl.lease.handOff(deploy());
+    const dep = await acquired(leases, deploy());
+    expect((await lease()).pending?.id).toBe(newer.id);
+    const followUp = await dep.lease.end();
+    expect(followUp?.data).toEqual(newer.data);
+    expect((await lease()).holder).toBe(holderOf(followUp!));
   });
 });

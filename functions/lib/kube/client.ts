@@ -10,6 +10,14 @@
 
 import { writeCoreEvent } from './events.js';
 import {
+  METADATA_ONLY_ACCEPT,
+  type RestRequest,
+  type RestResponse,
+  type RestTransport,
+  WatchHttpError,
+  type WatchTransport,
+} from './http.js';
+import {
   APP_API_VERSION,
   type ApiServerInfo,
   ConflictError,
@@ -40,14 +48,6 @@ import {
   type WatchOptions,
   type WritePrecondition,
 } from './port.js';
-import {
-  METADATA_ONLY_ACCEPT,
-  type RestRequest,
-  type RestResponse,
-  type RestTransport,
-  WatchHttpError,
-  type WatchTransport,
-} from './transport.js';
 
 /** Attempts of a finalizer change before giving up on 409s (as `crd_app.go`'s 5 retries). */
 export const FINALIZER_ATTEMPTS = 5;

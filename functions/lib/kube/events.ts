@@ -7,8 +7,9 @@
  *
  * @module
  */
+
+import type { RestRequest, RestResponse } from './http.js';
 import type { NewEvent } from './port.js';
-import type { RestRequest, RestResponse } from './transport.js';
 
 /** Sends a request (the client's send, which maps a missing answer to `KubeApiError`). */
 export type EventSend = (action: string, request: RestRequest) => Promise<RestResponse>;

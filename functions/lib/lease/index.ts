@@ -16,8 +16,15 @@
  *   stages: a hand-off passes it to the next stage's event before that event is sent
  *   ({@link HeldLease.handOff}), and the deploy's own continuation is the same run.
  * - `expiresAt`: the lease is renewed while a stage runs ({@link HeldLease.keepAlive}) and
- *   given {@link DEFAULT_LEASE_TTL_MS} on each hand-off; a crashed holder's lease expires and the
- *   next event takes it over.
+ *   given {@link DEFAULT_LEASE_TTL_MS} on each hand-off that changes the holder or finds less than
+ *   half of it left; a crashed holder's lease expires and the next event takes it over.
+ *
+ * Object-store requests (each change a read and a conditional write; a change that would write
+ * the lease as it is skips the write): an idle resync, which runs fetch, template and deploy
+ * without a tool, reads the lease 6 times and writes it 3 times (the object event's acquire, the
+ * hand-off from the object event to the run, the end); the run's own hand-off and acquire of
+ * template and deploy only read it while the claim is fresh. {@link idleRunLeaseRequests} counts
+ * them by running this code.
  * - `pending`: an event that found the lease held by another run: acknowledged without running,
  *   coalesced into this one follow-up (`coalesceEvents`, the embedded runtime's rule), and sent
  *   when the run ends ({@link HeldLease.end}), with the lease reserved for it.
@@ -30,14 +37,19 @@
  */
 import { createHash } from 'node:crypto';
 import {
+  deployEvent,
   EVENT_TYPES,
   type KappEvent,
   type ObjectIdentity,
+  objectEvent,
   objectRefOf,
   parseEvent,
   serializeEvent,
+  templateEvent,
 } from '../../../events/schema.js';
+import { fetchArtifactKey, templateArtifactKey } from '../artifact/keys.js';
 import type { Logger } from '../log.js';
+import { MemoryStore } from '../store/memory.js';
 import type { ObjectStore } from '../store/port.js';
 import { coalesceEvents } from './coalesce.js';
 
@@ -170,6 +182,17 @@ export class RunLeases {
     return new Date(this.#now().getTime() + this.ttlMs).toISOString();
   }
 
+  /**
+   * Whether `rec`'s claim has at least half the TTL left: a holder that finds its own claim so
+   * fresh does not write it again ({@link acquire} of a hand-off, {@link HeldLease.handOff} to the
+   * same run). A stage renews its claim every third of the TTL while it runs
+   * ({@link HeldLease.keepAlive}), well before half a TTL is gone, so the claim never lapses
+   * while the stage runs; a hand-off waiting in the next queue has at least half a TTL.
+   */
+  isFresh(rec: LeaseRecord): boolean {
+    return Date.parse(rec.expiresAt ?? '') - this.#now().getTime() >= this.ttlMs / 2;
+  }
+
   /** Whether `rec` is held by someone whose claim has not expired. */
   isLive(rec: LeaseRecord): boolean {
     return rec.holder !== undefined && Date.parse(rec.expiresAt ?? '') > this.#now().getTime();
@@ -204,9 +227,13 @@ export class RunLeases {
           pending = undefined;
         }
         const tookOver = !mine && rec.holder !== undefined;
+        const result: AcquireResult = { kind: 'acquired', event: run, lease: new HeldLease(this, key, me), tookOver };
+        // The run's own hand-off with its claim still fresh and nothing pending changed: the
+        // lease is already as it would be written (an idle resync's template and deploy stages).
+        if (mine && pending === rec.pending && this.isFresh(rec)) return { result };
         return {
           next: { holder: me, expiresAt: this.expiry(), ...(pending ? { pending } : {}) },
-          result: { kind: 'acquired', event: run, lease: new HeldLease(this, key, me), tookOver },
+          result,
         };
       }
       // A stage event that finds another run holding the lease is a hand-off that waited past
@@ -295,15 +322,17 @@ export class HeldLease {
   /**
    * Passes the lease to the run's next event (call it before sending that event): its holder
    * ({@link holderOf}) gets a fresh TTL; the pending follow-up stays. Nothing is changed when the
-   * lease is no longer ours (the next event then waits as any other, coalesced).
+   * lease is no longer ours (the next event then waits as any other, coalesced), nor when the
+   * next event is the same run's (`run:<runId>`, template → deploy) and the claim is still
+   * fresh ({@link RunLeases.isFresh}): the write would change nothing but the expiry.
    */
   async handOff(next: KappEvent): Promise<void> {
     const to = holderOf(next);
-    const ours = await this.leases.update(this.key, (rec) =>
-      rec.holder === this.#holder
-        ? { next: { ...rec, holder: to, expiresAt: this.leases.expiry() }, result: true }
-        : { result: false },
-    );
+    const ours = await this.leases.update(this.key, (rec) => {
+      if (rec.holder !== this.#holder) return { result: false };
+      if (to === rec.holder && this.leases.isFresh(rec)) return { result: true };
+      return { next: { ...rec, holder: to, expiresAt: this.leases.expiry() }, result: true };
+    });
     if (ours) this.#holder = to;
   }
 
@@ -339,4 +368,55 @@ export function followUpOf(pending: KappEvent, endedBy: string): KappEvent {
     .digest('hex')
     .slice(0, 32);
   return { ...pending, id };
+}
+
+/**
+ * The lease's object-store requests of one idle App run (an object event through fetch, template
+ * and deploy, each handing off to the next, nothing pending), counted by running
+ * {@link RunLeases} on a counting memory store: what the cost model (`bench/scenarios/cost.ts`)
+ * charges an idle resync, so it follows this code rather than a figure written down by hand.
+ *
+ * @returns reads (`getVersioned`: S3 GET) and conditional writes (`putIfMatch`: S3 PUT).
+ */
+export async function idleRunLeaseRequests(): Promise<{ gets: number; puts: number }> {
+  const counted = { gets: 0, puts: 0 };
+  const store = new MemoryStore();
+  const counting = new Proxy(store, {
+    get(target, prop) {
+      if (prop === 'getVersioned') counted.gets++;
+      if (prop === 'putIfMatch') counted.puts++;
+      const value = Reflect.get(target, prop, target) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+  const leases = new RunLeases({ store: counting });
+  const time = new Date(0);
+  const object = {
+    clusterId: 'c',
+    kind: 'App',
+    apiVersion: 'kappctrl.k14s.io/v1alpha1',
+    namespace: 'n',
+    name: 'a',
+    uid: 'u',
+    generation: 1,
+    resourceVersion: '1',
+  } as const;
+  const run = { generation: 1, runId: 'run-1', startedAt: time.toISOString() };
+  const fetchKey = fetchArtifactKey('0'.repeat(64));
+  const manifestKey = templateArtifactKey('0'.repeat(64));
+  const steps: [KappEvent, KappEvent | undefined][] = [
+    [objectEvent(object, 'resync', { time }), templateEvent({ object, run, artifacts: { fetchKey } }, { time })],
+    [
+      templateEvent({ object, run, artifacts: { fetchKey } }, { time }),
+      deployEvent({ object, run, artifacts: { manifestKey } }, { time }),
+    ],
+    [deployEvent({ object, run, artifacts: { manifestKey } }, { time }), undefined],
+  ];
+  for (const [event, next] of steps) {
+    const got = await leases.acquire(event);
+    if (got.kind !== 'acquired') throw new Error(`idle run: ${event.type} did not get the lease`);
+    if (next) await got.lease.handOff(next);
+    else await got.lease.end();
+  }
+  return counted;
 }

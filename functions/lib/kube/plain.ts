@@ -1,0 +1,512 @@
+/**
+ * Plain transports under {@link KubeApiClient}: `node:https` with the kubeconfig's client
+ * certificate or bearer token, no `@kubernetes/client-node`. For the forwarder, a long-lived
+ * process whose resident memory is its cost: client-node's module graph (its generated API
+ * classes and models, node-fetch with whatwg-url's Unicode tables, openid-client, ws, tar) is
+ * ≈ 14 MB of RSS that a forwarder reading with a ServiceAccount token never uses.
+ *
+ * What it serves ({@link plainConnectionOf}): the in-cluster ServiceAccount (client-go's
+ * `rest.InClusterConfig`: `KUBERNETES_SERVICE_HOST`/`_PORT`, the mounted token re-read as it
+ * rotates, the mounted CA) and kubeconfig users with a client certificate and key, a `token` or
+ * a `tokenFile`, or an `exec` credential plugin's token (EKS, GKE). Anything else
+ * (`auth-provider` plugins, basic auth, impersonation, `proxy-url`) is reported as unsupported.
+ *
+ * @module
+ */
+
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import path from 'node:path';
+import { KubeApiClient } from './client.js';
+import {
+  KEEP_ALIVE_IDLE_MS,
+  KEEP_ALIVE_MAX_SOCKETS,
+  parseBody,
+  REST_REQUEST_TIMEOUT_MS,
+  type RestRequest,
+  type RestResponse,
+  RestTimeoutError,
+  type RestTransport,
+  WatchHttpError,
+  type WatchTransport,
+} from './http.js';
+import type { ApiServerInfo } from './port.js';
+
+/** How to reach and authenticate to one API server (the subset of a kubeconfig {@link PlainRestTransport} speaks). */
+export interface PlainConnection {
+  /** `https://host:port[/prefix]` (or `http://` for a local insecure server). */
+  server: string;
+  /** PEM CA bundle; Node's default CAs when absent. */
+  ca?: string;
+  /** PEM client certificate (with {@link key}). */
+  cert?: string;
+  /** PEM client key. */
+  key?: string;
+  /** Static bearer token. */
+  token?: string;
+  /** File holding the bearer token, re-read at most every {@link TOKEN_FILE_REFRESH_MS} (a projected token rotates). */
+  tokenFile?: string;
+  /** Exec credential plugin giving the bearer token, run again as its token expires. */
+  exec?: ExecPlugin;
+  /** `insecure-skip-tls-verify`. */
+  insecureSkipTlsVerify?: boolean;
+  /** `tls-server-name`: the name the server's certificate is checked against. */
+  tlsServerName?: string;
+}
+
+/** A token file is read again after this long, ms: 60 000 (client-go's `cachingTokenSource` period). */
+export const TOKEN_FILE_REFRESH_MS = 60_000;
+
+/** The in-cluster ServiceAccount mount. */
+export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+
+/**
+ * A kubeconfig `exec` credential plugin (client.authentication.k8s.io): the command run for an
+ * `ExecCredential` whose `status.token` is the bearer token (an EKS or GKE kubeconfig).
+ */
+export interface ExecPlugin {
+  command: string;
+  args: string[];
+  /** Added to the process's environment. */
+  env: Record<string, string>;
+  /** The `apiVersion` of the `ExecCredential` the plugin is asked for. */
+  apiVersion: string;
+}
+
+/** A token from an exec plugin without an expiry is asked for again after this long, ms: 10 minutes. */
+export const EXEC_TOKEN_DEFAULT_LIFE_MS = 10 * 60_000;
+
+/** Runs an {@link ExecPlugin}; the token and when to ask again (a minute before its expiry). */
+async function runExecPlugin(plugin: ExecPlugin): Promise<{ token: string; renewAt: number }> {
+  const { execFile } = await import('node:child_process');
+  const stdout = await new Promise<string>((resolve, reject) => {
+    execFile(
+      plugin.command,
+      plugin.args,
+      {
+        env: {
+          ...process.env,
+          ...plugin.env,
+          KUBERNETES_EXEC_INFO: JSON.stringify({
+            apiVersion: plugin.apiVersion,
+            kind: 'ExecCredential',
+            spec: { interactive: false },
+          }),
+        },
+        timeout: 60_000,
+        maxBuffer: 1 << 20,
+      },
+      (error, out) =>
+        error ? reject(new Error(`kubeconfig exec plugin ${plugin.command} failed`, { cause: error })) : resolve(out),
+    );
+  });
+  let status: { token?: unknown; expirationTimestamp?: unknown } | undefined;
+  try {
+    status = (JSON.parse(stdout) as { status?: typeof status }).status;
+  } catch {
+    throw new Error(`kubeconfig exec plugin ${plugin.command}: output is not an ExecCredential`);
+  }
+  if (typeof status?.token !== 'string' || status.token === '') {
+    throw new Error(`kubeconfig exec plugin ${plugin.command}: ExecCredential without status.token`);
+  }
+  const expires = typeof status.expirationTimestamp === 'string' ? Date.parse(status.expirationTimestamp) : Number.NaN;
+  return {
+    token: status.token,
+    renewAt: Number.isNaN(expires) ? Date.now() + EXEC_TOKEN_DEFAULT_LIFE_MS : expires - 60_000,
+  };
+}
+
+/** `Authorization` header value source of a connection: static, from a file, from an exec plugin, or none. */
+function bearerOf(conn: PlainConnection): () => Promise<string | undefined> {
+  if (conn.token) {
+    const token = conn.token;
+    return async () => token;
+  }
+  const plugin = conn.exec;
+  if (plugin) {
+    let cached: Promise<{ token: string; renewAt: number }> | undefined;
+    return async () => {
+      const current = cached ? await cached.catch(() => undefined) : undefined;
+      if (!current || Date.now() >= current.renewAt) {
+        cached = runExecPlugin(plugin);
+        return (await cached).token;
+      }
+      return current.token;
+    };
+  }
+  const file = conn.tokenFile;
+  if (!file) return async () => undefined;
+  let cached: { token: string; readAt: number } | undefined;
+  return async () => {
+    const now = Date.now();
+    if (!cached || now - cached.readAt >= TOKEN_FILE_REFRESH_MS) {
+      cached = { token: readFileSync(file, 'utf8').trim(), readAt: now };
+    }
+    return cached.token;
+  };
+}
+
+/** Shared by the REST and watch transports of one connection: URL building, TLS options, headers. */
+class Endpoint {
+  readonly #base: URL;
+  readonly #bearer: () => Promise<string | undefined>;
+  readonly tls: https.AgentOptions;
+  readonly secure: boolean;
+
+  constructor(conn: PlainConnection) {
+    this.#base = new URL(conn.server);
+    this.secure = this.#base.protocol === 'https:';
+    this.#bearer = bearerOf(conn);
+    this.tls = {
+      ...(conn.ca ? { ca: conn.ca } : {}),
+      ...(conn.cert ? { cert: conn.cert } : {}),
+      ...(conn.key ? { key: conn.key } : {}),
+      ...(conn.insecureSkipTlsVerify ? { rejectUnauthorized: false } : {}),
+      ...(conn.tlsServerName ? { servername: conn.tlsServerName } : {}),
+    };
+  }
+
+  url(apiPath: string, query: Record<string, string | number | boolean | undefined> | undefined): URL {
+    const url = new URL(this.#base.href);
+    url.pathname = `${this.#base.pathname.replace(/\/$/, '')}${apiPath}`;
+    for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined) url.searchParams.set(k, String(v));
+    return url;
+  }
+
+  async headers(accept: string): Promise<Record<string, string>> {
+    const token = await this.#bearer();
+    return { Accept: accept, 'User-Agent': 'kapp-lambda', ...(token ? { Authorization: `Bearer ${token}` } : {}) };
+  }
+
+  agent(options: http.AgentOptions): http.Agent {
+    return this.secure ? new https.Agent({ ...options, ...this.tls }) : new http.Agent(options);
+  }
+
+  request(url: URL, options: http.RequestOptions, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
+    return (this.secure ? https : http).request(url, options, onResponse);
+  }
+}
+
+/** Codes of a connection the server closed while it was kept idle (a reused socket's race). */
+const RESET_CODES = new Set(['ECONNRESET', 'EPIPE']);
+
+/**
+ * {@link RestTransport} over `node:https` with one keep-alive agent
+ * ({@link KEEP_ALIVE_MAX_SOCKETS} sockets, {@link KEEP_ALIVE_IDLE_MS} idle), as
+ * `ClientNodeRestTransport` behaves: every status resolves, a GET reset on a kept connection
+ * before any answer is sent once more, each request is bounded by `timeoutMs`.
+ */
+export class PlainRestTransport implements RestTransport {
+  readonly #endpoint: Endpoint;
+  readonly #agent: http.Agent;
+  readonly #timeoutMs: number;
+
+  /**
+   * @param conn - the API server and credentials.
+   * @param timeoutMs - bound of each request; default {@link REST_REQUEST_TIMEOUT_MS}.
+   * @throws TypeError when `conn.server` is not a URL.
+   */
+  constructor(conn: PlainConnection, timeoutMs: number = REST_REQUEST_TIMEOUT_MS) {
+    this.#endpoint = new Endpoint(conn);
+    this.#agent = this.#endpoint.agent({
+      keepAlive: true,
+      maxSockets: KEEP_ALIVE_MAX_SOCKETS,
+      maxFreeSockets: KEEP_ALIVE_MAX_SOCKETS,
+      timeout: KEEP_ALIVE_IDLE_MS,
+      scheduling: 'lifo',
+    });
+    this.#timeoutMs = timeoutMs;
+  }
+
+  /**
+   * {@inheritDoc RestTransport.send}
+   * @throws RestTimeoutError when no complete answer came within the bound.
+   */
+  async send(request: RestRequest): Promise<RestResponse> {
+    try {
+      return await this.#exchange(request);
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      if (request.method !== 'GET' || typeof code !== 'string' || !RESET_CODES.has(code)) throw error;
+      return await this.#exchange(request);
+    }
+  }
+
+  /** Closes the kept connections. */
+  close(): void {
+    this.#agent.destroy();
+  }
+
+  async #exchange(request: RestRequest): Promise<RestResponse> {
+    const body = request.body === undefined ? undefined : JSON.stringify(request.body);
+    const headers = await this.#endpoint.headers(request.accept ?? 'application/json');
+    if (body !== undefined) {
+      headers['Content-Type'] = request.contentType ?? 'application/json';
+      headers['Content-Length'] = String(Buffer.byteLength(body));
+    }
+    return new Promise<RestResponse>((resolve, reject) => {
+      const req = this.#endpoint.request(
+        this.#endpoint.url(request.path, request.query),
+        { method: request.method, headers, agent: this.#agent },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', reject);
+          res.on('end', () => {
+            clearTimeout(timer);
+            resolve({ statusCode: res.statusCode ?? 0, body: parseBody(Buffer.concat(chunks).toString('utf8')) });
+          });
+        },
+      );
+      const timer = setTimeout(() => {
+        req.destroy(new RestTimeoutError(request, this.#timeoutMs));
+      }, this.#timeoutMs);
+      req.on('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+      req.end(body);
+    });
+  }
+}
+
+/**
+ * {@link WatchTransport} over `node:https`: one long GET per watch, newline-delimited JSON
+ * events. Watches use an agent of their own without keep-alive or a socket limit (a watch holds
+ * its connection for its whole life; a forwarder watching per namespace holds many).
+ */
+export class PlainWatchTransport implements WatchTransport {
+  readonly #endpoint: Endpoint;
+  readonly #agent: http.Agent;
+
+  /**
+   * @param conn - the API server and credentials.
+   * @throws TypeError when `conn.server` is not a URL.
+   */
+  constructor(conn: PlainConnection) {
+    this.#endpoint = new Endpoint(conn);
+    this.#agent = this.#endpoint.agent({ keepAlive: false });
+  }
+
+  /**
+   * {@inheritDoc WatchTransport.stream}
+   * @throws Error when a line is not JSON (the stream is closed first).
+   */
+  async stream(
+    apiPath: string,
+    query: Record<string, string | number | boolean | undefined>,
+    onLine: (type: string, object: unknown) => void,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const headers = await this.#endpoint.headers('application/json');
+    return new Promise<void>((resolve, reject) => {
+      if (signal?.aborted) {
+        resolve();
+        return;
+      }
+      let settled = false;
+      const finish = (error?: unknown): void => {
+        if (settled) return;
+        settled = true;
+        signal?.removeEventListener('abort', onAbort);
+        req.destroy();
+        if (error === undefined || signal?.aborted) resolve();
+        else reject(error);
+      };
+      const onAbort = (): void => finish();
+      const req = this.#endpoint.request(
+        this.#endpoint.url(apiPath, { ...query, watch: true }),
+        { method: 'GET', headers, agent: this.#agent },
+        (res) => {
+          if (res.statusCode !== 200) {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (c: string) => {
+              if (text.length < 4096) text += c;
+            });
+            res.on('end', () => {
+              const status = parseBody(text) as { message?: unknown } | string | undefined;
+              const message =
+                typeof status === 'object' && typeof status?.message === 'string'
+                  ? status.message
+                  : `watch answered ${res.statusCode}`;
+              finish(new WatchHttpError(res.statusCode ?? 0, message));
+            });
+            return;
+          }
+          let buffered = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => {
+            buffered += chunk;
+            let nl = buffered.indexOf('\n');
+            while (nl >= 0 && !settled) {
+              const line = buffered.slice(0, nl).trim();
+              buffered = buffered.slice(nl + 1);
+              nl = buffered.indexOf('\n');
+              if (line === '') continue;
+              try {
+                const event = JSON.parse(line) as { type?: unknown; object?: unknown };
+                onLine(String(event.type), event.object);
+              } catch (error) {
+                finish(error ?? new Error('watch handler failed'));
+              }
+            }
+          });
+          res.on('end', () => finish());
+          res.on('error', (error) => finish(error));
+        },
+      );
+      req.on('error', (error) => finish(error));
+      signal?.addEventListener('abort', onAbort, { once: true });
+      req.end();
+    });
+  }
+}
+
+/** {@link ApiServerInfo} of a connection (the CA as base64, as a kubeconfig's `certificate-authority-data`). */
+export function apiServerInfoOfConnection(conn: PlainConnection): ApiServerInfo {
+  return {
+    server: conn.server,
+    ...(conn.ca ? { caData: Buffer.from(conn.ca).toString('base64') } : {}),
+    ...(conn.tlsServerName ? { tlsServerName: conn.tlsServerName } : {}),
+    ...(conn.insecureSkipTlsVerify ? { insecureSkipTlsVerify: true } : {}),
+  };
+}
+
+/** A {@link KubeApiClient} over the plain transports of `conn`. */
+export function plainClient(conn: PlainConnection): KubeApiClient {
+  return new KubeApiClient({
+    rest: new PlainRestTransport(conn),
+    watch: new PlainWatchTransport(conn),
+    apiServer: apiServerInfoOfConnection(conn),
+  });
+}
+
+/**
+ * The in-cluster connection (client-go's `InClusterConfig`): `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`,
+ * the ServiceAccount token file (re-read as it rotates) and CA of {@link SERVICE_ACCOUNT_DIR}.
+ *
+ * @throws Error when the variables are unset or the CA cannot be read (not running in a Pod).
+ */
+export function inClusterConnection(
+  env: NodeJS.ProcessEnv = process.env,
+  dir: string = SERVICE_ACCOUNT_DIR,
+): PlainConnection {
+  const host = env.KUBERNETES_SERVICE_HOST?.trim();
+  const port = env.KUBERNETES_SERVICE_PORT?.trim();
+  if (!host || !port)
+    throw new Error('not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset');
+  const tokenFile = path.join(dir, 'token');
+  readFileSync(tokenFile); // fail at start, not on the first request
+  return {
+    server: `https://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    ca: readFileSync(path.join(dir, 'ca.crt'), 'utf8'),
+    tokenFile,
+  };
+}
+
+type Yaml = Record<string, unknown>;
+const obj = (x: unknown): Yaml => (x !== null && typeof x === 'object' && !Array.isArray(x) ? (x as Yaml) : {});
+const str = (x: unknown): string | undefined => (typeof x === 'string' && x !== '' ? x : undefined);
+
+/** The named entry of a kubeconfig list (`clusters`, `users`, `contexts`). */
+function named(doc: Yaml, list: string, name: string | undefined, field: string): Yaml | undefined {
+  const entries = doc[list];
+  if (!Array.isArray(entries) || name === undefined) return undefined;
+  const hit = entries.map(obj).find((e) => e.name === name);
+  return hit ? obj(hit[field]) : undefined;
+}
+
+/** What {@link plainConnectionOf} decided for a kubeconfig context. */
+export type PlainConnectionResult = { connection: PlainConnection } | { unsupported: string };
+
+/**
+ * The plain connection of a kubeconfig context, or why there is none (a feature only
+ * client-node implements). Relative file paths are resolved against the kubeconfig's folder, as
+ * client-go does.
+ *
+ * @param kubeconfigPath - the kubeconfig file (YAML or JSON).
+ * @param context - the context; default the file's `current-context`.
+ * @throws Error `loading kubeconfig <path>` when the file cannot be read (the fs error as cause)
+ *   or is not a kubeconfig, or the context, its cluster or a referenced file is missing (names
+ *   and paths only, never contents).
+ */
+export async function plainConnectionOf(kubeconfigPath: string, context?: string): Promise<PlainConnectionResult> {
+  let text: string;
+  try {
+    text = readFileSync(kubeconfigPath, 'utf8');
+  } catch (cause) {
+    throw new Error(`loading kubeconfig ${kubeconfigPath}`, { cause });
+  }
+  // Only here, so the in-cluster path never loads a YAML parser.
+  const { parse } = await import('yaml');
+  let doc: Yaml;
+  try {
+    doc = obj(parse(text));
+  } catch {
+    throw new Error(`loading kubeconfig ${kubeconfigPath}: not a valid kubeconfig`);
+  }
+  const name = context ?? str(doc['current-context']);
+  const ctx = named(doc, 'contexts', name, 'context');
+  if (!ctx) throw new Error(`loading kubeconfig ${kubeconfigPath}: no context ${JSON.stringify(name ?? '')}`);
+  const cluster = named(doc, 'clusters', str(ctx.cluster), 'cluster');
+  const server = str(cluster?.server);
+  if (!cluster || !server) {
+    throw new Error(`loading kubeconfig ${kubeconfigPath}: context ${JSON.stringify(name)} has no cluster`);
+  }
+  const user = named(doc, 'users', str(ctx.user), 'user') ?? {};
+  for (const field of ['auth-provider', 'username', 'password', 'as', 'as-groups', 'as-uid']) {
+    if (user[field] !== undefined) return { unsupported: `user ${field}` };
+  }
+  if (cluster['proxy-url'] !== undefined) return { unsupported: 'cluster proxy-url' };
+  const execConf = user.exec === undefined ? undefined : obj(user.exec);
+  const execCommand = str(execConf?.command);
+  if (execConf && !execCommand) return { unsupported: 'user exec without a command' };
+  const dir = path.dirname(kubeconfigPath);
+  const pem = (data: unknown, file: unknown, what: string): string | undefined => {
+    const d = str(data);
+    if (d) return Buffer.from(d, 'base64').toString('utf8');
+    const f = str(file);
+    if (!f) return undefined;
+    const resolved = path.resolve(dir, f);
+    try {
+      return readFileSync(resolved, 'utf8');
+    } catch (cause) {
+      throw new Error(`reading ${what} ${resolved} of context ${JSON.stringify(name)}`, { cause });
+    }
+  };
+  const ca = pem(cluster['certificate-authority-data'], cluster['certificate-authority'], 'certificate-authority');
+  const cert = pem(user['client-certificate-data'], user['client-certificate'], 'client-certificate');
+  const key = pem(user['client-key-data'], user['client-key'], 'client-key');
+  const token = str(user.token);
+  const tokenFile = str(user.tokenFile);
+  const tlsServerName = str(cluster['tls-server-name']);
+  return {
+    connection: {
+      server,
+      ...(ca ? { ca } : {}),
+      ...(cert ? { cert } : {}),
+      ...(key ? { key } : {}),
+      ...(token ? { token } : tokenFile ? { tokenFile: path.resolve(dir, tokenFile) } : {}),
+      ...(execConf && execCommand && !token && !tokenFile
+        ? {
+            exec: {
+              // client-go: a command with a path separator is relative to the kubeconfig's folder
+              command: execCommand.includes('/') ? path.resolve(dir, execCommand) : execCommand,
+              args: Array.isArray(execConf.args) ? execConf.args.map(String) : [],
+              env: Object.fromEntries(
+                (Array.isArray(execConf.env) ? execConf.env : [])
+                  .map(obj)
+                  .filter((e) => typeof e.name === 'string')
+                  .map((e) => [String(e.name), String(e.value ?? '')]),
+              ),
+              apiVersion: str(execConf.apiVersion) ?? 'client.authentication.k8s.io/v1beta1',
+            },
+          }
+        : {}),
+      ...(cluster['insecure-skip-tls-verify'] === true ? { insecureSkipTlsVerify: true } : {}),
+      ...(tlsServerName ? { tlsServerName } : {}),
+    },
+  };
+}
