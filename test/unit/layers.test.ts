@@ -138,6 +138,10 @@ describe('function bundle contents', () => {
       // Loaded from the runtime's NODE_PATH instead (`RUNTIME_PROVIDED`).
       expect(inputs).toContain('lambda-runtime:@aws-sdk/client-s3');
       expect(inputs).not.toContain('functions/lib/pipeline/dispatch.ts');
+      // node-fetch gets Node's URL instead of whatwg-url and its tr46 tables; client-node's
+      // unused WebSocket stack is left out.
+      expect(inputs).toContain('node-url:whatwg-url');
+      expect(inputs.filter((f) => /^node_modules\/(whatwg-url|tr46|ws)\//.test(f))).toEqual([]);
     },
     60_000,
   );
