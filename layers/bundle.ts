@@ -101,9 +101,8 @@ const RECIPE = {
  * The trade-off: the SDK version is the runtime's (updated by AWS, not pinned by
  * package-lock.json); the functions need one with S3 conditional writes (`If-Match` on
  * `PutObject`, SDK releases since late November 2024), which the `nodejs24.x` runtime
- * (November 2025) has. `@smithy/*` stays bundled:
- * the EKS token signer (`functions/lib/kube/bearer.ts`) uses subpath exports of the pinned
- * `@smithy/core` that older runtime SDKs lack.
+ * (November 2025) has. The functions import no `@smithy/*` code of their own (the EKS token is
+ * presigned with `node:crypto`, `functions/lib/kube/bearer.ts`), so none is bundled either.
  */
 export const RUNTIME_PROVIDED = /^@aws-sdk\//;
 
