@@ -139,9 +139,9 @@ describe('function bundle contents', () => {
       expect(inputs).toContain('lambda-runtime:@aws-sdk/client-s3');
       expect(inputs).not.toContain('functions/lib/pipeline/dispatch.ts');
       // node-fetch gets Node's URL instead of whatwg-url and its tr46 tables; client-node's
-      // unused WebSocket stack is left out.
+      // unused WebSocket stack is left out; prom-client is the embedded runtime's only.
       expect(inputs).toContain('node-url:whatwg-url');
-      expect(inputs.filter((f) => /^node_modules\/(whatwg-url|tr46|ws|@smithy)\//.test(f))).toEqual([]);
+      expect(inputs.filter((f) => /^node_modules\/(whatwg-url|tr46|ws|@smithy|prom-client)\//.test(f))).toEqual([]);
     },
     60_000,
   );
