@@ -89,6 +89,8 @@ export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigure
     }),
     { mode: 0o600 },
   );
+  const rootKey = path.join(dir, 'artifact-root-key');
+  await writeFile(rootKey, Buffer.alloc(32, 6).toString('base64'), { mode: 0o600 });
   const env: NodeJS.ProcessEnv = {
     PATH: process.env.PATH,
     AWS_REGION: 'us-east-1',
@@ -106,8 +108,9 @@ export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigure
     KAPP_LAMBDA_LOG_LEVEL: 'warn',
     // Loaded at init as on Lambda (the layer's `/opt/lib` copy there); built by `npm run setup`.
     KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
-    // A fixed bench-only root key (the functions with the artifact store do not start without one).
-    KAPP_LAMBDA_ARTIFACT_ROOT_KEY: Buffer.alloc(32, 6).toString('base64'),
+    // Where the fixed bench-only root key is (the functions with the artifact store do not start
+    // without one; deployed, a Secrets Manager secret, read on first use, not at cold start).
+    KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: pathToFileURL(rootKey).href,
     // The AWS SDK the Lambda runtime provides (not in the bundles), as its NODE_PATH gives it.
     NODE_PATH: runtimeNodePath(),
   };

@@ -36,7 +36,7 @@ import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
 import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
-import { PrometheusReconcileMetrics } from '../lib/observe/metrics.js';
+import { PrometheusReconcileMetrics } from '../lib/observe/prometheus.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
 import type { PipelineConfig } from '../lib/pipeline/deps.js';
 import type { DispatchDeps } from '../lib/pipeline/dispatch.js';
@@ -128,7 +128,7 @@ export interface EmbeddedOptions {
    */
   sourcePoll?: boolean;
   /**
-   * kapp-controller's reconcile metrics (`../lib/observe/metrics.ts`). Default a new
+   * kapp-controller's reconcile metrics (`../lib/observe/prometheus.ts`). Default a new
    * {@link PrometheusReconcileMetrics} (with a `cluster` label when more than one cluster is
    * served); serve its registry with `startMetricsServer` (`./metrics-server.ts`).
    */

@@ -1,6 +1,6 @@
 /**
  * The fleet's cluster registry: document validation, the EKS token (checked against an
- * independent SigV4 computation), token caching, the secret-store token source, the
+ * independent SigV4 computation and against the AWS SDK's own presigner), token caching, the secret-store token source, the
  * store-backed registry's loading and TTL, and the `cluster` command. Fakes only at the ports:
  * fixed credentials and clock for the signer, MemoryStore, a temp directory secret store.
  */
@@ -8,6 +8,9 @@ import { createHash, createHmac } from 'node:crypto';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { Sha256 } from '@smithy/core/checksum';
+import { HttpRequest } from '@smithy/core/transport';
+import { SignatureV4 } from '@smithy/signature-v4';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import {
@@ -15,6 +18,7 @@ import {
   EKS_TOKEN_PREFIX,
   EksTokenSource,
   jwtExpiry,
+  presignGetCallerIdentity,
   SecretTokenSource,
 } from '../../functions/lib/kube/bearer.js';
 import {
@@ -208,6 +212,44 @@ describe('EKS tokens', () => {
       expectedSignature(url, { host: 'sts.eu-west-1.amazonaws.com', 'x-k8s-aws-id': 'prod-eu-1' }),
     );
     expect(expiresAt).toEqual(new Date(T0.getTime() + 15 * 60_000));
+  });
+
+  it.each([
+    ['with a session token', CREDS],
+    ['without a session token', { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: CREDS.secretAccessKey }],
+  ])('presigns exactly as the AWS SDK signer did (%s)', async (_, credentials) => {
+    const hostname = 'sts.eu-west-1.amazonaws.com';
+    const signer = new SignatureV4({ credentials, region: 'eu-west-1', service: 'sts', sha256: Sha256 });
+    const request = new HttpRequest({
+      method: 'GET',
+      protocol: 'https:',
+      hostname,
+      path: '/',
+      query: { Action: 'GetCallerIdentity', Version: '2011-06-15' },
+      headers: { host: hostname, 'x-k8s-aws-id': 'prod  eu-1 ' },
+    });
+    const signed = await signer.presign(request, { expiresIn: 60, signingDate: new Date(T0.getTime() + 456) });
+    expect(
+      presignGetCallerIdentity(credentials, 'eu-west-1', hostname, 'prod  eu-1 ', new Date(T0.getTime() + 456), 60),
+    ).toEqual(Object.entries(signed.query ?? {}));
+  });
+
+  it('takes the credentials from a provider and refuses an identity without a key pair', async () => {
+    const fromProvider = new EksTokenSource({
+      clusterName: 'c',
+      region: 'eu-west-1',
+      credentials: async () => CREDS,
+      now: () => T0,
+    });
+    const direct = new EksTokenSource({ clusterName: 'c', region: 'eu-west-1', credentials: CREDS, now: () => T0 });
+    expect((await fromProvider.token()).token).toBe((await direct.token()).token);
+    const broken = new EksTokenSource({
+      clusterName: 'c',
+      region: 'eu-west-1',
+      credentials: { accessKeyId: 'AKIDEXAMPLE' } as typeof CREDS,
+      now: () => T0,
+    });
+    await expect(broken.token()).rejects.toThrow('the credentials have no access key id or secret access key');
   });
 
   it('is cached until shortly before its 15-minute expiry', async () => {

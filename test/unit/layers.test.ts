@@ -139,6 +139,10 @@ describe('function bundle contents', () => {
       // Loaded from the runtime's NODE_PATH instead (`RUNTIME_PROVIDED`).
       expect(inputs).toContain('lambda-runtime:@aws-sdk/client-s3');
       expect(inputs).not.toContain('functions/lib/pipeline/dispatch.ts');
+      // node-fetch gets Node's URL instead of whatwg-url and its tr46 tables; client-node's
+      // unused WebSocket stack is left out; prom-client is the embedded runtime's only.
+      expect(inputs).toContain('node-url:whatwg-url');
+      expect(inputs.filter((f) => /^node_modules\/(whatwg-url|tr46|ws|@smithy|prom-client)\//.test(f))).toEqual([]);
     },
     60_000,
   );

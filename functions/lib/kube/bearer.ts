@@ -5,7 +5,8 @@
  *   `aws eks get-token` make it: a presigned STS `GetCallerIdentity` URL signed with the
  *   `x-k8s-aws-id: <cluster name>` header, as `k8s-aws-v1.` + base64url (no padding). EKS
  *   accepts it for 15 minutes after signing; it is cached until shortly before that. Signing is
- *   local (SigV4 from `@smithy/signature-v4`), no call to STS is made here.
+ *   local (SigV4 query presigning with `node:crypto`, {@link presignGetCallerIdentity}), no call
+ *   to STS is made here.
  * - {@link SecretTokenSource}: a ServiceAccount token read from a {@link SecretStore}
  *   (AWS Secrets Manager, or a directory for the embedded mode and tests), cached for a TTL.
  *
@@ -13,12 +14,10 @@
  *
  * @module
  */
+import { createHash, createHmac } from 'node:crypto';
 import { readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { Sha256 } from '@smithy/core/checksum';
-import { HttpRequest } from '@smithy/core/transport';
-import { SignatureV4 } from '@smithy/signature-v4';
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
 
 /** A bearer token and when it stops being usable. */
@@ -64,43 +63,98 @@ function base64url(text: string): string {
   return Buffer.from(text, 'utf8').toString('base64url');
 }
 
+/** SigV4's hex SHA-256 of the empty payload (a GET without body). */
+const EMPTY_PAYLOAD_SHA256 = createHash('sha256').update('').digest('hex');
+
+/** RFC 3986 percent-encoding as SigV4 canonicalizes query keys and values (`encodeURIComponent` plus `!'()*`). */
+function sigv4Escape(text: string): string {
+  return encodeURIComponent(text).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
+
+/**
+ * The query of a SigV4-presigned STS `GetCallerIdentity` GET with the `host` and
+ * {@link EKS_CLUSTER_ID_HEADER} headers signed: what `SignatureV4.presign` of the AWS SDK
+ * (`@smithy/signature-v4`) gives for that request, in its parameter order (`Action`, `Version`,
+ * `X-Amz-Security-Token` when the credentials have a session token, `X-Amz-Algorithm`,
+ * `X-Amz-Credential`, `X-Amz-Date`, `X-Amz-Expires`, `X-Amz-SignedHeaders`, `X-Amz-Signature`),
+ * written with `node:crypto` so the functions do not bundle the SDK's signer (~150 KB).
+ *
+ * @param hostname - `sts.<region>.amazonaws.com`.
+ * @param expiresInS - `X-Amz-Expires`, seconds.
+ * @throws Error when the credentials lack an access key id or secret access key (never quoted).
+ */
+export function presignGetCallerIdentity(
+  credentials: AwsCredentialIdentity,
+  region: string,
+  hostname: string,
+  clusterName: string,
+  signingDate: Date,
+  expiresInS: number,
+): [string, string][] {
+  if (typeof credentials.accessKeyId !== 'string' || typeof credentials.secretAccessKey !== 'string') {
+    throw new Error('EKS token: the credentials have no access key id or secret access key');
+  }
+  const longDate = signingDate
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d{3}/, '');
+  const shortDate = longDate.slice(0, 8);
+  const scope = `${shortDate}/${region}/sts/aws4_request`;
+  const signedHeaders = `host;${EKS_CLUSTER_ID_HEADER}`;
+  const query: [string, string][] = [
+    ['Action', 'GetCallerIdentity'],
+    ['Version', '2011-06-15'],
+    ...(credentials.sessionToken ? [['X-Amz-Security-Token', credentials.sessionToken] as [string, string]] : []),
+    ['X-Amz-Algorithm', 'AWS4-HMAC-SHA256'],
+    ['X-Amz-Credential', `${credentials.accessKeyId}/${scope}`],
+    ['X-Amz-Date', longDate],
+    ['X-Amz-Expires', expiresInS.toString(10)],
+    ['X-Amz-SignedHeaders', signedHeaders],
+  ];
+  const canonicalQuery = query
+    .map(([k, v]) => [sigv4Escape(k), sigv4Escape(v)] as const)
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([k, v]) => `${k}=${v}`)
+    .join('&');
+  const canonicalHeaders = `host:${hostname}\n${EKS_CLUSTER_ID_HEADER}:${clusterName.trim().replace(/\s+/g, ' ')}\n`;
+  const canonicalRequest = ['GET', '/', canonicalQuery, canonicalHeaders, signedHeaders, EMPTY_PAYLOAD_SHA256].join(
+    '\n',
+  );
+  const stringToSign = [
+    'AWS4-HMAC-SHA256',
+    longDate,
+    scope,
+    createHash('sha256').update(canonicalRequest).digest('hex'),
+  ].join('\n');
+  let key: Buffer = createHmac('sha256', `AWS4${credentials.secretAccessKey}`).update(shortDate).digest();
+  for (const part of [region, 'sts', 'aws4_request']) key = createHmac('sha256', key).update(part).digest();
+  query.push(['X-Amz-Signature', createHmac('sha256', key).update(stringToSign).digest('hex')]);
+  return query;
+}
+
 /** A token of an IAM identity for one EKS cluster; re-signed when the cached one would expire too soon. */
 export class EksTokenSource implements BearerSource {
-  readonly #signer: SignatureV4;
   readonly #options: EksTokenOptions;
   #cached: BearerToken | undefined;
 
   /** See {@link EksTokenOptions}. */
   constructor(options: EksTokenOptions) {
     this.#options = options;
-    this.#signer = new SignatureV4({
-      credentials: options.credentials,
-      region: options.region,
-      service: 'sts',
-      sha256: Sha256,
-    });
   }
 
-  /** {@inheritDoc BearerSource.token} */
+  /**
+   * {@inheritDoc BearerSource.token}
+   * @throws Error when the credential provider fails or gives no key pair.
+   */
   async token(minValidityMs = DEFAULT_MIN_VALIDITY_MS): Promise<BearerToken> {
     const now = (this.#options.now ?? (() => new Date()))();
     if (this.#cached && this.#cached.expiresAt.getTime() - now.getTime() >= minValidityMs) return this.#cached;
-    const hostname = `sts.${this.#options.region}.amazonaws.com`;
-    const request = new HttpRequest({
-      method: 'GET',
-      protocol: 'https:',
-      hostname,
-      path: '/',
-      query: { Action: 'GetCallerIdentity', Version: '2011-06-15' },
-      headers: { host: hostname, [EKS_CLUSTER_ID_HEADER]: this.#options.clusterName },
-    });
+    const { credentials, region, clusterName } = this.#options;
+    const hostname = `sts.${region}.amazonaws.com`;
     // aws-iam-authenticator presigns for 60 s; EKS itself accepts the token for 15 minutes
     // after X-Amz-Date.
-    const signed = await this.#signer.presign(request, { expiresIn: 60, signingDate: now });
-    const query = new URLSearchParams();
-    for (const [key, value] of Object.entries(signed.query ?? {})) {
-      for (const v of Array.isArray(value) ? value : [value]) if (v !== null && v !== undefined) query.append(key, v);
-    }
+    const identity = typeof credentials === 'function' ? await credentials() : credentials;
+    const query = new URLSearchParams(presignGetCallerIdentity(identity, region, hostname, clusterName, now, 60));
     const url = `https://${hostname}/?${query.toString().replaceAll('+', '%20')}`;
     this.#cached = {
       token: EKS_TOKEN_PREFIX + base64url(url),

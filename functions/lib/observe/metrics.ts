@@ -3,8 +3,9 @@
  * `reconcile_time_metrics.go`; reference §3.14), recorded through one port,
  * {@link ReconcileMetrics}, with two adapters:
  *
- * - {@link PrometheusReconcileMetrics} (the embedded runtime's `/metrics`): the same series, names,
- *   help texts and labels as upstream, through prom-client;
+ * - `PrometheusReconcileMetrics` (`./prometheus.ts`, the embedded runtime's `/metrics`): the same
+ *   series, names, help texts and labels as upstream, through prom-client (a module of its own,
+ *   so the Lambda functions do not bundle prom-client);
  * - {@link EmfReconcileMetrics} (the Lambda functions): one CloudWatch embedded-metric-format
  *   line per observation in the function's log, with a `clusterId` dimension, which CloudWatch
  *   turns into metrics without an API call.
@@ -17,8 +18,6 @@
  *
  * @module
  */
-import { Counter, Gauge, Registry } from 'prom-client';
-
 /** Upstream's `controller` label value: the kind of object reconciled. */
 export type ControllerType = 'app' | 'pkgi' | 'pkgr';
 
@@ -77,78 +76,6 @@ export interface ReconcileMetrics {
   forget(target: MetricTarget): void;
   /** Sets a gauge, in seconds; `firstReconcile` is its label (the object never finished a reconcile before). */
   time(target: MetricTarget, phase: ReconcilePhase, firstReconcile: boolean, seconds: number): void;
-}
-
-/** Options of {@link PrometheusReconcileMetrics}. */
-export interface PrometheusMetricsOptions {
-  /** Registry the series join. Default a new one. */
-  registry?: Registry;
-  /**
-   * Add a `cluster` label (the cluster id) to every series: for a runtime serving several
-   * clusters, whose objects may share namespace and name. Default false (upstream's labels).
-   */
-  clusterLabel?: boolean;
-}
-
-/** The embedded runtime's adapter: upstream's series in a prom-client {@link Registry}. */
-export class PrometheusReconcileMetrics implements ReconcileMetrics {
-  /** The registry holding the series (serve it with `registry.metrics()`). */
-  readonly registry: Registry;
-  readonly #clusterLabel: boolean;
-  readonly #counters: Record<ReconcileCount, Counter>;
-  readonly #gauges: Record<ReconcilePhase, Gauge>;
-
-  /** See {@link PrometheusMetricsOptions}. */
-  constructor(options: PrometheusMetricsOptions = {}) {
-    this.registry = options.registry ?? new Registry();
-    this.#clusterLabel = options.clusterLabel ?? false;
-    const base = this.#clusterLabel
-      ? ['cluster', 'controller', 'name', 'namespace']
-      : ['controller', 'name', 'namespace'];
-    const registers = [this.registry];
-    const counter = (m: { name: string; help: string }) =>
-      new Counter({ name: m.name, help: m.help, labelNames: base, registers });
-    const gauge = (m: { name: string; help: string }) =>
-      new Gauge({ name: m.name, help: m.help, labelNames: [...base, 'firstReconcile'], registers });
-    this.#counters = {
-      attempt: counter(COUNT_METRICS.attempt),
-      success: counter(COUNT_METRICS.success),
-      failure: counter(COUNT_METRICS.failure),
-      deleteAttempt: counter(COUNT_METRICS.deleteAttempt),
-      deleteFailed: counter(COUNT_METRICS.deleteFailed),
-    };
-    this.#gauges = {
-      overall: gauge(TIME_METRICS.overall),
-      fetch: gauge(TIME_METRICS.fetch),
-      template: gauge(TIME_METRICS.template),
-      deploy: gauge(TIME_METRICS.deploy),
-    };
-  }
-
-  #labels(t: MetricTarget): Record<string, string> {
-    const l = { controller: t.controller, name: t.name, namespace: t.namespace };
-    return this.#clusterLabel ? { cluster: t.clusterId, ...l } : l;
-  }
-
-  /** {@inheritDoc ReconcileMetrics.init} */
-  init(target: MetricTarget): void {
-    for (const c of Object.values(this.#counters)) c.inc(this.#labels(target), 0);
-  }
-
-  /** {@inheritDoc ReconcileMetrics.count} */
-  count(target: MetricTarget, which: ReconcileCount): void {
-    this.#counters[which].inc(this.#labels(target));
-  }
-
-  /** {@inheritDoc ReconcileMetrics.forget} */
-  forget(target: MetricTarget): void {
-    for (const c of Object.values(this.#counters)) c.remove(this.#labels(target));
-  }
-
-  /** {@inheritDoc ReconcileMetrics.time} */
-  time(target: MetricTarget, phase: ReconcilePhase, firstReconcile: boolean, seconds: number): void {
-    this.#gauges[phase].set({ ...this.#labels(target), firstReconcile: String(firstReconcile) }, seconds);
-  }
 }
 
 /** The CloudWatch namespace of {@link EmfReconcileMetrics} by default. */
