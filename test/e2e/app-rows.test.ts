@@ -368,6 +368,11 @@ async function deleteFails(name: string, message: string): Promise<AppObject> {
   return app;
 }
 
+/** Merges `spec` into the App's spec (a deleting App's spec can still change). */
+async function patchSpec(name: string, spec: Record<string, unknown>): Promise<void> {
+  await k(['patch', 'apps.kappctrl.k14s.io', name, '-n', NS, '--type=merge', '-p', JSON.stringify({ spec })]);
+}
+
 /** Waits until the App is gone. */
 async function gone(name: string): Promise<void> {
   await waitFor(`App ${NS}/${name} gone`, async () => ((await getApp(NS, name)) ? undefined : true), {
@@ -417,16 +422,7 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
 
     await deleteFails(N.twoDeploys, message);
     // the way out: one deploy entry, and no kapp delete
-    await k([
-      'patch',
-      'apps.kappctrl.k14s.io',
-      N.twoDeploys,
-      '-n',
-      NS,
-      '--type=merge',
-      '-p',
-      JSON.stringify({ spec: { deploy: [{ kapp: {} }], noopDelete: true } }),
-    ]);
+    await patchSpec(N.twoDeploys, { deploy: [{ kapp: {} }], noopDelete: true });
     await gone(N.twoDeploys);
   });
 
@@ -441,16 +437,7 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
     expect(app.metadata.finalizers).toContain(APP_FINALIZER);
 
     await deleteFails(N.noCreds, message);
-    await k([
-      'patch',
-      'apps.kappctrl.k14s.io',
-      N.noCreds,
-      '-n',
-      NS,
-      '--type=merge',
-      '-p',
-      JSON.stringify({ spec: { noopDelete: true } }),
-    ]);
+    await patchSpec(N.noCreds, { noopDelete: true });
     await gone(N.noCreds);
   });
 
