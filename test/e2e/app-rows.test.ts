@@ -7,7 +7,8 @@
  *   ServiceAccount nor cluster, a kubeconfig Secret without the key, `cluster` without a
  *   Secret reference; the finalizer and delete consequences of the deploy-stage ones;
  * - template: ytt `ignoreUnknownComments`; `valuesFrom.path: "-"` (stdin) for ytt and helm
- *   after a stream step, and for helm without a stream; cue and sops after a stream step;
+ *   after a stream step, and without one (ytt reads an empty stream, helm refuses); cue and
+ *   sops after a stream step;
  *   `jsonnet`;
  * - fetch: git `refSelection.semver` (with prereleases), `image` and `imgpkgBundle`
  *   `tagSelection.semver` from the local registry, git `depth`;
@@ -47,6 +48,7 @@ const N = {
   noSecretRef: `no-secret-ref-${id}`,
   comments: `comments-${id}`,
   yttStdin: `ytt-stdin-${id}`,
+  yttNoStdin: `ytt-no-stdin-${id}`,
   helmStdin: `helm-stdin-${id}`,
   helmNoStdin: `helm-no-stdin-${id}`,
   cueStream: `cue-stream-${id}`,
@@ -203,6 +205,14 @@ beforeAll(async () => {
     appManifest(NS, N.yttStdin, {
       fetch: inline({ 'values-src.yml': 'greeting: from stdin\n', 'cm.yml': greetingTemplate(`${N.yttStdin}-config`) }),
       template: [{ ytt: { paths: ['values-src.yml'] } }, { ytt: { paths: ['cm.yml'], valuesFrom: [{ path: '-' }] } }],
+      deploy: [{ kapp: {} }],
+    }),
+    appManifest(NS, N.yttNoStdin, {
+      fetch: inline({
+        'values.yml': '#@data/values\n---\ngreeting: the default\n',
+        'cm.yml': greetingTemplate(`${N.yttNoStdin}-config`),
+      }),
+      template: [{ ytt: { valuesFrom: [{ path: '-' }] } }],
       deploy: [{ kapp: {} }],
     }),
     appManifest(NS, N.helmStdin, {
@@ -477,6 +487,13 @@ describe.concurrent('template (reference §2.1.3, §3.7)', () => {
     await succeeded(N.yttStdin);
     expect((await getObject<ConfigMap>('configmap', NS, `${N.yttStdin}-config`))?.data).toEqual({
       greeting: 'from stdin',
+    });
+  });
+
+  it('ytt valuesFrom path "-" as the first step: an empty stream, the defaults apply (only helm checks for stdin)', async () => {
+    await succeeded(N.yttNoStdin);
+    expect((await getObject<ConfigMap>('configmap', NS, `${N.yttNoStdin}-config`))?.data).toEqual({
+      greeting: 'the default',
     });
   });
 
