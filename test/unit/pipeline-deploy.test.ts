@@ -89,12 +89,14 @@ const rows: Record<string, Row> = {
     outcome: 'failed',
     tools: ['kapp'],
   },
-  'invalid: a deploy without kapp fails before any tool runs': {
+  'invalid: a deploy without kapp fails before any tool runs, and so does inspect': {
     app: { status: SUCCEEDED_BEFORE, spec: { deploy: [{}] } },
     statuses: [
       finalFailed(UNSUPPORTED, UNSUPPORTED, {
         ...PARTS,
         deploy: { finished: true, exitCode: -1, error: UNSUPPORTED, startedAt: NOW, updatedAt: NOW },
+        // upstream's inspect() checks the entry too, whether inspect is asked for or not
+        inspect: { exitCode: -1, error: 'Unsupported way to inspect', updatedAt: NOW },
       } as Partial<AppStatus>),
     ],
     finalizer: true,

@@ -21,6 +21,7 @@ import {
   kappDeleteCommand,
   kappDeployCommand,
   kappInspectCommand,
+  NOT_ONE_DEPLOY_MESSAGE,
   parseKappAppMeta,
   UNSUPPORTED_DEPLOY_MESSAGE,
   wantsInspect,
@@ -246,11 +247,26 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, kappStatus);
   frame.observe.phase('deploy', frame.secondsSince(startedAt));
 
-  // Inspect after every deploy attempt when asked (status.deploy is now always set).
-  const kappSpec = app.spec.deploy?.[0]?.kapp;
-  if (kappSpec && wantsInspect(kappSpec) && access) {
+  // Inspect after every deploy attempt (status.deploy is now always set), as upstream's
+  // `inspect()`: the deploy entry is checked first (so two entries, or one without kapp, fail
+  // inspect too, asked for or not), then kapp runs only when `inspect` is set, with cluster
+  // access prepared afresh (a credential error fails inspect as it failed deploy).
+  const inspectNeeded = (() => {
+    const entries = app.spec.deploy ?? [];
+    const entryError =
+      entries.length !== 1 ? NOT_ONE_DEPLOY_MESSAGE : entries[0]?.kapp ? undefined : 'Unsupported way to inspect';
+    if (entryError) {
+      parts.inspect = inspectStatus(resultFromError(entryError), { updatedAt: deps.now() }) ?? null;
+      return undefined;
+    }
+    const kapp = entries[0]!.kapp!;
+    return wantsInspect(kapp) ? kapp : undefined;
+  })();
+  if (inspectNeeded) {
+    const kappSpec = inspectNeeded;
     let inspect: StageResult;
     try {
+      access ??= await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
       const cmd = kappInspectCommand({ kapp: kappSpec, access });
       const run = await runKapp(
         cmd,
