@@ -122,6 +122,11 @@ export class KeyedQueue<T> {
     this.pump();
   }
 
+  /** Whether an item for `key` waits (a follow-up of the running one, or in backoff). */
+  hasPending(key: string): boolean {
+    return this.keys.get(key)?.pending !== undefined;
+  }
+
   /** Number of keys running now. */
   get running(): number {
     return this.active;

@@ -144,6 +144,7 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
         addFinalizer: guard(clusterId, v.addFinalizer.bind(v)),
         removeFinalizer: guard(clusterId, v.removeFinalizer.bind(v)),
         serviceAccountToken: guard(clusterId, v.serviceAccountToken.bind(v)),
+        ...(v.cachedServiceAccountToken ? { cachedServiceAccountToken: v.cachedServiceAccountToken.bind(v) } : {}),
         serverVersion: v.serverVersion.bind(v),
         apiGroupVersions: v.apiGroupVersions.bind(v),
         apiServer: v.apiServer.bind(v),

@@ -10,6 +10,7 @@
 import { type FunctionName, type KappEvent, objectRefOf, orderingKey, targetFunction } from '../../events/schema.js';
 import { withSignal } from '../lib/exec/deadline.js';
 import { coalesceEvents } from '../lib/lease/coalesce.js';
+import type { RunCopy } from '../lib/pipeline/deps.js';
 import { type DispatchDeps, dispatchEvent } from '../lib/pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound } from '../lib/pipeline/retry-bound.js';
 import { KeyedQueue, type KeyedQueueOptions, RetryFrom } from './keyed-queue.js';
@@ -176,19 +177,23 @@ export class EmbeddedPipeline {
   /**
    * The deps a run gets: the queue runs one event per object at a time and every stage of a run
    * before the next, so `oneRunPerObject` holds (read per run: the runtime sets `deps.emit` after
-   * construction). With a `signal` ({@link EmbeddedPipelineOptions.stageSignal}), every tool of
+   * construction), and the run's {@link RunCopy}. With a `signal` ({@link EmbeddedPipelineOptions.stageSignal}), every tool of
    * the stage is canceled once it aborts.
    */
-  private runDeps(signal: AbortSignal | undefined): DispatchDeps {
+  private runDeps(signal: AbortSignal | undefined, runCopy: RunCopy): DispatchDeps {
     return {
       ...this.deps,
       ...(signal ? { runner: withSignal(this.deps.runner, signal) } : {}),
       config: { ...this.deps.config, oneRunPerObject: true },
+      runCopy,
     };
   }
 
   private async run(key: string, first: KappEvent, attempt: number): Promise<void> {
     let ev: KappEvent | undefined = first;
+    // The run's stages hand the object on in process: a later stage reads it again only when
+    // an event about it arrived meanwhile (see `RunCopy`).
+    const runCopy: RunCopy = { superseded: () => this.queue.hasPending(key) };
     try {
       while (ev) {
         const current: KappEvent = ev;
@@ -200,7 +205,7 @@ export class EmbeddedPipeline {
             : undefined;
         stall?.unref();
         try {
-          const deps = this.runDeps(this.stageSignal?.(objectRefOf(current).clusterId));
+          const deps = this.runDeps(this.stageSignal?.(objectRefOf(current).clusterId), runCopy);
           ev = (
             await dispatchWithRetryBound(
               current,

@@ -3,9 +3,12 @@
  * first reconcile, the App's periodic resync (its `syncPeriod`, 30 s, the floor) finds the
  * manifest, deploy spec and generation unchanged and the deployed objects as kapp left them, and
  * ends `ReconcileSucceeded` without any tool; a ConfigMap edited by hand, or deleted, makes the
- * next resync run kapp, which reverts it; after that revert the resyncs are no-ops again.
+ * next resync run kapp, which reverts it; after that revert the resyncs are no-ops again. A
+ * no-op resync makes three API requests: the App read, the list of its resources, the status write
+ * (its pipeline calls are asserted one by one).
  */
 import { describe, expect, it } from 'vitest';
+import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import {
   type AppObject,
   apply,
@@ -19,7 +22,58 @@ import {
 } from './support.js';
 
 const ns = `e2e-noop-${suffix()}`;
-const rt = useE2ERuntime([ns]);
+
+/**
+ * The pipeline's API calls, in order: each call of a cluster view's method that talks to the API
+ * server (`getObject`, `updateStatus`, `serviceAccountToken`, ...; not `apiServer` and
+ * `cachedServiceAccountToken`, which answer from memory) and each request the App's own identity
+ * sends (`as App: GET <path>`). The cached `kapp-controller-config` reads are not pipeline calls
+ * here (a 10 s cache per cluster, not per resync).
+ */
+const calls: string[] = [];
+const NO_IO = new Set(['apiServer', 'cachedServiceAccountToken']);
+function countingView<V extends object>(view: V): V {
+  // the views are frozen: a copy with each method wrapped, not a Proxy
+  return Object.fromEntries(
+    Object.entries(view).map(([name, v]) => [
+      name,
+      typeof v !== 'function' || NO_IO.has(name)
+        ? v
+        : (...args: unknown[]) => {
+            calls.push(name);
+            return (v as (...a: unknown[]) => unknown).apply(view, args);
+          },
+    ]),
+  ) as V;
+}
+function countingDeps(deps: DispatchDeps): DispatchDeps {
+  const { clusters, appReader } = deps;
+  return {
+    ...deps,
+    clusters: new Proxy(clusters, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== 'function' || !['fetchView', 'deployView', 'installView'].includes(String(prop))) return v;
+        return (id: string) => countingView((v as (id: string) => object).call(target, id));
+      },
+    }),
+    ...(appReader
+      ? {
+          appReader: (kubeconfig: string) => {
+            const rest = appReader(kubeconfig);
+            return {
+              send: (req: Parameters<typeof rest.send>[0]) => {
+                calls.push(`as App: ${req.method} ${req.path}`);
+                return rest.send(req);
+              },
+            };
+          },
+        }
+      : {}),
+  };
+}
+
+const rt = useE2ERuntime([ns], { overrides: { wrapDeps: countingDeps } });
 
 /** Tool runs so far, all tools. */
 function toolRuns(): Record<string, number> {
@@ -60,21 +114,34 @@ describe('no-op resync', () => {
       app: AppObject;
       deploy: Record<string, unknown>;
       ran: Record<string, number>;
+      calls: string[];
     }> => {
       const before = toolRuns();
       const count = deployRuns().length;
+      calls.length = 0;
       const app = await rt.waitForApp(ns, name, () => deployRuns().length > count, 'the next resync', 60_000);
       await rt.runtime.pipeline.idle();
       return {
         app: (await getApp(ns, name)) ?? app,
         deploy: deployRuns()[count] as Record<string, unknown>,
         ran: ranSince(before),
+        calls: [...calls],
       };
     };
 
     // 1. nothing changed: no tool runs, the status is the last deploy's with updatedAt refreshed
     const noop = await nextResync();
     expect(noop.ran, 'tools run by the no-op resync').toEqual({});
+    // Its API calls: the App read by the reconcile step (the later stages open on that copy), the
+    // finalizer check (answered from that copy, which holds the finalizer: no request), one list
+    // per recorded collection as the App (its fresh token from the first deploy: no
+    // ServiceAccount read), and the status write (kapp-controller writes status on every sync).
+    expect(noop.calls).toEqual([
+      'getObject',
+      'addFinalizer',
+      `as App: GET /api/v1/namespaces/${ns}/configmaps`,
+      'updateStatus',
+    ]);
     expect(noop.deploy.outcome).toBe('cached');
     await expectSucceeded(noop.app);
     const [d0, d1] = [first.status?.deploy, noop.app.status?.deploy];
@@ -101,6 +168,7 @@ describe('no-op resync', () => {
     // 4. after the revert the record is kept again: the next resync is a no-op
     const again = await nextResync();
     expect(again.ran).toEqual({});
+    expect(again.calls).toEqual(noop.calls);
     await expectSucceeded(again.app);
   }, 300_000);
 });

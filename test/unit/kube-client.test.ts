@@ -570,6 +570,29 @@ describe('KubeApiClient deploy credentials', () => {
       expect(rest.requests.map((r) => r.method)).toEqual(['GET', 'POST', 'GET', 'POST', 'GET', 'GET']);
     });
 
+    it('cachedServiceAccountToken: the last token minted for the SA while fresh, without any request', async () => {
+      const clock = { now: new Date('2030-01-01T00:00:00Z') };
+      const rest = new FakeRest([
+        sa('s1'),
+        minted('t1', '2030-01-01T02:00:00Z'),
+        sa('s2'),
+        minted('t2', '2030-01-01T02:00:00Z'),
+      ]);
+      const c = at(clock, rest);
+      expect(c.cachedServiceAccountToken('n', 'sa')).toBeUndefined();
+      await c.serviceAccountToken('n', 'sa');
+      expect(c.cachedServiceAccountToken('n', 'sa')?.token).toBe('t1');
+      expect(c.cachedServiceAccountToken('n', 'other')).toBeUndefined();
+      expect(c.cachedServiceAccountToken('n', 'sa', 600)).toBeUndefined();
+      // a recreated SA's token replaces the old one
+      await c.serviceAccountToken('n', 'sa');
+      expect(c.cachedServiceAccountToken('n', 'sa')?.token).toBe('t2');
+      expect(rest.requests.map((r) => r.method)).toEqual(['GET', 'POST', 'GET', 'POST']);
+      // past the refresh point it is not served
+      clock.now = new Date('2030-01-01T00:59:51Z');
+      expect(c.cachedServiceAccountToken('n', 'sa')).toBeUndefined();
+    });
+
     it('holds at most TOKEN_CACHE_ENTRIES tokens, dropping the oldest', async () => {
       const clock = { now: new Date('2030-01-01T00:00:00Z') };
       const tokens = new ServiceAccountTokens(() => clock.now);

@@ -182,6 +182,7 @@ describe('views', () => {
       'addFinalizer',
       'apiGroupVersions',
       'apiServer',
+      'cachedServiceAccountToken',
       'getConfigMap',
       'getNamespace',
       'getObject',

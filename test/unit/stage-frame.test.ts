@@ -12,7 +12,9 @@ import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 import { KubeApiError } from '../../functions/lib/kube/port.js';
 import type { LoadedApp } from '../../functions/lib/pipeline/common.js';
+import type { RunCopy } from '../../functions/lib/pipeline/deps.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { APP_KIND, openStage } from '../../functions/lib/pipeline/stage.js';
 import { KappControllerError, MissingArtifactError, outcomeOf } from '../../functions/lib/reconcile/result.js';
 import { fromEventPart, PART_BOUNDS, summarizeStatus } from '../../functions/lib/reconcile/status.js';
 import { REF } from './support/app-world.js';
@@ -125,5 +127,54 @@ describe('outcomeOf: what happens next after an error', () => {
     ['anything else', new Error('boom'), 'retry'],
   ])('%s -> %s', (_name, err, want) => {
     expect(outcomeOf(err)).toBe(want);
+  });
+});
+
+describe('RunCopy: a later stage of an in-process run opens on the previous stage copy', () => {
+  const open = (deps: ReturnType<typeof stageDeps>['deps'], generation = 1) =>
+    openStage(deps, {
+      stage: 'template',
+      object: REF,
+      generation,
+      view: (id) => deps.clusters.fetchView(id),
+      kind: APP_KIND,
+    });
+  const counted = (app: App) => {
+    const kube = fakeKube(app);
+    let reads = 0;
+    const view = {
+      ...kube,
+      getObject: async () => {
+        reads++;
+        return await kube.getObject();
+      },
+    };
+    return { view, reads: () => reads };
+  };
+
+  it('no read while the copy is the run object and nothing waits; a read when an event waits or the copy is not it', async () => {
+    const app = resyncedApp('ReconcileSucceeded');
+    const { view, reads } = counted(app);
+    let waiting = false;
+    const runCopy: RunCopy = { superseded: () => waiting };
+    const { deps } = stageDeps(view, { runner: new FakeCommandRunner(), tmpRoot: '/nonexistent', extra: { runCopy } });
+
+    const first = await open(deps);
+    expect(reads()).toBe(1); // nothing handed on yet
+    expect(first.stop).toBeUndefined();
+    expect(runCopy.frame).toBe(first.stop ? undefined : first.frame);
+
+    const second = await open(deps);
+    expect(reads()).toBe(1);
+    expect(second.stop ? undefined : second.frame.loaded.app.metadata.resourceVersion).toBe('1');
+
+    waiting = true;
+    await open(deps);
+    expect(reads()).toBe(2);
+    waiting = false;
+
+    // a copy of another generation is not the run's: read (and stop as stale)
+    expect((await open(deps, 2)).stop).toBe('stale');
+    expect(reads()).toBe(3);
   });
 });

@@ -58,13 +58,7 @@ export async function clusterAccessFor(app: App, kube: DeployView, mask?: Secret
     } catch (err) {
       throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
     }
-    const api = kube.apiServer();
-    material = {
-      kind: 'serviceAccount',
-      token,
-      caCert: api.caData ? Buffer.from(api.caData, 'base64') : '',
-      server: api.server,
-    };
+    material = serviceAccountMaterial(kube, token);
   } else {
     let secret: KubeSecret;
     try {
@@ -124,6 +118,37 @@ export async function destinationKubeconfig(
   if (!ref) throw new KappControllerError('Expected kubeconfig secret reference to be specified');
   const secret = await readKubeconfigSecret(kube, app.metadata.namespace ?? '', ref.name ?? '', mask);
   return restrictKubeconfig(kubeconfigFromSecret(secret, ref.key)).yaml;
+}
+
+/**
+ * kapp's cluster access from the ServiceAccount token {@link clusterAccessFor} last minted for
+ * the App, while it is fresh, with no request (`DeployCredentials.cachedServiceAccountToken`):
+ * for the no-op resync's list of the App's resources only, which the API server refuses when
+ * the ServiceAccount is gone or recreated (its token dies with it); anything else takes
+ * {@link clusterAccessFor}. `undefined` for a kubeconfig Secret or without such a token.
+ */
+export function cachedClusterAccess(app: App, kube: DeployView, mask?: SecretMask): ClusterAccess | undefined {
+  const ns = app.metadata.namespace ?? '';
+  const source = credentialSource(app.spec, ns);
+  if (source.kind !== 'serviceAccount') return undefined;
+  const token = kube.cachedServiceAccountToken?.(ns, source.serviceAccountName)?.token;
+  if (!token) return undefined;
+  mask?.addValue(token);
+  return appClusterAccess(
+    { name: app.metadata.name ?? '', namespace: ns, spec: app.spec },
+    serviceAccountMaterial(kube, token),
+  );
+}
+
+/** The credential material of a ServiceAccount token on this cluster's API server. */
+function serviceAccountMaterial(kube: DeployView, token: string): CredentialMaterial {
+  const api = kube.apiServer();
+  return {
+    kind: 'serviceAccount',
+    token,
+    caCert: api.caData ? Buffer.from(api.caData, 'base64') : '',
+    server: api.server,
+  };
 }
 
 /**

@@ -85,7 +85,12 @@ export const TOKEN_REFRESH_MARGIN_MS = 10_000;
  * TokenRequest; a failed one is not kept. Tokens stay in memory only.
  */
 export class ServiceAccountTokens {
-  readonly #entries = new Map<string, { token: Promise<ServiceAccountToken>; refreshAt: number }>();
+  readonly #entries = new Map<
+    string,
+    { token: Promise<ServiceAccountToken>; refreshAt: number; made?: ServiceAccountToken }
+  >();
+  /** The key of the last token made per ServiceAccount and lifetime ({@link fresh}). */
+  readonly #lastBySa = new Map<string, string>();
   readonly #now: () => Date;
 
   /** @param now - the clock (refresh points are compared with it). */
@@ -98,16 +103,20 @@ export class ServiceAccountTokens {
    *
    * @param key - identifies the ServiceAccount and the lifetime asked.
    * @param request - makes a TokenRequest; its time of asking counts as the token's issue time.
+   * @param saOf - the ServiceAccount and lifetime without its uid: {@link fresh} finds the token by it.
    * @throws what `request` throws.
    */
-  async get(key: string, request: () => Promise<ServiceAccountToken>): Promise<ServiceAccountToken> {
+  async get(key: string, request: () => Promise<ServiceAccountToken>, saOf?: string): Promise<ServiceAccountToken> {
     const now = this.#now().getTime();
     const entry = this.#entries.get(key);
     if (entry && now < entry.refreshAt) return await entry.token;
     this.#entries.delete(key);
     const token = request();
     // Until the answer comes it may be shared: its refresh point is set from the answer.
-    const pending = { token, refreshAt: Number.POSITIVE_INFINITY };
+    const pending: { token: Promise<ServiceAccountToken>; refreshAt: number; made?: ServiceAccountToken } = {
+      token,
+      refreshAt: Number.POSITIVE_INFINITY,
+    };
     this.#entries.set(key, pending);
     while (this.#entries.size > TOKEN_CACHE_ENTRIES) {
       const oldest = this.#entries.keys().next().value as string;
@@ -116,11 +125,24 @@ export class ServiceAccountTokens {
     try {
       const made = await token;
       pending.refreshAt = now + (made.expiresAt.getTime() - now) / 2 - TOKEN_REFRESH_MARGIN_MS;
+      pending.made = made;
+      if (saOf) this.#lastBySa.set(saOf, key);
       return made;
     } catch (error) {
       if (this.#entries.get(key) === pending) this.#entries.delete(key);
       throw error;
     }
+  }
+
+  /**
+   * The last token made for `saOf` (as given to {@link get}) while it is still before its refresh
+   * point, without any request; `undefined` when there is none.
+   */
+  fresh(saOf: string): ServiceAccountToken | undefined {
+    const key = this.#lastBySa.get(saOf);
+    const entry = key === undefined ? undefined : this.#entries.get(key);
+    if (!entry?.made || this.#now().getTime() >= entry.refreshAt) return undefined;
+    return entry.made;
   }
 }
 
@@ -530,7 +552,17 @@ export class KubeApiClient implements KubeClient {
     }
     const uid = (sa.body as Partial<KubeObject>).metadata?.uid ?? '';
     const key = JSON.stringify([namespace, serviceAccount, uid, expirationSeconds]);
-    return await this.#tokens.get(key, () => this.#requestToken(ref, expirationSeconds));
+    const saOf = JSON.stringify([namespace, serviceAccount, expirationSeconds]);
+    return await this.#tokens.get(key, () => this.#requestToken(ref, expirationSeconds), saOf);
+  }
+
+  /** {@inheritDoc DeployCredentials.cachedServiceAccountToken} */
+  cachedServiceAccountToken(
+    namespace: string,
+    serviceAccount: string,
+    expirationSeconds: number = DEFAULT_TOKEN_EXPIRATION_SECONDS,
+  ): ServiceAccountToken | undefined {
+    return this.#tokens.fresh(JSON.stringify([namespace, serviceAccount, expirationSeconds]));
   }
 
   async #requestToken(ref: ResourceRef, expirationSeconds: number): Promise<ServiceAccountToken> {

@@ -318,6 +318,19 @@ export interface DeployCredentials {
     expirationSeconds?: number,
   ): Promise<ServiceAccountToken>;
   /**
+   * The token {@link serviceAccountToken} last made for this ServiceAccount and lifetime, while it
+   * is fresh, with no request at all (no GET of the ServiceAccount): `undefined` when there is
+   * none. Only for a request that itself proves the identity is still valid (the API server
+   * refuses a token whose ServiceAccount was deleted or recreated), as the no-op resync's list
+   * of the App's resources does: whatever that list cannot do runs the full path, which reads
+   * the ServiceAccount as upstream. Optional: a client without a token cache has none.
+   */
+  cachedServiceAccountToken?(
+    namespace: string,
+    serviceAccount: string,
+    expirationSeconds?: number,
+  ): ServiceAccountToken | undefined;
+  /**
    * `GET /version` as `major.minor.patch` (e.g. `v1.34.4+k3s1` → `1.34.4`; pre-release and
    * build metadata stripped), as `pkg/componentinfo/component_info.go`.
    *

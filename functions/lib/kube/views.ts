@@ -79,6 +79,9 @@ export function deployViewOf(client: KubeClient): DeployView {
     addFinalizer: client.addFinalizer.bind(client),
     removeFinalizer: client.removeFinalizer.bind(client),
     serviceAccountToken: client.serviceAccountToken.bind(client),
+    ...(client.cachedServiceAccountToken
+      ? { cachedServiceAccountToken: client.cachedServiceAccountToken.bind(client) }
+      : {}),
     serverVersion: client.serverVersion.bind(client),
     apiGroupVersions: client.apiGroupVersions.bind(client),
     apiServer: client.apiServer.bind(client),

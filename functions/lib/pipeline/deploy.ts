@@ -36,7 +36,7 @@ import {
   recordLive,
   reuseBlocker,
 } from '../deploy/live-record.js';
-import { runKapp } from '../deploy/run.js';
+import { cachedClusterAccess, runKapp } from '../deploy/run.js';
 import { CommandDeadlineError } from '../exec/deadline.js';
 import { CommandCanceledError } from '../exec/runner.js';
 import { UrlPolicyError } from '../fetch/url-policy.js';
@@ -157,10 +157,16 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     let work: string | undefined;
     try {
       const kapp = appKappDeploy(app.spec);
-      access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
-      reused = record.reusable ? await unchangedSince(frame, record.reusable, access, deps) : undefined;
-      if (reused) {
-        result = { stdout: reused.stdout ?? '', stderr: reused.stderr ?? '', exitCode: 0, finished: true };
+      // The check lists as the App with the token last minted for it, when fresh: no read of
+      // its ServiceAccount (the list fails if that is gone, and the full path below reads it).
+      const quick = record.reusable ? cachedClusterAccess(app, kube, mask) : undefined;
+      reused = quick && record.reusable ? await unchangedSince(frame, record.reusable, quick, deps) : undefined;
+      if (!reused) access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
+      if (!reused && !quick && record.reusable && access) {
+        reused = await unchangedSince(frame, record.reusable, access, deps);
+      }
+      if (reused || !access) {
+        result = { stdout: reused?.stdout ?? '', stderr: reused?.stderr ?? '', exitCode: 0, finished: true };
       } else {
         // A private manifest opens only with this run's cluster key (and for the App's namespace).
         const manifest = await infraStep('reading the rendered manifest', () =>

@@ -9,7 +9,7 @@ import type { ClusterKeyring } from '../artifact/keyring.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { HttpDownloader } from '../fetch/http-download.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
-import type { ClusterRegistry } from '../kube/port.js';
+import type { ClusterRegistry, KubeObject } from '../kube/port.js';
 import type { Logger } from '../log.js';
 import type { ClusterControllerConfig } from '../reconcile/controller-config.js';
 import { type SecretMask, SecretMask as SecretMaskImpl } from '../reconcile/secret-mask.js';
@@ -174,6 +174,12 @@ export interface PipelineDeps {
    * `withClusterConfig`): its `caCerts`, proxy and skipped hosts reach this run's fetches only.
    */
   clusterConfig?: ClusterControllerConfig;
+  /**
+   * The embedded driver's copy of the object of this run, handed from stage to stage in process
+   * ({@link RunCopy}): a stage opens on it instead of reading the object again. Absent (Lambda,
+   * where each stage is its own invocation): every stage after the first reads the object.
+   */
+  runCopy?: RunCopy;
   /** Wall clock. */
   now: () => Date;
   /** Uniform [0,1) source for jitter; defaults to `Math.random`. */
@@ -210,6 +216,23 @@ export interface PipelineDeps {
    * counting wrappers. Set per event by `dispatchWithRetryBound`; absent: no receipts.
    */
   meter?: import('../receipt/meter.js').StageMeter;
+}
+
+/**
+ * One run's object as its last stage knew it, kept by a driver that runs a run's stages back to
+ * back in one process (`functions/embedded/pipeline.ts`). `openStage` sets {@link frame} and a
+ * later stage of the same run opens on its `latest` copy (the object as that stage last read or
+ * wrote it, with the status it wrote) instead of a GET, unless {@link superseded}: an event about
+ * the object arrived since the run started (the forwarder saw it change), then it reads again. A
+ * change the forwarder has not reported yet is the same race as one right after a GET: the run's
+ * status writes plan on the copy's resourceVersion, so a moved object costs a 409 and a re-read
+ * there, and its fence stops a run whose spec changed.
+ */
+export interface RunCopy {
+  /** The frame of the run's last opened stage (its `latest` is kept current by its status writes). */
+  frame?: { latest?: KubeObject };
+  /** True when an event about the object waits behind this run. */
+  superseded: () => boolean;
 }
 
 /** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */

@@ -110,6 +110,10 @@ export const PKGR_KIND: StageKind<LoadedRepo> = {
     const parsed = parsePackageRepository(raw);
     return parsed.success ? { kind: 'ok', loaded: { raw, pkgr: parsed.data } } : { kind: 'invalid' };
   },
+  parse: (raw) => {
+    const parsed = parsePackageRepository(raw);
+    return parsed.success ? { raw, pkgr: parsed.data } : undefined;
+  },
   held: ({ pkgr }) => Boolean(pkgr.spec.paused),
   status: ({ pkgr }) => pkgr.status as AppStatus | undefined,
 };

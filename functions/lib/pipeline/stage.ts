@@ -17,7 +17,7 @@
  * `inspect`, so the same summarizer, bounds and write serve both).
  */
 import type { ObjectRef, StageRun } from '../../../events/schema.js';
-import type { AppStatus } from '../api/index.js';
+import { type AppStatus, parseApp } from '../api/index.js';
 import type { FetchView, KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
 import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
 import type { StageOutcome } from '../log.js';
@@ -51,6 +51,8 @@ export interface StageKind<L extends { raw: KubeObject }> {
   ref(object: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef;
   /** Reads and parses the object (`gone`/`invalid` both stop a later stage as `gone`). */
   load(kube: KubeReader, ref: ResourceRef): Promise<{ kind: 'ok'; loaded: L } | { kind: 'gone' | 'invalid' }>;
+  /** Parses an object already in hand (a run's copy, {@link RunCopy}); `undefined` when it does not fit. */
+  parse(raw: KubeObject): L | undefined;
   /** True when the object's spec holds its reconcile (paused, canceled). */
   held(loaded: L): boolean;
   /** The object's status as read (the write policy asks whether it announced the run). */
@@ -61,6 +63,10 @@ export interface StageKind<L extends { raw: KubeObject }> {
 export const APP_KIND: StageKind<LoadedApp> = {
   ref: appRef,
   load: (kube, ref): Promise<LoadResult> => loadApp(kube, ref),
+  parse: (raw) => {
+    const parsed = parseApp(raw);
+    return parsed.success ? { raw, app: parsed.data } : undefined;
+  },
   held: ({ app }) => Boolean(app.spec.canceled || app.spec.paused),
   status: ({ app }) => app.status,
 };
@@ -141,6 +147,10 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
   let loaded = input.loaded;
   let latest = loaded ? input.latest : undefined;
   if (!loaded) {
+    const copy = runCopyOf(deps, input.kind, object, fence);
+    if (copy) [loaded, latest] = [copy, copy.raw];
+  }
+  if (!loaded) {
     const read = await input.kind.load(kube, ref);
     const state = checkFence(read.kind === 'ok' ? read.loaded.raw : undefined, fence);
     if (read.kind !== 'ok' || state !== 'ok') {
@@ -157,22 +167,40 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
   }
   const secondsSince = (since: Date) => Math.max(0, (deps.now().getTime() - since.getTime()) / 1000);
   const runStartedAt = input.runStartedAt ? new Date(input.runStartedAt) : undefined;
-  return {
-    frame: {
-      kube,
-      ref,
-      object,
-      fence,
-      loaded,
-      kind: input.kind,
-      mask: secretMaskOf(deps),
-      done,
-      observe: observerOf(deps, object, input.kind.status(loaded)),
-      runSeconds: () => (runStartedAt ? secondsSince(runStartedAt) : undefined),
-      secondsSince,
-      latest,
-    },
+  const frame: StageFrame<V, L> = {
+    kube,
+    ref,
+    object,
+    fence,
+    loaded,
+    kind: input.kind,
+    mask: secretMaskOf(deps),
+    done,
+    observe: observerOf(deps, object, input.kind.status(loaded)),
+    runSeconds: () => (runStartedAt ? secondsSince(runStartedAt) : undefined),
+    secondsSince,
+    latest,
   };
+  if (deps.runCopy) deps.runCopy.frame = frame;
+  return { frame };
+}
+
+/**
+ * The object as the run's previous stage last knew it ({@link RunCopy}), parsed, when the driver
+ * keeps one, no event about the object waits, and it is the run's object (uid, namespace, name,
+ * generation); else `undefined` (the stage reads it).
+ */
+function runCopyOf<L extends { raw: KubeObject }>(
+  deps: PipelineDeps,
+  kind: StageKind<L>,
+  object: ObjectRef,
+  fence: RunFence,
+): L | undefined {
+  const copy = deps.runCopy?.frame?.latest;
+  if (!copy || deps.runCopy?.superseded()) return undefined;
+  const same = copy.metadata.name === object.name && (copy.metadata.namespace ?? '') === object.namespace;
+  if (!same || checkFence(copy, fence) !== 'ok') return undefined;
+  return kind.parse(copy);
 }
 
 /**
