@@ -60,6 +60,13 @@ export function pinnedToolVersions(): Record<string, string> {
 /** Kinds the embedded runtime watches by default: those it has a function for. */
 export const EMBEDDED_KINDS: readonly WatchedKindName[] = Object.freeze(['App', 'PackageInstall', 'PackageRepository']);
 
+/**
+ * Default life of a cached `kapp-controller-config` in the embedded runtime, ms: 5 min. The
+ * forwarder's watch invalidates it on change, so reads are only a fallback; with the Lambda
+ * default (10 s) a quiet cluster read it twice per 10 s, about 12 API requests a minute.
+ */
+export const EMBEDDED_CONTROLLER_CONFIG_TTL_MS = 300_000;
+
 /** Options of {@link startEmbedded}. */
 export interface EmbeddedOptions {
   /** Kubeconfig whose contexts are the clusters served (cluster id = context name). */
@@ -96,7 +103,10 @@ export interface EmbeddedOptions {
   config?: Partial<PipelineConfig>;
   /**
    * How long a cluster's `kapp-controller-config` is used before an event reads it again, ms
-   * (`0`: every event reads it). Default `DEFAULT_CONTROLLER_CONFIG_TTL_MS` (10 s).
+   * (`0`: every event reads it). Default {@link EMBEDDED_CONTROLLER_CONFIG_TTL_MS} (5 min): each
+   * cluster's forwarder watches the object and drops the cached copy on every change (and after
+   * each first list), so the TTL is only a bound; the Lambda functions, which have no such watch,
+   * keep `DEFAULT_CONTROLLER_CONFIG_TTL_MS` (10 s).
    */
   controllerConfigTtlMs?: number;
   /** Crash retry backoff, ms. */
@@ -232,7 +242,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       ...(connector ? { connector } : {}),
     },
     metrics,
-    ...(opts.controllerConfigTtlMs !== undefined ? { controllerConfigTtlMs: opts.controllerConfigTtlMs } : {}),
+    controllerConfigTtlMs: opts.controllerConfigTtlMs ?? EMBEDDED_CONTROLLER_CONFIG_TTL_MS,
     config: {
       tmpRoot: opts.tmpRoot,
       toolVersions: pinnedToolVersions(),
