@@ -16,8 +16,10 @@
  *     with `renewTime = now`;
  *   every write is a PUT with the `resourceVersion` just read (optimistic concurrency), so of two
  *   candidates racing for the same Lease exactly one wins; the other gets 409.
- * - the leader renews every `retryPeriodMs`. It stops leading **at once** when a renewal gets
- *   409 or finds another holder, and when no renewal succeeded for `renewDeadlineMs` (10 s),
+ * - the leader renews every `retryPeriodMs` with one PUT on the Lease it last wrote, without
+ *   reading it first (client-go v1.27+'s optimistic renewal); when that PUT fails (409 included)
+ *   it reads the Lease and decides as a candidate does. It stops leading **at once** when a
+ *   renewal finds another holder or its write gets 409, and when no renewal succeeded for `renewDeadlineMs` (10 s),
  *   counted from the start of the last successful one, even while a request hangs (a timer, not
  *   the request, ends the term). As `renewDeadlineMs < leaseDurationSeconds`, it has stopped
  *   before any other candidate may take over.
@@ -318,6 +320,20 @@ export class LeaderElector {
   /** One try: client-go's `tryAcquireOrRenew`. */
   private async tryAcquireOrRenew(now: number): Promise<Attempt> {
     const { namespace, name } = this.opts;
+    // client-go's optimistic renewal (v1.27+ `tryAcquireOrRenew`): while leading, write on the
+    // Lease last seen, without reading it first (one request per renewal instead of two). Any
+    // failure, a 409 included (someone else wrote it), falls back to the read-then-write path.
+    const seen = this.observed;
+    if (this.leading && seen && (seen.spec?.holderIdentity ?? '') === this.identity) {
+      try {
+        this.observe(
+          await this.lease.updateLease(namespace, name, seen.metadata.resourceVersion, this.spec(now, seen.spec, true)),
+        );
+        return { ok: true };
+      } catch {
+        // the slow path below reads the Lease and decides
+      }
+    }
     const current = await this.lease.getLease(namespace, name);
     if (!current) {
       if (this.leading) return { ok: false, lost: 'lease was deleted' };

@@ -202,17 +202,33 @@ describe('LeaderElector', () => {
       renewTime: '2025-03-01T10:00:10.000000Z',
       leaseTransitions: 0,
     });
-    // every update carried the resourceVersion just read
+    // every update carried the resourceVersion last written; renewals read nothing (client-go's
+    // optimistic renewal): the only GET is the acquiring one
     const updates = leases.calls.filter((c) => c.op === 'update');
     expect(updates).toHaveLength(5);
     expect(new Set(updates.map((u) => u.rv)).size).toBe(5);
+    expect(leases.calls.filter((c) => c.op === 'get')).toHaveLength(1);
+  });
+
+  it('a renewal whose optimistic write fails reads the Lease and renews when it is still its own', async () => {
+    const a = elector('a');
+    a.start();
+    await advance(0);
+    leases.updateFailures.push(new ConflictError('updating Lease kapp-lambda/kapp-lambda-forwarder: 409 conflict'));
+    const before = leases.calls.length;
+    await advance(2_000);
+    expect(a.isLeader()).toBe(true);
+    expect(leases.calls.slice(before).map((c) => c.op)).toEqual(['update', 'get', 'update']);
+    expect(events).toEqual(['a started']);
   });
 
   it('stops leading at once when a renewal gets 409', async () => {
     const a = elector('a');
     a.start();
     await advance(0);
-    leases.updateFailures.push(new ConflictError('updating Lease kapp-lambda/kapp-lambda-forwarder: 409 conflict'));
+    // the optimistic write, then the write after the read
+    for (let i = 0; i < 2; i++)
+      leases.updateFailures.push(new ConflictError('updating Lease kapp-lambda/kapp-lambda-forwarder: 409 conflict'));
     await advance(2_000);
     expect(a.isLeader()).toBe(false);
     expect(events).toEqual(['a started', 'a stopped: renewal conflicted (409)']);
