@@ -119,14 +119,17 @@ async function readApp(kube: RestTransport, ns: string, name: string): Promise<A
 
 /**
  * The merge patch that rolls an App back to receipt `id` at `meta.generation` (or, `id`
- * undefined, clears the rollback), fenced on `meta.resourceVersion`.
+ * undefined, clears the rollback: `rollback-to` becomes `""` and the generation is removed),
+ * fenced on `meta.resourceVersion`.
  */
 export function rollbackPatch(meta: AppMeta, id: string | undefined): Record<string, unknown> {
   return {
     metadata: {
       resourceVersion: meta.resourceVersion,
       annotations: {
-        [ROLLBACK_TO_ANNOTATION]: id ?? null,
+        // Cleared as "" (not removed): the reconcile step runs a `modified` event at once only
+        // for an App carrying this key, so a duplicated event of any other App stays a no-op.
+        [ROLLBACK_TO_ANNOTATION]: id ?? '',
         [ROLLBACK_GENERATION_ANNOTATION]: id ? String(meta.generation ?? 0) : null,
       },
     },

@@ -108,7 +108,7 @@ describe('receipts and rollback', () => {
     const cleared = await receipts(['rollback', `${ns}/${name}`, '--clear']);
     expect(cleared.code, cleared.err).toBe(0);
     const app = await getApp(ns, name);
-    expect(app?.metadata.annotations?.[ROLLBACK_TO_ANNOTATION]).toBeUndefined();
+    expect(app?.metadata.annotations?.[ROLLBACK_TO_ANNOTATION]).toBe(''); // cleared, key kept
     await rt.runtime.pipeline.idle();
     expect(await greeting(name)).toBe('three');
   });

@@ -261,6 +261,25 @@ describe('rollback to a receipt (kapp-lambda.carvel.dev/rollback-to)', () => {
     );
   });
 
+  it('a rollback cleared (rollback-to: "") runs at once from the spec: fetch', async () => {
+    const w = appWorld({
+      app: appObject({ status: RECENT, metadata: { annotations: { [ROLLBACK_TO_ANNOTATION]: '' } } }),
+      tmpRoot: path.join(tempDir(), 'scratch'),
+    });
+    w.runner.on('vendir', vendirWrites());
+    const next = await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(next?.type).toBe('dev.kapp-lambda.stage.template.v1');
+    expect(w.tools()).toEqual(['vendir']);
+  });
+
+  it('a modified event of the reconciled generation of an App without rollback annotations is a duplicate: no run', async () => {
+    const w = appWorld({ app: appObject({ status: RECENT }), tmpRoot: path.join(tempDir(), 'scratch') });
+    const next = await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    expect(next).toBeUndefined();
+    expect(w.tools()).toEqual([]);
+    expect(w.statuses()).toEqual([]);
+  });
+
   it('a rollback asked at an older generation no longer applies: the spec runs (fetch)', async () => {
     const w = appWorld({ app: appObject({ ...rolledBack(0), status: OLD }), tmpRoot: path.join(tempDir(), 'scratch') });
     w.runner.on('vendir', vendirWrites());

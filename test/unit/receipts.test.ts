@@ -370,7 +370,8 @@ describe('npm run receipts', () => {
     expect(t.sent.filter((s) => s.method === 'PATCH').at(-1)?.body).toEqual({
       metadata: {
         resourceVersion: '42',
-        annotations: { [ROLLBACK_TO_ANNOTATION]: null, [ROLLBACK_GENERATION_ANNOTATION]: null },
+        // "" (kept): the reconcile step runs `modified` at once only for Apps carrying the key
+        annotations: { [ROLLBACK_TO_ANNOTATION]: '', [ROLLBACK_GENERATION_ANNOTATION]: null },
       },
     });
   });

@@ -125,6 +125,15 @@ function artifactRef(key: string): { key: string; digest?: string; private: bool
 }
 
 /**
+ * Whether the App carries {@link ROLLBACK_TO_ANNOTATION} at all (a rollback, or one cleared to
+ * `""` by `npm run receipts -- rollback --clear`): only then does a `modified` event with the spec
+ * unchanged run at once (the annotations changed), so duplicated events of other Apps stay no-ops.
+ */
+export function hasRollbackAnnotation(raw: KubeObject): boolean {
+  return raw.metadata.annotations?.[ROLLBACK_TO_ANNOTATION] !== undefined;
+}
+
+/**
  * The receipt id the App is rolled back to, when its rollback annotations ask for one for its
  * current generation; `undefined` otherwise (none, cleared, or the spec changed since).
  */

@@ -12,7 +12,7 @@
  *   (`generation != observedGeneration`), else deferred to the end (§3.4), then fetch.
  *
  * Forced: `added`, `ref-changed` (a referenced Secret/ConfigMap changed, upstream's force
- * flag), `modified` (a spec change, or the rollback annotations of `./receipts.ts` changed) and
+ * flag), `modified` of an App with the rollback annotations of `./receipts.ts` (they changed) and
  * any generation change. An App rolled back for its generation runs `./rollback.ts` instead of
  * the fetch. `resync` relies on the timer, so a duplicated resync
  * event after a run is a no-op.
@@ -27,7 +27,7 @@ import { isReadyAt } from '../reconcile/timer.js';
 import { appRef, loadApp, objectKey, observerOf, stageTimer, writeAppStatus } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { runFetch } from './fetch.js';
-import { activeRollback } from './receipts.js';
+import { activeRollback, hasRollbackAnnotation } from './receipts.js';
 import { runRollback } from './rollback.js';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms. */
@@ -108,14 +108,15 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
       'run left in flight (Reconciling); running again',
     );
   }
-  // `modified` with the spec unchanged: the rollback annotations changed (the forwarder's App
-  // change key), so the App is deployed from (or back off) a receipt's render at once.
+  // `modified` with the spec unchanged on an App with rollback annotations: they changed (the
+  // forwarder's App change key), so the App is deployed from (or back off) a receipt's render at
+  // once. For any other App a `modified` of the same generation is a duplicate: no run.
   const forced =
     specChanged ||
     lostRun ||
     event.data.reason === 'added' ||
     event.data.reason === 'ref-changed' ||
-    event.data.reason === 'modified';
+    (event.data.reason === 'modified' && hasRollbackAnnotation(raw));
   const now = deps.now();
   if (!forced && !isReadyAt(app, new Date(now.getTime() + RESYNC_EARLY_TOLERANCE_MS), { config: deps.config.timer })) {
     done('noop');
