@@ -36,8 +36,8 @@ import {
   parseClusterDoc,
 } from './cluster-doc.js';
 import { type ApiServerInfo, type ClusterRegistry, UnknownClusterError } from './port.js';
-import { type ClusterViews, clusterViewsOf, ViewsClusterRegistry } from './registry.js';
 import { ClientNodeRestTransport, ClientNodeWatchTransport, type WatchTransport } from './transport.js';
+import { type ClusterViews, clusterViewsOf, ViewsClusterRegistry } from './views-registry.js';
 
 /** Default {@link StoreClusterRegistryOptions.ttlMs}: 60 s. */
 export const DEFAULT_CLUSTER_TTL_MS = 60_000;
