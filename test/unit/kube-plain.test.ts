@@ -237,6 +237,19 @@ describe('PlainRestTransport and PlainWatchTransport', () => {
     execRest.close();
   });
 
+  it('asks a bearer source per request and per watch, ahead of a static token', async () => {
+    const tokens = ['b1', 'b2', 'b3'];
+    const conn = { server: base, token: 'static', bearer: async () => tokens.shift() ?? 'none' };
+    const rest = new PlainRestTransport(conn);
+    await rest.send({ method: 'GET', path: '/a' });
+    expect(seen.at(-1)?.auth).toBe('Bearer b1');
+    await rest.send({ method: 'GET', path: '/b' });
+    expect(seen.at(-1)?.auth).toBe('Bearer b2');
+    rest.close();
+    await new PlainWatchTransport(conn).stream('/api/v1/secrets', {}, () => {});
+    expect(seen.at(-1)?.auth).toBe('Bearer b3');
+  });
+
   it('streams watch events split across chunks, in order, and reports a refused watch with its status', async () => {
     const watch = new PlainWatchTransport({ server: base, token: 'w' });
     const lines: [string, unknown][] = [];

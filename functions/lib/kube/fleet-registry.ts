@@ -16,13 +16,6 @@
  *
  * @module
  */
-import {
-  type ApiConstructor,
-  type ApiType,
-  type Configuration,
-  KubeConfig,
-  type Cluster as KubeConfigCluster,
-} from '@kubernetes/client-node';
 import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineStage } from '../transport/port.js';
@@ -35,9 +28,9 @@ import {
   MAX_CLUSTER_DOC_BYTES,
   parseClusterDoc,
 } from './cluster-doc.js';
+import { type PlainConnection, PlainRestTransport, PlainWatchTransport } from './plain.js';
 import { type ApiServerInfo, type ClusterRegistry, UnknownClusterError } from './port.js';
-import { type ClusterViews, clusterViewsOf, ViewsClusterRegistry } from './registry.js';
-import { ClientNodeRestTransport, ClientNodeWatchTransport, type WatchTransport } from './transport.js';
+import { type ClusterViews, clusterViewsOf, ViewsClusterRegistry } from './views-registry.js';
 
 /** Default {@link StoreClusterRegistryOptions.ttlMs}: 60 s. */
 export const DEFAULT_CLUSTER_TTL_MS = 60_000;
@@ -74,46 +67,40 @@ interface Entry extends ClusterViews {
   current?: BearerToken;
 }
 
-/** The kubeconfig cluster entry of a document. */
-function kubeConfigCluster(doc: ClusterDoc): KubeConfigCluster {
+/** The plain connection of a document, its bearer asked for per request (per watch). */
+function connectionOf(doc: ClusterDoc, bearer: () => Promise<string>): PlainConnection {
   return {
-    name: doc.id,
     server: doc.endpoint,
-    caData: doc.caData,
-    skipTLSVerify: false,
+    ca: Buffer.from(doc.caData, 'base64').toString('utf8'),
+    bearer,
     ...(doc.tlsServerName ? { tlsServerName: doc.tlsServerName } : {}),
   };
 }
 
-/** A KubeConfig for one document, authenticated with `token` when given (none: the bearer is added per request). */
-function kubeConfigOf(doc: ClusterDoc, token?: string): KubeConfig {
-  const kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [kubeConfigCluster(doc)],
-    users: [{ name: 'kapp-lambda', ...(token ? { token } : {}) }],
-    contexts: [{ name: doc.id, cluster: doc.id, user: 'kapp-lambda' }],
-    currentContext: doc.id,
+/**
+ * A document's kubeconfig authenticated with `token`, as JSON (valid YAML), in the shape
+ * client-node's `KubeConfig.exportConfig` writes (what this registry handed before).
+ */
+function kubeconfigOf(doc: ClusterDoc, token: string): string {
+  return JSON.stringify({
+    apiVersion: 'v1',
+    kind: 'Config',
+    clusters: [
+      {
+        name: doc.id,
+        cluster: {
+          server: doc.endpoint,
+          'certificate-authority-data': doc.caData,
+          'insecure-skip-tls-verify': false,
+          ...(doc.tlsServerName ? { 'tls-server-name': doc.tlsServerName } : {}),
+        },
+      },
+    ],
+    users: [{ name: 'kapp-lambda', user: { token } }],
+    contexts: [{ name: doc.id, context: { name: doc.id, cluster: doc.id, user: 'kapp-lambda' } }],
+    preferences: {},
+    'current-context': doc.id,
   });
-  return kc;
-}
-
-/** Watches with a token asked for per watch (a new KubeConfig each time: client-node's Watch reads it once). */
-class BearerWatchTransport implements WatchTransport {
-  constructor(
-    readonly doc: ClusterDoc,
-    readonly bearer: BearerSource,
-  ) {}
-
-  /** {@inheritDoc WatchTransport.stream} */
-  async stream(
-    path: string,
-    query: Record<string, string | number | boolean | undefined>,
-    onLine: (type: string, object: unknown) => void,
-    signal?: AbortSignal,
-  ): Promise<void> {
-    const { token } = await this.bearer.token();
-    return new ClientNodeWatchTransport(kubeConfigOf(this.doc, token)).stream(path, query, onLine, signal);
-  }
 }
 
 /**
@@ -165,15 +152,10 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
       caData: doc.caData,
       ...(doc.tlsServerName ? { tlsServerName: doc.tlsServerName } : {}),
     };
-    const token = async () => (await bearer.token()).token;
-    const Rest = class extends ClientNodeRestTransport {
-      constructor(configuration: Configuration) {
-        super(configuration, token);
-      }
-    };
+    const conn = connectionOf(doc, async () => (await bearer.token()).token);
     const client = new KubeApiClient({
-      rest: kubeConfigOf(doc).makeApiClient(Rest as unknown as ApiConstructor<ApiType & ClientNodeRestTransport>),
-      watch: new BearerWatchTransport(doc, bearer),
+      rest: new PlainRestTransport(conn),
+      watch: new PlainWatchTransport(conn),
       apiServer,
     });
     return { ...clusterViewsOf(client), text, doc, loadedAt: this.#now(), bearer };
@@ -274,6 +256,6 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
   runtimeKubeconfig(clusterId: string): string {
     const entry = this.#entry(clusterId);
     if (!entry.current) throw new UnknownClusterError(clusterId);
-    return kubeConfigOf(entry.doc, entry.current.token).exportConfig();
+    return kubeconfigOf(entry.doc, entry.current.token);
   }
 }

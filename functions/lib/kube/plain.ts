@@ -49,6 +49,12 @@ export interface PlainConnection {
   tokenFile?: string;
   /** Exec credential plugin giving the bearer token, run again as its token expires. */
   exec?: ExecPlugin;
+  /**
+   * Bearer token asked for per request (per watch for a watch), so a short-lived token is
+   * replaced as it expires (the fleet registry's EKS and ServiceAccount tokens); wins over the
+   * other token sources.
+   */
+  bearer?: () => Promise<string>;
   /** `insecure-skip-tls-verify`. */
   insecureSkipTlsVerify?: boolean;
   /** `tls-server-name`: the name the server's certificate is checked against. */
@@ -119,6 +125,7 @@ async function runExecPlugin(plugin: ExecPlugin): Promise<{ token: string; renew
 
 /** `Authorization` header value source of a connection: static, from a file, from an exec plugin, or none. */
 function bearerOf(conn: PlainConnection): () => Promise<string | undefined> {
+  if (conn.bearer) return conn.bearer;
   if (conn.token) {
     const token = conn.token;
     return async () => token;
