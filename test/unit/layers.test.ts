@@ -143,6 +143,11 @@ describe('function bundle contents', () => {
       // unused WebSocket stack is left out; prom-client is the embedded runtime's only.
       expect(inputs).toContain('node-url:whatwg-url');
       expect(inputs.filter((f) => /^node_modules\/(whatwg-url|tr46|ws|@smithy|prom-client)\//.test(f))).toEqual([]);
+      // zod's 40+ locale files (~370 KB) stay out: only `import * as z from 'zod'` lets esbuild
+      // drop them (a named `{ z }` import keeps the whole namespace, `z.locales` included).
+      expect(
+        inputs.filter((f) => f.startsWith('node_modules/zod/v4/locales/') && !/\/(en|index)\.js$/.test(f)),
+      ).toEqual([]);
     },
     60_000,
   );

@@ -20,7 +20,7 @@
  * @module
  */
 import { createHash } from 'node:crypto';
-import { z } from 'zod';
+import * as z from 'zod';
 import type { Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
 import { AWS_PRICES_USD, STAGE_MEMORY_MIB } from './prices.js';
