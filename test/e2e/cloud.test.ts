@@ -761,7 +761,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
         );
         return r.Messages?.find((m) => m.MessageId === messageId);
       },
-      { timeoutMs: 120_000, intervalMs: 500 },
+      { timeoutMs: 240_000, intervalMs: 500 },
     );
 
   it('a poison message fails on every receive, says why in the log, and ends in the dead-letter queue', async () => {
@@ -801,7 +801,10 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     expect(String(lines.at(-1)?.error)).toContain('not-a-served-cluster');
   });
 
-  it('a stage that fails on every receive ends its run on the last one: ReconcileFailed says why, the record is dead-lettered', async () => {
+  it('a stage that fails on every receive ends its run on the last one: ReconcileFailed says why, the record is dead-lettered', {
+    // five receives 5 s apart, each a function run on a machine busy with the other tests
+    timeout: 360_000,
+  }, async () => {
     // The cluster refuses this App's status writes (an admission policy, as a policy engine
     // would) unless the status reports a failure: every receive of its fetch record fails,
     // until the last allowed one (`DEFAULT_MAX_ATTEMPTS`) writes the final ReconcileFailed.

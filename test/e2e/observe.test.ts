@@ -15,6 +15,7 @@ import {
   apply,
   appManifest,
   expectSucceeded,
+  getApp,
   inlineConfigMapApp,
   k,
   RFC3339,
@@ -197,10 +198,12 @@ describe.sequential('reconcile Events and /metrics', () => {
   });
 
   it('a later process adds to the count of the same Event on the API server', async () => {
-    const before = await failedTimes(BAD, 2);
-    const runs = before.status?.consecutiveReconcileFailures ?? 0;
-    // A new runtime (a new process's recorder) keeps the metrics registry being served.
+    await failedTimes(BAD, 2);
+    // A new runtime (a new process's recorder) keeps the metrics registry being served. The
+    // failures are counted once the old runtime has stopped: a retry it was running meanwhile
+    // may have failed once more, and that one must not count as the new process's.
     await rt.stop();
+    const runs = (await getApp(NS, BAD))?.status?.consecutiveReconcileFailures ?? 0;
     rt.restart({ metrics: rt.runtime.metrics });
     await failedTimes(BAD, runs + 1);
     const failed = await eventOf(bad, 'ReconcileFailed');
