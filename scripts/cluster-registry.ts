@@ -51,6 +51,7 @@ import { LocalDirStore } from '../functions/lib/store/local.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { S3Store } from '../functions/lib/store/s3.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../functions/lib/transport/port.js';
+import { runIfEntry } from './cli.js';
 
 /** Directory of the RBAC manifests, one file per function plus `token-identities.yml`. */
 export const RBAC_DIR = path.resolve(import.meta.dirname, '../infra/rbac');
@@ -410,16 +411,4 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   return 0;
 }
 
-if (process.argv[1] && path.resolve(process.argv[1]) === import.meta.filename) {
-  main(process.argv.slice(2)).then(
-    (code) => {
-      process.exitCode = code;
-    },
-    (err: unknown) => {
-      // The cause (an S3 or filesystem error) is what tells a user why: no credentials, no network.
-      const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
-      process.stderr.write(`cluster: ${err instanceof Error ? err.message : String(err)}${cause}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+runIfEntry(import.meta.filename, 'cluster', (argv) => main(argv));

@@ -31,6 +31,7 @@ import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../funct
 import { listReceipts, type Receipt, type ReceiptOwner, readReceipt } from '../functions/lib/receipt/receipt.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { cacheRoot } from '../layers/gobuild.js';
+import { runIfEntry } from './cli.js';
 import { registryStore } from './cluster-registry.js';
 
 const USAGE = `usage:
@@ -237,15 +238,4 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   return 0;
 }
 
-if (process.argv[1] && path.resolve(process.argv[1]) === import.meta.filename) {
-  main(process.argv.slice(2)).then(
-    (code) => {
-      process.exitCode = code;
-    },
-    (err: unknown) => {
-      const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
-      process.stderr.write(`receipts: ${err instanceof Error ? err.message : String(err)}${cause}\n`);
-      process.exitCode = 1;
-    },
-  );
-}
+runIfEntry(import.meta.filename, 'receipts', (argv) => main(argv));
