@@ -157,6 +157,14 @@ describe.concurrent('global packages through the resolver, and namespace deletio
     const deletes = rt.records.filter(
       (r) => r.msg === 'stage run' && r.obj.stage === 'delete' && String(r.obj.object).endsWith(`/${ns}/doomed`),
     );
-    expect(deletes.map((r) => r.obj.outcome)).toEqual(['deleted']);
+    // Under load a first `kapp delete` can race the namespace controller (it deletes the same
+    // objects and kapp's record at once) and fail; upstream retries it with the failure backoff, and
+    // so does this. What must hold: it ends with a successful delete, and no attempt was anything
+    // but a failed (retried) one before it. A failed attempt's error is printed for the CI log.
+    for (const r of deletes.filter((d) => d.obj.outcome !== 'deleted')) {
+      console.warn(`retried delete of ${ns}/doomed: ${String(r.obj.outcome)}: ${String(r.obj.error)}`);
+    }
+    expect(deletes.at(-1)?.obj.outcome).toBe('deleted');
+    expect(deletes.slice(0, -1).map((r) => r.obj.outcome)).toEqual(deletes.slice(0, -1).map(() => 'failed'));
   });
 });
