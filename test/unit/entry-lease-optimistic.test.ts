@@ -24,7 +24,16 @@ import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { ABSENT_LEASE, leaseKey, parseLease, RunLeases } from '../../functions/lib/lease/index.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import { type AppWorld, appObject, appWorld, NOW, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
+import {
+  type AppWorld,
+  appObject,
+  appWorld,
+  NOW,
+  REF,
+  RUN,
+  SUCCEEDED_BEFORE,
+  vendirWrites,
+} from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('entry-lease-optimistic-');
@@ -252,5 +261,55 @@ describe('the optimistic run (no lease while it only reads)', () => {
     expect(t.w.tools()).toEqual(['kapp', 'kapp', 'kapp']);
     expect(t.w.outcomes().at(-1)).toEqual(['deploy', 'succeeded']);
     expect(t.sender.sent).toEqual([]);
+  });
+});
+
+describe('the optimistic run from the fetch function', () => {
+  /** An App due for its resync (its last run wrote no times), fetching `fetch`, and the fetch function with leases. */
+  function fetchWorld(fetch: unknown[]) {
+    const w = appWorld({
+      app: appObject({ status: SUCCEEDED_BEFORE, spec: { fetch } }),
+      tmpRoot: path.join(tempDir(), 'scratch'),
+    });
+    const leases = new RunLeases({ store: w.store, now: () => new Date(NOW) });
+    const sender = new MemoryEventSender();
+    const fetchFn = makeSqsHandler('fetch', () => ({ pipeline: w.deps, sender, log: w.log, leases }));
+    return { w, leases, sender, fetchFn };
+  }
+
+  it('a cached fetch hands on without the lease: the template event carries the version it started from', async () => {
+    const t = fetchWorld([{ inline: { paths: { 'config.yml': 'a: 1\n' } } }]);
+    t.w.runner.on('vendir', vendirWrites());
+    // A first fetch (no lease: the stage alone) keeps the pinned fetch's record.
+    await dispatchEvent(change('added', '1'), t.w.deps);
+    expect(t.w.tools()).toEqual(['vendir']);
+    expect(await t.fetchFn(record(change('resync', '2')))).toEqual({ batchItemFailures: [] });
+    expect(t.w.tools()).toEqual(['vendir']);
+    const next = t.sender.sent[0]?.event;
+    expect(next?.type).toBe(EVENT_TYPES.template);
+    expect(next && next.type === EVENT_TYPES.template ? next.data.run.lease : undefined).toBe(ABSENT_LEASE);
+    expect(await t.w.store.get(KEY)).toBeUndefined();
+  });
+
+  it('a fetch that runs vendir claims the lease first and hands it on as a run holding it', async () => {
+    const t = fetchWorld([{ git: { url: 'https://git.example/repo', ref: 'origin/main' } }]);
+    const resync = change('resync', '2');
+    let during: string | undefined;
+    t.w.runner.on(
+      'vendir',
+      vendirWrites('lock: vendir\n', () => {
+        void t.w.store.get(KEY).then((b) => {
+          during = parseLease(b).holder;
+        });
+      }),
+    );
+    expect(await t.fetchFn(record(resync))).toEqual({ batchItemFailures: [] });
+    expect(t.w.tools()).toEqual(['vendir']);
+    expect(during).toBe(`event:${resync.id}`);
+    const next = t.sender.sent[0]?.event;
+    if (next?.type !== EVENT_TYPES.template) throw new Error('no template event');
+    // A run holding the lease: its next stage takes it as before (no version carried).
+    expect(next.data.run.lease).toBeUndefined();
+    expect(parseLease(await t.w.store.get(KEY)).holder).toBe(`run:${next.data.run.runId}`);
   });
 });

@@ -21,6 +21,7 @@
  * | the same, and that status write failed too | logged, `batchItemFailures` | SQS moves it to the DLQ |
  * | not started: the function deadline had come | logged, `batchItemFailures` | yes (a later invocation runs it) |
  * | an App event whose run lease another run holds ({@link EntryDeps.leases}) | coalesced into the lease's one follow-up, acknowledged | no (the holder sends the follow-up when its run ends) |
+ * | an optimistic run (a resync holding no lease) another run started beside | stopped before its next write, acknowledged; a `resync` from the start coalesced into the lease (or sent when free) | no |
  *
  * FIFO ordering: records are processed one at a time in batch order, and once a record of a
  * message group fails, the later records of that group are failed without running (Lambda
@@ -45,7 +46,12 @@
  * runs (`../lease/`), renews it while the stage runs, passes it to the next stage's event before
  * sending that, and ends it when the run ends (or the stage fails), sending the follow-up the
  * events coalesced meanwhile became. So one App has at most one run across the three functions,
- * as in the embedded runtime.
+ * as in the embedded runtime. A `resync` that finds the lease free runs optimistic instead
+ * (`OptimisticRun`, `../lease/`): it writes nothing to the lease while its stages only read, its
+ * writes gated (`./lease-gate.ts`: the first tool, store write or finalizer change claims the
+ * lease; a status write is checked against the lease and refused on a 409), and when another run
+ * started meanwhile it stops, acknowledged, and the App runs again from the start through the
+ * lease (outcome `coalesced`).
  *
  * @module
  */

@@ -20,11 +20,13 @@
  *   half of it left; a crashed holder's lease expires and the next event takes it over.
  *
  * Object-store requests (each change a read and a conditional write; a change that would write
- * the lease as it is skips the write): an idle resync, which runs fetch, template and deploy
- * without a tool, reads the lease 6 times and writes it 3 times (the object event's acquire, the
- * hand-off from the object event to the run, the end); the run's own hand-off and acquire of
- * template and deploy only read it while the claim is fresh. {@link idleRunLeaseRequests} counts
- * them by running this code.
+ * the lease as it is skips the write): a run that works reads the lease 6 times and writes it 3
+ * times (the object event's acquire, the hand-off from the object event to the run, the end); the
+ * run's own hand-off and acquire of template and deploy only read it while the claim is fresh. An
+ * idle resync writes nothing: it runs optimistic ({@link OptimisticRun}: the lease read once by
+ * fetch and once before deploy's final status write) and takes the lease only when a stage must
+ * work. {@link idleRunLeaseRequests} and {@link workingRunLeaseRequests} count them by running
+ * this code.
  * - `pending`: an event that found the lease held by another run: acknowledged without running,
  *   coalesced into this one follow-up (`coalesceEvents`, the embedded runtime's rule), and sent
  *   when the run ends ({@link HeldLease.end}), with the lease reserved for it.
