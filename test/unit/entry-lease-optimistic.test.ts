@@ -78,7 +78,7 @@ const change = (reason: 'added' | 'resync', rv: string) =>
  * An App deployed once (its deploy record kept, its finalizer on), its live ConfigMap served by
  * `live()`, and the deploy function with the run lease on the world's store.
  */
-async function deployedWorld(drifted = false) {
+async function deployedWorld(drifted = false, failSends = 0) {
   let live: unknown[] = [LIVE];
   const w: AppWorld = appWorld({
     app: appObject({ status: SUCCEEDED_BEFORE }),
@@ -113,7 +113,8 @@ async function deployedWorld(drifted = false) {
   // A ConfigMap edited by hand since: the next deploy runs kapp.
   if (drifted) live = [DRIFTED];
   const leases = new RunLeases({ store: w.store, now: () => new Date(NOW) });
-  const sender = new MemoryEventSender();
+  let failing = failSends;
+  const sender = new MemoryEventSender(() => (failing-- > 0 ? new Error('SQS unavailable') : undefined));
   const deps = { pipeline: w.deps, sender, log: w.log, leases };
   return {
     w,
@@ -212,6 +213,22 @@ describe('the optimistic run (no lease while it only reads)', () => {
     expect(t.outcome('r2')?.outcome).toBe('done');
     expect(t.w.outcomes().at(-1)).toEqual(['reconcile', 'noop']);
     expect(parseLease(await t.w.store.get(KEY)).holder).toBeUndefined();
+  });
+
+  it('a restart that cannot be queued fails the record; its retry stops again and queues the same restart', async () => {
+    const t = await deployedWorld(false, 1);
+    const seen = (await t.leases.read(KEY)).version;
+    const real = await t.leases.acquire(change('added', '2'));
+    if (real.kind !== 'acquired') throw new Error('the real run did not get the lease');
+    await real.lease.end();
+    const event = optimisticDeploy(seen);
+    expect(await t.deployFn(record(event, 'o1', 1))).toEqual({ batchItemFailures: [{ itemIdentifier: 'o1' }] });
+    expect(t.sender.sent).toEqual([]);
+    expect(await t.deployFn(record(event, 'o1', 2))).toEqual({ batchItemFailures: [] });
+    const restart = t.sender.sent[0]?.event;
+    expect(restart?.type).toBe(EVENT_TYPES.object);
+    expect(parseLease(await t.w.store.get(KEY)).holder).toBe(`event:${restart?.id}`);
+    expect(t.w.tools()).toEqual(['kapp']);
   });
 
   it('a real run that takes the lease after the check and writes the App first: the 409 stops the idle write', async () => {

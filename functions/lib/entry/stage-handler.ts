@@ -528,7 +528,9 @@ function withRunLease(next: KappEvent, seen: string | undefined): KappEvent {
  * object event (`OptimisticRun.restartEvent`: coalesced into the holder's follow-up, or sent to
  * the fetch function with the lease reserved for it). Nothing is restarted when the event
  * itself is the lease's follow-up already.
- * @throws InfraError when the lease or the send fails (the record is retried and stops again).
+ *
+ * @returns `coalesced`; `failed` when the lease or the send failed (logged; the record is
+ *   retried, stops again and sends the same restart). Never throws.
  */
 async function restartOptimistic(
   run: OptimisticRun,
@@ -537,15 +539,23 @@ async function restartOptimistic(
   log: Logger,
 ): Promise<RecordOutcome> {
   const leases = d.leases as RunLeases;
-  if (run.stopped === 'restart') {
-    const again = run.restartEvent(d.pipeline.now());
-    const got = await infraStep('taking the run lease', () => leases.acquire(again));
-    if (got.kind === 'acquired') {
-      const next = got.event;
-      await infraStep('passing the run lease on', () => got.lease.handOff(next));
-      const to = targetFunction(next);
-      await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
+  try {
+    if (run.stopped === 'restart') {
+      const again = run.restartEvent(d.pipeline.now());
+      const got = await infraStep('taking the run lease', () => leases.acquire(again));
+      if (got.kind === 'acquired') {
+        const next = got.event;
+        await infraStep('passing the run lease on', () => got.lease.handOff(next));
+        const to = targetFunction(next);
+        await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
+      }
     }
+  } catch (err) {
+    log.error(
+      { stage, outcome: 'failed' satisfies RecordOutcome, type: run.event.type, error: errorText(err) },
+      'optimistic run stopped, but its restart could not be queued; will be retried',
+    );
+    return 'failed';
   }
   log.info(
     { stage, outcome: 'coalesced' satisfies RecordOutcome, type: run.event.type, restarted: run.stopped === 'restart' },
