@@ -190,12 +190,19 @@ export type ObjectEventData = z.infer<typeof ObjectEventDataSchema>;
  * - `generation`: the object's generation the run started for (fencing: a run whose
  *   generation is older than the live object's must not overwrite newer status);
  * - `runId`: ≤ 128 chars of `[A-Za-z0-9._:-]`, the same for every stage of one run;
- * - `startedAt`: RFC 3339 time the run's first stage started.
+ * - `startedAt`: RFC 3339 time the run's first stage started;
+ * - `lease` (Lambda): set while the run is optimistic, holding no run lease: the version of the
+ *   App's free lease its first stage saw (`functions/lib/lease/` `OptimisticRun`), ≤ 256 printable
+ *   ASCII characters (an S3 ETag, or `absent`).
  */
 export const StageRunSchema = z.strictObject({
   generation,
   runId: token(128),
   startedAt: timestamp,
+  lease: z
+    .string()
+    .regex(/^[\x21-\x7e]{1,256}$/)
+    .optional(),
 });
 /** See {@link StageRunSchema}. */
 export type StageRun = z.infer<typeof StageRunSchema>;

@@ -194,6 +194,37 @@ describe('the run lease of an App on versitygw (issue 11 item 6b)', () => {
     const next = await leases.acquire(followUp as KappEvent);
     expect(next.kind).toBe('acquired');
     if (next.kind === 'acquired') expect(await next.lease.end()).toBeUndefined();
-    expect(parseLease(await store.get(leaseKey(ref)))).toEqual({});
+    expect(parseLease(await store.get(leaseKey(ref)))).toEqual({
+      seq: expect.any(Number),
+      last: `event:${followUp?.id}`,
+    });
+  });
+
+  it('an optimistic resync sees the lease moved once another run took it and freed it again (issue 13 item 8)', async () => {
+    const leases = new RunLeases({ store });
+    const other = { ...ref, name: 'optimistic-app' };
+    const resync = (rv: string) =>
+      objectEvent({ ...other, apiVersion: API_VERSIONS.App, uid: 'u2', generation: 1, resourceVersion: rv }, 'resync', {
+        time: '2025-01-01T00:00:00Z',
+      });
+    // A first run leaves the lease free: the next resync runs optimistic from that version.
+    const first = await leases.acquire(resync('1'));
+    if (first.kind !== 'acquired') throw new Error('the first run did not get the lease');
+    await first.lease.end();
+    const optimistic = await leases.start(resync('2'));
+    if (!optimistic) throw new Error('a resync of a free lease did not run optimistic');
+    // Another run takes the lease and frees it: the same record but for its write count and run.
+    const real = await leases.acquire(resync('3'));
+    if (real.kind !== 'acquired') throw new Error('the real run did not get the lease');
+    await real.lease.end();
+    expect((await leases.read(leaseKey(other))).version).not.toBe(optimistic.seen);
+    await expect(optimistic.verify()).rejects.toThrow(/another run of the App started/);
+    expect(optimistic.stopped).toBe('restart');
+    // A resync that starts now claims the lease with one conditional write, and holds it.
+    const next = await leases.start(resync('4'));
+    if (!next) throw new Error('a resync of a free lease did not run optimistic');
+    const held = await next.claim();
+    expect(parseLease(await store.get(leaseKey(other))).holder).toBe(held.holder);
+    expect(await leases.acquire(resync('5'))).toMatchObject({ kind: 'coalesced' });
   });
 });

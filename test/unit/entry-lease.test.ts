@@ -86,6 +86,6 @@ describe('the run lease across the stage functions', () => {
       record(deployEvent({ object: REF, run: RUN, artifacts: { manifestKey: MANIFEST_KEY } }, { time: NOW })),
     );
     expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'm1' }] });
-    expect(parseLease(await w.store.get(leaseKey(REF)))).toEqual({});
+    expect(parseLease(await w.store.get(leaseKey(REF)))).toEqual({ seq: 2, last: `run:${RUN.runId}` });
   });
 });

@@ -21,6 +21,7 @@
  * | the same, and that status write failed too | logged, `batchItemFailures` | SQS moves it to the DLQ |
  * | not started: the function deadline had come | logged, `batchItemFailures` | yes (a later invocation runs it) |
  * | an App event whose run lease another run holds ({@link EntryDeps.leases}) | coalesced into the lease's one follow-up, acknowledged | no (the holder sends the follow-up when its run ends) |
+ * | an optimistic run (a resync holding no lease) another run started beside | stopped before its next write, acknowledged; a `resync` from the start coalesced into the lease (or sent when free) | no |
  *
  * FIFO ordering: records are processed one at a time in batch order, and once a record of a
  * message group fails, the later records of that group are failed without running (Lambda
@@ -45,11 +46,17 @@
  * runs (`../lease/`), renews it while the stage runs, passes it to the next stage's event before
  * sending that, and ends it when the run ends (or the stage fails), sending the follow-up the
  * events coalesced meanwhile became. So one App has at most one run across the three functions,
- * as in the embedded runtime.
+ * as in the embedded runtime. A `resync` that finds the lease free runs optimistic instead
+ * (`OptimisticRun`, `../lease/`): it writes nothing to the lease while its stages only read, its
+ * writes gated (`./lease-gate.ts`: the first tool, store write or finalizer change claims the
+ * lease; a status write is checked against the lease and refused on a 409), and when another run
+ * started meanwhile it stops, acknowledged, and the App runs again from the start through the
+ * lease (outcome `coalesced`).
  *
  * @module
  */
 import {
+  EVENT_TYPES,
   isSourcePollEvent,
   type KappEvent,
   objectRefOf,
@@ -60,13 +67,14 @@ import {
   targetFunction,
 } from '../../../events/schema.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
-import { type HeldLease, leaseSubject, type RunLeases } from '../lease/index.js';
+import { type HeldLease, leaseSubject, type OptimisticRun, type RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound, infraStep } from '../pipeline/retry-bound.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
+import { gatedPorts } from './lease-gate.js';
 import { messageGroupRefusal } from './sender.js';
 
 /** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
@@ -378,47 +386,73 @@ async function processRecord(
   const secretMask = new SecretMask();
   let lease: HeldLease | undefined;
   let stopRenewing: (() => void) | undefined;
+  let optimistic: OptimisticRun | undefined;
   try {
     let run = event;
     if (d.leases && leaseSubject(event)) {
       const leases = d.leases;
-      const got = await infraStep('taking the run lease', () => leases.acquire(event));
-      if (got.kind === 'coalesced') {
-        elog.info(
-          { stage, outcome: 'coalesced' satisfies RecordOutcome, type: event.type, holder: got.holder },
-          'another run of this object holds its lease; coalesced into its follow-up',
-        );
-        return 'coalesced';
+      optimistic = await infraStep('reading the run lease', () => leases.start(event));
+      if (!optimistic) {
+        const got = await infraStep('taking the run lease', () => leases.acquire(event));
+        if (got.kind === 'coalesced') {
+          elog.info(
+            { stage, outcome: 'coalesced' satisfies RecordOutcome, type: event.type, holder: got.holder },
+            'another run of this object holds its lease; coalesced into its follow-up',
+          );
+          return 'coalesced';
+        }
+        if (got.tookOver) elog.warn({ stage, lease: got.lease.key }, 'run lease had expired; taken over');
+        ({ lease, event: run } = got);
+        stopRenewing = got.lease.keepAlive(elog);
       }
-      if (got.tookOver) elog.warn({ stage, lease: got.lease.key }, 'run lease had expired; taken over');
-      ({ lease, event: run } = got);
-      stopRenewing = got.lease.keepAlive(elog);
     }
-    const held = lease;
+    const opt = optimistic;
+    /** Claims the lease of an optimistic run before its first real work (`./lease-gate.ts`). */
+    const claim = async (): Promise<void> => {
+      if (!opt || lease) return;
+      const held = await infraStep('taking the run lease', () => opt.claim());
+      lease = held;
+      stopRenewing = held.keepAlive(elog);
+    };
     // The deadline reaches every tool through the runner of the stage's deps.
     const runner = deadline ? withDeadline(d.pipeline.runner, deadline) : d.pipeline.runner;
+    const ports = { ...d.pipeline, runner };
     const dispatch = d.dispatch ?? (await getRoute()).dispatch;
     const prepare = d.prepare;
     const r = await dispatchWithRetryBound(
       run,
-      { ...d.pipeline, runner, log: elog, ...(deadline ? { deadline } : {}) },
+      { ...(opt ? gatedPorts(ports, opt, claim) : ports), log: elog, ...(deadline ? { deadline } : {}) },
       { attempt: receiveCount ?? 0, maxAttempts },
       {
         secretMask,
         ...(prepare ? { prepare } : {}),
         dispatch: async (e, deps) => {
-          const next = await dispatch(e, deps);
+          let next: KappEvent | undefined;
+          try {
+            next = await dispatch(e, deps);
+          } catch (err) {
+            // An optimistic run that must stop is no failure: it ends here (see below).
+            if (opt?.stopped) return undefined;
+            throw err;
+          }
           if (deadline?.aborted) elog.warn({ stage, type: e.type }, 'function deadline reached while the stage ran');
-          return next;
+          return opt?.stopped ? undefined : next;
         },
         forward: async (next) => {
           const to = targetFunction(next);
+          // An optimistic run goes on without the lease while it only reads; any other hand-off
+          // (the delete path) is real work.
+          if (opt && !lease && !carriesRunLease(next)) await claim();
+          const sent = withRunLease(next, lease ? undefined : opt?.seen);
           // The run keeps its lease: passed to the next stage's event before that is sent.
-          if (held) await infraStep('passing the run lease on', () => held.handOff(next));
-          await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
+          const held = lease;
+          if (held) await infraStep('passing the run lease on', () => held.handOff(sent));
+          await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, sent));
         },
       },
     );
+    if (opt?.stopped) return await restartOptimistic(opt, d, stage, elog);
+    const held = lease;
     if (!r.next && held) {
       lease = undefined;
       await endRun(held, d, elog);
@@ -447,6 +481,7 @@ async function processRecord(
     );
     return 'forwarded';
   } catch (err) {
+    if (optimistic?.stopped) return await restartOptimistic(optimistic, d, stage, elog);
     const last = receiveCount !== undefined && receiveCount >= maxAttempts;
     elog.error(
       {
@@ -470,6 +505,63 @@ async function processRecord(
   } finally {
     stopRenewing?.();
   }
+}
+
+/** Whether an optimistic run may pass `next` on without the lease: a template or deploy hand-off. */
+function carriesRunLease(next: KappEvent): boolean {
+  return next.type === EVENT_TYPES.template || next.type === EVENT_TYPES.deploy;
+}
+
+/**
+ * `next` with `run.lease` set to `seen` (an optimistic run's hand-off), or without it (`seen`
+ * undefined: a run holding the lease, whose next stage takes it as before).
+ */
+function withRunLease(next: KappEvent, seen: string | undefined): KappEvent {
+  if (!carriesRunLease(next) || !('run' in next.data)) return next;
+  const { lease: _dropped, ...run } = next.data.run;
+  return { ...next, data: { ...next.data, run: seen === undefined ? run : { ...run, lease: seen } } } as KappEvent;
+}
+
+/**
+ * Ends an optimistic run that had to stop (another run of its App started meanwhile): the
+ * record is acknowledged, and the App runs again from the start through the lease, as any
+ * object event (`OptimisticRun.restartEvent`: coalesced into the holder's follow-up, or sent to
+ * the fetch function with the lease reserved for it). Nothing is restarted when the event
+ * itself is the lease's follow-up already.
+ *
+ * @returns `coalesced`; `failed` when the lease or the send failed (logged; the record is
+ *   retried, stops again and sends the same restart). Never throws.
+ */
+async function restartOptimistic(
+  run: OptimisticRun,
+  d: EntryDeps,
+  stage: PipelineStage,
+  log: Logger,
+): Promise<RecordOutcome> {
+  const leases = d.leases as RunLeases;
+  try {
+    if (run.stopped === 'restart') {
+      const again = run.restartEvent(d.pipeline.now());
+      const got = await infraStep('taking the run lease', () => leases.acquire(again));
+      if (got.kind === 'acquired') {
+        const next = got.event;
+        await infraStep('passing the run lease on', () => got.lease.handOff(next));
+        const to = targetFunction(next);
+        await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
+      }
+    }
+  } catch (err) {
+    log.error(
+      { stage, outcome: 'failed' satisfies RecordOutcome, type: run.event.type, error: errorText(err) },
+      'optimistic run stopped, but its restart could not be queued; will be retried',
+    );
+    return 'failed';
+  }
+  log.info(
+    { stage, outcome: 'coalesced' satisfies RecordOutcome, type: run.event.type, restarted: run.stopped === 'restart' },
+    'another run of this object started while this one held no lease; it runs again after it',
+  );
+  return 'coalesced';
 }
 
 /**

@@ -20,11 +20,13 @@
  *   half of it left; a crashed holder's lease expires and the next event takes it over.
  *
  * Object-store requests (each change a read and a conditional write; a change that would write
- * the lease as it is skips the write): an idle resync, which runs fetch, template and deploy
- * without a tool, reads the lease 6 times and writes it 3 times (the object event's acquire, the
- * hand-off from the object event to the run, the end); the run's own hand-off and acquire of
- * template and deploy only read it while the claim is fresh. {@link idleRunLeaseRequests} counts
- * them by running this code.
+ * the lease as it is skips the write): a run that works reads the lease 6 times and writes it 3
+ * times (the object event's acquire, the hand-off from the object event to the run, the end); the
+ * run's own hand-off and acquire of template and deploy only read it while the claim is fresh. An
+ * idle resync writes nothing: it runs optimistic ({@link OptimisticRun}: the lease read once by
+ * fetch and once before deploy's final status write) and takes the lease only when a stage must
+ * work. {@link idleRunLeaseRequests} and {@link workingRunLeaseRequests} count them by running
+ * this code.
  * - `pending`: an event that found the lease held by another run: acknowledged without running,
  *   coalesced into this one follow-up (`coalesceEvents`, the embedded runtime's rule), and sent
  *   when the run ends ({@link HeldLease.end}), with the lease reserved for it.
@@ -63,6 +65,9 @@ export const DEFAULT_LEASE_TTL_MS = 5 * 60_000;
 /** Where the leases live in the artifact bucket. */
 export const LEASE_PREFIX = 'state/leases/';
 
+/** The version an {@link OptimisticRun} carries when its App had no lease object at all. */
+export const ABSENT_LEASE = 'absent';
+
 /** Compare-and-swap attempts of one lease change before it gives up (conflicts are rare: one App's events). */
 const CAS_ATTEMPTS = 20;
 
@@ -74,6 +79,14 @@ export interface LeaseRecord {
   expiresAt?: string;
   /** The one follow-up, sent when the holder's run ends. */
   pending?: KappEvent;
+  /**
+   * Write counter: every write sets it one higher, so every write changes the body and its ETag
+   * (an S3 ETag is the body's MD5: without it a lease freed again would look untouched to an
+   * {@link OptimisticRun}).
+   */
+  seq?: number;
+  /** Who ended the last run that freed the lease ({@link HeldLease.end} with nothing pending). */
+  last?: string;
 }
 
 /** The App an event is about when it takes the run lease; `undefined` for every other event. */
@@ -124,6 +137,8 @@ export function parseLease(body: Buffer | undefined): LeaseRecord {
     const p = parseEvent(r.pending);
     if (p.ok) out.pending = p.event;
   }
+  if (typeof r.seq === 'number' && Number.isSafeInteger(r.seq) && r.seq >= 0) out.seq = r.seq;
+  if (typeof r.last === 'string') out.last = r.last;
   return out;
 }
 
@@ -132,6 +147,8 @@ function serializeLease(rec: LeaseRecord): string {
   return JSON.stringify({
     ...(rec.holder ? { holder: rec.holder, expiresAt: rec.expiresAt } : {}),
     ...(rec.pending ? { pending: JSON.parse(serializeEvent(rec.pending)) } : {}),
+    ...(rec.seq !== undefined ? { seq: rec.seq } : {}),
+    ...(rec.last !== undefined ? { last: rec.last } : {}),
   });
 }
 
@@ -250,6 +267,73 @@ export class RunLeases {
   }
 
   /**
+   * How an App event starts: an {@link OptimisticRun} when it may run without taking the lease
+   * (see there), else `undefined`: take it with {@link acquire} as before.
+   *
+   * - a `resync` object event of an App reads the lease (one GET) and runs optimistic when nobody
+   *   holds it (no live holder) and nothing is pending;
+   * - a template or deploy event of an optimistic run (`run.lease` set) goes on optimistic, with
+   *   no request;
+   * - every other event takes the lease.
+   *
+   * @throws StoreError when the store fails.
+   */
+  async start(event: KappEvent): Promise<OptimisticRun | undefined> {
+    const subject = leaseSubject(event);
+    if (!subject) return undefined;
+    const key = leaseKey(subject);
+    if (event.type === EVENT_TYPES.template || event.type === EVENT_TYPES.deploy) {
+      const seen = event.data.run.lease;
+      return seen === undefined ? undefined : new OptimisticRun(this, key, event, seen);
+    }
+    if (event.type !== EVENT_TYPES.object || event.data.reason !== 'resync') return undefined;
+    const { rec, version } = await this.read(key);
+    return this.isLive(rec) || rec.pending ? undefined : new OptimisticRun(this, key, event, version);
+  }
+
+  /** The lease as stored and its version ({@link ABSENT_LEASE} when there is none). */
+  async read(key: string): Promise<{ rec: LeaseRecord; version: string; etag?: string }> {
+    const got = await this.#store.getVersioned(key);
+    const etag = got?.etag;
+    // A store without versions is versioned by the body (every write changes it: `seq`).
+    const version = !got ? ABSENT_LEASE : (etag ?? `sha256:${createHash('sha256').update(got.body).digest('hex')}`);
+    return { rec: parseLease(got?.body), version, ...(etag ? { etag } : {}) };
+  }
+
+  /**
+   * Takes the lease for `holder` only if it is still at version `seen` (the free lease an
+   * {@link OptimisticRun} started from): one conditional write.
+   * @returns `claimed`; `own` when the lease moved because of `holder` itself (it holds it, or it
+   *   freed it last and nobody came since: an earlier attempt of the same stage claimed it and
+   *   failed); `contended` when anybody else took it or queued for it since `seen`.
+   * @throws StoreError when the store fails.
+   */
+  async claimAt(key: string, seen: string, holder: string): Promise<'claimed' | 'own' | 'contended'> {
+    for (let i = 0; i < CAS_ATTEMPTS; i++) {
+      const { rec, version, etag } = await this.read(key);
+      if (version !== seen) {
+        const own = rec.holder === holder || (rec.holder === undefined && !rec.pending && rec.last === holder);
+        return own ? 'own' : 'contended';
+      }
+      const body = serializeLease({ holder, expiresAt: this.expiry(), seq: (rec.seq ?? 0) + 1 });
+      if ((await this.#store.putIfMatch(key, body, etag)) === 'written') return 'claimed';
+    }
+    return 'contended';
+  }
+
+  /**
+   * Whether the lease is still at version `seen`; otherwise whether the change was `holder`'s own
+   * (as {@link claimAt} tells).
+   * @throws StoreError when the store fails.
+   */
+  async checkAt(key: string, seen: string, holder: string): Promise<'unchanged' | 'own' | 'contended'> {
+    const { rec, version } = await this.read(key);
+    if (version === seen) return 'unchanged';
+    const own = rec.holder === holder || (rec.holder === undefined && !rec.pending && rec.last === holder);
+    return own ? 'own' : 'contended';
+  }
+
+  /**
    * Read-modify-write of one lease under compare-and-swap, retried on conflict: `change` gets the
    * lease as read and returns the record to write (none: leave it) and the result.
    * @throws StoreError when the store fails; Error after {@link CAS_ATTEMPTS} conflicts in a row.
@@ -257,9 +341,11 @@ export class RunLeases {
   async update<T>(key: string, change: (rec: LeaseRecord) => { next?: LeaseRecord; result: T }): Promise<T> {
     for (let i = 0; i < CAS_ATTEMPTS; i++) {
       const got = await this.#store.getVersioned(key);
-      const { next, result } = change(parseLease(got?.body));
+      const rec = parseLease(got?.body);
+      const { next, result } = change(rec);
       if (!next) return result;
-      if ((await this.#store.putIfMatch(key, serializeLease(next), got?.etag)) === 'written') return result;
+      const body = serializeLease({ ...next, seq: (rec.seq ?? 0) + 1 });
+      if ((await this.#store.putIfMatch(key, body, got?.etag)) === 'written') return result;
       await new Promise((r) => setTimeout(r, Math.random() * 10 * 2 ** Math.min(i, 5)));
     }
     throw new Error(`run lease ${key}: ${CAS_ATTEMPTS} conflicting writes in a row`);
@@ -346,13 +432,148 @@ export class HeldLease {
   end(): Promise<KappEvent | undefined> {
     return this.leases.update(this.key, (rec) => {
       if (rec.holder !== this.#holder) return { result: undefined };
-      if (!rec.pending) return { next: {}, result: undefined };
+      if (!rec.pending) return { next: { last: this.#holder }, result: undefined };
       const followUp = followUpOf(rec.pending, this.#holder);
       return {
         next: { holder: holderOf(followUp), expiresAt: this.leases.expiry(), pending: followUp },
         result: followUp,
       };
     });
+  }
+}
+
+/**
+ * Thrown by an {@link OptimisticRun} that must stop: another run of its App took the lease or
+ * queued for it since the optimistic run started, or an earlier attempt's claim was followed by
+ * another run's. The stage handler then acknowledges the event ({@link OptimisticRun.stopped}
+ * says how the App runs again).
+ */
+export class LeaseContendedError extends Error {
+  override readonly name = 'LeaseContendedError';
+}
+
+/**
+ * A run that holds no lease while it only reads: an App's resync that finds the lease free runs
+ * its stages without writing the lease, and each stage's event carries the version of the lease
+ * it started from (`run.lease`). The stage handler gates the stage's writes on it:
+ *
+ * - before any real work (a tool, an object-store write, a finalizer change) the run claims the
+ *   lease with one conditional write at that version ({@link claim}); from then on it is an
+ *   ordinary run holding the lease (hand-offs, renewals, end as before);
+ * - a status write of a run that has claimed nothing (the final `ReconcileSucceeded` of a
+ *   resync whose stages all ended `cached`) first checks that the lease is still at that version
+ *   ({@link verify}), read after the App the status is planned on, and is sent with that read's
+ *   resourceVersion and never re-planned: a 409 stops the run. So a real run that started
+ *   meanwhile (it took the lease first) either wrote the App before (the check or the 409 sees
+ *   it) or writes it after: the optimistic run's write is never the later one;
+ * - when the lease moved (another run took it, queued for it, or was freed since), the run stops:
+ *   it writes nothing more, and the App runs again from the start (a `resync` from
+ *   {@link restartEvent}, which takes the lease as any object event: coalesced into the holder's
+ *   follow-up, or sent when the lease is free). The artifacts the run carries may be older than
+ *   the other run's, so it never goes on with them.
+ *
+ * An event carries the lease's version (every write changes it: `seq`), so a lease taken and freed
+ * again by another run in between is seen as moved.
+ */
+export class OptimisticRun {
+  #held: HeldLease | undefined;
+  #stopped: 'restart' | 'coalesced' | undefined;
+
+  /** @internal */
+  constructor(
+    private readonly leases: RunLeases,
+    /** The lease's key. */
+    readonly key: string,
+    /** The event of the stage running. */
+    readonly event: KappEvent,
+    /** The version of the free lease the run started from ({@link ABSENT_LEASE}: no lease object). */
+    readonly seen: string,
+  ) {}
+
+  /** The lease once claimed. */
+  get held(): HeldLease | undefined {
+    return this.#held;
+  }
+
+  /**
+   * Why the run stopped, when it did: `restart` (send {@link restartEvent} through the lease) or
+   * `coalesced` (this event is the lease's pending follow-up already).
+   */
+  get stopped(): 'restart' | 'coalesced' | undefined {
+    return this.#stopped;
+  }
+
+  /**
+   * Claims the lease for this stage's event ({@link holderOf}) before real work; once claimed,
+   * returns the same lease. An earlier attempt's own claim is taken back as {@link RunLeases.acquire}
+   * would on a retry.
+   * @throws LeaseContendedError when the run must stop; StoreError when the store fails.
+   */
+  async claim(): Promise<HeldLease> {
+    if (this.#held) return this.#held;
+    this.#refuseStopped();
+    const holder = holderOf(this.event);
+    const got = await this.leases.claimAt(this.key, this.seen, holder);
+    if (got === 'claimed') {
+      this.#held = new HeldLease(this.leases, this.key, holder);
+      return this.#held;
+    }
+    if (got === 'own') return await this.#retake();
+    return this.#stop('restart');
+  }
+
+  /**
+   * Before a status write of a run that claimed nothing: the lease must still be at its version.
+   * Does nothing once the lease is claimed.
+   * @throws LeaseContendedError when the run must stop; StoreError when the store fails.
+   */
+  async verify(): Promise<void> {
+    if (this.#held) return;
+    this.#refuseStopped();
+    const got = await this.leases.checkAt(this.key, this.seen, holderOf(this.event));
+    if (got === 'own') await this.#retake();
+    else if (got === 'contended') this.#stop('restart');
+  }
+
+  /**
+   * Stops the run (its status write met a 409: somebody wrote the App since it was read).
+   * @throws LeaseContendedError always.
+   */
+  conflict(): never {
+    return this.#stop('restart');
+  }
+
+  /**
+   * The `resync` object event that runs the App again from the start after the run stopped: its
+   * id derived from the stopped event's (32 hex chars of a sha256), so a retried stop sends the
+   * same event.
+   */
+  restartEvent(time: Date): KappEvent {
+    const id = createHash('sha256')
+      .update(JSON.stringify([this.event.id, 'optimistic-restart']))
+      .digest('hex')
+      .slice(0, 32);
+    return objectEvent(objectRefOf(this.event), 'resync', { time, id });
+  }
+
+  async #retake(): Promise<HeldLease> {
+    const got = await this.leases.acquire(this.event);
+    if (got.kind === 'coalesced') return this.#stop('coalesced');
+    this.#held = got.lease;
+    return got.lease;
+  }
+
+  #refuseStopped(): void {
+    if (this.#stopped) throw new LeaseContendedError(`run lease ${this.key}: the optimistic run stopped`);
+  }
+
+  #stop(why: 'restart' | 'coalesced'): never {
+    this.#stopped ??= why;
+    throw new LeaseContendedError(
+      why === 'coalesced'
+        ? `run lease ${this.key}: held by another run; this event waits as its follow-up`
+        : `run lease ${this.key}: another run of the App started meanwhile`,
+    );
   }
 }
 
@@ -370,15 +591,8 @@ export function followUpOf(pending: KappEvent, endedBy: string): KappEvent {
   return { ...pending, id };
 }
 
-/**
- * The lease's object-store requests of one idle App run (an object event through fetch, template
- * and deploy, each handing off to the next, nothing pending), counted by running
- * {@link RunLeases} on a counting memory store: what the cost model (`bench/scenarios/cost.ts`)
- * charges an idle resync, so it follows this code rather than a figure written down by hand.
- *
- * @returns reads (`getVersioned`: S3 GET) and conditional writes (`putIfMatch`: S3 PUT).
- */
-export async function idleRunLeaseRequests(): Promise<{ gets: number; puts: number }> {
+/** A memory store counting its lease reads and conditional writes, and the leases on it. */
+function countingLeases(): { leases: RunLeases; counted: { gets: number; puts: number } } {
   const counted = { gets: 0, puts: 0 };
   const store = new MemoryStore();
   const counting = new Proxy(store, {
@@ -389,32 +603,79 @@ export async function idleRunLeaseRequests(): Promise<{ gets: number; puts: numb
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
-  const leases = new RunLeases({ store: counting });
-  const time = new Date(0);
-  const object = {
-    clusterId: 'c',
-    kind: 'App',
-    apiVersion: 'kappctrl.k14s.io/v1alpha1',
-    namespace: 'n',
-    name: 'a',
-    uid: 'u',
-    generation: 1,
-    resourceVersion: '1',
-  } as const;
+  return { leases: new RunLeases({ store: counting }), counted };
+}
+
+const COUNTED_TIME = new Date(0);
+const COUNTED_APP = {
+  clusterId: 'c',
+  kind: 'App',
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  namespace: 'n',
+  name: 'a',
+  uid: 'u',
+  generation: 1,
+  resourceVersion: '1',
+} as const;
+const COUNTED_FETCH_KEY = fetchArtifactKey('0'.repeat(64));
+const COUNTED_MANIFEST_KEY = templateArtifactKey('0'.repeat(64));
+
+/**
+ * The lease's object-store requests of one idle App resync (a `resync` object event through
+ * fetch, template and deploy, every stage `cached`, nothing pending), counted by running
+ * {@link RunLeases} on a counting memory store: what the cost model (`bench/scenarios/cost.ts`)
+ * charges an idle resync, so it follows this code rather than a figure written down by hand. The
+ * run is optimistic ({@link OptimisticRun}): the fetch stage reads the lease once
+ * ({@link RunLeases.start}), template makes no request, and deploy checks it once before its final
+ * status write ({@link OptimisticRun.verify}); nothing is written.
+ *
+ * @returns reads (`getVersioned`: S3 GET) and conditional writes (`putIfMatch`: S3 PUT).
+ * @throws Error when the run does not stay optimistic (a change to the lease code that would
+ *   charge writes again fails the cost model instead of hiding in it).
+ */
+export async function idleRunLeaseRequests(): Promise<{ gets: number; puts: number }> {
+  const { leases, counted } = countingLeases();
+  const [time, object] = [COUNTED_TIME, COUNTED_APP];
+  const fetched = await leases.start(objectEvent(object, 'resync', { time }));
+  if (!fetched) throw new Error('idle run: the resync did not run optimistic');
+  const run = { generation: 1, runId: 'run-1', startedAt: time.toISOString(), lease: fetched.seen };
+  const templated = await leases.start(
+    templateEvent({ object, run, artifacts: { fetchKey: COUNTED_FETCH_KEY } }, { time }),
+  );
+  const deployed = await leases.start(
+    deployEvent({ object, run, artifacts: { manifestKey: COUNTED_MANIFEST_KEY } }, { time }),
+  );
+  if (!templated || !deployed) throw new Error('idle run: a hand-off did not stay optimistic');
+  await deployed.verify();
+  if (deployed.held || deployed.stopped) throw new Error('idle run: the final status write took the lease');
+  return counted;
+}
+
+/**
+ * The lease's object-store requests of one App run that works (an object event other than a
+ * resync, e.g. the `modified` of a package upgrade, through fetch, template and deploy, each
+ * handing off to the next, nothing pending), counted as {@link idleRunLeaseRequests}: the object
+ * event's acquire and its hand-off to the run write, the run's own template and deploy acquires
+ * and the template → deploy hand-off only read while the claim is fresh, the end writes. A
+ * resync that turns out to need a tool pays about the same: its claim replaces the acquire.
+ *
+ * @returns reads (`getVersioned`: S3 GET) and conditional writes (`putIfMatch`: S3 PUT).
+ */
+export async function workingRunLeaseRequests(): Promise<{ gets: number; puts: number }> {
+  const { leases, counted } = countingLeases();
+  const [time, object] = [COUNTED_TIME, COUNTED_APP];
   const run = { generation: 1, runId: 'run-1', startedAt: time.toISOString() };
-  const fetchKey = fetchArtifactKey('0'.repeat(64));
-  const manifestKey = templateArtifactKey('0'.repeat(64));
+  const template = templateEvent({ object, run, artifacts: { fetchKey: COUNTED_FETCH_KEY } }, { time });
+  const deploy = deployEvent({ object, run, artifacts: { manifestKey: COUNTED_MANIFEST_KEY } }, { time });
   const steps: [KappEvent, KappEvent | undefined][] = [
-    [objectEvent(object, 'resync', { time }), templateEvent({ object, run, artifacts: { fetchKey } }, { time })],
-    [
-      templateEvent({ object, run, artifacts: { fetchKey } }, { time }),
-      deployEvent({ object, run, artifacts: { manifestKey } }, { time }),
-    ],
-    [deployEvent({ object, run, artifacts: { manifestKey } }, { time }), undefined],
+    [objectEvent(object, 'modified', { time }), template],
+    [template, deploy],
+    [deploy, undefined],
   ];
   for (const [event, next] of steps) {
+    if (await leases.start(event)) throw new Error(`working run: ${event.type} ran optimistic`);
     const got = await leases.acquire(event);
-    if (got.kind !== 'acquired') throw new Error(`idle run: ${event.type} did not get the lease`);
+    if (got.kind !== 'acquired') throw new Error(`working run: ${event.type} did not get the lease`);
     if (next) await got.lease.handOff(next);
     else await got.lease.end();
   }
