@@ -199,6 +199,20 @@ describe('ServiceAccount kubeconfig (service_accounts.go)', () => {
     });
     expect(parse(r.yaml).users[0].user.token).toBe('a"b: c\n#d');
   });
+
+  it('gives each input its own kubeconfig when asked again (a rotated token, another namespace)', () => {
+    const input = { token: 't1', caCert: 'CA-PEM', namespace: 'n1', server: 'https://s' };
+    const first = serviceAccountKubeconfig(input);
+    expect(serviceAccountKubeconfig({ ...input })).toEqual(first);
+    const rotated = serviceAccountKubeconfig({ ...input, token: 't2' });
+    expect(parse(rotated.yaml).users[0].user.token).toBe('t2');
+    const other = serviceAccountKubeconfig({ ...input, namespace: 'n2', caCert: new TextEncoder().encode('CA-PEM') });
+    expect(other.defaultNamespace).toBe('n2');
+    expect(parse(other.yaml).contexts[0].context.namespace).toBe('n2');
+    // a caller changing its copy does not change what the next caller gets
+    first.defaultNamespace = 'changed';
+    expect(serviceAccountKubeconfig(input).defaultNamespace).toBe('n1');
+  });
 });
 
 describe('credentials and namespaces (kubeconfig.go ClusterAccess)', () => {

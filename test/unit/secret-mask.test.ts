@@ -84,6 +84,14 @@ describe('SecretMask', () => {
     expect(env.text('abcd-efgh quoted-value API_KEY')).toBe(`${MASKED} ${MASKED} API_KEY`);
   });
 
+  it('masks the leaves of a value added again to another mask (a token every resync masks)', () => {
+    const value = 'db:\n  password: "again-pw-1"\n';
+    for (const m of [maskOf(value), maskOf(value)]) {
+      expect(m.text('fail: again-pw-1')).toBe(`fail: ${MASKED}`);
+    }
+    expect(maskOf('db:\n  password: "again-pw-2"\n').text('again-pw-1 again-pw-2')).toBe(`again-pw-1 ${MASKED}`);
+  });
+
   it('a kubeconfig added unstructured does not mask its common words (kind: Config)', () => {
     const kubeconfig = 'apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    token: tok-0123456789\n';
     const m = new SecretMask();

@@ -328,6 +328,26 @@ export interface ServiceAccountKubeconfigInput {
  */
 export function serviceAccountKubeconfig(input: ServiceAccountKubeconfigInput): RestrictedKubeconfig {
   const ca = typeof input.caCert === 'string' ? Buffer.from(input.caCert, 'utf8') : Buffer.from(input.caCert);
+  const key = JSON.stringify([input.token, ca.toString('base64'), input.namespace, input.server]);
+  const kept = saKubeconfigs.get(key);
+  if (kept) return { ...kept };
+  const built = buildServiceAccountKubeconfig(input, ca);
+  saKubeconfigs.set(key, built);
+  while (saKubeconfigs.size > SA_KUBECONFIG_MEMO) saKubeconfigs.delete(saKubeconfigs.keys().next().value as string);
+  return { ...built };
+}
+
+/**
+ * Most ServiceAccount kubeconfigs {@link serviceAccountKubeconfig} keeps built: 256 (one per
+ * App namespace and live token; the oldest built goes first). The kubeconfig is a pure function
+ * of its input, and every no-op resync of an App asked for the same one again: a YAML stringify,
+ * parse and stringify each time (about a tenth of the embedded runtime's CPU in the steady state).
+ */
+const SA_KUBECONFIG_MEMO = 256;
+/** Built kubeconfigs by input (token, CA, namespace, server). Holds tokens: memory only, never logged. */
+const saKubeconfigs = new Map<string, RestrictedKubeconfig>();
+
+function buildServiceAccountKubeconfig(input: ServiceAccountKubeconfigInput, ca: Buffer): RestrictedKubeconfig {
   const doc = {
     apiVersion: 'v1',
     kind: 'Config',

@@ -75,9 +75,34 @@ function leaves(value: unknown, out: string[], max: number, depth = 0): void {
   }
 }
 
+/**
+ * Values up to this size (UTF-16 code units) keep their leaves in {@link parsedLeaves}: 8 Ki, so
+ * the memo holds at most a few MiB. A token or password is far below; a large kubeconfig or
+ * values file is parsed each time, as before.
+ */
+const MEMO_VALUE_CHARS = 8 * 1024;
+/** Most values whose leaves are kept: 256 (the oldest kept goes first). */
+const MEMO_VALUES = 256;
+/**
+ * Leaves by value, for the values every run masks again: an App's ServiceAccount token is added
+ * to each stage's mask on every no-op resync, and a JWT (its `-`) was parsed as YAML each time.
+ * Holds secret values: memory only, never logged; the leaves are the same for the same text.
+ */
+const parsedLeaves = new Map<string, readonly string[]>();
+
 /** Leaves of `text` read as YAML (JSON is YAML) documents; `[]` when it is not YAML. */
-function structuredLeaves(text: string): string[] {
+function structuredLeaves(text: string): readonly string[] {
   if (Buffer.byteLength(text) > MAX_PARSED_VALUE_BYTES || !/[:=[{-]/.test(text)) return [];
+  if (text.length > MEMO_VALUE_CHARS) return parseLeaves(text);
+  const kept = parsedLeaves.get(text);
+  if (kept) return kept;
+  const out = parseLeaves(text);
+  parsedLeaves.set(text, out);
+  while (parsedLeaves.size > MEMO_VALUES) parsedLeaves.delete(parsedLeaves.keys().next().value as string);
+  return out;
+}
+
+function parseLeaves(text: string): string[] {
   const out: string[] = [];
   try {
     for (const doc of parseAllDocuments(text)) {
