@@ -254,7 +254,7 @@ describe('the optimistic run (no lease while it only reads)', () => {
     expect(t.outcome('o1')?.outcome).toBe('coalesced');
     // The idle write was refused and not planned again: the real run's status stays.
     expect(t.w.statuses()).toHaveLength(statuses);
-    expect((t.w.app()?.status as AppStatus).friendlyDescription).toBe('written by the real run');
+    expect((t.w.app()?.status as AppStatus | undefined)?.friendlyDescription).toBe('written by the real run');
     // The restart waits as the real run's follow-up.
     expect(parseLease(await t.w.store.get(KEY)).pending?.data).toMatchObject({ reason: 'resync' });
     expect(t.sender.sent).toEqual([]);
