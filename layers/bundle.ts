@@ -207,15 +207,28 @@ export async function bundleFunctions<S extends string>(
 }
 
 /**
- * The source files that end up in the bundle of `stage` (esbuild's metafile, nothing written):
- * paths relative to the repository root, dependencies as `node_modules/<package>/...`. What
- * checks that a function carries its own stage only and none of the runtime's packages.
+ * The most a function bundle may weigh, bytes: 1,000,000 (issue 13: small functions load and
+ * start fast; the AWS SDK is the runtime's, client-node is not bundled).
+ */
+export const FUNCTION_BUNDLE_MAX_BYTES = 1_000_000;
+
+/** What {@link functionBundleFacts} reports of one function's bundle. */
+export interface FunctionBundleFacts {
+  /** The source files in the bundle, sorted: repository-relative, dependencies as `node_modules/<package>/...`. */
+  inputs: string[];
+  /** The bundle's size in bytes, as {@link bundleFunction} writes it. */
+  bytes: number;
+}
+
+/**
+ * The source files that end up in the bundle of `stage` and its size (esbuild's metafile,
+ * nothing written). What checks that a function carries its own stage only, none of the
+ * runtime's packages, and stays under {@link FUNCTION_BUNDLE_MAX_BYTES}.
  *
  * @param stage - The function's folder name, e.g. `fetch`.
- * @returns The input paths, sorted.
  * @throws Error from esbuild when the function does not build.
  */
-export async function functionBundleInputs(stage: string): Promise<string[]> {
+export async function functionBundleFacts(stage: string): Promise<FunctionBundleFacts> {
   const { build } = await import('esbuild');
   const r = await build({
     ...FUNCTION_RECIPE,
@@ -225,11 +238,15 @@ export async function functionBundleInputs(stage: string): Promise<string[]> {
     metafile: true,
     logLevel: 'silent',
   });
-  const inputs = Object.values(r.metafile.outputs).flatMap((o) => Object.keys(o.inputs));
-  return inputs
-    .map((f) => {
-      const i = f.lastIndexOf('node_modules/');
-      return i >= 0 ? f.slice(i) : path.relative(REPO_ROOT, path.resolve(process.cwd(), f));
-    })
-    .sort();
+  const outputs = Object.values(r.metafile.outputs);
+  const inputs = outputs.flatMap((o) => Object.keys(o.inputs));
+  return {
+    inputs: inputs
+      .map((f) => {
+        const i = f.lastIndexOf('node_modules/');
+        return i >= 0 ? f.slice(i) : path.relative(REPO_ROOT, path.resolve(process.cwd(), f));
+      })
+      .sort(),
+    bytes: outputs.reduce((n, o) => n + o.bytes, 0),
+  };
 }

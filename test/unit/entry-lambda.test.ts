@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type KappEvent, type ObjectRef, objectEvent, objectRefOf } from '../../events/schema.js';
-import { CONTROLLER_VERSION, parseLambdaEnv } from '../../functions/lib/entry/config.js';
+import { CONTROLLER_VERSION, ConfigError, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
   createAwsClients,
   createLambdaDeps,
@@ -350,17 +350,45 @@ describe('kubeconfigClusterRegistry', () => {
       'current-context': 'prod-eu-1',
     };
     await writeFile(path, JSON.stringify(kc));
-    expect(kubeconfigClusterRegistry({ kubeconfigPath: path }).clusterIds()).toEqual(['prod-eu-1', 'prod-us-1']);
-    expect(kubeconfigClusterRegistry({ kubeconfigPath: path, clusterContexts: ['prod-us-1'] }).clusterIds()).toEqual([
+    expect(kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: path }).clusterIds()).toEqual([
+      'prod-eu-1',
       'prod-us-1',
     ]);
-    expect(() => kubeconfigClusterRegistry({ kubeconfigPath: path, clusterContexts: ['nope'] })).toThrow(
-      `loading kubeconfig ${path}: no context "nope"`,
+    expect(
+      kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: path, clusterContexts: ['prod-us-1'] }).clusterIds(),
+    ).toEqual(['prod-us-1']);
+    expect(() =>
+      kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: path, clusterContexts: ['nope'] }),
+    ).toThrow(`loading kubeconfig ${path}: no context "nope"`);
+  });
+
+  it('refuses at start, as a configuration error, a context the plain transports cannot serve', async () => {
+    const path = join(dir, 'proxied');
+    await writeFile(
+      path,
+      JSON.stringify({
+        clusters: [
+          { name: 'a', cluster: { server: 'https://a.example:6443', 'proxy-url': 'http://secret-proxy:3128' } },
+        ],
+        users: [{ name: 'u', user: { token: 'redacted-token' } }],
+        contexts: [{ name: 'edge', context: { cluster: 'a', user: 'u' } }],
+      }),
+    );
+    const refused = (() => {
+      try {
+        kubeconfigClusterRegistry({ stage: 'deploy', kubeconfigPath: path });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(refused).toBeInstanceOf(ConfigError);
+    expect((refused as Error).message).toBe(
+      'invalid configuration of the deploy function: KAPP_LAMBDA_KUBECONFIG: context "edge" uses cluster proxy-url, which the functions do not support',
     );
   });
 
   it('names the path, never the contents, when the file is missing', () => {
-    expect(() => kubeconfigClusterRegistry({ kubeconfigPath: join(dir, 'missing') })).toThrow(
+    expect(() => kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: join(dir, 'missing') })).toThrow(
       `loading kubeconfig ${join(dir, 'missing')}`,
     );
   });

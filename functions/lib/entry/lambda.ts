@@ -24,8 +24,8 @@ import type { ClusterKeyring } from '../artifact/keyring.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
+import { kubeconfigFileRegistry, runtimeKubeconfigs, UnsupportedKubeconfigError } from '../kube/kubeconfig-plain.js';
 import type { ClusterRegistry } from '../kube/port.js';
-import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.js';
 import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { EmfReconcileMetrics } from '../observe/metrics.js';
@@ -138,7 +138,10 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
 
 /**
  * The clusters a function serves: every context (or `clusterContexts`) of the kubeconfig at
- * `kubeconfigPath`, cluster id = context name.
+ * `kubeconfigPath`, cluster id = context name, each over the plain transports
+ * (`../kube/kubeconfig-plain.ts`: no client-node in the function bundles). They speak client
+ * certificates, tokens and token files, exec plugins, basic auth, impersonation and an
+ * `auth-provider`'s stored token; `proxy-url` is refused at start.
  *
  * This is the local and emulator setup; a fleet uses {@link fleetClusterRegistry} instead
  * (`KAPP_LAMBDA_CLUSTER_REGISTRY`). Whatever the source, fetch and template only ever see the
@@ -146,14 +149,20 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  *
  * @throws Error `loading kubeconfig <path>` when the file cannot be read or parsed (its
  *   contents are never quoted).
+ * @throws ConfigError `KAPP_LAMBDA_KUBECONFIG: context "<name>" uses <feature>, which the
+ *   functions do not support` (the feature's field name only).
  */
 export function kubeconfigClusterRegistry(
-  config: Pick<LambdaConfig, 'kubeconfigPath' | 'clusterContexts'>,
+  config: Pick<LambdaConfig, 'stage' | 'kubeconfigPath' | 'clusterContexts'>,
 ): ClusterRegistry {
-  return KubeConfigClusterRegistry.fromFile(
-    config.kubeconfigPath,
-    config.clusterContexts ? { contexts: config.clusterContexts } : {},
-  );
+  try {
+    return kubeconfigFileRegistry(config.kubeconfigPath, config.clusterContexts);
+  } catch (e) {
+    if (!(e instanceof UnsupportedKubeconfigError)) throw e;
+    throw new ConfigError(config.stage, [
+      `KAPP_LAMBDA_KUBECONFIG: context ${JSON.stringify(e.context)} uses ${e.feature}, which the functions do not support`,
+    ]);
+  }
 }
 
 /**
