@@ -8,12 +8,12 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type KappEvent, type ObjectRef, objectEvent, objectRefOf } from '../../events/schema.js';
+import { createAwsClients } from '../../functions/lib/entry/aws-clients.js';
 import { CONTROLLER_VERSION, ConfigError, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
-  createAwsClients,
   createLambdaDeps,
-  createSecretsManagerClient,
   kubeconfigClusterRegistry,
+  lazySendClient,
   stageClusterRegistry,
 } from '../../functions/lib/entry/lambda.js';
 import {
@@ -26,6 +26,7 @@ import {
   RuntimeApiError,
   runRuntimeLoop,
 } from '../../functions/lib/entry/runtime-api.js';
+import { createSecretsManagerClient } from '../../functions/lib/entry/secrets-client.js';
 import type {
   ClusterRegistry,
   DeployView,
@@ -316,6 +317,22 @@ describe('createAwsClients', () => {
     );
     custom.destroy();
     aws.destroy();
+  });
+
+  it('makes a lazy client on its first send only, once for concurrent sends', async () => {
+    let made = 0;
+    const sent: unknown[] = [];
+    const client = lazySendClient(async () => {
+      made++;
+      return { send: async (command: string, options?: unknown) => sent.push([command, options]) };
+    });
+    expect(made).toBe(0);
+    await Promise.all([client.send('a'), client.send('b', { abortSignal: 'x' })]);
+    expect(made).toBe(1);
+    expect(sent).toEqual([
+      ['a', undefined],
+      ['b', { abortSignal: 'x' }],
+    ]);
   });
 
   it('leaves AWS endpoints and virtual-hosted addressing alone by default', () => {

@@ -15,9 +15,8 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { S3Client } from '@aws-sdk/client-s3';
-import { SQSClient } from '@aws-sdk/client-sqs';
-import { defaultProvider } from '@aws-sdk/credential-provider-node';
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import pino from 'pino';
 import { targetFunction } from '../../../events/schema.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
@@ -34,32 +33,54 @@ import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
-import { SqsEventSender } from '../transport/sqs.js';
+import { SqsEventSender, type SqsSendClient } from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
-import { createSecretsManagerClient } from './secrets-client.js';
 import { type SenderPolicy, senderRefusal } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
 
-/** The AWS SDK clients of one function process. */
+/** The AWS clients of one function process: what the ports send their commands through. */
 export interface AwsClients {
   /** Artifacts, render cache, receipts. */
-  s3: S3Client;
+  s3: Pick<S3Client, 'send'>;
   /** Hand-offs to the next stage's queue. */
-  sqs: SQSClient;
+  sqs: SqsSendClient;
 }
 
 /**
- * Creates the SDK clients (once per process, at module scope of the entry file). Credentials
- * come from the SDK's default provider chain (on Lambda: the function role's temporary
- * credentials); an `s3Endpoint` switches S3 to path-style addressing (S3-compatible servers).
+ * A client whose SDK module is loaded, and the client made, on the first `send` (`make` runs
+ * once; concurrent first sends share it).
  */
-export function createAwsClients(config: LambdaConfig): AwsClients {
+export function lazySendClient<C extends { send: (...args: never[]) => Promise<unknown> }>(
+  make: () => Promise<C>,
+): Pick<C, 'send'> {
+  let made: Promise<C> | undefined;
+  const send = async (...args: unknown[]): Promise<unknown> => {
+    made ??= make();
+    return await ((await made).send as (...a: unknown[]) => Promise<unknown>)(...args);
+  };
+  return { send: send as unknown as C['send'] };
+}
+
+/**
+ * The function's S3 and SQS clients (`createAwsClients` of `./aws-clients.ts`), each made on its
+ * first `send`: a cold start loads none of the SDK's modules, a first call that sends nothing
+ * (an empty batch, a record for a cluster this function does not serve) none either.
+ */
+export function lazyAwsClients(config: LambdaConfig): AwsClients {
+  let sdk: Promise<import('./aws-clients.js').SdkClients> | undefined;
+  const clients = () => (sdk ??= import('./aws-clients.js').then((m) => m.createAwsClients(config)));
   return {
-    s3: new S3Client({
-      region: config.region,
-      ...(config.s3Endpoint ? { endpoint: config.s3Endpoint, forcePathStyle: true } : {}),
-    }),
-    sqs: new SQSClient({ region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) }),
+    s3: lazySendClient(async () => (await clients()).s3),
+    sqs: lazySendClient(async () => (await clients()).sqs),
+  };
+}
+
+/** The SDK's default credential chain (`@aws-sdk/credential-provider-node`), loaded on the first ask. */
+function lazyDefaultProvider(): AwsCredentialIdentityProvider {
+  let provider: Promise<AwsCredentialIdentityProvider> | undefined;
+  return async (props) => {
+    provider ??= import('@aws-sdk/credential-provider-node').then((m) => m.defaultProvider());
+    return await (await provider)(props);
   };
 }
 
@@ -186,11 +207,13 @@ export function fleetClusterRegistry(
         ? new S3Store({ client: clients.s3, bucket: location.bucket, prefix: location.prefix })
         : new LocalDirStore(location.root),
     stage: config.stage,
-    credentials: defaultProvider(),
+    credentials: lazyDefaultProvider(),
     secrets:
       secrets.kind === 'dir'
         ? new DirSecretStore(secrets.root)
-        : new SecretsManagerSecretStore(createSecretsManagerClient(config)),
+        : new SecretsManagerSecretStore(
+            lazySendClient(async () => (await import('./secrets-client.js')).createSecretsManagerClient(config)),
+          ),
     ttlMs,
   });
 }
@@ -231,7 +254,6 @@ export {
   LEGACY_ARTIFACT_ROOT_KEY_ENV,
   usesArtifactKey,
 } from './artifact-key.js';
-export { createSecretsManagerClient } from './secrets-client.js';
 
 /**
  * Builds the dependencies of one stage function (the deps factory of `lambdaEntry`'s handler) with
