@@ -24,7 +24,9 @@ const NODE_URL_NS = 'node-url';
 
 /**
  * Gives `node-fetch` (client-node's HTTP library) Node's own `URL` for its `whatwg-url` import,
- * dropping `whatwg-url` and its `tr46` Unicode tables (~290 KB minified) from every bundle.
+ * dropping `whatwg-url` and its `tr46` Unicode tables (~290 KB minified) from a bundle that
+ * holds client-node (none of the Lambda functions does since they read kubeconfigs over the
+ * plain transports, `functions/lib/kube/kubeconfig-plain.ts`; kept for any other bundle).
  * Nothing changes at run time: node-fetch 2 takes `require('url').URL || whatwgUrl.URL`, and
  * Node (every version this project runs on) has `url.URL`, so `whatwg-url` was bundled but never
  * used. Scoped to node-fetch's import; any other importer gets the real package.

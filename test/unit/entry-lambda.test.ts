@@ -385,7 +385,7 @@ describe('kubeconfigClusterRegistry', () => {
       path,
       JSON.stringify({
         clusters: [
-          { name: 'a', cluster: { server: 'https://a.example:6443', 'proxy-url': 'http://secret-proxy:3128' } },
+          { name: 'a', cluster: { server: 'https://a.example:6443', 'proxy-url': 'socks5://secret-proxy:1080' } },
         ],
         users: [{ name: 'u', user: { token: 'redacted-token' } }],
         contexts: [{ name: 'edge', context: { cluster: 'a', user: 'u' } }],
@@ -400,7 +400,7 @@ describe('kubeconfigClusterRegistry', () => {
     })();
     expect(refused).toBeInstanceOf(ConfigError);
     expect((refused as Error).message).toBe(
-      'invalid configuration of the deploy function: KAPP_LAMBDA_KUBECONFIG: context "edge" uses cluster proxy-url, which the functions do not support',
+      'invalid configuration of the deploy function: KAPP_LAMBDA_KUBECONFIG: context "edge" uses cluster proxy-url other than an http:// proxy to an https server, which the functions do not support',
     );
   });
 

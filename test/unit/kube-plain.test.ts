@@ -125,9 +125,9 @@ describe('plainConnectionOf', () => {
 
   it('names what it does not speak instead of connecting without it', async () => {
     expect(
-      await plainConnectionOf(await kubeconfig('proxy.yaml', { token: 't' }, { 'proxy-url': 'http://p' })),
+      await plainConnectionOf(await kubeconfig('proxy.yaml', { token: 't' }, { 'proxy-url': 'socks5://p' })),
     ).toEqual({
-      unsupported: 'cluster proxy-url',
+      unsupported: 'cluster proxy-url other than an http:// proxy to an https server',
     });
     await expect(forwarderKube({ kubeconfig: path.join(dir, 'proxy.yaml') })).rejects.toThrow(
       /does not support cluster proxy-url/,

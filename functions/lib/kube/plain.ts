@@ -10,8 +10,8 @@
  * rotates, the mounted CA) and kubeconfig users with a client certificate and key, a `token` or
  * a `tokenFile`, an `exec` credential plugin's token (EKS, GKE), basic auth (`username` and
  * `password`), impersonation (`as`, `as-groups`, `as-user-extra`), or an `auth-provider`'s stored
- * token (`id-token` of `oidc`, `access-token` of the others; never refreshed). `proxy-url` is
- * reported as unsupported. Also what the Lambda functions read kubeconfigs with (the operator's
+ * token (`id-token` of `oidc`, `access-token` of the others; never refreshed), through an
+ * `http://` `proxy-url` (CONNECT). Other proxies are reported as unsupported. Also what the Lambda functions read kubeconfigs with (the operator's
  * file, an App's restricted kubeconfig: `./kubeconfig-plain.ts`), so their bundles carry no
  * client-node either.
  *
@@ -22,6 +22,8 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import tls from 'node:tls';
 import { KubeApiClient } from './client.js';
 import {
   KEEP_ALIVE_IDLE_MS,
@@ -65,6 +67,11 @@ export interface PlainConnection {
   tlsServerName?: string;
   /** Basic auth (`username`/`password`), sent when no bearer token is. */
   basic?: { username: string; password: string };
+  /**
+   * `proxy-url` of an `http://` proxy: every connection to the (https) server is a `CONNECT`
+   * tunnel through it (the functions' egress proxy in cloud mode, as kapp is given it).
+   */
+  proxyUrl?: string;
   /** Impersonation (`as`, `as-groups`, `as-user-extra`): client-go's `Impersonate-*` headers. */
   impersonate?: { user?: string; groups?: string[]; extra?: Record<string, string[]> };
 }
@@ -182,12 +189,14 @@ class Endpoint {
   readonly #fixed: Record<string, string | string[]>;
   readonly tls: https.AgentOptions;
   readonly secure: boolean;
+  readonly #proxy: URL | undefined;
 
   constructor(conn: PlainConnection) {
     this.#base = new URL(conn.server);
     this.secure = this.#base.protocol === 'https:';
     this.#bearer = bearerOf(conn);
     this.#fixed = fixedHeadersOf(conn);
+    this.#proxy = conn.proxyUrl ? new URL(conn.proxyUrl) : undefined;
     this.tls = {
       ...(conn.ca ? { ca: conn.ca } : {}),
       ...(conn.cert ? { cert: conn.cert } : {}),
@@ -215,12 +224,52 @@ class Endpoint {
   }
 
   agent(options: http.AgentOptions): http.Agent {
-    return this.secure ? new https.Agent({ ...options, ...this.tls }) : new http.Agent(options);
+    if (!this.secure) return new http.Agent(options);
+    const agent = new https.Agent({ ...options, ...this.tls });
+    if (this.#proxy) tunnelThrough(agent, this.#proxy);
+    return agent;
   }
 
   request(url: URL, options: http.RequestOptions, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
     return (this.secure ? https : http).request(url, options, onResponse);
   }
+}
+
+/**
+ * Makes every connection of `agent` a `CONNECT` tunnel through the http proxy at `proxy`, TLS to
+ * the server inside it (what client-go and client-node do for an https server behind `proxy-url`).
+ */
+function tunnelThrough(agent: https.Agent, proxy: URL): void {
+  const auth = proxy.username
+    ? {
+        'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}`,
+      }
+    : {};
+  const create = (
+    options: tls.ConnectionOptions & { host?: string; port?: number },
+    done: (error: Error | null, socket?: Duplex) => void,
+  ): undefined => {
+    const target = `${options.host?.includes(':') ? `[${options.host}]` : options.host}:${options.port ?? 443}`;
+    const req = http.request({
+      host: proxy.hostname,
+      port: proxy.port || 80,
+      method: 'CONNECT',
+      path: target,
+      headers: { Host: target, ...auth },
+    });
+    req.once('connect', (res, socket) => {
+      if (res.statusCode !== 200) {
+        socket.destroy();
+        done(new Error(`proxy ${proxy.host} answered ${res.statusCode} to CONNECT ${target}`));
+        return;
+      }
+      done(null, tls.connect({ ...options, socket }));
+    });
+    req.once('error', (error) => done(error));
+    req.end();
+    return undefined;
+  };
+  (agent as unknown as { createConnection: typeof create }).createConnection = create;
 }
 
 /** Codes of a connection the server closed while it was kept idle (a reused socket's race). */
@@ -542,7 +591,10 @@ export function plainConnectionOfDocument(doc: Yaml, origin: KubeconfigOrigin): 
     throw new Error(`${what}: context ${JSON.stringify(name)} has no cluster`);
   }
   const user = named(doc, 'users', str(ctx.user), 'user') ?? {};
-  if (cluster['proxy-url'] !== undefined) return { unsupported: 'cluster proxy-url' };
+  const proxyUrl = str(cluster['proxy-url']);
+  if (cluster['proxy-url'] !== undefined && !(proxyUrl?.startsWith('http://') && server.startsWith('https://'))) {
+    return { unsupported: 'cluster proxy-url other than an http:// proxy to an https server' };
+  }
   if (dir === undefined) {
     const files: [Yaml, string, string][] = [
       [cluster, 'certificate-authority', 'cluster'],
@@ -616,6 +668,7 @@ export function plainConnectionOfDocument(doc: Yaml, origin: KubeconfigOrigin): 
         : {}),
       ...(username ? { basic: { username, password: typeof user.password === 'string' ? user.password : '' } } : {}),
       ...(Object.keys(impersonate).length ? { impersonate } : {}),
+      ...(proxyUrl ? { proxyUrl } : {}),
       ...(cluster['insecure-skip-tls-verify'] === true ? { insecureSkipTlsVerify: true } : {}),
       ...(tlsServerName ? { tlsServerName } : {}),
     },
