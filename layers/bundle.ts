@@ -24,7 +24,9 @@ const NODE_URL_NS = 'node-url';
 
 /**
  * Gives `node-fetch` (client-node's HTTP library) Node's own `URL` for its `whatwg-url` import,
- * dropping `whatwg-url` and its `tr46` Unicode tables (~290 KB minified) from every bundle.
+ * dropping `whatwg-url` and its `tr46` Unicode tables (~290 KB minified) from a bundle that
+ * holds client-node (none of the Lambda functions does since they read kubeconfigs over the
+ * plain transports, `functions/lib/kube/kubeconfig-plain.ts`; kept for any other bundle).
  * Nothing changes at run time: node-fetch 2 takes `require('url').URL || whatwgUrl.URL`, and
  * Node (every version this project runs on) has `url.URL`, so `whatwg-url` was bundled but never
  * used. Scoped to node-fetch's import; any other importer gets the real package.
@@ -207,15 +209,28 @@ export async function bundleFunctions<S extends string>(
 }
 
 /**
- * The source files that end up in the bundle of `stage` (esbuild's metafile, nothing written):
- * paths relative to the repository root, dependencies as `node_modules/<package>/...`. What
- * checks that a function carries its own stage only and none of the runtime's packages.
+ * The most a function bundle may weigh, bytes: 1,000,000 (issue 13: small functions load and
+ * start fast; the AWS SDK is the runtime's, client-node is not bundled).
+ */
+export const FUNCTION_BUNDLE_MAX_BYTES = 1_000_000;
+
+/** What {@link functionBundleFacts} reports of one function's bundle. */
+export interface FunctionBundleFacts {
+  /** The source files in the bundle, sorted: repository-relative, dependencies as `node_modules/<package>/...`. */
+  inputs: string[];
+  /** The bundle's size in bytes, as {@link bundleFunction} writes it. */
+  bytes: number;
+}
+
+/**
+ * The source files that end up in the bundle of `stage` and its size (esbuild's metafile,
+ * nothing written). What checks that a function carries its own stage only, none of the
+ * runtime's packages, and stays under {@link FUNCTION_BUNDLE_MAX_BYTES}.
  *
  * @param stage - The function's folder name, e.g. `fetch`.
- * @returns The input paths, sorted.
  * @throws Error from esbuild when the function does not build.
  */
-export async function functionBundleInputs(stage: string): Promise<string[]> {
+export async function functionBundleFacts(stage: string): Promise<FunctionBundleFacts> {
   const { build } = await import('esbuild');
   const r = await build({
     ...FUNCTION_RECIPE,
@@ -225,11 +240,15 @@ export async function functionBundleInputs(stage: string): Promise<string[]> {
     metafile: true,
     logLevel: 'silent',
   });
-  const inputs = Object.values(r.metafile.outputs).flatMap((o) => Object.keys(o.inputs));
-  return inputs
-    .map((f) => {
-      const i = f.lastIndexOf('node_modules/');
-      return i >= 0 ? f.slice(i) : path.relative(REPO_ROOT, path.resolve(process.cwd(), f));
-    })
-    .sort();
+  const outputs = Object.values(r.metafile.outputs);
+  const inputs = outputs.flatMap((o) => Object.keys(o.inputs));
+  return {
+    inputs: inputs
+      .map((f) => {
+        const i = f.lastIndexOf('node_modules/');
+        return i >= 0 ? f.slice(i) : path.relative(REPO_ROOT, path.resolve(process.cwd(), f));
+      })
+      .sort(),
+    bytes: outputs.reduce((n, o) => n + o.bytes, 0),
+  };
 }

@@ -25,9 +25,9 @@ import {
   type AwsClients,
   artifactKeyringFromEnv,
   createLambdaDeps,
-  createSecretsManagerClient,
   type LambdaDepsOverrides,
 } from '../../functions/lib/entry/lambda.js';
+import { createSecretsManagerClient } from '../../functions/lib/entry/secrets-client.js';
 import type { EntryDeps } from '../../functions/lib/entry/stage-handler.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { layerTools, layerToolVersions } from '../../layers/build.js';

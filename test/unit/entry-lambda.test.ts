@@ -8,12 +8,12 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type KappEvent, type ObjectRef, objectEvent, objectRefOf } from '../../events/schema.js';
-import { CONTROLLER_VERSION, parseLambdaEnv } from '../../functions/lib/entry/config.js';
+import { createAwsClients } from '../../functions/lib/entry/aws-clients.js';
+import { CONTROLLER_VERSION, ConfigError, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
-  createAwsClients,
   createLambdaDeps,
-  createSecretsManagerClient,
   kubeconfigClusterRegistry,
+  lazySendClient,
   stageClusterRegistry,
 } from '../../functions/lib/entry/lambda.js';
 import {
@@ -26,6 +26,7 @@ import {
   RuntimeApiError,
   runRuntimeLoop,
 } from '../../functions/lib/entry/runtime-api.js';
+import { createSecretsManagerClient } from '../../functions/lib/entry/secrets-client.js';
 import type {
   ClusterRegistry,
   DeployView,
@@ -318,6 +319,22 @@ describe('createAwsClients', () => {
     aws.destroy();
   });
 
+  it('makes a lazy client on its first send only, once for concurrent sends', async () => {
+    let made = 0;
+    const sent: unknown[] = [];
+    const client = lazySendClient(async () => {
+      made++;
+      return { send: async (command: string, options?: unknown) => sent.push([command, options]) };
+    });
+    expect(made).toBe(0);
+    await Promise.all([client.send('a'), client.send('b', { abortSignal: 'x' })]);
+    expect(made).toBe(1);
+    expect(sent).toEqual([
+      ['a', undefined],
+      ['b', { abortSignal: 'x' }],
+    ]);
+  });
+
   it('leaves AWS endpoints and virtual-hosted addressing alone by default', () => {
     const c = createAwsClients(parseLambdaEnv('deploy', env));
     expect(c.s3.config.forcePathStyle).toBe(false);
@@ -350,17 +367,45 @@ describe('kubeconfigClusterRegistry', () => {
       'current-context': 'prod-eu-1',
     };
     await writeFile(path, JSON.stringify(kc));
-    expect(kubeconfigClusterRegistry({ kubeconfigPath: path }).clusterIds()).toEqual(['prod-eu-1', 'prod-us-1']);
-    expect(kubeconfigClusterRegistry({ kubeconfigPath: path, clusterContexts: ['prod-us-1'] }).clusterIds()).toEqual([
+    expect(kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: path }).clusterIds()).toEqual([
+      'prod-eu-1',
       'prod-us-1',
     ]);
-    expect(() => kubeconfigClusterRegistry({ kubeconfigPath: path, clusterContexts: ['nope'] })).toThrow(
-      `loading kubeconfig ${path}: no context "nope"`,
+    expect(
+      kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: path, clusterContexts: ['prod-us-1'] }).clusterIds(),
+    ).toEqual(['prod-us-1']);
+    expect(() =>
+      kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: path, clusterContexts: ['nope'] }),
+    ).toThrow(`loading kubeconfig ${path}: no context "nope"`);
+  });
+
+  it('refuses at start, as a configuration error, a context the plain transports cannot serve', async () => {
+    const path = join(dir, 'proxied');
+    await writeFile(
+      path,
+      JSON.stringify({
+        clusters: [
+          { name: 'a', cluster: { server: 'https://a.example:6443', 'proxy-url': 'socks5://secret-proxy:1080' } },
+        ],
+        users: [{ name: 'u', user: { token: 'redacted-token' } }],
+        contexts: [{ name: 'edge', context: { cluster: 'a', user: 'u' } }],
+      }),
+    );
+    const refused = (() => {
+      try {
+        kubeconfigClusterRegistry({ stage: 'deploy', kubeconfigPath: path });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(refused).toBeInstanceOf(ConfigError);
+    expect((refused as Error).message).toBe(
+      'invalid configuration of the deploy function: KAPP_LAMBDA_KUBECONFIG: context "edge" uses cluster proxy-url other than an http:// proxy to an https server, which the functions do not support',
     );
   });
 
   it('names the path, never the contents, when the file is missing', () => {
-    expect(() => kubeconfigClusterRegistry({ kubeconfigPath: join(dir, 'missing') })).toThrow(
+    expect(() => kubeconfigClusterRegistry({ stage: 'fetch', kubeconfigPath: join(dir, 'missing') })).toThrow(
       `loading kubeconfig ${join(dir, 'missing')}`,
     );
   });

@@ -11,8 +11,10 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { forwarderKube } from '../../events/forwarder/kube.js';
 import { WatchHttpError } from '../../functions/lib/kube/http.js';
+import { restTransportForKubeconfig } from '../../functions/lib/kube/kubeconfig-plain.js';
 import {
   inClusterConnection,
+  type PlainConnection,
   PlainRestTransport,
   PlainWatchTransport,
   plainConnectionOf,
@@ -97,17 +99,35 @@ describe('plainConnectionOf', () => {
     });
   });
 
-  it('names what it does not speak instead of connecting without it', async () => {
-    expect(await plainConnectionOf(await kubeconfig('ap.yaml', { 'auth-provider': { name: 'oidc' } }))).toEqual({
-      unsupported: 'user auth-provider',
-    });
-    expect(await plainConnectionOf(await kubeconfig('basic.yaml', { username: 'u', password: 'p' }))).toEqual({
-      unsupported: 'user username',
+  it('takes basic auth, impersonation and an auth-provider stored token; names a missing token field only', async () => {
+    const conn = async (name: string, user: Record<string, unknown>) =>
+      ((await plainConnectionOf(await kubeconfig(name, user))) as { connection: PlainConnection }).connection;
+    expect(await conn('basic.yaml', { username: 'u', password: 'p' })).toMatchObject({
+      basic: { username: 'u', password: 'p' },
     });
     expect(
-      await plainConnectionOf(await kubeconfig('proxy.yaml', { token: 't' }, { 'proxy-url': 'http://p' })),
+      await conn('as.yaml', { token: 't', as: 'jane', 'as-groups': ['g1', 'g2'], 'as-user-extra': { scopes: ['s'] } }),
+    ).toMatchObject({ token: 't', impersonate: { user: 'jane', groups: ['g1', 'g2'], extra: { scopes: ['s'] } } });
+    expect(
+      await conn('oidc.yaml', {
+        'auth-provider': { name: 'oidc', config: { 'id-token': 'idt', 'access-token': 'x' } },
+      }),
+    ).toMatchObject({ token: 'idt' });
+    expect(
+      await conn('gcp.yaml', { 'auth-provider': { name: 'gcp', config: { 'access-token': 'at' } } }),
+    ).toMatchObject({ token: 'at' });
+    expect(
+      await plainConnectionOf(
+        await kubeconfig('ap.yaml', { 'auth-provider': { name: 'oidc', config: { 'refresh-token': 'secret-rt' } } }),
+      ),
+    ).toEqual({ unsupported: 'user auth-provider without config id-token' });
+  });
+
+  it('names what it does not speak instead of connecting without it', async () => {
+    expect(
+      await plainConnectionOf(await kubeconfig('proxy.yaml', { token: 't' }, { 'proxy-url': 'socks5://p' })),
     ).toEqual({
-      unsupported: 'cluster proxy-url',
+      unsupported: 'cluster proxy-url other than an http:// proxy to an https server',
     });
     await expect(forwarderKube({ kubeconfig: path.join(dir, 'proxy.yaml') })).rejects.toThrow(
       /does not support cluster proxy-url/,
@@ -141,7 +161,14 @@ describe('inClusterConnection', () => {
 describe('PlainRestTransport and PlainWatchTransport', () => {
   let server: http.Server;
   let base: string;
-  const seen: { method?: string; url?: string; auth?: string; accept?: string; body: string }[] = [];
+  const seen: {
+    method?: string;
+    url?: string;
+    auth?: string;
+    accept?: string;
+    body: string;
+    headers?: http.IncomingHttpHeaders;
+  }[] = [];
   beforeAll(async () => {
     server = http.createServer((req, res) => {
       let body = '';
@@ -155,6 +182,7 @@ describe('PlainRestTransport and PlainWatchTransport', () => {
           auth: req.headers.authorization,
           accept: req.headers.accept,
           body,
+          headers: req.headers,
         });
         const url = new URL(req.url ?? '/', 'http://x');
         if (url.pathname.endsWith('/forbidden')) {
@@ -248,6 +276,42 @@ describe('PlainRestTransport and PlainWatchTransport', () => {
     rest.close();
     await new PlainWatchTransport(conn).stream('/api/v1/secrets', {}, () => {});
     expect(seen.at(-1)?.auth).toBe('Bearer b3');
+  });
+
+  it('reads as an App kubeconfig: basic auth, impersonation, a stored auth-provider token', async () => {
+    const appKubeconfig = (user: Record<string, unknown>) =>
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'c', cluster: { server: base } }],
+        users: [{ name: 'u', user }],
+        contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+        'current-context': 'x',
+      });
+    await restTransportForKubeconfig(
+      appKubeconfig({ username: 'app', password: 'pw', as: 'jane', 'as-groups': ['g1', 'g2'] }),
+    ).send({
+      method: 'GET',
+      path: '/basic',
+    });
+    expect(seen.at(-1)?.auth).toBe(`Basic ${Buffer.from('app:pw').toString('base64')}`);
+    expect(seen.at(-1)?.headers?.['impersonate-user']).toBe('jane');
+    expect(seen.at(-1)?.headers?.['impersonate-group']).toBe('g1, g2');
+    await restTransportForKubeconfig(
+      appKubeconfig({ 'auth-provider': { name: 'azure', config: { 'access-token': 'az' } } }),
+    ).send({ method: 'GET', path: '/provider' });
+    expect(seen.at(-1)?.auth).toBe('Bearer az');
+    // A restricted kubeconfig never names a file or a program; one that did is refused by field name.
+    expect(() => restTransportForKubeconfig(appKubeconfig({ tokenFile: '/var/secret-token' }))).toThrow(
+      /^the App kubeconfig: context "x" uses user tokenFile, which is not supported$/,
+    );
+    expect(() =>
+      restTransportForKubeconfig(
+        appKubeconfig({ 'auth-provider': { name: 'oidc', config: { 'refresh-token': 'rt-secret' } } }),
+      ),
+    ).toThrow(
+      /^the App kubeconfig: context "x" uses user auth-provider without config id-token, which is not supported$/,
+    );
   });
 
   it('streams watch events split across chunks, in order, and reports a refused watch with its status', async () => {

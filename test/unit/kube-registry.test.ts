@@ -234,32 +234,48 @@ describe('selfContainedKubeconfig', () => {
       writeFileSync(join(dir, 'ca.pem'), 'CA');
       writeFileSync(join(dir, 'c.pem'), 'CERT');
       writeFileSync(join(dir, 'k.pem'), 'KEY');
-      const kc = new KubeConfig();
-      kc.loadFromOptions({
+      const doc = {
         clusters: [
-          { name: 'one', server: 'https://one:6443', caFile: join(dir, 'ca.pem') },
-          { name: 'two', server: 'https://two:6443' },
+          { name: 'one', cluster: { server: 'https://one:6443', 'certificate-authority': 'ca.pem' } },
+          { name: 'two', cluster: { server: 'https://two:6443' } },
         ],
         users: [
-          { name: 'u1', certFile: join(dir, 'c.pem'), keyFile: join(dir, 'k.pem') },
-          { name: 'u2', token: 't2' },
+          { name: 'u1', user: { 'client-certificate': join(dir, 'c.pem'), 'client-key': 'k.pem', tokenFile: 't' } },
+          { name: 'u2', user: { token: 't2' } },
+          { name: 'u3', user: { exec: { command: './bin/cred', args: ['x'] } } },
         ],
         contexts: [
-          { name: 'a', cluster: 'one', user: 'u1' },
-          { name: 'b', cluster: 'two', user: 'u2' },
+          { name: 'a', context: { cluster: 'one', user: 'u1' } },
+          { name: 'b', context: { cluster: 'two', user: 'u2' } },
+          { name: 'c', context: { cluster: 'two', user: 'u3', namespace: 'n' } },
         ],
-        currentContext: 'b',
-      });
-      expect(JSON.parse(selfContainedKubeconfig(kc, 'a'))).toEqual({
+        'current-context': 'b',
+      };
+      // relative paths are the kubeconfig folder's, as client-go reads them
+      expect(JSON.parse(selfContainedKubeconfig(doc, 'a', dir))).toEqual({
         apiVersion: 'v1',
         kind: 'Config',
         clusters: [{ name: 'one', cluster: { server: 'https://one:6443', 'certificate-authority-data': 'Q0E=' } }],
-        users: [{ name: 'u1', user: { 'client-certificate-data': 'Q0VSVA==', 'client-key-data': 'S0VZ' } }],
-        contexts: [{ name: 'a', context: { name: 'a', cluster: 'one', user: 'u1' } }],
-        preferences: {},
+        users: [
+          {
+            name: 'u1',
+            user: { 'client-certificate-data': 'Q0VSVA==', 'client-key-data': 'S0VZ', tokenFile: join(dir, 't') },
+          },
+        ],
+        contexts: [{ name: 'a', context: { cluster: 'one', user: 'u1' } }],
         'current-context': 'a',
       });
-      expect(() => selfContainedKubeconfig(kc, 'zz')).toThrow('kubeconfig context "zz" has no cluster');
+      expect(JSON.parse(selfContainedKubeconfig(doc, 'c', dir)).users).toEqual([
+        { name: 'u3', user: { exec: { command: join(dir, 'bin/cred'), args: ['x'] } } },
+      ]);
+      expect(() => selfContainedKubeconfig(doc, 'zz', dir)).toThrow('kubeconfig context "zz" has no cluster');
+      expect(() =>
+        selfContainedKubeconfig(
+          { ...doc, clusters: [{ name: 'one', cluster: { 'certificate-authority': 'nope' } }] },
+          'a',
+          dir,
+        ),
+      ).toThrow(`reading certificate-authority ${join(dir, 'nope')} of context "a"`);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

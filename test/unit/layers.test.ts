@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
 import { layerBins, layerTools, STAGES } from '../../layers/build.js';
-import { bundleFunction, functionBundleInputs, functionEntry } from '../../layers/bundle.js';
+import { bundleFunction, FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts, functionEntry } from '../../layers/bundle.js';
 import { lddLibraries } from '../../layers/git.js';
 import { componentKey, wrapperDirectives } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
@@ -131,17 +131,21 @@ describe('function bundle contents', () => {
   const routeOf = (stage: string) => `functions/lib/pipeline/routes/${stage}.ts`;
 
   it.each(PIPELINE_STAGES)(
-    'the %s bundle holds its own route only and none of the AWS SDK',
+    'the %s bundle holds its own route only, none of the AWS SDK or client-node, in at most 1,000,000 bytes',
     async (stage) => {
-      const inputs = await functionBundleInputs(stage);
+      const { inputs, bytes } = await functionBundleFacts(stage);
+      expect(bytes).toBeLessThanOrEqual(FUNCTION_BUNDLE_MAX_BYTES);
+      // The functions read kubeconfigs over the plain transports (`functions/lib/kube/kubeconfig-plain.ts`):
+      // client-node (its generated APIs, node-fetch, openid-client) is the embedded runtime's only.
+      expect(
+        inputs.filter((f) => /^node_modules\/(@kubernetes\/client-node|node-fetch|openid-client)\//.test(f)),
+      ).toEqual([]);
       expect(PIPELINE_STAGES.filter((s) => inputs.includes(routeOf(s)))).toEqual([stage]);
       expect(inputs.filter((f) => f.startsWith('node_modules/@aws-sdk/'))).toEqual([]);
       // Loaded from the runtime's NODE_PATH instead (`RUNTIME_PROVIDED`).
       expect(inputs).toContain('lambda-runtime:@aws-sdk/client-s3');
       expect(inputs).not.toContain('functions/lib/pipeline/dispatch.ts');
-      // node-fetch gets Node's URL instead of whatwg-url and its tr46 tables; client-node's
-      // unused WebSocket stack is left out; prom-client is the embedded runtime's only.
-      expect(inputs).toContain('node-url:whatwg-url');
+      // No whatwg-url and its tr46 tables, no WebSocket stack; prom-client is the embedded runtime's only.
       expect(inputs.filter((f) => /^node_modules\/(whatwg-url|tr46|ws|@smithy|prom-client)\//.test(f))).toEqual([]);
       // zod's 40+ locale files (~370 KB) stay out: only `import * as z from 'zod'` lets esbuild
       // drop them (a named `{ z }` import keeps the whole namespace, `z.locales` included).

@@ -84,7 +84,7 @@ export function artifactKeyringFromEnv(
       // Loaded on first use: bearer.ts brings the AWS SDK (the Lambda runtime's).
       const { SecretsManagerSecretStore } = await import('../kube/bearer.js');
       const client = typeof secrets === 'function' ? await secrets() : secrets;
-      return await new SecretsManagerSecretStore(client as SecretsManagerClient).read(where);
+      return await new SecretsManagerSecretStore(client).read(where);
     };
   }
   if (!read) {

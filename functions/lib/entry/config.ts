@@ -65,7 +65,7 @@ import {
 import { STAGE_TOOLS } from '../exec/runner.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import { IAM_ROLE_ID_PATTERN, parseRegistryLocation, type RegistryLocation } from '../kube/cluster-doc.js';
-import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/retry-bound.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../transport/port.js';
 

@@ -5,6 +5,8 @@
  *
  * @module
  */
+
+export { createAwsClients, type SdkClients } from './aws-clients.js';
 export {
   CONTROLLER_VERSION,
   ConfigError,
@@ -26,7 +28,6 @@ export {
 } from './handler.js';
 export {
   type AwsClients,
-  createAwsClients,
   createLambdaDeps,
   createLambdaLogger,
   FUNCTION_ACCESS,
@@ -34,6 +35,8 @@ export {
   fleetClusterRegistry,
   kubeconfigClusterRegistry,
   type LambdaDepsOverrides,
+  lazyAwsClients,
+  lazySendClient,
   stageClusterRegistry,
 } from './lambda.js';
 export { lambdaEntry } from './main.js';

@@ -15,17 +15,16 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { S3Client } from '@aws-sdk/client-s3';
-import { SQSClient } from '@aws-sdk/client-sqs';
-import { defaultProvider } from '@aws-sdk/credential-provider-node';
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import pino from 'pino';
 import { targetFunction } from '../../../events/schema.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
+import { kubeconfigFileRegistry, runtimeKubeconfigs, UnsupportedKubeconfigError } from '../kube/kubeconfig-plain.js';
 import type { ClusterRegistry } from '../kube/port.js';
-import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../kube/registry.js';
 import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { EmfReconcileMetrics } from '../observe/metrics.js';
@@ -34,32 +33,54 @@ import type { DispatchDeps } from '../pipeline/dispatch.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
-import { SqsEventSender } from '../transport/sqs.js';
+import { SqsEventSender, type SqsSendClient } from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
-import { createSecretsManagerClient } from './secrets-client.js';
 import { type SenderPolicy, senderRefusal } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
 
-/** The AWS SDK clients of one function process. */
+/** The AWS clients of one function process: what the ports send their commands through. */
 export interface AwsClients {
   /** Artifacts, render cache, receipts. */
-  s3: S3Client;
+  s3: Pick<S3Client, 'send'>;
   /** Hand-offs to the next stage's queue. */
-  sqs: SQSClient;
+  sqs: SqsSendClient;
 }
 
 /**
- * Creates the SDK clients (once per process, at module scope of the entry file). Credentials
- * come from the SDK's default provider chain (on Lambda: the function role's temporary
- * credentials); an `s3Endpoint` switches S3 to path-style addressing (S3-compatible servers).
+ * A client whose SDK module is loaded, and the client made, on the first `send` (`make` runs
+ * once; concurrent first sends share it).
  */
-export function createAwsClients(config: LambdaConfig): AwsClients {
+export function lazySendClient<C extends { send: (...args: never[]) => Promise<unknown> }>(
+  make: () => Promise<C>,
+): Pick<C, 'send'> {
+  let made: Promise<C> | undefined;
+  const send = async (...args: unknown[]): Promise<unknown> => {
+    made ??= make();
+    return await ((await made).send as (...a: unknown[]) => Promise<unknown>)(...args);
+  };
+  return { send: send as unknown as C['send'] };
+}
+
+/**
+ * The function's S3 and SQS clients (`createAwsClients` of `./aws-clients.ts`), each made on its
+ * first `send`: a cold start loads none of the SDK's modules, a first call that sends nothing
+ * (an empty batch, a record for a cluster this function does not serve) none either.
+ */
+export function lazyAwsClients(config: LambdaConfig): AwsClients {
+  let sdk: Promise<import('./aws-clients.js').SdkClients> | undefined;
+  const clients = () => (sdk ??= import('./aws-clients.js').then((m) => m.createAwsClients(config)));
   return {
-    s3: new S3Client({
-      region: config.region,
-      ...(config.s3Endpoint ? { endpoint: config.s3Endpoint, forcePathStyle: true } : {}),
-    }),
-    sqs: new SQSClient({ region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) }),
+    s3: lazySendClient(async () => (await clients()).s3),
+    sqs: lazySendClient(async () => (await clients()).sqs),
+  };
+}
+
+/** The SDK's default credential chain (`@aws-sdk/credential-provider-node`), loaded on the first ask. */
+function lazyDefaultProvider(): AwsCredentialIdentityProvider {
+  let provider: Promise<AwsCredentialIdentityProvider> | undefined;
+  return async (props) => {
+    provider ??= import('@aws-sdk/credential-provider-node').then((m) => m.defaultProvider());
+    return await (await provider)(props);
   };
 }
 
@@ -138,7 +159,10 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
 
 /**
  * The clusters a function serves: every context (or `clusterContexts`) of the kubeconfig at
- * `kubeconfigPath`, cluster id = context name.
+ * `kubeconfigPath`, cluster id = context name, each over the plain transports
+ * (`../kube/kubeconfig-plain.ts`: no client-node in the function bundles). They speak client
+ * certificates, tokens and token files, exec plugins, basic auth, impersonation and an
+ * `auth-provider`'s stored token; `proxy-url` is refused at start.
  *
  * This is the local and emulator setup; a fleet uses {@link fleetClusterRegistry} instead
  * (`KAPP_LAMBDA_CLUSTER_REGISTRY`). Whatever the source, fetch and template only ever see the
@@ -146,14 +170,20 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  *
  * @throws Error `loading kubeconfig <path>` when the file cannot be read or parsed (its
  *   contents are never quoted).
+ * @throws ConfigError `KAPP_LAMBDA_KUBECONFIG: context "<name>" uses <feature>, which the
+ *   functions do not support` (the feature's field name only).
  */
 export function kubeconfigClusterRegistry(
-  config: Pick<LambdaConfig, 'kubeconfigPath' | 'clusterContexts'>,
+  config: Pick<LambdaConfig, 'stage' | 'kubeconfigPath' | 'clusterContexts'>,
 ): ClusterRegistry {
-  return KubeConfigClusterRegistry.fromFile(
-    config.kubeconfigPath,
-    config.clusterContexts ? { contexts: config.clusterContexts } : {},
-  );
+  try {
+    return kubeconfigFileRegistry(config.kubeconfigPath, config.clusterContexts);
+  } catch (e) {
+    if (!(e instanceof UnsupportedKubeconfigError)) throw e;
+    throw new ConfigError(config.stage, [
+      `KAPP_LAMBDA_KUBECONFIG: context ${JSON.stringify(e.context)} uses ${e.feature}, which the functions do not support`,
+    ]);
+  }
 }
 
 /**
@@ -177,11 +207,13 @@ export function fleetClusterRegistry(
         ? new S3Store({ client: clients.s3, bucket: location.bucket, prefix: location.prefix })
         : new LocalDirStore(location.root),
     stage: config.stage,
-    credentials: defaultProvider(),
+    credentials: lazyDefaultProvider(),
     secrets:
       secrets.kind === 'dir'
         ? new DirSecretStore(secrets.root)
-        : new SecretsManagerSecretStore(createSecretsManagerClient(config)),
+        : new SecretsManagerSecretStore(
+            lazySendClient(async () => (await import('./secrets-client.js')).createSecretsManagerClient(config)),
+          ),
     ttlMs,
   });
 }
@@ -222,7 +254,6 @@ export {
   LEGACY_ARTIFACT_ROOT_KEY_ENV,
   usesArtifactKey,
 } from './artifact-key.js';
-export { createSecretsManagerClient } from './secrets-client.js';
 
 /**
  * Builds the dependencies of one stage function (the deps factory of `lambdaEntry`'s handler) with

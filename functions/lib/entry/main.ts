@@ -1,8 +1,8 @@
 /**
  * What a stage's Lambda entry file runs at init, kept light: the configuration, the hardening
  * and the artifact key are checked at once (a bad setup fails the init), and the Runtime API
- * loop starts; the composition root (`./lambda.ts`: the Kubernetes client, the AWS SDK, the
- * pipeline's ports) is imported on the first invocation, and the function's stage
+ * loop starts; the composition root (`./lambda.ts`: the Kubernetes client, the pipeline's ports)
+ * is imported on the first invocation, the AWS SDK on the first command sent, and the function's stage
  * (`../pipeline/routes/<stage>.ts`) on the first record that runs one. An entry file imports
  * only this module and its own route, so its bundle holds no other function's stage.
  *
@@ -52,8 +52,8 @@ export function lambdaEntry(
   const handler = makeStageHandler(
     stage,
     async () => {
-      const { createAwsClients, createLambdaDeps } = await import('./lambda.js');
-      return createLambdaDeps(config, createAwsClients(config), keyring ? { keyring } : {});
+      const { lazyAwsClients, createLambdaDeps } = await import('./lambda.js');
+      return createLambdaDeps(config, lazyAwsClients(config), keyring ? { keyring } : {});
     },
     async () => (await loadRoute()).route,
   );

@@ -69,13 +69,33 @@ import {
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import { type HeldLease, leaseSubject, type OptimisticRun, type RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
+import type { PipelineDeps } from '../pipeline/deps.js';
 import type { DispatchDeps } from '../pipeline/dispatch.js';
-import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound, infraStep } from '../pipeline/retry-bound.js';
+import type { dispatchWithRetryBound as DispatchWithRetryBound } from '../pipeline/retry-bound.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { gatedPorts } from './lease-gate.js';
 import { messageGroupRefusal } from './sender.js';
+
+/**
+ * The retry bound (`../pipeline/retry-bound.ts`: the final status writers, which bring the
+ * stages' error prefixes and status code), loaded on the first record, not at the cold start.
+ */
+const retryBound = () => import('../pipeline/retry-bound.js');
+
+/** `infraStep` of the retry bound, loaded on first use. */
+async function infraStep<T>(action: string, step: () => Promise<T>): Promise<T> {
+  return await (await retryBound()).infraStep(action, step);
+}
+
+/** `dispatchWithRetryBound` of the retry bound, loaded on first use. */
+async function dispatchWithRetryBound<D extends PipelineDeps>(
+  ...args: Parameters<typeof DispatchWithRetryBound<D>>
+): ReturnType<typeof DispatchWithRetryBound<D>> {
+  return await (await retryBound()).dispatchWithRetryBound<D>(...args);
+}
 
 /** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
 export interface SqsRecord {

@@ -17,7 +17,7 @@
 import { createHash, createHmac } from 'node:crypto';
 import { readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
-import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
 
 /** A bearer token and when it stops being usable. */
@@ -176,10 +176,10 @@ export interface SecretStore {
 
 /** {@link SecretStore} over AWS Secrets Manager (`GetSecretValue`, the secret's `SecretString`). */
 export class SecretsManagerSecretStore implements SecretStore {
-  readonly #client: SecretsManagerClient;
+  readonly #client: Pick<SecretsManagerClient, 'send'>;
 
   /** @param client - a Secrets Manager client (default credentials: the function role). */
-  constructor(client: SecretsManagerClient) {
+  constructor(client: Pick<SecretsManagerClient, 'send'>) {
     this.#client = client;
   }
 
@@ -187,6 +187,8 @@ export class SecretsManagerSecretStore implements SecretStore {
   async read(name: string): Promise<string> {
     let text: string | undefined;
     try {
+      // The SDK is loaded on the first read, not when this module is imported (a cold start).
+      const { GetSecretValueCommand } = await import('@aws-sdk/client-secrets-manager');
       text = (await this.#client.send(new GetSecretValueCommand({ SecretId: name }))).SecretString;
     } catch (cause) {
       const what = cause instanceof Error ? `${cause.name}` : 'error';

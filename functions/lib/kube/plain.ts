@@ -8,8 +8,12 @@
  * What it serves ({@link plainConnectionOf}): the in-cluster ServiceAccount (client-go's
  * `rest.InClusterConfig`: `KUBERNETES_SERVICE_HOST`/`_PORT`, the mounted token re-read as it
  * rotates, the mounted CA) and kubeconfig users with a client certificate and key, a `token` or
- * a `tokenFile`, or an `exec` credential plugin's token (EKS, GKE). Anything else
- * (`auth-provider` plugins, basic auth, impersonation, `proxy-url`) is reported as unsupported.
+ * a `tokenFile`, an `exec` credential plugin's token (EKS, GKE), basic auth (`username` and
+ * `password`), impersonation (`as`, `as-groups`, `as-user-extra`), or an `auth-provider`'s stored
+ * token (`id-token` of `oidc`, `access-token` of the others; never refreshed), through an
+ * `http://` `proxy-url` (CONNECT). Other proxies are reported as unsupported. Also what the Lambda functions read kubeconfigs with (the operator's
+ * file, an App's restricted kubeconfig: `./kubeconfig-plain.ts`), so their bundles carry no
+ * client-node either.
  *
  * @module
  */
@@ -18,6 +22,8 @@ import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import tls from 'node:tls';
 import { KubeApiClient } from './client.js';
 import {
   KEEP_ALIVE_IDLE_MS,
@@ -59,6 +65,15 @@ export interface PlainConnection {
   insecureSkipTlsVerify?: boolean;
   /** `tls-server-name`: the name the server's certificate is checked against. */
   tlsServerName?: string;
+  /** Basic auth (`username`/`password`), sent when no bearer token is. */
+  basic?: { username: string; password: string };
+  /**
+   * `proxy-url` of an `http://` proxy: every connection to the (https) server is a `CONNECT`
+   * tunnel through it (the functions' egress proxy in cloud mode, as kapp is given it).
+   */
+  proxyUrl?: string;
+  /** Impersonation (`as`, `as-groups`, `as-user-extra`): client-go's `Impersonate-*` headers. */
+  impersonate?: { user?: string; groups?: string[]; extra?: Record<string, string[]> };
 }
 
 /** A token file is read again after this long, ms: 60 000 (client-go's `cachingTokenSource` period). */
@@ -154,17 +169,34 @@ function bearerOf(conn: PlainConnection): () => Promise<string | undefined> {
   };
 }
 
+/** Headers of a connection that never change: basic auth (a bearer token replaces it) and impersonation. */
+function fixedHeadersOf(conn: PlainConnection): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  if (conn.basic) {
+    out.Authorization = `Basic ${Buffer.from(`${conn.basic.username}:${conn.basic.password}`).toString('base64')}`;
+  }
+  const imp = conn.impersonate;
+  if (imp?.user) out['Impersonate-User'] = imp.user;
+  if (imp?.groups?.length) out['Impersonate-Group'] = imp.groups;
+  for (const [k, v] of Object.entries(imp?.extra ?? {})) out[`Impersonate-Extra-${encodeURIComponent(k)}`] = v;
+  return out;
+}
+
 /** Shared by the REST and watch transports of one connection: URL building, TLS options, headers. */
 class Endpoint {
   readonly #base: URL;
   readonly #bearer: () => Promise<string | undefined>;
+  readonly #fixed: Record<string, string | string[]>;
   readonly tls: https.AgentOptions;
   readonly secure: boolean;
+  readonly #proxy: URL | undefined;
 
   constructor(conn: PlainConnection) {
     this.#base = new URL(conn.server);
     this.secure = this.#base.protocol === 'https:';
     this.#bearer = bearerOf(conn);
+    this.#fixed = fixedHeadersOf(conn);
+    this.#proxy = conn.proxyUrl ? new URL(conn.proxyUrl) : undefined;
     this.tls = {
       ...(conn.ca ? { ca: conn.ca } : {}),
       ...(conn.cert ? { cert: conn.cert } : {}),
@@ -181,18 +213,63 @@ class Endpoint {
     return url;
   }
 
-  async headers(accept: string): Promise<Record<string, string>> {
+  async headers(accept: string): Promise<Record<string, string | string[]>> {
     const token = await this.#bearer();
-    return { Accept: accept, 'User-Agent': 'kapp-lambda', ...(token ? { Authorization: `Bearer ${token}` } : {}) };
+    return {
+      Accept: accept,
+      'User-Agent': 'kapp-lambda',
+      ...this.#fixed,
+      ...(token ? { Authorization: `Bearer ${token}` } : {}),
+    };
   }
 
   agent(options: http.AgentOptions): http.Agent {
-    return this.secure ? new https.Agent({ ...options, ...this.tls }) : new http.Agent(options);
+    if (!this.secure) return new http.Agent(options);
+    const agent = new https.Agent({ ...options, ...this.tls });
+    if (this.#proxy) tunnelThrough(agent, this.#proxy);
+    return agent;
   }
 
   request(url: URL, options: http.RequestOptions, onResponse: (res: http.IncomingMessage) => void): http.ClientRequest {
     return (this.secure ? https : http).request(url, options, onResponse);
   }
+}
+
+/**
+ * Makes every connection of `agent` a `CONNECT` tunnel through the http proxy at `proxy`, TLS to
+ * the server inside it (what client-go and client-node do for an https server behind `proxy-url`).
+ */
+function tunnelThrough(agent: https.Agent, proxy: URL): void {
+  const auth = proxy.username
+    ? {
+        'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}`,
+      }
+    : {};
+  const create = (
+    options: tls.ConnectionOptions & { host?: string; port?: number },
+    done: (error: Error | null, socket?: Duplex) => void,
+  ): undefined => {
+    const target = `${options.host?.includes(':') ? `[${options.host}]` : options.host}:${options.port ?? 443}`;
+    const req = http.request({
+      host: proxy.hostname,
+      port: proxy.port || 80,
+      method: 'CONNECT',
+      path: target,
+      headers: { Host: target, ...auth },
+    });
+    req.once('connect', (res, socket) => {
+      if (res.statusCode !== 200) {
+        socket.destroy();
+        done(new Error(`proxy ${proxy.host} answered ${res.statusCode} to CONNECT ${target}`));
+        return;
+      }
+      done(null, tls.connect({ ...options, socket }));
+    });
+    req.once('error', (error) => done(error));
+    req.end();
+    return undefined;
+  };
+  (agent as unknown as { createConnection: typeof create }).createConnection = create;
 }
 
 /** Codes of a connection the server closed while it was kept idle (a reused socket's race). */
@@ -413,12 +490,13 @@ export function inClusterConnection(
   };
 }
 
-type Yaml = Record<string, unknown>;
+/** A kubeconfig document or one of its mappings. */
+export type Yaml = Record<string, unknown>;
 const obj = (x: unknown): Yaml => (x !== null && typeof x === 'object' && !Array.isArray(x) ? (x as Yaml) : {});
 const str = (x: unknown): string | undefined => (typeof x === 'string' && x !== '' ? x : undefined);
 
-/** The named entry of a kubeconfig list (`clusters`, `users`, `contexts`). */
-function named(doc: Yaml, list: string, name: string | undefined, field: string): Yaml | undefined {
+/** The named entry of a kubeconfig list (`clusters`, `users`, `contexts`): its `field` mapping (`cluster`, ...). */
+export function named(doc: Yaml, list: string, name: string | undefined, field: string): Yaml | undefined {
   const entries = doc[list];
   if (!Array.isArray(entries) || name === undefined) return undefined;
   const hit = entries.map(obj).find((e) => e.name === name);
@@ -428,79 +506,155 @@ function named(doc: Yaml, list: string, name: string | undefined, field: string)
 /** What {@link plainConnectionOf} decided for a kubeconfig context. */
 export type PlainConnectionResult = { connection: PlainConnection } | { unsupported: string };
 
+/** Where a kubeconfig document came from, for {@link plainConnectionOfDocument}. */
+export interface KubeconfigOrigin {
+  /** Prefix of every error, naming the kubeconfig (e.g. `loading kubeconfig <path>`); never its contents. */
+  what: string;
+  /** The context; default the document's `current-context`. */
+  context?: string;
+  /**
+   * Folder relative file paths and exec commands are resolved against (the kubeconfig's, as
+   * client-go does). Absent for a kubeconfig that is not a file (an App's): then a file path or
+   * an exec plugin is reported as unsupported, never read or run.
+   */
+  dir?: string;
+}
+
 /**
- * The plain connection of a kubeconfig context, or why there is none (a feature only
- * client-node implements). Relative file paths are resolved against the kubeconfig's folder, as
- * client-go does.
+ * Parses a kubeconfig's text (YAML or JSON) into its document.
+ *
+ * @throws Error `<what>: not a valid kubeconfig` (the parser's error is not attached: it may
+ *   quote the text, which holds credentials).
+ */
+export function parseKubeconfigText(text: string, what: string, parse: (text: string) => unknown): Yaml {
+  let doc: unknown;
+  try {
+    doc = parse(text);
+  } catch {
+    throw new Error(`${what}: not a valid kubeconfig`);
+  }
+  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) throw new Error(`${what}: not a valid kubeconfig`);
+  return doc as Yaml;
+}
+
+/**
+ * The plain connection of a kubeconfig file's context, or why there is none (a feature only
+ * client-node implements): {@link plainConnectionOfDocument} of the file, relative paths against
+ * its folder.
  *
  * @param kubeconfigPath - the kubeconfig file (YAML or JSON).
  * @param context - the context; default the file's `current-context`.
  * @throws Error `loading kubeconfig <path>` when the file cannot be read (the fs error as cause)
- *   or is not a kubeconfig, or the context, its cluster or a referenced file is missing (names
- *   and paths only, never contents).
+ *   or is not a kubeconfig, or what {@link plainConnectionOfDocument} throws.
  */
 export async function plainConnectionOf(kubeconfigPath: string, context?: string): Promise<PlainConnectionResult> {
+  const what = `loading kubeconfig ${kubeconfigPath}`;
   let text: string;
   try {
     text = readFileSync(kubeconfigPath, 'utf8');
   } catch (cause) {
-    throw new Error(`loading kubeconfig ${kubeconfigPath}`, { cause });
+    throw new Error(what, { cause });
   }
   // Only here, so the in-cluster path never loads a YAML parser.
   const { parse } = await import('yaml');
-  let doc: Yaml;
-  try {
-    doc = obj(parse(text));
-  } catch {
-    throw new Error(`loading kubeconfig ${kubeconfigPath}: not a valid kubeconfig`);
-  }
-  const name = context ?? str(doc['current-context']);
+  return plainConnectionOfDocument(parseKubeconfigText(text, what, parse), {
+    what,
+    ...(context === undefined ? {} : { context }),
+    dir: path.dirname(kubeconfigPath),
+  });
+}
+
+/** The bearer token an `auth-provider` stored (client-go's oidc `id-token`, gcp/azure `access-token`). */
+function authProviderToken(provider: Yaml): PlainConnectionResult | string {
+  const field = str(provider.name) === 'oidc' ? 'id-token' : 'access-token';
+  const token = str(obj(provider.config)[field]);
+  return token ?? { unsupported: `user auth-provider without config ${field}` };
+}
+
+/**
+ * The plain connection of a context of a parsed kubeconfig, or why there is none:
+ * `cluster proxy-url`, a file path or exec plugin without {@link KubeconfigOrigin.dir}, an
+ * `auth-provider` without its stored token (the name of the missing field only).
+ *
+ * @throws Error `<what>: no context "<name>"` / `<what>: context "<name>" has no cluster`, or
+ *   `reading <field> <file> of context "<name>"` (the fs error as cause): names and paths only,
+ *   never contents.
+ */
+export function plainConnectionOfDocument(doc: Yaml, origin: KubeconfigOrigin): PlainConnectionResult {
+  const { what, dir } = origin;
+  const name = origin.context ?? str(doc['current-context']);
   const ctx = named(doc, 'contexts', name, 'context');
-  if (!ctx) throw new Error(`loading kubeconfig ${kubeconfigPath}: no context ${JSON.stringify(name ?? '')}`);
+  if (!ctx) throw new Error(`${what}: no context ${JSON.stringify(name ?? '')}`);
   const cluster = named(doc, 'clusters', str(ctx.cluster), 'cluster');
   const server = str(cluster?.server);
   if (!cluster || !server) {
-    throw new Error(`loading kubeconfig ${kubeconfigPath}: context ${JSON.stringify(name)} has no cluster`);
+    throw new Error(`${what}: context ${JSON.stringify(name)} has no cluster`);
   }
   const user = named(doc, 'users', str(ctx.user), 'user') ?? {};
-  for (const field of ['auth-provider', 'username', 'password', 'as', 'as-groups', 'as-uid']) {
-    if (user[field] !== undefined) return { unsupported: `user ${field}` };
+  const proxyUrl = str(cluster['proxy-url']);
+  if (cluster['proxy-url'] !== undefined && !(proxyUrl?.startsWith('http://') && server.startsWith('https://'))) {
+    return { unsupported: 'cluster proxy-url other than an http:// proxy to an https server' };
   }
-  if (cluster['proxy-url'] !== undefined) return { unsupported: 'cluster proxy-url' };
+  if (dir === undefined) {
+    const files: [Yaml, string, string][] = [
+      [cluster, 'certificate-authority', 'cluster'],
+      [user, 'client-certificate', 'user'],
+      [user, 'client-key', 'user'],
+      [user, 'tokenFile', 'user'],
+      [user, 'exec', 'user'],
+    ];
+    const hit = files.find(([o, f]) => o[f] !== undefined);
+    if (hit) return { unsupported: `${hit[2]} ${hit[1]}` };
+  }
+  const base = dir ?? '.';
   const execConf = user.exec === undefined ? undefined : obj(user.exec);
   const execCommand = str(execConf?.command);
   if (execConf && !execCommand) return { unsupported: 'user exec without a command' };
-  const dir = path.dirname(kubeconfigPath);
-  const pem = (data: unknown, file: unknown, what: string): string | undefined => {
+  const pem = (data: unknown, file: unknown, field: string): string | undefined => {
     const d = str(data);
     if (d) return Buffer.from(d, 'base64').toString('utf8');
     const f = str(file);
     if (!f) return undefined;
-    const resolved = path.resolve(dir, f);
+    const resolved = path.resolve(base, f);
     try {
       return readFileSync(resolved, 'utf8');
     } catch (cause) {
-      throw new Error(`reading ${what} ${resolved} of context ${JSON.stringify(name)}`, { cause });
+      throw new Error(`reading ${field} ${resolved} of context ${JSON.stringify(name)}`, { cause });
     }
   };
+  let token = str(user.token);
+  if (!token && user['auth-provider'] !== undefined) {
+    const stored = authProviderToken(obj(user['auth-provider']));
+    if (typeof stored !== 'string') return stored;
+    token = stored;
+  }
   const ca = pem(cluster['certificate-authority-data'], cluster['certificate-authority'], 'certificate-authority');
   const cert = pem(user['client-certificate-data'], user['client-certificate'], 'client-certificate');
   const key = pem(user['client-key-data'], user['client-key'], 'client-key');
-  const token = str(user.token);
   const tokenFile = str(user.tokenFile);
   const tlsServerName = str(cluster['tls-server-name']);
+  const username = str(user.username);
+  const groups = Array.isArray(user['as-groups']) ? user['as-groups'].map(String) : [];
+  const extra = Object.fromEntries(
+    Object.entries(obj(user['as-user-extra'])).map(([k, v]) => [k, Array.isArray(v) ? v.map(String) : []]),
+  );
+  const impersonate = {
+    ...(str(user.as) ? { user: str(user.as) } : {}),
+    ...(groups.length ? { groups } : {}),
+    ...(Object.keys(extra).length ? { extra } : {}),
+  };
   return {
     connection: {
       server,
       ...(ca ? { ca } : {}),
       ...(cert ? { cert } : {}),
       ...(key ? { key } : {}),
-      ...(token ? { token } : tokenFile ? { tokenFile: path.resolve(dir, tokenFile) } : {}),
+      ...(token ? { token } : tokenFile ? { tokenFile: path.resolve(base, tokenFile) } : {}),
       ...(execConf && execCommand && !token && !tokenFile
         ? {
             exec: {
               // client-go: a command with a path separator is relative to the kubeconfig's folder
-              command: execCommand.includes('/') ? path.resolve(dir, execCommand) : execCommand,
+              command: execCommand.includes('/') ? path.resolve(base, execCommand) : execCommand,
               args: Array.isArray(execConf.args) ? execConf.args.map(String) : [],
               env: Object.fromEntries(
                 (Array.isArray(execConf.env) ? execConf.env : [])
@@ -512,6 +666,9 @@ export async function plainConnectionOf(kubeconfigPath: string, context?: string
             },
           }
         : {}),
+      ...(username ? { basic: { username, password: typeof user.password === 'string' ? user.password : '' } } : {}),
+      ...(Object.keys(impersonate).length ? { impersonate } : {}),
+      ...(proxyUrl ? { proxyUrl } : {}),
       ...(cluster['insecure-skip-tls-verify'] === true ? { insecureSkipTlsVerify: true } : {}),
       ...(tlsServerName ? { tlsServerName } : {}),
     },

@@ -14,8 +14,8 @@ import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../e
 import { withEgressProxy } from '../fetch/egress-proxy.js';
 import { UrlPolicyChecker } from '../fetch/url-policy.js';
 import { discoverApiGroupVersions, discoverServerVersion } from '../kube/client.js';
+import { restTransportForKubeconfig } from '../kube/kubeconfig-plain.js';
 import type { ClusterRegistry } from '../kube/port.js';
-import { restTransportForKubeconfig } from '../kube/registry.js';
 import type { RestTransport } from '../kube/transport.js';
 import type { Logger } from '../log.js';
 import { ReconcileEventRecorder } from '../observe/events.js';

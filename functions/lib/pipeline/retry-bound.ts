@@ -41,12 +41,7 @@ import { withClusterConfig } from './cluster-config.js';
 import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
 
-/**
- * Attempts of one stage of one run before the final failed status: 5. On Lambda this must equal
- * the `maxReceiveCount` of the queue's redrive policy, so the last attempt is the one that
- * writes the status rather than a silent move to the dead-letter queue.
- */
-export const DEFAULT_MAX_ATTEMPTS = 5;
+export { DEFAULT_MAX_ATTEMPTS } from './attempts.js';
 
 /** Bound of the cause in the final status message, UTF-8 bytes (head kept: the action comes first). */
 export const INFRA_CAUSE_BYTES = 1024;

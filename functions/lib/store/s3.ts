@@ -1,15 +1,7 @@
 /**
  * {@link ObjectStore} over S3 or any S3-compatible server (versitygw in tests).
  */
-import {
-  DeleteObjectCommand,
-  GetObjectCommand,
-  type GetObjectCommandOutput,
-  HeadObjectCommand,
-  ListObjectsV2Command,
-  PutObjectCommand,
-  type S3Client,
-} from '@aws-sdk/client-s3';
+import type { GetObjectCommandOutput, S3Client } from '@aws-sdk/client-s3';
 import {
   type ConditionalPutResult,
   DEFAULT_MAX_OBJECT_BYTES,
@@ -34,7 +26,7 @@ export interface S3StoreOptions {
    * The S3 client, created once per process by the entry file (region, credentials,
    * endpoint and `forcePathStyle` for S3-compatible servers are its business).
    */
-  readonly client: S3Client;
+  readonly client: Pick<S3Client, 'send'>;
   /** Bucket name. */
   readonly bucket: string;
   /**
@@ -44,6 +36,17 @@ export interface S3StoreOptions {
   readonly prefix?: string;
   /** Largest object read or written, in bytes. Default {@link DEFAULT_MAX_OBJECT_BYTES} (512 MiB). */
   readonly maxObjectBytes?: number;
+}
+
+let sdkModule: Promise<typeof import('@aws-sdk/client-s3')> | undefined;
+
+/**
+ * The S3 SDK's command classes, loaded on the first call (not when this module is imported): a
+ * Lambda function's cold start does not pay for the SDK it may not use on its first call.
+ */
+function sdk(): Promise<typeof import('@aws-sdk/client-s3')> {
+  sdkModule ??= import('@aws-sdk/client-s3');
+  return sdkModule;
 }
 
 interface SdkError {
@@ -80,7 +83,7 @@ function isNotFound(e: unknown): boolean {
  * error as `cause` (its `$metadata.httpStatusCode` and `name` say what happened).
  */
 export class S3Store implements ObjectStore {
-  private readonly client: S3Client;
+  private readonly client: Pick<S3Client, 'send'>;
   /** Bucket name. */
   readonly bucket: string;
   /** Normalized key prefix (`''` or ending in `/`). */
@@ -120,7 +123,7 @@ export class S3Store implements ObjectStore {
     try {
       let res: GetObjectCommandOutput;
       try {
-        res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key: this.full(key) }), {
+        res = await this.client.send(new (await sdk()).GetObjectCommand({ Bucket: this.bucket, Key: this.full(key) }), {
           abortSignal: abort.signal,
         });
       } catch (e) {
@@ -157,7 +160,9 @@ export class S3Store implements ObjectStore {
   async head(key: string): Promise<ObjectHead | undefined> {
     validateKey(key, 'head');
     try {
-      const res = await this.client.send(new HeadObjectCommand({ Bucket: this.bucket, Key: this.full(key) }));
+      const res = await this.client.send(
+        new (await sdk()).HeadObjectCommand({ Bucket: this.bucket, Key: this.full(key) }),
+      );
       return {
         size: res.ContentLength ?? 0,
         ...(res.LastModified ? { lastModified: res.LastModified } : {}),
@@ -196,7 +201,7 @@ export class S3Store implements ObjectStore {
   ): Promise<boolean> {
     try {
       await this.client.send(
-        new PutObjectCommand({
+        new (await sdk()).PutObjectCommand({
           Bucket: this.bucket,
           Key: this.full(key),
           Body: buf,
@@ -223,7 +228,12 @@ export class S3Store implements ObjectStore {
     const buf = this.checkSize('put', key, body);
     try {
       await this.client.send(
-        new PutObjectCommand({ Bucket: this.bucket, Key: this.full(key), Body: buf, ContentLength: buf.length }),
+        new (await sdk()).PutObjectCommand({
+          Bucket: this.bucket,
+          Key: this.full(key),
+          Body: buf,
+          ContentLength: buf.length,
+        }),
       );
     } catch (e) {
       throw new StoreError(`failed to put object "${key}"`, 'put', key, { cause: e });
@@ -239,7 +249,7 @@ export class S3Store implements ObjectStore {
     try {
       do {
         const res = await this.client.send(
-          new ListObjectsV2Command({
+          new (await sdk()).ListObjectsV2Command({
             Bucket: this.bucket,
             Prefix: this.full(prefix),
             MaxKeys: limit - keys.length,
@@ -265,7 +275,7 @@ export class S3Store implements ObjectStore {
   async delete(key: string): Promise<void> {
     validateKey(key, 'delete');
     try {
-      await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.full(key) }));
+      await this.client.send(new (await sdk()).DeleteObjectCommand({ Bucket: this.bucket, Key: this.full(key) }));
     } catch (e) {
       if (isNotFound(e)) return;
       throw new StoreError(`failed to delete object "${key}"`, 'delete', key, { cause: e });

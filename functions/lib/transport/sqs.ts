@@ -11,7 +11,7 @@
  *
  * @module
  */
-import { SendMessageCommand, type SendMessageCommandInput } from '@aws-sdk/client-sqs';
+import type { SendMessageCommand, SendMessageCommandInput } from '@aws-sdk/client-sqs';
 import { type KappEvent, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
 import { type EventSender, type PipelineStage, TransportError } from './port.js';
 
@@ -67,6 +67,8 @@ export class SqsEventSender implements EventSender {
     if (!url) throw new TransportError(`no queue configured for the ${stage} function`);
     const input = sendMessageInput(url, event);
     try {
+      // The SDK is loaded on the first send, not when this module is imported (a cold start).
+      const { SendMessageCommand } = await import('@aws-sdk/client-sqs');
       await this.#client.send(new SendMessageCommand(input));
     } catch (cause) {
       throw new TransportError(`failed to send event to the ${stage} queue`, { cause });
