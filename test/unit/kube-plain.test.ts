@@ -13,11 +13,13 @@ import { forwarderKube } from '../../events/forwarder/kube.js';
 import { WatchHttpError } from '../../functions/lib/kube/http.js';
 import { restTransportForKubeconfig } from '../../functions/lib/kube/kubeconfig-plain.js';
 import {
+  APP_SERVER_MAX_BODY_BYTES,
   inClusterConnection,
   type PlainConnection,
   PlainRestTransport,
   PlainWatchTransport,
   plainConnectionOf,
+  RestBodyTooLargeError,
 } from '../../functions/lib/kube/plain.js';
 
 let dir: string;
@@ -190,6 +192,18 @@ describe('PlainRestTransport and PlainWatchTransport', () => {
           res.end(JSON.stringify({ kind: 'Status', message: 'no watching here' }));
           return;
         }
+        if (url.pathname.endsWith('/flood')) {
+          // A hostile server: an answer far longer than anything an API server sends.
+          res.writeHead(200, { 'Content-Type': 'application/json' });
+          const chunk = Buffer.alloc(1 << 20, 'a');
+          let left = 64;
+          const pump = (): void => {
+            while (left-- > 0 && !res.destroyed) if (!res.write(chunk)) return void res.once('drain', pump);
+            res.end();
+          };
+          pump();
+          return;
+        }
         if (url.searchParams.get('watch') === 'true') {
           res.writeHead(200, { 'Content-Type': 'application/json' });
           // one event split across writes, then two in one write
@@ -276,6 +290,26 @@ describe('PlainRestTransport and PlainWatchTransport', () => {
     rest.close();
     await new PlainWatchTransport(conn).stream('/api/v1/secrets', {}, () => {});
     expect(seen.at(-1)?.auth).toBe('Bearer b3');
+  });
+
+  it('bounds the body of an answer: an App-named server cannot fill the memory of the function serving every tenant', async () => {
+    const bounded = new PlainRestTransport({ server: base }, undefined, 4096);
+    await expect(bounded.send({ method: 'GET', path: '/flood' })).rejects.toThrow(
+      new RestBodyTooLargeError({ method: 'GET', path: '/flood' }, 4096),
+    );
+    expect((await bounded.send({ method: 'GET', path: '/small' })).statusCode).toBe(200);
+    bounded.close();
+    const app = restTransportForKubeconfig(
+      JSON.stringify({
+        clusters: [{ name: 'c', cluster: { server: base } }],
+        users: [{ name: 'u', user: { token: 'flood' } }],
+        contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+        'current-context': 'x',
+      }),
+    );
+    await expect(app.send({ method: 'GET', path: '/flood' })).rejects.toThrow(
+      `longer than ${APP_SERVER_MAX_BODY_BYTES} bytes (GET /flood)`,
+    );
   });
 
   it('reads as an App kubeconfig: basic auth, impersonation, a stored auth-provider token', async () => {

@@ -19,6 +19,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
 import {
+  APP_SERVER_MAX_BODY_BYTES,
   named,
   PlainRestTransport,
   parseKubeconfigText,
@@ -196,7 +197,9 @@ const APP_KUBECONFIG = 'the App kubeconfig';
  * token, a client certificate, basic auth, impersonation, an `auth-provider`'s stored token
  * (`id-token` of oidc, else `access-token`); no file and no exec plugin is ever read or run.
  * The same kubeconfig (the ServiceAccount's token is cached, so one App's deploys hand the same
- * one) gets the same transport, and with it its kept connections; at most
+ * one) gets the same transport, and with it its kept connections; an answer's body is bounded
+ * by `APP_SERVER_MAX_BODY_BYTES` (the server is the tenant's; the function serves every
+ * tenant); at most
  * {@link APP_READER_TRANSPORTS} are kept, the least recently asked for is closed first. A new
  * token makes a new transport.
  *
@@ -223,7 +226,7 @@ export function restTransportForKubeconfig(yaml: string): RestTransport {
     const context = typeof doc['current-context'] === 'string' ? doc['current-context'] : '';
     throw new UnsupportedKubeconfigError(APP_KUBECONFIG, context, r.unsupported);
   }
-  const transport = new PlainRestTransport(r.connection);
+  const transport = new PlainRestTransport(r.connection, undefined, APP_SERVER_MAX_BODY_BYTES);
   appReaders.set(key, transport);
   while (appReaders.size > APP_READER_TRANSPORTS) {
     const [oldest, closing] = appReaders.entries().next().value as [string, PlainRestTransport];

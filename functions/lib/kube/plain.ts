@@ -272,6 +272,27 @@ function tunnelThrough(agent: https.Agent, proxy: URL): void {
   (agent as unknown as { createConnection: typeof create }).createConnection = create;
 }
 
+/**
+ * Most bytes of one answer's body a transport to a server an App names keeps: 32 MiB. Such a
+ * server (`cluster.kubeconfigSecretRef`) is the tenant's, and the function that reads it serves
+ * every tenant of the fleet: without a bound one endless answer fills the instance's memory
+ * (400 MiB sent cost 1.2 GiB of heap) and fails the other tenants' records of the batch.
+ * Discovery answers are well under 1 MiB; an App's own resources read as the App stay far below.
+ */
+export const APP_SERVER_MAX_BODY_BYTES = 32 * 1024 * 1024;
+
+/** An answer's body was longer than its transport keeps ({@link PlainRestTransport}'s `maxBodyBytes`). */
+export class RestBodyTooLargeError extends Error {
+  override readonly name = 'RestBodyTooLargeError';
+  /**
+   * @param request - the request (method and path are named; query and body never are).
+   * @param maxBodyBytes - the bound that was passed.
+   */
+  constructor(request: Pick<RestRequest, 'method' | 'path'>, maxBodyBytes: number) {
+    super(`the API server's answer is longer than ${maxBodyBytes} bytes (${request.method} ${request.path})`);
+  }
+}
+
 /** Codes of a connection the server closed while it was kept idle (a reused socket's race). */
 const RESET_CODES = new Set(['ECONNRESET', 'EPIPE']);
 
@@ -285,13 +306,21 @@ export class PlainRestTransport implements RestTransport {
   readonly #endpoint: Endpoint;
   readonly #agent: http.Agent;
   readonly #timeoutMs: number;
+  readonly #maxBodyBytes: number;
 
   /**
    * @param conn - the API server and credentials.
    * @param timeoutMs - bound of each request; default {@link REST_REQUEST_TIMEOUT_MS}.
+   * @param maxBodyBytes - most bytes of one answer's body kept; a longer answer is cut off and
+   *   the request rejects with {@link RestBodyTooLargeError}. Default: no bound (the operator's
+   *   own API servers); a server an App names gets {@link APP_SERVER_MAX_BODY_BYTES}.
    * @throws TypeError when `conn.server` is not a URL.
    */
-  constructor(conn: PlainConnection, timeoutMs: number = REST_REQUEST_TIMEOUT_MS) {
+  constructor(
+    conn: PlainConnection,
+    timeoutMs: number = REST_REQUEST_TIMEOUT_MS,
+    maxBodyBytes: number = Number.POSITIVE_INFINITY,
+  ) {
     this.#endpoint = new Endpoint(conn);
     this.#agent = this.#endpoint.agent({
       keepAlive: true,
@@ -301,11 +330,13 @@ export class PlainRestTransport implements RestTransport {
       scheduling: 'lifo',
     });
     this.#timeoutMs = timeoutMs;
+    this.#maxBodyBytes = maxBodyBytes;
   }
 
   /**
    * {@inheritDoc RestTransport.send}
    * @throws RestTimeoutError when no complete answer came within the bound.
+   * @throws RestBodyTooLargeError when the answer's body exceeds the transport's bound.
    */
   async send(request: RestRequest): Promise<RestResponse> {
     try {
@@ -335,7 +366,16 @@ export class PlainRestTransport implements RestTransport {
         { method: request.method, headers, agent: this.#agent },
         (res) => {
           const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
+          let size = 0;
+          res.on('data', (c: Buffer) => {
+            size += c.length;
+            if (size > this.#maxBodyBytes) {
+              clearTimeout(timer);
+              req.destroy(new RestBodyTooLargeError(request, this.#maxBodyBytes));
+              return;
+            }
+            chunks.push(c);
+          });
           res.on('error', reject);
           res.on('end', () => {
             clearTimeout(timer);
