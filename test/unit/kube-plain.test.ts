@@ -5,7 +5,7 @@
  */
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -310,6 +310,32 @@ describe('PlainRestTransport and PlainWatchTransport', () => {
     await expect(app.send({ method: 'GET', path: '/flood' })).rejects.toThrow(
       `longer than ${APP_SERVER_MAX_BODY_BYTES} bytes (GET /flood)`,
     );
+  });
+
+  it('closes its connection to a proxy-url that never answers CONNECT once the request bound passes', async () => {
+    const proxied: net.Socket[] = [];
+    let onClose: () => void = () => {};
+    const closed = new Promise<void>((resolve) => {
+      onClose = resolve;
+    });
+    // A proxy that accepts, reads the CONNECT and never answers.
+    const proxy = net.createServer((socket) => {
+      proxied.push(socket);
+      socket.resume();
+      socket.on('close', () => onClose());
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    const port = (proxy.address() as AddressInfo).port;
+    const rest = new PlainRestTransport(
+      { server: 'https://api.example.test:6443', token: 't', proxyUrl: `http://127.0.0.1:${port}` },
+      200,
+    );
+    // The request's own bound or the tunnel's, whichever passes first: both are 200 ms.
+    await expect(rest.send({ method: 'GET', path: '/version' })).rejects.toThrow(/within 200 ms/);
+    await closed;
+    expect(proxied).toHaveLength(1);
+    rest.close();
+    await new Promise((r) => proxy.close(r));
   });
 
   it('reads as an App kubeconfig: basic auth, impersonation, a stored auth-provider token', async () => {

@@ -223,10 +223,11 @@ class Endpoint {
     };
   }
 
-  agent(options: http.AgentOptions): http.Agent {
+  /** @param tunnelTimeoutMs - bound of a proxy's answer to `CONNECT` (when the server is behind `proxy-url`). */
+  agent(options: http.AgentOptions, tunnelTimeoutMs: number = REST_REQUEST_TIMEOUT_MS): http.Agent {
     if (!this.secure) return new http.Agent(options);
     const agent = new https.Agent({ ...options, ...this.tls });
-    if (this.#proxy) tunnelThrough(agent, this.#proxy);
+    if (this.#proxy) tunnelThrough(agent, this.#proxy, tunnelTimeoutMs);
     return agent;
   }
 
@@ -238,8 +239,11 @@ class Endpoint {
 /**
  * Makes every connection of `agent` a `CONNECT` tunnel through the http proxy at `proxy`, TLS to
  * the server inside it (what client-go and client-node do for an https server behind `proxy-url`).
+ * A proxy silent for `timeoutMs` has its connection closed: the request's own bound rejects the
+ * request but cannot reach a socket it was never given, so a proxy that accepts and never
+ * answers (an App's `proxy-url` when the URL policy is off) kept one descriptor per request.
  */
-function tunnelThrough(agent: https.Agent, proxy: URL): void {
+function tunnelThrough(agent: https.Agent, proxy: URL, timeoutMs: number): void {
   const auth = proxy.username
     ? {
         'Proxy-Authorization': `Basic ${Buffer.from(`${decodeURIComponent(proxy.username)}:${decodeURIComponent(proxy.password)}`).toString('base64')}`,
@@ -266,6 +270,9 @@ function tunnelThrough(agent: https.Agent, proxy: URL): void {
       done(null, tls.connect({ ...options, socket }));
     });
     req.once('error', (error) => done(error));
+    req.setTimeout(timeoutMs, () =>
+      req.destroy(new Error(`proxy ${proxy.host} did not answer CONNECT ${target} within ${timeoutMs} ms`)),
+    );
     req.end();
     return undefined;
   };
@@ -322,13 +329,16 @@ export class PlainRestTransport implements RestTransport {
     maxBodyBytes: number = Number.POSITIVE_INFINITY,
   ) {
     this.#endpoint = new Endpoint(conn);
-    this.#agent = this.#endpoint.agent({
-      keepAlive: true,
-      maxSockets: KEEP_ALIVE_MAX_SOCKETS,
-      maxFreeSockets: KEEP_ALIVE_MAX_SOCKETS,
-      timeout: KEEP_ALIVE_IDLE_MS,
-      scheduling: 'lifo',
-    });
+    this.#agent = this.#endpoint.agent(
+      {
+        keepAlive: true,
+        maxSockets: KEEP_ALIVE_MAX_SOCKETS,
+        maxFreeSockets: KEEP_ALIVE_MAX_SOCKETS,
+        timeout: KEEP_ALIVE_IDLE_MS,
+        scheduling: 'lifo',
+      },
+      timeoutMs,
+    );
     this.#timeoutMs = timeoutMs;
     this.#maxBodyBytes = maxBodyBytes;
   }
