@@ -228,6 +228,20 @@ describe('manifestDocs and uncoveredDocument', () => {
     expect(uncoveredDocument(docs, [cms])).toBe('Deployment other/d is not among the listed objects');
   });
 
+  it("leaves out kapp's own Config, which kapp reads and never applies (a kapp.k14s.io Config elsewhere counts)", () => {
+    const docs = manifestDocs(
+      [
+        'apiVersion: kapp.k14s.io/v1alpha1\nkind: Config\nrebaseRules: []',
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: ns}',
+        'apiVersion: example.com/v1\nkind: Config\nmetadata: {name: c}',
+      ].join('\n---\n'),
+    );
+    expect(docs.map((d) => [d.group, d.kind, d.name])).toEqual([
+      ['', 'ConfigMap', 'a'],
+      ['example.com', 'Config', 'c'],
+    ]);
+  });
+
   it('throws on YAML that does not parse', () => {
     expect(() => manifestDocs('a: [')).toThrow('does not parse');
   });

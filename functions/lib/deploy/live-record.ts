@@ -247,6 +247,10 @@ function collectDoc(doc: unknown, out: ManifestDoc[]): void {
     for (const item of d.items) collectDoc(item, out);
     return;
   }
+  // kapp's own configuration (`kapp.k14s.io/v1alpha1` `Config`) is read by kapp and never
+  // applied (kapp's `config.NewConfFromResources` takes it out of the resources), so no list
+  // would ever hold it: counting it kept every App that ships one from a no-op resync.
+  if (d.kind === 'Config' && d.apiVersion.startsWith('kapp.k14s.io/')) return;
   const m = (d.metadata ?? {}) as { name?: unknown; namespace?: unknown; annotations?: unknown };
   const slash = d.apiVersion.indexOf('/');
   out.push({
