@@ -25,6 +25,7 @@ import {
   parseKubeconfigText,
   plainClient,
   plainConnectionOfDocument,
+  readKubeconfigText,
   type Yaml,
 } from './plain.js';
 import type { KubeClient } from './port.js';
@@ -54,13 +55,7 @@ export class UnsupportedKubeconfigError extends Error {
  *   attached: they may quote the file).
  */
 export function loadKubeconfigFile(kubeconfigPath: string): Yaml {
-  const what = `loading kubeconfig ${kubeconfigPath}`;
-  let text: string;
-  try {
-    text = readFileSync(kubeconfigPath, 'utf8');
-  } catch (cause) {
-    throw new Error(what, { cause });
-  }
+  const { text, what } = readKubeconfigText(kubeconfigPath);
   return parseKubeconfigText(text, what, parse);
 }
 

@@ -588,6 +588,20 @@ export function parseKubeconfigText(text: string, what: string, parse: (text: st
 }
 
 /**
+ * The text of a kubeconfig file, with the `what` its errors start with.
+ *
+ * @throws Error `loading kubeconfig <path>` when the file cannot be read (the fs error as `cause`).
+ */
+export function readKubeconfigText(kubeconfigPath: string): { text: string; what: string } {
+  const what = `loading kubeconfig ${kubeconfigPath}`;
+  try {
+    return { text: readFileSync(kubeconfigPath, 'utf8'), what };
+  } catch (cause) {
+    throw new Error(what, { cause });
+  }
+}
+
+/**
  * The plain connection of a kubeconfig file's context, or why there is none (a feature only
  * client-node implements): {@link plainConnectionOfDocument} of the file, relative paths against
  * its folder.
@@ -598,13 +612,7 @@ export function parseKubeconfigText(text: string, what: string, parse: (text: st
  *   or is not a kubeconfig, or what {@link plainConnectionOfDocument} throws.
  */
 export async function plainConnectionOf(kubeconfigPath: string, context?: string): Promise<PlainConnectionResult> {
-  const what = `loading kubeconfig ${kubeconfigPath}`;
-  let text: string;
-  try {
-    text = readFileSync(kubeconfigPath, 'utf8');
-  } catch (cause) {
-    throw new Error(what, { cause });
-  }
+  const { text, what } = readKubeconfigText(kubeconfigPath);
   // Only here, so the in-cluster path never loads a YAML parser.
   const { parse } = await import('yaml');
   return plainConnectionOfDocument(parseKubeconfigText(text, what, parse), {
