@@ -14,12 +14,11 @@ import {
   type KappEvent,
   objectEvent,
   type StageRun,
-  type StageStatusSummary,
   serializeEvent,
 } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
-import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { ABSENT_LEASE, leaseKey, parseLease, RunLeases } from '../../functions/lib/lease/index.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
@@ -28,19 +27,19 @@ import {
   type AppWorld,
   appObject,
   appWorld,
+  FETCH_PART,
+  MANIFEST,
+  MANIFEST_KEY,
   NOW,
   REF,
   RUN,
   SUCCEEDED_BEFORE,
+  TEMPLATE_PART,
   vendirWrites,
 } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('entry-lease-optimistic-');
-const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
-const MANIFEST_KEY = templateArtifactKey(sha256Hex(MANIFEST));
-const FETCH_PART: StageStatusSummary = { exitCode: 0, stdout: 'lock: vendir\n', startedAt: NOW, updatedAt: NOW };
-const TEMPLATE_PART: StageStatusSummary = { exitCode: 0, updatedAt: NOW };
 const KEY = leaseKey(REF);
 const LIVE = {
   metadata: {

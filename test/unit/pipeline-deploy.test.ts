@@ -7,10 +7,10 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { deleteEvent, deployEvent, type StageStatusSummary } from '../../events/schema.js';
+import { deleteEvent, deployEvent } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
-import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
@@ -19,23 +19,23 @@ import {
   appObject,
   appWorld,
   changeApp,
+  FETCH_PART,
   finalFailed,
   finalSucceeded,
+  MANIFEST,
+  MANIFEST_KEY,
   NOW,
   openStopRows,
   RECONCILING,
   REF,
   RUN,
   SUCCEEDED_BEFORE,
+  TEMPLATE_PART,
 } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('pipeline-deploy-');
 
-const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
-const MANIFEST_KEY = templateArtifactKey(sha256Hex(MANIFEST));
-const FETCH_PART: StageStatusSummary = { exitCode: 0, stdout: 'lock: vendir\n', startedAt: NOW, updatedAt: NOW };
-const TEMPLATE_PART: StageStatusSummary = { exitCode: 0, updatedAt: NOW };
 const PARTS = { fetch: FETCH_PART, template: TEMPLATE_PART };
 const DEPLOYED = { finished: true, exitCode: 0, stdout: 'Succeeded', startedAt: NOW, updatedAt: NOW };
 const KAPP_FAILED = 'Deploying: Error (see .status.usefulErrorMessage for details)';

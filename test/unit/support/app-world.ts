@@ -6,9 +6,9 @@
  */
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { ObjectRef, StageRun } from '../../../events/schema.js';
+import type { ObjectRef, StageRun, StageStatusSummary } from '../../../events/schema.js';
 import type { App, AppStatus } from '../../../functions/lib/api/index.js';
-import { fetchArtifactKey } from '../../../functions/lib/artifact/keys.js';
+import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../../functions/lib/artifact/keys.js';
 import { packDir } from '../../../functions/lib/artifact/tarball.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../../functions/lib/exec/runner.js';
@@ -44,6 +44,15 @@ export const PKGR_REF: ObjectRef = {
   generation: 1,
   resourceVersion: '1',
 };
+
+/** A one-ConfigMap render, as the template stage stores it, and its artifact key. */
+export const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
+/** {@link MANIFEST}'s template artifact key. */
+export const MANIFEST_KEY = templateArtifactKey(sha256Hex(MANIFEST));
+/** The fetch stage's status summary a deploy event carries after a successful fetch. */
+export const FETCH_PART: StageStatusSummary = { exitCode: 0, stdout: 'lock: vendir\n', startedAt: NOW, updatedAt: NOW };
+/** The template stage's status summary a deploy event carries after a successful template. */
+export const TEMPLATE_PART: StageStatusSummary = { exitCode: 0, updatedAt: NOW };
 
 /** The run of the stage events of the tables. */
 export const RUN: StageRun = { generation: 1, runId: 'run-1', startedAt: NOW };
