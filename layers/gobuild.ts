@@ -27,7 +27,13 @@ export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
 
 /** Cache key of a component: `<name>-<version>-<first 10 hex of sha256(recipe)>`. */
 export function componentKey(c: GoComponent): string {
-  const recipe = JSON.stringify({ ...c, purpose: undefined, layers: undefined, go: GO_RECIPE_VERSION });
+  const recipe = JSON.stringify({
+    ...c,
+    purpose: undefined,
+    layers: undefined,
+    go: GO_RECIPE_VERSION,
+    proxyLoopback: c.proxyLoopback ? PROXY_LOOPBACK_PATCH : undefined,
+  });
   return `${c.name}-${c.version}-${createHash('sha256').update(recipe).digest('hex').slice(0, 10)}`;
 }
 
@@ -187,10 +193,12 @@ export async function buildComponent(c: GoComponent, progress: Progress, root = 
     await rm(tmpOut, { recursive: true, force: true });
     await mkdir(tmpOut, { recursive: true });
     const ldflags = ['-s', '-w', ...(c.stamps ?? []).flatMap((s) => ['-X', s])].join(' ');
+    const overlay = c.proxyLoopback ? await proxyLoopbackOverlay(src, env) : undefined;
     for (const b of c.binaries) {
       progress(`${c.name}: go build ${b.bin}`);
       const argv = ['go', 'build', '-trimpath', '-ldflags', ldflags, '-o', path.join(tmpOut, b.bin)];
       if (c.tags?.length) argv.push('-tags', c.tags.join(','));
+      if (overlay) argv.push(`-overlay=${overlay}`);
       await run([...argv, b.pkg], { cwd: src, env, onLine });
     }
     await verifyVersions(c, tmpOut);
@@ -202,6 +210,58 @@ export async function buildComponent(c: GoComponent, progress: Progress, root = 
   }
   progress(`${c.name} ${c.version}: built in ${Math.round((Date.now() - started) / 1000)}s`);
   return out;
+}
+
+/** Bumped when {@link patchProxyLoopback} changes, so the patched tools rebuild. */
+const PROXY_LOOPBACK_PATCH = 1;
+
+/** Go's vendored httpproxy, relative to GOROOT (net/http's `ProxyFromEnvironment` calls it). */
+const HTTPPROXY_SOURCE = 'src/vendor/golang.org/x/net/http/httpproxy/proxy.go';
+
+/** The two early returns of httpproxy's `useProxy` that keep loopback targets off the proxy. */
+const LOOPBACK_EXEMPTIONS: readonly [string, string][] = [
+  ['if host == "localhost" {', 'if host == "localhost" && !klProxyLoopback {'],
+  ['if ip.IsLoopback() {', 'if ip.IsLoopback() && !klProxyLoopback {'],
+];
+
+/**
+ * Patches the source of Go's `httpproxy` so that `KL_PROXY_LOOPBACK=1` (read once, at start)
+ * turns off its hard-coded exemption of `localhost` and loopback IP literals: stock Go sends
+ * those direct whatever `NO_PROXY` says, so under the URL policy a redirect, an `index.yaml`
+ * chart URL or a token realm naming `http://127.0.0.1:9001/` (the Lambda Runtime API) would
+ * bypass the egress proxy. Without the variable the binary behaves as upstream's. Pure;
+ * exported for tests.
+ * @param source - the text of GOROOT's `httpproxy/proxy.go`
+ * @returns the patched text
+ * @throws Error when an exemption is not found exactly once (a Go release changed the file:
+ *   the patch must be revisited rather than silently not applied)
+ */
+export function patchProxyLoopback(source: string): string {
+  let out = source;
+  for (const [from, to] of LOOPBACK_EXEMPTIONS) {
+    if (out.split(from).length !== 2) throw new Error(`httpproxy patch: "${from}" not found exactly once`);
+    out = out.replace(from, to);
+  }
+  if (!/^import \($[^)]*^\s+"os"$/ms.test(out)) throw new Error('httpproxy patch: proxy.go no longer imports "os"');
+  return `${out}\n// kapp-lambda: proxy loopback targets too (layers/gobuild.ts).\nvar klProxyLoopback = os.Getenv("KL_PROXY_LOOPBACK") == "1"\n`;
+}
+
+/**
+ * Writes the `-overlay` file that builds a component with {@link patchProxyLoopback}'s
+ * httpproxy (the toolchain's own file is left untouched; only this build sees the patch).
+ * @returns the overlay JSON's path
+ */
+async function proxyLoopbackOverlay(src: string, env: NodeJS.ProcessEnv): Promise<string> {
+  const goroot = (await run(['go', 'env', 'GOROOT'], { env })).stdout.trim();
+  const original = path.join(goroot, HTTPPROXY_SOURCE);
+  // Beside the wrapper module, not in it: a .go file there would be read as one of its packages.
+  const dir = `${src}.overlay`;
+  const patched = path.join(dir, 'httpproxy-proxy.go');
+  await mkdir(dir, { recursive: true });
+  await writeFile(patched, patchProxyLoopback(await readFile(original, 'utf8')));
+  const json = path.join(dir, 'overlay.json');
+  await writeFile(json, JSON.stringify({ Replace: { [original]: patched } }));
+  return json;
 }
 
 /**

@@ -74,6 +74,14 @@ export interface GoComponent {
    * dependencies are still verified). Default false.
    */
   readonly noSumDb?: boolean;
+  /**
+   * Build with kapp-lambda's patch of Go's `httpproxy` (see `proxyLoopbackOverlay` in
+   * gobuild.ts): with `KL_PROXY_LOOPBACK=1` in its environment the binary sends requests to
+   * `localhost` and loopback literals through `HTTP(S)_PROXY` too, which stock Go never does.
+   * Set for every tool that makes requests while the egress proxy enforces the URL policy.
+   * Default false.
+   */
+  readonly proxyLoopback?: boolean;
   /** Why this component is here. */
   readonly purpose: string;
 }
@@ -102,6 +110,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'kbld',
+    proxyLoopback: true,
     module: 'carvel.dev/kbld',
     version: 'v0.46.0',
     stamps: ['carvel.dev/kbld/pkg/kbld/version.Version=0.46.0'],
@@ -120,6 +129,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'vendir',
+    proxyLoopback: true,
     module: 'carvel.dev/vendir',
     version: 'v0.44.0',
     stamps: ['carvel.dev/vendir/pkg/vendir/version.Version=0.44.0'],
@@ -129,6 +139,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'imgpkg',
+    proxyLoopback: true,
     module: 'carvel.dev/imgpkg',
     version: 'v0.46.1',
     stamps: ['carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=0.46.1'],
@@ -138,6 +149,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'helm',
+    proxyLoopback: true,
     module: 'helm.sh/helm/v3',
     version: 'v3.22.0',
     stamps: [

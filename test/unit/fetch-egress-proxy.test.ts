@@ -257,6 +257,8 @@ describe('withEgressProxy', () => {
         https_proxy: env.HTTPS_PROXY,
         NO_PROXY: '',
         no_proxy: '',
+        // the Go tools' patched httpproxy then proxies loopback targets too
+        KL_PROXY_LOOPBACK: '1',
         KEEP: '1',
       });
       // One proxy for the process, a fresh token per run.

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -9,7 +9,7 @@ import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
 import { layerBins, layerTools, STAGES } from '../../layers/build.js';
 import { bundleFunction, FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts, functionEntry } from '../../layers/bundle.js';
 import { lddLibraries } from '../../layers/git.js';
-import { componentKey, wrapperDirectives } from '../../layers/gobuild.js';
+import { componentKey, patchProxyLoopback, wrapperDirectives } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
 
 describe('wrapperDirectives', () => {
@@ -43,6 +43,33 @@ describe('wrapperDirectives', () => {
       'godebug x509negativeserial=1',
       'godebug default=go1.23',
     ]);
+  });
+});
+
+describe('patchProxyLoopback', () => {
+  const goroot = spawnSync('go', ['env', 'GOROOT'], {
+    encoding: 'utf8',
+    env: { ...process.env, GOTOOLCHAIN: 'local' },
+  }).stdout.trim();
+  const source = readFileSync(path.join(goroot, 'src/vendor/golang.org/x/net/http/httpproxy/proxy.go'), 'utf8');
+
+  it("gates both of the toolchain's loopback exemptions on KL_PROXY_LOOPBACK", () => {
+    const out = patchProxyLoopback(source);
+    expect(out).toContain('if host == "localhost" && !klProxyLoopback {');
+    expect(out).toContain('if ip.IsLoopback() && !klProxyLoopback {');
+    expect(out).not.toMatch(/if host == "localhost" \{|if ip\.IsLoopback\(\) \{/);
+    expect(out).toContain('var klProxyLoopback = os.Getenv("KL_PROXY_LOOPBACK") == "1"');
+  });
+
+  it('refuses a source whose exemptions moved, rather than building unpatched', () => {
+    expect(() => patchProxyLoopback(source.replace('if ip.IsLoopback() {', 'if ip.IsLoopback() || x {'))).toThrow(
+      /IsLoopback\(\) \{" not found exactly once/,
+    );
+    expect(() => patchProxyLoopback(source.replace('\t"os"\n', ''))).toThrow(/no longer imports "os"/);
+  });
+
+  it('rebuilds exactly the tools that request under the egress proxy', () => {
+    expect(COMPONENTS.filter((c) => c.proxyLoopback).map((c) => c.name)).toEqual(['kbld', 'vendir', 'imgpkg', 'helm']);
   });
 });
 

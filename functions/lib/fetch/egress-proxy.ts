@@ -86,7 +86,9 @@ export interface EgressProxy {
    * The proxy environment of one tool run: `HTTP_PROXY`, `HTTPS_PROXY` and their lowercase forms
    * (curl, hence git, reads only `http_proxy` for http), each naming `token` as the proxy user so
    * that refusals are attributed to the run ({@link track}); `NO_PROXY`/`no_proxy` empty, so an
-   * inherited value cannot exempt a host. Go sends the user with every request; git (curl with
+   * inherited value cannot exempt a host; `KL_PROXY_LOOPBACK=1`, so the Go tools built with
+   * kapp-lambda's httpproxy patch proxy loopback targets too (see `proxyLoopbackOverlay` in
+   * layers/gobuild.ts). Go sends the user with every request; git (curl with
    * `anyauth`) sends it only when challenged, which the proxy never does, so a refused git
    * request is not attributed (git's own error, `403`, is what the run reports). With a
    * {@link EgressProxyOptions.connector}, also `GIT_PROXY_COMMAND` (git://) and
@@ -324,6 +326,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
         https_proxy: proxy,
         NO_PROXY: '',
         no_proxy: '',
+        // Our Go tools are built with a patched httpproxy (layers/gobuild.ts) that, with this
+        // set, proxies `localhost` and loopback literals too, which Go otherwise always sends
+        // direct (a redirect to http://127.0.0.1:9001/ would reach the Lambda Runtime API).
+        KL_PROXY_LOOPBACK: '1',
         ...(opts.connector ? { GIT_PROXY_COMMAND: opts.connector, KL_EGRESS_PROXY: proxy } : {}),
       };
     },
