@@ -226,6 +226,27 @@ describe('parseLambdaEnv', () => {
     ]);
   });
 
+  it('takes the one cluster of a cell as part of the sender check, and refuses it without the check', () => {
+    const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = base;
+    const fleet = {
+      ...noKube,
+      KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/',
+      KAPP_LAMBDA_SENDER_CHECK: 'registry',
+    };
+    expect(parseLambdaEnv('deploy', { ...fleet, KAPP_LAMBDA_CELL_CLUSTER: 'prod-eu-1' }).senderCheck).toEqual({
+      functionSenders: [],
+      cell: 'prod-eu-1',
+    });
+    expect(
+      problems('deploy', { ...fleet, KAPP_LAMBDA_SENDER_CHECK: 'off', KAPP_LAMBDA_CELL_CLUSTER: 'prod-eu-1' }),
+    ).toEqual([
+      'KAPP_LAMBDA_CELL_CLUSTER: needs KAPP_LAMBDA_SENDER_CHECK=registry (the check that refuses other clusters)',
+    ]);
+    expect(problems('deploy', { ...fleet, KAPP_LAMBDA_CELL_CLUSTER: 'Prod_EU' })).toEqual([
+      'KAPP_LAMBDA_CELL_CLUSTER: expected a cluster id (a DNS-1123 label)',
+    ]);
+  });
+
   it('wants exactly one cluster source, and a registry location it understands', () => {
     expect(problems('deploy', { ...base, KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/' })).toEqual([
       'KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both',

@@ -484,6 +484,43 @@ describe('the sender check', () => {
     expect(seen).toEqual([]);
   });
 
+  it("in a cell, drops an event naming another cluster even from that cluster's forwarder or a fleet function, and takes its own cluster's", async () => {
+    const { deps, seen, log } = setup(async () => undefined);
+    const asked: string[] = [];
+    const registry = {
+      forwarderOf: async (id: string) => {
+        asked.push(id);
+        return forwarderOf(id);
+      },
+    };
+    const checkSender = senderCheckOf(
+      { stage: 'template', senderCheck: { functionSenders: [FETCH_ROLE], cell: 'prod-eu-1' } },
+      registry,
+    );
+    const edge = (name: string) =>
+      templateEvent(
+        { object: { ...app(name), clusterId: 'edge-1' }, run, artifacts: { fetchKey: FETCH_KEY } },
+        { time },
+      );
+    const res = await makeSqsHandler('template', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }))({
+      Records: [
+        from('own', tmplEv('a'), `${PROD_FORWARDER}:eks-prod-eu-1-forwarder-abc`),
+        from('fn', tmplEv('b'), `${FETCH_ROLE}:awslambda_123`),
+        from('edge-forwarder', edge('c'), `${EDGE_FORWARDER}:eks-edge-1-forwarder-xyz`),
+        from('edge-fn', edge('d'), `${FETCH_ROLE}:awslambda_456`),
+      ],
+    });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(seen.map((s) => s.event.subject)).toEqual(['prod-eu-1/App/default/a', 'prod-eu-1/App/default/b']);
+    const refused = log.records.filter((r) => r.obj.outcome === 'refused');
+    expect(refused.map((r) => [r.obj.messageId, r.obj.clusterId, r.obj.reason])).toEqual([
+      ['edge-forwarder', 'edge-1', 'this function is the cell of cluster prod-eu-1 and serves no other cluster'],
+      ['edge-fn', 'edge-1', 'this function is the cell of cluster prod-eu-1 and serves no other cluster'],
+    ]);
+    // The other cluster's document is never read (the cell's role may not read it).
+    expect(asked).toEqual(['prod-eu-1']);
+  });
+
   it('is off unless configured, and refuses to run configured without the fleet registry', () => {
     expect(senderCheckOf({ stage: 'fetch' }, fleet)).toBeUndefined();
     expect(() => senderCheckOf({ stage: 'fetch', senderCheck: { functionSenders: [] } }, undefined)).toThrow(

@@ -11,6 +11,7 @@ import { type KappEvent, type ObjectRef, objectEvent, objectRefOf } from '../../
 import { createAwsClients } from '../../functions/lib/entry/aws-clients.js';
 import { CONTROLLER_VERSION, ConfigError, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
+  cellClusterRegistry,
   createLambdaDeps,
   kubeconfigClusterRegistry,
   lazySendClient,
@@ -116,6 +117,26 @@ describe('stageClusterRegistry', () => {
   it('offers no install view when the registry has none', () => {
     const { installView: _, ...withoutInstall } = taggedRegistry();
     expect(stageClusterRegistry(withoutInstall, 'install').installView).toBeUndefined();
+  });
+});
+
+describe('cellClusterRegistry', () => {
+  it("serves its one cluster: another id's views throw UnknownClusterError, and preparing it loads nothing", async () => {
+    const prepared: string[] = [];
+    const base = {
+      ...taggedRegistry(),
+      clusterIds: () => ['edge-1', 'prod-eu-1'],
+      prepare: async (id: string) => void prepared.push(id),
+    };
+    const r = cellClusterRegistry(base, 'prod-eu-1');
+    expect(r.clusterIds()).toEqual(['prod-eu-1']);
+    expect(r.fetchView('prod-eu-1')).toBe('fetch:prod-eu-1');
+    for (const view of [r.fetchView, r.deployView, r.client, r.watchView, r.installView!]) {
+      expect(() => view('edge-1')).toThrow(UnknownClusterError);
+    }
+    await r.prepare?.('edge-1');
+    await r.prepare?.('prod-eu-1');
+    expect(prepared).toEqual(['prod-eu-1']);
   });
 });
 

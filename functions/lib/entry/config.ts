@@ -18,6 +18,7 @@
  * | `KAPP_LAMBDA_CLUSTER_SECRETS` | where `token` clusters' ServiceAccount tokens are: `aws-secretsmanager` or `file:///<dir>` | `aws-secretsmanager` |
  * | `KAPP_LAMBDA_SENDER_CHECK` | `registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS` (`sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry | `off` |
  * | `KAPP_LAMBDA_FUNCTION_SENDERS` | comma list of the IAM role ids (`AROA…`) of the functions that send to this function's queue | none |
+ * | `KAPP_LAMBDA_CELL_CLUSTER` | the one cluster id this function serves (a cell of the CDK stack's `isolation: cell`): the sender check refuses an event naming any other, whoever sent it, and no other cluster is loaded. Needs `KAPP_LAMBDA_SENDER_CHECK=registry` | none (every registered cluster) |
  * | `KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS` | how long a cluster document (and a token from the secret store) is used before it is read again | `60` |
  * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name); the local and emulator setup | this or the registry |
  * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve (kubeconfig only) | all contexts |
@@ -64,7 +65,12 @@ import {
 } from '../api/env.js';
 import { STAGE_TOOLS } from '../exec/runner.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
-import { IAM_ROLE_ID_PATTERN, parseRegistryLocation, type RegistryLocation } from '../kube/cluster-doc.js';
+import {
+  CLUSTER_ID_PATTERN,
+  IAM_ROLE_ID_PATTERN,
+  parseRegistryLocation,
+  type RegistryLocation,
+} from '../kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../transport/port.js';
@@ -133,7 +139,11 @@ export interface LambdaConfig {
    * `KAPP_LAMBDA_SENDER_CHECK=registry` and `KAPP_LAMBDA_FUNCTION_SENDERS`: who may send events
    * naming a cluster (`./sender.ts`); unset: no check.
    */
-  senderCheck?: { functionSenders: string[] };
+  senderCheck?: {
+    functionSenders: string[];
+    /** `KAPP_LAMBDA_CELL_CLUSTER`: the only cluster id an event may name; unset: any registered one. */
+    cell?: string;
+  };
   /** `KAPP_LAMBDA_KUBECONFIG`: path of the kubeconfig (never its contents); `''` when the registry is used. */
   kubeconfigPath: string;
   /** `KAPP_LAMBDA_CLUSTERS`; `undefined` serves every context. */
@@ -238,6 +248,9 @@ const EnvSchema = z.object({
       .transform(commaList)
       .pipe(z.array(z.string().regex(IAM_ROLE_ID_PATTERN, { error: 'expected a comma list of IAM role ids (AROA…)' }))),
   ),
+  KAPP_LAMBDA_CELL_CLUSTER: optional(
+    z.string().regex(CLUSTER_ID_PATTERN, { error: 'expected a cluster id (a DNS-1123 label)' }),
+  ),
   KAPP_LAMBDA_CLUSTERS: optional(
     z
       .string()
@@ -309,6 +322,15 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
       'KAPP_LAMBDA_SENDER_CHECK: registry needs KAPP_LAMBDA_CLUSTER_REGISTRY (the forwarders are named there)',
     );
   }
+  // The cell's check is part of the sender check: without it an event naming another cluster would run.
+  if (
+    blankToUndefined(env.KAPP_LAMBDA_CELL_CLUSTER) !== undefined &&
+    blankToUndefined(env.KAPP_LAMBDA_SENDER_CHECK) !== 'registry'
+  ) {
+    problems.push(
+      'KAPP_LAMBDA_CELL_CLUSTER: needs KAPP_LAMBDA_SENDER_CHECK=registry (the check that refuses other clusters)',
+    );
+  }
   if (hasRegistry && blankToUndefined(env.KAPP_LAMBDA_KUBECONFIG) !== undefined) {
     problems.push('KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both');
   }
@@ -367,7 +389,10 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   }
   if (e.KAPP_LAMBDA_CLUSTERS) config.clusterContexts = e.KAPP_LAMBDA_CLUSTERS;
   if (e.KAPP_LAMBDA_SENDER_CHECK === 'registry') {
-    config.senderCheck = { functionSenders: e.KAPP_LAMBDA_FUNCTION_SENDERS ?? [] };
+    config.senderCheck = {
+      functionSenders: e.KAPP_LAMBDA_FUNCTION_SENDERS ?? [],
+      ...(e.KAPP_LAMBDA_CELL_CLUSTER ? { cell: e.KAPP_LAMBDA_CELL_CLUSTER } : {}),
+    };
   }
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE)

@@ -24,7 +24,7 @@ import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
 import { kubeconfigFileRegistry, runtimeKubeconfigs, UnsupportedKubeconfigError } from '../kube/kubeconfig-plain.js';
-import type { ClusterRegistry } from '../kube/port.js';
+import { type ClusterRegistry, UnknownClusterError } from '../kube/port.js';
 import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { EmfReconcileMetrics } from '../observe/metrics.js';
@@ -158,6 +158,36 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
 }
 
 /**
+ * Narrows a registry to one cluster, for a function of a cell (`KAPP_LAMBDA_CELL_CLUSTER`): its
+ * views of any other cluster id throw {@link UnknownClusterError}, `clusterIds` lists at most that
+ * one, and `prepare` of another id loads nothing (so the source poll skips another cluster's
+ * members without reading its document, which the cell's role may not read). The sender check
+ * refuses an event naming another cluster before any of this is reached; this keeps the
+ * fleet-wide paths (the source poll's members) to the cell as well.
+ */
+export function cellClusterRegistry(registry: ClusterRegistry, clusterId: string): ClusterRegistry {
+  const only =
+    <T>(view: (id: string) => T) =>
+    (id: string): T => {
+      if (id !== clusterId) throw new UnknownClusterError(id);
+      return view(id);
+    };
+  const installView = registry.installView?.bind(registry);
+  const eventWriter = registry.eventWriter?.bind(registry);
+  const prepare = registry.prepare?.bind(registry);
+  return {
+    clusterIds: () => registry.clusterIds().filter((id) => id === clusterId),
+    client: only((id) => registry.client(id)),
+    fetchView: only((id) => registry.fetchView(id)),
+    deployView: only((id) => registry.deployView(id)),
+    watchView: only((id) => registry.watchView(id)),
+    ...(installView ? { installView: only(installView) } : {}),
+    ...(eventWriter ? { eventWriter: only(eventWriter) } : {}),
+    ...(prepare ? { prepare: async (id: string) => (id === clusterId ? await prepare(id) : undefined) } : {}),
+  };
+}
+
+/**
  * The clusters a function serves: every context (or `clusterContexts`) of the kubeconfig at
  * `kubeconfigPath`, cluster id = context name, each over the plain transports
  * (`../kube/kubeconfig-plain.ts`: no client-node in the function bundles). They speak client
@@ -274,7 +304,9 @@ export function createLambdaDeps(
     overrides.clusters || !config.clusterRegistry
       ? undefined
       : fleetClusterRegistry({ ...config, clusterRegistry: config.clusterRegistry }, clients);
-  const registry = overrides.clusters ?? fleet ?? kubeconfigClusterRegistry(config);
+  const all = overrides.clusters ?? fleet ?? kubeconfigClusterRegistry(config);
+  const cell = config.senderCheck?.cell;
+  const registry = cell === undefined ? all : cellClusterRegistry(all, cell);
   const store = new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix });
   const pipeline: DispatchDeps = createPipelineDeps({
     clusters: stageClusterRegistry(registry, config.stage),
@@ -356,6 +388,7 @@ export function senderCheckOf(
   }
   const policy: SenderPolicy = {
     functionSenders: new Set(config.senderCheck.functionSenders),
+    ...(config.senderCheck.cell === undefined ? {} : { cell: config.senderCheck.cell }),
     forwarderOf: (clusterId) => fleet.forwarderOf(clusterId),
   };
   return (clusterId, senderId) => senderRefusal(policy, clusterId, senderId);

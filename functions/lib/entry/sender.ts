@@ -9,6 +9,12 @@
  * - C's forwarder sent it: the role id in C's registry document (`forwarder.roleId`,
  *   `../kube/cluster-doc.ts`), the per-cluster role the CDK app creates (`ForwarderRoleId<Id>`).
  *
+ * A function of a cell (the CDK stack's `isolation: cell`: one set of functions per cluster,
+ * `KAPP_LAMBDA_CELL_CLUSTER`) takes only events naming its own cluster
+ * ({@link SenderPolicy.cell}), whoever sent them: its role may read only that cluster's
+ * document and tokens, so an event for another cluster could not run anyway, and refusing it
+ * here keeps it from failing five times into the dead-letter queue.
+ *
  * Anything else (another cluster's forwarder, a cluster whose registry entry has no forwarder
  * role id, an unregistered cluster, a message without `SenderId`) is dropped and logged by the
  * handler (`refused`, with the reason): it never becomes valid by redelivery. A registered
@@ -33,6 +39,8 @@ export interface RegisteredForwarder {
 export interface SenderPolicy {
   /** Role ids (`AROA…`) of the fleet's functions that send to this function's queue. */
   readonly functionSenders: ReadonlySet<string>;
+  /** The one cluster id events may name (a cell's function); unset: any registered cluster. */
+  readonly cell?: string;
   /**
    * A cluster's forwarder as its registry document names it; `undefined` when the cluster is
    * not registered. May throw (registry unreadable): the record then fails and is retried.
@@ -47,7 +55,7 @@ export function senderPrincipal(senderId: string): string {
 }
 
 /**
- * Whether the sender of a record may name `clusterId`.
+ * Whether the sender of a record may name `clusterId` (and, in a cell, whether it is the cell's).
  *
  * @param senderId - the record's `attributes.SenderId`.
  * @returns `undefined` when it may, else why not (for the log: ids only, no secret).
@@ -58,6 +66,9 @@ export async function senderRefusal(
   clusterId: string,
   senderId: string | undefined,
 ): Promise<string | undefined> {
+  if (policy.cell !== undefined && clusterId !== policy.cell) {
+    return `this function is the cell of cluster ${policy.cell} and serves no other cluster`;
+  }
   if (!senderId) return 'the message has no SenderId';
   const principal = senderPrincipal(senderId);
   if (policy.functionSenders.has(principal)) return undefined;
