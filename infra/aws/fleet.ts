@@ -13,6 +13,7 @@
  * | `artifactRetentionDays` | expiry of `artifacts/`, `cache/` and `receipts/` objects, days after their last write | 30 |
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
  * | `forwarders` | JSON object: cluster id → `{"eksClusterArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}`, one send-only forwarder role per cluster, assumable through EKS Pod Identity by that cluster's `kapp-lambda/kapp-lambda-forwarder` ServiceAccount only | `{}` (no forwarder; `KappLambdaStack.addClusterForwarder` for other trust) |
+ * | `isolation` | `shared`: one set of stage functions for every cluster of the fleet; `cell`: one set per cluster id of `forwarders` (a cell: its own functions, queues, artifact root key, and roles that read only that cluster's registry document and tokens; `KappLambdaStack.addCell`) | `shared` |
  * | `urlAllow` | the fleet's exceptions to the URL policy (`functions/lib/fetch/url-policy.ts`): a JSON array (or comma list) of `host`, `host:port` or CIDR entries, e.g. `["registry.corp:443", "10.20.0.0/16"]` for private registries, git servers or API servers; set as `KAPP_LAMBDA_URL_ALLOW` on the functions that fetch or deploy ({@link URL_POLICY_STAGES}); each entry is checked at synth with the runtime's own parser | `[]` (no exception: loopback, link-local and private addresses refused) |
  *
  * The functions find their clusters in the fleet's cluster registry
@@ -60,7 +61,18 @@ export interface FleetSettings {
   forwarders: Record<string, ClusterForwarder>;
   /** URL policy exceptions (`host`, `host:port`, CIDR), each valid for the runtime's parser. */
   urlAllow: string[];
+  /** One set of functions for the fleet, or one cell per cluster of `forwarders` ({@link ISOLATION_MODES}). */
+  isolation: IsolationMode;
 }
+
+/**
+ * How the stack confines its functions: `shared`, one set of stage functions (and one artifact
+ * root key) for every cluster; `cell`, one set per cluster, each able to act on its own cluster only.
+ */
+export const ISOLATION_MODES = ['shared', 'cell'] as const;
+
+/** One of {@link ISOLATION_MODES}. */
+export type IsolationMode = (typeof ISOLATION_MODES)[number];
 
 /**
  * The functions that get `urlAllow` (as `KAPP_LAMBDA_URL_ALLOW`): those whose URL policy checks
@@ -185,6 +197,10 @@ const ContextSchema = z.object({
       )
       .default({}),
   ),
+  isolation: z.preprocess(
+    fromText,
+    z.enum(ISOLATION_MODES, { error: `expected one of ${ISOLATION_MODES.join(', ')}` }).default('shared'),
+  ),
   urlAllow: z.preprocess(
     (v) => {
       const t = fromText(v);
@@ -221,6 +237,11 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
   // of the lifecycle rules (a cluster document must never expire).
   const clash = c.clusterRegistryBucket ? undefined : registryPrefixProblem(c.clusterRegistryPrefix);
   if (clash) throw new FleetContextError([`clusterRegistryPrefix: ${clash}`]);
+  if (c.isolation === 'cell' && Object.keys(c.forwarders).length === 0) {
+    throw new FleetContextError([
+      'isolation: cell makes one cell per cluster id of forwarders, which names none (e.g. -c \'forwarders={"prod-eu-1":{"eksClusterArn":"arn:aws:eks:…:cluster/prod-eu-1"}}\')',
+    ]);
+  }
   const concurrency = Object.fromEntries(
     PIPELINE_STAGES.map((s) => [
       s,
@@ -237,6 +258,7 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     ...(c.alarmTopicArn ? { alarmTopicArn: c.alarmTopicArn } : {}),
     forwarders: c.forwarders,
     urlAllow: c.urlAllow.map((e) => e.trim()),
+    isolation: c.isolation,
   };
 }
 
@@ -251,6 +273,10 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
 export interface ClusterAccess {
   /** Variables every function gets (e.g. `KAPP_LAMBDA_CLUSTER_REGISTRY`). */
   readonly environment: Readonly<Record<string, string>>;
-  /** Grants one function's role what reading its clusters needs; called once per function. */
-  grant(role: iam.Role, stage: PipelineStage): void;
+  /**
+   * Grants one function's role what reading its clusters needs; called once per function. With
+   * `clusterId` (a function of that cluster's cell, `isolation: cell`) what reading that one
+   * cluster needs, and nothing of another.
+   */
+  grant(role: iam.Role, stage: PipelineStage, clusterId?: string): void;
 }

@@ -10,6 +10,14 @@
  * cluster access without a registry cannot check, and then no forwarder role is created (the
  * synth fails naming the conflict instead).
  *
+ * Context `isolation: cell` builds that set of functions, queues, alarms, source poll and root
+ * key once per cluster of `forwarders` instead ({@link KappLambdaStack.addCell}, under the
+ * construct `Cell<Id>`): each cell's roles read only its cluster's registry document, stage
+ * tokens and root key, its functions refuse events naming another cluster
+ * (`KAPP_LAMBDA_CELL_CLUSTER`), and its forwarder may send only to its queues. The bucket, its
+ * KMS key and the layers stay shared. The default `shared` synthesizes what it did before cells
+ * (the same construct ids, so an existing deployment is not replaced).
+ *
  * The stack takes its code as directories (`assets`), so it never builds anything itself: the
  * app (`./app.ts`) bundles the functions with the project's one esbuild recipe and points at
  * the layers `npm run build:layers` laid out; the infrastructure test points at the same
@@ -41,19 +49,20 @@ import {
   Token,
   Validations,
 } from 'aws-cdk-lib';
-import type { Construct } from 'constructs';
+import { Construct } from 'constructs';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_SECRET_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
-import { CLUSTER_DOC_PREFIX, CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
+import { CLUSTER_DOC_PREFIX, CLUSTER_ID_PATTERN, clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
-import { type ClusterAccess, type FleetSettings, URL_POLICY_STAGES } from './fleet.js';
+import { type ClusterAccess, type FleetSettings, type IsolationMode, URL_POLICY_STAGES } from './fleet.js';
 import {
+  cellObjectGrants,
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
   INFLIGHT_EXPIRY_DAYS,
@@ -103,9 +112,12 @@ export interface ClusterRegistryLocation {
   readonly prefix: string;
 }
 
-/** The name pattern of a token cluster's Secrets Manager secret of one stage (`npm run cluster`'s default `kapp-lambda/<id>/<stage>`). */
-export function tokenSecretPattern(stage: PipelineStage): string {
-  return `kapp-lambda/*/${stage}`;
+/**
+ * The name pattern of a token cluster's Secrets Manager secret of one stage (`npm run cluster`'s
+ * default `kapp-lambda/<id>/<stage>`): of every cluster, or of `clusterId` only (a cell's).
+ */
+export function tokenSecretPattern(stage: PipelineStage, clusterId = '*'): string {
+  return `kapp-lambda/${clusterId}/${stage}`;
 }
 
 /**
@@ -116,13 +128,14 @@ export function tokenSecretPattern(stage: PipelineStage): string {
  * secrets of its own stage only ({@link tokenSecretPattern}, plus the 6 characters Secrets
  * Manager appends to a secret's ARN), for `token` clusters. An `eks` cluster needs no grant here:
  * its access entry maps the function's role (output `FunctionRoleArn<Stage>`) to the group
- * `kapp-lambda:<stage>`.
+ * `kapp-lambda:<stage>`. A cell's function (`clusterId` given) gets its cluster's document
+ * (`<prefix>clusters/<id>.json`) and token secrets (`kapp-lambda/<id>/<stage>`) only.
  */
 export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLocation): ClusterAccess {
-  const docs = `${registry.prefix}${CLUSTER_DOC_PREFIX}*`;
   return {
     environment: { KAPP_LAMBDA_CLUSTER_REGISTRY: `s3://${registry.bucket.bucketName}/${registry.prefix}` },
-    grant(role, stage) {
+    grant(role, stage, clusterId) {
+      const docs = `${registry.prefix}${clusterId === undefined ? `${CLUSTER_DOC_PREFIX}*` : clusterDocKey(clusterId)}`;
       role.addToPolicy(
         new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [registry.bucket.arnForObjects(docs)] }),
       );
@@ -133,12 +146,14 @@ export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLoc
             stack.formatArn({
               service: 'secretsmanager',
               resource: 'secret',
-              resourceName: `${tokenSecretPattern(stage)}-??????`,
+              resourceName: `${tokenSecretPattern(stage, clusterId)}-??????`,
               arnFormat: ArnFormat.COLON_RESOURCE_NAME,
             }),
           ],
         }),
       );
+      // A cell's names no wildcard (`?` is none to cdk-nag): nothing to acknowledge.
+      if (clusterId !== undefined) return;
       // How cdk-nag spells the bucket ARN in its finding: a bucket of this stack by its logical id.
       const bucketRef =
         registry.bucket instanceof s3.Bucket
@@ -168,14 +183,36 @@ export interface StageResources {
   readonly role: iam.Role;
 }
 
+/**
+ * One set of stage functions and what they alone use: the fleet's one set (`isolation: shared`)
+ * or one cluster's cell (`isolation: cell`).
+ */
+export interface StageSet {
+  /** Per function: its queue, dead-letter queue, function and role. */
+  readonly stages: Readonly<Record<PipelineStage, StageResources>>;
+  /** The artifact root key's secret the set's functions seal and open private artifacts with. */
+  readonly rootKey: secretsmanager.Secret;
+  /** Invokes the set's index-repo function with the source poll event every `sourcePollMinutes`. */
+  readonly sourcePoll: scheduler.Schedule;
+  /** The queues object events go to (`FORWARDER_STAGES`): what a forwarder may send to. */
+  readonly entryQueues: readonly sqs.IQueue[];
+}
+
+/**
+ * One cluster's cell (`isolation: cell`, {@link KappLambdaStack.addCell}): a {@link StageSet} whose
+ * functions are told the cluster (`KAPP_LAMBDA_CELL_CLUSTER`) and whose roles read only its
+ * registry document, its stage tokens and the cell's own root key.
+ */
+export interface Cell extends StageSet {
+  readonly clusterId: string;
+}
+
 /** The kapp-lambda fleet deployment (see the module comment). */
 export class KappLambdaStack extends Stack {
   /** Artifacts, render cache, repository indexes and state; SSE-KMS under {@link artifactKey}. */
   readonly bucket: s3.Bucket;
-  /** Encrypts the bucket, the root-key secret and the functions' variables. */
+  /** Encrypts the bucket, the root-key secrets and the functions' variables. */
   readonly artifactKey: kms.Key;
-  /** Per function: its queue, dead-letter queue, function and role. */
-  readonly stages: Readonly<Record<PipelineStage, StageResources>>;
   /**
    * Whether the functions check who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`, issue 11
    * item 6d): whenever their clusters come from a registry (the default cluster access always),
@@ -186,16 +223,25 @@ export class KappLambdaStack extends Stack {
   readonly senderCheck: boolean;
   /** Per cluster id, its forwarder's send-only role ({@link addClusterForwarder}). */
   readonly forwarderRoles: Record<string, iam.Role> = {};
-  /** The queues object events go to (`FORWARDER_STAGES`): what a forwarder may send to. */
-  private entryQueues: sqs.IQueue[] = [];
   /** Where the functions read the fleet's cluster documents. */
   readonly clusterRegistry: ClusterRegistryLocation;
-  /** Invokes the index-repo function with the source poll event every `sourcePollMinutes`. */
-  readonly sourcePoll: scheduler.Schedule;
+  /** Context `isolation`: one set of functions for the fleet, or one cell per cluster. */
+  readonly isolation: IsolationMode;
+  /** Per cluster id, its cell (`isolation: cell` only; {@link addCell}). */
+  readonly cells: Record<string, Cell> = {};
+  /** The fleet's one set of functions (`isolation: shared` only). */
+  readonly #shared: StageSet | undefined;
+  /** One layer per function, mounted by every set's function of that stage (one upload). */
+  readonly #layers: Record<PipelineStage, lambda.LayerVersion>;
+  readonly #props: KappLambdaStackProps;
+  readonly #clusterAccess: ClusterAccess;
+  readonly #alarmAction: cwActions.SnsAction | undefined;
 
   constructor(scope: Construct, id: string, props: KappLambdaStackProps) {
     super(scope, id, props);
     const { fleet } = props;
+    this.#props = props;
+    this.isolation = fleet.isolation;
 
     this.artifactKey = new kms.Key(this, 'ArtifactKey', {
       description: 'kapp-lambda: artifact bucket, artifact root key secret, function variables',
@@ -253,10 +299,116 @@ export class KappLambdaStack extends Stack {
         );
       }
     }
+    this.#clusterAccess = clusterAccess;
     this.senderCheck = Boolean(clusterAccess.environment.KAPP_LAMBDA_CLUSTER_REGISTRY);
+    if (this.isolation === 'cell' && !this.senderCheck) {
+      throw new Error(
+        "isolation: cell: the stack's clusterAccess locates no cluster registry (no KAPP_LAMBDA_CLUSTER_REGISTRY), so a cell's functions cannot check that an event names their cluster (KAPP_LAMBDA_CELL_CLUSTER is part of KAPP_LAMBDA_SENDER_CHECK=registry)",
+      );
+    }
 
-    const rootKey = new secretsmanager.Secret(this, 'ArtifactRootKey', {
-      description: 'kapp-lambda artifact root key: root of the per-cluster keys sealing private artifacts',
+    this.#alarmAction = fleet.alarmTopicArn
+      ? new cwActions.SnsAction(sns.Topic.fromTopicArn(this, 'AlarmTopic', fleet.alarmTopicArn))
+      : undefined;
+    this.#layers = Object.fromEntries(
+      PIPELINE_STAGES.map((stage) => [
+        stage,
+        new lambda.LayerVersion(this, `${pascal(stage)}Layer`, {
+          code: lambda.Code.fromAsset(props.assets[stage].layerDir),
+          compatibleRuntimes: [FUNCTION_RUNTIME],
+          compatibleArchitectures: [props.architecture],
+          description: `kapp-lambda ${stage} tools`,
+        }),
+      ]),
+    ) as Record<PipelineStage, lambda.LayerVersion>;
+
+    if (this.isolation === 'shared') {
+      this.#shared = this.stageSet(this, this.rootKeySecret(this));
+      for (const stage of PIPELINE_STAGES) {
+        new CfnOutput(this, `QueueUrl${pascal(stage)}`, {
+          value: this.#shared.stages[stage].queue.queueUrl,
+          description: `${queueUrlEnv(stage)} of the forwarders and functions`,
+        });
+        new CfnOutput(this, `FunctionRoleArn${pascal(stage)}`, {
+          value: this.#shared.stages[stage].role.roleArn,
+          description: `the ${stage} function's identity: an EKS access entry maps it to the group kapp-lambda:${stage}`,
+        });
+      }
+    }
+    for (const [clusterId, f] of Object.entries(fleet.forwarders)) {
+      if (this.isolation === 'cell') this.addCell(clusterId);
+      this.addClusterForwarder(clusterId, podIdentityForwarder(this, f.eksClusterArn));
+    }
+
+    new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName });
+    new CfnOutput(this, 'ClusterRegistry', {
+      value: `s3://${this.clusterRegistry.bucket.bucketName}/${this.clusterRegistry.prefix}`,
+      description: 'the --registry of npm run cluster (KAPP_LAMBDA_CLUSTER_REGISTRY of the functions)',
+    });
+  }
+
+  /**
+   * The fleet's functions (`isolation: shared`): per function its queue, dead-letter queue,
+   * function and role.
+   * @throws Error in `isolation: cell`, which has one set per cluster ({@link cells}).
+   */
+  get stages(): Readonly<Record<PipelineStage, StageResources>> {
+    return this.sharedSet().stages;
+  }
+
+  /**
+   * The fleet source poll's schedule (`isolation: shared`).
+   * @throws Error in `isolation: cell`, where each cell has its own ({@link cells}).
+   */
+  get sourcePoll(): scheduler.Schedule {
+    return this.sharedSet().sourcePoll;
+  }
+
+  private sharedSet(): StageSet {
+    if (!this.#shared) throw new Error('isolation: cell: the stack has one set of functions per cluster (cells)');
+    return this.#shared;
+  }
+
+  /**
+   * Adds one cluster's cell (`isolation: cell`; context `forwarders` adds one per key): under the
+   * construct `Cell<Id>` its own artifact root key secret and a {@link StageSet} whose functions
+   * get `KAPP_LAMBDA_CELL_CLUSTER=<clusterId>` and whose roles read only that cluster's registry
+   * document and stage tokens (`kapp-lambda/<clusterId>/<stage>`), the cell's root key, and of
+   * the per-cluster prefixes of the bucket (`PER_CLUSTER_PREFIXES` of `./stages.ts`) that cluster's only.
+   * The bucket, its KMS key and the layers stay the stack's. Outputs `QueueUrl<Stage><Id>` and
+   * `FunctionRoleArn<Stage><Id>` (what `npm run cluster -- add <clusterId> --function-role` takes).
+   *
+   * @throws Error when the stack's isolation is not `cell`, the id is not a DNS-1123 label, or
+   *   it already has a cell.
+   */
+  addCell(clusterId: string): Cell {
+    if (this.isolation !== 'cell') throw new Error(`cell: ${clusterId}: the stack's isolation is shared`);
+    if (!CLUSTER_ID_PATTERN.test(clusterId)) throw new Error(`cell: ${clusterId} is not a DNS-1123 label`);
+    if (this.cells[clusterId]) throw new Error(`cell: ${clusterId} already has one`);
+    const id = pascal(clusterId);
+    const scope = new Construct(this, `Cell${id}`);
+    const cell: Cell = { clusterId, ...this.stageSet(scope, this.rootKeySecret(scope, clusterId), clusterId) };
+    this.cells[clusterId] = cell;
+    for (const stage of PIPELINE_STAGES) {
+      new CfnOutput(this, `QueueUrl${pascal(stage)}${id}`, {
+        value: cell.stages[stage].queue.queueUrl,
+        description: `${queueUrlEnv(stage)} of cluster ${clusterId}'s forwarder and cell`,
+      });
+      new CfnOutput(this, `FunctionRoleArn${pascal(stage)}${id}`, {
+        value: cell.stages[stage].role.roleArn,
+        description: `the ${stage} function's identity in cluster ${clusterId} (npm run cluster -- add ${clusterId} --function-role ${stage}=<this>)`,
+      });
+    }
+    return cell;
+  }
+
+  /** The artifact root key's secret of the fleet (`clusterId` unset) or of one cluster's cell. */
+  private rootKeySecret(scope: Construct, clusterId?: string): secretsmanager.Secret {
+    const rootKey = new secretsmanager.Secret(scope, 'ArtifactRootKey', {
+      description:
+        clusterId === undefined
+          ? 'kapp-lambda artifact root key: root of the per-cluster keys sealing private artifacts'
+          : `kapp-lambda artifact root key of cluster ${clusterId}'s cell: root of the keys sealing its private artifacts`,
       encryptionKey: this.artifactKey,
       // 64 characters of [A-Za-z0-9] are valid base64 of 48 bytes (about 381 bits of entropy),
       // what `rootKeyFromBase64` accepts (at least 32 bytes).
@@ -268,25 +420,26 @@ export class KappLambdaStack extends Stack {
         'Rotating the artifact root key would make every sealed artifact unreadable at once (they are ' +
         'rebuilt on the next miss, but all at the same time); the keyring has no key versions yet.',
     });
+    return rootKey;
+  }
 
-    const alarmAction = fleet.alarmTopicArn
-      ? new cwActions.SnsAction(sns.Topic.fromTopicArn(this, 'AlarmTopic', fleet.alarmTopicArn))
-      : undefined;
-
-    const queues = Object.fromEntries(PIPELINE_STAGES.map((stage) => [stage, this.stageQueues(stage)])) as Record<
-      PipelineStage,
-      { queue: sqs.Queue; deadLetterQueue: sqs.Queue }
-    >;
-
+  /**
+   * One set of stage functions under `scope` (the stack: the fleet's, with the construct ids of
+   * before cells existed; a cell's construct): queues, roles, functions, alarms, source poll.
+   */
+  private stageSet(scope: Construct, rootKey: secretsmanager.Secret, clusterId?: string): StageSet {
+    const queues = Object.fromEntries(
+      PIPELINE_STAGES.map((stage) => [stage, this.stageQueues(scope, stage)]),
+    ) as Record<PipelineStage, { queue: sqs.Queue; deadLetterQueue: sqs.Queue }>;
     // Every role before any function: a function's variables name the roles that send to it.
     const roles = Object.fromEntries(
       PIPELINE_STAGES.map((stage) => [
         stage,
         // An own role instead of the default one: the default attaches AWSLambdaBasicExecutionRole,
         // whose log statements name every log group of the account.
-        new iam.Role(this, `${pascal(stage)}Role`, {
+        new iam.Role(scope, `${pascal(stage)}Role`, {
           assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-          description: `kapp-lambda ${stage} function`,
+          description: `kapp-lambda ${stage} function${ofCell(clusterId)}`,
         }),
       ]),
     ) as Record<PipelineStage, iam.Role>;
@@ -294,33 +447,23 @@ export class KappLambdaStack extends Stack {
     for (const stage of PIPELINE_STAGES) {
       stages[stage] = {
         ...queues[stage],
-        ...this.stageFunction(stage, props, clusterAccess, rootKey, queues, roles),
+        ...this.stageFunction(scope, stage, { rootKey, queues, roles }, clusterId),
       };
-      for (const alarm of this.stageAlarms(stage, stages[stage])) if (alarmAction) alarm.addAlarmAction(alarmAction);
+      for (const alarm of this.stageAlarms(scope, stage, stages[stage], clusterId)) {
+        if (this.#alarmAction) alarm.addAlarmAction(this.#alarmAction);
+      }
     }
-    this.stages = stages;
-
-    this.entryQueues = FORWARDER_STAGES.map((st) => queues[st].queue);
-    for (const [clusterId, f] of Object.entries(fleet.forwarders)) {
-      this.addClusterForwarder(clusterId, podIdentityForwarder(this, f.eksClusterArn));
-    }
-    this.sourcePoll = this.sourcePollSchedule(stages['index-repo'].fn, fleet.sourcePollMinutes);
-
-    new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName });
-    new CfnOutput(this, 'ClusterRegistry', {
-      value: `s3://${this.clusterRegistry.bucket.bucketName}/${this.clusterRegistry.prefix}`,
-      description: 'the --registry of npm run cluster (KAPP_LAMBDA_CLUSTER_REGISTRY of the functions)',
-    });
-    for (const stage of PIPELINE_STAGES) {
-      new CfnOutput(this, `QueueUrl${pascal(stage)}`, {
-        value: queues[stage].queue.queueUrl,
-        description: `${queueUrlEnv(stage)} of the forwarders and functions`,
-      });
-      new CfnOutput(this, `FunctionRoleArn${pascal(stage)}`, {
-        value: stages[stage].role.roleArn,
-        description: `the ${stage} function's identity: an EKS access entry maps it to the group kapp-lambda:${stage}`,
-      });
-    }
+    return {
+      stages,
+      rootKey,
+      sourcePoll: this.sourcePollSchedule(
+        scope,
+        stages['index-repo'].fn,
+        this.#props.fleet.sourcePollMinutes,
+        clusterId,
+      ),
+      entryQueues: FORWARDER_STAGES.map((st) => queues[st].queue),
+    };
   }
 
   /**
@@ -328,13 +471,18 @@ export class KappLambdaStack extends Stack {
    * schedule invoking the index-repo function with `{"type":"dev.kapp-lambda.source.poll.v1"}`
    * every `minutes`, through a role that may invoke that function only. No retry: a failed poll
    * is the next period's (a retry would land beside it); the function's own asynchronous
-   * retries are off for the same reason.
+   * retries are off for the same reason. A cell's function pokes its own cluster's members only.
    */
-  private sourcePollSchedule(fn: lambda.Function, minutes: number): scheduler.Schedule {
+  private sourcePollSchedule(
+    scope: Construct,
+    fn: lambda.Function,
+    minutes: number,
+    clusterId?: string,
+  ): scheduler.Schedule {
     fn.configureAsyncInvoke({ retryAttempts: 0, maxEventAge: Duration.minutes(Math.max(minutes, 1)) });
     // The scheduler of this account, for schedules of its default group (this one's).
-    const role = new iam.Role(this, 'SourcePollRole', {
-      description: 'kapp-lambda source poll schedule: invokes the index-repo function',
+    const role = new iam.Role(scope, 'SourcePollRole', {
+      description: `kapp-lambda source poll schedule: invokes the index-repo function${ofCell(clusterId)}`,
       assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com', {
         conditions: {
           StringEquals: {
@@ -354,8 +502,8 @@ export class KappLambdaStack extends Stack {
       reason:
         'The index-repo function and its versions and aliases (what grantInvoke names); no other function, no other action.',
     });
-    const schedule = new scheduler.Schedule(this, 'SourcePollSchedule', {
-      description: 'kapp-lambda: the fleet source poll (index-repo function)',
+    const schedule = new scheduler.Schedule(scope, 'SourcePollSchedule', {
+      description: `kapp-lambda: the fleet source poll (index-repo function${ofCell(clusterId)})`,
       schedule: scheduler.ScheduleExpression.rate(Duration.minutes(minutes)),
       target: new schedulerTargets.LambdaInvoke(fn, {
         input: scheduler.ScheduleTargetInput.fromObject({ type: SOURCE_POLL_EVENT_TYPE }),
@@ -368,15 +516,15 @@ export class KappLambdaStack extends Stack {
   }
 
   /** The FIFO queue of a function and its FIFO dead-letter queue. */
-  private stageQueues(stage: PipelineStage): { queue: sqs.Queue; deadLetterQueue: sqs.Queue } {
+  private stageQueues(scope: Construct, stage: PipelineStage): { queue: sqs.Queue; deadLetterQueue: sqs.Queue } {
     const id = pascal(stage);
-    const deadLetterQueue = new sqs.Queue(this, `${id}DeadLetterQueue`, {
+    const deadLetterQueue = new sqs.Queue(scope, `${id}DeadLetterQueue`, {
       fifo: true,
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       retentionPeriod: Duration.days(14),
     });
-    const queue = new sqs.Queue(this, `${id}Queue`, {
+    const queue = new sqs.Queue(scope, `${id}Queue`, {
       fifo: true,
       // The senders set MessageDeduplicationId (the event id) and MessageGroupId (the object).
       contentBasedDeduplication: false,
@@ -394,19 +542,25 @@ export class KappLambdaStack extends Stack {
     return { queue, deadLetterQueue };
   }
 
-  /** A function, its role (least privilege), its layer, its log group and its event source mapping. */
+  /**
+   * A function, its role (least privilege), its log group and its event source mapping; in a
+   * cell (`clusterId`) told its cluster (`KAPP_LAMBDA_CELL_CLUSTER`) and granted that one's only.
+   */
   private stageFunction(
+    scope: Construct,
     stage: PipelineStage,
-    props: KappLambdaStackProps,
-    clusterAccess: ClusterAccess,
-    rootKey: secretsmanager.Secret,
-    queues: Record<PipelineStage, { queue: sqs.Queue }>,
-    roles: Record<PipelineStage, iam.Role>,
+    set: {
+      rootKey: secretsmanager.Secret;
+      queues: Record<PipelineStage, { queue: sqs.Queue }>;
+      roles: Record<PipelineStage, iam.Role>;
+    },
+    clusterId?: string,
   ): { fn: lambda.Function; role: iam.Role } {
+    const { rootKey, queues, roles } = set;
+    const props = this.#props;
     const id = pascal(stage);
     const sizing = STAGE_SIZING[stage];
-    const assets = props.assets[stage];
-    const logGroup = new logs.LogGroup(this, `${id}Logs`, {
+    const logGroup = new logs.LogGroup(scope, `${id}Logs`, {
       retention: props.fleet.logRetentionDays as logs.RetentionDays,
     });
     const role = roles[stage];
@@ -415,20 +569,14 @@ export class KappLambdaStack extends Stack {
     // event naming any cluster is taken from; every other sender must be the cluster's forwarder.
     const senders = functionSenders(stage).map((s) => roles[s].roleId);
 
-    const layer = new lambda.LayerVersion(this, `${id}Layer`, {
-      code: lambda.Code.fromAsset(assets.layerDir),
-      compatibleRuntimes: [FUNCTION_RUNTIME],
-      compatibleArchitectures: [props.architecture],
-      description: `kapp-lambda ${stage} tools`,
-    });
     const timeout = toolTimeoutMs(stage);
-    const fn = new lambda.Function(this, `${id}Function`, {
-      description: `kapp-lambda ${stage}`,
+    const fn = new lambda.Function(scope, `${id}Function`, {
+      description: `kapp-lambda ${stage}${ofCell(clusterId)}`,
       runtime: FUNCTION_RUNTIME,
       architecture: props.architecture,
       handler: 'index.handler',
-      code: lambda.Code.fromAsset(assets.codeDir),
-      layers: [layer],
+      code: lambda.Code.fromAsset(props.assets[stage].codeDir),
+      layers: [this.#layers[stage]],
       role,
       logGroup,
       memorySize: sizing.memoryMiB,
@@ -446,9 +594,11 @@ export class KappLambdaStack extends Stack {
           : { KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)) }),
         ...(timeout === undefined ? {} : { KAPP_LAMBDA_TOOL_TIMEOUT_MS: String(timeout) }),
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
-        ...clusterAccess.environment,
+        ...this.#clusterAccess.environment,
         ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
         ...(this.senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join(',', senders) } : {}),
+        // A cell's one cluster: the sender check refuses an event naming any other.
+        ...(clusterId === undefined ? {} : { KAPP_LAMBDA_CELL_CLUSTER: clusterId }),
         // The fleet's URL policy exceptions, where the policy checks something (validated at synth).
         ...((URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage) && props.fleet.urlAllow.length > 0
           ? { KAPP_LAMBDA_URL_ALLOW: props.fleet.urlAllow.join(',') }
@@ -477,8 +627,8 @@ export class KappLambdaStack extends Stack {
         new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [queues[next].queue.queueArn] }),
       );
     }
-    this.grantObjects(stage, role);
-    clusterAccess.grant(role, stage);
+    this.grantObjects(stage, role, clusterId);
+    this.#clusterAccess.grant(role, stage, clusterId);
 
     return { fn, role };
   }
@@ -489,10 +639,11 @@ export class KappLambdaStack extends Stack {
    * access error), and the artifact key through S3 (and Lambda, for the function's variables; and
    * Secrets Manager, for the artifact root key's secret, to the functions that {@link usesArtifactKey}).
    * A stage with no prefix (install) gets neither, but the key through S3 when the cluster
-   * registry is in this bucket (its documents are encrypted with it too).
+   * registry is in this bucket (its documents are encrypted with it too). A cell's function
+   * (`clusterId`) gets the per-cluster prefixes of its cluster only (`cellObjectGrants`).
    */
-  private grantObjects(stage: PipelineStage, role: iam.Role): void {
-    const grants = STAGE_OBJECTS[stage];
+  private grantObjects(stage: PipelineStage, role: iam.Role, clusterId?: string): void {
+    const grants = clusterId === undefined ? STAGE_OBJECTS[stage] : cellObjectGrants(stage, clusterId);
     const bucketId = this.resolve(this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket));
     if (grants.length > 0) {
       for (const g of grants) {
@@ -533,7 +684,12 @@ export class KappLambdaStack extends Stack {
   }
 
   /** Alarms: a message in the dead-letter queue, and any function error, over 5 minutes. */
-  private stageAlarms(stage: PipelineStage, r: StageResources): cloudwatch.Alarm[] {
+  private stageAlarms(
+    scope: Construct,
+    stage: PipelineStage,
+    r: StageResources,
+    clusterId?: string,
+  ): cloudwatch.Alarm[] {
     const id = pascal(stage);
     const common = {
       threshold: 1,
@@ -542,17 +698,17 @@ export class KappLambdaStack extends Stack {
       treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
     };
     return [
-      new cloudwatch.Alarm(this, `${id}DeadLetterAlarm`, {
+      new cloudwatch.Alarm(scope, `${id}DeadLetterAlarm`, {
         ...common,
-        alarmDescription: `kapp-lambda ${stage}: an event reached the dead-letter queue (its object's status says why)`,
+        alarmDescription: `kapp-lambda ${stage}${ofCell(clusterId)}: an event reached the dead-letter queue (its object's status says why)`,
         metric: r.deadLetterQueue.metricApproximateNumberOfMessagesVisible({
           period: Duration.minutes(5),
           statistic: cloudwatch.Stats.MAXIMUM,
         }),
       }),
-      new cloudwatch.Alarm(this, `${id}ErrorAlarm`, {
+      new cloudwatch.Alarm(scope, `${id}ErrorAlarm`, {
         ...common,
-        alarmDescription: `kapp-lambda ${stage}: the function failed an invocation (crash, timeout or bad configuration)`,
+        alarmDescription: `kapp-lambda ${stage}${ofCell(clusterId)}: the function failed an invocation (crash, timeout or bad configuration)`,
         metric: r.fn.metricErrors({ period: Duration.minutes(5), statistic: cloudwatch.Stats.SUM }),
       }),
     ];
@@ -581,13 +737,16 @@ export class KappLambdaStack extends Stack {
         `forwarder: ${clusterId}: the stack's clusterAccess locates no cluster registry (no KAPP_LAMBDA_CLUSTER_REGISTRY), so the functions cannot check that an event naming ${clusterId} came from its forwarder role (KAPP_LAMBDA_SENDER_CHECK=registry reads the role ids there) and this role could send for any cluster; give the cluster access a registry, or create no forwarder role (context forwarders)`,
       );
     }
+    const cell = this.cells[clusterId];
+    if (this.isolation === 'cell' && !cell) throw new Error(`forwarder: ${clusterId} has no cell (addCell first)`);
     const id = pascal(clusterId);
     const role = new iam.Role(this, `Forwarder${id}Role`, {
-      description: `kapp-lambda forwarder of cluster ${clusterId}: sends its object events to the entry queues`,
+      description: `kapp-lambda forwarder of cluster ${clusterId}: sends its object events to the entry queues${cell ? ' of its cell' : ''}`,
       assumedBy: principal,
     });
+    const entryQueues = (cell ?? this.sharedSet()).entryQueues;
     role.addToPolicy(
-      new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: this.entryQueues.map((q) => q.queueArn) }),
+      new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: entryQueues.map((q) => q.queueArn) }),
     );
     this.forwarderRoles[clusterId] = role;
     new CfnOutput(this, `ForwarderRoleArn${id}`, {
@@ -628,6 +787,11 @@ export function podIdentityForwarder(stack: Stack, eksClusterArn: string): iam.I
 /** The functions that send to `stage`'s queue (`NEXT_STAGES` inverted), in `PIPELINE_STAGES` order. */
 export function functionSenders(stage: PipelineStage): PipelineStage[] {
   return PIPELINE_STAGES.filter((s) => (NEXT_STAGES[s] ?? []).includes(stage));
+}
+
+/** `''` for the fleet's functions, ` (cluster <id>)` for a cell's: descriptions. */
+function ofCell(clusterId: string | undefined): string {
+  return clusterId === undefined ? '' : ` (cluster ${clusterId})`;
 }
 
 /** `index-repo` → `IndexRepo`: construct ids. */

@@ -217,6 +217,26 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
 };
 
 /**
+ * The prefixes of {@link STAGE_OBJECTS} whose next key segment is the cluster id (run leases
+ * `state/leases/<cluster>/…`, receipts `receipts/<cluster>/…`, a repository's deployed versions
+ * `state/package-repositories/<cluster>/…`): a cell's functions get them for their own cluster only.
+ */
+export const PER_CLUSTER_PREFIXES = [LEASE_PREFIX, RECEIPTS_PREFIX, 'state/package-repositories/'] as const;
+
+/**
+ * A stage's {@link STAGE_OBJECTS} for the functions of one cluster's cell: each grant of a
+ * {@link PER_CLUSTER_PREFIXES} prefix narrowed to `<prefix><clusterId>/*`, the rest as they are
+ * (the shared content-addressed artifacts and caches, and `private/*`, whose next segment is a
+ * tag derived from the cell's own root key, not known at synth).
+ */
+export function cellObjectGrants(stage: PipelineStage, clusterId: string): ObjectGrant[] {
+  return STAGE_OBJECTS[stage].map((g) => {
+    const prefix = PER_CLUSTER_PREFIXES.find((p) => g.keys === `${p}*`);
+    return prefix ? { ...g, keys: `${prefix}${clusterId}/*`, why: `${g.why}, of cluster ${clusterId} only` } : g;
+  });
+}
+
+/**
  * Days after its last write when a `private/` object is removed: a day after the sealed
  * objects' own expiry (`DEFAULT_PRIVATE_TTL_MS`, 7 days after each write, enforced on read), so
  * only what no reader will open again goes: 8.

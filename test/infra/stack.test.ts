@@ -44,6 +44,7 @@ import {
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunctions } from '../../layers/bundle.js';
 import { HARDEN_ADDON_NAME } from '../../layers/native.js';
+import { concreteEnv } from './template-env.js';
 
 type Json = Record<string, unknown>;
 
@@ -386,20 +387,7 @@ describe('functions', () => {
     if (usesArtifactKey(stage)) expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toEqual({ Ref: rootKeyId() });
     else expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toBeUndefined();
     // What the function's configuration parser accepts (template values stand in for the tokens).
-    const concrete = Object.fromEntries(
-      Object.entries(env).map(([k, v]) => [
-        k,
-        typeof v === 'string'
-          ? v
-          : k === 'KAPP_LAMBDA_CLUSTER_REGISTRY'
-            ? 's3://kapp-lambda-bucket/registry/'
-            : k === 'KAPP_LAMBDA_FUNCTION_SENDERS'
-              ? 'AROAFETCHFUNCTION0001,AROATEMPLATEFUNCTION1'
-              : k === 'KAPP_LAMBDA_BUCKET'
-                ? 'kapp-lambda-bucket'
-                : 'https://sqs.eu-west-1.amazonaws.com/123456789012/q.fifo',
-      ]),
-    );
+    const concrete = concreteEnv(env);
     const config = parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' });
     expect(config.clusterRegistry?.location).toEqual({ kind: 's3', bucket: 'kapp-lambda-bucket', prefix: 'registry/' });
     expect(config.kubeconfigPath).toBe('');

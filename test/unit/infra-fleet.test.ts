@@ -23,6 +23,7 @@ describe('fleetSettings', () => {
       artifactRetentionDays: 30,
       forwarders: {},
       urlAllow: [],
+      isolation: 'shared',
     });
   });
 
@@ -48,6 +49,7 @@ describe('fleetSettings', () => {
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
       forwarders: { 'prod-eu-1': { eksClusterArn: 'arn:aws:eks:eu-west-1:123456789012:cluster/prod' } },
       urlAllow: ['registry.corp:443', '10.20.0.0/16'],
+      isolation: 'shared',
     });
   });
 
@@ -119,6 +121,24 @@ describe('fleetSettings', () => {
         'forwarders.edge.eksClusterArn: expected an EKS cluster ARN',
       ]);
     }
+  });
+
+  it('takes isolation shared or cell; cell needs the clusters in forwarders', () => {
+    const forwarders = '{"a": {"eksClusterArn": "arn:aws:eks:eu-west-1:123456789012:cluster/a"}}';
+    expect(settings({ isolation: 'cell', forwarders }).isolation).toBe('cell');
+    expect(settings({ isolation: ' shared ' }).isolation).toBe('shared');
+    const problems = (context: Record<string, unknown>) => {
+      try {
+        settings(context);
+        return [];
+      } catch (err) {
+        return [...(err as FleetContextError).problems];
+      }
+    };
+    expect(problems({ isolation: 'tenant', forwarders })).toEqual(['isolation: expected one of shared, cell']);
+    expect(problems({ isolation: 'cell' })).toEqual([
+      `isolation: cell makes one cell per cluster id of forwarders, which names none (e.g. -c 'forwarders={"prod-eu-1":{"eksClusterArn":"arn:aws:eks:…:cluster/prod-eu-1"}}')`,
+    ]);
   });
 
   it('refuses a per-function concurrency for a function that does not exist', () => {
