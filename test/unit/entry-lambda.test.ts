@@ -171,6 +171,36 @@ describe('createLambdaDeps', () => {
     clients.sqs.destroy();
   });
 
+  it("in a cell, refuses events naming another cluster and never loads one (the fleet registry's views, the source poll's prepare)", async () => {
+    const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = env;
+    const root = await mkdtemp(join(tmpdir(), 'kapp-lambda-cell-'));
+    const config = parseLambdaEnv('fetch', {
+      ...noKube,
+      KAPP_LAMBDA_CLUSTER_REGISTRY: pathToFileURL(root).href,
+      KAPP_LAMBDA_SENDER_CHECK: 'registry',
+      KAPP_LAMBDA_CELL_CLUSTER: 'prod-eu-1',
+    });
+    const clients = createAwsClients(config);
+    const deps = createLambdaDeps(config, clients, { log: memoryLogger() });
+    try {
+      expect(await deps.checkSender?.('edge-1', 'AROAEDGEFORWARDER0001:s')).toBe(
+        'this function is the cell of cluster prod-eu-1 and serves no other cluster',
+      );
+      // Its own cluster is looked up in the (empty) registry: not registered.
+      expect(await deps.checkSender?.('prod-eu-1', 'AROAPRODFORWARDER0001:s')).toBe(
+        'cluster prod-eu-1 is not registered',
+      );
+      await deps.pipeline.clusters.prepare?.('edge-1');
+      expect(deps.pipeline.clusters.clusterIds()).toEqual([]);
+      expect(() => deps.pipeline.clusters.fetchView('edge-1')).toThrow(UnknownClusterError);
+      await expect(deps.pipeline.clusters.prepare?.('prod-eu-1')).rejects.toThrow(UnknownClusterError);
+    } finally {
+      clients.s3.destroy();
+      clients.sqs.destroy();
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
   it('only allows the stage tools, resolved in the bin dir', async () => {
     const config = parseLambdaEnv('deploy', { ...env, KAPP_LAMBDA_BIN_DIR: '/nonexistent/bin' });
     const clients = createAwsClients(config);
