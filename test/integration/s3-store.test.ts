@@ -6,9 +6,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { S3Client } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { API_VERSIONS, type KappEvent, objectEvent } from '../../events/schema.js';
-import { fetchArtifactKey, packDir, tarSha256 } from '../../functions/lib/artifact/index.js';
-import { leaseKey, parseLease, RunLeases } from '../../functions/lib/lease/index.js';
+import { API_VERSIONS, deployEvent, type KappEvent, objectEvent } from '../../events/schema.js';
+import { fetchArtifactKey, packDir, tarSha256, templateArtifactKey } from '../../functions/lib/artifact/index.js';
+import { DEFAULT_LEASE_TTL_MS, leaseKey, parseLease, RunLeases } from '../../functions/lib/lease/index.js';
 import { InvalidKeyError, ObjectTooLargeError, S3Store, StoreError } from '../../functions/lib/store/index.js';
 import { type S3Server, s3Client, startS3Server } from '../harness/servers.js';
 import { casContract } from '../harness/store-cas-contract.js';
@@ -226,5 +226,41 @@ describe('the run lease of an App on versitygw (issue 11 item 6b)', () => {
     const held = await next.claim();
     expect(parseLease(await store.get(leaseKey(other))).holder).toBe(held.holder);
     expect(await leases.acquire(resync('5'))).toMatchObject({ kind: 'coalesced' });
+  });
+
+  it("fences a crashed run's stage retried after another run took its expired lease; its own retry goes on otherwise", async () => {
+    const clock = { t: Date.parse('2025-01-01T00:00:00Z') };
+    const leases = new RunLeases({ store, now: () => new Date(clock.t) });
+    const other = { ...ref, name: 'fenced-app' };
+    const object = { ...other, apiVersion: API_VERSIONS.App, uid: 'u3', generation: 1, resourceVersion: '1' };
+    const time = '2025-01-01T00:00:00Z';
+    const deployOf = (runId: string) =>
+      deployEvent(
+        {
+          object,
+          run: { generation: 1, runId, startedAt: time },
+          artifacts: { manifestKey: templateArtifactKey('e'.repeat(64)) },
+        },
+        { time },
+      );
+    // Run 1's deploy takes the lease and crashes (never renews nor ends it).
+    const first = await leases.acquire(deployOf('run-1'));
+    expect(first).toMatchObject({ kind: 'acquired', tookOver: false });
+    // Its retry before the lease expired, and after it expired with nobody since: the same run.
+    clock.t += DEFAULT_LEASE_TTL_MS / 5;
+    expect(await leases.acquire(deployOf('run-1'))).toMatchObject({ kind: 'acquired', tookOver: false });
+    clock.t += DEFAULT_LEASE_TTL_MS + 1;
+    expect(await leases.acquire(deployOf('run-1'))).toMatchObject({ kind: 'acquired', tookOver: false });
+    // It crashes again; after the expiry a newer run takes the lease over, and ends.
+    clock.t += DEFAULT_LEASE_TTL_MS + 1;
+    const newer = await leases.acquire(objectEvent(object, 'ref-changed', { time }));
+    if (newer.kind !== 'acquired') throw new Error('the newer run did not get the expired lease');
+    expect(newer.tookOver).toBe(true);
+    const stored = await store.getVersioned(leaseKey(other));
+    // Run 1's retry is fenced while the newer run holds it, and after it ended; nothing written.
+    expect(await leases.acquire(deployOf('run-1'))).toEqual({ kind: 'fenced', holder: newer.lease.holder });
+    expect((await store.getVersioned(leaseKey(other)))?.etag).toBe(stored?.etag);
+    await newer.lease.end();
+    expect(await leases.acquire(deployOf('run-1'))).toEqual({ kind: 'fenced', last: newer.lease.holder });
   });
 });

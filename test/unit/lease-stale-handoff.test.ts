@@ -6,6 +6,10 @@
  * follow-up was then the stale hand-off, which its stage drops as stale: the newest generation
  * was not reconciled until some later event (a resync) arrived. Now the object event is kept,
  * except a resync of the hand-off's own run (the embedded runtime's rule, `coalesceEvents`).
+ *
+ * Since the fence (`RunLeases.acquire` `fenced`), a stage event whose run lost the lease never
+ * waits in it at all: it is fenced, the follow-up stays as it was, and the stage handler sends a
+ * restart through the lease instead (`test/unit/lease-fence.test.ts`).
  */
 import { describe, expect, it } from 'vitest';
 import { deployEvent, objectEvent } from '../../events/schema.js';
@@ -33,12 +37,12 @@ describe('stale hand-off vs pending object event', () => {
     expect(a2.kind === 'acquired' && a2.tookOver).toBe(true);
     const e3 = objectEvent({ ...REF, generation: 3, resourceVersion: '3' }, 'modified', { time: NOW });
     expect((await leases.acquire(e3)).kind).toBe('coalesced'); // generation 3 waits as the follow-up
-    expect((await leases.acquire(d1)).kind).toBe('coalesced'); // run-1's stale deploy arrives
+    expect((await leases.acquire(d1)).kind).toBe('fenced'); // run-1's stale deploy arrives
     const pending = parseLease(await store.get(leaseKey(REF))).pending;
     expect(pending?.id).toBe(e3.id);
   });
 
-  it("a resync of the hand-off's own run does not replace it", async () => {
+  it('the stale hand-off does not replace a resync of its own run either: it is fenced', async () => {
     const store = new MemoryStore();
     let now = Date.parse(NOW);
     const leases = new RunLeases({ store, now: () => new Date(now) });
@@ -54,7 +58,7 @@ describe('stale hand-off vs pending object event', () => {
     expect((await leases.acquire(other)).kind).toBe('acquired');
     const resync = objectEvent({ ...REF, resourceVersion: '3' }, 'resync', { time: NOW });
     expect((await leases.acquire(resync)).kind).toBe('coalesced');
-    expect((await leases.acquire(d1)).kind).toBe('coalesced');
-    expect(parseLease(await store.get(leaseKey(REF))).pending?.id).toBe(d1.id);
+    expect((await leases.acquire(d1)).kind).toBe('fenced');
+    expect(parseLease(await store.get(leaseKey(REF))).pending?.id).toBe(resync.id);
   });
 });

@@ -100,34 +100,59 @@ describe('the run lease', () => {
     expect(await leases.acquire(change('modified', '2', 2))).toMatchObject({ kind: 'coalesced' });
     const cont = await acquired(leases, deploy());
     expect((await cont.lease.end())?.data).toMatchObject({ resourceVersion: '2' });
-    // Reserved for that follow-up: another run's hand-off waits too, and does not replace the
-    // follow-up (an object event: a run from the latest object supersedes a taken-over run's stage).
-    expect(await leases.acquire(template('run-2'))).toMatchObject({ kind: 'coalesced' });
-    expect((await lease()).pending?.type).toBe('dev.kapp-lambda.object.v1');
+    // Reserved for that follow-up: another run's hand-off is fenced (the lease moved past its run)
+    // and leaves the follow-up as it is.
+    const reserved = await lease();
+    expect(await leases.acquire(template('run-2'))).toEqual({ kind: 'fenced', holder: reserved.holder });
+    expect(await lease()).toEqual(reserved);
   });
 
-  it("a crashed holder's lease expires; the next event takes it over and the pending follow-up waits for its end", async () => {
+  it("a crashed holder's lease expires: its own retry takes it back until another event took it over", async () => {
     const { leases, clock, lease } = setup();
     const run1 = await acquired(leases, template());
-    expect(await leases.acquire(template('run-2'))).toMatchObject({ kind: 'coalesced' });
+    // Another run's stage event while run-1 holds it: that run lost the lease, it is fenced.
+    expect(await leases.acquire(template('run-2'))).toEqual({ kind: 'fenced', holder: 'run:run-1' });
     // The holder never renews nor ends (crashed).
     clock.t += DEFAULT_LEASE_TTL_MS - 1;
     expect(await leases.acquire(change('modified', '9'))).toMatchObject({ kind: 'coalesced' });
     expect(await run1.lease.renew()).toBe(true);
     clock.t += DEFAULT_LEASE_TTL_MS;
-    // A stage event taking over keeps the follow-up for after it.
-    const redelivered = await acquired(leases, deploy('run-3'));
-    expect(redelivered.tookOver).toBe(true);
+    // Expired: another run's stage event still does not take it (its run never had it since).
+    expect(await leases.acquire(deploy('run-3'))).toEqual({ kind: 'fenced', holder: 'run:run-1' });
+    // The crashed stage's own retry takes it back, nobody having come since; the follow-up waits.
+    const retried = await acquired(leases, template());
+    expect(retried.tookOver).toBe(false);
     expect((await lease()).pending?.data).toMatchObject({ resourceVersion: '9' });
-    // The crashed holder comes back: the lease is not its any more.
-    expect(await run1.lease.renew()).toBe(false);
-    expect(await run1.lease.end()).toBeUndefined();
-    expect((await lease()).holder).toBe('run:run-3');
-    // An object event taking over an expired lease absorbs the follow-up: it runs from the latest object.
+    // It crashes again; an object event taking over the expired lease absorbs the follow-up: it
+    // runs from the latest object.
     clock.t += DEFAULT_LEASE_TTL_MS + 1;
     const taken = await acquired(leases, change('modified', '10'));
+    expect(taken.tookOver).toBe(true);
     expect(taken.event.data).toMatchObject({ resourceVersion: '10', reason: 'modified' });
     expect((await lease()).pending).toBeUndefined();
+    // The crashed holder comes back: the lease is not its any more, and its retry is fenced.
+    expect(await run1.lease.renew()).toBe(false);
+    expect(await run1.lease.end()).toBeUndefined();
+    const before = await lease();
+    expect(await leases.acquire(template())).toEqual({ kind: 'fenced', holder: holderOf(taken.event) });
+    // Freed by the run that took it: the retry is fenced still (`last` is another run's).
+    expect(await taken.lease.end()).toBeUndefined();
+    expect(await leases.acquire(deploy())).toEqual({ kind: 'fenced', last: holderOf(taken.event) });
+    expect((await lease()).seq).toBe((before.seq ?? 0) + 1);
+  });
+
+  it('a stage that ended its run (it failed) takes the free lease back on its retry, unless another run came since', async () => {
+    const { leases, lease } = setup();
+    const run1 = await acquired(leases, deploy());
+    expect(await run1.lease.end()).toBeUndefined();
+    expect(await lease()).toEqual({ seq: 2, last: 'run:run-1' });
+    const retry = await acquired(leases, deploy());
+    expect(retry.tookOver).toBe(false);
+    await retry.lease.end();
+    // A resync runs in between: the next retry of run-1 is fenced.
+    const other = await acquired(leases, change('resync', '2'));
+    await other.lease.end();
+    expect(await leases.acquire(deploy())).toEqual({ kind: 'fenced', last: holderOf(other.event) });
   });
 
   it('of many events at once exactly one runs; the others become the one follow-up', async () => {

@@ -22,6 +22,7 @@
  * | not started: the function deadline had come | logged, `batchItemFailures` | yes (a later invocation runs it) |
  * | an App event whose run lease another run holds ({@link EntryDeps.leases}) | coalesced into the lease's one follow-up, acknowledged | no (the holder sends the follow-up when its run ends) |
  * | an optimistic run (a resync holding no lease) another run started beside | stopped before its next write, acknowledged; a `resync` from the start coalesced into the lease (or sent when free) | no |
+ * | a stage event whose run's lease moved past it (`fenced`: e.g. a crashed deploy's retry after its lease expired and another run took it) | nothing run or written, acknowledged (`fenced`); a forcing object event from the start coalesced into the lease (or sent when free) | no |
  *
  * FIFO ordering: records are processed one at a time in batch order, and once a record of a
  * message group fails, the later records of that group are failed without running (Lambda
@@ -51,7 +52,11 @@
  * writes gated (`./lease-gate.ts`: the first tool, store write or finalizer change claims the
  * lease; a status write is checked against the lease and refused on a 409), and when another run
  * started meanwhile it stops, acknowledged, and the App runs again from the start through the
- * lease (outcome `coalesced`).
+ * lease (outcome `coalesced`). A stage event whose run no longer has the lease (it expired and
+ * another run took it, or another run held and freed it since: `RunLeases.acquire` `fenced`) runs
+ * nothing: no tool, artifact, finalizer or status write; it is acknowledged (outcome `fenced`) and
+ * the App runs again from the start through the lease (`fencedRestartOf`), so its latest spec is
+ * still reconciled. The retry of a crashed stage whose lease nobody took goes on as its run.
  *
  * @module
  */
@@ -67,7 +72,14 @@ import {
   targetFunction,
 } from '../../../events/schema.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
-import { type HeldLease, leaseSubject, type OptimisticRun, type RunLeases } from '../lease/index.js';
+import {
+  type AcquireResult,
+  fencedRestartOf,
+  type HeldLease,
+  leaseSubject,
+  type OptimisticRun,
+  type RunLeases,
+} from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
 import type { PipelineDeps } from '../pipeline/deps.js';
@@ -204,7 +216,8 @@ export type RecordOutcome =
   | 'skipped'
   | 'ended'
   | 'deadline'
-  | 'coalesced';
+  | 'coalesced'
+  | 'fenced';
 
 /**
  * Arms the function deadline of one invocation: a signal aborted with a {@link DeadlineError}
@@ -421,6 +434,7 @@ async function processRecord(
           );
           return 'coalesced';
         }
+        if (got.kind === 'fenced') return await dropFenced(event, got, d, stage, elog);
         if (got.tookOver) elog.warn({ stage, lease: got.lease.key }, 'run lease had expired; taken over');
         ({ lease, event: run } = got);
         stopRenewing = got.lease.keepAlive(elog);
@@ -558,18 +572,8 @@ async function restartOptimistic(
   stage: PipelineStage,
   log: Logger,
 ): Promise<RecordOutcome> {
-  const leases = d.leases as RunLeases;
   try {
-    if (run.stopped === 'restart') {
-      const again = run.restartEvent(d.pipeline.now());
-      const got = await infraStep('taking the run lease', () => leases.acquire(again));
-      if (got.kind === 'acquired') {
-        const next = got.event;
-        await infraStep('passing the run lease on', () => got.lease.handOff(next));
-        const to = targetFunction(next);
-        await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
-      }
-    }
+    if (run.stopped === 'restart') await restartThroughLease(run.restartEvent(d.pipeline.now()), d);
   } catch (err) {
     log.error(
       { stage, outcome: 'failed' satisfies RecordOutcome, type: run.event.type, error: errorText(err) },
@@ -582,6 +586,60 @@ async function restartOptimistic(
     'another run of this object started while this one held no lease; it runs again after it',
   );
   return 'coalesced';
+}
+
+/**
+ * Sends `again`, an object event that runs the App from the start, through the lease as any
+ * object event: coalesced into the holder's follow-up, or (the lease free or expired) sent to the
+ * fetch function with the lease taken for it.
+ * @throws InfraError when the lease or the send fails.
+ */
+async function restartThroughLease(again: KappEvent, d: EntryDeps): Promise<void> {
+  const leases = d.leases as RunLeases;
+  const got = await infraStep('taking the run lease', () => leases.acquire(again));
+  if (got.kind !== 'acquired') return;
+  const next = got.event;
+  await infraStep('passing the run lease on', () => got.lease.handOff(next));
+  const to = targetFunction(next);
+  await infraStep(`queueing the ${to} stage`, () => d.sender.send(to, next));
+}
+
+/**
+ * Drops a stage event whose run's lease moved past it (`fenced`): its stage does not run, and the
+ * App runs again from the start ({@link restartThroughLease} of `fencedRestartOf`).
+ *
+ * @returns `fenced`; `failed` when the restart could not be queued (logged; the record is retried,
+ *   is fenced again and sends the same restart). Never throws.
+ */
+async function dropFenced(
+  event: KappEvent,
+  got: Extract<AcquireResult, { kind: 'fenced' }>,
+  d: EntryDeps,
+  stage: PipelineStage,
+  log: Logger,
+): Promise<RecordOutcome> {
+  const restart = fencedRestartOf(event, d.pipeline.now());
+  try {
+    await restartThroughLease(restart, d);
+  } catch (err) {
+    log.error(
+      { stage, outcome: 'failed' satisfies RecordOutcome, type: event.type, error: errorText(err) },
+      "stage event of a run that lost its lease dropped, but the App's restart could not be queued; will be retried",
+    );
+    return 'failed';
+  }
+  log.warn(
+    {
+      stage,
+      outcome: 'fenced' satisfies RecordOutcome,
+      type: event.type,
+      ...(got.holder ? { holder: got.holder } : {}),
+      ...(got.last ? { last: got.last } : {}),
+      restartId: restart.id,
+    },
+    'run lease moved past this run (another run took it); stage not run, the App runs again from the start',
+  );
+  return 'fenced';
 }
 
 /**

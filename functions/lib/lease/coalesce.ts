@@ -14,7 +14,9 @@ import { EVENT_TYPES, type KappEvent, strongerReason } from '../../../events/sch
  * deploy, delete or fan-out) is kept against a `resync` of the same object and generation. A
  * resync is timer-gated (`pipeline/reconcile.ts`), and the run that stage belongs to has just
  * written its parts (`updatedAt` now), so the resync would be a no-op and the run would be lost,
- * leaving the App `Reconciling` (the `npm run demo` flake of `demo-helm/podinfo`). Any other
+ * leaving the App `Reconciling` (the `npm run demo` flake of `demo-helm/podinfo`); it applies
+ * to the embedded queue, whose failed stage waits there for its retry: on Lambda a stage event never
+ * waits in the run lease (one whose run lost the lease is fenced, `./index.ts`). Any other
  * object event (`added`, `modified`, `ref-changed`, `deleted`, or a newer uid or generation)
  * still replaces it.
  *

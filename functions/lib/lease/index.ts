@@ -27,9 +27,18 @@
  * fetch and once before deploy's final status write) and takes the lease only when a stage must
  * work. {@link idleRunLeaseRequests} and {@link workingRunLeaseRequests} count them by running
  * this code.
- * - `pending`: an event that found the lease held by another run: acknowledged without running,
- *   coalesced into this one follow-up (`coalesceEvents`, the embedded runtime's rule), and sent
- *   when the run ends ({@link HeldLease.end}), with the lease reserved for it.
+ * - `pending`: an object event that found the lease held by another run: acknowledged without
+ *   running, coalesced into this one follow-up (`coalesceEvents`, the embedded runtime's rule), and
+ *   sent when the run ends ({@link HeldLease.end}), with the lease reserved for it.
+ * - the fence: a run's stage event (a hand-off, or an SQS retry of one after a crash) acts only
+ *   while its run still has the lease: `holder` is its `run:<runId>` (live, or expired with nobody
+ *   come since: the retry of a crashed stage goes on), or the lease is free and its run was the
+ *   last to free it (the retry of a stage that failed and ended its run). Once the lease moved
+ *   past the run (another holder, live or expired, a reservation for a follow-up, or freed last by
+ *   another run) the event is {@link AcquireResult} `fenced` ({@link movedPast}): it does nothing
+ *   and the App runs again from the start ({@link fencedRestartOf}). Without it, a crashed deploy's
+ *   retry arriving after its lease expired and a newer run of the same generation deployed (the
+ *   visibility timeout is longer than the TTL) deployed its older manifest over the newer one.
  *
  * Only App events take the lease (object events of Apps, template, deploy and delete hand-offs):
  * a PackageRepository or PackageInstall runs in one function only, where its FIFO group already
@@ -180,7 +189,29 @@ export type AcquireResult =
       kind: 'coalesced';
       /** Who holds the lease. */
       holder: string;
+    }
+  | {
+      /**
+       * A stage event whose run no longer has the lease ({@link movedPast}): it must not run.
+       * Nothing was written.
+       */
+      kind: 'fenced';
+      /** Who holds the lease now (live or expired); absent: nobody. */
+      holder?: string;
+      /** Who freed it last, when it is free. */
+      last?: string;
     };
+
+/**
+ * Whether the lease moved past `holder` (a run's `run:<runId>`, {@link holderOf}), which held it
+ * at some point: anyone else holds it or held it since (another holder, live or expired; a free
+ * lease with a follow-up waiting; a free lease another holder freed last). A free lease `holder`
+ * itself freed last, or one with no trace of anybody (no lease object), has not moved.
+ */
+export function movedPast(rec: LeaseRecord, holder: string): boolean {
+  if (rec.holder !== undefined) return rec.holder !== holder;
+  return rec.pending !== undefined || (rec.last !== undefined && rec.last !== holder);
+}
 
 /** The run leases of the Apps of a fleet, in one object store. */
 export class RunLeases {
@@ -216,13 +247,18 @@ export class RunLeases {
   }
 
   /**
-   * Takes the lease for `event`'s run, or coalesces `event` into the lease's pending follow-up.
+   * Takes the lease for `event`'s run, coalesces `event` into the lease's pending follow-up, or
+   * fences it.
    *
-   * Taken when the lease is free, already the event's ({@link holderOf}: a hand-off of the run
-   * holding it, or the follow-up it was reserved for), or expired. A stage event leaves a pending
-   * follow-up where it is (it runs after this run); an object event absorbs it (it starts a run
-   * from the latest object itself). Otherwise `event` becomes (or merges into) the pending
-   * follow-up and must be acknowledged without running.
+   * A stage event (template, deploy, delete: a run that had the lease) takes it only while it is
+   * still its run's ({@link holderOf}), expired or not, or free with nobody else since
+   * ({@link movedPast}); it leaves a pending follow-up where it is (it runs after this run).
+   * Otherwise it is `fenced`: it must not run, and nothing is written (see the module comment).
+   *
+   * An object event takes the lease when it is free, already the event's (the follow-up it was
+   * reserved for), or expired, and absorbs a pending follow-up (it starts a run from the latest
+   * object itself); otherwise it becomes (or merges into) the pending follow-up and must be
+   * acknowledged without running.
    *
    * @param event - an event with a {@link leaseSubject}.
    * @throws StoreError when the store fails; Error after {@link CAS_ATTEMPTS} conflicts in a row.
@@ -234,6 +270,10 @@ export class RunLeases {
     const me = holderOf(event);
     return this.update<AcquireResult>(key, (rec) => {
       const mine = rec.holder === me;
+      if (event.type !== EVENT_TYPES.object && movedPast(rec, me)) {
+        const { holder, last } = rec;
+        return { result: { kind: 'fenced', ...(holder ? { holder } : {}), ...(last && !holder ? { last } : {}) } };
+      }
       if (mine || !this.isLive(rec)) {
         let run = event;
         let pending = rec.pending;
@@ -253,15 +293,8 @@ export class RunLeases {
           result,
         };
       }
-      // A stage event that finds another run holding the lease is a hand-off that waited past
-      // the TTL (its run was taken over): it is older than a pending object event, so it must
-      // not replace it (the stale hand-off would run as the follow-up, be dropped as stale, and
-      // the newer generation would wait for a later event). Taken as the older of the two.
-      const pending = !rec.pending
-        ? event
-        : event.type !== EVENT_TYPES.object && rec.pending.type === EVENT_TYPES.object
-          ? coalesceEvents(event, rec.pending)
-          : coalesceEvents(rec.pending, event);
+      // Only an object event gets here (a stage event finding another holder is fenced above).
+      const pending = rec.pending ? coalesceEvents(rec.pending, event) : event;
       return { next: { ...rec, pending }, result: { kind: 'coalesced', holder: rec.holder ?? '' } };
     });
   }
@@ -408,7 +441,8 @@ export class HeldLease {
   /**
    * Passes the lease to the run's next event (call it before sending that event): its holder
    * ({@link holderOf}) gets a fresh TTL; the pending follow-up stays. Nothing is changed when the
-   * lease is no longer ours (the next event then waits as any other, coalesced), nor when the
+   * lease is no longer ours (the next event, a stage of a run the lease moved past, is then
+   * fenced where it arrives: {@link RunLeases.acquire}), nor when the
    * next event is the same run's (`run:<runId>`, template → deploy) and the claim is still
    * fresh ({@link RunLeases.isFresh}): the write would change nothing but the expiry.
    */
@@ -549,16 +583,13 @@ export class OptimisticRun {
    * same event.
    */
   restartEvent(time: Date): KappEvent {
-    const id = createHash('sha256')
-      .update(JSON.stringify([this.event.id, 'optimistic-restart']))
-      .digest('hex')
-      .slice(0, 32);
-    return objectEvent(objectRefOf(this.event), 'resync', { time, id });
+    return objectEvent(objectRefOf(this.event), 'resync', { time, id: derivedId(this.event.id, 'optimistic-restart') });
   }
 
   async #retake(): Promise<HeldLease> {
     const got = await this.leases.acquire(this.event);
     if (got.kind === 'coalesced') return this.#stop('coalesced');
+    if (got.kind === 'fenced') return this.#stop('restart');
     this.#held = got.lease;
     return got.lease;
   }
@@ -584,11 +615,27 @@ export class OptimisticRun {
  * 5 minutes; the same run ending twice (a retried record) still derives the same id.
  */
 export function followUpOf(pending: KappEvent, endedBy: string): KappEvent {
-  const id = createHash('sha256')
-    .update(JSON.stringify([pending.id, 'follow-up', endedBy]))
-    .digest('hex')
-    .slice(0, 32);
-  return { ...pending, id };
+  return { ...pending, id: derivedId(pending.id, 'follow-up', endedBy) };
+}
+
+/**
+ * The object event that runs the App again from the start after `fenced`, a stage event its run's
+ * lease moved past ({@link AcquireResult} `fenced`), was dropped: reason `ref-changed`, which
+ * forces a run whatever the timer says (`pipeline/reconcile.ts`), because the dropped run may have
+ * been forced itself (a changed Secret, a new generation whose `Reconciling` it wrote) while the
+ * run that moved the lease may have been a resync the timer made a no-op. Its id is derived from
+ * the dropped event's (32 hex chars of a sha256): a redelivered stale event sends the same one
+ * (deduplicated by the FIFO queue, merged in the lease's follow-up). Costs one extra run when the
+ * other run had converged the App already; fencing needs a crash or failure plus another event
+ * meanwhile, so it is rare.
+ */
+export function fencedRestartOf(fenced: KappEvent, time: Date): KappEvent {
+  return objectEvent(objectRefOf(fenced), 'ref-changed', { time, id: derivedId(fenced.id, 'fenced-restart') });
+}
+
+/** 32 hex chars of the sha256 of `parts` (as a JSON array): an event id derived from another's. */
+function derivedId(...parts: string[]): string {
+  return createHash('sha256').update(JSON.stringify(parts)).digest('hex').slice(0, 32);
 }
 
 /** A memory store counting its lease reads and conditional writes, and the leases on it. */
