@@ -12,10 +12,11 @@ import { once } from 'node:events';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
-import type { LookupFunction } from 'node:net';
+import { connect, type LookupFunction } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Duplex } from 'node:stream';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { refObjectsFrom } from '../../functions/lib/api/refs.js';
 import { trustingFetch } from '../../functions/lib/fetch/cluster-trust.js';
 import { createHttpDownloader } from '../../functions/lib/fetch/http-download.js';
@@ -205,24 +206,50 @@ describe('http sources under an enforced URL policy, pinned', () => {
     expect(hits.map((h) => h.server)).toEqual(['tls']);
   });
 
-  it('while the policy is off the cluster proxy still carries the download', async () => {
+  it('while the policy is off the cluster proxy still carries the download (http and CONNECT)', async () => {
     const proxied: string[] = [];
-    const proxyPort = await listen(
-      createServer((req, res) => {
-        proxied.push(`${req.method} ${req.url}`);
-        res.end('from the proxy\n');
-      }),
-      '127.0.0.1',
-      0,
-    );
-    const checker = new UrlPolicyChecker({ mode: 'off', allow: [] }, stub({}).resolve);
-    const got = await createHttpDownloader().download({
-      url: 'http://far.kapp-lambda.test/config.yml',
-      proxy: { httpProxy: `http://127.0.0.1:${proxyPort}` },
-      ...checker.requestGuards(),
+    const tunnels: Duplex[] = [];
+    onTestFinished(() => {
+      for (const t of tunnels) t.destroy();
     });
-    expect(got.body.toString()).toBe('from the proxy\n');
-    expect(proxied).toEqual(['GET http://far.kapp-lambda.test/config.yml']);
+    const proxy = createServer((req, res) => {
+      proxied.push(`${req.method} ${req.url}`);
+      res.end('from the proxy\n');
+    });
+    // Every tunnel leads to the TLS server, whatever name it was asked for.
+    proxy.on('connect', (req: IncomingMessage, client: Duplex, head: Buffer) => {
+      proxied.push(`CONNECT ${req.url}`);
+      // The server's sockets are half-open: the tunnel stays until the test ends it.
+      tunnels.push(client);
+      const upstream = connect(tlsPort, '127.0.0.1', () => {
+        client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        upstream.write(head);
+        upstream.pipe(client).pipe(upstream);
+      });
+      upstream.on('error', () => client.destroy());
+      client.on('error', () => upstream.destroy());
+    });
+    const proxyPort = await listen(proxy, '127.0.0.1', 0);
+    const dns = stub({});
+    const guards = new UrlPolicyChecker({ mode: 'off', allow: [] }, dns.resolve).requestGuards();
+    const via = `http://127.0.0.1:${proxyPort}`;
+    const dl = createHttpDownloader();
+    const plain = await dl.download({
+      url: 'http://far.kapp-lambda.test/config.yml',
+      proxy: { httpProxy: via },
+      ...guards,
+    });
+    expect(plain.body.toString()).toBe('from the proxy\n');
+    const tunneled = await dl.download({
+      url: `https://${TLS_NAME}:${tlsPort}/config.yml`,
+      caCerts: tls.cert,
+      proxy: { httpsProxy: via },
+      ...guards,
+    });
+    expect(tunneled.body.toString()).toBe('served by 127.0.0.1\n');
+    expect(proxied).toEqual(['GET http://far.kapp-lambda.test/config.yml', `CONNECT ${TLS_NAME}:${tlsPort}`]);
+    expect(hits.map((h) => `${h.server} ${h.host}`)).toEqual([`tls ${TLS_NAME}:${tlsPort}`]);
+    expect(dns.asked).toEqual([]);
   });
 });
 

@@ -252,6 +252,9 @@ async function requestOnce(
       const req = httpsRequest(
         {
           ...common,
+          // No agent: an agent (even `agent: false`'s fresh one) opens its own connection and
+          // ignores `createConnection`, so the request went to the host directly, not the tunnel.
+          agent: undefined,
           host,
           port,
           path: `${url.pathname}${url.search}`,
