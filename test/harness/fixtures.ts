@@ -7,11 +7,13 @@
  * Tools come from the pinned cache (`binPath(component(...))`, built by `npm run setup`);
  * `git` is Debian's.
  */
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, copyFile, mkdir, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { type ZipOptions, type Zippable, zipSync } from 'fflate';
 import * as tar from 'tar';
 import { parse as parseYaml } from 'yaml';
@@ -540,4 +542,34 @@ export async function pushHelmChartOci(registry: RegistryInfo, chartDir: string,
   } finally {
     await removeTempDir(home);
   }
+}
+
+/**
+ * A self-signed certificate (RSA 2048, valid one day) for the DNS name `name`, made with openssl
+ * (argv only) as `tls.key` and `tls.crt` in `dir`: for test TLS servers that clients reach by
+ * that name (and trust through `caCerts`, or skip verifying).
+ * @returns the PEM key and certificate
+ * @throws the openssl error
+ */
+export async function selfSignedCert(dir: string, name: string): Promise<{ key: string; cert: string }> {
+  const key = path.join(dir, 'tls.key');
+  const cert = path.join(dir, 'tls.crt');
+  await promisify(execFile)('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-days',
+    '1',
+    '-subj',
+    `/CN=${name}`,
+    '-addext',
+    `subjectAltName=DNS:${name}`,
+    '-keyout',
+    key,
+    '-out',
+    cert,
+  ]);
+  return { key: await readFile(key, 'utf8'), cert: await readFile(cert, 'utf8') };
 }

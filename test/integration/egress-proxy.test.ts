@@ -41,7 +41,7 @@ import { markFailed } from '../../functions/lib/reconcile/status.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { buildConnector } from '../../layers/native.js';
-import { buildHelmRepo, createRepo, pushBundle } from '../harness/fixtures.js';
+import { buildHelmRepo, createRepo, pushBundle, selfSignedCert } from '../harness/fixtures.js';
 import {
   type GitServer,
   type HttpServer,
@@ -102,30 +102,6 @@ function forward(req: IncomingMessage, res: ServerResponse, port: number, rewrit
   req.pipe(out);
 }
 
-/** A self-signed certificate for the registry front's name. */
-async function selfSigned(dir: string): Promise<{ key: string; cert: string }> {
-  const key = path.join(dir, 'tls.key');
-  const cert = path.join(dir, 'tls.crt');
-  await promisify(execFile)('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'rsa:2048',
-    '-nodes',
-    '-days',
-    '1',
-    '-subj',
-    `/CN=${REGISTRY}`,
-    '-addext',
-    `subjectAltName=DNS:${REGISTRY}`,
-    '-keyout',
-    key,
-    '-out',
-    cert,
-  ]);
-  return { key: await readFile(key, 'utf8'), cert: await readFile(cert, 'utf8') };
-}
-
 beforeAll(async () => {
   scratch = await realpath(await mkdtemp(path.join(tmpdir(), 'egress-proxy-')));
   [http, registry, git] = await Promise.all([startHttpServer(), startRegistry(), startGitServer()]);
@@ -168,7 +144,7 @@ beforeAll(async () => {
   // The registry front (TLS): forwards to docker-registry; blobs of kc/redirected answer 307.
   const regPort = Number(registry.host.split(':')[1]);
   registryFront = await listen(
-    createTlsServer(await selfSigned(scratch), (req, res) => {
+    createTlsServer(await selfSignedCert(scratch, REGISTRY), (req, res) => {
       if (req.method === 'GET' && /^\/v2\/kc\/redirected\/blobs\//.test(req.url ?? '')) {
         res.writeHead(307, { location: `http://${METADATA}:${ports.denied}/blob` }).end();
         return;

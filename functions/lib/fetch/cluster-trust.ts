@@ -16,10 +16,12 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import type { LookupFunction } from 'node:net';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { rootCertificates, connect as tlsConnect } from 'node:tls';
 import type { ControllerProxy } from '../reconcile/controller-config.js';
+import { UrlPolicyError } from './url-policy.js';
 
 /** Where Go looks for the system roots on Linux (`crypto/x509/root_linux.go`), in order. */
 export const SYSTEM_CA_FILES: readonly string[] = [
@@ -123,21 +125,30 @@ function inCidr(ip: string, cidr: string): boolean {
   return Math.floor(a / size) === Math.floor(b / size);
 }
 
-/** What {@link trustingFetch} needs: the cluster's CA bundle and proxy. */
+/** What {@link trustingFetch} needs: the cluster's CA bundle and proxy, and the URL policy's lookup. */
 export interface TrustOptions {
   /** Extra roots (PEM), trusted with the system's. */
   caCerts?: string;
   /** The proxy keys. */
   proxy?: ControllerProxy;
+  /**
+   * The DNS lookup of each connection, by the URL it connects to (the server's, or the proxy's
+   * when one is used): the URL policy's `pinnedLookup` (`./url-policy.ts`) while it is
+   * enforced, so the connection goes to an address the policy checked in that same resolution.
+   * `undefined` (or a result of `undefined`): the system lookup.
+   */
+  lookupFor?: (url: URL) => LookupFunction | undefined;
 }
 
 /**
- * A `fetch` (GET without a request body; `redirect: 'manual'` semantics: a 3xx is returned as
- * is) over `node:http`/`node:https` that trusts Node's roots plus `caCerts` and goes through the
- * proxy {@link proxyFor} picks: absolute-form requests for http, a `CONNECT` tunnel for https.
- * Node's own `fetch` takes neither without undici's agents, which are not a dependency. A
- * failure rejects with `TypeError('fetch failed')` whose `cause` is the socket or TLS error, as
- * Node's `fetch` does.
+ * A `fetch` (`GET` or `HEAD` without a request body; `redirect: 'manual'` semantics: a 3xx is
+ * returned as is) over `node:http`/`node:https` that trusts Node's roots plus `caCerts`, goes
+ * through the proxy {@link proxyFor} picks (absolute-form requests for http, a `CONNECT` tunnel
+ * for https) and resolves each connection's host with `lookupFor` when given. Node's own `fetch`
+ * takes none of these without undici's agents, which are not a dependency. A failure rejects
+ * with `TypeError('fetch failed')` whose `cause` is the socket or TLS error, as Node's `fetch`
+ * does; a {@link UrlPolicyError} from the lookup rejects as is, so callers report the policy's
+ * message.
  */
 export function trustingFetch(opts: TrustOptions): typeof fetch {
   const ca = opts.caCerts ? [...rootCertificates, opts.caCerts] : undefined;
@@ -148,23 +159,41 @@ export function trustingFetch(opts: TrustOptions): typeof fetch {
       headers[k] = v;
     });
     const signal = init?.signal ?? undefined;
+    const method = (init?.method ?? 'GET').toUpperCase();
+    if (method !== 'GET' && method !== 'HEAD') throw new TypeError(`trustingFetch: method ${method} is not supported`);
     const via = proxyFor(url, opts.proxy);
+    const lookup = opts.lookupFor?.(withoutUserinfo(via ?? url));
     try {
-      return await requestOnce(url, headers, via, ca, signal);
+      return await requestOnce(url, { method, headers, via, ca, signal, lookup });
     } catch (err) {
       if (signal?.aborted) throw signal.reason ?? err;
+      if (err instanceof UrlPolicyError) throw err;
       throw new TypeError('fetch failed', { cause: err });
     }
   }) as typeof fetch;
 }
 
+/** `url` without user and password (a refusal names the URL it judged). */
+function withoutUserinfo(url: URL): URL {
+  const out = new URL(url.href);
+  out.username = '';
+  out.password = '';
+  return out;
+}
+
+/** One request of {@link trustingFetch}: `lookup` resolves the host it connects to (`via` or `url`'s). */
 async function requestOnce(
   url: URL,
-  headers: Record<string, string>,
-  via: URL | undefined,
-  ca: string[] | undefined,
-  signal: AbortSignal | undefined,
+  o: {
+    method: string;
+    headers: Record<string, string>;
+    via: URL | undefined;
+    ca: string[] | undefined;
+    signal: AbortSignal | undefined;
+    lookup: LookupFunction | undefined;
+  },
 ): Promise<Response> {
+  const { headers, via, ca, signal } = o;
   const https = url.protocol === 'https:';
   const port = Number(url.port || (https ? 443 : 80));
   const host = url.hostname.replace(/^\[|\]$/g, '');
@@ -173,7 +202,13 @@ async function requestOnce(
       ? `Basic ${Buffer.from(`${decodeURIComponent(via.username)}:${decodeURIComponent(via.password)}`).toString('base64')}`
       : undefined;
   const res = await new Promise<IncomingMessage>((resolve, reject) => {
-    const common = { method: 'GET', headers: { ...headers, host: url.host }, signal, agent: false as const };
+    const common = {
+      method: o.method,
+      headers: { ...headers, host: url.host },
+      signal,
+      agent: false as const,
+      ...(o.lookup ? { lookup: o.lookup } : {}),
+    };
     if (!via) {
       const req = (https ? httpsRequest : httpRequest)(
         { ...common, host, port, path: `${url.pathname}${url.search}`, servername: host, ...(ca ? { ca } : {}) },
@@ -205,6 +240,7 @@ async function requestOnce(
       headers: { host: `${host}:${port}`, ...(proxyAuth ? { 'proxy-authorization': proxyAuth } : {}) },
       signal,
       agent: false,
+      ...(o.lookup ? { lookup: o.lookup } : {}),
     });
     connectReq.once('error', reject);
     connectReq.once('connect', (answer, socket) => {
@@ -216,6 +252,9 @@ async function requestOnce(
       const req = httpsRequest(
         {
           ...common,
+          // No agent: an agent (even `agent: false`'s fresh one) opens its own connection and
+          // ignores `createConnection`, so the request went to the host directly, not the tunnel.
+          agent: undefined,
           host,
           port,
           path: `${url.pathname}${url.search}`,
@@ -233,7 +272,7 @@ async function requestOnce(
     for (const one of Array.isArray(v) ? v : [v]) outHeaders.append(k, one);
   }
   const status = res.statusCode ?? 502;
-  const nullBody = status === 204 || status === 304;
+  const nullBody = status === 204 || status === 304 || o.method === 'HEAD';
   if (nullBody) res.resume();
   return new Response(nullBody ? null : (Readable.toWeb(res) as ReadableStream<Uint8Array>), {
     status,

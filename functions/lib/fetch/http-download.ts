@@ -5,14 +5,17 @@
  * required, optional sha256 check, with vendir's error texts. The body is bounded.
  *
  * {@link HttpDownloader} is the port; {@link createHttpDownloader} is the real one (Node's
- * `fetch`). The fetch stage uses it so that archives are unpacked by the project's own safe
+ * `fetch`, or `trustingFetch` over `node:http(s)` for a cluster's CA bundle or proxy and while
+ * the URL policy pins each connection's address). The fetch stage uses it so that archives are unpacked by the project's own safe
  * extractor (`./archive.ts`) instead of vendir's.
  *
  * @module
  */
 import { createHash } from 'node:crypto';
+import type { LookupFunction } from 'node:net';
 import type { ControllerProxy } from '../reconcile/controller-config.js';
 import { trustingFetch } from './cluster-trust.js';
+import { UrlPolicyError } from './url-policy.js';
 
 /** Go's default `http.Client` redirect limit. */
 export const MAX_REDIRECTS = 10;
@@ -35,6 +38,14 @@ export interface HttpDownloadRequest {
    * and no request is sent to that URL.
    */
   checkUrl?: (url: string) => Promise<void>;
+  /**
+   * The DNS lookup of the connection to each URL (the first and each redirect target): the URL
+   * policy's `pinnedLookup` while it is enforced, so the request connects to an address checked
+   * in the resolution it connects with, not one a later DNS answer names (rebinding past
+   * `checkUrl`). When it returns a lookup the request goes over {@link trustingFetch}; its
+   * `UrlPolicyError` propagates as is and nothing is sent.
+   */
+  lookupFor?: (url: URL) => LookupFunction | undefined;
   /**
    * The cluster's `kapp-controller-config` `caCerts`: trusted besides the system roots (the
    * request then goes over {@link trustingFetch}, not the downloader's `fetch`).
@@ -102,14 +113,15 @@ function causeText(err: unknown): string {
 }
 
 /**
- * The real {@link HttpDownloader}, on Node's `fetch` with manual redirects.
+ * The real {@link HttpDownloader}, on Node's `fetch` (or {@link trustingFetch}, see
+ * {@link HttpDownloadRequest.lookupFor}) with manual redirects.
  *
  * Differences from Go's client: Node's TLS trust store (its bundled CAs plus
  * `NODE_EXTRA_CA_CERTS`, plus the request's `caCerts`), not the system one; the proxy is the
  * request's `proxy` (the cluster's `kapp-controller-config`), never the process environment
- * (the URL policy is applied to each hop by `checkUrl` here, while the tools go through the
- * egress proxy, `./egress-proxy.ts`). An untrusted certificate reads as Go's
- * `x509: certificate signed by unknown authority`.
+ * (the URL policy is applied to each hop by `checkUrl` and to each connection by `lookupFor`
+ * here, while the tools go through the egress proxy, `./egress-proxy.ts`). An untrusted
+ * certificate reads as Go's `x509: certificate signed by unknown authority`.
  *
  * @param fetchImpl - the `fetch` to use (default: the global one)
  */
@@ -146,9 +158,18 @@ export function createHttpDownloader(fetchImpl: typeof fetch = fetch): HttpDownl
         await req.checkUrl?.(target.href);
         let res: Response;
         try {
-          const f = req.caCerts || req.proxy ? trustingFetch({ caCerts: req.caCerts, proxy: req.proxy }) : fetchImpl;
+          const pinned = req.lookupFor?.(target);
+          const f =
+            req.caCerts || req.proxy || pinned
+              ? trustingFetch({
+                  caCerts: req.caCerts,
+                  proxy: req.proxy,
+                  ...(req.lookupFor ? { lookupFor: req.lookupFor } : {}),
+                })
+              : fetchImpl;
           res = await f(target, { method: 'GET', headers, redirect: 'manual', signal: req.signal });
         } catch (err) {
+          if (err instanceof UrlPolicyError) throw err;
           throw new HttpDownloadError(`Initiating URL download: Get ${JSON.stringify(shown)}: ${causeText(err)}`);
         }
         const location = res.headers.get('location');

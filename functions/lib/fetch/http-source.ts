@@ -34,7 +34,11 @@ export interface PrepareHttpInput {
   trust?: import('./cluster-trust.js').TrustOptions;
   /** The download port. Default {@link createHttpDownloader}. */
   downloader?: HttpDownloader;
-  /** The URL policy, checked on every hop of every download (redirects included). */
+  /**
+   * The URL policy, checked on every hop of every download (redirects included); while it is
+   * enforced each connection goes to an address it checked (`pinnedLookup`), not to a later
+   * DNS answer.
+   */
   urlPolicy?: UrlPolicyChecker;
   /** Abort a download after this long, ms. Default 10 minutes. */
   timeoutMs?: number;
@@ -141,7 +145,7 @@ export async function prepareHttpSources(input: PrepareHttpInput): Promise<Prepa
         signal: input.signal
           ? AbortSignal.any([AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000), input.signal])
           : AbortSignal.timeout(input.timeoutMs ?? 10 * 60_000),
-        ...(input.urlPolicy ? { checkUrl: (u: string) => input.urlPolicy!.checkUrl(u) } : {}),
+        ...input.urlPolicy?.requestGuards(),
       });
       if (http.sha256 && http.sha256 !== got.sha256) {
         return {

@@ -9,7 +9,8 @@
  * challenge's realm (`GET <realm>?service=..&scope=repository:<repo>:pull`, with basic auth when
  * credentials are given: the distribution token flow) and the request is sent again with it; a
  * `Basic` challenge is answered with the credentials. Every URL (the manifest, each redirect hop,
- * the token realm) goes through `checkUrl` (the URL policy) before it is requested; at most
+ * the token realm) goes through `checkUrl` (the URL policy) before it is requested, and its
+ * connection through `lookupFor` (the policy's pinned lookup) when given; at most
  * {@link MAX_REDIRECTS} redirects, and `Authorization` is dropped on a redirect to another host
  * (Go's rule). Plain HTTP only for loopback registries (`localhost`, `127.0.0.0/8`, `[::1]`), as
  * go-containerregistry; everything else is HTTPS.
@@ -20,7 +21,10 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import type { LookupFunction } from 'node:net';
+import { trustingFetch } from './cluster-trust.js';
 import { isDomainOrSubdomain, MAX_REDIRECTS } from './http-download.js';
+import { UrlPolicyError } from './url-policy.js';
 
 /** What a manifest request accepts: OCI index and manifest, Docker v2 manifest list and manifest. */
 export const MANIFEST_ACCEPT = [
@@ -90,6 +94,14 @@ export interface ResolveImageOptions {
   basicAuth?: { username: string; password: string };
   /** Called with every URL before it is requested; its error propagates and nothing is sent. */
   checkUrl?: (url: string) => Promise<void>;
+  /**
+   * The DNS lookup of the connection to each URL: the URL policy's `pinnedLookup` while it is
+   * enforced, so each request connects to an address checked in the resolution it connects
+   * with (a DNS answer that changes after `checkUrl` is refused). When it returns a lookup the
+   * request goes over `trustingFetch` (`./cluster-trust.ts`) instead of `fetchImpl`, and its
+   * `UrlPolicyError` propagates as is.
+   */
+  lookupFor?: (url: URL) => LookupFunction | undefined;
   /** The `fetch` to use (default Node's). */
   fetchImpl?: typeof fetch;
   /** Aborts the requests. */
@@ -150,8 +162,10 @@ async function send(
     if (!isDomainOrSubdomain(current.hostname, firstHost)) delete headers.authorization;
     let res: Response;
     try {
-      res = await fetchImpl(current, { method: init.method, headers, redirect: 'manual', signal: opts.signal });
+      const f = opts.lookupFor?.(current) ? trustingFetch({ lookupFor: opts.lookupFor }) : fetchImpl;
+      res = await f(current, { method: init.method, headers, redirect: 'manual', signal: opts.signal });
     } catch (err) {
+      if (err instanceof UrlPolicyError) throw err;
       const cause = (err as { cause?: { message?: string } }).cause?.message;
       throw new RegistryResolveError(
         `${init.method} ${current.origin}${current.pathname}: ${cause ?? (err as Error).message}`,

@@ -102,6 +102,6 @@ export async function resolveSource(
   }
   return await resolveImageDigest(source.url, {
     signal,
-    ...(policy ? { checkUrl: (u: string) => policy.checkUrl(u) } : {}),
+    ...policy?.requestGuards(),
   });
 }

@@ -12,12 +12,16 @@
  * repositories including `oci://`, image and bundle registries). A refused source fails the
  * fetch with {@link UrlPolicyError} and no request is sent. What the tools then request (a
  * second DNS answer, a registry's redirect) is checked again by the egress proxy
- * (`./egress-proxy.ts`), with {@link UrlPolicyChecker.checkedAddresses}.
+ * (`./egress-proxy.ts`), with {@link UrlPolicyChecker.checkedAddresses}; kapp-lambda's own
+ * requests (http downloads, registry digests) connect through
+ * {@link UrlPolicyChecker.pinnedLookup}, so they too reach only an address checked in the
+ * resolution they connect with.
  *
  * @module
  */
+import type { LookupAddress } from 'node:dns';
 import { lookup } from 'node:dns/promises';
-import { BlockList, isIP } from 'node:net';
+import { BlockList, isIP, type LookupFunction } from 'node:net';
 import type { AppFetch } from '../api/fetch.js';
 import { SCP_LIKE_GIT_URL } from '../argv-values.js';
 import { KappControllerError } from '../reconcile/result.js';
@@ -223,6 +227,11 @@ function unmap(address: string): string {
   return m?.[1] ?? address;
 }
 
+/** `node:dns`'s lookup `family` option as 0 (any), 4 or 6. */
+function familyNumber(f: number | 'IPv4' | 'IPv6' | undefined): 0 | 4 | 6 {
+  return f === 4 || f === 'IPv4' ? 4 : f === 6 || f === 'IPv6' ? 6 : 0;
+}
+
 /** Compiled form of a {@link UrlPolicy}. */
 export class UrlPolicyChecker {
   private readonly denied: Array<{ list: BlockList; reason: string }> = [];
@@ -330,6 +339,59 @@ export class UrlPolicyChecker {
   async checkUrl(url: string): Promise<void> {
     if (this.policy.mode === 'off') return;
     await this.check(fromUrl(url));
+  }
+
+  /**
+   * The DNS lookup (`node:net`'s `lookup` option, which `node:http` and `node:https` pass on) of
+   * a connection to `url`'s host while the policy is enforced: it resolves the host once, checks
+   * every address as {@link checkedAddresses} does (allow-list included) and hands the socket
+   * only those checked addresses, so a DNS answer that changes after {@link checkUrl} (rebinding
+   * to `169.254.169.254` or loopback) is refused rather than connected to. Node connects to an IP
+   * literal without a lookup; {@link checkUrl} judges those (they cannot change). TLS still
+   * verifies against the host name (the request's `servername`), not the address.
+   *
+   * @param url - the absolute URL the connection serves (its port and scheme pick the allow-list
+   *   `host:port` entries; the refusal names it as {@link checkUrl} does)
+   * @returns `undefined` when the policy is off (the system lookup applies, as upstream)
+   * @throws {UrlPolicyError} when `url` is not a URL; the lookup itself passes the
+   *   {@link UrlPolicyError} of a refused or unresolvable host to its callback, so the request
+   *   fails with it and never connects
+   */
+  pinnedLookup(url: string): LookupFunction | undefined {
+    if (this.policy.mode === 'off') return undefined;
+    const ep = fromUrl(url);
+    return (hostname, options, callback) => {
+      const host = hostname.replace(/^\[|\]$/g, '');
+      const wanted = familyNumber(options.family);
+      this.checkedAddresses({ ...ep, host }).then(
+        (addresses) => {
+          const list: LookupAddress[] = addresses
+            .map((address) => ({ address, family: isIP(address) }))
+            .filter((a) => wanted === 0 || a.family === wanted);
+          const first = list[0];
+          if (!first) {
+            // What Node's own lookup reports when the family asked for has no address.
+            const err = Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), {
+              code: 'ENOTFOUND',
+              hostname: host,
+            });
+            callback(err, '', 0);
+          } else if (options.all) callback(null, list);
+          else callback(null, first.address, first.family);
+        },
+        (err: NodeJS.ErrnoException) => callback(err, '', 0),
+      );
+    };
+  }
+
+  /**
+   * The two guards kapp-lambda's own requests take (the options `checkUrl` and `lookupFor` of
+   * the http downloader, `./http-download.ts`, and of the registry digest lookup,
+   * `./registry-digest.ts`): {@link checkUrl} before each URL (the first and every redirect
+   * target) and {@link pinnedLookup} for its connection.
+   */
+  requestGuards(): { checkUrl: (url: string) => Promise<void>; lookupFor: (url: URL) => LookupFunction | undefined } {
+    return { checkUrl: (url) => this.checkUrl(url), lookupFor: (url) => this.pinnedLookup(url.href) };
   }
 
   /**
