@@ -13,6 +13,7 @@ import {
   liveDigest,
   manifestDocs,
   parseDeployRecord,
+  placedDocs,
   type RecordedCollection,
   type ReuseInput,
   recordLive,
@@ -242,6 +243,20 @@ describe('manifestDocs and uncoveredDocument', () => {
     ]);
   });
 
+  it('places documents as kapp does: --into-ns for each that names a namespace, then --map-ns', () => {
+    const docs = manifestDocs(
+      [
+        'kind: ConfigMap\napiVersion: v1\nmetadata: {name: a, namespace: x}',
+        'kind: ConfigMap\napiVersion: v1\nmetadata: {name: b}',
+      ].join('\n---\n'),
+    );
+    const ns = (d: { namespace?: string }[]) => d.map((x) => x.namespace);
+    expect(ns(placedDocs(docs))).toEqual(['x', undefined]);
+    expect(ns(placedDocs(docs, 'y'))).toEqual(['y', undefined]);
+    expect(ns(placedDocs(docs, undefined, ['x=z', 'q=r']))).toEqual(['z', undefined]);
+    expect(ns(placedDocs(docs, 'y', ['y=w']))).toEqual(['w', undefined]);
+  });
+
   it('throws on YAML that does not parse', () => {
     expect(() => manifestDocs('a: [')).toThrow('does not parse');
   });
@@ -327,6 +342,55 @@ describe('recordLive and checkLive', () => {
     expect(await recordLive(racing, input)).toEqual({ refused: 'ConfigMap ns/a was written by kubectl-edit' });
     expect(await recordLive(rest, { ...input, meta: { ...meta, labelValue: '' } })).toEqual({
       refused: "kapp's app metadata has no label",
+    });
+  });
+
+  it("looks for documents where kapp's --into-ns and --map-ns put them, never listing the manifest's own namespace", async () => {
+    // A chart pinned to `default`, deployed with intoNs: the App's identity may not list `default`.
+    const pinned = 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: default}\n';
+    const { rest, requests } = fakeApi({
+      [CM_PATH]: [cm('a')],
+      '/api/v1/namespaces/default/configmaps': 403,
+      '/apis/rbac.authorization.k8s.io/v1/clusterroles': [],
+    });
+    for (const placed of [{ intoNs: 'ns' }, { mapNs: ['default=ns'] }, { intoNs: 'other', mapNs: ['other=ns'] }]) {
+      const out = await recordLive(rest, { ...input, manifest: pinned, ...placed });
+      expect(out, JSON.stringify(placed)).toHaveProperty('record');
+    }
+    expect(requests.map((r) => r.path)).not.toContain('/api/v1/namespaces/default/configmaps');
+    const unplaced = await recordLive(rest, { ...input, manifest: pinned });
+    expect(unplaced).toEqual({ refused: expect.stringContaining("the App's identity may not list what it deployed") });
+  });
+
+  it("leaves out objects a controller made for another (a Deployment's Pods) unless the manifest names them", async () => {
+    // made after kapp started, by another manager, under kapp's label (through a pod template)
+    const child = cm('a-7b69-x', { uid: 'child' });
+    child.metadata.ownerReferences = [{ apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'a-7b69', uid: 'rs' }];
+    child.metadata.managedFields = [
+      { manager: 'kube-controller-manager', operation: 'Update', time: '2025-01-01T00:00:02Z' },
+    ];
+    const { rest } = fakeApi({ [CM_PATH]: [cm('a'), child], '/apis/rbac.authorization.k8s.io/v1/clusterroles': [] });
+    const out = await recordLive(rest, input);
+    const record = (out as { record: DeployRecord }).record;
+    expect(record.collections[0]?.objects.map((o) => o.name)).toEqual(['a']);
+    // a new child (a Pod replaced) is no drift; a change of what kapp applied still is
+    const reborn = { ...child, metadata: { ...child.metadata, uid: 'child-2', name: 'a-7b69-y' } };
+    const listed = (items: KubeObject[]) =>
+      new Map([
+        [CM_PATH, items],
+        ['/apis/rbac.authorization.k8s.io/v1/clusterroles', []],
+      ]);
+    expect(driftOf(record, listed([cm('a'), reborn]))).toBeUndefined();
+    expect(driftOf(record, listed([cm('a', { rv: '9', data: { a: 'hand' } }), reborn]))).toBe(
+      'ConfigMap ns/a was changed',
+    );
+    // named by the manifest, an owned object counts like any other
+    const owned = cm('a');
+    owned.metadata.ownerReferences = child.metadata.ownerReferences;
+    owned.metadata.managedFields = child.metadata.managedFields;
+    const { rest: ownedRest } = fakeApi({ [CM_PATH]: [owned], '/apis/rbac.authorization.k8s.io/v1/clusterroles': [] });
+    expect(await recordLive(ownedRest, input)).toEqual({
+      refused: 'ConfigMap ns/a was written by kube-controller-manager',
     });
   });
 

@@ -182,8 +182,10 @@ function nameOf(o: { name: string; namespace?: string | undefined }): string {
  */
 export function driftOf(record: DeployRecord, listed: ReadonlyMap<string, readonly KubeObject[]>): string | undefined {
   for (const c of record.collections) {
-    const items = listed.get(c.path);
-    if (!items) return `${c.kind} ${c.path} was not listed`;
+    const all = listed.get(c.path);
+    if (!all) return `${c.kind} ${c.path} was not listed`;
+    const recorded = new Set(c.objects.map((r) => r.uid));
+    const items = all.filter((o) => !ownedByAnother(o) || recorded.has(o.metadata.uid));
     const byUid = new Map(items.map((o) => [o.metadata.uid, o]));
     for (const r of c.objects) {
       const live = byUid.get(r.uid);
@@ -195,6 +197,18 @@ export function driftOf(record: DeployRecord, listed: ReadonlyMap<string, readon
     if (items.length !== c.objects.length) return `${c.kind} ${c.path} holds objects kapp did not leave`;
   }
   return undefined;
+}
+
+/**
+ * Whether a controller made this object for another (it has `ownerReferences`: a Deployment's
+ * ReplicaSets and Pods carry the kapp label through their templates). kapp neither applies nor
+ * prunes such objects, so neither does the record count them unless the manifest names them:
+ * otherwise every App with a Deployment refused its record (`Pod … was written by
+ * kube-controller-manager`) and each new Pod read as drift, so every resync ran kapp.
+ */
+function ownedByAnother(o: KubeObject): boolean {
+  const refs = (o.metadata as { ownerReferences?: unknown }).ownerReferences;
+  return Array.isArray(refs) && refs.length > 0;
 }
 
 /** The `time` of a `managedFields` entry as ms, or NaN. */
@@ -274,6 +288,28 @@ export function manifestDocs(manifest: string): ManifestDoc[] {
     collectDoc(doc.toJS(), out);
   }
   return out;
+}
+
+/**
+ * The documents with the namespaces kapp gave them: `--into-ns` puts every document that names a
+ * namespace into that one, then `--map-ns` renames each `<from>` namespace to `<to>`. Without
+ * this the record looked for (and listed) the manifest's own namespaces, e.g. an App whose
+ * chart pins `namespace: default` deployed with `intoNs`: its identity may not list `default`,
+ * so no record was ever kept and every resync ran kapp. A document without a namespace keeps
+ * none (kapp puts it in the default namespace, which is listed anyway). Pure.
+ */
+export function placedDocs(docs: readonly ManifestDoc[], intoNs?: string, mapNs?: readonly string[]): ManifestDoc[] {
+  const map = new Map<string, string>();
+  for (const m of mapNs ?? []) {
+    const at = m.indexOf('=');
+    if (at > 0) map.set(m.slice(0, at), m.slice(at + 1));
+  }
+  if (!intoNs && map.size === 0) return [...docs];
+  return docs.map((d) => {
+    if (!d.namespace) return d;
+    const into = intoNs || d.namespace;
+    return { ...d, namespace: map.get(into) ?? into };
+  });
 }
 
 /**
@@ -394,6 +430,10 @@ export interface RecordInput {
   meta: KappAppMeta;
   /** Namespace kapp put documents without one in. */
   defaultNamespace: string;
+  /** The App's `deploy[0].kapp.intoNs` (`--into-ns`): kapp moved each namespaced document there. */
+  intoNs?: string;
+  /** The App's `deploy[0].kapp.mapNs` (`--map-ns=<from>=<to>`), applied after `intoNs` as kapp does. */
+  mapNs?: readonly string[];
   /** When kapp started: writes by others since then refuse the record. */
   kappStartedAt: Date;
 }
@@ -408,7 +448,7 @@ export async function recordLive(
   input: RecordInput,
 ): Promise<{ record: DeployRecord } | { refused: string }> {
   if (!input.meta.labelKey || !input.meta.labelValue) return { refused: "kapp's app metadata has no label" };
-  const docs = manifestDocs(input.manifest);
+  const docs = placedDocs(manifestDocs(input.manifest), input.intoNs, input.mapNs);
   const labelSelector = `${input.meta.labelKey}=${input.meta.labelValue}`;
   const collections = await liveCollections(rest, input.meta, docs, input.defaultNamespace);
   let listed: Awaited<ReturnType<typeof listCollections>>;
@@ -422,6 +462,16 @@ export async function recordLive(
     }
     throw err;
   }
+  // Objects a controller made for another (Pods of a Deployment) count only when the manifest names them.
+  const named = (o: KubeObject) =>
+    docs.some(
+      (d) => d.kind === o.kind && d.name === o.metadata.name && (!d.namespace || d.namespace === o.metadata.namespace),
+    );
+  for (const [path, items] of listed)
+    listed.set(
+      path,
+      items.filter((o) => !ownedByAnother(o) || named(o)),
+    );
   const all = [...listed.values()].flat();
   const raced = writtenByOthersSince(all, input.kappStartedAt);
   if (raced) return { refused: raced };

@@ -221,6 +221,8 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
             manifest: manifest.toString('utf8'),
             meta,
             defaultNamespace: access.namespace || (app.metadata.namespace ?? ''),
+            ...(kapp.intoNs ? { intoNs: kapp.intoNs } : {}),
+            ...(kapp.mapNs?.length ? { mapNs: kapp.mapNs } : {}),
             kappStartedAt,
           });
         }
