@@ -21,14 +21,12 @@
  * that gives ssh the connector as its `ProxyCommand`. Both send `CONNECT host:port` here, so
  * the same single resolution and check applies.
  *
- * Known limit, documented in the README's security section: Go's `http.ProxyFromEnvironment`
- * (the environment variables, not kapp's `proxy-url`) never proxies `localhost` or a loopback
- * IP literal (`127.0.0.0/8`, `::1`), whatever `NO_PROXY` says: a redirect to
- * `http://127.0.0.1:9001/...` (on Lambda, the Runtime API; nothing else listens on the
- * function's loopback) goes direct. The App's own URLs are checked before any tool runs, so
- * only a redirect from an allowed server gets there, and the tools only `GET` what it names.
- * Closing it needs the tools built with a patched `httpproxy` (or a network namespace, which
- * Lambda does not offer).
+ * Loopback: Go's `http.ProxyFromEnvironment` (the environment variables, not kapp's
+ * `proxy-url`) never proxies `localhost` or a loopback IP literal (`127.0.0.0/8`, `::1`),
+ * whatever `NO_PROXY` says, so with stock binaries a redirect to `http://127.0.0.1:9001/...` (on
+ * Lambda, the Runtime API) went direct. The Go tools listed here are built with a patched
+ * `httpproxy` (`patchProxyLoopback` in layers/gobuild.ts) that proxies those too when
+ * `KL_PROXY_LOOPBACK=1`, which {@link EgressProxy.env} sets; git (curl) proxies them anyway.
  *
  * Node built-ins only (`node:http`, `node:net`); no proxy library is in the dependencies.
  *
