@@ -353,9 +353,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
 /**
  * Tools whose runs go through the proxy: those that fetch (vendir, and the imgpkg, helm and git
  * it starts, which inherit its environment) and kbld, which resolves image tags at registries.
- * ytt, cue, sops and age make no requests; kustomize could (remote bases), but the template step
- * refuses remote references before it runs and gives it no `git` and an unreachable proxy
- * (`../template/kustomize.ts`). kapp is not listed: the ServiceAccount path talks to
+ * ytt, sops and age make no requests; cue would (a module's `deps`) but runs with no module
+ * registry (`CUE_REGISTRY=none`, `../template/cue.ts`); kustomize could (remote bases), but the
+ * template step refuses remote references before it runs and gives it no `git` and an
+ * unreachable proxy (`../template/kustomize.ts`). kapp is not listed: the ServiceAccount path talks to
  * the cluster's own API server, which the proxy must not judge; an App's kubeconfig Secret gets
  * the proxy as every cluster's `proxy-url` instead (`../pipeline/kubeconfig-policy.ts`).
  */
