@@ -6,11 +6,19 @@
  * (`metadata.kapp-lambda.test`, loopback) fail with the policy's message in status, and no
  * request reaches the denied server.
  *
- * Every test server listens on 127.0.0.1, which Go never proxies; the tools therefore see them
- * under `*.kapp-lambda.test` names, which only the proxy's injected resolver knows (127.0.0.1):
- * a request that did not go through the proxy could not resolve at all. The registry is fronted
- * by a TLS server (self-signed, `dangerousSkipTLSVerify` for it) because vendir's imgpkg speaks
- * plain http only to loopback and private IP literals.
+ * Every test server listens on 127.0.0.1; the tools mostly see them under `*.kapp-lambda.test`
+ * names, which only the proxy's injected resolver knows (127.0.0.1): a request that did not go
+ * through the proxy could not resolve at all. The registry is fronted by a TLS server
+ * (self-signed, `dangerousSkipTLSVerify` for it) because vendir's imgpkg speaks plain http only
+ * to loopback and private IP literals.
+ *
+ * Loopback targets: stock Go never proxies `localhost` or a loopback IP literal, so a chart URL
+ * in `index.yaml`, a redirect or a token realm naming `http://127.0.0.1:<port>/` went direct.
+ * The four Go tools are built with kapp-lambda's httpproxy patch (`patchProxyLoopback`,
+ * layers/gobuild.ts), which proxies them too under `KL_PROXY_LOOPBACK=1` (the proxy's
+ * environment): those cases are refused here with the denied server on 127.0.0.1 (and ::1) and
+ * the allowed ones on the allow-list by `127.0.0.1:<port>`, and each binary is run directly,
+ * with and without the variable, to show where its loopback request lands.
  *
  * `git://` and ssh (`git daemon` on 127.0.0.1 as `gitd.kapp-lambda.test`) go through the proxy
  * by the egress connector (`layers/native/connect.c`): git's `GIT_PROXY_COMMAND` and the `ssh`
@@ -56,6 +64,9 @@ const REGISTRY = 'registry.kapp-lambda.test';
 const METADATA = 'metadata.kapp-lambda.test';
 const GIT = 'git.kapp-lambda.test';
 const GITD = 'gitd.kapp-lambda.test';
+/** How a chart index or a redirect names the denied server on loopback (`[::1]` when it listens there). */
+const LOOPBACK = { literal: '127.0.0.1', localhost: 'localhost', ipv6: '[::1]' } as const;
+type LoopbackForm = keyof typeof LOOPBACK;
 
 let scratch: string;
 let http: HttpServer;
@@ -63,10 +74,13 @@ let registry: RegistryServer;
 let git: GitServer;
 let chartFront: Server;
 let registryFront: Server;
+let realmFront: Server;
 let denied: Server;
+/** The denied server's twin on `[::1]` (same port), when the host has IPv6 loopback. */
+let denied6: Server | undefined;
 let deniedHits: string[] = [];
 let gitDaemon: ChildProcess | undefined;
-let ports: { charts: number; registry: number; denied: number; git: number; gitd: number };
+let ports: { charts: number; registry: number; realm: number; denied: number; git: number; gitd: number };
 let runner: ProxiedRunner;
 let deps: PipelineDeps;
 
@@ -105,14 +119,18 @@ function forward(req: IncomingMessage, res: ServerResponse, port: number, rewrit
 beforeAll(async () => {
   scratch = await realpath(await mkdtemp(path.join(tmpdir(), 'egress-proxy-')));
   [http, registry, git] = await Promise.all([startHttpServer(), startRegistry(), startGitServer()]);
-  denied = await listen(
-    createServer((req, res) => {
-      deniedHits.push(`${req.method} ${req.url}`);
-      res.end('the instance credentials');
-    }),
-  );
+  const deniedHandler = (req: IncomingMessage, res: ServerResponse) => {
+    deniedHits.push(`${req.method} ${req.url}`);
+    res.end('the instance credentials');
+  };
+  denied = await listen(createServer(deniedHandler));
+  const twin = createServer(deniedHandler);
+  denied6 = await new Promise<Server | undefined>((resolve) => {
+    twin.once('error', () => resolve(undefined));
+    twin.listen(portOf(denied), '::1', () => resolve(twin));
+  });
 
-  // A one-chart helm repository, served under two prefixes by the chart front.
+  // A one-chart helm repository, served under several prefixes by the chart front.
   const chart = path.join(scratch, 'chart');
   await mkdir(path.join(chart, 'templates'), { recursive: true });
   await writeFile(path.join(chart, 'Chart.yaml'), 'apiVersion: v2\nname: egress\nversion: 1.0.0\nappVersion: "1"\n');
@@ -123,33 +141,51 @@ beforeAll(async () => {
   await buildHelmRepo(http, [chart]);
   const httpPort = Number(new URL(http.baseUrl).port);
 
-  // The chart front: /ok/charts/* and /redirect/charts/* serve the repo, the index rewritten
-  // to name the front; under /redirect the chart archive answers 307 to the denied server.
+  // The chart front serves the repo under `/<how>[-<form>]/charts/*`: `ok` with the index
+  // rewritten to name the front, `redirect` the same but the chart archive answers 307 to the
+  // denied server (by `METADATA`, or by the loopback form), and `index` with the index naming
+  // the archive on the denied server (by the loopback form).
   chartFront = await listen(
     createServer((req, res) => {
-      const m = /^\/(ok|redirect)(\/charts\/.*)$/.exec(req.url ?? '');
-      if (!m?.[2]) return void res.writeHead(404).end();
-      const [, mode, rest] = m;
-      if (mode === 'redirect' && rest.endsWith('.tgz')) {
-        res.writeHead(307, { location: `http://${METADATA}:${ports.denied}/latest/meta-data/` }).end();
+      const m = /^(\/(ok|redirect|index)(?:-(literal|localhost|ipv6))?)\/charts(\/.*)$/.exec(req.url ?? '');
+      if (!m?.[4]) return void res.writeHead(404).end();
+      const [, prefix, how, form, rest] = m as unknown as [string, string, string, LoopbackForm | undefined, string];
+      const deniedBase = `http://${form ? LOOPBACK[form] : METADATA}:${ports.denied}`;
+      if (how === 'redirect' && rest.endsWith('.tgz')) {
+        res.writeHead(307, { location: `${deniedBase}/latest/meta-data/` }).end();
         return;
       }
-      req.url = rest;
-      const front = `http://${CHARTS}:${portOf(chartFront)}/${mode}/charts`;
-      const index = (body: string) => body.replaceAll(`${http.baseUrl}/charts`, front);
+      req.url = `/charts${rest}`;
+      // The front as the request named it (`CHARTS` or `127.0.0.1`, both on the allow-list).
+      const front = `http://${req.headers.host}${prefix}/charts`;
+      const index = (body: string) =>
+        how === 'index'
+          ? body.replaceAll(`${http.baseUrl}/charts/`, `${deniedBase}/x/`)
+          : body.replaceAll(`${http.baseUrl}/charts`, front);
       forward(req, res, httpPort, rest.endsWith('/index.yaml') ? index : undefined);
     }),
   );
 
-  // The registry front (TLS): forwards to docker-registry; blobs of kc/redirected answer 307.
+  // The registry front (TLS): forwards to docker-registry; blobs of kc/redirected answer 307
+  // to the denied server by `METADATA`, those of kc/redirected-<form> by the loopback form.
   const regPort = Number(registry.host.split(':')[1]);
   registryFront = await listen(
     createTlsServer(await selfSignedCert(scratch, REGISTRY), (req, res) => {
-      if (req.method === 'GET' && /^\/v2\/kc\/redirected\/blobs\//.test(req.url ?? '')) {
-        res.writeHead(307, { location: `http://${METADATA}:${ports.denied}/blob` }).end();
+      const m = /^\/v2\/kc\/redirected(?:-(literal|localhost|ipv6))?\/blobs\//.exec(req.url ?? '');
+      if (req.method === 'GET' && m) {
+        const host = m[1] ? LOOPBACK[m[1] as LoopbackForm] : METADATA;
+        res.writeHead(307, { location: `http://${host}:${ports.denied}/blob` }).end();
         return;
       }
       forward(req, res, regPort);
+    }),
+  );
+  // A registry (plain http, which go-containerregistry speaks to a loopback literal) that
+  // asks for a bearer token from a realm on the denied server.
+  realmFront = await listen(
+    createServer((_req, res) => {
+      const realm = `http://127.0.0.1:${ports.denied}/token`;
+      res.writeHead(401, { 'www-authenticate': `Bearer realm="${realm}",service="realm"` }).end();
     }),
   );
   // git's own protocol: `git daemon` over the same bare repos, on a port it is given.
@@ -172,6 +208,7 @@ beforeAll(async () => {
   ports = {
     charts: portOf(chartFront),
     registry: portOf(registryFront),
+    realm: portOf(realmFront),
     denied: portOf(denied),
     git: Number(new URL(git.baseUrl).port),
     gitd: gitdPort,
@@ -180,6 +217,7 @@ beforeAll(async () => {
   const bundle = { 'config.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bundled\n' };
   await pushBundle(registry, 'kc/allowed:v1', bundle);
   await pushBundle(registry, 'kc/redirected:v1', bundle);
+  for (const form of Object.keys(LOOPBACK)) await pushBundle(registry, `kc/redirected-${form}:v1`, bundle);
 
   const policy: UrlPolicy = {
     mode: 'enforce',
@@ -188,10 +226,14 @@ beforeAll(async () => {
       `${REGISTRY}:${ports.registry}`,
       `${GIT}:${ports.git}`,
       `${GITD}:${ports.gitd}`,
+      // Loopback literals by port: the denied server (same address, another port) stays refused.
+      `127.0.0.1:${ports.charts}`,
+      `127.0.0.1:${ports.realm}`,
     ],
   };
   const checker = new UrlPolicyChecker(policy, async (host) => {
     if (host.endsWith('.kapp-lambda.test')) return ['127.0.0.1'];
+    if (host === 'localhost') return (await lookup(host, { all: true })).map((a) => a.address);
     throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: 'ENOTFOUND' });
   });
   await mkdir(path.join(scratch, 'home'));
@@ -221,7 +263,7 @@ beforeAll(async () => {
 afterAll(async () => {
   gitDaemon?.kill();
   await runner?.close();
-  for (const s of [chartFront, registryFront, denied]) {
+  for (const s of [chartFront, registryFront, realmFront, denied, denied6]) {
     s?.closeAllConnections();
     s?.close();
   }
@@ -357,6 +399,167 @@ describe('egress proxy with the real vendir, helm and imgpkg', () => {
     expect(r.stderr).not.toContain('Could not resolve hostname');
     expect(r.stderr).not.toContain('kl-connect');
     expect(r.stderr).toMatch(/kex_exchange_identification|Connection closed|banner/);
+  });
+});
+
+describe('loopback targets: the patched Go tools send them through the proxy too', () => {
+  const FORMS = Object.keys(LOOPBACK) as LoopbackForm[];
+
+  /** The policy's refusal of the denied server as `form` names it (`localhost` as it resolves here). */
+  async function refusalOf(form: LoopbackForm): Promise<string> {
+    const reason = 'a loopback address, which this deployment does not allow';
+    const d = ports.denied;
+    if (form === 'literal') return `URL policy refused http://127.0.0.1:${d}: 127.0.0.1, ${reason}`;
+    if (form === 'ipv6') return `URL policy refused http://[::1]:${d}: ::1, ${reason}`;
+    const [first] = await lookup('localhost', { all: true });
+    return `URL policy refused http://localhost:${d}: localhost resolves to ${first?.address}, ${reason}`;
+  }
+
+  /** Fetches `fetch` and expects the refusal of `form` in the error and status, nothing at the denied server. */
+  async function expectRefused(fetch: App['spec']['fetch'], form: LoopbackForm) {
+    deniedHits = [];
+    const refusal = await refusalOf(form);
+    const { result, status } = await fetchOne(fetch);
+    expect(result.error, result.stderr).toBe(`Fetching resources: ${refusal}`);
+    expect(status?.friendlyDescription).toBe(`Reconcile failed: Fetching resources: ${refusal}`);
+    expect(status?.conditions).toEqual([
+      expect.objectContaining({ type: 'ReconcileFailed', message: `Fetching resources: ${refusal}` }),
+    ]);
+    expect(deniedHits).toEqual([]);
+    return status;
+  }
+
+  const chart = (repo: string) => [{ helmChart: { name: 'egress', version: '1.0.0', repository: { url: repo } } }];
+
+  it('helmChart from an allow-listed loopback literal (127.0.0.1:<port>): fetched through the proxy', async () => {
+    const { result, fetchKey } = await fetchOne(chart(`http://127.0.0.1:${ports.charts}/ok/charts`));
+    expect(result.error, result.stderr).toBeUndefined();
+    expect(fetchKey).toBeDefined();
+  });
+
+  it.for(FORMS)(
+    'helmChart whose index.yaml names the archive on the denied server (%s): refused',
+    async (form, ctx) => {
+      if (form === 'ipv6' && !denied6) return ctx.skip();
+      const status = await expectRefused(chart(`http://127.0.0.1:${ports.charts}/index-${form}/charts`), form);
+      expect(status?.usefulErrorMessage).toContain(`403 ${await refusalOf(form)}`);
+    },
+  );
+
+  it.for(FORMS)('helmChart whose archive redirects to the denied server (%s): refused', async (form, ctx) => {
+    if (form === 'ipv6' && !denied6) return ctx.skip();
+    await expectRefused(chart(`http://127.0.0.1:${ports.charts}/redirect-${form}/charts`), form);
+  });
+
+  it.for(FORMS)(
+    'imgpkgBundle whose blob the registry redirects to the denied server (%s): refused',
+    async (form, ctx) => {
+      if (form === 'ipv6' && !denied6) return ctx.skip();
+      const status = await expectRefused(
+        [{ imgpkgBundle: { image: `${REGISTRY}:${ports.registry}/kc/redirected-${form}:v1` } }],
+        form,
+      );
+      expect(status?.usefulErrorMessage).toContain(`unexpected status code 403 Forbidden`);
+    },
+  );
+
+  it('imgpkgBundle from an allow-listed registry whose token realm is on the denied server: refused', async () => {
+    await expectRefused([{ imgpkgBundle: { image: `127.0.0.1:${ports.realm}/kc/realm:v1` } }], 'literal');
+  });
+});
+
+/**
+ * Each patched binary run directly against a loopback target, with `HTTP(S)_PROXY` at a recording
+ * server: with `KL_PROXY_LOOPBACK=1` the request reaches the proxy and never the target; without
+ * it the binary goes direct, as upstream's does.
+ */
+describe('the patched binaries: KL_PROXY_LOOPBACK=1 proxies loopback targets, unset keeps upstream', () => {
+  let recorder: Server;
+  let target: Server;
+  const proxied: string[] = [];
+  let direct = 0;
+
+  beforeAll(async () => {
+    recorder = await listen(
+      createServer((req, res) => {
+        proxied.push(`${req.method} ${req.url}`);
+        res.writeHead(502).end();
+      }),
+    );
+    recorder.on('connect', (req: IncomingMessage, socket: import('node:stream').Duplex) => {
+      proxied.push(`CONNECT ${req.url}`);
+      socket.end('HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n');
+    });
+    target = await listen(createServer((_req, res) => res.writeHead(404).end()));
+    target.on('connection', () => {
+      direct++;
+    });
+  });
+
+  afterAll(() => {
+    for (const s of [recorder, target]) {
+      s?.closeAllConnections();
+      s?.close();
+    }
+  });
+
+  /** argv of one request of each tool to `host:port` (files it needs are written to `dir`). */
+  async function argvOf(tool: string, hostPort: string, dir: string): Promise<string[]> {
+    switch (tool) {
+      case 'helm':
+        return ['pull', `http://${hostPort}/x.tgz`, `--destination=${dir}`];
+      case 'imgpkg':
+        return ['pull', '-b', `${hostPort}/kc/xy:v1`, '-o', path.join(dir, 'out')];
+      case 'kbld': {
+        const pod = `apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: ${hostPort}/kc/xy:v1\n`;
+        await writeFile(path.join(dir, 'pod.yml'), pod);
+        return ['-f', path.join(dir, 'pod.yml')];
+      }
+      default: {
+        const config = `apiVersion: vendir.k14s.io/v1alpha1\nkind: Config\ndirectories:\n- path: out\n  contents:\n  - path: .\n    http:\n      url: http://${hostPort}/x.yml\n`;
+        await writeFile(path.join(dir, 'vendir.yml'), config);
+        return ['sync', `--chdir=${dir}`];
+      }
+    }
+  }
+
+  const cases = ['helm', 'imgpkg', 'kbld', 'vendir'].flatMap((tool) =>
+    ['127.0.0.1', 'localhost'].flatMap((host) =>
+      ['KL_PROXY_LOOPBACK=1', 'no KL_PROXY_LOOPBACK'].map((mode) => [tool, host, mode] as const),
+    ),
+  );
+
+  it.each(cases)('%s to %s, %s', async (tool, host, mode) => {
+    const on = mode === 'KL_PROXY_LOOPBACK=1';
+    proxied.length = 0;
+    direct = 0;
+    const dir = await mkdtemp(path.join(scratch, `${tool}-`));
+    const hostPort = `${host}:${portOf(target)}`;
+    const proxy = `http://127.0.0.1:${portOf(recorder)}`;
+    const env = {
+      PATH: '/usr/bin:/bin',
+      HOME: dir,
+      TMPDIR: dir,
+      ...Object.fromEntries(['HTTP_PROXY', 'HTTPS_PROXY', 'http_proxy', 'https_proxy'].map((k) => [k, proxy])),
+      ...Object.fromEntries(['NO_PROXY', 'no_proxy'].map((k) => [k, ''])),
+      ...(on ? { KL_PROXY_LOOPBACK: '1' } : {}),
+    };
+    const bin = cacheBinResolver(cacheRoot())(tool);
+    // Each fails (a 502 or a 404); only where its requests went matters.
+    await promisify(execFile)(bin, await argvOf(tool, hostPort, dir), { cwd: dir, env, timeout: 60_000 }).catch(
+      () => undefined,
+    );
+    if (on) {
+      expect(proxied.length, `${tool} sent nothing to the proxy`).toBeGreaterThan(0);
+      expect(
+        proxied.every((r) => r.includes(hostPort)),
+        proxied.join('\n'),
+      ).toBe(true);
+      expect(direct).toBe(0);
+    } else {
+      expect(proxied).toEqual([]);
+      expect(direct).toBeGreaterThan(0);
+    }
   });
 });
 

@@ -9,6 +9,7 @@ import {
   type SecretLike,
 } from '../../functions/lib/api/index.js';
 import {
+  CUE_MODULE_FETCH_MESSAGE,
   dearmorPrivateKeyBlock,
   planTemplate,
   type RunStep,
@@ -368,6 +369,9 @@ describe('cue (pkg/template/cue.go)', () => {
     expect(step.cwd).toBe(ROOT);
     expect(step.stdin).toBe('none');
     expect(step.files).toEqual([{ path: '/w/scratch/0/values/0/values.yml', content: values, sensitive: false }]);
+    // No module registry: a cue.mod/module.cue's deps are not downloaded (upstream's cue would).
+    expect(step.env).toEqual({ CUE_REGISTRY: 'none' });
+    expect(step.failureHint).toEqual({ stderrIncludes: 'cannot fetch ', message: CUE_MODULE_FETCH_MESSAGE });
   });
 
   it('passes paths as written after checking their scope', () => {

@@ -21,14 +21,12 @@
  * that gives ssh the connector as its `ProxyCommand`. Both send `CONNECT host:port` here, so
  * the same single resolution and check applies.
  *
- * Known limit, documented in the README's security section: Go's `http.ProxyFromEnvironment`
- * (the environment variables, not kapp's `proxy-url`) never proxies `localhost` or a loopback
- * IP literal (`127.0.0.0/8`, `::1`), whatever `NO_PROXY` says: a redirect to
- * `http://127.0.0.1:9001/...` (on Lambda, the Runtime API; nothing else listens on the
- * function's loopback) goes direct. The App's own URLs are checked before any tool runs, so
- * only a redirect from an allowed server gets there, and the tools only `GET` what it names.
- * Closing it needs the tools built with a patched `httpproxy` (or a network namespace, which
- * Lambda does not offer).
+ * Loopback: Go's `http.ProxyFromEnvironment` (the environment variables, not kapp's
+ * `proxy-url`) never proxies `localhost` or a loopback IP literal (`127.0.0.0/8`, `::1`),
+ * whatever `NO_PROXY` says, so with stock binaries a redirect to `http://127.0.0.1:9001/...` (on
+ * Lambda, the Runtime API) went direct. The Go tools listed here are built with a patched
+ * `httpproxy` (`patchProxyLoopback` in layers/gobuild.ts) that proxies those too when
+ * `KL_PROXY_LOOPBACK=1`, which {@link EgressProxy.env} sets; git (curl) proxies them anyway.
  *
  * Node built-ins only (`node:http`, `node:net`); no proxy library is in the dependencies.
  *
@@ -355,9 +353,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
 /**
  * Tools whose runs go through the proxy: those that fetch (vendir, and the imgpkg, helm and git
  * it starts, which inherit its environment) and kbld, which resolves image tags at registries.
- * ytt, cue, sops and age make no requests; kustomize could (remote bases), but the template step
- * refuses remote references before it runs and gives it no `git` and an unreachable proxy
- * (`../template/kustomize.ts`). kapp is not listed: the ServiceAccount path talks to
+ * ytt, sops and age make no requests; cue would (a module's `deps`) but runs with no module
+ * registry (`CUE_REGISTRY=none`, `../template/cue.ts`); kustomize could (remote bases), but the
+ * template step refuses remote references before it runs and gives it no `git` and an
+ * unreachable proxy (`../template/kustomize.ts`). kapp is not listed: the ServiceAccount path talks to
  * the cluster's own API server, which the proxy must not judge; an App's kubeconfig Secret gets
  * the proxy as every cluster's `proxy-url` instead (`../pipeline/kubeconfig-policy.ts`).
  */

@@ -15,9 +15,27 @@ import { planValues } from './values.js';
 export const CUE_STREAM_UNSUPPORTED_MESSAGE = 'Templating stream is not supported';
 
 /**
+ * The environment of every cue run: `CUE_REGISTRY=none`, so `cue export` fetches no module
+ * dependency. cue (v0.9 and later) otherwise downloads the `deps` of a `cue.mod/module.cue` from a
+ * module registry, by default `registry.cue.works`, with its own http client: the template stage
+ * would reach the network with no URL policy check and no egress proxy (cue is not among the
+ * proxied tools), and render from content no fetch recorded. Upstream's cue runs with the
+ * controller's environment and fetches them. Packages vendored under `cue.mod/pkg` (with no
+ * `deps` entry) still resolve.
+ */
+export const CUE_ENV: Readonly<Record<string, string>> = Object.freeze({ CUE_REGISTRY: 'none' });
+
+/**
+ * The error of a cue run that failed to fetch a module dependency (cue's stderr then holds
+ * `cannot fetch <module>@<version>: module not found`, which this replaces as the status message).
+ */
+export const CUE_MODULE_FETCH_MESSAGE =
+  'cue module dependencies are not fetched (cue runs with CUE_REGISTRY=none): list no deps in cue.mod/module.cue and vendor the packages under cue.mod/pkg (see .status.usefulErrorMessage for details)';
+
+/**
  * Plans a cue step (directory input only):
  * `cue export --out yaml [--path=<inputExpression>] [--expression=<outputExpression>] -- <paths | .> <values files...>`
- * with cwd = the template root.
+ * with cwd = the template root and {@link CUE_ENV} (no module registry).
  *
  * `paths` are checked to stay in the root but passed as written (relative to the cwd), as upstream.
  * Values files go to `<scratchDir>/values/<j>/` and are passed positionally (absolute).
@@ -74,12 +92,13 @@ export function planCue(opts: AppTemplateCue, ctx: StepContext): { step: RunStep
       templater: 'cue',
       bin: 'cue',
       args,
-      env: {},
+      env: { ...CUE_ENV },
       cwd: ctx.templateRoot,
       stdin: 'none',
       files: values.files,
       dirs: [],
       errorPrefix: TEMPLATING_DIR_ERROR_PREFIX,
+      failureHint: { stderrIncludes: 'cannot fetch ', message: CUE_MODULE_FETCH_MESSAGE },
     },
     warnings: values.warnings,
   };

@@ -175,6 +175,9 @@ export async function runTemplateSteps(
     ms += run.durationMs;
     runs++;
     last = attachError(step.errorPrefix, { ...run, stderr: markTruncated(run.stderr, run.truncated.stderr) });
+    if (last.error && step.failureHint && run.stderr.includes(step.failureHint.stderrIncludes)) {
+      last.error = step.errorPrefix + step.failureHint.message;
+    }
     if (last.error) return { result: last, manifest: '', ms, runs };
     if (run.truncated.stdout) {
       // The runner kept only the tail: deploying it would make kapp delete what is missing.

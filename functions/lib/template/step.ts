@@ -71,6 +71,12 @@ export interface RunStep {
    * before the tool starts (remote or out-of-root references are refused with `errorPrefix`).
    */
   kustomizeRoot?: string;
+  /**
+   * When a failed run's stderr contains `stderrIncludes`, the error is `errorPrefix + message`
+   * instead of the generic one (the tool's stderr stays in usefulErrorMessage): cue's failure to
+   * fetch a module dependency, which kapp-lambda's cue is not allowed to (`./cue.ts`).
+   */
+  failureHint?: { stderrIncludes: string; message: string };
 }
 
 /**
