@@ -61,6 +61,8 @@ const N = {
   strict: `strict-${id}`,
   refChange: `ref-change-${id}`,
   helmNamed: `helm-named-${id}`,
+  subPath: `image-subpath-${id}`,
+  inspectAfter: `inspect-after-${id}`,
   helmBroken: `helm-broken-${id}`,
   badFlag: `bad-flag-${id}`,
   noSource: `no-source-${id}`,
@@ -92,10 +94,11 @@ function readingTemplate(name: string, file: string, round: string): string {
   ].join('\n');
 }
 
-/** A tiny helm chart under `chart/` rendering ConfigMap `<release>-cm` with the release's namespace; `broken` adds a template helm cannot parse. */
+/** A tiny helm chart under `chart/` rendering ConfigMap `<release>-cm` with the release's namespace and `.Values.greeting`; `broken` adds a template helm cannot parse. */
 function chart(broken = false): Record<string, string> {
   return {
     'chart/Chart.yaml': 'apiVersion: v2\nname: mini\nversion: 0.1.0\n',
+    'chart/values.yaml': 'greeting: chart default\n',
     'chart/templates/cm.yaml': [
       'apiVersion: v1',
       'kind: ConfigMap',
@@ -103,6 +106,7 @@ function chart(broken = false): Record<string, string> {
       '  name: {{ .Release.Name }}-cm',
       'data:',
       '  releaseNamespace: {{ .Release.Namespace | quote }}',
+      '  greeting: {{ .Values.greeting | quote }}',
     ].join('\n'),
     ...(broken ? { 'chart/templates/broken.yaml': 'data: {{ .Values.unclosed\n' } : {}),
   };
@@ -156,6 +160,10 @@ beforeAll(async () => {
   relayHost = `127.0.0.1:${(relay.address() as net.AddressInfo).port}`;
   const image = await pushImage(registry, `e2e-parity-${id}/img:v1`, { 'data.txt': `image content ${id}` });
   imageDigest = image.digest;
+  const nested = await pushImage(registry, `e2e-parity-${id}/nested:v1`, {
+    'sub/dir/data.txt': `nested content ${id}`,
+    'other.txt': 'outside subPath',
+  });
   const imageRepo = `${relayHost}/e2e-parity-${id}/img`;
 
   const inline = (paths: Record<string, string>) => [{ inline: { paths } }];
@@ -207,9 +215,52 @@ beforeAll(async () => {
     // helmTemplate name and namespace; a chart helm cannot render
     appManifest(NS, N.helmNamed, {
       fetch: inline(chart()),
-      template: [{ helmTemplate: { path: 'chart', name: `rel-${id}`, namespace: 'elsewhere' } }],
+      template: [
+        {
+          helmTemplate: {
+            path: 'chart',
+            name: `rel-${id}`,
+            namespace: 'elsewhere',
+            valuesFrom: [{ secretRef: { name: 'helm-values' } }],
+          },
+        },
+      ],
       deploy: [{ kapp: {} }],
     }),
+    {
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'helm-values', namespace: NS },
+      stringData: { 'values.yml': 'greeting: from a Secret\n' },
+    },
+    // image subPath: only the subdirectory becomes the fetch root
+    appManifest(NS, N.subPath, {
+      fetch: [{ image: { url: nested.ref, subPath: 'sub/dir' } }],
+      template: [
+        {
+          ytt: {
+            inline: {
+              paths: {
+                'cm.yml': [
+                  '#@ load("@ytt:data", "data")',
+                  '#@ load("@ytt:json", "json")',
+                  'apiVersion: v1',
+                  'kind: ConfigMap',
+                  'metadata:',
+                  `  name: ${N.subPath}-config`,
+                  'data:',
+                  '  files: #@ json.encode(data.list())',
+                  '  text: #@ data.read("data.txt")',
+                ].join('\n'),
+              },
+            },
+          },
+        },
+      ],
+      deploy: [{ kapp: {} }],
+    }),
+    // inspect after a later template failure
+    inspectApp('one'),
     appManifest(NS, N.helmBroken, {
       fetch: inline(chart(true)),
       template: [{ helmTemplate: { path: 'chart' } }],
@@ -260,6 +311,24 @@ afterAll(async () => {
   await closeRelay();
   await web?.stop();
 });
+
+/** An inline + ytt App with `inspect: {}` deploying ConfigMap `<name>-config` with `v` (`broken`: ytt fails). */
+function inspectApp(v: string, broken = false): object {
+  return appManifest(NS, N.inspectAfter, {
+    fetch: [
+      {
+        inline: {
+          paths: {
+            'cm.yml': configMapYaml(`${N.inspectAfter}-config`, { v }),
+            ...(broken ? { 'broken.yml': '#@ fail("broken on purpose")\n' } : {}),
+          },
+        },
+      },
+    ],
+    template: [{ ytt: {} }],
+    deploy: [{ kapp: { inspect: {} } }],
+  });
+}
 
 /** An App fetching the image `url` and deploying ConfigMap `<name>-config` with its `data.txt` and `round`. */
 function imageApp(name: string, url: string, round: string): object {
@@ -347,9 +416,6 @@ describe('template, deploy options and triggers (reference §2.1.3, §2.1.4, §3
       );
       await expectSucceeded(next);
       expect(next.metadata.generation).toBe(1);
-      expect(Date.parse(next.status?.deploy?.startedAt ?? '')).toBeGreaterThan(
-        Date.parse(prev.status?.deploy?.startedAt ?? ''),
-      );
       return next;
     };
     const second = await changeAndWait(
@@ -374,12 +440,30 @@ describe('template, deploy options and triggers (reference §2.1.3, §2.1.4, §3
     expect(await data()).toEqual({ greeting: 'two', farewell: 'two' });
   });
 
-  it('helmTemplate name and namespace: the release name and namespace helm renders with', async () => {
+  it('helmTemplate name, namespace and valuesFrom Secret: what helm renders with', async () => {
     await succeeded(N.helmNamed);
     expect((await getObject<ConfigMap>('configmap', NS, `rel-${id}-cm`))?.data).toEqual({
       releaseNamespace: 'elsewhere',
+      greeting: 'from a Secret',
     });
     expect(await getObject('configmap', NS, `${N.helmNamed}-cm`)).toBeUndefined();
+  });
+
+  it('inspect runs after a later template failure too (status.deploy is set): status.inspect refreshed', async () => {
+    const first = await rt.waitForApp(NS, N.inspectAfter, succeededAt(1), 'generation 1 reconciled');
+    expect(first.status?.inspect?.stdout).toContain(`${N.inspectAfter}-config`);
+    // gone by hand, so only a fresh inspect can leave it out of the output
+    await k(['delete', 'configmap', `${N.inspectAfter}-config`, '-n', NS]);
+    await apply(inspectApp('two', true));
+    const failed = await rt.waitForApp(NS, N.inspectAfter, failedAt(2), 'generation 2 failed');
+    expectFailed(failed, `Templating dir: ${SEE_USEFUL}`);
+    const s = failed.status!;
+    // the deploy part is the last deploy's; inspect ran again after the failed template
+    expect(s.deploy?.updatedAt).toBe(first.status?.deploy?.updatedAt);
+    expect(s.inspect?.exitCode).toBe(0);
+    expect(s.inspect?.stdout).toContain(`'${N.inspectAfter}.app'`);
+    expect(s.inspect?.stdout).not.toContain(`${N.inspectAfter}-config`);
+    expect(await getObject('configmap', NS, `${N.inspectAfter}-config`)).toBeUndefined();
   });
 
   it("a chart helm cannot render: Templating helm chart, helm's stderr in usefulErrorMessage", async () => {
@@ -426,6 +510,13 @@ describe('fetch (reference §2.1.2, §3.6)', () => {
     expect(s.fetch?.exitCode).toBe(1);
     expect(s.template).toBeUndefined();
     expect(s.deploy).toBeUndefined();
+  });
+
+  it('image subPath: only that directory of the image is the fetch root', async () => {
+    await succeeded(N.subPath);
+    const cm = await getObject<ConfigMap>('configmap', NS, `${N.subPath}-config`);
+    expect(JSON.parse(cm?.data?.files ?? 'null')).toEqual(['cm.yml', 'data.txt']);
+    expect(cm?.data?.text).toBe(`nested content ${id}`);
   });
 
   it('a fetch entry without a source: Fetching (0): Unsupported way to fetch templates, before vendir', async () => {
