@@ -32,6 +32,7 @@ import {
   type AppObject,
   apply,
   appManifest,
+  configMapYaml,
   expectSucceeded,
   expectSucceededStatus,
   getApp,
@@ -103,19 +104,6 @@ function listingTemplate(name: string, reads: Record<string, string> = {}): stri
     'data:',
     '  files: #@ json.encode(data.list())',
     ...Object.entries(reads).map(([key, file]) => `  ${key}: #@ data.read(${JSON.stringify(file)})`),
-  ].join('\n');
-}
-
-/** A plain ConfigMap manifest (YAML), optionally with a namespace. */
-function configMapYaml(name: string, data: Record<string, string>, namespace?: string): string {
-  return [
-    'apiVersion: v1',
-    'kind: ConfigMap',
-    'metadata:',
-    `  name: ${name}`,
-    ...(namespace ? [`  namespace: ${namespace}`] : []),
-    'data:',
-    ...Object.entries(data).map(([key, v]) => `  ${key}: ${JSON.stringify(v)}`),
   ].join('\n');
 }
 

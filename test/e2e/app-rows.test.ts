@@ -23,12 +23,13 @@ import {
   type AppObject,
   apply,
   appManifest,
+  configMapYaml,
   expectFailed,
   expectSucceeded,
   getApp,
   getObject,
   k,
-  RFC3339,
+  preExecPart,
   servers,
   succeededAt,
   suffix,
@@ -65,18 +66,6 @@ const N = {
 interface ConfigMap {
   metadata: { name: string; labels?: Record<string, string> };
   data?: Record<string, string>;
-}
-
-/** A plain ConfigMap manifest (YAML). */
-function configMapYaml(name: string, data: Record<string, string>): string {
-  return [
-    'apiVersion: v1',
-    'kind: ConfigMap',
-    'metadata:',
-    `  name: ${name}`,
-    'data:',
-    ...Object.entries(data).map(([key, v]) => `  ${key}: ${JSON.stringify(v)}`),
-  ].join('\n');
 }
 
 /** A ytt template of a ConfigMap `<name>` whose `greeting` is the data value `greeting`. */
@@ -359,9 +348,6 @@ async function succeeded(name: string): Promise<AppObject> {
   return app;
 }
 
-/** A stage block of a pre-exec failure: exit -1, the error, no output. */
-const preExec = (error: string) => ({ exitCode: -1, error, updatedAt: expect.stringMatching(RFC3339) });
-
 /** Deletes the App and waits until it reports DeleteFailed with `message`. */
 async function deleteFails(name: string, message: string): Promise<AppObject> {
   await k(['delete', 'apps.kappctrl.k14s.io', name, '-n', NS, '--wait=false']);
@@ -398,7 +384,7 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
     expectFailed(app, message);
     const s = app.status!;
     expect(s.usefulErrorMessage).toBe(message);
-    expect(s.fetch).toEqual({ ...preExec(message), startedAt: expect.stringMatching(RFC3339) });
+    expect(s.fetch).toEqual(preExecPart(message, 'fetch'));
     expect(s.template).toBeUndefined();
     expect(s.deploy).toBeUndefined();
     expect(app.metadata.finalizers ?? []).not.toContain(APP_FINALIZER);
@@ -411,7 +397,7 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
     const s = app.status!;
     expect(s.usefulErrorMessage).toBe(message);
     expect(s.fetch?.exitCode).toBe(0);
-    expect(s.template).toEqual(preExec(message));
+    expect(s.template).toEqual(preExecPart(message, 'template'));
     expect(s.deploy).toBeUndefined();
     expect(app.metadata.finalizers ?? []).not.toContain(APP_FINALIZER);
   });
@@ -423,9 +409,9 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
     const s = app.status!;
     expect(s.usefulErrorMessage).toBe(message);
     expect(s.template?.exitCode).toBe(0);
-    expect(s.deploy).toEqual({ ...preExec(message), finished: true, startedAt: expect.stringMatching(RFC3339) });
+    expect(s.deploy).toEqual(preExecPart(message, 'deploy'));
     // upstream inspects whenever status.deploy is set, and inspect checks the count first
-    expect(s.inspect).toEqual(preExec(message));
+    expect(s.inspect).toEqual(preExecPart(message, 'inspect'));
     // blockDeletion ran before the check
     expect(app.metadata.finalizers).toContain(APP_FINALIZER);
     expect(await getObject('configmap', NS, `${N.twoDeploys}-config`)).toBeUndefined();
@@ -442,8 +428,8 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
     expectFailed(app, message);
     const s = app.status!;
     expect(s.usefulErrorMessage).toBe(message);
-    expect(s.deploy).toEqual({ ...preExec(message), finished: true, startedAt: expect.stringMatching(RFC3339) });
-    expect(s.inspect).toEqual(preExec(message));
+    expect(s.deploy).toEqual(preExecPart(message, 'deploy'));
+    expect(s.inspect).toEqual(preExecPart(message, 'inspect'));
     expect(app.metadata.finalizers).toContain(APP_FINALIZER);
 
     await deleteFails(N.noCreds, message);
@@ -457,11 +443,7 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
     const message = "Preparing kapp: Expected to find key 'config' in secret (keys: other, value)";
     expectFailed(app, message);
     expect(app.status?.usefulErrorMessage).toBe(message);
-    expect(app.status?.deploy).toEqual({
-      ...preExec(message),
-      finished: true,
-      startedAt: expect.stringMatching(RFC3339),
-    });
+    expect(app.status?.deploy).toEqual(preExecPart(message, 'deploy'));
     expect(app.status?.inspect).toBeUndefined();
   });
 
@@ -469,11 +451,7 @@ describe.concurrent('spec validation at reconcile time (reference §2.1.1, §3.8
     const app = await failed(N.noSecretRef);
     const message = 'Preparing kapp: Expected kubeconfig secret reference to be specified';
     expectFailed(app, message);
-    expect(app.status?.deploy).toEqual({
-      ...preExec(message),
-      finished: true,
-      startedAt: expect.stringMatching(RFC3339),
-    });
+    expect(app.status?.deploy).toEqual(preExecPart(message, 'deploy'));
   });
 });
 
@@ -508,7 +486,7 @@ describe.concurrent('template (reference §2.1.3, §3.7)', () => {
     const app = await failed(N.helmNoStdin);
     const message = 'Expected stdin to be available when using it as path, but was not';
     expectFailed(app, message);
-    expect(app.status?.template).toEqual(preExec(message));
+    expect(app.status?.template).toEqual(preExecPart(message, 'template'));
     expect(app.status?.deploy).toBeUndefined();
   });
 
@@ -520,7 +498,7 @@ describe.concurrent('template (reference §2.1.3, §3.7)', () => {
     const app = await failed(name);
     expectFailed(app, message);
     expect(app.status?.usefulErrorMessage).toBe(message);
-    expect(app.status?.template).toEqual(preExec(message));
+    expect(app.status?.template).toEqual(preExecPart(message, 'template'));
     expect(app.status?.deploy).toBeUndefined();
   });
 });

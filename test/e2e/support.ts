@@ -258,6 +258,40 @@ export function appManifest(ns: string, name: string, spec: Record<string, unkno
 }
 
 /**
+ * A plain ConfigMap manifest (YAML, for an inline fetch) `name` with `data` (each value
+ * JSON-quoted, so it stays a string), in `namespace` when given.
+ */
+export function configMapYaml(name: string, data: Record<string, string>, namespace?: string): string {
+  return [
+    'apiVersion: v1',
+    'kind: ConfigMap',
+    'metadata:',
+    `  name: ${name}`,
+    ...(namespace ? [`  namespace: ${namespace}`] : []),
+    'data:',
+    ...Object.entries(data).map(([key, v]) => `  ${key}: ${JSON.stringify(v)}`),
+  ].join('\n');
+}
+
+/**
+ * The status part upstream writes for a stage that failed before any tool ran
+ * (`exec.NewCmdRunResultWithErr`): exit code -1, the error, `updatedAt`; fetch and deploy also
+ * carry `startedAt`, deploy `finished: true`. Times as `expect` matchers (RFC 3339).
+ */
+export function preExecPart(
+  error: string,
+  stage: 'fetch' | 'template' | 'deploy' | 'inspect',
+): Record<string, unknown> {
+  return {
+    exitCode: -1,
+    error,
+    updatedAt: expect.stringMatching(RFC3339),
+    ...(stage === 'fetch' || stage === 'deploy' ? { startedAt: expect.stringMatching(RFC3339) } : {}),
+    ...(stage === 'deploy' ? { finished: true } : {}),
+  };
+}
+
+/**
  * A Deployment `name` (Pods labelled `app: <app>`) whose one Pod asks for a node labelled
  * `<nodeLabel>: "true"`: while no node has the label it never becomes available, so kapp keeps
  * waiting for it. As YAML, for an inline fetch.
