@@ -174,6 +174,18 @@ export function kustomizationReferences(doc: unknown): KustomizationReference[] 
   return out;
 }
 
+/**
+ * YAML's `!!binary` as kustomize's decoder (sigs.k8s.io/yaml over go-yaml v2) reads it: the
+ * base64-decoded bytes as a string. The `yaml` package's own tag gives a `Buffer`, which
+ * {@link kustomizationReferences} skips as a non-string, so `resources: [!!binary <base64 of
+ * http://127.0.0.1:9001/…>]` passed the check while kustomize fetched the URL (loopback, which
+ * Go never proxies, so not even the dead proxy stopped it).
+ */
+const BINARY_AS_GO_READS_IT = {
+  tag: 'tag:yaml.org,2002:binary',
+  resolve: (src: string) => Buffer.from(src.replace(/\s+/g, ''), 'base64').toString('utf8'),
+};
+
 /** The real path of `p`, or `undefined` when it does not exist (kustomize then reports it). */
 async function realOrUndefined(p: string): Promise<string | undefined> {
   try {
@@ -215,7 +227,7 @@ export async function checkKustomizeTree(root: string): Promise<string | undefin
       const shown = posix.relative(realRoot, file);
       let doc: unknown;
       try {
-        doc = parse(text, { merge: true, maxAliasCount: 1000 });
+        doc = parse(text, { merge: true, maxAliasCount: 1000, customTags: [BINARY_AS_GO_READS_IT] });
       } catch (err) {
         return `${shown}: ${err instanceof Error ? err.message : String(err)}`;
       }
