@@ -235,6 +235,20 @@ describe('checkKustomizeTree', () => {
     expect(await checkKustomizeTree(key)).toBe(`kustomization.yaml: resources[0] "${url}" ${REMOTE}`);
   });
 
+  it('matches field names as Go json does, Unicode folding included (reſources is resources)', async () => {
+    // kustomize v5.8.2 fetched `reſources: [http://127.0.0.1:…]` (U+017F folds to s in Go).
+    const url = 'http://127.0.0.1:9001/x.yaml';
+    for (const [key, field] of [
+      ['re\u017fources', 'resources'],
+      ['patche\u017f', 'patches'],
+    ]) {
+      const body = field === 'patches' ? `${key}:\n- path: ${url}\n` : `${key}: ["${url}"]\n`;
+      const root = await tree(`fold-${field}`, { 'kustomization.yaml': body });
+      const at = field === 'patches' ? 'patches[0].path' : 'resources[0]';
+      expect(await checkKustomizeTree(root), key).toBe(`kustomization.yaml: ${at} "${url}" ${REMOTE}`);
+    }
+  });
+
   it('refuses a base outside the fetched directory, by path or through a symlink', async () => {
     const outside = await tree('outside', { 'kustomization.yaml': 'resources: []\n' });
     const byPath = await tree('by-path', { 'kustomization.yaml': 'resources: [../outside]\n' });

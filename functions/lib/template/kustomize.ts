@@ -113,14 +113,25 @@ const PATH_OBJECT_LISTS = ['patches', 'patchesJson6902', 'replacements'];
 const GENERATOR_LISTS = ['configMapGenerator', 'secretGenerator'];
 
 /**
+ * `key` folded as Go's `encoding/json` matches field names (`bytes.EqualFold`, Unicode simple
+ * folding): besides ASCII case, `ſ` (U+017F) is an `s` and the Kelvin sign `K` (U+212A) a `k`
+ * (`toLowerCase` already maps that one). Without it `reſources: [http://127.0.0.1:…]` was no
+ * `resources` to the check while kustomize fetched the URL.
+ */
+function goFold(key: string): string {
+  return key.replace(/\u017f/g, 's').toLowerCase();
+}
+
+/**
  * Values of `obj` under `key`, matching keys ignoring case: kustomize decodes a kustomization
- * with Go's `encoding/json`, which matches field names that way (`Resources:` is `resources`).
+ * with Go's `encoding/json`, which matches field names that way (`Resources:` is `resources`,
+ * {@link goFold}).
  */
 function fieldValues(obj: unknown, key: string): unknown[] {
   if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) return [];
-  const lower = key.toLowerCase();
+  const folded = goFold(key);
   return Object.entries(obj)
-    .filter(([k]) => k.toLowerCase() === lower)
+    .filter(([k]) => goFold(k) === folded)
     .map(([, v]) => v);
 }
 
