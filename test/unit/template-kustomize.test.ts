@@ -70,6 +70,7 @@ describe('planning', () => {
         https_proxy: KUSTOMIZE_DEAD_PROXY,
         NO_PROXY: '',
         no_proxy: '',
+        KL_PROXY_LOOPBACK: '1',
       },
       stdin: 'none',
       files: [],

@@ -14,8 +14,9 @@
  * outside the template root, and runs kustomize with `--load-restrictor=LoadRestrictionsRootOnly`,
  * without `--enable-alpha-plugins`, `--enable-exec` or `--enable-helm` (kustomize then refuses
  * exec/KRM function plugins and `helmCharts` itself), with no `git` on its `PATH` and with an
- * unreachable http proxy, so a reference the check missed still cannot reach the network (except
- * a loopback address, which Go never proxies: the check is what refuses those).
+ * unreachable http proxy, so a reference the check missed still cannot reach the network (a
+ * loopback address too: kustomize is built with the patched httpproxy and gets
+ * `KL_PROXY_LOOPBACK=1`, `layers/gobuild.ts`; stock Go never proxies loopback).
  *
  * @module
  */
@@ -68,6 +69,9 @@ export function planKustomize(_opts: AppTemplateKustomize, ctx: StepContext): Ru
       https_proxy: KUSTOMIZE_DEAD_PROXY,
       NO_PROXY: '',
       no_proxy: '',
+      // kustomize is built with the patched httpproxy (layers/gobuild.ts): loopback URLs go to
+      // the dead proxy too, rather than straight to e.g. the Lambda Runtime API.
+      KL_PROXY_LOOPBACK: '1',
     },
     stdin: 'none',
     files: [],
