@@ -199,6 +199,8 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'kustomize',
+    // its dead proxy (functions/lib/template/kustomize.ts) then catches loopback URLs too
+    proxyLoopback: true,
     module: 'sigs.k8s.io/kustomize/kustomize/v5',
     // v5.8.3 needs go 1.27; v5.8.2 and its api/kyaml/cmd-config v0.21.2 need go 1.26.0
     version: 'v5.8.2',

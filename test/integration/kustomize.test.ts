@@ -6,6 +6,8 @@
  * reference get past the check, kustomize still cannot clone (no git) nor download (dead proxy).
  */
 import { mkdir, mkdtemp, realpath, rm, symlink, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -215,6 +217,33 @@ describe('kustomize build with the real binary', () => {
       expect((await unchecked('no-http', root)).result.stderr).toContain(
         'proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused',
       );
+    });
+
+    it('cannot download from loopback either: kustomize is built to proxy loopback literals (KL_PROXY_LOOPBACK=1)', async () => {
+      // Stock Go sends 127.0.0.1 and localhost direct whatever HTTP_PROXY says; a listener on
+      // loopback (in Lambda: the Runtime API on 127.0.0.1:9001) must see no request.
+      const hits: string[] = [];
+      const server = createServer((req, res) => {
+        hits.push(req.url ?? '');
+        res.end('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-loopback\n');
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      try {
+        const { port } = server.address() as AddressInfo;
+        for (const host of [`127.0.0.1:${port}`, `localhost:${port}`]) {
+          const root = await writeRoot(`loopback-${hits.length}-${host.length}`, {
+            'kustomization.yaml': `resources:\n- http://${host}/x.yaml\n`,
+          });
+          const run = await unchecked(`loopback-${host.length}`, root);
+          expect(run.result.stderr, host).toContain(
+            'proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused',
+          );
+          expect(run.manifest, host).toBe('');
+        }
+        expect(hits).toEqual([]);
+      } finally {
+        server.close();
+      }
     });
 
     it('cannot read a file outside its root: the root-only load restrictor (and the check refuses it first)', async () => {

@@ -394,6 +394,45 @@ describe('recordLive and checkLive', () => {
     });
   });
 
+  it('counts an owned object whose kapp identity names itself: kapp prunes it (a planted ConfigMap) or diffs it', async () => {
+    // Real kapp v0.64.2: a ConfigMap under the App's label with `ownerReferences` and the
+    // identity `v1;default//ConfigMap/planted;v1` is deleted by the next `kapp deploy`; one
+    // without the identity is left alone (transient).
+    const owners = [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'a', uid: 'uid-a' }];
+    const planted = cm('planted', { uid: 'planted' });
+    planted.metadata.ownerReferences = owners;
+    planted.metadata.annotations = { 'kapp.k14s.io/identity': 'v1;ns//ConfigMap/planted;v1' };
+    const { rest } = fakeApi({ [CM_PATH]: [cm('a')], '/apis/rbac.authorization.k8s.io/v1/clusterroles': [] });
+    const { record } = (await recordLive(rest, input)) as { record: DeployRecord };
+    const listed = (items: KubeObject[]) =>
+      new Map([
+        [CM_PATH, items],
+        ['/apis/rbac.authorization.k8s.io/v1/clusterroles', []],
+      ]);
+    expect(driftOf(record, listed([cm('a'), planted]))).toBe(`ConfigMap ${CM_PATH} holds objects kapp did not leave`);
+    // an identity copied from the owner (a ReplicaSet's from its Deployment) or of another
+    // version or form does not name the object: transient, left out as before
+    for (const identity of [
+      'v1;ns//ConfigMap/a;v1',
+      'v1;ns/apps/ConfigMap/planted;v1',
+      'v1;ns//ConfigMap/planted',
+      'v2;ns//ConfigMap/planted;v1',
+    ]) {
+      const copied = {
+        ...planted,
+        metadata: { ...planted.metadata, annotations: { 'kapp.k14s.io/identity': identity } },
+      };
+      expect(driftOf(record, listed([cm('a'), copied])), identity).toBeUndefined();
+    }
+    // at record time such an object is counted too (and refuses the record when written by another)
+    planted.metadata.managedFields = [{ manager: 'kubectl', operation: 'Update', time: '2025-01-01T00:00:02Z' }];
+    const { rest: plantedRest } = fakeApi({
+      [CM_PATH]: [cm('a'), planted],
+      '/apis/rbac.authorization.k8s.io/v1/clusterroles': [],
+    });
+    expect(await recordLive(plantedRest, input)).toEqual({ refused: 'ConfigMap ns/planted was written by kubectl' });
+  });
+
   it('runs kapp when the App may no longer list its resources', async () => {
     const { rest } = fakeApi({ [CM_PATH]: [cm('a')], '/apis/rbac.authorization.k8s.io/v1/clusterroles': [] });
     const { record } = (await recordLive(rest, input)) as { record: DeployRecord };

@@ -70,6 +70,7 @@ describe('planning', () => {
         https_proxy: KUSTOMIZE_DEAD_PROXY,
         NO_PROXY: '',
         no_proxy: '',
+        KL_PROXY_LOOPBACK: '1',
       },
       stdin: 'none',
       files: [],
@@ -217,6 +218,36 @@ describe('checkKustomizeTree', () => {
     expect(await checkKustomizeTree(root)).toBe(
       `base/kustomization.yaml: resources[0] "github.com/org/repo" ${REMOTE}`,
     );
+  });
+
+  it('reads a !!binary reference as kustomize does (its decoded text): a base64 URL is refused', async () => {
+    // kustomize v5.8.2 (go-yaml v2) fetched `resources: [!!binary <base64 of a loopback URL>]`
+    // directly (Go never proxies loopback), while the check skipped the value as a non-string.
+    const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64');
+    const url = 'http://127.0.0.1:9001/2018-06-01/runtime/invocation/next';
+    const root = await tree('binary', { 'kustomization.yaml': `resources:\n- !!binary ${b64(url)}\n` });
+    expect(await checkKustomizeTree(root)).toBe(`kustomization.yaml: resources[0] "${url}" ${REMOTE}`);
+    const folded = await tree('binary-folded', {
+      'kustomization.yaml': `patches:\n- path: !!binary |\n    ${b64(url).slice(0, 20)}\n    ${b64(url).slice(20)}\n`,
+    });
+    expect(await checkKustomizeTree(folded)).toBe(`kustomization.yaml: patches[0].path "${url}" ${REMOTE}`);
+    // a key in !!binary is the field it spells, as before
+    const key = await tree('binary-key', { 'kustomization.yaml': `!!binary ${b64('resources')}: ["${url}"]\n` });
+    expect(await checkKustomizeTree(key)).toBe(`kustomization.yaml: resources[0] "${url}" ${REMOTE}`);
+  });
+
+  it('matches field names as Go json does, Unicode folding included (reſources is resources)', async () => {
+    // kustomize v5.8.2 fetched `reſources: [http://127.0.0.1:…]` (U+017F folds to s in Go).
+    const url = 'http://127.0.0.1:9001/x.yaml';
+    for (const [key, field] of [
+      ['re\u017fources', 'resources'],
+      ['patche\u017f', 'patches'],
+    ]) {
+      const body = field === 'patches' ? `${key}:\n- path: ${url}\n` : `${key}: ["${url}"]\n`;
+      const root = await tree(`fold-${field}`, { 'kustomization.yaml': body });
+      const at = field === 'patches' ? 'patches[0].path' : 'resources[0]';
+      expect(await checkKustomizeTree(root), key).toBe(`kustomization.yaml: ${at} "${url}" ${REMOTE}`);
+    }
   });
 
   it('refuses a base outside the fetched directory, by path or through a symlink', async () => {

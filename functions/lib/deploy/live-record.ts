@@ -185,7 +185,7 @@ export function driftOf(record: DeployRecord, listed: ReadonlyMap<string, readon
     const all = listed.get(c.path);
     if (!all) return `${c.kind} ${c.path} was not listed`;
     const recorded = new Set(c.objects.map((r) => r.uid));
-    const items = all.filter((o) => !ownedByAnother(o) || recorded.has(o.metadata.uid));
+    const items = all.filter((o) => !ignoredByKapp(o, c.group) || recorded.has(o.metadata.uid));
     const byUid = new Map(items.map((o) => [o.metadata.uid, o]));
     for (const r of c.objects) {
       const live = byUid.get(r.uid);
@@ -199,16 +199,33 @@ export function driftOf(record: DeployRecord, listed: ReadonlyMap<string, readon
   return undefined;
 }
 
+/** kapp's identity annotation (`v1;<namespace>/<group>/<Kind>/<name>;<apiVersion>`). */
+const KAPP_IDENTITY_ANNOTATION = 'kapp.k14s.io/identity';
+
 /**
- * Whether a controller made this object for another (it has `ownerReferences`: a Deployment's
- * ReplicaSets and Pods carry the kapp label through their templates). kapp neither applies nor
- * prunes such objects, so neither does the record count them unless the manifest names them:
- * otherwise every App with a Deployment refused its record (`Pod … was written by
- * kube-controller-manager`) and each new Pod read as drift, so every resync ran kapp.
+ * Whether kapp leaves this listed object alone when the manifest does not name it: a controller
+ * made it for another (it has `ownerReferences`: a Deployment's ReplicaSets and Pods carry the
+ * kapp label through their templates) and it is transient to kapp, i.e. its
+ * `kapp.k14s.io/identity` annotation does not name the object itself (kapp's
+ * `IdentityAnnotation.Valid`; a ReplicaSet copies its Deployment's, which names the Deployment).
+ * kapp neither applies nor prunes such objects, so neither does the record count them: otherwise
+ * every App with a Deployment refused its record (`Pod … was written by
+ * kube-controller-manager`) and each new Pod read as drift, so every resync ran kapp. An object
+ * with `ownerReferences` whose identity is valid is not ignored: kapp prunes it (a planted
+ * `ConfigMap` with the App's label, a copied identity and an owner), and a versioned document
+ * (`<name>-ver-N`) the manifest gave owners is applied and diffed by kapp, so both stay drift.
+ *
+ * @param group - the API group of the collection the object was listed from (list items of
+ *   built-in kinds carry no `apiVersion`).
  */
-function ownedByAnother(o: KubeObject): boolean {
+function ignoredByKapp(o: KubeObject, group: string): boolean {
   const refs = (o.metadata as { ownerReferences?: unknown }).ownerReferences;
-  return Array.isArray(refs) && refs.length > 0;
+  if (!Array.isArray(refs) || refs.length === 0) return false;
+  const identity = o.metadata.annotations?.[KAPP_IDENTITY_ANNOTATION];
+  if (typeof identity !== 'string') return true;
+  const pieces = identity.split(';');
+  const key = `${o.metadata.namespace ?? ''}/${group}/${o.kind}/${o.metadata.name}`;
+  return !(pieces[0] === 'v1' && pieces.length === 3 && pieces[1] === key);
 }
 
 /** The `time` of a `managedFields` entry as ms, or NaN. */
@@ -467,11 +484,13 @@ export async function recordLive(
     docs.some(
       (d) => d.kind === o.kind && d.name === o.metadata.name && (!d.namespace || d.namespace === o.metadata.namespace),
     );
-  for (const [path, items] of listed)
+  for (const c of collections) {
+    const items = listed.get(c.path) ?? [];
     listed.set(
-      path,
-      items.filter((o) => !ownedByAnother(o) || named(o)),
+      c.path,
+      items.filter((o) => !ignoredByKapp(o, c.group) || named(o)),
     );
+  }
   const all = [...listed.values()].flat();
   const raced = writtenByOthersSince(all, input.kappStartedAt);
   if (raced) return { refused: raced };

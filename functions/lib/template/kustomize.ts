@@ -14,8 +14,9 @@
  * outside the template root, and runs kustomize with `--load-restrictor=LoadRestrictionsRootOnly`,
  * without `--enable-alpha-plugins`, `--enable-exec` or `--enable-helm` (kustomize then refuses
  * exec/KRM function plugins and `helmCharts` itself), with no `git` on its `PATH` and with an
- * unreachable http proxy, so a reference the check missed still cannot reach the network (except
- * a loopback address, which Go never proxies: the check is what refuses those).
+ * unreachable http proxy, so a reference the check missed still cannot reach the network (a
+ * loopback address too: kustomize is built with the patched httpproxy and gets
+ * `KL_PROXY_LOOPBACK=1`, `layers/gobuild.ts`; stock Go never proxies loopback).
  *
  * @module
  */
@@ -68,6 +69,9 @@ export function planKustomize(_opts: AppTemplateKustomize, ctx: StepContext): Ru
       https_proxy: KUSTOMIZE_DEAD_PROXY,
       NO_PROXY: '',
       no_proxy: '',
+      // kustomize is built with the patched httpproxy (layers/gobuild.ts): loopback URLs go to
+      // the dead proxy too, rather than straight to e.g. the Lambda Runtime API.
+      KL_PROXY_LOOPBACK: '1',
     },
     stdin: 'none',
     files: [],
@@ -113,14 +117,25 @@ const PATH_OBJECT_LISTS = ['patches', 'patchesJson6902', 'replacements'];
 const GENERATOR_LISTS = ['configMapGenerator', 'secretGenerator'];
 
 /**
+ * `key` folded as Go's `encoding/json` matches field names (`bytes.EqualFold`, Unicode simple
+ * folding): besides ASCII case, `ſ` (U+017F) is an `s` and the Kelvin sign `K` (U+212A) a `k`
+ * (`toLowerCase` already maps that one). Without it `reſources: [http://127.0.0.1:…]` was no
+ * `resources` to the check while kustomize fetched the URL.
+ */
+function goFold(key: string): string {
+  return key.replace(/\u017f/g, 's').toLowerCase();
+}
+
+/**
  * Values of `obj` under `key`, matching keys ignoring case: kustomize decodes a kustomization
- * with Go's `encoding/json`, which matches field names that way (`Resources:` is `resources`).
+ * with Go's `encoding/json`, which matches field names that way (`Resources:` is `resources`,
+ * {@link goFold}).
  */
 function fieldValues(obj: unknown, key: string): unknown[] {
   if (typeof obj !== 'object' || obj === null || Array.isArray(obj)) return [];
-  const lower = key.toLowerCase();
+  const folded = goFold(key);
   return Object.entries(obj)
-    .filter(([k]) => k.toLowerCase() === lower)
+    .filter(([k]) => goFold(k) === folded)
     .map(([, v]) => v);
 }
 
@@ -174,6 +189,18 @@ export function kustomizationReferences(doc: unknown): KustomizationReference[] 
   return out;
 }
 
+/**
+ * YAML's `!!binary` as kustomize's decoder (sigs.k8s.io/yaml over go-yaml v2) reads it: the
+ * base64-decoded bytes as a string. The `yaml` package's own tag gives a `Buffer`, which
+ * {@link kustomizationReferences} skips as a non-string, so `resources: [!!binary <base64 of
+ * http://127.0.0.1:9001/…>]` passed the check while kustomize fetched the URL (loopback, which
+ * Go never proxies, so not even the dead proxy stopped it).
+ */
+const BINARY_AS_GO_READS_IT = {
+  tag: 'tag:yaml.org,2002:binary',
+  resolve: (src: string) => Buffer.from(src.replace(/\s+/g, ''), 'base64').toString('utf8'),
+};
+
 /** The real path of `p`, or `undefined` when it does not exist (kustomize then reports it). */
 async function realOrUndefined(p: string): Promise<string | undefined> {
   try {
@@ -215,7 +242,7 @@ export async function checkKustomizeTree(root: string): Promise<string | undefin
       const shown = posix.relative(realRoot, file);
       let doc: unknown;
       try {
-        doc = parse(text, { merge: true, maxAliasCount: 1000 });
+        doc = parse(text, { merge: true, maxAliasCount: 1000, customTags: [BINARY_AS_GO_READS_IT] });
       } catch (err) {
         return `${shown}: ${err instanceof Error ? err.message : String(err)}`;
       }
