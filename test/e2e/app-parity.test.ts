@@ -19,9 +19,16 @@
  *   templates` (§3.5);
  * - an `image` referenced by digest keeps reconciling after its registry went away, one
  *   referenced by tag fails (§3.6 cache, upstream `imgpkg_bundle_test.go`): the registry is
- *   reached through a loopback TCP relay this file closes, so the shared registry stays up.
+ *   reached through a loopback TCP relay this file closes, so the shared registry stays up;
+ * - `paused` set while the fetch runs: the running reconcile finishes normally (deployed,
+ *   `ReconcileSucceeded`), then `Canceled/paused` (§3.10: "a running reconcile is not affected");
+ * - `canceled` set while the fetch runs: fetch and template are not cancellable upstream (they
+ *   run in the sidecar), so the run reaches kapp with the cancel channel already closed by the
+ *   App watch's first event: `Deploying: Already canceled`, exit code -1, `ReconcileFailed`,
+ *   nothing deployed (§3.5, §3.10, `pkg/app/app_deploy.go` `newCancelCh`).
  *
- * Every App is applied in `beforeAll`, so they reconcile side by side.
+ * The two mid-fetch cases fetch from a loopback server that holds its answer until the test
+ * releases it. Every App is applied in `beforeAll`, so they reconcile side by side.
  */
 import { createHash } from 'node:crypto';
 import net from 'node:net';
@@ -38,6 +45,7 @@ import {
   expectSucceeded,
   failedAt,
   getObject,
+  k,
   preExecPart,
   RFC3339,
   SEE_USEFUL,
@@ -45,6 +53,7 @@ import {
   succeededAt,
   suffix,
   useE2ERuntime,
+  waitFor,
 } from './support.js';
 
 const id = suffix();
@@ -61,6 +70,8 @@ const N = {
   shaOk: `sha-ok-${id}`,
   shaWrong: `sha-wrong-${id}`,
   digest: `by-digest-${id}`,
+  paused: `paused-mid-fetch-${id}`,
+  canceled: `canceled-mid-fetch-${id}`,
   tag: `by-tag-${id}`,
 };
 
@@ -109,6 +120,9 @@ const WRONG_HEX = '0'.repeat(64);
 
 let web: LoopbackHttpService;
 
+/** Held answers of the slow server by App name: requested once the fetch asked, released by the test. */
+const held = new Map<string, { requested: boolean; release?: () => void }>();
+
 /** A loopback TCP relay to the shared registry; {@link closeRelay} makes the registry unreachable. */
 let relay: net.Server;
 const relaySockets = new Set<net.Socket>();
@@ -118,12 +132,19 @@ let imageDigest = '';
 const rt = useE2ERuntime([NS]);
 
 beforeAll(async () => {
-  // -- the http server: /files/sha.yml
+  // -- the http server: /files/sha.yml at once, /held/<app>.yml once the test releases it
   web = await startLoopbackHttp('parity http server', await makeTempDir('parity-http'), (req, res) => {
     const url = new URL(req.url ?? '/', 'http://x');
     if (url.pathname === '/files/sha.yml') return void res.writeHead(200).end(SHA_FILE);
-    res.writeHead(404).end();
+    const name = /^\/held\/([a-z0-9-]+)\.yml$/.exec(url.pathname)?.[1];
+    const entry = name ? held.get(name) : undefined;
+    if (!name || !entry) return void res.writeHead(404).end();
+    entry.requested = true;
+    entry.release = () => {
+      if (!res.destroyed && !res.writableEnded) res.writeHead(200).end(configMapYaml(`${name}-config`, { v: 'one' }));
+    };
   });
+  for (const name of [N.paused, N.canceled]) held.set(name, { requested: false });
 
   // -- the registry relay and the image it serves
   const registry = servers().registry;
@@ -274,10 +295,19 @@ beforeAll(async () => {
       [N.digest, `${imageRepo}@${image.digest}`],
       [N.tag, `${imageRepo}:v1`],
     ].map(([name, url]) => imageApp(name!, url!, '1')),
+    // the two held fetches
+    ...[N.paused, N.canceled].map((name) =>
+      appManifest(NS, name, {
+        fetch: [{ http: { url: `${web.baseUrl}/held/${name}.yml` } }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      }),
+    ),
   );
 }, 120_000);
 
 afterAll(async () => {
+  for (const entry of held.values()) entry.release?.();
   await closeRelay();
   await web?.stop();
 });
@@ -303,6 +333,45 @@ async function closeRelay(): Promise<void> {
 async function succeeded(name: string, generation = 1): Promise<AppObject> {
   const app = await rt.waitForApp(NS, name, succeededAt(generation), `generation ${generation} reconciled`, 170_000);
   await expectSucceeded(app);
+  return app;
+}
+
+/** Merges `spec` into the App's spec. */
+async function patchSpec(name: string, spec: Record<string, unknown>): Promise<void> {
+  await k(['patch', 'apps.kappctrl.k14s.io', name, '-n', NS, '--type=merge', '-p', JSON.stringify({ spec })]);
+}
+
+/**
+ * Waits until the held fetch of `name` reached the server, sets `spec` (a new generation) while
+ * that fetch still waits, holds the answer for `holdMs` more (longer than any poll of the App
+ * during a tool run), releases it, and returns the App once generation 2 is marked
+ * `Canceled/paused` and the run's final status is written.
+ */
+async function holdFetchAndSet(name: string, spec: Record<string, unknown>, holdMs = 5_000): Promise<AppObject> {
+  await waitFor(
+    `the fetch of ${name} to reach the server`,
+    async () => (held.get(name)?.requested ? true : undefined),
+    {
+      timeoutMs: 120_000,
+    },
+  );
+  const running = await rt.waitForApp(NS, name, (a) => a.status?.observedGeneration === 1, 'generation 1 running');
+  expect(running.status?.conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
+  await patchSpec(name, spec);
+  await new Promise((r) => setTimeout(r, holdMs));
+  held.get(name)?.release?.();
+  // The run's final status (no longer Reconciling), marked for generation 2. Not the runtime's
+  // idle(): the other App's fetch is still held then, so the runtime is never idle.
+  const app = await rt.waitForApp(
+    NS,
+    name,
+    (a) =>
+      a.status?.observedGeneration === 2 &&
+      a.status?.friendlyDescription === 'Canceled/paused' &&
+      !(a.status?.conditions ?? []).some((c) => c.type === 'Reconciling'),
+    'generation 2 observed as Canceled/paused with the run finished',
+  );
+  expect(app.metadata.generation).toBe(2);
   return app;
 }
 
@@ -453,5 +522,34 @@ describe('fetch (reference §2.1.2, §3.6)', () => {
     expect(tag.status?.fetch?.exitCode).toBe(1);
     // the last deploy (round 1) stays
     expect((await getObject<ConfigMap>('configmap', NS, `${N.tag}-config`))?.data?.round).toBe('1');
+  });
+});
+
+describe('paused and canceled while the fetch runs (reference §3.10)', () => {
+  it('paused: the running reconcile finishes (deployed, ReconcileSucceeded), then Canceled/paused', async () => {
+    const app = await holdFetchAndSet(N.paused, { paused: true });
+    const s = app.status ?? {};
+    expect(s.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    expect(s.consecutiveReconcileSuccesses).toBe(1);
+    expect(s.deploy?.exitCode).toBe(0);
+    expect(s.deploy?.finished).toBe(true);
+    expect(app.metadata.finalizers).toContain(APP_FINALIZER);
+    expect((await getObject<ConfigMap>('configmap', NS, `${N.paused}-config`))?.data).toEqual({ v: 'one' });
+  });
+
+  it('canceled: fetch and template finish, kapp never starts: Deploying: Already canceled', async () => {
+    const app = await holdFetchAndSet(N.canceled, { canceled: true });
+    const message = 'Deploying: Already canceled';
+    const s = app.status ?? {};
+    expect(s.conditions).toEqual([{ type: 'ReconcileFailed', status: 'True', message }]);
+    expect(s.usefulErrorMessage).toBe(message);
+    expect(s.consecutiveReconcileFailures).toBe(1);
+    expect(s.fetch?.exitCode).toBe(0);
+    expect(s.template?.exitCode).toBe(0);
+    expect(s.deploy).toEqual(preExecPart(message, 'deploy'));
+    // blockDeletion runs before kapp: the finalizer is on, nothing deployed
+    expect(app.metadata.finalizers).toContain(APP_FINALIZER);
+    expect(await getObject('configmap', NS, `${N.canceled}-config`)).toBeUndefined();
+    expect(await getObject('configmap', NS, `${N.canceled}.app`)).toBeUndefined();
   });
 });

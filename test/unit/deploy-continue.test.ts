@@ -214,9 +214,21 @@ describe('the continuation', () => {
     expect(sender.sent).toEqual([]);
   });
 
+  it('the App paused meanwhile: kapp goes on (upstream: paused does not stop a running reconcile), the result is marked Canceled/paused', async () => {
+    const w = await world();
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    changeApp(w, 'paused');
+    const sender = new MemoryEventSender();
+    const res = await deployHandler(w, sender)(record(continued(1)), { getRemainingTimeInMillis: () => 900_000 });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(w.tools()).toEqual(['kapp']);
+    const last = w.statuses().at(-1);
+    expect(last?.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    expect(last).toMatchObject({ observedGeneration: 2, friendlyDescription: 'Canceled/paused' });
+    expect(sender.sent).toEqual([]);
+  });
+
   it.each([
-    // Pausing changes the spec: the continuation's run is stale.
-    ['paused', 'stale'],
     ['generation', 'stale'],
     ['deleted', 'gone'],
   ] as const)('the App %s meanwhile: stops without kapp, nothing queued (%s)', async (change, outcome) => {

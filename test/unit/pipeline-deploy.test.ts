@@ -40,6 +40,12 @@ const PARTS = { fetch: FETCH_PART, template: TEMPLATE_PART };
 const DEPLOYED = { finished: true, exitCode: 0, stdout: 'Succeeded', startedAt: NOW, updatedAt: NOW };
 const KAPP_FAILED = 'Deploying: Error (see .status.usefulErrorMessage for details)';
 const UNSUPPORTED = 'Unsupported way to deploy';
+const ALREADY_CANCELED = 'Deploying: Already canceled';
+
+/** A run's final status as written for an App paused or canceled since (generation 2): marked held. */
+function markedHeld(status: AppStatus): AppStatus {
+  return { ...status, observedGeneration: 2, friendlyDescription: 'Canceled/paused' };
+}
 
 interface Row {
   /** The App in the cluster; `null`: none. */
@@ -110,7 +116,31 @@ const rows: Record<string, Row> = {
       changeApp(w, 'paused');
       return { stdout: 'Succeeded' };
     },
-    statuses: [finalSucceeded({ ...PARTS, deploy: DEPLOYED } as Partial<AppStatus>)],
+    // the result and the held spec's mark, in one write (reference §3.10)
+    statuses: [markedHeld(finalSucceeded({ ...PARTS, deploy: DEPLOYED } as Partial<AppStatus>))],
+    finalizer: true,
+    outcome: 'succeeded',
+    tools: ['kapp'],
+  },
+  // upstream's cancel channel is closed before kapp starts (reference §3.10): no kapp, ReconcileFailed
+  'canceled since the run started: kapp never starts, Deploying: Already canceled, marked Canceled/paused': {
+    app: { generation: 2, spec: { canceled: true } },
+    statuses: [
+      markedHeld(
+        finalFailed(ALREADY_CANCELED, ALREADY_CANCELED, {
+          ...PARTS,
+          deploy: { finished: true, exitCode: -1, error: ALREADY_CANCELED, startedAt: NOW, updatedAt: NOW },
+        } as Partial<AppStatus>),
+      ),
+    ],
+    finalizer: true,
+    outcome: 'failed',
+    // asked with an aborted signal: the runner answers `Already canceled` without a process
+    tools: ['kapp'],
+  },
+  'paused since the run started: the run deploys (upstream finishes it), marked Canceled/paused': {
+    app: { generation: 2, spec: { paused: true } },
+    statuses: [markedHeld(finalSucceeded({ ...PARTS, deploy: DEPLOYED } as Partial<AppStatus>))],
     finalizer: true,
     outcome: 'succeeded',
     tools: ['kapp'],

@@ -190,6 +190,9 @@ export interface KappProgress {
  * @param stdin - the manifest for `kapp deploy`; `undefined` for inspect and delete.
  * @param watch - the App watched for cancellation; `cancelOnDelete: false` for `kapp delete`
  *   (the App is being deleted while it runs), so only `spec.canceled` kills it then.
+ *   `canceled`: the App was already canceled when the stage read it, so kapp never starts and
+ *   the result is `Already canceled` (upstream's cancel channel is closed by the App watch's
+ *   first event before kapp runs, `pkg/app/app_deploy.go` `newCancelCh`).
  * @param writable - directories kapp may write (the deploy's `--app-metadata-file-output`).
  * @returns the runner's result; resolves for every process outcome.
  */
@@ -197,7 +200,7 @@ export async function runKapp(
   cmd: KappCommand,
   stdin: string | undefined,
   deps: KappRunDeps,
-  watch: { kube: DeployView; ref: ResourceRef; uid: string; cancelOnDelete: boolean },
+  watch: { kube: DeployView; ref: ResourceRef; uid: string; cancelOnDelete: boolean; canceled?: boolean },
   onProgress: (progress: KappProgress) => Promise<void>,
   writable: readonly string[] = [],
 ): Promise<RunResult> {
@@ -222,7 +225,7 @@ export async function runKapp(
       env: cmd.env,
       stdin,
       writable,
-      signal: watcher.signal,
+      signal: watch.canceled ? AbortSignal.abort(new Error('App canceled')) : watcher.signal,
       killGraceMs: KAPP_KILL_GRACE_MS,
       timeoutMs: deps.config.toolTimeoutMs,
       maxOutputBytes: KAPP_OUTPUT_BYTES,

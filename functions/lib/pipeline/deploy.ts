@@ -147,6 +147,9 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   let kappStatus = app.status?.deploy?.kapp;
   let access: ClusterAccess | undefined;
 
+  // Canceled since the run started (`openStage` lets such a run go on): kapp answers `Already
+  // canceled` without starting, and a resync's unchanged deploy is not reused (upstream calls kapp).
+  const canceled = Boolean(app.spec.canceled);
   const blocked = await blockDeletion(frame, ref.uid);
   // Set when a resync found nothing changed since the last deploy: that deploy's status.
   let reused: DeployStatus | undefined;
@@ -159,11 +162,12 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       const kapp = appKappDeploy(app.spec);
       // The check lists as the App with the token last minted for it, when fresh: no read of
       // its ServiceAccount (the list fails if that is gone, and the full path below reads it).
-      const quick = record.reusable ? cachedClusterAccess(app, kube, mask) : undefined;
-      reused = quick && record.reusable ? await unchangedSince(frame, record.reusable, quick, deps) : undefined;
+      const reusable = canceled ? undefined : record.reusable;
+      const quick = reusable ? cachedClusterAccess(app, kube, mask) : undefined;
+      reused = quick && reusable ? await unchangedSince(frame, reusable, quick, deps) : undefined;
       if (!reused) access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
-      if (!reused && !quick && record.reusable && access) {
-        reused = await unchangedSince(frame, record.reusable, access, deps);
+      if (!reused && !quick && reusable && access) {
+        reused = await unchangedSince(frame, reusable, access, deps);
       }
       if (reused || !access) {
         result = { stdout: reused?.stdout ?? '', stderr: reused?.stderr ?? '', exitCode: 0, finished: true };
@@ -191,7 +195,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
           cmd,
           manifest.toString('utf8'),
           deps,
-          { kube, ref: kref, uid: ref.uid, cancelOnDelete: true },
+          { kube, ref: kref, uid: ref.uid, cancelOnDelete: true, canceled },
           async ({ stdout, stderr, applying }) => {
             flushAll ||= applying;
             if (!flushAll) return;
@@ -280,7 +284,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         cmd,
         undefined,
         deps,
-        { kube, ref: kref, uid: ref.uid, cancelOnDelete: true },
+        { kube, ref: kref, uid: ref.uid, cancelOnDelete: true, canceled },
         async () => {},
       );
       tools = { runs: tools.runs + 1, ms: tools.ms + run.durationMs };

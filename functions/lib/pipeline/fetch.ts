@@ -279,8 +279,9 @@ export async function runFetch(
   let fetched = usable ? await readPinned() : undefined;
   let cached = fetched !== undefined;
   if (!fetched) {
-    // Deleting (or canceling) the App kills the fetch, as it kills kapp during a deploy.
-    const watch = watchForAbort(kube, frame.ref, ctx.ref.uid, deps);
+    // Deleting the App kills the fetch, as it kills kapp during a deploy; canceling does not
+    // (only kapp is cancellable upstream, reference §3.10).
+    const watch = watchForAbort(kube, frame.ref, ctx.ref.uid, deps, { abortOnCancel: false });
     const vendir = async (): Promise<FlightRun<Fetched>> => {
       let r: Awaited<ReturnType<typeof fetchWithVendir>>;
       try {
@@ -311,7 +312,7 @@ export async function runFetch(
       await watch.stop();
     }
     if (flight.kind === 'aborted' || watch.signal.aborted) {
-      // The delete (or the canceled spec's run) owns the App now: no fetch status for it.
+      // The delete owns the App now: no fetch status for it.
       frame.done('stale', { tools });
       return {};
     }

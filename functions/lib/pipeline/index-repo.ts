@@ -115,6 +115,7 @@ export const PKGR_KIND: StageKind<LoadedRepo> = {
     return parsed.success ? { raw, pkgr: parsed.data } : undefined;
   },
   held: ({ pkgr }) => Boolean(pkgr.spec.paused),
+  markHeld: (status, generation) => markPausedOrCanceled(status, generation, 'PackageRepository'),
   status: ({ pkgr }) => pkgr.status as AppStatus | undefined,
 };
 

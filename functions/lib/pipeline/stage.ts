@@ -24,7 +24,14 @@ import type { StageOutcome } from '../log.js';
 import type { ReconcileObserver } from '../observe/reconcile.js';
 import type { StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { cutForEvent, type RunParts, type StagePart, summarizeStatus, writesImmediately } from '../reconcile/status.js';
+import {
+  cutForEvent,
+  markPausedOrCanceled,
+  type RunParts,
+  type StagePart,
+  summarizeStatus,
+  writesImmediately,
+} from '../reconcile/status.js';
 import {
   appRef,
   eventErrorText,
@@ -55,6 +62,11 @@ export interface StageKind<L extends { raw: KubeObject }> {
   parse(raw: KubeObject): L | undefined;
   /** True when the object's spec holds its reconcile (paused, canceled). */
   held(loaded: L): boolean;
+  /**
+   * The status a held object shows for `generation` (`observedGeneration` + the kind's
+   * paused text, conditions kept): what a reconcile of the held spec writes.
+   */
+  markHeld(status: AppStatus | undefined, generation: number): AppStatus;
   /** The object's status as read (the write policy asks whether it announced the run). */
   status(loaded: L): AppStatus | undefined;
 }
@@ -68,6 +80,7 @@ export const APP_KIND: StageKind<LoadedApp> = {
     return parsed.success ? { raw, app: parsed.data } : undefined;
   },
   held: ({ app }) => Boolean(app.spec.canceled || app.spec.paused),
+  markHeld: (status, generation) => markPausedOrCanceled(status, generation),
   status: ({ app }) => app.status,
 };
 
@@ -132,6 +145,11 @@ export interface OpenStageInput<V extends FetchView, L extends { raw: KubeObject
  * Opens a stage: re-reads the object (functions never trust an event's copy), fences it on
  * uid + generation and stops on stale, gone or paused, logging the stop.
  *
+ * A run whose object was paused or canceled since it started (a newer generation that holds the
+ * object, same uid) goes on, on the object as read now: upstream's running reconcile is not
+ * affected by `paused`, and `canceled` only stops kapp (reference §3.10). Its writes land through
+ * {@link closeStage}'s held path; the held spec's own event marks `Canceled/paused` as well.
+ *
  * @returns the frame, or the stop outcome (already logged).
  * @throws KubeApiError when the read fails (the transport retries the stage).
  */
@@ -153,36 +171,42 @@ export async function openStage<V extends FetchView, L extends { raw: KubeObject
   if (!loaded) {
     const read = await input.kind.load(kube, ref);
     const state = checkFence(read.kind === 'ok' ? read.loaded.raw : undefined, fence);
-    if (read.kind !== 'ok' || state !== 'ok') {
+    const heldSince = read.kind === 'ok' && state === 'stale' && input.kind.held(read.loaded);
+    if (read.kind !== 'ok' || (state !== 'ok' && !heldSince)) {
       const stop = state === 'ok' ? 'gone' : state;
       done(stop);
       return { stop };
     }
     loaded = read.loaded;
     latest = read.loaded.raw;
+    if (heldSince) return { frame: frameOf(deps, input, { kube, ref, fence, done, loaded, latest }) };
   }
   if (input.kind.held(loaded)) {
     done('paused');
     return { stop: 'paused' };
   }
+  return { frame: frameOf(deps, input, { kube, ref, fence, done, loaded, latest }) };
+}
+
+/** The frame of a stage {@link openStage} lets run (kept as the run's copy, when the driver keeps one). */
+function frameOf<V extends FetchView, L extends { raw: KubeObject }>(
+  deps: PipelineDeps,
+  input: OpenStageInput<V, L>,
+  opened: Pick<StageFrame<V, L>, 'kube' | 'ref' | 'fence' | 'done' | 'loaded' | 'latest'>,
+): StageFrame<V, L> {
   const secondsSince = (since: Date) => Math.max(0, (deps.now().getTime() - since.getTime()) / 1000);
   const runStartedAt = input.runStartedAt ? new Date(input.runStartedAt) : undefined;
   const frame: StageFrame<V, L> = {
-    kube,
-    ref,
-    object,
-    fence,
-    loaded,
+    ...opened,
+    object: input.object,
     kind: input.kind,
     mask: secretMaskOf(deps),
-    done,
-    observe: observerOf(deps, object, input.kind.status(loaded)),
+    observe: observerOf(deps, input.object, input.kind.status(opened.loaded)),
     runSeconds: () => (runStartedAt ? secondsSince(runStartedAt) : undefined),
     secondsSince,
-    latest,
   };
   if (deps.runCopy) deps.runCopy.frame = frame;
-  return { frame };
+  return frame;
 }
 
 /**
@@ -298,10 +322,11 @@ export interface CloseStageInput {
 /**
  * Closes a stage with the one write policy (see the module comment) and logs its outcome.
  *
- * The last stage's final write also lands when the object was canceled or paused meanwhile:
- * upstream's running reconcile always writes its result then (the generation bumped); the
- * follow-up only marks `Canceled/paused` and leaves the condition. Any other spec change is the
- * next run's.
+ * Every write also lands when the object was canceled or paused meanwhile (a run that goes on,
+ * see {@link openStage}): upstream's running reconcile always writes its result then (the
+ * generation bumped), and its follow-up marks `Canceled/paused` for the new generation, leaving
+ * the condition. Here both land in one write (the held spec's own event writes the same again),
+ * so the status is final whichever comes first. Any other spec change is the next run's.
  *
  * @returns `next: true` when the run goes on to the next stage; false when it ended here
  *   (final status written, or stale/gone).
@@ -316,7 +341,7 @@ export async function closeStage<L extends { raw: KubeObject }>(
   if (result.error || input.last) {
     const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
     let w = await writeFrameStatus(frame, final);
-    if (w.outcome === 'stale' && input.last) w = await writeHeld(frame, final, w);
+    if (w.outcome === 'stale') w = await writeHeld(frame, final, w);
     const outcome: StageOutcome =
       w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : input.success;
     const ended = outcome !== 'stale' && outcome !== 'gone';
@@ -332,7 +357,9 @@ export async function closeStage<L extends { raw: KubeObject }>(
     return { next: false };
   }
   if (writesImmediately(frame.kind.status(loaded)) || (input.own && cutForEvent(input.own))) {
-    const w = await writeFrameStatus(frame, (cur) => summarizeStatus(cur, fence.generation, parts));
+    const now = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts);
+    let w = await writeFrameStatus(frame, now);
+    if (w.outcome === 'stale') w = await writeHeld(frame, now, w);
     if (w.outcome === 'stale' || w.outcome === 'gone') {
       done(w.outcome, { tools });
       return { next: false };
@@ -342,7 +369,10 @@ export async function closeStage<L extends { raw: KubeObject }>(
   return { next: true };
 }
 
-/** The final write again, fenced on the live generation, when the object was only canceled or paused. */
+/**
+ * A write again, fenced on the live generation, when the object was only canceled or paused
+ * since the run started: the run's status, then marked held for the live generation.
+ */
 async function writeHeld<L extends { raw: KubeObject }>(
   frame: StageFrame<FetchView, L>,
   final: (cur: AppStatus | undefined) => AppStatus,
@@ -354,7 +384,7 @@ async function writeHeld<L extends { raw: KubeObject }>(
   }
   const fence = { uid: frame.fence.uid, generation: live.loaded.raw.metadata.generation ?? 0 };
   frame.latest = live.loaded.raw;
-  return await writeFrameStatus(frame, final, fence);
+  return await writeFrameStatus(frame, (cur) => frame.kind.markHeld(final(cur), fence.generation), fence);
 }
 
 /**

@@ -208,8 +208,9 @@ export async function runTemplate(
   }
   let cached = rendered !== undefined;
   if (!rendered) {
-    // Deleting (or canceling) the App kills the templating tools, as it kills kapp.
-    const watch = watchForAbort(kube, frame.ref, ref.uid, deps);
+    // Deleting the App kills the templating tools, as it kills kapp; canceling does not (only
+    // kapp is cancellable upstream, reference §3.10): the run goes on to kapp's `Already canceled`.
+    const watch = watchForAbort(kube, frame.ref, ref.uid, deps, { abortOnCancel: false });
     const render = async (): Promise<FlightRun<Rendered>> => {
       const tgz = await infraStep('reading the fetch artifact', () =>
         readArtifact(deps, scope, data.artifacts.fetchKey),

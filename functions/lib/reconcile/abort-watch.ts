@@ -32,6 +32,13 @@ export interface AbortWatchOptions {
   /** Abort when the App is deleted, not only when canceled. Default true. */
   abortOnDelete?: boolean;
   /**
+   * Abort when the App is canceled (`spec.canceled`). Default true (kapp). The fetch and
+   * template stages pass false: upstream runs vendir and the templaters in its sidecar, which
+   * cannot cancel them (reference §3.10), so a canceled run finishes them and kapp answers
+   * `Already canceled`.
+   */
+  abortOnCancel?: boolean;
+  /**
    * Runs after each poll that did not abort (deploy copies kapp's progress into status), with
    * the object that poll read (`undefined`: not found), so a status write need not read it again.
    */
@@ -70,7 +77,8 @@ export function watchForAbort(
         try {
           const live = await kube.getObject<KubeObject & { spec?: { canceled?: boolean } }>(ref);
           const deleted = !live || live.metadata.uid !== uid || Boolean(live.metadata.deletionTimestamp);
-          if (!stopped && (live?.spec?.canceled || ((opts.abortOnDelete ?? true) && deleted))) {
+          const canceled = (opts.abortOnCancel ?? true) && Boolean(live?.spec?.canceled);
+          if (!stopped && (canceled || ((opts.abortOnDelete ?? true) && deleted))) {
             abort.abort(new Error('App canceled or deleted'));
           } else if (!stopped) {
             await opts.onTick?.(live);
