@@ -387,11 +387,24 @@ describe('template, deploy options and triggers (reference §2.1.3, §2.1.4, §3
     const first = await succeeded(N.refChange);
     const data = async () => (await getObject<ConfigMap>('configmap', NS, `${N.refChange}-config`))?.data;
     expect(await data()).toEqual({ greeting: 'one', farewell: 'one' });
-    /** Applies `object` and waits for the next successful reconcile of generation 1 after `prev`. */
-    const changeAndWait = async (object: object, prev: AppObject): Promise<AppObject> => {
+    /**
+     * Applies `object` and waits (syncPeriod is 10m: only the change can bring it) until the
+     * deployed ConfigMap holds `want` and the App shows a successful reconcile of generation 1
+     * after `prev`. The data is what is awaited, not the next success alone: under load a
+     * reconcile already in flight before the change may be the next success, with the old data.
+     */
+    const changeAndWait = async (object: object, prev: AppObject, want: Record<string, string>): Promise<AppObject> => {
       const successes = prev.status?.consecutiveReconcileSuccesses ?? 0;
       await apply(object);
-      // syncPeriod is 10m: only the change can bring this reconcile
+      await waitFor(
+        `ConfigMap ${N.refChange}-config to hold ${JSON.stringify(want)}`,
+        async () => {
+          const got = (await data()) ?? {};
+          const same = Object.keys(got).length === Object.keys(want).length;
+          return same && Object.entries(want).every(([key, v]) => got[key] === v) ? true : undefined;
+        },
+        { timeoutMs: 60_000, describe: async () => `it holds ${JSON.stringify(await data())}` },
+      );
       const next = await rt.waitForApp(
         NS,
         N.refChange,
@@ -411,8 +424,8 @@ describe('template, deploy options and triggers (reference §2.1.3, §2.1.4, §3
         stringData: { 'values.yml': 'greeting: two\n' },
       },
       first,
+      { greeting: 'two', farewell: 'one' },
     );
-    expect(await data()).toEqual({ greeting: 'two', farewell: 'one' });
     await changeAndWait(
       {
         apiVersion: 'v1',
@@ -421,8 +434,8 @@ describe('template, deploy options and triggers (reference §2.1.3, §2.1.4, §3
         data: { 'values.yml': 'farewell: two\n' },
       },
       second,
+      { greeting: 'two', farewell: 'two' },
     );
-    expect(await data()).toEqual({ greeting: 'two', farewell: 'two' });
   });
 
   it('helmTemplate name, namespace and valuesFrom Secret: what helm renders with', async () => {
