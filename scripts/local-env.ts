@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Cluster, startCluster } from '../test/harness/cluster.js';
+import { requireFixtures } from '../test/harness/fixtures.js';
 import { kubectl } from '../test/harness/kube.js';
 import { type AllServers, startAllServers } from '../test/harness/servers.js';
 
@@ -78,6 +79,7 @@ export interface LocalEnvironment {
  * @throws Error when something cannot start (what did start is stopped).
  */
 export async function startLocalEnvironment(log: (m: string) => void): Promise<LocalEnvironment> {
+  requireFixtures();
   const [c, s] = await Promise.allSettled([startCluster({ log }), startAllServers()]);
   const stop = async () => {
     if (s.status === 'fulfilled') await s.value.stop().catch(() => undefined);

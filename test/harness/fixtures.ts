@@ -34,6 +34,19 @@ export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url
 export const FIXTURES_DIR = path.resolve(REPO_ROOT, '..', 'shared', 'fixtures');
 
 /**
+ * Checks that {@link FIXTURES_DIR} is there before anything starts: a checkout without the
+ * project's `shared/` folder beside it otherwise failed ~20 s later, after the control plane
+ * had started, with a bare `ENOENT scandir`.
+ * @throws Error naming the expected path and what it holds.
+ */
+export function requireFixtures(): void {
+  if (existsSync(FIXTURES_DIR)) return;
+  throw new Error(
+    `the shared fixtures are missing: expected ${FIXTURES_DIR} (the project's shared/ folder beside this checkout, ../shared, holds the charts, git repositories and bundles the demo and the tests serve on 127.0.0.1); clone or link it there`,
+  );
+}
+
+/**
  * Absolute path inside {@link FIXTURES_DIR}.
  * @throws Error when a part contains `..` (paths stay inside the fixtures).
  */

@@ -10,6 +10,7 @@
  */
 import type { TestProject } from 'vitest/node';
 import { startCluster } from './cluster.js';
+import { requireFixtures } from './fixtures.js';
 import { type ServersInfo, startAllServers } from './servers.js';
 
 /** Serialisable facts about the shared cluster, as provided to tests. */
@@ -46,6 +47,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   // Global setup runs in vitest's main process, which the config's `test.env` does not reach:
   // the pinned AWS SDK works on Node 20, and its notice about future releases is noise here.
   process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+  requireFixtures();
   const log = (m: string) => console.error(`[global-setup] ${m}`);
   const started = Date.now();
   const [cluster, servers] = await Promise.allSettled([startCluster({ log }), startAllServers()]);
