@@ -118,10 +118,16 @@ describe.concurrent('App lifecycle with the real kapp', () => {
       ),
     );
     // Mid-deploy: kapp applied and is waiting on the Deployment; its output so far is in status.
+    // kapp applies the ConfigMap first and waits on it too, so a progress write can show a wait
+    // before the Deployment's create line: wait for both.
     const mid = await rt.waitForApp(
       NS,
       name,
-      (a) => (a.status?.deploy?.finished === false && a.status.deploy.stdout?.includes('---- waiting on ')) ?? false,
+      (a) =>
+        (a.status?.deploy?.finished === false &&
+          a.status.deploy.stdout?.includes('---- waiting on ') &&
+          a.status.deploy.stdout.includes(`create deployment/${name}-stuck`)) ??
+        false,
       'kapp output in status.deploy while it waits',
     );
     const s = mid.status ?? {};
