@@ -12,7 +12,7 @@
  * |---|---|---|
  * | `dev.kapp-lambda.object.v1` | forwarder → fetch (App), install (PackageInstall), index-repo (PackageRepository) | {@link ObjectEventData} |
  * | `dev.kapp-lambda.stage.template.v1` | fetch → template | {@link TemplateStageData} |
- * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy; deploy → deploy (continuation) | {@link DeployStageData} |
+ * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy; deploy → deploy (continuation); fetch or template → deploy (inspect after a failure, `afterFailure`) | {@link DeployStageData} |
  * | `dev.kapp-lambda.stage.delete.v1` | fetch → deploy (an App being deleted) | {@link DeleteStageData} |
  * | `dev.kapp-lambda.repo.indexed.v1` | index-repo → install | {@link RepoIndexedData} |
  *
@@ -257,9 +257,12 @@ export type TemplateStageData = z.infer<typeof TemplateStageDataSchema>;
  */
 export const MAX_DEPLOY_CONTINUATIONS = 1000;
 
+/** The stages whose failure an App run may hand to the deploy function for `kapp inspect` ({@link DeployStageData} `afterFailure`). */
+export const INSPECT_AFTER_STAGES = ['fetch', 'template'] as const;
+
 /**
- * `data` of `dev.kapp-lambda.stage.deploy.v1` (template → deploy, or deploy → deploy to continue):
- * `{ object, run, artifacts: { fetchKey?, manifestKey }, fetchStatus?, templateStatus?, continuation? }`.
+ * `data` of `dev.kapp-lambda.stage.deploy.v1` (template → deploy, deploy → deploy to continue, or fetch/template → deploy to inspect after a failure):
+ * `{ object, run, artifacts: { fetchKey?, manifestKey? }, fetchStatus?, templateStatus?, continuation?, afterFailure? }`.
  * `object.kind` must be `App`. `manifestKey` is the `artifacts/template/sha256/<hex>.yaml` key
  * of the rendered manifest (or its private `private/.../template/<mac>.yaml` key); `fetchKey`
  * is kept for receipts. `receipt` (here and in {@link TemplateStageDataSchema}) is what the run's
@@ -268,18 +271,33 @@ export const MAX_DEPLOY_CONTINUATIONS = 1000;
  * function deadline stopped kapp while it waited: `count` (1-based) of follow-ups so far (at most
  * {@link MAX_DEPLOY_CONTINUATIONS}), `deployStartedAt` when the run's first kapp started (the
  * `status.deploy.startedAt` kept, and the start of kapp's wait budget).
+ *
+ * `afterFailure` (fetch → deploy, template → deploy; then no `manifestKey` and no continuation):
+ * the run failed at that stage after an earlier deploy, and only the deploy function holds the
+ * cluster access `kapp inspect` needs. Upstream's `reconcileDeploy` inspects whenever
+ * `status.deploy` exists, whatever stage failed (reference §3.2, §3.8.4), and writes the failure
+ * and `status.inspect` in one final status: the deploy function runs inspect only and writes that
+ * final status, its failure read from the failed stage's part (`fetchStatus`/`templateStatus`).
  */
-export const DeployStageDataSchema = z.strictObject({
-  object: ObjectRefSchema,
-  run: StageRunSchema,
-  artifacts: z.strictObject({ fetchKey: fetchKey.optional(), manifestKey }),
-  fetchStatus: StageStatusSummarySchema.optional(),
-  templateStatus: StageStatusSummarySchema.optional(),
-  receipt: ReceiptTrailSchema.optional(),
-  continuation: z
-    .strictObject({ count: z.number().int().min(1).max(MAX_DEPLOY_CONTINUATIONS), deployStartedAt: timestamp })
-    .optional(),
-});
+export const DeployStageDataSchema = z
+  .strictObject({
+    object: ObjectRefSchema,
+    run: StageRunSchema,
+    artifacts: z.strictObject({ fetchKey: fetchKey.optional(), manifestKey: manifestKey.optional() }),
+    fetchStatus: StageStatusSummarySchema.optional(),
+    templateStatus: StageStatusSummarySchema.optional(),
+    receipt: ReceiptTrailSchema.optional(),
+    continuation: z
+      .strictObject({ count: z.number().int().min(1).max(MAX_DEPLOY_CONTINUATIONS), deployStartedAt: timestamp })
+      .optional(),
+    afterFailure: z.enum(INSPECT_AFTER_STAGES).optional(),
+  })
+  .refine((d) => (d.afterFailure === undefined) !== (d.artifacts.manifestKey === undefined), {
+    error: 'expected artifacts.manifestKey (a deploy) or afterFailure (an inspect after a failed stage), not both',
+  })
+  .refine((d) => d.afterFailure === undefined || d.continuation === undefined, {
+    error: 'an inspect after a failed stage has no continuation',
+  });
 /** See {@link DeployStageDataSchema}. */
 export type DeployStageData = z.infer<typeof DeployStageDataSchema>;
 

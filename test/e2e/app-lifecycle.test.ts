@@ -4,7 +4,8 @@
  *
  * - `inspect: {}`: `status.inspect` after a successful deploy (`kapp inspect` output with
  *   `Resources in app '<N>.app'`), and after the next deploy failed (upstream's inspect runs
- *   after every deploy attempt: a fresh inspect of what is still deployed);
+ *   after every deploy attempt: a fresh inspect of what is still deployed), and after later
+ *   fetch and template failures (it runs whenever `status.deploy` exists);
  * - progress in `status.deploy` while kapp waits (`Reconciling`, unfinished, kapp's output so
  *   far), then deleting the App while kapp still waits: the deploy is canceled, `kapp delete`
  *   runs, the resources and the App go away (upstream `delete_test.go`);
@@ -68,7 +69,7 @@ interface Meta {
 }
 
 describe.concurrent('App lifecycle with the real kapp', () => {
-  it('inspect: status.inspect after a successful deploy, and refreshed after the next deploy failed', async () => {
+  it('inspect: status.inspect after a successful deploy, refreshed after a failed deploy, fetch and template', async () => {
     const name = `inspect-${id}`;
     const ok = { 'cm.yml': configMapYaml(`${name}-config`, { v: 'one' }) };
     await apply(inlineApp(name, ok, { inspect: {} }));
@@ -105,6 +106,38 @@ describe.concurrent('App lifecycle with the real kapp', () => {
     expect(s2.inspect?.stdout).not.toContain(`${name}-bad`);
     expect((s2.inspect?.updatedAt ?? '') >= (s2.deploy?.updatedAt ?? '~')).toBe(true);
     expect((s2.inspect?.updatedAt ?? '') >= (s1.inspect?.updatedAt ?? '~')).toBe(true);
+
+    // A later fetch failure (upstream inspects whenever status.deploy exists, reference §3.2):
+    // status.inspect is listed afresh, status.deploy stays the last attempt's.
+    const missingSecret = `no-such-secret-${id}`;
+    await apply(
+      appManifest(NS, name, {
+        fetch: [{ inline: { paths: ok, pathsFrom: [{ secretRef: { name: missingSecret } }] } }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: { inspect: {} } }],
+      }),
+    );
+    const fetchFailed = await rt.waitForApp(NS, name, failedAt(3), 'generation 3 failed at fetch');
+    const fetchMessage = `Fetching: secrets "${missingSecret}" not found`;
+    expectFailed(fetchFailed, fetchMessage);
+    const s3 = fetchFailed.status ?? {};
+    expect(s3.usefulErrorMessage).toBe(fetchMessage);
+    expect(s3.deploy).toEqual(s2.deploy);
+    expect(Object.keys(s3.inspect ?? {}).sort()).toEqual(['exitCode', 'stdout', 'updatedAt']);
+    expect(s3.inspect?.stdout).toContain(`Resources in app '${name}.app'`);
+    expect(s3.inspect?.stdout).toContain(`${name}-config`);
+    expect((s3.inspect?.updatedAt ?? '') >= (s3.fetch?.updatedAt ?? '~')).toBe(true);
+
+    // A later template failure: the same.
+    await apply(inlineApp(name, { ...ok, 'bad.yml': '#@ fail("e2e template failure")\n' }, { inspect: {} }));
+    const templateFailed = await rt.waitForApp(NS, name, failedAt(4), 'generation 4 failed at template');
+    expectFailed(templateFailed, `Templating dir: ${SEE_USEFUL}`);
+    const s4 = templateFailed.status ?? {};
+    expect(s4.usefulErrorMessage).toContain('e2e template failure');
+    expect(s4.deploy).toEqual(s2.deploy);
+    expect(s4.inspect?.exitCode).toBe(0);
+    expect(s4.inspect?.stdout).toContain(`${name}-config`);
+    expect((s4.inspect?.updatedAt ?? '') >= (s4.template?.updatedAt ?? '~')).toBe(true);
   });
 
   it('progress in status.deploy while kapp waits; deleting the App then cancels the deploy, runs kapp delete and removes everything', async () => {

@@ -259,7 +259,19 @@ describe('parseEvent', () => {
 
     const d = deployEvent({ object: app, run, artifacts: { manifestKey } }, { time });
     const noManifest = withFields(d, { 'data.artifacts': { fetchKey } });
-    expect(errorOf(noManifest)).toBe('data.artifacts.manifestKey: expected string, received undefined');
+    expect(errorOf(noManifest)).toBe(
+      'data: expected artifacts.manifestKey (a deploy) or afterFailure (an inspect after a failed stage), not both',
+    );
+    // An inspect after a failed stage names no manifest, and never continues.
+    const inspect = deployEvent({ object: app, run, artifacts: {}, afterFailure: 'fetch' }, { time });
+    expect(parseEvent(inspect).ok).toBe(true);
+    expect(errorOf(withFields(inspect, { 'data.afterFailure': 'deploy' }))).toMatch(/^data\.afterFailure: /);
+    expect(errorOf(withFields(inspect, { 'data.artifacts': { manifestKey } }))).toBe(
+      'data: expected artifacts.manifestKey (a deploy) or afterFailure (an inspect after a failed stage), not both',
+    );
+    expect(
+      errorOf(withFields(inspect, { 'data.continuation': { count: 1, deployStartedAt: '2024-01-01T00:00:00Z' } })),
+    ).toBe('data: an inspect after a failed stage has no continuation');
 
     const r = repoIndexedEvent(
       { object: pkgRepo, run, artifacts: { indexKey: `artifacts/index/sha256/${hex('c')}.json` } },

@@ -211,6 +211,21 @@ export function wantsInspect(kapp: AppDeployKapp): boolean {
 }
 
 /**
+ * Whether a run of `app` that failed at fetch or template still has `inspect()` to do, as
+ * upstream's `reconcileDeploy` runs it whenever `status.deploy` exists (an earlier deploy
+ * attempt, reference §3.2): then the deploy function ends the run (`DeployStageData`
+ * `afterFailure`). Nothing to do when no deploy was attempted, or when the one kapp entry does
+ * not ask for inspect (upstream's inspect then returns nothing and the status keeps its
+ * `inspect`); an invalid deploy list fails inspect too (`Expected exactly one deploy option`).
+ */
+export function inspectsAfterFailure(app: { spec: AppDeploySpec; status?: { deploy?: unknown } }): boolean {
+  if (!app.status?.deploy) return false;
+  const entries = app.spec.deploy ?? [];
+  const kapp = entries.length === 1 ? entries[0]?.kapp : undefined;
+  return !kapp || wantsInspect(kapp);
+}
+
+/**
  * kapp's client rate limit for PackageRepository deploy and delete: `--kube-api-qps=50
  * --kube-api-burst=100`.
  *

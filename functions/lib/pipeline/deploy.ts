@@ -52,6 +52,7 @@ import {
 } from '../reconcile/result.js';
 import {
   deployStatus,
+  failedPartResult,
   formatStatusTime,
   fromEventPart,
   inspectStatus,
@@ -131,6 +132,11 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   const opened = await openHandOff(deps, 'deploy', data, (id) => deps.clusters.deployView(id), APP_KIND);
   if (opened.stop) return undefined;
   const { frame } = opened;
+  if (data.afterFailure) {
+    await inspectAfterFailure(frame, data, data.afterFailure, deps);
+    return undefined;
+  }
+  const manifestKey = manifestKeyOf(data);
   const { kube, mask, fence } = frame;
   const kref = frame.ref;
   const { app } = frame.loaded;
@@ -174,9 +180,9 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       } else {
         // A private manifest opens only with this run's cluster key (and for the App's namespace).
         const manifest = await infraStep('reading the rendered manifest', () =>
-          readArtifact(deps, scopeOf(ref), data.artifacts.manifestKey),
+          readArtifact(deps, scopeOf(ref), manifestKey),
         );
-        if (!manifest) throw new MissingArtifactError('manifest', data.artifacts.manifestKey);
+        if (!manifest) throw new MissingArtifactError('manifest', manifestKey);
         work = await makeScratch(deps, 'deploy');
         const metadataFile = path.join(work, 'app-metadata.yml');
         const planned = kappDeployCommand({
@@ -220,7 +226,7 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
         if (!result.error && !cut && record.key && meta && access.kubeconfigYaml) {
           await keepDeployRecord(frame, record.key, deps, access.kubeconfigYaml, {
             generation: fence.generation,
-            manifestKey: data.artifacts.manifestKey,
+            manifestKey,
             specDigest: record.specDigest,
             manifest: manifest.toString('utf8'),
             meta,
@@ -260,42 +266,10 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
   frame.observe.phase('deploy', frame.secondsSince(startedAt));
 
   // Inspect after every deploy attempt (status.deploy is now always set), as upstream's
-  // `inspect()`: the deploy entry is checked first (so two entries, or one without kapp, fail
-  // inspect too, asked for or not), then kapp runs only when `inspect` is set, with cluster
-  // access prepared afresh (a credential error fails inspect as it failed deploy).
-  const inspectNeeded = (() => {
-    const entries = app.spec.deploy ?? [];
-    const entryError =
-      entries.length !== 1 ? NOT_ONE_DEPLOY_MESSAGE : entries[0]?.kapp ? undefined : 'Unsupported way to inspect';
-    if (entryError) {
-      parts.inspect = inspectStatus(resultFromError(entryError), { updatedAt: deps.now() }) ?? null;
-      return undefined;
-    }
-    const kapp = entries[0]!.kapp!;
-    return wantsInspect(kapp) ? kapp : undefined;
-  })();
-  if (inspectNeeded) {
-    const kappSpec = inspectNeeded;
-    let inspect: StageResult;
-    try {
-      access ??= await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
-      const cmd = kappInspectCommand({ kapp: kappSpec, access });
-      const run = await runKapp(
-        cmd,
-        undefined,
-        deps,
-        { kube, ref: kref, uid: ref.uid, cancelOnDelete: true, canceled },
-        async () => {},
-      );
-      tools = { runs: tools.runs + 1, ms: tools.ms + run.durationMs };
-      inspect = mask.result(attachError(KAPP_ERROR_PREFIX.inspect, run));
-    } catch (err) {
-      if (outcomeOf(err) !== 'user') throw err;
-      // `Inspecting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`).
-      inspect = resultFromError(err);
-    }
-    parts.inspect = inspectStatus(inspect, { updatedAt: deps.now() }) ?? null;
-  }
+  // `inspect()`, with cluster access prepared afresh unless the deploy prepared it.
+  const inspected = await runInspect(frame, deps, { canceled, ...(access ? { access } : {}) });
+  if (inspected.part !== undefined) parts.inspect = inspected.part;
+  tools = { runs: tools.runs + inspected.tools.runs, ms: tools.ms + inspected.tools.ms };
   await closeStage(frame, {
     parts,
     result,
@@ -315,7 +289,100 @@ function deployReceipt(deps: PipelineDeps, data: DeployStageData) {
     stage: 'deploy',
     ...(data.receipt ? { trail: data.receipt } : {}),
     ...(data.artifacts.fetchKey ? { fetchKey: data.artifacts.fetchKey } : {}),
-    manifestKey: data.artifacts.manifestKey,
+    ...(data.artifacts.manifestKey ? { manifestKey: data.artifacts.manifestKey } : {}),
+  });
+}
+
+/**
+ * The manifest a deploy event names (the schema requires it unless `afterFailure` is set).
+ * @throws Error when the event names none (an event built in code without one).
+ */
+function manifestKeyOf(data: DeployStageData): string {
+  if (!data.artifacts.manifestKey) throw new Error('deploy event without artifacts.manifestKey');
+  return data.artifacts.manifestKey;
+}
+
+/**
+ * Upstream's `inspect()` (`pkg/app/app_deploy.go`), run at the end of a reconcile whenever
+ * `status.deploy` exists: the deploy entry is checked first (two entries, or one without kapp,
+ * fail inspect too, asked for or not), then `kapp inspect` runs only when `inspect` is set.
+ * Cluster access is prepared afresh unless given (a credential error fails inspect as it
+ * failed deploy: the error, without `Inspecting: `, which kapp's own failures get).
+ *
+ * @returns `part`: `status.inspect` (`null`: remove it; `undefined`: leave it), and the tool time.
+ * @throws on infrastructure failures (the transport retries the stage).
+ */
+async function runInspect(
+  frame: StageFrame<DeployView>,
+  deps: PipelineDeps,
+  opts: { canceled: boolean; access?: ClusterAccess },
+): Promise<{ part?: RunParts['inspect']; tools: { runs: number; ms: number } }> {
+  const { app } = frame.loaded;
+  const { kube, mask } = frame;
+  const entries = app.spec.deploy ?? [];
+  const entryError =
+    entries.length !== 1 ? NOT_ONE_DEPLOY_MESSAGE : entries[0]?.kapp ? undefined : 'Unsupported way to inspect';
+  const none = { runs: 0, ms: 0 };
+  if (entryError) {
+    return { part: inspectStatus(resultFromError(entryError), { updatedAt: deps.now() }) ?? null, tools: none };
+  }
+  const kappSpec = entries[0]!.kapp!;
+  if (!wantsInspect(kappSpec)) return { tools: none };
+  let inspect: StageResult;
+  let tools = none;
+  try {
+    const access =
+      opts.access ?? (await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl));
+    const cmd = kappInspectCommand({ kapp: kappSpec, access });
+    const run = await runKapp(
+      cmd,
+      undefined,
+      deps,
+      { kube, ref: frame.ref, uid: frame.object.uid, cancelOnDelete: true, canceled: opts.canceled },
+      async () => {},
+    );
+    tools = { runs: 1, ms: run.durationMs };
+    inspect = mask.result(attachError(KAPP_ERROR_PREFIX.inspect, run));
+  } catch (err) {
+    if (outcomeOf(err) !== 'user') throw err;
+    inspect = resultFromError(err);
+  }
+  return { part: inspectStatus(inspect, { updatedAt: deps.now() }) ?? null, tools };
+}
+
+/**
+ * The end of a run that failed at fetch or template after an earlier deploy (`afterFailure`,
+ * `DeployStageData`): upstream's `reconcileDeploy` then still runs `inspect()` (its
+ * `status.deploy != nil` check holds after any earlier deploy attempt, reference §3.2) and
+ * writes the failure and `status.inspect` in one final status. No finalizer change, no kapp
+ * deploy; the failure is the failed stage's part as stored ({@link failedPartResult}).
+ *
+ * @throws on infrastructure failures (the transport retries the stage).
+ */
+async function inspectAfterFailure(
+  frame: StageFrame<DeployView>,
+  data: DeployStageData,
+  failedAt: NonNullable<DeployStageData['afterFailure']>,
+  deps: PipelineDeps,
+): Promise<void> {
+  const parts: RunParts = {
+    fetch: fromEventPart(data.fetchStatus),
+    ...(data.templateStatus ? { template: fromEventPart(data.templateStatus) } : {}),
+  };
+  const stored = frame.loaded.app.status;
+  const result = failedPartResult(
+    failedAt === 'fetch' ? parts.fetch : parts.template,
+    failedAt === 'fetch' ? stored?.fetch : stored?.template,
+  );
+  const inspected = await runInspect(frame, deps, { canceled: Boolean(frame.loaded.app.spec.canceled) });
+  if (inspected.part !== undefined) parts.inspect = inspected.part;
+  await closeStage(frame, {
+    parts,
+    result,
+    last: true,
+    success: 'succeeded',
+    tools: inspected.tools,
+    receipt: deployReceipt(deps, data),
   });
 }
 
@@ -356,7 +423,7 @@ async function deployRecordOf(
   );
   const blocker = reuseBlocker(record, {
     generation: frame.fence.generation,
-    manifestKey: data.artifacts.manifestKey,
+    manifestKey: manifestKeyOf(data),
     specDigest,
     continuation: Boolean(data.continuation),
     inspect: app.spec.deploy?.[0]?.kapp ? wantsInspect(app.spec.deploy[0].kapp) : false,

@@ -15,6 +15,7 @@ import type { App, AppFetch, RefObjects } from '../api/index.js';
 import { fetchArtifactKey, fetchCacheKey } from '../artifact/keys.js';
 import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { ArtifactError, packDir } from '../artifact/tarball.js';
+import { inspectsAfterFailure } from '../deploy/kapp.js';
 import { proxyEnv, trustEnv } from '../fetch/cluster-trust.js';
 import { prepareHttpSources, restoreHttpLock } from '../fetch/http-source.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
@@ -331,10 +332,24 @@ export async function runFetch(
     artifactKey: fetchKey,
     cached,
     tools,
+    inspectAfter: inspectsAfterFailure(app),
     receipt: receiptOnEnd(deps, { object: ctx.ref, run: ctx.run, stage: 'fetch', ...(fetchKey ? { fetchKey } : {}) }),
   });
-  if (!next || !fetchKey) return {};
   const receipt = trailWith(deps, undefined, 'fetch');
+  if (next === 'failure') {
+    // The deploy function inspects and ends the run (upstream inspects after any failure once deployed).
+    return {
+      deploy: {
+        object: ctx.ref,
+        run: ctx.run,
+        artifacts: {},
+        fetchStatus: toEventPart(part),
+        afterFailure: 'fetch',
+        ...(receipt ? { receipt } : {}),
+      },
+    };
+  }
+  if (!next || !fetchKey) return {};
   return {
     template: {
       object: ctx.ref,

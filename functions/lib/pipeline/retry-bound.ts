@@ -28,7 +28,13 @@
  *
  * @module
  */
-import { EVENT_TYPES, type KappEvent, type ObjectRef, objectRefOf } from '../../../events/schema.js';
+import {
+  type DeployStageData,
+  EVENT_TYPES,
+  type KappEvent,
+  type ObjectRef,
+  objectRefOf,
+} from '../../../events/schema.js';
 import { KAPP_ERROR_PREFIX } from '../deploy/kapp.js';
 import { FETCH_RUN_ERROR_PREFIX } from '../fetch/vendir.js';
 import type { ResourceRef } from '../kube/port.js';
@@ -36,7 +42,15 @@ import type { StatusWriteOutcome } from '../kube/status-write.js';
 import { StageMeter } from '../receipt/meter.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import { formatStatusTime, markDeleteFailed, markFailed } from '../reconcile/status.js';
+import {
+  failedPartResult,
+  formatStatusTime,
+  fromEventPart,
+  markDeleteFailed,
+  markFailed,
+  type RunParts,
+  summarizeStatus,
+} from '../reconcile/status.js';
 import { withClusterConfig } from './cluster-config.js';
 import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
@@ -220,6 +234,9 @@ export async function failRunAfterRetries(
     if (!live || live.metadata.uid !== fence.uid) return 'gone';
     deleting = Boolean(live.metadata.deletionTimestamp);
   }
+  if (event.type === EVENT_TYPES.deploy && event.data.afterFailure) {
+    return await failInspectAfterRetries(event.data, err, deps, mask);
+  }
   const message = `${infraStagePrefix(event, deleting)}${infraCauseText(err, mask)}`;
   const w = await writeAppStatus(
     kube,
@@ -240,6 +257,42 @@ export async function failRunAfterRetries(
       };
       const next = { ...(cur ?? {}), [part]: failedPart, observedGeneration: fence.generation };
       return deleting ? markDeleteFailed(next, message) : markFailed(next, message);
+    },
+    mask,
+  );
+  return w.outcome;
+}
+
+/**
+ * {@link failRunAfterRetries} for the deploy function's inspect after a failed stage
+ * (`DeployStageData.afterFailure`): the run's failure is the stage that failed, not the
+ * inspect, so the final status is that failure (as the event's parts hold it) with
+ * `status.inspect` failed with the cause (`Inspecting: <cause>`), fenced by the run.
+ */
+async function failInspectAfterRetries(
+  data: DeployStageData,
+  err: unknown,
+  deps: PipelineDeps,
+  mask: SecretMask | undefined,
+): Promise<StatusWriteOutcome> {
+  const fence = { uid: data.object.uid, generation: data.run.generation };
+  const parts: RunParts = {
+    fetch: fromEventPart(data.fetchStatus),
+    ...(data.templateStatus ? { template: fromEventPart(data.templateStatus) } : {}),
+    inspect: {
+      exitCode: -1,
+      error: `${KAPP_ERROR_PREFIX.inspect}${infraCauseText(err, mask)}`,
+      updatedAt: formatStatusTime(deps.now()),
+    },
+  };
+  const w = await writeAppStatus(
+    deps.clusters.fetchView(data.object.clusterId),
+    resourceRefOf(data.object),
+    fence,
+    (cur) => {
+      const failed = data.afterFailure === 'template' ? 'template' : 'fetch';
+      const result = failedPartResult(parts[failed], cur?.[failed]);
+      return summarizeStatus(cur, fence.generation, parts, result);
     },
     mask,
   );

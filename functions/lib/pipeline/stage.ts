@@ -307,6 +307,11 @@ export interface CloseStageInput {
   result: StageResult;
   /** The run's last stage: the final status is written whatever the result. */
   last?: boolean;
+  /**
+   * A failure a later stage ends the run with (`DeployStageData.afterFailure`: the deploy
+   * function's inspect): no final status here; the parts are written now under the usual rules.
+   */
+  handsOnFailure?: boolean;
   /** The outcome logged when the stage succeeded (`cached` when no tool ran). */
   success: 'succeeded' | 'cached';
   /** Tool runs and time of the stage, for the log line. */
@@ -338,7 +343,7 @@ export async function closeStage<L extends { raw: KubeObject }>(
 ): Promise<{ next: boolean }> {
   const { fence, mask, done, loaded } = frame;
   const { parts, result, tools } = input;
-  if (result.error || input.last) {
+  if ((result.error && !input.handsOnFailure) || input.last) {
     const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
     let w = await writeFrameStatus(frame, final);
     if (w.outcome === 'stale') w = await writeHeld(frame, final, w);
@@ -365,7 +370,8 @@ export async function closeStage<L extends { raw: KubeObject }>(
       return { next: false };
     }
   }
-  done(input.success, { tools });
+  if (result.error) done('failed', { error: mask.redact(result.error), tools });
+  else done(input.success, { tools });
   return { next: true };
 }
 
@@ -390,16 +396,30 @@ async function writeHeld<L extends { raw: KubeObject }>(
 /**
  * Closes a stage whose success hands an artifact to the next stage (fetch → template →
  * deploy): without its artifact the run always carries its error, so it is then the run's
- * last stage (a guard), and the logged success is `cached` when no tool ran.
+ * last stage (a guard), unless `inspectAfter` hands the failure on to the deploy function's
+ * inspect ({@link CloseStageInput.handsOnFailure}); the logged success is `cached` when no tool ran.
  *
- * @returns true when the next stage runs (the stage succeeded, the run is still current and
- *   the artifact exists).
+ * @returns `artifact` when the next stage runs with the artifact (the stage succeeded, the run
+ *   is still current and the artifact exists), `failure` when the failure is handed on (the run
+ *   is still current), else `undefined` (the run ended here).
  */
 export async function closeHandingOn<L extends { raw: KubeObject }>(
   frame: StageFrame<FetchView, L>,
-  input: Omit<CloseStageInput, 'last' | 'success'> & { artifactKey: string | undefined; cached: boolean },
-): Promise<boolean> {
-  const { artifactKey, cached, ...rest } = input;
-  const closed = await closeStage(frame, { ...rest, last: !artifactKey, success: cached ? 'cached' : 'succeeded' });
-  return closed.next && artifactKey !== undefined;
+  input: Omit<CloseStageInput, 'last' | 'success' | 'handsOnFailure'> & {
+    artifactKey: string | undefined;
+    cached: boolean;
+    inspectAfter?: boolean;
+  },
+): Promise<'artifact' | 'failure' | undefined> {
+  const { artifactKey, cached, inspectAfter, ...rest } = input;
+  const handsOnFailure = Boolean(inspectAfter && rest.result.error !== undefined);
+  const closed = await closeStage(frame, {
+    ...rest,
+    last: !artifactKey && !handsOnFailure,
+    handsOnFailure,
+    success: cached ? 'cached' : 'succeeded',
+  });
+  if (!closed.next) return undefined;
+  if (handsOnFailure) return 'failure';
+  return artifactKey !== undefined ? 'artifact' : undefined;
 }

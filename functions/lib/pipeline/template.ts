@@ -29,6 +29,7 @@ import {
 import { isPrivateKey } from '../artifact/sealed.js';
 import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { unpackTarball } from '../artifact/tarball.js';
+import { inspectsAfterFailure } from '../deploy/kapp.js';
 import { destinationKubeconfig } from '../deploy/run.js';
 import { templateRootOf } from '../fetch/vendir.js';
 import type { FetchView } from '../kube/port.js';
@@ -293,10 +294,25 @@ export async function runTemplate(
       ...(manifestKey ? { manifestKey } : {}),
       ...(inputsPrivate ? {} : { renderInputHash: hash }),
     }),
+    inspectAfter: inspectsAfterFailure(frame.loaded.app),
   });
-  if (!next || !manifestKey) return {};
   // The render-input hash of a private render is not carried (receipts hold no digest of Secrets).
   const receipt = trailWith(deps, data.receipt, 'template', inputsPrivate ? {} : { renderInputHash: hash });
+  if (next === 'failure') {
+    // The deploy function inspects and ends the run (upstream inspects after any failure once deployed).
+    return {
+      deploy: {
+        object: ref,
+        run: data.run,
+        artifacts: { fetchKey: data.artifacts.fetchKey },
+        ...(data.fetchStatus ? { fetchStatus: data.fetchStatus } : {}),
+        templateStatus: toEventPart(part),
+        afterFailure: 'template',
+        ...(receipt ? { receipt } : {}),
+      },
+    };
+  }
+  if (!next || !manifestKey) return {};
   return {
     deploy: {
       object: ref,

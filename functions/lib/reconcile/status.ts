@@ -484,6 +484,33 @@ export interface RunParts {
 }
 
 /**
+ * The failure of a run's failed fetch or template stage, rebuilt from its status part, for the
+ * stage that writes that run's final status later (the deploy function's inspect after a failed
+ * stage, `DeployStageData.afterFailure`): `error` and `stderr` as the part holds them, which
+ * {@link markFailed} turns into the same condition and `usefulErrorMessage` as the failed
+ * stage's own result (the part's texts are that result's, redacted and bounded, and both steps
+ * are idempotent). The stored part is used when `carried` is its event copy, so output longer
+ * than an event carries is not cut.
+ *
+ * @param carried - the part the event carried (`fromEventPart`).
+ * @param stored - the same part as the live status holds it.
+ * @returns a failed result; its error is `Failed` when the part names none (not expected).
+ */
+export function failedPartResult(
+  carried: FetchStatus | TemplateStatus | undefined,
+  stored: AppStatus['fetch'] | AppStatus['template'],
+): StageResult {
+  const part = (carried && isEventCopyOf(carried, stored) ? stored : carried) as FetchStatus | undefined;
+  return {
+    stdout: '',
+    stderr: part?.stderr ?? '',
+    exitCode: part?.exitCode ?? -1,
+    error: part?.error || 'Failed',
+    finished: true,
+  };
+}
+
+/**
  * THE status summarizer: merges a run's parts into the current status and, when `result` is
  * given, completes the reconcile (`ReconcileSucceeded`/`ReconcileFailed`, counters,
  * friendlyDescription, usefulErrorMessage), as `pkg/app/app_reconcile.go` does after
