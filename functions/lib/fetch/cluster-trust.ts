@@ -16,7 +16,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { LookupFunction } from 'node:net';
+import { isIP, type LookupFunction } from 'node:net';
 import path from 'node:path';
 import { Readable } from 'node:stream';
 import { rootCertificates, connect as tlsConnect } from 'node:tls';
@@ -181,6 +181,15 @@ function withoutUserinfo(url: URL): URL {
   return out;
 }
 
+/**
+ * The TLS name options of a connection to `host`: SNI (`servername`) for a DNS name only (RFC 6066
+ * forbids an address there, and Node warns DEP0123); the certificate is checked against `host`
+ * either way (Node verifies against `servername`, else `host`).
+ */
+function tlsName(host: string): { servername?: string } {
+  return isIP(host) ? {} : { servername: host };
+}
+
 /** One request of {@link trustingFetch}: `lookup` resolves the host it connects to (`via` or `url`'s). */
 async function requestOnce(
   url: URL,
@@ -211,7 +220,7 @@ async function requestOnce(
     };
     if (!via) {
       const req = (https ? httpsRequest : httpRequest)(
-        { ...common, host, port, path: `${url.pathname}${url.search}`, servername: host, ...(ca ? { ca } : {}) },
+        { ...common, host, port, path: `${url.pathname}${url.search}`, ...tlsName(host), ...(ca ? { ca } : {}) },
         resolve,
       );
       req.once('error', reject).end();
@@ -258,7 +267,7 @@ async function requestOnce(
           host,
           port,
           path: `${url.pathname}${url.search}`,
-          createConnection: () => tlsConnect({ socket, servername: host, ...(ca ? { ca } : {}) }),
+          createConnection: () => tlsConnect({ socket, host, ...tlsName(host), ...(ca ? { ca } : {}) }),
         },
         resolve,
       );
