@@ -5,7 +5,16 @@
  *   CA is the config Secret's `caCerts`, the same App succeeds (the Secret is read from the
  *   cluster, in the runtime's configured namespace);
  * - with `httpProxy` in the config, the fetch goes through a proxy that records what it is asked
- *   (the App names a host only that proxy knows).
+ *   (the App names a host only that proxy knows);
+ * - git over https (the private CA trusted through `caCerts`) with a `username`/`password`
+ *   `secretRef` (reference §2.1.2): vendir hands git the credentials through a credential store,
+ *   which git uses only after a 401 challenge, so a server that answers 404 to an anonymous
+ *   request (as GitHub does for a private repo) is reached only with `forceHTTPBasicAuth: true`
+ *   (vendir's `http.extraHeader`: the Basic header on every request);
+ * - the config's `kappDeployRawOptions` (§1.3, §3.8.1) reach every App's kapp deploy after the
+ *   built-in `--app-changes-max-to-keep=5 --apply-timeout=5m` and before the App's own rawOptions,
+ *   and the last flag wins: seen in `status.deploy.stdout` (kapp's diff, kapp's `Deleted <n> older
+ *   app changes`).
  *
  * The runtime caches the config for an hour: every change above reaches the next run through the
  * forwarder's watch of the object (reference §1.3: upstream reloads on change).
@@ -22,13 +31,18 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CA_HINT } from '../../functions/lib/reconcile/result.js';
+import { createRepo } from '../harness/fixtures.js';
+import { gitHttpBackend } from '../harness/servers/git.js';
 import {
   apply,
   appManifest,
+  expectFailed,
   expectSucceeded,
   failedAt,
   getObject,
+  inlineConfigMapApp,
   k,
+  SEE_USEFUL,
   succeededAt,
   suffix,
   useE2ERuntime,
@@ -103,8 +117,19 @@ const listen = async (server: Server): Promise<number> => {
   return (server.address() as AddressInfo).port;
 };
 
+const GIT_USER = 'e2e-git-user';
+const GIT_PASSWORD = `git-password-${id}`;
+const GIT_AUTH = `Basic ${Buffer.from(`${GIT_USER}:${GIT_PASSWORD}`).toString('base64')}`;
+/** The Apps of the git-over-https tests; each fetches its own repo (named as the App). */
+const GIT = { noForce: `git-no-force-${id}`, force: `git-force-${id}`, challenge: `git-challenge-${id}` };
+/** Each request the gated git server saw: its gate, repo and what Authorization it carried. */
+const gitRequests: { gate: string; repo: string; auth: 'none' | 'right' | 'wrong' }[] = [];
+/** The commit of each App's repo. */
+const gitShas = new Map<string, string>();
+
 let dir: string;
 let httpsPort: number;
+let gitPort: number;
 let plainPort: number;
 let proxyPort: number;
 let caCert: string;
@@ -126,6 +151,33 @@ beforeAll(async () => {
   servers.push(https, plain);
   httpsPort = await listen(https);
   plainPort = await listen(plain);
+  // Git's smart HTTP over https behind a Basic-auth gate chosen by the first path segment: without
+  // the right header, `/hidden/<repo>` answers 404 (GitHub's answer to an anonymous request for a
+  // private repo: no challenge, so git never asks its credential helper) and `/challenge/<repo>`
+  // answers 401 with a Basic challenge.
+  const gitRoot = path.join(dir, 'git');
+  const backend = gitHttpBackend(gitRoot);
+  const gitServer = createHttpsServer({ key: tls.key, cert: tls.cert }, (req, res) => {
+    const [, gate, rest] = /^\/(hidden|challenge)(\/.*)$/.exec(req.url ?? '') ?? [];
+    if (!gate || !rest) return void res.writeHead(404).end();
+    const header = req.headers.authorization;
+    const auth = header === undefined ? 'none' : header === GIT_AUTH ? 'right' : 'wrong';
+    gitRequests.push({ gate, repo: rest.split(/[/?]/)[1] ?? '', auth });
+    if (auth !== 'right') {
+      if (gate === 'hidden') return void res.writeHead(404, { 'content-type': 'text/plain' }).end('Not Found\n');
+      return void res.writeHead(401, { 'WWW-Authenticate': 'Basic realm="e2e"' }).end();
+    }
+    req.url = rest;
+    backend(req, res);
+  });
+  servers.push(gitServer);
+  gitPort = await listen(gitServer);
+  for (const name of Object.values(GIT)) {
+    const repo = await createRepo({ baseUrl: `https://127.0.0.1:${gitPort}`, root: gitRoot }, name, {
+      'cm.yml': MANIFEST(name),
+    });
+    gitShas.set(name, repo.commitSha);
+  }
   // The recording proxy: every host it is asked for is the local plain server.
   const proxy = createHttpServer((req, res) => {
     proxied.push(`${req.method} ${req.url}`);
@@ -225,5 +277,140 @@ describe('kapp-controller-config of the cluster', () => {
     expect(proxied).toContain(`GET http://${host}/${name}.yml`);
     const cm = (await getObject('configmap', NS, name)) as { data?: Record<string, string> } | undefined;
     expect(cm?.data?.from).toBe(name);
+  });
+});
+
+/** An App fetching its repo from the gated git server through `gate`, with the basic-auth Secret. */
+const gitApp = (name: string, gate: 'hidden' | 'challenge', forceHTTPBasicAuth: boolean) =>
+  appManifest(NS, name, {
+    fetch: [
+      {
+        git: {
+          url: `https://127.0.0.1:${gitPort}/${gate}/${name}`,
+          ref: 'origin/main',
+          secretRef: { name: 'git-basic-auth' },
+          ...(forceHTTPBasicAuth ? { forceHTTPBasicAuth } : {}),
+        },
+      },
+    ],
+    template: [{ ytt: {} }],
+    deploy: [{ kapp: { intoNs: NS } }],
+  });
+
+/** What Authorization the requests for one repo carried, in order. */
+const authOf = (repo: string) => gitRequests.filter((r) => r.repo === repo).map((r) => r.auth);
+
+describe('git over https with a username/password secretRef (the CA trusted through caCerts)', () => {
+  it('a server answering 404 without credentials: fails unless forceHTTPBasicAuth; a 401 challenge needs no force', async () => {
+    await applyConfig({ caCerts: caCert });
+    await apply(
+      {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: 'git-basic-auth', namespace: NS },
+        stringData: { username: GIT_USER, password: GIT_PASSWORD },
+      },
+      gitApp(GIT.noForce, 'hidden', false),
+      gitApp(GIT.force, 'hidden', true),
+      gitApp(GIT.challenge, 'challenge', false),
+    );
+    const [failed, forced, challenged] = await Promise.all([
+      rt.waitForApp(NS, GIT.noForce, failedAt(1), 'the fetch failing on the 404'),
+      rt.waitForApp(NS, GIT.force, succeededAt(1), 'success with the Basic header sent up front'),
+      rt.waitForApp(NS, GIT.challenge, succeededAt(1), 'success after the 401 challenge'),
+    ]);
+
+    // Without forceHTTPBasicAuth git never sends the stored credentials: the 404 is final.
+    const message = `Fetching resources: ${SEE_USEFUL}`;
+    expectFailed(failed, message);
+    const s = failed.status!;
+    expect(s.fetch?.exitCode).toBe(1);
+    expect(s.fetch?.error).toBe(message);
+    expect(s.usefulErrorMessage).toBe(
+      [
+        "vendir: Error: Syncing directory '0':",
+        "  Syncing directory '.' with git contents:",
+        '    Fetching git repository:',
+        '      Git [fetch origin main --depth 1]: exit status 128 (stderr: remote: Not Found',
+        `fatal: repository 'https://127.0.0.1:${gitPort}/hidden/${GIT.noForce}/' not found`,
+        ')',
+        '',
+      ].join('\n'),
+    );
+    expect(s.fetch?.stderr).toBe(s.usefulErrorMessage);
+    expect(s.template).toBeUndefined();
+    expect(s.deploy).toBeUndefined();
+    expect(await getObject('configmap', NS, GIT.noForce)).toBeUndefined();
+    expect(authOf(GIT.noForce).length).toBeGreaterThanOrEqual(1);
+    expect(new Set(authOf(GIT.noForce))).toEqual(new Set(['none']));
+
+    // forceHTTPBasicAuth: the first request already carries the header, as every later one.
+    for (const [app, auths] of [
+      [forced, authOf(GIT.force)],
+      [challenged, authOf(GIT.challenge)],
+    ] as const) {
+      await expectSucceeded(app);
+      const name = app.metadata.name;
+      expect(app.status?.fetch?.stdout).toContain(`sha: ${gitShas.get(name)}`);
+      const cm = (await getObject('configmap', NS, name)) as { data?: Record<string, string> } | undefined;
+      expect(cm?.data?.from).toBe(name);
+      expect(auths.length, name).toBeGreaterThanOrEqual(1);
+    }
+    expect(new Set(authOf(GIT.force))).toEqual(new Set(['right']));
+    // The challenged one asked anonymously first, then with the stored credentials.
+    expect(authOf(GIT.challenge)[0]).toBe('none');
+    expect(authOf(GIT.challenge)).toContain('right');
+    expect(authOf(GIT.challenge)).not.toContain('wrong');
+    for (const app of [failed, forced, challenged]) {
+      expect(JSON.stringify(app.status)).not.toContain(GIT_PASSWORD);
+      expect(JSON.stringify(app.status)).not.toContain(GIT_AUTH.slice('Basic '.length));
+    }
+    expect(JSON.stringify(rt.records)).not.toContain(GIT_PASSWORD);
+  });
+});
+
+/** {@link inlineConfigMapApp} deploying with `rawOptions` of its own. */
+const rawOptionsApp = (name: string, greeting: string, rawOptions?: string[]) => {
+  const app = inlineConfigMapApp(NS, name, greeting) as { spec: Record<string, unknown> };
+  if (rawOptions) app.spec.deploy = [{ kapp: { rawOptions } }];
+  return app;
+};
+
+describe('kappDeployRawOptions of the config', () => {
+  it("every App's deploy gets them after the built-in defaults and before its own rawOptions (the last wins)", async () => {
+    await applyConfig({ kappDeployRawOptions: JSON.stringify(['--diff-changes=true', '--app-changes-max-to-keep=1']) });
+    const global = `raw-global-${id}`;
+    const own = `raw-own-${id}`;
+    const ownOptions = ['--diff-changes=false', '--app-changes-max-to-keep=5'];
+    await apply(rawOptionsApp(global, 'one'), rawOptionsApp(own, 'one', ownOptions));
+    const first = await Promise.all([
+      rt.waitForApp(NS, global, succeededAt(1), 'the first deploy'),
+      rt.waitForApp(NS, own, succeededAt(1), 'the first deploy'),
+    ]);
+    // A second deploy with a change: kapp keeps one app change more and may collect the oldest.
+    await apply(rawOptionsApp(global, 'two'), rawOptionsApp(own, 'two', ownOptions));
+    const second = await Promise.all([
+      rt.waitForApp(NS, global, succeededAt(2), 'the second deploy'),
+      rt.waitForApp(NS, own, succeededAt(2), 'the second deploy'),
+    ]);
+    for (const app of [...first, ...second]) await expectSucceeded(app);
+    const [g1, o1] = first.map((a) => a.status?.deploy?.stdout ?? '');
+    const [g2, o2] = second.map((a) => a.status?.deploy?.stdout ?? '');
+    const diffHeader = (op: string, app: string) => `@@ ${op} configmap/${app}-config (v1) namespace: ${NS} @@`;
+    // The config's --diff-changes=true: kapp prints each change's diff.
+    expect(g1).toContain(diffHeader('create', global));
+    expect(g2).toContain(diffHeader('update', global));
+    expect(g2).toMatch(/^.*- +greeting: one$/m);
+    expect(g2).toMatch(/^.*\+ +greeting: two$/m);
+    // The config's --app-changes-max-to-keep=1 comes after the built-in =5, so it wins: the
+    // second deploy's change pushes the first out.
+    expect(g1).not.toContain('older app changes');
+    expect(g2).toContain('Deleted 1 older app changes');
+    // The App's own options come last and win over the config's: no diff, five changes kept.
+    for (const out of [o1, o2]) {
+      expect(out).toContain('Succeeded');
+      expect(out).not.toContain('@@');
+      expect(out).not.toContain('older app changes');
+    }
   });
 });

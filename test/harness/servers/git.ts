@@ -100,6 +100,14 @@ export function parseCgiHead(buf: Buffer): { status: number; headers: [string, s
   return { status, headers, body: buf.subarray(end + sep) };
 }
 
+/**
+ * The request handler of {@link startGitServer}: `git http-backend` over the bare repos under
+ * `root`. Exported so a test can put its own front before it (TLS, an auth gate).
+ */
+export function gitHttpBackend(root: string): http.RequestListener {
+  return (req, res) => serveCgi(root, req, res);
+}
+
 function serveCgi(root: string, req: http.IncomingMessage, res: http.ServerResponse): void {
   let env: NodeJS.ProcessEnv;
   try {
@@ -151,7 +159,7 @@ function serveCgi(root: string, req: http.IncomingMessage, res: http.ServerRespo
  */
 export async function startGitServer(): Promise<GitServer> {
   const root = await makeTempDir('git');
-  return await startLoopbackHttp('git server', root, (req, res) => serveCgi(root, req, res));
+  return await startLoopbackHttp('git server', root, gitHttpBackend(root));
 }
 
 /** Absolute path of the bare repo dir for `name` under a git server's root. */
