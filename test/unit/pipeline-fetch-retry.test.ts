@@ -17,7 +17,7 @@ import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import type { KubeSecret } from '../../functions/lib/kube/port.js';
 import type { RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { type DispatchDeps, dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { FETCH_RETRIES, FETCH_RETRY_INTERVAL_MS, runFetch } from '../../functions/lib/pipeline/fetch.js';
 import {
   type AppShape,
@@ -82,21 +82,35 @@ interface Setup {
   deadline?: AbortSignal;
 }
 
-/** Runs the fetch stage of a `Reconciling` App once; returns the world, the hand-off and the waits. */
-async function fetchWith(s: Setup) {
+/**
+ * A world with a keyring (a fetch with a Secret is sealed) whose sleep records each wait and
+ * calls `onSleep` (1-based) instead of waiting.
+ */
+function retryWorld(
+  onSleep: ((n: number, w: ReturnType<typeof appWorld>) => void) | undefined,
+  opts: { app?: ReturnType<typeof appObject>; extra: Partial<DispatchDeps> },
+) {
   const sleeps: number[] = [];
-  let w: ReturnType<typeof appWorld> | undefined;
-  w = appWorld({
-    app: appObject({ status: RECONCILING, spec: s.spec }),
+  const w = appWorld({
+    ...(opts.app ? { app: opts.app } : {}),
     tmpRoot: path.join(tempDir(), 'scratch'),
     extra: {
       keyring: new DerivedKeyring(Buffer.alloc(32, 7)),
       sleep: async (ms: number) => {
         sleeps.push(ms);
-        if (w) s.onSleep?.(sleeps.length, w);
+        onSleep?.(sleeps.length, w);
       },
-      ...(s.deadline ? { deadline: s.deadline } : {}),
+      ...opts.extra,
     },
+  });
+  return { sleeps, w };
+}
+
+/** Runs the fetch stage of a `Reconciling` App once; returns the world, the hand-off and the waits. */
+async function fetchWith(s: Setup) {
+  const { sleeps, w } = retryWorld(s.onSleep, {
+    app: appObject({ status: RECONCILING, spec: s.spec }),
+    extra: s.deadline ? { deadline: s.deadline } : {},
   });
   for (const secret of s.secrets ?? []) w.cluster.secrets.set(`${REF.namespace}/${secret.metadata.name}`, secret);
   w.runner.on('vendir', s.vendir ?? vendirNeedsCredentials);
@@ -313,19 +327,7 @@ async function repoVendirNeedsCredentials(req: RunRequest): Promise<ScriptedResu
 
 /** Reconciles a new PackageRepository fetching a bundle by tag without secretRef. */
 async function indexWith(onSleep?: (n: number, w: ReturnType<typeof appWorld>) => void) {
-  const sleeps: number[] = [];
-  let w: ReturnType<typeof appWorld> | undefined;
-  w = appWorld({
-    tmpRoot: path.join(tempDir(), 'scratch'),
-    extra: {
-      templateRepository: async () => TEMPLATED,
-      keyring: new DerivedKeyring(Buffer.alloc(32, 7)),
-      sleep: async (ms: number) => {
-        sleeps.push(ms);
-        if (w) onSleep?.(sleeps.length, w);
-      },
-    },
-  });
+  const { sleeps, w } = retryWorld(onSleep, { extra: { templateRepository: async () => TEMPLATED } });
   w.cluster.put({
     apiVersion: PKGR_REF.apiVersion,
     kind: 'PackageRepository',

@@ -193,7 +193,7 @@ export async function fetchWithVendir(
       return { result: { ...tried.result, error: again.result.error }, toolMs: tools.ms, toolRuns: tools.runs };
     }
     const changed = again.plan.stdin !== first.plan.stdin;
-    deps.log.info({ app: `${ns}/${app.metadata.name ?? ''}`, retry: i, changed }, 'fetch retry check');
+    deps.log.info({ namespace: ns, name: app.metadata.name, retry: i, changed }, 'fetch retry check');
     if (!changed) continue;
     tried = await vendirTry(again, deps, scope, mask, signal, opts.keepAt);
     tools.ms += tried.toolMs;
