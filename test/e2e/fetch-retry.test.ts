@@ -95,7 +95,21 @@ beforeAll(async () => {
   const repo = await pushBundle(
     registry,
     `e2e/retry-repo-${id}:v1`,
-    packagesPaths([packageMetadataDoc(REFNAME), packageDoc(REFNAME, '1.0.0')]),
+    // An inline package: no image ref for the repository's kbld step to resolve.
+    packagesPaths([
+      packageMetadataDoc(REFNAME),
+      packageDoc(REFNAME, '1.0.0', {
+        spec: {
+          template: {
+            spec: {
+              fetch: [{ inline: { paths: { 'cm.yml': configMapYaml(`${REPO}-pkg`, { from: 'package' }) } } }],
+              template: [{ ytt: {} }],
+              deploy: [{ kapp: {} }],
+            },
+          },
+        },
+      }),
+    ]),
   );
   bundles.app = app.ref;
   bundles.repo = repo.ref;
