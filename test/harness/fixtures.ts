@@ -460,6 +460,18 @@ export interface PushedBundle {
  */
 export const EMPTY_IMAGES_LOCK = '---\napiVersion: imgpkg.carvel.dev/v1alpha1\nkind: ImagesLock\n';
 
+/** imgpkg's credentials for `registry` (`IMGPKG_REGISTRY_*`) when it has an account, else none. */
+function registryAuthEnv(registry: RegistryInfo): NodeJS.ProcessEnv {
+  const { auth } = registry;
+  return auth
+    ? {
+        IMGPKG_REGISTRY_HOSTNAME: registry.host,
+        IMGPKG_REGISTRY_USERNAME: auth.username,
+        IMGPKG_REGISTRY_PASSWORD: auth.password,
+      }
+    : {};
+}
+
 /**
  * Pushes a source as an imgpkg bundle with the real `imgpkg push -b` to the registry (plain
  * HTTP, which imgpkg uses for 127.0.0.1 without flags). When the source has no
@@ -486,7 +498,7 @@ export async function pushBundle(
     const ref = `${registry.host}/${repoTag}`;
     const lockOut = path.join(tmp, 'bundle-lock.yml');
     await run([toolBin('imgpkg'), 'push', '--tty=false', '-b', ref, '-f', dir, '--lock-output', lockOut], {
-      env: toolEnv({ home: tmp }),
+      env: toolEnv({ home: tmp, extra: registryAuthEnv(registry) }),
     });
     const bundleLock = parseYaml(await readFile(lockOut, 'utf8')) as { bundle?: { image?: string } };
     const digestRef = bundleLock.bundle?.image ?? '';
@@ -519,7 +531,7 @@ export async function pushImage(registry: RegistryInfo, repoTag: string, source:
     // imgpkg writes no lock file for a plain image; its output names the pushed digest
     // (`Pushed '<repo>@sha256:<hex>'`), printed only with `--tty=true`.
     const res = await run([toolBin('imgpkg'), 'push', '--tty=true', '-i', ref, '-f', dir], {
-      env: toolEnv({ home: tmp }),
+      env: toolEnv({ home: tmp, extra: registryAuthEnv(registry) }),
     });
     const digest = /@(sha256:[0-9a-f]{64})/.exec(res.stdout)?.[1] ?? '';
     const digestRef = `${ref.slice(0, ref.lastIndexOf(':'))}@${digest}`;

@@ -43,6 +43,7 @@ export function fetchViewOf(client: KubeClient): FetchView {
  * tried again). For one fetch run: the Secrets that decide the fetch-cache identity are then
  * the ones vendir gets, read once, as kapp-controller reads them once to build vendir's config
  * (`pkg/fetch/vendir.go`). Everything else (the App, status writes) goes straight through.
+ * {@link freshReads} gives the view back without the memo (a fetch retry re-reads them).
  */
 export function readingRefsOnce(view: FetchView): FetchView {
   const secrets = new Map<string, Promise<KubeSecret | undefined>>();
@@ -59,7 +60,7 @@ export function readingRefsOnce(view: FetchView): FetchView {
   // Everything but the two reads is the view's own (its prototype), so a wider view keeps its
   // other capabilities and a narrow test fake needs no method it never serves. Defined, not
   // assigned: the views are frozen, and a frozen prototype's method cannot be assigned over.
-  return Object.freeze(
+  const memoized = Object.freeze(
     Object.create(view, {
       getSecret: {
         value: (ns: string, name: string) => once(secrets, `${ns}/${name}`, () => view.getSecret(ns, name)),
@@ -69,6 +70,20 @@ export function readingRefsOnce(view: FetchView): FetchView {
       },
     }),
   ) as FetchView;
+  unmemoized.set(memoized, view);
+  return memoized;
+}
+
+/** Each view made by {@link readingRefsOnce} → the view it wraps. */
+const unmemoized = new WeakMap<object, FetchView>();
+
+/**
+ * The view `view` wraps when {@link readingRefsOnce} made it (its Secret and ConfigMap reads go
+ * to the API server again), else `view` itself. For the fetch retry (`../pipeline/fetch.ts`),
+ * which, as upstream's, regenerates vendir's config from the objects as they are now.
+ */
+export function freshReads<V extends object>(view: V): V {
+  return (unmemoized.get(view) as V | undefined) ?? view;
 }
 
 /** Read, status, finalizers and credentials (deploy and delete). No list/watch. Pure. */

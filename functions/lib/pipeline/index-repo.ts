@@ -9,7 +9,8 @@
  * (10m default, ≤30s becomes 30s), else a no-op.
  *
  * - Fetch: vendir with the single entry `[spec.fetch]` into directory `0`, through the App
- *   fetch (`fetchWithVendir`: URL policy, http sources, Secret reads and masking); the fetched
+ *   fetch (`fetchWithVendir`: URL policy, http sources, Secret reads and masking, and the retry
+ *   that waits for the placeholder Secret to be filled, as upstream's); the fetched
  *   tree is stored by digest (shared by every cluster that fetches the same content) and
  *   unpacked again for the template.
  * - Template: the fixed repository pipeline `templateRepository` (`../packaging/repo-template.ts`).
@@ -41,6 +42,8 @@ import {
   type ResourceRef,
 } from '../kube/port.js';
 import type { StatusWriteResult } from '../kube/status-write.js';
+import { freshReads } from '../kube/views.js';
+import { wantsPlaceholder } from '../packaging/placeholder-secrets.js';
 import { withRepositoryRef } from '../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
@@ -64,7 +67,7 @@ import {
   templatePart,
 } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
-import { fetchIsPrivate, readArtifact, scopeOf } from './artifacts.js';
+import { readArtifact, scopeOf } from './artifacts.js';
 import { makeScratch, objectKey, observerOf, removeScratch, stageTimer, writeAppStatus } from './common.js';
 import { BLOCKING_FOR_DEPLOY_PREFIX } from './deploy.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
@@ -78,7 +81,7 @@ import {
   storeIndex,
 } from './index-repo-cache.js';
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
-import { refChangeMatters, withRepoPlaceholder } from './repo-placeholder.js';
+import { refChangeMatters, withFilledPlaceholder, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
 import { leaveSource, memberDeployed, memberIndexed, polledSourceOf, trackSource } from './source-poll.js';
 import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
@@ -340,15 +343,16 @@ async function reconcileRepository(
     } else {
       let fetched: Awaited<ReturnType<typeof fetchWithVendir>>;
       try {
-        fetched = await fetchWithVendir(
-          app,
-          deps,
-          kube,
-          fetchIsPrivate(app.spec.fetch ?? []) ? scope : undefined,
-          mask,
-          watch.signal,
-          fetchedTree(work),
-        );
+        fetched = await fetchWithVendir(app, deps, kube, scope, mask, watch.signal, {
+          keepAt: fetchedTree(work),
+          // Upstream's retry waits for the placeholder to be filled: here that changes the fetch.
+          ...(wantsPlaceholder(polled.spec.fetch)
+            ? {
+                refetch: async () =>
+                  packageRepositoryApp(await withFilledPlaceholder(polled, freshReads(kube))).spec.fetch ?? [],
+              }
+            : {}),
+        });
       } catch (err) {
         if (!watch.signal.aborted) throw err;
         fetched = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };

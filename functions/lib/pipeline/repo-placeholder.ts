@@ -53,7 +53,27 @@ export async function withRepoPlaceholder(
   } catch (err) {
     deps.log.warn({ secret: `${namespace}/${name}`, error: String(err) }, 'placeholder Secret not created');
   }
-  const secret = await kube.getSecret(namespace, name);
+  return await withFilledPlaceholder(pkgr, kube);
+}
+
+/**
+ * The repository as its fetch sees it (see {@link withRepoPlaceholder}), without creating the
+ * placeholder: `spec.fetch.<source>.secretRef` names it when it holds credentials. Read again
+ * before each fetch retry (`./fetch.ts`), where the placeholder being filled meanwhile is what
+ * upstream's retry waits for.
+ *
+ * @throws KubeApiError when reading the placeholder fails.
+ */
+export async function withFilledPlaceholder(
+  pkgr: PackageRepository,
+  kube: Pick<KubeReader, 'getSecret'>,
+): Promise<PackageRepository> {
+  const fetch = pkgr.spec.fetch;
+  if (!wantsPlaceholder(fetch)) return pkgr;
+  const secret = await kube.getSecret(
+    pkgr.metadata.namespace ?? '',
+    placeholderSecretName(pkgr.metadata.name ?? '', 0),
+  );
   if (!secret || isUnfilledPlaceholder(secret)) return pkgr;
   const [withRef] = withPlaceholderRefs(pkgr.metadata.name ?? '', [fetch]);
   return { ...pkgr, spec: { ...pkgr.spec, fetch: withRef ?? fetch } };

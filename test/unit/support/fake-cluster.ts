@@ -122,7 +122,10 @@ export class FakeCluster implements DeployView, InstallView {
   }
 
   async getSecret(namespace: string, name: string): Promise<KubeSecret | undefined> {
-    return structuredClone(this.secrets.get(`${namespace}/${name}`));
+    const secret = structuredClone(this.secrets.get(`${namespace}/${name}`));
+    // structuredClone makes each Buffer a plain Uint8Array; the real client's values are Buffers.
+    if (secret) secret.data = Object.fromEntries(Object.entries(secret.data).map(([k, v]) => [k, Buffer.from(v)]));
+    return secret;
   }
 
   async getConfigMap(namespace: string, name: string): Promise<KubeConfigMap | undefined> {
