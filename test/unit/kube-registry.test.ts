@@ -177,7 +177,7 @@ describe('views', () => {
     expect('addFinalizer' in view).toBe(false);
   });
 
-  it('deploy view: no list/watch', () => {
+  it('deploy view: no list/watch but the label-selected list of ConfigMaps (kapp records)', () => {
     expect(methods(deployViewOf(client))).toEqual([
       'addFinalizer',
       'apiGroupVersions',
@@ -187,6 +187,7 @@ describe('views', () => {
       'getNamespace',
       'getObject',
       'getSecret',
+      'listConfigMaps',
       'removeFinalizer',
       'serverVersion',
       'serviceAccountToken',

@@ -247,9 +247,9 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
 
   /**
    * This stage's identity in a prepared cluster as a self-contained kubeconfig (endpoint, CA,
-   * the token `prepare` made valid for `runtimeTokenValidityMs`), for a tool acting as the
-   * runtime (kapp deploying a PackageRepository's packages). Holds a credential: hand it only
-   * to a tool's environment.
+   * the token `prepare` made valid for `runtimeTokenValidityMs`), for a tool acting as this
+   * stage (kubectl or kapp in the tests; no function hands it to a tool: a PackageRepository's
+   * kapp gets a token of its own ServiceAccount). Holds a credential: never log it.
    *
    * @throws UnknownClusterError when the cluster was not prepared.
    */

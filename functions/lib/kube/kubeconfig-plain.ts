@@ -3,11 +3,10 @@
  * the Lambda functions use, so their bundles carry none of client-node's module graph (its
  * generated API classes, node-fetch, openid-client: ~200 KB minified per function, and its
  * import time at every cold start). The embedded runtime keeps client-node's registry
- * (`./registry.ts`); the runtime identity and the App readers come from here for both.
+ * (`./registry.ts`); the App readers come from here for both.
  *
  * - {@link kubeconfigFileRegistry}: every (or the given) context of the operator's kubeconfig file
  *   as a cluster id, one plain client each.
- * - {@link runtimeKubeconfigs}: the runtime's own identity per context, self-contained, for kapp.
  * - {@link restTransportForKubeconfig}: the deploy stage's reads as the App (its restricted
  *   kubeconfig, `../deploy/kubeconfig.ts`) and the template stage's discovery of a destination
  *   cluster.
@@ -150,29 +149,6 @@ export function selfContainedKubeconfig(doc: Yaml, context: string, dir: string)
     contexts: [{ name: context, context: ctx }],
     'current-context': context,
   });
-}
-
-/**
- * The runtime's own identity per cluster, from the kubeconfig file at `kubeconfigPath`: for each
- * context (cluster id) its {@link selfContainedKubeconfig}, made on first use and kept for the
- * life of the process (the file is read once, on the first call). What kapp deploys
- * PackageRepositories with, in the embedded runtime and in the index-repo function alike.
- *
- * @returns the lookup; it throws what {@link selfContainedKubeconfig} or
- *   {@link loadKubeconfigFile} throws.
- */
-export function runtimeKubeconfigs(kubeconfigPath: string): (clusterId: string) => string {
-  const made = new Map<string, string>();
-  let doc: Yaml | undefined;
-  return (clusterId) => {
-    let yaml = made.get(clusterId);
-    if (yaml === undefined) {
-      doc ??= loadKubeconfigFile(kubeconfigPath);
-      yaml = selfContainedKubeconfig(doc, clusterId, path.dirname(kubeconfigPath));
-      made.set(clusterId, yaml);
-    }
-    return yaml;
-  };
 }
 
 /** App-identity transports {@link restTransportForKubeconfig} keeps open at most; the oldest is closed first. */
