@@ -328,6 +328,7 @@ describe('the functions through the cluster registry, each as its own identity',
       apiVersion: DATA_PACKAGING_API_VERSION,
       kind: 'PackageMetadata',
       metadata: { name: 'demo.example.com' },
+      spec: { displayName: 'Demo' },
     };
     const deploy = packageRepositoryDeployCommand({
       name: 'demo',
