@@ -51,8 +51,9 @@ export interface StoreClusterRegistryOptions {
   /** How long a loaded document (and a token read from the secret store) is used before it is read again, ms. */
   ttlMs?: number;
   /**
-   * How long the token in {@link StoreClusterRegistry.runtimeKubeconfig} must still be valid
-   * when `prepare` returns, ms: the longest a tool holding it (kapp) runs. Default 10 minutes.
+   * How long the token in {@link StoreClusterRegistry.runtimeKubeconfig} (and so the stage's
+   * requests) must still be valid when `prepare` returns, ms: the longest one event's run takes.
+   * Default 10 minutes.
    */
   runtimeTokenValidityMs?: number;
   /** Clock; default `() => new Date()`. */

@@ -14,12 +14,10 @@
  * @module
  */
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
 import {
   APP_SERVER_MAX_BODY_BYTES,
-  named,
   PlainRestTransport,
   parseKubeconfigText,
   plainClient,
@@ -87,68 +85,6 @@ export function kubeconfigFileRegistry(kubeconfigPath: string, contexts?: readon
     clients.set(context, plainClient(r.connection));
   }
   return new MapClusterRegistry(clients);
-}
-
-/** Fields of a kubeconfig entry naming a file, and the `*-data` field the file's content goes to. */
-const FILE_FIELDS: Readonly<Record<'cluster' | 'user', readonly [string, string][]>> = {
-  cluster: [['certificate-authority', 'certificate-authority-data']],
-  user: [
-    ['client-certificate', 'client-certificate-data'],
-    ['client-key', 'client-key-data'],
-  ],
-};
-
-/**
- * The kubeconfig of a context's own identity, self-contained (certificate and key files read
- * into `*-data`; a token file and an exec command with a path made absolute), for a tool that
- * acts as this runtime: kapp deploying PackageRepositories (upstream: as the controller's
- * ServiceAccount). Only the context, its cluster and its user are kept. The result holds
- * credentials: hand it only to a tool's environment.
- *
- * @param doc - the parsed kubeconfig ({@link loadKubeconfigFile}).
- * @param context - the context (cluster id).
- * @param dir - the folder relative paths of the file are resolved against.
- * @returns the kubeconfig as JSON (valid YAML).
- * @throws Error when the context or its cluster is missing, or a referenced file cannot be read
- *   (the message names the context and file, never contents).
- */
-export function selfContainedKubeconfig(doc: Yaml, context: string, dir: string): string {
-  const ctx = named(doc, 'contexts', context, 'context');
-  const clusterName = typeof ctx?.cluster === 'string' ? ctx.cluster : undefined;
-  const cluster = named(doc, 'clusters', clusterName, 'cluster');
-  if (!ctx || !cluster) throw new Error(`kubeconfig context ${JSON.stringify(context)} has no cluster`);
-  const inline = (entry: Yaml, kind: 'cluster' | 'user'): Yaml => {
-    const out: Yaml = { ...entry };
-    for (const [file, data] of FILE_FIELDS[kind]) {
-      const f = out[file];
-      delete out[file];
-      if (typeof f !== 'string' || f === '' || out[data] !== undefined) continue;
-      const resolved = path.resolve(dir, f);
-      try {
-        out[data] = readFileSync(resolved).toString('base64');
-      } catch (cause) {
-        throw new Error(`reading ${file} ${resolved} of context ${JSON.stringify(context)}`, { cause });
-      }
-    }
-    return out;
-  };
-  const userName = typeof ctx.user === 'string' ? ctx.user : undefined;
-  const userEntry = named(doc, 'users', userName, 'user');
-  const user = userEntry ? inline(userEntry, 'user') : undefined;
-  if (user && typeof user.tokenFile === 'string') user.tokenFile = path.resolve(dir, user.tokenFile);
-  const exec = user?.exec;
-  if (exec && typeof exec === 'object' && typeof (exec as Yaml).command === 'string') {
-    const command = (exec as Yaml).command as string;
-    if (command.includes('/')) user.exec = { ...(exec as Yaml), command: path.resolve(dir, command) };
-  }
-  return JSON.stringify({
-    apiVersion: 'v1',
-    kind: 'Config',
-    clusters: [{ name: clusterName, cluster: inline(cluster, 'cluster') }],
-    users: user ? [{ name: userName, user }] : [],
-    contexts: [{ name: context, context: ctx }],
-    'current-context': context,
-  });
 }
 
 /** App-identity transports {@link restTransportForKubeconfig} keeps open at most; the oldest is closed first. */
