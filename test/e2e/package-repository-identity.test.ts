@@ -125,24 +125,29 @@ describe("PackageRepository: kapp as the runtime namespace's kapp-lambda-pkgr", 
 
   it("a repository whose planted record copies this repository's kapp label value is refused; the Packages stay", async () => {
     const record = await getObject<{ data: { spec: string } }>('configmap', NS.tenant, `${name}.pkgr`);
-    expect(JSON.parse(record?.data.spec ?? '{}')).toMatchObject({ labelKey: 'kapp.k14s.io/app' });
+    const { labelKey, labelValue } = JSON.parse(record?.data.spec ?? '{}') as { labelKey: string; labelValue: string };
+    expect(labelKey).toBe('kapp.k14s.io/app');
     const evil = `evil-${id}`;
-    // Planted before the repository exists, as kapp would have written it (label included).
+    // Planted before the repository exists, labelled as kapp labels its records: the selector
+    // copied, nothing else (a copied lastChange.namespaces naming the victim's namespace is
+    // refused on its own).
     await apply({
       apiVersion: 'v1',
       kind: 'ConfigMap',
       metadata: { name: `${evil}.pkgr`, namespace: NS.other, labels: { 'kapp.k14s.io/is-app': '' } },
-      data: { spec: record?.data.spec ?? '' },
+      data: { spec: JSON.stringify({ labelKey, labelValue }) },
     });
-    await apply(repository(NS.other, evil, []));
-    const refused = await waitRepo(rt, NS.other, evil);
-    const value = (JSON.parse(record?.data.spec ?? '{}') as { labelValue: string }).labelValue;
-    expect(refused.status?.usefulErrorMessage).toBe(
-      `Deploying: kapp app record ConfigMap ${NS.other}/${evil}.pkgr shares its label kapp.k14s.io/app=${value} with the kapp app record ConfigMap ${NS.tenant}/${name}.pkgr: kapp would act on that app's resources too; delete the ConfigMap that was copied`,
-    );
-    expect(refused.status?.deploy?.stdout ?? '').toBe('');
-    expect(await packages(NS.tenant)).toEqual([`package.data.packaging.carvel.dev/${REF_NAME}.2.0.0`]);
-    await k(['delete', 'configmap', `${evil}.pkgr`, '-n', NS.other]);
+    try {
+      await apply(repository(NS.other, evil, []));
+      const refused = await waitRepo(rt, NS.other, evil);
+      expect(refused.status?.usefulErrorMessage).toBe(
+        `Deploying: kapp app record ConfigMap ${NS.other}/${evil}.pkgr shares its label kapp.k14s.io/app=${labelValue} with the kapp app record ConfigMap ${NS.tenant}/${name}.pkgr: kapp would act on that app's resources too; delete the ConfigMap that was copied`,
+      );
+      expect(refused.status?.deploy?.stdout ?? '').toBe('');
+      expect(await packages(NS.tenant)).toEqual([`package.data.packaging.carvel.dev/${REF_NAME}.2.0.0`]);
+    } finally {
+      await k(['delete', 'configmap', `${evil}.pkgr`, '-n', NS.other]);
+    }
   });
 
   it('deleting the repository removes its Packages, PackageMetadata and kapp record', async () => {

@@ -116,6 +116,40 @@ describe('plantedKappRecord: a record copying another kapp app', () => {
   });
 });
 
+describe('plantedKappRecord: a record sending kapp to other namespaces (lastChange.namespaces)', () => {
+  it.each([
+    ['another namespace', { namespaces: ['ns', 'team-b'] }, '"team-b"'],
+    ['cluster scope', { namespaces: ['(cluster)'] }, '"(cluster)"'],
+    ['a key Go folds onto it', { NameSpaces: ['team-b'] }, '"team-b"'],
+    ['a value that is not a list', { namespaces: 'team-b' }, '"team-b"'],
+  ])('refuses one naming %s', async (_what, lastChange, named) => {
+    const c = new FakeCluster();
+    record(c, 'ns', 'repo.pkgr', JSON.stringify({ labelKey: 'kapp.k14s.io/app', labelValue: OURS, lastChange }));
+    expect(await plantedKappRecord(c, 'ns', APPS)).toBe(
+      `kapp app record ConfigMap ns/repo.pkgr was not written by kapp (its lastChange.namespaces names ${named}): kapp would act on its selector with the controller's identity; delete the ConfigMap`,
+    );
+  });
+
+  it('refuses it under a folded lastChange key too', async () => {
+    const c = new FakeCluster();
+    const spec = { labelKey: 'kapp.k14s.io/app', labelValue: OURS, LASTCHANGE: { namespaces: ['x'] } };
+    record(c, 'ns', 'repo-ctrl', JSON.stringify(spec));
+    expect(await plantedKappRecord(c, 'ns', APPS)).toContain('its lastChange.namespaces names "x"');
+  });
+
+  it("passes kapp's own record of a repository (its namespace only)", async () => {
+    const c = new FakeCluster();
+    const spec = {
+      labelKey: 'kapp.k14s.io/app',
+      labelValue: OURS,
+      lastChange: { successful: true, namespaces: ['ns'] },
+      usedGKs: [],
+    };
+    record(c, 'ns', 'repo.pkgr', JSON.stringify(spec));
+    expect(await plantedKappRecord(c, 'ns', APPS)).toBeUndefined();
+  });
+});
+
 describe('plantedKappRecord: records kapp writes pass (controls)', () => {
   it("the --app and --prev-app records may share a value (kapp's rename of the legacy record)", async () => {
     const c = withVictim();

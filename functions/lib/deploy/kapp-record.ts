@@ -12,7 +12,8 @@
  * - a record with a selector of its own choosing: a PackageRepository named `foo` next to a
  *   planted `foo.pkgr.apps.k14s.io` with `{"labelKey":"app","labelValue":"nginx"}` would have
  *   kapp delete every `app=nginx` object it can reach. Refused unless the selector is the one
- *   kapp writes (`kapp.k14s.io/app=<number>`);
+ *   kapp writes (`kapp.k14s.io/app=<number>`) and its `lastChange.namespaces` (where kapp also
+ *   lists and prunes) name the repository's namespace only;
  * - a record that copies another kapp app's own value (`kapp.k14s.io/app=<that app's number>`):
  *   kapp would prune or delete that app's objects as if they were the repository's. Refused when
  *   any other ConfigMap of the cluster labelled `kapp.k14s.io/is-app` (what kapp labels every
@@ -48,11 +49,25 @@ function goFoldsTo(key: string, lower: string): boolean {
 }
 
 /**
- * Why kapp must not act on the record `cm`, or `undefined`. Go's `json.Unmarshal` matches keys
- * case-insensitively and the last match wins, so a record with any key other than exactly
- * `labelKey`/`labelValue` that folds to one of them is refused too.
+ * The namespaces a record's `lastChange.namespaces` names, under every pair of keys Go's
+ * `json.Unmarshal` reads as them (kapp lists the app's resources there too, `ResourceNamespaces`).
  */
-function recordProblem(spec: string | undefined): string | undefined {
+function lastChangeNamespaces(meta: object): unknown[] {
+  return Object.entries(meta).flatMap(([key, change]) =>
+    goFoldsTo(key, 'lastchange') && change !== null && typeof change === 'object' && !Array.isArray(change)
+      ? Object.entries(change).flatMap(([k, v]) => (goFoldsTo(k, 'namespaces') ? (Array.isArray(v) ? v : [v]) : []))
+      : [],
+  );
+}
+
+/**
+ * Why kapp must not act on the record `cm` of a repository in `namespace`, or `undefined`. Go's
+ * `json.Unmarshal` matches keys case-insensitively and the last match wins, so a record with any
+ * key other than exactly `labelKey`/`labelValue` that folds to one of them is refused too. Its
+ * `lastChange.namespaces` may name the repository's namespace only (all a repository deploys
+ * to): kapp also lists, prunes and deletes in the namespaces named there.
+ */
+function recordProblem(spec: string | undefined, namespace: string): string | undefined {
   let meta: unknown;
   try {
     meta = JSON.parse(spec ?? '');
@@ -68,6 +83,8 @@ function recordProblem(spec: string | undefined): string | undefined {
   if (labelKey !== KAPP_APP_LABEL_KEY || typeof labelValue !== 'string' || !/^[0-9]+$/.test(labelValue)) {
     return `its label selector is not ${KAPP_APP_LABEL_KEY}=<number>`;
   }
+  const elsewhere = lastChangeNamespaces(meta).find((ns) => ns !== namespace);
+  if (elsewhere !== undefined) return `its lastChange.namespaces names ${JSON.stringify(elsewhere)}`;
   return undefined;
 }
 
@@ -112,7 +129,7 @@ export async function plantedKappRecord(
   for (const [i, name] of names.entries()) {
     const cm = records[i];
     if (cm) {
-      const why = recordProblem(cm.data.spec);
+      const why = recordProblem(cm.data.spec, namespace);
       if (why) {
         return `kapp app record ConfigMap ${namespace}/${name} was not written by kapp (${why}): kapp would act on its selector with the controller's identity; delete the ConfigMap`;
       }
