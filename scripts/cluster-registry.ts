@@ -84,38 +84,65 @@ export interface RbacOptions {
 const CONTROLLER_CONFIG_RBAC = 'controller-config.yml';
 
 /**
+ * The identity of a PackageRepository's kapp (the ServiceAccount `kapp-lambda-pkgr` and its
+ * RBAC): in the runtime's namespace, which is the controller-config one (the index-repo function
+ * looks for the ServiceAccount there).
+ */
+const PKGR_KAPP_RBAC = 'package-repository-kapp.yml';
+
+/** Files whose objects live in the controller-config (runtime) namespace. */
+const RUNTIME_NAMESPACE_RBAC = [CONTROLLER_CONFIG_RBAC, PKGR_KAPP_RBAC];
+
+/**
  * The RBAC manifests of `infra/rbac/` as objects: per function a ClusterRole and a
  * ClusterRoleBinding to its group and ServiceAccount, the Role reading `kapp-controller-config`
- * (install, index-repo), and for token auth the identities themselves. The files are the
- * source; only the identity and controller-config namespaces are substituted.
+ * (install, index-repo), the identity of a PackageRepository's kapp (`kapp-lambda-pkgr`, its
+ * ClusterRole, and the Role letting index-repo request its token), and for token auth the
+ * identities themselves. The files are the source; only the identity and controller-config
+ * namespaces are substituted (a ServiceAccount subject is in the namespace its ServiceAccount is
+ * declared in: `kapp-lambda-pkgr` the controller-config one, the functions' the identity one).
  *
  * @throws Error when a file cannot be read or parsed.
  */
 export async function rbacManifests(options: RbacOptions = {}): Promise<Record<string, unknown>[]> {
   const ids = options.identityNamespace ?? 'kapp-lambda';
+  const runtime = options.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE;
   const files = [
     ...PIPELINE_STAGES.map((s) => `${s}.yml`),
-    CONTROLLER_CONFIG_RBAC,
+    ...RUNTIME_NAMESPACE_RBAC,
     ...(options.tokenIdentities ? ['token-identities.yml'] : []),
   ];
-  const out: Record<string, unknown>[] = [];
+  type Manifest = {
+    kind: string;
+    metadata: { name: string; namespace?: string };
+    subjects?: { kind: string; name: string; namespace?: string }[];
+  };
+  const parsed: Array<{ file: string; o: Manifest }> = [];
   for (const file of files) {
     for (const doc of parseAllDocuments(await readFile(path.join(RBAC_DIR, file), 'utf8'))) {
       if (doc.errors.length > 0) throw new Error(`parsing ${file}: ${doc.errors[0]?.message}`);
-      const o = doc.toJS() as {
-        kind: string;
-        metadata: { name: string; namespace?: string };
-        subjects?: { kind: string; namespace?: string }[];
-      };
-      const ns =
-        file === CONTROLLER_CONFIG_RBAC
-          ? (options.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE)
-          : ids;
-      if (o.kind === 'Namespace') o.metadata.name = ns;
-      else if (o.metadata.namespace) o.metadata.namespace = ns;
-      for (const s of o.subjects ?? []) if (s.kind === 'ServiceAccount') s.namespace = ids;
-      out.push(o);
+      parsed.push({ file, o: doc.toJS() as Manifest });
     }
+  }
+  const runtimeAccounts = new Set(
+    parsed
+      .filter((p) => RUNTIME_NAMESPACE_RBAC.includes(p.file) && p.o.kind === 'ServiceAccount')
+      .map((p) => p.o.metadata.name),
+  );
+  const namespaces = new Set<string>();
+  const out: Record<string, unknown>[] = [];
+  for (const { file, o } of parsed) {
+    const ns = RUNTIME_NAMESPACE_RBAC.includes(file) ? runtime : ids;
+    if (o.kind === 'Namespace') {
+      // Each file declares the namespace it needs; it is listed once.
+      if (namespaces.has(ns)) continue;
+      namespaces.add(ns);
+      o.metadata.name = ns;
+    } else if (o.metadata.namespace) o.metadata.namespace = ns;
+    for (const s of o.subjects ?? []) {
+      if (s.kind === 'ServiceAccount') s.namespace = runtimeAccounts.has(s.name) ? runtime : ids;
+    }
+    out.push(o);
   }
   return out;
 }

@@ -22,12 +22,21 @@ export const LEASE_NAMESPACE_MANIFEST = JSON.stringify({
 });
 
 /**
+ * The RBAC of a PackageRepository's kapp (the ServiceAccount `kapp-lambda-pkgr` in `kapp-lambda`,
+ * the runtime's namespace), relative to the repository root: every cluster a runtime serves
+ * needs it (`functions/lib/deploy/run.ts` `packageRepositoryKubeconfig`).
+ */
+export const PKGR_KAPP_RBAC_FILE = 'infra/rbac/package-repository-kapp.yml';
+
+/**
  * Applies the generated CRDs and waits until they are established; creates the `kapp-lambda`
- * namespace, where the runtime's leader-election Lease lives.
+ * namespace, where the runtime's leader-election Lease lives, and the identity a
+ * PackageRepository's kapp runs as there ({@link PKGR_KAPP_RBAC_FILE}).
  */
 export async function applyCrds(kubeconfigPath: string): Promise<void> {
   await kubectl(kubeconfigPath, ['apply', '--server-side', '-f', path.join(REPO_ROOT, 'infra', 'crds', 'crds.yaml')]);
   await kubectl(kubeconfigPath, ['apply', '-f', '-'], { input: LEASE_NAMESPACE_MANIFEST });
+  await kubectl(kubeconfigPath, ['apply', '-f', path.join(REPO_ROOT, PKGR_KAPP_RBAC_FILE)]);
   await kubectl(kubeconfigPath, ['wait', '--for=condition=Established', '--timeout=60s', 'crd', '--all']);
 }
 

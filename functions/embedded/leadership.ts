@@ -141,6 +141,7 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
       const v = inner.deployView(clusterId);
       return Object.freeze({
         ...readAndStatus(clusterId, v),
+        listConfigMaps: v.listConfigMaps.bind(v),
         addFinalizer: guard(clusterId, v.addFinalizer.bind(v)),
         removeFinalizer: guard(clusterId, v.removeFinalizer.bind(v)),
         serviceAccountToken: guard(clusterId, v.serviceAccountToken.bind(v)),

@@ -34,7 +34,7 @@ import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
-import { KubeConfigClusterRegistry, runtimeKubeconfigs } from '../lib/kube/registry.js';
+import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import { PrometheusReconcileMetrics } from '../lib/observe/prometheus.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
@@ -251,8 +251,6 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     },
   });
   const base: DispatchDeps = composed;
-  // kapp deploys PackageRepositories as this runtime (upstream: the controller's ServiceAccount).
-  base.runtimeKubeconfig = runtimeKubeconfigs(opts.kubeconfigPath);
   const wrapped = opts.wrapDeps ? opts.wrapDeps(base) : base;
   const leaderships = new Map<string, ClusterLeadership>();
   const acting = (clusterId: string) => opts.leaderElection === false || !!leaderships.get(clusterId)?.isLeader();

@@ -11,10 +11,11 @@
  * As for the fetch function, a `git` repository needs a git binary in the layer, which cannot be
  * built from the Go module proxy (see `functions/fetch/index.ts`).
  *
- * Clusters: the DeployView, and the runtime's own identity for kapp (upstream deploys a
- * repository's packages as the controller's ServiceAccount): the function's context of
- * `KAPP_LAMBDA_KUBECONFIG`, handed only to kapp (see `FUNCTION_ACCESS` in
- * `functions/lib/entry/lambda.ts`).
+ * Clusters: the DeployView, with which it requests a token of the ServiceAccount
+ * `kapp-lambda-pkgr` in the runtime's namespace for kapp (upstream deploys a repository's
+ * packages as the controller's ServiceAccount; `infra/rbac/package-repository-kapp.yml`), and
+ * the InstallView for the placeholder Secret (see `FUNCTION_ACCESS` in
+ * `functions/lib/entry/lambda.ts`). Its own identity never reaches a tool.
  *
  * Source poll: invoked directly (not through SQS) with `{"type":"dev.kapp-lambda.source.poll.v1"}`
  * by an EventBridge Scheduler schedule (e.g. `rate(1 minute)`, the poll period), it resolves the

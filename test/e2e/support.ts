@@ -23,6 +23,7 @@ import { type KappEvent, objectEvent } from '../../events/schema.js';
 import { type EmbeddedOptions, type EmbeddedRuntime, startEmbedded } from '../../functions/embedded/runtime.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { cacheRoot } from '../../layers/gobuild.js';
+import { PKGR_KAPP_RBAC_FILE } from '../../scripts/local-env.js';
 import { type KubectlResult, kubectl, loadKubeConfig, tenantManifests } from '../harness/kube.js';
 import type { ServersInfo } from '../harness/servers.js';
 
@@ -67,7 +68,9 @@ export interface E2ECluster {
   /**
    * Applies `infra/crds/crds.yaml` server-side (idempotent; `--force-conflicts` because other
    * test files apply the same CRDs client-side) and waits until they are established. Also
-   * creates the `kapp-lambda` namespace, where the runtimes' leader-election Leases live.
+   * creates the `kapp-lambda` namespace, where the runtimes' leader-election Leases live, and
+   * applies `infra/rbac/package-repository-kapp.yml` there (the ServiceAccount
+   * `kapp-lambda-pkgr` a PackageRepository's kapp runs as, and its RBAC).
    */
   applyCrds(): Promise<void>;
   /**
@@ -118,6 +121,8 @@ export function e2eCluster(kubeconfig: string): E2ECluster {
       const file = fileURLToPath(new URL('../../infra/crds/crds.yaml', import.meta.url));
       await applyWith(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
       await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kapp-lambda' } });
+      // The identity a PackageRepository's kapp runs as (kapp-lambda/kapp-lambda-pkgr).
+      await applyWith(['apply', '-f', fileURLToPath(new URL(`../../${PKGR_KAPP_RBAC_FILE}`, import.meta.url))]);
       await k([
         'wait',
         '--for=condition=Established',

@@ -12,6 +12,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
+import {
+  type KappCommand,
+  packageRepositoryDeleteCommand,
+  packageRepositoryDeployCommand,
+} from '../../functions/lib/deploy/kapp.js';
+import { plantedKappRecord } from '../../functions/lib/deploy/kapp-record.js';
+import { packageRepositoryKubeconfig } from '../../functions/lib/deploy/run.js';
 import { DirSecretStore } from '../../functions/lib/kube/bearer.js';
 import { StoreClusterRegistry } from '../../functions/lib/kube/fleet-registry.js';
 import {
@@ -97,6 +104,16 @@ beforeAll(async () => {
   manifests = (
     await rbacManifests({ tokenIdentities: true, identityNamespace: ids, controllerConfigNamespace: ids })
   ).filter((m) => m.kind !== 'Secret');
+  // The cluster-scoped objects of a PackageRepository's kapp identity get this file's own names:
+  // the shared cluster's runtimes use `kapp-lambda:pkgr`, bound to kapp-lambda/kapp-lambda-pkgr
+  // (e2e `applyCrds`), which this file's binding (to `ids`) and clean-up would replace.
+  for (const m of manifests) {
+    const meta = m.metadata as { name: string };
+    if ((m.kind === 'ClusterRole' || m.kind === 'ClusterRoleBinding') && meta.name === 'kapp-lambda:pkgr') {
+      meta.name = `kapp-lambda:pkgr-${suffix}`;
+      if (m.kind === 'ClusterRoleBinding') (m.roleRef as { name: string }).name = meta.name;
+    }
+  }
   const secret = (namespace: string, name: string) => ({
     apiVersion: 'v1',
     kind: 'Secret',
@@ -277,44 +294,120 @@ describe('the functions through the cluster registry, each as its own identity',
     }
   });
 
-  it('index-repo: kapp deploys a Package and its app record as that identity, which still cannot read Secrets cluster-wide or request tokens', async () => {
-    const pkg = {
+  it('index-repo: kapp runs as kapp-lambda-pkgr (a token index-repo requests): Packages deployed, pruned and deleted; that identity reaches nothing else, and index-repo writes no Package or ConfigMap', async () => {
+    const view = registry('index-repo').deployView(CLUSTER);
+    // The runtime namespace is `ids` here (the controller-config namespace of this file).
+    const kubeconfigYaml = await packageRepositoryKubeconfig(view, ids, ns);
+    const kapp = binPath(component('kapp'), 'kapp');
+    const run = (cmd: KappCommand, input?: string) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve, reject) => {
+        const child = spawn(kapp, cmd.args, { env: { PATH: '/usr/bin:/bin', HOME: tmp, ...cmd.env } });
+        let stdout = '';
+        let stderr = '';
+        child.stdout.on('data', (d: Buffer) => {
+          stdout += d.toString();
+        });
+        child.stderr.on('data', (d: Buffer) => {
+          stderr += d.toString();
+        });
+        child.on('error', reject);
+        child.on('close', (code) => resolve({ code: code ?? -1, stdout, stderr }));
+        child.stdin.end(input ?? '');
+      });
+    const pkg = (version: string) => ({
       apiVersion: DATA_PACKAGING_API_VERSION,
       kind: 'Package',
-      metadata: { name: 'demo.example.com.1.0.0', namespace: ns },
+      metadata: { name: `demo.example.com.${version}` },
       spec: {
         refName: 'demo.example.com',
-        version: '1.0.0',
+        version,
         template: { spec: { fetch: [{ inline: {} }], template: [{ ytt: {} }], deploy: [{ kapp: {} }] } },
       },
+    });
+    const meta = {
+      apiVersion: DATA_PACKAGING_API_VERSION,
+      kind: 'PackageMetadata',
+      metadata: { name: 'demo.example.com' },
+      spec: { displayName: 'Demo' },
     };
-    const kapp = binPath(component('kapp'), 'kapp');
-    const deployed = await asStage(
-      'index-repo',
-      kapp,
-      [
-        'deploy',
-        '-a',
-        'demo.pkgr',
-        '-n',
-        ns,
-        '-f',
-        '-',
-        '-y',
-        '--wait=false',
-        '--dangerous-scope-to-fallback-allowed-namespaces=true',
-        '--app-changes-max-to-keep=5',
-      ],
-      stringify(pkg),
-    );
-    expect(deployed.stderr).toBe('');
-    expect(deployed.code).toBe(0);
-    const read = await registry('index-repo').deployView(CLUSTER).getConfigMap(ns, 'demo.pkgr');
-    expect(read?.data.spec).toContain('demo.pkgr');
+    const deploy = packageRepositoryDeployCommand({
+      name: 'demo',
+      namespace: ns,
+      metadataFile: path.join(tmp, 'app-metadata.yml'),
+      kubeconfigYaml,
+    });
+    const packages = async () =>
+      (await k(['-n', ns, 'get', 'packages.data.packaging.carvel.dev', '-o', 'name'])).stdout
+        .trim()
+        .split('\n')
+        .filter(Boolean);
 
+    const first = await run(deploy, [pkg('1.0.0'), pkg('2.0.0'), meta].map((d) => stringify(d)).join('---\n'));
+    expect(first.stderr).toBe('');
+    expect(first.code).toBe(0);
+    expect(await packages()).toEqual([
+      'package.data.packaging.carvel.dev/demo.example.com.1.0.0',
+      'package.data.packaging.carvel.dev/demo.example.com.2.0.0',
+    ]);
+    // kapp's own record passes the record check, copy check included (it lists every app record).
+    expect(await plantedKappRecord(view, ns, ['demo.pkgr', 'demo-ctrl'])).toBeUndefined();
+    // A record copying it, elsewhere: the check refuses (read through the index-repo identity).
+    const own = await view.getConfigMap(ns, 'demo.pkgr');
+    await apply({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'copy.pkgr', namespace: other, labels: { 'kapp.k14s.io/is-app': '' } },
+      data: { spec: own?.data.spec ?? '' },
+    });
+    expect(await plantedKappRecord(view, ns, ['demo.pkgr', 'demo-ctrl'])).toContain(
+      `with the kapp app record ConfigMap ${other}/copy.pkgr`,
+    );
+    await k(['-n', other, 'delete', 'configmap', 'copy.pkgr']);
+
+    // A version removed from the repository is pruned.
+    const second = await run(deploy, [pkg('2.0.0'), meta].map((d) => stringify(d)).join('---\n'));
+    expect(second.stderr).toBe('');
+    expect(second.code).toBe(0);
+    expect(await packages()).toEqual(['package.data.packaging.carvel.dev/demo.example.com.2.0.0']);
+
+    // What that identity cannot do: Secrets, tokens, workloads.
+    const file = path.join(tmp, 'pkgr.kubeconfig');
+    await writeFile(file, kubeconfigYaml, { mode: 0o600 });
+    const pkgr = clientForKubeConfig(loadKubeConfig(file));
+    expect(await codeOf(pkgr.getSecret(ns, 'creds'))).toBe(403);
+    expect(await codeOf(pkgr.list({ apiVersion: 'v1', kind: 'Secret' }, { namespace: ns }))).toBe(403);
+    expect(await codeOf(pkgr.createSecret({ metadata: { name: 'x', namespace: ns }, type: 'Opaque', data: {} }))).toBe(
+      403,
+    );
+    expect(await codeOf(pkgr.serviceAccountToken(ns, 'deployer'))).toBe(403);
+    expect(await codeOf(pkgr.updateStatus(app, { resourceVersion: '1', uid: 'x' }, {}))).toBe(403);
+    const kubectlBin = binPath(component('kubernetes'), 'kubectl');
+    const asPkgr = (args: string[]) => kubectl(file, args, { check: false, kubectl: kubectlBin });
+    const workload = await asPkgr(['-n', ns, 'create', 'deployment', 'nope', '--image=nginx']);
+    expect(workload.code).not.toBe(0);
+    expect(workload.stderr).toContain('forbidden');
+
+    // The index-repo identity: no Package, PackageMetadata or ConfigMap write, no other token.
+    for (const args of [
+      ['-n', ns, 'create', 'configmap', 'nope'],
+      ['-n', ns, 'delete', 'packages.data.packaging.carvel.dev', 'demo.example.com.2.0.0'],
+    ]) {
+      const refused = await asStage('index-repo', kubectlBin, args);
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toContain('forbidden');
+    }
     const client = registry('index-repo').client(CLUSTER);
     expect(await codeOf(client.list({ apiVersion: 'v1', kind: 'Secret' }, {}))).toBe(403);
     expect(await codeOf(client.serviceAccountToken(ns, 'deployer'))).toBe(403);
+    expect(await codeOf(client.serviceAccountToken(ids, 'kapp-lambda-index-repo'))).toBe(403);
     expect(await codeOf(client.updateStatus(app, { resourceVersion: '1', uid: 'x' }, {}))).toBe(403);
+
+    // Deleting the repository removes its Packages, PackageMetadata and kapp's record.
+    const deleted = await run(packageRepositoryDeleteCommand({ name: 'demo', namespace: ns, kubeconfigYaml }));
+    expect(deleted.stderr).toBe('');
+    expect(deleted.code).toBe(0);
+    expect(await packages()).toEqual([]);
+    expect((await k(['-n', ns, 'get', 'packagemetadatas.data.packaging.carvel.dev', '-o', 'name'])).stdout).toBe('');
+    expect(await view.getConfigMap(ns, 'demo.pkgr')).toBeUndefined();
   });
 });

@@ -20,7 +20,6 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
@@ -37,13 +36,13 @@ import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunction } from '../../layers/bundle.js';
 import { hardenAddonPath } from '../../layers/native.js';
+import { applyCrds } from '../e2e/support.js';
 import { kubectl } from '../harness/kube.js';
 import { functionLayer, invokeRie, type Rie, rieLogLines, startRie } from '../harness/lambda.js';
 import { LOOPBACK, makeTempDir, removeTempDir } from '../harness/servers/process.js';
 import { type S3Info, s3Client } from '../harness/servers/s3.js';
 import type { ServersInfo } from '../harness/servers.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const kubeconfigPath = inject('kubeconfigPath');
 const cluster = inject('cluster');
 const CLUSTER_ID = `kwok-${cluster.name}`;
@@ -172,16 +171,8 @@ beforeAll(async () => {
   fetchRie = await startFunction(fetchBundle, functionEnv(await layerBinDir('fetch')), tmp);
   started.push(fetchRie);
 
-  const crds = [
-    'apps.kappctrl.k14s.io',
-    'packagerepositories.packaging.carvel.dev',
-    'packages.data.packaging.carvel.dev',
-    'packagemetadatas.data.packaging.carvel.dev',
-  ];
-  for (const f of crds) {
-    await k(['apply', '--server-side', '--force-conflicts', '-f', path.join(ROOT, 'infra', 'crds', `${f}.yaml`)]);
-  }
-  await k(['wait', '--for=condition=Established', '--timeout=60s', ...crds.map((c) => `crd/${c}`)]);
+  // The CRDs, and kapp-lambda/kapp-lambda-pkgr, the identity the index-repo function's kapp runs as.
+  await applyCrds();
   await k(['create', 'namespace', ns]);
 }, 180_000);
 

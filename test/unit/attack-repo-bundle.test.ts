@@ -2,7 +2,7 @@
  * Hostile package repository bundles (issue 7, repository content is tenant input): kbld passes
  * every document of `.imgpkg/images.yml` that is not one of its own configuration kinds through
  * to its output (checked with kbld v0.46: a ClusterRoleBinding after the ImagesLock comes out
- * unchanged), and kapp deploys that output with the runtime's own identity. Upstream
+ * unchanged), and kapp deploys that output with the repository's kapp identity. Upstream
  * (`app_template.go`) has the same hole; kapp-lambda refuses such a bundle with a clear error and
  * checks the final stream before kapp sees it.
  */

@@ -456,19 +456,28 @@ describe('npm run cluster', () => {
   it('renders the RBAC of every function, with the identity namespace substituted', async () => {
     const all = await rbacManifests({ tokenIdentities: true, identityNamespace: 'ids' });
     const roles = all.filter((m) => m.kind === 'ClusterRole').map((m) => (m.metadata as { name: string }).name);
-    expect(roles).toEqual([
+    const stages = [
       'kapp-lambda:fetch',
       'kapp-lambda:template',
       'kapp-lambda:deploy',
       'kapp-lambda:index-repo',
       'kapp-lambda:install',
-    ]);
+    ];
+    expect(roles).toEqual([...stages, 'kapp-lambda:pkgr']);
     type Subject = { kind: string; namespace?: string; name: string };
     const subjects = all.flatMap((m) => (m.subjects as Subject[]) ?? []);
-    expect(subjects.filter((s) => s.kind === 'ServiceAccount').every((s) => s.namespace === 'ids')).toBe(true);
+    // The functions' ServiceAccounts in the identity namespace; kapp's for PackageRepositories
+    // in the runtime (controller-config) one, where index-repo asks for its token.
+    for (const s of subjects.filter((s) => s.kind === 'ServiceAccount')) {
+      expect([s.name, s.namespace]).toEqual([s.name, s.name === 'kapp-lambda-pkgr' ? 'kapp-lambda' : 'ids']);
+    }
     const clusterSubjects = all.filter((m) => m.kind === 'ClusterRoleBinding').flatMap((m) => m.subjects as Subject[]);
-    expect(clusterSubjects.filter((s) => s.kind === 'Group').map((s) => s.name)).toEqual(roles);
-    expect(all.filter((m) => m.kind === 'ServiceAccount')).toHaveLength(5);
+    expect(clusterSubjects.filter((s) => s.kind === 'Group').map((s) => s.name)).toEqual(stages);
+    expect(all.filter((m) => m.kind === 'ServiceAccount')).toHaveLength(6);
+    expect(all.filter((m) => m.kind === 'Namespace').map((m) => (m.metadata as { name: string }).name)).toEqual([
+      'kapp-lambda',
+      'ids',
+    ]);
     // No function may list or watch Secrets, and only deploy may request tokens.
     for (const role of all.filter((m) => m.kind === 'ClusterRole')) {
       for (const rule of role.rules as { resources: string[]; verbs: string[] }[]) {
@@ -509,6 +518,52 @@ describe('npm run cluster', () => {
       { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'kapp-lambda:index-repo' },
       { kind: 'ServiceAccount', namespace: 'ids', name: 'kapp-lambda-index-repo' },
     ]);
+  });
+
+  it("gives a PackageRepository's kapp its own identity: packages and ConfigMaps only; index-repo writes neither and may mint only its token", async () => {
+    const all = await rbacManifests({ identityNamespace: 'ids', controllerConfigNamespace: 'carvel' });
+    const named = (kind: string, name: string) =>
+      all.find((m) => m.kind === kind && (m.metadata as { name: string }).name === name) as
+        | { metadata: { namespace?: string }; rules?: unknown[]; subjects?: unknown[]; roleRef?: unknown }
+        | undefined;
+    expect(named('ServiceAccount', 'kapp-lambda-pkgr')).toMatchObject({
+      metadata: { namespace: 'carvel' },
+      automountServiceAccountToken: false,
+    });
+    expect(named('ClusterRole', 'kapp-lambda:pkgr')?.rules).toEqual([
+      {
+        apiGroups: ['data.packaging.carvel.dev'],
+        resources: ['packages', 'packagemetadatas'],
+        verbs: ['get', 'list', 'create', 'update', 'patch', 'delete'],
+      },
+      { apiGroups: [''], resources: ['configmaps'], verbs: ['get', 'list', 'create', 'update', 'patch', 'delete'] },
+    ]);
+    expect(named('ClusterRoleBinding', 'kapp-lambda:pkgr')?.subjects).toEqual([
+      { kind: 'ServiceAccount', namespace: 'carvel', name: 'kapp-lambda-pkgr' },
+    ]);
+    const token = named('Role', 'kapp-lambda:pkgr-token');
+    expect(token?.metadata.namespace).toBe('carvel');
+    expect(token?.rules).toEqual([
+      { apiGroups: [''], resources: ['serviceaccounts'], resourceNames: ['kapp-lambda-pkgr'], verbs: ['get'] },
+      { apiGroups: [''], resources: ['serviceaccounts/token'], resourceNames: ['kapp-lambda-pkgr'], verbs: ['create'] },
+    ]);
+    expect(named('RoleBinding', 'kapp-lambda:pkgr-token')).toMatchObject({
+      metadata: { namespace: 'carvel' },
+      subjects: [
+        { apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'kapp-lambda:index-repo' },
+        { kind: 'ServiceAccount', namespace: 'ids', name: 'kapp-lambda-index-repo' },
+      ],
+    });
+    // index-repo itself: no Package or PackageMetadata rule, ConfigMaps read only, Secrets get/create.
+    const indexRepo = named('ClusterRole', 'kapp-lambda:index-repo')?.rules as {
+      apiGroups: string[];
+      resources: string[];
+      verbs: string[];
+    }[];
+    expect(indexRepo.filter((r) => r.apiGroups.includes('data.packaging.carvel.dev'))).toEqual([]);
+    expect(indexRepo.find((r) => r.resources.includes('configmaps'))?.verbs).toEqual(['get', 'list']);
+    expect(indexRepo.find((r) => r.resources.includes('secrets'))?.verbs).toEqual(['get', 'create']);
+    expect(indexRepo.flatMap((r) => r.resources)).not.toContain('namespaces');
   });
 
   it('adds, lists and removes a cluster in a directory registry', async () => {

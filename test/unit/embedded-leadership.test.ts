@@ -71,6 +71,7 @@ function recordingRegistry(calls: string[]): ClusterRegistry {
     deployView: (id) =>
       ({
         ...reads(id),
+        listConfigMaps: async () => [],
         updateStatus: write(id, 'updateStatus'),
         addFinalizer: write(id, 'addFinalizer'),
         removeFinalizer: write(id, 'removeFinalizer'),

@@ -213,16 +213,12 @@ describe('createLambdaDeps', () => {
     clients.sqs.destroy();
   });
 
-  it('gives the index-repo function its tools and the runtime identity for kapp; no other function gets it', async () => {
+  it('gives the index-repo function its tools and the deploy view, never its own identity for kapp', async () => {
     const config = parseLambdaEnv('index-repo', { ...env, KAPP_LAMBDA_BIN_DIR: '/nonexistent/bin' });
     const clients = createAwsClients(config);
-    const runtimeKubeconfig = (id: string) => `kubeconfig-of:${id}`;
-    const deps = createLambdaDeps(config, clients, {
-      log: memoryLogger(),
-      clusters: taggedRegistry(),
-      runtimeKubeconfig,
-    });
-    expect(deps.pipeline.runtimeKubeconfig?.('prod-eu-1')).toBe('kubeconfig-of:prod-eu-1');
+    const deps = createLambdaDeps(config, clients, { log: memoryLogger(), clusters: taggedRegistry() });
+    // kapp gets a token of kapp-lambda-pkgr (`packageRepositoryKubeconfig`), not this function's.
+    expect(deps.pipeline).not.toHaveProperty('runtimeKubeconfig');
     expect(deps.pipeline.clusters.deployView('prod-eu-1')).toBe('deploy:prod-eu-1');
     for (const tool of ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp']) {
       // Allowed: it starts (and fails only because the bin dir does not exist).
@@ -231,14 +227,6 @@ describe('createLambdaDeps', () => {
     }
     for (const tool of ['helm', 'sops', 'cue', 'kustomize']) {
       await expect(deps.pipeline.runner.run({ cmd: tool, args: ['version'] })).rejects.toThrow(tool);
-    }
-    for (const stage of ['fetch', 'template', 'deploy'] as const) {
-      const other = createLambdaDeps(parseLambdaEnv(stage, env), clients, {
-        log: memoryLogger(),
-        clusters: taggedRegistry(),
-        runtimeKubeconfig,
-      });
-      expect(other.pipeline.runtimeKubeconfig).toBeUndefined();
     }
     clients.s3.destroy();
     clients.sqs.destroy();
@@ -287,7 +275,6 @@ describe('createLambdaDeps', () => {
       await expect(run(objectEvent(ref('edge-2'), 'added', { time }))).rejects.toThrow(UnknownClusterError);
       // edge-1 is loaded: the stage runs and reaches the (closed) endpoint as the function identity.
       await expect(run(objectEvent(ref('edge-1'), 'added', { time }))).rejects.toThrow(KubeApiError);
-      expect(deps.pipeline.runtimeKubeconfig?.('edge-1')).toContain('the-index-repo-token');
       expect(() => deps.pipeline.clusters.client('edge-1')).toThrow(
         'the index-repo function may not use a full cluster client',
       );
@@ -298,7 +285,7 @@ describe('createLambdaDeps', () => {
     }
   });
 
-  it('gives the install function no tool, no runtime identity and only its own queue to send to', async () => {
+  it('gives the install function no tool and only its own queue to send to', async () => {
     const config = parseLambdaEnv('install', {
       ...env,
       KAPP_LAMBDA_QUEUE_URL_FETCH: undefined,
@@ -308,12 +295,7 @@ describe('createLambdaDeps', () => {
     });
     expect(config.queueUrls).toEqual({ install: env.KAPP_LAMBDA_QUEUE_URL_INSTALL });
     const clients = createAwsClients(config);
-    const deps = createLambdaDeps(config, clients, {
-      log: memoryLogger(),
-      clusters: taggedRegistry(),
-      runtimeKubeconfig: (id) => `kubeconfig-of:${id}`,
-    });
-    expect(deps.pipeline.runtimeKubeconfig).toBeUndefined();
+    const deps = createLambdaDeps(config, clients, { log: memoryLogger(), clusters: taggedRegistry() });
     expect(deps.pipeline.clusters.installView?.('prod-eu-1')).toBe('install:prod-eu-1');
     for (const tool of ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'helm']) {
       await expect(deps.pipeline.runner.run({ cmd: tool, args: ['version'] })).rejects.toThrow(tool);

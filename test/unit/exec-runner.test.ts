@@ -49,7 +49,7 @@ describe('error texts (Go os/exec and pkg/exec/cmd_runner.go)', () => {
 });
 
 describe('stage allow-lists', () => {
-  it('only deploy and index-repo (which deploys as the runtime) run kapp; only index-repo (the source poll) runs git; install runs no tool', () => {
+  it('only deploy and index-repo (kapp as kapp-lambda-pkgr) run kapp; only index-repo (the source poll) runs git; install runs no tool', () => {
     expect(STAGE_TOOLS).toEqual({
       fetch: ['vendir', 'imgpkg', 'helm'],
       template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue', 'kustomize'],

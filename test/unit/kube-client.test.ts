@@ -281,6 +281,33 @@ describe('KubeApiClient reads', () => {
     ]);
   });
 
+  it('listConfigMaps lists every namespace by label selector, page after page, and throws a refused list', async () => {
+    const cm = (ns: string, name: string) => ({
+      metadata: { name, namespace: ns, uid: `u-${name}`, resourceVersion: '1' },
+      data: { spec: name },
+    });
+    const rest = new FakeRest([
+      { statusCode: 200, body: { items: [cm('a', 'x.app'), cm('b', 'y.pkgr')], metadata: { continue: 'next-page' } } },
+      { statusCode: 200, body: { items: [cm('c', 'z.app')], metadata: { continue: '' } } },
+      {
+        statusCode: 403,
+        body: { kind: 'Status', message: 'configmaps is forbidden', reason: 'Forbidden', code: 403 },
+      },
+    ]);
+    const c = client(rest);
+    const listed = await c.listConfigMaps('kapp.k14s.io/is-app');
+    expect(listed.map((m) => [m.metadata.namespace, m.metadata.name, m.data.spec])).toEqual([
+      ['a', 'x.app', 'x.app'],
+      ['b', 'y.pkgr', 'y.pkgr'],
+      ['c', 'z.app', 'z.app'],
+    ]);
+    expect(rest.requests.map((r) => [r.method, r.path, r.query])).toEqual([
+      ['GET', '/api/v1/configmaps', { labelSelector: 'kapp.k14s.io/is-app', limit: 500, continue: undefined }],
+      ['GET', '/api/v1/configmaps', { labelSelector: 'kapp.k14s.io/is-app', limit: 500, continue: 'next-page' }],
+    ]);
+    await expect(c.listConfigMaps('kapp.k14s.io/is-app')).rejects.toMatchObject({ statusCode: 403 });
+  });
+
   it('a data key named __proto__ is kept as data (an own key), not made the prototype', async () => {
     const meta = { name: 's', namespace: 'n', uid: 'u', resourceVersion: '1' };
     const b64 = Buffer.from('S3cr3t!').toString('base64');

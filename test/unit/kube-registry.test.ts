@@ -14,12 +14,7 @@ import {
   UnknownClusterError,
   WatchGoneError,
 } from '../../functions/lib/kube/port.js';
-import {
-  apiServerInfoOf,
-  KubeConfigClusterRegistry,
-  MapClusterRegistry,
-  selfContainedKubeconfig,
-} from '../../functions/lib/kube/registry.js';
+import { apiServerInfoOf, KubeConfigClusterRegistry, MapClusterRegistry } from '../../functions/lib/kube/registry.js';
 import { deployViewOf, fetchViewOf, watchViewOf } from '../../functions/lib/kube/views.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kube-registry-'));
@@ -177,7 +172,7 @@ describe('views', () => {
     expect('addFinalizer' in view).toBe(false);
   });
 
-  it('deploy view: no list/watch', () => {
+  it('deploy view: no list/watch but the label-selected list of ConfigMaps (kapp records)', () => {
     expect(methods(deployViewOf(client))).toEqual([
       'addFinalizer',
       'apiGroupVersions',
@@ -187,6 +182,7 @@ describe('views', () => {
       'getNamespace',
       'getObject',
       'getSecret',
+      'listConfigMaps',
       'removeFinalizer',
       'serverVersion',
       'serviceAccountToken',
@@ -224,60 +220,5 @@ describe('views', () => {
     await registry.deployView('c').serverVersion();
     await registry.watchView('c').getSecret('n', 's');
     expect(calls).toEqual(['getObject', 'serverVersion', 'getSecret']);
-  });
-});
-
-describe('selfContainedKubeconfig', () => {
-  it('keeps only the context, its cluster and user, with the files read into *-data', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'self-kubeconfig-'));
-    try {
-      writeFileSync(join(dir, 'ca.pem'), 'CA');
-      writeFileSync(join(dir, 'c.pem'), 'CERT');
-      writeFileSync(join(dir, 'k.pem'), 'KEY');
-      const doc = {
-        clusters: [
-          { name: 'one', cluster: { server: 'https://one:6443', 'certificate-authority': 'ca.pem' } },
-          { name: 'two', cluster: { server: 'https://two:6443' } },
-        ],
-        users: [
-          { name: 'u1', user: { 'client-certificate': join(dir, 'c.pem'), 'client-key': 'k.pem', tokenFile: 't' } },
-          { name: 'u2', user: { token: 't2' } },
-          { name: 'u3', user: { exec: { command: './bin/cred', args: ['x'] } } },
-        ],
-        contexts: [
-          { name: 'a', context: { cluster: 'one', user: 'u1' } },
-          { name: 'b', context: { cluster: 'two', user: 'u2' } },
-          { name: 'c', context: { cluster: 'two', user: 'u3', namespace: 'n' } },
-        ],
-        'current-context': 'b',
-      };
-      // relative paths are the kubeconfig folder's, as client-go reads them
-      expect(JSON.parse(selfContainedKubeconfig(doc, 'a', dir))).toEqual({
-        apiVersion: 'v1',
-        kind: 'Config',
-        clusters: [{ name: 'one', cluster: { server: 'https://one:6443', 'certificate-authority-data': 'Q0E=' } }],
-        users: [
-          {
-            name: 'u1',
-            user: { 'client-certificate-data': 'Q0VSVA==', 'client-key-data': 'S0VZ', tokenFile: join(dir, 't') },
-          },
-        ],
-        contexts: [{ name: 'a', context: { cluster: 'one', user: 'u1' } }],
-        'current-context': 'a',
-      });
-      expect(JSON.parse(selfContainedKubeconfig(doc, 'c', dir)).users).toEqual([
-        { name: 'u3', user: { exec: { command: join(dir, 'bin/cred'), args: ['x'] } } },
-      ]);
-      expect(() => selfContainedKubeconfig(doc, 'zz', dir)).toThrow('kubeconfig context "zz" has no cluster');
-      expect(() =>
-        selfContainedKubeconfig(
-          { ...doc, clusters: [{ name: 'one', cluster: { 'certificate-authority': 'nope' } }] },
-          'a',
-          dir,
-        ),
-      ).toThrow(`reading certificate-authority ${join(dir, 'nope')} of context "a"`);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 });

@@ -12,8 +12,10 @@ import { parseAllDocuments } from 'yaml';
 import { EVENT_TYPES, type KappEvent, objectEvent, type Reason } from '../../events/schema.js';
 import { type AppStatus, Finalizer, parsePackageRepository } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
+import { serviceAccountKubeconfig } from '../../functions/lib/deploy/kubeconfig.js';
 import { exitWith, type ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
+import { KubeApiError } from '../../functions/lib/kube/port.js';
 import { readRepositoryVersions, repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
@@ -28,6 +30,7 @@ import {
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';
+import { FAKE_API_SERVER, FAKE_SA_TOKEN } from './support/fake-cluster.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('pipeline-index-repo-');
@@ -88,6 +91,17 @@ const DELETE_ARGV = [
   '--namespace=ns',
 ];
 
+/**
+ * The kubeconfig kapp gets: the fake cluster's token of kapp-lambda-pkgr on its API server,
+ * the repository's namespace as the context's (an App ServiceAccount kubeconfig's shape).
+ */
+const PKGR_KUBECONFIG = serviceAccountKubeconfig({
+  token: FAKE_SA_TOKEN,
+  caCert: '',
+  namespace: 'ns',
+  server: FAKE_API_SERVER.server,
+}).yaml;
+
 interface RepoShape {
   spec?: Record<string, unknown>;
   status?: Record<string, unknown>;
@@ -127,12 +141,22 @@ interface Row {
   announces?: Array<{ refName: string; versions: string[] }>;
   /** ConfigMaps in `ns` (`data.spec` by name): a kapp app record planted before the run. */
   records?: Record<string, string>;
+  /** Other kapp app records of the cluster (`data.spec` by `<namespace>/<name>`, labelled `kapp.k14s.io/is-app`). */
+  otherRecords?: Record<string, string>;
+  /** The runtime namespace's `kapp-lambda-pkgr` ServiceAccount is missing (its RBAC not applied). */
+  noPkgrServiceAccount?: boolean;
 }
+
+/** The error of a run whose kapp identity is missing (`packageRepositoryKubeconfig`). */
+const NO_PKGR_SA = 'Preparing kapp: Getting service account: serviceaccounts "kapp-lambda-pkgr" not found';
 
 /** The deploy error of a planted kapp record (`plantedKappRecord`). */
 const PLANTED = (cm: string, why: string) =>
   `Deploying: kapp app record ConfigMap ns/${cm} was not written by kapp (${why}): kapp would act on its selector with the controller's identity; delete the ConfigMap`;
 const SELECTOR_PLANTED = PLANTED('repo.pkgr.apps.k14s.io', 'its label selector is not kapp.k14s.io/app=<number>');
+/** The deploy error of a record copying another kapp app's value. */
+const COPIED =
+  "Deploying: kapp app record ConfigMap ns/repo.pkgr.apps.k14s.io shares its label kapp.k14s.io/app=1600000000000000002 with the kapp app record ConfigMap team-b/web.app.apps.k14s.io: kapp would act on that app's resources too; delete the ConfigMap that was copied";
 
 const TEMPLATED: RepoTemplateOutput = {
   result: { stdout: '', stderr: '', exitCode: 0, finished: true },
@@ -306,6 +330,62 @@ const rows: Record<string, Row> = {
     ],
     finalizers: [Finalizer.PackageRepository],
   },
+  'a record copying another kapp app record value: kapp never runs, ReconcileFailed names both ConfigMaps (attack)': {
+    repo: {},
+    records: { 'repo.pkgr.apps.k14s.io': '{"labelKey":"kapp.k14s.io/app","labelValue":"1600000000000000002"}' },
+    otherRecords: {
+      'team-b/web.app.apps.k14s.io': '{"labelKey":"kapp.k14s.io/app","labelValue":"1600000000000000002"}',
+    },
+    statuses: [
+      RECONCILING,
+      finalFailed(COPIED, COPIED, {
+        fetch: FETCHED,
+        template: { exitCode: 0, updatedAt: NOW },
+        deploy: { finished: true, exitCode: -1, error: COPIED, startedAt: NOW, updatedAt: NOW },
+      }),
+    ],
+    tools: ['vendir'],
+    outcomes: [
+      ['reconcile', 'succeeded'],
+      ['index-repo', 'failed'],
+    ],
+    finalizers: [Finalizer.PackageRepository],
+  },
+  "kapp's ServiceAccount missing (RBAC not applied): ReconcileFailed names it, kapp never runs": {
+    repo: {},
+    noPkgrServiceAccount: true,
+    statuses: [
+      RECONCILING,
+      finalFailed(`Deploying: ${NO_PKGR_SA}`, `Deploying: ${NO_PKGR_SA}`, {
+        fetch: FETCHED,
+        template: { exitCode: 0, updatedAt: NOW },
+        deploy: { finished: true, exitCode: -1, error: `Deploying: ${NO_PKGR_SA}`, startedAt: NOW, updatedAt: NOW },
+      }),
+    ],
+    tools: ['vendir'],
+    outcomes: [
+      ['reconcile', 'succeeded'],
+      ['index-repo', 'failed'],
+    ],
+    finalizers: [Finalizer.PackageRepository],
+  },
+  "deleting without kapp's ServiceAccount: DeleteFailed names it, the finalizer stays, kapp never runs": {
+    repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
+    noPkgrServiceAccount: true,
+    statuses: [
+      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      expect.objectContaining({
+        conditions: [expect.objectContaining({ type: 'DeleteFailed' })],
+        usefulErrorMessage: `Deleting: ${NO_PKGR_SA}`,
+      }),
+    ],
+    tools: [],
+    outcomes: [
+      ['reconcile', 'deleted'],
+      ['delete', 'failed'],
+    ],
+    finalizers: [Finalizer.PackageRepository],
+  },
   'deploy fails: ReconcileFailed with the friendly kapp stderr, the finalizer stays added': {
     repo: {},
     kapp: exitWith(1, '  kapp: Error: create package/x: \n    Evaluating: \n- fail: Conflicting resources\n'),
@@ -344,16 +424,16 @@ rows['a kapp record as kapp writes it: kapp runs (attack control)'] = {
   },
 };
 
-async function indexOnce(row: Row, runtimeKubeconfig?: string) {
+async function indexOnce(row: Row, config: { controllerConfigNamespace?: string } = {}) {
   const templateCalls: RepoTemplateInput[] = [];
   const w = appWorld({
     tmpRoot: path.join(tempDir(), 'scratch'),
+    config,
     extra: {
       templateRepository: async (input) => {
         templateCalls.push(input);
         return row.template ?? TEMPLATED;
       },
-      ...(runtimeKubeconfig ? { runtimeKubeconfig: () => runtimeKubeconfig } : {}),
     },
   });
   w.cluster.put(repoObject(row.repo) as never);
@@ -363,6 +443,19 @@ async function indexOnce(row: Row, runtimeKubeconfig?: string) {
       data: { spec },
       binaryData: {},
     });
+  }
+  for (const [key, spec] of Object.entries(row.otherRecords ?? {})) {
+    const [namespace, name] = key.split('/') as [string, string];
+    w.cluster.configMaps.set(key, {
+      metadata: { name, namespace, uid: `uid-${name}`, resourceVersion: '1', labels: { 'kapp.k14s.io/is-app': '' } },
+      data: { spec },
+      binaryData: {},
+    });
+  }
+  if (row.noPkgrServiceAccount) {
+    w.cluster.serviceAccountToken = async (_ns, name) => {
+      throw new KubeApiError(`Getting service account: serviceaccounts "${name}" not found`, { statusCode: 404 });
+    };
   }
   w.runner.on('vendir', row.vendir ?? vendirFetches);
   w.runner.on('kapp', row.kapp ?? { stdout: 'Succeeded' });
@@ -381,15 +474,23 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(next && next.type === EVENT_TYPES.repoIndexed ? next.data.changes : next).toEqual(row.announces);
   });
 
-  it('runs kapp deploy <name>.pkgr with the exact argv, the manifest on stdin, the runtime identity', async () => {
+  it('runs kapp deploy <name>.pkgr with the exact argv, the manifest on stdin, as kapp-lambda-pkgr', async () => {
     const { w, templateCalls } = await indexOnce(
       rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!,
     );
     const kapp = w.runner.calls.find((c) => c.cmd === 'kapp')!;
     const work = path.dirname(kapp.args[2]!);
-    expect(kapp.args.map((a) => a.replace(work, '<work>'))).toEqual([...DEPLOY_ARGV, '--yes']);
+    expect(kapp.args.map((a) => a.replace(work, '<work>'))).toEqual([
+      ...DEPLOY_ARGV,
+      '--kubeconfig=/dev/null',
+      '--yes',
+    ]);
     expect(kapp.stdin).toBe(MANIFEST);
-    expect(kapp.env).toEqual({});
+    expect(kapp.env).toEqual({ KAPP_KUBECONFIG_YAML: PKGR_KUBECONFIG });
+    // The token of kapp-lambda-pkgr in the runtime's namespace (default kapp-lambda), nothing else.
+    expect(w.cluster.calls.filter((c) => c[0] === 'serviceAccountToken')).toEqual([
+      ['serviceAccountToken', 'kapp-lambda/kapp-lambda-pkgr'],
+    ]);
     // The fetched tree is unpacked as vendir's directory `0`; a non-bundle fetch runs no kbld.
     expect(templateCalls).toHaveLength(1);
     expect(templateCalls[0]).toMatchObject({ name: 'repo', namespace: 'ns', bundle: false });
@@ -399,17 +500,20 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(order).toEqual(['addFinalizer']);
   });
 
-  it('gives kapp the runtime kubeconfig through KAPP_KUBECONFIG_YAML when the runtime has one', async () => {
-    const row = rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!;
-    const { w } = await indexOnce(row, 'apiVersion: v1\nkind: Config\n');
-    const kapp = w.runner.calls.find((c) => c.cmd === 'kapp')!;
-    const work = path.dirname(kapp.args[2]!);
-    expect(kapp.args.map((a) => a.replace(work, '<work>'))).toEqual([
-      ...DEPLOY_ARGV,
-      '--kubeconfig=/dev/null',
-      '--yes',
-    ]);
-    expect(kapp.env).toEqual({ KAPP_KUBECONFIG_YAML: 'apiVersion: v1\nkind: Config\n' });
+  it("takes kapp-lambda-pkgr from the runtime's namespace (kapp-controller-config's), for deploy and delete", async () => {
+    const deployed = await indexOnce(
+      rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!,
+      { controllerConfigNamespace: 'carvel' },
+    );
+    const deleted = await indexOnce(rows['deleting: Deleting, kapp delete <name>.pkgr, both finalizers removed']!, {
+      controllerConfigNamespace: 'carvel',
+    });
+    for (const { w } of [deployed, deleted]) {
+      expect(w.cluster.calls.filter((c) => c[0] === 'serviceAccountToken')).toEqual([
+        ['serviceAccountToken', 'carvel/kapp-lambda-pkgr'],
+      ]);
+      expect(w.runner.calls.find((c) => c.cmd === 'kapp')?.env).toEqual({ KAPP_KUBECONFIG_YAML: PKGR_KUBECONFIG });
+    }
   });
 
   it('kapp delete does not wait for the Deleting status write; Deleting is still the first status', async () => {
@@ -441,7 +545,8 @@ describe('index-repo (PackageRepository reconcile)', () => {
 
   it('runs kapp delete <name>.pkgr with the exact argv', async () => {
     const { w } = await indexOnce(rows['deleting: Deleting, kapp delete <name>.pkgr, both finalizers removed']!);
-    expect(w.runner.argv()).toEqual([['kapp', ...DELETE_ARGV, '--yes']]);
+    expect(w.runner.argv()).toEqual([['kapp', ...DELETE_ARGV, '--kubeconfig=/dev/null', '--yes']]);
+    expect(w.runner.calls[0]?.env).toEqual({ KAPP_KUBECONFIG_YAML: PKGR_KUBECONFIG });
   });
 
   it('the fetched root the template pipeline reads lies inside the scratch handed to its tools', async () => {

@@ -257,8 +257,8 @@ export const PKGR_KAPP_RATE_LIMIT: readonly string[] = Object.freeze(['--kube-ap
 function pkgrKappRawOptions(debug: boolean): string[] {
   const opts = [
     ...PKGR_KAPP_RATE_LIMIT,
-    // The controller identity may list all namespaces but not most resources in them: scope to the
-    // namespace instead of spinning on forbidden lists.
+    // The repository's kapp identity (kapp-lambda-pkgr) may list few resource types: scope kapp's
+    // lists to the namespace (a refused list is skipped) instead of spinning on forbidden lists.
     '--dangerous-scope-to-fallback-allowed-namespaces=true',
     '--wait=false',
   ];

@@ -26,6 +26,7 @@ import {
   kubeconfigFromSecret,
   NO_CREDENTIALS_MESSAGE,
   restrictKubeconfig,
+  serviceAccountKubeconfig,
 } from './kubeconfig.js';
 
 /** What a kapp run uses of the stage's dependencies (a `PipelineDeps` fits). */
@@ -51,14 +52,7 @@ export async function clusterAccessFor(app: App, kube: DeployView, mask?: Secret
   const source = credentialSource(app.spec, ns);
   let material: CredentialMaterial;
   if (source.kind === 'serviceAccount') {
-    let token: string;
-    try {
-      token = (await kube.serviceAccountToken(ns, source.serviceAccountName)).token;
-      mask?.addValue(token);
-    } catch (err) {
-      throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
-    }
-    material = serviceAccountMaterial(kube, token);
+    material = serviceAccountMaterial(kube, await mintToken(kube, ns, source.serviceAccountName, mask));
   } else {
     let secret: KubeSecret;
     try {
@@ -70,6 +64,57 @@ export async function clusterAccessFor(app: App, kube: DeployView, mask?: Secret
     material = { kind: 'kubeconfigSecret', secret };
   }
   return appClusterAccess({ name: app.metadata.name ?? '', namespace: ns, spec: app.spec }, material);
+}
+
+/**
+ * A TokenRequest token for the ServiceAccount `namespace/name` (default lifetime, kept by the
+ * client's token cache while fresh), added to `mask`.
+ *
+ * @throws KappControllerError `Preparing kapp: <API message>` (e.g. `Preparing kapp: Getting
+ *   service account: serviceaccounts "x" not found`), as upstream words every credential error
+ */
+async function mintToken(kube: DeployView, namespace: string, name: string, mask?: SecretMask): Promise<string> {
+  try {
+    const { token } = await kube.serviceAccountToken(namespace, name);
+    mask?.addValue(token);
+    return token;
+  } catch (err) {
+    throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/**
+ * The ServiceAccount a PackageRepository's kapp runs as, in the runtime's namespace (the
+ * namespace of `kapp-controller-config`, `PipelineConfig.controllerConfigNamespace`, default
+ * `kapp-lambda`): `kapp-lambda-pkgr`, bound by `infra/rbac/package-repository-kapp.yml` to
+ * Packages, PackageMetadatas and ConfigMaps only. Upstream runs that kapp as the controller's own
+ * ServiceAccount (`NewKappPrivilegedForPackageRepository`); the index-repo function's identity
+ * may only request this one token (a Role with `resourceNames`), and no longer writes
+ * Packages or ConfigMaps itself.
+ */
+export const PKGR_KAPP_SERVICE_ACCOUNT = 'kapp-lambda-pkgr';
+
+/**
+ * The restricted kubeconfig of a PackageRepository's kapp run: a TokenRequest token of
+ * {@link PKGR_KAPP_SERVICE_ACCOUNT} in `runtimeNamespace`, on this cluster's API server, with the
+ * repository's namespace as the context namespace (built as an App's ServiceAccount
+ * kubeconfig, `serviceAccountKubeconfig`). The token is added to `mask`.
+ *
+ * @param repositoryNamespace - the PackageRepository's namespace
+ * @returns the kubeconfig YAML (sensitive: only for `KAPP_KUBECONFIG_YAML`)
+ * @throws KappControllerError `Preparing kapp: Getting service account: serviceaccounts
+ *   "kapp-lambda-pkgr" not found` when the RBAC of `infra/rbac/package-repository-kapp.yml` is
+ *   missing (or another API message of the GET or TokenRequest)
+ */
+export async function packageRepositoryKubeconfig(
+  kube: DeployView,
+  runtimeNamespace: string,
+  repositoryNamespace: string,
+  mask?: SecretMask,
+): Promise<string> {
+  const token = await mintToken(kube, runtimeNamespace, PKGR_KAPP_SERVICE_ACCOUNT, mask);
+  const material = serviceAccountMaterial(kube, token);
+  return serviceAccountKubeconfig({ ...material, namespace: repositoryNamespace }).yaml;
 }
 
 /**
@@ -141,7 +186,10 @@ export function cachedClusterAccess(app: App, kube: DeployView, mask?: SecretMas
 }
 
 /** The credential material of a ServiceAccount token on this cluster's API server. */
-function serviceAccountMaterial(kube: DeployView, token: string): CredentialMaterial {
+function serviceAccountMaterial(
+  kube: DeployView,
+  token: string,
+): Extract<CredentialMaterial, { kind: 'serviceAccount' }> {
   const api = kube.apiServer();
   return {
     kind: 'serviceAccount',

@@ -23,7 +23,7 @@ import type { ClusterKeyring } from '../artifact/keyring.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
-import { kubeconfigFileRegistry, runtimeKubeconfigs, UnsupportedKubeconfigError } from '../kube/kubeconfig-plain.js';
+import { kubeconfigFileRegistry, UnsupportedKubeconfigError } from '../kube/kubeconfig-plain.js';
 import { type ClusterRegistry, UnknownClusterError } from '../kube/port.js';
 import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
@@ -101,11 +101,6 @@ export interface FunctionAccess {
   /** The DeployView: finalizers, ServiceAccount TokenRequests, objects of any kind it deploys. */
   deployView: boolean;
   /**
-   * The runtime's own identity handed to kapp (`runtimeKubeconfig`, upstream: the controller's
-   * ServiceAccount), for what kapp-controller deploys as itself.
-   */
-  runtimeIdentity: boolean;
-  /**
    * The InstallView: list Packages, write Apps and placeholder Secrets, finalizers and status
    * of PackageInstalls, the server version (`kubernetesVersionSelection`). No tokens, no watch.
    */
@@ -115,17 +110,19 @@ export interface FunctionAccess {
 /**
  * Per function, what it may do (DESIGN.md "Credentials"): fetch and template get only the
  * FetchView (kapp-controller's sidecar boundary); deploy also the DeployView (kapp with the App's
- * own ServiceAccount); index-repo the DeployView and the runtime's own identity (upstream deploys
- * a PackageRepository's packages as the controller: `NewKappPrivilegedForPackageRepository`)
- * and the InstallView for one call, creating the repository's placeholder Secret `<name>-fetch-0`
- * (upstream's controller creates it with the same identity); install only the InstallView (it writes the App; the App's own ServiceAccount deploys it).
+ * own ServiceAccount); index-repo the DeployView (kapp with a token of the runtime namespace's
+ * `kapp-lambda-pkgr`, where upstream deploys a PackageRepository's packages as the controller:
+ * `NewKappPrivilegedForPackageRepository`) and the InstallView for one call, creating the
+ * repository's placeholder Secret `<name>-fetch-0` (upstream's controller creates it with its
+ * own identity); install only the InstallView (it writes the App; the App's own ServiceAccount
+ * deploys it). No function hands its own identity to a tool.
  */
 export const FUNCTION_ACCESS: Readonly<Record<PipelineStage, FunctionAccess>> = {
-  fetch: { deployView: false, runtimeIdentity: false, installView: false },
-  template: { deployView: false, runtimeIdentity: false, installView: false },
-  deploy: { deployView: true, runtimeIdentity: false, installView: false },
-  'index-repo': { deployView: true, runtimeIdentity: true, installView: true },
-  install: { deployView: false, runtimeIdentity: false, installView: true },
+  fetch: { deployView: false, installView: false },
+  template: { deployView: false, installView: false },
+  deploy: { deployView: true, installView: false },
+  'index-repo': { deployView: true, installView: true },
+  install: { deployView: false, installView: true },
 };
 
 /**
@@ -264,12 +261,6 @@ export interface LambdaDepsOverrides {
    * every function that `usesArtifactKey`.
    */
   keyring?: ClusterKeyring;
-  /**
-   * The runtime's own kubeconfig per cluster, for a function with `runtimeIdentity`
-   * ({@link FUNCTION_ACCESS}). Default `runtimeKubeconfigs(config.kubeconfigPath)`: the
-   * function's context of the kubeconfig file, self-contained.
-   */
-  runtimeKubeconfig?: (clusterId: string) => string;
 }
 
 /**
@@ -288,9 +279,7 @@ export {
 /**
  * Builds the dependencies of one stage function (the deps factory of `lambdaEntry`'s handler) with
  * `createPipelineDeps`: the stage's tools in the layer's bin dir, S3, the stage-narrowed
- * registry (discovery uses the un-narrowed one), the SQS sender, and for a function with
- * `runtimeIdentity` ({@link FUNCTION_ACCESS}) the runtime's own kubeconfig per cluster, which
- * only kapp gets (through its environment). Other functions get none.
+ * registry (discovery uses the un-narrowed one) and the SQS sender.
  *
  * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}).
  */
@@ -344,11 +333,6 @@ export function createLambdaDeps(
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),
   });
-  if (FUNCTION_ACCESS[config.stage].runtimeIdentity) {
-    pipeline.runtimeKubeconfig =
-      overrides.runtimeKubeconfig ??
-      (fleet ? (clusterId) => fleet.runtimeKubeconfig(clusterId) : runtimeKubeconfigs(config.kubeconfigPath));
-  }
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
   const checkSender = senderCheckOf(config, fleet);
   pipeline.emit = async (events) => {

@@ -252,7 +252,7 @@ export const TOOL_NAMES = [
  * kapp-lambda's own template step).
  * `index-repo` runs a PackageRepository's whole reconcile in one invocation, as upstream's
  * in-memory App does: vendir (imgpkg for bundles and images; no helm: a repository has no
- * `helmChart` source), the fixed ytt + kbld pipeline, and kapp as the runtime's own identity.
+ * `helmChart` source), the fixed ytt + kbld pipeline, and kapp as the ServiceAccount `kapp-lambda-pkgr`.
  * `install` runs no tool: it selects a Package and writes an App, which the App pipeline renders
  * and deploys (upstream's PackageInstall reconciler runs none either). `git` is index-repo's for
  * the source poll's `git ls-remote`; vendir runs the layer's git from `PATH` in fetch and

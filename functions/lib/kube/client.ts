@@ -76,6 +76,9 @@ export const TOKEN_CACHE_ENTRIES = 1024;
  */
 export const TOKEN_REFRESH_MARGIN_MS = 10_000;
 
+/** Page size of {@link KubeApiClient.listConfigMaps}: 500 (client-go's pager default). */
+const CONFIG_MAP_PAGE = 500;
+
 /**
  * The TokenRequest tokens of one cluster's ServiceAccounts, as kapp-controller's token manager
  * (`pkg/satoken/token_manager.go`) keeps them: one per ServiceAccount (namespace, name and uid:
@@ -393,6 +396,29 @@ export class KubeApiClient implements KubeClient {
       data: { ...(raw.data ?? {}) },
       binaryData: decodeMap(raw.binaryData),
     };
+  }
+
+  /** {@inheritDoc ConfigMapLister.listConfigMaps} */
+  async listConfigMaps(labelSelector: string): Promise<KubeConfigMap[]> {
+    const out: KubeConfigMap[] = [];
+    let next: string | undefined;
+    do {
+      const response = await this.#send('listing configmaps', {
+        method: 'GET',
+        path: collectionPath(resourceFor({ apiVersion: 'v1', kind: 'ConfigMap' })),
+        query: { labelSelector, limit: CONFIG_MAP_PAGE, continue: next },
+      });
+      if (response.statusCode !== 200) throw errorFromResponse('listing configmaps', response);
+      const body = response.body as {
+        items?: { metadata: ObjectMeta; data?: Record<string, string>; binaryData?: unknown }[];
+        metadata?: { continue?: string };
+      };
+      for (const raw of body.items ?? []) {
+        out.push({ metadata: raw.metadata, data: { ...(raw.data ?? {}) }, binaryData: decodeMap(raw.binaryData) });
+      }
+      next = body.metadata?.continue || undefined;
+    } while (next);
+    return out;
   }
 
   /** {@inheritDoc KubeReader.getNamespace} */

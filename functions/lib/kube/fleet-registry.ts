@@ -51,8 +51,9 @@ export interface StoreClusterRegistryOptions {
   /** How long a loaded document (and a token read from the secret store) is used before it is read again, ms. */
   ttlMs?: number;
   /**
-   * How long the token in {@link StoreClusterRegistry.runtimeKubeconfig} must still be valid
-   * when `prepare` returns, ms: the longest a tool holding it (kapp) runs. Default 10 minutes.
+   * How long the token in {@link StoreClusterRegistry.runtimeKubeconfig} (and so the stage's
+   * requests) must still be valid when `prepare` returns, ms: the longest one event's run takes.
+   * Default 10 minutes.
    */
   runtimeTokenValidityMs?: number;
   /** Clock; default `() => new Date()`. */
@@ -247,9 +248,9 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
 
   /**
    * This stage's identity in a prepared cluster as a self-contained kubeconfig (endpoint, CA,
-   * the token `prepare` made valid for `runtimeTokenValidityMs`), for a tool acting as the
-   * runtime (kapp deploying a PackageRepository's packages). Holds a credential: hand it only
-   * to a tool's environment.
+   * the token `prepare` made valid for `runtimeTokenValidityMs`), for a tool acting as this
+   * stage (kubectl or kapp in the tests; no function hands it to a tool: a PackageRepository's
+   * kapp gets a token of its own ServiceAccount). Holds a credential: never log it.
    *
    * @throws UnknownClusterError when the cluster was not prepared.
    */

@@ -3,11 +3,10 @@
  * the Lambda functions use, so their bundles carry none of client-node's module graph (its
  * generated API classes, node-fetch, openid-client: ~200 KB minified per function, and its
  * import time at every cold start). The embedded runtime keeps client-node's registry
- * (`./registry.ts`); the runtime identity and the App readers come from here for both.
+ * (`./registry.ts`); the App readers come from here for both.
  *
  * - {@link kubeconfigFileRegistry}: every (or the given) context of the operator's kubeconfig file
  *   as a cluster id, one plain client each.
- * - {@link runtimeKubeconfigs}: the runtime's own identity per context, self-contained, for kapp.
  * - {@link restTransportForKubeconfig}: the deploy stage's reads as the App (its restricted
  *   kubeconfig, `../deploy/kubeconfig.ts`) and the template stage's discovery of a destination
  *   cluster.
@@ -15,12 +14,10 @@
  * @module
  */
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
 import {
   APP_SERVER_MAX_BODY_BYTES,
-  named,
   PlainRestTransport,
   parseKubeconfigText,
   plainClient,
@@ -88,91 +85,6 @@ export function kubeconfigFileRegistry(kubeconfigPath: string, contexts?: readon
     clients.set(context, plainClient(r.connection));
   }
   return new MapClusterRegistry(clients);
-}
-
-/** Fields of a kubeconfig entry naming a file, and the `*-data` field the file's content goes to. */
-const FILE_FIELDS: Readonly<Record<'cluster' | 'user', readonly [string, string][]>> = {
-  cluster: [['certificate-authority', 'certificate-authority-data']],
-  user: [
-    ['client-certificate', 'client-certificate-data'],
-    ['client-key', 'client-key-data'],
-  ],
-};
-
-/**
- * The kubeconfig of a context's own identity, self-contained (certificate and key files read
- * into `*-data`; a token file and an exec command with a path made absolute), for a tool that
- * acts as this runtime: kapp deploying PackageRepositories (upstream: as the controller's
- * ServiceAccount). Only the context, its cluster and its user are kept. The result holds
- * credentials: hand it only to a tool's environment.
- *
- * @param doc - the parsed kubeconfig ({@link loadKubeconfigFile}).
- * @param context - the context (cluster id).
- * @param dir - the folder relative paths of the file are resolved against.
- * @returns the kubeconfig as JSON (valid YAML).
- * @throws Error when the context or its cluster is missing, or a referenced file cannot be read
- *   (the message names the context and file, never contents).
- */
-export function selfContainedKubeconfig(doc: Yaml, context: string, dir: string): string {
-  const ctx = named(doc, 'contexts', context, 'context');
-  const clusterName = typeof ctx?.cluster === 'string' ? ctx.cluster : undefined;
-  const cluster = named(doc, 'clusters', clusterName, 'cluster');
-  if (!ctx || !cluster) throw new Error(`kubeconfig context ${JSON.stringify(context)} has no cluster`);
-  const inline = (entry: Yaml, kind: 'cluster' | 'user'): Yaml => {
-    const out: Yaml = { ...entry };
-    for (const [file, data] of FILE_FIELDS[kind]) {
-      const f = out[file];
-      delete out[file];
-      if (typeof f !== 'string' || f === '' || out[data] !== undefined) continue;
-      const resolved = path.resolve(dir, f);
-      try {
-        out[data] = readFileSync(resolved).toString('base64');
-      } catch (cause) {
-        throw new Error(`reading ${file} ${resolved} of context ${JSON.stringify(context)}`, { cause });
-      }
-    }
-    return out;
-  };
-  const userName = typeof ctx.user === 'string' ? ctx.user : undefined;
-  const userEntry = named(doc, 'users', userName, 'user');
-  const user = userEntry ? inline(userEntry, 'user') : undefined;
-  if (user && typeof user.tokenFile === 'string') user.tokenFile = path.resolve(dir, user.tokenFile);
-  const exec = user?.exec;
-  if (exec && typeof exec === 'object' && typeof (exec as Yaml).command === 'string') {
-    const command = (exec as Yaml).command as string;
-    if (command.includes('/')) user.exec = { ...(exec as Yaml), command: path.resolve(dir, command) };
-  }
-  return JSON.stringify({
-    apiVersion: 'v1',
-    kind: 'Config',
-    clusters: [{ name: clusterName, cluster: inline(cluster, 'cluster') }],
-    users: user ? [{ name: userName, user }] : [],
-    contexts: [{ name: context, context: ctx }],
-    'current-context': context,
-  });
-}
-
-/**
- * The runtime's own identity per cluster, from the kubeconfig file at `kubeconfigPath`: for each
- * context (cluster id) its {@link selfContainedKubeconfig}, made on first use and kept for the
- * life of the process (the file is read once, on the first call). What kapp deploys
- * PackageRepositories with, in the embedded runtime and in the index-repo function alike.
- *
- * @returns the lookup; it throws what {@link selfContainedKubeconfig} or
- *   {@link loadKubeconfigFile} throws.
- */
-export function runtimeKubeconfigs(kubeconfigPath: string): (clusterId: string) => string {
-  const made = new Map<string, string>();
-  let doc: Yaml | undefined;
-  return (clusterId) => {
-    let yaml = made.get(clusterId);
-    if (yaml === undefined) {
-      doc ??= loadKubeconfigFile(kubeconfigPath);
-      yaml = selfContainedKubeconfig(doc, clusterId, path.dirname(kubeconfigPath));
-      made.set(clusterId, yaml);
-    }
-    return yaml;
-  };
 }
 
 /** App-identity transports {@link restTransportForKubeconfig} keeps open at most; the oldest is closed first. */

@@ -201,6 +201,20 @@ export interface KubeReader {
   getNamespace(name: string): Promise<KubeNamespace | undefined>;
 }
 
+/**
+ * Lists ConfigMaps by label across the cluster: kapp's app records (`kapp.k14s.io/is-app`), for
+ * the PackageRepository record check (`../deploy/kapp-record.ts`). Needs `list` on
+ * `configmaps` cluster-wide.
+ */
+export interface ConfigMapLister {
+  /**
+   * Every ConfigMap of every namespace matching `labelSelector` (all pages, 500 a page).
+   *
+   * @throws KubeApiError on any API failure (403 included).
+   */
+  listConfigMaps(labelSelector: string): Promise<KubeConfigMap[]>;
+}
+
 /** Preconditions of a status write: the object read before computing the new status. */
 export interface WritePrecondition {
   /** `metadata.resourceVersion` that was read; the write fails with 409 if it moved. */
@@ -552,6 +566,7 @@ export interface EventWriter {
 
 /** Everything one cluster offers. Only the registry and tests hold this. */
 export type KubeClient = KubeReader &
+  ConfigMapLister &
   StatusWriter &
   FinalizerWriter &
   DeployCredentials &
@@ -563,8 +578,11 @@ export type KubeClient = KubeReader &
 /** Fetch and template stages: read the App and its referenced Secrets/ConfigMaps, write status. No finalizers, no tokens. */
 export type FetchView = KubeReader & StatusWriter;
 
-/** Deploy stage (and deletion): everything but list/watch. */
-export type DeployView = KubeReader & StatusWriter & FinalizerWriter & DeployCredentials;
+/**
+ * Deploy stage (and deletion), and the index-repo function: no list/watch of objects; only the
+ * label-selected ConfigMap list of kapp's records ({@link ConfigMapLister}).
+ */
+export type DeployView = KubeReader & ConfigMapLister & StatusWriter & FinalizerWriter & DeployCredentials;
 
 /**
  * The install function (PackageInstall reconcile): read and list (Packages through the

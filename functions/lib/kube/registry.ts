@@ -20,8 +20,6 @@ import { MapClusterRegistry } from './views-registry.js';
 export {
   APP_READER_TRANSPORTS,
   restTransportForKubeconfig,
-  runtimeKubeconfigs,
-  selfContainedKubeconfig,
 } from './kubeconfig-plain.js';
 export { type ClusterViews, clusterViewsOf, MapClusterRegistry, ViewsClusterRegistry } from './views-registry.js';
 

@@ -86,10 +86,14 @@ export function freshReads<V extends object>(view: V): V {
   return (unmemoized.get(view) as V | undefined) ?? view;
 }
 
-/** Read, status, finalizers and credentials (deploy and delete). No list/watch. Pure. */
+/**
+ * Read, status, finalizers and credentials (deploy and delete), and the label-selected list of
+ * ConfigMaps (kapp's records). No other list, no watch. Pure.
+ */
 export function deployViewOf(client: KubeClient): DeployView {
   return Object.freeze({
     ...readsOf(client),
+    listConfigMaps: client.listConfigMaps.bind(client),
     updateStatus: client.updateStatus.bind(client),
     addFinalizer: client.addFinalizer.bind(client),
     removeFinalizer: client.removeFinalizer.bind(client),

@@ -14,9 +14,10 @@
  *   tree is stored by digest (shared by every cluster that fetches the same content) and
  *   unpacked again for the template.
  * - Template: the fixed repository pipeline `templateRepository` (`../packaging/repo-template.ts`).
- * - Deploy: the finalizer, then `kapp deploy` of `<name>.pkgr` with the runtime's own identity
- *   (upstream: the controller's ServiceAccount), `--wait=false`; `status.deploy` without
- *   `associatedResources`, and no inspect.
+ * - Deploy: the finalizer, then `kapp deploy` of `<name>.pkgr`, `--wait=false`, as the
+ *   ServiceAccount `kapp-lambda-pkgr` of the runtime's namespace (a TokenRequest token; its RBAC
+ *   covers Packages, PackageMetadatas and kapp's ConfigMaps only; upstream: the controller's own
+ *   ServiceAccount); `status.deploy` without `associatedResources`, and no inspect.
  *
  * @module
  */
@@ -33,7 +34,7 @@ import {
   packageRepositoryKapp,
 } from '../deploy/kapp.js';
 import { plantedKappRecord } from '../deploy/kapp-record.js';
-import { type KappProgress, runKapp } from '../deploy/run.js';
+import { type KappProgress, packageRepositoryKubeconfig, runKapp } from '../deploy/run.js';
 import {
   APP_API_VERSION,
   type DeployView,
@@ -47,6 +48,7 @@ import { wantsPlaceholder } from '../packaging/placeholder-secrets.js';
 import { withRepositoryRef } from '../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
+import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../reconcile/controller-config.js';
 import {
   attachError,
   MissingArtifactError,
@@ -122,15 +124,8 @@ export const PKGR_KIND: StageKind<LoadedRepo> = {
   status: ({ pkgr }) => pkgr.status as AppStatus | undefined,
 };
 
-/** Dependencies of {@link runIndexRepo}: the pipeline's ports plus two of its own. */
+/** Dependencies of {@link runIndexRepo}: the pipeline's ports plus one of its own. */
 export interface IndexRepoDeps extends PipelineDeps {
-  /**
-   * Kubeconfig (YAML) of the runtime's own identity in a cluster, for `kapp` (upstream deploys
-   * repositories as the controller's ServiceAccount). `undefined` (or no function): kapp gets no
-   * `--kubeconfig` and uses the ambient identity of its process. The value is secret: it only
-   * reaches kapp through `KAPP_KUBECONFIG_YAML`, never a log or status.
-   */
-  runtimeKubeconfig?: (clusterId: string) => string | undefined;
   /** The repository template pipeline. Default `templateRepository` (tests inject a fake). */
   templateRepository?: typeof defaultTemplateRepository;
 }
@@ -505,8 +500,26 @@ function pkgrKappApps(name: string): string[] {
 }
 
 /**
- * The finalizer, the kapp records checked (`planted`: `plantedKappRecord`, read earlier), then
- * `kapp deploy <name>.pkgr` with the manifest on stdin.
+ * The kubeconfig of a repository's kapp run ({@link packageRepositoryKubeconfig}: the runtime
+ * namespace's `kapp-lambda-pkgr`), or the run's failure when it cannot be had.
+ */
+async function repositoryKubeconfig(
+  kube: DeployView,
+  namespace: string,
+  mask: SecretMask,
+  deps: Pick<IndexRepoDeps, 'config'>,
+): Promise<{ yaml: string } | { error: Error }> {
+  const runtimeNamespace = deps.config.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE;
+  try {
+    return { yaml: await packageRepositoryKubeconfig(kube, runtimeNamespace, namespace, mask) };
+  } catch (error) {
+    return { error: error instanceof Error ? error : new Error(String(error)) };
+  }
+}
+
+/**
+ * The finalizer, the kapp records checked (`planted`: `plantedKappRecord`, read earlier) and the
+ * kapp identity's token, then `kapp deploy <name>.pkgr` with the manifest on stdin.
  */
 async function deployRepository(
   frame: StageFrame<DeployView, LoadedRepo>,
@@ -519,24 +532,27 @@ async function deployRepository(
   const startedAt = deps.now();
   // The finalizer before kapp runs (upstream `blockDeletion` in `deploy`), so a repository
   // deleted meanwhile still has its packages removed.
-  const [finalizer, records] = await Promise.allSettled([
+  const [finalizer, records, kubeconfig] = await Promise.allSettled([
     kube.addFinalizer(frame.ref, Finalizer.PackageRepository, { uid: object.uid }),
     planted,
+    repositoryKubeconfig(kube, object.namespace, mask, deps),
   ]);
   if (finalizer.status === 'rejected') {
     const result = resultFromError(finalizer.reason, BLOCKING_FOR_DEPLOY_PREFIX);
     return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 0, ms: 0 };
   }
   if (records.status === 'rejected') throw records.reason;
-  if (records.value) {
-    const result = resultFromError(records.value, KAPP_ERROR_PREFIX.deploy);
+  if (kubeconfig.status === 'rejected') throw kubeconfig.reason;
+  const refused = records.value ?? ('error' in kubeconfig.value ? kubeconfig.value.error : undefined);
+  if (refused !== undefined || !('yaml' in kubeconfig.value)) {
+    const result = mask.result(resultFromError(refused, KAPP_ERROR_PREFIX.deploy));
     return { result, part: deployStatus(result, { startedAt, updatedAt: deps.now() }), runs: 0, ms: 0 };
   }
   const cmd = packageRepositoryDeployCommand({
     name: object.name,
     namespace: object.namespace,
     metadataFile: path.join(work, 'app-metadata.yml'),
-    kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
+    kubeconfigYaml: kubeconfig.value.yaml,
   });
   let flushAll = false;
   const progress = deployProgress(kube, frame.ref, fence, mask, startedAt, deps);
@@ -580,11 +596,7 @@ async function deleteRepository(
   const done = stageTimer(deps, 'delete', objectKey(object), object.generation);
   const mask = secretMaskOf(deps);
   const startedAt = deps.now();
-  const cmd = packageRepositoryDeleteCommand({
-    name: object.name,
-    namespace: object.namespace,
-    kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
-  });
+
   // `Deleting` is written while kapp's records are checked and while kapp runs: kapp waits for
   // the check only (a GET of two small ConfigMaps), not for a status write of an object that
   // holds the whole inline repository (~0.5 s on a busy API server). The write is awaited before
@@ -594,16 +606,31 @@ async function deleteRepository(
     object: read,
   });
   deleting.catch(() => {}); // its failure is thrown where it is awaited
-  const planted = await plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name));
+  const [planted, kubeconfig] = await Promise.all([
+    plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name)),
+    repositoryKubeconfig(kube, object.namespace, mask, deps),
+  ]);
+  const refused = planted ? new Error(planted) : 'error' in kubeconfig ? kubeconfig.error : undefined;
   const progress = deployProgress(kube, ref, fence, mask, startedAt, deps);
-  const run = planted
-    ? { stdout: '', stderr: '', durationMs: 0, error: new Error(planted) }
-    : await runKapp(cmd, undefined, deps, { kube, ref, uid: object.uid, cancelOnDelete: false }, async (tick) => {
-        await deleting;
-        await progress(tick);
-      });
+  const run =
+    refused !== undefined || !('yaml' in kubeconfig)
+      ? { stdout: '', stderr: '', durationMs: 0, error: refused }
+      : await runKapp(
+          packageRepositoryDeleteCommand({
+            name: object.name,
+            namespace: object.namespace,
+            kubeconfigYaml: kubeconfig.yaml,
+          }),
+          undefined,
+          deps,
+          { kube, ref, uid: object.uid, cancelOnDelete: false },
+          async (tick) => {
+            await deleting;
+            await progress(tick);
+          },
+        );
   await deleting;
-  const tools = { runs: planted ? 0 : 1, ms: run.durationMs };
+  const tools = { runs: refused === undefined ? 1 : 0, ms: run.durationMs };
   // raw, unlike the deploy: upstream's reconcileDelete hands `delete()`'s own result to
   // setDeleteCompleted (status.deploy, below, is friendly as always)
   const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));

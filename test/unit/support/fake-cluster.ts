@@ -132,6 +132,15 @@ export class FakeCluster implements DeployView, InstallView {
     return structuredClone(this.configMaps.get(`${namespace}/${name}`));
   }
 
+  /** The ConfigMaps of every namespace whose labels match `key` (present) or `key=value`, comma-joined. */
+  async listConfigMaps(labelSelector: string): Promise<KubeConfigMap[]> {
+    this.calls.push(['listConfigMaps', labelSelector]);
+    const terms = labelSelector.split(',').map((t) => t.split('=') as [string, string?]);
+    const match = (labels: Record<string, string> = {}) =>
+      terms.every(([key, value]) => Object.hasOwn(labels, key) && (value === undefined || labels[key] === value));
+    return structuredClone([...this.configMaps.values()].filter((cm) => match(cm.metadata.labels)));
+  }
+
   async getNamespace(name: string): Promise<KubeNamespace | undefined> {
     return structuredClone(this.namespaces.get(name));
   }
@@ -217,7 +226,8 @@ export class FakeCluster implements DeployView, InstallView {
     return true;
   }
 
-  async serviceAccountToken(): Promise<ServiceAccountToken> {
+  async serviceAccountToken(namespace: string, name: string): Promise<ServiceAccountToken> {
+    this.calls.push(['serviceAccountToken', `${namespace}/${name}`]);
     return { token: FAKE_SA_TOKEN, expiresAt: new Date('2025-01-01T02:00:00Z') };
   }
 
