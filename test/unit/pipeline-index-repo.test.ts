@@ -17,7 +17,7 @@ import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { readRepositoryVersions, repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { type DispatchDeps, dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { planRepoIndex } from '../../functions/lib/pipeline/index-repo-cache.js';
 import {
   readSourcePoll,
@@ -344,7 +344,7 @@ rows['a kapp record as kapp writes it: kapp runs (attack control)'] = {
   },
 };
 
-async function indexOnce(row: Row, runtimeKubeconfig?: string) {
+async function indexOnce(row: Row, runtimeKubeconfig?: string, extra: Partial<DispatchDeps> = {}) {
   const templateCalls: RepoTemplateInput[] = [];
   const w = appWorld({
     tmpRoot: path.join(tempDir(), 'scratch'),
@@ -354,6 +354,7 @@ async function indexOnce(row: Row, runtimeKubeconfig?: string) {
         return row.template ?? TEMPLATED;
       },
       ...(runtimeKubeconfig ? { runtimeKubeconfig: () => runtimeKubeconfig } : {}),
+      ...extra,
     },
   });
   w.cluster.put(repoObject(row.repo) as never);
@@ -410,6 +411,40 @@ describe('index-repo (PackageRepository reconcile)', () => {
       '--yes',
     ]);
     expect(kapp.env).toEqual({ KAPP_KUBECONFIG_YAML: 'apiVersion: v1\nkind: Config\n' });
+  });
+
+  it("pins the runtime kubeconfig's API server for kapp: the address resolved once, TLS verifying the name", async () => {
+    const row = rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!;
+    const kubeconfig = JSON.stringify({
+      clusters: [
+        { name: 'c', cluster: { server: 'https://api.fleet.corp:6443', 'certificate-authority-data': 'Q0E=' } },
+      ],
+      users: [{ name: 'u', user: { token: 't' } }],
+    });
+    const resolved: string[] = [];
+    const { w } = await indexOnce(row, kubeconfig, {
+      pinServer: {
+        resolve: async (host) => {
+          resolved.push(host);
+          return ['10.9.8.7'];
+        },
+      },
+    });
+    const kapp = w.runner.calls.find((c) => c.cmd === 'kapp')!;
+    expect(resolved).toEqual(['api.fleet.corp']);
+    expect(JSON.parse(kapp.env?.KAPP_KUBECONFIG_YAML ?? '')).toEqual({
+      clusters: [
+        {
+          name: 'c',
+          cluster: {
+            server: 'https://10.9.8.7:6443',
+            'certificate-authority-data': 'Q0E=',
+            'tls-server-name': 'api.fleet.corp',
+          },
+        },
+      ],
+      users: [{ name: 'u', user: { token: 't' } }],
+    });
   });
 
   it('kapp delete does not wait for the Deleting status write; Deleting is still the first status', async () => {

@@ -27,6 +27,7 @@ import {
   NO_CREDENTIALS_MESSAGE,
   restrictKubeconfig,
 } from './kubeconfig.js';
+import { type PinOptions, pinServer } from './pin-server.js';
 
 /** What a kapp run uses of the stage's dependencies (a `PipelineDeps` fits). */
 export interface KappRunDeps extends AbortWatchDeps {
@@ -41,12 +42,22 @@ export interface KappRunDeps extends AbortWatchDeps {
 }
 
 /**
- * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
+ * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`). On the ServiceAccount
+ * path the API server's host is resolved once and kapp gets that address with
+ * `tls-server-name` set to the host (`./pin-server.ts`), so a DNS answer that changes later
+ * cannot move kapp's connections elsewhere (upstream's kapp uses the in-cluster service address).
  * @param mask - when given, the minted token and every value of the kubeconfig Secret are
  *   added to it, so kapp's output can never show them in status.
- * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret).
+ * @param pin - the resolver and probe of the pinning (tests); default the system's
+ * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret);
+ *   Error when the API server's host does not resolve (infrastructure: the event is retried)
  */
-export async function clusterAccessFor(app: App, kube: DeployView, mask?: SecretMask): Promise<ClusterAccess> {
+export async function clusterAccessFor(
+  app: App,
+  kube: DeployView,
+  mask?: SecretMask,
+  pin?: PinOptions,
+): Promise<ClusterAccess> {
   const ns = app.metadata.namespace ?? '';
   const source = credentialSource(app.spec, ns);
   let material: CredentialMaterial;
@@ -58,7 +69,9 @@ export async function clusterAccessFor(app: App, kube: DeployView, mask?: Secret
     } catch (err) {
       throw new KappControllerError(`Preparing kapp: ${(err as Error).message}`, { cause: err });
     }
-    material = serviceAccountMaterial(kube, token);
+    const api = kube.apiServer();
+    const pinned = await pinServer(api.server, api.tlsServerName, pin);
+    material = serviceAccountMaterial(kube, token, pinned);
   } else {
     let secret: KubeSecret;
     try {
@@ -125,7 +138,9 @@ export async function destinationKubeconfig(
  * the App, while it is fresh, with no request (`DeployCredentials.cachedServiceAccountToken`):
  * for the no-op resync's list of the App's resources only, which the API server refuses when
  * the ServiceAccount is gone or recreated (its token dies with it); anything else takes
- * {@link clusterAccessFor}. `undefined` for a kubeconfig Secret or without such a token.
+ * {@link clusterAccessFor}. `undefined` for a kubeconfig Secret or without such a token. Its
+ * server is not pinned: only the runtime's own reads use it (Node's TLS verifies the host as
+ * kapp's would), never kapp.
  */
 export function cachedClusterAccess(app: App, kube: DeployView, mask?: SecretMask): ClusterAccess | undefined {
   const ns = app.metadata.namespace ?? '';
@@ -140,14 +155,22 @@ export function cachedClusterAccess(app: App, kube: DeployView, mask?: SecretMas
   );
 }
 
-/** The credential material of a ServiceAccount token on this cluster's API server. */
-function serviceAccountMaterial(kube: DeployView, token: string): CredentialMaterial {
+/**
+ * The credential material of a ServiceAccount token on this cluster's API server, at `at`
+ * (a pinned address) or its configured server.
+ */
+function serviceAccountMaterial(
+  kube: DeployView,
+  token: string,
+  at?: { server: string; tlsServerName?: string },
+): CredentialMaterial {
   const api = kube.apiServer();
+  const server = at ?? { server: api.server, ...(api.tlsServerName ? { tlsServerName: api.tlsServerName } : {}) };
   return {
     kind: 'serviceAccount',
     token,
     caCert: api.caData ? Buffer.from(api.caData, 'base64') : '',
-    server: api.server,
+    ...server,
   };
 }
 

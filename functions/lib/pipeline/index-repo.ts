@@ -32,6 +32,7 @@ import {
   packageRepositoryKapp,
 } from '../deploy/kapp.js';
 import { plantedKappRecord } from '../deploy/kapp-record.js';
+import { type PinOptions, pinKubeconfigServers } from '../deploy/pin-server.js';
 import { type KappProgress, runKapp } from '../deploy/run.js';
 import {
   APP_API_VERSION,
@@ -128,8 +129,22 @@ export interface IndexRepoDeps extends PipelineDeps {
    * reaches kapp through `KAPP_KUBECONFIG_YAML`, never a log or status.
    */
   runtimeKubeconfig?: (clusterId: string) => string | undefined;
+  /** How kapp's API server address is pinned ({@link pinnedRuntimeKubeconfig}); default the system resolver. */
+  pinServer?: PinOptions;
   /** The repository template pipeline. Default `templateRepository` (tests inject a fake). */
   templateRepository?: typeof defaultTemplateRepository;
+}
+
+/**
+ * {@link IndexRepoDeps.runtimeKubeconfig} of a cluster with its API server's host resolved once
+ * (`pinKubeconfigServers`): kapp connects to that address, TLS verifying the host name, so a
+ * DNS answer that changes while it runs cannot move it elsewhere.
+ *
+ * @throws Error when the host does not resolve (infrastructure: the event is retried)
+ */
+async function pinnedRuntimeKubeconfig(deps: IndexRepoDeps, clusterId: string): Promise<string | undefined> {
+  const yaml = deps.runtimeKubeconfig?.(clusterId);
+  return yaml === undefined ? undefined : await pinKubeconfigServers(yaml, deps.pinServer);
 }
 
 /** The in-memory App upstream builds for a PackageRepository (`NewPackageRepoApp`); never stored. */
@@ -532,7 +547,7 @@ async function deployRepository(
     name: object.name,
     namespace: object.namespace,
     metadataFile: path.join(work, 'app-metadata.yml'),
-    kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
+    kubeconfigYaml: await pinnedRuntimeKubeconfig(deps, object.clusterId),
   });
   let flushAll = false;
   const progress = deployProgress(kube, frame.ref, fence, mask, startedAt, deps);
@@ -579,7 +594,7 @@ async function deleteRepository(
   const cmd = packageRepositoryDeleteCommand({
     name: object.name,
     namespace: object.namespace,
-    kubeconfigYaml: deps.runtimeKubeconfig?.(object.clusterId),
+    kubeconfigYaml: await pinnedRuntimeKubeconfig(deps, object.clusterId),
   });
   // `Deleting` is written while kapp's records are checked and while kapp runs: kapp waits for
   // the check only (a GET of two small ConfigMaps), not for a status write of an object that
