@@ -11,7 +11,7 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { appendFile, cp, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import path from 'node:path';
 import type { GoComponent } from './manifest.js';
@@ -33,6 +33,7 @@ export function componentKey(c: GoComponent): string {
     layers: undefined,
     go: GO_RECIPE_VERSION,
     proxyLoopback: c.proxyLoopback ? PROXY_LOOPBACK_PATCH : undefined,
+    imgpkgLayerPaths: c.imgpkgLayerPaths ? IMGPKG_LAYER_PATHS_PATCH : undefined,
   });
   return `${c.name}-${c.version}-${createHash('sha256').update(recipe).digest('hex').slice(0, 10)}`;
 }
@@ -193,6 +194,7 @@ export async function buildComponent(c: GoComponent, progress: Progress, root = 
     await rm(tmpOut, { recursive: true, force: true });
     await mkdir(tmpOut, { recursive: true });
     const ldflags = ['-s', '-w', ...(c.stamps ?? []).flatMap((s) => ['-X', s])].join(' ');
+    if (c.imgpkgLayerPaths) await usePatchedImgpkg(src, env);
     const overlay = c.proxyLoopback ? await proxyLoopbackOverlay(src, env) : undefined;
     for (const b of c.binaries) {
       progress(`${c.name}: go build ${b.bin}`);
@@ -246,6 +248,50 @@ export function patchProxyLoopback(source: string): string {
   return `${out}\n// kapp-lambda: proxy loopback targets too (layers/gobuild.ts).\nvar klProxyLoopback = os.Getenv("KL_PROXY_LOOPBACK") == "1"\n`;
 }
 
+/** Bumped when {@link patchImgpkgLayerPaths} changes, so the patched tools rebuild. */
+const IMGPKG_LAYER_PATHS_PATCH = 1;
+
+/** imgpkg's layer extraction, relative to its module's directory. */
+const IMGPKG_DIR_IMAGE_SOURCE = 'pkg/imgpkg/image/dir_image.go';
+
+/** The lines of imgpkg's `writeLayer` the check goes between. */
+const IMGPKG_HYDRATE = '\t\tpath := i.hydrateFilepath(hdr.Name)\n\t\tbase := filepath.Base(path)\n';
+
+/**
+ * Patches imgpkg's `DirImage.writeLayer` (`pkg/imgpkg/image/dir_image.go`, which vendir links
+ * too) to refuse a layer entry whose path, as imgpkg builds it, is not inside the output
+ * directory. imgpkg's `hydrateFilepath` splits a name holding `\` on `\` (images made on
+ * Windows by old imgpkg versions), so on Linux `..\x` is written to `<output>/../x` and
+ * `..\..\..\home\u\.bashrc` anywhere the tool's uid may write; a `.wh.` entry so named removes
+ * a file there. Go's `GODEBUG=tarinsecurepath=0` does not see it (`filepath.IsLocal` treats `\`
+ * as an ordinary character on Linux). The pull then fails with `Refusing layer entry "..\\x":
+ * its path leaves the output directory` before anything of that entry is written. Names with
+ * `/` only are unchanged (the tar reader already refuses those that leave). Pure; exported
+ * for tests.
+ * @param source - the text of imgpkg's `dir_image.go`
+ * @returns the patched text
+ * @throws Error when the lines patched are not found exactly once (a new imgpkg changed the
+ *   file: the patch must be revisited rather than silently not applied)
+ */
+export function patchImgpkgLayerPaths(source: string): string {
+  if (source.split(IMGPKG_HYDRATE).length !== 2) {
+    throw new Error('imgpkg patch: writeLayer no longer hydrates the entry path as expected');
+  }
+  if (!/^\s+"strings"$/m.test(source) || !/^\s+"fmt"$/m.test(source)) {
+    throw new Error('imgpkg patch: dir_image.go no longer imports "fmt" and "strings"');
+  }
+  const check = [
+    '\t\tpath := i.hydrateFilepath(hdr.Name)',
+    '\t\t// kapp-lambda: refuse an entry that leaves the output directory (layers/gobuild.ts).',
+    '\t\tif rel, relErr := filepath.Rel(i.dirPath, path); relErr != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {',
+    '\t\t\treturn fmt.Errorf("Refusing layer entry %q: its path leaves the output directory", hdr.Name)',
+    '\t\t}',
+    '\t\tbase := filepath.Base(path)',
+    '',
+  ].join('\n');
+  return source.replace(IMGPKG_HYDRATE, check);
+}
+
 /**
  * Writes the `-overlay` file that builds a component with {@link patchProxyLoopback}'s
  * httpproxy (the toolchain's own file is left untouched; only this build sees the patch).
@@ -262,6 +308,30 @@ async function proxyLoopbackOverlay(src: string, env: NodeJS.ProcessEnv): Promis
   const json = path.join(dir, 'overlay.json');
   await writeFile(json, JSON.stringify({ Replace: { [original]: patched } }));
   return json;
+}
+
+/**
+ * Makes the wrapper module at `src` build imgpkg's packages from a copy of the imgpkg module it
+ * resolved, patched by {@link patchImgpkgLayerPaths}, through a `replace` directive (Go refuses
+ * an `-overlay` of a file in the module cache). The copy sits beside the wrapper module.
+ * @throws Error when the module cannot be found or the patch does not apply
+ */
+async function usePatchedImgpkg(src: string, env: NodeJS.ProcessEnv): Promise<void> {
+  const listed = await run(['go', 'list', '-m', '-f', '{{.Dir}}\t{{.Version}}', 'carvel.dev/imgpkg'], {
+    cwd: src,
+    env,
+  });
+  const [modDir, version] = listed.stdout.trim().split('\t');
+  if (!modDir || !version) throw new Error('imgpkg patch: carvel.dev/imgpkg is not in the build');
+  const copy = path.join(`${src}.overlay`, `imgpkg-${version}`);
+  await rm(copy, { recursive: true, force: true });
+  await mkdir(path.dirname(copy), { recursive: true });
+  await cp(modDir, copy, { recursive: true });
+  // The module cache is read-only; the copy must be writable (and removable on a rebuild).
+  await run(['chmod', '-R', 'u+w', copy], { env });
+  const file = path.join(copy, IMGPKG_DIR_IMAGE_SOURCE);
+  await writeFile(file, patchImgpkgLayerPaths(await readFile(file, 'utf8')));
+  await appendFile(path.join(src, 'go.mod'), `\nreplace carvel.dev/imgpkg => ${copy}\n`);
 }
 
 /**

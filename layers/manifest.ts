@@ -82,6 +82,13 @@ export interface GoComponent {
    * Default false.
    */
   readonly proxyLoopback?: boolean;
+  /**
+   * Build with kapp-lambda's patch of imgpkg's layer extraction (see `patchImgpkgLayerPaths` in
+   * gobuild.ts): an entry whose name leaves the output directory once imgpkg reads `\` as a
+   * separator (`..\x`) fails the pull, naming the entry. Set for imgpkg and for vendir, which
+   * links imgpkg's extraction. Default false.
+   */
+  readonly imgpkgLayerPaths?: boolean;
   /** Why this component is here. */
   readonly purpose: string;
 }
@@ -130,6 +137,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   {
     name: 'vendir',
     proxyLoopback: true,
+    imgpkgLayerPaths: true,
     module: 'carvel.dev/vendir',
     version: 'v0.44.0',
     stamps: ['carvel.dev/vendir/pkg/vendir/version.Version=0.44.0'],
@@ -140,6 +148,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   {
     name: 'imgpkg',
     proxyLoopback: true,
+    imgpkgLayerPaths: true,
     module: 'carvel.dev/imgpkg',
     version: 'v0.46.1',
     stamps: ['carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=0.46.1'],

@@ -330,6 +330,21 @@ describe('queues and event source mappings', () => {
     });
   });
 
+  it('every function that runs tools takes one record per invocation (its tools share the uid: issue 7)', () => {
+    const toolStages = PIPELINE_STAGES.filter((stage) => STAGE_TOOLS[stage].length > 0);
+    expect(toolStages).toEqual(['fetch', 'template', 'deploy', 'index-repo']);
+    for (const stage of toolStages) {
+      const [, mapping] = ofType('AWS::Lambda::EventSourceMapping').find(
+        ([, m]) => (m.Properties.FunctionName as { Ref?: string }).Ref === logicalId(stack.stages[stage].fn),
+      ) ?? [undefined, undefined];
+      expect(mapping?.Properties.BatchSize, stage).toBe(1);
+    }
+    // No function runs on Lambda Managed Instances (several invocations per execution environment).
+    for (const [, fn] of ofType('AWS::Lambda::Function')) {
+      expect(Object.keys(fn.Properties).filter((k) => /CapacityProvider/i.test(k))).toEqual([]);
+    }
+  });
+
   it('every queue accepts TLS only', () => {
     for (const [, policy] of ofType('AWS::SQS::QueuePolicy')) {
       expect(policy.Properties.PolicyDocument).toMatchObject({

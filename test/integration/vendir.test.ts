@@ -5,7 +5,7 @@
  * index`), imgpkgBundle (docker-registry) and http (a zip as GitHub serves one). Each test
  * compares the fetched files with the fixture byte for byte and checks the LockConfig.
  */
-import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -20,7 +20,7 @@ import { type PipelineDeps, secretMaskOf } from '../../functions/lib/pipeline/de
 import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { run } from '../../layers/gobuild.js';
-import { createRepo, fixturePath, pushBundle, readTree, toolBin, toolEnv } from '../harness/fixtures.js';
+import { createRepo, fixturePath, pushBundle, pushImage, readTree, toolBin, toolEnv } from '../harness/fixtures.js';
 import { freePort, type ServersInfo, startAllServers } from '../harness/servers.js';
 
 const SIMPLE_APP = fixturePath('k8s-simple-app-example');
@@ -203,6 +203,24 @@ describe('vendir sync', () => {
   });
 });
 
+const TOOLS = ['vendir', 'helm', 'imgpkg'];
+
+/** A tmp root as the functions have one (Lambda: `/tmp`): scratch and tool run directories. */
+async function stage(name: string): Promise<{ tmpRoot: string; deps: PipelineDeps }> {
+  const tmpRoot = path.join(scratch, name);
+  await mkdir(tmpRoot);
+  const tools = { allow: TOOLS, resolveBin: toolBin, tmpDir: tmpRoot };
+  const deps: PipelineDeps = {
+    clusters: undefined as unknown as PipelineDeps['clusters'],
+    store: new MemoryStore(),
+    runner: createCommandRunner({ ...tools, baseEnv: stageToolEnv('fetch', tools) }),
+    now: () => new Date(),
+    log: memoryLogger(),
+    config: { tmpRoot, toolVersions: { vendir: '0.44.0' }, controllerVersion: 'v0.53.1' },
+  };
+  return { tmpRoot, deps };
+}
+
 /**
  * Issue 7 §3 for vendir: the fetch stage's own vendir runs (`fetchWithVendir` with the real
  * command runner) keep no cache. Upstream's `VENDIR_CACHE_DIR` (`<tmp>/vendir-cache/apps/<uid>`)
@@ -210,7 +228,6 @@ describe('vendir sync', () => {
  * App naming that digest on an unreachable registry was served from it.
  */
 describe('the fetch stage runs vendir with no cache between runs', () => {
-  const TOOLS = ['vendir', 'helm', 'imgpkg'];
   // Fetches with no Secret or ConfigMap reference read nothing through the view.
   const noKube = new Proxy({} as FetchView, {
     get: (_t, name) => () => {
@@ -224,22 +241,6 @@ describe('the fetch stage runs vendir with no cache between runs', () => {
       metadata: { name: 'simple', namespace: 'ns', uid: 'same-app-uid' },
       spec: { fetch },
     }) as unknown as App;
-
-  /** A tmp root as the functions have one (Lambda: `/tmp`): scratch and tool run directories. */
-  async function stage(name: string): Promise<{ tmpRoot: string; deps: PipelineDeps }> {
-    const tmpRoot = path.join(scratch, name);
-    await mkdir(tmpRoot);
-    const tools = { allow: TOOLS, resolveBin: toolBin, tmpDir: tmpRoot };
-    const deps: PipelineDeps = {
-      clusters: undefined as unknown as PipelineDeps['clusters'],
-      store: new MemoryStore(),
-      runner: createCommandRunner({ ...tools, baseEnv: stageToolEnv('fetch', tools) }),
-      now: () => new Date(),
-      log: memoryLogger(),
-      config: { tmpRoot, toolVersions: { vendir: '0.44.0' }, controllerVersion: 'v0.53.1' },
-    };
-    return { tmpRoot, deps };
-  }
 
   const fetchOnce = async (deps: PipelineDeps, fetch: AppFetch[]) =>
     await fetchWithVendir(app(fetch), deps, noKube, undefined, secretMaskOf(deps), new AbortController().signal);
@@ -293,4 +294,84 @@ describe('the fetch stage runs vendir with no cache between runs', () => {
     expect(second.result.stderr).toMatch(/connection refused/);
     expect(await readdir(tmpRoot)).toEqual([]);
   });
+});
+
+/**
+ * Issue 7: image layer entries named with backslashes. On Linux `\` is an ordinary character,
+ * so Go's `GODEBUG=tarinsecurepath=0` lets `..\x` through, but imgpkg (and vendir, which links
+ * its extraction) splits such a name on `\` (`hydrateFilepath`, for images made on Windows): the
+ * unpatched v0.46.1 wrote `..\x` to `<output>/../x`, and through `fetchWithVendir` a layer entry
+ * climbing to an absolute directory wrote there while the fetch succeeded. The pinned builds
+ * carry `patchImgpkgLayerPaths` (`layers/gobuild.ts`): the pull fails naming the entry and
+ * nothing is written outside.
+ */
+describe('image layer entries named with backslashes', () => {
+  /**
+   * A layer whose entries climb out by backslashes: one level (`..\x`, `a\..\..\y`) and to the
+   * absolute directory `target` (writable by every uid, so a tool run under its own uid could
+   * write there: only the refusal keeps it empty).
+   */
+  async function hostileTree(target: string): Promise<Record<string, string>> {
+    await mkdir(target, { recursive: true });
+    await chmod(target, 0o777);
+    const climb = `${'..\\'.repeat(30)}${target.slice(1).split('/').join('\\')}\\escaped.txt`;
+    return {
+      [climb]: 'escaped\n',
+      '..\\x': 'one up\n',
+      'a\\..\\..\\y': 'one up too\n',
+      'config.yml': 'kind: ConfigMap\n',
+    };
+  }
+
+  it('imgpkg pull fails naming the entry and writes nothing outside its output', async () => {
+    const target = path.join(scratch, 'pull-target');
+    const pushed = await pushImage(servers.registry, 'backslash/pull:v1', await hostileTree(target));
+    const parent = path.join(scratch, 'pull');
+    await mkdir(path.join(parent, 'home'), { recursive: true });
+    const res = await run([toolBin('imgpkg'), 'pull', '-i', pushed.digestRef, '-o', path.join(parent, 'out')], {
+      env: { ...toolEnv({ home: path.join(parent, 'home') }), GODEBUG: 'tarinsecurepath=0,zipinsecurepath=0' },
+    }).catch((e: Error) => e);
+    expect(res).toBeInstanceOf(Error);
+    expect(String(res)).toMatch(
+      /Refusing layer entry "(\.\.\\\\){30}.*escaped\.txt": its path leaves the output directory/,
+    );
+    // imgpkg may have made its output directory; the unpatched one wrote `x` and `y` beside it.
+    expect((await readdir(parent)).filter((n) => n !== 'out')).toEqual(['home']);
+    expect(await readdir(target)).toEqual([]);
+  });
+
+  it.each<[string, (ref: string) => AppFetch]>([
+    ['image', (ref) => ({ image: { url: ref } })],
+    ['imgpkgBundle', (ref) => ({ imgpkgBundle: { image: ref } })],
+  ])(
+    'the fetch stage (%s): Fetching resources fails naming the entry; nothing outside, nothing left',
+    async (kind, fetchOf) => {
+      const target = path.join(scratch, `${kind}-target`);
+      const tree = await hostileTree(target);
+      const pushed =
+        kind === 'image'
+          ? await pushImage(servers.registry, 'backslash/image:v1', tree)
+          : await pushBundle(servers.registry, 'backslash/bundle:v1', tree);
+      const { tmpRoot, deps } = await stage(`backslash-${kind}`);
+      const app = {
+        apiVersion: 'kappctrl.k14s.io/v1alpha1',
+        kind: 'App',
+        metadata: { name: 'hostile', namespace: 'ns', uid: 'hostile-uid' },
+        spec: { fetch: [fetchOf(pushed.digestRef)] },
+      } as unknown as App;
+      const r = await fetchWithVendir(
+        app,
+        deps,
+        {} as FetchView,
+        undefined,
+        secretMaskOf(deps),
+        new AbortController().signal,
+      );
+      expect(r.fetchKey).toBeUndefined();
+      expect(r.result.error).toBe('Fetching resources: Error (see .status.usefulErrorMessage for details)');
+      expect(r.result.stderr).toMatch(/Refusing layer entry ".*": its path leaves the output directory/);
+      expect(await readdir(target)).toEqual([]);
+      expect(await readdir(tmpRoot)).toEqual([]);
+    },
+  );
 });

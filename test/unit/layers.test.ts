@@ -9,7 +9,7 @@ import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
 import { layerBins, layerTools, STAGES } from '../../layers/build.js';
 import { bundleFunction, FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts, functionEntry } from '../../layers/bundle.js';
 import { lddLibraries } from '../../layers/git.js';
-import { componentKey, patchProxyLoopback, wrapperDirectives } from '../../layers/gobuild.js';
+import { componentKey, patchImgpkgLayerPaths, patchProxyLoopback, wrapperDirectives } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
 
 describe('wrapperDirectives', () => {
@@ -76,6 +76,69 @@ describe('patchProxyLoopback', () => {
       'helm',
       'kustomize',
     ]);
+  });
+});
+
+describe('patchImgpkgLayerPaths', () => {
+  // The lines of imgpkg v0.46.1 `pkg/imgpkg/image/dir_image.go` the patch touches.
+  const upstream = [
+    'package image',
+    '',
+    'import (',
+    '\t"archive/tar"',
+    '\t"fmt"',
+    '\t"io"',
+    '\t"os"',
+    '\t"path/filepath"',
+    '\t"runtime"',
+    '\t"strings"',
+    ')',
+    '',
+    'func (i *DirImage) writeLayer(fileMap map[string]bool, stream io.Reader) error {',
+    '\ttarReader := tar.NewReader(stream)',
+    '\tfor {',
+    '\t\thdr, err := tarReader.Next()',
+    '\t\tif err != nil {',
+    '\t\t\treturn err',
+    '\t\t}',
+    '',
+    '\t\tpath := i.hydrateFilepath(hdr.Name)',
+    '\t\tbase := filepath.Base(path)',
+    '',
+  ].join('\n');
+
+  it('checks each entry path against the output directory before anything of it is written', () => {
+    const out = patchImgpkgLayerPaths(upstream);
+    expect(out).toContain(
+      [
+        '\t\tpath := i.hydrateFilepath(hdr.Name)',
+        '\t\t// kapp-lambda: refuse an entry that leaves the output directory (layers/gobuild.ts).',
+        '\t\tif rel, relErr := filepath.Rel(i.dirPath, path); relErr != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {',
+        '\t\t\treturn fmt.Errorf("Refusing layer entry %q: its path leaves the output directory", hdr.Name)',
+        '\t\t}',
+        '\t\tbase := filepath.Base(path)',
+      ].join('\n'),
+    );
+  });
+
+  it('refuses a source that changed, rather than building unpatched', () => {
+    expect(() => patchImgpkgLayerPaths(upstream.replace('hydrateFilepath(hdr.Name)', 'hydrate(hdr.Name)'))).toThrow(
+      /no longer hydrates/,
+    );
+    expect(() => patchImgpkgLayerPaths(upstream.replace('\t"strings"\n', ''))).toThrow(/no longer imports/);
+  });
+
+  it('the real imgpkg module, when the build fetched it, still has the lines patched', () => {
+    const real = path.join(
+      spawnSync('go', ['env', 'GOMODCACHE'], { encoding: 'utf8' }).stdout.trim(),
+      'carvel.dev/imgpkg@v0.46.1/pkg/imgpkg/image/dir_image.go',
+    );
+    if (existsSync(real)) expect(patchImgpkgLayerPaths(readFileSync(real, 'utf8'))).toContain('Refusing layer entry');
+  });
+
+  it('patches imgpkg and vendir, which links its extraction', () => {
+    expect(COMPONENTS.filter((c) => c.imgpkgLayerPaths).map((c) => c.name)).toEqual(['vendir', 'imgpkg']);
+    expect(component('imgpkg').version).toBe('v0.46.1');
   });
 });
 

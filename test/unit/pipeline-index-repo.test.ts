@@ -13,13 +13,14 @@ import { EVENT_TYPES, type KappEvent, objectEvent, type Reason } from '../../eve
 import { type AppStatus, Finalizer, parsePackageRepository } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { serviceAccountKubeconfig } from '../../functions/lib/deploy/kubeconfig.js';
+import { packageRepositoryKubeconfig } from '../../functions/lib/deploy/run.js';
 import { exitWith, type ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { KubeApiError } from '../../functions/lib/kube/port.js';
 import { readRepositoryVersions, repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { type DispatchDeps, dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { planRepoIndex } from '../../functions/lib/pipeline/index-repo-cache.js';
 import {
   readSourcePoll,
@@ -30,7 +31,7 @@ import {
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';
-import { FAKE_API_SERVER, FAKE_SA_TOKEN } from './support/fake-cluster.js';
+import { FAKE_API_SERVER, FAKE_SA_TOKEN, FakeCluster } from './support/fake-cluster.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('pipeline-index-repo-');
@@ -424,7 +425,11 @@ rows['a kapp record as kapp writes it: kapp runs (attack control)'] = {
   },
 };
 
-async function indexOnce(row: Row, config: { controllerConfigNamespace?: string } = {}) {
+async function indexOnce(
+  row: Row,
+  config: { controllerConfigNamespace?: string } = {},
+  extra: Partial<DispatchDeps> = {},
+) {
   const templateCalls: RepoTemplateInput[] = [];
   const w = appWorld({
     tmpRoot: path.join(tempDir(), 'scratch'),
@@ -434,6 +439,7 @@ async function indexOnce(row: Row, config: { controllerConfigNamespace?: string 
         templateCalls.push(input);
         return row.template ?? TEMPLATED;
       },
+      ...extra,
     },
   });
   w.cluster.put(repoObject(row.repo) as never);
@@ -514,6 +520,21 @@ describe('index-repo (PackageRepository reconcile)', () => {
       ]);
       expect(w.runner.calls.find((c) => c.cmd === 'kapp')?.env).toEqual({ KAPP_KUBECONFIG_YAML: PKGR_KUBECONFIG });
     }
+  });
+
+  it("pins the API server of kapp-lambda-pkgr's kubeconfig: the address resolved once, TLS verifying the name", async () => {
+    const cluster = new FakeCluster();
+    cluster.apiServer = () => ({ ...FAKE_API_SERVER, server: 'https://api.fleet.corp:6443' });
+    const resolved: string[] = [];
+    const yaml = await packageRepositoryKubeconfig(cluster as never, 'kapp-lambda', 'ns', undefined, {
+      resolve: async (host) => {
+        resolved.push(host);
+        return ['10.9.8.7'];
+      },
+    });
+    expect(resolved).toEqual(['api.fleet.corp']);
+    expect(yaml).toContain('server: https://10.9.8.7:6443');
+    expect(yaml).toContain('tls-server-name: api.fleet.corp');
   });
 
   it('kapp delete does not wait for the Deleting status write; Deleting is still the first status', async () => {

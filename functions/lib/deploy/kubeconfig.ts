@@ -317,6 +317,8 @@ export interface ServiceAccountKubeconfigInput {
   namespace: string;
   /** API server URL (upstream: {@link UPSTREAM_SA_SERVER}). */
   server: string;
+  /** `tls-server-name`: the name TLS verifies when `server` is an address (`./pin-server.ts`). */
+  tlsServerName?: string;
 }
 
 /**
@@ -328,7 +330,7 @@ export interface ServiceAccountKubeconfigInput {
  */
 export function serviceAccountKubeconfig(input: ServiceAccountKubeconfigInput): RestrictedKubeconfig {
   const ca = typeof input.caCert === 'string' ? Buffer.from(input.caCert, 'utf8') : Buffer.from(input.caCert);
-  const key = JSON.stringify([input.token, ca.toString('base64'), input.namespace, input.server]);
+  const key = JSON.stringify([input.token, ca.toString('base64'), input.namespace, input.server, input.tlsServerName]);
   const kept = saKubeconfigs.get(key);
   if (kept) return { ...kept };
   const built = buildServiceAccountKubeconfig(input, ca);
@@ -344,7 +346,7 @@ export function serviceAccountKubeconfig(input: ServiceAccountKubeconfigInput): 
  * parse and stringify each time (about a tenth of the embedded runtime's CPU in the steady state).
  */
 const SA_KUBECONFIG_MEMO = 256;
-/** Built kubeconfigs by input (token, CA, namespace, server). Holds tokens: memory only, never logged. */
+/** Built kubeconfigs by input (token, CA, namespace, server, TLS name). Holds tokens: memory only, never logged. */
 const saKubeconfigs = new Map<string, RestrictedKubeconfig>();
 
 function buildServiceAccountKubeconfig(input: ServiceAccountKubeconfigInput, ca: Buffer): RestrictedKubeconfig {
@@ -352,7 +354,14 @@ function buildServiceAccountKubeconfig(input: ServiceAccountKubeconfigInput, ca:
     apiVersion: 'v1',
     kind: 'Config',
     clusters: [
-      { name: 'dst-cluster', cluster: { 'certificate-authority-data': ca.toString('base64'), server: input.server } },
+      {
+        name: 'dst-cluster',
+        cluster: {
+          'certificate-authority-data': ca.toString('base64'),
+          server: input.server,
+          ...(input.tlsServerName ? { 'tls-server-name': input.tlsServerName } : {}),
+        },
+      },
     ],
     users: [{ name: 'dst-user', user: { token: input.token } }],
     contexts: [{ name: 'dst-ctx', context: { cluster: 'dst-cluster', namespace: input.namespace, user: 'dst-user' } }],
@@ -453,6 +462,8 @@ export type CredentialMaterial =
       caCert: Uint8Array | string;
       /** API server URL (see {@link UPSTREAM_SA_SERVER}). */
       server: string;
+      /** `tls-server-name` (set when `server` is a pinned address). */
+      tlsServerName?: string;
     }
   | {
       /** kubeconfig Secret path. */
@@ -492,6 +503,7 @@ export function appClusterAccess(
         caCert: material.caCert,
         namespace: app.namespace,
         server: material.server,
+        ...(material.tlsServerName ? { tlsServerName: material.tlsServerName } : {}),
       });
       // The SA kubeconfig carries the App namespace as its context namespace.
       access = { name: app.name, namespace: '', deployNamespace: app.namespace, kubeconfigYaml: restricted.yaml };

@@ -28,6 +28,7 @@ import {
   restrictKubeconfig,
   serviceAccountKubeconfig,
 } from './kubeconfig.js';
+import { type PinOptions, pinServer } from './pin-server.js';
 
 /** What a kapp run uses of the stage's dependencies (a `PipelineDeps` fits). */
 export interface KappRunDeps extends AbortWatchDeps {
@@ -42,17 +43,28 @@ export interface KappRunDeps extends AbortWatchDeps {
 }
 
 /**
- * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`).
+ * Gathers credentials and builds kapp's cluster access (`pkg/kubeconfig`). On the ServiceAccount
+ * path the API server's host is resolved once and kapp gets that address with
+ * `tls-server-name` set to the host (`./pin-server.ts`), so a DNS answer that changes later
+ * cannot move kapp's connections elsewhere (upstream's kapp uses the in-cluster service address).
  * @param mask - when given, the minted token and every value of the kubeconfig Secret are
  *   added to it, so kapp's output can never show them in status.
- * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret).
+ * @param pin - the resolver and probe of the pinning (tests); default the system's
+ * @throws KappControllerError `Preparing kapp: …` for user-fixable problems (missing SA or Secret);
+ *   Error when the API server's host does not resolve (infrastructure: the event is retried)
  */
-export async function clusterAccessFor(app: App, kube: DeployView, mask?: SecretMask): Promise<ClusterAccess> {
+export async function clusterAccessFor(
+  app: App,
+  kube: DeployView,
+  mask?: SecretMask,
+  pin?: PinOptions,
+): Promise<ClusterAccess> {
   const ns = app.metadata.namespace ?? '';
   const source = credentialSource(app.spec, ns);
   let material: CredentialMaterial;
   if (source.kind === 'serviceAccount') {
-    material = serviceAccountMaterial(kube, await mintToken(kube, ns, source.serviceAccountName, mask));
+    const token = await mintToken(kube, ns, source.serviceAccountName, mask);
+    material = serviceAccountMaterial(kube, token, await pinnedApiServer(kube, pin));
   } else {
     let secret: KubeSecret;
     try {
@@ -101,6 +113,7 @@ export const PKGR_KAPP_SERVICE_ACCOUNT = 'kapp-lambda-pkgr';
  * kubeconfig, `serviceAccountKubeconfig`). The token is added to `mask`.
  *
  * @param repositoryNamespace - the PackageRepository's namespace
+ * @param pin - as {@link clusterAccessFor}'s: the API server's address is pinned the same way
  * @returns the kubeconfig YAML (sensitive: only for `KAPP_KUBECONFIG_YAML`)
  * @throws KappControllerError `Preparing kapp: Getting service account: serviceaccounts
  *   "kapp-lambda-pkgr" not found` when the RBAC of `infra/rbac/package-repository-kapp.yml` is
@@ -111,9 +124,10 @@ export async function packageRepositoryKubeconfig(
   runtimeNamespace: string,
   repositoryNamespace: string,
   mask?: SecretMask,
+  pin?: PinOptions,
 ): Promise<string> {
   const token = await mintToken(kube, runtimeNamespace, PKGR_KAPP_SERVICE_ACCOUNT, mask);
-  const material = serviceAccountMaterial(kube, token);
+  const material = serviceAccountMaterial(kube, token, await pinnedApiServer(kube, pin));
   return serviceAccountKubeconfig({ ...material, namespace: repositoryNamespace }).yaml;
 }
 
@@ -170,7 +184,9 @@ export async function destinationKubeconfig(
  * the App, while it is fresh, with no request (`DeployCredentials.cachedServiceAccountToken`):
  * for the no-op resync's list of the App's resources only, which the API server refuses when
  * the ServiceAccount is gone or recreated (its token dies with it); anything else takes
- * {@link clusterAccessFor}. `undefined` for a kubeconfig Secret or without such a token.
+ * {@link clusterAccessFor}. `undefined` for a kubeconfig Secret or without such a token. Its
+ * server is not pinned: only the runtime's own reads use it (Node's TLS verifies the host as
+ * kapp's would), never kapp.
  */
 export function cachedClusterAccess(app: App, kube: DeployView, mask?: SecretMask): ClusterAccess | undefined {
   const ns = app.metadata.namespace ?? '';
@@ -185,17 +201,31 @@ export function cachedClusterAccess(app: App, kube: DeployView, mask?: SecretMas
   );
 }
 
-/** The credential material of a ServiceAccount token on this cluster's API server. */
+/** This cluster's API server at the address its host resolves to now (`./pin-server.ts`). */
+async function pinnedApiServer(
+  kube: DeployView,
+  pin?: PinOptions,
+): Promise<{ server: string; tlsServerName?: string }> {
+  const api = kube.apiServer();
+  return await pinServer(api.server, api.tlsServerName, pin);
+}
+
+/**
+ * The credential material of a ServiceAccount token on this cluster's API server, at `at`
+ * (a pinned address) or its configured server.
+ */
 function serviceAccountMaterial(
   kube: DeployView,
   token: string,
+  at?: { server: string; tlsServerName?: string },
 ): Extract<CredentialMaterial, { kind: 'serviceAccount' }> {
   const api = kube.apiServer();
+  const server = at ?? { server: api.server, ...(api.tlsServerName ? { tlsServerName: api.tlsServerName } : {}) };
   return {
     kind: 'serviceAccount',
     token,
     caCert: api.caData ? Buffer.from(api.caData, 'base64') : '',
-    server: api.server,
+    ...server,
   };
 }
 

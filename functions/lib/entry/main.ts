@@ -22,6 +22,7 @@ import { makeStageHandler, type SqsHandler } from './stage-handler.js';
  * bundle is its own process), read the configuration once from `env`, harden the process,
  * read the artifact key, build the SQS handler, and start the Runtime API loop when the bundle
  * is the main module. On the first invocation the handler imports the composition root and
+ * removes the scratch a process ended mid-run left in the tmp root (`removeLeftoverScratch`) and
  * creates the AWS clients and the stage's ports (`createLambdaDeps`); on the first record (or
  * poll) it loads the stage with `loadRoute`. Entry files pass `import.meta.url`,
  * `process.argv[1]`, `process.env` and a loader of their route (a dynamic import of
@@ -52,8 +53,12 @@ export function lambdaEntry(
   const handler = makeStageHandler(
     stage,
     async () => {
-      const { lazyAwsClients, createLambdaDeps } = await import('./lambda.js');
-      return createLambdaDeps(config, lazyAwsClients(config), keyring ? { keyring } : {});
+      const { lazyAwsClients, createLambdaDeps, removeLeftoverScratch } = await import('./lambda.js');
+      // Before the first record: what a process ended mid-run left in /tmp (another App's files).
+      const removed = await removeLeftoverScratch(config.tmpDir);
+      const deps = createLambdaDeps(config, lazyAwsClients(config), keyring ? { keyring } : {});
+      if (removed.length > 0) deps.log.warn({ removed }, 'removed scratch directories an earlier process left');
+      return deps;
     },
     async () => (await loadRoute()).route,
   );

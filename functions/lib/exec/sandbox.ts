@@ -69,6 +69,9 @@ export class UidLeases {
   }
 }
 
+/** The name prefix of a run's directory under the runner's temp directory (`run-XXXXXX`). */
+export const RUN_DIR_PREFIX = 'run-';
+
 /** The private directories of one run. */
 export interface RunDirs {
   /** The run's root, removed by {@link removeRunDirs}. */
@@ -85,7 +88,7 @@ export interface RunDirs {
  */
 export async function makeRunDirs(parent: string, uid?: number): Promise<RunDirs> {
   await mkdir(parent, { recursive: true });
-  const root = await mkdtemp(path.join(parent, 'run-'));
+  const root = await mkdtemp(path.join(parent, RUN_DIR_PREFIX));
   const env = {
     HOME: path.join(root, 'home'),
     TMPDIR: path.join(root, 'tmp'),

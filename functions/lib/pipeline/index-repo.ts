@@ -34,6 +34,7 @@ import {
   packageRepositoryKapp,
 } from '../deploy/kapp.js';
 import { plantedKappRecord } from '../deploy/kapp-record.js';
+import type { PinOptions } from '../deploy/pin-server.js';
 import { type KappProgress, packageRepositoryKubeconfig, runKapp } from '../deploy/run.js';
 import {
   APP_API_VERSION,
@@ -51,6 +52,7 @@ import { watchForAbort } from '../reconcile/abort-watch.js';
 import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../reconcile/controller-config.js';
 import {
   attachError,
+  KappControllerError,
   MissingArtifactError,
   resultFromError,
   type StageResult,
@@ -126,6 +128,8 @@ export const PKGR_KIND: StageKind<LoadedRepo> = {
 
 /** Dependencies of {@link runIndexRepo}: the pipeline's ports plus one of its own. */
 export interface IndexRepoDeps extends PipelineDeps {
+  /** How kapp's API server address is pinned (`packageRepositoryKubeconfig`); default the system resolver. */
+  pinServer?: PinOptions;
   /** The repository template pipeline. Default `templateRepository` (tests inject a fake). */
   templateRepository?: typeof defaultTemplateRepository;
 }
@@ -507,13 +511,15 @@ async function repositoryKubeconfig(
   kube: DeployView,
   namespace: string,
   mask: SecretMask,
-  deps: Pick<IndexRepoDeps, 'config'>,
+  deps: Pick<IndexRepoDeps, 'config' | 'pinServer'>,
 ): Promise<{ yaml: string } | { error: Error }> {
   const runtimeNamespace = deps.config.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE;
   try {
-    return { yaml: await packageRepositoryKubeconfig(kube, runtimeNamespace, namespace, mask) };
+    return { yaml: await packageRepositoryKubeconfig(kube, runtimeNamespace, namespace, mask, deps.pinServer) };
   } catch (error) {
-    return { error: error instanceof Error ? error : new Error(String(error)) };
+    // An API server host that does not resolve is the runtime's problem: retried, not a status.
+    if (!(error instanceof KappControllerError)) throw error;
+    return { error };
   }
 }
 

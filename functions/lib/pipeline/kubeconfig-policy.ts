@@ -59,7 +59,8 @@ export async function checkKubeconfigUrls(restrictedYaml: string, policy: UrlPol
  * enforced and `egressProxyUrl` is given, with every cluster's `proxy-url` set to that proxy
  * (so kapp's redirects and later DNS answers are checked too). The ServiceAccount path is
  * neither checked nor proxied: its kubeconfig names the cluster's own API server from the
- * cluster registry (which may well be a private address).
+ * cluster registry (which may well be a private address), already pinned to the address its
+ * host resolved to (`../deploy/pin-server.ts`).
  *
  * @param policy - `PipelineConfig.urlPolicy` (absent: not checked, kapp-controller's behaviour)
  * @param egressProxyUrl - `PipelineDeps.egressProxyUrl` (absent: checked only)
