@@ -429,14 +429,17 @@ async function indexOnce(
   row: Row,
   config: { controllerConfigNamespace?: string } = {},
   extra: Partial<DispatchDeps> = {},
+  /** Called while the repository is templated (after the fetch), with the world. */
+  duringTemplate?: (world: ReturnType<typeof appWorld>) => void,
 ) {
   const templateCalls: RepoTemplateInput[] = [];
-  const w = appWorld({
+  const w: ReturnType<typeof appWorld> = appWorld({
     tmpRoot: path.join(tempDir(), 'scratch'),
     config,
     extra: {
       templateRepository: async (input) => {
         templateCalls.push(input);
+        duringTemplate?.(w);
         return row.template ?? TEMPLATED;
       },
       ...extra,
@@ -504,6 +507,26 @@ describe('index-repo (PackageRepository reconcile)', () => {
     // The finalizer was added before kapp ran.
     const order = w.cluster.calls.map((c) => c[0]).filter((c) => c === 'addFinalizer');
     expect(order).toEqual(['addFinalizer']);
+  });
+
+  it('checks the kapp records right before kapp: a record swapped while the run templates is refused (attack)', async () => {
+    const row =
+      rows['a planted kapp record (any selector): kapp never runs, ReconcileFailed names the ConfigMap (attack)']!;
+    // The record reads as kapp writes it when the run starts; the tenant swaps it during the template.
+    const { w } = await indexOnce(
+      { ...row, records: { 'repo.pkgr.apps.k14s.io': '{"labelKey":"kapp.k14s.io/app","labelValue":"17"}' } },
+      {},
+      {},
+      (world) => {
+        const cm = world.cluster.configMaps.get('ns/repo.pkgr.apps.k14s.io')!;
+        world.cluster.configMaps.set('ns/repo.pkgr.apps.k14s.io', {
+          ...cm,
+          data: { spec: '{"labelKey":"app","labelValue":"nginx"}' },
+        });
+      },
+    );
+    expect(w.tools()).toEqual(['vendir']);
+    expect(w.statuses()).toEqual(row.statuses as AppStatus[]);
   });
 
   it("takes kapp-lambda-pkgr from the runtime's namespace (kapp-controller-config's), for deploy and delete", async () => {

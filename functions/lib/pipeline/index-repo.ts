@@ -301,9 +301,6 @@ async function reconcileRepository(
   reconciling: Promise<StatusWriteResult> | undefined,
 ): Promise<RepoIndexedEvent | undefined> {
   const { kube, mask, object } = frame;
-  // Read while the run fetches and templates (they were read right before kapp): kapp's records.
-  const records = plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name));
-  records.catch(() => {}); // its failure is thrown where it is awaited
   // A tag or branch polled for the fleet is fetched pinned to the digest the fleet resolved
   // (`./source-poll.ts`), so an indexed digest runs kapp only.
   const tracked = await infraStep('tracking the repository source', () => trackSource(frame.loaded.pkgr, object, deps));
@@ -429,7 +426,7 @@ async function reconcileRepository(
     // object that holds the whole inline repository)
     await watch.stop();
     const deployStarted = deps.now();
-    const deployed = await deployRepository(frame, manifest, work, records, deps);
+    const deployed = await deployRepository(frame, manifest, work, deps);
     frame.observe.phase('deploy', frame.secondsSince(deployStarted));
     await stored;
     tools = { runs: tools.runs + deployed.runs, ms: tools.ms + deployed.ms };
@@ -524,14 +521,16 @@ async function repositoryKubeconfig(
 }
 
 /**
- * The finalizer, the kapp records checked (`planted`: `plantedKappRecord`, read earlier) and the
- * kapp identity's token, then `kapp deploy <name>.pkgr` with the manifest on stdin.
+ * The finalizer, the kapp records checked ({@link plantedKappRecord}) and the kapp identity's
+ * token, then `kapp deploy <name>.pkgr` with the manifest on stdin. The records are read here,
+ * right before kapp reads them, not while the run fetches and templates: whoever may write
+ * ConfigMaps in the repository's namespace would otherwise have the whole fetch and template
+ * (timed by a source they serve) to swap a checked record for a planted one.
  */
 async function deployRepository(
   frame: StageFrame<DeployView, LoadedRepo>,
   manifest: string,
   work: string,
-  planted: Promise<string | undefined>,
   deps: IndexRepoDeps,
 ): Promise<{ result: StageResult; part: RunParts['deploy']; runs: number; ms: number }> {
   const { kube, mask, fence, object } = frame;
@@ -540,7 +539,7 @@ async function deployRepository(
   // deleted meanwhile still has its packages removed.
   const [finalizer, records, kubeconfig] = await Promise.allSettled([
     kube.addFinalizer(frame.ref, Finalizer.PackageRepository, { uid: object.uid }),
-    planted,
+    plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name)),
     repositoryKubeconfig(kube, object.namespace, mask, deps),
   ]);
   if (finalizer.status === 'rejected') {
