@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import type { App } from '../../functions/lib/api/index.js';
-import { pinKubeconfigServers, pinServer, tcpProbe } from '../../functions/lib/deploy/pin-server.js';
+import { pinServer, tcpProbe } from '../../functions/lib/deploy/pin-server.js';
 import { clusterAccessFor } from '../../functions/lib/deploy/run.js';
 import type { DeployView } from '../../functions/lib/kube/port.js';
 
@@ -101,40 +101,6 @@ describe('pinServer', () => {
       await new Promise((r) => server.close(r));
     }
     await expect(tcpProbe('127.0.0.1', port)).resolves.toBe(false);
-  });
-});
-
-describe('pinKubeconfigServers', () => {
-  const kubeconfig = JSON.stringify({
-    apiVersion: 'v1',
-    kind: 'Config',
-    clusters: [
-      { name: 'a', cluster: { server: 'https://kube.corp:6443', 'certificate-authority-data': 'Q0E=' } },
-      { name: 'b', cluster: { server: 'https://proxied.corp', 'proxy-url': 'http://127.0.0.1:3128' } },
-      { name: 'c', cluster: { server: 'https://10.0.0.9:6443' } },
-    ],
-    users: [{ name: 'u', user: { token: 't' } }],
-    contexts: [{ name: 'x', context: { cluster: 'a', user: 'u' } }],
-    'current-context': 'x',
-  });
-
-  it('pins every cluster without a proxy, the rest kept', async () => {
-    const out = parse(
-      await pinKubeconfigServers(kubeconfig, {
-        resolve: resolver({ 'kube.corp': ['10.0.0.7'], 'proxied.corp': ['1.1.1.1'] }),
-      }),
-    ) as { clusters: { cluster: Record<string, unknown> }[]; users: unknown[] };
-    expect(out.clusters.map((c) => c.cluster)).toEqual([
-      { server: 'https://10.0.0.7:6443', 'tls-server-name': 'kube.corp', 'certificate-authority-data': 'Q0E=' },
-      { server: 'https://proxied.corp', 'proxy-url': 'http://127.0.0.1:3128' },
-      { server: 'https://10.0.0.9:6443' },
-    ]);
-    expect(out.users).toEqual([{ name: 'u', user: { token: 't' } }]);
-  });
-
-  it('returns the input itself when nothing is pinned', async () => {
-    const literal = kubeconfig.replace('kube.corp', '10.0.0.1').replace('"https://proxied.corp"', '"https://10.0.0.2"');
-    await expect(pinKubeconfigServers(literal, { resolve: resolver({}) })).resolves.toBe(literal);
   });
 });
 

@@ -3,7 +3,7 @@
  * kubeconfig `server`'s host itself, on every new connection, so a name whose DNS answer
  * changes while kapp runs (or between the runtime's reads and kapp's start) could point kapp's
  * API connections at another address. On the paths where kapp talks to the cluster the
- * registry names (an App's ServiceAccount, the runtime's own identity for a PackageRepository)
+ * registry names (an App's ServiceAccount, `kapp-lambda-pkgr` for a PackageRepository)
  * the runtime resolves that host once, here, and gives kapp a kubeconfig whose `server` is the
  * address literal (`https://10.0.0.7:443`, IPv6 bracketed) with `tls-server-name` set to the
  * original host, so TLS still verifies the certificate against the name (client-go sends it as
@@ -21,7 +21,6 @@
  */
 import { lookup } from 'node:dns/promises';
 import { connect, isIP } from 'node:net';
-import { parse } from 'yaml';
 
 /** Resolves a host name to its addresses, in the resolver's order (default: the system's, every address). */
 export type HostResolver = (host: string) => Promise<string[]>;
@@ -123,31 +122,4 @@ export async function pinServer(
     server: `${url.protocol}//${literal}:${port}${path}${url.search}`,
     ...(name ? { tlsServerName: name } : {}),
   };
-}
-
-/**
- * A kubeconfig (YAML or JSON) with every cluster's `server` pinned ({@link pinServer}) and
- * `tls-server-name` set, as JSON (valid YAML). A cluster with a `proxy-url` is left alone (the
- * proxy resolves the host). For the runtime's own kubeconfig that kapp deploys
- * PackageRepositories with (`../pipeline/index-repo.ts`); the ServiceAccount kubeconfig is
- * built already pinned (`./run.ts` `clusterAccessFor`).
- *
- * @param yaml - the kubeconfig (holds credentials: never logged)
- * @returns the pinned kubeconfig; the input itself when no cluster changed
- * @throws Error what {@link pinServer} throws
- */
-export async function pinKubeconfigServers(yaml: string, opts: PinOptions = {}): Promise<string> {
-  const doc = parse(yaml) as { clusters?: { cluster?: Record<string, unknown> }[] | null } | null;
-  let changed = false;
-  for (const c of doc?.clusters ?? []) {
-    const cl = c?.cluster;
-    if (!cl || typeof cl.server !== 'string' || cl['proxy-url']) continue;
-    const own = typeof cl['tls-server-name'] === 'string' ? cl['tls-server-name'] : undefined;
-    const pinned = await pinServer(cl.server, own, opts);
-    if (pinned.server === cl.server) continue;
-    cl.server = pinned.server;
-    if (pinned.tlsServerName) cl['tls-server-name'] = pinned.tlsServerName;
-    changed = true;
-  }
-  return changed ? JSON.stringify(doc) : yaml;
 }

@@ -76,8 +76,12 @@ export const TOKEN_CACHE_ENTRIES = 1024;
  */
 export const TOKEN_REFRESH_MARGIN_MS = 10_000;
 
-/** Page size of {@link KubeApiClient.listConfigMaps}: 500 (client-go's pager default). */
-const CONFIG_MAP_PAGE = 500;
+/**
+ * Page size of {@link KubeApiClient.listConfigMaps}: 50, not client-go's 500: a ConfigMap may
+ * hold 1 MiB and any tenant can label its own as a kapp app record, so a page is bounded to about
+ * 50 MiB in memory (the list runs in every PackageRepository's record check).
+ */
+const CONFIG_MAP_PAGE = 50;
 
 /**
  * The TokenRequest tokens of one cluster's ServiceAccounts, as kapp-controller's token manager

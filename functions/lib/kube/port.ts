@@ -208,7 +208,7 @@ export interface KubeReader {
  */
 export interface ConfigMapLister {
   /**
-   * Every ConfigMap of every namespace matching `labelSelector` (all pages, 500 a page).
+   * Every ConfigMap of every namespace matching `labelSelector` (all pages, 50 a page).
    *
    * @throws KubeApiError on any API failure (403 included).
    */
