@@ -302,8 +302,8 @@ describe('KubeApiClient reads', () => {
       ['c', 'z.app', 'z.app'],
     ]);
     expect(rest.requests.map((r) => [r.method, r.path, r.query])).toEqual([
-      ['GET', '/api/v1/configmaps', { labelSelector: 'kapp.k14s.io/is-app', limit: 500, continue: undefined }],
-      ['GET', '/api/v1/configmaps', { labelSelector: 'kapp.k14s.io/is-app', limit: 500, continue: 'next-page' }],
+      ['GET', '/api/v1/configmaps', { labelSelector: 'kapp.k14s.io/is-app', limit: 50, continue: undefined }],
+      ['GET', '/api/v1/configmaps', { labelSelector: 'kapp.k14s.io/is-app', limit: 50, continue: 'next-page' }],
     ]);
     await expect(c.listConfigMaps('kapp.k14s.io/is-app')).rejects.toMatchObject({ statusCode: 403 });
   });
