@@ -528,3 +528,58 @@ describe('tools die with the runtime (launcher)', () => {
     expect(missing.error?.message).toBe('failed to start missing: ENOENT');
   });
 });
+
+describe('what a tool leaves outside its process group (Lambda: subreaper and orphan sweeper)', () => {
+  /**
+   * Runs `test/harness/orphan-runtime.ts` (a stand-in runtime process) and returns its report;
+   * the process the tool left behind is killed afterwards whatever the outcome.
+   */
+  async function leaveBehind(
+    mode: 'sweep' | 'none',
+    hold: 'hold' | 'quiet',
+  ): Promise<{ pid: number; alive: boolean; exitCode: number; ms: number }> {
+    const dir = await realpath(await mkdtemp(path.join(tmpdir(), 'orphans-')));
+    const script = path.resolve('test/harness/orphan-runtime.ts');
+    try {
+      const out = execFileSync(
+        process.execPath,
+        ['--import', 'tsx', script, mode, launcherPath(), hardenAddonPath(), dir, hold],
+        { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'], timeout: 50_000 },
+      );
+      return JSON.parse(out.trim().split('\n').at(-1) ?? '{}');
+    } finally {
+      const pidFile = path.join(dir, 'left-behind.pid');
+      const pid = existsSync(pidFile) ? Number.parseInt(readFileSync(pidFile, 'utf8'), 10) : 0;
+      if (pid > 1) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // Gone already.
+        }
+      }
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+
+  it('without the sweeper, a process that called setsid outlives the run (the threat)', async () => {
+    const r = await leaveBehind('none', 'quiet');
+    expect(r.exitCode).toBe(0);
+    expect(r.pid).toBeGreaterThan(1);
+    expect(r.alive).toBe(true);
+  }, 60_000);
+
+  it('with it, that process is killed before the run resolves', async () => {
+    const r = await leaveBehind('sweep', 'quiet');
+    expect(r.exitCode).toBe(0);
+    expect(r.pid).toBeGreaterThan(1);
+    expect(r.alive).toBe(false);
+  }, 60_000);
+
+  it('and a left-behind process holding the output pipe cannot keep the run open', async () => {
+    const r = await leaveBehind('sweep', 'hold');
+    expect(r.exitCode).toBe(0);
+    expect(r.alive).toBe(false);
+    // Without the sweep the run would wait for the pipe: the 60 s sleep (the call's timeout is 50 s).
+    expect(r.ms).toBeLessThan(30_000);
+  }, 60_000);
+});

@@ -496,9 +496,9 @@ describe('index-repo (PackageRepository reconcile)', () => {
     ]);
     expect(kapp.stdin).toBe(MANIFEST);
     expect(kapp.env).toEqual({ KAPP_KUBECONFIG_YAML: PKGR_KUBECONFIG });
-    // The token of kapp-lambda-pkgr in the runtime's namespace (default kapp-lambda), nothing else.
+    // A 600 s token of kapp-lambda-pkgr in the runtime's namespace (default kapp-lambda), nothing else.
     expect(w.cluster.calls.filter((c) => c[0] === 'serviceAccountToken')).toEqual([
-      ['serviceAccountToken', 'kapp-lambda/kapp-lambda-pkgr'],
+      ['serviceAccountToken', 'kapp-lambda/kapp-lambda-pkgr', 600],
     ]);
     // The fetched tree is unpacked as vendir's directory `0`; a non-bundle fetch runs no kbld.
     expect(templateCalls).toHaveLength(1);
@@ -539,7 +539,7 @@ describe('index-repo (PackageRepository reconcile)', () => {
     });
     for (const { w } of [deployed, deleted]) {
       expect(w.cluster.calls.filter((c) => c[0] === 'serviceAccountToken')).toEqual([
-        ['serviceAccountToken', 'carvel/kapp-lambda-pkgr'],
+        ['serviceAccountToken', 'carvel/kapp-lambda-pkgr', 600],
       ]);
       expect(w.runner.calls.find((c) => c.cmd === 'kapp')?.env).toEqual({ KAPP_KUBECONFIG_YAML: PKGR_KUBECONFIG });
     }

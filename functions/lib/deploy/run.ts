@@ -85,9 +85,15 @@ export async function clusterAccessFor(
  * @throws KappControllerError `Preparing kapp: <API message>` (e.g. `Preparing kapp: Getting
  *   service account: serviceaccounts "x" not found`), as upstream words every credential error
  */
-async function mintToken(kube: DeployView, namespace: string, name: string, mask?: SecretMask): Promise<string> {
+async function mintToken(
+  kube: DeployView,
+  namespace: string,
+  name: string,
+  mask?: SecretMask,
+  expirationSeconds?: number,
+): Promise<string> {
   try {
-    const { token } = await kube.serviceAccountToken(namespace, name);
+    const { token } = await kube.serviceAccountToken(namespace, name, expirationSeconds);
     mask?.addValue(token);
     return token;
   } catch (err) {
@@ -105,6 +111,15 @@ async function mintToken(kube: DeployView, namespace: string, name: string, mask
  * Packages or ConfigMaps itself.
  */
 export const PKGR_KAPP_SERVICE_ACCOUNT = 'kapp-lambda-pkgr';
+
+/**
+ * Lifetime asked for {@link PKGR_KAPP_SERVICE_ACCOUNT}'s token, seconds: 600, the API server's
+ * minimum, not upstream's 7200 (the App path keeps that). This identity acts in every namespace,
+ * so a token that leaks (a kapp run's files, its memory) is worth as little as possible; the cache
+ * hands it out until half its life less 10 s has passed, so kapp, which runs a repository with
+ * `--wait=false`, gets at least about 5 minutes of it.
+ */
+export const PKGR_TOKEN_EXPIRATION_SECONDS = 600;
 
 /**
  * The restricted kubeconfig of a PackageRepository's kapp run: a TokenRequest token of
@@ -126,7 +141,7 @@ export async function packageRepositoryKubeconfig(
   mask?: SecretMask,
   pin?: PinOptions,
 ): Promise<string> {
-  const token = await mintToken(kube, runtimeNamespace, PKGR_KAPP_SERVICE_ACCOUNT, mask);
+  const token = await mintToken(kube, runtimeNamespace, PKGR_KAPP_SERVICE_ACCOUNT, mask, PKGR_TOKEN_EXPIRATION_SECONDS);
   const material = serviceAccountMaterial(kube, token, await pinnedApiServer(kube, pin));
   return serviceAccountKubeconfig({ ...material, namespace: repositoryNamespace }).yaml;
 }

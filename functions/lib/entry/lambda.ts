@@ -20,6 +20,7 @@ import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import pino from 'pino';
 import { targetFunction } from '../../../events/schema.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
+import type { OrphanSweeper } from '../exec/orphans.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
 import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
@@ -261,6 +262,11 @@ export interface LambdaDepsOverrides {
    * every function that `usesArtifactKey`.
    */
   keyring?: ClusterKeyring;
+  /**
+   * Kills what tool runs leave outside their process groups (`../exec/orphans.ts`). Default none;
+   * `lambdaEntry` passes the process's one sweeper, having made the process the child subreaper.
+   */
+  orphans?: OrphanSweeper;
 }
 
 /**
@@ -316,6 +322,7 @@ export function createLambdaDeps(
       tmpDir: config.tmpDir,
       // Shipped in every layer's bin/ (layers/build.ts): tools die with the function's process.
       launcher: path.join(config.binDir, 'kl-launch'),
+      ...(overrides.orphans ? { orphans: overrides.orphans } : {}),
       // Shipped beside git (fetch, index-repo): git:// goes through the egress proxy.
       ...(existsSync(path.join(config.binDir, 'kl-connect'))
         ? { connector: path.join(config.binDir, 'kl-connect') }

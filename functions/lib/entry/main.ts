@@ -9,7 +9,8 @@
  * @module
  */
 
-import { hardenProcess } from '../exec/harden.js';
+import { becomeSubreaper, hardenProcess } from '../exec/harden.js';
+import { createOrphanSweeper } from '../exec/orphans.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import type { PipelineStage } from '../transport/port.js';
 import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
@@ -20,7 +21,7 @@ import { makeStageHandler, type SqsHandler } from './stage-handler.js';
 /**
  * Everything a stage's Lambda entry file does, in order: install the bootstrap (when the
  * bundle is its own process), read the configuration once from `env`, harden the process,
- * read the artifact key, build the SQS handler, and start the Runtime API loop when the bundle
+ * become the child subreaper of its tools (`../exec/orphans.ts`), read the artifact key, build the SQS handler, and start the Runtime API loop when the bundle
  * is the main module. On the first invocation the handler imports the composition root and
  * removes the scratch a process ended mid-run left in the tmp root (`removeLeftoverScratch`) and
  * creates the AWS clients and the stage's ports (`createLambdaDeps`); on the first record (or
@@ -43,6 +44,9 @@ export function lambdaEntry(
   // Before any tool can run: the tools share this function's uid on Lambda, and this
   // process's environment holds the role's AWS credentials.
   hardenProcess(config.hardenAddon);
+  // What a tool leaves behind outside its process group comes back to this process, which
+  // kills it before the run ends: it cannot live on into the next invocation (another App's).
+  const orphans = createOrphanSweeper({ reap: becomeSubreaper(config.hardenAddon) });
   // The root key is read from its secret now (the cold start), not on the first private artifact.
   const keyring = usesArtifactKey(stage)
     ? artifactKeyringFromEnv(stage, env, async () =>
@@ -56,7 +60,7 @@ export function lambdaEntry(
       const { lazyAwsClients, createLambdaDeps, removeLeftoverScratch } = await import('./lambda.js');
       // Before the first record: what a process ended mid-run left in /tmp (another App's files).
       const removed = await removeLeftoverScratch(config.tmpDir);
-      const deps = createLambdaDeps(config, lazyAwsClients(config), keyring ? { keyring } : {});
+      const deps = createLambdaDeps(config, lazyAwsClients(config), { orphans, ...(keyring ? { keyring } : {}) });
       if (removed.length > 0) deps.log.warn({ removed }, 'removed scratch directories an earlier process left');
       return deps;
     },

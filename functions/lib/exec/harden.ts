@@ -11,6 +11,8 @@
 interface HardenAddon {
   setNotDumpable(): number;
   isDumpable(): boolean;
+  setChildSubreaper(): number;
+  reapChild(pid: number): number;
 }
 
 let loaded: HardenAddon | undefined;
@@ -47,4 +49,22 @@ export function hardenProcess(addonPath: string): void {
  */
 export function isDumpable(addonPath: string): boolean {
   return load(addonPath).isDumpable();
+}
+
+/**
+ * Makes this process the child subreaper of everything it starts
+ * (`prctl(PR_SET_CHILD_SUBREAPER, 1)`): a process a tool leaves behind outside the tool's
+ * process group (`setsid` and a double fork) is re-parented here instead of to init, so
+ * `./orphans.ts` can find and kill it. Idempotent.
+ *
+ * @param addonPath - the compiled addon
+ * @returns a function that reaps one adopted child without blocking (`waitpid(pid, WNOHANG)`):
+ *   the pid once reaped, 0 while it runs, `-errno` on error (`-ECHILD`: not a child)
+ * @throws Error when the addon cannot be loaded or `prctl` fails
+ */
+export function becomeSubreaper(addonPath: string): (pid: number) => number {
+  const addon = load(addonPath);
+  const rc = addon.setChildSubreaper();
+  if (rc !== 0) throw new Error(`prctl(PR_SET_CHILD_SUBREAPER, 1) failed with errno ${rc}`);
+  return (pid) => addon.reapChild(pid);
 }

@@ -23,6 +23,7 @@ import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
 import type { PipelineStage } from '../transport/port.js';
 import type { ToolMetricsSink, ToolRunOutcome } from './metrics.js';
+import type { OrphanSweeper } from './orphans.js';
 import { handOver, makeRunDirs, type RunDirs, removeRunDirs, UidLeases, type UidPool } from './sandbox.js';
 
 /** Which output stream a chunk came from. */
@@ -327,6 +328,14 @@ export interface CommandRunnerOptions {
    * comes first on `PATH`. Default: none.
    */
   connector?: string;
+  /**
+   * The process's {@link OrphanSweeper} (`./orphans.ts`): each run is reported to it, and once
+   * no run is in flight it kills what the runs left outside their process groups, before `run`
+   * resolves. Needs this process to be the child subreaper. Default none: the Lambda entry sets
+   * it (tools share the function's uid there); the embedded runtime does not, since the control
+   * plane and test servers it may share a process with would be adopted too.
+   */
+  orphans?: OrphanSweeper;
 }
 
 /**
@@ -492,6 +501,8 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       try {
         return await spawnRun(req, bin, dirs, uid);
       } finally {
+        // Before the directories go: a process left behind could otherwise write them again.
+        await opts.orphans?.sweep();
         await removeRunDirs(dirs);
         if (uid !== undefined) leases?.release(uid);
       }
@@ -523,6 +534,8 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         shell: false,
         windowsHide: true,
       });
+      const session = child.pid;
+      if (session !== undefined) opts.orphans?.started(session);
 
       let graceTimer: NodeJS.Timeout | undefined;
       const onAbort = () => {
@@ -568,6 +581,7 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       const finish = () => {
         if (settled) return;
         settled = true;
+        if (session !== undefined) opts.orphans?.ended(session);
         if (timer) clearTimeout(timer);
         if (graceTimer) clearTimeout(graceTimer);
         req.signal?.removeEventListener('abort', onAbort);
@@ -620,8 +634,11 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       });
       child.on('exit', (code, signal) => {
         exit = { code, signal };
-        // Reap whatever the tool left behind in its group so the pipes close.
+        // Reap whatever the tool left behind in its group so the pipes close, and (with a
+        // sweeper) what left the group, which may hold the pipes too.
         killGroup(child.pid);
+        if (session !== undefined) opts.orphans?.ended(session);
+        void opts.orphans?.sweep();
       });
       child.on('close', finish);
     });

@@ -226,8 +226,9 @@ export class FakeCluster implements DeployView, InstallView {
     return true;
   }
 
-  async serviceAccountToken(namespace: string, name: string): Promise<ServiceAccountToken> {
-    this.calls.push(['serviceAccountToken', `${namespace}/${name}`]);
+  /** Records `['serviceAccountToken', '<ns>/<name>']`, and the lifetime asked when one is. */
+  async serviceAccountToken(namespace: string, name: string, expirationSeconds?: number): Promise<ServiceAccountToken> {
+    this.calls.push(['serviceAccountToken', `${namespace}/${name}`, ...(expirationSeconds ? [expirationSeconds] : [])]);
     return { token: FAKE_SA_TOKEN, expiresAt: new Date('2025-01-01T02:00:00Z') };
   }
 

@@ -1,0 +1,160 @@
+/**
+ * Kills what a tool run leaves behind outside its own process group.
+ *
+ * The runner starts each tool in a new session and kills that process group when the tool
+ * exits (`./runner.ts`), but a process can leave both (`setsid`, then a double fork) and keep
+ * running. On Lambda every tool shares the function's uid, and an execution environment runs
+ * one invocation after another: such a process, frozen with the sandbox and thawed with the next
+ * invocation, could read the next App's run directories or fetched files (issue 7, item 3). The
+ * runtime makes itself the child subreaper (`becomeSubreaper`, `./harden.ts`), so those processes
+ * are re-parented to it, and this sweeper kills and reaps them once no tool run is in flight.
+ *
+ * What it never touches: the runtime's own children that share its session (an exec credential
+ * plugin), and any process in the session of a tool run still in flight. kapp-controller has no
+ * counterpart: its tools run in a sidecar container that lives as long as the controller.
+ *
+ * @module
+ */
+
+import { readdirSync, readFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** The fields of `/proc/<pid>/stat` the sweeper reads. */
+export interface ProcStat {
+  pid: number;
+  /** One letter: `R`, `S`, `D`, `Z` (zombie), `T`, ... */
+  state: string;
+  ppid: number;
+  /** Session id: the pid of the process that called `setsid` (a tool run's launcher). */
+  session: number;
+}
+
+/**
+ * Parses one `/proc/<pid>/stat` line. The command name (field 2) is in parentheses and may hold
+ * spaces and parentheses itself, so the fields are read after its last `)`.
+ *
+ * @returns the fields, or undefined for text that is not a stat line
+ */
+export function parseProcStat(text: string): ProcStat | undefined {
+  const close = text.lastIndexOf(')');
+  if (close < 0) return undefined;
+  const pid = Number.parseInt(text, 10);
+  // After ") ": state ppid pgrp session ...
+  const [state, ppid, , session] = text.slice(close + 2).split(' ');
+  if (!state || !Number.isInteger(pid) || ppid === undefined || session === undefined) return undefined;
+  return { pid, state, ppid: Number(ppid), session: Number(session) };
+}
+
+/** Every process `/proc` lists now; a process that ends while it is read is skipped. */
+export function listProcesses(procRoot = '/proc'): ProcStat[] {
+  const out: ProcStat[] = [];
+  for (const name of readdirSync(procRoot)) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = parseProcStat(readFileSync(`${procRoot}/${name}/stat`, 'utf8'));
+      if (stat) out.push(stat);
+    } catch {
+      // Gone between readdir and read.
+    }
+  }
+  return out;
+}
+
+/**
+ * Tracks the tool runs in flight and kills what they leave behind. One per process: every
+ * runner of the process reports its runs to the same sweeper.
+ */
+export interface OrphanSweeper {
+  /** A tool run started; `session` is its launcher's pid (the runner starts it detached). */
+  started(session: number): void;
+  /** That run's process exited. */
+  ended(session: number): void;
+  /**
+   * When no run is in flight: kills (SIGKILL) and reaps every child of this process outside its
+   * own session and outside the session of any run started meanwhile, pass after pass (each kill
+   * re-parents that process's children here) until none is left or the passes run out.
+   * Resolves with the pids killed or reaped; does nothing while a run is in flight. Never throws.
+   */
+  sweep(): Promise<number[]>;
+}
+
+/** Options of {@link createOrphanSweeper}. */
+export interface OrphanSweeperOptions {
+  /** Reaps one adopted child without blocking (`becomeSubreaper`'s result). */
+  reap: (pid: number) => number;
+  /** Default `process.pid`. */
+  self?: number;
+  /** Default {@link listProcesses}. */
+  list?: () => ProcStat[];
+  /** Default `process.kill`. */
+  kill?: (pid: number) => void;
+  /** Passes at most; default 50. */
+  passes?: number;
+  /** Pause between passes, ms; default 20 (a killed process needs a moment to become a zombie). */
+  pauseMs?: number;
+}
+
+/**
+ * Creates the process's {@link OrphanSweeper}. The process must be the child subreaper
+ * (`becomeSubreaper`), or what a tool leaves behind goes to init and is out of reach.
+ */
+export function createOrphanSweeper(opts: OrphanSweeperOptions): OrphanSweeper {
+  const self = opts.self ?? process.pid;
+  const list = opts.list ?? (() => listProcesses());
+  const kill = opts.kill ?? ((pid: number) => process.kill(pid, 'SIGKILL'));
+  const passes = opts.passes ?? 50;
+  const pauseMs = opts.pauseMs ?? 20;
+  const inFlight = new Set<number>();
+  let ownSession: number | undefined;
+  let running: Promise<number[]> | undefined;
+
+  const strays = (): ProcStat[] => {
+    const procs = list();
+    ownSession ??= procs.find((p) => p.pid === self)?.session;
+    return procs.filter(
+      (p) => p.ppid === self && p.session !== ownSession && !inFlight.has(p.session) && !inFlight.has(p.pid),
+    );
+  };
+
+  const run = async (): Promise<number[]> => {
+    const done = new Set<number>();
+    for (let pass = 0; pass < passes && inFlight.size === 0; pass++) {
+      let found: ProcStat[];
+      try {
+        found = strays();
+      } catch {
+        break;
+      }
+      if (found.length === 0) break;
+      for (const p of found) {
+        if (p.state !== 'Z') {
+          try {
+            kill(p.pid);
+          } catch {
+            // Already gone.
+          }
+        }
+        opts.reap(p.pid);
+        done.add(p.pid);
+      }
+      await sleep(pauseMs);
+    }
+    return [...done];
+  };
+
+  return {
+    started: (session) => {
+      inFlight.add(session);
+    },
+    ended: (session) => {
+      inFlight.delete(session);
+    },
+    sweep: () => {
+      if (inFlight.size > 0) return Promise.resolve([]);
+      running ??= run().finally(() => {
+        running = undefined;
+      });
+      return running;
+    },
+  };
+}
