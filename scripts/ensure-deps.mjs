@@ -9,7 +9,8 @@ const want = createHash('sha256').update(lock).digest('hex');
 const stamp = 'node_modules/.kapp-lambda-lock-sha256';
 if (existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === want) process.exit(0);
 process.stderr.write('[deps] installing npm dependencies (npm ci)...\n');
-// npm's http log is the only progress it gives without a TTY (one line per package fetched):
+// npm's http log is the only progress it gives without a TTY (one line per registry request,
+// about two per package; npm's own summary counts packages):
 // count those lines and print a progress line every 50; pass everything else through.
 const child = spawn('npm', ['ci', '--no-audit', '--no-fund', '--loglevel=http'], {
   stdio: ['inherit', 'inherit', 'pipe'],
@@ -23,7 +24,7 @@ child.stderr.on('data', (chunk) => {
   for (const line of lines) {
     if (/^npm http fetch /.test(line)) {
       fetched++;
-      if (fetched % 50 === 0) process.stderr.write(`[deps] ${fetched} packages fetched...\n`);
+      if (fetched % 50 === 0) process.stderr.write(`[deps] ${fetched} registry requests...\n`);
     } else if (line.trim() !== '') {
       process.stderr.write(`${line}\n`);
     }
@@ -32,5 +33,5 @@ child.stderr.on('data', (chunk) => {
 const status = await new Promise((resolve) => child.on('close', (code) => resolve(code)));
 if (pending.trim() !== '' && !/^npm http fetch /.test(pending)) process.stderr.write(`${pending}\n`);
 if (status !== 0) process.exit(status ?? 1);
-process.stderr.write(`[deps] installed (${fetched} packages fetched)\n`);
+process.stderr.write(`[deps] installed (${fetched} registry requests)\n`);
 writeFileSync(stamp, `${want}\n`);
