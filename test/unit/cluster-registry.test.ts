@@ -629,7 +629,13 @@ describe('npm run cluster', () => {
       'prod-eu-1\thttps://abc.example\teks prod eu-west-1\tforwarder AROAEXAMPLEID1234567',
     ]);
     expect(err.join('')).toContain('cluster: --forwarder-role-id expects an IAM role id');
-    expect(await main(['remove', 'prod-eu-1', '--registry', registry])).toBe(0);
+    process.stderr.write = ((s: string) => err.push(s) > 0) as typeof process.stderr.write;
+    try {
+      expect(await main(['remove', 'prod-eu-1', '--registry', registry])).toBe(0);
+    } finally {
+      process.stderr.write = errWrite;
+    }
+    expect(err.at(-1)).toBe('removed clusters/prod-eu-1.json (the RBAC in the cluster is left as it is)\n');
     expect(await listClusters(store)).toEqual([]);
   });
 
