@@ -265,6 +265,7 @@ describe('real command runner', () => {
       expect(path.basename(run)).toMatch(/^run-/);
       expect(vars).toEqual([
         'FOO=bar',
+        `GIT_CEILING_DIRECTORIES=${scratch}`,
         `HOME=${run}/home`,
         `PATH=/bin:/usr/bin:/nonexistent/dir:${DEFAULT_SYSTEM_PATH}`,
         `TMPDIR=${run}/tmp`,
@@ -280,6 +281,27 @@ describe('real command runner', () => {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
+    }
+  });
+
+  it('git run from a run directory never finds a repository planted in the temp root', async () => {
+    const root = await realpath(await mkdtemp(path.join(tmpdir(), 'ceiling-')));
+    try {
+      // What an escaped tool could leave in Lambda's /tmp for a later invocation's git.
+      execFileSync('git', ['init', '-q', root]);
+      const opts = { allow: ['git'], resolveBin: () => '/usr/bin/git', tmpDir: root };
+      const look = { cmd: 'git', args: ['rev-parse', '--absolute-git-dir'] };
+      const planted = await createCommandRunner({
+        ...opts,
+        // The environment without the ceiling: the threat.
+        baseEnv: { PATH: DEFAULT_SYSTEM_PATH, HOME: root, TMPDIR: root },
+      }).run(look);
+      expect(planted.stdout.trim()).toBe(path.join(root, '.git'));
+      const r = await createCommandRunner(opts).run(look);
+      expect(r.exitCode).toBe(128);
+      expect(r.stderr).toContain('not a git repository');
+    } finally {
+      await rm(root, { recursive: true, force: true });
     }
   });
 

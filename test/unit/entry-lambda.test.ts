@@ -553,6 +553,7 @@ describe('toolEnv', () => {
       PATH: '/opt/bin:/usr/local/bin:/usr/bin:/bin',
       HOME: '/tmp',
       TMPDIR: '/tmp',
+      GIT_CEILING_DIRECTORIES: '/tmp',
       VENDIR_HELM_BINARY: '/opt/bin/helm',
     });
   });
@@ -561,6 +562,7 @@ describe('toolEnv', () => {
       PATH: '/opt/bin:/usr/local/bin:/usr/bin:/bin',
       HOME: '/tmp',
       TMPDIR: '/tmp',
+      GIT_CEILING_DIRECTORIES: '/tmp',
     });
   });
 });

@@ -61,7 +61,7 @@ describe('stage allow-lists', () => {
 });
 
 describe('minimalEnv', () => {
-  it('has PATH (tool dirs first), HOME and TMPDIR only', () => {
+  it('has PATH (tool dirs first), HOME, TMPDIR and the temp root as git ceiling only', () => {
     const env = minimalEnv({
       allow: ['vendir', 'imgpkg', 'kapp'],
       resolveBin: (n) => (n === 'kapp' ? `/opt/deploy/${n}` : `/opt/fetch/${n}`),
@@ -72,6 +72,7 @@ describe('minimalEnv', () => {
       PATH: `/opt/fetch:/opt/deploy:${DEFAULT_SYSTEM_PATH}`,
       HOME: '/home/fn',
       TMPDIR: '/scratch',
+      GIT_CEILING_DIRECTORIES: '/scratch',
     });
   });
 
@@ -84,7 +85,12 @@ describe('minimalEnv', () => {
       },
       tmpDir: '/scratch',
     });
-    expect(env).toEqual({ PATH: `/opt/bin:${DEFAULT_SYSTEM_PATH}`, HOME: '/scratch', TMPDIR: '/scratch' });
+    expect(env).toEqual({
+      PATH: `/opt/bin:${DEFAULT_SYSTEM_PATH}`,
+      HOME: '/scratch',
+      TMPDIR: '/scratch',
+      GIT_CEILING_DIRECTORIES: '/scratch',
+    });
   });
 });
 

@@ -339,7 +339,8 @@ export interface CommandRunnerOptions {
 }
 
 /**
- * The minimal environment tools start from: `PATH`, `HOME`, `TMPDIR`. `PATH` lists the
+ * The minimal environment tools start from: `PATH`, `HOME`, `TMPDIR`, `GIT_CEILING_DIRECTORIES`
+ * (the temp root). `PATH` lists the
  * connector's directory (its `ssh` wrapper) and the directories of the allowed tools (so vendir
  * finds imgpkg and helm) before {@link DEFAULT_SYSTEM_PATH}.
  *
@@ -365,6 +366,11 @@ export function minimalEnv(
     PATH: [...dirs, DEFAULT_SYSTEM_PATH].join(':'),
     HOME: opts.home ?? tmp,
     TMPDIR: tmp,
+    // Every run's directories are below the temp root: git looking for a repository from a
+    // run's HOME (`git ls-remote` outside vendir's own clone) stops before the root, so a
+    // `.git` planted there (Lambda's /tmp outlives invocations, and its tools share one uid)
+    // never lends its config (`core.sshCommand`, hooks) to a later run.
+    GIT_CEILING_DIRECTORIES: tmp,
   };
 }
 
