@@ -93,14 +93,39 @@ const PKGR_KAPP_RBAC = 'package-repository-kapp.yml';
 /** Files whose objects live in the controller-config (runtime) namespace. */
 const RUNTIME_NAMESPACE_RBAC = [CONTROLLER_CONFIG_RBAC, PKGR_KAPP_RBAC];
 
+/** The namespace the files of `infra/rbac/` declare (what {@link rbacManifests} substitutes). */
+const FILES_NAMESPACE = 'kapp-lambda';
+
+/**
+ * Points a ValidatingAdmissionPolicy of `infra/rbac/` at the ServiceAccounts of namespace `to`
+ * instead of `from`, in place. Its matchConditions name a ServiceAccount by username
+ * (`'system:serviceaccount:<ns>:<name>'`, a CEL string), which carries the namespace where an
+ * RBAC subject has a field of its own; a policy left on the old namespace would guard nobody.
+ *
+ * @throws Error when no matchCondition names a ServiceAccount of `from` (the file and this
+ *   function disagree).
+ */
+export function retargetPolicyNamespace(policy: Record<string, unknown>, from: string, to: string): void {
+  const conditions = (policy.spec as { matchConditions?: { expression: string }[] } | undefined)?.matchConditions;
+  const old = `'system:serviceaccount:${from}:`;
+  const named = (conditions ?? []).filter((c) => c.expression.includes(old));
+  if (named.length === 0) {
+    const name = (policy.metadata as { name?: string } | undefined)?.name;
+    throw new Error(`ValidatingAdmissionPolicy ${name}: no matchCondition names a ServiceAccount of ${from}`);
+  }
+  for (const c of named) c.expression = c.expression.replaceAll(old, `'system:serviceaccount:${to}:`);
+}
+
 /**
  * The RBAC manifests of `infra/rbac/` as objects: per function a ClusterRole and a
  * ClusterRoleBinding to its group and ServiceAccount, the Role reading `kapp-controller-config`
  * (install, index-repo), the identity of a PackageRepository's kapp (`kapp-lambda-pkgr`, its
- * ClusterRole, and the Role letting index-repo request its token), and for token auth the
- * identities themselves. The files are the source; only the identity and controller-config
- * namespaces are substituted (a ServiceAccount subject is in the namespace its ServiceAccount is
- * declared in: `kapp-lambda-pkgr` the controller-config one, the functions' the identity one).
+ * ClusterRole, the Role letting index-repo request its token, and the ValidatingAdmissionPolicy
+ * bounding its writes to kapp's records), and for token auth the identities themselves. The
+ * files are the source; only the identity and controller-config namespaces are substituted (a
+ * ServiceAccount subject is in the namespace its ServiceAccount is declared in:
+ * `kapp-lambda-pkgr` the controller-config one, the functions' the identity one; the policy's
+ * username of `kapp-lambda-pkgr` too, {@link retargetPolicyNamespace}).
  *
  * @throws Error when a file cannot be read or parsed.
  */
@@ -139,6 +164,7 @@ export async function rbacManifests(options: RbacOptions = {}): Promise<Record<s
       namespaces.add(ns);
       o.metadata.name = ns;
     } else if (o.metadata.namespace) o.metadata.namespace = ns;
+    if (o.kind === 'ValidatingAdmissionPolicy') retargetPolicyNamespace(o, FILES_NAMESPACE, ns);
     for (const s of o.subjects ?? []) {
       if (s.kind === 'ServiceAccount') s.namespace = runtimeAccounts.has(s.name) ? runtime : ids;
     }

@@ -5,13 +5,15 @@
  * this file's names, so the ServiceAccount `kapp-lambda-pkgr` there is the only identity its
  * repositories' kapp has: a repository reconciles, a version taken out is pruned and deleting it
  * removes its Packages; what that identity may do is asked of the API server (a
- * SubjectAccessReview per verb, `kubectl auth can-i --as`); a record planted to copy the
+ * SubjectAccessReview per verb, `kubectl auth can-i --as`), and its admission policy is in force
+ * before any repository (a ConfigMap that is no kapp record refused); a record planted to copy the
  * repository's kapp label value is refused; without the ServiceAccount a repository fails with
  * its name and kapp never runs.
  */
 import { readFile } from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
+import { retargetPolicyNamespace } from '../../scripts/cluster-registry.js';
 import { PKGR_KAPP_RBAC_FILE, REPO_ROOT } from '../../scripts/local-env.js';
 import {
   expectRepoSucceeded,
@@ -33,7 +35,14 @@ const SA_NAME = 'kapp-lambda-pkgr';
 const ROLE = `kapp-lambda:pkgr-${id}`;
 const REF_NAME = 'ident.corp.com';
 
-/** `package-repository-kapp.yml` in {@link RUNTIME_NS}, its ClusterRole and binding named {@link ROLE}. */
+/** Its admission policy and binding, named apart from the shared one (for kapp-lambda's). */
+const POLICY = `kapp-lambda-pkgr-${id}`;
+
+/**
+ * `package-repository-kapp.yml` in {@link RUNTIME_NS}: its ClusterRole and binding named
+ * {@link ROLE}, its admission policy and binding {@link POLICY}, matching the ServiceAccount of
+ * {@link RUNTIME_NS}.
+ */
 async function pkgrKappRbac(): Promise<object[]> {
   const text = await readFile(`${REPO_ROOT}/${PKGR_KAPP_RBAC_FILE}`, 'utf8');
   return parseAllDocuments(text)
@@ -46,6 +55,9 @@ async function pkgrKappRbac(): Promise<object[]> {
       for (const s of (o.subjects ?? []) as unknown as { kind: string; namespace?: string }[]) {
         if (s.kind === 'ServiceAccount') s.namespace = RUNTIME_NS;
       }
+      if (String(o.kind).startsWith('ValidatingAdmissionPolicy')) o.metadata!.name = POLICY;
+      if (String(o.kind) === 'ValidatingAdmissionPolicy') retargetPolicyNamespace(o, 'kapp-lambda', RUNTIME_NS);
+      if (String(o.kind) === 'ValidatingAdmissionPolicyBinding') o.spec!.policyName = POLICY;
       return o;
     });
 }
@@ -79,10 +91,36 @@ const rt = useE2ERuntime(Object.values(NS), {
 
 beforeAll(async () => {
   await apply(...(await pkgrKappRbac()));
+  // The admission policy binds this runtime's kapp identity once the API server's informer has
+  // it: wait (at most 30 s) until a ConfigMap that is no kapp record is refused to it
+  // (impersonated, a server-side dry run), so every repository below meets it.
+  for (const deadline = Date.now() + 30_000; ; ) {
+    const probe = await k(
+      [
+        'create',
+        'configmap',
+        'probe',
+        '-n',
+        NS.tenant,
+        '--dry-run=server',
+        `--as=system:serviceaccount:${RUNTIME_NS}:${SA_NAME}`,
+      ],
+      undefined,
+      false,
+    );
+    if (probe.code !== 0 && probe.stderr.includes("kapp-lambda-pkgr may only write kapp's records")) break;
+    if (Date.now() > deadline) throw new Error(`admission policy ${POLICY} not enforced after 30 s: ${probe.stderr}`);
+    await new Promise((done) => setTimeout(done, 250));
+  }
 });
 
 afterAll(async () => {
   await k(['delete', 'clusterrolebinding,clusterrole', ROLE, '--ignore-not-found'], undefined, false);
+  await k(
+    ['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', POLICY, '--ignore-not-found'],
+    undefined,
+    false,
+  );
 });
 
 describe("PackageRepository: kapp as the runtime namespace's kapp-lambda-pkgr", () => {

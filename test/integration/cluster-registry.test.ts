@@ -46,6 +46,21 @@ const ids = `creg-ids-${suffix}`;
 const CLUSTER = `creg-${suffix}`;
 const STAGES: PipelineStage[] = ['fetch', 'template', 'deploy', 'index-repo', 'install'];
 
+/** The cluster-scoped kinds of `infra/rbac/` (deleted by name after the file). */
+const CLUSTER_KINDS = [
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'ValidatingAdmissionPolicy',
+  'ValidatingAdmissionPolicyBinding',
+];
+
+/** What the admission policy of `package-repository-kapp.yml` answers a non-record ConfigMap write. */
+const RECORDS_ONLY =
+  "kapp-lambda-pkgr may only write kapp's records (ConfigMaps labelled kapp.k14s.io/is-app or kapp.k14s.io/is-app-change)";
+
+/** What it answers any write in a system namespace. */
+const NO_SYSTEM_NS = 'kapp-lambda-pkgr may not write in kube-system, kube-public or kube-node-lease';
+
 const k = (args: string[], input?: string) => kubectl(kubeconfigPath, args, input === undefined ? {} : { input });
 
 let tmp: string;
@@ -105,13 +120,18 @@ beforeAll(async () => {
     await rbacManifests({ tokenIdentities: true, identityNamespace: ids, controllerConfigNamespace: ids })
   ).filter((m) => m.kind !== 'Secret');
   // The cluster-scoped objects of a PackageRepository's kapp identity get this file's own names:
-  // the shared cluster's runtimes use `kapp-lambda:pkgr`, bound to kapp-lambda/kapp-lambda-pkgr
-  // (e2e `applyCrds`), which this file's binding (to `ids`) and clean-up would replace.
+  // the shared cluster's runtimes use `kapp-lambda:pkgr` and the admission policy
+  // `kapp-lambda-pkgr`, for kapp-lambda/kapp-lambda-pkgr (e2e `applyCrds`), which this file's
+  // objects (for `ids`, rbacManifests' rendering) and clean-up would replace.
   for (const m of manifests) {
     const meta = m.metadata as { name: string };
     if ((m.kind === 'ClusterRole' || m.kind === 'ClusterRoleBinding') && meta.name === 'kapp-lambda:pkgr') {
       meta.name = `kapp-lambda:pkgr-${suffix}`;
       if (m.kind === 'ClusterRoleBinding') (m.roleRef as { name: string }).name = meta.name;
+    }
+    if (m.kind === 'ValidatingAdmissionPolicy' || m.kind === 'ValidatingAdmissionPolicyBinding') {
+      meta.name = `kapp-lambda-pkgr-${suffix}`;
+      if (m.kind === 'ValidatingAdmissionPolicyBinding') (m.spec as { policyName: string }).policyName = meta.name;
     }
   }
   const secret = (namespace: string, name: string) => ({
@@ -178,7 +198,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await k(['delete', 'namespace', ns, other, ids, '--wait=false'], undefined).catch(() => {});
-  const cluster = manifests.filter((m) => m.kind === 'ClusterRole' || m.kind === 'ClusterRoleBinding');
+  await k(['-n', 'kube-system', 'delete', 'configmap', `creg-record-${suffix}`, '--ignore-not-found']).catch(() => {});
+  const cluster = manifests.filter((m) => CLUSTER_KINDS.includes(String(m.kind)));
   for (const m of cluster) {
     await k([
       'delete',
@@ -298,6 +319,20 @@ describe('the functions through the cluster registry, each as its own identity',
     const view = registry('index-repo').deployView(CLUSTER);
     // The runtime namespace is `ids` here (the controller-config namespace of this file).
     const kubeconfigYaml = await packageRepositoryKubeconfig(view, ids, ns);
+    const file = path.join(tmp, 'pkgr.kubeconfig');
+    await writeFile(file, kubeconfigYaml, { mode: 0o600 });
+    const kubectlBin = binPath(component('kubernetes'), 'kubectl');
+    const asPkgr = (args: string[], input?: string) =>
+      kubectl(file, args, { check: false, kubectl: kubectlBin, ...(input === undefined ? {} : { input }) });
+    // The API server enforces a new admission policy once its informer has it: kapp must first
+    // meet the policy, so wait (at most 30 s) until a write it refuses is refused (a server-side
+    // dry run, which admission sees like any create).
+    for (const deadline = Date.now() + 30_000; ; ) {
+      const probe = await asPkgr(['-n', ns, 'create', 'configmap', 'probe', '--dry-run=server']);
+      if (probe.code !== 0 && probe.stderr.includes(RECORDS_ONLY)) break;
+      if (Date.now() > deadline) throw new Error(`admission policy not enforced after 30 s: ${probe.stderr}`);
+      await new Promise((done) => setTimeout(done, 250));
+    }
     const kapp = binPath(component('kapp'), 'kapp');
     const run = (cmd: KappCommand, input?: string) =>
       new Promise<{ code: number; stdout: string; stderr: string }>((resolve, reject) => {
@@ -349,6 +384,15 @@ describe('the functions through the cluster registry, each as its own identity',
       'package.data.packaging.carvel.dev/demo.example.com.1.0.0',
       'package.data.packaging.carvel.dev/demo.example.com.2.0.0',
     ]);
+    // kapp wrote its app record and a change record (the admission policy lets records through).
+    const records = async (label: string) =>
+      (await k(['-n', ns, 'get', 'configmap', '-l', `${label}=`, '-o', 'name'])).stdout
+        .trim()
+        .split('\n')
+        .filter(Boolean);
+    expect(await records('kapp.k14s.io/is-app')).toEqual(['configmap/demo.pkgr']);
+    expect(await records('kapp.k14s.io/is-app-change')).toHaveLength(1);
+    const firstRecord = (await view.getConfigMap(ns, 'demo.pkgr'))?.data;
     // kapp's own record passes the record check, copy check included (it lists every app record).
     expect(await plantedKappRecord(view, ns, ['demo.pkgr', 'demo-ctrl'])).toBeUndefined();
     // A record copying it, elsewhere: the check refuses (read through the index-repo identity).
@@ -369,10 +413,49 @@ describe('the functions through the cluster registry, each as its own identity',
     expect(second.stderr).toBe('');
     expect(second.code).toBe(0);
     expect(await packages()).toEqual(['package.data.packaging.carvel.dev/demo.example.com.2.0.0']);
+    // The record updated, a second change record beside the first.
+    expect((await view.getConfigMap(ns, 'demo.pkgr'))?.data).not.toEqual(firstRecord);
+    expect(await records('kapp.k14s.io/is-app-change')).toHaveLength(2);
+
+    // The admission policy: RBAC lets this identity write any ConfigMap anywhere; the policy
+    // refuses every ConfigMap write but kapp's records, and any write in a system namespace.
+    const refused = async (args: string[], message: string, input?: string) => {
+      const r = await asPkgr(args, input);
+      expect(r.code, args.join(' ')).not.toBe(0);
+      expect(r.stderr, args.join(' ')).toContain(message);
+      // 403, by the policy, not RBAC (which allows every one of these).
+      expect(r.stderr, args.join(' ')).toMatch(/is forbidden: ValidatingAdmissionPolicy 'kapp-lambda-pkgr-\w+'/);
+    };
+    const configMap = (namespace: string, name: string, labels: Record<string, string>) =>
+      JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace, labels } });
+    await refused(['-n', ns, 'create', 'configmap', 'plain'], `${RECORDS_ONLY}: CREATE of ConfigMap ${ns}/plain`);
+    await refused(['-n', ns, 'patch', 'configmap', 'vals', '-p', '{"data":{"a":"2"}}'], RECORDS_ONLY);
+    await refused(['-n', ns, 'delete', 'configmap', 'vals'], `${RECORDS_ONLY}: DELETE of ConfigMap ${ns}/vals`);
+    // Labelling a foreign ConfigMap as a record is refused: the stored object is not one.
+    await refused(['-n', ns, 'label', 'configmap', 'vals', 'kapp.k14s.io/is-app='], RECORDS_ONLY);
+    await refused(['-n', ns, 'label', 'configmap', 'vals', 'kapp.k14s.io/is-app-change='], RECORDS_ONLY);
+    expect((await view.getConfigMap(ns, 'vals'))?.data).toEqual({ a: '1' });
+    // A record of its own: created and deleted, but not turned into a plain ConfigMap.
+    const record = configMap(ns, 'own-record', { 'kapp.k14s.io/is-app': '' });
+    expect((await asPkgr(['create', '-f', '-'], record)).code).toBe(0);
+    await refused(['-n', ns, 'label', 'configmap', 'own-record', 'kapp.k14s.io/is-app-'], RECORDS_ONLY);
+    expect((await asPkgr(['-n', ns, 'delete', 'configmap', 'own-record'])).code).toBe(0);
+    // kube-system: nothing, not even a record (the admin's record there stays as it is).
+    const systemRecord = `creg-record-${suffix}`;
+    await refused(
+      ['create', '-f', '-'],
+      NO_SYSTEM_NS,
+      configMap('kube-system', systemRecord, { 'kapp.k14s.io/is-app': '' }),
+    );
+    await k(['create', '-f', '-'], configMap('kube-system', systemRecord, { 'kapp.k14s.io/is-app': '' }));
+    await refused(['-n', 'kube-system', 'label', 'configmap', systemRecord, 'x=y'], NO_SYSTEM_NS);
+    await refused(['-n', 'kube-system', 'delete', 'configmap', systemRecord], NO_SYSTEM_NS);
+    await refused(['-n', 'kube-system', 'create', 'configmap', 'plain'], NO_SYSTEM_NS);
+    expect((await k(['-n', 'kube-system', 'get', 'configmap', systemRecord, '-o', 'name'])).stdout.trim()).toBe(
+      `configmap/${systemRecord}`,
+    );
 
     // What that identity cannot do: Secrets, tokens, workloads.
-    const file = path.join(tmp, 'pkgr.kubeconfig');
-    await writeFile(file, kubeconfigYaml, { mode: 0o600 });
     const pkgr = clientForKubeConfig(loadKubeConfig(file));
     expect(await codeOf(pkgr.getSecret(ns, 'creds'))).toBe(403);
     expect(await codeOf(pkgr.list({ apiVersion: 'v1', kind: 'Secret' }, { namespace: ns }))).toBe(403);
@@ -381,8 +464,6 @@ describe('the functions through the cluster registry, each as its own identity',
     );
     expect(await codeOf(pkgr.serviceAccountToken(ns, 'deployer'))).toBe(403);
     expect(await codeOf(pkgr.updateStatus(app, { resourceVersion: '1', uid: 'x' }, {}))).toBe(403);
-    const kubectlBin = binPath(component('kubernetes'), 'kubectl');
-    const asPkgr = (args: string[]) => kubectl(file, args, { check: false, kubectl: kubectlBin });
     const workload = await asPkgr(['-n', ns, 'create', 'deployment', 'nope', '--image=nginx']);
     expect(workload.code).not.toBe(0);
     expect(workload.stderr).toContain('forbidden');
@@ -409,5 +490,6 @@ describe('the functions through the cluster registry, each as its own identity',
     expect(await packages()).toEqual([]);
     expect((await k(['-n', ns, 'get', 'packagemetadatas.data.packaging.carvel.dev', '-o', 'name'])).stdout).toBe('');
     expect(await view.getConfigMap(ns, 'demo.pkgr')).toBeUndefined();
+    expect(await records('kapp.k14s.io/is-app-change')).toEqual([]);
   });
 });

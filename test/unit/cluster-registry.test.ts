@@ -31,7 +31,14 @@ import {
 import { StoreClusterRegistry } from '../../functions/lib/kube/fleet-registry.js';
 import { UnknownClusterError } from '../../functions/lib/kube/port.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
-import { clusterDocOf, listClusters, main, putCluster, rbacManifests } from '../../scripts/cluster-registry.js';
+import {
+  clusterDocOf,
+  listClusters,
+  main,
+  putCluster,
+  rbacManifests,
+  retargetPolicyNamespace,
+} from '../../scripts/cluster-registry.js';
 
 // A self-signed certificate (only its shape matters here).
 const CA_PEM = `-----BEGIN CERTIFICATE-----
@@ -564,6 +571,34 @@ describe('npm run cluster', () => {
     expect(indexRepo.find((r) => r.resources.includes('configmaps'))?.verbs).toEqual(['get', 'list']);
     expect(indexRepo.find((r) => r.resources.includes('secrets'))?.verbs).toEqual(['get', 'create']);
     expect(indexRepo.flatMap((r) => r.resources)).not.toContain('namespaces');
+  });
+
+  it("bounds kapp-lambda-pkgr's writes by an admission policy matching that ServiceAccount of the controller-config namespace only", async () => {
+    type Policy = Record<string, unknown> & {
+      spec: { failurePolicy: string; matchConditions: { name: string; expression: string }[] };
+    };
+    for (const [options, ns] of [
+      [{}, 'kapp-lambda'],
+      [{ controllerConfigNamespace: 'carvel' }, 'carvel'],
+    ] as const) {
+      const all = await rbacManifests({ identityNamespace: 'ids', ...options });
+      const policies = all.filter((m) => m.kind === 'ValidatingAdmissionPolicy') as Policy[];
+      expect(policies.map((p) => (p.metadata as { name: string }).name)).toEqual(['kapp-lambda-pkgr']);
+      expect(policies[0]?.spec.failurePolicy).toBe('Fail');
+      expect(policies[0]?.spec.matchConditions).toEqual([
+        {
+          name: 'kapp-lambda-pkgr',
+          expression: `request.userInfo.username == 'system:serviceaccount:${ns}:kapp-lambda-pkgr'`,
+        },
+      ]);
+      expect(all.filter((m) => m.kind === 'ValidatingAdmissionPolicyBinding').map((m) => m.spec)).toEqual([
+        { policyName: 'kapp-lambda-pkgr', validationActions: ['Deny'] },
+      ]);
+      // A policy naming no ServiceAccount of the namespace it is moved from is an error, not a no-op.
+      expect(() => retargetPolicyNamespace(policies[0] as Policy, 'elsewhere', 'x')).toThrow(
+        'ValidatingAdmissionPolicy kapp-lambda-pkgr: no matchCondition names a ServiceAccount of elsewhere',
+      );
+    }
   });
 
   it('adds, lists and removes a cluster in a directory registry', async () => {

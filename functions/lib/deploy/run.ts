@@ -105,10 +105,11 @@ async function mintToken(
  * The ServiceAccount a PackageRepository's kapp runs as, in the runtime's namespace (the
  * namespace of `kapp-controller-config`, `PipelineConfig.controllerConfigNamespace`, default
  * `kapp-lambda`): `kapp-lambda-pkgr`, bound by `infra/rbac/package-repository-kapp.yml` to
- * Packages, PackageMetadatas and ConfigMaps only. Upstream runs that kapp as the controller's own
- * ServiceAccount (`NewKappPrivilegedForPackageRepository`); the index-repo function's identity
- * may only request this one token (a Role with `resourceNames`), and no longer writes
- * Packages or ConfigMaps itself.
+ * Packages, PackageMetadatas and ConfigMaps only, its ConfigMap writes bounded to kapp's records
+ * outside the kube-* namespaces by that file's ValidatingAdmissionPolicy. Upstream runs that kapp
+ * as the controller's own ServiceAccount (`NewKappPrivilegedForPackageRepository`); the
+ * index-repo function's identity may only request this one token (a Role with `resourceNames`),
+ * and no longer writes Packages or ConfigMaps itself.
  */
 export const PKGR_KAPP_SERVICE_ACCOUNT = 'kapp-lambda-pkgr';
 
