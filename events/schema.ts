@@ -16,6 +16,12 @@
  * | `dev.kapp-lambda.stage.delete.v1` | fetch → deploy (an App being deleted) | {@link DeleteStageData} |
  * | `dev.kapp-lambda.repo.indexed.v1` | index-repo → install | {@link RepoIndexedData} |
  *
+ * Functions send object events too: fetch, template and deploy an App's (the run lease's
+ * follow-up, a restart) to fetch, index-repo a PackageRepository's `ref-changed` (the source
+ * poll) to index-repo, install a PackageInstall's `ref-changed` (the `repo.indexed` fan-out) to
+ * install. Who may send which event, and why, is `EMITS` (`functions/lib/entry/sender.ts`),
+ * which the functions' sender check enforces.
+ *
  * Pure: no I/O, no clock (callers pass `time`), no randomness (ids are derived by hashing).
  *
  * @see https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/spec.md

@@ -6,9 +6,10 @@
  * schedule of the fleet source poll; plus one send-only role per cluster's forwarder (context
  * `forwarders`, {@link KappLambdaStack.addClusterForwarder}). With the fleet registry, every
  * function checks who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`): an event naming a
- * cluster is taken from that cluster's forwarder role or a function that sends to it only. A
- * cluster access without a registry cannot check, and then no forwarder role is created (the
- * synth fails naming the conflict instead).
+ * cluster is taken from that cluster's forwarder role (object events only) or a function that
+ * sends to it only (`KAPP_LAMBDA_FUNCTION_SENDERS=<function>=<role id>,…`: only what that function
+ * sends). A cluster access without a registry cannot check, and then no forwarder role is
+ * created (the synth fails naming the conflict instead).
  *
  * Context `isolation: cell` builds that set of functions, queues, alarms, source poll and root
  * key once per cluster of `forwarders` instead ({@link KappLambdaStack.addCell}, under the
@@ -565,9 +566,10 @@ export class KappLambdaStack extends Stack {
     });
     const role = roles[stage];
     logGroup.grantWrite(role);
-    // The functions that send to this one (`NEXT_STAGES`): their role ids are the senders an
-    // event naming any cluster is taken from; every other sender must be the cluster's forwarder.
-    const senders = functionSenders(stage).map((s) => roles[s].roleId);
+    // The functions that send to this one (`NEXT_STAGES`), `<function>=<role id>`: an event naming
+    // any cluster is taken from those roles, each only for what its function sends (`EMITS`,
+    // functions/lib/entry/sender.ts); every other sender must be the cluster's forwarder.
+    const senders = functionSenders(stage).flatMap((s, i) => [`${i === 0 ? '' : ','}${s}=`, roles[s].roleId]);
 
     const timeout = toolTimeoutMs(stage);
     const fn = new lambda.Function(scope, `${id}Function`, {
@@ -596,7 +598,7 @@ export class KappLambdaStack extends Stack {
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
         ...this.#clusterAccess.environment,
         ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
-        ...(this.senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join(',', senders) } : {}),
+        ...(this.senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join('', senders) } : {}),
         // A cell's one cluster: the sender check refuses an event naming any other.
         ...(clusterId === undefined ? {} : { KAPP_LAMBDA_CELL_CLUSTER: clusterId }),
         // The fleet's URL policy exceptions, where the policy checks something (validated at synth).

@@ -20,7 +20,7 @@ import { fleetSettings } from '../../infra/aws/fleet.js';
 import { type Cell, functionSenders, KappLambdaStack } from '../../infra/aws/stack.js';
 import { FORWARDER_STAGES, PER_CLUSTER_PREFIXES } from '../../infra/aws/stages.js';
 import { HARDEN_ADDON_NAME } from '../../layers/native.js';
-import { concreteEnv } from './template-env.js';
+import { concreteEnv, standInRoleId } from './template-env.js';
 
 type Json = Record<string, unknown>;
 type Resource = { Type: string; Properties: Json };
@@ -160,15 +160,16 @@ describe('isolation: cell', () => {
       for (const next of NEXT_STAGES[stage] ?? []) {
         expect(env[queueUrlEnv(next)]).toEqual({ Ref: logicalId(cell('a').stages[next].queue) });
       }
-      const senders = functionSenders(stage).map((s) => ({
-        'Fn::GetAtt': [logicalId(cell('a').stages[s].role), 'RoleId'],
-      }));
-      expect(env.KAPP_LAMBDA_FUNCTION_SENDERS).toEqual(
-        senders.length === 0 ? undefined : senders.length === 1 ? senders[0] : { 'Fn::Join': [',', senders] },
-      );
-      // What the function's configuration parser makes of it: a sender check for cluster a only.
+      // What the function's configuration parser makes of it: a sender check for cluster a only,
+      // taking from a's functions that send to this one, each bound to its role.
       const concrete = concreteEnv(env);
-      expect(parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' }).senderCheck?.cell).toBe('a');
+      expect(parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' }).senderCheck).toEqual({
+        cell: 'a',
+        functionSenders: functionSenders(stage).map((s) => ({
+          stage: s,
+          roleId: standInRoleId(logicalId(cell('a').stages[s].role)),
+        })),
+      });
       // The same code and layer as b's function: one bundle and one layer upload for the fleet.
       const [pa, pb] = [fn, cell('b').stages[stage].fn].map((f) => resources[logicalId(f)]!.Properties);
       expect(pa!.Code).toEqual(pb!.Code);

@@ -44,7 +44,7 @@ import {
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunctions } from '../../layers/bundle.js';
 import { HARDEN_ADDON_NAME } from '../../layers/native.js';
-import { concreteEnv } from './template-env.js';
+import { concreteEnv, standInRoleId } from './template-env.js';
 
 type Json = Record<string, unknown>;
 
@@ -386,14 +386,17 @@ describe('functions', () => {
       KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
       KAPP_LAMBDA_SENDER_CHECK: 'registry',
     });
-    // The role ids of exactly the functions that send to this one (none send to fetch).
-    const senderIds = functionSenders(stage).map((s) => ({
-      'Fn::GetAtt': [logicalId(stack.stages[s].role), 'RoleId'],
-    }));
-    expect(
-      senderIds.length === 0 ? undefined : senderIds.length === 1 ? senderIds[0] : { 'Fn::Join': [',', senderIds] },
-    ).toEqual(env.KAPP_LAMBDA_FUNCTION_SENDERS);
+    // Exactly the functions that send to this one, each named with its role id.
     expect(functionSenders(stage)).toEqual(PIPELINE_STAGES.filter((s) => NEXT_STAGES[s]?.includes(stage)));
+    expect(env.KAPP_LAMBDA_FUNCTION_SENDERS).toEqual({
+      'Fn::Join': [
+        '',
+        functionSenders(stage).flatMap((s, i) => [
+          `${i === 0 ? '' : ','}${s}=`,
+          { 'Fn::GetAtt': [logicalId(stack.stages[s].role), 'RoleId'] },
+        ]),
+      ],
+    });
     // Install runs no tool and seals nothing: no tool versions, no root key.
     if (STAGE_TOOLS[stage].length === 0) expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBeUndefined();
     else expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBe(JSON.stringify(layerToolVersions(stage)));
@@ -406,7 +409,10 @@ describe('functions', () => {
     const config = parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' });
     expect(config.clusterRegistry?.location).toEqual({ kind: 's3', bucket: 'kapp-lambda-bucket', prefix: 'registry/' });
     expect(config.kubeconfigPath).toBe('');
-    expect(config.senderCheck).toBeDefined();
+    // Each sending function bound to its own role's id (`EMITS` then limits what it may send).
+    expect(config.senderCheck?.functionSenders).toEqual(
+      functionSenders(stage).map((s) => ({ stage: s, roleId: standInRoleId(logicalId(stack.stages[s].role)) })),
+    );
     // The fleet's URL allow-list reaches the functions whose URL policy checks something.
     const policed = (URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage);
     expect(env.KAPP_LAMBDA_URL_ALLOW).toBe(policed ? 'registry.corp:443,10.20.0.0/16' : undefined);
@@ -658,7 +664,7 @@ describe('sender check with another cluster access (clusterAccess)', () => {
 
   it.each([
     ['KAPP_LAMBDA_SENDER_CHECK', 'off'],
-    ['KAPP_LAMBDA_FUNCTION_SENDERS', 'AROAEXAMPLEID1234567'],
+    ['KAPP_LAMBDA_FUNCTION_SENDERS', 'fetch=AROAEXAMPLEID1234567'],
   ])('refuses an access whose variables set %s (the stack decides the check)', (name, value) => {
     expect(() => build({ KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/kapp-lambda/', [name]: value })).toThrow(
       `clusterAccess: ${name} is the stack's to set`,

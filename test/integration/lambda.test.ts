@@ -14,7 +14,11 @@
  * - the index-repo function (its own layer: vendir, imgpkg, ytt, kbld, kapp) reconciling an
  *   inline PackageRepository: fetched tree in S3, Packages and PackageMetadata deployed by kapp
  *   as the function's own identity, `ReconcileSucceeded`, nothing sent on; then its delete
- *   event removes them and the finalizer.
+ *   event removes them and the finalizer;
+ * - the deploy function with the sender check on (a file registry naming the cluster's
+ *   forwarder, `KAPP_LAMBDA_FUNCTION_SENDERS` as the CDK app writes it): a deploy naming a
+ *   manifest is refused from the fetch function's role and from the forwarder, what fetch does
+ *   send (an inspect after its failure) is taken.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
@@ -24,6 +28,7 @@ import { HeadObjectCommand, ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
 import {
+  deployEvent,
   EVENT_TYPES,
   objectEvent,
   objectRefOf,
@@ -507,4 +512,90 @@ describe('a function with an invalid configuration under the emulator', () => {
     // node's default report would quote the failing (minified, megabytes long) source line
     expect(rie.proc.output().length).toBeLessThan(8 * 1024);
   });
+});
+
+describe('the sender check under the emulator', () => {
+  it('refuses a deploy naming a manifest from the fetch role and from the forwarder, takes what fetch sends', async () => {
+    const FETCH_ROLE = 'AROAFETCHFUNCTIONIT01';
+    const TEMPLATE_ROLE = 'AROATEMPLATEFUNCTION1';
+    const DEPLOY_ROLE = 'AROADEPLOYFUNCTIONIT1';
+    const FORWARDER_ROLE = 'AROAFORWARDERROLEIT01';
+    const registry = path.join(tmp, 'sender-registry');
+    await mkdir(path.join(registry, 'clusters'), { recursive: true });
+    await mkdir(path.join(tmp, 'sender-tokens'), { recursive: true });
+    // A token the function loads with the document (the API server behind it is not reachable).
+    await writeFile(path.join(tmp, 'sender-tokens', 'sender-it-deploy'), 'not-a-real-token', { mode: 0o600 });
+    const pem = '-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIU\n-----END CERTIFICATE-----\n';
+    await writeFile(
+      path.join(registry, 'clusters', `${CLUSTER_ID}.json`),
+      JSON.stringify({
+        apiVersion: 'kapp-lambda/v1',
+        kind: 'Cluster',
+        id: CLUSTER_ID,
+        endpoint: 'https://127.0.0.1:1',
+        caData: Buffer.from(pem).toString('base64'),
+        auth: { kind: 'token', secrets: { deploy: 'sender-it-deploy' } },
+        forwarder: { roleId: FORWARDER_ROLE },
+      }),
+    );
+    const { KAPP_LAMBDA_KUBECONFIG: _, ...env } = functionEnv(await layerBinDir('deploy'), 'deploy');
+    const rie = await startFunction(
+      await bundle('deploy', path.join(tmp, 'bundles')),
+      {
+        ...env,
+        KAPP_LAMBDA_CLUSTER_REGISTRY: `file://${registry}`,
+        KAPP_LAMBDA_CLUSTER_SECRETS: `file://${path.join(tmp, 'sender-tokens')}`,
+        KAPP_LAMBDA_SENDER_CHECK: 'registry',
+        KAPP_LAMBDA_FUNCTION_SENDERS: `fetch=${FETCH_ROLE},template=${TEMPLATE_ROLE},deploy=${DEPLOY_ROLE}`,
+      },
+      tmp,
+    );
+    started.push(rie);
+    const time = new Date().toISOString();
+    const object = appRef('forged', { uid: 'u-forged', generation: 1, resourceVersion: '1' });
+    const run = { generation: 1, runId: 'r-forged', startedAt: time };
+    const forged = deployEvent(
+      { object, run, artifacts: { manifestKey: `artifacts/template/sha256/${'e'.repeat(64)}.yaml` } },
+      { time },
+    );
+    const inspect = deployEvent({ object, run, artifacts: {}, afterFailure: 'fetch' }, { time });
+    const from = (messageId: string, event: typeof forged, senderRole: string) => {
+      const r = sqsRecord(messageId, serializeEvent(event), orderingKey(object));
+      return { ...r, attributes: { ...r.attributes, SenderId: `${senderRole}:awslambda_it` } };
+    };
+    const sentBefore = sqs.requests.length;
+    const res = await invoke(rie, {
+      Records: [
+        from('forged-by-fetch', forged, FETCH_ROLE),
+        from('forged-by-forwarder', forged, FORWARDER_ROLE),
+        from('fetch-inspect', inspect, FETCH_ROLE),
+      ],
+    });
+    expect(res.status).toBe(200);
+    // Refused records are acknowledged (never valid by redelivery); the taken one runs (its
+    // cluster's API server is not reachable here, so it fails and would be retried).
+    const failed = (res.body as { batchItemFailures: { itemIdentifier: string }[] }).batchItemFailures;
+    expect(failed.map((f) => f.itemIdentifier)).not.toContain('forged-by-fetch');
+    expect(failed.map((f) => f.itemIdentifier)).not.toContain('forged-by-forwarder');
+    const lines = logLines(rie);
+    const refused = (id: string) => lines.filter((l) => l.messageId === id && l.outcome === 'refused');
+    expect(refused('forged-by-fetch')).toEqual([
+      expect.objectContaining({
+        level: 40,
+        stage: 'deploy',
+        type: 'dev.kapp-lambda.stage.deploy.v1',
+        clusterId: CLUSTER_ID,
+        senderId: `${FETCH_ROLE}:awslambda_it`,
+        reason: `sender ${FETCH_ROLE} is the role of the fetch function, which never sends dev.kapp-lambda.stage.deploy.v1 (deploy)`,
+      }),
+    ]);
+    expect(refused('forged-by-forwarder')).toEqual([
+      expect.objectContaining({
+        reason: `sender ${FORWARDER_ROLE} is the forwarder of cluster ${CLUSTER_ID}, which never sends dev.kapp-lambda.stage.deploy.v1 (deploy)`,
+      }),
+    ]);
+    expect(refused('fetch-inspect')).toEqual([]);
+    expect(lines.some((l) => l.messageId === 'fetch-inspect' && l.outcome !== undefined)).toBe(true);
+    expect(sqs.requests.length).toBe(sentBefore);
+  }, 120_000);
 });

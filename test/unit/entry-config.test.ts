@@ -204,7 +204,7 @@ describe('parseLambdaEnv', () => {
     });
   });
 
-  it('checks senders against the registry when asked, with the function role ids given', () => {
+  it('checks senders against the registry when asked, with each function role id named by its function', () => {
     const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = base;
     const fleet = { ...noKube, KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/' };
     expect(parseLambdaEnv('deploy', fleet).senderCheck).toBeUndefined();
@@ -212,18 +212,50 @@ describe('parseLambdaEnv', () => {
       parseLambdaEnv('deploy', {
         ...fleet,
         KAPP_LAMBDA_SENDER_CHECK: 'registry',
-        KAPP_LAMBDA_FUNCTION_SENDERS: 'AROAFETCHFUNCTION0001, AROATEMPLATEFUNCTION1',
+        KAPP_LAMBDA_FUNCTION_SENDERS:
+          'fetch=AROAFETCHFUNCTION0001, template=AROATEMPLATEFUNCTION1,deploy=AROADEPLOYFUNCTION001',
       }).senderCheck,
-    ).toEqual({ functionSenders: ['AROAFETCHFUNCTION0001', 'AROATEMPLATEFUNCTION1'] });
+    ).toEqual({
+      functionSenders: [
+        { stage: 'fetch', roleId: 'AROAFETCHFUNCTION0001' },
+        { stage: 'template', roleId: 'AROATEMPLATEFUNCTION1' },
+        { stage: 'deploy', roleId: 'AROADEPLOYFUNCTION001' },
+      ],
+    });
     expect(parseLambdaEnv('deploy', { ...fleet, KAPP_LAMBDA_SENDER_CHECK: 'registry' }).senderCheck).toEqual({
       functionSenders: [],
     });
     expect(problems('deploy', { ...base, KAPP_LAMBDA_SENDER_CHECK: 'registry' })).toEqual([
       'KAPP_LAMBDA_SENDER_CHECK: registry needs KAPP_LAMBDA_CLUSTER_REGISTRY (the forwarders are named there)',
     ]);
-    expect(problems('deploy', { ...fleet, KAPP_LAMBDA_FUNCTION_SENDERS: 'AIDAUSERKEYS00000001' })).toEqual([
-      'KAPP_LAMBDA_FUNCTION_SENDERS: expected a comma list of IAM role ids (AROA…)',
-    ]);
+    const format =
+      'KAPP_LAMBDA_FUNCTION_SENDERS: expected a comma list of <function>=<IAM role id> entries, e.g. fetch=AROA…,template=AROA… (function: fetch, template, deploy, index-repo, install)';
+    for (const bad of [
+      'fetch=AIDAUSERKEYS00000001',
+      'forwarder=AROAFETCHFUNCTION0001',
+      'fetch=',
+      '=AROAFETCHFUNCTION0001',
+    ]) {
+      expect(problems('deploy', { ...fleet, KAPP_LAMBDA_FUNCTION_SENDERS: bad }), bad).toEqual([format]);
+    }
+  });
+
+  it('refuses the bare role ids of the format before, naming the new one (they would take any event from the role)', () => {
+    const { KAPP_LAMBDA_KUBECONFIG: _, ...noKube } = base;
+    const fleet = {
+      ...noKube,
+      KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/',
+      KAPP_LAMBDA_SENDER_CHECK: 'registry',
+    };
+    const message =
+      'KAPP_LAMBDA_FUNCTION_SENDERS: expected a comma list of <function>=<IAM role id> entries, e.g. fetch=AROA…,template=AROA… (function: fetch, template, deploy, index-repo, install); bare role ids are no longer accepted: name the function each role belongs to (the CDK app does)';
+    for (const old of [
+      'AROAFETCHFUNCTION0001,AROATEMPLATEFUNCTION1',
+      'fetch=AROAFETCHFUNCTION0001,AROATEMPLATEFUNCTION1',
+    ]) {
+      expect(problems('deploy', { ...fleet, KAPP_LAMBDA_FUNCTION_SENDERS: old }), old).toEqual([message]);
+      expect(() => parseLambdaEnv('deploy', { ...fleet, KAPP_LAMBDA_FUNCTION_SENDERS: old })).toThrow(ConfigError);
+    }
   });
 
   it('takes the one cluster of a cell as part of the sender check, and refuses it without the check', () => {

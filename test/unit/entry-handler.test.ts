@@ -412,15 +412,18 @@ describe('the sender check', () => {
     return { ...r, attributes: { ...r.attributes, ...(senderId === undefined ? {} : { SenderId: senderId }) } };
   };
 
+  const DROPPED = 'event from a sender that may not send it (its cluster or its kind); dropped';
+  const fetchSends = [{ stage: 'fetch', roleId: FETCH_ROLE }] as const;
+
   it("takes an event naming a cluster from that cluster's forwarder or a fleet function, and drops every other sender's", async () => {
     const { deps, seen, log } = setup(async () => undefined);
-    const checkSender = senderCheckOf({ stage: 'template', senderCheck: { functionSenders: [FETCH_ROLE] } }, fleet);
-    const res = await makeSqsHandler('template', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }))({
+    const checkSender = senderCheckOf({ stage: 'fetch', senderCheck: { functionSenders: [...fetchSends] } }, fleet);
+    const res = await makeSqsHandler('fetch', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }))({
       Records: [
-        from('own', tmplEv('a'), `${PROD_FORWARDER}:eks-prod-eu-1-forwarder-abc`),
-        from('fn', tmplEv('b'), `${FETCH_ROLE}:awslambda_123`),
-        from('other', tmplEv('c'), `${EDGE_FORWARDER}:eks-edge-1-forwarder-xyz`),
-        from('none', tmplEv('d')),
+        from('own', objEv('a'), `${PROD_FORWARDER}:eks-prod-eu-1-forwarder-abc`),
+        from('fn', objEv('b'), `${FETCH_ROLE}:awslambda_123`),
+        from('other', objEv('c'), `${EDGE_FORWARDER}:eks-edge-1-forwarder-xyz`),
+        from('none', objEv('d')),
       ],
     });
     // A refused record is not retried: redelivery would not change its sender.
@@ -429,12 +432,99 @@ describe('the sender check', () => {
     const refused = log.records.filter((r) => r.obj.outcome === 'refused');
     expect(refused.map((r) => r.obj.clusterId)).toEqual(['prod-eu-1', 'prod-eu-1']);
     expect(refused.map((r) => [r.obj.messageId, r.obj.reason, r.msg])).toEqual([
-      [
-        'other',
-        `sender ${EDGE_FORWARDER} is not the forwarder of cluster prod-eu-1`,
-        'event names a cluster its sender may not speak for; dropped',
+      ['other', `sender ${EDGE_FORWARDER} is not the forwarder of cluster prod-eu-1`, DROPPED],
+      ['none', 'the message has no SenderId', DROPPED],
+    ]);
+  });
+
+  it('takes from each function only the events it sends, and from a forwarder only object events', async () => {
+    const TEMPLATE_ROLE = 'AROATEMPLATEFUNCTION1';
+    const DEPLOY_ROLE = 'AROADEPLOYFUNCTION001';
+    const { deps, seen, log } = setup(async () => undefined);
+    const checkSender = senderCheckOf(
+      {
+        stage: 'deploy',
+        senderCheck: {
+          functionSenders: [
+            ...fetchSends,
+            { stage: 'template', roleId: TEMPLATE_ROLE },
+            { stage: 'deploy', roleId: DEPLOY_ROLE },
+          ],
+        },
+      },
+      fleet,
+    );
+    const inspect = (name: string, afterFailure: 'fetch' | 'template') =>
+      deployEvent({ object: app(name), run, artifacts: {}, afterFailure }, { time });
+    const continued = (name: string) =>
+      deployEvent(
+        {
+          object: app(name),
+          run,
+          artifacts: { fetchKey: FETCH_KEY, manifestKey: MANIFEST_KEY },
+          continuation: { count: 1, deployStartedAt: time },
+        },
+        { time },
+      );
+    const res = await makeSqsHandler('deploy', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }))({
+      Records: [
+        from('template-deploy', depEv('a'), `${TEMPLATE_ROLE}:s`),
+        from('template-inspect', inspect('b', 'template'), `${TEMPLATE_ROLE}:s`),
+        from('fetch-inspect', inspect('c', 'fetch'), `${FETCH_ROLE}:s`),
+        from('fetch-delete', delEv('d'), `${FETCH_ROLE}:s`),
+        from('deploy-continuation', continued('e'), `${DEPLOY_ROLE}:s`),
+        // Forged: a manifest to apply from fetch (tenants' sources run there), and the like.
+        from('fetch-deploy', depEv('f'), `${FETCH_ROLE}:s`),
+        from('fetch-inspect-template', inspect('g', 'template'), `${FETCH_ROLE}:s`),
+        from('template-delete', delEv('h'), `${TEMPLATE_ROLE}:s`),
+        from('template-continuation', continued('i'), `${TEMPLATE_ROLE}:s`),
+        from('deploy-deploy', depEv('j'), `${DEPLOY_ROLE}:s`),
+        from('forwarder-deploy', depEv('k'), `${PROD_FORWARDER}:eks-prod-eu-1-forwarder-abc`),
       ],
-      ['none', 'the message has no SenderId', 'event names a cluster its sender may not speak for; dropped'],
+    });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(seen.map((s) => objectRefOf(s.event).name)).toEqual(['a', 'b', 'c', 'd', 'e']);
+    const refused = log.records.filter((r) => r.obj.outcome === 'refused');
+    const deploy = 'dev.kapp-lambda.stage.deploy.v1';
+    expect(refused.map((r) => [r.obj.messageId, r.obj.reason, r.msg])).toEqual([
+      [
+        'fetch-deploy',
+        `sender ${FETCH_ROLE} is the role of the fetch function, which never sends ${deploy} (deploy)`,
+        DROPPED,
+      ],
+      [
+        'fetch-inspect-template',
+        `sender ${FETCH_ROLE} is the role of the fetch function, which never sends ${deploy} (inspect after template failure)`,
+        DROPPED,
+      ],
+      [
+        'template-delete',
+        `sender ${TEMPLATE_ROLE} is the role of the template function, which never sends dev.kapp-lambda.stage.delete.v1 (delete)`,
+        DROPPED,
+      ],
+      [
+        'template-continuation',
+        `sender ${TEMPLATE_ROLE} is the role of the template function, which never sends ${deploy} (deploy continuation)`,
+        DROPPED,
+      ],
+      [
+        'deploy-deploy',
+        `sender ${DEPLOY_ROLE} is the role of the deploy function, which never sends ${deploy} (deploy)`,
+        DROPPED,
+      ],
+      [
+        'forwarder-deploy',
+        `sender ${PROD_FORWARDER} is the forwarder of cluster prod-eu-1, which never sends ${deploy} (deploy)`,
+        DROPPED,
+      ],
+    ]);
+    expect(refused.map((r) => r.obj.type)).toEqual([
+      deploy,
+      deploy,
+      'dev.kapp-lambda.stage.delete.v1',
+      deploy,
+      deploy,
+      deploy,
     ]);
   });
 
@@ -467,7 +557,7 @@ describe('the sender check', () => {
     });
     expect(log.records.at(-1)).toMatchObject({
       level: 'warn',
-      msg: 'event names a cluster its sender may not speak for; dropped',
+      msg: DROPPED,
       obj: {
         outcome: 'refused',
         clusterId: 'unwatched',
@@ -494,18 +584,14 @@ describe('the sender check', () => {
       },
     };
     const checkSender = senderCheckOf(
-      { stage: 'template', senderCheck: { functionSenders: [FETCH_ROLE], cell: 'prod-eu-1' } },
+      { stage: 'fetch', senderCheck: { functionSenders: [...fetchSends], cell: 'prod-eu-1' } },
       registry,
     );
-    const edge = (name: string) =>
-      templateEvent(
-        { object: { ...app(name), clusterId: 'edge-1' }, run, artifacts: { fetchKey: FETCH_KEY } },
-        { time },
-      );
-    const res = await makeSqsHandler('template', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }))({
+    const edge = (name: string) => objectEvent({ ...app(name), clusterId: 'edge-1' }, 'modified', { time });
+    const res = await makeSqsHandler('fetch', () => ({ ...deps, ...(checkSender ? { checkSender } : {}) }))({
       Records: [
-        from('own', tmplEv('a'), `${PROD_FORWARDER}:eks-prod-eu-1-forwarder-abc`),
-        from('fn', tmplEv('b'), `${FETCH_ROLE}:awslambda_123`),
+        from('own', objEv('a'), `${PROD_FORWARDER}:eks-prod-eu-1-forwarder-abc`),
+        from('fn', objEv('b'), `${FETCH_ROLE}:awslambda_123`),
         from('edge-forwarder', edge('c'), `${EDGE_FORWARDER}:eks-edge-1-forwarder-xyz`),
         from('edge-fn', edge('d'), `${FETCH_ROLE}:awslambda_456`),
       ],

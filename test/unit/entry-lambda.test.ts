@@ -182,12 +182,27 @@ describe('createLambdaDeps', () => {
     });
     const clients = createAwsClients(config);
     const deps = createLambdaDeps(config, clients, { log: memoryLogger() });
+    const appIn = (clusterId: string) =>
+      objectEvent(
+        {
+          clusterId,
+          kind: 'App',
+          apiVersion: 'kappctrl.k14s.io/v1alpha1',
+          namespace: 'ns',
+          name: 'a',
+          uid: 'u',
+          generation: 1,
+          resourceVersion: '1',
+        },
+        'modified',
+        { time: new Date('2026-12-01T00:00:00Z') },
+      );
     try {
-      expect(await deps.checkSender?.('edge-1', 'AROAEDGEFORWARDER0001:s')).toBe(
+      expect(await deps.checkSender?.(appIn('edge-1'), 'AROAEDGEFORWARDER0001:s')).toBe(
         'this function is the cell of cluster prod-eu-1 and serves no other cluster',
       );
       // Its own cluster is looked up in the (empty) registry: not registered.
-      expect(await deps.checkSender?.('prod-eu-1', 'AROAPRODFORWARDER0001:s')).toBe(
+      expect(await deps.checkSender?.(appIn('prod-eu-1'), 'AROAPRODFORWARDER0001:s')).toBe(
         'cluster prod-eu-1 is not registered',
       );
       await deps.pipeline.clusters.prepare?.('edge-1');

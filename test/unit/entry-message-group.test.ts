@@ -20,6 +20,7 @@ import { messageGroupRefusal } from '../../functions/lib/entry/sender.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryEventSender, sendMessageInput } from '../../functions/lib/transport/index.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 
 const ref = (kind: ObjectRef['kind'], name: string, clusterId = 'prod-eu-1'): ObjectRef => ({
   clusterId,
@@ -37,6 +38,8 @@ const FETCH_KEY = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
 const MANIFEST_KEY = `artifacts/template/sha256/${'b'.repeat(64)}.yaml`;
 const EDGE_FORWARDER = 'AROAEDGEFORWARDER0001';
 const PROD_FORWARDER = 'AROAPRODFORWARDER0001';
+/** A fleet function's role id. */
+const roleOf = (stage: PipelineStage) => `AROA${stage.toUpperCase().replace('-', '')}FUNCTION`;
 const fleet = {
   forwarderOf: async (id: string) => ({ roleId: id === 'edge-1' ? EDGE_FORWARDER : PROD_FORWARDER }),
 };
@@ -45,7 +48,10 @@ function setup(stage: Parameters<typeof makeSqsHandler>[0], withSenderCheck: boo
   const log = memoryLogger();
   const seen: KappEvent[] = [];
   const checkSender = withSenderCheck
-    ? senderCheckOf({ stage, senderCheck: { functionSenders: [] } }, fleet)
+    ? senderCheckOf(
+        { stage, senderCheck: { functionSenders: PIPELINE_STAGES.map((s) => ({ stage: s, roleId: roleOf(s) })) } },
+        fleet,
+      )
     : undefined;
   const deps: EntryDeps = {
     pipeline: { marker: 'pipeline-deps' } as unknown as DispatchDeps,
@@ -113,27 +119,45 @@ describe('message group check', () => {
 
   const app = ref('App', 'web');
   const repo = ref('PackageRepository', 'repo');
-  const legit: [string, Parameters<typeof makeSqsHandler>[0], KappEvent][] = [
-    ['App object event', 'fetch', objectEvent(app, 'modified', { time })],
-    ['PackageInstall object event', 'install', objectEvent(ref('PackageInstall', 'inst'), 'added', { time })],
-    ['PackageRepository object event', 'index-repo', objectEvent(repo, 'modified', { time })],
+  /** What the fleet sends, each from its sender: a forwarder, or the function that sends it. */
+  const legit: [string, Parameters<typeof makeSqsHandler>[0], KappEvent, string][] = [
+    ['App object event', 'fetch', objectEvent(app, 'modified', { time }), PROD_FORWARDER],
+    [
+      'PackageInstall object event',
+      'install',
+      objectEvent(ref('PackageInstall', 'inst'), 'added', { time }),
+      PROD_FORWARDER,
+    ],
+    ['PackageRepository object event', 'index-repo', objectEvent(repo, 'modified', { time }), PROD_FORWARDER],
     [
       'template hand-off',
       'template',
       templateEvent({ object: app, run, artifacts: { fetchKey: FETCH_KEY } }, { time }),
+      roleOf('fetch'),
     ],
     [
       'deploy hand-off',
       'deploy',
       deployEvent({ object: app, run, artifacts: { fetchKey: FETCH_KEY, manifestKey: MANIFEST_KEY } }, { time }),
+      roleOf('template'),
     ],
-    ['delete hand-off', 'deploy', deleteEvent({ object: app, run }, { time })],
-    ['repo.indexed fan-out', 'install', repoIndexedEvent({ object: repo, run, artifacts: {}, changes: [] }, { time })],
-    ['long-named object (hashed key)', 'fetch', objectEvent(ref('App', 'x'.repeat(253)), 'modified', { time })],
+    ['delete hand-off', 'deploy', deleteEvent({ object: app, run }, { time }), roleOf('fetch')],
+    [
+      'repo.indexed fan-out',
+      'install',
+      repoIndexedEvent({ object: repo, run, artifacts: {}, changes: [] }, { time }),
+      roleOf('index-repo'),
+    ],
+    [
+      'long-named object (hashed key)',
+      'fetch',
+      objectEvent(ref('App', 'x'.repeat(253)), 'modified', { time }),
+      PROD_FORWARDER,
+    ],
   ];
-  it.each(legit)('takes a %s sent by the fleet', async (_name, stage, event) => {
+  it.each(legit)('takes a %s sent by the fleet', async (_name, stage, event, sender) => {
     const { handler, seen, log } = setup(stage, true);
-    await handler({ Records: [delivered('m', event, PROD_FORWARDER)] });
+    await handler({ Records: [delivered('m', event, sender)] });
     expect(log.records.filter((x) => x.obj.outcome === 'refused')).toEqual([]);
     expect(seen.map((e) => e.id)).toEqual([event.id]);
   });

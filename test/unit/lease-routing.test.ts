@@ -33,10 +33,10 @@ const FORWARDER = 'AROAFORWARDER';
 const functionSenders = (stage: PipelineStage) => PIPELINE_STAGES.filter((s) => NEXT_STAGES[s]?.includes(stage));
 const checkSenderOf = (stage: PipelineStage) => {
   const policy = {
-    functionSenders: new Set(functionSenders(stage).map(roleOf)),
+    functionSenders: new Map(functionSenders(stage).map((s) => [roleOf(s), [s]])),
     forwarderOf: async () => ({ roleId: FORWARDER }),
   };
-  return (clusterId: string, senderId: string | undefined) => senderRefusal(policy, clusterId, senderId);
+  return (event: KappEvent, senderId: string | undefined) => senderRefusal(policy, event, senderId);
 };
 interface Sent {
   from: PipelineStage;
@@ -117,11 +117,20 @@ describe('run lease routes as deployed (NEXT_STAGES, sender check)', () => {
       ['deploy', 'fetch'],
       ['deploy', 'deploy'],
     ];
+    const followUp = objectEvent(REF, 'modified', { time: NOW });
+    const continuation = deployEvent(
+      {
+        object: REF,
+        run: RUN,
+        artifacts: { manifestKey: MANIFEST_KEY },
+        continuation: { count: 1, deployStartedAt: NOW },
+      },
+      { time: NOW },
+    );
     for (const [from, to] of routes) {
       expect(NEXT_STAGES[from] ?? [], `${from} → ${to}: queue URL and SendMessage grant`).toContain(to);
-      expect(await checkSenderOf(to)(REF.clusterId, `${roleOf(from)}:s`), `${from} → ${to}: sender check`).toBe(
-        undefined,
-      );
+      const event = to === 'fetch' ? followUp : continuation;
+      expect(await checkSenderOf(to)(event, `${roleOf(from)}:s`), `${from} → ${to}: sender check`).toBe(undefined);
     }
   });
 });

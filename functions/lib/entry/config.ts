@@ -16,8 +16,8 @@
  * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of the install function | optional |
  * | `KAPP_LAMBDA_CLUSTER_REGISTRY` | the fleet's cluster registry: `s3://<bucket>/<prefix>` (documents `clusters/<id>.json` under it) or `file:///<dir>` | this or the kubeconfig |
  * | `KAPP_LAMBDA_CLUSTER_SECRETS` | where `token` clusters' ServiceAccount tokens are: `aws-secretsmanager` or `file:///<dir>` | `aws-secretsmanager` |
- * | `KAPP_LAMBDA_SENDER_CHECK` | `registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS` (`sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry | `off` |
- * | `KAPP_LAMBDA_FUNCTION_SENDERS` | comma list of the IAM role ids (`AROA…`) of the functions that send to this function's queue | none |
+ * | `KAPP_LAMBDA_SENDER_CHECK` | `registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`; object events only) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS`, and from a function only the events that function sends (`EMITS`, `sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry | `off` |
+ * | `KAPP_LAMBDA_FUNCTION_SENDERS` | comma list of `<function>=<IAM role id>` entries, e.g. `fetch=AROA…,template=AROA…`: the functions that send to this function's queue and their roles' ids. A bare role id (the format before the check knew each role's function) is refused at start: it would take any event from that role | none |
  * | `KAPP_LAMBDA_CELL_CLUSTER` | the one cluster id this function serves (a cell of the CDK stack's `isolation: cell`): the sender check refuses an event naming any other, whoever sent it, and no other cluster is loaded. Needs `KAPP_LAMBDA_SENDER_CHECK=registry` | none (every registered cluster) |
  * | `KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS` | how long a cluster document (and a token from the secret store) is used before it is read again | `60` |
  * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name); the local and emulator setup | this or the registry |
@@ -108,6 +108,28 @@ export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly Pipeli
   install: ['install'],
 };
 
+/** One `<function>=<role id>` entry of `KAPP_LAMBDA_FUNCTION_SENDERS`. */
+export interface FunctionSender {
+  /** The function that runs with the role. */
+  readonly stage: PipelineStage;
+  /** Its role's unique id (`AROA…`): the principal of the `SenderId` of what it sends. */
+  readonly roleId: string;
+}
+
+/**
+ * Parses one `KAPP_LAMBDA_FUNCTION_SENDERS` entry, `<function>=<role id>`.
+ * @returns the entry, or `undefined` when it is not one (a bare role id included).
+ */
+export function parseFunctionSender(entry: string): FunctionSender | undefined {
+  const eq = entry.indexOf('=');
+  const stage = entry.slice(0, eq).trim();
+  const roleId = entry.slice(eq + 1).trim();
+  if (eq < 0 || !(PIPELINE_STAGES as readonly string[]).includes(stage) || !IAM_ROLE_ID_PATTERN.test(roleId)) {
+    return undefined;
+  }
+  return { stage: stage as PipelineStage, roleId };
+}
+
 /** Log levels the functions accept. */
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
@@ -140,7 +162,8 @@ export interface LambdaConfig {
    * naming a cluster (`./sender.ts`); unset: no check.
    */
   senderCheck?: {
-    functionSenders: string[];
+    /** `KAPP_LAMBDA_FUNCTION_SENDERS`: each sending function's role id. */
+    functionSenders: FunctionSender[];
     /** `KAPP_LAMBDA_CELL_CLUSTER`: the only cluster id an event may name; unset: any registered one. */
     cell?: string;
   };
@@ -243,10 +266,19 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS: optional(intText(1, 3600)),
   KAPP_LAMBDA_SENDER_CHECK: z.preprocess(blankToUndefined, z.enum(['registry', 'off']).default('off')),
   KAPP_LAMBDA_FUNCTION_SENDERS: optional(
-    z
-      .string()
-      .transform(commaList)
-      .pipe(z.array(z.string().regex(IAM_ROLE_ID_PATTERN, { error: 'expected a comma list of IAM role ids (AROA…)' }))),
+    z.string().transform((v, ctx) => {
+      const entries = commaList(v);
+      const parsed = entries.map(parseFunctionSender);
+      if (parsed.every((p) => p !== undefined)) return parsed;
+      // A bare id is the format before each role was bound to its function: taking it as before
+      // would let that role send any event (issue 7), so the function refuses to start instead.
+      const bare = entries.some((e) => IAM_ROLE_ID_PATTERN.test(e));
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected a comma list of <function>=<IAM role id> entries, e.g. fetch=AROA…,template=AROA… (function: ${PIPELINE_STAGES.join(', ')})${bare ? '; bare role ids are no longer accepted: name the function each role belongs to (the CDK app does)' : ''}`,
+      });
+      return z.NEVER;
+    }),
   ),
   KAPP_LAMBDA_CELL_CLUSTER: optional(
     z.string().regex(CLUSTER_ID_PATTERN, { error: 'expected a cluster id (a DNS-1123 label)' }),

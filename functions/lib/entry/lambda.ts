@@ -36,7 +36,7 @@ import { S3Store } from '../store/s3.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { SqsEventSender, type SqsSendClient } from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
-import { type SenderPolicy, senderRefusal } from './sender.js';
+import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
 
 /** The AWS clients of one function process: what the ports send their commands through. */
@@ -343,8 +343,10 @@ export function createLambdaDeps(
   });
   const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
   const checkSender = senderCheckOf(config, fleet);
+  // The fan-outs (install, the source poll) send only what their function sends, as hand-offs do.
+  const emitter = sendingAs(config.stage, sender);
   pipeline.emit = async (events) => {
-    for (const event of events) await sender.send(targetFunction(event), event);
+    for (const event of events) await emitter.send(targetFunction(event), event);
   };
   // A registry that looks clusters up at run time loads the record's cluster before the stage.
   const prepare = registry.prepare?.bind(registry);
@@ -365,7 +367,8 @@ export function createLambdaDeps(
 
 /**
  * The handler's sender check (`./sender.ts`) for `KAPP_LAMBDA_SENDER_CHECK=registry`: the
- * configured function role ids, and each cluster's forwarder from the fleet registry.
+ * configured function role ids, each bound to the functions it runs (a role shared by two
+ * functions may send what either sends), and each cluster's forwarder from the fleet registry.
  *
  * @throws ConfigError when the check is asked for but the function's clusters do not come from
  *   the fleet registry (an override): it would otherwise silently take every sender.
@@ -378,10 +381,14 @@ export function senderCheckOf(
   if (!fleet) {
     throw new ConfigError(config.stage, ['KAPP_LAMBDA_SENDER_CHECK: registry needs the fleet cluster registry']);
   }
+  const functionSenders = new Map<string, PipelineStage[]>();
+  for (const { stage, roleId } of config.senderCheck.functionSenders) {
+    functionSenders.set(roleId, [...(functionSenders.get(roleId) ?? []), stage]);
+  }
   const policy: SenderPolicy = {
-    functionSenders: new Set(config.senderCheck.functionSenders),
+    functionSenders,
     ...(config.senderCheck.cell === undefined ? {} : { cell: config.senderCheck.cell }),
     forwarderOf: (clusterId) => fleet.forwarderOf(clusterId),
   };
-  return (clusterId, senderId) => senderRefusal(policy, clusterId, senderId);
+  return (event, senderId) => senderRefusal(policy, event, senderId);
 }

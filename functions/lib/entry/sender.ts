@@ -1,13 +1,15 @@
 /**
- * Who may name which cluster (issue 11 item 6d): an SQS message's sender is the IAM principal
+ * Who may send what (issue 11 item 6d, issue 7): an SQS message's sender is the IAM principal
  * SQS authenticated (`SenderId` of the record's attributes, `<role id>:<session name>` for a
  * role's credentials; no sender can set it). An event naming cluster C is taken only when
  *
- * - a function of the fleet sent it (its role id is in {@link SenderPolicy.functionSenders}:
- *   hand-offs between stages, follow-ups; a function only ever sends events for the cluster of
- *   an event it took), or
- * - C's forwarder sent it: the role id in C's registry document (`forwarder.roleId`,
- *   `../kube/cluster-doc.ts`), the per-cluster role the CDK app creates (`ForwarderRoleId<Id>`).
+ * - a function of the fleet sent it (its role id is in {@link SenderPolicy.functionSenders},
+ *   which names the function each role belongs to) and that function is one that sends such an
+ *   event ({@link mayEmit}, the table {@link EMITS}): hand-offs between stages, follow-ups; a
+ *   function only ever sends events for the cluster of an event it took; or
+ * - C's forwarder sent it, and it is an object event (the only kind a forwarder sends): the role
+ *   id in C's registry document (`forwarder.roleId`, `../kube/cluster-doc.ts`), the per-cluster
+ *   role the CDK app creates (`ForwarderRoleId<Id>`).
  *
  * A function of a cell (the CDK stack's `isolation: cell`: one set of functions per cluster,
  * `KAPP_LAMBDA_CELL_CLUSTER`) takes only events naming its own cluster
@@ -16,10 +18,11 @@
  * here keeps it from failing five times into the dead-letter queue.
  *
  * Anything else (another cluster's forwarder, a cluster whose registry entry has no forwarder
- * role id, an unregistered cluster, a message without `SenderId`) is dropped and logged by the
- * handler (`refused`, with the reason): it never becomes valid by redelivery. A registered
- * cluster without a forwarder role id is refused with a reason of its own: its events are lost
- * until the document names the role (`npm run cluster -- add` asks for `--forwarder-role-id`).
+ * role id, an unregistered cluster, a message without `SenderId`, an event its sender never
+ * sends) is dropped and logged by the handler (`refused`, with the reason): it never becomes
+ * valid by redelivery. A registered cluster without a forwarder role id is refused with a reason
+ * of its own: its events are lost until the document names the role (`npm run cluster -- add`
+ * asks for `--forwarder-role-id`).
  *
  * Why the sender id, not per-cluster queues or signed envelopes: SQS sets it from the
  * credentials, so no forwarder can forge it; it needs no key to distribute or rotate and no
@@ -29,6 +32,138 @@
  *
  * @module
  */
+import {
+  EVENT_TYPES,
+  type INSPECT_AFTER_STAGES,
+  type KappEvent,
+  KINDS,
+  type Kind,
+  objectRefOf,
+} from '../../../events/schema.js';
+import type { EventSender, PipelineStage } from '../transport/port.js';
+
+/** Who sends events to the functions' queues: a function of the fleet, or a cluster's forwarder. */
+export type EventSenderName = PipelineStage | 'forwarder';
+
+/**
+ * What one event is, as far as who may send it matters ({@link emittedShape}):
+ *
+ * - `object <Kind>`: an object event of that kind, any reason;
+ * - `object <Kind> ref-changed`: one whose reason is `ref-changed`;
+ * - `template`: the fetch → template hand-off (a fetched artifact to render);
+ * - `deploy`: a deploy with `artifacts.manifestKey` and no `continuation` (a manifest to apply);
+ * - `deploy continuation`: the same with `continuation` (the deploy function's own, past its deadline);
+ * - `inspect after <stage> failure`: a deploy event with `afterFailure: <stage>` (no manifest: the
+ *   deploy function only inspects and ends the run);
+ * - `delete`: the delete hand-off (`kapp delete` of an App being deleted);
+ * - `repo.indexed`: a repository's changed Package versions (install fans them out).
+ */
+export type EmittedShape =
+  | `object ${Kind}`
+  | `object ${Kind} ref-changed`
+  | 'template'
+  | 'deploy'
+  | 'deploy continuation'
+  | `inspect after ${(typeof INSPECT_AFTER_STAGES)[number]} failure`
+  | 'delete'
+  | 'repo.indexed';
+
+/**
+ * The events each sender emits, from the emit sites in the code; every other event from that
+ * sender is refused ({@link senderRefusal}).
+ *
+ * | sender | emits | where |
+ * |---|---|---|
+ * | forwarder | `object App`, `object PackageInstall`, `object PackageRepository` (any reason) | `events/forwarder/outbox.ts` |
+ * | fetch | `template`, `inspect after fetch failure`, `delete`, `object App` | `../pipeline/fetch.ts`, `../pipeline/reconcile.ts`; follow-ups and restarts |
+ * | template | `deploy`, `inspect after template failure`, `object App` | `../pipeline/template.ts`; follow-ups and restarts |
+ * | deploy | `deploy continuation`, `object App` | `../pipeline/routes/deploy.ts`; follow-ups and restarts |
+ * | index-repo | `repo.indexed`, `object PackageRepository ref-changed` | `../pipeline/index-repo-changes.ts`, `../pipeline/source-poll.ts` |
+ * | install | `object PackageInstall ref-changed` | `../pipeline/install-fanout.ts` |
+ *
+ * "Follow-ups and restarts": the function that ends an App's run sends the run lease's follow-up
+ * (the pending object event, any reason), an optimistic run that must stop restarts its App
+ * (`resync`), a fenced stage event restarts it (`ref-changed`) (`../lease/`, `./stage-handler.ts`);
+ * all are App object events to the fetch function, sent by fetch, template and deploy.
+ *
+ * Why: without it, any function role could send any function any event. Code that took over
+ * the fetch function's process (it runs vendir on tenants' sources) could send the deploy
+ * function a `deploy` naming a manifest it wrote itself, and deploy would apply it with the
+ * App's credentials; fetch only ever sends an `inspect after fetch failure`, which names no
+ * manifest. Likewise a forwarder (a tenant cluster's pod) sends only object events, which are
+ * references the functions re-read, never artifacts to act on. Object events of Apps stay open to
+ * fetch, template and deploy: as any object event they name no artifact, and the functions act
+ * on the App as they re-read it, so at most they make an App run again.
+ */
+export const EMITS: Readonly<Record<EventSenderName, readonly EmittedShape[]>> = Object.freeze({
+  forwarder: KINDS.map((k) => `object ${k}` as const),
+  fetch: ['template', 'inspect after fetch failure', 'delete', 'object App'],
+  template: ['deploy', 'inspect after template failure', 'object App'],
+  deploy: ['deploy continuation', 'object App'],
+  'index-repo': ['repo.indexed', 'object PackageRepository ref-changed'],
+  install: ['object PackageInstall ref-changed'],
+});
+
+/**
+ * What `event` is for {@link EMITS}: the most precise {@link EmittedShape} (an object event with
+ * reason `ref-changed` is `object <Kind> ref-changed`, which `object <Kind>` covers too).
+ */
+export function emittedShape(event: KappEvent): EmittedShape {
+  switch (event.type) {
+    case EVENT_TYPES.object:
+      return event.data.reason === 'ref-changed'
+        ? `object ${event.data.kind} ref-changed`
+        : `object ${event.data.kind}`;
+    case EVENT_TYPES.template:
+      return 'template';
+    case EVENT_TYPES.deploy:
+      if (event.data.afterFailure !== undefined) return `inspect after ${event.data.afterFailure} failure`;
+      return event.data.continuation ? 'deploy continuation' : 'deploy';
+    case EVENT_TYPES.delete:
+      return 'delete';
+    case EVENT_TYPES.repoIndexed:
+      return 'repo.indexed';
+  }
+}
+
+/** Whether `sender` is one that emits `event` ({@link EMITS}). */
+export function mayEmit(sender: EventSenderName, event: KappEvent): boolean {
+  const shape = emittedShape(event);
+  const emits = EMITS[sender];
+  if (emits.includes(shape)) return true;
+  // `object <Kind> ref-changed` is also an `object <Kind>`.
+  return event.type === EVENT_TYPES.object && emits.includes(`object ${event.data.kind}`);
+}
+
+/** Why `sender` may not send `event` ({@link mayEmit}), for a log line: names and the event type only. */
+export function emitRefusal(sender: EventSenderName, event: KappEvent): string | undefined {
+  if (mayEmit(sender, event)) return undefined;
+  return `${sender === 'forwarder' ? 'a forwarder' : `the ${sender} function`} never sends ${named(event)}`;
+}
+
+/** `<type> (<shape>)`: the event as refusals name it. */
+function named(event: KappEvent): string {
+  return `${event.type} (${emittedShape(event)})`;
+}
+
+/**
+ * `sender` as the `stage` function sends: an event that function never sends ({@link mayEmit})
+ * is not sent; the send throws instead. The receiving function's check would drop it, so such an
+ * event is a bug of {@link EMITS} or of the stage; failing the record makes it one the tests and
+ * the logs show, rather than an event lost after it was queued; and it holds where no check runs
+ * (the unit tests, the emulator), so they exercise the table against the stages' real events.
+ *
+ * @throws Error `the <stage> function never sends <type> (<shape>)` from `send`.
+ */
+export function sendingAs(stage: PipelineStage, sender: EventSender): EventSender {
+  return {
+    async send(to, event) {
+      const refusal = emitRefusal(stage, event);
+      if (refusal !== undefined) throw new Error(refusal);
+      await sender.send(to, event);
+    },
+  };
+}
 
 /** A registered cluster's forwarder: its role id (`AROA…`), none when its document names none. */
 export interface RegisteredForwarder {
@@ -37,8 +172,11 @@ export interface RegisteredForwarder {
 
 /** Where a {@link senderRefusal} looks up who may speak for a cluster. */
 export interface SenderPolicy {
-  /** Role ids (`AROA…`) of the fleet's functions that send to this function's queue. */
-  readonly functionSenders: ReadonlySet<string>;
+  /**
+   * The fleet's functions that send to this function's queue: role id (`AROA…`) → the functions
+   * (one, in the CDK app) running with it.
+   */
+  readonly functionSenders: ReadonlyMap<string, readonly PipelineStage[]>;
   /** The one cluster id events may name (a cell's function); unset: any registered cluster. */
   readonly cell?: string;
   /**
@@ -55,29 +193,39 @@ export function senderPrincipal(senderId: string): string {
 }
 
 /**
- * Whether the sender of a record may name `clusterId` (and, in a cell, whether it is the cell's).
+ * Whether the sender of a record may send `event`: name its cluster (and, in a cell, whether
+ * it is the cell's), and send an event of its kind ({@link mayEmit}).
  *
  * @param senderId - the record's `attributes.SenderId`.
- * @returns `undefined` when it may, else why not (for the log: ids only, no secret).
+ * @returns `undefined` when it may, else why not (for the log: ids, names and the event type
+ *   only, no secret).
  * @throws whatever {@link SenderPolicy.forwarderOf} throws.
  */
 export async function senderRefusal(
   policy: SenderPolicy,
-  clusterId: string,
+  event: KappEvent,
   senderId: string | undefined,
 ): Promise<string | undefined> {
+  const { clusterId } = objectRefOf(event);
   if (policy.cell !== undefined && clusterId !== policy.cell) {
     return `this function is the cell of cluster ${policy.cell} and serves no other cluster`;
   }
   if (!senderId) return 'the message has no SenderId';
   const principal = senderPrincipal(senderId);
-  if (policy.functionSenders.has(principal)) return undefined;
+  const stages = policy.functionSenders.get(principal);
+  if (stages !== undefined) {
+    if (stages.some((s) => mayEmit(s, event))) return undefined;
+    return `sender ${principal} is the role of the ${stages.join(' and ')} function, which never sends ${named(event)}`;
+  }
   const forwarder = await policy.forwarderOf(clusterId);
   if (forwarder === undefined) return `cluster ${clusterId} is not registered`;
   if (forwarder.roleId === undefined) {
     return `the registry entry of cluster ${clusterId} has no forwarder role id, so no forwarder may send for it (npm run cluster -- add ${clusterId} --replace … --forwarder-role-id <ForwarderRoleId>)`;
   }
   if (principal !== forwarder.roleId) return `sender ${principal} is not the forwarder of cluster ${clusterId}`;
+  if (!mayEmit('forwarder', event)) {
+    return `sender ${principal} is the forwarder of cluster ${clusterId}, which never sends ${named(event)}`;
+  }
   return undefined;
 }
 

@@ -12,7 +12,7 @@
  * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
  * | valid, but for another function | logged, dropped | no |
  * | its `MessageGroupId` is not its object's ordering key (or absent while `checkSender` is on; `messageGroupRefusal`, `./sender.ts`) | logged (`refused`), dropped | no |
- * | its sender may not name its cluster (`checkSender`, `./sender.ts`) | logged, dropped | no |
+ * | its sender may not name its cluster, or never sends such an event (`checkSender`, `./sender.ts`) | logged, dropped | no |
  * | the sender check could not be made (registry unreadable) | logged, `batchItemFailures` | yes |
  * | stage ran, returned a next event | sent to the next stage's queue | no |
  * | stage ran, run ended | done | no |
@@ -89,7 +89,7 @@ import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
 import type { EventSender, PipelineStage } from '../transport/port.js';
 import { gatedPorts } from './lease-gate.js';
-import { messageGroupRefusal } from './sender.js';
+import { messageGroupRefusal, sendingAs } from './sender.js';
 
 /**
  * The retry bound (`../pipeline/retry-bound.ts`: the final status writers, which bring the
@@ -187,12 +187,12 @@ export interface EntryDeps {
    */
   deadlineMarginMs?: number;
   /**
-   * Whether the record's sender may name the event's cluster (`./sender.ts`): `undefined` when
-   * it may, else why not; the record is then dropped and logged (`refused`). A throw fails the
-   * record (retried). Default: no check (the local and emulator setups; a fleet on AWS sets
-   * `KAPP_LAMBDA_SENDER_CHECK=registry`).
+   * Whether the record's sender may send its event (`./sender.ts`: name the event's cluster, and
+   * be a sender of such events): `undefined` when it may, else why not; the record is then
+   * dropped and logged (`refused`). A throw fails the record (retried). Default: no check (the
+   * local and emulator setups; a fleet on AWS sets `KAPP_LAMBDA_SENDER_CHECK=registry`).
    */
-  checkSender?: (clusterId: string, senderId: string | undefined) => Promise<string | undefined>;
+  checkSender?: (event: KappEvent, senderId: string | undefined) => Promise<string | undefined>;
   /**
    * The run leases of Apps (`../lease/`): at most one run per App across the stage functions,
    * events meanwhile coalesced into one follow-up. Default none (every record runs: unit tests,
@@ -279,7 +279,14 @@ export function makeStageHandler(
   depsFactory: () => EntryDeps | Promise<EntryDeps>,
   loadRoute: () => Promise<FunctionRoute>,
 ): SqsHandler {
-  const getDeps = once(depsFactory, (err) => new Error(`failed to initialize the ${stage} function`, { cause: err }));
+  // Every send of the function is checked against what it sends (`sendingAs`, `./sender.ts`).
+  const getDeps = once(
+    async () => {
+      const d = await depsFactory();
+      return { ...d, sender: sendingAs(stage, d.sender) };
+    },
+    (err) => new Error(`failed to initialize the ${stage} function`, { cause: err }),
+  );
   const getRoute = once(loadRoute, (err) => new Error(`failed to load the ${stage} function's stage`, { cause: err }));
 
   return async (event, context) => {
@@ -388,7 +395,7 @@ async function processRecord(
     let refusal: string | undefined;
     const { clusterId } = objectRefOf(event);
     try {
-      refusal = await d.checkSender(clusterId, senderId);
+      refusal = await d.checkSender(event, senderId);
     } catch (err) {
       log.error(
         { stage, outcome: 'failed' satisfies RecordOutcome, type: event.type, subject, error: errorText(err) },
@@ -407,7 +414,7 @@ async function processRecord(
           senderId,
           reason: refusal,
         },
-        'event names a cluster its sender may not speak for; dropped',
+        'event from a sender that may not send it (its cluster or its kind); dropped',
       );
       return 'refused';
     }
