@@ -236,6 +236,22 @@ describe('real command runner', () => {
     await vi.waitFor(() => expect(isDead(pid)).toBe(true), { timeout: 5_000, interval: 20 });
   });
 
+  it('ends a moment after the tool even when a process outside its group holds the output pipe', async () => {
+    const r = await runner.run({
+      cmd: 'sh',
+      args: ['-c', `/usr/bin/setsid -f /bin/sh -c 'echo $$; exec /bin/sleep 30'; /bin/sleep 0.3; echo done`],
+    });
+    const pid = Number.parseInt(r.stdout, 10);
+    try {
+      expect(r.exitCode).toBe(0);
+      expect(r.stdout).toContain('done\n');
+      // Without the close grace the run would wait for the 30 s sleep.
+      expect(r.durationMs).toBeLessThan(20_000);
+    } finally {
+      if (pid > 1) process.kill(pid, 'SIGKILL');
+    }
+  }, 40_000);
+
   it('bounds output per stream, keeping the tail', async () => {
     const script = 'i=0; while [ $i -lt 5000 ]; do echo "line $i"; i=$((i+1)); done; echo END; echo e1 >&2';
     const r = await runner.run({ cmd: 'sh', args: ['-c', script], maxOutputBytes: 1000 });

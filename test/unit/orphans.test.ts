@@ -59,7 +59,7 @@ describe('createOrphanSweeper', () => {
     const t = table(self, base);
     const sweeper = createOrphanSweeper({ self, list: t.list, kill: t.kill, reap: t.reap, pauseMs: 0 });
     const done = await sweeper.sweep();
-    expect(t.killed.sort()).toEqual([300, 301]);
+    expect([...new Set(t.killed)].sort()).toEqual([300, 301]);
     expect(t.reaped.sort()).toEqual([300, 301]);
     expect(done.sort()).toEqual([300, 301]);
     expect(t.list().map((p) => p.pid)).toEqual([1, self, 101, 400]);
@@ -96,31 +96,86 @@ describe('createOrphanSweeper', () => {
       pauseMs: 0,
     });
     await later.sweep();
-    expect(t2.killed.sort()).toEqual([300, 301]);
+    expect([...new Set(t2.killed)].sort()).toEqual([300, 301]);
     expect(t2.killed).not.toContain(600);
     expect(t2.killed).not.toContain(601);
   });
 
-  it('only reaps a zombie, and stops after its passes when processes keep appearing', async () => {
-    let next = 1000;
-    const killed: number[] = [];
+  it('kills a chain of any depth in one pass', async () => {
+    const chain: ProcStat[] = Array.from({ length: 100 }, (_, i) => ({
+      pid: 1000 + i,
+      state: 'S',
+      ppid: i === 0 ? self : 1000 + i - 1,
+      session: 1000,
+    }));
+    const t = table(self, [...base.slice(0, 3), ...chain]);
+    let passes = 0;
     const sweeper = createOrphanSweeper({
       self,
-      // A fork bomb: every pass shows a new child.
+      list: () => {
+        passes += 1;
+        return t.list();
+      },
+      kill: t.kill,
+      reap: t.reap,
+      pauseMs: 0,
+    });
+    await sweeper.sweep();
+    expect(new Set(t.killed).size).toBe(100);
+    // The first pass killed the whole chain; the next ones only reap what was re-parented.
+    expect(t.killed.slice(0, 100).sort()).toEqual(chain.map((p) => p.pid).sort());
+    expect(passes).toBeLessThan(10);
+  });
+
+  it('kills a zombie too: a process whose main thread exited shows Z while its threads run', async () => {
+    const killed: number[] = [];
+    let leaderAlive = true;
+    const sweeper = createOrphanSweeper({
+      self,
+      list: () => [
+        { pid: self, state: 'S', ppid: 1, session: 50 },
+        ...(leaderAlive ? [{ pid: 700, state: 'Z', ppid: self, session: 700 }] : []),
+      ],
+      kill: (pid) => {
+        killed.push(pid);
+      },
+      // Not reapable while a thread of it runs; reapable once killed.
+      reap: (pid) => {
+        if (!killed.includes(pid)) return 0;
+        leaderAlive = false;
+        return pid;
+      },
+      pauseMs: 0,
+    });
+    expect(await sweeper.sweep()).toEqual([700]);
+    expect(killed).toEqual([700]);
+  });
+
+  it('gives up when its time budget is spent while processes keep appearing, and says which are left', async () => {
+    let next = 1000;
+    let clock = 0;
+    const killed: number[] = [];
+    let left: number[] | undefined;
+    const sweeper = createOrphanSweeper({
+      self,
+      // A fork loop: every pass shows a new child.
       list: () => [
         { pid: self, state: 'S', ppid: 1, session: 50 },
         { pid: next++, state: 'S', ppid: self, session: 999 },
-        { pid: 2000, state: 'Z', ppid: self, session: 999 },
       ],
       kill: (pid) => killed.push(pid),
       reap: () => 0,
-      passes: 5,
+      now: () => (clock += 1_000),
+      budgetMs: 5_000,
       pauseMs: 0,
+      onGiveUp: (pids) => {
+        left = pids;
+      },
     });
-    const done = await sweeper.sweep();
-    expect(killed).toHaveLength(5);
-    expect(killed).not.toContain(2000);
-    expect(done).toContain(2000);
+    await sweeper.sweep();
+    expect(killed.length).toBeGreaterThanOrEqual(3);
+    expect(killed.length).toBeLessThanOrEqual(5);
+    expect(left).toEqual([next - 1]);
   });
 
   it('a failing process listing ends the sweep quietly', async () => {

@@ -46,7 +46,13 @@ export function lambdaEntry(
   hardenProcess(config.hardenAddon);
   // What a tool leaves behind outside its process group comes back to this process, which
   // kills it before the run ends: it cannot live on into the next invocation (another App's).
-  const orphans = createOrphanSweeper({ reap: becomeSubreaper(config.hardenAddon) });
+  let giveUp = (left: number[]) => {
+    process.stderr.write(`${JSON.stringify({ level: 'error', msg: 'orphan sweep gave up', left })}\n`);
+  };
+  const orphans = createOrphanSweeper({
+    reap: becomeSubreaper(config.hardenAddon),
+    onGiveUp: (left) => giveUp(left),
+  });
   // The root key is read from its secret now (the cold start), not on the first private artifact.
   const keyring = usesArtifactKey(stage)
     ? artifactKeyringFromEnv(stage, env, async () =>
@@ -62,6 +68,7 @@ export function lambdaEntry(
       const removed = await removeLeftoverScratch(config.tmpDir);
       const deps = createLambdaDeps(config, lazyAwsClients(config), { orphans, ...(keyring ? { keyring } : {}) });
       if (removed.length > 0) deps.log.warn({ removed }, 'removed scratch directories an earlier process left');
+      giveUp = (left) => deps.log.error({ left }, 'orphan sweep gave up: processes a tool left behind still run');
       return deps;
     },
     async () => (await loadRoute()).route,

@@ -70,10 +70,13 @@ export interface OrphanSweeper {
   /** That run's process exited. */
   ended(session: number): void;
   /**
-   * When no run is in flight: kills (SIGKILL) and reaps every child of this process outside its
-   * own session and outside the session of any run started meanwhile, pass after pass (each kill
-   * re-parents that process's children here) until none is left or the passes run out.
-   * Resolves with the pids killed or reaped; does nothing while a run is in flight. Never throws.
+   * When no run is in flight: kills (SIGKILL) every child of this process outside its own
+   * session and outside the session of any run started meanwhile, with everything below it (a
+   * chain of any depth dies in one pass), and reaps those children, pass after pass (a process
+   * forked between a pass's listing and its kills is re-parented here for the next one) until a
+   * pass finds none or the time budget is spent. A zombie is killed too: a process whose main
+   * thread exited shows `Z` while its other threads run. Resolves with the pids it killed or
+   * reaped; does nothing while a run is in flight. Never throws.
    */
   sweep(): Promise<number[]>;
 }
@@ -88,10 +91,14 @@ export interface OrphanSweeperOptions {
   list?: () => ProcStat[];
   /** Default `process.kill`. */
   kill?: (pid: number) => void;
-  /** Passes at most; default 50. */
-  passes?: number;
+  /** Time budget of one sweep, ms; default 10,000 (a fork loop is outrun within it). */
+  budgetMs?: number;
   /** Pause between passes, ms; default 20 (a killed process needs a moment to become a zombie). */
   pauseMs?: number;
+  /** Monotonic ms; default `performance.now`. */
+  now?: () => number;
+  /** Told when the budget ran out with processes left (their pids): the runtime logs it. */
+  onGiveUp?: (left: number[]) => void;
 }
 
 /**
@@ -102,41 +109,65 @@ export function createOrphanSweeper(opts: OrphanSweeperOptions): OrphanSweeper {
   const self = opts.self ?? process.pid;
   const list = opts.list ?? (() => listProcesses());
   const kill = opts.kill ?? ((pid: number) => process.kill(pid, 'SIGKILL'));
-  const passes = opts.passes ?? 50;
+  const budgetMs = opts.budgetMs ?? 10_000;
   const pauseMs = opts.pauseMs ?? 20;
+  const now = opts.now ?? (() => performance.now());
   const inFlight = new Set<number>();
   let ownSession: number | undefined;
   let running: Promise<number[]> | undefined;
 
-  const strays = (): ProcStat[] => {
+  /** The stray children of this process and every process below them, in one listing. */
+  const strays = (): { roots: number[]; all: number[] } => {
     const procs = list();
     ownSession ??= procs.find((p) => p.pid === self)?.session;
-    return procs.filter(
-      (p) => p.ppid === self && p.session !== ownSession && !inFlight.has(p.session) && !inFlight.has(p.pid),
-    );
+    const children = new Map<number, number[]>();
+    for (const p of procs) {
+      const kids = children.get(p.ppid);
+      if (kids) kids.push(p.pid);
+      else children.set(p.ppid, [p.pid]);
+    }
+    const roots = procs
+      .filter((p) => p.ppid === self && p.session !== ownSession && !inFlight.has(p.session) && !inFlight.has(p.pid))
+      .map((p) => p.pid);
+    const all: number[] = [];
+    const seen = new Set<number>([self]);
+    const queue = [...roots];
+    for (let pid = queue.shift(); pid !== undefined; pid = queue.shift()) {
+      if (seen.has(pid)) continue;
+      seen.add(pid);
+      all.push(pid);
+      queue.push(...(children.get(pid) ?? []));
+    }
+    return { roots, all };
   };
 
   const run = async (): Promise<number[]> => {
     const done = new Set<number>();
-    for (let pass = 0; pass < passes && inFlight.size === 0; pass++) {
-      let found: ProcStat[];
+    const deadline = now() + budgetMs;
+    let left: number[] = [];
+    while (inFlight.size === 0) {
+      let found: { roots: number[]; all: number[] };
       try {
         found = strays();
       } catch {
         break;
       }
-      if (found.length === 0) break;
-      for (const p of found) {
-        if (p.state !== 'Z') {
-          try {
-            kill(p.pid);
-          } catch {
-            // Already gone.
-          }
-        }
-        opts.reap(p.pid);
-        done.add(p.pid);
+      left = found.all;
+      if (found.roots.length === 0) break;
+      if (now() >= deadline) {
+        opts.onGiveUp?.(left);
+        break;
       }
+      for (const pid of found.all) {
+        try {
+          kill(pid);
+        } catch {
+          // Already gone.
+        }
+        done.add(pid);
+      }
+      // Only this process's own children can be reaped here; the rest are re-parented to it.
+      for (const pid of found.roots) opts.reap(pid);
       await sleep(pauseMs);
     }
     return [...done];

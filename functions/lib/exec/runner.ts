@@ -424,6 +424,13 @@ class TailBuffer {
 // ---------------------------------------------------------------------------------------------
 // The runner
 
+/**
+ * How long a run waits, after its tool exited (and its group and strays were killed), for the
+ * output pipes to close, ms: 3,000. Only a process that left the tool's group holds them open
+ * longer; the run then ends with the output read so far.
+ */
+export const CLOSE_GRACE_MS = 3_000;
+
 function killGroup(pid: number | undefined, signal: NodeJS.Signals = 'SIGKILL'): void {
   if (pid === undefined) return;
   try {
@@ -542,6 +549,15 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       });
       const session = child.pid;
       if (session !== undefined) opts.orphans?.started(session);
+      // Reported once: once the launcher is reaped its pid is free, and a second report could
+      // take a later run that reuses it off the sweeper's list of runs in flight.
+      let reportedEnd = session === undefined;
+      const reportEnd = () => {
+        if (reportedEnd || session === undefined) return;
+        reportedEnd = true;
+        opts.orphans?.ended(session);
+      };
+      let closeTimer: NodeJS.Timeout | undefined;
 
       let graceTimer: NodeJS.Timeout | undefined;
       const onAbort = () => {
@@ -587,8 +603,9 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       const finish = () => {
         if (settled) return;
         settled = true;
-        if (session !== undefined) opts.orphans?.ended(session);
+        reportEnd();
         if (timer) clearTimeout(timer);
+        if (closeTimer) clearTimeout(closeTimer);
         if (graceTimer) clearTimeout(graceTimer);
         req.signal?.removeEventListener('abort', onAbort);
         if (req.onOutput) {
@@ -643,8 +660,18 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         // Reap whatever the tool left behind in its group so the pipes close, and (with a
         // sweeper) what left the group, which may hold the pipes too.
         killGroup(child.pid);
-        if (session !== undefined) opts.orphans?.ended(session);
-        void opts.orphans?.sweep();
+        reportEnd();
+        // A process outside the group (and beyond the sweeper's reach: the embedded runtime, or
+        // a sweep that gave up) may still hold the pipes: the run ends anyway, a moment after
+        // the tool, with the output read so far.
+        void (opts.orphans?.sweep() ?? Promise.resolve()).then(() => {
+          if (settled) return;
+          closeTimer = setTimeout(() => {
+            child.stdout?.destroy();
+            child.stderr?.destroy();
+            finish();
+          }, CLOSE_GRACE_MS);
+        });
       });
       child.on('close', finish);
     });
