@@ -12,7 +12,7 @@
  * |---|---|---|
  * | `dev.kapp-lambda.object.v1` | forwarder → fetch (App), install (PackageInstall), index-repo (PackageRepository) | {@link ObjectEventData} |
  * | `dev.kapp-lambda.stage.template.v1` | fetch → template | {@link TemplateStageData} |
- * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy; deploy → deploy (continuation); fetch or template → deploy (inspect after a failure, `afterFailure`) | {@link DeployStageData} |
+ * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy; deploy → deploy (continuation); fetch or template → deploy (inspect after a failure, `afterFailure`); fetch → deploy (a rollback, `rollbackOf`) | {@link DeployStageData} |
  * | `dev.kapp-lambda.stage.delete.v1` | fetch → deploy (an App being deleted) | {@link DeleteStageData} |
  * | `dev.kapp-lambda.repo.indexed.v1` | index-repo → install | {@link RepoIndexedData} |
  *
@@ -38,7 +38,7 @@ import {
   PRIVATE_TEMPLATE_KEY_PATTERN,
   TEMPLATE_KEY_PATTERN,
 } from '../functions/lib/artifact/keys.js';
-import { ReceiptTrailSchema } from '../functions/lib/receipt/receipt.js';
+import { RECEIPT_ID_PATTERN, ReceiptTrailSchema } from '../functions/lib/receipt/receipt.js';
 
 /** Kinds the forwarder watches. */
 export const KINDS = ['App', 'PackageInstall', 'PackageRepository'] as const;
@@ -268,7 +268,7 @@ export const INSPECT_AFTER_STAGES = ['fetch', 'template'] as const;
 
 /**
  * `data` of `dev.kapp-lambda.stage.deploy.v1` (template → deploy, deploy → deploy to continue, or fetch/template → deploy to inspect after a failure):
- * `{ object, run, artifacts: { fetchKey?, manifestKey? }, fetchStatus?, templateStatus?, continuation?, afterFailure? }`.
+ * `{ object, run, artifacts: { fetchKey?, manifestKey? }, fetchStatus?, templateStatus?, continuation?, afterFailure?, rollbackOf? }`.
  * `object.kind` must be `App`. `manifestKey` is the `artifacts/template/sha256/<hex>.yaml` key
  * of the rendered manifest (or its private `private/.../template/<mac>.yaml` key); `fetchKey`
  * is kept for receipts. `receipt` (here and in {@link TemplateStageDataSchema}) is what the run's
@@ -284,6 +284,11 @@ export const INSPECT_AFTER_STAGES = ['fetch', 'template'] as const;
  * `status.deploy` exists, whatever stage failed (reference §3.2, §3.8.4), and writes the failure
  * and `status.inspect` in one final status: the deploy function runs inspect only and writes that
  * final status, its failure read from the failed stage's part (`fetchStatus`/`templateStatus`).
+ *
+ * `rollbackOf` (fetch → deploy, `functions/lib/pipeline/rollback.ts`): the run rolls the App back
+ * to that receipt's render, `manifestKey`; the deploy function applies it only while the App's
+ * `kapp-lambda.carvel.dev/rollback-to` names that receipt and the receipt holds that render, since
+ * the fetch function hands on no other manifest.
  */
 export const DeployStageDataSchema = z
   .strictObject({
@@ -297,6 +302,10 @@ export const DeployStageDataSchema = z
       .strictObject({ count: z.number().int().min(1).max(MAX_DEPLOY_CONTINUATIONS), deployStartedAt: timestamp })
       .optional(),
     afterFailure: z.enum(INSPECT_AFTER_STAGES).optional(),
+    rollbackOf: z.string().regex(RECEIPT_ID_PATTERN).optional(),
+  })
+  .refine((d) => d.rollbackOf === undefined || d.artifacts.manifestKey !== undefined, {
+    error: 'a rollback deploys a receipt\'s manifest: expected artifacts.manifestKey',
   })
   .refine((d) => (d.afterFailure === undefined) !== (d.artifacts.manifestKey === undefined), {
     error: 'expected artifacts.manifestKey (a deploy) or afterFailure (an inspect after a failed stage), not both',

@@ -8,7 +8,9 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import {
+  type DeployStageData,
   deleteEvent,
+  deployEvent,
   type KappEvent,
   objectEvent,
   type Reason,
@@ -234,8 +236,45 @@ describe('rollback to a receipt (kapp-lambda.carvel.dev/rollback-to)', () => {
     const next = await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
     expect(next?.type).toBe('dev.kapp-lambda.stage.deploy.v1');
     expect((next?.data as { artifacts?: unknown } | undefined)?.artifacts).toEqual({ manifestKey: MANIFEST });
+    expect((next?.data as { rollbackOf?: unknown } | undefined)?.rollbackOf).toBe(RECEIPT_ID);
     expect(w.tools()).toEqual([]);
     expect(w.statuses()).toEqual([]);
+  });
+
+  /** The rollback hand-off fetch sends for `w`, with `data` changed as given. */
+  async function handOff(w: AppWorld, change: (data: DeployStageData) => DeployStageData = (d) => d) {
+    const next = await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    if (next?.type !== 'dev.kapp-lambda.stage.deploy.v1') throw new Error('no rollback hand-off');
+    return deployEvent(change(next.data as DeployStageData), { time: new Date(NOW) });
+  }
+
+  it('the deploy function applies that render while the App asks for the receipt', async () => {
+    const w = appWorld({ app: appObject(rolledBack(1)), tmpRoot: path.join(tempDir(), 'scratch') });
+    await keep(w, true);
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    await dispatchEvent(await handOff(w), w.deps);
+    expect(w.tools()).toContain('kapp');
+    expect(w.statuses().at(-1)?.conditions?.[0]?.type).toBe('ReconcileSucceeded');
+  });
+
+  it('and refuses a rollback hand-off the App no longer asks for, or naming another manifest: no kapp, no status', async () => {
+    const w = appWorld({ app: appObject(rolledBack(1)), tmpRoot: path.join(tempDir(), 'scratch') });
+    await keep(w, true);
+    const asked = await handOff(w);
+    // The annotation is gone (or, forged, never was): what fetch hands on is not applied.
+    const obj = w.cluster.get('App', REF.namespace, REF.name);
+    if (obj) obj.metadata.annotations = {};
+    await dispatchEvent(asked, w.deps);
+    expect(w.tools()).toEqual([]);
+    expect(w.statuses()).toEqual([]);
+
+    const v = appWorld({ app: appObject(rolledBack(1)), tmpRoot: path.join(tempDir(), 'scratch2') });
+    await keep(v, true);
+    const other = templateArtifactKey('f'.repeat(64));
+    await v.store.put(other, 'kind: Secret\n');
+    await dispatchEvent(await handOff(v, (d) => ({ ...d, artifacts: { manifestKey: other } })), v.deps);
+    expect(v.tools()).toEqual([]);
+    expect(v.statuses()).toEqual([]);
   });
 
   it('a receipt that is gone fails the reconcile with Rolling back: (kapp-controller status shape)', async () => {

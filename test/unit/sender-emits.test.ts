@@ -31,6 +31,8 @@ import {
   sendingAs,
 } from '../../functions/lib/entry/sender.js';
 import { RunLeases } from '../../functions/lib/lease/index.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/receipts.js';
+import { buildReceipt, receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import {
@@ -79,6 +81,10 @@ const SHAPES: Record<string, KappEvent> = {
     },
     { time },
   ),
+  rollback: deployEvent(
+    { object: REF, run: RUN, artifacts: { manifestKey: MANIFEST_KEY }, rollbackOf: '20250102-030405-000-0a1b2c3d' },
+    { time },
+  ),
   'inspect after fetch failure': deployEvent(
     { object: REF, run: RUN, artifacts: {}, fetchStatus: FETCH_PART, afterFailure: 'fetch' },
     { time },
@@ -109,7 +115,7 @@ const TAKES: Record<EventSenderName, string[]> = {
     'object PackageRepository',
     'object PackageRepository ref-changed',
   ],
-  fetch: ['object App', 'object App ref-changed', 'template', 'inspect after fetch failure', 'delete'],
+  fetch: ['object App', 'object App ref-changed', 'template', 'rollback', 'inspect after fetch failure', 'delete'],
   template: ['object App', 'object App ref-changed', 'deploy', 'inspect after template failure'],
   deploy: ['object App', 'object App ref-changed', 'deploy continuation'],
   'index-repo': ['object PackageRepository ref-changed', 'repo.indexed'],
@@ -293,6 +299,32 @@ describe("the App functions' real events, each from its sender's role", () => {
       ['fetch', 'template', 'template'],
       ['template', 'deploy', 'inspect after template failure'],
     ]);
+  });
+
+  it('a rollback: fetch hands the receipt render to deploy, taken and applied', async () => {
+    const id = '20250101-000000-000-0123abcd';
+    const w = world(
+      appObject({
+        status: SUCCEEDED_BEFORE,
+        metadata: { annotations: { [ROLLBACK_TO_ANNOTATION]: id, [ROLLBACK_GENERATION_ANNOTATION]: '1' } },
+      }),
+    );
+    const receipt = buildReceipt({
+      owner: REF,
+      uid: REF.uid,
+      generation: 1,
+      runId: 'earlier',
+      startedAt: new Date(NOW),
+      endedAt: new Date(NOW),
+      trail: { stages: [] },
+      render: { key: MANIFEST_KEY, digest: 'e'.repeat(64), private: false },
+    });
+    await w.store.put(receiptKey(REF, id), JSON.stringify({ ...receipt, id }));
+    await w.store.put(MANIFEST_KEY, 'kind: ConfigMap\n');
+    w.runner.on('kapp', async () => ({ stdout: 'Succeeded' }));
+    expect(await appFleet(w).run(objectEvent(REF, 'modified', { time }))).toEqual([['fetch', 'deploy', 'rollback']]);
+    expect(w.tools()).toEqual(['kapp']);
+    expect(w.app()?.status?.conditions?.[0]?.type).toBe('ReconcileSucceeded');
   });
 
   it('a deletion: fetch → deploy (delete) taken', async () => {

@@ -53,6 +53,8 @@ export type EventSenderName = PipelineStage | 'forwarder';
  * - `template`: the fetch → template hand-off (a fetched artifact to render);
  * - `deploy`: a deploy with `artifacts.manifestKey` and no `continuation` (a manifest to apply);
  * - `deploy continuation`: the same with `continuation` (the deploy function's own, past its deadline);
+ * - `rollback`: a deploy with `rollbackOf` and no `continuation`: a receipt's manifest, which the
+ *   deploy function applies only while the App asks for that receipt and the receipt holds it;
  * - `inspect after <stage> failure`: a deploy event with `afterFailure: <stage>` (no manifest: the
  *   deploy function only inspects and ends the run);
  * - `delete`: the delete hand-off (`kapp delete` of an App being deleted);
@@ -64,6 +66,7 @@ export type EmittedShape =
   | 'template'
   | 'deploy'
   | 'deploy continuation'
+  | 'rollback'
   | `inspect after ${(typeof INSPECT_AFTER_STAGES)[number]} failure`
   | 'delete'
   | 'repo.indexed';
@@ -75,7 +78,7 @@ export type EmittedShape =
  * | sender | emits | where |
  * |---|---|---|
  * | forwarder | `object App`, `object PackageInstall`, `object PackageRepository` (any reason) | `events/forwarder/outbox.ts` |
- * | fetch | `template`, `inspect after fetch failure`, `delete`, `object App` | `../pipeline/fetch.ts`, `../pipeline/reconcile.ts`; follow-ups and restarts |
+ * | fetch | `template`, `inspect after fetch failure`, `rollback`, `delete`, `object App` | `../pipeline/fetch.ts`, `../pipeline/reconcile.ts`, `../pipeline/rollback.ts`; follow-ups and restarts |
  * | template | `deploy`, `inspect after template failure`, `object App` | `../pipeline/template.ts`; follow-ups and restarts |
  * | deploy | `deploy continuation`, `object App` | `../pipeline/routes/deploy.ts`; follow-ups and restarts |
  * | index-repo | `repo.indexed`, `object PackageRepository ref-changed` | `../pipeline/index-repo-changes.ts`, `../pipeline/source-poll.ts` |
@@ -97,7 +100,7 @@ export type EmittedShape =
  */
 export const EMITS: Readonly<Record<EventSenderName, readonly EmittedShape[]>> = Object.freeze({
   forwarder: KINDS.map((k) => `object ${k}` as const),
-  fetch: ['template', 'inspect after fetch failure', 'delete', 'object App'],
+  fetch: ['template', 'inspect after fetch failure', 'rollback', 'delete', 'object App'],
   template: ['deploy', 'inspect after template failure', 'object App'],
   deploy: ['deploy continuation', 'object App'],
   'index-repo': ['repo.indexed', 'object PackageRepository ref-changed'],
@@ -118,7 +121,8 @@ export function emittedShape(event: KappEvent): EmittedShape {
       return 'template';
     case EVENT_TYPES.deploy:
       if (event.data.afterFailure !== undefined) return `inspect after ${event.data.afterFailure} failure`;
-      return event.data.continuation ? 'deploy continuation' : 'deploy';
+      if (event.data.continuation) return 'deploy continuation';
+      return event.data.rollbackOf === undefined ? 'deploy' : 'rollback';
     case EVENT_TYPES.delete:
       return 'delete';
     case EVENT_TYPES.repoIndexed:

@@ -79,6 +79,7 @@ import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
+import { rollbackRefusal } from './rollback.js';
 import { APP_KIND, closeStage, openHandOff, type StageFrame, writeFrameStatus } from './stage.js';
 
 /** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
@@ -137,6 +138,14 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
     return undefined;
   }
   const manifestKey = manifestKeyOf(data);
+  if (data.rollbackOf !== undefined) {
+    const why = await rollbackRefusal(frame.loaded.raw, ref, data.rollbackOf, manifestKey, deps.store);
+    if (why) {
+      // A stale rollback (the annotation changed since) or a forged one: nothing is applied.
+      deps.log.warn({ app: `${ref.namespace}/${ref.name}`, receipt: data.rollbackOf, why }, 'rollback refused');
+      return undefined;
+    }
+  }
   const { kube, mask, fence } = frame;
   const kref = frame.ref;
   const { app } = frame.loaded;

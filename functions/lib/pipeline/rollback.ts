@@ -9,11 +9,14 @@
  * @module
  */
 
+import type { ObjectRef } from '../../../events/schema.js';
+import type { KubeObject } from '../kube/port.js';
 import { readReceipt } from '../receipt/receipt.js';
+import type { ObjectStore } from '../store/port.js';
 import { KappControllerError, resultFromError } from '../reconcile/result.js';
 import type { LoadedApp } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
-import { receiptOnEnd, trailWith } from './receipts.js';
+import { activeRollback, ROLLBACK_TO_ANNOTATION, receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openStage } from './stage.js';
 
@@ -50,6 +53,7 @@ export async function runRollback(
         object: ctx.ref,
         run: ctx.run,
         artifacts: { ...(fetchKey ? { fetchKey } : {}), manifestKey },
+        rollbackOf: receipt.id,
         ...(trail ? { receipt: trail } : {}),
       },
     };
@@ -79,4 +83,33 @@ export async function runRollback(
     receipt: receiptOnEnd(deps, { object: ctx.ref, run: ctx.run, stage: 'fetch' }),
   });
   return {};
+}
+
+/**
+ * Why the deploy function must not apply a rollback hand-off (`rollbackOf`, `manifestKey`), or
+ * `undefined` when it may: the App (as just read) must still ask for that receipt for its current
+ * generation, and the receipt must hold that render. The fetch function hands deploy no other
+ * manifest (the sender check binds it to this shape), so a fetch function that was taken over
+ * cannot make deploy apply an arbitrary manifest to an App that asked for no rollback.
+ *
+ * @throws StoreError when the receipt cannot be read (the transport retries the event)
+ */
+export async function rollbackRefusal(
+  raw: KubeObject,
+  ref: ObjectRef,
+  rollbackOf: string,
+  manifestKey: string,
+  store: ObjectStore,
+): Promise<string | undefined> {
+  if (activeRollback(raw) !== rollbackOf) {
+    return `the App's ${ROLLBACK_TO_ANNOTATION} does not name receipt ${rollbackOf} for its generation`;
+  }
+  const receipt = await readReceipt(store, ref, rollbackOf).catch((err: unknown) => {
+    if (err instanceof TypeError) return undefined;
+    throw err;
+  });
+  if (receipt?.inputs.render?.key !== manifestKey) {
+    return `receipt ${rollbackOf} does not hold the manifest the rollback names`;
+  }
+  return undefined;
 }
