@@ -67,7 +67,7 @@ const timeoutMs = Number(process.env.DEMO_TIMEOUT_SECONDS ?? 300) * 1000;
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 const log = pino({ base: undefined, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination(2));
 
-say('starting local control plane and fixture servers (first run builds them; see README)');
+say('starting local control plane and fixture servers');
 const env = await startLocalEnvironment(say);
 const tmpRoot = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-demo-'));
 let exitCode = 1;
@@ -164,5 +164,6 @@ try {
   say(`demo failed: ${(err as Error).message}`);
 } finally {
   await shutdown();
+  say('stopped and removed the control plane, the servers and the demo store (npm start keeps one running)');
 }
 process.exit(exitCode);

@@ -159,13 +159,9 @@ export const REAL_IO: ReceiptsIo = {
   err: (t) => process.stderr.write(t),
 };
 
-/**
- * Runs the command line.
- *
- * @returns the exit code: 0, 1 (no such receipt, render gone, App not patched), 2 (usage).
- */
-export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: ReceiptsIo = REAL_IO) {
-  const { values: v, positionals } = parseArgs({
+/** The command line's options (`node:util` `parseArgs`, strict: an unknown option throws). */
+function parseReceiptsArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     strict: true,
@@ -176,8 +172,30 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       context: { type: 'string' },
       clear: { type: 'boolean' },
       json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
     },
   });
+}
+
+/**
+ * Runs the command line.
+ *
+ * @returns the exit code: 0 (`--help` too), 1 (no such receipt, render gone, App not patched),
+ *   2 (usage, an unknown option).
+ */
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: ReceiptsIo = REAL_IO) {
+  let parsed: ReturnType<typeof parseReceiptsArgs>;
+  try {
+    parsed = parseReceiptsArgs(argv);
+  } catch (err) {
+    io.err(`receipts: ${(err as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  const { values: v, positionals } = parsed;
+  if (v.help) {
+    io.out(USAGE);
+    return 0;
+  }
   const [command, target, id] = positionals;
   const m = /^([a-z0-9][a-z0-9.-]*)\/([a-z0-9][a-z0-9.-]*)$/.exec(target ?? '');
   const ns = m?.[1];

@@ -382,6 +382,17 @@ describe('npm run receipts', () => {
     expect(t.err.join('')).toContain('not found');
     expect(await main(['rollback', 'team-a/web'], {}, t.io)).toBe(2);
     expect(await main(['list', 'web'], {}, t.io)).toBe(2);
+    // An unknown option: the usage with the reason, not a stack of parseArgs.
+    expect(await main(['list', 'team-a/web', '--nope'], {}, t.io)).toBe(2);
+    expect(t.err.at(-1)).toMatch(/^receipts: Unknown option '--nope'.*\nusage:/s);
+  });
+
+  it('--help and -h print the usage and exit 0', async () => {
+    for (const flag of ['--help', '-h']) {
+      const t = io(new MemoryStore(), { generation: 1, resourceVersion: '1' });
+      expect(await main([flag], {}, t.io)).toBe(0);
+      expect(t.out.join('')).toMatch(/^usage:\n {2}npm run receipts -- list/);
+    }
   });
 
   it('marks the receipt the App is rolled back to', () => {
