@@ -54,9 +54,9 @@ const CLUSTER_KINDS = [
   'ValidatingAdmissionPolicyBinding',
 ];
 
-/** What the admission policy of `package-repository-kapp.yml` answers a non-record ConfigMap write. */
+/** What the admission policy of `package-repository-kapp.yml` answers a ConfigMap write that is no PackageRepository record. */
 const RECORDS_ONLY =
-  "kapp-lambda-pkgr may only write kapp's records (ConfigMaps labelled kapp.k14s.io/is-app or kapp.k14s.io/is-app-change)";
+  "kapp-lambda-pkgr may only write kapp's records of a PackageRepository (labelled kapp.k14s.io/is-app and named <x>.pkgr or <x>.pkgr.apps.k14s.io, labelled kapp.k14s.io/is-app-change and named <x>.pkgr-change-<suffix>; deleted also <x>-ctrl, <x>-ctrl.apps.k14s.io, <x>-ctrl-change-<suffix>)";
 
 /** What it answers any write in a system namespace. */
 const NO_SYSTEM_NS = 'kapp-lambda-pkgr may not write in kube-system, kube-public or kube-node-lease';
@@ -435,11 +435,88 @@ describe('the functions through the cluster registry, each as its own identity',
     await refused(['-n', ns, 'label', 'configmap', 'vals', 'kapp.k14s.io/is-app='], RECORDS_ONLY);
     await refused(['-n', ns, 'label', 'configmap', 'vals', 'kapp.k14s.io/is-app-change='], RECORDS_ONLY);
     expect((await view.getConfigMap(ns, 'vals'))?.data).toEqual({ a: '1' });
-    // A record of its own: created and deleted, but not turned into a plain ConfigMap.
-    const record = configMap(ns, 'own-record', { 'kapp.k14s.io/is-app': '' });
+    // A record of a repository: created and deleted, but not turned into a plain ConfigMap.
+    const record = configMap(ns, 'own.pkgr', { 'kapp.k14s.io/is-app': '' });
     expect((await asPkgr(['create', '-f', '-'], record)).code).toBe(0);
-    await refused(['-n', ns, 'label', 'configmap', 'own-record', 'kapp.k14s.io/is-app-'], RECORDS_ONLY);
-    expect((await asPkgr(['-n', ns, 'delete', 'configmap', 'own-record'])).code).toBe(0);
+    await refused(['-n', ns, 'label', 'configmap', 'own.pkgr', 'kapp.k14s.io/is-app-'], RECORDS_ONLY);
+    expect((await asPkgr(['-n', ns, 'delete', 'configmap', 'own.pkgr'])).code).toBe(0);
+    // Labelled as a record but not named as a repository's: the runtime's kapp-controller-config
+    // (read with no label check, applied to every App), an App's record `<app>.app` (planted
+    // before the App exists, its kapp would prune what the planted selector matches), a
+    // ConfigMap an App names in valuesFrom, change records of another app.
+    const isApp = { 'kapp.k14s.io/is-app': '' };
+    const isChange = { 'kapp.k14s.io/is-app-change': '' };
+    for (const [namespace, name, labels] of [
+      [ids, 'kapp-controller-config', isApp],
+      [other, 'kapp-controller-config', isApp],
+      [other, 'kapp-controller-config', isChange],
+      [other, 'foo.app', isApp],
+      [other, 'foo.app.apps.k14s.io', isApp],
+      [other, 'vals', isApp],
+      [other, 'foo-ctrl', isApp],
+      [ns, 'x.pkgr-change-abc', isApp],
+      [other, 'foo.app-change-abc', isChange],
+      [other, 'foo.pkgr', isChange],
+      [other, 'foo-ctrl-change-abc', isChange],
+      // A repository's change record name, labelled as another app's.
+      [other, 'foo.pkgr-change-abc', { ...isChange, 'kapp.k14s.io/app-change-app': 'foo.app' }],
+      [other, 'foo.pkgr-change-abc', { ...isChange, 'kapp.k14s.io/app-change-app': 'bar.pkgr' }],
+      // Both labels: no name is both records'.
+      [other, 'foo.pkgr', { ...isApp, ...isChange }],
+    ] as const) {
+      await refused(
+        ['create', '-f', '-'],
+        `${RECORDS_ONLY}: CREATE of ConfigMap ${namespace}/${name} refused`,
+        configMap(namespace, name, labels),
+      );
+    }
+    // kapp-controller-config of the runtime namespace exists (an update): refused as well.
+    await refused(['-n', ids, 'label', 'configmap', 'kapp-controller-config', 'kapp.k14s.io/is-app='], RECORDS_ONLY);
+    // A change record created with generateName: the API server generated the name before
+    // validating admission, so the name is checked (another app's refused, a repository's allowed).
+    const generated = (prefix: string, labels: Record<string, string>) =>
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { generateName: prefix, namespace: other, labels },
+      });
+    const foreignChange = await asPkgr(
+      ['create', '-o', 'name', '-f', '-'],
+      generated('foo.app-change-', { ...isChange, 'kapp.k14s.io/app-change-app': 'foo.app' }),
+    );
+    expect(foreignChange.code).not.toBe(0);
+    expect(foreignChange.stderr).toMatch(
+      new RegExp(`: CREATE of ConfigMap ${other}/foo\\.app-change-[a-z0-9]{5} refused`),
+    );
+    const ownChange = await asPkgr(
+      ['create', '-o', 'name', '-f', '-'],
+      generated('own.pkgr-change-', { ...isChange, 'kapp.k14s.io/app-change-app': 'own.pkgr' }),
+    );
+    expect(ownChange.stderr).toBe('');
+    expect(ownChange.stdout.trim()).toMatch(/^configmap\/own\.pkgr-change-[a-z0-9]{5}$/);
+    expect((await asPkgr(['-n', other, 'delete', ownChange.stdout.trim()])).code).toBe(0);
+    // An App's existing record: its label value (what its kapp prunes by) cannot be rewritten,
+    // nor the record deleted.
+    const spec = JSON.stringify({ labelKey: 'kapp.k14s.io/app', labelValue: '1' });
+    await k(
+      ['create', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'foo.app', namespace: other, labels: isApp },
+        data: { spec },
+      }),
+    );
+    const planted = JSON.stringify({ labelKey: 'kapp.k14s.io/app', labelValue: '2' });
+    await refused(
+      ['-n', other, 'patch', 'configmap', 'foo.app', '-p', JSON.stringify({ data: { spec: planted } })],
+      `${RECORDS_ONLY}: UPDATE of ConfigMap ${other}/foo.app refused`,
+    );
+    await refused(
+      ['-n', other, 'delete', 'configmap', 'foo.app'],
+      `${RECORDS_ONLY}: DELETE of ConfigMap ${other}/foo.app`,
+    );
+    expect((await view.getConfigMap(other, 'foo.app'))?.data).toEqual({ spec });
     // kube-system: nothing, not even a record (the admin's record there stays as it is).
     const systemRecord = `creg-record-${suffix}`;
     await refused(
@@ -491,5 +568,76 @@ describe('the functions through the cluster registry, each as its own identity',
     expect((await k(['-n', ns, 'get', 'packagemetadatas.data.packaging.carvel.dev', '-o', 'name'])).stdout).toBe('');
     expect(await view.getConfigMap(ns, 'demo.pkgr')).toBeUndefined();
     expect(await records('kapp.k14s.io/is-app-change')).toEqual([]);
+
+    // A repository whose kapp app an older kapp-controller named `<x>-ctrl` (here: real kapp as
+    // the admin): the first deploy as kapp-lambda-pkgr renames the record (`--prev-app`: the new
+    // name created, the old one deleted; with fully-qualified names `<x>.pkgr.apps.k14s.io`, then
+    // updated), the delete removes the old app's change records with its own.
+    for (const [name, env, recordName] of [
+      ['mig', {}, 'mig.pkgr'],
+      ['fq', { KAPP_FQ_CONFIGMAP_NAMES: 'true' }, 'fq.pkgr.apps.k14s.io'],
+    ] as const) {
+      const base = pkg('3.0.0');
+      const legacyPkg = {
+        ...base,
+        metadata: { name: `${name}.example.com.3.0.0` },
+        spec: { ...base.spec, refName: `${name}.example.com` },
+      };
+      const legacy = await run(
+        {
+          bin: 'kapp',
+          args: [
+            'deploy',
+            '--app',
+            `${name}-ctrl`,
+            '--namespace',
+            ns,
+            '-f',
+            '-',
+            '--yes',
+            '--kubeconfig',
+            kubeconfigPath,
+          ],
+          env: {},
+          sensitiveEnv: [],
+        },
+        stringify({ ...legacyPkg, metadata: { ...legacyPkg.metadata, namespace: ns } }),
+      );
+      expect(legacy.code, legacy.stderr).toBe(0);
+      const legacyRecord = await view.getConfigMap(ns, `${name}-ctrl`);
+      expect(legacyRecord).toBeDefined();
+      expect(await records('kapp.k14s.io/is-app-change')).toHaveLength(1);
+      const withEnv = (cmd: KappCommand) => ({ ...cmd, env: { ...cmd.env, ...env } });
+      const migrated = await run(
+        withEnv(
+          packageRepositoryDeployCommand({
+            name,
+            namespace: ns,
+            metadataFile: path.join(tmp, `${name}.yml`),
+            kubeconfigYaml,
+          }),
+        ),
+        stringify(legacyPkg),
+      );
+      expect(migrated.stderr).toBe('');
+      expect(migrated.code).toBe(0);
+      expect(await view.getConfigMap(ns, `${name}-ctrl`)).toBeUndefined();
+      // The record renamed: the same label value (kapp's ownership of what the old app deployed).
+      expect((await view.getConfigMap(ns, recordName))?.data.spec).toContain(
+        JSON.parse(legacyRecord?.data.spec ?? '{}').labelValue,
+      );
+      expect(await records('kapp.k14s.io/is-app')).toEqual([`configmap/${recordName}`]);
+      // The old app's change record stays (nothing changed: kapp recorded no change of its own);
+      // the renamed record's label value still selects it, so the delete removes it too.
+      expect(await records('kapp.k14s.io/is-app-change')).toEqual([
+        expect.stringMatching(new RegExp(`^configmap/${name}-ctrl-change-[a-z0-9]{5}$`)),
+      ]);
+      const gone = await run(withEnv(packageRepositoryDeleteCommand({ name, namespace: ns, kubeconfigYaml })));
+      expect(gone.stderr).toBe('');
+      expect(gone.code).toBe(0);
+      expect(await packages()).toEqual([]);
+      expect(await records('kapp.k14s.io/is-app')).toEqual([]);
+      expect(await records('kapp.k14s.io/is-app-change')).toEqual([]);
+    }
   });
 });
