@@ -305,7 +305,7 @@ export const DeployStageDataSchema = z
     rollbackOf: z.string().regex(RECEIPT_ID_PATTERN).optional(),
   })
   .refine((d) => d.rollbackOf === undefined || d.artifacts.manifestKey !== undefined, {
-    error: 'a rollback deploys a receipt\'s manifest: expected artifacts.manifestKey',
+    error: "a rollback deploys a receipt's manifest: expected artifacts.manifestKey",
   })
   .refine((d) => (d.afterFailure === undefined) !== (d.artifacts.manifestKey === undefined), {
     error: 'expected artifacts.manifestKey (a deploy) or afterFailure (an inspect after a failed stage), not both',

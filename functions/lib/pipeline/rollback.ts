@@ -12,8 +12,8 @@
 import type { ObjectRef } from '../../../events/schema.js';
 import type { KubeObject } from '../kube/port.js';
 import { readReceipt } from '../receipt/receipt.js';
-import type { ObjectStore } from '../store/port.js';
 import { KappControllerError, resultFromError } from '../reconcile/result.js';
+import type { ObjectStore } from '../store/port.js';
 import type { LoadedApp } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { activeRollback, ROLLBACK_TO_ANNOTATION, receiptOnEnd, trailWith } from './receipts.js';
