@@ -8,6 +8,7 @@
  * the routing every Lambda function entry uses, with the same retry bound.
  */
 import { type FunctionName, type KappEvent, objectRefOf, orderingKey, targetFunction } from '../../events/schema.js';
+import { emitRefusal } from '../lib/entry/sender.js';
 import { withSignal } from '../lib/exec/deadline.js';
 import { coalesceEvents } from '../lib/lease/coalesce.js';
 import type { RunCopy } from '../lib/pipeline/deps.js';
@@ -214,6 +215,11 @@ export class EmbeddedPipeline {
               { dispatch: dispatchEvent },
             )
           ).next;
+          // The hand-off must be one the stage's function sends in the cloud mode (the sender
+          // table, `../lib/entry/sender.ts`): the e2e suite then catches a stage and the table
+          // drifting apart, which the cloud functions would refuse (`sendingAs`).
+          const refusal = ev ? emitRefusal(stage.stage, ev) : undefined;
+          if (refusal !== undefined) throw new Error(refusal);
         } catch (err) {
           const clusterId = objectRefOf(current).clusterId;
           if (this.acting && !this.acting(clusterId)) {
