@@ -31,10 +31,21 @@ export interface SshKeyPair {
   readonly publicKey: string;
 }
 
-/** A fresh ed25519 key pair (no passphrase). */
+/**
+ * A fresh ed25519 key pair (no passphrase). ssh2's generator strips leading zero bytes of the
+ * public key, so about 1 pair in 256 is one ssh2 itself cannot parse (mscdex/ssh2#1390, #1513;
+ * a CI run failed on it: `Cannot parse privateKey: Malformed OpenSSH private key`): such a pair
+ * is drawn again.
+ *
+ * @throws Error when 32 pairs in a row do not parse (never, short of a broken ssh2)
+ */
 export function generateSshKey(): SshKeyPair {
-  const pair = utils.generateKeyPairSync('ed25519');
-  return { privateKey: pair.private, publicKey: pair.public.trim() };
+  for (let i = 0; i < 32; i++) {
+    const pair = utils.generateKeyPairSync('ed25519');
+    if (utils.parseKey(pair.private) instanceof Error || utils.parseKey(pair.public) instanceof Error) continue;
+    return { privateKey: pair.private, publicKey: pair.public.trim() };
+  }
+  throw new Error('ssh2 generated 32 ed25519 key pairs it cannot parse');
 }
 
 /** What one exec request asked for and how it ended. */
