@@ -20,6 +20,14 @@ import { activeRollback, ROLLBACK_TO_ANNOTATION, receiptOnEnd, trailWith } from 
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openStage } from './stage.js';
 
+/** A receipt of the App, or `undefined` when it is gone or unreadable (`TypeError`: bad JSON). */
+function storedReceipt(store: ObjectStore, ref: ObjectRef, id: string) {
+  return readReceipt(store, ref, id).catch((err: unknown) => {
+    if (err instanceof TypeError) return undefined;
+    throw err;
+  });
+}
+
 /** Prefix of a rollback's own failure (no receipt, no render). */
 export const ROLLBACK_ERROR_PREFIX = 'Rolling back: ';
 
@@ -37,12 +45,7 @@ export async function runRollback(
   deps: PipelineDeps,
   latest?: import('../kube/port.js').KubeObject,
 ): Promise<StageOutput> {
-  const receipt = await infraStep('reading the receipt', () =>
-    readReceipt(deps.store, ctx.ref, receiptId).catch((err: unknown) => {
-      if (err instanceof TypeError) return undefined;
-      throw err;
-    }),
-  );
+  const receipt = await infraStep('reading the receipt', () => storedReceipt(deps.store, ctx.ref, receiptId));
   const manifestKey = receipt?.inputs.render?.key;
   const present = manifestKey ? await infraStep('reading the receipt', () => deps.store.head(manifestKey)) : undefined;
   if (receipt && manifestKey && present) {
@@ -104,10 +107,7 @@ export async function rollbackRefusal(
   if (activeRollback(raw) !== rollbackOf) {
     return `the App's ${ROLLBACK_TO_ANNOTATION} does not name receipt ${rollbackOf} for its generation`;
   }
-  const receipt = await readReceipt(store, ref, rollbackOf).catch((err: unknown) => {
-    if (err instanceof TypeError) return undefined;
-    throw err;
-  });
+  const receipt = await storedReceipt(store, ref, rollbackOf);
   if (receipt?.inputs.render?.key !== manifestKey) {
     return `receipt ${rollbackOf} does not hold the manifest the rollback names`;
   }
