@@ -209,8 +209,8 @@ export async function bundleFunctions<S extends string>(
 }
 
 /**
- * The most a function bundle may weigh, bytes: 1,000,000 (issue 13: small functions load and
- * start fast; the AWS SDK is the runtime's, client-node is not bundled).
+ * The most a function bundle may weigh, bytes: 1,000,000 (docs/decisions.md D12: small functions
+ * load and start fast; the AWS SDK is the runtime's, client-node is not bundled).
  */
 export const FUNCTION_BUNDLE_MAX_BYTES = 1_000_000;
 

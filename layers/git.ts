@@ -2,7 +2,7 @@
  * git for the Lambda layers of the functions that run vendir (fetch, index-repo): vendir execs
  * `git` from `PATH` for every `git` source, and the fleet source poll runs `git ls-remote`.
  *
- * Decision (issue 11 item 6c): the machine's (Debian's) git, relocated into the layer with its
+ * Decision (docs/decisions.md D13): the machine's (Debian's) git, relocated into the layer with its
  * own loader and every library it links, started through a static launcher
  * (`layers/native/git-launch.c`, layout there). Not a container-image fetch function: the
  * other functions' zip + layer packaging, sizing and tests would fork in two, and an image

@@ -53,8 +53,8 @@ export const EXAMPLES = ['rbac.yml', ...APP_EXAMPLES, 'kadras-repository.yml'];
 /**
  * Applied once the repository reconciled, as a user runs `kctrl package install` after `kctrl
  * package repository add` (kctrl waits for the repository): a PackageInstall applied before its
- * Packages exist fails `Package ... not found` and, until repository indexing re-triggers
- * installs (issue 10 item 4), waits for its sync period.
+ * Packages exist fails `Package ... not found` until the repository's reconcile re-triggers it
+ * (event-driven upgrades, docs/decisions.md D8).
  */
 export const INSTALL_EXAMPLE = 'kadras-metrics-server-install.yml';
 

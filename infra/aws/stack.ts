@@ -215,8 +215,8 @@ export class KappLambdaStack extends Stack {
   /** Encrypts the bucket, the root-key secrets and the functions' variables. */
   readonly artifactKey: kms.Key;
   /**
-   * Whether the functions check who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`, issue 11
-   * item 6d): whenever their clusters come from a registry (the default cluster access always),
+   * Whether the functions check who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`,
+   * docs/decisions.md D6): whenever their clusters come from a registry (the default cluster access always),
    * since the registry names each cluster's forwarder role. A cluster access without one (a
    * kubeconfig) cannot check: such a stack refuses every forwarder role
    * ({@link addClusterForwarder} throws), so no forwarder can send unchecked.

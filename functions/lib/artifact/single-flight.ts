@@ -32,7 +32,7 @@
  * by more than the TTL.
  *
  * Only shared content takes a marker: content made from Secrets (`private/…` keys) is sealed per
- * cluster and never shared (issue 7), so {@link inflightKey} refuses it and the stages never ask.
+ * cluster and never shared (docs/decisions.md D5), so {@link inflightKey} refuses it and the stages never ask.
  *
  * @module
  */

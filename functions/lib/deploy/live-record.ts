@@ -1,7 +1,7 @@
 /**
  * The deploy record behind the no-op resync: what an App's last successful `kapp deploy` left
  * in its cluster, so a periodic resync whose render inputs are unchanged can confirm that
- * nothing drifted without running kapp (issue 13 item 2).
+ * nothing drifted without running kapp (docs/decisions.md D11).
  *
  * Upstream runs `kapp deploy` on every resync; kapp then lists the app's resources (its label
  * `kapp.k14s.io/app=<id>`, in the group/kinds its app record names), diffs them against the

@@ -1,5 +1,5 @@
 /**
- * The API server address kapp gets, pinned for one run (issue 7). kapp (client-go) resolves a
+ * The API server address kapp gets, pinned for one run (docs/decisions.md D4). kapp (client-go) resolves a
  * kubeconfig `server`'s host itself, on every new connection, so a name whose DNS answer
  * changes while kapp runs (or between the runtime's reads and kapp's start) could point kapp's
  * API connections at another address. On the paths where kapp talks to the cluster the

@@ -271,7 +271,7 @@ const EnvSchema = z.object({
       const parsed = entries.map(parseFunctionSender);
       if (parsed.every((p) => p !== undefined)) return parsed;
       // A bare id is the format before each role was bound to its function: taking it as before
-      // would let that role send any event (issue 7), so the function refuses to start instead.
+      // would let that role send any event (docs/decisions.md D6), so the function refuses to start instead.
       const bare = entries.some((e) => IAM_ROLE_ID_PATTERN.test(e));
       ctx.addIssue({
         code: 'custom',

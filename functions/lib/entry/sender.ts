@@ -1,5 +1,5 @@
 /**
- * Who may send what (issue 11 item 6d, issue 7): an SQS message's sender is the IAM principal
+ * Who may send what (docs/decisions.md D6): an SQS message's sender is the IAM principal
  * SQS authenticated (`SenderId` of the record's attributes, `<role id>:<session name>` for a
  * role's credentials; no sender can set it). An event naming cluster C is taken only when
  *

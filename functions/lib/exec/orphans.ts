@@ -5,7 +5,7 @@
  * exits (`./runner.ts`), but a process can leave both (`setsid`, then a double fork) and keep
  * running. On Lambda every tool shares the function's uid, and an execution environment runs
  * one invocation after another: such a process, frozen with the sandbox and thawed with the next
- * invocation, could read the next App's run directories or fetched files (issue 7, item 3). The
+ * invocation, could read the next App's run directories or fetched files (docs/decisions.md D2). The
  * runtime makes itself the child subreaper (`becomeSubreaper`, `./harden.ts`), so those processes
  * are re-parented to it, and this sweeper kills and reaps them once no tool run is in flight.
  *

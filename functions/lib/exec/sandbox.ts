@@ -1,5 +1,6 @@
 /**
- * Per-run isolation of tool processes (issue 7 §3 and §5).
+ * Per-run isolation of tool processes (docs/decisions.md D1: tenants are hostile, so no run
+ * sees what another run left or holds).
  *
  * - Every run gets its own directory (`<tmp>/run-XXXXXX/{home,tmp,cache,config,data}`) that is
  *   its `HOME`, `TMPDIR` and XDG directories, removed when the run ends: a `.gitconfig`,
@@ -15,7 +16,7 @@
  *   run ownership of a file outside its directory.
  *
  * On AWS Lambda the function is not root and cannot change uid: the run directory still
- * isolates runs, and the README's security section says what a tool run can reach there.
+ * isolates runs, and docs/security.md ("Known gaps") says what a tool run can reach there.
  *
  * @module
  */

@@ -1,5 +1,5 @@
 /**
- * The egress proxy of the tool runs (issue 7 §4): while the URL policy is enforced, the tools
+ * The egress proxy of the tool runs (docs/decisions.md D3): while the URL policy is enforced, the tools
  * that make network requests (vendir and the imgpkg, helm and git it runs, kbld) get
  * `HTTP_PROXY`/`HTTPS_PROXY` pointing at this small forward proxy on `127.0.0.1`, run by the
  * function itself. The up-front check of `./url-policy.ts` sees only the URLs an App writes;

@@ -1,5 +1,5 @@
 /**
- * The URL policy every fetch obeys in the cloud mode (issue 7 §4): a source whose host resolves
+ * The URL policy every fetch obeys in the cloud mode (docs/decisions.md D3): a source whose host resolves
  * to loopback, link-local (169.254.0.0/16: the instance and container credential endpoints),
  * the Lambda Runtime API (loopback), a private, shared (CGNAT), multicast or unspecified
  * address is refused before any tool runs, unless the fleet's allow-list names it. One fetch

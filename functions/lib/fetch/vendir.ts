@@ -599,7 +599,7 @@ export const VENDIR_GODEBUG = 'tarinsecurepath=0,zipinsecurepath=0';
  * Deviation: upstream also sets `VENDIR_CACHE_DIR` to a directory per object
  * (`<cacheRoot>/apps/<app uid>`) that outlives the run. Here vendir gets none, so it caches
  * nothing (vendir v0.44 reads no other cache location: without the variable it uses its
- * `NoCache`), and no run reads what an earlier run left (issue 7 §3). That cache is unsafe to
+ * `NoCache`), and no run reads what an earlier run left (docs/decisions.md D1). That cache is unsafe to
  * keep: vendir keys an image or bundle entry by its digest alone, so a later run for
  * `<any registry>/x@<same digest>` is served from it without contacting that registry, and a
  * git entry is a `git bundle` a later `git fetch` starts from. What it saved is small: vendir

@@ -1,5 +1,5 @@
 /**
- * The fleet-wide index of a package repository (issue 9 "indexed once for the fleet"): the
+ * The fleet-wide index of a package repository (docs/decisions.md D7, indexed once for the fleet): the
  * validated package set a PackageRepository deploys, stored once in object storage and reused by
  * every cluster whose repository resolves to the same content.
  *
@@ -233,7 +233,7 @@ function parseJson<T>(key: string, body: Buffer, schema: z.ZodType<T>): T {
 }
 
 // ---------------------------------------------------------------------------------------
-// What each repository last deployed (event-driven upgrades, issue 10 item 4)
+// What each repository last deployed (event-driven upgrades in a cluster, docs/decisions.md D8)
 
 /**
  * The per-repository pointer: what one PackageRepository of one cluster deployed last, so its next

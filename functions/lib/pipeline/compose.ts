@@ -40,7 +40,7 @@ export const KUBERNETES_APIS_ERROR_PREFIX = 'Unable to list all server apigroups
  * the cluster it names, over {@link restTransportForKubeconfig}. Upstream reads the version
  * there too (`ComponentInfo.KubernetesVersion`) but the API groups always from its own cluster
  * (`KubernetesAPIs`, no cluster argument); here both come from the destination, the cluster
- * the manifests are rendered for (issue 12). A failed lookup is passed to the template stage as
+ * the manifests are rendered for (docs/decisions.md D10). A failed lookup is passed to the template stage as
  * its value, an `Error` with upstream's prefix ({@link KUBERNETES_VERSION_ERROR_PREFIX},
  * {@link KUBERNETES_APIS_ERROR_PREFIX}), which decides what it means for the App.
  *

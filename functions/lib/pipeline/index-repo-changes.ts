@@ -1,6 +1,6 @@
 /**
- * What a PackageRepository reconcile changed, told to the PackageInstalls (issue 10 item 4,
- * event-driven upgrades in a cluster): after a successful deploy (or delete) the index-repo
+ * What a PackageRepository reconcile changed, told to the PackageInstalls (event-driven upgrades
+ * in a cluster, docs/decisions.md D8): after a successful deploy (or delete) the index-repo
  * function compares the versions it now deployed with those it deployed before (the
  * repository's pointer, `../packaging/repo-index.ts` {@link RepoPointer}), records the new
  * ones, and, when a refName gained or lost versions, hands a `repo.indexed` event on. The
@@ -18,7 +18,7 @@
  * hand-off redelivers the repository's event, whose new run finds the pointer already advanced,
  * so those PackageInstalls wait for their App's sync (the safety net, 10m by default).
  *
- * Across the fleet (issue 10 item 5, `./source-poll.ts`): a repository source polled once per
+ * Across the fleet (docs/decisions.md D9, `./source-poll.ts`): a repository source polled once per
  * period for the whole fleet (a per-source poll record in the store), and a tag that moves to a
  * new digest sending `ref-changed` to every cluster's PackageRepository on that source; each then
  * deploys the one index of the new digest and reaches this module, which fans out to its

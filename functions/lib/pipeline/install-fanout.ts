@@ -1,5 +1,5 @@
 /**
- * The install function's side of event-driven upgrades (issue 10 item 4): a `repo.indexed` event
+ * The install function's side of event-driven upgrades (docs/decisions.md D8): a `repo.indexed` event
  * (a repository deployed Packages whose versions changed, `./index-repo-changes.ts`) becomes one
  * `ref-changed` object event per PackageInstall the change may move, sent through the runtime's
  * transport (`deps.emit`), each reconciled by `runInstall` under its own ordering key, at once.

@@ -10,7 +10,7 @@
  * the fetch, kapp-lambda only once it holds credentials. An unfilled placeholder
  * (`{"auths":{}}`) makes vendir fetch anonymously, exactly as no Secret does, but a fetch that
  * names a Secret is private (sealed per cluster, never shared), so naming it would take every
- * public bundle repository out of the fleet-wide index (issue 9 item 2).
+ * public bundle repository out of the fleet-wide index (docs/decisions.md D7).
  *
  * @module
  */

@@ -1,5 +1,5 @@
 /**
- * Event-driven upgrades across the fleet (issue 10 item 5): a tagged PackageRepository source is
+ * Event-driven upgrades across the fleet (docs/decisions.md D9): a tagged PackageRepository source is
  * polled once per period for the whole fleet, not once per cluster, and a tag that moves sends
  * every cluster's PackageRepository on it a reconcile event at once.
  *
