@@ -93,7 +93,7 @@ describe.concurrent('global packages through the resolver, and namespace deletio
     const viaGet = await getPackage(client, NS.plain, REF, '2.0.0+build.1', opts);
     expect([viaGet?.metadata.namespace, notes(viaGet ?? { spec: {} })]).toEqual([NS.plain, 'global 2.0.0']);
     expect((await getPackageMetadata(client, NS.plain, REF, opts))?.spec.displayName).toBe('global app');
-    // ... which the API server itself does not list there (CRDs; see the README)
+    // ... which the API server itself does not list there (CRDs; see docs/packages.md, "Global packages")
     expect(await listObjects(PKG, NS.plain)).toEqual([]);
 
     // the local namespace: its own objects win by identity, the rest comes from the global one

@@ -4,7 +4,7 @@
  * value as text, trimmed lines, env pairs, YAML/JSON leaves, standard base64 (aligned at the
  * value's start) and JSON escaping; the cases below held.
  *
- * Out of reach by design (README, security section): a template that wants to show a value it
+ * Out of reach by design (docs/security.md, "What the functions hold"): a template that wants to show a value it
  * was given can always re-encode it (base64 of a prefixed value, upper case, characters spaced
  * apart, URL encoding), and no finite set of needles catches every encoding. The value belongs
  * to the App's own Secret and reaches only the App's own status, so masking is defense in

@@ -47,7 +47,7 @@ describe('bench targets: the full run of 2026-11-30', () => {
     const f = t['forwarder.rssMiB']!;
     expect(f.target).toBe(FORWARDER_RSS_TARGET_MIB);
     expect(FORWARDER_RSS_TARGET_MIB).toBe(76.29);
-    // the README's 93.6 MiB (98.1 MB)
+    // bench/README.md's 93.6 MiB (98.1 MB)
     expect(f.value).toBeCloseTo(93.6, 1);
     expect(f.met).toBe(false);
   });
