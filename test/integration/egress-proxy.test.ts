@@ -40,10 +40,10 @@ import { gitConnectHost, gitUrlError } from '../../functions/lib/argv-values.js'
 import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
 import { createCommandRunner } from '../../functions/lib/exec/runner.js';
 import { type ProxiedRunner, withEgressProxy } from '../../functions/lib/fetch/egress-proxy.js';
+import { fetchWithVendir } from '../../functions/lib/fetch/run.js';
 import { fetchEndpoints, type UrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
-import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
 import { SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
 import { markFailed } from '../../functions/lib/reconcile/status.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';

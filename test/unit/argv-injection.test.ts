@@ -12,9 +12,9 @@ import { type App, type AppFetch, type AppTemplate, refObjectsFrom } from '../..
 import { kappDeleteCommand, kappDeployCommand, kappInspectCommand } from '../../functions/lib/deploy/kapp.js';
 import type { ClusterAccess } from '../../functions/lib/deploy/kubeconfig.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import { fetchWithVendir } from '../../functions/lib/fetch/run.js';
 import type { FetchView } from '../../functions/lib/kube/port.js';
 import { type PipelineDeps, secretMaskOf } from '../../functions/lib/pipeline/deps.js';
-import { fetchWithVendir } from '../../functions/lib/pipeline/fetch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { runTemplateSteps } from '../../functions/lib/template/execute.js';
 import { planTemplate, type RunStep } from '../../functions/lib/template/index.js';

@@ -3,7 +3,7 @@
  * source another cluster's policy refuses (here a git repository on loopback, standing for an
  * internal host only the first cluster's allow-list admits). The record of the pinned fetch is in
  * the shared store, but the second cluster must not be served the artifact: its fetch fails with
- * the policy's message and no tool runs (`fetchPassesUrlPolicy` in `functions/lib/pipeline/fetch.ts`).
+ * the policy's message and no tool runs (`fetchPassesUrlPolicy` in `functions/lib/fetch/run.ts`).
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';

@@ -15,10 +15,11 @@ import { objectEvent } from '../../events/schema.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
+import { FETCH_RETRIES, FETCH_RETRY_INTERVAL_MS } from '../../functions/lib/fetch/run.js';
 import type { KubeSecret } from '../../functions/lib/kube/port.js';
 import type { RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
 import { type DispatchDeps, dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { FETCH_RETRIES, FETCH_RETRY_INTERVAL_MS, runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import {
   type AppShape,
   appObject,

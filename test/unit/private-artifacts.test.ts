@@ -10,7 +10,7 @@ import { GetSecretValueCommand, type SecretsManagerClient } from '@aws-sdk/clien
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ObjectRef as EventObjectRef, TemplateStageData } from '../../events/schema.js';
 import { DeployStageDataSchema, TemplateStageDataSchema } from '../../events/schema.js';
-import type { App } from '../../functions/lib/api/index.js';
+import { type App, fetchIsPrivate, templateIsPrivate } from '../../functions/lib/api/index.js';
 import {
   DerivedKeyring,
   fileKeyring,
@@ -32,12 +32,7 @@ import { artifactKeyringFromEnv } from '../../functions/lib/entry/lambda.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { FetchView, KubeObject } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import {
-  fetchIsPrivate,
-  manifestHasSecret,
-  readArtifact,
-  templateIsPrivate,
-} from '../../functions/lib/pipeline/artifacts.js';
+import { manifestHasSecret, readArtifact } from '../../functions/lib/pipeline/artifacts.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';

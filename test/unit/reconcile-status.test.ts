@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KAPP_ERROR_PREFIX } from '../../functions/lib/deploy/kapp.js';
+import { BLOCKING_FOR_DEPLOY_PREFIX, KAPP_ERROR_PREFIX } from '../../functions/lib/deploy/kapp.js';
 import { PREPARING_KAPP_PREFIX } from '../../functions/lib/deploy/kubeconfig.js';
 import {
   CommandCanceledError,
@@ -8,7 +8,6 @@ import {
   CommandTimeoutError,
 } from '../../functions/lib/exec/runner.js';
 import { FETCH_RUN_ERROR_PREFIX } from '../../functions/lib/fetch/vendir.js';
-import { BLOCKING_FOR_DEPLOY_PREFIX } from '../../functions/lib/pipeline/deploy.js';
 import {
   boundedStatusText,
   MAX_STATUS_TEXT_BYTES,

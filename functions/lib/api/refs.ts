@@ -9,6 +9,10 @@
  * `cluster.kubeconfigSecretRef` and ServiceAccounts are not tracked, so changing them waits for
  * the next sync.
  *
+ * Also whether a fetch or a render uses a Secret at all ({@link fetchIsPrivate},
+ * {@link templateIsPrivate}): what it makes is then private, sealed for its cluster and never
+ * shared with the fleet (`../artifact/sealed.ts`).
+ *
  * @module
  */
 import type { AppFetch } from './fetch.js';
@@ -157,4 +161,36 @@ export function referencedConfigMaps(spec: AppRefsSpec): string[] {
     }
   }
   return sorted(names);
+}
+
+/**
+ * True when a fetch uses a Secret: a source with a `secretRef` (credentials of a private
+ * source) or an inline `pathsFrom` Secret. ConfigMaps alone keep a fetch shared.
+ */
+export function fetchIsPrivate(fetch: readonly AppFetch[]): boolean {
+  return referencedSecrets({ fetch }).length > 0 || namesSecret(fetch);
+}
+
+/**
+ * True when any object in `value` has a `secretRef` (or `...SecretRef`) field: the
+ * conservative net under the upstream-shaped walk of `referencedSecrets`, which reads only
+ * the first source of an entry.
+ */
+function namesSecret(value: unknown): boolean {
+  if (Array.isArray(value)) return value.some(namesSecret);
+  if (value === null || typeof value !== 'object') return false;
+  return Object.entries(value).some(
+    ([k, v]) => ((k === 'secretRef' || k.endsWith('SecretRef')) && v != null) || namesSecret(v),
+  );
+}
+
+/**
+ * True when a render's own inputs include a Secret: a ytt inline `pathsFrom` Secret, a
+ * `valuesFrom` Secret of ytt, helmTemplate or cue, or any sops step (its output is decrypted
+ * secret material). A private fetch artifact makes the render private too (checked by the caller).
+ */
+export function templateIsPrivate(templates: readonly AppTemplate[]): boolean {
+  return (
+    templates.some((t) => t.sops) || referencedSecrets({ template: templates }).length > 0 || namesSecret(templates)
+  );
 }

@@ -212,3 +212,30 @@ export class PrivateArtifacts {
     return plaintext;
   }
 }
+
+/** What {@link privateArtifacts} reads of a stage's dependencies (a `PipelineDeps` fits). */
+export interface PrivateArtifactsDeps {
+  /** The artifact store. */
+  store: ObjectStore;
+  /** Per-cluster sealing keys; absent: {@link privateArtifacts} throws. */
+  keyring?: ClusterKeyring;
+  /** Wall clock (expiry). */
+  now: () => Date;
+  config: {
+    /** Life of a private artifact after each write, ms. Default {@link DEFAULT_PRIVATE_TTL_MS}. */
+    privateArtifactTtlMs?: number;
+  };
+}
+
+/**
+ * The private artifact store of `deps`.
+ * @throws Error when no keyring is configured: secret material is never stored unsealed or
+ *   shared instead (fail closed).
+ */
+export function privateArtifacts(deps: PrivateArtifactsDeps): PrivateArtifacts {
+  if (!deps.keyring) throw new Error('no artifact keyring is configured: cannot store content made from Secrets');
+  return new PrivateArtifacts(deps.store, deps.keyring, {
+    now: deps.now,
+    ...(deps.config.privateArtifactTtlMs ? { ttlMs: deps.config.privateArtifactTtlMs } : {}),
+  });
+}

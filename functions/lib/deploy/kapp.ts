@@ -57,6 +57,9 @@ export const KAPP_ERROR_PREFIX = {
   inspect: 'Inspecting: ',
 } as const;
 
+/** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
+export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';
+
 /** A kapp invocation. */
 export interface KappCommand {
   /** Binary. */

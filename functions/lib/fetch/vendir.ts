@@ -689,7 +689,7 @@ export function planVendirSync(input: VendirPlanInput): VendirPlan {
 /**
  * Whether a failed fetch may be retried with refreshed Secrets: upstream retries up to 3 more
  * times, 2s apart, when the App has an `image` or `imgpkgBundle` fetch and the regenerated config
- * bytes differ (a placeholder Secret was filled); `fetchWithVendir` (`../pipeline/fetch.ts`)
+ * bytes differ (a placeholder Secret was filled); `fetchWithVendir` (`./run.ts`)
  * does. Mirrors `App.HasImageOrImgpkgBundle`.
  *
  * @param fetch - `spec.fetch`

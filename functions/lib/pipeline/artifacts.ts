@@ -1,15 +1,19 @@
 /**
- * Which artifacts are private (made from Secrets) and how the stages read them
- * (`../artifact/sealed.ts`). Shared artifacts keep the fleet-wide content-addressed keys of
- * `../artifact/keys.ts`; private ones are sealed per cluster and expire.
+ * How the stages keep and read private artifacts (made from Secrets, sealed per cluster and
+ * expiring: `../artifact/sealed.ts`) beside the shared ones (fleet-wide, content-addressed:
+ * `../artifact/keys.ts`). Which inputs make an artifact private is decided by `fetchIsPrivate`
+ * and `templateIsPrivate` (`../api/refs.ts`) and by {@link manifestHasSecret}.
  */
-import type { AppFetch, AppTemplate } from '../api/index.js';
-import { referencedSecrets } from '../api/refs.js';
-import { type ArtifactScope, isPrivateKey, PrivateArtifacts } from '../artifact/sealed.js';
-import type { FlightOptions } from '../artifact/single-flight.js';
+import { type ArtifactScope, isPrivateKey, privateArtifacts } from '../artifact/sealed.js';
+import { type FlightOptions, type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { DEFAULT_TIMEOUT_MS } from '../exec/runner.js';
+import type { KubeReader, ResourceRef } from '../kube/port.js';
+import { watchForAbort } from '../reconcile/abort-watch.js';
 import type { PipelineDeps } from './deps.js';
 import { infraStep } from './retry-bound.js';
+
+// Below the pipeline, where the planners' runs (`../fetch/run.ts`) open private artifacts too.
+export { privateArtifacts };
 
 /**
  * Least life, ms, a cached private object must have left to be reused (1 hour), so the next
@@ -20,51 +24,6 @@ export const PRIVATE_REUSE_MARGIN_MS = 60 * 60 * 1000;
 /** The scope of a run's private artifacts: its cluster and the App's namespace. */
 export function scopeOf(ref: { clusterId: string; namespace: string }): ArtifactScope {
   return { clusterId: ref.clusterId, namespace: ref.namespace };
-}
-
-/**
- * The private artifact store of `deps`.
- * @throws Error when no keyring is configured: secret material is never stored unsealed or
- *   shared instead (fail closed).
- */
-export function privateArtifacts(deps: PipelineDeps): PrivateArtifacts {
-  if (!deps.keyring) throw new Error('no artifact keyring is configured: cannot store content made from Secrets');
-  return new PrivateArtifacts(deps.store, deps.keyring, {
-    now: deps.now,
-    ...(deps.config.privateArtifactTtlMs ? { ttlMs: deps.config.privateArtifactTtlMs } : {}),
-  });
-}
-
-/**
- * True when a fetch uses a Secret: a source with a `secretRef` (credentials of a private
- * source) or an inline `pathsFrom` Secret. ConfigMaps alone keep a fetch shared.
- */
-export function fetchIsPrivate(fetch: readonly AppFetch[]): boolean {
-  return referencedSecrets({ fetch }).length > 0 || namesSecret(fetch);
-}
-
-/**
- * True when any object in `value` has a `secretRef` (or `...SecretRef`) field: the
- * conservative net under the upstream-shaped walk of `referencedSecrets`, which reads only
- * the first source of an entry.
- */
-function namesSecret(value: unknown): boolean {
-  if (Array.isArray(value)) return value.some(namesSecret);
-  if (value === null || typeof value !== 'object') return false;
-  return Object.entries(value).some(
-    ([k, v]) => ((k === 'secretRef' || k.endsWith('SecretRef')) && v != null) || namesSecret(v),
-  );
-}
-
-/**
- * True when a render's own inputs include a Secret: a ytt inline `pathsFrom` Secret, a
- * `valuesFrom` Secret of ytt, helmTemplate or cue, or any sops step (its output is decrypted
- * secret material). A private fetch artifact makes the render private too (checked by the caller).
- */
-export function templateIsPrivate(templates: readonly AppTemplate[]): boolean {
-  return (
-    templates.some((t) => t.sops) || referencedSecrets({ template: templates }).length > 0 || namesSecret(templates)
-  );
 }
 
 // A `kind: Secret` line in YAML (top level, in a list item, or indented in a List) or a
@@ -107,4 +66,66 @@ export function fleetFlight(deps: PipelineDeps, key: string, runId: string, sign
     ...(deps.deadline ? { deadline: deps.deadline } : {}),
     step: infraStep,
   };
+}
+
+/** What {@link cachedStageRun} looks up, watches and runs. */
+export interface CachedStageRunOptions<T> {
+  /**
+   * The fleet-wide cache: `read` reads its record and heads the artifact the record names
+   * (`undefined` when either is missing). Only for inputs that may be shared: the run then goes
+   * through the fleet single-flight on `key` ({@link fleetFlight}), whose waiters `read` again.
+   */
+  shared?: { key: string; read: () => Promise<T | undefined> };
+  /** Reads this scope's sealed record and heads its artifact, when the shared cache missed. */
+  sealed?: () => Promise<T | undefined>;
+  /** The object whose deletion kills the run: its reader, reference and uid. */
+  watch: { kube: KubeReader; ref: ResourceRef; uid: string };
+  /** The run's id (the single-flight marker names it). */
+  runId: string;
+  /**
+   * Makes the artifact in its own scratch directory and stores it with its record, shared or
+   * sealed (`shared: true` only for the former: the fleet's waiters then find it). `signal`
+   * fires when the object is deleted.
+   */
+  run: (signal: AbortSignal) => Promise<FlightRun<T>>;
+}
+
+/**
+ * What {@link cachedStageRun} did: a cached artifact was `found` (here, or made meanwhile by the
+ * fleet run this one waited for), this stage `ran` (success or failure: the value says), or the
+ * object was deleted meanwhile (`aborted`: the delete owns it now, the stage writes no status).
+ */
+export type CachedStageOutcome<T> = { kind: 'found'; value: T } | { kind: 'ran'; value: T } | { kind: 'aborted' };
+
+/**
+ * The cache step of the fetch and template stages: same inputs are not made twice. In order:
+ * reads the shared record (and heads its artifact), then the sealed one; on a miss arms the
+ * object's abort watch and, for shared inputs, the fleet single-flight, and runs (`opts.run`
+ * makes its scratch directory and stores what it made); stops the watch whatever happened.
+ * Deleting the object kills the tools, as it kills kapp during a deploy; canceling does not
+ * (only kapp is cancellable upstream, reference §3.10).
+ *
+ * @throws what the reads, the single-flight's store steps or `opts.run` throw (infrastructure)
+ */
+export async function cachedStageRun<T>(
+  deps: PipelineDeps,
+  opts: CachedStageRunOptions<T>,
+): Promise<CachedStageOutcome<T>> {
+  const { shared } = opts;
+  const hit = (await shared?.read()) ?? (await opts.sealed?.());
+  if (hit !== undefined) return { kind: 'found', value: hit };
+  const watch = watchForAbort(opts.watch.kube, opts.watch.ref, opts.watch.uid, deps, { abortOnCancel: false });
+  let flight: FlightOutcome<T, T>;
+  try {
+    // Shared inputs are made once for the fleet: the same run elsewhere waits for this one.
+    flight = shared
+      ? await singleFlight(fleetFlight(deps, shared.key, opts.runId, watch.signal), shared.read, () =>
+          opts.run(watch.signal),
+        )
+      : { kind: 'ran', result: (await opts.run(watch.signal)).result, role: 'solo' };
+  } finally {
+    await watch.stop();
+  }
+  if (flight.kind === 'aborted' || watch.signal.aborted) return { kind: 'aborted' };
+  return flight.kind === 'found' ? { kind: 'found', value: flight.value } : { kind: 'ran', value: flight.result };
 }

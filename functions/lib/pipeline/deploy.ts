@@ -16,6 +16,7 @@ import { sha256Hex } from '../artifact/keys.js';
 import {
   appKappDeploy,
   associatedResources,
+  BLOCKING_FOR_DEPLOY_PREFIX,
   type ClusterAccess,
   KAPP_ERROR_PREFIX,
   kappDeleteCommand,
@@ -81,9 +82,6 @@ import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { rollbackRefusal } from './rollback.js';
 import { APP_KIND, closeStage, openHandOff, type StageFrame, writeFrameStatus } from './stage.js';
-
-/** Prefix of a failure to add the finalizer before kapp runs (`app_deploy.go` `blockDeletion`). */
-export const BLOCKING_FOR_DEPLOY_PREFIX = 'Blocking for deploy: ';
 
 /**
  * Adds the finalizer before kapp runs (`blockDeletion`), deciding on the stage's copy of the App

@@ -5,7 +5,6 @@
  * read the environment.
  */
 
-import { setTimeout as sleepFor } from 'node:timers/promises';
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { HttpDownloader } from '../fetch/http-download.js';
@@ -185,8 +184,8 @@ export interface PipelineDeps {
   now: () => Date;
   /**
    * Waits `ms` milliseconds, or less when `signal` fires (it resolves then, never rejects): the
-   * pause between fetch retries (`./fetch.ts`). Default: a timer ({@link sleepOf}); unit tests
-   * inject one that does not wait.
+   * pause between fetch retries (`../fetch/run.ts`). Default: a timer; unit tests inject one
+   * that does not wait.
    */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /** Uniform [0,1) source for jitter; defaults to `Math.random`. */
@@ -240,16 +239,6 @@ export interface RunCopy {
   frame?: { latest?: KubeObject };
   /** True when an event about the object waits behind this run. */
   superseded: () => boolean;
-}
-
-/** `deps.sleep`, or an abortable timer when the caller gave none. */
-export function sleepOf(deps: Pick<PipelineDeps, 'sleep'>): (ms: number, signal?: AbortSignal) => Promise<void> {
-  return (
-    deps.sleep ??
-    (async (ms, signal) => {
-      await sleepFor(ms, undefined, signal ? { signal } : {}).catch(() => undefined);
-    })
-  );
 }
 
 /** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */

@@ -11,9 +11,10 @@
  * @module
  */
 
-import type { PackageRepository } from '../api/index.js';
+import { fetchIsPrivate, type PackageRepository } from '../api/index.js';
 import { parseArtifactKey } from '../artifact/keys.js';
 import { pinnedFetchIdentity } from '../fetch/pinned.js';
+import { fetchPassesUrlPolicy } from '../fetch/run.js';
 import {
   findRepoIndex,
   type RepoIndexHit,
@@ -27,9 +28,7 @@ import {
 import { fetchConfigDigest } from '../reconcile/controller-config.js';
 import { redactSecrets } from '../reconcile/redact.js';
 import type { StageResult } from '../reconcile/result.js';
-import { fetchIsPrivate } from './artifacts.js';
 import type { PipelineDeps } from './deps.js';
-import { fetchPassesUrlPolicy } from './fetch.js';
 import { infraStep } from './retry-bound.js';
 
 /** How one run of a PackageRepository uses the fleet index. */

@@ -26,6 +26,7 @@ import type { ObjectEvent, ObjectRef, RepoIndexedEvent } from '../../../events/s
 import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import {
+  BLOCKING_FOR_DEPLOY_PREFIX,
   KAPP_ERROR_PREFIX,
   legacyKappAppName,
   PKGR_SUFFIX,
@@ -36,6 +37,7 @@ import {
 import { plantedKappRecord } from '../deploy/kapp-record.js';
 import type { PinOptions } from '../deploy/pin-server.js';
 import { type KappProgress, packageRepositoryKubeconfig, runKapp } from '../deploy/run.js';
+import { fetchWithVendir } from '../fetch/run.js';
 import {
   APP_API_VERSION,
   type DeployView,
@@ -73,9 +75,7 @@ import {
 import { isReadyAt } from '../reconcile/timer.js';
 import { readArtifact, scopeOf } from './artifacts.js';
 import { makeScratch, objectKey, observerOf, removeScratch, stageTimer, writeAppStatus } from './common.js';
-import { BLOCKING_FOR_DEPLOY_PREFIX } from './deploy.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
-import { fetchWithVendir } from './fetch.js';
 import {
   cachedResult,
   findFetchedIndex,

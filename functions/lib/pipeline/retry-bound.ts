@@ -55,6 +55,8 @@ import { withClusterConfig } from './cluster-config.js';
 import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
 
+// Below the pipeline so that the planners' runs (`../fetch/run.ts`) name their steps the same way.
+export { InfraError, infraStep } from '../reconcile/infra-step.js';
 export { DEFAULT_MAX_ATTEMPTS } from './attempts.js';
 
 /** Bound of the cause in the final status message, UTF-8 bytes (head kept: the action comes first). */
@@ -62,40 +64,6 @@ export const INFRA_CAUSE_BYTES = 1024;
 
 /** Depth of the `cause` chain rendered into the message. */
 const MAX_CAUSE_DEPTH = 4;
-
-/**
- * An infrastructure step of a stage failed: `<action> failed: <cause>`. Thrown at the
- * boundaries of the ports (object store, API server) so that the final status names what the
- * stage was doing, e.g. `storing the fetch artifact failed: 503 SlowDown`.
- */
-export class InfraError extends Error {
-  override readonly name = 'InfraError';
-  /**
-   * @param action - lowercase action, e.g. `storing the fetch artifact`.
-   * @param cause - the port's error.
-   */
-  constructor(
-    readonly action: string,
-    cause: unknown,
-  ) {
-    super(`${action} failed`, { cause });
-  }
-}
-
-/**
- * Runs one infrastructure step, wrapping what it throws in an {@link InfraError} named after
- * `action`.
- *
- * @throws InfraError with the original error as `cause`.
- */
-export async function infraStep<T>(action: string, step: () => Promise<T>): Promise<T> {
-  try {
-    return await step();
-  } catch (err) {
-    if (err instanceof InfraError) throw err;
-    throw new InfraError(action, err);
-  }
-}
 
 function messageOf(err: unknown): string {
   if (err instanceof Error) return err.message || err.name;

@@ -40,11 +40,11 @@
 import { type ObjectRef, objectEvent } from '../../../events/schema.js';
 import type { PackageRepository, PackageRepositoryFetch } from '../api/index.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
+import { fetchPassesUrlPolicy } from '../fetch/run.js';
 import { type PolledSource, pinnedFetchOf, polledSourceOf, resolveSource } from '../fetch/source-resolve.js';
 import { PACKAGING_API_VERSION } from '../kube/port.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineDeps } from './deps.js';
-import { fetchPassesUrlPolicy } from './fetch.js';
 
 /** Default poll period of a source, ms: 1 minute (one request per source per minute). */
 export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;

@@ -17,7 +17,13 @@
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import type { TemplateStageData } from '../../../events/schema.js';
-import { type App, type AppTemplate, referencedConfigMaps, referencedSecrets } from '../api/index.js';
+import {
+  type App,
+  type AppTemplate,
+  referencedConfigMaps,
+  referencedSecrets,
+  templateIsPrivate,
+} from '../api/index.js';
 import {
   canonicalJson,
   parseArtifactKey,
@@ -27,13 +33,11 @@ import {
   templateArtifactKey,
 } from '../artifact/keys.js';
 import { isPrivateKey } from '../artifact/sealed.js';
-import { type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import { inspectsAfterFailure } from '../deploy/kapp.js';
 import { destinationKubeconfig } from '../deploy/run.js';
 import { templateRootOf } from '../fetch/vendir.js';
 import type { FetchView } from '../kube/port.js';
-import { watchForAbort } from '../reconcile/abort-watch.js';
 import { KappControllerError, MissingArtifactError, type StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { fromEventPart, templatePart, toEventPart } from '../reconcile/status.js';
@@ -41,13 +45,12 @@ import type { ClusterInfo } from '../template/downward-api.js';
 import { runTemplateSteps } from '../template/execute.js';
 import { planTemplate, requiredClusterInfo } from '../template/plan.js';
 import {
-  fleetFlight,
+  cachedStageRun,
   manifestHasSecret,
   PRIVATE_REUSE_MARGIN_MS,
   privateArtifacts,
   readArtifact,
   scopeOf,
-  templateIsPrivate,
 } from './artifacts.js';
 import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
@@ -200,19 +203,25 @@ export async function runTemplate(
   };
   const readShared = async () =>
     await fromRecord(await infraStep('reading the render cache', () => deps.store.get(cacheKey)), false);
-  let rendered = inputsPrivate ? undefined : await readShared();
-  if (!rendered && priv && privateCacheKey) {
-    const hit = await infraStep('reading the render cache', () =>
-      priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS),
-    );
-    rendered = await fromRecord(hit, true);
-  }
-  let cached = rendered !== undefined;
-  if (!rendered) {
-    // Deleting the App kills the templating tools, as it kills kapp; canceling does not (only
-    // kapp is cancellable upstream, reference §3.10): the run goes on to kapp's `Already canceled`.
-    const watch = watchForAbort(kube, frame.ref, ref.uid, deps, { abortOnCancel: false });
-    const render = async (): Promise<FlightRun<Rendered>> => {
+  const cache = await cachedStageRun<Rendered>(deps, {
+    // A render of shared inputs runs once for the fleet: the same render elsewhere waits for it.
+    ...(inputsPrivate ? {} : { shared: { key: cacheKey, read: readShared } }),
+    ...(priv && privateCacheKey
+      ? {
+          sealed: async () =>
+            await fromRecord(
+              await infraStep('reading the render cache', () =>
+                priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS),
+              ),
+              true,
+            ),
+        }
+      : {}),
+    // Deleting the App kills the templating tools; canceling does not: the run goes on to kapp's
+    // `Already canceled`.
+    watch: { kube, ref: frame.ref, uid: ref.uid },
+    runId: data.run.runId,
+    run: async (signal) => {
       const tgz = await infraStep('reading the fetch artifact', () =>
         readArtifact(deps, scope, data.artifacts.fetchKey),
       );
@@ -233,12 +242,12 @@ export async function runTemplate(
           },
         });
         for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
-        const r = await runTemplateSteps(plan.steps, deps, work, watch.signal);
+        const r = await runTemplateSteps(plan.steps, deps, work, signal);
         tools = { runs: r.runs, ms: r.ms };
         // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
         // before the render cache or status sees it. The manifest itself is not touched.
         const out = mask.result(r.result);
-        if (out.error || watch.signal.aborted) return { result: { result: out }, shared: false };
+        if (out.error || signal.aborted) return { result: { result: out }, shared: false };
         const manifest = Buffer.from(r.manifest, 'utf8');
         const digest = createHash('sha256').update(manifest).digest('hex');
         const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: out.stderr });
@@ -258,24 +267,14 @@ export async function runTemplate(
       } finally {
         await removeScratch(work);
       }
-    };
-    let flight: FlightOutcome<Rendered, Rendered>;
-    try {
-      // A render of shared inputs runs once for the fleet: the same render elsewhere waits for it.
-      flight = inputsPrivate
-        ? { kind: 'ran', result: (await render()).result, role: 'solo' }
-        : await singleFlight(fleetFlight(deps, cacheKey, data.run.runId, watch.signal), readShared, render);
-    } finally {
-      await watch.stop();
-    }
-    if (flight.kind === 'aborted' || watch.signal.aborted) {
-      frame.done('stale', { tools });
-      return {};
-    }
-    if (flight.kind === 'found') cached = true;
-    rendered = flight.kind === 'found' ? flight.value : flight.result;
+    },
+  });
+  if (cache.kind === 'aborted') {
+    frame.done('stale', { tools });
+    return {};
   }
-  const { result, manifestKey } = rendered;
+  const cached = cache.kind === 'found';
+  const { result, manifestKey } = cache.value;
   const part = templatePart(result, now());
   frame.observe.phase('template', frame.secondsSince(templateStartedAt));
   const next = await closeHandingOn(frame, {
