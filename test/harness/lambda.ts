@@ -36,7 +36,7 @@ import { addGitToLayer, GIT_LAYER_STAGES } from '../../layers/git.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 import { buildConnector, CONNECTOR_NAME, hardenAddonPath, LAUNCHER_NAME, launcherPath } from '../../layers/native.js';
-import { freePort, httpAnswers, LOOPBACK, type ServerProcess, startProcess } from './servers/process.js';
+import { freePort, httpAnswers, LOOPBACK, type ServerProcess, startProcess, withFreePort } from './servers/process.js';
 import type { S3Info } from './servers/s3.js';
 
 /** Path of the emulator binary (`npm run setup` builds it). */
@@ -203,13 +203,11 @@ async function sandboxProgram(dir: string): Promise<string> {
  * Starts RIE on two loopback ports (invoke API and Runtime API) with `node <bundle>` as the
  * bootstrap, and waits until the invoke API answers. The function initializes on the first
  * invoke (its cold start), as on Lambda.
- * @throws Error when the emulator is not built (`npm run setup`) or does not start.
+ * @throws Error when the emulator is not built (`npm run setup`) or does not start (on three pairs of ports).
  */
 export async function startRie(opts: RieOptions): Promise<Rie> {
   const rie = rieBin();
   if (!existsSync(rie)) throw new Error(`aws-lambda-rie is not built at ${rie}: run npm run setup`);
-  const invokePort = await freePort();
-  const apiPort = await freePort();
   let node = process.execPath;
   let prefix: string[] = [];
   const pathDirs = ['/usr/local/bin', '/usr/bin', '/bin'];
@@ -240,31 +238,36 @@ export async function startRie(opts: RieOptions): Promise<Rie> {
     ];
     pathDirs.unshift(langBin);
   }
-  const argv = [
-    ...prefix,
-    rie,
-    '--runtime-interface-emulator-address',
-    `${LOOPBACK}:${invokePort}`,
-    '--runtime-api-address',
-    `${LOOPBACK}:${apiPort}`,
-    node,
-    opts.bundle,
-  ];
-  const proc = await startProcess('aws-lambda-rie', argv, {
-    cwd: opts.cwd,
-    env: {
-      PATH: pathDirs.join(':'),
-      HOME: opts.cwd,
-      // The AWS SDK, which the function bundles leave to the runtime: Lambda's Node runtime has
-      // it on NODE_PATH (/var/runtime/node_modules); here the project's own node_modules.
-      NODE_PATH: runtimeNodePath(),
-      AWS_LAMBDA_FUNCTION_TIMEOUT: String(opts.timeoutSeconds ?? 120),
-      ...(opts.memoryMiB ? { AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(opts.memoryMiB) } : {}),
-      ...opts.env,
-    },
-    ready: () => httpAnswers(`http://${LOOPBACK}:${invokePort}/`),
+  // Both ports are picked before RIE binds them: one taken meanwhile (another file's server,
+  // under load) makes RIE exit before it is ready, and the start is tried again on new ports.
+  return await withFreePort(async (invokePort) => {
+    const apiPort = await freePort();
+    const argv = [
+      ...prefix,
+      rie,
+      '--runtime-interface-emulator-address',
+      `${LOOPBACK}:${invokePort}`,
+      '--runtime-api-address',
+      `${LOOPBACK}:${apiPort}`,
+      node,
+      opts.bundle,
+    ];
+    const proc = await startProcess('aws-lambda-rie', argv, {
+      cwd: opts.cwd,
+      env: {
+        PATH: pathDirs.join(':'),
+        HOME: opts.cwd,
+        // The AWS SDK, which the function bundles leave to the runtime: Lambda's Node runtime has
+        // it on NODE_PATH (/var/runtime/node_modules); here the project's own node_modules.
+        NODE_PATH: runtimeNodePath(),
+        AWS_LAMBDA_FUNCTION_TIMEOUT: String(opts.timeoutSeconds ?? 120),
+        ...(opts.memoryMiB ? { AWS_LAMBDA_FUNCTION_MEMORY_SIZE: String(opts.memoryMiB) } : {}),
+        ...opts.env,
+      },
+      ready: () => httpAnswers(`http://${LOOPBACK}:${invokePort}/`),
+    });
+    return { proc, invokeUrl: `http://${LOOPBACK}:${invokePort}/2015-03-31/functions/function/invocations` };
   });
-  return { proc, invokeUrl: `http://${LOOPBACK}:${invokePort}/2015-03-31/functions/function/invocations` };
 }
 
 /** What one invoke returned. */

@@ -121,3 +121,141 @@ export function parseBody(text: string): unknown {
     return text;
   }
 }
+
+/**
+ * Error codes of a connection dropped before the whole answer came; nothing else counts (an
+ * answer with any status resolves, never rejects, and has its own handling above the
+ * transport):
+ * - `ECONNRESET`: node:http's `socket hang up` (closed before the answer) and `aborted` (closed
+ *   in the middle of it), or a TCP reset;
+ * - `EPIPE`: the request was written to a socket the server had already closed;
+ * - `ERR_STREAM_PREMATURE_CLOSE`: `Premature close`, node-fetch's (client-node's fetch) and
+ *   node's streams' word for a chunked answer cut off;
+ * - `UND_ERR_SOCKET`, `UND_ERR_CLOSED`: undici's (Node's `fetch`) socket closed under a request.
+ *
+ * A refused connection (`ECONNREFUSED`), a TLS or DNS failure and a request timeout are not
+ * drops: the first two do not pass in milliseconds, the last has already used the bound.
+ */
+export const DROPPED_CONNECTION_CODES: ReadonlySet<string> = new Set([
+  'ECONNRESET',
+  'EPIPE',
+  'ERR_STREAM_PREMATURE_CLOSE',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CLOSED',
+]);
+
+/**
+ * Whether `error` (or an error in its `cause` chain, five deep at most: node-fetch and undici
+ * wrap the socket's error) is a dropped connection: its `code` is one of
+ * {@link DROPPED_CONNECTION_CODES}. An error carrying a numeric `statusCode` is an answer, never a
+ * drop. Pure.
+ */
+export function isDroppedConnection(error: unknown): boolean {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current !== null && typeof current === 'object'; depth++) {
+    const { code, statusCode, cause } = current as { code?: unknown; statusCode?: unknown; cause?: unknown };
+    if (typeof statusCode === 'number') return false;
+    if (typeof code === 'string' && DROPPED_CONNECTION_CODES.has(code)) return true;
+    current = cause;
+  }
+  return false;
+}
+
+/**
+ * Whether sending `request` again after its connection dropped is safe, i.e. cannot apply a
+ * change twice or apply a stale one. The first attempt may have reached the API server and been
+ * applied with its answer lost, so the rule per verb is:
+ * - `GET` (a read, a list): always; reading twice changes nothing.
+ * - `PUT` and `PATCH` with a non-empty `metadata.resourceVersion` in the body (status writes,
+ *   finalizer changes, Lease renewals, Event count bumps): yes. The resourceVersion is an
+ *   optimistic-concurrency precondition: if the first attempt was applied the object's version
+ *   has moved, so the replay is refused with 409 and nothing is written twice; the caller's
+ *   usual 409 handling (re-read, re-plan) then finds its own change in place.
+ * - `PUT` or `PATCH` without one: no (an unconditional write replayed late may overwrite a
+ *   newer change; a JSON patch's `add` to a list would append twice).
+ * - `POST`: no (a create replayed is `AlreadyExists`, reported as a conflict or as "existed
+ *   before" although this client made it; a TokenRequest would mint a second token).
+ * - `DELETE`: no (a replay answers 404 for what this client just deleted: "was already gone").
+ *
+ * Broader than client-go, whose `rest.Request` retries only `GET` on a reset or an EOF
+ * (`IsConnectionReset`/`IsProbableEOF`, "We are not automatically retrying write operations, as
+ * they are not idempotent") and leaves a failed write to the controller's requeue: here a failed
+ * write becomes the object's `ReconcileFailed` status, and the resourceVersion makes these
+ * writes idempotent. Pure.
+ */
+export function isReplaySafe(request: Pick<RestRequest, 'method' | 'body'>): boolean {
+  if (request.method === 'GET') return true;
+  if (request.method !== 'PUT' && request.method !== 'PATCH') return false;
+  const metadata = (request.body as { metadata?: { resourceVersion?: unknown } } | undefined)?.metadata;
+  return typeof metadata?.resourceVersion === 'string' && metadata.resourceVersion !== '';
+}
+
+/** Attempts of a {@link isReplaySafe} request whose connection keeps dropping: 3 (the first and two more). */
+export const DROPPED_CONNECTION_ATTEMPTS = 3;
+
+/**
+ * Backoff before the first repeat of a dropped request, ms: 100, doubled before each later one,
+ * each drawn between half and all of it (jitter, so requests dropped together do not return
+ * together): 50–100 ms, then 100–200 ms.
+ */
+export const DROPPED_CONNECTION_BACKOFF_MS = 100;
+
+/** A replay-safe request's connection dropped on every one of its attempts. */
+export class DroppedConnectionError extends Error {
+  override readonly name = 'DroppedConnectionError';
+  /**
+   * @param request - the request (method and path are named; query and body never are).
+   * @param attempts - how many times it was sent.
+   * @param cause - the last attempt's error.
+   */
+  constructor(request: Pick<RestRequest, 'method' | 'path'>, attempts: number, cause: unknown) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    super(`the API server dropped the connection ${attempts} times (${request.method} ${request.path}): ${reason}`, {
+      cause,
+    });
+  }
+}
+
+/** Options of {@link sendRepeatingDrops}; tests fix the waits. */
+export interface RepeatOptions {
+  /** Stops repeating (the last error rejects) once aborted: the request's bound has passed. */
+  signal?: AbortSignal;
+  /** Attempts at most; default {@link DROPPED_CONNECTION_ATTEMPTS}. */
+  attempts?: number;
+  /** Waits `ms`; default a timer. */
+  sleep?: (ms: number) => Promise<void>;
+  /** Uniform in [0, 1); default `Math.random`. */
+  random?: () => number;
+}
+
+/**
+ * Runs `exchange` (one attempt of `request`) and, when its connection dropped
+ * ({@link isDroppedConnection}) and the request is {@link isReplaySafe}, runs it again after a
+ * short jittered backoff ({@link DROPPED_CONNECTION_BACKOFF_MS}), {@link DROPPED_CONNECTION_ATTEMPTS}
+ * attempts at most. A 429 or 5xx answer resolves and is returned as it is: no status is
+ * repeated here, so this never doubles a caller's own status handling.
+ *
+ * @throws DroppedConnectionError when every attempt dropped (the last drop as `cause`).
+ * @throws the attempt's own error when it is not a drop, the request is not replay-safe, or
+ *   `options.signal` aborted.
+ */
+export async function sendRepeatingDrops(
+  request: RestRequest,
+  exchange: () => Promise<RestResponse>,
+  options: RepeatOptions = {},
+): Promise<RestResponse> {
+  const attempts = options.attempts ?? DROPPED_CONNECTION_ATTEMPTS;
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const random = options.random ?? Math.random;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await exchange();
+    } catch (error) {
+      if (!isDroppedConnection(error) || !isReplaySafe(request) || options.signal?.aborted) throw error;
+      if (attempt >= attempts) throw new DroppedConnectionError(request, attempt, error);
+      const ceiling = DROPPED_CONNECTION_BACKOFF_MS * 2 ** (attempt - 1);
+      await sleep(Math.round(ceiling * (0.5 + random() / 2)));
+      if (options.signal?.aborted) throw error;
+    }
+  }
+}

@@ -34,6 +34,7 @@ import {
   type RestResponse,
   RestTimeoutError,
   type RestTransport,
+  sendRepeatingDrops,
   WatchHttpError,
   type WatchTransport,
 } from './http.js';
@@ -300,14 +301,12 @@ export class RestBodyTooLargeError extends Error {
   }
 }
 
-/** Codes of a connection the server closed while it was kept idle (a reused socket's race). */
-const RESET_CODES = new Set(['ECONNRESET', 'EPIPE']);
-
 /**
  * {@link RestTransport} over `node:https` with one keep-alive agent
  * ({@link KEEP_ALIVE_MAX_SOCKETS} sockets, {@link KEEP_ALIVE_IDLE_MS} idle), as
- * `ClientNodeRestTransport` behaves: every status resolves, a GET reset on a kept connection
- * before any answer is sent once more, each request is bounded by `timeoutMs`.
+ * `ClientNodeRestTransport` behaves: every status resolves, a replay-safe request whose
+ * connection dropped is sent again ({@link sendRepeatingDrops}), each request is bounded by
+ * `timeoutMs` (its repeats included).
  */
 export class PlainRestTransport implements RestTransport {
   readonly #endpoint: Endpoint;
@@ -345,17 +344,17 @@ export class PlainRestTransport implements RestTransport {
 
   /**
    * {@inheritDoc RestTransport.send}
-   * @throws RestTimeoutError when no complete answer came within the bound.
+   *
+   * A request whose connection dropped (`socket hang up`, an answer cut off: `aborted`) is sent
+   * again when that is safe, as {@link sendRepeatingDrops} rules per verb (a read always; a PUT
+   * or PATCH carrying its resourceVersion), within what is left of the bound.
+   * @throws RestTimeoutError when no complete answer came within the bound (not repeated).
    * @throws RestBodyTooLargeError when the answer's body exceeds the transport's bound.
+   * @throws DroppedConnectionError when every attempt of a replay-safe request dropped.
    */
   async send(request: RestRequest): Promise<RestResponse> {
-    try {
-      return await this.#exchange(request);
-    } catch (error) {
-      const code = (error as { code?: unknown }).code;
-      if (request.method !== 'GET' || typeof code !== 'string' || !RESET_CODES.has(code)) throw error;
-      return await this.#exchange(request);
-    }
+    const deadline = Date.now() + this.#timeoutMs;
+    return await sendRepeatingDrops(request, () => this.#exchange(request, deadline - Date.now()));
   }
 
   /** Closes the kept connections. */
@@ -363,7 +362,8 @@ export class PlainRestTransport implements RestTransport {
     this.#agent.destroy();
   }
 
-  async #exchange(request: RestRequest): Promise<RestResponse> {
+  /** One attempt, bounded by `leftMs` (what is left of the request's bound). */
+  async #exchange(request: RestRequest, leftMs: number): Promise<RestResponse> {
     const body = request.body === undefined ? undefined : JSON.stringify(request.body);
     const headers = await this.#endpoint.headers(request.accept ?? 'application/json');
     if (body !== undefined) {
@@ -371,6 +371,18 @@ export class PlainRestTransport implements RestTransport {
       headers['Content-Length'] = String(Buffer.byteLength(body));
     }
     return new Promise<RestResponse>((resolve, reject) => {
+      // Why this attempt was cut off by us (its bound, its answer's size), if it was: the socket
+      // closing then may surface first as the response's `aborted`, which must not read as a
+      // drop (and be repeated).
+      let ended: Error | undefined;
+      const end = (error: Error): void => {
+        ended = error;
+        req.destroy(error);
+      };
+      const fail = (error: Error): void => {
+        clearTimeout(timer);
+        reject(ended ?? error);
+      };
       const req = this.#endpoint.request(
         this.#endpoint.url(request.path, request.query),
         { method: request.method, headers, agent: this.#agent },
@@ -381,25 +393,20 @@ export class PlainRestTransport implements RestTransport {
             size += c.length;
             if (size > this.#maxBodyBytes) {
               clearTimeout(timer);
-              req.destroy(new RestBodyTooLargeError(request, this.#maxBodyBytes));
+              end(new RestBodyTooLargeError(request, this.#maxBodyBytes));
               return;
             }
             chunks.push(c);
           });
-          res.on('error', reject);
+          res.on('error', fail);
           res.on('end', () => {
             clearTimeout(timer);
             resolve({ statusCode: res.statusCode ?? 0, body: parseBody(Buffer.concat(chunks).toString('utf8')) });
           });
         },
       );
-      const timer = setTimeout(() => {
-        req.destroy(new RestTimeoutError(request, this.#timeoutMs));
-      }, this.#timeoutMs);
-      req.on('error', (error) => {
-        clearTimeout(timer);
-        reject(error);
-      });
+      const timer = setTimeout(() => end(new RestTimeoutError(request, this.#timeoutMs)), Math.max(0, leftMs));
+      req.on('error', fail);
       req.end(body);
     });
   }

@@ -20,6 +20,7 @@ import {
   type RestResponse,
   RestTimeoutError,
   type RestTransport,
+  sendRepeatingDrops,
   WatchHttpError,
   type WatchTransport,
 } from './http.js';
@@ -89,9 +90,6 @@ export class KeepAliveAgents {
   }
 }
 
-/** Codes of a connection the server closed while it was kept idle (a reused socket's race). */
-const RESET_CODES = new Set(['ECONNRESET', 'EPIPE']);
-
 /**
  * {@link RestTransport} over client-node's generated HTTP layer: the same request
  * context, authentication (`KubeConfig.applySecurityAuthentication`: client certs,
@@ -127,28 +125,28 @@ export class ClientNodeRestTransport implements RestTransport {
   /**
    * {@inheritDoc RestTransport.send}
    *
-   * A GET whose kept connection was reset before any answer came (the server closed it while
-   * idle) is sent once more, on a new connection; other methods are not repeated (the first may
-   * have been applied), their reset rejects as any transport error.
+   * A request whose connection dropped (a kept connection the server closed while idle, an
+   * answer cut off: node-fetch's `Premature close`) is sent again when that is safe, as
+   * {@link sendRepeatingDrops} rules per verb (a read always; a PUT or PATCH carrying its
+   * resourceVersion), within the same bound.
    * @throws RestTimeoutError when no complete answer came within the bound (the request itself
-   *   is left to end on its own; nothing of it is used).
+   *   is left to end on its own; nothing of it is used, and it is not repeated).
+   * @throws DroppedConnectionError when every attempt of a replay-safe request dropped.
    */
   async send(request: RestRequest): Promise<RestResponse> {
     let timer: ReturnType<typeof setTimeout> | undefined;
+    const expired = new AbortController();
     const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new RestTimeoutError(request, this.#timeoutMs)), this.#timeoutMs);
+      timer = setTimeout(() => {
+        expired.abort();
+        reject(new RestTimeoutError(request, this.#timeoutMs));
+      }, this.#timeoutMs);
     });
-    const exchange = async (): Promise<RestResponse> => {
-      try {
-        return await this.#exchange(request);
-      } catch (error) {
-        const code = (error as { code?: unknown }).code;
-        if (request.method !== 'GET' || typeof code !== 'string' || !RESET_CODES.has(code)) throw error;
-        return await this.#exchange(request);
-      }
-    };
     try {
-      return await Promise.race([exchange(), deadline]);
+      return await Promise.race([
+        sendRepeatingDrops(request, () => this.#exchange(request), { signal: expired.signal }),
+        deadline,
+      ]);
     } finally {
       clearTimeout(timer);
     }
