@@ -1,62 +1,8 @@
 /**
- * The shared SQS handler of the stage functions: validate each record at the edge, run the
- * stage with the function's route (`../pipeline/routes/`, loaded on the first record that needs
- * it, so a cold start with nothing to run loads no stage), hand the next stage's event to the
- * {@link EventSender}, and report partial batch failures so one bad record fails only itself.
- * `./handler.ts` gives it every route (`dispatchEvent`) for the tests and local runs.
- *
- * Per record:
- *
- * | record | outcome | redelivered |
- * |---|---|---|
- * | body is not a valid stage event | logged with the field path, dropped | no (it never will be valid) |
- * | valid, but for another function | logged, dropped | no |
- * | its `MessageGroupId` is not its object's ordering key (or absent while `checkSender` is on; `messageGroupRefusal`, `./sender.ts`) | logged (`refused`), dropped | no |
- * | its sender may not name its cluster, or never sends such an event (`checkSender`, `./sender.ts`) | logged, dropped | no |
- * | the sender check could not be made (registry unreadable) | logged, `batchItemFailures` | yes |
- * | stage ran, returned a next event | sent to the next stage's queue | no |
- * | stage ran, run ended | done | no |
- * | stage or send threw (infrastructure), receive count below `maxAttempts` | `batchItemFailures` | yes (SQS retry) |
- * | the same on the last attempt (`ApproximateReceiveCount` ≥ `maxAttempts`) | final `ReconcileFailed` written (`retry-bound.ts`), `batchItemFailures` | no: SQS moves it to the DLQ (the operator's alarm; a redrive re-runs it) |
- * | the same, and that status write failed too | logged, `batchItemFailures` | SQS moves it to the DLQ |
- * | not started: the function deadline had come | logged, `batchItemFailures` | yes (a later invocation runs it) |
- * | an App event whose run lease another run holds ({@link EntryDeps.leases}) | coalesced into the lease's one follow-up, acknowledged | no (the holder sends the follow-up when its run ends) |
- * | an optimistic run (a resync holding no lease) another run started beside | stopped before its next write, acknowledged; a `resync` from the start coalesced into the lease (or sent when free) | no |
- * | a stage event whose run's lease moved past it (`fenced`: e.g. a crashed deploy's retry after its lease expired and another run took it) | nothing run or written, acknowledged (`fenced`); a forcing object event from the start coalesced into the lease (or sent when free) | no |
- *
- * FIFO ordering: records are processed one at a time in batch order, and once a record of a
- * message group fails, the later records of that group are failed without running (Lambda
- * returns them to the queue in order; running them would let a newer event overtake an older
- * one). Other groups continue. This is Powertools' `SqsFifoPartialProcessor` with
- * `skipGroupOnError`.
- *
- * The function deadline: when Lambda's context gives `getRemainingTimeInMillis`, a signal fires
- * {@link EntryDeps.deadlineMarginMs} (30 s) before the invocation's time limit, leaving time for
- * the final status write. It cancels every tool the stage runs (the runner of the stage's deps is
- * wrapped by `withDeadline`, `../exec/deadline.ts`): the tool is killed cleanly before the
- * platform kills the process, and the stage records the failure like a tool timeout
- * (`ReconcileFailed`, `<stage prefix>Process was canceled: cut by the function deadline (30 s
- * before the time limit of the invocation)`, masked and bounded as any tool error); the record is
- * then done and the App runs again after the failure backoff. Except `kapp deploy`: the deploy
- * stage writes its progress (still `Reconciling`) and returns its own continuation, queued to the
- * deploy function like any next event, so a deploy longer than one invocation goes on in the next
- * (`../pipeline/deploy.ts`). Records not started once the deadline has come go back to the queue
- * without running.
- *
- * The run lease (fetch, template, deploy): an App event takes its App's lease before its stage
- * runs (`../lease/`), renews it while the stage runs, passes it to the next stage's event before
- * sending that, and ends it when the run ends (or the stage fails), sending the follow-up the
- * events coalesced meanwhile became. So one App has at most one run across the three functions,
- * as in the embedded runtime. A `resync` that finds the lease free runs optimistic instead
- * (`OptimisticRun`, `../lease/`): it writes nothing to the lease while its stages only read, its
- * writes gated (`../lease/gate.ts`: the first tool, store write or finalizer change claims the
- * lease; a status write is checked against the lease and refused on a 409), and when another run
- * started meanwhile it stops, acknowledged, and the App runs again from the start through the
- * lease (outcome `coalesced`). A stage event whose run no longer has the lease (it expired and
- * another run took it, or another run held and freed it since: `RunLeases.acquire` `fenced`) runs
- * nothing: no tool, artifact, finalizer or status write; it is acknowledged (outcome `fenced`) and
- * the App runs again from the start through the lease (`fencedRestartOf`), so its latest spec is
- * still reconciled. The retry of a crashed stage whose lease nobody took goes on as its run.
+ * The shared SQS handler of the stage functions: the edge checks of each record, its run lease
+ * (`RunGate`, `../lease/gate.ts`), its stage under the retry bound, the next stage's event handed
+ * on, and partial batch failures so one bad record fails only itself. Per-record outcomes, FIFO
+ * ordering, the function deadline and the lease protocol: `docs/lambda-runtime.md`.
  *
  * @module
  */
