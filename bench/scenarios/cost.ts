@@ -11,9 +11,9 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { idleRunLeaseRequests, workingRunLeaseRequests } from '../../functions/lib/lease/index.js';
 import { AWS_PRICES_USD } from '../../functions/lib/receipt/prices.js';
 import { STAGE_SIZING } from '../../infra/aws/stages.js';
+import { idleRunLeaseRequests, workingRunLeaseRequests } from '../lease-counters.js';
 import {
   type FixedUse,
   type Invocation,
@@ -120,7 +120,7 @@ export const FLEET: FleetShape = {
 /**
  * The run lease's object-store requests per App run on Lambda (the embedded runtime the
  * benchmark measures has no lease: its keyed queue does the same in memory), counted by running
- * the lease code (functions/lib/lease/index.ts): an idle resync runs optimistic, reading the lease
+ * the lease code (functions/lib/lease/run-leases.ts, `../lease-counters.ts`): an idle resync runs optimistic, reading the lease
  * and writing nothing (`idleRunLeaseRequests`); a run that works takes the lease, hands it on
  * twice and ends it (`workingRunLeaseRequests`).
  */
@@ -139,7 +139,7 @@ export async function leaseRequestsPerRun(): Promise<LeaseRequests> {
   return {
     ...(await idleRunLeaseRequests()),
     run: await workingRunLeaseRequests(),
-    from: 'functions/lib/lease idleRunLeaseRequests() and workingRunLeaseRequests(), run on a counting store',
+    from: 'bench/lease-counters.ts idleRunLeaseRequests() and workingRunLeaseRequests(), the lease code run on a counting store',
   };
 }
 

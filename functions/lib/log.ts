@@ -50,6 +50,14 @@ export function logStageRun(log: Logger, rec: StageRunRecord): void {
   else log.info({ ...rec }, 'stage run');
 }
 
+/**
+ * An error as a log field: `<name>: <message>`, or only its type for a thrown non-Error (whose
+ * content is unknown, so it is not logged). The `cause` is logged apart where it is wanted.
+ */
+export function errorText(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : typeof err;
+}
+
 /** A logger that keeps records in memory, for tests and the demo summary. */
 export function memoryLogger(
   records: Array<{ level: string; obj: Record<string, unknown>; msg?: string }> = [],

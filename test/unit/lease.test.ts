@@ -5,12 +5,12 @@
  * the run ends, a crashed holder's lease expires.
  */
 import { describe, expect, it } from 'vitest';
+import { idleRunLeaseRequests } from '../../bench/lease-counters.js';
 import { deployEvent, type KappEvent, objectEvent, type Reason, templateEvent } from '../../events/schema.js';
 import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import {
   DEFAULT_LEASE_TTL_MS,
   holderOf,
-  idleRunLeaseRequests,
   leaseKey,
   leaseSubject,
   parseLease,

@@ -86,7 +86,7 @@ export type EmittedShape =
  *
  * "Follow-ups and restarts": the function that ends an App's run sends the run lease's follow-up
  * (the pending object event, any reason), an optimistic run that must stop restarts its App
- * (`resync`), a fenced stage event restarts it (`ref-changed`) (`../lease/`, `./stage-handler.ts`);
+ * (`resync`), a fenced stage event restarts it (`ref-changed`) (`../lease/gate.ts`);
  * all are App object events to the fetch function, sent by fetch, template and deploy.
  *
  * Why: without it, any function role could send any function any event. Code that took over

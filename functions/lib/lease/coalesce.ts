@@ -16,7 +16,7 @@ import { EVENT_TYPES, type KappEvent, strongerReason } from '../../../events/sch
  * written its parts (`updatedAt` now), so the resync would be a no-op and the run would be lost,
  * leaving the App `Reconciling` (the `npm run demo` flake of `demo-helm/podinfo`); it applies
  * to the embedded queue, whose failed stage waits there for its retry: on Lambda a stage event never
- * waits in the run lease (one whose run lost the lease is fenced, `./index.ts`). Any other
+ * waits in the run lease (one whose run lost the lease is fenced, `./run-leases.ts`). Any other
  * object event (`added`, `modified`, `ref-changed`, `deleted`, or a newer uid or generation)
  * still replaces it.
  *
