@@ -14,9 +14,9 @@ import { type ObjectRef, objectEvent, objectRefOf, orderingKey, serializeEvent }
 import { type EntryDeps, makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { makeRunDirs } from '../../functions/lib/exec/sandbox.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import { makeScratch, removeLeftoverScratch, SCRATCH_PREFIXES } from '../../functions/lib/pipeline/common.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import { makeScratch, removeLeftoverScratch, SCRATCH_PREFIXES } from '../../functions/lib/pipeline/stage-inputs.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { useTempDir } from './support/stage-deps.js';
 

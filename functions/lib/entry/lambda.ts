@@ -275,7 +275,7 @@ export interface LambdaDepsOverrides {
  */
 export const LEASED_STAGES: readonly PipelineStage[] = Object.freeze(['fetch', 'template', 'deploy']);
 
-export { removeLeftoverScratch } from '../pipeline/common.js';
+export { removeLeftoverScratch } from '../pipeline/stage-inputs.js';
 export {
   ARTIFACT_ROOT_KEY_SECRET_ENV,
   artifactKeyringFromEnv,

@@ -38,11 +38,11 @@ import { attachError, outcomeOf, resultFromError, type StageResult, withCAHint }
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { fetchIsPrivate, fleetFlight, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
-import { type LoadedApp, makeScratch, readRefs, removeScratch } from './common.js';
 import { type PipelineDeps, type RunContext, type StageOutput, sleepOf } from './deps.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openStage } from './stage.js';
+import { type LoadedApp, makeScratch, readRefs, removeScratch } from './stage-inputs.js';
 
 /**
  * Upstream's fetch retry (`pkg/app/app_fetch.go` and `pkg/pkgrepository/app_fetch.go` `fetch`,

@@ -52,8 +52,8 @@ import {
   summarizeStatus,
 } from '../reconcile/status.js';
 import { withClusterConfig } from './cluster-config.js';
-import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
+import { writeAppStatus } from './stage.js';
 
 export { DEFAULT_MAX_ATTEMPTS } from './attempts.js';
 

@@ -1,35 +1,19 @@
 /**
- * Pieces every stage handler shares: the App an event refers to and reading it, reading
- * referenced Secrets/ConfigMaps into the planners' shapes, scratch directories, THE App status
- * write and the stage-run log line. The stage frame (open, fence, close with the write policy)
- * is `./stage.ts`; the status summarizer and the abort watch are in `../reconcile/`.
+ * What a stage works from, shared by every stage handler: the object an event refers to (its
+ * reference, log key and read: {@link appRef}, {@link objectKey}, {@link loadApp}), the
+ * Secrets and ConfigMaps it references, read into the planners' shapes ({@link readRefs}), and
+ * the scratch directory it works in. The stage frame (open, fence, the status write, close with
+ * the write policy, the log line and the observer) is `./stage.ts`; the status summarizer and
+ * the abort watch are in `../reconcile/`.
  */
 import { createHash } from 'node:crypto';
 import { mkdir, mkdtemp, readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { ObjectRef } from '../../../events/schema.js';
-import {
-  type App,
-  type AppStatus,
-  type ConfigMapLike,
-  parseApp,
-  type RefObjects,
-  type SecretLike,
-} from '../api/index.js';
+import { type App, type ConfigMapLike, parseApp, type RefObjects, type SecretLike } from '../api/index.js';
 import { RUN_DIR_PREFIX } from '../exec/sandbox.js';
-import { APP_API_VERSION, type FetchView, type KubeObject, type KubeReader, type ResourceRef } from '../kube/port.js';
-import { type RunFence, type StatusBounds, type StatusWriteResult, writeStatus } from '../kube/status-write.js';
-import { logStageRun, type StageOutcome } from '../log.js';
-import {
-  isFirstReconcile,
-  type ReconcileCounts,
-  type ReconcileObserver,
-  reconcileObserver,
-} from '../observe/reconcile.js';
-import type { StageResult } from '../reconcile/result.js';
+import { APP_API_VERSION, type KubeObject, type KubeReader, type ResourceRef } from '../kube/port.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { omitEmptyStatusFields, usefulErrorMessage } from '../reconcile/status.js';
-import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
 import type { PipelineDeps } from './deps.js';
 
 /** The Kubernetes reference of the App an event refers to. */
@@ -151,98 +135,4 @@ export async function removeLeftoverScratch(tmpRoot: string): Promise<string[]> 
   const stale = names.filter((n) => LEFTOVER_NAME.test(n));
   await Promise.all(stale.map((n) => removeScratch(path.join(tmpRoot, n))));
   return stale;
-}
-
-/**
- * The size discipline of every App status write (`reconcile/status-budget.ts`): the status is
- * fitted to the object's budget ({@link statusBudgetFor}: 1 MiB, less when the spec is large),
- * and a status the API server still rejects as too large is replaced by
- * {@link tooLargeStatus} (`ReconcileFailed`, or `DeleteFailed` during a delete, with a short
- * message) instead of being retried.
- *
- * @param generation - `observedGeneration` of the fallback status (the run's generation).
- */
-export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
-  return {
-    fit: (status, object) =>
-      fitStatus(status, statusBudgetFor(object as unknown as Record<string, unknown>), generation),
-    tooLarge: (current, attempted, error) =>
-      omitEmptyStatusFields(tooLargeStatus(current, attempted, generation, error.message)),
-  };
-}
-
-/**
- * Writes a status computed from the current one, fenced by the run (see `writeStatus`), with
- * upstream's `omitempty` fields dropped when empty ({@link omitEmptyStatusFields}). THE one
- * path of App status writes: every status is bounded by {@link appStatusBounds} here, and,
- * with `mask`, every string of it has the run's Secret values masked (a last pass: stages mask
- * each tool result as it returns, before any cut, see `../reconcile/secret-mask.ts`).
- *
- * @param read - the object as just read, planned on instead of a first GET (see `writeStatus`)
- */
-export async function writeAppStatus(
-  kube: FetchView,
-  ref: ResourceRef,
-  fence: RunFence,
-  mutate: (current: AppStatus | undefined) => AppStatus,
-  mask?: SecretMask,
-  read?: { object: KubeObject | undefined },
-): Promise<StatusWriteResult> {
-  return await writeStatus<AppStatus>(
-    kube,
-    ref,
-    fence,
-    (cur) => omitEmptyStatusFields(mask ? mask.deep(mutate(cur)) : mutate(cur)),
-    appStatusBounds(fence.generation),
-    read,
-  );
-}
-
-/** Helper for one stage-run log line and its timing. */
-export function stageTimer(deps: PipelineDeps, stage: string, object: string, generation: number) {
-  const started = performance.now();
-  return (outcome: StageOutcome, extra: { error?: string; tools?: { runs: number; ms: number } } = {}) =>
-    logStageRun(deps.log, {
-      object,
-      stage,
-      generation,
-      durationMs: Math.round(performance.now() - started),
-      outcome,
-      ...extra,
-    });
-}
-
-/**
- * The observer (metrics and Events, `../observe/reconcile.ts`) of a run of `object`, with the
- * pipeline's sinks and the Event writer of the object's cluster (looked up when an Event is
- * written, so the embedded runtime's leadership gate applies).
- *
- * @param status - the object's status as the run found it (decides `firstReconcile`).
- */
-export function observerOf(
-  deps: PipelineDeps,
-  object: Pick<ObjectRef, 'clusterId' | 'kind' | 'apiVersion' | 'namespace' | 'name' | 'uid'>,
-  status: ReconcileCounts | null | undefined,
-): ReconcileObserver {
-  return reconcileObserver(
-    {
-      metrics: deps.metrics,
-      events: deps.events,
-      eventWriter: () => deps.clusters.eventWriter?.(object.clusterId),
-      log: deps.log,
-    },
-    object,
-    isFirstReconcile(status),
-  );
-}
-
-/**
- * The error text of a failed run's `ReconcileFailed` / `DeleteFailed` Event: what the status's
- * `usefulErrorMessage` shows (the failing tool's stderr, else the stage-prefixed error; the text
- * kapp's wait rule reports for an App), redacted with the run's mask and without the final
- * newline. The stage error alone ("Templating dir: Error (see .status.usefulErrorMessage for
- * details)") would send Event readers back to the status.
- */
-export function eventErrorText(result: Pick<StageResult, 'error' | 'stderr'>, mask: SecretMask): string {
-  return mask.redact(usefulErrorMessage(result.error ?? '', result.stderr)).trimEnd();
 }
