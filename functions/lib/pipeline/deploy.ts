@@ -1,6 +1,6 @@
 /**
- * The deploy stage (`pkg/app/app_deploy.go`, `pkg/deploy/kapp.go`) and the delete path
- * (`reconcileDelete`): the only stage holding a {@link DeployView}. It adds the finalizer
+ * The deploy stage (`pkg/app/app_deploy.go`, `pkg/deploy/kapp.go`): with the delete path
+ * (`./delete.ts`), the only stage holding a {@link DeployView}. It adds the finalizer
  * before kapp runs (as upstream, so issue #114 behaves the same), mints a short-lived
  * TokenRequest token for the App's ServiceAccount (or reads its kubeconfig Secret), runs
  * `kapp deploy` with the manifest on stdin, streams kapp's output into `status.deploy`
@@ -11,7 +11,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { type DeployStageData, MAX_DEPLOY_CONTINUATIONS, type ObjectRef } from '../../../events/schema.js';
-import { type App, type AppStatus, Finalizer } from '../api/index.js';
+import { type AppStatus, Finalizer } from '../api/index.js';
 import { sha256Hex } from '../artifact/keys.js';
 import {
   appKappDeploy,
@@ -19,12 +19,10 @@ import {
   BLOCKING_FOR_DEPLOY_PREFIX,
   type ClusterAccess,
   KAPP_ERROR_PREFIX,
-  kappDeleteCommand,
   kappDeployCommand,
   kappInspectCommand,
   NOT_ONE_DEPLOY_MESSAGE,
   parseKappAppMeta,
-  UNSUPPORTED_DEPLOY_MESSAGE,
   wantsInspect,
   withKappWaitBudget,
 } from '../deploy/index.js';
@@ -44,7 +42,6 @@ import { UrlPolicyError } from '../fetch/url-policy.js';
 import type { DeployView } from '../kube/port.js';
 import {
   attachError,
-  KappControllerError,
   MissingArtifactError,
   outcomeOf,
   resultFromError,
@@ -57,31 +54,27 @@ import {
   formatStatusTime,
   fromEventPart,
   inspectStatus,
-  markDeleteCompleted,
-  markDeleting,
   markReconciling,
   type RunParts,
   summarizeStatus,
 } from '../reconcile/status.js';
 import type { DeployStatus } from '../reconcile/types.js';
 import { privateArtifacts, readArtifact, scopeOf } from './artifacts.js';
-import {
-  appRef,
-  eventErrorText,
-  loadApp,
-  makeScratch,
-  objectKey,
-  observerOf,
-  removeScratch,
-  stageTimer,
-  writeAppStatus,
-} from './common.js';
-import { type PipelineDeps, type RunContext, secretMaskOf } from './deps.js';
+import { type PipelineDeps, secretMaskOf } from './deps.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { rollbackRefusal } from './rollback.js';
-import { APP_KIND, closeStage, openHandOff, type StageFrame, writeFrameStatus } from './stage.js';
+import {
+  APP_KIND,
+  closeStage,
+  openHandOff,
+  type StageFrame,
+  stageTimer,
+  writeAppStatus,
+  writeFrameStatus,
+} from './stage.js';
+import { appRef, loadApp, makeScratch, objectKey, removeScratch } from './stage-inputs.js';
 
 /**
  * Adds the finalizer before kapp runs (`blockDeletion`), deciding on the stage's copy of the App
@@ -403,8 +396,8 @@ interface RecordState {
   reusable?: DeployRecord;
 }
 
-/** Key of the deploy record of the App `ref` (per cluster, namespace, name and uid). */
-function deployRecordKey(deps: PipelineDeps, ref: ObjectRef): Promise<string> {
+/** Key of the deploy record of the App `ref` (per cluster, namespace, name and uid); the delete path removes it. */
+export function deployRecordKey(deps: PipelineDeps, ref: ObjectRef): Promise<string> {
   return privateArtifacts(deps).keyFor(scopeOf(ref), 'deploy-record', sha256Hex(`${ref.name}/${ref.uid}`));
 }
 
@@ -593,126 +586,4 @@ async function endCanceledContinuation(
   const outcome = w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'failed';
   done(outcome, { error: mask.redact(result.error ?? ''), tools: { runs: 0, ms: 0 } });
   return true;
-}
-
-/** A namespace that is being deleted or already gone. */
-async function terminating(kube: DeployView, name: string): Promise<boolean> {
-  const ns = await kube.getNamespace(name);
-  return !ns || ns.phase === 'Terminating' || Boolean(ns.metadata.deletionTimestamp);
-}
-
-/**
- * `noopDeleteDueToTerminatingNamespaces` (`pkg/app/app.go`, v0.40+): skip `kapp delete` when
- * the App deployed with a ServiceAccount, its namespace is terminating or gone, and so is every
- * namespace its resources live in (none cluster-scoped), so namespace deletion is not blocked
- * once the ServiceAccount is gone.
- */
-export async function noopDeleteDueToTerminatingNamespaces(app: App, kube: DeployView): Promise<boolean> {
-  const kapp = app.status?.deploy?.kapp;
-  if (!kapp || !app.spec.serviceAccountName) return false;
-  if (!(await terminating(kube, app.metadata.namespace ?? ''))) return false;
-  for (const ns of kapp.associatedResources?.namespaces ?? []) {
-    if (ns === '(cluster)' || !(await terminating(kube, ns))) return false;
-  }
-  return true;
-}
-
-/**
- * The delete path (`reconcileDelete` + `app_deploy.go` `delete`): only for an App with a
- * `deletionTimestamp` and our finalizer (else `gone`, nothing written, no tool); `Deleting`, then
- * `kapp delete` (skipped for `noopDelete`), then the finalizer is removed; on failure
- * `DeleteFailed` and the finalizer stays (retried with the failure backoff).
- *
- * @throws on infrastructure failures: the transport retries the event.
- */
-export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<void> {
-  const kube = deps.clusters.deployView(ctx.clusterId);
-  const kref = appRef(ctx.ref);
-  const done = stageTimer(deps, 'delete', objectKey(ctx.ref), ctx.run.generation);
-  const loaded = await loadApp(kube, kref);
-  if (loaded.kind !== 'ok' || loaded.loaded.raw.metadata.uid !== ctx.ref.uid) {
-    done('gone');
-    return;
-  }
-  const { app, raw } = loaded.loaded;
-  // Only an App being deleted is deleted (the rule of the reconcile step): a delete event for a
-  // live App (a forged or misrouted hand-off) stops here, whatever generation it names.
-  if (!app.metadata.deletionTimestamp || !(app.metadata.finalizers ?? []).includes(Finalizer.App)) {
-    done('gone');
-    return;
-  }
-  const fence = { uid: raw.metadata.uid, generation: raw.metadata.generation ?? 0 };
-  const startedAt = deps.now();
-  const mask = secretMaskOf(deps);
-  const observe = observerOf(deps, ctx.ref, app.status);
-  observe.init();
-  observe.deleting();
-  // The App was just read: the first status write plans on it.
-  await writeAppStatus(kube, kref, fence, (cur) => markDeleting(cur, fence.generation) as AppStatus, undefined, {
-    object: raw,
-  });
-
-  let result: StageResult;
-  let tools = { runs: 0, ms: 0 };
-  if (app.spec.noopDelete || (await noopDeleteDueToTerminatingNamespaces(app, kube))) {
-    result = { stdout: '', stderr: '', exitCode: 0, finished: true };
-  } else {
-    try {
-      const kapp = appKappDeploy(app.spec);
-      const access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
-      const cmd = kappDeleteCommand({ kapp, access });
-      const run = await runKapp(
-        cmd,
-        undefined,
-        deps,
-        { kube, ref: kref, uid: ctx.ref.uid, cancelOnDelete: false },
-        async ({ stdout, stderr }) => {
-          const progress = deployStatus(
-            mask.result({ stdout, stderr, exitCode: 0, finished: false }),
-            { startedAt, updatedAt: deps.now() },
-            app.status?.deploy?.kapp,
-          );
-          await writeAppStatus(
-            kube,
-            kref,
-            fence,
-            (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
-            mask,
-          );
-        },
-      );
-      tools = { runs: 1, ms: run.durationMs };
-      result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
-    } catch (err) {
-      if (outcomeOf(err) !== 'user') throw err;
-      // `Deleting: ` is added only to kapp's own failures (`pkg/deploy/kapp.go`); the delete
-      // path says `delete` where the deploy path says `deploy`.
-      result = resultFromError(
-        err instanceof Error && err.message === UNSUPPORTED_DEPLOY_MESSAGE
-          ? new KappControllerError('Unsupported way to delete')
-          : err,
-        err instanceof UrlPolicyError ? KAPP_ERROR_PREFIX.delete : '',
-      );
-    }
-  }
-  if (!result.error) {
-    await kube.removeFinalizer(kref, Finalizer.App, { uid: ctx.ref.uid });
-    if (deps.keyring) await deps.store.delete(await deployRecordKey(deps, ctx.ref)).catch(() => {});
-    done('deleted', { tools });
-    await observe.deleteCompleted(undefined);
-    return;
-  }
-  const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, app.status?.deploy?.kapp);
-  await writeAppStatus(
-    kube,
-    kref,
-    fence,
-    (cur) => {
-      const next = summarizeStatus(cur, fence.generation, { deploy });
-      return markDeleteCompleted(next, result);
-    },
-    mask,
-  );
-  done('failed', { error: result.error && mask.redact(result.error), tools });
-  await observe.deleteCompleted(eventErrorText(result, mask));
 }

@@ -24,11 +24,11 @@ import { redactSecrets } from '../reconcile/redact.js';
 import { resultFromError, type StageResult, withCAHint } from '../reconcile/result.js';
 import { fetchPart, toEventPart } from '../reconcile/status.js';
 import { cachedStageRun, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
-import { type LoadedApp, readRefs } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openStage } from './stage.js';
+import { type LoadedApp, readRefs } from './stage-inputs.js';
 
 /** A fetch's outcome: vendir's result (or the cached record's) and the artifact, on success. */
 type Fetched = { result: StageResult; fetchKey?: string };

@@ -22,7 +22,7 @@
  * @module
  */
 import path from 'node:path';
-import type { ObjectEvent, ObjectRef, RepoIndexedEvent } from '../../../events/schema.js';
+import type { ObjectEvent, ObjectEventData, ObjectRef, RepoIndexedEvent } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import {
@@ -64,8 +64,6 @@ import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   deployStatus,
   fetchPart,
-  markDeleteCompleted,
-  markDeleting,
   markPausedOrCanceled,
   markReconciling,
   type RunParts,
@@ -74,8 +72,7 @@ import {
 } from '../reconcile/status.js';
 import { isReadyAt } from '../reconcile/timer.js';
 import { readArtifact, scopeOf } from './artifacts.js';
-import { makeScratch, objectKey, observerOf, removeScratch, stageTimer, writeAppStatus } from './common.js';
-import { type PipelineDeps, secretMaskOf } from './deps.js';
+import type { PipelineDeps } from './deps.js';
 import {
   cachedResult,
   findFetchedIndex,
@@ -88,10 +85,20 @@ import { announceRepoChanges, type DeployedVersions } from './index-repo-changes
 import { refChangeMatters, withFilledPlaceholder, withRepoPlaceholder } from './repo-placeholder.js';
 import { infraStep } from './retry-bound.js';
 import { leaveSource, memberDeployed, memberIndexed, polledSourceOf, trackSource } from './source-poll.js';
-import { closeStage, openStage, type StageFrame, type StageKind } from './stage.js';
-
-/** Tolerance for a resync event that arrives a little before the timer says due, ms (as Apps). */
-const RESYNC_EARLY_TOLERANCE_MS = 1000;
+import {
+  APP_KIND,
+  closeDelete,
+  closeStage,
+  type OpenedRun,
+  openDelete,
+  openRun,
+  openStage,
+  parsedReads,
+  type StageFrame,
+  type StageKind,
+  writeAppStatus,
+} from './stage.js';
+import { makeScratch, removeScratch } from './stage-inputs.js';
 
 /** The PackageRepository as read, raw (for status writes) and parsed (for decisions). */
 export interface LoadedRepo {
@@ -111,19 +118,28 @@ export function packageRepositoryRef(ref: Pick<ObjectRef, 'namespace' | 'name'>)
  */
 export const PKGR_KIND: StageKind<LoadedRepo> = {
   ref: packageRepositoryRef,
-  load: async (kube, ref) => {
-    const raw = await kube.getObject(ref);
-    if (!raw) return { kind: 'gone' };
-    const parsed = parsePackageRepository(raw);
-    return parsed.success ? { kind: 'ok', loaded: { raw, pkgr: parsed.data } } : { kind: 'invalid' };
-  },
-  parse: (raw) => {
-    const parsed = parsePackageRepository(raw);
-    return parsed.success ? { raw, pkgr: parsed.data } : undefined;
-  },
+  ...parsedReads(parsePackageRepository, (raw, pkgr) => ({ raw, pkgr })),
   held: ({ pkgr }) => Boolean(pkgr.spec.paused),
   markHeld: (status, generation) => markPausedOrCanceled(status, generation, 'PackageRepository'),
   status: ({ pkgr }) => pkgr.status as AppStatus | undefined,
+  invalid: APP_KIND.invalid,
+  finalizers: [Finalizer.PackageRepository, Finalizer.PackageRepositoryLegacy],
+  holdsDelete: true,
+  due: async ({ loaded: { pkgr }, reason, specChanged, kube, soon }) => {
+    const forced =
+      specChanged ||
+      reason === 'added' ||
+      // A polled source's ref-changed is the fleet poll's poke (a new digest): always a run. Otherwise
+      // it is a Secret change, which matters unless it is the placeholder still unfilled.
+      (reason === 'ref-changed' &&
+        (polledSourceOf(pkgr.spec.fetch) !== undefined || (await refChangeMatters(pkgr, kube))));
+    return forced || isReadyAt(pkgr, soon, { kind: 'PackageRepository' });
+  },
+  // Written while the run plans and fetches, and awaited before anything else is written or
+  // deployed (`reconcileRepository`): no second GET of a repository that may hold ~1 MB inline.
+  reconciling: { mark: (status, generation) => markReconciling(status, generation), alongside: true },
+  deleteEventText: (result, mask) => mask.redact(result.error ?? ''),
+  write: APP_KIND.write,
 };
 
 /** Dependencies of {@link runIndexRepo}: the pipeline's ports plus one of its own. */
@@ -190,105 +206,29 @@ function deployProgress(
  * @throws KubeApiError / StoreError on infrastructure failures: the transport retries the event.
  */
 export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Promise<RepoIndexedEvent | undefined> {
-  const ev = event.data;
-  const kube = deps.clusters.deployView(ev.clusterId);
-  const kref = packageRepositoryRef(ev);
-  const done = stageTimer(deps, 'reconcile', objectKey(ev), ev.generation);
-  const read = await kube.getObject(kref);
-  if (!read) {
-    done('gone');
-    return;
-  }
-  const parsed = parsePackageRepository(read);
-  const meta = read.metadata;
-  const generation = meta.generation ?? 0;
-  const fence = { uid: meta.uid, generation };
-  if (!parsed.success) {
-    // Accepted by the API server but not by our schema (an older CRD): a failed reconcile in
-    // status, not a crash on every event.
-    await writeAppStatus(kube, kref, fence, (cur) =>
-      summarizeStatus(cur, generation, {}, resultFromError(parsed.error.message, 'Reconciling: ')),
-    );
-    done('failed', { error: parsed.error.message });
-    return;
-  }
-  const pkgr = parsed.data;
-  // Upstream `InitMetrics`, on every reconcile of a live PackageRepository.
-  const observe = observerOf(
-    deps,
-    { ...ev, apiVersion: read.apiVersion, namespace: meta.namespace ?? ev.namespace, uid: meta.uid },
-    pkgr.status,
-  );
-  observe.init();
-  if (pkgr.spec.paused) {
-    await writeAppStatus(
-      kube,
-      kref,
-      fence,
-      (cur) => markPausedOrCanceled(cur, generation, 'PackageRepository'),
-      undefined,
-      { object: read },
-    );
-    done('paused');
-    return;
-  }
-  if (meta.deletionTimestamp) {
-    const finalizers = meta.finalizers ?? [];
-    if (!finalizers.includes(Finalizer.PackageRepository) && !finalizers.includes(Finalizer.PackageRepositoryLegacy)) {
-      done('gone');
-      return;
-    }
-    done('deleted');
-    observe.deleting();
-    const indexed = await deleteRepository({ ...ev, uid: meta.uid, generation }, read, pkgr, kube, deps);
-    await observe.deleteCompleted(indexed.error);
-    return indexed.event;
-  }
-  const specChanged = pkgr.status?.observedGeneration !== generation;
-  const forced =
-    specChanged ||
-    ev.reason === 'added' ||
-    // A polled source's ref-changed is the fleet poll's poke (a new digest): always a run. Otherwise
-    // it is a Secret change, which matters unless it is the placeholder still unfilled.
-    (ev.reason === 'ref-changed' &&
-      (polledSourceOf(pkgr.spec.fetch) !== undefined || (await refChangeMatters(pkgr, kube))));
-  const soon = new Date(deps.now().getTime() + RESYNC_EARLY_TOLERANCE_MS);
-  if (!forced && !isReadyAt(pkgr, soon, { kind: 'PackageRepository' })) {
-    done('noop');
-    return;
-  }
-  // `Reconciling` (upstream writes it before the fetch): written while the run plans and fetches,
-  // and awaited before anything else is written or deployed (`reconcileRepository`). Planned on
-  // the object just read: no second GET of a repository that may hold ~1 MB inline.
-  const reconciling = specChanged
-    ? writeAppStatus(kube, kref, fence, (cur) => markReconciling(cur, generation), undefined, { object: read })
-    : undefined;
-  reconciling?.catch(() => {}); // its failure is thrown where it is awaited
-  done('succeeded');
-  const runStartedAt = deps.now().toISOString();
-  await observe.started();
-  const object: ObjectRef = {
-    ...ev,
-    apiVersion: read.apiVersion,
-    namespace: meta.namespace ?? ev.namespace,
-    uid: meta.uid,
-    generation,
-    resourceVersion: meta.resourceVersion,
-  };
-  const opened = await openStage(deps, {
-    stage: 'index-repo',
-    object,
-    generation,
-    view: () => kube,
+  const opened = await openRun(deps, {
+    stage: 'reconcile',
+    event: event.data,
+    view: (id) => deps.clusters.deployView(id),
     kind: PKGR_KIND,
-    loaded: { raw: read, pkgr },
-    runStartedAt,
   });
-  if (opened.stop) {
+  if (opened.state === 'deleting') return await deleteRepository(event.data, opened.run, deps);
+  if (opened.state !== 'run') return;
+  const { run, reconciling } = opened;
+  const stage = await openStage(deps, {
+    stage: 'index-repo',
+    object: run.object,
+    generation: run.fence.generation,
+    view: () => run.kube,
+    kind: PKGR_KIND,
+    loaded: run.loaded,
+    runStartedAt: run.startedAt.toISOString(),
+  });
+  if (stage.stop) {
     await reconciling;
     return;
   }
-  return await reconcileRepository(opened.frame, deps, reconciling);
+  return await reconcileRepository(stage.frame, deps, reconciling);
 }
 
 /**
@@ -582,42 +522,36 @@ async function deployRepository(
 /**
  * The delete path: `Deleting`, `kapp delete <name>.pkgr` (the repository's Packages and
  * PackageMetadatas, and only its), then both finalizers are removed; on failure
- * `DeleteFailed` and the finalizers stay (retried with the failure backoff).
+ * `DeleteFailed` and the finalizers stay (retried with the failure backoff). Opens and closes on
+ * the frame (`openDelete`, `closeDelete`).
  *
- * @param read - the repository as read when the delete started (the `Deleting` write plans on
- *   it); of the two finalizers only those it has are removed (nothing adds the legacy one later)
- * @returns `event`: the `repo.indexed` event removing every version it deployed, after a successful
- *   delete; `error`: the delete's error (redacted) after a failed one.
+ * @param event - the event (the object of the `repo.indexed` event is its reference, with the
+ *   live uid and generation)
+ * @param run - the run {@link openRun} opened: of the two finalizers only those the repository
+ *   had when read are removed (nothing adds the legacy one later)
+ * @returns the `repo.indexed` event removing every version it deployed, after a successful delete.
  */
 async function deleteRepository(
-  object: ObjectRef,
-  read: KubeObject,
-  pkgr: PackageRepository,
-  kube: DeployView,
+  event: ObjectEventData,
+  run: OpenedRun<DeployView, LoadedRepo>,
   deps: IndexRepoDeps,
-): Promise<{ event?: RepoIndexedEvent; error?: string }> {
-  const ref = packageRepositoryRef(object);
-  const fence = { uid: object.uid, generation: object.generation };
-  const done = stageTimer(deps, 'delete', objectKey(object), object.generation);
-  const mask = secretMaskOf(deps);
-  const startedAt = deps.now();
-
+): Promise<RepoIndexedEvent | undefined> {
+  const { kube, ref, fence, loaded } = run;
+  const object: ObjectRef = { ...event, uid: fence.uid, generation: fence.generation };
   // `Deleting` is written while kapp's records are checked and while kapp runs: kapp waits for
   // the check only (a GET of two small ConfigMaps), not for a status write of an object that
   // holds the whole inline repository (~0.5 s on a busy API server). The write is awaited before
   // kapp's first progress write and before the final status, so the status goes through
   // `Deleting` first as upstream's (`reconcileDelete` writes it before `kapp delete`).
-  const deleting = writeAppStatus(kube, ref, fence, (cur) => markDeleting(cur, fence.generation), undefined, {
-    object: read,
-  });
-  deleting.catch(() => {}); // its failure is thrown where it is awaited
+  const frame = openDelete(deps, PKGR_KIND, { kube, ref, object, raw: loaded.raw, observe: run.observe });
+  const { mask, startedAt } = frame;
   const [planted, kubeconfig] = await Promise.all([
     plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name)),
     repositoryKubeconfig(kube, object.namespace, mask, deps),
   ]);
   const refused = planted ? new Error(planted) : 'error' in kubeconfig ? kubeconfig.error : undefined;
   const progress = deployProgress(kube, ref, fence, mask, startedAt, deps);
-  const run =
+  const kapp =
     refused !== undefined || !('yaml' in kubeconfig)
       ? { stdout: '', stderr: '', durationMs: 0, error: refused }
       : await runKapp(
@@ -630,33 +564,27 @@ async function deleteRepository(
           deps,
           { kube, ref, uid: object.uid, cancelOnDelete: false },
           async (tick) => {
-            await deleting;
+            await frame.deleting;
             await progress(tick);
           },
         );
-  await deleting;
-  const tools = { runs: refused === undefined ? 1 : 0, ms: run.durationMs };
+  await frame.deleting;
+  let indexed: RepoIndexedEvent | undefined;
   // raw, unlike the deploy: upstream's reconcileDelete hands `delete()`'s own result to
-  // setDeleteCompleted (status.deploy, below, is friendly as always)
-  const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, run));
-  if (!result.error) {
-    // Its Packages are gone: the PackageInstalls that used them reconcile (and fail) at once.
-    const indexed = await announceRepoChanges(object, 'deleted', deps);
-    await infraStep('leaving the source poll record', () => leaveSource(pkgr.spec.fetch, object, deps));
-    for (const f of [Finalizer.PackageRepository, Finalizer.PackageRepositoryLegacy]) {
-      if (read.metadata.finalizers?.includes(f)) await kube.removeFinalizer(ref, f, { uid: object.uid });
-    }
-    done('deleted', { tools });
-    return { event: indexed };
-  }
-  const deploy = deployStatus(result, { startedAt, updatedAt: deps.now() });
-  await writeAppStatus(
-    kube,
-    ref,
-    fence,
-    (cur) => markDeleteCompleted(summarizeStatus(cur, fence.generation, { deploy }), result),
-    mask,
-  );
-  done('failed', { error: mask.redact(result.error ?? ''), tools });
-  return { error: mask.redact(result.error ?? '') };
+  // setDeleteCompleted (status.deploy is friendly as always)
+  const result = mask.result(attachError(KAPP_ERROR_PREFIX.delete, kapp));
+  await closeDelete(frame, {
+    result,
+    deploy: () => deployStatus(result, { startedAt, updatedAt: deps.now() }),
+    tools: { runs: refused === undefined ? 1 : 0, ms: kapp.durationMs },
+    finalize: async () => {
+      // Its Packages are gone: the PackageInstalls that used them reconcile (and fail) at once.
+      indexed = await announceRepoChanges(object, 'deleted', deps);
+      await infraStep('leaving the source poll record', () => leaveSource(loaded.pkgr.spec.fetch, object, deps));
+      for (const f of [Finalizer.PackageRepository, Finalizer.PackageRepositoryLegacy]) {
+        if (loaded.raw.metadata.finalizers?.includes(f)) await kube.removeFinalizer(ref, f, { uid: object.uid });
+      }
+    },
+  });
+  return indexed;
 }

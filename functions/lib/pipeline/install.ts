@@ -35,6 +35,7 @@ import {
   GoneError,
   type InstallView,
   KubeApiError,
+  type KubeObject,
   PACKAGING_API_VERSION,
   type ResourceRef,
 } from '../kube/port.js';
@@ -51,8 +52,9 @@ import { compareVersions } from '../packaging/versions.js';
 import { GENERIC_ERROR_DETAIL, KappControllerError } from '../reconcile/result.js';
 import { FRIENDLY } from '../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
-import { appRef, objectKey, observerOf, stageTimer } from './common.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
+import { type OpenedRun, openRun, parsedReads, type StageKind, writeRunStatus } from './stage.js';
+import { appRef } from './stage-inputs.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;
@@ -201,6 +203,33 @@ function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** The PackageInstall as read, raw (for status writes) and parsed (for decisions). */
+export interface LoadedInstall {
+  raw: KubeObject;
+  pkgi: PackageInstall;
+}
+
+/**
+ * The PackageInstall as a {@link StageKind}: its own status and bounds ({@link pkgiStatusBounds},
+ * no Secret masking: nothing of a tool's output reaches it); always due (an event is a reconcile,
+ * as upstream's requeue); nothing holds it here (`paused` and `canceled` are copied onto its App,
+ * whose pipeline holds); no `Reconciling` at the start (the status is written once, at the end,
+ * as upstream's deferred `updateStatus`), so the run's one log line is the open step's.
+ */
+export const PKGI_KIND: StageKind<LoadedInstall, PackageInstallStatus> = {
+  ref: packageInstallRef,
+  ...parsedReads(parsePackageInstall, (raw, pkgi) => ({ raw, pkgi })),
+  held: () => false,
+  markHeld: (status, generation) => ({ ...status, observedGeneration: generation }),
+  status: ({ pkgi }) => pkgi.status,
+  invalid: (status, generation, message) => pkgiCompleted(pkgiReconciling(status, generation), message),
+  finalizers: [Finalizer.PackageInstall],
+  due: () => true,
+  keepsRunLine: true,
+  write: (kube, ref, fence, mutate, _mask, read) =>
+    writeStatus<PackageInstallStatus>(kube, ref, fence, mutate, pkgiStatusBounds(fence.generation), read),
+};
+
 /**
  * Handles an object event for a PackageInstall (the install function's entry point). Everything
  * happens in this one invocation; nothing is handed on.
@@ -209,41 +238,19 @@ function messageOf(err: unknown): string {
  *   could: the transport retries the event.
  */
 export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promise<void> {
-  const ev = event.data;
-  const kube = installView(deps, ev.clusterId);
-  const ref = packageInstallRef(ev);
-  const done = stageTimer(deps, 'install', objectKey(ev), ev.generation);
-  const raw = await kube.getObject(ref);
-  if (!raw) {
-    done('gone');
-    return;
-  }
-  const meta = raw.metadata;
-  const generation = meta.generation ?? 0;
-  const fence = { uid: meta.uid, generation };
-  const write = (mutate: (cur: PackageInstallStatus | undefined) => PackageInstallStatus) =>
-    writeStatus<PackageInstallStatus>(kube, ref, fence, mutate, pkgiStatusBounds(generation));
-  const parsed = parsePackageInstall(raw);
-  if (!parsed.success) {
-    // Accepted by the API server but not by our schema (an older CRD): a failed reconcile in status.
-    await write((cur) => pkgiCompleted(pkgiReconciling(cur, generation), parsed.error.message));
-    done('failed', { error: parsed.error.message });
-    return;
-  }
-  const pkgi = parsed.data;
-  // Upstream `InitMetrics` on every reconcile; a PackageInstall counts attempts and the overall time.
-  const observe = observerOf(
-    deps,
-    { ...ev, apiVersion: raw.apiVersion, namespace: meta.namespace ?? ev.namespace, uid: meta.uid },
-    pkgi.status,
-  );
-  observe.init();
-  if (meta.deletionTimestamp) {
-    await deleteInstall(kube, ref, pkgi, fence, done);
-    return;
-  }
+  const opened = await openRun(deps, {
+    stage: 'install',
+    event: event.data,
+    view: (id) => installView(deps, id),
+    kind: PKGI_KIND,
+  });
+  if (opened.state === 'deleting') return await deleteInstall(opened.run);
+  if (opened.state !== 'run') return;
+  const { run } = opened;
+  const { kube, done, observe, fence } = run;
+  const { pkgi } = run.loaded;
   try {
-    await kube.addFinalizer(ref, Finalizer.PackageInstall, { uid: meta.uid });
+    await kube.addFinalizer(run.ref, Finalizer.PackageInstall, { uid: fence.uid });
   } catch (err) {
     if (err instanceof GoneError) {
       done('gone');
@@ -257,10 +264,10 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   let error: string | undefined;
   let thrown: unknown;
   // Kept up to date by the reconcile: `version` is reported even when a later step fails.
-  const run = { status: pkgiReconciling(pkgi.status, generation) };
+  const state = { status: pkgiReconciling(pkgi.status, fence.generation) };
   try {
-    await reconcileInstall(kube, pkgi, run, deps);
-    const first = run.status.conditions?.[0];
+    await reconcileInstall(kube, pkgi, state, deps);
+    const first = state.status.conditions?.[0];
     if (first?.type === 'ReconcileFailed') {
       outcome = 'failed';
       error = first.message;
@@ -268,11 +275,11 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   } catch (err) {
     outcome = 'failed';
     error = messageOf(err);
-    run.status = pkgiCompleted(run.status, error);
+    state.status = pkgiCompleted(state.status, error);
     if (!isUserError(err)) thrown = err;
   }
-  const final = run.status;
-  const w = await write(() => final);
+  const final = state.status;
+  const w = await writeRunStatus(run, () => final);
   done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : outcome, error ? { error } : {});
   if (w.outcome !== 'stale' && w.outcome !== 'gone') {
     // The outcome is the one the status shows (still `Reconciling` while its App runs).
@@ -374,21 +381,14 @@ const DELETE_PROPAGATED = [
 ] as const;
 
 /**
- * The delete path (§3.9): the App first, then the finalizer.
+ * The delete path (§3.9): the App first, then the finalizer. {@link openRun} checked the
+ * finalizer (without it the PackageInstall is gone for us) and kept the run's log line open.
  *
  * @throws KubeApiError on infrastructure failures (retried).
  */
-async function deleteInstall(
-  kube: InstallView,
-  ref: ResourceRef,
-  pkgi: PackageInstall,
-  fence: { uid: string; generation: number },
-  done: ReturnType<typeof stageTimer>,
-): Promise<void> {
-  if (!pkgi.metadata.finalizers?.includes(Finalizer.PackageInstall)) {
-    done('gone');
-    return;
-  }
+async function deleteInstall(run: OpenedRun<InstallView, LoadedInstall, PackageInstallStatus>): Promise<void> {
+  const { kube, ref, fence, done } = run;
+  const { pkgi } = run.loaded;
   const aref = appRef({ namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' });
   const app = await kube.getObject<RawApp>(aref);
   if (!app) {
@@ -415,6 +415,6 @@ async function deleteInstall(
     const useful = (current.status as { usefulErrorMessage?: string } | undefined)?.usefulErrorMessage;
     status = (cur) => pkgiDeleteFailed(pkgiDeleting(cur, fence.generation), useful);
   }
-  const w = await writeStatus<PackageInstallStatus>(kube, ref, fence, status, pkgiStatusBounds(fence.generation));
+  const w = await writeRunStatus(run, status);
   done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : 'deleted');
 }

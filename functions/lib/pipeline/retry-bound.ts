@@ -52,8 +52,8 @@ import {
   summarizeStatus,
 } from '../reconcile/status.js';
 import { withClusterConfig } from './cluster-config.js';
-import { writeAppStatus } from './common.js';
 import type { PipelineDeps } from './deps.js';
+import { writeAppStatus } from './stage.js';
 
 // Below the pipeline so that the planners' runs (`../fetch/run.ts`) name their steps the same way.
 export { InfraError, infraStep } from '../reconcile/infra-step.js';

@@ -14,11 +14,11 @@ import type { KubeObject } from '../kube/port.js';
 import { readReceipt } from '../receipt/receipt.js';
 import { KappControllerError, resultFromError } from '../reconcile/result.js';
 import type { ObjectStore } from '../store/port.js';
-import type { LoadedApp } from './common.js';
 import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
 import { activeRollback, ROLLBACK_TO_ANNOTATION, receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeStage, openStage } from './stage.js';
+import type { LoadedApp } from './stage-inputs.js';
 
 /** A receipt of the App, or `undefined` when it is gone or unreadable (`TypeError`: bad JSON). */
 function storedReceipt(store: ObjectStore, ref: ObjectRef, id: string) {

@@ -12,52 +12,102 @@
  *   `../reconcile/status.ts` `summarizeStatus`);
  * - a write that finds the object gone or with a newer spec ends the stage with that outcome.
  *
- * The object a stage works for is described by a {@link StageKind}: the App ({@link APP_KIND})
- * or a PackageRepository (`PKGR_KIND` of `./index-repo.ts`, whose status is the App's without
- * `inspect`, so the same summarizer, bounds and write serve both).
+ * The object a stage works for is described by a {@link StageKind}: the App ({@link APP_KIND}),
+ * a PackageRepository (`PKGR_KIND` of `./index-repo.ts`, whose status is the App's without
+ * `inspect`, so the same summarizer, bounds and write serve both) or a PackageInstall
+ * (`PKGI_KIND` of `./install.ts`, its own status and bounds).
+ *
+ * Both ends of a run are framed here too: {@link openRun} is the first step of every object
+ * event (read, the failed status of an object our schema rejects, delete, hold, due, and
+ * `Reconciling` on a spec change), as `pkg/app/app_reconcile.go` `Reconcile` is one switch; a
+ * delete path opens with {@link openDelete} (`Deleting`) and ends with {@link closeDelete}.
+ * The frame's own pieces live here as well: THE App status write ({@link writeAppStatus} and its
+ * bounds), the stage-run log line ({@link stageTimer}), the run's observer ({@link observerOf})
+ * and a failed run's Event text ({@link eventErrorText}).
  */
-import type { ObjectRef, StageRun } from '../../../events/schema.js';
-import { type AppStatus, parseApp } from '../api/index.js';
+import type { ObjectEventData, ObjectRef, StageRun } from '../../../events/schema.js';
+import { type AppStatus, Finalizer, type ParseResult, parseApp } from '../api/index.js';
 import type { FetchView, KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
-import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
-import type { StageOutcome } from '../log.js';
-import type { ReconcileObserver } from '../observe/reconcile.js';
-import type { StageResult } from '../reconcile/result.js';
+import {
+  type KnownObject,
+  type RunFence,
+  type StatusBounds,
+  type StatusWriteResult,
+  writeStatus,
+} from '../kube/status-write.js';
+import { logStageRun, type StageOutcome } from '../log.js';
+import {
+  isFirstReconcile,
+  type ReconcileCounts,
+  type ReconcileObserver,
+  reconcileObserver,
+} from '../observe/reconcile.js';
+import { resultFromError, type StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import {
   cutForEvent,
+  markDeleteCompleted,
+  markDeleting,
   markPausedOrCanceled,
+  markReconciling,
+  omitEmptyStatusFields,
   type RunParts,
   type StagePart,
   summarizeStatus,
+  usefulErrorMessage,
   writesImmediately,
 } from '../reconcile/status.js';
-import {
-  appRef,
-  eventErrorText,
-  type LoadedApp,
-  type LoadResult,
-  loadApp,
-  objectKey,
-  observerOf,
-  stageTimer,
-  writeAppStatus,
-} from './common.js';
+import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
+import { isReadyAt } from '../reconcile/timer.js';
+import type { DeployStatus } from '../reconcile/types.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
+import { hasRollbackAnnotation } from './receipts.js';
+import { appRef, type LoadedApp, objectKey } from './stage-inputs.js';
 
 /** Why a stage stops without work: the object is gone or recreated, has a newer spec, or is paused. */
 export type StageStop = 'gone' | 'stale' | 'paused';
+
+/** Tolerance for a resync event that arrives a little before the timer says due, ms. */
+const RESYNC_EARLY_TOLERANCE_MS = 1000;
+
+/** What {@link StageKind.due} decides on. */
+export interface DueInput<L> {
+  /** The object as read. */
+  loaded: L;
+  /** Why the event was sent (`added`, `ref-changed`, `resync`, ...). */
+  reason: ObjectEventData['reason'];
+  /** The spec changed since the status last observed it (`generation != observedGeneration`). */
+  specChanged: boolean;
+  /** The object's generation. */
+  generation: number;
+  /** The object's log key ({@link objectKey}). */
+  key: string;
+  /** The view the run holds (a kind may read what the object references). */
+  kube: KubeReader;
+  /** Now plus the resync tolerance: a resync event that arrives a little early is due. */
+  soon: Date;
+  /** The pipeline's config and log. */
+  deps: Pick<PipelineDeps, 'config' | 'log'>;
+}
 
 /**
  * What a stage frame needs to know about the kind of object it works for.
  *
  * @typeParam L - the object as read (raw for status writes, parsed for decisions).
+ * @typeParam S - the object's status (the App's for Apps and PackageRepositories).
  */
-export interface StageKind<L extends { raw: KubeObject }> {
+export interface StageKind<L extends { raw: KubeObject }, S = AppStatus> {
   /** The Kubernetes reference of the object an event refers to. */
   ref(object: Pick<ObjectRef, 'namespace' | 'name'>): ResourceRef;
-  /** Reads and parses the object (`gone`/`invalid` both stop a later stage as `gone`). */
-  load(kube: KubeReader, ref: ResourceRef): Promise<{ kind: 'ok'; loaded: L } | { kind: 'gone' | 'invalid' }>;
+  /**
+   * Reads and parses the object. `invalid`: the API server accepted it but our schema rejects it
+   * (only possible with a CRD older than ours), with the field path; a later stage stops on it as
+   * `gone`, {@link openRun} writes it as a failed reconcile.
+   */
+  load(
+    kube: KubeReader,
+    ref: ResourceRef,
+  ): Promise<{ kind: 'ok'; loaded: L } | { kind: 'gone' } | { kind: 'invalid'; raw: KubeObject; message: string }>;
   /** Parses an object already in hand (a run's copy, {@link RunCopy}); `undefined` when it does not fit. */
   parse(raw: KubeObject): L | undefined;
   /** True when the object's spec holds its reconcile (paused, canceled). */
@@ -66,23 +116,123 @@ export interface StageKind<L extends { raw: KubeObject }> {
    * The status a held object shows for `generation` (`observedGeneration` + the kind's
    * paused text, conditions kept): what a reconcile of the held spec writes.
    */
-  markHeld(status: AppStatus | undefined, generation: number): AppStatus;
+  markHeld(status: S | undefined, generation: number): S;
   /** The object's status as read (the write policy asks whether it announced the run). */
-  status(loaded: L): AppStatus | undefined;
+  status(loaded: L): S | undefined;
+  /**
+   * The status of an object our schema rejects ({@link load} `invalid`): a failed reconcile with
+   * the schema's message, so it gets a status instead of a crash on every event.
+   */
+  invalid(status: S | undefined, generation: number, message: string): S;
+  /** The finalizers that make a deletion ours (the delete path runs); with none of them on it the object is gone for us. */
+  finalizers: readonly string[];
+  /**
+   * Whether the hold is checked before the deletion (a PackageRepository: paused takes precedence,
+   * `pkg/pkgrepository/app_reconcile.go`); else the deletion is first (`pkg/app/app_reconcile.go`).
+   */
+  holdsDelete?: boolean;
+  /**
+   * Whether an event means a run now: forced (a spec change, `added`, ...) or due by the kind's
+   * resync timer (reference §3.3); a no-op otherwise (no tool, no write).
+   */
+  due(input: DueInput<L>): boolean | Promise<boolean>;
+  /**
+   * `Reconciling` for a spec change, written as the run starts (upstream's `setReconciling`
+   * before the fetch), with `alongside` written while the run goes on (the run awaits it before
+   * its next write: {@link OpenRun} `reconciling`). Without it (a PackageInstall) the status is
+   * written once, at the end of the run, as upstream's deferred `updateStatus`.
+   */
+  reconciling?: { mark(status: S | undefined, generation: number): S; alongside?: boolean };
+  /**
+   * Whether the run's one log line is the open step's, closed by the caller at the run's end (a
+   * PackageInstall: one invocation, status written once); else {@link openRun} closes the open
+   * step's line at once (`succeeded` / `deleted`), the run's stages log their own, and counts the
+   * attempt (`observe.started`).
+   */
+  keepsRunLine?: boolean;
+  /**
+   * The error text of the `DeleteFailed` Event ({@link closeDelete}); default
+   * {@link eventErrorText}.
+   */
+  deleteEventText?(result: StageResult, mask: SecretMask): string;
+  /**
+   * THE status write of the kind, fenced by the run (see `writeStatus`), with its size bounds:
+   * {@link writeAppStatus} for Apps and PackageRepositories.
+   *
+   * @param mask - masks every string of the status (kinds whose status carries no tool output may ignore it).
+   * @param read - the object as just read, planned on instead of a first GET.
+   */
+  write(
+    kube: FetchView,
+    ref: ResourceRef,
+    fence: RunFence,
+    mutate: (current: S | undefined) => S,
+    mask?: SecretMask,
+    read?: KnownObject,
+  ): Promise<StatusWriteResult>;
 }
 
-/** The App as a {@link StageKind}: `spec.paused` or `spec.canceled` hold it. */
+/**
+ * The App as a {@link StageKind}: `spec.paused` or `spec.canceled` hold it; the deletion is
+ * checked first; forced by a spec change, `added`, `ref-changed` (a referenced Secret/ConfigMap
+ * changed, upstream's force flag), `modified` of an App with the rollback annotations of
+ * `./receipts.ts` (they changed), or a run left `Reconciling` where none can be in flight
+ * (`config.oneRunPerObject`, the embedded queue: that run was lost); else due by the App timer.
+ * `resync` relies on the timer, so a duplicated resync event after a run is a no-op.
+ */
 export const APP_KIND: StageKind<LoadedApp> = {
   ref: appRef,
-  load: (kube, ref): Promise<LoadResult> => loadApp(kube, ref),
-  parse: (raw) => {
-    const parsed = parseApp(raw);
-    return parsed.success ? { raw, app: parsed.data } : undefined;
-  },
+  ...parsedReads(parseApp, (raw, app) => ({ raw, app })),
   held: ({ app }) => Boolean(app.spec.canceled || app.spec.paused),
   markHeld: (status, generation) => markPausedOrCanceled(status, generation),
   status: ({ app }) => app.status,
+  invalid: (status, generation, message) =>
+    summarizeStatus(status, generation, {}, resultFromError(message, 'Reconciling: ')),
+  finalizers: [Finalizer.App],
+  due: ({ loaded: { raw, app }, reason, specChanged, generation, key, soon, deps }) => {
+    // Only where no other run of this App can be in flight (`oneRunPerObject`): its run was lost.
+    const lostRun = !specChanged && deps.config.oneRunPerObject === true && writesImmediately(app.status);
+    if (lostRun) deps.log.warn({ object: key, generation, reason }, 'run left in flight (Reconciling); running again');
+    // `modified` with the spec unchanged on an App with rollback annotations: they changed (the
+    // forwarder's App change key), so the App is deployed from (or back off) a receipt's render at
+    // once. For any other App a `modified` of the same generation is a duplicate: no run.
+    const forced =
+      specChanged ||
+      lostRun ||
+      reason === 'added' ||
+      reason === 'ref-changed' ||
+      (reason === 'modified' && hasRollbackAnnotation(raw));
+    return forced || isReadyAt(app, soon, { config: deps.config.timer });
+  },
+  reconciling: { mark: (status, generation) => markReconciling(status, generation) },
+  write: (kube, ref, fence, mutate, mask, read) => writeAppStatus(kube, ref, fence, mutate, mask, read),
 };
+
+/**
+ * `load` and `parse` of a kind read through its schema parser (`../api/parse.ts`): a read that
+ * finds nothing is `gone`; one the parser rejects is `invalid` with the parser's message.
+ *
+ * @param wrap - the loaded shape of a raw object and its parsed form.
+ */
+export function parsedReads<L extends { raw: KubeObject }, T>(
+  parse: (raw: KubeObject) => ParseResult<T>,
+  wrap: (raw: KubeObject, parsed: T) => L,
+): Pick<StageKind<L, unknown>, 'load' | 'parse'> {
+  return {
+    load: async (kube, ref) => {
+      const raw = await kube.getObject(ref);
+      if (!raw) return { kind: 'gone' };
+      const parsed = parse(raw);
+      return parsed.success
+        ? { kind: 'ok', loaded: wrap(raw, parsed.data) }
+        : { kind: 'invalid', raw, message: parsed.error.message };
+    },
+    parse: (raw) => {
+      const parsed = parse(raw);
+      return parsed.success ? wrap(raw, parsed.data) : undefined;
+    },
+  };
+}
 
 /** The log line of one stage run (`stageTimer`). */
 export type StageDone = ReturnType<typeof stageTimer>;
@@ -422,4 +572,361 @@ export async function closeHandingOn<L extends { raw: KubeObject }>(
   if (!closed.next) return undefined;
   if (handsOnFailure) return 'failure';
   return artifactKey !== undefined ? 'artifact' : undefined;
+}
+/**
+ * The size discipline of every App status write (`reconcile/status-budget.ts`): the status is
+ * fitted to the object's budget ({@link statusBudgetFor}: 1 MiB, less when the spec is large),
+ * and a status the API server still rejects as too large is replaced by
+ * {@link tooLargeStatus} (`ReconcileFailed`, or `DeleteFailed` during a delete, with a short
+ * message) instead of being retried.
+ *
+ * @param generation - `observedGeneration` of the fallback status (the run's generation).
+ */
+export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
+  return {
+    fit: (status, object) =>
+      fitStatus(status, statusBudgetFor(object as unknown as Record<string, unknown>), generation),
+    tooLarge: (current, attempted, error) =>
+      omitEmptyStatusFields(tooLargeStatus(current, attempted, generation, error.message)),
+  };
+}
+
+/**
+ * Writes a status computed from the current one, fenced by the run (see `writeStatus`), with
+ * upstream's `omitempty` fields dropped when empty ({@link omitEmptyStatusFields}). THE one
+ * path of App status writes: every status is bounded by {@link appStatusBounds} here, and,
+ * with `mask`, every string of it has the run's Secret values masked (a last pass: stages mask
+ * each tool result as it returns, before any cut, see `../reconcile/secret-mask.ts`).
+ *
+ * @param read - the object as just read, planned on instead of a first GET (see `writeStatus`)
+ */
+export async function writeAppStatus(
+  kube: FetchView,
+  ref: ResourceRef,
+  fence: RunFence,
+  mutate: (current: AppStatus | undefined) => AppStatus,
+  mask?: SecretMask,
+  read?: { object: KubeObject | undefined },
+): Promise<StatusWriteResult> {
+  return await writeStatus<AppStatus>(
+    kube,
+    ref,
+    fence,
+    (cur) => omitEmptyStatusFields(mask ? mask.deep(mutate(cur)) : mutate(cur)),
+    appStatusBounds(fence.generation),
+    read,
+  );
+}
+
+/** Helper for one stage-run log line and its timing. */
+export function stageTimer(deps: PipelineDeps, stage: string, object: string, generation: number) {
+  const started = performance.now();
+  return (outcome: StageOutcome, extra: { error?: string; tools?: { runs: number; ms: number } } = {}) =>
+    logStageRun(deps.log, {
+      object,
+      stage,
+      generation,
+      durationMs: Math.round(performance.now() - started),
+      outcome,
+      ...extra,
+    });
+}
+
+/**
+ * The observer (metrics and Events, `../observe/reconcile.ts`) of a run of `object`, with the
+ * pipeline's sinks and the Event writer of the object's cluster (looked up when an Event is
+ * written, so the embedded runtime's leadership gate applies).
+ *
+ * @param status - the object's status as the run found it (decides `firstReconcile`).
+ */
+export function observerOf(
+  deps: PipelineDeps,
+  object: Pick<ObjectRef, 'clusterId' | 'kind' | 'apiVersion' | 'namespace' | 'name' | 'uid'>,
+  status: ReconcileCounts | null | undefined,
+): ReconcileObserver {
+  return reconcileObserver(
+    {
+      metrics: deps.metrics,
+      events: deps.events,
+      eventWriter: () => deps.clusters.eventWriter?.(object.clusterId),
+      log: deps.log,
+    },
+    object,
+    isFirstReconcile(status),
+  );
+}
+
+/**
+ * The error text of a failed run's `ReconcileFailed` / `DeleteFailed` Event: what the status's
+ * `usefulErrorMessage` shows (the failing tool's stderr, else the stage-prefixed error; the text
+ * kapp's wait rule reports for an App), redacted with the run's mask and without the final
+ * newline. The stage error alone ("Templating dir: Error (see .status.usefulErrorMessage for
+ * details)") would send Event readers back to the status.
+ */
+export function eventErrorText(result: Pick<StageResult, 'error' | 'stderr'>, mask: SecretMask): string {
+  return mask.redact(usefulErrorMessage(result.error ?? '', result.stderr)).trimEnd();
+}
+
+/** An object event's run as {@link openRun} opened it: the object as read, its fence, log line and observer. */
+export interface OpenedRun<V extends FetchView, L extends { raw: KubeObject }, S = AppStatus> {
+  /** The view of the object's cluster the run holds. */
+  kube: V;
+  /** The object's Kubernetes reference. */
+  ref: ResourceRef;
+  /** The object as read (uid, generation, resourceVersion and namespace of the live object). */
+  object: ObjectRef;
+  /** The run's fence: the live uid and generation. */
+  fence: RunFence;
+  /** The object as read. */
+  loaded: L;
+  /** The kind of object. */
+  kind: StageKind<L, S>;
+  /** The log line of the open step (still open for a kind that {@link StageKind.keepsRunLine}). */
+  done: StageDone;
+  /** Metrics and Events of the run (`init` done). */
+  observe: ReconcileObserver;
+  /** The object as stored now: as read, or as the `Reconciling` write left it. */
+  latest: KubeObject;
+  /** When the run started (`run.startedAt`). */
+  startedAt: Date;
+}
+
+/**
+ * What {@link openRun} found. Every state but `deleting` and `run` ended the event (its log line
+ * written): `gone` (no object, or deleted without our finalizer), `invalid` (a failed status
+ * written), `held` (paused or canceled: marked), `not-due` (a no-op), `stale` (the `Reconciling`
+ * write found a newer spec or the object gone).
+ */
+export type OpenRun<V extends FetchView, L extends { raw: KubeObject }, S = AppStatus> =
+  | { state: 'gone' | 'invalid' | 'held' | 'not-due' | 'stale' }
+  | { state: 'deleting'; run: OpenedRun<V, L, S> }
+  | {
+      state: 'run';
+      run: OpenedRun<V, L, S>;
+      /**
+       * The `Reconciling` write of a spec change written alongside the run
+       * ({@link StageKind.reconciling} `alongside`): await it before anything else is written.
+       */
+      reconciling?: Promise<StatusWriteResult>;
+    };
+
+/** What {@link openRun} takes. */
+export interface OpenRunInput<V extends FetchView, L extends { raw: KubeObject }, S> {
+  /** The open step's name, for its log line (`reconcile`, `install`). */
+  stage: string;
+  /** The object event. */
+  event: ObjectEventData;
+  /** The view the run holds, for the object's cluster. */
+  view: (clusterId: string) => V;
+  /** The kind of object. */
+  kind: StageKind<L, S>;
+}
+
+/**
+ * The first step of every object event, as `pkg/app/app_reconcile.go` `Reconcile` (and
+ * `pkg/pkgrepository/app_reconcile.go`, `pkg/packageinstall/packageinstall.go`): re-reads the
+ * object (functions never trust the event's copy: events are references) and decides what the
+ * event means:
+ *
+ * - gone → nothing;
+ * - rejected by our schema → a failed reconcile in status ({@link StageKind.invalid});
+ * - upstream `InitMetrics`, on every reconcile of a live object;
+ * - `deletionTimestamp` → `deleting` when one of the kind's finalizers is on it, else gone;
+ * - held (paused, canceled) → `observedGeneration` + the kind's paused text, nothing else
+ *   (checked before the deletion for a kind that {@link StageKind.holdsDelete});
+ * - not forced and not due by the kind's timer → a no-op (no tool, no write);
+ * - otherwise a run: `Reconciling` is written when the spec changed
+ *   (`generation != observedGeneration`), else deferred to the end (§3.4).
+ *
+ * @returns the state, with the opened run for `deleting` and `run`.
+ * @throws KubeApiError when the read or a status write fails (the transport retries the event).
+ */
+export async function openRun<
+  V extends FetchView,
+  L extends { raw: KubeObject },
+  S extends ReconcileCounts & { observedGeneration?: number },
+>(deps: PipelineDeps, input: OpenRunInput<V, L, S>): Promise<OpenRun<V, L, S>> {
+  const { event: ev, kind } = input;
+  const kube = input.view(ev.clusterId);
+  const ref = kind.ref(ev);
+  const key = objectKey(ev);
+  const done = stageTimer(deps, input.stage, key, ev.generation);
+  const read = await kind.load(kube, ref);
+  if (read.kind === 'gone') {
+    done('gone');
+    return { state: 'gone' };
+  }
+  if (read.kind === 'invalid') {
+    const meta = read.raw.metadata;
+    const fence = { uid: meta.uid, generation: meta.generation ?? 0 };
+    const failed = (cur: S | undefined) => kind.invalid(cur, fence.generation, read.message);
+    await kind.write(kube, ref, fence, failed, undefined, { object: read.raw });
+    done('failed', { error: read.message });
+    return { state: 'invalid' };
+  }
+  const { loaded } = read;
+  const { raw } = loaded;
+  const meta = raw.metadata;
+  const generation = meta.generation ?? 0;
+  const fence = { uid: meta.uid, generation };
+  const object: ObjectRef = {
+    clusterId: ev.clusterId,
+    kind: ref.kind as ObjectRef['kind'],
+    apiVersion: raw.apiVersion,
+    namespace: meta.namespace ?? ev.namespace,
+    name: meta.name,
+    uid: meta.uid,
+    generation,
+    resourceVersion: meta.resourceVersion,
+  };
+  const observe = observerOf(deps, object, kind.status(loaded));
+  observe.init();
+  const opened = { kube, ref, object, fence, loaded, kind, done, observe, latest: raw, startedAt: deps.now() };
+  const hold = async (): Promise<{ state: 'held' }> => {
+    await kind.write(kube, ref, fence, (cur) => kind.markHeld(cur, generation), undefined, { object: raw });
+    done('paused');
+    return { state: 'held' };
+  };
+  if (kind.holdsDelete && kind.held(loaded)) return await hold();
+  if (meta.deletionTimestamp) {
+    const ours = kind.finalizers.some((f) => (meta.finalizers ?? []).includes(f));
+    if (!ours || !kind.keepsRunLine) done(ours ? 'deleted' : 'gone');
+    return ours ? { state: 'deleting', run: opened } : { state: 'gone' };
+  }
+  if (kind.held(loaded)) return await hold();
+  const specChanged = kind.status(loaded)?.observedGeneration !== generation;
+  const soon = new Date(deps.now().getTime() + RESYNC_EARLY_TOLERANCE_MS);
+  if (!(await kind.due({ loaded, reason: ev.reason, specChanged, generation, key, kube, soon, deps }))) {
+    done('noop');
+    return { state: 'not-due' };
+  }
+  let reconciling: Promise<StatusWriteResult> | undefined;
+  if (specChanged && kind.reconciling) {
+    const { mark, alongside } = kind.reconciling;
+    // The object was just read: the status write plans on it, no second read.
+    const w = kind.write(kube, ref, fence, (cur) => mark(cur, generation), undefined, { object: raw });
+    if (alongside) {
+      reconciling = w;
+      reconciling.catch(() => {}); // its failure is thrown where it is awaited
+    } else {
+      const written = await w;
+      if (written.outcome === 'gone' || written.outcome === 'stale') {
+        done(written.outcome);
+        return { state: 'stale' };
+      }
+      if (written.object) opened.latest = written.object;
+    }
+  }
+  if (!kind.keepsRunLine) {
+    done('succeeded');
+    // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event).
+    await observe.started();
+  }
+  return { state: 'run', run: opened, ...(reconciling ? { reconciling } : {}) };
+}
+
+/**
+ * A status write of an opened run ({@link openRun}): the kind's write, fenced on the run.
+ *
+ * @returns what `writeStatus` returns.
+ * @throws what `writeStatus` throws.
+ */
+export function writeRunStatus<S>(
+  run: Pick<OpenedRun<FetchView, { raw: KubeObject }, S>, 'kube' | 'ref' | 'fence' | 'kind'>,
+  mutate: (current: S | undefined) => S,
+): Promise<StatusWriteResult> {
+  return run.kind.write(run.kube, run.ref, run.fence, mutate);
+}
+
+/** An open delete path ({@link openDelete}): what {@link closeDelete} ends it with. */
+export interface DeleteFrame<V extends FetchView> {
+  /** The view the delete holds. */
+  kube: V;
+  /** The object's Kubernetes reference. */
+  ref: ResourceRef;
+  /** The live uid and generation every write of the delete is fenced on. */
+  fence: RunFence;
+  /** The kind of object (its `DeleteFailed` Event text). */
+  kind: Pick<StageKind<{ raw: KubeObject }>, 'deleteEventText'>;
+  /** The run's Secret values, masked in all it writes. */
+  mask: SecretMask;
+  /** The `delete` log line. */
+  done: StageDone;
+  /** Metrics and Events of the delete (`deleting` counted). */
+  observe: ReconcileObserver;
+  /** When the delete started (`status.deploy.startedAt` of its kapp run). */
+  startedAt: Date;
+  /** The `Deleting` write, started by {@link openDelete}: await it before the delete's next write. */
+  deleting: Promise<StatusWriteResult>;
+}
+
+/**
+ * Opens a delete path (`reconcileDelete`): counts the deletion (`observe.deleting`) and starts
+ * the `Deleting` write, planned on the object as just read; the caller awaits
+ * {@link DeleteFrame.deleting} before its next write (a PackageRepository checks kapp's records
+ * meanwhile, so kapp does not wait for a status write of an object that may hold ~1 MB inline).
+ *
+ * @param opened.done - the delete's log line; default `delete` of the object's generation.
+ */
+export function openDelete<V extends FetchView>(
+  deps: PipelineDeps,
+  kind: DeleteFrame<V>['kind'],
+  opened: {
+    kube: V;
+    ref: ResourceRef;
+    object: ObjectRef;
+    raw: KubeObject;
+    observe: ReconcileObserver;
+    done?: StageDone;
+  },
+): DeleteFrame<V> {
+  const { kube, ref, object, raw, observe } = opened;
+  observe.deleting();
+  const fence = { uid: raw.metadata.uid, generation: raw.metadata.generation ?? 0 };
+  const done = opened.done ?? stageTimer(deps, 'delete', objectKey(object), object.generation);
+  const mask = secretMaskOf(deps);
+  const startedAt = deps.now();
+  const deleting = writeAppStatus(kube, ref, fence, (cur) => markDeleting(cur, fence.generation), undefined, {
+    object: raw,
+  });
+  deleting.catch(() => {}); // its failure is thrown where it is awaited
+  return { kube, ref, fence, kind, mask, done, observe, startedAt, deleting };
+}
+
+/**
+ * Ends a delete path: on success `finalize` (the finalizers removed, and what the kind keeps
+ * until then), the `deleted` log line and Event; on failure `DeleteFailed` with the delete's
+ * `status.deploy` (the finalizers stay: retried with the failure backoff), the `failed` line and
+ * the `DeleteFailed` Event.
+ *
+ * @param input.deploy - `status.deploy` of the failed delete.
+ * @throws what the status write or `finalize` throws (the transport retries the event).
+ */
+export async function closeDelete(
+  frame: DeleteFrame<FetchView>,
+  input: {
+    result: StageResult;
+    deploy: () => DeployStatus;
+    tools: { runs: number; ms: number };
+    finalize: () => Promise<void>;
+  },
+): Promise<void> {
+  const { fence, mask, done, observe } = frame;
+  const { result, tools } = input;
+  if (!result.error) {
+    await input.finalize();
+    done('deleted', { tools });
+    await observe.deleteCompleted(undefined);
+    return;
+  }
+  const deploy = input.deploy();
+  await writeAppStatus(
+    frame.kube,
+    frame.ref,
+    fence,
+    (cur) => markDeleteCompleted(summarizeStatus(cur, fence.generation, { deploy }), result),
+    mask,
+  );
+  done('failed', { error: mask.redact(result.error), tools });
+  await observe.deleteCompleted((frame.kind.deleteEventText ?? eventErrorText)(result, mask));
 }

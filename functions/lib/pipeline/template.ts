@@ -52,12 +52,12 @@ import {
   readArtifact,
   scopeOf,
 } from './artifacts.js';
-import { makeScratch, objectKey, readRefs, removeScratch } from './common.js';
 import type { PipelineDeps, StageOutput } from './deps.js';
 import { policedKubeconfig } from './kubeconfig-policy.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
 import { infraStep } from './retry-bound.js';
 import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
+import { makeScratch, objectKey, readRefs, removeScratch } from './stage-inputs.js';
 
 /** A render's outcome: the tools' result (or the cache record's) and the manifest, on success. */
 type Rendered = { result: StageResult; manifestKey?: string };

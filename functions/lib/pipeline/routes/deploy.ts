@@ -1,11 +1,12 @@
 /**
  * The deploy function's route: `kapp deploy` for a template → deploy hand-off (or its own
- * continuation), `kapp delete` for a delete hand-off (`../deploy.ts`).
+ * continuation, `../deploy.ts`), `kapp delete` for a delete hand-off (`../delete.ts`).
  *
  * @module
  */
 import { deployEvent, EVENT_TYPES } from '../../../../events/schema.js';
-import { runDelete, runDeploy } from '../deploy.js';
+import { runDelete } from '../delete.js';
+import { runDeploy } from '../deploy.js';
 import { type FunctionRoute, unhandled } from './route.js';
 
 /** {@link FunctionRoute} of the deploy function. */
