@@ -30,6 +30,7 @@
  */
 import { createHash } from 'node:crypto';
 import * as z from 'zod';
+import type { PipelineStage } from '../functions/lib/api/functions.js';
 import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from '../functions/lib/api/names.js';
 import {
   FETCH_KEY_PATTERN,
@@ -126,8 +127,11 @@ export function isSourcePollEvent(payload: unknown): payload is SourcePollEvent 
   );
 }
 
-/** Functions events are delivered to. */
-export type FunctionName = 'fetch' | 'template' | 'deploy' | 'index-repo' | 'install';
+/**
+ * Functions events are delivered to: {@link PipelineStage}, the one list of functions
+ * (`PIPELINE_STAGES` in `functions/lib/api/functions.ts`), so every event's target has a queue.
+ */
+export type FunctionName = PipelineStage;
 
 /** The function an object event of each kind goes to (the entry of its pipeline). */
 export const KIND_FUNCTION: Readonly<Record<Kind, FunctionName>> = Object.freeze({

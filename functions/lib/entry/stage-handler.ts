@@ -71,6 +71,7 @@ import {
   subjectOf,
   targetFunction,
 } from '../../../events/schema.js';
+import type { PipelineStage } from '../api/functions.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import {
   type AcquireResult,
@@ -87,7 +88,7 @@ import type { DispatchDeps } from '../pipeline/dispatch.js';
 import type { dispatchWithRetryBound as DispatchWithRetryBound } from '../pipeline/retry-bound.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import type { EventSender, PipelineStage } from '../transport/port.js';
+import type { EventSender } from '../transport/port.js';
 import { gatedPorts } from './lease-gate.js';
 import { messageGroupRefusal, sendingAs } from './sender.js';
 
@@ -360,8 +361,8 @@ async function processRecord(
   }
   const event = parsed.event;
   const subject = subjectOf(objectRefOf(event));
-  // Every function an event can target has a queue (`FunctionName` and `PipelineStage` are one
-  // set: `send` below would not compile otherwise).
+  // Every function an event can target has a queue (`FunctionName` is `PipelineStage`, the one
+  // list in `api/functions.ts`).
   const target = targetFunction(event);
   if (target !== stage) {
     log.warn(
