@@ -29,7 +29,6 @@ import {
 } from '../../layers/native.js';
 import { type ClusterKeyring, fileKeyring } from '../lib/artifact/keyring.js';
 import { CONTROLLER_VERSION } from '../lib/entry/config.js';
-import { cacheBinResolver } from '../lib/exec/bins.js';
 import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { TOOL_NAMES } from '../lib/exec/runner.js';
@@ -44,6 +43,7 @@ import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../lib/reconcile/controller
 import type { TimerConfig } from '../lib/reconcile/timer.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
+import { cacheBinResolver } from './bins.js';
 import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
 import { EmbeddedPipeline } from './pipeline.js';
 import { startSourcePoller } from './source-poller.js';
