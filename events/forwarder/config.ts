@@ -42,7 +42,6 @@
  * @module
  */
 import * as z from 'zod';
-import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from '../../functions/embedded/leadership.js';
 import { blankToUndefined, commaList, envProblem, httpUrl, intText, optional } from '../../functions/lib/api/env.js';
 import { type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import {
@@ -56,6 +55,7 @@ import { parseControllerSyncConfig, type TimerConfig } from '../../functions/lib
 import { KIND_FUNCTION } from '../schema.js';
 import type { ForwarderOptions } from './forwarder.js';
 import { type TimerConfigSource, type WatchedKindName, watchedKinds } from './kinds.js';
+import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from './leadership.js';
 
 /** Settings of one forwarder process. */
 export interface ForwarderSettings {

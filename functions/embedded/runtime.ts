@@ -17,6 +17,7 @@ import path from 'node:path';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { type WatchedKindName, watchedKinds } from '../../events/forwarder/kinds.js';
 import type { LeaderElector } from '../../events/forwarder/leader.js';
+import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaseNameFor } from '../../events/forwarder/leadership.js';
 import type { Transport } from '../../events/forwarder/transport.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import {
@@ -44,7 +45,7 @@ import type { TimerConfig } from '../lib/reconcile/timer.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
 import { cacheBinResolver } from './bins.js';
-import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
+import { leaderGatedRegistry } from './leadership.js';
 import { EmbeddedPipeline } from './pipeline.js';
 import { startSourcePoller } from './source-poller.js';
 
