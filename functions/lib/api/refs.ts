@@ -9,6 +9,11 @@
  * `cluster.kubeconfigSecretRef` and ServiceAccounts are not tracked, so changing them waits for
  * the next sync.
  *
+ * Also the Secret a PackageInstall's or PackageRepository's `image`/`imgpkgBundle` fetch without
+ * a `secretRef` reads: its placeholder `<owner>-fetch-<i>` ({@link placeholderSecretName},
+ * {@link wantsPlaceholder}), which the install and index-repo functions create
+ * (`packaging/placeholder-secrets.ts`) and the forwarder tracks.
+ *
  * @module
  */
 import type { AppFetch } from './fetch.js';
@@ -157,4 +162,18 @@ export function referencedConfigMaps(spec: AppRefsSpec): string[] {
     }
   }
   return sorted(names);
+}
+
+/** `<owner>-fetch-<i>`: the placeholder Secret of fetch step `i` (upstream `placeHolderSecretName`). */
+export function placeholderSecretName(ownerName: string, index: number): string {
+  return `${ownerName}-fetch-${index}`;
+}
+
+/**
+ * True for a fetch step that gets a placeholder Secret: `image` or `imgpkgBundle` without
+ * `secretRef`. Safe on unvalidated shapes (the forwarder reads watched objects with it).
+ */
+export function wantsPlaceholder(fetch: AppFetch | undefined): boolean {
+  if (fetch === null || typeof fetch !== 'object') return false;
+  return Boolean((fetch.imgpkgBundle && !fetch.imgpkgBundle.secretRef) || (fetch.image && !fetch.image.secretRef));
 }

@@ -24,6 +24,7 @@
 import path from 'node:path';
 import type { ObjectEvent, ObjectRef, RepoIndexedEvent } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
+import { wantsPlaceholder } from '../api/refs.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import {
   KAPP_ERROR_PREFIX,
@@ -45,7 +46,6 @@ import {
 } from '../kube/port.js';
 import type { StatusWriteResult } from '../kube/status-write.js';
 import { freshReads } from '../kube/views.js';
-import { wantsPlaceholder } from '../packaging/placeholder-secrets.js';
 import { withRepositoryRef } from '../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
