@@ -30,7 +30,9 @@
  */
 import { createHash } from 'node:crypto';
 import * as z from 'zod';
+import type { PipelineStage } from '../functions/lib/api/functions.js';
 import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from '../functions/lib/api/names.js';
+import { StageStatusSummarySchema, TimestampSchema } from '../functions/lib/api/status.js';
 import {
   FETCH_KEY_PATTERN,
   INDEX_KEY_PATTERN,
@@ -126,8 +128,11 @@ export function isSourcePollEvent(payload: unknown): payload is SourcePollEvent 
   );
 }
 
-/** Functions events are delivered to. */
-export type FunctionName = 'fetch' | 'template' | 'deploy' | 'index-repo' | 'install';
+/**
+ * Functions events are delivered to: {@link PipelineStage}, the one list of functions
+ * (`PIPELINE_STAGES` in `functions/lib/api/functions.ts`), so every event's target has a queue.
+ */
+export type FunctionName = PipelineStage;
 
 /** The function an object event of each kind goes to (the entry of its pipeline). */
 export const KIND_FUNCTION: Readonly<Record<Kind, FunctionName>> = Object.freeze({
@@ -138,10 +143,6 @@ export const KIND_FUNCTION: Readonly<Record<Kind, FunctionName>> = Object.freeze
 
 /** Largest serialized event {@link parseEvent} accepts: 256 KiB (the SQS and Lambda async payload limit). */
 export const MAX_EVENT_BYTES = 256 * 1024;
-/** Longest `stdout`/`stderr` in a {@link StageStatusSummary}: 16 KiB characters each. */
-export const MAX_SUMMARY_OUTPUT_CHARS = 16 * 1024;
-/** Longest `error` in a {@link StageStatusSummary}: 4 KiB characters. */
-export const MAX_SUMMARY_ERROR_CHARS = 4 * 1024;
 /** Longest ordering key: SQS FIFO `MessageGroupId` allows 128 characters. */
 export const MAX_ORDERING_KEY_CHARS = 128;
 
@@ -155,7 +156,6 @@ const dnsLabel = z.string().max(DNS1123_LABEL_MAX).regex(DNS1123_LABEL_REGEX, { 
 const dnsSubdomain = z.string().max(253).regex(DNS_SUBDOMAIN, { error: 'expected a DNS-1123 subdomain' });
 const token = (max: number) =>
   z.string().min(1).max(max).regex(TOKEN, { error: 'expected letters, digits and ._:- only' });
-const timestamp = z.iso.datetime({ offset: true, error: 'expected an RFC 3339 timestamp' });
 const generation = z.number().int().min(0);
 
 /**
@@ -204,7 +204,7 @@ export type ObjectEventData = z.infer<typeof ObjectEventDataSchema>;
 export const StageRunSchema = z.strictObject({
   generation,
   runId: token(128),
-  startedAt: timestamp,
+  startedAt: TimestampSchema,
   lease: z
     .string()
     .regex(/^[\x21-\x7e]{1,256}$/)
@@ -212,24 +212,6 @@ export const StageRunSchema = z.strictObject({
 });
 /** See {@link StageRunSchema}. */
 export type StageRun = z.infer<typeof StageRunSchema>;
-
-/**
- * Bounded summary of a finished stage, shaped like kapp-controller's `status.fetch` /
- * `status.template` (`{ startedAt?, updatedAt, exitCode, error?, stdout?, stderr? }`); the
- * producer truncates outputs to their limits and redacts secrets before putting them here.
- *
- * @see kapp-controller `pkg/apis/kappctrl/v1alpha1/types_status.go` (AppStatusFetch, AppStatusTemplate).
- */
-export const StageStatusSummarySchema = z.strictObject({
-  startedAt: timestamp.optional(),
-  updatedAt: timestamp,
-  exitCode: z.number().int(),
-  error: z.string().max(MAX_SUMMARY_ERROR_CHARS).optional(),
-  stdout: z.string().max(MAX_SUMMARY_OUTPUT_CHARS).optional(),
-  stderr: z.string().max(MAX_SUMMARY_OUTPUT_CHARS).optional(),
-});
-/** See {@link StageStatusSummarySchema}. */
-export type StageStatusSummary = z.infer<typeof StageStatusSummarySchema>;
 
 // Shared (fleet-wide, content-addressed) or private (sealed per cluster, artifact/sealed.ts) keys.
 const fetchKey = z.string().refine((k) => FETCH_KEY_PATTERN.test(k) || PRIVATE_FETCH_KEY_PATTERN.test(k), {
@@ -299,7 +281,7 @@ export const DeployStageDataSchema = z
     templateStatus: StageStatusSummarySchema.optional(),
     receipt: ReceiptTrailSchema.optional(),
     continuation: z
-      .strictObject({ count: z.number().int().min(1).max(MAX_DEPLOY_CONTINUATIONS), deployStartedAt: timestamp })
+      .strictObject({ count: z.number().int().min(1).max(MAX_DEPLOY_CONTINUATIONS), deployStartedAt: TimestampSchema })
       .optional(),
     afterFailure: z.enum(INSPECT_AFTER_STAGES).optional(),
     rollbackOf: z.string().regex(RECEIPT_ID_PATTERN).optional(),
@@ -377,7 +359,7 @@ function envelope<T extends EventType, D extends z.ZodType>(type: T, data: D) {
       id: token(128),
       source: z.string().min(1).max(1024).regex(/^\S+$/, { error: 'expected a URI-reference without whitespace' }),
       type: z.literal(type),
-      time: timestamp,
+      time: TimestampSchema,
       datacontenttype: z.literal('application/json'),
       subject: z.string().min(1).max(1024),
       dataschema: z.url().max(1024).optional(),

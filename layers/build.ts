@@ -12,7 +12,7 @@
 import { existsSync } from 'node:fs';
 import { copyFile, mkdir, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { PIPELINE_STAGES } from '../functions/lib/transport/port.js';
+import { PIPELINE_STAGES } from '../functions/lib/api/functions.js';
 import { bundleFunction, functionEntry } from './bundle.js';
 import { addGitToLayer, GIT_LAYER_STAGES } from './git.js';
 import { buildComponent, cacheRoot } from './gobuild.js';

@@ -12,7 +12,7 @@
  * age v1.2.0, cue v0.9.2 (`hack/dependencies.yml`); ours are newer and flag-compatible.
  */
 
-import type { PipelineStage } from '../functions/lib/transport/port.js';
+import type { PipelineStage } from '../functions/lib/api/functions.js';
 
 /**
  * A Lambda function (`PIPELINE_STAGES`) whose layer holds a tool. A function's layer must carry

@@ -36,6 +36,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { S3Client } from '@aws-sdk/client-s3';
 import { parseAllDocuments, stringify } from 'yaml';
+import { PIPELINE_STAGES, type PipelineStage } from '../functions/lib/api/functions.js';
 import {
   CLUSTER_DOC_API_VERSION,
   CLUSTER_DOC_PREFIX,
@@ -50,7 +51,6 @@ import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../functions/lib/reconcile/
 import { LocalDirStore } from '../functions/lib/store/local.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { S3Store } from '../functions/lib/store/s3.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../functions/lib/transport/port.js';
 import { runIfEntry } from './cli.js';
 
 /** Directory of the RBAC manifests, one file per function plus `token-identities.yml`. */

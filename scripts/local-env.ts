@@ -14,7 +14,7 @@ import { type AllServers, startAllServers } from '../test/harness/servers.js';
 /** Repository root. */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-/** The namespace of the runtimes' leader-election Leases (`functions/embedded/leadership.ts`). */
+/** The namespace of the runtimes' leader-election Leases (`events/forwarder/leadership.ts`). */
 export const LEASE_NAMESPACE_MANIFEST = JSON.stringify({
   apiVersion: 'v1',
   kind: 'Namespace',

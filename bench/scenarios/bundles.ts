@@ -16,7 +16,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { stringify } from 'yaml';
 import { pinnedToolVersions } from '../../functions/embedded/runtime.js';
-import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
+import { PIPELINE_STAGES } from '../../functions/lib/api/functions.js';
 import { bundleFunction, runtimeNodePath } from '../../layers/bundle.js';
 import { hardenAddonPath } from '../../layers/native.js';
 import { type BenchContext, scratchDir } from '../lib/context.js';

@@ -35,15 +35,15 @@
  * | `FORWARDER_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
  * | `KUBECONFIG` | kubeconfig file (its current context); unset: the in-cluster ServiceAccount | in-cluster |
  *
- * The queue variables are the functions' own (`queueUrlEnv` of `functions/lib/transport/port.ts`).
+ * The queue variables are the functions' own (`queueUrlEnv` of `functions/lib/api/functions.ts`).
  * Credentials are not configuration: the SQS client takes them from the AWS SDK's default chain
  * (IRSA's web identity token or EKS Pod Identity in a cluster).
  *
  * @module
  */
 import * as z from 'zod';
-import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from '../../functions/embedded/leadership.js';
 import { blankToUndefined, commaList, envProblem, httpUrl, intText, optional } from '../../functions/lib/api/env.js';
+import { type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import {
   DNS1123_LABEL_MAX,
   DNS1123_SUBDOMAIN_MAX,
@@ -52,10 +52,10 @@ import {
 } from '../../functions/lib/api/names.js';
 import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../../functions/lib/reconcile/controller-config.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../../functions/lib/reconcile/timer.js';
-import { type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { KIND_FUNCTION } from '../schema.js';
 import type { ForwarderOptions } from './forwarder.js';
 import { type TimerConfigSource, type WatchedKindName, watchedKinds } from './kinds.js';
+import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from './leadership.js';
 
 /** Settings of one forwarder process. */
 export interface ForwarderSettings {

@@ -15,9 +15,14 @@
 import { createHash } from 'node:crypto';
 import { GENERIC_ERROR_DETAIL } from '../../functions/lib/api/constants.js';
 import type { AppFetch } from '../../functions/lib/api/index.js';
-import { type AppRefsSpec, referencedConfigMaps, referencedSecrets } from '../../functions/lib/api/refs.js';
+import {
+  type AppRefsSpec,
+  placeholderSecretName,
+  referencedConfigMaps,
+  referencedSecrets,
+  wantsPlaceholder,
+} from '../../functions/lib/api/refs.js';
 import type { KubeObject, ResourceKind } from '../../functions/lib/kube/port.js';
-import { placeholderSecretName, wantsPlaceholder } from '../../functions/lib/packaging/placeholder-secrets.js';
 import {
   lastReconcileTime,
   nextDueAt,

@@ -25,7 +25,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
-import { ClusterLeadership } from '../../functions/embedded/leadership.js';
 import type { KubeReader, LeaseView, ObjectWatcher } from '../../functions/lib/kube/port.js';
 import { describeControllerConfig, readControllerConfig } from '../../functions/lib/reconcile/controller-config.js';
 import type { TimerConfig } from '../../functions/lib/reconcile/timer.js';
@@ -33,6 +32,7 @@ import { REASONS } from '../schema.js';
 import type { ForwarderProgramSettings } from './config.js';
 import { forwarderOptions } from './config.js';
 import { Forwarder, type ForwarderStats } from './forwarder.js';
+import { ClusterLeadership } from './leadership.js';
 import type { ForwarderLogger } from './log.js';
 import type { Transport } from './transport.js';
 

@@ -4,7 +4,9 @@
  *
  * @module
  */
-import { type EventSender, isPipelineStage } from '../../functions/lib/transport/port.js';
+
+import { isPipelineStage } from '../../functions/lib/api/functions.js';
+import type { EventSender } from '../../functions/lib/transport/port.js';
 import { type ObjectEvent, targetFunction } from '../schema.js';
 
 /**

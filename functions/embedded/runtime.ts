@@ -17,6 +17,7 @@ import path from 'node:path';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { type WatchedKindName, watchedKinds } from '../../events/forwarder/kinds.js';
 import type { LeaderElector } from '../../events/forwarder/leader.js';
+import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaseNameFor } from '../../events/forwarder/leadership.js';
 import type { Transport } from '../../events/forwarder/transport.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import {
@@ -29,7 +30,6 @@ import {
 } from '../../layers/native.js';
 import { type ClusterKeyring, fileKeyring } from '../lib/artifact/keyring.js';
 import { CONTROLLER_VERSION } from '../lib/entry/config.js';
-import { cacheBinResolver } from '../lib/exec/bins.js';
 import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { TOOL_NAMES } from '../lib/exec/runner.js';
@@ -44,7 +44,8 @@ import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../lib/reconcile/controller
 import type { TimerConfig } from '../lib/reconcile/timer.js';
 import { LocalDirStore } from '../lib/store/local.js';
 import type { ObjectStore } from '../lib/store/port.js';
-import { ClusterLeadership, DEFAULT_LEASE_NAMESPACE, leaderGatedRegistry, leaseNameFor } from './leadership.js';
+import { cacheBinResolver } from './bins.js';
+import { leaderGatedRegistry } from './leadership.js';
 import { EmbeddedPipeline } from './pipeline.js';
 import { startSourcePoller } from './source-poller.js';
 

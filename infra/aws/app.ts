@@ -12,7 +12,7 @@
 import path from 'node:path';
 import { App, aws_lambda as lambda, Validations } from 'aws-cdk-lib';
 import { AwsSolutionsChecks } from 'cdk-nag';
-import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
+import { PIPELINE_STAGES } from '../../functions/lib/api/functions.js';
 import { bundleFunctions } from '../../layers/bundle.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { builtLayers, stageAssets } from './assets.js';

@@ -7,7 +7,7 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
 import { HARDEN_ADDON_NAME } from '../../layers/native.js';
 import type { StageAssets } from './stack.js';
 

@@ -25,9 +25,9 @@
  */
 import type { aws_iam as iam } from 'aws-cdk-lib';
 import { z } from 'zod';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
 import { parseUrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { DEFAULT_ARTIFACT_RETENTION_DAYS, registryPrefixProblem, STAGE_SIZING } from './stages.js';
 
 /** CloudWatch Logs retention values, in days (the API refuses others). */

@@ -52,14 +52,14 @@ import {
 } from 'aws-cdk-lib';
 import { Construct } from 'constructs';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
-import { NEXT_STAGES, queueUrlEnv } from '../../functions/lib/entry/config.js';
+import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_SECRET_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { CLUSTER_DOC_PREFIX, CLUSTER_ID_PATTERN, clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { type ClusterAccess, type FleetSettings, type IsolationMode, URL_POLICY_STAGES } from './fleet.js';
 import {

@@ -7,6 +7,7 @@
  * @module
  */
 import { API_VERSIONS, KINDS, objectEvent, targetFunction } from '../../events/schema.js';
+import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
@@ -14,7 +15,6 @@ import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
 import { RECEIPTS_PREFIX } from '../../functions/lib/receipt/receipt.js';
-import type { PipelineStage } from '../../functions/lib/transport/port.js';
 
 /** Size and batching of one stage's function and event source mapping. */
 export interface StageSizing {

@@ -56,11 +56,11 @@ import { ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { objectEvent, serializeEvent } from '../../events/schema.js';
+import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { clusterDocKey, MAX_CLUSTER_DOC_BYTES, parseClusterDoc } from '../../functions/lib/kube/cluster-doc.js';
 import { apiServerInfoOf } from '../../functions/lib/kube/registry.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
-import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { STAGE_SIZING, toolTimeoutMs } from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';

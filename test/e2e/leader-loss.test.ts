@@ -1,7 +1,8 @@
 /**
  * e2e: a runtime that loses its cluster's Lease while kapp deploys stops that kapp at once and
- * writes nothing more (`functions/embedded/leadership.ts`): another holder takes the Lease over
- * (written here with kubectl and kept renewed, as a second runtime would), the runtime's next
+ * writes nothing more (`events/forwarder/leadership.ts`, `functions/embedded/leadership.ts`):
+ * another holder takes the Lease over (written here with kubectl and kept renewed, as a second
+ * runtime would), the runtime's next
  * renewal sees it, the deploy stage's term signal aborts, the runner kills kapp's process group,
  * and the App's status is left to the new leader (no `ReconcileFailed` from the ex-leader); the
  * stage is parked until this runtime leads again.
@@ -9,7 +10,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { leaseNameFor } from '../../functions/embedded/leadership.js';
+import { leaseNameFor } from '../../events/forwarder/leadership.js';
 import {
   apply,
   applyCrds,

@@ -1,6 +1,6 @@
 /**
  * e2e: two embedded runtimes serving one cluster (two `npm start`) do not both act. Per
- * cluster, a `coordination.k8s.io/v1` Lease elects one (`functions/embedded/leadership.ts`):
+ * cluster, a `coordination.k8s.io/v1` Lease elects one (`events/forwarder/leadership.ts`):
  * only it forwards events and runs stages, so a burst of Apps all succeed with no kapp
  * conflict; when the leader stops renewing (as if it crashed: the Lease is not released), the
  * other takes over after the lease duration (15 s, as observed by it) and reconciles new Apps.

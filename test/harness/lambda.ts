@@ -19,6 +19,7 @@ import { mkdir, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type KappEvent, objectRefOf, orderingKey, serializeEvent } from '../../events/schema.js';
+import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import type { SqsRecord } from '../../functions/lib/entry/handler.js';
 import {
@@ -29,7 +30,6 @@ import {
 } from '../../functions/lib/entry/lambda.js';
 import { createSecretsManagerClient } from '../../functions/lib/entry/secrets-client.js';
 import type { EntryDeps } from '../../functions/lib/entry/stage-handler.js';
-import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/transport/port.js';
 import { layerTools, layerToolVersions } from '../../layers/build.js';
 import { bundleEntry, runtimeNodePath } from '../../layers/bundle.js';
 import { addGitToLayer, GIT_LAYER_STAGES } from '../../layers/git.js';

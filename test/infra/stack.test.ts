@@ -14,8 +14,9 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { fetchCacheKey, INFLIGHT_PREFIX, inflightKey, renderCacheKey } from '../../functions/lib/artifact/keys.js';
-import { NEXT_STAGES, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
+import { NEXT_STAGES, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import {
   ARTIFACT_ROOT_KEY_SECRET_ENV,
   artifactKeyringFromEnv,
@@ -27,7 +28,6 @@ import { LEASE_PREFIX, leaseKey } from '../../functions/lib/lease/index.js';
 import { repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
 import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';

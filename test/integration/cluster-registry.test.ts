@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { stringify } from 'yaml';
+import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import {
   type KappCommand,
   packageRepositoryDeleteCommand,
@@ -31,7 +32,6 @@ import {
 import { apiServerInfoOf, clientForKubeConfig } from '../../functions/lib/kube/registry.js';
 import { readControllerConfig } from '../../functions/lib/reconcile/controller-config.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
-import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 import { clusterDocOf, putCluster, rbacManifests } from '../../scripts/cluster-registry.js';

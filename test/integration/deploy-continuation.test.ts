@@ -20,10 +20,10 @@ import path from 'node:path';
 import { SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { type DeployStageEvent, EVENT_TYPES, type KappEvent, targetFunction } from '../../events/schema.js';
+import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import {
   apply,
   applyCrds,

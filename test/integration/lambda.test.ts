@@ -37,7 +37,7 @@ import {
   serializeEvent,
   templateEvent,
 } from '../../events/schema.js';
-import type { PipelineStage } from '../../functions/lib/transport/port.js';
+import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunction } from '../../layers/bundle.js';
 import { hardenAddonPath } from '../../layers/native.js';

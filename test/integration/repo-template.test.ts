@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
+import { cacheBinResolver } from '../../functions/embedded/bins.js';
 import { createCommandRunner } from '../../functions/lib/exec/runner.js';
 import { type RepoTemplateInput, templateRepository } from '../../functions/lib/packaging/repo-template.js';
 import type { TemplateRunDeps } from '../../functions/lib/template/execute.js';

@@ -18,13 +18,13 @@ import {
   type TemplateStageEvent,
   targetFunction,
 } from '../../events/schema.js';
+import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { type LambdaContext, makeSqsHandler, type SqsHandler } from '../../functions/lib/entry/handler.js';
 import type { CommandRunner } from '../../functions/lib/exec/runner.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { S3Store } from '../../functions/lib/store/index.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import type { PipelineStage } from '../../functions/lib/transport/port.js';
 import {
   apply,
   applyCrds,

@@ -10,7 +10,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
+import { cacheBinResolver } from '../../functions/embedded/bins.js';
 import { createCommandRunner, createToolMetrics } from '../../functions/lib/exec/index.js';
 import { GitResolveError, resolveGitRef } from '../../functions/lib/fetch/git-ls-remote.js';
 import { RegistryResolveError, resolveImageDigest } from '../../functions/lib/fetch/registry-digest.js';

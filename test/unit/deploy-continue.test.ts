@@ -8,14 +8,9 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import {
-  type DeployStageData,
-  type DeployStageEvent,
-  deployEvent,
-  type StageStatusSummary,
-  serializeEvent,
-} from '../../events/schema.js';
+import { type DeployStageData, type DeployStageEvent, deployEvent, serializeEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
+import type { StageStatusSummary } from '../../functions/lib/api/status.js';
 import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import {
   KAPP_DEFAULT_WAIT_TIMEOUT_MS,

@@ -1,22 +1,17 @@
 /**
- * The embedded runtime's use of the election (`functions/embedded/leadership.ts`): the lease
- * name per watch scope, the gated registry that refuses stages and writes for a cluster this
- * runtime does not lead, a cluster's forwarder running only while leading (a real
+ * The embedded runtime's use of the election (`events/forwarder/leadership.ts`,
+ * `functions/embedded/leadership.ts`): the lease name per watch scope, the gated registry that
+ * refuses stages and writes for a cluster this runtime does not lead, a cluster's forwarder running only while leading (a real
  * {@link Forwarder} over the in-memory watcher, a Lease port with optimistic concurrency), and a
  * stage running when the lease is lost aborted (the real pipeline over the fake cluster and runner).
  */
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
+import { ClusterLeadership, LEASE_BASE_NAME, leaseNameFor, NotLeaderError } from '../../events/forwarder/leadership.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
 import { type ObjectEvent, objectEvent } from '../../events/schema.js';
-import {
-  ClusterLeadership,
-  LEASE_BASE_NAME,
-  leaderGatedRegistry,
-  leaseNameFor,
-  NotLeaderError,
-} from '../../functions/embedded/leadership.js';
+import { leaderGatedRegistry } from '../../functions/embedded/leadership.js';
 import { EmbeddedPipeline } from '../../functions/embedded/pipeline.js';
 import { CommandCanceledError } from '../../functions/lib/exec/runner.js';
 import {

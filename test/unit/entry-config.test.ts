@@ -3,8 +3,8 @@
  * echo values.
  */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, type LambdaConfig, parseLambdaEnv, queueUrlEnv } from '../../functions/lib/entry/config.js';
-import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
+import { PIPELINE_STAGES, queueUrlEnv } from '../../functions/lib/api/functions.js';
+import { ConfigError, type LambdaConfig, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 
 const Q = (s: string) => `https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-${s}.fifo`;
 

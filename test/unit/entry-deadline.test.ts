@@ -7,8 +7,9 @@
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { objectEvent, type StageStatusSummary, serializeEvent, templateEvent } from '../../events/schema.js';
+import { objectEvent, serializeEvent, templateEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
+import type { StageStatusSummary } from '../../functions/lib/api/status.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { CommandDeadlineError, DeadlineError, withDeadline } from '../../functions/lib/exec/deadline.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../functions/lib/exec/fake.js';

@@ -14,13 +14,13 @@ import {
   repoIndexedEvent,
   templateEvent,
 } from '../../events/schema.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { senderCheckOf } from '../../functions/lib/entry/lambda.js';
 import { messageGroupRefusal } from '../../functions/lib/entry/sender.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryEventSender, sendMessageInput } from '../../functions/lib/transport/index.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 
 const ref = (kind: ObjectRef['kind'], name: string, clusterId = 'prod-eu-1'): ObjectRef => ({
   clusterId,

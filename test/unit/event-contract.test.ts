@@ -90,7 +90,7 @@ describe('the in-cluster forwarder module graph', () => {
   it('follows imports (the walk can fail)', () => {
     const files = new Set([...graph.keys()].map(rel));
     expect(files.has('events/schema.ts')).toBe(true);
-    expect(files.has('functions/lib/transport/port.ts')).toBe(true);
+    expect(files.has('functions/lib/api/functions.ts')).toBe(true);
     expect(files.has('functions/lib/reconcile/timer.ts')).toBe(true);
     // The same walk from the embedded runtime does reach the pipeline.
     const embedded = [...moduleGraph(path.join(ROOT, 'functions/embedded/runtime.ts')).keys()].map(rel);

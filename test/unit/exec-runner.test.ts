@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { cacheBinResolver } from '../../functions/embedded/bins.js';
 import { KAPP_ERROR_PREFIX } from '../../functions/lib/deploy/kapp.js';
-import { cacheBinResolver } from '../../functions/lib/exec/bins.js';
 import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { createToolMetrics, type ToolRunSample, teeToolMetrics } from '../../functions/lib/exec/metrics.js';
 import {

@@ -15,11 +15,11 @@ import {
   packageRepositoryRefs,
   watchedKinds,
 } from '../../events/forwarder/kinds.js';
+import { leaseNameFor } from '../../events/forwarder/leadership.js';
 import { silentLogger } from '../../events/forwarder/log.js';
 import { mergeEvents, Outbox, toCloudEvent } from '../../events/forwarder/outbox.js';
 import { transportToStages } from '../../events/forwarder/transport.js';
 import type { ObjectEvent, ObjectEventData } from '../../events/schema.js';
-import { leaseNameFor } from '../../functions/embedded/leadership.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
 

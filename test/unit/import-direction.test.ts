@@ -16,7 +16,19 @@ import { describe, expect, it } from 'vitest';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** The folders of `functions/lib/` below the pipeline. */
-const LOWER = ['fetch', 'template', 'deploy', 'reconcile', 'exec', 'api', 'artifact', 'kube', 'store', 'packaging', 'lease'];
+const LOWER = [
+  'fetch',
+  'template',
+  'deploy',
+  'reconcile',
+  'exec',
+  'api',
+  'artifact',
+  'kube',
+  'store',
+  'packaging',
+  'lease',
+];
 
 /** The stage planners, which must not import each other. */
 const PLANNERS = new Set(['fetch', 'template', 'deploy']);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { PIPELINE_STAGES } from '../../functions/lib/api/functions.js';
 import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
-import { PIPELINE_STAGES } from '../../functions/lib/transport/port.js';
 import { FleetContextError, fleetSettings } from '../../infra/aws/fleet.js';
 import {
   FORWARDER_STAGES,

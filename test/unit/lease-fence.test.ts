@@ -21,6 +21,7 @@ import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it, vi } from 'vitest';
 import { EVENT_TYPES, type KappEvent, objectEvent, serializeEvent } from '../../events/schema.js';
+import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import {
   DEFAULT_LEASE_TTL_MS,
@@ -29,7 +30,7 @@ import {
   parseLease,
   RunLeases,
 } from '../../functions/lib/lease/index.js';
-import { MemoryEventSender, type PipelineStage } from '../../functions/lib/transport/index.js';
+import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { appObject, appWorld, NOW, REF, SUCCEEDED_BEFORE } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 

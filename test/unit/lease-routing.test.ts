@@ -16,12 +16,12 @@ import {
   orderingKey,
   serializeEvent,
 } from '../../events/schema.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
 import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { senderRefusal } from '../../functions/lib/entry/sender.js';
 import { leaseKey, parseLease, RunLeases } from '../../functions/lib/lease/index.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import { appObject, appWorld, changeApp, NOW, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 

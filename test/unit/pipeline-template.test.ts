@@ -6,8 +6,9 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { deployEvent, type StageStatusSummary, templateEvent } from '../../events/schema.js';
+import { deployEvent, templateEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
+import type { StageStatusSummary } from '../../functions/lib/api/status.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';

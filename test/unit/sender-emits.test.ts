@@ -20,6 +20,7 @@ import {
   templateEvent,
 } from '../../events/schema.js';
 import { Finalizer } from '../../functions/lib/api/constants.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { senderCheckOf } from '../../functions/lib/entry/lambda.js';
 import {
@@ -34,7 +35,6 @@ import { RunLeases } from '../../functions/lib/lease/index.js';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/receipts.js';
 import { buildReceipt, receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/transport/port.js';
 import {
   appObject,
   appWorld,

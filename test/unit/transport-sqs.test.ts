@@ -16,8 +16,8 @@ import {
   targetFunction,
   templateEvent,
 } from '../../events/schema.js';
+import { isPipelineStage } from '../../functions/lib/api/functions.js';
 import {
-  isPipelineStage,
   MemoryEventSender,
   SqsEventSender,
   type SqsSendClient,

@@ -12,6 +12,10 @@
  * Also whether a fetch or a render uses a Secret at all ({@link fetchIsPrivate},
  * {@link templateIsPrivate}): what it makes is then private, sealed for its cluster and never
  * shared with the fleet (`../artifact/sealed.ts`).
+ * Also the Secret a PackageInstall's or PackageRepository's `image`/`imgpkgBundle` fetch without
+ * a `secretRef` reads: its placeholder `<owner>-fetch-<i>` ({@link placeholderSecretName},
+ * {@link wantsPlaceholder}), which the install and index-repo functions create
+ * (`packaging/placeholder-secrets.ts`) and the forwarder tracks.
  *
  * @module
  */
@@ -193,4 +197,18 @@ export function templateIsPrivate(templates: readonly AppTemplate[]): boolean {
   return (
     templates.some((t) => t.sops) || referencedSecrets({ template: templates }).length > 0 || namesSecret(templates)
   );
+}
+
+/** `<owner>-fetch-<i>`: the placeholder Secret of fetch step `i` (upstream `placeHolderSecretName`). */
+export function placeholderSecretName(ownerName: string, index: number): string {
+  return `${ownerName}-fetch-${index}`;
+}
+
+/**
+ * True for a fetch step that gets a placeholder Secret: `image` or `imgpkgBundle` without
+ * `secretRef`. Safe on unvalidated shapes (the forwarder reads watched objects with it).
+ */
+export function wantsPlaceholder(fetch: AppFetch | undefined): boolean {
+  if (fetch === null || typeof fetch !== 'object') return false;
+  return Boolean((fetch.imgpkgBundle && !fetch.imgpkgBundle.secretRef) || (fetch.image && !fetch.image.secretRef));
 }

@@ -6,6 +6,9 @@
  * even when zero or false (no `omitempty`); the schemas accept them absent because a status may be
  * empty before the first reconcile.
  *
+ * Also the bounded copy of a fetch or template part that stage hand-off events carry
+ * ({@link StageStatusSummarySchema}), and the event contract's time schema ({@link TimestampSchema}).
+ *
  * @module
  */
 import * as z from 'zod';
@@ -108,3 +111,36 @@ export const ReconcileCountersShape = {
     'Incremented on ReconcileFailed or DeleteFailed; reset to 0 on ReconcileSucceeded. Drives the 2^n s failure backoff',
   ).optional(),
 } as const;
+
+/**
+ * An RFC 3339 time with seconds and an offset or `Z`: {@link TimeSchema} with the error text
+ * an event's validation reports (`expected an RFC 3339 timestamp`). The event contract
+ * (`events/schema.ts`) uses it for every time it carries.
+ */
+export const TimestampSchema = z.iso.datetime({ offset: true, error: 'expected an RFC 3339 timestamp' });
+
+/** Longest `stdout`/`stderr` in a {@link StageStatusSummary}: 16 KiB characters each. */
+export const MAX_SUMMARY_OUTPUT_CHARS = 16 * 1024;
+/** Longest `error` in a {@link StageStatusSummary}: 4 KiB characters. */
+export const MAX_SUMMARY_ERROR_CHARS = 4 * 1024;
+
+/**
+ * Bounded summary of a finished stage, shaped like kapp-controller's `status.fetch` /
+ * `status.template` (`{ startedAt?, updatedAt, exitCode, error?, stdout?, stderr? }`); the
+ * producer truncates outputs to their limits and redacts secrets before putting them here.
+ * The copy of a stage part that the stage hand-off events (`events/schema.ts`) carry; it lives
+ * with the status shapes so the status summarizer (`reconcile/status.ts` `toEventPart`) needs
+ * no import of the event contract.
+ *
+ * @see kapp-controller `pkg/apis/kappctrl/v1alpha1/types_status.go` (AppStatusFetch, AppStatusTemplate).
+ */
+export const StageStatusSummarySchema = z.strictObject({
+  startedAt: TimestampSchema.optional(),
+  updatedAt: TimestampSchema,
+  exitCode: z.number().int(),
+  error: z.string().max(MAX_SUMMARY_ERROR_CHARS).optional(),
+  stdout: z.string().max(MAX_SUMMARY_OUTPUT_CHARS).optional(),
+  stderr: z.string().max(MAX_SUMMARY_OUTPUT_CHARS).optional(),
+});
+/** See {@link StageStatusSummarySchema}. */
+export type StageStatusSummary = z.infer<typeof StageStatusSummarySchema>;

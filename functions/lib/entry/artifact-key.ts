@@ -8,8 +8,8 @@
  */
 import path from 'node:path';
 import type { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { PipelineStage } from '../api/functions.js';
 import { type LazyKeyring, lazyKeyring, rootKeyFromBase64 } from '../artifact/keyring.js';
-import type { PipelineStage } from '../transport/port.js';
 import { ConfigError, type LambdaConfig } from './config.js';
 
 /**

@@ -63,6 +63,7 @@ import {
   optional,
   required,
 } from '../api/env.js';
+import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../api/functions.js';
 import { STAGE_TOOLS } from '../exec/runner.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import {
@@ -73,9 +74,6 @@ import {
 } from '../kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
-import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../transport/port.js';
-
-export { queueUrlEnv } from '../transport/port.js';
 
 /**
  * Version reported as `kappControllerVersion` to the downward API (same as the embedded

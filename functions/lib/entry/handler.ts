@@ -6,9 +6,10 @@
  *
  * @module
  */
+
+import type { PipelineStage } from '../api/functions.js';
 import { dispatchEvent } from '../pipeline/dispatch.js';
 import { pollSources } from '../pipeline/source-poll.js';
-import type { PipelineStage } from '../transport/port.js';
 import { type EntryDeps, makeStageHandler, type SqsHandler } from './stage-handler.js';
 
 export * from './stage-handler.js';

@@ -14,7 +14,6 @@ export {
   LOG_LEVELS,
   NEXT_STAGES,
   parseLambdaEnv,
-  queueUrlEnv,
 } from './config.js';
 export {
   type EntryDeps,

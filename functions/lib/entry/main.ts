@@ -9,10 +9,10 @@
  * @module
  */
 
+import type { PipelineStage } from '../api/functions.js';
 import { becomeSubreaper, hardenProcess } from '../exec/harden.js';
 import { createOrphanSweeper } from '../exec/orphans.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
-import type { PipelineStage } from '../transport/port.js';
 import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { parseLambdaEnv } from './config.js';
 import { lambdaBootstrap } from './runtime-api.js';

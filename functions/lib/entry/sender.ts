@@ -40,7 +40,8 @@ import {
   type Kind,
   objectRefOf,
 } from '../../../events/schema.js';
-import type { EventSender, PipelineStage } from '../transport/port.js';
+import type { PipelineStage } from '../api/functions.js';
+import type { EventSender } from '../transport/port.js';
 
 /** Who sends events to the functions' queues: a function of the fleet, or a cluster's forwarder. */
 export type EventSenderName = PipelineStage | 'forwarder';

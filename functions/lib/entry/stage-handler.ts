@@ -16,6 +16,7 @@ import {
   subjectOf,
   targetFunction,
 } from '../../../events/schema.js';
+import type { PipelineStage } from '../api/functions.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import { RunGate } from '../lease/gate.js';
 import type { RunLeases } from '../lease/run-leases.js';
@@ -26,7 +27,7 @@ import type { DispatchDeps } from '../pipeline/dispatch.js';
 import type { dispatchWithRetryBound as DispatchWithRetryBound } from '../pipeline/retry-bound.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import type { EventSender, PipelineStage } from '../transport/port.js';
+import type { EventSender } from '../transport/port.js';
 import { messageGroupRefusal, sendingAs } from './sender.js';
 
 /**
@@ -300,8 +301,8 @@ async function admit(
   }
   const event = parsed.event;
   const subject = subjectOf(objectRefOf(event));
-  // Every function an event can target has a queue (`FunctionName` and `PipelineStage` are one
-  // set: `send` below would not compile otherwise).
+  // Every function an event can target has a queue (`FunctionName` is `PipelineStage`, the one
+  // list in `api/functions.ts`).
   const target = targetFunction(event);
   if (target !== stage) {
     log.warn(

@@ -70,7 +70,7 @@ export function withDeadline(runner: CommandRunner, deadline: AbortSignal): Comm
  * signal): a run started after it aborted never starts, a running tool is killed as on its own
  * signal (the process group, SIGTERM then SIGKILL). Results pass through unchanged. Used by the
  * function deadline ({@link withDeadline}) and by the embedded runtime for a cluster's lost
- * Lease (`functions/embedded/leadership.ts`).
+ * Lease (`ClusterLeadership.termSignal`, `events/forwarder/leadership.ts`).
  *
  * @param runner - the runner of the process.
  * @param signal - cancels every run once aborted.

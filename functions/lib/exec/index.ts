@@ -1,7 +1,7 @@
 /**
  * The command runner port, its Node implementation and per-tool metrics. The test fake lives in
- * `./fake.js` and the build-cache resolver in `./bins.js`; neither is re-exported here, so Lambda
- * bundles do not carry them.
+ * `./fake.js` and is not re-exported here, so Lambda bundles do not carry it (the build-cache
+ * resolver is the embedded runtime's: `functions/embedded/bins.ts`).
  *
  * @module
  */

@@ -21,7 +21,7 @@ import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
-import type { PipelineStage } from '../transport/port.js';
+import type { PipelineStage } from '../api/functions.js';
 import type { ToolMetricsSink, ToolRunOutcome } from './metrics.js';
 import type { OrphanSweeper } from './orphans.js';
 import { handOver, makeRunDirs, type RunDirs, removeRunDirs, UidLeases, type UidPool } from './sandbox.js';

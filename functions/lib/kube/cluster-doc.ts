@@ -16,7 +16,7 @@
  * @module
  */
 import * as z from 'zod';
-import { PIPELINE_STAGES, type PipelineStage } from '../transport/port.js';
+import { PIPELINE_STAGES, type PipelineStage } from '../api/functions.js';
 
 /** `apiVersion` of a cluster document. */
 export const CLUSTER_DOC_API_VERSION = 'kapp-lambda/v1';

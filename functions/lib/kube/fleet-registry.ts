@@ -17,8 +17,8 @@
  * @module
  */
 import type { AwsCredentialIdentityProvider } from '@smithy/types';
+import type { PipelineStage } from '../api/functions.js';
 import type { ObjectStore } from '../store/port.js';
-import type { PipelineStage } from '../transport/port.js';
 import { type BearerSource, type BearerToken, EksTokenSource, type SecretStore, SecretTokenSource } from './bearer.js';
 import { KubeApiClient } from './client.js';
 import {

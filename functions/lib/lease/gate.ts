@@ -13,11 +13,12 @@
  * @module
  */
 import { EVENT_TYPES, type KappEvent, targetFunction } from '../../../events/schema.js';
+import type { PipelineStage } from '../api/functions.js';
 import type { CommandRunner } from '../exec/runner.js';
 import { type ClusterRegistry, ConflictError, type DeployView, type FetchView, type KubeObject } from '../kube/port.js';
 import { errorText, type Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
-import type { EventSender, PipelineStage } from '../transport/port.js';
+import type { EventSender } from '../transport/port.js';
 import {
   type AcquireResult,
   fencedRestartOf,

@@ -5,11 +5,14 @@
  * (`pkg/pkgrepository/reconciler.go` `ReconcileFetchPlaceholderSecrets`, §3.12 step 2): every
  * `image` or `imgpkgBundle` fetch without a `secretRef` gets a Secret that secretgen-controller
  * fills with the registry credentials exported to the namespace, and the fetch reads it. Pure:
- * the install and index-repo functions create and read them.
+ * the install and index-repo functions create and read them. Which steps get one and its name
+ * (`wantsPlaceholder`, `placeholderSecretName`) are in `api/refs.ts`, beside the App's other
+ * Secret references, since the forwarder tracks them too.
  *
  * @module
  */
 import type { AppFetch } from '../api/index.js';
+import { placeholderSecretName, wantsPlaceholder } from '../api/refs.js';
 import { type KubeObject, type KubeSecret, type NewSecret, PACKAGING_API_VERSION } from '../kube/port.js';
 
 /** Annotation of the placeholder Secrets: secretgen-controller fills them with registry credentials. */
@@ -39,20 +42,6 @@ export function ownerRefTo(owner: PlaceholderOwner): NonNullable<KubeObject['met
     name: owner.metadata.name ?? '',
     uid: owner.metadata.uid ?? '',
   };
-}
-
-/** `<owner>-fetch-<i>`: the placeholder Secret of fetch step `i` (upstream `placeHolderSecretName`). */
-export function placeholderSecretName(ownerName: string, index: number): string {
-  return `${ownerName}-fetch-${index}`;
-}
-
-/**
- * True for a fetch step that gets a placeholder Secret: `image` or `imgpkgBundle` without
- * `secretRef`. Safe on unvalidated shapes (the forwarder reads watched objects with it).
- */
-export function wantsPlaceholder(fetch: AppFetch | undefined): boolean {
-  if (fetch === null || typeof fetch !== 'object') return false;
-  return Boolean((fetch.imgpkgBundle && !fetch.imgpkgBundle.secretRef) || (fetch.image && !fetch.image.secretRef));
 }
 
 /**

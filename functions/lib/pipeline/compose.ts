@@ -9,6 +9,7 @@
  * @module
  */
 
+import type { PipelineStage } from '../api/functions.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
 import { withEgressProxy } from '../fetch/egress-proxy.js';
@@ -21,7 +22,6 @@ import type { Logger } from '../log.js';
 import { ReconcileEventRecorder } from '../observe/events.js';
 import type { ReconcileMetrics } from '../observe/metrics.js';
 import type { ObjectStore } from '../store/port.js';
-import type { PipelineStage } from '../transport/port.js';
 import { clusterConfigSource } from './cluster-config.js';
 import type { PipelineConfig, PipelineDeps } from './deps.js';
 import type { ClusterInfoSource } from './template.js';

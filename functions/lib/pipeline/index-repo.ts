@@ -24,6 +24,7 @@
 import path from 'node:path';
 import type { ObjectEvent, ObjectEventData, ObjectRef, RepoIndexedEvent } from '../../../events/schema.js';
 import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
+import { wantsPlaceholder } from '../api/refs.js';
 import { unpackTarball } from '../artifact/tarball.js';
 import {
   BLOCKING_FOR_DEPLOY_PREFIX,
@@ -47,7 +48,6 @@ import {
 } from '../kube/port.js';
 import type { StatusWriteResult } from '../kube/status-write.js';
 import { freshReads } from '../kube/views.js';
-import { wantsPlaceholder } from '../packaging/placeholder-secrets.js';
 import { withRepositoryRef } from '../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';

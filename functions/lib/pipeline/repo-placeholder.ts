@@ -15,14 +15,9 @@
  * @module
  */
 import type { PackageRepository } from '../api/index.js';
+import { placeholderSecretName, wantsPlaceholder } from '../api/refs.js';
 import type { KubeReader } from '../kube/port.js';
-import {
-  isUnfilledPlaceholder,
-  placeholderSecretName,
-  placeholderSecrets,
-  wantsPlaceholder,
-  withPlaceholderRefs,
-} from '../packaging/placeholder-secrets.js';
+import { isUnfilledPlaceholder, placeholderSecrets, withPlaceholderRefs } from '../packaging/placeholder-secrets.js';
 import type { PipelineDeps } from './deps.js';
 
 /**

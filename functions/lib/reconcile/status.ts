@@ -19,8 +19,7 @@
  *
  * @module
  */
-import type { StageStatusSummary } from '../../../events/schema.js';
-import type { AppStatus } from '../api/index.js';
+import type { AppStatus, StageStatusSummary } from '../api/index.js';
 import {
   boundedStatusText,
   MAX_STATUS_TEXT_BYTES,
@@ -363,7 +362,7 @@ export type StagePart = FetchStatus | TemplateStatus;
  * Bounds of each text of a stage part, UTF-8 bytes, by where the part is kept: `status`, the
  * stored part (1 MiB per output, upstream PR #1840; the error is not cut), or `event`, the copy a
  * hand-off event carries (15 KiB per output and 4000 for the error, below the 16 Ki / 4 Ki
- * character limits of `events/schema.ts` `StageStatusSummarySchema`; counted both raw and
+ * character limits of `api/status.ts` `StageStatusSummarySchema`; counted both raw and
  * JSON-escaped, so escape-heavy output keeps the event under its limit). Both keep the tail.
  */
 export const PART_BOUNDS = {

@@ -4,5 +4,5 @@
  * @module
  */
 export { MemoryEventSender, type SentEvent } from './memory.js';
-export { type EventSender, isPipelineStage, PIPELINE_STAGES, type PipelineStage, TransportError } from './port.js';
+export { type EventSender, TransportError } from './port.js';
 export { SqsEventSender, type SqsEventSenderOptions, type SqsSendClient, sendMessageInput } from './sqs.js';

@@ -4,7 +4,8 @@
  * @module
  */
 import type { KappEvent } from '../../../events/schema.js';
-import type { EventSender, PipelineStage } from './port.js';
+import type { PipelineStage } from '../api/functions.js';
+import type { EventSender } from './port.js';
 
 /** One accepted event. */
 export interface SentEvent {

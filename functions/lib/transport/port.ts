@@ -9,38 +9,8 @@
  *
  * @module
  */
-import type { FunctionName, KappEvent } from '../../../events/schema.js';
-
-/**
- * The functions that have their own queue (and, on Lambda, their own SQS-triggered function,
- * `functions/<name>/index.ts`): the App pipeline's fetch, template and deploy, `index-repo`
- * (PackageRepository) and `install` (PackageInstall). THE list: the Lambda configuration (queue
- * variables), the layers, the forwarder's routing and the SQS handler all derive from it, so a new
- * function is added here, with its tools (`STAGE_TOOLS`), its layer (`layers/manifest.ts`), its
- * cluster access (`FUNCTION_ACCESS`) and its entry file.
- */
-export const PIPELINE_STAGES = ['fetch', 'template', 'deploy', 'index-repo', 'install'] as const;
-/** One of {@link PIPELINE_STAGES}. */
-export type PipelineStage = (typeof PIPELINE_STAGES)[number];
-
-/**
- * Whether a function (`targetFunction` of an event) is one of the {@link PIPELINE_STAGES}, i.e.
- * has a queue (every {@link FunctionName} has one now; the guard keeps the two lists honest).
- */
-export function isPipelineStage(fn: FunctionName): fn is PipelineStage {
-  return (PIPELINE_STAGES as readonly string[]).includes(fn);
-}
-
-/**
- * The variable holding a function's queue URL: `KAPP_LAMBDA_QUEUE_URL_` + the function's name
- * in upper case with `-` as `_` (`index-repo` → `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO`: a hyphen is
- * not a valid name for a shell or CloudFormation variable). The functions
- * (`functions/lib/entry/config.ts`) and the forwarder program (`events/forwarder/config.ts`)
- * read the same names.
- */
-export function queueUrlEnv(stage: PipelineStage): string {
-  return `KAPP_LAMBDA_QUEUE_URL_${stage.toUpperCase().replaceAll('-', '_')}`;
-}
+import type { KappEvent } from '../../../events/schema.js';
+import type { PipelineStage } from '../api/functions.js';
 
 /**
  * Delivers one event to a stage's queue.

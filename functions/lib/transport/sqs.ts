@@ -13,7 +13,8 @@
  */
 import type { SendMessageCommand, SendMessageCommandInput } from '@aws-sdk/client-sqs';
 import { type KappEvent, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
-import { type EventSender, type PipelineStage, TransportError } from './port.js';
+import type { PipelineStage } from '../api/functions.js';
+import { type EventSender, TransportError } from './port.js';
 
 /**
  * The part of `SQSClient` this adapter uses (an `SQSClient` satisfies it; unit tests pass a

@@ -6,8 +6,9 @@
  */
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { ObjectRef, StageRun, StageStatusSummary } from '../../../events/schema.js';
+import type { ObjectRef, StageRun } from '../../../events/schema.js';
 import type { App, AppStatus } from '../../../functions/lib/api/index.js';
+import type { StageStatusSummary } from '../../../functions/lib/api/status.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../../functions/lib/artifact/keys.js';
 import { packDir } from '../../../functions/lib/artifact/tarball.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../../functions/lib/exec/fake.js';

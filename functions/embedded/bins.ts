@@ -1,16 +1,17 @@
 /**
  * Binary resolution for the embedded runtime: tools built by `npm run setup` into the
  * machine-wide cache (`<cacheRoot>/bin/<component-key>/<bin>`, see `layers/gobuild.ts`).
- * Kept apart from `runner.ts` so Lambda bundles, which resolve from `/opt/bin` with
- * `dirBinResolver`, do not pull in the build manifest.
+ * It lives with the embedded runtime, its only user, not in `functions/lib/exec/`: Lambda bundles,
+ * which resolve from `/opt/bin` with `dirBinResolver`, do not pull in the build manifest, and
+ * `exec/` stays below `layers/`.
  *
  * @module
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { binPath } from '../../../layers/gobuild.js';
-import { COMPONENTS } from '../../../layers/manifest.js';
-import { DEFAULT_SYSTEM_PATH } from './runner.js';
+import { binPath } from '../../layers/gobuild.js';
+import { COMPONENTS } from '../../layers/manifest.js';
+import { DEFAULT_SYSTEM_PATH } from '../lib/exec/runner.js';
 
 /** Tools taken from the system rather than built: `git` (the source poll's `git ls-remote`). */
 const SYSTEM_TOOLS = new Set(['git']);
