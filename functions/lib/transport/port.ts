@@ -16,8 +16,8 @@ import type { FunctionName, KappEvent } from '../../../events/schema.js';
  * `functions/<name>/index.ts`): the App pipeline's fetch, template and deploy, `index-repo`
  * (PackageRepository) and `install` (PackageInstall). THE list: the Lambda configuration (queue
  * variables), the layers, the forwarder's routing and the SQS handler all derive from it, so a new
- * function is added here, with its tools (`STAGE_TOOLS`), its layer (`layers/manifest.ts`), its
- * cluster access (`FUNCTION_ACCESS`) and its entry file.
+ * function is added here, with its tools and its layer (the tool table `layers/tools.ts`, its
+ * `ToolStage`, and `STAGE_TOOLS`), its cluster access (`FUNCTION_ACCESS`) and its entry file.
  */
 export const PIPELINE_STAGES = ['fetch', 'template', 'deploy', 'index-repo', 'install'] as const;
 /** One of {@link PIPELINE_STAGES}. */
