@@ -20,7 +20,7 @@
  * @module
  */
 import type { StageStatusSummary } from '../../../events/schema.js';
-import type { AppStatus } from '../api/index.js';
+import type { AppStatus, ConditionType } from '../api/index.js';
 import {
   boundedStatusText,
   MAX_STATUS_TEXT_BYTES,
@@ -33,7 +33,6 @@ import { type StageResult, withCAHint, withFriendlyYAMLStrings } from './result.
 import type {
   AppStatusLike,
   Condition,
-  ConditionType,
   DeployStatus,
   FetchStatus,
   InspectStatus,
