@@ -31,6 +31,7 @@
 import { createHash } from 'node:crypto';
 import * as z from 'zod';
 import type { PipelineStage } from '../functions/lib/api/functions.js';
+import { formatPath } from '../functions/lib/api/issue-path.js';
 import { DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX } from '../functions/lib/api/names.js';
 import { StageStatusSummarySchema, TimestampSchema } from '../functions/lib/api/status.js';
 import {
@@ -582,20 +583,6 @@ export function parseEvent(input: unknown): ParseEventResult {
   }
 }
 
-/**
- * Formats a zod path from the event root: `data.object.kind`, `data.items[2]`,
- * `["weird key"]`; the empty path is `(root)`.
- */
-export function formatPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const seg of path) {
-    if (typeof seg === 'number') out += `[${seg}]`;
-    else if (typeof seg === 'string' && /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(seg)) out += out ? `.${seg}` : seg;
-    else out += `[${JSON.stringify(String(seg))}]`;
-  }
-  return out || '(root)';
-}
-
 function describe(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'array';
@@ -673,7 +660,7 @@ function formatIssues(issues: readonly z.core.$ZodIssue[], root: unknown): strin
     if (iss.code === 'unrecognized_keys') {
       for (const k of iss.keys) add(formatPath([...iss.path, k]), 'unrecognized key');
     } else {
-      add(formatPath(iss.path), issueMessage(iss, root));
+      add(formatPath(iss.path) || '(root)', issueMessage(iss, root));
     }
   }
   const shown = lines.slice(0, MAX_REPORTED_ISSUES).join('; ');

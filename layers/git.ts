@@ -25,9 +25,10 @@ import { chmod, copyFile, mkdir, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Stage } from './manifest.js';
 import { buildGitLauncher } from './native.js';
+import { tool } from './tools.js';
 
-/** The functions whose layer carries git (the ones that run vendir). */
-export const GIT_LAYER_STAGES: readonly Stage[] = ['fetch', 'index-repo'];
+/** The functions whose layer carries git (the ones that run vendir), from the tool table `./tools.ts`. */
+export const GIT_LAYER_STAGES: readonly Stage[] = tool('git').stages;
 
 /** The real executables taken from git's exec path. */
 const GIT_EXECUTABLES = ['git', 'git-remote-http', 'git-sh-i18n--envsubst'] as const;

@@ -10,14 +10,18 @@
  * served by the proxy but unknown to the sum database (`noSumDb`). Upstream kapp-controller pins
  * ytt v0.50.0, kbld v0.44.0, kapp v0.63.2, vendir v0.41.0, helm v3.15.3, sops v3.9.0,
  * age v1.2.0, cue v0.9.2 (`hack/dependencies.yml`); ours are newer and flag-compatible.
+ *
+ * The tools the functions run take their version and layers from the tool table (`./tools.ts`):
+ * this file adds how to build them, and the components only tests and the demo run.
  */
 
 import type { PipelineStage } from '../functions/lib/api/functions.js';
+import { tool } from './tools.js';
 
 /**
  * A Lambda function (`PIPELINE_STAGES`) whose layer holds a tool. A function's layer must carry
- * every tool of its allow-list (`STAGE_TOOLS` in `functions/lib/exec/runner.ts`; the layers test
- * checks it).
+ * every tool of its allow-list (`STAGE_TOOLS` in `functions/lib/exec/runner.ts`; both come from
+ * `./tools.ts`, and the layers test checks it).
  */
 export type Stage = PipelineStage;
 
@@ -93,6 +97,31 @@ export interface GoComponent {
   readonly purpose: string;
 }
 
+/**
+ * The version and layers of a tool of `./tools.ts`, for its component here. (The fields stay
+ * in their places in each component: {@link COMPONENTS}' key order is part of the build cache key.)
+ * @throws Error when the table has no such tool, or none with a pinned version (git).
+ */
+function pinnedTool(name: string): Pick<GoComponent, 'version' | 'layers'> {
+  const t = tool(name);
+  if (t.version === undefined) throw new Error(`tool ${name} has no pinned version`);
+  return { version: t.version, layers: t.stages };
+}
+
+/** A version without its leading `v`, as most stamps want it. */
+const bare = (version: string) => version.replace(/^v/, '');
+
+const ytt = pinnedTool('ytt');
+const kbld = pinnedTool('kbld');
+const kapp = pinnedTool('kapp');
+const vendir = pinnedTool('vendir');
+const imgpkg = pinnedTool('imgpkg');
+const helm = pinnedTool('helm');
+const sops = pinnedTool('sops');
+const age = pinnedTool('age');
+const cue = pinnedTool('cue');
+const kustomize = pinnedTool('kustomize');
+
 const K8S = 'v1.34.4';
 const K8S_STAGING = 'v0.34.4';
 const k8sStamps = (pkg: string) => [
@@ -109,29 +138,29 @@ export const COMPONENTS: readonly GoComponent[] = [
   {
     name: 'ytt',
     module: 'carvel.dev/ytt',
-    version: 'v0.55.3',
-    stamps: ['carvel.dev/ytt/pkg/version.Version=0.55.3'],
+    version: ytt.version,
+    stamps: [`carvel.dev/ytt/pkg/version.Version=${bare(ytt.version)}`],
     binaries: [{ bin: 'ytt', pkg: 'carvel.dev/ytt/cmd/ytt', versionArgs: ['version'] }],
-    layers: ['template', 'index-repo'],
+    layers: ytt.layers,
     purpose: 'template: ytt',
   },
   {
     name: 'kbld',
     proxyLoopback: true,
     module: 'carvel.dev/kbld',
-    version: 'v0.46.0',
-    stamps: ['carvel.dev/kbld/pkg/kbld/version.Version=0.46.0'],
+    version: kbld.version,
+    stamps: [`carvel.dev/kbld/pkg/kbld/version.Version=${bare(kbld.version)}`],
     binaries: [{ bin: 'kbld', pkg: 'carvel.dev/kbld/cmd/kbld', versionArgs: ['version'] }],
-    layers: ['template', 'index-repo'],
+    layers: kbld.layers,
     purpose: 'template: kbld image resolution (--build=false)',
   },
   {
     name: 'kapp',
     module: 'carvel.dev/kapp',
-    version: 'v0.64.2',
-    stamps: ['carvel.dev/kapp/pkg/kapp/version.Version=0.64.2'],
+    version: kapp.version,
+    stamps: [`carvel.dev/kapp/pkg/kapp/version.Version=${bare(kapp.version)}`],
     binaries: [{ bin: 'kapp', pkg: 'carvel.dev/kapp/cmd/kapp', versionArgs: ['version'] }],
-    layers: ['deploy', 'index-repo'],
+    layers: kapp.layers,
     purpose: 'deploy: kapp deploy/inspect/delete; index-repo: kapp deploy/delete of <name>.pkgr',
   },
   {
@@ -139,10 +168,10 @@ export const COMPONENTS: readonly GoComponent[] = [
     proxyLoopback: true,
     imgpkgLayerPaths: true,
     module: 'carvel.dev/vendir',
-    version: 'v0.44.0',
-    stamps: ['carvel.dev/vendir/pkg/vendir/version.Version=0.44.0'],
+    version: vendir.version,
+    stamps: [`carvel.dev/vendir/pkg/vendir/version.Version=${bare(vendir.version)}`],
     binaries: [{ bin: 'vendir', pkg: 'carvel.dev/vendir/cmd/vendir', versionArgs: ['version'] }],
-    layers: ['fetch', 'index-repo'],
+    layers: vendir.layers,
     purpose: 'fetch: vendir sync',
   },
   {
@@ -150,19 +179,19 @@ export const COMPONENTS: readonly GoComponent[] = [
     proxyLoopback: true,
     imgpkgLayerPaths: true,
     module: 'carvel.dev/imgpkg',
-    version: 'v0.46.1',
-    stamps: ['carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=0.46.1'],
+    version: imgpkg.version,
+    stamps: [`carvel.dev/imgpkg/pkg/imgpkg/cmd.Version=${bare(imgpkg.version)}`],
     binaries: [{ bin: 'imgpkg', pkg: 'carvel.dev/imgpkg/cmd/imgpkg', versionArgs: ['version'] }],
-    layers: ['fetch', 'index-repo'],
+    layers: imgpkg.layers,
     purpose: 'fetch: imgpkg bundles (vendir calls it); tests push bundles with it',
   },
   {
     name: 'helm',
     proxyLoopback: true,
     module: 'helm.sh/helm/v3',
-    version: 'v3.22.0',
+    version: helm.version,
     stamps: [
-      'helm.sh/helm/v3/internal/version.version=v3.22.0',
+      `helm.sh/helm/v3/internal/version.version=${helm.version}`,
       'helm.sh/helm/v3/internal/version.gitTreeState=clean',
       'helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1',
       'helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34',
@@ -170,13 +199,13 @@ export const COMPONENTS: readonly GoComponent[] = [
       'helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=34',
     ],
     binaries: [{ bin: 'helm', pkg: 'helm.sh/helm/v3/cmd/helm', versionArgs: ['version', '--short'] }],
-    layers: ['fetch', 'template'],
+    layers: helm.layers,
     purpose: 'fetch: helmChart (vendir calls helm); template: helm template',
   },
   {
     name: 'sops',
     module: 'github.com/getsops/sops/v3',
-    version: 'v3.13.3',
+    version: sops.version,
     binaries: [
       {
         bin: 'sops',
@@ -184,26 +213,26 @@ export const COMPONENTS: readonly GoComponent[] = [
         versionArgs: ['--version', '--disable-version-check'],
       },
     ],
-    layers: ['template'],
+    layers: sops.layers,
     purpose: 'template: sops decryption',
   },
   {
     name: 'age',
     module: 'filippo.io/age',
-    version: 'v1.2.1',
+    version: age.version,
     binaries: [
       { bin: 'age', pkg: 'filippo.io/age/cmd/age', versionArgs: ['--version'] },
       { bin: 'age-keygen', pkg: 'filippo.io/age/cmd/age-keygen', versionArgs: ['--version'] },
     ],
-    layers: ['template'],
+    layers: age.layers,
     purpose: 'template: age keys for sops',
   },
   {
     name: 'cue',
     module: 'cuelang.org/go',
-    version: 'v0.17.1',
+    version: cue.version,
     binaries: [{ bin: 'cue', pkg: 'cuelang.org/go/cmd/cue', versionArgs: ['version'] }],
-    layers: ['template'],
+    layers: cue.layers,
     purpose: 'template: cue export',
   },
   {
@@ -212,14 +241,14 @@ export const COMPONENTS: readonly GoComponent[] = [
     proxyLoopback: true,
     module: 'sigs.k8s.io/kustomize/kustomize/v5',
     // v5.8.3 needs go 1.27; v5.8.2 and its api/kyaml/cmd-config v0.21.2 need go 1.26.0
-    version: 'v5.8.2',
+    version: kustomize.version,
     // its release build (releasing/cloudbuild.sh) stamps these; `kustomize version` prints `v5.8.2`
     stamps: [
-      'sigs.k8s.io/kustomize/api/provenance.version=kustomize/v5.8.2',
+      `sigs.k8s.io/kustomize/api/provenance.version=kustomize/${kustomize.version}`,
       'sigs.k8s.io/kustomize/api/provenance.buildDate=1970-01-01T00:00:00Z',
     ],
     binaries: [{ bin: 'kustomize', pkg: 'sigs.k8s.io/kustomize/kustomize/v5', versionArgs: ['version'] }],
-    layers: ['template'],
+    layers: kustomize.layers,
     purpose: 'template: kustomize build (a step kapp-controller lacks)',
   },
   {

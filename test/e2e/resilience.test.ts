@@ -6,6 +6,7 @@
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import type { EmbeddedOptions } from '../../functions/embedded/runtime.js';
+import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
 import {
   apply,
@@ -29,7 +30,8 @@ const NS = {
   cancel: `e2e-res-cancel-${id}`,
 };
 
-const TEMPLATE_TOOLS = new Set(['ytt', 'kbld', 'helm', 'cue', 'sops']);
+/** The tools the template function may run (`layers/tools.ts`). */
+const TEMPLATE_TOOLS = new Set(STAGE_TOOLS.template);
 
 /** One-shot crash of the next template-stage tool run, armed by a test. */
 const crash = { armed: false, thrown: 0, tool: '' };

@@ -481,6 +481,10 @@ describe('formatPath', () => {
     [['spec', 'fetch', 0, 'git', 'url'], 'spec.fetch[0].git.url'],
     [['spec', 'fetch', 0, 'inline', 'paths', '.imgpkg/images.yml'], 'spec.fetch[0].inline.paths[".imgpkg/images.yml"]'],
     [[0, 'a'], '[0].a'],
+    // the event contract's (`events/schema.ts`), which prints the empty path as `(root)`
+    [['data', 'generation'], 'data.generation'],
+    [['data', 'items', 2, 'name'], 'data.items[2].name'],
+    [['a-b', 'c'], '["a-b"].c'],
   ] as const)('%j -> %s', (path, text) => {
     expect(formatPath(path)).toBe(text);
   });

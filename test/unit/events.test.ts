@@ -8,7 +8,6 @@ import {
   EVENT_TYPES,
   EventValidationError,
   type FunctionName,
-  formatPath,
   type KappEvent,
   MAX_EVENT_BYTES,
   type ObjectRef,
@@ -471,16 +470,5 @@ describe('ordering key', () => {
     expect(orderingKey(newer)).toBe(key);
     expect(orderingKey({ ...long, namespace: 'other' })).not.toBe(key);
     expect(orderingKey({ ...app, name: 'a'.repeat(128 - 'prod-eu-1/App/default/'.length) })).toHaveLength(128);
-  });
-});
-
-describe('formatPath', () => {
-  it.each<[PropertyKey[], string]>([
-    [[], '(root)'],
-    [['data', 'generation'], 'data.generation'],
-    [['data', 'items', 2, 'name'], 'data.items[2].name'],
-    [['a-b', 'c'], '["a-b"].c'],
-  ])('%j → %s', (path, out) => {
-    expect(formatPath(path)).toBe(out);
   });
 });

@@ -11,6 +11,7 @@ import { bundleFunction, FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts, functio
 import { lddLibraries } from '../../layers/git.js';
 import { componentKey, patchImgpkgLayerPaths, patchProxyLoopback, wrapperDirectives } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
+import { TOOLS } from '../../layers/tools.js';
 
 describe('wrapperDirectives', () => {
   it('maps k8s staging replaces to the staging version and keeps godebug', () => {
@@ -169,6 +170,19 @@ describe('manifest', () => {
     const withVendir = PIPELINE_STAGES.filter((s) => layerBins(s).includes('vendir'));
     expect(withVendir).toEqual(['fetch', 'index-repo']);
     for (const s of PIPELINE_STAGES) expect(layerBins(s).includes('git')).toBe(withVendir.includes(s));
+  });
+
+  it('builds each pinned tool of the table at its version, with its binaries, into its layers', () => {
+    for (const t of TOOLS.filter((x) => x.version !== undefined)) {
+      const c = component(t.name);
+      expect([c.version, c.binaries.map((b) => b.bin), c.layers]).toEqual([t.version, t.bins, t.stages]);
+    }
+    // git is the machine's, relocated into the layers of the functions that run vendir (`layers/git.ts`)
+    expect(TOOLS.filter((x) => x.version === undefined).map((x) => x.name)).toEqual(['git']);
+    expect(COMPONENTS.filter((c) => c.layers.length > 0).map((c) => c.name)).toEqual(
+      expect.arrayContaining(TOOLS.filter((x) => x.version !== undefined).map((x) => x.name)),
+    );
+    expect(COMPONENTS.filter((c) => c.layers.length > 0).length).toBe(TOOLS.length - 1);
   });
 
   it('keys caches by name, version and recipe', () => {

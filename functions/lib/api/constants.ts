@@ -18,8 +18,11 @@ export const ConditionType = {
   DeleteFailed: 'DeleteFailed',
 } as const;
 
-/** One of the {@link ConditionType} values. */
-export type ConditionTypeValue = (typeof ConditionType)[keyof typeof ConditionType];
+/**
+ * One of the {@link ConditionType} values: the condition types an App, PackageInstall or
+ * PackageRepository can carry.
+ */
+export type ConditionType = (typeof ConditionType)[keyof typeof ConditionType];
 
 /** `status.conditions[].status` values (`corev1.ConditionStatus`); kapp-controller only writes `True`. */
 export const ConditionStatus = {

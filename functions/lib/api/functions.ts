@@ -15,7 +15,7 @@
  * (PackageRepository) and `install` (PackageInstall). THE list: the event contract's
  * `FunctionName`, the Lambda configuration (queue variables), the layers, the forwarder's routing
  * and the SQS handler all derive from it, so a new function is added here, with its tools
- * (`STAGE_TOOLS`), its layer (`layers/manifest.ts`), its cluster access (`FUNCTION_ACCESS`) and
+ * (a row's `stages` in the tool table `layers/tools.ts`), its layer (`layers/manifest.ts`), its cluster access (`FUNCTION_ACCESS`) and
  * its entry file.
  */
 export const PIPELINE_STAGES = ['fetch', 'template', 'deploy', 'index-repo', 'install'] as const;

@@ -14,6 +14,7 @@ export * from './defaults.js';
 export * from './deploy.js';
 export * from './duration.js';
 export * from './fetch.js';
+export * from './issue-path.js';
 export * from './packaging.js';
 export * from './parse.js';
 export * from './refs.js';

@@ -13,6 +13,7 @@
 import type { z } from 'zod';
 import { type App, AppSchema } from './app.js';
 import { type Package, type PackageMetadata, PackageMetadataSchema, PackageSchema } from './datapackaging.js';
+import { formatPath } from './issue-path.js';
 import {
   type PackageInstall,
   PackageInstallSchema,
@@ -59,22 +60,6 @@ export class ApiValidationError extends Error {
 
 /** Outcome of a `parse*` helper: the typed object, or the validation error. Never throws. */
 export type ParseResult<T> = { success: true; data: T } | { success: false; error: ApiValidationError };
-
-const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
-
-/**
- * Formats a zod issue path as a JS-like accessor: `spec.fetch[0].git.url`; keys that are not
- * identifiers are quoted, e.g. `spec.fetch[0].inline.paths[".imgpkg/images.yml"]`.
- */
-export function formatPath(path: readonly PropertyKey[]): string {
-  let out = '';
-  for (const key of path) {
-    if (typeof key === 'number') out += `[${key}]`;
-    else if (typeof key === 'string' && IDENTIFIER.test(key)) out += out === '' ? key : `.${key}`;
-    else out += `[${JSON.stringify(String(key))}]`;
-  }
-  return out;
-}
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof Date);

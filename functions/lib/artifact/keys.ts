@@ -25,6 +25,7 @@
  * @see fluxcd/pkg `artifact/storage` (content-addressed artifact paths).
  */
 import { createHash } from 'node:crypto';
+import { RENDER_TOOLS } from '../../../layers/tools.js';
 
 /** Lowercase hex sha256: exactly 64 characters of `[0-9a-f]`. */
 export const SHA256_HEX_PATTERN = /^[0-9a-f]{64}$/;
@@ -228,8 +229,22 @@ export interface RenderInputs {
   readonly template: unknown;
   /** Digests of values sources (inline values, Secret/ConfigMap data, downward API values). */
   readonly values: Readonly<Record<string, string>>;
-  /** Versions of every tool the render runs, e.g. `{ ytt: '0.55.3', kbld: '0.46.0' }`. */
+  /** Versions of every tool the render runs, e.g. `{ ytt: '0.55.3', kbld: '0.46.0' }` ({@link renderToolVersions}). */
   readonly tools: Readonly<Record<string, string>>;
+}
+
+/**
+ * The tool versions of a render's {@link RenderInputs.tools}: the version of every tool the
+ * template function may run ({@link RENDER_TOOLS} of the tool table `layers/tools.ts`), `''` for
+ * one missing from `versions`. Taken from the table so that no template tool can be left out of
+ * the key, and a tool upgrade always re-renders.
+ *
+ * @param versions - the function's tool versions, without `v`, keyed by binary
+ *   (`KAPP_LAMBDA_TOOL_VERSIONS`).
+ * @returns e.g. `{ ytt: '0.55.3', kbld: '0.46.0', helm: '3.22.0', sops: '3.13.3', cue: '0.17.1', kustomize: '5.8.2' }`.
+ */
+export function renderToolVersions(versions: Readonly<Record<string, string>>): Record<string, string> {
+  return Object.fromEntries(RENDER_TOOLS.map((bin) => [bin, versions[bin] ?? '']));
 }
 
 /**

@@ -14,6 +14,7 @@
 import { parse } from 'yaml';
 import type { AppDeployKapp } from '../api/deploy.js';
 import { formatDuration, tryParseDuration } from '../api/duration.js';
+import type { AssociatedResources } from '../api/status.js';
 import { KappControllerError } from '../reconcile/result.js';
 import {
   KAPP_ALLOWED_DELETE_FLAGS,
@@ -357,16 +358,6 @@ export interface KappAppMeta {
   usedGKs: Array<{ group: string; kind: string }>;
 }
 
-/** `status.deploy.kapp.associatedResources`. */
-export interface AssociatedResources {
-  /** `<labelKey>=<labelValue>`. */
-  label: string;
-  /** Namespaces of the last change. */
-  namespaces: string[];
-  /** Used group/kinds. */
-  groupKinds: Array<{ group: string; kind: string }>;
-}
-
 /** Case-insensitive field lookup, as Go's `encoding/json` (which `sigs.k8s.io/yaml` uses) matches. */
 function field(o: unknown, name: string): unknown {
   if (typeof o !== 'object' || o === null || Array.isArray(o)) return undefined;
@@ -420,11 +411,13 @@ export function parseKappAppMeta(text: string): KappAppMeta | undefined {
 
 /**
  * `status.deploy.kapp.associatedResources` from kapp's app metadata, or `undefined` (keep what the
- * status had) when there is no metadata or `lastChange.namespaces` is empty.
+ * status had) when there is no metadata or `lastChange.namespaces` is empty. Every field is set:
+ * `label` is `<labelKey>=<labelValue>`, `namespaces` those of the last change, `groupKinds` the
+ * used group/kinds.
  *
  * @param meta - from {@link parseKappAppMeta}
  */
-export function associatedResources(meta: KappAppMeta | undefined): AssociatedResources | undefined {
+export function associatedResources(meta: KappAppMeta | undefined): Required<AssociatedResources> | undefined {
   if (!meta || meta.lastChangeNamespaces.length === 0) return undefined;
   return {
     label: `${meta.labelKey}=${meta.labelValue}`,

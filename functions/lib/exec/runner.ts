@@ -21,6 +21,7 @@ import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
+import { allowedStages, runBins, stageTools, TOOLS } from '../../../layers/tools.js';
 import type { PipelineStage } from '../api/functions.js';
 import type { ToolMetricsSink, ToolRunOutcome } from './metrics.js';
 import type { OrphanSweeper } from './orphans.js';
@@ -227,28 +228,18 @@ function goSignalText(signal: NodeJS.Signals): string {
 // Defaults and options
 
 /**
- * Carvel tools and their helpers kapp-lambda runs (the union of the per-stage lists), plus `git`
- * for the fleet's source poll (`git ls-remote`, `../fetch/git-ls-remote.ts`): the system's git,
- * which the embedded runtime resolves from {@link DEFAULT_SYSTEM_PATH} (vendir runs it from `PATH`
- * too); on Lambda the fetch and index-repo layers carry it (`layers/git.ts`).
+ * Carvel tools and their helpers kapp-lambda runs (the union of the per-stage lists, in the order
+ * of `layers/tools.ts`), plus `git` for the fleet's source poll (`git ls-remote`,
+ * `../fetch/git-ls-remote.ts`): the system's git, which the embedded runtime resolves from
+ * {@link DEFAULT_SYSTEM_PATH} (vendir runs it from `PATH` too); on Lambda the fetch and index-repo
+ * layers carry it (`layers/git.ts`). Today `vendir`, `imgpkg`, `ytt`, `kbld`, `kapp`, `helm`,
+ * `sops`, `age`, `cue`, `kustomize`, `git`.
  */
-export const TOOL_NAMES = [
-  'vendir',
-  'imgpkg',
-  'ytt',
-  'kbld',
-  'kapp',
-  'helm',
-  'sops',
-  'age',
-  'cue',
-  'kustomize',
-  'git',
-] as const;
+export const TOOL_NAMES: readonly string[] = TOOLS.filter((t) => allowedStages(t).length > 0).flatMap(runBins);
 
 /**
- * Tools each function may run (its allow-list on Lambda, and what its layer must carry: see
- * `layers/manifest.ts`). Fetch and template never get kapp, the only tool that talks to the
+ * Tools each function may run (its allow-list on Lambda, and what its layer must carry), from the
+ * tool table `layers/tools.ts`. Fetch and template never get kapp, the only tool that talks to the
  * cluster (kapp-controller's sidecar allow-list: vendir, ytt, kbld, sops, helm, cue; kustomize is
  * kapp-lambda's own template step).
  * `index-repo` runs a PackageRepository's whole reconcile in one invocation, as upstream's
@@ -259,13 +250,13 @@ export const TOOL_NAMES = [
  * the source poll's `git ls-remote`; vendir runs the layer's git from `PATH` in fetch and
  * index-repo without it being on the list.
  */
-export const STAGE_TOOLS = {
-  fetch: ['vendir', 'imgpkg', 'helm'],
-  template: ['ytt', 'kbld', 'helm', 'sops', 'age', 'cue', 'kustomize'],
-  deploy: ['kapp'],
-  'index-repo': ['vendir', 'imgpkg', 'ytt', 'kbld', 'kapp', 'git'],
-  install: [],
-} as const satisfies Record<PipelineStage, readonly (typeof TOOL_NAMES)[number][]>;
+export const STAGE_TOOLS: Readonly<Record<PipelineStage, readonly string[]>> = {
+  fetch: stageTools('fetch'),
+  template: stageTools('template'),
+  deploy: stageTools('deploy'),
+  'index-repo': stageTools('index-repo'),
+  install: stageTools('install'),
+};
 
 /** System directories appended to `PATH` (vendir runs `git` and `imgpkg` from `PATH`). */
 export const DEFAULT_SYSTEM_PATH = '/usr/local/bin:/usr/bin:/bin';

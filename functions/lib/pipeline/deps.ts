@@ -5,12 +5,18 @@
  * read the environment.
  */
 
+import type { DeployStageData, KappEvent, ObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { HttpDownloader } from '../fetch/http-download.js';
+import type { PolledSource } from '../fetch/source-resolve.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry, KubeObject } from '../kube/port.js';
+import type { RestTransport } from '../kube/transport.js';
 import type { Logger } from '../log.js';
+import type { ReconcileEventRecorder } from '../observe/events.js';
+import type { ReconcileMetrics } from '../observe/metrics.js';
+import type { StageMeter } from '../receipt/meter.js';
 import type { ClusterControllerConfig } from '../reconcile/controller-config.js';
 import { type SecretMask, SecretMask as SecretMaskImpl } from '../reconcile/secret-mask.js';
 import type { ControllerSyncConfig } from '../reconcile/timer.js';
@@ -54,8 +60,9 @@ export interface PipelineConfig {
    */
   kappControllerCompatibleVersion?: string;
   /**
-   * Versions of the tools, keyed by binary (`ytt`, `kbld`, `helm`, `cue`, `sops`, `kustomize`,
-   * `vendir`, `kapp`); part of the render-cache key so a tool upgrade re-renders.
+   * Versions of the tools, keyed by binary (`ytt`, `vendir`, `kapp`, ...: the tool table
+   * `layers/tools.ts`); the template tools' are part of the render-cache key (`renderToolVersions`),
+   * so a tool upgrade re-renders.
    */
   toolVersions: Readonly<Record<string, string>>;
   /** Reported to the downward API as `kappControllerVersion`. */
@@ -144,7 +151,7 @@ export interface PipelineDeps {
    * through `runner`, under the URL policy); unit tests inject a fake.
    * @throws when the source cannot be resolved (the run then fetches by tag)
    */
-  resolveSource?: (source: import('../fetch/source-resolve.js').PolledSource) => Promise<string>;
+  resolveSource?: (source: PolledSource) => Promise<string>;
   /**
    * The function deadline of this invocation (Lambda: fires `DEFAULT_DEADLINE_MARGIN_MS` before
    * the time limit, `../entry/handler.ts`); the runner's tools get it through `withDeadline`. A
@@ -160,7 +167,7 @@ export interface PipelineDeps {
    * Absent: every resync runs kapp.
    * @throws Error when the kubeconfig cannot be loaded
    */
-  appReader?: (kubeconfigYaml: string) => import('../kube/transport.js').RestTransport;
+  appReader?: (kubeconfigYaml: string) => RestTransport;
   /**
    * A cluster's own `kapp-controller-config` (`../reconcile/controller-config.ts`), cached per
    * cluster and re-read when it changes; `createPipelineDeps` sets it. Read once per event by
@@ -206,22 +213,22 @@ export interface PipelineDeps {
    * event is accepted. Absent: such events are dropped with a warning.
    * @throws TransportError when an event was not accepted (the stage is retried)
    */
-  emit?: (events: readonly import('../../../events/schema.js').KappEvent[]) => Promise<void>;
+  emit?: (events: readonly KappEvent[]) => Promise<void>;
   /**
    * kapp-controller's reconcile counters and times (`../observe/metrics.ts`): the embedded
    * runtime's Prometheus registry, the Lambda functions' CloudWatch EMF lines. Absent: none.
    */
-  metrics?: import('../observe/metrics.js').ReconcileMetrics;
+  metrics?: ReconcileMetrics;
   /**
    * The process's reconcile Event recorder (`../observe/events.ts`), writing through the
    * cluster's `clusters.eventWriter`. Absent: no Events.
    */
-  events?: import('../observe/events.js').ReconcileEventRecorder;
+  events?: ReconcileEventRecorder;
   /**
    * The meter of this event's stage (`../receipt/meter.ts`): `store` and `runner` are its
    * counting wrappers. Set per event by `dispatchWithRetryBound`; absent: no receipts.
    */
-  meter?: import('../receipt/meter.js').StageMeter;
+  meter?: StageMeter;
 }
 
 /**
@@ -249,13 +256,13 @@ export function secretMaskOf(deps: PipelineDeps): SecretMask {
 /** The object and run a stage works for (everything a hand-off event carries). */
 export interface RunContext {
   clusterId: string;
-  ref: import('../../../events/schema.js').ObjectRef;
-  run: import('../../../events/schema.js').StageRun;
+  ref: ObjectRef;
+  run: StageRun;
 }
 
 /** What a stage hands on: at most one of the next stage's inputs. */
 export interface StageOutput {
-  template?: import('../../../events/schema.js').TemplateStageData;
-  deploy?: import('../../../events/schema.js').DeployStageData;
+  template?: TemplateStageData;
+  deploy?: DeployStageData;
   delete?: RunContext;
 }

@@ -29,6 +29,7 @@ import {
   parseArtifactKey,
   renderCacheKey,
   renderInputHash,
+  renderToolVersions,
   sha256Hex,
   templateArtifactKey,
 } from '../artifact/keys.js';
@@ -109,19 +110,6 @@ function metadataDigest(app: App, templates: readonly AppTemplate[]): string {
   return sha256Hex(canonicalJson(parts));
 }
 
-/** Tool versions the render depends on (every templating tool; cheap to over-include). */
-function renderTools(deps: PipelineDeps): Record<string, string> {
-  const v = deps.config.toolVersions;
-  return {
-    ytt: v.ytt ?? '',
-    kbld: v.kbld ?? '',
-    helm: v.helm ?? '',
-    cue: v.cue ?? '',
-    sops: v.sops ?? '',
-    kustomize: v.kustomize ?? '',
-  };
-}
-
 /**
  * Runs the template stage for a hand-off from fetch.
  *
@@ -174,7 +162,7 @@ export async function runTemplate(
       ),
       fetchLayout: sha256Hex(templateRootOf(app.spec.fetch ?? [])),
     },
-    tools: renderTools(deps),
+    tools: renderToolVersions(deps.config.toolVersions),
   });
   const cacheKey = renderCacheKey(hash);
   const now = () => deps.now();

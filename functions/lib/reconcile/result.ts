@@ -60,7 +60,9 @@ export function errorMessage(err: unknown): string {
  * {@link GENERIC_ERROR_DETAIL} when the error is exactly `exit status 1` and the error message
  * otherwise.
  *
- * @param prefix - A {@link STAGE_PREFIX} value (or `''`).
+ * @param prefix - The stage's upstream error prefix, e.g. `Fetching resources: ` (`FETCH_RUN_ERROR_PREFIX`,
+ *   `../fetch/vendir.ts`), `Templating dir: ` (`../template/step.ts`), `Deploying: ` (`KAPP_ERROR_PREFIX`,
+ *   `../deploy/kapp.ts`); or `''`.
  * @param run - The command's output and error.
  * @returns The stage result; `exitCode` 0 on success.
  */
@@ -79,7 +81,9 @@ export function attachError(prefix: string, run: RunOutcome): StageResult {
  * happen outside a tool (e.g. `Preparing kapp: <err>`).
  *
  * @param err - The error (its message is used).
- * @param prefix - A {@link STAGE_PREFIX} value (or `''`).
+ * @param prefix - The stage's upstream error prefix, e.g. `Fetching resources: ` (`FETCH_RUN_ERROR_PREFIX`,
+ *   `../fetch/vendir.ts`), `Templating dir: ` (`../template/step.ts`), `Deploying: ` (`KAPP_ERROR_PREFIX`,
+ *   `../deploy/kapp.ts`); or `''`.
  * @returns The stage result.
  */
 export function resultFromError(err: unknown, prefix = ''): StageResult {

@@ -19,7 +19,7 @@
  *
  * @module
  */
-import type { AppStatus, StageStatusSummary } from '../api/index.js';
+import type { AppStatus, ConditionType, StageStatusSummary } from '../api/index.js';
 import {
   boundedStatusText,
   MAX_STATUS_TEXT_BYTES,
@@ -32,7 +32,6 @@ import { type StageResult, withCAHint, withFriendlyYAMLStrings } from './result.
 import type {
   AppStatusLike,
   Condition,
-  ConditionType,
   DeployStatus,
   FetchStatus,
   InspectStatus,

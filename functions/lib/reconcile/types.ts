@@ -16,16 +16,12 @@ import type {
   AppStatusInspect,
   AppStatusTemplate,
   Condition,
-  ConditionTypeValue,
   GroupKind,
   KappDeployStatus,
   PackageRepositoryStatus,
 } from '../api/index.js';
 
 export type { Condition, GroupKind, KappDeployStatus };
-
-/** Condition types an App, PackageInstall or PackageRepository can carry (`status.go`). */
-export type ConditionType = ConditionTypeValue;
 
 /** `metav1.Time` as serialized: RFC 3339 (kapp-controller writes whole seconds in UTC). */
 export type StatusTime = string;
