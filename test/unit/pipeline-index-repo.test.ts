@@ -1053,27 +1053,22 @@ const GIT = { git: { url: 'https://git.example/repo', ref: 'origin/main' } };
 const V1 = { 'a.example.com': ['1.0.0'], 'b.example.com': ['0.1.0'] };
 const V2 = { 'a.example.com': ['1.0.0', '2.0.0'], 'b.example.com': ['0.1.0'] };
 const DELETING = { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] };
+/** What a first deploy of {@link V1} (or its removal) announces: every refName with all its versions. */
+const ALL_OF_V1 = [
+  { refName: 'a.example.com', versions: ['1.0.0'] },
+  { refName: 'b.example.com', versions: ['0.1.0'] },
+];
+/** The first reconcile of most rows: {@link V1} deployed, all of it announced. */
+const FIRST_V1: AnnounceStep = { versions: V1, announces: ALL_OF_V1 };
 
 /** Successive reconciles of one repository sharing one store: what each hands on to the PackageInstalls. */
 const announceRows: Record<string, AnnounceStep[]> = {
   'the first deploy announces every version; the same versions again announce nothing': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
     { versions: V1, announces: null },
   ],
   'a version added: only its refName, only the new version': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
     { versions: V2, announces: [{ refName: 'a.example.com', versions: ['2.0.0'] }] },
   ],
   'a version and a refName removed: the removed ones': [
@@ -1084,40 +1079,16 @@ const announceRows: Record<string, AnnounceStep[]> = {
         { refName: 'b.example.com', versions: ['0.1.0'] },
       ],
     },
-    {
-      versions: { 'a.example.com': ['2.0.0'] },
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    { versions: { 'a.example.com': ['2.0.0'] }, announces: ALL_OF_V1 },
   ],
   'a failed deploy announces nothing and keeps the pointer: the next success announces the change': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
     { versions: V2, kapp: exitWith(1, 'kapp: Error: boom'), announces: null },
     { versions: V2, announces: [{ refName: 'a.example.com', versions: ['2.0.0'] }] },
   ],
   'a deleted repository announces the removal of all it deployed; recreated, it announces all again': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
-    {
-      metadata: DELETING,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
+    { metadata: DELETING, announces: ALL_OF_V1 },
     {
       versions: { 'a.example.com': ['1.0.0'] },
       metadata: { uid: 'uid-new' },
@@ -1125,30 +1096,14 @@ const announceRows: Record<string, AnnounceStep[]> = {
     },
   ],
   'a repository recreated under the same name (new uid) starts afresh': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
-    {
-      versions: V1,
-      metadata: { uid: 'uid-new' },
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
+    { versions: V1, metadata: { uid: 'uid-new' }, announces: ALL_OF_V1 },
   ],
   'a pinned source already indexed (no fetch, no template) is compared by the stored versions document': [
     {
       versions: V1,
       fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } },
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
+      announces: ALL_OF_V1,
     },
     { versions: V2, fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } }, announces: null },
   ],
