@@ -165,6 +165,40 @@ const TEMPLATED: RepoTemplateOutput = {
   versions: { 'a.example.com': ['1.0.0'] },
 };
 
+/** The stage-run outcomes of a run that fails in index-repo. */
+const RUN_FAILED: Array<[string, string]> = [
+  ['reconcile', 'succeeded'],
+  ['index-repo', 'failed'],
+];
+/** The stage-run outcomes of a delete that fails. */
+const DELETE_FAILED: Array<[string, string]> = [
+  ['reconcile', 'deleted'],
+  ['delete', 'failed'],
+];
+/** The status a delete writes first. */
+const DELETING_STATUS = {
+  observedGeneration: 1,
+  conditions: [{ type: 'Deleting', status: 'True' }],
+  friendlyDescription: 'Deleting',
+};
+
+/** A run refused after templating and before kapp: its deploy part fails with `message`, the finalizer stays added. */
+function refusedBeforeKapp(message: string): Pick<Row, 'statuses' | 'tools' | 'outcomes' | 'finalizers'> {
+  return {
+    statuses: [
+      RECONCILING,
+      finalFailed(message, message, {
+        fetch: FETCHED,
+        template: { exitCode: 0, updatedAt: NOW },
+        deploy: { finished: true, exitCode: -1, error: message, startedAt: NOW, updatedAt: NOW },
+      }),
+    ],
+    tools: ['vendir'],
+    outcomes: RUN_FAILED,
+    finalizers: [Finalizer.PackageRepository],
+  };
+}
+
 const rows: Record<string, Row> = {
   'paused: Paused and observedGeneration only, even while being deleted (paused wins)': {
     repo: {
@@ -184,9 +218,7 @@ const rows: Record<string, Row> = {
       },
     },
     kapp: { stdout: 'Succeeded' },
-    statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
-    ],
+    statuses: [DELETING_STATUS],
     tools: ['kapp'],
     outcomes: [
       ['reconcile', 'deleted'],
@@ -198,7 +230,7 @@ const rows: Record<string, Row> = {
     repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
     kapp: exitWith(1, 'kapp: Error: forbidden: \n  deleting \n'),
     statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      DELETING_STATUS,
       {
         observedGeneration: 1,
         conditions: [
@@ -223,10 +255,7 @@ const rows: Record<string, Row> = {
       },
     ],
     tools: ['kapp'],
-    outcomes: [
-      ['reconcile', 'deleted'],
-      ['delete', 'failed'],
-    ],
+    outcomes: DELETE_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
   'not due: a resync a minute after a success is a no-op (10m default)': {
@@ -247,10 +276,7 @@ const rows: Record<string, Row> = {
       }),
     ],
     tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
+    outcomes: RUN_FAILED,
     finalizers: [],
   },
   'template fails: the template part carries the error, kapp does not run': {
@@ -264,10 +290,7 @@ const rows: Record<string, Row> = {
       }),
     ],
     tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
+    outcomes: RUN_FAILED,
     finalizers: [],
   },
   'deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect': {
@@ -293,42 +316,20 @@ const rows: Record<string, Row> = {
   'a planted kapp record (any selector): kapp never runs, ReconcileFailed names the ConfigMap (attack)': {
     repo: {},
     records: { 'repo.pkgr.apps.k14s.io': '{"labelKey":"app","labelValue":"nginx"}' },
-    statuses: [
-      RECONCILING,
-      finalFailed(SELECTOR_PLANTED, SELECTOR_PLANTED, {
-        fetch: FETCHED,
-        template: { exitCode: 0, updatedAt: NOW },
-        deploy: {
-          finished: true,
-          exitCode: -1,
-          error: SELECTOR_PLANTED,
-          startedAt: NOW,
-          updatedAt: NOW,
-        },
-      }),
-    ],
-    tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
-    finalizers: [Finalizer.PackageRepository],
+    ...refusedBeforeKapp(SELECTOR_PLANTED),
   },
   'deleting next to a planted legacy record (a Go case-folded key): DeleteFailed, kapp never runs (attack)': {
     repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
     records: { 'repo-ctrl': '{"labelKey":"kapp.k14s.io/app","labelValue":"1","LABELKEY":"app"}' },
     statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      DELETING_STATUS,
       expect.objectContaining({
         conditions: [expect.objectContaining({ type: 'DeleteFailed' })],
         usefulErrorMessage: `Deleting: ${PLANTED('repo-ctrl', "its data.spec has key 'LABELKEY'").slice('Deploying: '.length)}`,
       }),
     ],
     tools: [],
-    outcomes: [
-      ['reconcile', 'deleted'],
-      ['delete', 'failed'],
-    ],
+    outcomes: DELETE_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
   'a record copying another kapp app record value: kapp never runs, ReconcileFailed names both ConfigMaps (attack)': {
@@ -337,54 +338,25 @@ const rows: Record<string, Row> = {
     otherRecords: {
       'team-b/web.app.apps.k14s.io': '{"labelKey":"kapp.k14s.io/app","labelValue":"1600000000000000002"}',
     },
-    statuses: [
-      RECONCILING,
-      finalFailed(COPIED, COPIED, {
-        fetch: FETCHED,
-        template: { exitCode: 0, updatedAt: NOW },
-        deploy: { finished: true, exitCode: -1, error: COPIED, startedAt: NOW, updatedAt: NOW },
-      }),
-    ],
-    tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
-    finalizers: [Finalizer.PackageRepository],
+    ...refusedBeforeKapp(COPIED),
   },
   "kapp's ServiceAccount missing (RBAC not applied): ReconcileFailed names it, kapp never runs": {
     repo: {},
     noPkgrServiceAccount: true,
-    statuses: [
-      RECONCILING,
-      finalFailed(`Deploying: ${NO_PKGR_SA}`, `Deploying: ${NO_PKGR_SA}`, {
-        fetch: FETCHED,
-        template: { exitCode: 0, updatedAt: NOW },
-        deploy: { finished: true, exitCode: -1, error: `Deploying: ${NO_PKGR_SA}`, startedAt: NOW, updatedAt: NOW },
-      }),
-    ],
-    tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
-    finalizers: [Finalizer.PackageRepository],
+    ...refusedBeforeKapp(`Deploying: ${NO_PKGR_SA}`),
   },
   "deleting without kapp's ServiceAccount: DeleteFailed names it, the finalizer stays, kapp never runs": {
     repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
     noPkgrServiceAccount: true,
     statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      DELETING_STATUS,
       expect.objectContaining({
         conditions: [expect.objectContaining({ type: 'DeleteFailed' })],
         usefulErrorMessage: `Deleting: ${NO_PKGR_SA}`,
       }),
     ],
     tools: [],
-    outcomes: [
-      ['reconcile', 'deleted'],
-      ['delete', 'failed'],
-    ],
+    outcomes: DELETE_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
   'deploy fails: ReconcileFailed with the friendly kapp stderr, the finalizer stays added': {
@@ -408,10 +380,7 @@ const rows: Record<string, Row> = {
       }),
     ],
     tools: ['vendir', 'kapp'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
+    outcomes: RUN_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
 };
