@@ -47,6 +47,7 @@ import {
   suffix,
   useE2ERuntime,
   waitFor,
+  yttConfigMap,
 } from './support.js';
 
 const id = suffix();
@@ -94,17 +95,8 @@ interface ConfigMap {
 
 /** ytt template: a ConfigMap `<name>` whose `files` is `data.list()` and whose other keys read files. */
 function listingTemplate(name: string, reads: Record<string, string> = {}): string {
-  return [
-    '#@ load("@ytt:data", "data")',
-    '#@ load("@ytt:json", "json")',
-    'apiVersion: v1',
-    'kind: ConfigMap',
-    'metadata:',
-    `  name: ${name}`,
-    'data:',
-    '  files: #@ json.encode(data.list())',
-    ...Object.entries(reads).map(([key, file]) => `  ${key}: #@ data.read(${JSON.stringify(file)})`),
-  ].join('\n');
+  const read = Object.entries(reads).map(([key, file]) => [key, `#@ data.read(${JSON.stringify(file)})`]);
+  return yttConfigMap(name, { files: '#@ json.encode(data.list())', ...Object.fromEntries(read) }, ['json']);
 }
 
 /** The basic-auth server's requests: the Authorization header each carried (undefined: none). */
@@ -190,16 +182,7 @@ beforeAll(async () => {
       {
         inline: {
           paths: {
-            'config.yml': [
-              '#@ load("@ytt:data", "data")',
-              '#@ load("@ytt:json", "json")',
-              'apiVersion: v1',
-              'kind: ConfigMap',
-              'metadata:',
-              `  name: ${N.values}-config`,
-              'data:',
-              '  values: #@ json.encode(data.values)',
-            ].join('\n'),
+            'config.yml': yttConfigMap(`${N.values}-config`, { values: '#@ json.encode(data.values)' }, ['json']),
             'vals.yml': 'from_path: true\n',
           },
         },

@@ -54,6 +54,7 @@ import {
   suffix,
   useE2ERuntime,
   waitFor,
+  yttConfigMap,
 } from './support.js';
 
 const id = suffix();
@@ -83,16 +84,7 @@ interface ConfigMap {
 
 /** A ytt template of ConfigMap `<name>` whose `text` is the fetched file `file` and `round` is `round`. */
 function readingTemplate(name: string, file: string, round: string): string {
-  return [
-    '#@ load("@ytt:data", "data")',
-    'apiVersion: v1',
-    'kind: ConfigMap',
-    'metadata:',
-    `  name: ${name}`,
-    'data:',
-    `  text: #@ data.read(${JSON.stringify(file)})`,
-    `  round: ${JSON.stringify(round)}`,
-  ].join('\n');
+  return yttConfigMap(name, { text: `#@ data.read(${JSON.stringify(file)})`, round: JSON.stringify(round) });
 }
 
 /** A tiny helm chart under `chart/` rendering ConfigMap `<release>-cm` with the release's namespace and `.Values.greeting`; `broken` adds a template helm cannot parse. */
@@ -188,16 +180,10 @@ beforeAll(async () => {
     appManifest(NS, N.refChange, {
       fetch: inline({
         'values.yml': '#@data/values\n---\ngreeting: default\nfarewell: default\n',
-        'cm.yml': [
-          '#@ load("@ytt:data", "data")',
-          'apiVersion: v1',
-          'kind: ConfigMap',
-          'metadata:',
-          `  name: ${N.refChange}-config`,
-          'data:',
-          '  greeting: #@ data.values.greeting',
-          '  farewell: #@ data.values.farewell',
-        ].join('\n'),
+        'cm.yml': yttConfigMap(`${N.refChange}-config`, {
+          greeting: '#@ data.values.greeting',
+          farewell: '#@ data.values.farewell',
+        }),
       }),
       template: [
         {
@@ -243,17 +229,11 @@ beforeAll(async () => {
           ytt: {
             inline: {
               paths: {
-                'cm.yml': [
-                  '#@ load("@ytt:data", "data")',
-                  '#@ load("@ytt:json", "json")',
-                  'apiVersion: v1',
-                  'kind: ConfigMap',
-                  'metadata:',
-                  `  name: ${N.subPath}-config`,
-                  'data:',
-                  '  files: #@ json.encode(data.list())',
-                  '  text: #@ data.read("data.txt")',
-                ].join('\n'),
+                'cm.yml': yttConfigMap(
+                  `${N.subPath}-config`,
+                  { files: '#@ json.encode(data.list())', text: '#@ data.read("data.txt")' },
+                  ['json'],
+                ),
               },
             },
           },

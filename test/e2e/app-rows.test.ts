@@ -35,6 +35,7 @@ import {
   suffix,
   useE2ERuntime,
   waitFor,
+  yttConfigMap,
 } from './support.js';
 
 const id = suffix();
@@ -70,15 +71,7 @@ interface ConfigMap {
 
 /** A ytt template of a ConfigMap `<name>` whose `greeting` is the data value `greeting`. */
 function greetingTemplate(name: string): string {
-  return [
-    '#@ load("@ytt:data", "data")',
-    'apiVersion: v1',
-    'kind: ConfigMap',
-    'metadata:',
-    `  name: ${name}`,
-    'data:',
-    '  greeting: #@ data.values.greeting',
-  ].join('\n');
+  return yttConfigMap(name, { greeting: '#@ data.values.greeting' });
 }
 
 /** One inline fetch with `paths`. */
@@ -250,16 +243,10 @@ beforeAll(async () => {
           ytt: {
             inline: {
               paths: {
-                'cm.yml': [
-                  '#@ load("@ytt:data", "data")',
-                  'apiVersion: v1',
-                  'kind: ConfigMap',
-                  'metadata:',
-                  `  name: ${N.gitSemver}-config`,
-                  'data:',
-                  '  stable: #@ data.read("stable/version.txt")',
-                  '  pre: #@ data.read("pre/version.txt")',
-                ].join('\n'),
+                'cm.yml': yttConfigMap(`${N.gitSemver}-config`, {
+                  stable: '#@ data.read("stable/version.txt")',
+                  pre: '#@ data.read("pre/version.txt")',
+                }),
               },
             },
           },
@@ -280,16 +267,10 @@ beforeAll(async () => {
           ytt: {
             inline: {
               paths: {
-                'cm.yml': [
-                  '#@ load("@ytt:data", "data")',
-                  'apiVersion: v1',
-                  'kind: ConfigMap',
-                  'metadata:',
-                  `  name: ${N.imageSemver}-config`,
-                  'data:',
-                  '  image: #@ data.read("0/image.txt")',
-                  '  bundle: #@ data.read("bundle/bundle.txt")',
-                ].join('\n'),
+                'cm.yml': yttConfigMap(`${N.imageSemver}-config`, {
+                  image: '#@ data.read("0/image.txt")',
+                  bundle: '#@ data.read("bundle/bundle.txt")',
+                }),
               },
             },
             // the bundle's ImagesLock is YAML ytt would render

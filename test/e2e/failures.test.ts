@@ -19,6 +19,7 @@ import {
   SEE_USEFUL,
   suffix,
   useE2ERuntime,
+  yttConfigMap,
 } from './support.js';
 
 const id = suffix();
@@ -34,6 +35,13 @@ const NS = {
 };
 
 const rt = useE2ERuntime(Object.values(NS));
+
+/** App `name` in `ns`: fetches `fetch`, templates with `template` (default plain ytt), deploys with kapp. */
+const appOf = (ns: string, name: string, fetch: object[], template: object[] = [{ ytt: {} }]) =>
+  appManifest(ns, name, { fetch, template, deploy: [{ kapp: {} }] });
+
+/** One inline fetch of `paths`. */
+const inline = (paths: Record<string, string>) => [{ inline: { paths } }];
 
 /** Waits for a failed reconcile of the current generation that has been retried at least once. */
 async function waitFailedTwice(ns: string, name: string): Promise<AppObject> {
@@ -52,29 +60,7 @@ describe.concurrent('failures with kapp-controller status text', () => {
   it('a failing ytt template: Templating dir, ytt stderr in usefulErrorMessage, template exit 1', async () => {
     const ns = NS.ytt;
     const name = `ytt-${id}`;
-    await apply(
-      appManifest(ns, name, {
-        fetch: [
-          {
-            inline: {
-              paths: {
-                'config.yml': [
-                  '#@ load("@ytt:data", "data")',
-                  'apiVersion: v1',
-                  'kind: ConfigMap',
-                  'metadata:',
-                  '  name: never',
-                  'data:',
-                  '  foo: #@ data.values.nothere',
-                ].join('\n'),
-              },
-            },
-          },
-        ],
-        template: [{ ytt: {} }],
-        deploy: [{ kapp: {} }],
-      }),
-    );
+    await apply(appOf(ns, name, inline({ 'config.yml': yttConfigMap('never', { foo: '#@ data.values.nothere' }) })));
     const app = await waitFailedTwice(ns, name);
     const message = `Templating dir: ${SEE_USEFUL}`;
     expectFailed(app, message);
@@ -103,13 +89,7 @@ describe.concurrent('failures with kapp-controller status text', () => {
     const ns = NS.big;
     const name = `big-${id}`;
     await apply(
-      appManifest(ns, name, {
-        fetch: [
-          { inline: { paths: { 'config.yml': '#@ fail("BEGIN-OF-FAIL " + "x" * 5242880 + " END-OF-FAIL")\n' } } },
-        ],
-        template: [{ ytt: {} }],
-        deploy: [{ kapp: {} }],
-      }),
+      appOf(ns, name, inline({ 'config.yml': '#@ fail("BEGIN-OF-FAIL " + "x" * 5242880 + " END-OF-FAIL")\n' })),
     );
     const app = await waitFailedTwice(ns, name);
     const message = `Templating dir: ${SEE_USEFUL}`;
@@ -139,20 +119,15 @@ describe.concurrent('failures with kapp-controller status text', () => {
         metadata: { name: 'db', namespace: ns },
         stringData: { 'values.yml': `db:\n  pw: ${value}\n` },
       },
-      appManifest(ns, name, {
-        fetch: [
-          {
-            inline: {
-              paths: {
-                'values.yml': '#@data/values-schema\n---\ndb:\n  pw: ""\n',
-                'config.yml': '#@ load("@ytt:data", "data")\n#@ fail("cannot connect with " + data.values.db.pw)\n',
-              },
-            },
-          },
-        ],
-        template: [{ ytt: { valuesFrom: [{ secretRef: { name: 'db' } }] } }],
-        deploy: [{ kapp: {} }],
-      }),
+      appOf(
+        ns,
+        name,
+        inline({
+          'values.yml': '#@data/values-schema\n---\ndb:\n  pw: ""\n',
+          'config.yml': '#@ load("@ytt:data", "data")\n#@ fail("cannot connect with " + data.values.db.pw)\n',
+        }),
+        [{ ytt: { valuesFrom: [{ secretRef: { name: 'db' } }] } }],
+      ),
     );
     const app = await waitFailedTwice(ns, name);
     expectFailed(app, `Templating dir: ${SEE_USEFUL}`);
@@ -168,13 +143,7 @@ describe.concurrent('failures with kapp-controller status text', () => {
   it('a missing Secret in inline.pathsFrom: Fetching: secrets "<name>" not found', async () => {
     const ns = NS.secret;
     const name = `secret-${id}`;
-    await apply(
-      appManifest(ns, name, {
-        fetch: [{ inline: { pathsFrom: [{ secretRef: { name: 'no-such-secret' } }] } }],
-        template: [{ ytt: {} }],
-        deploy: [{ kapp: {} }],
-      }),
-    );
+    await apply(appOf(ns, name, [{ inline: { pathsFrom: [{ secretRef: { name: 'no-such-secret' } }] } }]));
     const app = await waitFailedTwice(ns, name);
     const message = 'Fetching: secrets "no-such-secret" not found';
     expectFailed(app, message);
@@ -195,13 +164,7 @@ describe.concurrent('failures with kapp-controller status text', () => {
     const name = `git-${id}`;
     const port = await freePort(); // closed: nothing listens there
     const url = `http://127.0.0.1:${port}/nothing-here`;
-    await apply(
-      appManifest(ns, name, {
-        fetch: [{ git: { url, ref: 'origin/main' } }],
-        template: [{ ytt: {} }],
-        deploy: [{ kapp: {} }],
-      }),
-    );
+    await apply(appOf(ns, name, [{ git: { url, ref: 'origin/main' } }]));
     const app = await waitFailedTwice(ns, name);
     const message = `Fetching resources: ${SEE_USEFUL}`;
     expectFailed(app, message);
@@ -223,29 +186,8 @@ describe.concurrent('failures with kapp-controller status text', () => {
     const ns = NS.kapp;
     const name = `kapp-${id}`;
     const missing = `does-not-exist-${id}`;
-    await apply(
-      appManifest(ns, name, {
-        fetch: [
-          {
-            inline: {
-              paths: {
-                'config.yml': [
-                  'apiVersion: v1',
-                  'kind: ConfigMap',
-                  'metadata:',
-                  '  name: configmap',
-                  `  namespace: ${missing}`,
-                  'data:',
-                  '  key: value',
-                ].join('\n'),
-              },
-            },
-          },
-        ],
-        template: [{ ytt: {} }],
-        deploy: [{ kapp: {} }],
-      }),
-    );
+    const config = `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: configmap\n  namespace: ${missing}\ndata:\n  key: value`;
+    await apply(appOf(ns, name, inline({ 'config.yml': config })));
     const app = await waitFailedTwice(ns, name);
     const message = `Deploying: ${SEE_USEFUL}`;
     expectFailed(app, message);

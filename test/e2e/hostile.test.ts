@@ -20,11 +20,9 @@ import { readdir } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { gzipSync } from 'node:zlib';
-import { Header } from 'tar';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { objectEvent } from '../../events/schema.js';
-import { publishFile } from '../harness/fixtures.js';
+import { publishFile, rawTgz } from '../harness/fixtures.js';
 import {
   type AppObject,
   apply,
@@ -167,19 +165,6 @@ function toolRuns(r: E2ERuntime, ns: string, name: string, stage: string): numbe
     .reduce((n, x) => n + ((x.tools as { runs?: number } | undefined)?.runs ?? 0), 0);
 }
 
-/** A tar.gz of the given entries, names as is (so `../x` stays `../x`). */
-function tgzOf(entries: Record<string, string>): Buffer {
-  const blocks: Buffer[] = [];
-  for (const [name, text] of Object.entries(entries)) {
-    const body = Buffer.from(text);
-    const block = Buffer.alloc(512);
-    new Header({ path: name, type: 'File', size: body.length, mode: 0o644, mtime: new Date(0) }).encode(block, 0);
-    blocks.push(block, body, Buffer.alloc((512 - (body.length % 512)) % 512));
-  }
-  blocks.push(Buffer.alloc(1024));
-  return gzipSync(Buffer.concat(blocks));
-}
-
 /** Every file name under `dir` (recursive). */
 async function namesUnder(dir: string): Promise<string[]> {
   const out: string[] = [];
@@ -302,7 +287,7 @@ describe.concurrent('hostile values in tool argv never reach the tool', () => {
     const file = await publishFile(
       servers().http,
       `hostile-${id}.tgz`,
-      tgzOf({ 'ok.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-archive\n', [entry]: 'pwned' }),
+      rawTgz({ 'ok.yml': 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-archive\n', [entry]: 'pwned' }),
     );
     await apply(
       appManifest(ns, name, {

@@ -33,6 +33,7 @@ import {
   suffix,
   useE2ERuntime,
   waitFor,
+  yttConfigMap,
 } from './support.js';
 
 const id = suffix();
@@ -81,16 +82,10 @@ function packageDoc(version: string, refName = REF_NAME, kube?: string): object 
             {
               inline: {
                 paths: {
-                  'config.yml': [
-                    '#@ load("@ytt:data", "data")',
-                    'apiVersion: v1',
-                    'kind: ConfigMap',
-                    'metadata:',
-                    '  name: #@ data.values.name',
-                    'data:',
-                    '  greeting: #@ data.values.greeting',
-                    `  version: "${version}"`,
-                  ].join('\n'),
+                  'config.yml': yttConfigMap('#@ data.values.name', {
+                    greeting: '#@ data.values.greeting',
+                    version: `"${version}"`,
+                  }),
                   'values.yml': '#@data/values\n---\nname: greeting\ngreeting: default\n',
                 },
               },

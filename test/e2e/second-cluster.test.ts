@@ -57,6 +57,7 @@ import {
   suffix,
   useE2ERuntime,
   waitFor,
+  yttConfigMap,
 } from './support.js';
 
 const id = suffix();
@@ -129,16 +130,7 @@ function clusterApp(name: string, secret: string, spec: Record<string, unknown>,
 
 /** ytt renders a ConfigMap `<name>-config` holding its data values as JSON in `values`. */
 function valuesConfigMapFetch(name: string): object[] {
-  const template = [
-    '#@ load("@ytt:data", "data")',
-    '#@ load("@ytt:json", "json")',
-    'apiVersion: v1',
-    'kind: ConfigMap',
-    'metadata:',
-    `  name: ${name}-config`,
-    'data:',
-    '  values: #@ json.encode(data.values)',
-  ].join('\n');
+  const template = yttConfigMap(`${name}-config`, { values: '#@ json.encode(data.values)' }, ['json']);
   return [{ inline: { paths: { 'config.yml': template } } }];
 }
 

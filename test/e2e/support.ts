@@ -279,6 +279,25 @@ export function configMapYaml(name: string, data: Record<string, string>, namesp
 }
 
 /**
+ * A ytt template of ConfigMap `name` (YAML, for an inline fetch or ytt `inline.paths`): it loads
+ * `@ytt:data` and then each module of `loads` (e.g. `json`), and writes each `data` value as
+ * given (a ytt expression such as `#@ data.values.greeting`, or a literal). `name` may be a ytt
+ * expression too.
+ */
+export function yttConfigMap(name: string, data: Record<string, string>, loads: string[] = []): string {
+  return [
+    '#@ load("@ytt:data", "data")',
+    ...loads.map((m) => `#@ load("@ytt:${m}", "${m}")`),
+    'apiVersion: v1',
+    'kind: ConfigMap',
+    'metadata:',
+    `  name: ${name}`,
+    'data:',
+    ...Object.entries(data).map(([key, v]) => `  ${key}: ${v}`),
+  ].join('\n');
+}
+
+/**
  * The status part upstream writes for a stage that failed before any tool ran
  * (`exec.NewCmdRunResultWithErr`): exit code -1, the error, `updatedAt`; fetch and deploy also
  * carry `startedAt`, deploy `finished: true`. Times as `expect` matchers (RFC 3339).
@@ -325,16 +344,7 @@ export function inlineConfigMapApp(ns: string, name: string, greeting: string, e
       {
         inline: {
           paths: {
-            'config.yml': [
-              '#@ load("@ytt:data", "data")',
-              'apiVersion: v1',
-              'kind: ConfigMap',
-              'metadata:',
-              `  name: ${name}-config`,
-              'data:',
-              '  greeting: #@ data.values.greeting',
-              extra,
-            ].join('\n'),
+            'config.yml': [yttConfigMap(`${name}-config`, { greeting: '#@ data.values.greeting' }), extra].join('\n'),
             'values.yml': `#@data/values\n---\ngreeting: ${JSON.stringify(greeting)}\n`,
           },
         },

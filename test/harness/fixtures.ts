@@ -14,6 +14,7 @@ import { chmod, copyFile, mkdir, readdir, readFile, stat, writeFile } from 'node
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { gzipSync } from 'node:zlib';
 import { type ZipOptions, type Zippable, zipSync } from 'fflate';
 import * as tar from 'tar';
 import { parse as parseYaml } from 'yaml';
@@ -337,6 +338,23 @@ export async function tgzTree(source: FixtureSource, opts: ArchiveOptions = {}):
   } finally {
     await removeTempDir(tmp);
   }
+}
+
+/**
+ * A gzipped tar of `entries` (name → text), each name written as is: the hostile archive
+ * (`../x` stays `../x`), which {@link tgzTree} cannot make since tar sanitizes the names it packs.
+ * Regular files only, mode 0644, mtime 0.
+ */
+export function rawTgz(entries: Record<string, string>): Buffer {
+  const blocks: Buffer[] = [];
+  for (const [name, text] of Object.entries(entries)) {
+    const body = Buffer.from(text);
+    const block = Buffer.alloc(512);
+    new tar.Header({ path: name, type: 'File', size: body.length, mode: 0o644, mtime: new Date(0) }).encode(block, 0);
+    blocks.push(block, body, Buffer.alloc((512 - (body.length % 512)) % 512));
+  }
+  blocks.push(Buffer.alloc(1024));
+  return gzipSync(Buffer.concat(blocks));
 }
 
 /** A file published on the static HTTP server. */

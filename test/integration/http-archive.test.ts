@@ -11,34 +11,20 @@
 import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { gzipSync } from 'node:zlib';
 import { zipSync } from 'fflate';
-import { Header } from 'tar';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AppFetch, refObjectsFrom } from '../../functions/lib/api/index.js';
 import { prepareHttpSources, restoreHttpLock } from '../../functions/lib/fetch/http-source.js';
 import { planVendirSync } from '../../functions/lib/fetch/vendir.js';
 import type { StageResult } from '../../functions/lib/reconcile/result.js';
 import { run } from '../../layers/gobuild.js';
-import { publishFile, readTree, toolBin, toolEnv } from '../harness/fixtures.js';
+import { publishFile, rawTgz, readTree, toolBin, toolEnv } from '../harness/fixtures.js';
 import { type HttpServer, startHttpServer } from '../harness/servers.js';
 
 let http: HttpServer;
 let scratch: string;
 
 const ESCAPE = '../../../../../';
-
-function tgzOf(entries: Record<string, string>): Buffer {
-  const blocks: Buffer[] = [];
-  for (const [name, text] of Object.entries(entries)) {
-    const body = Buffer.from(text);
-    const block = Buffer.alloc(512);
-    new Header({ path: name, type: 'File', size: body.length, mode: 0o644, mtime: new Date(0) }).encode(block, 0);
-    blocks.push(block, body, Buffer.alloc((512 - (body.length % 512)) % 512));
-  }
-  blocks.push(Buffer.alloc(1024));
-  return gzipSync(Buffer.concat(blocks));
-}
 
 const zipOf = (entries: Record<string, string>) =>
   Buffer.from(zipSync(Object.fromEntries(Object.entries(entries).map(([k, v]) => [k, Buffer.from(v)]))));
@@ -48,9 +34,9 @@ const GOOD = { 'app/config/a.yml': 'a: 1\n', 'app/config/sub/b.yml': 'b: 2\n', '
 beforeAll(async () => {
   scratch = await mkdtemp(path.join(tmpdir(), 'http-archive-'));
   http = await startHttpServer();
-  await publishFile(http, 'evil.tgz', tgzOf({ 'ok.yml': 'a: 1\n', [`${ESCAPE}pwned-tgz`]: 'pwned' }));
+  await publishFile(http, 'evil.tgz', rawTgz({ 'ok.yml': 'a: 1\n', [`${ESCAPE}pwned-tgz`]: 'pwned' }));
   await publishFile(http, 'evil.zip', zipOf({ 'ok.yml': 'a: 1\n', [`${ESCAPE}pwned-zip`]: 'pwned' }));
-  await publishFile(http, 'good.tgz', tgzOf(GOOD));
+  await publishFile(http, 'good.tgz', rawTgz(GOOD));
   await publishFile(http, 'good.zip', zipOf(GOOD));
   await publishFile(http, 'plain.yml', 'kind: ConfigMap\n');
 });

@@ -12,16 +12,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ObjectRef as EventObjectRef } from '../../events/schema.js';
-import type { App } from '../../functions/lib/api/index.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { GIT_SAFETY_ENV } from '../../functions/lib/fetch/git-env.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV } from '../../functions/lib/fetch/url-policy.js';
-import type { FetchView, KubeObject } from '../../functions/lib/kube/port.js';
-import { memoryLogger } from '../../functions/lib/log.js';
-import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
-import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { appObject, REF } from './support/app-world.js';
+import { FakeCluster } from './support/fake-cluster.js';
+import { stageDeps } from './support/stage-deps.js';
 
 const run = promisify(execFile);
 let tmp: string;
@@ -32,69 +29,20 @@ afterEach(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-const REF: EventObjectRef = {
-  clusterId: 'c1',
-  kind: 'App',
-  apiVersion: 'kappctrl.k14s.io/v1alpha1',
-  namespace: 'ns',
-  name: 'app',
-  uid: 'uid-1',
-  generation: 1,
-  resourceVersion: '1',
-};
-const APP = {
-  apiVersion: 'kappctrl.k14s.io/v1alpha1',
-  kind: 'App',
-  metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
-  spec: {
-    fetch: [{ git: { url: 'https://git.example/r.git', ref: 'origin/main' } }],
-    template: [{ ytt: {} }],
-    deploy: [{ kapp: {} }],
-  },
-} as unknown as App;
-
-function kube(): FetchView {
-  let current = structuredClone(APP) as unknown as KubeObject;
-  return {
-    async getObject() {
-      return structuredClone(current) as never;
-    },
-    async updateStatus(_r: unknown, _p: unknown, status: unknown) {
-      current = { ...current, status } as KubeObject;
-      return { resourceVersion: '2' };
-    },
-    async getSecret() {
-      return undefined;
-    },
-    async getConfigMap() {
-      return undefined;
-    },
-    async getNamespace() {
-      return undefined;
-    },
-  } as unknown as FetchView;
-}
+const APP = appObject({ spec: { fetch: [{ git: { url: 'https://git.example/r.git', ref: 'origin/main' } }] } });
 
 async function vendirEnv(mode: 'enforce' | 'off'): Promise<Record<string, string> | undefined> {
   const runner = new FakeCommandRunner().on('vendir', async (req) => {
     await writeFile(join(req.cwd ?? '', 'a.yml'), 'a: 1\n');
     return { stdout: '' };
   });
-  const deps = {
-    clusters: { fetchView: () => kube() },
-    store: new MemoryStore(),
+  const { deps } = stageDeps(new FakeCluster().put(APP as never), {
     runner,
-    download: { download: async () => ({ body: Buffer.alloc(0), sha256: '' }) },
-    now: () => new Date('2025-01-01T00:00:00Z'),
-    log: memoryLogger(),
-    config: {
-      tmpRoot: tmp,
-      toolVersions: { vendir: '0.44.0' },
-      controllerVersion: 'v0.53.1',
-      // allow-listed by name, so the check needs no DNS
-      urlPolicy: { mode, allow: ['git.example'] },
-    },
-  } as unknown as PipelineDeps;
+    tmpRoot: tmp,
+    extra: { download: { download: async () => ({ body: Buffer.alloc(0), sha256: '' }) } },
+    // allow-listed by name, so the check needs no DNS
+    config: { urlPolicy: { mode, allow: ['git.example'] } },
+  });
   const ctx = { clusterId: 'c1', ref: REF, run: { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' } };
   await runFetch(ctx, { raw: APP as never, app: APP }, deps);
   expect(runner.calls).toHaveLength(1);

@@ -9,8 +9,6 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { gzipSync } from 'node:zlib';
-import { Header } from 'tar';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { refObjectsFrom } from '../../functions/lib/api/index.js';
 import { sha256Hex } from '../../functions/lib/artifact/keys.js';
@@ -21,6 +19,7 @@ import {
   redactUrl,
 } from '../../functions/lib/fetch/http-download.js';
 import { prepareHttpSources, restoreHttpLock } from '../../functions/lib/fetch/http-source.js';
+import { rawTgz } from '../harness/fixtures.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 let server: Server;
@@ -131,18 +130,6 @@ describe('createHttpDownloader', () => {
   });
 });
 
-function tgzOf(entries: { path: string; body: string }[]): Buffer {
-  const blocks: Buffer[] = [];
-  for (const e of entries) {
-    const body = Buffer.from(e.body);
-    const block = Buffer.alloc(512);
-    new Header({ path: e.path, type: 'File', size: body.length, mode: 0o644, mtime: new Date(0) }).encode(block, 0);
-    blocks.push(block, body, Buffer.alloc((512 - (body.length % 512)) % 512));
-  }
-  blocks.push(Buffer.alloc(1024));
-  return gzipSync(Buffer.concat(blocks));
-}
-
 describe('prepareHttpSources', () => {
   let root: string;
   beforeEach(async () => {
@@ -161,7 +148,7 @@ describe('prepareHttpSources', () => {
   const noRefs = refObjectsFrom({});
 
   it('unpacks each http entry into <root>/<i> and records its URL by vendir directory', async () => {
-    const good = tgzOf([{ path: 'cfg/a.yml', body: 'a: 1\n' }]);
+    const good = rawTgz({ 'cfg/a.yml': 'a: 1\n' });
     const out = await prepareHttpSources({
       fetch: [{ inline: { paths: { 'x.yml': 'x' } } }, { http: { url: 'http://h/a.tgz', sha256: sha256Hex(good) } }],
       refs: noRefs,
@@ -178,7 +165,7 @@ describe('prepareHttpSources', () => {
       fetch: [{ http: { url: 'http://h/evil.tgz' } }],
       refs: noRefs,
       root,
-      downloader: fake(tgzOf([{ path: '../../x', body: 'pwned' }])),
+      downloader: fake(rawTgz({ '../../x': 'pwned' })),
     });
     const msg =
       "Syncing directory '0': Syncing directory '.' with HTTP contents: Unpacking archive: archive entry \"../../x\" escapes the fetch directory";

@@ -165,6 +165,40 @@ const TEMPLATED: RepoTemplateOutput = {
   versions: { 'a.example.com': ['1.0.0'] },
 };
 
+/** The stage-run outcomes of a run that fails in index-repo. */
+const RUN_FAILED: Array<[string, string]> = [
+  ['reconcile', 'succeeded'],
+  ['index-repo', 'failed'],
+];
+/** The stage-run outcomes of a delete that fails. */
+const DELETE_FAILED: Array<[string, string]> = [
+  ['reconcile', 'deleted'],
+  ['delete', 'failed'],
+];
+/** The status a delete writes first. */
+const DELETING_STATUS = {
+  observedGeneration: 1,
+  conditions: [{ type: 'Deleting', status: 'True' }],
+  friendlyDescription: 'Deleting',
+};
+
+/** A run refused after templating and before kapp: its deploy part fails with `message`, the finalizer stays added. */
+function refusedBeforeKapp(message: string): Pick<Row, 'statuses' | 'tools' | 'outcomes' | 'finalizers'> {
+  return {
+    statuses: [
+      RECONCILING,
+      finalFailed(message, message, {
+        fetch: FETCHED,
+        template: { exitCode: 0, updatedAt: NOW },
+        deploy: { finished: true, exitCode: -1, error: message, startedAt: NOW, updatedAt: NOW },
+      }),
+    ],
+    tools: ['vendir'],
+    outcomes: RUN_FAILED,
+    finalizers: [Finalizer.PackageRepository],
+  };
+}
+
 const rows: Record<string, Row> = {
   'paused: Paused and observedGeneration only, even while being deleted (paused wins)': {
     repo: {
@@ -184,9 +218,7 @@ const rows: Record<string, Row> = {
       },
     },
     kapp: { stdout: 'Succeeded' },
-    statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
-    ],
+    statuses: [DELETING_STATUS],
     tools: ['kapp'],
     outcomes: [
       ['reconcile', 'deleted'],
@@ -198,7 +230,7 @@ const rows: Record<string, Row> = {
     repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
     kapp: exitWith(1, 'kapp: Error: forbidden: \n  deleting \n'),
     statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      DELETING_STATUS,
       {
         observedGeneration: 1,
         conditions: [
@@ -223,10 +255,7 @@ const rows: Record<string, Row> = {
       },
     ],
     tools: ['kapp'],
-    outcomes: [
-      ['reconcile', 'deleted'],
-      ['delete', 'failed'],
-    ],
+    outcomes: DELETE_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
   'not due: a resync a minute after a success is a no-op (10m default)': {
@@ -247,10 +276,7 @@ const rows: Record<string, Row> = {
       }),
     ],
     tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
+    outcomes: RUN_FAILED,
     finalizers: [],
   },
   'template fails: the template part carries the error, kapp does not run': {
@@ -264,10 +290,7 @@ const rows: Record<string, Row> = {
       }),
     ],
     tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
+    outcomes: RUN_FAILED,
     finalizers: [],
   },
   'deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect': {
@@ -293,42 +316,20 @@ const rows: Record<string, Row> = {
   'a planted kapp record (any selector): kapp never runs, ReconcileFailed names the ConfigMap (attack)': {
     repo: {},
     records: { 'repo.pkgr.apps.k14s.io': '{"labelKey":"app","labelValue":"nginx"}' },
-    statuses: [
-      RECONCILING,
-      finalFailed(SELECTOR_PLANTED, SELECTOR_PLANTED, {
-        fetch: FETCHED,
-        template: { exitCode: 0, updatedAt: NOW },
-        deploy: {
-          finished: true,
-          exitCode: -1,
-          error: SELECTOR_PLANTED,
-          startedAt: NOW,
-          updatedAt: NOW,
-        },
-      }),
-    ],
-    tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
-    finalizers: [Finalizer.PackageRepository],
+    ...refusedBeforeKapp(SELECTOR_PLANTED),
   },
   'deleting next to a planted legacy record (a Go case-folded key): DeleteFailed, kapp never runs (attack)': {
     repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
     records: { 'repo-ctrl': '{"labelKey":"kapp.k14s.io/app","labelValue":"1","LABELKEY":"app"}' },
     statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      DELETING_STATUS,
       expect.objectContaining({
         conditions: [expect.objectContaining({ type: 'DeleteFailed' })],
         usefulErrorMessage: `Deleting: ${PLANTED('repo-ctrl', "its data.spec has key 'LABELKEY'").slice('Deploying: '.length)}`,
       }),
     ],
     tools: [],
-    outcomes: [
-      ['reconcile', 'deleted'],
-      ['delete', 'failed'],
-    ],
+    outcomes: DELETE_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
   'a record copying another kapp app record value: kapp never runs, ReconcileFailed names both ConfigMaps (attack)': {
@@ -337,54 +338,25 @@ const rows: Record<string, Row> = {
     otherRecords: {
       'team-b/web.app.apps.k14s.io': '{"labelKey":"kapp.k14s.io/app","labelValue":"1600000000000000002"}',
     },
-    statuses: [
-      RECONCILING,
-      finalFailed(COPIED, COPIED, {
-        fetch: FETCHED,
-        template: { exitCode: 0, updatedAt: NOW },
-        deploy: { finished: true, exitCode: -1, error: COPIED, startedAt: NOW, updatedAt: NOW },
-      }),
-    ],
-    tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
-    finalizers: [Finalizer.PackageRepository],
+    ...refusedBeforeKapp(COPIED),
   },
   "kapp's ServiceAccount missing (RBAC not applied): ReconcileFailed names it, kapp never runs": {
     repo: {},
     noPkgrServiceAccount: true,
-    statuses: [
-      RECONCILING,
-      finalFailed(`Deploying: ${NO_PKGR_SA}`, `Deploying: ${NO_PKGR_SA}`, {
-        fetch: FETCHED,
-        template: { exitCode: 0, updatedAt: NOW },
-        deploy: { finished: true, exitCode: -1, error: `Deploying: ${NO_PKGR_SA}`, startedAt: NOW, updatedAt: NOW },
-      }),
-    ],
-    tools: ['vendir'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
-    finalizers: [Finalizer.PackageRepository],
+    ...refusedBeforeKapp(`Deploying: ${NO_PKGR_SA}`),
   },
   "deleting without kapp's ServiceAccount: DeleteFailed names it, the finalizer stays, kapp never runs": {
     repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
     noPkgrServiceAccount: true,
     statuses: [
-      { observedGeneration: 1, conditions: [{ type: 'Deleting', status: 'True' }], friendlyDescription: 'Deleting' },
+      DELETING_STATUS,
       expect.objectContaining({
         conditions: [expect.objectContaining({ type: 'DeleteFailed' })],
         usefulErrorMessage: `Deleting: ${NO_PKGR_SA}`,
       }),
     ],
     tools: [],
-    outcomes: [
-      ['reconcile', 'deleted'],
-      ['delete', 'failed'],
-    ],
+    outcomes: DELETE_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
   'deploy fails: ReconcileFailed with the friendly kapp stderr, the finalizer stays added': {
@@ -408,10 +380,7 @@ const rows: Record<string, Row> = {
       }),
     ],
     tools: ['vendir', 'kapp'],
-    outcomes: [
-      ['reconcile', 'succeeded'],
-      ['index-repo', 'failed'],
-    ],
+    outcomes: RUN_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
 };
@@ -1053,27 +1022,22 @@ const GIT = { git: { url: 'https://git.example/repo', ref: 'origin/main' } };
 const V1 = { 'a.example.com': ['1.0.0'], 'b.example.com': ['0.1.0'] };
 const V2 = { 'a.example.com': ['1.0.0', '2.0.0'], 'b.example.com': ['0.1.0'] };
 const DELETING = { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] };
+/** What a first deploy of {@link V1} (or its removal) announces: every refName with all its versions. */
+const ALL_OF_V1 = [
+  { refName: 'a.example.com', versions: ['1.0.0'] },
+  { refName: 'b.example.com', versions: ['0.1.0'] },
+];
+/** The first reconcile of most rows: {@link V1} deployed, all of it announced. */
+const FIRST_V1: AnnounceStep = { versions: V1, announces: ALL_OF_V1 };
 
 /** Successive reconciles of one repository sharing one store: what each hands on to the PackageInstalls. */
 const announceRows: Record<string, AnnounceStep[]> = {
   'the first deploy announces every version; the same versions again announce nothing': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
     { versions: V1, announces: null },
   ],
   'a version added: only its refName, only the new version': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
     { versions: V2, announces: [{ refName: 'a.example.com', versions: ['2.0.0'] }] },
   ],
   'a version and a refName removed: the removed ones': [
@@ -1084,40 +1048,16 @@ const announceRows: Record<string, AnnounceStep[]> = {
         { refName: 'b.example.com', versions: ['0.1.0'] },
       ],
     },
-    {
-      versions: { 'a.example.com': ['2.0.0'] },
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    { versions: { 'a.example.com': ['2.0.0'] }, announces: ALL_OF_V1 },
   ],
   'a failed deploy announces nothing and keeps the pointer: the next success announces the change': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
     { versions: V2, kapp: exitWith(1, 'kapp: Error: boom'), announces: null },
     { versions: V2, announces: [{ refName: 'a.example.com', versions: ['2.0.0'] }] },
   ],
   'a deleted repository announces the removal of all it deployed; recreated, it announces all again': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
-    {
-      metadata: DELETING,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
+    { metadata: DELETING, announces: ALL_OF_V1 },
     {
       versions: { 'a.example.com': ['1.0.0'] },
       metadata: { uid: 'uid-new' },
@@ -1125,30 +1065,14 @@ const announceRows: Record<string, AnnounceStep[]> = {
     },
   ],
   'a repository recreated under the same name (new uid) starts afresh': [
-    {
-      versions: V1,
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
-    {
-      versions: V1,
-      metadata: { uid: 'uid-new' },
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
-    },
+    FIRST_V1,
+    { versions: V1, metadata: { uid: 'uid-new' }, announces: ALL_OF_V1 },
   ],
   'a pinned source already indexed (no fetch, no template) is compared by the stored versions document': [
     {
       versions: V1,
       fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } },
-      announces: [
-        { refName: 'a.example.com', versions: ['1.0.0'] },
-        { refName: 'b.example.com', versions: ['0.1.0'] },
-      ],
+      announces: ALL_OF_V1,
     },
     { versions: V2, fetch: { git: { url: 'https://git.example/repo', ref: COMMIT } }, announces: null },
   ],

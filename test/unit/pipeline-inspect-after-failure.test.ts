@@ -19,6 +19,7 @@ import {
   appObject,
   appWorld,
   FETCH_PART,
+  finalFailed,
   NOW,
   putFetchArtifact,
   RECONCILING,
@@ -56,17 +57,8 @@ const AFTER_FETCH = {
 const NEW_INSPECT = { exitCode: 0, stdout: "Resources in app 'simple-app-ctrl'", updatedAt: NOW };
 
 /** The final status of a run of generation 1 that failed after an earlier success. */
-function failedAfter(before: AppStatus, message: string, useful: string, parts: Partial<AppStatus>): AppStatus {
-  return {
-    ...before,
-    observedGeneration: 1,
-    conditions: [{ type: 'ReconcileFailed', status: 'True', message }],
-    friendlyDescription: `Reconcile failed: ${message}`,
-    consecutiveReconcileFailures: 1,
-    usefulErrorMessage: useful,
-    ...parts,
-  } as AppStatus;
-}
+const failedAfter = (before: AppStatus, message: string, useful: string, parts: Partial<AppStatus>) =>
+  finalFailed(message, useful, parts, before);
 
 /** The fetch stage of the world's App, as the reconcile step read it (a copy). */
 function fetchAsRead(w: AppWorld) {

@@ -30,13 +30,15 @@ import { packDir } from '../../functions/lib/artifact/tarball.js';
 import { ConfigError } from '../../functions/lib/entry/config.js';
 import { artifactKeyringFromEnv } from '../../functions/lib/entry/lambda.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
-import type { FetchView, KubeObject } from '../../functions/lib/kube/port.js';
+import type { KubeSecret } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { manifestHasSecret, readArtifact } from '../../functions/lib/pipeline/artifacts.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { appObject, REF } from './support/app-world.js';
+import { FakeCluster } from './support/fake-cluster.js';
 
 const SECRET_VALUE = 'hunter2-very-secret-value';
 const ROOT = Buffer.alloc(32, 9);
@@ -50,61 +52,24 @@ afterEach(async () => {
   await rm(tmp, { recursive: true, force: true });
 });
 
-function refOf(clusterId: string): EventObjectRef {
-  return {
-    clusterId,
-    kind: 'App',
-    apiVersion: 'kappctrl.k14s.io/v1alpha1',
-    namespace: 'ns',
-    name: 'app',
-    uid: 'uid-1',
-    generation: 1,
-    resourceVersion: '1',
+/** The table App in cluster `clusterId`, as events refer to it. */
+const refOf = (clusterId: string): EventObjectRef => ({ ...REF, clusterId });
+
+/** The table App fetching one inline file, changed by `spec`. */
+const appWith = (spec: Record<string, unknown>): App =>
+  appObject({ spec: { fetch: [{ inline: { paths: { 'c.yml': 'a: 1\n' } } }], ...spec } });
+
+/** One cluster: the App and the Secrets `vals` and `creds` holding {@link SECRET_VALUE}. */
+function clusterOf(app: App): FakeCluster {
+  const cluster = new FakeCluster().put(app as never);
+  const data = {
+    'values.yml': Buffer.from(`password: ${SECRET_VALUE}\n`),
+    username: Buffer.from('u'),
+    password: Buffer.from(SECRET_VALUE),
   };
-}
-
-function appWith(spec: Record<string, unknown>): App {
-  return {
-    apiVersion: 'kappctrl.k14s.io/v1alpha1',
-    kind: 'App',
-    metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
-    spec: {
-      fetch: [{ inline: { paths: { 'c.yml': 'a: 1\n' } } }],
-      template: [{ ytt: {} }],
-      deploy: [{ kapp: {} }],
-      ...spec,
-    },
-  } as unknown as App;
-}
-
-/** One cluster's API: the App and a Secret `vals` holding {@link SECRET_VALUE}. */
-function fakeKube(app: App): FetchView {
-  const current = structuredClone(app) as unknown as KubeObject;
-  return {
-    async getObject() {
-      return structuredClone(current) as never;
-    },
-    async updateStatus() {
-      return { resourceVersion: '2' };
-    },
-    async getSecret(_ns: string, name: string) {
-      if (name !== 'vals' && name !== 'creds') return undefined;
-      return {
-        type: 'Opaque',
-        data: {
-          'values.yml': Buffer.from(`password: ${SECRET_VALUE}\n`),
-          username: Buffer.from('u'),
-          password: Buffer.from(SECRET_VALUE),
-        },
-      };
-    },
-    async getConfigMap() {
-      return undefined;
-    },
-    async getNamespace() {
-      return undefined;
-    },
-  } as unknown as FetchView;
+  for (const name of ['vals', 'creds'])
+    cluster.secrets.set(`ns/${name}`, { type: 'Opaque', data } as unknown as KubeSecret);
+  return cluster;
 }
 
 interface Fleet {
@@ -125,7 +90,7 @@ function fleet(app: App, manifest: string): Fleet {
       await writeFile(join(req.cwd ?? '', '0', 'private.yml'), `token: ${SECRET_VALUE}\n`);
       return { stdout: 'kind: LockConfig\n' };
     });
-  const kubes = new Map(['c1', 'c2'].map((c) => [c, fakeKube(app)]));
+  const kubes = new Map(['c1', 'c2'].map((c) => [c, clusterOf(app)]));
   const deps: PipelineDeps = {
     clusters: { fetchView: (id: string) => kubes.get(id) } as unknown as PipelineDeps['clusters'],
     store,

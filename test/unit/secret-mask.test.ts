@@ -1,27 +1,26 @@
 /**
  * The values of the Secrets a stage read for an App never reach what is written for it: the
  * SecretMask itself (exact, base64, JSON-escaped and per-line forms; short values; a value cut
- * by truncation), and the fetch, template and deploy stages faked at the ports (kube, runner,
+ * by truncation), and the fetch, template and deploy stages faked at the ports (a fake cluster, runner,
  * store) with tools that echo the values.
  */
 
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { ObjectRef as EventObjectRef } from '../../events/schema.js';
 import type { App } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { packDir } from '../../functions/lib/artifact/tarball.js';
-import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
-import type { KubeObject, KubeSecret } from '../../functions/lib/kube/port.js';
+import { exitWith } from '../../functions/lib/exec/fake.js';
 import { runDeploy } from '../../functions/lib/pipeline/deploy.js';
 import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { runTemplate } from '../../functions/lib/pipeline/template.js';
 import { TRUNCATION_PREFIX, truncateTail } from '../../functions/lib/reconcile/redact.js';
 import { MASKED, MIN_MASKED_CHARS, SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
-import { MemoryStore } from '../../functions/lib/store/memory.js';
-import { stageDeps, useTempDir } from './support/stage-deps.js';
+import type { MemoryStore } from '../../functions/lib/store/memory.js';
+import { appObject, appWorld, REF } from './support/app-world.js';
+import { useTempDir } from './support/stage-deps.js';
 
 describe('SecretMask', () => {
   const maskOf = (...values: string[]) => {
@@ -135,84 +134,33 @@ const SECRET_VALUE = 'Zq8#tenant-db-password-91x';
 const SECRET_MULTILINE = 'first-line-of-key-AAAA\nsecond-line-of-key-BBBB\n';
 const TOKEN = 'eyJhbGciOiJSUzI1NiJ9.minted-sa-token.signature';
 
-const REF: EventObjectRef = {
-  clusterId: 'c1',
-  kind: 'App',
-  apiVersion: 'kappctrl.k14s.io/v1alpha1',
-  namespace: 'ns',
-  name: 'app',
-  uid: 'uid-1',
-  generation: 1,
-  resourceVersion: '1',
-};
 const RUN = { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' };
 
-function appWith(spec: Record<string, unknown>): App {
-  return {
-    apiVersion: 'kappctrl.k14s.io/v1alpha1',
-    kind: 'App',
-    metadata: { name: 'app', namespace: 'ns', uid: 'uid-1', generation: 1, resourceVersion: '1' },
-    spec: {
-      fetch: [{ inline: { paths: { 'a.yml': 'a: 1\n' } } }],
-      template: [{ ytt: {} }],
-      deploy: [{ kapp: {} }],
-      ...spec,
-    },
-  } as unknown as App;
-}
-
-/** A kube port with one App and one Secret `creds`; records every status written. */
-function fakeKube(app: App, secret: Record<string, string>) {
-  const statuses: Record<string, unknown>[] = [];
-  let current: KubeObject = structuredClone(app) as unknown as KubeObject;
-  let rv = 1;
-  const kube = {
-    statuses,
-    async getObject() {
-      return structuredClone(current) as never;
-    },
-    async updateStatus(_ref: unknown, _pre: unknown, status: unknown) {
-      statuses.push(status as Record<string, unknown>);
-      rv += 1;
-      current = { ...current, status, metadata: { ...current.metadata, resourceVersion: String(rv) } } as KubeObject;
-      return { resourceVersion: String(rv) };
-    },
-    async getSecret(_ns: string, name: string): Promise<KubeSecret | undefined> {
-      if (name !== 'creds') return undefined;
-      const data: Record<string, Buffer> = {};
-      for (const [k, v] of Object.entries(secret)) data[k] = Buffer.from(v);
-      return { metadata: { name, namespace: 'ns', uid: 's1', resourceVersion: '1' }, type: 'Opaque', data };
-    },
-    async getConfigMap() {
-      return undefined;
-    },
-    async getNamespace() {
-      return undefined;
-    },
-    async addFinalizer() {
-      return { changed: false, resourceVersion: '1' };
-    },
-    async serviceAccountToken() {
-      return { token: TOKEN, expirationTimestamp: '2099-01-01T00:00:00Z' };
-    },
-    apiServer() {
-      return { server: 'https://127.0.0.1:6443' };
-    },
-  };
-  return kube;
-}
+/** The table App fetching one inline file, changed by `spec`. */
+const appWith = (spec: Record<string, unknown>): App =>
+  appObject({ spec: { fetch: [{ inline: { paths: { 'a.yml': 'a: 1\n' } } }], ...spec } });
 
 const tempDir = useTempDir('secret-mask-');
 
-function depsWith(kube: ReturnType<typeof fakeKube>, runner: FakeCommandRunner, store = new MemoryStore()) {
-  return stageDeps(kube, {
-    runner,
+/**
+ * `app` in the table world with one Secret `creds` holding `secret`, the ServiceAccount token
+ * {@link TOKEN}, and a keyring (content made from Secrets is sealed per cluster).
+ */
+function worldWith(app: App, secret: Record<string, string>, store?: MemoryStore) {
+  const w = appWorld({
+    app,
     store,
     tmpRoot: path.join(tempDir(), 'scratch'),
-    config: { toolVersions: { vendir: '0.44.0', ytt: '0.55.3' } },
-    // Content made from Secrets is sealed per cluster (private artifacts need a keyring).
     extra: { keyring: new DerivedKeyring(Buffer.alloc(32, 7)) },
   });
+  const data = Object.fromEntries(Object.entries(secret).map(([k, v]) => [k, Buffer.from(v)]));
+  w.cluster.secrets.set('ns/creds', {
+    metadata: { name: 'creds', namespace: 'ns', uid: 's1', resourceVersion: '1' },
+    type: 'Opaque',
+    data,
+  });
+  w.cluster.saToken = TOKEN;
+  return w;
 }
 
 /** Every form of the Secret values a tool could print. */
@@ -235,7 +183,10 @@ describe('a Secret value echoed by a tool never reaches status', () => {
     const packed = await packDir(dir);
     const fetchKey = fetchArtifactKey(packed.sha256);
     const app = appWith({ template: [{ ytt: { valuesFrom: [{ secretRef: { name: 'creds' } }] } }] });
-    const kube = fakeKube(app, { 'values.yml': `password: ${SECRET_VALUE}\n`, key: SECRET_MULTILINE });
+    const { deps, log, store, runner, statuses } = worldWith(app, {
+      'values.yml': `password: ${SECRET_VALUE}\n`,
+      key: SECRET_MULTILINE,
+    });
     const stderr = [
       'ytt: Error: ',
       `- fail: bad password ${SECRET_VALUE} (base64 ${Buffer.from(SECRET_VALUE).toString('base64')})`,
@@ -246,14 +197,13 @@ describe('a Secret value echoed by a tool never reaches status', () => {
       `     - bad key first-line-of-key-AAAA`,
       `       second-line-of-key-BBBB`,
     ].join('\n');
-    const runner = new FakeCommandRunner().on('ytt', exitWith(1, stderr));
-    const { deps, log, store } = depsWith(kube, runner);
+    runner.on('ytt', exitWith(1, stderr));
     await store.put(fetchKey, packed.tgz);
     const out = await runTemplate({ object: REF, run: RUN, artifacts: { fetchKey } }, deps, async () => ({}));
     expect(out).toEqual({});
     // The Secret really reached ytt (so the echo above is realistic) ...
     expect(runner.calls).toHaveLength(1);
-    const last = kube.statuses.at(-1) as { usefulErrorMessage?: string; template?: { stderr?: string } };
+    const last = statuses().at(-1) as { usefulErrorMessage?: string; template?: { stderr?: string } };
     // ... and the failure is reported with the values masked, the rest kept.
     expect(last.usefulErrorMessage).toBe(
       [
@@ -268,7 +218,7 @@ describe('a Secret value echoed by a tool never reaches status', () => {
       ].join('\n'),
     );
     expect(last.template?.stderr).toBe(last.usefulErrorMessage);
-    expectNoLeak(kube.statuses);
+    expectNoLeak(statuses());
     expectNoLeak(log.records);
   });
 
@@ -276,35 +226,32 @@ describe('a Secret value echoed by a tool never reaches status', () => {
     const app = appWith({
       fetch: [{ git: { url: 'https://git.example/r', ref: 'origin/main', secretRef: { name: 'creds' } } }],
     });
-    const kube = fakeKube(app, { username: 'git-user', password: SECRET_VALUE });
-    const runner = new FakeCommandRunner().on(
+    const { deps, log, runner, statuses } = worldWith(app, { username: 'git-user', password: SECRET_VALUE });
+    runner.on(
       'vendir',
       exitWith(1, `vendir: Error: Syncing directory '0': fatal: could not read ${SECRET_VALUE} from remote\n`),
     );
-    const { deps, log } = depsWith(kube, runner);
     const out = await runFetch({ clusterId: 'c1', ref: REF, run: RUN }, { raw: app as never, app }, deps);
     expect(out).toEqual({});
-    const last = kube.statuses.at(-1) as { fetch?: { stderr?: string }; usefulErrorMessage?: string };
+    const last = statuses().at(-1) as { fetch?: { stderr?: string }; usefulErrorMessage?: string };
     expect(last.fetch?.stderr).toBe(
       `vendir: Error: Syncing directory '0': fatal: could not read ${MASKED} from remote\n`,
     );
-    expectNoLeak(kube.statuses);
+    expectNoLeak(statuses());
     expectNoLeak(log.records);
   });
 
   it('deploy: kapp output quoting the minted ServiceAccount token', async () => {
     const app = appWith({ serviceAccountName: 'sa' });
-    const kube = fakeKube(app, {});
-    const store = new MemoryStore();
+    const { deps, store, runner, statuses } = worldWith(app, {});
     const manifestKey = `artifacts/template/sha256/${'c'.repeat(64)}.yaml`;
     await store.put(manifestKey, 'kind: ConfigMap\n');
-    const runner = new FakeCommandRunner().on('kapp', exitWith(1, `kapp: Error: token ${TOKEN} rejected\n`));
-    const { deps } = depsWith(kube, runner, store);
+    runner.on('kapp', exitWith(1, `kapp: Error: token ${TOKEN} rejected\n`));
     await runDeploy({ object: REF, run: RUN, artifacts: { manifestKey } }, deps);
-    const text = JSON.stringify(kube.statuses);
+    const text = JSON.stringify(statuses());
     expect(text).not.toContain(TOKEN);
     // friendly (trimmed) as upstream's updateLastDeploy leaves a deploy result
-    expect((kube.statuses.at(-1) as { usefulErrorMessage?: string }).usefulErrorMessage).toBe(
+    expect((statuses().at(-1) as { usefulErrorMessage?: string }).usefulErrorMessage).toBe(
       `kapp: Error: token ${MASKED} rejected`,
     );
   });

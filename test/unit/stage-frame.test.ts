@@ -1,6 +1,6 @@
 /**
  * The stage frame's write policy for a long fetch output, and the error classifier. Faked at the
- * ports: a kube port that keeps the App's status, a fake vendir, a memory store.
+ * ports: a fake cluster that keeps the App's status, a fake vendir, a memory store.
  */
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -18,6 +18,7 @@ import type { LoadedApp } from '../../functions/lib/pipeline/stage-inputs.js';
 import { KappControllerError, MissingArtifactError, outcomeOf } from '../../functions/lib/reconcile/result.js';
 import { fromEventPart, PART_BOUNDS, summarizeStatus } from '../../functions/lib/reconcile/status.js';
 import { REF } from './support/app-world.js';
+import { FakeCluster } from './support/fake-cluster.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
 const RUN = { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' };
@@ -33,35 +34,6 @@ function resyncedApp(conditionType: 'ReconcileSucceeded' | 'Reconciling'): App {
   } as unknown as App;
 }
 
-/** A kube port holding one App whose status writes land on it. */
-function fakeKube(app: App) {
-  const current = structuredClone(app) as App & { metadata: { resourceVersion: string } };
-  let writes = 0;
-  return {
-    get status(): AppStatus | undefined {
-      return current.status ?? undefined;
-    },
-    get writes() {
-      return writes;
-    },
-    async getObject() {
-      return structuredClone(current) as never;
-    },
-    async updateStatus(_r: unknown, _p: unknown, status: AppStatus) {
-      writes++;
-      current.status = structuredClone(status);
-      current.metadata.resourceVersion = String(Number(current.metadata.resourceVersion) + 1);
-      return { resourceVersion: current.metadata.resourceVersion };
-    },
-    async getSecret() {
-      return undefined;
-    },
-    async getConfigMap() {
-      return undefined;
-    },
-  };
-}
-
 const tempDir = useTempDir('stage-frame-');
 
 /** vendir printing `stdout` and leaving one file in the fetch directory. */
@@ -73,7 +45,7 @@ function vendir(stdout: string) {
 }
 
 async function fetchOnce(app: App, stdout: string) {
-  const kube = fakeKube(app);
+  const kube = new FakeCluster().put(app as never);
   const { deps } = stageDeps(kube, { runner: vendir(stdout), tmpRoot: path.join(tempDir(), 'scratch') });
   const loaded = { raw: structuredClone(app), app } as unknown as LoadedApp;
   const out = await runFetch({ clusterId: REF.clusterId, ref: REF, run: RUN }, loaded, deps);
@@ -81,9 +53,9 @@ async function fetchOnce(app: App, stdout: string) {
 }
 
 /** The run's final write, as the deploy stage makes it from the event's copy of the fetch part. */
-function finalStatus(kube: ReturnType<typeof fakeKube>, carried: Parameters<typeof fromEventPart>[0]): AppStatus {
+function finalStatus(kube: FakeCluster, carried: Parameters<typeof fromEventPart>[0]): AppStatus {
   return summarizeStatus(
-    kube.status,
+    kube.get('App', REF.namespace, REF.name)?.status as AppStatus | undefined,
     RUN.generation,
     { fetch: fromEventPart(carried) },
     {
@@ -111,7 +83,7 @@ describe('closeStage: a long fetch output survives a deferred write at the store
 
   it('a deferred fetch whose output fits an event writes nothing before the run ends', async () => {
     const { kube, out } = await fetchOnce(resyncedApp('ReconcileSucceeded'), 'lock: short\n');
-    expect(kube.writes).toBe(0);
+    expect(kube.calls.filter(([op]) => op === 'update')).toHaveLength(0);
     expect(finalStatus(kube, out.template?.fetchStatus).fetch?.stdout).toBe('lock: short\n');
   });
 });
@@ -140,16 +112,8 @@ describe('RunCopy: a later stage of an in-process run opens on the previous stag
       kind: APP_KIND,
     });
   const counted = (app: App) => {
-    const kube = fakeKube(app);
-    let reads = 0;
-    const view = {
-      ...kube,
-      getObject: async () => {
-        reads++;
-        return await kube.getObject();
-      },
-    };
-    return { view, reads: () => reads };
+    const view = new FakeCluster().put(app as never);
+    return { view, reads: () => view.calls.filter(([op]) => op === 'get').length };
   };
 
   it('no read while the copy is the run object and nothing waits; a read when an event waits or the copy is not it', async () => {

@@ -200,9 +200,18 @@ export function changeApp(world: AppWorld, what: 'generation' | 'paused' | 'canc
   if (what !== 'generation') obj.spec = { ...(obj.spec as object), [what]: true };
 }
 
-/** The final status of a failed run of generation 1, over no earlier status. */
-export function finalFailed(message: string, useful: string, parts: Partial<AppStatus>): AppStatus {
+/**
+ * The final status of a failed run of generation 1, over the earlier status `before` (default
+ * none: its other fields, such as an earlier inspect, stay).
+ */
+export function finalFailed(
+  message: string,
+  useful: string,
+  parts: Partial<AppStatus>,
+  before: Partial<AppStatus> = {},
+): AppStatus {
   return {
+    ...before,
     observedGeneration: 1,
     conditions: [{ type: 'ReconcileFailed', status: 'True', message }],
     friendlyDescription: `Reconcile failed: ${message}`,

@@ -33,7 +33,7 @@ import {
   type WritePrecondition,
 } from '../../../functions/lib/kube/port.js';
 
-/** The ServiceAccount token every {@link FakeCluster.serviceAccountToken} call returns. */
+/** The ServiceAccount token {@link FakeCluster.serviceAccountToken} returns unless a test sets {@link FakeCluster.saToken}. */
 export const FAKE_SA_TOKEN = 'fake-sa-token';
 
 /** The API server of every {@link FakeCluster}. */
@@ -56,9 +56,12 @@ export class FakeCluster implements DeployView, InstallView {
   readonly namespaces = new Map<string, KubeNamespace>();
   /**
    * Stateful mode: called before each status write with its 1-based count, so a test can change
-   * the cluster between a stage's read (or its copy of the object) and its write.
+   * the cluster between a stage's read (or its copy of the object) and its write. What it throws
+   * fails that write (it does not land), as an API server that refuses it.
    */
   onWrite?: (count: number) => void;
+  /** The token {@link FakeCluster.serviceAccountToken} mints; a test that looks for it in output sets its own. */
+  saToken = FAKE_SA_TOKEN;
   private writeCount = 0;
   private readonly reads: Array<KubeObject | undefined> | undefined;
   private readonly writes: Array<string | Error>;
@@ -106,7 +109,12 @@ export class FakeCluster implements DeployView, InstallView {
       if (next instanceof Error) throw next;
       return { resourceVersion: next };
     }
-    this.onWrite?.(++this.writeCount);
+    try {
+      this.onWrite?.(++this.writeCount);
+    } catch (err) {
+      call[4] = false;
+      throw err;
+    }
     const obj = this.objects.get(keyOf(ref));
     if (!obj || obj.metadata.uid !== pre.uid) {
       call[4] = false;
@@ -229,7 +237,7 @@ export class FakeCluster implements DeployView, InstallView {
   /** Records `['serviceAccountToken', '<ns>/<name>']`, and the lifetime asked when one is. */
   async serviceAccountToken(namespace: string, name: string, expirationSeconds?: number): Promise<ServiceAccountToken> {
     this.calls.push(['serviceAccountToken', `${namespace}/${name}`, ...(expirationSeconds ? [expirationSeconds] : [])]);
-    return { token: FAKE_SA_TOKEN, expiresAt: new Date('2025-01-01T02:00:00Z') };
+    return { token: this.saToken, expiresAt: new Date('2025-01-01T02:00:00Z') };
   }
 
   async serverVersion(): Promise<string> {
