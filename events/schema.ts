@@ -72,7 +72,7 @@ export type Reason = (typeof REASONS)[number];
  *
  * Why this order: the merged event must still make the pipeline do everything either event
  * asked for. `deleted` is never lost to anything. `added` and `ref-changed` force a run even
- * when the spec is unchanged and the App is not due (`pipeline/reconcile.ts`), `modified` and
+ * when the spec is unchanged and the App is not due (`pipeline/app/reconcile.ts`), `modified` and
  * `resync` do not (a spec change is seen by comparing `observedGeneration` with the live
  * object, whatever the reason), so a forcing reason must outrank a non-forcing one: a status-only
  * `modified` arriving behind a `ref-changed` must not turn a changed Secret into a no-op.
@@ -107,7 +107,7 @@ export type EventType = (typeof EVENT_TYPES)[keyof typeof EVENT_TYPES];
 /**
  * `type` of the source poll event: the index-repo function resolves the fleet's polled
  * PackageRepository sources whose record is older than the poll period and reconciles the
- * repositories behind (`functions/lib/pipeline/source-poll.ts`). Not a {@link KappEvent} (it is
+ * repositories behind (`functions/lib/pipeline/repo/source-poll.ts`). Not a {@link KappEvent} (it is
  * about no object and never goes through a queue): on Lambda an EventBridge Scheduler schedule
  * invokes the index-repo function directly with the constant input {@link SourcePollEvent},
  * e.g. `rate(1 minute)`.
@@ -268,7 +268,7 @@ export const INSPECT_AFTER_STAGES = ['fetch', 'template'] as const;
  * and `status.inspect` in one final status: the deploy function runs inspect only and writes that
  * final status, its failure read from the failed stage's part (`fetchStatus`/`templateStatus`).
  *
- * `rollbackOf` (fetch → deploy, `functions/lib/pipeline/rollback.ts`): the run rolls the App back
+ * `rollbackOf` (fetch → deploy, `functions/lib/pipeline/app/rollback.ts`): the run rolls the App back
  * to that receipt's render, `manifestKey`; the deploy function applies it only while the App's
  * `kapp-lambda.carvel.dev/rollback-to` names that receipt and the receipt holds that render, since
  * the fetch function hands on no other manifest.
@@ -327,7 +327,7 @@ export const MAX_INDEXED_VERSIONS = 200;
  * versions (at most {@link MAX_INDEXED_CHANGES} refNames of {@link MAX_INDEXED_VERSIONS}
  * versions; absent: treat every refName as changed). The install function sends a
  * `ref-changed` object event to every PackageInstall in scope these changes may move
- * (`functions/lib/pipeline/install-fanout.ts`).
+ * (`functions/lib/pipeline/install/install-fanout.ts`).
  */
 export const RepoIndexedDataSchema = z.strictObject({
   object: ObjectRefSchema,

@@ -1,6 +1,6 @@
 /**
  * `npm run receipts -- <command>`: an App's reconcile receipts (`functions/lib/receipt/receipt.ts`)
- * and the rollback to one of them (`functions/lib/pipeline/rollback.ts`).
+ * and the rollback to one of them (`functions/lib/pipeline/app/rollback.ts`).
  *
  * ```
  * npm run receipts -- list <namespace>/<app> [--cluster <id>] [--json]
@@ -27,7 +27,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { KubeConfig } from '@kubernetes/client-node';
 import { ClientNodeRestTransport, type RestTransport } from '../functions/lib/kube/transport.js';
-import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../functions/lib/pipeline/receipts.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../functions/lib/pipeline/app/index.js';
 import { listReceipts, type Receipt, type ReceiptOwner, readReceipt } from '../functions/lib/receipt/receipt.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { cacheRoot } from '../layers/gobuild.js';

@@ -279,7 +279,7 @@ export function appNoopDeleteNamespaces(obj: KubeObject): readonly string[] | un
 /**
  * The App's rollback annotations (`kapp-lambda.carvel.dev/rollback-to` and `…/rollback-generation`,
  * set and removed by `npm run receipts -- rollback`), joined; `undefined` when neither is set. A
- * change is `modified`, which the reconcile step runs at once (`functions/lib/pipeline/reconcile.ts`),
+ * change is `modified`, which the reconcile step runs at once (`functions/lib/pipeline/app/reconcile.ts`),
  * so a rollback and its clearing take effect without waiting for the sync period.
  *
  * @param obj - An App as watched.

@@ -11,8 +11,8 @@ import { type FunctionName, type KappEvent, objectRefOf, orderingKey, targetFunc
 import { emitRefusal } from '../lib/entry/sender.js';
 import { withSignal } from '../lib/exec/deadline.js';
 import { coalesceEvents } from '../lib/lease/coalesce.js';
-import type { RunCopy } from '../lib/pipeline/deps.js';
-import { type DispatchDeps, dispatchEvent } from '../lib/pipeline/dispatch.js';
+import type { DispatchDeps, RunCopy } from '../lib/pipeline/deps.js';
+import { dispatchEvent } from '../lib/pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound } from '../lib/pipeline/retry-bound.js';
 import { KeyedQueue, type KeyedQueueOptions, RetryFrom } from './keyed-queue.js';
 

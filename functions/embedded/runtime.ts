@@ -38,8 +38,7 @@ import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import { PrometheusReconcileMetrics } from '../lib/observe/prometheus.js';
 import { createPipelineDeps } from '../lib/pipeline/compose.js';
-import type { PipelineConfig } from '../lib/pipeline/deps.js';
-import type { DispatchDeps } from '../lib/pipeline/dispatch.js';
+import type { DispatchDeps, PipelineConfig } from '../lib/pipeline/deps.js';
 import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../lib/reconcile/controller-config.js';
 import type { TimerConfig } from '../lib/reconcile/timer.js';
 import { LocalDirStore } from '../lib/store/local.js';
@@ -128,7 +127,7 @@ export interface EmbeddedOptions {
    */
   leaderElection?: false | LeaderElectionOptions;
   /**
-   * The fleet's source poll (`functions/lib/pipeline/source-poll.ts`): a timer that, every
+   * The fleet's source poll (`functions/lib/pipeline/repo/source-poll.ts`): a timer that, every
    * `config.sourcePollPeriodMs` (default 60 s), resolves each polled PackageRepository source
    * whose record is older than the period (one registry `HEAD` or `git ls-remote` per source;
    * several runtimes sharing a store resolve each source once) and reconciles the repositories of

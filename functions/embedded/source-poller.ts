@@ -1,5 +1,5 @@
 /**
- * The embedded runtime's source poll timers (`../lib/pipeline/source-poll.ts`): a poll every
+ * The embedded runtime's source poll timers (`../lib/pipeline/repo/source-poll.ts`): a poll every
  * `config.sourcePollPeriodMs` (the registry or git request, once per source per period for the
  * fleet) and, between polls, a record check every `config.sourceCheckPeriodMs` (store reads only),
  * so that a runtime serving some clusters of a fleet pokes its repositories within one check of
@@ -9,7 +9,7 @@
  * @module
  */
 import type { PipelineDeps } from '../lib/pipeline/deps.js';
-import { pollSources, sourceCheckPeriodMs, sourcePollPeriodMs } from '../lib/pipeline/source-poll.js';
+import { pollSources, sourceCheckPeriodMs, sourcePollPeriodMs } from '../lib/pipeline/repo/index.js';
 
 /** Timer port of {@link startSourcePoller} (tests drive it by hand); default the global `setInterval`. */
 export type IntervalTimer = (fn: () => void, ms: number) => { cancel(): void };

@@ -1,7 +1,7 @@
 /**
  * The index-repo function on AWS Lambda (SQS FIFO event source mapping with
  * `ReportBatchItemFailures`): for a PackageRepository object event it runs the repository's
- * whole reconcile in one invocation (`runIndexRepo`, `functions/lib/pipeline/index-repo.ts`):
+ * whole reconcile in one invocation (`runIndexRepo`, `functions/lib/pipeline/repo/index-repo.ts`):
  * vendir into directory `0`, the fixed ytt + kbld pipeline, `kapp deploy` of `<name>.pkgr`
  * (or `kapp delete` for a repository being deleted) and the status. It sends nothing on.
  * Configuration: see `functions/lib/entry/config.ts`; its queue is
@@ -20,7 +20,7 @@
  * Source poll: invoked directly (not through SQS) with `{"type":"dev.kapp-lambda.source.poll.v1"}`
  * by an EventBridge Scheduler schedule (e.g. `rate(1 minute)`, the poll period), it resolves the
  * fleet's polled PackageRepository sources whose record is stale and reconciles the repositories
- * behind (`functions/lib/pipeline/source-poll.ts`).
+ * behind (`functions/lib/pipeline/repo/source-poll.ts`).
  *
  * Its bundle holds this function's stage only (`../lib/pipeline/routes/index-repo.ts`, imported on
  * the first record); the AWS SDK is the Node managed runtime's (`layers/bundle.ts`).

@@ -1,7 +1,7 @@
 /**
  * The install function on AWS Lambda (SQS FIFO event source mapping with
  * `ReportBatchItemFailures`): for a PackageInstall object event it runs the PackageInstall's
- * reconcile in one invocation (`runInstall`, `functions/lib/pipeline/install.ts`): the Package
+ * reconcile in one invocation (`runInstall`, `functions/lib/pipeline/install/install.ts`): the Package
  * selected through the repository resolver, the App generated from it written (with its
  * placeholder Secrets), the App's status mirrored, or on deletion the App deleted and the
  * finalizer removed. It sends nothing on: the App it writes reaches the fetch function through

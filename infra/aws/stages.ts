@@ -91,7 +91,7 @@ export const TOOL_TIMEOUT_MARGIN_MS = 2 * DEFAULT_DEADLINE_MARGIN_MS;
  *
  * Deploy's is its function timeout less half the deadline margin (15 s): later than the function
  * deadline (30 s before the limit), which stops kapp while it waits and continues the deploy in
- * a follow-up invocation (`functions/lib/pipeline/deploy.ts`), so the tool timeout never ends a
+ * a follow-up invocation (`functions/lib/pipeline/app/deploy.ts`), so the tool timeout never ends a
  * long deploy as failed; it stays below the function timeout as the last guard.
  */
 export function toolTimeoutMs(stage: PipelineStage): number | undefined {

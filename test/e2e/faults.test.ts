@@ -21,7 +21,7 @@ import {
   type ResourceRef,
   type StatusWriter,
 } from '../../functions/lib/kube/port.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import { type ObjectStore, StoreError, type StoreOp } from '../../functions/lib/store/port.js';
 import {
   apply,

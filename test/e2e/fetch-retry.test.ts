@@ -23,7 +23,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunRequest, RunResult } from '../../functions/lib/exec/runner.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import { pushBundle } from '../harness/fixtures.js';
 import { type RegistryServer, startRegistry } from '../harness/servers/registry.js';
 import {

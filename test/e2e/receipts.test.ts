@@ -6,7 +6,7 @@
  * then ends the rollback.
  */
 import { describe, expect, it } from 'vitest';
-import { ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/receipts.js';
+import { ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/app/receipts.js';
 import { listReceipts } from '../../functions/lib/receipt/receipt.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
 import { main, REAL_IO } from '../../scripts/receipts.js';

@@ -7,7 +7,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import type { EmbeddedOptions } from '../../functions/embedded/runtime.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import {
   apply,
   appManifest,

@@ -8,7 +8,7 @@
  * (its pipeline calls are asserted one by one).
  */
 import { describe, expect, it } from 'vitest';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import {
   type AppObject,
   apply,

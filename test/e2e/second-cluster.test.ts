@@ -30,7 +30,7 @@
  * default key), its server on loopback. The embedded runtime's default, as kapp-controller,
  * checks no URL (`KAPP_LAMBDA_URL_POLICY` unset), so nothing needs configuring for it; the cloud
  * functions enforce the policy by default, where loopback, link-local and private API servers
- * need an allow-list entry (`functions/lib/pipeline/kubeconfig-policy.ts`).
+ * need an allow-list entry (`functions/lib/pipeline/app/kubeconfig-policy.ts`).
  */
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:net';

@@ -15,7 +15,7 @@ import { expect, it } from 'vitest';
 import { restrictKubeconfig, withProxyUrl } from '../../functions/lib/deploy/kubeconfig.js';
 import { startEgressProxy } from '../../functions/lib/fetch/egress-proxy.js';
 import { UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
-import { checkKubeconfigUrls } from '../../functions/lib/pipeline/kubeconfig-policy.js';
+import { checkKubeconfigUrls } from '../../functions/lib/pipeline/app/kubeconfig-policy.js';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
 

@@ -7,8 +7,8 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { appObject, appWorld, REF, RUN, SUCCEEDED_BEFORE, vendirWrites } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';

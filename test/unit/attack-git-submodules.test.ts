@@ -15,7 +15,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { GIT_SAFETY_ENV } from '../../functions/lib/fetch/git-env.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV } from '../../functions/lib/fetch/url-policy.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import { appObject, REF } from './support/app-world.js';
 import { FakeCluster } from './support/fake-cluster.js';
 import { stageDeps } from './support/stage-deps.js';

@@ -17,12 +17,12 @@ import {
   UrlPolicyChecker,
   UrlPolicyError,
 } from '../../functions/lib/fetch/url-policy.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
   checkKubeconfigUrls,
   KUBECONFIG_PROXY_REFUSED,
   REFRESHING_AUTH_PROVIDER_REFUSED,
-} from '../../functions/lib/pipeline/kubeconfig-policy.js';
+} from '../../functions/lib/pipeline/app/kubeconfig-policy.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { appObject, appWorld, NOW, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 

@@ -16,14 +16,14 @@ import { destinationKubeconfig } from '../../functions/lib/deploy/run.js';
 import { UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 import type { ClusterRegistry, KubeSecret } from '../../functions/lib/kube/port.js';
 import type { RestRequest, RestResponse, RestTransport } from '../../functions/lib/kube/transport.js';
+import { policedKubeconfig } from '../../functions/lib/pipeline/app/kubeconfig-policy.js';
 import {
   clusterInfoSource,
   KUBERNETES_APIS_ERROR_PREFIX,
   KUBERNETES_VERSION_ERROR_PREFIX,
 } from '../../functions/lib/pipeline/compose.js';
+import type { ClusterInfoSource } from '../../functions/lib/pipeline/deps.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { policedKubeconfig } from '../../functions/lib/pipeline/kubeconfig-policy.js';
-import type { ClusterInfoSource } from '../../functions/lib/pipeline/template.js';
 import { KappControllerError } from '../../functions/lib/reconcile/result.js';
 import { SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
 import { appObject, appWorld, NOW, putFetchArtifact, REF, RUN } from './support/app-world.js';

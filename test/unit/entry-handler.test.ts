@@ -20,7 +20,7 @@ import {
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { senderCheckOf } from '../../functions/lib/entry/lambda.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 

@@ -19,7 +19,7 @@ import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/
 import { senderCheckOf } from '../../functions/lib/entry/lambda.js';
 import { messageGroupRefusal } from '../../functions/lib/entry/sender.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import { MemoryEventSender, sendMessageInput } from '../../functions/lib/transport/index.js';
 
 const ref = (kind: ObjectRef['kind'], name: string, clusterId = 'prod-eu-1'): ObjectRef => ({

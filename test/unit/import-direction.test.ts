@@ -7,6 +7,14 @@
  * (`api/`, `reconcile/`). Across the whole of `functions/lib/` there is no import cycle (type
  * imports included) and nothing imports the embedded runtime (`functions/embedded/`: its
  * in-process driver and keyed queue stay out of the Lambda bundles).
+ *
+ * Inside the pipeline, the products (`app/`, `repo/`, `install/`, as kapp-controller keeps
+ * `pkg/app`, `pkg/pkgrepository`, `pkg/packageinstall`) stand on the frame at the pipeline's
+ * root: a product imports the frame and another product's public entry (`<product>/index.ts`),
+ * never another product's internals; the frame imports no product; code outside the pipeline
+ * reaches a product through its public entry. Only the function routes (`pipeline/routes/`,
+ * the top of the pipeline) name a product's stage module itself, so that each function's bundle
+ * holds its own stage and none of the others'.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -28,6 +36,9 @@ const LOWER = [
   'store',
   'packaging',
   'lease',
+  'observe',
+  'receipt',
+  'transport',
 ];
 
 /** The stage planners, which must not import each other. */
@@ -195,7 +206,7 @@ describe('the import graph of functions/lib', () => {
   });
 
   it('covers the pipeline, the entry files and the folders below them (the scan can fail)', () => {
-    expect(graph.get('functions/lib/pipeline/routes/template.ts')).toContain('functions/lib/pipeline/template.ts');
+    expect(graph.get('functions/lib/pipeline/routes/template.ts')).toContain('functions/lib/pipeline/app/template.ts');
     expect(graph.get('functions/lib/entry/handler.ts')).toContain('functions/lib/pipeline/dispatch.ts');
     expect(graph.has('functions/lib/log.ts')).toBe(true);
     expect(graph.has('events/schema.ts')).toBe(true);
@@ -206,5 +217,83 @@ describe('the import graph of functions/lib', () => {
     expect(cyclesOf(g({ a: ['b'], b: ['c'], c: ['a'], d: ['a'] }))).toEqual([['a', 'b', 'c']]);
     expect(cyclesOf(g({ a: ['a'], b: [] }))).toEqual([['a']]);
     expect(cyclesOf(g({ a: ['b'], b: ['c'], c: [] }))).toEqual([]);
+  });
+});
+
+/** The product folders of the pipeline. */
+const PRODUCTS = ['app', 'repo', 'install'];
+
+/** Which product folder of the pipeline a path is in, if any. */
+function productOf(file: string): string | undefined {
+  const m = /^functions\/lib\/pipeline\/([^/]+)\//.exec(file);
+  return m?.[1] !== undefined && PRODUCTS.includes(m[1]) ? m[1] : undefined;
+}
+
+/** The pipeline's top: the function routes, the embedded dispatch over them, and the composition of the dependencies. */
+function isPipelineTop(file: string): boolean {
+  return (
+    file.startsWith('functions/lib/pipeline/routes/') ||
+    file === 'functions/lib/pipeline/dispatch.ts' ||
+    file === 'functions/lib/pipeline/compose.ts'
+  );
+}
+
+/**
+ * Why an import breaks the product layout of the pipeline, or `undefined` when it does not.
+ *
+ * @param from - the importer, repository-relative.
+ * @param to - the imported module, repository-relative.
+ */
+function productViolation(from: string, to: string): string | undefined {
+  const [a, b] = [productOf(from), productOf(to)];
+  const inPipeline = from.startsWith('functions/lib/pipeline/');
+  if (a !== undefined && to.startsWith('functions/lib/pipeline/') && b === undefined && isPipelineTop(to)) {
+    return 'a product imports the top of the pipeline';
+  }
+  if (b === undefined || a === b) return undefined;
+  const entry = to === `functions/lib/pipeline/${b}/index.ts`;
+  if (a !== undefined) return entry ? undefined : "imports another product's internals";
+  if (inPipeline && !isPipelineTop(from)) return 'the frame imports a product';
+  if (inPipeline || entry) return undefined;
+  return "imports a product's internals from outside the pipeline";
+}
+
+/** Every TypeScript file that may import the pipeline: the functions, the forwarder, scripts, bench and infra. */
+function importers(): string[] {
+  return ['functions', 'events', 'scripts', 'bench', 'infra', 'layers']
+    .flatMap((dir) => tsFiles(path.join(ROOT, dir)))
+    .filter((f) => !f.includes(`${path.sep}node_modules${path.sep}`));
+}
+
+describe('the pipeline laid out by product', () => {
+  const offending = importers()
+    .flatMap((file) => importsOf(file).map((to) => ({ from: rel(file), to })))
+    .map(({ from, to }) => ({ edge: `${from} -> ${to}`, why: productViolation(from, to) }))
+    .filter((e) => e.why !== undefined);
+
+  it("products import the frame and each other's public entry; the frame imports no product", () => {
+    expect(offending.map((e) => `${e.edge} (${e.why})`)).toEqual([]);
+  });
+
+  it('has the three products, each with a public entry (the scan can fail)', () => {
+    for (const p of PRODUCTS) expect(existsSync(path.join(ROOT, `functions/lib/pipeline/${p}/index.ts`))).toBe(true);
+  });
+
+  it('tells each kind of crossing apart', () => {
+    const P = 'functions/lib/pipeline';
+    expect(productViolation(`${P}/repo/index-repo.ts`, `${P}/app/deploy.ts`)).toBe(
+      "imports another product's internals",
+    );
+    expect(productViolation(`${P}/repo/index-repo.ts`, `${P}/app/index.ts`)).toBeUndefined();
+    expect(productViolation(`${P}/app/fetch.ts`, `${P}/stage.ts`)).toBeUndefined();
+    expect(productViolation(`${P}/app/fetch.ts`, `${P}/app/receipts.ts`)).toBeUndefined();
+    expect(productViolation(`${P}/app/fetch.ts`, `${P}/dispatch.ts`)).toBe('a product imports the top of the pipeline');
+    expect(productViolation(`${P}/stage.ts`, `${P}/app/receipts.ts`)).toBe('the frame imports a product');
+    expect(productViolation(`${P}/stage.ts`, `${P}/app/index.ts`)).toBe('the frame imports a product');
+    expect(productViolation(`${P}/routes/fetch.ts`, `${P}/app/reconcile.ts`)).toBeUndefined();
+    expect(productViolation('functions/lib/entry/handler.ts', `${P}/repo/source-poll.ts`)).toBe(
+      "imports a product's internals from outside the pipeline",
+    );
+    expect(productViolation('scripts/receipts.ts', `${P}/app/index.ts`)).toBeUndefined();
   });
 });

@@ -10,7 +10,7 @@ import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { FetchView, KubeObject, KubeSecret } from '../../functions/lib/kube/port.js';
 import { readingRefsOnce } from '../../functions/lib/kube/views.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
 const APP = {

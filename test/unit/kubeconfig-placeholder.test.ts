@@ -12,11 +12,11 @@ import { deployEvent } from '../../events/schema.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { restrictKubeconfig } from '../../functions/lib/deploy/kubeconfig.js';
 import { type UrlPolicy, UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
-import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
   refuseServiceHostPlaceholder,
   SERVICE_HOST_PLACEHOLDER_REFUSED,
-} from '../../functions/lib/pipeline/kubeconfig-policy.js';
+} from '../../functions/lib/pipeline/app/kubeconfig-policy.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { appObject, appWorld, NOW, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 

@@ -15,8 +15,7 @@ import { type EntryDeps, makeSqsHandler } from '../../functions/lib/entry/handle
 import { makeRunDirs } from '../../functions/lib/exec/sandbox.js';
 import { makeScratch, removeLeftoverScratch, SCRATCH_PREFIXES } from '../../functions/lib/exec/scratch.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps, PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { useTempDir } from './support/stage-deps.js';
 

@@ -13,7 +13,7 @@ import { MAX_EVENT_MESSAGE_CHARS, ReconcileEventRecorder } from '../../functions
 import { EmfReconcileMetrics } from '../../functions/lib/observe/metrics.js';
 import { PrometheusReconcileMetrics } from '../../functions/lib/observe/prometheus.js';
 import { isFirstReconcile, reconcileObserver } from '../../functions/lib/observe/reconcile.js';
-import { eventErrorText } from '../../functions/lib/pipeline/stage.js';
+import { eventErrorText } from '../../functions/lib/pipeline/report.js';
 import { MASKED, SecretMask } from '../../functions/lib/reconcile/secret-mask.js';
 
 const APP = {

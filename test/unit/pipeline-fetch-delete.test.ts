@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { App } from '../../functions/lib/api/index.js';
 import { pinnedFetchIdentity } from '../../functions/lib/fetch/pinned.js';
 import type { DeployView } from '../../functions/lib/kube/port.js';
-import { noopDeleteDueToTerminatingNamespaces } from '../../functions/lib/pipeline/delete.js';
+import { noopDeleteDueToTerminatingNamespaces } from '../../functions/lib/pipeline/app/delete.js';
 
 const SHA = 'a'.repeat(64);
 

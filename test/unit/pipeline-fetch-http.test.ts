@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import type { App } from '../../functions/lib/api/index.js';
 import { sha256Hex } from '../../functions/lib/artifact/keys.js';
 import type { HttpDownloader } from '../../functions/lib/fetch/http-download.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import { rawTgz } from '../harness/fixtures.js';
 import { appObject, appWorld, NOW, REF } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';

@@ -18,8 +18,9 @@ import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { FETCH_RETRIES, FETCH_RETRY_INTERVAL_MS } from '../../functions/lib/fetch/run.js';
 import type { KubeSecret } from '../../functions/lib/kube/port.js';
 import type { RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
-import { type DispatchDeps, dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
   type AppShape,
   appObject,

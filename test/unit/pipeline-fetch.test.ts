@@ -7,8 +7,8 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { AppStatus } from '../../functions/lib/api/index.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import type { StageOutput } from '../../functions/lib/pipeline/deps.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {
   type AppShape,

@@ -19,15 +19,15 @@ import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { KubeApiError } from '../../functions/lib/kube/port.js';
 import { readRepositoryVersions, repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import type { RepoTemplateInput, RepoTemplateOutput } from '../../functions/lib/packaging/repo-template.js';
-import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
-import { type DispatchDeps, dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { planRepoIndex } from '../../functions/lib/pipeline/index-repo-cache.js';
+import type { DispatchDeps, PipelineConfig } from '../../functions/lib/pipeline/deps.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { planRepoIndex } from '../../functions/lib/pipeline/repo/index-repo-cache.js';
 import {
   readSourcePoll,
   SOURCE_POLL_PREFIX,
   sourcePollKey,
   updateSourcePoll,
-} from '../../functions/lib/pipeline/source-poll.js';
+} from '../../functions/lib/pipeline/repo/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';

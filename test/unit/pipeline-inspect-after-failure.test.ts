@@ -9,8 +9,8 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { deployEvent, type KappEvent, templateEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
 import { failRunAfterRetries } from '../../functions/lib/pipeline/retry-bound.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {

@@ -20,7 +20,7 @@ import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { ConflictError, type KubeObject } from '../../functions/lib/kube/port.js';
 import { injectValues, secretNamesFromAnnotation } from '../../functions/lib/packaging/install-values.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { friendlyErrMsg } from '../../functions/lib/pipeline/install.js';
+import { friendlyErrMsg } from '../../functions/lib/pipeline/install/install.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { FakeCluster } from './support/fake-cluster.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';

@@ -19,8 +19,8 @@ import {
 } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/app/receipts.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/receipts.js';
 import { buildReceipt, receiptKey } from '../../functions/lib/receipt/receipt.js';
 import {
   type AppShape,

@@ -1,6 +1,6 @@
 /**
  * Reconcile receipts (`functions/lib/receipt/`), the pipeline's receipt and rollback glue
- * (`functions/lib/pipeline/receipts.ts`), the forwarder's App change key for the rollback
+ * (`functions/lib/pipeline/app/receipts.ts`), the forwarder's App change key for the rollback
  * annotations, and the `npm run receipts` command (`scripts/receipts.ts`) over a memory store and
  * a fake API server (the port boundaries).
  */
@@ -10,14 +10,14 @@ import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { CommandRunner, RunRequest, RunResult } from '../../functions/lib/exec/runner.js';
 import type { RestRequest, RestResponse } from '../../functions/lib/kube/transport.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import {
   activeRollback,
   ROLLBACK_GENERATION_ANNOTATION,
   ROLLBACK_TO_ANNOTATION,
   receiptOnEnd,
   trailWith,
-} from '../../functions/lib/pipeline/receipts.js';
+} from '../../functions/lib/pipeline/app/receipts.js';
+import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import { StageMeter } from '../../functions/lib/receipt/meter.js';
 import { AWS_PRICES_USD } from '../../functions/lib/receipt/prices.js';
 import {

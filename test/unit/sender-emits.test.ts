@@ -32,7 +32,7 @@ import {
   sendingAs,
 } from '../../functions/lib/entry/sender.js';
 import { RunLeases } from '../../functions/lib/lease/index.js';
-import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/receipts.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/app/receipts.js';
 import { buildReceipt, receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import {

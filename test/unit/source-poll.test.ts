@@ -1,5 +1,5 @@
 /**
- * The fleet's source poll (`functions/lib/pipeline/source-poll.ts`), faked at its ports: the
+ * The fleet's source poll (`functions/lib/pipeline/repo/source-poll.ts`), faked at its ports: the
  * object store (MemoryStore, compare-and-swap included), the source resolver, one fake cluster per
  * cluster id, a clock and the transport (`deps.emit`). Asserts the records written, how many
  * resolutions (registry requests) happen, and which `ref-changed` events go to which repository.
@@ -10,7 +10,7 @@ import { startSourcePoller } from '../../functions/embedded/source-poller.js';
 import { parsePackageRepository } from '../../functions/lib/api/index.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import type { DispatchDeps } from '../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import {
   leaveSource,
   MAX_MEMBERS_PER_CLUSTER,
@@ -24,7 +24,7 @@ import {
   type SourcePollRecord,
   sourcePollKey,
   trackSource,
-} from '../../functions/lib/pipeline/source-poll.js';
+} from '../../functions/lib/pipeline/repo/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { FakeCluster } from './support/fake-cluster.js';

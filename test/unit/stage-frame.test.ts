@@ -11,9 +11,10 @@ import { FakeCommandRunner, type ScriptedResult } from '../../functions/lib/exec
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 import { KubeApiError } from '../../functions/lib/kube/port.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
+import { APP_KIND } from '../../functions/lib/pipeline/app/kind.js';
 import type { RunCopy } from '../../functions/lib/pipeline/deps.js';
-import { runFetch } from '../../functions/lib/pipeline/fetch.js';
-import { APP_KIND, openStage } from '../../functions/lib/pipeline/stage.js';
+import { openStage } from '../../functions/lib/pipeline/stage.js';
 import type { LoadedApp } from '../../functions/lib/pipeline/stage-inputs.js';
 import { KappControllerError, MissingArtifactError, outcomeOf } from '../../functions/lib/reconcile/result.js';
 import { fromEventPart, PART_BOUNDS, summarizeStatus } from '../../functions/lib/reconcile/status.js';

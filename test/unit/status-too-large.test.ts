@@ -14,10 +14,10 @@ import { MapClusterRegistry } from '../../functions/lib/kube/registry.js';
 import { isStatusTooLargeError, writeStatus } from '../../functions/lib/kube/status-write.js';
 import type { RestRequest, RestResponse, RestTransport, WatchTransport } from '../../functions/lib/kube/transport.js';
 import { memoryLogger } from '../../functions/lib/log.js';
-import { runDeploy } from '../../functions/lib/pipeline/deploy.js';
+import { runDeploy } from '../../functions/lib/pipeline/app/deploy.js';
+import { runTemplate } from '../../functions/lib/pipeline/app/template.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
-import { writeAppStatus } from '../../functions/lib/pipeline/stage.js';
-import { runTemplate } from '../../functions/lib/pipeline/template.js';
+import { writeAppStatus } from '../../functions/lib/pipeline/report.js';
 import { TRUNCATION_PREFIX } from '../../functions/lib/reconcile/redact.js';
 import { summarizeStatus, templatePart } from '../../functions/lib/reconcile/status.js';
 import {

@@ -1,6 +1,6 @@
 /**
  * A guard on kapp's app record before kapp runs for a PackageRepository (its deploy and delete,
- * `../pipeline/index-repo.ts`), with the identity kapp-lambda gives those runs.
+ * `../pipeline/repo/index-repo.ts`), with the identity kapp-lambda gives those runs.
  *
  * kapp finds an app's resources by the label selector its record ConfigMap holds
  * (`<app>.apps.k14s.io`, or `<app>` as older kapp named it; `data.spec` is JSON with `labelKey`

@@ -457,7 +457,7 @@ export const MIN_CONTINUED_WAIT_MS = 1000;
 export const MAX_CONTINUED_WAIT_MS = 60 * 60_000;
 
 /**
- * A kapp deploy that continues one the function deadline stopped (`../pipeline/deploy.ts`):
+ * A kapp deploy that continues one the function deadline stopped (`../pipeline/app/deploy.ts`):
  * kapp's wait restarts with every process, so the continuation gets what is left of the run's
  * wait budget, `--wait-timeout=<kapp's timeout - elapsed>` (at least {@link MIN_CONTINUED_WAIT_MS}),
  * appended so that it wins over every earlier value. Upstream's one kapp process waits at most

@@ -15,7 +15,7 @@
  * server), which the policy denies by design. What pinning adds is that the address kapp uses
  * is the one the runtime resolved, whatever the DNS answers later. An App's kubeconfig Secret
  * (a tenant's server) is not pinned here: it goes through the egress proxy, which checks and
- * pins each connection (`../pipeline/kubeconfig-policy.ts`).
+ * pins each connection (`../pipeline/app/kubeconfig-policy.ts`).
  *
  * @module
  */

@@ -3,7 +3,7 @@
  * the cluster access kapp gets (a TokenRequest token for the App's ServiceAccount, or its
  * kubeconfig Secret) and a kapp run with cancellation and progress streaming. The command lines
  * are planned in `./kapp.ts` and `./kubeconfig.ts`; the deploy stage and the delete path
- * (`../pipeline/deploy.ts`, `../pipeline/delete.ts`) decide when kapp runs and what its result
+ * (`../pipeline/app/deploy.ts`, `../pipeline/app/delete.ts`) decide when kapp runs and what its result
  * means for the App.
  *
  * @module

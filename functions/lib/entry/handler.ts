@@ -9,7 +9,7 @@
 
 import type { PipelineStage } from '../api/functions.js';
 import { dispatchEvent } from '../pipeline/dispatch.js';
-import { pollSources } from '../pipeline/source-poll.js';
+import { pollSources } from '../pipeline/repo/index.js';
 import { type EntryDeps, makeStageHandler, type SqsHandler } from './stage-handler.js';
 
 export * from './stage-handler.js';

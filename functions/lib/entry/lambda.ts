@@ -31,7 +31,7 @@ import { RunLeases } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { EmfReconcileMetrics } from '../observe/metrics.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
-import type { DispatchDeps } from '../pipeline/dispatch.js';
+import type { DispatchDeps } from '../pipeline/deps.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import type { EventSender } from '../transport/port.js';

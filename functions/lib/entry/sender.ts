@@ -79,11 +79,11 @@ export type EmittedShape =
  * | sender | emits | where |
  * |---|---|---|
  * | forwarder | `object App`, `object PackageInstall`, `object PackageRepository` (any reason) | `events/forwarder/outbox.ts` |
- * | fetch | `template`, `inspect after fetch failure`, `rollback`, `delete`, `object App` | `../pipeline/fetch.ts`, `../pipeline/reconcile.ts`, `../pipeline/rollback.ts`; follow-ups and restarts |
- * | template | `deploy`, `inspect after template failure`, `object App` | `../pipeline/template.ts`; follow-ups and restarts |
+ * | fetch | `template`, `inspect after fetch failure`, `rollback`, `delete`, `object App` | `../pipeline/app/fetch.ts`, `../pipeline/app/reconcile.ts`, `../pipeline/app/rollback.ts`; follow-ups and restarts |
+ * | template | `deploy`, `inspect after template failure`, `object App` | `../pipeline/app/template.ts`; follow-ups and restarts |
  * | deploy | `deploy continuation`, `object App` | `../pipeline/routes/deploy.ts`; follow-ups and restarts |
- * | index-repo | `repo.indexed`, `object PackageRepository ref-changed` | `../pipeline/index-repo-changes.ts`, `../pipeline/source-poll.ts` |
- * | install | `object PackageInstall ref-changed` | `../pipeline/install-fanout.ts` |
+ * | index-repo | `repo.indexed`, `object PackageRepository ref-changed` | `../pipeline/repo/index-repo-changes.ts`, `../pipeline/repo/source-poll.ts` |
+ * | install | `object PackageInstall ref-changed` | `../pipeline/install/install-fanout.ts` |
  *
  * "Follow-ups and restarts": the function that ends an App's run sends the run lease's follow-up
  * (the pending object event, any reason), an optimistic run that must stop restarts its App

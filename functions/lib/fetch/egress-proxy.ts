@@ -358,7 +358,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
  * template step refuses remote references before it runs and gives it no `git` and an
  * unreachable proxy (`../template/kustomize.ts`). kapp is not listed: the ServiceAccount path talks to
  * the cluster's own API server, which the proxy must not judge; an App's kubeconfig Secret gets
- * the proxy as every cluster's `proxy-url` instead (`../pipeline/kubeconfig-policy.ts`).
+ * the proxy as every cluster's `proxy-url` instead (`../pipeline/app/kubeconfig-policy.ts`).
  */
 export const PROXIED_TOOLS: readonly string[] = ['vendir', 'imgpkg', 'helm', 'kbld', 'git'];
 

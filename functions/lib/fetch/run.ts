@@ -4,7 +4,7 @@
  * sources, run `vendir sync` in a scratch directory, pack the tree and store it (shared by
  * content digest, or sealed for the run's cluster when the fetch uses a Secret), and retry as
  * upstream retries an image or imgpkgBundle fetch. The planner is `./vendir.ts`; the fetch stage
- * (`../pipeline/fetch.ts`) and the index-repo function (`../pipeline/index-repo.ts`) decide when
+ * (`../pipeline/app/fetch.ts`) and the index-repo function (`../pipeline/repo/index-repo.ts`) decide when
  * to run it, the fetch cache and what the result means for their object.
  *
  * @module

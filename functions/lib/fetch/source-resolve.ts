@@ -2,7 +2,7 @@
  * The PackageRepository sources the fleet polls (a tag or a branch, public), how each is pinned
  * once resolved, and the resolution itself: one registry `HEAD` (`./registry-digest.ts`) or one
  * `git ls-remote` (`./git-ls-remote.ts`), under the URL policy. The poll records and the fan-out
- * are the pipeline's (`../pipeline/source-poll.ts`).
+ * are the pipeline's (`../pipeline/repo/source-poll.ts`).
  *
  * @module
  */

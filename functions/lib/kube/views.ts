@@ -79,7 +79,7 @@ const unmemoized = new WeakMap<object, FetchView>();
 
 /**
  * The view `view` wraps when {@link readingRefsOnce} made it (its Secret and ConfigMap reads go
- * to the API server again), else `view` itself. For the fetch retry (`../pipeline/fetch.ts`),
+ * to the API server again), else `view` itself. For the fetch retry (`../pipeline/app/fetch.ts`),
  * which, as upstream's, regenerates vendir's config from the objects as they are now.
  */
 export function freshReads<V extends object>(view: V): V {

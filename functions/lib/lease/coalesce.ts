@@ -12,7 +12,7 @@ import { EVENT_TYPES, type KappEvent, strongerReason } from '../../../events/sch
  * (`strongerReason`, the same rank as the forwarder's outbox: a pending `ref-changed` must
  * still force the run). One exception: a stage event waiting for its retry (a crashed template,
  * deploy, delete or fan-out) is kept against a `resync` of the same object and generation. A
- * resync is timer-gated (`pipeline/reconcile.ts`), and the run that stage belongs to has just
+ * resync is timer-gated (`pipeline/app/reconcile.ts`), and the run that stage belongs to has just
  * written its parts (`updatedAt` now), so the resync would be a no-op and the run would be lost,
  * leaving the App `Reconciling` (the `npm run demo` flake of `demo-helm/podinfo`); it applies
  * to the embedded queue, whose failed stage waits there for its retry: on Lambda a stage event never

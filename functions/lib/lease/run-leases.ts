@@ -617,7 +617,7 @@ export function followUpOf(pending: KappEvent, endedBy: string): KappEvent {
 /**
  * The object event that runs the App again from the start after `fenced`, a stage event its run's
  * lease moved past ({@link AcquireResult} `fenced`), was dropped: reason `ref-changed`, which
- * forces a run whatever the timer says (`pipeline/reconcile.ts`), because the dropped run may have
+ * forces a run whatever the timer says (`pipeline/app/reconcile.ts`), because the dropped run may have
  * been forced itself (a changed Secret, a new generation whose `Reconciling` it wrote) while the
  * run that moved the lease may have been a resync the timer made a no-op. Its id is derived from
  * the dropped event's (32 hex chars of a sha256): a redelivered stale event sends the same one

@@ -1,7 +1,7 @@
 /**
  * The App a PackageInstall generates from its selected Package (reference §3.11.3, upstream
  * `pkg/packageinstall/app.go` `NewApp` and `packageinstall.go` `reconcileFetchPlaceholderSecrets`
- * / `pkgWithPlaceholderSecrets`). Pure: the install function (`../pipeline/install.ts`) reads
+ * / `pkgWithPlaceholderSecrets`). Pure: the install function (`../pipeline/install/install.ts`) reads
  * and writes.
  *
  * @module

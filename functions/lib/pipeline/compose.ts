@@ -23,8 +23,7 @@ import { ReconcileEventRecorder } from '../observe/events.js';
 import type { ReconcileMetrics } from '../observe/metrics.js';
 import type { ObjectStore } from '../store/port.js';
 import { clusterConfigSource } from './cluster-config.js';
-import type { PipelineConfig, PipelineDeps } from './deps.js';
-import type { ClusterInfoSource } from './template.js';
+import type { ClusterInfoSource, PipelineConfig, PipelineDeps } from './deps.js';
 
 /** Upstream's prefix of a failed version lookup (`pkg/app/app_template.go`). */
 export const KUBERNETES_VERSION_ERROR_PREFIX = 'Unable to get kubernetes version: ';

@@ -7,6 +7,7 @@
 
 import type { DeployStageData, KappEvent, ObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
+import type { PinOptions } from '../deploy/pin-server.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { HttpDownloader } from '../fetch/http-download.js';
 import type { PolledSource } from '../fetch/source-resolve.js';
@@ -16,11 +17,14 @@ import type { RestTransport } from '../kube/transport.js';
 import type { Logger } from '../log.js';
 import type { ReconcileEventRecorder } from '../observe/events.js';
 import type { ReconcileMetrics } from '../observe/metrics.js';
+import type { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
 import type { StageMeter } from '../receipt/meter.js';
 import type { ClusterControllerConfig } from '../reconcile/controller-config.js';
 import { type SecretMask, SecretMask as SecretMaskImpl } from '../reconcile/secret-mask.js';
 import type { ControllerSyncConfig } from '../reconcile/timer.js';
 import type { ObjectStore } from '../store/port.js';
+import type { ClusterInfo } from '../template/downward-api.js';
+import type { requiredClusterInfo } from '../template/plan.js';
 
 /** Runtime configuration of the pipeline (kapp-controller's flags and `kapp-controller-config`). */
 export interface PipelineConfig {
@@ -100,7 +104,7 @@ export interface PipelineConfig {
   /**
    * How often the fleet resolves each polled PackageRepository source (a tag or branch) again,
    * ms: one registry `HEAD` or `git ls-remote` per source per period, whatever the fleet size
-   * (`./source-poll.ts`). Default `DEFAULT_SOURCE_POLL_PERIOD_MS` (60 000).
+   * (`./repo/source-poll.ts`). Default `DEFAULT_SOURCE_POLL_PERIOD_MS` (60 000).
    */
   sourcePollPeriodMs?: number;
   /**
@@ -265,4 +269,31 @@ export interface StageOutput {
   template?: TemplateStageData;
   deploy?: DeployStageData;
   delete?: RunContext;
+}
+
+/**
+ * Live cluster values the template stage may need (helm `--kube-version`, downward API), of
+ * the App's destination cluster: `clusterId`'s own when `destination` is `undefined`, else the
+ * cluster of `destination`, the restricted (and policed) kubeconfig of the App's kubeconfig
+ * Secret, or the `Error` that says why it could not be had (each needed value is then that
+ * error, with the lookup's prefix).
+ */
+export type ClusterInfoSource = (
+  clusterId: string,
+  needs: ReturnType<typeof requiredClusterInfo>,
+  destination?: string | Error,
+) => Promise<ClusterInfo>;
+
+/** Dependencies of the index-repo stage (`./repo/index-repo.ts` `runIndexRepo`): the pipeline's ports plus one of its own. */
+export interface IndexRepoDeps extends PipelineDeps {
+  /** How kapp's API server address is pinned (`packageRepositoryKubeconfig`); default the system resolver. */
+  pinServer?: PinOptions;
+  /** The repository template pipeline. Default `templateRepository` of `../packaging/repo-template.ts` (tests inject a fake). */
+  templateRepository?: typeof defaultTemplateRepository;
+}
+
+/** Dependencies of a function's stage (the index-repo ports are optional). */
+export interface DispatchDeps extends IndexRepoDeps {
+  /** Live cluster values for templates that need them. */
+  clusterInfo: ClusterInfoSource;
 }

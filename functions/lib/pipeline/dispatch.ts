@@ -9,14 +9,15 @@
  * process.
  */
 import { type FunctionName, type KappEvent, targetFunction } from '../../../events/schema.js';
+import type { DispatchDeps } from './deps.js';
 import { route as deployRoute } from './routes/deploy.js';
 import { route as fetchRoute } from './routes/fetch.js';
 import { route as indexRepoRoute } from './routes/index-repo.js';
 import { route as installRoute } from './routes/install.js';
-import type { DispatchDeps, FunctionRoute } from './routes/route.js';
+import type { FunctionRoute } from './routes/route.js';
 import { route as templateRoute } from './routes/template.js';
 
-export type { DispatchDeps } from './routes/route.js';
+export type { DispatchDeps } from './deps.js';
 
 /** Every function's route (`./routes/`), by function. */
 export const ROUTES: Readonly<Record<FunctionName, FunctionRoute>> = Object.freeze({

@@ -53,7 +53,7 @@ import {
 } from '../reconcile/status.js';
 import { withClusterConfig } from './cluster-config.js';
 import type { PipelineDeps } from './deps.js';
-import { writeAppStatus } from './stage.js';
+import { writeAppStatus } from './report.js';
 
 // Below the pipeline so that the planners' runs (`../fetch/run.ts`) name their steps the same way.
 export { InfraError, infraStep } from '../reconcile/infra-step.js';

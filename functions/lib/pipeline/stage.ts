@@ -12,63 +12,35 @@
  *   `../reconcile/status.ts` `summarizeStatus`);
  * - a write that finds the object gone or with a newer spec ends the stage with that outcome.
  *
- * The object a stage works for is described by a {@link StageKind}: the App ({@link APP_KIND}),
- * a PackageRepository (`PKGR_KIND` of `./index-repo.ts`, whose status is the App's without
- * `inspect`, so the same summarizer, bounds and write serve both) or a PackageInstall
- * (`PKGI_KIND` of `./install.ts`, its own status and bounds).
+ * The object a stage works for is described by a {@link StageKind}: the App (`APP_KIND` of
+ * `./app/kind.ts`), a PackageRepository (`PKGR_KIND` of `./repo/index-repo.ts`, whose status is
+ * the App's without `inspect`, so the same summarizer, bounds and write serve both) or a
+ * PackageInstall (`PKGI_KIND` of `./install/install.ts`, its own status and bounds).
  *
- * Both ends of a run are framed here too: {@link openRun} is the first step of every object
- * event (read, the failed status of an object our schema rejects, delete, hold, due, and
- * `Reconciling` on a spec change), as `pkg/app/app_reconcile.go` `Reconcile` is one switch; a
- * delete path opens with {@link openDelete} (`Deleting`) and ends with {@link closeDelete}.
- * The frame's own pieces live here as well: THE App status write ({@link writeAppStatus} and its
- * bounds), the stage-run log line ({@link stageTimer}), the run's observer ({@link observerOf})
- * and a failed run's Event text ({@link eventErrorText}).
+ * Both ends of a run are framed in `./run.ts` ({@link openRun} is the first step of every object
+ * event; {@link openDelete} and {@link closeDelete} frame a delete path); what a run reports (THE
+ * App status write, the stage-run log line, the observer, a failed run's Event text) is
+ * `./report.ts`.
  */
+
 import type { ObjectEventData, ObjectRef, StageRun } from '../../../events/schema.js';
-import { type AppStatus, Finalizer, type ParseResult, parseApp } from '../api/index.js';
+import type { AppStatus, ParseResult } from '../api/index.js';
 import type { FetchView, KubeObject, KubeReader, ResourceRef } from '../kube/port.js';
-import {
-  type KnownObject,
-  type RunFence,
-  type StatusBounds,
-  type StatusWriteResult,
-  writeStatus,
-} from '../kube/status-write.js';
-import { logStageRun, type StageOutcome } from '../log.js';
-import {
-  isFirstReconcile,
-  type ReconcileCounts,
-  type ReconcileObserver,
-  reconcileObserver,
-} from '../observe/reconcile.js';
-import { resultFromError, type StageResult } from '../reconcile/result.js';
+import type { KnownObject, RunFence, StatusWriteResult } from '../kube/status-write.js';
+import type { StageOutcome } from '../log.js';
+import type { ReconcileObserver } from '../observe/reconcile.js';
+import type { StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import {
-  cutForEvent,
-  markDeleteCompleted,
-  markDeleting,
-  markPausedOrCanceled,
-  markReconciling,
-  omitEmptyStatusFields,
-  type RunParts,
-  type StagePart,
-  summarizeStatus,
-  usefulErrorMessage,
-  writesImmediately,
-} from '../reconcile/status.js';
-import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
-import { isReadyAt } from '../reconcile/timer.js';
-import type { DeployStatus } from '../reconcile/types.js';
+import { cutForEvent, type RunParts, type StagePart, summarizeStatus, writesImmediately } from '../reconcile/status.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
-import { hasRollbackAnnotation } from './receipts.js';
-import { appRef, type LoadedApp, objectKey } from './stage-inputs.js';
+import { eventErrorText, observerOf, stageTimer, writeAppStatus } from './report.js';
+import { type LoadedApp, objectKey } from './stage-inputs.js';
 
 /** Why a stage stops without work: the object is gone or recreated, has a newer spec, or is paused. */
 export type StageStop = 'gone' | 'stale' | 'paused';
 
 /** Tolerance for a resync event that arrives a little before the timer says due, ms. */
-const RESYNC_EARLY_TOLERANCE_MS = 1000;
+export const RESYNC_EARLY_TOLERANCE_MS = 1000;
 
 /** What {@link StageKind.due} decides on. */
 export interface DueInput<L> {
@@ -171,42 +143,6 @@ export interface StageKind<L extends { raw: KubeObject }, S = AppStatus> {
     read?: KnownObject,
   ): Promise<StatusWriteResult>;
 }
-
-/**
- * The App as a {@link StageKind}: `spec.paused` or `spec.canceled` hold it; the deletion is
- * checked first; forced by a spec change, `added`, `ref-changed` (a referenced Secret/ConfigMap
- * changed, upstream's force flag), `modified` of an App with the rollback annotations of
- * `./receipts.ts` (they changed), or a run left `Reconciling` where none can be in flight
- * (`config.oneRunPerObject`, the embedded queue: that run was lost); else due by the App timer.
- * `resync` relies on the timer, so a duplicated resync event after a run is a no-op.
- */
-export const APP_KIND: StageKind<LoadedApp> = {
-  ref: appRef,
-  ...parsedReads(parseApp, (raw, app) => ({ raw, app })),
-  held: ({ app }) => Boolean(app.spec.canceled || app.spec.paused),
-  markHeld: (status, generation) => markPausedOrCanceled(status, generation),
-  status: ({ app }) => app.status,
-  invalid: (status, generation, message) =>
-    summarizeStatus(status, generation, {}, resultFromError(message, 'Reconciling: ')),
-  finalizers: [Finalizer.App],
-  due: ({ loaded: { raw, app }, reason, specChanged, generation, key, soon, deps }) => {
-    // Only where no other run of this App can be in flight (`oneRunPerObject`): its run was lost.
-    const lostRun = !specChanged && deps.config.oneRunPerObject === true && writesImmediately(app.status);
-    if (lostRun) deps.log.warn({ object: key, generation, reason }, 'run left in flight (Reconciling); running again');
-    // `modified` with the spec unchanged on an App with rollback annotations: they changed (the
-    // forwarder's App change key), so the App is deployed from (or back off) a receipt's render at
-    // once. For any other App a `modified` of the same generation is a duplicate: no run.
-    const forced =
-      specChanged ||
-      lostRun ||
-      reason === 'added' ||
-      reason === 'ref-changed' ||
-      (reason === 'modified' && hasRollbackAnnotation(raw));
-    return forced || isReadyAt(app, soon, { config: deps.config.timer });
-  },
-  reconciling: { mark: (status, generation) => markReconciling(status, generation) },
-  write: (kube, ref, fence, mutate, mask, read) => writeAppStatus(kube, ref, fence, mutate, mask, read),
-};
 
 /**
  * `load` and `parse` of a kind read through its schema parser (`../api/parse.ts`): a read that
@@ -467,7 +403,7 @@ export interface CloseStageInput {
   /** Tool runs and time of the stage, for the log line. */
   tools: { runs: number; ms: number };
   /**
-   * Keeps the run's receipt once its final status is written (`receiptOnEnd`, `./receipts.ts`),
+   * Keeps the run's receipt once its final status is written (`receiptOnEnd`, `./app/receipts.ts`),
    * with the run's error text as the status says it; run alongside the run's Events, after the
    * status write, so a receipt never delays the status.
    */
@@ -572,361 +508,4 @@ export async function closeHandingOn<L extends { raw: KubeObject }>(
   if (!closed.next) return undefined;
   if (handsOnFailure) return 'failure';
   return artifactKey !== undefined ? 'artifact' : undefined;
-}
-/**
- * The size discipline of every App status write (`reconcile/status-budget.ts`): the status is
- * fitted to the object's budget ({@link statusBudgetFor}: 1 MiB, less when the spec is large),
- * and a status the API server still rejects as too large is replaced by
- * {@link tooLargeStatus} (`ReconcileFailed`, or `DeleteFailed` during a delete, with a short
- * message) instead of being retried.
- *
- * @param generation - `observedGeneration` of the fallback status (the run's generation).
- */
-export function appStatusBounds(generation: number): StatusBounds<AppStatus> {
-  return {
-    fit: (status, object) =>
-      fitStatus(status, statusBudgetFor(object as unknown as Record<string, unknown>), generation),
-    tooLarge: (current, attempted, error) =>
-      omitEmptyStatusFields(tooLargeStatus(current, attempted, generation, error.message)),
-  };
-}
-
-/**
- * Writes a status computed from the current one, fenced by the run (see `writeStatus`), with
- * upstream's `omitempty` fields dropped when empty ({@link omitEmptyStatusFields}). THE one
- * path of App status writes: every status is bounded by {@link appStatusBounds} here, and,
- * with `mask`, every string of it has the run's Secret values masked (a last pass: stages mask
- * each tool result as it returns, before any cut, see `../reconcile/secret-mask.ts`).
- *
- * @param read - the object as just read, planned on instead of a first GET (see `writeStatus`)
- */
-export async function writeAppStatus(
-  kube: FetchView,
-  ref: ResourceRef,
-  fence: RunFence,
-  mutate: (current: AppStatus | undefined) => AppStatus,
-  mask?: SecretMask,
-  read?: { object: KubeObject | undefined },
-): Promise<StatusWriteResult> {
-  return await writeStatus<AppStatus>(
-    kube,
-    ref,
-    fence,
-    (cur) => omitEmptyStatusFields(mask ? mask.deep(mutate(cur)) : mutate(cur)),
-    appStatusBounds(fence.generation),
-    read,
-  );
-}
-
-/** Helper for one stage-run log line and its timing. */
-export function stageTimer(deps: PipelineDeps, stage: string, object: string, generation: number) {
-  const started = performance.now();
-  return (outcome: StageOutcome, extra: { error?: string; tools?: { runs: number; ms: number } } = {}) =>
-    logStageRun(deps.log, {
-      object,
-      stage,
-      generation,
-      durationMs: Math.round(performance.now() - started),
-      outcome,
-      ...extra,
-    });
-}
-
-/**
- * The observer (metrics and Events, `../observe/reconcile.ts`) of a run of `object`, with the
- * pipeline's sinks and the Event writer of the object's cluster (looked up when an Event is
- * written, so the embedded runtime's leadership gate applies).
- *
- * @param status - the object's status as the run found it (decides `firstReconcile`).
- */
-export function observerOf(
-  deps: PipelineDeps,
-  object: Pick<ObjectRef, 'clusterId' | 'kind' | 'apiVersion' | 'namespace' | 'name' | 'uid'>,
-  status: ReconcileCounts | null | undefined,
-): ReconcileObserver {
-  return reconcileObserver(
-    {
-      metrics: deps.metrics,
-      events: deps.events,
-      eventWriter: () => deps.clusters.eventWriter?.(object.clusterId),
-      log: deps.log,
-    },
-    object,
-    isFirstReconcile(status),
-  );
-}
-
-/**
- * The error text of a failed run's `ReconcileFailed` / `DeleteFailed` Event: what the status's
- * `usefulErrorMessage` shows (the failing tool's stderr, else the stage-prefixed error; the text
- * kapp's wait rule reports for an App), redacted with the run's mask and without the final
- * newline. The stage error alone ("Templating dir: Error (see .status.usefulErrorMessage for
- * details)") would send Event readers back to the status.
- */
-export function eventErrorText(result: Pick<StageResult, 'error' | 'stderr'>, mask: SecretMask): string {
-  return mask.redact(usefulErrorMessage(result.error ?? '', result.stderr)).trimEnd();
-}
-
-/** An object event's run as {@link openRun} opened it: the object as read, its fence, log line and observer. */
-export interface OpenedRun<V extends FetchView, L extends { raw: KubeObject }, S = AppStatus> {
-  /** The view of the object's cluster the run holds. */
-  kube: V;
-  /** The object's Kubernetes reference. */
-  ref: ResourceRef;
-  /** The object as read (uid, generation, resourceVersion and namespace of the live object). */
-  object: ObjectRef;
-  /** The run's fence: the live uid and generation. */
-  fence: RunFence;
-  /** The object as read. */
-  loaded: L;
-  /** The kind of object. */
-  kind: StageKind<L, S>;
-  /** The log line of the open step (still open for a kind that {@link StageKind.keepsRunLine}). */
-  done: StageDone;
-  /** Metrics and Events of the run (`init` done). */
-  observe: ReconcileObserver;
-  /** The object as stored now: as read, or as the `Reconciling` write left it. */
-  latest: KubeObject;
-  /** When the run started (`run.startedAt`). */
-  startedAt: Date;
-}
-
-/**
- * What {@link openRun} found. Every state but `deleting` and `run` ended the event (its log line
- * written): `gone` (no object, or deleted without our finalizer), `invalid` (a failed status
- * written), `held` (paused or canceled: marked), `not-due` (a no-op), `stale` (the `Reconciling`
- * write found a newer spec or the object gone).
- */
-export type OpenRun<V extends FetchView, L extends { raw: KubeObject }, S = AppStatus> =
-  | { state: 'gone' | 'invalid' | 'held' | 'not-due' | 'stale' }
-  | { state: 'deleting'; run: OpenedRun<V, L, S> }
-  | {
-      state: 'run';
-      run: OpenedRun<V, L, S>;
-      /**
-       * The `Reconciling` write of a spec change written alongside the run
-       * ({@link StageKind.reconciling} `alongside`): await it before anything else is written.
-       */
-      reconciling?: Promise<StatusWriteResult>;
-    };
-
-/** What {@link openRun} takes. */
-export interface OpenRunInput<V extends FetchView, L extends { raw: KubeObject }, S> {
-  /** The open step's name, for its log line (`reconcile`, `install`). */
-  stage: string;
-  /** The object event. */
-  event: ObjectEventData;
-  /** The view the run holds, for the object's cluster. */
-  view: (clusterId: string) => V;
-  /** The kind of object. */
-  kind: StageKind<L, S>;
-}
-
-/**
- * The first step of every object event, as `pkg/app/app_reconcile.go` `Reconcile` (and
- * `pkg/pkgrepository/app_reconcile.go`, `pkg/packageinstall/packageinstall.go`): re-reads the
- * object (functions never trust the event's copy: events are references) and decides what the
- * event means:
- *
- * - gone → nothing;
- * - rejected by our schema → a failed reconcile in status ({@link StageKind.invalid});
- * - upstream `InitMetrics`, on every reconcile of a live object;
- * - `deletionTimestamp` → `deleting` when one of the kind's finalizers is on it, else gone;
- * - held (paused, canceled) → `observedGeneration` + the kind's paused text, nothing else
- *   (checked before the deletion for a kind that {@link StageKind.holdsDelete});
- * - not forced and not due by the kind's timer → a no-op (no tool, no write);
- * - otherwise a run: `Reconciling` is written when the spec changed
- *   (`generation != observedGeneration`), else deferred to the end (§3.4).
- *
- * @returns the state, with the opened run for `deleting` and `run`.
- * @throws KubeApiError when the read or a status write fails (the transport retries the event).
- */
-export async function openRun<
-  V extends FetchView,
-  L extends { raw: KubeObject },
-  S extends ReconcileCounts & { observedGeneration?: number },
->(deps: PipelineDeps, input: OpenRunInput<V, L, S>): Promise<OpenRun<V, L, S>> {
-  const { event: ev, kind } = input;
-  const kube = input.view(ev.clusterId);
-  const ref = kind.ref(ev);
-  const key = objectKey(ev);
-  const done = stageTimer(deps, input.stage, key, ev.generation);
-  const read = await kind.load(kube, ref);
-  if (read.kind === 'gone') {
-    done('gone');
-    return { state: 'gone' };
-  }
-  if (read.kind === 'invalid') {
-    const meta = read.raw.metadata;
-    const fence = { uid: meta.uid, generation: meta.generation ?? 0 };
-    const failed = (cur: S | undefined) => kind.invalid(cur, fence.generation, read.message);
-    await kind.write(kube, ref, fence, failed, undefined, { object: read.raw });
-    done('failed', { error: read.message });
-    return { state: 'invalid' };
-  }
-  const { loaded } = read;
-  const { raw } = loaded;
-  const meta = raw.metadata;
-  const generation = meta.generation ?? 0;
-  const fence = { uid: meta.uid, generation };
-  const object: ObjectRef = {
-    clusterId: ev.clusterId,
-    kind: ref.kind as ObjectRef['kind'],
-    apiVersion: raw.apiVersion,
-    namespace: meta.namespace ?? ev.namespace,
-    name: meta.name,
-    uid: meta.uid,
-    generation,
-    resourceVersion: meta.resourceVersion,
-  };
-  const observe = observerOf(deps, object, kind.status(loaded));
-  observe.init();
-  const opened = { kube, ref, object, fence, loaded, kind, done, observe, latest: raw, startedAt: deps.now() };
-  const hold = async (): Promise<{ state: 'held' }> => {
-    await kind.write(kube, ref, fence, (cur) => kind.markHeld(cur, generation), undefined, { object: raw });
-    done('paused');
-    return { state: 'held' };
-  };
-  if (kind.holdsDelete && kind.held(loaded)) return await hold();
-  if (meta.deletionTimestamp) {
-    const ours = kind.finalizers.some((f) => (meta.finalizers ?? []).includes(f));
-    if (!ours || !kind.keepsRunLine) done(ours ? 'deleted' : 'gone');
-    return ours ? { state: 'deleting', run: opened } : { state: 'gone' };
-  }
-  if (kind.held(loaded)) return await hold();
-  const specChanged = kind.status(loaded)?.observedGeneration !== generation;
-  const soon = new Date(deps.now().getTime() + RESYNC_EARLY_TOLERANCE_MS);
-  if (!(await kind.due({ loaded, reason: ev.reason, specChanged, generation, key, kube, soon, deps }))) {
-    done('noop');
-    return { state: 'not-due' };
-  }
-  let reconciling: Promise<StatusWriteResult> | undefined;
-  if (specChanged && kind.reconciling) {
-    const { mark, alongside } = kind.reconciling;
-    // The object was just read: the status write plans on it, no second read.
-    const w = kind.write(kube, ref, fence, (cur) => mark(cur, generation), undefined, { object: raw });
-    if (alongside) {
-      reconciling = w;
-      reconciling.catch(() => {}); // its failure is thrown where it is awaited
-    } else {
-      const written = await w;
-      if (written.outcome === 'gone' || written.outcome === 'stale') {
-        done(written.outcome);
-        return { state: 'stale' };
-      }
-      if (written.object) opened.latest = written.object;
-    }
-  }
-  if (!kind.keepsRunLine) {
-    done('succeeded');
-    // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event).
-    await observe.started();
-  }
-  return { state: 'run', run: opened, ...(reconciling ? { reconciling } : {}) };
-}
-
-/**
- * A status write of an opened run ({@link openRun}): the kind's write, fenced on the run.
- *
- * @returns what `writeStatus` returns.
- * @throws what `writeStatus` throws.
- */
-export function writeRunStatus<S>(
-  run: Pick<OpenedRun<FetchView, { raw: KubeObject }, S>, 'kube' | 'ref' | 'fence' | 'kind'>,
-  mutate: (current: S | undefined) => S,
-): Promise<StatusWriteResult> {
-  return run.kind.write(run.kube, run.ref, run.fence, mutate);
-}
-
-/** An open delete path ({@link openDelete}): what {@link closeDelete} ends it with. */
-export interface DeleteFrame<V extends FetchView> {
-  /** The view the delete holds. */
-  kube: V;
-  /** The object's Kubernetes reference. */
-  ref: ResourceRef;
-  /** The live uid and generation every write of the delete is fenced on. */
-  fence: RunFence;
-  /** The kind of object (its `DeleteFailed` Event text). */
-  kind: Pick<StageKind<{ raw: KubeObject }>, 'deleteEventText'>;
-  /** The run's Secret values, masked in all it writes. */
-  mask: SecretMask;
-  /** The `delete` log line. */
-  done: StageDone;
-  /** Metrics and Events of the delete (`deleting` counted). */
-  observe: ReconcileObserver;
-  /** When the delete started (`status.deploy.startedAt` of its kapp run). */
-  startedAt: Date;
-  /** The `Deleting` write, started by {@link openDelete}: await it before the delete's next write. */
-  deleting: Promise<StatusWriteResult>;
-}
-
-/**
- * Opens a delete path (`reconcileDelete`): counts the deletion (`observe.deleting`) and starts
- * the `Deleting` write, planned on the object as just read; the caller awaits
- * {@link DeleteFrame.deleting} before its next write (a PackageRepository checks kapp's records
- * meanwhile, so kapp does not wait for a status write of an object that may hold ~1 MB inline).
- *
- * @param opened.done - the delete's log line; default `delete` of the object's generation.
- */
-export function openDelete<V extends FetchView>(
-  deps: PipelineDeps,
-  kind: DeleteFrame<V>['kind'],
-  opened: {
-    kube: V;
-    ref: ResourceRef;
-    object: ObjectRef;
-    raw: KubeObject;
-    observe: ReconcileObserver;
-    done?: StageDone;
-  },
-): DeleteFrame<V> {
-  const { kube, ref, object, raw, observe } = opened;
-  observe.deleting();
-  const fence = { uid: raw.metadata.uid, generation: raw.metadata.generation ?? 0 };
-  const done = opened.done ?? stageTimer(deps, 'delete', objectKey(object), object.generation);
-  const mask = secretMaskOf(deps);
-  const startedAt = deps.now();
-  const deleting = writeAppStatus(kube, ref, fence, (cur) => markDeleting(cur, fence.generation), undefined, {
-    object: raw,
-  });
-  deleting.catch(() => {}); // its failure is thrown where it is awaited
-  return { kube, ref, fence, kind, mask, done, observe, startedAt, deleting };
-}
-
-/**
- * Ends a delete path: on success `finalize` (the finalizers removed, and what the kind keeps
- * until then), the `deleted` log line and Event; on failure `DeleteFailed` with the delete's
- * `status.deploy` (the finalizers stay: retried with the failure backoff), the `failed` line and
- * the `DeleteFailed` Event.
- *
- * @param input.deploy - `status.deploy` of the failed delete.
- * @throws what the status write or `finalize` throws (the transport retries the event).
- */
-export async function closeDelete(
-  frame: DeleteFrame<FetchView>,
-  input: {
-    result: StageResult;
-    deploy: () => DeployStatus;
-    tools: { runs: number; ms: number };
-    finalize: () => Promise<void>;
-  },
-): Promise<void> {
-  const { fence, mask, done, observe } = frame;
-  const { result, tools } = input;
-  if (!result.error) {
-    await input.finalize();
-    done('deleted', { tools });
-    await observe.deleteCompleted(undefined);
-    return;
-  }
-  const deploy = input.deploy();
-  await writeAppStatus(
-    frame.kube,
-    frame.ref,
-    fence,
-    (cur) => markDeleteCompleted(summarizeStatus(cur, fence.generation, { deploy }), result),
-    mask,
-  );
-  done('failed', { error: mask.redact(result.error), tools });
-  await observe.deleteCompleted((frame.kind.deleteEventText ?? eventErrorText)(result, mask));
 }

@@ -3,7 +3,7 @@
  * `sops.go` `Decrypt`): each tool step in order, piping a step's stdout into the next, and the
  * sops step decrypting `*.sops.y(a)ml` in place. The planners (`./plan.ts`, `./sops.ts`, ...)
  * decide the argv, files and environment; this module only writes those files and runs the
- * tools. The template stage (`../pipeline/template.ts`) decides when, with which inputs, and
+ * tools. The template stage (`../pipeline/app/template.ts`) decides when, with which inputs, and
  * what the result means for the App.
  *
  * @module

@@ -13,8 +13,7 @@ import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../../funct
 import { packDir } from '../../../functions/lib/artifact/tarball.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../../functions/lib/exec/runner.js';
-import type { PipelineConfig } from '../../../functions/lib/pipeline/deps.js';
-import type { DispatchDeps } from '../../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps, PipelineConfig } from '../../../functions/lib/pipeline/deps.js';
 import type { MemoryStore } from '../../../functions/lib/store/memory.js';
 import { FakeCluster } from './fake-cluster.js';
 import { stageDeps } from './stage-deps.js';

@@ -9,8 +9,7 @@ import path from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
 import type { FakeCommandRunner } from '../../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../../functions/lib/log.js';
-import type { PipelineConfig } from '../../../functions/lib/pipeline/deps.js';
-import type { DispatchDeps } from '../../../functions/lib/pipeline/dispatch.js';
+import type { DispatchDeps, PipelineConfig } from '../../../functions/lib/pipeline/deps.js';
 import { MemoryStore } from '../../../functions/lib/store/memory.js';
 
 /**

@@ -5,8 +5,8 @@
  * @module
  */
 import { deployEvent, EVENT_TYPES } from '../../../../events/schema.js';
-import { runDelete } from '../delete.js';
-import { runDeploy } from '../deploy.js';
+import { runDelete } from '../app/delete.js';
+import { runDeploy } from '../app/deploy.js';
 import { type FunctionRoute, unhandled } from './route.js';
 
 /** {@link FunctionRoute} of the deploy function. */

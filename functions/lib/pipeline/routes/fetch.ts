@@ -5,7 +5,7 @@
  * @module
  */
 import { EVENT_TYPES } from '../../../../events/schema.js';
-import { handleAppEvent } from '../reconcile.js';
+import { handleAppEvent } from '../app/reconcile.js';
 import { type FunctionRoute, nextEvent, unhandled } from './route.js';
 
 /** {@link FunctionRoute} of the fetch function. */

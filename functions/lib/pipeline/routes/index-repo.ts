@@ -5,8 +5,8 @@
  * @module
  */
 import { EVENT_TYPES } from '../../../../events/schema.js';
-import { runIndexRepo } from '../index-repo.js';
-import { pollSources } from '../source-poll.js';
+import { runIndexRepo } from '../repo/index-repo.js';
+import { pollSources } from '../repo/source-poll.js';
 import { type FunctionRoute, unhandled } from './route.js';
 
 /** {@link FunctionRoute} of the index-repo function. */

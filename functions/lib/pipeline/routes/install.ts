@@ -6,8 +6,8 @@
  * @module
  */
 import { EVENT_TYPES } from '../../../../events/schema.js';
-import { runInstall } from '../install.js';
-import { fanOutRepoIndexed } from '../install-fanout.js';
+import { runInstall } from '../install/install.js';
+import { fanOutRepoIndexed } from '../install/install-fanout.js';
 import { type FunctionRoute, unhandled } from './route.js';
 
 /** {@link FunctionRoute} of the install function. */

@@ -7,16 +7,8 @@
  * @module
  */
 import { deleteEvent, deployEvent, type KappEvent, templateEvent } from '../../../../events/schema.js';
-import type { PipelineDeps, StageOutput } from '../deps.js';
-import type { IndexRepoDeps } from '../index-repo.js';
-import type { PollSummary } from '../source-poll.js';
-import type { ClusterInfoSource } from '../template.js';
-
-/** Dependencies of a function's stage (the index-repo ports are optional). */
-export interface DispatchDeps extends IndexRepoDeps {
-  /** Live cluster values for templates that need them. */
-  clusterInfo: ClusterInfoSource;
-}
+import type { DispatchDeps, PipelineDeps, StageOutput } from '../deps.js';
+import type { PollSummary } from '../repo/index.js';
 
 /**
  * Runs the stage `event` is for.

@@ -5,7 +5,7 @@
  * @module
  */
 import { EVENT_TYPES } from '../../../../events/schema.js';
-import { runTemplate } from '../template.js';
+import { runTemplate } from '../app/template.js';
 import { type FunctionRoute, nextEvent, unhandled } from './route.js';
 
 /** {@link FunctionRoute} of the template function. */

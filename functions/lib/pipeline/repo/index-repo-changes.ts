@@ -2,10 +2,10 @@
  * What a PackageRepository reconcile changed, told to the PackageInstalls (event-driven upgrades
  * in a cluster, docs/decisions.md D8): after a successful deploy (or delete) the index-repo
  * function compares the versions it now deployed with those it deployed before (the
- * repository's pointer, `../packaging/repo-index.ts` {@link RepoPointer}), records the new
+ * repository's pointer, `../../packaging/repo-index.ts` {@link RepoPointer}), records the new
  * ones, and, when a refName gained or lost versions, hands a `repo.indexed` event on. The
  * install function turns it into one `ref-changed` event per PackageInstall the change may move
- * (`./install-fanout.ts`), so they reconcile at once instead of after a timer.
+ * (`../install/install-fanout.ts`), so they reconcile at once instead of after a timer.
  *
  * Upstream reaches the same end differently: its PackageInstall controller watches Packages
  * (`packageinstall_version_handler.go`) and enqueues the PackageInstalls of a created, updated
@@ -36,8 +36,8 @@ import {
   type RepoIndexedData,
   type RepoIndexedEvent,
   repoIndexedEvent,
-} from '../../../events/schema.js';
-import { repoIndexKey } from '../artifact/keys.js';
+} from '../../../../events/schema.js';
+import { repoIndexKey } from '../../artifact/keys.js';
 import {
   diffRepoVersions,
   type RepoPointer,
@@ -47,9 +47,9 @@ import {
   readRepositoryVersions,
   repoPointerKey,
   writeRepoPointer,
-} from '../packaging/repo-index.js';
-import type { PipelineDeps } from './deps.js';
-import { infraStep } from './retry-bound.js';
+} from '../../packaging/repo-index.js';
+import type { PipelineDeps } from '../deps.js';
+import { infraStep } from '../retry-bound.js';
 
 /** What a successful repository run deployed: the index digest (when indexed for the fleet) and its versions. */
 export interface DeployedVersions {

@@ -1,22 +1,30 @@
 /**
  * The delete path of an App (`pkg/app/app_reconcile.go` `reconcileDelete`, `app_deploy.go`
  * `delete`), run by the deploy function for the `delete` hand-off of the reconcile step: on the
- * stage frame's delete ends (`./stage.ts` `openDelete`, `closeDelete`), `Deleting`, then
+ * stage frame's delete ends (`../stage.ts` `openDelete`, `closeDelete`), `Deleting`, then
  * `kapp delete` (skipped for `noopDelete` and for namespaces being deleted), then the finalizer
  * is removed.
  */
-import { type App, Finalizer } from '../api/index.js';
-import { appKappDeploy, KAPP_ERROR_PREFIX, kappDeleteCommand, UNSUPPORTED_DEPLOY_MESSAGE } from '../deploy/index.js';
-import { runKapp } from '../deploy/run.js';
-import { UrlPolicyError } from '../fetch/url-policy.js';
-import type { DeployView } from '../kube/port.js';
-import { attachError, KappControllerError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
-import { deployStatus, summarizeStatus } from '../reconcile/status.js';
+import { type App, Finalizer } from '../../api/index.js';
+import { appKappDeploy, KAPP_ERROR_PREFIX, kappDeleteCommand, UNSUPPORTED_DEPLOY_MESSAGE } from '../../deploy/index.js';
+import { runKapp } from '../../deploy/run.js';
+import { UrlPolicyError } from '../../fetch/url-policy.js';
+import type { DeployView } from '../../kube/port.js';
+import {
+  attachError,
+  KappControllerError,
+  outcomeOf,
+  resultFromError,
+  type StageResult,
+} from '../../reconcile/result.js';
+import { deployStatus, summarizeStatus } from '../../reconcile/status.js';
+import type { PipelineDeps, RunContext } from '../deps.js';
+import { observerOf, stageTimer, writeAppStatus } from '../report.js';
+import { closeDelete, openDelete } from '../run.js';
+import { appRef, loadApp, objectKey } from '../stage-inputs.js';
 import { deployRecordKey } from './deploy.js';
-import type { PipelineDeps, RunContext } from './deps.js';
+import { APP_KIND } from './kind.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
-import { APP_KIND, closeDelete, observerOf, openDelete, stageTimer, writeAppStatus } from './stage.js';
-import { appRef, loadApp, objectKey } from './stage-inputs.js';
 
 /** A namespace that is being deleted or already gone. */
 async function terminating(kube: DeployView, name: string): Promise<boolean> {

@@ -2,7 +2,7 @@
  * The fetch stage (`pkg/app/app_fetch.go`): run `vendir sync` for `spec.fetch` into a scratch
  * directory laid out as kapp-controller does (entry i in `"<i>"` or its `path`), pack the
  * result as a deterministic tarball stored by sha256, and hand the template stage its key. The
- * run itself (planning, http sources, vendir, retries, storing) is `../fetch/run.ts`; this file
+ * run itself (planning, http sources, vendir, retries, storing) is `../../fetch/run.ts`; this file
  * decides the cache and what the result means for the App.
  *
  * Same inputs are not fetched twice: when every source is pinned (a commit sha, an image
@@ -12,23 +12,24 @@
  * Fetch holds only a {@link FetchView}: it reads the App and the Secrets/ConfigMaps the
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
-import { fetchIsPrivate } from '../api/index.js';
-import { fetchCacheKey } from '../artifact/keys.js';
-import { inspectsAfterFailure } from '../deploy/kapp.js';
-import { fetchSecretName, pinnedFetchIdentity } from '../fetch/pinned.js';
-import { fetchPassesUrlPolicy, fetchWithVendir, type VendirFetch } from '../fetch/run.js';
-import type { KubeObject } from '../kube/port.js';
-import { readingRefsOnce } from '../kube/views.js';
-import { fetchConfigDigest } from '../reconcile/controller-config.js';
-import { redactSecrets } from '../reconcile/redact.js';
-import { resultFromError, type StageResult, withCAHint } from '../reconcile/result.js';
-import { fetchPart, toEventPart } from '../reconcile/status.js';
-import { cachedStageRun, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from './artifacts.js';
-import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
+import { fetchIsPrivate } from '../../api/index.js';
+import { fetchCacheKey } from '../../artifact/keys.js';
+import { inspectsAfterFailure } from '../../deploy/kapp.js';
+import { fetchSecretName, pinnedFetchIdentity } from '../../fetch/pinned.js';
+import { fetchPassesUrlPolicy, fetchWithVendir, type VendirFetch } from '../../fetch/run.js';
+import type { KubeObject } from '../../kube/port.js';
+import { readingRefsOnce } from '../../kube/views.js';
+import { fetchConfigDigest } from '../../reconcile/controller-config.js';
+import { redactSecrets } from '../../reconcile/redact.js';
+import { resultFromError, type StageResult, withCAHint } from '../../reconcile/result.js';
+import { fetchPart, toEventPart } from '../../reconcile/status.js';
+import { cachedStageRun, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from '../artifacts.js';
+import type { PipelineDeps, RunContext, StageOutput } from '../deps.js';
+import { infraStep } from '../retry-bound.js';
+import { closeHandingOn, openStage } from '../stage.js';
+import { type LoadedApp, readRefs } from '../stage-inputs.js';
+import { APP_KIND } from './kind.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
-import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeHandingOn, openStage } from './stage.js';
-import { type LoadedApp, readRefs } from './stage-inputs.js';
 
 /** A fetch's outcome: vendir's result (or the cached record's) and the artifact, on success. */
 type Fetched = { result: StageResult; fetchKey?: string };

@@ -1,6 +1,6 @@
 /**
  * The install function's side of event-driven upgrades (docs/decisions.md D8): a `repo.indexed` event
- * (a repository deployed Packages whose versions changed, `./index-repo-changes.ts`) becomes one
+ * (a repository deployed Packages whose versions changed, `../repo/index-repo-changes.ts`) becomes one
  * `ref-changed` object event per PackageInstall the change may move, sent through the runtime's
  * transport (`deps.emit`), each reconciled by `runInstall` under its own ordering key, at once.
  *
@@ -17,15 +17,15 @@
  *
  * @module
  */
-import { type KappEvent, objectEvent, type RepoIndexedEvent } from '../../../events/schema.js';
-import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../api/constants.js';
-import type { PackageInstall } from '../api/packaging.js';
-import { parsePackageInstall } from '../api/parse.js';
-import { PackageInstallResource } from '../api/resources.js';
-import type { RepoVersionChange } from '../packaging/repo-index.js';
-import { listAll, visibleGlobalNamespace } from '../packaging/resolver.js';
-import { highestConstrainedVersion, withExactPrereleaseRule } from '../packaging/versions.js';
-import type { PipelineDeps } from './deps.js';
+import { type KappEvent, objectEvent, type RepoIndexedEvent } from '../../../../events/schema.js';
+import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../../api/constants.js';
+import type { PackageInstall } from '../../api/packaging.js';
+import { parsePackageInstall } from '../../api/parse.js';
+import { PackageInstallResource } from '../../api/resources.js';
+import type { RepoVersionChange } from '../../packaging/repo-index.js';
+import { listAll, visibleGlobalNamespace } from '../../packaging/resolver.js';
+import { highestConstrainedVersion, withExactPrereleaseRule } from '../../packaging/versions.js';
+import type { PipelineDeps } from '../deps.js';
 import { installView } from './install.js';
 
 /**

@@ -9,16 +9,17 @@
  * @module
  */
 
-import type { ObjectRef } from '../../../events/schema.js';
-import type { KubeObject } from '../kube/port.js';
-import { readReceipt } from '../receipt/receipt.js';
-import { KappControllerError, resultFromError } from '../reconcile/result.js';
-import type { ObjectStore } from '../store/port.js';
-import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
+import type { ObjectRef } from '../../../../events/schema.js';
+import type { KubeObject } from '../../kube/port.js';
+import { readReceipt } from '../../receipt/receipt.js';
+import { KappControllerError, resultFromError } from '../../reconcile/result.js';
+import type { ObjectStore } from '../../store/port.js';
+import type { PipelineDeps, RunContext, StageOutput } from '../deps.js';
+import { infraStep } from '../retry-bound.js';
+import { closeStage, openStage } from '../stage.js';
+import type { LoadedApp } from '../stage-inputs.js';
+import { APP_KIND } from './kind.js';
 import { activeRollback, ROLLBACK_TO_ANNOTATION, receiptOnEnd, trailWith } from './receipts.js';
-import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeStage, openStage } from './stage.js';
-import type { LoadedApp } from './stage-inputs.js';
 
 /** A receipt of the App, or `undefined` when it is gone or unreadable (`TypeError`: bad JSON). */
 function storedReceipt(store: ObjectStore, ref: ObjectRef, id: string) {
@@ -43,7 +44,7 @@ export async function runRollback(
   loaded: LoadedApp,
   receiptId: string,
   deps: PipelineDeps,
-  latest?: import('../kube/port.js').KubeObject,
+  latest?: import('../../kube/port.js').KubeObject,
 ): Promise<StageOutput> {
   const receipt = await infraStep('reading the receipt', () => storedReceipt(deps.store, ctx.ref, receiptId));
   const manifestKey = receipt?.inputs.render?.key;

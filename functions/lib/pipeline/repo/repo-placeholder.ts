@@ -2,7 +2,7 @@
  * The placeholder Secret of a PackageRepository (reference §3.12 step 2, upstream
  * `pkg/pkgrepository/reconciler.go` `ReconcileFetchPlaceholderSecrets`): an `image` or
  * `imgpkgBundle` fetch without `secretRef` gets `<name>-fetch-0`
- * (`../packaging/placeholder-secrets.ts`, the same Secret a PackageInstall gets, owned by the
+ * (`../../packaging/placeholder-secrets.ts`, the same Secret a PackageInstall gets, owned by the
  * repository), which secretgen-controller fills with the registry credentials exported to the
  * namespace; the fetch then authenticates with them.
  *
@@ -14,11 +14,11 @@
  *
  * @module
  */
-import type { PackageRepository } from '../api/index.js';
-import { placeholderSecretName, wantsPlaceholder } from '../api/refs.js';
-import type { KubeReader } from '../kube/port.js';
-import { isUnfilledPlaceholder, placeholderSecrets, withPlaceholderRefs } from '../packaging/placeholder-secrets.js';
-import type { PipelineDeps } from './deps.js';
+import type { PackageRepository } from '../../api/index.js';
+import { placeholderSecretName, wantsPlaceholder } from '../../api/refs.js';
+import type { KubeReader } from '../../kube/port.js';
+import { isUnfilledPlaceholder, placeholderSecrets, withPlaceholderRefs } from '../../packaging/placeholder-secrets.js';
+import type { PipelineDeps } from '../deps.js';
 
 /**
  * Creates the repository's placeholder Secret when its fetch wants one (idempotently; errors are
@@ -54,7 +54,7 @@ export async function withRepoPlaceholder(
 /**
  * The repository as its fetch sees it (see {@link withRepoPlaceholder}), without creating the
  * placeholder: `spec.fetch.<source>.secretRef` names it when it holds credentials. Read again
- * before each fetch retry (`./fetch.ts`), where the placeholder being filled meanwhile is what
+ * before each fetch retry (`../app/fetch.ts`), where the placeholder being filled meanwhile is what
  * upstream's retry waits for.
  *
  * @throws KubeApiError when reading the placeholder fails.

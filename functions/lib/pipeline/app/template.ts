@@ -11,19 +11,19 @@
  * Template holds only a {@link FetchView}: tools get no kubeconfig. For an App deploying
  * through its kubeconfig Secret, the stage itself reads the destination cluster's version and
  * API groups (discovery only) with that kubeconfig, under the URL policy. The steps are planned in
- * `../template/plan.ts` and run by `../template/execute.ts`; this file decides the inputs, the
+ * `../../template/plan.ts` and run by `../../template/execute.ts`; this file decides the inputs, the
  * cache and what the result means for the App.
  */
 import { createHash } from 'node:crypto';
 import path from 'node:path';
-import type { TemplateStageData } from '../../../events/schema.js';
+import type { TemplateStageData } from '../../../../events/schema.js';
 import {
   type App,
   type AppTemplate,
   referencedConfigMaps,
   referencedSecrets,
   templateIsPrivate,
-} from '../api/index.js';
+} from '../../api/index.js';
 import {
   canonicalJson,
   parseArtifactKey,
@@ -32,19 +32,19 @@ import {
   renderToolVersions,
   sha256Hex,
   templateArtifactKey,
-} from '../artifact/keys.js';
-import { isPrivateKey } from '../artifact/sealed.js';
-import { unpackTarball } from '../artifact/tarball.js';
-import { inspectsAfterFailure } from '../deploy/kapp.js';
-import { destinationKubeconfig } from '../deploy/run.js';
-import { templateRootOf } from '../fetch/vendir.js';
-import type { FetchView } from '../kube/port.js';
-import { KappControllerError, MissingArtifactError, type StageResult } from '../reconcile/result.js';
-import type { SecretMask } from '../reconcile/secret-mask.js';
-import { fromEventPart, templatePart, toEventPart } from '../reconcile/status.js';
-import type { ClusterInfo } from '../template/downward-api.js';
-import { runTemplateSteps } from '../template/execute.js';
-import { planTemplate, requiredClusterInfo } from '../template/plan.js';
+} from '../../artifact/keys.js';
+import { isPrivateKey } from '../../artifact/sealed.js';
+import { unpackTarball } from '../../artifact/tarball.js';
+import { inspectsAfterFailure } from '../../deploy/kapp.js';
+import { destinationKubeconfig } from '../../deploy/run.js';
+import { templateRootOf } from '../../fetch/vendir.js';
+import type { FetchView } from '../../kube/port.js';
+import { KappControllerError, MissingArtifactError, type StageResult } from '../../reconcile/result.js';
+import type { SecretMask } from '../../reconcile/secret-mask.js';
+import { fromEventPart, templatePart, toEventPart } from '../../reconcile/status.js';
+import type { ClusterInfo } from '../../template/downward-api.js';
+import { runTemplateSteps } from '../../template/execute.js';
+import { planTemplate, requiredClusterInfo } from '../../template/plan.js';
 import {
   cachedStageRun,
   manifestHasSecret,
@@ -52,29 +52,17 @@ import {
   privateArtifacts,
   readArtifact,
   scopeOf,
-} from './artifacts.js';
-import type { PipelineDeps, StageOutput } from './deps.js';
+} from '../artifacts.js';
+import type { ClusterInfoSource, PipelineDeps, StageOutput } from '../deps.js';
+import { infraStep } from '../retry-bound.js';
+import { closeHandingOn, openHandOff } from '../stage.js';
+import { makeScratch, objectKey, readRefs, removeScratch } from '../stage-inputs.js';
+import { APP_KIND } from './kind.js';
 import { policedKubeconfig } from './kubeconfig-policy.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
-import { infraStep } from './retry-bound.js';
-import { APP_KIND, closeHandingOn, openHandOff } from './stage.js';
-import { makeScratch, objectKey, readRefs, removeScratch } from './stage-inputs.js';
 
 /** A render's outcome: the tools' result (or the cache record's) and the manifest, on success. */
 type Rendered = { result: StageResult; manifestKey?: string };
-
-/**
- * Live cluster values the template stage may need (helm `--kube-version`, downward API), of
- * the App's destination cluster: `clusterId`'s own when `destination` is `undefined`, else the
- * cluster of `destination`, the restricted (and policed) kubeconfig of the App's kubeconfig
- * Secret, or the `Error` that says why it could not be had (each needed value is then that
- * error, with the lookup's prefix).
- */
-export type ClusterInfoSource = (
-  clusterId: string,
-  needs: ReturnType<typeof requiredClusterInfo>,
-  destination?: string | Error,
-) => Promise<ClusterInfo>;
 
 /**
  * The App's destination for {@link ClusterInfoSource}: `undefined` for its own cluster (a

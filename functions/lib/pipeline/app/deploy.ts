@@ -6,13 +6,13 @@
  * `kapp deploy` with the manifest on stdin, streams kapp's output into `status.deploy`
  * every 2 s once kapp starts applying, kills kapp when the App is canceled or deleted, runs
  * `kapp inspect` when asked, and writes the run's final status. The cluster access and the kapp
- * run (progress, cancellation) are `../deploy/run.ts`; this file orchestrates them.
+ * run (progress, cancellation) are `../../deploy/run.ts`; this file orchestrates them.
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { type DeployStageData, MAX_DEPLOY_CONTINUATIONS, type ObjectRef } from '../../../events/schema.js';
-import { type AppStatus, Finalizer } from '../api/index.js';
-import { sha256Hex } from '../artifact/keys.js';
+import { type DeployStageData, MAX_DEPLOY_CONTINUATIONS, type ObjectRef } from '../../../../events/schema.js';
+import { type AppStatus, Finalizer } from '../../api/index.js';
+import { sha256Hex } from '../../artifact/keys.js';
 import {
   appKappDeploy,
   associatedResources,
@@ -25,7 +25,7 @@ import {
   parseKappAppMeta,
   wantsInspect,
   withKappWaitBudget,
-} from '../deploy/index.js';
+} from '../../deploy/index.js';
 import {
   checkLive,
   type DeployRecord,
@@ -34,12 +34,12 @@ import {
   type RecordInput,
   recordLive,
   reuseBlocker,
-} from '../deploy/live-record.js';
-import { cachedClusterAccess, runKapp } from '../deploy/run.js';
-import { CommandDeadlineError } from '../exec/deadline.js';
-import { CommandCanceledError } from '../exec/runner.js';
-import { UrlPolicyError } from '../fetch/url-policy.js';
-import type { DeployView } from '../kube/port.js';
+} from '../../deploy/live-record.js';
+import { cachedClusterAccess, runKapp } from '../../deploy/run.js';
+import { CommandDeadlineError } from '../../exec/deadline.js';
+import { CommandCanceledError } from '../../exec/runner.js';
+import { UrlPolicyError } from '../../fetch/url-policy.js';
+import type { DeployView } from '../../kube/port.js';
 import {
   attachError,
   MissingArtifactError,
@@ -47,7 +47,7 @@ import {
   resultFromError,
   type StageResult,
   withFriendlyYAMLStrings,
-} from '../reconcile/result.js';
+} from '../../reconcile/result.js';
 import {
   deployStatus,
   failedPartResult,
@@ -57,24 +57,18 @@ import {
   markReconciling,
   type RunParts,
   summarizeStatus,
-} from '../reconcile/status.js';
-import type { DeployStatus } from '../reconcile/types.js';
-import { privateArtifacts, readArtifact, scopeOf } from './artifacts.js';
-import { type PipelineDeps, secretMaskOf } from './deps.js';
+} from '../../reconcile/status.js';
+import type { DeployStatus } from '../../reconcile/types.js';
+import { privateArtifacts, readArtifact, scopeOf } from '../artifacts.js';
+import { type PipelineDeps, secretMaskOf } from '../deps.js';
+import { stageTimer, writeAppStatus } from '../report.js';
+import { infraStep } from '../retry-bound.js';
+import { closeStage, openHandOff, type StageFrame, writeFrameStatus } from '../stage.js';
+import { appRef, loadApp, makeScratch, objectKey, removeScratch } from '../stage-inputs.js';
+import { APP_KIND } from './kind.js';
 import { policedClusterAccess } from './kubeconfig-policy.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
-import { infraStep } from './retry-bound.js';
 import { rollbackRefusal } from './rollback.js';
-import {
-  APP_KIND,
-  closeStage,
-  openHandOff,
-  type StageFrame,
-  stageTimer,
-  writeAppStatus,
-  writeFrameStatus,
-} from './stage.js';
-import { appRef, loadApp, makeScratch, objectKey, removeScratch } from './stage-inputs.js';
 
 /**
  * Adds the finalizer before kapp runs (`blockDeletion`), deciding on the stage's copy of the App
@@ -102,7 +96,7 @@ async function blockDeletion(frame: StageFrame<DeployView>, uid: string): Promis
 /**
  * Runs the deploy stage for a hand-off from template, or for its own continuation.
  *
- * The function deadline (Lambda: `withDeadline` on the runner, `../exec/deadline.ts`) may stop
+ * The function deadline (Lambda: `withDeadline` on the runner, `../../exec/deadline.ts`) may stop
  * `kapp deploy` while it waits for resources: the stage then writes the progress so far
  * (`status.deploy` unfinished with kapp's output, conditions `Reconciling`) and returns the
  * continuation, which the deploy function sends to its own queue. The follow-up runs

@@ -6,7 +6,7 @@
  * PackageInstall back here (the forwarder's `controlledBy`, `events/forwarder/kinds.ts`).
  *
  * Main flow (§3.11.1): deletion first; the finalizer; `observedGeneration` and `Reconciling`;
- * `spec.values[].secretRef` validated; the Package selected (`../packaging/select.ts`);
+ * `spec.values[].secretRef` validated; the Package selected (`../../packaging/select.ts`);
  * `status.version`; the downgrade guard; `status.lastAttemptedVersion`; then the App is created
  * (with its placeholder Secrets) or updated, and its status mirrored (§3.11.5). The status is
  * written once, at the end, as upstream's deferred `updateStatus`.
@@ -24,12 +24,12 @@
  *
  * @module
  */
-import type { ObjectEvent, ObjectRef } from '../../../events/schema.js';
-import type { Condition } from '../api/common.js';
-import { Annotation, Finalizer } from '../api/constants.js';
-import type { Package } from '../api/datapackaging.js';
-import type { PackageInstall, PackageInstallStatus } from '../api/packaging.js';
-import { parsePackageInstall } from '../api/parse.js';
+import type { ObjectEvent, ObjectRef } from '../../../../events/schema.js';
+import type { Condition } from '../../api/common.js';
+import { Annotation, Finalizer } from '../../api/constants.js';
+import type { Package } from '../../api/datapackaging.js';
+import type { PackageInstall, PackageInstallStatus } from '../../api/packaging.js';
+import { parsePackageInstall } from '../../api/parse.js';
 import {
   ConflictError,
   GoneError,
@@ -38,23 +38,24 @@ import {
   type KubeObject,
   PACKAGING_API_VERSION,
   type ResourceRef,
-} from '../kube/port.js';
-import { type StatusBounds, writeStatus } from '../kube/status-write.js';
+} from '../../kube/port.js';
+import { type StatusBounds, writeStatus } from '../../kube/status-write.js';
 import {
   newApp,
   placeholderSecrets,
   type RawApp,
   sameApp,
   withPlaceholderSecrets,
-} from '../packaging/app-from-package.js';
-import { selectPackage } from '../packaging/select.js';
-import { compareVersions } from '../packaging/versions.js';
-import { GENERIC_ERROR_DETAIL, KappControllerError } from '../reconcile/result.js';
-import { FRIENDLY } from '../reconcile/status.js';
-import { fitStatus, statusBudgetFor, tooLargeStatus } from '../reconcile/status-budget.js';
-import { type PipelineDeps, secretMaskOf } from './deps.js';
-import { type OpenedRun, openRun, parsedReads, type StageKind, writeRunStatus } from './stage.js';
-import { appRef } from './stage-inputs.js';
+} from '../../packaging/app-from-package.js';
+import { selectPackage } from '../../packaging/select.js';
+import { compareVersions } from '../../packaging/versions.js';
+import { GENERIC_ERROR_DETAIL, KappControllerError } from '../../reconcile/result.js';
+import { FRIENDLY } from '../../reconcile/status.js';
+import { fitStatus, statusBudgetFor, tooLargeStatus } from '../../reconcile/status-budget.js';
+import { type PipelineDeps, secretMaskOf } from '../deps.js';
+import { type OpenedRun, openRun, writeRunStatus } from '../run.js';
+import { parsedReads, type StageKind } from '../stage.js';
+import { appRef } from '../stage-inputs.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;

@@ -1,7 +1,7 @@
 /**
  * The index-repo function (kapp-controller `pkg/pkgrepository/*`, reference §2.2, §3.12): one
  * invocation reconciles one PackageRepository — fetch, template and deploy in a row, as its
- * in-memory App does upstream (`NewPackageRepoApp`), on the shared stage frame (`./stage.ts`).
+ * in-memory App does upstream (`NewPackageRepoApp`), on the shared stage frame (`../stage.ts`).
  *
  * Order (`pkg/pkgrepository/app_reconcile.go` `Reconcile`): **paused** first (observedGeneration
  * and `Paused`; paused takes precedence over deletion), then **deletion** (`kapp delete
@@ -13,7 +13,7 @@
  *   that waits for the placeholder Secret to be filled, as upstream's); the fetched
  *   tree is stored by digest (shared by every cluster that fetches the same content) and
  *   unpacked again for the template.
- * - Template: the fixed repository pipeline `templateRepository` (`../packaging/repo-template.ts`).
+ * - Template: the fixed repository pipeline `templateRepository` (`../../packaging/repo-template.ts`).
  * - Deploy: the finalizer, then `kapp deploy` of `<name>.pkgr`, `--wait=false`, as the
  *   ServiceAccount `kapp-lambda-pkgr` of the runtime's namespace (a TokenRequest token; its RBAC
  *   covers Packages, PackageMetadatas and kapp's ConfigMaps only; upstream: the controller's own
@@ -22,10 +22,16 @@
  * @module
  */
 import path from 'node:path';
-import type { ObjectEvent, ObjectEventData, ObjectRef, RepoIndexedEvent } from '../../../events/schema.js';
-import { type App, type AppStatus, Finalizer, type PackageRepository, parsePackageRepository } from '../api/index.js';
-import { wantsPlaceholder } from '../api/refs.js';
-import { unpackTarball } from '../artifact/tarball.js';
+import type { ObjectEvent, ObjectEventData, ObjectRef, RepoIndexedEvent } from '../../../../events/schema.js';
+import {
+  type App,
+  type AppStatus,
+  Finalizer,
+  type PackageRepository,
+  parsePackageRepository,
+} from '../../api/index.js';
+import { wantsPlaceholder } from '../../api/refs.js';
+import { unpackTarball } from '../../artifact/tarball.js';
 import {
   BLOCKING_FOR_DEPLOY_PREFIX,
   KAPP_ERROR_PREFIX,
@@ -34,24 +40,23 @@ import {
   packageRepositoryDeleteCommand,
   packageRepositoryDeployCommand,
   packageRepositoryKapp,
-} from '../deploy/kapp.js';
-import { plantedKappRecord } from '../deploy/kapp-record.js';
-import type { PinOptions } from '../deploy/pin-server.js';
-import { type KappProgress, packageRepositoryKubeconfig, runKapp } from '../deploy/run.js';
-import { fetchWithVendir } from '../fetch/run.js';
+} from '../../deploy/kapp.js';
+import { plantedKappRecord } from '../../deploy/kapp-record.js';
+import { type KappProgress, packageRepositoryKubeconfig, runKapp } from '../../deploy/run.js';
+import { fetchWithVendir } from '../../fetch/run.js';
 import {
   APP_API_VERSION,
   type DeployView,
   type KubeObject,
   PACKAGING_API_VERSION,
   type ResourceRef,
-} from '../kube/port.js';
-import type { StatusWriteResult } from '../kube/status-write.js';
-import { freshReads } from '../kube/views.js';
-import { withRepositoryRef } from '../packaging/repo-index.js';
-import { templateRepository as defaultTemplateRepository } from '../packaging/repo-template.js';
-import { watchForAbort } from '../reconcile/abort-watch.js';
-import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../reconcile/controller-config.js';
+} from '../../kube/port.js';
+import type { StatusWriteResult } from '../../kube/status-write.js';
+import { freshReads } from '../../kube/views.js';
+import { withRepositoryRef } from '../../packaging/repo-index.js';
+import { templateRepository as defaultTemplateRepository } from '../../packaging/repo-template.js';
+import { watchForAbort } from '../../reconcile/abort-watch.js';
+import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../../reconcile/controller-config.js';
 import {
   attachError,
   KappControllerError,
@@ -59,8 +64,8 @@ import {
   resultFromError,
   type StageResult,
   withFriendlyYAMLStrings,
-} from '../reconcile/result.js';
-import type { SecretMask } from '../reconcile/secret-mask.js';
+} from '../../reconcile/result.js';
+import type { SecretMask } from '../../reconcile/secret-mask.js';
 import {
   deployStatus,
   fetchPart,
@@ -69,10 +74,15 @@ import {
   type RunParts,
   summarizeStatus,
   templatePart,
-} from '../reconcile/status.js';
-import { isReadyAt } from '../reconcile/timer.js';
-import { readArtifact, scopeOf } from './artifacts.js';
-import type { PipelineDeps } from './deps.js';
+} from '../../reconcile/status.js';
+import { isReadyAt } from '../../reconcile/timer.js';
+import { readArtifact, scopeOf } from '../artifacts.js';
+import type { IndexRepoDeps } from '../deps.js';
+import { invalidAppStatus, writeAppStatus } from '../report.js';
+import { infraStep } from '../retry-bound.js';
+import { closeDelete, type OpenedRun, openDelete, openRun } from '../run.js';
+import { closeStage, openStage, parsedReads, type StageFrame, type StageKind } from '../stage.js';
+import { makeScratch, removeScratch } from '../stage-inputs.js';
 import {
   cachedResult,
   findFetchedIndex,
@@ -83,22 +93,7 @@ import {
 } from './index-repo-cache.js';
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withFilledPlaceholder, withRepoPlaceholder } from './repo-placeholder.js';
-import { infraStep } from './retry-bound.js';
 import { leaveSource, memberDeployed, memberIndexed, polledSourceOf, trackSource } from './source-poll.js';
-import {
-  APP_KIND,
-  closeDelete,
-  closeStage,
-  type OpenedRun,
-  openDelete,
-  openRun,
-  openStage,
-  parsedReads,
-  type StageFrame,
-  type StageKind,
-  writeAppStatus,
-} from './stage.js';
-import { makeScratch, removeScratch } from './stage-inputs.js';
 
 /** The PackageRepository as read, raw (for status writes) and parsed (for decisions). */
 export interface LoadedRepo {
@@ -122,7 +117,7 @@ export const PKGR_KIND: StageKind<LoadedRepo> = {
   held: ({ pkgr }) => Boolean(pkgr.spec.paused),
   markHeld: (status, generation) => markPausedOrCanceled(status, generation, 'PackageRepository'),
   status: ({ pkgr }) => pkgr.status as AppStatus | undefined,
-  invalid: APP_KIND.invalid,
+  invalid: invalidAppStatus,
   finalizers: [Finalizer.PackageRepository, Finalizer.PackageRepositoryLegacy],
   holdsDelete: true,
   due: async ({ loaded: { pkgr }, reason, specChanged, kube, soon }) => {
@@ -139,16 +134,8 @@ export const PKGR_KIND: StageKind<LoadedRepo> = {
   // deployed (`reconcileRepository`): no second GET of a repository that may hold ~1 MB inline.
   reconciling: { mark: (status, generation) => markReconciling(status, generation), alongside: true },
   deleteEventText: (result, mask) => mask.redact(result.error ?? ''),
-  write: APP_KIND.write,
+  write: (kube, ref, fence, mutate, mask, read) => writeAppStatus(kube, ref, fence, mutate, mask, read),
 };
-
-/** Dependencies of {@link runIndexRepo}: the pipeline's ports plus one of its own. */
-export interface IndexRepoDeps extends PipelineDeps {
-  /** How kapp's API server address is pinned (`packageRepositoryKubeconfig`); default the system resolver. */
-  pinServer?: PinOptions;
-  /** The repository template pipeline. Default `templateRepository` (tests inject a fake). */
-  templateRepository?: typeof defaultTemplateRepository;
-}
 
 /** The in-memory App upstream builds for a PackageRepository (`NewPackageRepoApp`); never stored. */
 export function packageRepositoryApp(pkgr: PackageRepository): App {

@@ -1,5 +1,5 @@
 /**
- * The pipeline's side of reconcile receipts (`../receipt/receipt.ts`) and of the rollback that
+ * The pipeline's side of reconcile receipts (`../../receipt/receipt.ts`) and of the rollback that
  * deploys a receipt's render:
  *
  * - each stage adds its measure (`deps.meter`) to the trail its hand-off event carries;
@@ -16,10 +16,10 @@
  *
  * @module
  */
-import type { ObjectRef, StageRun } from '../../../events/schema.js';
-import { parseArtifactKey } from '../artifact/keys.js';
-import { isPrivateKey } from '../artifact/sealed.js';
-import type { KubeObject } from '../kube/port.js';
+import type { ObjectRef, StageRun } from '../../../../events/schema.js';
+import { parseArtifactKey } from '../../artifact/keys.js';
+import { isPrivateKey } from '../../artifact/sealed.js';
+import type { KubeObject } from '../../kube/port.js';
 import {
   addRequests,
   buildReceipt,
@@ -28,8 +28,8 @@ import {
   type ReceiptStage,
   type ReceiptTrail,
   type StageMeasure,
-} from '../receipt/receipt.js';
-import type { PipelineDeps } from './deps.js';
+} from '../../receipt/receipt.js';
+import type { PipelineDeps } from '../deps.js';
 
 /** The annotation naming the receipt whose render the App is rolled back to. */
 export const ROLLBACK_TO_ANNOTATION = 'kapp-lambda.carvel.dev/rollback-to';

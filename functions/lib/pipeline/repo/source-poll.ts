@@ -10,7 +10,7 @@
  *   last deployed). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
  *   pollers of one period one wins and the others read its result.
  * - **Resolution** without vendir: one registry `HEAD` of the manifest
- *   (`../fetch/registry-digest.ts`) or one `git ls-remote` (`../fetch/git-ls-remote.ts`), under
+ *   (`../../fetch/registry-digest.ts`) or one `git ls-remote` (`../../fetch/git-ls-remote.ts`), under
  *   the URL policy.
  * - **A repository run** ({@link trackSource}) uses a record younger than the poll period as is,
  *   else resolves and writes it, joins the members, and fetches the source pinned to `resolved`
@@ -37,14 +37,14 @@
  *
  * @module
  */
-import { type ObjectRef, objectEvent } from '../../../events/schema.js';
-import type { PackageRepository, PackageRepositoryFetch } from '../api/index.js';
-import { canonicalJson, sha256Hex } from '../artifact/keys.js';
-import { fetchPassesUrlPolicy } from '../fetch/run.js';
-import { type PolledSource, pinnedFetchOf, polledSourceOf, resolveSource } from '../fetch/source-resolve.js';
-import { PACKAGING_API_VERSION } from '../kube/port.js';
-import type { ObjectStore } from '../store/port.js';
-import type { PipelineDeps } from './deps.js';
+import { type ObjectRef, objectEvent } from '../../../../events/schema.js';
+import type { PackageRepository, PackageRepositoryFetch } from '../../api/index.js';
+import { canonicalJson, sha256Hex } from '../../artifact/keys.js';
+import { fetchPassesUrlPolicy } from '../../fetch/run.js';
+import { type PolledSource, pinnedFetchOf, polledSourceOf, resolveSource } from '../../fetch/source-resolve.js';
+import { PACKAGING_API_VERSION } from '../../kube/port.js';
+import type { ObjectStore } from '../../store/port.js';
+import type { PipelineDeps } from '../deps.js';
 
 /** Default poll period of a source, ms: 1 minute (one request per source per minute). */
 export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;
@@ -110,8 +110,8 @@ export interface SourcePollRecord {
   indexed?: string;
 }
 
-export type { PolledSource } from '../fetch/source-resolve.js';
-export { pinnedFetchOf, polledSourceOf } from '../fetch/source-resolve.js';
+export type { PolledSource } from '../../fetch/source-resolve.js';
+export { pinnedFetchOf, polledSourceOf } from '../../fetch/source-resolve.js';
 
 /** The poll period in force, ms (`config.sourcePollPeriodMs`, default {@link DEFAULT_SOURCE_POLL_PERIOD_MS}). */
 export function sourcePollPeriodMs(deps: Pick<PipelineDeps, 'config'>): number {

@@ -4,23 +4,23 @@
  * App's kubeconfig points, so without this check a hostile App could send kapp (with the
  * credentials it wrote itself, but from the function's network) to the Lambda Runtime API on
  * loopback, the credential endpoints on 169.254.0.0/16 or private ranges. Checked like a fetch
- * source (`../fetch/url-policy.ts`: every address a name resolves to, the fleet's allow-list
+ * source (`../../fetch/url-policy.ts`: every address a name resolves to, the fleet's allow-list
  * applies) before kapp starts, for an early, clear refusal. That check alone does not hold:
  * kapp (client-go) follows up to 10 redirects of a `GET` to any address and resolves the
  * server's name again when it connects (DNS rebinding). So kapp then gets every cluster's
- * `proxy-url` set to the function's egress proxy (`../fetch/egress-proxy.ts`), which checks each
+ * `proxy-url` set to the function's egress proxy (`../../fetch/egress-proxy.ts`), which checks each
  * connection, every hop and DNS answer, when it is made. An App's own `proxy-url` is refused
  * under the enforced policy, whatever the allow-list says (proxies are not chained; kept
  * simple). kapp-controller has none of this (its kapp runs in the tenant's cluster network).
  *
  * @module
  */
-import type { App } from '../api/index.js';
-import { type ClusterAccess, credentialSource, kubeconfigUrls, withProxyUrl } from '../deploy/kubeconfig.js';
-import { clusterAccessFor } from '../deploy/run.js';
-import { type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from '../fetch/url-policy.js';
-import type { DeployView } from '../kube/port.js';
-import type { SecretMask } from '../reconcile/secret-mask.js';
+import type { App } from '../../api/index.js';
+import { type ClusterAccess, credentialSource, kubeconfigUrls, withProxyUrl } from '../../deploy/kubeconfig.js';
+import { clusterAccessFor } from '../../deploy/run.js';
+import { type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from '../../fetch/url-policy.js';
+import type { DeployView } from '../../kube/port.js';
+import type { SecretMask } from '../../reconcile/secret-mask.js';
 
 /** The schemes client-go accepts for each kind of kubeconfig URL. */
 const SCHEMES = { server: ['https', 'http'], proxy: ['http', 'https', 'socks5'] } as const;
@@ -60,7 +60,7 @@ export async function checkKubeconfigUrls(restrictedYaml: string, policy: UrlPol
  * (so kapp's redirects and later DNS answers are checked too). The ServiceAccount path is
  * neither checked nor proxied: its kubeconfig names the cluster's own API server from the
  * cluster registry (which may well be a private address), already pinned to the address its
- * host resolved to (`../deploy/pin-server.ts`).
+ * host resolved to (`../../deploy/pin-server.ts`).
  *
  * @param policy - `PipelineConfig.urlPolicy` (absent: not checked, kapp-controller's behaviour)
  * @param egressProxyUrl - `PipelineDeps.egressProxyUrl` (absent: checked only)
@@ -88,7 +88,7 @@ export async function policedClusterAccess(
  * returned, with every cluster's `proxy-url` set to the egress proxy when the policy is
  * enforced and `egressProxyUrl` is given. Used for kapp's kubeconfig and for the template
  * stage's own discovery calls to an App's destination cluster
- * (`../deploy/run.ts` `destinationKubeconfig`).
+ * (`../../deploy/run.ts` `destinationKubeconfig`).
  *
  * @param restrictedYaml - the restricted kubeconfig (sensitive)
  * @param policy - the deployment's URL policy (absent: returned as is, kapp-controller's behaviour)

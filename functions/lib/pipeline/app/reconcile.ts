@@ -17,18 +17,19 @@
  * the fetch. `resync` relies on the timer, so a duplicated resync
  * event after a run is a no-op.
  *
- * The decision is the stage frame's first step (`./stage.ts` `openRun`), with the App's rules in
+ * The decision is the stage frame's first step (`../stage.ts` `openRun`), with the App's rules in
  * its `APP_KIND`; this file starts what follows it.
  */
 import { randomUUID } from 'node:crypto';
-import type { ObjectEvent } from '../../../events/schema.js';
-import type { FetchView } from '../kube/port.js';
-import type { PipelineDeps, RunContext, StageOutput } from './deps.js';
+import type { ObjectEvent } from '../../../../events/schema.js';
+import type { FetchView } from '../../kube/port.js';
+import type { PipelineDeps, RunContext, StageOutput } from '../deps.js';
+import { type OpenedRun, openRun } from '../run.js';
+import type { LoadedApp } from '../stage-inputs.js';
 import { runFetch } from './fetch.js';
+import { APP_KIND } from './kind.js';
 import { activeRollback } from './receipts.js';
 import { runRollback } from './rollback.js';
-import { APP_KIND, type OpenedRun, openRun } from './stage.js';
-import type { LoadedApp } from './stage-inputs.js';
 
 /**
  * Handles an object event for an App (the fetch function's entry point): {@link openRun} with

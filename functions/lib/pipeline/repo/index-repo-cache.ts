@@ -1,20 +1,20 @@
 /**
- * The fleet-wide repository index as the index-repo function uses it (`../packaging/repo-index.ts`
+ * The fleet-wide repository index as the index-repo function uses it (`../../packaging/repo-index.ts`
  * holds the keys and formats): looked up before the fetch for a pinned source, after the fetch by
  * the fetched tree's digest, and stored after a successful template.
  *
  * A hit is reported in status as the App pipeline reports its fetch and render cache hits
- * (`./fetch.ts`, `./template.ts`): `status.fetch` with the recorded vendir lock config as stdout
+ * (`../app/fetch.ts`, `../app/template.ts`): `status.fetch` with the recorded vendir lock config as stdout
  * and exit code 0, `status.template` with the recorded stderr and exit code 0, both timed by this
  * run; the deploy part is kapp's own, as always.
  *
  * @module
  */
 
-import { fetchIsPrivate, type PackageRepository } from '../api/index.js';
-import { parseArtifactKey } from '../artifact/keys.js';
-import { pinnedFetchIdentity } from '../fetch/pinned.js';
-import { fetchPassesUrlPolicy } from '../fetch/run.js';
+import { fetchIsPrivate, type PackageRepository } from '../../api/index.js';
+import { parseArtifactKey } from '../../artifact/keys.js';
+import { pinnedFetchIdentity } from '../../fetch/pinned.js';
+import { fetchPassesUrlPolicy } from '../../fetch/run.js';
 import {
   findRepoIndex,
   type RepoIndexHit,
@@ -24,12 +24,12 @@ import {
   repoIndexSourceDigest,
   storeRepoIndex,
   storeSourceRecord,
-} from '../packaging/repo-index.js';
-import { fetchConfigDigest } from '../reconcile/controller-config.js';
-import { redactSecrets } from '../reconcile/redact.js';
-import type { StageResult } from '../reconcile/result.js';
-import type { PipelineDeps } from './deps.js';
-import { infraStep } from './retry-bound.js';
+} from '../../packaging/repo-index.js';
+import { fetchConfigDigest } from '../../reconcile/controller-config.js';
+import { redactSecrets } from '../../reconcile/redact.js';
+import type { StageResult } from '../../reconcile/result.js';
+import type { PipelineDeps } from '../deps.js';
+import { infraStep } from '../retry-bound.js';
 
 /** How one run of a PackageRepository uses the fleet index. */
 export interface RepoIndexPlan {
@@ -65,7 +65,7 @@ export async function planRepoIndex(
     tools: { ytt: v.ytt ?? '', kbld: v.kbld ?? '' },
   };
   const plan: RepoIndexPlan = { recipe, ref: `${ref.namespace}/${ref.name}` };
-  // As an App's pinned fetch: keyed by the cluster's fetch configuration too (`./fetch.ts`).
+  // As an App's pinned fetch: keyed by the cluster's fetch configuration too (`../app/fetch.ts`).
   const identity = pinnedFetchIdentity(
     fetch,
     v.vendir ?? '',
