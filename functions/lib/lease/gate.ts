@@ -165,6 +165,13 @@ export class RunGate {
   readonly #optimistic: OptimisticRun | undefined;
   #lease: HeldLease | undefined;
   #stopRenewing: (() => void) | undefined;
+  /**
+   * The claim of an optimistic run in flight (or done), shared by every gated write that needs
+   * it: two writes at once must not each claim and each start renewing ({@link #claim}).
+   */
+  #claiming: Promise<void> | undefined;
+  /** {@link close} was called: a claim landing after it starts no renewal. */
+  #closed = false;
 
   private constructor(
     /** The event the stage runs: the one received, or the object event it was coalesced with. */
@@ -313,22 +320,49 @@ export class RunGate {
     );
   }
 
-  /** Stops renewing the lease (call once the record is done, whatever its outcome). */
+  /**
+   * Stops renewing the lease (call once the record is done, whatever its outcome). A claim still
+   * in flight (a gated write the stage left running) starts no renewal when it lands: its lease
+   * expires.
+   */
   close(): void {
+    this.#closed = true;
     this.#stopRenewing?.();
+    this.#stopRenewing = undefined;
   }
 
-  /** Holds `lease` from now on, renewed until {@link close}. */
+  /** Holds `lease` from now on, renewed until {@link close} (not at all once closed). */
   #hold(lease: HeldLease): void {
     this.#lease = lease;
+    if (this.#closed) {
+      this.#opts.log.warn(
+        { stage: this.#opts.stage, lease: lease.key },
+        'run lease claimed after the record was done (a write left running); not renewed, it expires',
+      );
+      return;
+    }
     this.#stopRenewing = lease.keepAlive(this.#opts.log);
   }
 
-  /** Claims the lease of an optimistic run before its first real work ({@link gatedPorts}). */
-  async #claim(): Promise<void> {
+  /**
+   * Claims the lease of an optimistic run before its first real work ({@link gatedPorts}). One
+   * claim at a time: gated writes at the same moment (a stage's `Promise.all`) share it, so the
+   * lease is claimed and renewed once; a claim that failed is forgotten, the next write claims
+   * again (as `OptimisticRun.claim` refuses a stopped run, that one rejects at once).
+   */
+  #claim(): Promise<void> {
     const run = this.#optimistic;
-    if (!run || this.#lease) return;
-    this.#hold(await this.#opts.step('taking the run lease', () => run.claim()));
+    if (!run || this.#lease) return Promise.resolve();
+    this.#claiming ??= this.#opts
+      .step('taking the run lease', () => run.claim())
+      .then(
+        (lease) => this.#hold(lease),
+        (err: unknown) => {
+          this.#claiming = undefined;
+          throw err;
+        },
+      );
+    return this.#claiming;
   }
 }
 
