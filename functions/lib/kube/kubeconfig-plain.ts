@@ -9,8 +9,8 @@
  * - {@link kubeconfigFileRegistry}: every (or the given) context of the operator's kubeconfig file
  *   as a cluster id, one plain client each.
  * - {@link restTransportForKubeconfig}: the deploy stage's reads as the App (its restricted
- *   kubeconfig, `../deploy/kubeconfig.ts`) and the template stage's discovery of a destination
- *   cluster.
+ *   kubeconfig, `../deploy/kubeconfig-restrict.ts`) and the template stage's discovery of a
+ *   destination cluster.
  *
  * @module
  */
