@@ -1,6 +1,6 @@
 /**
  * The forwarder's cluster client: the plain `node:https` transports of
- * `functions/lib/kube/plain.ts`, never `@kubernetes/client-node`, whose module graph alone is
+ * `functions/lib/kube/plain.ts` (its connection from `functions/lib/kube/kubeconfig-auth.ts`), never `@kubernetes/client-node`, whose module graph alone is
  * ≈ 14 MB of the forwarder's RSS (events/forwarder/README.md, "Memory"). In a Pod it reads with
  * its ServiceAccount; with `KUBECONFIG`, a context whose user has a client certificate, a token,
  * a token file or an `exec` plugin.
@@ -8,7 +8,8 @@
  * @module
  */
 
-import { inClusterConnection, plainClient, plainConnectionOf } from '../../functions/lib/kube/plain.js';
+import { inClusterConnection, plainConnectionOf } from '../../functions/lib/kube/kubeconfig-auth.js';
+import { plainClient } from '../../functions/lib/kube/plain.js';
 import type { KubeClient } from '../../functions/lib/kube/port.js';
 
 /**

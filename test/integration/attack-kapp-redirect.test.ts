@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { createServer } from 'node:http';
 import { connect } from 'node:net';
 import { expect, it } from 'vitest';
-import { restrictKubeconfig, withProxyUrl } from '../../functions/lib/deploy/kubeconfig.js';
+import { restrictKubeconfig, withProxyUrl } from '../../functions/lib/deploy/kubeconfig-restrict.js';
 import { startEgressProxy } from '../../functions/lib/fetch/egress-proxy.js';
 import { UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { checkKubeconfigUrls } from '../../functions/lib/pipeline/app/kubeconfig-policy.js';

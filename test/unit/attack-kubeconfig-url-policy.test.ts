@@ -10,7 +10,7 @@ import { stringify } from 'yaml';
 import { deleteEvent, deployEvent } from '../../events/schema.js';
 import { Finalizer } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
-import { kubeconfigUrls, restrictKubeconfig } from '../../functions/lib/deploy/kubeconfig.js';
+import { kubeconfigUrls, restrictKubeconfig } from '../../functions/lib/deploy/kubeconfig-restrict.js';
 import {
   parseUrlPolicy,
   type UrlPolicy,

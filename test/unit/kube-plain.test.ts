@@ -1,7 +1,8 @@
 /**
- * The forwarder's plain transports (`functions/lib/kube/plain.ts`): kubeconfig contexts read
- * without client-node (certificates, tokens, token files, exec plugins; what it refuses), and
- * the REST and watch transports against a local HTTP server standing in for the API server.
+ * The forwarder's plain transports (`functions/lib/kube/plain.ts`, `kubeconfig-auth.ts`):
+ * kubeconfig contexts read without client-node (certificates, tokens, token files, exec plugins;
+ * what it refuses), and the REST and watch transports against a local HTTP server standing in
+ * for the API server.
  */
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import http from 'node:http';
@@ -11,14 +12,16 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { forwarderKube } from '../../events/forwarder/kube.js';
 import { WatchHttpError } from '../../functions/lib/kube/http.js';
+import {
+  inClusterConnection,
+  type PlainConnection,
+  plainConnectionOf,
+} from '../../functions/lib/kube/kubeconfig-auth.js';
 import { restTransportForKubeconfig } from '../../functions/lib/kube/kubeconfig-plain.js';
 import {
   APP_SERVER_MAX_BODY_BYTES,
-  inClusterConnection,
-  type PlainConnection,
   PlainRestTransport,
   PlainWatchTransport,
-  plainConnectionOf,
   RestBodyTooLargeError,
 } from '../../functions/lib/kube/plain.js';
 

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { deployEvent } from '../../events/schema.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
-import { restrictKubeconfig } from '../../functions/lib/deploy/kubeconfig.js';
+import { restrictKubeconfig } from '../../functions/lib/deploy/kubeconfig-restrict.js';
 import { type UrlPolicy, UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 import {
   refuseServiceHostPlaceholder,

@@ -6,3 +6,4 @@
 export * from './kapp.js';
 export * from './kapp-restrict.js';
 export * from './kubeconfig.js';
+export * from './kubeconfig-restrict.js';

@@ -26,9 +26,9 @@ import {
   credentialSource,
   kubeconfigFromSecret,
   NO_CREDENTIALS_MESSAGE,
-  restrictKubeconfig,
   serviceAccountKubeconfig,
 } from './kubeconfig.js';
+import { restrictKubeconfig } from './kubeconfig-restrict.js';
 import { type PinOptions, pinServer } from './pin-server.js';
 
 /** What a kapp run uses of the stage's dependencies (a `PipelineDeps` fits). */

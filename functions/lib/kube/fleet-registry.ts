@@ -28,7 +28,8 @@ import {
   MAX_CLUSTER_DOC_BYTES,
   parseClusterDoc,
 } from './cluster-doc.js';
-import { type PlainConnection, PlainRestTransport, PlainWatchTransport } from './plain.js';
+import type { PlainConnection } from './kubeconfig-auth.js';
+import { PlainRestTransport, PlainWatchTransport } from './plain.js';
 import { type ApiServerInfo, type ClusterRegistry, UnknownClusterError } from './port.js';
 import { type ClusterViews, clusterViewsOf, ViewsClusterRegistry } from './views-registry.js';
 

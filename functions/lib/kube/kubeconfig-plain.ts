@@ -1,5 +1,6 @@
 /**
- * Kubeconfigs without `@kubernetes/client-node`, over the plain transports (`./plain.ts`): what
+ * Kubeconfigs without `@kubernetes/client-node`, read by `./kubeconfig-auth.ts` and spoken to over
+ * the plain transports (`./plain.ts`): what
  * the Lambda functions use, so their bundles carry none of client-node's module graph (its
  * generated API classes, node-fetch, openid-client: ~200 KB minified per function, and its
  * import time at every cold start). The embedded runtime keeps client-node's registry
@@ -8,23 +9,16 @@
  * - {@link kubeconfigFileRegistry}: every (or the given) context of the operator's kubeconfig file
  *   as a cluster id, one plain client each.
  * - {@link restTransportForKubeconfig}: the deploy stage's reads as the App (its restricted
- *   kubeconfig, `../deploy/kubeconfig.ts`) and the template stage's discovery of a destination
- *   cluster.
+ *   kubeconfig, `../deploy/kubeconfig-restrict.ts`) and the template stage's discovery of a
+ *   destination cluster.
  *
  * @module
  */
 import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { parse } from 'yaml';
-import {
-  APP_SERVER_MAX_BODY_BYTES,
-  PlainRestTransport,
-  parseKubeconfigText,
-  plainClient,
-  plainConnectionOfDocument,
-  readKubeconfigText,
-  type Yaml,
-} from './plain.js';
+import { parseKubeconfigText, plainConnectionOfDocument, readKubeconfigText, type Yaml } from './kubeconfig-auth.js';
+import { APP_SERVER_MAX_BODY_BYTES, PlainRestTransport, plainClient } from './plain.js';
 import type { KubeClient } from './port.js';
 import type { RestTransport } from './transport.js';
 import { MapClusterRegistry } from './views-registry.js';

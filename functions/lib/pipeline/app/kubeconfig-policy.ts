@@ -16,7 +16,8 @@
  * @module
  */
 import type { App } from '../../api/index.js';
-import { type ClusterAccess, credentialSource, kubeconfigUrls, withProxyUrl } from '../../deploy/kubeconfig.js';
+import { type ClusterAccess, credentialSource } from '../../deploy/kubeconfig.js';
+import { kubeconfigUrls, withProxyUrl } from '../../deploy/kubeconfig-restrict.js';
 import { clusterAccessFor } from '../../deploy/run.js';
 import { type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from '../../fetch/url-policy.js';
 import type { DeployView } from '../../kube/port.js';
