@@ -2,7 +2,10 @@
  * Relative links in the repository's Markdown: every `[text](target)` that is not a URL must
  * name a file or folder that exists, and a `#anchor` into a Markdown file must name one of its
  * headings (GitHub's slugs). The README is an index of `docs/` pages, so a page renamed or a
- * heading reworded would otherwise leave dead links behind unnoticed.
+ * heading reworded would otherwise leave dead links behind unnoticed. Likewise every source file
+ * the prose names in a code span from the repository root (`functions/lib/pipeline/stage.ts`):
+ * the docs say where things live (`docs/extending.md`), and a moved module must not leave them
+ * pointing at its old place.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -81,6 +84,39 @@ function deadLinks(file: string): string[] {
   return dead;
 }
 
+/** The top-level folders whose TypeScript files the prose names by their path from the root. */
+const CODE_ROOTS = ['functions', 'events', 'infra', 'layers', 'scripts', 'test'];
+
+/** `a/{b,c}.ts` as `a/b.ts`, `a/c.ts` (one level of braces, as the docs write them). */
+function expandBraces(p: string): string[] {
+  const m = /\{([^{}]*)\}/.exec(p);
+  if (!m) return [p];
+  return (m[1] ?? '').split(',').map((alt) => p.slice(0, m.index) + alt + p.slice(m.index + m[0].length));
+}
+
+/**
+ * The repository paths of TypeScript files named in code spans outside fenced blocks
+ * (`functions/lib/api/refs.ts`, `infra/aws/{stack,stages}.ts`); templates (`<tool>`) and
+ * globs (`*`) are not paths and are skipped.
+ */
+function codePaths(src: string): string[] {
+  const withoutFences = src.replace(/^(```|~~~)[^\n]*\n[\s\S]*?^\1[^\n]*$/gm, '');
+  const roots = CODE_ROOTS.join('|');
+  const spans = withoutFences.matchAll(new RegExp(`\`((?:${roots})/[^\`\\s]*\\.ts)\``, 'g'));
+  return [...spans]
+    .map((m) => m[1] ?? '')
+    .filter((p) => !/[<>*]/.test(p))
+    .flatMap(expandBraces);
+}
+
+/** The source paths of one file that name no file, as `<file>: <path> (no such file)`. */
+function missingCodePaths(file: string): string[] {
+  const src = readFileSync(path.join(ROOT, file), 'utf8');
+  return codePaths(src)
+    .filter((p) => !existsSync(path.join(ROOT, p)))
+    .map((p) => `${file}: ${p} (no such file)`);
+}
+
 describe('relative links in Markdown', () => {
   it('all resolve to an existing file and heading', () => {
     const files = markdownFiles();
@@ -102,5 +138,26 @@ describe('relative links in Markdown', () => {
     ].join('\n');
     expect(linkTargets(src)).toEqual(['a.md#cells-1', 'x.png']);
     expect([...headingAnchors(src)]).toEqual(['the-npm-start-runtime', 'cells', 'cells-1']);
+  });
+});
+
+describe('source paths named in Markdown', () => {
+  it('all name an existing file', () => {
+    // The scan reads the pages (it can fail): the extension guide names the stage frame.
+    expect(codePaths(readFileSync(path.join(ROOT, 'docs', 'extending.md'), 'utf8'))).toContain(
+      'functions/lib/pipeline/stage.ts',
+    );
+    expect(markdownFiles().flatMap(missingCodePaths)).toEqual([]);
+  });
+
+  it('finds root paths of .ts files in code spans, expands braces, skips templates and fences', () => {
+    const src = [
+      'See `functions/lib/pipeline/stage.ts`, `infra/aws/{stack,stages}.ts` and `lease/gate.ts`.',
+      'Not `functions/<function>/index.ts`, `scripts/*.ts`, `docs/x.md` nor `test/unit/` alone.',
+      '```',
+      '`functions/lib/gone.ts`',
+      '```',
+    ].join('\n');
+    expect(codePaths(src)).toEqual(['functions/lib/pipeline/stage.ts', 'infra/aws/stack.ts', 'infra/aws/stages.ts']);
   });
 });

@@ -15,8 +15,8 @@
  * (PackageRepository) and `install` (PackageInstall). THE list: the event contract's
  * `FunctionName`, the Lambda configuration (queue variables), the layers, the forwarder's routing
  * and the SQS handler all derive from it, so a new function is added here, with its tools
- * (a row's `stages` in the tool table `layers/tools.ts`), its layer (`layers/manifest.ts`), its cluster access (`FUNCTION_ACCESS`) and
- * its entry file.
+ * (a row's `stages` in the tool table `layers/tools.ts`, which its layer follows), its cluster
+ * access (`FUNCTION_ACCESS`) and its entry file; every step: `docs/extending.md` (d).
  */
 export const PIPELINE_STAGES = ['fetch', 'template', 'deploy', 'index-repo', 'install'] as const;
 /** One of {@link PIPELINE_STAGES}. */

@@ -88,7 +88,7 @@ export interface VendirFetchOptions {
   keepAt?: string;
   /**
    * The fetch as it reads now, called before each retry check. The index-repo function names its
-   * placeholder Secret in the fetch only once the Secret holds credentials (`./repo-placeholder.ts`),
+   * placeholder Secret in the fetch only once the Secret holds credentials (`../pipeline/repo/repo-placeholder.ts`),
    * so the placeholder being filled changes the fetch itself, where upstream (which always names
    * it) sees the Secret's bytes change. Omitted: the App's `spec.fetch`, which a run never changes.
    */

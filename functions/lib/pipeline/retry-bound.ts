@@ -360,7 +360,7 @@ export async function dispatchWithRetryBound<D extends PipelineDeps>(
   try {
     const clusterId = objectRefOf(event).clusterId;
     await options.prepare?.(clusterId);
-    // Each event's stage is metered for the run's receipt (`./receipts.ts`).
+    // Each event's stage is metered for the run's receipt (`./app/receipts.ts`).
     const meter = new StageMeter();
     const metered = { ...deps, secretMask, meter, store: meter.store(deps.store), runner: meter.runner(deps.runner) };
     const next = await dispatch(event, await withClusterConfig(metered, clusterId));

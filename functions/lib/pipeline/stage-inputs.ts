@@ -2,9 +2,9 @@
  * What a stage works from, shared by every stage handler: the object an event refers to (its
  * reference, log key and read: {@link appRef}, {@link objectKey}, {@link loadApp}), the
  * Secrets and ConfigMaps it references, read into the planners' shapes ({@link readRefs}), and
- * the scratch directory it works in. The stage frame (open, fence, the status write, close with
- * the write policy, the log line and the observer) is `./stage.ts`; the status summarizer and
- * the abort watch are in `../reconcile/`.
+ * the scratch directory it works in. The stage frame (open, fence, close with the write policy)
+ * is `./stage.ts`, both ends of a run `./run.ts`, the status write, the log line and the
+ * observer `./report.ts`; the status summarizer and the abort watch are in `../reconcile/`.
  */
 import type { ObjectRef } from '../../../events/schema.js';
 import { type App, parseApp } from '../api/index.js';

@@ -1,6 +1,6 @@
 /**
  * The deploy function's route: `kapp deploy` for a template → deploy hand-off (or its own
- * continuation, `../deploy.ts`), `kapp delete` for a delete hand-off (`../delete.ts`).
+ * continuation, `../app/deploy.ts`), `kapp delete` for a delete hand-off (`../app/delete.ts`).
  *
  * @module
  */

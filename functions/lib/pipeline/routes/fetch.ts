@@ -1,6 +1,6 @@
 /**
  * The fetch function's route: an App's object event starts (or deletes) its run
- * (`../reconcile.ts`: vendir, then the template hand-off).
+ * (`../app/reconcile.ts`: vendir, then the template hand-off).
  *
  * @module
  */

@@ -1,6 +1,6 @@
 /**
  * The index-repo function's route: a PackageRepository's whole reconcile in one invocation
- * (`../index-repo.ts`), and the schedule's source poll (`../source-poll.ts`).
+ * (`../repo/index-repo.ts`), and the schedule's source poll (`../repo/source-poll.ts`).
  *
  * @module
  */

@@ -1,7 +1,7 @@
 /**
  * The install function's route: a PackageInstall's reconcile in one invocation
- * (`../install.ts`), and a repository's `repo.indexed` fan-out to the PackageInstalls it
- * concerns (`../install-fanout.ts`).
+ * (`../install/install.ts`), and a repository's `repo.indexed` fan-out to the PackageInstalls it
+ * concerns (`../install/install-fanout.ts`).
  *
  * @module
  */

@@ -1,6 +1,6 @@
 /**
  * The template function's route: a fetch → template hand-off renders the artifact
- * (`../template.ts`) and hands on to deploy.
+ * (`../app/template.ts`) and hands on to deploy.
  *
  * @module
  */
