@@ -7,8 +7,16 @@
  */
 import { createHash } from 'node:crypto';
 import type { ConfigMapLike, RefObjects, SecretLike } from '../api/index.js';
-import type { SecretMask } from '../reconcile/secret-mask.js';
-import type { KubeReader } from './port.js';
+import type { KubeReader, KubeSecret } from './port.js';
+
+/**
+ * Where the values of the Secrets read go: the run's `SecretMask` (`../reconcile/secret-mask.ts`,
+ * a floor above this one, so only the one method is named here).
+ */
+export interface SecretValueSink {
+  /** Adds every data value of a Secret as read (decoded bytes). */
+  addSecretData(data: KubeSecret['data']): void;
+}
 
 /**
  * Reads the named Secrets and ConfigMaps of a namespace into the planners' lookup. Missing
@@ -23,7 +31,7 @@ export async function readRefs(
   namespace: string,
   secrets: readonly string[],
   configMaps: readonly string[],
-  mask?: SecretMask,
+  mask?: SecretValueSink,
 ): Promise<RefObjects & { digests: Record<string, string> }> {
   const digests: Record<string, string> = {};
   const secretsRead = new Map<string, SecretLike>();
