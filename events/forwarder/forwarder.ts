@@ -59,22 +59,16 @@
  * @module
  */
 import { setMaxListeners } from 'node:events';
-import type { KubeObject, ObjectWatcher, ResourceKind, WatchEvent } from '../../functions/lib/kube/port.js';
+import type { KubeObject, ObjectWatcher, ResourceKind } from '../../functions/lib/kube/port.js';
 import { CONTROLLER_CONFIG_NAME } from '../../functions/lib/reconcile/controller-config.js';
 import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
-import {
-  appKind,
-  NO_REFS,
-  type ObjectRefs,
-  observedGeneration,
-  rateLimitedRequeueMs,
-  type WatchedKind,
-} from './kinds.js';
+import { appKind, NO_REFS, observedGeneration, rateLimitedRequeueMs, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
 import { Outbox, toCloudEvent } from './outbox.js';
+import { NamespacedMap, REF_CONFIG_MAP, REF_SECRET, RefIndex, type RefType } from './ref-index.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
 import type { Transport } from './transport.js';
 
@@ -236,71 +230,10 @@ interface ObjState extends HeapItem {
   waitsOn?: readonly string[];
 }
 
-/** A referenced Secret or ConfigMap. */
-interface RefEntry {
-  /** resourceVersion; `ABSENT` when known not to exist; `undefined` when not seen yet. */
-  rv: string | undefined;
-  /** The referencing objects: one (the common case, no array), or several. */
-  referrers: ObjState | ObjState[];
-  mark: number;
-  /** `epoch` when created (entries created during a list are not swept by it). */
-  readonly born: number;
-}
-
-const ABSENT = '';
 const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
 const SECRET: ResourceKind = { apiVersion: 'v1', kind: 'Secret' };
 const CONFIG_MAP: ResourceKind = { apiVersion: 'v1', kind: 'ConfigMap' };
 const CONFIG_SELECTOR = `metadata.name=${CONTROLLER_CONFIG_NAME}`;
-const REF_SECRET = 0;
-const REF_CONFIG_MAP = 1;
-type RefType = typeof REF_SECRET | typeof REF_CONFIG_MAP;
-
-/**
- * namespace → name → value. Nested rather than keyed by `ns/name` so that no key string is
- * allocated per entry: the namespace key is interned and the name is the one the state holds.
- */
-class NamespacedMap<V> {
-  private readonly byNamespace = new Map<string, Map<string, V>>();
-  private count = 0;
-
-  get size(): number {
-    return this.count;
-  }
-
-  get(namespace: string, name: string): V | undefined {
-    return this.byNamespace.get(namespace)?.get(name);
-  }
-
-  set(namespace: string, name: string, value: V): void {
-    let m = this.byNamespace.get(namespace);
-    if (!m) {
-      m = new Map();
-      this.byNamespace.set(namespace, m);
-    }
-    const before = m.size;
-    m.set(name, value);
-    this.count += m.size - before;
-  }
-
-  delete(namespace: string, name: string): void {
-    const m = this.byNamespace.get(namespace);
-    if (!m?.delete(name)) return;
-    this.count--;
-    if (m.size === 0) this.byNamespace.delete(namespace);
-  }
-
-  /** Entries of one namespace, or of all when `namespace` is undefined, as `[namespace, name, value]`. */
-  *entries(namespace?: string): Generator<[string, string, V]> {
-    const scopes =
-      namespace === undefined ? [...this.byNamespace] : [[namespace, this.byNamespace.get(namespace)] as const];
-    for (const [ns, m] of scopes) {
-      if (!m) continue;
-      // Copy: callers delete while iterating.
-      for (const [name, v] of [...m]) yield [ns, name, v];
-    }
-  }
-}
 
 /** {@link ObjState.handledAt} of an object never reconciled. */
 const NEVER = -1;
@@ -314,36 +247,6 @@ function handledAtOf(kind: WatchedKind, obj: KubeObject): number {
   return ms === undefined || Number.isNaN(ms) ? NEVER : Math.floor(ms / 1000);
 }
 
-function sameNames(x: readonly string[], y: readonly string[]): boolean {
-  return x === y || (x.length === y.length && x.every((v, i) => v === y[i]));
-}
-
-/** The cause of a `ref-changed` (part of its event id): `Secret/<name>@<rv>`, `ConfigMap/…`. */
-function refCause(t: RefType, name: string, version: string): string {
-  return `${t === REF_SECRET ? 'Secret' : 'ConfigMap'}/${name}@${version}`;
-}
-
-function referrersOf(e: RefEntry): readonly ObjState[] {
-  return Array.isArray(e.referrers) ? e.referrers : [e.referrers];
-}
-
-/**
- * When a Secret or ConfigMap was last written, per its metadata: the latest of
- * `creationTimestamp` and `metadata.managedFields[].time` (ms; NaN when neither is set).
- */
-export function lastWriteTime(obj: KubeObject): number {
-  let t = Number.NaN;
-  const consider = (v: unknown) => {
-    if (typeof v !== 'string') return;
-    const ms = Date.parse(v);
-    if (!Number.isNaN(ms) && !(ms <= t)) t = ms;
-  };
-  consider(obj.metadata.creationTimestamp);
-  const mf = obj.metadata.managedFields;
-  if (Array.isArray(mf)) for (const e of mf) consider((e as { time?: unknown } | null)?.time);
-  return t;
-}
-
 /** See the module comment. */
 export class Forwarder {
   private readonly clusterId: string;
@@ -353,10 +256,15 @@ export class Forwarder {
   private readonly logger: ForwarderLogger;
   private readonly resyncRetryMs: number;
   private readonly objects: NamespacedMap<ObjState>[];
-  private readonly refIndex: [NamespacedMap<RefEntry>, NamespacedMap<RefEntry>] = [
-    new NamespacedMap(),
-    new NamespacedMap(),
-  ];
+  private readonly refs = new RefIndex<ObjState>({
+    changed: (st, cause) => this.emit(st, 'ref-changed', cause),
+    firstSeen: (st, cause, written) => {
+      if (st.asked !== NOT_ASKED) return; // a reconcile was already asked for
+      if (Number.isNaN(written) || st.handledAt === NEVER || written >= st.handledAt * 1000) {
+        this.emit(st, 'ref-changed', cause);
+      }
+    },
+  });
   /** One string per namespace name, shared by every object in it. */
   private readonly namespaceNames = new Map<string, string>();
   private readonly heap = new DueHeap<ObjState>();
@@ -464,7 +372,7 @@ export class Forwarder {
             t === REF_SECRET ? SECRET : CONFIG_MAP,
             ns,
             this.opts.refPageSize ?? 100,
-            this.refHandler(t, ns),
+            this.refs.handler(t, ns),
           ),
         );
       }
@@ -538,7 +446,7 @@ export class Forwarder {
     const sum = (f: (c: Reflector['counters']) => number) => all.reduce((n, c) => n + f(c), 0);
     return {
       objects: this.objects.reduce((n, m) => n + m.size, 0),
-      refs: this.refIndex[0].size + this.refIndex[1].size,
+      refs: this.refs.size,
       scheduled: this.heap.size,
       emitted: { ...this.emitted },
       sent: this.sent,
@@ -753,7 +661,7 @@ export class Forwarder {
       const key = kind.changeKey?.(obj);
       if (key !== undefined) st.changeKey = key;
       map.set(namespace, st.name, st);
-      this.index(st);
+      this.refs.add(st);
       this.trackNamespaces(kind, st, obj);
       const due = kind.dueAt(obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
@@ -775,7 +683,7 @@ export class Forwarder {
     st.generation = generation;
     st.deleting = deleting;
     st.handledAt = handledAtOf(kind, obj);
-    this.reindex(st, kind.refs(obj));
+    this.refs.update(st, kind.refs(obj));
     this.trackNamespaces(kind, st, obj);
     if (reason) {
       this.ask(st, reason, now);
@@ -872,7 +780,7 @@ export class Forwarder {
 
   private forget(st: ObjState): void {
     this.heap.delete(st);
-    this.unindex(st);
+    this.refs.remove(st);
     this.namespaceWaiters.delete(st);
     this.objects[st.kindIx]!.delete(st.namespace, st.name);
   }
@@ -953,8 +861,7 @@ export class Forwarder {
     this.armTimer();
   }
 
-  // ---- referenced Secrets and ConfigMaps ---------------------------------------------------
-
+  /** One string per namespace name ({@link namespaceNames}). */
   private intern(namespace: string): string {
     let s = this.namespaceNames.get(namespace);
     if (s === undefined) {
@@ -962,107 +869,5 @@ export class Forwarder {
       this.namespaceNames.set(s, s);
     }
     return s;
-  }
-
-  private index(st: ObjState): void {
-    this.addRefs(REF_SECRET, st, st.secrets);
-    this.addRefs(REF_CONFIG_MAP, st, st.configMaps);
-  }
-
-  private unindex(st: ObjState): void {
-    this.dropRefs(REF_SECRET, st, st.secrets);
-    this.dropRefs(REF_CONFIG_MAP, st, st.configMaps);
-  }
-
-  private reindex(st: ObjState, refs: ObjectRefs): void {
-    if (sameNames(st.secrets, refs.secrets) && sameNames(st.configMaps, refs.configMaps)) return;
-    this.unindex(st);
-    st.secrets = refs.secrets.length ? refs.secrets : NO_REFS.secrets;
-    st.configMaps = refs.configMaps.length ? refs.configMaps : NO_REFS.configMaps;
-    this.index(st);
-  }
-
-  private addRefs(t: RefType, st: ObjState, names: readonly string[]): void {
-    const map = this.refIndex[t];
-    for (const name of names) {
-      const e = map.get(st.namespace, name);
-      if (!e) map.set(st.namespace, name, { rv: undefined, referrers: st, mark: 0, born: this.epoch });
-      else if (Array.isArray(e.referrers)) e.referrers.push(st);
-      else if (e.referrers !== st) e.referrers = [e.referrers, st];
-    }
-  }
-
-  private dropRefs(t: RefType, st: ObjState, names: readonly string[]): void {
-    const map = this.refIndex[t];
-    for (const name of names) {
-      const e = map.get(st.namespace, name);
-      if (!e) continue;
-      if (!Array.isArray(e.referrers)) {
-        if (e.referrers === st) map.delete(st.namespace, name);
-        continue;
-      }
-      const i = e.referrers.indexOf(st);
-      if (i >= 0) e.referrers.splice(i, 1);
-      if (e.referrers.length === 1) e.referrers = e.referrers[0]!;
-    }
-  }
-
-  private refHandler(t: RefType, ns: string | undefined): ReflectorHandler {
-    let mark = 0;
-    return {
-      listStart: () => {
-        mark = ++this.epoch;
-      },
-      listItem: (obj) => this.onRefListed(t, obj, mark),
-      listEnd: () => this.sweepRefs(t, ns, mark),
-      event: (ev) => this.onRefEvent(t, ev),
-    };
-  }
-
-  private onRefListed(t: RefType, obj: KubeObject, mark: number): void {
-    const e = this.refIndex[t].get(obj.metadata.namespace ?? '', obj.metadata.name);
-    if (!e) return;
-    e.mark = mark;
-    const rv = obj.metadata.resourceVersion;
-    if (e.rv === rv) return;
-    const known = e.rv !== undefined;
-    e.rv = rv;
-    const cause = refCause(t, obj.metadata.name, rv);
-    if (known) {
-      for (const r of referrersOf(e)) this.emit(r, 'ref-changed', cause);
-      return;
-    }
-    // No baseline (first list after a restart): changed since the referrer's last reconcile?
-    const written = lastWriteTime(obj);
-    for (const r of referrersOf(e)) {
-      if (r.asked !== NOT_ASKED) continue; // a reconcile was already asked for
-      if (Number.isNaN(written) || r.handledAt === NEVER || written >= r.handledAt * 1000) {
-        this.emit(r, 'ref-changed', cause);
-      }
-    }
-  }
-
-  private sweepRefs(t: RefType, ns: string | undefined, mark: number): void {
-    for (const [, name, e] of this.refIndex[t].entries(ns)) {
-      if (e.mark === mark || e.born >= mark) continue;
-      const last = e.rv;
-      e.rv = ABSENT;
-      if (last === undefined || last === ABSENT) continue;
-      for (const r of referrersOf(e)) this.emit(r, 'ref-changed', refCause(t, name, `gone-${last}`));
-    }
-  }
-
-  private onRefEvent(t: RefType, ev: WatchEvent): void {
-    const e = this.refIndex[t].get(ev.object.metadata.namespace ?? '', ev.object.metadata.name);
-    if (!e) return;
-    const rv = ev.object.metadata.resourceVersion;
-    if (ev.type === 'DELETED') {
-      e.rv = ABSENT;
-    } else {
-      if (e.rv === rv) return;
-      e.rv = rv;
-    }
-    const cause = refCause(t, ev.object.metadata.name, ev.type === 'DELETED' ? `gone-${rv}` : rv);
-    for (const r of referrersOf(e)) this.emit(r, 'ref-changed', cause);
   }
 }
