@@ -1,60 +1,12 @@
 /**
- * The in-cluster forwarder: watches App (and, by configuration, PackageInstall and
- * PackageRepository) plus the Secrets and ConfigMaps they reference, and turns changes into
- * coalesced object events for the functions. It never writes to the cluster.
+ * The in-cluster forwarder's state machine: watches App (and, by configuration, PackageInstall
+ * and PackageRepository) plus the Secrets and ConfigMaps they reference ({@link RefIndex}) and
+ * the Namespaces an App being deleted waits on, and turns changes into coalesced object events
+ * for the functions ({@link Outbox}). It never writes to the cluster.
  *
- * ## Event rules (per object; "handled" means `status.observedGeneration == metadata.generation`)
- *
- * Live watch events (after the object is known):
- * - `added`: a watch `ADDED` (or any event) for an object the forwarder does not know, or an
- *   object whose uid changed under the same name (then `deleted` for the old uid comes first);
- * - `modified`: `metadata.generation` changed, or `metadata.deletionTimestamp` appeared;
- * - `deleted`: a watch `DELETED`, or an object missing from a relist;
- * - nothing for an event with the same resourceVersion as already seen (a replay);
- * - otherwise (status-, label- or finalizer-only writes, e.g. our own functions' status
- *   updates): no event; the resync timer is moved to the due time computed from the new status
- *   ({@link WatchedKind.dueAt}). Only if that status says "due now" and the forwarder has not
- *   already asked for a reconcile of this status (same last-reconcile time) does it emit
- *   `resync`.
- * - `resync`: when the due time from status arrives. After `added`, `modified` or `resync` the
- *   forwarder waits for the status to move; if it still says "due" after `resyncRetryMs`
- *   (a reconcile was lost), `resync` is emitted again. So a stuck pipeline gets one event per
- *   object per `resyncRetryMs`, never a storm.
- * - `ref-changed`: a referenced Secret or ConfigMap (same namespace, §3.1) was created,
- *   changed (new resourceVersion) or deleted; once per referencing object. Unreferenced Secrets
- *   and ConfigMaps produce nothing and are not stored. Also for a watched object controlling
- *   another one ({@link WatchedKind.controlledBy}: the PackageInstall of an App) whenever the
- *   owned object changes in any way (status included) or is deleted. Also for an App being
- *   deleted that waits on namespaces ({@link WatchedKind.waitsOnNamespaces}: its ServiceAccount
- *   may be gone, reference §3.9) when the last of them starts terminating or goes away (cause
- *   `Namespace/<name>@<rv>`), so its noop delete runs at once rather than at its next retry.
- *
- * After a restart (no state; the first list of each watch):
- * - never reconciled (no `status.observedGeneration`): `added`;
- * - `observedGeneration != generation`: `modified`;
- * - handled and due by the timer: `resync`;
- * - handled and not due: nothing (only scheduled);
- * - a referenced Secret/ConfigMap whose last write (`creationTimestamp` or the latest
- *   `metadata.managedFields[].time`) is at or after the referencing object's last reconcile
- *   (`handledAt`, the latest status `updatedAt`): `ref-changed` (both are second-precision, so a
- *   write in the same second counts as a change). Changes made while the forwarder was away
- *   are therefore not lost; deletions made while it was away are caught by the next resync.
- *
- * After 410 Gone (relist, state kept): the list is diffed against what was forwarded: a new
- * name or uid gives `added`, a changed resourceVersion goes through the live rules, a missing
- * object gives `deleted`; a referenced Secret/ConfigMap with a new resourceVersion, or gone,
- * gives `ref-changed`.
- *
- * Every event then goes through the {@link Outbox}: bursts for one object within
- * `coalesceWindowMs` (and while the transport is busy) become one event carrying the latest
- * resourceVersion and generation; an `added` event (a new object) is sent at once.
- *
- * ## Memory
- *
- * Per object: namespace, name, uid, generation, resourceVersion, due time, last-reconcile time,
- * and the referenced Secret/ConfigMap names (plus, for an App being deleted, the namespaces it
- * waits on). Per referenced Secret/ConfigMap: its resourceVersion and the referencing objects.
- * Per Namespace: its name and whether it is terminating. No object bodies are kept.
+ * The event rules (live, after a restart, after 410 Gone), the coalescing and what is kept in
+ * memory are written once, in `README.md` beside this file ("Event rules", "Memory"); the code
+ * below carries them out.
  *
  * @module
  */
@@ -247,7 +199,10 @@ function handledAtOf(kind: WatchedKind, obj: KubeObject): number {
   return ms === undefined || Number.isNaN(ms) ? NEVER : Math.floor(ms / 1000);
 }
 
-/** See the module comment. */
+/**
+ * One cluster's forwarder: {@link start}, {@link synced}, {@link stop}; see the module comment
+ * and `README.md` ("Event rules") for what it sends when.
+ */
 export class Forwarder {
   private readonly clusterId: string;
   private readonly kinds: readonly WatchedKind[];
@@ -416,7 +371,7 @@ export class Forwarder {
   /**
    * Stops the loops and timers. With `drain`, events still waiting are sent first (bounded by
    * `timeoutMs`); without it they are dropped: a restarted forwarder re-derives what matters
-   * from the objects' status (see the module comment). Idempotent.
+   * from the objects' status (`README.md`, "Event rules"). Idempotent.
    *
    * @returns false when `drain` was asked and events were still waiting or in flight at the
    *   bound (they are dropped); true otherwise.

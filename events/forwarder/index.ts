@@ -1,5 +1,5 @@
 /**
- * The in-cluster forwarder: public API. See `forwarder.ts` for the event rules.
+ * The in-cluster forwarder: public API. The event rules are in `README.md` ("Event rules").
  *
  * @module
  */
