@@ -12,10 +12,10 @@
  */
 import { setMaxListeners } from 'node:events';
 import type { KubeObject, ObjectWatcher, ResourceKind } from '../../functions/lib/kube/port.js';
-import { CONTROLLER_CONFIG_NAME } from '../../functions/lib/reconcile/controller-config.js';
 import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
+import { CONTROLLER_CONFIG_SELECTOR, controllerConfigHandler } from './controller-config.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
 import { appKind, NO_REFS, observedGeneration, rateLimitedRequeueMs, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
@@ -185,7 +185,6 @@ interface ObjState extends HeapItem {
 const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
 const SECRET: ResourceKind = { apiVersion: 'v1', kind: 'Secret' };
 const CONFIG_MAP: ResourceKind = { apiVersion: 'v1', kind: 'ConfigMap' };
-const CONFIG_SELECTOR = `metadata.name=${CONTROLLER_CONFIG_NAME}`;
 
 /** {@link ObjState.handledAt} of an object never reconciled. */
 const NEVER = -1;
@@ -308,7 +307,13 @@ export class Forwarder {
     if (cc) {
       for (const resource of [SECRET, CONFIG_MAP]) {
         this.configWatches.push(
-          this.reflector(resource, cc.namespace, 1, this.configHandler(resource, cc.onChange), CONFIG_SELECTOR),
+          this.reflector(
+            resource,
+            cc.namespace,
+            1,
+            controllerConfigHandler(resource, cc.onChange, this.logger, this.clusterId),
+            CONTROLLER_CONFIG_SELECTOR,
+          ),
         );
       }
     }
@@ -449,41 +454,6 @@ export class Forwarder {
       },
       handler,
     );
-  }
-
-  // ---- kapp-controller-config ---------------------------------------------------------------
-
-  /** Calls `onChange` when the one object's resourceVersion moves (deleted: `''`) and after a first list. */
-  private configHandler(resource: ResourceKind, onChange: () => void): ReflectorHandler {
-    let seen: string | undefined;
-    let listed = '';
-    const changed = (rv: string) => {
-      seen = rv;
-      this.logger.info({ clusterId: this.clusterId, kind: resource.kind }, 'kapp-controller-config changed');
-      try {
-        onChange();
-      } catch (err) {
-        this.logger.warn(
-          { clusterId: this.clusterId, error: (err as Error).message },
-          'kapp-controller-config onChange failed',
-        );
-      }
-    };
-    return {
-      listStart: () => {
-        listed = '';
-      },
-      listItem: (obj) => {
-        listed = obj.metadata.resourceVersion ?? '';
-      },
-      listEnd: (mode) => {
-        if (mode === 'initial' || listed !== seen) changed(listed);
-      },
-      event: (e) => {
-        const rv = e.type === 'DELETED' ? '' : (e.object.metadata.resourceVersion ?? '');
-        if (rv !== seen) changed(rv);
-      },
-    };
   }
 
   // ---- Namespaces (noop delete once every namespace of an App is terminating) ----------------
