@@ -1,80 +1,26 @@
 /**
- * The in-cluster forwarder: watches App (and, by configuration, PackageInstall and
- * PackageRepository) plus the Secrets and ConfigMaps they reference, and turns changes into
- * coalesced object events for the functions. It never writes to the cluster.
+ * The in-cluster forwarder's state machine: watches App (and, by configuration, PackageInstall
+ * and PackageRepository) plus the Secrets and ConfigMaps they reference ({@link RefIndex}) and
+ * the Namespaces an App being deleted waits on, and turns changes into coalesced object events
+ * for the functions ({@link Outbox}). It never writes to the cluster.
  *
- * ## Event rules (per object; "handled" means `status.observedGeneration == metadata.generation`)
- *
- * Live watch events (after the object is known):
- * - `added`: a watch `ADDED` (or any event) for an object the forwarder does not know, or an
- *   object whose uid changed under the same name (then `deleted` for the old uid comes first);
- * - `modified`: `metadata.generation` changed, or `metadata.deletionTimestamp` appeared;
- * - `deleted`: a watch `DELETED`, or an object missing from a relist;
- * - nothing for an event with the same resourceVersion as already seen (a replay);
- * - otherwise (status-, label- or finalizer-only writes, e.g. our own functions' status
- *   updates): no event; the resync timer is moved to the due time computed from the new status
- *   ({@link WatchedKind.dueAt}). Only if that status says "due now" and the forwarder has not
- *   already asked for a reconcile of this status (same last-reconcile time) does it emit
- *   `resync`.
- * - `resync`: when the due time from status arrives. After `added`, `modified` or `resync` the
- *   forwarder waits for the status to move; if it still says "due" after `resyncRetryMs`
- *   (a reconcile was lost), `resync` is emitted again. So a stuck pipeline gets one event per
- *   object per `resyncRetryMs`, never a storm.
- * - `ref-changed`: a referenced Secret or ConfigMap (same namespace, §3.1) was created,
- *   changed (new resourceVersion) or deleted; once per referencing object. Unreferenced Secrets
- *   and ConfigMaps produce nothing and are not stored. Also for a watched object controlling
- *   another one ({@link WatchedKind.controlledBy}: the PackageInstall of an App) whenever the
- *   owned object changes in any way (status included) or is deleted. Also for an App being
- *   deleted that waits on namespaces ({@link WatchedKind.waitsOnNamespaces}: its ServiceAccount
- *   may be gone, reference §3.9) when the last of them starts terminating or goes away (cause
- *   `Namespace/<name>@<rv>`), so its noop delete runs at once rather than at its next retry.
- *
- * After a restart (no state; the first list of each watch):
- * - never reconciled (no `status.observedGeneration`): `added`;
- * - `observedGeneration != generation`: `modified`;
- * - handled and due by the timer: `resync`;
- * - handled and not due: nothing (only scheduled);
- * - a referenced Secret/ConfigMap whose last write (`creationTimestamp` or the latest
- *   `metadata.managedFields[].time`) is at or after the referencing object's last reconcile
- *   (`handledAt`, the latest status `updatedAt`): `ref-changed` (both are second-precision, so a
- *   write in the same second counts as a change). Changes made while the forwarder was away
- *   are therefore not lost; deletions made while it was away are caught by the next resync.
- *
- * After 410 Gone (relist, state kept): the list is diffed against what was forwarded: a new
- * name or uid gives `added`, a changed resourceVersion goes through the live rules, a missing
- * object gives `deleted`; a referenced Secret/ConfigMap with a new resourceVersion, or gone,
- * gives `ref-changed`.
- *
- * Every event then goes through the {@link Outbox}: bursts for one object within
- * `coalesceWindowMs` (and while the transport is busy) become one event carrying the latest
- * resourceVersion and generation; an `added` event (a new object) is sent at once.
- *
- * ## Memory
- *
- * Per object: namespace, name, uid, generation, resourceVersion, due time, last-reconcile time,
- * and the referenced Secret/ConfigMap names (plus, for an App being deleted, the namespaces it
- * waits on). Per referenced Secret/ConfigMap: its resourceVersion and the referencing objects.
- * Per Namespace: its name and whether it is terminating. No object bodies are kept.
+ * The event rules (live, after a restart, after 410 Gone), the coalescing and what is kept in
+ * memory are written once, in `README.md` beside this file ("Event rules", "Memory"); the code
+ * below carries them out.
  *
  * @module
  */
 import { setMaxListeners } from 'node:events';
-import type { KubeObject, ObjectWatcher, ResourceKind, WatchEvent } from '../../functions/lib/kube/port.js';
-import { CONTROLLER_CONFIG_NAME } from '../../functions/lib/reconcile/controller-config.js';
+import type { KubeObject, ObjectWatcher, ResourceKind } from '../../functions/lib/kube/port.js';
 import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
+import { CONTROLLER_CONFIG_SELECTOR, controllerConfigHandler } from './controller-config.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
-import {
-  appKind,
-  NO_REFS,
-  type ObjectRefs,
-  observedGeneration,
-  rateLimitedRequeueMs,
-  type WatchedKind,
-} from './kinds.js';
+import { appKind, NO_REFS, observedGeneration, rateLimitedRequeueMs, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
 import { Outbox, toCloudEvent } from './outbox.js';
+import { NamespacedMap, REF_CONFIG_MAP, REF_SECRET, RefIndex, type RefType } from './ref-index.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
 import type { Transport } from './transport.js';
 
@@ -236,71 +182,9 @@ interface ObjState extends HeapItem {
   waitsOn?: readonly string[];
 }
 
-/** A referenced Secret or ConfigMap. */
-interface RefEntry {
-  /** resourceVersion; `ABSENT` when known not to exist; `undefined` when not seen yet. */
-  rv: string | undefined;
-  /** The referencing objects: one (the common case, no array), or several. */
-  referrers: ObjState | ObjState[];
-  mark: number;
-  /** `epoch` when created (entries created during a list are not swept by it). */
-  readonly born: number;
-}
-
-const ABSENT = '';
 const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
 const SECRET: ResourceKind = { apiVersion: 'v1', kind: 'Secret' };
 const CONFIG_MAP: ResourceKind = { apiVersion: 'v1', kind: 'ConfigMap' };
-const CONFIG_SELECTOR = `metadata.name=${CONTROLLER_CONFIG_NAME}`;
-const REF_SECRET = 0;
-const REF_CONFIG_MAP = 1;
-type RefType = typeof REF_SECRET | typeof REF_CONFIG_MAP;
-
-/**
- * namespace → name → value. Nested rather than keyed by `ns/name` so that no key string is
- * allocated per entry: the namespace key is interned and the name is the one the state holds.
- */
-class NamespacedMap<V> {
-  private readonly byNamespace = new Map<string, Map<string, V>>();
-  private count = 0;
-
-  get size(): number {
-    return this.count;
-  }
-
-  get(namespace: string, name: string): V | undefined {
-    return this.byNamespace.get(namespace)?.get(name);
-  }
-
-  set(namespace: string, name: string, value: V): void {
-    let m = this.byNamespace.get(namespace);
-    if (!m) {
-      m = new Map();
-      this.byNamespace.set(namespace, m);
-    }
-    const before = m.size;
-    m.set(name, value);
-    this.count += m.size - before;
-  }
-
-  delete(namespace: string, name: string): void {
-    const m = this.byNamespace.get(namespace);
-    if (!m?.delete(name)) return;
-    this.count--;
-    if (m.size === 0) this.byNamespace.delete(namespace);
-  }
-
-  /** Entries of one namespace, or of all when `namespace` is undefined, as `[namespace, name, value]`. */
-  *entries(namespace?: string): Generator<[string, string, V]> {
-    const scopes =
-      namespace === undefined ? [...this.byNamespace] : [[namespace, this.byNamespace.get(namespace)] as const];
-    for (const [ns, m] of scopes) {
-      if (!m) continue;
-      // Copy: callers delete while iterating.
-      for (const [name, v] of [...m]) yield [ns, name, v];
-    }
-  }
-}
 
 /** {@link ObjState.handledAt} of an object never reconciled. */
 const NEVER = -1;
@@ -314,37 +198,10 @@ function handledAtOf(kind: WatchedKind, obj: KubeObject): number {
   return ms === undefined || Number.isNaN(ms) ? NEVER : Math.floor(ms / 1000);
 }
 
-function sameNames(x: readonly string[], y: readonly string[]): boolean {
-  return x === y || (x.length === y.length && x.every((v, i) => v === y[i]));
-}
-
-/** The cause of a `ref-changed` (part of its event id): `Secret/<name>@<rv>`, `ConfigMap/…`. */
-function refCause(t: RefType, name: string, version: string): string {
-  return `${t === REF_SECRET ? 'Secret' : 'ConfigMap'}/${name}@${version}`;
-}
-
-function referrersOf(e: RefEntry): readonly ObjState[] {
-  return Array.isArray(e.referrers) ? e.referrers : [e.referrers];
-}
-
 /**
- * When a Secret or ConfigMap was last written, per its metadata: the latest of
- * `creationTimestamp` and `metadata.managedFields[].time` (ms; NaN when neither is set).
+ * One cluster's forwarder: {@link start}, {@link synced}, {@link stop}; see the module comment
+ * and `README.md` ("Event rules") for what it sends when.
  */
-export function lastWriteTime(obj: KubeObject): number {
-  let t = Number.NaN;
-  const consider = (v: unknown) => {
-    if (typeof v !== 'string') return;
-    const ms = Date.parse(v);
-    if (!Number.isNaN(ms) && !(ms <= t)) t = ms;
-  };
-  consider(obj.metadata.creationTimestamp);
-  const mf = obj.metadata.managedFields;
-  if (Array.isArray(mf)) for (const e of mf) consider((e as { time?: unknown } | null)?.time);
-  return t;
-}
-
-/** See the module comment. */
 export class Forwarder {
   private readonly clusterId: string;
   private readonly kinds: readonly WatchedKind[];
@@ -353,10 +210,15 @@ export class Forwarder {
   private readonly logger: ForwarderLogger;
   private readonly resyncRetryMs: number;
   private readonly objects: NamespacedMap<ObjState>[];
-  private readonly refIndex: [NamespacedMap<RefEntry>, NamespacedMap<RefEntry>] = [
-    new NamespacedMap(),
-    new NamespacedMap(),
-  ];
+  private readonly refs = new RefIndex<ObjState>({
+    changed: (st, cause) => this.emit(st, 'ref-changed', cause),
+    firstSeen: (st, cause, written) => {
+      if (st.asked !== NOT_ASKED) return; // a reconcile was already asked for
+      if (Number.isNaN(written) || st.handledAt === NEVER || written >= st.handledAt * 1000) {
+        this.emit(st, 'ref-changed', cause);
+      }
+    },
+  });
   /** One string per namespace name, shared by every object in it. */
   private readonly namespaceNames = new Map<string, string>();
   private readonly heap = new DueHeap<ObjState>();
@@ -445,7 +307,13 @@ export class Forwarder {
     if (cc) {
       for (const resource of [SECRET, CONFIG_MAP]) {
         this.configWatches.push(
-          this.reflector(resource, cc.namespace, 1, this.configHandler(resource, cc.onChange), CONFIG_SELECTOR),
+          this.reflector(
+            resource,
+            cc.namespace,
+            1,
+            controllerConfigHandler(resource, cc.onChange, this.logger, this.clusterId),
+            CONTROLLER_CONFIG_SELECTOR,
+          ),
         );
       }
     }
@@ -464,7 +332,7 @@ export class Forwarder {
             t === REF_SECRET ? SECRET : CONFIG_MAP,
             ns,
             this.opts.refPageSize ?? 100,
-            this.refHandler(t, ns),
+            this.refs.handler(t, ns),
           ),
         );
       }
@@ -508,7 +376,7 @@ export class Forwarder {
   /**
    * Stops the loops and timers. With `drain`, events still waiting are sent first (bounded by
    * `timeoutMs`); without it they are dropped: a restarted forwarder re-derives what matters
-   * from the objects' status (see the module comment). Idempotent.
+   * from the objects' status (`README.md`, "Event rules"). Idempotent.
    *
    * @returns false when `drain` was asked and events were still waiting or in flight at the
    *   bound (they are dropped); true otherwise.
@@ -538,7 +406,7 @@ export class Forwarder {
     const sum = (f: (c: Reflector['counters']) => number) => all.reduce((n, c) => n + f(c), 0);
     return {
       objects: this.objects.reduce((n, m) => n + m.size, 0),
-      refs: this.refIndex[0].size + this.refIndex[1].size,
+      refs: this.refs.size,
       scheduled: this.heap.size,
       emitted: { ...this.emitted },
       sent: this.sent,
@@ -586,41 +454,6 @@ export class Forwarder {
       },
       handler,
     );
-  }
-
-  // ---- kapp-controller-config ---------------------------------------------------------------
-
-  /** Calls `onChange` when the one object's resourceVersion moves (deleted: `''`) and after a first list. */
-  private configHandler(resource: ResourceKind, onChange: () => void): ReflectorHandler {
-    let seen: string | undefined;
-    let listed = '';
-    const changed = (rv: string) => {
-      seen = rv;
-      this.logger.info({ clusterId: this.clusterId, kind: resource.kind }, 'kapp-controller-config changed');
-      try {
-        onChange();
-      } catch (err) {
-        this.logger.warn(
-          { clusterId: this.clusterId, error: (err as Error).message },
-          'kapp-controller-config onChange failed',
-        );
-      }
-    };
-    return {
-      listStart: () => {
-        listed = '';
-      },
-      listItem: (obj) => {
-        listed = obj.metadata.resourceVersion ?? '';
-      },
-      listEnd: (mode) => {
-        if (mode === 'initial' || listed !== seen) changed(listed);
-      },
-      event: (e) => {
-        const rv = e.type === 'DELETED' ? '' : (e.object.metadata.resourceVersion ?? '');
-        if (rv !== seen) changed(rv);
-      },
-    };
   }
 
   // ---- Namespaces (noop delete once every namespace of an App is terminating) ----------------
@@ -753,7 +586,7 @@ export class Forwarder {
       const key = kind.changeKey?.(obj);
       if (key !== undefined) st.changeKey = key;
       map.set(namespace, st.name, st);
-      this.index(st);
+      this.refs.add(st);
       this.trackNamespaces(kind, st, obj);
       const due = kind.dueAt(obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
@@ -775,7 +608,7 @@ export class Forwarder {
     st.generation = generation;
     st.deleting = deleting;
     st.handledAt = handledAtOf(kind, obj);
-    this.reindex(st, kind.refs(obj));
+    this.refs.update(st, kind.refs(obj));
     this.trackNamespaces(kind, st, obj);
     if (reason) {
       this.ask(st, reason, now);
@@ -872,7 +705,7 @@ export class Forwarder {
 
   private forget(st: ObjState): void {
     this.heap.delete(st);
-    this.unindex(st);
+    this.refs.remove(st);
     this.namespaceWaiters.delete(st);
     this.objects[st.kindIx]!.delete(st.namespace, st.name);
   }
@@ -953,8 +786,7 @@ export class Forwarder {
     this.armTimer();
   }
 
-  // ---- referenced Secrets and ConfigMaps ---------------------------------------------------
-
+  /** One string per namespace name ({@link namespaceNames}). */
   private intern(namespace: string): string {
     let s = this.namespaceNames.get(namespace);
     if (s === undefined) {
@@ -962,107 +794,5 @@ export class Forwarder {
       this.namespaceNames.set(s, s);
     }
     return s;
-  }
-
-  private index(st: ObjState): void {
-    this.addRefs(REF_SECRET, st, st.secrets);
-    this.addRefs(REF_CONFIG_MAP, st, st.configMaps);
-  }
-
-  private unindex(st: ObjState): void {
-    this.dropRefs(REF_SECRET, st, st.secrets);
-    this.dropRefs(REF_CONFIG_MAP, st, st.configMaps);
-  }
-
-  private reindex(st: ObjState, refs: ObjectRefs): void {
-    if (sameNames(st.secrets, refs.secrets) && sameNames(st.configMaps, refs.configMaps)) return;
-    this.unindex(st);
-    st.secrets = refs.secrets.length ? refs.secrets : NO_REFS.secrets;
-    st.configMaps = refs.configMaps.length ? refs.configMaps : NO_REFS.configMaps;
-    this.index(st);
-  }
-
-  private addRefs(t: RefType, st: ObjState, names: readonly string[]): void {
-    const map = this.refIndex[t];
-    for (const name of names) {
-      const e = map.get(st.namespace, name);
-      if (!e) map.set(st.namespace, name, { rv: undefined, referrers: st, mark: 0, born: this.epoch });
-      else if (Array.isArray(e.referrers)) e.referrers.push(st);
-      else if (e.referrers !== st) e.referrers = [e.referrers, st];
-    }
-  }
-
-  private dropRefs(t: RefType, st: ObjState, names: readonly string[]): void {
-    const map = this.refIndex[t];
-    for (const name of names) {
-      const e = map.get(st.namespace, name);
-      if (!e) continue;
-      if (!Array.isArray(e.referrers)) {
-        if (e.referrers === st) map.delete(st.namespace, name);
-        continue;
-      }
-      const i = e.referrers.indexOf(st);
-      if (i >= 0) e.referrers.splice(i, 1);
-      if (e.referrers.length === 1) e.referrers = e.referrers[0]!;
-    }
-  }
-
-  private refHandler(t: RefType, ns: string | undefined): ReflectorHandler {
-    let mark = 0;
-    return {
-      listStart: () => {
-        mark = ++this.epoch;
-      },
-      listItem: (obj) => this.onRefListed(t, obj, mark),
-      listEnd: () => this.sweepRefs(t, ns, mark),
-      event: (ev) => this.onRefEvent(t, ev),
-    };
-  }
-
-  private onRefListed(t: RefType, obj: KubeObject, mark: number): void {
-    const e = this.refIndex[t].get(obj.metadata.namespace ?? '', obj.metadata.name);
-    if (!e) return;
-    e.mark = mark;
-    const rv = obj.metadata.resourceVersion;
-    if (e.rv === rv) return;
-    const known = e.rv !== undefined;
-    e.rv = rv;
-    const cause = refCause(t, obj.metadata.name, rv);
-    if (known) {
-      for (const r of referrersOf(e)) this.emit(r, 'ref-changed', cause);
-      return;
-    }
-    // No baseline (first list after a restart): changed since the referrer's last reconcile?
-    const written = lastWriteTime(obj);
-    for (const r of referrersOf(e)) {
-      if (r.asked !== NOT_ASKED) continue; // a reconcile was already asked for
-      if (Number.isNaN(written) || r.handledAt === NEVER || written >= r.handledAt * 1000) {
-        this.emit(r, 'ref-changed', cause);
-      }
-    }
-  }
-
-  private sweepRefs(t: RefType, ns: string | undefined, mark: number): void {
-    for (const [, name, e] of this.refIndex[t].entries(ns)) {
-      if (e.mark === mark || e.born >= mark) continue;
-      const last = e.rv;
-      e.rv = ABSENT;
-      if (last === undefined || last === ABSENT) continue;
-      for (const r of referrersOf(e)) this.emit(r, 'ref-changed', refCause(t, name, `gone-${last}`));
-    }
-  }
-
-  private onRefEvent(t: RefType, ev: WatchEvent): void {
-    const e = this.refIndex[t].get(ev.object.metadata.namespace ?? '', ev.object.metadata.name);
-    if (!e) return;
-    const rv = ev.object.metadata.resourceVersion;
-    if (ev.type === 'DELETED') {
-      e.rv = ABSENT;
-    } else {
-      if (e.rv === rv) return;
-      e.rv = rv;
-    }
-    const cause = refCause(t, ev.object.metadata.name, ev.type === 'DELETED' ? `gone-${rv}` : rv);
-    for (const r of referrersOf(e)) this.emit(r, 'ref-changed', cause);
   }
 }

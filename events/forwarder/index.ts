@@ -1,5 +1,5 @@
 /**
- * The in-cluster forwarder: public API. See `forwarder.ts` for the event rules.
+ * The in-cluster forwarder: public API. The event rules are in `README.md` ("Event rules").
  *
  * @module
  */
@@ -7,13 +7,7 @@ export { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from './backoff.js
 export { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 export { type ForwarderSettings, forwarderOptions, parseForwarderEnv } from './config.js';
 export { DueHeap, type HeapItem } from './due-heap.js';
-export {
-  Forwarder,
-  type ForwarderOptions,
-  type ForwarderStats,
-  lastWriteTime,
-  type StopOptions,
-} from './forwarder.js';
+export { Forwarder, type ForwarderOptions, type ForwarderStats, type StopOptions } from './forwarder.js';
 export {
   appKind,
   appNoopDeleteNamespaces,
@@ -40,6 +34,7 @@ export {
 } from './leader.js';
 export { type ForwarderLogger, silentLogger } from './log.js';
 export { mergeEvents, Outbox, type OutboxOptions, toCloudEvent } from './outbox.js';
+export { lastWriteTime } from './ref-index.js';
 export {
   type ListMode,
   Reflector,

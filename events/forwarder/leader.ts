@@ -29,7 +29,7 @@
  *
  * After a loss the elector keeps trying, and leads again when the Lease is free or expired.
  * Nothing is carried across terms: a new leader's forwarder starts from a list and derives
- * every due time from status (see `forwarder.ts`, "After a restart").
+ * every due time from status (see `README.md`, "Event rules", first list after a (re)start).
  *
  * @module
  */

@@ -5,7 +5,6 @@ import { backoffDelay } from '../../events/forwarder/backoff.js';
 import { systemClock } from '../../events/forwarder/clock.js';
 import { forwarderOptions, parseForwarderEnv, parseForwarderProgramEnv } from '../../events/forwarder/config.js';
 import { DueHeap, type HeapItem } from '../../events/forwarder/due-heap.js';
-import { lastWriteTime } from '../../events/forwarder/forwarder.js';
 import {
   appKind,
   appRefs,
@@ -18,6 +17,7 @@ import {
 import { leaseNameFor } from '../../events/forwarder/leadership.js';
 import { silentLogger } from '../../events/forwarder/log.js';
 import { mergeEvents, Outbox, toCloudEvent } from '../../events/forwarder/outbox.js';
+import { lastWriteTime } from '../../events/forwarder/ref-index.js';
 import { transportToStages } from '../../events/forwarder/transport.js';
 import type { ObjectEvent, ObjectEventData } from '../../events/schema.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
