@@ -67,6 +67,8 @@ describe('isReplaySafe', () => {
     expect(isReplaySafe({ method: 'PATCH', body: { metadata: { resourceVersion: '7', finalizers: [] } } })).toBe(true);
     expect(isReplaySafe({ method: 'PUT', body: { metadata: { name: 'a' } } })).toBe(false);
     expect(isReplaySafe({ method: 'PATCH', body: { metadata: { resourceVersion: '' } } })).toBe(false);
+    // "0" is no precondition to the API server (an unconditional update): not replayed.
+    expect(isReplaySafe({ method: 'PUT', body: { metadata: { resourceVersion: '0' } } })).toBe(false);
     expect(isReplaySafe({ method: 'PATCH', body: [{ op: 'add', path: '/metadata/finalizers/-', value: 'f' }] })).toBe(
       false,
     );

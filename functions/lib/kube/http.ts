@@ -171,8 +171,9 @@ export function isDroppedConnection(error: unknown): boolean {
  *   optimistic-concurrency precondition: if the first attempt was applied the object's version
  *   has moved, so the replay is refused with 409 and nothing is written twice; the caller's
  *   usual 409 handling (re-read, re-plan) then finds its own change in place.
- * - `PUT` or `PATCH` without one: no (an unconditional write replayed late may overwrite a
- *   newer change; a JSON patch's `add` to a list would append twice).
+ * - `PUT` or `PATCH` without one, or with `"0"` (which the API server reads as no precondition):
+ *   no (an unconditional write replayed late may overwrite a newer change; a JSON patch's `add`
+ *   to a list would append twice).
  * - `POST`: no (a create replayed is `AlreadyExists`, reported as a conflict or as "existed
  *   before" although this client made it; a TokenRequest would mint a second token).
  * - `DELETE`: no (a replay answers 404 for what this client just deleted: "was already gone").
@@ -187,7 +188,8 @@ export function isReplaySafe(request: Pick<RestRequest, 'method' | 'body'>): boo
   if (request.method === 'GET') return true;
   if (request.method !== 'PUT' && request.method !== 'PATCH') return false;
   const metadata = (request.body as { metadata?: { resourceVersion?: unknown } } | undefined)?.metadata;
-  return typeof metadata?.resourceVersion === 'string' && metadata.resourceVersion !== '';
+  const rv = metadata?.resourceVersion;
+  return typeof rv === 'string' && rv !== '' && rv !== '0';
 }
 
 /** Attempts of a {@link isReplaySafe} request whose connection keeps dropping: 3 (the first and two more). */

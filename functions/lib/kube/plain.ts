@@ -206,7 +206,11 @@ export class PlainRestTransport implements RestTransport {
    */
   async send(request: RestRequest): Promise<RestResponse> {
     const deadline = Date.now() + this.#timeoutMs;
-    return await sendRepeatingDrops(request, () => this.#exchange(request, deadline - Date.now()));
+    // The signal stops a replay that a backoff would start past the bound (a hostile server
+    // dropping the connection just before it must not get a request the client gave up on).
+    return await sendRepeatingDrops(request, () => this.#exchange(request, deadline - Date.now()), {
+      signal: AbortSignal.timeout(this.#timeoutMs),
+    });
   }
 
   /** Closes the kept connections. */

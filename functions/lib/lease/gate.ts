@@ -75,6 +75,10 @@ function gateView<V extends FetchView | DeployView>(view: V, run: OptimisticRun,
       return async (...args: Parameters<FetchView['updateStatus']>) => {
         if (run.held) return await view.updateStatus(...args);
         await run.verify();
+        // verify() may take the lease back (the run's own earlier attempt freed it): hold it
+        // through the gate, so it is renewed and end()/abandon() release it, instead of leaving
+        // it held by a finished run until it expires with the App's next change parked behind it.
+        if (run.held) await claim();
         try {
           return await view.updateStatus(...args);
         } catch (err) {
