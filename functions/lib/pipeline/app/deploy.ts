@@ -11,7 +11,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { type DeployStageData, MAX_DEPLOY_CONTINUATIONS, type ObjectRef } from '../../../../events/schema.js';
-import { type AppStatus, Finalizer } from '../../api/index.js';
+import { type AppDeployKapp, type AppStatus, Finalizer } from '../../api/index.js';
 import { sha256Hex } from '../../artifact/keys.js';
 import {
   appKappDeploy,
@@ -19,6 +19,7 @@ import {
   BLOCKING_FOR_DEPLOY_PREFIX,
   type ClusterAccess,
   KAPP_ERROR_PREFIX,
+  type KappCommand,
   kappDeployCommand,
   kappInspectCommand,
   NOT_ONE_DEPLOY_MESSAGE,
@@ -37,7 +38,7 @@ import {
 } from '../../deploy/live-record.js';
 import { cachedClusterAccess, runKapp } from '../../deploy/run.js';
 import { CommandDeadlineError } from '../../exec/deadline.js';
-import { CommandCanceledError } from '../../exec/runner.js';
+import { CommandCanceledError, type RunResult } from '../../exec/runner.js';
 import { UrlPolicyError } from '../../fetch/url-policy.js';
 import type { DeployView } from '../../kube/port.js';
 import {
@@ -94,7 +95,42 @@ async function blockDeletion(frame: StageFrame<DeployView>, uid: string): Promis
 }
 
 /**
- * Runs the deploy stage for a hand-off from template, or for its own continuation.
+ * One deploy run: what its steps share. The steps set the fields below `canceled` as they go,
+ * so a failure midway keeps what was learnt before it (the cluster access, the tool time).
+ */
+interface DeployRun {
+  /** The hand-off from template (or the continuation). */
+  data: DeployStageData;
+  deps: PipelineDeps;
+  /** The open stage (the App as read, its deploy view, mask and log line). */
+  frame: StageFrame<DeployView>;
+  /** The manifest to apply ({@link manifestKeyOf}). */
+  manifestKey: string;
+  /** The run's parts so far: those the event carries, then deploy's and inspect's. */
+  parts: RunParts;
+  /** kapp's first start: status.deploy.startedAt and kapp's wait budget (a continuation keeps it). */
+  startedAt: Date;
+  /**
+   * Canceled since the run started (`openStage` lets such a run go on): kapp answers `Already
+   * canceled` without starting, and a resync's unchanged deploy is not reused (upstream calls kapp).
+   */
+  canceled: boolean;
+  /** `status.deploy.kapp`: the stored one, until kapp's metadata names the associated resources. */
+  kappStatus: NonNullable<AppStatus['deploy']>['kapp'];
+  /** Tool runs and time, for the log line. */
+  tools: { runs: number; ms: number };
+  /** The cluster access prepared for kapp (inspect reuses it). */
+  access?: ClusterAccess;
+  /** Set when a resync found nothing changed since the last deploy: that deploy's status. */
+  reused?: DeployStatus;
+  /** kapp's output when the function deadline stopped it. */
+  cut?: { stdout: string; stderr: string };
+}
+
+/**
+ * Runs the deploy stage for a hand-off from template, or for its own continuation: adds the
+ * finalizer ({@link blockDeletion}), deploys or finds nothing changed ({@link deployOnce}) and
+ * ends the run or continues it ({@link endDeploy}).
  *
  * The function deadline (Lambda: `withDeadline` on the runner, `../../exec/deadline.ts`) may stop
  * `kapp deploy` while it waits for resources: the stage then writes the progress so far
@@ -131,139 +167,184 @@ export async function runDeploy(data: DeployStageData, deps: PipelineDeps): Prom
       return undefined;
     }
   }
-  const { kube, mask, fence } = frame;
-  const kref = frame.ref;
   const { app } = frame.loaded;
-  const parts: RunParts = {
-    fetch: fromEventPart(data.fetchStatus),
-    template: fromEventPart(data.templateStatus),
+  const run: DeployRun = {
+    data,
+    deps,
+    frame,
+    manifestKey,
+    parts: { fetch: fromEventPart(data.fetchStatus), template: fromEventPart(data.templateStatus) },
+    startedAt: data.continuation ? new Date(data.continuation.deployStartedAt) : deps.now(),
+    canceled: Boolean(app.spec.canceled),
+    kappStatus: app.status?.deploy?.kapp,
+    tools: { runs: 0, ms: 0 },
   };
-  // A continuation keeps the first kapp's start: status.deploy.startedAt and kapp's wait budget.
-  const startedAt = data.continuation ? new Date(data.continuation.deployStartedAt) : deps.now();
-  // kapp's output when the function deadline stopped it.
-  let cut: { stdout: string; stderr: string } | undefined;
-  let tools = { runs: 0, ms: 0 };
-  let result: StageResult;
-  let kappStatus = app.status?.deploy?.kapp;
-  let access: ClusterAccess | undefined;
-
-  // Canceled since the run started (`openStage` lets such a run go on): kapp answers `Already
-  // canceled` without starting, and a resync's unchanged deploy is not reused (upstream calls kapp).
-  const canceled = Boolean(app.spec.canceled);
   const blocked = await blockDeletion(frame, ref.uid);
-  // Set when a resync found nothing changed since the last deploy: that deploy's status.
-  let reused: DeployStatus | undefined;
-  if (blocked) {
-    result = blocked;
-  } else {
-    const record = await deployRecordOf(frame, data, deps);
-    let work: string | undefined;
-    try {
-      const kapp = appKappDeploy(app.spec);
-      // The check lists as the App with the token last minted for it, when fresh: no read of
-      // its ServiceAccount (the list fails if that is gone, and the full path below reads it).
-      const reusable = canceled ? undefined : record.reusable;
-      const quick = reusable ? cachedClusterAccess(app, kube, mask) : undefined;
-      reused = quick && reusable ? await unchangedSince(frame, reusable, quick, deps) : undefined;
-      if (!reused) access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
-      if (!reused && !quick && reusable && access) {
-        reused = await unchangedSince(frame, reusable, access, deps);
-      }
-      if (reused || !access) {
-        result = { stdout: reused?.stdout ?? '', stderr: reused?.stderr ?? '', exitCode: 0, finished: true };
-      } else {
-        // A private manifest opens only with this run's cluster key (and for the App's namespace).
-        const manifest = await infraStep('reading the rendered manifest', () =>
-          readArtifact(deps, scopeOf(ref), manifestKey),
-        );
-        if (!manifest) throw new MissingArtifactError('manifest', manifestKey);
-        work = await makeScratch(deps, 'deploy');
-        const metadataFile = path.join(work, 'app-metadata.yml');
-        const planned = kappDeployCommand({
-          kapp,
-          access,
-          metadataFile,
-          controllerRawOptions: deps.config.kappDeployRawOptions,
-        });
-        const cmd = data.continuation
-          ? withKappWaitBudget(planned, deps.now().getTime() - startedAt.getTime())
-          : planned;
-        const kappStartedAt = deps.now();
-        // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
-        let flushAll = false;
-        const run = await runKapp(
-          cmd,
-          manifest.toString('utf8'),
-          deps,
-          { kube, ref: kref, uid: ref.uid, cancelOnDelete: true, canceled },
-          async ({ stdout, stderr, applying }) => {
-            flushAll ||= applying;
-            if (!flushAll) return;
-            const progress = deployStatus(
-              mask.result({ stdout, stderr, exitCode: 0, finished: false }),
-              { startedAt, updatedAt: deps.now() },
-              kappStatus,
-            );
-            await writeFrameStatus(frame, (cur) =>
-              summarizeStatus(cur, fence.generation, { ...parts, deploy: progress }),
-            );
-          },
-          [work],
-        );
-        tools = { runs: 1, ms: run.durationMs };
-        if (run.error instanceof CommandDeadlineError) cut = { stdout: run.stdout, stderr: run.stderr };
-        // upstream's updateLastDeploy returns the friendly result, which setReconcileCompleted then
-        // reads: usefulErrorMessage is kapp's stderr as status.deploy shows it
-        result = withFriendlyYAMLStrings(mask.result(attachError(KAPP_ERROR_PREFIX.deploy, run)));
-        const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
-        kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : kappStatus;
-        if (!result.error && !cut && record.key && meta && access.kubeconfigYaml) {
-          await keepDeployRecord(frame, record.key, deps, access.kubeconfigYaml, {
-            generation: fence.generation,
-            manifestKey,
-            specDigest: record.specDigest,
-            manifest: manifest.toString('utf8'),
-            meta,
-            defaultNamespace: access.namespace || (app.metadata.namespace ?? ''),
-            ...(kapp.intoNs ? { intoNs: kapp.intoNs } : {}),
-            ...(kapp.mapNs?.length ? { mapNs: kapp.mapNs } : {}),
-            kappStartedAt,
-          });
-        }
-      }
-    } catch (err) {
-      if (outcomeOf(err) !== 'user') throw err;
-      // A refused kubeconfig URL is reported as kapp's own failure would be (`Deploying: `).
-      result = resultFromError(err, err instanceof UrlPolicyError ? KAPP_ERROR_PREFIX.deploy : '');
-    } finally {
-      if (work) await removeScratch(work);
+  const result = blocked ?? (await deployOnce(run));
+  return await endDeploy(run, result);
+}
+
+/**
+ * Deploys the manifest, unless a resync finds nothing changed since the last deploy
+ * ({@link checkReuse}): then that deploy's output is the result. User errors (a missing
+ * ServiceAccount, a refused kubeconfig URL, a bad deploy spec) are the result too.
+ * @throws on infrastructure failures.
+ */
+async function deployOnce(run: DeployRun): Promise<StageResult> {
+  const record = await deployRecordOf(run.frame, run.data, run.deps);
+  try {
+    const kapp = appKappDeploy(run.frame.loaded.app.spec);
+    await checkReuse(run, record);
+    if (run.reused || !run.access) {
+      return { stdout: run.reused?.stdout ?? '', stderr: run.reused?.stderr ?? '', exitCode: 0, finished: true };
     }
+    return await applyManifest(run, kapp, run.access, record);
+  } catch (err) {
+    if (outcomeOf(err) !== 'user') throw err;
+    // A refused kubeconfig URL is reported as kapp's own failure would be (`Deploying: `).
+    return resultFromError(err, err instanceof UrlPolicyError ? KAPP_ERROR_PREFIX.deploy : '');
   }
-  if (reused) {
-    parts.deploy = reused;
+}
+
+/**
+ * Decides whether the deploy record lets this run end without kapp (sets `run.reused`), and
+ * prepares the cluster access kapp needs otherwise (sets `run.access`).
+ */
+async function checkReuse(run: DeployRun, record: RecordState): Promise<void> {
+  const { deps, frame } = run;
+  const { kube, mask } = frame;
+  const { app } = frame.loaded;
+  // The check lists as the App with the token last minted for it, when fresh: no read of
+  // its ServiceAccount (the list fails if that is gone, and the full path below reads it).
+  const reusable = run.canceled ? undefined : record.reusable;
+  const quick = reusable ? cachedClusterAccess(app, kube, mask) : undefined;
+  run.reused = quick && reusable ? await unchangedSince(frame, reusable, quick, deps) : undefined;
+  if (!run.reused) run.access = await policedClusterAccess(app, kube, mask, deps.config.urlPolicy, deps.egressProxyUrl);
+  if (!run.reused && !quick && reusable && run.access) {
+    run.reused = await unchangedSince(frame, reusable, run.access, deps);
+  }
+}
+
+/**
+ * Runs `kapp deploy` with the rendered manifest in a scratch directory (removed after), reads
+ * the associated resources from kapp's app metadata and keeps the deploy record of a success.
+ * @throws MissingArtifactError when the manifest is gone; infrastructure failures as they come.
+ */
+async function applyManifest(
+  run: DeployRun,
+  kapp: AppDeployKapp,
+  access: ClusterAccess,
+  record: RecordState,
+): Promise<StageResult> {
+  const { data, deps, frame } = run;
+  // A private manifest opens only with this run's cluster key (and for the App's namespace).
+  const manifest = await infraStep('reading the rendered manifest', () =>
+    readArtifact(deps, scopeOf(data.object), run.manifestKey),
+  );
+  if (!manifest) throw new MissingArtifactError('manifest', run.manifestKey);
+  const work = await makeScratch(deps, 'deploy');
+  try {
+    const metadataFile = path.join(work, 'app-metadata.yml');
+    const planned = kappDeployCommand({
+      kapp,
+      access,
+      metadataFile,
+      controllerRawOptions: deps.config.kappDeployRawOptions,
+    });
+    const cmd = data.continuation
+      ? withKappWaitBudget(planned, deps.now().getTime() - run.startedAt.getTime())
+      : planned;
+    const kappStartedAt = deps.now();
+    const ran = await runKappDeploy(run, cmd, manifest.toString('utf8'), work);
+    run.tools = { runs: 1, ms: ran.durationMs };
+    if (ran.error instanceof CommandDeadlineError) run.cut = { stdout: ran.stdout, stderr: ran.stderr };
+    // upstream's updateLastDeploy returns the friendly result, which setReconcileCompleted then
+    // reads: usefulErrorMessage is kapp's stderr as status.deploy shows it
+    const result = withFriendlyYAMLStrings(frame.mask.result(attachError(KAPP_ERROR_PREFIX.deploy, ran)));
+    const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
+    run.kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : run.kappStatus;
+    if (!result.error && !run.cut && record.key && meta && access.kubeconfigYaml) {
+      await keepDeployRecord(frame, record.key, deps, access.kubeconfigYaml, {
+        generation: frame.fence.generation,
+        manifestKey: run.manifestKey,
+        specDigest: record.specDigest,
+        manifest: manifest.toString('utf8'),
+        meta,
+        defaultNamespace: access.namespace || (frame.loaded.app.metadata.namespace ?? ''),
+        ...(kapp.intoNs ? { intoNs: kapp.intoNs } : {}),
+        ...(kapp.mapNs?.length ? { mapNs: kapp.mapNs } : {}),
+        kappStartedAt,
+      });
+    }
+    return result;
+  } finally {
+    await removeScratch(work);
+  }
+}
+
+/**
+ * Runs `kapp deploy` with `manifest` on stdin, killed when the App is deleted or canceled, and
+ * streams its output into `status.deploy` once kapp starts changing the cluster.
+ */
+async function runKappDeploy(run: DeployRun, cmd: KappCommand, manifest: string, work: string): Promise<RunResult> {
+  const { deps, frame } = run;
+  const { kube, mask, fence } = frame;
+  // Progress is written only once kapp starts changing the cluster (`trackCmdOutput`).
+  let flushAll = false;
+  return await runKapp(
+    cmd,
+    manifest,
+    deps,
+    { kube, ref: frame.ref, uid: run.data.object.uid, cancelOnDelete: true, canceled: run.canceled },
+    async ({ stdout, stderr, applying }) => {
+      flushAll ||= applying;
+      if (!flushAll) return;
+      const progress = deployStatus(
+        mask.result({ stdout, stderr, exitCode: 0, finished: false }),
+        { startedAt: run.startedAt, updatedAt: deps.now() },
+        run.kappStatus,
+      );
+      await writeFrameStatus(frame, (cur) =>
+        summarizeStatus(cur, fence.generation, { ...run.parts, deploy: progress }),
+      );
+    },
+    [work],
+  );
+}
+
+/**
+ * Ends the deploy: the reused deploy's status (outcome `cached`), the continuation when the
+ * deadline stopped kapp ({@link continueDeploy}), else kapp's status and inspect's in the
+ * run's final status.
+ */
+async function endDeploy(run: DeployRun, result: StageResult): Promise<DeployStageData | undefined> {
+  const { data, deps, frame, parts, startedAt } = run;
+  if (run.reused) {
+    parts.deploy = run.reused;
     frame.observe.phase('deploy', frame.secondsSince(startedAt));
     await closeStage(frame, {
       parts,
       result,
       last: true,
       success: 'cached',
-      tools,
+      tools: run.tools,
       receipt: deployReceipt(deps, data),
     });
     return undefined;
   }
   const count = (data.continuation?.count ?? 0) + 1;
-  if (cut && count <= MAX_DEPLOY_CONTINUATIONS) {
-    return await continueDeploy(frame, data, { parts, kappStatus, cut, startedAt, count, tools }, deps);
-  }
-  parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, kappStatus);
+  if (run.cut && count <= MAX_DEPLOY_CONTINUATIONS) return await continueDeploy(run, run.cut, count);
+  parts.deploy = deployStatus(result, { startedAt, updatedAt: deps.now() }, run.kappStatus);
   frame.observe.phase('deploy', frame.secondsSince(startedAt));
 
   // Inspect after every deploy attempt (status.deploy is now always set), as upstream's
   // `inspect()`, with cluster access prepared afresh unless the deploy prepared it.
-  const inspected = await runInspect(frame, deps, { canceled, ...(access ? { access } : {}) });
+  const inspected = await runInspect(frame, deps, {
+    canceled: run.canceled,
+    ...(run.access ? { access: run.access } : {}),
+  });
   if (inspected.part !== undefined) parts.inspect = inspected.part;
-  tools = { runs: tools.runs + inspected.tools.runs, ms: tools.ms + inspected.tools.ms };
+  const tools = { runs: run.tools.runs + inspected.tools.runs, ms: run.tools.ms + inspected.tools.ms };
   await closeStage(frame, {
     parts,
     result,
@@ -485,30 +566,23 @@ async function keepDeployRecord(
 /**
  * The deadline stopped kapp: writes the progress so far (`status.deploy` unfinished with kapp's
  * output, fenced on the run, conditions `Reconciling`: the reconcile is still going on) and
- * returns the continuation. A write that finds the App gone or with a newer spec ends the run.
+ * returns the continuation (its `count`-th). A write that finds the App gone or with a newer
+ * spec ends the run.
  */
 async function continueDeploy(
-  frame: StageFrame<DeployView>,
-  data: DeployStageData,
-  state: {
-    parts: RunParts;
-    kappStatus: NonNullable<AppStatus['deploy']>['kapp'];
-    cut: { stdout: string; stderr: string };
-    startedAt: Date;
-    count: number;
-    tools: { runs: number; ms: number };
-  },
-  deps: PipelineDeps,
+  run: DeployRun,
+  cut: { stdout: string; stderr: string },
+  count: number,
 ): Promise<DeployStageData | undefined> {
+  const { data, deps, frame, startedAt, tools } = run;
   const { fence, mask } = frame;
-  const { cut, startedAt, count, tools } = state;
   const progress = deployStatus(
     mask.result({ stdout: cut.stdout, stderr: cut.stderr, exitCode: 0, finished: false }),
     { startedAt, updatedAt: deps.now() },
-    state.kappStatus,
+    run.kappStatus,
   );
   const w = await writeFrameStatus(frame, (cur) =>
-    markReconciling(summarizeStatus(cur, fence.generation, { ...state.parts, deploy: progress }), fence.generation),
+    markReconciling(summarizeStatus(cur, fence.generation, { ...run.parts, deploy: progress }), fence.generation),
   );
   if (w.outcome === 'stale' || w.outcome === 'gone') {
     frame.done(w.outcome, { tools });

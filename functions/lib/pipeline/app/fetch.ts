@@ -14,19 +14,28 @@
  */
 import { fetchIsPrivate } from '../../api/index.js';
 import { fetchCacheKey } from '../../artifact/keys.js';
+import type { ArtifactScope, PrivateArtifacts } from '../../artifact/sealed.js';
+import type { FlightRun } from '../../artifact/single-flight.js';
 import { inspectsAfterFailure } from '../../deploy/kapp.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../../fetch/pinned.js';
 import { fetchPassesUrlPolicy, fetchWithVendir, type VendirFetch } from '../../fetch/run.js';
-import type { KubeObject } from '../../kube/port.js';
+import type { FetchView, KubeObject } from '../../kube/port.js';
 import { readingRefsOnce } from '../../kube/views.js';
 import { fetchConfigDigest } from '../../reconcile/controller-config.js';
 import { redactSecrets } from '../../reconcile/redact.js';
 import { resultFromError, type StageResult, withCAHint } from '../../reconcile/result.js';
 import { fetchPart, toEventPart } from '../../reconcile/status.js';
-import { cachedStageRun, PRIVATE_REUSE_MARGIN_MS, privateArtifacts, scopeOf } from '../artifacts.js';
+import type { FetchStatus } from '../../reconcile/types.js';
+import {
+  type CachedStageOutcome,
+  cachedStageRun,
+  PRIVATE_REUSE_MARGIN_MS,
+  privateArtifacts,
+  scopeOf,
+} from '../artifacts.js';
 import type { PipelineDeps, RunContext, StageOutput } from '../deps.js';
 import { infraStep } from '../retry-bound.js';
-import { closeHandingOn, openStage } from '../stage.js';
+import { closeHandingOn, openStage, type StageFrame } from '../stage.js';
 import { type LoadedApp, readRefs } from '../stage-inputs.js';
 import { APP_KIND } from './kind.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
@@ -41,7 +50,31 @@ interface PinnedFetchRecord {
 }
 
 /**
- * Runs the fetch stage for a run the reconcile step started (the App as it just read it).
+ * What one fetch run works from, decided before vendir runs: the steps of {@link runFetch}
+ * share it.
+ */
+interface FetchRun {
+  /** The run the reconcile step started. */
+  ctx: RunContext;
+  deps: PipelineDeps;
+  /** The open stage (the App as read, its view, mask and log line). */
+  frame: StageFrame<FetchView>;
+  /** Key of the pinned fetch's record, when every source is pinned; sealed with {@link scope}. */
+  recordKey?: string;
+  /** The App's cluster and namespace, when the fetch used a Secret (it is then sealed there). */
+  scope?: ArtifactScope;
+  /** The sealed store, with {@link scope}. */
+  priv?: PrivateArtifacts;
+  /** The record may be read: the fetch is pinned and every source passes the URL policy. */
+  usable: boolean;
+  /** Tool runs and time, for the log line (set once vendir ran). */
+  tools: { runs: number; ms: number };
+}
+
+/**
+ * Runs the fetch stage for a run the reconcile step started (the App as it just read it):
+ * decides the cache ({@link prepareFetch}), fetches once for it ({@link fetchOnce}), closes the
+ * stage and hands template its artifact or deploy the failure ({@link fetchOutput}).
  *
  * @param latest - the App as stored now, when the reconcile step knows it (its `Reconciling`
  *   write's answer, or `loaded.raw` when it wrote nothing): the stage's status write plans on it.
@@ -68,11 +101,43 @@ export async function runFetch(
   });
   if (opened.stop) return {};
   const { frame } = opened;
-  const { kube, mask } = frame;
-  const { app } = loaded;
   const startedAt = deps.now();
+  const run = await prepareFetch(ctx, deps, frame);
+  const cache = await fetchOnce(run);
+  if (cache.kind === 'aborted') {
+    // The delete owns the App now: no fetch status for it.
+    frame.done('stale', { tools: run.tools });
+    return {};
+  }
+  const cached = cache.kind === 'found';
+  const { fetchKey } = cache.value;
+  // The hint is part of the fetch's stderr (app_fetch.go), hence of usefulErrorMessage too.
+  const result = withCAHint(cache.value.result);
+  const part = fetchPart(result, startedAt, deps.now());
+  frame.observe.phase('fetch', frame.secondsSince(startedAt));
+  const next = await closeHandingOn(frame, {
+    parts: { fetch: part },
+    own: part,
+    result,
+    artifactKey: fetchKey,
+    cached,
+    tools: run.tools,
+    inspectAfter: inspectsAfterFailure(loaded.app),
+    receipt: receiptOnEnd(deps, { object: ctx.ref, run: ctx.run, stage: 'fetch', ...(fetchKey ? { fetchKey } : {}) }),
+  });
+  return fetchOutput(run, part, next, fetchKey);
+}
 
-  let tools = { runs: 0, ms: 0 };
+/**
+ * Decides where a pinned fetch is cached: digests the Secrets its sources name (one read each,
+ * their values join the mask), keys the record by the pins, vendir's version, those digests and
+ * the cluster's fetch configuration, sealed for the App's scope when a Secret was used, and
+ * checks the sources against the URL policy (a refused source never reuses a record).
+ * @throws on infrastructure failures (API reads).
+ */
+async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFrame<FetchView>): Promise<FetchRun> {
+  const { kube, mask } = frame;
+  const { app } = frame.loaded;
   const fetchSpec = app.spec.fetch ?? [];
   const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
   const credentials: Record<string, string> = {};
@@ -94,67 +159,88 @@ export async function runFetch(
       : fetchCacheKey(pinned)
     : undefined;
   const usable = recordKey !== undefined && (await fetchPassesUrlPolicy(fetchSpec, deps));
-  /** The pinned fetch's artifact, when its record and the artifact it names exist. */
-  const readPinned = async (): Promise<Fetched | undefined> => {
-    if (!recordKey) return undefined;
-    const hit = await infraStep('reading the fetch cache', () =>
-      scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
-    );
-    const rec = hit ? (JSON.parse(hit.toString('utf8')) as PinnedFetchRecord) : undefined;
-    const fetchKey = rec?.fetchKey;
-    if (!fetchKey || !(await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) return undefined;
-    // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
-    return { fetchKey, result: { stdout: rec?.stdout ?? '', stderr: '', exitCode: 0, finished: true } };
+  return {
+    ctx,
+    deps,
+    frame,
+    ...(recordKey ? { recordKey } : {}),
+    ...(scope ? { scope } : {}),
+    ...(priv ? { priv } : {}),
+    usable,
+    tools: { runs: 0, ms: 0 },
   };
-  const cache = await cachedStageRun<Fetched>(deps, {
+}
+
+/**
+ * Fetches once for the run: the pinned fetch's artifact when its record and artifact exist
+ * (shared, or sealed for the scope), else vendir runs ({@link runVendir}), through the fleet
+ * single-flight for a pinned shared fetch.
+ */
+async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
+  const { ctx, deps, frame, recordKey, scope } = run;
+  const readPinned = () => readPinnedFetch(run);
+  return await cachedStageRun<Fetched>(deps, {
     // A pinned shared fetch runs once for the fleet: the same request elsewhere waits for it.
-    ...(usable && !scope ? { shared: { key: recordKey, read: readPinned } } : {}),
-    ...(usable && scope ? { sealed: readPinned } : {}),
-    watch: { kube, ref: frame.ref, uid: ctx.ref.uid },
+    ...(run.usable && recordKey !== undefined && !scope ? { shared: { key: recordKey, read: readPinned } } : {}),
+    ...(run.usable && scope ? { sealed: readPinned } : {}),
+    watch: { kube: frame.kube, ref: frame.ref, uid: ctx.ref.uid },
     runId: ctx.run.runId,
-    run: async (signal) => {
-      let r: VendirFetch;
-      try {
-        r = await fetchWithVendir(app, deps, kube, scopeOf(ctx.ref), mask, signal);
-      } catch (err) {
-        if (!signal.aborted) throw err;
-        r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
-      }
-      tools = { runs: r.toolRuns, ms: r.toolMs };
-      const done = { result: mask.result(r.result), fetchKey: r.fetchKey };
-      // A deleted App's fetch leaves no record: its run ends stale, with no status. Nor does a
-      // retry's with Secrets other than those `recordKey` was computed from (its next run has
-      // the key of the Secrets it used).
-      if (signal.aborted || !recordKey || !r.fetchKey || r.refreshed) return { result: done, shared: false };
-      const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(done.result.stdout) });
-      await infraStep('storing the fetch cache record', async () => {
-        if (scope && priv) await priv.put(scope, recordKey, rec);
-        else await deps.store.put(recordKey, rec);
-      });
-      return { result: done, shared: !scope };
-    },
+    run: (signal) => runVendir(run, signal),
   });
-  if (cache.kind === 'aborted') {
-    // The delete owns the App now: no fetch status for it.
-    frame.done('stale', { tools });
-    return {};
+}
+
+/** The pinned fetch's artifact, when its record and the artifact it names exist. */
+async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
+  const { deps, recordKey, scope, priv } = run;
+  if (!recordKey) return undefined;
+  const hit = await infraStep('reading the fetch cache', () =>
+    scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
+  );
+  const rec = hit ? (JSON.parse(hit.toString('utf8')) as PinnedFetchRecord) : undefined;
+  const fetchKey = rec?.fetchKey;
+  if (!fetchKey || !(await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) return undefined;
+  // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
+  return { fetchKey, result: { stdout: rec?.stdout ?? '', stderr: '', exitCode: 0, finished: true } };
+}
+
+/**
+ * Runs vendir (`../../fetch/run.ts`) and keeps the pinned fetch's record, sealed or shared.
+ * An abort (the App deleted) during the run is a result, not a throw.
+ */
+async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<Fetched>> {
+  const { ctx, deps, frame, recordKey, scope, priv } = run;
+  let r: VendirFetch;
+  try {
+    r = await fetchWithVendir(frame.loaded.app, deps, frame.kube, scopeOf(ctx.ref), frame.mask, signal);
+  } catch (err) {
+    if (!signal.aborted) throw err;
+    r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
   }
-  const cached = cache.kind === 'found';
-  const { fetchKey } = cache.value;
-  // The hint is part of the fetch's stderr (app_fetch.go), hence of usefulErrorMessage too.
-  const result = withCAHint(cache.value.result);
-  const part = fetchPart(result, startedAt, deps.now());
-  frame.observe.phase('fetch', frame.secondsSince(startedAt));
-  const next = await closeHandingOn(frame, {
-    parts: { fetch: part },
-    own: part,
-    result,
-    artifactKey: fetchKey,
-    cached,
-    tools,
-    inspectAfter: inspectsAfterFailure(app),
-    receipt: receiptOnEnd(deps, { object: ctx.ref, run: ctx.run, stage: 'fetch', ...(fetchKey ? { fetchKey } : {}) }),
+  run.tools = { runs: r.toolRuns, ms: r.toolMs };
+  const done = { result: frame.mask.result(r.result), fetchKey: r.fetchKey };
+  // A deleted App's fetch leaves no record: its run ends stale, with no status. Nor does a
+  // retry's with Secrets other than those `recordKey` was computed from (its next run has
+  // the key of the Secrets it used).
+  if (signal.aborted || !recordKey || !r.fetchKey || r.refreshed) return { result: done, shared: false };
+  const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(done.result.stdout) });
+  await infraStep('storing the fetch cache record', async () => {
+    if (scope && priv) await priv.put(scope, recordKey, rec);
+    else await deps.store.put(recordKey, rec);
   });
+  return { result: done, shared: !scope };
+}
+
+/**
+ * The next stage's input once the stage closed: template's with the artifact on success,
+ * deploy's with the failure when `next` hands it on (its inspect), else nothing.
+ */
+function fetchOutput(
+  run: FetchRun,
+  part: FetchStatus,
+  next: 'artifact' | 'failure' | undefined,
+  fetchKey: string | undefined,
+): StageOutput {
+  const { ctx, deps } = run;
   const receipt = trailWith(deps, undefined, 'fetch');
   if (next === 'failure') {
     // The deploy function inspects and ends the run (upstream inspects after any failure once deployed).

@@ -20,6 +20,7 @@ import type { TemplateStageData } from '../../../../events/schema.js';
 import {
   type App,
   type AppTemplate,
+  type RefObjects,
   referencedConfigMaps,
   referencedSecrets,
   templateIsPrivate,
@@ -33,7 +34,8 @@ import {
   sha256Hex,
   templateArtifactKey,
 } from '../../artifact/keys.js';
-import { isPrivateKey } from '../../artifact/sealed.js';
+import { type ArtifactScope, isPrivateKey, type PrivateArtifacts } from '../../artifact/sealed.js';
+import type { FlightRun } from '../../artifact/single-flight.js';
 import { unpackTarball } from '../../artifact/tarball.js';
 import { inspectsAfterFailure } from '../../deploy/kapp.js';
 import { destinationKubeconfig } from '../../deploy/run.js';
@@ -41,11 +43,12 @@ import { templateRootOf } from '../../fetch/vendir.js';
 import type { FetchView } from '../../kube/port.js';
 import { KappControllerError, MissingArtifactError, type StageResult } from '../../reconcile/result.js';
 import type { SecretMask } from '../../reconcile/secret-mask.js';
-import { fromEventPart, templatePart, toEventPart } from '../../reconcile/status.js';
+import { fromEventPart, type StagePart, templatePart, toEventPart } from '../../reconcile/status.js';
 import type { ClusterInfo } from '../../template/downward-api.js';
 import { runTemplateSteps } from '../../template/execute.js';
 import { planTemplate, requiredClusterInfo } from '../../template/plan.js';
 import {
+  type CachedStageOutcome,
   cachedStageRun,
   manifestHasSecret,
   PRIVATE_REUSE_MARGIN_MS,
@@ -55,7 +58,7 @@ import {
 } from '../artifacts.js';
 import type { ClusterInfoSource, PipelineDeps, StageOutput } from '../deps.js';
 import { infraStep } from '../retry-bound.js';
-import { closeHandingOn, openHandOff } from '../stage.js';
+import { closeHandingOn, openHandOff, type StageFrame } from '../stage.js';
 import { makeScratch, objectKey, readRefs, removeScratch } from '../stage-inputs.js';
 import { APP_KIND } from './kind.js';
 import { policedKubeconfig } from './kubeconfig-policy.js';
@@ -99,7 +102,41 @@ function metadataDigest(app: App, templates: readonly AppTemplate[]): string {
 }
 
 /**
- * Runs the template stage for a hand-off from fetch.
+ * What one template run works from, decided before any tool runs: the steps of
+ * {@link runTemplate} share it.
+ */
+interface TemplateRun {
+  /** The hand-off from fetch. */
+  data: TemplateStageData;
+  deps: PipelineDeps;
+  /** The open stage (the App as read, its view, mask and log line). */
+  frame: StageFrame<FetchView>;
+  /** `spec.template` of the App as read (`[]` when absent). */
+  templates: readonly AppTemplate[];
+  /** The Secrets and ConfigMaps the steps read (sops keys included), with their digests. */
+  refs: RefObjects & { digests: Record<string, string> };
+  /** The live cluster values the spec asks for (`{}` when none). */
+  cluster: ClusterInfo;
+  /** The render-input hash (see the module comment). */
+  hash: string;
+  /** Key of the fleet-wide render cache record for {@link hash}. */
+  cacheKey: string;
+  /** The App's cluster and namespace: the scope of a sealed render. */
+  scope: ArtifactScope;
+  /** A Secret is among the inputs (a private fetch or a Secret values source): the render is sealed. */
+  inputsPrivate: boolean;
+  /** The sealed store, when the inputs are private or a keyring may seal a render holding a Secret. */
+  priv?: PrivateArtifacts;
+  /** Key of this scope's sealed render cache record, with {@link priv}. */
+  privateCacheKey?: string;
+  /** Tool runs and time, for the log line (set once the tools ran). */
+  tools: { runs: number; ms: number };
+}
+
+/**
+ * Runs the template stage for a hand-off from fetch: decides the inputs
+ * ({@link prepareRender}), renders once for them ({@link renderOnce}), closes the stage and hands
+ * deploy its manifest or the failure ({@link templateOutput}).
  *
  * @param clusterInfo - live cluster values provider (only called when the spec needs them).
  * @returns the deploy stage's input on success; nothing after a failure (final status written
@@ -111,14 +148,62 @@ export async function runTemplate(
   deps: PipelineDeps,
   clusterInfo: ClusterInfoSource,
 ): Promise<StageOutput> {
-  const ref = data.object;
   const opened = await openHandOff(deps, 'template', data, (id) => deps.clusters.fetchView(id), APP_KIND);
   if (opened.stop) return {};
   const { frame } = opened;
   const templateStartedAt = deps.now();
+  const run = await prepareRender(data, deps, frame, clusterInfo);
+  const cache = await renderOnce(run);
+  if (cache.kind === 'aborted') {
+    frame.done('stale', { tools: run.tools });
+    return {};
+  }
+  const cached = cache.kind === 'found';
+  const { result, manifestKey } = cache.value;
+  const part = templatePart(result, deps.now());
+  frame.observe.phase('template', frame.secondsSince(templateStartedAt));
+  const next = await closeHandingOn(frame, {
+    parts: { fetch: fromEventPart(data.fetchStatus), template: part },
+    own: part,
+    result,
+    artifactKey: manifestKey,
+    cached,
+    tools: run.tools,
+    receipt: receiptOnEnd(deps, {
+      object: data.object,
+      run: data.run,
+      stage: 'template',
+      ...(data.receipt ? { trail: data.receipt } : {}),
+      fetchKey: data.artifacts.fetchKey,
+      ...(manifestKey ? { manifestKey } : {}),
+      ...(run.inputsPrivate ? {} : { renderInputHash: run.hash }),
+    }),
+    inspectAfter: inspectsAfterFailure(frame.loaded.app),
+  });
+  return templateOutput(run, part, next, manifestKey);
+}
+
+/**
+ * Decides what the render depends on, in order: reads the Secrets and ConfigMaps the steps
+ * name (their values join the mask), asks for the live cluster values the spec needs, hashes the
+ * render inputs, and chooses where the render is cached.
+ *
+ * Private renders (any Secret input, a private fetch, or a manifest holding a Secret) are
+ * sealed for this cluster and namespace and cached there only; all others are shared by the
+ * fleet. Inputs without a Secret may still have rendered a Secret: such a render is found in
+ * this scope's private cache.
+ *
+ * @throws on infrastructure failures (API reads, the destination's kubeconfig Secret).
+ */
+async function prepareRender(
+  data: TemplateStageData,
+  deps: PipelineDeps,
+  frame: StageFrame<FetchView>,
+  clusterInfo: ClusterInfoSource,
+): Promise<TemplateRun> {
+  const ref = data.object;
   const { kube, mask } = frame;
   const { app } = frame.loaded;
-  const ns = app.metadata.namespace ?? '';
   const templates = app.spec.template ?? [];
   const sopsKeySecrets = templates.flatMap((t) => [
     t.sops?.pgp?.privateKeysSecretRef?.name ?? '',
@@ -126,7 +211,7 @@ export async function runTemplate(
   ]);
   const refs = await readRefs(
     kube,
-    ns,
+    app.metadata.namespace ?? '',
     [...referencedSecrets(app.spec), ...sopsKeySecrets],
     referencedConfigMaps(app.spec),
     mask,
@@ -138,12 +223,43 @@ export async function runTemplate(
       : needs.kappControllerVersion
         ? await clusterInfo(ref.clusterId, needs)
         : {};
+  const hash = renderHashOf(data, deps, app, refs.digests, cluster);
+  const scope = scopeOf(ref);
+  const inputsPrivate = isPrivateKey(data.artifacts.fetchKey) || templateIsPrivate(templates);
+  const priv = inputsPrivate || deps.keyring ? privateArtifacts(deps) : undefined;
+  const privateCacheKey = priv ? await priv.keyFor(scope, 'render-cache', hash) : undefined;
+  return {
+    data,
+    deps,
+    frame,
+    templates,
+    refs,
+    cluster,
+    hash,
+    cacheKey: renderCacheKey(hash),
+    scope,
+    inputsPrivate,
+    ...(priv ? { priv } : {}),
+    ...(privateCacheKey ? { privateCacheKey } : {}),
+    tools: { runs: 0, ms: 0 },
+  };
+}
+
+/** The render-input hash: the fetch artifact's digest, `spec.template`, every values source's digest and the tool versions. */
+function renderHashOf(
+  data: TemplateStageData,
+  deps: PipelineDeps,
+  app: App,
+  digests: Record<string, string>,
+  cluster: ClusterInfo,
+): string {
+  const templates = app.spec.template ?? [];
   const fetchSha = parseArtifactKey(data.artifacts.fetchKey)?.sha256 ?? data.artifacts.fetchKey;
-  const hash = renderInputHash({
+  return renderInputHash({
     inputs: { fetch: fetchSha },
     template: JSON.parse(JSON.stringify(templates)),
     values: {
-      ...refs.digests,
+      ...digests,
       metadata: metadataDigest(app, templates),
       cluster: sha256Hex(
         JSON.stringify([cluster.kubernetesVersion, cluster.kubernetesAPIs, cluster.kappControllerVersion].map(String)),
@@ -152,40 +268,26 @@ export async function runTemplate(
     },
     tools: renderToolVersions(deps.config.toolVersions),
   });
-  const cacheKey = renderCacheKey(hash);
-  const now = () => deps.now();
-  // Private renders (any Secret input, a private fetch, or a manifest holding a Secret) are
-  // sealed for this cluster and namespace and cached there only; all others are shared by
-  // the fleet. Inputs without a Secret may still have rendered a Secret: such a render is
-  // found in this scope's private cache.
-  const scope = scopeOf(ref);
-  const inputsPrivate = isPrivateKey(data.artifacts.fetchKey) || templateIsPrivate(templates);
-  const priv = inputsPrivate || deps.keyring ? privateArtifacts(deps) : undefined;
-  const privateCacheKey = priv ? await priv.keyFor(scope, 'render-cache', hash) : undefined;
+}
 
-  let tools = { runs: 0, ms: 0 };
-  /** The render a cache record names, when the manifest it names exists. */
-  const fromRecord = async (hit: Buffer | undefined, sealed: boolean): Promise<Rendered | undefined> => {
-    if (!hit) return undefined;
-    const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: unknown; stderr?: string };
-    const key = rec.manifestKey;
-    // A shared record never names a private artifact (not even a forged one).
-    if (typeof key !== 'string' || (!sealed && isPrivateKey(key))) return undefined;
-    if (!(await infraStep('reading the render cache', () => deps.store.head(key)))) return undefined;
-    return {
-      manifestKey: key,
-      result: { stdout: '', stderr: mask.text(rec.stderr ?? ''), exitCode: 0, finished: true },
-    };
-  };
+/**
+ * Renders once for the run's inputs: a cached render (shared, then sealed) when its manifest
+ * exists, else the tools run ({@link render}), through the fleet single-flight for shared inputs.
+ * Deleting the App kills the templating tools; canceling does not: the run goes on to kapp's
+ * `Already canceled`.
+ */
+async function renderOnce(run: TemplateRun): Promise<CachedStageOutcome<Rendered>> {
+  const { data, deps, frame, priv, privateCacheKey, scope } = run;
   const readShared = async () =>
-    await fromRecord(await infraStep('reading the render cache', () => deps.store.get(cacheKey)), false);
-  const cache = await cachedStageRun<Rendered>(deps, {
+    await fromRecord(run, await infraStep('reading the render cache', () => deps.store.get(run.cacheKey)), false);
+  return await cachedStageRun<Rendered>(deps, {
     // A render of shared inputs runs once for the fleet: the same render elsewhere waits for it.
-    ...(inputsPrivate ? {} : { shared: { key: cacheKey, read: readShared } }),
+    ...(run.inputsPrivate ? {} : { shared: { key: run.cacheKey, read: readShared } }),
     ...(priv && privateCacheKey
       ? {
           sealed: async () =>
             await fromRecord(
+              run,
               await infraStep('reading the render cache', () =>
                 priv.get(scope, privateCacheKey, PRIVATE_REUSE_MARGIN_MS),
               ),
@@ -193,91 +295,109 @@ export async function runTemplate(
             ),
         }
       : {}),
-    // Deleting the App kills the templating tools; canceling does not: the run goes on to kapp's
-    // `Already canceled`.
-    watch: { kube, ref: frame.ref, uid: ref.uid },
+    watch: { kube: frame.kube, ref: frame.ref, uid: data.object.uid },
     runId: data.run.runId,
-    run: async (signal) => {
-      const tgz = await infraStep('reading the fetch artifact', () =>
-        readArtifact(deps, scope, data.artifacts.fetchKey),
-      );
-      if (!tgz) throw new MissingArtifactError('fetch artifact', data.artifacts.fetchKey);
-      const work = await makeScratch(deps, 'template');
-      try {
-        const src = path.join(work, 'src');
-        await unpackTarball(tgz, src);
-        const templateRoot = path.resolve(src, templateRootOf(app.spec.fetch ?? []));
-        const plan = planTemplate({
-          app: { metadata: app.metadata, spec: { template: templates } },
-          templateRoot,
-          scratchRoot: path.join(work, 'scratch'),
-          refs,
-          cluster: {
-            ...cluster,
-            kappControllerVersion: cluster.kappControllerVersion ?? deps.config.controllerVersion,
-          },
-        });
-        for (const w of plan.warnings) deps.log.warn({ object: objectKey(ref), stage: 'template' }, w);
-        const r = await runTemplateSteps(plan.steps, deps, work, signal);
-        tools = { runs: r.runs, ms: r.ms };
-        // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
-        // before the render cache or status sees it. The manifest itself is not touched.
-        const out = mask.result(r.result);
-        if (out.error || signal.aborted) return { result: { result: out }, shared: false };
-        const manifest = Buffer.from(r.manifest, 'utf8');
-        const digest = createHash('sha256').update(manifest).digest('hex');
-        const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: out.stderr });
-        if (inputsPrivate || manifestHasSecret(r.manifest)) {
-          const p = privateArtifacts(deps);
-          const key = await p.keyFor(scope, 'template', digest);
-          await infraStep('storing the rendered manifest', () => p.put(scope, key, manifest));
-          const recKey = privateCacheKey ?? (await p.keyFor(scope, 'render-cache', hash));
-          await infraStep('storing the render cache record', () => p.put(scope, recKey, record(key)));
-          // Sealed for this cluster: the fleet's waiters render for themselves.
-          return { result: { result: out, manifestKey: key }, shared: false };
-        }
-        const key = templateArtifactKey(digest);
-        await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
-        await infraStep('storing the render cache record', () => deps.store.put(cacheKey, record(key)));
-        return { result: { result: out, manifestKey: key }, shared: true };
-      } finally {
-        await removeScratch(work);
-      }
-    },
+    run: (signal) => render(run, signal),
   });
-  if (cache.kind === 'aborted') {
-    frame.done('stale', { tools });
-    return {};
+}
+
+/** The render a cache record names, when the manifest it names exists. */
+async function fromRecord(run: TemplateRun, hit: Buffer | undefined, sealed: boolean): Promise<Rendered | undefined> {
+  if (!hit) return undefined;
+  const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: unknown; stderr?: string };
+  const key = rec.manifestKey;
+  // A shared record never names a private artifact (not even a forged one).
+  if (typeof key !== 'string' || (!sealed && isPrivateKey(key))) return undefined;
+  if (!(await infraStep('reading the render cache', () => run.deps.store.head(key)))) return undefined;
+  return {
+    manifestKey: key,
+    result: { stdout: '', stderr: run.frame.mask.text(rec.stderr ?? ''), exitCode: 0, finished: true },
+  };
+}
+
+/**
+ * Runs the planned steps on the unpacked fetch artifact in a scratch directory (removed after)
+ * and stores a successful render ({@link storeRender}).
+ * @throws MissingArtifactError when the fetch artifact is gone; infrastructure failures as they come.
+ */
+async function render(run: TemplateRun, signal: AbortSignal): Promise<FlightRun<Rendered>> {
+  const { data, deps, frame } = run;
+  const { app } = frame.loaded;
+  const tgz = await infraStep('reading the fetch artifact', () =>
+    readArtifact(deps, run.scope, data.artifacts.fetchKey),
+  );
+  if (!tgz) throw new MissingArtifactError('fetch artifact', data.artifacts.fetchKey);
+  const work = await makeScratch(deps, 'template');
+  try {
+    const src = path.join(work, 'src');
+    await unpackTarball(tgz, src);
+    const templateRoot = path.resolve(src, templateRootOf(app.spec.fetch ?? []));
+    const plan = planTemplate({
+      app: { metadata: app.metadata, spec: { template: run.templates } },
+      templateRoot,
+      scratchRoot: path.join(work, 'scratch'),
+      refs: run.refs,
+      cluster: {
+        ...run.cluster,
+        kappControllerVersion: run.cluster.kappControllerVersion ?? deps.config.controllerVersion,
+      },
+    });
+    for (const w of plan.warnings) deps.log.warn({ object: objectKey(data.object), stage: 'template' }, w);
+    const r = await runTemplateSteps(plan.steps, deps, work, signal);
+    run.tools = { runs: r.runs, ms: r.ms };
+    // Masked as soon as the tools return (a ytt fail() message may quote a Secret's value),
+    // before the render cache or status sees it. The manifest itself is not touched.
+    const out = frame.mask.result(r.result);
+    if (out.error || signal.aborted) return { result: { result: out }, shared: false };
+    return await storeRender(run, r.manifest, out);
+  } finally {
+    await removeScratch(work);
   }
-  const cached = cache.kind === 'found';
-  const { result, manifestKey } = cache.value;
-  const part = templatePart(result, now());
-  frame.observe.phase('template', frame.secondsSince(templateStartedAt));
-  const next = await closeHandingOn(frame, {
-    parts: { fetch: fromEventPart(data.fetchStatus), template: part },
-    own: part,
-    result,
-    artifactKey: manifestKey,
-    cached,
-    tools,
-    receipt: receiptOnEnd(deps, {
-      object: ref,
-      run: data.run,
-      stage: 'template',
-      ...(data.receipt ? { trail: data.receipt } : {}),
-      fetchKey: data.artifacts.fetchKey,
-      ...(manifestKey ? { manifestKey } : {}),
-      ...(inputsPrivate ? {} : { renderInputHash: hash }),
-    }),
-    inspectAfter: inspectsAfterFailure(frame.loaded.app),
-  });
+}
+
+/**
+ * Stores a successful render by content hash with its cache record: sealed for this scope when
+ * the inputs or the manifest hold a Secret (the fleet's waiters then render for themselves),
+ * else shared by the fleet.
+ */
+async function storeRender(run: TemplateRun, rendered: string, out: StageResult): Promise<FlightRun<Rendered>> {
+  const { deps, scope } = run;
+  const manifest = Buffer.from(rendered, 'utf8');
+  const digest = createHash('sha256').update(manifest).digest('hex');
+  const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: out.stderr });
+  if (run.inputsPrivate || manifestHasSecret(rendered)) {
+    const p = privateArtifacts(deps);
+    const key = await p.keyFor(scope, 'template', digest);
+    await infraStep('storing the rendered manifest', () => p.put(scope, key, manifest));
+    const recKey = run.privateCacheKey ?? (await p.keyFor(scope, 'render-cache', run.hash));
+    await infraStep('storing the render cache record', () => p.put(scope, recKey, record(key)));
+    // Sealed for this cluster: the fleet's waiters render for themselves.
+    return { result: { result: out, manifestKey: key }, shared: false };
+  }
+  const key = templateArtifactKey(digest);
+  await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
+  await infraStep('storing the render cache record', () => deps.store.put(run.cacheKey, record(key)));
+  return { result: { result: out, manifestKey: key }, shared: true };
+}
+
+/**
+ * The deploy stage's input once the stage closed: the manifest on success, the failure for the
+ * deploy function's inspect when `next` hands it on, else nothing (the run ended here).
+ */
+function templateOutput(
+  run: TemplateRun,
+  part: StagePart,
+  next: 'artifact' | 'failure' | undefined,
+  manifestKey: string | undefined,
+): StageOutput {
+  const { data, deps } = run;
   // The render-input hash of a private render is not carried (receipts hold no digest of Secrets).
-  const receipt = trailWith(deps, data.receipt, 'template', inputsPrivate ? {} : { renderInputHash: hash });
+  const receipt = trailWith(deps, data.receipt, 'template', run.inputsPrivate ? {} : { renderInputHash: run.hash });
   if (next === 'failure') {
     // The deploy function inspects and ends the run (upstream inspects after any failure once deployed).
     return {
       deploy: {
-        object: ref,
+        object: data.object,
         run: data.run,
         artifacts: { fetchKey: data.artifacts.fetchKey },
         ...(data.fetchStatus ? { fetchStatus: data.fetchStatus } : {}),
@@ -290,7 +410,7 @@ export async function runTemplate(
   if (!next || !manifestKey) return {};
   return {
     deploy: {
-      object: ref,
+      object: data.object,
       run: data.run,
       artifacts: { fetchKey: data.artifacts.fetchKey, manifestKey },
       fetchStatus: data.fetchStatus,

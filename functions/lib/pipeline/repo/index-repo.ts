@@ -53,9 +53,9 @@ import {
 } from '../../kube/port.js';
 import type { StatusWriteResult } from '../../kube/status-write.js';
 import { freshReads } from '../../kube/views.js';
-import { withRepositoryRef } from '../../packaging/repo-index.js';
+import { type RepoIndexHit, type RepoVersions, withRepositoryRef } from '../../packaging/repo-index.js';
 import { templateRepository as defaultTemplateRepository } from '../../packaging/repo-template.js';
-import { watchForAbort } from '../../reconcile/abort-watch.js';
+import { type AbortWatch, watchForAbort } from '../../reconcile/abort-watch.js';
 import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../../reconcile/controller-config.js';
 import {
   attachError,
@@ -89,11 +89,19 @@ import {
   findPinnedIndex,
   indexDigestOf,
   planRepoIndex,
+  type RepoIndexPlan,
   storeIndex,
 } from './index-repo-cache.js';
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withFilledPlaceholder, withRepoPlaceholder } from './repo-placeholder.js';
-import { leaveSource, memberDeployed, memberIndexed, polledSourceOf, trackSource } from './source-poll.js';
+import {
+  leaveSource,
+  memberDeployed,
+  memberIndexed,
+  polledSourceOf,
+  type TrackedSource,
+  trackSource,
+} from './source-poll.js';
 
 /** The PackageRepository as read, raw (for status writes) and parsed (for decisions). */
 export interface LoadedRepo {
@@ -218,8 +226,59 @@ export async function runIndexRepo(event: ObjectEvent, deps: IndexRepoDeps): Pro
   return await reconcileRepository(stage.frame, deps, reconciling);
 }
 
+/** One repository run: what its steps share (they add to `parts` and `tools` as they go). */
+interface RepoRun {
+  /** The open stage (the PackageRepository as read, its deploy view, mask and log line). */
+  frame: StageFrame<DeployView, LoadedRepo>;
+  deps: IndexRepoDeps;
+  /** The `Reconciling` write, awaited once the fetch is done ({@link reconcilingEnded}). */
+  reconciling: Promise<StatusWriteResult> | undefined;
+  /** The fleet's polled source this repository follows, when its fetch is a tag or branch. */
+  tracked: TrackedSource | undefined;
+  /** The repository as fetched: pinned to the fleet's digest when tracked, before the placeholder. */
+  polled: PackageRepository;
+  /** The in-memory App of the repository (`NewPackageRepoApp`), the placeholder read. */
+  app: App;
+  /** Where the index of this fetch is cached, when it may be shared. */
+  index: RepoIndexPlan | undefined;
+  /** Fires when the PackageRepository is deleted: the tools are killed. */
+  watch: AbortWatch;
+  /** The run's scratch directory. */
+  work: string;
+  /** The run's parts so far. */
+  parts: RunParts;
+  /** Tool runs and time, for the log line. */
+  tools: { runs: number; ms: number };
+}
+
+/** What the fetch step hands the template: the pinned index found, or the fetched artifact. */
+interface RepoFetched {
+  /** The index of the pinned source, already stored: no fetch ran. */
+  pinnedHit?: RepoIndexHit;
+  /** The fetched artifact, when vendir ran. */
+  fetchKey?: string;
+  /** vendir's lock config of the fetch (`''` for a pinned hit). */
+  fetchStdout: string;
+  /** vendir's own directory was kept in the scratch ({@link renderRepository}). */
+  treeKept: boolean;
+}
+
+/** What the template step hands the deploy. */
+interface RepoTemplated {
+  /** The manifest kapp deploys. */
+  manifest: string;
+  /** The versions it deploys (`./index-repo-changes.ts`). */
+  deployedVersions: DeployedVersions;
+  /** The index being stored while kapp deploys (a rendered index only). */
+  stored?: Promise<unknown>;
+  /** This run pokes the source's members once its index is stored (it rendered a new digest). */
+  pokesWhenIndexed: boolean;
+}
+
 /**
- * Fetch, template and deploy of one run; writes the final status through `closeStage`.
+ * Fetch, template and deploy of one run, as ordered steps ({@link fetchRepository},
+ * {@link templateOrReuseIndex}, {@link deployAndAnnounce}); writes the final status through
+ * `closeStage`.
  * @returns the `repo.indexed` event of a successful deploy that changed versions.
  */
 async function reconcileRepository(
@@ -227,7 +286,7 @@ async function reconcileRepository(
   deps: IndexRepoDeps,
   reconciling: Promise<StatusWriteResult> | undefined,
 ): Promise<RepoIndexedEvent | undefined> {
-  const { kube, mask, object } = frame;
+  const { kube, object } = frame;
   // A tag or branch polled for the fleet is fetched pinned to the digest the fleet resolved
   // (`./source-poll.ts`), so an indexed digest runs kapp only.
   const tracked = await infraStep('tracking the repository source', () => trackSource(frame.loaded.pkgr, object, deps));
@@ -237,142 +296,197 @@ async function reconcileRepository(
   // §3.12 step 2: the placeholder Secret, and the fetch as it reads it (`./repo-placeholder.ts`).
   const pkgr = await withRepoPlaceholder(polled, object.clusterId, kube, deps);
   const app = packageRepositoryApp(pkgr);
-  const parts: RunParts = {};
-  let tools = { runs: 0, ms: 0 };
-  const close = (result: StageResult) => closeStage(frame, { parts, result, last: true, success: 'succeeded', tools });
-  /** Awaits the `Reconciling` write; true (the run ended) when the object went or changed meanwhile. */
-  const reconcilingEnded = async (): Promise<boolean> => {
-    const w = await reconciling;
-    if (w?.outcome !== 'gone' && w?.outcome !== 'stale') return false;
-    frame.done(w.outcome, { tools });
-    return true;
-  };
-
-  const scope = scopeOf(object);
   // Deleting the PackageRepository kills the tools, as it kills kapp during a deploy.
   const watch = watchForAbort(kube, frame.ref, object.uid, deps);
   const work = await makeScratch(deps, 'index-repo');
   try {
     const index = await planRepoIndex(pkgr, object, deps);
-    // ---- fetch (skipped for a pinned source already indexed)
-    const fetchStarted = deps.now();
-    const pinnedHit = await findPinnedIndex(index, deps);
-    let fetchKey: string | undefined;
-    let fetchStdout = '';
-    let treeKept = false;
-    if (pinnedHit) {
-      parts.fetch = fetchPart(cachedResult({ stdout: pinnedHit.fetchStdout }), fetchStarted, deps.now());
-      frame.observe.phase('fetch', frame.secondsSince(fetchStarted));
-    } else {
-      let fetched: Awaited<ReturnType<typeof fetchWithVendir>>;
-      try {
-        fetched = await fetchWithVendir(app, deps, kube, scope, mask, watch.signal, {
-          keepAt: fetchedTree(work),
-          // Upstream's retry waits for the placeholder to be filled: here that changes the fetch.
-          ...(wantsPlaceholder(polled.spec.fetch)
-            ? {
-                refetch: async () =>
-                  packageRepositoryApp(await withFilledPlaceholder(polled, freshReads(kube))).spec.fetch ?? [],
-              }
-            : {}),
-        });
-      } catch (err) {
-        if (!watch.signal.aborted) throw err;
-        fetched = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
-      }
-      tools = { runs: fetched.toolRuns, ms: fetched.toolMs };
-      if (watch.signal.aborted) {
-        frame.done('stale', { tools });
-        return;
-      }
-      const fetchResult = mask.result(fetched.result);
-      parts.fetch = fetchPart(fetchResult, fetchStarted, deps.now());
-      frame.observe.phase('fetch', frame.secondsSince(fetchStarted));
-      fetchKey = fetched.fetchKey;
-      fetchStdout = fetchResult.stdout;
-      treeKept = fetched.kept === true;
-      if (fetchResult.error || !fetchKey) {
-        if (!(await reconcilingEnded())) await close(fetchResult);
-        return;
-      }
-    }
-    if (await reconcilingEnded()) return;
-
-    // ---- template (skipped for fetched content already indexed)
-    const templateStarted = deps.now();
-    const hit = pinnedHit ?? (fetchKey ? await findFetchedIndex(index, fetchKey, fetchStdout, deps) : undefined);
-    let manifest: string;
-    let deployedVersions: DeployedVersions;
-    let stored: Promise<unknown> | undefined;
-    /** Whether this run pokes the source's members once its index is stored (it rendered a new digest). */
-    let pokesWhenIndexed = false;
-    if (hit) {
-      deployedVersions = { index: hit.index };
-      parts.template = templatePart(cachedResult({ stderr: mask.text(hit.templateStderr) }), deps.now());
-      frame.observe.phase('template', frame.secondsSince(templateStarted));
-      manifest = withRepositoryRef(hit, `${object.namespace}/${object.name}`);
-    } else if (fetchKey) {
-      const rendered = await renderRepository(frame, { fetchKey, kept: treeKept }, work, watch.signal, deps);
-      if (watch.signal.aborted) {
-        frame.done('stale', { tools });
-        return;
-      }
-      const templateResult = mask.result(rendered.result);
-      parts.template = templatePart(templateResult, deps.now());
-      frame.observe.phase('template', frame.secondsSince(templateStarted));
-      if (templateResult.error || rendered.manifest === undefined) {
-        await close(
-          templateResult.error
-            ? templateResult
-            : resultFromError('templating produced no manifest', 'Templating dir: '),
-        );
-        return;
-      }
-      manifest = rendered.manifest;
-      const { versions } = rendered;
-      const digest = index && indexDigestOf(index, fetchKey);
-      deployedVersions = { ...(digest ? { index: digest } : {}), versions: versions ?? {} };
-      // Stored while kapp deploys; awaited before the final status (a store failure retries the run).
-      // Once stored, the fleet's other repositories on the polled source are reconciled at once
-      // (they find this index and run kapp only), not after this run's deploy.
-      pokesWhenIndexed = tracked !== undefined && digest !== undefined && index?.source !== undefined;
-      stored = storeIndex(
-        index,
-        fetchKey,
-        { manifest, versions, fetchStdout, templateStderr: templateResult.stderr },
-        deps,
-      ).then(() =>
-        pokesWhenIndexed && tracked
-          ? infraStep('reconciling the repositories behind on the source', () => memberIndexed(tracked, object, deps))
-          : undefined,
-      );
-      stored.catch(() => {});
-    } else return; // unreachable: without a pinned hit the fetch either stored an artifact or closed the run
-
-    // ---- deploy (runKapp polls the repository itself while kapp runs: one poll, not two, of an
-    // object that holds the whole inline repository)
-    await watch.stop();
-    const deployStarted = deps.now();
-    const deployed = await deployRepository(frame, manifest, work, deps);
-    frame.observe.phase('deploy', frame.secondsSince(deployStarted));
-    await stored;
-    tools = { runs: tools.runs + deployed.runs, ms: tools.ms + deployed.ms };
-    parts.deploy = deployed.part;
-    // Before the final status: a store failure retries the run rather than losing the change.
-    const indexed = deployed.result.error ? undefined : await announceRepoChanges(object, deployedVersions, deps);
-    // Also before it: a deploy not recorded would leave the member out of the record or behind it
-    // (never poked, or the fleet's pokes waiting for the poll), so the run is retried instead.
-    if (tracked && !deployed.result.error) {
-      await infraStep('recording the deployed source digest', () =>
-        memberDeployed(tracked, object, !pinnedHit && !pokesWhenIndexed, deps),
-      );
-    }
-    await close(deployed.result);
-    return indexed;
+    const tools = { runs: 0, ms: 0 };
+    const run: RepoRun = { frame, deps, reconciling, tracked, polled, app, index, watch, work, parts: {}, tools };
+    const fetched = await fetchRepository(run);
+    if (!fetched || (await reconcilingEnded(run))) return;
+    const templated = await templateOrReuseIndex(run, fetched);
+    if (!templated) return;
+    return await deployAndAnnounce(run, fetched, templated);
   } finally {
     await watch.stop();
     await removeScratch(work);
   }
+}
+
+/** Closes the run with its final status. */
+async function closeRepository(run: RepoRun, result: StageResult): Promise<void> {
+  await closeStage(run.frame, { parts: run.parts, result, last: true, success: 'succeeded', tools: run.tools });
+}
+
+/** Awaits the `Reconciling` write; true (the run ended) when the object went or changed meanwhile. */
+async function reconcilingEnded(run: RepoRun): Promise<boolean> {
+  const w = await run.reconciling;
+  if (w?.outcome !== 'gone' && w?.outcome !== 'stale') return false;
+  run.frame.done(w.outcome, { tools: run.tools });
+  return true;
+}
+
+/**
+ * The fetch, skipped for a pinned source already indexed.
+ * @returns what the template needs; `undefined` when the run ended (stale, or its failure written).
+ */
+async function fetchRepository(run: RepoRun): Promise<RepoFetched | undefined> {
+  const { deps, frame, parts } = run;
+  const fetchStarted = deps.now();
+  const pinnedHit = await findPinnedIndex(run.index, deps);
+  if (pinnedHit) {
+    parts.fetch = fetchPart(cachedResult({ stdout: pinnedHit.fetchStdout }), fetchStarted, deps.now());
+    frame.observe.phase('fetch', frame.secondsSince(fetchStarted));
+    return { pinnedHit, fetchStdout: '', treeKept: false };
+  }
+  const fetched = await vendirFetch(run);
+  run.tools = { runs: fetched.toolRuns, ms: fetched.toolMs };
+  if (run.watch.signal.aborted) {
+    frame.done('stale', { tools: run.tools });
+    return undefined;
+  }
+  const fetchResult = frame.mask.result(fetched.result);
+  parts.fetch = fetchPart(fetchResult, fetchStarted, deps.now());
+  frame.observe.phase('fetch', frame.secondsSince(fetchStarted));
+  const { fetchKey } = fetched;
+  if (fetchResult.error || !fetchKey) {
+    if (!(await reconcilingEnded(run))) await closeRepository(run, fetchResult);
+    return undefined;
+  }
+  return { fetchKey, fetchStdout: fetchResult.stdout, treeKept: fetched.kept === true };
+}
+
+/**
+ * vendir into the run's scratch (`fetchWithVendir`, its tree kept there); a fetch the deletion
+ * aborted is a result, not a throw.
+ */
+async function vendirFetch(run: RepoRun): Promise<Awaited<ReturnType<typeof fetchWithVendir>>> {
+  const { deps, frame, polled, watch } = run;
+  const { kube } = frame;
+  try {
+    return await fetchWithVendir(run.app, deps, kube, scopeOf(frame.object), frame.mask, watch.signal, {
+      keepAt: fetchedTree(run.work),
+      // Upstream's retry waits for the placeholder to be filled: here that changes the fetch.
+      ...(wantsPlaceholder(polled.spec.fetch)
+        ? {
+            refetch: async () =>
+              packageRepositoryApp(await withFilledPlaceholder(polled, freshReads(kube))).spec.fetch ?? [],
+          }
+        : {}),
+    });
+  } catch (err) {
+    if (!watch.signal.aborted) throw err;
+    return { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+  }
+}
+
+/**
+ * The template, skipped for fetched content already indexed.
+ * @returns what the deploy needs; `undefined` when the run ended (stale, or its failure written).
+ */
+async function templateOrReuseIndex(run: RepoRun, fetched: RepoFetched): Promise<RepoTemplated | undefined> {
+  const { deps, frame } = run;
+  const { fetchKey } = fetched;
+  const templateStarted = deps.now();
+  const hit =
+    fetched.pinnedHit ??
+    (fetchKey ? await findFetchedIndex(run.index, fetchKey, fetched.fetchStdout, deps) : undefined);
+  if (hit) {
+    run.parts.template = templatePart(cachedResult({ stderr: frame.mask.text(hit.templateStderr) }), deps.now());
+    frame.observe.phase('template', frame.secondsSince(templateStarted));
+    const manifest = withRepositoryRef(hit, `${frame.object.namespace}/${frame.object.name}`);
+    return { manifest, deployedVersions: { index: hit.index }, pokesWhenIndexed: false };
+  }
+  // Unreachable: without a pinned hit the fetch either stored an artifact or closed the run.
+  if (!fetchKey) return undefined;
+  const rendered = await renderRepository(
+    frame,
+    { fetchKey, kept: fetched.treeKept },
+    run.work,
+    run.watch.signal,
+    deps,
+  );
+  if (run.watch.signal.aborted) {
+    frame.done('stale', { tools: run.tools });
+    return undefined;
+  }
+  const templateResult = frame.mask.result(rendered.result);
+  run.parts.template = templatePart(templateResult, deps.now());
+  frame.observe.phase('template', frame.secondsSince(templateStarted));
+  if (templateResult.error || rendered.manifest === undefined) {
+    await closeRepository(
+      run,
+      templateResult.error ? templateResult : resultFromError('templating produced no manifest', 'Templating dir: '),
+    );
+    return undefined;
+  }
+  return storeRendered(run, fetchKey, {
+    manifest: rendered.manifest,
+    versions: rendered.versions,
+    fetchStdout: fetched.fetchStdout,
+    templateStderr: templateResult.stderr,
+  });
+}
+
+/**
+ * Starts storing a rendered index while kapp deploys (awaited before the final status: a store
+ * failure retries the run). Once stored, the fleet's other repositories on the polled source
+ * are reconciled at once (they find this index and run kapp only), not after this run's deploy.
+ */
+function storeRendered(
+  run: RepoRun,
+  fetchKey: string,
+  rendered: { manifest: string; versions: RepoVersions | undefined; fetchStdout: string; templateStderr: string },
+): RepoTemplated {
+  const { deps, index, tracked } = run;
+  const { object } = run.frame;
+  const { manifest, versions, fetchStdout, templateStderr } = rendered;
+  const digest = index && indexDigestOf(index, fetchKey);
+  const deployedVersions = { ...(digest ? { index: digest } : {}), versions: versions ?? {} };
+  const pokesWhenIndexed = tracked !== undefined && digest !== undefined && index?.source !== undefined;
+  const stored = storeIndex(index, fetchKey, { manifest, versions, fetchStdout, templateStderr }, deps).then(() =>
+    pokesWhenIndexed && tracked
+      ? infraStep('reconciling the repositories behind on the source', () => memberIndexed(tracked, object, deps))
+      : undefined,
+  );
+  stored.catch(() => {});
+  return { manifest, deployedVersions, stored, pokesWhenIndexed };
+}
+
+/**
+ * The deploy (runKapp polls the repository itself while kapp runs: one poll, not two, of an
+ * object that holds the whole inline repository), then the version changes announced and the
+ * source member recorded, both before the final status.
+ * @returns the `repo.indexed` event of a successful deploy that changed versions.
+ */
+async function deployAndAnnounce(
+  run: RepoRun,
+  fetched: RepoFetched,
+  templated: RepoTemplated,
+): Promise<RepoIndexedEvent | undefined> {
+  const { deps, frame, tracked } = run;
+  const { object } = frame;
+  await run.watch.stop();
+  const deployStarted = deps.now();
+  const deployed = await deployRepository(frame, templated.manifest, run.work, deps);
+  frame.observe.phase('deploy', frame.secondsSince(deployStarted));
+  await templated.stored;
+  run.tools = { runs: run.tools.runs + deployed.runs, ms: run.tools.ms + deployed.ms };
+  run.parts.deploy = deployed.part;
+  // Before the final status: a store failure retries the run rather than losing the change.
+  const indexed = deployed.result.error
+    ? undefined
+    : await announceRepoChanges(object, templated.deployedVersions, deps);
+  // Also before it: a deploy not recorded would leave the member out of the record or behind it
+  // (never poked, or the fleet's pokes waiting for the poll), so the run is retried instead.
+  if (tracked && !deployed.result.error) {
+    await infraStep('recording the deployed source digest', () =>
+      memberDeployed(tracked, object, !fetched.pinnedHit && !templated.pokesWhenIndexed, deps),
+    );
+  }
+  await closeRepository(run, deployed.result);
+  return indexed;
 }
 
 /**
