@@ -165,66 +165,106 @@ export async function packDir(dir: string, limits?: ArtifactLimits): Promise<Pac
   } catch (cause) {
     throw ioError('failed to resolve directory to pack', cause);
   }
-  const entries: WalkEntry[] = [];
-  let totalBytes = 0;
-
-  const walk = async (absDir: string, relDir: string): Promise<void> => {
-    let names: string[];
-    try {
-      names = await readdir(absDir);
-    } catch (cause) {
-      throw ioError('failed to read directory', cause, relDir || '.');
-    }
-    for (const name of names) {
-      const rel = relDir ? `${relDir}/${name}` : name;
-      const abs = join(absDir, name);
-      if (entries.length >= maxEntries) {
-        throw new ArtifactError('too-many-entries', `more than ${maxEntries} entries`, rel);
-      }
-      let st: Awaited<ReturnType<typeof lstat>>;
-      try {
-        st = await lstat(abs);
-      } catch (cause) {
-        throw ioError('failed to stat entry', cause, rel);
-      }
-      if (st.isDirectory()) {
-        entries.push({ rel, abs, type: 'Directory', mode: 0o755 });
-        await walk(abs, rel);
-      } else if (st.isFile()) {
-        totalBytes += st.size;
-        if (totalBytes > maxBytes) {
-          throw new ArtifactError('too-large', `file contents exceed ${maxBytes} bytes`, rel);
-        }
-        entries.push({ rel, abs, type: 'File', mode: st.mode & 0o111 ? 0o755 : 0o644 });
-      } else if (st.isSymbolicLink()) {
-        let target: string;
-        try {
-          target = await readlink(abs);
-        } catch (cause) {
-          throw ioError('failed to read symlink', cause, rel);
-        }
-        const problem = symlinkTargetProblem(rel, target);
-        if (problem) throw new ArtifactError('unsafe-symlink', `symlink ${problem}`, rel);
-        let resolved: string;
-        try {
-          resolved = await realpath(abs);
-        } catch {
-          throw new ArtifactError('unsafe-symlink', 'symlink target does not exist', rel);
-        }
-        if (!isInside(root, resolved)) {
-          throw new ArtifactError('unsafe-symlink', 'symlink target escapes the directory', rel);
-        }
-        entries.push({ rel, abs, type: 'SymbolicLink', mode: 0o777, linkpath: target });
-      } else {
-        throw new ArtifactError('unsupported-entry', 'not a file, directory or symlink', rel);
-      }
-    }
-  };
-  await walk(root, '');
-
-  const tarPath = (e: WalkEntry) => (e.type === 'Directory' ? `${e.rel}/` : e.rel);
+  const walk: Walk = { root, entries: [], bytes: 0, maxBytes, maxEntries };
+  await walkDir(walk, root, '');
+  const { entries } = walk;
   entries.sort((a, b) => byteOrder(tarPath(a), tarPath(b)));
+  const tar = await tarOf(entries, maxBytes);
+  const tgz = await gzipAsync(tar, { level: 6, strategy: zlibConstants.Z_DEFAULT_STRATEGY });
+  // RFC 1952 OS byte: fixed so macOS and Linux hosts emit the same header.
+  tgz[9] = 3;
+  return { tgz, sha256: sha256Hex(tar), tarBytes: tar.length, entries: entries.length };
+}
 
+/** A walk of the tree {@link packDir} packs: the entries found so far and the file bytes they hold. */
+interface Walk {
+  /** The real path of the directory packed. */
+  root: string;
+  entries: WalkEntry[];
+  /** File bytes, as stat'ed. */
+  bytes: number;
+  maxBytes: number;
+  maxEntries: number;
+}
+
+/** An entry's path in the tar (directories as `name/`, which is also their sort key). */
+function tarPath(e: WalkEntry): string {
+  return e.type === 'Directory' ? `${e.rel}/` : e.rel;
+}
+
+/**
+ * Adds the entries of `absDir` (at `relDir` in the tar, `''` for the root) to the walk,
+ * depth first, each directory before its contents; the limits hold as entries are found.
+ * @throws ArtifactError as {@link packDir} documents.
+ */
+async function walkDir(w: Walk, absDir: string, relDir: string): Promise<void> {
+  let names: string[];
+  try {
+    names = await readdir(absDir);
+  } catch (cause) {
+    throw ioError('failed to read directory', cause, relDir || '.');
+  }
+  for (const name of names) {
+    const rel = relDir ? `${relDir}/${name}` : name;
+    const abs = join(absDir, name);
+    if (w.entries.length >= w.maxEntries) {
+      throw new ArtifactError('too-many-entries', `more than ${w.maxEntries} entries`, rel);
+    }
+    let st: Awaited<ReturnType<typeof lstat>>;
+    try {
+      st = await lstat(abs);
+    } catch (cause) {
+      throw ioError('failed to stat entry', cause, rel);
+    }
+    if (st.isDirectory()) {
+      w.entries.push({ rel, abs, type: 'Directory', mode: 0o755 });
+      await walkDir(w, abs, rel);
+    } else if (st.isFile()) {
+      w.bytes += st.size;
+      if (w.bytes > w.maxBytes) {
+        throw new ArtifactError('too-large', `file contents exceed ${w.maxBytes} bytes`, rel);
+      }
+      w.entries.push({ rel, abs, type: 'File', mode: st.mode & 0o111 ? 0o755 : 0o644 });
+    } else if (st.isSymbolicLink()) {
+      w.entries.push(await symlinkEntry(w.root, abs, rel));
+    } else {
+      throw new ArtifactError('unsupported-entry', 'not a file, directory or symlink', rel);
+    }
+  }
+}
+
+/**
+ * The entry of the symlink at `abs`, kept only when its target is relative, stays inside `root`
+ * and exists (vendir refuses the same ones).
+ * @throws ArtifactError `unsafe-symlink`, or `io` when the link cannot be read.
+ */
+async function symlinkEntry(root: string, abs: string, rel: string): Promise<WalkEntry> {
+  let target: string;
+  try {
+    target = await readlink(abs);
+  } catch (cause) {
+    throw ioError('failed to read symlink', cause, rel);
+  }
+  const problem = symlinkTargetProblem(rel, target);
+  if (problem) throw new ArtifactError('unsafe-symlink', `symlink ${problem}`, rel);
+  let resolved: string;
+  try {
+    resolved = await realpath(abs);
+  } catch {
+    throw new ArtifactError('unsafe-symlink', 'symlink target does not exist', rel);
+  }
+  if (!isInside(root, resolved)) {
+    throw new ArtifactError('unsafe-symlink', 'symlink target escapes the directory', rel);
+  }
+  return { rel, abs, type: 'SymbolicLink', mode: 0o777, linkpath: target };
+}
+
+/**
+ * The uncompressed tar of the sorted `entries`, with the fixed headers {@link packDir}
+ * documents; file contents are read here, and the limit holds on what is read.
+ * @throws ArtifactError `too-large`, or `io` when a file cannot be read.
+ */
+async function tarOf(entries: readonly WalkEntry[], maxBytes: number): Promise<Buffer> {
   const blocks: Buffer[] = [];
   let written = 0;
   for (const e of entries) {
@@ -264,12 +304,7 @@ export async function packDir(dir: string, limits?: ArtifactLimits): Promise<Pac
     }
   }
   blocks.push(Buffer.alloc(BLOCK * 2));
-  const tar = Buffer.concat(blocks);
-
-  const tgz = await gzipAsync(tar, { level: 6, strategy: zlibConstants.Z_DEFAULT_STRATEGY });
-  // RFC 1952 OS byte: fixed so macOS and Linux hosts emit the same header.
-  tgz[9] = 3;
-  return { tgz, sha256: sha256Hex(tar), tarBytes: tar.length, entries: entries.length };
+  return Buffer.concat(blocks);
 }
 
 /**
@@ -382,88 +417,146 @@ export async function unpackTarball(
   }
 }
 
+/**
+ * Extracts `archive` into the empty directory `root` (the temporary sibling of
+ * {@link unpackTarball}): entries are checked as the parser reads them ({@link EntryLedger}),
+ * written one after the other in archive order, then the symlinks are made and checked last
+ * ({@link finishTree}).
+ * @throws ArtifactError as {@link unpackTarball} documents; the first failure wins.
+ */
 async function extractInto(
   archive: Uint8Array,
   root: string,
   maxBytes: number,
   maxEntries: number,
 ): Promise<UnpackResult> {
-  const seen = new Set<string>();
-  const implicitDirs = new Set<string>();
-  const symlinks: { path: string; target: string }[] = [];
-  const symlinkPaths = new Set<string>();
-  const dirPaths = new Set<string>();
-  let entries = 0;
-  let bytes = 0;
-  let failure: Error | undefined;
-  let chain: Promise<void> = Promise.resolve();
-
-  const parser = new Parser({ strict: true, noResume: true });
-  // The file entry being streamed to disk: ended by hand when the parser fails mid-entry,
-  // since the parser then never ends it and the write would wait forever.
-  let current: ReadEntry | undefined;
-
-  const fail = (e: Error) => {
-    if (failure) return;
-    failure = e;
-    parser.abort(e);
+  const ledger = new EntryLedger(maxBytes, maxEntries);
+  const x: Extraction = {
+    root,
+    parser: new Parser({ strict: true, noResume: true }),
+    chain: Promise.resolve(),
+    symlinks: [],
   };
+  x.parser.on('entry', (entry: ReadEntry) => onEntry(x, ledger, entry));
+  const done = parserSettled(x);
+  await feedParser(x, archive);
+  if (!x.failure) x.parser.end();
+  await done;
+  await x.chain;
+  if (x.failure) throw x.failure;
+  await finishTree(root, x.symlinks, ledger.implicitDirs);
+  return { entries: ledger.entries, bytes: ledger.bytes };
+}
 
-  const onEntry = (entry: ReadEntry) => {
-    if (failure) {
-      entry.resume();
-      return;
-    }
-    const problem = checkEntry(entry);
-    if (problem) {
-      fail(problem);
-      entry.resume();
-      return;
-    }
-    const norm = normalizeEntryPath(entry.path) as { path: string };
-    const rel = norm.path;
-    if (rel === '' || entry.type === 'Directory') {
-      entry.resume();
-      if (rel === '') return;
-      chain = chain.then(async () => {
-        if (failure) return;
-        try {
-          await mkdir(join(root, rel), { recursive: true, mode: 0o755 });
-          await chmod(join(root, rel), 0o755);
-        } catch (cause) {
-          fail(ioError('failed to create directory', cause, rel));
-        }
-      });
-      return;
-    }
-    if (entry.type === 'SymbolicLink') {
-      entry.resume();
-      symlinks.push({ path: rel, target: entry.linkpath ?? '' });
-      return;
-    }
-    const abs = join(root, rel);
-    const mode = (entry.mode ?? 0o644) & 0o111 ? 0o755 : 0o644;
-    chain = chain.then(async () => {
-      if (failure) {
-        entry.resume();
-        return;
-      }
+/** One extraction: what the parser's callbacks and the writes they queue share. */
+interface Extraction {
+  /** The directory entries are written into. */
+  root: string;
+  parser: Parser;
+  /** The first failure: later entries are skipped and the parser is aborted. */
+  failure?: Error;
+  /** The queued writes, run one after the other in archive order. */
+  chain: Promise<void>;
+  /**
+   * The file entry being streamed to disk: ended by hand when the parser fails mid-entry,
+   * since the parser then never ends it and the write would wait forever.
+   */
+  current?: ReadEntry;
+  /** The symlinks read, made last ({@link finishTree}). */
+  symlinks: { path: string; target: string }[];
+}
+
+/** Records the first failure and aborts the parser (later failures are dropped). */
+function failExtraction(x: Extraction, e: Error): void {
+  if (x.failure) return;
+  x.failure = e;
+  x.parser.abort(e);
+}
+
+/**
+ * The parser's `entry` callback: checks the entry, then queues its directory or file write, or
+ * keeps a symlink for the end. Entries after a failure are drained unread.
+ */
+function onEntry(x: Extraction, ledger: EntryLedger, entry: ReadEntry): void {
+  if (x.failure) {
+    entry.resume();
+    return;
+  }
+  const problem = ledger.check(entry);
+  if (problem) {
+    failExtraction(x, problem);
+    entry.resume();
+    return;
+  }
+  const norm = normalizeEntryPath(entry.path) as { path: string };
+  const rel = norm.path;
+  if (rel === '' || entry.type === 'Directory') {
+    entry.resume();
+    if (rel === '') return;
+    x.chain = x.chain.then(async () => {
+      if (x.failure) return;
       try {
-        await mkdir(dirname(abs), { recursive: true, mode: 0o755 });
-        current = entry;
-        if (failure) throw failure;
-        await pipeline(entry, createWriteStream(abs, { flags: 'wx', mode }));
-        await chmod(abs, mode);
+        await mkdir(join(x.root, rel), { recursive: true, mode: 0o755 });
+        await chmod(join(x.root, rel), 0o755);
       } catch (cause) {
-        entry.resume();
-        fail(ioError('failed to write file', cause, rel));
-      } finally {
-        current = undefined;
+        failExtraction(x, ioError('failed to create directory', cause, rel));
       }
     });
-  };
+    return;
+  }
+  if (entry.type === 'SymbolicLink') {
+    entry.resume();
+    x.symlinks.push({ path: rel, target: entry.linkpath ?? '' });
+    return;
+  }
+  x.chain = x.chain.then(() => writeFileEntry(x, entry, rel));
+}
 
-  const checkEntry = (entry: ReadEntry): ArtifactError | undefined => {
+/** Streams a file entry to `rel` (created exclusively), with the mode {@link packDir} would give it. */
+async function writeFileEntry(x: Extraction, entry: ReadEntry, rel: string): Promise<void> {
+  const abs = join(x.root, rel);
+  const mode = (entry.mode ?? 0o644) & 0o111 ? 0o755 : 0o644;
+  if (x.failure) {
+    entry.resume();
+    return;
+  }
+  try {
+    await mkdir(dirname(abs), { recursive: true, mode: 0o755 });
+    x.current = entry;
+    if (x.failure) throw x.failure;
+    await pipeline(entry, createWriteStream(abs, { flags: 'wx', mode }));
+    await chmod(abs, mode);
+  } catch (cause) {
+    entry.resume();
+    failExtraction(x, ioError('failed to write file', cause, rel));
+  } finally {
+    x.current = undefined;
+  }
+}
+
+/**
+ * The paths an archive's entries take, checked as each entry's header is read: limits, types,
+ * duplicates, entries below a symlink or a non-directory, lexical symlink targets.
+ */
+class EntryLedger {
+  /** Entries counted so far (the root entry is not). */
+  entries = 0;
+  /** File bytes counted so far (from the headers). */
+  bytes = 0;
+  /** Directories only implied as parents of other entries (their mode is set at the end). */
+  readonly implicitDirs = new Set<string>();
+  private readonly seen = new Set<string>();
+  private readonly symlinkPaths = new Set<string>();
+  private readonly dirPaths = new Set<string>();
+
+  constructor(
+    private readonly maxBytes: number,
+    private readonly maxEntries: number,
+  ) {}
+
+  /** @returns the entry's problem, or `undefined` when it may be written. */
+  check(entry: ReadEntry): ArtifactError | undefined {
+    const { maxBytes, maxEntries, seen, implicitDirs, symlinkPaths, dirPaths } = this;
     const norm = normalizeEntryPath(entry.path);
     if ('problem' in norm) return new ArtifactError('unsafe-path', norm.problem, entry.path);
     const rel = norm.path;
@@ -482,11 +575,11 @@ async function extractInto(
     ) {
       return new ArtifactError('unsupported-entry', `unsupported entry type ${kind}`, rel);
     }
-    entries += 1;
-    if (entries > maxEntries) return new ArtifactError('too-many-entries', `more than ${maxEntries} entries`, rel);
+    this.entries += 1;
+    if (this.entries > maxEntries) return new ArtifactError('too-many-entries', `more than ${maxEntries} entries`, rel);
     if (kind !== 'Directory' && kind !== 'SymbolicLink') {
-      bytes += entry.size ?? 0;
-      if (bytes > maxBytes) return new ArtifactError('too-large', `file contents exceed ${maxBytes} bytes`, rel);
+      this.bytes += entry.size ?? 0;
+      if (this.bytes > maxBytes) return new ArtifactError('too-large', `file contents exceed ${maxBytes} bytes`, rel);
     }
     if (seen.has(rel) || (kind !== 'Directory' && implicitDirs.has(rel))) {
       return new ArtifactError('duplicate-entry', 'duplicate entry', rel);
@@ -508,25 +601,34 @@ async function extractInto(
       if (lp) return new ArtifactError('unsafe-symlink', `symlink ${lp}`, rel);
     }
     return undefined;
-  };
-  parser.on('entry', onEntry);
-  const done = new Promise<void>((resolve) => {
-    parser.on('error', (e: Error) => {
-      if (!failure) failure = new ArtifactError('bad-archive', 'failed to read tarball', undefined, { cause: e });
-      current?.destroy(failure);
+  }
+}
+
+/**
+ * Settles when the parser ends, fails or is aborted; a parse error becomes `bad-archive`
+ * (unless a failure came first), and the file being written is ended with the failure.
+ */
+function parserSettled(x: Extraction): Promise<void> {
+  return new Promise<void>((resolve) => {
+    x.parser.on('error', (e: Error) => {
+      if (!x.failure) x.failure = new ArtifactError('bad-archive', 'failed to read tarball', undefined, { cause: e });
+      x.current?.destroy(x.failure);
       resolve();
     });
-    parser.on('end', () => resolve());
-    parser.on('abort', () => {
-      current?.destroy(failure);
+    x.parser.on('end', () => resolve());
+    x.parser.on('abort', () => {
+      x.current?.destroy(x.failure);
       resolve();
     });
   });
+}
 
-  // Feed in slices and honour backpressure so decompressed data never piles up in memory.
+/** Feeds the archive in slices, honouring backpressure so decompressed data never piles up in memory. */
+async function feedParser(x: Extraction, archive: Uint8Array): Promise<void> {
+  const { parser } = x;
   const CHUNK = 64 * 1024;
   const buf = Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength);
-  for (let off = 0; off < buf.length && !failure; off += CHUNK) {
+  for (let off = 0; off < buf.length && !x.failure; off += CHUNK) {
     if (!parser.write(buf.subarray(off, off + CHUNK))) {
       await new Promise<void>((resolve) => {
         const finish = () => {
@@ -541,12 +643,18 @@ async function extractInto(
       });
     }
   }
-  if (!failure) parser.end();
-  await done;
-  await chain;
-  if (failure) throw failure;
+}
 
-  // Symlinks last: nothing is ever written through one.
+/**
+ * Once every file and directory is written: makes the symlinks (last, so nothing is ever
+ * written through one), gives implied directories the mode listed ones get, and checks that
+ * every symlink resolves inside `root`.
+ */
+async function finishTree(
+  root: string,
+  symlinks: readonly { path: string; target: string }[],
+  implicitDirs: ReadonlySet<string>,
+): Promise<void> {
   for (const l of symlinks) {
     try {
       await mkdir(dirname(join(root, l.path)), { recursive: true, mode: 0o755 });
@@ -578,5 +686,4 @@ async function extractInto(
       }
     }
   }
-  return { entries, bytes };
 }

@@ -17,7 +17,7 @@
  *
  * @module
  */
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { StringDecoder } from 'node:string_decoder';
@@ -458,15 +458,18 @@ function launchFailure(stderr: string): NodeJS.ErrnoException | undefined {
 export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
   const allow = new Set(opts.allow);
   const tmp = opts.tmpDir ?? tmpdir();
-  const baseEnv = opts.baseEnv ?? minimalEnv(opts);
-  const now = opts.now ?? (() => performance.now());
-  const defaultTimeout = opts.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const defaultMax = opts.defaultMaxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-  const leases = opts.uidPool ? new UidLeases(opts.uidPool) : undefined;
-
-  const record = (cmd: string, durationMs: number, exitCode: number, outcome: ToolRunOutcome) => {
-    opts.metrics?.record({ tool: cmd, durationMs, exitCode, outcome });
+  const cfg: RunnerConfig = {
+    opts,
+    baseEnv: opts.baseEnv ?? minimalEnv(opts),
+    now: opts.now ?? (() => performance.now()),
+    defaultTimeout: opts.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
+    defaultMax: opts.defaultMaxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES,
+    record: (cmd, durationMs, exitCode, outcome) => {
+      opts.metrics?.record({ tool: cmd, durationMs, exitCode, outcome });
+    },
   };
+  const leases = opts.uidPool ? new UidLeases(opts.uidPool) : undefined;
+  const { record } = cfg;
 
   return {
     async run(req: RunRequest): Promise<RunResult> {
@@ -503,7 +506,7 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         return { ...empty, exitCode: -1, durationMs: 0, error: new CommandStartError(req.cmd, cause) };
       }
       try {
-        return await spawnRun(req, bin, dirs, uid);
+        return await spawnRun(cfg, req, bin, dirs, uid);
       } finally {
         // Before the directories go: a process left behind could otherwise write them again.
         await opts.orphans?.sweep();
@@ -512,159 +515,221 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       }
     },
   };
+}
 
-  function spawnRun(req: RunRequest, bin: string, dirs: RunDirs, uid: number | undefined): Promise<RunResult> {
-    const max = req.maxOutputBytes ?? defaultMax;
-    const timeoutMs = req.timeoutMs ?? defaultTimeout;
-    const out = new TailBuffer(max);
-    const err = new TailBuffer(max);
-    const started = now();
+/** What {@link createCommandRunner} settled from its options, shared by its runs. */
+interface RunnerConfig {
+  opts: CommandRunnerOptions;
+  /** The base environment of every run ({@link minimalEnv} by default). */
+  baseEnv: Readonly<Record<string, string>>;
+  /** Monotonic milliseconds. */
+  now: () => number;
+  /** Timeout of a run that sets none, ms (0: none). */
+  defaultTimeout: number;
+  /** Output bound per stream of a run that sets none, bytes. */
+  defaultMax: number;
+  /** Records one run's metric sample. */
+  record: (cmd: string, durationMs: number, exitCode: number, outcome: ToolRunOutcome) => void;
+}
 
-    return new Promise<RunResult>((resolve) => {
-      let settled = false;
-      let killedBy: 'timeout' | 'canceled' | undefined;
-      let startError: unknown;
-      let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+/** One spawned run's state, shared by the child's event handlers. */
+interface SpawnState {
+  /** The run's promise has resolved. */
+  settled: boolean;
+  /** What killed the tool's group, if this run did. */
+  killedBy?: 'timeout' | 'canceled';
+  /** The spawn's own error (the binary could not be started). */
+  startError?: unknown;
+  /** How the tool exited, once it did. */
+  exit?: { code: number | null; signal: NodeJS.Signals | null };
+  /** The timers to clear when the run ends: its timeout, the pipes' close grace, the cancel grace. */
+  timers: { timeout?: NodeJS.Timeout; close?: NodeJS.Timeout; grace?: NodeJS.Timeout };
+}
 
-      const [file, argv] = opts.launcher
-        ? [opts.launcher, [String(process.pid), bin, ...req.args]]
-        : [bin, [...req.args]];
-      const child = spawn(file, argv, {
-        cwd: req.cwd ?? dirs.env.HOME,
-        env: { ...baseEnv, ...dirs.env, ...req.env },
-        ...(uid === undefined ? {} : { uid, gid: uid }),
-        stdio: [req.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
-        detached: true,
-        shell: false,
-        windowsHide: true,
-      });
-      const session = child.pid;
-      if (session !== undefined) opts.orphans?.started(session);
-      // Reported once: once the launcher is reaped its pid is free, and a second report could
-      // take a later run that reuses it off the sweeper's list of runs in flight.
-      let reportedEnd = session === undefined;
-      const reportEnd = () => {
-        if (reportedEnd || session === undefined) return;
-        reportedEnd = true;
-        opts.orphans?.ended(session);
-      };
-      let closeTimer: NodeJS.Timeout | undefined;
+/**
+ * Spawns one run (through the launcher when set) detached in its own group, and resolves with
+ * its result once the pipes close (or {@link CLOSE_GRACE_MS} after the tool exited): the
+ * timeout and the abort signal kill the group, the output is bounded and streamed to
+ * `req.onOutput`, and the run's metric is recorded.
+ */
+function spawnRun(
+  cfg: RunnerConfig,
+  req: RunRequest,
+  bin: string,
+  dirs: RunDirs,
+  uid: number | undefined,
+): Promise<RunResult> {
+  const { opts, now } = cfg;
+  const max = req.maxOutputBytes ?? cfg.defaultMax;
+  const timeoutMs = req.timeoutMs ?? cfg.defaultTimeout;
+  const out = new TailBuffer(max);
+  const err = new TailBuffer(max);
+  const started = now();
 
-      let graceTimer: NodeJS.Timeout | undefined;
-      const onAbort = () => {
-        if (killedBy === undefined && exit === undefined) {
-          killedBy = 'canceled';
-          const grace = req.killGraceMs ?? 0;
-          if (grace > 0) {
-            killGroup(child.pid, 'SIGTERM');
-            graceTimer = setTimeout(() => killGroup(child.pid), grace);
-          } else {
-            killGroup(child.pid);
-          }
-        }
-      };
-      const timer =
-        timeoutMs > 0
-          ? setTimeout(() => {
-              if (killedBy === undefined && exit === undefined) {
-                killedBy = 'timeout';
-                killGroup(child.pid);
-              }
-            }, timeoutMs)
-          : undefined;
-      req.signal?.addEventListener('abort', onAbort, { once: true });
-
-      const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
-      const onData = (stream: OutputStream, buf: TailBuffer) => (chunk: Buffer) => {
-        buf.push(chunk);
-        if (req.onOutput) {
-          const text = decoders[stream].write(chunk);
-          if (text !== '') req.onOutput(text, stream);
-        }
-      };
-      child.stdout?.on('data', onData('stdout', out));
-      child.stderr?.on('data', onData('stderr', err));
-
-      if (child.stdin) {
-        // The tool may exit without reading its input (EPIPE); its exit status tells the story.
-        child.stdin.on('error', () => {});
-        child.stdin.end(req.stdin);
-      }
-
-      const finish = () => {
-        if (settled) return;
-        settled = true;
-        reportEnd();
-        if (timer) clearTimeout(timer);
-        if (closeTimer) clearTimeout(closeTimer);
-        if (graceTimer) clearTimeout(graceTimer);
-        req.signal?.removeEventListener('abort', onAbort);
-        if (req.onOutput) {
-          for (const stream of ['stdout', 'stderr'] as const) {
-            const rest = decoders[stream].end();
-            if (rest !== '') req.onOutput(rest, stream);
-          }
-        }
-        const durationMs = exit || killedBy ? now() - started : 0;
-        const result: RunResult = {
-          stdout: out.text(),
-          stderr: err.text(),
-          exitCode: -1,
-          durationMs,
-          truncated: { stdout: out.truncated, stderr: err.truncated },
-        };
-        let outcome: ToolRunOutcome;
-        if (startError !== undefined && exit === undefined) {
-          result.error = new CommandStartError(req.cmd, startError);
-          outcome = 'start-failed';
-        } else if (killedBy === 'timeout') {
-          result.error = new CommandTimeoutError(req.cmd, timeoutMs);
-          outcome = 'timeout';
-        } else if (killedBy === 'canceled') {
-          result.error = new CommandCanceledError(req.cmd, true, req.signal?.reason);
-          outcome = 'canceled';
-        } else if (exit?.signal) {
-          result.error = new CommandExitError(req.cmd, -1, exit.signal);
-          outcome = 'signal';
-        } else if (opts.launcher && (exit?.code === 127 || exit?.code === 125) && launchFailure(err.text())) {
-          result.error = new CommandStartError(req.cmd, launchFailure(err.text()));
-          outcome = 'start-failed';
-        } else if (exit && exit.code !== 0) {
-          result.exitCode = exit.code ?? -1;
-          result.error = new CommandExitError(req.cmd, result.exitCode);
-          outcome = 'exit';
-        } else {
-          result.exitCode = 0;
-          outcome = 'ok';
-        }
-        record(req.cmd, durationMs, result.exitCode, outcome);
-        resolve(result);
-      };
-
-      child.on('error', (e) => {
-        startError = e;
-        // 'close' does not follow a failed spawn on every Node version; finish once streams end.
-        if (child.pid === undefined) setImmediate(finish);
-      });
-      child.on('exit', (code, signal) => {
-        exit = { code, signal };
-        // Reap whatever the tool left behind in its group so the pipes close, and (with a
-        // sweeper) what left the group, which may hold the pipes too.
-        killGroup(child.pid);
-        reportEnd();
-        // A process outside the group (and beyond the sweeper's reach: the embedded runtime, or
-        // a sweep that gave up) may still hold the pipes: the run ends anyway, a moment after
-        // the tool, with the output read so far.
-        void (opts.orphans?.sweep() ?? Promise.resolve()).then(() => {
-          if (settled) return;
-          closeTimer = setTimeout(() => {
-            child.stdout?.destroy();
-            child.stderr?.destroy();
-            finish();
-          }, CLOSE_GRACE_MS);
-        });
-      });
-      child.on('close', finish);
+  return new Promise<RunResult>((resolve) => {
+    const s: SpawnState = { settled: false, timers: {} };
+    const [file, argv] = opts.launcher
+      ? [opts.launcher, [String(process.pid), bin, ...req.args]]
+      : [bin, [...req.args]];
+    const child = spawn(file, argv, {
+      cwd: req.cwd ?? dirs.env.HOME,
+      env: { ...cfg.baseEnv, ...dirs.env, ...req.env },
+      ...(uid === undefined ? {} : { uid, gid: uid }),
+      stdio: [req.stdin === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      detached: true,
+      shell: false,
+      windowsHide: true,
     });
+    const reportEnd = reportingEnd(opts, child.pid);
+    const onAbort = armKills(child, req, timeoutMs, s);
+    const flushOutput = pipeOutput(child, req, out, err);
+
+    const finish = () => {
+      if (s.settled) return;
+      s.settled = true;
+      reportEnd();
+      for (const t of [s.timers.timeout, s.timers.close, s.timers.grace]) if (t) clearTimeout(t);
+      req.signal?.removeEventListener('abort', onAbort);
+      flushOutput();
+      const durationMs = s.exit || s.killedBy ? now() - started : 0;
+      const stdout = out.text();
+      const stderr = err.text();
+      const truncated = { stdout: out.truncated, stderr: err.truncated };
+      const end = endOf(opts, req, s, err, timeoutMs);
+      const result: RunResult = { stdout, stderr, exitCode: end.exitCode, durationMs, truncated };
+      if (end.error) result.error = end.error;
+      cfg.record(req.cmd, durationMs, result.exitCode, end.outcome);
+      resolve(result);
+    };
+
+    child.on('error', (e) => {
+      s.startError = e;
+      // 'close' does not follow a failed spawn on every Node version; finish once streams end.
+      if (child.pid === undefined) setImmediate(finish);
+    });
+    child.on('exit', (code, signal) => {
+      s.exit = { code, signal };
+      // Reap whatever the tool left behind in its group so the pipes close, and (with a
+      // sweeper) what left the group, which may hold the pipes too.
+      killGroup(child.pid);
+      reportEnd();
+      // A process outside the group (and beyond the sweeper's reach: the embedded runtime, or
+      // a sweep that gave up) may still hold the pipes: the run ends anyway, a moment after
+      // the tool, with the output read so far.
+      void (opts.orphans?.sweep() ?? Promise.resolve()).then(() => {
+        if (s.settled) return;
+        s.timers.close = setTimeout(() => {
+          child.stdout?.destroy();
+          child.stderr?.destroy();
+          finish();
+        }, CLOSE_GRACE_MS);
+      });
+    });
+    child.on('close', finish);
+  });
+}
+
+/**
+ * Arms the run's kills: its timeout (SIGKILL to the group) and, through the returned listener
+ * of `req.signal`, its cancellation (SIGTERM first when `req.killGraceMs` is set). Whichever
+ * comes first before the tool exits is the run's `killedBy`.
+ */
+function armKills(child: ChildProcess, req: RunRequest, timeoutMs: number, s: SpawnState): () => void {
+  const onAbort = () => {
+    if (s.killedBy === undefined && s.exit === undefined) {
+      s.killedBy = 'canceled';
+      const grace = req.killGraceMs ?? 0;
+      if (grace > 0) {
+        killGroup(child.pid, 'SIGTERM');
+        s.timers.grace = setTimeout(() => killGroup(child.pid), grace);
+      } else {
+        killGroup(child.pid);
+      }
+    }
+  };
+  if (timeoutMs > 0) {
+    s.timers.timeout = setTimeout(() => {
+      if (s.killedBy === undefined && s.exit === undefined) {
+        s.killedBy = 'timeout';
+        killGroup(child.pid);
+      }
+    }, timeoutMs);
   }
+  req.signal?.addEventListener('abort', onAbort, { once: true });
+  return onAbort;
+}
+
+/**
+ * Reports the run's session to the orphan sweeper as started, and returns the report of its
+ * end. Reported once: once the launcher is reaped its pid is free, and a second report could
+ * take a later run that reuses it off the sweeper's list of runs in flight.
+ */
+function reportingEnd(opts: CommandRunnerOptions, session: number | undefined): () => void {
+  if (session !== undefined) opts.orphans?.started(session);
+  let reportedEnd = session === undefined;
+  return () => {
+    if (reportedEnd || session === undefined) return;
+    reportedEnd = true;
+    opts.orphans?.ended(session);
+  };
+}
+
+/**
+ * Collects the child's output into the bounded buffers, streams it decoded to `req.onOutput`,
+ * and writes `req.stdin`.
+ * @returns the flush of the decoders' last characters, for the run's end.
+ */
+function pipeOutput(child: ChildProcess, req: RunRequest, out: TailBuffer, err: TailBuffer): () => void {
+  const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  const onData = (stream: OutputStream, buf: TailBuffer) => (chunk: Buffer) => {
+    buf.push(chunk);
+    if (req.onOutput) {
+      const text = decoders[stream].write(chunk);
+      if (text !== '') req.onOutput(text, stream);
+    }
+  };
+  child.stdout?.on('data', onData('stdout', out));
+  child.stderr?.on('data', onData('stderr', err));
+
+  if (child.stdin) {
+    // The tool may exit without reading its input (EPIPE); its exit status tells the story.
+    child.stdin.on('error', () => {});
+    child.stdin.end(req.stdin);
+  }
+  return () => {
+    if (!req.onOutput) return;
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const rest = decoders[stream].end();
+      if (rest !== '') req.onOutput(rest, stream);
+    }
+  };
+}
+
+/** How a run ended: its exit code, its error (Go `os/exec` texts) and its metric outcome. */
+function endOf(
+  opts: CommandRunnerOptions,
+  req: RunRequest,
+  s: SpawnState,
+  err: TailBuffer,
+  timeoutMs: number,
+): { exitCode: number; error?: CommandError; outcome: ToolRunOutcome } {
+  const { exit } = s;
+  if (s.startError !== undefined && exit === undefined) {
+    return { exitCode: -1, error: new CommandStartError(req.cmd, s.startError), outcome: 'start-failed' };
+  }
+  if (s.killedBy === 'timeout') {
+    return { exitCode: -1, error: new CommandTimeoutError(req.cmd, timeoutMs), outcome: 'timeout' };
+  }
+  if (s.killedBy === 'canceled') {
+    return { exitCode: -1, error: new CommandCanceledError(req.cmd, true, req.signal?.reason), outcome: 'canceled' };
+  }
+  if (exit?.signal) return { exitCode: -1, error: new CommandExitError(req.cmd, -1, exit.signal), outcome: 'signal' };
+  if (opts.launcher && (exit?.code === 127 || exit?.code === 125) && launchFailure(err.text())) {
+    return { exitCode: -1, error: new CommandStartError(req.cmd, launchFailure(err.text())), outcome: 'start-failed' };
+  }
+  if (exit && exit.code !== 0) {
+    const exitCode = exit.code ?? -1;
+    return { exitCode, error: new CommandExitError(req.cmd, exitCode), outcome: 'exit' };
+  }
+  return { exitCode: 0, outcome: 'ok' };
 }
