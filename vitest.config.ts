@@ -1,7 +1,7 @@
 import { defineConfig } from 'vitest/config';
 import { E2EFirstSequencer } from './test/harness/sequencer.js';
 
-// Three kinds of tests (style.md §15): unit (no network, fakes only at ports), integration
+// Three kinds of tests (`reference/style.md` §15, kept in the team's shared folder beside the checkout: docs/CONVENTIONS.md): unit (no network, fakes only at ports), integration
 // (real servers), e2e (whole flow). Integration and e2e share one control plane and one set
 // of servers started by test/harness/global-setup.ts.
 export default defineConfig({
