@@ -29,8 +29,9 @@ describe('ATTACK plain transport: no attempt starts after the request bound', ()
         res.end('{}');
         return;
       }
-      // The hostile server: hold the request until just before the bound, then reset.
-      setTimeout(() => (req.socket as Socket).destroy(), BOUND_MS - 80);
+      // The hostile server: hold the request until just before the bound, then reset: the
+      // shortest backoff (50 ms) then ends past the bound, so an unguarded replay always lands late.
+      setTimeout(() => (req.socket as Socket).destroy(), BOUND_MS - 30);
     });
     await new Promise<void>((r) => server?.listen(0, '127.0.0.1', () => r()));
     const port = (server.address() as AddressInfo).port;
@@ -46,7 +47,9 @@ describe('ATTACK plain transport: no attempt starts after the request bound', ()
       await expect(transport.send({ method: 'GET', path: '/api/v1/namespaces/x/secrets' })).rejects.toThrow();
       const took = Date.now() - started;
       await new Promise((r) => setTimeout(r, 100));
-      const late = arrivals.filter((a) => a.path.startsWith('/api/') && a.at > BOUND_MS);
+      // Arrivals are timed from just before send() takes its deadline, so allow what lies
+      // between the two clocks; an unguarded replay lands at least 20 ms past the bound.
+      const late = arrivals.filter((a) => a.path.startsWith('/api/') && a.at > BOUND_MS + 15);
       expect(
         late,
         `attempts reached the server after the ${BOUND_MS} ms bound (call took ${took} ms): ${JSON.stringify(arrivals)}`,

@@ -206,11 +206,15 @@ export class PlainRestTransport implements RestTransport {
    */
   async send(request: RestRequest): Promise<RestResponse> {
     const deadline = Date.now() + this.#timeoutMs;
-    // The signal stops a replay that a backoff would start past the bound (a hostile server
-    // dropping the connection just before it must not get a request the client gave up on).
-    return await sendRepeatingDrops(request, () => this.#exchange(request, deadline - Date.now()), {
-      signal: AbortSignal.timeout(this.#timeoutMs),
-    });
+    // No attempt starts once the bound has passed, by the clock rather than by a timer (a timer
+    // due at the same moment as the backoff's may fire after it on a busy event loop): a hostile
+    // server dropping the connection just before the bound gets no request the client gave up on.
+    const attempt = () => {
+      const leftMs = deadline - Date.now();
+      if (leftMs <= 0) return Promise.reject(new RestTimeoutError(request, this.#timeoutMs));
+      return this.#exchange(request, leftMs);
+    };
+    return await sendRepeatingDrops(request, attempt, { signal: AbortSignal.timeout(this.#timeoutMs) });
   }
 
   /** Closes the kept connections. */
