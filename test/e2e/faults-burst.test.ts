@@ -73,7 +73,7 @@ describe('faults: the forwarder during a burst', () => {
     const sampler = kappSampler();
     try {
       const t0 = Date.now();
-      const names = Array.from({ length: APPS }, (_, i) => `burst-${i}`);
+      const names = Array.from({ length: APPS }, (_, i) => `burst-${id}-${i}`);
       // One burst: every App created at once (one List), as a team applying a directory would.
       await apply(...names.map((n) => inlineConfigMapApp(NS, n, n)));
       const before = await waitFor(
@@ -123,10 +123,10 @@ describe('faults: the forwarder during a burst', () => {
       // Valid Apps: terminal means succeeded, each for its one generation.
       expect(last.filter((a) => !succeeded(a)).map((a) => a.metadata.name)).toEqual([]);
       // Never two kapp runs for one App at once, across the kill and the restart.
-      const doubled = [...sampler.max].filter(([app, n]) => app.startsWith('burst-') && n > 1);
+      const doubled = [...sampler.max].filter(([app, n]) => app.startsWith(`burst-${id}-`) && n > 1);
       expect(doubled).toEqual([]);
       // The sampler did see the kapp runs it judges.
-      expect([...sampler.max.keys()].filter((app) => app.startsWith('burst-')).length).toBeGreaterThan(0);
+      expect([...sampler.max.keys()].filter((app) => app.startsWith(`burst-${id}-`)).length).toBeGreaterThan(0);
       await killGroup(second);
     } finally {
       sampler.stop();

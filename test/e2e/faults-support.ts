@@ -38,7 +38,12 @@ export function kappProcesses(): Map<string, number[]> {
   return out;
 }
 
-/** Samples /proc every 100 ms; `max` is the most kapp processes seen at once per App. */
+/**
+ * Samples /proc every 100 ms; `max` is the most kapp processes seen at once per App. It sees
+ * every kapp of the machine, keyed by kapp app name only: a test names its Apps with its run's
+ * random id, or another test run on the same machine (two clones' suites at once) counts as a
+ * second kapp of its App.
+ */
 export function kappSampler() {
   const max = new Map<string, number>();
   const seen = new Map<string, Set<number>>();
