@@ -186,8 +186,23 @@ export type ObjectRef = z.infer<typeof ObjectRefSchema>;
 /** The fields of an {@link ObjectRef} that identify the object (see {@link orderingKey}). */
 export type ObjectIdentity = Pick<ObjectRef, 'clusterId' | 'kind' | 'namespace' | 'name'>;
 
-/** `data` of `dev.kapp-lambda.object.v1`: an {@link ObjectRef} plus the {@link Reason}. */
-export const ObjectEventDataSchema = ObjectRefSchema.extend({ reason: z.enum(REASONS) });
+/**
+ * How an object event's `cause` starts when the forwarder saw drift in what the object deployed
+ * (`events/forwarder/drift.ts`): `drift: <apiVersion> <Kind> <ns>/<name> <modified|deleted|...>`.
+ * The reconcile it asks for logs it and writes Event `DriftDetected`.
+ */
+export const DRIFT_CAUSE_PREFIX = 'drift: ';
+
+/**
+ * `data` of `dev.kapp-lambda.object.v1`: an {@link ObjectRef} plus the {@link Reason} and, when
+ * the forwarder knows one, the `cause` beyond the object's own state (≤ 512 characters, e.g.
+ * `drift: apps/v1 Deployment ns/name modified`, `Secret/<name>@<rv>`), which the reconcile logs
+ * and reports. Optional: events of forwarders that do not send it stay valid.
+ */
+export const ObjectEventDataSchema = ObjectRefSchema.extend({
+  reason: z.enum(REASONS),
+  cause: z.string().min(1).max(512).optional(),
+});
 /** See {@link ObjectEventDataSchema}. */
 export type ObjectEventData = z.infer<typeof ObjectEventDataSchema>;
 
@@ -749,7 +764,7 @@ function build<E extends KappEvent>(
  * @throws EventValidationError when `ref`, `reason` or `opts` make an invalid event.
  */
 export function objectEvent(ref: ObjectRef, reason: Reason, opts: EventOptions): ObjectEvent {
-  const data: ObjectEventData = { ...pickRef(ref), reason };
+  const data: ObjectEventData = { ...pickRef(ref), reason, ...(opts.cause ? { cause: opts.cause.slice(0, 512) } : {}) };
   return build<ObjectEvent>(
     EVENT_TYPES.object,
     ref,

@@ -16,6 +16,8 @@
  * | `FORWARDER_RESYNC_RETRY_SECONDS` | re-ask after a reconcile got no status answer | 300 |
  * | `FORWARDER_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `FORWARDER_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
+ * | `FORWARDER_SYNC_MODE` | kapp-controller-config `kappLambdaSyncMode`: `exception` (quiet Apps, `quiet.ts`) or `periodic` (upstream's timer) | `exception` |
+ * | `FORWARDER_SAFETY_SYNC_PERIOD` | kapp-controller-config `kappLambdaSafetySyncPeriod` (Go duration): a quiet App's full reconcile | 10m |
  * | `FORWARDER_CONTROLLER_CONFIG_NAMESPACE` | where the cluster's `kapp-controller-config` lives (the functions' `--controller-config-namespace`); its sync periods override the two above | `kapp-lambda` |
  *
  * The program (`main.ts`) reads these too ({@link parseForwarderProgramEnv}):
@@ -109,6 +111,8 @@ const EnvSchema = z.object({
   FORWARDER_RESYNC_RETRY_SECONDS: int(10, 86_400, 300),
   FORWARDER_APP_DEFAULT_SYNC_PERIOD: z.string().optional(),
   FORWARDER_APP_MINIMUM_SYNC_PERIOD: z.string().optional(),
+  FORWARDER_SYNC_MODE: z.string().optional(),
+  FORWARDER_SAFETY_SYNC_PERIOD: z.string().optional(),
   FORWARDER_CONTROLLER_CONFIG_NAMESPACE: z.preprocess(
     blankToUndefined,
     z
@@ -138,6 +142,8 @@ export function parseForwarderEnv(env: Readonly<Record<string, string | undefine
     timer = parseControllerSyncConfig({
       appDefaultSyncPeriod: e.FORWARDER_APP_DEFAULT_SYNC_PERIOD,
       appMinimumSyncPeriod: e.FORWARDER_APP_MINIMUM_SYNC_PERIOD,
+      kappLambdaSyncMode: e.FORWARDER_SYNC_MODE,
+      kappLambdaSafetySyncPeriod: e.FORWARDER_SAFETY_SYNC_PERIOD,
     });
   } catch (cause) {
     throw new Error(`invalid forwarder settings: ${(cause as Error).message}`, { cause });

@@ -12,10 +12,12 @@
  */
 import { setMaxListeners } from 'node:events';
 import type { KubeObject, ObjectWatcher, ResourceKind } from '../../functions/lib/kube/port.js';
+import { MIN_SYNC_PERIOD_MS } from '../../functions/lib/reconcile/timer.js';
 import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
 import type { BackoffOptions } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 import { CONTROLLER_CONFIG_SELECTOR, controllerConfigHandler } from './controller-config.js';
+import { DriftWatches, KAPP_APP_LABEL } from './drift.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
 import { appKind, NO_REFS, observedGeneration, rateLimitedRequeueMs, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
@@ -94,6 +96,14 @@ export interface ForwarderOptions {
    * Default true when a watched kind waits on namespaces (App); false turns it off.
    */
   watchNamespaces?: boolean;
+  /**
+   * Watch what each object deployed (`drift.ts`: by kapp's app label, metadata only, one
+   * cluster-wide list+watch per deployed kind) and send `ref-changed` with cause `drift: ...`
+   * for a hand edit or deletion. Needs list/watch on those kinds (`infra/forwarder/rbac.yml`).
+   * Default true when a watched kind has {@link WatchedKind.deployed} (App); without it every
+   * App keeps upstream's periodic timer.
+   */
+  driftWatch?: boolean;
 }
 
 /** Counters and sizes, for tests, metrics and the memory benchmark. */
@@ -124,6 +134,12 @@ export interface ForwarderStats {
   stalls: number;
   /** Failed list/watch calls other than 410. */
   watchErrors: number;
+  /** Drift seen in deployed objects (each sent as `ref-changed`). */
+  drift: number;
+  /** Times an object's sync period came and it stayed quiet (reconcile by exception). */
+  quiet: number;
+  /** Deployed kinds watched for drift. */
+  driftKinds: number;
 }
 
 /** Options of {@link Forwarder.stop}. */
@@ -180,6 +196,10 @@ interface ObjState extends HeapItem {
   failures: number;
   /** {@link WatchedKind.waitsOnNamespaces} as last seen (interned names); absent for most objects. */
   waitsOn?: readonly string[];
+  /** The status shows a reconcile or delete running (`Reconciling`/`Deleting` True). */
+  running: boolean;
+  /** {@link WatchedKind.quietUntil} as last computed; `NaN` when the object is periodic. */
+  quietAt: number;
 }
 
 const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
@@ -226,6 +246,8 @@ export class Forwarder {
   private readonly primary: Reflector[] = [];
   private readonly secondary: Reflector[] = [];
   private readonly configWatches: Reflector[] = [];
+  /** The drift watches' reflectors (started by {@link DriftWatches} as kinds appear). */
+  private readonly deployedWatches: Reflector[] = [];
   /**
    * Namespace name (interned) → whether it is terminating (`deletionTimestamp` set), filled by the
    * Namespace watch ({@link ForwarderOptions.watchNamespaces}); a name not in it is gone once
@@ -251,6 +273,12 @@ export class Forwarder {
   private sent = 0;
   private sendErrors = 0;
   private invalid = 0;
+  private driftSeen = 0;
+  private quieted = 0;
+  /** Drift watches of what objects deployed; absent when turned off or no kind deploys. */
+  private readonly drift: DriftWatches<ObjState> | undefined;
+  /** When every watch of objects and their inputs had completed its first list (ms); +∞ before. */
+  private inputsListedAt = Number.POSITIVE_INFINITY;
 
   /** @param opts - See {@link ForwarderOptions}. */
   constructor(private readonly opts: ForwarderOptions) {
@@ -280,6 +308,34 @@ export class Forwarder {
         this.invalid++;
       },
     });
+    if (opts.driftWatch ?? this.kinds.some((k) => k.deployed)) {
+      this.drift = new DriftWatches<ObjState>({
+        watcher: opts.watcher,
+        scopes: opts.namespaces ?? [],
+        watch: (kind, ns, handler) => {
+          const ac = this.ac;
+          if (!ac || ac.signal.aborted) return;
+          const r = this.reflector(kind, ns, this.opts.refPageSize ?? 100, handler, {
+            labelSelector: KAPP_APP_LABEL,
+            metadataOnly: true,
+          });
+          this.deployedWatches.push(r);
+          this.runs.push(r.run(ac.signal));
+        },
+        onDrift: (st, cause) => {
+          this.driftSeen++;
+          this.logger.info(
+            { clusterId: this.clusterId, namespace: st.namespace, name: st.name, cause },
+            'drift in deployed objects; asking for a reconcile',
+          );
+          this.emit(st, 'ref-changed', cause);
+        },
+        reconciling: (st) => st.running,
+        handledAtMs: (st) => (st.handledAt === NEVER ? Number.NaN : st.handledAt * 1000),
+        clock: this.clock,
+        logger: this.logger,
+      });
+    }
   }
 
   /**
@@ -311,8 +367,16 @@ export class Forwarder {
             resource,
             cc.namespace,
             1,
-            controllerConfigHandler(resource, cc.onChange, this.logger, this.clusterId),
-            CONTROLLER_CONFIG_SELECTOR,
+            controllerConfigHandler(
+              resource,
+              () => {
+                this.inputsChanged();
+                cc.onChange();
+              },
+              this.logger,
+              this.clusterId,
+            ),
+            { fieldSelector: CONTROLLER_CONFIG_SELECTOR },
           ),
         );
       }
@@ -359,7 +423,9 @@ export class Forwarder {
       for (const r of this.secondary) this.runs.push(r.run(ac.signal));
     });
     const waited = [...this.secondary, ...this.configWatches].map((r) => r.listed);
-    this.syncedPromise = Promise.all([primaryListed, refsStarted, ...waited]).then(() => undefined);
+    this.syncedPromise = Promise.all([primaryListed, refsStarted, ...waited]).then(() => {
+      this.inputsListedAt = this.clock.now();
+    });
   }
 
   /**
@@ -384,6 +450,7 @@ export class Forwarder {
   async stop(options: StopOptions = {}): Promise<boolean> {
     const timeoutMs = options.timeoutMs ?? 10_000;
     this.ac?.abort();
+    this.drift?.stop();
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
     this.timer = undefined;
     this.timerAt = Number.POSITIVE_INFINITY;
@@ -402,7 +469,9 @@ export class Forwarder {
 
   /** A snapshot of counters and sizes. */
   stats(): ForwarderStats {
-    const all = [...this.primary, ...this.secondary, ...this.configWatches].map((r) => r.counters);
+    const all = [...this.primary, ...this.secondary, ...this.configWatches, ...this.deployedWatches].map(
+      (r) => r.counters,
+    );
     const sum = (f: (c: Reflector['counters']) => number) => all.reduce((n, c) => n + f(c), 0);
     return {
       objects: this.objects.reduce((n, m) => n + m.size, 0),
@@ -418,6 +487,9 @@ export class Forwarder {
       watches: sum((c) => c.watches),
       stalls: sum((c) => c.stalls),
       watchErrors: sum((c) => c.errors),
+      drift: this.driftSeen,
+      quiet: this.quieted,
+      driftKinds: this.drift?.size.kinds ?? 0,
     };
   }
 
@@ -436,14 +508,14 @@ export class Forwarder {
     namespace: string | undefined,
     pageSize: number,
     handler: ReflectorHandler,
-    fieldSelector?: string,
+    selection: { fieldSelector?: string; labelSelector?: string; metadataOnly?: boolean } = {},
   ) {
     return new Reflector(
       {
         watcher: this.opts.watcher,
         resource,
         ...(namespace === undefined ? {} : { namespace }),
-        ...(fieldSelector === undefined ? {} : { fieldSelector }),
+        ...selection,
         pageSize,
         watchTimeoutSeconds: this.opts.watchTimeoutSeconds ?? 300,
         stallTimeoutMs: this.opts.stallTimeoutMs ?? 90_000,
@@ -582,16 +654,19 @@ export class Forwarder {
         due: Number.POSITIVE_INFINITY,
         heapIndex: -1,
         failures: NOT_FAILING,
+        running: inFlight(obj),
+        quietAt: kind.quietUntil?.(obj, this.random) ?? Number.NaN,
       };
       const key = kind.changeKey?.(obj);
       if (key !== undefined) st.changeKey = key;
       map.set(namespace, st.name, st);
       this.refs.add(st);
       this.trackNamespaces(kind, st, obj);
+      this.drift?.track(st, kind.deployed?.(obj));
       const due = kind.dueAt(obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
       if (reason) this.ask(st, reason, now);
-      else this.schedule(st, this.withRequeue(kind, st, obj, due, now));
+      else this.schedule(st, this.quietDue(st, this.withRequeue(kind, st, obj, due, now), now));
       return;
     }
     if (mark) st.mark = mark;
@@ -608,13 +683,16 @@ export class Forwarder {
     st.generation = generation;
     st.deleting = deleting;
     st.handledAt = handledAtOf(kind, obj);
+    st.running = inFlight(obj);
+    st.quietAt = kind.quietUntil?.(obj, this.random) ?? Number.NaN;
     this.refs.update(st, kind.refs(obj));
     this.trackNamespaces(kind, st, obj);
+    this.drift?.track(st, kind.deployed?.(obj));
     if (reason) {
       this.ask(st, reason, now);
       return;
     }
-    const due = this.withRequeue(kind, st, obj, kind.dueAt(obj, now), now);
+    const due = this.quietDue(st, this.withRequeue(kind, st, obj, kind.dueAt(obj, now), now), now);
     if (due === null || due > now) {
       st.asked = NOT_ASKED;
       this.schedule(st, due);
@@ -658,6 +736,40 @@ export class Forwarder {
     st.failures = Math.max(st.failures, 0);
     const requeue = now + rateLimitedRequeueMs(st.failures++);
     return due === null ? requeue : Math.min(due, requeue);
+  }
+
+  /**
+   * Reconcile by exception: a due time at or before `now` moves to the object's safety due time
+   * ({@link ObjState.quietAt}) while it may stay quiet: it is eligible (`quiet.ts`), no reconcile
+   * is outstanding, not failing, and every watch it needs (its own kind's, its inputs', its
+   * deployed kinds') has run without a gap since before its last reconcile, so nothing it
+   * depends on can have changed unseen. Any other due time is returned unchanged.
+   */
+  private quietDue(st: ObjState, due: number | null, now: number): number | null {
+    if (due === null || due > now || !(st.quietAt > now)) return due;
+    if (st.asked !== NOT_ASKED || st.failures !== NOT_FAILING || st.handledAt === NEVER) return due;
+    const handledMs = st.handledAt * 1000;
+    const covered = this.drift?.coveredSince(st);
+    if (covered === undefined || covered > handledMs || this.inputsListedAt > handledMs) return due;
+    this.quieted++;
+    return st.quietAt;
+  }
+
+  /**
+   * An input of every reconcile changed (the cluster's `kapp-controller-config`: CA bundle, proxy,
+   * kapp options), which upstream applies at each App's next sync: quiet objects are no longer
+   * covered and are asked within the shortest sync period (30 s, spread), not at once.
+   */
+  private inputsChanged(): void {
+    if (this.inputsListedAt === Number.POSITIVE_INFINITY) return; // the first list: nothing quiet yet
+    const now = this.clock.now();
+    this.inputsListedAt = now;
+    for (const map of this.objects) {
+      for (const [, , st] of map.entries()) {
+        if (st.heapIndex >= 0 && st.due === st.quietAt)
+          this.schedule(st, now + Math.floor(this.random() * MIN_SYNC_PERIOD_MS));
+      }
+    }
   }
 
   /** The rule for an object seen for the first time by a first list (after a restart). */
@@ -704,6 +816,7 @@ export class Forwarder {
   }
 
   private forget(st: ObjState): void {
+    this.drift?.untrack(st);
     this.heap.delete(st);
     this.refs.remove(st);
     this.namespaceWaiters.delete(st);
@@ -773,7 +886,9 @@ export class Forwarder {
     const now = this.clock.now();
     for (let st = this.heap.popDue(now); st; st = this.heap.popDue(now)) {
       if (st.failures === NOT_FAILING) {
-        this.ask(st, 'resync', now);
+        const quiet = this.quietDue(st, now, now);
+        if (quiet !== null && quiet > now) this.schedule(st, quiet);
+        else this.ask(st, 'resync', now);
         continue;
       }
       // A rate-limited requeue: a run that fails again writes the same status (no watch event),

@@ -30,6 +30,8 @@ import {
   type TimerConfig,
 } from '../../functions/lib/reconcile/timer.js';
 import { type BackoffOptions, backoffDelay } from './backoff.js';
+import type { Deployed } from './drift.js';
+import { appDeployed, appQuietUntil } from './quiet.js';
 
 /** Names of Secrets and ConfigMaps (in the object's own namespace) an object reads. */
 export interface ObjectRefs {
@@ -95,6 +97,20 @@ export interface WatchedKind {
    * Kinds without it never wait on namespaces, and the forwarder then watches none.
    */
   waitsOnNamespaces?(obj: KubeObject): readonly string[] | undefined;
+  /**
+   * What the object deployed (kapp's label value, kinds, namespaces), which the forwarder's drift
+   * watches follow (`drift.ts`); `undefined` when nothing is known. Kinds without it have no
+   * drift watch.
+   */
+  deployed?(obj: KubeObject): Deployed | undefined;
+  /**
+   * Until when (ms since the epoch) the object may stay quiet at its sync period while every
+   * watch it needs has run without a gap since its last reconcile (`quiet.ts`); `undefined` when
+   * it keeps upstream's periodic timer. Kinds without it are always periodic.
+   *
+   * @param rand - Jitter source on `[0, 1)`.
+   */
+  quietUntil?(obj: KubeObject, rand: () => number): number | undefined;
 }
 
 /**
@@ -207,8 +223,12 @@ function observedGenerationOf(obj: KubeObject): number | undefined {
  */
 export type TimerConfigSource = TimerConfig | (() => TimerConfig | undefined);
 
+function currentConfig(config: TimerConfigSource | undefined): () => TimerConfig | undefined {
+  return typeof config === 'function' ? config : () => config;
+}
+
 function timedDueAt(kind: 'App' | 'PackageRepository', config: TimerConfigSource | undefined) {
-  const current = typeof config === 'function' ? config : () => config;
+  const current = currentConfig(config);
   return (obj: KubeObject, now: number): number | null => {
     const d = nextDueAt(obj as unknown as TimedObject, new Date(now), { kind, config: current() });
     return d === null ? null : d.getTime();
@@ -226,7 +246,8 @@ const PACKAGE_INSTALL_RESOURCE: ResourceKind = Object.freeze({
 
 /**
  * App (`kappctrl.k14s.io/v1alpha1`, `apps`): due per {@link nextDueAt} (sync period + jitter
- * after success, 2^n s after failure, never while paused/canceled), refs per {@link appRefs}.
+ * after success, 2^n s after failure, never while paused/canceled), refs per {@link appRefs};
+ * quiet at its sync period per {@link appQuietUntil}, its deployed objects per {@link appDeployed}.
  *
  * @param config - Controller-config sync periods (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`),
  *   fixed or read at each due-time computation.
@@ -245,6 +266,8 @@ export function appKind(config?: TimerConfigSource): WatchedKind {
     controlledBy: appControllingPackageInstall,
     waitsOnNamespaces: appNoopDeleteNamespaces,
     changeKey: appRollbackChangeKey,
+    deployed: appDeployed,
+    quietUntil: (obj, rand) => appQuietUntil(obj, currentConfig(config)(), rand),
   };
 }
 

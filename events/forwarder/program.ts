@@ -77,7 +77,10 @@ export interface ForwarderProgram {
   stop(): Promise<boolean>;
 }
 
-type CounterKey = Exclude<keyof ForwarderStats, 'objects' | 'refs' | 'scheduled' | 'pending' | 'emitted'>;
+type CounterKey = Exclude<
+  keyof ForwarderStats,
+  'objects' | 'refs' | 'scheduled' | 'pending' | 'emitted' | 'driftKinds'
+>;
 
 /** Counters of {@link ForwarderStats} exported as `kapp_lambda_forwarder_<name>_total`. */
 const COUNTERS: ReadonlyArray<[CounterKey, string, string]> = [
@@ -89,6 +92,8 @@ const COUNTERS: ReadonlyArray<[CounterKey, string, string]> = [
   ['watches', 'watches', 'Watches started.'],
   ['stalls', 'watch_stalls', 'Watches ended by the watchdog.'],
   ['watchErrors', 'watch_errors', 'Failed list or watch calls other than 410.'],
+  ['drift', 'drift', 'Hand edits and deletions of deployed objects seen (each sent as ref-changed).'],
+  ['quiet', 'quiet_sync_periods', 'Sync periods that passed without an event (reconcile by exception).'],
 ];
 
 /** Sums a forwarder's counters over leadership terms (each term has a new forwarder). */

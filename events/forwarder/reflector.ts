@@ -69,6 +69,10 @@ export interface ReflectorOptions {
   namespace?: string;
   /** Field selector of the list and the watch (e.g. `metadata.name=<name>`), or none. */
   fieldSelector?: string;
+  /** Label selector of the list and the watch (e.g. `kapp.k14s.io/app`), or none. */
+  labelSelector?: string;
+  /** Ask for metadata only (`PartialObjectMetadata`); the handler then sees no spec or status. */
+  metadataOnly?: boolean;
   /** List page size (`limit`). */
   pageSize: number;
   /**
@@ -178,6 +182,16 @@ export class Reflector {
     }
   }
 
+  /** The selectors and the metadata-only ask, shared by the list and the watch it resumes. */
+  private selection(): { fieldSelector?: string; labelSelector?: string; metadataOnly?: boolean } {
+    const { fieldSelector, labelSelector, metadataOnly } = this.opts;
+    return {
+      ...(fieldSelector === undefined ? {} : { fieldSelector }),
+      ...(labelSelector === undefined ? {} : { labelSelector }),
+      ...(metadataOnly ? { metadataOnly } : {}),
+    };
+  }
+
   private async listAll(mode: ListMode, signal: AbortSignal): Promise<string> {
     const { watcher, resource, namespace, pageSize } = this.opts;
     this.handler.listStart(mode);
@@ -186,7 +200,7 @@ export class Reflector {
     do {
       const page = await watcher.list(resource, {
         ...(namespace === undefined ? {} : { namespace }),
-        ...(this.opts.fieldSelector === undefined ? {} : { fieldSelector: this.opts.fieldSelector }),
+        ...this.selection(),
         limit: pageSize,
         ...(cont === undefined ? {} : { continue: cont }),
       });
@@ -231,8 +245,7 @@ export class Reflector {
           allowWatchBookmarks: true,
           timeoutSeconds,
           ...(namespace === undefined ? {} : { namespace }),
-          ...(this.opts.fieldSelector === undefined ? {} : { fieldSelector: this.opts.fieldSelector }),
-          ...(this.opts.fieldSelector === undefined ? {} : { fieldSelector: this.opts.fieldSelector }),
+          ...this.selection(),
         },
         (event) => {
           if (ac.signal.aborted) return;

@@ -9,6 +9,7 @@
  * @module
  */
 import {
+  type DiscoveredKind,
   type KubeObject,
   type ListOptions,
   type ListResult,
@@ -21,15 +22,9 @@ import {
 
 /** A recorded call of {@link FakeObjectWatcher}. */
 export type FakeWatcherCall =
-  | { op: 'list'; resource: string; namespace?: string; limit?: number; continue?: string; fieldSelector?: string }
-  | {
-      op: 'watch';
-      resource: string;
-      namespace?: string;
-      resourceVersion: string;
-      timeoutSeconds?: number;
-      fieldSelector?: string;
-    };
+  | ({ op: 'list'; resource: string } & ListOptions)
+  | ({ op: 'watch'; resource: string } & Omit<WatchOptions, 'allowWatchBookmarks'>)
+  | { op: 'discover'; group: string; kind: string };
 
 /** Whether `o` matches a field selector; only `metadata.name=<name>` is understood (else throws). */
 function selects(fieldSelector: string | undefined, o: KubeObject): boolean {
@@ -39,10 +34,32 @@ function selects(fieldSelector: string | undefined, o: KubeObject): boolean {
   return o.metadata.name === m[1];
 }
 
+/**
+ * Whether `o` matches a label selector: `key` (exists) or `key=value`, comma-separated terms
+ * (else throws).
+ */
+function labelSelects(labelSelector: string | undefined, o: KubeObject): boolean {
+  if (labelSelector === undefined) return true;
+  const labels = o.metadata.labels ?? {};
+  return labelSelector.split(',').every((term) => {
+    const m = /^([A-Za-z0-9./_-]+)(?:=(.*))?$/.exec(term);
+    if (!m) throw new Error(`FakeWatcher: unsupported label selector ${labelSelector}`);
+    return m[2] === undefined ? m[1]! in labels : labels[m[1]!] === m[2];
+  });
+}
+
+/** What a metadata-only answer keeps of an object (`PartialObjectMetadata`). */
+function metadataOf(o: KubeObject, metadataOnly: boolean | undefined): KubeObject {
+  const copy = structuredClone(o);
+  return metadataOnly ? { apiVersion: copy.apiVersion, kind: copy.kind, metadata: copy.metadata } : copy;
+}
+
 interface Session {
   resource: string;
   namespace: string | undefined;
   fieldSelector: string | undefined;
+  labelSelector: string | undefined;
+  metadataOnly: boolean | undefined;
   onEvent: (e: WatchEvent) => void;
   /** Delivers nothing while true (a half-open connection). */
   stalled: boolean;
@@ -202,12 +219,12 @@ export class FakeObjectWatcher implements ObjectWatcher {
     }
     const all = [...this.store(key).values()]
       .filter((o) => options.namespace === undefined || o.metadata.namespace === options.namespace)
-      .filter((o) => selects(options.fieldSelector, o))
+      .filter((o) => selects(options.fieldSelector, o) && labelSelects(options.labelSelector, o))
       .sort((a, b) => (objKey(a) < objKey(b) ? -1 : 1));
     const [snapshot, offsetText] = options.continue ? options.continue.split(':') : [String(this.rv), '0'];
     const offset = Number(offsetText);
     const limit = options.limit ?? all.length;
-    const items = all.slice(offset, offset + limit).map((o) => structuredClone(o) as T);
+    const items = all.slice(offset, offset + limit).map((o) => metadataOf(o, options.metadataOnly) as T);
     const next = offset + limit < all.length ? `${snapshot}:${offset + limit}` : undefined;
     return { items, resourceVersion: snapshot!, continue: next };
   }
@@ -226,6 +243,8 @@ export class FakeObjectWatcher implements ObjectWatcher {
       ...(options.namespace === undefined ? {} : { namespace: options.namespace }),
       ...(options.timeoutSeconds === undefined ? {} : { timeoutSeconds: options.timeoutSeconds }),
       ...(options.fieldSelector === undefined ? {} : { fieldSelector: options.fieldSelector }),
+      ...(options.labelSelector === undefined ? {} : { labelSelector: options.labelSelector }),
+      ...(options.metadataOnly ? { metadataOnly: true } : {}),
     });
     const failure = this.watchFailures.shift();
     if (failure !== undefined) return Promise.reject(failure);
@@ -238,6 +257,8 @@ export class FakeObjectWatcher implements ObjectWatcher {
         resource: key,
         namespace: options.namespace,
         fieldSelector: options.fieldSelector,
+        labelSelector: options.labelSelector,
+        metadataOnly: options.metadataOnly,
         onEvent: onEvent as (e: WatchEvent) => void,
         stalled: false,
         end: (err) => {
@@ -257,14 +278,40 @@ export class FakeObjectWatcher implements ObjectWatcher {
       // Replay what happened after `from`, as the API server's watch cache does.
       for (const h of this.history.get(key) ?? []) {
         if (h.rv > from && this.matches(session, h.object)) {
-          session.onEvent({ type: h.type, object: structuredClone(h.object) });
+          session.onEvent({ type: h.type, object: metadataOf(h.object, session.metadataOnly) });
         }
       }
     });
   }
 
+  /**
+   * Kinds {@link discover} answers, keyed by `<group>/<kind>`: `serve` adds one (a CRD installed),
+   * deleting an entry removes it.
+   */
+  readonly served = new Map<string, DiscoveredKind>();
+
+  /** Makes {@link discover} answer for `kind` (`apiVersion` `<group>/<version>` or `v1`). */
+  serve(kind: ResourceKind, plural: string, namespaced = true): DiscoveredKind {
+    const slash = kind.apiVersion.lastIndexOf('/');
+    const group = slash < 0 ? '' : kind.apiVersion.slice(0, slash);
+    const version = kind.apiVersion.slice(slash + 1);
+    const discovered: DiscoveredKind = { ...kind, type: { group, version, plural, namespaced } };
+    this.served.set(`${group}/${kind.kind}`, discovered);
+    return discovered;
+  }
+
+  /** {@inheritDoc ObjectWatcher.discover} */
+  async discover(group: string, kind: string): Promise<DiscoveredKind | undefined> {
+    this.calls.push({ op: 'discover', group, kind });
+    return this.served.get(`${group}/${kind}`);
+  }
+
   private matches(s: Session, o: KubeObject): boolean {
-    return (s.namespace === undefined || s.namespace === o.metadata.namespace) && selects(s.fieldSelector, o);
+    return (
+      (s.namespace === undefined || s.namespace === o.metadata.namespace) &&
+      selects(s.fieldSelector, o) &&
+      labelSelects(s.labelSelector, o)
+    );
   }
 
   private store(key: string): Map<string, KubeObject> {
@@ -285,7 +332,7 @@ export class FakeObjectWatcher implements ObjectWatcher {
     h.push(entry);
     for (const s of [...this.sessions]) {
       if (s.resource === key && !s.stalled && this.matches(s, entry.object)) {
-        s.onEvent({ type: entry.type, object: structuredClone(entry.object) });
+        s.onEvent({ type: entry.type, object: metadataOf(entry.object, s.metadataOnly) });
       }
     }
   }

@@ -2,12 +2,14 @@
  * The no-op resync (issue 13 item 2) on the real control plane with the real tools: after the
  * first reconcile, the App's periodic resync (its `syncPeriod`, 30 s, the floor) finds the
  * manifest, deploy spec and generation unchanged and the deployed objects as kapp left them, and
- * ends `ReconcileSucceeded` without any tool; a ConfigMap edited by hand, or deleted, makes the
- * next resync run kapp, which reverts it; after that revert the resyncs are no-ops again. A
+ * ends `ReconcileSucceeded` without any tool (the App asks for upstream's periodic timer,
+ * `sync-mode: periodic`); a ConfigMap edited by hand, or deleted, makes the next reconcile (now
+ * asked for at once by the forwarder's drift watch) run kapp, which reverts it; after that revert the resyncs are no-ops again. A
  * no-op resync makes three API requests: the App read, the list of its resources, the status write
  * (its pipeline calls are asserted one by one).
  */
 import { describe, expect, it } from 'vitest';
+import { SYNC_MODE_ANNOTATION } from '../../events/forwarder/quiet.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import {
   type AppObject,
@@ -103,6 +105,11 @@ describe('no-op resync', () => {
     ];
     const manifest = inlineConfigMapApp(ns, name, 'one', second.join('\n')) as { spec: Record<string, unknown> };
     manifest.spec.syncPeriod = '30s';
+    // Upstream's periodic timer, asked for: an App whose inputs the forwarder watches is quiet at
+    // its sync period otherwise (reconcile-by-exception.test.ts); here every resync must come.
+    (manifest as unknown as { metadata: Record<string, unknown> }).metadata.annotations = {
+      [SYNC_MODE_ANNOTATION]: 'periodic',
+    };
     await apply(manifest);
     const first = await rt.waitReconciled(ns, name, 120_000);
     await expectSucceeded(first);

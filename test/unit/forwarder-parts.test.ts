@@ -245,7 +245,7 @@ describe('RBAC (infra/forwarder/rbac.yml)', () => {
     (d) => d.toJS() as { kind: string; rules?: unknown },
   );
 
-  it('grants exactly get/list/watch on the watched kinds, Secrets, ConfigMaps and Namespaces', () => {
+  it('grants exactly get/list/watch on the watched kinds, Secrets, ConfigMaps and Namespaces, and list/watch of deployed kinds', () => {
     expect(docs.map((d) => d.kind)).toEqual([
       'ServiceAccount',
       'ClusterRole',
@@ -262,6 +262,7 @@ describe('RBAC (infra/forwarder/rbac.yml)', () => {
       },
       { apiGroups: [''], resources: ['secrets', 'configmaps'], verbs: ['get', 'list', 'watch'] },
       { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list', 'watch'] },
+      { apiGroups: ['*'], resources: ['*'], verbs: ['list', 'watch'] },
     ]);
   });
 

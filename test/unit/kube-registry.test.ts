@@ -190,8 +190,9 @@ describe('views', () => {
     ]);
   });
 
-  it('watch view: read, list and watch only', () => {
+  it('watch view: read, discovery, list and watch only', () => {
     expect(methods(watchViewOf(client))).toEqual([
+      'discover',
       'getConfigMap',
       'getNamespace',
       'getObject',

@@ -88,3 +88,10 @@ export const GENERIC_ERROR_DETAIL = 'Error (see .status.usefulErrorMessage for d
 
 /** Default packaging global namespace (upstream `-packaging-global-namespace`). */
 export const DEFAULT_PACKAGING_GLOBAL_NAMESPACE = 'kapp-controller-packaging-global';
+
+/**
+ * kapp's field manager name (kapp does not set one, so the API server takes its user agent's
+ * program name): the deploy record and the forwarder's drift watches tell kapp's writes from
+ * others' by it.
+ */
+export const KAPP_FIELD_MANAGER = 'kapp';

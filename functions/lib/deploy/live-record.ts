@@ -35,6 +35,7 @@
  * @module
  */
 import { parseAllDocuments } from 'yaml';
+import { KAPP_FIELD_MANAGER } from '../api/constants.js';
 import type { App, AppStatusDeploy } from '../api/index.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
 import { errorFromResponse } from '../kube/client.js';
@@ -44,12 +45,6 @@ import type { KappAppMeta } from './kapp.js';
 
 /** Version of the {@link DeployRecord} layout; a record of another version is not used. */
 export const DEPLOY_RECORD_VERSION = 1;
-
-/**
- * kapp's field manager name (kapp does not set one, so the API server takes its user agent's
- * program name).
- */
-export const KAPP_FIELD_MANAGER = 'kapp';
 
 /**
  * Annotations under which kapp applies a document by another name (`versioned`: `<name>-ver-N`)

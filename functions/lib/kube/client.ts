@@ -10,6 +10,7 @@
 
 import { writeCoreEvent } from './events.js';
 import {
+  METADATA_LIST_ACCEPT,
   METADATA_ONLY_ACCEPT,
   type RestRequest,
   type RestResponse,
@@ -21,6 +22,7 @@ import {
   APP_API_VERSION,
   type ApiServerInfo,
   ConflictError,
+  type DiscoveredKind,
   describeRef,
   type FinalizerOptions,
   type FinalizerResult,
@@ -740,6 +742,32 @@ export class KubeApiClient implements KubeClient {
     return response.body as Lease;
   }
 
+  /** {@inheritDoc ObjectWatcher.discover} */
+  async discover(group: string, kind: string): Promise<DiscoveredKind | undefined> {
+    let groupVersion = 'v1';
+    if (group !== '') {
+      const info = await this.#get<{ preferredVersion?: { groupVersion?: string } }>(
+        `discovering ${group}`,
+        `/apis/${encodeURIComponent(group)}`,
+      );
+      const preferred = info?.preferredVersion?.groupVersion;
+      if (!preferred) return undefined;
+      groupVersion = preferred;
+    }
+    const list = await this.#get<{ resources?: Array<{ name?: string; kind?: string; namespaced?: boolean }> }>(
+      `discovering ${groupVersion}`,
+      group === '' ? '/api/v1' : `/apis/${groupVersion.split('/').map(encodeURIComponent).join('/')}`,
+    );
+    const found = list?.resources?.find((r) => r.kind === kind && typeof r.name === 'string' && !r.name.includes('/'));
+    if (!found) return undefined;
+    const version = group === '' ? 'v1' : groupVersion.slice(group.length + 1);
+    return {
+      apiVersion: groupVersion,
+      kind,
+      type: { group, version, plural: found.name!, namespaced: found.namespaced === true },
+    };
+  }
+
   /** {@inheritDoc ObjectWatcher.list} */
   async list<T extends KubeObject = KubeObject>(resource: ResourceKind, options: ListOptions): Promise<ListResult<T>> {
     const type = resourceFor(resource);
@@ -747,7 +775,13 @@ export class KubeApiClient implements KubeClient {
     const response = await this.#send(action, {
       method: 'GET',
       path: collectionPath(type, options.namespace),
-      query: { limit: options.limit, continue: options.continue, fieldSelector: options.fieldSelector },
+      query: {
+        limit: options.limit,
+        continue: options.continue,
+        fieldSelector: options.fieldSelector,
+        labelSelector: options.labelSelector,
+      },
+      ...(options.metadataOnly ? { accept: METADATA_LIST_ACCEPT } : {}),
     });
     if (response.statusCode !== 200) throw errorFromResponse(action, response);
     const body = response.body as {
@@ -780,6 +814,7 @@ export class KubeApiClient implements KubeClient {
       allowWatchBookmarks: options.allowWatchBookmarks,
       timeoutSeconds: options.timeoutSeconds,
       fieldSelector: options.fieldSelector,
+      labelSelector: options.labelSelector,
     };
     let handlerFailed = false;
     try {
@@ -814,6 +849,7 @@ export class KubeApiClient implements KubeClient {
           }
         },
         signal,
+        options.metadataOnly ? METADATA_ONLY_ACCEPT : undefined,
       );
     } catch (error) {
       if (error instanceof WatchHttpError) {

@@ -34,6 +34,12 @@ export interface RestRequest {
  */
 export const METADATA_ONLY_ACCEPT = 'application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json';
 
+/**
+ * `Accept` for a list of metadata only (`PartialObjectMetadataList`), JSON as the fallback: the
+ * forwarder's drift lists of every object an App deployed, whose bodies it never needs.
+ */
+export const METADATA_LIST_ACCEPT = 'application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json';
+
 /** The raw answer: any status code, body parsed as JSON when it is JSON. */
 export interface RestResponse {
   statusCode: number;
@@ -68,12 +74,15 @@ export interface WatchTransport {
    *
    * @throws WatchHttpError when the response status is not 200.
    * @throws Error when `onLine` throws (the stream is closed first) or on a transport error.
+   * @param accept - Request `Accept` ({@link METADATA_ONLY_ACCEPT} for metadata-only events);
+   *   default `application/json`. A transport that cannot set it sends whole objects.
    */
   stream(
     path: string,
     query: Record<string, string | number | boolean | undefined>,
     onLine: (type: string, object: unknown) => void,
     signal?: AbortSignal,
+    accept?: string,
   ): Promise<void>;
 }
 

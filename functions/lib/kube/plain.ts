@@ -299,8 +299,9 @@ export class PlainWatchTransport implements WatchTransport {
     query: Record<string, string | number | boolean | undefined>,
     onLine: (type: string, object: unknown) => void,
     signal?: AbortSignal,
+    accept = 'application/json',
   ): Promise<void> {
-    const headers = await this.#endpoint.headers('application/json');
+    const headers = await this.#endpoint.headers(accept);
     return new Promise<void>((resolve, reject) => {
       if (signal?.aborted) {
         resolve();

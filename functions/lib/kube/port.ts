@@ -109,11 +109,24 @@ export const RESOURCE_TYPES: Readonly<Record<string, ResourceType>> = Object.fre
 });
 
 /**
- * Resolves a kind to its REST coordinates (see {@link RESOURCE_TYPES}).
+ * A kind outside {@link RESOURCE_TYPES} whose REST coordinates were discovered
+ * ({@link ObjectWatcher.discover}): the forwarder's drift watches of what Apps deployed, whose
+ * kinds are whatever the Apps' manifests hold.
+ */
+export interface DiscoveredKind extends ResourceKind {
+  /** The discovered coordinates (the group's preferred version). */
+  readonly type: ResourceType;
+}
+
+/**
+ * Resolves a kind to its REST coordinates (see {@link RESOURCE_TYPES}); a {@link DiscoveredKind}
+ * carries its own.
  *
  * @throws TypeError for a kind not in the table (no guessing of plurals).
  */
 export function resourceFor(kind: ResourceKind): ResourceType {
+  const discovered = (kind as Partial<DiscoveredKind>).type;
+  if (discovered) return discovered;
   const type = RESOURCE_TYPES[`${kind.apiVersion}/${kind.kind}`];
   if (!type) throw new TypeError(`unknown resource kind ${kind.apiVersion}/${kind.kind}`);
   return type;
@@ -383,6 +396,13 @@ export interface ListOptions {
   continue?: string;
   /** Field selector, e.g. `metadata.name=kapp-controller-config` (one object, a cheap watch). */
   fieldSelector?: string;
+  /** Label selector, e.g. `kapp.k14s.io/app` (every object kapp deployed). */
+  labelSelector?: string;
+  /**
+   * Ask for `PartialObjectMetadata` (metadata only: no spec, data or status), as client-go's
+   * metadata informers do; an adapter that cannot ask for it returns whole objects.
+   */
+  metadataOnly?: boolean;
 }
 
 /** Options of {@link ObjectWatcher.watch}. */
@@ -397,6 +417,10 @@ export interface WatchOptions {
   namespace?: string;
   /** Field selector; the same as the list's the watch resumes. */
   fieldSelector?: string;
+  /** Label selector; the same as the list's the watch resumes. */
+  labelSelector?: string;
+  /** See {@link ListOptions.metadataOnly}. */
+  metadataOnly?: boolean;
 }
 
 /** One watch event. For `BOOKMARK`, only `object.metadata.resourceVersion` is meaningful. */
@@ -429,6 +453,16 @@ export interface ObjectWatcher {
     onEvent: (event: WatchEvent<T>) => void,
     signal?: AbortSignal,
   ): Promise<void>;
+  /**
+   * The REST coordinates of a group and kind (API discovery: the group's preferred version),
+   * so kinds outside {@link RESOURCE_TYPES} can be listed and watched; `undefined` when the
+   * server does not serve the kind (a CRD not installed, or removed).
+   *
+   * @param group - API group, `''` for the core group.
+   * @param kind - Kind in PascalCase.
+   * @throws KubeApiError when discovery fails.
+   */
+  discover(group: string, kind: string): Promise<DiscoveredKind | undefined>;
 }
 
 /**

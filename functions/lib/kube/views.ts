@@ -132,6 +132,7 @@ export function watchViewOf(client: KubeClient): WatchView {
     ...readsOf(client),
     list: client.list.bind(client),
     watch: client.watch.bind(client),
+    discover: client.discover.bind(client),
   });
 }
 

@@ -34,6 +34,8 @@ export const EVENT_REASONS = Object.freeze({
   ReconcileSucceeded: 'Normal',
   ReconcileFailed: 'Warning',
   DeleteFailed: 'Warning',
+  /** Ours: the forwarder saw a hand edit or deletion of what the App deployed; this run reverts it. */
+  DriftDetected: 'Normal',
 } as const);
 
 /** A reason of {@link EVENT_REASONS}. */

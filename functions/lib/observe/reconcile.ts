@@ -4,7 +4,8 @@
  * where upstream registers them (`pkg/app/app_reconcile.go`):
  *
  * - every reconcile call of a live object: `init` (its counters at 0);
- * - a run starts (`setReconciling`): attempt + 1, Event `ReconcileStarted`;
+ * - a run starts (`setReconciling`): attempt + 1, Event `ReconcileStarted`; when drift asked for it,
+ *   Event `DriftDetected` (ours) naming the change;
  * - each phase ends (fetch, template, deploy): its time;
  * - the run ends (`setReconcileCompleted`): success or failure + 1 (not for a PackageInstall,
  *   which upstream counts attempts of only), the overall time, Event `ReconcileSucceeded` or
@@ -58,6 +59,12 @@ export function isFirstReconcile(status: ReconcileCounts | null | undefined): bo
 export interface ReconcileObserver {
   init(): void;
   started(): Promise<void>;
+  /**
+   * The run was asked for by drift in what the object deployed (the forwarder's `drift: ...`
+   * cause): Event `DriftDetected` naming it (the run's kapp reverts it, as upstream's next sync
+   * would).
+   */
+  drift(cause: string): Promise<void>;
   phase(phase: Exclude<ReconcilePhase, 'overall'>, seconds: number): void;
   /**
    * @param outcome - `error`: the run's error, redacted (absent: it succeeded); `pending`: the
@@ -109,6 +116,9 @@ export function reconcileObserver(
     async started() {
       metrics?.count(target, 'attempt');
       await event('ReconcileStarted', 'Reconcile started');
+    },
+    async drift(cause) {
+      await event('DriftDetected', `${cause.replace(/^drift: /, 'Drift detected: ')}; reconciling to revert it`);
     },
     phase: (phase, seconds) => metrics?.time(target, phase, firstReconcile, seconds),
     async completed({ error, pending }, overallSeconds) {

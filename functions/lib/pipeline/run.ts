@@ -6,7 +6,7 @@
  * {@link openDelete} (`Deleting`) and ends with {@link closeDelete}.
  */
 
-import type { ObjectEventData, ObjectRef } from '../../../events/schema.js';
+import { DRIFT_CAUSE_PREFIX, type ObjectEventData, type ObjectRef } from '../../../events/schema.js';
 import type { AppStatus } from '../api/index.js';
 import type { FetchView, KubeObject, ResourceRef } from '../kube/port.js';
 import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
@@ -174,6 +174,10 @@ export async function openRun<
     done('succeeded');
     // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event).
     await observe.started();
+  }
+  if (ev.cause?.startsWith(DRIFT_CAUSE_PREFIX)) {
+    deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for drift in deployed objects');
+    await observe.drift(ev.cause);
   }
   return { state: 'run', run: opened, ...(reconciling ? { reconciling } : {}) };
 }

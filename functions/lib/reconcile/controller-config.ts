@@ -78,6 +78,8 @@ export function parseControllerConfigData(
       appDefaultSyncPeriod: set('appDefaultSyncPeriod'),
       appMinimumSyncPeriod: set('appMinimumSyncPeriod'),
       packageInstallDefaultSyncPeriod: set('packageInstallDefaultSyncPeriod'),
+      kappLambdaSyncMode: set('kappLambdaSyncMode'),
+      kappLambdaSafetySyncPeriod: set('kappLambdaSafetySyncPeriod'),
     });
   } catch (err) {
     throw new ControllerConfigError((err as Error).message, { cause: err });

@@ -60,6 +60,14 @@ export interface TimerConfig {
   appDefaultSyncPeriodMs?: number;
   /** `appMinimumSyncPeriod`: the lowest sync period any App uses. */
   appMinimumSyncPeriodMs?: number;
+  /**
+   * `kappLambdaSyncMode` (ours; upstream ignores unknown keys): `periodic` keeps upstream's
+   * timer for every App of the cluster; `exception` (the default) lets an App whose inputs the
+   * forwarder watches stay quiet at its sync period (`events/forwarder/quiet.ts`).
+   */
+  syncMode?: 'periodic' | 'exception';
+  /** `kappLambdaSafetySyncPeriod` (ours): how often a quiet App still reconciles fully; default 10m. */
+  safetySyncPeriodMs?: number;
 }
 
 /** Options shared by the timer functions. */
@@ -112,6 +120,9 @@ export interface ControllerSyncConfigData {
   appDefaultSyncPeriod?: string;
   appMinimumSyncPeriod?: string;
   packageInstallDefaultSyncPeriod?: string;
+  /** `periodic` or `exception` ({@link TimerConfig.syncMode}). */
+  kappLambdaSyncMode?: string;
+  kappLambdaSafetySyncPeriod?: string;
 }
 
 /** Parsed form of {@link ControllerSyncConfigData}. */
@@ -147,6 +158,17 @@ export function parseControllerSyncConfig(data: ControllerSyncConfigData): Contr
   if (pkgi !== undefined) out.packageInstallDefaultSyncPeriodMs = pkgi;
   const min = parse('appMinimumSyncPeriod');
   if (min !== undefined) out.appMinimumSyncPeriodMs = min;
+  const safety = parse('kappLambdaSafetySyncPeriod');
+  if (safety !== undefined) out.safetySyncPeriodMs = safety;
+  const mode = data.kappLambdaSyncMode;
+  if (mode !== undefined && mode.length > 0) {
+    if (mode !== 'periodic' && mode !== 'exception') {
+      throw new Error(
+        `Unmarshaling kappLambdaSyncMode: expected periodic or exception, got ${JSON.stringify(mode.slice(0, 64))}`,
+      );
+    }
+    out.syncMode = mode;
+  }
   return out;
 }
 

@@ -1,0 +1,312 @@
+/**
+ * Drift watches: what each App deployed, watched by kapp's app label (metadata only), so a hand
+ * edit or deletion reaches the runtime as an event at once instead of at the next sync period
+ * (upstream's only way to notice it: `kapp deploy` on every sync, which reverts it).
+ *
+ * An App's deploy leaves `status.deploy.kapp.associatedResources` (`label:
+ * kapp.k14s.io/app=<id>`, `groupKinds`, `namespaces`: kapp's app metadata, reference §3.8.4).
+ * For every group/kind any App deployed, one list+watch (per forwarder scope) of the objects
+ * carrying the label, discovered once per kind ({@link ObjectWatcher.discover}), metadata only
+ * (`PartialObjectMetadata`): no spec, data or status is ever read or kept. Per label value the
+ * number of objects is kept (a relist after 410 Gone tells a deletion made while the watch was
+ * away from the count), nothing per object.
+ *
+ * What is drift (reported once per change, `drift: <apiVersion> <Kind> <ns>/<name> <what>`):
+ * - a `DELETED` event of a labelled object, while its App is not reconciling (kapp's own
+ *   deletions happen while the App's status says `Reconciling`);
+ * - an `ADDED` or `MODIFIED` event whose latest write ({@link lastWriter}: the newest
+ *   `managedFields` entries) was made by a field manager other than kapp's, outside `status`,
+ *   at or after the App's last reconcile: a status-only write (a Deployment's controller) is not
+ *   drift, as kapp ignores `status` when it diffs;
+ * - after 410 Gone, a relisted object with such a write, or fewer objects under a label than
+ *   before (deleted while the watch was away).
+ * A write with no `managedFields` (a server with them turned off) is not judged: the safety
+ * period's full reconcile covers it.
+ *
+ * {@link DriftWatches.coveredSince} says since when every watch an App needs has been running
+ * without a gap; the forwarder keeps an App quiet at its sync period only when that is before the
+ * App's last reconcile (`README.md`, "Reconcile by exception").
+ *
+ * @module
+ */
+
+import { KAPP_FIELD_MANAGER } from '../../functions/lib/api/constants.js';
+import type { DiscoveredKind, KubeObject, ObjectWatcher } from '../../functions/lib/kube/port.js';
+import { DRIFT_CAUSE_PREFIX } from '../schema.js';
+import type { Clock } from './clock.js';
+import type { ForwarderLogger } from './log.js';
+import type { ListMode, ReflectorHandler } from './reflector.js';
+
+/** kapp's app label key: every object kapp deploys carries `kapp.k14s.io/app=<app id>`. */
+export const KAPP_APP_LABEL = 'kapp.k14s.io/app';
+
+/** A group and kind as kapp records them (`metav1.GroupKind`; `''` is the core group). */
+export interface GroupKind {
+  readonly group: string;
+  readonly kind: string;
+}
+
+/** What an App deployed, from its status: kapp's label value, kinds and namespaces. */
+export interface Deployed {
+  /** The value of {@link KAPP_APP_LABEL} on every object of the App. */
+  readonly label: string;
+  /** Kinds kapp applied (`usedGKs`). */
+  readonly groupKinds: readonly GroupKind[];
+  /** Namespaces it deployed into; `(cluster)` for cluster-scoped objects. */
+  readonly namespaces: readonly string[];
+}
+
+/** Longest cause carried by an event (the names in it come from the cluster: bounded). */
+const MAX_CAUSE = 480;
+
+/**
+ * The field managers and subresource of an object's latest write: the `managedFields` entries
+ * with the newest `time` (second precision, so several may tie), or `undefined` when it has
+ * none with a time.
+ *
+ * @returns The latest time (ms since the epoch) and whether any entry at that time is outside
+ *   `status` and not kapp's.
+ */
+export function lastWriter(obj: KubeObject): { at: number; foreign: boolean } | undefined {
+  const fields = obj.metadata.managedFields;
+  if (!Array.isArray(fields)) return undefined;
+  let at = Number.NEGATIVE_INFINITY;
+  let foreign = false;
+  for (const f of fields as Array<{ manager?: unknown; time?: unknown; subresource?: unknown }>) {
+    const t = typeof f?.time === 'string' ? Date.parse(f.time) : Number.NaN;
+    if (Number.isNaN(t)) continue;
+    const theirs = f.manager !== KAPP_FIELD_MANAGER && f.subresource !== 'status';
+    if (t > at) {
+      at = t;
+      foreign = theirs;
+    } else if (t === at && theirs) {
+      foreign = true;
+    }
+  }
+  return at === Number.NEGATIVE_INFINITY ? undefined : { at, foreign };
+}
+
+/** Options of {@link DriftWatches}. Times in milliseconds. */
+export interface DriftOptions<T> {
+  /** Discovery, list and watch (read-only). */
+  watcher: ObjectWatcher;
+  /**
+   * Starts a list+watch of `kind`'s objects carrying {@link KAPP_APP_LABEL}, metadata only, in
+   * `namespace` (`undefined`: all); runs until the forwarder stops.
+   */
+  watch: (kind: DiscoveredKind, namespace: string | undefined, handler: ReflectorHandler) => void;
+  /** Namespaces the forwarder watches; empty: all. */
+  scopes: readonly string[];
+  /** One change of an owner's deployed objects that is drift. */
+  onDrift: (owner: T, cause: string) => void;
+  /** Whether the owner's status says a reconcile or delete is running (its kapp's own writes). */
+  reconciling: (owner: T) => boolean;
+  /** The owner's last reconcile, ms since the epoch (second precision); `NaN` when never. */
+  handledAtMs: (owner: T) => number;
+  /** Wait before discovering a kind again that was not served or failed. Default 60 000. */
+  rediscoverMs?: number;
+  clock: Clock;
+  logger: ForwarderLogger;
+}
+
+/** One group/kind's watches. */
+interface KindWatch {
+  readonly key: string;
+  /** `discovering` until discovery answers; `missing` when not served (or it failed). */
+  state: 'discovering' | 'watching' | 'missing';
+  /** When discovery last failed or found nothing (ms), for {@link DriftOptions.rediscoverMs}. */
+  missingAt: number;
+  /** The kind's scope: namespaced (one watch per forwarder scope) or not. */
+  namespaced: boolean;
+  /** Watches not yet through their first list. */
+  unlisted: number;
+  /** When the last of its watches completed its first list (ms); +∞ before. */
+  listedAt: number;
+}
+
+/** See the module comment. */
+export class DriftWatches<T> {
+  private readonly owners = new Map<string, T>();
+  private readonly deployed = new Map<T, Deployed>();
+  private readonly kinds = new Map<string, KindWatch>();
+  private readonly rediscoverMs: number;
+  private stopped = false;
+
+  /** @param opts - See {@link DriftOptions}. */
+  constructor(private readonly opts: DriftOptions<T>) {
+    this.rediscoverMs = opts.rediscoverMs ?? 60_000;
+  }
+
+  /** Kinds watched and label values known, for stats. */
+  get size(): { kinds: number; owners: number } {
+    return { kinds: this.kinds.size, owners: this.owners.size };
+  }
+
+  /**
+   * Records what `owner` deployed (its latest status), starting the watches of kinds not yet
+   * watched; `undefined` forgets it.
+   */
+  track(owner: T, deployed: Deployed | undefined): void {
+    const before = this.deployed.get(owner);
+    if (before && (!deployed || before.label !== deployed.label)) {
+      if (this.owners.get(before.label) === owner) this.owners.delete(before.label);
+    }
+    if (!deployed) {
+      this.deployed.delete(owner);
+      return;
+    }
+    this.deployed.set(owner, deployed);
+    this.owners.set(deployed.label, owner);
+    for (const gk of deployed.groupKinds) this.ensure(gk);
+  }
+
+  /** Forgets `owner` (deleted). */
+  untrack(owner: T): void {
+    this.track(owner, undefined);
+  }
+
+  /**
+   * Since when (ms) every watch `owner`'s deployed objects need has run without a gap: the latest
+   * first-list time of its kinds; `0` when it deployed nothing; `undefined` when something is
+   * not watched (no deploy recorded, a kind not served or not yet listed, a namespace or a
+   * cluster-scoped kind outside the forwarder's scopes).
+   */
+  coveredSince(owner: T): number | undefined {
+    const d = this.deployed.get(owner);
+    if (!d || this.owners.get(d.label) !== owner) return undefined;
+    const scoped = this.opts.scopes.length > 0;
+    if (scoped && d.namespaces.some((ns) => ns === '(cluster)' || !this.opts.scopes.includes(ns))) return undefined;
+    let since = 0;
+    for (const gk of d.groupKinds) {
+      const w = this.kinds.get(keyOf(gk));
+      if (w?.state !== 'watching' || w.unlisted > 0) return undefined;
+      if (scoped && !w.namespaced) return undefined;
+      since = Math.max(since, w.listedAt);
+    }
+    return since;
+  }
+
+  /** Stops starting watches (the forwarder's own stop ends the running ones). */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  private ensure(gk: GroupKind): void {
+    const key = keyOf(gk);
+    let w = this.kinds.get(key);
+    if (w && (w.state !== 'missing' || this.opts.clock.now() - w.missingAt < this.rediscoverMs)) return;
+    if (!w) {
+      w = {
+        key,
+        state: 'discovering',
+        missingAt: 0,
+        namespaced: true,
+        unlisted: 0,
+        listedAt: Number.POSITIVE_INFINITY,
+      };
+      this.kinds.set(key, w);
+    }
+    w.state = 'discovering';
+    const watch = w;
+    this.opts.watcher.discover(gk.group, gk.kind).then(
+      (kind) => this.discovered(watch, kind),
+      (err: unknown) => {
+        this.opts.logger.warn(
+          { err, kind: key },
+          'discovering a deployed kind failed; Apps using it keep their sync period',
+        );
+        this.discovered(watch, undefined);
+      },
+    );
+  }
+
+  private discovered(w: KindWatch, kind: DiscoveredKind | undefined): void {
+    if (this.stopped) return;
+    if (!kind) {
+      w.state = 'missing';
+      w.missingAt = this.opts.clock.now();
+      return;
+    }
+    w.state = 'watching';
+    w.namespaced = kind.type.namespaced;
+    const scopes: (string | undefined)[] =
+      kind.type.namespaced && this.opts.scopes.length > 0 ? [...this.opts.scopes] : [undefined];
+    if (!kind.type.namespaced && this.opts.scopes.length > 0) return; // not covered (coveredSince)
+    w.unlisted = scopes.length;
+    for (const ns of scopes) this.opts.watch(kind, ns, this.handler(w, kind));
+  }
+
+  /** One scope's handler; its label counts are its own (a relist replaces them). */
+  private handler(w: KindWatch, kind: DiscoveredKind): ReflectorHandler {
+    let counts = new Map<string, number>();
+    let next = new Map<string, number>();
+    let listedOnce = false;
+    return {
+      listStart: () => {
+        next = new Map();
+      },
+      listItem: (obj: KubeObject, mode: ListMode) => {
+        const label = obj.metadata.labels?.[KAPP_APP_LABEL];
+        if (label === undefined) return;
+        next.set(label, (next.get(label) ?? 0) + 1);
+        if (mode === 'relist') this.judgeWrite(kind, obj, 'modified while the watch was away');
+      },
+      listEnd: (mode: ListMode) => {
+        if (mode === 'relist') this.judgeCounts(kind, counts, next);
+        counts = next;
+        next = new Map();
+        if (!listedOnce) {
+          listedOnce = true;
+          w.unlisted--;
+          if (w.unlisted === 0) w.listedAt = this.opts.clock.now();
+        }
+      },
+      event: (e) => {
+        const label = e.object.metadata.labels?.[KAPP_APP_LABEL];
+        if (label === undefined) return;
+        const n = counts.get(label) ?? 0;
+        if (e.type === 'DELETED') {
+          if (n <= 1) counts.delete(label);
+          else counts.set(label, n - 1);
+          const owner = this.owners.get(label);
+          if (owner !== undefined && !this.opts.reconciling(owner)) {
+            this.opts.onDrift(owner, causeOf(kind, e.object, 'deleted'));
+          }
+          return;
+        }
+        if (e.type === 'ADDED') counts.set(label, n + 1);
+        this.judgeWrite(kind, e.object, e.type === 'ADDED' ? 'created' : 'modified');
+      },
+    };
+  }
+
+  /** Reports `obj`'s latest write when it is drift (see the module comment). */
+  private judgeWrite(kind: DiscoveredKind, obj: KubeObject, what: string): void {
+    const owner = this.owners.get(obj.metadata.labels?.[KAPP_APP_LABEL] ?? '');
+    if (owner === undefined || this.opts.reconciling(owner)) return;
+    const w = lastWriter(obj);
+    if (!w?.foreign) return;
+    const handled = this.opts.handledAtMs(owner);
+    if (!Number.isNaN(handled) && w.at < handled) return;
+    this.opts.onDrift(owner, causeOf(kind, obj, what));
+  }
+
+  /** After a relist: a label with fewer objects than before lost some while the watch was away. */
+  private judgeCounts(kind: DiscoveredKind, before: Map<string, number>, after: Map<string, number>): void {
+    for (const [label, n] of before) {
+      const owner = this.owners.get(label);
+      if (owner === undefined || (after.get(label) ?? 0) >= n || this.opts.reconciling(owner)) continue;
+      this.opts.onDrift(owner, `${DRIFT_CAUSE_PREFIX}${kind.apiVersion} ${kind.kind} deleted while the watch was away`);
+    }
+  }
+}
+
+function keyOf(gk: GroupKind): string {
+  return `${gk.group}/${gk.kind}`;
+}
+
+function causeOf(kind: DiscoveredKind, obj: KubeObject, what: string): string {
+  const ns = obj.metadata.namespace;
+  const text = `${DRIFT_CAUSE_PREFIX}${kind.apiVersion} ${kind.kind} ${ns ? `${ns}/` : ''}${obj.metadata.name} ${what}`;
+  return text.length > MAX_CAUSE ? text.slice(0, MAX_CAUSE) : text;
+}

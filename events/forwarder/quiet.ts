@@ -1,0 +1,148 @@
+/**
+ * Reconcile by exception, the App's side: when an App may stay quiet at its sync period, and
+ * what it deployed (for the drift watches, `drift.ts`).
+ *
+ * Upstream reconciles every App every `syncPeriod` (30 s by default) because that is its only
+ * way to notice drift, a moved source or a changed input. The forwarder watches all three for
+ * an App whose inputs it can see, so such an App's sync period sends nothing; a full reconcile
+ * still runs once per safety period (default 10 minutes). Everything else keeps upstream's
+ * timer exactly: an App that failed, whose spec is not yet reconciled, that deploys to another
+ * cluster (`spec.cluster`: its objects are out of sight), that fetches a source that can move
+ * (a git branch or tag, http without `sha256`, an image or bundle by tag, a helm chart), that
+ * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), or
+ * that asks for it (annotation or cluster setting below).
+ *
+ * @module
+ */
+import { tryParseDuration } from '../../functions/lib/api/duration.js';
+import type { KubeObject } from '../../functions/lib/kube/port.js';
+import {
+  applyJitter,
+  hasFailedCondition,
+  lastReconcileTime,
+  syncPeriod,
+  type TimerConfig,
+} from '../../functions/lib/reconcile/timer.js';
+import type { TimedObject } from '../../functions/lib/reconcile/types.js';
+import type { Deployed, GroupKind } from './drift.js';
+
+/**
+ * App annotation choosing how its sync period behaves: `periodic` (upstream's: a reconcile every
+ * `syncPeriod`) or `exception` (quiet while nothing changed); overrides the cluster's
+ * {@link TimerConfig.syncMode}.
+ */
+export const SYNC_MODE_ANNOTATION = 'kapp-lambda.carvel.dev/sync-mode';
+
+/** App annotation: its safety period (Go duration), overriding the cluster's. */
+export const SAFETY_SYNC_PERIOD_ANNOTATION = 'kapp-lambda.carvel.dev/safety-sync-period';
+
+/** Default safety period: a quiet App still reconciles fully this often (10 minutes). */
+export const DEFAULT_SAFETY_SYNC_PERIOD_MS = 600_000;
+
+/** How an App's sync period behaves (see {@link SYNC_MODE_ANNOTATION}). */
+export type SyncMode = 'periodic' | 'exception';
+
+type Loose = Record<string, unknown> | undefined;
+
+function rec(v: unknown): Loose {
+  return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+}
+
+const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i;
+const DIGEST = /@sha256:[0-9a-f]{64}$/;
+const SHA256_HEX = /^[0-9a-f]{64}$/i;
+
+/**
+ * Whether one `spec.fetch[]` entry's content is fixed by the spec and the objects the forwarder
+ * watches: inline (its `pathsFrom` Secrets and ConfigMaps are watched refs), git at a commit id,
+ * http with `sha256`, image or bundle by digest, without a selection (the rule of
+ * `functions/lib/fetch/pinned.ts`, kept here without its imports: the forwarder's bundle stays
+ * small). Anything else can move behind the spec's back.
+ */
+export function fetchEntryFixed(entry: unknown): boolean {
+  const e = rec(entry);
+  if (!e) return false;
+  if (rec(e.inline)) return true;
+  const git = rec(e.git);
+  if (git) return typeof git.ref === 'string' && COMMIT_ID.test(git.ref) && git.refSelection == null;
+  const http = rec(e.http);
+  if (http) return typeof http.sha256 === 'string' && SHA256_HEX.test(http.sha256);
+  const image = rec(e.image);
+  if (image) return typeof image.url === 'string' && DIGEST.test(image.url) && image.tagSelection == null;
+  const bundle = rec(e.imgpkgBundle);
+  if (bundle) return typeof bundle.image === 'string' && DIGEST.test(bundle.image) && bundle.tagSelection == null;
+  return false;
+}
+
+/**
+ * Whether the App's render can change only with its spec and the objects the forwarder
+ * watches (see the module comment).
+ */
+export function appInputsFixed(spec: Loose): boolean {
+  const fetch = spec?.fetch;
+  if (!Array.isArray(fetch) || fetch.length === 0 || !fetch.every(fetchEntryFixed)) return false;
+  const template = Array.isArray(spec?.template) ? spec.template : [];
+  const kbld = template.some((t) => rec(t)?.kbld !== undefined);
+  // kbld resolves image tags against registries; a bundle pinned by digest brings its lock.
+  return !kbld || fetch.every((f) => rec(rec(f)?.imgpkgBundle) !== undefined);
+}
+
+/**
+ * What the App deployed, from `status.deploy.kapp.associatedResources` (`label:
+ * kapp.k14s.io/app=<id>`, `groupKinds`, `namespaces`), or `undefined` without a label.
+ *
+ * @param obj - An App as watched (not validated).
+ */
+export function appDeployed(obj: KubeObject): Deployed | undefined {
+  const assoc = rec(rec(rec(rec(obj.status)?.deploy)?.kapp)?.associatedResources);
+  const label = typeof assoc?.label === 'string' ? assoc.label : '';
+  const eq = label.indexOf('=');
+  if (eq < 0 || label.slice(0, eq) !== 'kapp.k14s.io/app' || eq === label.length - 1) return undefined;
+  const groupKinds: GroupKind[] = [];
+  for (const gk of Array.isArray(assoc?.groupKinds) ? assoc.groupKinds : []) {
+    const g = rec(gk);
+    if (typeof g?.kind === 'string' && g.kind !== '') {
+      groupKinds.push({ group: typeof g.group === 'string' ? g.group : '', kind: g.kind });
+    }
+  }
+  const namespaces = (Array.isArray(assoc?.namespaces) ? assoc.namespaces : []).filter(
+    (n): n is string => typeof n === 'string' && n !== '',
+  );
+  return { label: label.slice(eq + 1), groupKinds, namespaces };
+}
+
+/**
+ * The time (ms since the epoch) until which an App may stay quiet, its safety due time: the last
+ * reconcile plus the safety period plus the timer's jitter; `undefined` when it keeps
+ * upstream's periodic timer (see the module comment), including when the safety period is not
+ * longer than its sync period.
+ *
+ * @param obj - An App as watched.
+ * @param config - The cluster's timer settings (`kapp-controller-config`).
+ * @param rand - Jitter source on `[0, 1)`.
+ */
+export function appQuietUntil(
+  obj: KubeObject,
+  config: TimerConfig | undefined,
+  rand: () => number,
+): number | undefined {
+  const annotations = obj.metadata.annotations ?? {};
+  const mode = annotations[SYNC_MODE_ANNOTATION] ?? config?.syncMode ?? 'exception';
+  if (mode !== 'exception') return undefined;
+  const spec = rec(obj.spec);
+  const status = rec(obj.status);
+  if (obj.metadata.deletionTimestamp || spec?.paused || spec?.canceled || rec(spec?.cluster)) return undefined;
+  if (status?.observedGeneration !== (obj.metadata.generation ?? 0)) return undefined;
+  const timed = obj as unknown as TimedObject;
+  if (hasFailedCondition(timed) || !rec(rec(status?.deploy)?.kapp)) return undefined;
+  if (!appInputsFixed(spec)) return undefined;
+  const last = lastReconcileTime(timed);
+  if (!last) return undefined;
+  const fromAnnotation = annotations[SAFETY_SYNC_PERIOD_ANNOTATION];
+  const safety =
+    (fromAnnotation === undefined ? undefined : tryParseDuration(fromAnnotation)) ??
+    config?.safetySyncPeriodMs ??
+    DEFAULT_SAFETY_SYNC_PERIOD_MS;
+  if (safety <= syncPeriod(timed, { config })) return undefined;
+  return last.getTime() + applyJitter(safety, rand);
+}

@@ -1,0 +1,340 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { lastWriter } from '../../events/forwarder/drift.js';
+import { Forwarder, type ForwarderOptions } from '../../events/forwarder/forwarder.js';
+import { watchedKinds } from '../../events/forwarder/kinds.js';
+import {
+  appDeployed,
+  appInputsFixed,
+  appQuietUntil,
+  DEFAULT_SAFETY_SYNC_PERIOD_MS,
+  SAFETY_SYNC_PERIOD_ANNOTATION,
+  SYNC_MODE_ANNOTATION,
+} from '../../events/forwarder/quiet.js';
+import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
+import type { Transport } from '../../events/forwarder/transport.js';
+import type { ObjectEvent } from '../../events/schema.js';
+import { type KubeObject, WatchGoneError } from '../../functions/lib/kube/port.js';
+import { parseControllerConfigData } from '../../functions/lib/reconcile/controller-config.js';
+
+const APP = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' };
+const DEPLOYMENT = { apiVersion: 'apps/v1', kind: 'Deployment' };
+const T0 = Date.parse('2025-01-01T00:00:00Z');
+const LABEL = 'kapp.k14s.io/app';
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** Status of an App that deployed Deployments into `default` under label value 42 at `at`. */
+function deployedStatus(at: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    observedGeneration: 1,
+    conditions: [{ type: 'ReconcileSucceeded', status: 'True' }],
+    fetch: { exitCode: 0, updatedAt: iso(at - 1000) },
+    template: { exitCode: 0, updatedAt: iso(at - 1000) },
+    deploy: {
+      exitCode: 0,
+      finished: true,
+      updatedAt: iso(at),
+      kapp: {
+        associatedResources: {
+          label: `${LABEL}=42`,
+          namespaces: ['default'],
+          groupKinds: [{ group: 'apps', kind: 'Deployment' }],
+        },
+      },
+    },
+    ...extra,
+  };
+}
+
+function app(
+  o: { status?: Record<string, unknown>; spec?: Record<string, unknown>; annotations?: Record<string, string> } = {},
+): KubeObject {
+  return {
+    ...APP,
+    metadata: {
+      name: 'a',
+      namespace: 'default',
+      uid: 'uid-a',
+      resourceVersion: '',
+      generation: 1,
+      ...(o.annotations ? { annotations: o.annotations } : {}),
+    },
+    spec: o.spec ?? {
+      fetch: [{ inline: { paths: { 'a.yml': 'x' } } }],
+      template: [{ ytt: {} }],
+      deploy: [{ kapp: {} }],
+    },
+    ...(o.status ? { status: o.status } : {}),
+  };
+}
+
+/** A Deployment of the App, last written by `manager` at `at` (`status`: the status subresource). */
+function deployment(name: string, manager: string, at: number, subresource?: string): KubeObject {
+  return {
+    ...DEPLOYMENT,
+    metadata: {
+      name,
+      namespace: 'default',
+      uid: `uid-${name}`,
+      resourceVersion: '',
+      generation: 1,
+      labels: { [LABEL]: '42' },
+      managedFields: [
+        { manager: 'kapp', operation: 'Update', time: iso(T0 - 60_000) },
+        ...(manager === 'kapp' && !subresource
+          ? []
+          : [{ manager, operation: 'Update', time: iso(at), ...(subresource ? { subresource } : {}) }]),
+      ],
+    },
+    spec: { replicas: 1 },
+  };
+}
+
+class Recorder implements Transport {
+  readonly events: ObjectEvent[] = [];
+  async send(events: ObjectEvent[]): Promise<void> {
+    this.events.push(...events);
+  }
+  take(): string[] {
+    const out = this.events.map((e) => `${e.data.reason}${e.data.cause ? ` ${e.data.cause}` : ''}`);
+    this.events.length = 0;
+    return out;
+  }
+}
+
+let watcher: FakeObjectWatcher;
+let transport: Recorder;
+let fwd: Forwarder | undefined;
+
+function start(extra: Partial<ForwarderOptions> = {}): Forwarder {
+  fwd = new Forwarder({
+    clusterId: 'c1',
+    watcher,
+    transport,
+    kinds: watchedKinds(['App']),
+    random: () => 0,
+    coalesceWindowMs: 200,
+    resyncRetryMs: 300_000,
+    ...extra,
+  });
+  fwd.start();
+  return fwd;
+}
+
+async function settle(ms = 250): Promise<void> {
+  await vi.advanceTimersByTimeAsync(ms);
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: T0 });
+  watcher = new FakeObjectWatcher();
+  watcher.serve(DEPLOYMENT, 'deployments');
+  transport = new Recorder();
+});
+
+afterEach(async () => {
+  await fwd?.stop();
+  fwd = undefined;
+  vi.useRealTimers();
+});
+
+describe('lastWriter', () => {
+  it('judges the newest managedFields entries: kapp and status writes are not foreign, ties count any foreign one', () => {
+    expect(lastWriter(deployment('d', 'kapp', T0))).toEqual({ at: T0 - 60_000, foreign: false });
+    expect(lastWriter(deployment('d', 'kube-controller-manager', T0, 'status'))).toEqual({ at: T0, foreign: false });
+    expect(lastWriter(deployment('d', 'kubectl-edit', T0))).toEqual({ at: T0, foreign: true });
+    const tie = deployment('d', 'kubectl-edit', T0);
+    (tie.metadata.managedFields as unknown[]).push({ manager: 'x', time: iso(T0), subresource: 'status' });
+    expect(lastWriter(tie)?.foreign).toBe(true);
+    expect(lastWriter({ ...DEPLOYMENT, metadata: { name: 'd', uid: 'u', resourceVersion: '1' } })).toBeUndefined();
+  });
+});
+
+describe('appQuietUntil: who may stay quiet at its sync period', () => {
+  const done = app({ status: deployedStatus(T0) });
+  it('an inline App that succeeded: quiet until its last reconcile plus the safety period', () => {
+    expect(appQuietUntil(done, undefined, () => 0)).toBe(T0 + DEFAULT_SAFETY_SYNC_PERIOD_MS);
+    expect(appQuietUntil(done, { safetySyncPeriodMs: 1_200_000 }, () => 0)).toBe(T0 + 1_200_000);
+    const annotated = app({ status: deployedStatus(T0), annotations: { [SAFETY_SYNC_PERIOD_ANNOTATION]: '1h' } });
+    expect(appQuietUntil(annotated, { safetySyncPeriodMs: 1_200_000 }, () => 0)).toBe(T0 + 3_600_000);
+  });
+
+  it('periodic as upstream when asked, failing, unreconciled, deploying elsewhere, or the safety period is not longer', () => {
+    const periodic = app({ status: deployedStatus(T0), annotations: { [SYNC_MODE_ANNOTATION]: 'periodic' } });
+    expect(appQuietUntil(periodic, undefined, () => 0)).toBeUndefined();
+    expect(appQuietUntil(done, { syncMode: 'periodic' }, () => 0)).toBeUndefined();
+    const optIn = app({ status: deployedStatus(T0), annotations: { [SYNC_MODE_ANNOTATION]: 'exception' } });
+    expect(appQuietUntil(optIn, { syncMode: 'periodic' }, () => 0)).toBe(T0 + DEFAULT_SAFETY_SYNC_PERIOD_MS);
+    const failed = app({
+      status: deployedStatus(T0, { conditions: [{ type: 'ReconcileFailed', status: 'True' }] }),
+    });
+    expect(appQuietUntil(failed, undefined, () => 0)).toBeUndefined();
+    expect(
+      appQuietUntil(app({ status: deployedStatus(T0, { observedGeneration: 0 }) }), undefined, () => 0),
+    ).toBeUndefined();
+    const remote = app({
+      status: deployedStatus(T0),
+      spec: { ...(done.spec as object), cluster: { kubeconfigSecretRef: { name: 'k' } } },
+    });
+    expect(appQuietUntil(remote, undefined, () => 0)).toBeUndefined();
+    const long = app({ status: deployedStatus(T0), spec: { ...(done.spec as object), syncPeriod: '1h' } });
+    expect(appQuietUntil(long, undefined, () => 0)).toBeUndefined();
+  });
+
+  it('only sources that cannot move behind the spec: commit ids, sha256, digests, inline; kbld only over a pinned bundle', () => {
+    const sha = 'a'.repeat(40);
+    const digest = `@sha256:${'b'.repeat(64)}`;
+    const fixed = (fetch: unknown[], template: unknown[] = [{ ytt: {} }]) => appInputsFixed({ fetch, template });
+    expect(fixed([{ git: { url: 'https://g', ref: sha } }])).toBe(true);
+    expect(fixed([{ git: { url: 'https://g', ref: 'origin/main' } }])).toBe(false);
+    expect(fixed([{ git: { url: 'https://g', refSelection: { semver: {} } } }])).toBe(false);
+    expect(fixed([{ http: { url: 'https://h/a.tgz', sha256: 'c'.repeat(64) } }])).toBe(true);
+    expect(fixed([{ http: { url: 'https://h/a.tgz' } }])).toBe(false);
+    expect(fixed([{ image: { url: `r/i${digest}` } }])).toBe(true);
+    expect(fixed([{ image: { url: 'r/i:1.0' } }])).toBe(false);
+    expect(fixed([{ helmChart: { name: 'c', version: '1.0.0' } }])).toBe(false);
+    expect(fixed([{ imgpkgBundle: { image: `r/b${digest}` } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
+    expect(fixed([{ image: { url: `r/i${digest}` } }], [{ kbld: {} }])).toBe(false);
+    expect(fixed([])).toBe(false);
+  });
+
+  it('reads the label, kinds and namespaces kapp recorded', () => {
+    expect(appDeployed(done)).toEqual({
+      label: '42',
+      groupKinds: [{ group: 'apps', kind: 'Deployment' }],
+      namespaces: ['default'],
+    });
+    expect(
+      appDeployed(app({ status: { deploy: { kapp: { associatedResources: { label: 'other=1' } } } } })),
+    ).toBeUndefined();
+  });
+
+  it('kapp-controller-config keys: kappLambdaSyncMode and kappLambdaSafetySyncPeriod', () => {
+    expect(
+      parseControllerConfigData({ kappLambdaSyncMode: 'periodic', kappLambdaSafetySyncPeriod: '30m' }).timer,
+    ).toEqual({
+      syncMode: 'periodic',
+      safetySyncPeriodMs: 1_800_000,
+    });
+    expect(() => parseControllerConfigData({ kappLambdaSyncMode: 'sometimes' })).toThrow(/kappLambdaSyncMode/);
+  });
+});
+
+describe('forwarder: reconcile by exception', () => {
+  it('after a start every App reconciles once at its sync period; then its sync periods send nothing until the safety period', async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    expect(transport.take()).toEqual([]);
+    // Due at T0 + 20-25 s (30 s + jitter after its last reconcile): the watches started after it, so it runs.
+    await settle(25_000);
+    expect(transport.take()).toEqual(['resync']);
+    // The reconcile ends (a new status); from now on its watches cover it.
+    const reconciled = T0 + 26_000;
+    vi.setSystemTime(reconciled);
+    watcher.apply(app({ status: deployedStatus(reconciled) }));
+    await settle(5 * 60_000);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().quiet).toBeGreaterThan(0);
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBe(reconciled + DEFAULT_SAFETY_SYNC_PERIOD_MS);
+    await vi.advanceTimersByTimeAsync(reconciled + DEFAULT_SAFETY_SYNC_PERIOD_MS - Date.now() + 250);
+    expect(transport.take()).toEqual(['resync']);
+  });
+
+  it('a hand edit or deletion of a deployed object is one ref-changed naming it; kapp and status writes are not drift', async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    expect(fwd!.stats().driftKinds).toBe(1);
+    watcher.apply(deployment('web', 'kube-controller-manager', T0 + 200, 'status'));
+    watcher.apply(deployment('web', 'kapp', T0 + 200));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    watcher.apply(deployment('web', 'kubectl-edit', Date.now()));
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
+    watcher.remove(DEPLOYMENT, 'default', 'web');
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web deleted']);
+    expect(fwd!.stats().drift).toBe(2);
+    const [list] = watcher.listCalls(DEPLOYMENT);
+    expect(list).toMatchObject({ labelSelector: LABEL, metadataOnly: true });
+  });
+
+  it('changes while the App reconciles are its own deploy; writes before its last reconcile are not drift', async () => {
+    watcher.apply(
+      app({ status: deployedStatus(T0 - 10_000, { conditions: [{ type: 'Reconciling', status: 'True' }] }) }),
+    );
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    transport.take();
+    watcher.remove(DEPLOYMENT, 'default', 'web');
+    watcher.apply(deployment('other', 'kube-controller-manager', Date.now()));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    watcher.apply(app({ status: deployedStatus(T0 + 5_000) }));
+    watcher.apply(deployment('other', 'kubectl', T0 - 60_000));
+    await settle();
+    expect(transport.take()).toEqual([]);
+  });
+
+  it('after 410 Gone a relist tells objects deleted or edited while away, and nothing for the unchanged', async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    watcher.apply(deployment('db', 'kapp', T0));
+    start();
+    await settle();
+    transport.take();
+    watcher.stallWatches(DEPLOYMENT);
+    watcher.remove(DEPLOYMENT, 'default', 'db');
+    watcher.compact(DEPLOYMENT);
+    watcher.failWatches(new WatchGoneError('gone'), DEPLOYMENT);
+    await settle(1000);
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment deleted while the watch was away']);
+    watcher.compact(DEPLOYMENT);
+    watcher.failWatches(new WatchGoneError('gone'), DEPLOYMENT);
+    await settle(1000);
+    expect(transport.take()).toEqual([]);
+  });
+
+  it('a kapp-controller-config change makes a quiet App reconcile once at its sync period', async () => {
+    let changes = 0;
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start({ controllerConfig: { namespace: 'kapp-lambda', onChange: () => changes++ } });
+    await settle(25_000);
+    expect(transport.take()).toEqual(['resync']);
+    vi.setSystemTime(T0 + 26_000);
+    watcher.apply(app({ status: deployedStatus(T0 + 26_000) }));
+    await settle(40_000);
+    expect(transport.take()).toEqual([]);
+    const before = changes;
+    watcher.apply({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'kapp-controller-config', namespace: 'kapp-lambda', uid: 'cc', resourceVersion: '' },
+      data: { caCerts: 'x' },
+    } as KubeObject);
+    await settle(40_000);
+    expect(changes).toBeGreaterThan(before);
+    expect(transport.take()).toEqual(['resync']);
+  });
+
+  it('an App whose deployed kind is not served keeps its sync period', async () => {
+    watcher.served.clear();
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    start();
+    await settle(25_000);
+    expect(transport.take()).toEqual(['resync']);
+    vi.setSystemTime(T0 + 26_000);
+    watcher.apply(app({ status: deployedStatus(T0 + 26_000) }));
+    await settle(36_000);
+    expect(transport.take()).toEqual(['resync']);
+    expect(fwd!.stats().quiet).toBe(0);
+  });
+});
