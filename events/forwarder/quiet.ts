@@ -9,8 +9,10 @@
  * timer exactly: an App that failed, whose spec is not yet reconciled, that deploys to another
  * cluster (`spec.cluster`: its objects are out of sight), that fetches a source that can move
  * (a git branch or tag, http without `sha256`, an image or bundle by tag, a helm chart), that
- * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), or
- * that asks for it (annotation or cluster setting below).
+ * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), that
+ * decrypts with sops (its key Secret is not tracked), or that asks for it (annotation or cluster
+ * setting below). Not tracked either, so only the safety period notices a change to it: the
+ * App's ServiceAccount (and the RBAC behind it).
  *
  * @module
  */
@@ -82,6 +84,9 @@ export function appInputsFixed(spec: Loose): boolean {
   const fetch = spec?.fetch;
   if (!Array.isArray(fetch) || fetch.length === 0 || !fetch.every(fetchEntryFixed)) return false;
   const template = Array.isArray(spec?.template) ? spec.template : [];
+  // sops reads its private keys from a Secret the forwarder does not track (upstream's SecretRefs
+  // leaves it out too): a key rotation must reach the App within its sync period.
+  if (template.some((t) => rec(t)?.sops !== undefined)) return false;
   const kbld = template.some((t) => rec(t)?.kbld !== undefined);
   // kbld resolves image tags against registries; a bundle pinned by digest brings its lock.
   return !kbld || fetch.every((f) => rec(rec(f)?.imgpkgBundle) !== undefined);

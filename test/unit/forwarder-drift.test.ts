@@ -198,6 +198,7 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(fixed([{ imgpkgBundle: { image: `r/b${digest}` } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
     expect(fixed([{ image: { url: `r/i${digest}` } }], [{ kbld: {} }])).toBe(false);
     expect(fixed([])).toBe(false);
+    expect(fixed([{ inline: { paths: { 'a.yml': 'x' } } }], [{ sops: { age: {} } }, { ytt: {} }])).toBe(false);
   });
 
   it('reads the label, kinds and namespaces kapp recorded', () => {
