@@ -22,7 +22,7 @@ import { DueHeap, type HeapItem } from './due-heap.js';
 import { appKind, NO_REFS, observedGeneration, rateLimitedRequeueMs, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
 import { Outbox, toCloudEvent } from './outbox.js';
-import { NamespacedMap, REF_CONFIG_MAP, REF_SECRET, RefIndex, type RefType } from './ref-index.js';
+import { NamespacedMap, REF_CONFIG_MAP, REF_SECRET, REF_SERVICE_ACCOUNT, RefIndex, type RefType } from './ref-index.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
 import type { Transport } from './transport.js';
 
@@ -185,6 +185,8 @@ interface ObjState extends HeapItem {
   secrets: readonly string[];
   /** Referenced ConfigMap names (shared empty array when none). */
   configMaps: readonly string[];
+  /** Referenced ServiceAccount names (shared empty array when none). */
+  serviceAccounts: readonly string[];
   /** List mark (relist diff). */
   mark: number;
   /** The kind's {@link WatchedKind.changeKey} as last seen (absent for most kinds). */
@@ -205,6 +207,9 @@ interface ObjState extends HeapItem {
 const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
 const SECRET: ResourceKind = { apiVersion: 'v1', kind: 'Secret' };
 const CONFIG_MAP: ResourceKind = { apiVersion: 'v1', kind: 'ConfigMap' };
+const SERVICE_ACCOUNT: ResourceKind = { apiVersion: 'v1', kind: 'ServiceAccount' };
+/** The watched resource of each {@link RefType}. */
+const REF_RESOURCES: readonly ResourceKind[] = [SECRET, CONFIG_MAP, SERVICE_ACCOUNT];
 
 /** {@link ObjState.handledAt} of an object never reconciled. */
 const NEVER = -1;
@@ -389,15 +394,11 @@ export class Forwarder {
     const refTypes: RefType[] = [];
     if (this.kinds.some((k) => k.tracksSecrets)) refTypes.push(REF_SECRET);
     if (this.kinds.some((k) => k.tracksConfigMaps)) refTypes.push(REF_CONFIG_MAP);
+    if (this.kinds.some((k) => k.tracksServiceAccounts)) refTypes.push(REF_SERVICE_ACCOUNT);
     for (const t of refTypes) {
       for (const ns of scopes) {
         this.secondary.push(
-          this.reflector(
-            t === REF_SECRET ? SECRET : CONFIG_MAP,
-            ns,
-            this.opts.refPageSize ?? 100,
-            this.refs.handler(t, ns),
-          ),
+          this.reflector(REF_RESOURCES[t]!, ns, this.opts.refPageSize ?? 100, this.refs.handler(t, ns)),
         );
       }
     }
@@ -650,6 +651,7 @@ export class Forwarder {
         retries: 0,
         secrets: refs.secrets.length ? refs.secrets : NO_REFS.secrets,
         configMaps: refs.configMaps.length ? refs.configMaps : NO_REFS.configMaps,
+        serviceAccounts: refs.serviceAccounts?.length ? refs.serviceAccounts : NO_REFS.configMaps,
         mark,
         due: Number.POSITIVE_INFINITY,
         heapIndex: -1,

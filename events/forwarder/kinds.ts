@@ -39,6 +39,8 @@ export interface ObjectRefs {
   readonly secrets: readonly string[];
   /** ConfigMap names, sorted, without duplicates. */
   readonly configMaps: readonly string[];
+  /** ServiceAccount names (an App's `spec.serviceAccountName`); absent or empty when none. */
+  readonly serviceAccounts?: readonly string[];
 }
 
 /** One watched kind. All functions are pure and must not throw on odd shapes. */
@@ -63,6 +65,8 @@ export interface WatchedKind {
   readonly tracksSecrets: boolean;
   /** Whether {@link WatchedKind.refs} can name ConfigMaps (the forwarder then watches ConfigMaps). */
   readonly tracksConfigMaps: boolean;
+  /** Whether {@link WatchedKind.refs} can name ServiceAccounts (the forwarder then watches them). */
+  readonly tracksServiceAccounts?: boolean;
   /** Secrets and ConfigMaps the object references (§3.1); empty while it is being deleted. */
   refs(obj: KubeObject): ObjectRefs;
   /**
@@ -175,20 +179,25 @@ function refsOf(secrets: readonly string[], configMaps: readonly string[]): Obje
 /**
  * Secrets and ConfigMaps an App references: `referencedSecrets` / `referencedConfigMaps` of
  * `functions/lib/api/refs.ts` (kapp-controller `pkg/app/app.go` `SecretRefs` /
- * `ConfigMapRefs`, reference §3.1). An App being deleted references nothing (upstream drops
- * its refs); a spec the walk cannot read (the API server's schema makes that unlikely)
- * references nothing rather than stopping the forwarder.
+ * `ConfigMapRefs`, reference §3.1), plus its `spec.serviceAccountName` (ours: upstream applies a
+ * ServiceAccount change at its next sync; an App quiet at its sync period is asked at once
+ * instead). An App being deleted references nothing (upstream drops its refs); a spec the walk
+ * cannot read (the API server's schema makes that unlikely) references no Secret or ConfigMap
+ * rather than stopping the forwarder.
  *
  * @param obj - An App as watched (not validated).
  */
 export function appRefs(obj: KubeObject): ObjectRefs {
   if (deleting(obj)) return NO_REFS;
   const spec = (rec(obj.spec) ?? {}) as AppRefsSpec;
+  let refs: ObjectRefs;
   try {
-    return refsOf(referencedSecrets(spec), referencedConfigMaps(spec));
+    refs = refsOf(referencedSecrets(spec), referencedConfigMaps(spec));
   } catch {
-    return NO_REFS;
+    refs = NO_REFS;
   }
+  const sa = rec(obj.spec)?.serviceAccountName;
+  return typeof sa === 'string' && sa !== '' ? { ...refs, serviceAccounts: [sa] } : refs;
 }
 
 /**
@@ -261,6 +270,7 @@ export function appKind(config?: TimerConfigSource): WatchedKind {
     dueAt: timedDueAt('App', config),
     tracksSecrets: true,
     tracksConfigMaps: true,
+    tracksServiceAccounts: true,
     refs: appRefs,
     handledAt: timedHandledAt,
     controlledBy: appControllingPackageInstall,

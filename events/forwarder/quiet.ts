@@ -12,7 +12,7 @@
  * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), that
  * decrypts with sops (its key Secret is not tracked), or that asks for it (annotation or cluster
  * setting below). Not tracked either, so only the safety period notices a change to it: the
- * App's ServiceAccount (and the RBAC behind it).
+ * RBAC behind the App's ServiceAccount (the ServiceAccount itself is a tracked ref).
  *
  * @module
  */

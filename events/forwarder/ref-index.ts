@@ -18,8 +18,18 @@ import type { ReflectorHandler } from './reflector.js';
 export const REF_SECRET = 0;
 /** {@link RefType} of a ConfigMap. */
 export const REF_CONFIG_MAP = 1;
-/** Which of the two referenced kinds: {@link REF_SECRET} or {@link REF_CONFIG_MAP} (an array index). */
-export type RefType = typeof REF_SECRET | typeof REF_CONFIG_MAP;
+/**
+ * {@link RefType} of a ServiceAccount: an App's `spec.serviceAccountName`, which its deploy reads
+ * (upstream does not track it and applies a change at the next sync; here the App is asked at
+ * once, so an App quiet at its sync period does not wait for its safety period).
+ */
+export const REF_SERVICE_ACCOUNT = 2;
+/** Which referenced kind: {@link REF_SECRET}, {@link REF_CONFIG_MAP} or {@link REF_SERVICE_ACCOUNT} (an array index). */
+export type RefType = typeof REF_SECRET | typeof REF_CONFIG_MAP | typeof REF_SERVICE_ACCOUNT;
+
+/** The referenced kinds, by {@link RefType}. */
+const REF_KINDS = ['Secret', 'ConfigMap', 'ServiceAccount'] as const;
+const REF_TYPES: readonly RefType[] = [REF_SECRET, REF_CONFIG_MAP, REF_SERVICE_ACCOUNT];
 
 /** {@link RefEntry.rv} of a referenced object known not to exist. */
 const ABSENT = '';
@@ -84,9 +94,16 @@ export interface Referrer {
   secrets: readonly string[];
   /** Referenced ConfigMap names (shared empty array when none). */
   configMaps: readonly string[];
+  /** Referenced ServiceAccount names (shared empty array when none). */
+  serviceAccounts: readonly string[];
 }
 
-/** A referenced Secret or ConfigMap. */
+/** The names `r` references of type `t`. */
+function namesOf(r: Referrer, t: RefType): readonly string[] {
+  return t === REF_SECRET ? r.secrets : t === REF_CONFIG_MAP ? r.configMaps : r.serviceAccounts;
+}
+
+/** A referenced Secret, ConfigMap or ServiceAccount. */
 interface RefEntry<R> {
   /** resourceVersion; `ABSENT` when known not to exist; `undefined` when not seen yet. */
   rv: string | undefined;
@@ -115,7 +132,8 @@ export interface RefHooks<R> {
 
 /** Which watched objects reference which Secret and ConfigMap, and what was last seen of each. */
 export class RefIndex<R extends Referrer> {
-  private readonly maps: [NamespacedMap<RefEntry<R>>, NamespacedMap<RefEntry<R>>] = [
+  private readonly maps: [NamespacedMap<RefEntry<R>>, NamespacedMap<RefEntry<R>>, NamespacedMap<RefEntry<R>>] = [
+    new NamespacedMap(),
     new NamespacedMap(),
     new NamespacedMap(),
   ];
@@ -125,29 +143,35 @@ export class RefIndex<R extends Referrer> {
   /** @param hooks - Where changes go; see {@link RefHooks}. */
   constructor(private readonly hooks: RefHooks<R>) {}
 
-  /** Referenced Secrets + ConfigMaps tracked. */
+  /** Referenced Secrets + ConfigMaps + ServiceAccounts tracked. */
   get size(): number {
-    return this.maps[0].size + this.maps[1].size;
+    return this.maps[0].size + this.maps[1].size + this.maps[2].size;
   }
 
   /** Records what a new referrer references. */
   add(r: R): void {
-    this.addRefs(REF_SECRET, r, r.secrets);
-    this.addRefs(REF_CONFIG_MAP, r, r.configMaps);
+    for (const t of REF_TYPES) this.addRefs(t, r, namesOf(r, t));
   }
 
-  /** Forgets a referrer; a Secret or ConfigMap no one references any more is dropped. */
+  /** Forgets a referrer; a referenced object no one references any more is dropped. */
   remove(r: R): void {
-    this.dropRefs(REF_SECRET, r, r.secrets);
-    this.dropRefs(REF_CONFIG_MAP, r, r.configMaps);
+    for (const t of REF_TYPES) this.dropRefs(t, r, namesOf(r, t));
   }
 
   /** Replaces what `r` references by `refs` (nothing to do when the names are the same). */
   update(r: R, refs: ObjectRefs): void {
-    if (sameNames(r.secrets, refs.secrets) && sameNames(r.configMaps, refs.configMaps)) return;
+    const accounts = refs.serviceAccounts ?? NO_REFS.secrets;
+    if (
+      sameNames(r.secrets, refs.secrets) &&
+      sameNames(r.configMaps, refs.configMaps) &&
+      sameNames(r.serviceAccounts, accounts)
+    ) {
+      return;
+    }
     this.remove(r);
     r.secrets = refs.secrets.length ? refs.secrets : NO_REFS.secrets;
     r.configMaps = refs.configMaps.length ? refs.configMaps : NO_REFS.configMaps;
+    r.serviceAccounts = accounts.length ? accounts : NO_REFS.secrets;
     this.add(r);
   }
 
@@ -239,9 +263,9 @@ function sameNames(x: readonly string[], y: readonly string[]): boolean {
   return x === y || (x.length === y.length && x.every((v, i) => v === y[i]));
 }
 
-/** The cause of a `ref-changed` (part of its event id): `Secret/<name>@<rv>`, `ConfigMap/…`. */
+/** The cause of a `ref-changed` (part of its event id): `Secret/<name>@<rv>`, `ConfigMap/…`, `ServiceAccount/…`. */
 function refCause(t: RefType, name: string, version: string): string {
-  return `${t === REF_SECRET ? 'Secret' : 'ConfigMap'}/${name}@${version}`;
+  return `${REF_KINDS[t]}/${name}@${version}`;
 }
 
 function referrersOf<R>(e: RefEntry<R>): readonly R[] {

@@ -326,6 +326,27 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual(['resync']);
   });
 
+  it('a change or deletion of its ServiceAccount asks the App at once (upstream: at its next sync)', async () => {
+    const withSa = { ...(app().spec as object), serviceAccountName: 'deployer' };
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000), spec: withSa }));
+    const sa = (rv: string) =>
+      ({
+        apiVersion: 'v1',
+        kind: 'ServiceAccount',
+        metadata: { name: 'deployer', namespace: 'default', uid: 'sa', resourceVersion: rv },
+      }) as KubeObject;
+    watcher.apply(sa(''));
+    start();
+    await settle();
+    transport.take();
+    const changed = watcher.apply({ ...sa(''), metadata: { ...sa('').metadata, labels: { x: '1' } } });
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed ServiceAccount/deployer@${changed.metadata.resourceVersion}`]);
+    const gone = watcher.remove({ apiVersion: 'v1', kind: 'ServiceAccount' }, 'default', 'deployer')!;
+    await settle();
+    expect(transport.take()).toEqual([`ref-changed ServiceAccount/deployer@gone-${gone.metadata.resourceVersion}`]);
+  });
+
   it('an App whose deployed kind is not served keeps its sync period', async () => {
     watcher.served.clear();
     watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));

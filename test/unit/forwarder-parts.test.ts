@@ -260,7 +260,7 @@ describe('RBAC (infra/forwarder/rbac.yml)', () => {
         resources: ['packageinstalls', 'packagerepositories'],
         verbs: ['get', 'list', 'watch'],
       },
-      { apiGroups: [''], resources: ['secrets', 'configmaps'], verbs: ['get', 'list', 'watch'] },
+      { apiGroups: [''], resources: ['secrets', 'configmaps', 'serviceaccounts'], verbs: ['get', 'list', 'watch'] },
       { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list', 'watch'] },
       { apiGroups: ['*'], resources: ['*'], verbs: ['list', 'watch'] },
     ]);

@@ -10,6 +10,7 @@ import { nextDueAt, type TimedObject } from '../../functions/lib/reconcile/timer
 const APP = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' };
 const SECRET = { apiVersion: 'v1', kind: 'Secret' };
 const CONFIG_MAP = { apiVersion: 'v1', kind: 'ConfigMap' };
+const SERVICE_ACCOUNT = { apiVersion: 'v1', kind: 'ServiceAccount' };
 const PKGI = { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageInstall' };
 const PKGR = { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageRepository' };
 const T0 = Date.parse('2025-01-01T00:00:00Z');
@@ -417,8 +418,8 @@ describe('forwarder: resync timer from status', () => {
     start({ watchNamespaces: false });
     await settle(0);
     expect(fwd!.stats().scheduled).toBe(500);
-    // Pending timers: one watchdog per watch (App, Secret, ConfigMap) and the one resync timer.
-    expect(vi.getTimerCount()).toBe(4);
+    // Pending timers: one watchdog per watch (App, Secret, ConfigMap, ServiceAccount) and the one resync timer.
+    expect(vi.getTimerCount()).toBe(5);
     await vi.advanceTimersByTimeAsync(40_000);
     expect(fwd!.stats().emitted.resync).toBe(500);
   });
@@ -970,8 +971,9 @@ describe('forwarder: watch resilience', () => {
     watcher.stallWatches(APP);
     const a = watcher.apply(app('a')); // lost on the stalled connection
     await vi.advanceTimersByTimeAsync(15_000);
-    watcher.bookmark(SECRET); // the Secret and ConfigMap watches are alive
+    watcher.bookmark(SECRET); // the Secret, ConfigMap and ServiceAccount watches are alive
     watcher.bookmark(CONFIG_MAP);
+    watcher.bookmark(SERVICE_ACCOUNT);
     await vi.advanceTimersByTimeAsync(14_999);
     expect(watcher.watchCalls(APP)).toHaveLength(1);
     expect(transport.take()).toEqual([]);
@@ -990,6 +992,7 @@ describe('forwarder: watch resilience', () => {
       watcher.bookmark(APP);
       watcher.bookmark(SECRET);
       watcher.bookmark(CONFIG_MAP);
+      watcher.bookmark(SERVICE_ACCOUNT);
     }
     expect(watcher.watchCalls(APP)).toHaveLength(1);
     expect(fwd!.stats().stalls).toBe(0);
