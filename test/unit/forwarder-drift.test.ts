@@ -199,6 +199,10 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(
       appQuietUntil(app({ status: deployedStatus(T0, { observedGeneration: 0 }) }), undefined, () => 0),
     ).toBeUndefined();
+    // A run that died mid-way (a function timeout) leaves Reconciling with the previous deploy.
+    const stuck = app({ status: deployedStatus(T0, { conditions: [{ type: 'Reconciling', status: 'True' }] }) });
+    expect(appQuietUntil(stuck, undefined, () => 0)).toBeUndefined();
+    expect(appQuietUntil(app({ status: deployedStatus(T0, { conditions: [] }) }), undefined, () => 0)).toBeUndefined();
     const remote = app({
       status: deployedStatus(T0),
       spec: { ...(done.spec as object), cluster: { kubeconfigSecretRef: { name: 'k' } } },
