@@ -8,8 +8,9 @@
  * For every group/kind any App deployed, one list+watch (per forwarder scope) of the objects
  * carrying the label, discovered once per kind ({@link ObjectWatcher.discover}), metadata only
  * (`PartialObjectMetadata`): no spec, data or status is ever read or kept. Per label value the
- * number of objects is kept (a relist after 410 Gone tells a deletion made while the watch was
- * away from the count), nothing per object.
+ * number of objects is kept per namespace (a relist after 410 Gone tells a deletion made while
+ * the watch was away from the count), nothing per object. Only objects in a namespace the App
+ * deployed into count as its own (cluster-scoped ones always do).
  *
  * What is drift (reported once per change, `drift: <apiVersion> <Kind> <ns>/<name> <what>`):
  * - a `DELETED` event of a labelled object, while its App is not reconciling (kapp's own
@@ -260,7 +261,8 @@ export class DriftWatches<T> {
       listItem: (obj: KubeObject, mode: ListMode) => {
         const label = obj.metadata.labels?.[KAPP_APP_LABEL];
         if (label === undefined) return;
-        next.set(label, (next.get(label) ?? 0) + 1);
+        const key = countKey(obj, label);
+        next.set(key, (next.get(key) ?? 0) + 1);
         if (mode === 'relist') this.judgeWrite(kind, obj, 'modified while the watch was away');
       },
       listEnd: (mode: ListMode) => {
@@ -276,25 +278,38 @@ export class DriftWatches<T> {
       event: (e) => {
         const label = e.object.metadata.labels?.[KAPP_APP_LABEL];
         if (label === undefined) return;
-        const n = counts.get(label) ?? 0;
+        const key = countKey(e.object, label);
+        const n = counts.get(key) ?? 0;
         if (e.type === 'DELETED') {
-          if (n <= 1) counts.delete(label);
-          else counts.set(label, n - 1);
-          const owner = this.owners.get(label);
+          if (n <= 1) counts.delete(key);
+          else counts.set(key, n - 1);
+          const owner = this.ownerOf(label, e.object.metadata.namespace);
           if (owner !== undefined && !this.opts.reconciling(owner)) {
             this.opts.onDrift(owner, causeOf(kind, e.object, 'deleted'));
           }
           return;
         }
-        if (e.type === 'ADDED') counts.set(label, n + 1);
+        if (e.type === 'ADDED') counts.set(key, n + 1);
         this.judgeWrite(kind, e.object, e.type === 'ADDED' ? 'created' : 'modified');
       },
     };
   }
 
+  /**
+   * The App whose deployed objects carry `label`, when an object in `namespace` (`undefined`:
+   * cluster-scoped) can be one of them: a namespace it deployed into. Anyone may put the label on
+   * an object in their own namespace; it must not make another tenant's App reconcile.
+   */
+  private ownerOf(label: string | undefined, namespace: string | undefined): T | undefined {
+    const owner = label === undefined ? undefined : this.owners.get(label);
+    if (owner === undefined || !namespace) return owner;
+    const namespaces = this.deployed.get(owner)?.namespaces ?? [];
+    return namespaces.length === 0 || namespaces.includes(namespace) ? owner : undefined;
+  }
+
   /** Reports `obj`'s latest write when it is drift (see the module comment). */
   private judgeWrite(kind: DiscoveredKind, obj: KubeObject, what: string): void {
-    const owner = this.owners.get(obj.metadata.labels?.[KAPP_APP_LABEL] ?? '');
+    const owner = this.ownerOf(obj.metadata.labels?.[KAPP_APP_LABEL], obj.metadata.namespace);
     if (owner === undefined || this.opts.reconciling(owner)) return;
     if (!writtenSince(obj, this.opts.handledAtMs(owner), this.opts.clock.now())) return;
     this.opts.onDrift(owner, causeOf(kind, obj, what));
@@ -302,12 +317,18 @@ export class DriftWatches<T> {
 
   /** After a relist: a label with fewer objects than before lost some while the watch was away. */
   private judgeCounts(kind: DiscoveredKind, before: Map<string, number>, after: Map<string, number>): void {
-    for (const [label, n] of before) {
-      const owner = this.owners.get(label);
-      if (owner === undefined || (after.get(label) ?? 0) >= n || this.opts.reconciling(owner)) continue;
+    for (const [key, n] of before) {
+      const slash = key.indexOf('/');
+      const owner = this.ownerOf(key.slice(slash + 1), key.slice(0, slash));
+      if (owner === undefined || (after.get(key) ?? 0) >= n || this.opts.reconciling(owner)) continue;
       this.opts.onDrift(owner, `${DRIFT_CAUSE_PREFIX}${kind.apiVersion} ${kind.kind} deleted while the watch was away`);
     }
   }
+}
+
+/** A label count's key: `<namespace>/<label value>` (neither holds a `/`). */
+function countKey(obj: KubeObject, label: string): string {
+  return `${obj.metadata.namespace ?? ''}/${label}`;
 }
 
 function keyOf(gk: GroupKind): string {

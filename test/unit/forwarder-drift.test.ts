@@ -322,6 +322,33 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/db created']);
   });
 
+  it("objects labelled with an App's label in a namespace it did not deploy into are not its drift", async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    transport.take();
+    // Another tenant copies the label onto its own objects, writes and deletes them.
+    const forged = { ...deployment('web', 'kubectl', Date.now()) };
+    forged.metadata = { ...forged.metadata, namespace: 'tenant-b', uid: 'uid-b' };
+    watcher.apply(forged);
+    await settle();
+    watcher.apply(structuredClone(forged));
+    watcher.remove(DEPLOYMENT, 'tenant-b', 'web');
+    await settle();
+    expect(transport.take()).toEqual([]);
+    // Nor after 410 Gone: its deletion while the watch was away is not the App's.
+    watcher.apply(structuredClone(forged));
+    await settle();
+    watcher.stallWatches(DEPLOYMENT);
+    watcher.remove(DEPLOYMENT, 'tenant-b', 'web');
+    watcher.compact(DEPLOYMENT);
+    watcher.failWatches(new WatchGoneError('gone'), DEPLOYMENT);
+    await settle(1000);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().drift).toBe(0);
+  });
+
   it('changes while the App reconciles are its own deploy; writes before its last reconcile are not drift', async () => {
     watcher.apply(
       app({ status: deployedStatus(T0 - 10_000, { conditions: [{ type: 'Reconciling', status: 'True' }] }) }),
