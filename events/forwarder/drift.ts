@@ -8,20 +8,22 @@
  * For every group/kind any App deployed, one list+watch (per forwarder scope) of the objects
  * carrying the label, discovered once per kind ({@link ObjectWatcher.discover}), metadata only
  * (`PartialObjectMetadata`): no spec, data or status is ever read or kept. Per label value the
- * number of objects is kept (a relist after 410 Gone tells a deletion made while the watch was
- * away from the count), nothing per object.
+ * number of objects is kept per namespace (a relist after 410 Gone tells a deletion made while
+ * the watch was away from the count), nothing per object. Only objects in a namespace the App
+ * deployed into count as its own (cluster-scoped ones always do).
  *
  * What is drift (reported once per change, `drift: <apiVersion> <Kind> <ns>/<name> <what>`):
  * - a `DELETED` event of a labelled object, while its App is not reconciling (kapp's own
  *   deletions happen while the App's status says `Reconciling`);
- * - an `ADDED` or `MODIFIED` event whose latest write ({@link lastWriter}: the newest
- *   `managedFields` entries) was made by a field manager other than kapp's, outside `status`,
- *   at or after the App's last reconcile: a status-only write (a Deployment's controller) is not
- *   drift, as kapp ignores `status` when it diffs;
+ * - an `ADDED` or `MODIFIED` event of an object written outside `status` since the App's last
+ *   reconcile by anyone but kapp inside a reconcile ({@link writtenSince}: any `managedFields`
+ *   entry of another manager at or after it, or one under kapp's name clearly after it): a
+ *   status-only write (a Deployment's controller) is not drift, as kapp ignores `status` when it
+ *   diffs;
  * - after 410 Gone, a relisted object with such a write, or fewer objects under a label than
  *   before (deleted while the watch was away).
- * A write with no `managedFields` (a server with them turned off) is not judged: the safety
- * period's full reconcile covers it.
+ * A write that leaves no `managedFields` (a client may clear them with `[{}]`) is drift: who
+ * wrote it cannot be told.
  *
  * {@link DriftWatches.coveredSince} says since when every watch an App needs has been running
  * without a gap; the forwarder keeps an App quiet at its sync period only when that is before the
@@ -60,30 +62,41 @@ export interface Deployed {
 const MAX_CAUSE = 480;
 
 /**
- * The field managers and subresource of an object's latest write: the `managedFields` entries
- * with the newest `time` (second precision, so several may tie), or `undefined` when it has
- * none with a time.
- *
- * @returns The latest time (ms since the epoch) and whether any entry at that time is outside
- *   `status` and not kapp's.
+ * How far a `managedFields` time may lie ahead of the forwarder's clock (5 minutes); an entry
+ * further ahead was written by a client (an update may carry any `managedFields`) and is not
+ * believed, so it can neither hide later writes nor make every event drift.
  */
-export function lastWriter(obj: KubeObject): { at: number; foreign: boolean } | undefined {
+export const MAX_FIELDS_CLOCK_LEAD_MS = 300_000;
+
+/**
+ * How long after the App's last reconcile a write under kapp's own field manager name is still
+ * taken as that reconcile's (5 s: the API server's clock may run ahead of the runtime's).
+ */
+export const KAPP_WRITE_SKEW_MS = 5_000;
+
+/**
+ * Whether `obj` was written outside `status` since `sinceMs` (the App's last reconcile, second
+ * precision; `NaN` when never) by anyone but kapp during a reconcile: any entry of another field
+ * manager at or after it, or one under kapp's name more than {@link KAPP_WRITE_SKEW_MS} after it
+ * (kapp only writes inside a reconcile, before its status; `--field-manager=kapp` is anyone's).
+ * Every entry is judged, not only the newest: an update may set `managedFields` itself, so a
+ * forged newest entry would otherwise hide the write. No `managedFields` at all (cleared with
+ * `[{}]` by the write itself) is a write by someone unknown: drift.
+ */
+export function writtenSince(obj: KubeObject, sinceMs: number, nowMs: number): boolean {
   const fields = obj.metadata.managedFields;
-  if (!Array.isArray(fields)) return undefined;
-  let at = Number.NEGATIVE_INFINITY;
-  let foreign = false;
-  for (const f of fields as Array<{ manager?: unknown; time?: unknown; subresource?: unknown }>) {
-    const t = typeof f?.time === 'string' ? Date.parse(f.time) : Number.NaN;
-    if (Number.isNaN(t)) continue;
-    const theirs = f.manager !== KAPP_FIELD_MANAGER && f.subresource !== 'status';
-    if (t > at) {
-      at = t;
-      foreign = theirs;
-    } else if (t === at && theirs) {
-      foreign = true;
+  if (!Array.isArray(fields) || fields.length === 0) return true;
+  for (const f of fields as Array<{ manager?: unknown; time?: unknown; subresource?: unknown } | null>) {
+    if (f === null || typeof f !== 'object' || f.subresource === 'status') continue;
+    const t = typeof f.time === 'string' ? Date.parse(f.time) : Number.NaN;
+    if (Number.isNaN(t) || t > nowMs + MAX_FIELDS_CLOCK_LEAD_MS) continue;
+    if (f.manager === KAPP_FIELD_MANAGER) {
+      if (!Number.isNaN(sinceMs) && t > sinceMs + KAPP_WRITE_SKEW_MS) return true;
+    } else if (Number.isNaN(sinceMs) || t >= sinceMs) {
+      return true;
     }
   }
-  return at === Number.NEGATIVE_INFINITY ? undefined : { at, foreign };
+  return false;
 }
 
 /** Options of {@link DriftWatches}. Times in milliseconds. */
@@ -248,7 +261,8 @@ export class DriftWatches<T> {
       listItem: (obj: KubeObject, mode: ListMode) => {
         const label = obj.metadata.labels?.[KAPP_APP_LABEL];
         if (label === undefined) return;
-        next.set(label, (next.get(label) ?? 0) + 1);
+        const key = countKey(obj, label);
+        next.set(key, (next.get(key) ?? 0) + 1);
         if (mode === 'relist') this.judgeWrite(kind, obj, 'modified while the watch was away');
       },
       listEnd: (mode: ListMode) => {
@@ -264,41 +278,57 @@ export class DriftWatches<T> {
       event: (e) => {
         const label = e.object.metadata.labels?.[KAPP_APP_LABEL];
         if (label === undefined) return;
-        const n = counts.get(label) ?? 0;
+        const key = countKey(e.object, label);
+        const n = counts.get(key) ?? 0;
         if (e.type === 'DELETED') {
-          if (n <= 1) counts.delete(label);
-          else counts.set(label, n - 1);
-          const owner = this.owners.get(label);
+          if (n <= 1) counts.delete(key);
+          else counts.set(key, n - 1);
+          const owner = this.ownerOf(label, e.object.metadata.namespace);
           if (owner !== undefined && !this.opts.reconciling(owner)) {
             this.opts.onDrift(owner, causeOf(kind, e.object, 'deleted'));
           }
           return;
         }
-        if (e.type === 'ADDED') counts.set(label, n + 1);
+        if (e.type === 'ADDED') counts.set(key, n + 1);
         this.judgeWrite(kind, e.object, e.type === 'ADDED' ? 'created' : 'modified');
       },
     };
   }
 
+  /**
+   * The App whose deployed objects carry `label`, when an object in `namespace` (`undefined`:
+   * cluster-scoped) can be one of them: a namespace it deployed into. Anyone may put the label on
+   * an object in their own namespace; it must not make another tenant's App reconcile.
+   */
+  private ownerOf(label: string | undefined, namespace: string | undefined): T | undefined {
+    const owner = label === undefined ? undefined : this.owners.get(label);
+    if (owner === undefined || !namespace) return owner;
+    const namespaces = this.deployed.get(owner)?.namespaces ?? [];
+    return namespaces.length === 0 || namespaces.includes(namespace) ? owner : undefined;
+  }
+
   /** Reports `obj`'s latest write when it is drift (see the module comment). */
   private judgeWrite(kind: DiscoveredKind, obj: KubeObject, what: string): void {
-    const owner = this.owners.get(obj.metadata.labels?.[KAPP_APP_LABEL] ?? '');
+    const owner = this.ownerOf(obj.metadata.labels?.[KAPP_APP_LABEL], obj.metadata.namespace);
     if (owner === undefined || this.opts.reconciling(owner)) return;
-    const w = lastWriter(obj);
-    if (!w?.foreign) return;
-    const handled = this.opts.handledAtMs(owner);
-    if (!Number.isNaN(handled) && w.at < handled) return;
+    if (!writtenSince(obj, this.opts.handledAtMs(owner), this.opts.clock.now())) return;
     this.opts.onDrift(owner, causeOf(kind, obj, what));
   }
 
   /** After a relist: a label with fewer objects than before lost some while the watch was away. */
   private judgeCounts(kind: DiscoveredKind, before: Map<string, number>, after: Map<string, number>): void {
-    for (const [label, n] of before) {
-      const owner = this.owners.get(label);
-      if (owner === undefined || (after.get(label) ?? 0) >= n || this.opts.reconciling(owner)) continue;
+    for (const [key, n] of before) {
+      const slash = key.indexOf('/');
+      const owner = this.ownerOf(key.slice(slash + 1), key.slice(0, slash));
+      if (owner === undefined || (after.get(key) ?? 0) >= n || this.opts.reconciling(owner)) continue;
       this.opts.onDrift(owner, `${DRIFT_CAUSE_PREFIX}${kind.apiVersion} ${kind.kind} deleted while the watch was away`);
     }
   }
+}
+
+/** A label count's key: `<namespace>/<label value>` (neither holds a `/`). */
+function countKey(obj: KubeObject, label: string): string {
+  return `${obj.metadata.namespace ?? ''}/${label}`;
 }
 
 function keyOf(gk: GroupKind): string {

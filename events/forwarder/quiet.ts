@@ -93,6 +93,18 @@ export function appInputsFixed(spec: Loose): boolean {
 }
 
 /**
+ * Whether the status says the last reconcile succeeded and none is running: `ReconcileSucceeded`
+ * True and no `Reconciling` or `Deleting` True. A run that died mid-way (a function timeout)
+ * leaves `Reconciling` beside the previous deploy; its drift is not judged while it shows, so
+ * such an App keeps its sync period.
+ */
+function succeeded(status: Loose): boolean {
+  const conditions = Array.isArray(status?.conditions) ? status.conditions.map(rec) : [];
+  const isTrue = (type: string) => conditions.some((c) => c?.type === type && c.status === 'True');
+  return isTrue('ReconcileSucceeded') && !isTrue('Reconciling') && !isTrue('Deleting');
+}
+
+/**
  * What the App deployed, from `status.deploy.kapp.associatedResources` (`label:
  * kapp.k14s.io/app=<id>`, `groupKinds`, `namespaces`), or `undefined` without a label.
  *
@@ -139,7 +151,7 @@ export function appQuietUntil(
   if (obj.metadata.deletionTimestamp || spec?.paused || spec?.canceled || rec(spec?.cluster)) return undefined;
   if (status?.observedGeneration !== (obj.metadata.generation ?? 0)) return undefined;
   const timed = obj as unknown as TimedObject;
-  if (hasFailedCondition(timed) || !rec(rec(status?.deploy)?.kapp)) return undefined;
+  if (hasFailedCondition(timed) || !succeeded(status) || !rec(rec(status?.deploy)?.kapp)) return undefined;
   if (!appInputsFixed(spec)) return undefined;
   const last = lastReconcileTime(timed);
   if (!last) return undefined;

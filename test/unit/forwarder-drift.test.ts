@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { lastWriter } from '../../events/forwarder/drift.js';
+import { KAPP_WRITE_SKEW_MS, writtenSince } from '../../events/forwarder/drift.js';
 import { Forwarder, type ForwarderOptions } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import {
@@ -140,15 +140,40 @@ afterEach(async () => {
   vi.useRealTimers();
 });
 
-describe('lastWriter', () => {
-  it('judges the newest managedFields entries: kapp and status writes are not foreign, ties count any foreign one', () => {
-    expect(lastWriter(deployment('d', 'kapp', T0))).toEqual({ at: T0 - 60_000, foreign: false });
-    expect(lastWriter(deployment('d', 'kube-controller-manager', T0, 'status'))).toEqual({ at: T0, foreign: false });
-    expect(lastWriter(deployment('d', 'kubectl-edit', T0))).toEqual({ at: T0, foreign: true });
-    const tie = deployment('d', 'kubectl-edit', T0);
-    (tie.metadata.managedFields as unknown[]).push({ manager: 'x', time: iso(T0), subresource: 'status' });
-    expect(lastWriter(tie)?.foreign).toBe(true);
-    expect(lastWriter({ ...DEPLOYMENT, metadata: { name: 'd', uid: 'u', resourceVersion: '1' } })).toBeUndefined();
+describe('writtenSince', () => {
+  const now = T0 + 60_000;
+  it('any entry of another manager outside status at or after the last reconcile; kapp and status writes are not', () => {
+    expect(writtenSince(deployment('d', 'kapp', T0), T0, now)).toBe(false);
+    expect(writtenSince(deployment('d', 'kube-controller-manager', T0, 'status'), T0, now)).toBe(false);
+    expect(writtenSince(deployment('d', 'kubectl-edit', T0), T0, now)).toBe(true);
+    expect(writtenSince(deployment('d', 'kubectl-edit', T0 - 1000), T0, now)).toBe(false);
+    expect(writtenSince(deployment('d', 'kubectl-edit', T0 - 1000), Number.NaN, now)).toBe(true);
+  });
+
+  it("a write under kapp's name after the reconcile ended is not kapp-controller's", () => {
+    const byKapp = (at: number) => {
+      const d = deployment('d', 'kapp', T0);
+      (d.metadata.managedFields as Array<{ time: string }>)[0]!.time = iso(at);
+      return d;
+    };
+    expect(writtenSince(byKapp(T0 + KAPP_WRITE_SKEW_MS), T0, now)).toBe(false);
+    expect(writtenSince(byKapp(T0 + KAPP_WRITE_SKEW_MS + 1000), T0, now)).toBe(true);
+  });
+
+  it('a forged newest entry hides nothing, an entry far in the future is not believed, no managedFields is drift', () => {
+    const forged = deployment('d', 'kubectl-edit', T0 + 10_000);
+    (forged.metadata.managedFields as unknown[]).push({
+      manager: 'kapp',
+      operation: 'Apply',
+      time: iso(T0 + 3_600_000),
+    });
+    expect(writtenSince(forged, T0, now)).toBe(true);
+    const future = deployment('d', 'kapp', T0);
+    (future.metadata.managedFields as unknown[]).push({ manager: 'x', operation: 'Update', time: iso(T0 + 3_600_000) });
+    expect(writtenSince(future, T0, now)).toBe(false);
+    const cleared = deployment('d', 'kapp', T0);
+    delete cleared.metadata.managedFields;
+    expect(writtenSince(cleared, T0, now)).toBe(true);
   });
 });
 
@@ -174,6 +199,10 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(
       appQuietUntil(app({ status: deployedStatus(T0, { observedGeneration: 0 }) }), undefined, () => 0),
     ).toBeUndefined();
+    // A run that died mid-way (a function timeout) leaves Reconciling with the previous deploy.
+    const stuck = app({ status: deployedStatus(T0, { conditions: [{ type: 'Reconciling', status: 'True' }] }) });
+    expect(appQuietUntil(stuck, undefined, () => 0)).toBeUndefined();
+    expect(appQuietUntil(app({ status: deployedStatus(T0, { conditions: [] }) }), undefined, () => 0)).toBeUndefined();
     const remote = app({
       status: deployedStatus(T0),
       spec: { ...(done.spec as object), cluster: { kubeconfigSecretRef: { name: 'k' } } },
@@ -264,6 +293,61 @@ describe('forwarder: reconcile by exception', () => {
     expect(fwd!.stats().drift).toBe(2);
     const [list] = watcher.listCalls(DEPLOYMENT);
     expect(list).toMatchObject({ labelSelector: LABEL, metadataOnly: true });
+  });
+
+  it("a hand edit under kapp's field manager name, or behind a forged managedFields entry, is drift", async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0 - 20_000));
+    start();
+    await settle();
+    transport.take();
+    await settle(30_000);
+    transport.take();
+    // kubectl edit --field-manager=kapp, long after the last reconcile.
+    const asKapp = deployment('web', 'kapp', T0 - 20_000);
+    (asKapp.metadata.managedFields as Array<{ time: string }>)[0]!.time = iso(Date.now());
+    watcher.apply(asKapp);
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
+    // An update that sets managedFields itself: a kapp entry dated next year, its own edit older.
+    const forged = deployment('web', 'kubectl-edit', Date.now());
+    (forged.metadata.managedFields as unknown[]).push({ manager: 'kapp', operation: 'Apply', time: iso(T0 + 3.15e10) });
+    watcher.apply(forged);
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
+    // managedFields cleared with [{}] by the edit itself.
+    const cleared = deployment('db', 'kapp', T0);
+    delete cleared.metadata.managedFields;
+    watcher.apply(cleared);
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/db created']);
+  });
+
+  it("objects labelled with an App's label in a namespace it did not deploy into are not its drift", async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    transport.take();
+    // Another tenant copies the label onto its own objects, writes and deletes them.
+    const forged = { ...deployment('web', 'kubectl', Date.now()) };
+    forged.metadata = { ...forged.metadata, namespace: 'tenant-b', uid: 'uid-b' };
+    watcher.apply(forged);
+    await settle();
+    watcher.apply(structuredClone(forged));
+    watcher.remove(DEPLOYMENT, 'tenant-b', 'web');
+    await settle();
+    expect(transport.take()).toEqual([]);
+    // Nor after 410 Gone: its deletion while the watch was away is not the App's.
+    watcher.apply(structuredClone(forged));
+    await settle();
+    watcher.stallWatches(DEPLOYMENT);
+    watcher.remove(DEPLOYMENT, 'tenant-b', 'web');
+    watcher.compact(DEPLOYMENT);
+    watcher.failWatches(new WatchGoneError('gone'), DEPLOYMENT);
+    await settle(1000);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().drift).toBe(0);
   });
 
   it('changes while the App reconciles are its own deploy; writes before its last reconcile are not drift', async () => {
