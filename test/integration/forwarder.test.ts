@@ -160,7 +160,14 @@ describe('forwarder RBAC', () => {
     ['patch', 'apps.kappctrl.k14s.io', '', 'no'],
     ['update', 'apps.kappctrl.k14s.io', 'status', 'no'],
     ['delete', 'secrets', '', 'no'],
-    ['list', 'pods', '', 'no'],
+    // The drift watches list and watch whatever kinds Apps deployed (metadata only): list and
+    // watch of every kind, nothing else on them.
+    ['list', 'pods', '', 'yes'],
+    ['watch', 'deployments.apps', '', 'yes'],
+    ['get', 'pods', '', 'no'],
+    ['delete', 'pods', '', 'no'],
+    ['patch', 'deployments.apps', '', 'no'],
+    ['watch', 'serviceaccounts', '', 'yes'],
     ['create', 'serviceaccounts', 'token', 'no'],
   ])('%s %s %s: %s', async (verb, resource, subresource, want) => {
     const args = ['auth', 'can-i', verb, resource, '-n', ns, '--as', SA];
