@@ -104,6 +104,11 @@ export interface ForwarderOptions {
    * App keeps upstream's periodic timer.
    */
   driftWatch?: boolean;
+  /**
+   * Called with each drift's cause (`drift: ...`) as it is sent: the embedded runtime counts it
+   * (`kapp_lambda_drift_total`). Must not throw (a throw is logged and ignored).
+   */
+  onDrift?: (cause: string) => void;
 }
 
 /** Counters and sizes, for tests, metrics and the memory benchmark. */
@@ -334,6 +339,11 @@ export class Forwarder {
             'drift in deployed objects; asking for a reconcile',
           );
           this.emit(st, 'ref-changed', cause);
+          try {
+            this.opts.onDrift?.(cause);
+          } catch (err) {
+            this.logger.warn({ err }, 'onDrift failed');
+          }
         },
         reconciling: (st) => st.running,
         handledAtMs: (st) => (st.handledAt === NEVER ? Number.NaN : st.handledAt * 1000),

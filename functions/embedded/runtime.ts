@@ -14,6 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
+import { Counter } from 'prom-client';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { type WatchedKindName, watchedKinds } from '../../events/forwarder/kinds.js';
 import type { LeaderElector } from '../../events/forwarder/leader.js';
@@ -281,8 +282,19 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
         ),
     );
   };
+  // Drift the forwarders saw and sent (their own counters restart with each leadership term).
+  // A registry passed in by the caller may hold it already (a runtime started again on it).
+  const driftTotal =
+    (metrics.registry.getSingleMetric('kapp_lambda_drift_total') as Counter<'cluster'> | undefined) ??
+    new Counter({
+      name: 'kapp_lambda_drift_total',
+      help: 'Hand edits and deletions of what Apps deployed, each sent as a reconcile (reconcile by exception)',
+      labelNames: ['cluster'],
+      registers: [metrics.registry],
+    });
   const makeForwarder = (clusterId: string, transport: Transport) =>
     new Forwarder({
+      onDrift: () => driftTotal.inc({ cluster: clusterId }),
       clusterId,
       watcher: registry.watchView(clusterId),
       transport,
