@@ -15,6 +15,8 @@
  * What is drift (reported once per change, `drift: <apiVersion> <Kind> <ns>/<name> <what>`):
  * - a `DELETED` event of a labelled object, while its App is not reconciling (kapp's own
  *   deletions happen while the App's status says `Reconciling`);
+ * - a write by anyone but kapp and the controllers ({@link CONTROLLER_MANAGERS}) seen while the
+ *   App reconciles: held, and reported when the reconcile ends ({@link DriftWatches.settled});
  * - an `ADDED` or `MODIFIED` event of an object written outside `status` since the App's last
  *   reconcile by anyone but kapp inside a reconcile ({@link writtenSince}: any `managedFields`
  *   entry of another manager at or after it, or one under kapp's name clearly after it): a
@@ -83,13 +85,19 @@ export const KAPP_WRITE_SKEW_MS = 5_000;
  * forged newest entry would otherwise hide the write. No `managedFields` at all (cleared with
  * `[{}]` by the write itself) is a write by someone unknown: drift.
  */
-export function writtenSince(obj: KubeObject, sinceMs: number, nowMs: number): boolean {
+export function writtenSince(
+  obj: KubeObject,
+  sinceMs: number,
+  nowMs: number,
+  skipManagers: ReadonlySet<string> = NO_MANAGERS,
+): boolean {
   const fields = obj.metadata.managedFields;
   if (!Array.isArray(fields) || fields.length === 0) return true;
   for (const f of fields as Array<{ manager?: unknown; time?: unknown; subresource?: unknown } | null>) {
     if (f === null || typeof f !== 'object' || f.subresource === 'status') continue;
     const t = typeof f.time === 'string' ? Date.parse(f.time) : Number.NaN;
     if (Number.isNaN(t) || t > nowMs + MAX_FIELDS_CLOCK_LEAD_MS) continue;
+    if (typeof f.manager === 'string' && skipManagers.has(f.manager)) continue;
     if (f.manager === KAPP_FIELD_MANAGER) {
       if (!Number.isNaN(sinceMs) && t > sinceMs + KAPP_WRITE_SKEW_MS) return true;
     } else if (Number.isNaN(sinceMs) || t >= sinceMs) {
@@ -98,6 +106,15 @@ export function writtenSince(obj: KubeObject, sinceMs: number, nowMs: number): b
   }
   return false;
 }
+
+const NO_MANAGERS: ReadonlySet<string> = new Set();
+
+/**
+ * Field managers whose writes during a reconcile are the cluster's own reaction to kapp's apply
+ * (the Deployment controller's `deployment.kubernetes.io/revision` annotation), not a hand edit:
+ * not held for after the reconcile ({@link DriftWatches.settled}).
+ */
+export const CONTROLLER_MANAGERS: ReadonlySet<string> = new Set([KAPP_FIELD_MANAGER, 'kube-controller-manager']);
 
 /** Options of {@link DriftWatches}. Times in milliseconds. */
 export interface DriftOptions<T> {
@@ -142,6 +159,11 @@ export class DriftWatches<T> {
   private readonly owners = new Map<string, T>();
   private readonly deployed = new Map<T, Deployed>();
   private readonly kinds = new Map<string, KindWatch>();
+  /**
+   * Owner → the first foreign write seen while it reconciled: kapp may have applied before it,
+   * so it is reported when the reconcile ends ({@link settled}).
+   */
+  private readonly held = new Map<T, string>();
   private readonly rediscoverMs: number;
   private stopped = false;
 
@@ -175,7 +197,20 @@ export class DriftWatches<T> {
 
   /** Forgets `owner` (deleted). */
   untrack(owner: T): void {
+    this.held.delete(owner);
     this.track(owner, undefined);
+  }
+
+  /**
+   * `owner`'s reconcile ended (its status no longer says it runs): a hand edit seen during it,
+   * which that reconcile's kapp may have applied before, is reported now (`... during a
+   * reconcile`). Without this it would be older than the new last reconcile and never judged.
+   */
+  settled(owner: T): void {
+    const cause = this.held.get(owner);
+    if (cause === undefined) return;
+    this.held.delete(owner);
+    this.opts.onDrift(owner, cause);
   }
 
   /**
@@ -310,8 +345,16 @@ export class DriftWatches<T> {
   /** Reports `obj`'s latest write when it is drift (see the module comment). */
   private judgeWrite(kind: DiscoveredKind, obj: KubeObject, what: string): void {
     const owner = this.ownerOf(obj.metadata.labels?.[KAPP_APP_LABEL], obj.metadata.namespace);
-    if (owner === undefined || this.opts.reconciling(owner)) return;
-    if (!writtenSince(obj, this.opts.handledAtMs(owner), this.opts.clock.now())) return;
+    if (owner === undefined) return;
+    const handled = this.opts.handledAtMs(owner);
+    const now = this.opts.clock.now();
+    if (this.opts.reconciling(owner)) {
+      if (!this.held.has(owner) && writtenSince(obj, handled, now, CONTROLLER_MANAGERS)) {
+        this.held.set(owner, causeOf(kind, obj, `${what} during a reconcile`));
+      }
+      return;
+    }
+    if (!writtenSince(obj, handled, now)) return;
     this.opts.onDrift(owner, causeOf(kind, obj, what));
   }
 

@@ -695,11 +695,13 @@ export class Forwarder {
     st.generation = generation;
     st.deleting = deleting;
     st.handledAt = handledAtOf(kind, obj);
+    const wasRunning = st.running;
     st.running = inFlight(obj);
     st.quietAt = kind.quietUntil?.(obj, this.random) ?? Number.NaN;
     this.refs.update(st, kind.refs(obj));
     this.trackNamespaces(kind, st, obj);
     this.drift?.track(st, kind.deployed?.(obj));
+    if (wasRunning && !st.running) this.drift?.settled(st);
     if (reason) {
       this.ask(st, reason, now);
       return;

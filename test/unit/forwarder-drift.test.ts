@@ -368,6 +368,28 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual([]);
   });
 
+  it('a hand edit during a reconcile is reported when the reconcile ends (kapp may have applied before it)', async () => {
+    const running = { conditions: [{ type: 'Reconciling', status: 'True' }] };
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000, running) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    transport.take();
+    watcher.apply(deployment('web', 'kubectl-edit', Date.now()));
+    watcher.apply(deployment('web', 'kube-controller-manager', Date.now()));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    watcher.apply(app({ status: deployedStatus(T0 + 5_000) }));
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified during a reconcile']);
+    // Once only; a reconcile with only the controller's writes reports nothing.
+    watcher.apply(app({ status: deployedStatus(T0 + 5_000, running) }));
+    watcher.apply(deployment('web', 'kube-controller-manager', Date.now() + 1000));
+    watcher.apply(app({ status: deployedStatus(T0 + 9_000) }));
+    await settle();
+    expect(transport.take()).toEqual([]);
+  });
+
   it('after 410 Gone a relist tells objects deleted or edited while away, and nothing for the unchanged', async () => {
     watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
     watcher.apply(deployment('web', 'kapp', T0));
