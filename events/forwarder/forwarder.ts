@@ -22,6 +22,7 @@ import { DueHeap, type HeapItem } from './due-heap.js';
 import { appKind, NO_REFS, observedGeneration, rateLimitedRequeueMs, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
 import { Outbox, toCloudEvent } from './outbox.js';
+import { inFlight } from './quiet.js';
 import { NamespacedMap, REF_CONFIG_MAP, REF_SECRET, REF_SERVICE_ACCOUNT, RefIndex, type RefType } from './ref-index.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
 import type { Transport } from './transport.js';
@@ -153,13 +154,6 @@ export interface StopOptions {
   drain?: boolean;
   /** Upper bound of the drain and of waiting for the loops to end. Default 10 000. */
   timeoutMs?: number;
-}
-
-/** Whether the status shows a reconcile or delete in progress (`Reconciling`/`Deleting` True). */
-function inFlight(obj: KubeObject): boolean {
-  const conditions = (obj as { status?: { conditions?: Array<{ type?: string; status?: string }> } }).status
-    ?.conditions;
-  return (conditions ?? []).some((c) => (c.type === 'Reconciling' || c.type === 'Deleting') && c.status === 'True');
 }
 
 /** Per-object state: a reference and a schedule, never the object. */

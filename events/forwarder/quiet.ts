@@ -17,6 +17,7 @@
  * @module
  */
 import { tryParseDuration } from '../../functions/lib/api/duration.js';
+import { sourcePinned } from '../../functions/lib/fetch/pin-rule.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import {
   applyJitter,
@@ -50,30 +51,13 @@ function rec(v: unknown): Loose {
   return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
 }
 
-const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i;
-const DIGEST = /@sha256:[0-9a-f]{64}$/;
-const SHA256_HEX = /^[0-9a-f]{64}$/i;
-
 /**
  * Whether one `spec.fetch[]` entry's content is fixed by the spec and the objects the forwarder
- * watches: inline (its `pathsFrom` Secrets and ConfigMaps are watched refs), git at a commit id,
- * http with `sha256`, image or bundle by digest, without a selection (the rule of
- * `functions/lib/fetch/pinned.ts`, kept here without its imports: the forwarder's bundle stays
- * small). Anything else can move behind the spec's back.
+ * watches: inline (its `pathsFrom` Secrets and ConfigMaps are watched refs) or a pinned source
+ * ({@link sourcePinned}). Anything else can move behind the spec's back.
  */
 export function fetchEntryFixed(entry: unknown): boolean {
-  const e = rec(entry);
-  if (!e) return false;
-  if (rec(e.inline)) return true;
-  const git = rec(e.git);
-  if (git) return typeof git.ref === 'string' && COMMIT_ID.test(git.ref) && git.refSelection == null;
-  const http = rec(e.http);
-  if (http) return typeof http.sha256 === 'string' && SHA256_HEX.test(http.sha256);
-  const image = rec(e.image);
-  if (image) return typeof image.url === 'string' && DIGEST.test(image.url) && image.tagSelection == null;
-  const bundle = rec(e.imgpkgBundle);
-  if (bundle) return typeof bundle.image === 'string' && DIGEST.test(bundle.image) && bundle.tagSelection == null;
-  return false;
+  return rec(rec(entry)?.inline) !== undefined || sourcePinned(entry);
 }
 
 /**
@@ -98,10 +82,19 @@ export function appInputsFixed(spec: Loose): boolean {
  * leaves `Reconciling` beside the previous deploy; its drift is not judged while it shows, so
  * such an App keeps its sync period.
  */
-function succeeded(status: Loose): boolean {
-  const conditions = Array.isArray(status?.conditions) ? status.conditions.map(rec) : [];
-  const isTrue = (type: string) => conditions.some((c) => c?.type === type && c.status === 'True');
-  return isTrue('ReconcileSucceeded') && !isTrue('Reconciling') && !isTrue('Deleting');
+function succeeded(obj: KubeObject): boolean {
+  return hasTrueCondition(obj, 'ReconcileSucceeded') && !inFlight(obj);
+}
+
+/** Whether the status has condition `type` with status `True`. */
+function hasTrueCondition(obj: KubeObject, type: string): boolean {
+  const conditions = rec(obj.status)?.conditions;
+  return Array.isArray(conditions) && conditions.some((c) => rec(c)?.type === type && rec(c)?.status === 'True');
+}
+
+/** Whether the status shows a reconcile or delete in progress (`Reconciling`/`Deleting` True). */
+export function inFlight(obj: KubeObject): boolean {
+  return hasTrueCondition(obj, 'Reconciling') || hasTrueCondition(obj, 'Deleting');
 }
 
 /**
@@ -151,7 +144,7 @@ export function appQuietUntil(
   if (obj.metadata.deletionTimestamp || spec?.paused || spec?.canceled || rec(spec?.cluster)) return undefined;
   if (status?.observedGeneration !== (obj.metadata.generation ?? 0)) return undefined;
   const timed = obj as unknown as TimedObject;
-  if (hasFailedCondition(timed) || !succeeded(status) || !rec(rec(status?.deploy)?.kapp)) return undefined;
+  if (hasFailedCondition(timed) || !succeeded(obj) || !rec(rec(status?.deploy)?.kapp)) return undefined;
   if (!appInputsFixed(spec)) return undefined;
   const last = lastReconcileTime(timed);
   if (!last) return undefined;

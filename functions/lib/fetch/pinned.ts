@@ -10,9 +10,9 @@
  * @module
  */
 import { createHash } from 'node:crypto';
-import type { VersionSelection } from '../api/common.js';
 import type { AppFetch } from '../api/fetch.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
+import { sourcePinned } from './pin-rule.js';
 import { type FetchSourceKind, fetchSourceKind } from './vendir.js';
 
 /** Result of {@link fetchSourceIdentity}. */
@@ -42,14 +42,6 @@ export interface FetchSourceIdentity {
   cacheKey: string;
 }
 
-const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i;
-const DIGEST = /@sha256:[0-9a-f]{64}$/;
-const SHA256_HEX = /^[0-9a-f]{64}$/i;
-
-function hasSelection(sel: VersionSelection | undefined): boolean {
-  return sel !== undefined && sel !== null;
-}
-
 /**
  * Decides whether a fetch entry is pinned and computes its content identity.
  *
@@ -65,7 +57,7 @@ export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | unde
   switch (source) {
     case 'git': {
       const g = entry.git!;
-      pinned = COMMIT_ID.test(g.ref ?? '') && !hasSelection(g.refSelection);
+      pinned = sourcePinned(entry);
       reason = pinned ? 'git ref is a commit id' : 'git ref is a branch, tag or selection';
       content = {
         url: g.url,
@@ -78,21 +70,21 @@ export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | unde
     }
     case 'image': {
       const i = entry.image!;
-      pinned = DIGEST.test(i.url ?? '') && !hasSelection(i.tagSelection);
+      pinned = sourcePinned(entry);
       reason = pinned ? 'image is referenced by digest' : 'image is referenced by tag or selection';
       content = { url: i.url, tagSelection: i.tagSelection, subPath: i.subPath || undefined };
       break;
     }
     case 'imgpkgBundle': {
       const b = entry.imgpkgBundle!;
-      pinned = DIGEST.test(b.image ?? '') && !hasSelection(b.tagSelection);
+      pinned = sourcePinned(entry);
       reason = pinned ? 'bundle is referenced by digest' : 'bundle is referenced by tag or selection';
       content = { image: b.image, tagSelection: b.tagSelection };
       break;
     }
     case 'http': {
       const h = entry.http!;
-      pinned = SHA256_HEX.test(h.sha256 ?? '');
+      pinned = sourcePinned(entry);
       reason = pinned ? 'http download has a sha256' : 'http download has no sha256';
       // vendir names a non-archive download after the URL's base name, so the URL stays in the key.
       content = { url: h.url, sha256: h.sha256?.toLowerCase(), subPath: h.subPath || undefined };
