@@ -17,7 +17,7 @@
  * @module
  */
 import { tryParseDuration } from '../../functions/lib/api/duration.js';
-import { sourcePinned } from '../../functions/lib/fetch/pin-rule.js';
+import { sourcePinned } from '../../functions/lib/api/pin-rule.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import {
   applyJitter,

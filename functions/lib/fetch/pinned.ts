@@ -11,8 +11,8 @@
  */
 import { createHash } from 'node:crypto';
 import type { AppFetch } from '../api/fetch.js';
+import { sourcePinned } from '../api/pin-rule.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
-import { sourcePinned } from './pin-rule.js';
 import { type FetchSourceKind, fetchSourceKind } from './vendir.js';
 
 /** Result of {@link fetchSourceIdentity}. */

@@ -1,6 +1,6 @@
 /**
  * The pin rule of a fetch source, on its own without imports: whether the spec alone fixes the
- * bytes a `spec.fetch[]` entry fetches. Shared by the fetch cache (`./pinned.ts`, which may reuse
+ * bytes a `spec.fetch[]` entry fetches. Shared by the fetch cache (`../fetch/pinned.ts`, which may reuse
  * a pinned source's artifact without contacting it) and the forwarder (`events/forwarder/quiet.ts`,
  * where an App whose sources cannot move may stay quiet at its sync period), whose bundle must
  * stay small.
