@@ -5,7 +5,8 @@
  * an App's event arrives on the FIFO queue; of two replicas only the Lease holder sends, and
  * when it stops (SIGTERM: exit 0, Lease released) the standby takes over and announces the same
  * change again with the same id, which the queue's deduplication drops; /healthz, /readyz and
- * /metrics answer. Also: moto's FIFO deduplication, explicit and content-based.
+ * /metrics answer. Also: moto's FIFO deduplication, explicit and content-based, and the SQS
+ * sender's `SendMessageBatch` requests.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -15,7 +16,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DeleteMessageCommand, ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { parseEvent } from '../../events/schema.js';
+import { objectEvent, parseEvent } from '../../events/schema.js';
+import { SqsEventSender } from '../../functions/lib/transport/sqs.js';
 import { bundleEntry } from '../../layers/bundle.js';
 import { kubectl, writeTokenKubeconfig } from '../harness/kube.js';
 import { createFifoQueue, freePort, sqsClient } from '../harness/servers.js';
@@ -186,6 +188,36 @@ describe('SQS-compatible server (moto)', () => {
     await client.send(new SendMessageCommand({ QueueUrl: content, MessageBody: 'two', MessageGroupId: 'g' }));
     expect(await drainQueue(explicit, 1)).toEqual([]);
     expect(await drainQueue(content, 1)).toEqual([]);
+  });
+
+  it('takes 23 events as SendMessageBatch requests; a whole resend of the list is dropped as copies', async () => {
+    const url = (await createFifoQueue(sqs, `batch-${suffix}`)).url;
+    const sender = new SqsEventSender({ client, queueUrls: { fetch: url } });
+    const events = Array.from({ length: 23 }, (_, i) =>
+      objectEvent(
+        {
+          clusterId: 'program-it',
+          kind: 'App',
+          apiVersion: 'kappctrl.k14s.io/v1alpha1',
+          namespace: ns,
+          name: `batch-${i}`,
+          uid: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+          generation: 1,
+          resourceVersion: String(100 + i),
+        },
+        'resync',
+        { time: new Date() },
+      ),
+    );
+    await sender.sendMany('fetch', events);
+    // A forwarder whose batch was rejected midway sends it whole again (at least once).
+    await sender.sendMany('fetch', events);
+    const got = (await drainQueue(url, 1)).map((b) => {
+      const parsed = parseEvent(b);
+      if (!parsed.ok) throw new Error(parsed.error);
+      return parsed.event.id;
+    });
+    expect(got.sort()).toEqual(events.map((e) => e.id).sort());
   });
 });
 

@@ -22,6 +22,7 @@ import { transportToStages } from '../../events/forwarder/transport.js';
 import type { ObjectEvent, ObjectEventData } from '../../events/schema.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
+import type { EventSender } from '../../functions/lib/transport/port.js';
 
 function obj(spec: unknown, extra: Partial<KubeObject['metadata']> = {}): KubeObject {
   return {
@@ -573,5 +574,26 @@ describe('transportToStages', () => {
     );
     await expect(transportToStages(sender).send([ev('App', 'a'), ev('App', 'b')])).rejects.toThrow('down');
     expect(sender.sent).toHaveLength(1);
+  });
+
+  it('hands each run of consecutive events for one queue to sendMany, in order', async () => {
+    const calls: string[] = [];
+    const sender: EventSender = {
+      async send(stage, e) {
+        calls.push(`send ${stage} ${(e as ObjectEvent).data.name}`);
+      },
+      async sendMany(stage, events) {
+        calls.push(`sendMany ${stage} ${events.map((e) => (e as ObjectEvent).data.name).join(',')}`);
+      },
+    };
+    await transportToStages(sender).send([
+      ev('App', 'a'),
+      ev('App', 'b'),
+      ev('App', 'c'),
+      ev('PackageInstall', 'p'),
+      ev('App', 'd'),
+      ev('App', 'e'),
+    ]);
+    expect(calls).toEqual(['sendMany fetch a,b,c', 'send install p', 'sendMany fetch d,e']);
   });
 });

@@ -34,7 +34,7 @@ import {
 import { RunLeases } from '../../functions/lib/lease/index.js';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/app/receipts.js';
 import { buildReceipt, receiptKey } from '../../functions/lib/receipt/receipt.js';
-import { MemoryEventSender } from '../../functions/lib/transport/index.js';
+import { type EventSender, MemoryEventSender } from '../../functions/lib/transport/index.js';
 import {
   appObject,
   appWorld,
@@ -361,5 +361,26 @@ describe('a function that would send outside its row', () => {
     });
     expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'm' }] });
     expect(into.sent).toEqual([]);
+  });
+
+  it('checks every event of a sendMany before sending any, and passes an allowed list through whole', async () => {
+    const lists: string[][] = [];
+    const inner: EventSender = {
+      async send() {
+        throw new Error('sendMany expected');
+      },
+      async sendMany(_stage, events) {
+        lists.push(events.map((e) => e.id));
+      },
+    };
+    const sender = sendingAs('fetch', inner);
+    await expect(sender.sendMany?.('template', [SHAPES.template!, SHAPES.deploy!])).rejects.toThrow(
+      'the fetch function never sends dev.kapp-lambda.stage.deploy.v1 (deploy)',
+    );
+    expect(lists).toEqual([]);
+    await sender.sendMany?.('template', [SHAPES.template!, SHAPES.template!]);
+    expect(lists).toEqual([[SHAPES.template!.id, SHAPES.template!.id]]);
+    // A sender without sendMany stays without one (sendAll then sends one by one).
+    expect(sendingAs('fetch', new MemoryEventSender()).sendMany).toBeUndefined();
   });
 });

@@ -2,7 +2,7 @@
  * Transport port rules and the SQS FIFO adapter, with a recording fake SQS client at the
  * port boundary: exact SendMessage inputs.
  */
-import { SendMessageCommand } from '@aws-sdk/client-sqs';
+import { SendMessageBatchCommand, type SendMessageBatchResult, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
 import {
   deleteEvent,
@@ -21,6 +21,8 @@ import {
   MemoryEventSender,
   SqsEventSender,
   type SqsSendClient,
+  sendAll,
+  sendMessageBatches,
   sendMessageInput,
   TransportError,
 } from '../../functions/lib/transport/index.js';
@@ -48,13 +50,36 @@ const obj = objectEvent(app, 'modified', { time });
 const TEMPLATE_Q = 'https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-template.fifo';
 const DEPLOY_Q = 'https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-deploy.fifo';
 
-function fakeSqs(fail?: Error): SqsSendClient & { commands: SendMessageCommand[] } {
+type SqsCommand = SendMessageCommand | SendMessageBatchCommand;
+
+/**
+ * A recording SQS client. `batchResult` answers a `SendMessageBatch` (default: every entry
+ * successful).
+ */
+function fakeSqs(
+  fail?: Error,
+  batchResult?: (command: SendMessageBatchCommand) => SendMessageBatchResult,
+): SqsSendClient & { commands: SendMessageCommand[]; batches: SendMessageBatchCommand[]; all: SqsCommand[] } {
   const commands: SendMessageCommand[] = [];
+  const batches: SendMessageBatchCommand[] = [];
+  const all: SqsCommand[] = [];
   return {
     commands,
+    batches,
+    all,
     async send(command) {
-      commands.push(command);
+      all.push(command);
+      if (command instanceof SendMessageBatchCommand) batches.push(command);
+      else commands.push(command);
       if (fail) throw fail;
+      if (command instanceof SendMessageBatchCommand) {
+        return (
+          batchResult?.(command) ?? {
+            Successful: (command.input.Entries ?? []).map((e) => ({ Id: e.Id, MessageId: `m-${e.Id}` })),
+            Failed: [],
+          }
+        );
+      }
       return { MessageId: 'm-1' };
     },
   };
@@ -177,6 +202,100 @@ describe('SqsEventSender', () => {
     urls.template = 'https://example.invalid/other.fifo';
     await sender.send('template', tmpl);
     expect(sqs.commands[0]?.input.QueueUrl).toBe(TEMPLATE_Q);
+  });
+});
+
+describe('SqsEventSender.sendMany (SendMessageBatch)', () => {
+  /** `n` object events of distinct Apps. */
+  const many = (n: number, pad = 0): KappEvent[] =>
+    Array.from({ length: n }, (_, i) => {
+      const e = objectEvent(
+        { ...app, name: `app-${i}`, uid: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}` },
+        'resync',
+        { time },
+      );
+      // A padded body (the size rule is what is tested, not the event's validity).
+      return (pad ? { ...e, pad: 'x'.repeat(pad) } : e) as KappEvent;
+    });
+  const FETCH_Q = 'https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-fetch.fifo';
+
+  it('sends 23 events as 3 requests of 10, 10 and 3 entries, in order, each with its group and dedup id', async () => {
+    const sqs = fakeSqs();
+    const events = many(23);
+    await new SqsEventSender({ client: sqs, queueUrls: { fetch: FETCH_Q } }).sendMany('fetch', events);
+    expect(sqs.commands).toEqual([]);
+    expect(sqs.batches.map((b) => b.input.Entries?.length)).toEqual([10, 10, 3]);
+    const entries = sqs.batches.flatMap((b) => b.input.Entries ?? []);
+    expect(sqs.batches.every((b) => b.input.QueueUrl === FETCH_Q)).toBe(true);
+    expect(entries.map((e) => e.MessageBody)).toEqual(events.map((e) => JSON.stringify(e)));
+    expect(entries.map((e) => e.MessageGroupId)).toEqual(events.map((_, i) => `prod-eu-1/App/default/app-${i}`));
+    expect(entries.map((e) => e.MessageDeduplicationId)).toEqual(events.map((e) => e.id));
+    // Ids unique within a request (SQS refuses a batch with a repeated id).
+    for (const b of sqs.batches) {
+      const ids = (b.input.Entries ?? []).map((e) => e.Id);
+      expect(new Set(ids).size).toBe(ids.length);
+    }
+  });
+
+  it('starts a new request before the bodies pass 256 KiB', () => {
+    // Each body is a little over 100 KiB: two fit in 256 KiB, three do not.
+    const events = many(5, 100 * 1024);
+    const batches = sendMessageBatches(FETCH_Q, events);
+    expect(batches.map((b) => b.length)).toEqual([2, 2, 1]);
+    for (const b of batches) {
+      expect(b.reduce((n, e) => n + Buffer.byteLength(e.MessageBody ?? ''), 0)).toBeLessThanOrEqual(256 * 1024);
+    }
+  });
+
+  it('rejects when SQS refuses an entry, naming how many and the code; later requests are not sent', async () => {
+    const sqs = fakeSqs(undefined, (c) => ({
+      Successful: [],
+      Failed: [{ Id: c.input.Entries?.[0]?.Id, Code: 'InternalError', SenderFault: false, Message: 'try again' }],
+    }));
+    const err = await new SqsEventSender({ client: sqs, queueUrls: { fetch: FETCH_Q } })
+      .sendMany('fetch', many(12))
+      .catch((e: Error) => e);
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as Error).message).toBe('failed to send 1 of 10 events to the fetch queue: InternalError: try again');
+    expect(sqs.batches).toHaveLength(1);
+  });
+
+  it('wraps an SDK error of a batch with the action and the SDK error as cause', async () => {
+    const sdkErr = Object.assign(new Error('Access to the resource is denied.'), { name: 'AccessDenied' });
+    const err = await new SqsEventSender({ client: fakeSqs(sdkErr), queueUrls: { fetch: FETCH_Q } })
+      .sendMany('fetch', many(2))
+      .catch((e: Error) => e);
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as Error).message).toBe('failed to send events to the fetch queue');
+    expect((err as Error).cause).toBe(sdkErr);
+  });
+
+  it('refuses an event over 256 KiB before any request, and a stage without a queue', async () => {
+    const sqs = fakeSqs();
+    const sender = new SqsEventSender({ client: sqs, queueUrls: { fetch: FETCH_Q } });
+    await expect(sender.sendMany('fetch', [...many(1), ...many(1, 256 * 1024)])).rejects.toBeInstanceOf(
+      EventValidationError,
+    );
+    await expect(sender.sendMany('template', many(2))).rejects.toThrow('no queue configured for the template function');
+    expect(sqs.all).toEqual([]);
+  });
+});
+
+describe('sendAll', () => {
+  it('falls back to one send per event for a sender without sendMany, in order, stopping at the first refusal', async () => {
+    const sender = new MemoryEventSender((_, e) => (e === del ? new Error('queue down') : undefined));
+    await expect(
+      sendAll(sender, [
+        { stage: 'template', event: tmpl },
+        { stage: 'deploy', event: dep },
+        { stage: 'deploy', event: del },
+        { stage: 'template', event: tmpl },
+      ]),
+    ).rejects.toThrow('queue down');
+    expect(sender.sent).toEqual([
+      { stage: 'template', event: tmpl },
+      { stage: 'deploy', event: dep },
+    ]);
   });
 });
 

@@ -34,7 +34,7 @@ import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/deps.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
-import type { EventSender } from '../transport/port.js';
+import { type EventSender, sendAll } from '../transport/port.js';
 import { SqsEventSender, type SqsSendClient } from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
 import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
@@ -347,7 +347,11 @@ export function createLambdaDeps(
   // The fan-outs (install, the source poll) send only what their function sends, as hand-offs do.
   const emitter = sendingAs(config.stage, sender);
   pipeline.emit = async (events) => {
-    for (const event of events) await emitter.send(targetFunction(event), event);
+    // A source poll's pokes of many members leave as SendMessageBatch requests (10 a request).
+    await sendAll(
+      emitter,
+      events.map((event) => ({ stage: targetFunction(event), event })),
+    );
   };
   // A registry that looks clusters up at run time loads the record's cluster before the stage.
   const prepare = registry.prepare?.bind(registry);

@@ -161,12 +161,24 @@ function named(event: KappEvent): string {
  * @throws Error `the <stage> function never sends <type> (<shape>)` from `send`.
  */
 export function sendingAs(stage: PipelineStage, sender: EventSender): EventSender {
+  const check = (event: KappEvent) => {
+    const refusal = emitRefusal(stage, event);
+    if (refusal !== undefined) throw new Error(refusal);
+  };
   return {
     async send(to, event) {
-      const refusal = emitRefusal(stage, event);
-      if (refusal !== undefined) throw new Error(refusal);
+      check(event);
       await sender.send(to, event);
     },
+    ...(sender.sendMany
+      ? {
+          async sendMany(to: PipelineStage, events: readonly KappEvent[]) {
+            // Every event is checked before any is sent: a refused one sends none of the list.
+            for (const event of events) check(event);
+            await sender.sendMany?.(to, events);
+          },
+        }
+      : {}),
   };
 }
 

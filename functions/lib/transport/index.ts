@@ -4,5 +4,12 @@
  * @module
  */
 export { MemoryEventSender, type SentEvent } from './memory.js';
-export { type EventSender, TransportError } from './port.js';
-export { SqsEventSender, type SqsEventSenderOptions, type SqsSendClient, sendMessageInput } from './sqs.js';
+export { type EventSender, sendAll, TransportError } from './port.js';
+export {
+  SQS_BATCH_ENTRIES,
+  SqsEventSender,
+  type SqsEventSenderOptions,
+  type SqsSendClient,
+  sendMessageBatches,
+  sendMessageInput,
+} from './sqs.js';

@@ -27,6 +27,45 @@ export interface EventSender {
    * @throws TransportError when the event was not accepted.
    */
   send(stage: PipelineStage, event: KappEvent): Promise<void>;
+  /**
+   * Delivers several events to one stage's queue in as few requests as the transport allows
+   * (SQS: `SendMessageBatch`, 10 messages a request), in order. Optional: {@link sendAll} falls
+   * back to one {@link send} per event.
+   *
+   * Contract: as `send`, for every event; on a rejection some events may already be queued, so
+   * the caller resends the whole list (the FIFO queue's deduplication by event id drops the
+   * copies within its 5-minute window; the stages are idempotent beyond it).
+   *
+   * @throws TransportError when any event was not accepted.
+   */
+  sendMany?(stage: PipelineStage, events: readonly KappEvent[]): Promise<void>;
+}
+
+/**
+ * Sends `events` in order, each to its stage ({@link EventSender.sendMany} for each run of
+ * consecutive events with the same stage, else one {@link EventSender.send} each). Why runs and
+ * not a grouping by stage: events of one object may go to two stages, and their order holds only
+ * if they leave in the order given.
+ *
+ * @param sender - the transport.
+ * @param events - events with their stage, in the order they must be delivered.
+ * @throws TransportError (or what `sender` throws) at the first run not accepted; the runs
+ *   after it are not sent.
+ */
+export async function sendAll(
+  sender: EventSender,
+  events: readonly { readonly stage: PipelineStage; readonly event: KappEvent }[],
+): Promise<void> {
+  let i = 0;
+  while (i < events.length) {
+    const stage = events[i]?.stage as PipelineStage;
+    let j = i;
+    while (j < events.length && events[j]?.stage === stage) j++;
+    const run = events.slice(i, j).map((e) => e.event);
+    if (sender.sendMany && run.length > 1) await sender.sendMany(stage, run);
+    else for (const event of run) await sender.send(stage, event);
+    i = j;
+  }
 }
 
 /** The event was not accepted by the transport; `cause` holds the SDK or network error. */

@@ -8,11 +8,22 @@
  *   stage that is retried and emits the same hand-off again is deduplicated by SQS within its
  *   5-minute window (beyond it, the next stage's fencing and no-op checks absorb duplicates).
  * - `MessageBody` = the structured-mode CloudEvents JSON (`serializeEvent`).
+ * - Several events for one queue ({@link SqsEventSender.sendMany}: a forwarder's batch, a
+ *   source poll's pokes) go out as `SendMessageBatch` requests of up to
+ *   {@link SQS_BATCH_ENTRIES} messages and {@link MAX_EVENT_BYTES} of bodies: SQS bills a
+ *   request, not a message, so 10 events due together cost one request instead of ten. Within a
+ *   batch, FIFO order holds per message group, as for messages sent one by one.
  *
  * @module
  */
-import type { SendMessageCommand, SendMessageCommandInput } from '@aws-sdk/client-sqs';
-import { type KappEvent, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
+import type {
+  SendMessageBatchCommand,
+  SendMessageBatchRequestEntry,
+  SendMessageBatchResult,
+  SendMessageCommand,
+  SendMessageCommandInput,
+} from '@aws-sdk/client-sqs';
+import { type KappEvent, MAX_EVENT_BYTES, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
 import { type EventSender, TransportError } from './port.js';
 
@@ -21,8 +32,11 @@ import { type EventSender, TransportError } from './port.js';
  * recording fake).
  */
 export interface SqsSendClient {
-  /** Sends one command; resolves with the SDK output, rejects with the SDK error. */
-  send(command: SendMessageCommand): Promise<unknown>;
+  /**
+   * Sends one command; resolves with the SDK output (a `SendMessageBatchResult` for a batch),
+   * rejects with the SDK error.
+   */
+  send(command: SendMessageCommand | SendMessageBatchCommand): Promise<unknown>;
 }
 
 /** Options of {@link SqsEventSender}. */
@@ -47,7 +61,37 @@ export function sendMessageInput(queueUrl: string, event: KappEvent): SendMessag
   };
 }
 
-/** Sends each event to its stage's FIFO queue with one `SendMessage` call. */
+/** Most messages of one `SendMessageBatch` request: 10 (SQS's limit). */
+export const SQS_BATCH_ENTRIES = 10;
+
+/**
+ * Splits events bound for one queue into `SendMessageBatch` entry lists, in order: each at most
+ * {@link SQS_BATCH_ENTRIES} entries and {@link MAX_EVENT_BYTES} of bodies (SQS's limit on a
+ * batch's total payload). Entry ids are the event's position in `events` (unique per request,
+ * as SQS requires, and they name the event in a failure).
+ *
+ * @throws EventValidationError when one event's body alone exceeds {@link MAX_EVENT_BYTES}.
+ */
+export function sendMessageBatches(queueUrl: string, events: readonly KappEvent[]): SendMessageBatchRequestEntry[][] {
+  const batches: SendMessageBatchRequestEntry[][] = [];
+  let current: SendMessageBatchRequestEntry[] = [];
+  let bytes = 0;
+  events.forEach((event, i) => {
+    const { MessageBody, MessageGroupId, MessageDeduplicationId } = sendMessageInput(queueUrl, event);
+    const size = Buffer.byteLength(MessageBody ?? '');
+    if (current.length >= SQS_BATCH_ENTRIES || (current.length > 0 && bytes + size > MAX_EVENT_BYTES)) {
+      batches.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push({ Id: String(i), MessageBody, MessageGroupId, MessageDeduplicationId });
+    bytes += size;
+  });
+  if (current.length > 0) batches.push(current);
+  return batches;
+}
+
+/** Sends events to their stage's FIFO queue: `SendMessage` for one, `SendMessageBatch` for several. */
 export class SqsEventSender implements EventSender {
   readonly #client: SqsSendClient;
   readonly #queueUrls: Readonly<Partial<Record<PipelineStage, string>>>;
@@ -73,6 +117,38 @@ export class SqsEventSender implements EventSender {
       await this.#client.send(new SendMessageCommand(input));
     } catch (cause) {
       throw new TransportError(`failed to send event to the ${stage} queue`, { cause });
+    }
+  }
+
+  /**
+   * {@inheritDoc EventSender.sendMany}
+   * @throws TransportError `no queue configured for the <stage> function`; `failed to send
+   *   events to the <stage> queue` with the SDK error as `cause`; or `failed to send <n> of <m>
+   *   events to the <stage> queue: <code>: <message>` when SQS refused some entries of a batch
+   *   (the batches after it are not sent). EventValidationError before any request when an
+   *   event's body exceeds 256 KiB.
+   */
+  async sendMany(stage: PipelineStage, events: readonly KappEvent[]): Promise<void> {
+    const url = this.#queueUrls[stage];
+    if (!url) throw new TransportError(`no queue configured for the ${stage} function`);
+    const batches = sendMessageBatches(url, events);
+    const { SendMessageBatchCommand } = await import('@aws-sdk/client-sqs');
+    for (const entries of batches) {
+      let result: SendMessageBatchResult | undefined;
+      try {
+        result = (await this.#client.send(
+          new SendMessageBatchCommand({ QueueUrl: url, Entries: entries }),
+        )) as SendMessageBatchResult;
+      } catch (cause) {
+        throw new TransportError(`failed to send events to the ${stage} queue`, { cause });
+      }
+      const failed = result?.Failed ?? [];
+      if (failed.length > 0) {
+        const first = failed[0];
+        throw new TransportError(
+          `failed to send ${failed.length} of ${entries.length} events to the ${stage} queue: ${first?.Code ?? 'unknown'}: ${first?.Message ?? ''}`.trimEnd(),
+        );
+      }
     }
   }
 }
