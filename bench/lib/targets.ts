@@ -133,6 +133,9 @@ export function computeTargets(results: Record<string, unknown>): Targets {
   const rss = num(at(sample, 'rssSettled'));
   put('forwarder.rssMiB', rss === undefined ? undefined : rss / 2 ** 20, '<=', FORWARDER_RSS_TARGET_MIB, 'MiB', 2);
 
+  // issue 24: the fleet's month, Lambda and the forwarders, at most a tenth of kapp-controller's
+  put('cost.ratio', num(at(results, 'cost', 'ratio')), '<=', 0.1, 'ratio');
+
   // issue 9: repositories, ours ≤ 0.8× kapp-controller's at each size; the fleet case runs no tool before kapp
   for (const [size, r] of Object.entries(obj(at(results, 'repositories', 'ratios')) ?? {})) {
     put(`repositories.${size}.createRatio`, num(at(r, 'deploy')), '<=', 0.8, 'ratio');

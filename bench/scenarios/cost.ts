@@ -11,6 +11,7 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import { parseAllDocuments } from 'yaml';
 import { AWS_PRICES_USD } from '../../functions/lib/receipt/prices.js';
 import { STAGE_SIZING } from '../../infra/aws/stages.js';
 import { idleRunLeaseRequests, workingRunLeaseRequests } from '../lease-counters.js';
@@ -28,6 +29,10 @@ import {
 } from '../lib/cost-model.js';
 import type { Row } from '../lib/stats.js';
 import { round, summarize } from '../lib/stats.js';
+
+type Json = Record<string, unknown>;
+const o = (x: unknown): Json => (x !== null && typeof x === 'object' ? (x as Json) : {});
+const n = (x: unknown): number | undefined => (typeof x === 'number' && Number.isFinite(x) ? x : undefined);
 
 /** Where the prices were read (all US East (N. Virginia), on-demand, USD). */
 const SRC = {
@@ -81,12 +86,71 @@ export const NODE: NodePrice = { instance: 'm7g.large', usdPerHour: 0.0816, vcpu
 /** kapp-controller's pod requests: 2 × (120m, 100Mi). */
 export const KAPP_CONTROLLER_POD: PodRequests = { vcpu: 0.24, memoryGiB: 200 / 1024, source: SRC.pod };
 
+/** Where the forwarder's Deployment is (its replicas and resource requests are priced as written). */
+export const FORWARDER_DEPLOYMENT = path.join(import.meta.dirname, '..', '..', 'infra', 'forwarder', 'deployment.yml');
+
+/**
+ * A Kubernetes quantity in base units: `50m` → 0.05, `128Mi` → 134217728, `1` → 1.
+ * @throws Error for a form it does not know.
+ */
+export function quantity(q: string | number): number {
+  if (typeof q === 'number') return q;
+  const m = /^([0-9.]+)(m|k|M|G|Ki|Mi|Gi)?$/.exec(q.trim());
+  if (!m) throw new Error(`cost: unknown quantity ${JSON.stringify(q)}`);
+  const unit = { m: 1e-3, k: 1e3, M: 1e6, G: 1e9, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30 }[m[2] ?? ''] ?? 1;
+  return Number(m[1]) * unit;
+}
+
+/**
+ * The forwarder's requests per cluster, read from its Deployment: replicas × the container's
+ * `resources.requests` (the standby replica reserves as much as the leader).
+ * @throws Error when the file has no replicas or requests.
+ */
+export function forwarderPodRequests(file = FORWARDER_DEPLOYMENT): PodRequests & { replicas: number } {
+  const doc = parseAllDocuments(readFileSync(file, 'utf8'))
+    .map((d) => d.toJS() as Json)
+    .find((d) => d.kind === 'Deployment');
+  const spec = o(doc?.spec);
+  const replicas = n(spec.replicas);
+  const containers = (o(o(o(spec.template).spec)).containers ?? []) as Json[];
+  const requests = o(o(containers[0]?.resources).requests);
+  if (!replicas || requests.cpu === undefined || requests.memory === undefined) {
+    throw new Error(`cost: ${file} has no replicas or resource requests`);
+  }
+  const cpu = quantity(requests.cpu as string);
+  const mem = quantity(requests.memory as string) / 2 ** 30;
+  return {
+    replicas,
+    vcpu: replicas * cpu,
+    memoryGiB: replicas * mem,
+    source: `infra/forwarder/deployment.yml: ${replicas} replicas × (cpu ${String(requests.cpu)}, memory ${String(requests.memory)})`,
+  };
+}
+
 /** The fleet of issue 13 item 8. */
 export interface FleetShape {
   clusters: number;
   appsPerCluster: number;
   /** App `syncPeriod`, s (kapp-controller's default 30 s). */
   appSyncSeconds: number;
+  /**
+   * `exception` (the default since issue 24): an App whose watches are healthy and whose last
+   * reconcile succeeded gets no event at its syncPeriod, only once per {@link safetySyncSeconds};
+   * `periodic`: every syncPeriod, as kapp-controller (the `sync-mode` opt-in).
+   */
+  syncMode: 'exception' | 'periodic';
+  /**
+   * The safety period, s (default 10 min; `kappLambdaSafetySyncPeriod`): an App quiet by
+   * exception still reconciles once per period. Applies only to periods shorter than it (the
+   * forwarder's quiet rule), so the 10 m PackageInstall and PackageRepository periods are as upstream.
+   */
+  safetySyncSeconds: number;
+  /**
+   * Drift reconciles per App per day (assumed: a hand edit or deletion of a deployed object that
+   * the drift watches turn into one full reconcile with kapp). kapp-controller reverts drift at
+   * its next sync with no extra cost, so this is charged to kapp-lambda only.
+   */
+  driftPerAppPerDay: number;
   packageRepositoriesPerCluster: number;
   /** PackageInstalls per cluster; each makes one App with the PackageInstall's sync period. */
   packageInstallsPerCluster: number;
@@ -102,11 +166,17 @@ export interface FleetShape {
   monthSeconds: number;
 }
 
-/** 1,000 clusters × 50 Apps at 30 s, 1 PackageRepository and 1 PackageInstall each at 10 m, 1 upgrade a day. */
+/**
+ * 1,000 clusters × 50 Apps at 30 s (reconciled by exception, 10 min safety period, one drift per
+ * App a week), 1 PackageRepository and 1 PackageInstall each at 10 m, 1 upgrade a day.
+ */
 export const FLEET: FleetShape = {
   clusters: 1000,
   appsPerCluster: 50,
   appSyncSeconds: 30,
+  syncMode: 'exception',
+  safetySyncSeconds: 600,
+  driftPerAppPerDay: 1 / 7,
   packageRepositoriesPerCluster: 1,
   packageInstallsPerCluster: 1,
   packageSyncSeconds: 600,
@@ -163,10 +233,6 @@ export interface CostMeasurements {
   /** The run lease's requests per idle resync and per run that works ({@link leaseRequestsPerRun}). */
   lease: LeaseRequests;
 }
-
-type Json = Record<string, unknown>;
-const o = (x: unknown): Json => (x !== null && typeof x === 'object' ? (x as Json) : {});
-const n = (x: unknown): number | undefined => (typeof x === 'number' && Number.isFinite(x) ? x : undefined);
 
 /** The reconcile figures of a latency result, or undefined. */
 function reconcileOf(latency: unknown, from: string): CostMeasurements['reconcile'] | undefined {
@@ -304,11 +370,33 @@ export function fleetWorkloads(
     source: `${m.repository.from}: 50-Package first deploy less vendir and ytt (an upper bound of a no-op kapp); 2 index reads assumed`,
   };
   const install = { fn: 'install', ms: INSTALL_MS };
-  const upgradesPerMonth = fleet.upgradesPerDay * (fleet.monthSeconds / 86_400) * fleet.clusters;
+  const days = fleet.monthSeconds / 86_400;
+  const upgradesPerMonth = fleet.upgradesPerDay * days * fleet.clusters;
   const apps = fleet.clusters * fleet.appsPerCluster;
   const pkgis = fleet.clusters * fleet.packageInstallsPerCluster;
+  const quiet = fleet.syncMode === 'exception' && fleet.safetySyncSeconds > fleet.appSyncSeconds;
+  const appPeriod = quiet ? fleet.safetySyncSeconds : fleet.appSyncSeconds;
+  const reconcileWorkload = {
+    invocations: reconcileInvocations,
+    ...reconcileStore,
+    messages: 3,
+  };
   return [
-    { name: 'App idle resync (30 s)', perMonth: apps * per(fleet.appSyncSeconds), ...resync },
+    {
+      name: quiet ? `App safety resync (${appPeriod / 60} m)` : `App idle resync (${appPeriod} s)`,
+      perMonth: apps * per(appPeriod),
+      ...resync,
+    },
+    ...(quiet
+      ? [
+          {
+            name: `App drift reconcile (${round(fleet.driftPerAppPerDay * 7, 2)} a week)`,
+            perMonth: apps * fleet.driftPerAppPerDay * days,
+            ...reconcileWorkload,
+            source: `assumed rate; ${m.reconcile.from}: a first reconcile (latency, median per stage): drift runs kapp as a first reconcile does`,
+          },
+        ]
+      : []),
     {
       name: "PackageInstall's App idle resync (10 m)",
       perMonth: pkgis * per(fleet.packageSyncSeconds),
@@ -364,8 +452,14 @@ export interface CostResult {
     /** kapp-controller's measured CPU at this fleet's resync rate, vCPU per cluster (when measured). */
     measuredVcpuPerCluster?: number;
   };
-  /** Lambda (x86_64) ÷ kapp-controller. */
+  /** The forwarders in the clusters, their requests priced as kapp-controller's pod is. */
+  forwarders: KappControllerFleetCost & { pod: PodRequests };
+  /** The whole of kapp-lambda's month (Lambda x86_64 + the forwarders) ÷ kapp-controller's. */
   ratio: number;
+  /** Lambda (x86_64) alone ÷ kapp-controller. */
+  lambdaRatio: number;
+  /** The month under other settings, each one change from this fleet (the last: all at once). */
+  whatIfs: { name: string; lambda: number; forwarders: number; total: number; ratio: number }[];
   prices: { x86_64: Prices; arm64: Prices };
 }
 
@@ -378,8 +472,23 @@ export const RESYNC_AT_TARGET: Omit<Workload, 'name' | 'perMonth'> = {
   source: "issue 13 item 2's target (< 50 ms, 0 tools) with a read-only no-op check (no lease write)",
 };
 
+/**
+ * Forwarder requests sized to this fleet's 50-App cluster rather than to 10,000 Apps: one
+ * replica of 10m CPU and 64 MiB (measured: well under both; see events/forwarder/README.md,
+ * "Memory"). A what-if, not the shipped Deployment.
+ */
+export const FORWARDER_AT_FLEET_SIZE: PodRequests = {
+  vcpu: 0.01,
+  memoryGiB: 64 / 1024,
+  source: 'what-if: 1 replica × (10m, 64Mi)',
+};
+
 /** Computes the whole `cost` block from the measurements. Pure. */
-export function costModel(m: CostMeasurements, fleet: FleetShape = FLEET): CostResult {
+export function costModel(
+  m: CostMeasurements,
+  fleet: FleetShape = FLEET,
+  forwarder: PodRequests = { vcpu: 0.1, memoryGiB: 0.25, source: 'default: 2 × (50m, 128Mi)' },
+): CostResult {
   const sizing = Object.fromEntries(
     Object.entries(STAGE_SIZING).map(([k, v]) => [k, { memoryMiB: v.memoryMiB, ephemeralMiB: v.ephemeralMiB }]),
   );
@@ -388,7 +497,14 @@ export function costModel(m: CostMeasurements, fleet: FleetShape = FLEET): CostR
   const workloads = fleetWorkloads(fleet, m);
   const prices = { x86_64: pricesFor('x86_64'), arm64: pricesFor('arm64') };
   const x86 = lambdaFleetCost(workloads, sizing, prices.x86_64, fixed);
-  const kc = kappControllerFleetCost(fleet.clusters, KAPP_CONTROLLER_POD, NODE, fleet.monthSeconds / 3600);
+  const hours = fleet.monthSeconds / 3600;
+  const kc = kappControllerFleetCost(fleet.clusters, KAPP_CONTROLLER_POD, NODE, hours);
+  const fwd = kappControllerFleetCost(fleet.clusters, forwarder, NODE, hours);
+  const whatIf = (name: string, f: FleetShape, pod: PodRequests, resync?: Omit<Workload, 'name' | 'perMonth'>) => {
+    const lambda = lambdaFleetCost(fleetWorkloads(f, m, resync), sizing, prices.x86_64, fixed).total;
+    const forwarders = kappControllerFleetCost(f.clusters, pod, NODE, hours).total;
+    return { name, lambda, forwarders, total: lambda + forwarders, ratio: (lambda + forwarders) / kc.total };
+  };
   const resyncsPerSecond =
     fleet.appsPerCluster / (fleet.appSyncSeconds + fleet.jitterMeanSeconds) +
     fleet.packageInstallsPerCluster / (fleet.packageSyncSeconds + fleet.jitterMeanSeconds);
@@ -408,7 +524,21 @@ export function costModel(m: CostMeasurements, fleet: FleetShape = FLEET): CostR
       node: NODE,
       ...(cpu === undefined ? {} : { measuredVcpuPerCluster: round(cpu * resyncsPerSecond, 3) }),
     },
-    ratio: x86.total / kc.total,
+    forwarders: { ...fwd, pod: forwarder },
+    ratio: (x86.total + fwd.total) / kc.total,
+    lambdaRatio: x86.total / kc.total,
+    whatIfs: [
+      whatIf("periodic (upstream's every syncPeriod)", { ...fleet, syncMode: 'periodic' }, forwarder),
+      whatIf('safety period 1 h', { ...fleet, safetySyncSeconds: 3600 }, forwarder),
+      whatIf('idle resync at the target (1 invocation, < 50 ms, reads only)', fleet, forwarder, RESYNC_AT_TARGET),
+      whatIf(`forwarder at the fleet's size (${FORWARDER_AT_FLEET_SIZE.source})`, fleet, FORWARDER_AT_FLEET_SIZE),
+      whatIf(
+        'all three: safety 1 h, resync at the target, forwarder at the fleet’s size',
+        { ...fleet, safetySyncSeconds: 3600 },
+        FORWARDER_AT_FLEET_SIZE,
+        RESYNC_AT_TARGET,
+      ),
+    ],
     prices,
   };
 }
@@ -430,7 +560,7 @@ export function costRows(c: CostResult): Row[] {
     {
       scenario: S,
       figure: `fleet: ${f.clusters.toLocaleString('en-US')} clusters × ${f.appsPerCluster} Apps (${f.appSyncSeconds} s), ${f.packageInstallsPerCluster} PackageInstall + ${f.packageRepositoriesPerCluster} PackageRepository each (${f.packageSyncSeconds / 60} m), ${f.upgradesPerDay} upgrade/day`,
-      value: `Lambda+SQS+S3 ${usd(x.total)}/month (arm64 ${usd(c.lambda.arm64.total)}); kapp-controller ${usd(c.kappController.total)}/month; ratio ${c.ratio.toFixed(1)}×`,
+      value: `Lambda+SQS+S3 ${usd(x.total)}/month (arm64 ${usd(c.lambda.arm64.total)}) + forwarders ${usd(c.forwarders.total)} = ${usd(x.total + c.forwarders.total)}; kapp-controller ${usd(c.kappController.total)}/month; ratio ${c.ratio.toFixed(2)}× (Lambda alone ${c.lambdaRatio.toFixed(2)}×)`,
     },
   ];
   for (const l of x.lines) {
@@ -451,9 +581,14 @@ export function costRows(c: CostResult): Row[] {
     },
     {
       scenario: S,
-      figure: '  what-if: idle resync at the target (1 invocation, < 50 ms, no lease write)',
-      value: `${usd(c.whatIfResyncAtTarget.x86_64.total)}/month (${(c.whatIfResyncAtTarget.x86_64.total / c.kappController.total).toFixed(2)}× kapp-controller)`,
+      figure: `  forwarders: ${c.forwarders.pod.source}`,
+      value: `${pct(c.forwarders.nodeShare)} of a node (${c.forwarders.boundBy}) = ${usd(c.forwarders.perClusterUsd)}/cluster-month`,
     },
+    ...c.whatIfs.map((w) => ({
+      scenario: S,
+      figure: `  what-if: ${w.name}`,
+      value: `${usd(w.total)}/month (Lambda ${usd(w.lambda)} + forwarders ${usd(w.forwarders)}) = ${w.ratio.toFixed(3)}× kapp-controller`,
+    })),
     {
       scenario: S,
       figure: `  kapp-controller: pod requests ${c.kappController.pod.vcpu} vCPU + ${round(c.kappController.pod.memoryGiB * 1024, 0)} MiB per cluster on ${c.kappController.node.instance}`,
@@ -476,6 +611,6 @@ export async function costScenario(
     ...pickMeasurements([{ name: 'this run', results: sameRun }, ...committedResults(resultsDir)]),
     lease: await leaseRequestsPerRun(),
   };
-  const result = costModel(m);
+  const result = costModel(m, FLEET, forwarderPodRequests());
   return { result, rows: costRows(result) };
 }

@@ -15,14 +15,17 @@ import {
   tieredDurationUsd,
   type Workload,
 } from '../../bench/lib/cost-model.js';
+import { computeTargets } from '../../bench/lib/targets.js';
 import {
   type CostMeasurements,
   committedResults,
   costModel,
   FLEET,
+  forwarderPodRequests,
   leaseRequestsPerRun,
   pickMeasurements,
   pricesFor,
+  quantity,
   resyncWorkloadOf,
 } from '../../bench/scenarios/cost.js';
 
@@ -199,14 +202,61 @@ describe('cost scenario: the fleet from measurements', () => {
     ]);
     expect([w.storeGets, w.storePuts, w.messages]).toEqual([9, 3, 3]);
     const c = costModel(MEASURED);
-    const resync = c.lambda.x86_64.byWorkload.find((b) => b.name.startsWith('App idle resync'))!;
+    const resync = c.lambda.x86_64.byWorkload[0]!;
     // requests 3 × 0.2e-6 = 0.6e-6; duration (1 + 2 + 1) GB × 0.08 s = 0.32 GB-s × 0.0000166667 = 5.333344e-6;
     // ephemeral (3.5 + 1.5 + 0.5) GB × 0.08 s = 0.44 GB-s × 3.09e-8 = 0.0136e-6; SQS 9 × 0.5e-6 = 4.5e-6;
     // PUT 3 × 5e-6 = 15e-6; GET 9 × 0.4e-6 = 3.6e-6 → 29.046944e-6 per resync
     expect(resync.usdPerOccurrence).toBeCloseTo(29.046944e-6, 10);
-    // 50,000 Apps × 2,592,000 s / (30 s + 2.5 s mean jitter) = 3,987,692,308 resyncs
-    expect(resync.perMonth).toBeCloseTo(3_987_692_307.7, 0);
-    expect(c.lambda.x86_64.dominant.line).toBe('S3 PUT/LIST requests');
+    // by exception: 50,000 Apps × 2,592,000 s / (600 s safety period + 2.5 s mean jitter)
+    expect(resync.name).toBe('App safety resync (10 m)');
+    expect(resync.perMonth).toBeCloseTo(215_103_734.4, 0);
+    // periodic, as upstream: 50,000 Apps × 2,592,000 s / (30 s + 2.5 s mean jitter) = 3,987,692,308 resyncs
+    const periodic = costModel(MEASURED, { ...FLEET, syncMode: 'periodic' });
+    const everySync = periodic.lambda.x86_64.byWorkload.find((b) => b.name === 'App idle resync (30 s)')!;
+    expect(everySync.perMonth).toBeCloseTo(3_987_692_307.7, 0);
+    expect(periodic.lambda.x86_64.dominant.line).toBe('S3 PUT/LIST requests');
+    // no drift workload when every App resyncs at its syncPeriod anyway
+    expect(periodic.workloads.some((w) => w.name.startsWith('App drift'))).toBe(false);
+  });
+
+  it('charges drift reconciles as first reconciles at the assumed rate, only by exception', () => {
+    const c = costModel(MEASURED);
+    const drift = c.workloads.find((w) => w.name.startsWith('App drift reconcile'))!;
+    // 50,000 Apps × 1/7 a day × 30 days
+    expect(drift.perMonth).toBeCloseTo(214_285.7, 1);
+    expect(drift.invocations.map((i) => i.fn)).toEqual(['fetch', 'template', 'deploy']);
+    expect(drift.messages).toBe(3);
+    // a safety period no longer than the syncPeriod: the App is never quiet (the forwarder's rule)
+    const never = costModel(MEASURED, { ...FLEET, safetySyncSeconds: 30 });
+    expect(never.workloads[0]?.name).toBe('App idle resync (30 s)');
+  });
+
+  it('prices the forwarders as written in their Deployment, and counts them in the ratio', () => {
+    const pod = forwarderPodRequests();
+    // infra/forwarder/deployment.yml: 2 replicas × (50m, 128Mi)
+    expect(pod).toMatchObject({ replicas: 2, vcpu: 0.1, memoryGiB: 0.25 });
+    const c = costModel(MEASURED, FLEET, pod);
+    // max(0.1 / 2 vCPU, 0.25 / 8 GiB) = 5 % of an m7g.large: 0.05 × $0.0816 × 720 h = $2.9376 per cluster
+    expect(c.forwarders.boundBy).toBe('cpu');
+    expect(c.forwarders.total).toBeCloseTo(2937.6, 1);
+    expect(c.ratio).toBeCloseTo((c.lambda.x86_64.total + 2937.6) / 7050.24, 6);
+    expect(c.lambdaRatio).toBeCloseTo(c.lambda.x86_64.total / 7050.24, 9);
+    // each what-if is cheaper than the fleet as configured, except upstream's periodic sync
+    const [periodic, ...cheaper] = c.whatIfs;
+    expect(periodic!.total).toBeGreaterThan(c.lambda.x86_64.total + c.forwarders.total);
+    for (const w of cheaper) expect(w.total).toBeLessThan(c.lambda.x86_64.total + c.forwarders.total);
+    expect(cheaper.at(-1)!.total).toBe(Math.min(...cheaper.map((w) => w.total)));
+  });
+
+  it('reads Kubernetes quantities', () => {
+    expect([quantity('50m'), quantity('128Mi'), quantity('1'), quantity('2Gi'), quantity(3)]).toEqual([
+      0.05,
+      134_217_728,
+      1,
+      2 ** 31,
+      3,
+    ]);
+    expect(() => quantity('lots')).toThrow('cost: unknown quantity "lots"');
   });
 
   it('prices kapp-controller for the fleet and its measured CPU at the fleet resync rate', () => {
@@ -215,7 +265,7 @@ describe('cost scenario: the fleet from measurements', () => {
     expect(c.kappController.total).toBeCloseTo(7050.24, 2);
     // 0.146 CPU-s × (50 / 32.5 + 1 / 602.5) resyncs/s = 0.2249 vCPU
     expect(c.kappController.measuredVcpuPerCluster).toBeCloseTo(0.225, 3);
-    expect(c.ratio).toBeCloseTo(c.lambda.x86_64.total / 7050.24, 9);
+    expect(c.lambdaRatio).toBeCloseTo(c.lambda.x86_64.total / 7050.24, 9);
     // the what-if resync (1 invocation, reads only) is cheaper than the measured one
     expect(c.whatIfResyncAtTarget.x86_64.total).toBeLessThan(c.lambda.x86_64.total);
     expect(c.lambda.arm64.total).toBeLessThan(c.lambda.x86_64.total);
@@ -273,5 +323,16 @@ describe('cost scenario: the fleet from measurements', () => {
 
   it('charges each run the lease requests the lease code makes (counted, not written down)', async () => {
     expect(await leaseRequestsPerRun()).toMatchObject({ gets: 2, puts: 0, run: { gets: 6, puts: 3 } });
+  });
+});
+
+describe('cost target', () => {
+  it('compares the whole month (Lambda and forwarders) with a tenth of kapp-controller’s', () => {
+    const c = costModel(MEASURED, FLEET, forwarderPodRequests());
+    const t = computeTargets({ cost: c });
+    expect(t['cost.ratio']).toMatchObject({ target: 0.1, op: '<=', unit: 'ratio' });
+    expect(t['cost.ratio']?.value).toBeCloseTo(c.ratio, 3);
+    expect(computeTargets({ cost: { ratio: 0.09 } })['cost.ratio']?.met).toBe(true);
+    expect(computeTargets({})['cost.ratio']).toBeUndefined();
   });
 });
