@@ -201,6 +201,21 @@ interface ObjState extends HeapItem {
   running: boolean;
   /** {@link WatchedKind.quietUntil} as last computed; `NaN` when the object is periodic. */
   quietAt: number;
+  /**
+   * {@link WatchedKind.settled} as last seen: a reconcile may end without a status write, so an
+   * ask is answered when sent ({@link Forwarder.ask}).
+   */
+  settled: boolean;
+  /**
+   * When the object, settled, was last asked to reconcile since its status last moved, in whole
+   * seconds since the epoch (a no-op reconcile writes no status); {@link NEVER} when not since.
+   * Its due times then count from here instead of from its status.
+   */
+  ranAt: number;
+  /** The timer's due time less the last reconcile when last settled (sync period + jitter, ms); -1 before. */
+  periodMs: number;
+  /** {@link quietAt} less the last reconcile when last settled (safety period + jitter, ms); -1: periodic. */
+  quietMs: number;
 }
 
 const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
@@ -661,7 +676,11 @@ export class Forwarder {
         heapIndex: -1,
         failures: NOT_FAILING,
         running: inFlight(obj),
-        quietAt: kind.quietUntil?.(obj, this.random) ?? Number.NaN,
+        quietAt: Number.NaN,
+        settled: false,
+        ranAt: NEVER,
+        periodMs: -1,
+        quietMs: -1,
       };
       const key = kind.changeKey?.(obj);
       if (key !== undefined) st.changeKey = key;
@@ -669,7 +688,7 @@ export class Forwarder {
       this.refs.add(st);
       this.trackNamespaces(kind, st, obj);
       this.drift?.track(st, kind.deployed?.(obj));
-      const due = kind.dueAt(obj, now);
+      const due = this.timing(kind, st, obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
       if (reason) this.ask(st, reason, now);
       else this.schedule(st, this.quietDue(st, this.withRequeue(kind, st, obj, due, now), now));
@@ -688,10 +707,12 @@ export class Forwarder {
     st.rv = m.resourceVersion;
     st.generation = generation;
     st.deleting = deleting;
-    st.handledAt = handledAtOf(kind, obj);
+    const handledAt = handledAtOf(kind, obj);
+    if (handledAt !== st.handledAt) st.ranAt = NEVER; // the status moved: its times count again
+    st.handledAt = handledAt;
     const wasRunning = st.running;
     st.running = inFlight(obj);
-    st.quietAt = kind.quietUntil?.(obj, this.random) ?? Number.NaN;
+    const statusDue = this.timing(kind, st, obj, now);
     this.refs.update(st, kind.refs(obj));
     this.trackNamespaces(kind, st, obj);
     this.drift?.track(st, kind.deployed?.(obj));
@@ -700,7 +721,7 @@ export class Forwarder {
       this.ask(st, reason, now);
       return;
     }
-    const due = this.quietDue(st, this.withRequeue(kind, st, obj, kind.dueAt(obj, now), now), now);
+    const due = this.quietDue(st, this.withRequeue(kind, st, obj, statusDue, now), now);
     if (due === null || due > now) {
       st.asked = NOT_ASKED;
       this.schedule(st, due);
@@ -708,6 +729,32 @@ export class Forwarder {
       this.ask(st, 'resync', now);
     }
     // else: a reconcile of exactly this status was asked for; its retry timer stays.
+  }
+
+  /**
+   * The object's due time per its status ({@link WatchedKind.dueAt}) and its quiet time
+   * ({@link WatchedKind.quietUntil}, into {@link ObjState.quietAt}), both moved to count from the
+   * last ask when the object is settled and was asked since its status last moved
+   * ({@link ObjState.ranAt}): a reconcile that changed nothing wrote no status, so the status's
+   * times are older than the reconcile. Records the intervals an ask schedules with.
+   */
+  private timing(kind: WatchedKind, st: ObjState, obj: KubeObject, now: number): number | null {
+    const due = kind.dueAt(obj, now);
+    const quietAt = kind.quietUntil?.(obj, this.random) ?? Number.NaN;
+    const handledMs = st.handledAt * 1000;
+    st.settled = st.handledAt !== NEVER && due !== null && kind.settled?.(obj) === true;
+    if (st.settled && due !== null) {
+      st.periodMs = Math.max(0, due - handledMs);
+      st.quietMs = quietAt > handledMs ? quietAt - handledMs : -1;
+    }
+    // Asked since the status last moved (so asked settled: the intervals are known). A status
+    // that shows the run in flight with the same times keeps that schedule too.
+    if (st.ranAt === NEVER || due === null) {
+      st.quietAt = quietAt;
+      return due;
+    }
+    st.quietAt = st.settled && st.quietMs >= 0 ? st.ranAt * 1000 + st.quietMs : Number.NaN;
+    return st.ranAt * 1000 + st.periodMs;
   }
 
   /**
@@ -756,7 +803,8 @@ export class Forwarder {
   private quietDue(st: ObjState, due: number | null, now: number): number | null {
     if (due === null || due > now || !(st.quietAt > now)) return due;
     if (st.asked !== NOT_ASKED || st.failures !== NOT_FAILING || st.handledAt === NEVER) return due;
-    const handledMs = st.handledAt * 1000;
+    // A reconcile asked since the status last moved covers what changed before it was asked.
+    const handledMs = Math.max(st.handledAt, st.ranAt) * 1000;
     const covered = this.drift?.coveredSince(st);
     if (covered === undefined || covered > handledMs || this.inputsListedAt > handledMs) return due;
     this.quieted++;
@@ -836,8 +884,22 @@ export class Forwarder {
   /**
    * Emits a reason that asks for a reconcile and arms the "no answer" retry. Asking again about
    * the same status (a retry) carries `retry-<n>` as its cause: same resourceVersion, new id.
+   *
+   * A settled object ({@link ObjState.settled}) is answered when asked: its reconcile may change
+   * nothing and then writes no status, so no answer is waited for; its next due time counts from
+   * now ({@link ObjState.ranAt}), as upstream's requeue counts from its reconcile. Asking again
+   * at the same status carries `<reason>-at-<unix seconds>`, so each ask has an id of its own.
    */
   private ask(st: ObjState, reason: Reason, now: number): void {
+    if (st.settled) {
+      const again = st.ranAt !== NEVER;
+      st.ranAt = Math.floor(now / 1000);
+      st.asked = NOT_ASKED;
+      st.quietAt = st.quietMs < 0 ? Number.NaN : now + st.quietMs;
+      this.emit(st, reason, again ? `${reason}-at-${st.ranAt}` : undefined);
+      this.schedule(st, now + st.periodMs);
+      return;
+    }
     st.retries = st.asked === st.handledAt ? st.retries + 1 : 0;
     this.emit(st, reason, st.retries > 0 ? `retry-${st.retries}` : undefined);
     st.asked = st.handledAt;

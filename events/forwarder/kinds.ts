@@ -31,7 +31,7 @@ import {
 } from '../../functions/lib/reconcile/timer.js';
 import { type BackoffOptions, backoffDelay } from './backoff.js';
 import type { Deployed } from './drift.js';
-import { appDeployed, appQuietUntil } from './quiet.js';
+import { appDeployed, appQuietUntil, appSettled } from './quiet.js';
 
 /** Names of Secrets and ConfigMaps (in the object's own namespace) an object reads. */
 export interface ObjectRefs {
@@ -115,6 +115,12 @@ export interface WatchedKind {
    * @param rand - Jitter source on `[0, 1)`.
    */
   quietUntil?(obj: KubeObject, rand: () => number): number | undefined;
+  /**
+   * Whether a reconcile of the object may end without writing its status (it changed nothing):
+   * an ask for it is then counted as answered when sent, and its next due time counts from the
+   * ask instead of from the status. Kinds without it always write status when they reconcile.
+   */
+  settled?(obj: KubeObject): boolean;
 }
 
 /**
@@ -256,7 +262,8 @@ const PACKAGE_INSTALL_RESOURCE: ResourceKind = Object.freeze({
 /**
  * App (`kappctrl.k14s.io/v1alpha1`, `apps`): due per {@link nextDueAt} (sync period + jitter
  * after success, 2^n s after failure, never while paused/canceled), refs per {@link appRefs};
- * quiet at its sync period per {@link appQuietUntil}, its deployed objects per {@link appDeployed}.
+ * quiet at its sync period per {@link appQuietUntil}, its deployed objects per {@link appDeployed};
+ * a reconcile of it may end without a status write once {@link appSettled}.
  *
  * @param config - Controller-config sync periods (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`),
  *   fixed or read at each due-time computation.
@@ -278,6 +285,7 @@ export function appKind(config?: TimerConfigSource): WatchedKind {
     changeKey: appRollbackChangeKey,
     deployed: appDeployed,
     quietUntil: (obj, rand) => appQuietUntil(obj, currentConfig(config)(), rand),
+    settled: appSettled,
   };
 }
 

@@ -98,6 +98,21 @@ export function inFlight(obj: KubeObject): boolean {
 }
 
 /**
+ * Whether an App's reconcile may end without a status write (`functions/lib/pipeline/stage.ts`
+ * `closeStage`: a resync that changed nothing writes no status): its last reconcile succeeded
+ * for its current generation, none is running, and it is neither deleted, paused nor canceled.
+ * The forwarder then counts an ask as answered when it is sent (`forwarder.ts` `ask`), since no
+ * status write may follow.
+ *
+ * @param obj - An App as watched (not validated).
+ */
+export function appSettled(obj: KubeObject): boolean {
+  const spec = rec(obj.spec);
+  if (obj.metadata.deletionTimestamp || spec?.paused || spec?.canceled) return false;
+  return rec(obj.status)?.observedGeneration === (obj.metadata.generation ?? 0) && succeeded(obj);
+}
+
+/**
  * What the App deployed, from `status.deploy.kapp.associatedResources` (`label:
  * kapp.k14s.io/app=<id>`, `groupKinds`, `namespaces`), or `undefined` without a label.
  *
@@ -140,11 +155,9 @@ export function appQuietUntil(
   const mode = annotations[SYNC_MODE_ANNOTATION] ?? config?.syncMode ?? 'exception';
   if (mode !== 'exception') return undefined;
   const spec = rec(obj.spec);
-  const status = rec(obj.status);
-  if (obj.metadata.deletionTimestamp || spec?.paused || spec?.canceled || rec(spec?.cluster)) return undefined;
-  if (status?.observedGeneration !== (obj.metadata.generation ?? 0)) return undefined;
+  if (!appSettled(obj) || rec(spec?.cluster)) return undefined;
   const timed = obj as unknown as TimedObject;
-  if (hasFailedCondition(timed) || !succeeded(obj) || !rec(rec(status?.deploy)?.kapp)) return undefined;
+  if (hasFailedCondition(timed) || !rec(rec(rec(obj.status)?.deploy)?.kapp)) return undefined;
   if (!appInputsFixed(spec)) return undefined;
   const last = lastReconcileTime(timed);
   if (!last) return undefined;

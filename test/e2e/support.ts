@@ -187,6 +187,7 @@ export interface AppObject {
     namespace: string;
     uid: string;
     generation: number;
+    resourceVersion?: string;
     finalizers?: string[];
     deletionTimestamp?: string;
     annotations?: Record<string, string>;

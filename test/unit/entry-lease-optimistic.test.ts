@@ -129,9 +129,38 @@ async function deployedWorld(drifted = false, failSends = 0) {
   };
 }
 
+/**
+ * Makes the stored status say more than the idle run's final status (a `usefulErrorMessage` left
+ * over), so that status is a real write: an idle run that changes nothing writes none.
+ */
+function withLeftover(w: AppWorld): void {
+  const app = w.cluster.get('App', REF.namespace, REF.name);
+  if (!app) throw new Error('no App');
+  app.status = { ...(app.status as object), usefulErrorMessage: 'left over' };
+}
+
 describe('the optimistic run (no lease while it only reads)', () => {
-  it('an idle deploy writes nothing to the lease and ends with its status, as a run holding it', async () => {
+  it('an idle deploy that changed nothing writes no status and nothing to the lease, not even a read', async () => {
     const t = await deployedWorld();
+    const before = t.w.statuses().length;
+    const reads: string[] = [];
+    const get = t.w.store.get.bind(t.w.store);
+    t.w.store.get = async (key) => {
+      reads.push(key);
+      return await get(key);
+    };
+    expect(await t.deployFn(record(optimisticDeploy(ABSENT_LEASE)))).toEqual({ batchItemFailures: [] });
+    expect(t.w.tools()).toEqual(['kapp']);
+    expect(t.w.outcomes().at(-1)).toEqual(['deploy', 'cached']);
+    expect(t.w.statuses()).toHaveLength(before);
+    expect(reads).not.toContain(KEY); // no status write, so no lease check before it
+    expect(await t.w.store.get(KEY)).toBeUndefined();
+    expect(t.sender.sent).toEqual([]);
+  });
+
+  it('an idle deploy whose status says something new writes nothing to the lease and ends with its status, as a run holding it', async () => {
+    const t = await deployedWorld();
+    withLeftover(t.w);
     const before = t.w.statuses().length;
     expect(await t.deployFn(record(optimisticDeploy(ABSENT_LEASE)))).toEqual({ batchItemFailures: [] });
     expect(t.w.tools()).toEqual(['kapp']);
@@ -197,6 +226,7 @@ describe('the optimistic run (no lease while it only reads)', () => {
     const real = await t.leases.acquire(change('added', '2'));
     if (real.kind !== 'acquired') throw new Error('the real run did not get the lease');
     await real.lease.end();
+    withLeftover(t.w);
     const statuses = t.w.statuses().length;
     expect(await t.deployFn(record(optimisticDeploy(seen), 'o1'))).toEqual({ batchItemFailures: [] });
     expect(t.w.statuses()).toHaveLength(statuses);
@@ -220,6 +250,7 @@ describe('the optimistic run (no lease while it only reads)', () => {
     const real = await t.leases.acquire(change('added', '2'));
     if (real.kind !== 'acquired') throw new Error('the real run did not get the lease');
     await real.lease.end();
+    withLeftover(t.w);
     const event = optimisticDeploy(seen);
     expect(await t.deployFn(record(event, 'o1', 1))).toEqual({ batchItemFailures: [{ itemIdentifier: 'o1' }] });
     expect(t.sender.sent).toEqual([]);
@@ -232,6 +263,7 @@ describe('the optimistic run (no lease while it only reads)', () => {
 
   it('a real run that takes the lease after the check and writes the App first: the 409 stops the idle write', async () => {
     const t = await deployedWorld();
+    withLeftover(t.w);
     const seen = (await t.leases.read(KEY)).version;
     const statuses = t.w.statuses().length;
     const write = t.w.cluster.updateStatus.bind(t.w.cluster);

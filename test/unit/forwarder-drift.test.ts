@@ -274,6 +274,29 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual(['resync']);
   });
 
+  it('a safety-period reconcile that wrote no status (nothing changed) leaves the App quiet for another safety period', async () => {
+    const reconciled = T0 - 10_000;
+    watcher.apply(app({ status: deployedStatus(reconciled) }));
+    watcher.apply(deployment('web', 'kapp', T0 - 20_000));
+    start();
+    await settle(25_000); // its first sync period after the start: the watches started after its reconcile
+    expect(transport.take()).toEqual(['resync']);
+    // That run changed nothing: no status write. The watches cover the App from the ask on.
+    await settle(5 * 60_000);
+    expect(transport.take()).toEqual([]);
+    const safety = fwd!.dueAt(APP, 'default', 'a')!;
+    expect(safety).toBeGreaterThan(T0 + DEFAULT_SAFETY_SYNC_PERIOD_MS);
+    await vi.advanceTimersByTimeAsync(safety - Date.now() + 250);
+    const [again, ...more] = transport.take();
+    expect(more).toEqual([]);
+    expect(again).toMatch(/^resync resync-at-\d+$/); // same status asked again: an id of its own
+    // The safety run wrote no status either: quiet again until one more safety period from its ask.
+    const asked = Date.now();
+    await settle(5 * 60_000);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBeGreaterThan(asked + DEFAULT_SAFETY_SYNC_PERIOD_MS - 2000);
+  });
+
   it('a hand edit or deletion of a deployed object is one ref-changed naming it; kapp and status writes are not drift', async () => {
     watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
     watcher.apply(deployment('web', 'kapp', T0));

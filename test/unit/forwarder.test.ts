@@ -381,6 +381,43 @@ describe('forwarder: resync timer from status', () => {
     expect(transport.take()).toEqual(['resync a 1001']);
   });
 
+  it('a settled App whose resync wrote no status is asked again one period after the ask, each ask with an id of its own', async () => {
+    // A no-op resync writes no status (functions/lib/pipeline/stage.ts closeStage): no answer comes.
+    const obj = watcher.apply(app('a', { status: handled(1, T0 - 20_000) }));
+    start({ resyncRetryMs: 300_000 });
+    await settle(0);
+    const first = fwd!.dueAt(APP, 'default', 'a')!;
+    await vi.advanceTimersByTimeAsync(first - Date.now());
+    await settle();
+    const period = first - (T0 - 20_000); // sync period + jitter, as the status gave it
+    const firstAsk = transport.batches.flat()[0]!;
+    expect(firstAsk.data.cause).toBeUndefined();
+    expect(transport.take()).toEqual([`resync a ${obj.metadata.resourceVersion}`]);
+    const asked = Date.now() - 250;
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBe(first + period);
+    // A write that does not move the status's times (a label) keeps that schedule: no ask now.
+    const labelled = watcher.apply({ ...obj, metadata: { ...obj.metadata, labels: { x: 'y' } } });
+    await settle();
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBe(Math.floor(asked / 1000) * 1000 + period);
+    await vi.advanceTimersByTimeAsync(fwd!.dueAt(APP, 'default', 'a')! - Date.now());
+    await settle();
+    const again = transport.batches.flat()[0]!;
+    expect(transport.take()).toEqual([`resync a ${labelled.metadata.resourceVersion}`]);
+    expect(again.data.cause).toMatch(/^resync-at-\d+$/);
+    expect(fwd!.stats().emitted.resync).toBe(2);
+    // The same status asked again (no label this time) still gets an id of its own.
+    await vi.advanceTimersByTimeAsync(fwd!.dueAt(APP, 'default', 'a')! - Date.now());
+    await settle();
+    const third = transport.batches.flat()[0]!;
+    expect(transport.take()).toEqual([`resync a ${labelled.metadata.resourceVersion}`]);
+    expect(third.id).not.toBe(again.id);
+    // A run that did work writes status: the schedule counts from it again.
+    const done = watcher.apply(app('a', { status: handled(1, Date.now()) }));
+    await settle();
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBe(nextDueAt(done as unknown as TimedObject)!.getTime());
+  });
+
   it('gives a resync retry an id of its own, and a restarted forwarder the same ids for the same changes', async () => {
     start({ resyncRetryMs: 60_000 });
     await settle();
@@ -421,7 +458,10 @@ describe('forwarder: resync timer from status', () => {
     // Pending timers: one watchdog per watch (App, Secret, ConfigMap, ServiceAccount) and the one resync timer.
     expect(vi.getTimerCount()).toBe(5);
     await vi.advanceTimersByTimeAsync(40_000);
-    expect(fwd!.stats().emitted.resync).toBe(500);
+    // Each asked once (settled Apps whose run wrote no status are asked again a period later).
+    await settle();
+    const asked = new Set(transport.take().map((l) => l.split(' ')[1]));
+    expect(asked.size).toBe(500);
   });
 });
 

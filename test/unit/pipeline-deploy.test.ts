@@ -12,6 +12,7 @@ import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
+import { deployRecordKey } from '../../functions/lib/pipeline/app/deploy.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
   type AppShape,
@@ -272,22 +273,47 @@ describe('no-op resync (the deploy record)', () => {
     const first = w.statuses().at(-1) as AppStatus;
     expect(first.deploy?.kapp?.associatedResources?.label).toBe('kapp.k14s.io/app=123');
 
-    // the status the first run wrote is the App's now: the resync's deploy reuses it
+    // the status the first run wrote is the App's now: the resync's deploy reuses it, and as it
+    // changed nothing (same outputs, same conditions) it writes no status at all
+    const written = w.statuses().length;
+    const app = w.app();
     await deploy(w);
     expect(w.tools()).toEqual(['kapp']);
     expect(w.outcomes().at(-1)).toEqual(['deploy', 'cached']);
-    const second = w.statuses().at(-1) as AppStatus;
-    expect(second.deploy).toEqual(first.deploy);
-    expect(second.conditions).toEqual(first.conditions);
+    expect(w.statuses()).toHaveLength(written);
+    expect(w.app()).toEqual(app);
 
-    // a status-only write is not drift; an edit is, and kapp runs
+    // a status-only write is not drift; an edit is, and kapp runs and its status is written
     live = [{ ...LIVE, metadata: { ...LIVE.metadata, resourceVersion: '6' }, status: { seen: true } } as never];
     await deploy(w);
     expect(w.tools()).toEqual(['kapp']);
+    expect(w.statuses()).toHaveLength(written);
     live = [{ ...LIVE, metadata: { ...LIVE.metadata, resourceVersion: '7' }, data: { a: 'hand' } }];
+    w.runner.on('kapp', async () => ({ stdout: 'applying 1 changes\nSucceeded' }));
     await deploy(w);
     expect(w.tools()).toEqual(['kapp', 'kapp']);
     expect(w.outcomes().at(-1)).toEqual(['deploy', 'succeeded']);
+    expect(w.statuses()).toHaveLength(written + 1);
+    const reverted = w.statuses().at(-1) as AppStatus;
+    expect(reverted.deploy?.stdout).toBe('applying 1 changes\nSucceeded');
+    expect(reverted.conditions).toEqual(first.conditions);
+    expect(reverted.consecutiveReconcileSuccesses).toBe((first.consecutiveReconcileSuccesses ?? 0) + 1);
+  });
+
+  it('a resync whose kapp run changed nothing (same output) writes no status; a failure does', async () => {
+    const w = world(() => [LIVE]);
+    await deploy(w);
+    const written = w.statuses().length;
+    // no deploy record (e.g. an App deploying to another cluster): kapp runs and applies nothing
+    await w.store.delete(await deployRecordKey(w.deps, REF));
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp', 'kapp']);
+    expect(w.statuses()).toHaveLength(written);
+    w.runner.on('kapp', async () => ({ stderr: 'kapp: Error: boom', exitCode: 1 }));
+    await w.store.delete(await deployRecordKey(w.deps, REF));
+    await deploy(w);
+    expect(w.statuses()).toHaveLength(written + 1);
+    expect((w.statuses().at(-1) as AppStatus).conditions?.[0]?.type).toBe('ReconcileFailed');
   });
 
   it('a new generation runs kapp whatever the cluster holds', async () => {

@@ -37,7 +37,9 @@ import {
   markReconcileCompleted,
   markReconciling,
   markSucceeded,
+  summarizeStatus,
   templateStatus,
+  unchangedButRunTimes,
   usefulErrorMessage,
 } from '../../functions/lib/reconcile/status.js';
 import type { AppStatusLike } from '../../functions/lib/reconcile/types.js';
@@ -534,5 +536,33 @@ describe('upstream status examples, end to end', () => {
     expect(markReconcileCompleted(EMPTY, canceled).conditions).toEqual([
       { type: 'ReconcileFailed', status: 'True', message: 'Deploying: Process was canceled' },
     ]);
+  });
+});
+
+describe('unchangedButRunTimes: a run that changed nothing', () => {
+  const run = (at: Date, stdout = 'Succeeded') => ({
+    fetch: fetchStatus(ok('lock'), { startedAt: at, updatedAt: at }),
+    template: templateStatus(ok(), { updatedAt: at }),
+    deploy: deployStatus({ ...ok(stdout), finished: true }, { startedAt: at, updatedAt: at }),
+  });
+  const last = summarizeStatus(undefined, 1, run(T1), ok());
+
+  it('differs only in stage times and consecutiveReconcileSuccesses: unchanged', () => {
+    const next = summarizeStatus(last, 1, run(T3), ok());
+    expect(next.consecutiveReconcileSuccesses).toBe(2);
+    expect(unchangedButRunTimes(last, next)).toBe(true);
+  });
+
+  it('a first reconcile, a new generation, new output or a failure is a change', () => {
+    expect(unchangedButRunTimes(undefined, last)).toBe(false);
+    expect(unchangedButRunTimes(last, summarizeStatus(last, 2, run(T3), ok()))).toBe(false);
+    expect(unchangedButRunTimes(last, summarizeStatus(last, 1, run(T3, 'applying 1 changes'), ok()))).toBe(false);
+    const failed = attachError('Deploying: ', { stdout: '', stderr: 'boom', error: new Error('exit 1') });
+    expect(unchangedButRunTimes(last, summarizeStatus(last, 1, run(T3), failed))).toBe(false);
+    // the last reconcile failed: the same success now is a change (conditions, counts)
+    const lastFailed = summarizeStatus(last, 1, run(T2), failed);
+    expect(unchangedButRunTimes(lastFailed, summarizeStatus(lastFailed, 1, run(T3), ok()))).toBe(false);
+    // Reconciling left by a run that did not end
+    expect(unchangedButRunTimes(markReconciling(last, 1), summarizeStatus(last, 1, run(T3), ok()))).toBe(false);
   });
 });

@@ -5,7 +5,9 @@
  * parts and result to {@link closeStage}, which applies the one write policy:
  *
  * - a failure (or the run's last stage) writes the final status (`ReconcileSucceeded` /
- *   `ReconcileFailed`) with every part of the run;
+ *   `ReconcileFailed`) with every part of the run; for a kind that
+ *   {@link StageKind.quietWhenUnchanged} (the App), a success that says nothing new but stage
+ *   times writes nothing;
  * - a run the status announced (`Reconciling`: the spec changed) writes the parts now;
  * - otherwise the parts are deferred: the next stage's event carries them, except that a part
  *   longer than an event may carry is written now (the final write keeps it, see
@@ -31,7 +33,14 @@ import type { StageOutcome } from '../log.js';
 import type { ReconcileObserver } from '../observe/reconcile.js';
 import type { StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { cutForEvent, type RunParts, type StagePart, summarizeStatus, writesImmediately } from '../reconcile/status.js';
+import {
+  cutForEvent,
+  type RunParts,
+  type StagePart,
+  summarizeStatus,
+  unchangedButRunTimes,
+  writesImmediately,
+} from '../reconcile/status.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import { eventErrorText, observerOf, stageTimer, writeAppStatus } from './report.js';
 import { type LoadedApp, objectKey } from './stage-inputs.js';
@@ -122,6 +131,13 @@ export interface StageKind<L extends { raw: KubeObject }, S = AppStatus> {
    * attempt (`observe.started`).
    */
   keepsRunLine?: boolean;
+  /**
+   * Whether a successful run whose final status says nothing new writes none
+   * ({@link closeStage}, `unchangedButRunTimes` of `../reconcile/status.ts`): its watchers must
+   * not wait for a status write after each reconcile (the forwarder's `WatchedKind.settled`).
+   * Kinds without it write their final status on every run, as upstream.
+   */
+  quietWhenUnchanged?: boolean;
   /**
    * The error text of the `DeleteFailed` Event ({@link closeDelete}); default
    * {@link eventErrorText}.
@@ -431,7 +447,7 @@ export async function closeStage<L extends { raw: KubeObject }>(
   const { parts, result, tools } = input;
   if ((result.error && !input.handsOnFailure) || input.last) {
     const final = (cur: AppStatus | undefined) => summarizeStatus(cur, fence.generation, parts, result);
-    let w = await writeFrameStatus(frame, final);
+    let w = quietEnd(frame, final, result) ?? (await writeFrameStatus(frame, final));
     if (w.outcome === 'stale') w = await writeHeld(frame, final, w);
     const outcome: StageOutcome =
       w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : result.error || w.tooLarge ? 'failed' : input.success;
@@ -459,6 +475,31 @@ export async function closeStage<L extends { raw: KubeObject }>(
   if (result.error) done('failed', { error: mask.redact(result.error), tools });
   else done(input.success, { tools });
   return { next: true };
+}
+
+/**
+ * The end of a run that changed nothing, for a kind that {@link StageKind.quietWhenUnchanged}:
+ * when the run succeeded and its final status, planned on the stage's copy of the object, differs
+ * from the stored one only in stage times and `consecutiveReconcileSuccesses`
+ * (`unchangedButRunTimes`), nothing is written (no request, and an optimistic run checks no
+ * lease) and the outcome is `unchanged`. Upstream writes conditions and times on every sync; a
+ * fleet of idle Apps would otherwise write its whole status once per sync period (README, "Where
+ * it differs from kapp-controller"). `kubectl get apps`, kapp's wait rule and `kctrl app status`
+ * read the conditions, `friendlyDescription` and `observedGeneration`, which stay as they are.
+ *
+ * @returns the `unchanged` outcome, or `undefined` when the status is to be written.
+ */
+function quietEnd<L extends { raw: KubeObject }>(
+  frame: StageFrame<FetchView, L>,
+  final: (cur: AppStatus | undefined) => AppStatus,
+  result: StageResult,
+): StatusWriteResult | undefined {
+  const copy = frame.latest;
+  if (!frame.kind.quietWhenUnchanged || result.error !== undefined || !copy) return undefined;
+  if (checkFence(copy, frame.fence) !== 'ok' || copy.metadata.deletionTimestamp) return undefined;
+  const current = copy.status as AppStatus | undefined;
+  if (!unchangedButRunTimes(current, frame.mask.deep(final(structuredClone(current))))) return undefined;
+  return { outcome: 'unchanged', resourceVersion: copy.metadata.resourceVersion, attempts: 0, object: copy };
 }
 
 /**

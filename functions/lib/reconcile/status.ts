@@ -19,6 +19,7 @@
  *
  * @module
  */
+import { isDeepStrictEqual } from 'node:util';
 import type { AppStatus, ConditionType, StageStatusSummary } from '../api/index.js';
 import {
   boundedStatusText,
@@ -529,6 +530,44 @@ export function summarizeStatus(
   else if (parts.inspect) next.inspect = parts.inspect;
   if (result) next = markReconcileCompleted(next, result);
   return next;
+}
+
+/** The stage parts whose times a run that changed nothing moves. */
+const TIMED_PARTS = ['fetch', 'template', 'deploy', 'inspect'] as const;
+
+/**
+ * A status without what a run that changed nothing moves: each part's `startedAt` and
+ * `updatedAt`, and `consecutiveReconcileSuccesses` (upstream adds one on every sync), with
+ * upstream's `omitempty` fields dropped ({@link omitEmptyStatusFields}).
+ */
+function withoutRunTimes(status: AppStatus): AppStatus {
+  const out: Record<string, unknown> = { ...omitEmptyStatusFields(status) };
+  for (const key of TIMED_PARTS) {
+    const part = out[key] as Record<string, unknown> | undefined;
+    if (!part) continue;
+    const { startedAt: _s, updatedAt: _u, ...rest } = part;
+    out[key] = rest;
+  }
+  delete out.consecutiveReconcileSuccesses;
+  return out as AppStatus;
+}
+
+/**
+ * True when `next`, a run's final status, says nothing `current` does not: the same conditions
+ * (type, status, reason, message), `observedGeneration`, `friendlyDescription`,
+ * `usefulErrorMessage`, failure count, and the same output (`exitCode`, `stdout`, `stderr`,
+ * `error`, `finished`, kapp's associated resources) of every stage, differing only in the stage
+ * times and `consecutiveReconcileSuccesses`. Such a run (a resync whose fetch and template gave
+ * the same outputs and whose deploy changed nothing) writes no status (`closeStage` in
+ * `../pipeline/stage.ts`), unlike upstream, which rewrites conditions and times on every sync.
+ * A first reconcile, a new generation, a failure or a deploy that applied changes never passes
+ * (kapp lists what it applied in its output).
+ */
+export function unchangedButRunTimes(current: AppStatus | undefined, next: AppStatus): boolean {
+  if (!current) return false;
+  // JSON first: `undefined` members are dropped, as the API server would store them.
+  const json = (st: AppStatus) => JSON.parse(JSON.stringify(withoutRunTimes(st))) as unknown;
+  return isDeepStrictEqual(json(current), json(next));
 }
 
 /**

@@ -41,5 +41,7 @@ export const APP_KIND: StageKind<LoadedApp> = {
     return forced || isReadyAt(app, soon, { config: deps.config.timer });
   },
   reconciling: { mark: (status, generation) => markReconciling(status, generation) },
+  // A resync that changed nothing writes no status (the forwarder's `appSettled` counts on it).
+  quietWhenUnchanged: true,
   write: (kube, ref, fence, mutate, mask, read) => writeAppStatus(kube, ref, fence, mutate, mask, read),
 };
