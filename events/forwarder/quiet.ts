@@ -21,6 +21,7 @@
  *
  * @module
  */
+import { Annotation } from '../../functions/lib/api/constants.js';
 import { tryParseDuration } from '../../functions/lib/api/duration.js';
 import { repositorySourceTracked, sourcePinned } from '../../functions/lib/api/pin-rule.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
@@ -35,14 +36,14 @@ import type { TimedObject } from '../../functions/lib/reconcile/types.js';
 import type { Deployed, GroupKind } from './drift.js';
 
 /**
- * App annotation choosing how its sync period behaves: `periodic` (upstream's: a reconcile every
+ * App and PackageRepository annotation (a PackageInstall's is copied to its App) choosing how its sync period behaves: `periodic` (upstream's: a reconcile every
  * `syncPeriod`) or `exception` (quiet while nothing changed); overrides the cluster's
  * {@link TimerConfig.syncMode}.
  */
-export const SYNC_MODE_ANNOTATION = 'kapp-lambda.carvel.dev/sync-mode';
+export const SYNC_MODE_ANNOTATION = Annotation.SyncMode;
 
 /** App annotation: its safety period (Go duration), overriding the cluster's. */
-export const SAFETY_SYNC_PERIOD_ANNOTATION = 'kapp-lambda.carvel.dev/safety-sync-period';
+export const SAFETY_SYNC_PERIOD_ANNOTATION = Annotation.SafetySyncPeriod;
 
 /** Default safety period: a quiet App still reconciles fully this often (10 minutes). */
 export const DEFAULT_SAFETY_SYNC_PERIOD_MS = 600_000;
