@@ -16,7 +16,7 @@
  * | `FORWARDER_RESYNC_RETRY_SECONDS` | re-ask after a reconcile got no status answer | 300 |
  * | `FORWARDER_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `FORWARDER_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
- * | `FORWARDER_SYNC_MODE` | kapp-controller-config `kappLambdaSyncMode`: `exception` (quiet Apps, `quiet.ts`) or `periodic` (upstream's timer) | `exception` |
+ * | `FORWARDER_SYNC_MODE` | kapp-controller-config `kappLambdaSyncMode`: `exception` (quiet Apps and PackageRepositories, `quiet.ts`) or `periodic` (upstream's timer) | `exception` |
  * | `FORWARDER_SAFETY_SYNC_PERIOD` | kapp-controller-config `kappLambdaSafetySyncPeriod` (Go duration): a quiet App's full reconcile | 10m |
  * | `FORWARDER_CONTROLLER_CONFIG_NAMESPACE` | where the cluster's `kapp-controller-config` lives (the functions' `--controller-config-namespace`); its sync periods override the two above | `kapp-lambda` |
  *

@@ -31,7 +31,7 @@ import {
 } from '../../functions/lib/reconcile/timer.js';
 import { type BackoffOptions, backoffDelay } from './backoff.js';
 import type { Deployed } from './drift.js';
-import { appDeployed, appQuietUntil, appSettled } from './quiet.js';
+import { appDeployed, appQuietUntil, appSettled, packageRepositoryQuietUntil } from './quiet.js';
 
 /** Names of Secrets and ConfigMaps (in the object's own namespace) an object reads. */
 export interface ObjectRefs {
@@ -358,9 +358,13 @@ export function appControllingPackageInstall(obj: KubeObject): ControllerOwner |
 /**
  * PackageRepository (`packaging.carvel.dev/v1alpha1`, `packagerepositories`): due per the
  * PackageRepository timer (`pkg/pkgrepository/reconcile_timer.go`: default 10m, floor 30s),
- * refs per {@link packageRepositoryRefs}.
+ * refs per {@link packageRepositoryRefs}; quiet at its sync period per
+ * {@link packageRepositoryQuietUntil} once its deployed Packages are known ({@link appDeployed}).
+ *
+ * @param config - The cluster's settings: only the sync mode and safety period apply (upstream
+ *   applies no controller-config sync period to repositories).
  */
-export function packageRepositoryKind(): WatchedKind {
+export function packageRepositoryKind(config?: TimerConfigSource): WatchedKind {
   return {
     resource: { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageRepository' },
     group: 'packaging.carvel.dev',
@@ -371,6 +375,8 @@ export function packageRepositoryKind(): WatchedKind {
     tracksConfigMaps: false,
     refs: packageRepositoryRefs,
     handledAt: timedHandledAt,
+    deployed: appDeployed,
+    quietUntil: (obj, rand) => packageRepositoryQuietUntil(obj, currentConfig(config)(), rand),
   };
 }
 
@@ -469,7 +475,7 @@ export function watchedKinds(names: readonly string[] = ['App'], config?: TimerC
         out.push(packageInstallKind());
         break;
       case 'PackageRepository':
-        out.push(packageRepositoryKind());
+        out.push(packageRepositoryKind(config));
         break;
       default:
         throw new TypeError(`unknown watched kind ${JSON.stringify(name)}`);

@@ -14,10 +14,16 @@
  * setting below). Not tracked either, so only the safety period notices a change to it: the
  * RBAC behind the App's ServiceAccount (the ServiceAccount itself is a tracked ref).
  *
+ * PackageRepositories follow the same rule ({@link packageRepositoryQuietUntil}), and a
+ * PackageInstall has no timer of its own (upstream reconciles it on its App's status writes), so
+ * its App's rule is its rule; the App carries the PackageInstall's sync-mode annotations
+ * (`functions/lib/packaging/app-from-package.ts`).
+ *
  * @module
  */
+import { Annotation } from '../../functions/lib/api/constants.js';
 import { tryParseDuration } from '../../functions/lib/api/duration.js';
-import { sourcePinned } from '../../functions/lib/api/pin-rule.js';
+import { repositorySourceTracked, sourcePinned } from '../../functions/lib/api/pin-rule.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import {
   applyJitter,
@@ -30,14 +36,14 @@ import type { TimedObject } from '../../functions/lib/reconcile/types.js';
 import type { Deployed, GroupKind } from './drift.js';
 
 /**
- * App annotation choosing how its sync period behaves: `periodic` (upstream's: a reconcile every
+ * App and PackageRepository annotation (a PackageInstall's is copied to its App) choosing how its sync period behaves: `periodic` (upstream's: a reconcile every
  * `syncPeriod`) or `exception` (quiet while nothing changed); overrides the cluster's
  * {@link TimerConfig.syncMode}.
  */
-export const SYNC_MODE_ANNOTATION = 'kapp-lambda.carvel.dev/sync-mode';
+export const SYNC_MODE_ANNOTATION = Annotation.SyncMode;
 
 /** App annotation: its safety period (Go duration), overriding the cluster's. */
-export const SAFETY_SYNC_PERIOD_ANNOTATION = 'kapp-lambda.carvel.dev/safety-sync-period';
+export const SAFETY_SYNC_PERIOD_ANNOTATION = Annotation.SafetySyncPeriod;
 
 /** Default safety period: a quiet App still reconciles fully this often (10 minutes). */
 export const DEFAULT_SAFETY_SYNC_PERIOD_MS = 600_000;
@@ -137,6 +143,43 @@ export function appDeployed(obj: KubeObject): Deployed | undefined {
 }
 
 /**
+ * The sync mode and safety period in force for `obj` (its annotations over the cluster's
+ * settings over the defaults): the safety period in ms, or `undefined` when it keeps upstream's
+ * periodic timer (mode `periodic`, or a safety period not longer than `syncPeriodMs`).
+ */
+function safetyPeriod(obj: KubeObject, config: TimerConfig | undefined, syncPeriodMs: number): number | undefined {
+  const annotations = obj.metadata.annotations ?? {};
+  const mode = annotations[SYNC_MODE_ANNOTATION] ?? config?.syncMode ?? 'exception';
+  if (mode !== 'exception') return undefined;
+  const fromAnnotation = annotations[SAFETY_SYNC_PERIOD_ANNOTATION];
+  const safety =
+    (fromAnnotation === undefined ? undefined : tryParseDuration(fromAnnotation)) ??
+    config?.safetySyncPeriodMs ??
+    DEFAULT_SAFETY_SYNC_PERIOD_MS;
+  return safety > syncPeriodMs ? safety : undefined;
+}
+
+/**
+ * The safety due time of an object whose status says it succeeded for its current generation and
+ * is not running or failing: its last reconcile plus the safety period in force
+ * ({@link safetyPeriod}) plus the timer's jitter; `undefined` otherwise.
+ */
+function safetyDueAt(
+  obj: KubeObject,
+  config: TimerConfig | undefined,
+  syncPeriodMs: number,
+  rand: () => number,
+): number | undefined {
+  const status = rec(obj.status);
+  if (status?.observedGeneration !== (obj.metadata.generation ?? 0)) return undefined;
+  const timed = obj as unknown as TimedObject;
+  if (hasFailedCondition(timed) || !succeeded(obj)) return undefined;
+  const last = lastReconcileTime(timed);
+  const safety = safetyPeriod(obj, config, syncPeriodMs);
+  return last && safety !== undefined ? last.getTime() + applyJitter(safety, rand) : undefined;
+}
+
+/**
  * The time (ms since the epoch) until which an App may stay quiet, its safety due time: the last
  * reconcile plus the safety period plus the timer's jitter; `undefined` when it keeps
  * upstream's periodic timer (see the module comment), including when the safety period is not
@@ -151,21 +194,47 @@ export function appQuietUntil(
   config: TimerConfig | undefined,
   rand: () => number,
 ): number | undefined {
-  const annotations = obj.metadata.annotations ?? {};
-  const mode = annotations[SYNC_MODE_ANNOTATION] ?? config?.syncMode ?? 'exception';
-  if (mode !== 'exception') return undefined;
   const spec = rec(obj.spec);
   if (!appSettled(obj) || rec(spec?.cluster)) return undefined;
-  const timed = obj as unknown as TimedObject;
-  if (hasFailedCondition(timed) || !rec(rec(rec(obj.status)?.deploy)?.kapp)) return undefined;
-  if (!appInputsFixed(spec)) return undefined;
-  const last = lastReconcileTime(timed);
-  if (!last) return undefined;
-  const fromAnnotation = annotations[SAFETY_SYNC_PERIOD_ANNOTATION];
-  const safety =
-    (fromAnnotation === undefined ? undefined : tryParseDuration(fromAnnotation)) ??
-    config?.safetySyncPeriodMs ??
-    DEFAULT_SAFETY_SYNC_PERIOD_MS;
-  if (safety <= syncPeriod(timed, { config })) return undefined;
-  return last.getTime() + applyJitter(safety, rand);
+  if (!rec(rec(rec(obj.status)?.deploy)?.kapp) || !appInputsFixed(spec)) return undefined;
+  return safetyDueAt(obj, config, syncPeriod(obj as unknown as TimedObject, { config }), rand);
+}
+
+/**
+ * Whether a PackageRepository's content can change only with its spec, the Secrets the forwarder
+ * watches for it, or a poke: `inline` without `pathsFrom` (upstream tracks no `pathsFrom` of a
+ * repository, nor does the forwarder), a pinned source ({@link sourcePinned}), or a source the
+ * fleet source poll tracks ({@link repositorySourceTracked}: a moved tag or branch sends it
+ * `ref-changed`, `functions/lib/pipeline/repo/source-poll.ts`).
+ *
+ * @param fetch - The repository's `spec.fetch`, as watched.
+ */
+export function repositoryInputsFixed(fetch: unknown): boolean {
+  const inline = rec(rec(fetch)?.inline);
+  if (inline) return !Array.isArray(inline.pathsFrom) || inline.pathsFrom.length === 0;
+  return sourcePinned(fetch) || repositorySourceTracked(fetch);
+}
+
+/**
+ * {@link appQuietUntil} for a PackageRepository (its timer: `pkg/pkgrepository/reconcile_timer.go`,
+ * default 10m, so with the default safety period only a shorter `syncPeriod` is ever quiet): its
+ * last reconcile succeeded for its generation and deployed, it is not paused or being deleted,
+ * and {@link repositoryInputsFixed}. The forwarder also needs drift watches covering the
+ * Packages and PackageMetadatas it deployed with kapp, which it finds in
+ * `status.deploy.kapp.associatedResources` ({@link appDeployed}); a repository's status has none
+ * (as upstream's), so today a repository stays periodic at the forwarder.
+ *
+ * @param obj - A PackageRepository as watched.
+ * @param config - The cluster's timer settings (only the sync mode and safety period apply).
+ * @param rand - Jitter source on `[0, 1)`.
+ */
+export function packageRepositoryQuietUntil(
+  obj: KubeObject,
+  config: TimerConfig | undefined,
+  rand: () => number,
+): number | undefined {
+  const spec = rec(obj.spec);
+  if (obj.metadata.deletionTimestamp || spec?.paused || !rec(rec(obj.status)?.deploy)) return undefined;
+  if (!repositoryInputsFixed(spec?.fetch)) return undefined;
+  return safetyDueAt(obj, config, syncPeriod(obj as unknown as TimedObject, { kind: 'PackageRepository' }), rand);
 }

@@ -6,11 +6,27 @@
  *   Event `DriftDetected` on the App naming the change;
  * - an App whose inputs the forwarder watches stays quiet at its sync period (30 s): deployed
  *   after its kind's drift watch listed, no run for more than a sync period after its first; an App annotated `sync-mode: periodic` keeps upstream's
- *   timer (a run every sync period) side by side.
+ *   timer (a run every sync period) side by side;
+ * - a PackageInstall follows its App (upstream reconciles it on its App's status writes, with no
+ *   timer of its own): one with a 30 s `syncPeriod` (the floor) is not reconciled again while its
+ *   App is quiet, and one annotated `sync-mode: periodic` (copied to its App) is, side by side.
  */
 import { describe, expect, it } from 'vitest';
 import { SYNC_MODE_ANNOTATION } from '../../events/forwarder/quiet.js';
-import { apply, expectSucceeded, getObject, inlineConfigMapApp, k, suffix, useE2ERuntime, waitFor } from './support.js';
+import {
+  type AppObject,
+  apply,
+  expectSucceeded,
+  getObject,
+  inlineConfigMapApp,
+  k,
+  SA,
+  succeededAt,
+  suffix,
+  useE2ERuntime,
+  waitFor,
+  yttConfigMap,
+} from './support.js';
 
 const ns = `e2e-rbe-${suffix()}`;
 const rt = useE2ERuntime([ns]);
@@ -28,6 +44,49 @@ function twoConfigMaps(name: string, syncPeriod: string, annotations: Record<str
 }
 
 const deployRuns = (name: string) => rt.stageRuns(ns, name).filter((r) => r.stage === 'deploy').length;
+
+const PKGI = 'packageinstalls.packaging.carvel.dev';
+const REF_NAME = 'quiet.e2e.carvel.dev';
+
+/** A Package applied by hand (a plain CRD here): an inline ytt ConfigMap named after the install. */
+function packageDoc(): object {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'Package',
+    metadata: { name: `${REF_NAME}.1.0.0`, namespace: ns },
+    spec: {
+      refName: REF_NAME,
+      version: '1.0.0',
+      template: {
+        spec: {
+          fetch: [{ inline: { paths: { 'config.yml': yttConfigMap('#@ data.values.name', { x: '"1"' }) } } }],
+          template: [{ ytt: {} }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+    },
+  };
+}
+
+/** A PackageInstall of {@link REF_NAME} with a 30 s sync period; `name` names its ConfigMap too. */
+function packageInstall(name: string, annotations: Record<string, string> = {}): object {
+  return {
+    apiVersion: 'packaging.carvel.dev/v1alpha1',
+    kind: 'PackageInstall',
+    metadata: { name, namespace: ns, annotations },
+    spec: {
+      serviceAccountName: SA,
+      syncPeriod: '30s',
+      packageRef: { refName: REF_NAME, versionSelection: { constraints: '1.0.0' } },
+      values: [{ secretRef: { name: `${name}-values` } }],
+    },
+  };
+}
+
+/** The install function's runs of a PackageInstall. */
+const installRuns = (name: string) =>
+  rt.records.filter((r) => r.msg === 'stage run' && String(r.obj.object).endsWith(`/PackageInstall/${ns}/${name}`))
+    .length;
 
 describe('reconcile by exception', () => {
   it('a hand edit and a hand deletion are reverted at once, with no periodic resync due', async () => {
@@ -93,5 +152,47 @@ describe('reconcile by exception', () => {
     await new Promise((r) => setTimeout(r, 45_000));
     expect(deployRuns('quiet'), 'runs of the quiet App').toBe(quiet0);
     expect(deployRuns('periodic') - periodic0, 'runs of the periodic App').toBeGreaterThanOrEqual(1);
+  }, 300_000);
+
+  it('a PackageInstall is quiet with its App; sync-mode periodic on it keeps upstream’s reconcile every sync period', async () => {
+    // The ConfigMap drift watch runs before the installs deploy (the tests above start it too).
+    await apply(twoConfigMaps('primer', '1h'));
+    await expectSucceeded(await rt.waitReconciled(ns, 'primer', 120_000));
+    await apply(packageDoc());
+    for (const name of ['pi-quiet', 'pi-periodic']) {
+      await apply({
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name: `${name}-values`, namespace: ns },
+        stringData: { 'values.yml': `name: ${name}` },
+      });
+    }
+    await apply(packageInstall('pi-quiet'));
+    await apply(packageInstall('pi-periodic', { [SYNC_MODE_ANNOTATION]: 'periodic' }));
+    for (const name of ['pi-quiet', 'pi-periodic']) {
+      await rt.waitForApp(ns, name, succeededAt(1), 'the install’s App reconciled', 120_000);
+      await waitFor(`PackageInstall ${name} succeeded`, async () => {
+        const pkgi = await getObject<AppObject>(PKGI, ns, name);
+        return pkgi && succeededAt(1)(pkgi) ? pkgi : undefined;
+      });
+    }
+    const app = await getObject<AppObject>('apps.kappctrl.k14s.io', ns, 'pi-periodic');
+    expect(app?.metadata.annotations?.[SYNC_MODE_ANNOTATION]).toBe('periodic');
+    await rt.runtime.pipeline.idle();
+    const [quiet0, periodic0, quietDeploys0] = [
+      installRuns('pi-quiet'),
+      installRuns('pi-periodic'),
+      deployRuns('pi-quiet'),
+    ];
+    // The periodic install's App syncs 30-35 s after its last reconcile and its status write
+    // reconciles the install; over the same window the quiet one's App sends nothing.
+    await waitFor(
+      'the periodic install reconciled again',
+      async () => (installRuns('pi-periodic') > periodic0 ? true : undefined),
+      { timeoutMs: 60_000, intervalMs: 500 },
+    );
+    await rt.runtime.pipeline.idle();
+    expect(installRuns('pi-quiet'), 'runs of the quiet install').toBe(quiet0);
+    expect(deployRuns('pi-quiet'), 'runs of the quiet install’s App').toBe(quietDeploys0);
   }, 300_000);
 });

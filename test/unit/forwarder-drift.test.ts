@@ -7,6 +7,8 @@ import {
   appInputsFixed,
   appQuietUntil,
   DEFAULT_SAFETY_SYNC_PERIOD_MS,
+  packageRepositoryQuietUntil,
+  repositoryInputsFixed,
   SAFETY_SYNC_PERIOD_ANNOTATION,
   SYNC_MODE_ANNOTATION,
 } from '../../events/forwarder/quiet.js';
@@ -18,6 +20,8 @@ import { parseControllerConfigData } from '../../functions/lib/reconcile/control
 
 const APP = { apiVersion: 'kappctrl.k14s.io/v1alpha1', kind: 'App' };
 const DEPLOYMENT = { apiVersion: 'apps/v1', kind: 'Deployment' };
+const PKGR = { apiVersion: 'packaging.carvel.dev/v1alpha1', kind: 'PackageRepository' };
+const PACKAGE = { apiVersion: 'data.packaging.carvel.dev/v1alpha1', kind: 'Package' };
 const T0 = Date.parse('2025-01-01T00:00:00Z');
 const LABEL = 'kapp.k14s.io/app';
 
@@ -67,6 +71,39 @@ function app(
       deploy: [{ kapp: {} }],
     },
     ...(o.status ? { status: o.status } : {}),
+  };
+}
+
+/**
+ * A PackageRepository (sync period 1m) that succeeded at `at`; `packages`: its status names the
+ * Packages kapp deployed (label value 43), which a repository's status does not today.
+ */
+function repo(
+  at: number,
+  o: { fetch?: unknown; spec?: Record<string, unknown>; annotations?: Record<string, string>; packages?: boolean } = {},
+): KubeObject {
+  const status = deployedStatus(at) as { deploy: Record<string, unknown> };
+  if (o.packages)
+    status.deploy.kapp = {
+      associatedResources: {
+        label: `${LABEL}=43`,
+        namespaces: ['default'],
+        groupKinds: [{ group: 'data.packaging.carvel.dev', kind: 'Package' }],
+      },
+    };
+  else delete status.deploy.kapp;
+  return {
+    ...PKGR,
+    metadata: {
+      name: 'r',
+      namespace: 'default',
+      uid: 'uid-r',
+      resourceVersion: '',
+      generation: 1,
+      ...(o.annotations ? { annotations: o.annotations } : {}),
+    },
+    spec: { syncPeriod: '1m', fetch: o.fetch ?? { imgpkgBundle: { image: 'r.io/repo:1.0' } }, ...o.spec },
+    status,
   };
 }
 
@@ -249,6 +286,94 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
       safetySyncPeriodMs: 1_800_000,
     });
     expect(() => parseControllerConfigData({ kappLambdaSyncMode: 'sometimes' })).toThrow(/kappLambdaSyncMode/);
+  });
+});
+
+describe('packageRepositoryQuietUntil: a repository at its sync period', () => {
+  it('succeeded, shorter sync period than the safety period, a source that cannot move unseen: quiet until the safety period', () => {
+    expect(packageRepositoryQuietUntil(repo(T0), undefined, () => 0)).toBe(T0 + DEFAULT_SAFETY_SYNC_PERIOD_MS);
+    const annotated = repo(T0, { annotations: { [SAFETY_SYNC_PERIOD_ANNOTATION]: '1h' } });
+    expect(packageRepositoryQuietUntil(annotated, { safetySyncPeriodMs: 1_200_000 }, () => 0)).toBe(T0 + 3_600_000);
+    expect(packageRepositoryQuietUntil(repo(T0), { safetySyncPeriodMs: 1_200_000 }, () => 0)).toBe(T0 + 1_200_000);
+  });
+
+  it('periodic as upstream when asked, at its default 10m, paused, failing, or running', () => {
+    const periodic = repo(T0, { annotations: { [SYNC_MODE_ANNOTATION]: 'periodic' } });
+    expect(packageRepositoryQuietUntil(periodic, undefined, () => 0)).toBeUndefined();
+    expect(packageRepositoryQuietUntil(repo(T0), { syncMode: 'periodic' }, () => 0)).toBeUndefined();
+    const optIn = repo(T0, { annotations: { [SYNC_MODE_ANNOTATION]: 'exception' } });
+    expect(packageRepositoryQuietUntil(optIn, { syncMode: 'periodic' }, () => 0)).toBe(
+      T0 + DEFAULT_SAFETY_SYNC_PERIOD_MS,
+    );
+    // its default sync period (10m) is the default safety period: nothing to save
+    const byDefault = repo(T0);
+    delete (byDefault.spec as Record<string, unknown>).syncPeriod;
+    expect(packageRepositoryQuietUntil(byDefault, undefined, () => 0)).toBeUndefined();
+    expect(packageRepositoryQuietUntil(repo(T0, { spec: { paused: true } }), undefined, () => 0)).toBeUndefined();
+    const failed = repo(T0);
+    (failed.status as Record<string, unknown>).conditions = [{ type: 'ReconcileFailed', status: 'True' }];
+    expect(packageRepositoryQuietUntil(failed, undefined, () => 0)).toBeUndefined();
+    const running = repo(T0);
+    (running.status as Record<string, unknown>).conditions = [
+      { type: 'ReconcileSucceeded', status: 'True' },
+      { type: 'Reconciling', status: 'True' },
+    ];
+    expect(packageRepositoryQuietUntil(running, undefined, () => 0)).toBeUndefined();
+    const newer = repo(T0);
+    newer.metadata.generation = 2;
+    expect(packageRepositoryQuietUntil(newer, undefined, () => 0)).toBeUndefined();
+  });
+
+  it('sources: pinned, inline without pathsFrom, or tracked by the fleet source poll', () => {
+    const digest = `@sha256:${'b'.repeat(64)}`;
+    expect(repositoryInputsFixed({ imgpkgBundle: { image: `r.io/repo${digest}` } })).toBe(true);
+    expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo:1.0' } })).toBe(true);
+    expect(repositoryInputsFixed({ git: { url: 'https://g.io/r', ref: 'origin/main' } })).toBe(true);
+    expect(repositoryInputsFixed({ inline: { paths: { 'p.yml': 'x' } } })).toBe(true);
+    // not polled: a Secret, a selection, http without sha256, inline from Secrets the forwarder does not watch
+    expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo:1.0', secretRef: { name: 's' } } })).toBe(false);
+    expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo', tagSelection: { semver: {} } } })).toBe(false);
+    expect(repositoryInputsFixed({ http: { url: 'https://h.io/r.tgz' } })).toBe(false);
+    expect(repositoryInputsFixed({ inline: { pathsFrom: [{ secretRef: { name: 's' } }] } })).toBe(false);
+    const secretFetch = { imgpkgBundle: { image: 'r.io/repo:1.0', secretRef: { name: 's' } } };
+    expect(packageRepositoryQuietUntil(repo(T0, { fetch: secretFetch }), undefined, () => 0)).toBeUndefined();
+  });
+});
+
+describe('forwarder: a PackageRepository at its sync period', () => {
+  const startRepos = () => start({ kinds: watchedKinds(['PackageRepository']) });
+  /** Events over `n` sync periods (1m + jitter), each resync answered by a reconcile. */
+  const syncPeriods = async (n: number, packages: boolean) => {
+    const out: string[] = [];
+    for (let i = 0; i < n; i++) {
+      await settle(66_000);
+      const events = transport.take();
+      if (events.length > 0) watcher.apply(repo(Date.now(), { packages }));
+      out.push(...events);
+    }
+    return out;
+  };
+
+  it('stays periodic while its status does not name the Packages it deployed (no drift watch covers them)', async () => {
+    watcher.apply(repo(T0 - 70_000));
+    startRepos();
+    await settle();
+    expect(transport.take()).toEqual(['resync']);
+    vi.setSystemTime(T0 + 1_000);
+    watcher.apply(repo(T0 + 1_000));
+    expect(await syncPeriods(3, false)).toEqual(['resync', 'resync', 'resync']);
+  });
+
+  it('is quiet once drift watches cover the Packages its status names', async () => {
+    watcher.serve(PACKAGE, 'packages');
+    watcher.apply(repo(T0 - 70_000, { packages: true }));
+    startRepos();
+    await settle();
+    expect(transport.take()).toEqual(['resync']);
+    vi.setSystemTime(T0 + 1_000);
+    watcher.apply(repo(T0 + 1_000, { packages: true }));
+    expect(await syncPeriods(3, true)).toEqual([]);
+    expect(fwd!.stats().quiet).toBeGreaterThan(0);
   });
 });
 

@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { KappEvent, ObjectRef } from '../../events/schema.js';
 import { startSourcePoller } from '../../functions/embedded/source-poller.js';
 import { parsePackageRepository } from '../../functions/lib/api/index.js';
+import { repositorySourceTracked } from '../../functions/lib/api/pin-rule.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
@@ -138,6 +139,8 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     [{ git: { url: 'git@g.io:o/r', ref: 'main' } }, { kind: 'git', url: 'git@g.io:o/r', ref: 'main' }],
   ])('polls %j', (fetch, want) => {
     expect(polledSourceOf(fetch)).toEqual(want);
+    // the forwarder's copy of the rule (it may not import the fetch layer) agrees
+    expect(repositorySourceTracked(fetch)).toBe(true);
   });
 
   it.each([
@@ -155,6 +158,7 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     { git: { url: 'ssh://git:s3cret@g.io/r', ref: 'main' } },
   ])('does not poll %j', (fetch) => {
     expect(polledSourceOf(fetch as never)).toBeUndefined();
+    expect(repositorySourceTracked(fetch)).toBe(false);
   });
 
   it('pins a tag to the digest and a branch to the commit', () => {

@@ -73,6 +73,14 @@ export const Annotation = {
   FetchSecretNamePrefix: 'ext.packaging.carvel.dev/fetch-',
   /** On Apps: the PackageInstall stops updating the App. */
   ManuallyControlled: 'ext.packaging.carvel.dev/manually-controlled',
+  /**
+   * Ours, on Apps, PackageRepositories and PackageInstalls (copied to the PackageInstall's App):
+   * `periodic` (upstream's reconcile every `syncPeriod`) or `exception` (quiet at the sync period
+   * while nothing changed, `events/forwarder/quiet.ts`).
+   */
+  SyncMode: 'kapp-lambda.carvel.dev/sync-mode',
+  /** Ours, on the same objects: the safety period (Go duration) of a quiet one. */
+  SafetySyncPeriod: 'kapp-lambda.carvel.dev/safety-sync-period',
   /** On namespaces: hide global packages there. */
   ExcludeGlobalPackages: 'kapp-controller.carvel.dev/exclude-global-packages',
   /** On the PackageRepository CRD: the packaging global namespace (read by kctrl). */

@@ -3,7 +3,9 @@
  * bytes a `spec.fetch[]` entry fetches. Shared by the fetch cache (`../fetch/pinned.ts`, which may reuse
  * a pinned source's artifact without contacting it) and the forwarder (`events/forwarder/quiet.ts`,
  * where an App whose sources cannot move may stay quiet at its sync period), whose bundle must
- * stay small.
+ * stay small. Beside it, the rule of which PackageRepository sources the fleet source poll tracks
+ * ({@link repositorySourceTracked}), shared the same way by the poll (`../fetch/source-resolve.ts`)
+ * and the forwarder.
  *
  * @module
  */
@@ -35,4 +37,54 @@ export function sourcePinned(entry: unknown): boolean {
   const bundle = rec(e?.imgpkgBundle);
   if (bundle) return typeof bundle.image === 'string' && DIGEST.test(bundle.image) && bundle.tagSelection == null;
   return false;
+}
+
+/**
+ * Whether a git URL carries a credential: a password (`scheme://user:pass@`), or any user of an
+ * http(s) URL (`https://<token>@host`, the usual form of an access token).
+ */
+export function gitUrlHasCredential(url: string): boolean {
+  const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)@/.exec(url);
+  if (!m) return false;
+  return (m[2] ?? '').includes(':') || /^https?$/i.test(m[1] ?? '');
+}
+
+/**
+ * Whether the fleet source poll tracks a PackageRepository's `spec.fetch` (D9,
+ * `../pipeline/repo/source-poll.ts`): an `imgpkgBundle` or `image` by tag (no `@` digest), or a
+ * `git` ref that is not a full commit id, each without a Secret, without `tagSelection` /
+ * `refSelection` (vendir picks among many) and, for git, without credentials in the URL (the
+ * poll record stores and logs its URL). A moved tag or branch then pokes the repository, so the
+ * forwarder may keep it quiet at its sync period. Pinned sources are {@link sourcePinned}'s;
+ * http and inline are never tracked. The poll also parses the image reference
+ * (`../fetch/source-resolve.ts` `polledSourceOf`); one it cannot parse vendir refuses too, so
+ * that repository fails and is never quiet. Reads the fetch loosely: never throws.
+ *
+ * @param fetch - a PackageRepository's `spec.fetch` (validated or as watched)
+ */
+export function repositorySourceTracked(fetch: unknown): boolean {
+  const f = rec(fetch);
+  const bundle = rec(f?.imgpkgBundle);
+  const image = bundle ?? rec(f?.image);
+  if (image) {
+    const url = bundle ? bundle.image : image.url;
+    return (
+      typeof url === 'string' &&
+      url !== '' &&
+      !url.includes('@') &&
+      image.secretRef == null &&
+      image.tagSelection == null
+    );
+  }
+  const git = rec(f?.git);
+  return (
+    typeof git?.url === 'string' &&
+    git.url !== '' &&
+    typeof git.ref === 'string' &&
+    git.ref !== '' &&
+    git.secretRef == null &&
+    git.refSelection == null &&
+    !gitUrlHasCredential(git.url) &&
+    !COMMIT_ID.test(git.ref)
+  );
 }

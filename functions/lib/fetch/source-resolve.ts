@@ -7,6 +7,7 @@
  * @module
  */
 import type { PackageRepositoryFetch } from '../api/index.js';
+import { repositorySourceTracked } from '../api/pin-rule.js';
 import type { CommandRunner } from '../exec/runner.js';
 import { resolveGitRef } from './git-ls-remote.js';
 import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
@@ -23,42 +24,23 @@ export interface PolledSource {
 }
 
 /**
- * Whether a git URL carries a credential: a password (`scheme://user:pass@`), or any user of an
- * http(s) URL (`https://<token>@host`, the usual form of an access token).
- */
-function gitUrlHasCredential(url: string): boolean {
-  const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)@/.exec(url);
-  if (!m) return false;
-  return (m[2] ?? '').includes(':') || /^https?$/i.test(m[1] ?? '');
-}
-
-/**
- * The source of a repository's fetch that the fleet polls, or `undefined`: pinned sources
- * (nothing to poll), selections (`tagSelection`, `refSelection`: vendir picks among many tags),
- * sources with a Secret (their content is sealed per cluster, never shared) or with credentials
- * in the git URL (the poll record stores and logs its URL), http and inline.
+ * The source of a repository's fetch that the fleet polls, or `undefined`: which sources is
+ * {@link repositorySourceTracked}'s rule (not pinned sources: nothing to poll; not selections,
+ * `tagSelection`, `refSelection`: vendir picks among many tags; not sources with a Secret: their
+ * content is sealed per cluster, never shared; not credentials in the git URL: the poll record
+ * stores and logs its URL; never http or inline), and an image reference the poll can parse.
  */
 export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | undefined {
+  if (!repositorySourceTracked(fetch)) return undefined;
   const img = fetch.imgpkgBundle ?? fetch.image;
   if (img) {
-    const url = fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url;
-    if (!url || img.secretRef || img.tagSelection) return undefined;
+    const url = (fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url) ?? '';
     const parsed = parseImageTagRef(url);
     if (!parsed) return undefined;
     return { kind: fetch.imgpkgBundle ? 'imgpkgBundle' : 'image', url, ref: parsed.tag };
   }
   const git = fetch.git;
-  if (
-    git?.url &&
-    git.ref &&
-    !git.secretRef &&
-    !git.refSelection &&
-    !gitUrlHasCredential(git.url) &&
-    !/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i.test(git.ref)
-  ) {
-    return { kind: 'git', url: git.url, ref: git.ref };
-  }
-  return undefined;
+  return git?.url && git.ref ? { kind: 'git', url: git.url, ref: git.ref } : undefined;
 }
 
 /** `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. */

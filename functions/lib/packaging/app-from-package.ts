@@ -94,6 +94,24 @@ function syncPeriodOf(pkgi: PackageInstall, opts: NewAppOptions): string {
   return formatDuration(ms);
 }
 
+/** kapp-lambda's annotations that steer an App's sync period (`events/forwarder/quiet.ts`). */
+const SYNC_MODE_ANNOTATIONS = [Annotation.SyncMode, Annotation.SafetySyncPeriod] as const;
+
+/**
+ * Sets the App's {@link SYNC_MODE_ANNOTATIONS} to the PackageInstall's (removing those it does
+ * not carry). Upstream reconciles a PackageInstall on each status write of its App, not on a timer
+ * of its own, so its App's sync mode is the PackageInstall's: `sync-mode: periodic` on a
+ * PackageInstall must make its App (and so itself) reconcile every `syncPeriod`. Upstream copies
+ * no annotations and has none of these.
+ */
+function mirrorSyncMode(app: Record<string, string>, pkgi: Record<string, string>): void {
+  for (const key of SYNC_MODE_ANNOTATIONS) {
+    const value = pkgi[key];
+    if (value === undefined) delete app[key];
+    else app[key] = value;
+  }
+}
+
 /**
  * The desired App for `pkgi` installing `pkg` (`NewApp`): the existing App (or a new one) with
  * - nothing changed when it carries {@link Annotation.ManuallyControlled};
@@ -104,7 +122,8 @@ function syncPeriodOf(pkgi: PackageInstall, opts: NewAppOptions): string {
  *   `defaultNamespace` from the PackageInstall;
  * - a controller ownerReference to the PackageInstall (an App without a controller is taken
  *   over; other owner references stay);
- * - the fetch secret overrides and the values injection (`./install-values.ts`).
+ * - the fetch secret overrides and the values injection (`./install-values.ts`);
+ * - ours: the PackageInstall's sync-mode annotations ({@link mirrorSyncMode}).
  *
  * @param existing - the App of the same name as read, or `undefined` to create one.
  * @param pkg - the selected Package, with placeholder Secrets applied ({@link withPlaceholderSecrets}).
@@ -143,6 +162,7 @@ export function newApp(
   desired.spec = spec;
   setControllerReference(desired, pkgi);
   const annotations = pkgi.metadata.annotations ?? {};
+  mirrorSyncMode(meta.annotations, annotations);
   applyFetchSecretOverrides(spec, annotations);
   injectValues(spec, pkgi.spec.values ?? [], annotations);
   if (!existing) {
