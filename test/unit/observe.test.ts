@@ -138,6 +138,30 @@ describe('EmfReconcileMetrics', () => {
   });
 });
 
+describe('a resync that changed nothing', () => {
+  it('counts its attempt and success but writes no Event; a resync that fails or changes still does', async () => {
+    const metrics = new PrometheusReconcileMetrics();
+    const recorder = new ReconcileEventRecorder({ now: () => 0, repeatIntervalMs: 1 });
+    const writer = recordingWriter();
+    const log = memoryLogger();
+    const o = reconcileObserver({ metrics, events: recorder, eventWriter: () => writer, log }, APP, false);
+    o.init();
+    await o.started({ event: false });
+    await o.completed({ unchanged: true }, 1);
+    expect(writer.events).toEqual([]);
+    const text = await metrics.registry.metrics();
+    const labels = 'controller="app",name="simple-app",namespace="ns"';
+    expect(text).toContain(`kappctrl_app_reconcile_attempt_total{${labels}} 1`);
+    expect(text).toContain(`kappctrl_app_reconcile_success_total{${labels}} 1`);
+    // A resync that wrote status (drift reverted) or failed ends in its Event.
+    await o.started({ event: false });
+    await o.completed({}, 1);
+    await o.started({ event: false });
+    await o.completed({ error: 'Deploying: boom' }, 1);
+    expect(writer.events.map((e) => e.reason)).toEqual(['ReconcileSucceeded', 'ReconcileFailed']);
+  });
+});
+
 describe('ReconcileEventRecorder', () => {
   it('writes Started and Succeeded, suppresses repeats within the interval, and writes again after it', async () => {
     let now = 0;

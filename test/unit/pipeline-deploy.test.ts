@@ -12,6 +12,8 @@ import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { ScriptedResult } from '../../functions/lib/exec/fake.js';
+import type { NewEvent } from '../../functions/lib/kube/port.js';
+import { ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
 import { deployRecordKey } from '../../functions/lib/pipeline/app/deploy.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import {
@@ -228,10 +230,13 @@ describe('no-op resync (the deploy record)', () => {
 
   /** A world with a keyring and an App reader serving `items()` for the ConfigMap list. */
   function world(items: () => unknown[]) {
+    // Every reconcile Event the runs write (no repeat suppression: each run's Events show).
+    const events: NewEvent[] = [];
     const w = appWorld({
       app: appObject({ status: SUCCEEDED_BEFORE }),
       tmpRoot: path.join(tempDir(), 'scratch'),
       extra: {
+        events: new ReconcileEventRecorder({ repeatIntervalMs: 0 }),
         keyring: new DerivedKeyring(Buffer.alloc(32, 7)),
         appReader: () => ({
           send: async (req) =>
@@ -243,6 +248,14 @@ describe('no-op resync (the deploy record)', () => {
         }),
       },
     });
+    Object.assign(w.deps.clusters, {
+      eventWriter: () => ({
+        async writeEvent(e: NewEvent) {
+          events.push(e);
+          return 'created' as const;
+        },
+      }),
+    });
     // kapp prints `Succeeded` and leaves its app metadata where it is asked to
     w.runner.on('kapp', async (req) => {
       const file = req.args[req.args.indexOf('--app-metadata-file-output') + 1] as string;
@@ -252,7 +265,7 @@ describe('no-op resync (the deploy record)', () => {
       );
       return { stdout: 'Succeeded' };
     });
-    return w;
+    return Object.assign(w, { events });
   }
   const deploy = async (w: AppWorld) => {
     await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
@@ -277,11 +290,15 @@ describe('no-op resync (the deploy record)', () => {
     // changed nothing (same outputs, same conditions) it writes no status at all
     const written = w.statuses().length;
     const app = w.app();
+    const eventsBefore = w.events.length;
+    expect(w.events.map((e) => e.reason)).toContain('ReconcileSucceeded');
     await deploy(w);
     expect(w.tools()).toEqual(['kapp']);
     expect(w.outcomes().at(-1)).toEqual(['deploy', 'cached']);
     expect(w.statuses()).toHaveLength(written);
     expect(w.app()).toEqual(app);
+    // nor any Event: a run that changed nothing is not news
+    expect(w.events).toHaveLength(eventsBefore);
 
     // a status-only write is not drift; an edit is, and kapp runs and its status is written
     live = [{ ...LIVE, metadata: { ...LIVE.metadata, resourceVersion: '6' }, status: { seen: true } } as never];
@@ -294,6 +311,7 @@ describe('no-op resync (the deploy record)', () => {
     expect(w.tools()).toEqual(['kapp', 'kapp']);
     expect(w.outcomes().at(-1)).toEqual(['deploy', 'succeeded']);
     expect(w.statuses()).toHaveLength(written + 1);
+    expect(w.events.slice(eventsBefore).map((e) => e.reason)).toEqual(['ReconcileSucceeded']);
     const reverted = w.statuses().at(-1) as AppStatus;
     expect(reverted.deploy?.stdout).toBe('applying 1 changes\nSucceeded');
     expect(reverted.conditions).toEqual(first.conditions);

@@ -4,12 +4,13 @@
  * where upstream registers them (`pkg/app/app_reconcile.go`):
  *
  * - every reconcile call of a live object: `init` (its counters at 0);
- * - a run starts (`setReconciling`): attempt + 1, Event `ReconcileStarted`; when drift asked for it,
- *   Event `DriftDetected` (ours) naming the change;
+ * - a run starts (`setReconciling`): attempt + 1, Event `ReconcileStarted` (not for a resync of an
+ *   unchanged generation: most change nothing); when drift asked for it, Event `DriftDetected`
+ *   (ours) naming the change;
  * - each phase ends (fetch, template, deploy): its time;
  * - the run ends (`setReconcileCompleted`): success or failure + 1 (not for a PackageInstall,
- *   which upstream counts attempts of only), the overall time, Event `ReconcileSucceeded` or
- *   `ReconcileFailed` (the error, redacted);
+ *   which upstream counts attempts of only), the overall time, Event `ReconcileSucceeded` (not
+ *   when the run changed nothing and wrote no status) or `ReconcileFailed` (the error, redacted);
  * - a delete starts (`setDeleting`): delete attempt + 1;
  * - a delete ends (`setDeleteCompleted`): delete failed + 1 and Event `DeleteFailed`, or, on
  *   success, the object's counters are dropped (`DeleteMetrics`).
@@ -58,7 +59,12 @@ export function isFirstReconcile(status: ReconcileCounts | null | undefined): bo
 /** Reports about one object; see the module comment for when each is called. */
 export interface ReconcileObserver {
   init(): void;
-  started(): Promise<void>;
+  /**
+   * @param opts - `event: false` counts the attempt without Event `ReconcileStarted`: a resync of
+   *   an unchanged generation, which most often changes nothing (issue 24: an idle App costs the
+   *   API server no write; a resync that does change or fails still ends in its Event).
+   */
+  started(opts?: { event?: boolean }): Promise<void>;
   /**
    * The run was asked for by drift in what the object deployed (the forwarder's `drift: ...`
    * cause): Event `DriftDetected` naming it (the run's kapp reverts it, as upstream's next sync
@@ -68,9 +74,14 @@ export interface ReconcileObserver {
   phase(phase: Exclude<ReconcilePhase, 'overall'>, seconds: number): void;
   /**
    * @param outcome - `error`: the run's error, redacted (absent: it succeeded); `pending`: the
-   *   run ended without an outcome yet (a PackageInstall waiting for its App): time only.
+   *   run ended without an outcome yet (a PackageInstall waiting for its App): time only;
+   *   `unchanged`: it succeeded and changed nothing, so no status was written and no
+   *   `ReconcileSucceeded` Event is either (the success is still counted, as upstream's sync).
    */
-  completed(outcome: { error?: string; pending?: boolean }, overallSeconds: number | undefined): Promise<void>;
+  completed(
+    outcome: { error?: string; pending?: boolean; unchanged?: boolean },
+    overallSeconds: number | undefined,
+  ): Promise<void>;
   deleting(): void;
   /** @param error - the delete's error, redacted; absent: the object is gone. */
   deleteCompleted(error: string | undefined): Promise<void>;
@@ -113,19 +124,20 @@ export function reconcileObserver(
   };
   return {
     init: () => metrics?.init(target),
-    async started() {
+    async started(opts) {
       metrics?.count(target, 'attempt');
-      await event('ReconcileStarted', 'Reconcile started');
+      if (opts?.event !== false) await event('ReconcileStarted', 'Reconcile started');
     },
     async drift(cause) {
       await event('DriftDetected', `${cause.replace(/^drift: /, 'Drift detected: ')}; reconciling to revert it`);
     },
     phase: (phase, seconds) => metrics?.time(target, phase, firstReconcile, seconds),
-    async completed({ error, pending }, overallSeconds) {
+    async completed({ error, pending, unchanged }, overallSeconds) {
       if (overallSeconds !== undefined) metrics?.time(target, 'overall', firstReconcile, overallSeconds);
       if (pending) return;
       // Upstream counts a PackageInstall's attempts only (its App's outcome is the App's).
       if (object.kind !== 'PackageInstall') metrics?.count(target, error === undefined ? 'success' : 'failure');
+      if (error === undefined && unchanged) return;
       if (error === undefined) await event('ReconcileSucceeded', 'Reconcile succeeded');
       else await event('ReconcileFailed', `Reconcile failed: ${error}`);
     },

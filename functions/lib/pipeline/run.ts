@@ -172,8 +172,9 @@ export async function openRun<
   }
   if (!kind.keepsRunLine) {
     done('succeeded');
-    // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event).
-    await observe.started();
+    // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event, not for a resync
+    // of the same generation: an idle one changes nothing and writes nothing).
+    await observe.started({ event: specChanged || !!ev.cause?.startsWith(DRIFT_CAUSE_PREFIX) });
   }
   if (ev.cause?.startsWith(DRIFT_CAUSE_PREFIX)) {
     deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for drift in deployed objects');

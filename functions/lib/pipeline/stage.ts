@@ -457,7 +457,10 @@ export async function closeStage<L extends { raw: KubeObject }>(
       const error =
         result.error !== undefined ? eventErrorText(result, mask) : w.tooLarge ? TOO_LARGE_EVENT : undefined;
       await Promise.all([
-        frame.observe.completed(error === undefined ? {} : { error }, frame.runSeconds()),
+        frame.observe.completed(
+          error !== undefined ? { error } : w.outcome === 'unchanged' ? { unchanged: true } : {},
+          frame.runSeconds(),
+        ),
         input.receipt?.(error === undefined ? {} : { error }),
       ]);
     }
