@@ -29,6 +29,7 @@ import {
   applyJitter,
   hasFailedCondition,
   lastReconcileTime,
+  syncModeOf,
   syncPeriod,
   type TimerConfig,
 } from '../../functions/lib/reconcile/timer.js';
@@ -149,8 +150,7 @@ export function appDeployed(obj: KubeObject): Deployed | undefined {
  */
 function safetyPeriod(obj: KubeObject, config: TimerConfig | undefined, syncPeriodMs: number): number | undefined {
   const annotations = obj.metadata.annotations ?? {};
-  const mode = annotations[SYNC_MODE_ANNOTATION] ?? config?.syncMode ?? 'exception';
-  if (mode !== 'exception') return undefined;
+  if (syncModeOf(annotations, config) !== 'exception') return undefined;
   const fromAnnotation = annotations[SAFETY_SYNC_PERIOD_ANNOTATION];
   const safety =
     (fromAnnotation === undefined ? undefined : tryParseDuration(fromAnnotation)) ??

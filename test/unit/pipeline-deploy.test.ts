@@ -327,10 +327,20 @@ describe('no-op resync (the deploy record)', () => {
     await deploy(w);
     expect(w.tools()).toEqual(['kapp', 'kapp']);
     expect(w.statuses()).toHaveLength(written);
-    w.runner.on('kapp', async () => ({ stderr: 'kapp: Error: boom', exitCode: 1 }));
+    // sync-mode periodic is upstream's behaviour exactly: the same no-op writes its status
+    const app = w.app()!;
+    w.cluster.put({
+      ...app,
+      metadata: { ...app.metadata, annotations: { 'kapp-lambda.carvel.dev/sync-mode': 'periodic' } },
+    } as never);
     await w.store.delete(await deployRecordKey(w.deps, REF));
     await deploy(w);
     expect(w.statuses()).toHaveLength(written + 1);
+    w.cluster.put(app as never);
+    w.runner.on('kapp', async () => ({ stderr: 'kapp: Error: boom', exitCode: 1 }));
+    await w.store.delete(await deployRecordKey(w.deps, REF));
+    await deploy(w);
+    expect(w.statuses()).toHaveLength(written + 2);
     expect((w.statuses().at(-1) as AppStatus).conditions?.[0]?.type).toBe('ReconcileFailed');
   });
 

@@ -41,6 +41,7 @@ import {
   unchangedButRunTimes,
   writesImmediately,
 } from '../reconcile/status.js';
+import { syncModeOf, type TimerConfig } from '../reconcile/timer.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import { eventErrorText, observerOf, stageTimer, writeAppStatus } from './report.js';
 import { type LoadedApp, objectKey } from './stage-inputs.js';
@@ -218,6 +219,8 @@ export interface StageFrame<V extends FetchView, L extends { raw: KubeObject } =
    * it instead of reading the object again, and keeps it current). `undefined`: the next write reads.
    */
   latest?: KubeObject;
+  /** The cluster's timer settings (its sync mode decides whether an unchanged run writes status). */
+  timer?: TimerConfig;
 }
 
 /** What {@link openStage} takes. */
@@ -304,6 +307,7 @@ function frameOf<V extends FetchView, L extends { raw: KubeObject }>(
     kind: input.kind,
     mask: secretMaskOf(deps),
     observe: observerOf(deps, input.object, input.kind.status(opened.loaded)),
+    ...(deps.config.timer ? { timer: deps.config.timer } : {}),
     runSeconds: () => (runStartedAt ? secondsSince(runStartedAt) : undefined),
     secondsSince,
   };
@@ -499,6 +503,8 @@ function quietEnd<L extends { raw: KubeObject }>(
 ): StatusWriteResult | undefined {
   const copy = frame.latest;
   if (!frame.kind.quietWhenUnchanged || result.error !== undefined || !copy) return undefined;
+  // `periodic` is upstream's behaviour exactly: status (and its times) written every sync.
+  if (syncModeOf(copy.metadata.annotations, frame.timer) === 'periodic') return undefined;
   if (checkFence(copy, frame.fence) !== 'ok' || copy.metadata.deletionTimestamp) return undefined;
   const current = copy.status as AppStatus | undefined;
   if (!unchangedButRunTimes(current, frame.mask.deep(final(structuredClone(current))))) return undefined;

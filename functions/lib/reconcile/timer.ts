@@ -14,6 +14,8 @@
  *
  * @module
  */
+
+import { Annotation } from '../api/constants.js';
 import {
   DEFAULT_PACKAGE_INSTALL_SYNC_PERIOD,
   DEFAULT_PACKAGE_REPOSITORY_SYNC_PERIOD,
@@ -68,6 +70,25 @@ export interface TimerConfig {
   syncMode?: 'periodic' | 'exception';
   /** `kappLambdaSafetySyncPeriod` (ours): how often a quiet App still reconciles fully; default 10m. */
   safetySyncPeriodMs?: number;
+}
+
+/**
+ * The sync mode in force for an object: its `kapp-lambda.carvel.dev/sync-mode` annotation when
+ * present (any value but `exception` means `periodic`: a mistyped value keeps upstream's
+ * behaviour), else the cluster's {@link TimerConfig.syncMode}, else `exception`. One rule for the forwarder (whether the object may stay quiet) and the pipeline
+ * (whether a run that changed nothing may skip its status write: in `periodic` mode it writes
+ * every sync, as upstream, so whatever reads the status times sees them move).
+ *
+ * @param annotations - The object's `metadata.annotations` (absent: none).
+ * @param config - The cluster's timer settings.
+ */
+export function syncModeOf(
+  annotations: Readonly<Record<string, string>> | undefined,
+  config: TimerConfig | undefined,
+): 'periodic' | 'exception' {
+  const own = annotations?.[Annotation.SyncMode];
+  if (own !== undefined) return own === 'exception' ? 'exception' : 'periodic';
+  return config?.syncMode ?? 'exception';
 }
 
 /** Options shared by the timer functions. */
