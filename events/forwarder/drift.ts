@@ -29,7 +29,11 @@
  *
  * {@link DriftWatches.coveredSince} says since when every watch an App needs has been running
  * without a gap; the forwarder keeps an App quiet at its sync period only when that is before the
- * App's last reconcile (`README.md`, "Reconcile by exception").
+ * App's last reconcile (`README.md`, "Reconcile by exception"). While one of those watches fails
+ * or stalls, its Apps are not covered and fall back to their sync period
+ * ({@link DriftOptions.onUncovered}); once it works again (resumed from its resourceVersion, or
+ * relisted and judged after 410) they are covered again as before, so a recovery alone sends
+ * nothing for Apps whose objects did not change.
  *
  * @module
  */
@@ -133,6 +137,12 @@ export interface DriftOptions<T> {
   reconciling: (owner: T) => boolean;
   /** The owner's last reconcile, ms since the epoch (second precision); `NaN` when never. */
   handledAtMs: (owner: T) => number;
+  /**
+   * A watch some owners need stopped working (a failed list or watch, a stall): owners it
+   * covered are no longer {@link DriftWatches.coveredSince covered} until it works again, so
+   * quiet ones must fall back to their sync period. Must not throw.
+   */
+  onUncovered?: () => void;
   /** Wait before discovering a kind again that was not served or failed. Default 60 000. */
   rediscoverMs?: number;
   clock: Clock;
@@ -152,6 +162,8 @@ interface KindWatch {
   unlisted: number;
   /** When the last of its watches completed its first list (ms); +∞ before. */
   listedAt: number;
+  /** Watches currently failing or stalled ({@link ReflectorHandler.health}). */
+  down: number;
 }
 
 /** See the module comment. */
@@ -172,9 +184,11 @@ export class DriftWatches<T> {
     this.rediscoverMs = opts.rediscoverMs ?? 60_000;
   }
 
-  /** Kinds watched and label values known, for stats. */
-  get size(): { kinds: number; owners: number } {
-    return { kinds: this.kinds.size, owners: this.owners.size };
+  /** Kinds watched, of them the ones through their first list, and label values known, for stats. */
+  get size(): { kinds: number; listed: number; owners: number } {
+    let listed = 0;
+    for (const w of this.kinds.values()) if (w.state === 'watching' && w.unlisted === 0) listed++;
+    return { kinds: this.kinds.size, listed, owners: this.owners.size };
   }
 
   /**
@@ -227,7 +241,7 @@ export class DriftWatches<T> {
     let since = 0;
     for (const gk of d.groupKinds) {
       const w = this.kinds.get(keyOf(gk));
-      if (w?.state !== 'watching' || w.unlisted > 0) return undefined;
+      if (w?.state !== 'watching' || w.unlisted > 0 || w.down > 0) return undefined;
       if (scoped && !w.namespaced) return undefined;
       since = Math.max(since, w.listedAt);
     }
@@ -251,6 +265,7 @@ export class DriftWatches<T> {
         namespaced: true,
         unlisted: 0,
         listedAt: Number.POSITIVE_INFINITY,
+        down: 0,
       };
       this.kinds.set(key, w);
     }
@@ -289,7 +304,17 @@ export class DriftWatches<T> {
     let counts = new Map<string, number>();
     let next = new Map<string, number>();
     let listedOnce = false;
+    let healthy = true;
     return {
+      health: (ok: boolean) => {
+        if (ok === healthy) return;
+        healthy = ok;
+        w.down += ok ? -1 : 1;
+        // Back up: nothing to do. The watch resumed from its resourceVersion (or relisted after
+        // 410 and judged every object against the owners' last reconciles), so a change made
+        // while it was down is reported as drift, and an unchanged owner stays quiet: no burst.
+        if (!ok && w.down === 1) this.opts.onUncovered?.();
+      },
       listStart: () => {
         next = new Map();
       },

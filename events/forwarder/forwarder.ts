@@ -146,6 +146,8 @@ export interface ForwarderStats {
   quiet: number;
   /** Deployed kinds watched for drift. */
   driftKinds: number;
+  /** Of {@link driftKinds}, those whose watches are through their first list. */
+  driftListed: number;
 }
 
 /** Options of {@link Forwarder.stop}. */
@@ -340,6 +342,7 @@ export class Forwarder {
           }
         },
         reconciling: (st) => st.running,
+        onUncovered: () => this.wakeQuiet((st) => this.drift?.coveredSince(st) === undefined),
         handledAtMs: (st) => (st.handledAt === NEVER ? Number.NaN : st.handledAt * 1000),
         clock: this.clock,
         logger: this.logger,
@@ -495,6 +498,7 @@ export class Forwarder {
       drift: this.driftSeen,
       quiet: this.quieted,
       driftKinds: this.drift?.size.kinds ?? 0,
+      driftListed: this.drift?.size.listed ?? 0,
     };
   }
 
@@ -770,11 +774,20 @@ export class Forwarder {
    */
   private inputsChanged(): void {
     if (this.inputsListedAt === Number.POSITIVE_INFINITY) return; // the first list: nothing quiet yet
+    this.inputsListedAt = this.clock.now();
+    this.wakeQuiet(() => true);
+  }
+
+  /**
+   * Quiet objects (due at their safety due time) that `uncovered` picks are asked within the
+   * shortest sync period (30 s, spread), as their sync period would have: something they depend
+   * on may change unseen (an input of every reconcile changed, a drift watch they need is down).
+   */
+  private wakeQuiet(uncovered: (st: ObjState) => boolean): void {
     const now = this.clock.now();
-    this.inputsListedAt = now;
     for (const map of this.objects) {
       for (const [, , st] of map.entries()) {
-        if (st.heapIndex >= 0 && st.due === st.quietAt)
+        if (st.heapIndex >= 0 && st.due === st.quietAt && uncovered(st))
           this.schedule(st, now + Math.floor(this.random() * MIN_SYNC_PERIOD_MS));
       }
     }
