@@ -126,9 +126,10 @@ export interface DriftOptions<T> {
   watcher: ObjectWatcher;
   /**
    * Starts a list+watch of `kind`'s objects carrying {@link KAPP_APP_LABEL}, metadata only, in
-   * `namespace` (`undefined`: all); runs until the forwarder stops.
+   * `namespace` (`undefined`: all); runs until the returned function is called (no owner
+   * deploys the kind any more) or the forwarder stops.
    */
-  watch: (kind: DiscoveredKind, namespace: string | undefined, handler: ReflectorHandler) => void;
+  watch: (kind: DiscoveredKind, namespace: string | undefined, handler: ReflectorHandler) => () => void;
   /** Namespaces the forwarder watches; empty: all. */
   scopes: readonly string[];
   /** One change of an owner's deployed objects that is drift. */
@@ -164,6 +165,10 @@ interface KindWatch {
   listedAt: number;
   /** Watches currently failing or stalled ({@link ReflectorHandler.health}). */
   down: number;
+  /** Owners whose deploy lists the kind; at 0 the kind is released. */
+  users: number;
+  /** Stop its running watches. */
+  stops: (() => void)[];
 }
 
 /** See the module comment. */
@@ -200,13 +205,35 @@ export class DriftWatches<T> {
     if (before && (!deployed || before.label !== deployed.label)) {
       if (this.owners.get(before.label) === owner) this.owners.delete(before.label);
     }
-    if (!deployed) {
+    // Count the new kinds' users before releasing the old ones: a kind in both stays watched.
+    const kept = new Set<string>();
+    if (deployed) {
+      this.deployed.set(owner, deployed);
+      this.owners.set(deployed.label, owner);
+      for (const gk of deployed.groupKinds) {
+        const key = keyOf(gk);
+        if (kept.has(key)) continue;
+        kept.add(key);
+        this.ensure(gk).users++;
+      }
+    } else {
       this.deployed.delete(owner);
-      return;
     }
-    this.deployed.set(owner, deployed);
-    this.owners.set(deployed.label, owner);
-    for (const gk of deployed.groupKinds) this.ensure(gk);
+    for (const key of before ? new Set(before.groupKinds.map(keyOf)) : []) {
+      const w = this.kinds.get(key);
+      if (w && --w.users <= 0) this.release(w);
+    }
+  }
+
+  /**
+   * No owner deploys `w`'s kind any more: its watches stop and it is forgotten (an owner that
+   * deploys it again starts a new list+watch, and is covered once that listed).
+   */
+  private release(w: KindWatch): void {
+    this.kinds.delete(w.key);
+    for (const stop of w.stops) stop();
+    w.stops = [];
+    this.opts.logger.info({ kind: w.key }, 'no App deploys this kind any more; its drift watch stops');
   }
 
   /** Forgets `owner` (deleted). */
@@ -253,10 +280,10 @@ export class DriftWatches<T> {
     this.stopped = true;
   }
 
-  private ensure(gk: GroupKind): void {
+  private ensure(gk: GroupKind): KindWatch {
     const key = keyOf(gk);
     let w = this.kinds.get(key);
-    if (w && (w.state !== 'missing' || this.opts.clock.now() - w.missingAt < this.rediscoverMs)) return;
+    if (w && (w.state !== 'missing' || this.opts.clock.now() - w.missingAt < this.rediscoverMs)) return w;
     if (!w) {
       w = {
         key,
@@ -266,6 +293,8 @@ export class DriftWatches<T> {
         unlisted: 0,
         listedAt: Number.POSITIVE_INFINITY,
         down: 0,
+        users: 0,
+        stops: [],
       };
       this.kinds.set(key, w);
     }
@@ -281,10 +310,11 @@ export class DriftWatches<T> {
         this.discovered(watch, undefined);
       },
     );
+    return w;
   }
 
   private discovered(w: KindWatch, kind: DiscoveredKind | undefined): void {
-    if (this.stopped) return;
+    if (this.stopped || this.kinds.get(w.key) !== w) return; // stopped, or released meanwhile
     if (!kind) {
       w.state = 'missing';
       w.missingAt = this.opts.clock.now();
@@ -296,7 +326,7 @@ export class DriftWatches<T> {
       kind.type.namespaced && this.opts.scopes.length > 0 ? [...this.opts.scopes] : [undefined];
     if (!kind.type.namespaced && this.opts.scopes.length > 0) return; // not covered (coveredSince)
     w.unlisted = scopes.length;
-    for (const ns of scopes) this.opts.watch(kind, ns, this.handler(w, kind));
+    for (const ns of scopes) w.stops.push(this.opts.watch(kind, ns, this.handler(w, kind)));
   }
 
   /** One scope's handler; its label counts are its own (a relist replaces them). */

@@ -320,13 +320,21 @@ export class Forwarder {
         scopes: opts.namespaces ?? [],
         watch: (kind, ns, handler) => {
           const ac = this.ac;
-          if (!ac || ac.signal.aborted) return;
+          if (!ac || ac.signal.aborted) return () => undefined;
+          // Its own signal: the kind is released when no App deploys it any more.
+          const own = new AbortController();
+          const onAbort = () => own.abort();
+          ac.signal.addEventListener('abort', onAbort, { once: true });
           const r = this.reflector(kind, ns, this.opts.refPageSize ?? 100, handler, {
             labelSelector: KAPP_APP_LABEL,
             metadataOnly: true,
           });
           this.deployedWatches.push(r);
-          this.runs.push(r.run(ac.signal));
+          this.runs.push(r.run(own.signal));
+          return () => {
+            ac.signal.removeEventListener('abort', onAbort);
+            own.abort();
+          };
         },
         onDrift: (st, cause) => {
           this.driftSeen++;

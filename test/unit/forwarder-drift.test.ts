@@ -495,6 +495,27 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual([`ref-changed ServiceAccount/deployer@gone-${gone.metadata.resourceVersion}`]);
   });
 
+  it('a kind no App deploys any more stops being watched; deployed again, it is watched again', async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    start();
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(1);
+    const noKinds = deployedStatus(T0 - 10_000);
+    (
+      noKinds.deploy as { kapp: { associatedResources: { groupKinds: unknown[] } } }
+    ).kapp.associatedResources.groupKinds = [];
+    watcher.apply(app({ status: noKinds }));
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(0);
+    expect(fwd!.stats().driftKinds).toBe(0);
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(1);
+    watcher.remove(APP, 'default', 'a');
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(0);
+  });
+
   it('an App whose deployed kind is not served keeps its sync period', async () => {
     watcher.served.clear();
     watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
