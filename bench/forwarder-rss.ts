@@ -1,12 +1,12 @@
 /**
  * Child process of the forwarder-memory scenario: a forwarder alone (no pipeline; its
- * transport only counts events) watching every App, and the Secrets and ConfigMaps they
- * reference, of one cluster. The benchmark bundles this file (`layers/bundle.ts`) and runs it with
+ * transport only counts events) watching every App, the Secrets, ConfigMaps and
+ * ServiceAccounts they reference, and the metadata of what they deployed, of one cluster. The benchmark bundles this file (`layers/bundle.ts`) and runs it with
  * plain `node`, so the figure is a forwarder process's RSS, not tsx's.
  *
- * Usage: `node forwarder-rss.mjs <kubeconfig> <context> <expectedApps> <expectedRefs>`.
+ * Usage: `node forwarder-rss.mjs <kubeconfig> <context> <expectedApps> <expectedRefs> [<deployedKinds>]`.
  * Prints one JSON line on stdout once the initial lists are processed (every App and ref known,
- * nothing pending) and again after `SETTLE_MS` of idling: `{ phase, rss, heapUsed, heapTotal,
+ * every deployed kind's drift watch through its first list, nothing pending) and again after `SETTLE_MS` of idling: `{ phase, rss, heapUsed, heapTotal,
  * external, arrayBuffers, peakRss, syncMs, stats }` (bytes, milliseconds), then exits 0. Exits 1
  * with a message on stderr after `TIMEOUT_MS`.
  *
@@ -20,13 +20,14 @@ import { watchViewOf } from '../functions/lib/kube/views.js';
 const SETTLE_MS = 5_000;
 const TIMEOUT_MS = 10 * 60_000;
 
-const [kubeconfig, context, appsArg, refsArg] = process.argv.slice(2);
+const [kubeconfig, context, appsArg, refsArg, kindsArg] = process.argv.slice(2);
 if (!kubeconfig || !context || !appsArg || !refsArg) {
-  process.stderr.write('usage: forwarder-rss <kubeconfig> <context> <expectedApps> <expectedRefs>\n');
+  process.stderr.write('usage: forwarder-rss <kubeconfig> <context> <expectedApps> <expectedRefs> [<deployedKinds>]\n');
   process.exit(2);
 }
 const expectedApps = Number(appsArg);
 const expectedRefs = Number(refsArg);
+const expectedKinds = Number(kindsArg ?? 0);
 const t0 = performance.now();
 // The cluster client as the forwarder program makes it (events/forwarder/main.ts).
 const client = await forwarderKube({ kubeconfig, context });
@@ -69,7 +70,8 @@ const report = (phase: string, syncMs: number) => {
 
 for (;;) {
   const s = forwarder.stats();
-  if (s.objects >= expectedApps && s.refs >= expectedRefs && s.lists >= 3 && s.pending === 0) break;
+  const listed = s.objects >= expectedApps && s.refs >= expectedRefs && s.lists >= 3;
+  if (listed && s.driftListed >= expectedKinds && s.pending === 0) break;
   if (performance.now() - t0 > TIMEOUT_MS) {
     process.stderr.write(`forwarder-rss: initial sync not done after ${TIMEOUT_MS} ms: ${JSON.stringify(s)}\n`);
     process.exit(1);

@@ -33,8 +33,11 @@ export interface TargetFigure {
 /** Figures by key (`latency.overheadShare`, `bundles.fetch.bytes`, …), in a stable order. */
 export type Targets = Record<string, TargetFigure>;
 
-/** Target of the forwarder's RSS: 80 MB (issue 13 item 5), as MiB. */
-export const FORWARDER_RSS_TARGET_MIB = round(80_000_000 / 2 ** 20, 2);
+/**
+ * Target of the forwarder's RSS: 120 MB (issue 24 item 6: 10,000 Apps that deployed 20 objects
+ * each, plus their inputs; issue 13 item 5's 80 MB was for the Apps and two refs each alone), as MiB.
+ */
+export const FORWARDER_RSS_TARGET_MIB = round(120_000_000 / 2 ** 20, 2);
 
 /** Whether `value op target` holds. */
 export function meets(value: number, op: TargetOp, target: number): boolean {
@@ -126,7 +129,7 @@ export function computeTargets(results: Record<string, unknown>): Targets {
     put(`bundles.${stage}.coldStartMs`, num(at(b, 'coldStart', 'median')), '<=', 150, 'ms', 1);
   }
 
-  // 5 forwarder memory (issue 13 item 5): ≤ 80 MB settled RSS at 10,000 Apps, with the V8 flags
+  // 5 forwarder memory (issue 24 item 6): ≤ 120 MB settled RSS at 10,000 Apps, with the V8 flags
   const sample = arr(at(results, 'forwarderMemory', 'samples')).find(
     (s) => num(at(s, 'apps')) === 10_000 && arr(at(s, 'flags')).length > 0,
   );

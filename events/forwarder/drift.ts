@@ -29,7 +29,11 @@
  *
  * {@link DriftWatches.coveredSince} says since when every watch an App needs has been running
  * without a gap; the forwarder keeps an App quiet at its sync period only when that is before the
- * App's last reconcile (`README.md`, "Reconcile by exception").
+ * App's last reconcile (`README.md`, "Reconcile by exception"). While one of those watches fails
+ * or stalls, its Apps are not covered and fall back to their sync period
+ * ({@link DriftOptions.onUncovered}); once it works again (resumed from its resourceVersion, or
+ * relisted and judged after 410) they are covered again as before, so a recovery alone sends
+ * nothing for Apps whose objects did not change.
  *
  * @module
  */
@@ -122,9 +126,10 @@ export interface DriftOptions<T> {
   watcher: ObjectWatcher;
   /**
    * Starts a list+watch of `kind`'s objects carrying {@link KAPP_APP_LABEL}, metadata only, in
-   * `namespace` (`undefined`: all); runs until the forwarder stops.
+   * `namespace` (`undefined`: all); runs until the returned function is called (no owner
+   * deploys the kind any more) or the forwarder stops.
    */
-  watch: (kind: DiscoveredKind, namespace: string | undefined, handler: ReflectorHandler) => void;
+  watch: (kind: DiscoveredKind, namespace: string | undefined, handler: ReflectorHandler) => () => void;
   /** Namespaces the forwarder watches; empty: all. */
   scopes: readonly string[];
   /** One change of an owner's deployed objects that is drift. */
@@ -133,6 +138,12 @@ export interface DriftOptions<T> {
   reconciling: (owner: T) => boolean;
   /** The owner's last reconcile, ms since the epoch (second precision); `NaN` when never. */
   handledAtMs: (owner: T) => number;
+  /**
+   * A watch some owners need stopped working (a failed list or watch, a stall): owners it
+   * covered are no longer {@link DriftWatches.coveredSince covered} until it works again, so
+   * quiet ones must fall back to their sync period. Must not throw.
+   */
+  onUncovered?: () => void;
   /** Wait before discovering a kind again that was not served or failed. Default 60 000. */
   rediscoverMs?: number;
   clock: Clock;
@@ -152,6 +163,12 @@ interface KindWatch {
   unlisted: number;
   /** When the last of its watches completed its first list (ms); +∞ before. */
   listedAt: number;
+  /** Watches currently failing or stalled ({@link ReflectorHandler.health}). */
+  down: number;
+  /** Owners whose deploy lists the kind; at 0 the kind is released. */
+  users: number;
+  /** Stop its running watches. */
+  stops: (() => void)[];
 }
 
 /** See the module comment. */
@@ -172,9 +189,11 @@ export class DriftWatches<T> {
     this.rediscoverMs = opts.rediscoverMs ?? 60_000;
   }
 
-  /** Kinds watched and label values known, for stats. */
-  get size(): { kinds: number; owners: number } {
-    return { kinds: this.kinds.size, owners: this.owners.size };
+  /** Kinds watched, of them the ones through their first list, and label values known, for stats. */
+  get size(): { kinds: number; listed: number; owners: number } {
+    let listed = 0;
+    for (const w of this.kinds.values()) if (w.state === 'watching' && w.unlisted === 0) listed++;
+    return { kinds: this.kinds.size, listed, owners: this.owners.size };
   }
 
   /**
@@ -186,13 +205,35 @@ export class DriftWatches<T> {
     if (before && (!deployed || before.label !== deployed.label)) {
       if (this.owners.get(before.label) === owner) this.owners.delete(before.label);
     }
-    if (!deployed) {
+    // Count the new kinds' users before releasing the old ones: a kind in both stays watched.
+    const kept = new Set<string>();
+    if (deployed) {
+      this.deployed.set(owner, deployed);
+      this.owners.set(deployed.label, owner);
+      for (const gk of deployed.groupKinds) {
+        const key = keyOf(gk);
+        if (kept.has(key)) continue;
+        kept.add(key);
+        this.ensure(gk).users++;
+      }
+    } else {
       this.deployed.delete(owner);
-      return;
     }
-    this.deployed.set(owner, deployed);
-    this.owners.set(deployed.label, owner);
-    for (const gk of deployed.groupKinds) this.ensure(gk);
+    for (const key of before ? new Set(before.groupKinds.map(keyOf)) : []) {
+      const w = this.kinds.get(key);
+      if (w && --w.users <= 0) this.release(w);
+    }
+  }
+
+  /**
+   * No owner deploys `w`'s kind any more: its watches stop and it is forgotten (an owner that
+   * deploys it again starts a new list+watch, and is covered once that listed).
+   */
+  private release(w: KindWatch): void {
+    this.kinds.delete(w.key);
+    for (const stop of w.stops) stop();
+    w.stops = [];
+    this.opts.logger.info({ kind: w.key }, 'no App deploys this kind any more; its drift watch stops');
   }
 
   /** Forgets `owner` (deleted). */
@@ -227,7 +268,7 @@ export class DriftWatches<T> {
     let since = 0;
     for (const gk of d.groupKinds) {
       const w = this.kinds.get(keyOf(gk));
-      if (w?.state !== 'watching' || w.unlisted > 0) return undefined;
+      if (w?.state !== 'watching' || w.unlisted > 0 || w.down > 0) return undefined;
       if (scoped && !w.namespaced) return undefined;
       since = Math.max(since, w.listedAt);
     }
@@ -239,10 +280,10 @@ export class DriftWatches<T> {
     this.stopped = true;
   }
 
-  private ensure(gk: GroupKind): void {
+  private ensure(gk: GroupKind): KindWatch {
     const key = keyOf(gk);
     let w = this.kinds.get(key);
-    if (w && (w.state !== 'missing' || this.opts.clock.now() - w.missingAt < this.rediscoverMs)) return;
+    if (w && (w.state !== 'missing' || this.opts.clock.now() - w.missingAt < this.rediscoverMs)) return w;
     if (!w) {
       w = {
         key,
@@ -251,6 +292,9 @@ export class DriftWatches<T> {
         namespaced: true,
         unlisted: 0,
         listedAt: Number.POSITIVE_INFINITY,
+        down: 0,
+        users: 0,
+        stops: [],
       };
       this.kinds.set(key, w);
     }
@@ -266,10 +310,11 @@ export class DriftWatches<T> {
         this.discovered(watch, undefined);
       },
     );
+    return w;
   }
 
   private discovered(w: KindWatch, kind: DiscoveredKind | undefined): void {
-    if (this.stopped) return;
+    if (this.stopped || this.kinds.get(w.key) !== w) return; // stopped, or released meanwhile
     if (!kind) {
       w.state = 'missing';
       w.missingAt = this.opts.clock.now();
@@ -281,7 +326,7 @@ export class DriftWatches<T> {
       kind.type.namespaced && this.opts.scopes.length > 0 ? [...this.opts.scopes] : [undefined];
     if (!kind.type.namespaced && this.opts.scopes.length > 0) return; // not covered (coveredSince)
     w.unlisted = scopes.length;
-    for (const ns of scopes) this.opts.watch(kind, ns, this.handler(w, kind));
+    for (const ns of scopes) w.stops.push(this.opts.watch(kind, ns, this.handler(w, kind)));
   }
 
   /** One scope's handler; its label counts are its own (a relist replaces them). */
@@ -289,7 +334,17 @@ export class DriftWatches<T> {
     let counts = new Map<string, number>();
     let next = new Map<string, number>();
     let listedOnce = false;
+    let healthy = true;
     return {
+      health: (ok: boolean) => {
+        if (ok === healthy) return;
+        healthy = ok;
+        w.down += ok ? -1 : 1;
+        // Back up: nothing to do. The watch resumed from its resourceVersion (or relisted after
+        // 410 and judged every object against the owners' last reconciles), so a change made
+        // while it was down is reported as drift, and an unchanged owner stays quiet: no burst.
+        if (!ok && w.down === 1) this.opts.onUncovered?.();
+      },
       listStart: () => {
         next = new Map();
       },

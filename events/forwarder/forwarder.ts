@@ -146,6 +146,8 @@ export interface ForwarderStats {
   quiet: number;
   /** Deployed kinds watched for drift. */
   driftKinds: number;
+  /** Of {@link driftKinds}, those whose watches are through their first list. */
+  driftListed: number;
 }
 
 /** Options of {@link Forwarder.stop}. */
@@ -333,13 +335,21 @@ export class Forwarder {
         scopes: opts.namespaces ?? [],
         watch: (kind, ns, handler) => {
           const ac = this.ac;
-          if (!ac || ac.signal.aborted) return;
+          if (!ac || ac.signal.aborted) return () => undefined;
+          // Its own signal: the kind is released when no App deploys it any more.
+          const own = new AbortController();
+          const onAbort = () => own.abort();
+          ac.signal.addEventListener('abort', onAbort, { once: true });
           const r = this.reflector(kind, ns, this.opts.refPageSize ?? 100, handler, {
             labelSelector: KAPP_APP_LABEL,
             metadataOnly: true,
           });
           this.deployedWatches.push(r);
-          this.runs.push(r.run(ac.signal));
+          this.runs.push(r.run(own.signal));
+          return () => {
+            ac.signal.removeEventListener('abort', onAbort);
+            own.abort();
+          };
         },
         onDrift: (st, cause) => {
           this.driftSeen++;
@@ -355,6 +365,7 @@ export class Forwarder {
           }
         },
         reconciling: (st) => st.running,
+        onUncovered: () => this.wakeQuiet((st) => this.drift?.coveredSince(st) === undefined),
         handledAtMs: (st) => (st.handledAt === NEVER ? Number.NaN : st.handledAt * 1000),
         clock: this.clock,
         logger: this.logger,
@@ -510,6 +521,7 @@ export class Forwarder {
       drift: this.driftSeen,
       quiet: this.quieted,
       driftKinds: this.drift?.size.kinds ?? 0,
+      driftListed: this.drift?.size.listed ?? 0,
     };
   }
 
@@ -818,11 +830,20 @@ export class Forwarder {
    */
   private inputsChanged(): void {
     if (this.inputsListedAt === Number.POSITIVE_INFINITY) return; // the first list: nothing quiet yet
+    this.inputsListedAt = this.clock.now();
+    this.wakeQuiet(() => true);
+  }
+
+  /**
+   * Quiet objects (due at their safety due time) that `uncovered` picks are asked within the
+   * shortest sync period (30 s, spread), as their sync period would have: something they depend
+   * on may change unseen (an input of every reconcile changed, a drift watch they need is down).
+   */
+  private wakeQuiet(uncovered: (st: ObjState) => boolean): void {
     const now = this.clock.now();
-    this.inputsListedAt = now;
     for (const map of this.objects) {
       for (const [, , st] of map.entries()) {
-        if (st.heapIndex >= 0 && st.due === st.quietAt)
+        if (st.heapIndex >= 0 && st.due === st.quietAt && uncovered(st))
           this.schedule(st, now + Math.floor(this.random() * MIN_SYNC_PERIOD_MS));
       }
     }

@@ -79,7 +79,7 @@ export interface ForwarderProgram {
 
 type CounterKey = Exclude<
   keyof ForwarderStats,
-  'objects' | 'refs' | 'scheduled' | 'pending' | 'emitted' | 'driftKinds'
+  'objects' | 'refs' | 'scheduled' | 'pending' | 'emitted' | 'driftKinds' | 'driftListed'
 >;
 
 /** Counters of {@link ForwarderStats} exported as `kapp_lambda_forwarder_<name>_total`. */

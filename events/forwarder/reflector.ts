@@ -43,6 +43,13 @@ export interface ReflectorHandler {
   listEnd(mode: ListMode): void;
   /** One watch event (never `BOOKMARK`). */
   event(event: WatchEvent): void;
+  /**
+   * The loop's health changed: `false` when a list or watch failed (other than 410) or the
+   * watchdog ended a stalled watch, so changes may be going unseen; `true` again once a list
+   * completes or a watch delivers something (an event or a bookmark). Called on changes only;
+   * the loop starts healthy.
+   */
+  health?(healthy: boolean): void;
 }
 
 /** Counters of one reflector; the forwarder sums them. */
@@ -129,6 +136,7 @@ export class Reflector {
     let attempt = 0;
     let goneStreak = 0;
     let listedOnce = false;
+    this.healthy = true;
     const backoff = async (err: unknown, what: string) => {
       const delay = backoffDelay(attempt++, this.opts.random, this.opts.backoff);
       this.opts.logger.warn({ err, resource: this.name, attempt, retryInMs: delay }, `${what} failed; retrying`);
@@ -142,6 +150,7 @@ export class Reflector {
           if (signal.aborted) break;
           this.resourceVersion = rv;
           this.counters.lists++;
+          this.setHealthy(true);
           attempt = 0;
           if (!listedOnce) {
             listedOnce = true;
@@ -156,6 +165,7 @@ export class Reflector {
         if (delivered > 0) attempt = 0;
         if (stalled) {
           this.counters.stalls++;
+          this.setHealthy(false);
           this.opts.logger.warn(
             { resource: this.name, stallTimeoutMs: this.opts.stallTimeoutMs, resourceVersion: this.resourceVersion },
             'watch stalled; restarting it',
@@ -177,9 +187,18 @@ export class Reflector {
           continue;
         }
         this.counters.errors++;
+        this.setHealthy(false);
         await backoff(err, this.resourceVersion === undefined ? 'list' : 'watch');
       }
     }
+  }
+
+  private healthy = true;
+
+  private setHealthy(healthy: boolean): void {
+    if (this.healthy === healthy) return;
+    this.healthy = healthy;
+    this.handler.health?.(healthy);
   }
 
   /** The selectors and the metadata-only ask, shared by the list and the watch it resumes. */
@@ -251,6 +270,7 @@ export class Reflector {
           if (ac.signal.aborted) return;
           last = clock.now();
           delivered++;
+          this.setHealthy(true);
           if (event.type !== 'BOOKMARK') this.handler.event(event);
           const rv = event.object?.metadata?.resourceVersion;
           if (rv) this.resourceVersion = rv;

@@ -76,6 +76,12 @@ function resKey(r: ResourceKind): string {
   return `${r.apiVersion}/${r.kind}`;
 }
 
+/** The inverse of {@link resKey}: the kind is after the last `/`. */
+function splitResKey(key: string): [string, string] {
+  const i = key.lastIndexOf('/');
+  return [key.slice(0, i), key.slice(i + 1)];
+}
+
 function objKey(o: KubeObject): string {
   return `${o.metadata.namespace ?? ''}/${o.metadata.name}`;
 }
@@ -151,6 +157,22 @@ export class FakeObjectWatcher implements ObjectWatcher {
   /** The stored object, or `undefined`. */
   get(resource: ResourceKind, namespace: string, name: string): KubeObject | undefined {
     return this.store(resKey(resource)).get(`${namespace}/${name}`);
+  }
+
+  /**
+   * Sends a `BOOKMARK` to every open, non-stalled watch every `ms` (kube-apiserver sends one
+   * about every minute), so a reflector's watchdog tells a quiet watch from a stalled one.
+   * Uses the global timers (fake ones in tests).
+   * @returns Stops the bookmarks.
+   */
+  bookmarkEvery(ms: number): () => void {
+    const timer = setInterval(() => {
+      for (const key of new Set(this.sessions.map((s) => s.resource))) {
+        const [apiVersion, kind] = splitResKey(key);
+        this.bookmark({ apiVersion, kind });
+      }
+    }, ms);
+    return () => clearInterval(timer);
   }
 
   /** Sends a `BOOKMARK` at the current resourceVersion to open, non-stalled watches of `resource`. */

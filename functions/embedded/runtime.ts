@@ -35,6 +35,7 @@ import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
+import type { ObjectWatcher } from '../lib/kube/port.js';
 import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
 import { PrometheusReconcileMetrics } from '../lib/observe/prometheus.js';
@@ -98,8 +99,16 @@ export interface EmbeddedOptions {
   log: Logger;
   /** Objects reconciled at once. Default 4. */
   concurrency?: number;
-  /** Forwarder tuning (coalescing window, watchdog), ms. */
-  forwarder?: { coalesceWindowMs?: number; stallTimeoutMs?: number; watchTimeoutSeconds?: number };
+  /**
+   * Forwarder tuning (coalescing window, watchdog), ms. `wrapWatcher` is a fault hook for tests:
+   * it wraps each cluster's watch view (e.g. to make some watches fail, as lost RBAC would).
+   */
+  forwarder?: {
+    coalesceWindowMs?: number;
+    stallTimeoutMs?: number;
+    watchTimeoutSeconds?: number;
+    wrapWatcher?: (view: ObjectWatcher) => ObjectWatcher;
+  };
   /** Overrides of the pipeline configuration. */
   config?: Partial<PipelineConfig>;
   /**
@@ -292,11 +301,12 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       labelNames: ['cluster'],
       registers: [metrics.registry],
     });
+  const { wrapWatcher, ...forwarderTuning } = opts.forwarder ?? {};
   const makeForwarder = (clusterId: string, transport: Transport) =>
     new Forwarder({
       onDrift: () => driftTotal.inc({ cluster: clusterId }),
       clusterId,
-      watcher: registry.watchView(clusterId),
+      watcher: wrapWatcher ? wrapWatcher(registry.watchView(clusterId)) : registry.watchView(clusterId),
       transport,
       kinds: watchedKinds(opts.kinds ?? EMBEDDED_KINDS, () => appTimers.get(clusterId) ?? deps.config.timer),
       namespaces: opts.namespaces,
@@ -305,7 +315,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
         namespace: deps.config.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE,
         onChange: () => followControllerConfig(clusterId),
       },
-      ...opts.forwarder,
+      ...forwarderTuning,
     });
   const fixed: Forwarder[] = [];
   if (opts.leaderElection === false) {

@@ -167,6 +167,8 @@ async function settle(ms = 250): Promise<void> {
 beforeEach(() => {
   vi.useFakeTimers({ now: T0 });
   watcher = new FakeObjectWatcher();
+  // As kube-apiserver does: without them every quiet watch would look stalled after 90 s.
+  watcher.bookmarkEvery(60_000);
   watcher.serve(DEPLOYMENT, 'deployments');
   transport = new Recorder();
 });
@@ -557,17 +559,57 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual([]);
   });
 
-  it('a kapp-controller-config change makes a quiet App reconcile once at its sync period', async () => {
-    let changes = 0;
+  /** Starts a forwarder, lets App `a` run its first reconcile, and checks it is quiet after it. */
+  async function quietApp(extra: Partial<ForwarderOptions> = {}): Promise<void> {
     watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
     watcher.apply(deployment('web', 'kapp', T0));
-    start({ controllerConfig: { namespace: 'kapp-lambda', onChange: () => changes++ } });
+    start(extra);
     await settle(25_000);
     expect(transport.take()).toEqual(['resync']);
     vi.setSystemTime(T0 + 26_000);
     watcher.apply(app({ status: deployedStatus(T0 + 26_000) }));
     await settle(40_000);
     expect(transport.take()).toEqual([]);
+  }
+
+  /** The App's reconcile ends now (a new status with the current time). */
+  function reconciledNow(): void {
+    watcher.apply(app({ status: deployedStatus(Math.floor(Date.now() / 1000) * 1000) }));
+  }
+
+  it('while its drift watch fails, a quiet App keeps its sync period; the watch back, it is quiet again with no burst', async () => {
+    await quietApp();
+    watcher.failWatches(new Error('forbidden'), DEPLOYMENT);
+    // Asked at once (the spread of the shortest sync period is 0 here), not at its safety period.
+    await settle(1000);
+    expect(transport.take()).toEqual(['resync']);
+    reconciledNow();
+    // The watch is open again but has delivered nothing yet (the next bookmark is at T0 + 120 s):
+    // its next sync period runs too.
+    await settle(36_000);
+    expect(transport.take()).toEqual(['resync']);
+    reconciledNow();
+    // It delivers (a bookmark): covered as before; nothing is sent for the unchanged App and its
+    // sync periods are quiet again.
+    await settle(5 * 60_000);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().watchErrors).toBe(1);
+  });
+
+  it('a stalled drift watch (open, silent) is restarted and its quiet App asked; back, the App is quiet again', async () => {
+    await quietApp();
+    watcher.stallWatches(DEPLOYMENT);
+    await settle(95_000);
+    expect(transport.take()).toEqual(['resync']);
+    expect(fwd!.stats().stalls).toBe(1);
+    reconciledNow();
+    await settle(5 * 60_000);
+    expect(transport.take()).toEqual([]);
+  });
+
+  it('a kapp-controller-config change makes a quiet App reconcile once at its sync period', async () => {
+    let changes = 0;
+    await quietApp({ controllerConfig: { namespace: 'kapp-lambda', onChange: () => changes++ } });
     const before = changes;
     watcher.apply({
       apiVersion: 'v1',
@@ -599,6 +641,27 @@ describe('forwarder: reconcile by exception', () => {
     const gone = watcher.remove({ apiVersion: 'v1', kind: 'ServiceAccount' }, 'default', 'deployer')!;
     await settle();
     expect(transport.take()).toEqual([`ref-changed ServiceAccount/deployer@gone-${gone.metadata.resourceVersion}`]);
+  });
+
+  it('a kind no App deploys any more stops being watched; deployed again, it is watched again', async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    start();
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(1);
+    const noKinds = deployedStatus(T0 - 10_000);
+    (
+      noKinds.deploy as { kapp: { associatedResources: { groupKinds: unknown[] } } }
+    ).kapp.associatedResources.groupKinds = [];
+    watcher.apply(app({ status: noKinds }));
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(0);
+    expect(fwd!.stats().driftKinds).toBe(0);
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(1);
+    watcher.remove(APP, 'default', 'a');
+    await settle();
+    expect(watcher.openWatches(DEPLOYMENT)).toBe(0);
   });
 
   it('an App whose deployed kind is not served keeps its sync period', async () => {
