@@ -274,6 +274,11 @@ try {
             figure: `  concurrency ${c}: function-seconds`,
             value: `${r.functionSeconds!.toFixed(1)} s (tools ${(Object.values(r.tools ?? {}).reduce((a, t) => a + t.ms, 0) / 1000).toFixed(1)} s; CPU ${r.cpuSeconds.toFixed(1)} s)`,
           },
+          {
+            scenario: '2 throughput',
+            figure: `  concurrency ${c}: API requests/s on the API server, mean; peak second`,
+            value: `${r.apiRequestsPerSecond}; ${r.peakApiRequestsPerSecond}`,
+          },
         );
       }
     }
@@ -285,7 +290,7 @@ try {
       kcRows.push({
         scenario: '7 kapp-controller',
         figure: `throughput ${APPS} Apps, -concurrency=${c}`,
-        value: `${fmtMs(r.wallMs)} (${r.succeeded} ok; CPU ${r.cpuSeconds.toFixed(1)} s)${ours ? `; ours/theirs time ${(ours.wallMs / r.wallMs).toFixed(2)}, CPU ${(ours.cpuSeconds / r.cpuSeconds).toFixed(2)}` : ''}`,
+        value: `${fmtMs(r.wallMs)} (${r.succeeded} ok; CPU ${r.cpuSeconds.toFixed(1)} s; API ${r.apiRequestsPerSecond}/s mean, ${r.peakApiRequestsPerSecond}/s peak)${ours ? `; ours/theirs time ${(ours.wallMs / r.wallMs).toFixed(2)}, CPU ${(ours.cpuSeconds / r.cpuSeconds).toFixed(2)}` : ''}`,
       });
     }
   }

@@ -50,8 +50,13 @@ export interface SteadyWindow {
   windowMs: number;
   /** CPU-seconds (user + system, processes and reaped tool children) spent in the window. */
   cpuSeconds: number;
-  /** `apiserver_request_total` at the window's end − at its start: every client's requests. */
+  /**
+   * `apiserver_request_total` at the window's end − at its start: every client's requests (less
+   * the benchmark's own counter reads, {@link apiRates}).
+   */
   apiRequests: number;
+  /** The busiest second's requests per second, as counted (the baseline's included): {@link apiRates}. */
+  peakApiRequestsPerSecond: number;
   /** Reconciles (kapp-lambda: pipeline runs ended; kapp-controller: "Completed deploy") ended in the window. */
   reconciles: number;
 }
@@ -63,6 +68,10 @@ export interface SteadyFigures {
   apiRequestsPerMin: number;
   /** API requests per minute as counted, the control plane's own included. */
   rawApiRequestsPerMin: number;
+  /** `apiRequestsPerMin` per second: the mean over the window, less the baseline. */
+  apiRequestsPerSecond: number;
+  /** `rawApiRequestsPerMin` per second: the mean the API server saw. */
+  rawApiRequestsPerSecond: number;
   reconcilesPerMin: number;
   /** `null` when the window ended no reconcile. */
   cpuSecondsPerReconcile: number | null;
@@ -75,7 +84,10 @@ export interface SteadyFigures {
  *   running (kube-controller-manager, scheduler, kwok), subtracted from the window's count
  * @throws RangeError when the window is not positive.
  */
-export function steadyFigures(w: SteadyWindow, baselinePerMin: number): SteadyFigures {
+export function steadyFigures(
+  w: Pick<SteadyWindow, 'windowMs' | 'cpuSeconds' | 'apiRequests' | 'reconciles'>,
+  baselinePerMin: number,
+): SteadyFigures {
   const raw = perMinute(w.apiRequests, w.windowMs);
   const api = Math.max(0, raw - baselinePerMin);
   const cpu = perMinute(w.cpuSeconds, w.windowMs);
@@ -84,6 +96,8 @@ export function steadyFigures(w: SteadyWindow, baselinePerMin: number): SteadyFi
     cpuSecondsPerMin: cpu,
     apiRequestsPerMin: api,
     rawApiRequestsPerMin: raw,
+    apiRequestsPerSecond: api / 60,
+    rawApiRequestsPerSecond: raw / 60,
     reconcilesPerMin: reconciles,
     cpuSecondsPerReconcile: reconciles > 0 ? cpu / reconciles : null,
     apiRequestsPerReconcile: reconciles > 0 ? api / reconciles : null,
@@ -104,5 +118,72 @@ export function steadyRatios(
   return {
     cpu: theirs.cpuSecondsPerMin > 0 ? ours.cpuSecondsPerMin / theirs.cpuSecondsPerMin : null,
     api: theirs.apiRequestsPerMin > 0 ? ours.apiRequestsPerMin / theirs.apiRequestsPerMin : null,
+  };
+}
+
+/** One reading of the API server's request counter: when (ms, any clock common to all) and Σ {@link requestTotal}. */
+export interface ApiSample {
+  atMs: number;
+  total: number;
+}
+
+/** The API server's load over a sampled window (`lib/api-sampler.ts`). */
+export interface ApiRates {
+  /** Requests finished between the first and the last sample, less the sampler's own. */
+  requests: number;
+  /** First sample → last, ms. */
+  windowMs: number;
+  /** `requests` per second over `windowMs`. */
+  meanPerSecond: number;
+  /** The largest per-second rate between two consecutive samples (each less its own read). */
+  peakPerSecond: number;
+  /** Samples read. */
+  samples: number;
+}
+
+/**
+ * Mean and peak request rate of a window from counter samples taken about once a second. Each
+ * sample is one `GET /metrics`, counted by the server after it answered, so every interval holds
+ * exactly one request of the sampler's (the read that opened it): `ownPerInterval` (default 1)
+ * is taken off each interval, never below 0. The peak is the busiest interval's rate, so its
+ * resolution is the sampling interval (a burst shorter than it is averaged over it); an interval
+ * shorter than `minIntervalMs` (the reading taken at stop, just after a periodic one) is joined
+ * to its neighbour, so a few requests in a few ms do not read as a huge rate. A watch counts in
+ * the interval it ended in.
+ * @throws RangeError with fewer than two samples or a window that is not positive.
+ */
+export function apiRates(samples: readonly ApiSample[], ownPerInterval = 1, minIntervalMs = 500): ApiRates {
+  if (samples.length < 2) throw new RangeError(`apiRates: ${samples.length} sample(s), need 2`);
+  let requests = 0;
+  const merged: { n: number; ms: number }[] = [];
+  for (let i = 1; i < samples.length; i++) {
+    const a = samples[i - 1] as ApiSample;
+    const b = samples[i] as ApiSample;
+    const n = Math.max(0, b.total - a.total - ownPerInterval);
+    requests += n;
+    const ms = b.atMs - a.atMs;
+    const last = merged.at(-1);
+    if (last && last.ms < minIntervalMs) {
+      last.n += n;
+      last.ms += ms;
+    } else merged.push({ n, ms });
+  }
+  const tail = merged.at(-1);
+  if (merged.length > 1 && tail && tail.ms < minIntervalMs) {
+    merged.pop();
+    const prev = merged.at(-1) as { n: number; ms: number };
+    prev.n += tail.n;
+    prev.ms += tail.ms;
+  }
+  let peak = 0;
+  for (const { n, ms } of merged) if (ms > 0) peak = Math.max(peak, (n * 1000) / ms);
+  const windowMs = (samples.at(-1) as ApiSample).atMs - (samples[0] as ApiSample).atMs;
+  if (!(windowMs > 0)) throw new RangeError(`apiRates: window of ${windowMs} ms`);
+  return {
+    requests,
+    windowMs,
+    meanPerSecond: (requests * 1000) / windowMs,
+    peakPerSecond: peak,
+    samples: samples.length,
   };
 }

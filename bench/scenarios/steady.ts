@@ -16,21 +16,24 @@
  *   tools), from `/proc/<pid>/stat`, as in the throughput scenario: for kapp-lambda the benchmark
  *   process, which then runs only the runtime; for kapp-controller its controller and sidecar.
  * - API requests: Σ `apiserver_request_total` (`GET /metrics`) at the end − at the start, less
- *   the baseline's rate. Every client's requests: the runtime's (forwarder, pipeline, the kapp it
+ *   the baseline's rate and the benchmark's own reads; read about once a second through the
+ *   window (`lib/api-sampler.ts`), which also gives the mean per second and the peak second. Every client's requests: the runtime's (forwarder, pipeline, the kapp it
  *   runs), kapp-controller's (controller, kapp). A watch counts when it ends.
  * - reconciles ended in the window (kapp-lambda's pipeline runs, kapp-controller's "Completed
  *   deploy" log lines), for per-reconcile figures that do not depend on N.
  *
  * @module
  */
+
+import { startApiSampler } from '../lib/api-sampler.js';
 import { type BenchContext, clusterOf } from '../lib/context.js';
 import { type KappController, procCpuSeconds, startKappController } from '../lib/kapp-controller.js';
 import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
 import { endsRun, startOursIn, waitForwardersReady } from '../lib/ours.js';
 import { round } from '../lib/stats.js';
 import {
+  apiRates,
   perMinute,
-  requestTotal,
   STEADY_TARGET_RATIO,
   type SteadyFigures,
   type SteadyWindow,
@@ -86,7 +89,13 @@ export interface SteadyResult {
   windowMs: number;
   namespaces: { ours: string; theirs: string };
   /** The control plane alone: requests counted and their rate. */
-  baseline?: { windowMs: number; apiRequests: number; apiRequestsPerMin: number };
+  baseline?: {
+    windowMs: number;
+    apiRequests: number;
+    apiRequestsPerMin: number;
+    apiRequestsPerSecond: number;
+    peakApiRequestsPerSecond: number;
+  };
   ours?: SteadySide;
   theirs?: SteadySide & { version: string };
   /** ours/theirs of the per-minute figures (null when a side is missing). */
@@ -95,19 +104,10 @@ export interface SteadyResult {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Σ `apiserver_request_total` now. @throws Error when the metrics cannot be read. */
-async function apiRequestsNow(ctx: BenchContext): Promise<number> {
-  const { rest } = clusterOf(ctx);
-  const res = await rest.send({ method: 'GET', path: '/metrics', accept: 'text/plain' });
-  if (res.statusCode !== 200 || typeof res.body !== 'string') {
-    throw new Error(`GET /metrics: HTTP ${res.statusCode}`);
-  }
-  return requestTotal(res.body);
-}
-
 /**
- * Measures one window: requests read first and last, CPU and reconciles inside (so the
- * benchmark's own metrics reads are not in the CPU figure).
+ * Measures one window: the API server's request counter read about once a second by a child
+ * process from before the window to after it (`lib/api-sampler.ts`: mean and peak rate), CPU and
+ * reconciles inside (the sampler's reads and its CPU are not in the CPU figure).
  */
 async function measureWindow(
   ctx: BenchContext,
@@ -115,7 +115,7 @@ async function measureWindow(
   cpu: () => number,
   reconciles: () => number,
 ): Promise<SteadyWindow> {
-  const api0 = await apiRequestsNow(ctx);
+  const sampler = await startApiSampler(clusterOf(ctx).cluster.kubeconfigPath);
   const cpu0 = cpu();
   const n0 = reconciles();
   const t0 = performance.now();
@@ -123,8 +123,14 @@ async function measureWindow(
   const elapsed = performance.now() - t0;
   const cpu1 = cpu();
   const n1 = reconciles();
-  const api1 = await apiRequestsNow(ctx);
-  return { windowMs: elapsed, cpuSeconds: cpu1 - cpu0, apiRequests: api1 - api0, reconciles: n1 - n0 };
+  const api = apiRates(await sampler.stop());
+  return {
+    windowMs: elapsed,
+    cpuSeconds: cpu1 - cpu0,
+    apiRequests: api.requests,
+    peakApiRequestsPerSecond: api.peakPerSecond,
+    reconciles: n1 - n0,
+  };
 }
 
 /**
@@ -177,10 +183,13 @@ function side(
     windowMs: Math.round(w.windowMs),
     cpuSeconds: round(w.cpuSeconds, 3),
     apiRequests: w.apiRequests,
+    peakApiRequestsPerSecond: round(w.peakApiRequestsPerSecond, 1),
     reconciles: w.reconciles,
     cpuSecondsPerMin: round(f.cpuSecondsPerMin, 3),
     apiRequestsPerMin: round(f.apiRequestsPerMin, 1),
     rawApiRequestsPerMin: round(f.rawApiRequestsPerMin, 1),
+    apiRequestsPerSecond: round(f.apiRequestsPerSecond, 2),
+    rawApiRequestsPerSecond: round(f.rawApiRequestsPerSecond, 2),
     reconcilesPerMin: round(f.reconcilesPerMin, 1),
     cpuSecondsPerReconcile: r3(f.cpuSecondsPerReconcile),
     apiRequestsPerReconcile: r3(f.apiRequestsPerReconcile),
@@ -275,6 +284,8 @@ export async function steadyScenario(
       windowMs: Math.round(w.windowMs),
       apiRequests: w.apiRequests,
       apiRequestsPerMin: round(perMinute(w.apiRequests, w.windowMs), 1),
+      apiRequestsPerSecond: round(perMinute(w.apiRequests, w.windowMs) / 60, 2),
+      peakApiRequestsPerSecond: round(w.peakApiRequestsPerSecond, 1),
     };
   });
   if (!baseline) return result;
@@ -296,8 +307,8 @@ export async function steadyScenario(
   const what = `${opts.apps} Apps at ${STEADY_SYNC_PERIOD}, ${fmt(opts.windowMs / 1000, 0)} s window`;
   ctx.rows.push({
     scenario: SCENARIO,
-    figure: 'baseline: control plane alone, API requests/min',
-    value: fmt(baseline.apiRequestsPerMin),
+    figure: 'baseline: control plane alone, API requests/min; peak second, requests/s',
+    value: `${fmt(baseline.apiRequestsPerMin)}; ${fmt(baseline.peakApiRequestsPerSecond)}`,
   });
   for (const s of [result.ours, result.theirs]) {
     if (!s) continue;
@@ -314,6 +325,11 @@ export async function steadyScenario(
         figure: `  ${s.impl}: API requests/min (less baseline)`,
         value: `${fmt(s.apiRequestsPerMin)} (counted ${fmt(s.rawApiRequestsPerMin)})${ours && result.ratios.api !== null ? `; ours/theirs ${result.ratios.api.toFixed(3)}` : ''}`,
         ...(ours ? { target: `≤ ${STEADY_TARGET_RATIO}× kapp-controller`, verdict: verdict(result.ratios.api) } : {}),
+      },
+      {
+        scenario: SCENARIO,
+        figure: `  ${s.impl}: API requests/s, mean (less baseline); peak second on the API server`,
+        value: `${fmt(s.apiRequestsPerSecond, 2)}; ${fmt(s.peakApiRequestsPerSecond)}`,
       },
       {
         scenario: SCENARIO,

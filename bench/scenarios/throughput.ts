@@ -12,11 +12,14 @@
  *
  * @module
  */
+
+import { startApiSampler } from '../lib/api-sampler.js';
 import { type BenchContext, clusterOf, contextOf } from '../lib/context.js';
 import { type KappController, procCpuSeconds } from '../lib/kapp-controller.js';
 import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
 import { appKey, startOursIn, toolDelta, waitForwardersReady } from '../lib/ours.js';
-import { fmtMs } from '../lib/stats.js';
+import { fmtMs, round } from '../lib/stats.js';
+import { apiRates } from '../lib/steady.js';
 
 /** One throughput run. */
 export interface ThroughputRun {
@@ -34,6 +37,16 @@ export interface ThroughputRun {
   appsPerSecond: number;
   /** CPU seconds of the implementation's processes and their tools over the run. */
   cpuSeconds: number;
+  /**
+   * The API server's requests over the run (creates to the last App seen, the benchmark's own
+   * creates and watch included, its counter reads not): Σ `apiserver_request_total`, read about
+   * once a second (`lib/api-sampler.ts`, `apiRates` in `lib/steady.ts`).
+   */
+  apiRequests: number;
+  /** `apiRequests` per second over the run. */
+  apiRequestsPerSecond: number;
+  /** The busiest second's requests on the API server (the control plane's own included). */
+  peakApiRequestsPerSecond: number;
   /** kapp-lambda only: Σ stage timers, seconds. */
   functionSeconds?: number;
   /** kapp-lambda only: tool runs and seconds. */
@@ -54,15 +67,18 @@ async function measure(
   ns: string,
   count: number,
   cpu: () => number,
-): Promise<{
-  wallMs: number;
-  createMs: number;
-  cpuSeconds: number;
-  seen: Map<string, { final: string; message?: string }>;
-}> {
+): Promise<
+  {
+    wallMs: number;
+    createMs: number;
+    cpuSeconds: number;
+    seen: Map<string, { final: string; message?: string }>;
+  } & Pick<ThroughputRun, 'apiRequests' | 'apiRequestsPerSecond' | 'peakApiRequestsPerSecond'>
+> {
   const { cluster, rest } = clusterOf(ctx);
   const watch = new AppWatch(cluster.kubeconfigPath, ns);
   await watch.start();
+  const sampler = await startApiSampler(cluster.kubeconfigPath);
   try {
     const keys = names(count).map((n) => `${ns}/${n}`);
     const apps = names(count).map((n) => inlineApp(ns, n, `${ns} ${n} ${Date.now()}`));
@@ -78,8 +94,20 @@ async function measure(
     }
     const last = Math.max(...[...seen.values()].map((s) => s.at), t0);
     const wallMs = seen.size === count ? last - t0 : TIMEOUT_MS;
-    return { wallMs, createMs, cpuSeconds: cpu() - cpu0, seen };
+    const cpuSeconds = cpu() - cpu0;
+    // Stopped (and reaped) after the CPU reading: its own CPU stays out of the figure.
+    const api = apiRates(await sampler.stop());
+    return {
+      wallMs,
+      createMs,
+      cpuSeconds,
+      seen,
+      apiRequests: api.requests,
+      apiRequestsPerSecond: round(api.meanPerSecond, 1),
+      peakApiRequestsPerSecond: round(api.peakPerSecond, 1),
+    };
   } finally {
+    await sampler.stop().catch(() => []);
     await watch.stop();
   }
 }
@@ -121,11 +149,14 @@ export async function throughputOurs(
       createMs: m.createMs,
       appsPerSecond: (s.succeeded / m.wallMs) * 1000,
       cpuSeconds: m.cpuSeconds,
+      apiRequests: m.apiRequests,
+      apiRequestsPerSecond: m.apiRequestsPerSecond,
+      peakApiRequestsPerSecond: m.peakApiRequestsPerSecond,
       functionSeconds: functionMs / 1000,
       tools: toolDelta(before, ours.tools()),
     };
     ctx.say(
-      `throughput ours c=${concurrency}: ${s.succeeded}/${count} in ${fmtMs(m.wallMs)}, function-seconds ${(functionMs / 1000).toFixed(1)}, CPU ${m.cpuSeconds.toFixed(1)} s`,
+      `throughput ours c=${concurrency}: ${s.succeeded}/${count} in ${fmtMs(m.wallMs)}, function-seconds ${(functionMs / 1000).toFixed(1)}, CPU ${m.cpuSeconds.toFixed(1)} s, API ${m.apiRequestsPerSecond}/s mean, ${m.peakApiRequestsPerSecond}/s peak`,
     );
     return run;
   } finally {
@@ -144,7 +175,7 @@ export async function throughputTheirs(
   const m = await measure(ctx, ns, count, () => kc.cpuSeconds());
   const s = summarizeSeen(m.seen);
   ctx.say(
-    `throughput kapp-controller c=${concurrency}: ${s.succeeded}/${count} in ${fmtMs(m.wallMs)}, CPU ${m.cpuSeconds.toFixed(1)} s`,
+    `throughput kapp-controller c=${concurrency}: ${s.succeeded}/${count} in ${fmtMs(m.wallMs)}, CPU ${m.cpuSeconds.toFixed(1)} s, API ${m.apiRequestsPerSecond}/s mean, ${m.peakApiRequestsPerSecond}/s peak`,
   );
   return {
     impl: 'kapp-controller',
@@ -155,5 +186,8 @@ export async function throughputTheirs(
     createMs: m.createMs,
     appsPerSecond: (s.succeeded / m.wallMs) * 1000,
     cpuSeconds: m.cpuSeconds,
+    apiRequests: m.apiRequests,
+    apiRequestsPerSecond: m.apiRequestsPerSecond,
+    peakApiRequestsPerSecond: m.peakApiRequestsPerSecond,
   };
 }

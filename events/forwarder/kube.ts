@@ -18,15 +18,21 @@ import type { KubeClient } from '../../functions/lib/kube/port.js';
  *
  * @param source.kubeconfig - kubeconfig file; absent: in-cluster.
  * @param source.context - its context; default the file's current context.
+ * @param source.clusterId - the cluster's id: its requests wait on the client-side limit
+ *   (`functions/lib/kube/rate-limit.ts`, kapp-controller's 20 QPS / burst 30 by default).
  * @throws Error when the kubeconfig cannot be loaded, its context needs what the plain transport
  *   does not speak (`auth-provider`, basic auth, impersonation, `proxy-url`: named in the
  *   message), or, without a kubeconfig, the process is not in a cluster.
  */
-export async function forwarderKube(source: { kubeconfig?: string; context?: string }): Promise<KubeClient> {
-  if (!source.kubeconfig) return plainClient(inClusterConnection());
+export async function forwarderKube(source: {
+  kubeconfig?: string;
+  context?: string;
+  clusterId?: string;
+}): Promise<KubeClient> {
+  if (!source.kubeconfig) return plainClient(inClusterConnection(), source.clusterId);
   const plain = await plainConnectionOf(source.kubeconfig, source.context);
   if ('unsupported' in plain) {
     throw new Error(`kubeconfig ${source.kubeconfig}: the forwarder does not support ${plain.unsupported}`);
   }
-  return plainClient(plain.connection);
+  return plainClient(plain.connection, source.clusterId);
 }

@@ -40,7 +40,10 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   log.level = settings.logLevel;
-  const kube = await forwarderKube(settings.kubeconfig ? { kubeconfig: settings.kubeconfig } : {});
+  const kube = await forwarderKube({
+    clusterId: settings.forwarder.clusterId,
+    ...(settings.kubeconfig ? { kubeconfig: settings.kubeconfig } : {}),
+  });
   const sqs = new SQSClient({
     region: settings.region,
     ...(settings.sqsEndpoint ? { endpoint: settings.sqsEndpoint } : {}),

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { lineCounter } from '../../bench/lib/kapp-controller.js';
-import { perMinute, requestTotal, steadyFigures, steadyRatios } from '../../bench/lib/steady.js';
+import { apiRates, perMinute, requestTotal, steadyFigures, steadyRatios } from '../../bench/lib/steady.js';
 import { computeTargets } from '../../bench/lib/targets.js';
 
 const METRICS = [
@@ -41,6 +41,55 @@ describe('requestTotal', () => {
   });
 });
 
+describe('apiRates: mean and peak from readings about once a second', () => {
+  it("takes the sampler's own read off each interval; the peak is the busiest interval", () => {
+    // intervals: 1 s with 11 counted (10 + the read), 1 s with 41 (40), 2 s with 21 (20 → 10/s)
+    const r = apiRates([
+      { atMs: 0, total: 100 },
+      { atMs: 1000, total: 111 },
+      { atMs: 2000, total: 152 },
+      { atMs: 4000, total: 173 },
+    ]);
+    expect(r).toEqual({ requests: 70, windowMs: 4000, meanPerSecond: 17.5, peakPerSecond: 40, samples: 4 });
+  });
+
+  it('a late reading spreads its interval: the rate is per its own length', () => {
+    const r = apiRates([
+      { atMs: 0, total: 0 },
+      { atMs: 1500, total: 31 },
+    ]);
+    expect(r.peakPerSecond).toBe(20);
+    expect(r.meanPerSecond).toBe(20);
+  });
+
+  it('joins an interval shorter than half a second to its neighbour (the reading at stop)', () => {
+    // last interval 5 ms with 6 requests: joined to the one before (1 s, 10) → 16 in 1.005 s
+    const r = apiRates([
+      { atMs: 0, total: 0 },
+      { atMs: 1000, total: 11 },
+      { atMs: 1005, total: 18 },
+    ]);
+    expect(r.requests).toBe(16);
+    expect(r.peakPerSecond).toBeCloseTo(16 / 1.005, 6);
+  });
+
+  it('never counts below 0 in an interval, and needs two readings over a positive window', () => {
+    expect(
+      apiRates([
+        { atMs: 0, total: 5 },
+        { atMs: 1000, total: 5 },
+      ]).requests,
+    ).toBe(0);
+    expect(() => apiRates([{ atMs: 0, total: 5 }])).toThrow(RangeError);
+    expect(() =>
+      apiRates([
+        { atMs: 0, total: 5 },
+        { atMs: 0, total: 9 },
+      ]),
+    ).toThrow(RangeError);
+  });
+});
+
 describe('per-minute figures', () => {
   it('scales a count over a window to a minute', () => {
     expect(perMinute(300, 120_000)).toBe(150);
@@ -56,6 +105,8 @@ describe('per-minute figures', () => {
       cpuSecondsPerMin: 6,
       apiRequestsPerMin: 480,
       rawApiRequestsPerMin: 500,
+      apiRequestsPerSecond: 8,
+      rawApiRequestsPerSecond: 500 / 60,
       reconcilesPerMin: 120,
       cpuSecondsPerReconcile: 0.05,
       apiRequestsPerReconcile: 4,

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { proxyEnv, proxyFor } from '../../functions/lib/fetch/cluster-trust.js';
 import type { KubeConfigMap, KubeSecret } from '../../functions/lib/kube/port.js';
+import { ClusterRateLimits } from '../../functions/lib/kube/rate-limit.js';
 import { withClusterConfig } from '../../functions/lib/pipeline/cluster-config.js';
 import type { PipelineDeps } from '../../functions/lib/pipeline/deps.js';
 import {
@@ -67,9 +68,37 @@ describe('parseControllerConfigData (Config.addDataToConfig)', () => {
     [{ appMinimumSyncPeriod: 'soon' }, /^Unmarshaling appMinimumSyncPeriod as duration: /],
     [{ kappDeployRawOptions: '--diff' }, /^Unmarshaling kappDeployRawOptions as JSON: /],
     [{ kappDeployRawOptions: '[1]' }, /^Unmarshaling kappDeployRawOptions as JSON: /],
+    [{ kappLambdaKubeAPIQPS: '-1' }, /^Parsing kappLambdaKubeAPIQPS: /],
+    [{ kappLambdaKubeAPIQPS: 'fast' }, /^Parsing kappLambdaKubeAPIQPS: /],
+    [{ kappLambdaKubeAPIBurst: '0' }, /^Parsing kappLambdaKubeAPIBurst: /],
+    [{ kappLambdaKubeAPIBurst: '2.5' }, /^Parsing kappLambdaKubeAPIBurst: /],
   ])('%j is refused with upstream’s error', (data, message) => {
     expect(() => parseControllerConfigData(data)).toThrow(ControllerConfigError);
     expect(() => parseControllerConfigData(data)).toThrow(message);
+  });
+});
+
+describe('the client-side limit keys (ours)', () => {
+  it('parse each key alone', () => {
+    expect(parseControllerConfigData({ kappLambdaKubeAPIQPS: '7.5' }).kubeApi).toEqual({ qps: 7.5 });
+    expect(parseControllerConfigData({ kappLambdaKubeAPIBurst: '12' }).kubeApi).toEqual({ burst: 12 });
+    expect(parseControllerConfigData({ kappLambdaKubeAPIQPS: '' }).kubeApi).toBeUndefined();
+  });
+
+  it("set the cluster's bucket per key over the runtime-wide rate, else kapp-controller's 20 / 30", async () => {
+    const limits = new ClusterRateLimits();
+    const deps = (kubeApi?: { qps: number; burst: number }, cc?: Record<string, string>) =>
+      ({
+        config: { tmpRoot: '/tmp', toolVersions: {}, controllerVersion: '0', ...(kubeApi ? { kubeApi } : {}) },
+        ...(cc ? { controllerConfig: async () => parseControllerConfigData(cc) } : {}),
+      }) as unknown as PipelineDeps;
+    await withClusterConfig(deps(), 'a', limits);
+    expect(limits.bucket('a').rate).toEqual({ qps: 20, burst: 30 });
+    await withClusterConfig(deps({ qps: 50, burst: 100 }, { kappLambdaKubeAPIQPS: '5' }), 'b', limits);
+    expect(limits.bucket('b').rate).toEqual({ qps: 5, burst: 100 });
+    await withClusterConfig(deps({ qps: 50, burst: 100 }, {}), 'b', limits);
+    expect(limits.bucket('b').rate).toEqual({ qps: 50, burst: 100 });
+    expect(limits.bucket('a').rate).toEqual({ qps: 20, burst: 30 });
   });
 });
 

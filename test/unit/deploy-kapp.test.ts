@@ -209,12 +209,10 @@ describe('kapp inspect and delete', () => {
 });
 
 describe('PackageRepository kapp (pkg/pkgrepository/package_repo_app.go)', () => {
-  // Upstream passes --kube-api-qps=30 --kube-api-burst=40 (its Packages sit behind an aggregated
-  // API server with slow SubjectAccessReviews on GKE); here they are CRDs served by the
-  // kube-apiserver, so kapp gets 50/100 (kubectl's default QPS; see PKGR_KAPP_RATE_LIMIT).
+  // Upstream's --kube-api-qps=30 --kube-api-burst=40 (PKGR_KAPP_RATE_LIMIT).
   const shared = [
-    '--kube-api-qps=50',
-    '--kube-api-burst=100',
+    '--kube-api-qps=30',
+    '--kube-api-burst=40',
     '--dangerous-scope-to-fallback-allowed-namespaces=true',
     '--wait=false',
   ];

@@ -45,6 +45,7 @@ describe('parseLambdaEnv', () => {
       hardenAddon: '/opt/lib/kapp-lambda-harden.node',
       toolVersions: { vendir: '0.44.0', imgpkg: '0.46.1', helm: '3.22.0' },
       kappDeployRawOptions: [],
+      kubeApi: { qps: 20, burst: 30 },
       timer: {},
       logLevel: 'info',
       metrics: 'cluster',
@@ -76,6 +77,8 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_URL_POLICY: 'off',
       KAPP_LAMBDA_URL_ALLOW: 'registry.corp:5000, 10.20.0.0/16,',
       KAPP_LAMBDA_MAX_RECEIVE_COUNT: '3',
+      KAPP_LAMBDA_KUBE_API_QPS: '50',
+      KAPP_LAMBDA_KUBE_API_BURST: '100',
     });
     expect(c).toEqual({
       stage: 'deploy',
@@ -99,6 +102,7 @@ describe('parseLambdaEnv', () => {
       toolVersions: { vendir: '0.44.0', imgpkg: '0.46.1', helm: '3.22.0' },
       toolTimeoutMs: 600_000,
       kappDeployRawOptions: ['--wait-timeout=2m'],
+      kubeApi: { qps: 50, burst: 100 },
       dangerousSkipTLSVerify: 'registry.local,10.0.0.1',
       timer: { appDefaultSyncPeriodMs: 300_000, appMinimumSyncPeriodMs: 60_000 },
       logLevel: 'debug',

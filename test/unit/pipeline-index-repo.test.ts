@@ -57,8 +57,7 @@ const SUCCEEDED_A_MINUTE_AGO = {
   consecutiveReconcileSuccesses: 1,
   fetch: { ...FETCHED, startedAt: '2024-12-31T23:59:00Z', updatedAt: '2024-12-31T23:59:00Z' },
 };
-// kapp's rate limit is kapp-lambda's 50/100, not upstream's 30/40 (PKGR_KAPP_RATE_LIMIT in
-// functions/lib/deploy/kapp.ts says why).
+// kapp's rate limit is upstream's 30/40 (PKGR_KAPP_RATE_LIMIT in functions/lib/deploy/kapp.ts).
 const DEPLOY_ARGV = [
   'deploy',
   '--app-metadata-file-output',
@@ -71,8 +70,8 @@ const DEPLOY_ARGV = [
   '--app-changes-max-to-keep=5',
   '--dangerous-override-ownership-of-existing-resources=true',
   '--existing-non-labeled-resources-check=false',
-  '--kube-api-qps=50',
-  '--kube-api-burst=100',
+  '--kube-api-qps=30',
+  '--kube-api-burst=40',
   '--dangerous-scope-to-fallback-allowed-namespaces=true',
   '--wait=false',
   '--app',
@@ -83,8 +82,8 @@ const DELETE_ARGV = [
   'delete',
   '--prev-app',
   'repo-ctrl',
-  '--kube-api-qps=50',
-  '--kube-api-burst=100',
+  '--kube-api-qps=30',
+  '--kube-api-burst=40',
   '--dangerous-scope-to-fallback-allowed-namespaces=true',
   '--wait=false',
   '--app',

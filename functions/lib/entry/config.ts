@@ -30,6 +30,8 @@
  * | `KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY` | kapp-controller-config `dangerousSkipTLSVerify` (comma hosts) | none |
  * | `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
  * | `KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
+ * | `KAPP_LAMBDA_KUBE_API_QPS` | client-side limit on each cluster's API requests per second (0: none); kapp-controller-config `kappLambdaKubeAPIQPS` | 20 |
+ * | `KAPP_LAMBDA_KUBE_API_BURST` | its burst; kapp-controller-config `kappLambdaKubeAPIBurst` | 30 |
  * | `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE` | namespace of each cluster's own `kapp-controller-config` Secret or ConfigMap, read from that cluster; its keys replace the four above for that cluster's runs, and its `caCerts` and proxy keys apply to its fetches only | `kapp-lambda` |
  * | `KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS` | how long a cluster's `kapp-controller-config` is used before an event reads it again (0: every event) | `10` |
  * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
@@ -72,6 +74,7 @@ import {
   parseRegistryLocation,
   type RegistryLocation,
 } from '../kube/cluster-doc.js';
+import { DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, type KubeApiRate } from '../kube/rate-limit.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 
@@ -179,6 +182,8 @@ export interface LambdaConfig {
   toolTimeoutMs?: number;
   /** `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS`. */
   kappDeployRawOptions: string[];
+  /** `KAPP_LAMBDA_KUBE_API_QPS` / `_BURST` (a key unset: kapp-controller's 20 / 30). */
+  kubeApi: KubeApiRate;
   /** `KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY`. */
   dangerousSkipTLSVerify?: string;
   /** `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` / `_MINIMUM_SYNC_PERIOD`, in ms. */
@@ -301,6 +306,8 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(intText(1, 1000)),
+  KAPP_LAMBDA_KUBE_API_QPS: optional(intText(0, 100_000)),
+  KAPP_LAMBDA_KUBE_API_BURST: optional(intText(1, 100_000)),
   KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: optional(
     z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { error: 'expected a namespace name' }),
   ),
@@ -399,6 +406,10 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     hardenAddon: e.KAPP_LAMBDA_HARDEN_ADDON,
     toolVersions: e.KAPP_LAMBDA_TOOL_VERSIONS,
     kappDeployRawOptions: e.KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS ?? [],
+    kubeApi: {
+      qps: e.KAPP_LAMBDA_KUBE_API_QPS ?? DEFAULT_KUBE_API_QPS,
+      burst: e.KAPP_LAMBDA_KUBE_API_BURST ?? DEFAULT_KUBE_API_BURST,
+    },
     timer,
     logLevel: e.KAPP_LAMBDA_LOG_LEVEL,
     metrics: e.KAPP_LAMBDA_METRICS,

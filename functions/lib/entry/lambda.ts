@@ -334,6 +334,7 @@ export function createLambdaDeps(
       toolVersions: config.toolVersions,
       controllerVersion: CONTROLLER_VERSION,
       kappDeployRawOptions: config.kappDeployRawOptions,
+      kubeApi: config.kubeApi,
       timer: config.timer,
       urlPolicy: config.urlPolicy,
       ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),

@@ -31,6 +31,7 @@ import {
 import type { PlainConnection } from './kubeconfig-auth.js';
 import { PlainRestTransport, PlainWatchTransport } from './plain.js';
 import { type ApiServerInfo, type ClusterRegistry, UnknownClusterError } from './port.js';
+import { rateLimited } from './rate-limit.js';
 import { type ClusterViews, clusterViewsOf, ViewsClusterRegistry } from './views-registry.js';
 
 /** Default {@link StoreClusterRegistryOptions.ttlMs}: 60 s. */
@@ -155,9 +156,9 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
       ...(doc.tlsServerName ? { tlsServerName: doc.tlsServerName } : {}),
     };
     const conn = connectionOf(doc, async () => (await bearer.token()).token);
+    // The bucket is the cluster id's, not this entry's: a document read again keeps its limit.
     const client = new KubeApiClient({
-      rest: new PlainRestTransport(conn),
-      watch: new PlainWatchTransport(conn),
+      ...rateLimited(doc.id, { rest: new PlainRestTransport(conn), watch: new PlainWatchTransport(conn) }),
       apiServer,
     });
     return { ...clusterViewsOf(client), text, doc, loadedAt: this.#now(), bearer };

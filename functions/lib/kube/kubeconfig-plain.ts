@@ -76,7 +76,7 @@ export function kubeconfigFileRegistry(kubeconfigPath: string, contexts?: readon
   for (const context of contexts ?? contextNames(doc)) {
     const r = plainConnectionOfDocument(doc, { what, context, dir: path.dirname(kubeconfigPath) });
     if ('unsupported' in r) throw new UnsupportedKubeconfigError(what, context, r.unsupported);
-    clients.set(context, plainClient(r.connection));
+    clients.set(context, plainClient(r.connection, context));
   }
   return new MapClusterRegistry(clients);
 }

@@ -34,6 +34,7 @@ import {
 } from './http.js';
 import { bearerOf, fixedHeadersOf, type PlainConnection } from './kubeconfig-auth.js';
 import type { ApiServerInfo } from './port.js';
+import { rateLimited } from './rate-limit.js';
 
 /** Shared by the REST and watch transports of one connection: URL building, TLS options, headers. */
 class Endpoint {
@@ -376,11 +377,17 @@ export function apiServerInfoOfConnection(conn: PlainConnection): ApiServerInfo 
   };
 }
 
-/** A {@link KubeApiClient} over the plain transports of `conn`. */
-export function plainClient(conn: PlainConnection): KubeApiClient {
+/**
+ * A {@link KubeApiClient} over the plain transports of `conn`.
+ *
+ * @param clusterId - when given, its requests wait on that cluster's client-side limit
+ *   (`./rate-limit.ts`, shared by every client of the id in the process); absent: no limit
+ *   (tools and tests that are not a runtime).
+ */
+export function plainClient(conn: PlainConnection, clusterId?: string): KubeApiClient {
+  const transports = { rest: new PlainRestTransport(conn), watch: new PlainWatchTransport(conn) };
   return new KubeApiClient({
-    rest: new PlainRestTransport(conn),
-    watch: new PlainWatchTransport(conn),
+    ...(clusterId === undefined ? transports : rateLimited(clusterId, transports)),
     apiServer: apiServerInfoOfConnection(conn),
   });
 }

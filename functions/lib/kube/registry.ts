@@ -14,6 +14,7 @@ import { readFileSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
 import { KubeApiClient } from './client.js';
 import type { ApiServerInfo, KubeClient } from './port.js';
+import { rateLimited } from './rate-limit.js';
 import { ClientNodeRestTransport, ClientNodeWatchTransport } from './transport.js';
 import { MapClusterRegistry } from './views-registry.js';
 
@@ -56,12 +57,21 @@ export function apiServerInfoOf(kubeConfig: KubeConfig): ApiServerInfo {
   return info;
 }
 
-/** A {@link KubeApiClient} for a KubeConfig's current context. */
-export function clientForKubeConfig(kubeConfig: KubeConfig): KubeApiClient {
+/**
+ * A {@link KubeApiClient} for a KubeConfig's current context.
+ *
+ * @param clusterId - when given, its requests wait on that cluster's client-side limit
+ *   (`./rate-limit.ts`, shared by every client of the id in the process); absent: no limit
+ *   (tools, the bench's observer and tests that are not a runtime).
+ */
+export function clientForKubeConfig(kubeConfig: KubeConfig, clusterId?: string): KubeApiClient {
   const apiServer = apiServerInfoOf(kubeConfig);
-  return new KubeApiClient({
+  const transports = {
     rest: kubeConfig.makeApiClient(ClientNodeRestTransport),
     watch: new ClientNodeWatchTransport(kubeConfig),
+  };
+  return new KubeApiClient({
+    ...(clusterId === undefined ? transports : rateLimited(clusterId, transports)),
     apiServer,
   });
 }
@@ -131,7 +141,7 @@ export class KubeConfigClusterRegistry extends MapClusterRegistry {
   ): KubeConfigClusterRegistry {
     const pairs = configs instanceof Map ? [...configs.entries()] : Object.entries(configs);
     const clients = new Map<string, KubeClient>();
-    for (const [id, kubeConfig] of pairs) clients.set(id, clientForKubeConfig(kubeConfig));
+    for (const [id, kubeConfig] of pairs) clients.set(id, clientForKubeConfig(kubeConfig, id));
     return new KubeConfigClusterRegistry(clients);
   }
 }

@@ -7,10 +7,18 @@
  * Precedence, per key: the cluster's object when it sets the key, else the runtime-wide value
  * (the environment of the function or the embedded runtime), else kapp-controller's default.
  * `caCerts` and the proxy keys exist only per cluster ({@link PipelineDeps.clusterConfig}).
+ * The client-side limit on the cluster's API requests (`kappLambdaKubeAPIQPS` / `Burst`) is set
+ * on the process's bucket of the cluster ({@link CLUSTER_RATE_LIMITS}), as each event runs.
  *
  * @module
  */
 import { KubeApiError } from '../kube/port.js';
+import {
+  CLUSTER_RATE_LIMITS,
+  type ClusterRateLimits,
+  DEFAULT_KUBE_API_RATE,
+  type KubeApiRate,
+} from '../kube/rate-limit.js';
 import {
   type ClusterControllerConfig,
   ControllerConfigCache,
@@ -27,13 +35,22 @@ export const DEFAULT_CONTROLLER_CONFIG_TTL_MS = 10_000;
 /**
  * `deps` for one event of `clusterId`: the cluster's configuration read (cached) and laid over
  * `deps.config`, the proxy password (if any) added to the run's secret mask. Without
- * `deps.controllerConfig`, `deps` itself.
+ * `deps.controllerConfig`, `deps` itself. Either way the cluster's bucket in `limits` gets its
+ * rate ({@link kubeApiRateOf}).
  *
  * @throws the API errors of the read
  */
-export async function withClusterConfig<D extends PipelineDeps>(deps: D, clusterId: string): Promise<D> {
-  if (!deps.controllerConfig) return deps;
+export async function withClusterConfig<D extends PipelineDeps>(
+  deps: D,
+  clusterId: string,
+  limits: ClusterRateLimits = CLUSTER_RATE_LIMITS,
+): Promise<D> {
+  if (!deps.controllerConfig) {
+    limits.configure(clusterId, kubeApiRateOf(deps.config.kubeApi, undefined));
+    return deps;
+  }
   const cc = await deps.controllerConfig(clusterId);
+  limits.configure(clusterId, kubeApiRateOf(deps.config.kubeApi, cc.kubeApi));
   for (const url of [cc.proxy?.httpProxy, cc.proxy?.httpsProxy]) {
     const password = url ? passwordOf(url) : undefined;
     if (password) deps.secretMask?.addValue(password);
@@ -48,6 +65,18 @@ export async function withClusterConfig<D extends PipelineDeps>(deps: D, cluster
       timer: { ...deps.config.timer, ...cc.timer },
     },
   };
+}
+
+/**
+ * A cluster's client-side rate: per key its `kapp-controller-config`'s, else the runtime-wide
+ * one, else kapp-controller's ({@link DEFAULT_KUBE_API_RATE}).
+ */
+export function kubeApiRateOf(
+  runtime: KubeApiRate | undefined,
+  cluster: ClusterControllerConfig['kubeApi'],
+): KubeApiRate {
+  const base = runtime ?? DEFAULT_KUBE_API_RATE;
+  return { qps: cluster?.qps ?? base.qps, burst: cluster?.burst ?? base.burst };
 }
 
 function hostOf(url: string): string {

@@ -13,6 +13,7 @@ import type { HttpDownloader } from '../fetch/http-download.js';
 import type { PolledSource } from '../fetch/source-resolve.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry, KubeObject } from '../kube/port.js';
+import type { KubeApiRate } from '../kube/rate-limit.js';
 import type { RestTransport } from '../kube/transport.js';
 import type { Logger } from '../log.js';
 import type { ReconcileEventRecorder } from '../observe/events.js';
@@ -41,6 +42,12 @@ export interface PipelineConfig {
   kappDeployRawOptions?: string[];
   /** `dangerousSkipTLSVerify` of `kapp-controller-config`: comma-separated hosts (per cluster as above). */
   dangerousSkipTLSVerify?: string;
+  /**
+   * The client-side limit on each cluster's API requests (`../kube/rate-limit.ts`). Default
+   * kapp-controller's, 20 QPS / burst 30; per key, a cluster's own `kapp-controller-config`
+   * (`kappLambdaKubeAPIQPS`, `kappLambdaKubeAPIBurst`) replaces it for that cluster.
+   */
+  kubeApi?: KubeApiRate;
   /**
    * Sync period defaults (`appDefaultSyncPeriod`, `appMinimumSyncPeriod`, and
    * `packageInstallDefaultSyncPeriod` for the Apps PackageInstalls generate: 10m when unset);

@@ -44,6 +44,12 @@ export interface ClusterControllerConfig {
   kappDeployRawOptions?: string[];
   /** `appDefaultSyncPeriod`, `appMinimumSyncPeriod`, `packageInstallDefaultSyncPeriod`, ms. */
   timer: ControllerSyncConfig;
+  /**
+   * Ours: `kappLambdaKubeAPIQPS` (number ≥ 0, 0: no limit) and `kappLambdaKubeAPIBurst` (integer
+   * ≥ 1), the cluster's client-side limit on API requests (`../kube/rate-limit.ts`; upstream's is
+   * fixed at 20 / 30 in its binary). A key left out keeps the runtime-wide value.
+   */
+  kubeApi?: { qps?: number; burst?: number };
   /** Which object it came from, `Secret/<resourceVersion>` or `ConfigMap/<rv>`; absent: neither exists. */
   source?: string;
 }
@@ -65,7 +71,8 @@ export class ControllerConfigError extends Error {
  * @param kubernetesServiceHost - the API server host of the cluster (`KUBERNETES_SERVICE_HOST`
  *   inside it); `''` when unknown
  * @throws ControllerConfigError `Unmarshaling <key> as duration: ...` or
- *   `Unmarshaling kappDeployRawOptions as JSON: ...` (never echoing other keys' values)
+ *   `Unmarshaling kappDeployRawOptions as JSON: ...` or `Parsing kappLambdaKubeAPIQPS|Burst: ...`
+ *   (never echoing other keys' values)
  */
 export function parseControllerConfigData(
   data: Readonly<Record<string, string>>,
@@ -85,6 +92,25 @@ export function parseControllerConfigData(
     throw new ControllerConfigError((err as Error).message, { cause: err });
   }
   const out: ClusterControllerConfig = { timer };
+  const qps = set('kappLambdaKubeAPIQPS');
+  const burst = set('kappLambdaKubeAPIBurst');
+  if (qps !== undefined || burst !== undefined) {
+    out.kubeApi = {};
+    if (qps !== undefined) {
+      const n = Number(qps);
+      if (qps.trim() === '' || !Number.isFinite(n) || n < 0) {
+        throw new ControllerConfigError('Parsing kappLambdaKubeAPIQPS: expected a number ≥ 0');
+      }
+      out.kubeApi.qps = n;
+    }
+    if (burst !== undefined) {
+      const n = Number(burst);
+      if (!/^\s*\d+\s*$/.test(burst) || n < 1) {
+        throw new ControllerConfigError('Parsing kappLambdaKubeAPIBurst: expected an integer ≥ 1');
+      }
+      out.kubeApi.burst = n;
+    }
+  }
   const raw = set('kappDeployRawOptions');
   if (raw !== undefined) {
     let opts: unknown;
