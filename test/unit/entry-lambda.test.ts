@@ -163,6 +163,8 @@ describe('createLambdaDeps', () => {
       toolVersions: { vendir: '0.44.0' },
       controllerVersion: '0.53.1',
       kappDeployRawOptions: [],
+      // kapp-controller's client-side limit (controller-runtime's default) unless configured
+      kubeApi: { qps: 20, burst: 30 },
       timer: {},
       toolTimeoutMs: 60_000,
       urlPolicy: { mode: 'enforce', allow: [] },

@@ -46,11 +46,11 @@ export async function withClusterConfig<D extends PipelineDeps>(
   limits: ClusterRateLimits = CLUSTER_RATE_LIMITS,
 ): Promise<D> {
   if (!deps.controllerConfig) {
-    limits.configure(clusterId, kubeApiRateOf(deps.config.kubeApi, undefined));
+    limits.configure(clusterId, kubeApiRateOf(deps.config?.kubeApi, undefined));
     return deps;
   }
   const cc = await deps.controllerConfig(clusterId);
-  limits.configure(clusterId, kubeApiRateOf(deps.config.kubeApi, cc.kubeApi));
+  limits.configure(clusterId, kubeApiRateOf(deps.config?.kubeApi, cc.kubeApi));
   for (const url of [cc.proxy?.httpProxy, cc.proxy?.httpsProxy]) {
     const password = url ? passwordOf(url) : undefined;
     if (password) deps.secretMask?.addValue(password);
