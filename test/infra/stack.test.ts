@@ -26,8 +26,8 @@ import {
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX, leaseKey } from '../../functions/lib/lease/index.js';
 import { repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
-import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/repo/source-poll.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
+import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
 import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';

@@ -1,16 +1,20 @@
 /**
- * The PackageRepository sources the fleet polls (a tag or a branch, public), how each is pinned
+ * The PackageRepository and App sources the fleet polls (a tag or a branch, public), how each is pinned
  * once resolved, and the resolution itself: one registry `HEAD` (`./registry-digest.ts`) or one
  * `git ls-remote` (`./git-ls-remote.ts`), under the URL policy. The poll records and the fan-out
- * are the pipeline's (`../pipeline/repo/source-poll.ts`).
+ * are the pipeline's (`../pipeline/source-poll.ts`).
  *
  * @module
  */
-import type { PackageRepositoryFetch } from '../api/index.js';
+import type { AppFetch, PackageRepositoryFetch } from '../api/index.js';
+import { sourceTracked } from '../api/pin-rule.js';
 import type { CommandRunner } from '../exec/runner.js';
 import { resolveGitRef } from './git-ls-remote.js';
 import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
 import { type UrlPolicy, UrlPolicyChecker } from './url-policy.js';
+
+/** A fetch the poll may follow: a PackageRepository's `spec.fetch` or one App `spec.fetch[]` entry. */
+export type PolledFetch = PackageRepositoryFetch | AppFetch;
 
 /** A source the fleet polls: what is resolved, and how. */
 export interface PolledSource {
@@ -23,46 +27,26 @@ export interface PolledSource {
 }
 
 /**
- * Whether a git URL carries a credential: a password (`scheme://user:pass@`), or any user of an
- * http(s) URL (`https://<token>@host`, the usual form of an access token).
+ * The source of a repository's fetch or an App's `spec.fetch[]` entry that the fleet polls, or
+ * `undefined`: exactly the entries of {@link sourceTracked} (the rule the forwarder's quiet rule
+ * reads too) whose image reference parses. Left out: pinned sources (nothing to poll),
+ * selections (`tagSelection`, `refSelection`: vendir picks among many tags), sources with a
+ * Secret (their content is sealed per cluster, never shared) or with credentials in the git URL
+ * (the poll record stores and logs its URL), http, helmChart and inline.
  */
-function gitUrlHasCredential(url: string): boolean {
-  const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)@/.exec(url);
-  if (!m) return false;
-  return (m[2] ?? '').includes(':') || /^https?$/i.test(m[1] ?? '');
-}
-
-/**
- * The source of a repository's fetch that the fleet polls, or `undefined`: pinned sources
- * (nothing to poll), selections (`tagSelection`, `refSelection`: vendir picks among many tags),
- * sources with a Secret (their content is sealed per cluster, never shared) or with credentials
- * in the git URL (the poll record stores and logs its URL), http and inline.
- */
-export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | undefined {
-  const img = fetch.imgpkgBundle ?? fetch.image;
-  if (img) {
+export function polledSourceOf(fetch: PolledFetch): PolledSource | undefined {
+  if (!sourceTracked(fetch)) return undefined;
+  if (fetch.imgpkgBundle ?? fetch.image) {
     const url = fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url;
-    if (!url || img.secretRef || img.tagSelection) return undefined;
-    const parsed = parseImageTagRef(url);
-    if (!parsed) return undefined;
+    const parsed = url ? parseImageTagRef(url) : undefined;
+    if (!url || !parsed) return undefined;
     return { kind: fetch.imgpkgBundle ? 'imgpkgBundle' : 'image', url, ref: parsed.tag };
   }
-  const git = fetch.git;
-  if (
-    git?.url &&
-    git.ref &&
-    !git.secretRef &&
-    !git.refSelection &&
-    !gitUrlHasCredential(git.url) &&
-    !/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i.test(git.ref)
-  ) {
-    return { kind: 'git', url: git.url, ref: git.ref };
-  }
-  return undefined;
+  return fetch.git?.url && fetch.git.ref ? { kind: 'git', url: fetch.git.url, ref: fetch.git.ref } : undefined;
 }
 
 /** `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. */
-export function pinnedFetchOf(fetch: PackageRepositoryFetch, resolved: string): PackageRepositoryFetch {
+export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string): F {
   if (fetch.imgpkgBundle)
     return {
       ...fetch,
