@@ -1,13 +1,17 @@
 /**
- * Event-driven upgrades across the fleet (docs/decisions.md D9): a tagged PackageRepository source is
- * polled once per period for the whole fleet, not once per cluster, and a tag that moves sends
- * every cluster's PackageRepository on it a reconcile event at once.
+ * Event-driven upgrades across the fleet (docs/decisions.md D9): a tagged PackageRepository or
+ * App source is polled once per period for the whole fleet, not once per cluster or App, and a
+ * tag or branch that moves sends every cluster's PackageRepositories and Apps on it a reconcile
+ * event at once. Issue 24 item 2 brought Apps in; http without `sha256` and helm chart versions
+ * have no resolver here yet (those Apps keep upstream's sync period).
  *
  * - **Source poll record**, one per distinct source (`imgpkgBundle`/`image` by tag, `git` by
- *   branch or tag; no Secret, no selection), keyed by the source's identity, not the cluster:
+ *   branch or tag; no Secret, no selection: `sourceTracked` of `../api/pin-rule.ts`, the rule the
+ *   forwarder's quiet rule reads too), keyed by the source's identity, not the cluster:
  *   `cache/source-poll/sha256/<hex>.json` = {@link SourcePollRecord} (`resolved` digest or commit,
- *   `polledAt`, `changedAt`, and the members `cluster/namespace/name` with the `resolved` each
- *   last deployed). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
+ *   `polledAt`, `changedAt`, and the members `cluster/namespace/name`, each with its `kind` (App;
+ *   absent: a PackageRepository, as in records written before Apps joined) and the `resolved` it
+ *   last deployed (a repository) or fetched (an App)). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
  *   pollers of one period one wins and the others read its result.
  * - **Resolution** without vendir: one registry `HEAD` of the manifest
  *   (`../fetch/registry-digest.ts`) or one `git ls-remote` (`../fetch/git-ls-remote.ts`), under
@@ -18,12 +22,18 @@
  *   fleet's one) sends `ref-changed` to the members still behind as soon as it stored the index
  *   ({@link memberIndexed}), while its own kapp deploys; after its deploy ({@link memberDeployed})
  *   a run records the digest it deployed.
+ * - **An App's fetch stage** ({@link trackAppSources}) does the same per polled `spec.fetch[]`
+ *   entry, joining as an App member at the `resolved` it fetches, and fetches that entry pinned
+ *   to it: Apps on one source, in any namespace or cluster, share one pinned fetch
+ *   (`../fetch/pinned.ts`). A deleted App leaves its records ({@link leaveSource}).
  * - **The poll** ({@link pollSources}: a timer in the embedded runtime, an EventBridge schedule of
  *   the index-repo function on Lambda) resolves every record older than the period (one request
  *   per source, whatever the fleet size) and pokes members behind `resolved`: when nobody has
  *   deployed or indexed the new digest yet, only the first member (the leader: it fetches and
  *   templates once, then pokes the rest itself), else every member behind; a leader that did not move
- *   within {@link LEADER_GRACE_MS} makes the poll poke them all.
+ *   within {@link LEADER_GRACE_MS} makes the poll poke them all. Apps have no leader: every App
+ *   behind is poked at once (each renders its own templates; the render cache dedupes identical
+ *   ones), with cause `source moved: <kind> <url> <ref>@<resolved>`.
  * - **Record checks** (embedded runtime only): the leader pokes only the members its own runtime
  *   serves, and a poll pokes only those too, so in a fleet of runtimes each serving some clusters
  *   the rest learned of a move or of the leader's deploy at their own next poll (up to a period
