@@ -15,7 +15,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { createRepo } from '../harness/fixtures.js';
-import { fleetKubeconfig } from './packaging-support.js';
+import { fleetKubeconfig, fleetLog, sourceMoves } from './packaging-support.js';
 import {
   apply,
   applyCrds,
@@ -98,19 +98,13 @@ async function waitGreeting(ns: string, greeting: string): Promise<void> {
     {
       timeoutMs: 120_000,
       intervalMs: 500,
-      describe: () =>
-        `last: ${JSON.stringify(last ?? null)}\nlog: ${runtimes
-          .flatMap((r) => r.records)
-          .filter((r) => /source|stage run/.test(r.msg ?? ''))
-          .slice(-30)
-          .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
-          .join('\n')}`,
+      describe: () => `last: ${JSON.stringify(last ?? null)}\nlog: ${fleetLog(runtimes, /source|stage run/)}`,
     },
   );
 }
 
 /** Log records of the source poll seeing the branch move, across both runtimes. */
-const moves = () => runtimes.flatMap((r) => r.records).filter((r) => r.msg === 'source moved to a new digest');
+const moves = () => sourceMoves(runtimes);
 
 describe('App on a git branch: a move reaches the fleet as events', () => {
   it('a new commit on the branch: one resolution for both cluster ids, one fetch, both Apps deploy it without a sync timer', async () => {
