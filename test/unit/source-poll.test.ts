@@ -567,6 +567,8 @@ describe('Apps on a polled source (trackAppSources)', () => {
         template: [{ ytt: {} }],
         deploy: [{ kapp: {} }],
       },
+      // Reconciled: a run of it is a resync or a poke (a new generation resolves now, below).
+      status: { observedGeneration: 1 },
     };
     f.clusters.get(cluster)?.put(raw as never);
     const parsed = parseApp(raw);
@@ -638,6 +640,23 @@ describe('Apps on a polled source (trackAppSources)', () => {
     f.state.digest = C2;
     expect(await pollSources(f.deps)).toMatchObject({ poked: 0 });
     expect((await gitRecord(f)).members).toEqual([]);
+  });
+
+  it('a spec not reconciled yet resolves now despite a fresh record; a failed resolution fetches by ref', async () => {
+    const f = fleet(['c1']);
+    f.state.digest = C1;
+    const { ref, app } = appIn(f, 'c1', 'app');
+    await trackAppSources(app, ref, f.deps);
+    const changed = { ...app, metadata: { ...app.metadata, generation: 2 } };
+    f.state.digest = C2;
+    expect((await trackAppSources(changed, ref, f.deps)).tracked.map((t) => t.resolved)).toEqual([C2]);
+    expect(f.state.resolutions).toBe(2);
+    // The source unreachable: the new generation fetches by ref (and fails as upstream's would).
+    f.deps.resolveSource = async () => {
+      throw new Error('connection refused');
+    };
+    const down = await trackAppSources(changed, ref, f.deps);
+    expect(down).toEqual({ fetch: app.spec.fetch, tracked: [] });
   });
 
   it('an App and a repository of one name in one cluster are two members, each poked as its kind', async () => {

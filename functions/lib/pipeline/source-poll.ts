@@ -274,17 +274,17 @@ interface PollOutcome {
 }
 
 /**
- * Polls `source` when its record is absent or older than the period. A stale record is claimed
+ * Polls `source` when its record is absent or older than the period, or always when `force`. A stale record is claimed
  * first (compare-and-swap of `polledAt`), so of concurrent pollers only the winner sends the
  * request; it then writes what it resolved. A resolution that fails after the claim leaves the
  * previous `resolved` in force for the period.
  * @throws SourceResolutionError; StoreError, or Error when {@link updateSourcePoll} gave up
  */
-async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps): Promise<PollOutcome> {
+async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps, force = false): Promise<PollOutcome> {
   const periodMs = sourcePollPeriodMs(deps);
   let claimed = false;
   const claim = await updateSourcePoll(deps.store, key, (cur) => {
-    claimed = cur !== undefined && !isFresh(cur, deps.now(), periodMs);
+    claimed = cur !== undefined && (force || !isFresh(cur, deps.now(), periodMs));
     return claimed && cur ? { ...cur, polledAt: deps.now().toISOString() } : undefined;
   });
   if (claim && !claimed) return { rec: claim, polled: false, changed: false };
@@ -352,8 +352,12 @@ export async function trackAppSources(app: App, object: ObjectRef, deps: Pipelin
   const fetch = [...(app.spec.fetch ?? [])];
   const tracked: TrackedSource<AppFetch>[] = [];
   const self = memberOf(object, 'App');
+  // A spec not reconciled yet resolves its sources now, as upstream's fetch by ref reaches the
+  // source on every change: an unreachable registry or git server fails a new generation
+  // as upstream's does, instead of a fresh record and the pinned fetch cache hiding it.
+  const force = app.status?.observedGeneration !== app.metadata.generation;
   for (const [i, entry] of fetch.entries()) {
-    const t = await trackFetch(entry, self, deps, { atJoin: true });
+    const t = await trackFetch(entry, self, deps, { atJoin: true, force });
     if (!t) continue;
     fetch[i] = t.fetch;
     tracked.push(t);
@@ -377,13 +381,14 @@ function memberOf(object: ObjectRef, kind: MemberKind): SourceMember {
 
 /**
  * The pinned fetch of one polled source, `self` joined to its record (with `at` = the record's
- * `resolved` when `opts.atJoin`); see {@link trackSource} for `undefined` and the errors.
+ * `resolved` when `opts.atJoin`), resolved now when `opts.force` even if the record is fresh;
+ * see {@link trackSource} for `undefined` and the errors.
  */
 async function trackFetch<F extends PolledFetch>(
   fetch: F,
   self: SourceMember,
   deps: PipelineDeps,
-  opts: { atJoin?: boolean } = {},
+  opts: { atJoin?: boolean; force?: boolean } = {},
 ): Promise<TrackedSource<F> | undefined> {
   const source = polledSourceOf(fetch);
   if (!source) return undefined;
@@ -391,7 +396,7 @@ async function trackFetch<F extends PolledFetch>(
   const key = sourcePollKey(source);
   let due: PollOutcome;
   try {
-    due = await pollIfDue(key, source, deps);
+    due = await pollIfDue(key, source, deps, opts.force);
   } catch (err) {
     if (!(err instanceof SourceResolutionError)) throw err;
     deps.log.warn(
