@@ -753,6 +753,8 @@ describe('fleet source poll', () => {
     );
     // The fan-out's ref-changed events of PackageRepositories go to the index-repo queue.
     expect(NEXT_STAGES['index-repo']).toContain('index-repo');
+    // Its pokes of Apps on a moved source go to the fetch queue.
+    expect(NEXT_STAGES['index-repo']).toContain('fetch');
   });
 
   it('lets the deploy function read, write and remove the sealed deploy records of its Apps (the no-op resync), and no other sealed state', async () => {
