@@ -107,7 +107,7 @@ export type EventType = (typeof EVENT_TYPES)[keyof typeof EVENT_TYPES];
 /**
  * `type` of the source poll event: the index-repo function resolves the fleet's polled
  * PackageRepository sources whose record is older than the poll period and reconciles the
- * repositories behind (`functions/lib/pipeline/repo/source-poll.ts`). Not a {@link KappEvent} (it is
+ * repositories behind (`functions/lib/pipeline/source-poll.ts`). Not a {@link KappEvent} (it is
  * about no object and never goes through a queue): on Lambda an EventBridge Scheduler schedule
  * invokes the index-repo function directly with the constant input {@link SourcePollEvent},
  * e.g. `rate(1 minute)`.
@@ -192,6 +192,13 @@ export type ObjectIdentity = Pick<ObjectRef, 'clusterId' | 'kind' | 'namespace' 
  * The reconcile it asks for logs it and writes Event `DriftDetected`.
  */
 export const DRIFT_CAUSE_PREFIX = 'drift: ';
+
+/**
+ * How an App's `ref-changed` `cause` starts when the fleet's source poll saw a source it fetches
+ * move (`functions/lib/pipeline/source-poll.ts`): `source moved: <kind> <url> <ref>@<commit or
+ * digest>`. The reconcile it asks for logs it.
+ */
+export const SOURCE_MOVED_CAUSE_PREFIX = 'source moved: ';
 
 /**
  * `data` of `dev.kapp-lambda.object.v1`: an {@link ObjectRef} plus the {@link Reason} and, when

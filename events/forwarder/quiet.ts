@@ -8,7 +8,10 @@
  * still runs once per safety period (default 10 minutes). Everything else keeps upstream's
  * timer exactly: an App that failed, whose spec is not yet reconciled, that deploys to another
  * cluster (`spec.cluster`: its objects are out of sight), that fetches a source that can move
- * (a git branch or tag, http without `sha256`, an image or bundle by tag, a helm chart), that
+ * and that the fleet's source poll does not follow (http without `sha256`, a helm chart, a
+ * selection, a source with a Secret: see `sourceTracked`; a git branch or tag or an image or
+ * bundle by tag without a Secret is polled for the fleet, which sends the App `ref-changed` when
+ * it moves, `functions/lib/pipeline/source-poll.ts`), that
  * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), that
  * decrypts with sops (its key Secret is not tracked), or that asks for it (annotation or cluster
  * setting below). Not tracked either, so only the safety period notices a change to it: the
@@ -23,7 +26,7 @@
  */
 import { Annotation } from '../../functions/lib/api/constants.js';
 import { tryParseDuration } from '../../functions/lib/api/duration.js';
-import { repositorySourceTracked, sourcePinned } from '../../functions/lib/api/pin-rule.js';
+import { sourcePinned, sourceTracked } from '../../functions/lib/api/pin-rule.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import {
   applyJitter,
@@ -59,12 +62,14 @@ function rec(v: unknown): Loose {
 }
 
 /**
- * Whether one `spec.fetch[]` entry's content is fixed by the spec and the objects the forwarder
- * watches: inline (its `pathsFrom` Secrets and ConfigMaps are watched refs) or a pinned source
- * ({@link sourcePinned}). Anything else can move behind the spec's back.
+ * Whether one `spec.fetch[]` entry's content changes only with what sends the App an event:
+ * inline (its `pathsFrom` Secrets and ConfigMaps are watched refs), a pinned source
+ * ({@link sourcePinned}), or a source the fleet's poll follows ({@link sourceTracked}: the App
+ * fetch stage joins it to the poll by the same rule, and a move sends `ref-changed`). Anything
+ * else can move behind the spec's back.
  */
 export function fetchEntryFixed(entry: unknown): boolean {
-  return rec(rec(entry)?.inline) !== undefined || sourcePinned(entry);
+  return rec(rec(entry)?.inline) !== undefined || sourcePinned(entry) || sourceTracked(entry);
 }
 
 /**
@@ -204,7 +209,7 @@ export function appQuietUntil(
  * Whether a PackageRepository's content can change only with its spec, the Secrets the forwarder
  * watches for it, or a poke: `inline` without `pathsFrom` (upstream tracks no `pathsFrom` of a
  * repository, nor does the forwarder), a pinned source ({@link sourcePinned}), or a source the
- * fleet source poll tracks ({@link repositorySourceTracked}: a moved tag or branch sends it
+ * fleet source poll tracks ({@link sourceTracked}: a moved tag or branch sends it
  * `ref-changed`, `functions/lib/pipeline/repo/source-poll.ts`).
  *
  * @param fetch - The repository's `spec.fetch`, as watched.
@@ -212,7 +217,7 @@ export function appQuietUntil(
 export function repositoryInputsFixed(fetch: unknown): boolean {
   const inline = rec(rec(fetch)?.inline);
   if (inline) return !Array.isArray(inline.pathsFrom) || inline.pathsFrom.length === 0;
-  return sourcePinned(fetch) || repositorySourceTracked(fetch);
+  return sourcePinned(fetch) || sourceTracked(fetch);
 }
 
 /**

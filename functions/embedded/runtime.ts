@@ -137,7 +137,7 @@ export interface EmbeddedOptions {
    */
   leaderElection?: false | LeaderElectionOptions;
   /**
-   * The fleet's source poll (`functions/lib/pipeline/repo/source-poll.ts`): a timer that, every
+   * The fleet's source poll (`functions/lib/pipeline/source-poll.ts`): a timer that, every
    * `config.sourcePollPeriodMs` (default 60 s), resolves each polled PackageRepository source
    * whose record is older than the period (one registry `HEAD` or `git ls-remote` per source;
    * several runtimes sharing a store resolve each source once) and reconciles the repositories of

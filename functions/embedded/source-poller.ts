@@ -1,5 +1,5 @@
 /**
- * The embedded runtime's source poll timers (`../lib/pipeline/repo/source-poll.ts`): a poll every
+ * The embedded runtime's source poll timers (`../lib/pipeline/source-poll.ts`): a poll every
  * `config.sourcePollPeriodMs` (the registry or git request, once per source per period for the
  * fleet) and, between polls, a record check every `config.sourceCheckPeriodMs` (store reads only),
  * so that a runtime serving some clusters of a fleet pokes its repositories within one check of

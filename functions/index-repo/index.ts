@@ -20,7 +20,7 @@
  * Source poll: invoked directly (not through SQS) with `{"type":"dev.kapp-lambda.source.poll.v1"}`
  * by an EventBridge Scheduler schedule (e.g. `rate(1 minute)`, the poll period), it resolves the
  * fleet's polled PackageRepository sources whose record is stale and reconciles the repositories
- * behind (`functions/lib/pipeline/repo/source-poll.ts`).
+ * behind (`functions/lib/pipeline/source-poll.ts`).
  *
  * Its bundle holds this function's stage only (`../lib/pipeline/routes/index-repo.ts`, imported on
  * the first record); the AWS SDK is the Node managed runtime's (`layers/bundle.ts`).

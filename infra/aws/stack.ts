@@ -468,7 +468,7 @@ export class KappLambdaStack extends Stack {
   }
 
   /**
-   * The fleet source poll (`functions/lib/pipeline/repo/source-poll.ts`): an EventBridge Scheduler
+   * The fleet source poll (`functions/lib/pipeline/source-poll.ts`): an EventBridge Scheduler
    * schedule invoking the index-repo function with `{"type":"dev.kapp-lambda.source.poll.v1"}`
    * every `minutes`, through a role that may invoke that function only. No retry: a failed poll
    * is the next period's (a retry would land beside it); the function's own asynchronous

@@ -22,7 +22,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { pushBundle } from '../harness/fixtures.js';
-import { fleetKubeconfig, PKGR_STATUS_KEYS, waitRepo } from './packaging-support.js';
+import { fleetKubeconfig, fleetLog, PKGR_STATUS_KEYS, sourceMoves, waitRepo } from './packaging-support.js';
 import {
   apply,
   applyCrds,
@@ -172,19 +172,13 @@ async function waitVersion(ns: string, name: string, version: string): Promise<P
     {
       timeoutMs: 150_000,
       intervalMs: 500,
-      describe: () =>
-        `last: ${JSON.stringify(last ?? null)}\nlog: ${runtimes
-          .flatMap((r) => r.records)
-          .filter((r) => /source|PackageRepository/.test(`${r.msg} ${String(r.obj.object ?? '')}`))
-          .slice(-30)
-          .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
-          .join('\n')}`,
+      describe: () => `last: ${JSON.stringify(last ?? null)}\nlog: ${fleetLog(runtimes, /source|PackageRepository/)}`,
     },
   );
 }
 
 /** Log records of the source poll seeing the tag move, across both runtimes. */
-const moves = () => runtimes.flatMap((r) => r.records).filter((r) => r.msg === 'source moved to a new digest');
+const moves = () => sourceMoves(runtimes);
 
 describe('PackageRepository by tag: an upgrade reaches the fleet as events', () => {
   it("a new bundle under the same tag: one fetch and one template for both clusters, both installs at 2.0.0 without a sync timer or the second runtime's poll", async () => {

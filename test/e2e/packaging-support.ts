@@ -214,3 +214,18 @@ export async function fleetKubeconfig(file: string, contexts: readonly string[])
   doc.contexts = [...doc.contexts, ...contexts.map((name) => ({ name, context: { ...current.context } }))];
   await writeFile(file, stringify(doc), { mode: 0o600 });
 }
+
+/** The last 30 log records of `runtimes` whose `msg object` matches `pattern`, one JSON line each (a wait's `describe`). */
+export function fleetLog(runtimes: readonly E2ERuntime[], pattern: RegExp): string {
+  return runtimes
+    .flatMap((r) => r.records)
+    .filter((r) => pattern.test(`${r.msg} ${String(r.obj.object ?? '')}`))
+    .slice(-30)
+    .map((r) => JSON.stringify({ level: r.level, msg: r.msg, ...r.obj }))
+    .join('\n');
+}
+
+/** Log records of a source poll seeing a source move, across `runtimes` (one per resolution that saw it). */
+export function sourceMoves(runtimes: readonly E2ERuntime[]): E2ERuntime['records'] {
+  return runtimes.flatMap((r) => r.records).filter((r) => r.msg === 'source moved to a new digest');
+}

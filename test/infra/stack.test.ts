@@ -26,8 +26,8 @@ import {
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX, leaseKey } from '../../functions/lib/lease/index.js';
 import { repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
-import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/repo/source-poll.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
+import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
 import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';
@@ -753,6 +753,8 @@ describe('fleet source poll', () => {
     );
     // The fan-out's ref-changed events of PackageRepositories go to the index-repo queue.
     expect(NEXT_STAGES['index-repo']).toContain('index-repo');
+    // Its pokes of Apps on a moved source go to the fetch queue.
+    expect(NEXT_STAGES['index-repo']).toContain('fetch');
   });
 
   it('lets the deploy function read, write and remove the sealed deploy records of its Apps (the no-op resync), and no other sealed state', async () => {

@@ -45,8 +45,10 @@ async function vendirEnv(mode: 'enforce' | 'off'): Promise<Record<string, string
   });
   const ctx = { clusterId: 'c1', ref: REF, run: { generation: 1, runId: 'r1', startedAt: '2025-01-01T00:00:00Z' } };
   await runFetch(ctx, { raw: APP as never, app: APP }, deps);
-  expect(runner.calls).toHaveLength(1);
-  return runner.calls[0]?.env as Record<string, string> | undefined;
+  // The branch is resolved first (git ls-remote, the fleet's source poll); then vendir runs.
+  const vendir = runner.calls.filter((c) => c.cmd === 'vendir');
+  expect(vendir).toHaveLength(1);
+  return vendir[0]?.env as Record<string, string> | undefined;
 }
 
 async function git(cwd: string, env: Record<string, string>, ...args: string[]): Promise<string> {

@@ -251,17 +251,23 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(appQuietUntil(long, undefined, () => 0)).toBeUndefined();
   });
 
-  it('only sources that cannot move behind the spec: commit ids, sha256, digests, inline; kbld only over a pinned bundle', () => {
+  it('only sources that cannot move behind the spec or that the fleet polls: commit ids, sha256, digests, inline, public tags and branches; kbld only over a bundle', () => {
     const sha = 'a'.repeat(40);
     const digest = `@sha256:${'b'.repeat(64)}`;
     const fixed = (fetch: unknown[], template: unknown[] = [{ ytt: {} }]) => appInputsFixed({ fetch, template });
     expect(fixed([{ git: { url: 'https://g', ref: sha } }])).toBe(true);
-    expect(fixed([{ git: { url: 'https://g', ref: 'origin/main' } }])).toBe(false);
+    // A public branch or tag is polled for the fleet (a move sends ref-changed); with a Secret it is not.
+    expect(fixed([{ git: { url: 'https://g', ref: 'origin/main' } }])).toBe(true);
+    expect(fixed([{ git: { url: 'https://g', ref: 'origin/main', secretRef: { name: 's' } } }])).toBe(false);
+    expect(fixed([{ git: { url: 'https://tok@g', ref: 'origin/main' } }])).toBe(false);
     expect(fixed([{ git: { url: 'https://g', refSelection: { semver: {} } } }])).toBe(false);
     expect(fixed([{ http: { url: 'https://h/a.tgz', sha256: 'c'.repeat(64) } }])).toBe(true);
     expect(fixed([{ http: { url: 'https://h/a.tgz' } }])).toBe(false);
     expect(fixed([{ image: { url: `r/i${digest}` } }])).toBe(true);
-    expect(fixed([{ image: { url: 'r/i:1.0' } }])).toBe(false);
+    expect(fixed([{ image: { url: 'r/i:1.0' } }])).toBe(true);
+    expect(fixed([{ image: { url: 'r/i:1.0', secretRef: { name: 's' } } }])).toBe(false);
+    expect(fixed([{ image: { url: 'r/i', tagSelection: { semver: {} } } }])).toBe(false);
+    expect(fixed([{ imgpkgBundle: { image: 'r/b:1.0' } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
     expect(fixed([{ helmChart: { name: 'c', version: '1.0.0' } }])).toBe(false);
     expect(fixed([{ imgpkgBundle: { image: `r/b${digest}` } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
     expect(fixed([{ image: { url: `r/i${digest}` } }], [{ kbld: {} }])).toBe(false);

@@ -291,7 +291,7 @@ describe('the pipeline laid out by product', () => {
     expect(productViolation(`${P}/stage.ts`, `${P}/app/receipts.ts`)).toBe('the frame imports a product');
     expect(productViolation(`${P}/stage.ts`, `${P}/app/index.ts`)).toBe('the frame imports a product');
     expect(productViolation(`${P}/routes/fetch.ts`, `${P}/app/reconcile.ts`)).toBeUndefined();
-    expect(productViolation('functions/lib/entry/handler.ts', `${P}/repo/source-poll.ts`)).toBe(
+    expect(productViolation('functions/lib/entry/handler.ts', `${P}/repo/index-repo.ts`)).toBe(
       "imports a product's internals from outside the pipeline",
     );
     expect(productViolation('scripts/receipts.ts', `${P}/app/index.ts`)).toBeUndefined();

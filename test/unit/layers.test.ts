@@ -221,10 +221,11 @@ describe('function bundles', () => {
               // install runs no tool: it needs no tool versions
               (stage === 'install' ? '' : 'KAPP_LAMBDA_TOOL_VERSIONS: required (JSON object of tool versions); ') +
               // both send to the install queue (repo.indexed, the ref-changed fan-out); index-repo
-              // also to its own (the source poll's fan-out)
+              // also to its own and to fetch's (the source poll's fan-out to repositories and Apps)
               `KAPP_LAMBDA_QUEUE_URL_INSTALL: required (the ${stage} function sends to it)` +
               (stage === 'index-repo'
-                ? `; KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: required (the ${stage} function sends to it)`
+                ? `; KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: required (the ${stage} function sends to it)` +
+                  `; KAPP_LAMBDA_QUEUE_URL_FETCH: required (the ${stage} function sends to it)`
                 : ''),
           },
         });

@@ -27,7 +27,7 @@ import {
   SOURCE_POLL_PREFIX,
   sourcePollKey,
   updateSourcePoll,
-} from '../../functions/lib/pipeline/repo/source-poll.js';
+} from '../../functions/lib/pipeline/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';

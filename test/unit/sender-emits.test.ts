@@ -118,7 +118,7 @@ const TAKES: Record<EventSenderName, string[]> = {
   fetch: ['object App', 'object App ref-changed', 'template', 'rollback', 'inspect after fetch failure', 'delete'],
   template: ['object App', 'object App ref-changed', 'deploy', 'inspect after template failure'],
   deploy: ['object App', 'object App ref-changed', 'deploy continuation'],
-  'index-repo': ['object PackageRepository ref-changed', 'repo.indexed'],
+  'index-repo': ['object App ref-changed', 'object PackageRepository ref-changed', 'repo.indexed'],
   install: ['object PackageInstall ref-changed'],
 };
 const SENDERS: EventSenderName[] = ['forwarder', ...PIPELINE_STAGES];

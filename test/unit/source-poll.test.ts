@@ -1,5 +1,5 @@
 /**
- * The fleet's source poll (`functions/lib/pipeline/repo/source-poll.ts`), faked at its ports: the
+ * The fleet's source poll (`functions/lib/pipeline/source-poll.ts`), faked at its ports: the
  * object store (MemoryStore, compare-and-swap included), the source resolver, one fake cluster per
  * cluster id, a clock and the transport (`deps.emit`). Asserts the records written, how many
  * resolutions (registry requests) happen, and which `ref-changed` events go to which repository.
@@ -7,8 +7,8 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { KappEvent, ObjectRef } from '../../events/schema.js';
 import { startSourcePoller } from '../../functions/embedded/source-poller.js';
-import { parsePackageRepository } from '../../functions/lib/api/index.js';
-import { repositorySourceTracked } from '../../functions/lib/api/pin-rule.js';
+import { parseApp, parsePackageRepository } from '../../functions/lib/api/index.js';
+import { sourceTracked } from '../../functions/lib/api/pin-rule.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
@@ -24,8 +24,9 @@ import {
   readSourcePoll,
   type SourcePollRecord,
   sourcePollKey,
+  trackAppSources,
   trackSource,
-} from '../../functions/lib/pipeline/repo/source-poll.js';
+} from '../../functions/lib/pipeline/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { FakeCluster } from './support/fake-cluster.js';
@@ -137,10 +138,14 @@ describe('polledSourceOf and pinnedFetchOf', () => {
       { kind: 'git', url: 'https://g.io/r', ref: 'origin/main' },
     ],
     [{ git: { url: 'git@g.io:o/r', ref: 'main' } }, { kind: 'git', url: 'git@g.io:o/r', ref: 'main' }],
-  ])('polls %j', (fetch, want) => {
+    // One App spec.fetch[] entry (its path is not part of the source).
+    [
+      { git: { url: 'https://g.io/r', ref: 'v1.0.0' }, path: 'src' },
+      { kind: 'git', url: 'https://g.io/r', ref: 'v1.0.0' },
+    ],
+  ])('polls %j, which the shared rule sourceTracked (the quiet rule) tracks', (fetch, want) => {
     expect(polledSourceOf(fetch)).toEqual(want);
-    // the forwarder's copy of the rule (it may not import the fetch layer) agrees
-    expect(repositorySourceTracked(fetch)).toBe(true);
+    expect(sourceTracked(fetch)).toBe(true);
   });
 
   it.each([
@@ -156,9 +161,13 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     { git: { url: 'https://u:s3cret@g.io/r', ref: 'main' } },
     { git: { url: 'https://ghp_t0ken@g.io/r', ref: 'main' } },
     { git: { url: 'ssh://git:s3cret@g.io/r', ref: 'main' } },
-  ])('does not poll %j', (fetch) => {
+    // No resolver for http without sha256 nor for helm chart versions yet.
+    { helmChart: { name: 'c', version: '1.0.0', repository: { url: 'https://charts.io' } } },
+    { git: { url: 'https://g.io/r', ref: 'main', secretRef: { name: 's' } } },
+    { image: { url: 'r.io/x:v1', secretRef: { name: 's' } } },
+  ])('does not poll %j, nor does sourceTracked track it', (fetch) => {
     expect(polledSourceOf(fetch as never)).toBeUndefined();
-    expect(repositorySourceTracked(fetch)).toBe(false);
+    expect(sourceTracked(fetch)).toBe(false);
   });
 
   it('pins a tag to the digest and a branch to the commit', () => {
@@ -540,5 +549,135 @@ describe('a member whose record update fails is never left out', () => {
       { cluster: 'c1', namespace: 'ns', name: 'repo', uid: 'uid-c1-repo', at: D1 },
       { cluster: 'c2', namespace: 'ns', name: 'repo', uid: 'uid-c2-repo', at: D1 },
     ]);
+  });
+});
+
+describe('Apps on a polled source (trackAppSources)', () => {
+  const GIT = { url: 'https://g.io/r', ref: 'main' };
+  const [C1, C2] = ['c'.repeat(40), 'd'.repeat(40)];
+  const gitKey = sourcePollKey({ kind: 'git', ...GIT });
+  /** Creates the App `ns/name` in `cluster` fetching `git` and an inline entry; returns its ref and parsed App. */
+  const appIn = (f: ReturnType<typeof fleet>, cluster: string, name: string, git: object = GIT) => {
+    const raw = {
+      apiVersion: 'kappctrl.k14s.io/v1alpha1',
+      kind: 'App',
+      metadata: { name, namespace: 'ns', uid: `uid-${cluster}-${name}`, generation: 1, resourceVersion: '9' },
+      spec: {
+        fetch: [{ git, path: 'src' }, { inline: { paths: { 'a.yml': 'a: 1' } } }],
+        template: [{ ytt: {} }],
+        deploy: [{ kapp: {} }],
+      },
+      // Reconciled: a run of it is a resync or a poke (a new generation resolves now, below).
+      status: { observedGeneration: 1 },
+    };
+    f.clusters.get(cluster)?.put(raw as never);
+    const parsed = parseApp(raw);
+    if (!parsed.success) throw new Error('bad App');
+    const ref: ObjectRef = {
+      clusterId: cluster,
+      kind: 'App',
+      apiVersion: 'kappctrl.k14s.io/v1alpha1',
+      namespace: 'ns',
+      name,
+      uid: raw.metadata.uid,
+      generation: 1,
+      resourceVersion: '9',
+    };
+    return { ref, app: parsed.data };
+  };
+  const gitRecord = async (f: ReturnType<typeof fleet>) => (await readSourcePoll(f.store, gitKey)) as SourcePollRecord;
+
+  it('Apps of two clusters join as App members at what they fetch, pinned to one resolution', async () => {
+    const f = fleet(['c1', 'c2']);
+    f.state.digest = C1;
+    const runs = [];
+    for (const c of ['c1', 'c2']) {
+      const { ref, app } = appIn(f, c, 'app');
+      runs.push(await trackAppSources(app, ref, f.deps));
+    }
+    expect(f.state.resolutions).toBe(1);
+    for (const r of runs) {
+      expect(r.fetch).toEqual([{ git: { ...GIT, ref: C1 }, path: 'src' }, { inline: { paths: { 'a.yml': 'a: 1' } } }]);
+      expect(r.tracked.map((t) => t.resolved)).toEqual([C1]);
+    }
+    expect((await gitRecord(f)).members).toEqual([
+      { kind: 'App', cluster: 'c1', namespace: 'ns', name: 'app', uid: 'uid-c1-app', at: C1 },
+      { kind: 'App', cluster: 'c2', namespace: 'ns', name: 'app', uid: 'uid-c2-app', at: C1 },
+    ]);
+  });
+
+  it('a move pokes every App behind at once (no leader), as an App, with the cause naming the source', async () => {
+    const f = fleet(['c1', 'c2']);
+    f.state.digest = C1;
+    const apps = ['c1', 'c2'].map((c) => appIn(f, c, 'app'));
+    for (const { ref, app } of apps) await trackAppSources(app, ref, f.deps);
+    f.state.now = T0 + PERIOD;
+    f.state.digest = C2;
+    const pokedAt = new Map<string, number>();
+    expect(await pollSources(f.deps, { pokedAt })).toMatchObject({ polled: 1, changed: 1, poked: 2 });
+    expect(f.poked()).toEqual(['c1/app:ref-changed', 'c2/app:ref-changed']);
+    for (const e of f.state.emitted) {
+      expect(e.data).toMatchObject({ kind: 'App', apiVersion: 'kappctrl.k14s.io/v1alpha1', uid: expect.any(String) });
+      expect((e.data as { cause?: string }).cause).toBe(`source moved: git ${GIT.url} ${GIT.ref}@${C2}`);
+    }
+    // Both fetch the new commit: nobody is behind any more.
+    for (const { ref, app } of apps) await trackAppSources(app, ref, f.deps);
+    f.state.now += PERIOD;
+    expect(await pollSources(f.deps, { pokedAt })).toMatchObject({ poked: 0 });
+    expect(f.state.resolutions).toBe(3);
+  });
+
+  it('an App re-pointed to another branch leaves the record when poked; a deleted App leaves at once', async () => {
+    const f = fleet(['c1', 'c2']);
+    f.state.digest = C1;
+    const a = appIn(f, 'c1', 'app');
+    const b = appIn(f, 'c2', 'app');
+    for (const { ref, app } of [a, b]) await trackAppSources(app, ref, f.deps);
+    await leaveSource(b.app.spec.fetch ?? [], b.ref, f.deps);
+    expect((await gitRecord(f)).members.map((m) => m.cluster)).toEqual(['c1']);
+    appIn(f, 'c1', 'app', { ...GIT, ref: 'develop' });
+    f.state.now = T0 + PERIOD;
+    f.state.digest = C2;
+    expect(await pollSources(f.deps)).toMatchObject({ poked: 0 });
+    expect((await gitRecord(f)).members).toEqual([]);
+  });
+
+  it('a spec not reconciled yet resolves now despite a fresh record; a failed resolution fetches by ref', async () => {
+    const f = fleet(['c1']);
+    f.state.digest = C1;
+    const { ref, app } = appIn(f, 'c1', 'app');
+    await trackAppSources(app, ref, f.deps);
+    const changed = { ...app, metadata: { ...app.metadata, generation: 2 } };
+    f.state.digest = C2;
+    expect((await trackAppSources(changed, ref, f.deps)).tracked.map((t) => t.resolved)).toEqual([C2]);
+    expect(f.state.resolutions).toBe(2);
+    // The source unreachable: the new generation fetches by ref (and fails as upstream's would).
+    f.deps.resolveSource = async () => {
+      throw new Error('connection refused');
+    };
+    const down = await trackAppSources(changed, ref, f.deps);
+    expect(down).toEqual({ fetch: app.spec.fetch, tracked: [] });
+  });
+
+  it('an App and a repository of one name in one cluster are two members, each poked as its kind', async () => {
+    const f = fleet(['c1']);
+    const repo = f.repo('c1', 'x');
+    await trackSource(f.pkgrOf('c1', 'x'), repo, f.deps);
+    // An old record's member has no kind: a repository. An App on the bundle joins beside it.
+    const { ref, app } = appIn(f, 'c1', 'x');
+    const bundleApp = { ...app, spec: { ...app.spec, fetch: [{ imgpkgBundle: { image: IMAGE } }] } };
+    f.clusters
+      .get('c1')
+      ?.put({ ...(f.clusters.get('c1')?.get('App', 'ns', 'x') as object), spec: bundleApp.spec } as never);
+    await trackAppSources(bundleApp, ref, f.deps);
+    expect((await f.record()).members.map((m) => `${m.kind ?? '-'}:${m.name}:${m.at ?? '-'}`)).toEqual([
+      'App:x:' + D1,
+      '-:x:-',
+    ]);
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    await pollSources(f.deps);
+    // The repository is the leader (alone behind); the App is poked at once beside it.
+    expect(f.state.emitted.map((e) => (e.data as { kind: string }).kind).sort()).toEqual(['App', 'PackageRepository']);
   });
 });

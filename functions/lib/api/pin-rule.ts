@@ -1,11 +1,11 @@
 /**
- * The pin rule of a fetch source, on its own without imports: whether the spec alone fixes the
- * bytes a `spec.fetch[]` entry fetches. Shared by the fetch cache (`../fetch/pinned.ts`, which may reuse
- * a pinned source's artifact without contacting it) and the forwarder (`events/forwarder/quiet.ts`,
- * where an App whose sources cannot move may stay quiet at its sync period), whose bundle must
- * stay small. Beside it, the rule of which PackageRepository sources the fleet source poll tracks
- * ({@link repositorySourceTracked}), shared the same way by the poll (`../fetch/source-resolve.ts`)
- * and the forwarder.
+ * The pin rules of a fetch source, on their own without imports: whether the spec alone fixes the
+ * bytes a `spec.fetch[]` entry fetches ({@link sourcePinned}), and whether the fleet's source poll
+ * follows it ({@link sourceTracked}). Shared by the fetch cache (`../fetch/pinned.ts`, which may
+ * reuse a pinned source's artifact without contacting it), the source poll
+ * (`../fetch/source-resolve.ts`, which polls exactly the tracked sources) and the forwarder
+ * (`events/forwarder/quiet.ts`, where an App whose sources are pinned or tracked may stay quiet at
+ * its sync period), whose bundle must stay small.
  *
  * @module
  */
@@ -13,6 +13,8 @@
 const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/i;
 const DIGEST = /@sha256:[0-9a-f]{64}$/;
 const SHA256_HEX = /^[0-9a-f]{64}$/i;
+/** A git URL with a credential: a password (`scheme://user:pass@`) or any user of http(s) (a token). */
+const GIT_URL_USER = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)@/;
 
 function rec(v: unknown): Record<string, unknown> | undefined {
   return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
@@ -39,52 +41,46 @@ export function sourcePinned(entry: unknown): boolean {
   return false;
 }
 
-/**
- * Whether a git URL carries a credential: a password (`scheme://user:pass@`), or any user of an
- * http(s) URL (`https://<token>@host`, the usual form of an access token).
- */
+/** Whether a git URL carries a credential (see {@link GIT_URL_USER}): the poll record stores and logs its URL. */
 export function gitUrlHasCredential(url: string): boolean {
-  const m = /^([A-Za-z][A-Za-z0-9+.-]*):\/\/([^/?#]*)@/.exec(url);
+  const m = GIT_URL_USER.exec(url);
   if (!m) return false;
   return (m[2] ?? '').includes(':') || /^https?$/i.test(m[1] ?? '');
 }
 
+/** Whether `url` names an image by tag (or by name, tag `latest`), not by digest. */
+function byTag(url: unknown): url is string {
+  return typeof url === 'string' && url !== '' && !url.includes('@') && !/\s/.test(url) && !url.startsWith('-');
+}
+
 /**
- * Whether the fleet source poll tracks a PackageRepository's `spec.fetch` (D9,
- * `../pipeline/repo/source-poll.ts`): an `imgpkgBundle` or `image` by tag (no `@` digest), or a
- * `git` ref that is not a full commit id, each without a Secret, without `tagSelection` /
- * `refSelection` (vendir picks among many) and, for git, without credentials in the URL (the
- * poll record stores and logs its URL). A moved tag or branch then pokes the repository, so the
- * forwarder may keep it quiet at its sync period. Pinned sources are {@link sourcePinned}'s;
- * http and inline are never tracked. The poll also parses the image reference
- * (`../fetch/source-resolve.ts` `polledSourceOf`); one it cannot parse vendir refuses too, so
- * that repository fails and is never quiet. Reads the fetch loosely: never throws.
+ * Whether a fetch entry's source is one the fleet's source poll follows: unpinned, public and
+ * resolvable by one request. git by branch or tag `ref` (not a commit id) without `secretRef`,
+ * `refSelection` or a credential in its URL; image or imgpkgBundle by tag without `secretRef` or
+ * `tagSelection`. Never http (no resolver yet: an unpinned http source keeps its sync period),
+ * helmChart, inline, or a pinned source ({@link sourcePinned}: nothing to poll). An image
+ * reference the registry client cannot parse passes here and is left out by the poll
+ * (`polledSourceOf`); its fetch fails, and a failed App is never quiet. Reads the entry
+ * loosely: never throws.
  *
- * @param fetch - a PackageRepository's `spec.fetch` (validated or as watched)
+ * @param entry - one `spec.fetch[]` entry, or a PackageRepository's `spec.fetch` (validated or as watched)
  */
-export function repositorySourceTracked(fetch: unknown): boolean {
-  const f = rec(fetch);
-  const bundle = rec(f?.imgpkgBundle);
-  const image = bundle ?? rec(f?.image);
-  if (image) {
-    const url = bundle ? bundle.image : image.url;
-    return (
-      typeof url === 'string' &&
-      url !== '' &&
-      !url.includes('@') &&
-      image.secretRef == null &&
-      image.tagSelection == null
-    );
-  }
-  const git = rec(f?.git);
+export function sourceTracked(entry: unknown): boolean {
+  const e = rec(entry);
+  const bundle = rec(e?.imgpkgBundle);
+  if (bundle) return byTag(bundle.image) && bundle.secretRef == null && bundle.tagSelection == null;
+  const image = rec(e?.image);
+  if (image) return byTag(image.url) && image.secretRef == null && image.tagSelection == null;
+  const git = rec(e?.git);
   return (
-    typeof git?.url === 'string' &&
+    git !== undefined &&
+    typeof git.url === 'string' &&
     git.url !== '' &&
     typeof git.ref === 'string' &&
     git.ref !== '' &&
+    !COMMIT_ID.test(git.ref) &&
     git.secretRef == null &&
     git.refSelection == null &&
-    !gitUrlHasCredential(git.url) &&
-    !COMMIT_ID.test(git.ref)
+    !gitUrlHasCredential(git.url)
   );
 }

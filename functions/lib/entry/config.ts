@@ -91,8 +91,8 @@ export const CONTROLLER_VERSION = '0.53.1';
 /**
  * The functions a function hands events to: fetch → template (and deploy, for deletions),
  * template → deploy, index-repo → install (`repo.indexed`: the versions a repository gained
- * or lost) and index-repo → index-repo (the fleet source poll's `ref-changed` to the
- * repositories of a moved tag, `../pipeline/repo/source-poll.ts`), install → install (the
+ * or lost) and index-repo → index-repo and → fetch (the fleet source poll's `ref-changed` to the
+ * repositories and Apps of a moved tag or branch, `../pipeline/source-poll.ts`), install → install (the
  * `ref-changed` fan-out to each PackageInstall it may move). fetch, template and deploy also
  * send to fetch: the function that ends an App's run sends the run lease's follow-up
  * (`../lease/`, an object event); and deploy sends to deploy: its own continuation past the
@@ -105,7 +105,7 @@ export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly Pipeli
   fetch: ['template', 'deploy', 'fetch'],
   template: ['deploy', 'fetch'],
   deploy: ['deploy', 'fetch'],
-  'index-repo': ['install', 'index-repo'],
+  'index-repo': ['install', 'index-repo', 'fetch'],
   install: ['install'],
 };
 

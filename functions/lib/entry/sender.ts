@@ -82,7 +82,7 @@ export type EmittedShape =
  * | fetch | `template`, `inspect after fetch failure`, `rollback`, `delete`, `object App` | `../pipeline/app/fetch.ts`, `../pipeline/app/reconcile.ts`, `../pipeline/app/rollback.ts`; follow-ups and restarts |
  * | template | `deploy`, `inspect after template failure`, `object App` | `../pipeline/app/template.ts`; follow-ups and restarts |
  * | deploy | `deploy continuation`, `object App` | `../pipeline/routes/deploy.ts`; follow-ups and restarts |
- * | index-repo | `repo.indexed`, `object PackageRepository ref-changed` | `../pipeline/repo/index-repo-changes.ts`, `../pipeline/repo/source-poll.ts` |
+ * | index-repo | `repo.indexed`, `object PackageRepository ref-changed`, `object App ref-changed` (the source poll's pokes of Apps on a moved source) | `../pipeline/repo/index-repo-changes.ts`, `../pipeline/source-poll.ts` |
  * | install | `object PackageInstall ref-changed` | `../pipeline/install/install-fanout.ts` |
  *
  * "Follow-ups and restarts": the function that ends an App's run sends the run lease's follow-up
@@ -104,7 +104,7 @@ export const EMITS: Readonly<Record<EventSenderName, readonly EmittedShape[]>> =
   fetch: ['template', 'inspect after fetch failure', 'rollback', 'delete', 'object App'],
   template: ['deploy', 'inspect after template failure', 'object App'],
   deploy: ['deploy continuation', 'object App'],
-  'index-repo': ['repo.indexed', 'object PackageRepository ref-changed'],
+  'index-repo': ['repo.indexed', 'object PackageRepository ref-changed', 'object App ref-changed'],
   install: ['object PackageInstall ref-changed'],
 });
 

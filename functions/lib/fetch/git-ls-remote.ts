@@ -1,7 +1,7 @@
 /**
  * Branch or tag → commit resolution for `git` sources without a clone: `git ls-remote` through
  * the project's command runner (allow-listed binary, minimal environment, private `HOME`), for
- * the fleet's source poll (`../pipeline/repo/source-poll.ts`).
+ * the fleet's source poll (`../pipeline/source-poll.ts`).
  *
  * argv only: `git -c credential.helper= ls-remote -- <url> <patterns...>`. The URL and the ref
  * are checked first as for vendir's git (`gitUrlError`, `gitRefError` of `../argv-values.ts`: no

@@ -2,7 +2,7 @@
  * Tag → digest resolution for `image` and `imgpkgBundle` sources without vendir or imgpkg: one
  * `HEAD /v2/<repository>/manifests/<tag>` of the OCI distribution API, reading
  * `Docker-Content-Digest` (what go-containerregistry's `remote.Head` does for imgpkg). Used by
- * the fleet's source poll (`../pipeline/repo/source-poll.ts`), so a tagged PackageRepository source
+ * the fleet's source poll (`../pipeline/source-poll.ts`), so a tagged PackageRepository source
  * costs one small request per period instead of a bundle download per cluster.
  *
  * Auth: an anonymous request first; a `401` with a `Bearer` challenge gets a token from the

@@ -1,17 +1,20 @@
 /**
- * The PackageRepository sources the fleet polls (a tag or a branch, public), how each is pinned
+ * The PackageRepository and App sources the fleet polls (a tag or a branch, public), how each is pinned
  * once resolved, and the resolution itself: one registry `HEAD` (`./registry-digest.ts`) or one
  * `git ls-remote` (`./git-ls-remote.ts`), under the URL policy. The poll records and the fan-out
- * are the pipeline's (`../pipeline/repo/source-poll.ts`).
+ * are the pipeline's (`../pipeline/source-poll.ts`).
  *
  * @module
  */
-import type { PackageRepositoryFetch } from '../api/index.js';
-import { repositorySourceTracked } from '../api/pin-rule.js';
+import type { AppFetch, PackageRepositoryFetch } from '../api/index.js';
+import { sourceTracked } from '../api/pin-rule.js';
 import type { CommandRunner } from '../exec/runner.js';
 import { resolveGitRef } from './git-ls-remote.js';
 import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
 import { type UrlPolicy, UrlPolicyChecker } from './url-policy.js';
+
+/** A fetch the poll may follow: a PackageRepository's `spec.fetch` or one App `spec.fetch[]` entry. */
+export type PolledFetch = PackageRepositoryFetch | AppFetch;
 
 /** A source the fleet polls: what is resolved, and how. */
 export interface PolledSource {
@@ -24,27 +27,26 @@ export interface PolledSource {
 }
 
 /**
- * The source of a repository's fetch that the fleet polls, or `undefined`: which sources is
- * {@link repositorySourceTracked}'s rule (not pinned sources: nothing to poll; not selections,
- * `tagSelection`, `refSelection`: vendir picks among many tags; not sources with a Secret: their
- * content is sealed per cluster, never shared; not credentials in the git URL: the poll record
- * stores and logs its URL; never http or inline), and an image reference the poll can parse.
+ * The source of a repository's fetch or an App's `spec.fetch[]` entry that the fleet polls, or
+ * `undefined`: exactly the entries of {@link sourceTracked} (the rule the forwarder's quiet rule
+ * reads too) whose image reference parses. Left out: pinned sources (nothing to poll),
+ * selections (`tagSelection`, `refSelection`: vendir picks among many tags), sources with a
+ * Secret (their content is sealed per cluster, never shared) or with credentials in the git URL
+ * (the poll record stores and logs its URL), http, helmChart and inline.
  */
-export function polledSourceOf(fetch: PackageRepositoryFetch): PolledSource | undefined {
-  if (!repositorySourceTracked(fetch)) return undefined;
-  const img = fetch.imgpkgBundle ?? fetch.image;
-  if (img) {
-    const url = (fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url) ?? '';
-    const parsed = parseImageTagRef(url);
-    if (!parsed) return undefined;
+export function polledSourceOf(fetch: PolledFetch): PolledSource | undefined {
+  if (!sourceTracked(fetch)) return undefined;
+  if (fetch.imgpkgBundle ?? fetch.image) {
+    const url = fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url;
+    const parsed = url ? parseImageTagRef(url) : undefined;
+    if (!url || !parsed) return undefined;
     return { kind: fetch.imgpkgBundle ? 'imgpkgBundle' : 'image', url, ref: parsed.tag };
   }
-  const git = fetch.git;
-  return git?.url && git.ref ? { kind: 'git', url: git.url, ref: git.ref } : undefined;
+  return fetch.git?.url && fetch.git.ref ? { kind: 'git', url: fetch.git.url, ref: fetch.git.ref } : undefined;
 }
 
 /** `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. */
-export function pinnedFetchOf(fetch: PackageRepositoryFetch, resolved: string): PackageRepositoryFetch {
+export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string): F {
   if (fetch.imgpkgBundle)
     return {
       ...fetch,

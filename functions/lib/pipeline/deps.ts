@@ -111,7 +111,7 @@ export interface PipelineConfig {
   /**
    * How often the fleet resolves each polled PackageRepository source (a tag or branch) again,
    * ms: one registry `HEAD` or `git ls-remote` per source per period, whatever the fleet size
-   * (`./repo/source-poll.ts`). Default `DEFAULT_SOURCE_POLL_PERIOD_MS` (60 000).
+   * (`./source-poll.ts`). Default `DEFAULT_SOURCE_POLL_PERIOD_MS` (60 000).
    */
   sourcePollPeriodMs?: number;
   /**

@@ -6,7 +6,12 @@
  * {@link openDelete} (`Deleting`) and ends with {@link closeDelete}.
  */
 
-import { DRIFT_CAUSE_PREFIX, type ObjectEventData, type ObjectRef } from '../../../events/schema.js';
+import {
+  DRIFT_CAUSE_PREFIX,
+  type ObjectEventData,
+  type ObjectRef,
+  SOURCE_MOVED_CAUSE_PREFIX,
+} from '../../../events/schema.js';
 import type { AppStatus } from '../api/index.js';
 import type { FetchView, KubeObject, ResourceRef } from '../kube/port.js';
 import type { RunFence, StatusWriteResult } from '../kube/status-write.js';
@@ -179,6 +184,8 @@ export async function openRun<
   if (ev.cause?.startsWith(DRIFT_CAUSE_PREFIX)) {
     deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for drift in deployed objects');
     await observe.drift(ev.cause);
+  } else if (ev.cause?.startsWith(SOURCE_MOVED_CAUSE_PREFIX)) {
+    deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for a moved source');
   }
   return { state: 'run', run: opened, ...(reconciling ? { reconciling } : {}) };
 }

@@ -140,7 +140,15 @@ export function appWorld(opts: WorldOptions) {
       deployProgressIntervalMs: 60_000,
       ...opts.config,
     },
-    extra: opts.extra,
+    extra: {
+      // The table's git branch is one the fleet's source poll follows; its resolution fails here,
+      // so the fetch runs by ref and is never cached, as the rows expect (the poll's own tests
+      // are test/unit/source-poll.test.ts).
+      resolveSource: async () => {
+        throw new Error('no source poll in the stage tables');
+      },
+      ...opts.extra,
+    },
   });
   return {
     cluster,

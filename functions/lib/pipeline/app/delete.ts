@@ -21,6 +21,7 @@ import { deployStatus, summarizeStatus } from '../../reconcile/status.js';
 import type { PipelineDeps, RunContext } from '../deps.js';
 import { observerOf, stageTimer, writeAppStatus } from '../report.js';
 import { closeDelete, openDelete } from '../run.js';
+import { leaveSource } from '../source-poll.js';
 import { appRef, loadApp, objectKey } from '../stage-inputs.js';
 import { deployRecordKey } from './deploy.js';
 import { APP_KIND } from './kind.js';
@@ -130,6 +131,10 @@ export async function runDelete(ctx: RunContext, deps: PipelineDeps): Promise<vo
     finalize: async () => {
       await kube.removeFinalizer(kref, Finalizer.App, { uid: ctx.ref.uid });
       if (deps.keyring) await deps.store.delete(await deployRecordKey(deps, ctx.ref)).catch(() => {});
+      // Its polled sources forget it now rather than at their next move (`../source-poll.ts`).
+      await leaveSource(app.spec.fetch ?? [], ctx.ref, deps).catch((err: unknown) =>
+        deps.log.warn({ err: (err as Error).message }, 'leaving the source poll records failed'),
+      );
     },
   });
 }

@@ -7,12 +7,17 @@
  *
  * Same inputs are not fetched twice: when every source is pinned (a commit sha, an image
  * digest, an http sha256, or inline paths) and the artifact for those pins exists, vendir
- * does not run (outcome `cached`).
+ * does not run (outcome `cached`). A git branch or tag, or an image or bundle by tag, that the
+ * fleet's source poll follows (`../source-poll.ts`, rule `sourceTracked` of `../../api/pin-rule.ts`)
+ * is fetched pinned to what the poll resolved, and the App joins the source's record: Apps on
+ * one source share one pinned fetch, and a move of the source sends them `ref-changed`.
+ * `status.fetch` is vendir's lock config of the pinned fetch, which names the same commit or
+ * digest (and no tag) as the fetch by ref would.
  *
  * Fetch holds only a {@link FetchView}: it reads the App and the Secrets/ConfigMaps the
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
-import { fetchIsPrivate } from '../../api/index.js';
+import { type App, fetchIsPrivate } from '../../api/index.js';
 import { fetchCacheKey } from '../../artifact/keys.js';
 import type { ArtifactScope, PrivateArtifacts } from '../../artifact/sealed.js';
 import type { FlightRun } from '../../artifact/single-flight.js';
@@ -35,6 +40,7 @@ import {
 } from '../artifacts.js';
 import type { PipelineDeps, RunContext, StageOutput } from '../deps.js';
 import { infraStep } from '../retry-bound.js';
+import { trackAppSources } from '../source-poll.js';
 import { closeHandingOn, openStage, type StageFrame } from '../stage.js';
 import { type LoadedApp, readRefs } from '../stage-inputs.js';
 import { APP_KIND } from './kind.js';
@@ -59,6 +65,8 @@ interface FetchRun {
   deps: PipelineDeps;
   /** The open stage (the App as read, its view, mask and log line). */
   frame: StageFrame<FetchView>;
+  /** The App as fetched: its polled sources pinned to the fleet's resolution (else as read). */
+  app: App;
   /** Key of the pinned fetch's record, when every source is pinned; sealed with {@link scope}. */
   recordKey?: string;
   /** The App's cluster and namespace, when the fetch used a Secret (it is then sealed there). */
@@ -137,7 +145,12 @@ export async function runFetch(
  */
 async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFrame<FetchView>): Promise<FetchRun> {
   const { kube, mask } = frame;
-  const { app } = frame.loaded;
+  // Tags and branches the fleet polls are fetched pinned to what it resolved (`../source-poll.ts`).
+  const polled = await infraStep('tracking the App sources', () => trackAppSources(frame.loaded.app, ctx.ref, deps));
+  const app =
+    polled.tracked.length > 0
+      ? { ...frame.loaded.app, spec: { ...frame.loaded.app.spec, fetch: polled.fetch } }
+      : frame.loaded.app;
   const fetchSpec = app.spec.fetch ?? [];
   const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
   const credentials: Record<string, string> = {};
@@ -163,6 +176,7 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
     ctx,
     deps,
     frame,
+    app,
     ...(recordKey ? { recordKey } : {}),
     ...(scope ? { scope } : {}),
     ...(priv ? { priv } : {}),
@@ -211,7 +225,7 @@ async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<
   const { ctx, deps, frame, recordKey, scope, priv } = run;
   let r: VendirFetch;
   try {
-    r = await fetchWithVendir(frame.loaded.app, deps, frame.kube, scopeOf(ctx.ref), frame.mask, signal);
+    r = await fetchWithVendir(run.app, deps, frame.kube, scopeOf(ctx.ref), frame.mask, signal);
   } catch (err) {
     if (!signal.aborted) throw err;
     r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };

@@ -40,7 +40,7 @@ export interface RepoIndexPlan {
   /**
    * The pinned source's lookup digest (`repoIndexSourceDigest`) when `spec.fetch` is pinned and
    * passes the URL policy: a hit then skips vendir too. A tag or branch the fleet polls arrives
-   * here already pinned (`./source-poll.ts`); absent for a selection, a source with a Secret or
+   * here already pinned (`../source-poll.ts`); absent for a selection, a source with a Secret or
    * one that could not be resolved: those are fetched and only the template is skipped.
    */
   source?: string;

@@ -18,7 +18,7 @@
  * hand-off redelivers the repository's event, whose new run finds the pointer already advanced,
  * so those PackageInstalls wait for their App's sync (the safety net, 10m by default).
  *
- * Across the fleet (docs/decisions.md D9, `./source-poll.ts`): a repository source polled once per
+ * Across the fleet (docs/decisions.md D9, `../source-poll.ts`): a repository source polled once per
  * period for the whole fleet (a per-source poll record in the store), and a tag that moves to a
  * new digest sending `ref-changed` to every cluster's PackageRepository on that source; each then
  * deploys the one index of the new digest and reaches this module, which fans out to its

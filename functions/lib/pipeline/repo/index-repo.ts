@@ -81,6 +81,14 @@ import type { IndexRepoDeps } from '../deps.js';
 import { invalidAppStatus, writeAppStatus } from '../report.js';
 import { infraStep } from '../retry-bound.js';
 import { closeDelete, type OpenedRun, openDelete, openRun } from '../run.js';
+import {
+  leaveSource,
+  memberDeployed,
+  memberIndexed,
+  polledSourceOf,
+  type TrackedSource,
+  trackSource,
+} from '../source-poll.js';
 import { closeStage, openStage, parsedReads, type StageFrame, type StageKind } from '../stage.js';
 import { makeScratch, removeScratch } from '../stage-inputs.js';
 import {
@@ -94,14 +102,6 @@ import {
 } from './index-repo-cache.js';
 import { announceRepoChanges, type DeployedVersions } from './index-repo-changes.js';
 import { refChangeMatters, withFilledPlaceholder, withRepoPlaceholder } from './repo-placeholder.js';
-import {
-  leaveSource,
-  memberDeployed,
-  memberIndexed,
-  polledSourceOf,
-  type TrackedSource,
-  trackSource,
-} from './source-poll.js';
 
 /** The PackageRepository as read, raw (for status writes) and parsed (for decisions). */
 export interface LoadedRepo {
@@ -288,7 +288,7 @@ async function reconcileRepository(
 ): Promise<RepoIndexedEvent | undefined> {
   const { kube, object } = frame;
   // A tag or branch polled for the fleet is fetched pinned to the digest the fleet resolved
-  // (`./source-poll.ts`), so an indexed digest runs kapp only.
+  // (`../source-poll.ts`), so an indexed digest runs kapp only.
   const tracked = await infraStep('tracking the repository source', () => trackSource(frame.loaded.pkgr, object, deps));
   const polled = tracked
     ? { ...frame.loaded.pkgr, spec: { ...frame.loaded.pkgr.spec, fetch: tracked.fetch } }

@@ -6,5 +6,6 @@
  *
  * @module
  */
+
+export { type PollSummary, pollSources, sourceCheckPeriodMs, sourcePollPeriodMs } from '../source-poll.js';
 export { PKGR_KIND, runIndexRepo } from './index-repo.js';
-export { type PollSummary, pollSources, sourceCheckPeriodMs, sourcePollPeriodMs } from './source-poll.js';

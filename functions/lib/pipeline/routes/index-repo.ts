@@ -1,12 +1,12 @@
 /**
  * The index-repo function's route: a PackageRepository's whole reconcile in one invocation
- * (`../repo/index-repo.ts`), and the schedule's source poll (`../repo/source-poll.ts`).
+ * (`../repo/index-repo.ts`), and the schedule's source poll (`../source-poll.ts`).
  *
  * @module
  */
 import { EVENT_TYPES } from '../../../../events/schema.js';
 import { runIndexRepo } from '../repo/index-repo.js';
-import { pollSources } from '../repo/source-poll.js';
+import { pollSources } from '../source-poll.js';
 import { type FunctionRoute, unhandled } from './route.js';
 
 /** {@link FunctionRoute} of the index-repo function. */

@@ -23,7 +23,7 @@ export type StageDispatch = (event: KappEvent, deps: DispatchDeps) => Promise<Ka
 export interface FunctionRoute {
   /** Runs the events targeted at this function (`targetFunction`); others are logged and dropped. */
   readonly dispatch: StageDispatch;
-  /** The schedule's source poll (`../repo/source-poll.ts`): the index-repo function's only. */
+  /** The schedule's source poll (`../source-poll.ts`): the index-repo function's only. */
   readonly pollSources?: (deps: PipelineDeps) => Promise<PollSummary>;
 }
 

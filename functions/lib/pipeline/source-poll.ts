@@ -1,16 +1,20 @@
 /**
- * Event-driven upgrades across the fleet (docs/decisions.md D9): a tagged PackageRepository source is
- * polled once per period for the whole fleet, not once per cluster, and a tag that moves sends
- * every cluster's PackageRepository on it a reconcile event at once.
+ * Event-driven upgrades across the fleet (docs/decisions.md D9): a tagged PackageRepository or
+ * App source is polled once per period for the whole fleet, not once per cluster or App, and a
+ * tag or branch that moves sends every cluster's PackageRepositories and Apps on it a reconcile
+ * event at once. Issue 24 item 2 brought Apps in; http without `sha256` and helm chart versions
+ * have no resolver here yet (those Apps keep upstream's sync period).
  *
  * - **Source poll record**, one per distinct source (`imgpkgBundle`/`image` by tag, `git` by
- *   branch or tag; no Secret, no selection), keyed by the source's identity, not the cluster:
+ *   branch or tag; no Secret, no selection: `sourceTracked` of `../api/pin-rule.ts`, the rule the
+ *   forwarder's quiet rule reads too), keyed by the source's identity, not the cluster:
  *   `cache/source-poll/sha256/<hex>.json` = {@link SourcePollRecord} (`resolved` digest or commit,
- *   `polledAt`, `changedAt`, and the members `cluster/namespace/name` with the `resolved` each
- *   last deployed). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
+ *   `polledAt`, `changedAt`, and the members `cluster/namespace/name`, each with its `kind` (App;
+ *   absent: a PackageRepository, as in records written before Apps joined) and the `resolved` it
+ *   last deployed (a repository) or fetched (an App)). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
  *   pollers of one period one wins and the others read its result.
  * - **Resolution** without vendir: one registry `HEAD` of the manifest
- *   (`../../fetch/registry-digest.ts`) or one `git ls-remote` (`../../fetch/git-ls-remote.ts`), under
+ *   (`../fetch/registry-digest.ts`) or one `git ls-remote` (`../fetch/git-ls-remote.ts`), under
  *   the URL policy.
  * - **A repository run** ({@link trackSource}) uses a record younger than the poll period as is,
  *   else resolves and writes it, joins the members, and fetches the source pinned to `resolved`
@@ -18,12 +22,18 @@
  *   fleet's one) sends `ref-changed` to the members still behind as soon as it stored the index
  *   ({@link memberIndexed}), while its own kapp deploys; after its deploy ({@link memberDeployed})
  *   a run records the digest it deployed.
+ * - **An App's fetch stage** ({@link trackAppSources}) does the same per polled `spec.fetch[]`
+ *   entry, joining as an App member at the `resolved` it fetches, and fetches that entry pinned
+ *   to it: Apps on one source, in any namespace or cluster, share one pinned fetch
+ *   (`../fetch/pinned.ts`). A deleted App leaves its records ({@link leaveSource}).
  * - **The poll** ({@link pollSources}: a timer in the embedded runtime, an EventBridge schedule of
  *   the index-repo function on Lambda) resolves every record older than the period (one request
  *   per source, whatever the fleet size) and pokes members behind `resolved`: when nobody has
  *   deployed or indexed the new digest yet, only the first member (the leader: it fetches and
  *   templates once, then pokes the rest itself), else every member behind; a leader that did not move
- *   within {@link LEADER_GRACE_MS} makes the poll poke them all.
+ *   within {@link LEADER_GRACE_MS} makes the poll poke them all. Apps have no leader: every App
+ *   behind is poked at once (each renders its own templates; the render cache dedupes identical
+ *   ones), with cause `source moved: <kind> <url> <ref>@<resolved>`.
  * - **Record checks** (embedded runtime only): the leader pokes only the members its own runtime
  *   serves, and a poll pokes only those too, so in a fleet of runtimes each serving some clusters
  *   the rest learned of a move or of the leader's deploy at their own next poll (up to a period
@@ -37,14 +47,20 @@
  *
  * @module
  */
-import { type ObjectRef, objectEvent } from '../../../../events/schema.js';
-import type { PackageRepository, PackageRepositoryFetch } from '../../api/index.js';
-import { canonicalJson, sha256Hex } from '../../artifact/keys.js';
-import { fetchPassesUrlPolicy } from '../../fetch/run.js';
-import { type PolledSource, pinnedFetchOf, polledSourceOf, resolveSource } from '../../fetch/source-resolve.js';
-import { PACKAGING_API_VERSION } from '../../kube/port.js';
-import type { ObjectStore } from '../../store/port.js';
-import type { PipelineDeps } from '../deps.js';
+import { type ObjectRef, objectEvent, SOURCE_MOVED_CAUSE_PREFIX } from '../../../events/schema.js';
+import type { App, AppFetch, PackageRepository, PackageRepositoryFetch } from '../api/index.js';
+import { canonicalJson, sha256Hex } from '../artifact/keys.js';
+import { fetchPassesUrlPolicy } from '../fetch/run.js';
+import {
+  type PolledFetch,
+  type PolledSource,
+  pinnedFetchOf,
+  polledSourceOf,
+  resolveSource,
+} from '../fetch/source-resolve.js';
+import { APP_API_VERSION, PACKAGING_API_VERSION } from '../kube/port.js';
+import type { ObjectStore } from '../store/port.js';
+import type { PipelineDeps } from './deps.js';
 
 /** Default poll period of a source, ms: 1 minute (one request per source per minute). */
 export const DEFAULT_SOURCE_POLL_PERIOD_MS = 60_000;
@@ -80,14 +96,22 @@ function casBackoffMs(attempt: number): number {
   return Math.random() * 10 * 2 ** Math.min(attempt, 5);
 }
 
-/** One PackageRepository on a source. */
+/** The kinds that join a source's record: absent in a member means `PackageRepository` (records written before Apps joined). */
+export type MemberKind = 'App' | 'PackageRepository';
+
+/** One PackageRepository or App on a source. */
 export interface SourceMember {
+  /** What it is (poked as); absent: a PackageRepository. */
+  kind?: MemberKind;
   cluster: string;
   namespace: string;
   name: string;
   /** `metadata.uid` when it joined. */
   uid: string;
-  /** The `resolved` value it last deployed. */
+  /**
+   * The `resolved` value it last deployed (a repository: written after its deploy) or fetched
+   * (an App: written when its fetch joins, since a failed App keeps its sync period anyway).
+   */
   at?: string;
 }
 
@@ -110,8 +134,8 @@ export interface SourcePollRecord {
   indexed?: string;
 }
 
-export type { PolledSource } from '../../fetch/source-resolve.js';
-export { pinnedFetchOf, polledSourceOf } from '../../fetch/source-resolve.js';
+export type { PolledSource } from '../fetch/source-resolve.js';
+export { pinnedFetchOf, polledSourceOf } from '../fetch/source-resolve.js';
 
 /** The poll period in force, ms (`config.sourcePollPeriodMs`, default {@link DEFAULT_SOURCE_POLL_PERIOD_MS}). */
 export function sourcePollPeriodMs(deps: Pick<PipelineDeps, 'config'>): number {
@@ -200,7 +224,21 @@ export async function updateSourcePoll(
   throw new Error(`source poll record ${key}: ${CAS_ATTEMPTS} conflicting writes in a row`);
 }
 
-const memberId = (m: Pick<SourceMember, 'cluster' | 'namespace' | 'name'>) => `${m.cluster}/${m.namespace}/${m.name}`;
+/** Whether a member is an App (else a PackageRepository). */
+const isApp = (m: Pick<SourceMember, 'kind'>) => m.kind === 'App';
+
+/** A member's id: `cluster/namespace/name` for a repository (as before Apps joined), `App:…` for an App. */
+const memberId = (m: Pick<SourceMember, 'kind' | 'cluster' | 'namespace' | 'name'>) =>
+  `${isApp(m) ? 'App:' : ''}${m.cluster}/${m.namespace}/${m.name}`;
+
+/** The member id of an object (its kind decides, see {@link memberId}). */
+const objectMemberId = (o: Pick<ObjectRef, 'kind' | 'clusterId' | 'namespace' | 'name'>) =>
+  memberId({
+    kind: o.kind === 'App' ? 'App' : 'PackageRepository',
+    cluster: o.clusterId,
+    namespace: o.namespace,
+    name: o.name,
+  });
 
 /** Whether `rec` was polled less than one period before `now`. */
 function isFresh(rec: SourcePollRecord, now: Date, periodMs: number): boolean {
@@ -236,17 +274,17 @@ interface PollOutcome {
 }
 
 /**
- * Polls `source` when its record is absent or older than the period. A stale record is claimed
+ * Polls `source` when its record is absent or older than the period, or always when `force`. A stale record is claimed
  * first (compare-and-swap of `polledAt`), so of concurrent pollers only the winner sends the
  * request; it then writes what it resolved. A resolution that fails after the claim leaves the
  * previous `resolved` in force for the period.
  * @throws SourceResolutionError; StoreError, or Error when {@link updateSourcePoll} gave up
  */
-async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps): Promise<PollOutcome> {
+async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps, force = false): Promise<PollOutcome> {
   const periodMs = sourcePollPeriodMs(deps);
   let claimed = false;
   const claim = await updateSourcePoll(deps.store, key, (cur) => {
-    claimed = cur !== undefined && !isFresh(cur, deps.now(), periodMs);
+    claimed = cur !== undefined && (force || !isFresh(cur, deps.now(), periodMs));
     return claimed && cur ? { ...cur, polledAt: deps.now().toISOString() } : undefined;
   });
   if (claim && !claimed) return { rec: claim, polled: false, changed: false };
@@ -264,14 +302,14 @@ async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps):
   return { rec, polled: true, changed };
 }
 
-/** What a repository run tracks of its polled source. */
-export interface TrackedSource {
+/** What a run tracks of one polled source. */
+export interface TrackedSource<F extends PolledFetch = PackageRepositoryFetch> {
   /** The record key. */
   key: string;
   /** The digest or commit the run fetches. */
   resolved: string;
-  /** The repository's fetch pinned to `resolved`. */
-  fetch: PackageRepositoryFetch;
+  /** The fetch pinned to `resolved`. */
+  fetch: F;
 }
 
 /**
@@ -290,19 +328,75 @@ export async function trackSource(
   object: ObjectRef,
   deps: PipelineDeps,
 ): Promise<TrackedSource | undefined> {
-  const source = polledSourceOf(pkgr.spec.fetch);
-  if (!source) return undefined;
-  if (!(await fetchPassesUrlPolicy([pkgr.spec.fetch], deps))) return undefined;
-  const key = sourcePollKey(source);
-  const self: SourceMember = {
+  return await trackFetch(pkgr.spec.fetch, memberOf(object, 'PackageRepository'), deps);
+}
+
+/** What an App's fetch stage tracks of its polled sources. */
+export interface TrackedAppSources {
+  /** `spec.fetch` with each polled entry pinned to its record's `resolved` (the others as they were). */
+  fetch: AppFetch[];
+  /** The polled entries, in `spec.fetch` order. */
+  tracked: TrackedSource<AppFetch>[];
+}
+
+/**
+ * For an App's fetch stage: each `spec.fetch[]` entry the poll follows (see {@link polledSourceOf},
+ * the rule the forwarder's quiet rule shares) joins its source's record as an App member, at the
+ * `resolved` it will fetch, and is fetched pinned to it: two Apps on one branch or tag, in any
+ * namespace or cluster, then share one pinned fetch (`../fetch/pinned.ts`), and a move pokes
+ * them ({@link pollSources}). An entry whose resolution failed or whose URL the policy refuses is
+ * fetched as written (as {@link trackSource}).
+ * @throws StoreError, or Error when {@link updateSourcePoll} gave up (the run is retried)
+ */
+export async function trackAppSources(app: App, object: ObjectRef, deps: PipelineDeps): Promise<TrackedAppSources> {
+  const fetch = [...(app.spec.fetch ?? [])];
+  const tracked: TrackedSource<AppFetch>[] = [];
+  const self = memberOf(object, 'App');
+  // A spec not reconciled yet resolves its sources now, as upstream's fetch by ref reaches the
+  // source on every change: an unreachable registry or git server fails a new generation
+  // as upstream's does, instead of a fresh record and the pinned fetch cache hiding it.
+  const force = app.status?.observedGeneration !== app.metadata.generation;
+  for (const [i, entry] of fetch.entries()) {
+    const t = await trackFetch(entry, self, deps, { atJoin: true, force });
+    if (!t) continue;
+    fetch[i] = t.fetch;
+    tracked.push(t);
+  }
+  return { fetch, tracked };
+}
+
+/**
+ * The member an object joins as. A repository's entry carries no `kind` (its absence means
+ * PackageRepository), so records stay as they were for repositories and readable both ways.
+ */
+function memberOf(object: ObjectRef, kind: MemberKind): SourceMember {
+  return {
+    ...(kind === 'App' ? { kind } : {}),
     cluster: object.clusterId,
     namespace: object.namespace,
     name: object.name,
     uid: object.uid,
   };
+}
+
+/**
+ * The pinned fetch of one polled source, `self` joined to its record (with `at` = the record's
+ * `resolved` when `opts.atJoin`), resolved now when `opts.force` even if the record is fresh;
+ * see {@link trackSource} for `undefined` and the errors.
+ */
+async function trackFetch<F extends PolledFetch>(
+  fetch: F,
+  self: SourceMember,
+  deps: PipelineDeps,
+  opts: { atJoin?: boolean; force?: boolean } = {},
+): Promise<TrackedSource<F> | undefined> {
+  const source = polledSourceOf(fetch);
+  if (!source) return undefined;
+  if (!(await fetchPassesUrlPolicy([fetch], deps))) return undefined;
+  const key = sourcePollKey(source);
   let due: PollOutcome;
   try {
-    due = await pollIfDue(key, source, deps);
+    due = await pollIfDue(key, source, deps, opts.force);
   } catch (err) {
     if (!(err instanceof SourceResolutionError)) throw err;
     deps.log.warn(
@@ -312,8 +406,11 @@ export async function trackSource(
     return undefined;
   }
   if (!due.rec) return undefined;
-  const rec = (await updateSourcePoll(deps.store, key, (cur) => joined(cur, self))) ?? due.rec;
-  return { key, resolved: rec.resolved, fetch: pinnedFetchOf(pkgr.spec.fetch, rec.resolved) };
+  const rec =
+    (await updateSourcePoll(deps.store, key, (cur) =>
+      joined(cur, opts.atJoin && cur ? { ...self, at: cur.resolved } : self),
+    )) ?? due.rec;
+  return { key, resolved: rec.resolved, fetch: pinnedFetchOf(fetch, rec.resolved) };
 }
 
 /**
@@ -360,28 +457,38 @@ async function filterServed(members: readonly SourceMember[], deps: PipelineDeps
   return members.filter((m) => served.get(m.cluster) === true);
 }
 
+/** Whether the object as read still fetches the source of `key` (an App: any of its entries). */
+function stillOn(obj: { spec?: unknown }, kind: MemberKind, key: string): boolean {
+  const spec = obj.spec as { fetch?: unknown } | undefined;
+  const fetches = (kind === 'App' ? (Array.isArray(spec?.fetch) ? spec.fetch : []) : [spec?.fetch]) as PolledFetch[];
+  return fetches.some((f) => {
+    const source = f && typeof f === 'object' ? polledSourceOf(f) : undefined;
+    return source !== undefined && sourcePollKey(source) === key;
+  });
+}
+
 /**
  * Sends `ref-changed` to `targets` (members this runtime serves), after reading each: a
- * repository that is gone, was recreated (another uid) or now names another source leaves the
- * record instead.
+ * repository or App that is gone, was recreated (another uid) or now names another source
+ * leaves the record instead.
  * @returns how many were sent.
  * @throws KubeApiError, TransportError, StoreError: the caller's event or tick is retried
  */
 async function pokeMembers(
   key: string,
-  resolved: string,
+  rec: Pick<SourcePollRecord, 'source' | 'resolved'>,
   targets: readonly SourceMember[],
   deps: PipelineDeps,
 ): Promise<number> {
+  const { resolved, source } = rec;
   const events = [];
   const leave: string[] = [];
   for (const m of targets) {
+    const kind: MemberKind = isApp(m) ? 'App' : 'PackageRepository';
+    const apiVersion = kind === 'App' ? APP_API_VERSION : PACKAGING_API_VERSION;
     const kube = deps.clusters.deployView(m.cluster);
-    const ref = { apiVersion: PACKAGING_API_VERSION, kind: 'PackageRepository', namespace: m.namespace, name: m.name };
-    const obj = await kube.getObject(ref);
-    const parsed = obj?.spec as { fetch?: PackageRepositoryFetch } | undefined;
-    const source = parsed?.fetch && polledSourceOf(parsed.fetch);
-    if (!obj || obj.metadata.uid !== m.uid || !source || sourcePollKey(source) !== key) {
+    const obj = await kube.getObject({ apiVersion, kind, namespace: m.namespace, name: m.name });
+    if (!obj || obj.metadata.uid !== m.uid || !stillOn(obj, kind, key)) {
       leave.push(memberId(m));
       continue;
     }
@@ -389,8 +496,8 @@ async function pokeMembers(
       objectEvent(
         {
           clusterId: m.cluster,
-          kind: 'PackageRepository',
-          apiVersion: PACKAGING_API_VERSION,
+          kind,
+          apiVersion,
           namespace: m.namespace,
           name: m.name,
           uid: m.uid,
@@ -400,7 +507,14 @@ async function pokeMembers(
         'ref-changed',
         // The digest is the cause (part of the event id): a poke for a newer digest is never
         // taken by SQS FIFO deduplication for the copy of an older one at the same resourceVersion.
-        { time: deps.now(), cause: `source@${resolved}` },
+        // An App's cause says what moved, for its reconcile log.
+        {
+          time: deps.now(),
+          cause:
+            kind === 'App'
+              ? `${SOURCE_MOVED_CAUSE_PREFIX}${source.kind} ${source.url} ${source.ref}@${resolved}`
+              : `source@${resolved}`,
+        },
       ),
     );
   }
@@ -430,13 +544,7 @@ export async function memberDeployed(
   fetched: boolean,
   deps: PipelineDeps,
 ): Promise<void> {
-  const self: SourceMember = {
-    cluster: object.clusterId,
-    namespace: object.namespace,
-    name: object.name,
-    uid: object.uid,
-    at: tracked.resolved,
-  };
+  const self: SourceMember = { ...memberOf(object, 'PackageRepository'), at: tracked.resolved };
   const rec = await updateSourcePoll(deps.store, tracked.key, (cur) => joined(cur, self));
   if (!fetched || !rec || rec.resolved !== tracked.resolved) return;
   await pokeServedBehind(tracked.key, rec, object, deps);
@@ -464,16 +572,16 @@ export async function memberIndexed(tracked: TrackedSource, object: ObjectRef, d
 async function pokeServedBehind(
   key: string,
   rec: SourcePollRecord,
-  self: Pick<ObjectRef, 'clusterId' | 'namespace' | 'name'>,
+  self: Pick<ObjectRef, 'clusterId' | 'kind' | 'namespace' | 'name'>,
   deps: PipelineDeps,
 ): Promise<number> {
-  const selfId = memberId({ cluster: self.clusterId, namespace: self.namespace, name: self.name });
+  const selfId = objectMemberId(self);
   const behind = await filterServed(
     rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== selfId),
     deps,
   );
   if (behind.length === 0) return 0;
-  const sent = await pokeMembers(key, rec.resolved, behind, deps);
+  const sent = await pokeMembers(key, rec, behind, deps);
   deps.log.info(
     { source: rec.source.url, resolved: rec.resolved, members: sent },
     'new source digest indexed; members reconciled',
@@ -481,16 +589,30 @@ async function pokeServedBehind(
   return sent;
 }
 
-/** A repository being deleted leaves its source's record. @throws StoreError */
-export async function leaveSource(fetch: PackageRepositoryFetch, object: ObjectRef, deps: PipelineDeps): Promise<void> {
-  const source = polledSourceOf(fetch);
-  if (!source) return;
-  const self = memberId({ cluster: object.clusterId, namespace: object.namespace, name: object.name });
-  await updateSourcePoll(deps.store, sourcePollKey(source), (cur) =>
-    cur?.members.some((m) => memberId(m) === self)
-      ? { ...cur, members: cur.members.filter((m) => memberId(m) !== self) }
-      : undefined,
-  );
+/**
+ * A repository or App being deleted leaves the records of its polled sources (`fetch`: the
+ * repository's `spec.fetch`, or an App's entries). Without it a record kept a deleted member until
+ * the source moved, and a cluster that churns Apps filled its {@link MAX_MEMBERS_PER_CLUSTER}.
+ * @throws StoreError
+ */
+export async function leaveSource(
+  fetch: PolledFetch | readonly PolledFetch[],
+  object: ObjectRef,
+  deps: PipelineDeps,
+): Promise<void> {
+  const self = objectMemberId(object);
+  const keys = new Set<string>();
+  for (const f of Array.isArray(fetch) ? fetch : [fetch]) {
+    const source = polledSourceOf(f as PolledFetch);
+    if (source) keys.add(sourcePollKey(source));
+  }
+  for (const key of keys) {
+    await updateSourcePoll(deps.store, key, (cur) =>
+      cur?.members.some((m) => memberId(m) === self)
+        ? { ...cur, members: cur.members.filter((m) => memberId(m) !== self) }
+        : undefined,
+    );
+  }
 }
 
 /** What one {@link pollSources} did. */
@@ -581,9 +703,13 @@ async function pokeBehind(
 ): Promise<number> {
   const behind = rec.members.filter((m) => m.at !== rec.resolved);
   if (behind.length === 0) return 0;
-  const someoneAt = rec.indexed === rec.resolved || rec.members.some((m) => m.at === rec.resolved);
+  // The leader is a repository's (it builds the index the others reuse); an App renders its own
+  // templates (the render cache dedupes identical ones), so every App behind is poked at once.
+  const repos = rec.members.filter((m) => !isApp(m));
+  const reposBehind = behind.filter((m) => !isApp(m));
+  const someoneAt = rec.indexed === rec.resolved || repos.some((m) => m.at === rec.resolved);
   const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
-  const candidates = someoneAt || leaderLate ? behind : behind.slice(0, 1);
+  const candidates = [...(someoneAt || leaderLate ? reposBehind : reposBehind.slice(0, 1)), ...behind.filter(isApp)];
   const now = deps.now().getTime();
   const targets = (await filterServed(candidates, deps)).filter((m) => {
     const last = opts.pokedAt?.get(`${memberId(m)}@${rec.resolved}`);
@@ -591,5 +717,5 @@ async function pokeBehind(
   });
   if (targets.length === 0) return 0;
   for (const m of targets) opts.pokedAt?.set(`${memberId(m)}@${rec.resolved}`, now);
-  return await pokeMembers(key, rec.resolved, targets, deps);
+  return await pokeMembers(key, rec, targets, deps);
 }

@@ -1,0 +1,147 @@
+/**
+ * e2e: a moved git branch reaches the Apps of two cluster ids as events (issue 24 item 2). Two
+ * cluster ids, each served by its own embedded runtime, share one object store (as a fleet shares
+ * one bucket); each holds an App fetching the same branch of a repo on the local git smart-HTTP
+ * server (`syncPeriod: 1h`: only the source poll can explain an update during the test). The
+ * first runtime polls the fleet's sources every 2 s; the second every 10 min, so its App learns
+ * of the move from its record checks (store reads every 2 s). A commit moves the branch; one
+ * resolution sees it for the fleet (counted as the repository test counts them: the poll's
+ * "source moved" log records), `ref-changed` reaches both Apps, and both deploy the new content,
+ * fetched once for the fleet (the pinned fetch cache: one vendir run names the new commit).
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunRequest } from '../../functions/lib/exec/runner.js';
+import { createRepo } from '../harness/fixtures.js';
+import { fleetKubeconfig, fleetLog, sourceMoves } from './packaging-support.js';
+import {
+  apply,
+  applyCrds,
+  appManifest,
+  configMapYaml,
+  createTenant,
+  deleteNamespaces,
+  type E2ERuntime,
+  getObject,
+  servers,
+  startRuntime,
+  succeededAt,
+  suffix,
+  waitFor,
+} from './support.js';
+
+const id = suffix();
+const CLUSTERS = [
+  { context: `srcpoll-a-${id}`, ns: `e2e-srcpoll-a-${id}` },
+  { context: `srcpoll-b-${id}`, ns: `e2e-srcpoll-b-${id}` },
+] as const;
+const REPO = `e2e-srcpoll-${id}/config`;
+const POLL_PERIOD_MS = 2000;
+/** The second runtime's poll period: longer than the test, so no poll of its own moves it. */
+const LONG_POLL_PERIOD_MS = 600_000;
+
+let dir = '';
+const runtimes: E2ERuntime[] = [];
+/** The stdin of every vendir run, both runtimes. */
+const vendirConfigs: string[] = [];
+
+/** The repo's one file: a ConfigMap `greeting` with `data.greeting`. */
+const tree = (greeting: string) => ({ 'cm.yml': configMapYaml('greeting', { greeting }) });
+
+beforeAll(async () => {
+  await applyCrds();
+  await Promise.all(CLUSTERS.map((c) => createTenant(c.ns)));
+  dir = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-e2e-srcpoll-'));
+  const kubeconfig = path.join(dir, 'kubeconfig');
+  await fleetKubeconfig(
+    kubeconfig,
+    CLUSTERS.map((c) => c.context),
+  );
+  for (const [i, c] of CLUSTERS.entries()) {
+    runtimes.push(
+      await startRuntime([c.ns], {
+        kubeconfigPath: kubeconfig,
+        contexts: [c.context],
+        storeDir: path.join(dir, 'store'),
+        config: { sourcePollPeriodMs: i === 0 ? POLL_PERIOD_MS : LONG_POLL_PERIOD_MS },
+        wrapDeps: (deps) => ({
+          ...deps,
+          runner: {
+            run: async (req: RunRequest) => {
+              if (req.cmd === 'vendir') vendirConfigs.push(typeof req.stdin === 'string' ? req.stdin : '');
+              return await deps.runner.run(req);
+            },
+          },
+        }),
+      }),
+    );
+  }
+});
+
+afterAll(async () => {
+  for (const r of runtimes) await r.dispose();
+  if (dir) await rm(dir, { recursive: true, force: true });
+  await deleteNamespaces(CLUSTERS.map((c) => c.ns));
+});
+
+/** Waits until the ConfigMap the App deployed in `ns` says `greeting`. */
+async function waitGreeting(ns: string, greeting: string): Promise<void> {
+  let last: unknown;
+  await waitFor(
+    `ConfigMap ${ns}/greeting at ${greeting}`,
+    async () => {
+      last = await getObject<{ data?: Record<string, string> }>('configmap', ns, 'greeting');
+      return (last as { data?: Record<string, string> } | undefined)?.data?.greeting === greeting ? true : undefined;
+    },
+    {
+      timeoutMs: 120_000,
+      intervalMs: 500,
+      describe: () => `last: ${JSON.stringify(last ?? null)}\nlog: ${fleetLog(runtimes, /source|stage run/)}`,
+    },
+  );
+}
+
+/** Log records of the source poll seeing the branch move, across both runtimes. */
+const moves = () => sourceMoves(runtimes);
+
+describe('App on a git branch: a move reaches the fleet as events', () => {
+  it('a new commit on the branch: one resolution for both cluster ids, one fetch, both Apps deploy it without a sync timer', async () => {
+    const first = await createRepo(servers().git, REPO, tree('one'));
+    for (const c of CLUSTERS) {
+      await apply(
+        appManifest(c.ns, 'app', {
+          syncPeriod: '1h',
+          fetch: [{ git: { url: first.url, ref: 'origin/main' } }],
+          template: [{ ytt: {} }],
+          deploy: [{ kapp: {} }],
+        }),
+      );
+    }
+    for (const [i, c] of CLUSTERS.entries()) {
+      await runtimes[i]!.waitForApp(c.ns, 'app', succeededAt(1));
+      await waitGreeting(c.ns, 'one');
+    }
+    const movesBefore = moves().length;
+
+    const second = await createRepo(servers().git, REPO, tree('two'));
+    for (const c of CLUSTERS) await waitGreeting(c.ns, 'two');
+
+    // One poller saw the branch move (one resolution won the period), for both cluster ids.
+    expect(moves().length - movesBefore).toBe(1);
+    // One fetch of the new commit for the fleet: the other App reused the pinned fetch.
+    expect(vendirConfigs.filter((v) => v.includes(second.commitSha))).toHaveLength(1);
+    for (const [i, c] of CLUSTERS.entries()) {
+      const app = await runtimes[i]!.waitForApp(c.ns, 'app', succeededAt(1));
+      // vendir's lock config, as a fetch of the branch gives it: the commit, not the ref.
+      expect(app.status?.fetch?.stdout, c.context).toContain(second.commitSha);
+      expect(app.status?.fetch?.stdout).not.toContain('origin/main');
+      // Reconciled by the poll's event: the App's own run says why.
+      const causes = runtimes[i]!.records.filter(
+        (r) => r.msg === 'reconciling for a moved source' && String(r.obj.cause).includes(second.commitSha),
+      );
+      expect(causes.length, c.context).toBeGreaterThan(0);
+    }
+  }, 300_000);
+});
