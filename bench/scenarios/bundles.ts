@@ -92,7 +92,11 @@ interface ChildRun {
 function once(args: readonly string[], env: NodeJS.ProcessEnv, script: string): Promise<ChildRun> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
-    const child = spawn(process.execPath, [script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // BENCH_CPU_PROF_DIR: a V8 CPU profile of every child there (for finding what a cold start spends).
+    const prof = process.env.BENCH_CPU_PROF_DIR
+      ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`]
+      : [];
+    const child = spawn(process.execPath, [...prof, script, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     let wallMs = 0;
@@ -339,7 +343,7 @@ export async function bundles(ctx: BenchContext, runs = 7): Promise<BundleFigure
         const first = await firstInvocations(stage, outfile, backends, dir, script, runs);
         f.firstInvocation = first;
         ctx.say(
-          `bundles: ${stage} first invocation ${first.wall.median.toFixed(0)} ms (import ${first.importMs.toFixed(0)} ms, returned ${first.calledMs.toFixed(0)} ms after process start, stage ${first.stageMs} ms, ${first.toolRuns} tool run(s) ${first.toolMs} ms, outside tools ${first.outsideTools.median.toFixed(0)} ms, ${first.outcomes.join('/')}); SDK alone ${first.sdkLoad.median.toFixed(0)} ms`,
+          `bundles: ${stage} first invocation ${first.wall.median.toFixed(0)} ms (import ${first.importMs.toFixed(0)} ms, returned ${first.calledMs.toFixed(0)} ms after process start, stage ${first.stageMs} ms, ${first.toolRuns} tool run(s) ${first.toolMs.toFixed(0)} ms, outside tools ${first.outsideTools.median.toFixed(0)} ms, ${first.outcomes.join('/')}); SDK alone ${first.sdkLoad.median.toFixed(0)} ms`,
         );
       }
       out.push(f);
