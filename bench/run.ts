@@ -69,10 +69,8 @@ const ALL = [
   'cost',
 ] as const;
 type Scenario = (typeof ALL)[number];
-/** Every scenario but these three starts from cluster A (forwarder-memory starts its own; cost computes only). */
-const NEEDS_CLUSTER: readonly Scenario[] = ALL.filter(
-  (s) => s !== 'bundles' && s !== 'forwarder-memory' && s !== 'cost',
-);
+/** Every scenario but these two starts from cluster A (forwarder-memory starts its own; cost computes only); bundles reads an App from it on a real first invocation. */
+const NEEDS_CLUSTER: readonly Scenario[] = ALL.filter((s) => s !== 'forwarder-memory' && s !== 'cost');
 
 const args = process.argv.slice(2).filter((a) => a !== '--');
 const unknown = args.filter((a) => !(ALL as readonly string[]).includes(a));
@@ -192,12 +190,29 @@ try {
           },
           {
             scenario: '6 bundles',
-            figure: `${f.stage} fresh node → first handler call`,
-            value: `${fmtSummaryMs(f.coldStart)}; import ${Math.round(f.importMs)} ms`,
-            target: '≤ 150 ms',
-            verdict: f.coldStart.median <= 150 ? 'met' : 'missed',
+            figure: `${f.stage} init: fresh node → empty batch handled (no SDK)`,
+            value: `${fmtSummaryMs(f.init)}; import ${Math.round(f.importMs)} ms`,
+            target: '',
+            verdict: '',
           },
         );
+        const first = f.firstInvocation;
+        if (first) {
+          ctx.rows.push({
+            scenario: '6 bundles',
+            figure: `${f.stage} cold start: fresh node → one real record handled`,
+            value: `${fmtSummaryMs(first.wall)}; import ${Math.round(first.importMs)} ms, SDK alone ${Math.round(first.sdkLoad.median)} ms, ${first.toolRuns} tool run(s) ${Math.round(first.toolMs)} ms`,
+            target: '',
+            verdict: '',
+          });
+          ctx.rows.push({
+            scenario: '6 bundles',
+            figure: `${f.stage} cold start outside tools (the above less its tool time)`,
+            value: fmtSummaryMs(first.outsideTools),
+            target: '≤ 150 ms',
+            verdict: first.outsideTools.median <= 150 ? 'met' : 'missed',
+          });
+        }
       }
     }
   }

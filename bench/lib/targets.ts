@@ -121,12 +121,17 @@ export function computeTargets(results: Record<string, unknown>): Targets {
     put(`dedup.${phase}.ytt`, num(at(results, 'dedup', phase, 'templateExecutions')), '==', 1, 'runs');
   }
 
-  // 4 bundles (issue 13 item 4): ≤ 1 MB, ≤ 150 ms fresh node → first handler call (median)
+  // 4 bundles (issue 13 item 4): ≤ 1 MB; cold start ≤ 150 ms as a real first invocation (issue
+  // 24: fresh node → one real record handled, SDK loaded, median, less the time inside the tool
+  // the record runs), the functions that have one.
+  // `initMs` (empty batch, no SDK) is the figure files before issue 24 called `coldStart`: the
+  // same target, kept so old and new runs compare.
   for (const b of arr(results.bundles)) {
     const stage = at(b, 'stage');
     if (typeof stage !== 'string') continue;
     put(`bundles.${stage}.bytes`, num(at(b, 'bytes')), '<=', 1_000_000, 'bytes', 0);
-    put(`bundles.${stage}.coldStartMs`, num(at(b, 'coldStart', 'median')), '<=', 150, 'ms', 1);
+    put(`bundles.${stage}.initMs`, num(at(b, 'init', 'median') ?? at(b, 'coldStart', 'median')), '<=', 150, 'ms', 1);
+    put(`bundles.${stage}.coldStartMs`, num(at(b, 'firstInvocation', 'outsideTools', 'median')), '<=', 150, 'ms', 1);
   }
 
   // 5 forwarder memory (issue 24 item 6): ≤ 120 MB settled RSS at 10,000 Apps, with the V8 flags

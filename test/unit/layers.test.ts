@@ -266,6 +266,18 @@ describe('function bundle contents', () => {
     },
     60_000,
   );
+
+  it.each(['deploy', 'install'] as const)(
+    'the %s bundle, which packs and unpacks no tarball, carries no tar (issue 24 item 7: cold start)',
+    async (stage) => {
+      const { inputs } = await functionBundleFacts(stage);
+      // The reconcile results classify ArtifactError from `artifact/errors.ts`, not `artifact/tarball.ts`.
+      expect(
+        inputs.filter((f) => f.startsWith('node_modules/tar/') || f === 'functions/lib/artifact/tarball.ts'),
+      ).toEqual([]);
+    },
+    60_000,
+  );
 });
 
 describe('lddLibraries', () => {

@@ -25,6 +25,7 @@ import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
 import { gunzip, gzip, constants as zlibConstants } from 'node:zlib';
 import { Header, Parser, Pax, type ReadEntry } from 'tar';
+import { ArtifactError } from './errors.js';
 import { sha256Hex } from './keys.js';
 
 const gzipAsync = promisify(gzip);
@@ -43,33 +44,9 @@ export interface ArtifactLimits {
   readonly maxEntries?: number;
 }
 
-/** Why an artifact operation was refused. */
-export type ArtifactErrorCode =
-  | 'too-large'
-  | 'too-many-entries'
-  | 'unsafe-path'
-  | 'unsafe-symlink'
-  | 'unsupported-entry'
-  | 'duplicate-entry'
-  | 'bad-archive'
-  | 'destination-not-empty'
-  | 'io';
-
-/**
- * Error thrown by this module. `code` says why; `path` is the offending entry's relative path
- * when there is one. I/O failures are `code: 'io'` with the original error as `cause`.
- */
-export class ArtifactError extends Error {
-  override readonly name = 'ArtifactError';
-  constructor(
-    readonly code: ArtifactErrorCode,
-    message: string,
-    readonly path?: string,
-    options?: ErrorOptions,
-  ) {
-    super(message, options);
-  }
-}
+// The error lives in ./errors.ts (no `tar` import): the reconcile results (`../reconcile/result.ts`),
+// which every function loads at start, classify it without loading `tar`.
+export { ArtifactError, type ArtifactErrorCode } from './errors.js';
 
 /** Result of {@link packDir}. */
 export interface PackedDir {

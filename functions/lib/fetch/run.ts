@@ -340,29 +340,6 @@ async function vendirTry(
   }
 }
 
-/**
- * Whether every source of `fetch` passes this runtime's URL policy (`true` without a policy).
- * A cached artifact (pinned fetch record, repository index) is served only when it does: the
- * cache is shared by the fleet, and a cluster with a stricter policy must not reuse content
- * another cluster was allowed to fetch. A refused source then runs the real fetch, which fails
- * with the policy's message.
- *
- * @throws what the policy check throws for reasons other than a refusal (infrastructure)
- */
-export async function fetchPassesUrlPolicy(
-  fetch: readonly AppFetch[],
-  deps: { config: Pick<FetchRunDeps['config'], 'urlPolicy'> },
-): Promise<boolean> {
-  if (!deps.config.urlPolicy) return true;
-  try {
-    await new UrlPolicyChecker(deps.config.urlPolicy).checkFetch(fetch);
-    return true;
-  } catch (err) {
-    if (outcomeOf(err) !== 'user') throw err;
-    return false;
-  }
-}
-
 /** `deps.sleep`, or an abortable timer when the caller gave none. */
 function sleepOf(deps: Pick<FetchRunDeps, 'sleep'>): (ms: number, signal?: AbortSignal) => Promise<void> {
   return (

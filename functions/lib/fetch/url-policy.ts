@@ -24,7 +24,7 @@ import { lookup } from 'node:dns/promises';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 import type { AppFetch } from '../api/fetch.js';
 import { SCP_LIKE_GIT_URL } from '../argv-values.js';
-import { KappControllerError } from '../reconcile/result.js';
+import { KappControllerError, outcomeOf } from '../reconcile/result.js';
 import { GIT_SAFETY_CONFIG, gitConfigEnv } from './git-env.js';
 import { extractImageRegistry } from './vendir.js';
 
@@ -453,4 +453,28 @@ export function parseUrlPolicy(
     .map((s) => s.trim())
     .filter(Boolean);
   return { mode: m, allow: list };
+}
+
+/**
+ * Whether every source of `fetch` passes this runtime's URL policy (`true` without a policy).
+ * A cached artifact (pinned fetch record, repository index) is served only when it does: the
+ * cache is shared by the fleet, and a cluster with a stricter policy must not reuse content
+ * another cluster was allowed to fetch. A refused source then runs the real fetch, which fails
+ * with the policy's message. Here, not in `./run.ts`: the deploy function's delete path reaches
+ * it (`pipeline/source-poll.ts`) and must not load the fetch stage's tarball code.
+ *
+ * @throws what the policy check throws for reasons other than a refusal (infrastructure)
+ */
+export async function fetchPassesUrlPolicy(
+  fetch: readonly AppFetch[],
+  deps: { config: { urlPolicy?: UrlPolicy } },
+): Promise<boolean> {
+  if (!deps.config.urlPolicy) return true;
+  try {
+    await new UrlPolicyChecker(deps.config.urlPolicy).checkFetch(fetch);
+    return true;
+  } catch (err) {
+    if (outcomeOf(err) !== 'user') throw err;
+    return false;
+  }
 }

@@ -17,6 +17,7 @@
  */
 import * as z from 'zod';
 import { PIPELINE_STAGES, type PipelineStage } from '../api/functions.js';
+import { lazily } from '../api/lazy.js';
 
 /** `apiVersion` of a cluster document. */
 export const CLUSTER_DOC_API_VERSION = 'kapp-lambda/v1';
@@ -37,96 +38,115 @@ export function clusterDocKey(clusterId: string): string {
 }
 
 /**
- * A secret's name in the secret store: a Secrets Manager name or ARN, or a relative path in a
- * directory store. No `.`/`..` segment, no leading `/`.
- */
-const secretName = z
-  .string()
-  .regex(/^[A-Za-z0-9_+=.@:-][A-Za-z0-9/_+=.@:-]{0,2047}$/, { error: 'expected a secret name or ARN' })
-  .refine((s) => !s.split('/').some((seg) => seg === '' || seg === '.' || seg === '..'), {
-    error: 'expected no empty, "." or ".." segment',
-  });
-
-/** Base64 of a PEM bundle of one or more certificates. */
-const caData = z
-  .string()
-  .regex(/^[A-Za-z0-9+/]+={0,2}$/, { error: 'expected base64' })
-  .refine(
-    (s) => {
-      const pem = Buffer.from(s, 'base64').toString('utf8');
-      return /^\s*(-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----\s*)+$/.test(pem);
-    },
-    { error: 'expected base64 of a PEM certificate bundle' },
-  );
-
-const endpoint = z.string().refine(
-  (s) => {
-    try {
-      const u = new URL(s);
-      return u.protocol === 'https:' && !u.username && !u.password && !u.search && !u.hash && /^\/?$/.test(u.pathname);
-    } catch {
-      return false;
-    }
-  },
-  { error: 'expected an https:// URL without path, query or credentials' },
-);
-
-/** `eks`: the function's own IAM role, mapped by an EKS access entry to its stage's group. */
-const EksAuth = z.strictObject({
-  kind: z.literal('eks'),
-  /** The EKS cluster name: signed into the token (`x-k8s-aws-id`). */
-  clusterName: z.string().regex(/^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$/, { error: 'expected an EKS cluster name' }),
-  /** Region of the STS endpoint the token is presigned for (the cluster's region). */
-  region: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d$/, { error: 'expected an AWS region' }),
-});
-
-/** `token`: per stage, the name of a secret holding that stage's ServiceAccount token. */
-const TokenAuth = z.strictObject({
-  kind: z.literal('token'),
-  secrets: z.strictObject(Object.fromEntries(PIPELINE_STAGES.map((s) => [s, secretName.optional()]))),
-});
-
-/**
  * An IAM role's unique id (`RoleId`, `AROA` + 12 or more upper-case letters and digits): what SQS
  * reports as the `SenderId` of a message sent with the role's credentials (`<role id>:<session>`).
  */
 export const IAM_ROLE_ID_PATTERN = /^AROA[A-Z0-9]{12,124}$/;
 
 /**
- * `forwarder`: the identity the cluster's forwarder sends its events with. The functions take an
- * event naming this cluster from a forwarder only when SQS says this role sent it
- * (`../entry/sender.ts`); without it, no forwarder may speak for the cluster.
+ * Builds the schema of a cluster document (strict: unknown fields are refused). Built on the
+ * first document parsed ({@link clusterDocSchema}), not at import: a function serving the
+ * clusters of a kubeconfig never reads one.
  */
-const Forwarder = z.strictObject({
-  /** The forwarder role's unique id (`aws iam get-role --query Role.RoleId`, the stack's `ForwarderRoleId<Id>`). */
-  roleId: z.string().regex(IAM_ROLE_ID_PATTERN, { error: 'expected an IAM role id (AROA…)' }),
-});
-
-/** The schema of a cluster document (strict: unknown fields are refused). */
-export const ClusterDocSchema = z.strictObject({
-  apiVersion: z.literal(CLUSTER_DOC_API_VERSION),
-  kind: z.literal('Cluster'),
-  id: z.string().regex(CLUSTER_ID_PATTERN, { error: 'expected a DNS-1123 label' }),
-  endpoint,
-  caData,
-  /** `tls-server-name`: the name the API server's certificate is checked against, when not the endpoint's host. */
-  tlsServerName: z
+function buildClusterDocSchema() {
+  /**
+   * A secret's name in the secret store: a Secrets Manager name or ARN, or a relative path in a
+   * directory store. No `.`/`..` segment, no leading `/`.
+   */
+  const secretName = z
     .string()
-    .regex(/^[A-Za-z0-9.-]{1,253}$/)
-    .optional(),
-  auth: z.discriminatedUnion('kind', [EksAuth, TokenAuth]),
-  forwarder: Forwarder.optional(),
-});
+    .regex(/^[A-Za-z0-9_+=.@:-][A-Za-z0-9/_+=.@:-]{0,2047}$/, { error: 'expected a secret name or ARN' })
+    .refine((s) => !s.split('/').some((seg) => seg === '' || seg === '.' || seg === '..'), {
+      error: 'expected no empty, "." or ".." segment',
+    });
+
+  /** Base64 of a PEM bundle of one or more certificates. */
+  const caData = z
+    .string()
+    .regex(/^[A-Za-z0-9+/]+={0,2}$/, { error: 'expected base64' })
+    .refine(
+      (s) => {
+        const pem = Buffer.from(s, 'base64').toString('utf8');
+        return /^\s*(-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+-----END CERTIFICATE-----\s*)+$/.test(pem);
+      },
+      { error: 'expected base64 of a PEM certificate bundle' },
+    );
+
+  const endpoint = z.string().refine(
+    (s) => {
+      try {
+        const u = new URL(s);
+        return (
+          u.protocol === 'https:' && !u.username && !u.password && !u.search && !u.hash && /^\/?$/.test(u.pathname)
+        );
+      } catch {
+        return false;
+      }
+    },
+    { error: 'expected an https:// URL without path, query or credentials' },
+  );
+
+  /** `eks`: the function's own IAM role, mapped by an EKS access entry to its stage's group. */
+  const EksAuth = z.strictObject({
+    kind: z.literal('eks'),
+    /** The EKS cluster name: signed into the token (`x-k8s-aws-id`). */
+    clusterName: z.string().regex(/^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$/, { error: 'expected an EKS cluster name' }),
+    /** Region of the STS endpoint the token is presigned for (the cluster's region). */
+    region: z.string().regex(/^[a-z]{2}(-[a-z]+)+-\d$/, { error: 'expected an AWS region' }),
+  });
+
+  /** `token`: per stage, the name of a secret holding that stage's ServiceAccount token. */
+  const TokenAuth = z.strictObject({
+    kind: z.literal('token'),
+    secrets: z.strictObject(Object.fromEntries(PIPELINE_STAGES.map((s) => [s, secretName.optional()]))),
+  });
+
+  /**
+   * `forwarder`: the identity the cluster's forwarder sends its events with. The functions take an
+   * event naming this cluster from a forwarder only when SQS says this role sent it
+   * (`../entry/sender.ts`); without it, no forwarder may speak for the cluster.
+   */
+  const Forwarder = z.strictObject({
+    /** The forwarder role's unique id (`aws iam get-role --query Role.RoleId`, the stack's `ForwarderRoleId<Id>`). */
+    roleId: z.string().regex(IAM_ROLE_ID_PATTERN, { error: 'expected an IAM role id (AROA…)' }),
+  });
+
+  return z.strictObject({
+    apiVersion: z.literal(CLUSTER_DOC_API_VERSION),
+    kind: z.literal('Cluster'),
+    id: z.string().regex(CLUSTER_ID_PATTERN, { error: 'expected a DNS-1123 label' }),
+    endpoint,
+    caData,
+    /** `tls-server-name`: the name the API server's certificate is checked against, when not the endpoint's host. */
+    tlsServerName: z
+      .string()
+      .regex(/^[A-Za-z0-9.-]{1,253}$/)
+      .optional(),
+    auth: z.discriminatedUnion('kind', [EksAuth, TokenAuth]),
+    forwarder: Forwarder.optional(),
+  });
+}
+
+/** The schema of a cluster document, built on first use (see {@link buildClusterDocSchema}). */
+export const clusterDocSchema = lazily(buildClusterDocSchema);
 
 /** How a stage authenticates to an EKS cluster. */
-export type EksClusterAuth = z.infer<typeof EksAuth>;
+export interface EksClusterAuth {
+  kind: 'eks';
+  /** The EKS cluster name: signed into the token (`x-k8s-aws-id`). */
+  clusterName: string;
+  /** Region of the STS endpoint the token is presigned for (the cluster's region). */
+  region: string;
+}
 /** How a stage authenticates with a ServiceAccount token; `secrets[stage]` names its secret. */
 export interface TokenClusterAuth {
   kind: 'token';
   secrets: Partial<Record<PipelineStage, string>>;
 }
 /** A validated cluster document. */
-export type ClusterDoc = Omit<z.infer<typeof ClusterDocSchema>, 'auth'> & { auth: EksClusterAuth | TokenClusterAuth };
+export type ClusterDoc = Omit<z.infer<ReturnType<typeof buildClusterDocSchema>>, 'auth'> & {
+  auth: EksClusterAuth | TokenClusterAuth;
+};
 
 /** A cluster document failed validation; `problems` are `<field path>: <problem>` (never values). */
 export class InvalidClusterDocumentError extends Error {
@@ -157,7 +177,7 @@ export function parseClusterDoc(key: string, body: Buffer | string): ClusterDoc 
   } catch {
     throw new InvalidClusterDocumentError(key, ['not valid JSON']);
   }
-  const r = ClusterDocSchema.safeParse(raw);
+  const r = clusterDocSchema().safeParse(raw);
   if (!r.success) {
     throw new InvalidClusterDocumentError(
       key,

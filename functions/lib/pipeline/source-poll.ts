@@ -50,7 +50,6 @@
 import { type ObjectRef, objectEvent, SOURCE_MOVED_CAUSE_PREFIX } from '../../../events/schema.js';
 import type { App, AppFetch, PackageRepository, PackageRepositoryFetch } from '../api/index.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
-import { fetchPassesUrlPolicy } from '../fetch/run.js';
 import {
   type PolledFetch,
   type PolledSource,
@@ -58,6 +57,7 @@ import {
   polledSourceOf,
   resolveSource,
 } from '../fetch/source-resolve.js';
+import { fetchPassesUrlPolicy } from '../fetch/url-policy.js';
 import { APP_API_VERSION, PACKAGING_API_VERSION } from '../kube/port.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineDeps } from './deps.js';

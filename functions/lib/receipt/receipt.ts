@@ -21,6 +21,7 @@
  */
 import { createHash } from 'node:crypto';
 import * as z from 'zod';
+import { lazily } from '../api/lazy.js';
 import type { Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
 import { AWS_PRICES_USD, STAGE_MEMORY_MIB } from './prices.js';
@@ -94,48 +95,58 @@ export const ReceiptTrailSchema = z.strictObject({
 /** See {@link ReceiptTrailSchema}. */
 export type ReceiptTrail = z.infer<typeof ReceiptTrailSchema>;
 
-const artifactRef = z.strictObject({
-  key: z.string().min(1).max(900),
-  /** sha256 of the content (shared artifacts only). */
-  digest: z
-    .string()
-    .regex(/^[0-9a-f]{64}$/)
-    .optional(),
-  /** Sealed for the App's cluster and namespace (`../artifact/sealed.ts`): expires 7 days after its last write. */
-  private: z.boolean(),
-});
-
-/** The receipt document (`v: 1`). */
-export const ReceiptSchema = z.strictObject({
-  v: z.literal(1),
-  id: z.string().regex(RECEIPT_ID_PATTERN),
-  clusterId: z.string().min(1),
-  namespace: z.string().min(1),
-  name: z.string().min(1),
-  uid: z.string().min(1),
-  generation: z.number().int().min(0),
-  runId: z.string().min(1),
-  startedAt: z.string(),
-  endedAt: z.string(),
-  outcome: z.enum(['succeeded', 'failed']),
-  error: z.string().max(MAX_RECEIPT_ERROR_CHARS).optional(),
-  /** The receipt whose render this run deployed (a rollback), when it was one. */
-  rollbackOf: z.string().regex(RECEIPT_ID_PATTERN).optional(),
-  inputs: z.strictObject({
-    fetch: artifactRef.optional(),
-    renderInputHash: z
+/**
+ * Builds the schema of the receipt document (`v: 1`): only a receipt read back from the store is
+ * parsed with it ({@link readReceipt}), so it is built then ({@link receiptSchema}), not at every
+ * cold start.
+ */
+function buildReceiptSchema() {
+  const artifactRef = z.strictObject({
+    key: z.string().min(1).max(900),
+    /** sha256 of the content (shared artifacts only). */
+    digest: z
       .string()
       .regex(/^[0-9a-f]{64}$/)
       .optional(),
-    render: artifactRef.optional(),
-  }),
-  stages: z.array(z.strictObject({ stage: z.enum(RECEIPT_STAGES), ms: z.number().min(0) })),
-  tools: z.array(ToolRunSchema.extend({ stage: z.enum(RECEIPT_STAGES) })),
-  store: StoreRequestsSchema,
-  cost: z.strictObject({ usd: z.number().min(0), basis: z.string() }),
-});
-/** See {@link ReceiptSchema}. */
-export type Receipt = z.infer<typeof ReceiptSchema>;
+    /** Sealed for the App's cluster and namespace (`../artifact/sealed.ts`): expires 7 days after its last write. */
+    private: z.boolean(),
+  });
+
+  return z.strictObject({
+    v: z.literal(1),
+    id: z.string().regex(RECEIPT_ID_PATTERN),
+    clusterId: z.string().min(1),
+    namespace: z.string().min(1),
+    name: z.string().min(1),
+    uid: z.string().min(1),
+    generation: z.number().int().min(0),
+    runId: z.string().min(1),
+    startedAt: z.string(),
+    endedAt: z.string(),
+    outcome: z.enum(['succeeded', 'failed']),
+    error: z.string().max(MAX_RECEIPT_ERROR_CHARS).optional(),
+    /** The receipt whose render this run deployed (a rollback), when it was one. */
+    rollbackOf: z.string().regex(RECEIPT_ID_PATTERN).optional(),
+    inputs: z.strictObject({
+      fetch: artifactRef.optional(),
+      renderInputHash: z
+        .string()
+        .regex(/^[0-9a-f]{64}$/)
+        .optional(),
+      render: artifactRef.optional(),
+    }),
+    stages: z.array(z.strictObject({ stage: z.enum(RECEIPT_STAGES), ms: z.number().min(0) })),
+    tools: z.array(ToolRunSchema.extend({ stage: z.enum(RECEIPT_STAGES) })),
+    store: StoreRequestsSchema,
+    cost: z.strictObject({ usd: z.number().min(0), basis: z.string() }),
+  });
+}
+
+/** The schema of the receipt document (`v: 1`), built on first use (see {@link buildReceiptSchema}). */
+export const receiptSchema = lazily(buildReceiptSchema);
+
+/** See {@link receiptSchema}. */
+export type Receipt = z.infer<ReturnType<typeof buildReceiptSchema>>;
 
 /** The App a receipt is for. */
 export interface ReceiptOwner {
@@ -308,7 +319,7 @@ function isReceiptKey(owner: ReceiptOwner, key: string): boolean {
 export async function readReceipt(store: ObjectStore, owner: ReceiptOwner, id: string): Promise<Receipt | undefined> {
   const body = await store.get(receiptKey(owner, id));
   if (!body) return undefined;
-  const parsed = ReceiptSchema.safeParse(JSON.parse(body.toString('utf8')));
+  const parsed = receiptSchema().safeParse(JSON.parse(body.toString('utf8')));
   if (!parsed.success) return undefined;
   const r = parsed.data;
   return r.clusterId === owner.clusterId && r.namespace === owner.namespace && r.name === owner.name ? r : undefined;

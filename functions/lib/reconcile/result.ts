@@ -7,7 +7,7 @@
  * @module
  */
 import { GENERIC_ERROR_DETAIL } from '../api/constants.js';
-import { ArtifactError } from '../artifact/tarball.js';
+import { ArtifactError } from '../artifact/errors.js';
 
 export { GENERIC_ERROR_DETAIL };
 

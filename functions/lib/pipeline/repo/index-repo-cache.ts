@@ -14,7 +14,7 @@
 import { fetchIsPrivate, type PackageRepository } from '../../api/index.js';
 import { parseArtifactKey } from '../../artifact/keys.js';
 import { pinnedFetchIdentity } from '../../fetch/pinned.js';
-import { fetchPassesUrlPolicy } from '../../fetch/run.js';
+import { fetchPassesUrlPolicy } from '../../fetch/url-policy.js';
 import {
   findRepoIndex,
   type RepoIndexHit,
