@@ -2,8 +2,8 @@
  * The no-op resync (issue 13 item 2) on the real control plane with the real tools: after the
  * first reconcile, the App's periodic resync (its `syncPeriod`, 30 s, the floor) finds the
  * manifest, deploy spec and generation unchanged and the deployed objects as kapp left them, and
- * ends `ReconcileSucceeded` without any tool (the App asks for upstream's periodic timer,
- * `sync-mode: periodic`); a ConfigMap edited by hand, or deleted, makes the next reconcile (now
+ * ends `ReconcileSucceeded` without any tool (the App's safety period, 31 s, brings a full
+ * reconcile about every sync period even when it is quiet); a ConfigMap edited by hand, or deleted, makes the next reconcile (now
  * asked for at once by the forwarder's drift watch) run kapp, which reverts it; after that revert the resyncs are no-ops again. A
  * no-op resync makes two API requests: the App read and the list of its resources. It writes no
  * status (issue 24 item 4): the App's resourceVersion and status stay exactly as the last real
@@ -12,7 +12,7 @@
  * asserted one by one.
  */
 import { describe, expect, it } from 'vitest';
-import { SYNC_MODE_ANNOTATION } from '../../events/forwarder/quiet.js';
+import { SAFETY_SYNC_PERIOD_ANNOTATION } from '../../events/forwarder/quiet.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import {
   type AppObject,
@@ -108,10 +108,12 @@ describe('no-op resync', () => {
     ];
     const manifest = inlineConfigMapApp(ns, name, 'one', second.join('\n')) as { spec: Record<string, unknown> };
     manifest.spec.syncPeriod = '30s';
-    // Upstream's periodic timer, asked for: an App whose inputs the forwarder watches is quiet at
-    // its sync period otherwise (reconcile-by-exception.test.ts); here every resync must come.
+    // A safety period just over the sync period: an App whose inputs the forwarder watches is
+    // quiet at its sync period (reconcile-by-exception.test.ts), so here the full reconciles come
+    // every 31 s (+ jitter) by the safety period, or every 30 s while not yet quiet. Not
+    // `sync-mode: periodic`: that is upstream's behaviour exactly and writes status every sync.
     (manifest as unknown as { metadata: Record<string, unknown> }).metadata.annotations = {
-      [SYNC_MODE_ANNOTATION]: 'periodic',
+      [SAFETY_SYNC_PERIOD_ANNOTATION]: '31s',
     };
     await apply(manifest);
     const first = await rt.waitReconciled(ns, name, 120_000);

@@ -568,7 +568,7 @@ describe('Apps on a polled source (trackAppSources)', () => {
         deploy: [{ kapp: {} }],
       },
       // Reconciled: a run of it is a resync or a poke (a new generation resolves now, below).
-      status: { observedGeneration: 1 },
+      status: { observedGeneration: 1, conditions: [{ type: 'ReconcileSucceeded', status: 'True' }] },
     };
     f.clusters.get(cluster)?.put(raw as never);
     const parsed = parseApp(raw);
@@ -647,7 +647,13 @@ describe('Apps on a polled source (trackAppSources)', () => {
     f.state.digest = C1;
     const { ref, app } = appIn(f, 'c1', 'app');
     await trackAppSources(app, ref, f.deps);
-    const changed = { ...app, metadata: { ...app.metadata, generation: 2 } };
+    // As the new generation's run left it before its fetch: `Reconciling` written with the
+    // generation observed (upstream's setReconciling), so observedGeneration alone cannot tell.
+    const changed = {
+      ...app,
+      metadata: { ...app.metadata, generation: 2 },
+      status: { observedGeneration: 2, conditions: [{ type: 'Reconciling', status: 'True' }] },
+    } as typeof app;
     f.state.digest = C2;
     expect((await trackAppSources(changed, ref, f.deps)).tracked.map((t) => t.resolved)).toEqual([C2]);
     expect(f.state.resolutions).toBe(2);

@@ -178,8 +178,15 @@ export async function openRun<
   if (!kind.keepsRunLine) {
     done('succeeded');
     // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event, not for a resync
-    // of the same generation: an idle one changes nothing and writes nothing).
-    await observe.started({ event: specChanged || !!ev.cause?.startsWith(DRIFT_CAUSE_PREFIX) });
+    // of a generation that succeeded: an idle one changes nothing and writes nothing; a failing
+    // object's retries and drift reverts still announce themselves).
+    const settledResync =
+      !specChanged &&
+      !ev.cause?.startsWith(DRIFT_CAUSE_PREFIX) &&
+      (kind.status(loaded)?.conditions ?? []).some(
+        (c) => c.type === 'ReconcileSucceeded' && (c as { status?: string }).status === 'True',
+      );
+    await observe.started({ event: !settledResync });
   }
   if (ev.cause?.startsWith(DRIFT_CAUSE_PREFIX)) {
     deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for drift in deployed objects');

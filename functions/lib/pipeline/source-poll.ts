@@ -354,8 +354,13 @@ export async function trackAppSources(app: App, object: ObjectRef, deps: Pipelin
   const self = memberOf(object, 'App');
   // A spec not reconciled yet resolves its sources now, as upstream's fetch by ref reaches the
   // source on every change: an unreachable registry or git server fails a new generation
-  // as upstream's does, instead of a fresh record and the pinned fetch cache hiding it.
-  const force = app.status?.observedGeneration !== app.metadata.generation;
+  // as upstream's does, instead of a fresh record and the pinned fetch cache hiding it. Not
+  // `observedGeneration` alone: a new generation's run wrote it with `Reconciling` before this
+  // stage. Only a resync of a generation that succeeded uses a fresh record as it is.
+  const force = !(
+    app.status?.observedGeneration === app.metadata.generation &&
+    (app.status?.conditions ?? []).some((c) => c.type === 'ReconcileSucceeded' && c.status === 'True')
+  );
   for (const [i, entry] of fetch.entries()) {
     const t = await trackFetch(entry, self, deps, { atJoin: true, force });
     if (!t) continue;
