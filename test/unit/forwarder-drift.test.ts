@@ -7,6 +7,7 @@ import {
   appInputsFixed,
   appQuietUntil,
   DEFAULT_SAFETY_SYNC_PERIOD_MS,
+  MAX_DEPLOYED_GROUP_KINDS,
   packageRepositoryQuietUntil,
   repositoryInputsFixed,
   SAFETY_SYNC_PERIOD_ANNOTATION,
@@ -284,6 +285,23 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(
       appDeployed(app({ status: { deploy: { kapp: { associatedResources: { label: 'other=1' } } } } })),
     ).toBeUndefined();
+  });
+
+  it('a status naming more kinds than any App deploys is not believed: no watch starts, the App keeps its timer', () => {
+    // The status is writable by whoever may patch apps/status: each kind it names is a discovery
+    // (two requests) and, when served, a list+watch of the cluster's API server by the forwarder.
+    const kinds = (n: number) => Array.from({ length: n }, (_, i) => ({ group: `g${i}.example`, kind: 'K' }));
+    const deployed = (n: number) =>
+      appDeployed(
+        app({
+          status: {
+            deploy: { kapp: { associatedResources: { label: 'kapp.k14s.io/app=1', groupKinds: kinds(n) } } },
+          },
+        }),
+      );
+    expect(deployed(MAX_DEPLOYED_GROUP_KINDS)?.groupKinds).toHaveLength(MAX_DEPLOYED_GROUP_KINDS);
+    expect(deployed(MAX_DEPLOYED_GROUP_KINDS + 1)).toBeUndefined();
+    expect(deployed(10_000)).toBeUndefined();
   });
 
   it('kapp-controller-config keys: kappLambdaSyncMode and kappLambdaSafetySyncPeriod', () => {
