@@ -524,6 +524,26 @@ describe('forwarder: reconcile by exception', () => {
     expect(fwd!.stats().drift).toBe(0);
   });
 
+  it("an App whose status names another App's label gets none of its drift, and the real owner keeps its timer", async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    transport.take();
+    // A tenant allowed to patch apps/status in its namespace names App a's label and namespace.
+    const thief = app({ status: deployedStatus(T0 - 10_000) });
+    thief.metadata = { ...thief.metadata, namespace: 'tenant-b', uid: 'uid-b' };
+    watcher.apply(thief);
+    await settle();
+    transport.take();
+    watcher.apply(deployment('web', 'kubectl-edit', Date.now()));
+    await settle();
+    const sent = transport.events.map((e) => `${e.data.namespace}/${e.data.name} ${e.data.cause ?? ''}`);
+    expect(sent.filter((e) => e.startsWith('tenant-b/'))).toEqual([]);
+    // The label is claimed twice: a is not covered by the drift watches, so it is not quiet.
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBeLessThan(Date.now() + DEFAULT_SAFETY_SYNC_PERIOD_MS / 2);
+  });
+
   it('changes while the App reconciles are its own deploy; writes before its last reconcile are not drift', async () => {
     watcher.apply(
       app({ status: deployedStatus(T0 - 10_000, { conditions: [{ type: 'Reconciling', status: 'True' }] }) }),
