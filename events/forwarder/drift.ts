@@ -173,7 +173,15 @@ interface KindWatch {
 
 /** See the module comment. */
 export class DriftWatches<T> {
-  private readonly owners = new Map<string, T>();
+  /**
+   * Label value → the owners whose status names it: one in a cluster that nobody tampers with
+   * (kapp makes a label per app). The status is writable by whoever may patch `apps/status`, so
+   * an App may name another App's label; a label named by two owners belongs to neither
+   * ({@link soleOwner}): neither is covered (both keep their sync period) and its objects' drift
+   * goes to nobody, rather than to the last one to name it (another tenant's object names in its
+   * `DriftDetected` Events, and the real owner uncovered).
+   */
+  private readonly owners = new Map<string, Set<T>>();
   private readonly deployed = new Map<T, Deployed>();
   private readonly kinds = new Map<string, KindWatch>();
   /**
@@ -203,13 +211,17 @@ export class DriftWatches<T> {
   track(owner: T, deployed: Deployed | undefined): void {
     const before = this.deployed.get(owner);
     if (before && (!deployed || before.label !== deployed.label)) {
-      if (this.owners.get(before.label) === owner) this.owners.delete(before.label);
+      const named = this.owners.get(before.label);
+      named?.delete(owner);
+      if (named?.size === 0) this.owners.delete(before.label);
     }
     // Count the new kinds' users before releasing the old ones: a kind in both stays watched.
     const kept = new Set<string>();
     if (deployed) {
       this.deployed.set(owner, deployed);
-      this.owners.set(deployed.label, owner);
+      const named = this.owners.get(deployed.label) ?? new Set<T>();
+      named.add(owner);
+      this.owners.set(deployed.label, named);
       for (const gk of deployed.groupKinds) {
         const key = keyOf(gk);
         if (kept.has(key)) continue;
@@ -262,7 +274,7 @@ export class DriftWatches<T> {
    */
   coveredSince(owner: T): number | undefined {
     const d = this.deployed.get(owner);
-    if (!d || this.owners.get(d.label) !== owner) return undefined;
+    if (!d || this.soleOwner(d.label) !== owner) return undefined;
     const scoped = this.opts.scopes.length > 0;
     if (scoped && d.namespaces.some((ns) => ns === '(cluster)' || !this.opts.scopes.includes(ns))) return undefined;
     let since = 0;
@@ -385,13 +397,19 @@ export class DriftWatches<T> {
     };
   }
 
+  /** The one owner whose status names `label`; `undefined` for none or several (see {@link owners}). */
+  private soleOwner(label: string): T | undefined {
+    const named = this.owners.get(label);
+    return named?.size === 1 ? named.values().next().value : undefined;
+  }
+
   /**
    * The App whose deployed objects carry `label`, when an object in `namespace` (`undefined`:
    * cluster-scoped) can be one of them: a namespace it deployed into. Anyone may put the label on
    * an object in their own namespace; it must not make another tenant's App reconcile.
    */
   private ownerOf(label: string | undefined, namespace: string | undefined): T | undefined {
-    const owner = label === undefined ? undefined : this.owners.get(label);
+    const owner = label === undefined ? undefined : this.soleOwner(label);
     if (owner === undefined || !namespace) return owner;
     const namespaces = this.deployed.get(owner)?.namespaces ?? [];
     return namespaces.length === 0 || namespaces.includes(namespace) ? owner : undefined;

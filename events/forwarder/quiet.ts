@@ -125,8 +125,19 @@ export function appSettled(obj: KubeObject): boolean {
 }
 
 /**
+ * Most distinct kinds an App's status may name for its drift watches: 512. kapp records the kinds
+ * it applied, so a real App names at most the kinds its cluster serves (a large platform bundle:
+ * some hundred); but the status is writable by whoever may patch `apps/status`, and each kind
+ * named is a discovery (two requests) and, when served, a list+watch of the cluster by the
+ * forwarder. A status naming more is not believed: the App has no drift watches and keeps its
+ * sync period, as one whose status names no label.
+ */
+export const MAX_DEPLOYED_GROUP_KINDS = 512;
+
+/**
  * What the App deployed, from `status.deploy.kapp.associatedResources` (`label:
- * kapp.k14s.io/app=<id>`, `groupKinds`, `namespaces`), or `undefined` without a label.
+ * kapp.k14s.io/app=<id>`, `groupKinds`, `namespaces`), or `undefined` without a label or with
+ * more than {@link MAX_DEPLOYED_GROUP_KINDS} distinct kinds.
  *
  * @param obj - An App as watched (not validated).
  */
@@ -136,10 +147,14 @@ export function appDeployed(obj: KubeObject): Deployed | undefined {
   const eq = label.indexOf('=');
   if (eq < 0 || label.slice(0, eq) !== 'kapp.k14s.io/app' || eq === label.length - 1) return undefined;
   const groupKinds: GroupKind[] = [];
+  const distinct = new Set<string>();
   for (const gk of Array.isArray(assoc?.groupKinds) ? assoc.groupKinds : []) {
     const g = rec(gk);
     if (typeof g?.kind === 'string' && g.kind !== '') {
-      groupKinds.push({ group: typeof g.group === 'string' ? g.group : '', kind: g.kind });
+      const group = typeof g.group === 'string' ? g.group : '';
+      groupKinds.push({ group, kind: g.kind });
+      distinct.add(`${group}/${g.kind}`);
+      if (distinct.size > MAX_DEPLOYED_GROUP_KINDS) return undefined;
     }
   }
   const namespaces = (Array.isArray(assoc?.namespaces) ? assoc.namespaces : []).filter(

@@ -72,6 +72,12 @@ describe('parseControllerConfigData (Config.addDataToConfig)', () => {
     [{ kappLambdaKubeAPIQPS: 'fast' }, /^Parsing kappLambdaKubeAPIQPS: /],
     [{ kappLambdaKubeAPIBurst: '0' }, /^Parsing kappLambdaKubeAPIBurst: /],
     [{ kappLambdaKubeAPIBurst: '2.5' }, /^Parsing kappLambdaKubeAPIBurst: /],
+    // A rate whose wait outlasts a function invocation: on Lambda one record of the cluster then
+    // holds the invocation to its time limit, and the other clusters' records in its batch with it.
+    [{ kappLambdaKubeAPIQPS: '0.001' }, /^Parsing kappLambdaKubeAPIQPS: /],
+    [{ kappLambdaKubeAPIQPS: '1e-300' }, /^Parsing kappLambdaKubeAPIQPS: /],
+    // Digits only, yet Infinity: the bucket refuses it (a RangeError on every event of the cluster).
+    [{ kappLambdaKubeAPIBurst: '9'.repeat(400) }, /^Parsing kappLambdaKubeAPIBurst: /],
   ])('%j is refused with upstream’s error', (data, message) => {
     expect(() => parseControllerConfigData(data)).toThrow(ControllerConfigError);
     expect(() => parseControllerConfigData(data)).toThrow(message);
@@ -83,6 +89,8 @@ describe('the client-side limit keys (ours)', () => {
     expect(parseControllerConfigData({ kappLambdaKubeAPIQPS: '7.5' }).kubeApi).toEqual({ qps: 7.5 });
     expect(parseControllerConfigData({ kappLambdaKubeAPIBurst: '12' }).kubeApi).toEqual({ burst: 12 });
     expect(parseControllerConfigData({ kappLambdaKubeAPIQPS: '' }).kubeApi).toBeUndefined();
+    expect(parseControllerConfigData({ kappLambdaKubeAPIQPS: '0' }).kubeApi).toEqual({ qps: 0 });
+    expect(parseControllerConfigData({ kappLambdaKubeAPIQPS: '1' }).kubeApi).toEqual({ qps: 1 });
   });
 
   it("set the cluster's bucket per key over the runtime-wide rate, else kapp-controller's 20 / 30", async () => {

@@ -7,6 +7,7 @@ import {
   appInputsFixed,
   appQuietUntil,
   DEFAULT_SAFETY_SYNC_PERIOD_MS,
+  MAX_DEPLOYED_GROUP_KINDS,
   packageRepositoryQuietUntil,
   repositoryInputsFixed,
   SAFETY_SYNC_PERIOD_ANNOTATION,
@@ -286,6 +287,23 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     ).toBeUndefined();
   });
 
+  it('a status naming more kinds than any App deploys is not believed: no watch starts, the App keeps its timer', () => {
+    // The status is writable by whoever may patch apps/status: each kind it names is a discovery
+    // (two requests) and, when served, a list+watch of the cluster's API server by the forwarder.
+    const kinds = (n: number) => Array.from({ length: n }, (_, i) => ({ group: `g${i}.example`, kind: 'K' }));
+    const deployed = (n: number) =>
+      appDeployed(
+        app({
+          status: {
+            deploy: { kapp: { associatedResources: { label: 'kapp.k14s.io/app=1', groupKinds: kinds(n) } } },
+          },
+        }),
+      );
+    expect(deployed(MAX_DEPLOYED_GROUP_KINDS)?.groupKinds).toHaveLength(MAX_DEPLOYED_GROUP_KINDS);
+    expect(deployed(MAX_DEPLOYED_GROUP_KINDS + 1)).toBeUndefined();
+    expect(deployed(10_000)).toBeUndefined();
+  });
+
   it('kapp-controller-config keys: kappLambdaSyncMode and kappLambdaSafetySyncPeriod', () => {
     expect(
       parseControllerConfigData({ kappLambdaSyncMode: 'periodic', kappLambdaSafetySyncPeriod: '30m' }).timer,
@@ -504,6 +522,26 @@ describe('forwarder: reconcile by exception', () => {
     await settle(1000);
     expect(transport.take()).toEqual([]);
     expect(fwd!.stats().drift).toBe(0);
+  });
+
+  it("an App whose status names another App's label gets none of its drift, and the real owner keeps its timer", async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0));
+    start();
+    await settle();
+    transport.take();
+    // A tenant allowed to patch apps/status in its namespace names App a's label and namespace.
+    const thief = app({ status: deployedStatus(T0 - 10_000) });
+    thief.metadata = { ...thief.metadata, namespace: 'tenant-b', uid: 'uid-b' };
+    watcher.apply(thief);
+    await settle();
+    transport.take();
+    watcher.apply(deployment('web', 'kubectl-edit', Date.now()));
+    await settle();
+    const sent = transport.events.map((e) => `${e.data.namespace}/${e.data.name} ${e.data.cause ?? ''}`);
+    expect(sent.filter((e) => e.startsWith('tenant-b/'))).toEqual([]);
+    // The label is claimed twice: a is not covered by the drift watches, so it is not quiet.
+    expect(fwd!.dueAt(APP, 'default', 'a')).toBeLessThan(Date.now() + DEFAULT_SAFETY_SYNC_PERIOD_MS / 2);
   });
 
   it('changes while the App reconciles are its own deploy; writes before its last reconcile are not drift', async () => {

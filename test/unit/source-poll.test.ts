@@ -362,6 +362,24 @@ describe('pollSources: the timer', () => {
     await leaveSource({ imgpkgBundle: { image: IMAGE } }, a, f.deps);
     expect((await f.record()).members.map((m) => m.cluster)).toEqual(['c2']);
   });
+
+  it('a record every member left is no longer resolved: deleted sources cost the fleet poll nothing', async () => {
+    // A tenant that creates and deletes objects on ever new tags (or on a server that answers
+    // once, then holds every request to the deadline) must not leave sources the fleet's poll
+    // resolves every period for ever, ahead of everyone else's.
+    const f = fleet(['c1']);
+    const a = f.repo('c1', 'repo');
+    await trackSource(f.pkgrOf('c1', 'repo'), a, f.deps);
+    await leaveSource({ imgpkgBundle: { image: IMAGE } }, a, f.deps);
+    expect((await f.record()).members).toEqual([]);
+    const before = f.state.resolutions;
+    f.state.now = T0 + PERIOD;
+    expect(await pollSources(f.deps)).toMatchObject({ polled: 0, poked: 0, failed: 0 });
+    expect(f.state.resolutions).toBe(before);
+    // A member joining again resolves the source itself (the record is stale).
+    f.state.digest = D2;
+    expect((await trackSource(f.pkgrOf('c1', 'repo'), a, f.deps))?.resolved).toBe(D2);
+  });
 });
 
 describe('pollSources with resolve: false (record checks of runtimes serving part of a fleet)', () => {

@@ -37,6 +37,16 @@ export const DEFAULT_KUBE_API_QPS = 20;
 export const DEFAULT_KUBE_API_BURST = 30;
 
 /**
+ * Least QPS a cluster's `kapp-controller-config` may set, other than 0 (no limit): 1. Every
+ * cluster of a fleet shares the functions, and a request waits for its token without regard to
+ * the invocation's deadline: at 0.001 QPS one request waited 1,000 s, so one record of the cluster
+ * held a Lambda invocation to its time limit and failed the other clusters' records in its batch
+ * (below about 5e-7 QPS the wait overflowed `setTimeout` and became no limit at all). At 1 QPS a
+ * reconcile's few dozen requests beyond the burst wait under a minute. Upstream has no such key.
+ */
+export const MIN_CLUSTER_KUBE_API_QPS = 1;
+
+/**
  * A client-side rate: `qps` tokens per second (`0`: no limit, every request goes at once), at
  * most `burst` (≥ 1) kept. Differs from client-go, where a QPS of 0 means its default of 5.
  */

@@ -652,7 +652,7 @@ export interface PollOptions {
 
 /**
  * One poll of the fleet's sources (the embedded runtime's timer, the Lambda poll event),
- * {@link POLL_CONCURRENCY} at a time: every record older than the period is resolved again and
+ * {@link POLL_CONCURRENCY} at a time: every record with members older than the period is resolved again and
  * written under compare-and-swap (one poller wins per period), unless `opts.resolve` is false (a
  * record check); then the members this runtime serves that are behind are poked (see the module
  * comment for who).
@@ -674,7 +674,11 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     summary.sources += 1;
     try {
       const stored = await readSourcePoll(deps.store, key);
-      if (!stored) return;
+      // A record every member left (deleted objects, sources no longer named) has no one to
+      // poke: it is not resolved. Without this each source ever tracked was resolved every
+      // period for ever (a tenant's throwaway tags, or a server that answers once and then holds
+      // each request to the deadline, ahead of everyone's). A member joining again resolves it.
+      if (!stored || stored.members.length === 0) return;
       const due =
         opts.resolve === false
           ? { rec: stored, polled: false, changed: false }

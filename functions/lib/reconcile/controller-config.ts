@@ -13,6 +13,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { KubeReader } from '../kube/port.js';
+import { MIN_CLUSTER_KUBE_API_QPS } from '../kube/rate-limit.js';
 import { type ControllerSyncConfig, parseControllerSyncConfig } from './timer.js';
 
 /** Name of the Secret or ConfigMap (upstream `kcConfigName`). */
@@ -45,9 +46,10 @@ export interface ClusterControllerConfig {
   /** `appDefaultSyncPeriod`, `appMinimumSyncPeriod`, `packageInstallDefaultSyncPeriod`, ms. */
   timer: ControllerSyncConfig;
   /**
-   * Ours: `kappLambdaKubeAPIQPS` (number ≥ 0, 0: no limit) and `kappLambdaKubeAPIBurst` (integer
-   * ≥ 1), the cluster's client-side limit on API requests (`../kube/rate-limit.ts`; upstream's is
-   * fixed at 20 / 30 in its binary). A key left out keeps the runtime-wide value.
+   * Ours: `kappLambdaKubeAPIQPS` (0: no limit, else a number ≥ `MIN_CLUSTER_KUBE_API_QPS`, 1)
+   * and `kappLambdaKubeAPIBurst` (integer ≥ 1), the cluster's client-side limit on API requests
+   * (`../kube/rate-limit.ts`; upstream's is fixed at 20 / 30 in its binary). A key left out keeps
+   * the runtime-wide value.
    */
   kubeApi?: { qps?: number; burst?: number };
   /** Which object it came from, `Secret/<resourceVersion>` or `ConfigMap/<rv>`; absent: neither exists. */
@@ -98,14 +100,16 @@ export function parseControllerConfigData(
     out.kubeApi = {};
     if (qps !== undefined) {
       const n = Number(qps);
-      if (qps.trim() === '' || !Number.isFinite(n) || n < 0) {
-        throw new ControllerConfigError('Parsing kappLambdaKubeAPIQPS: expected a number ≥ 0');
+      if (qps.trim() === '' || !Number.isFinite(n) || n < 0 || (n > 0 && n < MIN_CLUSTER_KUBE_API_QPS)) {
+        throw new ControllerConfigError(
+          `Parsing kappLambdaKubeAPIQPS: expected 0 (no limit) or a number ≥ ${MIN_CLUSTER_KUBE_API_QPS}`,
+        );
       }
       out.kubeApi.qps = n;
     }
     if (burst !== undefined) {
       const n = Number(burst);
-      if (!/^\s*\d+\s*$/.test(burst) || n < 1) {
+      if (!/^\s*\d+\s*$/.test(burst) || !Number.isSafeInteger(n) || n < 1) {
         throw new ControllerConfigError('Parsing kappLambdaKubeAPIBurst: expected an integer ≥ 1');
       }
       out.kubeApi.burst = n;
