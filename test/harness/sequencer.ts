@@ -9,11 +9,18 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 const E2E = /[/\\]test[/\\]e2e[/\\]/;
 
 /**
- * e2e files known to be the longest, started before all others whatever the cache says: on a
- * fresh clone (CI) there is no results cache, and the 200-App burst of `faults-burst` (about
- * 3–6 minutes on 2 cores) would otherwise start after the larger files and end last.
+ * e2e files known to be the longest, started before all others whatever the cache says, longest
+ * first: on a fresh clone (CI) there is no results cache, and the 200-App burst of
+ * `faults-burst` (about 3–6 minutes on 2 cores) would otherwise start after the larger files and
+ * end last; the others wait out sync and safety periods (1–2.5 minutes each).
  */
-const LONGEST = ['faults-burst.test.ts'];
+const LONGEST = [
+  'faults-burst.test.ts',
+  'package-install.test.ts',
+  'reconcile-by-exception.test.ts',
+  'reconcile-by-exception-recovery.test.ts',
+  'resync-noop.test.ts',
+];
 const rank = (f: TestSpecification) => {
   const i = LONGEST.findIndex((name) => f.moduleId.endsWith(name));
   return i < 0 ? LONGEST.length : i;
