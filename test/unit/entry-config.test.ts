@@ -305,7 +305,10 @@ describe('parseLambdaEnv', () => {
     ['fetch', ['KAPP_LAMBDA_QUEUE_URL_TEMPLATE', 'KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'KAPP_LAMBDA_QUEUE_URL_FETCH']],
     ['template', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'KAPP_LAMBDA_QUEUE_URL_FETCH']],
     ['deploy', ['KAPP_LAMBDA_QUEUE_URL_DEPLOY', 'KAPP_LAMBDA_QUEUE_URL_FETCH']],
-    ['index-repo', ['KAPP_LAMBDA_QUEUE_URL_INSTALL', 'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO', 'KAPP_LAMBDA_QUEUE_URL_FETCH']],
+    [
+      'index-repo',
+      ['KAPP_LAMBDA_QUEUE_URL_INSTALL', 'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO', 'KAPP_LAMBDA_QUEUE_URL_FETCH'],
+    ],
     ['install', ['KAPP_LAMBDA_QUEUE_URL_INSTALL']],
   ] as const)('the %s function requires the queues it sends to: %j', (stage, want) => {
     const env = {

@@ -695,7 +695,7 @@ describe('Apps on a polled source (trackAppSources)', () => {
       ?.put({ ...(f.clusters.get('c1')?.get('App', 'ns', 'x') as object), spec: bundleApp.spec } as never);
     await trackAppSources(bundleApp, ref, f.deps);
     expect((await f.record()).members.map((m) => `${m.kind ?? '-'}:${m.name}:${m.at ?? '-'}`)).toEqual([
-      'App:x:' + D1,
+      `App:x:${D1}`,
       '-:x:-',
     ]);
     f.state.now = T0 + PERIOD;
