@@ -260,6 +260,30 @@ describe('pollSources: the timer', () => {
     expect(await pollSources(f.deps)).toMatchObject({ sources: 2, polled: 2, changed: 1, failed: 0 });
   });
 
+  it('starts where opts.start says in the record list, so sources after slow ones come early in some polls', async () => {
+    const f = fleet(['c1']);
+    const names = ['r0', 'r1', 'r2', 'r3'];
+    const refs = names.map((n) => f.repo('c1', n, `${n}.example/repo:latest`));
+    await f.deployAll(refs);
+    f.state.now = T0 + PERIOD;
+    const order = async (start: number) => {
+      const seen: string[] = [];
+      f.deps.resolveSource = async (source) => {
+        seen.push(source.url.split('.')[0] as string);
+        return D1;
+      };
+      f.state.now += PERIOD;
+      // one source at a time would show the order exactly; with 8 workers the starts are in order
+      await pollSources(f.deps, { start });
+      return seen;
+    };
+    const keyOrder = await order(0);
+    expect([...keyOrder].sort()).toEqual(names);
+    // Half-way in: the second half of the key order first, then the first half.
+    expect(await order(0.5)).toEqual([...keyOrder.slice(2), ...keyOrder.slice(0, 2)]);
+    expect(await order(0.99)).toEqual([...keyOrder.slice(3), ...keyOrder.slice(0, 3)]);
+  });
+
   it('one resolution per period per source however many pollers; a new digest pokes the leader only', async () => {
     const f = fleet(['c1', 'c2']);
     const a = f.repo('c1', 'repo');

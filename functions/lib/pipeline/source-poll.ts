@@ -648,6 +648,14 @@ export interface PollOptions {
    * poll (a tag moved) or leader (the new digest indexed) within one check. Default true.
    */
   resolve?: boolean;
+  /**
+   * Where in the record list this poll starts, as a fraction on `[0, 1)` (default
+   * `Math.random()`): the list is in key order, so without a moving start the sources after a
+   * few whose servers hold each request to the timeout would be reached late in every poll,
+   * and on Lambda, whose poll must fit one invocation, perhaps never; from a random start
+   * every source comes early in some polls.
+   */
+  start?: number;
 }
 
 /**
@@ -669,6 +677,8 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     if (page.length < 1000) break;
     page = await deps.store.list(SOURCE_POLL_PREFIX, { startAfter: page[page.length - 1] });
   }
+  const from = Math.floor(Math.min(Math.max(opts.start ?? Math.random(), 0), 0.999_999) * keys.length);
+  keys.push(...keys.splice(0, from));
   let next = 0;
   const pollOne = async (key: string) => {
     summary.sources += 1;
@@ -694,7 +704,7 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     }
   };
   // A few sources at a time: one whose server holds its request to the deadline must not hold
-  // every source behind it (the record keys are hashes, so any source may come first).
+  // every source behind it (the record keys are hashes, and the start moves: `opts.start`).
   const worker = async () => {
     for (let i = next++; i < keys.length; i = next++) await pollOne(keys[i] as string);
   };
