@@ -31,6 +31,7 @@ import type { KubeObject } from '../../functions/lib/kube/port.js';
 import {
   applyJitter,
   hasFailedCondition,
+  hasTrueCondition,
   lastReconcileTime,
   syncModeOf,
   syncPeriod,
@@ -95,18 +96,13 @@ export function appInputsFixed(spec: Loose): boolean {
  * such an App keeps its sync period.
  */
 function succeeded(obj: KubeObject): boolean {
-  return hasTrueCondition(obj, 'ReconcileSucceeded') && !inFlight(obj);
-}
-
-/** Whether the status has condition `type` with status `True`. */
-function hasTrueCondition(obj: KubeObject, type: string): boolean {
-  const conditions = rec(obj.status)?.conditions;
-  return Array.isArray(conditions) && conditions.some((c) => rec(c)?.type === type && rec(c)?.status === 'True');
+  return hasTrueCondition(rec(obj.status)?.conditions, 'ReconcileSucceeded') && !inFlight(obj);
 }
 
 /** Whether the status shows a reconcile or delete in progress (`Reconciling`/`Deleting` True). */
 export function inFlight(obj: KubeObject): boolean {
-  return hasTrueCondition(obj, 'Reconciling') || hasTrueCondition(obj, 'Deleting');
+  const conditions = rec(obj.status)?.conditions;
+  return hasTrueCondition(conditions, 'Reconciling') || hasTrueCondition(conditions, 'Deleting');
 }
 
 /**

@@ -19,6 +19,7 @@ import type { ReconcileCounts, ReconcileObserver } from '../observe/reconcile.js
 import type { StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
 import { markDeleteCompleted, markDeleting, summarizeStatus } from '../reconcile/status.js';
+import { hasTrueCondition } from '../reconcile/timer.js';
 import type { DeployStatus } from '../reconcile/types.js';
 import { type PipelineDeps, secretMaskOf } from './deps.js';
 import { eventErrorText, observerOf, stageTimer, writeAppStatus } from './report.js';
@@ -183,9 +184,7 @@ export async function openRun<
     const settledResync =
       !specChanged &&
       !ev.cause?.startsWith(DRIFT_CAUSE_PREFIX) &&
-      (kind.status(loaded)?.conditions ?? []).some(
-        (c) => c.type === 'ReconcileSucceeded' && (c as { status?: string }).status === 'True',
-      );
+      hasTrueCondition(kind.status(loaded)?.conditions, 'ReconcileSucceeded');
     await observe.started({ event: !settledResync });
   }
   if (ev.cause?.startsWith(DRIFT_CAUSE_PREFIX)) {

@@ -59,6 +59,7 @@ import {
 } from '../fetch/source-resolve.js';
 import { fetchPassesUrlPolicy } from '../fetch/url-policy.js';
 import { APP_API_VERSION, PACKAGING_API_VERSION } from '../kube/port.js';
+import { hasTrueCondition } from '../reconcile/timer.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineDeps } from './deps.js';
 
@@ -359,7 +360,7 @@ export async function trackAppSources(app: App, object: ObjectRef, deps: Pipelin
   // stage. Only a resync of a generation that succeeded uses a fresh record as it is.
   const force = !(
     app.status?.observedGeneration === app.metadata.generation &&
-    (app.status?.conditions ?? []).some((c) => c.type === 'ReconcileSucceeded' && c.status === 'True')
+    hasTrueCondition(app.status?.conditions, 'ReconcileSucceeded')
   );
   for (const [i, entry] of fetch.entries()) {
     const t = await trackFetch(entry, self, deps, { atJoin: true, force });

@@ -276,6 +276,24 @@ function hasCondition(conditions: Condition[] | null | undefined, type: string):
 }
 
 /**
+ * Whether `conditions` hold `type` with status `True`. Reads loosely (a watched object's status
+ * is not validated): anything but an array of such entries is `false`. The one test of "the last
+ * reconcile succeeded" for the forwarder's quiet rule, the run's Events and the source poll.
+ */
+export function hasTrueCondition(conditions: unknown, type: string): boolean {
+  return (
+    Array.isArray(conditions) &&
+    conditions.some(
+      (c) =>
+        c !== null &&
+        typeof c === 'object' &&
+        (c as { type?: unknown }).type === type &&
+        (c as { status?: unknown }).status === 'True',
+    )
+  );
+}
+
+/**
  * True when the object carries a `ReconcileFailed` or `DeleteFailed` condition
  * (`hasReconcileStatus`), i.e. the failure backoff applies.
  *
