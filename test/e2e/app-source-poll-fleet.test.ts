@@ -133,7 +133,14 @@ describe('App on a git branch: a move reaches the fleet as events', () => {
     // One fetch of the new commit for the fleet: the other App reused the pinned fetch.
     expect(vendirConfigs.filter((v) => v.includes(second.commitSha))).toHaveLength(1);
     for (const [i, c] of CLUSTERS.entries()) {
-      const app = await runtimes[i]!.waitForApp(c.ns, 'app', succeededAt(1));
+      // The ConfigMap is deployed before the run's status write lands: wait for the status of
+      // the run that fetched the new commit, not the one before it.
+      const app = await runtimes[i]!.waitForApp(
+        c.ns,
+        'app',
+        (a) => succeededAt(1)(a) && (a.status?.fetch?.stdout?.includes(second.commitSha) ?? false),
+        'the status of the run that fetched the new commit',
+      );
       // vendir's lock config, as a fetch of the branch gives it: the commit, not the ref.
       expect(app.status?.fetch?.stdout, c.context).toContain(second.commitSha);
       expect(app.status?.fetch?.stdout).not.toContain('origin/main');
