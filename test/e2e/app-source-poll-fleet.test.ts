@@ -9,24 +9,16 @@
  * "source moved" log records), `ref-changed` reaches both Apps, and both deploy the new content,
  * fetched once for the fleet (the pinned fetch cache: one vendir run names the new commit).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { createRepo } from '../harness/fixtures.js';
-import { fleetKubeconfig, fleetLog, sourceMoves } from './packaging-support.js';
+import { type E2EFleet, fleetLog, sourceMoves, startFleet } from './packaging-support.js';
 import {
   apply,
-  applyCrds,
   appManifest,
   configMapYaml,
-  createTenant,
-  deleteNamespaces,
   type E2ERuntime,
   getObject,
   servers,
-  startRuntime,
   succeededAt,
   suffix,
   waitFor,
@@ -39,11 +31,9 @@ const CLUSTERS = [
 ] as const;
 const REPO = `e2e-srcpoll-${id}/config`;
 const POLL_PERIOD_MS = 2000;
-/** The second runtime's poll period: longer than the test, so no poll of its own moves it. */
-const LONG_POLL_PERIOD_MS = 600_000;
 
-let dir = '';
-const runtimes: E2ERuntime[] = [];
+let fleet: E2EFleet | undefined;
+let runtimes: E2ERuntime[] = [];
 /** The stdin of every vendir run, both runtimes. */
 const vendirConfigs: string[] = [];
 
@@ -51,39 +41,18 @@ const vendirConfigs: string[] = [];
 const tree = (greeting: string) => ({ 'cm.yml': configMapYaml('greeting', { greeting }) });
 
 beforeAll(async () => {
-  await applyCrds();
-  await Promise.all(CLUSTERS.map((c) => createTenant(c.ns)));
-  dir = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-e2e-srcpoll-'));
-  const kubeconfig = path.join(dir, 'kubeconfig');
-  await fleetKubeconfig(
-    kubeconfig,
-    CLUSTERS.map((c) => c.context),
-  );
-  for (const [i, c] of CLUSTERS.entries()) {
-    runtimes.push(
-      await startRuntime([c.ns], {
-        kubeconfigPath: kubeconfig,
-        contexts: [c.context],
-        storeDir: path.join(dir, 'store'),
-        config: { sourcePollPeriodMs: i === 0 ? POLL_PERIOD_MS : LONG_POLL_PERIOD_MS },
-        wrapDeps: (deps) => ({
-          ...deps,
-          runner: {
-            run: async (req: RunRequest) => {
-              if (req.cmd === 'vendir') vendirConfigs.push(typeof req.stdin === 'string' ? req.stdin : '');
-              return await deps.runner.run(req);
-            },
-          },
-        }),
-      }),
-    );
-  }
+  fleet = await startFleet(CLUSTERS, {
+    prefix: 'kapp-lambda-e2e-srcpoll-',
+    pollPeriodMs: POLL_PERIOD_MS,
+    onToolRun: (req) => {
+      if (req.cmd === 'vendir') vendirConfigs.push(typeof req.stdin === 'string' ? req.stdin : '');
+    },
+  });
+  runtimes = fleet.runtimes;
 });
 
 afterAll(async () => {
-  for (const r of runtimes) await r.dispose();
-  if (dir) await rm(dir, { recursive: true, force: true });
-  await deleteNamespaces(CLUSTERS.map((c) => c.ns));
+  await fleet?.dispose();
 });
 
 /** Waits until the ConfigMap the App deployed in `ns` says `greeting`. */

@@ -15,28 +15,12 @@
  * the vendir run whose config names the bundle; its template pipeline the ytt and kbld runs in an
  * `index-repo-` scratch (the PackageInstalls' Apps run their own vendir, ytt and kapp besides).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { pushBundle } from '../harness/fixtures.js';
-import { fleetKubeconfig, fleetLog, PKGR_STATUS_KEYS, sourceMoves, waitRepo } from './packaging-support.js';
-import {
-  apply,
-  applyCrds,
-  createTenant,
-  deleteNamespaces,
-  type E2ERuntime,
-  expectSucceededStatus,
-  getObject,
-  SA,
-  servers,
-  startRuntime,
-  suffix,
-  waitFor,
-} from './support.js';
+import { type E2EFleet, fleetLog, PKGR_STATUS_KEYS, sourceMoves, startFleet, waitRepo } from './packaging-support.js';
+import { apply, type E2ERuntime, expectSucceededStatus, getObject, SA, servers, suffix, waitFor } from './support.js';
 
 const id = suffix();
 const CLUSTERS = [
@@ -46,8 +30,6 @@ const CLUSTERS = [
 const REF_NAME = 'upfleet.e2e.carvel.dev';
 const PKGI = 'packageinstalls.packaging.carvel.dev';
 const POLL_PERIOD_MS = 2000;
-/** The second runtime's poll period: longer than the test, so no poll of its own moves it. */
-const LONG_POLL_PERIOD_MS = 600_000;
 
 /** A Package of `version`: an inline ytt ConfigMap named after the PackageInstall. */
 function packageDoc(version: string): object {
@@ -102,52 +84,31 @@ interface Run {
   inRepoScratch: boolean;
 }
 
-let dir = '';
-const runtimes: E2ERuntime[] = [];
+let fleet: E2EFleet | undefined;
+let runtimes: E2ERuntime[] = [];
 const runs: Run[] = [];
 let tagRef = '';
 
 beforeAll(async () => {
-  await applyCrds();
-  await Promise.all(CLUSTERS.map((c) => createTenant(c.ns)));
-  dir = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-e2e-upfleet-'));
-  const kubeconfig = path.join(dir, 'kubeconfig');
-  await fleetKubeconfig(
-    kubeconfig,
-    CLUSTERS.map((c) => c.context),
-  );
   tagRef = (await pushBundle(servers().registry, `upfleet-${id}:latest`, bundle(['1.0.0']))).ref;
-  for (const [i, c] of CLUSTERS.entries()) {
-    runtimes.push(
-      await startRuntime([c.ns], {
-        kubeconfigPath: kubeconfig,
-        contexts: [c.context],
-        storeDir: path.join(dir, 'store'),
-        config: { sourcePollPeriodMs: i === 0 ? POLL_PERIOD_MS : LONG_POLL_PERIOD_MS },
-        wrapDeps: (deps) => ({
-          ...deps,
-          runner: {
-            run: async (req: RunRequest) => {
-              const stdin = typeof req.stdin === 'string' ? req.stdin : '';
-              const places = [req.cwd ?? '', ...(req.writable ?? []), ...req.args].join(' ');
-              runs.push({
-                cmd: req.cmd,
-                repoFetch: req.cmd === 'vendir' && stdin.includes('imgpkgBundle'),
-                inRepoScratch: places.includes(`${path.sep}index-repo-`),
-              });
-              return await deps.runner.run(req);
-            },
-          },
-        }),
-      }),
-    );
-  }
+  fleet = await startFleet(CLUSTERS, {
+    prefix: 'kapp-lambda-e2e-upfleet-',
+    pollPeriodMs: POLL_PERIOD_MS,
+    onToolRun: (req) => {
+      const stdin = typeof req.stdin === 'string' ? req.stdin : '';
+      const places = [req.cwd ?? '', ...(req.writable ?? []), ...req.args].join(' ');
+      runs.push({
+        cmd: req.cmd,
+        repoFetch: req.cmd === 'vendir' && stdin.includes('imgpkgBundle'),
+        inRepoScratch: places.includes(`${path.sep}index-repo-`),
+      });
+    },
+  });
+  runtimes = fleet.runtimes;
 });
 
 afterAll(async () => {
-  for (const r of runtimes) await r.dispose();
-  if (dir) await rm(dir, { recursive: true, force: true });
-  await deleteNamespaces(CLUSTERS.map((c) => c.ns));
+  await fleet?.dispose();
 });
 
 /** The repositories' tool runs since `from`: fetches of the bundle, and the template pipeline's ytt and kbld. */

@@ -5,19 +5,26 @@
  *
  * Not a test file (vitest only collects `*.test.ts`).
  */
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { ApiException, CustomObjectsApi } from '@kubernetes/client-node';
 import { expect } from 'vitest';
 import { parse as parseYaml, stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
+import type { RunRequest } from '../../functions/lib/exec/runner.js';
 import { loadKubeConfig } from '../harness/kube.js';
 import {
   type AppStatusView,
+  applyCrds,
+  createTenant,
+  deleteNamespaces,
   type E2ERuntime,
   expectSucceededStatus,
   k,
   kubeconfigPath,
   STATUS_KEYS,
+  startRuntime,
   waitFor,
 } from './support.js';
 
@@ -228,4 +235,66 @@ export function fleetLog(runtimes: readonly E2ERuntime[], pattern: RegExp): stri
 /** Log records of a source poll seeing a source move, across `runtimes` (one per resolution that saw it). */
 export function sourceMoves(runtimes: readonly E2ERuntime[]): E2ERuntime['records'] {
   return runtimes.flatMap((r) => r.records).filter((r) => r.msg === 'source moved to a new digest');
+}
+
+/** The second and later runtimes' source poll period in {@link startFleet}, ms: longer than any test, so no poll of theirs sees a move. */
+const FLEET_LONG_POLL_PERIOD_MS = 600_000;
+
+/** A fleet started by {@link startFleet}: one runtime per cluster id, in the order given. */
+export interface E2EFleet {
+  runtimes: E2ERuntime[];
+  /** Stops the runtimes, removes the fleet's directory and deletes its namespaces. */
+  dispose(): Promise<void>;
+}
+
+/**
+ * Starts a fleet on the shared control plane: each cluster id a kubeconfig context of its own
+ * (`fleetKubeconfig`) with a tenant namespace and an embedded runtime of its own, all sharing
+ * one object store, as a fleet shares one bucket. Only the first runtime polls sources, every
+ * `pollPeriodMs`; the others learn of a move from the poll records, as members of a fleet
+ * whose poll another runtime won. Every tool run of every runtime goes to `onToolRun` first.
+ */
+export async function startFleet(
+  clusters: readonly { context: string; ns: string }[],
+  opts: { prefix: string; pollPeriodMs: number; onToolRun: (req: RunRequest) => void },
+): Promise<E2EFleet> {
+  await applyCrds();
+  await Promise.all(clusters.map((c) => createTenant(c.ns)));
+  const dir = await mkdtemp(path.join(tmpdir(), opts.prefix));
+  const runtimes: E2ERuntime[] = [];
+  const dispose = async () => {
+    for (const r of runtimes) await r.dispose();
+    await rm(dir, { recursive: true, force: true });
+    await deleteNamespaces(clusters.map((c) => c.ns));
+  };
+  try {
+    const kubeconfig = path.join(dir, 'kubeconfig');
+    await fleetKubeconfig(
+      kubeconfig,
+      clusters.map((c) => c.context),
+    );
+    for (const [i, c] of clusters.entries()) {
+      runtimes.push(
+        await startRuntime([c.ns], {
+          kubeconfigPath: kubeconfig,
+          contexts: [c.context],
+          storeDir: path.join(dir, 'store'),
+          config: { sourcePollPeriodMs: i === 0 ? opts.pollPeriodMs : FLEET_LONG_POLL_PERIOD_MS },
+          wrapDeps: (deps) => ({
+            ...deps,
+            runner: {
+              run: async (req: RunRequest) => {
+                opts.onToolRun(req);
+                return await deps.runner.run(req);
+              },
+            },
+          }),
+        }),
+      );
+    }
+  } catch (err) {
+    await dispose();
+    throw err;
+  }
+  return { runtimes, dispose };
 }
