@@ -81,10 +81,21 @@ export const MAX_FIELDS_CLOCK_LEAD_MS = 300_000;
 export const KAPP_WRITE_SKEW_MS = 5_000;
 
 /**
+ * How long after the forwarder asked an App to reconcile a write under kapp's field
+ * manager name is taken as that reconcile's (30 s). A reconcile that reverts drift or re-renders
+ * a changed input may start without a `Reconciling` status (a resync never writes it), and its
+ * status write can reach the forwarder after kapp's writes do: judged by the last status alone,
+ * the runtime's own deploy would be reported as drift and reconcile the App once more for
+ * nothing. Past the window (a slow queue), the cost is that one extra no-op reconcile.
+ */
+export const ASKED_KAPP_WRITE_WINDOW_MS = 30_000;
+
+/**
  * Whether `obj` was written outside `status` since `sinceMs` (the App's last reconcile, second
  * precision; `NaN` when never) by anyone but kapp during a reconcile: any entry of another field
  * manager at or after it, or one under kapp's name more than {@link KAPP_WRITE_SKEW_MS} after it
- * (kapp only writes inside a reconcile, before its status; `--field-manager=kapp` is anyone's).
+ * (kapp only writes inside a reconcile, before its status; `--field-manager=kapp` is anyone's),
+ * or after `kappUntilMs` when given (a reconcile asked since: {@link ASKED_KAPP_WRITE_WINDOW_MS}).
  * Every entry is judged, not only the newest: an update may set `managedFields` itself, so a
  * forged newest entry would otherwise hide the write. No `managedFields` at all (cleared with
  * `[{}]` by the write itself) is a write by someone unknown: drift.
@@ -94,6 +105,7 @@ export function writtenSince(
   sinceMs: number,
   nowMs: number,
   skipManagers: ReadonlySet<string> = NO_MANAGERS,
+  kappUntilMs: number = sinceMs + KAPP_WRITE_SKEW_MS,
 ): boolean {
   const fields = obj.metadata.managedFields;
   if (!Array.isArray(fields) || fields.length === 0) return true;
@@ -103,7 +115,7 @@ export function writtenSince(
     if (Number.isNaN(t) || t > nowMs + MAX_FIELDS_CLOCK_LEAD_MS) continue;
     if (typeof f.manager === 'string' && skipManagers.has(f.manager)) continue;
     if (f.manager === KAPP_FIELD_MANAGER) {
-      if (!Number.isNaN(sinceMs) && t > sinceMs + KAPP_WRITE_SKEW_MS) return true;
+      if (!Number.isNaN(sinceMs) && t > kappUntilMs) return true;
     } else if (Number.isNaN(sinceMs) || t >= sinceMs) {
       return true;
     }
@@ -138,6 +150,12 @@ export interface DriftOptions<T> {
   reconciling: (owner: T) => boolean;
   /** The owner's last reconcile, ms since the epoch (second precision); `NaN` when never. */
   handledAtMs: (owner: T) => number;
+  /**
+   * When the forwarder last sent the owner an event that asks for a reconcile, ms since the
+   * epoch; `NaN` when never: kapp's writes within {@link ASKED_KAPP_WRITE_WINDOW_MS} of it are
+   * that reconcile's. Default: never.
+   */
+  askedAtMs?: (owner: T) => number;
   /**
    * A watch some owners need stopped working (a failed list or watch, a stall): owners it
    * covered are no longer {@link DriftWatches.coveredSince covered} until it works again, so
@@ -427,7 +445,13 @@ export class DriftWatches<T> {
       }
       return;
     }
-    if (!writtenSince(obj, handled, now)) return;
+    // An ask answered by a status since (handled at or after it) leaves only the status's rule.
+    const asked = this.opts.askedAtMs?.(owner) ?? Number.NaN;
+    const kappUntil =
+      asked > handled
+        ? Math.max(handled + KAPP_WRITE_SKEW_MS, asked + ASKED_KAPP_WRITE_WINDOW_MS)
+        : handled + KAPP_WRITE_SKEW_MS;
+    if (!writtenSince(obj, handled, now, NO_MANAGERS, kappUntil)) return;
     this.opts.onDrift(owner, causeOf(kind, obj, what));
   }
 

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { KAPP_WRITE_SKEW_MS, writtenSince } from '../../events/forwarder/drift.js';
+import { ASKED_KAPP_WRITE_WINDOW_MS, KAPP_WRITE_SKEW_MS, writtenSince } from '../../events/forwarder/drift.js';
 import { Forwarder, type ForwarderOptions } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import {
@@ -128,6 +128,13 @@ function deployment(name: string, manager: string, at: number, subresource?: str
     },
     spec: { replicas: 1 },
   };
+}
+
+/** A Deployment of the App whose only write is kapp's, at `at`. */
+function byKapp(name: string, at: number): KubeObject {
+  const d = deployment(name, 'kapp', at);
+  (d.metadata.managedFields as Array<{ time: string }>)[0]!.time = iso(at);
+  return d;
 }
 
 class Recorder implements Transport {
@@ -477,10 +484,11 @@ describe('forwarder: reconcile by exception', () => {
     transport.take();
     await settle(30_000);
     transport.take();
-    // kubectl edit --field-manager=kapp, long after the last reconcile.
-    const asKapp = deployment('web', 'kapp', T0 - 20_000);
-    (asKapp.metadata.managedFields as Array<{ time: string }>)[0]!.time = iso(Date.now());
-    watcher.apply(asKapp);
+    // Past the window in which kapp's writes are the asked reconcile's.
+    await settle(ASKED_KAPP_WRITE_WINDOW_MS + 1000);
+    expect(transport.take()).toEqual([]);
+    // kubectl edit --field-manager=kapp, long after the last reconcile and the last ask.
+    watcher.apply(byKapp('web', Date.now()));
     await settle();
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
     // An update that sets managedFields itself: a kapp entry dated next year, its own edit older.
@@ -495,6 +503,31 @@ describe('forwarder: reconcile by exception', () => {
     watcher.apply(cleared);
     await settle();
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/db created']);
+  });
+
+  it("the revert's own kapp writes reach the forwarder before its status: not drift again; later ones under kapp's name are", async () => {
+    watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0 - 20_000));
+    start();
+    await settle(30_000);
+    await settle(ASKED_KAPP_WRITE_WINDOW_MS + 1000);
+    transport.take();
+    watcher.apply(deployment('web', 'kubectl-edit', Date.now()));
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
+    // The reconcile it asked for: a resync writes no Reconciling status; kapp reverts the edit,
+    // and the watch sees kapp's write before the status the reconcile then writes.
+    await settle(2000);
+    watcher.apply(byKapp('web', Date.now()));
+    await settle();
+    expect(transport.take()).toEqual([]);
+    // The status lands: the window closes with it; kapp's name after that is a hand edit again.
+    watcher.apply(app({ status: deployedStatus(Date.now()) }));
+    await settle(KAPP_WRITE_SKEW_MS + 1000);
+    transport.take();
+    watcher.apply(byKapp('web', Date.now()));
+    await settle();
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
   });
 
   it("objects labelled with an App's label in a namespace it did not deploy into are not its drift", async () => {
