@@ -20,6 +20,7 @@ import {
   type PolledSource,
   pinnedFetchOf,
   polledSourceOf,
+  pollFreshSlackMs,
   pollSources,
   readSourcePoll,
   type SourcePollRecord,
@@ -213,6 +214,24 @@ describe('trackSource: a repository run', () => {
     const again = await trackSource(f.pkgrOf('c3', 'repo'), refs[2] as ObjectRef, f.deps);
     expect([later?.resolved, again?.resolved, f.state.resolutions]).toEqual([D2, D2, 2]);
     expect(await f.record()).toMatchObject({ resolved: D2, changedAt: '2025-01-01T00:01:00.000Z' });
+  });
+
+  it("a tick that reaches the record a little sooner than the last one's claim still polls: a move waits one period, not two", async () => {
+    const f = fleet(['c1']);
+    const ref = f.repo('c1', 'repo');
+    // The first claim landed 1.5 s after its tick.
+    f.state.now = T0 + 1500;
+    await trackSource(f.pkgrOf('c1', 'repo'), ref, f.deps);
+    expect(f.state.resolutions).toBe(1);
+    // The next tick, one period on, reaches the record 0.2 s after it: still polled.
+    f.state.now = T0 + PERIOD + 200;
+    f.state.digest = D2;
+    expect((await trackSource(f.pkgrOf('c1', 'repo'), ref, f.deps))?.resolved).toBe(D2);
+    expect(f.state.resolutions).toBe(2);
+    // Within the period less its slack, the record is fresh: no request.
+    f.state.now = T0 + PERIOD + 200 + PERIOD - pollFreshSlackMs(PERIOD) - 1;
+    await trackSource(f.pkgrOf('c1', 'repo'), ref, f.deps);
+    expect(f.state.resolutions).toBe(2);
   });
 
   it("one cluster's repositories on a source join its record up to MAX_MEMBERS_PER_CLUSTER; other clusters still join", async () => {

@@ -241,9 +241,20 @@ const objectMemberId = (o: Pick<ObjectRef, 'kind' | 'clusterId' | 'namespace' | 
     name: o.name,
   });
 
-/** Whether `rec` was polled less than one period before `now`. */
+/**
+ * Slack of {@link isFresh}: a tenth of the period, at most 5 s. A poller's timer fires once per
+ * period, but its claim lands a little after each tick (a run's start, a store round trip), so
+ * with no slack a tick that reaches the check sooner than the last one reached its claim finds
+ * the record still fresh, skips, and the source waits almost two periods. With it a source is
+ * resolved at most once per 0.9 period.
+ */
+export function pollFreshSlackMs(periodMs: number): number {
+  return Math.min(periodMs / 10, 5000);
+}
+
+/** Whether `rec` was polled less than one period (less {@link pollFreshSlackMs}) before `now`. */
 function isFresh(rec: SourcePollRecord, now: Date, periodMs: number): boolean {
-  return now.getTime() - Date.parse(rec.polledAt) < periodMs;
+  return now.getTime() - Date.parse(rec.polledAt) < periodMs - pollFreshSlackMs(periodMs);
 }
 
 /** `rec` (or a new record) with a new resolution at `now`. */
