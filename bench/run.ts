@@ -7,7 +7,9 @@
  * Scenarios (all by default, in this order): `bundles`, `latency`, `throughput`,
  * `kapp-controller` (latency and throughput against upstream, with ratios ours/theirs when
  * ours ran in the same run), `resync`, `steady` (N Apps at a 30 s sync period, CPU-seconds and
- * API requests per minute once reconciled, kapp-lambda then kapp-controller), `dedup`, `repositories` (inline PackageRepositories of
+ * API requests per minute once reconciled, kapp-lambda then kapp-controller), `drift` (a deployed
+ * ConfigMap edited and deleted by hand, a valuesFrom Secret edited: time until reverted or
+ * re-rendered, ours next to kapp-controller's), `dedup`, `repositories` (inline PackageRepositories of
  * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `upgrade`,
  * `forwarder-memory`, `cost` (the fleet cost model from this run's figures, or the latest
  * committed results files for the scenarios not run; starts nothing). The file also carries
@@ -16,7 +18,7 @@
  * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
  * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
  * `BENCH_LATENCY_RUNS` (default 5), `KAPP_LAMBDA_BENCH_STEADY_APPS` (default 100),
- * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (default 120), `KAPP_LAMBDA_CACHE`. Results made with non-default values
+ * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (default 120), `BENCH_DRIFT_SAMPLES` (default 3), `KAPP_LAMBDA_CACHE`. Results made with non-default values
  * say so in `config`.
  */
 import { execFileSync } from 'node:child_process';
@@ -41,6 +43,7 @@ import { computeTargets, targetRows } from './lib/targets.js';
 import { bundles } from './scenarios/bundles.js';
 import { costScenario } from './scenarios/cost.js';
 import { dedupOurs } from './scenarios/dedup.js';
+import { DEFAULT_DRIFT_SAMPLES, driftScenario } from './scenarios/drift.js';
 import { forwarderMemory } from './scenarios/forwarder-memory.js';
 import {
   latencyOurs,
@@ -62,6 +65,7 @@ const ALL = [
   'kapp-controller',
   'resync',
   'steady',
+  'drift',
   'dedup',
   'repositories',
   'upgrade',
@@ -87,7 +91,9 @@ const UPGRADE_POLL_MS = Number(process.env.BENCH_UPGRADE_POLL_MS ?? DEFAULT_POLL
 const UPGRADE_KC_WAIT_S = Number(process.env.BENCH_UPGRADE_KC_WAIT_S ?? DEFAULT_KC_WAIT_S);
 const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_STEADY_APPS);
 const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_STEADY_WINDOW_S);
+const DRIFT_SAMPLES = Number(process.env.BENCH_DRIFT_SAMPLES ?? DEFAULT_DRIFT_SAMPLES);
 for (const [name, v] of [
+  ['BENCH_DRIFT_SAMPLES', DRIFT_SAMPLES],
   ['KAPP_LAMBDA_BENCH_STEADY_APPS', STEADY_APPS],
   ['KAPP_LAMBDA_BENCH_STEADY_WINDOW_S', STEADY_WINDOW_S],
 ] as const) {
@@ -224,7 +230,7 @@ try {
     throughput: [],
   };
   let bin: string | undefined;
-  if (['kapp-controller', 'repositories', 'upgrade', 'steady'].some((s) => selected.includes(s as Scenario))) {
+  if (['kapp-controller', 'repositories', 'upgrade', 'steady', 'drift'].some((s) => selected.includes(s as Scenario))) {
     bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
   }
   const runTheirs = async <T>(
@@ -374,6 +380,10 @@ try {
     ctx.results.steady = await steadyScenario(ctx, bin, step, { apps: STEADY_APPS, windowMs: STEADY_WINDOW_S * 1000 });
   }
 
+  if (selected.includes('drift')) {
+    ctx.results.drift = await driftScenario(ctx, bin, step, DRIFT_SAMPLES);
+  }
+
   if (selected.includes('dedup')) {
     const r = await step('5 dedup', '20 cluster ids', () => dedupOurs(ctx));
     if (r) {
@@ -462,6 +472,7 @@ const doc = {
     upgradeKcWaitS: UPGRADE_KC_WAIT_S,
     steadyApps: STEADY_APPS,
     steadyWindowS: STEADY_WINDOW_S,
+    driftSamples: DRIFT_SAMPLES,
     /**
      * `/proc/loadavg` at the start and the end of the run: the machine is shared with other
      * engineers' test suites, whose load is in these figures (per-step 1-minute averages: `load`).

@@ -144,8 +144,11 @@ export interface Ours {
   store: StoreTiming;
   /** Info-level log messages other than stage records (message and when), e.g. the source poll's. */
   logs: { at: number; msg: string }[];
-  /** `performance.now()` of each event the forwarders handed to the pipeline, by object key, in order. */
-  sent: Map<string, { at: number; reason: string }[]>;
+  /**
+   * `performance.now()` of each event the forwarders handed to the pipeline, by object key, in
+   * order, with its reason and, when the forwarder gave one, its cause (`drift: ...`, `Secret/<name>@<rv>`).
+   */
+  sent: Map<string, { at: number; reason: string; cause?: string }[]>;
   /** Tool metrics snapshot. */
   tools(): Record<string, ToolStats>;
   stop(): Promise<void>;
@@ -189,7 +192,7 @@ export function startOurs(opts: OursOptions): Ours {
   const api: ApiCounts = {};
   const store: StoreTiming = { calls: 0, ms: 0 };
   const logs: { at: number; msg: string }[] = [];
-  const sent = new Map<string, { at: number; reason: string }[]>();
+  const sent = new Map<string, { at: number; reason: string; cause?: string }[]>();
   const say = opts.say ?? (() => {});
   const runtime = startEmbedded({
     ...opts,
@@ -219,11 +222,13 @@ export function startOurs(opts: OursOptions): Ours {
   pipeline.send = async (events) => {
     const now = performance.now();
     for (const e of events) {
-      const d = (e as { data?: { clusterId?: string; namespace?: string; name?: string; reason?: string } }).data;
+      const d = (
+        e as { data?: { clusterId?: string; namespace?: string; name?: string; reason?: string; cause?: string } }
+      ).data;
       if (!d?.name) continue;
       const key = `${d.clusterId}/App/${d.namespace}/${d.name}`;
       const list = sent.get(key) ?? [];
-      list.push({ at: now, reason: d.reason ?? e.type });
+      list.push({ at: now, reason: d.reason ?? e.type, ...(d.cause ? { cause: d.cause } : {}) });
       sent.set(key, list);
     }
     return await send(events);

@@ -116,6 +116,22 @@ describe('bench targets: scenario-only files', () => {
   });
 });
 
+describe('bench targets: drift (issue 24)', () => {
+  it("reads ours' median revert time against 5 s, the wait's bound standing in for a sample not reverted", () => {
+    const t = computeTargets({
+      drift: {
+        waitBoundMs: 90_000,
+        ours: { edit: { missed: 0, ms: { median: 812.4 } }, delete: { missed: 1, ms: { median: 900 } } },
+        theirs: { edit: { missed: 0, ms: { median: 14_000 } } },
+      },
+    });
+    expect(t).toEqual({
+      'drift.editMs': { value: 812, target: 5_000, unit: 'ms', op: '<', met: true },
+      'drift.deleteMs': { value: 90_000, target: 5_000, unit: 'ms', op: '<', met: false },
+    });
+  });
+});
+
 describe('bench targets: comparison and rows', () => {
   it('compares with each operator', () => {
     expect(meets(50, '<', 50)).toBe(false);
