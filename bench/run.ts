@@ -18,7 +18,8 @@
  * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
  * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
  * `BENCH_LATENCY_RUNS` (default 5), `KAPP_LAMBDA_BENCH_STEADY_APPS` (default 100),
- * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (default 120), `BENCH_DRIFT_SAMPLES` (default 3), `KAPP_LAMBDA_CACHE`. Results made with non-default values
+ * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (default 120), `BENCH_DRIFT_SAMPLES` (default 3), `BENCH_DEDUP_POLL_MS` (the dedup fleet's source poll
+ * period, default 60000: the branch phase's poll wait), `KAPP_LAMBDA_CACHE`. Results made with non-default values
  * say so in `config`.
  */
 import { execFileSync } from 'node:child_process';
@@ -42,7 +43,7 @@ import { fmtBytes, fmtMs, fmtSummaryMs, renderTable, round } from './lib/stats.j
 import { computeTargets, targetRows } from './lib/targets.js';
 import { bundles } from './scenarios/bundles.js';
 import { costScenario } from './scenarios/cost.js';
-import { dedupOurs } from './scenarios/dedup.js';
+import { branchRows, DEFAULT_DEDUP_POLL_MS, dedupOurs } from './scenarios/dedup.js';
 import { DEFAULT_DRIFT_SAMPLES, driftScenario } from './scenarios/drift.js';
 import { forwarderMemory } from './scenarios/forwarder-memory.js';
 import {
@@ -89,6 +90,7 @@ const LATENCY_RUNS = Number(process.env.BENCH_LATENCY_RUNS ?? 5);
 const CONCURRENCIES = [4, 10];
 const UPGRADE_POLL_MS = Number(process.env.BENCH_UPGRADE_POLL_MS ?? DEFAULT_POLL_MS);
 const UPGRADE_KC_WAIT_S = Number(process.env.BENCH_UPGRADE_KC_WAIT_S ?? DEFAULT_KC_WAIT_S);
+const DEDUP_POLL_MS = Number(process.env.BENCH_DEDUP_POLL_MS ?? DEFAULT_DEDUP_POLL_MS);
 const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_STEADY_APPS);
 const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_STEADY_WINDOW_S);
 const DRIFT_SAMPLES = Number(process.env.BENCH_DRIFT_SAMPLES ?? DEFAULT_DRIFT_SAMPLES);
@@ -96,6 +98,7 @@ for (const [name, v] of [
   ['BENCH_DRIFT_SAMPLES', DRIFT_SAMPLES],
   ['KAPP_LAMBDA_BENCH_STEADY_APPS', STEADY_APPS],
   ['KAPP_LAMBDA_BENCH_STEADY_WINDOW_S', STEADY_WINDOW_S],
+  ['BENCH_DEDUP_POLL_MS', DEDUP_POLL_MS],
 ] as const) {
   if (!(Number.isInteger(v) && v > 0)) {
     process.stderr.write(`${name} must be a positive integer\n`);
@@ -230,7 +233,11 @@ try {
     throughput: [],
   };
   let bin: string | undefined;
-  if (['kapp-controller', 'repositories', 'upgrade', 'steady', 'drift'].some((s) => selected.includes(s as Scenario))) {
+  if (
+    ['kapp-controller', 'repositories', 'upgrade', 'steady', 'drift', 'dedup'].some((s) =>
+      selected.includes(s as Scenario),
+    )
+  ) {
     bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
   }
   const runTheirs = async <T>(
@@ -385,10 +392,13 @@ try {
   }
 
   if (selected.includes('dedup')) {
-    const r = await step('5 dedup', '20 cluster ids', () => dedupOurs(ctx));
+    const r = await step('5 dedup', '20 cluster ids', () => dedupOurs(ctx, bin, { pollMs: DEDUP_POLL_MS }));
     if (r) {
       ctx.results.dedup = r;
-      for (const [label, p] of Object.entries(r)) {
+      for (const [label, p] of [
+        ['burst', r.burst],
+        ['staggered', r.staggered],
+      ] as const) {
         ctx.rows.push(
           {
             scenario: '5 dedup',
@@ -411,6 +421,7 @@ try {
           },
         );
       }
+      if (r.branch) ctx.rows.push(...branchRows(r.branch));
     }
   }
 
@@ -470,6 +481,7 @@ const doc = {
     concurrencies: CONCURRENCIES,
     upgradePollMs: UPGRADE_POLL_MS,
     upgradeKcWaitS: UPGRADE_KC_WAIT_S,
+    dedupPollMs: DEDUP_POLL_MS,
     steadyApps: STEADY_APPS,
     steadyWindowS: STEADY_WINDOW_S,
     driftSamples: DRIFT_SAMPLES,

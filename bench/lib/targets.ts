@@ -131,6 +131,10 @@ export function computeTargets(results: Record<string, unknown>): Targets {
     put(`dedup.${phase}.vendir`, num(at(results, 'dedup', phase, 'fetchExecutions')), '==', 1, 'runs');
     put(`dedup.${phase}.ytt`, num(at(results, 'dedup', phase, 'templateExecutions')), '==', 1, 'runs');
   }
+  // issue 24, source changes: a moved branch under 20 ids → 1 resolution, 1 fetch, 1 render
+  put('dedup.branch.resolutions', num(at(results, 'dedup', 'branch', 'resolutions')), '==', 1, 'runs');
+  put('dedup.branch.vendir', num(at(results, 'dedup', 'branch', 'runs', 'fetchExecutions')), '==', 1, 'runs');
+  put('dedup.branch.ytt', num(at(results, 'dedup', 'branch', 'runs', 'templateExecutions')), '==', 1, 'runs');
 
   // 4 bundles (issue 13 item 4): ≤ 1 MB; cold start ≤ 150 ms as a real first invocation (issue
   // 24: fresh node → one real record handled, SDK loaded, median, less the time inside the tool

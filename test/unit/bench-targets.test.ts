@@ -108,6 +108,22 @@ describe('bench targets: scenario-only files', () => {
     expect(t['bundles.deploy.coldStartMs']).toBeUndefined();
   });
 
+  it('reads the moved branch under the dedup fleet: resolutions, fetches of the new commit, renders (issue 24)', () => {
+    const t = computeTargets({
+      dedup: {
+        branch: {
+          resolutions: 1,
+          runs: { fetchExecutions: 1, vendir: 2, templateExecutions: 19, deployExecutions: 20 },
+        },
+      },
+    });
+    expect(t['dedup.branch.resolutions']).toMatchObject({ value: 1, target: 1, op: '==', met: true });
+    expect(t['dedup.branch.vendir']).toMatchObject({ value: 1, met: true });
+    expect(t['dedup.branch.ytt']).toMatchObject({ value: 19, target: 1, met: false });
+    // a file whose branch phase failed has none
+    expect(computeTargets({ dedup: { burst: {}, staggered: {} } })['dedup.branch.resolutions']).toBeUndefined();
+  });
+
   it('leaves out a ratio whose other side failed (null in the file)', () => {
     const t = computeTargets({ repositories: { ratios: { '50': { deploy: null, delete: 0.7 } } } });
     expect(t).toEqual({
