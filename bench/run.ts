@@ -6,8 +6,9 @@
  *
  * Scenarios (all by default, in this order): `bundles`, `latency`, `throughput`,
  * `kapp-controller` (latency and throughput against upstream, with ratios ours/theirs when
- * ours ran in the same run), `resync`, `steady` (N Apps at a 30 s sync period, CPU-seconds and
- * API requests per minute once reconciled, kapp-lambda then kapp-controller), `dedup`, `repositories` (inline PackageRepositories of
+ * ours ran in the same run), `resync`, `idle` (issue 24: N inline and git-branch Apps at a 30 s
+ * sync period left idle, messages, stage runs, store calls, CPU-seconds and API requests per
+ * minute, kapp-lambda and kapp-controller in alternating order; `steady` is its old name), `dedup`, `repositories` (inline PackageRepositories of
  * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `upgrade`,
  * `forwarder-memory`, `cost` (the fleet cost model from this run's figures, or the latest
  * committed results files for the scenarios not run; starts nothing). The file also carries
@@ -16,7 +17,8 @@
  * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
  * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
  * `BENCH_LATENCY_RUNS` (default 5), `KAPP_LAMBDA_BENCH_STEADY_APPS` (default 100),
- * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (default 120), `KAPP_LAMBDA_CACHE`. Results made with non-default values
+ * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (idle's window, default 600), `BENCH_IDLE_FIRST` (`ours` or
+ * `theirs`: the side idle runs first; default the flip of the last results file's), `KAPP_LAMBDA_CACHE`. Results made with non-default values
  * say so in `config`.
  */
 import { execFileSync } from 'node:child_process';
@@ -42,6 +44,7 @@ import { bundles } from './scenarios/bundles.js';
 import { costScenario } from './scenarios/cost.js';
 import { dedupOurs } from './scenarios/dedup.js';
 import { forwarderMemory } from './scenarios/forwarder-memory.js';
+import { DEFAULT_IDLE_APPS, DEFAULT_IDLE_WINDOW_S, idleScenario } from './scenarios/idle.js';
 import {
   latencyOurs,
   latencyTheirs,
@@ -51,7 +54,6 @@ import {
 } from './scenarios/latency.js';
 import { repositoriesScenario } from './scenarios/repositories.js';
 import { resyncOurs } from './scenarios/resync.js';
-import { DEFAULT_STEADY_APPS, DEFAULT_STEADY_WINDOW_S, steadyScenario } from './scenarios/steady.js';
 import { type ThroughputRun, throughputOurs, throughputTheirs } from './scenarios/throughput.js';
 import { DEFAULT_KC_WAIT_S, DEFAULT_POLL_MS, upgradeScenario } from './scenarios/upgrade.js';
 
@@ -61,7 +63,7 @@ const ALL = [
   'throughput',
   'kapp-controller',
   'resync',
-  'steady',
+  'idle',
   'dedup',
   'repositories',
   'upgrade',
@@ -72,7 +74,12 @@ type Scenario = (typeof ALL)[number];
 /** Every scenario but these two starts from cluster A (forwarder-memory starts its own; cost computes only); bundles reads an App from it on a real first invocation. */
 const NEEDS_CLUSTER: readonly Scenario[] = ALL.filter((s) => s !== 'forwarder-memory' && s !== 'cost');
 
-const args = process.argv.slice(2).filter((a) => a !== '--');
+/** Old scenario names still accepted on the command line. */
+const ALIASES: Record<string, Scenario> = { steady: 'idle' };
+const args = process.argv
+  .slice(2)
+  .filter((a) => a !== '--')
+  .map((a) => ALIASES[a] ?? a);
 const unknown = args.filter((a) => !(ALL as readonly string[]).includes(a));
 if (unknown.length) {
   process.stderr.write(`unknown scenario(s): ${unknown.join(', ')}; choose from: ${ALL.join(', ')}\n`);
@@ -85,8 +92,13 @@ const LATENCY_RUNS = Number(process.env.BENCH_LATENCY_RUNS ?? 5);
 const CONCURRENCIES = [4, 10];
 const UPGRADE_POLL_MS = Number(process.env.BENCH_UPGRADE_POLL_MS ?? DEFAULT_POLL_MS);
 const UPGRADE_KC_WAIT_S = Number(process.env.BENCH_UPGRADE_KC_WAIT_S ?? DEFAULT_KC_WAIT_S);
-const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_STEADY_APPS);
-const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_STEADY_WINDOW_S);
+const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_IDLE_APPS);
+const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_IDLE_WINDOW_S);
+const IDLE_FIRST = process.env.BENCH_IDLE_FIRST || undefined;
+if (IDLE_FIRST !== undefined && IDLE_FIRST !== 'ours' && IDLE_FIRST !== 'theirs') {
+  process.stderr.write('BENCH_IDLE_FIRST must be ours or theirs\n');
+  process.exit(2);
+}
 for (const [name, v] of [
   ['KAPP_LAMBDA_BENCH_STEADY_APPS', STEADY_APPS],
   ['KAPP_LAMBDA_BENCH_STEADY_WINDOW_S', STEADY_WINDOW_S],
@@ -224,7 +236,7 @@ try {
     throughput: [],
   };
   let bin: string | undefined;
-  if (['kapp-controller', 'repositories', 'upgrade', 'steady'].some((s) => selected.includes(s as Scenario))) {
+  if (['kapp-controller', 'repositories', 'upgrade', 'idle'].some((s) => selected.includes(s as Scenario))) {
     bin = await step('7 kapp-controller', 'build', () => ensureKappController((m) => say(`build: ${m}`)));
   }
   const runTheirs = async <T>(
@@ -370,8 +382,13 @@ try {
     }
   }
 
-  if (selected.includes('steady')) {
-    ctx.results.steady = await steadyScenario(ctx, bin, step, { apps: STEADY_APPS, windowMs: STEADY_WINDOW_S * 1000 });
+  if (selected.includes('idle')) {
+    ctx.results.idle = await idleScenario(ctx, bin, step, {
+      apps: STEADY_APPS,
+      windowMs: STEADY_WINDOW_S * 1000,
+      resultsDir: outDir,
+      first: IDLE_FIRST,
+    });
   }
 
   if (selected.includes('dedup')) {

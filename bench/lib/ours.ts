@@ -144,6 +144,12 @@ export interface Ours {
   store: StoreTiming;
   /** Info-level log messages other than stage records (message and when), e.g. the source poll's. */
   logs: { at: number; msg: string }[];
+  /**
+   * The source poll timer's summaries (its debug `source poll` line, logged when a poll or check
+   * resolved or poked anything): when, sources resolved (`polled`, one git or registry request
+   * each) and members poked.
+   */
+  polls: SourcePolls;
   /** `performance.now()` of each event the forwarders handed to the pipeline, by object key, in order. */
   sent: Map<string, { at: number; reason: string }[]>;
   /** Tool metrics snapshot. */
@@ -151,10 +157,14 @@ export interface Ours {
   stop(): Promise<void>;
 }
 
-/** A logger (the core's port) that keeps stage-run records and prints warnings/errors. */
+/** {@link Ours.polls}. */
+export type SourcePolls = { at: number; polled: number; poked: number }[];
+
+/** A logger (the core's port) that keeps stage-run records and poll summaries and prints warnings/errors. */
 function benchLogger(
   records: TimedRecord[],
   logs: { at: number; msg: string }[],
+  polls: SourcePolls,
   say: (line: string) => void,
   bindings: Record<string, unknown> = {},
 ): Logger {
@@ -175,8 +185,11 @@ function benchLogger(
     info: at('info'),
     warn: at('warn'),
     error: at('error'),
-    debug: () => {},
-    child: (b) => benchLogger(records, logs, say, { ...bindings, ...b }),
+    debug: (obj: Record<string, unknown>, msg?: string) => {
+      if (msg !== 'source poll') return;
+      polls.push({ at: performance.now(), polled: Number(obj.polled ?? 0), poked: Number(obj.poked ?? 0) });
+    },
+    child: (b) => benchLogger(records, logs, polls, say, { ...bindings, ...b }),
   };
 }
 
@@ -189,11 +202,12 @@ export function startOurs(opts: OursOptions): Ours {
   const api: ApiCounts = {};
   const store: StoreTiming = { calls: 0, ms: 0 };
   const logs: { at: number; msg: string }[] = [];
+  const polls: SourcePolls = [];
   const sent = new Map<string, { at: number; reason: string }[]>();
   const say = opts.say ?? (() => {});
   const runtime = startEmbedded({
     ...opts,
-    log: benchLogger(records, logs, say),
+    log: benchLogger(records, logs, polls, say),
     wrapDeps: (deps) => {
       const clusters = wrappedRegistry(opts.kubeconfigPath, deps.clusters.clusterIds(), (t) =>
         countingTransport(t, api),
@@ -234,6 +248,7 @@ export function startOurs(opts: OursOptions): Ours {
     api,
     store,
     logs,
+    polls,
     sent,
     tools: () => runtime.toolMetrics.snapshot(),
     stop: () => runtime.stop(),

@@ -26,7 +26,7 @@ import { createRepo } from '../../test/harness/fixtures.js';
 import { type GitServer, startGitServer } from '../../test/harness/servers/git.js';
 import { type BenchContext, clusterOf, scratchDir } from '../lib/context.js';
 import { type FleetId, fleetIds, fleetKubeconfig } from '../lib/fleet.js';
-import { AppWatch, BENCH_SA, createAll, createTenants, type Manifest, restFor } from '../lib/kube.js';
+import { AppWatch, BENCH_SA, createAll, createTenants, type Manifest, restFor, yttConfigMap } from '../lib/kube.js';
 import { appKey, type Ours, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
 
 /** One phase of the dedup scenario. */
@@ -79,16 +79,7 @@ async function phase(
   staggered: boolean,
 ): Promise<DedupPhase> {
   const repo = await createRepo(git, `dedup-${label}`, {
-    'config.yml': [
-      '#@ load("@ytt:data", "data")',
-      'apiVersion: v1',
-      'kind: ConfigMap',
-      'metadata:',
-      '  name: #@ data.values.name',
-      'data:',
-      '  release: #@ data.values.release',
-      '',
-    ].join('\n'),
+    'config.yml': yttConfigMap({ release: '#@ data.values.release' }),
     'values.yml': `#@data/values\n---\nname: fleet-${label}\nrelease: ${label}\n`,
   });
   const name = `fleet-${label}`;
