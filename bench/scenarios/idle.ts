@@ -112,6 +112,8 @@ export interface IdleOursCounts {
   /** Events the forwarder handed to the pipeline (messages in). */
   messages: number;
   messagesByReason: Record<string, number>;
+  /** The same by the App's kind of source ({@link IdleMix}'s keys). */
+  messagesBySource: Record<string, number>;
   /** Stage runs (each one function invocation and one queued message on Lambda). */
   stageRuns: number;
   stageRunsByStage: Record<string, number>;
@@ -253,14 +255,15 @@ function idleObjects(ns: string, apps: number, repos: readonly string[]): { apps
   const out: { apps: Manifest[]; secrets: Manifest[] } = { apps: [], secrets: [] };
   for (let i = 0; i < apps; i++) {
     const name = `app-${String(i).padStart(4, '0')}`;
-    if (i < mix.inline) {
+    const kind = kindOf(i, mix);
+    if (kind === 'inline') {
       out.apps.push(inlineApp(ns, name, `${ns} ${name} ${Date.now()}`, IDLE_SYNC_PERIOD));
       continue;
     }
     const j = i - mix.inline;
     const url = repos[Math.floor(j / APPS_PER_REPO) % repos.length] as string;
     const values = `name: ${name}-config\n`;
-    const withSecret = j % 2 === 1;
+    const withSecret = kind === 'gitWithSecret';
     const ytt = withSecret
       ? { valuesFrom: [{ secretRef: { name: `${name}-values` } }] }
       : { inline: { paths: { 'name.yml': `#@data/values\n---\n${values}` } } };
@@ -362,6 +365,18 @@ function tally(keys: Iterable<string>): Record<string, number> {
   return out;
 }
 
+/** The kind of source of the `i`-th App ({@link idleObjects}' order: inline first, then git alternating). */
+function kindOf(i: number, mix: IdleMix): 'inline' | 'git' | 'gitWithSecret' {
+  if (i < mix.inline) return 'inline';
+  return (i - mix.inline) % 2 === 1 ? 'gitWithSecret' : 'git';
+}
+
+/** The kind of source of the App under object key `…/app-NNNN`, `other` for any other key. */
+function sourceOf(key: string, apps: number): string {
+  const i = Number(/\/app-(\d+)$/.exec(key)?.[1] ?? Number.NaN);
+  return Number.isInteger(i) && i < apps ? kindOf(i, idleMix(apps)) : 'other';
+}
+
 /** What kapp-lambda counted between `w.from` and `w.to`. */
 function oursCounts(
   ours: Ours,
@@ -380,6 +395,11 @@ function oursCounts(
   return {
     messages: events.length,
     messagesByReason: tally(events.map((e) => e.reason)),
+    messagesBySource: tally(
+      [...ours.sent.entries()].flatMap(([key, list]) =>
+        list.filter((e) => inWindow(e.at)).map(() => sourceOf(key, apps)),
+      ),
+    ),
     stageRuns: records.length,
     stageRunsByStage: tally(records.map((r) => `${r.stage} ${r.outcome}`)),
     storeCalls,
