@@ -26,6 +26,7 @@ import {
   type RestTransport,
 } from '../../functions/lib/kube/transport.js';
 import type { Logger, StageRunRecord } from '../../functions/lib/log.js';
+import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import type { ObjectStore } from '../../functions/lib/store/port.js';
 import { type BenchContext, clusterOf, scratchDir } from './context.js';
 import { loadKubeConfig } from './kube.js';
@@ -150,6 +151,12 @@ export interface Ours {
    * each) and members poked.
    */
   polls: SourcePolls;
+  /**
+   * `performance.now()` of each conditional write of a source poll record
+   * (`cache/source-poll/…`): a poll's claim before it resolves (one git or registry request), a
+   * run joining as a member, or a moved digest written.
+   */
+  pollRecordWrites: number[];
   /** `performance.now()` of each event the forwarders handed to the pipeline, by object key, in order. */
   sent: Map<string, { at: number; reason: string }[]>;
   /** Tool metrics snapshot. */
@@ -203,6 +210,12 @@ export function startOurs(opts: OursOptions): Ours {
   const store: StoreTiming = { calls: 0, ms: 0 };
   const logs: { at: number; msg: string }[] = [];
   const polls: SourcePolls = [];
+  const pollRecordWrites: number[] = [];
+  const onStoreCall = (method: string, key: unknown, t0: number) => {
+    if (method === 'putIfMatch' && typeof key === 'string' && key.startsWith(SOURCE_POLL_PREFIX)) {
+      pollRecordWrites.push(t0);
+    }
+  };
   const sent = new Map<string, { at: number; reason: string }[]>();
   const say = opts.say ?? (() => {});
   const runtime = startEmbedded({
@@ -224,7 +237,7 @@ export function startOurs(opts: OursOptions): Ours {
       // the deploy stage's reads as the App (the no-op resync's lists) count with the pipeline's
       const { appReader } = deps;
       const counted = appReader ? { appReader: (yaml: string) => countingTransport(appReader(yaml), api) } : {};
-      return { ...deps, ...counted, runner, clusters, store: timedStore(deps.store, store) };
+      return { ...deps, ...counted, runner, clusters, store: timedStore(deps.store, store, onStoreCall) };
     },
   });
   // Note when each event reaches the pipeline (the forwarder calls `send` on this object).
@@ -249,6 +262,7 @@ export function startOurs(opts: OursOptions): Ours {
     store,
     logs,
     polls,
+    pollRecordWrites,
     sent,
     tools: () => runtime.toolMetrics.snapshot(),
     stop: () => runtime.stop(),

@@ -119,8 +119,10 @@ export interface IdleOursCounts {
   stageRunsByStage: Record<string, number>;
   /** Object-store calls of the pipeline and the source poll. */
   storeCalls: number;
-  /** Sources the source poll resolved (one git request each). */
+  /** Sources the source poll timer resolved (one git request each; its debug summaries). */
   sourcePollResolutions: number;
+  /** Conditional writes of source poll records ({@link Ours.pollRecordWrites}: claims, joins, moves). */
+  sourcePollRecordWrites: number;
   /** Tool runs in the window, by tool. */
   tools: Record<string, { runs: number; ms: number }>;
   /** The above per minute. */
@@ -404,6 +406,7 @@ function oursCounts(
     stageRunsByStage: tally(records.map((r) => `${r.stage} ${r.outcome}`)),
     storeCalls,
     sourcePollResolutions: resolutions,
+    sourcePollRecordWrites: ours.pollRecordWrites.filter(inWindow).length,
     tools: toolDelta(before.tools, ours.tools()),
     perMin: {
       messages: pm(events.length),
@@ -528,8 +531,8 @@ function idleRows(ctx: BenchContext, result: IdleResult): void {
       },
       {
         scenario: SCENARIO,
-        figure: `  ${s.impl}: stage runs (function invocations), store calls, source poll resolutions; /min`,
-        value: `${c.stageRuns}, ${c.storeCalls}, ${c.sourcePollResolutions}; ${fmt(c.perMin.stageRuns)}, ${fmt(c.perMin.storeCalls)}, ${fmt(c.perMin.sourcePollResolutions)}`,
+        figure: `  ${s.impl}: stage runs (function invocations), store calls, source poll resolutions; /min; poll record writes`,
+        value: `${c.stageRuns}, ${c.storeCalls}, ${c.sourcePollResolutions}; ${fmt(c.perMin.stageRuns)}, ${fmt(c.perMin.storeCalls)}, ${fmt(c.perMin.sourcePollResolutions)}; ${c.sourcePollRecordWrites}`,
       },
     );
   }
