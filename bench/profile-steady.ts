@@ -1,6 +1,6 @@
 /**
  * Profiling driver for the steady state (issue 13 item 6), not a benchmark scenario: starts its
- * own kwok control plane and the instrumented embedded runtime (as `scenarios/steady.ts` does),
+ * own kwok control plane and the instrumented embedded runtime (as the idle scenario, `scenarios/idle.ts`, does for its inline Apps),
  * creates `APPS` inline-ytt Apps (default 20) with `syncPeriod: 30s`, waits until all have
  * reconciled plus 40 s, then measures this process's CPU-seconds per minute over a window of
  * `WIN_S` seconds (default 60) without a profiler, and writes a V8 CPU profile of a second

@@ -6,8 +6,9 @@
  *
  * Scenarios (all by default, in this order): `bundles`, `latency`, `throughput`,
  * `kapp-controller` (latency and throughput against upstream, with ratios ours/theirs when
- * ours ran in the same run), `resync`, `steady` (N Apps at a 30 s sync period, CPU-seconds and
- * API requests per minute once reconciled, kapp-lambda then kapp-controller), `drift` (a deployed
+ * ours ran in the same run), `resync`, `idle` (issue 24: N inline and git-branch Apps at a 30 s
+ * sync period left idle, messages, stage runs, store calls, CPU-seconds and API requests per
+ * minute, kapp-lambda and kapp-controller in alternating order; `steady` is its old name), `drift` (a deployed
  * ConfigMap edited and deleted by hand, a valuesFrom Secret edited: time until reverted or
  * re-rendered, ours next to kapp-controller's), `dedup`, `repositories` (inline PackageRepositories of
  * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `upgrade`,
@@ -18,8 +19,10 @@
  * Environment: `BENCH_MACHINE` (name in the results file; default `<cpus>cpu-<GiB>gib`),
  * `BENCH_APPS` (throughput Apps, default 200), `BENCH_MEMORY_COUNTS` (default `0,1000,10000`; 0 is the empty-cluster baseline),
  * `BENCH_LATENCY_RUNS` (default 5), `KAPP_LAMBDA_BENCH_STEADY_APPS` (default 100),
- * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (default 120), `BENCH_DRIFT_SAMPLES` (default 3), `BENCH_DEDUP_POLL_MS` (the dedup fleet's source poll
- * period, default 60000: the branch phase's poll wait), `KAPP_LAMBDA_CACHE`. Results made with non-default values
+ * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (idle's window, default 600), `BENCH_IDLE_FIRST` (`ours` or
+ * `theirs`: the side idle runs first; default the flip of the last results file's), `BENCH_DRIFT_SAMPLES` (default 3),
+ * `BENCH_DEDUP_POLL_MS` (the dedup fleet's source poll period, default 60000: the branch phase's poll wait),
+ * `KAPP_LAMBDA_CACHE`. Results made with non-default values
  * say so in `config`.
  */
 import { execFileSync } from 'node:child_process';
@@ -46,6 +49,7 @@ import { costScenario } from './scenarios/cost.js';
 import { branchRows, DEFAULT_DEDUP_POLL_MS, dedupOurs } from './scenarios/dedup.js';
 import { DEFAULT_DRIFT_SAMPLES, driftScenario } from './scenarios/drift.js';
 import { forwarderMemory } from './scenarios/forwarder-memory.js';
+import { DEFAULT_IDLE_APPS, DEFAULT_IDLE_WINDOW_S, idleScenario } from './scenarios/idle.js';
 import {
   latencyOurs,
   latencyTheirs,
@@ -55,7 +59,6 @@ import {
 } from './scenarios/latency.js';
 import { repositoriesScenario } from './scenarios/repositories.js';
 import { resyncOurs } from './scenarios/resync.js';
-import { DEFAULT_STEADY_APPS, DEFAULT_STEADY_WINDOW_S, steadyScenario } from './scenarios/steady.js';
 import { type ThroughputRun, throughputOurs, throughputTheirs } from './scenarios/throughput.js';
 import { DEFAULT_KC_WAIT_S, DEFAULT_POLL_MS, upgradeScenario } from './scenarios/upgrade.js';
 
@@ -65,7 +68,7 @@ const ALL = [
   'throughput',
   'kapp-controller',
   'resync',
-  'steady',
+  'idle',
   'drift',
   'dedup',
   'repositories',
@@ -77,7 +80,12 @@ type Scenario = (typeof ALL)[number];
 /** Every scenario but these two starts from cluster A (forwarder-memory starts its own; cost computes only); bundles reads an App from it on a real first invocation. */
 const NEEDS_CLUSTER: readonly Scenario[] = ALL.filter((s) => s !== 'forwarder-memory' && s !== 'cost');
 
-const args = process.argv.slice(2).filter((a) => a !== '--');
+/** Old scenario names still accepted on the command line. */
+const ALIASES: Record<string, Scenario> = { steady: 'idle' };
+const args = process.argv
+  .slice(2)
+  .filter((a) => a !== '--')
+  .map((a) => ALIASES[a] ?? a);
 const unknown = args.filter((a) => !(ALL as readonly string[]).includes(a));
 if (unknown.length) {
   process.stderr.write(`unknown scenario(s): ${unknown.join(', ')}; choose from: ${ALL.join(', ')}\n`);
@@ -91,8 +99,13 @@ const CONCURRENCIES = [4, 10];
 const UPGRADE_POLL_MS = Number(process.env.BENCH_UPGRADE_POLL_MS ?? DEFAULT_POLL_MS);
 const UPGRADE_KC_WAIT_S = Number(process.env.BENCH_UPGRADE_KC_WAIT_S ?? DEFAULT_KC_WAIT_S);
 const DEDUP_POLL_MS = Number(process.env.BENCH_DEDUP_POLL_MS ?? DEFAULT_DEDUP_POLL_MS);
-const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_STEADY_APPS);
-const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_STEADY_WINDOW_S);
+const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_IDLE_APPS);
+const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_IDLE_WINDOW_S);
+const IDLE_FIRST = process.env.BENCH_IDLE_FIRST || undefined;
+if (IDLE_FIRST !== undefined && IDLE_FIRST !== 'ours' && IDLE_FIRST !== 'theirs') {
+  process.stderr.write('BENCH_IDLE_FIRST must be ours or theirs\n');
+  process.exit(2);
+}
 const DRIFT_SAMPLES = Number(process.env.BENCH_DRIFT_SAMPLES ?? DEFAULT_DRIFT_SAMPLES);
 for (const [name, v] of [
   ['BENCH_DRIFT_SAMPLES', DRIFT_SAMPLES],
@@ -234,7 +247,7 @@ try {
   };
   let bin: string | undefined;
   if (
-    ['kapp-controller', 'repositories', 'upgrade', 'steady', 'drift', 'dedup'].some((s) =>
+    ['kapp-controller', 'repositories', 'upgrade', 'idle', 'drift', 'dedup'].some((s) =>
       selected.includes(s as Scenario),
     )
   ) {
@@ -383,8 +396,13 @@ try {
     }
   }
 
-  if (selected.includes('steady')) {
-    ctx.results.steady = await steadyScenario(ctx, bin, step, { apps: STEADY_APPS, windowMs: STEADY_WINDOW_S * 1000 });
+  if (selected.includes('idle')) {
+    ctx.results.idle = await idleScenario(ctx, bin, step, {
+      apps: STEADY_APPS,
+      windowMs: STEADY_WINDOW_S * 1000,
+      resultsDir: outDir,
+      first: IDLE_FIRST,
+    });
   }
 
   if (selected.includes('drift')) {

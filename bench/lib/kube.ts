@@ -123,6 +123,23 @@ export async function kubectlBulk(
 }
 
 /**
+ * A ytt `config.yml` of one ConfigMap named by the data value `name`, its `data` the given
+ * entries (each value a ytt expression or plain text): the git repositories' template.
+ */
+export function yttConfigMap(data: Record<string, string>): string {
+  return [
+    '#@ load("@ytt:data", "data")',
+    'apiVersion: v1',
+    'kind: ConfigMap',
+    'metadata:',
+    '  name: #@ data.values.name',
+    'data:',
+    ...Object.entries(data).map(([k, v]) => `  ${k}: ${v}`),
+    '',
+  ].join('\n');
+}
+
+/**
  * A namespace with {@link BENCH_SA} bound to a namespace-scoped all-verbs Role (kapp-controller
  * `examples/rbac/default-ns.yml`): what every benchmark App deploys with.
  */

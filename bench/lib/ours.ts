@@ -26,6 +26,7 @@ import {
   type RestTransport,
 } from '../../functions/lib/kube/transport.js';
 import type { Logger, StageRunRecord } from '../../functions/lib/log.js';
+import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import type { ObjectStore } from '../../functions/lib/store/port.js';
 import { type BenchContext, clusterOf, scratchDir } from './context.js';
 import { loadKubeConfig } from './kube.js';
@@ -145,6 +146,18 @@ export interface Ours {
   /** Info-level log messages other than stage records (message and when), e.g. the source poll's. */
   logs: { at: number; msg: string }[];
   /**
+   * The source poll timer's summaries (its debug `source poll` line, logged when a poll or check
+   * resolved or poked anything): when, sources resolved (`polled`, one git or registry request
+   * each) and members poked.
+   */
+  polls: SourcePolls;
+  /**
+   * `performance.now()` of each conditional write of a source poll record
+   * (`cache/source-poll/…`): a poll's claim before it resolves (one git or registry request), a
+   * run joining as a member, or a moved digest written.
+   */
+  pollRecordWrites: number[];
+  /**
    * `performance.now()` of each event the forwarders handed to the pipeline, by object key, in
    * order, with its reason and, when the forwarder gave one, its cause (`drift: ...`, `Secret/<name>@<rv>`).
    */
@@ -154,10 +167,14 @@ export interface Ours {
   stop(): Promise<void>;
 }
 
-/** A logger (the core's port) that keeps stage-run records and prints warnings/errors. */
+/** {@link Ours.polls}. */
+export type SourcePolls = { at: number; polled: number; poked: number }[];
+
+/** A logger (the core's port) that keeps stage-run records and poll summaries and prints warnings/errors. */
 function benchLogger(
   records: TimedRecord[],
   logs: { at: number; msg: string }[],
+  polls: SourcePolls,
   say: (line: string) => void,
   bindings: Record<string, unknown> = {},
 ): Logger {
@@ -178,8 +195,11 @@ function benchLogger(
     info: at('info'),
     warn: at('warn'),
     error: at('error'),
-    debug: () => {},
-    child: (b) => benchLogger(records, logs, say, { ...bindings, ...b }),
+    debug: (obj: Record<string, unknown>, msg?: string) => {
+      if (msg !== 'source poll') return;
+      polls.push({ at: performance.now(), polled: Number(obj.polled ?? 0), poked: Number(obj.poked ?? 0) });
+    },
+    child: (b) => benchLogger(records, logs, polls, say, { ...bindings, ...b }),
   };
 }
 
@@ -192,11 +212,18 @@ export function startOurs(opts: OursOptions): Ours {
   const api: ApiCounts = {};
   const store: StoreTiming = { calls: 0, ms: 0 };
   const logs: { at: number; msg: string }[] = [];
+  const polls: SourcePolls = [];
+  const pollRecordWrites: number[] = [];
+  const onStoreCall = (method: string, key: unknown, t0: number) => {
+    if (method === 'putIfMatch' && typeof key === 'string' && key.startsWith(SOURCE_POLL_PREFIX)) {
+      pollRecordWrites.push(t0);
+    }
+  };
   const sent = new Map<string, { at: number; reason: string; cause?: string }[]>();
   const say = opts.say ?? (() => {});
   const runtime = startEmbedded({
     ...opts,
-    log: benchLogger(records, logs, say),
+    log: benchLogger(records, logs, polls, say),
     wrapDeps: (deps) => {
       const clusters = wrappedRegistry(opts.kubeconfigPath, deps.clusters.clusterIds(), (t) =>
         countingTransport(t, api),
@@ -213,7 +240,7 @@ export function startOurs(opts: OursOptions): Ours {
       // the deploy stage's reads as the App (the no-op resync's lists) count with the pipeline's
       const { appReader } = deps;
       const counted = appReader ? { appReader: (yaml: string) => countingTransport(appReader(yaml), api) } : {};
-      return { ...deps, ...counted, runner, clusters, store: timedStore(deps.store, store) };
+      return { ...deps, ...counted, runner, clusters, store: timedStore(deps.store, store, onStoreCall) };
     },
   });
   // Note when each event reaches the pipeline (the forwarder calls `send` on this object).
@@ -239,6 +266,8 @@ export function startOurs(opts: OursOptions): Ours {
     api,
     store,
     logs,
+    polls,
+    pollRecordWrites,
     sent,
     tools: () => runtime.toolMetrics.snapshot(),
     stop: () => runtime.stop(),

@@ -1,7 +1,8 @@
 /**
- * Arithmetic of the steady-state scenario (`../scenarios/steady.ts`, issue 13 item 6): the API
- * server's request counter read from its Prometheus text, and a measuring window's counts turned
- * into per-minute figures and ratios ours/kapp-controller's. Pure: no I/O.
+ * Arithmetic of the idle scenario (`../scenarios/idle.ts`, issue 24; issue 13 item 6's steady
+ * state before it): the API server's request counter read from its Prometheus text, a measuring
+ * window's counts turned into per-minute figures and ratios ours/kapp-controller's, the messages
+ * the safety period allows and the order of the sides. Pure: no I/O.
  *
  * @module
  */
@@ -104,8 +105,42 @@ export function steadyFigures(
   };
 }
 
-/** Issue 13 item 6: the steady state of kapp-lambda costs at most this share of kapp-controller's. */
-export const STEADY_TARGET_RATIO = 0.1;
+/**
+ * Issue 24's idle target: idle Apps cost kapp-lambda at most this share of kapp-controller's CPU
+ * and API requests per minute (issue 13 item 6 asked for 0.1 of the steady state).
+ */
+export const STEADY_TARGET_RATIO = 0.05;
+
+/**
+ * Messages the idle scenario allows in a window (issue 24: "no messages beyond the safety
+ * period's"): each App may have one full reconcile per safety period begun in the window,
+ * `apps × ⌈windowMs / safetyPeriodMs⌉`.
+ * @throws RangeError when the window or the period is not positive.
+ */
+export function safetyAllowance(apps: number, windowMs: number, safetyPeriodMs: number): number {
+  if (!(windowMs > 0) || !(safetyPeriodMs > 0)) {
+    throw new RangeError(`safetyAllowance: window ${windowMs} ms, period ${safetyPeriodMs} ms`);
+  }
+  return apps * Math.ceil(windowMs / safetyPeriodMs);
+}
+
+/** Which side of a two-sided scenario measured its window first. */
+export type SideOrder = 'ours-first' | 'theirs-first';
+
+/**
+ * The order of this run: `override` (`ours` or `theirs`, the side to run first) when given,
+ * else the flip of the last recorded run's order, else ours first. Alternating between runs
+ * spreads a drift in the machine's load over both sides.
+ * @throws Error when `override` is neither `ours` nor `theirs`.
+ */
+export function nextOrder(previous: SideOrder | undefined, override?: string): SideOrder {
+  if (override !== undefined && override !== '') {
+    if (override === 'ours' || override === 'theirs') return `${override}-first`;
+    throw new Error(`the side to run first must be ours or theirs, not ${JSON.stringify(override)}`);
+  }
+  if (previous === 'ours-first') return 'theirs-first';
+  return 'ours-first';
+}
 
 /**
  * Ratios ours/theirs of the per-minute figures; `null` where kapp-controller's figure is 0

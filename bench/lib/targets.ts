@@ -25,7 +25,7 @@ export interface TargetFigure {
   target: number;
   /**
    * `ms`, `bytes`, `MiB`, `runs`, `ratio` (ours/kapp-controller's), `share` (0–1), `per period`,
-   * `CPU-s/min`, `requests/min`.
+   * `CPU-s/min`, `requests/min`, `messages`.
    */
   unit: string;
   /** `value <op> target` is the target met. */
@@ -101,17 +101,22 @@ export function computeTargets(results: Record<string, unknown>): Targets {
   }
   if (cpuRatios.length) put('throughput.cpuRatio', Math.max(...cpuRatios), '<=', 1, 'ratio');
 
-  // 6 steady state (issue 13 item 6): per minute, at most a tenth of kapp-controller's at the
-  // same App count; the per-minute figure's target is a tenth of theirs, the ratio's 0.1
+  // 11 idle (issue 24): per minute, at most 0.05 of kapp-controller's CPU and API requests at the
+  // same App count (the per-minute figure's target is that share of theirs, the ratio's 0.05),
+  // and no more messages than one per App per safety period begun in the window
   for (const [figure, field, unit, digits] of [
     ['cpu', 'cpuSecondsPerMin', 'CPU-s/min', 3],
     ['api', 'apiRequestsPerMin', 'requests/min', 1],
   ] as const) {
-    const o = num(at(results, 'steady', 'ours', field));
-    const t = num(at(results, 'steady', 'theirs', field));
+    const o = num(at(results, 'idle', 'ours', field));
+    const t = num(at(results, 'idle', 'theirs', field));
     if (o === undefined || !t) continue;
-    put(`steady.${field}`, o, '<=', round(t * STEADY_TARGET_RATIO, digits), unit, digits);
-    put(`steady.${figure}Ratio`, o / t, '<=', STEADY_TARGET_RATIO, 'ratio');
+    put(`idle.${field}`, o, '<=', round(t * STEADY_TARGET_RATIO, digits), unit, digits);
+    put(`idle.${figure}Ratio`, o / t, '<=', STEADY_TARGET_RATIO, 'ratio');
+  }
+  const allowed = num(at(results, 'idle', 'ours', 'counts', 'allowedMessages'));
+  if (allowed !== undefined) {
+    put('idle.messages', num(at(results, 'idle', 'ours', 'counts', 'messages')), '<=', allowed, 'messages', 0);
   }
 
   // issue 24: a hand edit and a hand deletion of a deployed object reverted in under 5 s (median

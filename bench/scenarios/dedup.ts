@@ -41,7 +41,7 @@ import { type GitServer, startGitServer } from '../../test/harness/servers/git.j
 import { type BenchContext, clusterOf, scratchDir } from '../lib/context.js';
 import { type FleetId, fleetIds, fleetKubeconfig } from '../lib/fleet.js';
 import { type KappController, startKappController } from '../lib/kapp-controller.js';
-import { AppWatch, BENCH_SA, createAll, createTenants, type Manifest, restFor } from '../lib/kube.js';
+import { AppWatch, BENCH_SA, createAll, createTenants, type Manifest, restFor, yttConfigMap } from '../lib/kube.js';
 import { appKey, type Ours, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
 import type { Row } from '../lib/stats.js';
 
@@ -175,16 +175,7 @@ function gitApp(ns: string, name: string, url: string, ref: string, syncPeriod =
 /** The repo's files: ytt renders the ConfigMap `name` whose `data.release` is `release`. */
 function configTree(name: string, release: string): Record<string, string> {
   return {
-    'config.yml': [
-      '#@ load("@ytt:data", "data")',
-      'apiVersion: v1',
-      'kind: ConfigMap',
-      'metadata:',
-      '  name: #@ data.values.name',
-      'data:',
-      '  release: #@ data.values.release',
-      '',
-    ].join('\n'),
+    'config.yml': yttConfigMap({ release: '#@ data.values.release' }),
     'values.yml': `#@data/values\n---\nname: ${name}\nrelease: ${release}\n`,
   };
 }

@@ -1,12 +1,21 @@
 /**
- * The steady-state scenario's arithmetic (`bench/lib/steady.ts`): the API server's request
- * counter summed from its metrics text, per-minute and per-reconcile figures with the control
- * plane's baseline taken off, the ratios and their targets (`bench/lib/targets.ts`), and the
+ * The idle scenario's arithmetic (`bench/lib/steady.ts`): the API server's request counter
+ * summed from its metrics text, per-minute and per-reconcile figures with the control plane's
+ * baseline taken off, the ratios and their targets (`bench/lib/targets.ts`), the safety
+ * period's message allowance, the alternating order of the sides, and the
  * kapp-controller log line counter (`bench/lib/kapp-controller.ts`). Figures worked by hand.
  */
 import { describe, expect, it } from 'vitest';
 import { lineCounter } from '../../bench/lib/kapp-controller.js';
-import { apiRates, perMinute, requestTotal, steadyFigures, steadyRatios } from '../../bench/lib/steady.js';
+import {
+  apiRates,
+  nextOrder,
+  perMinute,
+  requestTotal,
+  safetyAllowance,
+  steadyFigures,
+  steadyRatios,
+} from '../../bench/lib/steady.js';
 import { computeTargets } from '../../bench/lib/targets.js';
 
 const METRICS = [
@@ -131,32 +140,64 @@ describe('per-minute figures', () => {
   });
 });
 
-describe('steady targets', () => {
+describe('idle targets', () => {
   const results = {
-    steady: {
-      ours: { cpuSecondsPerMin: 1, apiRequestsPerMin: 50 },
+    idle: {
+      ours: { cpuSecondsPerMin: 1, apiRequestsPerMin: 40, counts: { messages: 101, allowedMessages: 100 } },
       theirs: { cpuSecondsPerMin: 8, apiRequestsPerMin: 1000 },
     },
   };
 
-  it('sets each per-minute figure against a tenth of kapp-controller’s, and the ratios against 0.1', () => {
+  it('sets each per-minute figure against 0.05 of kapp-controller’s, and the ratios against 0.05', () => {
     const t = computeTargets(results);
-    // 1 CPU-s/min against 0.8: missed; 50 requests/min against 100: met
-    expect(t['steady.cpuSecondsPerMin']).toEqual({ value: 1, target: 0.8, unit: 'CPU-s/min', op: '<=', met: false });
-    expect(t['steady.cpuRatio']).toEqual({ value: 0.125, target: 0.1, unit: 'ratio', op: '<=', met: false });
-    expect(t['steady.apiRequestsPerMin']).toEqual({
-      value: 50,
-      target: 100,
-      unit: 'requests/min',
-      op: '<=',
-      met: true,
-    });
-    expect(t['steady.apiRatio']).toEqual({ value: 0.05, target: 0.1, unit: 'ratio', op: '<=', met: true });
+    // 1 CPU-s/min against 0.4: missed; 40 requests/min against 50: met
+    expect(t['idle.cpuSecondsPerMin']).toEqual({ value: 1, target: 0.4, unit: 'CPU-s/min', op: '<=', met: false });
+    expect(t['idle.cpuRatio']).toEqual({ value: 0.125, target: 0.05, unit: 'ratio', op: '<=', met: false });
+    expect(t['idle.apiRequestsPerMin']).toEqual({ value: 40, target: 50, unit: 'requests/min', op: '<=', met: true });
+    expect(t['idle.apiRatio']).toEqual({ value: 0.04, target: 0.05, unit: 'ratio', op: '<=', met: true });
   });
 
-  it('has no steady figure when kapp-controller’s side is missing', () => {
-    const t = computeTargets({ steady: { ours: results.steady.ours } });
-    expect(Object.keys(t).filter((k) => k.startsWith('steady.'))).toEqual([]);
+  it('holds the messages against the safety period’s allowance, one over is missed', () => {
+    expect(computeTargets(results)['idle.messages']).toEqual({
+      value: 101,
+      target: 100,
+      unit: 'messages',
+      op: '<=',
+      met: false,
+    });
+  });
+
+  it('has no ratio when kapp-controller’s side is missing', () => {
+    const t = computeTargets({ idle: { ours: results.idle.ours } });
+    expect(Object.keys(t).filter((k) => k.startsWith('idle.'))).toEqual(['idle.messages']);
+  });
+});
+
+describe('safetyAllowance', () => {
+  it('allows one message per App per safety period begun in the window', () => {
+    expect(safetyAllowance(100, 600_000, 600_000)).toBe(100);
+    expect(safetyAllowance(100, 600_001, 600_000)).toBe(200);
+    expect(safetyAllowance(10, 60_000, 600_000)).toBe(10);
+  });
+
+  it('refuses a window or period that is not positive', () => {
+    expect(() => safetyAllowance(1, 0, 600_000)).toThrow(RangeError);
+    expect(() => safetyAllowance(1, 60_000, 0)).toThrow(RangeError);
+  });
+});
+
+describe('nextOrder: which side runs first', () => {
+  it('flips the last run’s order, ours first when none was recorded', () => {
+    expect(nextOrder(undefined)).toBe('ours-first');
+    expect(nextOrder('ours-first')).toBe('theirs-first');
+    expect(nextOrder('theirs-first')).toBe('ours-first');
+  });
+
+  it('takes the override over the last order, and refuses anything but ours or theirs', () => {
+    expect(nextOrder('theirs-first', 'theirs')).toBe('theirs-first');
+    expect(nextOrder('ours-first', 'ours')).toBe('ours-first');
+    expect(nextOrder('ours-first', '')).toBe('theirs-first');
+    expect(() => nextOrder(undefined, 'both')).toThrow(/ours or theirs/);
   });
 });
 
