@@ -18,10 +18,11 @@
  * - a write by anyone but kapp and the controllers ({@link CONTROLLER_MANAGERS}) seen while the
  *   App reconciles: held, and reported when the reconcile ends ({@link DriftWatches.settled});
  * - an `ADDED` or `MODIFIED` event of an object written outside `status` since the App's last
- *   reconcile by anyone but kapp inside a reconcile ({@link writtenSince}: any `managedFields`
- *   entry of another manager at or after it, or one under kapp's name clearly after it): a
- *   status-only write (a Deployment's controller) is not drift, as kapp ignores `status` when it
- *   diffs;
+ *   reconcile by another manager than kapp ({@link writtenSince}: any `managedFields` entry of
+ *   another manager at or after it): a status-only write (a Deployment's controller) is not
+ *   drift, as kapp ignores `status` when it diffs; a write under kapp's name clearly after it
+ *   is held for {@link KAPP_WRITE_HOLD_MS} and reported unless a status of a reconcile at that
+ *   time arrives meanwhile (the run's own kapp, its status still on the way);
  * - after 410 Gone, a relisted object with such a write, or fewer objects under a label than
  *   before (deleted while the watch was away).
  * A write that leaves no `managedFields` (a client may clear them with `[{}]`) is drift: who
@@ -41,7 +42,7 @@
 import { KAPP_FIELD_MANAGER } from '../../functions/lib/api/constants.js';
 import type { DiscoveredKind, KubeObject, ObjectWatcher } from '../../functions/lib/kube/port.js';
 import { DRIFT_CAUSE_PREFIX } from '../schema.js';
-import type { Clock } from './clock.js';
+import type { Clock, TimerHandle } from './clock.js';
 import type { ForwarderLogger } from './log.js';
 import type { ListMode, ReflectorHandler } from './reflector.js';
 
@@ -81,21 +82,22 @@ export const MAX_FIELDS_CLOCK_LEAD_MS = 300_000;
 export const KAPP_WRITE_SKEW_MS = 5_000;
 
 /**
- * How long after the forwarder asked an App to reconcile a write under kapp's field
- * manager name is taken as that reconcile's (30 s). A reconcile that reverts drift or re-renders
- * a changed input may start without a `Reconciling` status (a resync never writes it), and its
- * status write can reach the forwarder after kapp's writes do: judged by the last status alone,
- * the runtime's own deploy would be reported as drift and reconcile the App once more for
- * nothing. Past the window (a slow queue), the cost is that one extra no-op reconcile.
+ * How long a write under kapp's field manager name that the App's last status does not explain
+ * is held for a status that does (30 s), before it is reported as drift. A reconcile that reverts
+ * drift, re-renders a changed input or deploys a moved source starts without a `Reconciling`
+ * status (a resync never writes it, and the source poll's pokes do not pass the forwarder), and
+ * its kapp's writes can reach the forwarder before its status: judged at once, the runtime's own
+ * deploy was drift and the App reconciled once more for nothing. A hand edit under kapp's name
+ * (`--field-manager=kapp` is anyone's) is reported when no status explains it in time: 30 s
+ * later than another manager's edit, within upstream's 30 s sync period.
  */
-export const ASKED_KAPP_WRITE_WINDOW_MS = 30_000;
+export const KAPP_WRITE_HOLD_MS = 30_000;
 
 /**
  * Whether `obj` was written outside `status` since `sinceMs` (the App's last reconcile, second
  * precision; `NaN` when never) by anyone but kapp during a reconcile: any entry of another field
  * manager at or after it, or one under kapp's name more than {@link KAPP_WRITE_SKEW_MS} after it
- * (kapp only writes inside a reconcile, before its status; `--field-manager=kapp` is anyone's),
- * or after `kappUntilMs` when given (a reconcile asked since: {@link ASKED_KAPP_WRITE_WINDOW_MS}).
+ * (kapp only writes inside a reconcile, before its status; `--field-manager=kapp` is anyone's).
  * Every entry is judged, not only the newest: an update may set `managedFields` itself, so a
  * forged newest entry would otherwise hide the write. No `managedFields` at all (cleared with
  * `[{}]` by the write itself) is a write by someone unknown: drift.
@@ -105,7 +107,6 @@ export function writtenSince(
   sinceMs: number,
   nowMs: number,
   skipManagers: ReadonlySet<string> = NO_MANAGERS,
-  kappUntilMs: number = sinceMs + KAPP_WRITE_SKEW_MS,
 ): boolean {
   const fields = obj.metadata.managedFields;
   if (!Array.isArray(fields) || fields.length === 0) return true;
@@ -115,7 +116,7 @@ export function writtenSince(
     if (Number.isNaN(t) || t > nowMs + MAX_FIELDS_CLOCK_LEAD_MS) continue;
     if (typeof f.manager === 'string' && skipManagers.has(f.manager)) continue;
     if (f.manager === KAPP_FIELD_MANAGER) {
-      if (!Number.isNaN(sinceMs) && t > kappUntilMs) return true;
+      if (!Number.isNaN(sinceMs) && t > sinceMs + KAPP_WRITE_SKEW_MS) return true;
     } else if (Number.isNaN(sinceMs) || t >= sinceMs) {
       return true;
     }
@@ -124,6 +125,23 @@ export function writtenSince(
 }
 
 const NO_MANAGERS: ReadonlySet<string> = new Set();
+const KAPP_ONLY: ReadonlySet<string> = new Set([KAPP_FIELD_MANAGER]);
+
+/**
+ * The latest time (ms) of a `managedFields` entry under kapp's name outside `status`, entries
+ * dated more than {@link MAX_FIELDS_CLOCK_LEAD_MS} ahead of `nowMs` not believed; `NaN` for none.
+ */
+export function lastKappWrite(obj: KubeObject, nowMs: number): number {
+  let latest = Number.NaN;
+  const fields = obj.metadata.managedFields;
+  if (!Array.isArray(fields)) return latest;
+  for (const f of fields as Array<{ manager?: unknown; time?: unknown; subresource?: unknown } | null>) {
+    if (f === null || typeof f !== 'object' || f.subresource === 'status' || f.manager !== KAPP_FIELD_MANAGER) continue;
+    const t = typeof f.time === 'string' ? Date.parse(f.time) : Number.NaN;
+    if (t <= nowMs + MAX_FIELDS_CLOCK_LEAD_MS && !(t <= latest)) latest = t;
+  }
+  return latest;
+}
 
 /**
  * Field managers whose writes during a reconcile are the cluster's own reaction to kapp's apply
@@ -150,12 +168,6 @@ export interface DriftOptions<T> {
   reconciling: (owner: T) => boolean;
   /** The owner's last reconcile, ms since the epoch (second precision); `NaN` when never. */
   handledAtMs: (owner: T) => number;
-  /**
-   * When the forwarder last sent the owner an event that asks for a reconcile, ms since the
-   * epoch; `NaN` when never: kapp's writes within {@link ASKED_KAPP_WRITE_WINDOW_MS} of it are
-   * that reconcile's. Default: never.
-   */
-  askedAtMs?: (owner: T) => number;
   /**
    * A watch some owners need stopped working (a failed list or watch, a stall): owners it
    * covered are no longer {@link DriftWatches.coveredSince covered} until it works again, so
@@ -207,6 +219,11 @@ export class DriftWatches<T> {
    * so it is reported when the reconcile ends ({@link settled}).
    */
   private readonly held = new Map<T, string>();
+  /**
+   * Owner → the latest write under kapp's name its status did not explain when seen, held for
+   * {@link KAPP_WRITE_HOLD_MS} ({@link holdKappWrite}).
+   */
+  private readonly kappHeld = new Map<T, { at: number; cause: string; timer: TimerHandle }>();
   private readonly rediscoverMs: number;
   private stopped = false;
 
@@ -269,6 +286,7 @@ export class DriftWatches<T> {
   /** Forgets `owner` (deleted). */
   untrack(owner: T): void {
     this.held.delete(owner);
+    this.dropKappWrite(owner);
     this.track(owner, undefined);
   }
 
@@ -305,9 +323,10 @@ export class DriftWatches<T> {
     return since;
   }
 
-  /** Stops starting watches (the forwarder's own stop ends the running ones). */
+  /** Stops starting watches (the forwarder's own stop ends the running ones) and drops held writes. */
   stop(): void {
     this.stopped = true;
+    for (const owner of [...this.kappHeld.keys()]) this.dropKappWrite(owner);
   }
 
   private ensure(gk: GroupKind): KindWatch {
@@ -445,14 +464,50 @@ export class DriftWatches<T> {
       }
       return;
     }
-    // An ask answered by a status since (handled at or after it) leaves only the status's rule.
-    const asked = this.opts.askedAtMs?.(owner) ?? Number.NaN;
-    const kappUntil =
-      asked > handled
-        ? Math.max(handled + KAPP_WRITE_SKEW_MS, asked + ASKED_KAPP_WRITE_WINDOW_MS)
-        : handled + KAPP_WRITE_SKEW_MS;
-    if (!writtenSince(obj, handled, now, NO_MANAGERS, kappUntil)) return;
-    this.opts.onDrift(owner, causeOf(kind, obj, what));
+    if (writtenSince(obj, handled, now, KAPP_ONLY)) {
+      this.opts.onDrift(owner, causeOf(kind, obj, what));
+      return;
+    }
+    const kappAt = lastKappWrite(obj, now);
+    if (!Number.isNaN(handled) && kappAt > handled + KAPP_WRITE_SKEW_MS) {
+      this.holdKappWrite(owner, kappAt, causeOf(kind, obj, what));
+    }
+  }
+
+  /**
+   * A write under kapp's name after the last status's reconcile (+ skew): a reconcile whose
+   * status has not arrived yet, or a hand edit under kapp's name. Reported after
+   * {@link KAPP_WRITE_HOLD_MS} unless a status explains it by then (its reconcile at or after the
+   * write, less the skew); one hold per owner, its latest write.
+   */
+  private holdKappWrite(owner: T, at: number, cause: string): void {
+    const cur = this.kappHeld.get(owner);
+    if (cur) {
+      if (at > cur.at) Object.assign(cur, { at, cause });
+      return;
+    }
+    const timer = this.opts.clock.setTimeout(() => this.releaseKappWrite(owner), KAPP_WRITE_HOLD_MS);
+    this.kappHeld.set(owner, { at, cause, timer });
+  }
+
+  private releaseKappWrite(owner: T): void {
+    const held = this.kappHeld.get(owner);
+    if (!held || this.stopped) return;
+    this.kappHeld.delete(owner);
+    if (!(held.at > this.opts.handledAtMs(owner) + KAPP_WRITE_SKEW_MS)) return; // a status explains it
+    if (this.opts.reconciling(owner)) {
+      // A run started meanwhile: reported when it ends, as a hand edit seen during it.
+      if (!this.held.has(owner)) this.held.set(owner, held.cause);
+      return;
+    }
+    this.opts.onDrift(owner, held.cause);
+  }
+
+  private dropKappWrite(owner: T): void {
+    const held = this.kappHeld.get(owner);
+    if (!held) return;
+    this.opts.clock.clearTimeout(held.timer);
+    this.kappHeld.delete(owner);
   }
 
   /** After a relist: a label with fewer objects than before lost some while the watch was away. */

@@ -214,12 +214,6 @@ interface ObjState extends HeapItem {
    * Its due times then count from here instead of from its status.
    */
   ranAt: number;
-  /**
-   * When an event last asked the object to reconcile (ms, the forwarder's clock; `NaN` before):
-   * kapp's writes soon after are that reconcile's, not drift (`drift.ts`
-   * `ASKED_KAPP_WRITE_WINDOW_MS`), whether or not its status said `Reconciling`.
-   */
-  emittedAt: number;
   /** The timer's due time less the last reconcile when last settled (sync period + jitter, ms); -1 before. */
   periodMs: number;
   /** {@link quietAt} less the last reconcile when last settled (safety period + jitter, ms); -1: periodic. */
@@ -373,7 +367,6 @@ export class Forwarder {
         reconciling: (st) => st.running,
         onUncovered: () => this.wakeQuiet((st) => this.drift?.coveredSince(st) === undefined),
         handledAtMs: (st) => (st.handledAt === NEVER ? Number.NaN : st.handledAt * 1000),
-        askedAtMs: (st) => st.emittedAt,
         clock: this.clock,
         logger: this.logger,
       });
@@ -698,7 +691,6 @@ export class Forwarder {
         quietAt: Number.NaN,
         settled: false,
         ranAt: NEVER,
-        emittedAt: Number.NaN,
         periodMs: -1,
         quietMs: -1,
       };
@@ -937,7 +929,6 @@ export class Forwarder {
 
   /** Emits one event for `st` at its current state; `cause` as in {@link Outbox.enqueue}. */
   private emit(st: ObjState, reason: Reason, cause?: string): void {
-    st.emittedAt = this.clock.now();
     const kind = this.kinds[st.kindIx]!;
     this.emitData(
       {

@@ -84,9 +84,21 @@ export function appInputsFixed(spec: Loose): boolean {
   // sops reads its private keys from a Secret the forwarder does not track (upstream's SecretRefs
   // leaves it out too): a key rotation must reach the App within its sync period.
   if (template.some((t) => rec(t)?.sops !== undefined)) return false;
+  // A downwardAPI value reads the App's own metadata (labels and annotations change with no new
+  // generation) and the cluster's version and API groups: upstream picks a change up at the next
+  // sync, and no watch here tells of one.
+  if (template.some(readsDownwardAPI)) return false;
   const kbld = template.some((t) => rec(t)?.kbld !== undefined);
   // kbld resolves image tags against registries; a bundle pinned by digest brings its lock.
   return !kbld || fetch.every((f) => rec(rec(f)?.imgpkgBundle) !== undefined);
+}
+
+/** Whether a template step (any tool's) has a `valuesFrom` entry with `downwardAPI`. */
+function readsDownwardAPI(step: unknown): boolean {
+  return Object.values(rec(step) ?? {}).some((tool) => {
+    const from = rec(tool)?.valuesFrom;
+    return Array.isArray(from) && from.some((v) => rec(v)?.downwardAPI !== undefined);
+  });
 }
 
 /**

@@ -2,7 +2,9 @@
  * The no-op resync (issue 13 item 2) on the real control plane with the real tools: after the
  * first reconcile, the App's periodic resync (its `syncPeriod`, 30 s, the floor) finds the
  * manifest, deploy spec and generation unchanged and the deployed objects as kapp left them, and
- * ends `ReconcileSucceeded` without any tool (the App's safety period, 31 s, brings a full
+ * ends `ReconcileSucceeded` without any tool once a run of kapp that applied nothing has kept the
+ * deploy record (the first resync after a deploy that changed the cluster runs kapp to confirm
+ * what it left) (the App's safety period, 31 s, brings a full
  * reconcile about every sync period even when it is quiet); a ConfigMap edited by hand, or deleted, makes the next reconcile (now
  * asked for at once by the forwarder's drift watch) run kapp, which reverts it; after that revert the resyncs are no-ops again. A
  * no-op resync makes two API requests: the App read and the list of its resources. It writes no
@@ -141,6 +143,13 @@ describe('no-op resync', () => {
       };
     };
 
+    // 0. the first deploy changed the cluster, so no record was kept from it (a write under
+    // kapp's name while kapp ran would be in it): the first resync runs kapp, which applies
+    // nothing, and keeps the record; its status says so (kapp's output differs), once
+    const confirm = await nextResync();
+    expect(confirm.ran, 'tools run by the resync that confirms the first deploy').toEqual({ kapp: 1 });
+    expect(confirm.app.status?.deploy?.stdout).not.toContain(' ---- applying ');
+
     // 1. nothing changed: no tool runs and no status is written (upstream rewrites it every sync)
     const noop = await nextResync();
     expect(noop.ran, 'tools run by the no-op resync').toEqual({});
@@ -150,7 +159,7 @@ describe('no-op resync', () => {
     // ServiceAccount read), and no status write: the run said nothing the status does not.
     expect(noop.calls).toEqual(['getObject', 'addFinalizer', `as App: GET /api/v1/namespaces/${ns}/configmaps`]);
     expect(noop.deploy.outcome).toBe('cached');
-    expectUnchanged(noop.app, first);
+    expectUnchanged(noop.app, confirm.app);
     // what `kubectl get apps` shows: the description stays, Since-Deploy counts from the last real deploy
     const row = (await k(['get', 'apps', name, '-n', ns, '--no-headers'])).stdout.trim().split(/\s{2,}/);
     expect(row.slice(0, 2)).toEqual([name, 'Reconcile succeeded']);
@@ -174,12 +183,15 @@ describe('no-op resync', () => {
     expect(deleted.app.metadata.resourceVersion).not.toBe(edited.app.metadata.resourceVersion);
     expect(deleted.app.status?.deploy?.stdout).not.toBe(first.status?.deploy?.stdout);
 
-    // 4. after the revert the record is kept again: the next resync is a no-op, without a write
+    // 4. after the revert kapp runs once more and applies nothing, which keeps the record again;
+    // then the resync is a no-op, without a write
+    const confirmed = await nextResync();
+    expect(confirmed.ran).toEqual({ kapp: 1 });
     const again = await nextResync();
     expect(again.ran).toEqual({});
     expect(again.calls).toEqual(noop.calls);
-    expectUnchanged(again.app, deleted.app);
-  }, 300_000);
+    expectUnchanged(again.app, confirmed.app);
+  }, 420_000);
 });
 
 /**

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { ASKED_KAPP_WRITE_WINDOW_MS, KAPP_WRITE_SKEW_MS, writtenSince } from '../../events/forwarder/drift.js';
+import { KAPP_WRITE_HOLD_MS, KAPP_WRITE_SKEW_MS, writtenSince } from '../../events/forwarder/drift.js';
 import { Forwarder, type ForwarderOptions } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import {
@@ -484,12 +484,12 @@ describe('forwarder: reconcile by exception', () => {
     transport.take();
     await settle(30_000);
     transport.take();
-    // Past the window in which kapp's writes are the asked reconcile's.
-    await settle(ASKED_KAPP_WRITE_WINDOW_MS + 1000);
-    expect(transport.take()).toEqual([]);
-    // kubectl edit --field-manager=kapp, long after the last reconcile and the last ask.
+    // kubectl edit --field-manager=kapp, long after the last reconcile: held for a status that
+    // would explain it, then reported.
     watcher.apply(byKapp('web', Date.now()));
     await settle();
+    expect(transport.take()).toEqual([]);
+    await settle(KAPP_WRITE_HOLD_MS);
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
     // An update that sets managedFields itself: a kapp entry dated next year, its own edit older.
     const forged = deployment('web', 'kubectl-edit', Date.now());
@@ -505,29 +505,65 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/db created']);
   });
 
-  it("the revert's own kapp writes reach the forwarder before its status: not drift again; later ones under kapp's name are", async () => {
+  it("kapp's writes that reach the forwarder before their run's status are not drift; under kapp's name with no status in time, they are", async () => {
     watcher.apply(app({ status: deployedStatus(T0 - 10_000) }));
     watcher.apply(deployment('web', 'kapp', T0 - 20_000));
     start();
     await settle(30_000);
-    await settle(ASKED_KAPP_WRITE_WINDOW_MS + 1000);
+    await settle(KAPP_WRITE_HOLD_MS + 60_000);
     transport.take();
     watcher.apply(deployment('web', 'kubectl-edit', Date.now()));
     await settle();
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
-    // The reconcile it asked for: a resync writes no Reconciling status; kapp reverts the edit,
+    // The reconcile it asked for (a resync writes no Reconciling status): kapp reverts the edit,
     // and the watch sees kapp's write before the status the reconcile then writes.
     await settle(2000);
     watcher.apply(byKapp('web', Date.now()));
-    await settle();
+    await settle(3000);
+    watcher.apply(app({ status: deployedStatus(Date.now() - 2000) }));
+    await settle(KAPP_WRITE_HOLD_MS);
     expect(transport.take()).toEqual([]);
-    // The status lands: the window closes with it; kapp's name after that is a hand edit again.
-    watcher.apply(app({ status: deployedStatus(Date.now()) }));
-    await settle(KAPP_WRITE_SKEW_MS + 1000);
-    transport.take();
+    // A moved source's run (poked by the fleet source poll, not through the forwarder): the same.
     watcher.apply(byKapp('web', Date.now()));
+    await settle(1000);
+    watcher.apply(app({ status: deployedStatus(Date.now()) }));
+    await settle(KAPP_WRITE_HOLD_MS);
+    expect(transport.take()).toEqual([]);
+    // An edit under kapp's name that no status explains: reported once the hold ends, even right
+    // after an event the tenant caused (a touch that changed nothing, so no status follows).
+    watcher.apply(deployment('web', 'kubectl-label', Date.now()));
+    watcher.apply(deployment('web', 'kapp', T0 - 20_000));
     await settle();
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
+    await settle(5000);
+    watcher.apply(byKapp('web', Date.now()));
+    await settle(KAPP_WRITE_HOLD_MS - 1000);
+    expect(transport.take()).toEqual([]);
+    await settle(1500);
+    expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web modified']);
+  });
+
+  it('an App whose template reads its own metadata (valuesFrom downwardAPI) keeps its sync period, as upstream', async () => {
+    const spec = {
+      fetch: [{ inline: { paths: { 'a.yml': 'x' } } }],
+      template: [
+        {
+          ytt: {
+            valuesFrom: [{ downwardAPI: { items: [{ name: 'env', fieldPath: "metadata.annotations['env']" }] } }],
+          },
+        },
+      ],
+      deploy: [{ kapp: {} }],
+    };
+    watcher.apply(app({ spec, annotations: { env: 'staging' }, status: deployedStatus(T0 - 10_000) }));
+    watcher.apply(deployment('web', 'kapp', T0 - 20_000));
+    start();
+    await settle(30_000);
+    expect(transport.take()).toEqual(['resync']);
+    // `kubectl annotate app a env=prod --overwrite`: no new generation; the render input moved.
+    watcher.apply(app({ spec, annotations: { env: 'prod' }, status: deployedStatus(T0 - 10_000) }));
+    await settle(40_000); // upstream: at its next sync, 30 s + jitter
+    expect(transport.take().length).toBeGreaterThan(0);
   });
 
   it("objects labelled with an App's label in a namespace it did not deploy into are not its drift", async () => {

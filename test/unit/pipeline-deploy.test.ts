@@ -257,16 +257,18 @@ describe('no-op resync (the deploy record)', () => {
       }),
     });
     // kapp prints `Succeeded` and leaves its app metadata where it is asked to
-    w.runner.on('kapp', async (req) => {
-      const file = req.args[req.args.indexOf('--app-metadata-file-output') + 1] as string;
-      await writeFile(
-        file,
-        `labelKey: kapp.k14s.io/app\nlabelValue: "123"\nlastChange: {namespaces: [${REF.namespace}]}\nusedGKs: [{Group: "", Kind: ConfigMap}]\n`,
-      );
-      return { stdout: 'Succeeded' };
-    });
+    w.runner.on('kapp', kappWith('Succeeded'));
     return Object.assign(w, { events });
   }
+  /** A kapp deploy that prints `stdout` and leaves its app metadata where it is asked to. */
+  const kappWith = (stdout: string) => async (req: { args: readonly string[] }) => {
+    const file = req.args[req.args.indexOf('--app-metadata-file-output') + 1] as string;
+    await writeFile(
+      file,
+      `labelKey: kapp.k14s.io/app\nlabelValue: "123"\nlastChange: {namespaces: [${REF.namespace}]}\nusedGKs: [{Group: "", Kind: ConfigMap}]\n`,
+    );
+    return { stdout };
+  };
   const deploy = async (w: AppWorld) => {
     await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
     const data = {
@@ -316,6 +318,22 @@ describe('no-op resync (the deploy record)', () => {
     expect(reverted.deploy?.stdout).toBe('applying 1 changes\nSucceeded');
     expect(reverted.conditions).toEqual(first.conditions);
     expect(reverted.consecutiveReconcileSuccesses).toBe((first.consecutiveReconcileSuccesses ?? 0) + 1);
+  });
+
+  it('a run whose kapp changed the cluster keeps no record: the next runs kapp again, and a run that applied nothing keeps it', async () => {
+    const w = world(() => [LIVE]);
+    w.runner.once('kapp', kappWith('12:00:00AM: ---- applying 1 changes [0/1 done] ----\nSucceeded'));
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp']);
+    expect(await w.store.get(await deployRecordKey(w.deps, REF))).toBeUndefined();
+    // A write under kapp's name while it ran could be in what it left: kapp runs once more.
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp', 'kapp']);
+    expect(w.outcomes().at(-1)).toEqual(['deploy', 'succeeded']);
+    // It applied nothing: its record is kept, and the next run ends without kapp.
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp', 'kapp']);
+    expect(w.outcomes().at(-1)).toEqual(['deploy', 'cached']);
   });
 
   it('a resync whose kapp run changed nothing (same output) writes no status; a failure does', async () => {

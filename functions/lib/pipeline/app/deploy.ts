@@ -41,6 +41,7 @@ import { CommandDeadlineError } from '../../exec/deadline.js';
 import { CommandCanceledError, type RunResult } from '../../exec/runner.js';
 import { UrlPolicyError } from '../../fetch/url-policy.js';
 import type { DeployView } from '../../kube/port.js';
+import { TRUNCATION_PREFIX } from '../../reconcile/redact.js';
 import {
   attachError,
   MissingArtifactError,
@@ -55,6 +56,7 @@ import {
   formatStatusTime,
   fromEventPart,
   inspectStatus,
+  KAPP_APPLYING_MARKER,
   markReconciling,
   type RunParts,
   summarizeStatus,
@@ -263,7 +265,17 @@ async function applyManifest(
     const result = withFriendlyYAMLStrings(frame.mask.result(attachError(KAPP_ERROR_PREFIX.deploy, ran)));
     const meta = parseKappAppMeta(await readFile(metadataFile, 'utf8').catch(() => ''));
     run.kappStatus = associatedResources(meta) ? { associatedResources: associatedResources(meta) } : run.kappStatus;
-    if (!result.error && !run.cut && record.key && meta && access.kubeconfigYaml) {
+    if (!result.error && !run.cut && record.key && meta && access.kubeconfigYaml && changedCluster(ran.stdout)) {
+      // What kapp applied is taken as kapp's only once a later run of kapp finds nothing to
+      // change: a write under kapp's field manager name while kapp runs (`--field-manager=kapp`
+      // is anyone's) would otherwise become the baseline every later resync ends on without kapp.
+      // The next resync runs kapp once more; when it applies nothing, that run keeps the record.
+      deps.log.info(
+        { object: objectKey(frame.object), stage: 'deploy' },
+        'deploy record not kept: kapp changed the cluster; the next resync runs kapp to confirm what it left',
+      );
+      await deps.store.delete(record.key).catch(() => {});
+    } else if (!result.error && !run.cut && record.key && meta && access.kubeconfigYaml) {
       await keepDeployRecord(frame, record.key, deps, access.kubeconfigYaml, {
         generation: frame.fence.generation,
         manifestKey: run.manifestKey,
@@ -534,6 +546,14 @@ async function unchangedSince(
     return undefined;
   }
   return { ...last, finished: true, exitCode: 0, updatedAt: formatStatusTime(deps.now()) };
+}
+
+/**
+ * Whether a kapp deploy's output says it applied changes: its ` ---- applying ` line, or output
+ * whose head was dropped (the line may have been in it: taken as applied).
+ */
+function changedCluster(stdout: string): boolean {
+  return stdout.includes(KAPP_APPLYING_MARKER) || stdout.startsWith(TRUNCATION_PREFIX);
 }
 
 /**
