@@ -229,6 +229,77 @@ export interface AppSeen {
   message?: string;
 }
 
+/** What {@link listWatch} hands its caller. */
+export interface ListWatchHandler {
+  /** A complete list (every page): what exists now; what it lacks is gone. */
+  listed(items: KubeObject[]): void;
+  /** One watch event (`ADDED`, `MODIFIED` or `DELETED`; bookmarks are not passed on). */
+  event(type: string, obj: KubeObject): void;
+  /** A watch ended with an error; a relist follows. */
+  failed?(): void;
+}
+
+/**
+ * The benchmark's own list+watch of `kind` in `namespace` (all when undefined): lists every
+ * page, then watches from the list's resourceVersion in the background, relisting after any
+ * failure (410 included) and rewatching after a normal end, until `signal` aborts.
+ * @returns once the first watch request is sent (plus 100 ms for the server to register it):
+ *   `running`, the background loop, which settles after `signal` aborts.
+ */
+export async function listWatch(
+  client: ReturnType<typeof clientForKubeConfig>,
+  kind: { apiVersion: string; kind: string },
+  namespace: string | undefined,
+  handler: ListWatchHandler,
+  signal: AbortSignal,
+): Promise<{ running: Promise<void> }> {
+  const relist = async (): Promise<string> => {
+    const items: KubeObject[] = [];
+    let cont: string | undefined;
+    let rv = '';
+    do {
+      const page = await client.list(kind, { namespace, limit: 500, continue: cont });
+      items.push(...page.items);
+      rv = page.resourceVersion;
+      cont = page.continue;
+    } while (cont);
+    handler.listed(items);
+    return rv;
+  };
+  let rv = await relist();
+  let established!: () => void;
+  const ready = new Promise<void>((r) => {
+    established = r;
+  });
+  const running = (async () => {
+    while (!signal.aborted) {
+      try {
+        const p = client.watch(
+          kind,
+          { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: 600, namespace },
+          (ev) => {
+            rv = ev.object.metadata.resourceVersion ?? rv;
+            if (ev.type !== 'BOOKMARK') handler.event(ev.type, ev.object);
+          },
+          signal,
+        );
+        established();
+        await p;
+      } catch {
+        handler.failed?.();
+        established();
+        if (signal.aborted) return;
+        rv = await relist().catch(() => rv);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+  })();
+  await ready;
+  // the watch request is sent when `client.watch` is called; give the server a moment to register it
+  await new Promise((r) => setTimeout(r, 100));
+  return { running };
+}
+
 /** The kind {@link AppWatch} watches unless told otherwise. */
 const APP_KIND = { apiVersion: APP_API_VERSION, kind: 'App' };
 
@@ -268,55 +339,28 @@ export class AppWatch {
   /** Lists, then watches in the background. Resolves once the watch is established. */
   async start(): Promise<void> {
     const client = clientForKubeConfig(loadKubeConfig(this.kubeconfigPath, this.context));
-    const kind = this.kind;
-    let rv = '';
-    let cont: string | undefined;
-    do {
-      const page = await client.list(kind, { namespace: this.namespace, limit: 500, continue: cont });
-      for (const o of page.items) this.#observe(o);
-      rv = page.resourceVersion;
-      cont = page.continue;
-    } while (cont);
-    let established!: () => void;
-    const ready = new Promise<void>((r) => {
-      established = r;
-    });
-    this.#running = (async () => {
-      while (!this.#abort.signal.aborted) {
-        try {
-          const p = client.watch(
-            kind,
-            { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: 600, namespace: this.namespace },
-            (ev) => {
-              rv = ev.object.metadata.resourceVersion ?? rv;
-              if (ev.type === 'ADDED' || ev.type === 'MODIFIED') this.#observe(ev.object);
-              if (ev.type === 'DELETED') this.#markGone(keyOf(ev.object));
-            },
-            this.#abort.signal,
-          );
-          established();
-          await p;
-        } catch {
-          this.errors++;
-          established();
-          if (this.#abort.signal.aborted) return;
-          // relist on any failure (410 included); what the list lacks is gone
-          const page = await client.list(kind, { namespace: this.namespace, limit: 500 }).catch(() => undefined);
-          if (page && !page.continue) {
-            const listed = new Set(page.items.map(keyOf));
+    this.#running = (
+      await listWatch(
+        client,
+        this.kind,
+        this.namespace,
+        {
+          listed: (items) => {
+            const listed = new Set(items.map(keyOf));
             for (const k of [...this.#present]) if (!listed.has(k)) this.#markGone(k);
-          }
-          if (page) {
-            for (const o of page.items) this.#observe(o);
-            rv = page.resourceVersion;
-          }
-          await new Promise((r) => setTimeout(r, 200));
-        }
-      }
-    })();
-    await ready;
-    // the watch request is sent when `client.watch` is called; give the server a moment to register it
-    await new Promise((r) => setTimeout(r, 100));
+            for (const o of items) this.#observe(o);
+          },
+          event: (type, o) => {
+            if (type === 'ADDED' || type === 'MODIFIED') this.#observe(o);
+            if (type === 'DELETED') this.#markGone(keyOf(o));
+          },
+          failed: () => {
+            this.errors++;
+          },
+        },
+        this.#abort.signal,
+      )
+    ).running;
   }
 
   #observe(o: KubeObject): void {

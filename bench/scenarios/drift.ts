@@ -30,7 +30,15 @@ import { clientForKubeConfig } from '../../functions/lib/kube/registry.js';
 import type { RestTransport } from '../../functions/lib/kube/transport.js';
 import { type BenchContext, clusterOf } from '../lib/context.js';
 import { type KappController, startKappController } from '../lib/kapp-controller.js';
-import { AppWatch, collectionPath, createAll, createTenants, inlineApp, loadKubeConfig } from '../lib/kube.js';
+import {
+  AppWatch,
+  collectionPath,
+  createAll,
+  createTenants,
+  inlineApp,
+  listWatch,
+  loadKubeConfig,
+} from '../lib/kube.js';
 import { type Ours, startOursIn, waitForwardersReady } from '../lib/ours.js';
 import { fmtMs, fmtSummaryMs, type Summary, summarize } from '../lib/stats.js';
 import { DRIFT_TARGET_MS } from '../lib/targets.js';
@@ -131,44 +139,25 @@ class ConfigMapWatch {
 
   async start(): Promise<void> {
     const client = clientForKubeConfig(loadKubeConfig(this.kubeconfigPath));
-    const kind = { apiVersion: 'v1', kind: 'ConfigMap' };
-    const relist = async () => {
-      const page = await client.list(kind, { namespace: this.namespace, limit: 500 });
-      const listed = new Set(page.items.map((o) => o.metadata.name));
-      for (const name of [...this.#state.keys()]) if (!listed.has(name)) this.#set(name, undefined);
-      for (const o of page.items) this.#observe(o);
-      return page.resourceVersion;
-    };
-    let rv = await relist();
-    let established!: () => void;
-    const ready = new Promise<void>((r) => {
-      established = r;
-    });
-    this.#running = (async () => {
-      while (!this.#abort.signal.aborted) {
-        try {
-          const p = client.watch(
-            kind,
-            { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: 600, namespace: this.namespace },
-            (ev) => {
-              rv = ev.object.metadata.resourceVersion ?? rv;
-              if (ev.type === 'ADDED' || ev.type === 'MODIFIED') this.#observe(ev.object);
-              if (ev.type === 'DELETED') this.#set(ev.object.metadata.name, undefined);
-            },
-            this.#abort.signal,
-          );
-          established();
-          await p;
-        } catch {
-          established();
-          if (this.#abort.signal.aborted) return;
-          rv = await relist().catch(() => rv);
-          await sleep(200);
-        }
-      }
-    })();
-    await ready;
-    await sleep(100);
+    this.#running = (
+      await listWatch(
+        client,
+        { apiVersion: 'v1', kind: 'ConfigMap' },
+        this.namespace,
+        {
+          listed: (items) => {
+            const listed = new Set(items.map((o) => o.metadata.name));
+            for (const name of [...this.#state.keys()]) if (!listed.has(name)) this.#set(name, undefined);
+            for (const o of items) this.#observe(o);
+          },
+          event: (type, o) => {
+            if (type === 'ADDED' || type === 'MODIFIED') this.#observe(o);
+            if (type === 'DELETED') this.#set(o.metadata.name, undefined);
+          },
+        },
+        this.#abort.signal,
+      )
+    ).running;
   }
 
   #observe(o: KubeObject): void {
