@@ -201,6 +201,14 @@ export const DRIFT_CAUSE_PREFIX = 'drift: ';
 export const SOURCE_MOVED_CAUSE_PREFIX = 'source moved: ';
 
 /**
+ * How an App's `ref-changed` `cause` starts when the fleet's source poll could not resolve a
+ * source it fetches (`functions/lib/pipeline/source-poll.ts`): `source poll failed: <kind> <url>
+ * <ref>`. The run then resolves the source itself and, failing too, fetches by ref and reports
+ * the failure in status, as upstream's next sync would.
+ */
+export const SOURCE_FAILED_CAUSE_PREFIX = 'source poll failed: ';
+
+/**
  * `data` of `dev.kapp-lambda.object.v1`: an {@link ObjectRef} plus the {@link Reason} and, when
  * the forwarder knows one, the `cause` beyond the object's own state (≤ 512 characters, e.g.
  * `drift: apps/v1 Deployment ns/name modified`, `Secret/<name>@<rv>`), which the reconcile logs

@@ -726,6 +726,48 @@ describe('Apps on a polled source (trackAppSources)', () => {
     expect(down).toEqual({ fetch: app.spec.fetch, tracked: [] });
   });
 
+  it('a source the poll cannot resolve: members poked once with the failure as cause, their runs resolve for themselves; a good resolution clears it', async () => {
+    const f = fleet(['c1', 'c2']);
+    f.state.digest = C1;
+    const apps = ['c1', 'c2'].map((c) => appIn(f, c, 'app'));
+    for (const { ref, app } of apps) await trackAppSources(app, ref, f.deps);
+    let down = true;
+    f.deps.resolveSource = async () => {
+      f.state.resolutions += 1;
+      if (down) throw new Error('connection refused');
+      return f.state.digest;
+    };
+    f.state.now = T0 + PERIOD;
+    const pokedAt = new Map<string, number>();
+    expect(await pollSources(f.deps, { pokedAt })).toMatchObject({ polled: 0, failed: 1, poked: 2 });
+    expect(f.poked()).toEqual(['c1/app:ref-changed', 'c2/app:ref-changed']);
+    for (const e of f.state.emitted)
+      expect((e.data as { cause?: string }).cause).toBe(`source poll failed: git ${GIT.url} ${GIT.ref}`);
+    const rec = await gitRecord(f);
+    expect(rec).toMatchObject({ resolved: C1, failingSince: new Date(T0 + PERIOD).toISOString() });
+    // A record check of another runtime in the same period pokes nobody again here.
+    expect(await pollSources(f.deps, { pokedAt, resolve: false })).toMatchObject({ poked: 0 });
+    // The poked App's run does not reuse the record (it is fresh, but failing): it resolves
+    // itself, fails, and fetches by ref, so its status says what is wrong.
+    const before = f.state.resolutions;
+    const [a] = apps;
+    expect(await trackAppSources(a!.app, a!.ref, f.deps)).toEqual({ fetch: a!.app.spec.fetch, tracked: [] });
+    expect(f.state.resolutions).toBe(before + 1);
+    // The next period's poll fails again: the same failure, nobody poked twice.
+    f.state.now += PERIOD;
+    f.state.emitted.length = 0;
+    expect(await pollSources(f.deps, {})).toMatchObject({ failed: 1, poked: 0 });
+    expect((await gitRecord(f)).failingSince).toBe(rec.failingSince);
+    // The source is back at the same commit: the mark is cleared, runs reuse the record again.
+    down = false;
+    f.state.now += PERIOD;
+    expect(await pollSources(f.deps, {})).toMatchObject({ polled: 1, failed: 0 });
+    expect((await gitRecord(f)).failingSince).toBeUndefined();
+    const after = f.state.resolutions;
+    expect((await trackAppSources(a!.app, a!.ref, f.deps)).tracked.map((t) => t.resolved)).toEqual([C1]);
+    expect(f.state.resolutions).toBe(after);
+  });
+
   it('an App and a repository of one name in one cluster are two members, each poked as its kind', async () => {
     const f = fleet(['c1']);
     const repo = f.repo('c1', 'x');

@@ -10,6 +10,7 @@ import {
   DRIFT_CAUSE_PREFIX,
   type ObjectEventData,
   type ObjectRef,
+  SOURCE_FAILED_CAUSE_PREFIX,
   SOURCE_MOVED_CAUSE_PREFIX,
 } from '../../../events/schema.js';
 import type { AppStatus } from '../api/index.js';
@@ -192,6 +193,8 @@ export async function openRun<
     await observe.drift(ev.cause);
   } else if (ev.cause?.startsWith(SOURCE_MOVED_CAUSE_PREFIX)) {
     deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for a moved source');
+  } else if (ev.cause?.startsWith(SOURCE_FAILED_CAUSE_PREFIX)) {
+    deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for a source the poll cannot resolve');
   }
   return { state: 'run', run: opened, ...(reconciling ? { reconciling } : {}) };
 }

@@ -34,6 +34,12 @@
  *   within {@link LEADER_GRACE_MS} makes the poll poke them all. Apps have no leader: every App
  *   behind is poked at once (each renders its own templates; the render cache dedupes identical
  *   ones), with cause `source moved: <kind> <url> <ref>@<resolved>`.
+ * - **A source the poll cannot resolve** (server down, tag or branch gone, URL refused) marks its
+ *   record `failingSince`, and the poll that saw it fail pokes every member once (cause `source
+ *   poll failed: <kind> <url> <ref>`). A member's run does not reuse a failing record: it
+ *   resolves for itself and, failing too, fetches by ref, so its status says what is wrong as
+ *   upstream's next sync would, and a failed App keeps its syncPeriod until the source is back.
+ *   A good resolution clears the mark.
  * - **Record checks** (embedded runtime only): the leader pokes only the members its own runtime
  *   serves, and a poll pokes only those too, so in a fleet of runtimes each serving some clusters
  *   the rest learned of a move or of the leader's deploy at their own next poll (up to a period
@@ -47,7 +53,12 @@
  *
  * @module
  */
-import { type ObjectRef, objectEvent, SOURCE_MOVED_CAUSE_PREFIX } from '../../../events/schema.js';
+import {
+  type ObjectRef,
+  objectEvent,
+  SOURCE_FAILED_CAUSE_PREFIX,
+  SOURCE_MOVED_CAUSE_PREFIX,
+} from '../../../events/schema.js';
 import type { App, AppFetch, PackageRepository, PackageRepositoryFetch } from '../api/index.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
 import {
@@ -133,6 +144,13 @@ export interface SourcePollRecord {
    * the index and run kapp only. Absent in records written before it existed.
    */
   indexed?: string;
+  /**
+   * RFC 3339 time of the first failed resolution since the last good one, while the source
+   * cannot be polled; absent when the last resolution succeeded. Its members' runs then resolve
+   * for themselves (and, failing, fetch by ref and report it as upstream's sync would) instead
+   * of reusing `resolved`, and the poll that saw it fail pokes them once ({@link pollSources}).
+   */
+  failingSince?: string;
 }
 
 export type { PolledSource } from '../fetch/source-resolve.js';
@@ -192,7 +210,15 @@ export function causeOf(err: unknown): string | undefined {
  */
 export class SourceResolutionError extends Error {
   override readonly name = 'SourceResolutionError';
-  constructor(source: PolledSource, cause: unknown) {
+  /**
+   * @param record - the source's record as marked failing by this failure (a poll that claimed
+   *   an existing record), for the poll's pokes; absent when there was no record to mark
+   */
+  constructor(
+    source: PolledSource,
+    cause: unknown,
+    readonly record?: SourcePollRecord,
+  ) {
     super(`resolving ${source.url} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
   }
 }
@@ -275,6 +301,12 @@ function polled(
   };
 }
 
+/** `rec` resolved again to its `resolved`: no longer failing. */
+function withoutFailing(rec: SourcePollRecord): SourcePollRecord {
+  const { failingSince: _, ...rest } = rec;
+  return rest;
+}
+
 /** What {@link pollIfDue} did. */
 interface PollOutcome {
   /** The record after the poll (`undefined`: none, and none could be made). */
@@ -286,17 +318,27 @@ interface PollOutcome {
 }
 
 /**
- * Polls `source` when its record is absent or older than the period, or always when `force`. A stale record is claimed
+ * Polls `source` when its record is absent or older than the period, or always when `force`, or
+ * (`forRun`: a member's run) when the record is failing. A stale record is claimed
  * first (compare-and-swap of `polledAt`), so of concurrent pollers only the winner sends the
  * request; it then writes what it resolved. A resolution that fails after the claim leaves the
- * previous `resolved` in force for the period.
+ * previous `resolved` in the record, marked `failingSince`, until a resolution succeeds.
  * @throws SourceResolutionError; StoreError, or Error when {@link updateSourcePoll} gave up
  */
-async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps, force = false): Promise<PollOutcome> {
+async function pollIfDue(
+  key: string,
+  source: PolledSource,
+  deps: PipelineDeps,
+  force = false,
+  forRun = false,
+): Promise<PollOutcome> {
   const periodMs = sourcePollPeriodMs(deps);
   let claimed = false;
   const claim = await updateSourcePoll(deps.store, key, (cur) => {
-    claimed = cur !== undefined && (force || !isFresh(cur, deps.now(), periodMs));
+    // A run does not reuse a record the poll could not resolve: it resolves for itself, so a
+    // source that stays unreachable fails the run as upstream's fetch by ref would.
+    const failing = forRun && cur?.failingSince !== undefined;
+    claimed = cur !== undefined && (force || failing || !isFresh(cur, deps.now(), periodMs));
     return claimed && cur ? { ...cur, polledAt: deps.now().toISOString() } : undefined;
   });
   if (claim && !claimed) return { rec: claim, polled: false, changed: false };
@@ -304,10 +346,21 @@ async function pollIfDue(key: string, source: PolledSource, deps: PipelineDeps, 
   try {
     resolved = await resolverOf(deps)(source);
   } catch (err) {
-    throw new SourceResolutionError(source, err);
+    // The members' runs must not keep reusing the last `resolved` as if the source were
+    // reachable: mark the record failing (the first failure's time is kept).
+    const failing =
+      claim &&
+      (await updateSourcePoll(deps.store, key, (cur) =>
+        cur && !cur.failingSince ? { ...cur, failingSince: deps.now().toISOString() } : undefined,
+      ));
+    throw new SourceResolutionError(source, err, failing || undefined);
   }
   const rec = await updateSourcePoll(deps.store, key, (cur) =>
-    cur?.resolved === resolved ? undefined : polled(cur, source, resolved, deps.now()),
+    cur?.resolved === resolved
+      ? cur.failingSince
+        ? withoutFailing(cur)
+        : undefined
+      : polled(cur, source, resolved, deps.now()),
   );
   const changed = claim !== undefined && rec?.resolved !== claim.resolved;
   if (changed) deps.log.info({ source: source.url, ref: source.ref, resolved }, 'source moved to a new digest');
@@ -413,7 +466,7 @@ async function trackFetch<F extends PolledFetch>(
   const key = sourcePollKey(source);
   let due: PollOutcome;
   try {
-    due = await pollIfDue(key, source, deps, opts.force);
+    due = await pollIfDue(key, source, deps, opts.force, true);
   } catch (err) {
     if (!(err instanceof SourceResolutionError)) throw err;
     deps.log.warn(
@@ -487,17 +540,20 @@ function stillOn(obj: { spec?: unknown }, kind: MemberKind, key: string): boolea
 /**
  * Sends `ref-changed` to `targets` (members this runtime serves), after reading each: a
  * repository or App that is gone, was recreated (another uid) or now names another source
- * leaves the record instead.
+ * leaves the record instead. `failing`: the poke of a source the poll cannot resolve (its cause
+ * says so), else of a move to `rec.resolved`.
  * @returns how many were sent.
  * @throws KubeApiError, TransportError, StoreError: the caller's event or tick is retried
  */
 async function pokeMembers(
   key: string,
-  rec: Pick<SourcePollRecord, 'source' | 'resolved'>,
+  rec: Pick<SourcePollRecord, 'source' | 'resolved' | 'failingSince'>,
   targets: readonly SourceMember[],
   deps: PipelineDeps,
+  failing = false,
 ): Promise<number> {
   const { resolved, source } = rec;
+  const failingSince = failing ? rec.failingSince : undefined;
   const events = [];
   const leave: string[] = [];
   for (const m of targets) {
@@ -525,10 +581,14 @@ async function pokeMembers(
         // The digest is the cause (part of the event id): a poke for a newer digest is never
         // taken by SQS FIFO deduplication for the copy of an older one at the same resourceVersion.
         // An App's cause says what moved, for its reconcile log.
+        // A failing source's poke names the failure's start instead: one id per failure.
         {
           time: deps.now(),
-          cause:
-            kind === 'App'
+          cause: failingSince
+            ? kind === 'App'
+              ? `${SOURCE_FAILED_CAUSE_PREFIX}${source.kind} ${source.url} ${source.ref}`
+              : `source-failed@${failingSince}`
+            : kind === 'App'
               ? `${SOURCE_MOVED_CAUSE_PREFIX}${source.kind} ${source.url} ${source.ref}@${resolved}`
               : `source@${resolved}`,
         },
@@ -701,6 +761,10 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
       // period for ever (a tenant's throwaway tags, or a server that answers once and then holds
       // each request to the deadline, ahead of everyone's). A member joining again resolves it.
       if (!stored || stored.members.length === 0) return;
+      if (opts.resolve === false && stored.failingSince) {
+        summary.poked += await pokeFailing(key, stored, deps, opts, periodMs);
+        return;
+      }
       const due =
         opts.resolve === false
           ? { rec: stored, polled: false, changed: false }
@@ -713,6 +777,12 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     } catch (err) {
       summary.failed += 1;
       deps.log.warn({ key, err: (err as Error).message, cause: causeOf(err) }, 'source poll failed');
+      if (err instanceof SourceResolutionError && err.record) {
+        summary.poked += await pokeFailing(key, err.record, deps, opts, periodMs).catch((e: unknown) => {
+          deps.log.warn({ key, err: (e as Error).message }, 'source poll: members of a failing source not poked');
+          return 0;
+        });
+      }
     }
   };
   // A few sources at a time: one whose server holds its request to the deadline must not hold
@@ -722,6 +792,33 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
   };
   await Promise.all(Array.from({ length: Math.min(POLL_CONCURRENCY, keys.length) }, worker));
   return summary;
+}
+
+/**
+ * The pokes for a record whose source the poll cannot resolve (`failingSince` set): every member
+ * this runtime serves, once per failure (only while the failure is younger than a period, and at
+ * most once per runtime with `opts.pokedAt`). Each member's run resolves the source itself and,
+ * failing too, fetches by ref and reports the failure in status, as upstream's next sync would;
+ * a failed App is never quiet, so its forwarder then sends it at its syncPeriod (item 3 of issue
+ * 24: "a source cannot be polled" sends the event as before). Without this a fleet's Apps on a
+ * source that went away kept their last good status until the safety period.
+ */
+async function pokeFailing(
+  key: string,
+  rec: SourcePollRecord,
+  deps: PipelineDeps,
+  opts: PollOptions,
+  periodMs: number,
+): Promise<number> {
+  const since = rec.failingSince;
+  const now = deps.now().getTime();
+  if (!since || now - Date.parse(since) >= periodMs) return 0;
+  const targets = (await filterServed(rec.members, deps)).filter(
+    (m) => !opts.pokedAt?.has(`${memberId(m)}@failing:${since}`),
+  );
+  if (targets.length === 0) return 0;
+  for (const m of targets) opts.pokedAt?.set(`${memberId(m)}@failing:${since}`, now);
+  return await pokeMembers(key, rec, targets, deps, true);
 }
 
 /** The poll's pokes for one record (see the module comment). */
