@@ -9,9 +9,9 @@
  * timer exactly: an App that failed, whose spec is not yet reconciled, that deploys to another
  * cluster (`spec.cluster`: its objects are out of sight), that fetches a source that can move
  * and that the fleet's source poll does not follow (http without `sha256`, a helm chart, a
- * selection, a source with a Secret: see `sourceTracked`; a git branch or tag or an image or
- * bundle by tag without a Secret is polled for the fleet, which sends the App `ref-changed` when
- * it moves, `functions/lib/pipeline/source-poll.ts`), that
+ * source with a Secret: see `sourceTracked`; a git branch, tag or `refSelection` or an image or
+ * bundle by tag or `tagSelection` without a Secret is polled for the fleet, which sends the App
+ * `ref-changed` when it moves, `functions/lib/pipeline/source-poll.ts`), that
  * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), that
  * decrypts with sops (its key Secret is not tracked), or that asks for it (annotation or cluster
  * setting below). Not tracked either, so only the safety period notices a change to it: the

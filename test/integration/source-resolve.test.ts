@@ -4,20 +4,27 @@
  * gives the new one; `git ls-remote` through the project's command runner (the system git,
  * resolved as the embedded runtime resolves it) gives the commit a branch or tag names on the
  * local git server. Under an enforcing URL policy the loopback registry is refused before any
- * request.
+ * request. Tag selections (`tagSelection`, `refSelection`) resolve over the tags pushed, to the
+ * digest or commit of the highest matching one, and move when a higher tag is pushed.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cacheBinResolver } from '../../functions/embedded/bins.js';
+import { sourcePinned } from '../../functions/lib/api/pin-rule.js';
 import { createCommandRunner, createToolMetrics } from '../../functions/lib/exec/index.js';
 import { GitResolveError, resolveGitRef } from '../../functions/lib/fetch/git-ls-remote.js';
 import { RegistryResolveError, resolveImageDigest } from '../../functions/lib/fetch/registry-digest.js';
+import { pinnedFetchOf, polledSourceOf, resolveSource } from '../../functions/lib/fetch/source-resolve.js';
 import { CLOUD_URL_POLICY, UrlPolicyChecker, UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 import { cacheRoot } from '../../layers/gobuild.js';
-import { createRepo, pushBundle } from '../harness/fixtures.js';
+import { createRepo, pushBundle, toolBin, toolEnv } from '../harness/fixtures.js';
 import { type GitServer, type RegistryServer, startGitServer, startRegistry } from '../harness/servers.js';
+
+const execFileP = promisify(execFile);
 
 let registry: RegistryServer;
 let git: GitServer;
@@ -85,5 +92,80 @@ describe('git ls-remote', () => {
     await expect(resolveGitRef(runner, first.url, 'v9')).rejects.toThrow(
       new GitResolveError('git remote has no ref "v9"'),
     );
+  });
+});
+
+describe('tag selections', () => {
+  const runnerOf = () =>
+    createCommandRunner({
+      allow: ['git'],
+      resolveBin: cacheBinResolver(cacheRoot()),
+      home: scratch,
+      tmpDir: scratch,
+      metrics: createToolMetrics(),
+    });
+
+  it('an imgpkgBundle tagSelection resolves to <tag>@<digest> of the highest matching tag, and moves with a higher push', async () => {
+    const image = `${registry.host}/select/repo`;
+    await pushBundle(registry, 'select/repo:1.0.0', packages('1.0.0'));
+    const v11 = await pushBundle(registry, 'select/repo:1.1.0', packages('1.1.0'));
+    const rc = await pushBundle(registry, 'select/repo:2.0.0-rc.1', packages('2.0.0-rc.1'));
+    await pushBundle(registry, 'select/repo:latest', packages('latest'));
+    const resolve = async (semver: { constraints?: string; prereleases?: object }) => {
+      const source = polledSourceOf({ imgpkgBundle: { image, tagSelection: { semver } } });
+      if (!source) throw new Error('not polled');
+      return await resolveSource(source, { runner: runnerOf() });
+    };
+    expect(await resolve({ constraints: '>=1.0.0' })).toBe(`1.1.0@${v11.digest}`);
+    expect(await resolve({ constraints: '>=1.0.0', prereleases: {} })).toBe(`2.0.0-rc.1@${rc.digest}`);
+    await expect(resolve({ constraints: '>=3.0.0' })).rejects.toThrow('Determining tag selection: Expected to find');
+
+    const v12 = await pushBundle(registry, 'select/repo:1.2.0', packages('1.2.0'));
+    expect(await resolve({ constraints: '>=1.0.0' })).toBe(`1.2.0@${v12.digest}`);
+    expect(await resolve({ constraints: '<1.2.0' })).toBe(`1.1.0@${v11.digest}`);
+  });
+
+  it('a git refSelection resolves to the commit of the highest matching tag, and moves with a higher tag', async () => {
+    const first = await createRepo(git, 'select/repo', packages('1.0.0'), { tags: ['v1.0.0'] });
+    const second = await createRepo(git, 'select/repo', packages('1.1.0'), { tags: ['v1.1.0'] });
+    const rc = await createRepo(git, 'select/repo', packages('2.0.0-rc.1'), { tags: ['v2.0.0-rc.1', 'nightly'] });
+    const resolve = async (semver: { constraints?: string; prereleases?: object }) => {
+      const source = polledSourceOf({ git: { url: first.url, refSelection: { semver } } });
+      if (!source) throw new Error('not polled');
+      return await resolveSource(source, { runner: runnerOf() });
+    };
+    expect(await resolve({})).toBe(second.commitSha);
+    expect(await resolve({ prereleases: { identifiers: ['rc'] } })).toBe(rc.commitSha);
+    expect(await resolve({ constraints: '<1.1.0' })).toBe(first.commitSha);
+
+    const third = await createRepo(git, 'select/repo', packages('1.2.0'), { tags: ['v1.2.0'] });
+    expect(await resolve({})).toBe(third.commitSha);
+  });
+  it("the pinned fetch gives vendir's lock (status.fetch) of the selection itself: digest and chosen tag", async () => {
+    const image = `${registry.host}/locked/repo`;
+    await pushBundle(registry, 'locked/repo:1.0.0', packages('1.0.0'));
+    await pushBundle(registry, 'locked/repo:1.1.0', packages('1.1.0'));
+    const selected = { imgpkgBundle: { image, tagSelection: { semver: { constraints: '>=1.0.0' } } } };
+    const source = polledSourceOf(selected);
+    if (!source) throw new Error('not polled');
+    const pinned = pinnedFetchOf(selected, await resolveSource(source, { runner: runnerOf() }));
+    expect(sourcePinned(pinned)).toBe(true);
+    const lockOf = async (bundle: object) => {
+      const dir = await mkdtemp(path.join(scratch, 'vendir-'));
+      const config = {
+        apiVersion: 'vendir.k14s.io/v1alpha1',
+        kind: 'Config',
+        directories: [{ path: 'd', contents: [{ path: '.', imgpkgBundle: bundle }] }],
+      };
+      await writeFile(path.join(dir, 'vendir.yml'), JSON.stringify(config));
+      await execFileP(toolBin('vendir'), ['sync', '-f', 'vendir.yml', '--lock-file', 'lock.yml'], {
+        cwd: dir,
+        env: toolEnv({ home: dir }),
+      });
+      return await readFile(path.join(dir, 'lock.yml'), 'utf8');
+    };
+    const upstream = await lockOf(selected.imgpkgBundle);
+    expect(upstream).toContain('tag: 1.1.0');
+    expect(await lockOf(pinned.imgpkgBundle)).toBe(upstream);
   });
 });

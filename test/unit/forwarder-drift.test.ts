@@ -259,7 +259,7 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(appQuietUntil(long, undefined, () => 0)).toBeUndefined();
   });
 
-  it('only sources that cannot move behind the spec or that the fleet polls: commit ids, sha256, digests, inline, public tags and branches; kbld only over a bundle', () => {
+  it('only sources that cannot move behind the spec or that the fleet polls: commit ids, sha256, digests, inline, public tags, branches and selections; kbld only over a bundle', () => {
     const sha = 'a'.repeat(40);
     const digest = `@sha256:${'b'.repeat(64)}`;
     const fixed = (fetch: unknown[], template: unknown[] = [{ ytt: {} }]) => appInputsFixed({ fetch, template });
@@ -268,13 +268,17 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(fixed([{ git: { url: 'https://g', ref: 'origin/main' } }])).toBe(true);
     expect(fixed([{ git: { url: 'https://g', ref: 'origin/main', secretRef: { name: 's' } } }])).toBe(false);
     expect(fixed([{ git: { url: 'https://tok@g', ref: 'origin/main' } }])).toBe(false);
-    expect(fixed([{ git: { url: 'https://g', refSelection: { semver: {} } } }])).toBe(false);
+    // A tag selection is polled too (issue 24); with a Secret, or beside a ref (vendir lets the ref win), it is not.
+    expect(fixed([{ git: { url: 'https://g', refSelection: { semver: {} } } }])).toBe(true);
+    expect(fixed([{ git: { url: 'https://g', refSelection: { semver: {} }, secretRef: { name: 's' } } }])).toBe(false);
+    expect(fixed([{ git: { url: 'https://g', ref: 'main', refSelection: { semver: {} } } }])).toBe(false);
     expect(fixed([{ http: { url: 'https://h/a.tgz', sha256: 'c'.repeat(64) } }])).toBe(true);
     expect(fixed([{ http: { url: 'https://h/a.tgz' } }])).toBe(false);
     expect(fixed([{ image: { url: `r/i${digest}` } }])).toBe(true);
     expect(fixed([{ image: { url: 'r/i:1.0' } }])).toBe(true);
     expect(fixed([{ image: { url: 'r/i:1.0', secretRef: { name: 's' } } }])).toBe(false);
-    expect(fixed([{ image: { url: 'r/i', tagSelection: { semver: {} } } }])).toBe(false);
+    expect(fixed([{ image: { url: 'r/i', tagSelection: { semver: {} } } }])).toBe(true);
+    expect(fixed([{ image: { url: 'r/i', tagSelection: { semver: {} }, secretRef: { name: 's' } } }])).toBe(false);
     expect(fixed([{ imgpkgBundle: { image: 'r/b:1.0' } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
     expect(fixed([{ helmChart: { name: 'c', version: '1.0.0' } }])).toBe(false);
     expect(fixed([{ imgpkgBundle: { image: `r/b${digest}` } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
@@ -363,9 +367,14 @@ describe('packageRepositoryQuietUntil: a repository at its sync period', () => {
     expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo:1.0' } })).toBe(true);
     expect(repositoryInputsFixed({ git: { url: 'https://g.io/r', ref: 'origin/main' } })).toBe(true);
     expect(repositoryInputsFixed({ inline: { paths: { 'p.yml': 'x' } } })).toBe(true);
-    // not polled: a Secret, a selection, http without sha256, inline from Secrets the forwarder does not watch
+    expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo', tagSelection: { semver: {} } } })).toBe(true);
+    // not polled: a Secret, http without sha256, inline from Secrets the forwarder does not watch
     expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo:1.0', secretRef: { name: 's' } } })).toBe(false);
-    expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo', tagSelection: { semver: {} } } })).toBe(false);
+    expect(
+      repositoryInputsFixed({
+        imgpkgBundle: { image: 'r.io/repo', tagSelection: { semver: {} }, secretRef: { name: 's' } },
+      }),
+    ).toBe(false);
     expect(repositoryInputsFixed({ http: { url: 'https://h.io/r.tgz' } })).toBe(false);
     expect(repositoryInputsFixed({ inline: { pathsFrom: [{ secretRef: { name: 's' } }] } })).toBe(false);
     const secretFetch = { imgpkgBundle: { image: 'r.io/repo:1.0', secretRef: { name: 's' } } };

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { KappEvent, ObjectRef } from '../../events/schema.js';
 import { startSourcePoller } from '../../functions/embedded/source-poller.js';
 import { parseApp, parsePackageRepository } from '../../functions/lib/api/index.js';
-import { sourceTracked } from '../../functions/lib/api/pin-rule.js';
+import { sourcePinned, sourceTracked } from '../../functions/lib/api/pin-rule.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
@@ -144,6 +144,29 @@ describe('polledSourceOf and pinnedFetchOf', () => {
       { git: { url: 'https://g.io/r', ref: 'v1.0.0' }, path: 'src' },
       { kind: 'git', url: 'https://g.io/r', ref: 'v1.0.0' },
     ],
+    // Selections: the normalized selection is part of the source (and of its record key).
+    [
+      { imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: { constraints: '>=1.0.0 <2.0.0' } } } },
+      {
+        kind: 'imgpkgBundle',
+        url: 'r.io/x',
+        ref: 'semver >=1.0.0 <2.0.0',
+        selection: { constraints: '>=1.0.0 <2.0.0' },
+      },
+    ],
+    [
+      { image: { url: 'r.io/x', tagSelection: { semver: { prereleases: { identifiers: [] } } } } },
+      { kind: 'image', url: 'r.io/x', ref: 'semver * prereleases', selection: { prereleases: {} } },
+    ],
+    [
+      { git: { url: 'https://g.io/r', refSelection: { semver: { prereleases: { identifiers: ['rc'] } } } } },
+      {
+        kind: 'git',
+        url: 'https://g.io/r',
+        ref: 'semver * prereleases=rc',
+        selection: { prereleases: { identifiers: ['rc'] } },
+      },
+    ],
   ])('polls %j, which the shared rule sourceTracked (the quiet rule) tracks', (fetch, want) => {
     expect(polledSourceOf(fetch)).toEqual(want);
     expect(sourceTracked(fetch)).toBe(true);
@@ -152,9 +175,15 @@ describe('polledSourceOf and pinnedFetchOf', () => {
   it.each([
     { imgpkgBundle: { image: `r.io/x@${D1}` } },
     { imgpkgBundle: { image: 'r.io/x:v1', secretRef: { name: 's' } } },
-    { imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: { constraints: '>0' } } } },
     { git: { url: 'https://g.io/r', ref: 'a'.repeat(40) } },
+    // vendir lets a ref win over a selection: left as it is.
     { git: { url: 'https://g.io/r', ref: 'main', refSelection: { semver: {} } } },
+    // A selection without the semver strategy (vendir refuses it), with a Secret, on a digest.
+    { image: { url: 'r.io/x', tagSelection: {} } },
+    { git: { url: 'https://g.io/r', refSelection: {} } },
+    { imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: {} }, secretRef: { name: 's' } } },
+    { git: { url: 'https://g.io/r', refSelection: { semver: {} }, secretRef: { name: 's' } } },
+    { image: { url: `r.io/x@${D1}`, tagSelection: { semver: {} } } },
     { http: { url: 'https://h.io/r.tgz' } },
     { inline: { paths: { a: 'b' } } },
     // Credentials in the URL (a password, or a token as the user of an http URL): the poll
@@ -169,6 +198,46 @@ describe('polledSourceOf and pinnedFetchOf', () => {
   ])('does not poll %j, nor does sourceTracked track it', (fetch) => {
     expect(polledSourceOf(fetch as never)).toBeUndefined();
     expect(sourceTracked(fetch)).toBe(false);
+  });
+
+  it.each([
+    // Constraints that do not parse (blang wants full versions): the App's own fetch fails
+    // with vendir's message, which a fallback to the poll would hide.
+    { imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: { constraints: '>0' } } } },
+    { git: { url: 'https://g.io/r', refSelection: { semver: { constraints: '^1.0.0' } } } },
+    // A tag in the URL of a selection: vendir appends the chosen tag, and its pull fails.
+    { image: { url: 'r.io/x:v1', tagSelection: { semver: {} } } },
+  ])('tracks %j by the rule but does not poll it: its fetch fails as written', (fetch) => {
+    expect(sourceTracked(fetch)).toBe(true);
+    expect(polledSourceOf(fetch)).toBeUndefined();
+  });
+
+  it('pins a selection without it: the image to <tag>@<digest> (the lock keeps the tag), git to the commit', () => {
+    const sel = { semver: { constraints: '>=1.0.0' } };
+    expect(pinnedFetchOf({ imgpkgBundle: { image: 'r.io/x', tagSelection: sel } }, `1.2.0@${D1}`)).toEqual({
+      imgpkgBundle: { image: `r.io/x:1.2.0@${D1}` },
+    });
+    expect(pinnedFetchOf({ image: { url: 'r.io/x', tagSelection: sel, subPath: 'p' } }, `1.2.0@${D1}`)).toEqual({
+      image: { url: `r.io/x:1.2.0@${D1}`, subPath: 'p' },
+    });
+    const pinned = pinnedFetchOf({ git: { url: 'https://g.io/r', refSelection: sel } }, 'c'.repeat(40));
+    expect(pinned).toEqual({ git: { url: 'https://g.io/r', ref: 'c'.repeat(40) } });
+    // Pinned as the fetch cache and the quiet rule read it.
+    expect(sourcePinned(pinned)).toBe(true);
+    expect(sourcePinned(pinnedFetchOf({ image: { url: 'r.io/x', tagSelection: sel } }, `1.2.0@${D1}`))).toBe(true);
+  });
+
+  it('keys two selections on one repository as two records', () => {
+    const of = (constraints: string) =>
+      polledSourceOf({ imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: { constraints } } } });
+    const a = of('>=1.0.0');
+    const b = of('<2.0.0');
+    expect(a && b && sourcePollKey(a)).not.toBe(a && b && sourcePollKey(b));
+    expect(sourcePollKey(of('>=1.0.0') as PolledSource)).toBe(sourcePollKey(a as PolledSource));
+    const pre = polledSourceOf({
+      imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: { constraints: '>=1.0.0', prereleases: {} } } },
+    });
+    expect(sourcePollKey(pre as PolledSource)).not.toBe(sourcePollKey(a as PolledSource));
   });
 
   it('pins a tag to the digest and a branch to the commit', () => {

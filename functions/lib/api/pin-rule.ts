@@ -54,12 +54,23 @@ function byTag(url: unknown): url is string {
 }
 
 /**
+ * Whether a selection (`tagSelection`, `refSelection`) names the `semver` strategy vendir
+ * resolves. Whether its constraints parse is the poll's to check (`polledSourceOf`): a bad one
+ * fails the App's fetch, and a failed App is never quiet.
+ */
+function semverSelection(selection: unknown): boolean {
+  return rec(rec(selection)?.semver) !== undefined;
+}
+
+/**
  * Whether a fetch entry's source is one the fleet's source poll follows: unpinned, public and
- * resolvable by one request. git by branch or tag `ref` (not a commit id) without `secretRef`,
- * `refSelection` or a credential in its URL; image or imgpkgBundle by tag without `secretRef` or
- * `tagSelection`. Never http (no resolver yet: an unpinned http source keeps its sync period),
- * helmChart, inline, or a pinned source ({@link sourcePinned}: nothing to poll). An image
- * reference the registry client cannot parse passes here and is left out by the poll
+ * resolvable by one request or one tag list. git by branch or tag `ref` (not a commit id)
+ * without `refSelection`, or by `refSelection` (`semver`) without `ref` (vendir lets a `ref`
+ * win), in both cases without `secretRef` or a credential in its URL; image or imgpkgBundle by
+ * tag, or by `tagSelection` (`semver`), without `secretRef`. Never http (no resolver yet: an
+ * unpinned http source keeps its sync period), helmChart, inline, or a pinned source
+ * ({@link sourcePinned}: nothing to poll). An image reference the registry client cannot parse,
+ * or a selection whose constraints do not parse, passes here and is left out by the poll
  * (`polledSourceOf`); its fetch fails, and a failed App is never quiet. Reads the entry
  * loosely: never throws.
  *
@@ -68,19 +79,15 @@ function byTag(url: unknown): url is string {
 export function sourceTracked(entry: unknown): boolean {
   const e = rec(entry);
   const bundle = rec(e?.imgpkgBundle);
-  if (bundle) return byTag(bundle.image) && bundle.secretRef == null && bundle.tagSelection == null;
-  const image = rec(e?.image);
-  if (image) return byTag(image.url) && image.secretRef == null && image.tagSelection == null;
+  const image = bundle ?? rec(e?.image);
+  if (image) {
+    const url = bundle ? bundle.image : image.url;
+    return byTag(url) && image.secretRef == null && (image.tagSelection == null || semverSelection(image.tagSelection));
+  }
   const git = rec(e?.git);
-  return (
-    git !== undefined &&
-    typeof git.url === 'string' &&
-    git.url !== '' &&
-    typeof git.ref === 'string' &&
-    git.ref !== '' &&
-    !COMMIT_ID.test(git.ref) &&
-    git.secretRef == null &&
-    git.refSelection == null &&
-    !gitUrlHasCredential(git.url)
-  );
+  if (!git || typeof git.url !== 'string' || git.url === '') return false;
+  if (git.secretRef != null || gitUrlHasCredential(git.url)) return false;
+  const byRef = typeof git.ref === 'string' && git.ref !== '';
+  if (git.refSelection != null) return !byRef && semverSelection(git.refSelection);
+  return byRef && !COMMIT_ID.test(git.ref as string);
 }

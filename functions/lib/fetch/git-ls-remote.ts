@@ -73,9 +73,29 @@ export async function resolveGitRef(
   const refProblem = gitRefError(ref);
   if (refProblem) throw new GitResolveError(`git ref is refused: ${refProblem}`);
   const patterns = refCandidates(ref).flatMap((r) => (r.startsWith('refs/tags/') ? [r, `${r}^{}`] : [r]));
+  const stdout = await lsRemote(runner, url, [], patterns, signal);
+  const commit = commitFromLsRemote(stdout, ref);
+  if (!commit) throw new GitResolveError(`git remote has no ref ${JSON.stringify(ref)}`);
+  return commit;
+}
+
+/**
+ * `git -c credential.helper= ls-remote <options> -- <url> <patterns>` through `runner`, for a URL
+ * already checked (`gitUrlError`) by the caller.
+ * @param options - `ls-remote` options, before `--` (e.g. `--tags`)
+ * @returns its stdout (at most 4 MiB)
+ * @throws GitResolveError with git's last stderr line (a URL password masked); CommandNotAllowedError
+ */
+export async function lsRemote(
+  runner: CommandRunner,
+  url: string,
+  options: readonly string[],
+  patterns: readonly string[],
+  signal?: AbortSignal,
+): Promise<string> {
   const run = await runner.run({
     cmd: 'git',
-    args: ['-c', 'credential.helper=', 'ls-remote', '--', url, ...patterns],
+    args: ['-c', 'credential.helper=', 'ls-remote', ...options, '--', url, ...patterns],
     env: { GIT_TERMINAL_PROMPT: '0', GIT_ASKPASS: '/bin/false', SSH_ASKPASS: '/bin/false', ...GIT_SAFETY_ENV },
     timeoutMs: LS_REMOTE_TIMEOUT_MS,
     maxOutputBytes: LS_REMOTE_MAX_OUTPUT,
@@ -86,7 +106,5 @@ export async function resolveGitRef(
     const last = (run.stderr.trim().split('\n').pop() ?? '').replace(/(:\/\/[^/\s:@]*:)[^/\s@]*@/g, '$1***@');
     throw new GitResolveError(`git ls-remote failed: ${last || run.error.message}`);
   }
-  const commit = commitFromLsRemote(run.stdout, ref);
-  if (!commit) throw new GitResolveError(`git remote has no ref ${JSON.stringify(ref)}`);
-  return commit;
+  return run.stdout;
 }

@@ -13,7 +13,8 @@
  * connection through `lookupFor` (the policy's pinned lookup) when given; at most
  * {@link MAX_REDIRECTS} redirects, and `Authorization` is dropped on a redirect to another host
  * (Go's rule). Plain HTTP only for loopback registries (`localhost`, `127.0.0.0/8`, `[::1]`), as
- * go-containerregistry; everything else is HTTPS.
+ * go-containerregistry; everything else is HTTPS. The request and its challenge
+ * ({@link registryRequest}) serve the tag list of a `tagSelection` too (`./tag-selection.ts`).
  *
  * No library: the npm registry clients (`@snyk/docker-registry-v2-client`, `docker-registry-client`)
  * follow redirects themselves, past the URL policy; the two requests needed fit in this file.
@@ -106,6 +107,11 @@ export interface ResolveImageOptions {
   fetchImpl?: typeof fetch;
   /** Aborts the requests. */
   signal?: AbortSignal;
+  /**
+   * Holds the `Authorization` that answered the registry's challenge, reused by the next
+   * request with these options (one token exchange for a tag list and its `HEAD`). Never logged.
+   */
+  session?: { authorization?: string };
 }
 
 /** The registry did not give a digest; `message` says why (no credentials or tokens in it). */
@@ -129,7 +135,8 @@ export function parseChallenge(header: string): { scheme: string; params: Record
   return { scheme: (m[1] ?? '').toLowerCase(), params };
 }
 
-async function readBounded(res: Response, max: number, what: string): Promise<Buffer> {
+/** The body of `res`, at most `max` bytes. @throws RegistryResolveError past `max` */
+export async function readBounded(res: Response, max: number, what: string): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let total = 0;
   for await (const chunk of res.body ?? []) {
@@ -230,27 +237,13 @@ async function bearerToken(
  *   (status other than 200 after auth), or a response is malformed; what `checkUrl` throws
  *   (e.g. `UrlPolicyError`).
  */
-export async function resolveImageDigest(ref: string, opts: ResolveImageOptions = {}): Promise<string> {
+export async function resolveImageDigest(ref: string, options: ResolveImageOptions = {}): Promise<string> {
+  // The GET after a HEAD without a digest reuses the HEAD's authorization.
+  const opts = options.session ? options : { ...options, session: {} };
   const parsed = parseImageTagRef(ref);
   if (!parsed) throw new RegistryResolveError('not an image reference by tag');
-  const scheme = isLoopbackRegistry(parsed.registry) ? 'http' : 'https';
-  const url = new URL(`${scheme}://${parsed.registry}/v2/${parsed.repository}/manifests/${parsed.tag}`);
-  const request = async (method: 'GET' | 'HEAD', authorization?: string) =>
-    await send(
-      url,
-      { method, headers: { accept: MANIFEST_ACCEPT, ...(authorization ? { authorization } : {}) } },
-      opts,
-    );
-  let authorization: string | undefined;
-  let res = await request('HEAD');
-  if (res.status === 401) {
-    await res.body?.cancel().catch(() => undefined);
-    const { scheme: authScheme, params } = parseChallenge(res.headers.get('www-authenticate') ?? '');
-    if (authScheme === 'bearer') authorization = `Bearer ${await bearerToken(params, parsed, opts)}`;
-    else if (authScheme === 'basic' && opts.basicAuth) authorization = basic(opts.basicAuth);
-    else throw new RegistryResolveError(`${parsed.registry} requires authentication (401)`);
-    res = await request('HEAD', authorization);
-  }
+  const url = registryUrl(parsed, `manifests/${parsed.tag}`);
+  const res = await registryRequest(url, parsed, 'HEAD', MANIFEST_ACCEPT, opts);
   if (res.status !== 200) {
     await res.body?.cancel().catch(() => undefined);
     throw new RegistryResolveError(`HEAD manifest ${parsed.repository}:${parsed.tag} answered ${res.status}`);
@@ -260,13 +253,52 @@ export async function resolveImageDigest(ref: string, opts: ResolveImageOptions 
   if (digest && DIGEST.test(digest)) return digest;
   if (digest)
     throw new RegistryResolveError(`unsupported Docker-Content-Digest ${JSON.stringify(digest.slice(0, 80))}`);
-  const got = await request('GET', authorization);
+  const got = await registryRequest(url, parsed, 'GET', MANIFEST_ACCEPT, opts);
   if (got.status !== 200) {
     await got.body?.cancel().catch(() => undefined);
     throw new RegistryResolveError(`GET manifest ${parsed.repository}:${parsed.tag} answered ${got.status}`);
   }
   const body = await readBounded(got, MAX_MANIFEST_BYTES, 'manifest');
   return `sha256:${createHash('sha256').update(body).digest('hex')}`;
+}
+
+/**
+ * `<scheme>://<registry>/v2/<repository>/<path>`: plain HTTP for loopback registries only (as
+ * go-containerregistry), HTTPS otherwise.
+ */
+export function registryUrl(ref: Pick<ImageTagRef, 'registry' | 'repository'>, path: string): URL {
+  const scheme = isLoopbackRegistry(ref.registry) ? 'http' : 'https';
+  return new URL(`${scheme}://${ref.registry}/v2/${ref.repository}/${path}`);
+}
+
+/**
+ * One distribution API request for `ref`'s repository: with the `Authorization` an earlier
+ * request of these `opts` earned (`opts.session`), else anonymous; a `401` is answered by the
+ * token flow (`Bearer`) or the credentials (`Basic`) and the request sent again, and the
+ * `Authorization` that worked is kept in `opts.session` for the next request (a tag list's
+ * pages, then the chosen tag's `HEAD`). The caller reads or cancels the body.
+ * @throws RegistryResolveError on a challenge it cannot answer; what `send` throws
+ */
+export async function registryRequest(
+  url: URL,
+  ref: ImageTagRef,
+  method: 'GET' | 'HEAD',
+  accept: string,
+  opts: ResolveImageOptions,
+): Promise<Response> {
+  const request = async (authorization?: string) =>
+    await send(url, { method, headers: { accept, ...(authorization ? { authorization } : {}) } }, opts);
+  let res = await request(opts.session?.authorization);
+  if (res.status !== 401) return res;
+  await res.body?.cancel().catch(() => undefined);
+  const { scheme: authScheme, params } = parseChallenge(res.headers.get('www-authenticate') ?? '');
+  let authorization: string;
+  if (authScheme === 'bearer') authorization = `Bearer ${await bearerToken(params, ref, opts)}`;
+  else if (authScheme === 'basic' && opts.basicAuth) authorization = basic(opts.basicAuth);
+  else throw new RegistryResolveError(`${ref.registry} requires authentication (401)`);
+  res = await request(authorization);
+  if (opts.session) opts.session.authorization = authorization;
+  return res;
 }
 
 /** `ref` with its tag replaced by `@<digest>` (`registry/repo:tag` → `registry/repo@sha256:…`). */

@@ -1,7 +1,9 @@
 /**
- * The PackageRepository and App sources the fleet polls (a tag or a branch, public), how each is pinned
- * once resolved, and the resolution itself: one registry `HEAD` (`./registry-digest.ts`) or one
- * `git ls-remote` (`./git-ls-remote.ts`), under the URL policy. The poll records and the fan-out
+ * The PackageRepository and App sources the fleet polls (a tag, a branch or a tag selection, public),
+ * how each is pinned once resolved, and the resolution itself: one registry `HEAD`
+ * (`./registry-digest.ts`) or one `git ls-remote` (`./git-ls-remote.ts`), or for a selection the
+ * tag list and the chosen tag's `HEAD`, or one `git ls-remote --tags` (`./tag-selection.ts`), under
+ * the URL policy. The poll records and the fan-out
  * are the pipeline's (`../pipeline/source-poll.ts`).
  *
  * @module
@@ -9,8 +11,16 @@
 import type { AppFetch, PackageRepositoryFetch } from '../api/index.js';
 import { sourceTracked } from '../api/pin-rule.js';
 import type { CommandRunner } from '../exec/runner.js';
+import type { VersionSelectionSemver } from '../packaging/versions.js';
 import { resolveGitRef } from './git-ls-remote.js';
 import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
+import {
+  describeSelection,
+  resolveGitSelection,
+  resolveImageSelection,
+  selectionRepositoryOf,
+  semverSelectionOf,
+} from './tag-selection.js';
 import { type UrlPolicy, UrlPolicyChecker } from './url-policy.js';
 
 /** A fetch the poll may follow: a PackageRepository's `spec.fetch` or one App `spec.fetch[]` entry. */
@@ -20,40 +30,70 @@ export type PolledFetch = PackageRepositoryFetch | AppFetch;
 export interface PolledSource {
   /** `image` / `imgpkgBundle` (registry HEAD) or `git` (ls-remote). */
   kind: 'image' | 'imgpkgBundle' | 'git';
-  /** The image reference with its tag, or the git URL. */
+  /** The image reference with its tag (a selection: the repository, as written), or the git URL. */
   url: string;
-  /** The tag (images) or git ref. */
+  /** The tag (images) or git ref; for a selection its description (`semver >=1.0.0`, for logs and causes). */
   ref: string;
+  /**
+   * A `tagSelection` or `refSelection`, normalized (`semverSelectionOf`): part of the record key,
+   * so two selections on one repository are two records. Absent for a tag or ref.
+   */
+  selection?: VersionSelectionSemver;
 }
 
 /**
  * The source of a repository's fetch or an App's `spec.fetch[]` entry that the fleet polls, or
  * `undefined`: exactly the entries of {@link sourceTracked} (the rule the forwarder's quiet rule
- * reads too) whose image reference parses. Left out: pinned sources (nothing to poll),
- * selections (`tagSelection`, `refSelection`: vendir picks among many tags), sources with a
- * Secret (their content is sealed per cluster, never shared) or with credentials in the git URL
- * (the poll record stores and logs its URL), http, helmChart and inline.
+ * reads too) whose image reference parses and whose selection parses (`semverSelectionOf`; an
+ * image URL for a `tagSelection` without tag or digest). Those left out are fetched as written,
+ * so vendir reports what is wrong with them. Left out by the rule: pinned sources (nothing to
+ * poll), sources with a Secret (their content is sealed per cluster, never shared) or with
+ * credentials in the git URL (the poll record stores and logs its URL), http, helmChart and inline.
  */
 export function polledSourceOf(fetch: PolledFetch): PolledSource | undefined {
   if (!sourceTracked(fetch)) return undefined;
   if (fetch.imgpkgBundle ?? fetch.image) {
     const url = fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url;
+    const kind = fetch.imgpkgBundle ? 'imgpkgBundle' : 'image';
+    const tagSelection = fetch.imgpkgBundle ? fetch.imgpkgBundle.tagSelection : fetch.image?.tagSelection;
+    if (tagSelection) {
+      const selection = semverSelectionOf(tagSelection);
+      if (!url || !selection || !selectionRepositoryOf(url)) return undefined;
+      return { kind, url, ref: describeSelection(selection), selection };
+    }
     const parsed = url ? parseImageTagRef(url) : undefined;
     if (!url || !parsed) return undefined;
-    return { kind: fetch.imgpkgBundle ? 'imgpkgBundle' : 'image', url, ref: parsed.tag };
+    return { kind, url, ref: parsed.tag };
+  }
+  if (fetch.git?.url && fetch.git.refSelection) {
+    const selection = semverSelectionOf(fetch.git.refSelection);
+    return selection ? { kind: 'git', url: fetch.git.url, ref: describeSelection(selection), selection } : undefined;
   }
   return fetch.git?.url && fetch.git.ref ? { kind: 'git', url: fetch.git.url, ref: fetch.git.ref } : undefined;
 }
 
-/** `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. */
+/**
+ * `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. A selection is
+ * removed: an image selection's `resolved` is `<tag>@<digest>`, pinned as `<url>:<tag>@<digest>`
+ * (imgpkg pulls the digest; vendir's lock, `status.fetch.stdout`, keeps the tag as upstream's
+ * lock of the selection does), a git selection's the commit (vendir's lock names the tag through
+ * `git describe`, as upstream's).
+ */
 export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string): F {
-  if (fetch.imgpkgBundle)
-    return {
-      ...fetch,
-      imgpkgBundle: { ...fetch.imgpkgBundle, image: pinImageRef(fetch.imgpkgBundle.image ?? '', resolved) },
-    };
-  if (fetch.image) return { ...fetch, image: { ...fetch.image, url: pinImageRef(fetch.image.url ?? '', resolved) } };
-  if (fetch.git) return { ...fetch, git: { ...fetch.git, ref: resolved } };
+  if (fetch.imgpkgBundle) {
+    const { tagSelection, ...bundle } = fetch.imgpkgBundle;
+    const image = tagSelection ? `${bundle.image ?? ''}:${resolved}` : pinImageRef(bundle.image ?? '', resolved);
+    return { ...fetch, imgpkgBundle: { ...bundle, image } };
+  }
+  if (fetch.image) {
+    const { tagSelection, ...image } = fetch.image;
+    const url = tagSelection ? `${image.url ?? ''}:${resolved}` : pinImageRef(image.url ?? '', resolved);
+    return { ...fetch, image: { ...image, url } };
+  }
+  if (fetch.git) {
+    const { refSelection: _, ...git } = fetch.git;
+    return { ...fetch, git: { ...git, ref: resolved } };
+  }
   return fetch;
 }
 
@@ -67,10 +107,13 @@ export const RESOLVE_TIMEOUT_MS = 30_000;
 
 /**
  * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged) or one
- * `git ls-remote`, every URL under the runtime's URL policy, within `timeoutMs`.
+ * `git ls-remote`, or a selection's tag list and `HEAD` or `git ls-remote --tags`
+ * (`./tag-selection.ts`), every URL under the runtime's URL policy, within `timeoutMs`.
+ * @returns the digest or commit; for an image selection `<tag>@<digest>` (see {@link pinnedFetchOf})
  * @param deps - the command runner (git), the URL policy in force (none: off), and the
  *   deadline in ms (default {@link RESOLVE_TIMEOUT_MS})
- * @throws RegistryResolveError, GitResolveError, UrlPolicyError, CommandNotAllowedError; the
+ * @throws RegistryResolveError, GitResolveError, SelectionResolveError (no tag matches: vendir's
+ *   message), UrlPolicyError, CommandNotAllowedError; the
  *   signal's `TimeoutError` when the deadline passes while a body is read
  */
 export async function resolveSource(
@@ -81,11 +124,11 @@ export async function resolveSource(
   const signal = AbortSignal.timeout(deps.timeoutMs ?? RESOLVE_TIMEOUT_MS);
   if (source.kind === 'git') {
     // The poll timer resolves records without a repository run's policy check: check here.
-    await policy?.checkFetch([{ git: { url: source.url, ref: source.ref } }]);
+    await policy?.checkFetch([{ git: { url: source.url, ...(source.selection ? {} : { ref: source.ref }) } }]);
+    if (source.selection) return await resolveGitSelection(deps.runner, source.url, source.selection, signal);
     return await resolveGitRef(deps.runner, source.url, source.ref, signal);
   }
-  return await resolveImageDigest(source.url, {
-    signal,
-    ...policy?.requestGuards(),
-  });
+  const opts = { signal, ...policy?.requestGuards() };
+  if (source.selection) return await resolveImageSelection(source.url, source.selection, opts);
+  return await resolveImageDigest(source.url, opts);
 }

@@ -6,7 +6,7 @@
  * have no resolver here yet (those Apps keep upstream's sync period).
  *
  * - **Source poll record**, one per distinct source (`imgpkgBundle`/`image` by tag, `git` by
- *   branch or tag; no Secret, no selection: `sourceTracked` of `../api/pin-rule.ts`, the rule the
+ *   branch or tag, or a `tagSelection`/`refSelection`; no Secret: `sourceTracked` of `../api/pin-rule.ts`, the rule the
  *   forwarder's quiet rule reads too), keyed by the source's identity, not the cluster:
  *   `cache/source-poll/sha256/<hex>.json` = {@link SourcePollRecord} (`resolved` digest or commit,
  *   `polledAt`, `changedAt`, and the members `cluster/namespace/name`, each with its `kind` (App;
@@ -14,8 +14,9 @@
  *   last deployed (a repository) or fetched (an App)). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
  *   pollers of one period one wins and the others read its result.
  * - **Resolution** without vendir: one registry `HEAD` of the manifest
- *   (`../fetch/registry-digest.ts`) or one `git ls-remote` (`../fetch/git-ls-remote.ts`), under
- *   the URL policy.
+ *   (`../fetch/registry-digest.ts`) or one `git ls-remote` (`../fetch/git-ls-remote.ts`); for a
+ *   selection, vendir's choice over the registry's tag list then that tag's `HEAD`, or over
+ *   `git ls-remote --tags` (`../fetch/tag-selection.ts`); under the URL policy.
  * - **A repository run** ({@link trackSource}) uses a record younger than the poll period as is,
  *   else resolves and writes it, joins the members, and fetches the source pinned to `resolved`
  *   (so an indexed digest runs kapp only). The run that fetched and templated the new digest (the
