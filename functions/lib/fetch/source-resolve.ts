@@ -1,8 +1,10 @@
 /**
- * The PackageRepository and App sources the fleet polls (a tag or a branch, public), how each is pinned
- * once resolved, and the resolution itself: one registry `HEAD` (`./registry-digest.ts`) or one
- * `git ls-remote` (`./git-ls-remote.ts`), under the URL policy. The poll records and the fan-out
- * are the pipeline's (`../pipeline/source-poll.ts`).
+ * The PackageRepository and App sources the fleet polls (a tag, a branch, an http URL without
+ * `sha256` or a helm chart version, public), how each is pinned once resolved, and the resolution
+ * itself: one registry `HEAD` (`./registry-digest.ts`), one `git ls-remote`
+ * (`./git-ls-remote.ts`), one GET hashed (`./http-digest.ts`) or one chart repository index GET
+ * (`./helm-index.ts`), under the URL policy. The poll records and the fan-out are the pipeline's
+ * (`../pipeline/source-poll.ts`).
  *
  * @module
  */
@@ -10,6 +12,8 @@ import type { AppFetch, PackageRepositoryFetch } from '../api/index.js';
 import { sourceTracked } from '../api/pin-rule.js';
 import type { CommandRunner } from '../exec/runner.js';
 import { resolveGitRef } from './git-ls-remote.js';
+import { chartVersionOf, resolveHelmChart } from './helm-index.js';
+import { resolveHttpDigest } from './http-digest.js';
 import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
 import { type UrlPolicy, UrlPolicyChecker } from './url-policy.js';
 
@@ -18,12 +22,17 @@ export type PolledFetch = PackageRepositoryFetch | AppFetch;
 
 /** A source the fleet polls: what is resolved, and how. */
 export interface PolledSource {
-  /** `image` / `imgpkgBundle` (registry HEAD) or `git` (ls-remote). */
-  kind: 'image' | 'imgpkgBundle' | 'git';
-  /** The image reference with its tag, or the git URL. */
+  /**
+   * `image` / `imgpkgBundle` (registry HEAD), `git` (ls-remote), `http` (GET, body hashed) or
+   * `helmChart` (the repository's `index.yaml`, or a registry HEAD for `oci://`).
+   */
+  kind: 'image' | 'imgpkgBundle' | 'git' | 'http' | 'helmChart';
+  /** The image reference with its tag, the git or http URL, or the chart repository URL. */
   url: string;
-  /** The tag (images) or git ref. */
+  /** The tag (images), git ref, chart name (helmChart), or `''` (http). */
   ref: string;
+  /** helmChart only: the chart `version` asked for; absent: helm's latest stable. */
+  version?: string;
 }
 
 /**
@@ -32,10 +41,20 @@ export interface PolledSource {
  * reads too) whose image reference parses. Left out: pinned sources (nothing to poll),
  * selections (`tagSelection`, `refSelection`: vendir picks among many tags), sources with a
  * Secret (their content is sealed per cluster, never shared) or with credentials in the git URL
- * (the poll record stores and logs its URL), http, helmChart and inline.
+ * (the poll record stores and logs its URL), a helm chart from `oci://` without a version
+ * (`./helm-index.ts`), and inline.
  */
 export function polledSourceOf(fetch: PolledFetch): PolledSource | undefined {
   if (!sourceTracked(fetch)) return undefined;
+  if (fetch.http?.url) return { kind: 'http', url: fetch.http.url, ref: '' };
+  const chart = 'helmChart' in fetch ? fetch.helmChart : undefined;
+  if (chart?.name && chart.repository?.url)
+    return {
+      kind: 'helmChart',
+      url: chart.repository.url,
+      ref: chart.name,
+      ...(chart.version ? { version: chart.version } : {}),
+    };
   if (fetch.imgpkgBundle ?? fetch.image) {
     const url = fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url;
     const parsed = url ? parseImageTagRef(url) : undefined;
@@ -45,7 +64,15 @@ export function polledSourceOf(fetch: PolledFetch): PolledSource | undefined {
   return fetch.git?.url && fetch.git.ref ? { kind: 'git', url: fetch.git.url, ref: fetch.git.ref } : undefined;
 }
 
-/** `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. */
+/**
+ * `fetch` pinned to `resolved`: the image by digest, the git ref as the commit, the http
+ * download with `sha256` (the fetch stage checks the body against it: a body that changed since
+ * the poll fails the App, with vendir's digest mismatch error, until the next poll resolves the
+ * new hash and pokes it; acceptable, since the alternative, fetching whatever the URL answers,
+ * would let Apps sharing the fetch record store bytes other than the ones the key names), the
+ * chart at the resolved version (`<version>@…`; the fetch cache keys it by the whole value,
+ * `./pinned.ts`).
+ */
 export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string): F {
   if (fetch.imgpkgBundle)
     return {
@@ -54,6 +81,9 @@ export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string)
     };
   if (fetch.image) return { ...fetch, image: { ...fetch.image, url: pinImageRef(fetch.image.url ?? '', resolved) } };
   if (fetch.git) return { ...fetch, git: { ...fetch.git, ref: resolved } };
+  if (fetch.http) return { ...fetch, http: { ...fetch.http, sha256: resolved } };
+  if ('helmChart' in fetch && fetch.helmChart)
+    return { ...fetch, helmChart: { ...fetch.helmChart, version: chartVersionOf(resolved) } };
   return fetch;
 }
 
@@ -66,12 +96,15 @@ export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string)
 export const RESOLVE_TIMEOUT_MS = 30_000;
 
 /**
- * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged) or one
- * `git ls-remote`, every URL under the runtime's URL policy, within `timeoutMs`.
+ * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged), one
+ * `git ls-remote`, one GET of an http source hashed (`./http-digest.ts`: the body's hex sha256)
+ * or of a chart repository's `index.yaml` (`./helm-index.ts`: `<version>@sha256:<digest>`),
+ * every URL under the runtime's URL policy, within `timeoutMs`.
  * @param deps - the command runner (git), the URL policy in force (none: off), and the
  *   deadline in ms (default {@link RESOLVE_TIMEOUT_MS})
- * @throws RegistryResolveError, GitResolveError, UrlPolicyError, CommandNotAllowedError; the
- *   signal's `TimeoutError` when the deadline passes while a body is read
+ * @throws RegistryResolveError, GitResolveError, HttpDownloadError, HelmIndexError,
+ *   UrlPolicyError, CommandNotAllowedError; the signal's `TimeoutError` when the deadline passes
+ *   while a body is read
  */
 export async function resolveSource(
   source: PolledSource,
@@ -83,6 +116,12 @@ export async function resolveSource(
     // The poll timer resolves records without a repository run's policy check: check here.
     await policy?.checkFetch([{ git: { url: source.url, ref: source.ref } }]);
     return await resolveGitRef(deps.runner, source.url, source.ref, signal);
+  }
+  const guards = { signal, ...policy?.requestGuards() };
+  if (source.kind === 'http') return await resolveHttpDigest(source.url, guards);
+  if (source.kind === 'helmChart') {
+    const chart = { repository: source.url, name: source.ref, ...(source.version ? { version: source.version } : {}) };
+    return await resolveHelmChart(chart, guards);
   }
   return await resolveImageDigest(source.url, {
     signal,
