@@ -17,7 +17,7 @@ import {
   resolveHelmChart,
 } from '../../functions/lib/fetch/helm-index.js';
 import { resolveHttpDigest } from '../../functions/lib/fetch/http-digest.js';
-import { HttpDownloadError } from '../../functions/lib/fetch/http-download.js';
+import { createHttpDownloader, HttpDownloadError } from '../../functions/lib/fetch/http-download.js';
 import { type PolledSource, resolveSource } from '../../functions/lib/fetch/source-resolve.js';
 import { CLOUD_URL_POLICY, UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 
@@ -74,6 +74,14 @@ describe('http without sha256', () => {
     await expect(resolve({ kind: 'http', url: `${base}/gone`, ref: '' })).rejects.toThrow(
       new HttpDownloadError("Expected 200 OK, but was '404 Not Found'"),
     );
+  });
+
+  it('hashes without keeping the body (hashOnly), as the fetch stage downloads it otherwise', async () => {
+    routes.set('/a.tgz', body('one'));
+    const kept = await createHttpDownloader().download({ url: `${base}/a.tgz` });
+    const hashed = await createHttpDownloader().download({ url: `${base}/a.tgz`, hashOnly: true });
+    expect([kept.body.toString(), kept.sha256]).toEqual(['one', sha('one')]);
+    expect([hashed.body.length, hashed.sha256]).toEqual([0, sha('one')]);
   });
 
   it('refuses a body over the bound', async () => {
