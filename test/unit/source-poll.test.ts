@@ -221,6 +221,9 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     expect(sourcePollKey(a)).toMatch(/^cache\/source-poll\/sha256\/[0-9a-f]{64}\.json$/);
     expect(sourcePollKey({ ...a })).toBe(sourcePollKey(a));
     expect(sourcePollKey({ ...a, url: 'registry.example/repo:v2', ref: 'v2' })).not.toBe(sourcePollKey(a));
+    // A chart's latest and a given version of it are two sources.
+    const chart: PolledSource = { kind: 'helmChart', url: 'https://charts.io', ref: 'c' };
+    expect(sourcePollKey({ ...chart, version: '1.0.0' })).not.toBe(sourcePollKey(chart));
   });
 });
 
