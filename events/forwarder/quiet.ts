@@ -8,10 +8,11 @@
  * still runs once per safety period (default 10 minutes). Everything else keeps upstream's
  * timer exactly: an App that failed, whose spec is not yet reconciled, that deploys to another
  * cluster (`spec.cluster`: its objects are out of sight), that fetches a source that can move
- * and that the fleet's source poll does not follow (http without `sha256`, a helm chart, a
- * source with a Secret: see `sourceTracked`; a git branch, tag or `refSelection` or an image or
- * bundle by tag or `tagSelection` without a Secret is polled for the fleet, which sends the App
- * `ref-changed` when it moves, `functions/lib/pipeline/source-poll.ts`), that
+ * and that the fleet's source poll does not follow (a source with a Secret, a helm chart version
+ * constraint: see `sourceTracked`; a git branch, tag or `refSelection`, an image or bundle by tag
+ * or `tagSelection`, http without `sha256` and a helm chart version without a Secret are polled
+ * for the fleet, which sends the App `ref-changed` when they move,
+ * `functions/lib/pipeline/source-poll.ts`), that
  * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), that
  * decrypts with sops (its key Secret is not tracked), or that asks for it (annotation or cluster
  * setting below). Not tracked either, so only the safety period notices a change to it: the

@@ -10,7 +10,7 @@
  * fetched once for the fleet (the pinned fetch cache: one vendir run names the new commit).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRepo } from '../harness/fixtures.js';
+import { createRepo, publishFile } from '../harness/fixtures.js';
 import { type E2EFleet, fleetLog, sourceMoves, startFleet } from './packaging-support.js';
 import {
   apply,
@@ -55,13 +55,13 @@ afterAll(async () => {
   await fleet?.dispose();
 });
 
-/** Waits until the ConfigMap the App deployed in `ns` says `greeting`. */
-async function waitGreeting(ns: string, greeting: string): Promise<void> {
+/** Waits until the ConfigMap `name` the App deployed in `ns` says `greeting`. */
+async function waitGreeting(ns: string, greeting: string, name = 'greeting'): Promise<void> {
   let last: unknown;
   await waitFor(
-    `ConfigMap ${ns}/greeting at ${greeting}`,
+    `ConfigMap ${ns}/${name} at ${greeting}`,
     async () => {
-      last = await getObject<{ data?: Record<string, string> }>('configmap', ns, 'greeting');
+      last = await getObject<{ data?: Record<string, string> }>('configmap', ns, name);
       return (last as { data?: Record<string, string> } | undefined)?.data?.greeting === greeting ? true : undefined;
     },
     {
@@ -116,6 +116,38 @@ describe('App on a git branch: a move reaches the fleet as events', () => {
       // Reconciled by the poll's event: the App's own run says why.
       const causes = runtimes[i]!.records.filter(
         (r) => r.msg === 'reconciling for a moved source' && String(r.obj.cause).includes(second.commitSha),
+      );
+      expect(causes.length, c.context).toBeGreaterThan(0);
+    }
+  }, 300_000);
+});
+
+describe('App on an http file without sha256: a new file reaches the fleet as events', () => {
+  it("a new file under the URL: one resolution (the body's sha256) for both cluster ids, both Apps deploy it", async () => {
+    const file = `e2e-srcpoll-${id}/cm.yml`;
+    const cm = (greeting: string) => configMapYaml('greeting-http', { greeting });
+    const first = await publishFile(servers().http, file, cm('one'));
+    for (const c of CLUSTERS) {
+      await apply(
+        appManifest(c.ns, 'app-http', {
+          syncPeriod: '1h',
+          fetch: [{ http: { url: first.url } }],
+          template: [{ ytt: {} }],
+          deploy: [{ kapp: {} }],
+        }),
+      );
+    }
+    for (const c of CLUSTERS) await waitGreeting(c.ns, 'one', 'greeting-http');
+    const urlMoves = () => moves().filter((r) => r.obj.source === first.url).length;
+    const movesBefore = urlMoves();
+
+    const second = await publishFile(servers().http, file, cm('two'));
+    for (const c of CLUSTERS) await waitGreeting(c.ns, 'two', 'greeting-http');
+    // One poller saw the new body for the fleet; each App was reconciled by the poll's event.
+    expect(urlMoves() - movesBefore).toBe(1);
+    for (const [i, c] of CLUSTERS.entries()) {
+      const causes = runtimes[i]!.records.filter(
+        (r) => r.msg === 'reconciling for a moved source' && String(r.obj.cause).includes(second.sha256),
       );
       expect(causes.length, c.context).toBeGreaterThan(0);
     }

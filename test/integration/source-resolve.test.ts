@@ -5,10 +5,12 @@
  * resolved as the embedded runtime resolves it) gives the commit a branch or tag names on the
  * local git server. Under an enforcing URL policy the loopback registry is refused before any
  * request. Tag selections (`tagSelection`, `refSelection`) resolve over the tags pushed, to the
- * digest or commit of the highest matching one, and move when a higher tag is pushed.
+ * digest or commit of the highest matching one, and move when a higher tag is pushed. An http
+ * source resolves to the sha256 the static server's file has, and a helm chart to the version and
+ * digest `helm repo index` wrote for it, each following a republish.
  */
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -21,24 +23,42 @@ import { RegistryResolveError, resolveImageDigest } from '../../functions/lib/fe
 import { pinnedFetchOf, polledSourceOf, resolveSource } from '../../functions/lib/fetch/source-resolve.js';
 import { CLOUD_URL_POLICY, UrlPolicyChecker, UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 import { cacheRoot } from '../../layers/gobuild.js';
-import { createRepo, pushBundle, toolBin, toolEnv } from '../harness/fixtures.js';
-import { type GitServer, type RegistryServer, startGitServer, startRegistry } from '../harness/servers.js';
+import { buildHelmRepo, createRepo, publishFile, pushBundle, toolBin, toolEnv } from '../harness/fixtures.js';
+import {
+  type GitServer,
+  type HttpServer,
+  type RegistryServer,
+  startGitServer,
+  startHttpServer,
+  startRegistry,
+} from '../harness/servers.js';
 
 const execFileP = promisify(execFile);
 
 let registry: RegistryServer;
 let git: GitServer;
+let http: HttpServer;
 let scratch: string;
 
 beforeAll(async () => {
   scratch = await mkdtemp(path.join(tmpdir(), 'source-resolve-'));
-  [registry, git] = await Promise.all([startRegistry(), startGitServer()]);
+  [registry, git, http] = await Promise.all([startRegistry(), startGitServer(), startHttpServer()]);
 });
 
 afterAll(async () => {
-  await Promise.all([registry?.stop(), git?.stop()]);
+  await Promise.all([registry?.stop(), git?.stop(), http?.stop()]);
   await rm(scratch, { recursive: true, force: true });
 });
+
+/** The project's command runner with the system git, as the embedded runtime resolves it. */
+const gitRunner = () =>
+  createCommandRunner({
+    allow: ['git'],
+    resolveBin: cacheBinResolver(cacheRoot()),
+    home: scratch,
+    tmpDir: scratch,
+    metrics: createToolMetrics(),
+  });
 
 const packages = (version: string) => ({ [`packages/a.corp.com/${version}.yml`]: `version: ${version}\n` });
 
@@ -77,13 +97,7 @@ describe('registry HEAD', () => {
 
 describe('git ls-remote', () => {
   it('resolves a branch, a tag and origin/<branch> to commits through the command runner', async () => {
-    const runner = createCommandRunner({
-      allow: ['git'],
-      resolveBin: cacheBinResolver(cacheRoot()),
-      home: scratch,
-      tmpDir: scratch,
-      metrics: createToolMetrics(),
-    });
+    const runner = gitRunner();
     const first = await createRepo(git, 'resolve/repo', packages('1.0.0'), { tags: ['v1.0.0'] });
     const second = await createRepo(git, 'resolve/repo', packages('2.0.0'));
     expect(await resolveGitRef(runner, first.url, 'main')).toBe(second.commitSha);
@@ -167,5 +181,50 @@ describe('tag selections', () => {
     const upstream = await lockOf(selected.imgpkgBundle);
     expect(upstream).toContain('tag: 1.1.0');
     expect(await lockOf(pinned.imgpkgBundle)).toBe(upstream);
+  });
+});
+
+describe('http GET hashed, and a helm chart repository index', () => {
+  const runner = gitRunner;
+
+  it("resolves an http source to its file's sha256, and follows a new file under the URL", async () => {
+    const first = await publishFile(http, 'resolve/app.yml', 'a: 1\n');
+    const source = { kind: 'http' as const, url: first.url, ref: '' };
+    expect(await resolveSource(source, { runner: runner() })).toBe(first.sha256);
+    const second = await publishFile(http, 'resolve/app.yml', 'a: 2\n');
+    expect(await resolveSource(source, { runner: runner() })).toBe(second.sha256);
+  });
+
+  /** A chart `resolve` at `version` whose ConfigMap holds `value`. */
+  async function chart(version: string, value: string): Promise<string> {
+    const dir = path.join(scratch, `chart-${version}-${value}`, 'resolve');
+    await mkdir(path.join(dir, 'templates'), { recursive: true });
+    await writeFile(path.join(dir, 'Chart.yaml'), `apiVersion: v2\nname: resolve\nversion: ${version}\n`);
+    await writeFile(
+      path.join(dir, 'templates', 'cm.yaml'),
+      `apiVersion: v1\nkind: ConfigMap\ndata:\n  a: "${value}"\n`,
+    );
+    return dir;
+  }
+
+  it('resolves the latest stable chart version to the digest helm indexed, a given version, and a republished one', async () => {
+    const repo = await buildHelmRepo(
+      http,
+      [await chart('1.0.0', 'x'), await chart('1.1.0', 'x'), await chart('2.0.0-rc.1', 'x')],
+      { repoPath: 'resolve-charts' },
+    );
+    const digest = (v: string) => repo.charts.find((c) => c.version === v)?.digest;
+    const latest = { kind: 'helmChart' as const, url: repo.url, ref: 'resolve' };
+    expect(await resolveSource(latest, { runner: runner() })).toBe(`1.1.0@sha256:${digest('1.1.0')}`);
+    expect(await resolveSource({ ...latest, version: '1.0.0' }, { runner: runner() })).toBe(
+      `1.0.0@sha256:${digest('1.0.0')}`,
+    );
+    // The same version packaged again with other content: a new digest in a new index.
+    const again = await buildHelmRepo(http, [await chart('1.1.0', 'y')], { repoPath: 'resolve-charts' });
+    const republished = again.charts.find((c) => c.version === '1.1.0')?.digest;
+    expect(republished).not.toBe(digest('1.1.0'));
+    expect(await resolveSource({ ...latest, version: '1.1.0' }, { runner: runner() })).toBe(
+      `1.1.0@sha256:${republished}`,
+    );
   });
 });

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { AppFetch } from '../../functions/lib/api/index.js';
-import { fetchSourceIdentity } from '../../functions/lib/fetch/pinned.js';
+import { fetchSourceIdentity, pinnedFetchIdentity } from '../../functions/lib/fetch/pinned.js';
 
 const SHA1 = 'b3619f0a83392ac5e10e298f1f4df980683d8328';
 const DIGEST = `sha256:${'a'.repeat(64)}`;
@@ -66,5 +66,29 @@ describe('fetchSourceIdentity', () => {
     expect(a).toBe(b);
     // sha256 of the canonical JSON {"ref":...,"source":"git","subPath":"s","url":"u","v":1}
     expect(a).toBe('sha256:e81f2ec6450fee50ed18ace312a6b9b4b9852013bc261dac6b3d99e115e4252b');
+  });
+});
+
+describe('a helm chart pinned by the source poll', () => {
+  const chart: AppFetch = { helmChart: { name: 'redis', version: '17.3.17', repository: { url: 'https://charts' } } };
+  const at = (hex: string) => `17.3.17@sha256:${hex.repeat(64)}`;
+
+  it('is pinned only with a resolution of its own version, which joins the key', () => {
+    expect(fetchSourceIdentity(chart, at('a'))?.pinned).toBe(true);
+    // A resolution of another version is not this entry's pin.
+    expect(fetchSourceIdentity(chart, `17.3.18@sha256:${'a'.repeat(64)}`)?.pinned).toBe(false);
+    expect(
+      fetchSourceIdentity({ helmChart: { name: 'redis', repository: { url: 'https://charts' } } }, at('a'))?.pinned,
+    ).toBe(false);
+    expect(fetchSourceIdentity(chart, at('a'))?.cacheKey).not.toBe(fetchSourceIdentity(chart, at('b'))?.cacheKey);
+  });
+
+  it('the whole fetch: Apps on one version and digest share a key, a republished version gets another', () => {
+    const key = (resolved?: string) =>
+      pinnedFetchIdentity([chart], 'v0.44', {}, '', resolved ? new Map([[chart, resolved]]) : new Map());
+    expect(key()).toBeUndefined();
+    expect(key(at('a'))).toMatch(/^[0-9a-f]{64}$/);
+    expect(key(at('a'))).toBe(key(at('a')));
+    expect(key(at('b'))).not.toBe(key(at('a')));
   });
 });

@@ -273,7 +273,10 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(fixed([{ git: { url: 'https://g', refSelection: { semver: {} }, secretRef: { name: 's' } } }])).toBe(false);
     expect(fixed([{ git: { url: 'https://g', ref: 'main', refSelection: { semver: {} } } }])).toBe(false);
     expect(fixed([{ http: { url: 'https://h/a.tgz', sha256: 'c'.repeat(64) } }])).toBe(true);
-    expect(fixed([{ http: { url: 'https://h/a.tgz' } }])).toBe(false);
+    // http without sha256 is polled (the body's sha256); not with a Secret or a query (a signed URL's token).
+    expect(fixed([{ http: { url: 'https://h/a.tgz' } }])).toBe(true);
+    expect(fixed([{ http: { url: 'https://h/a.tgz', secretRef: { name: 's' } } }])).toBe(false);
+    expect(fixed([{ http: { url: 'https://h/a.tgz?X-Amz-Signature=x' } }])).toBe(false);
     expect(fixed([{ image: { url: `r/i${digest}` } }])).toBe(true);
     expect(fixed([{ image: { url: 'r/i:1.0' } }])).toBe(true);
     expect(fixed([{ image: { url: 'r/i:1.0', secretRef: { name: 's' } } }])).toBe(false);
@@ -281,6 +284,15 @@ describe('appQuietUntil: who may stay quiet at its sync period', () => {
     expect(fixed([{ image: { url: 'r/i', tagSelection: { semver: {} }, secretRef: { name: 's' } } }])).toBe(false);
     expect(fixed([{ imgpkgBundle: { image: 'r/b:1.0' } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
     expect(fixed([{ helmChart: { name: 'c', version: '1.0.0' } }])).toBe(false);
+    // A chart from a public repository is polled (index.yaml), at no or a full version; a constraint is not.
+    expect(fixed([{ helmChart: { name: 'c', repository: { url: 'https://charts.io' } } }])).toBe(true);
+    expect(fixed([{ helmChart: { name: 'c', version: '^1.0', repository: { url: 'https://charts.io' } } }])).toBe(
+      false,
+    );
+    expect(fixed([{ helmChart: { name: 'c', version: '1.0.0', repository: { url: 'oci://r.io/charts' } } }])).toBe(
+      true,
+    );
+    expect(fixed([{ helmChart: { name: 'c', repository: { url: 'oci://r.io/charts' } } }])).toBe(false);
     expect(fixed([{ imgpkgBundle: { image: `r/b${digest}` } }], [{ ytt: {} }, { kbld: {} }])).toBe(true);
     expect(fixed([{ image: { url: `r/i${digest}` } }], [{ kbld: {} }])).toBe(false);
     expect(fixed([])).toBe(false);
@@ -368,14 +380,15 @@ describe('packageRepositoryQuietUntil: a repository at its sync period', () => {
     expect(repositoryInputsFixed({ git: { url: 'https://g.io/r', ref: 'origin/main' } })).toBe(true);
     expect(repositoryInputsFixed({ inline: { paths: { 'p.yml': 'x' } } })).toBe(true);
     expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo', tagSelection: { semver: {} } } })).toBe(true);
-    // not polled: a Secret, http without sha256, inline from Secrets the forwarder does not watch
+    expect(repositoryInputsFixed({ http: { url: 'https://h.io/r.tgz' } })).toBe(true);
+    // not polled: a Secret, inline from Secrets the forwarder does not watch
     expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo:1.0', secretRef: { name: 's' } } })).toBe(false);
     expect(
       repositoryInputsFixed({
         imgpkgBundle: { image: 'r.io/repo', tagSelection: { semver: {} }, secretRef: { name: 's' } },
       }),
     ).toBe(false);
-    expect(repositoryInputsFixed({ http: { url: 'https://h.io/r.tgz' } })).toBe(false);
+    expect(repositoryInputsFixed({ http: { url: 'https://h.io/r.tgz', secretRef: { name: 's' } } })).toBe(false);
     expect(repositoryInputsFixed({ inline: { pathsFrom: [{ secretRef: { name: 's' } }] } })).toBe(false);
     const secretFetch = { imgpkgBundle: { image: 'r.io/repo:1.0', secretRef: { name: 's' } } };
     expect(packageRepositoryQuietUntil(repo(T0, { fetch: secretFetch }), undefined, () => 0)).toBeUndefined();

@@ -167,6 +167,21 @@ describe('polledSourceOf and pinnedFetchOf', () => {
         selection: { prereleases: { identifiers: ['rc'] } },
       },
     ],
+    // http without sha256: one GET, the body's sha256.
+    [{ http: { url: 'https://h.io/r.tgz', subPath: 'x' } }, { kind: 'http', url: 'https://h.io/r.tgz', ref: '' }],
+    // helm charts: the repository's index.yaml (latest stable, or a full version), or an OCI tag.
+    [
+      { helmChart: { name: 'c', version: '1.0.0', repository: { url: 'https://charts.io' } } },
+      { kind: 'helmChart', url: 'https://charts.io', ref: 'c', version: '1.0.0' },
+    ],
+    [
+      { helmChart: { name: 'c', repository: { url: 'http://charts.io/stable' } } },
+      { kind: 'helmChart', url: 'http://charts.io/stable', ref: 'c' },
+    ],
+    [
+      { helmChart: { name: 'c', version: 'v2.0.0-rc.1+b', repository: { url: 'oci://r.io/charts' } } },
+      { kind: 'helmChart', url: 'oci://r.io/charts', ref: 'c', version: 'v2.0.0-rc.1+b' },
+    ],
   ])('polls %j, which the shared rule sourceTracked (the quiet rule) tracks', (fetch, want) => {
     expect(polledSourceOf(fetch)).toEqual(want);
     expect(sourceTracked(fetch)).toBe(true);
@@ -184,15 +199,25 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     { imgpkgBundle: { image: 'r.io/x', tagSelection: { semver: {} }, secretRef: { name: 's' } } },
     { git: { url: 'https://g.io/r', refSelection: { semver: {} }, secretRef: { name: 's' } } },
     { image: { url: `r.io/x@${D1}`, tagSelection: { semver: {} } } },
-    { http: { url: 'https://h.io/r.tgz' } },
+    { http: { url: 'https://h.io/r.tgz', sha256: 'e'.repeat(64) } },
+    { http: { url: 'https://h.io/r.tgz', secretRef: { name: 's' } } },
+    // A user or a query in an http URL: a credential or a signed URL's token the record would keep.
+    { http: { url: 'https://u:p@h.io/r.tgz' } },
+    { http: { url: 'https://h.io/r.tgz?sig=abc' } },
+    { http: { url: 'ftp://h.io/r.tgz' } },
     { inline: { paths: { a: 'b' } } },
     // Credentials in the URL (a password, or a token as the user of an http URL): the poll
     // record (stored, logged with its URL) would carry them, and the content is private.
     { git: { url: 'https://u:s3cret@g.io/r', ref: 'main' } },
     { git: { url: 'https://ghp_t0ken@g.io/r', ref: 'main' } },
     { git: { url: 'ssh://git:s3cret@g.io/r', ref: 'main' } },
-    // No resolver for http without sha256 nor for helm chart versions yet.
-    { helmChart: { name: 'c', version: '1.0.0', repository: { url: 'https://charts.io' } } },
+    // helm charts with a Secret, a version constraint (helm resolves it against the index on
+    // its own), no repository, or from OCI without a version (helm would list the tags).
+    { helmChart: { name: 'c', repository: { url: 'https://charts.io', secretRef: { name: 's' } } } },
+    { helmChart: { name: 'c', version: '~1.2', repository: { url: 'https://charts.io' } } },
+    { helmChart: { name: 'c', version: '1.2', repository: { url: 'https://charts.io' } } },
+    { helmChart: { name: 'c', version: '1.0.0' } },
+    { helmChart: { name: 'c', repository: { url: 'oci://r.io/charts' } } },
     { git: { url: 'https://g.io/r', ref: 'main', secretRef: { name: 's' } } },
     { image: { url: 'r.io/x:v1', secretRef: { name: 's' } } },
   ])('does not poll %j, nor does sourceTracked track it', (fetch) => {
@@ -249,11 +274,25 @@ describe('polledSourceOf and pinnedFetchOf', () => {
     });
   });
 
+  it('pins http to the resolved sha256 (then sourcePinned) and a chart to the resolved version', () => {
+    const http = pinnedFetchOf({ http: { url: 'https://h.io/r.tgz' }, path: 'p' }, 'e'.repeat(64));
+    expect(http).toEqual({ http: { url: 'https://h.io/r.tgz', sha256: 'e'.repeat(64) }, path: 'p' });
+    expect(sourcePinned(http)).toBe(true);
+    const chart = { helmChart: { name: 'c', repository: { url: 'https://charts.io' } } };
+    const pinned = pinnedFetchOf(chart, `1.2.3@sha256:${'f'.repeat(64)}`);
+    expect(pinned).toEqual({ helmChart: { name: 'c', version: '1.2.3', repository: { url: 'https://charts.io' } } });
+    // A chart is never pinned by its spec alone: only the fetch cache, given the resolution, pins it.
+    expect(sourcePinned(pinned)).toBe(false);
+  });
+
   it('keys a record by the source, not the cluster', () => {
     const a: PolledSource = { kind: 'imgpkgBundle', url: IMAGE, ref: 'latest' };
     expect(sourcePollKey(a)).toMatch(/^cache\/source-poll\/sha256\/[0-9a-f]{64}\.json$/);
     expect(sourcePollKey({ ...a })).toBe(sourcePollKey(a));
     expect(sourcePollKey({ ...a, url: 'registry.example/repo:v2', ref: 'v2' })).not.toBe(sourcePollKey(a));
+    // A chart's latest and a given version of it are two sources.
+    const chart: PolledSource = { kind: 'helmChart', url: 'https://charts.io', ref: 'c' };
+    expect(sourcePollKey({ ...chart, version: '1.0.0' })).not.toBe(sourcePollKey(chart));
   });
 });
 

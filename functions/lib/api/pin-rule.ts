@@ -23,8 +23,9 @@ function rec(v: unknown): Record<string, unknown> | undefined {
 /**
  * Whether a fetch entry's source is pinned by its spec: git at a full commit id (40 or 64 hex
  * digits) without `refSelection`; image or imgpkgBundle by `@sha256:<64 hex>` digest without
- * `tagSelection`; http with `sha256`. Never helmChart (a chart version is a mutable tag) nor
- * inline (its callers decide about inline content). Reads the entry loosely: never throws.
+ * `tagSelection`; http with `sha256`. Never helmChart by its spec alone (a chart version is a
+ * mutable tag: the source poll resolves it to a digest, `../fetch/helm-index.ts`, and the fetch
+ * cache keys the pinned fetch by that) nor inline (its callers decide about inline content). Reads the entry loosely: never throws.
  *
  * @param entry - one `spec.fetch[]` entry (validated or as watched)
  */
@@ -53,6 +54,35 @@ function byTag(url: unknown): url is string {
   return typeof url === 'string' && url !== '' && !url.includes('@') && !/\s/.test(url) && !url.startsWith('-');
 }
 
+/** An absolute http(s) URL without a user (a credential) or a query (often a signed URL's token): the poll record stores and logs it. */
+function plainHttpUrl(url: unknown): url is string {
+  return typeof url === 'string' && /^https?:\/\/[^/?#@\s]+(?:\/[^?#\s]*)?$/i.test(url);
+}
+
+/**
+ * A full chart version (`MAJOR.MINOR.PATCH`, optional `v`, prerelease and build): helm matches
+ * it exactly. Anything else is a constraint (`^1.2`, `1.2`, `>=1 <2`), which helm resolves
+ * against the index on its own (the poll does not).
+ */
+const CHART_VERSION = /^v?[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$/;
+
+/**
+ * Whether a helmChart entry is polled: a `name`, a repository without `secretRef` whose URL
+ * is plain http(s) (`index.yaml` resolved) or `oci://` with a full `version` (one registry
+ * `HEAD`; without a version helm lists the tags, which the poll does not), and no version or a
+ * full one (see {@link CHART_VERSION}).
+ */
+function chartTracked(chart: Record<string, unknown>): boolean {
+  const repo = rec(chart.repository);
+  const url = repo?.url;
+  const version = chart.version;
+  if (typeof chart.name !== 'string' || chart.name === '' || !repo || repo.secretRef != null) return false;
+  if (version != null && version !== '' && (typeof version !== 'string' || !CHART_VERSION.test(version))) return false;
+  if (typeof url === 'string' && /^oci:\/\//i.test(url))
+    return typeof version === 'string' && version !== '' && plainHttpUrl(`https://${url.slice(6)}`);
+  return plainHttpUrl(url);
+}
+
 /**
  * Whether a selection (`tagSelection`, `refSelection`) names the `semver` strategy vendir
  * resolves. Whether its constraints parse is the poll's to check (`polledSourceOf`): a bad one
@@ -67,8 +97,9 @@ function semverSelection(selection: unknown): boolean {
  * resolvable by one request or one tag list. git by branch or tag `ref` (not a commit id)
  * without `refSelection`, or by `refSelection` (`semver`) without `ref` (vendir lets a `ref`
  * win), in both cases without `secretRef` or a credential in its URL; image or imgpkgBundle by
- * tag, or by `tagSelection` (`semver`), without `secretRef`. Never http (no resolver yet: an
- * unpinned http source keeps its sync period), helmChart, inline, or a pinned source
+ * tag, or by `tagSelection` (`semver`), without `secretRef`; http without `sha256` or
+ * `secretRef` at a URL without a user or query (one GET, the body's sha256); helmChart from a
+ * repository without `secretRef` (see {@link chartTracked}). Never inline, or a pinned source
  * ({@link sourcePinned}: nothing to poll). An image reference the registry client cannot parse,
  * or a selection whose constraints do not parse, passes here and is left out by the poll
  * (`polledSourceOf`); its fetch fails, and a failed App is never quiet. Reads the entry
@@ -84,6 +115,10 @@ export function sourceTracked(entry: unknown): boolean {
     const url = bundle ? bundle.image : image.url;
     return byTag(url) && image.secretRef == null && (image.tagSelection == null || semverSelection(image.tagSelection));
   }
+  const http = rec(e?.http);
+  if (http) return plainHttpUrl(http.url) && http.secretRef == null && (http.sha256 == null || http.sha256 === '');
+  const chart = rec(e?.helmChart);
+  if (chart) return chartTracked(chart);
   const git = rec(e?.git);
   if (!git || typeof git.url !== 'string' || git.url === '') return false;
   if (git.secretRef != null || gitUrlHasCredential(git.url)) return false;

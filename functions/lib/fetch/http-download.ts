@@ -30,6 +30,12 @@ export interface HttpDownloadRequest {
   basicAuth?: { username: string; password: string };
   /** Refuse bodies larger than this. Default {@link DEFAULT_MAX_DOWNLOAD_BYTES}. */
   maxBytes?: number;
+  /**
+   * Hash the body without keeping it (the result's `body` is empty): the source poll's http
+   * resolution (`./http-digest.ts`) needs only the sha256 and may meet bodies as large as the
+   * fetch stage's bound, which it must not hold in memory.
+   */
+  hashOnly?: boolean;
   /** Aborts the download. */
   signal?: AbortSignal;
   /**
@@ -57,7 +63,7 @@ export interface HttpDownloadRequest {
 
 /** A completed download. */
 export interface HttpDownload {
-  /** The body. */
+  /** The body (empty when the request was {@link HttpDownloadRequest.hashOnly}). */
   body: Buffer;
   /** Lowercase hex sha256 of the body. */
   sha256: string;
@@ -211,7 +217,7 @@ export function createHttpDownloader(fetchImpl: typeof fetch = fetch): HttpDownl
               throw new HttpDownloadError(`Writing downloaded content: body exceeds ${maxBytes} bytes`);
             }
             hash.update(b);
-            chunks.push(b);
+            if (!req.hashOnly) chunks.push(b);
           }
         } catch (err) {
           if (err instanceof HttpDownloadError) throw err;

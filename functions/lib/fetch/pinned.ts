@@ -13,6 +13,7 @@ import { createHash } from 'node:crypto';
 import type { AppFetch } from '../api/fetch.js';
 import { sourcePinned } from '../api/pin-rule.js';
 import { canonicalJson, sha256Hex } from '../artifact/keys.js';
+import { chartVersionOf } from './helm-index.js';
 import { type FetchSourceKind, fetchSourceKind } from './vendir.js';
 
 /** Result of {@link fetchSourceIdentity}. */
@@ -26,9 +27,12 @@ export interface FetchSourceIdentity {
    * - image / imgpkgBundle: the reference has an `@sha256:<64 hex>` digest and no `tagSelection`;
    * - http: `sha256` is set (vendir verifies the download against it).
    *
-   * Never pinned: helmChart (a chart version is a mutable tag in both HTTP chart repositories and
-   * OCI registries, and vendir has no digest field for charts), inline (cheap, and `pathsFrom`
-   * depends on cluster objects, not on the spec).
+   * - helmChart: only with the source poll's `resolved` value (`<version>@sha256:<digest>`,
+   *   `./helm-index.ts`) for an entry at that version, which then joins the key: by its spec
+   *   alone a chart version is a mutable tag in both HTTP chart repositories and OCI registries,
+   *   and vendir has no digest field for charts.
+   *
+   * Never pinned: inline (cheap, and `pathsFrom` depends on cluster objects, not on the spec).
    */
   pinned: boolean;
   /** Why the entry is or is not pinned (for logs and receipts). */
@@ -46,9 +50,12 @@ export interface FetchSourceIdentity {
  * Decides whether a fetch entry is pinned and computes its content identity.
  *
  * @param entry - one `spec.fetch[]` entry
+ * @param resolved - what the source poll resolved the entry to (`../pipeline/source-poll.ts`,
+ *   the entry being its pinned fetch); read for helmChart only (the other kinds carry their pin
+ *   in the entry)
  * @returns identity, or `undefined` for an entry without a source
  */
-export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | undefined {
+export function fetchSourceIdentity(entry: AppFetch, resolved?: string): FetchSourceIdentity | undefined {
   const source = fetchSourceKind(entry);
   if (!source) return undefined;
   let pinned = false;
@@ -92,8 +99,12 @@ export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | unde
     }
     case 'helmChart': {
       const c = entry.helmChart!;
-      reason = 'helm chart versions are mutable';
-      content = { name: c.name, version: c.version, repository: c.repository?.url };
+      // The poll's value names the version it pinned: anything else is not this entry's pin.
+      const digest =
+        resolved !== undefined && c.version && chartVersionOf(resolved) === c.version ? resolved : undefined;
+      pinned = digest !== undefined;
+      reason = pinned ? 'helm chart version resolved to a digest' : 'helm chart versions are mutable';
+      content = { name: c.name, version: c.version, repository: c.repository?.url, ...(digest ? { digest } : {}) };
       break;
     }
     case 'inline': {
@@ -116,12 +127,15 @@ export function fetchSourceIdentity(entry: AppFetch): FetchSourceIdentity | unde
  * @param configDigest - `fetchConfigDigest` of the cluster's `kapp-controller-config` (its CA
  *   bundle, proxy and skipped hosts decide what the fetch could reach); `''` adds nothing, so
  *   an unconfigured cluster's identities are unchanged.
+ * @param resolved - entry → the source poll's `resolved` value for it (the fetch stage's
+ *   tracked entries), see {@link fetchSourceIdentity}
  */
 export function pinnedFetchIdentity(
   fetch: readonly AppFetch[],
   vendirVersion: string,
   credentials: Readonly<Record<string, string>> = {},
   configDigest = '',
+  resolved: ReadonlyMap<AppFetch, string> = new Map(),
 ): string | undefined {
   if (fetch.length === 0) return undefined;
   const parts: unknown[] = [];
@@ -131,7 +145,7 @@ export function pinnedFetchIdentity(
       parts.push({ i, path: entry.path ?? null, inline: { ...(entry.inline.paths ?? {}) } });
       continue;
     }
-    const id = fetchSourceIdentity(entry);
+    const id = fetchSourceIdentity(entry, resolved.get(entry));
     if (!id?.pinned) return undefined;
     // The credentials are part of the identity: an App may reuse a private artifact only
     // with the same credentials that fetched it (upstream re-fetches with each App's own).

@@ -1,10 +1,11 @@
 /**
- * The PackageRepository and App sources the fleet polls (a tag, a branch or a tag selection, public),
- * how each is pinned once resolved, and the resolution itself: one registry `HEAD`
- * (`./registry-digest.ts`) or one `git ls-remote` (`./git-ls-remote.ts`), or for a selection the
- * tag list and the chosen tag's `HEAD`, or one `git ls-remote --tags` (`./tag-selection.ts`), under
- * the URL policy. The poll records and the fan-out
- * are the pipeline's (`../pipeline/source-poll.ts`).
+ * The PackageRepository and App sources the fleet polls (a tag, a branch, a tag selection, an
+ * http URL without `sha256` or a helm chart version, public), how each is pinned once resolved,
+ * and the resolution itself: one registry `HEAD` (`./registry-digest.ts`), one `git ls-remote`
+ * (`./git-ls-remote.ts`), for a selection the tag list and the chosen tag's `HEAD` or one `git
+ * ls-remote --tags` (`./tag-selection.ts`), one GET hashed (`./http-digest.ts`) or one chart
+ * repository index GET (`./helm-index.ts`), under the URL policy. The poll records and the
+ * fan-out are the pipeline's (`../pipeline/source-poll.ts`).
  *
  * @module
  */
@@ -13,6 +14,8 @@ import { sourceTracked } from '../api/pin-rule.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { VersionSelectionSemver } from '../packaging/versions.js';
 import { resolveGitRef } from './git-ls-remote.js';
+import { chartVersionOf, resolveHelmChart } from './helm-index.js';
+import { resolveHttpDigest } from './http-digest.js';
 import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
 import {
   describeSelection,
@@ -28,17 +31,29 @@ export type PolledFetch = PackageRepositoryFetch | AppFetch;
 
 /** A source the fleet polls: what is resolved, and how. */
 export interface PolledSource {
-  /** `image` / `imgpkgBundle` (registry HEAD) or `git` (ls-remote). */
-  kind: 'image' | 'imgpkgBundle' | 'git';
-  /** The image reference with its tag (a selection: the repository, as written), or the git URL. */
+  /**
+   * `image` / `imgpkgBundle` (registry HEAD, or a tag list for a selection), `git` (ls-remote),
+   * `http` (GET, body hashed) or `helmChart` (the repository's `index.yaml`, or a registry HEAD
+   * for `oci://`).
+   */
+  kind: 'image' | 'imgpkgBundle' | 'git' | 'http' | 'helmChart';
+  /**
+   * The image reference with its tag (a selection: the repository, as written), the git or http
+   * URL, or the chart repository URL.
+   */
   url: string;
-  /** The tag (images) or git ref; for a selection its description (`semver >=1.0.0`, for logs and causes). */
+  /**
+   * The tag (images), git ref, chart name (helmChart) or `''` (http); for a selection its
+   * description (`semver >=1.0.0`, for logs and causes).
+   */
   ref: string;
   /**
    * A `tagSelection` or `refSelection`, normalized (`semverSelectionOf`): part of the record key,
    * so two selections on one repository are two records. Absent for a tag or ref.
    */
   selection?: VersionSelectionSemver;
+  /** helmChart only: the chart `version` asked for; absent: helm's latest stable. */
+  version?: string;
 }
 
 /**
@@ -48,10 +63,20 @@ export interface PolledSource {
  * image URL for a `tagSelection` without tag or digest). Those left out are fetched as written,
  * so vendir reports what is wrong with them. Left out by the rule: pinned sources (nothing to
  * poll), sources with a Secret (their content is sealed per cluster, never shared) or with
- * credentials in the git URL (the poll record stores and logs its URL), http, helmChart and inline.
+ * credentials in the git URL (the poll record stores and logs its URL), a helm chart from
+ * `oci://` without a version (`./helm-index.ts`), and inline.
  */
 export function polledSourceOf(fetch: PolledFetch): PolledSource | undefined {
   if (!sourceTracked(fetch)) return undefined;
+  if (fetch.http?.url) return { kind: 'http', url: fetch.http.url, ref: '' };
+  const chart = 'helmChart' in fetch ? fetch.helmChart : undefined;
+  if (chart?.name && chart.repository?.url)
+    return {
+      kind: 'helmChart',
+      url: chart.repository.url,
+      ref: chart.name,
+      ...(chart.version ? { version: chart.version } : {}),
+    };
   if (fetch.imgpkgBundle ?? fetch.image) {
     const url = fetch.imgpkgBundle ? fetch.imgpkgBundle.image : fetch.image?.url;
     const kind = fetch.imgpkgBundle ? 'imgpkgBundle' : 'image';
@@ -73,11 +98,14 @@ export function polledSourceOf(fetch: PolledFetch): PolledSource | undefined {
 }
 
 /**
- * `fetch` pinned to `resolved`: the image by digest, the git ref as the commit. A selection is
- * removed: an image selection's `resolved` is `<tag>@<digest>`, pinned as `<url>:<tag>@<digest>`
- * (imgpkg pulls the digest; vendir's lock, `status.fetch.stdout`, keeps the tag as upstream's
- * lock of the selection does), a git selection's the commit (vendir's lock names the tag through
- * `git describe`, as upstream's).
+ * `fetch` pinned to `resolved`: the image by digest, the git ref as the commit, the http
+ * download with `sha256`, the chart at the resolved version (`<version>@…`; the fetch cache keys
+ * it by the whole value, `./pinned.ts`). A selection is removed: an image selection's `resolved`
+ * is `<tag>@<digest>`, pinned as `<url>:<tag>@<digest>` (imgpkg pulls the digest; vendir's lock,
+ * `status.fetch.stdout`, keeps the tag as upstream's lock of the selection does), a git
+ * selection's the commit (vendir's lock names the tag through `git describe`, as upstream's).
+ * An http body that changed since the poll fails the hash check; the fetch stage then fetches
+ * the entry as written, unshared (`../pipeline/app/fetch.ts`).
  */
 export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string): F {
   if (fetch.imgpkgBundle) {
@@ -94,6 +122,9 @@ export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string)
     const { refSelection: _, ...git } = fetch.git;
     return { ...fetch, git: { ...git, ref: resolved } };
   }
+  if (fetch.http) return { ...fetch, http: { ...fetch.http, sha256: resolved } };
+  if ('helmChart' in fetch && fetch.helmChart)
+    return { ...fetch, helmChart: { ...fetch.helmChart, version: chartVersionOf(resolved) } };
   return fetch;
 }
 
@@ -106,14 +137,16 @@ export function pinnedFetchOf<F extends PolledFetch>(fetch: F, resolved: string)
 export const RESOLVE_TIMEOUT_MS = 30_000;
 
 /**
- * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged) or one
- * `git ls-remote`, or a selection's tag list and `HEAD` or `git ls-remote --tags`
- * (`./tag-selection.ts`), every URL under the runtime's URL policy, within `timeoutMs`.
+ * Resolves a source now: one registry `HEAD` (anonymous, token flow if challenged), one
+ * `git ls-remote`, a selection's tag list and `HEAD` or `git ls-remote --tags`
+ * (`./tag-selection.ts`), one GET of an http source hashed (`./http-digest.ts`: the body's hex
+ * sha256) or of a chart repository's `index.yaml` (`./helm-index.ts`:
+ * `<version>@sha256:<digest>`), every URL under the runtime's URL policy, within `timeoutMs`.
  * @returns the digest or commit; for an image selection `<tag>@<digest>` (see {@link pinnedFetchOf})
  * @param deps - the command runner (git), the URL policy in force (none: off), and the
  *   deadline in ms (default {@link RESOLVE_TIMEOUT_MS})
  * @throws RegistryResolveError, GitResolveError, SelectionResolveError (no tag matches: vendir's
- *   message), UrlPolicyError, CommandNotAllowedError; the
+ *   message), HttpDownloadError, HelmIndexError, UrlPolicyError, CommandNotAllowedError; the
  *   signal's `TimeoutError` when the deadline passes while a body is read
  */
 export async function resolveSource(
@@ -129,6 +162,11 @@ export async function resolveSource(
     return await resolveGitRef(deps.runner, source.url, source.ref, signal);
   }
   const opts = { signal, ...policy?.requestGuards() };
+  if (source.kind === 'http') return await resolveHttpDigest(source.url, opts);
+  if (source.kind === 'helmChart') {
+    const chart = { repository: source.url, name: source.ref, ...(source.version ? { version: source.version } : {}) };
+    return await resolveHelmChart(chart, opts);
+  }
   if (source.selection) return await resolveImageSelection(source.url, source.selection, opts);
   return await resolveImageDigest(source.url, opts);
 }

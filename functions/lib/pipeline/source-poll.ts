@@ -2,19 +2,23 @@
  * Event-driven upgrades across the fleet (docs/decisions.md D9): a tagged PackageRepository or
  * App source is polled once per period for the whole fleet, not once per cluster or App, and a
  * tag or branch that moves sends every cluster's PackageRepositories and Apps on it a reconcile
- * event at once. Issue 24 item 2 brought Apps in; http without `sha256` and helm chart versions
- * have no resolver here yet (those Apps keep upstream's sync period).
+ * event at once. Issue 24 item 2 brought Apps in, and with them http sources without `sha256`
+ * (resolved to the body's sha256) and helm chart versions (resolved through the chart
+ * repository's `index.yaml` to `<version>@sha256:<digest>`).
  *
  * - **Source poll record**, one per distinct source (`imgpkgBundle`/`image` by tag, `git` by
- *   branch or tag, or a `tagSelection`/`refSelection`; no Secret: `sourceTracked` of `../api/pin-rule.ts`, the rule the
+ *   branch or tag, or a `tagSelection`/`refSelection`; `http` without `sha256`; `helmChart`; no
+ *   Secret: `sourceTracked` of `../api/pin-rule.ts`, the rule the
  *   forwarder's quiet rule reads too), keyed by the source's identity, not the cluster:
- *   `cache/source-poll/sha256/<hex>.json` = {@link SourcePollRecord} (`resolved` digest or commit,
+ *   `cache/source-poll/sha256/<hex>.json` = {@link SourcePollRecord} (`resolved` digest, commit,
+ *   http body sha256 or chart `<version>@sha256:<digest>`,
  *   `polledAt`, `changedAt`, and the members `cluster/namespace/name`, each with its `kind` (App;
  *   absent: a PackageRepository, as in records written before Apps joined) and the `resolved` it
  *   last deployed (a repository) or fetched (an App)). Every write is a compare-and-swap (`ObjectStore.putIfMatch`), so of the
  *   pollers of one period one wins and the others read its result.
  * - **Resolution** without vendir: one registry `HEAD` of the manifest
- *   (`../fetch/registry-digest.ts`) or one `git ls-remote` (`../fetch/git-ls-remote.ts`); for a
+ *   (`../fetch/registry-digest.ts`), one `git ls-remote` (`../fetch/git-ls-remote.ts`), one GET
+ *   hashed (`../fetch/http-digest.ts`) or one `index.yaml` GET (`../fetch/helm-index.ts`); for a
  *   selection, vendir's choice over the registry's tag list then that tag's `HEAD`, or over
  *   `git ls-remote --tags` (`../fetch/tag-selection.ts`); under the URL policy.
  * - **A repository run** ({@link trackSource}) uses a record younger than the poll period as is,
@@ -132,7 +136,7 @@ export interface SourceMember {
 export interface SourcePollRecord {
   v: 1;
   source: PolledSource;
-  /** Image digest `sha256:<hex>` or git commit id. */
+  /** Image digest `sha256:<hex>`, git commit id, http body hex sha256, or chart `<version>@sha256:<hex>`. */
   resolved: string;
   /** RFC 3339 time of the last resolution. */
   polledAt: string;

@@ -162,7 +162,15 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
   // A cluster's CA bundle, proxy and skipped hosts decide what its fetch may reach: a pinned
   // fetch made under one configuration is not reused by a cluster configured otherwise.
   const configDigest = deps.clusterConfig ? fetchConfigDigest(deps.clusterConfig) : '';
-  const pinned = pinnedFetchIdentity(fetchSpec, deps.config.toolVersions.vendir ?? '', credentials, configDigest);
+  // A helm chart is pinned only by the digest its poll resolved (`../../fetch/pinned.ts`).
+  const resolved = new Map(polled.tracked.map((t) => [t.fetch, t.resolved]));
+  const pinned = pinnedFetchIdentity(
+    fetchSpec,
+    deps.config.toolVersions.vendir ?? '',
+    credentials,
+    configDigest,
+    resolved,
+  );
   // A fetch that used a Secret (credentials of a private source, inline pathsFrom Secrets) is
   // private: sealed for this cluster and namespace, never in the fleet-wide cache.
   const scope = fetchIsPrivate(fetchSpec) ? scopeOf(ctx.ref) : undefined;

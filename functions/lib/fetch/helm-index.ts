@@ -1,0 +1,175 @@
+/**
+ * The source poll's resolution of a `helmChart` fetch source: which chart version helm would
+ * fetch now, and which bytes that version names.
+ *
+ * - **An HTTP chart repository** (`repository.url` `http(s)://`): one GET of `<url>/index.yaml`
+ *   (the fetch stage's downloader, `./http-download.ts`: the URL policy on every hop and
+ *   connection, bounded by {@link MAX_HELM_INDEX_BYTES}), parsed with `yaml`, and the entry of
+ *   the chart picked as helm v3's `IndexFile.Get` (`pkg/repo/index.go`) does: the given
+ *   `version` exactly (helm matches the string first, then the version as a constraint: the
+ *   poll follows only full versions, see `sourceTracked`, so the constraint is equality), else
+ *   the latest stable version (helm's constraint `*`, which skips prereleases; entries whose
+ *   version does not parse are skipped too).
+ * - **An OCI registry** (`oci://`): one registry `HEAD` of `<repo>/<name>:<version>`
+ *   (`./registry-digest.ts`), only when a version is given. Without one helm lists the
+ *   repository's tags and picks the highest, a tag list the poll has no client for (and a
+ *   listing per period per chart, not one `HEAD`): such a chart is not polled and keeps
+ *   upstream's sync period.
+ *
+ * The resolved value is `<version>@sha256:<hex>`: the index entry's `digest` (the chart
+ * archive's sha256) or the manifest digest. An index entry without a digest gives
+ * `<version>@index:<sha256 of its urls and created>`, which changes when the chart is
+ * republished under the same version. The pinned fetch asks helm for `<version>` exactly and the
+ * fleet fetch cache keys it by the whole value (`./pinned.ts`), so Apps on one chart version
+ * and digest share one fetch and a republished version is fetched anew. helm does not check
+ * the digest itself: a chart republished between the poll and the fetch is stored under the
+ * older value's key until the next poll resolves the new one (one period).
+ *
+ * @module
+ */
+import { parse as parseYaml } from 'yaml';
+import { canonicalJson, sha256Hex } from '../artifact/keys.js';
+import { createHttpDownloader, type HttpDownloader } from './http-download.js';
+import { type ResolveImageOptions, resolveImageDigest } from './registry-digest.js';
+
+/** Largest `index.yaml` read, bytes: 64 MiB (the largest public chart repositories' are tens of MB). */
+export const MAX_HELM_INDEX_BYTES = 64 * 1024 * 1024;
+
+/** The index has no usable entry for the chart; `message` says which (no URLs with credentials in it). */
+export class HelmIndexError extends Error {
+  override readonly name = 'HelmIndexError';
+}
+
+/** The chart a `helmChart` entry names. */
+export interface HelmChartRef {
+  /** `repository.url`: `http(s)://…` or `oci://…`. */
+  repository: string;
+  /** `name`. */
+  name: string;
+  /** `version`; absent or empty: the latest stable. */
+  version?: string;
+}
+
+/** Options of {@link resolveHelmChart}: the URL policy's guards and the deadline, as a registry resolution's. */
+export interface ResolveHelmOptions
+  extends Pick<ResolveImageOptions, 'checkUrl' | 'lookupFor' | 'signal' | 'fetchImpl'> {
+  /** The download port of the index. Default {@link createHttpDownloader}. */
+  downloader?: HttpDownloader;
+}
+
+/** One chart version of an index (the fields the resolution reads). */
+interface IndexEntry {
+  version: string;
+  digest?: unknown;
+  urls?: unknown;
+  created?: unknown;
+}
+
+/** Masterminds semver's loose version (what helm parses index versions with). */
+const LOOSE_VERSION =
+  /^v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$/;
+
+interface Parsed {
+  nums: [bigint, bigint, bigint];
+  pre: string;
+}
+
+function parseLoose(v: string): Parsed | undefined {
+  const m = LOOSE_VERSION.exec(v);
+  if (!m) return undefined;
+  return { nums: [BigInt(m[1] ?? 0), BigInt(m[2] ?? 0), BigInt(m[3] ?? 0)], pre: m[4] ?? '' };
+}
+
+function cmpNums(a: Parsed, b: Parsed): number {
+  for (let i = 0; i < 3; i++) {
+    const x = a.nums[i] as bigint;
+    const y = b.nums[i] as bigint;
+    if (x !== y) return x > y ? 1 : -1;
+  }
+  return 0;
+}
+
+/** `<repo>/index.yaml`, as helm joins it (path joined, query kept). */
+export function helmIndexUrl(repository: string): string {
+  const u = new URL(repository);
+  u.pathname = `${u.pathname.replace(/\/+$/, '')}/index.yaml`;
+  return u.href;
+}
+
+/**
+ * The entry helm v3 would fetch for `name` (and `version`) from an `index.yaml` (see the module
+ * comment for the rule).
+ * @throws HelmIndexError when the index does not parse, has no such chart, or no version matches
+ */
+export function pickChartVersion(indexYaml: string, name: string, version?: string): IndexEntry {
+  let doc: unknown;
+  try {
+    doc = parseYaml(indexYaml);
+  } catch (err) {
+    throw new HelmIndexError(`index.yaml does not parse: ${(err as Error).message.split('\n')[0]}`);
+  }
+  const entries = (doc as { entries?: Record<string, unknown> } | null)?.entries;
+  const list = entries && typeof entries === 'object' ? entries[name] : undefined;
+  const vs = (Array.isArray(list) ? list : []).filter(
+    (e): e is IndexEntry => e !== null && typeof e === 'object' && typeof (e as IndexEntry).version === 'string',
+  );
+  if (vs.length === 0) throw new HelmIndexError(`index.yaml has no chart ${JSON.stringify(name)}`);
+  if (version) {
+    const exact = vs.find((e) => e.version === version);
+    if (exact) return exact;
+    // helm's constraint `=<version>`: same numbers and prerelease, build metadata ignored.
+    const want = parseLoose(version);
+    const eq = want
+      ? vs.find((e) => {
+          const p = parseLoose(e.version);
+          return p !== undefined && cmpNums(p, want) === 0 && p.pre === want.pre;
+        })
+      : undefined;
+    if (eq) return eq;
+    throw new HelmIndexError(`no chart version found for ${name}-${version}`);
+  }
+  let best: { e: IndexEntry; p: Parsed } | undefined;
+  for (const e of vs) {
+    const p = parseLoose(e.version);
+    if (p?.pre !== '') continue;
+    if (!best || cmpNums(p, best.p) > 0) best = { e, p };
+  }
+  if (!best) throw new HelmIndexError(`no chart version found for ${name}-`);
+  return best.e;
+}
+
+/** `<version>@sha256:<digest>`, or `<version>@index:<hash of urls and created>` without a digest. */
+export function chartEntryResolved(entry: IndexEntry): string {
+  const digest = typeof entry.digest === 'string' ? entry.digest.replace(/^sha256:/, '').toLowerCase() : '';
+  if (/^[0-9a-f]{64}$/.test(digest)) return `${entry.version}@sha256:${digest}`;
+  return `${entry.version}@index:${sha256Hex(canonicalJson({ urls: entry.urls ?? null, created: entry.created ?? null }))}`;
+}
+
+/** The chart version of a resolved value (`<version>@…`): what the pinned fetch asks helm for. */
+export function chartVersionOf(resolved: string): string {
+  const at = resolved.lastIndexOf('@');
+  return at < 0 ? resolved : resolved.slice(0, at);
+}
+
+/**
+ * What `chart` resolves to now (see the module comment).
+ * @throws HelmIndexError; HttpDownloadError (index download); RegistryResolveError (OCI, or an
+ *   OCI chart without a version); UrlPolicyError from the guards; the signal's error at the deadline
+ */
+export async function resolveHelmChart(chart: HelmChartRef, opts: ResolveHelmOptions = {}): Promise<string> {
+  if (/^oci:\/\//i.test(chart.repository)) {
+    if (!chart.version) throw new HelmIndexError('an OCI chart without a version is not resolved');
+    // helm stores `+` of a version as `_` in the OCI tag.
+    const ref = `${chart.repository.replace(/^oci:\/\//i, '').replace(/\/+$/, '')}/${chart.name}:${chart.version.replaceAll('+', '_')}`;
+    return `${chart.version}@${await resolveImageDigest(ref, opts)}`;
+  }
+  const downloader = opts.downloader ?? createHttpDownloader(opts.fetchImpl);
+  const got = await downloader.download({
+    url: helmIndexUrl(chart.repository),
+    maxBytes: MAX_HELM_INDEX_BYTES,
+    ...(opts.signal ? { signal: opts.signal } : {}),
+    ...(opts.checkUrl ? { checkUrl: opts.checkUrl } : {}),
+    ...(opts.lookupFor ? { lookupFor: opts.lookupFor } : {}),
+  });
+  return chartEntryResolved(pickChartVersion(got.body.toString('utf8'), chart.name, chart.version));
+}
