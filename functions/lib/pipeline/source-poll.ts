@@ -559,6 +559,8 @@ async function pokeMembers(
 ): Promise<number> {
   const { resolved, source } = rec;
   const failingSince = failing ? rec.failingSince : undefined;
+  // `<kind> <url> <ref>`; an http source has no ref.
+  const what = [source.kind, source.url, source.ref].filter((p) => p !== '').join(' ');
   const events = [];
   const leave: string[] = [];
   for (const m of targets) {
@@ -591,10 +593,10 @@ async function pokeMembers(
           time: deps.now(),
           cause: failingSince
             ? kind === 'App'
-              ? `${SOURCE_FAILED_CAUSE_PREFIX}${source.kind} ${source.url} ${source.ref}`
+              ? `${SOURCE_FAILED_CAUSE_PREFIX}${what}`
               : `source-failed@${failingSince}`
             : kind === 'App'
-              ? `${SOURCE_MOVED_CAUSE_PREFIX}${source.kind} ${source.url} ${source.ref}@${resolved}`
+              ? `${SOURCE_MOVED_CAUSE_PREFIX}${what}@${resolved}`
               : `source@${resolved}`,
         },
       ),

@@ -43,7 +43,7 @@ import type { PipelineDeps, RunContext, StageOutput } from '../deps.js';
 import { infraStep } from '../retry-bound.js';
 import { trackAppSources } from '../source-poll.js';
 import { closeHandingOn, openStage, type StageFrame } from '../stage.js';
-import { type LoadedApp, readRefs } from '../stage-inputs.js';
+import { type LoadedApp, objectKey, readRefs } from '../stage-inputs.js';
 import { APP_KIND } from './kind.js';
 import { receiptOnEnd, trailWith } from './receipts.js';
 
@@ -68,6 +68,11 @@ interface FetchRun {
   frame: StageFrame<FetchView>;
   /** The App as fetched: its polled sources pinned to the fleet's resolution (else as read). */
   app: App;
+  /**
+   * The App as read, when {@link app} pins an http source to the hash the poll resolved: fetched
+   * instead, unshared, when that pin fails the hash check ({@link runVendir}).
+   */
+  asWritten?: App;
   /** Key of the pinned fetch's record, when every source is pinned; sealed with {@link scope}. */
   recordKey?: string;
   /** The App's cluster and namespace, when the fetch used a Secret (it is then sealed there). */
@@ -181,11 +186,13 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
       : fetchCacheKey(pinned)
     : undefined;
   const usable = recordKey !== undefined && (await fetchPassesUrlPolicy(fetchSpec, deps));
+  const pinsHttp = polled.tracked.some((t) => t.fetch.http !== undefined);
   return {
     ctx,
     deps,
     frame,
     app,
+    ...(pinsHttp ? { asWritten: frame.loaded.app } : {}),
     ...(recordKey ? { recordKey } : {}),
     ...(scope ? { scope } : {}),
     ...(priv ? { priv } : {}),
@@ -232,14 +239,28 @@ async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
  */
 async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<Fetched>> {
   const { ctx, deps, frame, recordKey, scope, priv } = run;
-  let r: VendirFetch;
-  try {
-    r = await fetchWithVendir(run.app, deps, frame.kube, scopeOf(ctx.ref), frame.mask, signal);
-  } catch (err) {
-    if (!signal.aborted) throw err;
-    r = { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+  const vendir = async (app: App): Promise<VendirFetch> => {
+    try {
+      return await fetchWithVendir(app, deps, frame.kube, scopeOf(ctx.ref), frame.mask, signal);
+    } catch (err) {
+      if (!signal.aborted) throw err;
+      return { result: resultFromError(err), toolMs: 0, toolRuns: 0 };
+    }
+  };
+  let r = await vendir(run.app);
+  let tools = { runs: r.toolRuns, ms: r.toolMs };
+  // An http body that is not the one the poll hashed (it changed since, or it changes on every
+  // request): fetch what the URL answers now, as upstream does, and keep no shared record, whose
+  // key names the polled hash. Without this an App on a URL whose body embeds a timestamp
+  // failed every run, where upstream's fetches it.
+  if (run.asWritten && !signal.aborted && httpPinMismatch(r.result)) {
+    deps.log.info({ object: objectKey(ctx.ref) }, 'http source changed since the poll; fetching it as written');
+    r = await vendir(run.asWritten);
+    tools = { runs: tools.runs + r.toolRuns, ms: tools.ms + r.toolMs };
+    run.tools = tools;
+    return { result: { result: frame.mask.result(r.result), fetchKey: r.fetchKey }, shared: false };
   }
-  run.tools = { runs: r.toolRuns, ms: r.toolMs };
+  run.tools = tools;
   const done = { result: frame.mask.result(r.result), fetchKey: r.fetchKey };
   // A deleted App's fetch leaves no record: its run ends stale, with no status. Nor does a
   // retry's with Secrets other than those `recordKey` was computed from (its next run has
@@ -251,6 +272,11 @@ async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<
     else await deps.store.put(recordKey, rec);
   });
   return { result: done, shared: !scope };
+}
+
+/** Whether a failed fetch failed an http download's hash check (`../../fetch/http-source.ts`). */
+function httpPinMismatch(result: StageResult): boolean {
+  return result.exitCode !== 0 && /Expected digest to match 'sha256:/.test(`${result.stderr}\n${result.error ?? ''}`);
 }
 
 /**
