@@ -234,14 +234,17 @@ export function appQuietUntil(
  * watches for it, or a poke: `inline` without `pathsFrom` (upstream tracks no `pathsFrom` of a
  * repository, nor does the forwarder), a pinned source ({@link sourcePinned}), or a source the
  * fleet source poll tracks ({@link sourceTracked}: a moved tag or branch sends it
- * `ref-changed`, `functions/lib/pipeline/repo/source-poll.ts`).
+ * `ref-changed`, `functions/lib/pipeline/source-poll.ts`) other than http, which a repository's
+ * run fetches as written (`trackSource`).
  *
  * @param fetch - The repository's `spec.fetch`, as watched.
  */
 export function repositoryInputsFixed(fetch: unknown): boolean {
   const inline = rec(rec(fetch)?.inline);
   if (inline) return !Array.isArray(inline.pathsFrom) || inline.pathsFrom.length === 0;
-  return sourcePinned(fetch) || sourceTracked(fetch);
+  // http without sha256: the repository run does not join the poll (`trackSource`), so only its
+  // timer notices a new body.
+  return sourcePinned(fetch) || (sourceTracked(fetch) && rec(fetch)?.http === undefined);
 }
 
 /**

@@ -380,8 +380,9 @@ describe('packageRepositoryQuietUntil: a repository at its sync period', () => {
     expect(repositoryInputsFixed({ git: { url: 'https://g.io/r', ref: 'origin/main' } })).toBe(true);
     expect(repositoryInputsFixed({ inline: { paths: { 'p.yml': 'x' } } })).toBe(true);
     expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo', tagSelection: { semver: {} } } })).toBe(true);
-    expect(repositoryInputsFixed({ http: { url: 'https://h.io/r.tgz' } })).toBe(true);
-    // not polled: a Secret, inline from Secrets the forwarder does not watch
+    // not polled: a Secret, http without sha256 (no fallback in a repository's fetch), inline from
+    // Secrets the forwarder does not watch
+    expect(repositoryInputsFixed({ http: { url: 'https://h.io/r.tgz' } })).toBe(false);
     expect(repositoryInputsFixed({ imgpkgBundle: { image: 'r.io/repo:1.0', secretRef: { name: 's' } } })).toBe(false);
     expect(
       repositoryInputsFixed({

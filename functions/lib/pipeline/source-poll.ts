@@ -398,6 +398,10 @@ export async function trackSource(
   object: ObjectRef,
   deps: PipelineDeps,
 ): Promise<TrackedSource | undefined> {
+  // An http repository keeps its timer and fetches as written: its pinned fetch would fail when
+  // the body is not the one the poll hashed, and the repository's fetch has no fallback for it
+  // (the App's fetch stage has: `./app/fetch.ts`). `repositoryInputsFixed` of the forwarder agrees.
+  if (pkgr.spec.fetch.http) return undefined;
   return await trackFetch(pkgr.spec.fetch, memberOf(object, 'PackageRepository'), deps);
 }
 
