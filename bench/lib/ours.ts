@@ -36,6 +36,15 @@ export interface TimedRecord extends StageRunRecord {
   at: number;
 }
 
+/**
+ * With `BENCH_TRACE=1`: one stderr line per pipeline API request (`TRACE api <method> <path>`),
+ * store call (`TRACE store <method> <key>`) and stage-run record (`TRACE stage <stage> <outcome>`),
+ * in order, to see where a run's requests go (the latency scenario marks each run: `TRACE run`).
+ */
+export const trace: ((line: string) => void) | undefined = process.env.BENCH_TRACE
+  ? (line) => process.stderr.write(`TRACE ${line}\n`)
+  : undefined;
+
 /** Counts of API requests by method, `all` in total, and `ms`: their summed wall time. */
 export type ApiCounts = Record<string, number>;
 
@@ -44,6 +53,7 @@ export function countingTransport(inner: RestTransport, counts: ApiCounts): Rest
   return {
     async send(request: RestRequest) {
       counts[request.method] = (counts[request.method] ?? 0) + 1;
+      trace?.(`api ${request.method} ${request.path}`);
       counts.all = (counts.all ?? 0) + 1;
       const t0 = performance.now();
       try {
@@ -78,6 +88,7 @@ export function timedStore(
       return async (...args: unknown[]) => {
         const t0 = performance.now();
         timing.calls++;
+        trace?.(`store ${String(prop)} ${String(args[0])}`);
         try {
           return await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
         } finally {
@@ -182,6 +193,7 @@ function benchLogger(
     (level: string) =>
     (obj: Record<string, unknown>, msg?: string): void => {
       if (msg === 'stage run') {
+        trace?.(`stage ${String(obj.stage)} ${String(obj.outcome)}`);
         records.push({ ...(obj as unknown as StageRunRecord), at: performance.now() });
         return;
       }

@@ -18,7 +18,7 @@ import type { ToolStats } from '../../functions/lib/exec/metrics.js';
 import { type BenchContext, clusterOf, contextOf } from '../lib/context.js';
 import type { KappController } from '../lib/kapp-controller.js';
 import { AppWatch, createAll, createTenants, inlineApp } from '../lib/kube.js';
-import { appKey, startOursIn, toolDelta, waitForwardersReady } from '../lib/ours.js';
+import { appKey, startOursIn, toolDelta, trace, waitForwardersReady } from '../lib/ours.js';
 import { fmtMs, fmtSummaryMs, round, type Summary, summarize } from '../lib/stats.js';
 
 /** One measured run of kapp-lambda. */
@@ -90,6 +90,7 @@ export async function latencyOurs(ctx: BenchContext, runs = 5): Promise<OurLaten
       const api0 = { calls: ours.api.all ?? 0, ms: ours.api.ms ?? 0 };
       const store0 = { ...ours.store };
       const t0 = performance.now();
+      trace?.(`run ${name}`);
       await createAll(rest, [inlineApp(ns, name, `${name} ${Date.now()}`)]);
       const seen = (await watch.waitAll([`${ns}/${name}`], TIMEOUT_MS)).get(`${ns}/${name}`)!;
       if (seen.final !== 'succeeded') throw new Error(`latency: App ${name} failed: ${seen.message}`);
@@ -174,6 +175,7 @@ export async function latencyTheirs(
       const name = i === 0 ? 'warmup' : `run-${i}`;
       await new Promise((r) => setTimeout(r, PAUSE_MS));
       const t0 = performance.now();
+      trace?.(`run ${name}`);
       await createAll(rest, [inlineApp(ns, name, `${name} ${Date.now()}`)]);
       const seen = (await watch.waitAll([`${ns}/${name}`], TIMEOUT_MS)).get(`${ns}/${name}`)!;
       if (seen.final !== 'succeeded')

@@ -14,6 +14,7 @@ import { coalesceEvents } from '../lib/lease/coalesce.js';
 import type { DispatchDeps, RunCopy } from '../lib/pipeline/deps.js';
 import { dispatchEvent } from '../lib/pipeline/dispatch.js';
 import { DEFAULT_MAX_ATTEMPTS, dispatchWithRetryBound } from '../lib/pipeline/retry-bound.js';
+import { carryingArtifacts } from '../lib/pipeline/run-artifacts.js';
 import { KeyedQueue, type KeyedQueueOptions, RetryFrom } from './keyed-queue.js';
 
 /** The coalescing rule, shared with the Lambda run lease (`../lib/lease/`). */
@@ -178,7 +179,8 @@ export class EmbeddedPipeline {
   /**
    * The deps a run gets: the queue runs one event per object at a time and every stage of a run
    * before the next, so `oneRunPerObject` holds (read per run: the runtime sets `deps.emit` after
-   * construction), and the run's {@link RunCopy}. With a `signal` ({@link EmbeddedPipelineOptions.stageSignal}), every tool of
+   * construction), and the run's {@link RunCopy}, whose artifacts answer the run's store reads of
+   * what it stored (`carryingArtifacts`). With a `signal` ({@link EmbeddedPipelineOptions.stageSignal}), every tool of
    * the stage is canceled once it aborts.
    */
   private runDeps(signal: AbortSignal | undefined, runCopy: RunCopy): DispatchDeps {
@@ -187,6 +189,7 @@ export class EmbeddedPipeline {
       ...(signal ? { runner: withSignal(this.deps.runner, signal) } : {}),
       config: { ...this.deps.config, oneRunPerObject: true },
       runCopy,
+      ...(runCopy.artifacts ? { store: carryingArtifacts(this.deps.store, runCopy.artifacts) } : {}),
     };
   }
 
@@ -194,7 +197,8 @@ export class EmbeddedPipeline {
     let ev: KappEvent | undefined = first;
     // The run's stages hand the object on in process: a later stage reads it again only when
     // an event about it arrived meanwhile (see `RunCopy`).
-    const runCopy: RunCopy = { superseded: () => this.queue.hasPending(key) };
+    // Its artifacts too: the next stage reads no tarball or manifest back from the store.
+    const runCopy: RunCopy = { superseded: () => this.queue.hasPending(key), artifacts: new Map() };
     try {
       while (ev) {
         const current: KappEvent = ev;

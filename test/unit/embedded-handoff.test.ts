@@ -24,7 +24,7 @@ import type { AppStatus } from '../../functions/lib/api/index.js';
 import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
-import type { GetOptions, ObjectBody } from '../../functions/lib/store/port.js';
+import type { ObjectBody } from '../../functions/lib/store/port.js';
 import { StoreError } from '../../functions/lib/store/port.js';
 import {
   type AppWorld,
@@ -44,31 +44,37 @@ const tempDir = useTempDir('embedded-handoff-');
 const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
 
 /**
- * A memory store whose first read of a rendered manifest (`get`, the deploy stage) or first write
- * of a fetch artifact (`putIfAbsent`, the fetch stage) fails: that stage crashes once.
+ * A memory store whose first write of a fetch artifact (`putIfAbsent`, the fetch stage) fails:
+ * that stage crashes once.
  */
 class FailsOnce extends MemoryStore {
   failed = false;
   /** Runs when the call fails, while the stage is still running. */
   onFail: () => void = () => {};
-  constructor(private readonly op: 'get' | 'putIfAbsent') {
-    super();
-  }
-  private failNow(op: 'get' | 'putIfAbsent', key: string): void {
-    const prefix = op === 'get' ? 'artifacts/template/' : 'artifacts/fetch/';
-    if (this.failed || op !== this.op || !key.startsWith(prefix)) return;
-    this.failed = true;
-    this.onFail();
-    throw new StoreError(`${op} ${key}: 503 SlowDown`, op, key);
-  }
-  override async get(key: string, opts?: GetOptions): Promise<Buffer | undefined> {
-    this.failNow('get', key);
-    return await super.get(key, opts);
-  }
   override async putIfAbsent(key: string, body: ObjectBody): Promise<'created' | 'exists'> {
-    this.failNow('putIfAbsent', key);
+    if (!this.failed && key.startsWith('artifacts/fetch/')) {
+      this.failed = true;
+      this.onFail();
+      throw new StoreError(`putIfAbsent ${key}: 503 SlowDown`, 'putIfAbsent', key);
+    }
     return await super.putIfAbsent(key, body);
   }
+}
+
+/**
+ * Makes the deploy stage of `w` crash once: its kapp run fails to start (an infrastructure error,
+ * not kapp's own failure), so the stage is retried and runs kapp again. (A run's stages hand the
+ * manifest on in process, so the deploy stage of a whole run reads nothing from the store to
+ * fail on.)
+ */
+function crashDeployOnce(w: AppWorld): { failed: boolean; onFail: () => void } {
+  const crash = { failed: false, onFail: () => {} };
+  w.runner.once('kapp', async () => {
+    crash.failed = true;
+    crash.onFail();
+    throw new Error('spawn kapp EAGAIN');
+  });
+  return crash;
 }
 
 /** A world whose App (generation 1, never reconciled) fetches, renders and deploys with fakes. */
@@ -108,8 +114,8 @@ function manualTimers() {
 
 /** An App run whose deploy crashed once and now waits for its retry timer (fired by hand). */
 async function deployInBackoff() {
-  const store = new FailsOnce('get');
-  const w = world(store);
+  const w = world(new MemoryStore());
+  const store = crashDeployOnce(w);
   const timers = manualTimers();
   const pipeline = new EmbeddedPipeline(w.deps, { setTimer: timers.setTimer });
   await pipeline.send([event('added')]);
@@ -121,8 +127,8 @@ const lastCondition = (w: AppWorld) => w.app()?.status?.conditions?.map((c) => c
 
 describe('embedded template → deploy hand-off', () => {
   it('a resync arriving while the deploy crashes does not drop the deploy retry', async () => {
-    const store = new FailsOnce('get');
-    const w = world(store);
+    const w = world(new MemoryStore());
+    const store = crashDeployOnce(w);
     const pipeline = new EmbeddedPipeline(w.deps, { baseRetryMs: 1, maxRetryMs: 1 });
     // The forwarder's timer (or a relist) sends a resync for the App while its deploy runs.
     store.onFail = () => void pipeline.send([event('resync')]);
@@ -130,7 +136,7 @@ describe('embedded template → deploy hand-off', () => {
     await pipeline.idle();
     expect(store.failed).toBe(true);
     // The deploy was retried (no second fetch): the resync merged into its retry.
-    expect(w.tools()).toEqual(['vendir', 'ytt', 'kapp']);
+    expect(w.tools()).toEqual(['vendir', 'ytt', 'kapp', 'kapp']);
     expect(lastCondition(w)).toEqual(['ReconcileSucceeded']);
   });
 
@@ -143,7 +149,7 @@ describe('embedded template → deploy hand-off', () => {
     expect(pipeline.stats).toEqual({ running: 0, waiting: 1 });
     timers.fireAll();
     await pipeline.idle();
-    expect(w.tools().filter((t) => t === 'kapp')).toEqual(['kapp']);
+    expect(w.tools().filter((t) => t === 'kapp')).toEqual(['kapp', 'kapp']);
     expect(lastCondition(w)).toEqual(['ReconcileSucceeded']);
   });
 
@@ -153,8 +159,46 @@ describe('embedded template → deploy hand-off', () => {
     expect(timers.pending()).toBe(0);
     await pipeline.idle();
     // The new run fetches again (a git ref is never cached) and reuses the render.
-    expect(w.tools()).toEqual(['vendir', 'ytt', 'vendir', 'kapp']);
+    expect(w.tools()).toEqual(['vendir', 'ytt', 'kapp', 'vendir', 'kapp']);
     expect(lastCondition(w)).toEqual(['ReconcileSucceeded']);
+  });
+});
+
+describe("a run's artifacts are handed on in process", () => {
+  it('template and deploy read back neither the tarball nor the manifest their run stored; a retried stage reads the store', async () => {
+    const reads: string[] = [];
+    class Counting extends MemoryStore {
+      override async get(key: string, opts?: Parameters<MemoryStore['get']>[1]): Promise<Buffer | undefined> {
+        reads.push(key);
+        return await super.get(key, opts);
+      }
+    }
+    const store = new Counting();
+    const w = world(store);
+    const pipeline = new EmbeddedPipeline(w.deps, { baseRetryMs: 1, maxRetryMs: 1 });
+    await pipeline.send([event('added')]);
+    await pipeline.idle();
+    expect(w.tools()).toEqual(['vendir', 'ytt', 'kapp']);
+    expect(lastCondition(w)).toEqual(['ReconcileSucceeded']);
+    expect(reads.filter((k) => k.startsWith('artifacts/'))).toEqual([]);
+    // the deploy event retried alone (a new run of the queue) reads its manifest from the store
+    const next = world(store, SUCCEEDED_BEFORE);
+    crashDeployOnce(next);
+    const again = new EmbeddedPipeline(next.deps, { baseRetryMs: 1, maxRetryMs: 1 });
+    const manifestKey = templateArtifactKey(sha256Hex(MANIFEST));
+    await again.send([
+      deployEvent(
+        {
+          object: REF,
+          run: RUN,
+          artifacts: { fetchKey: fetchArtifactKey('f'.repeat(64)), manifestKey },
+        },
+        { time: new Date(NOW) },
+      ),
+    ]);
+    await again.idle();
+    expect(next.tools()).toEqual(['kapp', 'kapp']);
+    expect(reads.filter((k) => k === manifestKey)).toHaveLength(2);
   });
 });
 
@@ -193,7 +237,7 @@ describe('coalesceEvents', () => {
 
 describe('a crashed object event merged with one that arrived meanwhile', () => {
   it('a ref-changed whose fetch crashes while a resync arrives still forces its run', async () => {
-    const store = new FailsOnce('putIfAbsent');
+    const store = new FailsOnce();
     // Reconciled 10 s ago: a resync alone is not due.
     const recent = { ...SUCCEEDED_BEFORE, fetch: { exitCode: 0, updatedAt: '2024-12-31T23:59:50Z' } } as AppStatus;
     const w = world(store, recent);

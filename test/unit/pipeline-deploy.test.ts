@@ -336,6 +336,32 @@ describe('no-op resync (the deploy record)', () => {
     expect(w.outcomes().at(-1)).toEqual(['deploy', 'cached']);
   });
 
+  it('a first deploy that changed the cluster sends no DELETE for a record it found absent; a kept one is removed', async () => {
+    let live = [LIVE];
+    const w = world(() => live);
+    const key = await deployRecordKey(w.deps, REF);
+    const deletes: string[] = [];
+    const del = w.store.delete.bind(w.store);
+    w.store.delete = async (k) => {
+      deletes.push(k);
+      return await del(k);
+    };
+    const applying = kappWith('12:00:00AM: ---- applying 1 changes [0/1 done] ----\nSucceeded');
+    w.runner.once('kapp', applying);
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp']);
+    expect(deletes).toEqual([]);
+    // a run that applied nothing keeps its record; the next one that changes the cluster removes it
+    await deploy(w);
+    expect(await w.store.get(key)).toBeDefined();
+    live = [{ ...LIVE, metadata: { ...LIVE.metadata, resourceVersion: '7' }, data: { a: 'hand' } }];
+    w.runner.once('kapp', applying);
+    await deploy(w);
+    expect(w.tools()).toEqual(['kapp', 'kapp', 'kapp']);
+    expect(deletes).toEqual([key]);
+    expect(await w.store.get(key)).toBeUndefined();
+  });
+
   it('a resync whose kapp run changed nothing (same output) writes no status; a failure does', async () => {
     const w = world(() => [LIVE]);
     await deploy(w);

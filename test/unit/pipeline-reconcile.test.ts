@@ -19,6 +19,8 @@ import {
 } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import type { NewEvent } from '../../functions/lib/kube/port.js';
+import { ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/app/receipts.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { buildReceipt, receiptKey } from '../../functions/lib/receipt/receipt.js';
@@ -326,5 +328,45 @@ describe('rollback to a receipt (kapp-lambda.carvel.dev/rollback-to)', () => {
     const next = await dispatchEvent(objectEvent(REF, 'resync', { time: new Date(NOW) }), w.deps);
     expect(next?.type).toBe('dev.kapp-lambda.stage.template.v1');
     expect(w.tools()).toEqual(['vendir']);
+  });
+});
+
+describe('the run announces itself alongside the fetch', () => {
+  it('vendir starts while ReconcileStarted is being written; the handler returns only once it is', async () => {
+    const w = appWorld({ app: appObject({}), tmpRoot: path.join(tempDir(), 'scratch') });
+    const written: string[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    Object.assign(w.deps, { events: new ReconcileEventRecorder({ repeatIntervalMs: 0 }) });
+    Object.assign(w.deps.clusters, {
+      eventWriter: () => ({
+        async writeEvent(e: NewEvent) {
+          await held;
+          written.push(e.reason);
+          return 'created' as const;
+        },
+      }),
+    });
+    let vendirStarted = false;
+    w.runner.on(
+      'vendir',
+      vendirWrites('lock: vendir\n', () => {
+        vendirStarted = true;
+      }),
+    );
+    let returned = false;
+    const handled = dispatchEvent(objectEvent(REF, 'added', { time: new Date(NOW) }), w.deps).then((next) => {
+      returned = true;
+      return next;
+    });
+    while (!vendirStarted) await new Promise((r) => setImmediate(r));
+    expect(written).toEqual([]);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(returned).toBe(false);
+    release();
+    expect((await handled)?.type).toBe('dev.kapp-lambda.stage.template.v1');
+    expect(written).toEqual(['ReconcileStarted']);
   });
 });

@@ -102,6 +102,25 @@ describe('fleet single-flight', () => {
     expect(await f.store.get(MARKER)).toBeUndefined();
   });
 
+  it('a runner alone claims the absent marker with one conditional create: no read of the marker', async () => {
+    const ops: string[] = [];
+    const store = new MemoryStore();
+    for (const op of ['get', 'getVersioned', 'putIfMatch', 'put', 'delete'] as const) {
+      const inner = (store[op] as (...a: unknown[]) => Promise<unknown>).bind(store);
+      Object.assign(store, {
+        [op]: async (...a: unknown[]) => {
+          ops.push(`${op} ${a[0] === MARKER ? 'marker' : 'record'}`);
+          return await inner(...a);
+        },
+      });
+    }
+    const f = fleet(store);
+    const out = await singleFlight(f.opts('alone'), f.find, f.runner());
+    expect(out).toEqual({ kind: 'ran', result: 'made', role: 'leader' });
+    // claim, look again (the artifact may have landed before the claim), run and store, release
+    expect(ops).toEqual(['putIfMatch marker', 'get record', 'put record', 'delete marker']);
+  });
+
   it('a crashed holder: its expired marker is taken over by CAS and the tool runs once', async () => {
     const f = fleet();
     const expired = new Date(T0 - 1).toISOString();

@@ -207,24 +207,31 @@ export async function singleFlight<T, R>(
   let waitingOn: string | undefined;
   let waitStart: number | undefined;
   let delay = FLIGHT_POLL_FIRST_MS;
+  /** The marker is ours now: lead, unless the artifact landed meanwhile. */
+  const claimedIt = async (taken?: FlightMarker): Promise<FlightOutcome<T, R>> => {
+    if (taken && !taken.failed)
+      log.warn({ key: opts.key, holder: taken.holder }, 'in-flight marker had expired; taken over');
+    // The artifact may have landed between the caller's lookup (or the last poll) and the claim.
+    const hit = await find().catch(async (err: unknown) => {
+      await rewrite(true).catch(() => undefined);
+      throw err;
+    });
+    if (hit === undefined) return await lead();
+    await store.delete(marker).catch(() => undefined);
+    return { kind: 'found', value: hit, waited: waitStart !== undefined };
+  };
+  // Mostly no other runner makes this artifact now and there is no marker: one conditional
+  // create claims it without reading it first (a marker there, live, failed or expired, makes
+  // it a conflict, and the loop reads it as before).
+  const created = await step('taking the in-flight marker', () => store.putIfMatch(marker, body(), undefined));
+  if (created === 'written') return await claimedIt();
   for (let conflicts = 0; ; ) {
     const got = await step('reading the in-flight marker', () => store.getVersioned(marker));
     const cur = parseFlightMarker(got?.body);
     if (cur?.failed && cur.holder === waitingOn) return await solo('the runner it waited for failed');
     if (!cur || cur.failed || Date.parse(cur.expiresAt) <= nowMs()) {
       const claimed = await step('taking the in-flight marker', () => store.putIfMatch(marker, body(), got?.etag));
-      if (claimed === 'written') {
-        if (cur && !cur.failed)
-          log.warn({ key: opts.key, holder: cur.holder }, 'in-flight marker had expired; taken over');
-        // The artifact may have landed between the caller's lookup (or the last poll) and the claim.
-        const hit = await find().catch(async (err: unknown) => {
-          await rewrite(true).catch(() => undefined);
-          throw err;
-        });
-        if (hit === undefined) return await lead();
-        await store.delete(marker).catch(() => undefined);
-        return { kind: 'found', value: hit, waited: waitStart !== undefined };
-      }
+      if (claimed === 'written') return await claimedIt(cur);
       if (++conflicts >= CLAIM_ATTEMPTS) return await solo('the in-flight marker kept changing');
       continue;
     }

@@ -257,6 +257,11 @@ export interface RunCopy {
   frame?: { latest?: KubeObject };
   /** True when an event about the object waits behind this run. */
   superseded: () => boolean;
+  /**
+   * The artifacts the run stored so far, by key (`./run-artifacts.ts` `carryingArtifacts`, which
+   * the driver puts in front of the run's store): a later stage reads them without a request.
+   */
+  artifacts?: Map<string, Buffer>;
 }
 
 /** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */

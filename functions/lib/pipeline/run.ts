@@ -68,6 +68,12 @@ export type OpenRun<V extends FetchView, L extends { raw: KubeObject }, S = AppS
        * ({@link StageKind.reconciling} `alongside`): await it before anything else is written.
        */
       reconciling?: Promise<StatusWriteResult>;
+      /**
+       * The run's `ReconcileStarted` (and `DriftDetected`) Events, written alongside the run when
+       * {@link OpenRunInput.announceAlongside}: await it before the event's handler returns. Never
+       * rejects (a failed Event write is logged and dropped).
+       */
+      announced?: Promise<void>;
     };
 
 /** What {@link openRun} takes. */
@@ -80,6 +86,12 @@ export interface OpenRunInput<V extends FetchView, L extends { raw: KubeObject }
   view: (clusterId: string) => V;
   /** The kind of object. */
   kind: StageKind<L, S>;
+  /**
+   * Writes the run's Events alongside the run instead of before it ({@link OpenRun} `announced`):
+   * an Event never delays a reconcile (`../observe/events.ts`), so the first stage starts without
+   * waiting for the API server to take it. The caller awaits `announced` before it returns.
+   */
+  announceAlongside?: boolean;
 }
 
 /**
@@ -177,26 +189,28 @@ export async function openRun<
       if (written.object) opened.latest = written.object;
     }
   }
-  if (!kind.keepsRunLine) {
-    done('succeeded');
-    // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event, not for a resync
-    // of a generation that succeeded: an idle one changes nothing and writes nothing; a failing
-    // object's retries and drift reverts still announce themselves).
-    const settledResync =
-      !specChanged &&
-      !ev.cause?.startsWith(DRIFT_CAUSE_PREFIX) &&
-      hasTrueCondition(kind.status(loaded)?.conditions, 'ReconcileSucceeded');
-    await observe.started({ event: !settledResync });
-  }
-  if (ev.cause?.startsWith(DRIFT_CAUSE_PREFIX)) {
-    deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for drift in deployed objects');
-    await observe.drift(ev.cause);
+  if (!kind.keepsRunLine) done('succeeded');
+  const drift = ev.cause?.startsWith(DRIFT_CAUSE_PREFIX) ? ev.cause : undefined;
+  const announce = async () => {
+    if (!kind.keepsRunLine) {
+      // Upstream `setReconciling`: attempt + 1 (and our `ReconcileStarted` Event, not for a resync
+      // of a generation that succeeded: an idle one changes nothing and writes nothing; a failing
+      // object's retries and drift reverts still announce themselves).
+      const settledResync =
+        !specChanged && !drift && hasTrueCondition(kind.status(loaded)?.conditions, 'ReconcileSucceeded');
+      await observe.started({ event: !settledResync });
+    }
+    if (drift) await observe.drift(drift);
+  };
+  if (drift) {
+    deps.log.info({ object: key, generation, cause: drift }, 'reconciling for drift in deployed objects');
   } else if (ev.cause?.startsWith(SOURCE_MOVED_CAUSE_PREFIX)) {
     deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for a moved source');
   } else if (ev.cause?.startsWith(SOURCE_FAILED_CAUSE_PREFIX)) {
     deps.log.info({ object: key, generation, cause: ev.cause }, 'reconciling for a source the poll cannot resolve');
   }
-  return { state: 'run', run: opened, ...(reconciling ? { reconciling } : {}) };
+  const announced = input.announceAlongside ? announce().catch(() => {}) : await announce();
+  return { state: 'run', run: opened, ...(reconciling ? { reconciling } : {}), ...(announced ? { announced } : {}) };
 }
 
 /**

@@ -274,7 +274,7 @@ async function applyManifest(
         { object: objectKey(frame.object), stage: 'deploy' },
         'deploy record not kept: kapp changed the cluster; the next resync runs kapp to confirm what it left',
       );
-      await deps.store.delete(record.key).catch(() => {});
+      if (record.stored) await deps.store.delete(record.key).catch(() => {});
     } else if (!result.error && !run.cut && record.key && meta && access.kubeconfigYaml) {
       await keepDeployRecord(frame, record.key, deps, access.kubeconfigYaml, {
         generation: frame.fence.generation,
@@ -481,6 +481,13 @@ interface RecordState {
   specDigest: string;
   /** The record, when it matches this run (see {@link reuseBlocker}). */
   reusable?: DeployRecord;
+  /**
+   * Whether the run's read found anything under {@link key} (a record, or one this runtime does
+   * not read): only then is there one to remove. Runs of one App are one at a time (the FIFO
+   * group, the embedded queue), so nothing else writes it between the read and the deploy's end:
+   * a first deploy, which finds none, sends no DELETE.
+   */
+  stored?: boolean;
 }
 
 /** Key of the deploy record of the App `ref` (per cluster, namespace, name and uid); the delete path removes it. */
@@ -505,9 +512,10 @@ async function deployRecordOf(
   const specDigest = deploySpecDigest(app, deps.config);
   if (!deps.keyring || !deps.appReader || app.spec.cluster) return { specDigest };
   const key = await deployRecordKey(deps, data.object);
-  const record = parseDeployRecord(
-    await infraStep('reading the deploy record', () => privateArtifacts(deps).get(scopeOf(data.object), key)),
+  const body = await infraStep('reading the deploy record', () =>
+    privateArtifacts(deps).get(scopeOf(data.object), key),
   );
+  const record = parseDeployRecord(body);
   const blocker = reuseBlocker(record, {
     generation: frame.fence.generation,
     manifestKey: manifestKeyOf(data),
@@ -516,11 +524,12 @@ async function deployRecordOf(
     inspect: app.spec.deploy?.[0]?.kapp ? wantsInspect(app.spec.deploy[0].kapp) : false,
     lastDeploy: app.status?.deploy,
   });
+  const stored = body !== undefined;
   if (blocker || !record) {
     deps.log.debug({ object: objectKey(data.object), stage: 'deploy' }, `kapp runs: ${blocker}`);
-    return { key, specDigest };
+    return { key, specDigest, stored };
   }
-  return { key, specDigest, reusable: record };
+  return { key, specDigest, stored, reusable: record };
 }
 
 /**

@@ -44,15 +44,21 @@ export async function handleAppEvent(event: ObjectEvent, deps: PipelineDeps): Pr
     event: event.data,
     view: (id) => deps.clusters.fetchView(id),
     kind: APP_KIND,
+    // `ReconcileStarted` is written while the fetch runs: the run does not wait for it.
+    announceAlongside: true,
   });
   if (opened.state === 'deleting') return { delete: runContext(opened.run) };
   if (opened.state !== 'run') return {};
   const { run } = opened;
   const ctx = runContext(run);
-  // A rollback deploys a kept receipt's render instead of fetching and templating (`./rollback.ts`).
-  const rollbackTo = activeRollback(run.loaded.raw);
-  if (rollbackTo) return await runRollback(ctx, run.loaded, rollbackTo, deps, run.latest);
-  return await runFetch(ctx, run.loaded, deps, run.latest);
+  try {
+    // A rollback deploys a kept receipt's render instead of fetching and templating (`./rollback.ts`).
+    const rollbackTo = activeRollback(run.loaded.raw);
+    if (rollbackTo) return await runRollback(ctx, run.loaded, rollbackTo, deps, run.latest);
+    return await runFetch(ctx, run.loaded, deps, run.latest);
+  } finally {
+    await opened.announced;
+  }
 }
 
 /** The run an opened App event starts: a new run id, timed from the open. */
