@@ -9,7 +9,7 @@
  * | `KAPP_LAMBDA_BUCKET_PREFIX` | key prefix inside the bucket, e.g. `kapp-lambda/` | `''` |
  * | `KAPP_LAMBDA_S3_ENDPOINT` | S3-compatible endpoint (`http(s)://…`); path-style addressing | AWS |
  * | `KAPP_LAMBDA_SQS_ENDPOINT` | SQS-compatible endpoint (`http(s)://…`) | AWS |
- * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function | optional |
+ * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function (a function's own queue URL lets it delete the records it handled before the invocation returns) | optional |
  * | `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` | FIFO queue of the template function | required by fetch |
  * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template, deploy |
  * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of the index-repo function | optional |
@@ -38,6 +38,7 @@
  * | `KAPP_LAMBDA_METRICS` | reconcile metrics as CloudWatch EMF log lines: `cluster` (dimensions `clusterId`, `controller`), `object` (also per object: upstream's labels as dimensions, one custom metric per series and object) or `off` | `cluster` |
  * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
+ * | `KAPP_LAMBDA_RECORD_CONCURRENCY` | records of one batch run at once, at most (1..10; records of one message group always one after another) | the stage's {@link STAGE_RECORD_CONCURRENCY} |
  * | `KAPP_LAMBDA_MAX_RECEIVE_COUNT` | the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed` | `5` |
  * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
  * | `KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT` | Secrets Manager-compatible endpoint (`http(s)://…`) | AWS |
@@ -108,6 +109,33 @@ export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly Pipeli
   'index-repo': ['install', 'index-repo', 'fetch'],
   install: ['install'],
 };
+
+/**
+ * Default `KAPP_LAMBDA_RECORD_CONCURRENCY` per function: how many records of one SQS batch (up
+ * to 10, `STAGE_SIZING` of `infra/aws/stages.ts`) run side by side in one invocation, from the
+ * function's memory and what its tool needs. Most records of a burst (a forwarder restart, a
+ * fleet upgrade) are resyncs answered from the caches and deploy records, mostly waiting on S3
+ * and the API server, so they overlap well; the bound keeps the rare real runs within the
+ * function's memory, CPU and `/tmp`:
+ *
+ * - fetch 4: vendir, imgpkg and helm wait on the network; 1024 MiB holds four downloads, and the
+ *   4 GiB of `/tmp` about 1 GiB of tree and tarball each;
+ * - template 4: a render is CPU-bound (2048 MiB, about 1.2 vCPU), but a resync whose render is
+ *   cached runs no tool; four real renders at once each take about four times as long, well
+ *   within the 300 s timeout for an ordinary App;
+ * - deploy 4: kapp waits on the API server for what it applies (a few hundred MiB each of the
+ *   1024 MiB), and the deploy record answers an unchanged resync without kapp;
+ * - index-repo 1: one run fetches, templates and deploys a whole repository's packages, the
+ *   heaviest run there is, and repositories are few;
+ * - install 10: no tool, only API calls (resolve a version, write an App): a whole batch at once.
+ */
+export const STAGE_RECORD_CONCURRENCY: Readonly<Record<PipelineStage, number>> = Object.freeze({
+  fetch: 4,
+  template: 4,
+  deploy: 4,
+  'index-repo': 1,
+  install: 10,
+});
 
 /** One `<function>=<role id>` entry of `KAPP_LAMBDA_FUNCTION_SENDERS`. */
 export interface FunctionSender {
@@ -205,6 +233,8 @@ export interface LambdaConfig {
    * redrive policy (see `pipeline/retry-bound.ts`).
    */
   maxReceiveCount: number;
+  /** `KAPP_LAMBDA_RECORD_CONCURRENCY`, default the stage's {@link STAGE_RECORD_CONCURRENCY}. */
+  recordConcurrency: number;
 }
 
 /** Where a function finds its clusters at run time (`../kube/fleet-registry.ts`). */
@@ -306,6 +336,7 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(intText(1, 1000)),
+  KAPP_LAMBDA_RECORD_CONCURRENCY: optional(intText(1, 10)),
   KAPP_LAMBDA_KUBE_API_QPS: optional(intText(0, 100_000)),
   KAPP_LAMBDA_KUBE_API_BURST: optional(intText(1, 100_000)),
   KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: optional(
@@ -415,6 +446,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     metrics: e.KAPP_LAMBDA_METRICS,
     urlPolicy: parseUrlPolicy(e.KAPP_LAMBDA_URL_POLICY, e.KAPP_LAMBDA_URL_ALLOW, 'enforce'),
     maxReceiveCount: e.KAPP_LAMBDA_MAX_RECEIVE_COUNT ?? DEFAULT_MAX_ATTEMPTS,
+    recordConcurrency: e.KAPP_LAMBDA_RECORD_CONCURRENCY ?? STAGE_RECORD_CONCURRENCY[stage],
   };
   if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
   if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;
