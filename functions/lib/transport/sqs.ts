@@ -160,8 +160,8 @@ export class SqsEventSender implements EventSender {
  * {@link MessageDeleter} of one function's own FIFO queue: `DeleteMessageBatch` requests of up to
  * {@link SQS_BATCH_ENTRIES} receipt handles (the function role's `sqs:DeleteMessage`, which its
  * event source mapping's consume grant carries). The mapping deletes the same records again
- * when the invocation returns; deleting early is what it allows a handler (its own delete of an
- * already deleted message fails no record).
+ * when the invocation returns; that its second delete fails nothing is not yet shown on AWS
+ * (`docs/lambda-runtime.md`, "FIFO ordering").
  */
 export class SqsMessageDeleter implements MessageDeleter {
   readonly #client: SqsSendClient;
