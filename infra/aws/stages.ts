@@ -52,20 +52,21 @@ export interface StageSizing {
  * - install: no tool, only API calls (resolve a version, write an App): small and short, and a
  *   batch of 10 since each record takes seconds.
  *
- * Every stage takes up to 10 records per invocation (SQS FIFO's most), so a burst of events
- * (a forwarder restart, a fleet upgrade, a moved source used by many Apps) costs a tenth of the
- * invocations: most of its records are resyncs answered from the caches and deploy records in
- * moments. The records of different Apps run side by side (`recordConcurrency`), each App's in
- * order, and an App's records that succeeded are deleted from the queue at once, so a slow
- * record does not hold a fast neighbour's App; a record starts only while half the function
- * timeout is left (`functions/lib/entry/stage-handler.ts`), so each has at least half of it.
+ * The tool stages take one record per invocation: their tools share the function's uid, so two
+ * Apps' runs must not overlap in one execution environment (`STAGE_RECORD_CONCURRENCY`), and in
+ * series the function timeout would bound the sum of ten runs and a slow record would hold the
+ * rest of its batch. install takes batches of 10 and runs them side by side (no tool), each
+ * App's records in order, and deletes the records that succeeded at once, so a slow record holds
+ * no neighbour's object (`functions/lib/entry/stage-handler.ts`). A burst of tool-stage events
+ * (a forwarder restart) therefore still costs one invocation per event and stage; most of them
+ * are resyncs answered from the caches in tens of ms.
  */
 export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
   fetch: {
     memoryMiB: STAGE_MEMORY_MIB.fetch,
     ephemeralMiB: 4096,
     timeoutSeconds: 600,
-    batchSize: 10,
+    batchSize: 1,
     recordConcurrency: STAGE_RECORD_CONCURRENCY.fetch,
     concurrency: 10,
   },
@@ -73,7 +74,7 @@ export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
     memoryMiB: STAGE_MEMORY_MIB.template,
     ephemeralMiB: 2048,
     timeoutSeconds: 300,
-    batchSize: 10,
+    batchSize: 1,
     recordConcurrency: STAGE_RECORD_CONCURRENCY.template,
     concurrency: 10,
   },
@@ -81,7 +82,7 @@ export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
     memoryMiB: STAGE_MEMORY_MIB.deploy,
     ephemeralMiB: 1024,
     timeoutSeconds: 900,
-    batchSize: 10,
+    batchSize: 1,
     recordConcurrency: STAGE_RECORD_CONCURRENCY.deploy,
     concurrency: 10,
   },
@@ -89,7 +90,7 @@ export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
     memoryMiB: STAGE_MEMORY_MIB['index-repo'],
     ephemeralMiB: 4096,
     timeoutSeconds: 900,
-    batchSize: 10,
+    batchSize: 1,
     recordConcurrency: STAGE_RECORD_CONCURRENCY['index-repo'],
     concurrency: 5,
   },

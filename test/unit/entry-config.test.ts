@@ -51,7 +51,7 @@ describe('parseLambdaEnv', () => {
       metrics: 'cluster',
       urlPolicy: { mode: 'enforce', allow: [] },
       maxReceiveCount: 5,
-      recordConcurrency: 4,
+      recordConcurrency: 1,
     };
     expect(parseLambdaEnv('fetch', base)).toEqual(want);
   });

@@ -151,7 +151,7 @@ describe('createLambdaDeps', () => {
     expect(deps.sender).toBeInstanceOf(SqsEventSender);
     // Its own queue's URL given: handled records are deleted early; the stage's records at once.
     expect(deps.deleter).toBeInstanceOf(SqsMessageDeleter);
-    expect(deps.recordConcurrency).toBe(4);
+    expect(deps.recordConcurrency).toBe(1);
     const withoutOwnQueue = createLambdaDeps(
       parseLambdaEnv('template', {
         ...env,

@@ -111,28 +111,21 @@ export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly Pipeli
 };
 
 /**
- * Default `KAPP_LAMBDA_RECORD_CONCURRENCY` per function: how many records of one SQS batch (up
- * to 10, `STAGE_SIZING` of `infra/aws/stages.ts`) run side by side in one invocation, from the
- * function's memory and what its tool needs. Most records of a burst (a forwarder restart, a
- * fleet upgrade) are resyncs answered from the caches and deploy records, mostly waiting on S3
- * and the API server, so they overlap well; the bound keeps the rare real runs within the
- * function's memory, CPU and `/tmp`:
+ * Default `KAPP_LAMBDA_RECORD_CONCURRENCY` per function: how many records of one SQS batch run
+ * side by side in one invocation.
  *
- * - fetch 4: vendir, imgpkg and helm wait on the network; 1024 MiB holds four downloads, and the
- *   4 GiB of `/tmp` about 1 GiB of tree and tarball each;
- * - template 4: a render is CPU-bound (2048 MiB, about 1.2 vCPU), but a resync whose render is
- *   cached runs no tool; four real renders at once each take about four times as long, well
- *   within the 300 s timeout for an ordinary App;
- * - deploy 4: kapp waits on the API server for what it applies (a few hundred MiB each of the
- *   1024 MiB), and the deploy record answers an unchanged resync without kapp;
- * - index-repo 1: one run fetches, templates and deploys a whole repository's packages, the
- *   heaviest run there is, and repositories are few;
- * - install 10: no tool, only API calls (resolve a version, write an App): a whole batch at once.
+ * - fetch, template, deploy, index-repo 1: their tools share the function's uid (Lambda cannot
+ *   switch uids, issue 7), so a tool that code escaped into could read the run directories of
+ *   records running beside it (other Apps' fetched and rendered files, some made from their
+ *   Secrets). These functions also take one record per invocation (`STAGE_SIZING` of
+ *   `infra/aws/stages.ts`): in series, a slow record would hold the rest of its batch.
+ * - install 10: no tool, only API calls (resolve a version, write an App): a whole batch at
+ *   once, so one slow record (a cluster whose API server is slow) holds no other cluster's.
  */
 export const STAGE_RECORD_CONCURRENCY: Readonly<Record<PipelineStage, number>> = Object.freeze({
-  fetch: 4,
-  template: 4,
-  deploy: 4,
+  fetch: 1,
+  template: 1,
+  deploy: 1,
   'index-repo': 1,
   install: 10,
 });
