@@ -587,9 +587,12 @@ export class KappLambdaStack extends Stack {
       environmentEncryption: this.artifactKey,
       environment: {
         KAPP_LAMBDA_BUCKET: this.bucket.bucketName,
+        // The queues it sends to, and its own: it deletes the records it handled while others of
+        // the batch still run (the mapping's consume grant holds `sqs:DeleteMessage`).
         ...Object.fromEntries(
-          (NEXT_STAGES[stage] ?? []).map((next) => [queueUrlEnv(next), queues[next].queue.queueUrl]),
+          [...new Set([...(NEXT_STAGES[stage] ?? []), stage])].map((q) => [queueUrlEnv(q), queues[q].queue.queueUrl]),
         ),
+        KAPP_LAMBDA_RECORD_CONCURRENCY: String(sizing.recordConcurrency),
         // Install runs no tool: nothing for tool versions to key (`parseLambdaEnv` allows none).
         ...(STAGE_TOOLS[stage].length === 0
           ? {}

@@ -10,6 +10,7 @@ import { API_VERSIONS, KINDS, objectEvent, targetFunction } from '../../events/s
 import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
+import { STAGE_RECORD_CONCURRENCY } from '../../functions/lib/entry/config.js';
 import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
@@ -24,8 +25,17 @@ export interface StageSizing {
   readonly ephemeralMiB: number;
   /** Function timeout, seconds (at most 900, Lambda's limit). */
   readonly timeoutSeconds: number;
-  /** Records per invocation (a FIFO event source mapping takes 1..10). */
+  /**
+   * Records per invocation (a FIFO event source mapping takes 1..10, and no batching window:
+   * it hands over what the queue has at once, so a batch fills only when records wait).
+   */
   readonly batchSize: number;
+  /**
+   * Records of one batch run at once, at most (`KAPP_LAMBDA_RECORD_CONCURRENCY`, default
+   * `STAGE_RECORD_CONCURRENCY` of `functions/lib/entry/config.ts`, which says why each); records
+   * of one message group (one object) always run one after another.
+   */
+  readonly recordConcurrency: number;
   /** Default of the event source mapping's `maxConcurrency` (2..1000); context `concurrency` overrides it. */
   readonly concurrency: number;
 }
@@ -42,16 +52,30 @@ export interface StageSizing {
  * - install: no tool, only API calls (resolve a version, write an App): small and short, and a
  *   batch of 10 since each record takes seconds.
  *
- * The tool stages take one record per invocation: the function timeout then bounds one run,
- * not the sum of ten (a FIFO batch is processed in order, so a long record would delay the rest).
+ * The tool stages take one record per invocation: their tools share the function's uid, so two
+ * Apps' runs must not overlap in one execution environment (`STAGE_RECORD_CONCURRENCY`), and in
+ * series the function timeout would bound the sum of ten runs and a slow record would hold the
+ * rest of its batch. install takes batches of 10 and runs them side by side (no tool), each
+ * App's records in order, and deletes the records that succeeded at once, so a slow record holds
+ * no neighbour's object (`functions/lib/entry/stage-handler.ts`). A burst of tool-stage events
+ * (a forwarder restart) therefore still costs one invocation per event and stage; most of them
+ * are resyncs answered from the caches in tens of ms.
  */
 export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
-  fetch: { memoryMiB: STAGE_MEMORY_MIB.fetch, ephemeralMiB: 4096, timeoutSeconds: 600, batchSize: 1, concurrency: 10 },
+  fetch: {
+    memoryMiB: STAGE_MEMORY_MIB.fetch,
+    ephemeralMiB: 4096,
+    timeoutSeconds: 600,
+    batchSize: 1,
+    recordConcurrency: STAGE_RECORD_CONCURRENCY.fetch,
+    concurrency: 10,
+  },
   template: {
     memoryMiB: STAGE_MEMORY_MIB.template,
     ephemeralMiB: 2048,
     timeoutSeconds: 300,
     batchSize: 1,
+    recordConcurrency: STAGE_RECORD_CONCURRENCY.template,
     concurrency: 10,
   },
   deploy: {
@@ -59,6 +83,7 @@ export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
     ephemeralMiB: 1024,
     timeoutSeconds: 900,
     batchSize: 1,
+    recordConcurrency: STAGE_RECORD_CONCURRENCY.deploy,
     concurrency: 10,
   },
   'index-repo': {
@@ -66,6 +91,7 @@ export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
     ephemeralMiB: 4096,
     timeoutSeconds: 900,
     batchSize: 1,
+    recordConcurrency: STAGE_RECORD_CONCURRENCY['index-repo'],
     concurrency: 5,
   },
   install: {
@@ -73,6 +99,7 @@ export const STAGE_SIZING: Readonly<Record<PipelineStage, StageSizing>> = {
     ephemeralMiB: 512,
     timeoutSeconds: 120,
     batchSize: 10,
+    recordConcurrency: STAGE_RECORD_CONCURRENCY.install,
     concurrency: 5,
   },
 };

@@ -735,7 +735,8 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
       },
       { timeoutMs: 30_000, intervalMs: 100 },
     );
-    expect(again.map((i) => [i.outcome, i.receiveCounts[0]])).toEqual([
+    // A batch may hold other records: read this record's receive count at its place.
+    expect(again.map((i) => [i.outcome, i.receiveCounts[i.messageIds.indexOf(messageId)]])).toEqual([
       ['error', 1],
       ['ok', 2],
     ]);
@@ -854,9 +855,14 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     expect(messageId, JSON.stringify(ours)).not.toBe('');
     await deadLettered(fetch.dlq.url, messageId, "the refused App's fetch record");
     const tries = fetch.mapping.invocations.filter((i) => i.messageIds.includes(messageId));
-    expect(tries.map((i) => [i.receiveCounts[0], i.failed.length])).toEqual(
-      Array.from({ length: DEFAULT_MAX_ATTEMPTS }, (_, n) => [n + 1, 1]),
-    );
+    // Batches of 10: a try's batch may hold other records (a later event of this App, skipped
+    // behind it, or another test's), so each try is read at this record's place.
+    expect(
+      tries.map((i) => {
+        const at = i.messageIds.indexOf(messageId);
+        return [i.receiveCounts[at], i.failed.includes(messageId)];
+      }),
+    ).toEqual(Array.from({ length: DEFAULT_MAX_ATTEMPTS }, (_, n) => [n + 1, true]));
     await kube.k(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', name]);
   });
 });

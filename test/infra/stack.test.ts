@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { fetchCacheKey, INFLIGHT_PREFIX, inflightKey, renderCacheKey } from '../../functions/lib/artifact/keys.js';
-import { NEXT_STAGES, parseLambdaEnv } from '../../functions/lib/entry/config.js';
+import { NEXT_STAGES, parseLambdaEnv, STAGE_RECORD_CONCURRENCY } from '../../functions/lib/entry/config.js';
 import {
   ARTIFACT_ROOT_KEY_SECRET_ENV,
   artifactKeyringFromEnv,
@@ -330,14 +330,21 @@ describe('queues and event source mappings', () => {
     });
   });
 
-  it('every function that runs tools takes one record per invocation (its tools share the uid: issue 7)', () => {
+  it('every function that runs tools takes one record per invocation and runs one at a time (its tools share the uid: issue 7); install takes 10 side by side', () => {
     const toolStages = PIPELINE_STAGES.filter((stage) => STAGE_TOOLS[stage].length > 0);
     expect(toolStages).toEqual(['fetch', 'template', 'deploy', 'index-repo']);
-    for (const stage of toolStages) {
+    for (const stage of PIPELINE_STAGES) {
       const [, mapping] = ofType('AWS::Lambda::EventSourceMapping').find(
         ([, m]) => (m.Properties.FunctionName as { Ref?: string }).Ref === logicalId(stack.stages[stage].fn),
       ) ?? [undefined, undefined];
-      expect(mapping?.Properties.BatchSize, stage).toBe(1);
+      const tools = toolStages.includes(stage);
+      expect(mapping?.Properties.BatchSize, stage).toBe(tools ? 1 : 10);
+      // A FIFO queue takes no batching window.
+      expect(mapping?.Properties.MaximumBatchingWindowInSeconds, stage).toBeUndefined();
+      const env = (resources[logicalId(stack.stages[stage].fn)]!.Properties.Environment as { Variables: Json })
+        .Variables;
+      expect(env.KAPP_LAMBDA_RECORD_CONCURRENCY, stage).toBe(String(STAGE_RECORD_CONCURRENCY[stage]));
+      expect(STAGE_RECORD_CONCURRENCY[stage], stage).toBe(tools ? 1 : 10);
     }
     // No function runs on Lambda Managed Instances (several invocations per execution environment).
     for (const [, fn] of ofType('AWS::Lambda::Function')) {
@@ -377,8 +384,10 @@ describe('functions', () => {
     expect(env.KAPP_LAMBDA_KUBECONFIG).toBeUndefined();
     expect(env.KAPP_LAMBDA_CLUSTERS).toBeUndefined();
     const queueVars = Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'));
-    expect(queueVars.sort()).toEqual((NEXT_STAGES[stage] ?? []).map(queueUrlEnv).sort());
-    for (const next of NEXT_STAGES[stage] ?? []) {
+    // The queues it sends to, and its own (the early delete of what it handled).
+    const queues = [...new Set([...(NEXT_STAGES[stage] ?? []), stage])];
+    expect(queueVars.sort()).toEqual(queues.map(queueUrlEnv).sort());
+    for (const next of queues) {
       expect(env[queueUrlEnv(next)]).toEqual({ Ref: logicalId(stack.stages[next].queue) });
     }
     expect(env).toMatchObject({
@@ -504,6 +513,8 @@ describe('IAM', () => {
       const consume = take((s) => list(s.Action as string[]).includes('sqs:ReceiveMessage'));
       expect(consume).toHaveLength(1);
       expect(consume[0]!.Resource).toEqual(arnOf(queue));
+      // Its own records, deleted as soon as they succeeded (`SqsMessageDeleter`), besides the mapping.
+      expect(list(consume[0]!.Action as string[])).toContain('sqs:DeleteMessage');
       const sends = take((s) => list(s.Action as string[]).join() === 'sqs:SendMessage');
       expect(sends.map((s) => s.Resource)).toEqual((NEXT_STAGES[stage] ?? []).map((n) => arnOf(stack.stages[n].queue)));
 

@@ -74,7 +74,10 @@ interface SqsRequest {
   body: Record<string, unknown>;
 }
 
-/** A recording stand-in for SQS's JSON protocol: answers SendMessage, records every request. */
+/**
+ * A recording stand-in for SQS's JSON protocol: answers SendMessage and DeleteMessageBatch (a
+ * function's early delete of the records it handled), records every request.
+ */
 async function startRecordingSqs(): Promise<{ url: string; requests: SqsRequest[]; server: Server }> {
   const requests: SqsRequest[] = [];
   const server = createServer((req, res) => {
@@ -85,6 +88,11 @@ async function startRecordingSqs(): Promise<{ url: string; requests: SqsRequest[
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>;
       requests.push({ target, body });
       res.setHeader('content-type', 'application/x-amz-json-1.0');
+      if (target === 'AmazonSQS.DeleteMessageBatch') {
+        const entries = (body.Entries ?? []) as { Id: string }[];
+        res.end(JSON.stringify({ Successful: entries.map((e) => ({ Id: e.Id })), Failed: [] }));
+        return;
+      }
       if (target !== 'AmazonSQS.SendMessage') {
         res.statusCode = 400;
         res.end(JSON.stringify({ __type: 'com.amazon.coral.service#UnknownOperationException' }));
@@ -253,7 +261,19 @@ describe('fetch function under the Runtime Interface Emulator', () => {
       expect.objectContaining({ level: 50, outcome: 'failed', msg: 'event failed; will be retried' }),
     ]);
     expect(String(byMessage('unknown-cluster-1')[0]?.error)).toContain('not-served');
-    expect(sqs.requests).toEqual([]);
+    // Nothing sent. The records dropped while another still ran were deleted early from the
+    // fetch queue (each lane as it ended: the first ends long before the one that fails, which
+    // loads its stage); never the one that failed.
+    expect(sqs.requests.length).toBeGreaterThan(0);
+    for (const r of sqs.requests) {
+      expect(r.target).toBe('AmazonSQS.DeleteMessageBatch');
+      expect(r.body.QueueUrl).toBe(`${sqs.url}/000000000000/${FETCH_QUEUE}`);
+      for (const e of r.body.Entries as { ReceiptHandle: string }[]) {
+        expect(['rh-bad-1', 'rh-bad-2', 'rh-misrouted-1']).toContain(e.ReceiptHandle);
+      }
+    }
+    expect(lines.filter((l) => String(l.msg).startsWith('could not delete'))).toEqual([]);
+    sqs.requests.length = 0;
 
     // Still the same process, still serving: an empty batch succeeds.
     expect(await invoke(fetchRie, { Records: [] })).toEqual({ status: 200, body: { batchItemFailures: [] } });

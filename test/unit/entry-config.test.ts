@@ -51,6 +51,7 @@ describe('parseLambdaEnv', () => {
       metrics: 'cluster',
       urlPolicy: { mode: 'enforce', allow: [] },
       maxReceiveCount: 5,
+      recordConcurrency: 1,
     };
     expect(parseLambdaEnv('fetch', base)).toEqual(want);
   });
@@ -77,6 +78,7 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_URL_POLICY: 'off',
       KAPP_LAMBDA_URL_ALLOW: 'registry.corp:5000, 10.20.0.0/16,',
       KAPP_LAMBDA_MAX_RECEIVE_COUNT: '3',
+      KAPP_LAMBDA_RECORD_CONCURRENCY: '2',
       KAPP_LAMBDA_KUBE_API_QPS: '50',
       KAPP_LAMBDA_KUBE_API_BURST: '100',
     });
@@ -109,6 +111,7 @@ describe('parseLambdaEnv', () => {
       metrics: 'object',
       urlPolicy: { mode: 'off', allow: ['registry.corp:5000', '10.20.0.0/16'] },
       maxReceiveCount: 3,
+      recordConcurrency: 2,
     } satisfies LambdaConfig);
   });
 

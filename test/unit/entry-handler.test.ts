@@ -327,9 +327,9 @@ describe('makeSqsHandler', () => {
       batchItemFailures: [{ itemIdentifier: 'm1' }, { itemIdentifier: 'm3' }, { itemIdentifier: 'm4' }],
     });
     expect(seen.map((s) => s.event.id)).toEqual([tmplEv('a').id, tmplEv('b').id]);
+    // One record at a time (the default concurrency): group by group, each in batch order.
     expect(lines(log)).toEqual([
       { level: 'error', msg: 'event failed; will be retried', outcome: 'failed', messageId: 'm1' },
-      { level: 'info', msg: 'event handled', outcome: 'done', messageId: 'm2' },
       {
         level: 'warn',
         msg: 'earlier event of this object failed; retried after it',
@@ -342,6 +342,7 @@ describe('makeSqsHandler', () => {
         outcome: 'skipped',
         messageId: 'm4',
       },
+      { level: 'info', msg: 'event handled', outcome: 'done', messageId: 'm2' },
     ]);
   });
 

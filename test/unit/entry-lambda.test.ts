@@ -42,7 +42,7 @@ import { COMPATIBLE_KAPP_CONTROLLER_VERSION } from '../../functions/lib/packagin
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
-import { MemoryEventSender, SqsEventSender } from '../../functions/lib/transport/index.js';
+import { MemoryEventSender, SqsEventSender, SqsMessageDeleter } from '../../functions/lib/transport/index.js';
 
 const env = {
   AWS_REGION: 'eu-west-1',
@@ -149,6 +149,20 @@ describe('createLambdaDeps', () => {
     const deps = createLambdaDeps(config, clients, { log, clusters: taggedRegistry(), now });
     expect(deps.log).toBe(log);
     expect(deps.sender).toBeInstanceOf(SqsEventSender);
+    // Its own queue's URL given: handled records are deleted early; the stage's records at once.
+    expect(deps.deleter).toBeInstanceOf(SqsMessageDeleter);
+    expect(deps.recordConcurrency).toBe(1);
+    const withoutOwnQueue = createLambdaDeps(
+      parseLambdaEnv('template', {
+        ...env,
+        KAPP_LAMBDA_QUEUE_URL_TEMPLATE: undefined,
+        KAPP_LAMBDA_RECORD_CONCURRENCY: '2',
+      }),
+      clients,
+      { log, clusters: taggedRegistry() },
+    );
+    expect(withoutOwnQueue.deleter).toBeUndefined();
+    expect(withoutOwnQueue.recordConcurrency).toBe(2);
     expect(deps.pipeline.store).toBeInstanceOf(S3Store);
     expect((deps.pipeline.store as S3Store).bucket).toBe('kapp-lambda-artifacts');
     expect((deps.pipeline.store as S3Store).prefix).toBe('fleet/');

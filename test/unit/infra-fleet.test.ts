@@ -188,6 +188,9 @@ describe('stage sizing', () => {
       expect(s.ephemeralMiB).toBeLessThanOrEqual(10_240);
       expect(s.batchSize).toBeGreaterThanOrEqual(1);
       expect(s.batchSize).toBeLessThanOrEqual(10);
+      // More at once than a batch holds would never be used.
+      expect(s.recordConcurrency).toBeGreaterThanOrEqual(1);
+      expect(s.recordConcurrency).toBeLessThanOrEqual(s.batchSize);
       expect(s.concurrency).toBeGreaterThanOrEqual(2);
     }
   });

@@ -1,10 +1,11 @@
 /**
  * On Lambda every tool shares the function's uid (issue 7), so what keeps two Apps' tools apart
- * is that one execution environment never runs two records at once and leaves no run's files to
- * the next: the handler runs a batch's records one after another (the Runtime API loop takes
- * one invocation at a time, `runtime-api.ts`; the tool stages' batch size is 1, pinned by the
- * infra test), every run removes its directories, and a cold start removes what a process
- * ended mid-run left (`removeLeftoverScratch`).
+ * is how many records one execution environment runs at once and that it leaves no run's files
+ * to the next: the Runtime API loop takes one invocation at a time (`runtime-api.ts`), the
+ * handler runs at most `recordConcurrency` records of a batch at once (1: one after another, as
+ * here; the deployed functions' bounds are pinned by the infra test, and docs/security.md says
+ * what overlapping records can reach), every run removes its directories, and a cold start
+ * removes what a process ended mid-run left (`removeLeftoverScratch`).
  */
 import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -33,7 +34,7 @@ const app = (name: string, namespace: string): ObjectRef => ({
 });
 
 describe('one Lambda execution environment, one record at a time', () => {
-  it("runs a batch's records one after another, never two Apps' stages at once", async () => {
+  it("with a record concurrency of 1 (the handler's default), runs a batch's records one after another, never two Apps' stages at once", async () => {
     let inFlight = 0;
     let most = 0;
     const order: string[] = [];

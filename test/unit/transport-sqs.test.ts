@@ -2,7 +2,12 @@
  * Transport port rules and the SQS FIFO adapter, with a recording fake SQS client at the
  * port boundary: exact SendMessage inputs.
  */
-import { SendMessageBatchCommand, type SendMessageBatchResult, SendMessageCommand } from '@aws-sdk/client-sqs';
+import {
+  type DeleteMessageBatchCommand,
+  SendMessageBatchCommand,
+  type SendMessageBatchResult,
+  SendMessageCommand,
+} from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
 import {
   deleteEvent,
@@ -20,6 +25,7 @@ import { isPipelineStage } from '../../functions/lib/api/functions.js';
 import {
   MemoryEventSender,
   SqsEventSender,
+  SqsMessageDeleter,
   type SqsSendClient,
   sendAll,
   sendMessageBatches,
@@ -67,7 +73,8 @@ function fakeSqs(
     commands,
     batches,
     all,
-    async send(command) {
+    async send(sent) {
+      const command = sent as SqsCommand;
       all.push(command);
       if (command instanceof SendMessageBatchCommand) batches.push(command);
       else commands.push(command);
@@ -278,6 +285,54 @@ describe('SqsEventSender.sendMany (SendMessageBatch)', () => {
     );
     await expect(sender.sendMany('template', many(2))).rejects.toThrow('no queue configured for the template function');
     expect(sqs.all).toEqual([]);
+  });
+});
+
+describe('SqsMessageDeleter', () => {
+  const OWN_Q = 'https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-fetch.fifo';
+  /** A client that records each DeleteMessageBatch and answers with `failed` entries (default none). */
+  const fakeDeletes = (failed: (ids: string[]) => { Id: string; Code: string; Message: string }[] = () => []) => {
+    const requests: { QueueUrl?: string; Entries?: { Id?: string; ReceiptHandle?: string }[] }[] = [];
+    const client: SqsSendClient = {
+      async send(command) {
+        const input = (command as DeleteMessageBatchCommand).input;
+        requests.push(input);
+        return { Successful: [], Failed: failed((input.Entries ?? []).map((e) => e.Id ?? '')) };
+      },
+    };
+    return { client, requests };
+  };
+
+  it('deletes the handles from its own queue in requests of at most 10', async () => {
+    const { client, requests } = fakeDeletes();
+    const handles = Array.from({ length: 12 }, (_, i) => `h${i}`);
+    await new SqsMessageDeleter(client, OWN_Q).delete(handles);
+    expect(requests.map((r) => r.QueueUrl)).toEqual([OWN_Q, OWN_Q]);
+    expect(requests.map((r) => r.Entries?.map((e) => e.ReceiptHandle))).toEqual([
+      handles.slice(0, 10),
+      handles.slice(10),
+    ]);
+    expect(requests[1]?.Entries?.map((e) => e.Id)).toEqual(['10', '11']);
+  });
+
+  it('rejects with a TransportError when SQS refuses an entry or the request', async () => {
+    const { client } = fakeDeletes((ids) => [{ Id: ids[0] ?? '', Code: 'ReceiptHandleIsInvalid', Message: 'gone' }]);
+    await expect(new SqsMessageDeleter(client, OWN_Q).delete(['h1', 'h2'])).rejects.toThrow(
+      "failed to delete 1 of 2 messages of the function's queue: ReceiptHandleIsInvalid: gone",
+    );
+    const sdkErr = new Error('denied');
+    const err = await new SqsMessageDeleter(
+      {
+        send: async () => {
+          throw sdkErr;
+        },
+      },
+      OWN_Q,
+    )
+      .delete(['h1'])
+      .catch((e: Error) => e);
+    expect(err).toBeInstanceOf(TransportError);
+    expect((err as Error).cause).toBe(sdkErr);
   });
 });
 

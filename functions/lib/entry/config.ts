@@ -9,7 +9,7 @@
  * | `KAPP_LAMBDA_BUCKET_PREFIX` | key prefix inside the bucket, e.g. `kapp-lambda/` | `''` |
  * | `KAPP_LAMBDA_S3_ENDPOINT` | S3-compatible endpoint (`http(s)://…`); path-style addressing | AWS |
  * | `KAPP_LAMBDA_SQS_ENDPOINT` | SQS-compatible endpoint (`http(s)://…`) | AWS |
- * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function | optional |
+ * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function (a function's own queue URL lets it delete the records it handled before the invocation returns) | optional |
  * | `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` | FIFO queue of the template function | required by fetch |
  * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template, deploy |
  * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of the index-repo function | optional |
@@ -38,6 +38,7 @@
  * | `KAPP_LAMBDA_METRICS` | reconcile metrics as CloudWatch EMF log lines: `cluster` (dimensions `clusterId`, `controller`), `object` (also per object: upstream's labels as dimensions, one custom metric per series and object) or `off` | `cluster` |
  * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
  * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
+ * | `KAPP_LAMBDA_RECORD_CONCURRENCY` | records of one batch run at once, at most (1..10; records of one message group always one after another) | the stage's {@link STAGE_RECORD_CONCURRENCY} |
  * | `KAPP_LAMBDA_MAX_RECEIVE_COUNT` | the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed` | `5` |
  * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
  * | `KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT` | Secrets Manager-compatible endpoint (`http(s)://…`) | AWS |
@@ -108,6 +109,26 @@ export const NEXT_STAGES: Readonly<Partial<Record<PipelineStage, readonly Pipeli
   'index-repo': ['install', 'index-repo', 'fetch'],
   install: ['install'],
 };
+
+/**
+ * Default `KAPP_LAMBDA_RECORD_CONCURRENCY` per function: how many records of one SQS batch run
+ * side by side in one invocation.
+ *
+ * - fetch, template, deploy, index-repo 1: their tools share the function's uid (Lambda cannot
+ *   switch uids, issue 7), so a tool that code escaped into could read the run directories of
+ *   records running beside it (other Apps' fetched and rendered files, some made from their
+ *   Secrets). These functions also take one record per invocation (`STAGE_SIZING` of
+ *   `infra/aws/stages.ts`): in series, a slow record would hold the rest of its batch.
+ * - install 10: no tool, only API calls (resolve a version, write an App): a whole batch at
+ *   once, so one slow record (a cluster whose API server is slow) holds no other cluster's.
+ */
+export const STAGE_RECORD_CONCURRENCY: Readonly<Record<PipelineStage, number>> = Object.freeze({
+  fetch: 1,
+  template: 1,
+  deploy: 1,
+  'index-repo': 1,
+  install: 10,
+});
 
 /** One `<function>=<role id>` entry of `KAPP_LAMBDA_FUNCTION_SENDERS`. */
 export interface FunctionSender {
@@ -205,6 +226,8 @@ export interface LambdaConfig {
    * redrive policy (see `pipeline/retry-bound.ts`).
    */
   maxReceiveCount: number;
+  /** `KAPP_LAMBDA_RECORD_CONCURRENCY`, default the stage's {@link STAGE_RECORD_CONCURRENCY}. */
+  recordConcurrency: number;
 }
 
 /** Where a function finds its clusters at run time (`../kube/fleet-registry.ts`). */
@@ -306,6 +329,7 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(intText(1, 1000)),
+  KAPP_LAMBDA_RECORD_CONCURRENCY: optional(intText(1, 10)),
   KAPP_LAMBDA_KUBE_API_QPS: optional(intText(0, 100_000)),
   KAPP_LAMBDA_KUBE_API_BURST: optional(intText(1, 100_000)),
   KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: optional(
@@ -415,6 +439,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     metrics: e.KAPP_LAMBDA_METRICS,
     urlPolicy: parseUrlPolicy(e.KAPP_LAMBDA_URL_POLICY, e.KAPP_LAMBDA_URL_ALLOW, 'enforce'),
     maxReceiveCount: e.KAPP_LAMBDA_MAX_RECEIVE_COUNT ?? DEFAULT_MAX_ATTEMPTS,
+    recordConcurrency: e.KAPP_LAMBDA_RECORD_CONCURRENCY ?? STAGE_RECORD_CONCURRENCY[stage],
   };
   if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
   if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;

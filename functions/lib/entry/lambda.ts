@@ -35,7 +35,7 @@ import type { DispatchDeps } from '../pipeline/deps.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import { type EventSender, sendAll } from '../transport/port.js';
-import { SqsEventSender, type SqsSendClient } from '../transport/sqs.js';
+import { SqsEventSender, SqsMessageDeleter, type SqsSendClient } from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
 import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
@@ -287,7 +287,9 @@ export {
 /**
  * Builds the dependencies of one stage function (the deps factory of `lambdaEntry`'s handler) with
  * `createPipelineDeps`: the stage's tools in the layer's bin dir, S3, the stage-narrowed
- * registry (discovery uses the un-narrowed one) and the SQS sender.
+ * registry (discovery uses the un-narrowed one), the SQS sender, the records run at once
+ * (`recordConcurrency`) and, given the function's own queue URL, the early delete of handled
+ * records ({@link SqsMessageDeleter}).
  *
  * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}).
  */
@@ -360,11 +362,15 @@ export function createLambdaDeps(
   const leases = LEASED_STAGES.includes(config.stage)
     ? new RunLeases({ store, ...(overrides.now ? { now: overrides.now } : {}) })
     : undefined;
+  // With its own queue's URL the function deletes what it handled before the invocation returns.
+  const ownQueue = config.queueUrls[config.stage];
   return {
     pipeline,
     sender,
     log,
     maxAttempts: config.maxReceiveCount,
+    recordConcurrency: config.recordConcurrency,
+    ...(ownQueue ? { deleter: new SqsMessageDeleter(clients.sqs, ownQueue) } : {}),
     ...(prepare ? { prepare } : {}),
     ...(checkSender ? { checkSender } : {}),
     ...(leases ? { leases } : {}),

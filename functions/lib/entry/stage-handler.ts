@@ -1,8 +1,10 @@
 /**
  * The shared SQS handler of the stage functions: the edge checks of each record, its run lease
  * (`RunGate`, `../lease/gate.ts`), its stage under the retry bound, the next stage's event handed
- * on, and partial batch failures so one bad record fails only itself. Per-record outcomes, FIFO
- * ordering, the function deadline and the lease protocol: `docs/lambda-runtime.md`.
+ * on, and partial batch failures so one bad record fails only itself. Records of different FIFO
+ * message groups run side by side (up to `EntryDeps.recordConcurrency`), each group's in order,
+ * and a group whose records all succeeded is deleted from the queue at once. Per-record
+ * outcomes, FIFO ordering, the function deadline and the lease protocol: `docs/lambda-runtime.md`.
  *
  * @module
  */
@@ -26,7 +28,7 @@ import type { DispatchDeps, PipelineDeps } from '../pipeline/deps.js';
 import type { dispatchWithRetryBound as DispatchWithRetryBound } from '../pipeline/retry-bound.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import type { EventSender } from '../transport/port.js';
+import type { EventSender, MessageDeleter } from '../transport/port.js';
 import { messageGroupRefusal, sendingAs } from './sender.js';
 
 /**
@@ -51,6 +53,8 @@ async function dispatchWithRetryBound<D extends PipelineDeps>(
 export interface SqsRecord {
   /** SQS message id; what `batchItemFailures` names. */
   messageId: string;
+  /** The handle of this receive of the message: what an early delete ({@link EntryDeps.deleter}) names. */
+  receiptHandle?: string;
   /** The message body: a structured-mode CloudEvent. */
   body: string;
   /**
@@ -138,7 +142,23 @@ export interface EntryDeps {
    * one to fetch, template and deploy.
    */
   leases?: RunLeases;
+  /**
+   * How many records of one batch run at once, at most (records of one message group never do:
+   * they run one after another, in batch order). Default {@link DEFAULT_RECORD_CONCURRENCY};
+   * the Lambda composition root passes the stage's (`KAPP_LAMBDA_RECORD_CONCURRENCY`).
+   */
+  recordConcurrency?: number;
+  /**
+   * Deletes the messages of a message group whose records all succeeded while other records of
+   * the batch still run, so that the group's next events are not held by a slow neighbour (a
+   * FIFO group with a message in flight delivers nothing more). Default none: the event source
+   * mapping deletes them when the invocation returns. A failed delete is logged only.
+   */
+  deleter?: MessageDeleter;
 }
+
+/** Default {@link EntryDeps.recordConcurrency}: 1, the records of a batch one after another. */
+export const DEFAULT_RECORD_CONCURRENCY = 1;
 
 /** Default {@link EntryDeps.deadlineMarginMs}: 30 s (a status write, retried on conflicts, with room). */
 export const DEFAULT_DEADLINE_MARGIN_MS = 30_000;
@@ -226,8 +246,6 @@ export function makeStageHandler(
   return async (event, context) => {
     const d = await getDeps();
     const log = context?.awsRequestId ? d.log.child({ awsRequestId: context.awsRequestId }) : d.log;
-    const failures: { itemIdentifier: string }[] = [];
-    const failedGroups = new Set<string>();
     if (isSourcePollEvent(event)) {
       // The schedule's poll: only the index-repo function polls; a failure fails the
       // invocation (the schedule's retry policy, then the next period, runs it again).
@@ -243,40 +261,139 @@ export function makeStageHandler(
     const remaining = context?.getRemainingTimeInMillis?.();
     const deadline =
       remaining === undefined ? undefined : armDeadline(remaining, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
+    const records = event.Records ?? [];
+    const failed = new Set<string>();
     try {
-      for (const record of event.Records ?? []) {
-        const group = record.attributes?.MessageGroupId;
-        const rlog = log.child({ messageId: record.messageId });
-        if (group !== undefined && failedGroups.has(group)) {
-          failures.push({ itemIdentifier: record.messageId });
-          rlog.warn(
-            { stage, outcome: 'skipped' satisfies RecordOutcome },
-            'earlier event of this object failed; retried after it',
-          );
-          continue;
-        }
-        if (deadline?.signal.aborted) {
-          failures.push({ itemIdentifier: record.messageId });
-          if (group !== undefined) failedGroups.add(group);
-          rlog.warn({ stage, outcome: 'deadline' satisfies RecordOutcome }, 'function deadline reached; not started');
-          continue;
-        }
-        const outcome = await processRecord(stage, record, d, getRoute, rlog, deadline?.signal);
-        if (outcome === 'failed') {
-          failures.push({ itemIdentifier: record.messageId });
-          if (group !== undefined) failedGroups.add(group);
-        } else if (outcome === 'ended') {
-          // The run is over (its final status says why), so the object's later records still
-          // run; this one is failed on its last receive so that the redrive policy keeps it in
-          // the dead-letter queue, whose alarm tells the operator the infrastructure failed.
-          failures.push({ itemIdentifier: record.messageId });
-        }
-      }
+      await runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
+        mayStart: startWindow(remaining, deadline?.signal),
+        run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal),
+        fail: (record) => failed.add(record.messageId),
+        log: (record) => log.child({ messageId: record.messageId }),
+        stage,
+        ...(d.deleter ? { deleter: d.deleter } : {}),
+        batchLog: log,
+      });
     } finally {
       deadline?.dispose();
     }
-    return { batchItemFailures: failures };
+    return {
+      batchItemFailures: records.filter((r) => failed.has(r.messageId)).map((r) => ({ itemIdentifier: r.messageId })),
+    };
   };
+}
+
+/**
+ * Whether a record may still start: not once the function deadline has come, nor once less than
+ * half of the time the invocation had at its start is left, so a record started beside others
+ * has at least half the function timeout (less the deadline margin) for its tools; a record
+ * started later would likely be cut by the deadline and fail (`ReconcileFailed`), where going
+ * back to the queue runs it in full in a later invocation. Always true without a time limit.
+ */
+function startWindow(remainingMs: number | undefined, deadline: AbortSignal | undefined): () => boolean {
+  if (remainingMs === undefined || !Number.isFinite(remainingMs)) return () => !deadline?.aborted;
+  const startBy = Date.now() + remainingMs / 2;
+  return () => !deadline?.aborted && Date.now() <= startBy;
+}
+
+/** What {@link runBatch} does with each record. */
+interface BatchSteps {
+  /** Whether a record may start now ({@link startWindow}). */
+  mayStart: () => boolean;
+  /** Runs one record ({@link processRecord}); never throws. */
+  run: (record: SqsRecord, log: Logger) => Promise<RecordOutcome>;
+  /** Reports a record in `batchItemFailures`. */
+  fail: (record: SqsRecord) => void;
+  /** The record's logger. */
+  log: (record: SqsRecord) => Logger;
+  stage: PipelineStage;
+  deleter?: MessageDeleter;
+  /** The invocation's logger (a failed early delete). */
+  batchLog: Logger;
+}
+
+/**
+ * The records of one batch in lanes, one per message group (a record without a group is a lane
+ * of its own), each lane's records in batch order; lanes in the order of their first record.
+ */
+function messageGroupLanes(records: readonly SqsRecord[]): SqsRecord[][] {
+  const lanes = new Map<string, SqsRecord[]>();
+  records.forEach((record, i) => {
+    const group = record.attributes?.MessageGroupId;
+    const key = group === undefined ? `record ${i}` : `group ${group}`;
+    const lane = lanes.get(key);
+    if (lane) lane.push(record);
+    else lanes.set(key, [record]);
+  });
+  return [...lanes.values()];
+}
+
+/**
+ * Runs a batch: `concurrency` workers each take the next lane ({@link messageGroupLanes}) and run
+ * its records one after another, so records of different groups overlap and a group's never do.
+ * Once a record of a lane fails (or did not start: the deadline), the lane's later records are
+ * failed without running (`skipped`): SQS returns them in order, and running them would let a
+ * newer event of the object overtake an older one (Powertools' `SqsFifoPartialProcessor` with
+ * `skipGroupOnError`, per lane). A lane whose records all succeeded while other lanes still run
+ * is deleted from the queue at once (`steps.deleter`): its message group then delivers its next
+ * events to another invocation instead of waiting for this one to return.
+ */
+async function runBatch(records: readonly SqsRecord[], concurrency: number, steps: BatchSteps): Promise<void> {
+  const lanes = messageGroupLanes(records);
+  let unfinished = lanes.length;
+  const deletes: Promise<void>[] = [];
+  const runLane = async (lane: SqsRecord[]): Promise<void> => {
+    let laneFailed = false;
+    let laneAcknowledged = true;
+    for (const record of lane) {
+      const rlog = steps.log(record);
+      if (laneFailed) {
+        steps.fail(record);
+        rlog.warn(
+          { stage: steps.stage, outcome: 'skipped' satisfies RecordOutcome },
+          'earlier event of this object failed; retried after it',
+        );
+        continue;
+      }
+      if (!steps.mayStart()) {
+        steps.fail(record);
+        laneFailed = true;
+        rlog.warn(
+          { stage: steps.stage, outcome: 'deadline' satisfies RecordOutcome },
+          'function deadline reached; not started',
+        );
+        continue;
+      }
+      const outcome = await steps.run(record, rlog);
+      if (outcome === 'failed') {
+        steps.fail(record);
+        laneFailed = true;
+      } else if (outcome === 'ended') {
+        // The run is over (its final status says why), so the object's later records still
+        // run; this one is failed on its last receive so that the redrive policy keeps it in
+        // the dead-letter queue, whose alarm tells the operator the infrastructure failed.
+        steps.fail(record);
+        laneAcknowledged = false;
+      }
+    }
+    unfinished--;
+    const handles = lane.map((r) => r.receiptHandle);
+    if (steps.deleter && unfinished > 0 && !laneFailed && laneAcknowledged && handles.every((h) => h !== undefined)) {
+      deletes.push(
+        steps.deleter.delete(handles as string[]).catch((err: unknown) => {
+          steps.batchLog.warn(
+            { stage: steps.stage, messageIds: lane.map((r) => r.messageId), error: errorText(err) },
+            'could not delete handled events early; the event source mapping deletes them when the invocation returns',
+          );
+        }),
+      );
+    }
+  };
+  const next = lanes.values();
+  const worker = async (): Promise<void> => {
+    for (let lane = next.next(); !lane.done; lane = next.next()) await runLane(lane.value);
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, lanes.length)) }, worker));
+  await Promise.all(deletes);
 }
 
 /**

@@ -4,11 +4,12 @@
  * @module
  */
 export { MemoryEventSender, type SentEvent } from './memory.js';
-export { type EventSender, sendAll, TransportError } from './port.js';
+export { type EventSender, type MessageDeleter, sendAll, TransportError } from './port.js';
 export {
   SQS_BATCH_ENTRIES,
   SqsEventSender,
   type SqsEventSenderOptions,
+  SqsMessageDeleter,
   type SqsSendClient,
   sendMessageBatches,
   sendMessageInput,

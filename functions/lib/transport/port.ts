@@ -68,6 +68,26 @@ export async function sendAll(
   }
 }
 
+/**
+ * Acknowledges received messages of the function's own queue before the invocation returns
+ * (SQS: `DeleteMessageBatch` with the records' receipt handles). Why early: a message in flight
+ * holds its FIFO message group until it is deleted, so the records of an App that succeeded
+ * beside a slow record of another App would otherwise hold that App's next events until the
+ * whole invocation returned.
+ *
+ * Contract: resolve once every message is deleted; reject otherwise. A rejection is harmless
+ * (the event source mapping deletes every record not reported failed when the invocation
+ * returns), so callers only log it.
+ */
+export interface MessageDeleter {
+  /**
+   * @param receiptHandles - the handles of this receive of the messages (the records'
+   *   `receiptHandle`), any number (the adapter splits them into requests).
+   * @throws TransportError when a message was not deleted.
+   */
+  delete(receiptHandles: readonly string[]): Promise<void>;
+}
+
 /** The event was not accepted by the transport; `cause` holds the SDK or network error. */
 export class TransportError extends Error {
   override readonly name = 'TransportError';

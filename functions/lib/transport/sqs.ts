@@ -17,6 +17,8 @@
  * @module
  */
 import type {
+  DeleteMessageBatchCommand,
+  DeleteMessageBatchResult,
   SendMessageBatchCommand,
   SendMessageBatchRequestEntry,
   SendMessageBatchResult,
@@ -25,7 +27,7 @@ import type {
 } from '@aws-sdk/client-sqs';
 import { type KappEvent, MAX_EVENT_BYTES, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
-import { type EventSender, TransportError } from './port.js';
+import { type EventSender, type MessageDeleter, TransportError } from './port.js';
 
 /**
  * The part of `SQSClient` this adapter uses (an `SQSClient` satisfies it; unit tests pass a
@@ -34,9 +36,10 @@ import { type EventSender, TransportError } from './port.js';
 export interface SqsSendClient {
   /**
    * Sends one command; resolves with the SDK output (a `SendMessageBatchResult` for a batch),
-   * rejects with the SDK error.
+   * rejects with the SDK error. `DeleteMessageBatch` is the function's early acknowledgement of its
+   * own records ({@link SqsMessageDeleter}).
    */
-  send(command: SendMessageCommand | SendMessageBatchCommand): Promise<unknown>;
+  send(command: SendMessageCommand | SendMessageBatchCommand | DeleteMessageBatchCommand): Promise<unknown>;
 }
 
 /** Options of {@link SqsEventSender}. */
@@ -147,6 +150,57 @@ export class SqsEventSender implements EventSender {
         const first = failed[0];
         throw new TransportError(
           `failed to send ${failed.length} of ${entries.length} events to the ${stage} queue: ${first?.Code ?? 'unknown'}: ${first?.Message ?? ''}`.trimEnd(),
+        );
+      }
+    }
+  }
+}
+
+/**
+ * {@link MessageDeleter} of one function's own FIFO queue: `DeleteMessageBatch` requests of up to
+ * {@link SQS_BATCH_ENTRIES} receipt handles (the function role's `sqs:DeleteMessage`, which its
+ * event source mapping's consume grant carries). The mapping deletes the same records again
+ * when the invocation returns; that its second delete fails nothing is not yet shown on AWS
+ * (`docs/lambda-runtime.md`, "FIFO ordering").
+ */
+export class SqsMessageDeleter implements MessageDeleter {
+  readonly #client: SqsSendClient;
+  readonly #queueUrl: string;
+
+  /**
+   * @param client - the function's SQS client.
+   * @param queueUrl - the URL of the queue the function's records come from.
+   */
+  constructor(client: SqsSendClient, queueUrl: string) {
+    this.#client = client;
+    this.#queueUrl = queueUrl;
+  }
+
+  /**
+   * {@inheritDoc MessageDeleter.delete}
+   * @throws TransportError `failed to delete messages of the function's queue` with the SDK
+   *   error as `cause`, or `failed to delete <n> of <m> messages of the function's queue:
+   *   <code>: <message>` when SQS refused some entries.
+   */
+  async delete(receiptHandles: readonly string[]): Promise<void> {
+    const { DeleteMessageBatchCommand } = await import('@aws-sdk/client-sqs');
+    for (let i = 0; i < receiptHandles.length; i += SQS_BATCH_ENTRIES) {
+      const entries = receiptHandles
+        .slice(i, i + SQS_BATCH_ENTRIES)
+        .map((handle, j) => ({ Id: String(i + j), ReceiptHandle: handle }));
+      let result: DeleteMessageBatchResult | undefined;
+      try {
+        result = (await this.#client.send(
+          new DeleteMessageBatchCommand({ QueueUrl: this.#queueUrl, Entries: entries }),
+        )) as DeleteMessageBatchResult;
+      } catch (cause) {
+        throw new TransportError("failed to delete messages of the function's queue", { cause });
+      }
+      const failed = result?.Failed ?? [];
+      if (failed.length > 0) {
+        const first = failed[0];
+        throw new TransportError(
+          `failed to delete ${failed.length} of ${entries.length} messages of the function's queue: ${first?.Code ?? 'unknown'}: ${first?.Message ?? ''}`.trimEnd(),
         );
       }
     }

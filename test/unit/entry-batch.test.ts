@@ -1,0 +1,272 @@
+/**
+ * A batch of several records in one invocation (issue 24 item 5): records of different message
+ * groups run side by side up to `recordConcurrency`, one group's in batch order, a failure skips
+ * only its group's later records, a group whose records all succeeded is deleted at once while
+ * others still run, and records not started by the deadline or the start window go back. The
+ * stage route and the deleter are faked at their ports; overlap is shown with promises, not time.
+ */
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import {
+  type KappEvent,
+  type ObjectRef,
+  objectRefOf,
+  orderingKey,
+  serializeEvent,
+  templateEvent,
+} from '../../events/schema.js';
+import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
+import { MemoryEventSender, type MessageDeleter, TransportError } from '../../functions/lib/transport/index.js';
+import { REF } from './support/app-world.js';
+
+const time = '2025-01-02T03:04:05.000Z';
+const FETCH_KEY = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
+const app = (name: string): ObjectRef => ({ ...REF, name, uid: `uid-${name}` });
+
+/** The `n`th template event of App `name` (one message group per App). */
+const ev = (name: string, n = 1): KappEvent =>
+  templateEvent(
+    {
+      object: { ...app(name), generation: n },
+      run: { generation: n, runId: `r-${n}`, startedAt: time },
+      artifacts: { fetchKey: FETCH_KEY },
+    },
+    { time },
+  );
+/** Its record: message id `<name><n>`, receipt handle `h-<name><n>`. */
+const rec = (name: string, n = 1): SqsRecord => {
+  const e = ev(name, n);
+  return {
+    messageId: `${name}${n}`,
+    receiptHandle: `h-${name}${n}`,
+    body: serializeEvent(e),
+    attributes: { MessageGroupId: orderingKey(objectRefOf(e)), ApproximateReceiveCount: '1' },
+  };
+};
+/** The record a dispatched event came from. */
+const idOf = (e: KappEvent) => `${objectRefOf(e).name}${objectRefOf(e).generation}`;
+
+interface Deferred {
+  promise: Promise<void>;
+  resolve: () => void;
+}
+function deferred(): Deferred {
+  let resolve = () => {};
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+/** A recording deleter; `onDelete` runs with each call's handles. */
+function fakeDeleter(onDelete?: (handles: readonly string[]) => Promise<void> | void) {
+  const calls: string[][] = [];
+  const deleter: MessageDeleter = {
+    async delete(handles) {
+      calls.push([...handles]);
+      await onDelete?.(handles);
+    },
+  };
+  return { deleter, calls };
+}
+
+/**
+ * A template handler whose stage is `dispatch`; `trace` records `start <id>` and `end <id>` of
+ * each record's stage.
+ */
+function setup(
+  dispatch: (id: string, deps: DispatchDeps) => Promise<void>,
+  opts: Partial<Pick<EntryDeps, 'recordConcurrency' | 'deleter'>> = {},
+) {
+  const log = memoryLogger();
+  const trace: string[] = [];
+  const deps: EntryDeps = {
+    pipeline: {} as DispatchDeps,
+    sender: new MemoryEventSender(),
+    log,
+    ...opts,
+    dispatch: async (event, d) => {
+      const id = idOf(event);
+      trace.push(`start ${id}`);
+      try {
+        await dispatch(id, d);
+      } finally {
+        trace.push(`end ${id}`);
+      }
+      return undefined;
+    },
+  };
+  const outcomes = () =>
+    Object.fromEntries(
+      log.records.filter((r) => r.obj.outcome !== undefined).map((r) => [r.obj.messageId, r.obj.outcome]),
+    );
+  return { handler: makeSqsHandler('template', () => deps), trace, log, outcomes };
+}
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('a batch of several message groups', () => {
+  it('runs records of two groups at once: each starts before the other ends', async () => {
+    const started = { a1: deferred(), b1: deferred() };
+    const { handler, trace } = setup(
+      async (id) => {
+        started[id as 'a1' | 'b1'].resolve();
+        // Each waits for the other to start: one after another, neither would ever end.
+        await started[id === 'a1' ? 'b1' : 'a1'].promise;
+      },
+      { recordConcurrency: 2 },
+    );
+    const res = await handler({ Records: [rec('a'), rec('b')] });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(trace.slice(0, 2).sort()).toEqual(['start a1', 'start b1']);
+  });
+
+  it("runs one group's records one after another, in batch order, beside another group", async () => {
+    const { handler, trace } = setup(
+      async () => {
+        // Yield, so that records that may overlap do.
+        for (let i = 0; i < 3; i++) await new Promise<void>((r) => setImmediate(r));
+      },
+      { recordConcurrency: 4 },
+    );
+    const res = await handler({ Records: [rec('a', 1), rec('b', 1), rec('a', 2), rec('a', 3), rec('b', 2)] });
+    expect(res).toEqual({ batchItemFailures: [] });
+    const ofGroup = (g: string) =>
+      trace.filter((t) => t.endsWith(`${g}1`) || t.endsWith(`${g}2`) || t.endsWith(`${g}3`));
+    expect(ofGroup('a')).toEqual(['start a1', 'end a1', 'start a2', 'end a2', 'start a3', 'end a3']);
+    expect(ofGroup('b')).toEqual(['start b1', 'end b1', 'start b2', 'end b2']);
+    // The groups did overlap.
+    expect(trace.indexOf('start b1')).toBeLessThan(trace.indexOf('end a1'));
+  });
+
+  it("a failed record fails its group's later records without running them, not another group's", async () => {
+    const { handler, trace, outcomes } = setup(
+      async (id) => {
+        if (id === 'a1') throw new Error('boom');
+      },
+      { recordConcurrency: 2 },
+    );
+    const res = await handler({ Records: [rec('a', 1), rec('b', 1), rec('a', 2), rec('b', 2)] });
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'a1' }, { itemIdentifier: 'a2' }] });
+    expect(trace.filter((t) => t.startsWith('start')).sort()).toEqual(['start a1', 'start b1', 'start b2']);
+    expect(outcomes()).toEqual({ a1: 'failed', a2: 'skipped', b1: 'done', b2: 'done' });
+  });
+
+  it.each([1, 2, 3])('runs at most %i records at once', async (limit) => {
+    let running = 0;
+    let most = 0;
+    const { handler } = setup(
+      async () => {
+        running++;
+        most = Math.max(most, running);
+        for (let i = 0; i < 3; i++) await new Promise<void>((r) => setImmediate(r));
+        running--;
+      },
+      { recordConcurrency: limit },
+    );
+    const res = await handler({ Records: ['a', 'b', 'c', 'd', 'e', 'f'].map((n) => rec(n)) });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(most).toBe(limit);
+  });
+});
+
+describe('the early delete of handled records', () => {
+  it('deletes a group whose records succeeded while a slow record of another group still runs', async () => {
+    const bDeleted = deferred();
+    const { deleter, calls } = fakeDeleter((handles) => {
+      if (handles.includes('h-b2')) bDeleted.resolve();
+    });
+    const { handler, trace } = setup(
+      async (id) => {
+        // The slow record ends only once the fast group was deleted.
+        if (id === 'a1') await bDeleted.promise;
+      },
+      { recordConcurrency: 2, deleter },
+    );
+    const res = await handler({ Records: [rec('a'), rec('b', 1), rec('b', 2)] });
+    expect(res).toEqual({ batchItemFailures: [] });
+    // One request for the group's two records; the last group to end is left to the mapping.
+    expect(calls).toEqual([['h-b1', 'h-b2']]);
+    expect(trace.at(-1)).toBe('end a1');
+  });
+
+  it('deletes no group that had a failure, and none when it is the last to end', async () => {
+    const { deleter, calls } = fakeDeleter();
+    const aFailed = deferred();
+    const { handler } = setup(
+      async (id) => {
+        if (id === 'a1') {
+          aFailed.resolve();
+          throw new Error('boom');
+        }
+        // c ends last, after a failed.
+        if (id === 'c1') await aFailed.promise;
+      },
+      { recordConcurrency: 3, deleter },
+    );
+    const res = await handler({ Records: [rec('c'), rec('a', 1), rec('a', 2)] });
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'a1' }, { itemIdentifier: 'a2' }] });
+    expect(calls).toEqual([]);
+  });
+
+  it('a failed delete is only logged: the batch is unchanged', async () => {
+    const { deleter, calls } = fakeDeleter(() => {
+      throw new TransportError("failed to delete messages of the function's queue");
+    });
+    const bDone = deferred();
+    const { handler, log } = setup(
+      async (id) => {
+        if (id === 'b1') bDone.resolve();
+        if (id === 'a1') await bDone.promise;
+      },
+      { recordConcurrency: 2, deleter },
+    );
+    const res = await handler({ Records: [rec('a'), rec('b')] });
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(calls).toEqual([['h-b1']]);
+    expect(log.records.filter((r) => r.level === 'warn').map((r) => [r.msg, r.obj.messageIds])).toEqual([
+      [
+        'could not delete handled events early; the event source mapping deletes them when the invocation returns',
+        ['b1'],
+      ],
+    ]);
+  });
+});
+
+describe('records not started in time', () => {
+  it('the function deadline: the running record sees it, the records not started go back', async () => {
+    const { handler, outcomes } = setup(
+      async (id, deps) => {
+        // Runs until the deadline (100 ms after the start: 1.1 s left, 1 s margin).
+        if (id === 'a1') {
+          await new Promise<void>((resolve) => deps.deadline?.addEventListener('abort', () => resolve()));
+        }
+      },
+      { recordConcurrency: 1 },
+    );
+    const res = await handler(
+      { Records: [rec('a', 1), rec('a', 2), rec('b', 1)] },
+      { getRemainingTimeInMillis: () => 1100 },
+    );
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'a2' }, { itemIdentifier: 'b1' }] });
+    expect(outcomes()).toEqual({ a1: 'done', a2: 'deadline', b1: 'deadline' });
+  });
+
+  it('once less than half the invocation is left, no record starts; the running one goes on', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const { handler, outcomes, trace } = setup(
+      async (id) => {
+        // Half of the 10 minutes has gone by while the first record ran.
+        if (id === 'a1') vi.setSystemTime(Date.now() + 5 * 60_000 + 1);
+      },
+      { recordConcurrency: 1 },
+    );
+    const res = await handler({ Records: [rec('a'), rec('b'), rec('c')] }, { getRemainingTimeInMillis: () => 600_000 });
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'b1' }, { itemIdentifier: 'c1' }] });
+    expect(outcomes()).toEqual({ a1: 'done', b1: 'deadline', c1: 'deadline' });
+    expect(trace).toEqual(['start a1', 'end a1']);
+  });
+});
