@@ -289,19 +289,22 @@ export function makeStageHandler(
  * started later would likely be cut by the deadline and fail (`ReconcileFailed`), where going
  * back to the queue runs it in full in a later invocation. Always true without a time limit.
  *
- * Except a record on its last receive (`ApproximateReceiveCount` at least `maxAttempts`): going
- * back would send it to the dead-letter queue with no status at all, its receives spent behind
- * slower records of its group, so it starts while the deadline has not come, and a stage cut by
- * the deadline then ends its run with a failed status (the retry bound's last attempt).
+ * Except when the record or a later one of its lane is on its last receive (`ApproximateReceiveCount`
+ * at least `maxAttempts`): going back would send that one to the dead-letter queue with no status
+ * at all, its receives spent behind slower records of its group, so the record starts while the
+ * deadline has not come, and a stage cut by the deadline then ends its run with a failed status
+ * (the retry bound's last attempt).
+ *
+ * @returns whether the first of `rest` (the lane's records from the one to start on) may start.
  */
 function startWindow(
   remainingMs: number | undefined,
   deadline: AbortSignal | undefined,
   maxAttempts: number,
-): (record: SqsRecord) => boolean {
+): (rest: readonly SqsRecord[]) => boolean {
   if (remainingMs === undefined || !Number.isFinite(remainingMs)) return () => !deadline?.aborted;
   const startBy = Date.now() + remainingMs / 2;
-  return (record) => !deadline?.aborted && (Date.now() <= startBy || receiveCountOf(record) >= maxAttempts);
+  return (rest) => !deadline?.aborted && (Date.now() <= startBy || rest.some((r) => receiveCountOf(r) >= maxAttempts));
 }
 
 /** The record's `ApproximateReceiveCount`, 0 when absent or not a number. */
@@ -311,8 +314,8 @@ function receiveCountOf(record: SqsRecord): number {
 
 /** What {@link runBatch} does with each record. */
 interface BatchSteps {
-  /** Whether a record may start now ({@link startWindow}). */
-  mayStart: (record: SqsRecord) => boolean;
+  /** Whether the first of a lane's remaining records may start now ({@link startWindow}). */
+  mayStart: (rest: readonly SqsRecord[]) => boolean;
   /** Runs one record ({@link processRecord}); never throws. */
   run: (record: SqsRecord, log: Logger) => Promise<RecordOutcome>;
   /** Reports a record in `batchItemFailures`. */
@@ -358,7 +361,7 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
   const runLane = async (lane: SqsRecord[]): Promise<void> => {
     let laneFailed = false;
     let laneAcknowledged = true;
-    for (const record of lane) {
+    for (const [i, record] of lane.entries()) {
       const rlog = steps.log(record);
       if (laneFailed) {
         steps.fail(record);
@@ -368,7 +371,7 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
         );
         continue;
       }
-      if (!steps.mayStart(record)) {
+      if (!steps.mayStart(lane.slice(i))) {
         steps.fail(record);
         laneFailed = true;
         rlog.warn(
