@@ -269,4 +269,28 @@ describe('records not started in time', () => {
     expect(outcomes()).toEqual({ a1: 'done', b1: 'deadline', c1: 'deadline' });
     expect(trace).toEqual(['start a1', 'end a1']);
   });
+
+  it('a lane with a record on its last receive starts past the window: going back would dead-letter it with no status', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const { handler, outcomes, trace } = setup(
+      async (id) => {
+        // The record ahead of it in its group takes more than half of the 10 minutes.
+        if (id === 'a1') vi.setSystemTime(Date.now() + 5 * 60_000 + 1);
+      },
+      { recordConcurrency: 1 },
+    );
+    // a3 went back behind slow records of its group on each earlier receive: this one is its
+    // last, and a2 ahead of it starts too (running a3 first would break the group's order).
+    const received = (r: SqsRecord, count: string) => ({
+      ...r,
+      attributes: { ...r.attributes, ApproximateReceiveCount: count },
+    });
+    const res = await handler(
+      { Records: [rec('a', 1), received(rec('a', 2), '4'), received(rec('a', 3), '5'), rec('b')] },
+      { getRemainingTimeInMillis: () => 600_000 },
+    );
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'b1' }] });
+    expect(outcomes()).toEqual({ a1: 'done', a2: 'done', a3: 'done', b1: 'deadline' });
+    expect(trace).toEqual(['start a1', 'end a1', 'start a2', 'end a2', 'start a3', 'end a3']);
+  });
 });

@@ -265,7 +265,7 @@ export function makeStageHandler(
     const failed = new Set<string>();
     try {
       await runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
-        mayStart: startWindow(remaining, deadline?.signal),
+        mayStart: startWindow(remaining, deadline?.signal, d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS),
         run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal),
         fail: (record) => failed.add(record.messageId),
         log: (record) => log.child({ messageId: record.messageId }),
@@ -288,17 +288,34 @@ export function makeStageHandler(
  * has at least half the function timeout (less the deadline margin) for its tools; a record
  * started later would likely be cut by the deadline and fail (`ReconcileFailed`), where going
  * back to the queue runs it in full in a later invocation. Always true without a time limit.
+ *
+ * Except when the record or a later one of its lane is on its last receive (`ApproximateReceiveCount`
+ * at least `maxAttempts`): going back would send that one to the dead-letter queue with no status
+ * at all, its receives spent behind slower records of its group, so the record starts while the
+ * deadline has not come, and a stage cut by the deadline then ends its run with a failed status
+ * (the retry bound's last attempt).
+ *
+ * @returns whether the first of `rest` (the lane's records from the one to start on) may start.
  */
-function startWindow(remainingMs: number | undefined, deadline: AbortSignal | undefined): () => boolean {
+function startWindow(
+  remainingMs: number | undefined,
+  deadline: AbortSignal | undefined,
+  maxAttempts: number,
+): (rest: readonly SqsRecord[]) => boolean {
   if (remainingMs === undefined || !Number.isFinite(remainingMs)) return () => !deadline?.aborted;
   const startBy = Date.now() + remainingMs / 2;
-  return () => !deadline?.aborted && Date.now() <= startBy;
+  return (rest) => !deadline?.aborted && (Date.now() <= startBy || rest.some((r) => receiveCountOf(r) >= maxAttempts));
+}
+
+/** The record's `ApproximateReceiveCount`, 0 when absent or not a number. */
+function receiveCountOf(record: SqsRecord): number {
+  return Number(record.attributes?.ApproximateReceiveCount ?? 0) || 0;
 }
 
 /** What {@link runBatch} does with each record. */
 interface BatchSteps {
-  /** Whether a record may start now ({@link startWindow}). */
-  mayStart: () => boolean;
+  /** Whether the first of a lane's remaining records may start now ({@link startWindow}). */
+  mayStart: (rest: readonly SqsRecord[]) => boolean;
   /** Runs one record ({@link processRecord}); never throws. */
   run: (record: SqsRecord, log: Logger) => Promise<RecordOutcome>;
   /** Reports a record in `batchItemFailures`. */
@@ -344,7 +361,7 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
   const runLane = async (lane: SqsRecord[]): Promise<void> => {
     let laneFailed = false;
     let laneAcknowledged = true;
-    for (const record of lane) {
+    for (const [i, record] of lane.entries()) {
       const rlog = steps.log(record);
       if (laneFailed) {
         steps.fail(record);
@@ -354,7 +371,7 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
         );
         continue;
       }
-      if (!steps.mayStart()) {
+      if (!steps.mayStart(lane.slice(i))) {
         steps.fail(record);
         laneFailed = true;
         rlog.warn(
@@ -513,7 +530,7 @@ async function processRecord(
   if (typeof admitted === 'string') return admitted;
   const event = admitted;
   const elog = log.child({ subject: subjectOf(objectRefOf(event)), eventId: event.id });
-  const receiveCount = Number(record.attributes?.ApproximateReceiveCount ?? 0) || undefined;
+  const receiveCount = receiveCountOf(record) || undefined;
   const maxAttempts = d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   // Per record (one run of one object): the values of the Secrets the stage reads.
   const secretMask = new SecretMask();
