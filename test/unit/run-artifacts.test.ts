@@ -38,20 +38,25 @@ describe('carryingArtifacts', () => {
     const carry = new Map<string, Buffer>();
     const store = carryingArtifacts(inner, carry);
     await store.putIfAbsent(TGZ, Buffer.from('tgz'));
-    await store.put(YAML, 'yaml');
     await store.put(PRIVATE_TGZ, 'sealed');
     const record = fetchCacheKey(sha256Hex('identity'));
     await store.put(record, '{}');
     await store.putIfMatch(inflightKey(renderCacheKey(sha256Hex('x'))), '{}', undefined);
 
     expect((await store.get(TGZ))?.toString()).toBe('tgz');
-    expect((await store.get(YAML))?.toString()).toBe('yaml');
     expect((await store.get(PRIVATE_TGZ))?.toString()).toBe('sealed');
-    expect(await store.head(YAML)).toEqual({ size: 4 });
     expect(inner.reads).toEqual([]);
     expect((await store.get(record))?.toString()).toBe('{}');
     expect(inner.reads).toEqual([record]);
-    expect([...carry.keys()].sort()).toEqual([PRIVATE_TGZ, TGZ, YAML].sort());
+    expect([...carry.keys()].sort()).toEqual([PRIVATE_TGZ, TGZ].sort());
+    // The render stored: the tarballs are no longer held (the deploy reads only the manifest).
+    await store.put(YAML, 'yaml');
+    expect((await store.get(YAML))?.toString()).toBe('yaml');
+    expect(await store.head(YAML)).toEqual({ size: 4 });
+    expect([...carry.keys()]).toEqual([YAML]);
+    expect(inner.reads).toEqual([record]);
+    expect((await store.get(TGZ))?.toString()).toBe('tgz');
+    expect(inner.reads).toEqual([record, TGZ]);
   });
 
   it('an artifact stored before the run, a deleted one, or one past the size bound is read from the store', async () => {

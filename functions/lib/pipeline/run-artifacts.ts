@@ -24,12 +24,14 @@ import { type GetOptions, type ObjectBody, type ObjectStore, toBuffer } from '..
 
 /**
  * Largest artifact a run carries, bytes: 8 MiB. A larger one (a big chart) is read from the
- * store by the next stage, so a run holds at most two such copies (its tarball and manifest)
- * between stages, whatever it fetched.
+ * store by the next stage, so a run holds at most one such copy between stages (its tarball
+ * until its manifest is stored, then the manifest), whatever it fetched.
  */
 export const MAX_CARRIED_ARTIFACT_BYTES = 8 * 1024 * 1024;
 
-const CARRIED = [FETCH_KEY_PATTERN, TEMPLATE_KEY_PATTERN, PRIVATE_FETCH_KEY_PATTERN, PRIVATE_TEMPLATE_KEY_PATTERN];
+const FETCH_KEYS = [FETCH_KEY_PATTERN, PRIVATE_FETCH_KEY_PATTERN];
+const TEMPLATE_KEYS = [TEMPLATE_KEY_PATTERN, PRIVATE_TEMPLATE_KEY_PATTERN];
+const CARRIED = [...FETCH_KEYS, ...TEMPLATE_KEYS];
 
 /** True when `key` names an artifact a run may carry (its content never changes under it). */
 export function isCarriedArtifactKey(key: string): boolean {
@@ -47,6 +49,10 @@ export function isCarriedArtifactKey(key: string): boolean {
 export function carryingArtifacts(store: ObjectStore, carry: Map<string, Buffer>): ObjectStore {
   const keep = (key: string, body: ObjectBody) => {
     if (!isCarriedArtifactKey(key)) return;
+    // The render is stored: the run reads its tarball no more, so it is not held through the
+    // deploy (kapp's whole run) beside the manifest.
+    if (TEMPLATE_KEYS.some((p) => p.test(key)))
+      for (const k of [...carry.keys()]) if (FETCH_KEYS.some((p) => p.test(k))) carry.delete(k);
     const bytes = toBuffer(body);
     if (bytes.length <= MAX_CARRIED_ARTIFACT_BYTES) carry.set(key, bytes);
   };
