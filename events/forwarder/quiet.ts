@@ -13,7 +13,8 @@
  * or `tagSelection`, http without `sha256` and a helm chart version without a Secret are polled
  * for the fleet, which sends the App `ref-changed` when they move,
  * `functions/lib/pipeline/source-poll.ts`), that
- * runs kbld on anything but a bundle pinned by digest (kbld resolves tags at render time), that
+ * runs kbld on anything but an imgpkg bundle (kbld resolves tags at render time; over a bundle it
+ * reads the bundle's own `.imgpkg/images.yml` lock, and the bundle is pinned or polled), that
  * decrypts with sops (its key Secret is not tracked), or that asks for it (annotation or cluster
  * setting below). Not tracked either, so only the safety period notices a change to it: the
  * RBAC behind the App's ServiceAccount (the ServiceAccount itself is a tracked ref).
