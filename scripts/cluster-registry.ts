@@ -10,12 +10,15 @@
  *     [--secret-prefix kapp-lambda/<id>/] [--identity-namespace kapp-lambda] \
  *     --forwarder-role-id AROA… | --no-sender-check
  * (both: [--controller-config-namespace kapp-lambda], where the functions read kapp-controller-config)
- * npm run cluster -- list
+ * npm run cluster -- list [-o json|yaml]
  * npm run cluster -- remove <id>
  * ```
  *
  * `add` refuses an id already registered unless `--replace`, and a `--forwarder-role-id` another
  * cluster's document already names (exit 2, naming it); `remove` of an unknown id exits 1.
+ * Exit codes as every command line of the project (`./cli.ts`): 0 success, 1 failure, 2 usage
+ * error; `--help` prints the usage on stdout. `list -o json|yaml` prints the documents without
+ * their CA ({@link ClusterSummary}).
  * `--forwarder-role-id` is the unique id of the cluster's forwarder role (the stack's output
  * `ForwarderRoleId<Id>`): the functions accept events naming the cluster only from that role
  * (`functions/lib/entry/sender.ts`). `add` requires it: a fleet that checks senders (every CDK
@@ -51,7 +54,17 @@ import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../functions/lib/reconcile/
 import { LocalDirStore } from '../functions/lib/store/local.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { S3Store } from '../functions/lib/store/s3.js';
-import { runIfEntry } from './cli.js';
+import {
+  EXIT,
+  exitCodesHelp,
+  formatOutput,
+  isUsageError,
+  OUTPUT_OPTION,
+  type OutputFormat,
+  parseOutputFormat,
+  runIfEntry,
+  usageFailure,
+} from './cli.js';
 
 /** Directory of the RBAC manifests, one file per function plus `token-identities.yml`. */
 export const RBAC_DIR = path.resolve(import.meta.dirname, '../infra/rbac');
@@ -252,19 +265,48 @@ async function* clusterDocBodies(store: ObjectStore): AsyncGenerator<{ key: stri
   }
 }
 
-/** One line of `list`: the id, endpoint and auth kind, or why the document is invalid. Never the CA. */
-export async function listClusters(store: ObjectStore): Promise<string[]> {
-  const lines: string[] = [];
+/**
+ * One registered cluster as `list -o json|yaml` prints it: the document without its CA (`caData`),
+ * or, for a document that fails validation, its key and why.
+ */
+export type ClusterSummary =
+  | {
+      id: string;
+      endpoint: string;
+      tlsServerName?: string;
+      auth: ClusterDoc['auth'];
+      /** The forwarder role's unique id; `null` when the document names none (`--no-sender-check`). */
+      forwarderRoleId: string | null;
+    }
+  | { key: string; invalid: string };
+
+/** Every registry document as a {@link ClusterSummary}, in key order. Never the CA. */
+export async function clusterSummaries(store: ObjectStore): Promise<ClusterSummary[]> {
+  const out: ClusterSummary[] = [];
   for await (const { key, body } of clusterDocBodies(store)) {
     try {
       const doc = parseClusterDoc(key, body);
-      const how = doc.auth.kind === 'eks' ? `eks ${doc.auth.clusterName} ${doc.auth.region}` : 'token';
-      lines.push(`${doc.id}\t${doc.endpoint}\t${how}\tforwarder ${doc.forwarder?.roleId ?? 'none'}`);
+      out.push({
+        id: doc.id,
+        endpoint: doc.endpoint,
+        ...(doc.tlsServerName ? { tlsServerName: doc.tlsServerName } : {}),
+        auth: doc.auth,
+        forwarderRoleId: doc.forwarder?.roleId ?? null,
+      });
     } catch (err) {
-      lines.push(`${key}\tINVALID\t${(err as Error).message}`);
+      out.push({ key, invalid: (err as Error).message });
     }
   }
-  return lines;
+  return out;
+}
+
+/** One line of `list`: the id, endpoint and auth kind, or why the document is invalid. Never the CA. */
+export async function listClusters(store: ObjectStore): Promise<string[]> {
+  return (await clusterSummaries(store)).map((c) => {
+    if ('invalid' in c) return `${c.key}\tINVALID\t${c.invalid}`;
+    const how = c.auth.kind === 'eks' ? `eks ${c.auth.clusterName} ${c.auth.region}` : 'token';
+    return `${c.id}\t${c.endpoint}\t${how}\tforwarder ${c.forwarderRoleId ?? 'none'}`;
+  });
 }
 
 /**
@@ -328,19 +370,15 @@ const USAGE = `usage:
       --forwarder-role-id <AROA…> (the stack's ForwarderRoleId<Id>: the only sender of this cluster's events)
     | --no-sender-check (no forwarder role: only for functions without the sender check, local setups)
     [--controller-config-namespace <ns>] (where the functions read kapp-controller-config; default kapp-lambda)
-  npm run cluster -- list
+  npm run cluster -- list [-o json|yaml] (default: one tab-separated line per cluster)
   npm run cluster -- remove <id>
-  (all: --registry s3://<bucket>/<prefix> | file:///<dir>, default $KAPP_LAMBDA_CLUSTER_REGISTRY)
-`;
+  (all: --registry s3://<bucket>/<prefix> | file:///<dir>, default $KAPP_LAMBDA_CLUSTER_REGISTRY;
+   -h, --help: this text)
+${exitCodesHelp('an id already registered without --replace, an unknown id to remove, the registry unreachable')}`;
 
-/**
- * Runs the command line.
- *
- * @returns the exit code (2 for a usage error, 1 for an id already registered without
- *   `--replace` or an unknown id to remove).
- */
-export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
-  const { values: v, positionals } = parseArgs({
+/** The command line's options (`node:util` `parseArgs`, strict: an unknown option throws). */
+function parseClusterArgs(argv: string[]) {
+  return parseArgs({
     args: argv,
     allowPositionals: true,
     strict: true,
@@ -359,22 +397,48 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       'forwarder-role-id': { type: 'string' },
       'no-sender-check': { type: 'boolean' },
       replace: { type: 'boolean' },
+      ...OUTPUT_OPTION,
       help: { type: 'boolean', short: 'h' },
     },
   });
+}
+
+/**
+ * Runs the command line.
+ *
+ * @returns the exit code ({@link EXIT}): 0 (`--help` too, on stdout), 1 for an id already
+ *   registered without `--replace` or an unknown id to remove, 2 for a usage error (an unknown
+ *   option, a missing or invalid argument, a forwarder role another cluster names).
+ */
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const err = (t: string) => process.stderr.write(t);
+  const usage = (problem: string): number => usageFailure('cluster', USAGE, problem, err);
+  let parsed: ReturnType<typeof parseClusterArgs>;
+  let format: OutputFormat | undefined;
+  try {
+    parsed = parseClusterArgs(argv);
+    format = parseOutputFormat(parsed.values.output);
+  } catch (e) {
+    if (!isUsageError(e)) throw e;
+    return usage(e.message);
+  }
+  const { values: v, positionals } = parsed;
+  if (v.help) {
+    process.stdout.write(USAGE);
+    return EXIT.ok;
+  }
   const [command, id, ...extra] = positionals;
-  const usage = (problem?: string): number => {
-    process.stderr.write(`${problem ? `cluster: ${problem}\n` : ''}${USAGE}`);
-    return problem ? 2 : 0;
-  };
-  if (v.help) return usage();
+  if (!command) return usage('a command is required');
+  if (!['add', 'list', 'remove'].includes(command)) return usage(`unknown command ${JSON.stringify(command)}`);
+  if (format && command !== 'list') return usage(`-o applies to list, not ${command}`);
   const location = v.registry ?? env.KAPP_LAMBDA_CLUSTER_REGISTRY;
   if (!location) return usage('--registry (or KAPP_LAMBDA_CLUSTER_REGISTRY) is required');
   if (extra.length > 0) return usage(`unexpected argument ${JSON.stringify(extra[0])}`);
   const store = registryStore(location, env);
   if (command === 'list') {
-    for (const line of await listClusters(store)) process.stdout.write(`${line}\n`);
-    return 0;
+    if (format) process.stdout.write(formatOutput(await clusterSummaries(store), format));
+    else for (const line of await listClusters(store)) process.stdout.write(`${line}\n`);
+    return EXIT.ok;
   }
   if (!id) return usage('a cluster id is required');
   if (command === 'remove') {
@@ -386,7 +450,6 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     process.stderr.write(`removed ${clusterDocKey(id)} (the RBAC in the cluster is left as it is)\n`);
     return 0;
   }
-  if (command !== 'add') return usage(command ? `unknown command ${JSON.stringify(command)}` : undefined);
   if (!v.endpoint || !v['ca-file']) return usage('add needs --endpoint and --ca-file');
   const forwarderRoleId = v['forwarder-role-id'];
   if (forwarderRoleId !== undefined && !IAM_ROLE_ID_PATTERN.test(forwarderRoleId)) {

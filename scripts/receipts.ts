@@ -3,7 +3,7 @@
  * and the rollback to one of them (`functions/lib/pipeline/app/rollback.ts`).
  *
  * ```
- * npm run receipts -- list <namespace>/<app> [--cluster <id>] [--json]
+ * npm run receipts -- list <namespace>/<app> [--cluster <id>] [-o json|yaml]
  * npm run receipts -- rollback <namespace>/<app> <receipt-id> [--cluster <id>]
  * npm run receipts -- rollback <namespace>/<app> --clear
  * ```
@@ -31,16 +31,26 @@ import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../funct
 import { listReceipts, type Receipt, type ReceiptOwner, readReceipt } from '../functions/lib/receipt/receipt.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { cacheRoot } from '../layers/gobuild.js';
-import { runIfEntry } from './cli.js';
+import {
+  EXIT,
+  exitCodesHelp,
+  formatOutput,
+  isUsageError,
+  OUTPUT_OPTION,
+  type OutputFormat,
+  parseOutputFormat,
+  runIfEntry,
+  usageFailure,
+} from './cli.js';
 import { registryStore } from './cluster-registry.js';
 
 const USAGE = `usage:
-  npm run receipts -- list <namespace>/<app> [--cluster <id>] [--json]
+  npm run receipts -- list <namespace>/<app> [--cluster <id>] [-o json|yaml] (default: a table; --json: -o json)
   npm run receipts -- rollback <namespace>/<app> <receipt-id> [--cluster <id>]
   npm run receipts -- rollback <namespace>/<app> --clear
   (all: --store s3://<bucket>/<prefix> | file:///<dir>, default the runtime's store;
-        --kubeconfig <file> [--context <name>], default as kubectl)
-`;
+        --kubeconfig <file> [--context <name>], default as kubectl; -h, --help: this text)
+${exitCodesHelp('no such receipt, its render gone, the App not patched, the store or API server unreachable')}`;
 
 /** The store location of the runtime: see the module comment. */
 export function defaultStoreLocation(env: NodeJS.ProcessEnv = process.env): string {
@@ -172,6 +182,7 @@ function parseReceiptsArgs(argv: string[]) {
       context: { type: 'string' },
       clear: { type: 'boolean' },
       json: { type: 'boolean' },
+      ...OUTPUT_OPTION,
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -180,31 +191,39 @@ function parseReceiptsArgs(argv: string[]) {
 /**
  * Runs the command line.
  *
- * @returns the exit code: 0 (`--help` too), 1 (no such receipt, render gone, App not patched),
- *   2 (usage, an unknown option).
+ * @returns the exit code ({@link EXIT}): 0 (`--help` too, on stdout), 1 (no such receipt, render
+ *   gone, App not patched), 2 (usage: an unknown command or option, a malformed argument).
  */
 export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: ReceiptsIo = REAL_IO) {
+  const usage = (problem: string) => usageFailure('receipts', USAGE, problem, io.err);
   let parsed: ReturnType<typeof parseReceiptsArgs>;
+  let format: OutputFormat | undefined;
   try {
     parsed = parseReceiptsArgs(argv);
+    format = parseOutputFormat(parsed.values.output) ?? (parsed.values.json ? 'json' : undefined);
   } catch (err) {
-    io.err(`receipts: ${(err as Error).message}\n${USAGE}`);
-    return 2;
+    if (!isUsageError(err)) throw err;
+    return usage(err.message);
   }
   const { values: v, positionals } = parsed;
   if (v.help) {
     io.out(USAGE);
-    return 0;
+    return EXIT.ok;
   }
   const [command, target, id] = positionals;
+  if (command !== 'list' && command !== 'rollback') {
+    return usage(command ? `unknown command ${JSON.stringify(command)}` : 'a command is required');
+  }
+  if (format && command !== 'list') return usage(`-o applies to list, not ${command}`);
   const m = /^([a-z0-9][a-z0-9.-]*)\/([a-z0-9][a-z0-9.-]*)$/.exec(target ?? '');
   const ns = m?.[1];
   const name = m?.[2];
-  const wellFormed =
-    ns && name && ((command === 'list' && !id) || (command === 'rollback' && (v.clear ? !id : Boolean(id))));
+  if (!ns || !name) return usage(`expected <namespace>/<app>, not ${JSON.stringify(target ?? '')}`);
+  const wellFormed = (command === 'list' && !id) || (command === 'rollback' && (v.clear ? !id : Boolean(id)));
   if (!wellFormed) {
-    io.err(USAGE);
-    return 2;
+    return usage(
+      command === 'list' ? `unexpected argument ${JSON.stringify(id)}` : 'rollback takes a <receipt-id> or --clear',
+    );
   }
   const store = io.store(v.store ?? defaultStoreLocation(env));
   // The App's API server is needed for a rollback, and for the default cluster id.
@@ -212,9 +231,9 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   const owner: ReceiptOwner = { clusterId: v.cluster ?? kube?.context ?? '', namespace: ns, name };
   if (command === 'list') {
     const receipts = await listReceipts(store, owner);
-    if (v.json) {
-      io.out(`${JSON.stringify(receipts, null, 2)}\n`);
-      return 0;
+    if (format) {
+      io.out(formatOutput(receipts, format));
+      return EXIT.ok;
     }
     const active = kube ? (await readApp(kube.rest, ns, name).catch(() => undefined))?.annotations : undefined;
     if (receipts.length === 0) {

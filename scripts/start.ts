@@ -14,6 +14,9 @@
  * `GET /metrics` serves kapp-controller's reconcile series, default `127.0.0.1:8080`; `off`: no
  * server).
  *
+ * Takes no arguments but `-h`/`--help` (`./start-args.ts`: the usage and exit codes; anything
+ * else is a usage error, exit 2).
+ *
  * Several `npm start` against one cluster are safe: per cluster, only the holder of the Lease
  * forwards events and runs stages; the others wait and take over within ~15 s when it goes
  * away (at once when it stops with Ctrl-C, which releases the Lease).
@@ -34,6 +37,13 @@ import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/l
 import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
+import { startCommandLine } from './start-args.js';
+
+const cliExit = startCommandLine(process.argv.slice(2), {
+  out: (t) => process.stdout.write(t),
+  err: (t) => process.stderr.write(t),
+});
+if (cliExit !== undefined) process.exit(cliExit);
 
 // The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';

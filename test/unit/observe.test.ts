@@ -10,7 +10,12 @@ import type { EventWriter, NewEvent } from '../../functions/lib/kube/port.js';
 import type { RestRequest, RestResponse } from '../../functions/lib/kube/transport.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MAX_EVENT_MESSAGE_CHARS, ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
-import { EmfReconcileMetrics } from '../../functions/lib/observe/metrics.js';
+import {
+  CONTROLLER_TYPE,
+  COUNT_METRICS,
+  EmfReconcileMetrics,
+  TIME_METRICS,
+} from '../../functions/lib/observe/metrics.js';
 import { PrometheusReconcileMetrics } from '../../functions/lib/observe/prometheus.js';
 import { isFirstReconcile, reconcileObserver } from '../../functions/lib/observe/reconcile.js';
 import { eventErrorText } from '../../functions/lib/pipeline/report.js';
@@ -93,6 +98,63 @@ describe('PrometheusReconcileMetrics', () => {
     expect(await metrics.registry.metrics()).toContain(
       'kappctrl_app_reconcile_attempt_total{cluster="c2",controller="pkgr",name="repo",namespace="ns"} 1',
     );
+  });
+});
+
+describe("kapp-controller v0.53.1's series and label values", () => {
+  // Upstream pkg/metrics (reconcile_count_metrics.go, reconcile_time_metrics.go) and the values
+  // its controllers pass (PR #1415's appResourceType, packageInstallType, pkgrResourceType, whose
+  // /metrics output reads controller="app" and controller="pkgr"): dashboards select on these.
+  const COUNTERS = [
+    'kappctrl_app_reconcile_attempt_total',
+    'kappctrl_app_reconcile_success_total',
+    'kappctrl_app_reconcile_failure_total',
+    'kappctrl_app_reconcile_delete_attempt_total',
+    'kappctrl_app_reconcile_delete_failed_total',
+  ];
+  const GAUGES = [
+    'kappctrl_reconcile_time_seconds',
+    'kappctrl_reconcile_fetch_time_seconds',
+    'kappctrl_reconcile_template_time_seconds',
+    'kappctrl_reconcile_deploy_time_seconds',
+  ];
+
+  it('names each kind app, pkgi or pkgr in the controller label, in the Prometheus text and the EMF line', async () => {
+    expect(CONTROLLER_TYPE).toEqual({ App: 'app', PackageInstall: 'pkgi', PackageRepository: 'pkgr' });
+    const metrics = new PrometheusReconcileMetrics();
+    const lines: string[] = [];
+    const emf = new EmfReconcileMetrics({ write: (l) => lines.push(l) });
+    for (const kind of ['App', 'PackageInstall', 'PackageRepository'] as const) {
+      for (const sink of [metrics, emf])
+        await reconcileObserver({ metrics: sink, log: memoryLogger() }, { ...APP, kind }, true).started();
+    }
+    const text = await metrics.registry.metrics();
+    for (const value of ['app', 'pkgi', 'pkgr']) {
+      expect(text).toContain(
+        `kappctrl_app_reconcile_attempt_total{controller="${value}",name="simple-app",namespace="ns"} 1`,
+      );
+    }
+    expect(lines.map((l) => JSON.parse(l).controller)).toEqual(['app', 'pkgi', 'pkgr']);
+  });
+
+  it('declares exactly the nine series with their upstream types and label names', async () => {
+    expect(Object.values(COUNT_METRICS).map((m) => m.name)).toEqual(COUNTERS);
+    expect(Object.values(TIME_METRICS).map((m) => m.name)).toEqual(GAUGES);
+    const metrics = new PrometheusReconcileMetrics();
+    const target = { clusterId: 'c1', controller: 'app' as const, namespace: 'ns', name: 'a' };
+    metrics.init(target);
+    for (const phase of ['overall', 'fetch', 'template', 'deploy'] as const) metrics.time(target, phase, false, 1);
+    const text = await metrics.registry.metrics();
+    const types = [...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map(([, name, type]) => `${name} ${type}`);
+    expect(types).toEqual([...COUNTERS.map((n) => `${n} counter`), ...GAUGES.map((n) => `${n} gauge`)]);
+    const labels = [...text.matchAll(/^(kappctrl_\w+)\{([^}]*)\}/gm)].map(([, name, l]) => [
+      name,
+      (l ?? '').split(',').map((kv) => kv.split('=')[0]),
+    ]);
+    expect(labels).toEqual([
+      ...COUNTERS.map((n) => [n, ['controller', 'name', 'namespace']]),
+      ...GAUGES.map((n) => [n, ['controller', 'name', 'namespace', 'firstReconcile']]),
+    ]);
   });
 });
 

@@ -5,6 +5,7 @@
  * a fake API server (the port boundaries).
  */
 import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { appRollbackChangeKey } from '../../events/forwarder/kinds.js';
 import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { CommandRunner, RunRequest, RunResult } from '../../functions/lib/exec/runner.js';
@@ -385,6 +386,31 @@ describe('npm run receipts', () => {
     // An unknown option: the usage with the reason, not a stack of parseArgs.
     expect(await main(['list', 'team-a/web', '--nope'], {}, t.io)).toBe(2);
     expect(t.err.at(-1)).toMatch(/^receipts: Unknown option '--nope'.*\nusage:/s);
+  });
+
+  it('list -o json|yaml prints the receipts as data (--json is -o json); -o elsewhere or another format is a usage error', async () => {
+    const store = new MemoryStore();
+    const r = receiptAt(0);
+    await keepReceipt(store, r, memoryLogger());
+    const cases: [string[], (text: string) => unknown][] = [
+      [['-o', 'json'], (t) => JSON.parse(t)],
+      [['--output=yaml'], (t) => parseYaml(t)],
+      [['--json'], (t) => JSON.parse(t)],
+    ];
+    for (const [flags, parse] of cases) {
+      const t = io(store, { generation: 1, resourceVersion: '1' });
+      expect(await main(['list', 'team-a/web', '--cluster', 'home', ...flags], {}, t.io)).toBe(0);
+      expect(parse(t.out.join(''))).toEqual([JSON.parse(JSON.stringify(r))]);
+    }
+    const t = io(store, { generation: 1, resourceVersion: '1' });
+    expect(await main(['list', 'team-a/web', '-o', 'xml'], {}, t.io)).toBe(2);
+    expect(t.err.at(-1)).toMatch(/^receipts: -o expects json or yaml, not "xml"\nusage:/);
+    expect(await main(['rollback', 'team-a/web', '--clear', '-o', 'json'], {}, t.io)).toBe(2);
+    expect(t.err.at(-1)).toMatch(/^receipts: -o applies to list, not rollback\n/);
+    expect(await main(['show', 'team-a/web'], {}, t.io)).toBe(2);
+    expect(t.err.at(-1)).toMatch(/^receipts: unknown command "show"\n/);
+    expect(t.out).toEqual([]);
+    expect(t.sent.filter((s) => s.method === 'PATCH')).toEqual([]);
   });
 
   it('--help and -h print the usage and exit 0', async () => {

@@ -14,7 +14,11 @@
  * `..._success_total`, `..._failure_total`, `..._delete_attempt_total`, `..._delete_failed_total`.
  * Gauges in seconds (labels `controller`, `name`, `namespace`, `firstReconcile`):
  * `kappctrl_reconcile_time_seconds` and its `fetch`, `template` and `deploy` parts. `controller`
- * is upstream's resource type: `app`, `pkgi` or `pkgr` (PR #1415's output and constants).
+ * is upstream's resource type: `app`, `pkgi` or `pkgr`, not the kind (`App`, …). kapp-controller
+ * v0.53.1 passes its constants `appResourceType`, `packageInstallType` and `pkgrResourceType`
+ * (PR #1415, which added the label; its `/metrics` output reads `controller="app"` and
+ * `controller="pkgr"`), so dashboards built on kapp-controller select these values.
+ * `test/unit/observe.test.ts` holds the names, types, label names and values.
  *
  * @module
  */
