@@ -12,7 +12,8 @@
  * `kubectl create namespace kapp-lambda`), `KAPP_LAMBDA_LEADER_ELECTION=off` (act without a
  * Lease; only when nothing else serves the cluster), `KAPP_LAMBDA_METRICS_ADDRESS` (where
  * `GET /metrics` serves kapp-controller's reconcile series, default `127.0.0.1:8080`; `off`: no
- * server).
+ * server), `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE` (or `--controller-config-namespace`: where
+ * each cluster's `kapp-controller-config` is read, default `kapp-lambda`; see `start-settings.ts`).
  *
  * Several `npm start` against one cluster are safe: per cluster, only the holder of the Lease
  * forwards events and runs stages; the others wait and take over within ~15 s when it goes
@@ -34,6 +35,7 @@ import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/l
 import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
+import { readStartSettings, START_USAGE, type StartSettings } from './start-settings.js';
 
 // The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
@@ -44,6 +46,19 @@ const list = (v: string | undefined) =>
     ?.split(',')
     .map((s) => s.trim())
     .filter(Boolean);
+
+let settings: StartSettings;
+try {
+  const read = readStartSettings(process.argv.slice(2), process.env);
+  if (read.help) {
+    process.stdout.write(`${START_USAGE}\n`);
+    process.exit(0);
+  }
+  settings = read;
+} catch (err) {
+  say(`${(err as Error).message}\n${START_USAGE}`);
+  process.exit(2);
+}
 
 const candidate = process.env.KUBECONFIG?.split(':')[0] || path.join(homedir(), '.kube', 'config');
 let kubeconfigPath = candidate;
@@ -78,7 +93,10 @@ try {
   process.exit(2);
 }
 const runtime = startEmbedded({
-  config: { urlPolicy },
+  config: {
+    urlPolicy,
+    ...(settings.controllerConfigNamespace ? { controllerConfigNamespace: settings.controllerConfigNamespace } : {}),
+  },
   kubeconfigPath,
   contexts,
   namespaces: list(process.env.KAPP_LAMBDA_NAMESPACES),
