@@ -1,10 +1,12 @@
 /**
  * The command line and environment of `npm start` (`scripts/start.ts`) that need a rule of
- * their own, kept apart from the script so a unit test can read them without starting a runtime.
+ * their own, and its start banner, kept apart from the script so a unit test can read them
+ * without starting a runtime.
  *
  * @module
  */
 import { parseArgs } from 'node:util';
+import { LEASE_ACQUIRED_MESSAGE } from '../events/forwarder/leader.js';
 import { isDns1123Label } from '../functions/lib/api/names.js';
 
 /** Settings of `npm start` read from its flags and environment. */
@@ -56,4 +58,19 @@ export function readStartSettings(
     throw new Error(`${source}: expected a namespace name (a DNS-1123 label), got ${JSON.stringify(namespace)}`);
   }
   return { controllerConfigNamespace: namespace };
+}
+
+/**
+ * The line `npm start` prints once the runtime is set up. With leader election it says what to
+ * wait for without holding the log message itself ({@link LEASE_ACQUIRED_MESSAGE}): the banner
+ * goes to the same stderr, so a grep for the message would otherwise match at once. `[l]ease`
+ * is the usual trick: as a pattern it matches the message, as text it is not the message.
+ *
+ * @param leaderElection - Whether the runtime waits for a Lease (`KAPP_LAMBDA_LEADER_ELECTION`).
+ * @returns One line, without the `[start]` prefix.
+ */
+export function startBanner(leaderElection: boolean): string {
+  if (!leaderElection) return 'forwarder and functions running (no leader election); Ctrl-C to stop';
+  const pattern = LEASE_ACQUIRED_MESSAGE.replace(/lease$/, '[l]ease');
+  return `forwarder and functions run once this process holds the cluster lease (wait for: grep '${pattern}'); Ctrl-C to stop`;
 }

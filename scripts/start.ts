@@ -35,7 +35,7 @@ import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/l
 import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
-import { readStartSettings, START_USAGE, type StartSettings } from './start-settings.js';
+import { readStartSettings, START_USAGE, type StartSettings, startBanner } from './start-settings.js';
 
 // The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
@@ -110,11 +110,7 @@ const runtime = startEmbedded({
       ? false
       : { namespace: process.env.KAPP_LAMBDA_LEASE_NAMESPACE || undefined },
 });
-say(
-  process.env.KAPP_LAMBDA_LEADER_ELECTION === 'off'
-    ? 'forwarder and functions running (no leader election); Ctrl-C to stop'
-    : 'forwarder and functions running once this process holds the cluster lease (log: "leader election: acquired lease"); Ctrl-C to stop',
-);
+say(startBanner(process.env.KAPP_LAMBDA_LEADER_ELECTION !== 'off'));
 
 const metricsAddress = process.env.KAPP_LAMBDA_METRICS_ADDRESS || DEFAULT_METRICS_ADDRESS;
 let metricsServer: MetricsServer | undefined;

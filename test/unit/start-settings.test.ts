@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { readStartSettings } from '../../scripts/start-settings.js';
+import { LEASE_ACQUIRED_MESSAGE } from '../../events/forwarder/leader.js';
+import { readStartSettings, startBanner } from '../../scripts/start-settings.js';
 
 describe('npm start settings', () => {
   it('leaves the kapp-controller-config namespace to the runtime default when unset or blank', () => {
@@ -34,5 +35,22 @@ describe('npm start settings', () => {
   it('refuses an unknown option and answers --help', () => {
     expect(() => readStartSettings(['--controller-config-ns', 'x'], {})).toThrow();
     expect(readStartSettings(['-h'], {})).toEqual({ help: true });
+  });
+});
+
+describe('npm start banner', () => {
+  it('tells what to wait for without being the line itself, so a grep for it waits', () => {
+    const banner = startBanner(true);
+    expect(banner).not.toContain(LEASE_ACQUIRED_MESSAGE);
+    // The pattern the banner quotes finds the real log line, and not the banner.
+    const quoted = /grep '([^']+)'/.exec(banner)?.[1];
+    expect(quoted).toBeDefined();
+    const pattern = new RegExp(quoted as string);
+    expect(pattern.test(`{"level":30,"msg":"${LEASE_ACQUIRED_MESSAGE}"}`)).toBe(true);
+    expect(pattern.test(banner)).toBe(false);
+  });
+
+  it('says nothing of a lease without leader election', () => {
+    expect(startBanner(false)).not.toMatch(/lease/);
   });
 });
