@@ -1,6 +1,7 @@
 /**
  * `npm start`'s command line: it takes no arguments (the embedded runtime is configured by
- * environment variables, `docs/configuration.md`), only `-h`/`--help`. Apart from
+ * environment variables, `docs/configuration.md`) but `-h`/`--help` and
+ * `--controller-config-namespace` (read by `./start-settings.ts`). Apart from
  * `./start.ts`, which starts the runtime when imported, so tests can run it.
  *
  * @module
@@ -8,9 +9,13 @@
 
 import { parseArgs } from 'node:util';
 import { EXIT, exitCodesHelp, isUsageError, usageFailure } from './cli.js';
+import { readStartSettings } from './start-settings.js';
 
 /** `npm start --help`. */
-export const START_USAGE = `usage: npm start [-- -h|--help]
+export const START_USAGE = `usage: npm start [-- -h|--help] [-- --controller-config-namespace <ns>]
+  --controller-config-namespace <ns>  where each cluster's kapp-controller-config is read
+                                      (env KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE; default kapp-lambda;
+                                      kapp-controller users name kapp-controller)
   Runs the forwarder and the functions in this process against the current kubeconfig context
   ($KUBECONFIG, else ~/.kube/config), or a local control plane it starts when there is none.
   Configured by environment variables (docs/configuration.md), among them:
@@ -29,16 +34,22 @@ ${exitCodesHelp('the local control plane could not start')}`;
 /**
  * Reads `npm start`'s arguments.
  *
- * @returns the exit code to stop with (`--help`: the usage on stdout, 0; anything else: a usage
- *   error on stderr, 2), or `undefined` to start the runtime (no arguments).
+ * @param env - the environment, for the settings' variables (`KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE`)
+ * @returns the exit code to stop with (`--help`: the usage on stdout, 0; anything else, or a
+ *   setting `readStartSettings` refuses: a usage error on stderr, 2), or `undefined` to start
+ *   the runtime.
  */
-export function startCommandLine(argv: string[], io: { out: (t: string) => void; err: (t: string) => void }) {
+export function startCommandLine(
+  argv: string[],
+  io: { out: (t: string) => void; err: (t: string) => void },
+  env: Readonly<Record<string, string | undefined>> = {},
+) {
   try {
     const { values, positionals } = parseArgs({
       args: argv,
       allowPositionals: true,
       strict: true,
-      options: { help: { type: 'boolean', short: 'h' } },
+      options: { help: { type: 'boolean', short: 'h' }, 'controller-config-namespace': { type: 'string' } },
     });
     if (values.help) {
       io.out(START_USAGE);
@@ -47,9 +58,14 @@ export function startCommandLine(argv: string[], io: { out: (t: string) => void;
     if (positionals.length > 0) {
       return usageFailure('start', START_USAGE, `unexpected argument ${JSON.stringify(positionals[0])}`, io.err);
     }
-    return undefined;
   } catch (err) {
     if (!isUsageError(err)) throw err;
     return usageFailure('start', START_USAGE, err.message, io.err);
   }
+  try {
+    readStartSettings(argv, env);
+  } catch (err) {
+    return usageFailure('start', START_USAGE, (err as Error).message, io.err);
+  }
+  return undefined;
 }

@@ -12,10 +12,11 @@
  * `kubectl create namespace kapp-lambda`), `KAPP_LAMBDA_LEADER_ELECTION=off` (act without a
  * Lease; only when nothing else serves the cluster), `KAPP_LAMBDA_METRICS_ADDRESS` (where
  * `GET /metrics` serves kapp-controller's reconcile series, default `127.0.0.1:8080`; `off`: no
- * server).
+ * server), `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE` (or `--controller-config-namespace`: where
+ * each cluster's `kapp-controller-config` is read, default `kapp-lambda`; see `start-settings.ts`).
  *
- * Takes no arguments but `-h`/`--help` (`./start-args.ts`: the usage and exit codes; anything
- * else is a usage error, exit 2).
+ * Takes no arguments but `-h`/`--help` and `--controller-config-namespace` (`./start-args.ts`:
+ * the usage and exit codes; anything else is a usage error, exit 2).
  *
  * Several `npm start` against one cluster are safe: per cluster, only the holder of the Lease
  * forwards events and runs stages; the others wait and take over within ~15 s when it goes
@@ -38,11 +39,13 @@ import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
 import { startCommandLine } from './start-args.js';
+import { readStartSettings, type StartSettings, startBanner } from './start-settings.js';
 
-const cliExit = startCommandLine(process.argv.slice(2), {
-  out: (t) => process.stdout.write(t),
-  err: (t) => process.stderr.write(t),
-});
+const cliExit = startCommandLine(
+  process.argv.slice(2),
+  { out: (t) => process.stdout.write(t), err: (t) => process.stderr.write(t) },
+  process.env,
+);
 if (cliExit !== undefined) process.exit(cliExit);
 
 // The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
@@ -54,6 +57,9 @@ const list = (v: string | undefined) =>
     ?.split(',')
     .map((s) => s.trim())
     .filter(Boolean);
+
+// Checked by `startCommandLine` above: reading them again cannot fail.
+const settings: StartSettings = readStartSettings(process.argv.slice(2), process.env);
 
 const candidate = process.env.KUBECONFIG?.split(':')[0] || path.join(homedir(), '.kube', 'config');
 let kubeconfigPath = candidate;
@@ -88,7 +94,10 @@ try {
   process.exit(2);
 }
 const runtime = startEmbedded({
-  config: { urlPolicy },
+  config: {
+    urlPolicy,
+    ...(settings.controllerConfigNamespace ? { controllerConfigNamespace: settings.controllerConfigNamespace } : {}),
+  },
   kubeconfigPath,
   contexts,
   namespaces: list(process.env.KAPP_LAMBDA_NAMESPACES),
@@ -102,11 +111,7 @@ const runtime = startEmbedded({
       ? false
       : { namespace: process.env.KAPP_LAMBDA_LEASE_NAMESPACE || undefined },
 });
-say(
-  process.env.KAPP_LAMBDA_LEADER_ELECTION === 'off'
-    ? 'forwarder and functions running (no leader election); Ctrl-C to stop'
-    : 'forwarder and functions running once this process holds the cluster lease (log: "leader election: acquired lease"); Ctrl-C to stop',
-);
+say(startBanner(process.env.KAPP_LAMBDA_LEADER_ELECTION !== 'off'));
 
 const metricsAddress = process.env.KAPP_LAMBDA_METRICS_ADDRESS || DEFAULT_METRICS_ADDRESS;
 let metricsServer: MetricsServer | undefined;

@@ -45,6 +45,11 @@ export const DEFAULT_RENEW_DEADLINE_MS = 10_000;
 export const DEFAULT_RETRY_PERIOD_MS = 2_000;
 /** client-go's `JitterFactor`: a candidate waits `retryPeriod × [1, 1.2)` between tries. */
 export const JITTER_FACTOR = 1.2;
+/**
+ * The log message of a term's start: what operators and the fault e2e tests wait for, so other
+ * text (the `npm start` banner) must not contain it.
+ */
+export const LEASE_ACQUIRED_MESSAGE = 'leader election: acquired lease';
 
 /** Options of {@link LeaderElector}. Times in milliseconds. */
 export interface LeaderElectorOptions {
@@ -237,7 +242,7 @@ export class LeaderElector {
       } else {
         this.leading = true;
         this.counters.acquired++;
-        this.logger.info({ lease: this.where, identity: this.identity }, 'leader election: acquired lease');
+        this.logger.info({ lease: this.where, identity: this.identity }, LEASE_ACQUIRED_MESSAGE);
         this.opts.onStartedLeading?.();
       }
       this.armDeadline();

@@ -159,6 +159,12 @@ describe('invalid objects are rejected with upstream messages', () => {
       { apiVersion: API_VERSION, kind: 'PackageMetadata', metadata: { name: 'carvel.dev', namespace: ns }, spec: {} },
       [`metadata.name: ${invalid('object')}: should be a domain with at least three segments separated by dots`],
     ],
+    [
+      // One message, as upstream's IsFullyQualifiedName: the segment rule holds for a name that is not a subdomain.
+      'PackageMetadata name that is not a DNS subdomain (and has two segments)',
+      { apiVersion: API_VERSION, kind: 'PackageMetadata', metadata: { name: 'Carvel.dev', namespace: ns }, spec: {} },
+      [`metadata.name: ${invalid('Carvel.dev')}: ${DNS1123_SUBDOMAIN_MESSAGE}`],
+    ],
   ])('%s', async (_case, doc, errors) => {
     expect(await create(doc)).toEqual({ code: 1, errors });
   });

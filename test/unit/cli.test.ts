@@ -177,6 +177,10 @@ describe('npm start', () => {
 
   it('starts with no arguments and refuses any other, exit 2 with the reason on stderr', () => {
     expect(startCommandLine([], io().io)).toBeUndefined();
+    expect(startCommandLine(['--controller-config-namespace', 'kapp-controller'], io().io)).toBeUndefined();
+    const bad = io();
+    expect(startCommandLine([], bad.io, { KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: 'Not_A_Namespace' })).toBe(2);
+    expect(bad.err.join('')).toContain('KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: expected a namespace name');
     for (const [argv, reason] of [
       [['--port', '9'], "start: Unknown option '--port'"],
       [['now'], 'start: unexpected argument "now"'],

@@ -164,3 +164,28 @@ describe('template stage table', () => {
     ).rejects.toThrow(`fetch artifact ${fetchArtifactKey('0'.repeat(64))} is missing from the object store`);
   });
 });
+
+describe('template stage: scratch paths in status', () => {
+  it("shows a tool error's scratch path by its stable stand-in, and nothing else of the status changes", async () => {
+    const store = new MemoryStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    const tmpRoot = path.join(tempDir(), 'scratch');
+    const w = appWorld({ app: appObject({ status: SUCCEEDED_BEFORE }), store, tmpRoot });
+    let seen = '';
+    w.runner.on('ytt', (req) => {
+      seen = req.args[req.args.indexOf('-f') + 1] ?? '';
+      return { stderr: `ytt: Error: open ${seen}/etc/passwd: no such file or directory`, exitCode: 1 };
+    });
+    const data = { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: FETCH_PART };
+    await dispatchEvent(templateEvent(data, { time: new Date(NOW) }), w.deps);
+    // ytt read the real scratch directory; status shows `/tmp/kapp-lambda-template/…` instead.
+    expect(seen.startsWith(`${tmpRoot}/template-`)).toBe(true);
+    const shown = `ytt: Error: open /tmp/kapp-lambda-template${seen.slice(seen.indexOf('/', tmpRoot.length + 1))}/etc/passwd: no such file or directory`;
+    expect(w.statuses()).toEqual([
+      finalFailed(YTT_FAILED, shown, {
+        fetch: FETCH_PART,
+        template: { exitCode: 1, stderr: shown, error: YTT_FAILED, updatedAt: NOW },
+      } as Partial<AppStatus>),
+    ]);
+  });
+});

@@ -216,6 +216,11 @@ describe('redactSecrets', () => {
     ['token=abc123&page=2', 'token=***&page=2'],
     ['?access_token=xyz&x=1', '?access_token=***&x=1'],
     ['password=hunter2', 'password=***'],
+    ['passwd: hunter2', 'passwd: ***'],
+    ['  passwd: hunter2\n', '  passwd: ***\n'],
+    ['--passwd=hunter2', '--passwd=***'],
+    ['https://host/api/token=abc123', 'https://host/api/token=***'],
+    ['{"path": "/etc/passwd", "passwd": "x"}', '{"path": "/etc/passwd", "passwd": "***"}'],
     ['Password: hunter2 next', 'Password: *** next'],
     ['{"password":"hunter2","user":"bob"}', '{"password":"***","user":"bob"}'],
     ["{'apiKey': 'k-123'}", "{'apiKey': '***'}"],
@@ -237,6 +242,15 @@ describe('redactSecrets', () => {
     ['-----BEGIN PRIVATE KEY-----\nMIIcut', '-----BEGIN PRIVATE KEY-----\n***\n-----END PRIVATE KEY-----'],
     ['AGE-SECRET-KEY-1QQPZ7XJ3', 'AGE-SECRET-KEY-***'],
     // Not secrets: left alone.
+    [
+      'Error: open /tmp/run/chart/etc/passwd: No such file or directory',
+      'Error: open /tmp/run/chart/etc/passwd: No such file or directory',
+    ],
+    [
+      'open /var/run/secrets/kubernetes.io/serviceaccount/token: permission denied',
+      'open /var/run/secrets/kubernetes.io/serviceaccount/token: permission denied',
+    ],
+    ['open C:\\etc\\passwd: access is denied', 'open C:\\etc\\passwd: access is denied'],
     ['secretRef:\n  name: my-creds', 'secretRef:\n  name: my-creds'],
     ['Fetching: Getting secret: secrets "x" not found', 'Fetching: Getting secret: secrets "x" not found'],
     ['Bearer token expired', 'Bearer token expired'],

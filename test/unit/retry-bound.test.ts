@@ -257,6 +257,25 @@ describe('Lambda handler: ApproximateReceiveCount bounds the retries', () => {
     expect(log.records.at(-1)).toMatchObject({ level: 'warn', obj: { outcome: 'ended', receiveCount: 5 } });
   });
 
+  it("the handler's run mask shows a scratch path in the final status by its stable stand-in", async () => {
+    const kube = clusterWith();
+    const { deps: pipeline, log } = depsWith(kube, new MemoryStore());
+    const scratch = path.join(pipeline.config.tmpRoot, 'template-Ab12Cd');
+    const deps: EntryDeps = {
+      pipeline,
+      sender: new MemoryEventSender(),
+      log,
+      dispatch: async () => {
+        throw new InfraError('unpacking the fetch artifact', new Error(`ENOSPC: write ${scratch}/src/a.yml`));
+      },
+    };
+    await makeSqsHandler('template', () => deps)({ Records: [record(tmpl, DEFAULT_MAX_ATTEMPTS)] });
+    const status = stored(kube).status as AppStatus;
+    expect(status.usefulErrorMessage).toBe(
+      'Templating: unpacking the fetch artifact failed: ENOSPC: write /tmp/kapp-lambda-template/src/a.yml',
+    );
+  });
+
   it('when the status write itself fails: logged, the record fails on to the dead-letter queue', async () => {
     const kube = clusterWith({ failStatusWrites: true });
     const { handler, log } = handlerWith(kube);

@@ -256,3 +256,38 @@ describe('a Secret value echoed by a tool never reaches status', () => {
     );
   });
 });
+
+describe('SecretMask.addScratchRoot', () => {
+  const mask = new SecretMask();
+  mask.addScratchRoot('/tmp/kapp-lambda-Ab12Cd/');
+  it.each([
+    [
+      'open /tmp/kapp-lambda-Ab12Cd/template-Xy34Zw/src/0/x.yml: no such file',
+      'open /tmp/kapp-lambda-template/src/0/x.yml: no such file',
+    ],
+    ["'/tmp/kapp-lambda-Ab12Cd/fetch-http-Qq11Ww'", "'/tmp/kapp-lambda-fetch-http'"],
+    ['HOME=/tmp/kapp-lambda-Ab12Cd/run-Zz99Yy/home', 'HOME=/tmp/kapp-lambda-run/home'],
+    // Not a directory this runtime makes, or not under its root: unchanged.
+    ['/tmp/kapp-lambda-Ab12Cd/bin/ytt', '/tmp/kapp-lambda-Ab12Cd/bin/ytt'],
+    ['/tmp/kapp-lambda-Ab12Cd/template-Xy34Zw7/a', '/tmp/kapp-lambda-Ab12Cd/template-Xy34Zw7/a'],
+    ['/var/tmp/kapp-lambda-Ab12Cd/deploy-Xy34Zw', '/var/tmp/kapp-lambda-Ab12Cd/deploy-Xy34Zw'],
+    ['/tmp/template-Xy34Zw/a', '/tmp/template-Xy34Zw/a'],
+  ])('%j', (input, expected) => {
+    expect(mask.text(input)).toBe(expected);
+    expect(mask.result({ stdout: '', stderr: input, error: input })).toEqual({
+      stdout: '',
+      stderr: expected,
+      error: expected,
+    });
+  });
+
+  it('rewrites before Secret values are masked, and a mask without a root leaves paths alone', () => {
+    const both = new SecretMask();
+    both.addScratchRoot('/tmp');
+    both.addValue('hunter2-secret');
+    expect(both.deep({ m: ['/tmp/deploy-Ab12Cd/f: hunter2-secret'] })).toEqual({
+      m: ['/tmp/kapp-lambda-deploy/f: ***'],
+    });
+    expect(new SecretMask().text('/tmp/deploy-Ab12Cd/f')).toBe('/tmp/deploy-Ab12Cd/f');
+  });
+});

@@ -148,12 +148,14 @@ export const PACKAGE_OBJECT_RULES: readonly CelRule[] = [
 ];
 
 /**
- * Object-level rules of a PackageMetadata: its name is a refName with at least three segments
- * (the API server itself already requires a DNS-1123 subdomain).
+ * Object-level rules of a PackageMetadata: its name is a refName with at least three segments.
+ * The API server itself already requires a DNS-1123 subdomain (with upstream's message), and
+ * runs these rules even when that fails, so the segment rule holds for a name that is not one:
+ * upstream's `IsFullyQualifiedName` answers one message, the first check that fails.
  */
 export const PACKAGE_METADATA_OBJECT_RULES: readonly CelRule[] = [
   {
-    rule: `self.metadata.name.matches(${cel(THREE_SEGMENTS_REGEX.source)})`,
+    rule: `size(self.metadata.name) > ${DNS1123_SUBDOMAIN_MAX} || !self.metadata.name.matches(${cel(DNS1123_SUBDOMAIN_REGEX.source)}) || self.metadata.name.matches(${cel(THREE_SEGMENTS_REGEX.source)})`,
     message: PackageValidationMessage.fewSegments,
     fieldPath: '.metadata.name',
   },

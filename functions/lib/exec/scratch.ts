@@ -51,3 +51,34 @@ export async function removeLeftoverScratch(tmpRoot: string): Promise<string[]> 
   await Promise.all(stale.map((n) => removeScratch(path.join(tmpRoot, n))));
   return stale;
 }
+
+/**
+ * What a scratch or run directory under the tmp root is shown as (`/tmp/kapp-lambda-<name>`,
+ * e.g. `/tmp/kapp-lambda-template`): a stable stand-in in upstream's shape (kapp-controller shows
+ * its own `/etc/kappctrl-mem-tmp/kapp-controller-fetch-template-deploy<random>/…`), never the
+ * real path, which changes with every run (and every `npm start`), so a failure repeated run
+ * after run reads the same and no reader learns the runtime's temp layout.
+ */
+export const SCRATCH_SHOWN_AS = '/tmp/kapp-lambda-';
+
+/**
+ * A function rewriting every path of a directory {@link makeScratch} or the runner
+ * (`./sandbox.ts` `makeRunDirs`) made under `tmpRoot` to {@link SCRATCH_SHOWN_AS}`<name>`
+ * (`<tmpRoot>/template-Ab12Cd/src/0/x.yml` → `/tmp/kapp-lambda-template/src/0/x.yml`,
+ * `<tmpRoot>/run-Xy34Zw/home` → `/tmp/kapp-lambda-run/home`). Any other text, other paths under
+ * `tmpRoot` included, is returned unchanged. Linear in the text.
+ *
+ * @param tmpRoot - The configured tmp root (`PipelineConfig.tmpRoot`, the runner's `tmpDir`).
+ */
+export function scratchPathRewriter(tmpRoot: string): (text: string) => string {
+  // `/` itself resolves to '' here, so the pattern starts at the name's own `/`.
+  const root = path.resolve(tmpRoot).replace(/\/+$/, '');
+  const escaped = root.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  // Longer names first (`fetch-http` before `fetch`).
+  const names = [...SCRATCH_PREFIXES, RUN_DIR_PREFIX.slice(0, -1)].sort((a, b) => b.length - a.length);
+  const pattern = new RegExp(
+    `(?<![A-Za-z0-9_.~-])${escaped}/(${names.join('|')})-[A-Za-z0-9]{6}(?![A-Za-z0-9_.-])`,
+    'g',
+  );
+  return (text) => (text.includes(`${root}/`) ? text.replace(pattern, `${SCRATCH_SHOWN_AS}$1`) : text);
+}

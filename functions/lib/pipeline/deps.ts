@@ -264,9 +264,15 @@ export interface RunCopy {
   artifacts?: Map<string, Buffer>;
 }
 
-/** The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none. */
+/**
+ * The run's {@link SecretMask}: `deps.secretMask`, or a fresh one when the caller gave none
+ * (which still shows the scratch directories under `config.tmpRoot` by their stand-ins).
+ */
 export function secretMaskOf(deps: PipelineDeps): SecretMask {
-  return deps.secretMask ?? new SecretMaskImpl();
+  if (deps.secretMask) return deps.secretMask;
+  const mask = new SecretMaskImpl();
+  mask.addScratchRoot(deps.config.tmpRoot);
+  return mask;
 }
 
 /** The object and run a stage works for (everything a hand-off event carries). */

@@ -356,6 +356,10 @@ export async function dispatchWithRetryBound<D extends PipelineDeps>(
   options: RetryBoundOptions<D>,
 ): Promise<{ next?: KappEvent; ended?: true }> {
   const secretMask = options.secretMask ?? new SecretMask();
+  // The run's texts show its scratch directories by their stable stand-ins (`addScratchRoot`);
+  // a dispatch that never runs a stage (a test's stub deps) may come without a configuration.
+  const tmpRoot = (deps.config as Partial<PipelineDeps['config']> | undefined)?.tmpRoot;
+  if (tmpRoot) secretMask.addScratchRoot(tmpRoot);
   const dispatch = options.dispatch;
   try {
     const clusterId = objectRefOf(event).clusterId;

@@ -139,6 +139,18 @@ const DOCKER_AUTH = /("auth"[ \t]*:[ \t]*)"[^"\n]*"/g;
 /** Secret-named keys: `token: x`, `password=x`, `"apiKey": "x"`, `accessToken=x`, `client_secret: x`. */
 const SECRET_KEY_VALUE =
   /(?<![A-Za-z0-9_.-])([A-Za-z0-9_.-]{0,64}?(?:token|password|passwd|secret[_-]?key|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)["']?[ \t]*[:=][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s"',;&]+)/gi;
+/**
+ * Whether a secret-named key matched at `offset` is the last element of a file path in Go's
+ * `*PathError` shape, `<op> <path>: <error>` (helm's `open …/etc/passwd: no such file or
+ * directory`, a projected `…/serviceaccount/token: permission denied`): the key follows `/` or
+ * a backslash and its separator is `:`, so what follows is the error's prose, not a value. `token=x`
+ * after a slash (a URL path) is still an assignment.
+ */
+function isPathErrorPrefix(text: string, offset: number, head: string): boolean {
+  const before = text[offset - 1];
+  return (before === '/' || before === '\\') && !head.includes('=');
+}
+
 /** Secret-named CLI flags with a separate value: `--password x`, `--token x`. */
 const SECRET_FLAG = /(?<![A-Za-z0-9_-])(--?[A-Za-z0-9-]{0,64}?(?:token|password|passwd)[ \t]+)(?!-)(\S+)/gi;
 
@@ -164,9 +176,10 @@ export function redactSecrets(text: string): string {
     )
     .replace(BEARER, `$1${REDACTED}`)
     .replace(DOCKER_AUTH, `$1"${REDACTED}"`)
-    .replace(SECRET_KEY_VALUE, (_m, head: string, value: string) => {
+    .replace(SECRET_KEY_VALUE, (match: string, head: string, value: string, offset: number, whole: string) => {
       const q = value[0];
-      return q === '"' || q === "'" ? `${head}${q}${REDACTED}${q}` : `${head}${REDACTED}`;
+      if (q === '"' || q === "'") return `${head}${q}${REDACTED}${q}`;
+      return isPathErrorPrefix(whole, offset, head) ? match : `${head}${REDACTED}`;
     })
     .replace(SECRET_FLAG, `$1${REDACTED}`);
 }

@@ -40,6 +40,7 @@
  * @module
  */
 import { parseAllDocuments } from 'yaml';
+import { scratchPathRewriter } from '../exec/scratch.js';
 import { redactSecrets, TRUNCATION_PREFIX } from './redact.js';
 
 /** What a masked value is replaced with (the same marker as {@link redactSecrets}). */
@@ -133,10 +134,24 @@ export class SecretMask {
   private readonly whole = new Set<string>();
   private readonly lines = new Set<string>();
   private sorted: string[] | undefined;
+  private scratch: ((text: string) => string) | undefined;
 
   /** Number of distinct needles (texts that are masked). */
   get size(): number {
     return this.needles().length;
+  }
+
+  /**
+   * Also shows the runtime's scratch and run directories under `tmpRoot` as their stable
+   * stand-ins (`../exec/scratch.ts` `scratchPathRewriter`) in every text this mask passes: a
+   * tool's error names the file it read (`open /tmp/kapp-lambda-Ab12Cd/template-Xy34Zw/…`), a
+   * path that changes every run. Not a secret, but it leaves by the same doors (status, Events,
+   * logs, cache records), so the mask that guards them rewrites it too.
+   *
+   * @param tmpRoot - `PipelineConfig.tmpRoot` (also the runner's `tmpDir`).
+   */
+  addScratchRoot(tmpRoot: string): void {
+    this.scratch = scratchPathRewriter(tmpRoot);
   }
 
   /**
@@ -211,15 +226,17 @@ export class SecretMask {
   /**
    * Replaces every occurrence of a masked value in `text` with {@link MASKED}. When the text
    * starts with the truncation marker ({@link TRUNCATION_PREFIX}: its head was cut), a cut
-   * value's tail at the start of what was kept is masked too.
+   * value's tail at the start of what was kept is masked too. Scratch paths are rewritten first
+   * ({@link SecretMask.addScratchRoot}).
    *
    * @param text - Any text.
    * @returns The masked text (the same string when nothing matched).
    */
   text(text: string): string {
     const needles = this.needles();
-    if (text === '' || needles.length === 0) return text;
-    let out = text;
+    if (text === '') return text;
+    let out = this.scratch ? this.scratch(text) : text;
+    if (needles.length === 0) return out;
     for (const n of needles) if (out.includes(n)) out = out.split(n).join(MASKED);
     if (out.startsWith(TRUNCATION_PREFIX))
       out = TRUNCATION_PREFIX + this.maskCutHead(out.slice(TRUNCATION_PREFIX.length));
@@ -242,7 +259,7 @@ export class SecretMask {
    * @param result - A `StageResult` (or any object with those fields).
    */
   result<R extends { stdout: string; stderr: string; error?: string }>(result: R): R {
-    if (this.needles().length === 0) return result;
+    if (this.idle()) return result;
     const out = { ...result, stdout: this.text(result.stdout), stderr: this.text(result.stderr) };
     if (result.error !== undefined) out.error = this.text(result.error);
     return out;
@@ -255,7 +272,7 @@ export class SecretMask {
    * @param value - Any JSON value.
    */
   deep<T>(value: T): T {
-    if (this.needles().length === 0) return value;
+    if (this.idle()) return value;
     return this.walk(value) as T;
   }
 
@@ -284,6 +301,11 @@ export class SecretMask {
       }
     }
     return tail;
+  }
+
+  /** True when no text can change (no needle, no scratch root). */
+  private idle(): boolean {
+    return this.needles().length === 0 && !this.scratch;
   }
 
   private addNeedle(set: Set<string>, needle: string): void {

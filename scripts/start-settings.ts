@@ -1,0 +1,70 @@
+/**
+ * The command line and environment of `npm start` (`scripts/start.ts`) that need a rule of
+ * their own, and its start banner, kept apart from the script so a unit test can read them
+ * without starting a runtime.
+ *
+ * @module
+ */
+import { parseArgs } from 'node:util';
+import { LEASE_ACQUIRED_MESSAGE } from '../events/forwarder/leader.js';
+import { isDns1123Label } from '../functions/lib/api/names.js';
+
+/** Settings of `npm start` read from its flags and environment. */
+export interface StartSettings {
+  /**
+   * Namespace of each cluster's `kapp-controller-config` (`--controller-config-namespace`, else
+   * `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE`, the Lambda functions' variable). Unset: the
+   * runtime's default, `kapp-lambda`. kapp-controller reads its own pod's namespace, so a user
+   * coming from it names `kapp-controller` here and keeps the object where it is.
+   */
+  controllerConfigNamespace?: string;
+}
+
+/**
+ * Reads the flags (`node:util` `parseArgs`, strict) and the environment; a flag wins over its
+ * variable, a blank value counts as unset.
+ *
+ * @param argv - The arguments after the script (`process.argv.slice(2)`).
+ * @param env - The environment (`process.env`).
+ * @returns The settings, `help` when `--help`/`-h` was given.
+ * @throws Error on an unknown option or a namespace that is not a DNS-1123 label (the message
+ *   names the flag or variable).
+ */
+export function readStartSettings(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+): StartSettings & { help?: boolean } {
+  const { values } = parseArgs({
+    args: [...argv],
+    strict: true,
+    options: {
+      'controller-config-namespace': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) return { help: true };
+  const flag = values['controller-config-namespace']?.trim();
+  const variable = env.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE?.trim();
+  const namespace = flag || variable;
+  if (!namespace) return {};
+  if (!isDns1123Label(namespace)) {
+    const source = flag ? '--controller-config-namespace' : 'KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE';
+    throw new Error(`${source}: expected a namespace name (a DNS-1123 label), got ${JSON.stringify(namespace)}`);
+  }
+  return { controllerConfigNamespace: namespace };
+}
+
+/**
+ * The line `npm start` prints once the runtime is set up. With leader election it says what to
+ * wait for without holding the log message itself ({@link LEASE_ACQUIRED_MESSAGE}): the banner
+ * goes to the same stderr, so a grep for the message would otherwise match at once. `[l]ease`
+ * is the usual trick: as a pattern it matches the message, as text it is not the message.
+ *
+ * @param leaderElection - Whether the runtime waits for a Lease (`KAPP_LAMBDA_LEADER_ELECTION`).
+ * @returns One line, without the `[start]` prefix.
+ */
+export function startBanner(leaderElection: boolean): string {
+  if (!leaderElection) return 'forwarder and functions running (no leader election); Ctrl-C to stop';
+  const pattern = LEASE_ACQUIRED_MESSAGE.replace(/lease$/, '[l]ease');
+  return `forwarder and functions run once this process holds the cluster lease (wait for: grep '${pattern}'); Ctrl-C to stop`;
+}

@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest';
+import { LEASE_ACQUIRED_MESSAGE } from '../../events/forwarder/leader.js';
+import { readStartSettings, startBanner } from '../../scripts/start-settings.js';
+
+describe('npm start settings', () => {
+  it('leaves the kapp-controller-config namespace to the runtime default when unset or blank', () => {
+    expect(readStartSettings([], {})).toEqual({});
+    expect(readStartSettings([], { KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: ' ' })).toEqual({});
+  });
+
+  it('reads the namespace from the Lambda functions’ variable, as kapp-controller users keep it', () => {
+    expect(readStartSettings([], { KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: 'kapp-controller' })).toEqual({
+      controllerConfigNamespace: 'kapp-controller',
+    });
+  });
+
+  it('takes the flag over the variable', () => {
+    expect(
+      readStartSettings(['--controller-config-namespace', 'kapp-controller'], {
+        KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: 'other',
+      }),
+    ).toEqual({ controllerConfigNamespace: 'kapp-controller' });
+    expect(readStartSettings(['--controller-config-namespace=kc'], {})).toEqual({ controllerConfigNamespace: 'kc' });
+  });
+
+  it('refuses a name that is not a namespace, naming where it came from', () => {
+    expect(() => readStartSettings(['--controller-config-namespace', 'Kapp_Controller'], {})).toThrow(
+      /--controller-config-namespace: expected a namespace name/,
+    );
+    expect(() => readStartSettings([], { KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: 'x'.repeat(64) })).toThrow(
+      /KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: expected a namespace name/,
+    );
+  });
+
+  it('refuses an unknown option and answers --help', () => {
+    expect(() => readStartSettings(['--controller-config-ns', 'x'], {})).toThrow();
+    expect(readStartSettings(['-h'], {})).toEqual({ help: true });
+  });
+});
+
+describe('npm start banner', () => {
+  it('tells what to wait for without being the line itself, so a grep for it waits', () => {
+    const banner = startBanner(true);
+    expect(banner).not.toContain(LEASE_ACQUIRED_MESSAGE);
+    // The pattern the banner quotes finds the real log line, and not the banner.
+    const quoted = /grep '([^']+)'/.exec(banner)?.[1];
+    expect(quoted).toBeDefined();
+    const pattern = new RegExp(quoted as string);
+    expect(pattern.test(`{"level":30,"msg":"${LEASE_ACQUIRED_MESSAGE}"}`)).toBe(true);
+    expect(pattern.test(banner)).toBe(false);
+  });
+
+  it('says nothing of a lease without leader election', () => {
+    expect(startBanner(false)).not.toMatch(/lease/);
+  });
+});
