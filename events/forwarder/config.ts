@@ -2,40 +2,10 @@
  * The forwarder's settings, parsed once from an environment map by the entry file (which is
  * the only place that reads `process.env`) and passed on as a typed object.
  *
- * | variable | meaning | default |
- * |---|---|---|
- * | `FORWARDER_CLUSTER_ID` | cluster id carried by every event (DNS-1123 label) | required |
- * | `FORWARDER_KINDS` | comma list of `App`, `PackageInstall`, `PackageRepository` | `App` |
- * | `FORWARDER_NAMESPACES` | comma list of namespaces to watch; empty: all | all |
- * | `FORWARDER_COALESCE_WINDOW_MS` | per-object coalescing window | 200 |
- * | `FORWARDER_STALL_TIMEOUT_SECONDS` | watchdog: restart a watch silent this long | 90 |
- * | `FORWARDER_WATCH_TIMEOUT_SECONDS` | server-side watch timeout (each watch: `[t, 2t)`) | 300 |
- * | `FORWARDER_PAGE_SIZE` | list page size of watched kinds | 100 |
- * | `FORWARDER_REF_PAGE_SIZE` | list page size of Secrets and ConfigMaps | 100 |
- * | `FORWARDER_BATCH_SIZE` | events per `Transport.send` | 100 |
- * | `FORWARDER_RESYNC_RETRY_SECONDS` | re-ask after a reconcile got no status answer | 300 |
- * | `FORWARDER_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
- * | `FORWARDER_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
- * | `FORWARDER_SYNC_MODE` | kapp-controller-config `kappLambdaSyncMode`: `exception` (quiet Apps and PackageRepositories, `quiet.ts`) or `periodic` (upstream's timer) | `exception` |
- * | `FORWARDER_SAFETY_SYNC_PERIOD` | kapp-controller-config `kappLambdaSafetySyncPeriod` (Go duration): a quiet App's full reconcile | 10m |
- * | `FORWARDER_CONTROLLER_CONFIG_NAMESPACE` | where the cluster's `kapp-controller-config` lives (the functions' `--controller-config-namespace`); its sync periods override the two above | `kapp-lambda` |
- *
- * The program (`main.ts`) reads these too ({@link parseForwarderProgramEnv}):
- *
- * | variable | meaning | default |
- * |---|---|---|
- * | `AWS_REGION` | region of the SQS client | required |
- * | `KAPP_LAMBDA_SQS_ENDPOINT` | SQS-compatible endpoint (`http(s)://…`) | AWS |
- * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of App events (the fetch function's) | required when App is watched |
- * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of PackageInstall events | required when PackageInstall is watched |
- * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of PackageRepository events | required when PackageRepository is watched |
- * | `FORWARDER_LEASE_NAMESPACE` | namespace of the leader-election Lease | `kapp-lambda` |
- * | `FORWARDER_LEASE_NAME` | name of the Lease | `kapp-lambda-forwarder[-<hash of FORWARDER_NAMESPACES>]` |
- * | `FORWARDER_HTTP_HOST` | address of `/healthz`, `/readyz`, `/metrics` | `0.0.0.0` |
- * | `FORWARDER_HTTP_PORT` | port of the same | 8080 |
- * | `FORWARDER_SHUTDOWN_TIMEOUT_SECONDS` | on SIGTERM: bound of sending what is waiting | 10 |
- * | `FORWARDER_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
- * | `KUBECONFIG` | kubeconfig file (its current context); unset: the in-cluster ServiceAccount | in-cluster |
+ * The variables, their defaults and what each does are {@link FORWARDER_ENV_DOCS} (the watch)
+ * and {@link FORWARDER_PROGRAM_ENV_DOCS} (the program, `main.ts`) below, the one source of the
+ * forwarder's tables in `docs/configuration.md` (`npm run gen:config`); a variable read here
+ * without a row there fails `test/unit/config-reference.test.ts`.
  *
  * The queue variables are the functions' own (`queueUrlEnv` of `functions/lib/api/functions.ts`).
  * Credentials are not configuration: the SQS client takes them from the AWS SDK's default chain
@@ -44,7 +14,15 @@
  * @module
  */
 import * as z from 'zod';
-import { blankToUndefined, commaList, envProblem, httpUrl, intText, optional } from '../../functions/lib/api/env.js';
+import {
+  blankToUndefined,
+  commaList,
+  envProblem,
+  httpUrl,
+  intText,
+  optional,
+  type SettingDoc,
+} from '../../functions/lib/api/env.js';
 import { type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import {
   DNS1123_LABEL_MAX,
@@ -58,6 +36,192 @@ import { KIND_FUNCTION } from '../schema.js';
 import type { ForwarderOptions } from './forwarder.js';
 import { type TimerConfigSource, type WatchedKindName, watchedKinds } from './kinds.js';
 import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from './leadership.js';
+
+/**
+ * The environment variables of the watch, read by {@link parseForwarderEnv} (in-cluster program
+ * and tests); the embedded runtime's forwarders take the same values as options. The forwarder
+ * table of `docs/configuration.md` is generated from it (`npm run gen:config`).
+ */
+export const FORWARDER_ENV_DOCS: readonly SettingDoc[] = [
+  {
+    name: 'FORWARDER_CLUSTER_ID',
+    default: 'required',
+    meaning: 'cluster id carried by every event (DNS-1123 label)',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_KINDS',
+    default: '`App`',
+    meaning: 'comma list of `App`, `PackageInstall`, `PackageRepository`',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_NAMESPACES',
+    default: 'all',
+    meaning: 'comma list of namespaces to watch; empty: all',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_COALESCE_WINDOW_MS',
+    default: '200',
+    meaning: 'per-object coalescing window',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_STALL_TIMEOUT_SECONDS',
+    default: '90',
+    meaning: 'watchdog: restart a watch silent this long',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_WATCH_TIMEOUT_SECONDS',
+    default: '300',
+    meaning: 'server-side watch timeout (each watch: `[t, 2t)`)',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_PAGE_SIZE',
+    default: '100',
+    meaning: 'list page size of watched kinds',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_REF_PAGE_SIZE',
+    default: '100',
+    meaning: 'list page size of Secrets and ConfigMaps',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_BATCH_SIZE',
+    default: '100',
+    meaning: 'events per `Transport.send`',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_RESYNC_RETRY_SECONDS',
+    default: '300',
+    meaning: 're-ask after a reconcile got no status answer',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_APP_DEFAULT_SYNC_PERIOD',
+    default: '30s',
+    meaning: 'kapp-controller-config `appDefaultSyncPeriod` (Go duration)',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_APP_MINIMUM_SYNC_PERIOD',
+    default: '30s',
+    meaning: 'kapp-controller-config `appMinimumSyncPeriod` (Go duration)',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_SYNC_MODE',
+    default: '`exception`',
+    meaning:
+      "kapp-controller-config `kappLambdaSyncMode`: `exception` or `periodic` (upstream's timer for every App, PackageRepository and PackageInstall)",
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_SAFETY_SYNC_PERIOD',
+    default: '10m',
+    meaning: 'kapp-controller-config `kappLambdaSafetySyncPeriod` (Go duration)',
+    readBy: 'forwarder',
+  },
+  {
+    name: 'FORWARDER_CONTROLLER_CONFIG_NAMESPACE',
+    default: '`kapp-lambda`',
+    meaning:
+      "where the cluster's `kapp-controller-config` lives (the functions' `--controller-config-namespace`); its keys override `FORWARDER_APP_DEFAULT_SYNC_PERIOD`, `_MINIMUM_SYNC_PERIOD`, `FORWARDER_SYNC_MODE` and `FORWARDER_SAFETY_SYNC_PERIOD`",
+    readBy: 'forwarder',
+  },
+];
+
+/**
+ * The environment variables of the forwarder program (`main.ts`) besides {@link FORWARDER_ENV_DOCS}:
+ * read by {@link parseForwarderProgramEnv} and by `main.ts` itself (`FORWARDER_LOG_LEVEL` before
+ * the rest, `HOSTNAME`). The forwarder program table of `docs/configuration.md` is generated from it.
+ */
+export const FORWARDER_PROGRAM_ENV_DOCS: readonly SettingDoc[] = [
+  {
+    name: 'AWS_REGION',
+    default: 'required',
+    meaning: 'region of the SQS client',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'KAPP_LAMBDA_SQS_ENDPOINT',
+    default: 'AWS',
+    meaning: 'SQS-compatible endpoint (`http(s)://…`)',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_FETCH',
+    default: 'required when App is watched',
+    meaning: "FIFO queue of App events (the fetch function's)",
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_INSTALL',
+    default: 'required when PackageInstall is watched',
+    meaning: 'FIFO queue of PackageInstall events',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO',
+    default: 'required when PackageRepository is watched',
+    meaning: 'FIFO queue of PackageRepository events',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_LEASE_NAMESPACE',
+    default: '`kapp-lambda`',
+    meaning: 'namespace of the leader-election Lease',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_LEASE_NAME',
+    default: '`kapp-lambda-forwarder[-<hash of FORWARDER_NAMESPACES>]`',
+    meaning: 'name of the Lease',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_HTTP_HOST',
+    default: '`0.0.0.0`',
+    meaning: 'address of `/healthz`, `/readyz`, `/metrics`',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_HTTP_PORT',
+    default: '8080',
+    meaning: 'port of the same',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_SHUTDOWN_TIMEOUT_SECONDS',
+    default: '10',
+    meaning: 'on SIGTERM: bound of sending what is waiting',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_LOG_LEVEL',
+    default: '`info`',
+    meaning: '`debug`, `info`, `warn` or `error`',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'KUBECONFIG',
+    default: 'in-cluster',
+    meaning: 'kubeconfig file (its current context); unset: the in-cluster ServiceAccount',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'HOSTNAME',
+    default: '`os.hostname()`',
+    meaning: 'first half of the Lease holder identity, `<hostname>_<8 random hex>`',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+];
 
 /** Settings of one forwarder process. */
 export interface ForwarderSettings {
@@ -123,7 +287,7 @@ const EnvSchema = z.object({
 });
 
 /**
- * Parses and validates the forwarder's environment variables (table in the module comment).
+ * Parses and validates the forwarder's environment variables ({@link FORWARDER_ENV_DOCS}).
  *
  * @param env - The environment, e.g. `process.env` (only `FORWARDER_*` keys are read).
  * @returns The settings, defaults filled in.
@@ -234,8 +398,8 @@ const ProgramEnvSchema = z.object({
 });
 
 /**
- * Parses the forwarder program's environment: {@link parseForwarderEnv} plus the variables of the
- * second table in the module comment. A queue URL is required for every watched kind (a kind
+ * Parses the forwarder program's environment: {@link parseForwarderEnv} plus the variables of
+ * {@link FORWARDER_PROGRAM_ENV_DOCS}. A queue URL is required for every watched kind (a kind
  * whose queue is missing would stall its batches forever) and only those are kept.
  *
  * @param env - The environment, e.g. `process.env`.

@@ -111,3 +111,22 @@ export const json = <T extends z.ZodType>(inner: T, what: string) =>
 export function envProblem(issue: z.core.$ZodIssue): string {
   return `${String(issue.path[0] ?? '(env)')}: ${issue.message}`;
 }
+
+/**
+ * One row of the configuration reference: an environment variable (or a `kapp-controller-config`
+ * key) as documented next to the code that reads it. `docs/configuration.md`'s tables are
+ * generated from these rows (`npm run gen:config`, `scripts/gen-config.ts`), and
+ * `test/unit/config-reference.test.ts` fails when a variable the code reads has no row.
+ */
+export interface SettingDoc {
+  /** The variable or key, e.g. `KAPP_LAMBDA_BUCKET`; several when they are documented together. */
+  readonly name: string | readonly string[];
+  /** Marks a `kapp-controller-config` key kapp-lambda added (rendered `(ours)`). */
+  readonly ours?: boolean;
+  /** The value when unset, as prose (Markdown): `required`, `30s`, `none`, … */
+  readonly default: string;
+  /** What it does (Markdown, one line). */
+  readonly meaning: string;
+  /** Which program or function reads it (Markdown). */
+  readonly readBy: string;
+}

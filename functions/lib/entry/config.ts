@@ -2,47 +2,9 @@
  * Configuration of the Lambda functions, parsed once per process from an environment map by
  * the entry file (the only place that reads `process.env`) and passed on as a typed object.
  *
- * | variable | meaning | default |
- * |---|---|---|
- * | `AWS_REGION` | region of the S3 and SQS clients (Lambda sets it) | required |
- * | `KAPP_LAMBDA_BUCKET` | S3 bucket of artifacts, render cache and receipts | required |
- * | `KAPP_LAMBDA_BUCKET_PREFIX` | key prefix inside the bucket, e.g. `kapp-lambda/` | `''` |
- * | `KAPP_LAMBDA_S3_ENDPOINT` | S3-compatible endpoint (`http(s)://…`); path-style addressing | AWS |
- * | `KAPP_LAMBDA_SQS_ENDPOINT` | SQS-compatible endpoint (`http(s)://…`) | AWS |
- * | `KAPP_LAMBDA_QUEUE_URL_FETCH` | FIFO queue of the fetch function (a function's own queue URL lets it delete the records it handled before the invocation returns) | optional |
- * | `KAPP_LAMBDA_QUEUE_URL_TEMPLATE` | FIFO queue of the template function | required by fetch |
- * | `KAPP_LAMBDA_QUEUE_URL_DEPLOY` | FIFO queue of the deploy function | required by fetch, template, deploy |
- * | `KAPP_LAMBDA_QUEUE_URL_INDEX_REPO` | FIFO queue of the index-repo function | optional |
- * | `KAPP_LAMBDA_QUEUE_URL_INSTALL` | FIFO queue of the install function | optional |
- * | `KAPP_LAMBDA_CLUSTER_REGISTRY` | the fleet's cluster registry: `s3://<bucket>/<prefix>` (documents `clusters/<id>.json` under it) or `file:///<dir>` | this or the kubeconfig |
- * | `KAPP_LAMBDA_CLUSTER_SECRETS` | where `token` clusters' ServiceAccount tokens are: `aws-secretsmanager` or `file:///<dir>` | `aws-secretsmanager` |
- * | `KAPP_LAMBDA_SENDER_CHECK` | `registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`; object events only) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS`, and from a function only the events that function sends (`EMITS`, `sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry | `off` |
- * | `KAPP_LAMBDA_FUNCTION_SENDERS` | comma list of `<function>=<IAM role id>` entries, e.g. `fetch=AROA…,template=AROA…`: the functions that send to this function's queue and their roles' ids. A bare role id (the format before the check knew each role's function) is refused at start: it would take any event from that role | none |
- * | `KAPP_LAMBDA_CELL_CLUSTER` | the one cluster id this function serves (a cell of the CDK stack's `isolation: cell`): the sender check refuses an event naming any other, whoever sent it, and no other cluster is loaded. Needs `KAPP_LAMBDA_SENDER_CHECK=registry` | none (every registered cluster) |
- * | `KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS` | how long a cluster document (and a token from the secret store) is used before it is read again | `60` |
- * | `KAPP_LAMBDA_KUBECONFIG` | kubeconfig file whose contexts are the clusters served (id = context name); the local and emulator setup | this or the registry |
- * | `KAPP_LAMBDA_CLUSTERS` | comma list of contexts to serve (kubeconfig only) | all contexts |
- * | `KAPP_LAMBDA_TMP_DIR` | absolute scratch directory root | `/tmp` |
- * | `KAPP_LAMBDA_BIN_DIR` | absolute directory of the layer's tools | `/opt/bin` |
- * | `KAPP_LAMBDA_TOOL_VERSIONS` | JSON object `{ "<bin>": "<version without v>" }` (render-cache key) | required, except by install (runs no tool: `{}`) |
- * | `KAPP_LAMBDA_TOOL_TIMEOUT_MS` | kill a tool after this long | runner default (15 min) |
- * | `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS` | JSON array, kapp-controller-config `kappDeployRawOptions` | `[]` |
- * | `KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY` | kapp-controller-config `dangerousSkipTLSVerify` (comma hosts) | none |
- * | `KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` | kapp-controller-config `appDefaultSyncPeriod` (Go duration) | 30s |
- * | `KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` | kapp-controller-config `appMinimumSyncPeriod` (Go duration) | 30s |
- * | `KAPP_LAMBDA_KUBE_API_QPS` | client-side limit on each cluster's API requests per second (0: none); kapp-controller-config `kappLambdaKubeAPIQPS` | 20 |
- * | `KAPP_LAMBDA_KUBE_API_BURST` | its burst; kapp-controller-config `kappLambdaKubeAPIBurst` | 30 |
- * | `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE` | namespace of each cluster's own `kapp-controller-config` Secret or ConfigMap, read from that cluster; its keys replace the four above for that cluster's runs, and its `caCerts` and proxy keys apply to its fetches only | `kapp-lambda` |
- * | `KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS` | how long a cluster's `kapp-controller-config` is used before an event reads it again (0: every event) | `10` |
- * | `KAPP_LAMBDA_LOG_LEVEL` | `debug`, `info`, `warn` or `error` | `info` |
- * | `KAPP_LAMBDA_METRICS` | reconcile metrics as CloudWatch EMF log lines: `cluster` (dimensions `clusterId`, `controller`), `object` (also per object: upstream's labels as dimensions, one custom metric per series and object) or `off` | `cluster` |
- * | `KAPP_LAMBDA_HARDEN_ADDON` | absolute path of the hardening addon (`functions/lib/exec/harden.ts`) | `/opt/lib/kapp-lambda-harden.node` |
- * | `KAPP_LAMBDA_URL_POLICY` | `enforce` or `off`: refuse fetches to loopback, link-local and private addresses | `enforce` |
- * | `KAPP_LAMBDA_RECORD_CONCURRENCY` | records of one batch run at once, at most (1..10; records of one message group always one after another) | the stage's {@link STAGE_RECORD_CONCURRENCY} |
- * | `KAPP_LAMBDA_MAX_RECEIVE_COUNT` | the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed` | `5` |
- * | `KAPP_LAMBDA_URL_ALLOW` | comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries) | none |
- * | `KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT` | Secrets Manager-compatible endpoint (`http(s)://…`) | AWS |
- * | `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET` | where the base64 root key (32+ bytes) sealing private artifacts is: a Secrets Manager secret ARN or name, or `file:///<path>`; read by `lambdaEntry` at cold start, not here. The key itself is never a variable (`KAPP_LAMBDA_ARTIFACT_ROOT_KEY` is refused) | required, except by install (stores nothing) |
+ * The variables, their defaults and what each does are {@link LAMBDA_ENV_DOCS} below, the one
+ * source of the reference in `docs/configuration.md` (`npm run gen:config`); a variable read
+ * here without a row there fails `test/unit/config-reference.test.ts`.
  *
  * Credentials are not configuration: the AWS SDK takes the function role's temporary
  * credentials from its default provider chain, and nothing here is secret, so the parsed
@@ -65,6 +27,7 @@ import {
   json,
   optional,
   required,
+  type SettingDoc,
 } from '../api/env.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../api/functions.js';
 import { STAGE_TOOLS } from '../exec/runner.js';
@@ -130,6 +93,281 @@ export const STAGE_RECORD_CONCURRENCY: Readonly<Record<PipelineStage, number>> =
   install: 10,
 });
 
+/**
+ * The environment variables of the Lambda functions: what {@link parseLambdaEnv} (and, at cold
+ * start, `./main.ts` and `./artifact-key.ts`) read, with defaults and meanings. The Lambda table
+ * of `docs/configuration.md` is generated from it (`npm run gen:config`); keep a row beside each
+ * variable the schema below gains.
+ */
+export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
+  {
+    name: 'AWS_REGION',
+    default: 'required',
+    meaning: 'region of the S3 and SQS clients (Lambda sets it)',
+    readBy: 'every function; the forwarder',
+  },
+  {
+    name: 'KAPP_LAMBDA_BUCKET',
+    default: 'required',
+    meaning: 'S3 bucket of artifacts, render cache and receipts',
+    readBy: 'every function; `npm run receipts` (default store)',
+  },
+  {
+    name: 'KAPP_LAMBDA_BUCKET_PREFIX',
+    default: "`''`",
+    meaning: 'key prefix inside the bucket, e.g. `kapp-lambda/`',
+    readBy: 'every function; `npm run receipts`',
+  },
+  {
+    name: 'KAPP_LAMBDA_S3_ENDPOINT',
+    default: 'AWS',
+    meaning: 'S3-compatible endpoint (`http(s)://…`); path-style addressing',
+    readBy: 'every function; `npm run cluster`',
+  },
+  {
+    name: 'KAPP_LAMBDA_SQS_ENDPOINT',
+    default: 'AWS',
+    meaning: 'SQS-compatible endpoint (`http(s)://…`)',
+    readBy: 'every function; the forwarder',
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_FETCH',
+    default: 'optional',
+    meaning:
+      "FIFO queue of the fetch function (a function's own queue URL lets it delete the records it handled before the invocation returns)",
+    readBy: "fetch, template, deploy (the run lease's follow-up); the forwarder",
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_TEMPLATE',
+    default: 'required by fetch',
+    meaning: 'FIFO queue of the template function',
+    readBy: 'fetch',
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_DEPLOY',
+    default: 'required by fetch, template, deploy',
+    meaning: 'FIFO queue of the deploy function',
+    readBy: 'fetch, template, deploy',
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_INDEX_REPO',
+    default: 'optional',
+    meaning: 'FIFO queue of the index-repo function',
+    readBy: "index-repo (the source poll's `ref-changed`); the forwarder",
+  },
+  {
+    name: 'KAPP_LAMBDA_QUEUE_URL_INSTALL',
+    default: 'optional',
+    meaning: 'FIFO queue of the install function',
+    readBy: 'index-repo, install; the forwarder',
+  },
+  {
+    name: 'KAPP_LAMBDA_CLUSTER_REGISTRY',
+    default: 'this or the kubeconfig',
+    meaning:
+      "the fleet's cluster registry: `s3://<bucket>/<prefix>` (documents `clusters/<id>.json` under it) or `file:///<dir>`",
+    readBy: 'every function; `npm run cluster` (default `--registry`)',
+  },
+  {
+    name: 'KAPP_LAMBDA_CLUSTER_SECRETS',
+    default: '`aws-secretsmanager`',
+    meaning: "where `token` clusters' ServiceAccount tokens are: `aws-secretsmanager` or `file:///<dir>`",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_SENDER_CHECK',
+    default: '`off`',
+    meaning:
+      "`registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`; object events only) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS`, and from a function only the events that function sends (`EMITS`, `sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_FUNCTION_SENDERS',
+    default: 'none',
+    meaning:
+      "comma list of `<function>=<IAM role id>` entries, e.g. `fetch=AROA…,template=AROA…`: the functions that send to this function's queue and their roles' ids. A bare role id (the format before the check knew each role's function) is refused at start: it would take any event from that role",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_CELL_CLUSTER',
+    default: 'none (every registered cluster)',
+    meaning:
+      "the one cluster id this function serves (a cell of the CDK stack's `isolation: cell`): the sender check refuses an event naming any other, whoever sent it, and no other cluster is loaded. Needs `KAPP_LAMBDA_SENDER_CHECK=registry`",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS',
+    default: '`60`',
+    meaning: 'how long a cluster document (and a token from the secret store) is used before it is read again',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_KUBECONFIG',
+    default: 'this or the registry',
+    meaning: 'kubeconfig file whose contexts are the clusters served (id = context name); the local and emulator setup',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_CLUSTERS',
+    default: 'all contexts',
+    meaning: 'comma list of contexts to serve (kubeconfig only)',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_TMP_DIR',
+    default: '`/tmp`',
+    meaning: 'absolute scratch directory root',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_BIN_DIR',
+    default: '`/opt/bin`',
+    meaning: "absolute directory of the layer's tools",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_TOOL_VERSIONS',
+    default: 'required, except by install (runs no tool: `{}`)',
+    meaning: 'JSON object `{ "<bin>": "<version without v>" }` (render-cache key)',
+    readBy: 'every function but install',
+  },
+  {
+    name: 'KAPP_LAMBDA_TOOL_TIMEOUT_MS',
+    default: 'runner default (15 min)',
+    meaning: 'kill a tool after this long',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS',
+    default: '`[]`',
+    meaning: 'JSON array, kapp-controller-config `kappDeployRawOptions`',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY',
+    default: 'none',
+    meaning: 'kapp-controller-config `dangerousSkipTLSVerify` (comma hosts)',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD',
+    default: '30s',
+    meaning: 'kapp-controller-config `appDefaultSyncPeriod` (Go duration)',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD',
+    default: '30s',
+    meaning: 'kapp-controller-config `appMinimumSyncPeriod` (Go duration)',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_KUBE_API_QPS',
+    default: '20',
+    meaning:
+      "client-side limit on each cluster's API requests per second, per function instance (`functions/lib/kube/rate-limit.ts`; 0: none); kapp-controller's client has 20 (controller-runtime's default)",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_KUBE_API_BURST',
+    default: '30',
+    meaning: "its burst (kapp-controller's: 30)",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE',
+    default: '`kapp-lambda`',
+    meaning:
+      "namespace of each cluster's own `kapp-controller-config` Secret or ConfigMap, read from that cluster; its keys replace the four above for that cluster's runs, and its `caCerts` and proxy keys apply to its fetches only",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS',
+    default: '`10`',
+    meaning: "how long a cluster's `kapp-controller-config` is used before an event reads it again (0: every event)",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_LOG_LEVEL',
+    default: '`info`',
+    meaning: '`debug`, `info`, `warn` or `error`',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_METRICS',
+    default: '`cluster`',
+    meaning:
+      "reconcile metrics as CloudWatch EMF log lines: `cluster` (dimensions `clusterId`, `controller`), `object` (also per object: upstream's labels as dimensions, one custom metric per series and object) or `off`",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_HARDEN_ADDON',
+    default: '`/opt/lib/kapp-lambda-harden.node`',
+    meaning: 'absolute path of the hardening addon (`functions/lib/exec/harden.ts`)',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_URL_POLICY',
+    default: '`enforce`',
+    meaning: '`enforce` or `off`: refuse fetches to loopback, link-local and private addresses',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_MAX_RECEIVE_COUNT',
+    default: '`5`',
+    meaning:
+      "the function queue's redrive `maxReceiveCount`: the receive that ends a failing run with `ReconcileFailed`",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_RECORD_CONCURRENCY',
+    default: "the function's `STAGE_RECORD_CONCURRENCY`: install 10, the others 1",
+    meaning:
+      'records of one SQS batch run at once, at most (1..10; records of one message group always one after another)',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_URL_ALLOW',
+    default: 'none',
+    meaning: "comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries)",
+    readBy: 'every function; the stack sets it on fetch, index-repo, template, deploy',
+  },
+  {
+    name: 'KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT',
+    default: 'AWS',
+    meaning: 'Secrets Manager-compatible endpoint (`http(s)://…`)',
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET',
+    default: 'required, except by install (stores nothing)',
+    meaning:
+      'where the base64 root key (32+ bytes) sealing private artifacts is: a Secrets Manager secret ARN or name, or `file:///<path>`; read by `lambdaEntry` at cold start, not here. The key itself is never a variable (`KAPP_LAMBDA_ARTIFACT_ROOT_KEY` is refused)',
+    readBy: 'every function but install (`entry/artifact-key.ts`, at cold start)',
+  },
+  {
+    name: 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY',
+    default: 'unset',
+    meaning:
+      'the former format (the key itself in a variable): refused at start, naming `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET`',
+    readBy: 'every function (`entry/artifact-key.ts`, at cold start)',
+  },
+  {
+    name: 'AWS_LAMBDA_RUNTIME_API',
+    default: 'set by Lambda',
+    meaning:
+      'the Runtime API address the function polls for invocations; unset: the module is not run as a Lambda bootstrap',
+    readBy: 'every function (`functions/lib/entry/main.ts`)',
+  },
+  {
+    name: 'AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED',
+    default: 'unset',
+    meaning:
+      'not read by kapp-lambda; worth setting to `true` on Node 20 functions (the SDK otherwise writes a multi-line Node 22 deprecation warning to stderr once per cold start). `npm start`, `npm run demo` and the test setup set it',
+    readBy: 'the AWS SDK',
+  },
+];
+
 /** One `<function>=<role id>` entry of `KAPP_LAMBDA_FUNCTION_SENDERS`. */
 export interface FunctionSender {
   /** The function that runs with the role. */
@@ -155,7 +393,7 @@ export function parseFunctionSender(entry: string): FunctionSender | undefined {
 /** Log levels the functions accept. */
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
-/** Settings of one Lambda function (see the module comment for the variables). */
+/** Settings of one Lambda function (the variables: {@link LAMBDA_ENV_DOCS}). */
 export interface LambdaConfig {
   /** The function these settings are for. */
   stage: PipelineStage;
@@ -355,7 +593,7 @@ const EnvSchema = z.object({
 });
 
 /**
- * Parses and validates the function's environment (table in the module comment).
+ * Parses and validates the function's environment (the variables: {@link LAMBDA_ENV_DOCS}).
  *
  * @param stage - the function being configured; decides which queue URLs are required.
  * @param env - the environment, e.g. `process.env` (only the variables above are read).

@@ -12,6 +12,7 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import type { SettingDoc } from '../api/env.js';
 import type { KubeReader } from '../kube/port.js';
 import { MIN_CLUSTER_KUBE_API_QPS } from '../kube/rate-limit.js';
 import { type ControllerSyncConfig, parseControllerSyncConfig } from './timer.js';
@@ -25,6 +26,82 @@ export const CONTROLLER_CONFIG_NAME = 'kapp-controller-config';
  * (`KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE`, `FORWARDER_CONTROLLER_CONFIG_NAMESPACE`).
  */
 export const DEFAULT_CONTROLLER_CONFIG_NAMESPACE = 'kapp-lambda';
+
+/**
+ * The keys of a cluster's `kapp-controller-config` that {@link parseControllerConfigData} reads:
+ * kapp-controller's (reference §1.3) and kapp-lambda's own (`ours`), with defaults and meanings.
+ * The `kapp-controller-config` table of `docs/configuration.md` is generated from it
+ * (`npm run gen:config`); a key read without a row fails `test/unit/config-reference.test.ts`.
+ */
+export const CONTROLLER_CONFIG_KEY_DOCS: readonly SettingDoc[] = [
+  {
+    name: 'caCerts',
+    default: 'none',
+    meaning: 'PEM bundle trusted by vendir, imgpkg, helm, git and the http downloads, beside the system roots',
+    readBy: 'every function and the embedded runtime (`functions/lib/reconcile/controller-config.ts`)',
+  },
+  {
+    name: ['httpProxy', 'httpsProxy', 'noProxy'],
+    default: 'none',
+    meaning:
+      'proxy for the tools and http downloads while the URL policy is off; `KAPPCTRL_KUBERNETES_SERVICE_HOST` in `noProxy` becomes the API server host',
+    readBy: 'same',
+  },
+  {
+    name: 'dangerousSkipTLSVerify',
+    default: '`KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY`',
+    meaning: 'comma list of hosts or `host:port` whose TLS is not verified',
+    readBy: 'same',
+  },
+  {
+    name: 'kappDeployRawOptions',
+    default: '`KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS` (`[]`)',
+    meaning: 'JSON array of kapp deploy flags for every App (allow-listed)',
+    readBy: 'same',
+  },
+  {
+    name: 'appDefaultSyncPeriod',
+    default: '`KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD` (30s)',
+    meaning: 'sync period of Apps without one',
+    readBy: "same, and the forwarders' App timer",
+  },
+  {
+    name: 'appMinimumSyncPeriod',
+    default: '`KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD` (30s)',
+    meaning: 'the shortest sync period an App gets',
+    readBy: "same, and the forwarders' App timer",
+  },
+  {
+    name: 'packageInstallDefaultSyncPeriod',
+    default: '10m',
+    meaning: 'sync period of the Apps PackageInstalls generate',
+    readBy: 'same',
+  },
+  {
+    name: 'kappLambdaSyncMode',
+    ours: true,
+    default: '`exception`',
+    meaning:
+      "`periodic`: every App, PackageRepository and PackageInstall of the cluster keeps upstream's timer (a reconcile every `syncPeriod`; a PackageInstall's is its App's); `exception`: one whose inputs the forwarder watches is quiet at its sync period ([reconcile by exception](../events/forwarder/README.md#reconcile-by-exception)); the annotation `kapp-lambda.carvel.dev/sync-mode` on an App or PackageRepository overrides it per object, on a PackageInstall it is copied to its App; in `periodic` mode a run that changed nothing still writes its status, as upstream",
+    readBy: "the forwarders' App and PackageRepository timers, and the stages' status write",
+  },
+  {
+    name: 'kappLambdaSafetySyncPeriod',
+    ours: true,
+    default: '10m',
+    meaning:
+      "how often a quiet App or PackageRepository still reconciles fully (only longer than its sync period means anything: a repository's default 10m never is quiet with it); the annotation `kapp-lambda.carvel.dev/safety-sync-period` overrides it per object (on a PackageInstall: copied to its App)",
+    readBy: "the forwarders' App and PackageRepository timers",
+  },
+  {
+    name: ['kappLambdaKubeAPIQPS', 'kappLambdaKubeAPIBurst'],
+    ours: true,
+    default: "the runtime's (`KAPP_LAMBDA_KUBE_API_QPS` / `_BURST`, `startEmbedded`'s `config.kubeApi`), else 20 / 30",
+    meaning:
+      "the cluster's client-side limit on API requests (QPS 0, no limit, or at least 1: a slower rate would hold a function invocation, and for install the other clusters' events in its batch, past its time limit): requests wait for a token (client-go's token bucket), a watch takes one when opened; one bucket per cluster id per process, shared by the stages and (embedded) the forwarders. Upstream's is fixed in its binary at 20 / 30 (controller-runtime's default); kapp's own `--kube-api-qps` / `--kube-api-burst` are separate",
+    readBy: "every stage's API client",
+  },
+];
 
 /** The proxy keys of the configuration, verbatim (upstream `ProxyOpts`). */
 export interface ControllerProxy {
