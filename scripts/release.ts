@@ -1,0 +1,305 @@
+/**
+ * `npm run release`: the versioned install manifest of one cluster, `release/kapp-lambda-<version>.yml`
+ * (version from package.json), applied with `kubectl apply -f` or `kapp deploy -a kapp-lambda -f`.
+ *
+ * ```
+ * npm run release                       # writes release/kapp-lambda-<version>.yml
+ * npm run release -- --check            # exit 1 when that file is not what the sources give now
+ * npm run release -- --image-repository <repo> [--forwarder-role-arn <arn>] --out <file>
+ * ```
+ *
+ * Nothing in it is copied: every document is generated from the sources, in one stable order
+ * (namespaces, then CRDs, then by kind, namespace and name; keys sorted as `gen:crds` sorts them):
+ * - the five CRDs from `functions/lib/api` (`infra/crds/generate.ts`'s generator, not its files);
+ * - the namespaces `kapp-lambda` and the global packaging namespace
+ *   (`kapp-controller-packaging-global`, upstream's default `-packaging-global-namespace`): a
+ *   cluster that does not create it lets any tenant claim it, and with it every cluster's
+ *   global Packages (upstream's release creates it too);
+ * - the forwarder (`infra/forwarder/*.yml`) with its three hand edits turned into inputs: the
+ *   image is `<image repository>:<version>`; the ServiceAccount's IRSA annotation is left out
+ *   (EKS Pod Identity needs none) unless `--forwarder-role-arn` is given; and the settings that
+ *   name a fleet (`FORWARDER_CLUSTER_ID`, `AWS_REGION`, `KAPP_LAMBDA_QUEUE_URL_*`) move out of
+ *   its ConfigMap into {@link FORWARDER_FLEET_CONFIGMAP}, which the Deployment also reads and
+ *   which joining the cluster to a fleet creates (until then its Pods wait, in
+ *   `CreateContainerConfigError`, naming that ConfigMap);
+ * - the RBAC of the functions' identities and of a PackageRepository's kapp, with the
+ *   ValidatingAdmissionPolicy bounding `kapp-lambda-pkgr`: what `npm run cluster -- add` prints
+ *   (`rbacManifests` of `./cluster-registry.ts`) with the default namespaces and without the
+ *   token identities of `--auth token` (a fleet's choice: non-expiring token Secrets a fleet with
+ *   EKS access entries must not have).
+ *
+ * `release/` is committed, as `infra/crds/` is: a user installs from a checkout or a raw URL
+ * without Node, and `test/unit/release.test.ts` fails when the file is stale.
+ *
+ * @module
+ */
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { parseAllDocuments } from 'yaml';
+import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../functions/lib/api/constants.js';
+import { generateCrdDocuments, renderYaml } from '../infra/crds/generate.js';
+import { EXIT, exitCodesHelp, isUsageError, runIfEntry, usageFailure } from './cli.js';
+import { rbacManifests } from './cluster-registry.js';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+
+/** Directory of the committed releases, one file per version. */
+export const RELEASE_DIR = path.join(ROOT, 'release');
+
+/** Directory of the forwarder's manifests (the source of its documents). */
+export const FORWARDER_DIR = path.join(ROOT, 'infra', 'forwarder');
+
+/** The namespace of the forwarder, the functions' identities and `kapp-controller-config`. */
+export const RELEASE_NAMESPACE = 'kapp-lambda';
+
+/**
+ * Where the forwarder image is pulled from by default; `--image-repository` names another. The
+ * tag is the release's version.
+ */
+export const DEFAULT_FORWARDER_IMAGE_REPOSITORY = 'ghcr.io/kapp-lambda/forwarder';
+
+/**
+ * The ConfigMap (namespace {@link RELEASE_NAMESPACE}) holding the forwarder's settings that name
+ * a fleet ({@link isFleetSetting}): not in the release, created when the cluster joins a fleet.
+ */
+export const FORWARDER_FLEET_CONFIGMAP = 'kapp-lambda-forwarder-fleet';
+
+/** The forwarder ServiceAccount's IRSA annotation. */
+const IRSA_ANNOTATION = 'eks.amazonaws.com/role-arn';
+
+/** Inputs of a release; every one but the version has a default. */
+export interface ReleaseInputs {
+  /** The version (package.json's), in the file name, the header and the image tag. */
+  version: string;
+  /** Repository of the forwarder image. Default {@link DEFAULT_FORWARDER_IMAGE_REPOSITORY}. */
+  imageRepository?: string;
+  /** IAM role ARN for IRSA on the forwarder's ServiceAccount. Default none (EKS Pod Identity). */
+  forwarderRoleArn?: string;
+}
+
+/** A Kubernetes object as the release handles it. */
+export type ReleaseDocument = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+  [field: string]: unknown;
+};
+
+/** Whether a forwarder setting names a fleet (its cluster id, region and queues). */
+export function isFleetSetting(key: string): boolean {
+  return key === 'FORWARDER_CLUSTER_ID' || key === 'AWS_REGION' || key.startsWith('KAPP_LAMBDA_QUEUE_URL_');
+}
+
+/** `kapp-lambda-<version>.yml`. */
+export function releaseFileName(version: string): string {
+  return `kapp-lambda-${version}.yml`;
+}
+
+/** The version in package.json. */
+export async function packageVersion(): Promise<string> {
+  const pkg = JSON.parse(await readFile(path.join(ROOT, 'package.json'), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+/** Every document of the YAML files of `dir`, files in name order. */
+async function documentsOf(dir: string): Promise<ReleaseDocument[]> {
+  const out: ReleaseDocument[] = [];
+  for (const file of (await readdir(dir)).filter((f) => f.endsWith('.yml')).sort()) {
+    for (const doc of parseAllDocuments(await readFile(path.join(dir, file), 'utf8'))) {
+      if (doc.errors.length > 0) throw new Error(`parsing ${file}: ${doc.errors[0]?.message}`);
+      out.push(doc.toJS() as ReleaseDocument);
+    }
+  }
+  return out;
+}
+
+/** The one document of `kind` in `docs`; throws when the forwarder's files and this script disagree. */
+function only(docs: readonly ReleaseDocument[], kind: string): ReleaseDocument {
+  const found = docs.filter((d) => d.kind === kind);
+  if (found.length !== 1) throw new Error(`${FORWARDER_DIR}: expected one ${kind}, found ${found.length}`);
+  return found[0]!;
+}
+
+/**
+ * The forwarder's documents (`infra/forwarder/*.yml`) with the release's inputs in place of the
+ * hand edits (module comment).
+ *
+ * @throws Error when a file cannot be parsed or lacks the Deployment, ConfigMap or ServiceAccount.
+ */
+export async function forwarderDocuments(inputs: ReleaseInputs): Promise<ReleaseDocument[]> {
+  const docs = await documentsOf(FORWARDER_DIR);
+  const deployment = only(docs, 'Deployment') as ReleaseDocument & {
+    spec: { template: { spec: { containers: Array<{ image: string; envFrom?: unknown[] }> } } };
+  };
+  for (const c of deployment.spec.template.spec.containers) {
+    c.image = `${inputs.imageRepository ?? DEFAULT_FORWARDER_IMAGE_REPOSITORY}:${inputs.version}`;
+    c.envFrom = [...(c.envFrom ?? []), { configMapRef: { name: FORWARDER_FLEET_CONFIGMAP } }];
+  }
+  const config = only(docs, 'ConfigMap') as ReleaseDocument & { data: Record<string, string> };
+  config.data = Object.fromEntries(Object.entries(config.data).filter(([k]) => !isFleetSetting(k)));
+  const account = only(docs, 'ServiceAccount');
+  const { [IRSA_ANNOTATION]: _placeholder, ...annotations } = account.metadata.annotations ?? {};
+  if (inputs.forwarderRoleArn) annotations[IRSA_ANNOTATION] = inputs.forwarderRoleArn;
+  if (Object.keys(annotations).length > 0) account.metadata.annotations = annotations;
+  else delete account.metadata.annotations;
+  return docs;
+}
+
+/** Kinds in the order a client must create them: what others live in or refer to first. */
+const KIND_ORDER = [
+  'Namespace',
+  'CustomResourceDefinition',
+  'ServiceAccount',
+  'Secret',
+  'ConfigMap',
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'Role',
+  'RoleBinding',
+  'ValidatingAdmissionPolicy',
+  'ValidatingAdmissionPolicyBinding',
+  'Deployment',
+];
+
+/** Rank of a kind in {@link KIND_ORDER}; kinds not listed go last. */
+function kindRank(kind: string): number {
+  const i = KIND_ORDER.indexOf(kind);
+  return i < 0 ? KIND_ORDER.length : i;
+}
+
+/** `kind/namespace/name`, the identity two sources may both declare. */
+function identity(d: ReleaseDocument): string {
+  return `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`;
+}
+
+/**
+ * Every document of the release, deduplicated (a Namespace several sources declare is listed
+ * once, their labels merged) and in the release's order.
+ *
+ * @throws Error when two sources declare the same object other than a Namespace, or a source
+ *   cannot be read.
+ */
+export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDocument[]> {
+  const namespace = (name: string): ReleaseDocument => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+  const sources: ReleaseDocument[] = [
+    namespace(RELEASE_NAMESPACE),
+    namespace(DEFAULT_PACKAGING_GLOBAL_NAMESPACE),
+    ...(generateCrdDocuments() as unknown as ReleaseDocument[]),
+    ...(await forwarderDocuments(inputs)),
+    ...((await rbacManifests()) as ReleaseDocument[]),
+  ];
+  const byId = new Map<string, ReleaseDocument>();
+  for (const d of sources) {
+    const seen = byId.get(identity(d));
+    if (!seen) byId.set(identity(d), structuredClone(d));
+    else if (d.kind === 'Namespace') {
+      if (d.metadata.labels) seen.metadata.labels = { ...seen.metadata.labels, ...d.metadata.labels };
+    } else throw new Error(`two sources declare ${identity(d)}`);
+  }
+  return [...byId.values()].sort(
+    (a, b) =>
+      kindRank(a.kind) - kindRank(b.kind) ||
+      a.kind.localeCompare(b.kind) ||
+      (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+      a.metadata.name.localeCompare(b.metadata.name),
+  );
+}
+
+/** The comment opening a release: its version, where it comes from, how to apply and remove it. */
+export function releaseHeader(version: string): string {
+  const file = releaseFileName(version);
+  return [
+    `# kapp-lambda ${version}: CRDs, namespaces, forwarder, RBAC and admission policy of one cluster.`,
+    '# Generated by scripts/release.ts (npm run release) from functions/lib/api, infra/forwarder and',
+    '# infra/rbac; do not edit.',
+    `# Install:   kubectl apply -f ${file}   (or: kapp deploy -a kapp-lambda -f ${file})`,
+    `# The forwarder starts once the cluster joins a fleet (ConfigMap ${RELEASE_NAMESPACE}/${FORWARDER_FLEET_CONFIGMAP}).`,
+    '# Uninstall: README.md "Install": stop the forwarder first; deleting the CRDs deletes every App.',
+    '',
+  ].join('\n');
+}
+
+/** The release's text: {@link releaseHeader}, then each document, separated by `---`. */
+export async function renderRelease(inputs: ReleaseInputs): Promise<string> {
+  const docs = await releaseDocuments(inputs);
+  return releaseHeader(inputs.version) + docs.map(renderYaml).join('---\n');
+}
+
+/**
+ * Whether the committed release of the current version is what the sources give now.
+ *
+ * @returns the path of the file when it is missing or stale, `undefined` when up to date
+ */
+export async function staleRelease(dir: string = RELEASE_DIR): Promise<string | undefined> {
+  const version = await packageVersion();
+  const file = path.join(dir, releaseFileName(version));
+  const current = await readFile(file, 'utf8').catch(() => undefined);
+  return current === (await renderRelease({ version })) ? undefined : file;
+}
+
+const USAGE = `usage:
+  npm run release                 writes release/kapp-lambda-<version>.yml (version from package.json)
+  npm run release -- --check      exits 1 when that file is missing or stale
+  npm run release -- [--image-repository <repo>] [--forwarder-role-arn <arn>] --out <file>
+      a release with other inputs (default image repository ${DEFAULT_FORWARDER_IMAGE_REPOSITORY}; no IRSA annotation)
+  (-h, --help: this text)
+${exitCodesHelp('the committed release is stale (--check), a source cannot be read')}`;
+
+/**
+ * Runs the command line.
+ *
+ * @returns the exit code: 0, 1 when `--check` finds the file stale, 2 for a usage error (other
+ *   inputs without `--out`, which would overwrite the committed release)
+ */
+export async function main(argv: string[]): Promise<number> {
+  const err = (t: string) => process.stderr.write(t);
+  let v: ReturnType<typeof parseReleaseArgs>['values'];
+  try {
+    v = parseReleaseArgs(argv).values;
+  } catch (e) {
+    if (!isUsageError(e)) throw e;
+    return usageFailure('release', USAGE, e.message, err);
+  }
+  if (v.help) {
+    process.stdout.write(USAGE);
+    return EXIT.ok;
+  }
+  if (v.check) {
+    const stale = await staleRelease();
+    if (stale) err(`release: ${path.relative(process.cwd(), stale)} is stale; run npm run release\n`);
+    return stale ? EXIT.failure : EXIT.ok;
+  }
+  const custom = v['image-repository'] !== undefined || v['forwarder-role-arn'] !== undefined;
+  if (custom && !v.out) {
+    return usageFailure('release', USAGE, 'other inputs need --out (release/ holds the default release)', err);
+  }
+  const version = await packageVersion();
+  const file = v.out ? path.resolve(v.out) : path.join(RELEASE_DIR, releaseFileName(version));
+  const text = await renderRelease({
+    version,
+    ...(v['image-repository'] ? { imageRepository: v['image-repository'] } : {}),
+    ...(v['forwarder-role-arn'] ? { forwarderRoleArn: v['forwarder-role-arn'] } : {}),
+  });
+  await writeFile(file, text);
+  process.stdout.write(`${path.relative(process.cwd(), file)}\n`);
+  err(`release ${version}: wrote ${file} (${Math.round(text.length / 1024)} KiB)\n`);
+  return EXIT.ok;
+}
+
+/** The command line's options (`node:util` `parseArgs`, strict: an unknown option throws). */
+function parseReleaseArgs(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      check: { type: 'boolean' },
+      'image-repository': { type: 'string' },
+      'forwarder-role-arn': { type: 'string' },
+      out: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
+
+runIfEntry(import.meta.filename, 'release', (argv) => main(argv));

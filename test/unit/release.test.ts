@@ -1,0 +1,117 @@
+/**
+ * The release manifest (`scripts/release.ts`, `release/kapp-lambda-<version>.yml`): the committed
+ * file is what the sources give now, and it holds every object a cluster needs, with no
+ * placeholder left to edit.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../../functions/lib/api/constants.js';
+import { rbacManifests } from '../../scripts/cluster-registry.js';
+import {
+  DEFAULT_FORWARDER_IMAGE_REPOSITORY,
+  FORWARDER_FLEET_CONFIGMAP,
+  forwarderDocuments,
+  packageVersion,
+  RELEASE_DIR,
+  type ReleaseDocument,
+  releaseDocuments,
+  releaseFileName,
+  releaseHeader,
+  renderRelease,
+  staleRelease,
+} from '../../scripts/release.js';
+
+const version = await packageVersion();
+const committed = await readFile(path.join(RELEASE_DIR, releaseFileName(version)), 'utf8');
+const docs = parseAllDocuments(committed).map((d) => d.toJS() as ReleaseDocument);
+const id = (d: ReleaseDocument) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`;
+
+describe('release manifest', () => {
+  it('the committed file is what npm run release generates now (regenerate: npm run release)', async () => {
+    expect(committed).toBe(await renderRelease({ version }));
+    expect(await staleRelease()).toBeUndefined();
+  });
+
+  it('opens with its version and how to apply it', () => {
+    expect(committed.startsWith(releaseHeader(version))).toBe(true);
+    expect(committed).toContain(`kubectl apply -f kapp-lambda-${version}.yml`);
+  });
+
+  it('holds every kind, the two namespaces and the five CRDs, namespaces and CRDs first', () => {
+    expect([...new Set(docs.map((d) => d.kind))]).toEqual([
+      'Namespace',
+      'CustomResourceDefinition',
+      'ServiceAccount',
+      'ConfigMap',
+      'ClusterRole',
+      'ClusterRoleBinding',
+      'Role',
+      'RoleBinding',
+      'ValidatingAdmissionPolicy',
+      'ValidatingAdmissionPolicyBinding',
+      'Deployment',
+    ]);
+    expect(docs.slice(0, 7).map((d) => `${d.kind}/${d.metadata.name}`)).toEqual([
+      `Namespace/${DEFAULT_PACKAGING_GLOBAL_NAMESPACE}`,
+      'Namespace/kapp-lambda',
+      'CustomResourceDefinition/apps.kappctrl.k14s.io',
+      'CustomResourceDefinition/packageinstalls.packaging.carvel.dev',
+      'CustomResourceDefinition/packagemetadatas.data.packaging.carvel.dev',
+      'CustomResourceDefinition/packagerepositories.packaging.carvel.dev',
+      'CustomResourceDefinition/packages.data.packaging.carvel.dev',
+    ]);
+    expect(docs.find((d) => d.kind === 'Namespace' && d.metadata.name === 'kapp-lambda')?.metadata.labels).toEqual({
+      'pod-security.kubernetes.io/enforce': 'restricted',
+    });
+    expect(new Set(docs.map(id)).size).toBe(docs.length);
+  });
+
+  it('holds every object npm run cluster -- add prints (default namespaces, no token identities)', async () => {
+    const rbac = (await rbacManifests()) as ReleaseDocument[];
+    const byId = new Map(docs.map((d) => [id(d), d]));
+    for (const o of rbac) {
+      if (o.kind === 'Namespace') expect(byId.has(id(o))).toBe(true);
+      else expect(byId.get(id(o))).toEqual(o);
+    }
+    expect(docs.map(id)).toContain('ValidatingAdmissionPolicyBinding//kapp-lambda-pkgr');
+    expect(docs.filter((d) => d.kind === 'Secret')).toEqual([]);
+  });
+
+  it('pins the forwarder image by the version and leaves no placeholder', () => {
+    const dep = docs.find((d) => d.kind === 'Deployment') as ReleaseDocument & {
+      spec: { template: { spec: { containers: Array<{ image: string; envFrom: unknown[] }> } } };
+    };
+    const [container] = dep.spec.template.spec.containers;
+    expect(container!.image).toBe(`${DEFAULT_FORWARDER_IMAGE_REPOSITORY}:${version}`);
+    expect(container!.envFrom).toEqual([
+      { configMapRef: { name: 'kapp-lambda-forwarder' } },
+      { configMapRef: { name: FORWARDER_FLEET_CONFIGMAP } },
+    ]);
+    const config = docs.find((d) => d.kind === 'ConfigMap') as ReleaseDocument & { data: Record<string, string> };
+    expect(Object.keys(config.data).sort()).toEqual([
+      'FORWARDER_HTTP_PORT',
+      'FORWARDER_KINDS',
+      'FORWARDER_LEASE_NAMESPACE',
+      'FORWARDER_LOG_LEVEL',
+      'FORWARDER_SHUTDOWN_TIMEOUT_SECONDS',
+    ]);
+    const account = docs.find((d) => id(d) === 'ServiceAccount/kapp-lambda/kapp-lambda-forwarder');
+    expect(account?.metadata.annotations).toBeUndefined();
+    expect(committed).not.toMatch(/111122223333|registry\.example\.com|my-cluster|eu-west-1/);
+  });
+
+  it('takes the image repository and an IRSA role as inputs', async () => {
+    const arn = 'arn:aws:iam::123456789012:role/fwd';
+    const out = await forwarderDocuments({ version: '9.9.9', imageRepository: 'r.test/fwd', forwarderRoleArn: arn });
+    const dep = out.find((d) => d.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { containers: Array<{ image: string }> } } };
+    };
+    expect(dep.spec.template.spec.containers[0]!.image).toBe('r.test/fwd:9.9.9');
+    expect(out.find((d) => d.kind === 'ServiceAccount')?.metadata.annotations).toEqual({
+      'eks.amazonaws.com/role-arn': arn,
+    });
+    expect((await releaseDocuments({ version: '9.9.9' })).length).toBe(docs.length);
+  });
+});
