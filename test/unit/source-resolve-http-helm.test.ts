@@ -16,6 +16,7 @@ import {
   HelmIndexError,
   helmIndexUrl,
   MAX_HELM_INDEX_PARSE_BYTES,
+  ociRepositoryRef,
   pickChartVersion,
   resolveHelmChart,
 } from '../../functions/lib/fetch/helm-index.js';
@@ -196,6 +197,20 @@ describe('helm chart from an OCI registry', () => {
     await expect(resolveHelmChart({ repository: `oci://${host}/charts`, name: 'c' })).rejects.toBeInstanceOf(
       HelmIndexError,
     );
+  });
+
+  it('asks the host the repository names, also one without a dot or port (never Docker Hub)', async () => {
+    const asked: string[] = [];
+    const fetchImpl = (async (url: URL | string) => {
+      asked.push(String(url));
+      return new Response(null, { status: 200, headers: { 'docker-content-digest': `sha256:${D('8')}` } });
+    }) as typeof fetch;
+    const chart = { repository: 'oci://registry/charts/', name: 'c', version: '1.0.0' };
+    expect(await resolveHelmChart(chart, { fetchImpl })).toBe(`1.0.0@sha256:${D('8')}`);
+    expect(asked).toEqual(['https://registry/v2/charts/c/manifests/1.0.0']);
+    expect(ociRepositoryRef('oci://h.io/x')).toBe('h.io/x');
+    expect(ociRepositoryRef('oci://localhost/x')).toBe('localhost/x');
+    expect(ociRepositoryRef('oci://reg')).toBe('reg:443');
   });
 });
 

@@ -231,6 +231,20 @@ export function chartVersionOf(resolved: string): string {
 }
 
 /**
+ * The image repository of an `oci://` chart repository, its host always the registry as helm
+ * reads it: a host without `.` or `:` (`oci://registry/charts`) gets its default port, since an
+ * image reference's first part names a registry only with one of them (or as `localhost`) and
+ * would otherwise be a Docker Hub repository, a registry the App never named.
+ */
+export function ociRepositoryRef(repository: string): string {
+  const path = repository.replace(/^oci:\/\//i, '').replace(/\/+$/, '');
+  const slash = path.indexOf('/');
+  const host = slash < 0 ? path : path.slice(0, slash);
+  if (host.includes('.') || host.includes(':') || host === 'localhost') return path;
+  return `${host}:443${slash < 0 ? '' : path.slice(slash)}`;
+}
+
+/**
  * What `chart` resolves to now (see the module comment).
  * @throws HelmIndexError; HttpDownloadError (index download); RegistryResolveError (OCI, or an
  *   OCI chart without a version); UrlPolicyError from the guards; the signal's error at the deadline
@@ -239,7 +253,7 @@ export async function resolveHelmChart(chart: HelmChartRef, opts: ResolveHelmOpt
   if (/^oci:\/\//i.test(chart.repository)) {
     if (!chart.version) throw new HelmIndexError('an OCI chart without a version is not resolved');
     // helm stores `+` of a version as `_` in the OCI tag.
-    const ref = `${chart.repository.replace(/^oci:\/\//i, '').replace(/\/+$/, '')}/${chart.name}:${chart.version.replaceAll('+', '_')}`;
+    const ref = `${ociRepositoryRef(chart.repository)}/${chart.name}:${chart.version.replaceAll('+', '_')}`;
     return `${chart.version}@${await resolveImageDigest(ref, opts)}`;
   }
   const downloader = opts.downloader ?? createHttpDownloader(opts.fetchImpl);
