@@ -796,6 +796,32 @@ describe('Apps on a polled source (trackAppSources)', () => {
     expect(f.state.resolutions).toBe(3);
   });
 
+  it('a source whose value moves at every resolution pokes each App at most once per period (a tenant forcing resolutions buys no pokes)', async () => {
+    const f = fleet(['c1', 'c2']);
+    f.state.digest = C1;
+    const [victim, attacker] = [appIn(f, 'c1', 'victim'), appIn(f, 'c2', 'attacker')];
+    for (const { ref, app } of [victim, attacker]) await trackAppSources(app, ref, f.deps);
+    const pokedAt = new Map<string, number>();
+    const bumped = {
+      ...attacker.app,
+      metadata: { ...attacker.app.metadata, generation: 2 },
+      status: { observedGeneration: 2, conditions: [{ type: 'Reconciling', status: 'True' }] },
+    } as typeof attacker.app;
+    // The attacker's new generations each force a resolution, each to a new value; the record
+    // checks between them see the victim behind every time.
+    for (const [i, d] of [C2, 'e'.repeat(40), 'f'.repeat(40)].entries()) {
+      f.state.digest = d;
+      f.state.now = T0 + 1000 * (i + 1);
+      await trackAppSources(bumped, attacker.ref, f.deps);
+      await pollSources(f.deps, { pokedAt, resolve: false });
+    }
+    expect(f.poked().filter((p) => p.startsWith('c1/victim'))).toEqual(['c1/victim:ref-changed']);
+    // A period later the victim, still behind, is poked again.
+    f.state.now = T0 + 3000 + PERIOD;
+    await pollSources(f.deps, { pokedAt, resolve: false });
+    expect(f.poked().filter((p) => p.startsWith('c1/victim'))).toHaveLength(2);
+  });
+
   it('an App re-pointed to another branch leaves the record when poked; a deleted App leaves at once', async () => {
     const f = fleet(['c1', 'c2']);
     f.state.digest = C1;

@@ -10,9 +10,13 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import {
+  chartEntryResolved,
+  chartSection,
   chartVersionOf,
   HelmIndexError,
   helmIndexUrl,
+  MAX_HELM_INDEX_PARSE_BYTES,
+  ociRepositoryRef,
   pickChartVersion,
   resolveHelmChart,
 } from '../../functions/lib/fetch/helm-index.js';
@@ -193,5 +197,56 @@ describe('helm chart from an OCI registry', () => {
     await expect(resolveHelmChart({ repository: `oci://${host}/charts`, name: 'c' })).rejects.toBeInstanceOf(
       HelmIndexError,
     );
+  });
+
+  it('asks the host the repository names, also one without a dot or port (never Docker Hub)', async () => {
+    const asked: string[] = [];
+    const fetchImpl = (async (url: URL | string) => {
+      asked.push(String(url));
+      return new Response(null, { status: 200, headers: { 'docker-content-digest': `sha256:${D('8')}` } });
+    }) as typeof fetch;
+    const chart = { repository: 'oci://registry/charts/', name: 'c', version: '1.0.0' };
+    expect(await resolveHelmChart(chart, { fetchImpl })).toBe(`1.0.0@sha256:${D('8')}`);
+    expect(asked).toEqual(['https://registry/v2/charts/c/manifests/1.0.0']);
+    expect(ociRepositoryRef('oci://h.io/x')).toBe('h.io/x');
+    expect(ociRepositoryRef('oci://localhost/x')).toBe('localhost/x');
+    expect(ociRepositoryRef('oci://reg')).toBe('reg:443');
+  });
+});
+
+describe('a hostile or huge index.yaml', () => {
+  /** `n` one-line charts `k<i>` in helm's layout, about `n * 40` bytes. */
+  const filler = (n: number) => Array.from({ length: n }, (_, i) => `  k${i}:\n  - version: 1.0.0\n`).join('');
+
+  it('a chart key repeated is not an error (yaml checks duplicate keys by comparing every pair)', () => {
+    // Not helm's layout (flow style), so the whole index is parsed: with yaml's unique-key check
+    // a map of 20,000 keys (250 kB) took seconds and 1 MB a minute, synchronously.
+    const flow = `{"apiVersion": "v1", "entries": {"x": [], "x": [], "c": [{"version": "1.0.0", "digest": "${D('a')}"}]}}`;
+    expect(chartEntryResolved(pickChartVersion(flow, 'c'))).toBe(`1.0.0@sha256:${D('a')}`);
+  });
+
+  it("an index over the parse bound is read through its chart's section in helm's layout", () => {
+    const big = `apiVersion: v1\nentries:\n${filler(160_000)}  c:\n  - version: 2.0.0\n    digest: ${D('b')}\n  - version: 1.0.0\n${filler(160_000).replaceAll('k', 'z')}generated: "2024-01-01T00:00:00Z"\n`;
+    expect(big.length).toBeGreaterThan(MAX_HELM_INDEX_PARSE_BYTES);
+    expect(chartEntryResolved(pickChartVersion(big, 'c'))).toBe(`2.0.0@sha256:${D('b')}`);
+    expect(chartSection(big, 'c')).toBe(
+      `entries:\n  c:\n  - version: 2.0.0\n    digest: ${D('b')}\n  - version: 1.0.0\n`,
+    );
+  });
+
+  it('an index over the parse bound without such a section is refused, not parsed', () => {
+    const flow = `{"entries": {${Array.from({ length: 600_000 }, (_, i) => `"k${i}": []`).join(', ')}, "c": [{"version": "1.0.0"}]}}`;
+    expect(flow.length).toBeGreaterThan(MAX_HELM_INDEX_PARSE_BYTES);
+    expect(() => pickChartVersion(flow, 'c')).toThrow(/larger than 8388608 bytes/);
+  });
+
+  it("the section ends at the next chart's key and never leaves entries", () => {
+    const text = `apiVersion: v1\nentries:\n  a:\n  - version: 1.0.0\n    description: |\n      c:\n  c:\n    - version: 3.0.0\n      digest: ${D('c')}\n  d:\n  - version: 9.0.0\ngenerated: x\n`;
+    expect(chartSection(text, 'c')).toBe(`entries:\n  c:\n    - version: 3.0.0\n      digest: ${D('c')}\n`);
+    expect(chartSection(text, 'generated')).toBeUndefined();
+    expect(chartSection('apiVersion: v1\nentries:\n  "c":\n  - version: 1.0.0\n', 'c')).toBe(
+      'entries:\n  "c":\n  - version: 1.0.0\n',
+    );
+    expect(chartSection(text, 'c\n')).toBeUndefined();
   });
 });

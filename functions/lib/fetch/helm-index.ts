@@ -4,7 +4,9 @@
  *
  * - **An HTTP chart repository** (`repository.url` `http(s)://`): one GET of `<url>/index.yaml`
  *   (the fetch stage's downloader, `./http-download.ts`: the URL policy on every hop and
- *   connection, bounded by {@link MAX_HELM_INDEX_BYTES}), parsed with `yaml`, and the entry of
+ *   connection, bounded by {@link MAX_HELM_INDEX_BYTES}), parsed with `yaml` (the chart's section
+ *   alone when the index is laid out as helm writes it, the whole only up to
+ *   {@link MAX_HELM_INDEX_PARSE_BYTES}: the parse is synchronous), and the entry of
  *   the chart picked as helm v3's `IndexFile.Get` (`pkg/repo/index.go`) does: the given
  *   `version` exactly (helm matches the string first, then the version as a constraint: the
  *   poll follows only full versions, see `sourceTracked`, so the constraint is equality), else
@@ -34,6 +36,23 @@ import { type ResolveImageOptions, resolveImageDigest } from './registry-digest.
 
 /** Largest `index.yaml` read, bytes: 64 MiB (the largest public chart repositories' are tens of MB). */
 export const MAX_HELM_INDEX_BYTES = 64 * 1024 * 1024;
+
+/**
+ * Largest YAML text parsed at once, bytes: 8 MiB. The `yaml` library parses synchronously (the
+ * resolution's deadline cannot stop it) and holds some 50 bytes of nodes per byte of text: a
+ * 64 MiB index took some 30 s of CPU and 3 GB, past the fetch function's memory, in the process
+ * every tenant's poll shares. A larger index is read through its chart's section alone
+ * ({@link chartSection}), as helm writes it; one written otherwise is refused (the App then
+ * fetches its chart as written, as before the poll).
+ */
+export const MAX_HELM_INDEX_PARSE_BYTES = 8 * 1024 * 1024;
+
+/**
+ * `yaml`'s options for an index: no check of duplicate keys, which compares every key of a map
+ * with every other (quadratic: an index of 20,000 one-line charts, 250 kB, took 3.5 s; 1 MB a
+ * minute). A duplicate key keeps its last value.
+ */
+const INDEX_YAML_OPTIONS = { uniqueKeys: false } as const;
 
 /** The index has no usable entry for the chart; `message` says which (no URLs with credentials in it). */
 export class HelmIndexError extends Error {
@@ -102,14 +121,7 @@ export function helmIndexUrl(repository: string): string {
  * @throws HelmIndexError when the index does not parse, has no such chart, or no version matches
  */
 export function pickChartVersion(indexYaml: string, name: string, version?: string): IndexEntry {
-  let doc: unknown;
-  try {
-    doc = parseYaml(indexYaml);
-  } catch (err) {
-    throw new HelmIndexError(`index.yaml does not parse: ${(err as Error).message.split('\n')[0]}`);
-  }
-  const entries = (doc as { entries?: Record<string, unknown> } | null)?.entries;
-  const list = entries && typeof entries === 'object' ? entries[name] : undefined;
+  const list = chartList(indexYaml, name);
   const vs = (Array.isArray(list) ? list : []).filter(
     (e): e is IndexEntry => e !== null && typeof e === 'object' && typeof (e as IndexEntry).version === 'string',
   );
@@ -138,6 +150,73 @@ export function pickChartVersion(indexYaml: string, name: string, version?: stri
   return best.e;
 }
 
+/** `entries[name]` of an index: of its chart's section when that parses to a list, else of the whole (bounded). */
+function chartList(indexYaml: string, name: string): unknown {
+  const section = chartSection(indexYaml, name);
+  if (section !== undefined && section.length <= MAX_HELM_INDEX_PARSE_BYTES) {
+    try {
+      const list = entriesOf(parseYaml(section, INDEX_YAML_OPTIONS))?.[name];
+      if (Array.isArray(list)) return list;
+    } catch {
+      // Not helm's layout after all (an alias to an anchor outside it): the whole index decides.
+    }
+  }
+  if (Buffer.byteLength(indexYaml, 'utf8') > MAX_HELM_INDEX_PARSE_BYTES) {
+    throw new HelmIndexError(
+      `index.yaml is larger than ${MAX_HELM_INDEX_PARSE_BYTES} bytes and has no section for chart ${JSON.stringify(name)} in helm's layout`,
+    );
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(indexYaml, INDEX_YAML_OPTIONS);
+  } catch (err) {
+    throw new HelmIndexError(`index.yaml does not parse: ${(err as Error).message.split('\n')[0]}`);
+  }
+  return entriesOf(doc)?.[name];
+}
+
+function entriesOf(doc: unknown): Record<string, unknown> | undefined {
+  const entries = (doc as { entries?: unknown } | null)?.entries;
+  return entries !== null && typeof entries === 'object' ? (entries as Record<string, unknown>) : undefined;
+}
+
+/**
+ * The section of chart `name` in an index laid out as helm writes it (`entries:` at the line's
+ * start, each chart's key on its own line indented two spaces, plain or quoted, its versions
+ * below it indented further or as `  - ` items), as a document of its own
+ * (`entries:\n  <name>:\n  - …`), or `undefined` when the index is not so laid out. Found by
+ * string search, not parsed: a 64 MiB index costs a scan, and the parse only the chart's part.
+ */
+export function chartSection(indexYaml: string, name: string): string | undefined {
+  if (name === '' || /[\r\n"'\\]/.test(name)) return undefined;
+  const entries = /^entries:[ \t]*\r?$/m.exec(indexYaml);
+  if (!entries) return undefined;
+  const bodyAt = entries.index + entries[0].length;
+  // Where the top-level map's next key starts (a line at column 0 that is no comment).
+  const after = /^[^\s#]/m.exec(indexYaml.slice(bodyAt));
+  const entriesEnd = after ? bodyAt + after.index : indexYaml.length;
+  let keyAt = -1;
+  for (const q of ['', '"', "'"]) {
+    for (let at = indexYaml.indexOf(`\n  ${q}${name}${q}:`, bodyAt); at >= 0 && at < entriesEnd; ) {
+      const lineEnd = indexYaml.indexOf('\n', at + 1);
+      const rest = indexYaml.slice(at + 4 + 2 * q.length + name.length, lineEnd < 0 ? undefined : lineEnd);
+      if (/^[ \t\r]*$/.test(rest)) {
+        keyAt = at + 1;
+        break;
+      }
+      at = indexYaml.indexOf(`\n  ${q}${name}${q}:`, at + 1);
+    }
+    if (keyAt >= 0) break;
+  }
+  if (keyAt < 0 || keyAt >= entriesEnd) return undefined;
+  const firstLine = indexYaml.indexOf('\n', keyAt);
+  if (firstLine < 0) return undefined;
+  // The section ends at the next line indented less than its items: another chart's key, or the end of `entries`.
+  const next = /^(?: {0,2}[^\s#-]| {0,2}-[^ \t\r\n])/m.exec(indexYaml.slice(firstLine + 1, entriesEnd));
+  const end = next ? firstLine + 1 + next.index : entriesEnd;
+  return `entries:\n${indexYaml.slice(keyAt, end)}`;
+}
+
 /** `<version>@sha256:<digest>`, or `<version>@index:<hash of urls and created>` without a digest. */
 export function chartEntryResolved(entry: IndexEntry): string {
   const digest = typeof entry.digest === 'string' ? entry.digest.replace(/^sha256:/, '').toLowerCase() : '';
@@ -152,6 +231,20 @@ export function chartVersionOf(resolved: string): string {
 }
 
 /**
+ * The image repository of an `oci://` chart repository, its host always the registry as helm
+ * reads it: a host without `.` or `:` (`oci://registry/charts`) gets its default port, since an
+ * image reference's first part names a registry only with one of them (or as `localhost`) and
+ * would otherwise be a Docker Hub repository, a registry the App never named.
+ */
+export function ociRepositoryRef(repository: string): string {
+  const path = repository.replace(/^oci:\/\//i, '').replace(/\/+$/, '');
+  const slash = path.indexOf('/');
+  const host = slash < 0 ? path : path.slice(0, slash);
+  if (host.includes('.') || host.includes(':') || host === 'localhost') return path;
+  return `${host}:443${slash < 0 ? '' : path.slice(slash)}`;
+}
+
+/**
  * What `chart` resolves to now (see the module comment).
  * @throws HelmIndexError; HttpDownloadError (index download); RegistryResolveError (OCI, or an
  *   OCI chart without a version); UrlPolicyError from the guards; the signal's error at the deadline
@@ -160,7 +253,7 @@ export async function resolveHelmChart(chart: HelmChartRef, opts: ResolveHelmOpt
   if (/^oci:\/\//i.test(chart.repository)) {
     if (!chart.version) throw new HelmIndexError('an OCI chart without a version is not resolved');
     // helm stores `+` of a version as `_` in the OCI tag.
-    const ref = `${chart.repository.replace(/^oci:\/\//i, '').replace(/\/+$/, '')}/${chart.name}:${chart.version.replaceAll('+', '_')}`;
+    const ref = `${ociRepositoryRef(chart.repository)}/${chart.name}:${chart.version.replaceAll('+', '_')}`;
     return `${chart.version}@${await resolveImageDigest(ref, opts)}`;
   }
   const downloader = opts.downloader ?? createHttpDownloader(opts.fetchImpl);

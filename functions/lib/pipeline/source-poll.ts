@@ -720,8 +720,12 @@ export interface PollSummary {
 /** Options of {@link pollSources}. */
 export interface PollOptions {
   /**
-   * `<member>@<resolved>` → time of the last poke, kept by a long-lived poller (the embedded
-   * timer) so a member that keeps failing is poked at most once per period. Default: none.
+   * `<member>` → time of the last poke for a move (`<member>@failing:<since>` for a failing
+   * source), kept by a long-lived poller (the embedded timer) so a member is poked at most once
+   * per period, whatever value the source moved to: a member that keeps failing, and a source
+   * whose value moves at every resolution (an http body with a timestamp, whose resolution any
+   * tenant on the URL can force by bumping its own App's generation), cost each member at most
+   * one reconcile per period, as a source polled once per period would. Default: none.
    */
   pokedAt?: Map<string, number>;
   /**
@@ -851,10 +855,10 @@ async function pokeBehind(
   const candidates = [...(someoneAt || leaderLate ? reposBehind : reposBehind.slice(0, 1)), ...behind.filter(isApp)];
   const now = deps.now().getTime();
   const targets = (await filterServed(candidates, deps)).filter((m) => {
-    const last = opts.pokedAt?.get(`${memberId(m)}@${rec.resolved}`);
+    const last = opts.pokedAt?.get(memberId(m));
     return last === undefined || now - last >= periodMs;
   });
   if (targets.length === 0) return 0;
-  for (const m of targets) opts.pokedAt?.set(`${memberId(m)}@${rec.resolved}`, now);
+  for (const m of targets) opts.pokedAt?.set(memberId(m), now);
   return await pokeMembers(key, rec, targets, deps);
 }
