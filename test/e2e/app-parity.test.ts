@@ -113,7 +113,15 @@ const WRONG_HEX = '0'.repeat(64);
 let web: LoopbackHttpService;
 
 /** Held answers of the slow server by App name: requested once the fetch asked, released by the test. */
-const held = new Map<string, { requested: boolean; release?: () => void }>();
+/**
+ * The held fetches: every request for `/held/<app>.yml` waits until the test releases the App
+ * (the fleet source poll's resolution GET of the http source, then the fetch's own download),
+ * and later ones are answered at once.
+ */
+const held = new Map<
+  string,
+  { requested: boolean; released?: boolean; waiting?: (() => void)[]; release?: () => void }
+>();
 
 /** A loopback TCP relay to the shared registry; {@link closeRelay} makes the registry unreachable. */
 let relay: net.Server;
@@ -132,8 +140,14 @@ beforeAll(async () => {
     const entry = name ? held.get(name) : undefined;
     if (!name || !entry) return void res.writeHead(404).end();
     entry.requested = true;
-    entry.release = () => {
+    const answer = () => {
       if (!res.destroyed && !res.writableEnded) res.writeHead(200).end(configMapYaml(`${name}-config`, { v: 'one' }));
+    };
+    if (entry.released) return answer();
+    entry.waiting = [...(entry.waiting ?? []), answer];
+    entry.release = () => {
+      entry.released = true;
+      for (const w of entry.waiting?.splice(0) ?? []) w();
     };
   });
   for (const name of [N.paused, N.canceled]) held.set(name, { requested: false });
