@@ -796,6 +796,22 @@ describe('Apps on a polled source (trackAppSources)', () => {
     expect(f.state.resolutions).toBe(3);
   });
 
+  it('a repository is poked again within the period when the source moves again (per value, unlike an App)', async () => {
+    const f = fleet(['c1']);
+    const a = f.repo('c1', 'a');
+    await f.deployAll([a], a);
+    const pokedAt = new Map<string, number>();
+    for (const [i, d] of [D2, `sha256:${'3'.repeat(64)}`].entries()) {
+      f.state.digest = d;
+      f.state.now = T0 + PERIOD + 1000 * i;
+      await pollSources(f.deps, { pokedAt, resolve: i === 0 });
+      if (i === 1)
+        await readSourcePoll(f.store, f.key).then((r) => f.store.put(f.key, JSON.stringify({ ...r, resolved: d })));
+      if (i === 1) await pollSources(f.deps, { pokedAt, resolve: false });
+    }
+    expect(f.poked()).toEqual(['c1/a:ref-changed', 'c1/a:ref-changed']);
+  });
+
   it('a source whose value moves at every resolution pokes each App at most once per period (a tenant forcing resolutions buys no pokes)', async () => {
     const f = fleet(['c1', 'c2']);
     f.state.digest = C1;

@@ -98,6 +98,12 @@ export const SOURCE_POLL_PREFIX = 'cache/source-poll/sha256/';
  * record's digest; it is not poked when the tag moves and upgrades on its own sync period.
  */
 export const MAX_MEMBERS_PER_CLUSTER = 100;
+/**
+ * Shortest time between two pokes of one App for moves of its source, ms: 1 minute, the default
+ * poll period (see `PollOptions.pokedAt`). Not the poll period itself: a runtime that relies on
+ * record checks may poll rarely, and a second move must still reach its Apps.
+ */
+export const APP_POKE_INTERVAL_MS = 60_000;
 /** Sources {@link pollSources} resolves at once: 8. */
 export const POLL_CONCURRENCY = 8;
 /**
@@ -720,12 +726,15 @@ export interface PollSummary {
 /** Options of {@link pollSources}. */
 export interface PollOptions {
   /**
-   * `<member>` → time of the last poke for a move (`<member>@failing:<since>` for a failing
-   * source), kept by a long-lived poller (the embedded timer) so a member is poked at most once
-   * per period, whatever value the source moved to: a member that keeps failing, and a source
-   * whose value moves at every resolution (an http body with a timestamp, whose resolution any
-   * tenant on the URL can force by bumping its own App's generation), cost each member at most
-   * one reconcile per period, as a source polled once per period would. Default: none.
+   * Member → time of its last poke, kept by a long-lived poller (the embedded timer): an App
+   * (`<member>`) is poked for a move at most once per {@link APP_POKE_INTERVAL_MS} (or the
+   * period, when shorter) whatever value the source moved to, so a source whose value moves at
+   * every resolution (an http body with a timestamp, whose resolution any tenant on the URL can
+   * force by bumping its own App's generation) costs each App at most one reconcile a minute; a
+   * repository (`<member>@<resolved>`) once per period per value, so a member that keeps failing
+   * is poked at most once per period while a new value still reaches it at once (its leader's
+   * index, handed on by the record checks); a failing source's pokes are
+   * `<member>@failing:<since>`. Default: none.
    */
   pokedAt?: Map<string, number>;
   /**
@@ -854,11 +863,16 @@ async function pokeBehind(
   const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
   const candidates = [...(someoneAt || leaderLate ? reposBehind : reposBehind.slice(0, 1)), ...behind.filter(isApp)];
   const now = deps.now().getTime();
+  // An App is poked at most once per APP_POKE_INTERVAL_MS whatever value the source moved to (see
+  // `PollOptions.pokedAt`); a repository once per period per value, as its leader's index and
+  // the runtimes' record checks hand a new value on.
+  const pokeKey = (m: SourceMember) => (isApp(m) ? memberId(m) : `${memberId(m)}@${rec.resolved}`);
+  const interval = (m: SourceMember) => (isApp(m) ? Math.min(periodMs, APP_POKE_INTERVAL_MS) : periodMs);
   const targets = (await filterServed(candidates, deps)).filter((m) => {
-    const last = opts.pokedAt?.get(memberId(m));
-    return last === undefined || now - last >= periodMs;
+    const last = opts.pokedAt?.get(pokeKey(m));
+    return last === undefined || now - last >= interval(m);
   });
   if (targets.length === 0) return 0;
-  for (const m of targets) opts.pokedAt?.set(memberId(m), now);
+  for (const m of targets) opts.pokedAt?.set(pokeKey(m), now);
   return await pokeMembers(key, rec, targets, deps);
 }
