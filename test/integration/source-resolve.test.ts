@@ -110,14 +110,7 @@ describe('git ls-remote', () => {
 });
 
 describe('tag selections', () => {
-  const runnerOf = () =>
-    createCommandRunner({
-      allow: ['git'],
-      resolveBin: cacheBinResolver(cacheRoot()),
-      home: scratch,
-      tmpDir: scratch,
-      metrics: createToolMetrics(),
-    });
+  const runnerOf = gitRunner;
 
   it('an imgpkgBundle tagSelection resolves to <tag>@<digest> of the highest matching tag, and moves with a higher push', async () => {
     const image = `${registry.host}/select/repo`;

@@ -837,12 +837,35 @@ async function pokeFailing(
   const since = rec.failingSince;
   const now = deps.now().getTime();
   if (!since || now - Date.parse(since) >= periodMs) return 0;
-  const targets = (await filterServed(rec.members, deps)).filter(
-    (m) => !opts.pokedAt?.has(`${memberId(m)}@failing:${since}`),
-  );
+  // Once per failure: never again while the failure lasts (a new failure has a new `since`).
+  return await pokeOnce(key, rec, rec.members, deps, opts, {
+    keyOf: (m) => `${memberId(m)}@failing:${since}`,
+    intervalOf: () => Number.POSITIVE_INFINITY,
+    failing: true,
+  });
+}
+
+/**
+ * Sends `ref-changed` to the `candidates` this runtime serves that `opts.pokedAt` says were not
+ * poked under `keyOf(m)` within `intervalOf(m)` ms, and records the pokes there.
+ * @returns how many were sent (see {@link pokeMembers}).
+ */
+async function pokeOnce(
+  key: string,
+  rec: SourcePollRecord,
+  candidates: readonly SourceMember[],
+  deps: PipelineDeps,
+  opts: PollOptions,
+  rule: { keyOf: (m: SourceMember) => string; intervalOf: (m: SourceMember) => number; failing?: boolean },
+): Promise<number> {
+  const now = deps.now().getTime();
+  const targets = (await filterServed(candidates, deps)).filter((m) => {
+    const last = opts.pokedAt?.get(rule.keyOf(m));
+    return last === undefined || now - last >= rule.intervalOf(m);
+  });
   if (targets.length === 0) return 0;
-  for (const m of targets) opts.pokedAt?.set(`${memberId(m)}@failing:${since}`, now);
-  return await pokeMembers(key, rec, targets, deps, true);
+  for (const m of targets) opts.pokedAt?.set(rule.keyOf(m), now);
+  return await pokeMembers(key, rec, targets, deps, rule.failing);
 }
 
 /** The poll's pokes for one record (see the module comment). */
@@ -862,17 +885,11 @@ async function pokeBehind(
   const someoneAt = rec.indexed === rec.resolved || repos.some((m) => m.at === rec.resolved);
   const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
   const candidates = [...(someoneAt || leaderLate ? reposBehind : reposBehind.slice(0, 1)), ...behind.filter(isApp)];
-  const now = deps.now().getTime();
   // An App is poked at most once per APP_POKE_INTERVAL_MS whatever value the source moved to (see
   // `PollOptions.pokedAt`); a repository once per period per value, as its leader's index and
   // the runtimes' record checks hand a new value on.
-  const pokeKey = (m: SourceMember) => (isApp(m) ? memberId(m) : `${memberId(m)}@${rec.resolved}`);
-  const interval = (m: SourceMember) => (isApp(m) ? Math.min(periodMs, APP_POKE_INTERVAL_MS) : periodMs);
-  const targets = (await filterServed(candidates, deps)).filter((m) => {
-    const last = opts.pokedAt?.get(pokeKey(m));
-    return last === undefined || now - last >= interval(m);
+  return await pokeOnce(key, rec, candidates, deps, opts, {
+    keyOf: (m) => (isApp(m) ? memberId(m) : `${memberId(m)}@${rec.resolved}`),
+    intervalOf: (m) => (isApp(m) ? Math.min(periodMs, APP_POKE_INTERVAL_MS) : periodMs),
   });
-  if (targets.length === 0) return 0;
-  for (const m of targets) opts.pokedAt?.set(pokeKey(m), now);
-  return await pokeMembers(key, rec, targets, deps);
 }
