@@ -6,7 +6,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { deleteEvent, deployEvent } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
@@ -16,6 +16,7 @@ import type { NewEvent } from '../../functions/lib/kube/port.js';
 import { ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
 import { deployRecordKey } from '../../functions/lib/pipeline/app/deploy.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { KAPP_APPLYING_MARKER } from '../../functions/lib/reconcile/status.js';
 import {
   type AppShape,
   type AppWorld,
@@ -166,14 +167,18 @@ async function deployOnce(row: Row, manifest = true) {
   if (manifest) await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
   const kapp = row.kapp?.(w) ?? { stdout: 'Succeeded' };
   w.runner.on('kapp', typeof kapp === 'function' ? () => kapp() : kapp);
+  return { w, next: await dispatchDeploy(w) };
+}
+
+/** Dispatches the deploy event of {@link RUN} (the fetch and template parts done) in `w`. */
+async function dispatchDeploy(w: AppWorld) {
   const data = {
     object: REF,
     run: RUN,
     artifacts: { fetchKey: fetchArtifactKey('f'.repeat(64)), manifestKey: MANIFEST_KEY },
     ...{ fetchStatus: FETCH_PART, templateStatus: TEMPLATE_PART },
   };
-  const next = await dispatchEvent(deployEvent(data, { time: new Date(NOW) }), w.deps);
-  return { w, next };
+  return await dispatchEvent(deployEvent(data, { time: new Date(NOW) }), w.deps);
 }
 
 describe('deploy stage table', () => {
@@ -190,6 +195,32 @@ describe('deploy stage table', () => {
     const row = rows['succeeded: the final status with every part of the run']!;
     const run = deployOnce(row, false);
     await expect(run).rejects.toThrow(`manifest ${MANIFEST_KEY} is missing from the object store`);
+  });
+});
+
+describe('deploy progress', () => {
+  // Upstream's every sync sets `Reconciling` before kapp runs; a resync here writes nothing at
+  // its start, so once kapp changes the cluster its progress must say `Reconciling`, or kapp's
+  // wait rule on Apps reads the last `ReconcileSucceeded` beside an unfinished deploy.
+  it('a resync whose kapp starts applying writes its progress as Reconciling, then the final status', async () => {
+    const w = appWorld({
+      app: appObject({ status: SUCCEEDED_BEFORE }),
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      config: { deployProgressIntervalMs: 5 },
+    });
+    await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
+    w.runner.on('kapp', async (req) => {
+      req.onOutput?.(`Changes\n${KAPP_APPLYING_MARKER}1 changes [0/1 done] ----\n`, 'stdout');
+      await vi.waitFor(() => expect(w.statuses().length).toBeGreaterThan(0));
+      return { stdout: 'Succeeded' };
+    });
+    await dispatchDeploy(w);
+    const [progress, ...rest] = w.statuses();
+    expect(progress?.deploy?.finished).toBe(false);
+    expect(progress?.conditions?.map((c) => c.type)).toEqual(['Reconciling']);
+    expect(progress?.friendlyDescription).toBe('Reconciling');
+    expect(rest.at(-1)?.deploy?.finished).toBe(true);
+    expect(rest.at(-1)?.conditions?.map((c) => c.type)).toEqual(['ReconcileSucceeded']);
   });
 });
 
@@ -271,13 +302,7 @@ describe('no-op resync (the deploy record)', () => {
   };
   const deploy = async (w: AppWorld) => {
     await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
-    const data = {
-      object: REF,
-      run: RUN,
-      artifacts: { fetchKey: fetchArtifactKey('f'.repeat(64)), manifestKey: MANIFEST_KEY },
-      ...{ fetchStatus: FETCH_PART, templateStatus: TEMPLATE_PART },
-    };
-    await dispatchEvent(deployEvent(data, { time: new Date(NOW) }), w.deps);
+    await dispatchDeploy(w);
   };
 
   it('the same run again ends as the last deploy without kapp; an edited object runs kapp', async () => {

@@ -7,7 +7,7 @@
 import { mkdir, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { EVENT_TYPES, type KappEvent, objectEvent, type Reason } from '../../events/schema.js';
 import { type AppStatus, Finalizer, parsePackageRepository } from '../../functions/lib/api/index.js';
@@ -28,6 +28,7 @@ import {
   sourcePollKey,
   updateSourcePoll,
 } from '../../functions/lib/pipeline/source-poll.js';
+import { KAPP_APPLYING_MARKER } from '../../functions/lib/reconcile/status.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
 import { appWorld, finalFailed, finalSucceeded, NOW, PKGR_REF } from './support/app-world.js';
@@ -553,6 +554,42 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(events).toEqual(['kapp started', 'status written']);
     expect(w.statuses()).toEqual(row.statuses as AppStatus[]);
     expect(w.cluster.get('PackageRepository', 'ns', 'repo')?.metadata.finalizers).toEqual(row.finalizers);
+  });
+
+  // A forced run of an unchanged spec writes no `Reconciling` at its start; once kapp changes the
+  // cluster its progress says `Reconciling` (upstream's every sync does by then), and a delete's
+  // progress keeps `Deleting`.
+  it.each<[string, string, object, string]>([
+    ['a forced run of the same generation', 'Reconciling', { status: SUCCEEDED_A_MINUTE_AGO }, 'added'],
+    [
+      'a delete',
+      'Deleting',
+      {
+        status: SUCCEEDED_A_MINUTE_AGO,
+        metadata: { finalizers: [Finalizer.PackageRepository], deletionTimestamp: NOW },
+      },
+      'modified',
+    ],
+  ])('kapp progress of %s is written as %s', async (_name, condition, repo, reason) => {
+    const w = appWorld({
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      config: { deployProgressIntervalMs: 5 },
+      extra: { templateRepository: async () => TEMPLATED },
+    });
+    w.cluster.put(repoObject(repo as never) as never);
+    w.runner.on('vendir', vendirFetches);
+    w.runner.on('kapp', async (req) => {
+      const before = w.statuses().length;
+      req.onOutput?.(`Changes\n${KAPP_APPLYING_MARKER}1 changes [0/1 done] ----\n`, 'stdout');
+      await vi.waitFor(() =>
+        expect(w.statuses().some((st, i) => i >= before && st.deploy?.finished === false)).toBe(true),
+      );
+      return { stdout: 'Succeeded' };
+    });
+    await dispatchEvent(objectEvent(PKGR_REF, reason as Reason, { time: new Date(NOW) }), w.deps);
+    const progress = w.statuses().filter((st) => st.deploy?.finished === false);
+    expect(progress.length).toBeGreaterThan(0);
+    for (const st of progress) expect(st.conditions?.map((c) => c.type)).toEqual([condition]);
   });
 
   it('runs kapp delete <name>.pkgr with the exact argv', async () => {

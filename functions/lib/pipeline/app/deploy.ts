@@ -316,8 +316,11 @@ async function runKappDeploy(run: DeployRun, cmd: KappCommand, manifest: string,
         { startedAt: run.startedAt, updatedAt: deps.now() },
         run.kappStatus,
       );
+      // Conditions `Reconciling` as upstream's every sync has them by now: a run that did not
+      // start with a spec change wrote none, and kapp's wait rule must not read the last
+      // `ReconcileSucceeded` beside an unfinished deploy.
       await writeFrameStatus(frame, (cur) =>
-        summarizeStatus(cur, fence.generation, { ...run.parts, deploy: progress }),
+        markReconciling(summarizeStatus(cur, fence.generation, { ...run.parts, deploy: progress }), fence.generation),
       );
     },
     [work],

@@ -171,6 +171,7 @@ function deployProgress(
   mask: SecretMask,
   startedAt: Date,
   deps: Pick<IndexRepoDeps, 'now'>,
+  phase: 'deploy' | 'delete',
 ) {
   return async (tick: KappProgress): Promise<void> => {
     const { stdout, stderr } = tick;
@@ -184,7 +185,12 @@ function deployProgress(
       kube,
       ref,
       fence,
-      (cur) => summarizeStatus(cur, fence.generation, { deploy: progress }),
+      (cur) => {
+        const next = summarizeStatus(cur, fence.generation, { deploy: progress });
+        // A deploy's progress says `Reconciling` as upstream's every sync does by now: a resync
+        // wrote none at its start. A delete's keeps its `Deleting`.
+        return phase === 'deploy' ? markReconciling(next, fence.generation) : next;
+      },
       mask,
       'live' in tick ? { object: tick.live } : undefined,
     );
@@ -601,7 +607,7 @@ async function deployRepository(
     kubeconfigYaml: kubeconfig.value.yaml,
   });
   let flushAll = false;
-  const progress = deployProgress(kube, frame.ref, fence, mask, startedAt, deps);
+  const progress = deployProgress(kube, frame.ref, fence, mask, startedAt, deps, 'deploy');
   const run = await runKapp(
     cmd,
     manifest,
@@ -651,7 +657,7 @@ async function deleteRepository(
     repositoryKubeconfig(kube, object.namespace, mask, deps),
   ]);
   const refused = planted ? new Error(planted) : 'error' in kubeconfig ? kubeconfig.error : undefined;
-  const progress = deployProgress(kube, ref, fence, mask, startedAt, deps);
+  const progress = deployProgress(kube, ref, fence, mask, startedAt, deps, 'delete');
   const kapp =
     refused !== undefined || !('yaml' in kubeconfig)
       ? { stdout: '', stderr: '', durationMs: 0, error: refused }
