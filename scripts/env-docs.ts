@@ -153,6 +153,13 @@ export const BUILD_ENV_DOCS: readonly SettingDoc[] = [
     readBy: '`layers/gobuild.ts` `cacheRoot` (setup, build, start, demo, bench, tests)',
   },
   {
+    name: 'KAPP_LAMBDA_TOOL_CACHE_REGISTRY',
+    default: 'unset (build everything)',
+    meaning:
+      '`registry/repository` of a shared tool cache: `npm run setup` pulls each component it holds (tag `<name>-<version>-<recipe hash>-<os>-<arch>`) instead of building it; `--pull-cache`/`--push-cache` override it ([running.md](running.md#sharing-the-tool-cache-through-a-registry))',
+    readBy: '`layers/toolcache.ts` `parseSetupArgs` (setup)',
+  },
+  {
     name: 'XDG_CACHE_HOME',
     default: '`~/.cache`',
     meaning: 'parent of the default cache root',

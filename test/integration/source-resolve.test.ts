@@ -148,7 +148,7 @@ describe('tag selections', () => {
     const third = await createRepo(git, 'select/repo', packages('1.2.0'), { tags: ['v1.2.0'] });
     expect(await resolve({})).toBe(third.commitSha);
   });
-  it("the pinned fetch gives vendir's lock (status.fetch) of the selection itself: digest and chosen tag", async () => {
+  it("the pinned fetch gives vendir's lock (status.fetch) of the selection or tag itself: digest and the tag", async () => {
     const image = `${registry.host}/locked/repo`;
     await pushBundle(registry, 'locked/repo:1.0.0', packages('1.0.0'));
     await pushBundle(registry, 'locked/repo:1.1.0', packages('1.1.0'));
@@ -174,6 +174,16 @@ describe('tag selections', () => {
     const upstream = await lockOf(selected.imgpkgBundle);
     expect(upstream).toContain('tag: 1.1.0');
     expect(await lockOf(pinned.imgpkgBundle)).toBe(upstream);
+
+    // A tag the user wrote (no selection): the lock keeps `tag:` too.
+    const tagged = { imgpkgBundle: { image: `${image}:1.0.0` } };
+    const taggedSource = polledSourceOf(tagged);
+    if (!taggedSource) throw new Error('not polled');
+    const pinnedTag = pinnedFetchOf(tagged, await resolveSource(taggedSource, { runner: runnerOf() }));
+    expect(pinnedTag.imgpkgBundle.image).toMatch(/:1\.0\.0@sha256:[0-9a-f]{64}$/);
+    const upstreamTag = await lockOf(tagged.imgpkgBundle);
+    expect(upstreamTag).toContain('tag: 1.0.0');
+    expect(await lockOf(pinnedTag.imgpkgBundle)).toBe(upstreamTag);
   });
 });
 

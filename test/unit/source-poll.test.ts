@@ -267,7 +267,7 @@ describe('polledSourceOf and pinnedFetchOf', () => {
 
   it('pins a tag to the digest and a branch to the commit', () => {
     expect(pinnedFetchOf({ imgpkgBundle: { image: IMAGE } }, D1)).toEqual({
-      imgpkgBundle: { image: `registry.example/repo@${D1}` },
+      imgpkgBundle: { image: `registry.example/repo:latest@${D1}` },
     });
     expect(pinnedFetchOf({ git: { url: 'https://g.io/r', ref: 'main' } }, 'c'.repeat(40))).toEqual({
       git: { url: 'https://g.io/r', ref: 'c'.repeat(40) },
@@ -304,7 +304,7 @@ describe('trackSource: a repository run', () => {
     for (const ref of refs) tracked.push(await trackSource(f.pkgrOf(ref.clusterId, 'repo'), ref, f.deps));
     expect(f.state.resolutions).toBe(1);
     expect(tracked.map((t) => t?.fetch)).toEqual(
-      refs.map(() => ({ imgpkgBundle: { image: `registry.example/repo@${D1}` } })),
+      refs.map(() => ({ imgpkgBundle: { image: `registry.example/repo:latest@${D1}` } })),
     );
     expect(await f.record()).toEqual({
       v: 1,

@@ -57,9 +57,12 @@ describe('parseImageTagRef', () => {
     expect(parseImageTagRef(ref)).toBeUndefined();
   });
 
-  it('pins a reference by digest', () => {
-    expect(pinImageRef('127.0.0.1:5000/repo:v1', DIGEST)).toBe(`127.0.0.1:5000/repo@${DIGEST}`);
+  it("pins a reference by digest, keeping its tag (for the lock's `tag:`)", () => {
+    expect(pinImageRef('127.0.0.1:5000/repo:v1', DIGEST)).toBe(`127.0.0.1:5000/repo:v1@${DIGEST}`);
     expect(pinImageRef('127.0.0.1:5000/repo', DIGEST)).toBe(`127.0.0.1:5000/repo@${DIGEST}`);
+    expect(pinImageRef(`127.0.0.1:5000/repo:v1@sha256:${'0'.repeat(64)}`, DIGEST)).toBe(
+      `127.0.0.1:5000/repo:v1@${DIGEST}`,
+    );
   });
 
   it('parses challenges', () => {

@@ -301,10 +301,14 @@ export async function registryRequest(
   return res;
 }
 
-/** `ref` with its tag replaced by `@<digest>` (`registry/repo:tag` → `registry/repo@sha256:…`). */
+/**
+ * `ref` pinned to `digest`, keeping the tag the user wrote (`registry/repo:tag` →
+ * `registry/repo:tag@sha256:…`; `registry/repo` → `registry/repo@sha256:…`; a digest already
+ * there is replaced). imgpkg and vendir pull the digest and ignore the tag, and vendir's lock
+ * (`status.fetch.stdout`) then keeps `tag:` under the entry as upstream's lock of the tagged
+ * reference does; without the tag the pinned fetch's lock dropped it.
+ */
 export function pinImageRef(ref: string, digest: string): string {
-  const slash = ref.lastIndexOf('/');
-  const colon = ref.lastIndexOf(':');
-  const base = colon > slash ? ref.slice(0, colon) : ref;
-  return `${base}@${digest}`;
+  const at = ref.indexOf('@');
+  return `${at >= 0 ? ref.slice(0, at) : ref}@${digest}`;
 }

@@ -1,0 +1,241 @@
+/**
+ * The built tool cache shared through an OCI registry: a team builds the pinned Go components
+ * once (`npm run setup -- --push-cache <registry/repo>`) and every laptop, CI runner and deploy
+ * host pulls them (`--pull-cache <registry/repo>` or `KAPP_LAMBDA_TOOL_CACHE_REGISTRY`) instead
+ * of compiling for an hour.
+ *
+ * One image per component, tagged with its cache key and the platform
+ * (`<name>-<version>-<recipe hash>-<os>-<arch>`, {@link toolCacheTag}): a changed pin or build
+ * recipe names a new tag, so a stale image is never pulled for it. The image holds the binaries
+ * and {@link SUMS_FILE} (`sha256sum` format). imgpkg (the pinned one, from the cache) pushes and
+ * pulls, so any registry and any credential imgpkg reads (`~/.docker/config.json`,
+ * `IMGPKG_REGISTRY_*`) work; go-containerregistry checks each layer against the manifest's digest.
+ * A pulled binary is run (its version check) only after its sha256 matched the sums file and
+ * the set of files is exactly the component's binaries; a pull that fails either check is
+ * removed and the component is built instead.
+ *
+ * @module
+ */
+import { createHash } from 'node:crypto';
+import { createReadStream, existsSync } from 'node:fs';
+import { copyFile, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { binDir, cacheRoot, componentKey, type Progress, run, verifyVersions } from './gobuild.js';
+import type { GoComponent } from './manifest.js';
+
+/** Name of the checksum file inside each pushed image: `<sha256 hex>  <binary>` lines. */
+export const SUMS_FILE = '.kapp-lambda-sha256sums';
+
+/** Go's name of the machine (`amd64`, `arm64`) for Node's `process.arch`. */
+function goArch(arch: string): string {
+  return arch === 'x64' ? 'amd64' : arch === 'ia32' ? '386' : arch;
+}
+
+/**
+ * The registry tag of a component's image: its cache key (`componentKey`) and the platform the
+ * binaries run on, e.g. `age-v1.2.1-7311fcb298-linux-amd64`. A valid OCI tag (at most 128 of
+ * `[A-Za-z0-9_.-]`).
+ */
+export function toolCacheTag(c: GoComponent, platform = process.platform, arch = process.arch): string {
+  return `${componentKey(c)}-${platform}-${goArch(arch)}`;
+}
+
+/** sha256 of a file, hex. */
+async function sha256File(file: string): Promise<string> {
+  const h = createHash('sha256');
+  for await (const chunk of createReadStream(file)) h.update(chunk as Buffer);
+  return h.digest('hex');
+}
+
+/** The {@link SUMS_FILE} text of a directory holding a component's binaries. */
+export async function sumsOf(c: GoComponent, dir: string): Promise<string> {
+  const lines: string[] = [];
+  for (const b of c.binaries) lines.push(`${await sha256File(path.join(dir, b.bin))}  ${b.bin}`);
+  return `${lines.join('\n')}\n`;
+}
+
+/**
+ * Checks a pulled directory before anything in it is run: it holds exactly the component's
+ * binaries and {@link SUMS_FILE}, and each binary's sha256 is the one the sums file records.
+ * @throws Error naming the first file that is missing, unexpected or does not match.
+ */
+export async function verifyPulled(c: GoComponent, dir: string): Promise<void> {
+  const sumsPath = path.join(dir, SUMS_FILE);
+  if (!existsSync(sumsPath)) throw new Error(`${c.name}: pulled image has no ${SUMS_FILE}`);
+  const recorded = new Map<string, string>();
+  for (const line of (await readFile(sumsPath, 'utf8')).split('\n')) {
+    const m = /^([0-9a-f]{64}) {2}(\S+)$/.exec(line);
+    if (m?.[1] && m[2]) recorded.set(m[2], m[1]);
+  }
+  const expected = new Set(c.binaries.map((b) => b.bin));
+  for (const f of await readdir(dir)) {
+    if (f !== SUMS_FILE && !expected.has(f)) throw new Error(`${c.name}: pulled image holds unexpected ${f}`);
+  }
+  for (const bin of expected) {
+    const want = recorded.get(bin);
+    if (!want) throw new Error(`${c.name}: ${SUMS_FILE} records no digest for ${bin}`);
+    if (!existsSync(path.join(dir, bin))) throw new Error(`${c.name}: pulled image has no ${bin}`);
+    const got = await sha256File(path.join(dir, bin));
+    if (got !== want) throw new Error(`${c.name}: ${bin} has sha256 ${got}, ${SUMS_FILE} records ${want}`);
+  }
+}
+
+/** How a {@link ToolCache} reaches its registry. */
+export interface ToolCacheOptions {
+  /** `registry/repository` (no tag) holding one image per component. */
+  repo: string;
+  /** Path of the imgpkg binary that pushes and pulls. */
+  imgpkg: string;
+  /** Cache root the components go into; default `cacheRoot()`. */
+  root?: string;
+  /** Environment of imgpkg (its credentials); default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** A registry repository of built components, with the tags it held when opened. */
+export interface ToolCache {
+  /** The tags the repository holds (read once, by {@link openToolCache}; pushes add theirs). */
+  readonly tags: ReadonlySet<string>;
+  /**
+   * Pulls the component into the cache unless it is already complete there or the repository
+   * has no image for it.
+   * @returns `'pulled'`, `'local'` (already in the cache) or `'absent'` (no such tag)
+   * @throws Error when the pull fails or the content does not verify (nothing is left in the cache)
+   */
+  pull(c: GoComponent, progress: Progress): Promise<'pulled' | 'local' | 'absent'>;
+  /**
+   * Pushes the component's complete cache directory with its sums file, unless the repository
+   * already holds its tag.
+   * @returns `'pushed'` or `'present'`
+   * @throws Error when the component is not built or imgpkg fails
+   */
+  push(c: GoComponent, progress: Progress): Promise<'pushed' | 'present'>;
+}
+
+/** Whether a component's cache directory is complete (the marker `buildComponent` writes, every binary). */
+function isComplete(c: GoComponent, dir: string): boolean {
+  return existsSync(path.join(dir, '.complete')) && c.binaries.every((b) => existsSync(path.join(dir, b.bin)));
+}
+
+/**
+ * Lists the repository's tags (`imgpkg tag list`; a repository the registry does not know yet
+ * has none) and returns the {@link ToolCache} over it.
+ * @throws Error when imgpkg fails for another reason (unreachable registry, denied access)
+ */
+export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> {
+  const root = opts.root ?? cacheRoot();
+  const env = opts.env ?? process.env;
+  const imgpkg = (args: string[]) => run([opts.imgpkg, ...args, '--tty=false'], { env });
+  const tags = new Set<string>();
+  try {
+    // With --tty=false imgpkg prints one tag a line (--json would swallow the error text).
+    const listed = await imgpkg(['tag', 'list', '-i', opts.repo]);
+    for (const line of listed.stdout.split('\n')) if (line.trim()) tags.add(line.trim());
+  } catch (e) {
+    if (!/NAME_UNKNOWN/.test((e as Error).message)) {
+      throw new Error(`list tool cache tags of ${opts.repo}`, { cause: e });
+    }
+  }
+  return {
+    tags,
+    async pull(c, progress) {
+      const out = binDir(c, root);
+      if (isComplete(c, out)) return 'local';
+      const tag = toolCacheTag(c);
+      if (!tags.has(tag)) return 'absent';
+      const tmp = `${out}.pull-${process.pid}`;
+      await rm(tmp, { recursive: true, force: true });
+      await mkdir(path.dirname(tmp), { recursive: true });
+      try {
+        progress(`${c.name} ${c.version}: pulling ${opts.repo}:${tag}`);
+        await imgpkg(['pull', '-i', `${opts.repo}:${tag}`, '-o', tmp]);
+        await verifyPulled(c, tmp);
+        await verifyVersions(c, tmp);
+        await rm(path.join(tmp, SUMS_FILE));
+        await rm(out, { recursive: true, force: true });
+        await rename(tmp, out);
+        await writeFile(path.join(out, '.complete'), `${new Date().toISOString()} pulled ${opts.repo}:${tag}\n`);
+      } catch (e) {
+        await rm(tmp, { recursive: true, force: true });
+        throw new Error(`pull ${c.name} from ${opts.repo}:${tag}`, { cause: e });
+      }
+      return 'pulled';
+    },
+    async push(c, progress) {
+      const tag = toolCacheTag(c);
+      if (tags.has(tag)) return 'present';
+      const dir = binDir(c, root);
+      if (!isComplete(c, dir)) throw new Error(`push ${c.name}: not built in ${dir}`);
+      const stage = path.join(root, 'tmp', `push-${tag}-${process.pid}`);
+      await rm(stage, { recursive: true, force: true });
+      await mkdir(stage, { recursive: true });
+      try {
+        for (const b of c.binaries) {
+          // A hard link costs nothing; another file system needs a copy.
+          await link(path.join(dir, b.bin), path.join(stage, b.bin)).catch(() =>
+            copyFile(path.join(dir, b.bin), path.join(stage, b.bin)),
+          );
+        }
+        await writeFile(path.join(stage, SUMS_FILE), await sumsOf(c, stage));
+        progress(`${c.name} ${c.version}: pushing ${opts.repo}:${tag}`);
+        await imgpkg(['push', '-i', `${opts.repo}:${tag}`, '-f', stage]);
+      } catch (e) {
+        throw new Error(`push ${c.name} to ${opts.repo}:${tag}`, { cause: e });
+      } finally {
+        await rm(stage, { recursive: true, force: true });
+      }
+      tags.add(tag);
+      return 'pushed';
+    },
+  };
+}
+
+/** What `scripts/setup.ts` was asked for. */
+export interface SetupArgs {
+  /** Components named on the command line (none: the default set). */
+  names: string[];
+  /** `registry/repo` of the shared tool cache, if any (`--push-cache`, `--pull-cache`, then the environment). */
+  cacheRepo?: string;
+  /** Whether built components are pushed (`--push-cache` only; pulling needs no write access). */
+  push: boolean;
+}
+
+/**
+ * Parses setup's argv: component names, `--pull-cache <repo>` (pull what the repository holds
+ * before building), `--push-cache <repo>` (the same, then push what it lacks) and, when neither
+ * is given, `KAPP_LAMBDA_TOOL_CACHE_REGISTRY` (pull only). `--flag=value` works too. Pure.
+ * @throws Error on an unknown flag or a flag without its value.
+ */
+export function parseSetupArgs(argv: readonly string[], env: NodeJS.ProcessEnv): SetupArgs {
+  const names: string[] = [];
+  let pull: string | undefined;
+  let push: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (!a.startsWith('--')) {
+      names.push(a);
+      continue;
+    }
+    const [flag, inline] = a.split(/=(.*)/s, 2);
+    const value = inline ?? argv[++i];
+    if (!value || value.startsWith('--')) throw new Error(`${flag} needs a registry/repository`);
+    if (flag === '--pull-cache') pull = value;
+    else if (flag === '--push-cache') push = value;
+    else throw new Error(`unknown option ${flag} (known: --pull-cache <repo>, --push-cache <repo>)`);
+  }
+  const cacheRepo = push ?? pull ?? (env.KAPP_LAMBDA_TOOL_CACHE_REGISTRY || undefined);
+  return { names, ...(cacheRepo ? { cacheRepo } : {}), push: push !== undefined };
+}
+
+/**
+ * The imgpkg that talks to the tool cache: the cache's own when built, else an `imgpkg` on
+ * `PATH` (a Carvel install), else `undefined` (the caller builds imgpkg first).
+ */
+export function bootstrapImgpkg(cached: string, env: NodeJS.ProcessEnv): string | undefined {
+  if (existsSync(cached)) return cached;
+  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
+    const p = dir && path.join(dir, 'imgpkg');
+    if (p && existsSync(p)) return p;
+  }
+  return undefined;
+}
