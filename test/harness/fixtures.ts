@@ -17,7 +17,7 @@ import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { type ZipOptions, type Zippable, zipSync } from 'fflate';
 import * as tar from 'tar';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { binDir, binPath, run } from '../../layers/gobuild.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import { type GitServerInfo, isolatedGitEnv, repoDir } from './servers/git.js';
@@ -477,6 +477,19 @@ export interface PushedBundle {
  * the lock, here none, is found in the bundle's repository).
  */
 export const EMPTY_IMAGES_LOCK = '---\napiVersion: imgpkg.carvel.dev/v1alpha1\nkind: ImagesLock\n';
+
+/**
+ * An `ImagesLock` (`.imgpkg/images.yml`) mapping each original ref (its `kbld.carvel.dev/id`) to
+ * where the image now is, as `imgpkg copy` writes one for a relocated bundle: kbld rewrites the
+ * original to the location without asking any registry.
+ */
+export function imagesLock(entries: readonly { id: string; image: string }[]): string {
+  return stringifyYaml({
+    apiVersion: 'imgpkg.carvel.dev/v1alpha1',
+    kind: 'ImagesLock',
+    images: entries.map((e) => ({ image: e.image, annotations: { 'kbld.carvel.dev/id': e.id } })),
+  });
+}
 
 /** imgpkg's credentials for `registry` (`IMGPKG_REGISTRY_*`) when it has an account, else none. */
 function registryAuthEnv(registry: RegistryInfo): NodeJS.ProcessEnv {
