@@ -55,7 +55,7 @@ async function packageBundles(repoDir: string): Promise<{ name: string; images: 
  * @throws Error when imgpkg fails or the fixture has no metrics-server Package.
  */
 export async function relocateKadras(registry: RegistryInfo): Promise<string> {
-  const tmp = await makeTempDir('demo-kadras');
+  const tmp = await makeTempDir('kadras');
   try {
     // The stand-in container image: one file, pushed as a plain image.
     const imageDir = path.join(tmp, 'image');

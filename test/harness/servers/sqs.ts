@@ -129,7 +129,7 @@ export async function createFifoQueue(
  * @throws Error with moto's output when it does not start (e.g. not installed: `npm run setup`).
  */
 export async function startSqsServer(): Promise<SqsServer> {
-  // HOME: `pip install --user` puts moto in the user's site-packages.
+  // HOME: moto (botocore) reads its config from the user's home; moto itself is in the venv.
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, PYTHONUNBUFFERED: '1' };
   return await withFreePort(async (port) => {
     const proc = await startProcess('moto', motoArgv(port), {
