@@ -1,7 +1,8 @@
 /**
  * Builders that turn the shared fixtures (`../shared/fixtures/`, see its SOURCES.md) into
  * what the test servers serve: git repos, helm chart repos, zip/tgz archives and imgpkg
- * bundles. Everything is built at run time from the fixture files, with fixed dates and
+ * bundles. The demo uses the same builders on the project's own `examples/sources/`
+ * (`scripts/demo-examples.ts`). Everything is built at run time from the fixture files, with fixed dates and
  * modes, so the same input gives the same git commit ids and archive bytes.
  *
  * Tools come from the pinned cache (`binPath(component(...))`, built by `npm run setup`);
@@ -43,7 +44,7 @@ export const FIXTURES_DIR = path.resolve(REPO_ROOT, '..', 'shared', 'fixtures');
 export function requireFixtures(): void {
   if (existsSync(FIXTURES_DIR)) return;
   throw new Error(
-    `the shared fixtures are missing: expected ${FIXTURES_DIR} (the project's shared/ folder beside this checkout, ../shared, holds the charts, git repositories and bundles the demo and the tests serve on 127.0.0.1); clone or link it there`,
+    `the shared fixtures are missing: expected ${FIXTURES_DIR} (the project's shared/ folder beside this checkout, ../shared, holds the third-party charts, git repositories and bundles the tests serve on 127.0.0.1; npm run demo needs none of it); clone or link it there`,
   );
 }
 
