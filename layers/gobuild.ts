@@ -31,6 +31,7 @@ export function componentKey(c: GoComponent): string {
     ...c,
     purpose: undefined,
     layers: undefined,
+    demo: undefined,
     go: GO_RECIPE_VERSION,
     proxyLoopback: c.proxyLoopback ? PROXY_LOOPBACK_PATCH : undefined,
     imgpkgLayerPaths: c.imgpkgLayerPaths ? IMGPKG_LAYER_PATHS_PATCH : undefined,

@@ -93,6 +93,12 @@ export interface GoComponent {
    * links imgpkg's extraction. Default false.
    */
   readonly imgpkgLayerPaths?: boolean;
+  /**
+   * `npm run demo` runs it (a tool of the demo's Apps and package, or the local control plane),
+   * so `tsx scripts/setup.ts --for demo` builds it (`scripts/setup-plan.ts`); the rest only the
+   * tests and the benchmark need. Not part of the build cache key. Default false.
+   */
+  readonly demo?: boolean;
   /** Why this component is here. */
   readonly purpose: string;
 }
@@ -137,6 +143,7 @@ const k8sStamps = (pkg: string) => [
 export const COMPONENTS: readonly GoComponent[] = [
   {
     name: 'ytt',
+    demo: true,
     module: 'carvel.dev/ytt',
     version: ytt.version,
     stamps: [`carvel.dev/ytt/pkg/version.Version=${bare(ytt.version)}`],
@@ -146,6 +153,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'kbld',
+    demo: true,
     proxyLoopback: true,
     module: 'carvel.dev/kbld',
     version: kbld.version,
@@ -156,6 +164,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'kapp',
+    demo: true,
     module: 'carvel.dev/kapp',
     version: kapp.version,
     stamps: [`carvel.dev/kapp/pkg/kapp/version.Version=${bare(kapp.version)}`],
@@ -165,6 +174,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'vendir',
+    demo: true,
     proxyLoopback: true,
     imgpkgLayerPaths: true,
     module: 'carvel.dev/vendir',
@@ -176,6 +186,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'imgpkg',
+    demo: true,
     proxyLoopback: true,
     imgpkgLayerPaths: true,
     module: 'carvel.dev/imgpkg',
@@ -187,6 +198,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'helm',
+    demo: true,
     proxyLoopback: true,
     module: 'helm.sh/helm/v3',
     version: helm.version,
@@ -269,6 +281,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'kwok',
+    demo: true,
     module: 'sigs.k8s.io/kwok',
     version: 'v0.8.0',
     stamps: ['sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0'],
@@ -281,6 +294,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'etcd',
+    demo: true,
     module: 'go.etcd.io/etcd/server/v3',
     version: 'v3.6.16',
     localReplaceVersion: 'v3.6.16',
@@ -290,6 +304,7 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'kubernetes',
+    demo: true,
     module: 'k8s.io/kubernetes',
     version: K8S,
     localReplaceVersion: K8S_STAGING,

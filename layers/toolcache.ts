@@ -190,43 +190,6 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
   };
 }
 
-/** What `scripts/setup.ts` was asked for. */
-export interface SetupArgs {
-  /** Components named on the command line (none: the default set). */
-  names: string[];
-  /** `registry/repo` of the shared tool cache, if any (`--push-cache`, `--pull-cache`, then the environment). */
-  cacheRepo?: string;
-  /** Whether built components are pushed (`--push-cache` only; pulling needs no write access). */
-  push: boolean;
-}
-
-/**
- * Parses setup's argv: component names, `--pull-cache <repo>` (pull what the repository holds
- * before building), `--push-cache <repo>` (the same, then push what it lacks) and, when neither
- * is given, `KAPP_LAMBDA_TOOL_CACHE_REGISTRY` (pull only). `--flag=value` works too. Pure.
- * @throws Error on an unknown flag or a flag without its value.
- */
-export function parseSetupArgs(argv: readonly string[], env: NodeJS.ProcessEnv): SetupArgs {
-  const names: string[] = [];
-  let pull: string | undefined;
-  let push: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i] ?? '';
-    if (!a.startsWith('--')) {
-      names.push(a);
-      continue;
-    }
-    const [flag, inline] = a.split(/=(.*)/s, 2);
-    const value = inline ?? argv[++i];
-    if (!value || value.startsWith('--')) throw new Error(`${flag} needs a registry/repository`);
-    if (flag === '--pull-cache') pull = value;
-    else if (flag === '--push-cache') push = value;
-    else throw new Error(`unknown option ${flag} (known: --pull-cache <repo>, --push-cache <repo>)`);
-  }
-  const cacheRepo = push ?? pull ?? (env.KAPP_LAMBDA_TOOL_CACHE_REGISTRY || undefined);
-  return { names, ...(cacheRepo ? { cacheRepo } : {}), push: push !== undefined };
-}
-
 /**
  * The imgpkg that talks to the tool cache: the cache's own when built, else an `imgpkg` on
  * `PATH` (a Carvel install), else `undefined` (the caller builds imgpkg first).

@@ -1,8 +1,9 @@
 /**
- * `npm run demo`: the main job on the embedded default. Starts a local control plane and the
- * fixture servers, pushes the kadras package repository (`../shared/fixtures/kadras-packages/repo`)
- * and its metrics-server package bundle to the local registry (`./demo-kadras.ts`), applies the
- * examples (examples/: Apps, that PackageRepository and a PackageInstall of metrics-server), runs
+ * `npm run demo`: the main job on the embedded default, from a clone alone. Starts a local
+ * control plane and the git, HTTP and registry servers, publishes the project's own examples to
+ * them (`examples/sources/`, `./demo-examples.ts`: a ytt app as a git repository, a zip and an
+ * imgpkg bundle, a Helm chart, a package and its repository bundle), applies the examples
+ * (examples/: Apps, that PackageRepository and a PackageInstall of its package), runs
  * forwarder + functions in this process until every App, the repository and the install reached
  * a final condition for their generation, prints them as `kubectl get apps`,
  * `kubectl get packagemetadatas,packages` and `kubectl get packageinstalls` show them, and exits
@@ -17,15 +18,8 @@ import pino from 'pino';
 import { startEmbedded } from '../functions/embedded/runtime.js';
 import { cacheRoot } from '../layers/gobuild.js';
 import { kubectl } from '../test/harness/kube.js';
-import { relocateKadras } from './demo-kadras.js';
-import {
-  APP_EXAMPLES,
-  EXAMPLES,
-  examplePlaceholders,
-  INSTALL_EXAMPLE,
-  renderExample,
-  startLocalEnvironment,
-} from './local-env.js';
+import { publishExamples } from './demo-examples.js';
+import { APP_EXAMPLES, EXAMPLES, INSTALL_EXAMPLE, renderExample, startLocalEnvironment } from './local-env.js';
 
 /** An App, PackageRepository or PackageInstall as `kubectl get -o json` returns it (the fields read here). */
 interface AppRow {
@@ -67,7 +61,7 @@ const timeoutMs = Number(process.env.DEMO_TIMEOUT_SECONDS ?? 300) * 1000;
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 const log = pino({ base: undefined, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination(2));
 
-say('starting local control plane and fixture servers');
+say('starting local control plane and the git, HTTP and registry servers');
 const env = await startLocalEnvironment(say);
 const tmpRoot = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-demo-'));
 let exitCode = 1;
@@ -88,12 +82,8 @@ process.once('SIGTERM', () => void shutdown().then(() => process.exit(143)));
 
 try {
   const kc = env.cluster.kubeconfigPath;
-  say('pushing the kadras repository and the metrics-server package bundle to the local registry');
-  const placeholders = {
-    ...examplePlaceholders(env.servers),
-    // examples/kadras-repository.yml
-    __KADRAS_REPO_BUNDLE__: await relocateKadras(env.servers.registry),
-  };
+  say('publishing examples/sources: git repository, zip, helm chart, app bundle, package and repository bundles');
+  const placeholders = await publishExamples(env.servers);
   for (const file of EXAMPLES) {
     say(`kubectl apply -f examples/${file}`);
     await kubectl(kc, ['apply', '-f', '-'], { input: await renderExample(file, placeholders) });

@@ -157,7 +157,7 @@ export const BUILD_ENV_DOCS: readonly SettingDoc[] = [
     default: 'unset (build everything)',
     meaning:
       '`registry/repository` of a shared tool cache: `npm run setup` pulls each component it holds (tag `<name>-<version>-<recipe hash>-<os>-<arch>`) instead of building it; `--pull-cache`/`--push-cache` override it ([running.md](running.md#sharing-the-tool-cache-through-a-registry))',
-    readBy: '`layers/toolcache.ts` `parseSetupArgs` (setup)',
+    readBy: '`scripts/setup-plan.ts` `parseSetupArgs` (setup)',
   },
   {
     name: 'XDG_CACHE_HOME',

@@ -1,15 +1,18 @@
 /**
- * The local environment `npm run demo` and `npm start` (without a kubeconfig) stand on: a
- * kwok control plane, the project's CRDs, and the fixture servers on 127.0.0.1 (git, helm
- * repository and archives over HTTP, OCI registry with imgpkg bundles, S3).
+ * The local environment `npm run demo` stands on: a kwok control plane, the project's CRDs, and
+ * the servers its examples are fetched from, on 127.0.0.1 (git over smart HTTP, static HTTP for
+ * archives and the helm repository, OCI registry for imgpkg bundles). They start empty: the demo
+ * publishes the project's own examples to them (`./demo-examples.ts`); no S3 or SQS server, which
+ * only the tests need.
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Cluster, startCluster } from '../test/harness/cluster.js';
-import { requireFixtures } from '../test/harness/fixtures.js';
 import { kubectl } from '../test/harness/kube.js';
-import { type AllServers, startAllServers } from '../test/harness/servers.js';
+import { type GitServer, startGitServer } from '../test/harness/servers/git.js';
+import { type HttpServer, startHttpServer } from '../test/harness/servers/http.js';
+import { type RegistryServer, startRegistry } from '../test/harness/servers/registry.js';
 
 /** Repository root. */
 export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -41,32 +44,16 @@ export async function applyCrds(kubeconfigPath: string): Promise<void> {
 }
 
 /** The example Apps of `npm run demo` (and the cloud-mode e2e), each file one App. */
-export const APP_EXAMPLES = [
-  'inline-app.yml',
-  'simple-app-git.yml',
-  'simple-app-http.yml',
-  'simple-app-bundle.yml',
-  'podinfo-helm.yml',
-];
-/** What the demo applies first: `rbac.yml`, the Apps, the kadras repository. */
-export const EXAMPLES = ['rbac.yml', ...APP_EXAMPLES, 'kadras-repository.yml'];
+export const APP_EXAMPLES = ['inline-app.yml', 'hello-git.yml', 'hello-http.yml', 'hello-bundle.yml', 'hello-helm.yml'];
+/** What the demo applies first: `rbac.yml`, the Apps, the examples' package repository. */
+export const EXAMPLES = ['rbac.yml', ...APP_EXAMPLES, 'package-repository.yml'];
 /**
  * Applied once the repository reconciled, as a user runs `kctrl package install` after `kctrl
  * package repository add` (kctrl waits for the repository): a PackageInstall applied before its
  * Packages exist fails `Package ... not found` until the repository's reconcile re-triggers it
  * (event-driven upgrades, docs/decisions.md D8).
  */
-export const INSTALL_EXAMPLE = 'kadras-metrics-server-install.yml';
-
-/** Placeholder → value, for the example manifests (see examples/README.md). */
-export function examplePlaceholders(servers: Omit<AllServers, 'stop'>): Record<string, string> {
-  return {
-    __GIT_URL__: servers.git.baseUrl,
-    __HELM_REPO_URL__: servers.http.helmRepo?.url ?? `${servers.http.baseUrl}/charts`,
-    __REGISTRY__: servers.registry.host,
-    __HTTP_URL__: servers.http.baseUrl,
-  };
-}
+export const INSTALL_EXAMPLE = 'package-install.yml';
 
 /** Reads an example manifest with its placeholders replaced. */
 export async function renderExample(file: string, placeholders: Record<string, string>): Promise<string> {
@@ -75,10 +62,17 @@ export async function renderExample(file: string, placeholders: Record<string, s
   return text;
 }
 
+/** The demo's servers, started empty. */
+export interface LocalServers {
+  readonly registry: RegistryServer;
+  readonly git: GitServer;
+  readonly http: HttpServer;
+}
+
 /** A started local environment. */
 export interface LocalEnvironment {
   cluster: Cluster;
-  servers: AllServers;
+  servers: LocalServers;
   /** Stops servers and cluster; never throws. */
   stop(): Promise<void>;
 }
@@ -88,21 +82,34 @@ export interface LocalEnvironment {
  * @throws Error when something cannot start (what did start is stopped).
  */
 export async function startLocalEnvironment(log: (m: string) => void): Promise<LocalEnvironment> {
-  requireFixtures();
-  const [c, s] = await Promise.allSettled([startCluster({ log }), startAllServers()]);
+  const started = await Promise.allSettled([
+    startCluster({ log }),
+    startRegistry(),
+    startGitServer(),
+    startHttpServer(),
+  ]);
   const stop = async () => {
-    if (s.status === 'fulfilled') await s.value.stop().catch(() => undefined);
-    if (c.status === 'fulfilled') await c.value.stop().catch(() => undefined);
+    // servers first, the cluster last (as they were started: the cluster is the slow one)
+    for (const r of [...started.slice(1), started[0]]) {
+      if (r.status === 'fulfilled') await r.value.stop().catch(() => undefined);
+    }
   };
-  if (c.status === 'rejected' || s.status === 'rejected') {
+  const failed = started.find((r) => r.status === 'rejected');
+  if (failed) {
     await stop();
-    throw c.status === 'rejected' ? c.reason : (s as PromiseRejectedResult).reason;
+    throw (failed as PromiseRejectedResult).reason;
   }
+  const [c, registry, git, http] = started.map((r) => (r as PromiseFulfilledResult<unknown>).value) as [
+    Cluster,
+    RegistryServer,
+    GitServer,
+    HttpServer,
+  ];
   try {
-    await applyCrds(c.value.kubeconfigPath);
+    await applyCrds(c.kubeconfigPath);
   } catch (err) {
     await stop();
     throw err;
   }
-  return { cluster: c.value, servers: s.value, stop };
+  return { cluster: c, servers: { registry, git, http }, stop };
 }

@@ -1,29 +1,33 @@
 /**
- * First-run setup: builds every pinned Go component (tools, control plane, test servers)
- * into the cache outside the checkout, with progress, and reuses cached builds.
- * Usage: `tsx scripts/setup.ts [component...] [--pull-cache <registry/repo>] [--push-cache <registry/repo>]`
- * (default: all but the `optional` ones, e.g. kapp-controller, which only the benchmark needs and
- * builds on demand). With a shared tool cache (`layers/toolcache.ts`; `--pull-cache` or
+ * First-run setup: builds the pinned Go components (tools, control plane, test servers) into the
+ * cache outside the checkout, with progress, and reuses cached builds.
+ * Usage: `tsx scripts/setup.ts [--for full|demo] [component...] [--pull-cache <registry/repo>]
+ * [--push-cache <registry/repo>]`. `--for full` (the default; `npm test`, `npm run bench`) builds
+ * all but the `optional` components (e.g. kapp-controller, which only the benchmark needs and
+ * builds on demand), installs the Debian packages (`scripts/apt.ts`) and moto's server (the
+ * SQS-compatible test server) into the project's Python venv (`scripts/python.ts`); `--for demo`
+ * (`npm run demo`) only what the demo runs (`scripts/setup-plan.ts`). Named components build only
+ * those. With a shared tool cache (`layers/toolcache.ts`; `--pull-cache` or
  * `KAPP_LAMBDA_TOOL_CACHE_REGISTRY`) each component the repository holds is pulled before it
- * would be built; `--push-cache` also pushes each component the repository lacks. Debian packages
- * the tests need (docker-registry, git) are installed by `scripts/apt.ts` when missing, moto's
- * server (the SQS-compatible test server) by `scripts/python.ts` (`pip install --user`).
+ * would be built; `--push-cache` also pushes each component the repository lacks.
  */
 import { binPath, buildComponent, cacheRoot } from '../layers/gobuild.js';
-import { COMPONENTS, component } from '../layers/manifest.js';
+import { component } from '../layers/manifest.js';
 import { buildConnector, buildHardenAddon, buildLauncher } from '../layers/native.js';
-import { bootstrapImgpkg, openToolCache, parseSetupArgs, type ToolCache } from '../layers/toolcache.js';
+import { bootstrapImgpkg, openToolCache, type ToolCache } from '../layers/toolcache.js';
 import { ensureDebianPackages } from './apt.js';
 import { ensurePythonPackages } from './python.js';
+import { parseSetupArgs, setupPlan } from './setup-plan.js';
 
 const args = parseSetupArgs(process.argv.slice(2), process.env);
-const wanted = args.names.length ? args.names.map(component) : COMPONENTS.filter((c) => !c.optional);
+const plan = setupPlan(args.profile);
+const wanted = args.names.length ? args.names.map(component) : plan.components;
 const started = Date.now();
 const log = (m: string) => process.stderr.write(`[setup +${Math.round((Date.now() - started) / 1000)}s] ${m}\n`);
-log(`cache: ${cacheRoot()}`);
-await ensureDebianPackages(log);
-await ensurePythonPackages(log);
-if (args.names.length === 0) {
+log(`cache: ${cacheRoot()} (profile ${args.profile})`);
+await ensureDebianPackages(log, plan.debianPackages);
+if (plan.python) await ensurePythonPackages(log);
+if (args.names.length === 0 && plan.native) {
   buildHardenAddon(log);
   buildLauncher(log);
   buildConnector(log);

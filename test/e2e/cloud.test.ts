@@ -67,14 +67,8 @@ import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { hardenAddonPath } from '../../layers/native.js';
 import { stageServiceAccount } from '../../scripts/cluster-registry.js';
-import { relocateKadras } from '../../scripts/demo-kadras.js';
-import {
-  APP_EXAMPLES,
-  EXAMPLES,
-  examplePlaceholders,
-  INSTALL_EXAMPLE,
-  renderExample,
-} from '../../scripts/local-env.js';
+import { publishExamples } from '../../scripts/demo-examples.js';
+import { APP_EXAMPLES, EXAMPLES, INSTALL_EXAMPLE, renderExample } from '../../scripts/local-env.js';
 import { type Cluster, startCluster } from '../harness/cluster.js';
 import { kubectl, loadKubeConfig, writeTokenKubeconfig } from '../harness/kube.js';
 import {
@@ -595,17 +589,14 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     timeout: 300_000,
   }, async () => {
     const s = servers();
-    const placeholders = {
-      ...examplePlaceholders(s),
-      __KADRAS_REPO_BUNDLE__: await relocateKadras(s.registry),
-    };
+    const placeholders = await publishExamples(s);
     for (const file of EXAMPLES) {
       await kube.k(['apply', '-f', '-'], await renderExample(file, placeholders));
     }
     const repo = await waitFor(
-      'PackageRepository kadras-packages',
+      'PackageRepository examples',
       async () => {
-        const r = await kube.getObject<RepoObject>('packagerepositories', 'kadras-packages', 'kadras-packages');
+        const r = await kube.getObject<RepoObject>('packagerepositories', 'demo-packages', 'examples');
         return r && final(r) ? r : undefined;
       },
       { timeoutMs: 120_000, intervalMs: 1000 },
@@ -632,23 +623,23 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     );
     const byName = new Map(apps.map((a) => [`${a.metadata.namespace}/${a.metadata.name}`, a]));
     expect([...byName.keys()].sort()).toEqual([
-      'demo-bundle/simple-app-bundle',
-      'demo-git/simple-app-git',
-      'demo-helm/podinfo',
-      'demo-http/simple-app-http',
+      'demo-bundle/hello-bundle',
+      'demo-git/hello-git',
+      'demo-helm/hello-helm',
+      'demo-http/hello-http',
       'demo-inline/inline-app',
-      'kadras-packages/metrics-server',
+      'demo-packages/hello',
     ]);
     for (const app of byName.values()) expectSucceededStatus(app, STATUS_KEYS);
     // The git App's source came through the git the fetch layer ships (`layers/git.ts`; the
     // host's git is hidden): vendir's lock output reaches status as it does in the embedded e2e.
-    const git = byName.get('demo-git/simple-app-git');
+    const git = byName.get('demo-git/hello-git');
     expect(git?.status?.fetch?.stdout ?? '').toMatch(/sha: [0-9a-f]{40}/);
 
     const pkgi = await waitFor(
-      'PackageInstall metrics-server',
+      'PackageInstall hello',
       async () => {
-        const p = await kube.getObject<RepoObject>('packageinstalls', 'kadras-packages', 'metrics-server');
+        const p = await kube.getObject<RepoObject>('packageinstalls', 'demo-packages', 'hello');
         return p && final(p) ? p : undefined;
       },
       { timeoutMs: 60_000, intervalMs: 1000 },
@@ -683,7 +674,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
       const keys = (listed.Contents ?? []).map((o) => (o.Key ?? '').slice(PREFIX.length));
       expect(keys.some((k) => k.startsWith('artifacts/fetch/'))).toBe(true);
       expect(keys.some((k) => k.startsWith('artifacts/template/'))).toBe(true);
-      // simple-app-http's render takes values from a Secret: sealed under the private prefix with
+      // hello-http's render takes values from a Secret: sealed under the private prefix with
       // keys from the root key the functions read from (moto's) Secrets Manager at cold start.
       expect(keys.some((k) => k.startsWith('private/'))).toBe(true);
     } finally {

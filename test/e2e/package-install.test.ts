@@ -12,14 +12,14 @@
  * Prereleases need `prereleases: {}` unless the constraint is one exact prerelease; an App of
  * the same name is taken over; an install waiting for a Package no repository announces recovers
  * by upstream's rate-limited requeue. The kadras repository bundle (relocated to the local
- * registry as `npm run demo` does, `scripts/demo-kadras.ts`) installs metrics-server with values
+ * registry by `test/harness/kadras.ts`) installs metrics-server with values
  * from a Secret that reach its first template step, with upstream's placeholder Secrets for the
  * repository's and the package's bundle fetches.
  */
 import { describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
-import { relocateKadras } from '../../scripts/demo-kadras.js';
+import { relocateKadras } from '../harness/kadras.js';
 import { tenantManifests } from '../harness/kube.js';
 import {
   apply,

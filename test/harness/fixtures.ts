@@ -1,7 +1,8 @@
 /**
  * Builders that turn the shared fixtures (`../shared/fixtures/`, see its SOURCES.md) into
  * what the test servers serve: git repos, helm chart repos, zip/tgz archives and imgpkg
- * bundles. Everything is built at run time from the fixture files, with fixed dates and
+ * bundles. The demo uses the same builders on the project's own `examples/sources/`
+ * (`scripts/demo-examples.ts`). Everything is built at run time from the fixture files, with fixed dates and
  * modes, so the same input gives the same git commit ids and archive bytes.
  *
  * Tools come from the pinned cache (`binPath(component(...))`, built by `npm run setup`);
@@ -17,7 +18,7 @@ import { promisify } from 'node:util';
 import { gzipSync } from 'node:zlib';
 import { type ZipOptions, type Zippable, zipSync } from 'fflate';
 import * as tar from 'tar';
-import { parse as parseYaml } from 'yaml';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
 import { binDir, binPath, run } from '../../layers/gobuild.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import { type GitServerInfo, isolatedGitEnv, repoDir } from './servers/git.js';
@@ -43,7 +44,7 @@ export const FIXTURES_DIR = path.resolve(REPO_ROOT, '..', 'shared', 'fixtures');
 export function requireFixtures(): void {
   if (existsSync(FIXTURES_DIR)) return;
   throw new Error(
-    `the shared fixtures are missing: expected ${FIXTURES_DIR} (the project's shared/ folder beside this checkout, ../shared, holds the charts, git repositories and bundles the demo and the tests serve on 127.0.0.1); clone or link it there`,
+    `the shared fixtures are missing: expected ${FIXTURES_DIR} (the project's shared/ folder beside this checkout, ../shared, holds the third-party charts, git repositories and bundles the tests serve on 127.0.0.1; npm run demo needs none of it); clone or link it there`,
   );
 }
 
@@ -477,6 +478,19 @@ export interface PushedBundle {
  * the lock, here none, is found in the bundle's repository).
  */
 export const EMPTY_IMAGES_LOCK = '---\napiVersion: imgpkg.carvel.dev/v1alpha1\nkind: ImagesLock\n';
+
+/**
+ * An `ImagesLock` (`.imgpkg/images.yml`) mapping each original ref (its `kbld.carvel.dev/id`) to
+ * where the image now is, as `imgpkg copy` writes one for a relocated bundle: kbld rewrites the
+ * original to the location without asking any registry.
+ */
+export function imagesLock(entries: readonly { id: string; image: string }[]): string {
+  return stringifyYaml({
+    apiVersion: 'imgpkg.carvel.dev/v1alpha1',
+    kind: 'ImagesLock',
+    images: entries.map((e) => ({ image: e.image, annotations: { 'kbld.carvel.dev/id': e.id } })),
+  });
+}
 
 /** imgpkg's credentials for `registry` (`IMGPKG_REGISTRY_*`) when it has an account, else none. */
 function registryAuthEnv(registry: RegistryInfo): NodeJS.ProcessEnv {

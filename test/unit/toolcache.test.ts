@@ -8,20 +8,28 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { componentKey } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
-import { parseSetupArgs, SUMS_FILE, sumsOf, toolCacheTag, verifyPulled } from '../../layers/toolcache.js';
+import { SUMS_FILE, sumsOf, toolCacheTag, verifyPulled } from '../../layers/toolcache.js';
+import { parseSetupArgs } from '../../scripts/setup-plan.js';
 
 const REPO = 'ghcr.io/team/kapp-lambda-tools';
 
 describe('parseSetupArgs', () => {
   it('reads names, --pull-cache, --push-cache (which wins and pushes) and the environment', () => {
-    expect(parseSetupArgs(['ytt', 'kbld'], {})).toEqual({ names: ['ytt', 'kbld'], push: false });
-    expect(parseSetupArgs(['--pull-cache', REPO], {})).toEqual({ names: [], cacheRepo: REPO, push: false });
+    expect(parseSetupArgs(['ytt', 'kbld'], {})).toEqual({ profile: 'full', names: ['ytt', 'kbld'], push: false });
+    expect(parseSetupArgs(['--pull-cache', REPO], {})).toEqual({
+      profile: 'full',
+      names: [],
+      cacheRepo: REPO,
+      push: false,
+    });
     expect(parseSetupArgs([`--push-cache=${REPO}`, 'age'], {})).toEqual({
+      profile: 'full',
       names: ['age'],
       cacheRepo: REPO,
       push: true,
     });
     expect(parseSetupArgs([], { KAPP_LAMBDA_TOOL_CACHE_REGISTRY: REPO })).toEqual({
+      profile: 'full',
       names: [],
       cacheRepo: REPO,
       push: false,
@@ -33,7 +41,7 @@ describe('parseSetupArgs', () => {
     expect(() => parseSetupArgs(['--push'], {})).toThrow('--push needs a registry/repository');
     expect(() => parseSetupArgs(['--pull-cache'], {})).toThrow('--pull-cache needs a registry/repository');
     expect(() => parseSetupArgs(['--cache', REPO], {})).toThrow(
-      'unknown option --cache (known: --pull-cache <repo>, --push-cache <repo>)',
+      'unknown option --cache (known: --for full|demo, --pull-cache <repo>, --push-cache <repo>)',
     );
   });
 });

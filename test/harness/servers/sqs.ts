@@ -1,6 +1,7 @@
 /**
  * SQS-compatible queue service for tests: moto's server (Python `moto[server]`, pinned in
- * {@link MOTO_VERSION}; installed by `npm run setup`, `scripts/python.ts`) on 127.0.0.1.
+ * {@link MOTO_VERSION}; installed by `npm run setup`, `scripts/python.ts`, into the project's
+ * virtual environment {@link pythonVenv}) on 127.0.0.1.
  *
  * Why moto rather than ElasticMQ: it is on PyPI (no JVM), starts in about a second, and
  * implements what the cloud mode relies on: FIFO queues with `MessageGroupId` ordering,
@@ -16,6 +17,7 @@
  * {@link SqsInfo} (no AWS account is ever reached: the endpoint is the loopback server).
  * Queue URLs are `<endpoint>/123456789012/<name>` (moto's default account).
  */
+import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   CreateQueueCommand,
@@ -23,10 +25,22 @@ import {
   GetQueueAttributesCommand,
   SQSClient,
 } from '@aws-sdk/client-sqs';
+import { cacheRoot } from '../../../layers/gobuild.js';
 import { httpAnswers, LOOPBACK, startProcess, withFreePort } from './process.js';
 
 /** The moto release the harness runs (`pip install 'moto[server]==<this>'`). */
 export const MOTO_VERSION = '5.2.1';
+
+/**
+ * The project's Python virtual environment, `<cache>/venv` (`python3 -m venv`, made by
+ * `scripts/python.ts`): moto lives there rather than in the user's site, which Debian 12's
+ * Python refuses to `pip install --user` into (PEP 668, externally managed).
+ * @param root - cache root (default {@link cacheRoot})
+ */
+export function pythonVenv(root = cacheRoot()): { dir: string; python: string; pip: string } {
+  const dir = path.join(root, 'venv');
+  return { dir, python: path.join(dir, 'bin', 'python'), pip: path.join(dir, 'bin', 'pip') };
+}
 
 /** JSON-serializable description of a running SQS server. */
 export interface SqsInfo {
@@ -58,9 +72,12 @@ export interface FifoQueueOptions {
 /** The wrapper that runs moto's server with AWS's deduplication interval (see the module comment). */
 const MOTO_SQS_PY = fileURLToPath(new URL('./moto_sqs.py', import.meta.url));
 
-/** argv of moto's server (through `moto_sqs.py`) on `127.0.0.1:<port>`. Pure; exported for tests. */
-export function motoArgv(port: number): string[] {
-  return ['python3', MOTO_SQS_PY, '--host', LOOPBACK, '--port', String(port)];
+/**
+ * argv of moto's server (through `moto_sqs.py`, run by the venv's python, {@link pythonVenv})
+ * on `127.0.0.1:<port>`. Pure; exported for tests.
+ */
+export function motoArgv(port: number, root = cacheRoot()): string[] {
+  return [pythonVenv(root).python, MOTO_SQS_PY, '--host', LOOPBACK, '--port', String(port)];
 }
 
 /** An SQS client for a test server (static throw-away credentials, path-style queue URLs). */
@@ -112,7 +129,7 @@ export async function createFifoQueue(
  * @throws Error with moto's output when it does not start (e.g. not installed: `npm run setup`).
  */
 export async function startSqsServer(): Promise<SqsServer> {
-  // HOME: `pip install --user` puts moto in the user's site-packages.
+  // HOME: moto (botocore) reads its config from the user's home; moto itself is in the venv.
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, PYTHONUNBUFFERED: '1' };
   return await withFreePort(async (port) => {
     const proc = await startProcess('moto', motoArgv(port), {

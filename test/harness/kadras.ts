@@ -1,5 +1,6 @@
 /**
- * The demo's copy of the kadras package repository, relocated to the local registry the way
+ * The tests' copy of the kadras package repository (a third-party fixture of `../shared`, used by
+ * the package-install e2e; the demo uses the project's own examples, `scripts/demo-examples.ts`), relocated to the local registry the way
  * `imgpkg copy` relocates a repository bundle for an air-gapped cluster (ghcr.io is not
  * reachable here): the metrics-server package bundle (`../shared/fixtures/kadras-package-for-metrics-server/package/config`)
  * is pushed to the local registry, and the repository bundle's `.imgpkg/images.yml` maps every
@@ -14,25 +15,16 @@
  */
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { parseAllDocuments, stringify } from 'yaml';
-import { run } from '../layers/gobuild.js';
-import { fixturePath, materialize, pushBundle, toolBin, toolEnv } from '../test/harness/fixtures.js';
-import { makeTempDir, removeTempDir } from '../test/harness/servers/process.js';
-import type { RegistryInfo } from '../test/harness/servers/registry.js';
+import { parseAllDocuments } from 'yaml';
+import { run } from '../../layers/gobuild.js';
+import { fixturePath, imagesLock, materialize, pushBundle, toolBin, toolEnv } from './fixtures.js';
+import { makeTempDir, removeTempDir } from './servers/process.js';
+import type { RegistryInfo } from './servers/registry.js';
 
 /** The image the metrics-server package deploys (`config/upstream/components.yaml`). */
 const METRICS_SERVER_IMAGE = 'registry.k8s.io/metrics-server/metrics-server:v0.8.1';
 /** The Package whose bundle the fixture holds (the latest metrics-server version of the repository). */
 const METRICS_SERVER_PACKAGE = 'metrics-server.packages.kadras.io.0.9.0';
-
-/** An `ImagesLock` (`.imgpkg/images.yml`) mapping each original ref (`kbld.carvel.dev/id`) to its location. */
-function imagesLock(entries: readonly { id: string; image: string }[]): string {
-  return stringify({
-    apiVersion: 'imgpkg.carvel.dev/v1alpha1',
-    kind: 'ImagesLock',
-    images: entries.map((e) => ({ image: e.image, annotations: { 'kbld.carvel.dev/id': e.id } })),
-  });
-}
 
 /** Every Package of the repository dir: its name and `imgpkgBundle` images. */
 async function packageBundles(repoDir: string): Promise<{ name: string; images: string[] }[]> {
@@ -63,7 +55,7 @@ async function packageBundles(repoDir: string): Promise<{ name: string; images: 
  * @throws Error when imgpkg fails or the fixture has no metrics-server Package.
  */
 export async function relocateKadras(registry: RegistryInfo): Promise<string> {
-  const tmp = await makeTempDir('demo-kadras');
+  const tmp = await makeTempDir('kadras');
   try {
     // The stand-in container image: one file, pushed as a plain image.
     const imageDir = path.join(tmp, 'image');

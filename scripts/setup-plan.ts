@@ -1,0 +1,88 @@
+/**
+ * What `tsx scripts/setup.ts` installs and builds for each profile, from the data of the
+ * component manifest (`GoComponent.demo`) and the Debian table (`DebianPackage.demo`), so the
+ * demo's set is written in one place. Pure.
+ *
+ * - `full` (`npm run setup`, `npm test`, `npm run bench`, `npm start`): every non-optional Go
+ *   component, every Debian package, moto in the project's Python venv, the native addons.
+ * - `demo` (`npm run demo`): only what the demo runs: the tools its Apps and package use, the
+ *   local control plane, the registry, git and the native addons of the embedded runtime; no
+ *   Python, no S3 server (versitygw), no Lambda Runtime Interface Emulator.
+ */
+import { COMPONENTS, type GoComponent } from '../layers/manifest.js';
+import { DEBIAN_PACKAGES } from './apt.js';
+
+/** A setup profile, `--for <profile>` (default `full`). */
+export type SetupProfile = 'full' | 'demo';
+
+/** What one profile of setup does. */
+export interface SetupPlan {
+  /** Go components to build (or find cached), in manifest order. */
+  readonly components: readonly GoComponent[];
+  /** Debian packages to install when missing (keys of `DEBIAN_PACKAGES`). */
+  readonly debianPackages: readonly string[];
+  /** Install moto's server into the project's venv (`scripts/python.ts`). */
+  readonly python: boolean;
+  /** Build the runtime's native addons (`layers/native.ts`): the embedded runtime loads them. */
+  readonly native: boolean;
+}
+
+/** The plan of a profile. */
+export function setupPlan(profile: SetupProfile): SetupPlan {
+  const demo = profile === 'demo';
+  return {
+    components: COMPONENTS.filter((c) => !c.optional && (!demo || c.demo === true)),
+    debianPackages: Object.entries(DEBIAN_PACKAGES)
+      .filter(([, p]) => !demo || p.demo)
+      .map(([name]) => name),
+    python: !demo,
+    native: true,
+  };
+}
+
+/** What `scripts/setup.ts` was asked for. */
+export interface SetupArgs {
+  /** `--for <profile>`; default `full`. */
+  profile: SetupProfile;
+  /** Components named on the command line (none: the profile's set). */
+  names: string[];
+  /** `registry/repo` of the shared tool cache, if any (`--push-cache`, `--pull-cache`, then the environment). */
+  cacheRepo?: string;
+  /** Whether built components are pushed (`--push-cache` only; pulling needs no write access). */
+  push: boolean;
+}
+
+/**
+ * Parses setup's argv: `--for <profile>`, component names (a named list builds only those, and
+ * nothing else), `--pull-cache <repo>` (pull what the shared tool cache holds before building,
+ * `layers/toolcache.ts`), `--push-cache <repo>` (the same, then push what it lacks) and, when
+ * neither is given, `KAPP_LAMBDA_TOOL_CACHE_REGISTRY` (pull only). `--flag=value` works too. Pure.
+ * @throws Error on an unknown flag or profile, or a flag without its value.
+ */
+export function parseSetupArgs(argv: readonly string[], env: NodeJS.ProcessEnv): SetupArgs {
+  const names: string[] = [];
+  let profile: SetupProfile = 'full';
+  let pull: string | undefined;
+  let push: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (!a.startsWith('--')) {
+      names.push(a);
+      continue;
+    }
+    const [flag, inline] = a.split(/=(.*)/s, 2);
+    const value = inline ?? argv[++i];
+    if (flag === '--for') {
+      if (value !== 'full' && value !== 'demo')
+        throw new Error(`setup --for: expected full or demo, got ${value ?? 'nothing'}`);
+      profile = value;
+      continue;
+    }
+    if (!value || value.startsWith('--')) throw new Error(`${flag} needs a registry/repository`);
+    if (flag === '--pull-cache') pull = value;
+    else if (flag === '--push-cache') push = value;
+    else throw new Error(`unknown option ${flag} (known: --for full|demo, --pull-cache <repo>, --push-cache <repo>)`);
+  }
+  const cacheRepo = push ?? pull ?? (env.KAPP_LAMBDA_TOOL_CACHE_REGISTRY || undefined);
+  return { profile, names, ...(cacheRepo ? { cacheRepo } : {}), push: push !== undefined };
+}

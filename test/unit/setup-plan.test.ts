@@ -1,0 +1,82 @@
+/**
+ * Setup's profiles (`scripts/setup-plan.ts`) and the Python installer's argv
+ * (`scripts/python.ts`): `npm run demo` builds only what the demo runs, and moto goes into the
+ * project's venv, never `pip install --user`.
+ */
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { componentKey } from '../../layers/gobuild.js';
+import { COMPONENTS } from '../../layers/manifest.js';
+import { DEBIAN_PACKAGES } from '../../scripts/apt.js';
+import { motoCheckArgv, motoInstallArgv, venvCreateArgv } from '../../scripts/python.js';
+import { parseSetupArgs, setupPlan } from '../../scripts/setup-plan.js';
+import { MOTO_VERSION, motoArgv, pythonVenv } from '../../test/harness/servers/sqs.js';
+
+const names = (p: ReturnType<typeof setupPlan>) => p.components.map((c) => c.name);
+
+describe('setupPlan', () => {
+  it('demo: the tools of the demo, the local control plane, registry and git; no moto, versitygw or RIE', () => {
+    const demo = setupPlan('demo');
+    // what scripts/demo.ts starts and its examples run: ytt/kbld/kapp (Apps and the package),
+    // vendir + imgpkg + helm (fetch; imgpkg and helm also publish the examples), kwok, etcd
+    // and kubernetes (the local control plane)
+    expect(names(demo).sort()).toEqual(
+      ['etcd', 'helm', 'imgpkg', 'kapp', 'kbld', 'kubernetes', 'kwok', 'vendir', 'ytt'].sort(),
+    );
+    expect(names(demo)).not.toContain('versitygw');
+    expect(names(demo)).not.toContain('aws-lambda-rie');
+    expect(names(demo)).not.toContain('kapp-controller');
+    expect(demo.python).toBe(false);
+    expect(demo.native).toBe(true);
+    expect([...demo.debianPackages].sort()).toEqual(['docker-registry', 'gcc', 'git']);
+  });
+
+  it('full: every non-optional component, every Debian package, moto', () => {
+    const full = setupPlan('full');
+    expect(names(full)).toEqual(COMPONENTS.filter((c) => !c.optional).map((c) => c.name));
+    expect(names(full)).toEqual(expect.arrayContaining(['versitygw', 'aws-lambda-rie', 'sops', 'cue']));
+    expect(full.python).toBe(true);
+    expect(full.debianPackages).toEqual(Object.keys(DEBIAN_PACKAGES));
+    expect(full.debianPackages).toContain('python3-venv');
+  });
+
+  it('the demo flag is not part of the build cache key (marking a component rebuilds nothing)', () => {
+    const ytt = COMPONENTS.find((c) => c.name === 'ytt');
+    if (!ytt) throw new Error('no ytt');
+    expect(componentKey({ ...ytt, demo: false })).toBe(componentKey({ ...ytt, demo: true }));
+  });
+});
+
+describe('parseSetupArgs', () => {
+  it('reads --for and component names', () => {
+    expect(parseSetupArgs([], {})).toEqual({ profile: 'full', names: [], push: false });
+    expect(parseSetupArgs(['--for', 'demo'], {})).toEqual({ profile: 'demo', names: [], push: false });
+    expect(parseSetupArgs(['--for=demo', 'ytt'], {})).toEqual({ profile: 'demo', names: ['ytt'], push: false });
+    expect(() => parseSetupArgs(['--for', 'tests'], {})).toThrow(/expected full or demo, got tests/);
+    expect(() => parseSetupArgs(['--for'], {})).toThrow(/got nothing/);
+  });
+});
+
+describe('the project Python venv', () => {
+  const root = '/cache';
+  const venv = path.join(root, 'venv');
+
+  it('lives in the cache; moto runs with its python', () => {
+    expect(pythonVenv(root)).toEqual({
+      dir: venv,
+      python: `${venv}/bin/python`,
+      pip: `${venv}/bin/pip`,
+    });
+    expect(motoArgv(4566, root).slice(0, 1)).toEqual([`${venv}/bin/python`]);
+    expect(motoArgv(4566, root).slice(2)).toEqual(['--host', '127.0.0.1', '--port', '4566']);
+  });
+
+  it('is made with python3 -m venv and filled with its own pip, never --user', () => {
+    expect(venvCreateArgv(root)).toEqual(['python3', '-m', 'venv', venv]);
+    expect(motoInstallArgv(root)).toEqual([`${venv}/bin/pip`, 'install', '--quiet', `moto[server]==${MOTO_VERSION}`]);
+    const check = motoCheckArgv(root);
+    expect(check[0]).toBe(`${venv}/bin/python`);
+    expect(check[2]).toContain(`m.version("moto") == "${MOTO_VERSION}"`);
+    for (const argv of [venvCreateArgv(root), motoInstallArgv(root), check]) expect(argv).not.toContain('--user');
+  });
+});
