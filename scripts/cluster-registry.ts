@@ -40,6 +40,7 @@ import { parseArgs } from 'node:util';
 import { S3Client } from '@aws-sdk/client-s3';
 import { parseAllDocuments, stringify } from 'yaml';
 import { PIPELINE_STAGES, type PipelineStage } from '../functions/lib/api/functions.js';
+import { CLOUD_URL_POLICY, UrlPolicyChecker, UrlPolicyError } from '../functions/lib/fetch/url-policy.js';
 import {
   CLUSTER_DOC_API_VERSION,
   CLUSTER_DOC_PREFIX,
@@ -508,6 +509,8 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     ...(forwarderRoleId ? { forwarderRoleId } : {}),
   });
   const key = await putCluster(store, doc);
+  const reach = await endpointReachWarning(v.endpoint);
+  if (reach) process.stderr.write(reach);
   const identityNamespace = v['identity-namespace'] ?? 'kapp-lambda';
   const manifests = await rbacManifests({
     tokenIdentities: auth.kind === 'token',
@@ -525,6 +528,40 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     );
   }
   return 0;
+}
+
+/**
+ * A warning for `add` when the cloud functions could not reach `endpoint` as deployed by
+ * default: its host is (or resolves to) a loopback, private or link-local address, or does not
+ * resolve here (a private DNS name). The functions reach such an API server only from a VPC that
+ * routes to it (CDK context `vpcId`, `subnetIds`) and with the address in `urlAllow`; this
+ * command cannot see the stack, so it names both. `undefined` for a public endpoint.
+ *
+ * @param resolve - host resolver (tests pass a fake; default the system's)
+ */
+export async function endpointReachWarning(
+  endpoint: string,
+  resolve?: ConstructorParameters<typeof UrlPolicyChecker>[1],
+): Promise<string | undefined> {
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    return undefined;
+  }
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  try {
+    await new UrlPolicyChecker(CLOUD_URL_POLICY, resolve).check({
+      source: endpoint,
+      scheme: 'https',
+      host,
+      ...(url.port ? { port: url.port } : {}),
+    });
+    return undefined;
+  } catch (err) {
+    if (!(err instanceof UrlPolicyError)) throw err;
+    return `# warning: ${err.message}. The functions reach this API server only when the stack runs them in a VPC that routes to it (cdk context vpcId and subnetIds) and lists it in urlAllow (docs/aws.md, "Context"); a stack without a VPC cannot reach it.\n`;
+  }
 }
 
 runIfEntry(import.meta.filename, 'cluster', (argv) => main(argv));

@@ -14,6 +14,10 @@
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
  * | `forwarders` | JSON object: cluster id → `{"eksClusterArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}`, one send-only forwarder role per cluster, assumable through EKS Pod Identity by that cluster's `kapp-lambda/kapp-lambda-forwarder` ServiceAccount only | `{}` (no forwarder; `KappLambdaStack.addClusterForwarder` for other trust) |
  * | `isolation` | `shared`: one set of stage functions for every cluster of the fleet; `cell`: one set per cluster id of `forwarders` (a cell: its own functions, queues, artifact root key, and roles that read only that cluster's registry document and tokens; `KappLambdaStack.addCell`) | `shared` |
+ * | `kmsKeyArn` | a customer managed KMS key (same account and region) for the artifact bucket, the artifact root key's secret, the functions' variables and, with `logEncryption`, their log groups, instead of the key the stack creates; its key policy must let the account's IAM policies grant it (the default key policy does) and, for `logEncryption`, CloudWatch Logs use it (docs/aws.md) | none: the stack creates `ArtifactKey` |
+ * | `logEncryption` | encrypt the functions' log groups with the artifact key (`kmsKeyArn` or the stack's); the stack's own key gets the key policy statement CloudWatch Logs needs | `true` |
+ * | `reservedConcurrency` | reserved concurrent executions per function (a number for every function, or JSON `{"deploy": 50}` per function), at least its `concurrency`: the fleet's functions keep that much of the account's concurrency whatever else runs, and never take more | none (unreserved) |
+ * | `vpcId`, `subnetIds`, `securityGroupIds` | run every function in these subnets of this VPC, for clusters whose API servers are private (`subnetIds`: JSON array or comma list, required with `vpcId`; `securityGroupIds` optional, default one security group the stack creates with all egress and no ingress). The subnets need a route to S3, SQS, Secrets Manager, KMS, CloudWatch Logs and STS (a NAT gateway or VPC endpoints) and to the public sources Apps fetch | none: the functions run outside any VPC and reach public API servers only |
  * | `urlAllow` | the fleet's exceptions to the URL policy (`functions/lib/fetch/url-policy.ts`): a JSON array (or comma list) of `host`, `host:port` or CIDR entries, e.g. `["registry.corp:443", "10.20.0.0/16"]` for private registries, git servers or API servers; set as `KAPP_LAMBDA_URL_ALLOW` on the functions that fetch or deploy ({@link URL_POLICY_STAGES}); each entry is checked at synth with the runtime's own parser | `[]` (no exception: loopback, link-local and private addresses refused) |
  *
  * The functions find their clusters in the fleet's cluster registry
@@ -63,6 +67,24 @@ export interface FleetSettings {
   urlAllow: string[];
   /** One set of functions for the fleet, or one cell per cluster of `forwarders` ({@link ISOLATION_MODES}). */
   isolation: IsolationMode;
+  /** A customer managed key instead of the stack's own `ArtifactKey`. */
+  kmsKeyArn?: string;
+  /** Whether the functions' log groups are encrypted with the artifact key. */
+  logEncryption: boolean;
+  /** Reserved concurrent executions of the functions that have one (each at least its `concurrency`). */
+  reservedConcurrency: Partial<Record<PipelineStage, number>>;
+  /** The VPC and subnets the functions run in (private API servers); unset: no VPC. */
+  vpc?: FleetVpc;
+}
+
+/** Where the functions run when the fleet's API servers are private (context `vpcId`, `subnetIds`, `securityGroupIds`). */
+export interface FleetVpc {
+  /** `vpc-…`. */
+  vpcId: string;
+  /** `subnet-…`, at least one (two or more in different zones for availability). */
+  subnetIds: string[];
+  /** `sg-…`; empty: the stack creates one with all egress and no ingress. */
+  securityGroupIds: string[];
 }
 
 /**
@@ -147,6 +169,26 @@ const arn = (service: string) =>
 /** `arn:<partition>:eks:<region>:<account>:cluster/<name>`. */
 const EKS_CLUSTER_ARN = /^arn:aws[a-z-]*:eks:[a-z0-9-]+:\d{12}:cluster\/[0-9A-Za-z][A-Za-z0-9_-]{0,99}$/;
 
+const RESERVED_ERROR = 'expected an integer from 2 to 10000, or a JSON object of function → integer';
+const reservedValue = z
+  .number({ error: RESERVED_ERROR })
+  .int({ error: RESERVED_ERROR })
+  .min(2, { error: RESERVED_ERROR })
+  .max(10000, { error: RESERVED_ERROR });
+/** A JSON array or a comma list of ids matching `pattern`. */
+const idList = (pattern: RegExp, what: string) =>
+  z.preprocess(
+    (v) => {
+      const t = fromText(v);
+      return typeof t === 'string' ? t.split(',').map((e) => e.trim()) : t;
+    },
+    z
+      .array(z.string().regex(pattern, { error: `expected ${what} ids` }), {
+        error: `expected a JSON array of ${what} ids`,
+      })
+      .optional(),
+  );
+
 const ContextSchema = z.object({
   clusterRegistryBucket: z.preprocess(
     fromText,
@@ -201,6 +243,32 @@ const ContextSchema = z.object({
     fromText,
     z.enum(ISOLATION_MODES, { error: `expected one of ${ISOLATION_MODES.join(', ')}` }).default('shared'),
   ),
+  kmsKeyArn: z.preprocess(
+    fromText,
+    z
+      .string()
+      .regex(/^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key\/[0-9a-f-]{36}$/, {
+        error: 'expected a KMS key ARN (arn:aws:kms:<region>:<account>:key/<id>; not an alias)',
+      })
+      .optional(),
+  ),
+  logEncryption: z.preprocess(
+    (v) => (v === 'true' ? true : v === 'false' ? false : fromText(v)),
+    z.boolean({ error: 'expected true or false' }).default(true),
+  ),
+  reservedConcurrency: z.preprocess(
+    fromText,
+    z.union([reservedValue, z.partialRecord(z.enum(PIPELINE_STAGES), reservedValue)]).optional(),
+  ),
+  vpcId: z.preprocess(
+    fromText,
+    z
+      .string()
+      .regex(/^vpc-[0-9a-f]{8,17}$/, { error: 'expected a VPC id (vpc-…)' })
+      .optional(),
+  ),
+  subnetIds: idList(/^subnet-[0-9a-f]{8,17}$/, 'subnet'),
+  securityGroupIds: idList(/^sg-[0-9a-f]{8,17}$/, 'security group'),
   urlAllow: z.preprocess(
     (v) => {
       const t = fromText(v);
@@ -242,12 +310,38 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
       'isolation: cell makes one cell per cluster id of forwarders, which names none (e.g. -c \'forwarders={"prod-eu-1":{"eksClusterArn":"arn:aws:eks:…:cluster/prod-eu-1"}}\')',
     ]);
   }
+  const vpcProblems = [
+    ...(c.vpcId && !c.subnetIds?.length
+      ? ['subnetIds: vpcId needs the subnets the functions run in (e.g. -c subnetIds=subnet-0a…,subnet-0b…)']
+      : []),
+    ...(!c.vpcId && (c.subnetIds?.length || c.securityGroupIds?.length)
+      ? ['vpcId: subnetIds and securityGroupIds need the VPC they are in']
+      : []),
+  ];
+  if (vpcProblems.length > 0) throw new FleetContextError(vpcProblems);
   const concurrency = Object.fromEntries(
     PIPELINE_STAGES.map((s) => [
       s,
       typeof c.concurrency === 'number' ? c.concurrency : (c.concurrency?.[s] ?? STAGE_SIZING[s].concurrency),
     ]),
   ) as Record<PipelineStage, number>;
+  const reservedConcurrency: Partial<Record<PipelineStage, number>> = Object.fromEntries(
+    PIPELINE_STAGES.flatMap((st) => {
+      const r = typeof c.reservedConcurrency === 'number' ? c.reservedConcurrency : c.reservedConcurrency?.[st];
+      return r === undefined ? [] : [[st, r]];
+    }),
+  );
+  // Below the event source mapping's maxConcurrency, SQS polling is throttled and records are
+  // received again and again until they dead-letter.
+  const short = PIPELINE_STAGES.filter((st) => (reservedConcurrency[st] ?? Infinity) < concurrency[st]);
+  if (short.length > 0) {
+    throw new FleetContextError(
+      short.map(
+        (st) =>
+          `reservedConcurrency: ${st}: ${reservedConcurrency[st]} is below its concurrency ${concurrency[st]} (the queue's pollers would be throttled)`,
+      ),
+    );
+  }
   return {
     ...(c.clusterRegistryBucket ? { clusterRegistryBucket: c.clusterRegistryBucket } : {}),
     clusterRegistryPrefix: c.clusterRegistryPrefix,
@@ -259,6 +353,12 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     forwarders: c.forwarders,
     urlAllow: c.urlAllow.map((e) => e.trim()),
     isolation: c.isolation,
+    ...(c.kmsKeyArn ? { kmsKeyArn: c.kmsKeyArn } : {}),
+    logEncryption: c.logEncryption,
+    reservedConcurrency,
+    ...(c.vpcId
+      ? { vpc: { vpcId: c.vpcId, subnetIds: c.subnetIds ?? [], securityGroupIds: c.securityGroupIds ?? [] } }
+      : {}),
   };
 }
 

@@ -32,6 +32,7 @@ import {
   aws_cloudwatch as cloudwatch,
   aws_cloudwatch_actions as cwActions,
   Duration,
+  aws_ec2 as ec2,
   Fn,
   aws_iam as iam,
   aws_kms as kms,
@@ -61,7 +62,13 @@ import { CLUSTER_DOC_PREFIX, CLUSTER_ID_PATTERN, clusterDocKey } from '../../fun
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { layerToolVersions } from '../../layers/build.js';
-import { type ClusterAccess, type FleetSettings, type IsolationMode, URL_POLICY_STAGES } from './fleet.js';
+import {
+  type ClusterAccess,
+  type FleetSettings,
+  type FleetVpc,
+  type IsolationMode,
+  URL_POLICY_STAGES,
+} from './fleet.js';
 import {
   cellObjectGrants,
   EXPIRING_PREFIXES,
@@ -111,6 +118,49 @@ export interface ClusterRegistryLocation {
   readonly bucket: s3.IBucket;
   /** `''` (the bucket root) or ending in `/`. */
   readonly prefix: string;
+}
+
+/**
+ * What Lambda needs of a function's own role to place it in a VPC: the statements of AWS's
+ * `AWSLambdaVPCAccessExecutionRole`, inline (a role the stack passes gets no managed policy from
+ * Lambda, and the stack attaches none). EC2 names no network interface before it exists, and
+ * its Describe calls take no resource: `*`, acknowledged.
+ */
+function grantVpcNetworking(role: iam.Role, stage: PipelineStage): void {
+  role.addToPolicy(
+    new iam.PolicyStatement({
+      actions: [
+        'ec2:CreateNetworkInterface',
+        'ec2:DescribeNetworkInterfaces',
+        'ec2:DescribeSubnets',
+        'ec2:DeleteNetworkInterface',
+        'ec2:AssignPrivateIpAddresses',
+        'ec2:UnassignPrivateIpAddresses',
+      ],
+      resources: ['*'],
+    }),
+  );
+  Validations.of(role).acknowledge({
+    id: 'AwsSolutions-IAM5[Resource::*]',
+    reason: `${stage} function in the fleet's VPC: Lambda creates and deletes its network interfaces, which have no name before they exist (AWSLambdaVPCAccessExecutionRole's statements).`,
+  });
+}
+
+/**
+ * The key policy statement CloudWatch Logs needs to encrypt this account's log groups with the
+ * artifact key (context `logEncryption`): the service principal of the region, limited by the
+ * encryption context to log groups of `account` in `region`. Printed for an imported key's owner
+ * (docs/aws.md).
+ */
+export function logsKeyStatement(partition: string, region: string, account: string): iam.PolicyStatement {
+  return new iam.PolicyStatement({
+    principals: [new iam.ServicePrincipal(`logs.${region}.amazonaws.com`)],
+    actions: ['kms:Encrypt*', 'kms:Decrypt*', 'kms:ReEncrypt*', 'kms:GenerateDataKey*', 'kms:Describe*'],
+    resources: ['*'],
+    conditions: {
+      ArnLike: { 'kms:EncryptionContext:aws:logs:arn': `arn:${partition}:logs:${region}:${account}:log-group:*` },
+    },
+  });
 }
 
 /**
@@ -213,7 +263,7 @@ export class KappLambdaStack extends Stack {
   /** Artifacts, render cache, repository indexes and state; SSE-KMS under {@link artifactKey}. */
   readonly bucket: s3.Bucket;
   /** Encrypts the bucket, the root-key secrets and the functions' variables. */
-  readonly artifactKey: kms.Key;
+  readonly artifactKey: kms.IKey;
   /**
    * Whether the functions check who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`,
    * docs/decisions.md D6): whenever their clusters come from a registry (the default cluster access always),
@@ -237,6 +287,8 @@ export class KappLambdaStack extends Stack {
   readonly #props: KappLambdaStackProps;
   readonly #clusterAccess: ClusterAccess;
   readonly #alarmAction: cwActions.SnsAction | undefined;
+  /** Where every function runs (context `vpcId`), or `undefined`: outside any VPC. */
+  readonly #vpc: Pick<lambda.FunctionProps, 'vpc' | 'vpcSubnets' | 'securityGroups'> | undefined;
 
   constructor(scope: Construct, id: string, props: KappLambdaStackProps) {
     super(scope, id, props);
@@ -244,10 +296,18 @@ export class KappLambdaStack extends Stack {
     this.#props = props;
     this.isolation = fleet.isolation;
 
-    this.artifactKey = new kms.Key(this, 'ArtifactKey', {
-      description: 'kapp-lambda: artifact bucket, artifact root key secret, function variables',
-      enableKeyRotation: true,
-    });
+    this.artifactKey = fleet.kmsKeyArn
+      ? kms.Key.fromKeyArn(this, 'ArtifactKey', fleet.kmsKeyArn)
+      : new kms.Key(this, 'ArtifactKey', {
+          description: 'kapp-lambda: artifact bucket, artifact root key secret, function variables, log groups',
+          enableKeyRotation: true,
+        });
+    if (fleet.logEncryption) {
+      // CloudWatch Logs encrypts with the key itself, for this account's log groups only. An
+      // imported key (`kmsKeyArn`) keeps its own policy: its owner adds this statement.
+      this.artifactKey.addToResourcePolicy(logsKeyStatement(this.partition, this.region, this.account));
+    }
+    this.#vpc = fleet.vpc ? this.functionVpc(fleet.vpc) : undefined;
 
     this.bucket = new s3.Bucket(this, 'ArtifactBucket', {
       encryption: s3.BucketEncryption.KMS,
@@ -401,6 +461,32 @@ export class KappLambdaStack extends Stack {
       });
     }
     return cell;
+  }
+
+  /**
+   * The VPC placement of every function (context `vpcId`, `subnetIds`, `securityGroupIds`),
+   * imported by id: synth makes no lookup. Without security groups, one with all egress (API
+   * servers, sources, AWS endpoints) and no ingress (nothing calls a function over the network).
+   */
+  private functionVpc(v: FleetVpc): Pick<lambda.FunctionProps, 'vpc' | 'vpcSubnets' | 'securityGroups'> {
+    const vpc = ec2.Vpc.fromVpcAttributes(this, 'FunctionVpc', { vpcId: v.vpcId, availabilityZones: Fn.getAzs() });
+    const securityGroups =
+      v.securityGroupIds.length > 0
+        ? v.securityGroupIds.map((id, i) =>
+            ec2.SecurityGroup.fromSecurityGroupId(this, `FunctionSecurityGroup${i}`, id),
+          )
+        : [
+            new ec2.SecurityGroup(this, 'FunctionSecurityGroup', {
+              vpc,
+              description: 'kapp-lambda functions: egress to API servers, sources and AWS endpoints; no ingress',
+              allowAllOutbound: true,
+            }),
+          ];
+    return {
+      vpc,
+      vpcSubnets: { subnets: v.subnetIds.map((id, i) => ec2.Subnet.fromSubnetId(this, `FunctionSubnet${i}`, id)) },
+      securityGroups,
+    };
   }
 
   /** The artifact root key's secret of the fleet (`clusterId` unset) or of one cluster's cell. */
@@ -563,6 +649,7 @@ export class KappLambdaStack extends Stack {
     const sizing = STAGE_SIZING[stage];
     const logGroup = new logs.LogGroup(scope, `${id}Logs`, {
       retention: props.fleet.logRetentionDays as logs.RetentionDays,
+      ...(props.fleet.logEncryption ? { encryptionKey: this.artifactKey } : {}),
     });
     const role = roles[stage];
     logGroup.grantWrite(role);
@@ -584,6 +671,10 @@ export class KappLambdaStack extends Stack {
       memorySize: sizing.memoryMiB,
       ephemeralStorageSize: Size.mebibytes(sizing.ephemeralMiB),
       timeout: Duration.seconds(sizing.timeoutSeconds),
+      ...(props.fleet.reservedConcurrency[stage] === undefined
+        ? {}
+        : { reservedConcurrentExecutions: props.fleet.reservedConcurrency[stage] }),
+      ...this.#vpc,
       environmentEncryption: this.artifactKey,
       environment: {
         KAPP_LAMBDA_BUCKET: this.bucket.bucketName,
@@ -634,6 +725,7 @@ export class KappLambdaStack extends Stack {
     }
     this.grantObjects(stage, role, clusterId);
     this.#clusterAccess.grant(role, stage, clusterId);
+    if (this.#vpc) grantVpcNetworking(role, stage);
 
     return { fn, role };
   }

@@ -59,6 +59,8 @@ let stack: KappLambdaStack;
 let apart: KappLambdaStack;
 /** The same fleet with an account and region, as `cdk deploy` synthesizes it. */
 let deployed: KappLambdaStack;
+/** A fleet with every operator option: a customer key, reserved concurrency, a VPC. */
+let optioned: KappLambdaStack;
 /** The functions' code and layer directories every stack of this file is built from. */
 let assets: ReturnType<typeof stageAssets>;
 let template: Template;
@@ -151,9 +153,23 @@ beforeAll(async () => {
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
   });
+  optioned = new KappLambdaStack(app, 'KappLambdaOptioned', {
+    env: { account: '111122223333', region: 'eu-west-1' },
+    assets,
+    architecture: lambda.Architecture.ARM_64,
+    fleet: fleetSettings((k) => OPTIONS[k]),
+  });
   template = Template.fromStack(stack);
   resources = template.toJSON().Resources as Record<string, Resource>;
 }, 300_000);
+
+/** The context of {@link optioned}. */
+const OPTIONS: Record<string, unknown> = {
+  kmsKeyArn: 'arn:aws:kms:eu-west-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab',
+  reservedConcurrency: '{"deploy": 40, "install": 5}',
+  vpcId: 'vpc-0a1b2c3d4e5f60718',
+  subnetIds: 'subnet-0a1b2c3d,subnet-0e1f2a3b',
+};
 
 afterAll(async () => {
   if (tmp) await rm(tmp, { recursive: true, force: true });
@@ -852,9 +868,88 @@ describe('artifact root key', () => {
   });
 });
 
+describe('operator options (context kmsKeyArn, logEncryption, reservedConcurrency, vpcId, subnetIds)', () => {
+  it('encrypts every log group with the stack key, which lets CloudWatch Logs of this account use it', () => {
+    const keyId = logicalId(stack.artifactKey as never);
+    for (const [, g] of ofType('AWS::Logs::LogGroup')) {
+      expect(g.Properties.KmsKeyId).toEqual({ 'Fn::GetAtt': [keyId, 'Arn'] });
+    }
+    const policy = resources[keyId]?.Properties.KeyPolicy as { Statement: Json[] };
+    expect(policy.Statement).toContainEqual(
+      expect.objectContaining({
+        Principal: { Service: { 'Fn::Join': ['', ['logs.', { Ref: 'AWS::Region' }, '.amazonaws.com']] } },
+        Condition: {
+          ArnLike: {
+            'kms:EncryptionContext:aws:logs:arn': {
+              'Fn::Join': [
+                '',
+                [
+                  'arn:',
+                  { Ref: 'AWS::Partition' },
+                  ':logs:',
+                  { Ref: 'AWS::Region' },
+                  ':',
+                  { Ref: 'AWS::AccountId' },
+                  ':log-group:*',
+                ],
+              ],
+            },
+          },
+        },
+      }),
+    );
+    // No reservation and no VPC unless asked.
+    for (const [, f] of ofType('AWS::Lambda::Function')) {
+      expect(f.Properties.ReservedConcurrentExecutions).toBeUndefined();
+      expect(f.Properties.VpcConfig).toBeUndefined();
+    }
+  });
+
+  it('uses a customer key for the bucket, the root key secret, the variables and the logs, and creates none', () => {
+    const t = Template.fromStack(optioned).toJSON().Resources as Record<string, Resource>;
+    const arn = OPTIONS.kmsKeyArn;
+    const of = (type: string) => Object.values(t).filter((r) => r.Type === type);
+    expect(of('AWS::KMS::Key')).toEqual([]);
+    for (const f of of('AWS::Lambda::Function')) expect(f.Properties.KmsKeyArn).toBe(arn);
+    for (const g of of('AWS::Logs::LogGroup')) expect(g.Properties.KmsKeyId).toBe(arn);
+    expect(of('AWS::SecretsManager::Secret')[0]?.Properties.KmsKeyId).toBe(arn);
+    const bucket = of('AWS::S3::Bucket')[0]?.Properties.BucketEncryption as Json;
+    expect(JSON.stringify(bucket)).toContain(arn as string);
+  });
+
+  it('reserves the concurrency asked per function and runs every function in the subnets given', () => {
+    const t = Template.fromStack(optioned).toJSON().Resources as Record<string, Resource>;
+    const fns = optioned.stages;
+    const props = (st: PipelineStage) =>
+      t[optioned.resolve(optioned.getLogicalId(fns[st].fn.node.defaultChild as never)) as string]?.Properties as Json;
+    expect(props('deploy').ReservedConcurrentExecutions).toBe(40);
+    expect(props('install').ReservedConcurrentExecutions).toBe(5);
+    expect(props('fetch').ReservedConcurrentExecutions).toBeUndefined();
+    const groups = Object.entries(t).filter(([, r]) => r.Type === 'AWS::EC2::SecurityGroup');
+    expect(groups).toHaveLength(1);
+    expect(groups[0]?.[1].Properties).toMatchObject({
+      VpcId: 'vpc-0a1b2c3d4e5f60718',
+      SecurityGroupEgress: [{ CidrIp: '0.0.0.0/0', IpProtocol: '-1' }],
+    });
+    expect(groups[0]?.[1].Properties.SecurityGroupIngress).toBeUndefined();
+    const statements = Object.values(t)
+      .filter((r) => r.Type === 'AWS::IAM::Policy')
+      .flatMap((p) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
+    expect(statements.filter((x) => list(x.Action as string[]).includes('ec2:CreateNetworkInterface'))).toHaveLength(
+      PIPELINE_STAGES.length,
+    );
+    for (const st of PIPELINE_STAGES) {
+      expect(props(st).VpcConfig).toEqual({
+        SubnetIds: ['subnet-0a1b2c3d', 'subnet-0e1f2a3b'],
+        SecurityGroupIds: [{ 'Fn::GetAtt': [groups[0]?.[0], 'GroupId'] }],
+      });
+    }
+  });
+});
+
 describe('cdk-nag AwsSolutions', () => {
   it('reports nothing unacknowledged', () => {
-    for (const s of [stack, apart, deployed]) {
+    for (const s of [stack, apart, deployed, optioned]) {
       const report = new AwsSolutionsChecks(app).validateScope(s);
       expect(report.violations.map((v) => `${v.ruleName} ${JSON.stringify(v.violatingResources)}`)).toEqual([]);
       expect(report.success).toBe(true);

@@ -33,6 +33,7 @@ import { UnknownClusterError } from '../../functions/lib/kube/port.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {
   clusterDocOf,
+  endpointReachWarning,
   listClusters,
   main,
   putCluster,
@@ -761,5 +762,23 @@ describe('npm run cluster', () => {
       process.stdout.write = write;
       process.stderr.write = errWrite;
     }
+  });
+});
+
+describe('endpointReachWarning (add)', () => {
+  const resolveTo = (addresses: string[]) => async () => addresses;
+  it('warns for a private, loopback or unresolvable API server, naming the VPC context; not for a public one', async () => {
+    expect(await endpointReachWarning('https://10.20.0.5:6443')).toMatch(
+      /^# warning: .*10\.20\.0\.5.*private.*vpcId and subnetIds.*urlAllow/,
+    );
+    expect(await endpointReachWarning('https://127.0.0.1:6443')).toMatch(/^# warning: /);
+    expect(await endpointReachWarning('https://abc.eks.example', resolveTo(['192.168.4.4']))).toMatch(
+      /abc\.eks\.example resolves to 192\.168\.4\.4/,
+    );
+    const nx = async () => {
+      throw Object.assign(new Error('nx'), { code: 'ENOTFOUND' });
+    };
+    expect(await endpointReachWarning('https://internal.corp', nx)).toMatch(/does not resolve \(ENOTFOUND\)/);
+    expect(await endpointReachWarning('https://abc.eks.example', resolveTo(['52.16.0.9']))).toBeUndefined();
   });
 });

@@ -24,6 +24,8 @@ describe('fleetSettings', () => {
       forwarders: {},
       urlAllow: [],
       isolation: 'shared',
+      logEncryption: true,
+      reservedConcurrency: {},
     });
   });
 
@@ -38,6 +40,11 @@ describe('fleetSettings', () => {
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
       forwarders: '{"prod-eu-1": {"eksClusterArn": "arn:aws:eks:eu-west-1:123456789012:cluster/prod"}}',
       urlAllow: '["registry.corp:443", "10.20.0.0/16"]',
+      kmsKeyArn: 'arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab',
+      logEncryption: 'false',
+      reservedConcurrency: '{"deploy": 50}',
+      vpcId: 'vpc-0a1b2c3d4e5f60718',
+      subnetIds: 'subnet-0a1b2c3d, subnet-0e1f2a3b',
     });
     expect(s).toEqual({
       clusterRegistryBucket: 'fleet-admin-registry',
@@ -50,7 +57,38 @@ describe('fleetSettings', () => {
       forwarders: { 'prod-eu-1': { eksClusterArn: 'arn:aws:eks:eu-west-1:123456789012:cluster/prod' } },
       urlAllow: ['registry.corp:443', '10.20.0.0/16'],
       isolation: 'shared',
+      kmsKeyArn: 'arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab',
+      logEncryption: false,
+      reservedConcurrency: { deploy: 50 },
+      vpc: { vpcId: 'vpc-0a1b2c3d4e5f60718', subnetIds: ['subnet-0a1b2c3d', 'subnet-0e1f2a3b'], securityGroupIds: [] },
     });
+  });
+
+  it('refuses a VPC without subnets, subnets without a VPC, a key alias, and a reservation below the concurrency', () => {
+    const problems = (context: Record<string, unknown>) => {
+      try {
+        settings(context);
+        return [];
+      } catch (err) {
+        expect(err).toBeInstanceOf(FleetContextError);
+        return (err as FleetContextError).problems;
+      }
+    };
+    expect(problems({ vpcId: 'vpc-0a1b2c3d' })).toEqual([expect.stringMatching(/^subnetIds: vpcId needs/)]);
+    expect(problems({ subnetIds: '["subnet-0a1b2c3d"]' })).toEqual([expect.stringMatching(/^vpcId: /)]);
+    expect(problems({ vpcId: 'vpc-0a1b2c3d', subnetIds: 'subnet-x' })).toEqual(['subnetIds.0: expected subnet ids']);
+    expect(problems({ kmsKeyArn: 'arn:aws:kms:eu-west-1:123456789012:alias/mine' })).toEqual([
+      expect.stringMatching(/^kmsKeyArn: expected a KMS key ARN/),
+    ]);
+    expect(problems({ reservedConcurrency: 4 })).toEqual([
+      "reservedConcurrency: fetch: 4 is below its concurrency 10 (the queue's pollers would be throttled)",
+      "reservedConcurrency: template: 4 is below its concurrency 10 (the queue's pollers would be throttled)",
+      "reservedConcurrency: deploy: 4 is below its concurrency 10 (the queue's pollers would be throttled)",
+      "reservedConcurrency: index-repo: 4 is below its concurrency 5 (the queue's pollers would be throttled)",
+      "reservedConcurrency: install: 4 is below its concurrency 5 (the queue's pollers would be throttled)",
+    ]);
+    expect(settings({ reservedConcurrency: '{"install": 5}' }).reservedConcurrency).toEqual({ install: 5 });
+    expect(problems({ logEncryption: 'maybe' })).toEqual(['logEncryption: expected true or false']);
   });
 
   it('takes urlAllow as a cdk.json array or a comma list, each entry as the functions parse KAPP_LAMBDA_URL_ALLOW', () => {
