@@ -32,6 +32,7 @@ export function componentKey(c: GoComponent): string {
     purpose: undefined,
     layers: undefined,
     demo: undefined,
+    neededByTests: undefined,
     go: GO_RECIPE_VERSION,
     proxyLoopback: c.proxyLoopback ? PROXY_LOOPBACK_PATCH : undefined,
     imgpkgLayerPaths: c.imgpkgLayerPaths ? IMGPKG_LAYER_PATHS_PATCH : undefined,

@@ -67,11 +67,17 @@ export interface GoComponent {
   /** Stages whose Lambda layer carries these binaries; empty for local-only components. */
   readonly layers: readonly Stage[];
   /**
-   * Built only when named (`tsx scripts/setup.ts <name>`) or by whoever needs it (the
-   * benchmark builds kapp-controller with `buildComponent`); `npm run setup`, `npm test` and CI
-   * skip it. Default false.
+   * Built only when named (`tsx scripts/setup.ts <name>`), by whoever needs it (the benchmark
+   * builds kapp-controller with `buildComponent`), or for the tests when {@link neededByTests};
+   * the demo skips it. Default false.
    */
   readonly optional?: boolean;
+  /**
+   * An `optional` component that a test runs all the same (kapp-controller: the migration e2e),
+   * so the `full` setup profile (`npm test`, CI) builds it; the demo never does. Not part of the
+   * build's cache key (`componentKey`): marking a component rebuilds nothing. Default false.
+   */
+  readonly neededByTests?: boolean;
   /**
    * The Go checksum database has no entry for this module version (its lookup answers 404), so
    * the build sets `GONOSUMDB=<module>` and trusts the module proxy for this one module (its
@@ -357,8 +363,10 @@ export const COMPONENTS: readonly GoComponent[] = [
     ],
     layers: [],
     optional: true,
+    neededByTests: true,
     noSumDb: true,
-    purpose: 'benchmark only: upstream kapp-controller run out of cluster, side by side (bench/README.md)',
+    purpose:
+      'benchmark and the migration e2e: upstream kapp-controller run out of cluster, side by side (bench/README.md, docs/migrating.md)',
   },
 ];
 

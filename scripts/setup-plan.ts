@@ -3,8 +3,8 @@
  * component manifest (`GoComponent.demo`) and the Debian table (`DebianPackage.demo`), so the
  * demo's set is written in one place. Pure.
  *
- * - `full` (`npm run setup`, `npm test`, `npm run bench`, `npm start`): every non-optional Go
- *   component, every Debian package, moto in the project's Python venv, the native addons.
+ * - `full` (`npm run setup`, `npm test`, `npm run bench`, `npm start`): every Go component but
+ *   the `optional` ones no test needs (`neededByTests`: kapp-controller, for the migration e2e), every Debian package, moto in the project's Python venv, the native addons.
  * - `demo` (`npm run demo`): only what the demo runs: the tools its Apps and package use, the
  *   local control plane, the registry, git and the native addons of the embedded runtime; no
  *   Python, no S3 server (versitygw), no Lambda Runtime Interface Emulator.
@@ -31,7 +31,9 @@ export interface SetupPlan {
 export function setupPlan(profile: SetupProfile): SetupPlan {
   const demo = profile === 'demo';
   return {
-    components: COMPONENTS.filter((c) => !c.optional && (!demo || c.demo === true)),
+    components: COMPONENTS.filter((c) =>
+      demo ? c.demo === true && !c.optional : !c.optional || c.neededByTests === true,
+    ),
     debianPackages: Object.entries(DEBIAN_PACKAGES)
       .filter(([, p]) => !demo || p.demo)
       .map(([name]) => name),

@@ -3,8 +3,7 @@
  * cache outside the checkout, with progress, and reuses cached builds.
  * Usage: `tsx scripts/setup.ts [--for full|demo] [component...] [--pull-cache <registry/repo>]
  * [--push-cache <registry/repo>]`. `--for full` (the default; `npm test`, `npm run bench`) builds
- * all but the `optional` components (e.g. kapp-controller, which only the benchmark needs and
- * builds on demand), installs the Debian packages (`scripts/apt.ts`) and moto's server (the
+ * all but the `optional` components no test needs (`neededByTests`), installs the Debian packages (`scripts/apt.ts`) and moto's server (the
  * SQS-compatible test server) into the project's Python venv (`scripts/python.ts`); `--for demo`
  * (`npm run demo`) only what the demo runs (`scripts/setup-plan.ts`). Named components build only
  * those. With a shared tool cache (`layers/toolcache.ts`; `--pull-cache` or

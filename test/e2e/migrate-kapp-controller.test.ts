@@ -18,11 +18,9 @@
  * and the PackageRepository instead (a new generation, nothing to deploy), as the guide's "at
  * once" step does.
  *
- * kapp-controller is an optional component (`layers/manifest.ts`): `npm test` does not build it.
- * Without its binary in the tool cache (`npm run bench -- kapp-controller` builds it) this file
- * is skipped.
+ * kapp-controller is an optional component the tests need (`layers/manifest.ts`
+ * `neededByTests`): `npm test`'s setup builds it (the demo's does not).
  */
-import { existsSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { type KappController, startKappController } from '../../bench/lib/kapp-controller.js';
@@ -198,7 +196,7 @@ function newRecords(before: Map<string, string>, now: Map<string, string>): stri
   return [...now].filter(([name]) => !before.has(name)).map(([name, d]) => `${name}: ${d}`);
 }
 
-describe.skipIf(!existsSync(KC_BIN))('migrating from kapp-controller and back', () => {
+describe('migrating from kapp-controller and back', () => {
   let kc: KappController | undefined;
   let rt: E2ERuntime | undefined;
   const kcLog: string[] = [];

@@ -31,9 +31,11 @@ describe('setupPlan', () => {
     expect([...demo.debianPackages].sort()).toEqual(['docker-registry', 'gcc', 'git']);
   });
 
-  it('full: every non-optional component, every Debian package, moto', () => {
+  it('full: every non-optional component and those the tests need, every Debian package, moto', () => {
     const full = setupPlan('full');
-    expect(names(full)).toEqual(COMPONENTS.filter((c) => !c.optional).map((c) => c.name));
+    expect(names(full)).toEqual(COMPONENTS.filter((c) => !c.optional || c.neededByTests).map((c) => c.name));
+    // the migration e2e runs upstream kapp-controller: the tests' setup builds it
+    expect(names(full)).toContain('kapp-controller');
     expect(names(full)).toEqual(expect.arrayContaining(['versitygw', 'aws-lambda-rie', 'sops', 'cue']));
     expect(full.python).toBe(true);
     expect(full.debianPackages).toEqual(Object.keys(DEBIAN_PACKAGES));
