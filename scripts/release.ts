@@ -381,7 +381,7 @@ function valuesOpenApi(values: readonly PackageValue[]): Record<string, unknown>
 
 /**
  * The ytt overlay applying the values to the release's documents (the forwarder's image,
- * replicas and IRSA annotation) and the fleet ConfigMap written when `fleet.clusterId` is set,
+ * replicas and IRSA annotation; {@link KAPP_NO_LABEL_SCOPING} on its Deployment) and the fleet ConfigMap written when `fleet.clusterId` is set,
  * with only the settings given (the release's ConfigMap keeps the others).
  */
 function valuesOverlayYaml(): string {
@@ -398,6 +398,12 @@ function valuesOverlayYaml(): string {
     '#@ load("@ytt:overlay", "overlay")',
     `#@overlay/match by=overlay.subset({"kind": "Deployment", "metadata": {"name": "kapp-lambda-forwarder"}})`,
     '---',
+    'metadata:',
+    '  #@overlay/match missing_ok=True',
+    '  annotations:',
+    "    #! A Deployment's selector is immutable: without this kapp adds its app label to it, and the",
+    '    #! package could not take over the forwarder of a cluster installed with kubectl apply.',
+    `    ${KAPP_NO_LABEL_SCOPING}: ""`,
     'spec:',
     '  replicas: #@ data.values.forwarder.replicas',
     '  template:',
@@ -431,6 +437,13 @@ function valuesOverlayYaml(): string {
     '',
   ].join('\n');
 }
+
+/**
+ * kapp's annotation that keeps its app label out of a Deployment's (immutable) `spec.selector`:
+ * set on the package's forwarder, which takes over the Deployment `kubectl apply -f <release>`
+ * created, whose selector has no such label.
+ */
+const KAPP_NO_LABEL_SCOPING = 'kapp.k14s.io/disable-default-label-scoping-rules';
 
 /** Empty ImagesLock, as imgpkg writes one. */
 const EMPTY_IMAGES_LOCK = '---\napiVersion: imgpkg.carvel.dev/v1alpha1\nkind: ImagesLock\n';
