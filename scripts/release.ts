@@ -3,8 +3,8 @@
  * (version from package.json), applied with `kubectl apply -f` or `kapp deploy -a kapp-lambda -f`.
  *
  * ```
- * npm run release                       # writes release/kapp-lambda-<version>.yml
- * npm run release -- --check            # exit 1 when that file is not what the sources give now
+ * npm run release                       # writes release/kapp-lambda-<version>.yml and release/package/
+ * npm run release -- --check            # exit 1 when a file is not what the sources give now
  * npm run release -- --image-repository <repo> [--forwarder-role-arn <arn>] --out <file>
  * ```
  *
@@ -27,6 +27,14 @@
  *   (`rbacManifests` of `./cluster-registry.ts`) with the default namespaces and without the
  *   token identities of `--auth token` (a fleet's choice: non-expiring token Secrets a fleet with
  *   EKS access entries must not have).
+ *
+ * The CRDs and the global packaging namespace are marked to stay on uninstall
+ * ({@link KEEP_ON_UNINSTALL_LABEL}): they hold users' objects, not kapp-lambda's.
+ *
+ * It also writes the Carvel package of kapp-lambda, `release/package/` ({@link packageFiles}):
+ * the same documents but the CRDs and namespaces as an imgpkg bundle with a ytt values schema,
+ * and a PackageRepository layout holding its PackageMetadata and Package, so a fleet rolls its
+ * forwarder out as one more PackageInstall.
  *
  * `release/` is committed, as `infra/crds/` is: a user installs from a checkout or a raw URL
  * without Node, and `test/unit/release.test.ts` fails when the file is stale.
@@ -67,7 +75,7 @@ export const FORWARDER_FLEET_CONFIGMAP = 'kapp-lambda-forwarder-fleet';
 
 /**
  * The label on what an uninstall leaves in place (the CRDs and the global packaging namespace):
- * `kubectl delete -f <release> -l '${KEEP_ON_UNINSTALL_LABEL}!=keep'` skips them, as
+ * `kubectl delete -f <release> -l 'kapp-lambda.carvel.dev/uninstall!=keep'` skips them, as
  * `kapp delete -a kapp-lambda` does by their {@link KAPP_DELETE_STRATEGY} annotation. Deleting a
  * CRD deletes every object of its kind (every App, PackageInstall, PackageRepository, Package),
  * and deleting the global namespace every global Package: users' objects, not kapp-lambda's.
