@@ -3,8 +3,8 @@
  * (version from package.json), applied with `kubectl apply -f` or `kapp deploy -a kapp-lambda -f`.
  *
  * ```
- * npm run release                       # writes release/kapp-lambda-<version>.yml
- * npm run release -- --check            # exit 1 when that file is not what the sources give now
+ * npm run release                       # writes release/kapp-lambda-<version>.yml and release/package/
+ * npm run release -- --check            # exit 1 when a file is not what the sources give now
  * npm run release -- --image-repository <repo> [--forwarder-role-arn <arn>] --out <file>
  * ```
  *
@@ -28,12 +28,20 @@
  *   token identities of `--auth token` (a fleet's choice: non-expiring token Secrets a fleet with
  *   EKS access entries must not have).
  *
+ * The CRDs and the global packaging namespace are marked to stay on uninstall
+ * ({@link KEEP_ON_UNINSTALL_LABEL}): they hold users' objects, not kapp-lambda's.
+ *
+ * It also writes the Carvel package of kapp-lambda, `release/package/` ({@link packageFiles}):
+ * the same documents but the CRDs and namespaces as an imgpkg bundle with a ytt values schema,
+ * and a PackageRepository layout holding its PackageMetadata and Package, so a fleet rolls its
+ * forwarder out as one more PackageInstall.
+ *
  * `release/` is committed, as `infra/crds/` is: a user installs from a checkout or a raw URL
  * without Node, and `test/unit/release.test.ts` fails when the file is stale.
  *
  * @module
  */
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
@@ -64,6 +72,39 @@ export const DEFAULT_FORWARDER_IMAGE_REPOSITORY = 'ghcr.io/kapp-lambda/forwarder
  * a fleet ({@link isFleetSetting}): not in the release, created when the cluster joins a fleet.
  */
 export const FORWARDER_FLEET_CONFIGMAP = 'kapp-lambda-forwarder-fleet';
+
+/**
+ * The label on what an uninstall leaves in place (the CRDs and the global packaging namespace):
+ * `kubectl delete -f <release> -l 'kapp-lambda.carvel.dev/uninstall!=keep'` skips them, as
+ * `kapp delete -a kapp-lambda` does by their {@link KAPP_DELETE_STRATEGY} annotation. Deleting a
+ * CRD deletes every object of its kind (every App, PackageInstall, PackageRepository, Package),
+ * and deleting the global namespace every global Package: users' objects, not kapp-lambda's.
+ */
+export const KEEP_ON_UNINSTALL_LABEL = 'kapp-lambda.carvel.dev/uninstall';
+
+/** kapp's per-object delete strategy annotation; `orphan` leaves the object when its app is deleted. */
+export const KAPP_DELETE_STRATEGY = 'kapp.k14s.io/delete-strategy';
+
+/** Whether the release keeps `d` on uninstall ({@link KEEP_ON_UNINSTALL_LABEL}). */
+export function keptOnUninstall(d: Pick<ReleaseDocument, 'kind' | 'metadata'>): boolean {
+  return (
+    d.kind === 'CustomResourceDefinition' ||
+    (d.kind === 'Namespace' && d.metadata.name === DEFAULT_PACKAGING_GLOBAL_NAMESPACE)
+  );
+}
+
+/** `d` marked to stay on uninstall: label {@link KEEP_ON_UNINSTALL_LABEL} `keep`, kapp's `orphan` strategy. */
+function markKept(d: ReleaseDocument): ReleaseDocument {
+  const { metadata } = d;
+  return {
+    ...d,
+    metadata: {
+      ...metadata,
+      labels: { ...metadata.labels, [KEEP_ON_UNINSTALL_LABEL]: 'keep' },
+      annotations: { ...metadata.annotations, [KAPP_DELETE_STRATEGY]: 'orphan' },
+    },
+  };
+}
 
 /** The forwarder ServiceAccount's IRSA annotation. */
 const IRSA_ANNOTATION = 'eks.amazonaws.com/role-arn';
@@ -197,13 +238,15 @@ export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDo
       if (d.metadata.labels) seen.metadata.labels = { ...seen.metadata.labels, ...d.metadata.labels };
     } else throw new Error(`two sources declare ${identity(d)}`);
   }
-  return [...byId.values()].sort(
-    (a, b) =>
-      kindRank(a.kind) - kindRank(b.kind) ||
-      a.kind.localeCompare(b.kind) ||
-      (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
-      a.metadata.name.localeCompare(b.metadata.name),
-  );
+  return [...byId.values()]
+    .map((d) => (keptOnUninstall(d) ? markKept(d) : d))
+    .sort(
+      (a, b) =>
+        kindRank(a.kind) - kindRank(b.kind) ||
+        a.kind.localeCompare(b.kind) ||
+        (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+        a.metadata.name.localeCompare(b.metadata.name),
+    );
 }
 
 /** The comment opening a release: its version, where it comes from, how to apply and remove it. */
@@ -215,7 +258,9 @@ export function releaseHeader(version: string): string {
     '# infra/rbac; do not edit.',
     `# Install:   kubectl apply -f ${file}   (or: kapp deploy -a kapp-lambda -f ${file})`,
     `# The forwarder starts once the cluster joins a fleet (ConfigMap ${RELEASE_NAMESPACE}/${FORWARDER_FLEET_CONFIGMAP}).`,
-    '# Uninstall: README.md "Install": stop the forwarder first; deleting the CRDs deletes every App.',
+    `# Uninstall: kapp delete -a kapp-lambda   (or: kubectl delete -f ${file} -l '${KEEP_ON_UNINSTALL_LABEL}!=keep')`,
+    '# leaves the CRDs and the global packaging namespace (so every App, PackageInstall, Package and',
+    '# what they deployed) in place; deleting the CRDs deletes every App: README.md "Uninstall".',
     '',
   ].join('\n');
 }
@@ -227,20 +272,274 @@ export async function renderRelease(inputs: ReleaseInputs): Promise<string> {
 }
 
 /**
- * Whether the committed release of the current version is what the sources give now.
+ * Whether the committed release of the current version (the manifest and the package) is what
+ * the sources give now.
  *
- * @returns the path of the file when it is missing or stale, `undefined` when up to date
+ * @returns the path of the first file missing or stale, `undefined` when all are up to date
  */
 export async function staleRelease(dir: string = RELEASE_DIR): Promise<string | undefined> {
-  const version = await packageVersion();
-  const file = path.join(dir, releaseFileName(version));
-  const current = await readFile(file, 'utf8').catch(() => undefined);
-  return current === (await renderRelease({ version })) ? undefined : file;
+  for (const [name, text] of await releaseFiles(await packageVersion())) {
+    const file = path.join(dir, name);
+    if ((await readFile(file, 'utf8').catch(() => undefined)) !== text) return file;
+  }
+  return undefined;
+}
+
+// ---------------------------------------------------------------- the Carvel package of kapp-lambda
+
+/** The package's refName: kapp-lambda's own PackageMetadata name. */
+export const PACKAGE_REF_NAME = 'kapp-lambda.carvel.dev';
+
+/** Where the package's imgpkg bundle is pushed by default (tag: the version). */
+export const DEFAULT_PACKAGE_BUNDLE_REPOSITORY = 'ghcr.io/kapp-lambda/package';
+
+/** The package under {@link RELEASE_DIR}: `bundle/` (what `imgpkg push -b` pushes) and `repository/`. */
+export const PACKAGE_DIR = 'package';
+
+/**
+ * The release's documents a PackageInstall of kapp-lambda deploys: all but the CRDs and the
+ * namespaces. The PackageInstall is itself an object of one of those CRDs, reconciled by the
+ * controller they serve, so the package cannot be what brings them, and deleting it (or an
+ * upgrade's kapp dropping a document) must never take them away: a CRD's deletion deletes every
+ * App of the cluster, the PackageInstall's own App first. The namespaces hold that PackageInstall
+ * (when it lives in `kapp-lambda`), `kapp-controller-config` and the global Packages. Both come
+ * from the release, applied once when a cluster is set up (they change with kapp-lambda's API,
+ * not with each forwarder roll-out).
+ */
+export function packagedDocuments(docs: readonly ReleaseDocument[]): ReleaseDocument[] {
+  return docs.filter((d) => d.kind !== 'CustomResourceDefinition' && d.kind !== 'Namespace');
+}
+
+/** One value an operator sets on the PackageInstall: its ytt schema default and its description. */
+interface PackageValue {
+  readonly path: readonly string[];
+  readonly default: string | number;
+  readonly description: string;
+}
+
+/** The package's values (`config/values-schema.yml` and the Package's `valuesSchema`), in order. */
+function packageValues(version: string): PackageValue[] {
+  const q = (name: string) =>
+    `Queue URL of the fleet's ${name} queue (the forwarder's KAPP_LAMBDA_QUEUE_URL_${name.toUpperCase().replace('-', '_')}).`;
+  return [
+    {
+      path: ['forwarder', 'image'],
+      default: `${DEFAULT_FORWARDER_IMAGE_REPOSITORY}:${version}`,
+      description: "The forwarder's image (repository:tag or repository@digest).",
+    },
+    {
+      path: ['forwarder', 'replicas'],
+      default: 2,
+      description: 'Forwarder replicas: one leads (Lease), the others stand by.',
+    },
+    {
+      path: ['forwarder', 'roleArn'],
+      default: '',
+      description: "IAM role ARN for IRSA on the forwarder's ServiceAccount; empty: none (EKS Pod Identity).",
+    },
+    {
+      path: ['fleet', 'clusterId'],
+      default: '',
+      description: `The cluster's id in the fleet. Set: the package writes the ConfigMap ${RELEASE_NAMESPACE}/${FORWARDER_FLEET_CONFIGMAP} from the fleet values; empty: joining the fleet writes it.`,
+    },
+    { path: ['fleet', 'region'], default: '', description: "The fleet's AWS region (the forwarder's AWS_REGION)." },
+    { path: ['fleet', 'queueUrls', 'fetch'], default: '', description: q('fetch') },
+    { path: ['fleet', 'queueUrls', 'install'], default: '', description: q('install') },
+    { path: ['fleet', 'queueUrls', 'indexRepo'], default: '', description: q('index-repo') },
+  ];
+}
+
+/** The ytt values schema: one `#@schema/desc` per leaf, maps nested as the paths say. */
+function valuesSchemaYaml(values: readonly PackageValue[]): string {
+  const lines = ['#@data/values-schema', '---'];
+  const open: string[] = [];
+  for (const v of values) {
+    let depth = 0;
+    while (depth < open.length && open[depth] === v.path[depth]) depth++;
+    open.length = depth;
+    for (; depth < v.path.length - 1; depth++) {
+      lines.push(`${'  '.repeat(depth)}${v.path[depth]}:`);
+      open.push(v.path[depth]!);
+    }
+    const indent = '  '.repeat(depth);
+    lines.push(`${indent}#@schema/desc ${JSON.stringify(v.description)}`);
+    lines.push(`${indent}${v.path[depth]}: ${JSON.stringify(v.default)}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** The Package's `valuesSchema.openAPIv3`: the same values as the ytt schema, as upstream's `kctrl package release` writes it. */
+function valuesOpenApi(values: readonly PackageValue[]): Record<string, unknown> {
+  const root: Record<string, unknown> = { type: 'object', additionalProperties: false, properties: {} };
+  for (const v of values) {
+    let node = root;
+    for (const key of v.path.slice(0, -1)) {
+      const props = node.properties as Record<string, Record<string, unknown>>;
+      props[key] ??= { type: 'object', additionalProperties: false, properties: {} };
+      node = props[key]!;
+    }
+    (node.properties as Record<string, unknown>)[v.path.at(-1)!] = {
+      type: typeof v.default === 'number' ? 'integer' : 'string',
+      default: v.default,
+      description: v.description,
+    };
+  }
+  return root;
+}
+
+/**
+ * The ytt overlay applying the values to the release's documents (the forwarder's image,
+ * replicas and IRSA annotation; {@link KAPP_NO_LABEL_SCOPING} on its Deployment) and the fleet ConfigMap written when `fleet.clusterId` is set,
+ * with only the settings given (the release's ConfigMap keeps the others).
+ */
+function valuesOverlayYaml(): string {
+  const fleet: Array<[string, string]> = [
+    ['FORWARDER_CLUSTER_ID', 'clusterId'],
+    ['AWS_REGION', 'region'],
+    ['KAPP_LAMBDA_QUEUE_URL_FETCH', 'queueUrls.fetch'],
+    ['KAPP_LAMBDA_QUEUE_URL_INSTALL', 'queueUrls.install'],
+    ['KAPP_LAMBDA_QUEUE_URL_INDEX_REPO', 'queueUrls.indexRepo'],
+  ];
+  return [
+    '#! The package values applied to the release (values-schema.yml). Generated by scripts/release.ts; do not edit.',
+    '#@ load("@ytt:data", "data")',
+    '#@ load("@ytt:overlay", "overlay")',
+    `#@overlay/match by=overlay.subset({"kind": "Deployment", "metadata": {"name": "kapp-lambda-forwarder"}})`,
+    '---',
+    'metadata:',
+    '  #@overlay/match missing_ok=True',
+    '  annotations:',
+    "    #! A Deployment's selector is immutable: without this kapp adds its app label to it, and the",
+    '    #! package could not take over the forwarder of a cluster installed with kubectl apply.',
+    `    ${KAPP_NO_LABEL_SCOPING}: ""`,
+    'spec:',
+    '  replicas: #@ data.values.forwarder.replicas',
+    '  template:',
+    '    spec:',
+    '      containers:',
+    '      #@overlay/match by="name"',
+    '      - name: forwarder',
+    '        image: #@ data.values.forwarder.image',
+    '#@ if data.values.forwarder.roleArn:',
+    `#@overlay/match by=overlay.subset({"kind": "ServiceAccount", "metadata": {"name": "kapp-lambda-forwarder"}})`,
+    '---',
+    'metadata:',
+    '  #@overlay/match missing_ok=True',
+    '  annotations:',
+    `    ${IRSA_ANNOTATION}: #@ data.values.forwarder.roleArn`,
+    '#@ end',
+    '#@ if data.values.fleet.clusterId:',
+    '---',
+    'apiVersion: v1',
+    'kind: ConfigMap',
+    'metadata:',
+    `  name: ${FORWARDER_FLEET_CONFIGMAP}`,
+    `  namespace: ${RELEASE_NAMESPACE}`,
+    'data:',
+    ...fleet.flatMap(([key, value]) => [
+      `  #@ if data.values.fleet.${value}:`,
+      `  ${key}: #@ data.values.fleet.${value}`,
+      '  #@ end',
+    ]),
+    '#@ end',
+    '',
+  ].join('\n');
+}
+
+/**
+ * kapp's annotation that keeps its app label out of a Deployment's (immutable) `spec.selector`:
+ * set on the package's forwarder, which takes over the Deployment `kubectl apply -f <release>`
+ * created, whose selector has no such label.
+ */
+const KAPP_NO_LABEL_SCOPING = 'kapp.k14s.io/disable-default-label-scoping-rules';
+
+/** Empty ImagesLock, as imgpkg writes one. */
+const EMPTY_IMAGES_LOCK = '---\napiVersion: imgpkg.carvel.dev/v1alpha1\nkind: ImagesLock\n';
+
+/**
+ * The Package `kapp-lambda.carvel.dev.<version>`: fetch the bundle `bundleImage`, ytt over its
+ * `config/`, kapp deploy. No kbld step: the bundle's ImagesLock is empty until the forwarder
+ * image is published by digest, and kbld would otherwise resolve the tag over the network.
+ */
+export function packageDocument(version: string, bundleImage: string): ReleaseDocument {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'Package',
+    metadata: { name: `${PACKAGE_REF_NAME}.${version}` },
+    spec: {
+      refName: PACKAGE_REF_NAME,
+      version,
+      releaseNotes: `kapp-lambda ${version}: CHANGELOG.md`,
+      valuesSchema: { openAPIv3: valuesOpenApi(packageValues(version)) },
+      template: {
+        spec: {
+          fetch: [{ imgpkgBundle: { image: bundleImage } }],
+          template: [{ ytt: { paths: ['config/'] } }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+    },
+  };
+}
+
+/** The PackageMetadata of {@link PACKAGE_REF_NAME}. */
+export function packageMetadataDocument(): ReleaseDocument {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'PackageMetadata',
+    metadata: { name: PACKAGE_REF_NAME },
+    spec: {
+      displayName: 'kapp-lambda',
+      shortDescription: "kapp-lambda's forwarder and RBAC of one cluster of a fleet",
+      longDescription:
+        "The forwarder Deployment, the RBAC of the functions' identities and of a PackageRepository's kapp, and the admission policy bounding it: the release of kapp-lambda without its CRDs and namespaces, which the release installs once per cluster.",
+      providerName: 'kapp-lambda',
+      categories: ['package management', 'continuous delivery'],
+    },
+  };
+}
+
+/**
+ * The package's files, path under {@link RELEASE_DIR} → content:
+ * - `package/bundle/config/kapp-lambda.yml` ({@link packagedDocuments}), `values-schema.yml`,
+ *   `values.yml` (the overlay) and `.imgpkg/images.yml` (empty: see {@link packageDocument}):
+ *   `imgpkg push -b <repository>:<version> -f release/package/bundle`;
+ * - `package/repository/packages/kapp-lambda.carvel.dev/{metadata.yml,<version>.yml}`, a
+ *   PackageRepository's layout whose Package names `bundleImage` (default
+ *   `{@link DEFAULT_PACKAGE_BUNDLE_REPOSITORY}:<version>`).
+ */
+export async function packageFiles(
+  version: string,
+  bundleImage = `${DEFAULT_PACKAGE_BUNDLE_REPOSITORY}:${version}`,
+): Promise<Map<string, string>> {
+  const docs = packagedDocuments(await releaseDocuments({ version }));
+  const header = [
+    `# kapp-lambda ${version}, the Carvel package's config: the release without its CRDs and namespaces.`,
+    '# Generated by scripts/release.ts (npm run release); do not edit.',
+    '',
+  ].join('\n');
+  const bundle = `${PACKAGE_DIR}/bundle`;
+  const packages = `${PACKAGE_DIR}/repository/packages/${PACKAGE_REF_NAME}`;
+  const values = packageValues(version);
+  return new Map([
+    [`${bundle}/.imgpkg/images.yml`, EMPTY_IMAGES_LOCK],
+    [`${bundle}/config/kapp-lambda.yml`, header + docs.map(renderYaml).join('---\n')],
+    [`${bundle}/config/values-schema.yml`, valuesSchemaYaml(values)],
+    [`${bundle}/config/values.yml`, valuesOverlayYaml()],
+    [`${packages}/metadata.yml`, renderYaml(packageMetadataDocument())],
+    [`${packages}/${version}.yml`, renderYaml(packageDocument(version, bundleImage))],
+  ]);
+}
+
+/** Every file `npm run release` writes, path under {@link RELEASE_DIR} → content. */
+export async function releaseFiles(version: string): Promise<Map<string, string>> {
+  return new Map([[releaseFileName(version), await renderRelease({ version })], ...(await packageFiles(version))]);
 }
 
 const USAGE = `usage:
   npm run release                 writes release/kapp-lambda-<version>.yml (version from package.json)
-  npm run release -- --check      exits 1 when that file is missing or stale
+                                  and the Carvel package of kapp-lambda, release/package/
+  npm run release -- --check      exits 1 when one of those files is missing or stale
   npm run release -- [--image-repository <repo>] [--forwarder-role-arn <arn>] --out <file>
       a release with other inputs (default image repository ${DEFAULT_FORWARDER_IMAGE_REPOSITORY}; no IRSA annotation)
   (-h, --help: this text)
@@ -275,7 +574,17 @@ export async function main(argv: string[]): Promise<number> {
     return usageFailure('release', USAGE, 'other inputs need --out (release/ holds the default release)', err);
   }
   const version = await packageVersion();
-  const file = v.out ? path.resolve(v.out) : path.join(RELEASE_DIR, releaseFileName(version));
+  if (!v.out) {
+    for (const [name, text] of await releaseFiles(version)) {
+      const file = path.join(RELEASE_DIR, name);
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(file, text);
+      process.stdout.write(`${path.relative(process.cwd(), file)}\n`);
+    }
+    err(`release ${version}: wrote ${RELEASE_DIR} (the manifest and the package)\n`);
+    return EXIT.ok;
+  }
+  const file = path.resolve(v.out);
   const text = await renderRelease({
     version,
     ...(v['image-repository'] ? { imageRepository: v['image-repository'] } : {}),

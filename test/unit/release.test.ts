@@ -6,18 +6,24 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
+import { parse, parseAllDocuments } from 'yaml';
 import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../../functions/lib/api/constants.js';
 import { rbacManifests } from '../../scripts/cluster-registry.js';
 import {
   DEFAULT_FORWARDER_IMAGE_REPOSITORY,
   FORWARDER_FLEET_CONFIGMAP,
   forwarderDocuments,
+  KAPP_DELETE_STRATEGY,
+  KEEP_ON_UNINSTALL_LABEL,
+  PACKAGE_REF_NAME,
+  packageDocument,
+  packageFiles,
   packageVersion,
   RELEASE_DIR,
   type ReleaseDocument,
   releaseDocuments,
   releaseFileName,
+  releaseFiles,
   releaseHeader,
   renderRelease,
   staleRelease,
@@ -113,5 +119,87 @@ describe('release manifest', () => {
       'eks.amazonaws.com/role-arn': arn,
     });
     expect((await releaseDocuments({ version: '9.9.9' })).length).toBe(docs.length);
+  });
+
+  it('marks the CRDs and the global packaging namespace, and nothing else, to stay on uninstall', () => {
+    const kept = docs.filter(
+      (d) =>
+        d.metadata.labels?.[KEEP_ON_UNINSTALL_LABEL] === 'keep' &&
+        d.metadata.annotations?.[KAPP_DELETE_STRATEGY] === 'orphan',
+    );
+    expect(kept.map(id)).toEqual([
+      `Namespace//${DEFAULT_PACKAGING_GLOBAL_NAMESPACE}`,
+      'CustomResourceDefinition//apps.kappctrl.k14s.io',
+      'CustomResourceDefinition//packageinstalls.packaging.carvel.dev',
+      'CustomResourceDefinition//packagemetadatas.data.packaging.carvel.dev',
+      'CustomResourceDefinition//packagerepositories.packaging.carvel.dev',
+      'CustomResourceDefinition//packages.data.packaging.carvel.dev',
+    ]);
+    const marked = docs.filter(
+      (d) => d.metadata.labels?.[KEEP_ON_UNINSTALL_LABEL] ?? d.metadata.annotations?.[KAPP_DELETE_STRATEGY],
+    );
+    expect(marked).toEqual(kept);
+    expect(committed).toContain(`kubectl delete -f kapp-lambda-${version}.yml -l '${KEEP_ON_UNINSTALL_LABEL}!=keep'`);
+  });
+});
+
+describe('the Carvel package of kapp-lambda', () => {
+  const read = (name: string) => readFile(path.join(RELEASE_DIR, name), 'utf8');
+
+  it('the committed package is what npm run release generates now', async () => {
+    const files = await releaseFiles(version);
+    expect([...files.keys()]).toEqual([
+      releaseFileName(version),
+      'package/bundle/.imgpkg/images.yml',
+      'package/bundle/config/kapp-lambda.yml',
+      'package/bundle/config/values-schema.yml',
+      'package/bundle/config/values.yml',
+      `package/repository/packages/${PACKAGE_REF_NAME}/metadata.yml`,
+      `package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`,
+    ]);
+    for (const [name, text] of files) expect(await read(name), name).toBe(text);
+  });
+
+  it("config holds the release's documents but its CRDs and namespaces", async () => {
+    const config = parseAllDocuments(await read('package/bundle/config/kapp-lambda.yml')).map(
+      (d) => d.toJS() as ReleaseDocument,
+    );
+    expect(config).toEqual(docs.filter((d) => d.kind !== 'CustomResourceDefinition' && d.kind !== 'Namespace'));
+    expect(config.map(id)).toContain('Deployment/kapp-lambda/kapp-lambda-forwarder');
+  });
+
+  it('the Package fetches the bundle, templates its config with ytt and deploys with kapp; values as the schema says', async () => {
+    const pkg = parse(await read(`package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`)) as ReleaseDocument;
+    expect(pkg).toEqual(packageDocument(version, `ghcr.io/kapp-lambda/package:${version}`));
+    expect(pkg.metadata.name).toBe(`kapp-lambda.carvel.dev.${version}`);
+    expect(pkg.spec).toMatchObject({
+      refName: 'kapp-lambda.carvel.dev',
+      version,
+      template: {
+        spec: {
+          fetch: [{ imgpkgBundle: { image: `ghcr.io/kapp-lambda/package:${version}` } }],
+          template: [{ ytt: { paths: ['config/'] } }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+    });
+    const schema = (pkg.spec as { valuesSchema: { openAPIv3: { properties: Record<string, { properties: object }> } } })
+      .valuesSchema.openAPIv3;
+    expect(Object.keys(schema.properties.forwarder!.properties)).toEqual(['image', 'replicas', 'roleArn']);
+    expect(Object.keys(schema.properties.fleet!.properties)).toEqual(['clusterId', 'queueUrls', 'region']);
+    expect(schema.properties.forwarder!.properties).toMatchObject({
+      image: { type: 'string', default: `${DEFAULT_FORWARDER_IMAGE_REPOSITORY}:${version}` },
+      replicas: { type: 'integer', default: 2 },
+    });
+    const ytt = await read('package/bundle/config/values-schema.yml');
+    expect(ytt).toContain(`  image: "${DEFAULT_FORWARDER_IMAGE_REPOSITORY}:${version}"\n`);
+    expect(ytt).toContain('    indexRepo: ""\n');
+  });
+
+  it('names another bundle when told', async () => {
+    const files = await packageFiles(version, '127.0.0.1:5000/pkg@sha256:abc');
+    expect(files.get(`package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`)).toContain(
+      'image: 127.0.0.1:5000/pkg@sha256:abc',
+    );
   });
 });
