@@ -26,9 +26,9 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { KubeReader, LeaseView, ObjectWatcher } from '../../functions/lib/kube/port.js';
-import { PrometheusReconcileMetrics } from '../../functions/lib/observe/prometheus.js';
 import { describeControllerConfig, readControllerConfig } from '../../functions/lib/reconcile/controller-config.js';
 import type { TimerConfig } from '../../functions/lib/reconcile/timer.js';
 import { REASONS } from '../schema.js';
@@ -37,6 +37,7 @@ import { forwarderOptions } from './config.js';
 import { Forwarder, type ForwarderStats } from './forwarder.js';
 import { ClusterLeadership } from './leadership.js';
 import type { ForwarderLogger } from './log.js';
+import { ReconcileSeries } from './reconcile-series.js';
 import { StatusMetrics } from './status-metrics.js';
 import type { Transport } from './transport.js';
 
@@ -151,12 +152,12 @@ export async function startForwarderProgram(
   // The cluster's kapp-controller-config sync periods, over the settings' (undefined: not read yet).
   let clusterTimer: TimerConfig | undefined;
   const timer = () => (clusterTimer ? { ...settings.forwarder.timer, ...clusterTimer } : settings.forwarder.timer);
-  const registry = new Registry();
   const maxObjects = settings.reconcileMetricsMaxObjects;
+  const series = new ReconcileSeries();
   const statusMetrics =
     maxObjects === 0
       ? undefined
-      : new StatusMetrics(new PrometheusReconcileMetrics({ registry }), {
+      : new StatusMetrics(series, {
           clusterId: settings.forwarder.clusterId,
           ...(maxObjects === undefined ? {} : { maxObjects }),
         });
@@ -220,6 +221,7 @@ export async function startForwarderProgram(
   const isLeader = () => leadership.isLeader();
   const ready = () => !stopping && (isLeader() ? synced && leadership.forwarder !== undefined : true);
 
+  const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   const totals = new TermTotals();
   const counters = new Map<CounterKey, Counter>();
@@ -283,12 +285,21 @@ export async function startForwarderProgram(
     setTotal(election.lost, e.lost);
     setTotal(election.failures, e.failures);
   };
-  const metrics = async () => {
+  const ownMetrics = async () => {
     refreshCounters();
     // A replica that stopped leading serves no per-object series (the new leader does).
     if (!isLeader() && statusMetrics && statusMetrics.objects + statusMetrics.skipped > 0) statusMetrics.reset();
     return await registry.metrics();
   };
+  /** The whole text: the registry's, then the per-object series (written in chunks to HTTP). */
+  function* exposition(own: string): Generator<string> {
+    yield own;
+    if (statusMetrics) {
+      yield '\n';
+      yield* series.chunks();
+    }
+  }
+  const metrics = async () => [...exposition(await ownMetrics())].join('');
 
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
@@ -303,8 +314,11 @@ export async function startForwarderProgram(
       return answer(503, stopping ? 'stopping\n' : 'leading, watches not synced yet\n');
     }
     if (path === '/metrics') {
-      metrics().then(
-        (text) => answer(200, text, registry.contentType),
+      ownMetrics().then(
+        (own) => {
+          res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' });
+          Readable.from(exposition(own)).pipe(res);
+        },
         (e: unknown) => answer(500, `metrics failed: ${e instanceof Error ? e.message : String(e)}\n`),
       );
       return;

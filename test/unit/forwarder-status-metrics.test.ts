@@ -8,6 +8,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
+import { ReconcileSeries } from '../../events/forwarder/reconcile-series.js';
 import { StatusMetrics } from '../../events/forwarder/status-metrics.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
 import type { Kind } from '../../events/schema.js';
@@ -37,9 +38,10 @@ function object(kind: Kind, name: string, status: Status | undefined, rv = 1): K
   };
 }
 
-/** The counter lines (`kappctrl_app_*`) of a registry. */
-async function counters(m: PrometheusReconcileMetrics): Promise<string[]> {
-  return (await m.registry.metrics()).split('\n').filter((l) => l.startsWith('kappctrl_app_'));
+/** The counter lines (`kappctrl_app_*`) of the embedded runtime's registry or the forwarder's store. */
+async function counters(m: PrometheusReconcileMetrics | ReconcileSeries): Promise<string[]> {
+  const text = m instanceof ReconcileSeries ? m.text() : await m.registry.metrics();
+  return text.split('\n').filter((l) => l.startsWith('kappctrl_app_'));
 }
 
 /**
@@ -49,7 +51,7 @@ async function counters(m: PrometheusReconcileMetrics): Promise<string[]> {
  */
 async function bothWays(kind: Kind, steps: Step[], seeStarts = true) {
   const embedded = new PrometheusReconcileMetrics();
-  const derived = new PrometheusReconcileMetrics();
+  const derived = new ReconcileSeries();
   const fromStatus = new StatusMetrics(derived, { clusterId: 'c1' });
   const log = memoryLogger();
   let status: Status | undefined;
@@ -110,8 +112,25 @@ describe('StatusMetrics: counters as the embedded runtime records them', () => {
     });
   }
 
+  it("writes prom-client's text: the same HELP, TYPE and series lines as the embedded runtime's registry", async () => {
+    const embedded = new PrometheusReconcileMetrics();
+    const series = new ReconcileSeries();
+    const empty = await embedded.registry.metrics();
+    expect(series.text()).toBe(empty);
+    for (const sink of [embedded, series]) {
+      const t = { clusterId: 'c1', controller: 'pkgr' as const, namespace: 'n"s', name: 'a\\b' };
+      sink.init(t);
+      sink.count(t, 'attempt');
+      sink.count(t, 'deleteFailed');
+      sink.time(t, 'fetch', true, 0.5);
+      sink.time(t, 'overall', false, 12);
+      sink.init({ ...t, controller: 'app', name: 'b' });
+    }
+    expect(series.text()).toBe(await embedded.registry.metrics());
+  });
+
   it('counts the run of a status first seen in flight, and nothing for a status seen again', async () => {
-    const derived = new PrometheusReconcileMetrics();
+    const derived = new ReconcileSeries();
     const s = new StatusMetrics(derived, { clusterId: 'c1' });
     const reconciling = markReconciling(markSucceeded({}), 1);
     s.seen('App', object('App', 'a', reconciling));
@@ -126,7 +145,7 @@ describe('StatusMetrics: counters as the embedded runtime records them', () => {
 describe('StatusMetrics: times, removal and bound', () => {
   it('sets the times from the stage times, firstReconcile true until an outcome was seen', async () => {
     const { derived } = await bothWays('App', ['ok', 'fail']);
-    const text = await derived.registry.metrics();
+    const text = derived.text();
     const l = (first: boolean) => `controller="app",name="a",namespace="ns",firstReconcile="${first}"`;
     expect(text).toContain(`kappctrl_reconcile_time_seconds{${l(true)}} 7`);
     expect(text).toContain(`kappctrl_reconcile_fetch_time_seconds{${l(true)}} 1`);
@@ -136,7 +155,7 @@ describe('StatusMetrics: times, removal and bound', () => {
   });
 
   it('skips the stages an earlier run left (a run that failed in fetch has no template or deploy time)', async () => {
-    const derived = new PrometheusReconcileMetrics();
+    const derived = new ReconcileSeries();
     const s = new StatusMetrics(derived, { clusterId: 'c1' });
     const old = {
       template: { updatedAt: iso(T0 - 60_000) },
@@ -152,7 +171,7 @@ describe('StatusMetrics: times, removal and bound', () => {
         2,
       ),
     );
-    const text = await derived.registry.metrics();
+    const text = derived.text();
     expect(text).toContain(
       'kappctrl_reconcile_fetch_time_seconds{controller="app",name="a",namespace="ns",firstReconcile="true"} 2',
     );
@@ -166,25 +185,25 @@ describe('StatusMetrics: times, removal and bound', () => {
     const { derived, fromStatus } = await bothWays('App', ['ok', 'fail']);
     fromStatus.seen('App', object('App', 'b', markSucceeded({})));
     fromStatus.gone('App', 'ns', 'a');
-    const text = await derived.registry.metrics();
+    const text = derived.text();
     expect(text).not.toContain('name="a"');
     expect(text).toContain('kappctrl_app_reconcile_attempt_total{controller="app",name="b",namespace="ns"} 0');
     expect(fromStatus.objects).toBe(1);
     fromStatus.reset();
-    expect(await derived.registry.metrics()).not.toMatch(/^kappctrl_\w+\{/m);
+    expect(derived.text()).not.toMatch(/^kappctrl_\w+\{/m);
     expect(fromStatus.objects).toBe(0);
   });
 
   it('keeps series for at most maxObjects objects; one seen beyond gets them once another goes', async () => {
-    const derived = new PrometheusReconcileMetrics();
+    const derived = new ReconcileSeries();
     const s = new StatusMetrics(derived, { clusterId: 'c1', maxObjects: 2 });
     for (const n of ['a', 'b', 'c']) s.seen('App', object('App', n, undefined));
     expect([s.objects, s.skipped]).toEqual([2, 1]);
-    expect(await derived.registry.metrics()).not.toContain('name="c"');
+    expect(derived.text()).not.toContain('name="c"');
     s.gone('App', 'ns', 'a');
     s.seen('App', object('App', 'c', markReconciling({}, 1), 2));
     expect([s.objects, s.skipped]).toEqual([2, 0]);
-    expect(await derived.registry.metrics()).toContain(
+    expect(derived.text()).toContain(
       'kappctrl_app_reconcile_attempt_total{controller="app",name="c",namespace="ns"} 1',
     );
   });
@@ -204,7 +223,7 @@ describe('Forwarder: statusObserver', () => {
 
   it('is told each new resourceVersion of a watched object and when the object goes', async () => {
     const watcher = new FakeObjectWatcher();
-    const derived = new PrometheusReconcileMetrics();
+    const derived = new ReconcileSeries();
     const observer = new StatusMetrics(derived, { clusterId: 'c1' });
     fwd = new Forwarder({
       clusterId: 'c1',
@@ -221,10 +240,10 @@ describe('Forwarder: statusObserver', () => {
     watcher.apply({ ...base, spec: { fetch: [], template: [], deploy: [] }, status: markReconciling({}, 1) });
     await vi.advanceTimersByTimeAsync(250);
     const line = 'kappctrl_app_reconcile_attempt_total{controller="app",name="a",namespace="ns"} 1';
-    expect(await derived.registry.metrics()).toContain(line);
+    expect(derived.text()).toContain(line);
     watcher.remove(APP, 'ns', 'a');
     await vi.advanceTimersByTimeAsync(250);
-    expect(await derived.registry.metrics()).not.toContain('name="a"');
+    expect(derived.text()).not.toContain('name="a"');
     expect(observer.objects).toBe(0);
   });
 });

@@ -81,24 +81,6 @@ export class PrometheusReconcileMetrics implements ReconcileMetrics {
     for (const c of Object.values(this.#counters)) c.remove(this.#labels(target));
   }
 
-  /**
-   * Removes every series of the object, counters and both `firstReconcile` values of each gauge.
-   * Upstream's `DeleteMetrics` (and {@link forget}) drop the counters only, so its gauges outlive
-   * the object; the forwarder, which derives the series from watched objects, drops all of them
-   * when the object is gone so that its memory follows the live objects.
-   */
-  drop(target: MetricTarget): void {
-    this.forget(target);
-    for (const g of Object.values(this.#gauges)) {
-      for (const first of ['true', 'false']) g.remove({ ...this.#labels(target), firstReconcile: first });
-    }
-  }
-
-  /** Removes every series of every object (the forwarder after a leadership term ends). */
-  clear(): void {
-    for (const m of [...Object.values(this.#counters), ...Object.values(this.#gauges)]) m.reset();
-  }
-
   /** {@inheritDoc ReconcileMetrics.time} */
   time(target: MetricTarget, phase: ReconcilePhase, firstReconcile: boolean, seconds: number): void {
     this.#gauges[phase].set({ ...this.#labels(target), firstReconcile: String(firstReconcile) }, seconds);
