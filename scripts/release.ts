@@ -159,6 +159,7 @@ const KIND_ORDER = [
   'RoleBinding',
   'ValidatingAdmissionPolicy',
   'ValidatingAdmissionPolicyBinding',
+  'Service',
   'Deployment',
 ];
 
