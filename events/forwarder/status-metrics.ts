@@ -3,10 +3,11 @@
  * mode, where the reconciles run in Lambda functions that write CloudWatch EMF lines: the
  * forwarder, which watches every App, PackageInstall and PackageRepository with its status
  * anyway, derives the same counters and times from the status changes and serves them on its
- * `/metrics`. The series go through the embedded runtime's own adapter
- * (`PrometheusReconcileMetrics`, `functions/lib/observe/prometheus.ts`, names and help texts from
- * `functions/lib/observe/metrics.ts`), so names, types, help texts and labels (`controller`
- * `app|pkgi|pkgr`, `name`, `namespace`; `firstReconcile` on the times) cannot drift apart.
+ * `/metrics`. They go through the reconcile metrics port (`functions/lib/observe/metrics.ts`,
+ * which names them) into `reconcile-series.ts`, whose text is the embedded runtime's
+ * (`PrometheusReconcileMetrics`) for the same calls, so names, types, help texts and labels
+ * (`controller` `app|pkgi|pkgr`, `name`, `namespace`; `firstReconcile` on the times) cannot
+ * drift apart (`test/unit/forwarder-status-metrics.test.ts` compares both).
  *
  * What a status change counts (each reconcile writes `Reconciling` at its start and
  * `consecutiveReconcileSuccesses`/`Failures` at its end, `pkg/app/app_reconcile.go`):
@@ -45,9 +46,12 @@ import type { Kind } from '../schema.js';
 
 /** Where the derived series go: the reconcile metrics port plus removal of whole objects. */
 export interface StatusMetricsSink extends ReconcileMetrics {
-  /** Removes every series of the object (`PrometheusReconcileMetrics.drop`). */
+  /**
+   * Removes every series of the object, its times included: upstream's `DeleteMetrics` drops
+   * the counters only, but here the memory must follow the live objects.
+   */
   drop(target: MetricTarget): void;
-  /** Removes every series (`PrometheusReconcileMetrics.clear`). */
+  /** Removes every series (a leadership term ended). */
   clear(): void;
 }
 
@@ -119,7 +123,7 @@ export class StatusMetrics implements StatusObserver {
   readonly #seen = new Map<string, Seen>();
   #skipped = new Set<string>();
 
-  /** @param sink - Usually a `PrometheusReconcileMetrics` on the forwarder's registry. */
+  /** @param sink - The program's `ReconcileSeries` (tests may pass another). */
   constructor(sink: StatusMetricsSink, options: StatusMetricsOptions) {
     this.#sink = sink;
     this.#clusterId = options.clusterId;
