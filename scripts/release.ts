@@ -200,6 +200,7 @@ const KIND_ORDER = [
   'RoleBinding',
   'ValidatingAdmissionPolicy',
   'ValidatingAdmissionPolicyBinding',
+  'Service',
   'Deployment',
 ];
 

@@ -36,6 +36,7 @@ import { KIND_FUNCTION } from '../schema.js';
 import type { ForwarderOptions } from './forwarder.js';
 import { type TimerConfigSource, type WatchedKindName, watchedKinds } from './kinds.js';
 import { DEFAULT_LEASE_NAMESPACE, leaseNameFor } from './leadership.js';
+import { DEFAULT_STATUS_METRICS_MAX_OBJECTS } from './status-metrics.js';
 
 /**
  * The environment variables of the watch, read by {@link parseForwarderEnv} (in-cluster program
@@ -195,6 +196,13 @@ export const FORWARDER_PROGRAM_ENV_DOCS: readonly SettingDoc[] = [
     name: 'FORWARDER_HTTP_PORT',
     default: '8080',
     meaning: 'port of the same',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_RECONCILE_METRICS_MAX_OBJECTS',
+    default: '50000',
+    meaning:
+      "most objects with kapp-controller's per-object `kappctrl_*` series on `/metrics`, derived from their status (`status-metrics.ts`; 0: none)",
     readBy: 'forwarder program (`main.ts`)',
   },
   {
@@ -370,6 +378,11 @@ export interface ForwarderProgramSettings {
   lease: { namespace: string; name: string };
   /** `FORWARDER_HTTP_HOST` / `FORWARDER_HTTP_PORT` (0: any free port, for tests). */
   http: { host: string; port: number };
+  /**
+   * `FORWARDER_RECONCILE_METRICS_MAX_OBJECTS`: most objects with `kappctrl_*` series (0: the
+   * series are off). Absent: `DEFAULT_STATUS_METRICS_MAX_OBJECTS` (50,000).
+   */
+  reconcileMetricsMaxObjects?: number;
   /** `FORWARDER_SHUTDOWN_TIMEOUT_SECONDS`, in ms. */
   shutdownTimeoutMs: number;
   /** `FORWARDER_LOG_LEVEL`. */
@@ -392,6 +405,7 @@ const ProgramEnvSchema = z.object({
   ),
   FORWARDER_HTTP_HOST: z.preprocess(blankToUndefined, z.string().default('0.0.0.0')),
   FORWARDER_HTTP_PORT: int(0, 65_535, 8080),
+  FORWARDER_RECONCILE_METRICS_MAX_OBJECTS: int(0, 1_000_000, DEFAULT_STATUS_METRICS_MAX_OBJECTS),
   FORWARDER_SHUTDOWN_TIMEOUT_SECONDS: int(1, 300, 10),
   FORWARDER_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(FORWARDER_LOG_LEVELS).default('info')),
   KUBECONFIG: optional(z.string().refine((v) => !v.includes(':'), { error: 'expected one path (no list)' })),
@@ -441,6 +455,7 @@ export function parseForwarderProgramEnv(env: Readonly<Record<string, string | u
       name: e.FORWARDER_LEASE_NAME ?? leaseNameFor(forwarder.namespaces),
     },
     http: { host: e.FORWARDER_HTTP_HOST, port: e.FORWARDER_HTTP_PORT },
+    reconcileMetricsMaxObjects: e.FORWARDER_RECONCILE_METRICS_MAX_OBJECTS,
     shutdownTimeoutMs: e.FORWARDER_SHUTDOWN_TIMEOUT_SECONDS * 1000,
     logLevel: e.FORWARDER_LOG_LEVEL,
     ...(e.KUBECONFIG ? { kubeconfig: e.KUBECONFIG } : {}),

@@ -25,6 +25,7 @@ import { Outbox, toCloudEvent } from './outbox.js';
 import { inFlight } from './quiet.js';
 import { NamespacedMap, REF_CONFIG_MAP, REF_SECRET, REF_SERVICE_ACCOUNT, RefIndex, type RefType } from './ref-index.js';
 import { type ListMode, Reflector, type ReflectorHandler } from './reflector.js';
+import type { StatusObserver } from './status-metrics.js';
 import type { Transport } from './transport.js';
 
 /** Options of {@link Forwarder}. Times in milliseconds unless named otherwise. */
@@ -110,6 +111,12 @@ export interface ForwarderOptions {
    * (`kapp_lambda_drift_total`). Must not throw (a throw is logged and ignored).
    */
   onDrift?: (cause: string) => void;
+  /**
+   * Told each watched object as first seen and at each new resourceVersion, and when it goes:
+   * the program derives kapp-controller's per-object `kappctrl_*` series from the status changes
+   * (`status-metrics.ts`). Must not throw (a throw is logged and ignored).
+   */
+  statusObserver?: StatusObserver;
 }
 
 /** Counters and sizes, for tests, metrics and the memory benchmark. */
@@ -700,6 +707,7 @@ export class Forwarder {
       this.refs.add(st);
       this.trackNamespaces(kind, st, obj);
       this.drift?.track(st, kind.deployed?.(obj));
+      this.observeStatus(kind, obj);
       const due = this.timing(kind, st, obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
       if (reason) this.ask(st, reason, now);
@@ -708,6 +716,7 @@ export class Forwarder {
     }
     if (mark) st.mark = mark;
     if (st.rv === m.resourceVersion) return;
+    this.observeStatus(kind, obj);
     this.notifyController(kind, obj);
     const generation = m.generation ?? 0;
     const deleting = Boolean(m.deletionTimestamp);
@@ -892,7 +901,23 @@ export class Forwarder {
     }
   }
 
+  /** Tells {@link ForwarderOptions.statusObserver} about `obj` (a throw is logged, never raised). */
+  private observeStatus(kind: WatchedKind, obj: KubeObject): void {
+    const observer = this.opts.statusObserver;
+    if (!observer) return;
+    try {
+      observer.seen(kind.resource.kind as Kind, obj);
+    } catch (err) {
+      this.logger.warn({ error: (err as Error).message }, 'status observer failed');
+    }
+  }
+
   private forget(st: ObjState): void {
+    try {
+      this.opts.statusObserver?.gone(this.kinds[st.kindIx]!.resource.kind as Kind, st.namespace, st.name);
+    } catch (err) {
+      this.logger.warn({ error: (err as Error).message }, 'status observer failed');
+    }
     this.drift?.untrack(st);
     this.heap.delete(st);
     this.refs.remove(st);

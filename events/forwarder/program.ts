@@ -9,7 +9,9 @@
  * - `GET /readyz`: 200 when leading with every watch's first list done, or standing by (not
  *   leading: nothing to sync); 503 while leading and still listing, and once stopping.
  * - `GET /metrics`: Prometheus text format (prom-client): the forwarder's counters summed over
- *   leadership terms, its sizes, leadership, readiness, and the Node process defaults.
+ *   leadership terms, its sizes, leadership, readiness, the Node process defaults, and, while
+ *   leading, kapp-controller's per-object `kappctrl_*` series derived from the watched status
+ *   changes (`status-metrics.ts`; removed when a term ends, so only the leader serves them).
  *
  * {@link ForwarderProgram.stop} (SIGTERM): readiness turns 503, the watches stop, what the outbox
  * holds is sent within `shutdownTimeoutMs` (still as leader: the Lease keeps being renewed
@@ -24,6 +26,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { KubeReader, LeaseView, ObjectWatcher } from '../../functions/lib/kube/port.js';
 import { describeControllerConfig, readControllerConfig } from '../../functions/lib/reconcile/controller-config.js';
@@ -34,6 +37,8 @@ import { forwarderOptions } from './config.js';
 import { Forwarder, type ForwarderStats } from './forwarder.js';
 import { ClusterLeadership } from './leadership.js';
 import type { ForwarderLogger } from './log.js';
+import { ReconcileSeries } from './reconcile-series.js';
+import { StatusMetrics } from './status-metrics.js';
 import type { Transport } from './transport.js';
 
 /** What the program runs on (the entry file builds the real ones; tests may pass others). */
@@ -147,6 +152,15 @@ export async function startForwarderProgram(
   // The cluster's kapp-controller-config sync periods, over the settings' (undefined: not read yet).
   let clusterTimer: TimerConfig | undefined;
   const timer = () => (clusterTimer ? { ...settings.forwarder.timer, ...clusterTimer } : settings.forwarder.timer);
+  const maxObjects = settings.reconcileMetricsMaxObjects;
+  const series = new ReconcileSeries();
+  const statusMetrics =
+    maxObjects === 0
+      ? undefined
+      : new StatusMetrics(series, {
+          clusterId: settings.forwarder.clusterId,
+          ...(maxObjects === undefined ? {} : { maxObjects }),
+        });
   const reader = deps.configReader;
   const namespace = settings.forwarder.controllerConfigNamespace;
   let reading = Promise.resolve();
@@ -178,8 +192,11 @@ export async function startForwarderProgram(
     },
     makeForwarder: (transport) => {
       synced = false;
+      // A new term lists every object again: its series start over (the last term's may be stale).
+      statusMetrics?.reset();
       const f = new Forwarder({
         ...forwarderOptions(settings.forwarder, timer),
+        ...(statusMetrics ? { statusObserver: statusMetrics } : {}),
         watcher: deps.watcher,
         transport,
         logger,
@@ -248,6 +265,16 @@ export async function startForwarderProgram(
   gauge('objects', 'Watched objects known (leader only).', () => leadership.forwarder?.stats().objects ?? 0);
   gauge('refs', 'Referenced Secrets and ConfigMaps tracked.', () => leadership.forwarder?.stats().refs ?? 0);
   gauge('pending_events', 'Events waiting in the outbox.', () => leadership.forwarder?.stats().pending ?? 0);
+  gauge(
+    'reconcile_metrics_objects',
+    'Objects with kappctrl_* series (leader only).',
+    () => statusMetrics?.objects ?? 0,
+  );
+  gauge(
+    'reconcile_metrics_skipped_objects',
+    'Objects without kappctrl_* series because FORWARDER_RECONCILE_METRICS_MAX_OBJECTS was reached.',
+    () => statusMetrics?.skipped ?? 0,
+  );
   const refreshCounters = () => {
     const t = totals.totals(leadership.forwarder);
     for (const [key, c] of counters) setTotal(c, t[key] ?? 0);
@@ -258,10 +285,21 @@ export async function startForwarderProgram(
     setTotal(election.lost, e.lost);
     setTotal(election.failures, e.failures);
   };
-  const metrics = async () => {
+  const ownMetrics = async () => {
     refreshCounters();
+    // A replica that stopped leading serves no per-object series (the new leader does).
+    if (!isLeader() && statusMetrics && statusMetrics.objects + statusMetrics.skipped > 0) statusMetrics.reset();
     return await registry.metrics();
   };
+  /** The whole text: the registry's, then the per-object series (written in chunks to HTTP). */
+  function* exposition(own: string): Generator<string> {
+    yield own;
+    if (statusMetrics) {
+      yield '\n';
+      yield* series.chunks();
+    }
+  }
+  const metrics = async () => [...exposition(await ownMetrics())].join('');
 
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
@@ -276,8 +314,11 @@ export async function startForwarderProgram(
       return answer(503, stopping ? 'stopping\n' : 'leading, watches not synced yet\n');
     }
     if (path === '/metrics') {
-      metrics().then(
-        (text) => answer(200, text, registry.contentType),
+      ownMetrics().then(
+        (own) => {
+          res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' });
+          Readable.from(exposition(own)).pipe(res);
+        },
         (e: unknown) => answer(500, `metrics failed: ${e instanceof Error ? e.message : String(e)}\n`),
       );
       return;

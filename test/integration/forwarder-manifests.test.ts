@@ -103,6 +103,7 @@ describe('infra/forwarder manifests', () => {
       'Namespace/kapp-lambda',
       'Role/kapp-lambda-forwarder-leader-election',
       'RoleBinding/kapp-lambda-forwarder-leader-election',
+      'Service/kapp-lambda-forwarder-metrics',
       'ServiceAccount/kapp-lambda-forwarder',
     ]);
     const sa = docs.find((d) => d.kind === 'ServiceAccount')!;

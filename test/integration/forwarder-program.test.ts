@@ -261,6 +261,12 @@ describe('forwarder program', () => {
     expect(metric(metricsA, 'kapp_lambda_forwarder_events_sent_total')).toBe(1);
     expect(metricsA).toContain('kapp_lambda_forwarder_events_emitted_total{reason="added"} 1');
     expect(metricsA).toContain('process_resident_memory_bytes');
+    // kapp-controller's per-object series from the watched status: the leader's only.
+    expect(metricsA).toContain(
+      `kappctrl_app_reconcile_attempt_total{controller="app",name="hello",namespace="${ns}"} 0`,
+    );
+    expect(metric(metricsA, 'kapp_lambda_forwarder_reconcile_metrics_objects')).toBe(1);
+    expect((await get(b, '/metrics')).body).not.toContain('name="hello"');
 
     // SIGTERM to the leader: drains, releases the Lease, exits 0 well within its bound.
     a.proc.kill('SIGTERM');

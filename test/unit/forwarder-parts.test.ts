@@ -474,6 +474,7 @@ describe('parseForwarderProgramEnv', () => {
       queueUrls: { fetch: FETCH },
       lease: { namespace: 'kapp-lambda', name: 'kapp-lambda-forwarder' },
       http: { host: '0.0.0.0', port: 8080 },
+      reconcileMetricsMaxObjects: 50_000,
       shutdownTimeoutMs: 10_000,
       logLevel: 'info',
     });
@@ -492,6 +493,7 @@ describe('parseForwarderProgramEnv', () => {
       FORWARDER_LEASE_NAMESPACE: 'ops',
       FORWARDER_HTTP_HOST: '127.0.0.1',
       FORWARDER_HTTP_PORT: '0',
+      FORWARDER_RECONCILE_METRICS_MAX_OBJECTS: '0',
       FORWARDER_SHUTDOWN_TIMEOUT_SECONDS: '3',
       FORWARDER_LOG_LEVEL: 'debug',
       KUBECONFIG: '/home/me/.kube/config',
@@ -505,6 +507,7 @@ describe('parseForwarderProgramEnv', () => {
     expect(s).toMatchObject({
       sqsEndpoint: 'http://127.0.0.1:4566',
       http: { host: '127.0.0.1', port: 0 },
+      reconcileMetricsMaxObjects: 0,
       shutdownTimeoutMs: 3000,
       logLevel: 'debug',
       kubeconfig: '/home/me/.kube/config',

@@ -57,6 +57,7 @@ describe('release manifest', () => {
       'RoleBinding',
       'ValidatingAdmissionPolicy',
       'ValidatingAdmissionPolicyBinding',
+      'Service',
       'Deployment',
     ]);
     expect(docs.slice(0, 7).map((d) => `${d.kind}/${d.metadata.name}`)).toEqual([
@@ -72,6 +73,28 @@ describe('release manifest', () => {
       'pod-security.kubernetes.io/enforce': 'restricted',
     });
     expect(new Set(docs.map(id)).size).toBe(docs.length);
+  });
+
+  it("serves the forwarder's /metrics through a Service on the Deployment's http port", () => {
+    const svc = docs.find((d) => id(d) === 'Service/kapp-lambda/kapp-lambda-forwarder-metrics') as ReleaseDocument & {
+      spec: { selector: Record<string, string>; ports: Array<{ name: string; port: number; targetPort: string }> };
+    };
+    const dep = docs.find((d) => d.kind === 'Deployment') as ReleaseDocument & {
+      spec: {
+        template: {
+          metadata: { labels: Record<string, string> };
+          spec: { containers: Array<{ ports: Array<{ name: string; containerPort: number }> }> };
+        };
+      };
+    };
+    expect(svc.spec.ports).toEqual([{ name: 'http-metrics', port: 8080, targetPort: 'http', protocol: 'TCP' }]);
+    expect(dep.spec.template.metadata.labels).toMatchObject(svc.spec.selector);
+    const http = dep.spec.template.spec.containers[0]!.ports.find((p) => p.name === 'http');
+    expect(http?.containerPort).toBe(8080);
+    const config = docs.find((d) => d.kind === 'ConfigMap' && d.metadata.name === 'kapp-lambda-forwarder') as
+      | (ReleaseDocument & { data: Record<string, string> })
+      | undefined;
+    expect(config?.data.FORWARDER_HTTP_PORT).toBe('8080');
   });
 
   it('holds every object npm run cluster -- add prints (default namespaces, no token identities)', async () => {

@@ -10,6 +10,10 @@
  *   line per observation in the function's log, with a `clusterId` dimension, which CloudWatch
  *   turns into metrics without an API call.
  *
+ * In the cloud mode the forwarder serves the per-object series too, derived from the status
+ * changes it watches, through this port into a compact store of its own whose text is
+ * prom-client's (`events/forwarder/status-metrics.ts`, `reconcile-series.ts`).
+ *
  * Counters (labels `controller`, `name`, `namespace`): `kappctrl_app_reconcile_attempt_total`,
  * `..._success_total`, `..._failure_total`, `..._delete_attempt_total`, `..._delete_failed_total`.
  * Gauges in seconds (labels `controller`, `name`, `namespace`, `firstReconcile`):
