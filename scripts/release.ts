@@ -3,8 +3,8 @@
  * (version from package.json), applied with `kubectl apply -f` or `kapp deploy -a kapp-lambda -f`.
  *
  * ```
- * npm run release                       # writes release/kapp-lambda-<version>.yml
- * npm run release -- --check            # exit 1 when that file is not what the sources give now
+ * npm run release                       # writes release/kapp-lambda-<version>.yml and -runtime-<version>.yml
+ * npm run release -- --check            # exit 1 when either file is not what the sources give now
  * npm run release -- --image-repository <repo> [--forwarder-role-arn <arn>] --out <file>
  * ```
  *
@@ -27,6 +27,13 @@
  *   (`rbacManifests` of `./cluster-registry.ts`) with the default namespaces and without the
  *   token identities of `--auth token` (a fleet's choice: non-expiring token Secrets a fleet with
  *   EKS access entries must not have).
+ *
+ * The in-cluster runtime (kapp-lambda without AWS: `npm start`'s embedded runtime as a
+ * Deployment) is a second file, `release/kapp-lambda-runtime-<version>.yml`
+ * ({@link runtimeReleaseDocuments}), applied after this one: its ServiceAccount, bindings derived
+ * from the roles above ({@link runtimeBindings}), the Deployment, a metrics Service and a
+ * PodDisruptionBudget. A second file, not a section, because a cluster runs it or joins a cloud
+ * fleet (the forwarder above), never both, and `kubectl apply -f` takes a file whole.
  *
  * `release/` is committed, as `infra/crds/` is: a user installs from a checkout or a raw URL
  * without Node, and `test/unit/release.test.ts` fails when the file is stale.
@@ -160,6 +167,8 @@ const KIND_ORDER = [
   'ValidatingAdmissionPolicy',
   'ValidatingAdmissionPolicyBinding',
   'Deployment',
+  'Service',
+  'PodDisruptionBudget',
 ];
 
 /** Rank of a kind in {@link KIND_ORDER}; kinds not listed go last. */
@@ -197,7 +206,12 @@ export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDo
       if (d.metadata.labels) seen.metadata.labels = { ...seen.metadata.labels, ...d.metadata.labels };
     } else throw new Error(`two sources declare ${identity(d)}`);
   }
-  return [...byId.values()].sort(
+  return inReleaseOrder([...byId.values()]);
+}
+
+/** `docs` sorted in the release's order: by kind ({@link KIND_ORDER}), namespace and name. */
+function inReleaseOrder(docs: ReleaseDocument[]): ReleaseDocument[] {
+  return docs.sort(
     (a, b) =>
       kindRank(a.kind) - kindRank(b.kind) ||
       a.kind.localeCompare(b.kind) ||
@@ -226,21 +240,241 @@ export async function renderRelease(inputs: ReleaseInputs): Promise<string> {
   return releaseHeader(inputs.version) + docs.map(renderYaml).join('---\n');
 }
 
+/** `kapp-lambda-runtime-<version>.yml`: the in-cluster runtime, applied after {@link releaseFileName}'s file. */
+export function runtimeReleaseFileName(version: string): string {
+  return `kapp-lambda-runtime-${version}.yml`;
+}
+
+/** Name of the in-cluster runtime's ServiceAccount, Deployment, Service and PodDisruptionBudget. */
+export const RUNTIME_NAME = 'kapp-lambda-runtime';
+
+/** Where the runtime image (`infra/runtime/Containerfile`) is pulled from by default; the tag is the version. */
+export const DEFAULT_RUNTIME_IMAGE_REPOSITORY = 'ghcr.io/kapp-lambda/runtime';
+
+/** Port of the runtime's `GET /metrics` (`KAPP_LAMBDA_METRICS_ADDRESS`) and its Service. */
+export const RUNTIME_METRICS_PORT = 8080;
+
 /**
- * Whether the committed release of the current version is what the sources give now.
+ * The tool cache inside the runtime image (`KAPP_LAMBDA_CACHE`): the pinned tools built into it by
+ * `infra/runtime/Containerfile`. Read-only in the Pod but for its `keys/` (an emptyDir: the
+ * private artifacts' root key is created on first use).
+ */
+export const RUNTIME_CACHE_DIR = '/opt/kapp-lambda/cache';
+
+/** The runtime Pod's writable scratch (an emptyDir): object store, tool scratch, `HOME`. */
+export const RUNTIME_SCRATCH_DIR = '/scratch';
+
+/** A subject of a binding. */
+type Subject = { kind: string; name: string; namespace?: string; apiGroup?: string };
+
+/**
+ * Whether a binding grants what the in-cluster runtime does: the embedded runtime is the
+ * forwarder and every function at once, so it needs every role bound to the forwarder's
+ * ServiceAccount or to a function identity's group (`kapp-lambda:<function>`), and no other (the
+ * PackageRepository kapp's `kapp-lambda:pkgr` stays that ServiceAccount's: the runtime only mints
+ * its token).
+ */
+function grantsRuntime(binding: ReleaseDocument): boolean {
+  const subjects = (binding.subjects ?? []) as Subject[];
+  return subjects.some(
+    (s) =>
+      (s.kind === 'Group' && s.name.startsWith(`${RELEASE_NAMESPACE}:`)) ||
+      (s.kind === 'ServiceAccount' && s.name === 'kapp-lambda-forwarder' && s.namespace === RELEASE_NAMESPACE),
+  );
+}
+
+/**
+ * The runtime's bindings: one per binding of the main release that {@link grantsRuntime}, to the
+ * same role, with the runtime's ServiceAccount as the only subject, named
+ * `kapp-lambda-runtime:<role without its kapp-lambda prefix>`. Derived, never written by hand, so
+ * a rule added to a function's role reaches the runtime with the next release.
+ */
+export function runtimeBindings(mainDocs: readonly ReleaseDocument[]): ReleaseDocument[] {
+  return mainDocs
+    .filter((d) => (d.kind === 'ClusterRoleBinding' || d.kind === 'RoleBinding') && grantsRuntime(d))
+    .map((d) => {
+      const roleRef = d.roleRef as { apiGroup: string; kind: string; name: string };
+      return {
+        apiVersion: d.apiVersion,
+        kind: d.kind,
+        metadata: {
+          name: `${RUNTIME_NAME}:${roleRef.name.replace(/^kapp-lambda[:-]/, '')}`,
+          ...(d.metadata.namespace ? { namespace: d.metadata.namespace } : {}),
+        },
+        roleRef,
+        subjects: [{ kind: 'ServiceAccount', name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE }],
+      };
+    });
+}
+
+/** Inputs of the runtime release. */
+export interface RuntimeReleaseInputs {
+  /** The version (package.json's), in the file name, the header and the image tag. */
+  version: string;
+  /** Repository of the runtime image. Default {@link DEFAULT_RUNTIME_IMAGE_REPOSITORY}. */
+  imageRepository?: string;
+}
+
+/**
+ * The in-cluster runtime's Deployment: two replicas, one leading per the Lease (the other takes
+ * over within ~15 s of a crash, at once on a clean stop), restricted Pod Security (non-root,
+ * read-only root filesystem with emptyDirs for scratch and the artifact key, no capabilities,
+ * RuntimeDefault seccomp), metrics on {@link RUNTIME_METRICS_PORT}.
+ */
+function runtimeDeployment(image: string): ReleaseDocument {
+  const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
+  const scratch = (sub: string) => `${RUNTIME_SCRATCH_DIR}/${sub}`;
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE, labels },
+    spec: {
+      replicas: 2,
+      selector: { matchLabels: labels },
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 1, maxSurge: 1 } },
+      template: {
+        metadata: {
+          labels,
+          annotations: {
+            'prometheus.io/scrape': 'true',
+            'prometheus.io/port': String(RUNTIME_METRICS_PORT),
+            'prometheus.io/path': '/metrics',
+          },
+        },
+        spec: {
+          serviceAccountName: RUNTIME_NAME,
+          // SIGTERM: running stages end, then the Lease is released (scripts/start.ts).
+          terminationGracePeriodSeconds: 60,
+          securityContext: {
+            runAsNonRoot: true,
+            runAsUser: 65532,
+            runAsGroup: 65532,
+            fsGroup: 65532,
+            seccompProfile: { type: 'RuntimeDefault' },
+          },
+          affinity: {
+            podAntiAffinity: {
+              preferredDuringSchedulingIgnoredDuringExecution: [
+                {
+                  weight: 100,
+                  podAffinityTerm: { topologyKey: 'kubernetes.io/hostname', labelSelector: { matchLabels: labels } },
+                },
+              ],
+            },
+          },
+          containers: [
+            {
+              name: 'runtime',
+              image,
+              imagePullPolicy: 'IfNotPresent',
+              env: [
+                { name: 'KAPP_LAMBDA_METRICS_ADDRESS', value: `0.0.0.0:${RUNTIME_METRICS_PORT}` },
+                { name: 'KAPP_LAMBDA_CACHE', value: RUNTIME_CACHE_DIR },
+                { name: 'KAPP_LAMBDA_STORE', value: scratch('store') },
+                { name: 'TMPDIR', value: scratch('tmp') },
+                { name: 'HOME', value: scratch('home') },
+              ],
+              ports: [{ name: 'metrics', containerPort: RUNTIME_METRICS_PORT, protocol: 'TCP' }],
+              livenessProbe: { httpGet: { path: '/metrics', port: 'metrics' }, periodSeconds: 20, timeoutSeconds: 5 },
+              resources: {
+                requests: { cpu: '250m', memory: '512Mi', 'ephemeral-storage': '1Gi' },
+                limits: { memory: '2Gi', 'ephemeral-storage': '4Gi' },
+              },
+              securityContext: {
+                allowPrivilegeEscalation: false,
+                readOnlyRootFilesystem: true,
+                runAsNonRoot: true,
+                capabilities: { drop: ['ALL'] },
+                seccompProfile: { type: 'RuntimeDefault' },
+              },
+              volumeMounts: [
+                { name: 'scratch', mountPath: RUNTIME_SCRATCH_DIR },
+                { name: 'keys', mountPath: `${RUNTIME_CACHE_DIR}/keys` },
+              ],
+            },
+          ],
+          volumes: [
+            { name: 'scratch', emptyDir: { sizeLimit: '4Gi' } },
+            { name: 'keys', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } },
+          ],
+        },
+      },
+    },
+  };
+}
+
+/**
+ * Every document of the in-cluster runtime release, in the release's order: its ServiceAccount,
+ * the bindings of {@link runtimeBindings} (to the roles of the main release, which must be
+ * applied first), the Deployment, the metrics Service and a PodDisruptionBudget keeping one
+ * replica through a drain. A separate file from the main release because a cluster runs either
+ * this runtime or the forwarder of a cloud fleet, never both.
+ */
+export async function runtimeReleaseDocuments(inputs: RuntimeReleaseInputs): Promise<ReleaseDocument[]> {
+  const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
+  const main = await releaseDocuments({ version: inputs.version });
+  return inReleaseOrder([
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE } },
+    ...runtimeBindings(main),
+    runtimeDeployment(`${inputs.imageRepository ?? DEFAULT_RUNTIME_IMAGE_REPOSITORY}:${inputs.version}`),
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: `${RUNTIME_NAME}-metrics`, namespace: RELEASE_NAMESPACE, labels },
+      spec: {
+        selector: labels,
+        ports: [{ name: 'metrics', port: RUNTIME_METRICS_PORT, targetPort: 'metrics', protocol: 'TCP' }],
+      },
+    },
+    {
+      apiVersion: 'policy/v1',
+      kind: 'PodDisruptionBudget',
+      metadata: { name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE, labels },
+      spec: { minAvailable: 1, selector: { matchLabels: labels } },
+    },
+  ]);
+}
+
+/** The comment opening the runtime release. */
+export function runtimeReleaseHeader(version: string): string {
+  return [
+    `# kapp-lambda ${version}: the in-cluster runtime (no AWS): ServiceAccount, RBAC, Deployment, metrics Service, PodDisruptionBudget.`,
+    '# Generated by scripts/release.ts (npm run release); do not edit.',
+    `# Install:   kubectl apply -f ${releaseFileName(version)} && kubectl apply -f ${runtimeReleaseFileName(version)}`,
+    '# Not with a fleet: a cluster runs this runtime or the forwarder of a cloud fleet, not both.',
+    '',
+  ].join('\n');
+}
+
+/** The runtime release's text: {@link runtimeReleaseHeader}, then each document. */
+export async function renderRuntimeRelease(inputs: RuntimeReleaseInputs): Promise<string> {
+  const docs = await runtimeReleaseDocuments(inputs);
+  return runtimeReleaseHeader(inputs.version) + docs.map(renderYaml).join('---\n');
+}
+
+/**
+ * Whether the committed releases of the current version (the main one and the runtime's) are
+ * what the sources give now.
  *
- * @returns the path of the file when it is missing or stale, `undefined` when up to date
+ * @returns the path of the first file missing or stale, `undefined` when both are up to date
  */
 export async function staleRelease(dir: string = RELEASE_DIR): Promise<string | undefined> {
   const version = await packageVersion();
-  const file = path.join(dir, releaseFileName(version));
-  const current = await readFile(file, 'utf8').catch(() => undefined);
-  return current === (await renderRelease({ version })) ? undefined : file;
+  for (const [name, render] of [
+    [releaseFileName(version), renderRelease],
+    [runtimeReleaseFileName(version), renderRuntimeRelease],
+  ] as const) {
+    const file = path.join(dir, name);
+    const current = await readFile(file, 'utf8').catch(() => undefined);
+    if (current !== (await render({ version }))) return file;
+  }
+  return undefined;
 }
 
 const USAGE = `usage:
-  npm run release                 writes release/kapp-lambda-<version>.yml (version from package.json)
-  npm run release -- --check      exits 1 when that file is missing or stale
+  npm run release                 writes release/kapp-lambda-<version>.yml and
+                                  release/kapp-lambda-runtime-<version>.yml (version from package.json)
+  npm run release -- --check      exits 1 when either file is missing or stale
   npm run release -- [--image-repository <repo>] [--forwarder-role-arn <arn>] --out <file>
       a release with other inputs (default image repository ${DEFAULT_FORWARDER_IMAGE_REPOSITORY}; no IRSA annotation)
   (-h, --help: this text)
@@ -281,9 +515,16 @@ export async function main(argv: string[]): Promise<number> {
     ...(v['image-repository'] ? { imageRepository: v['image-repository'] } : {}),
     ...(v['forwarder-role-arn'] ? { forwarderRoleArn: v['forwarder-role-arn'] } : {}),
   });
-  await writeFile(file, text);
-  process.stdout.write(`${path.relative(process.cwd(), file)}\n`);
-  err(`release ${version}: wrote ${file} (${Math.round(text.length / 1024)} KiB)\n`);
+  const written: Array<[string, string]> = [[file, text]];
+  // The runtime release has inputs of its own (its image); a custom main release comes alone.
+  if (!v.out) {
+    written.push([path.join(RELEASE_DIR, runtimeReleaseFileName(version)), await renderRuntimeRelease({ version })]);
+  }
+  for (const [f, t] of written) {
+    await writeFile(f, t);
+    process.stdout.write(`${path.relative(process.cwd(), f)}\n`);
+    err(`release ${version}: wrote ${f} (${Math.round(t.length / 1024)} KiB)\n`);
+  }
   return EXIT.ok;
 }
 
