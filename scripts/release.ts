@@ -261,7 +261,7 @@ export const RUNTIME_METRICS_PORT = 8080;
  */
 export const RUNTIME_CACHE_DIR = '/opt/kapp-lambda/cache';
 
-/** The runtime Pod's writable scratch (an emptyDir): object store, tool scratch, `HOME`. */
+/** The runtime Pod's writable scratch (an emptyDir): `TMPDIR` and `HOME`, the object store in `store/`. */
 export const RUNTIME_SCRATCH_DIR = '/scratch';
 
 /** A subject of a binding. */
@@ -323,7 +323,6 @@ export interface RuntimeReleaseInputs {
  */
 function runtimeDeployment(image: string): ReleaseDocument {
   const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
-  const scratch = (sub: string) => `${RUNTIME_SCRATCH_DIR}/${sub}`;
   return {
     apiVersion: 'apps/v1',
     kind: 'Deployment',
@@ -370,9 +369,10 @@ function runtimeDeployment(image: string): ReleaseDocument {
               env: [
                 { name: 'KAPP_LAMBDA_METRICS_ADDRESS', value: `0.0.0.0:${RUNTIME_METRICS_PORT}` },
                 { name: 'KAPP_LAMBDA_CACHE', value: RUNTIME_CACHE_DIR },
-                { name: 'KAPP_LAMBDA_STORE', value: scratch('store') },
-                { name: 'TMPDIR', value: scratch('tmp') },
-                { name: 'HOME', value: scratch('home') },
+                { name: 'KAPP_LAMBDA_STORE', value: `${RUNTIME_SCRATCH_DIR}/store` },
+                // Directories that exist in the emptyDir as mounted: mkdtemp needs its parent.
+                { name: 'TMPDIR', value: RUNTIME_SCRATCH_DIR },
+                { name: 'HOME', value: RUNTIME_SCRATCH_DIR },
               ],
               ports: [{ name: 'metrics', containerPort: RUNTIME_METRICS_PORT, protocol: 'TCP' }],
               livenessProbe: { httpGet: { path: '/metrics', port: 'metrics' }, periodSeconds: 20, timeoutSeconds: 5 },

@@ -212,8 +212,8 @@ describe('in-cluster runtime release', () => {
       KAPP_LAMBDA_METRICS_ADDRESS: '0.0.0.0:8080',
       KAPP_LAMBDA_CACHE: RUNTIME_CACHE_DIR,
       KAPP_LAMBDA_STORE: '/scratch/store',
-      TMPDIR: '/scratch/tmp',
-      HOME: '/scratch/home',
+      TMPDIR: '/scratch',
+      HOME: '/scratch',
     });
     const labels = dep.spec.template.metadata.labels;
     const service = runtimeDocs.find((d) => d.kind === 'Service') as ReleaseDocument & {
