@@ -40,6 +40,12 @@ export function componentKey(c: GoComponent): string {
   return `${c.name}-${c.version}-${createHash('sha256').update(recipe).digest('hex').slice(0, 10)}`;
 }
 
+/**
+ * The Go language version of the wrapper module every component is built in (its `go` line):
+ * the toolchain must be at least this (the runtime image's `GO_VERSION`, `infra/runtime/Containerfile`).
+ */
+export const GO_LANGUAGE_VERSION = '1.26';
+
 /** Bumped when the way binaries are built changes, so caches rebuild. */
 const GO_RECIPE_VERSION = 1;
 
@@ -176,7 +182,7 @@ export async function buildComponent(c: GoComponent, progress: Progress, root = 
   const directives = wrapperDirectives(await readFile(info.GoMod, 'utf8'), c.localReplaceVersion);
   await writeFile(
     path.join(src, 'go.mod'),
-    ['module kapp-lambda.local/build', '', 'go 1.26', '', ...directives, ''].join('\n'),
+    ['module kapp-lambda.local/build', '', `go ${GO_LANGUAGE_VERSION}`, '', ...directives, ''].join('\n'),
   );
   const tick = setInterval(
     () => progress(`${c.name}: still building (${Math.round((Date.now() - started) / 1000)}s)`),

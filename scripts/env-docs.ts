@@ -17,8 +17,15 @@ export const START_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KUBECONFIG',
     default: '`~/.kube/config`',
     meaning:
-      'kubeconfig whose current context is served (first file of a list); none: start a local control plane, apply the CRDs and print its kubeconfig path',
+      'kubeconfig whose current context is served (first file of a list); none: in a Pod (`KUBERNETES_SERVICE_HOST` set) the cluster it runs in, else start a local control plane, apply the CRDs and print its kubeconfig path',
     readBy: '`scripts/start.ts`',
+  },
+  {
+    name: 'KAPP_LAMBDA_SERVICEACCOUNT_DIR',
+    default: '`/var/run/secrets/kubernetes.io/serviceaccount`',
+    meaning:
+      "in a cluster (no kubeconfig, `KUBERNETES_SERVICE_HOST` set): the directory holding the ServiceAccount's `token` (re-read every 60 s), `ca.crt` and `namespace`; the cluster is served as `in-cluster`",
+    readBy: '`scripts/start-settings.ts` `kubeSourceOf`',
   },
   {
     name: 'KAPP_LAMBDA_CONTEXTS',
@@ -193,7 +200,8 @@ export const AMBIENT_ENV_DOCS: readonly SettingDoc[] = [
     default: 'set by Kubernetes in a Pod',
     meaning:
       "the in-cluster API server address (client-go's `InClusterConfig`), used with the ServiceAccount's token and CA when no kubeconfig is given",
-    readBy: 'the forwarder program (`functions/lib/kube/kubeconfig-auth.ts` `inClusterConnection`)',
+    readBy:
+      'the forwarder program and `npm start` in a Pod (`functions/lib/kube/kubeconfig-auth.ts` `inClusterConnection`)',
   },
   {
     name: 'PATH',

@@ -3,7 +3,7 @@
  * (version from package.json), applied with `kubectl apply -f` or `kapp deploy -a kapp-lambda -f`.
  *
  * ```
- * npm run release                       # writes release/kapp-lambda-<version>.yml and release/package/
+ * npm run release                       # writes release/kapp-lambda-<version>.yml, -runtime-<version>.yml and release/package/
  * npm run release -- --check            # exit 1 when a file is not what the sources give now
  * npm run release -- --image-repository <repo> [--forwarder-role-arn <arn>] --out <file>
  * ```
@@ -35,6 +35,13 @@
  * the same documents but the CRDs and namespaces as an imgpkg bundle with a ytt values schema,
  * and a PackageRepository layout holding its PackageMetadata and Package, so a fleet rolls its
  * forwarder out as one more PackageInstall.
+ *
+ * The in-cluster runtime (kapp-lambda without AWS: `npm start`'s embedded runtime as a
+ * Deployment) is a second file, `release/kapp-lambda-runtime-<version>.yml`
+ * ({@link runtimeReleaseDocuments}), applied after this one: its ServiceAccount, bindings derived
+ * from the roles above ({@link runtimeBindings}), the Deployment, a metrics Service and a
+ * PodDisruptionBudget. A second file, not a section, because a cluster runs it or joins a cloud
+ * fleet (the forwarder above), never both, and `kubectl apply -f` takes a file whole.
  *
  * `release/` is committed, as `infra/crds/` is: a user installs from a checkout or a raw URL
  * without Node, and `test/unit/release.test.ts` fails when the file is stale.
@@ -202,6 +209,7 @@ const KIND_ORDER = [
   'ValidatingAdmissionPolicyBinding',
   'Service',
   'Deployment',
+  'PodDisruptionBudget',
 ];
 
 /** Rank of a kind in {@link KIND_ORDER}; kinds not listed go last. */
@@ -239,15 +247,18 @@ export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDo
       if (d.metadata.labels) seen.metadata.labels = { ...seen.metadata.labels, ...d.metadata.labels };
     } else throw new Error(`two sources declare ${identity(d)}`);
   }
-  return [...byId.values()]
-    .map((d) => (keptOnUninstall(d) ? markKept(d) : d))
-    .sort(
-      (a, b) =>
-        kindRank(a.kind) - kindRank(b.kind) ||
-        a.kind.localeCompare(b.kind) ||
-        (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
-        a.metadata.name.localeCompare(b.metadata.name),
-    );
+  return inReleaseOrder([...byId.values()].map((d) => (keptOnUninstall(d) ? markKept(d) : d)));
+}
+
+/** `docs` sorted in the release's order: by kind ({@link KIND_ORDER}), namespace and name. */
+function inReleaseOrder(docs: ReleaseDocument[]): ReleaseDocument[] {
+  return docs.sort(
+    (a, b) =>
+      kindRank(a.kind) - kindRank(b.kind) ||
+      a.kind.localeCompare(b.kind) ||
+      (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+      a.metadata.name.localeCompare(b.metadata.name),
+  );
 }
 
 /** The comment opening a release: its version, where it comes from, how to apply and remove it. */
@@ -271,6 +282,20 @@ export async function renderRelease(inputs: ReleaseInputs): Promise<string> {
   const docs = await releaseDocuments(inputs);
   return releaseHeader(inputs.version) + docs.map(renderYaml).join('---\n');
 }
+
+/** `kapp-lambda-runtime-<version>.yml`: the in-cluster runtime, applied after {@link releaseFileName}'s file. */
+export function runtimeReleaseFileName(version: string): string {
+  return `kapp-lambda-runtime-${version}.yml`;
+}
+
+/** Name of the in-cluster runtime's ServiceAccount, Deployment, Service and PodDisruptionBudget. */
+export const RUNTIME_NAME = 'kapp-lambda-runtime';
+
+/** Where the runtime image (`infra/runtime/Containerfile`) is pulled from by default; the tag is the version. */
+export const DEFAULT_RUNTIME_IMAGE_REPOSITORY = 'ghcr.io/kapp-lambda/runtime';
+
+/** Port of the runtime's `GET /metrics` (`KAPP_LAMBDA_METRICS_ADDRESS`) and its Service. */
+export const RUNTIME_METRICS_PORT = 8080;
 
 /**
  * Whether the committed release of the current version (the manifest and the package) is what
@@ -534,11 +559,216 @@ export async function packageFiles(
 
 /** Every file `npm run release` writes, path under {@link RELEASE_DIR} → content. */
 export async function releaseFiles(version: string): Promise<Map<string, string>> {
-  return new Map([[releaseFileName(version), await renderRelease({ version })], ...(await packageFiles(version))]);
+  return new Map([
+    [releaseFileName(version), await renderRelease({ version })],
+    [runtimeReleaseFileName(version), await renderRuntimeRelease({ version })],
+    ...(await packageFiles(version)),
+  ]);
+}
+
+// ---------------------------------------------------------------- the in-cluster runtime
+
+/**
+ * The tool cache inside the runtime image (`KAPP_LAMBDA_CACHE`): the pinned tools built into it by
+ * `infra/runtime/Containerfile`. Read-only in the Pod but for its `keys/` (an emptyDir: the
+ * private artifacts' root key is created on first use).
+ */
+export const RUNTIME_CACHE_DIR = '/opt/kapp-lambda/cache';
+
+/** The runtime Pod's writable scratch (an emptyDir): `TMPDIR` and `HOME`, the object store in `store/`. */
+export const RUNTIME_SCRATCH_DIR = '/scratch';
+
+/** A subject of a binding. */
+type Subject = { kind: string; name: string; namespace?: string; apiGroup?: string };
+
+/**
+ * Whether a binding grants what the in-cluster runtime does: the embedded runtime is the
+ * forwarder and every function at once, so it needs every role bound to the forwarder's
+ * ServiceAccount or to a function identity's group (`kapp-lambda:<function>`), and no other (the
+ * PackageRepository kapp's `kapp-lambda:pkgr` stays that ServiceAccount's: the runtime only mints
+ * its token).
+ */
+function grantsRuntime(binding: ReleaseDocument): boolean {
+  const subjects = (binding.subjects ?? []) as Subject[];
+  return subjects.some(
+    (s) =>
+      (s.kind === 'Group' && s.name.startsWith(`${RELEASE_NAMESPACE}:`)) ||
+      (s.kind === 'ServiceAccount' && s.name === 'kapp-lambda-forwarder' && s.namespace === RELEASE_NAMESPACE),
+  );
+}
+
+/**
+ * The runtime's bindings: one per binding of the main release that {@link grantsRuntime}, to the
+ * same role, with the runtime's ServiceAccount as the only subject, named
+ * `kapp-lambda-runtime:<role without its kapp-lambda prefix>`. Derived, never written by hand, so
+ * a rule added to a function's role reaches the runtime with the next release.
+ */
+export function runtimeBindings(mainDocs: readonly ReleaseDocument[]): ReleaseDocument[] {
+  return mainDocs
+    .filter((d) => (d.kind === 'ClusterRoleBinding' || d.kind === 'RoleBinding') && grantsRuntime(d))
+    .map((d) => {
+      const roleRef = d.roleRef as { apiGroup: string; kind: string; name: string };
+      return {
+        apiVersion: d.apiVersion,
+        kind: d.kind,
+        metadata: {
+          name: `${RUNTIME_NAME}:${roleRef.name.replace(/^kapp-lambda[:-]/, '')}`,
+          ...(d.metadata.namespace ? { namespace: d.metadata.namespace } : {}),
+        },
+        roleRef,
+        subjects: [{ kind: 'ServiceAccount', name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE }],
+      };
+    });
+}
+
+/** Inputs of the runtime release. */
+export interface RuntimeReleaseInputs {
+  /** The version (package.json's), in the file name, the header and the image tag. */
+  version: string;
+  /** Repository of the runtime image. Default {@link DEFAULT_RUNTIME_IMAGE_REPOSITORY}. */
+  imageRepository?: string;
+}
+
+/**
+ * The in-cluster runtime's Deployment: two replicas, one leading per the Lease (the other takes
+ * over within ~15 s of a crash, at once on a clean stop), restricted Pod Security (non-root,
+ * read-only root filesystem with emptyDirs for scratch and the artifact key, no capabilities,
+ * RuntimeDefault seccomp), metrics on {@link RUNTIME_METRICS_PORT}.
+ */
+function runtimeDeployment(image: string): ReleaseDocument {
+  const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE, labels },
+    spec: {
+      replicas: 2,
+      selector: { matchLabels: labels },
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 1, maxSurge: 1 } },
+      template: {
+        metadata: {
+          labels,
+          annotations: {
+            'prometheus.io/scrape': 'true',
+            'prometheus.io/port': String(RUNTIME_METRICS_PORT),
+            'prometheus.io/path': '/metrics',
+          },
+        },
+        spec: {
+          serviceAccountName: RUNTIME_NAME,
+          // SIGTERM: running stages end, then the Lease is released (scripts/start.ts).
+          terminationGracePeriodSeconds: 60,
+          securityContext: {
+            runAsNonRoot: true,
+            runAsUser: 65532,
+            runAsGroup: 65532,
+            fsGroup: 65532,
+            seccompProfile: { type: 'RuntimeDefault' },
+          },
+          affinity: {
+            podAntiAffinity: {
+              preferredDuringSchedulingIgnoredDuringExecution: [
+                {
+                  weight: 100,
+                  podAffinityTerm: { topologyKey: 'kubernetes.io/hostname', labelSelector: { matchLabels: labels } },
+                },
+              ],
+            },
+          },
+          containers: [
+            {
+              name: 'runtime',
+              image,
+              imagePullPolicy: 'IfNotPresent',
+              env: [
+                { name: 'KAPP_LAMBDA_METRICS_ADDRESS', value: `0.0.0.0:${RUNTIME_METRICS_PORT}` },
+                { name: 'KAPP_LAMBDA_CACHE', value: RUNTIME_CACHE_DIR },
+                { name: 'KAPP_LAMBDA_STORE', value: `${RUNTIME_SCRATCH_DIR}/store` },
+                // Directories that exist in the emptyDir as mounted: mkdtemp needs its parent.
+                { name: 'TMPDIR', value: RUNTIME_SCRATCH_DIR },
+                { name: 'HOME', value: RUNTIME_SCRATCH_DIR },
+              ],
+              ports: [{ name: 'metrics', containerPort: RUNTIME_METRICS_PORT, protocol: 'TCP' }],
+              livenessProbe: { httpGet: { path: '/metrics', port: 'metrics' }, periodSeconds: 20, timeoutSeconds: 5 },
+              resources: {
+                requests: { cpu: '250m', memory: '512Mi', 'ephemeral-storage': '1Gi' },
+                limits: { memory: '2Gi', 'ephemeral-storage': '4Gi' },
+              },
+              securityContext: {
+                allowPrivilegeEscalation: false,
+                readOnlyRootFilesystem: true,
+                runAsNonRoot: true,
+                capabilities: { drop: ['ALL'] },
+                seccompProfile: { type: 'RuntimeDefault' },
+              },
+              volumeMounts: [
+                { name: 'scratch', mountPath: RUNTIME_SCRATCH_DIR },
+                { name: 'keys', mountPath: `${RUNTIME_CACHE_DIR}/keys` },
+              ],
+            },
+          ],
+          volumes: [
+            { name: 'scratch', emptyDir: { sizeLimit: '4Gi' } },
+            { name: 'keys', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } },
+          ],
+        },
+      },
+    },
+  };
+}
+
+/**
+ * Every document of the in-cluster runtime release, in the release's order: its ServiceAccount,
+ * the bindings of {@link runtimeBindings} (to the roles of the main release, which must be
+ * applied first), the Deployment, the metrics Service and a PodDisruptionBudget keeping one
+ * replica through a drain. A separate file from the main release because a cluster runs either
+ * this runtime or the forwarder of a cloud fleet, never both.
+ */
+export async function runtimeReleaseDocuments(inputs: RuntimeReleaseInputs): Promise<ReleaseDocument[]> {
+  const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
+  const main = await releaseDocuments({ version: inputs.version });
+  return inReleaseOrder([
+    { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE } },
+    ...runtimeBindings(main),
+    runtimeDeployment(`${inputs.imageRepository ?? DEFAULT_RUNTIME_IMAGE_REPOSITORY}:${inputs.version}`),
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: `${RUNTIME_NAME}-metrics`, namespace: RELEASE_NAMESPACE, labels },
+      spec: {
+        selector: labels,
+        ports: [{ name: 'metrics', port: RUNTIME_METRICS_PORT, targetPort: 'metrics', protocol: 'TCP' }],
+      },
+    },
+    {
+      apiVersion: 'policy/v1',
+      kind: 'PodDisruptionBudget',
+      metadata: { name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE, labels },
+      spec: { minAvailable: 1, selector: { matchLabels: labels } },
+    },
+  ]);
+}
+
+/** The comment opening the runtime release. */
+export function runtimeReleaseHeader(version: string): string {
+  return [
+    `# kapp-lambda ${version}: the in-cluster runtime (no AWS): ServiceAccount, RBAC, Deployment, metrics Service, PodDisruptionBudget.`,
+    '# Generated by scripts/release.ts (npm run release); do not edit.',
+    `# Install:   kubectl apply -f ${releaseFileName(version)} && kubectl apply -f ${runtimeReleaseFileName(version)}`,
+    '# Not with a fleet: a cluster runs this runtime or the forwarder of a cloud fleet, not both.',
+    '',
+  ].join('\n');
+}
+
+/** The runtime release's text: {@link runtimeReleaseHeader}, then each document. */
+export async function renderRuntimeRelease(inputs: RuntimeReleaseInputs): Promise<string> {
+  const docs = await runtimeReleaseDocuments(inputs);
+  return runtimeReleaseHeader(inputs.version) + docs.map(renderYaml).join('---\n');
 }
 
 const USAGE = `usage:
-  npm run release                 writes release/kapp-lambda-<version>.yml (version from package.json)
+  npm run release                 writes release/kapp-lambda-<version>.yml, the in-cluster runtime
+                                  release/kapp-lambda-runtime-<version>.yml (version from package.json)
                                   and the Carvel package of kapp-lambda, release/package/
   npm run release -- --check      exits 1 when one of those files is missing or stale
   npm run release -- [--image-repository <repo>] [--forwarder-role-arn <arn>] --out <file>
@@ -582,7 +812,7 @@ export async function main(argv: string[]): Promise<number> {
       await writeFile(file, text);
       process.stdout.write(`${path.relative(process.cwd(), file)}\n`);
     }
-    err(`release ${version}: wrote ${RELEASE_DIR} (the manifest and the package)\n`);
+    err(`release ${version}: wrote ${RELEASE_DIR} (the manifest, the in-cluster runtime and the package)\n`);
     return EXIT.ok;
   }
   const file = path.resolve(v.out);

@@ -17,7 +17,10 @@ export const START_USAGE = `usage: npm start [-- -h|--help] [-- --controller-con
                                       (env KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE; default kapp-lambda;
                                       kapp-controller users name kapp-controller)
   Runs the forwarder and the functions in this process against the current kubeconfig context
-  ($KUBECONFIG, else ~/.kube/config), or a local control plane it starts when there is none.
+  ($KUBECONFIG, else ~/.kube/config), in a Pod the cluster it runs in (KUBERNETES_SERVICE_HOST
+  set, the ServiceAccount's files in KAPP_LAMBDA_SERVICEACCOUNT_DIR, default
+  /var/run/secrets/kubernetes.io/serviceaccount), or a local control plane it starts when there
+  is none.
   Configured by environment variables (docs/configuration.md), among them:
     KAPP_LAMBDA_CONTEXTS=a,b          contexts to serve (default: the current one)
     KAPP_LAMBDA_NAMESPACES=a,b        namespaces to serve (default: all)

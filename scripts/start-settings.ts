@@ -5,9 +5,11 @@
  *
  * @module
  */
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { LEASE_ACQUIRED_MESSAGE } from '../events/forwarder/leader.js';
 import { isDns1123Label } from '../functions/lib/api/names.js';
+import { SERVICE_ACCOUNT_DIR } from '../functions/lib/kube/kubeconfig-auth.js';
 
 /** Settings of `npm start` read from its flags and environment. */
 export interface StartSettings {
@@ -67,4 +69,40 @@ export function startBanner(leaderElection: boolean): string {
   if (!leaderElection) return 'forwarder and functions running (no leader election); Ctrl-C to stop';
   const pattern = LEASE_ACQUIRED_MESSAGE.replace(/lease$/, '[l]ease');
   return `forwarder and functions run once this process holds the cluster lease (wait for: grep '${pattern}'); Ctrl-C to stop`;
+}
+
+/**
+ * Which cluster `npm start` serves, and how it reaches it: a kubeconfig file, the cluster it runs
+ * in (a Pod: no kubeconfig, the API server's address in `KUBERNETES_SERVICE_HOST`/`_PORT` and the
+ * ServiceAccount's token, CA and namespace in `serviceAccountDir`), or a local control plane it
+ * starts.
+ */
+export type KubeSource =
+  | { kind: 'kubeconfig'; path: string }
+  | { kind: 'in-cluster'; serviceAccountDir: string }
+  | { kind: 'local' };
+
+/**
+ * Chooses {@link KubeSource} in controller-runtime's order (`config.GetConfig`, which
+ * kapp-controller uses): `$KUBECONFIG` (its first file) when that file exists, else in-cluster when
+ * `KUBERNETES_SERVICE_HOST` is set, else `~/.kube/config` when it exists, else a local control
+ * plane. The ServiceAccount directory is `KAPP_LAMBDA_SERVICEACCOUNT_DIR`, else the mount every
+ * Pod gets (`/var/run/secrets/kubernetes.io/serviceaccount`); tests point it at minted files.
+ *
+ * @param env - the environment (`process.env`).
+ * @param home - the home directory (`os.homedir()`).
+ * @param exists - whether a file exists (`fs.existsSync`).
+ */
+export function kubeSourceOf(
+  env: Readonly<Record<string, string | undefined>>,
+  home: string,
+  exists: (file: string) => boolean,
+): KubeSource {
+  const explicit = env.KUBECONFIG?.split(':')[0];
+  if (explicit && exists(explicit)) return { kind: 'kubeconfig', path: explicit };
+  if (env.KUBERNETES_SERVICE_HOST?.trim()) {
+    return { kind: 'in-cluster', serviceAccountDir: env.KAPP_LAMBDA_SERVICEACCOUNT_DIR?.trim() || SERVICE_ACCOUNT_DIR };
+  }
+  const fallback = path.join(home, '.kube', 'config');
+  return exists(fallback) ? { kind: 'kubeconfig', path: fallback } : { kind: 'local' };
 }

@@ -1,7 +1,10 @@
 /**
  * `npm start`: the embedded default. Runs the forwarder and the functions in this process
  * against the current kubeconfig (`$KUBECONFIG`, else `~/.kube/config`; its current context
- * is the one cluster served), or, when there is none, against a local control plane it
+ * is the one cluster served), in a Pod against the cluster it runs in (no kubeconfig and
+ * `KUBERNETES_SERVICE_HOST` set: the ServiceAccount's token and CA, from
+ * `KAPP_LAMBDA_SERVICEACCOUNT_DIR` or the usual mount; `kubeSourceOf` of `./start-settings.ts`
+ * has the order), or, when there is none, against a local control plane it
  * starts (with the CRDs applied). Logs one JSON line per stage run on stderr. Ctrl-C stops.
  *
  * Environment: `KUBECONFIG`, `KAPP_LAMBDA_CONTEXTS` (comma-separated contexts to serve,
@@ -35,11 +38,13 @@ import {
 } from '../functions/embedded/metrics-server.js';
 import { startEmbedded } from '../functions/embedded/runtime.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/lib/fetch/url-policy.js';
+import { inClusterConnection, type PlainConnection } from '../functions/lib/kube/kubeconfig-auth.js';
+import { IN_CLUSTER_ID } from '../functions/lib/kube/registry.js';
 import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
 import { startCommandLine } from './start-args.js';
-import { readStartSettings, type StartSettings, startBanner } from './start-settings.js';
+import { kubeSourceOf, readStartSettings, type StartSettings, startBanner } from './start-settings.js';
 
 const cliExit = startCommandLine(
   process.argv.slice(2),
@@ -61,17 +66,29 @@ const list = (v: string | undefined) =>
 // Checked by `startCommandLine` above: reading them again cannot fail.
 const settings: StartSettings = readStartSettings(process.argv.slice(2), process.env);
 
-const candidate = process.env.KUBECONFIG?.split(':')[0] || path.join(homedir(), '.kube', 'config');
-let kubeconfigPath = candidate;
+const source = kubeSourceOf(process.env, homedir(), existsSync);
+let kubeconfigPath: string | undefined;
+let inCluster: PlainConnection | undefined;
 let contexts = list(process.env.KAPP_LAMBDA_CONTEXTS);
 let stopCluster: (() => Promise<void>) | undefined;
-if (existsSync(candidate)) {
+if (source.kind === 'kubeconfig') {
+  kubeconfigPath = source.path;
   if (!contexts) {
     const kc = new KubeConfig();
-    kc.loadFromFile(candidate);
+    kc.loadFromFile(source.path);
     contexts = [kc.getCurrentContext()];
   }
-  say(`using kubeconfig ${candidate}, contexts ${contexts.join(', ')}`);
+  say(`using kubeconfig ${source.path}, contexts ${contexts.join(', ')}`);
+} else if (source.kind === 'in-cluster') {
+  try {
+    inCluster = inClusterConnection(process.env, source.serviceAccountDir);
+  } catch (err) {
+    say(`in-cluster configuration (${source.serviceAccountDir}): ${(err as Error).message}`);
+    process.exit(1);
+  }
+  say(
+    `in a cluster: serving ${inCluster.server} as ${IN_CLUSTER_ID} with the ServiceAccount of ${source.serviceAccountDir}`,
+  );
 } else {
   say('no kubeconfig found: starting a local control plane');
   const cluster = await startCluster({ log: say }).catch((err: Error) => {
@@ -98,8 +115,7 @@ const runtime = startEmbedded({
     urlPolicy,
     ...(settings.controllerConfigNamespace ? { controllerConfigNamespace: settings.controllerConfigNamespace } : {}),
   },
-  kubeconfigPath,
-  contexts,
+  ...(inCluster ? { inCluster } : { kubeconfigPath, contexts }),
   namespaces: list(process.env.KAPP_LAMBDA_NAMESPACES),
   concurrency: Number(process.env.KAPP_LAMBDA_CONCURRENCY ?? 4),
   cacheRoot: cacheRoot(),

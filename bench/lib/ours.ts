@@ -129,16 +129,10 @@ export function wrappedRegistry(
 export interface OursOptions
   extends Pick<
     EmbeddedOptions,
-    | 'kubeconfigPath'
-    | 'contexts'
-    | 'namespaces'
-    | 'store'
-    | 'storeDir'
-    | 'tmpRoot'
-    | 'cacheRoot'
-    | 'concurrency'
-    | 'config'
+    'contexts' | 'namespaces' | 'store' | 'storeDir' | 'tmpRoot' | 'cacheRoot' | 'concurrency' | 'config'
   > {
+  /** Kubeconfig whose contexts are the clusters served (the bench never runs in-cluster). */
+  kubeconfigPath: string;
   /** Warnings and errors go here (one line each); stage records are kept, not printed. */
   say?: (line: string) => void;
   /** Called with each tool run's request before it starts (to tell a repository's runs from an App's). */

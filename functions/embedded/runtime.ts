@@ -35,6 +35,7 @@ import { hardenProcess } from '../lib/exec/harden.js';
 import { createToolMetrics, type ToolMetrics } from '../lib/exec/metrics.js';
 import { TOOL_NAMES } from '../lib/exec/runner.js';
 import { canSwitchUid, DEFAULT_UID_POOL, ensureTraversable, stageBinaries } from '../lib/exec/sandbox.js';
+import type { PlainConnection } from '../lib/kube/kubeconfig-auth.js';
 import type { ObjectWatcher } from '../lib/kube/port.js';
 import { KubeConfigClusterRegistry } from '../lib/kube/registry.js';
 import type { Logger } from '../lib/log.js';
@@ -71,10 +72,20 @@ export const EMBEDDED_CONTROLLER_CONFIG_TTL_MS = 300_000;
 
 /** Options of {@link startEmbedded}. */
 export interface EmbeddedOptions {
-  /** Kubeconfig whose contexts are the clusters served (cluster id = context name). */
-  kubeconfigPath: string;
+  /**
+   * Kubeconfig whose contexts are the clusters served (cluster id = context name). Required
+   * unless {@link inCluster} is given.
+   */
+  kubeconfigPath?: string;
   /** Serve only these contexts; default all. */
   contexts?: readonly string[];
+  /**
+   * Serve the cluster this process runs in instead of a kubeconfig's contexts: the connection of
+   * `inClusterConnection` (`functions/lib/kube/kubeconfig-auth.ts`, what a Pod gets: the
+   * `KUBERNETES_SERVICE_*` address and the ServiceAccount's token and CA), cluster id
+   * `IN_CLUSTER_ID` (`in-cluster`). Wins over {@link kubeconfigPath}.
+   */
+  inCluster?: PlainConnection;
   /** Namespaces to watch; default all. */
   namespaces?: readonly string[];
   /**
@@ -198,12 +209,21 @@ export interface EmbeddedRuntime {
   stop(): Promise<void>;
 }
 
+/** The clusters served: the in-cluster one, else the kubeconfig's contexts. */
+function clustersOf(opts: EmbeddedOptions): KubeConfigClusterRegistry {
+  if (opts.inCluster) return KubeConfigClusterRegistry.inCluster(opts.inCluster);
+  if (opts.kubeconfigPath === undefined)
+    throw new Error('startEmbedded: no kubeconfigPath and no inCluster connection');
+  return KubeConfigClusterRegistry.fromFile(opts.kubeconfigPath, { contexts: opts.contexts });
+}
+
 /**
  * Starts forwarders and the in-process pipeline.
- * @throws Error when the kubeconfig cannot be loaded.
+ * @throws Error when the kubeconfig cannot be loaded, or neither a kubeconfig nor an in-cluster
+ *   connection is given.
  */
 export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
-  const registry = KubeConfigClusterRegistry.fromFile(opts.kubeconfigPath, { contexts: opts.contexts });
+  const registry = clustersOf(opts);
   const store = opts.store ?? new LocalDirStore(opts.storeDir ?? `${opts.cacheRoot}/store`);
   const toolMetrics = createToolMetrics();
   const metrics = opts.metrics ?? new PrometheusReconcileMetrics({ clusterLabel: registry.clusterIds().length > 1 });

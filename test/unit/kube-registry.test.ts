@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import { afterAll, describe, expect, it } from 'vitest';
 import { KubeApiClient } from '../../functions/lib/kube/client.js';
+import { inClusterConnection } from '../../functions/lib/kube/kubeconfig-auth.js';
 import {
   ConflictError,
   GoneError,
@@ -14,7 +15,13 @@ import {
   UnknownClusterError,
   WatchGoneError,
 } from '../../functions/lib/kube/port.js';
-import { apiServerInfoOf, KubeConfigClusterRegistry, MapClusterRegistry } from '../../functions/lib/kube/registry.js';
+import {
+  apiServerInfoOf,
+  IN_CLUSTER_ID,
+  inClusterKubeConfig,
+  KubeConfigClusterRegistry,
+  MapClusterRegistry,
+} from '../../functions/lib/kube/registry.js';
 import { deployViewOf, fetchViewOf, watchViewOf } from '../../functions/lib/kube/views.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kube-registry-'));
@@ -148,6 +155,23 @@ describe('KubeConfigClusterRegistry', () => {
     const registry = KubeConfigClusterRegistry.fromKubeConfigs({ 'fleet-a': kc });
     expect(registry.clusterIds()).toEqual(['fleet-a']);
     expect(registry.client('fleet-a').apiServer().server).toBe('https://127.0.0.1:6443');
+  });
+
+  it('inCluster: one cluster, in-cluster, reached with the ServiceAccount token file and CA', async () => {
+    writeFileSync(join(dir, 'token'), 'sa-token-1');
+    const conn = inClusterConnection({ KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, dir);
+    const registry = KubeConfigClusterRegistry.inCluster(conn);
+    expect(registry.clusterIds()).toEqual([IN_CLUSTER_ID]);
+    expect(registry.client(IN_CLUSTER_ID).apiServer()).toEqual({
+      server: 'https://10.0.0.1:443',
+      caData: Buffer.from(CA_PEM).toString('base64'),
+    });
+    const opts: { headers: Record<string, string> } = { headers: {} };
+    await inClusterKubeConfig(conn).applyToHTTPSOptions(opts);
+    expect(opts.headers.Authorization).toBe('Bearer sa-token-1');
+    expect(() =>
+      inClusterConnection({ KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' }, join(dir, 'none')),
+    ).toThrow(/token/);
   });
 
   it('apiServerInfoOf names the file when the CA cannot be read', () => {

@@ -21,11 +21,17 @@ import {
   packageVersion,
   RELEASE_DIR,
   type ReleaseDocument,
+  RUNTIME_CACHE_DIR,
+  RUNTIME_NAME,
   releaseDocuments,
   releaseFileName,
   releaseFiles,
   releaseHeader,
   renderRelease,
+  renderRuntimeRelease,
+  runtimeBindings,
+  runtimeReleaseFileName,
+  runtimeReleaseHeader,
   staleRelease,
 } from '../../scripts/release.js';
 
@@ -173,6 +179,7 @@ describe('the Carvel package of kapp-lambda', () => {
     const files = await releaseFiles(version);
     expect([...files.keys()]).toEqual([
       releaseFileName(version),
+      runtimeReleaseFileName(version),
       'package/bundle/.imgpkg/images.yml',
       'package/bundle/config/kapp-lambda.yml',
       'package/bundle/config/values-schema.yml',
@@ -224,5 +231,113 @@ describe('the Carvel package of kapp-lambda', () => {
     expect(files.get(`package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`)).toContain(
       'image: 127.0.0.1:5000/pkg@sha256:abc',
     );
+  });
+});
+
+const runtimeText = await readFile(path.join(RELEASE_DIR, runtimeReleaseFileName(version)), 'utf8');
+const runtimeDocs = parseAllDocuments(runtimeText).map((d) => d.toJS() as ReleaseDocument);
+
+describe('in-cluster runtime release', () => {
+  it('the committed file is what npm run release generates now, and says to apply it after the main one', async () => {
+    expect(runtimeText).toBe(await renderRuntimeRelease({ version }));
+    expect(runtimeText.startsWith(runtimeReleaseHeader(version))).toBe(true);
+    expect(runtimeText).toContain(
+      `kubectl apply -f kapp-lambda-${version}.yml && kubectl apply -f kapp-lambda-runtime-${version}.yml`,
+    );
+    expect(runtimeDocs.map(id)).toEqual([
+      `ServiceAccount/kapp-lambda/${RUNTIME_NAME}`,
+      `ClusterRoleBinding//${RUNTIME_NAME}:deploy`,
+      `ClusterRoleBinding//${RUNTIME_NAME}:fetch`,
+      `ClusterRoleBinding//${RUNTIME_NAME}:forwarder`,
+      `ClusterRoleBinding//${RUNTIME_NAME}:index-repo`,
+      `ClusterRoleBinding//${RUNTIME_NAME}:install`,
+      `ClusterRoleBinding//${RUNTIME_NAME}:template`,
+      `RoleBinding/kapp-lambda/${RUNTIME_NAME}:controller-config-reader`,
+      `RoleBinding/kapp-lambda/${RUNTIME_NAME}:forwarder-leader-election`,
+      `RoleBinding/kapp-lambda/${RUNTIME_NAME}:pkgr-token`,
+      `Service/kapp-lambda/${RUNTIME_NAME}-metrics`,
+      `Deployment/kapp-lambda/${RUNTIME_NAME}`,
+      `PodDisruptionBudget/kapp-lambda/${RUNTIME_NAME}`,
+    ]);
+  });
+
+  it('binds the runtime to the roles of the forwarder and of every function, not to the PackageRepository kapp’s', () => {
+    const roles = new Set(
+      docs
+        .filter((d) => d.kind.endsWith('Role'))
+        .map((d) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`),
+    );
+    const bindings = runtimeDocs.filter((d) => d.kind.endsWith('Binding'));
+    const byId = (a: ReleaseDocument, b: ReleaseDocument) => id(a).localeCompare(id(b));
+    expect([...bindings].sort(byId)).toEqual(runtimeBindings(docs).sort(byId));
+    for (const b of bindings) {
+      const ref = b.roleRef as { kind: string; name: string };
+      expect(roles.has(`${ref.kind}/${ref.kind === 'Role' ? b.metadata.namespace : ''}/${ref.name}`)).toBe(true);
+      expect(b.subjects).toEqual([{ kind: 'ServiceAccount', name: RUNTIME_NAME, namespace: 'kapp-lambda' }]);
+    }
+    expect(bindings.map((b) => (b.roleRef as { name: string }).name)).not.toContain('kapp-lambda:pkgr');
+  });
+
+  it('runs two replicas under restricted Pod Security, with scratch on emptyDirs, metrics Service and PodDisruptionBudget', () => {
+    type Container = {
+      image: string;
+      env: Array<{ name: string; value: string }>;
+      securityContext: Record<string, unknown>;
+      volumeMounts: Array<{ name: string; mountPath: string }>;
+      resources: { requests: Record<string, string>; limits: Record<string, string> };
+    };
+    const dep = runtimeDocs.find((d) => d.kind === 'Deployment') as ReleaseDocument & {
+      spec: {
+        replicas: number;
+        template: {
+          metadata: { labels: Record<string, string> };
+          spec: {
+            serviceAccountName: string;
+            securityContext: Record<string, unknown>;
+            containers: Container[];
+            volumes: Array<{ name: string; emptyDir?: object }>;
+          };
+        };
+      };
+    };
+    const pod = dep.spec.template.spec;
+    const [c] = pod.containers;
+    expect(dep.spec.replicas).toBe(2);
+    expect(pod.serviceAccountName).toBe(RUNTIME_NAME);
+    expect(c!.image).toBe(`ghcr.io/kapp-lambda/runtime:${version}`);
+    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
+    expect(c!.securityContext).toEqual({
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: true,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
+    expect(Object.keys(c!.resources.requests).sort()).toEqual(['cpu', 'ephemeral-storage', 'memory']);
+    expect(c!.resources.limits.memory).toBe('2Gi');
+    expect(c!.volumeMounts).toEqual([
+      { name: 'scratch', mountPath: '/scratch' },
+      { name: 'keys', mountPath: `${RUNTIME_CACHE_DIR}/keys` },
+    ]);
+    expect(pod.volumes.every((v) => v.emptyDir !== undefined)).toBe(true);
+    expect(Object.fromEntries(c!.env.map((e) => [e.name, e.value]))).toEqual({
+      KAPP_LAMBDA_METRICS_ADDRESS: '0.0.0.0:8080',
+      KAPP_LAMBDA_CACHE: RUNTIME_CACHE_DIR,
+      KAPP_LAMBDA_STORE: '/scratch/store',
+      TMPDIR: '/scratch',
+      HOME: '/scratch',
+    });
+    const labels = dep.spec.template.metadata.labels;
+    const service = runtimeDocs.find((d) => d.kind === 'Service') as ReleaseDocument & {
+      spec: Record<string, unknown>;
+    };
+    expect(service.spec).toEqual({
+      selector: labels,
+      ports: [{ name: 'metrics', port: 8080, targetPort: 'metrics', protocol: 'TCP' }],
+    });
+    const pdb = runtimeDocs.find((d) => d.kind === 'PodDisruptionBudget') as ReleaseDocument & {
+      spec: Record<string, unknown>;
+    };
+    expect(pdb.spec).toEqual({ minAvailable: 1, selector: { matchLabels: labels } });
   });
 });

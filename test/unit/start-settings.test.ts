@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { LEASE_ACQUIRED_MESSAGE } from '../../events/forwarder/leader.js';
-import { readStartSettings, startBanner } from '../../scripts/start-settings.js';
+import { kubeSourceOf, readStartSettings, startBanner } from '../../scripts/start-settings.js';
 
 describe('npm start settings', () => {
   it('leaves the kapp-controller-config namespace to the runtime default when unset or blank', () => {
@@ -52,5 +52,24 @@ describe('npm start banner', () => {
 
   it('says nothing of a lease without leader election', () => {
     expect(startBanner(false)).not.toMatch(/lease/);
+  });
+
+  it('serves the kubeconfig first, the cluster it runs in next, then ~/.kube/config, else a local control plane', () => {
+    const files = new Set(['/k/one', '/home/u/.kube/config']);
+    const exists = (f: string) => files.has(f);
+    const pod = { KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' };
+    expect(kubeSourceOf({ ...pod, KUBECONFIG: '/k/one:/k/two' }, '/home/u', exists)).toEqual({
+      kind: 'kubeconfig',
+      path: '/k/one',
+    });
+    expect(kubeSourceOf(pod, '/home/u', exists)).toEqual({
+      kind: 'in-cluster',
+      serviceAccountDir: '/var/run/secrets/kubernetes.io/serviceaccount',
+    });
+    expect(
+      kubeSourceOf({ ...pod, KUBECONFIG: '/k/missing', KAPP_LAMBDA_SERVICEACCOUNT_DIR: '/t/sa' }, '/h', exists),
+    ).toEqual({ kind: 'in-cluster', serviceAccountDir: '/t/sa' });
+    expect(kubeSourceOf({}, '/home/u', exists)).toEqual({ kind: 'kubeconfig', path: '/home/u/.kube/config' });
+    expect(kubeSourceOf({ KUBERNETES_SERVICE_HOST: ' ' }, '/elsewhere', exists)).toEqual({ kind: 'local' });
   });
 });

@@ -13,6 +13,7 @@
 import { readFileSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
 import { KubeApiClient } from './client.js';
+import type { PlainConnection } from './kubeconfig-auth.js';
 import type { ApiServerInfo, KubeClient } from './port.js';
 import { rateLimited } from './rate-limit.js';
 import { ClientNodeRestTransport, ClientNodeWatchTransport } from './transport.js';
@@ -109,6 +110,40 @@ function loadKubeConfigFile(path: string): KubeConfig {
   return base;
 }
 
+/**
+ * Cluster id of the cluster a runtime serves from inside it: there is no kubeconfig, so no
+ * context name to take (kapp-controller, always in-cluster, has no cluster id at all).
+ */
+export const IN_CLUSTER_ID = 'in-cluster';
+
+/**
+ * A KubeConfig for an in-cluster connection (`inClusterConnection` of `./kubeconfig-auth.ts`:
+ * client-go's `rest.InClusterConfig`), so the embedded runtime in a Pod speaks through the same
+ * client-node transports as from a kubeconfig. The token stays a file (client-node's `tokenFile`
+ * provider reads it again every 60 s, as the kubelet rotates the projected token); the CA is
+ * inlined. client-node's own `loadFromCluster` is not used: it can only prefix the fixed mount
+ * path, and a test (or an unusual mount) names another directory.
+ *
+ * @param conn - server, CA and token file; other credentials of a {@link PlainConnection} are
+ *   not carried (an in-cluster connection has none).
+ */
+export function inClusterKubeConfig(conn: PlainConnection): KubeConfig {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromClusterAndUser(
+    {
+      name: IN_CLUSTER_ID,
+      server: conn.server,
+      skipTLSVerify: false,
+      ...(conn.ca ? { caData: Buffer.from(conn.ca).toString('base64') } : {}),
+    },
+    {
+      name: IN_CLUSTER_ID,
+      ...(conn.tokenFile ? { authProvider: { name: 'tokenFile', config: { tokenFile: conn.tokenFile } } } : {}),
+    },
+  );
+  return kubeConfig;
+}
+
 /** {@link ClusterRegistry} over kubeconfig contexts, with client-node clients. */
 export class KubeConfigClusterRegistry extends MapClusterRegistry {
   /**
@@ -129,6 +164,15 @@ export class KubeConfigClusterRegistry extends MapClusterRegistry {
       configs.set(name, withContext(base, name));
     }
     return KubeConfigClusterRegistry.fromKubeConfigs(configs);
+  }
+
+  /**
+   * The one cluster this process runs in ({@link inClusterKubeConfig}), as {@link IN_CLUSTER_ID}.
+   *
+   * @param conn - `inClusterConnection()`'s connection (which throws outside a Pod).
+   */
+  static inCluster(conn: PlainConnection): KubeConfigClusterRegistry {
+    return KubeConfigClusterRegistry.fromKubeConfigs(new Map([[IN_CLUSTER_ID, inClusterKubeConfig(conn)]]));
   }
 
   /**
