@@ -13,7 +13,10 @@ import { COMPONENTS, type GoComponent } from '../layers/manifest.js';
 import { DEBIAN_PACKAGES } from './apt.js';
 
 /** A setup profile, `--for <profile>` (default `full`). */
-export type SetupProfile = 'full' | 'demo';
+export type SetupProfile = 'full' | 'demo' | 'start';
+
+/** Every {@link SetupProfile}, for parsing and help. */
+export const SETUP_PROFILES: readonly SetupProfile[] = ['full', 'demo', 'start'];
 
 /** What one profile of setup does. */
 export interface SetupPlan {
@@ -29,15 +32,19 @@ export interface SetupPlan {
 
 /** The plan of a profile. */
 export function setupPlan(profile: SetupProfile): SetupPlan {
-  const demo = profile === 'demo';
+  const full = profile === 'full';
+  // `start`: what the embedded runtime runs for any App (every tool a function's layer carries)
+  // and the local control plane it falls back to; none of the tests' servers.
+  const wanted = (c: GoComponent) =>
+    full
+      ? !c.optional || c.neededByTests === true
+      : !c.optional && (c.demo === true || (profile === 'start' && c.layers.length > 0));
   return {
-    components: COMPONENTS.filter((c) =>
-      demo ? c.demo === true && !c.optional : !c.optional || c.neededByTests === true,
-    ),
+    components: COMPONENTS.filter(wanted),
     debianPackages: Object.entries(DEBIAN_PACKAGES)
-      .filter(([, p]) => !demo || p.demo)
+      .filter(([, p]) => full || p.demo)
       .map(([name]) => name),
-    python: !demo,
+    python: full,
     native: true,
   };
 }
@@ -46,6 +53,8 @@ export function setupPlan(profile: SetupProfile): SetupPlan {
 export interface SetupArgs {
   /** `--for <profile>`; default `full`. */
   profile: SetupProfile;
+  /** `-h`/`--help`: print the usage and do nothing else. */
+  help?: boolean;
   /** Components named on the command line (none: the profile's set). */
   names: string[];
   /** `registry/repo` of the shared tool cache, if any (`--push-cache`, `--pull-cache`, then the environment). */
@@ -68,6 +77,7 @@ export function parseSetupArgs(argv: readonly string[], env: NodeJS.ProcessEnv):
   let push: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] ?? '';
+    if (a === '-h' || a === '--help') return { profile, names: [], push: false, help: true };
     if (!a.startsWith('--')) {
       names.push(a);
       continue;
@@ -75,15 +85,19 @@ export function parseSetupArgs(argv: readonly string[], env: NodeJS.ProcessEnv):
     const [flag, inline] = a.split(/=(.*)/s, 2);
     const value = inline ?? argv[++i];
     if (flag === '--for') {
-      if (value !== 'full' && value !== 'demo')
-        throw new Error(`setup --for: expected full or demo, got ${value ?? 'nothing'}`);
-      profile = value;
+      if (!SETUP_PROFILES.includes(value as SetupProfile)) {
+        throw new Error(`setup --for: expected ${SETUP_PROFILES.join(', ')}, got ${value ?? 'nothing'}`);
+      }
+      profile = value as SetupProfile;
       continue;
     }
     if (!value || value.startsWith('--')) throw new Error(`${flag} needs a registry/repository`);
     if (flag === '--pull-cache') pull = value;
     else if (flag === '--push-cache') push = value;
-    else throw new Error(`unknown option ${flag} (known: --for full|demo, --pull-cache <repo>, --push-cache <repo>)`);
+    else
+      throw new Error(
+        `unknown option ${flag} (known: --for full|demo|start, --pull-cache <repo>, --push-cache <repo>, --help)`,
+      );
   }
   const cacheRepo = push ?? pull ?? (env.KAPP_LAMBDA_TOOL_CACHE_REGISTRY || undefined);
   return { profile, names, ...(cacheRepo ? { cacheRepo } : {}), push: push !== undefined };

@@ -1,11 +1,12 @@
 /**
  * First-run setup: builds the pinned Go components (tools, control plane, test servers) into the
  * cache outside the checkout, with progress, and reuses cached builds.
- * Usage: `tsx scripts/setup.ts [--for full|demo] [component...] [--pull-cache <registry/repo>]
+ * Usage: `tsx scripts/setup.ts [--for full|demo|start] [component...] [--pull-cache <registry/repo>]
  * [--push-cache <registry/repo>]`. `--for full` (the default; `npm test`, `npm run bench`) builds
  * all but the `optional` components no test needs (`neededByTests`), installs the Debian packages (`scripts/apt.ts`) and moto's server (the
  * SQS-compatible test server) into the project's Python venv (`scripts/python.ts`); `--for demo`
- * (`npm run demo`) only what the demo runs (`scripts/setup-plan.ts`). Named components build only
+ * (`npm run demo`) only what the demo runs, `--for start` (`npm start`) every tool the runtime
+ * runs and the local control plane, no test server (`scripts/setup-plan.ts`). Named components build only
  * those. With a shared tool cache (`layers/toolcache.ts`; `--pull-cache` or
  * `KAPP_LAMBDA_TOOL_CACHE_REGISTRY`) each component the repository holds is pulled before it
  * would be built; `--push-cache` also pushes each component the repository lacks.
@@ -19,6 +20,17 @@ import { ensurePythonPackages } from './python.js';
 import { parseSetupArgs, setupPlan } from './setup-plan.js';
 
 const args = parseSetupArgs(process.argv.slice(2), process.env);
+if (args.help) {
+  process.stdout.write(`usage: tsx scripts/setup.ts [--for full|demo|start] [component...] [--pull-cache <registry/repo>] [--push-cache <registry/repo>]
+  --for full    (default; npm test, npm run bench) every component the tests use, Debian packages, moto in ~/.cache/kapp-lambda/venv
+  --for demo    (npm run demo) only what the demo runs
+  --for start   (npm start) every tool the runtime runs and the local control plane; no test server
+  component...  build only these (names in layers/manifest.ts)
+  --pull-cache  pull each component the OCI repository holds before building it (also KAPP_LAMBDA_TOOL_CACHE_REGISTRY)
+  --push-cache  the same, then push each component it lacks
+`);
+  process.exit(0);
+}
 const plan = setupPlan(args.profile);
 const wanted = args.names.length ? args.names.map(component) : plan.components;
 const started = Date.now();

@@ -31,6 +31,28 @@ describe('setupPlan', () => {
     expect([...demo.debianPackages].sort()).toEqual(['docker-registry', 'gcc', 'git']);
   });
 
+  it('start: every tool a function runs and the local control plane; no test server, no Python', () => {
+    const start = setupPlan('start');
+    expect(names(start)).toEqual(
+      expect.arrayContaining([
+        'ytt',
+        'kapp',
+        'vendir',
+        'sops',
+        'age',
+        'cue',
+        'kustomize',
+        'kubernetes',
+        'etcd',
+        'kwok',
+      ]),
+    );
+    for (const n of ['versitygw', 'aws-lambda-rie', 'kapp-controller']) expect(names(start)).not.toContain(n);
+    expect(start.python).toBe(false);
+    expect(parseSetupArgs(['--help'], {}).help).toBe(true);
+    expect(parseSetupArgs(['--for', 'start', '-h'], {}).help).toBe(true);
+  });
+
   it('full: every non-optional component and those the tests need, every Debian package, moto', () => {
     const full = setupPlan('full');
     expect(names(full)).toEqual(COMPONENTS.filter((c) => !c.optional || c.neededByTests).map((c) => c.name));
@@ -54,7 +76,7 @@ describe('parseSetupArgs', () => {
     expect(parseSetupArgs([], {})).toEqual({ profile: 'full', names: [], push: false });
     expect(parseSetupArgs(['--for', 'demo'], {})).toEqual({ profile: 'demo', names: [], push: false });
     expect(parseSetupArgs(['--for=demo', 'ytt'], {})).toEqual({ profile: 'demo', names: ['ytt'], push: false });
-    expect(() => parseSetupArgs(['--for', 'tests'], {})).toThrow(/expected full or demo, got tests/);
+    expect(() => parseSetupArgs(['--for', 'tests'], {})).toThrow(/expected full, demo, start, got tests/);
     expect(() => parseSetupArgs(['--for'], {})).toThrow(/got nothing/);
   });
 });

@@ -41,7 +41,7 @@ describe('parseSetupArgs', () => {
     expect(() => parseSetupArgs(['--push'], {})).toThrow('--push needs a registry/repository');
     expect(() => parseSetupArgs(['--pull-cache'], {})).toThrow('--pull-cache needs a registry/repository');
     expect(() => parseSetupArgs(['--cache', REPO], {})).toThrow(
-      'unknown option --cache (known: --for full|demo, --pull-cache <repo>, --push-cache <repo>)',
+      'unknown option --cache (known: --for full|demo|start, --pull-cache <repo>, --push-cache <repo>, --help)',
     );
   });
 });
