@@ -41,6 +41,12 @@ import { ReconcileSeries } from './reconcile-series.js';
 import { StatusMetrics } from './status-metrics.js';
 import type { Transport } from './transport.js';
 
+/** Scrapes of `/metrics` served at once; more answer 429 (Prometheus retries at its next interval). */
+export const MAX_CONCURRENT_SCRAPES = 2;
+
+/** A `/metrics` response idle this long (a client that stopped reading) is cut, ms. */
+export const SCRAPE_TIMEOUT_MS = 30_000;
+
 /** What the program runs on (the entry file builds the real ones; tests may pass others). */
 export interface ForwarderProgramDeps {
   /** List/watch of the cluster (read-only). */
@@ -301,6 +307,7 @@ export async function startForwarderProgram(
   }
   const metrics = async () => [...exposition(await ownMetrics())].join('');
 
+  let scraping = 0;
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const answer = (status: number, body: string, type = 'text/plain; charset=utf-8') => {
@@ -314,6 +321,12 @@ export async function startForwarderProgram(
       return answer(503, stopping ? 'stopping\n' : 'leading, watches not synced yet\n');
     }
     if (path === '/metrics') {
+      // One scrape at a time, bounded in time: at 50,000 objects a scrape is tens of MB of text,
+      // and a client that never reads would hold its buffers (anyone in the cluster can connect).
+      if (scraping >= MAX_CONCURRENT_SCRAPES) return answer(429, 'a scrape is in progress\n');
+      scraping++;
+      res.once('close', () => scraping--);
+      res.setTimeout(SCRAPE_TIMEOUT_MS, () => res.destroy());
       ownMetrics().then(
         (own) => {
           res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' });

@@ -106,10 +106,25 @@ function seconds(t: string | undefined): number {
   return t === undefined ? Number.NaN : Date.parse(t) / 1000;
 }
 
-/** How many completions moved a consecutive counter from `before` to `after` (`other`: the opposite counter before). */
+/**
+ * Most runs one observed status change counts. Watches coalesce a few writes at most; tenants who
+ * may write `apps/status` can set a counter to 2^53: counted run by run, that would hold the
+ * forwarder's event loop (and every tenant's events) for good.
+ */
+export const MAX_RUNS_PER_CHANGE = 10;
+
+/** A status counter as counted: a non-negative safe integer, else 0 (written by someone else). */
+function counter(v: unknown): number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : 0;
+}
+
+/**
+ * How many completions moved a consecutive counter from `before` to `after` (`other`: the
+ * opposite counter before), at most {@link MAX_RUNS_PER_CHANGE}.
+ */
 function completions(before: number, after: number, other: number): number {
-  if (other > 0 || after < before) return after; // the streak restarted
-  return after - before;
+  const n = other > 0 || after < before ? after : after - before; // a restarted streak counts from 0
+  return Math.min(n, MAX_RUNS_PER_CHANGE);
 }
 
 /**
@@ -166,8 +181,8 @@ export class StatusMetrics implements StatusObserver {
     const target = this.#target(kind, namespace, obj.metadata.name);
     const status = (obj as { status?: ObservedStatus }).status ?? {};
     const next: Seen = {
-      successes: status.consecutiveReconcileSuccesses ?? 0,
-      failures: status.consecutiveReconcileFailures ?? 0,
+      successes: counter(status.consecutiveReconcileSuccesses),
+      failures: counter(status.consecutiveReconcileFailures),
       condition: status.conditions?.[0]?.type ?? '',
       running: false,
       done: !isFirstReconcile(status),

@@ -149,16 +149,24 @@ function grantVpcNetworking(role: iam.Role, stage: PipelineStage): void {
 /**
  * The key policy statement CloudWatch Logs needs to encrypt this account's log groups with the
  * artifact key (context `logEncryption`): the service principal of the region, limited by the
- * encryption context to log groups of `account` in `region`. Printed for an imported key's owner
+ * encryption context to this stack's log groups (CloudFormation names them `<stack>-<id>-<suffix>`),
+ * so no other log group of the account can use the key. Printed for an imported key's owner
  * (docs/aws.md).
  */
-export function logsKeyStatement(partition: string, region: string, account: string): iam.PolicyStatement {
+export function logsKeyStatement(
+  partition: string,
+  region: string,
+  account: string,
+  stackName: string,
+): iam.PolicyStatement {
   return new iam.PolicyStatement({
     principals: [new iam.ServicePrincipal(`logs.${region}.amazonaws.com`)],
     actions: ['kms:Encrypt*', 'kms:Decrypt*', 'kms:ReEncrypt*', 'kms:GenerateDataKey*', 'kms:Describe*'],
     resources: ['*'],
     conditions: {
-      ArnLike: { 'kms:EncryptionContext:aws:logs:arn': `arn:${partition}:logs:${region}:${account}:log-group:*` },
+      ArnLike: {
+        'kms:EncryptionContext:aws:logs:arn': `arn:${partition}:logs:${region}:${account}:log-group:${stackName}-*`,
+      },
     },
   });
 }
@@ -305,7 +313,7 @@ export class KappLambdaStack extends Stack {
     if (fleet.logEncryption) {
       // CloudWatch Logs encrypts with the key itself, for this account's log groups only. An
       // imported key (`kmsKeyArn`) keeps its own policy: its owner adds this statement.
-      this.artifactKey.addToResourcePolicy(logsKeyStatement(this.partition, this.region, this.account));
+      this.artifactKey.addToResourcePolicy(logsKeyStatement(this.partition, this.region, this.account, this.stackName));
     }
     this.#vpc = fleet.vpc ? this.functionVpc(fleet.vpc) : undefined;
 

@@ -890,7 +890,7 @@ describe('operator options (context kmsKeyArn, logEncryption, reservedConcurrenc
                   { Ref: 'AWS::Region' },
                   ':',
                   { Ref: 'AWS::AccountId' },
-                  ':log-group:*',
+                  ':log-group:KappLambda-*',
                 ],
               ],
             },

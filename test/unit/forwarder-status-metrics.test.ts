@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Forwarder } from '../../events/forwarder/forwarder.js';
 import { watchedKinds } from '../../events/forwarder/kinds.js';
 import { ReconcileSeries } from '../../events/forwarder/reconcile-series.js';
-import { StatusMetrics } from '../../events/forwarder/status-metrics.js';
+import { MAX_RUNS_PER_CHANGE, StatusMetrics } from '../../events/forwarder/status-metrics.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
 import type { Kind } from '../../events/schema.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
@@ -245,5 +245,29 @@ describe('Forwarder: statusObserver', () => {
     await vi.advanceTimersByTimeAsync(250);
     expect(derived.text()).not.toContain('name="a"');
     expect(observer.objects).toBe(0);
+  });
+});
+
+describe('hostile counters', () => {
+  it('counts at most MAX_RUNS_PER_CHANGE runs per change, and nothing for a counter that is not a safe integer', async () => {
+    const derived = new ReconcileSeries();
+    const m = new StatusMetrics(derived, { clusterId: 'c1' });
+    const ok = (n: unknown, f = 0) => ({
+      conditions: [{ type: 'ReconcileSucceeded', status: 'True' }],
+      consecutiveReconcileSuccesses: n,
+      consecutiveReconcileFailures: f,
+    });
+    m.seen('App', object('App', 'a', ok(0, 1), 1));
+    // a tenant's status write of 2^53 - 1 successes: counted as MAX_RUNS_PER_CHANGE, at once
+    m.seen('App', object('App', 'a', ok(Number.MAX_SAFE_INTEGER), 2));
+    const success = () =>
+      derived
+        .text()
+        .split('\n')
+        .find((l) => l.startsWith('kappctrl_app_reconcile_success_total{'));
+    expect(success()).toMatch(new RegExp(` ${MAX_RUNS_PER_CHANGE}$`));
+    m.seen('App', object('App', 'a', ok(1e300, 1), 3));
+    m.seen('App', object('App', 'a', ok('7'), 4));
+    expect(success()).toMatch(new RegExp(` ${MAX_RUNS_PER_CHANGE}$`));
   });
 });
