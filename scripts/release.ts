@@ -773,6 +773,9 @@ const USAGE = `usage:
   npm run release -- --check      exits 1 when one of those files is missing or stale
   npm run release -- [--image-repository <repo>] [--forwarder-role-arn <arn>] --out <file>
       a release with other inputs (default image repository ${DEFAULT_FORWARDER_IMAGE_REPOSITORY}; no IRSA annotation)
+  npm run release -- --package-bundle <registry>/<repo>:<tag> --out-dir <dir>
+      kapp-lambda's package under <dir>/package/ with its Package naming that bundle (where you push
+      <dir>/package/bundle), so the repository needs no edit (default ${DEFAULT_PACKAGE_BUNDLE_REPOSITORY}:<version>)
   (-h, --help: this text)
 ${exitCodesHelp('the committed release is stale (--check), a source cannot be read')}`;
 
@@ -799,6 +802,21 @@ export async function main(argv: string[]): Promise<number> {
     const stale = await staleRelease();
     if (stale) err(`release: ${path.relative(process.cwd(), stale)} is stale; run npm run release\n`);
     return stale ? EXIT.failure : EXIT.ok;
+  }
+  if (v['package-bundle'] !== undefined || v['out-dir'] !== undefined) {
+    if (!v['package-bundle'] || !v['out-dir'] || v.out) {
+      return usageFailure('release', USAGE, '--package-bundle and --out-dir go together (and without --out)', err);
+    }
+    const version = await packageVersion();
+    const dir = path.resolve(v['out-dir']);
+    for (const [name, text] of await packageFiles(version, v['package-bundle'])) {
+      const file = path.join(dir, name);
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(file, text);
+      process.stdout.write(`${file}\n`);
+    }
+    err(`release ${version}: wrote the package to ${path.join(dir, PACKAGE_DIR)} (bundle ${v['package-bundle']})\n`);
+    return EXIT.ok;
   }
   const custom = v['image-repository'] !== undefined || v['forwarder-role-arn'] !== undefined;
   if (custom && !v.out) {
@@ -837,6 +855,8 @@ function parseReleaseArgs(argv: string[]) {
       'image-repository': { type: 'string' },
       'forwarder-role-arn': { type: 'string' },
       out: { type: 'string' },
+      'package-bundle': { type: 'string' },
+      'out-dir': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });

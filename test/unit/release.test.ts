@@ -3,7 +3,8 @@
  * file is what the sources give now, and it holds every object a cluster needs, with no
  * placeholder left to edit.
  */
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
@@ -23,6 +24,7 @@ import {
   type ReleaseDocument,
   RUNTIME_CACHE_DIR,
   RUNTIME_NAME,
+  main as release,
   releaseDocuments,
   releaseFileName,
   releaseFiles,
@@ -339,5 +341,27 @@ describe('in-cluster runtime release', () => {
       spec: Record<string, unknown>;
     };
     expect(pdb.spec).toEqual({ minAvailable: 1, selector: { matchLabels: labels } });
+  });
+});
+
+describe('--package-bundle', () => {
+  it('writes the package with its Package naming the bundle given, and needs --out-dir', async () => {
+    const dir = await mkdtemp(path.join(tmpdir(), 'release-package-'));
+    const write = process.stdout.write;
+    const errWrite = process.stderr.write;
+    process.stdout.write = (() => true) as never;
+    process.stderr.write = (() => true) as never;
+    try {
+      expect(await release(['--package-bundle', 'registry.corp/kl/package:9', '--out-dir', dir])).toBe(0);
+      expect(await release(['--package-bundle', 'registry.corp/kl/package:9'])).toBe(2);
+    } finally {
+      process.stdout.write = write;
+      process.stderr.write = errWrite;
+    }
+    const pkg = parse(
+      await readFile(path.join(dir, 'package/repository/packages', PACKAGE_REF_NAME, `${version}.yml`), 'utf8'),
+    );
+    expect(pkg.spec.template.spec.fetch).toEqual([{ imgpkgBundle: { image: 'registry.corp/kl/package:9' } }]);
+    await rm(dir, { recursive: true, force: true });
   });
 });
