@@ -38,7 +38,7 @@ import { Forwarder, type ForwarderStats } from './forwarder.js';
 import { ClusterLeadership } from './leadership.js';
 import type { ForwarderLogger } from './log.js';
 import { ReconcileSeries } from './reconcile-series.js';
-import { StatusMetrics } from './status-metrics.js';
+import { StatusMetrics, type StatusObserver } from './status-metrics.js';
 import type { Transport } from './transport.js';
 
 /** Scrapes of `/metrics` served at once; more answer 429 (Prometheus retries at its next interval). */
@@ -200,9 +200,20 @@ export async function startForwarderProgram(
       synced = false;
       // A new term lists every object again: its series start over (the last term's may be stale).
       statusMetrics?.reset();
-      const f = new Forwarder({
+      // Only this term's forwarder feeds the series: an ended term's last list, still running,
+      // must not write into the new term's (or a standby's) store.
+      const sm = statusMetrics;
+      const termObserver: StatusObserver | undefined = sm && {
+        seen: (kind, obj) => {
+          if (term === f) sm.seen(kind, obj);
+        },
+        gone: (kind, ns, name) => {
+          if (term === f) sm.gone(kind, ns, name);
+        },
+      };
+      const f: Forwarder = new Forwarder({
         ...forwarderOptions(settings.forwarder, timer),
-        ...(statusMetrics ? { statusObserver: statusMetrics } : {}),
+        ...(termObserver ? { statusObserver: termObserver } : {}),
         watcher: deps.watcher,
         transport,
         logger,
