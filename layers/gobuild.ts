@@ -272,10 +272,11 @@ const IMGPKG_HYDRATE = '\t\tpath := i.hydrateFilepath(hdr.Name)\n\t\tbase := fil
  * Windows by old imgpkg versions), so on Linux `..\x` is written to `<output>/../x` and
  * `..\..\..\home\u\.bashrc` anywhere the tool's uid may write; a `.wh.` entry so named removes
  * a file there. Go's `GODEBUG=tarinsecurepath=0` does not see it (`filepath.IsLocal` treats `\`
- * as an ordinary character on Linux). The pull then fails with `Refusing layer entry "..\\x":
- * its path leaves the output directory` before anything of that entry is written. Names with
- * `/` only are unchanged (the tar reader already refuses those that leave). Pure; exported
- * for tests.
+ * as an ordinary character on Linux). Names with `/` leave the same way (`../x` is written to
+ * `<output>/../x`): Go's tar reader refuses them only under `GODEBUG=tarinsecurepath=0`, which
+ * imgpkg does not set, so upstream imgpkg (v0.46.1) writes them outside too. The pull then fails
+ * with `Refusing layer entry "..\\x": its path leaves the output directory` (or `"../x"`) before
+ * anything of that entry is written. Pure; exported for tests.
  * @param source - the text of imgpkg's `dir_image.go`
  * @returns the patched text
  * @throws Error when the lines patched are not found exactly once (a new imgpkg changed the

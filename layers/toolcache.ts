@@ -7,12 +7,17 @@
  * One image per component, tagged with its cache key and the platform
  * (`<name>-<version>-<recipe hash>-<os>-<arch>`, {@link toolCacheTag}): a changed pin or build
  * recipe names a new tag, so a stale image is never pulled for it. The image holds the binaries
- * and {@link SUMS_FILE} (`sha256sum` format). imgpkg (the pinned one, from the cache) pushes and
- * pulls, so any registry and any credential imgpkg reads (`~/.docker/config.json`,
- * `IMGPKG_REGISTRY_*`) work; go-containerregistry checks each layer against the manifest's digest.
- * A pulled binary is run (its version check) only after its sha256 matched the sums file and
- * the set of files is exactly the component's binaries; a pull that fails either check is
- * removed and the component is built instead.
+ * and {@link SUMS_FILE} (`sha256sum` format). The project's patched imgpkg (from the cache,
+ * `layers/gobuild.ts` `patchImgpkgLayerPaths`) pushes and pulls, so any registry and any
+ * credential imgpkg reads (`~/.docker/config.json`, `IMGPKG_REGISTRY_*`) work;
+ * go-containerregistry checks each layer against the manifest's digest.
+ *
+ * Trust comes from the repository, not the registry: the sums file comes inside the same image,
+ * so whoever can write the registry can forge both. A push records each tag's binaries' sha256
+ * in the committed lock file ({@link DEFAULT_TOOL_CACHE_LOCK}, {@link ToolCacheLock}); a pull is
+ * attempted only for a tag the lock lists, and a pulled binary is run (its version check) only
+ * after the set of files is exactly the component's binaries and each one's sha256 is the one
+ * the lock records. A pull that fails a check is removed and the component is built instead.
  *
  * @module
  */
@@ -20,6 +25,7 @@ import { createHash } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
 import { copyFile, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { binDir, cacheRoot, componentKey, type Progress, run, verifyVersions } from './gobuild.js';
 import type { GoComponent } from './manifest.js';
 
@@ -47,11 +53,23 @@ async function sha256File(file: string): Promise<string> {
   return h.digest('hex');
 }
 
+/** The sha256 (hex) of each binary of a component in a directory: binary name → digest. */
+export async function binarySums(c: GoComponent, dir: string): Promise<Record<string, string>> {
+  const sums: Record<string, string> = {};
+  for (const b of c.binaries) sums[b.bin] = await sha256File(path.join(dir, b.bin));
+  return sums;
+}
+
+/** The {@link SUMS_FILE} text of a component's {@link binarySums}. */
+function sumsText(sums: Record<string, string>): string {
+  return `${Object.entries(sums)
+    .map(([bin, sum]) => `${sum}  ${bin}`)
+    .join('\n')}\n`;
+}
+
 /** The {@link SUMS_FILE} text of a directory holding a component's binaries. */
 export async function sumsOf(c: GoComponent, dir: string): Promise<string> {
-  const lines: string[] = [];
-  for (const b of c.binaries) lines.push(`${await sha256File(path.join(dir, b.bin))}  ${b.bin}`);
-  return `${lines.join('\n')}\n`;
+  return sumsText(await binarySums(c, dir));
 }
 
 /**
@@ -80,6 +98,74 @@ export async function verifyPulled(c: GoComponent, dir: string): Promise<void> {
   }
 }
 
+/**
+ * The committed record of what a team pushed: for each image tag ({@link toolCacheTag}), the
+ * sha256 (hex) of each of the component's binaries, as the pusher built them. Builds are not
+ * reproducible bit for bit, so the lock holds the pusher's digests, not ones anybody could
+ * recompute; a machine pulls only what it lists.
+ */
+export interface ToolCacheLock {
+  /** Format version; 1. */
+  version: 1;
+  /** Tag → binary name → sha256 hex. */
+  images: Record<string, Record<string, string>>;
+}
+
+/** The lock file in the checkout, `layers/toolcache.lock.json`; `KAPP_LAMBDA_TOOL_CACHE_LOCK` overrides it. */
+export const DEFAULT_TOOL_CACHE_LOCK = fileURLToPath(new URL('./toolcache.lock.json', import.meta.url));
+
+/**
+ * Reads a lock file; a missing file is an empty lock (nothing is pulled).
+ * @throws Error when the file is not a version 1 lock or a digest is not 64 lowercase hex digits
+ */
+export async function readToolCacheLock(file: string): Promise<ToolCacheLock> {
+  if (!existsSync(file)) return { version: 1, images: {} };
+  const parsed = JSON.parse(await readFile(file, 'utf8')) as Partial<ToolCacheLock>;
+  if (parsed.version !== 1 || typeof parsed.images !== 'object' || parsed.images === null) {
+    throw new Error(`${file}: not a version 1 tool cache lock`);
+  }
+  for (const [tag, sums] of Object.entries(parsed.images)) {
+    for (const [bin, sum] of Object.entries(sums)) {
+      if (!/^[0-9a-f]{64}$/.test(sum)) throw new Error(`${file}: ${tag} ${bin}: not a sha256: ${sum}`);
+    }
+  }
+  return { version: 1, images: parsed.images };
+}
+
+/**
+ * Writes a lock file with its tags and binaries sorted (a stable diff to commit), through a
+ * temporary file renamed over it so an interrupted write leaves the old lock.
+ */
+export async function writeToolCacheLock(file: string, lock: ToolCacheLock): Promise<void> {
+  const images: ToolCacheLock['images'] = {};
+  for (const tag of Object.keys(lock.images).sort()) {
+    const sums = lock.images[tag] ?? {};
+    images[tag] = Object.fromEntries(
+      Object.keys(sums)
+        .sort()
+        .map((b) => [b, sums[b] ?? '']),
+    );
+  }
+  const tmp = `${file}.tmp-${process.pid}`;
+  await writeFile(tmp, `${JSON.stringify({ version: 1, images }, null, 2)}\n`);
+  await rename(tmp, file);
+}
+
+/**
+ * Checks a pulled directory against the lock's entry for its tag: every binary of the component
+ * has the sha256 the lock records. Run after {@link verifyPulled} (which refuses extra files) and
+ * before anything in the directory runs.
+ * @throws Error naming the first binary the lock does not record or whose sha256 differs
+ */
+export async function verifyLocked(c: GoComponent, dir: string, locked: Record<string, string>): Promise<void> {
+  for (const b of c.binaries) {
+    const want = locked[b.bin];
+    if (!want) throw new Error(`${c.name}: the tool cache lock records no sha256 for ${b.bin}`);
+    const got = await sha256File(path.join(dir, b.bin));
+    if (got !== want) throw new Error(`${c.name}: ${b.bin} has sha256 ${got}, the tool cache lock records ${want}`);
+  }
+}
+
 /** How a {@link ToolCache} reaches its registry. */
 export interface ToolCacheOptions {
   /** `registry/repository` (no tag) holding one image per component. */
@@ -90,6 +176,8 @@ export interface ToolCacheOptions {
   root?: string;
   /** Environment of imgpkg (its credentials); default `process.env`. */
   env?: NodeJS.ProcessEnv;
+  /** The lock file pulls are checked against and pushes record into; default {@link DEFAULT_TOOL_CACHE_LOCK}. */
+  lockFile?: string;
 }
 
 /** A registry repository of built components, with the tags it held when opened. */
@@ -97,17 +185,21 @@ export interface ToolCache {
   /** The tags the repository holds (read once, by {@link openToolCache}; pushes add theirs). */
   readonly tags: ReadonlySet<string>;
   /**
-   * Pulls the component into the cache unless it is already complete there or the repository
-   * has no image for it.
-   * @returns `'pulled'`, `'local'` (already in the cache) or `'absent'` (no such tag)
-   * @throws Error when the pull fails or the content does not verify (nothing is left in the cache)
+   * Pulls the component into the cache unless it is already complete there, the lock does not
+   * list its tag or the repository has no image for it.
+   * @returns `'pulled'`, `'local'` (already in the cache), `'unlocked'` (the lock does not list
+   *   the tag: nothing is asked of the registry) or `'absent'` (no such tag)
+   * @throws Error when the pull fails or the content does not verify against the lock (nothing
+   *   is left in the cache, nothing pulled has run)
    */
-  pull(c: GoComponent, progress: Progress): Promise<'pulled' | 'local' | 'absent'>;
+  pull(c: GoComponent, progress: Progress): Promise<'pulled' | 'local' | 'unlocked' | 'absent'>;
   /**
-   * Pushes the component's complete cache directory with its sums file, unless the repository
-   * already holds its tag.
+   * Pushes the component's complete cache directory with its sums file and records its binaries'
+   * sha256 in the lock file, unless the repository holds its tag and the lock lists it already.
+   * A tag the repository holds but the lock does not is pushed over: what the lock records is
+   * then what the tag holds.
    * @returns `'pushed'` or `'present'`
-   * @throws Error when the component is not built or imgpkg fails
+   * @throws Error when the component is not built, imgpkg fails or the lock cannot be written
    */
   push(c: GoComponent, progress: Progress): Promise<'pushed' | 'present'>;
 }
@@ -125,6 +217,8 @@ function isComplete(c: GoComponent, dir: string): boolean {
 export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> {
   const root = opts.root ?? cacheRoot();
   const env = opts.env ?? process.env;
+  const lockFile = opts.lockFile ?? DEFAULT_TOOL_CACHE_LOCK;
+  const lock = await readToolCacheLock(lockFile);
   const imgpkg = (args: string[]) => run([opts.imgpkg, ...args, '--tty=false'], { env });
   const tags = new Set<string>();
   try {
@@ -142,6 +236,8 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
       const out = binDir(c, root);
       if (isComplete(c, out)) return 'local';
       const tag = toolCacheTag(c);
+      const locked = lock.images[tag];
+      if (!locked) return 'unlocked';
       if (!tags.has(tag)) return 'absent';
       const tmp = `${out}.pull-${process.pid}`;
       await rm(tmp, { recursive: true, force: true });
@@ -149,7 +245,9 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
       try {
         progress(`${c.name} ${c.version}: pulling ${opts.repo}:${tag}`);
         await imgpkg(['pull', '-i', `${opts.repo}:${tag}`, '-o', tmp]);
+        // The in-image sums only check the image's shape; the lock decides what may run.
         await verifyPulled(c, tmp);
+        await verifyLocked(c, tmp, locked);
         await verifyVersions(c, tmp);
         await rm(path.join(tmp, SUMS_FILE));
         await rm(out, { recursive: true, force: true });
@@ -163,7 +261,7 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
     },
     async push(c, progress) {
       const tag = toolCacheTag(c);
-      if (tags.has(tag)) return 'present';
+      if (tags.has(tag) && lock.images[tag]) return 'present';
       const dir = binDir(c, root);
       if (!isComplete(c, dir)) throw new Error(`push ${c.name}: not built in ${dir}`);
       const stage = path.join(root, 'tmp', `push-${tag}-${process.pid}`);
@@ -176,9 +274,13 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
             copyFile(path.join(dir, b.bin), path.join(stage, b.bin)),
           );
         }
-        await writeFile(path.join(stage, SUMS_FILE), await sumsOf(c, stage));
+        const sums = await binarySums(c, stage);
+        await writeFile(path.join(stage, SUMS_FILE), sumsText(sums));
         progress(`${c.name} ${c.version}: pushing ${opts.repo}:${tag}`);
         await imgpkg(['push', '-i', `${opts.repo}:${tag}`, '-f', stage]);
+        // Written after each push, so an interrupted setup keeps what it pushed.
+        lock.images[tag] = sums;
+        await writeToolCacheLock(lockFile, lock);
       } catch (e) {
         throw new Error(`push ${c.name} to ${opts.repo}:${tag}`, { cause: e });
       } finally {
@@ -188,17 +290,4 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
       return 'pushed';
     },
   };
-}
-
-/**
- * The imgpkg that talks to the tool cache: the cache's own when built, else an `imgpkg` on
- * `PATH` (a Carvel install), else `undefined` (the caller builds imgpkg first).
- */
-export function bootstrapImgpkg(cached: string, env: NodeJS.ProcessEnv): string | undefined {
-  if (existsSync(cached)) return cached;
-  for (const dir of (env.PATH ?? '').split(path.delimiter)) {
-    const p = dir && path.join(dir, 'imgpkg');
-    if (p && existsSync(p)) return p;
-  }
-  return undefined;
 }

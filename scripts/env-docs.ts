@@ -163,7 +163,14 @@ export const BUILD_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KAPP_LAMBDA_TOOL_CACHE_REGISTRY',
     default: 'unset (build everything)',
     meaning:
-      '`registry/repository` of a shared tool cache: `npm run setup` pulls each component it holds (tag `<name>-<version>-<recipe hash>-<os>-<arch>`) instead of building it; `--pull-cache`/`--push-cache` override it ([running.md](running.md#sharing-the-tool-cache-through-a-registry))',
+      '`registry/repository` of a shared tool cache: `npm run setup` pulls each component it holds and the lock lists (tag `<name>-<version>-<recipe hash>-<os>-<arch>`) instead of building it; `--pull-cache`/`--push-cache` override it ([running.md](running.md#sharing-the-tool-cache-through-a-registry))',
+    readBy: '`scripts/setup-plan.ts` `parseSetupArgs` (setup)',
+  },
+  {
+    name: 'KAPP_LAMBDA_TOOL_CACHE_LOCK',
+    default: '`layers/toolcache.lock.json` (committed)',
+    meaning:
+      'the tool cache lock: the sha256 of each pushed binary by tag; setup pulls only the tags it lists and runs a pulled binary only when its sha256 matches, `--push-cache` records what it pushes there ([running.md](running.md#sharing-the-tool-cache-through-a-registry))',
     readBy: '`scripts/setup-plan.ts` `parseSetupArgs` (setup)',
   },
   {

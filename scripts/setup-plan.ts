@@ -61,13 +61,19 @@ export interface SetupArgs {
   cacheRepo?: string;
   /** Whether built components are pushed (`--push-cache` only; pulling needs no write access). */
   push: boolean;
+  /**
+   * The tool cache lock file (`KAPP_LAMBDA_TOOL_CACHE_LOCK`); unset: the committed
+   * `layers/toolcache.lock.json`.
+   */
+  lockFile?: string;
 }
 
 /**
  * Parses setup's argv: `--for <profile>`, component names (a named list builds only those, and
  * nothing else), `--pull-cache <repo>` (pull what the shared tool cache holds before building,
  * `layers/toolcache.ts`), `--push-cache <repo>` (the same, then push what it lacks) and, when
- * neither is given, `KAPP_LAMBDA_TOOL_CACHE_REGISTRY` (pull only). `--flag=value` works too. Pure.
+ * neither is given, `KAPP_LAMBDA_TOOL_CACHE_REGISTRY` (pull only); `KAPP_LAMBDA_TOOL_CACHE_LOCK`
+ * names another lock file than the committed one. `--flag=value` works too. Pure.
  * @throws Error on an unknown flag or profile, or a flag without its value.
  */
 export function parseSetupArgs(argv: readonly string[], env: NodeJS.ProcessEnv): SetupArgs {
@@ -100,5 +106,12 @@ export function parseSetupArgs(argv: readonly string[], env: NodeJS.ProcessEnv):
       );
   }
   const cacheRepo = push ?? pull ?? (env.KAPP_LAMBDA_TOOL_CACHE_REGISTRY || undefined);
-  return { profile, names, ...(cacheRepo ? { cacheRepo } : {}), push: push !== undefined };
+  const lockFile = env.KAPP_LAMBDA_TOOL_CACHE_LOCK || undefined;
+  return {
+    profile,
+    names,
+    ...(cacheRepo ? { cacheRepo } : {}),
+    push: push !== undefined,
+    ...(cacheRepo && lockFile ? { lockFile } : {}),
+  };
 }

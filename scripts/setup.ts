@@ -8,13 +8,15 @@
  * (`npm run demo`) only what the demo runs, `--for start` (`npm start`) every tool the runtime
  * runs and the local control plane, no test server (`scripts/setup-plan.ts`). Named components build only
  * those. With a shared tool cache (`layers/toolcache.ts`; `--pull-cache` or
- * `KAPP_LAMBDA_TOOL_CACHE_REGISTRY`) each component the repository holds is pulled before it
- * would be built; `--push-cache` also pushes each component the repository lacks.
+ * `KAPP_LAMBDA_TOOL_CACHE_REGISTRY`) each component the repository holds and the committed lock
+ * (`layers/toolcache.lock.json`, or `KAPP_LAMBDA_TOOL_CACHE_LOCK`) lists is pulled before it
+ * would be built; `--push-cache` also pushes each component the repository or the lock lacks
+ * and records it in the lock, to commit.
  */
 import { binPath, buildComponent, cacheRoot } from '../layers/gobuild.js';
 import { component } from '../layers/manifest.js';
 import { buildConnector, buildHardenAddon, buildLauncher } from '../layers/native.js';
-import { bootstrapImgpkg, openToolCache, type ToolCache } from '../layers/toolcache.js';
+import { openToolCache, type ToolCache, toolCacheTag } from '../layers/toolcache.js';
 import { ensureDebianPackages } from './apt.js';
 import { ensurePythonPackages } from './python.js';
 import { parseSetupArgs, setupPlan } from './setup-plan.js';
@@ -26,8 +28,9 @@ if (args.help) {
   --for demo    (npm run demo) only what the demo runs
   --for start   (npm start) every tool the runtime runs and the local control plane; no test server
   component...  build only these (names in layers/manifest.ts)
-  --pull-cache  pull each component the OCI repository holds before building it (also KAPP_LAMBDA_TOOL_CACHE_REGISTRY)
-  --push-cache  the same, then push each component it lacks
+  --pull-cache  pull each component the OCI repository holds and layers/toolcache.lock.json lists before building it
+                (also KAPP_LAMBDA_TOOL_CACHE_REGISTRY; KAPP_LAMBDA_TOOL_CACHE_LOCK names another lock file)
+  --push-cache  the same, then push each component it or the lock lacks and record it in the lock (commit it)
 `);
   process.exit(0);
 }
@@ -45,20 +48,28 @@ if (args.names.length === 0 && plan.native) {
 }
 let shared: ToolCache | undefined;
 if (args.cacheRepo) {
+  // Only the project's imgpkg, patched against layer entries that leave the pull directory
+  // (`patchImgpkgLayerPaths`), pulls: never one from PATH. Built first when not cached yet.
   const imgpkg = component('imgpkg');
-  let bin = bootstrapImgpkg(binPath(imgpkg, 'imgpkg'), process.env);
-  if (!bin) {
-    log('no imgpkg yet to pull with: building imgpkg first');
-    await buildComponent(imgpkg, log);
-    bin = binPath(imgpkg, 'imgpkg');
-  }
-  shared = await openToolCache({ repo: args.cacheRepo, imgpkg: bin });
+  await buildComponent(imgpkg, log);
+  shared = await openToolCache({
+    repo: args.cacheRepo,
+    imgpkg: binPath(imgpkg, 'imgpkg'),
+    ...(args.lockFile ? { lockFile: args.lockFile } : {}),
+  });
   log(`tool cache ${args.cacheRepo}: ${shared.tags.size} tags${args.push ? ', pushing what it lacks' : ''}`);
 }
 for (const c of wanted) {
   if (shared) {
     // A failed or unverified pull leaves nothing behind: the component is built as without a cache.
-    await shared.pull(c, log).catch((e: Error) => log(`${e.message}: ${String(e.cause)}; building instead`));
+    const pulled = await shared
+      .pull(c, log)
+      .catch((e: Error) => log(`${e.message}: ${String(e.cause)}; building instead`));
+    if (pulled === 'unlocked' && shared.tags.has(toolCacheTag(c))) {
+      log(
+        `${c.name} ${c.version}: the registry holds ${toolCacheTag(c)} but the tool cache lock does not list it: building`,
+      );
+    }
   }
   await buildComponent(c, log);
   if (shared && args.push) await shared.push(c, log);
