@@ -6,21 +6,21 @@
  * managed policy, which may only send to the entry queues. Code and layer directories are small
  * stand-ins, as in `cells.test.ts`.
  */
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { App, aws_lambda as lambda } from 'aws-cdk-lib';
 import { Template } from 'aws-cdk-lib/assertions';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
+import { PIPELINE_STAGES } from '../../functions/lib/api/functions.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
-import { stageAssets } from '../../infra/aws/assets.js';
+import type { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings } from '../../infra/aws/fleet.js';
 import { KappLambdaStack } from '../../infra/aws/stack.js';
 import { FORWARDER_STAGES } from '../../infra/aws/stages.js';
-import { HARDEN_ADDON_NAME } from '../../layers/native.js';
 import { writeJoinDocument } from '../../scripts/cluster-join.js';
 import { clusterSummaries } from '../../scripts/cluster-registry.js';
+import { standInAssets } from './template-env.js';
 
 type Json = Record<string, unknown>;
 const CLUSTERS = 1000;
@@ -47,14 +47,7 @@ function synth(): { json: Json; stack: KappLambdaStack } {
 beforeAll(async () => {
   for (const k of Object.keys(process.env)) if (k.startsWith('AWS_') || k.startsWith('CDK_')) delete process.env[k];
   tmp = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-join-scale-'));
-  const code = path.join(tmp, 'code');
-  const layer = path.join(tmp, 'layer');
-  await mkdir(code, { recursive: true });
-  await writeFile(path.join(code, 'index.mjs'), 'export const handler = async () => ({});\n');
-  await mkdir(path.join(layer, 'lib'), { recursive: true });
-  await writeFile(path.join(layer, 'lib', HARDEN_ADDON_NAME), 'stand-in for the hardening addon\n');
-  const dirs = (d: string) => Object.fromEntries(PIPELINE_STAGES.map((s) => [s, d])) as Record<PipelineStage, string>;
-  assets = stageAssets(dirs(code), dirs(layer));
+  assets = await standInAssets(tmp);
 }, 120_000);
 
 afterAll(async () => {
