@@ -4,14 +4,18 @@
  * pure; the integration test runs it against a control plane and moto).
  */
 import { describe, expect, it } from 'vitest';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {
   type FleetOutputs,
   forwarderRoleName,
   forwarderTrustPolicy,
+  JoinRefusedError,
   joinPlan,
   joinSettings,
   parseFleetOutputs,
+  writeJoinDocument,
 } from '../../scripts/cluster-join.js';
+import { main } from '../../scripts/cluster-registry.js';
 
 const OUTPUTS = {
   Region: 'eu-west-1',
@@ -150,5 +154,32 @@ describe('join plan', () => {
       'fleet-config',
       'document',
     ]);
+  });
+});
+
+describe('the document join writes', () => {
+  const CA = '-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n';
+  const input = (id: string, forwarderRoleId: string) => ({
+    id,
+    endpoint: `https://${id}.example.com`,
+    caPem: CA,
+    auth: { kind: 'eks' as const, clusterName: id, region: 'eu-west-1' },
+    forwarderRoleId,
+  });
+
+  it('refuses an id already registered (1) unless replace, and a role another cluster names (2)', async () => {
+    const store = new MemoryStore();
+    await writeJoinDocument(store, input('a', 'AROAEXAMPLE00001'));
+    await expect(writeJoinDocument(store, input('a', 'AROAEXAMPLE00002'))).rejects.toEqual(
+      new JoinRefusedError('"a" is already registered; add --replace to overwrite it', 1),
+    );
+    await expect(writeJoinDocument(store, input('a', 'AROAEXAMPLE00002'), { replace: true })).resolves.toMatchObject({
+      doc: { forwarder: { roleId: 'AROAEXAMPLE00002' } },
+    });
+    await expect(writeJoinDocument(store, input('b', 'AROAEXAMPLE00002'))).rejects.toMatchObject({ code: 2 });
+  });
+
+  it('--delete-role belongs to remove only', async () => {
+    expect(await main(['list', '--delete-role', '--registry', 'file:///nonexistent'])).toBe(2);
   });
 });
