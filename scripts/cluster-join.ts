@@ -556,7 +556,7 @@ function parseJoinArgs(argv: string[]) {
   });
 }
 
-/** Input of {@link joinSettings}: the parsed command line and the fleet outputs read from `--fleet`. */
+/** The parsed options of the join command line. */
 type JoinValues = ReturnType<typeof parseJoinArgs>['values'];
 
 /**
@@ -609,8 +609,9 @@ export async function joinSettings(
  * Runs `npm run cluster -- join …` ({@link USAGE}): performs the plan's steps in order, printing
  * the `print` ones on stdout and what it did on stderr.
  *
- * @returns the exit code: 0 joined (or printed), 1 an id already registered without `--replace`
- *   (checked before anything changes), 2 a usage error
+ * @returns the exit code: 0 joined (or printed), 1 an id already registered without `--replace`,
+ *   2 a usage error or a `--forwarder-role-id` another cluster names (both checked before
+ *   anything changes)
  * @throws Error when kubectl, IAM or the registry fails (exit 1 through `runIfEntry`)
  */
 export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
@@ -636,6 +637,13 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
   if (!v.replace && (await store.head(clusterDocKey(s.id)))) {
     err(`cluster: ${JSON.stringify(s.id)} is already registered; add --replace to overwrite it\n`);
     return EXIT.failure;
+  }
+  const other = s.forwarderRoleId ? await clusterNamingForwarder(store, s.forwarderRoleId, s.id) : undefined;
+  if (other !== undefined) {
+    err(
+      `cluster: --forwarder-role-id ${s.forwarderRoleId} is already the forwarder of cluster ${JSON.stringify(other)}: each cluster needs its own forwarder role\n`,
+    );
+    return EXIT.usage;
   }
   const target = await contextCluster(s.context, v.kubeconfig);
   const kubectl = v.kubectl ?? env.KUBECTL ?? 'kubectl';
@@ -677,8 +685,8 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
         written = await writeJoinDocument(
           store,
           { id: s.id, ...target, auth: s.auth, ...(roleId ? { forwarderRoleId: roleId } : {}) },
-          // A role join just created is new: no other document can name it.
-          { replace: Boolean(v.replace), checkForwarder: roleId === s.forwarderRoleId },
+          // A given role was checked above; a role join just created is new: no document names it.
+          { replace: Boolean(v.replace), checkForwarder: false },
         );
       } catch (e) {
         if (!(e instanceof JoinRefusedError)) throw e;
