@@ -11,7 +11,8 @@
  *     --forwarder-role-id AROA… | --no-sender-check
  * (both: [--controller-config-namespace kapp-lambda], where the functions read kapp-controller-config)
  * npm run cluster -- list [-o json|yaml]
- * npm run cluster -- remove <id>
+ * npm run cluster -- remove <id> [--delete-role]
+ * npm run cluster -- join <kubeconfig-context> --id <id> --fleet <outputs.json> … (./cluster-join.ts)
  * ```
  *
  * `add` refuses an id already registered unless `--replace`, and a `--forwarder-role-id` another
@@ -372,7 +373,8 @@ const USAGE = `usage:
     | --no-sender-check (no forwarder role: only for functions without the sender check, local setups)
     [--controller-config-namespace <ns>] (where the functions read kapp-controller-config; default kapp-lambda)
   npm run cluster -- list [-o json|yaml] (default: one tab-separated line per cluster)
-  npm run cluster -- remove <id>
+  npm run cluster -- remove <id> [--delete-role] (also the forwarder role join created for it)
+  npm run cluster -- join <kubeconfig-context> --id <id> --fleet <outputs.json> … (join --help)
   (all: --registry s3://<bucket>/<prefix> | file:///<dir>, default $KAPP_LAMBDA_CLUSTER_REGISTRY;
    -h, --help: this text)
 ${exitCodesHelp('an id already registered without --replace, an unknown id to remove, the registry unreachable')}`;
@@ -398,6 +400,7 @@ function parseClusterArgs(argv: string[]) {
       'forwarder-role-id': { type: 'string' },
       'no-sender-check': { type: 'boolean' },
       replace: { type: 'boolean' },
+      'delete-role': { type: 'boolean' },
       ...OUTPUT_OPTION,
       help: { type: 'boolean', short: 'h' },
     },
@@ -412,6 +415,8 @@ function parseClusterArgs(argv: string[]) {
  *   option, a missing or invalid argument, a forwarder role another cluster names).
  */
 export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  // join has options of its own (./cluster-join.ts), loaded only for it (the IAM client).
+  if (argv[0] === 'join') return (await import('./cluster-join.js')).joinMain(argv, env);
   const err = (t: string) => process.stderr.write(t);
   const usage = (problem: string): number => usageFailure('cluster', USAGE, problem, err);
   let parsed: ReturnType<typeof parseClusterArgs>;
@@ -430,6 +435,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   }
   const [command, id, ...extra] = positionals;
   if (!command) return usage('a command is required');
+  if (v['delete-role'] && command !== 'remove') return usage(`--delete-role applies to remove, not ${command}`);
   if (!['add', 'list', 'remove'].includes(command)) return usage(`unknown command ${JSON.stringify(command)}`);
   if (format && command !== 'list') return usage(`-o applies to list, not ${command}`);
   const location = v.registry ?? env.KAPP_LAMBDA_CLUSTER_REGISTRY;
@@ -446,6 +452,16 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     if (!(await store.head(clusterDocKey(id)))) {
       process.stderr.write(`cluster: no cluster ${JSON.stringify(id)} in the registry (see list)\n`);
       return 1;
+    }
+    if (v['delete-role']) {
+      const body = await store.get(clusterDocKey(id), { maxBytes: MAX_CLUSTER_DOC_BYTES });
+      const roleId = body ? parseClusterDoc(clusterDocKey(id), body.toString()).forwarder?.roleId : undefined;
+      if (roleId) {
+        // The role goes first: when it cannot (another role of that name), the document stays.
+        const { deleteForwarderRole, iamClient, forwarderRoleName } = await import('./cluster-join.js');
+        const gone = await deleteForwarderRole(iamClient(env), id, roleId);
+        process.stderr.write(`${gone ? 'deleted' : 'no'} forwarder role ${forwarderRoleName(id)} (${roleId})\n`);
+      }
     }
     await store.delete(clusterDocKey(id));
     process.stderr.write(`removed ${clusterDocKey(id)} (the RBAC in the cluster is left as it is)\n`);

@@ -129,6 +129,19 @@ export const SCRIPTS_ENV_DOCS: readonly SettingDoc[] = [
     meaning: 'S3-compatible endpoint and region of a registry in S3',
     readBy: '`scripts/cluster-registry.ts`',
   },
+  {
+    name: 'KAPP_LAMBDA_IAM_ENDPOINT',
+    default: "AWS, the SDK's",
+    meaning:
+      "IAM endpoint of `npm run cluster -- join` (creates the cluster's forwarder role) and `remove --delete-role`, e.g. a test server",
+    readBy: '`scripts/cluster-join.ts`',
+  },
+  {
+    name: 'KUBECTL',
+    default: '`kubectl` on `PATH`',
+    meaning: 'the kubectl binary `npm run cluster -- join` applies with (`--kubectl` overrides)',
+    readBy: '`scripts/cluster-join.ts`',
+  },
 ];
 
 /**

@@ -3,8 +3,11 @@
  * artifact root key, and per function of `PIPELINE_STAGES` a FIFO queue with its dead-letter
  * queue, the function (its esbuild bundle and its tool layer), its event source mapping, its
  * own role (read access to the fleet's cluster registry included), log group and alarms; the
- * schedule of the fleet source poll; plus one send-only role per cluster's forwarder (context
- * `forwarders`, {@link KappLambdaStack.addClusterForwarder}). With the fleet registry, every
+ * schedule of the fleet source poll; the send-only managed policy every cluster's forwarder role
+ * gets (output `ForwarderPolicyArn`: `npm run cluster -- join` creates that role, so a cluster
+ * joins without a stack change); and, the way before `join` (and the only one of cells), one
+ * send-only role per cluster's forwarder in the stack (context `forwarders`,
+ * {@link KappLambdaStack.addClusterForwarder}). With the fleet registry, every
  * function checks who sent an event (`KAPP_LAMBDA_SENDER_CHECK=registry`): an event naming a
  * cluster is taken from that cluster's forwarder role (object events only) or a function that
  * sends to it only (`KAPP_LAMBDA_FUNCTION_SENDERS=<function>=<role id>,…`: only what that function
@@ -72,6 +75,7 @@ import {
 import {
   cellObjectGrants,
   EXPIRING_PREFIXES,
+  FORWARDER_SERVICE_ACCOUNT,
   FORWARDER_STAGES,
   INFLIGHT_EXPIRY_DAYS,
   LEASE_EXPIRY_DAYS,
@@ -280,7 +284,14 @@ export class KappLambdaStack extends Stack {
    * ({@link addClusterForwarder} throws), so no forwarder can send unchecked.
    */
   readonly senderCheck: boolean;
-  /** Per cluster id, its forwarder's send-only role ({@link addClusterForwarder}). */
+  /**
+   * The fleet's send-only policy for forwarders (`sqs:SendMessage` on the entry queues, output
+   * `ForwarderPolicyArn`): `npm run cluster -- join` attaches it to the role it creates per
+   * cluster, so joining a cluster changes no template. Only in `isolation: shared` with the
+   * sender check on (a cell's forwarder sends to its own queues: context `forwarders`).
+   */
+  readonly forwarderPolicy: iam.ManagedPolicy | undefined;
+  /** Per cluster id, its forwarder's send-only role ({@link addClusterForwarder}; the way before `cluster join`). */
   readonly forwarderRoles: Record<string, iam.Role> = {};
   /** Where the functions read the fleet's cluster documents. */
   readonly clusterRegistry: ClusterRegistryLocation;
@@ -403,6 +414,30 @@ export class KappLambdaStack extends Stack {
           description: `the ${stage} function's identity: an EKS access entry maps it to the group kapp-lambda:${stage}`,
         });
       }
+    }
+    if (this.#shared && this.senderCheck) {
+      // Joining a cluster is a data change (`npm run cluster -- join`): the cluster's own role is
+      // made outside the stack with this policy attached, so the template does not grow with the
+      // fleet (CloudFormation: 500 resources, 200 outputs per stack).
+      this.forwarderPolicy = new iam.ManagedPolicy(this, 'ForwarderPolicy', {
+        description:
+          'kapp-lambda forwarders: send object events to the entry queues (attached to each cluster forwarder role npm run cluster -- join creates)',
+        statements: [
+          new iam.PolicyStatement({
+            actions: ['sqs:SendMessage'],
+            resources: this.#shared.entryQueues.map((q) => q.queueArn),
+          }),
+        ],
+      });
+      new CfnOutput(this, 'ForwarderPolicyArn', {
+        value: this.forwarderPolicy.managedPolicyArn,
+        description:
+          'the send-only policy npm run cluster -- join attaches to the forwarder role it creates per cluster',
+      });
+      new CfnOutput(this, 'Region', {
+        value: this.region,
+        description: "the fleet's region (the forwarders' AWS_REGION)",
+      });
     }
     for (const [clusterId, f] of Object.entries(fleet.forwarders)) {
       if (this.isolation === 'cell') this.addCell(clusterId);
@@ -866,8 +901,7 @@ export class KappLambdaStack extends Stack {
   }
 }
 
-/** The ServiceAccount the forwarder runs as (`infra/forwarder/`): `<namespace>/<name>`. */
-export const FORWARDER_SERVICE_ACCOUNT = { namespace: 'kapp-lambda', name: 'kapp-lambda-forwarder' } as const;
+export { FORWARDER_SERVICE_ACCOUNT };
 
 /**
  * Who may assume a cluster's forwarder role on EKS: Pod Identity of this account, for the

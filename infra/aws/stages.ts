@@ -352,3 +352,9 @@ export const FORWARDER_STAGES: readonly PipelineStage[] = [
     ),
   ),
 ];
+
+/**
+ * The ServiceAccount the forwarder runs as (`infra/forwarder/`): `<namespace>/<name>`. Here,
+ * without CDK imports, so `npm run cluster -- join` builds the same trust without loading CDK.
+ */
+export const FORWARDER_SERVICE_ACCOUNT = { namespace: 'kapp-lambda', name: 'kapp-lambda-forwarder' } as const;

@@ -4,7 +4,7 @@
  * and layer directories are small stand-ins (what is checked is how they are wired, and that
  * both cells use the same ones); `stack.test.ts` synthesizes the real bundles in shared mode.
  */
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { App, CfnResource, aws_iam as iam, aws_lambda as lambda } from 'aws-cdk-lib';
@@ -12,15 +12,14 @@ import { Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
+import { PIPELINE_STAGES, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { NEXT_STAGES, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_SECRET_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
-import { stageAssets } from '../../infra/aws/assets.js';
+import type { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings } from '../../infra/aws/fleet.js';
 import { type Cell, functionSenders, KappLambdaStack } from '../../infra/aws/stack.js';
 import { FORWARDER_STAGES, PER_CLUSTER_PREFIXES } from '../../infra/aws/stages.js';
-import { HARDEN_ADDON_NAME } from '../../layers/native.js';
-import { concreteEnv, standInRoleId } from './template-env.js';
+import { concreteEnv, standInAssets, standInRoleId } from './template-env.js';
 
 type Json = Record<string, unknown>;
 type Resource = { Type: string; Properties: Json };
@@ -60,14 +59,7 @@ const idsOf = (id: string) =>
 beforeAll(async () => {
   for (const k of Object.keys(process.env)) if (k.startsWith('AWS_') || k.startsWith('CDK_')) delete process.env[k];
   tmp = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-cells-'));
-  const code = path.join(tmp, 'code');
-  const layer = path.join(tmp, 'layer');
-  await mkdir(code, { recursive: true });
-  await writeFile(path.join(code, 'index.mjs'), 'export const handler = async () => ({});\n');
-  await mkdir(path.join(layer, 'lib'), { recursive: true });
-  await writeFile(path.join(layer, 'lib', HARDEN_ADDON_NAME), 'stand-in for the hardening addon\n');
-  const dirs = (d: string) => Object.fromEntries(PIPELINE_STAGES.map((s) => [s, d])) as Record<PipelineStage, string>;
-  assets = stageAssets(dirs(code), dirs(layer));
+  assets = await standInAssets(tmp);
   app = new App({ outdir: path.join(tmp, 'cdk.out'), context: { 'aws:cdk:disable-asset-staging': true } });
   const props = { assets, architecture: lambda.Architecture.ARM_64, fleet: fleetSettings((k) => CONTEXT[k]) };
   stack = new KappLambdaStack(app, 'KappLambdaCells', props);

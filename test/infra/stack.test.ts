@@ -198,6 +198,7 @@ describe('synth', () => {
       'AWS::Logs::LogGroup': n,
       'AWS::IAM::Role': n + 2,
       'AWS::IAM::Policy': n + 2,
+      'AWS::IAM::ManagedPolicy': 1,
       'AWS::Lambda::LayerVersion': n,
       'AWS::Lambda::Function': n,
       'AWS::Lambda::EventSourceMapping': n,
@@ -210,6 +211,8 @@ describe('synth', () => {
       [
         'BucketName',
         'ClusterRegistry',
+        'ForwarderPolicyArn',
+        'Region',
         'ForwarderRoleArnProdEu1',
         'ForwarderRoleIdProdEu1',
         ...PIPELINE_STAGES.flatMap((s) => [`QueueUrl${pascal(s)}`, `FunctionRoleArn${pascal(s)}`]),

@@ -2,7 +2,12 @@
  * Test support of the infra project: a function's variables as the template holds them, made
  * concrete the way CloudFormation would resolve them, for the functions' own configuration parser.
  */
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
 import { ARTIFACT_ROOT_KEY_SECRET_ENV } from '../../functions/lib/entry/lambda.js';
+import { stageAssets } from '../../infra/aws/assets.js';
+import { HARDEN_ADDON_NAME } from '../../layers/native.js';
 
 /**
  * The stand-in of a role's `RoleId` (`Fn::GetAtt [<logical id>, RoleId]`): `AROA` and the
@@ -52,4 +57,20 @@ export function concreteEnv(env: Readonly<Record<string, unknown>>): Record<stri
         : (standIn[k] ?? resolve(v) ?? 'https://sqs.eu-west-1.amazonaws.com/123456789012/q.fifo'),
     ]),
   );
+}
+
+/**
+ * Small stand-ins of the functions' code and layer directories under `dir` (one handler, the
+ * hardening addon's file), the same for every stage: for tests that check how the stack wires
+ * them, not what they hold (`stack.test.ts` synthesizes the real bundles).
+ */
+export async function standInAssets(dir: string): Promise<ReturnType<typeof stageAssets>> {
+  const code = path.join(dir, 'code');
+  const layer = path.join(dir, 'layer');
+  await mkdir(code, { recursive: true });
+  await writeFile(path.join(code, 'index.mjs'), 'export const handler = async () => ({});\n');
+  await mkdir(path.join(layer, 'lib'), { recursive: true });
+  await writeFile(path.join(layer, 'lib', HARDEN_ADDON_NAME), 'stand-in for the hardening addon\n');
+  const dirs = (d: string) => Object.fromEntries(PIPELINE_STAGES.map((s) => [s, d])) as Record<PipelineStage, string>;
+  return stageAssets(dirs(code), dirs(layer));
 }
