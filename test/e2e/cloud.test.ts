@@ -974,19 +974,38 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     // until the last allowed one (`DEFAULT_MAX_ATTEMPTS`) writes the final ReconcileFailed.
     const ns = `cloud-refused-${id}`;
     const name = `refused-${id}`;
+    const probe = `policy-probe-${id}`;
     await kube.createTenant(ns);
-    await kube.apply(
-      ...statusPolicy(
-        name,
-        ['kappctrl.k14s.io/apps/status'],
-        [
-          {
-            expression: `object.metadata.name != '${name}' || (has(object.status) && has(object.status.conditions) && object.status.conditions.exists(c, c.type == 'ReconcileFailed'))`,
-            message: 'status writes of this App are refused by policy',
-          },
-        ],
-      ),
-    );
+    await kube.apply({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: probe, namespace: ns } });
+    const [policy, binding] = statusPolicy(
+      name,
+      ['kappctrl.k14s.io/apps/status'],
+      [
+        {
+          expression: `object.metadata.name != '${name}' || (has(object.status) && has(object.status.conditions) && object.status.conditions.exists(c, c.type == 'ReconcileFailed'))`,
+          message: 'status writes of this App are refused by policy',
+        },
+        // The probe below: the API server enforces a new policy a moment after it is stored.
+        { expression: `object.metadata.name != '${probe}'`, message: 'policy probe refused' },
+      ],
+    ) as [{ spec: { matchConstraints: { resourceRules: object[] } } }, object];
+    policy.spec.matchConstraints.resourceRules.push({
+      apiGroups: [''],
+      apiVersions: ['v1'],
+      operations: ['UPDATE'],
+      resources: ['configmaps'],
+    });
+    await kube.apply(policy, binding);
+    // The App is created only once the policy refuses an update of the probe: before, its
+    // first fetch could write its Reconciling status and pass on to template.
+    await waitFor('the status policy to be enforced', async () => {
+      const r = await kube.k(
+        ['-n', ns, 'patch', 'configmap', probe, '--dry-run=server', '--type=merge', '-p', '{"data":{"x":"1"}}'],
+        undefined,
+        false,
+      );
+      return r.code !== 0 && r.stderr.includes('policy probe refused') ? true : undefined;
+    });
     const fetch = host('fetch');
     const before = fetch.mapping.invocations.length;
     await kube.apply(
