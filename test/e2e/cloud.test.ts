@@ -30,6 +30,11 @@
  * - every App of `npm run demo`, its PackageRepository and its PackageInstall reach the status
  *   the embedded e2e checks (`expectSucceededStatus`, `expectRepoSucceeded`); the git App's source
  *   through the git the fetch layer ships (`layers/git.ts`), with the host's git hidden;
+ * - a second control plane joins the fleet with `npm run cluster -- join --auth token` (the CLI as
+ *   a process: the release, the functions' RBAC and the fleet ConfigMap applied, the document
+ *   written), its functions' tokens stored as join prints, and a second forwarder run as the
+ *   release's ServiceAccount with its ConfigMaps' settings: an App there is reconciled by the same
+ *   functions and deployed in that cluster only;
  * - a deploy function killed while its kapp runs: the record comes back after the visibility
  *   timeout and the App converges;
  * - a poison message (an event naming a cluster the functions do not serve): failed on every
@@ -61,7 +66,7 @@ import { clusterDocKey, MAX_CLUSTER_DOC_BYTES, parseClusterDoc } from '../../fun
 import { apiServerInfoOf } from '../../functions/lib/kube/registry.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
-import { STAGE_SIZING, toolTimeoutMs } from '../../infra/aws/stages.js';
+import { FORWARDER_SERVICE_ACCOUNT, STAGE_SIZING, toolTimeoutMs } from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
 import { cacheRoot } from '../../layers/gobuild.js';
@@ -69,6 +74,7 @@ import { hardenAddonPath } from '../../layers/native.js';
 import { stageServiceAccount } from '../../scripts/cluster-registry.js';
 import { publishExamples } from '../../scripts/demo-examples.js';
 import { APP_EXAMPLES, EXAMPLES, INSTALL_EXAMPLE, renderExample } from '../../scripts/local-env.js';
+import { FORWARDER_FLEET_CONFIGMAP, RELEASE_NAMESPACE } from '../../scripts/release.js';
 import { type Cluster, startCluster } from '../harness/cluster.js';
 import { kubectl, loadKubeConfig, writeTokenKubeconfig } from '../harness/kube.js';
 import {
@@ -101,6 +107,7 @@ import {
   e2eCluster,
   expectSucceededStatus,
   failedAt,
+  inlineConfigMapApp,
   STATUS_KEYS,
   servers,
   kubeconfigPath as sharedKubeconfigPath,
@@ -137,6 +144,9 @@ let kube: E2ECluster;
 let clusterId: string;
 let sqs: SQSClient;
 let forwarder: ServerProcess | undefined;
+/** The second control plane, which joins the fleet with `npm run cluster -- join`, and its forwarder. */
+let joining: Cluster;
+let joiningForwarder: ServerProcess | undefined;
 /** The forwarder's kubeconfig: a token of its own ServiceAccount ({@link forwarderIdentity}), nothing more. */
 let forwarderKubeconfig: string;
 /** `system:serviceaccount:<namespace>:<name>` of the forwarder's ServiceAccount in `infra/forwarder/rbac.yml`. */
@@ -154,66 +164,58 @@ const host = (stage: PipelineStage): StageHost => {
 const secretsDir = (stage: PipelineStage) => path.join(tmp, 'secrets', stage);
 
 /**
- * Registers the test's cluster as a fleet's administrator does: `npm run cluster -- add
- * --auth token` (the CLI as a process) writes the document to the registry in S3 and prints
- * the RBAC (`infra/rbac/`), which is applied; then each function's token (a TokenRequest for
- * its ServiceAccount, instead of the long-lived token Secrets the printed steps copy) goes
- * where the document names it, in that function's own secret directory.
+ * Runs `npm run cluster -- <args>` as a process (`tsx scripts/cluster-registry.ts`), the registry
+ * in versitygw. `steps`: each line the CLI wrote on stderr (what it did, in order) with the
+ * milliseconds since its start when it came.
  */
-async function registerCluster(): Promise<void> {
+async function clusterCli(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ stdout: string; stderr: string; steps: string[] }> {
   const s = servers();
-  const api = apiServerInfoOf(loadKubeConfig(cluster.kubeconfigPath));
-  const caFile = path.join(tmp, 'ca.pem');
-  await writeFile(caFile, Buffer.from(api.caData ?? '', 'base64'));
-  const registry = `s3://${s.s3.bucket ?? 'kapp-lambda'}/${REGISTRY_PREFIX}`;
-  const added = await promisify(execFile)(
-    path.join(ROOT, 'node_modules/.bin/tsx'),
-    [
-      'scripts/cluster-registry.ts',
-      'add',
-      clusterId,
-      '--registry',
-      registry,
-      '--endpoint',
-      api.server,
-      '--ca-file',
-      caFile,
-      ...(api.tlsServerName ? ['--tls-server-name', api.tlsServerName] : []),
-      '--auth',
-      'token',
-      // The functions here run without the sender check (see the module comment).
-      '--no-sender-check',
-    ],
-    {
-      cwd: ROOT,
-      env: {
-        PATH: process.env.PATH,
-        HOME: tmp,
-        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-        AWS_REGION: s.s3.region,
-        AWS_ACCESS_KEY_ID: s.s3.accessKeyId,
-        AWS_SECRET_ACCESS_KEY: s.s3.secretAccessKey,
-        KAPP_LAMBDA_S3_ENDPOINT: s.s3.endpoint,
-      },
+  const started = Date.now();
+  const steps: string[] = [];
+  const run = promisify(execFile)(path.join(ROOT, 'node_modules/.bin/tsx'), ['scripts/cluster-registry.ts', ...args], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH,
+      HOME: tmp,
+      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+      AWS_REGION: s.s3.region,
+      AWS_ACCESS_KEY_ID: s.s3.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: s.s3.secretAccessKey,
+      KAPP_LAMBDA_S3_ENDPOINT: s.s3.endpoint,
+      ...env,
     },
-  );
-  const manifests = parseAllDocuments(added.stdout)
-    .map((d) => d.toJS() as { kind: string })
-    // The token Secrets the legacy token controller would fill: the tokens here are requested.
-    .filter((m) => m.kind !== 'Secret');
-  await kube.apply(...manifests);
+  });
+  run.child.stderr?.on('data', (d: Buffer) => {
+    for (const line of d.toString().split('\n')) if (line) steps.push(`+${Date.now() - started} ms ${line}`);
+  });
+  return { ...(await run), steps };
+}
+
+/** `s3://<bucket>/<prefix>registry/`: the fleet's cluster registry. */
+const registryUrl = () => `s3://${servers().s3.bucket ?? 'kapp-lambda'}/${REGISTRY_PREFIX}`;
+
+/**
+ * Gives each function its token for cluster `id` where the registry document names it: a
+ * TokenRequest for the stage's ServiceAccount in `on` (instead of the long-lived token Secrets
+ * the printed steps copy), in that function's own secret directory.
+ */
+async function storeStageTokens(on: E2ECluster, id: string): Promise<void> {
+  const s = servers();
   const client = s3Client(s.s3);
   try {
     const store = new S3Store({ client, bucket: s.s3.bucket ?? 'kapp-lambda', prefix: REGISTRY_PREFIX });
-    const key = clusterDocKey(clusterId);
+    const key = clusterDocKey(id);
     const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
     const doc = parseClusterDoc(key, body ?? '');
-    if (doc.auth.kind !== 'token') throw new Error(`registered ${clusterId} with ${doc.auth.kind} auth`);
+    if (doc.auth.kind !== 'token') throw new Error(`registered ${id} with ${doc.auth.kind} auth`);
     for (const stage of PIPELINE_STAGES) {
       const name = doc.auth.secrets[stage];
       if (!name) throw new Error(`the document names no ${stage} token`);
       const token = (
-        await kube.k(['-n', IDENTITY_NAMESPACE, 'create', 'token', stageServiceAccount(stage), '--duration=2h'])
+        await on.k(['-n', IDENTITY_NAMESPACE, 'create', 'token', stageServiceAccount(stage), '--duration=2h'])
       ).stdout.trim();
       const file = path.join(secretsDir(stage), name);
       await mkdir(path.dirname(file), { recursive: true });
@@ -222,6 +224,39 @@ async function registerCluster(): Promise<void> {
   } finally {
     client.destroy();
   }
+}
+
+/**
+ * Registers the test's cluster as a fleet's administrator does: `npm run cluster -- add
+ * --auth token` (the CLI as a process) writes the document to the registry in S3 and prints
+ * the RBAC (`infra/rbac/`), which is applied; then each function's token goes where the
+ * document names it ({@link storeStageTokens}).
+ */
+async function registerCluster(): Promise<void> {
+  const api = apiServerInfoOf(loadKubeConfig(cluster.kubeconfigPath));
+  const caFile = path.join(tmp, 'ca.pem');
+  await writeFile(caFile, Buffer.from(api.caData ?? '', 'base64'));
+  const added = await clusterCli([
+    'add',
+    clusterId,
+    '--registry',
+    registryUrl(),
+    '--endpoint',
+    api.server,
+    '--ca-file',
+    caFile,
+    ...(api.tlsServerName ? ['--tls-server-name', api.tlsServerName] : []),
+    '--auth',
+    'token',
+    // The functions here run without the sender check (see the module comment).
+    '--no-sender-check',
+  ]);
+  const manifests = parseAllDocuments(added.stdout)
+    .map((d) => d.toJS() as { kind: string })
+    // The token Secrets the legacy token controller would fill: the tokens here are requested.
+    .filter((m) => m.kind !== 'Secret');
+  await kube.apply(...manifests);
+  await storeStageTokens(kube, clusterId);
 }
 
 /**
@@ -238,14 +273,54 @@ async function forwarderIdentity(): Promise<void> {
   const sa = docs.find((d) => d.kind === 'ServiceAccount');
   if (!sa) throw new Error('infra/forwarder/rbac.yml has no ServiceAccount');
   forwarderUser = `system:serviceaccount:${sa.metadata.namespace}:${sa.metadata.name}`;
-  const token = (
-    await kube.k(['-n', sa.metadata.namespace, 'create', 'token', sa.metadata.name, '--duration=2h'])
-  ).stdout.trim();
-  forwarderKubeconfig = await writeTokenKubeconfig(
+  forwarderKubeconfig = await serviceAccountKubeconfig(
+    kube,
     cluster.kubeconfigPath,
-    token,
+    sa.metadata,
     path.join(tmp, 'forwarder.kubeconfig'),
   );
+}
+
+/**
+ * A kubeconfig at `out` holding only a token of ServiceAccount `sa` of the cluster of
+ * `adminKubeconfig` (what a Pod running as it would mount).
+ */
+async function serviceAccountKubeconfig(
+  on: E2ECluster,
+  adminKubeconfig: string,
+  sa: { namespace: string; name: string },
+  out: string,
+): Promise<string> {
+  const token = (await on.k(['-n', sa.namespace, 'create', 'token', sa.name, '--duration=2h'])).stdout.trim();
+  return await writeTokenKubeconfig(adminKubeconfig, token, out);
+}
+
+/**
+ * Starts the forwarder bundle as its own process watching the cluster of `kubeconfig`, with
+ * `settings` (cluster id, queue URLs: what the Deployment's ConfigMaps give it) over moto's SQS;
+ * its HTTP port is a free loopback one whatever `settings` say.
+ */
+async function startForwarder(name: string, kubeconfig: string, settings: Record<string, string>) {
+  const s = servers();
+  const port = await freePort();
+  return await startProcess(name, [process.execPath, path.join(tmp, 'bundles', 'forwarder.mjs')], {
+    env: {
+      FORWARDER_KINDS: 'App,PackageInstall,PackageRepository',
+      ...settings,
+      PATH: process.env.PATH,
+      HOME: tmp,
+      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
+      AWS_ACCESS_KEY_ID: s.sqs.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: s.sqs.secretAccessKey,
+      AWS_REGION: s.sqs.region,
+      KAPP_LAMBDA_SQS_ENDPOINT: s.sqs.endpoint,
+      KUBECONFIG: kubeconfig,
+      FORWARDER_HTTP_HOST: LOOPBACK,
+      FORWARDER_HTTP_PORT: String(port),
+    },
+    ready: () => httpAnswers(`http://${LOOPBACK}:${port}/readyz`, (st) => st === 200),
+    timeoutMs: 60_000,
+  });
 }
 
 /** Who may write each status: the stage functions that own it (`infra/rbac/`). */
@@ -389,10 +464,12 @@ beforeAll(async () => {
   const s = servers();
   sqs = sqsClient(s.sqs);
   const startedCluster = startCluster({ log: (m) => process.stderr.write(`[cloud] ${m}\n`) });
+  // The second control plane, which joins the fleet in its test: started beside the first, so
+  // its admin kubeconfig can be hidden from the functions as the first one's is.
+  const startedJoining = startCluster({ log: (m) => process.stderr.write(`[cloud] second: ${m}\n`) });
   const bundles = path.join(tmp, 'bundles');
   const dirs = await bundleFunctions(PIPELINE_STAGES, bundles);
-  const forwarderBundle = path.join(bundles, 'forwarder.mjs');
-  await bundleEntry(path.join(ROOT, 'events/forwarder/main.ts'), forwarderBundle);
+  await bundleEntry(path.join(ROOT, 'events/forwarder/main.ts'), path.join(bundles, 'forwarder.mjs'));
   for (const stage of PIPELINE_STAGES) {
     const dlq = await createFifoQueue(s.sqs, `${id}-${stage}-dlq`);
     const queue = await createFifoQueue(s.sqs, `${id}-${stage}`, {
@@ -413,7 +490,11 @@ beforeAll(async () => {
     } as unknown as StageHost);
   }
   rootKeySecretArn = await createRootKeySecret(s.sqs);
-  cluster = await startedCluster;
+  const [first, second] = await Promise.allSettled([startedCluster, startedJoining]);
+  if (second.status === 'fulfilled') joining = second.value;
+  if (first.status === 'rejected') throw first.reason;
+  cluster = first.value;
+  if (second.status === 'rejected') throw second.reason;
   kube = e2eCluster(cluster.kubeconfigPath);
   clusterId = `kwok-${cluster.name}`;
   await kube.applyCrds();
@@ -434,6 +515,7 @@ beforeAll(async () => {
         // function's token is there to be read.
         hide: [
           cluster.workdir,
+          joining.workdir,
           path.dirname(sharedKubeconfigPath),
           ...PIPELINE_STAGES.filter((st) => st !== h.stage).map(secretsDir),
         ],
@@ -460,36 +542,22 @@ beforeAll(async () => {
     h.mapping.start();
   }
 
-  const port = await freePort();
-  forwarder = await startProcess('forwarder', [process.execPath, forwarderBundle], {
-    env: {
-      PATH: process.env.PATH,
-      HOME: tmp,
-      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-      AWS_ACCESS_KEY_ID: s.sqs.accessKeyId,
-      AWS_SECRET_ACCESS_KEY: s.sqs.secretAccessKey,
-      AWS_REGION: s.sqs.region,
-      KAPP_LAMBDA_SQS_ENDPOINT: s.sqs.endpoint,
-      KAPP_LAMBDA_QUEUE_URL_FETCH: host('fetch').queue.url,
-      KAPP_LAMBDA_QUEUE_URL_INSTALL: host('install').queue.url,
-      KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: host('index-repo').queue.url,
-      KUBECONFIG: forwarderKubeconfig,
-      FORWARDER_CLUSTER_ID: clusterId,
-      FORWARDER_KINDS: 'App,PackageInstall,PackageRepository',
-      FORWARDER_HTTP_HOST: LOOPBACK,
-      FORWARDER_HTTP_PORT: String(port),
-    },
-    ready: () => httpAnswers(`http://${LOOPBACK}:${port}/readyz`, (st) => st === 200),
-    timeoutMs: 60_000,
+  forwarder = await startForwarder('forwarder', forwarderKubeconfig, {
+    KAPP_LAMBDA_QUEUE_URL_FETCH: host('fetch').queue.url,
+    KAPP_LAMBDA_QUEUE_URL_INSTALL: host('install').queue.url,
+    KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: host('index-repo').queue.url,
+    FORWARDER_CLUSTER_ID: clusterId,
   });
 }, 300_000);
 
 afterAll(async () => {
   await forwarder?.stop();
+  await joiningForwarder?.stop();
   for (const h of hosts.values()) await h.mapping?.stop();
   for (const h of hosts.values()) await h.rie?.proc.stop();
   sqs?.destroy();
   await cluster?.stop();
+  await joining?.stop();
   if (tmp) await removeTempDir(tmp);
   if (hosts.size > 0) {
     process.stderr.write(figures().text);
@@ -583,6 +651,110 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
       'update apps.kappctrl.k14s.io/status: no',
       'create serviceaccounts/token: no',
     ]);
+  });
+
+  it('a second control plane joins with `npm run cluster -- join`; the fleet reconciles an App there', {
+    timeout: 180_000,
+  }, async () => {
+    const s = servers();
+    const took: string[] = [];
+    const timed = async <T>(what: string, run: () => Promise<T>): Promise<T> => {
+      const t0 = Date.now();
+      try {
+        return await run();
+      } finally {
+        took.push(`${what} ${Date.now() - t0} ms`);
+      }
+    };
+    const joinedId = `kwok-${joining.name}`;
+    const second = e2eCluster(joining.kubeconfigPath);
+    // The stack's outputs as `cdk deploy --outputs-file` writes them: this fleet's entry queues.
+    // No forwarder role is made (--auth token, --no-sender-check: see the module comment), so the
+    // policy is never attached; join only reads its account.
+    const outputs = path.join(tmp, 'outputs.json');
+    await writeFile(
+      outputs,
+      JSON.stringify({
+        KappLambda: {
+          Region: s.sqs.region,
+          ForwarderPolicyArn: 'arn:aws:iam::123456789012:policy/kapp-lambda-forwarders',
+          QueueUrlFetch: host('fetch').queue.url,
+          QueueUrlInstall: host('install').queue.url,
+          QueueUrlIndexRepo: host('index-repo').queue.url,
+        },
+      }),
+    );
+    const context = loadKubeConfig(joining.kubeconfigPath).getCurrentContext();
+    const joined = await timed('join', () =>
+      clusterCli(
+        [
+          'join',
+          context,
+          '--id',
+          joinedId,
+          '--fleet',
+          outputs,
+          '--registry',
+          registryUrl(),
+          '--kubeconfig',
+          joining.kubeconfigPath,
+          '--auth',
+          'token',
+          '--no-sender-check',
+        ],
+        { KUBECTL: joining.kubectlPath },
+      ),
+    );
+    expect(joined.stderr).toContain(`wrote ${clusterDocKey(joinedId)}`);
+    // The steps join printed: each function's token where the document names it.
+    expect(joined.stdout).toContain(`kubectl -n ${IDENTITY_NAMESPACE} get secret`);
+    await timed('tokens', () => storeStageTokens(second, joinedId));
+    // The forwarder as the release's Deployment runs it: as its ServiceAccount, with the settings
+    // of its two ConfigMaps (the release's and the fleet one join wrote).
+    const settings = await timed('forwarder', async () => {
+      const data = async (name: string) =>
+        (
+          JSON.parse((await second.k(['-n', RELEASE_NAMESPACE, 'get', 'configmap', name, '-o', 'json'])).stdout) as {
+            data?: Record<string, string>;
+          }
+        ).data ?? {};
+      const env = { ...(await data('kapp-lambda-forwarder')), ...(await data(FORWARDER_FLEET_CONFIGMAP)) };
+      const kubeconfig = await serviceAccountKubeconfig(
+        second,
+        joining.kubeconfigPath,
+        FORWARDER_SERVICE_ACCOUNT,
+        path.join(tmp, 'joined-forwarder.kubeconfig'),
+      );
+      joiningForwarder = await startForwarder('forwarder-joined', kubeconfig, env);
+      return env;
+    });
+    expect(settings.FORWARDER_CLUSTER_ID).toBe(joinedId);
+
+    const ns = `cloud-joined-${id}`;
+    const name = `joined-${id}`;
+    await second.createTenant(ns);
+    await second.apply(inlineConfigMapApp(ns, name, 'from the fleet'));
+    let last: AppObject | undefined;
+    const app = await timed('reconcile', () =>
+      waitFor(
+        `App ${ns}/${name} in the joined cluster`,
+        async () => {
+          last = await second.getApp(ns, name);
+          return last && succeededAt(1)(last) ? last : undefined;
+        },
+        { timeoutMs: 120_000, intervalMs: 500, describe: () => JSON.stringify(last?.status ?? null, null, 1) },
+      ),
+    );
+    process.stderr.write(
+      `[cloud] joined ${joinedId}: ${took.join(', ')}\n${joined.steps.map((l) => `[cloud]   join ${l}\n`).join('')}`,
+    );
+    expectSucceededStatus(app, STATUS_KEYS);
+    const deployed = await second.getObject<{ data?: Record<string, string> }>('configmap', ns, `${name}-config`);
+    expect(deployed?.data).toEqual({ greeting: 'from the fleet' });
+    expect(await kube.getObject('configmap', ns, `${name}-config`)).toBeUndefined();
+    // Its records named the joined cluster: they came through the second forwarder.
+    const group = `${joinedId}/App/${ns}/${name}`;
+    expect(host('fetch').mapping.invocations.some((i) => i.groupIds.includes(group))).toBe(true);
   });
 
   it('reconciles every App of the demo, its PackageRepository and PackageInstall as the embedded runtime does', {
@@ -802,19 +974,38 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     // until the last allowed one (`DEFAULT_MAX_ATTEMPTS`) writes the final ReconcileFailed.
     const ns = `cloud-refused-${id}`;
     const name = `refused-${id}`;
+    const probe = `policy-probe-${id}`;
     await kube.createTenant(ns);
-    await kube.apply(
-      ...statusPolicy(
-        name,
-        ['kappctrl.k14s.io/apps/status'],
-        [
-          {
-            expression: `object.metadata.name != '${name}' || (has(object.status) && has(object.status.conditions) && object.status.conditions.exists(c, c.type == 'ReconcileFailed'))`,
-            message: 'status writes of this App are refused by policy',
-          },
-        ],
-      ),
-    );
+    await kube.apply({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: probe, namespace: ns } });
+    const [policy, binding] = statusPolicy(
+      name,
+      ['kappctrl.k14s.io/apps/status'],
+      [
+        {
+          expression: `object.metadata.name != '${name}' || (has(object.status) && has(object.status.conditions) && object.status.conditions.exists(c, c.type == 'ReconcileFailed'))`,
+          message: 'status writes of this App are refused by policy',
+        },
+        // The probe below: the API server enforces a new policy a moment after it is stored.
+        { expression: `object.metadata.name != '${probe}'`, message: 'policy probe refused' },
+      ],
+    ) as [{ spec: { matchConstraints: { resourceRules: object[] } } }, object];
+    policy.spec.matchConstraints.resourceRules.push({
+      apiGroups: [''],
+      apiVersions: ['v1'],
+      operations: ['UPDATE'],
+      resources: ['configmaps'],
+    });
+    await kube.apply(policy, binding);
+    // The App is created only once the policy refuses an update of the probe: before, its
+    // first fetch could write its Reconciling status and pass on to template.
+    await waitFor('the status policy to be enforced', async () => {
+      const r = await kube.k(
+        ['-n', ns, 'patch', 'configmap', probe, '--dry-run=server', '--type=merge', '-p', '{"data":{"x":"1"}}'],
+        undefined,
+        false,
+      );
+      return r.code !== 0 && r.stderr.includes('policy probe refused') ? true : undefined;
+    });
     const fetch = host('fetch');
     const before = fetch.mapping.invocations.length;
     await kube.apply(
