@@ -53,10 +53,9 @@ export default defineConfig({
           // named by the namespaces it watches. The one fault that would disturb the others
           // (pausing the API server) runs on its own control plane (faults-pause.test.ts).
           // KAPP_LAMBDA_TEST_WORKERS overrides it (e.g. 1 on a machine busy with other work).
-          // 6 on 2 cores: the files mostly wait (with 5 the suite kept about 1.1 cores busy, 2,600 s
-          // of file time in 11 minutes); two suites at once (6 files at a time) passed five
-          // fresh-clone runs in a row.
-          maxWorkers: Number(process.env.KAPP_LAMBDA_TEST_WORKERS) || 6,
+          // 5 on 2 cores: the files mostly wait (the suite keeps about one core busy); two suites
+          // at once (6 files at a time) passed five fresh-clone runs in a row, so 5 keeps a margin.
+          maxWorkers: Number(process.env.KAPP_LAMBDA_TEST_WORKERS) || 5,
           // After the unit tests (a group of its own: another maxWorkers).
           sequence: { groupOrder: 1 },
         },
