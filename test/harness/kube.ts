@@ -12,6 +12,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
 import { binPath } from '../../layers/gobuild.js';
 import { component } from '../../layers/manifest.js';
+import { inProcessGet } from './kube-get.js';
 
 /** Absolute path of the locally built kubectl (`~/.cache/kapp-lambda/bin/kubernetes-…/kubectl`). */
 export function kubectlPath(): string {
@@ -41,7 +42,9 @@ export interface KubectlOptions {
 }
 
 /**
- * Runs the local kubectl with `--kubeconfig <kubeconfigPath>` followed by `args`, no shell.
+ * Runs the local kubectl with `--kubeconfig <kubeconfigPath>` followed by `args`, no shell. A
+ * plain `get … -o json` of a common resource is answered in process, as kubectl would print it
+ * (`kube-get.ts`: the suite polls objects hundreds of times, and it is CPU-bound on 2 cores).
  * @returns stdout, stderr and the exit code.
  * @throws Error `kubectl <args> exited <code>: <stderr>` when `check` is not false and the exit
  *   code is not 0, or when the binary cannot be started.
@@ -53,36 +56,38 @@ export async function kubectl(
 ): Promise<KubectlResult> {
   const argv = ['--kubeconfig', kubeconfigPath, ...args];
   const bin = opts.kubectl ?? kubectlPath();
-  const res = await new Promise<KubectlResult>((resolve, reject) => {
-    const child = spawn(bin, argv, {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      // Discovery cache next to the kubeconfig: clusters come and go on reused ports.
-      env: {
-        PATH: process.env.PATH ?? '/usr/bin:/bin',
-        HOME: process.env.HOME ?? '/tmp',
-        KUBECACHEDIR: path.join(path.dirname(kubeconfigPath), '.kubectl-cache'),
-      },
-    });
-    let stdout = '';
-    let stderr = '';
-    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 60_000);
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      reject(new Error(`start kubectl ${args.join(' ')}`, { cause: err }));
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ stdout, stderr, code: code ?? -1 });
-    });
-    child.stdin.on('error', () => {});
-    child.stdin.end(opts.input ?? '');
-  });
+  const res =
+    (opts.kubectl === undefined && opts.input === undefined ? await inProcessGet(kubeconfigPath, args) : undefined) ??
+    (await new Promise<KubectlResult>((resolve, reject) => {
+      const child = spawn(bin, argv, {
+        stdio: ['pipe', 'pipe', 'pipe'],
+        // Discovery cache next to the kubeconfig: clusters come and go on reused ports.
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          HOME: process.env.HOME ?? '/tmp',
+          KUBECACHEDIR: path.join(path.dirname(kubeconfigPath), '.kubectl-cache'),
+        },
+      });
+      let stdout = '';
+      let stderr = '';
+      const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 60_000);
+      child.stdout.on('data', (d: Buffer) => {
+        stdout += d.toString();
+      });
+      child.stderr.on('data', (d: Buffer) => {
+        stderr += d.toString();
+      });
+      child.on('error', (err) => {
+        clearTimeout(timer);
+        reject(new Error(`start kubectl ${args.join(' ')}`, { cause: err }));
+      });
+      child.on('close', (code) => {
+        clearTimeout(timer);
+        resolve({ stdout, stderr, code: code ?? -1 });
+      });
+      child.stdin.on('error', () => {});
+      child.stdin.end(opts.input ?? '');
+    }));
   if (res.code !== 0 && opts.check !== false) {
     throw new Error(`kubectl ${args.join(' ')} exited ${res.code}: ${res.stderr.trim().slice(-2000)}`);
   }

@@ -22,7 +22,8 @@ import {
 } from '../../functions/lib/kube/port.js';
 import { apiServerInfoOf, KubeConfigClusterRegistry } from '../../functions/lib/kube/registry.js';
 import { writeStatus } from '../../functions/lib/kube/status-write.js';
-import { kubectl, loadKubeConfig } from '../harness/kube.js';
+import { kubectl, kubectlPath, loadKubeConfig } from '../harness/kube.js';
+import { inProcessGet } from '../harness/kube-get.js';
 
 const kubeconfigPath = inject('kubeconfigPath');
 const ns = `kube-it-${randomBytes(3).toString('hex')}`;
@@ -483,3 +484,32 @@ async function saRegistry(token: string): Promise<KubeConfigClusterRegistry> {
   );
   return KubeConfigClusterRegistry.fromFile(file);
 }
+
+describe('the harness answers `kubectl get … -o json` in process', () => {
+  it('prints what kubectl prints: an object, a list, a NotFound; other shapes run kubectl', async () => {
+    await k(['-n', ns, 'create', 'configmap', 'harness-get', '--from-literal=a=1']);
+    const real = async (args: string[]) =>
+      // a kubectl binary given explicitly always runs
+      await kubectl(kubeconfigPath, args, { kubectl: kubectlPath(), check: false });
+    for (const args of [
+      ['get', 'configmap', 'harness-get', '-n', ns, '-o', 'json'],
+      ['get', 'cm', '-n', ns, '-o', 'json'],
+      ['-n', ns, 'get', 'apps.kappctrl.k14s.io', '-o', 'json'],
+      ['get', 'namespace', ns, '-o', 'json'],
+    ]) {
+      expect(await inProcessGet(kubeconfigPath, args), args.join(' ')).toBeDefined();
+      const ours = await kubectl(kubeconfigPath, args);
+      expect(JSON.parse(ours.stdout), args.join(' ')).toEqual(JSON.parse((await real(args)).stdout));
+    }
+    const missing = ['get', 'packageinstalls.packaging.carvel.dev', 'nope', '-n', ns, '-o', 'json'];
+    const ours = await kubectl(kubeconfigPath, missing, { check: false });
+    expect(ours).toEqual({ ...(await real(missing)), stdout: '' });
+    // not a plain get: kubectl's own output
+    expect(
+      await inProcessGet(kubeconfigPath, ['get', 'configmap', 'harness-get', '-n', ns, '-o', 'name']),
+    ).toBeUndefined();
+    expect(
+      (await kubectl(kubeconfigPath, ['get', 'configmap', 'harness-get', '-n', ns, '-o', 'name'])).stdout.trim(),
+    ).toBe('configmap/harness-get');
+  });
+});
