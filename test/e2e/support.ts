@@ -70,7 +70,9 @@ export interface E2ECluster {
    * test files apply the same CRDs client-side) and waits until they are established. Also
    * creates the `kapp-lambda` namespace, where the runtimes' leader-election Leases live, and
    * applies `infra/rbac/package-repository-kapp.yml` there (the ServiceAccount
-   * `kapp-lambda-pkgr` a PackageRepository's kapp runs as, and its RBAC).
+   * `kapp-lambda-pkgr` a PackageRepository's kapp runs as, and its RBAC). Once per cluster and
+   * test worker: the files of a worker share this module (no isolation), and no file deletes
+   * these objects from a cluster it shares (a file that does runs its own control plane).
    */
   applyCrds(): Promise<void>;
   /**
@@ -113,26 +115,33 @@ export function e2eCluster(kubeconfig: string): E2ECluster {
     await applyWith(['apply', '-f', '-'], JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }));
   };
   let apps: CustomObjectsApi | undefined;
+  let crdsApplied: Promise<void> | undefined;
   return {
     kubeconfigPath: kubeconfig,
     k,
     apply,
-    async applyCrds() {
-      const file = fileURLToPath(new URL('../../infra/crds/crds.yaml', import.meta.url));
-      await applyWith(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
-      await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kapp-lambda' } });
-      // The identity a PackageRepository's kapp runs as (kapp-lambda/kapp-lambda-pkgr).
-      await applyWith(['apply', '-f', fileURLToPath(new URL(`../../${PKGR_KAPP_RBAC_FILE}`, import.meta.url))]);
-      await k([
-        'wait',
-        '--for=condition=Established',
-        '--timeout=60s',
-        'crd/apps.kappctrl.k14s.io',
-        'crd/packageinstalls.packaging.carvel.dev',
-        'crd/packagerepositories.packaging.carvel.dev',
-        'crd/packages.data.packaging.carvel.dev',
-        'crd/packagemetadatas.data.packaging.carvel.dev',
-      ]);
+    applyCrds() {
+      crdsApplied ??= (async () => {
+        const file = fileURLToPath(new URL('../../infra/crds/crds.yaml', import.meta.url));
+        await applyWith(['apply', '--server-side', '--force-conflicts', '--field-manager=kapp-lambda-e2e', '-f', file]);
+        await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kapp-lambda' } });
+        // The identity a PackageRepository's kapp runs as (kapp-lambda/kapp-lambda-pkgr).
+        await applyWith(['apply', '-f', fileURLToPath(new URL(`../../${PKGR_KAPP_RBAC_FILE}`, import.meta.url))]);
+        await k([
+          'wait',
+          '--for=condition=Established',
+          '--timeout=60s',
+          'crd/apps.kappctrl.k14s.io',
+          'crd/packageinstalls.packaging.carvel.dev',
+          'crd/packagerepositories.packaging.carvel.dev',
+          'crd/packages.data.packaging.carvel.dev',
+          'crd/packagemetadatas.data.packaging.carvel.dev',
+        ]);
+      })().catch((e: unknown) => {
+        crdsApplied = undefined;
+        throw e;
+      });
+      return crdsApplied;
     },
     async createTenant(ns) {
       await apply(...tenantManifests(ns, SA));
