@@ -194,8 +194,13 @@ export async function forwarderDocuments(inputs: ReleaseInputs): Promise<Release
   return docs;
 }
 
-/** Kinds in the order a client must create them: what others live in or refer to first. */
-const KIND_ORDER = [
+/**
+ * Kinds in the order a client must create them (`kubectl apply -f` creates in file order): what
+ * others live in or refer to first (Namespaces and CRDs, then the identities and configuration a
+ * Pod or binding names, roles before their bindings, the admission policy before its binding,
+ * workloads last). The release sorts its documents by this rank; a kind not listed goes last.
+ */
+export const KIND_ORDER: readonly string[] = [
   'Namespace',
   'CustomResourceDefinition',
   'ServiceAccount',
