@@ -30,11 +30,10 @@ import {
   releaseFileName,
   releaseFiles,
   releaseHeader,
-  renderRelease,
-  renderRuntimeRelease,
+  renderManifest,
   runtimeBindings,
+  runtimeReleaseDocuments,
   runtimeReleaseFileName,
-  runtimeReleaseHeader,
   staleRelease,
 } from '../../scripts/release.js';
 
@@ -46,7 +45,7 @@ const id = (d: ReleaseDocument) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.
 
 describe('release manifest', () => {
   it('the committed file is what npm run release generates now (regenerate: npm run release)', async () => {
-    expect(committed).toBe(await renderRelease({ version }));
+    expect(committed).toBe(renderManifest(version, 'release', await releaseDocuments({ version })));
     expect(await staleRelease()).toBeUndefined();
   });
 
@@ -259,8 +258,8 @@ const runtimeDocs = parseAllDocuments(runtimeText).map((d) => d.toJS() as Releas
 
 describe('in-cluster runtime release', () => {
   it('the committed file is what npm run release generates now, and says to apply it after the main one', async () => {
-    expect(runtimeText).toBe(await renderRuntimeRelease({ version }));
-    expect(runtimeText.startsWith(runtimeReleaseHeader(version))).toBe(true);
+    expect(runtimeText).toBe(renderManifest(version, 'runtime', await runtimeReleaseDocuments({ version })));
+    expect(runtimeText.startsWith(releaseHeader(version, 'runtime'))).toBe(true);
     expect(runtimeText).toContain(
       `kubectl apply -f kapp-lambda-${version}.yml && kubectl apply -f kapp-lambda-runtime-${version}.yml`,
     );
