@@ -561,12 +561,16 @@ export function packageMetadataDocument(): ReleaseDocument {
  * - `package/repository/packages/kapp-lambda.carvel.dev/{metadata.yml,<version>.yml}`, a
  *   PackageRepository's layout whose Package names `bundleImage` (default
  *   `{@link DEFAULT_PACKAGE_BUNDLE_REPOSITORY}:<version>`).
+ *
+ * @param main - the main release's documents when already computed ({@link releaseFiles});
+ *   default: {@link releaseDocuments} of `version`.
  */
 export async function packageFiles(
   version: string,
   bundleImage = `${DEFAULT_PACKAGE_BUNDLE_REPOSITORY}:${version}`,
+  main?: readonly ReleaseDocument[],
 ): Promise<Map<string, string>> {
-  const docs = packagedDocuments(await releaseDocuments({ version }));
+  const docs = packagedDocuments(main ?? (await releaseDocuments({ version })));
   const bundle = `${PACKAGE_DIR}/bundle`;
   const packages = `${PACKAGE_DIR}/repository/packages/${PACKAGE_REF_NAME}`;
   const values = packageValues(version);
@@ -582,10 +586,11 @@ export async function packageFiles(
 
 /** Every file `npm run release` writes, path under {@link RELEASE_DIR} → content. */
 export async function releaseFiles(version: string): Promise<Map<string, string>> {
+  const main = await releaseDocuments({ version });
   return new Map([
-    [releaseFileName(version), renderManifest(version, 'release', await releaseDocuments({ version }))],
-    [runtimeReleaseFileName(version), renderManifest(version, 'runtime', await runtimeReleaseDocuments({ version }))],
-    ...(await packageFiles(version)),
+    [releaseFileName(version), renderManifest(version, 'release', main)],
+    [runtimeReleaseFileName(version), renderManifest(version, 'runtime', runtimeReleaseDocuments({ version }, main))],
+    ...(await packageFiles(version, undefined, main)),
   ]);
 }
 
@@ -746,10 +751,15 @@ function runtimeDeployment(image: string): ReleaseDocument {
  * applied first), the Deployment, the metrics Service and a PodDisruptionBudget keeping one
  * replica through a drain. A separate file from the main release because a cluster runs either
  * this runtime or the forwarder of a cloud fleet, never both.
+ *
+ * @param main - the main release's documents ({@link releaseDocuments}), whose roles it binds:
+ *   computed once by {@link releaseFiles} for every file.
  */
-export async function runtimeReleaseDocuments(inputs: RuntimeReleaseInputs): Promise<ReleaseDocument[]> {
+export function runtimeReleaseDocuments(
+  inputs: RuntimeReleaseInputs,
+  main: readonly ReleaseDocument[],
+): ReleaseDocument[] {
   const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
-  const main = await releaseDocuments({ version: inputs.version });
   return inReleaseOrder([
     { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: RUNTIME_NAME, namespace: RELEASE_NAMESPACE } },
     ...runtimeBindings(main),
