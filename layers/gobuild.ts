@@ -25,14 +25,20 @@ export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
   return path.join(env.XDG_CACHE_HOME ?? path.join(homedir(), '.cache'), 'kapp-lambda');
 }
 
-/** Cache key of a component: `<name>-<version>-<first 10 hex of sha256(recipe)>`. */
+/**
+ * Cache key of a component: `<name>-<version>-<first 10 hex of sha256(recipe)>`. Its `need` enters
+ * the recipe as the flag it replaced (`optional: true` unless `always`, at the field's place), so
+ * keys stay those of the builds made before (`GoComponent.need`).
+ */
 export function componentKey(c: GoComponent): string {
+  const asBuilt = Object.fromEntries(
+    Object.entries(c).map(([k, v]) => (k === 'need' ? ['optional', v === 'always' ? undefined : true] : [k, v])),
+  );
   const recipe = JSON.stringify({
-    ...c,
+    ...asBuilt,
     purpose: undefined,
     layers: undefined,
     demo: undefined,
-    neededByTests: undefined,
     go: GO_RECIPE_VERSION,
     proxyLoopback: c.proxyLoopback ? PROXY_LOOPBACK_PATCH : undefined,
     imgpkgLayerPaths: c.imgpkgLayerPaths ? IMGPKG_LAYER_PATHS_PATCH : undefined,

@@ -6,7 +6,7 @@
  * Versions are the ones the Go module proxy here serves and whose checksums the sum
  * database knows: kbld v0.47.0 and imgpkg v0.47.0 fail checksum verification, and vendir
  * v0.46.0 needs imgpkg v0.48.0, which the proxy refuses, so vendir v0.44.0 with the imgpkg
- * it requires (v0.46.1) is pinned. kapp-controller v0.53.1 (benchmark only, `optional`) is
+ * it requires (v0.46.1) is pinned. kapp-controller v0.53.1 (`need: 'tests'`) is
  * served by the proxy but unknown to the sum database (`noSumDb`). Upstream kapp-controller pins
  * ytt v0.50.0, kbld v0.44.0, kapp v0.63.2, vendir v0.41.0, helm v3.15.3, sops v3.9.0,
  * age v1.2.0, cue v0.9.2 (`hack/dependencies.yml`); ours are newer and flag-compatible.
@@ -67,17 +67,11 @@ export interface GoComponent {
   /** Stages whose Lambda layer carries these binaries; empty for local-only components. */
   readonly layers: readonly Stage[];
   /**
-   * Built only when named (`tsx scripts/setup.ts <name>`), by whoever needs it (the benchmark
-   * builds kapp-controller with `buildComponent`), or for the tests when {@link neededByTests};
-   * the demo skips it. Default false.
+   * Which setups build it unasked ({@link ComponentNeed}; `tsx scripts/setup.ts <name>` builds
+   * whatever it names, and the benchmark builds kapp-controller with `buildComponent`). Default
+   * `always`.
    */
-  readonly optional?: boolean;
-  /**
-   * An `optional` component that a test runs all the same (kapp-controller: the migration e2e),
-   * so the `full` setup profile (`npm test`, CI) builds it; the demo never does. Not part of the
-   * build's cache key (`componentKey`): marking a component rebuilds nothing. Default false.
-   */
-  readonly neededByTests?: boolean;
+  readonly need?: ComponentNeed;
   /**
    * The Go checksum database has no entry for this module version (its lookup answers 404), so
    * the build sets `GONOSUMDB=<module>` and trusts the module proxy for this one module (its
@@ -362,13 +356,26 @@ export const COMPONENTS: readonly GoComponent[] = [
       },
     ],
     layers: [],
-    optional: true,
-    neededByTests: true,
+    need: 'tests',
     noSumDb: true,
     purpose:
       'benchmark and the migration e2e: upstream kapp-controller run out of cluster, side by side (bench/README.md, docs/migrating.md)',
   },
 ];
+
+/**
+ * Who needs a component, so which setup profiles (`scripts/setup-plan.ts`) build it:
+ * - `always`: every profile that runs it (`full`; `demo` when the demo runs it; `start` when a
+ *   function's layer carries it);
+ * - `tests`: only `full` (`npm test`, CI), for what a test runs but no user does (kapp-controller:
+ *   the migration e2e); the demo and `npm start` never build it;
+ * - `named`: no profile; built when named or by its user.
+ *
+ * The build's cache key (`componentKey`) sees only whether it is `always` (the former `optional`
+ * flag, so the keys of builds made before stay valid): moving a component between `tests` and
+ * `named` rebuilds nothing.
+ */
+export type ComponentNeed = 'always' | 'tests' | 'named';
 
 /** Looks up a component by name. @throws Error when the name is not in {@link COMPONENTS}. */
 export function component(name: string): GoComponent {

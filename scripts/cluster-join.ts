@@ -58,7 +58,7 @@ import {
   IAM_ROLE_ID_PATTERN,
 } from '../functions/lib/kube/cluster-doc.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
-import { FORWARDER_SERVICE_ACCOUNT } from '../infra/aws/stages.js';
+import { FORWARDER_SERVICE_ACCOUNT, podIdentityTrust } from '../infra/aws/stages.js';
 import { EXIT, exitCodesHelp, isUsageError, usageFailure } from './cli.js';
 import {
   type AddInput,
@@ -170,26 +170,20 @@ export function eksClusterArn(partition: string, region: string, account: string
 
 /**
  * The trust policy of a forwarder role on EKS, as the stack's `podIdentityForwarder` makes it:
- * Pod Identity of this account, for the forwarder's ServiceAccount in that one cluster only
- * (conditions on the session tags Pod Identity sets), so an association of another cluster or
+ * one statement of {@link podIdentityTrust} (Pod Identity of this account, for the forwarder's
+ * ServiceAccount in that one cluster only), so an association of another cluster or
  * ServiceAccount with the role gets no credentials.
  */
 export function forwarderTrustPolicy(account: string, clusterArn: string): Record<string, unknown> {
+  const trust = podIdentityTrust(account, clusterArn);
   return {
     Version: '2012-10-17',
     Statement: [
       {
         Effect: 'Allow',
-        Principal: { Service: 'pods.eks.amazonaws.com' },
-        Action: ['sts:AssumeRole', 'sts:TagSession'],
-        Condition: {
-          StringEquals: {
-            'aws:SourceAccount': account,
-            'aws:RequestTag/eks-cluster-arn': clusterArn,
-            'aws:RequestTag/kubernetes-namespace': FORWARDER_SERVICE_ACCOUNT.namespace,
-            'aws:RequestTag/kubernetes-service-account': FORWARDER_SERVICE_ACCOUNT.name,
-          },
-        },
+        Principal: { Service: trust.service },
+        Action: [...trust.actions],
+        Condition: trust.conditions,
       },
     ],
   };

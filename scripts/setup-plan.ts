@@ -4,7 +4,8 @@
  * demo's set is written in one place. Pure.
  *
  * - `full` (`npm run setup`, `npm test`, `npm run bench`, `npm start`): every Go component but
- *   the `optional` ones no test needs (`neededByTests`: kapp-controller, for the migration e2e), every Debian package, moto in the project's Python venv, the native addons.
+ *   those only built when named (`need: 'named'`; kapp-controller, `need: 'tests'`, is built for
+ *   the migration e2e), every Debian package, moto in the project's Python venv, the native addons.
  * - `demo` (`npm run demo`): only what the demo runs: the tools its Apps and package use, the
  *   local control plane, the registry, git and the native addons of the embedded runtime; no
  *   Python, no S3 server (versitygw), no Lambda Runtime Interface Emulator.
@@ -35,10 +36,8 @@ export function setupPlan(profile: SetupProfile): SetupPlan {
   const full = profile === 'full';
   // `start`: what the embedded runtime runs for any App (every tool a function's layer carries)
   // and the local control plane it falls back to; none of the tests' servers.
-  const wanted = (c: GoComponent) =>
-    full
-      ? !c.optional || c.neededByTests === true
-      : !c.optional && (c.demo === true || (profile === 'start' && c.layers.length > 0));
+  const wanted = ({ need = 'always', demo, layers }: GoComponent) =>
+    full ? need !== 'named' : need === 'always' && (demo === true || (profile === 'start' && layers.length > 0));
   return {
     components: COMPONENTS.filter(wanted),
     debianPackages: Object.entries(DEBIAN_PACKAGES)

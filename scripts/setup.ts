@@ -3,7 +3,7 @@
  * cache outside the checkout, with progress, and reuses cached builds.
  * Usage: `tsx scripts/setup.ts [--for full|demo|start] [component...] [--pull-cache <registry/repo>]
  * [--push-cache <registry/repo>]`. `--for full` (the default; `npm test`, `npm run bench`) builds
- * all but the `optional` components no test needs (`neededByTests`), installs the Debian packages (`scripts/apt.ts`) and moto's server (the
+ * every component but those built only when named (`need` in `layers/manifest.ts`), installs the Debian packages (`scripts/apt.ts`) and moto's server (the
  * SQS-compatible test server) into the project's Python venv (`scripts/python.ts`); `--for demo`
  * (`npm run demo`) only what the demo runs, `--for start` (`npm start`) every tool the runtime
  * runs and the local control plane, no test server (`scripts/setup-plan.ts`). Named components build only

@@ -83,6 +83,13 @@ export interface ClusterLeadershipOptions {
    * started: the runtime re-queues the stages it parked while not leading. Default none.
    */
   onTermStarted?: () => void;
+  /**
+   * Called when a term ends because this runtime stopped leading (the Lease lost, taken over or
+   * released), after the term's forwarder was told to stop (it may still be stopping): what the
+   * runtime held only for the leader is dropped here. Not called by {@link
+   * ClusterLeadership.stopForwarding}, which keeps the Lease. Default none.
+   */
+  onTermEnded?: () => void;
   /** How a forwarder is stopped when a term ends. Default `{ drain: false, timeoutMs: 5000 }`. */
   stopOptions?: StopOptions;
   logger?: ForwarderLogger;
@@ -119,6 +126,7 @@ export class ClusterLeadership {
         // First the running stages (their tools killed, their writes refused), then the forwarder.
         this.termAbort.abort(new NotLeaderError(this.clusterId));
         this.endTerm();
+        this.opts.onTermEnded?.();
       },
     });
   }

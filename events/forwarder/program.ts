@@ -231,6 +231,12 @@ export async function startForwarderProgram(
       });
       return f;
     },
+    onTermEnded: () => {
+      // A standby serves no per-object series (the new leader does): they go when the term
+      // does, and the ended term's forwarder, still stopping, feeds them no more.
+      term = undefined;
+      statusMetrics?.reset();
+    },
     transport: deps.transport,
     logger,
   });
@@ -304,8 +310,6 @@ export async function startForwarderProgram(
   };
   const ownMetrics = async () => {
     refreshCounters();
-    // A replica that stopped leading serves no per-object series (the new leader does).
-    if (!isLeader() && statusMetrics && statusMetrics.objects + statusMetrics.skipped > 0) statusMetrics.reset();
     return await registry.metrics();
   };
   /** The whole text: the registry's, then the per-object series (written in chunks to HTTP). */

@@ -80,6 +80,7 @@ import {
   INFLIGHT_EXPIRY_DAYS,
   LEASE_EXPIRY_DAYS,
   PRIVATE_EXPIRY_DAYS,
+  podIdentityTrust,
   STAGE_OBJECTS,
   STAGE_SIZING,
   toolTimeoutMs,
@@ -904,23 +905,16 @@ export class KappLambdaStack extends Stack {
 export { FORWARDER_SERVICE_ACCOUNT };
 
 /**
- * Who may assume a cluster's forwarder role on EKS: Pod Identity of this account, for the
- * forwarder's ServiceAccount ({@link FORWARDER_SERVICE_ACCOUNT}) in that one cluster only. The
- * conditions are on the session tags Pod Identity sets (`eks-cluster-arn`,
- * `kubernetes-namespace`, `kubernetes-service-account`), so an association of another cluster
- * or another ServiceAccount with this role gets no credentials.
+ * Who may assume a cluster's forwarder role on EKS: {@link podIdentityTrust} of this stack's
+ * account (Pod Identity, for the forwarder's ServiceAccount ({@link FORWARDER_SERVICE_ACCOUNT})
+ * in that one cluster only; conditions on the session tags Pod Identity sets, so an association
+ * of another cluster or another ServiceAccount with this role gets no credentials).
+ * `SessionTagsPrincipal` adds `sts:TagSession` to the service principal's `sts:AssumeRole`,
+ * the trust's `actions`; the infrastructure test holds the template to the CLI's policy.
  */
 export function podIdentityForwarder(stack: Stack, eksClusterArn: string): iam.IPrincipal {
-  return new iam.SessionTagsPrincipal(
-    new iam.ServicePrincipal('pods.eks.amazonaws.com').withConditions({
-      StringEquals: {
-        'aws:SourceAccount': stack.account,
-        'aws:RequestTag/eks-cluster-arn': eksClusterArn,
-        'aws:RequestTag/kubernetes-namespace': FORWARDER_SERVICE_ACCOUNT.namespace,
-        'aws:RequestTag/kubernetes-service-account': FORWARDER_SERVICE_ACCOUNT.name,
-      },
-    }),
-  );
+  const trust = podIdentityTrust(stack.account, eksClusterArn);
+  return new iam.SessionTagsPrincipal(new iam.ServicePrincipal(trust.service).withConditions(trust.conditions));
 }
 
 /** The functions that send to `stage`'s queue (`NEXT_STAGES` inverted), in `PIPELINE_STAGES` order. */

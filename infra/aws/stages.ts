@@ -358,3 +358,39 @@ export const FORWARDER_STAGES: readonly PipelineStage[] = [
  * without CDK imports, so `npm run cluster -- join` builds the same trust without loading CDK.
  */
 export const FORWARDER_SERVICE_ACCOUNT = { namespace: 'kapp-lambda', name: 'kapp-lambda-forwarder' } as const;
+
+/** Who may assume a forwarder role on EKS, and how: see {@link podIdentityTrust}. */
+export interface PodIdentityTrust {
+  /** The service principal, EKS Pod Identity's agent. */
+  readonly service: 'pods.eks.amazonaws.com';
+  /** `sts:TagSession` too: Pod Identity tags the session, and a role that refuses the tags refuses the pod. */
+  readonly actions: readonly ['sts:AssumeRole', 'sts:TagSession'];
+  /** The condition block of the trust statement (IAM JSON: operator → key → value). */
+  readonly conditions: { readonly StringEquals: Readonly<Record<string, string>> };
+}
+
+/**
+ * The trust of a cluster's forwarder role on EKS: Pod Identity of `account`, for the
+ * forwarder's ServiceAccount ({@link FORWARDER_SERVICE_ACCOUNT}) in the cluster `clusterArn`
+ * only. The conditions are on the session tags Pod Identity sets (`eks-cluster-arn`,
+ * `kubernetes-namespace`, `kubernetes-service-account`), so an association of another cluster
+ * or another ServiceAccount with the role gets no credentials. One source for the stack's
+ * `podIdentityForwarder` (CDK) and `npm run cluster -- join`'s role (the IAM SDK, no CDK).
+ *
+ * @param account - the account id (in the stack, its `account` token).
+ * @param clusterArn - `arn:<partition>:eks:<region>:<account>:cluster/<name>`.
+ */
+export function podIdentityTrust(account: string, clusterArn: string): PodIdentityTrust {
+  return {
+    service: 'pods.eks.amazonaws.com',
+    actions: ['sts:AssumeRole', 'sts:TagSession'],
+    conditions: {
+      StringEquals: {
+        'aws:SourceAccount': account,
+        'aws:RequestTag/eks-cluster-arn': clusterArn,
+        'aws:RequestTag/kubernetes-namespace': FORWARDER_SERVICE_ACCOUNT.namespace,
+        'aws:RequestTag/kubernetes-service-account': FORWARDER_SERVICE_ACCOUNT.name,
+      },
+    },
+  };
+}

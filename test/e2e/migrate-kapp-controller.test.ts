@@ -19,7 +19,7 @@
  * once" step does.
  *
  * kapp-controller is an optional component the tests need (`layers/manifest.ts`
- * `neededByTests`): `npm test`'s setup builds it (the demo's does not).
+ * `need: 'tests'`): `npm test`'s setup builds it (the demo's does not).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';

@@ -44,6 +44,7 @@ import {
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunctions } from '../../layers/bundle.js';
 import { HARDEN_ADDON_NAME } from '../../layers/native.js';
+import { forwarderTrustPolicy } from '../../scripts/cluster-join.js';
 import { concreteEnv, standInRoleId } from './template-env.js';
 
 type Json = Record<string, unknown>;
@@ -618,6 +619,10 @@ describe('IAM', () => {
         },
       ],
     });
+    // `npm run cluster -- join` creates the same trust with the IAM SDK, without CDK.
+    expect(resources[roleId]!.Properties.AssumeRolePolicyDocument).toEqual(
+      stack.resolve(forwarderTrustPolicy(stack.account, PROD_CLUSTER_ARN)),
+    );
     // What `npm run cluster -- add prod-eu-1 --forwarder-role-id` takes: the role's unique id.
     expect((template.toJSON().Outputs as Record<string, Json>).ForwarderRoleIdProdEu1!.Value).toEqual({
       'Fn::GetAtt': [roleId, 'RoleId'],

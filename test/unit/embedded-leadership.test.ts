@@ -14,17 +14,9 @@ import { type ObjectEvent, objectEvent } from '../../events/schema.js';
 import { leaderGatedRegistry } from '../../functions/embedded/leadership.js';
 import { EmbeddedPipeline } from '../../functions/embedded/pipeline.js';
 import { CommandCanceledError } from '../../functions/lib/exec/runner.js';
-import {
-  type ClusterRegistry,
-  ConflictError,
-  type DeployView,
-  type FetchView,
-  type KubeObject,
-  type Lease,
-  type LeaseSpec,
-  type LeaseView,
-} from '../../functions/lib/kube/port.js';
+import type { ClusterRegistry, DeployView, FetchView, KubeObject } from '../../functions/lib/kube/port.js';
 import { appObject, appWorld, NOW, REF, vendirWrites } from './support/app-world.js';
+import { OneLease } from './support/one-lease.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const T0 = Date.parse('2025-03-01T10:00:00.000Z');
@@ -118,30 +110,6 @@ describe('leaderGatedRegistry', () => {
     ]);
   });
 });
-
-/** One Lease with optimistic concurrency; `put` is another runtime writing it. */
-class OneLease {
-  lease: Lease | undefined;
-  private rv = 1;
-  readonly view: LeaseView = {
-    getLease: async () => structuredClone(this.lease),
-    createLease: async (_ns, _name, spec) => {
-      if (this.lease) throw new ConflictError('409 already exists');
-      return this.put(spec);
-    },
-    updateLease: async (_ns, _name, rv, spec) => {
-      if (this.lease?.metadata.resourceVersion !== rv) throw new ConflictError('409 conflict');
-      return this.put(spec);
-    },
-  };
-  put(spec: LeaseSpec): Lease {
-    this.lease = {
-      metadata: { name: 'l', namespace: 'kapp-lambda', uid: 'u', resourceVersion: String(++this.rv) },
-      spec: structuredClone(spec),
-    };
-    return structuredClone(this.lease);
-  }
-}
 
 function app(name: string, generation = 1): KubeObject {
   return {

@@ -7,11 +7,11 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { parseForwarderProgramEnv } from '../../events/forwarder/config.js';
 import { silentLogger } from '../../events/forwarder/log.js';
 import { type ForwarderProgram, startForwarderProgram } from '../../events/forwarder/program.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
 import { COUNT_METRICS, TIME_METRICS } from '../../functions/lib/observe/metrics.js';
+import { testProgramSettings } from './support/forwarder-program.js';
 
 const DIR = new URL('../../infra/monitoring/', import.meta.url);
 const read = (f: string) => readFileSync(new URL(f, DIR), 'utf8');
@@ -40,13 +40,7 @@ const exported = new Set<string>([
 ]);
 
 beforeAll(async () => {
-  const settings = parseForwarderProgramEnv({
-    FORWARDER_CLUSTER_ID: 'c1',
-    AWS_REGION: 'eu-west-1',
-    KAPP_LAMBDA_QUEUE_URL_FETCH: 'http://127.0.0.1:1/fetch.fifo',
-    FORWARDER_HTTP_HOST: '127.0.0.1',
-    FORWARDER_HTTP_PORT: '0',
-  });
+  const settings = testProgramSettings();
   const refuse = async () => {
     throw new Error('no Lease in this test');
   };

@@ -16,6 +16,7 @@ import {
   forwarderDocuments,
   KAPP_DELETE_STRATEGY,
   KEEP_ON_UNINSTALL_LABEL,
+  KIND_ORDER,
   PACKAGE_REF_NAME,
   packageDocument,
   packageFiles,
@@ -29,22 +30,22 @@ import {
   releaseFileName,
   releaseFiles,
   releaseHeader,
-  renderRelease,
-  renderRuntimeRelease,
+  renderManifest,
   runtimeBindings,
+  runtimeReleaseDocuments,
   runtimeReleaseFileName,
-  runtimeReleaseHeader,
   staleRelease,
 } from '../../scripts/release.js';
 
 const version = await packageVersion();
 const committed = await readFile(path.join(RELEASE_DIR, releaseFileName(version)), 'utf8');
 const docs = parseAllDocuments(committed).map((d) => d.toJS() as ReleaseDocument);
+const rank = (kind: string) => KIND_ORDER.indexOf(kind);
 const id = (d: ReleaseDocument) => `${d.kind}/${d.metadata.namespace ?? ''}/${d.metadata.name}`;
 
 describe('release manifest', () => {
   it('the committed file is what npm run release generates now (regenerate: npm run release)', async () => {
-    expect(committed).toBe(await renderRelease({ version }));
+    expect(committed).toBe(renderManifest(version, 'release', await releaseDocuments({ version })));
     expect(await staleRelease()).toBeUndefined();
   });
 
@@ -54,20 +55,36 @@ describe('release manifest', () => {
   });
 
   it('holds every kind, the two namespaces and the five CRDs, namespaces and CRDs first', () => {
-    expect([...new Set(docs.map((d) => d.kind))]).toEqual([
-      'Namespace',
-      'CustomResourceDefinition',
-      'ServiceAccount',
-      'ConfigMap',
+    const kinds = [...new Set(docs.map((d) => d.kind))];
+    expect([...kinds].sort()).toEqual([
       'ClusterRole',
       'ClusterRoleBinding',
+      'ConfigMap',
+      'CustomResourceDefinition',
+      'Deployment',
+      'Namespace',
       'Role',
       'RoleBinding',
+      'Service',
+      'ServiceAccount',
       'ValidatingAdmissionPolicy',
       'ValidatingAdmissionPolicyBinding',
-      'Service',
-      'Deployment',
     ]);
+    // In creation order, one run per kind, every kind ranked.
+    expect(kinds).toEqual(KIND_ORDER.filter((k) => kinds.includes(k)));
+    expect(docs.map((d) => d.kind)).toEqual(docs.map((d) => d.kind).sort((a, b) => rank(a) - rank(b)));
+    // What an object lives in or refers to is created before it.
+    const before: Array<[string, string]> = [
+      ['Namespace', 'ServiceAccount'],
+      ['CustomResourceDefinition', 'ClusterRole'],
+      ['ServiceAccount', 'ClusterRoleBinding'],
+      ['ConfigMap', 'Deployment'],
+      ['ClusterRole', 'ClusterRoleBinding'],
+      ['Role', 'RoleBinding'],
+      ['ValidatingAdmissionPolicy', 'ValidatingAdmissionPolicyBinding'],
+      ['ServiceAccount', 'Deployment'],
+    ];
+    for (const [first, then] of before) expect(rank(first), `${first} before ${then}`).toBeLessThan(rank(then));
     expect(docs.slice(0, 7).map((d) => `${d.kind}/${d.metadata.name}`)).toEqual([
       `Namespace/${DEFAULT_PACKAGING_GLOBAL_NAMESPACE}`,
       'Namespace/kapp-lambda',
@@ -241,8 +258,9 @@ const runtimeDocs = parseAllDocuments(runtimeText).map((d) => d.toJS() as Releas
 
 describe('in-cluster runtime release', () => {
   it('the committed file is what npm run release generates now, and says to apply it after the main one', async () => {
-    expect(runtimeText).toBe(await renderRuntimeRelease({ version }));
-    expect(runtimeText.startsWith(runtimeReleaseHeader(version))).toBe(true);
+    const main = await releaseDocuments({ version });
+    expect(runtimeText).toBe(renderManifest(version, 'runtime', runtimeReleaseDocuments({ version }, main)));
+    expect(runtimeText.startsWith(releaseHeader(version, 'runtime'))).toBe(true);
     expect(runtimeText).toContain(
       `kubectl apply -f kapp-lambda-${version}.yml && kubectl apply -f kapp-lambda-runtime-${version}.yml`,
     );

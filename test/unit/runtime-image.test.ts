@@ -12,7 +12,12 @@ import { TOOL_NAMES } from '../../functions/lib/exec/runner.js';
 import { GO_LANGUAGE_VERSION } from '../../layers/gobuild.js';
 import { COMPONENTS } from '../../layers/manifest.js';
 import { runtimeComponents } from '../../scripts/build-runtime-tools.js';
-import { RUNTIME_CACHE_DIR, RUNTIME_METRICS_PORT, runtimeReleaseDocuments } from '../../scripts/release.js';
+import {
+  RUNTIME_CACHE_DIR,
+  RUNTIME_METRICS_PORT,
+  releaseDocuments,
+  runtimeReleaseDocuments,
+} from '../../scripts/release.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const recipe = readFileSync(path.join(ROOT, 'infra/runtime/Containerfile'), 'utf8');
@@ -40,7 +45,7 @@ describe('runtime image recipe', () => {
       const sources = l.split(/\s+/).slice(1, -1);
       for (const s of sources) expect(existsSync(path.join(ROOT, s)), s).toBe(true);
     }
-    const docs = await runtimeReleaseDocuments({ version: '0.0.0' });
+    const docs = runtimeReleaseDocuments({ version: '0.0.0' }, await releaseDocuments({ version: '0.0.0' }));
     const dep = docs.find((d) => d.kind === 'Deployment') as unknown as {
       spec: { template: { spec: { securityContext: { runAsUser: number; runAsGroup: number } } } };
     };

@@ -6,7 +6,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { componentKey } from '../../layers/gobuild.js';
-import { COMPONENTS } from '../../layers/manifest.js';
+import { COMPONENTS, component } from '../../layers/manifest.js';
 import { DEBIAN_PACKAGES } from '../../scripts/apt.js';
 import { motoCheckArgv, motoInstallArgv, venvCreateArgv } from '../../scripts/python.js';
 import { parseSetupArgs, setupPlan } from '../../scripts/setup-plan.js';
@@ -53,9 +53,9 @@ describe('setupPlan', () => {
     expect(parseSetupArgs(['--for', 'start', '-h'], {}).help).toBe(true);
   });
 
-  it('full: every non-optional component and those the tests need, every Debian package, moto', () => {
+  it('full: every component but those built only when named, every Debian package, moto', () => {
     const full = setupPlan('full');
-    expect(names(full)).toEqual(COMPONENTS.filter((c) => !c.optional || c.neededByTests).map((c) => c.name));
+    expect(names(full)).toEqual(COMPONENTS.filter((c) => c.need !== 'named').map((c) => c.name));
     // the migration e2e runs upstream kapp-controller: the tests' setup builds it
     expect(names(full)).toContain('kapp-controller');
     expect(names(full)).toEqual(expect.arrayContaining(['versitygw', 'aws-lambda-rie', 'sops', 'cue']));
@@ -68,6 +68,16 @@ describe('setupPlan', () => {
     const ytt = COMPONENTS.find((c) => c.name === 'ytt');
     if (!ytt) throw new Error('no ytt');
     expect(componentKey({ ...ytt, demo: false })).toBe(componentKey({ ...ytt, demo: true }));
+  });
+
+  it('need enters the cache key only as always or not, where the optional flag it replaced was', () => {
+    const kc = component('kapp-controller');
+    expect(componentKey(kc)).toBe('kapp-controller-v0.53.1-5760e99e7d');
+    expect(componentKey({ ...kc, need: 'named' })).toBe(componentKey(kc));
+    expect(componentKey({ ...kc, need: 'always' })).not.toBe(componentKey(kc));
+    const ytt = component('ytt');
+    expect(componentKey({ ...ytt, need: 'always' })).toBe(componentKey(ytt));
+    expect(setupPlan('full').components).not.toContainEqual(expect.objectContaining({ need: 'named' }));
   });
 });
 
