@@ -8,6 +8,7 @@
  * | `clusterRegistryBucket` | a bucket of the account holding the cluster registry instead of the stack's artifact bucket | the artifact bucket |
  * | `clusterRegistryPrefix` | key prefix of the registry in that bucket: documents `<prefix>clusters/<id>.json` | `registry/` |
  * | `sourcePollMinutes` | period of the fleet source poll (the index-repo function's schedule), minutes | 1 |
+ * | `maxDeployWaitMinutes` | the longest a deploy waits for its resources in all, over the invocations it continues in (the deploy function's `KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`): an App's longer or unlimited `--wait-timeout` is cut there, and its status says so | 60 |
  * | `concurrency` | most concurrent invocations per function (the event source mapping's `maxConcurrency`, 2..1000): a number for every function, or JSON `{"deploy": 20}` per function | `STAGE_SIZING` (10; 5 for index-repo and install) |
  * | `logRetentionDays` | retention of the functions' log groups (a CloudWatch Logs retention value) | 30 |
  * | `artifactRetentionDays` | expiry of `artifacts/`, `cache/` and `receipts/` objects, days after their last write | 30 |
@@ -30,6 +31,7 @@
 import type { aws_iam as iam } from 'aws-cdk-lib';
 import { z } from 'zod';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
+import { MAX_CONTINUED_WAIT_MS } from '../../functions/lib/deploy/kapp.js';
 import { parseUrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
 import { DEFAULT_ARTIFACT_RETENTION_DAYS, registryPrefixProblem, STAGE_SIZING } from './stages.js';
@@ -56,6 +58,8 @@ export interface FleetSettings {
   clusterRegistryPrefix: string;
   /** Minutes, 1..1440. */
   sourcePollMinutes: number;
+  /** The deploy function's wait maximum, minutes (`KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`). */
+  maxDeployWaitMinutes: number;
   /** Per function, filled from `STAGE_SIZING` where the context names none. */
   concurrency: Record<PipelineStage, number>;
   logRetentionDays: (typeof LOG_RETENTION_DAYS)[number];
@@ -209,6 +213,15 @@ const ContextSchema = z.object({
     fromText,
     z.number().int().min(1).max(1440, { error: 'expected at most 1440 (a day)' }).default(DEFAULT_SOURCE_POLL_MINUTES),
   ),
+  maxDeployWaitMinutes: z.preprocess(
+    fromText,
+    z
+      .number()
+      .int()
+      .min(1)
+      .max(1440, { error: 'expected at most 1440 (a day)' })
+      .default(MAX_CONTINUED_WAIT_MS / 60_000),
+  ),
   concurrency: z.preprocess(
     fromText,
     z.union([concurrencyValue, z.partialRecord(z.enum(PIPELINE_STAGES), concurrencyValue)]).optional(),
@@ -346,6 +359,7 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     ...(c.clusterRegistryBucket ? { clusterRegistryBucket: c.clusterRegistryBucket } : {}),
     clusterRegistryPrefix: c.clusterRegistryPrefix,
     sourcePollMinutes: c.sourcePollMinutes,
+    maxDeployWaitMinutes: c.maxDeployWaitMinutes,
     concurrency,
     logRetentionDays: c.logRetentionDays as FleetSettings['logRetentionDays'],
     artifactRetentionDays: c.artifactRetentionDays,

@@ -737,6 +737,10 @@ export class KappLambdaStack extends Stack {
         ...this.#clusterAccess.environment,
         ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
         ...(this.senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join('', senders) } : {}),
+        // The fleet's cut of an App's long or unlimited deploy wait.
+        ...(stage === 'deploy'
+          ? { KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: String(props.fleet.maxDeployWaitMinutes * 60) }
+          : {}),
         // A cell's one cluster: the sender check refuses an event naming any other.
         ...(clusterId === undefined ? {} : { KAPP_LAMBDA_CELL_CLUSTER: clusterId }),
         // The fleet's URL policy exceptions, where the policy checks something (validated at synth).

@@ -449,6 +449,8 @@ describe('functions', () => {
       mode: 'enforce',
       allow: policed ? ['registry.corp:443', '10.20.0.0/16'] : [],
     });
+    // The fleet's deploy wait maximum (context maxDeployWaitMinutes, default 60) on deploy only.
+    expect(config.maxDeployWaitMs).toBe(stage === 'deploy' ? 60 * 60_000 : undefined);
     if (stage === 'install') expect(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS).toBeUndefined();
     else {
       const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);

@@ -66,8 +66,18 @@ function kappWaitsUntilAborted(kills: RunRequest[]) {
   };
 }
 
-async function world(status: AppStatus = RECONCILING): Promise<AppWorld> {
-  const w = appWorld({ app: appObject({ status }), tmpRoot: path.join(tempDir(), 'scratch') });
+async function world(
+  status: AppStatus = RECONCILING,
+  opts: { rawOptions?: string[]; maxDeployWaitMs?: number } = {},
+): Promise<AppWorld> {
+  const w = appWorld({
+    app: appObject({
+      status,
+      ...(opts.rawOptions ? { spec: { deploy: [{ kapp: { rawOptions: opts.rawOptions } }] } } : {}),
+    }),
+    tmpRoot: path.join(tempDir(), 'scratch'),
+    ...(opts.maxDeployWaitMs ? { config: { maxDeployWaitMs: opts.maxDeployWaitMs } } : {}),
+  });
   await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST));
   return w;
 }
@@ -160,6 +170,30 @@ describe('the continuation', () => {
     ]);
     expect(w.outcomes()).toEqual([['deploy', 'succeeded']]);
     expect(sender.sent).toEqual([]);
+  });
+
+  // kapp v0.64's own words when its wait runs out.
+  const TIMED_OUT = 'kapp: Error: Timed out waiting after 1s for resources: [deployment/web (apps/v1) namespace: ns]\n';
+
+  it("an App's unlimited wait is cut at the fleet's maximum, and the status says so", async () => {
+    const w = await world(RECONCILING, { rawOptions: ['--wait-timeout=0s'], maxDeployWaitMs: 10 * 60_000 });
+    w.runner.on('kapp', { stderr: TIMED_OUT, exitCode: 1 });
+    await deployHandler(w, new MemoryEventSender())(record(continued(1)), { getRemainingTimeInMillis: () => 900_000 });
+    const args = w.runner.calls[0]?.args ?? [];
+    // ten minutes spent of the fleet's ten: kapp's last chance, 1 s
+    expect(args.filter((a) => a.startsWith('--wait-timeout=')).at(-1)).toBe('--wait-timeout=1s');
+    const last = w.statuses().at(-1);
+    expect(last?.conditions?.[0]?.type).toBe('ReconcileFailed');
+    expect(last?.usefulErrorMessage).toBe(
+      `${TIMED_OUT}kapp-lambda: the deploy's wait was cut at the fleet's maximum of 10m0s in all (KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS); the App's --wait-timeout asks for longer`,
+    );
+  });
+
+  it("a wait within the fleet's maximum times out with kapp's words alone", async () => {
+    const w = await world(RECONCILING, { rawOptions: ['--wait-timeout=10m'], maxDeployWaitMs: 60 * 60_000 });
+    w.runner.on('kapp', { stderr: TIMED_OUT, exitCode: 1 });
+    await deployHandler(w, new MemoryEventSender())(record(continued(1)), { getRemainingTimeInMillis: () => 900_000 });
+    expect(w.statuses().at(-1)?.usefulErrorMessage).toBe(TIMED_OUT.trimEnd());
   });
 
   it('cut again: continues with the next count, keeping the first start', async () => {
@@ -258,11 +292,24 @@ describe("kapp's wait budget", () => {
   });
 
   it('appends what is left, at least 1 s, of at most MAX_CONTINUED_WAIT_MS in all', () => {
-    expect(withKappWaitBudget(cmd('--wait-timeout=30m'), 20 * 60_000).args.at(-1)).toBe('--wait-timeout=10m0s');
-    expect(withKappWaitBudget(cmd(), 14 * 60_000 + 500).args.at(-1)).toBe('--wait-timeout=1m0s');
-    expect(withKappWaitBudget(cmd(), 60 * 60_000).args.at(-1)).toBe('--wait-timeout=1s');
+    const last = (b: ReturnType<typeof withKappWaitBudget>) => [b.cmd.args.at(-1), b.capped];
+    expect(last(withKappWaitBudget(cmd('--wait-timeout=30m'), 20 * 60_000))).toEqual(['--wait-timeout=10m0s', false]);
+    expect(last(withKappWaitBudget(cmd(), 14 * 60_000 + 500))).toEqual(['--wait-timeout=1m0s', false]);
+    expect(last(withKappWaitBudget(cmd(), 60 * 60_000))).toEqual(['--wait-timeout=1s', false]);
     // A tenant's unlimited or very long wait would hold the fleet's shared deploy concurrency.
-    expect(withKappWaitBudget(cmd('--wait-timeout=0s'), 15 * 60_000).args.at(-1)).toBe('--wait-timeout=45m0s');
-    expect(withKappWaitBudget(cmd('--wait-timeout=240h'), MAX_CONTINUED_WAIT_MS).args.at(-1)).toBe('--wait-timeout=1s');
+    expect(last(withKappWaitBudget(cmd('--wait-timeout=0s'), 15 * 60_000))).toEqual(['--wait-timeout=45m0s', true]);
+    expect(last(withKappWaitBudget(cmd('--wait-timeout=240h'), MAX_CONTINUED_WAIT_MS))).toEqual([
+      '--wait-timeout=1s',
+      true,
+    ]);
+    // the fleet's own maximum
+    expect(last(withKappWaitBudget(cmd('--wait-timeout=30m'), 5 * 60_000, 20 * 60_000))).toEqual([
+      '--wait-timeout=15m0s',
+      true,
+    ]);
+    expect(last(withKappWaitBudget(cmd('--wait-timeout=10m'), 5 * 60_000, 20 * 60_000))).toEqual([
+      '--wait-timeout=5m0s',
+      false,
+    ]);
   });
 });

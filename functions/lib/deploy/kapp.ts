@@ -450,13 +450,24 @@ export function kappWaitTimeoutMs(cmd: Pick<KappCommand, 'args'>): number | unde
 export const MIN_CONTINUED_WAIT_MS = 1000;
 
 /**
- * The longest wait a deploy continued over several invocations gets in all, ms (1 h). A deviation
- * from upstream, whose one kapp process may wait without limit (`--wait-timeout=0s`) or for any
- * duration an App asks: on Lambda one deploy function serves the whole fleet with a bounded
- * concurrency, so a few Apps waiting forever on a resource that never becomes ready would hold
- * every tenant's deploys. The embedded runtime never continues a deploy, so it keeps upstream's.
+ * Default of the longest wait a deploy continued over several invocations gets in all, ms (1 h;
+ * the fleet sets its own with `KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`). A deviation from upstream,
+ * whose one kapp process may wait without limit (`--wait-timeout=0s`) or for any duration an App
+ * asks: on Lambda one deploy function serves the whole fleet with a bounded concurrency, so a few
+ * Apps waiting forever on a resource that never becomes ready would hold every tenant's deploys.
+ * The embedded runtime never continues a deploy, so it keeps upstream's.
  */
 export const MAX_CONTINUED_WAIT_MS = 60 * 60_000;
+
+/** A continued kapp deploy command and whether the fleet's maximum, not the App, set its wait. */
+export interface BudgetedKappCommand {
+  readonly cmd: KappCommand;
+  /**
+   * True when the App asked for a longer wait than the fleet's maximum (or none, `0s`): a
+   * timeout of this kapp is then the fleet's cut, which the status must say.
+   */
+  readonly capped: boolean;
+}
 
 /**
  * A kapp deploy that continues one the function deadline stopped (`../pipeline/app/deploy.ts`):
@@ -464,13 +475,34 @@ export const MAX_CONTINUED_WAIT_MS = 60 * 60_000;
  * wait budget, `--wait-timeout=<kapp's timeout - elapsed>` (at least {@link MIN_CONTINUED_WAIT_MS}),
  * appended so that it wins over every earlier value. Upstream's one kapp process waits at most
  * its `--wait-timeout`; a deploy split over invocations waits about as long in total, but never
- * longer than {@link MAX_CONTINUED_WAIT_MS} (also for `--wait-timeout=0s`, no limit in kapp).
+ * longer than the fleet's maximum (also for `--wait-timeout=0s`, no limit in kapp).
  *
  * @param elapsedMs - time since the run's first kapp started.
+ * @param maxWaitMs - the fleet's maximum wait in all, ms; default {@link MAX_CONTINUED_WAIT_MS}.
  * @returns a copy of `cmd` with the remaining wait as its last `--wait-timeout`.
  */
-export function withKappWaitBudget(cmd: KappCommand, elapsedMs: number): KappCommand {
-  const timeout = Math.min(kappWaitTimeoutMs(cmd) ?? MAX_CONTINUED_WAIT_MS, MAX_CONTINUED_WAIT_MS);
+export function withKappWaitBudget(
+  cmd: KappCommand,
+  elapsedMs: number,
+  maxWaitMs: number = MAX_CONTINUED_WAIT_MS,
+): BudgetedKappCommand {
+  const asked = kappWaitTimeoutMs(cmd);
+  const capped = asked === undefined || asked > maxWaitMs;
+  const timeout = capped ? maxWaitMs : asked;
   const left = Math.max(MIN_CONTINUED_WAIT_MS, Math.ceil((timeout - elapsedMs) / 1000) * 1000);
-  return { ...cmd, args: [...cmd.args, `--wait-timeout=${formatDuration(left)}`] };
+  return { cmd: { ...cmd, args: [...cmd.args, `--wait-timeout=${formatDuration(left)}`] }, capped };
+}
+
+/** kapp's failure when its wait runs out (kapp v0.64: `Timed out waiting after <d> for resources: …`). */
+const KAPP_WAIT_TIMED_OUT = /\bTimed out waiting after\b/;
+
+/**
+ * The line added to a capped continuation's stderr (so to `usefulErrorMessage`) when kapp's wait
+ * ran out: kapp's own message names only the last process's few seconds, not that the fleet cut
+ * a longer wait the App asked for.
+ * @returns the line, or `undefined` when kapp did not time out waiting.
+ */
+export function fleetWaitCutNote(stderr: string, maxWaitMs: number): string | undefined {
+  if (!KAPP_WAIT_TIMED_OUT.test(stderr)) return undefined;
+  return `kapp-lambda: the deploy's wait was cut at the fleet's maximum of ${formatDuration(maxWaitMs)} in all (KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS); the App's --wait-timeout asks for longer`;
 }

@@ -238,6 +238,13 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'every function',
   },
   {
+    name: 'KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS',
+    default: '3600',
+    meaning:
+      "the longest a deploy waits for its resources in all, over every invocation it continues in: an App's longer (or unlimited) `--wait-timeout` is cut there, with a status saying so (one App's endless wait must not hold the fleet's deploy slots)",
+    readBy: 'deploy',
+  },
+  {
     name: 'KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS',
     default: '`[]`',
     meaning: 'JSON array, kapp-controller-config `kappDeployRawOptions`',
@@ -439,6 +446,8 @@ export interface LambdaConfig {
   toolVersions: Record<string, string>;
   /** `KAPP_LAMBDA_TOOL_TIMEOUT_MS`. */
   toolTimeoutMs?: number;
+  /** `KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`, ms. */
+  maxDeployWaitMs?: number;
   /** `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS`. */
   kappDeployRawOptions: string[];
   /** `KAPP_LAMBDA_KUBE_API_QPS` / `_BURST` (a key unset: kapp-controller's 20 / 30). */
@@ -562,6 +571,7 @@ const EnvSchema = z.object({
       .pipe(json(z.record(z.string().regex(/^[a-z0-9-]+$/), z.string().min(1)), 'an object of tool → version strings')),
   ),
   KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(intText(1000, 900_000)),
+  KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: optional(intText(60, 86_400)),
   KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: optional(z.string().pipe(json(z.array(z.string()), 'an array of strings'))),
   KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
@@ -699,6 +709,8 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     };
   }
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
+  if (e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS !== undefined)
+    config.maxDeployWaitMs = e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS * 1000;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE)
     config.controllerConfigNamespace = e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS !== undefined)

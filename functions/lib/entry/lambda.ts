@@ -341,6 +341,7 @@ export function createLambdaDeps(
       urlPolicy: config.urlPolicy,
       ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
+      ...(config.maxDeployWaitMs === undefined ? {} : { maxDeployWaitMs: config.maxDeployWaitMs }),
       ...(config.controllerConfigNamespace ? { controllerConfigNamespace: config.controllerConfigNamespace } : {}),
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),

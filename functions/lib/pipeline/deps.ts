@@ -98,6 +98,11 @@ export interface PipelineConfig {
   /** Kill a tool after this long, ms. Default: the runner's default. */
   toolTimeoutMs?: number;
   /**
+   * The longest wait a deploy continued over invocations gets in all, ms (Lambda only: the
+   * embedded runtime never continues a deploy). Default `MAX_CONTINUED_WAIT_MS` (1 h).
+   */
+  maxDeployWaitMs?: number;
+  /**
    * The URL policy every fetch obeys (`../fetch/url-policy.ts`). Default: off, as
    * kapp-controller; the Lambda functions default to enforcing it.
    */

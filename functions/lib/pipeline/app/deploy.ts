@@ -18,10 +18,12 @@ import {
   associatedResources,
   BLOCKING_FOR_DEPLOY_PREFIX,
   type ClusterAccess,
+  fleetWaitCutNote,
   KAPP_ERROR_PREFIX,
   type KappCommand,
   kappDeployCommand,
   kappInspectCommand,
+  MAX_CONTINUED_WAIT_MS,
   NOT_ONE_DEPLOY_MESSAGE,
   parseKappAppMeta,
   wantsInspect,
@@ -253,11 +255,15 @@ async function applyManifest(
       metadataFile,
       controllerRawOptions: deps.config.kappDeployRawOptions,
     });
-    const cmd = data.continuation
-      ? withKappWaitBudget(planned, deps.now().getTime() - run.startedAt.getTime())
-      : planned;
+    const maxWaitMs = deps.config.maxDeployWaitMs ?? MAX_CONTINUED_WAIT_MS;
+    const budget = data.continuation
+      ? withKappWaitBudget(planned, deps.now().getTime() - run.startedAt.getTime(), maxWaitMs)
+      : { cmd: planned, capped: false };
     const kappStartedAt = deps.now();
-    const ran = await runKappDeploy(run, cmd, manifest.toString('utf8'), work);
+    const kappRun = await runKappDeploy(run, budget.cmd, manifest.toString('utf8'), work);
+    // The fleet's cut of a longer wait says so where kapp's own timeout is read.
+    const cutNote = budget.capped && kappRun.error ? fleetWaitCutNote(kappRun.stderr, maxWaitMs) : undefined;
+    const ran = cutNote ? { ...kappRun, stderr: `${kappRun.stderr.replace(/\n?$/, '\n')}${cutNote}\n` } : kappRun;
     run.tools = { runs: 1, ms: ran.durationMs };
     if (ran.error instanceof CommandDeadlineError) run.cut = { stdout: ran.stdout, stderr: ran.stderr };
     // upstream's updateLastDeploy returns the friendly result, which setReconcileCompleted then
