@@ -257,6 +257,22 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   } catch {
     connector = undefined;
   }
+  // Tool uids that processes left behind still ran under after their run's end kept killing
+  // them (`../lib/exec/uid-leases.ts`): never leased again, so the pool shrinks by each.
+  const quarantinedUids =
+    (metrics.registry.getSingleMetric('kapp_lambda_tool_uids_quarantined_total') as Counter | undefined) ??
+    new Counter({
+      name: 'kapp_lambda_tool_uids_quarantined_total',
+      help: 'Tool uids never leased again: processes a run left behind could not be killed',
+      registers: [metrics.registry],
+    });
+  const onUidQuarantined = (uid: number, left: readonly number[]) => {
+    quarantinedUids.inc();
+    opts.log.warn(
+      { uid, pids: left, poolSize: DEFAULT_UID_POOL.size },
+      'tool uid quarantined: processes a run left behind could not be killed; it is never leased again',
+    );
+  };
   const composed = createPipelineDeps({
     clusters: registry,
     store,
@@ -267,7 +283,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
       resolveBin,
       tmpDir: opts.tmpRoot,
       metrics: toolMetrics,
-      ...(isolate ? { uidPool: DEFAULT_UID_POOL } : {}),
+      ...(isolate ? { uidPool: DEFAULT_UID_POOL, onUidQuarantined } : {}),
       launcher: resolveBin(LAUNCHER_NAME),
       ...(connector ? { connector } : {}),
     },

@@ -567,15 +567,23 @@ describe('tools die with the runtime (launcher)', () => {
   });
 });
 
-describe('what a tool leaves outside its process group (Lambda: subreaper and orphan sweeper)', () => {
+describe('what a tool leaves outside its process group (Lambda: subreaper and orphan sweeper; root: the uid pool)', () => {
   /**
    * Runs `test/harness/orphan-runtime.ts` (a stand-in runtime process) and returns its report;
    * the process the tool left behind is killed afterwards whatever the outcome.
    */
   async function leaveBehind(
-    mode: 'sweep' | 'none',
+    mode: 'sweep' | 'none' | 'pool',
     hold: 'hold' | 'quiet',
-  ): Promise<{ pid: number; alive: boolean; exitCode: number; ms: number }> {
+  ): Promise<{
+    pid: number;
+    alive: boolean;
+    exitCode: number;
+    ms: number;
+    uid?: number;
+    underUid?: number[];
+    next?: { uid: number; seen: string };
+  }> {
     const dir = await realpath(await mkdtemp(path.join(tmpdir(), 'orphans-')));
     const script = path.resolve('test/harness/orphan-runtime.ts');
     try {
@@ -586,7 +594,7 @@ describe('what a tool leaves outside its process group (Lambda: subreaper and or
       );
       return JSON.parse(out.trim().split('\n').at(-1) ?? '{}');
     } finally {
-      const pidFile = path.join(dir, 'left-behind.pid');
+      const pidFile = path.join(dir, ...(mode === 'pool' ? ['work', 'out'] : []), 'left-behind.pid');
       const pid = existsSync(pidFile) ? Number.parseInt(readFileSync(pidFile, 'utf8'), 10) : 0;
       if (pid > 1) {
         try {
@@ -619,5 +627,16 @@ describe('what a tool leaves outside its process group (Lambda: subreaper and or
     expect(r.alive).toBe(false);
     // Without the sweep the run would wait for the pipe: the 60 s sleep (the call's timeout is 50 s).
     expect(r.ms).toBeLessThan(30_000);
+  }, 60_000);
+
+  it('as root, a run ends only once nothing runs under its uid: the next run under it finds nothing left', async () => {
+    // The embedded runtime's case: no sweeper, a pool of one uid, a tool that leaves
+    // `setsid sleep 600` behind.
+    const r = await leaveBehind('pool', 'quiet');
+    expect(r.exitCode).toBe(0);
+    expect(r.uid).toBe(910_300);
+    expect(r.alive).toBe(false);
+    expect(r.underUid).toEqual([]);
+    expect(r.next).toEqual({ uid: 910_300, seen: 'unseen' });
   }, 60_000);
 });

@@ -7,7 +7,8 @@
  * - a minimal environment (`PATH`, plus `HOME`, `TMPDIR` and the XDG directories of the run's
  *   own private directory, removed afterwards) plus what the caller passes explicitly; nothing is
  *   inherited from the parent process (no `KUBECONFIG`, no `AWS_*`);
- * - with a uid pool (root only), each run under its own unprivileged uid (`./sandbox.ts`);
+ * - with a uid pool (root only), each run under its own unprivileged uid (`./sandbox.ts`),
+ *   taken back only once nothing runs under it (`./uid-leases.ts`);
  * - timeout and `AbortSignal` cancellation kill the whole process group;
  * - output is bounded per stream, keeping the tail;
  * - a non-zero exit is a result, not a rejection. Error texts follow Go's `os/exec` and
@@ -25,7 +26,8 @@ import { allowedStages, runBins, stageTools, TOOLS } from '../../../layers/tools
 import type { PipelineStage } from '../api/functions.js';
 import type { ToolMetricsSink, ToolRunOutcome } from './metrics.js';
 import type { OrphanSweeper } from './orphans.js';
-import { handOver, makeRunDirs, type RunDirs, removeRunDirs, UidLeases, type UidPool } from './sandbox.js';
+import { handOver, makeRunDirs, type RunDirs, removeRunDirs, type UidPool } from './sandbox.js';
+import { UidLeases } from './uid-leases.js';
 
 /** Which output stream a chunk came from. */
 export type OutputStream = 'stdout' | 'stderr';
@@ -305,6 +307,12 @@ export interface CommandRunnerOptions {
    */
   uidPool?: UidPool;
   /**
+   * Told when a run's uid is quarantined: processes still ran under it after the run's end kept
+   * killing them for `DEFAULT_EVICT_BUDGET_MS` (`./uid-leases.ts`), so it is never leased again;
+   * `left` are their pids. The embedded runtime logs it and counts it. Default none.
+   */
+  onUidQuarantined?: (uid: number, left: readonly number[]) => void;
+  /**
    * Absolute path of the tool launcher (`layers/native/launch.c`, `kl-launch`): each tool is
    * started through it so that it is killed when this process dies (`PR_SET_PDEATHSIG`), and a
    * runtime killed mid-deploy leaves no kapp running. Default: none (tools are started
@@ -468,7 +476,20 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       opts.metrics?.record({ tool: cmd, durationMs, exitCode, outcome });
     },
   };
-  const leases = opts.uidPool ? new UidLeases(opts.uidPool) : undefined;
+  const leases = opts.uidPool
+    ? new UidLeases(opts.uidPool, opts.onUidQuarantined ? { onQuarantine: opts.onUidQuarantined } : {})
+    : undefined;
+  /**
+   * Ends a run's hold: kills what still runs under its uid before its directories go (a process
+   * left behind could otherwise write them again), then frees the uid.
+   */
+  const endRun = async (uid: number | undefined, dirs: RunDirs | undefined): Promise<void> => {
+    const cleanup = async () => {
+      if (dirs) await removeRunDirs(dirs);
+    };
+    if (uid === undefined || !leases) await cleanup();
+    else await leases.release(uid, cleanup);
+  };
   const { record } = cfg;
 
   return {
@@ -494,14 +515,14 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
         return { ...empty, exitCode: -1, durationMs: 0, error: new CommandStartError(req.cmd, cause) };
       }
 
-      const uid = await leases?.acquire();
+      let uid: number | undefined;
       let dirs: RunDirs | undefined;
       try {
+        uid = await leases?.acquire();
         dirs = await makeRunDirs(tmp, uid);
         if (uid !== undefined) for (const w of req.writable ?? []) await handOver(w, uid);
       } catch (cause) {
-        if (dirs) await removeRunDirs(dirs);
-        if (uid !== undefined) leases?.release(uid);
+        await endRun(uid, dirs);
         record(req.cmd, 0, -1, 'start-failed');
         return { ...empty, exitCode: -1, durationMs: 0, error: new CommandStartError(req.cmd, cause) };
       }
@@ -510,8 +531,7 @@ export function createCommandRunner(opts: CommandRunnerOptions): CommandRunner {
       } finally {
         // Before the directories go: a process left behind could otherwise write them again.
         await opts.orphans?.sweep();
-        await removeRunDirs(dirs);
-        if (uid !== undefined) leases?.release(uid);
+        await endRun(uid, dirs);
       }
     },
   };

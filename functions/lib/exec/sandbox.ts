@@ -10,7 +10,8 @@
  *   runtime's memory or `/proc/<pid>/environ` (mode 0400, owned by root), the kubeconfig or the
  *   object store (0600/0700, owned by root), nor the files of another run in flight. kapp-controller
  *   gets part of this from its credential-less sidecar; a uid per run is stricter (runs of
- *   different Apps cannot see each other either).
+ *   different Apps cannot see each other either). A uid goes back to the pool only once no
+ *   process runs under it (`./uid-leases.ts`).
  * - Handing a directory to a run changes owners with `lchown` and never follows a symlink or
  *   touches a file with more than one link, so fetched content cannot make the runtime give a
  *   run ownership of a file outside its directory.
@@ -43,31 +44,6 @@ export const DEFAULT_UID_POOL: UidPool = Object.freeze({ first: 910_000, size: 6
 /** Whether this process can run tools under other uids (it is root). */
 export function canSwitchUid(): boolean {
   return typeof process.getuid === 'function' && process.getuid() === 0;
-}
-
-/** Hands out uids of a {@link UidPool} to runs in flight; a waiting run gets the next free one. */
-export class UidLeases {
-  private readonly free: number[];
-  private readonly waiters: ((uid: number) => void)[] = [];
-
-  /** @param pool - the uids to lease */
-  constructor(pool: UidPool) {
-    this.free = Array.from({ length: pool.size }, (_, i) => pool.first + i);
-  }
-
-  /** Resolves with a uid no other run holds until {@link release}. */
-  async acquire(): Promise<number> {
-    const uid = this.free.shift();
-    if (uid !== undefined) return uid;
-    return await new Promise<number>((resolve) => this.waiters.push(resolve));
-  }
-
-  /** Returns a uid to the pool (or straight to the oldest waiter). */
-  release(uid: number): void {
-    const next = this.waiters.shift();
-    if (next) next(uid);
-    else this.free.push(uid);
-  }
 }
 
 /** The name prefix of a run's directory under the runner's temp directory (`run-XXXXXX`). */
