@@ -255,7 +255,21 @@ export function makeStageHandler(
       }
       const poll = (await getRoute()).pollSources;
       if (!poll) throw new Error(`the ${stage} function's route has no source poll`);
-      log.info({ stage, ...(await poll(d.pipeline)) }, 'source poll');
+      // The function deadline cuts the members still read (each also has its own, far shorter)
+      // and starts no source after it: the poll returns with its summary, the next one goes on.
+      const remainingMs = context?.getRemainingTimeInMillis?.();
+      const cut =
+        remainingMs === undefined
+          ? undefined
+          : armDeadline(remainingMs, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
+      try {
+        log.info(
+          { stage, ...(await poll({ ...d.pipeline, ...(cut ? { deadline: cut.signal } : {}) })) },
+          'source poll',
+        );
+      } finally {
+        cut?.dispose();
+      }
       return { batchItemFailures: [] };
     }
     const remaining = context?.getRemainingTimeInMillis?.();
