@@ -255,6 +255,35 @@ describe('records not started in time', () => {
     expect(outcomes()).toEqual({ a1: 'done', a2: 'deadline', b1: 'deadline' });
   });
 
+  it('a record that never ends (deaf to the deadline) fails only itself and its group: the invocation returns, the others keep their outcomes', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const { handler, outcomes, trace } = setup(
+      async (id) => {
+        // a1 waits on a cluster that never answers; c1 throws; b1 and d1 succeed.
+        if (id === 'a1') await new Promise<void>(() => undefined);
+        if (id === 'c1') throw new Error('connect ECONNREFUSED 10.0.0.9:443');
+      },
+      { recordConcurrency: 10 },
+    );
+    let res: unknown;
+    void handler(
+      { Records: [rec('a', 1), rec('b', 1), rec('a', 2), rec('c', 1), rec('d', 1)] },
+      // 120 s left (install's timeout), the default 30 s margin: the deadline comes at 90 s.
+      { getRemainingTimeInMillis: () => 120_000 },
+    ).then((r) => {
+      res = r;
+    });
+    await vi.advanceTimersByTimeAsync(90_000);
+    expect(res).toBeUndefined();
+    // Half the margin later the invocation returns, within the function timeout.
+    await vi.advanceTimersByTimeAsync(15_000);
+    expect(res).toEqual({
+      batchItemFailures: [{ itemIdentifier: 'a1' }, { itemIdentifier: 'a2' }, { itemIdentifier: 'c1' }],
+    });
+    expect(outcomes()).toEqual({ a1: 'deadline', a2: 'deadline', b1: 'done', c1: 'failed', d1: 'done' });
+    expect(trace).not.toContain('start a2');
+  });
+
   it('once less than half the invocation is left, no record starts; the running one goes on', async () => {
     vi.useFakeTimers({ toFake: ['Date'] });
     const { handler, outcomes, trace } = setup(

@@ -13,8 +13,10 @@ import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import {
+  LEADER_GRACE_MS,
   leaveSource,
   MAX_MEMBERS_PER_CLUSTER,
+  MEMBER_DEADLINE_MS,
   memberDeployed,
   memberIndexed,
   type PolledSource,
@@ -27,6 +29,7 @@ import {
   sourcePollKey,
   trackAppSources,
   trackSource,
+  updateSourcePoll,
 } from '../../functions/lib/pipeline/source-poll.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { type ObjectBody, StoreError } from '../../functions/lib/store/port.js';
@@ -418,12 +421,20 @@ describe('pollSources: the timer', () => {
     await f.deployAll([a, b], a);
     expect(f.state.resolutions).toBe(1);
     // Within the period: nothing to resolve, nobody behind.
-    expect(await pollSources(f.deps)).toEqual({ sources: 1, polled: 0, changed: 0, poked: 0, failed: 0 });
+    expect(await pollSources(f.deps)).toEqual({
+      sources: 1,
+      polled: 0,
+      changed: 0,
+      poked: 0,
+      failed: 0,
+      memberFailures: 0,
+      paused: 0,
+    });
 
     f.state.now = T0 + PERIOD;
     f.state.digest = D2;
     // Three pollers at once (three runtimes sharing the store): one request.
-    const summaries = await Promise.all([pollSources(f.deps), pollSources(f.deps), pollSources(f.deps)]);
+    const summaries = await Promise.all([0, 1, 2].map(() => pollSources(f.deps, { leaderStart: 0 })));
     expect(f.state.resolutions).toBe(2);
     expect(summaries.map((s) => s.polled).reduce((x, y) => x + y)).toBe(1);
     expect(summaries.map((s) => s.changed).reduce((x, y) => x + y)).toBe(1);
@@ -437,7 +448,7 @@ describe('pollSources: the timer', () => {
     await f.deployAll(refs);
     f.state.now = T0 + PERIOD;
     f.state.digest = D2;
-    await pollSources(f.deps);
+    await pollSources(f.deps, { leaderStart: 0 });
     expect(f.poked()).toEqual(['c1/repo:ref-changed']);
     f.state.emitted.length = 0;
 
@@ -533,6 +544,125 @@ describe('pollSources: the timer', () => {
   });
 });
 
+describe('pollSources: each member on its own (a hung, refused or paused member holds no other)', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /**
+   * A fleet whose cluster `a-hang` never answers a read, `b-refused` refuses connections and
+   * whose `c-paused/ns/m3` is paused; `z` holds 20 repositories. All on one tag, deployed at D1,
+   * and by id the three hostile members come first.
+   */
+  async function hostile() {
+    const f = fleet(['a-hang', 'b-refused', 'c-paused', 'z']);
+    const refs = [f.repo('a-hang', 'm1'), f.repo('b-refused', 'm2'), f.repo('c-paused', 'm3')];
+    for (let i = 0; i < 20; i++) refs.push(f.repo('z', `r${String(i).padStart(2, '0')}`));
+    await f.deployAll(refs);
+    const paused = f.clusters.get('c-paused')?.get('PackageRepository', 'ns', 'm3') as { spec: { paused?: boolean } };
+    paused.spec.paused = true;
+    const state = { refusing: true, reads: [] as string[], onHang: (): void => undefined };
+    const view = f.deps.clusters.deployView.bind(f.deps.clusters);
+    f.deps.clusters.deployView = ((id: string) => {
+      const c = view(id);
+      return new Proxy(c, {
+        get: (t, prop) =>
+          prop !== 'getObject'
+            ? Reflect.get(t, prop, t)
+            : async (ref: { name: string }) => {
+                state.reads.push(`${id}/${ref.name}`);
+                if (id === 'a-hang') {
+                  state.onHang();
+                  return await new Promise(() => undefined);
+                }
+                if (id === 'b-refused' && state.refusing) throw new Error('connect ECONNREFUSED 10.0.0.9:443');
+                return await c.getObject(ref as never);
+              },
+      });
+    }) as typeof f.deps.clusters.deployView;
+    f.state.now = T0 + PERIOD;
+    f.state.digest = D2;
+    return { f, state };
+  }
+
+  /** Runs `poll` under fake timers, advancing one member deadline: its summary, or `undefined` if it did not end. */
+  async function withinOneMemberDeadline<T>(poll: () => Promise<T>): Promise<T | undefined> {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    let out: T | undefined;
+    void poll().then((r) => {
+      out = r;
+    });
+    await vi.advanceTimersByTimeAsync(MEMBER_DEADLINE_MS);
+    await vi.advanceTimersByTimeAsync(0);
+    vi.useRealTimers();
+    return out;
+  }
+
+  /** The record moved to D2 longer than the leader's grace ago, polled now: every member behind is poked. */
+  async function leaderHadItsGrace(f: ReturnType<typeof fleet>) {
+    f.state.now = T0 + LEADER_GRACE_MS + 2 * PERIOD;
+    await updateSourcePoll(f.store, f.key, (cur) =>
+      cur
+        ? { ...cur, resolved: D2, changedAt: new Date(T0).toISOString(), polledAt: new Date(f.state.now).toISOString() }
+        : undefined,
+    );
+  }
+
+  it('a fan-out sends each of the 20 healthy members its event within one member deadline; the others are counted and retried alone', async () => {
+    const { f, state } = await hostile();
+    await leaderHadItsGrace(f);
+    const pokedAt = new Map<string, number>();
+    const summary = await withinOneMemberDeadline(() => pollSources(f.deps, { pokedAt }));
+    expect(summary).toMatchObject({ polled: 0, poked: 20, memberFailures: 2, paused: 1, failed: 0 });
+    expect(f.poked()).toEqual(Array.from({ length: 20 }, (_, i) => `z/r${String(i).padStart(2, '0')}:ref-changed`));
+    // Only the poked are marked: the refused member, answering now, is poked by the next check alone.
+    state.refusing = false;
+    f.state.emitted.length = 0;
+    const again = await withinOneMemberDeadline(() => pollSources(f.deps, { pokedAt, resolve: false }));
+    expect(again).toMatchObject({ poked: 1, memberFailures: 1, paused: 1 });
+    expect(f.poked()).toEqual(['b-refused/m2:ref-changed']);
+  });
+
+  it('the leader is the first member that reads, is still on the source and is not paused', async () => {
+    const { f } = await hostile();
+    const summary = await withinOneMemberDeadline(() => pollSources(f.deps, { leaderStart: 0 }));
+    expect(summary).toMatchObject({ changed: 1, poked: 1, memberFailures: 2, paused: 1 });
+    expect(f.poked()).toEqual(['z/r00:ref-changed']);
+  });
+
+  it('a member cut by the function deadline is counted; no source starts after it', async () => {
+    const { f, state } = await hostile();
+    await leaderHadItsGrace(f);
+    // The function deadline comes while the hung member is read: the poll ends (no timer
+    // advanced), every member either poked or counted, none left waiting.
+    const deadline = new AbortController();
+    state.onHang = () => deadline.abort();
+    const summary = await pollSources({ ...f.deps, deadline: deadline.signal });
+    expect(summary.memberFailures).toBeGreaterThanOrEqual(2);
+    expect(summary.poked + summary.memberFailures + summary.paused).toBe(23);
+    expect(await pollSources({ ...f.deps, deadline: deadline.signal })).toMatchObject({ sources: 0, poked: 0 });
+  });
+
+  it('the leader of each move starts elsewhere in the members (a hostile member is not first every time)', async () => {
+    const f = fleet(['c1']);
+    const refs = Array.from({ length: 10 }, (_, i) => f.repo('c1', `r${i}`));
+    await f.deployAll(refs);
+    const leaders = new Set<string>();
+    for (let move = 2; move <= 6; move++) {
+      f.state.now += PERIOD;
+      f.state.digest = `sha256:${String(move).repeat(64)}`;
+      f.state.emitted.length = 0;
+      expect(await pollSources(f.deps)).toMatchObject({ changed: 1, poked: 1 });
+      // The same leader for every poll of one move.
+      f.state.now += PERIOD;
+      await pollSources(f.deps);
+      expect(new Set(f.poked()).size).toBe(1);
+      leaders.add(f.poked()[0] as string);
+    }
+    expect(leaders.size).toBeGreaterThan(1);
+  });
+});
+
 describe('pollSources with resolve: false (record checks of runtimes serving part of a fleet)', () => {
   /** `f.deps` as a runtime that serves only `ids` sees them. */
   const servingOnly = (f: ReturnType<typeof fleet>, ids: string[]) =>
@@ -548,44 +678,54 @@ describe('pollSources with resolve: false (record checks of runtimes serving par
     // The runtime of c3 polls first and sees the move; the leader (c1, the first member) is not
     // its own, so it pokes nobody.
     const third = servingOnly(f, ['c3']);
-    expect(await pollSources(third, { pokedAt: new Map() })).toMatchObject({ polled: 1, changed: 1, poked: 0 });
+    expect(await pollSources(third, { leaderStart: 0, pokedAt: new Map() })).toMatchObject({
+      polled: 1,
+      changed: 1,
+      poked: 0,
+    });
     expect(f.state.resolutions).toBe(resolutions + 1);
     // The leader's runtime learns it from its next check, not its next poll.
     const first = servingOnly(f, ['c1']);
     const firstPokes = new Map<string, number>();
-    expect(await pollSources(first, { pokedAt: firstPokes, resolve: false })).toMatchObject({ polled: 0, poked: 1 });
+    expect(await pollSources(first, { leaderStart: 0, pokedAt: firstPokes, resolve: false })).toMatchObject({
+      polled: 0,
+      poked: 1,
+    });
     expect(f.poked()).toEqual(['c1/repo:ref-changed']);
     // The others are not poked before the leader deployed (one fetch and index for the fleet).
     const rest = servingOnly(f, ['c2', 'c3']);
     const restPokes = new Map<string, number>();
-    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    expect(await pollSources(rest, { leaderStart: 0, pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
     // The leader deploys D2 and pokes the members its runtime serves: none.
     const leader = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, first);
     await memberDeployed(leader!, refs[0] as ObjectRef, true, first);
     expect(f.poked()).toEqual(['c1/repo:ref-changed']);
     // The other runtime's next check pokes both of its members, once.
     f.state.emitted.length = 0;
-    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
+    expect(await pollSources(rest, { leaderStart: 0, pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
     expect(f.poked()).toEqual(['c2/repo:ref-changed', 'c3/repo:ref-changed']);
-    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    expect(await pollSources(rest, { leaderStart: 0, pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
     // The next move: once the leader stored the new index (before its deploy), the others' check
     // pokes them, and the leader's deploy pokes nobody again.
     f.state.emitted.length = 0;
     f.state.now += PERIOD;
     const d3 = `sha256:${'3'.repeat(64)}`;
     f.state.digest = d3;
-    expect(await pollSources(first, { pokedAt: firstPokes })).toMatchObject({ changed: 1, poked: 1 });
+    expect(await pollSources(first, { leaderStart: 0, pokedAt: firstPokes })).toMatchObject({ changed: 1, poked: 1 });
     const next = await trackSource(f.pkgrOf('c1', 'repo'), refs[0] as ObjectRef, first);
-    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
+    expect(await pollSources(rest, { leaderStart: 0, pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 0 });
     expect(await memberIndexed(next!, refs[0] as ObjectRef, first)).toBe(0);
     expect((await f.record()).indexed).toBe(d3);
-    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
+    expect(await pollSources(rest, { leaderStart: 0, pokedAt: restPokes, resolve: false })).toMatchObject({ poked: 2 });
     await memberDeployed(next!, refs[0] as ObjectRef, false, first);
     expect(f.poked()).toEqual(['c1/repo:ref-changed', 'c2/repo:ref-changed', 'c3/repo:ref-changed']);
     // Checks never resolved the source, however stale the record got.
     f.state.now += 5 * PERIOD;
     f.state.digest = `sha256:${'4'.repeat(64)}`;
-    expect(await pollSources(rest, { pokedAt: restPokes, resolve: false })).toMatchObject({ polled: 0, changed: 0 });
+    expect(await pollSources(rest, { leaderStart: 0, pokedAt: restPokes, resolve: false })).toMatchObject({
+      polled: 0,
+      changed: 0,
+    });
     expect(f.state.resolutions).toBe(resolutions + 2);
     expect((await f.record()).resolved).toBe(d3);
   });

@@ -187,18 +187,50 @@ export type RecordOutcome =
  * @returns the signal and `dispose`, which clears the timer (call it when the invocation ends);
  *   `undefined` (no deadline) when `remainingMs` is not a finite number.
  */
-function armDeadline(remainingMs: number, marginMs: number): { signal: AbortSignal; dispose: () => void } | undefined {
+function armDeadline(
+  remainingMs: number,
+  marginMs: number,
+): { signal: AbortSignal; marginMs: number; dispose: () => void } | undefined {
   if (!Number.isFinite(remainingMs)) return undefined;
   const margin = Math.max(0, Math.min(marginMs, Math.floor(remainingMs / 2)) || 0);
   const abort = new AbortController();
   const delay = remainingMs - margin;
   if (delay <= 0) {
     abort.abort(new DeadlineError(margin));
-    return { signal: abort.signal, dispose: () => {} };
+    return { signal: abort.signal, marginMs: margin, dispose: () => {} };
   }
   const timer = setTimeout(() => abort.abort(new DeadlineError(margin)), delay);
   timer.unref?.();
-  return { signal: abort.signal, dispose: () => clearTimeout(timer) };
+  return { signal: abort.signal, marginMs: margin, dispose: () => clearTimeout(timer) };
+}
+
+/**
+ * Resolves `true` once `cutMs` have passed after `deadline` fired and `batch` has still not
+ * ended, `false` when `batch` ends first. Why: the deadline cancels tools only; a record blocked
+ * elsewhere (a cluster's API server that holds each request to the client's 120 s bound, the
+ * install function's whole timeout) would keep the invocation until Lambda kills it, and then
+ * every record of the batch, every cluster's, went back to the queue and spent a receive.
+ */
+async function cutAfterDeadline(batch: Promise<void>, deadline: AbortSignal, cutMs: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let onAbort: (() => void) | undefined;
+  const cut = new Promise<boolean>((resolve) => {
+    const arm = () => {
+      timer = setTimeout(() => resolve(true), cutMs);
+      timer.unref?.();
+    };
+    if (deadline.aborted) arm();
+    else {
+      onAbort = arm;
+      deadline.addEventListener('abort', arm, { once: true });
+    }
+  });
+  try {
+    return await Promise.race([batch.then(() => false), cut]);
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) deadline.removeEventListener('abort', onAbort);
+  }
 }
 
 /** Memoizes an async loader; a rejected load is forgotten, so the next call tries again. */
@@ -255,7 +287,21 @@ export function makeStageHandler(
       }
       const poll = (await getRoute()).pollSources;
       if (!poll) throw new Error(`the ${stage} function's route has no source poll`);
-      log.info({ stage, ...(await poll(d.pipeline)) }, 'source poll');
+      // The function deadline cuts the members still read (each also has its own, far shorter)
+      // and starts no source after it: the poll returns with its summary, the next one goes on.
+      const remainingMs = context?.getRemainingTimeInMillis?.();
+      const cut =
+        remainingMs === undefined
+          ? undefined
+          : armDeadline(remainingMs, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
+      try {
+        log.info(
+          { stage, ...(await poll({ ...d.pipeline, ...(cut ? { deadline: cut.signal } : {}) })) },
+          'source poll',
+        );
+      } finally {
+        cut?.dispose();
+      }
       return { batchItemFailures: [] };
     }
     const remaining = context?.getRemainingTimeInMillis?.();
@@ -263,16 +309,38 @@ export function makeStageHandler(
       remaining === undefined ? undefined : armDeadline(remaining, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
     const records = event.Records ?? [];
     const failed = new Set<string>();
+    const settled = new Set<string>();
+    let cutOff = false;
     try {
-      await runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
+      const batch = runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
         mayStart: startWindow(remaining, deadline?.signal, d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS),
         run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal),
-        fail: (record) => failed.add(record.messageId),
+        fail: (record) => {
+          if (!cutOff) failed.add(record.messageId);
+        },
+        settle: (record) => settled.add(record.messageId),
+        cutOff: () => cutOff,
         log: (record) => log.child({ messageId: record.messageId }),
         stage,
         ...(d.deleter ? { deleter: d.deleter } : {}),
         batchLog: log,
       });
+      // Half the margin after the deadline (the cut tools' final status writes), the invocation
+      // returns whatever still runs: those records, and the ones behind them in their groups, go
+      // back to the queue alone, and every other record of the batch keeps its own outcome.
+      if (deadline && (await cutAfterDeadline(batch, deadline.signal, deadline.marginMs / 2))) {
+        cutOff = true;
+        for (const record of records) {
+          if (settled.has(record.messageId)) continue;
+          failed.add(record.messageId);
+          log
+            .child({ messageId: record.messageId })
+            .warn(
+              { stage, outcome: 'deadline' satisfies RecordOutcome },
+              'still running, or behind a running record of its group, at the function deadline; returned to the queue',
+            );
+        }
+      } else await batch;
     } finally {
       deadline?.dispose();
     }
@@ -320,6 +388,10 @@ interface BatchSteps {
   run: (record: SqsRecord, log: Logger) => Promise<RecordOutcome>;
   /** Reports a record in `batchItemFailures`. */
   fail: (record: SqsRecord) => void;
+  /** The record's outcome is decided (whatever it is). */
+  settle: (record: SqsRecord) => void;
+  /** Whether the invocation already returned without this batch (a cut, {@link cutAfterDeadline}): no early delete then. */
+  cutOff: () => boolean;
   /** The record's logger. */
   log: (record: SqsRecord) => Logger;
   stage: PipelineStage;
@@ -363,7 +435,9 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
     let laneAcknowledged = true;
     for (const [i, record] of lane.entries()) {
       const rlog = steps.log(record);
+      if (steps.cutOff()) return;
       if (laneFailed) {
+        steps.settle(record);
         steps.fail(record);
         rlog.warn(
           { stage: steps.stage, outcome: 'skipped' satisfies RecordOutcome },
@@ -372,6 +446,7 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
         continue;
       }
       if (!steps.mayStart(lane.slice(i))) {
+        steps.settle(record);
         steps.fail(record);
         laneFailed = true;
         rlog.warn(
@@ -381,6 +456,8 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
         continue;
       }
       const outcome = await steps.run(record, rlog);
+      if (steps.cutOff()) return;
+      steps.settle(record);
       if (outcome === 'failed') {
         steps.fail(record);
         laneFailed = true;
@@ -394,7 +471,14 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
     }
     unfinished--;
     const handles = lane.map((r) => r.receiptHandle);
-    if (steps.deleter && unfinished > 0 && !laneFailed && laneAcknowledged && handles.every((h) => h !== undefined)) {
+    if (
+      steps.deleter &&
+      !steps.cutOff() &&
+      unfinished > 0 &&
+      !laneFailed &&
+      laneAcknowledged &&
+      handles.every((h) => h !== undefined)
+    ) {
       deletes.push(
         steps.deleter.delete(handles as string[]).catch((err: unknown) => {
           steps.batchLog.warn(

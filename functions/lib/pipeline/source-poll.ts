@@ -59,6 +59,7 @@
  * @module
  */
 import {
+  type KappEvent,
   type ObjectRef,
   objectEvent,
   SOURCE_FAILED_CAUSE_PREFIX,
@@ -74,7 +75,7 @@ import {
   resolveSource,
 } from '../fetch/source-resolve.js';
 import { fetchPassesUrlPolicy } from '../fetch/url-policy.js';
-import { APP_API_VERSION, PACKAGING_API_VERSION } from '../kube/port.js';
+import { APP_API_VERSION, type KubeObject, PACKAGING_API_VERSION } from '../kube/port.js';
 import { hasTrueCondition } from '../reconcile/timer.js';
 import type { ObjectStore } from '../store/port.js';
 import type { PipelineDeps } from './deps.js';
@@ -107,6 +108,20 @@ export const APP_POKE_INTERVAL_MS = 60_000;
 /** Sources {@link pollSources} resolves at once: 8. */
 export const POLL_CONCURRENCY = 8;
 /**
+ * Members one poke reads at once (their cluster loaded, their object read), and clusters one
+ * poke loads at once: 8. One after another, a member cluster that held each request to the
+ * client's 120 s bound held every member behind it (100 such members: 100 × 120 s, beyond the
+ * 900 s function), and one that refused connections failed the poke of every member after it.
+ */
+export const MEMBER_CONCURRENCY = 8;
+/**
+ * Longest a poke waits for one member or one member cluster, ms: 20 s, far below the index-repo
+ * function's 900 s, and cut sooner by the function deadline (`deps.deadline`). A member past it
+ * is logged, counted ({@link PollSummary.memberFailures}) and left for the next poll or record
+ * check (nothing marks it poked); the other members' events are sent meanwhile.
+ */
+export const MEMBER_DEADLINE_MS = 20_000;
+/**
  * Compare-and-swap attempts before a record update gives up: every member of a source joins and
  * records its deploy in the one record, so a fleet of N repositories reconciling at once makes up
  * to N-1 conflicts for the last writer (10 attempts lost members at 20 cluster ids in the upgrade
@@ -117,6 +132,64 @@ const CAS_ATTEMPTS = 60;
 /** Jittered wait after the `attempt`-th lost compare-and-swap, ms: up to 10·2^min(attempt,5) (≤ 320). */
 function casBackoffMs(attempt: number): number {
   return Math.random() * 10 * 2 ** Math.min(attempt, 5);
+}
+
+/**
+ * Runs `work` on every item, at most `concurrency` at once, and stops starting new items once
+ * `stop()` says so; each item's result (or `undefined`, not started) in item order.
+ */
+async function pooled<T, R>(
+  items: readonly T[],
+  concurrency: number,
+  work: (item: T) => Promise<R>,
+  stop: () => boolean = () => false,
+): Promise<(R | undefined)[]> {
+  const results: (R | undefined)[] = new Array(items.length).fill(undefined);
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < items.length && !stop(); i = next++) results[i] = await work(items[i] as T);
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
+  return results;
+}
+
+/** `items` from index `floor(start · length)` on, then the ones before it (`start` on `[0, 1)`). */
+function rotated<T>(items: readonly T[], start: number): T[] {
+  const from = Math.floor(Math.min(Math.max(start, 0), 0.999_999) * items.length);
+  return [...items.slice(from), ...items.slice(0, from)];
+}
+
+/** A member (or its cluster) did not answer within {@link MEMBER_DEADLINE_MS} or the function deadline. */
+export class MemberTimeoutError extends Error {
+  override readonly name = 'MemberTimeoutError';
+}
+
+/**
+ * `step()`, given up after {@link MEMBER_DEADLINE_MS} or when `deps.deadline` fires, whichever
+ * comes first (the step itself is left to end on its own; nothing of it is used).
+ * @throws MemberTimeoutError; what `step` throws
+ */
+async function withinMemberDeadline<T>(
+  step: () => Promise<T>,
+  deps: Pick<PipelineDeps, 'deadline'>,
+  what: string,
+): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let onAbort: (() => void) | undefined;
+  const cut = new Promise<never>((_, reject) => {
+    const fail = () => reject(new MemberTimeoutError(`${what}: no answer within the member deadline`));
+    if (deps.deadline?.aborted) return fail();
+    timer = setTimeout(fail, MEMBER_DEADLINE_MS);
+    timer.unref?.();
+    onAbort = fail;
+    deps.deadline?.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([step(), cut]);
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) deps.deadline?.removeEventListener('abort', onAbort);
+  }
 }
 
 /** The kinds that join a source's record: absent in a member means `PackageRepository` (records written before Apps joined). */
@@ -516,14 +589,18 @@ function joined(cur: SourcePollRecord | undefined, self: SourceMember): SourcePo
  * Whether this runtime serves `clusterId` now (known, and led here in the embedded runtime). A
  * registry that loads clusters at run time (the fleet registry on Lambda) is asked to load it
  * first: a scheduled poll starts with none loaded, and would otherwise poke no member at all.
+ * The load is bounded by the member deadline ({@link withinMemberDeadline}).
+ * @returns `'failed'` when the load threw or timed out (logged): the cluster's members are
+ *   counted as failures, not as served elsewhere.
  */
-async function serves(deps: PipelineDeps, clusterId: string): Promise<boolean> {
-  if (deps.clusters.prepare) {
+async function serves(deps: PipelineDeps, clusterId: string): Promise<boolean | 'failed'> {
+  const prepare = deps.clusters.prepare;
+  if (prepare) {
     try {
-      await deps.clusters.prepare(clusterId);
+      await withinMemberDeadline(() => prepare.call(deps.clusters, clusterId), deps, `loading cluster ${clusterId}`);
     } catch (err) {
       deps.log.warn({ clusterId, err: (err as Error).message }, 'source poll: cluster not loaded; member skipped');
-      return false;
+      return 'failed';
     }
   }
   if (!deps.clusters.clusterIds().includes(clusterId)) return false;
@@ -535,11 +612,27 @@ async function serves(deps: PipelineDeps, clusterId: string): Promise<boolean> {
   }
 }
 
-/** The members whose cluster this runtime serves ({@link serves}), each cluster asked once. */
-async function filterServed(members: readonly SourceMember[], deps: PipelineDeps): Promise<SourceMember[]> {
-  const served = new Map<string, boolean>();
-  for (const c of new Set(members.map((m) => m.cluster))) served.set(c, await serves(deps, c));
-  return members.filter((m) => served.get(m.cluster) === true);
+/** The members of {@link filterServed}. */
+interface ServedMembers {
+  /** The members whose cluster this runtime serves. */
+  served: SourceMember[];
+  /** The members whose cluster could not be loaded ({@link serves} `'failed'`). */
+  failed: SourceMember[];
+}
+
+/**
+ * The members whose cluster this runtime serves ({@link serves}), each cluster asked once,
+ * {@link MEMBER_CONCURRENCY} clusters at once: one cluster whose load hangs or fails holds
+ * no other's.
+ */
+async function filterServed(members: readonly SourceMember[], deps: PipelineDeps): Promise<ServedMembers> {
+  const clusters = [...new Set(members.map((m) => m.cluster))];
+  const answers = await pooled(clusters, MEMBER_CONCURRENCY, (c) => serves(deps, c));
+  const served = new Map(clusters.map((c, i) => [c, answers[i]]));
+  return {
+    served: members.filter((m) => served.get(m.cluster) === true),
+    failed: members.filter((m) => served.get(m.cluster) === 'failed'),
+  };
 }
 
 /** Whether the object as read still fetches the source of `key` (an App: any of its entries). */
@@ -552,65 +645,124 @@ function stillOn(obj: { spec?: unknown }, kind: MemberKind, key: string): boolea
   });
 }
 
+/** What {@link pokeMembers} did, member by member. */
+interface PokeOutcome {
+  /** The ids ({@link memberId}) of the members sent `ref-changed`. */
+  sent: Set<string>;
+  /** Members whose cluster or object could not be read within the member deadline (logged). */
+  failed: number;
+  /** Repositories not poked because `spec.paused` (a paused run does nothing; unpausing reconciles it). */
+  paused: number;
+}
+
+/** An empty {@link PokeOutcome}, or the sum of `outcomes`. */
+function pokeOutcome(...outcomes: PokeOutcome[]): PokeOutcome {
+  return {
+    sent: new Set(outcomes.flatMap((o) => [...o.sent])),
+    failed: outcomes.reduce((n, o) => n + o.failed, 0),
+    paused: outcomes.reduce((n, o) => n + o.paused, 0),
+  };
+}
+
+/** Options of {@link pokeMembers}. */
+interface PokeOptions {
+  /** The poke of a source the poll cannot resolve (its cause says so), else of a move to `rec.resolved`. */
+  failing?: boolean;
+  /**
+   * Send one event only, to the first target (in the order given) whose object reads, is still
+   * on the source and is not paused: the leader. Read {@link MEMBER_CONCURRENCY} at a time.
+   */
+  leader?: boolean;
+}
+
 /**
  * Sends `ref-changed` to `targets` (members this runtime serves), after reading each: a
  * repository or App that is gone, was recreated (another uid) or now names another source
- * leaves the record instead. `failing`: the poke of a source the poll cannot resolve (its cause
- * says so), else of a move to `rec.resolved`.
- * @returns how many were sent.
- * @throws KubeApiError, TransportError, StoreError: the caller's event or tick is retried
+ * leaves the record instead, and a paused repository is skipped. Each member on its own,
+ * {@link MEMBER_CONCURRENCY} at once, each read bounded by {@link withinMemberDeadline}: a member
+ * whose cluster refuses connections, hangs or answers late is logged and counted, and every other
+ * member's event is still sent.
+ * @throws StoreError (leaving the record), TransportError (the send): the caller's event or tick
+ *   is retried
  */
 async function pokeMembers(
   key: string,
   rec: Pick<SourcePollRecord, 'source' | 'resolved' | 'failingSince'>,
   targets: readonly SourceMember[],
   deps: PipelineDeps,
-  failing = false,
-): Promise<number> {
+  opts: PokeOptions = {},
+): Promise<PokeOutcome> {
   const { resolved, source } = rec;
-  const failingSince = failing ? rec.failingSince : undefined;
+  const failingSince = opts.failing ? rec.failingSince : undefined;
   // `<kind> <url> <ref>`; an http source has no ref.
   const what = [source.kind, source.url, source.ref].filter((p) => p !== '').join(' ');
-  const events = [];
+  const outcome = pokeOutcome();
+  const events: { id: string; event: KappEvent }[] = [];
   const leave: string[] = [];
-  for (const m of targets) {
+  const check = async (m: SourceMember): Promise<KappEvent | undefined> => {
     const kind: MemberKind = isApp(m) ? 'App' : 'PackageRepository';
     const apiVersion = kind === 'App' ? APP_API_VERSION : PACKAGING_API_VERSION;
-    const kube = deps.clusters.deployView(m.cluster);
-    const obj = await kube.getObject({ apiVersion, kind, namespace: m.namespace, name: m.name });
+    let obj: KubeObject | undefined;
+    try {
+      obj = await withinMemberDeadline(
+        () => deps.clusters.deployView(m.cluster).getObject({ apiVersion, kind, namespace: m.namespace, name: m.name }),
+        deps,
+        `reading ${memberId(m)}`,
+      );
+    } catch (err) {
+      outcome.failed += 1;
+      deps.log.warn(
+        { key, member: memberId(m), err: (err as Error).message },
+        'source poll: member not read; left for the next poll',
+      );
+      return undefined;
+    }
     if (!obj || obj.metadata.uid !== m.uid || !stillOn(obj, kind, key)) {
       leave.push(memberId(m));
-      continue;
+      return undefined;
     }
-    events.push(
-      objectEvent(
-        {
-          clusterId: m.cluster,
-          kind,
-          apiVersion,
-          namespace: m.namespace,
-          name: m.name,
-          uid: m.uid,
-          generation: obj.metadata.generation ?? 0,
-          resourceVersion: obj.metadata.resourceVersion ?? '0',
-        },
-        'ref-changed',
-        // The digest is the cause (part of the event id): a poke for a newer digest is never
-        // taken by SQS FIFO deduplication for the copy of an older one at the same resourceVersion.
-        // An App's cause says what moved, for its reconcile log.
-        // A failing source's poke names the failure's start instead: one id per failure.
-        {
-          time: deps.now(),
-          cause: failingSince
-            ? kind === 'App'
-              ? `${SOURCE_FAILED_CAUSE_PREFIX}${what}`
-              : `source-failed@${failingSince}`
-            : kind === 'App'
-              ? `${SOURCE_MOVED_CAUSE_PREFIX}${what}@${resolved}`
-              : `source@${resolved}`,
-        },
-      ),
+    if (kind === 'PackageRepository' && (obj.spec as { paused?: unknown } | undefined)?.paused === true) {
+      outcome.paused += 1;
+      return undefined;
+    }
+    return objectEvent(
+      {
+        clusterId: m.cluster,
+        kind,
+        apiVersion,
+        namespace: m.namespace,
+        name: m.name,
+        uid: m.uid,
+        generation: obj.metadata.generation ?? 0,
+        resourceVersion: obj.metadata.resourceVersion ?? '0',
+      },
+      'ref-changed',
+      // The digest is the cause (part of the event id): a poke for a newer digest is never
+      // taken by SQS FIFO deduplication for the copy of an older one at the same resourceVersion.
+      // An App's cause says what moved, for its reconcile log.
+      // A failing source's poke names the failure's start instead: one id per failure.
+      {
+        time: deps.now(),
+        cause: failingSince
+          ? kind === 'App'
+            ? `${SOURCE_FAILED_CAUSE_PREFIX}${what}`
+            : `source-failed@${failingSince}`
+          : kind === 'App'
+            ? `${SOURCE_MOVED_CAUSE_PREFIX}${what}@${resolved}`
+            : `source@${resolved}`,
+      },
     );
+  };
+  // A leader: the first eligible in the order given, read a pool's worth at a time; else all.
+  const step = opts.leader ? MEMBER_CONCURRENCY : Math.max(targets.length, 1);
+  for (let i = 0; i < targets.length && !(opts.leader && events.length > 0); i += step) {
+    const chunk = targets.slice(i, i + step);
+    for (const [j, e] of (await pooled(chunk, MEMBER_CONCURRENCY, check)).entries()) {
+      if (!e || (opts.leader && events.length > 0)) continue;
+      const id = memberId(chunk[j] as SourceMember);
+      events.push({ id, event: e });
+      outcome.sent.add(id);
+    }
   }
   if (leave.length > 0) {
     await updateSourcePoll(deps.store, key, (cur) =>
@@ -619,9 +771,16 @@ async function pokeMembers(
   }
   if (events.length > 0) {
     if (!deps.emit) deps.log.warn({ key, events: events.length }, 'no transport for source fan-out events; dropped');
-    else await deps.emit(events);
+    // In the record's order (by member id), whatever order they were read in.
+    else await deps.emit(events.sort((a, b) => (a.id < b.id ? -1 : 1)).map((e) => e.event));
   }
-  return events.length;
+  if (outcome.failed > 0 || outcome.paused > 0) {
+    deps.log.info(
+      { key, sent: events.length, failed: outcome.failed, paused: outcome.paused },
+      'source poll: some members not poked',
+    );
+  }
+  return outcome;
 }
 
 /**
@@ -670,17 +829,17 @@ async function pokeServedBehind(
   deps: PipelineDeps,
 ): Promise<number> {
   const selfId = objectMemberId(self);
-  const behind = await filterServed(
+  const { served: behind } = await filterServed(
     rec.members.filter((m) => m.at !== rec.resolved && memberId(m) !== selfId),
     deps,
   );
   if (behind.length === 0) return 0;
-  const sent = await pokeMembers(key, rec, behind, deps);
+  const { sent } = await pokeMembers(key, rec, rotated(behind, Math.random()), deps);
   deps.log.info(
-    { source: rec.source.url, resolved: rec.resolved, members: sent },
+    { source: rec.source.url, resolved: rec.resolved, members: sent.size },
     'new source digest indexed; members reconciled',
   );
-  return sent;
+  return sent.size;
 }
 
 /**
@@ -721,6 +880,13 @@ export interface PollSummary {
   poked: number;
   /** Sources whose resolution failed (logged). */
   failed: number;
+  /**
+   * Members not poked because their cluster or object could not be read within
+   * {@link MEMBER_DEADLINE_MS} (refused, failed, hung; logged): left for the next poll or check.
+   */
+  memberFailures: number;
+  /** Paused repositories not poked. */
+  paused: number;
 }
 
 /** Options of {@link pollSources}. */
@@ -752,6 +918,14 @@ export interface PollOptions {
    * every source comes early in some polls.
    */
   start?: number;
+  /**
+   * Where in a record's repositories behind the leader is looked for, as a fraction on `[0, 1)`
+   * (default: from the hash of the record key and its `resolved`, so the leader of one move
+   * stays the same across polls while each move starts elsewhere): a member that never builds
+   * the index (paused, unreachable, hostile) is not the first one every time. The members of
+   * a fan-out are poked in a random rotation for the same reason.
+   */
+  leaderStart?: number;
 }
 
 /**
@@ -763,7 +937,12 @@ export interface PollOptions {
  * @throws StoreError on a failed list (a failed record is logged and skipped)
  */
 export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): Promise<PollSummary> {
-  const summary: PollSummary = { sources: 0, polled: 0, changed: 0, poked: 0, failed: 0 };
+  const summary: PollSummary = { sources: 0, polled: 0, changed: 0, poked: 0, failed: 0, memberFailures: 0, paused: 0 };
+  const count = (o: PokeOutcome) => {
+    summary.poked += o.sent.size;
+    summary.memberFailures += o.failed;
+    summary.paused += o.paused;
+  };
   const periodMs = sourcePollPeriodMs(deps);
   const started = deps.now().getTime();
   for (const [k, at] of opts.pokedAt ?? []) if (started - at >= periodMs) opts.pokedAt?.delete(k);
@@ -773,9 +952,7 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
     if (page.length < 1000) break;
     page = await deps.store.list(SOURCE_POLL_PREFIX, { startAfter: page[page.length - 1] });
   }
-  const from = Math.floor(Math.min(Math.max(opts.start ?? Math.random(), 0), 0.999_999) * keys.length);
-  keys.push(...keys.splice(0, from));
-  let next = 0;
+  const order = rotated(keys, opts.start ?? Math.random());
   const pollOne = async (key: string) => {
     summary.sources += 1;
     try {
@@ -786,7 +963,7 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
       // each request to the deadline, ahead of everyone's). A member joining again resolves it.
       if (!stored || stored.members.length === 0) return;
       if (opts.resolve === false && stored.failingSince) {
-        summary.poked += await pokeFailing(key, stored, deps, opts, periodMs);
+        count(await pokeFailing(key, stored, deps, opts, periodMs));
         return;
       }
       const due =
@@ -797,24 +974,24 @@ export async function pollSources(deps: PipelineDeps, opts: PollOptions = {}): P
       if (due.changed) summary.changed += 1;
       const rec = due.rec;
       if (!rec) return;
-      summary.poked += await pokeBehind(key, rec, deps, opts, periodMs);
+      count(await pokeBehind(key, rec, deps, opts, periodMs));
     } catch (err) {
       summary.failed += 1;
       deps.log.warn({ key, err: (err as Error).message, cause: causeOf(err) }, 'source poll failed');
       if (err instanceof SourceResolutionError && err.record) {
-        summary.poked += await pokeFailing(key, err.record, deps, opts, periodMs).catch((e: unknown) => {
-          deps.log.warn({ key, err: (e as Error).message }, 'source poll: members of a failing source not poked');
-          return 0;
-        });
+        count(
+          await pokeFailing(key, err.record, deps, opts, periodMs).catch((e: unknown) => {
+            deps.log.warn({ key, err: (e as Error).message }, 'source poll: members of a failing source not poked');
+            return pokeOutcome();
+          }),
+        );
       }
     }
   };
   // A few sources at a time: one whose server holds its request to the deadline must not hold
-  // every source behind it (the record keys are hashes, and the start moves: `opts.start`).
-  const worker = async () => {
-    for (let i = next++; i < keys.length; i = next++) await pollOne(keys[i] as string);
-  };
-  await Promise.all(Array.from({ length: Math.min(POLL_CONCURRENCY, keys.length) }, worker));
+  // every source behind it (the record keys are hashes, and the start moves: `opts.start`). None
+  // starts once the function deadline has come; the next poll reaches them.
+  await pooled(order, POLL_CONCURRENCY, pollOne, () => deps.deadline?.aborted === true);
   return summary;
 }
 
@@ -833,10 +1010,10 @@ async function pokeFailing(
   deps: PipelineDeps,
   opts: PollOptions,
   periodMs: number,
-): Promise<number> {
+): Promise<PokeOutcome> {
   const since = rec.failingSince;
   const now = deps.now().getTime();
-  if (!since || now - Date.parse(since) >= periodMs) return 0;
+  if (!since || now - Date.parse(since) >= periodMs) return pokeOutcome();
   // Once per failure: never again while the failure lasts (a new failure has a new `since`).
   return await pokeOnce(key, rec, rec.members, deps, opts, {
     keyOf: (m) => `${memberId(m)}@failing:${since}`,
@@ -847,8 +1024,11 @@ async function pokeFailing(
 
 /**
  * Sends `ref-changed` to the `candidates` this runtime serves that `opts.pokedAt` says were not
- * poked under `keyOf(m)` within `intervalOf(m)` ms, and records the pokes there.
- * @returns how many were sent (see {@link pokeMembers}).
+ * poked under `keyOf(m)` within `intervalOf(m)` ms, and records the pokes there (only of the
+ * members sent one: a member that failed, was paused or was not the leader is tried again).
+ * `rule.leader`: the repositories among them are candidates for the one leader ({@link pokeMembers}).
+ * @returns what was sent (see {@link pokeMembers}); a candidate whose cluster could not be loaded
+ *   counts as failed.
  */
 async function pokeOnce(
   key: string,
@@ -856,16 +1036,53 @@ async function pokeOnce(
   candidates: readonly SourceMember[],
   deps: PipelineDeps,
   opts: PollOptions,
-  rule: { keyOf: (m: SourceMember) => string; intervalOf: (m: SourceMember) => number; failing?: boolean },
-): Promise<number> {
+  rule: {
+    keyOf: (m: SourceMember) => string;
+    intervalOf: (m: SourceMember) => number;
+    failing?: boolean;
+    leader?: boolean;
+  },
+): Promise<PokeOutcome> {
   const now = deps.now().getTime();
-  const targets = (await filterServed(candidates, deps)).filter((m) => {
+  const { served, failed } = await filterServed(candidates, deps);
+  const due = (m: SourceMember) => {
     const last = opts.pokedAt?.get(rule.keyOf(m));
     return last === undefined || now - last >= rule.intervalOf(m);
-  });
-  if (targets.length === 0) return 0;
+  };
+  const unloaded = pokeOutcome();
+  unloaded.failed = failed.length;
+  // The leader candidates, in the fleet's one order for this move (every runtime computes the
+  // same): the served ones up to the first another runtime serves (that one's runtime leads) or
+  // that was poked already (it leads); a member whose cluster did not load is passed over.
+  const leaders: SourceMember[] = [];
+  if (rule.leader) {
+    const start = opts.leaderStart ?? Number.parseInt(sha256Hex(`${key}\n${rec.resolved}`).slice(0, 8), 16) / 2 ** 32;
+    for (const m of rotated(
+      candidates.filter((c) => !isApp(c)),
+      start,
+    )) {
+      if (failed.includes(m)) continue;
+      if (!served.includes(m) || !due(m)) break;
+      leaders.push(m);
+    }
+  }
+  const all = served.filter((m) => (!rule.leader || isApp(m)) && due(m));
+  const targets = [...leaders, ...all];
+  if (targets.length === 0) return unloaded;
+  // Marked before the sends (a check and a poll of one runtime never poke a member twice), and
+  // unmarked for the members not sent one.
   for (const m of targets) opts.pokedAt?.set(rule.keyOf(m), now);
-  return await pokeMembers(key, rec, targets, deps, rule.failing);
+  const outcome = pokeOutcome(
+    unloaded,
+    leaders.length > 0
+      ? await pokeMembers(key, rec, leaders, deps, { failing: rule.failing, leader: true })
+      : pokeOutcome(),
+    all.length > 0
+      ? await pokeMembers(key, rec, rotated(all, Math.random()), deps, { failing: rule.failing })
+      : pokeOutcome(),
+  );
+  for (const m of targets) if (!outcome.sent.has(memberId(m))) opts.pokedAt?.delete(rule.keyOf(m));
+  return outcome;
 }
 
 /** The poll's pokes for one record (see the module comment). */
@@ -875,21 +1092,24 @@ async function pokeBehind(
   deps: PipelineDeps,
   opts: PollOptions,
   periodMs: number,
-): Promise<number> {
+): Promise<PokeOutcome> {
   const behind = rec.members.filter((m) => m.at !== rec.resolved);
-  if (behind.length === 0) return 0;
+  if (behind.length === 0) return pokeOutcome();
   // The leader is a repository's (it builds the index the others reuse); an App renders its own
   // templates (the render cache dedupes identical ones), so every App behind is poked at once.
   const repos = rec.members.filter((m) => !isApp(m));
   const reposBehind = behind.filter((m) => !isApp(m));
   const someoneAt = rec.indexed === rec.resolved || repos.some((m) => m.at === rec.resolved);
   const leaderLate = deps.now().getTime() - Date.parse(rec.changedAt) > LEADER_GRACE_MS;
-  const candidates = [...(someoneAt || leaderLate ? reposBehind : reposBehind.slice(0, 1)), ...behind.filter(isApp)];
+  // Until someone is at the new value, one repository leads: the first behind, from a start that
+  // moves with each move (`PollOptions.leaderStart`), whose object reads, is still on the source
+  // and is not paused (a paused or unreachable first member delayed every move by the grace).
   // An App is poked at most once per APP_POKE_INTERVAL_MS whatever value the source moved to (see
   // `PollOptions.pokedAt`); a repository once per period per value, as its leader's index and
   // the runtimes' record checks hand a new value on.
-  return await pokeOnce(key, rec, candidates, deps, opts, {
+  return await pokeOnce(key, rec, [...reposBehind, ...behind.filter(isApp)], deps, opts, {
     keyOf: (m) => (isApp(m) ? memberId(m) : `${memberId(m)}@${rec.resolved}`),
     intervalOf: (m) => (isApp(m) ? Math.min(periodMs, APP_POKE_INTERVAL_MS) : periodMs),
+    leader: !(someoneAt || leaderLate),
   });
 }
