@@ -146,10 +146,20 @@ interface Row {
   otherRecords?: Record<string, string>;
   /** The runtime namespace's `kapp-lambda-pkgr` ServiceAccount is missing (its RBAC not applied). */
   noPkgrServiceAccount?: boolean;
+  /** Changes the admission policy bounding `kapp-lambda-pkgr` or its binding (both installed by default). */
+  admission?: (cluster: FakeCluster) => void;
 }
 
 /** The error of a run whose kapp identity is missing (`packageRepositoryKubeconfig`). */
 const NO_PKGR_SA = 'Preparing kapp: Getting service account: serviceaccounts "kapp-lambda-pkgr" not found';
+
+/** The error of a run whose kapp identity is not bounded by its admission policy (`pkgrAdmissionProblem`). */
+const UNBOUNDED = (what: string) =>
+  `kapp-lambda-pkgr, the identity a PackageRepository's kapp runs as, is not bounded: ${what}; kapp does not run for PackageRepositories until the ValidatingAdmissionPolicy kapp-lambda-pkgr (failurePolicy Fail) and its ValidatingAdmissionPolicyBinding kapp-lambda-pkgr (validationActions [Deny]) are installed: apply the kapp-lambda release manifest (release/kapp-lambda-<version>.yml, or what \`npm run cluster -- add\` prints), which holds both; ValidatingAdmissionPolicy needs Kubernetes 1.30 or later`;
+const ADMISSION = 'admissionregistration.k8s.io/v1';
+/** Removes the policy (`ValidatingAdmissionPolicy`) or its binding from the fake cluster. */
+const without = (kind: 'ValidatingAdmissionPolicy' | 'ValidatingAdmissionPolicyBinding') => (c: FakeCluster) =>
+  c.admission.delete(kind);
 
 /** The deploy error of a planted kapp record (`plantedKappRecord`). */
 const PLANTED = (cm: string, why: string) =>
@@ -359,6 +369,47 @@ const rows: Record<string, Row> = {
     outcomes: DELETE_FAILED,
     finalizers: [Finalizer.PackageRepository],
   },
+  'the admission policy bounding kapp-lambda-pkgr missing: ReconcileFailed says so and how to install it, no token, kapp never runs (attack)':
+    {
+      repo: {},
+      admission: without('ValidatingAdmissionPolicy'),
+      ...refusedBeforeKapp(`Deploying: ${UNBOUNDED('ValidatingAdmissionPolicy kapp-lambda-pkgr not found')}`),
+    },
+  'its binding missing: ReconcileFailed, kapp never runs (attack)': {
+    repo: {},
+    admission: without('ValidatingAdmissionPolicyBinding'),
+    ...refusedBeforeKapp(`Deploying: ${UNBOUNDED('ValidatingAdmissionPolicyBinding kapp-lambda-pkgr not found')}`),
+  },
+  'its binding only warns (validationActions [Warn]): ReconcileFailed, kapp never runs (attack)': {
+    repo: {},
+    admission: (c) =>
+      c.admission.set('ValidatingAdmissionPolicyBinding', {
+        apiVersion: ADMISSION,
+        kind: 'ValidatingAdmissionPolicyBinding',
+        metadata: { name: 'kapp-lambda-pkgr' },
+        spec: { policyName: 'kapp-lambda-pkgr', validationActions: ['Warn', 'Audit'] },
+      } as never),
+    ...refusedBeforeKapp(
+      `Deploying: ${UNBOUNDED('ValidatingAdmissionPolicyBinding kapp-lambda-pkgr does not deny (validationActions ["Warn","Audit"])')}`,
+    ),
+  },
+  'deleting without the admission policy: DeleteFailed says so, the finalizer stays, kapp never runs (attack)': {
+    repo: { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } },
+    admission: (c) => {
+      without('ValidatingAdmissionPolicy')(c);
+      without('ValidatingAdmissionPolicyBinding')(c);
+    },
+    statuses: [
+      DELETING_STATUS,
+      expect.objectContaining({
+        conditions: [expect.objectContaining({ type: 'DeleteFailed' })],
+        usefulErrorMessage: `Deleting: ${UNBOUNDED('ValidatingAdmissionPolicy kapp-lambda-pkgr not found; ValidatingAdmissionPolicyBinding kapp-lambda-pkgr not found')}`,
+      }),
+    ],
+    tools: [],
+    outcomes: DELETE_FAILED,
+    finalizers: [Finalizer.PackageRepository],
+  },
   'deploy fails: ReconcileFailed with the friendly kapp stderr, the finalizer stays added': {
     repo: {},
     kapp: exitWith(1, '  kapp: Error: create package/x: \n    Evaluating: \n- fail: Conflicting resources\n'),
@@ -430,6 +481,7 @@ async function indexOnce(
       binaryData: {},
     });
   }
+  row.admission?.(w.cluster);
   if (row.noPkgrServiceAccount) {
     w.cluster.serviceAccountToken = async (_ns, name) => {
       throw new KubeApiError(`Getting service account: serviceaccounts "${name}" not found`, { statusCode: 404 });
@@ -450,6 +502,16 @@ describe('index-repo (PackageRepository reconcile)', () => {
     expect(w.outcomes()).toEqual(row.outcomes);
     expect(finalizers).toEqual(row.finalizers);
     expect(next && next.type === EVENT_TYPES.repoIndexed ? next.data.changes : next).toEqual(row.announces);
+  });
+
+  it('an unbounded kapp identity gets no token: the admission policy is read before the TokenRequest', async () => {
+    const { w } = await indexOnce(
+      rows[
+        'the admission policy bounding kapp-lambda-pkgr missing: ReconcileFailed says so and how to install it, no token, kapp never runs (attack)'
+      ]!,
+    );
+    expect(w.cluster.calls.filter((c) => c[0] === 'serviceAccountToken')).toEqual([]);
+    expect(w.cluster.calls.filter((c) => c[0] === 'get' && c[1] === 'kapp-lambda-pkgr')).toHaveLength(2);
   });
 
   it('runs kapp deploy <name>.pkgr with the exact argv, the manifest on stdin, as kapp-lambda-pkgr', async () => {
@@ -665,6 +727,103 @@ function filledWorld() {
     extra: { templateRepository: async () => TEMPLATED, keyring: new DerivedKeyring(Buffer.alloc(32, 7)) },
   });
 }
+
+describe('index-repo: deleting a repository whose kapp app holds what kapp-lambda-pkgr may not delete (its legacy <name>-ctrl)', () => {
+  const DELETING = { metadata: { deletionTimestamp: NOW, finalizers: [Finalizer.PackageRepository] } };
+  const RECORD = (value: string) => `{"labelKey":"kapp.k14s.io/app","labelValue":"${value}"}`;
+  /** A ConfigMap in the fake cluster (`data.spec` only when given). */
+  const put = (w: ReturnType<typeof appWorld>, key: string, labels: Record<string, string>, spec?: string) => {
+    const [namespace, name] = key.split('/') as [string, string];
+    w.cluster.configMaps.set(key, {
+      metadata: { name, namespace, uid: `uid-${name}`, resourceVersion: '1', labels },
+      data: spec === undefined ? {} : { spec },
+      binaryData: {},
+    });
+  };
+  /** One delete attempt: the last status, whether kapp ran, the finalizers left. */
+  const attempt = async (w: ReturnType<typeof appWorld>) => {
+    const before = w.runner.calls.length;
+    await dispatchEvent(objectEvent(PKGR_REF, 'modified', { time: new Date(NOW) }), w.deps);
+    return {
+      status: w.statuses().at(-1) as AppStatus & { usefulErrorMessage?: string },
+      kapp: w.runner.calls.slice(before).map((c) => c.cmd),
+      finalizers: w.cluster.get('PackageRepository', 'ns', 'repo')?.metadata.finalizers,
+    };
+  };
+  const world = () => {
+    const w = appWorld({ tmpRoot: path.join(tempDir(), 'scratch') });
+    w.cluster.put(repoObject(DELETING) as never);
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    return w;
+  };
+
+  it('the legacy record never renamed: DeleteFailed names it and what an admin runs, kapp never runs; once it is gone the repository is deleted', async () => {
+    const w = world();
+    put(w, 'ns/repo-ctrl', { 'kapp.k14s.io/is-app': '' }, RECORD('1500000000000000000'));
+    const first = await attempt(w);
+    expect(first.kapp).toEqual([]);
+    expect(first.finalizers).toEqual([Finalizer.PackageRepository]);
+    // A refusal before kapp: the condition and usefulErrorMessage carry it whole.
+    expect(first.status.conditions).toEqual([
+      { type: 'DeleteFailed', status: 'True', message: first.status.usefulErrorMessage },
+    ]);
+    expect(first.status.usefulErrorMessage).toBe(
+      "Deleting: the kapp app record ConfigMap ns/repo-ctrl is the legacy app repo-ctrl (kapp-controller's name for this repository's app before v0.39), never renamed to repo.pkgr: kapp would delete it as repo-ctrl, recording changes kapp-lambda-pkgr may not write. An admin must delete that app, with `kapp delete -a repo-ctrl -n ns` as an identity that may (its objects and its record), or the ConfigMap ns/repo-ctrl alone (its objects then stay); the PackageRepository is deleted at the next retry",
+    );
+    // The admin deletes the legacy app; the retry (failure backoff) runs kapp, which finds no app.
+    w.cluster.configMaps.delete('ns/repo-ctrl');
+    const second = await attempt(w);
+    expect(second.kapp).toEqual(['kapp']);
+    expect(second.finalizers).toEqual([]); // the repository goes
+  });
+
+  it("ConfigMaps labelled with the app's value (a legacy App's objects taken over): DeleteFailed names them, kapp never runs; once deleted, kapp runs and the repository goes", async () => {
+    const w = world();
+    put(w, 'ns/repo.pkgr', { 'kapp.k14s.io/is-app': '' }, RECORD('1500000000000000000'));
+    for (const name of ['web-config', 'web-env']) put(w, `ns/${name}`, { 'kapp.k14s.io/app': '1500000000000000000' });
+    // Not kapp's to delete: another namespace (kapp lists the repository's only), another value.
+    put(w, 'other/web-config', { 'kapp.k14s.io/app': '1500000000000000000' });
+    put(w, 'ns/unrelated', { 'kapp.k14s.io/app': '1700000000000000000' });
+    const first = await attempt(w);
+    expect(first.kapp).toEqual([]);
+    expect(first.finalizers).toEqual([Finalizer.PackageRepository]);
+    expect(first.status.usefulErrorMessage).toBe(
+      "Deleting: kapp would delete ConfigMap ns/web-config, ns/web-env, labelled kapp.k14s.io/app=1500000000000000000 as the app repo.pkgr's objects (a legacy app's, taken over from repo-ctrl), which kapp-lambda-pkgr may not delete (only kapp's records): an admin must delete them, or the app record ConfigMap ns/repo.pkgr (kapp then deletes nothing: the app's Packages stay); the PackageRepository is deleted at the next retry",
+    );
+    w.cluster.configMaps.delete('ns/web-config');
+    w.cluster.configMaps.delete('ns/web-env');
+    const second = await attempt(w);
+    expect(second.kapp).toEqual(['kapp']);
+    expect(second.finalizers).toEqual([]);
+  });
+
+  it('names at most ten; a kapp record carrying the label does not block (the policy lets kapp delete it) (attack control)', async () => {
+    const w = world();
+    put(w, 'ns/repo.pkgr', { 'kapp.k14s.io/is-app': '' }, RECORD('1500000000000000000'));
+    put(w, 'ns/repo.pkgr-change-abc12', {
+      'kapp.k14s.io/app': '1500000000000000000',
+      'kapp.k14s.io/is-app-change': '',
+      'kapp.k14s.io/app-change-app': 'repo.pkgr',
+    });
+    // Spelled like a record but not labelled as one: the policy refuses it, so it blocks.
+    for (let i = 0; i < 12; i++)
+      put(w, `ns/cm-${String(i).padStart(2, '0')}`, { 'kapp.k14s.io/app': '1500000000000000000' });
+    const { status } = await attempt(w);
+    expect(status.usefulErrorMessage).toMatch(
+      /^Deleting: kapp would delete ConfigMap ns\/cm-00, .*, ns\/cm-09 and 2 more, labelled/,
+    );
+    expect(status.usefulErrorMessage).not.toContain('repo.pkgr-change-abc12');
+  });
+
+  it('a renamed record next to a leftover legacy one, nothing labelled but Packages: kapp runs (control)', async () => {
+    const w = world();
+    put(w, 'ns/repo.pkgr', { 'kapp.k14s.io/is-app': '' }, RECORD('1500000000000000000'));
+    put(w, 'ns/repo-ctrl', { 'kapp.k14s.io/is-app': '' }, RECORD('1500000000000000000'));
+    const { kapp, finalizers } = await attempt(w);
+    expect(kapp).toEqual(['kapp']);
+    expect(finalizers).toEqual([]);
+  });
+});
 
 describe('index-repo: the placeholder Secret <name>-fetch-0 (§3.12 step 2)', () => {
   const deploys = rows['deploy succeeds: ReconcileSucceeded with fetch, template and deploy parts, no inspect']!;

@@ -106,6 +106,20 @@ export const RESOURCE_TYPES: Readonly<Record<string, ResourceType>> = Object.fre
   'v1/ServiceAccount': { group: '', version: 'v1', plural: 'serviceaccounts', namespaced: true },
   'v1/Namespace': { group: '', version: 'v1', plural: 'namespaces', namespaced: false },
   'coordination.k8s.io/v1/Lease': { group: 'coordination.k8s.io', version: 'v1', plural: 'leases', namespaced: true },
+  // The admission policy bounding a PackageRepository's kapp, and its binding, checked before
+  // that kapp runs (`../deploy/pkgr-admission.ts`).
+  'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy': {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    plural: 'validatingadmissionpolicies',
+    namespaced: false,
+  },
+  'admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding': {
+    group: 'admissionregistration.k8s.io',
+    version: 'v1',
+    plural: 'validatingadmissionpolicybindings',
+    namespaced: false,
+  },
 });
 
 /**

@@ -11,6 +11,7 @@
 
 import type { PipelineStage } from '../api/functions.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
+import { PkgrAdmissionCache } from '../deploy/pkgr-admission.js';
 import { type CommandRunnerOptions, createCommandRunner, minimalEnv } from '../exec/runner.js';
 import { withEgressProxy } from '../fetch/egress-proxy.js';
 import { UrlPolicyChecker } from '../fetch/url-policy.js';
@@ -114,6 +115,8 @@ export function toolEnv(
  */
 export type ComposedPipelineDeps = PipelineDeps & {
   clusterInfo: ClusterInfoSource;
+  /** The admission-policy check of a PackageRepository's kapp, kept 10 s per cluster. */
+  pkgrAdmission: PkgrAdmissionCache;
   closeEgressProxy: () => Promise<void>;
   /** Makes the next event of the cluster read its `kapp-controller-config` again (it changed). */
   invalidateControllerConfig: (clusterId: string) => void;
@@ -184,6 +187,7 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
     clusters: adapters.clusters,
     controllerConfig: clusterConfigs.get,
     invalidateControllerConfig: clusterConfigs.invalidate,
+    pkgrAdmission: new PkgrAdmissionCache(),
     store: adapters.store,
     ...(adapters.keyring ? { keyring: adapters.keyring } : {}),
     runner: proxied ?? direct,

@@ -8,6 +8,7 @@
 import type { DeployStageData, KappEvent, ObjectRef, StageRun, TemplateStageData } from '../../../events/schema.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import type { PinOptions } from '../deploy/pin-server.js';
+import type { PkgrAdmissionCache } from '../deploy/pkgr-admission.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { HttpDownloader } from '../fetch/http-download.js';
 import type { PolledSource } from '../fetch/source-resolve.js';
@@ -313,6 +314,12 @@ export interface IndexRepoDeps extends PipelineDeps {
   pinServer?: PinOptions;
   /** The repository template pipeline. Default `templateRepository` of `../packaging/repo-template.ts` (tests inject a fake). */
   templateRepository?: typeof defaultTemplateRepository;
+  /**
+   * Whether the admission policy bounding `kapp-lambda-pkgr` is installed on the cluster, kept
+   * per cluster for a while (`PkgrAdmissionCache` of `../deploy/pkgr-admission.ts`;
+   * `createPipelineDeps` sets one). Absent: read before every repository kapp run.
+   */
+  pkgrAdmission?: Pick<PkgrAdmissionCache, 'check'>;
 }
 
 /** Dependencies of a function's stage (the index-repo ports are optional). */

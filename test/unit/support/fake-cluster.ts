@@ -39,6 +39,26 @@ export const FAKE_SA_TOKEN = 'fake-sa-token';
 /** The API server of every {@link FakeCluster}. */
 export const FAKE_API_SERVER: ApiServerInfo = { server: 'https://127.0.0.1:6443' };
 
+/**
+ * The admission policy bounding `kapp-lambda-pkgr` and its binding as the release installs them
+ * (the fields the runtime checks, `functions/lib/deploy/pkgr-admission.ts`): every
+ * {@link FakeCluster} starts with both ({@link FakeCluster.admission}).
+ */
+export const PKGR_ADMISSION_OBJECTS = Object.freeze([
+  {
+    apiVersion: 'admissionregistration.k8s.io/v1',
+    kind: 'ValidatingAdmissionPolicy',
+    metadata: { name: 'kapp-lambda-pkgr', uid: 'uid-vap', resourceVersion: '1' },
+    spec: { failurePolicy: 'Fail' },
+  },
+  {
+    apiVersion: 'admissionregistration.k8s.io/v1',
+    kind: 'ValidatingAdmissionPolicyBinding',
+    metadata: { name: 'kapp-lambda-pkgr', uid: 'uid-vapb', resourceVersion: '1' },
+    spec: { policyName: 'kapp-lambda-pkgr', validationActions: ['Deny'] },
+  },
+] as const);
+
 const keyOf = (ref: Pick<ResourceRef, 'kind' | 'namespace' | 'name'>) =>
   `${ref.kind}/${ref.namespace ?? ''}/${ref.name}`;
 
@@ -52,6 +72,14 @@ export class FakeCluster implements DeployView, InstallView {
   readonly secrets = new Map<string, KubeSecret>();
   /** Stateful mode: ConfigMaps, keyed `namespace/name`. */
   readonly configMaps = new Map<string, KubeConfigMap>();
+  /**
+   * The admission policy bounding `kapp-lambda-pkgr` and its binding, by kind (both modes;
+   * {@link PKGR_ADMISSION_OBJECTS} at first): apart from {@link objects}, which tests read as the
+   * objects under reconcile. A test deletes or replaces an entry.
+   */
+  readonly admission = new Map<string, KubeObject>(
+    PKGR_ADMISSION_OBJECTS.map((o) => [o.kind, structuredClone(o) as unknown as KubeObject]),
+  );
   /** Stateful mode: Namespaces by name (absent: gone). */
   readonly namespaces = new Map<string, KubeNamespace>();
   /**
@@ -93,6 +121,7 @@ export class FakeCluster implements DeployView, InstallView {
 
   async getObject<T extends KubeObject>(ref: ResourceRef): Promise<T | undefined> {
     this.calls.push(['get', ref.name]);
+    if (ref.kind.startsWith('ValidatingAdmissionPolicy')) return structuredClone(this.admission.get(ref.kind)) as T;
     if (this.reads) {
       if (this.reads.length === 0) throw new Error('unexpected read');
       return structuredClone(this.reads.shift()) as T | undefined;

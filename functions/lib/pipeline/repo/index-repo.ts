@@ -41,7 +41,9 @@ import {
   packageRepositoryDeployCommand,
   packageRepositoryKapp,
 } from '../../deploy/kapp.js';
+import { pkgrDeleteBlocker } from '../../deploy/kapp-legacy.js';
 import { plantedKappRecord } from '../../deploy/kapp-record.js';
+import { pkgrAdmissionProblem } from '../../deploy/pkgr-admission.js';
 import { type KappProgress, packageRepositoryKubeconfig, runKapp } from '../../deploy/run.js';
 import { fetchWithVendir } from '../../fetch/run.js';
 import {
@@ -549,14 +551,21 @@ function pkgrKappApps(name: string): string[] {
 
 /**
  * The kubeconfig of a repository's kapp run ({@link packageRepositoryKubeconfig}: the runtime
- * namespace's `kapp-lambda-pkgr`), or the run's failure when it cannot be had.
+ * namespace's `kapp-lambda-pkgr`), or the run's failure when it cannot be had. No token is
+ * requested while the admission policy bounding that identity is not in force on the cluster
+ * (`../../deploy/pkgr-admission.ts`; the answer kept per cluster by `deps.pkgrAdmission`).
  */
 async function repositoryKubeconfig(
   kube: DeployView,
-  namespace: string,
+  object: Pick<ObjectRef, 'clusterId' | 'namespace'>,
   mask: SecretMask,
-  deps: Pick<IndexRepoDeps, 'config' | 'pinServer'>,
+  deps: Pick<IndexRepoDeps, 'config' | 'pinServer' | 'pkgrAdmission'>,
 ): Promise<{ yaml: string } | { error: Error }> {
+  const { namespace } = object;
+  const unbounded = deps.pkgrAdmission
+    ? await deps.pkgrAdmission.check(object.clusterId, kube)
+    : await pkgrAdmissionProblem(kube);
+  if (unbounded !== undefined) return { error: new KappControllerError(unbounded) };
   const runtimeNamespace = deps.config.controllerConfigNamespace ?? DEFAULT_CONTROLLER_CONFIG_NAMESPACE;
   try {
     return { yaml: await packageRepositoryKubeconfig(kube, runtimeNamespace, namespace, mask, deps.pinServer) };
@@ -587,7 +596,7 @@ async function deployRepository(
   const [finalizer, records, kubeconfig] = await Promise.allSettled([
     kube.addFinalizer(frame.ref, Finalizer.PackageRepository, { uid: object.uid }),
     plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name)),
-    repositoryKubeconfig(kube, object.namespace, mask, deps),
+    repositoryKubeconfig(kube, object, mask, deps),
   ]);
   if (finalizer.status === 'rejected') {
     const result = resultFromError(finalizer.reason, BLOCKING_FOR_DEPLOY_PREFIX);
@@ -629,8 +638,11 @@ async function deployRepository(
 /**
  * The delete path: `Deleting`, `kapp delete <name>.pkgr` (the repository's Packages and
  * PackageMetadatas, and only its), then both finalizers are removed; on failure
- * `DeleteFailed` and the finalizers stay (retried with the failure backoff). Opens and closes on
- * the frame (`openDelete`, `closeDelete`).
+ * `DeleteFailed` and the finalizers stay (retried with the failure backoff). What kapp's identity
+ * would be refused (a legacy `<name>-ctrl` app never renamed, or its objects that are not kapp's
+ * records: `pkgrDeleteBlocker`) fails the same way before kapp runs, naming what an admin must
+ * delete; the first retry after that deletes the repository. Opens and closes on the frame
+ * (`openDelete`, `closeDelete`).
  *
  * @param event - the event (the object of the `repo.indexed` event is its reference, with the
  *   live uid and generation)
@@ -652,11 +664,20 @@ async function deleteRepository(
   // `Deleting` first as upstream's (`reconcileDelete` writes it before `kapp delete`).
   const frame = openDelete(deps, PKGR_KIND, { kube, ref, object, raw: loaded.raw, observe: run.observe });
   const { mask, startedAt } = frame;
-  const [planted, kubeconfig] = await Promise.all([
+  const [planted, blocked, kubeconfig] = await Promise.all([
     plantedKappRecord(kube, object.namespace, pkgrKappApps(object.name)),
-    repositoryKubeconfig(kube, object.namespace, mask, deps),
+    // What kapp would be refused (a legacy app's objects, or its record never renamed): named
+    // for an admin rather than run into, the finalizer staying until they are gone.
+    pkgrDeleteBlocker(kube, object.namespace, object.name),
+    repositoryKubeconfig(kube, object, mask, deps),
   ]);
-  const refused = planted ? new Error(planted) : 'error' in kubeconfig ? kubeconfig.error : undefined;
+  const refused = planted
+    ? new Error(planted)
+    : 'error' in kubeconfig
+      ? kubeconfig.error
+      : blocked
+        ? new Error(blocked)
+        : undefined;
   const progress = deployProgress(kube, ref, fence, mask, startedAt, deps, 'delete');
   const kapp =
     refused !== undefined || !('yaml' in kubeconfig)
