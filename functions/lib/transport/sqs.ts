@@ -17,6 +17,8 @@
  * @module
  */
 import type {
+  ChangeMessageVisibilityBatchCommand,
+  ChangeMessageVisibilityBatchResult,
   DeleteMessageBatchCommand,
   DeleteMessageBatchResult,
   SendMessageBatchCommand,
@@ -27,7 +29,7 @@ import type {
 } from '@aws-sdk/client-sqs';
 import { type KappEvent, MAX_EVENT_BYTES, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
-import { type EventSender, type MessageDeleter, TransportError } from './port.js';
+import { type EventSender, type MessageDeleter, type RecordProver, TransportError } from './port.js';
 
 /**
  * The part of `SQSClient` this adapter uses (an `SQSClient` satisfies it; unit tests pass a
@@ -37,9 +39,16 @@ export interface SqsSendClient {
   /**
    * Sends one command; resolves with the SDK output (a `SendMessageBatchResult` for a batch),
    * rejects with the SDK error. `DeleteMessageBatch` is the function's early acknowledgement of its
-   * own records ({@link SqsMessageDeleter}).
+   * own records ({@link SqsMessageDeleter}); `ChangeMessageVisibilityBatch` its proof that records
+   * are its queue's ({@link SqsRecordProver}).
    */
-  send(command: SendMessageCommand | SendMessageBatchCommand | DeleteMessageBatchCommand): Promise<unknown>;
+  send(
+    command:
+      | SendMessageCommand
+      | SendMessageBatchCommand
+      | DeleteMessageBatchCommand
+      | ChangeMessageVisibilityBatchCommand,
+  ): Promise<unknown>;
 }
 
 /** Options of {@link SqsEventSender}. */
@@ -204,5 +213,68 @@ export class SqsMessageDeleter implements MessageDeleter {
         );
       }
     }
+  }
+}
+
+/** Longest visibility timeout SQS accepts, seconds (12 hours). */
+export const SQS_MAX_VISIBILITY_SECONDS = 43_200;
+
+/**
+ * {@link RecordProver} of one function's own FIFO queue: `ChangeMessageVisibilityBatch` requests
+ * of up to {@link SQS_BATCH_ENTRIES} receipt handles on the queue URL the function is configured
+ * with (the function role's `sqs:ChangeMessageVisibility`, which its event source mapping's
+ * consume grant carries). SQS answers a handle it did not issue for a message of that queue now
+ * in flight with a failed entry whose `SenderFault` is true (`ReceiptHandleIsInvalid`,
+ * `MessageNotInflight`): that record is not proven. The visibility given is the time the
+ * invocation has left plus a margin, as the queue's own (the function timeout plus 60 s), so a
+ * proven message is not delivered again while it runs.
+ */
+export class SqsRecordProver implements RecordProver {
+  readonly #client: SqsSendClient;
+  readonly #queueUrl: string;
+
+  /**
+   * @param client - the function's SQS client.
+   * @param queueUrl - the URL of the function's own queue (never one a record names).
+   */
+  constructor(client: SqsSendClient, queueUrl: string) {
+    this.#client = client;
+    this.#queueUrl = queueUrl;
+  }
+
+  /**
+   * {@inheritDoc RecordProver.prove}
+   * @throws TransportError `failed to prove records of the function's queue` with the SDK error as
+   *   `cause`, or `failed to prove <n> of <m> records of the function's queue: <code>: <message>`
+   *   when SQS failed some entries on its side (`SenderFault` false) or left some unanswered.
+   */
+  async prove(receiptHandles: readonly string[], visibilitySeconds: number): Promise<readonly boolean[]> {
+    const { ChangeMessageVisibilityBatchCommand } = await import('@aws-sdk/client-sqs');
+    const visibility = Math.max(0, Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(visibilitySeconds)));
+    const proven: boolean[] = [];
+    for (let i = 0; i < receiptHandles.length; i += SQS_BATCH_ENTRIES) {
+      const entries = receiptHandles
+        .slice(i, i + SQS_BATCH_ENTRIES)
+        .map((handle, j) => ({ Id: String(i + j), ReceiptHandle: handle, VisibilityTimeout: visibility }));
+      let result: ChangeMessageVisibilityBatchResult | undefined;
+      try {
+        result = (await this.#client.send(
+          new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.#queueUrl, Entries: entries }),
+        )) as ChangeMessageVisibilityBatchResult;
+      } catch (cause) {
+        throw new TransportError("failed to prove records of the function's queue", { cause });
+      }
+      const ok = new Set((result?.Successful ?? []).map((e) => e.Id));
+      const refused = new Set((result?.Failed ?? []).filter((e) => e.SenderFault === true).map((e) => e.Id));
+      const unanswered = entries.filter((e) => !ok.has(e.Id) && !refused.has(e.Id));
+      if (unanswered.length > 0) {
+        const first = (result?.Failed ?? []).find((e) => e.SenderFault !== true);
+        throw new TransportError(
+          `failed to prove ${unanswered.length} of ${entries.length} records of the function's queue: ${first?.Code ?? 'unanswered'}: ${first?.Message ?? ''}`.trimEnd(),
+        );
+      }
+      for (const e of entries) proven.push(ok.has(e.Id) && !refused.has(e.Id));
+    }
+    return proven;
   }
 }
