@@ -345,7 +345,15 @@ export function createLambdaDeps(
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),
   });
-  const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
+  // Deduplication ids keyed per cluster (`dedupId`, ../transport/sqs.ts): the registry document's
+  // `eventKey`, so no other cluster's forwarder can predict one and spend it first.
+  const sender =
+    overrides.sender ??
+    new SqsEventSender({
+      client: clients.sqs,
+      queueUrls: config.queueUrls,
+      ...(fleet ? { dedupKeyOf: (clusterId: string) => fleet.eventKeyOf(clusterId) } : {}),
+    });
   const checkSender = senderCheckOf(config, fleet);
   // The fan-outs (install, the source poll) send only what their function sends, as hand-offs do.
   const emitter = sendingAs(config.stage, sender);
