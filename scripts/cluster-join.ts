@@ -6,9 +6,11 @@
  * (`release/kapp-lambda-<version>.yml`: CRDs, namespaces, forwarder, RBAC), the RBAC of the
  * functions' identities ({@link rbacManifests}, with the token identities for `--auth token`)
  * and the forwarder's fleet ConfigMap (`kapp-lambda/kapp-lambda-forwarder-fleet`: the cluster
- * id, the region and the three entry queue URLs, which the release leaves out).
+ * id, the region and the three entry queue URLs, which the release leaves out), preceded by the
+ * Secret of the cluster's new event key (`kapp-lambda/kapp-lambda-forwarder-event-key`).
  * Fleet side: the registry document (`<prefix>clusters/<id>.json`, endpoint and CA read from
- * the context). Cloud side: the cluster's own forwarder role, created with the AWS SDK (IAM
+ * the context, and the same event key: the key of the SQS deduplication ids of the cluster's
+ * events, `dedupId` of `functions/lib/transport/sqs.ts`). Cloud side: the cluster's own forwarder role, created with the AWS SDK (IAM
  * CreateRole with the EKS Pod Identity trust of that one cluster's forwarder ServiceAccount, and
  * AttachRolePolicy of the stack's `ForwarderPolicyArn`), its unique id recorded in the document;
  * the EKS access entries and the Pod Identity association are printed as exact `aws` commands.
@@ -32,7 +34,7 @@
  * @module
  */
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -55,6 +57,7 @@ import {
   CLUSTER_ID_PATTERN,
   type ClusterDoc,
   clusterDocKey,
+  EVENT_KEY_BYTES,
   IAM_ROLE_ID_PATTERN,
 } from '../functions/lib/kube/cluster-doc.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
@@ -70,6 +73,7 @@ import {
   registryStore,
 } from './cluster-registry.js';
 import {
+  FORWARDER_EVENT_KEY_SECRET,
   FORWARDER_FLEET_CONFIGMAP,
   packageVersion,
   RELEASE_DIR,
@@ -319,6 +323,26 @@ export function fleetConfigMap(id: string, fleet: FleetOutputs): Record<string, 
   };
 }
 
+/**
+ * The Secret of cluster `id`'s forwarder holding its event key ({@link FORWARDER_EVENT_KEY_SECRET}:
+ * `FORWARDER_EVENT_KEY`, the registry document's `eventKey`). Applied through kubectl's stdin,
+ * never its argv, and never printed.
+ */
+export function eventKeySecret(eventKey: string): Record<string, unknown> {
+  return {
+    apiVersion: 'v1',
+    kind: 'Secret',
+    metadata: { name: FORWARDER_EVENT_KEY_SECRET, namespace: RELEASE_NAMESPACE },
+    type: 'Opaque',
+    stringData: { FORWARDER_EVENT_KEY: eventKey },
+  };
+}
+
+/** A new cluster event key: base64 of {@link EVENT_KEY_BYTES} random bytes. */
+export function newEventKey(): string {
+  return randomBytes(EVENT_KEY_BYTES).toString('base64');
+}
+
 /** Options of {@link writeJoinDocument}. */
 export interface WriteDocumentOptions {
   /** Overwrite a document already there. Default false. */
@@ -413,7 +437,7 @@ export function joinPlan(s: JoinSettings): JoinStep[] {
     },
     {
       action: 'fleet-config',
-      text: `apply ConfigMap ${RELEASE_NAMESPACE}/${FORWARDER_FLEET_CONFIGMAP} (FORWARDER_CLUSTER_ID=${s.id})`,
+      text: `apply Secret ${RELEASE_NAMESPACE}/${FORWARDER_EVENT_KEY_SECRET} (a new event key) and ConfigMap ${RELEASE_NAMESPACE}/${FORWARDER_FLEET_CONFIGMAP} (FORWARDER_CLUSTER_ID=${s.id})`,
     },
   ];
   const { partition, account } = arnAccount(s.fleet.forwarderPolicyArn);
@@ -650,6 +674,11 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
     );
   const release = v.release ?? path.join(RELEASE_DIR, releaseFileName(await packageVersion()));
   let roleId = s.forwarderRoleId;
+  // The cluster's event key: into the forwarder's Secret (before the fleet ConfigMap, which
+  // starts the forwarder) and the registry document. A join makes a new one; a forwarder still
+  // running with the old one until it restarts only loses the deduplication of its copies against
+  // the functions' (no event is sent by both), never one of its own.
+  const eventKey = newEventKey();
   for (const step of joinPlan(s)) {
     if (step.action === 'print') {
       process.stdout.write(`${step.text}\n`);
@@ -660,8 +689,9 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
     else if (step.action === 'rbac') {
       const manifests = await rbacManifests({ tokenIdentities: s.auth.kind === 'token' });
       await apply(manifests.map((m) => stringify(m)).join('---\n'));
-    } else if (step.action === 'fleet-config') await apply(stringify(fleetConfigMap(s.id, s.fleet)));
-    else if (step.action === 'create-role' && s.auth.kind === 'eks') {
+    } else if (step.action === 'fleet-config') {
+      await apply([eventKeySecret(eventKey), fleetConfigMap(s.id, s.fleet)].map((m) => stringify(m)).join('---\n'));
+    } else if (step.action === 'create-role' && s.auth.kind === 'eks') {
       const { partition, account } = arnAccount(s.fleet.forwarderPolicyArn);
       const trust = forwarderTrustPolicy(account, eksClusterArn(partition, s.auth.region, account, s.auth.clusterName));
       const role = await createForwarderRole(
@@ -678,7 +708,7 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
       try {
         written = await writeJoinDocument(
           store,
-          { id: s.id, ...target, auth: s.auth, ...(roleId ? { forwarderRoleId: roleId } : {}) },
+          { id: s.id, ...target, auth: s.auth, ...(roleId ? { forwarderRoleId: roleId } : {}), eventKey },
           // A given role was checked above; a role join just created is new: no document names it.
           { replace: Boolean(v.replace), checkForwarder: false },
         );

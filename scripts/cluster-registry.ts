@@ -212,6 +212,8 @@ export interface AddInput {
     | { kind: 'token' /** Default `kapp-lambda/<id>/`. */; secretPrefix?: string };
   /** The forwarder role's unique id (`AROA…`); none: no forwarder may send for the cluster. */
   forwarderRoleId?: string;
+  /** The cluster's event key (base64 of 32 random bytes, `eventKey`); none: unkeyed deduplication ids. */
+  eventKey?: string;
 }
 
 /**
@@ -241,6 +243,7 @@ export function clusterDocOf(input: AddInput): ClusterDoc {
     ...(input.tlsServerName ? { tlsServerName: input.tlsServerName } : {}),
     auth,
     ...(input.forwarderRoleId ? { forwarder: { roleId: input.forwarderRoleId } } : {}),
+    ...(input.eventKey ? { eventKey: input.eventKey } : {}),
   };
   return parseClusterDoc(clusterDocKey(input.id), JSON.stringify(doc));
 }

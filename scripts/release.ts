@@ -81,6 +81,14 @@ export const DEFAULT_FORWARDER_IMAGE_REPOSITORY = 'ghcr.io/kapp-lambda/forwarder
 export const FORWARDER_FLEET_CONFIGMAP = 'kapp-lambda-forwarder-fleet';
 
 /**
+ * The Secret holding the forwarder's `FORWARDER_EVENT_KEY` (the cluster's event key, the registry
+ * document's `eventKey`): written by `npm run cluster -- join` before the fleet ConfigMap, so the
+ * forwarder's first start has it; optional in the Deployment (a forwarder without it sends the
+ * event ids as deduplication ids, as before).
+ */
+export const FORWARDER_EVENT_KEY_SECRET = 'kapp-lambda-forwarder-event-key';
+
+/**
  * The label on what an uninstall leaves in place (the CRDs and the global packaging namespace):
  * `kubectl delete -f <release> -l 'kapp-lambda.carvel.dev/uninstall!=keep'` skips them, as
  * `kapp delete -a kapp-lambda` does by their {@link KAPP_DELETE_STRATEGY} annotation. Deleting a
@@ -182,7 +190,11 @@ export async function forwarderDocuments(inputs: ReleaseInputs): Promise<Release
   };
   for (const c of deployment.spec.template.spec.containers) {
     c.image = `${inputs.imageRepository ?? DEFAULT_FORWARDER_IMAGE_REPOSITORY}:${inputs.version}`;
-    c.envFrom = [...(c.envFrom ?? []), { configMapRef: { name: FORWARDER_FLEET_CONFIGMAP } }];
+    c.envFrom = [
+      ...(c.envFrom ?? []),
+      { configMapRef: { name: FORWARDER_FLEET_CONFIGMAP } },
+      { secretRef: { name: FORWARDER_EVENT_KEY_SECRET, optional: true } },
+    ];
   }
   const config = only(docs, 'ConfigMap') as ReleaseDocument & { data: Record<string, string> };
   config.data = Object.fromEntries(Object.entries(config.data).filter(([k]) => !isFleetSetting(k)));

@@ -30,6 +30,7 @@ import {
   isDns1123Label,
   isDns1123Subdomain,
 } from '../../functions/lib/api/names.js';
+import { EVENT_KEY_BYTES, isEventKey } from '../../functions/lib/kube/cluster-doc.js';
 import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../../functions/lib/reconcile/controller-config.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../../functions/lib/reconcile/timer.js';
 import { KIND_FUNCTION } from '../schema.js';
@@ -154,6 +155,13 @@ export const FORWARDER_PROGRAM_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KAPP_LAMBDA_SQS_ENDPOINT',
     default: 'AWS',
     meaning: 'SQS-compatible endpoint (`http(s)://…`)',
+    readBy: 'forwarder program (`main.ts`)',
+  },
+  {
+    name: 'FORWARDER_EVENT_KEY',
+    default: 'none',
+    meaning:
+      "base64 of the cluster's 32-byte event key (the registry document's `eventKey`, from the Secret `kapp-lambda-forwarder-event-key` that `npm run cluster -- join` writes): the key of the SQS deduplication ids of the events sent, so no other cluster's forwarder can predict one; none: the event id is the deduplication id",
     readBy: 'forwarder program (`main.ts`)',
   },
   {
@@ -389,6 +397,11 @@ export interface ForwarderProgramSettings {
   logLevel: (typeof FORWARDER_LOG_LEVELS)[number];
   /** `KUBECONFIG`, when set (else in-cluster). Only a single path is supported. */
   kubeconfig?: string;
+  /**
+   * `FORWARDER_EVENT_KEY`'s bytes, when set: the key of the SQS deduplication ids (`dedupId` of
+   * `functions/lib/transport/sqs.ts`). A secret: never logged.
+   */
+  eventKey?: Uint8Array;
 }
 
 const ProgramEnvSchema = z.object({
@@ -409,6 +422,9 @@ const ProgramEnvSchema = z.object({
   FORWARDER_SHUTDOWN_TIMEOUT_SECONDS: int(1, 300, 10),
   FORWARDER_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(FORWARDER_LOG_LEVELS).default('info')),
   KUBECONFIG: optional(z.string().refine((v) => !v.includes(':'), { error: 'expected one path (no list)' })),
+  FORWARDER_EVENT_KEY: optional(
+    z.string().refine(isEventKey, { error: `expected base64 of ${EVENT_KEY_BYTES} bytes` }),
+  ),
 });
 
 /**
@@ -459,5 +475,6 @@ export function parseForwarderProgramEnv(env: Readonly<Record<string, string | u
     shutdownTimeoutMs: e.FORWARDER_SHUTDOWN_TIMEOUT_SECONDS * 1000,
     logLevel: e.FORWARDER_LOG_LEVEL,
     ...(e.KUBECONFIG ? { kubeconfig: e.KUBECONFIG } : {}),
+    ...(e.FORWARDER_EVENT_KEY ? { eventKey: Buffer.from(e.FORWARDER_EVENT_KEY, 'base64') } : {}),
   };
 }

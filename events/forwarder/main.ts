@@ -48,7 +48,21 @@ async function main(): Promise<void> {
     region: settings.region,
     ...(settings.sqsEndpoint ? { endpoint: settings.sqsEndpoint } : {}),
   });
-  const transport = transportToStages(new SqsEventSender({ client: sqs, queueUrls: settings.queueUrls }));
+  // Deduplication ids keyed with the cluster's event key (`dedupId`): no other cluster's forwarder
+  // can predict one of this cluster's and spend it first.
+  const { eventKey } = settings;
+  const clusterId = settings.forwarder.clusterId;
+  const transport = transportToStages(
+    new SqsEventSender({
+      client: sqs,
+      queueUrls: settings.queueUrls,
+      ...(eventKey ? { dedupKeyOf: (id: string) => (id === clusterId ? eventKey : undefined) } : {}),
+    }),
+  );
+  if (!eventKey)
+    log.warn(
+      'FORWARDER_EVENT_KEY is not set: the deduplication ids of the events sent are their event ids, which another sender can predict',
+    );
   const identity = `${process.env.HOSTNAME?.trim() || hostname()}_${randomBytes(4).toString('hex')}`;
   const view = watchViewOf(kube);
   const program = await startForwarderProgram(settings, {

@@ -75,8 +75,10 @@ interface SqsRequest {
 }
 
 /**
- * A recording stand-in for SQS's JSON protocol: answers SendMessage and DeleteMessageBatch (a
- * function's early delete of the records it handled), records every request.
+ * A recording stand-in for SQS's JSON protocol: answers SendMessage, DeleteMessageBatch (a
+ * function's early delete of the records it handled) and ChangeMessageVisibilityBatch (the sender
+ * check's proof that a record is its queue's: handles `rh-…` of {@link sqsRecord} are in flight,
+ * any other is refused as SQS refuses one it did not issue), records every request.
  */
 async function startRecordingSqs(): Promise<{ url: string; requests: SqsRequest[]; server: Server }> {
   const requests: SqsRequest[] = [];
@@ -91,6 +93,19 @@ async function startRecordingSqs(): Promise<{ url: string; requests: SqsRequest[
       if (target === 'AmazonSQS.DeleteMessageBatch') {
         const entries = (body.Entries ?? []) as { Id: string }[];
         res.end(JSON.stringify({ Successful: entries.map((e) => ({ Id: e.Id })), Failed: [] }));
+        return;
+      }
+      if (target === 'AmazonSQS.ChangeMessageVisibilityBatch') {
+        const entries = (body.Entries ?? []) as { Id: string; ReceiptHandle: string }[];
+        const issued = (e: { ReceiptHandle: string }) => e.ReceiptHandle.startsWith('rh-');
+        res.end(
+          JSON.stringify({
+            Successful: entries.filter(issued).map((e) => ({ Id: e.Id })),
+            Failed: entries
+              .filter((e) => !issued(e))
+              .map((e) => ({ Id: e.Id, SenderFault: true, Code: 'ReceiptHandleIsInvalid', Message: 'invalid' })),
+          }),
+        );
         return;
       }
       if (target !== 'AmazonSQS.SendMessage') {
@@ -583,12 +598,17 @@ describe('the sender check under the emulator', () => {
       const r = sqsRecord(messageId, serializeEvent(event), orderingKey(object));
       return { ...r, attributes: { ...r.attributes, SenderId: `${senderRole}:awslambda_it` } };
     };
-    const sentBefore = sqs.requests.length;
+    const sends = () => sqs.requests.filter((r) => r.target !== 'AmazonSQS.ChangeMessageVisibilityBatch').length;
+    const sentBefore = sends();
+    const proofsBefore = sqs.requests.length - sentBefore;
+    // A direct invoke's record claiming the fetch role: its receipt handle is not the queue's.
+    const invented = { ...from('invented-handle', inspect, FETCH_ROLE), receiptHandle: 'made-up-by-the-invoker' };
     const res = await invoke(rie, {
       Records: [
         from('forged-by-fetch', forged, FETCH_ROLE),
         from('forged-by-forwarder', forged, FORWARDER_ROLE),
         from('fetch-inspect', inspect, FETCH_ROLE),
+        invented,
       ],
     });
     expect(res.status).toBe(200);
@@ -616,6 +636,17 @@ describe('the sender check under the emulator', () => {
     ]);
     expect(refused('fetch-inspect')).toEqual([]);
     expect(lines.some((l) => l.messageId === 'fetch-inspect' && l.outcome !== undefined)).toBe(true);
-    expect(sqs.requests.length).toBe(sentBefore);
+    expect(failed.map((f) => f.itemIdentifier)).not.toContain('invented-handle');
+    expect(refused('invented-handle')).toEqual([
+      expect.objectContaining({ reason: "the queue refused the record's receipt handle" }),
+    ]);
+    // Nothing else of that record ran or was logged (not its handle, body or event).
+    expect(lines.filter((l) => l.messageId === 'invented-handle')).toHaveLength(1);
+    expect(JSON.stringify(lines)).not.toContain('made-up-by-the-invoker');
+    // One proof for the batch, on the function's own queue; nothing sent.
+    const proofs = sqs.requests.filter((r) => r.target === 'AmazonSQS.ChangeMessageVisibilityBatch');
+    expect(proofs.length - proofsBefore).toBe(1);
+    expect(proofs.at(-1)?.body.QueueUrl).toBe(`${sqs.url}/000000000000/${DEPLOY_QUEUE}`);
+    expect(sends()).toBe(sentBefore);
   }, 120_000);
 });

@@ -142,6 +142,8 @@ describe('release manifest', () => {
     expect(container!.envFrom).toEqual([
       { configMapRef: { name: 'kapp-lambda-forwarder' } },
       { configMapRef: { name: FORWARDER_FLEET_CONFIGMAP } },
+      // The cluster's event key, written by join; optional: without it the forwarder still starts.
+      { secretRef: { name: 'kapp-lambda-forwarder-event-key', optional: true } },
     ]);
     const config = docs.find((d) => d.kind === 'ConfigMap') as ReleaseDocument & { data: Record<string, string> };
     expect(Object.keys(config.data).sort()).toEqual([

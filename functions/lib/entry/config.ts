@@ -178,7 +178,7 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KAPP_LAMBDA_SENDER_CHECK',
     default: '`off`',
     meaning:
-      "`registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`; object events only) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS`, and from a function only the events that function sends (`EMITS`, `sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry",
+      "`registry`: take an event naming a cluster only from that cluster's forwarder (its registry document's `forwarder.roleId`; object events only) or a function of `KAPP_LAMBDA_FUNCTION_SENDERS`, and from a function only the events that function sends (`EMITS`, `sender.ts`); `off`: no check (local setups). `registry` needs the cluster registry and the function's own queue URL: a record's `SenderId` is trusted only once the record is proven a message of that queue (a visibility change by its receipt handle), so a direct `lambda:Invoke` cannot choose it",
     readBy: 'every function',
   },
   {
@@ -642,6 +642,17 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   }
   if (hasRegistry && blankToUndefined(env.KAPP_LAMBDA_KUBECONFIG) !== undefined) {
     problems.push('KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both');
+  }
+  // The sender check trusts a record's SenderId only once the record is proven a message of the
+  // function's own queue (`EntryDeps.prover`), which needs that queue's URL.
+  if (
+    blankToUndefined(env.KAPP_LAMBDA_SENDER_CHECK) === 'registry' &&
+    blankToUndefined(env[queueUrlEnv(stage)]) === undefined &&
+    !(NEXT_STAGES[stage] ?? []).includes(stage)
+  ) {
+    problems.push(
+      `${queueUrlEnv(stage)}: required with KAPP_LAMBDA_SENDER_CHECK=registry (each record is proven a message of the function's own queue before its SenderId is trusted)`,
+    );
   }
   for (const next of NEXT_STAGES[stage] ?? []) {
     const name = queueUrlEnv(next);

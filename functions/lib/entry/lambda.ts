@@ -35,7 +35,7 @@ import type { DispatchDeps } from '../pipeline/deps.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import { type EventSender, sendAll } from '../transport/port.js';
-import { SqsEventSender, SqsMessageDeleter, type SqsSendClient } from '../transport/sqs.js';
+import { SqsEventSender, SqsMessageDeleter, SqsRecordProver, type SqsSendClient } from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
 import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
@@ -346,7 +346,15 @@ export function createLambdaDeps(
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),
   });
-  const sender = overrides.sender ?? new SqsEventSender({ client: clients.sqs, queueUrls: config.queueUrls });
+  // Deduplication ids keyed per cluster (`dedupId`, ../transport/sqs.ts): the registry document's
+  // `eventKey`, so no other cluster's forwarder can predict one and spend it first.
+  const sender =
+    overrides.sender ??
+    new SqsEventSender({
+      client: clients.sqs,
+      queueUrls: config.queueUrls,
+      ...(fleet ? { dedupKeyOf: (clusterId: string) => fleet.eventKeyOf(clusterId) } : {}),
+    });
   const checkSender = senderCheckOf(config, fleet);
   // The fan-outs (install, the source poll) send only what their function sends, as hand-offs do.
   const emitter = sendingAs(config.stage, sender);
@@ -363,7 +371,9 @@ export function createLambdaDeps(
   const leases = LEASED_STAGES.includes(config.stage)
     ? new RunLeases({ store, ...(overrides.now ? { now: overrides.now } : {}) })
     : undefined;
-  // With its own queue's URL the function deletes what it handled before the invocation returns.
+  // With its own queue's URL the function deletes what it handled before the invocation returns,
+  // and proves each record is that queue's before the sender check trusts its SenderId (the
+  // configuration requires the URL with the check).
   const ownQueue = config.queueUrls[config.stage];
   return {
     pipeline,
@@ -373,7 +383,7 @@ export function createLambdaDeps(
     recordConcurrency: config.recordConcurrency,
     ...(ownQueue ? { deleter: new SqsMessageDeleter(clients.sqs, ownQueue) } : {}),
     ...(prepare ? { prepare } : {}),
-    ...(checkSender ? { checkSender } : {}),
+    ...(checkSender && ownQueue ? { checkSender, prover: new SqsRecordProver(clients.sqs, ownQueue) } : {}),
     ...(leases ? { leases } : {}),
   };
 }

@@ -28,7 +28,7 @@ import type { DispatchDeps, PipelineDeps } from '../pipeline/deps.js';
 import type { dispatchWithRetryBound as DispatchWithRetryBound } from '../pipeline/retry-bound.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import type { EventSender, MessageDeleter } from '../transport/port.js';
+import type { EventSender, MessageDeleter, RecordProver } from '../transport/port.js';
 import { messageGroupRefusal, sendingAs } from './sender.js';
 
 /**
@@ -155,7 +155,32 @@ export interface EntryDeps {
    * mapping deletes them when the invocation returns. A failed delete is logged only.
    */
   deleter?: MessageDeleter;
+  /**
+   * Proves that each record is a message of the function's own queue, in flight for it now
+   * (`SqsRecordProver` of `../transport/sqs.ts`: a visibility change by receipt handle on the
+   * queue URL the function is configured with), before anything of the record is read. Why: the
+   * sender check and the message-group check trust `SenderId` and `MessageGroupId`, which SQS sets
+   * on what it delivers, but a direct `lambda:Invoke` hands the function whatever SQS-shaped event
+   * its caller wrote. A record not proven (a made-up or foreign receipt handle, none, or one given
+   * twice) is dropped before its body is parsed and logged (`refused`: its message id and why, not
+   * its handle); when the queue cannot answer, every record of the batch fails (retried). Default
+   * none: every record is taken as delivered by the event source mapping (unit tests, the local
+   * and emulator setups, the embedded runtime, which has no queue); the Lambda composition root
+   * gives one whenever the sender check is on (`./lambda.ts`).
+   */
+  prover?: RecordProver;
 }
+
+/**
+ * Margin over the time an invocation has left of the visibility a proven record is given
+ * ({@link EntryDeps.prover}), seconds: the queue's own margin over the function timeout
+ * (`VISIBILITY_MARGIN_SECONDS` of `infra/aws/stages.ts`), so the proof keeps the message hidden
+ * as long as its receive did.
+ */
+export const PROOF_VISIBILITY_MARGIN_SECONDS = 60;
+
+/** The visibility of a proven record when the invocation has no time limit (tests): 15 minutes, Lambda's longest. */
+const UNTIMED_VISIBILITY_SECONDS = 900;
 
 /** Default {@link EntryDeps.recordConcurrency}: 1, the records of a batch one after another. */
 export const DEFAULT_RECORD_CONCURRENCY = 1;
@@ -307,10 +332,13 @@ export function makeStageHandler(
     const remaining = context?.getRemainingTimeInMillis?.();
     const deadline =
       remaining === undefined ? undefined : armDeadline(remaining, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
-    const records = event.Records ?? [];
     const failed = new Set<string>();
     const settled = new Set<string>();
     let cutOff = false;
+    const received = Array.isArray(event.Records) ? event.Records : [];
+    const records = d.prover
+      ? await provenRecords(stage, received, d.prover, remaining, log, (r) => failed.add(r.messageId))
+      : received;
     try {
       const batch = runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
         mayStart: startWindow(remaining, deadline?.signal, d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS),
@@ -345,9 +373,80 @@ export function makeStageHandler(
       deadline?.dispose();
     }
     return {
-      batchItemFailures: records.filter((r) => failed.has(r.messageId)).map((r) => ({ itemIdentifier: r.messageId })),
+      batchItemFailures: received.filter((r) => failed.has(r.messageId)).map((r) => ({ itemIdentifier: r.messageId })),
     };
   };
+}
+
+/**
+ * The records of a batch that are proven messages of the function's own queue
+ * ({@link EntryDeps.prover}); the others are dropped and logged (`refused`), with no other effect.
+ * A receipt handle given to two records proves neither: the queue issues one per receive.
+ *
+ * @param remainingMs - the time the invocation has left (the visibility given is this plus
+ *   {@link PROOF_VISIBILITY_MARGIN_SECONDS}); `undefined`: {@link UNTIMED_VISIBILITY_SECONDS}.
+ * @param fail - reports a record in `batchItemFailures`: every record when the queue could not
+ *   answer (then none is returned).
+ */
+async function provenRecords(
+  stage: PipelineStage,
+  records: readonly SqsRecord[],
+  prover: RecordProver,
+  remainingMs: number | undefined,
+  log: Logger,
+  fail: (record: SqsRecord) => void,
+): Promise<SqsRecord[]> {
+  const handleOf = (r: SqsRecord) =>
+    typeof r.receiptHandle === 'string' && r.receiptHandle !== '' ? r.receiptHandle : undefined;
+  const uses = new Map<string, number>();
+  for (const r of records) {
+    const h = handleOf(r);
+    if (h !== undefined) uses.set(h, (uses.get(h) ?? 0) + 1);
+  }
+  const candidates = records.filter((r) => {
+    const h = handleOf(r);
+    return h !== undefined && uses.get(h) === 1;
+  });
+  const seconds =
+    remainingMs !== undefined && Number.isFinite(remainingMs)
+      ? Math.ceil(Math.max(0, remainingMs) / 1000) + PROOF_VISIBILITY_MARGIN_SECONDS
+      : UNTIMED_VISIBILITY_SECONDS + PROOF_VISIBILITY_MARGIN_SECONDS;
+  let answers: readonly boolean[];
+  try {
+    answers =
+      candidates.length === 0
+        ? []
+        : await prover.prove(
+            candidates.map((r) => handleOf(r) as string),
+            seconds,
+          );
+  } catch (err) {
+    log.error(
+      { stage, outcome: 'failed' satisfies RecordOutcome, records: records.length, error: errorText(err) },
+      "could not prove the records are messages of this function's queue; will be retried",
+    );
+    records.forEach(fail);
+    return [];
+  }
+  const proven = new Set(candidates.filter((_, i) => answers[i] === true));
+  for (const r of records) {
+    if (proven.has(r)) continue;
+    const h = handleOf(r);
+    log.child({ messageId: typeof r.messageId === 'string' ? r.messageId.slice(0, 128) : typeof r.messageId }).warn(
+      {
+        stage,
+        outcome: 'refused' satisfies RecordOutcome,
+        reason:
+          h === undefined
+            ? 'the record has no receipt handle'
+            : uses.get(h) !== 1
+              ? 'the record shares its receipt handle with another record'
+              : "the queue refused the record's receipt handle",
+      },
+      "record is not an in-flight message of this function's queue (a direct invoke?); dropped",
+    );
+  }
+  return records.filter((r) => proven.has(r));
 }
 
 /**

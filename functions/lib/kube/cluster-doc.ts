@@ -2,15 +2,19 @@
  * The cluster registry's document: one JSON object per cluster at `clusters/<id>.json` in the
  * registry's object store, saying where the cluster's API server is (endpoint, CA bundle) and
  * how each stage function authenticates to it. Written by `npm run cluster -- add`, read by the
- * functions at run time (`fleet-registry.ts`). Holds no credential: an `eks` cluster is reached
- * with the function's own IAM role, a `token` cluster with a ServiceAccount token the function
- * reads from a secret store by the name given here.
+ * functions at run time (`fleet-registry.ts`). Holds no credential to a cluster or to the cloud:
+ * an `eks` cluster is reached with the function's own IAM role, a `token` cluster with a
+ * ServiceAccount token the function reads from a secret store by the name given here. Its one
+ * secret is `eventKey` ({@link EVENT_KEY_BYTES} random bytes, base64), the key of the cluster's
+ * SQS deduplication ids (`dedupId` of `../transport/sqs.ts`), which `npm run cluster -- join`
+ * writes here and into the forwarder's Secret: it grants nothing but spoiling the deduplication
+ * of that cluster's events, which the functions' sender check and idempotence absorb.
  *
  * ```json
  * { "apiVersion": "kapp-lambda/v1", "kind": "Cluster", "id": "prod-eu-1",
  *   "endpoint": "https://ABC.gr7.eu-west-1.eks.amazonaws.com", "caData": "<base64 of PEM>",
  *   "auth": { "kind": "eks", "clusterName": "prod-eu-1", "region": "eu-west-1" },
- *   "forwarder": { "roleId": "AROAEXAMPLEID1234567" } }
+ *   "forwarder": { "roleId": "AROAEXAMPLEID1234567" }, "eventKey": "<base64 of 32 random bytes>" }
  * ```
  *
  * @module
@@ -27,6 +31,14 @@ export const CLUSTER_DOC_PREFIX = 'clusters/';
 
 /** Largest cluster document read, bytes (a CA bundle of a few certificates fits many times). */
 export const MAX_CLUSTER_DOC_BYTES = 256 * 1024;
+
+/** Length of a cluster's `eventKey`, bytes: 32 (HMAC-SHA256's block of security). */
+export const EVENT_KEY_BYTES = 32;
+
+/** Whether `s` is base64 of {@link EVENT_KEY_BYTES} bytes (a cluster's event key). */
+export function isEventKey(s: string): boolean {
+  return /^[A-Za-z0-9+/]+={0,2}$/.test(s) && Buffer.from(s, 'base64').length === EVENT_KEY_BYTES;
+}
 
 /** A cluster id: a DNS-1123 label (as the events' `clusterId`). */
 export const CLUSTER_ID_PATTERN = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -124,6 +136,17 @@ function buildClusterDocSchema() {
       .optional(),
     auth: z.discriminatedUnion('kind', [EksAuth, TokenAuth]),
     forwarder: Forwarder.optional(),
+    /**
+     * `eventKey`: base64 of {@link EVENT_KEY_BYTES} random bytes, the key of the SQS deduplication
+     * ids of every event naming this cluster (`dedupId`, `../transport/sqs.ts`), known to the
+     * functions (here) and to the cluster's forwarder (its Secret, written by join) only, so no
+     * other cluster's forwarder can predict one and spend it first. Absent (a document from
+     * before it, or `cluster add`): the event id is the deduplication id, as before.
+     */
+    eventKey: z
+      .string()
+      .refine(isEventKey, { error: `expected base64 of ${EVENT_KEY_BYTES} bytes` })
+      .optional(),
   });
 }
 

@@ -232,6 +232,22 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
     return roleId === undefined ? {} : { roleId };
   }
 
+  /**
+   * A cluster's event key (`eventKey` of its document, read as {@link forwarderOf} reads it): the
+   * key of the SQS deduplication ids of the events the function sends for the cluster
+   * (`SqsEventSender`'s `dedupKeyOf`, `../transport/sqs.ts`).
+   *
+   * @returns the key's bytes; `undefined` when the cluster is not registered or its document has
+   *   no key (the event id is then the deduplication id).
+   * @throws as {@link forwarderOf}.
+   */
+  async eventKeyOf(clusterId: string): Promise<Uint8Array | undefined> {
+    if (!CLUSTER_ID_PATTERN.test(clusterId)) return undefined;
+    await this.#fresh(clusterId);
+    const key = this.#entries.get(clusterId)?.doc.eventKey;
+    return key === undefined ? undefined : Buffer.from(key, 'base64');
+  }
+
   #entry(clusterId: string): Entry {
     const entry = this.#entries.get(clusterId);
     if (!entry) throw new UnknownClusterError(clusterId);

@@ -4,12 +4,13 @@
  * @module
  */
 export { MemoryEventSender, type SentEvent } from './memory.js';
-export { type EventSender, type MessageDeleter, sendAll, TransportError } from './port.js';
+export { type EventSender, type MessageDeleter, type RecordProver, sendAll, TransportError } from './port.js';
 export {
   SQS_BATCH_ENTRIES,
   SqsEventSender,
   type SqsEventSenderOptions,
   SqsMessageDeleter,
+  SqsRecordProver,
   type SqsSendClient,
   sendMessageBatches,
   sendMessageInput,

@@ -88,6 +88,32 @@ export interface MessageDeleter {
   delete(receiptHandles: readonly string[]): Promise<void>;
 }
 
+/**
+ * Proves that records handed to the function are messages of its own queue, received for it now
+ * (SQS: `ChangeMessageVisibilityBatch` with the records' receipt handles on the queue URL the
+ * function is configured with). Why: the sender check trusts `SenderId`, which SQS sets, but a
+ * record's fields reach the function from whoever invoked it; a direct `lambda:Invoke` can hand
+ * it an SQS-shaped event with any `SenderId`, `MessageGroupId` or `eventSourceARN`. A receipt
+ * handle is issued by the queue to a receiver of that queue's message and is accepted back only
+ * while that message is in flight, so one the queue accepts was not made up by the invoker.
+ *
+ * Contract: resolve with one answer per handle, in order: true when the queue accepted it; false
+ * when the queue refused it as the sender's fault (an unknown, expired or foreign handle); reject
+ * when the queue could not answer for some handle (network, throttling, a server error), so the
+ * caller fails those records rather than refusing them.
+ */
+export interface RecordProver {
+  /**
+   * @param receiptHandles - the records' receipt handles, any number (the adapter splits them
+   *   into requests).
+   * @param visibilitySeconds - the visibility timeout each proven message is given from now,
+   *   seconds (the proof is a visibility change): at least the time the invocation has left.
+   * @returns whether each handle is proven, by position.
+   * @throws TransportError when the queue did not answer for every handle.
+   */
+  prove(receiptHandles: readonly string[], visibilitySeconds: number): Promise<readonly boolean[]>;
+}
+
 /** The event was not accepted by the transport; `cause` holds the SDK or network error. */
 export class TransportError extends Error {
   override readonly name = 'TransportError';

@@ -4,9 +4,12 @@
  * - `MessageGroupId` = `orderingKey(object)`: the events of one object are delivered one at
  *   a time and in order (kapp-controller's UniqueReconciler, across the fleet: the key
  *   includes the cluster id), while different objects proceed in parallel.
- * - `MessageDeduplicationId` = the CloudEvents `id`: builders derive ids from content, so a
- *   stage that is retried and emits the same hand-off again is deduplicated by SQS within its
- *   5-minute window (beyond it, the next stage's fencing and no-op checks absorb duplicates).
+ * - `MessageDeduplicationId` = {@link dedupId}: the CloudEvents `id` under the HMAC key of the
+ *   event's cluster. Builders derive ids from content, so a stage that is retried and emits the
+ *   same hand-off again, or a forwarder that announces a change again after a restart, is
+ *   deduplicated by SQS within its 5-minute window (beyond it, the next stage's fencing and no-op
+ *   checks absorb duplicates). The key keeps that while making the id unpredictable to anyone
+ *   but the cluster's own senders (see {@link dedupId}).
  * - `MessageBody` = the structured-mode CloudEvents JSON (`serializeEvent`).
  * - Several events for one queue ({@link SqsEventSender.sendMany}: a forwarder's batch, a
  *   source poll's pokes) go out as `SendMessageBatch` requests of up to
@@ -16,7 +19,10 @@
  *
  * @module
  */
+import { createHmac } from 'node:crypto';
 import type {
+  ChangeMessageVisibilityBatchCommand,
+  ChangeMessageVisibilityBatchResult,
   DeleteMessageBatchCommand,
   DeleteMessageBatchResult,
   SendMessageBatchCommand,
@@ -27,7 +33,7 @@ import type {
 } from '@aws-sdk/client-sqs';
 import { type KappEvent, MAX_EVENT_BYTES, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
-import { type EventSender, type MessageDeleter, TransportError } from './port.js';
+import { type EventSender, type MessageDeleter, type RecordProver, TransportError } from './port.js';
 
 /**
  * The part of `SQSClient` this adapter uses (an `SQSClient` satisfies it; unit tests pass a
@@ -37,9 +43,16 @@ export interface SqsSendClient {
   /**
    * Sends one command; resolves with the SDK output (a `SendMessageBatchResult` for a batch),
    * rejects with the SDK error. `DeleteMessageBatch` is the function's early acknowledgement of its
-   * own records ({@link SqsMessageDeleter}).
+   * own records ({@link SqsMessageDeleter}); `ChangeMessageVisibilityBatch` its proof that records
+   * are its queue's ({@link SqsRecordProver}).
    */
-  send(command: SendMessageCommand | SendMessageBatchCommand | DeleteMessageBatchCommand): Promise<unknown>;
+  send(
+    command:
+      | SendMessageCommand
+      | SendMessageBatchCommand
+      | DeleteMessageBatchCommand
+      | ChangeMessageVisibilityBatchCommand,
+  ): Promise<unknown>;
 }
 
 /** Options of {@link SqsEventSender}. */
@@ -48,19 +61,50 @@ export interface SqsEventSenderOptions {
   readonly client: SqsSendClient;
   /** Queue URL of each stage this function sends to (FIFO queues: the URL ends in `.fifo`). */
   readonly queueUrls: Readonly<Partial<Record<PipelineStage, string>>>;
+  /**
+   * The event key of a cluster ({@link dedupId}): the functions' from the cluster's registry
+   * document (`eventKey`), a forwarder's its own cluster's (its Secret). A rejection fails the
+   * send (`TransportError`). Default: none for every cluster (the event id is the deduplication
+   * id: the local and emulator setups).
+   */
+  readonly dedupKeyOf?: (clusterId: string) => Promise<Uint8Array | undefined> | Uint8Array | undefined;
+}
+
+/**
+ * The `MessageDeduplicationId` of an event: 64 hex chars of HMAC-SHA256 under its cluster's event
+ * key `key` of `kapp-lambda/dedup/v1`, a NUL and the event id; the event id itself when there is
+ * no key.
+ *
+ * Why a key: the entry queues deduplicate per message group (`deduplicationScope:
+ * MESSAGE_GROUP`), SQS lets any sender choose both the group and the id, and event ids are
+ * derived from content a tenant can learn (uid, resourceVersion, reason). A forwarder of another
+ * cluster could send first, in the victim object's group, a message with the id of that object's
+ * next event: the functions refuse the message (the sender check), but SQS would drop the real
+ * event as its copy for 5 minutes. Under a key only the cluster's senders hold (the functions
+ * from its registry document, its forwarder from the Secret join writes), the same event still
+ * gets the same id from any of them, before or after a restart, so copies are still dropped,
+ * while no other sender can compute one. Why not a group bound to the sender: SQS does not bind
+ * `MessageGroupId` to the sender either, so a group is as choosable as an id, and the stage
+ * functions' hand-offs and follow-ups must share the object's group with its forwarder's events.
+ * The event id, and so the event contract, is unchanged.
+ */
+export function dedupId(key: Uint8Array | undefined, eventId: string): string {
+  if (key === undefined) return eventId;
+  return createHmac('sha256', key).update(`kapp-lambda/dedup/v1\0${eventId}`).digest('hex');
 }
 
 /**
  * The `SendMessage` input for `event` on `queueUrl` (pure; the adapter's whole mapping).
  *
+ * @param key - the event's cluster's event key ({@link dedupId}); none: the event id.
  * @throws EventValidationError when the body exceeds 256 KiB.
  */
-export function sendMessageInput(queueUrl: string, event: KappEvent): SendMessageCommandInput {
+export function sendMessageInput(queueUrl: string, event: KappEvent, key?: Uint8Array): SendMessageCommandInput {
   return {
     QueueUrl: queueUrl,
     MessageBody: serializeEvent(event),
     MessageGroupId: orderingKey(objectRefOf(event)),
-    MessageDeduplicationId: event.id,
+    MessageDeduplicationId: dedupId(key, event.id),
   };
 }
 
@@ -73,14 +117,19 @@ export const SQS_BATCH_ENTRIES = 10;
  * batch's total payload). Entry ids are the event's position in `events` (unique per request,
  * as SQS requires, and they name the event in a failure).
  *
+ * @param keyOf - each event's cluster's event key ({@link dedupId}); default none.
  * @throws EventValidationError when one event's body alone exceeds {@link MAX_EVENT_BYTES}.
  */
-export function sendMessageBatches(queueUrl: string, events: readonly KappEvent[]): SendMessageBatchRequestEntry[][] {
+export function sendMessageBatches(
+  queueUrl: string,
+  events: readonly KappEvent[],
+  keyOf: (event: KappEvent) => Uint8Array | undefined = () => undefined,
+): SendMessageBatchRequestEntry[][] {
   const batches: SendMessageBatchRequestEntry[][] = [];
   let current: SendMessageBatchRequestEntry[] = [];
   let bytes = 0;
   events.forEach((event, i) => {
-    const { MessageBody, MessageGroupId, MessageDeduplicationId } = sendMessageInput(queueUrl, event);
+    const { MessageBody, MessageGroupId, MessageDeduplicationId } = sendMessageInput(queueUrl, event, keyOf(event));
     const size = Buffer.byteLength(MessageBody ?? '');
     if (current.length >= SQS_BATCH_ENTRIES || (current.length > 0 && bytes + size > MAX_EVENT_BYTES)) {
       batches.push(current);
@@ -98,22 +147,44 @@ export function sendMessageBatches(queueUrl: string, events: readonly KappEvent[
 export class SqsEventSender implements EventSender {
   readonly #client: SqsSendClient;
   readonly #queueUrls: Readonly<Partial<Record<PipelineStage, string>>>;
+  readonly #dedupKeyOf: SqsEventSenderOptions['dedupKeyOf'];
 
   constructor(opts: SqsEventSenderOptions) {
     this.#client = opts.client;
     this.#queueUrls = { ...opts.queueUrls };
+    this.#dedupKeyOf = opts.dedupKeyOf;
+  }
+
+  /** The event key of each cluster `events` name ({@link SqsEventSenderOptions.dedupKeyOf}). */
+  async #keys(
+    stage: PipelineStage,
+    events: readonly KappEvent[],
+  ): Promise<(event: KappEvent) => Uint8Array | undefined> {
+    const keyOf = this.#dedupKeyOf;
+    if (!keyOf) return () => undefined;
+    const keys = new Map<string, Uint8Array | undefined>();
+    try {
+      for (const event of events) {
+        const { clusterId } = objectRefOf(event);
+        if (!keys.has(clusterId)) keys.set(clusterId, await keyOf(clusterId));
+      }
+    } catch (cause) {
+      throw new TransportError(`failed to read the event key of a cluster to send to the ${stage} queue`, { cause });
+    }
+    return (event) => keys.get(objectRefOf(event).clusterId);
   }
 
   /**
    * {@inheritDoc EventSender.send}
    * @throws TransportError `no queue configured for the <stage> function` when this sender
-   *   has no URL for `stage`, or `failed to send event to the <stage> queue` with the SDK
-   *   error as `cause`.
+   *   has no URL for `stage`, `failed to read the event key of a cluster to send to the <stage>
+   *   queue` when `dedupKeyOf` rejects, or `failed to send event to the <stage> queue` with the
+   *   SDK error as `cause`.
    */
   async send(stage: PipelineStage, event: KappEvent): Promise<void> {
     const url = this.#queueUrls[stage];
     if (!url) throw new TransportError(`no queue configured for the ${stage} function`);
-    const input = sendMessageInput(url, event);
+    const input = sendMessageInput(url, event, (await this.#keys(stage, [event]))(event));
     try {
       // The SDK is loaded on the first send, not when this module is imported (a cold start).
       const { SendMessageCommand } = await import('@aws-sdk/client-sqs');
@@ -125,7 +196,8 @@ export class SqsEventSender implements EventSender {
 
   /**
    * {@inheritDoc EventSender.sendMany}
-   * @throws TransportError `no queue configured for the <stage> function`; `failed to send
+   * @throws TransportError `no queue configured for the <stage> function`; `failed to read the
+   *   event key of a cluster to send to the <stage> queue` (none sent); `failed to send
    *   events to the <stage> queue` with the SDK error as `cause`; or `failed to send <n> of <m>
    *   events to the <stage> queue: <code>: <message>` when SQS refused some entries of a batch
    *   (the batches after it are not sent). EventValidationError before any request when an
@@ -134,7 +206,7 @@ export class SqsEventSender implements EventSender {
   async sendMany(stage: PipelineStage, events: readonly KappEvent[]): Promise<void> {
     const url = this.#queueUrls[stage];
     if (!url) throw new TransportError(`no queue configured for the ${stage} function`);
-    const batches = sendMessageBatches(url, events);
+    const batches = sendMessageBatches(url, events, await this.#keys(stage, events));
     const { SendMessageBatchCommand } = await import('@aws-sdk/client-sqs');
     for (const entries of batches) {
       let result: SendMessageBatchResult | undefined;
@@ -204,5 +276,68 @@ export class SqsMessageDeleter implements MessageDeleter {
         );
       }
     }
+  }
+}
+
+/** Longest visibility timeout SQS accepts, seconds (12 hours). */
+export const SQS_MAX_VISIBILITY_SECONDS = 43_200;
+
+/**
+ * {@link RecordProver} of one function's own FIFO queue: `ChangeMessageVisibilityBatch` requests
+ * of up to {@link SQS_BATCH_ENTRIES} receipt handles on the queue URL the function is configured
+ * with (the function role's `sqs:ChangeMessageVisibility`, which its event source mapping's
+ * consume grant carries). SQS answers a handle it did not issue for a message of that queue now
+ * in flight with a failed entry whose `SenderFault` is true (`ReceiptHandleIsInvalid`,
+ * `MessageNotInflight`): that record is not proven. The visibility given is the time the
+ * invocation has left plus a margin, as the queue's own (the function timeout plus 60 s), so a
+ * proven message is not delivered again while it runs.
+ */
+export class SqsRecordProver implements RecordProver {
+  readonly #client: SqsSendClient;
+  readonly #queueUrl: string;
+
+  /**
+   * @param client - the function's SQS client.
+   * @param queueUrl - the URL of the function's own queue (never one a record names).
+   */
+  constructor(client: SqsSendClient, queueUrl: string) {
+    this.#client = client;
+    this.#queueUrl = queueUrl;
+  }
+
+  /**
+   * {@inheritDoc RecordProver.prove}
+   * @throws TransportError `failed to prove records of the function's queue` with the SDK error as
+   *   `cause`, or `failed to prove <n> of <m> records of the function's queue: <code>: <message>`
+   *   when SQS failed some entries on its side (`SenderFault` false) or left some unanswered.
+   */
+  async prove(receiptHandles: readonly string[], visibilitySeconds: number): Promise<readonly boolean[]> {
+    const { ChangeMessageVisibilityBatchCommand } = await import('@aws-sdk/client-sqs');
+    const visibility = Math.max(0, Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(visibilitySeconds)));
+    const proven: boolean[] = [];
+    for (let i = 0; i < receiptHandles.length; i += SQS_BATCH_ENTRIES) {
+      const entries = receiptHandles
+        .slice(i, i + SQS_BATCH_ENTRIES)
+        .map((handle, j) => ({ Id: String(i + j), ReceiptHandle: handle, VisibilityTimeout: visibility }));
+      let result: ChangeMessageVisibilityBatchResult | undefined;
+      try {
+        result = (await this.#client.send(
+          new ChangeMessageVisibilityBatchCommand({ QueueUrl: this.#queueUrl, Entries: entries }),
+        )) as ChangeMessageVisibilityBatchResult;
+      } catch (cause) {
+        throw new TransportError("failed to prove records of the function's queue", { cause });
+      }
+      const ok = new Set((result?.Successful ?? []).map((e) => e.Id));
+      const refused = new Set((result?.Failed ?? []).filter((e) => e.SenderFault === true).map((e) => e.Id));
+      const unanswered = entries.filter((e) => !ok.has(e.Id) && !refused.has(e.Id));
+      if (unanswered.length > 0) {
+        const first = (result?.Failed ?? []).find((e) => e.SenderFault !== true);
+        throw new TransportError(
+          `failed to prove ${unanswered.length} of ${entries.length} records of the function's queue: ${first?.Code ?? 'unanswered'}: ${first?.Message ?? ''}`.trimEnd(),
+        );
+      }
+      for (const e of entries) proven.push(ok.has(e.Id) && !refused.has(e.Id));
+    }
+    return proven;
   }
 }
