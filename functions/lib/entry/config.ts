@@ -31,6 +31,7 @@ import {
 } from '../api/env.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../api/functions.js';
 import { STAGE_TOOLS } from '../exec/runner.js';
+import { MAX_INLINE_BYTES_CEILING } from '../fetch/inline-limit.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import {
   CLUSTER_ID_PATTERN,
@@ -313,6 +314,13 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'every function',
   },
   {
+    name: 'KAPP_LAMBDA_MAX_INLINE_BYTES',
+    default: '`67108864` (64 MiB)',
+    meaning:
+      "cap on an App's or PackageRepository's inline fetch content (`paths` plus each `pathsFrom` Secret's and ConfigMap's data), bytes (1..1073741824): over it the fetch fails with a `Fetching` error naming the source; the objects are read one at a time and none after the one that passed it",
+    readBy: 'fetch, index-repo',
+  },
+  {
     name: 'KAPP_LAMBDA_MAX_RECEIVE_COUNT',
     default: '`5`',
     meaning:
@@ -439,6 +447,8 @@ export interface LambdaConfig {
   toolVersions: Record<string, string>;
   /** `KAPP_LAMBDA_TOOL_TIMEOUT_MS`. */
   toolTimeoutMs?: number;
+  /** `KAPP_LAMBDA_MAX_INLINE_BYTES`; unset: the fetch's `DEFAULT_MAX_INLINE_BYTES` (64 MiB). */
+  maxInlineBytes?: number;
   /** `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS`. */
   kappDeployRawOptions: string[];
   /** `KAPP_LAMBDA_KUBE_API_QPS` / `_BURST` (a key unset: kapp-controller's 20 / 30). */
@@ -562,6 +572,7 @@ const EnvSchema = z.object({
       .pipe(json(z.record(z.string().regex(/^[a-z0-9-]+$/), z.string().min(1)), 'an object of tool → version strings')),
   ),
   KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(intText(1000, 900_000)),
+  KAPP_LAMBDA_MAX_INLINE_BYTES: optional(intText(1, MAX_INLINE_BYTES_CEILING, true)),
   KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: optional(z.string().pipe(json(z.array(z.string()), 'an array of strings'))),
   KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
@@ -699,6 +710,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     };
   }
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
+  if (e.KAPP_LAMBDA_MAX_INLINE_BYTES !== undefined) config.maxInlineBytes = e.KAPP_LAMBDA_MAX_INLINE_BYTES;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE)
     config.controllerConfigNamespace = e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS !== undefined)

@@ -341,6 +341,7 @@ export function createLambdaDeps(
       urlPolicy: config.urlPolicy,
       ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
+      ...(config.maxInlineBytes === undefined ? {} : { maxInlineBytes: config.maxInlineBytes }),
       ...(config.controllerConfigNamespace ? { controllerConfigNamespace: config.controllerConfigNamespace } : {}),
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),
