@@ -6,7 +6,7 @@
  * Secret, and its status shows none of their bytes.
  */
 import { describe, expect, it } from 'vitest';
-import { type AppObject, apply, appManifest, expectFailed, RFC3339, suffix, useE2ERuntime } from './support.js';
+import { apply, appManifest, expectFailed, failedAt, RFC3339, suffix, useE2ERuntime } from './support.js';
 
 const id = suffix();
 const NS = `e2e-inline-limit-${id}`;
@@ -35,14 +35,7 @@ describe('inline fetch content cap', () => {
         deploy: [{ kapp: {} }],
       }),
     );
-    const app: AppObject = await rt.waitForApp(
-      NS,
-      name,
-      (a) =>
-        a.status?.observedGeneration === a.metadata.generation &&
-        (a.status?.conditions?.some((c) => c.type === 'ReconcileFailed') ?? false),
-      'ReconcileFailed',
-    );
+    const app = await rt.waitForApp(NS, name, failedAt(1), 'ReconcileFailed');
     const message = `Fetching (0): inline pathsFrom secret "s2" brings the App's inline content to 300002 bytes, over the limit of ${MAX} bytes`;
     expectFailed(app, message);
     expect(app.status?.usefulErrorMessage).toBe(message);
