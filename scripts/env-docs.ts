@@ -88,6 +88,13 @@ export const START_ENV_DOCS: readonly SettingDoc[] = [
     readBy: '`scripts/start.ts`',
   },
   {
+    name: 'KAPP_LAMBDA_MAX_INLINE_BYTES',
+    default: '`67108864` (64 MiB)',
+    meaning:
+      "cap on an App's inline fetch content (`paths` plus each `pathsFrom` Secret's and ConfigMap's data), bytes (1..1073741824), as the Lambda functions' variable; an invalid value exits 2",
+    readBy: '`scripts/start-settings.ts`',
+  },
+  {
     name: 'KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE',
     default: '`kapp-lambda`',
     meaning:

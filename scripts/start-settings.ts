@@ -8,7 +8,9 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { LEASE_ACQUIRED_MESSAGE } from '../events/forwarder/leader.js';
+import { intText, optional } from '../functions/lib/api/env.js';
 import { isDns1123Label } from '../functions/lib/api/names.js';
+import { MAX_INLINE_BYTES_CEILING } from '../functions/lib/fetch/inline-limit.js';
 import { SERVICE_ACCOUNT_DIR } from '../functions/lib/kube/kubeconfig-auth.js';
 
 /** Settings of `npm start` read from its flags and environment. */
@@ -20,6 +22,11 @@ export interface StartSettings {
    * coming from it names `kapp-controller` here and keeps the object where it is.
    */
   controllerConfigNamespace?: string;
+  /**
+   * Cap on an App's inline fetch content, bytes (`KAPP_LAMBDA_MAX_INLINE_BYTES`, the Lambda
+   * functions' variable). Unset: the fetch's default, 64 MiB (`functions/lib/fetch/inline-limit.ts`).
+   */
+  maxInlineBytes?: number;
 }
 
 /**
@@ -29,8 +36,9 @@ export interface StartSettings {
  * @param argv - The arguments after the script (`process.argv.slice(2)`).
  * @param env - The environment (`process.env`).
  * @returns The settings, `help` when `--help`/`-h` was given.
- * @throws Error on an unknown option or a namespace that is not a DNS-1123 label (the message
- *   names the flag or variable).
+ * @throws Error on an unknown option, a namespace that is not a DNS-1123 label or a
+ *   `KAPP_LAMBDA_MAX_INLINE_BYTES` that is not an integer in [1, 1 GiB] (the message names the
+ *   flag or variable).
  */
 export function readStartSettings(
   argv: readonly string[],
@@ -48,12 +56,19 @@ export function readStartSettings(
   const flag = values['controller-config-namespace']?.trim();
   const variable = env.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE?.trim();
   const namespace = flag || variable;
-  if (!namespace) return {};
-  if (!isDns1123Label(namespace)) {
+  if (namespace && !isDns1123Label(namespace)) {
     const source = flag ? '--controller-config-namespace' : 'KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE';
     throw new Error(`${source}: expected a namespace name (a DNS-1123 label), got ${JSON.stringify(namespace)}`);
   }
-  return { controllerConfigNamespace: namespace };
+  // The Lambda functions' rule for the same variable (`functions/lib/entry/config.ts`).
+  const maxInline = optional(intText(1, MAX_INLINE_BYTES_CEILING, true)).safeParse(env.KAPP_LAMBDA_MAX_INLINE_BYTES);
+  if (!maxInline.success) {
+    throw new Error(`KAPP_LAMBDA_MAX_INLINE_BYTES: ${maxInline.error.issues[0]?.message ?? 'invalid'}`);
+  }
+  return {
+    ...(namespace ? { controllerConfigNamespace: namespace } : {}),
+    ...(maxInline.data !== undefined ? { maxInlineBytes: maxInline.data } : {}),
+  };
 }
 
 /**

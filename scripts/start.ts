@@ -114,6 +114,7 @@ const runtime = startEmbedded({
   config: {
     urlPolicy,
     ...(settings.controllerConfigNamespace ? { controllerConfigNamespace: settings.controllerConfigNamespace } : {}),
+    ...(settings.maxInlineBytes !== undefined ? { maxInlineBytes: settings.maxInlineBytes } : {}),
   },
   ...(inCluster ? { inCluster } : { kubeconfigPath, contexts }),
   namespaces: list(process.env.KAPP_LAMBDA_NAMESPACES),

@@ -7,10 +7,9 @@
  */
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import type { PipelineConfig } from '../../functions/lib/pipeline/deps.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
-import { appObject, appWorld, REF, RUN, SUCCEEDED_BEFORE, vendirWrites } from './support/app-world.js';
+import { appObject, appWorld, fetchAsRead, SUCCEEDED_BEFORE, vendirWrites } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('attack-fetch-cache-policy-');
@@ -26,13 +25,7 @@ async function fetchIn(store: MemoryStore, config: Partial<PipelineConfig>) {
     config,
   });
   w.runner.on('vendir', vendirWrites());
-  const app = structuredClone(w.app()!);
-  const out = await runFetch(
-    { clusterId: REF.clusterId, ref: REF, run: RUN },
-    { raw: structuredClone(app) as never, app },
-    w.deps,
-  );
-  return { w, out };
+  return { w, out: await fetchAsRead(w) };
 }
 
 describe('attack: a pinned fetch record is served only where the URL policy admits its source', () => {

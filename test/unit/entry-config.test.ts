@@ -69,6 +69,7 @@ describe('parseLambdaEnv', () => {
       KAPP_LAMBDA_TMP_DIR: '/mnt/scratch',
       KAPP_LAMBDA_BIN_DIR: '/opt/tools/bin',
       KAPP_LAMBDA_TOOL_TIMEOUT_MS: '600000',
+      KAPP_LAMBDA_MAX_INLINE_BYTES: '1048576',
       KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: '["--wait-timeout=2m"]',
       KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: 'registry.local,10.0.0.1',
       KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: '5m',
@@ -103,6 +104,7 @@ describe('parseLambdaEnv', () => {
       hardenAddon: '/opt/lib/kapp-lambda-harden.node',
       toolVersions: { vendir: '0.44.0', imgpkg: '0.46.1', helm: '3.22.0' },
       toolTimeoutMs: 600_000,
+      maxInlineBytes: 1_048_576,
       kappDeployRawOptions: ['--wait-timeout=2m'],
       kubeApi: { qps: 50, burst: 100 },
       dangerousSkipTLSVerify: 'registry.local,10.0.0.1',
@@ -355,6 +357,16 @@ describe('parseLambdaEnv', () => {
     ],
     ['KAPP_LAMBDA_TOOL_TIMEOUT_MS', '10s', 'KAPP_LAMBDA_TOOL_TIMEOUT_MS: expected an integer in [1000, 900000]'],
     ['KAPP_LAMBDA_TOOL_TIMEOUT_MS', '900001', 'KAPP_LAMBDA_TOOL_TIMEOUT_MS: expected an integer in [1000, 900000]'],
+    [
+      'KAPP_LAMBDA_MAX_INLINE_BYTES',
+      '64Mi',
+      'KAPP_LAMBDA_MAX_INLINE_BYTES: expected an integer in [1, 1073741824], received "64Mi"',
+    ],
+    [
+      'KAPP_LAMBDA_MAX_INLINE_BYTES',
+      '0',
+      'KAPP_LAMBDA_MAX_INLINE_BYTES: expected an integer in [1, 1073741824], received "0"',
+    ],
     ['KAPP_LAMBDA_MAX_RECEIVE_COUNT', '0', 'KAPP_LAMBDA_MAX_RECEIVE_COUNT: expected an integer in [1, 1000]'],
     ['KAPP_LAMBDA_MAX_RECEIVE_COUNT', 'five', 'KAPP_LAMBDA_MAX_RECEIVE_COUNT: expected an integer in [1, 1000]'],
     [

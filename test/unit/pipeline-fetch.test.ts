@@ -7,7 +7,6 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { AppStatus } from '../../functions/lib/api/index.js';
-import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import type { StageOutput } from '../../functions/lib/pipeline/deps.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {
@@ -16,6 +15,7 @@ import {
   appObject,
   appWorld,
   changeApp,
+  fetchAsRead,
   finalFailed,
   NOW,
   RECONCILING,
@@ -147,11 +147,7 @@ const rows: Record<string, Row> = {
 async function fetchOnce(row: Row, store: MemoryStore) {
   const w = appWorld({ app: appObject(row.app), store, tmpRoot: path.join(tempDir(), 'scratch') });
   w.runner.on('vendir', row.vendir ? row.vendir(w) : vendirWrites());
-  // The App as the reconcile step read it: a copy, so later changes to the cluster do not reach it.
-  const app = structuredClone(w.app()!);
-  const loaded = { raw: structuredClone(app) as never, app };
-  const out = await runFetch({ clusterId: REF.clusterId, ref: REF, run: RUN }, loaded, w.deps);
-  return { w, out };
+  return { w, out: await fetchAsRead(w) };
 }
 
 describe('fetch stage table', () => {

@@ -32,6 +32,17 @@ describe('npm start settings', () => {
     );
   });
 
+  it('reads the inline fetch cap as the Lambda functions do, refusing what they refuse', () => {
+    expect(readStartSettings([], { KAPP_LAMBDA_MAX_INLINE_BYTES: '1048576' })).toEqual({ maxInlineBytes: 1_048_576 });
+    expect(readStartSettings([], { KAPP_LAMBDA_MAX_INLINE_BYTES: ' ' })).toEqual({});
+    expect(() => readStartSettings([], { KAPP_LAMBDA_MAX_INLINE_BYTES: '64Mi' })).toThrow(
+      'KAPP_LAMBDA_MAX_INLINE_BYTES: expected an integer in [1, 1073741824], received "64Mi"',
+    );
+    expect(() => readStartSettings([], { KAPP_LAMBDA_MAX_INLINE_BYTES: String(2 ** 30 + 1) })).toThrow(
+      /^KAPP_LAMBDA_MAX_INLINE_BYTES: expected an integer in \[1, 1073741824\]/,
+    );
+  });
+
   it('refuses an unknown option and answers --help', () => {
     expect(() => readStartSettings(['--controller-config-ns', 'x'], {})).toThrow();
     expect(readStartSettings(['-h'], {})).toEqual({ help: true });

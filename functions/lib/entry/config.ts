@@ -31,6 +31,7 @@ import {
 } from '../api/env.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../api/functions.js';
 import { STAGE_TOOLS } from '../exec/runner.js';
+import { MAX_INLINE_BYTES_CEILING } from '../fetch/inline-limit.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import {
   CLUSTER_ID_PATTERN,
@@ -320,6 +321,13 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'every function',
   },
   {
+    name: 'KAPP_LAMBDA_MAX_INLINE_BYTES',
+    default: '`67108864` (64 MiB)',
+    meaning:
+      "cap on an App's or PackageRepository's inline fetch content (`paths` plus each `pathsFrom` Secret's and ConfigMap's data), bytes (1..1073741824): over it the fetch fails with a `Fetching` error naming the source; the objects are read one at a time and none after the one that passed it",
+    readBy: 'fetch, index-repo',
+  },
+  {
     name: 'KAPP_LAMBDA_MAX_RECEIVE_COUNT',
     default: '`5`',
     meaning:
@@ -448,6 +456,8 @@ export interface LambdaConfig {
   toolTimeoutMs?: number;
   /** `KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`, ms. */
   maxDeployWaitMs?: number;
+  /** `KAPP_LAMBDA_MAX_INLINE_BYTES`; unset: the fetch's `DEFAULT_MAX_INLINE_BYTES` (64 MiB). */
+  maxInlineBytes?: number;
   /** `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS`. */
   kappDeployRawOptions: string[];
   /** `KAPP_LAMBDA_KUBE_API_QPS` / `_BURST` (a key unset: kapp-controller's 20 / 30). */
@@ -572,6 +582,7 @@ const EnvSchema = z.object({
   ),
   KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(intText(1000, 900_000)),
   KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: optional(intText(60, 86_400)),
+  KAPP_LAMBDA_MAX_INLINE_BYTES: optional(intText(1, MAX_INLINE_BYTES_CEILING, true)),
   KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: optional(z.string().pipe(json(z.array(z.string()), 'an array of strings'))),
   KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
@@ -722,6 +733,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
   if (e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS !== undefined)
     config.maxDeployWaitMs = e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS * 1000;
+  if (e.KAPP_LAMBDA_MAX_INLINE_BYTES !== undefined) config.maxInlineBytes = e.KAPP_LAMBDA_MAX_INLINE_BYTES;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE)
     config.controllerConfigNamespace = e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS !== undefined)

@@ -342,6 +342,7 @@ export function createLambdaDeps(
       ...(config.dangerousSkipTLSVerify ? { dangerousSkipTLSVerify: config.dangerousSkipTLSVerify } : {}),
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
       ...(config.maxDeployWaitMs === undefined ? {} : { maxDeployWaitMs: config.maxDeployWaitMs }),
+      ...(config.maxInlineBytes === undefined ? {} : { maxInlineBytes: config.maxInlineBytes }),
       ...(config.controllerConfigNamespace ? { controllerConfigNamespace: config.controllerConfigNamespace } : {}),
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),

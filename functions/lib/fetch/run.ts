@@ -18,7 +18,6 @@ import { ArtifactError, packDir } from '../artifact/tarball.js';
 import type { CommandRunner } from '../exec/runner.js';
 import { makeScratch, removeScratch } from '../exec/scratch.js';
 import type { FetchView, KubeReader } from '../kube/port.js';
-import { readRefs } from '../kube/refs.js';
 import { freshReads } from '../kube/views.js';
 import type { Logger } from '../log.js';
 import type { ClusterControllerConfig } from '../reconcile/controller-config.js';
@@ -28,6 +27,7 @@ import type { SecretMask } from '../reconcile/secret-mask.js';
 import { proxyEnv, trustEnv } from './cluster-trust.js';
 import type { HttpDownloader } from './http-download.js';
 import { prepareHttpSources, restoreHttpLock } from './http-source.js';
+import { DEFAULT_MAX_INLINE_BYTES, readRefsWithinLimit } from './inline-limit.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from './url-policy.js';
 import {
   buildVendirConfig,
@@ -64,6 +64,11 @@ export interface FetchRunDeps extends PrivateArtifactsDeps {
     toolTimeoutMs?: number;
     /** The runtime's URL policy, checked before anything is fetched. Absent: none. */
     urlPolicy?: UrlPolicy;
+    /**
+     * Cap on an App's inline content (`paths` and `pathsFrom`), bytes. Default
+     * `DEFAULT_MAX_INLINE_BYTES` (64 MiB) of `./inline-limit.ts`.
+     */
+    maxInlineBytes?: number;
   };
 }
 
@@ -125,8 +130,9 @@ interface PlannedFetch {
 
 /**
  * Plans a fetch: the URL policy, vendir's config, and the Secrets and ConfigMaps it refers to,
- * read through `kube` (upstream `AddDir` and `ConfigBytes`). A user error (a missing Secret, a
- * refused git ref or URL, ...) comes back as the fetch's failed result.
+ * read through `kube` one at a time under the inline cap (upstream `AddDir` and `ConfigBytes`;
+ * the cap is ours, `./inline-limit.ts`). A user error (a missing Secret, a refused git ref or
+ * URL, inline content over the cap, ...) comes back as the fetch's failed result.
  *
  * @throws on infrastructure failures (API reads)
  */
@@ -141,14 +147,9 @@ async function planFetch(
   try {
     if (policy) await policy.checkFetch(fetch);
     const config = buildVendirConfig(fetch, { dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify });
-    const refNames = vendirResourceRefs(config);
-    const refs = await readRefs(
-      kube,
-      namespace,
-      refNames.filter((r) => r.kind === 'Secret').map((r) => r.name),
-      refNames.filter((r) => r.kind === 'ConfigMap').map((r) => r.name),
-      mask,
-    );
+    // One object at a time under the inline cap: an App over it fails before vendir runs.
+    const maxInline = deps.config.maxInlineBytes ?? DEFAULT_MAX_INLINE_BYTES;
+    const refs = await readRefsWithinLimit(kube, namespace, config, vendirResourceRefs(config), maxInline, mask);
     const input = { fetch, namespace, refs, dangerousSkipTLSVerify: deps.config.dangerousSkipTLSVerify };
     return { fetch, input, plan: planVendirSync(input), refs, ...(policy ? { policy } : {}) };
   } catch (err) {

@@ -109,6 +109,14 @@ export interface PipelineConfig {
    */
   urlPolicy?: UrlPolicy;
   /**
+   * Cap on an App's (or PackageRepository's) inline fetch content, bytes: `paths` plus the data of
+   * each `pathsFrom` Secret and ConfigMap, read one at a time. Over it the fetch fails
+   * (`Fetching (<i>): inline pathsFrom secret "<name>" brings the App's inline content to <n>
+   * bytes, over the limit of <max> bytes`) before vendir runs. Not in kapp-controller. Default
+   * `DEFAULT_MAX_INLINE_BYTES` (64 MiB) of `../fetch/inline-limit.ts`.
+   */
+  maxInlineBytes?: number;
+  /**
    * Bound of each templating tool's output (the manifest stream), bytes. Output above it fails
    * the template stage (`Templating dir: ytt output exceeded <N> bytes ...`) rather than
    * deploying a cut manifest. Default: `DEFAULT_MAX_OUTPUT_BYTES` of the runner (64 MiB).

@@ -13,7 +13,8 @@ import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../../funct
 import { packDir } from '../../../functions/lib/artifact/tarball.js';
 import { FakeCommandRunner, type ScriptedResult } from '../../../functions/lib/exec/fake.js';
 import type { RunRequest } from '../../../functions/lib/exec/runner.js';
-import type { DispatchDeps, PipelineConfig } from '../../../functions/lib/pipeline/deps.js';
+import { runFetch } from '../../../functions/lib/pipeline/app/fetch.js';
+import type { DispatchDeps, PipelineConfig, StageOutput } from '../../../functions/lib/pipeline/deps.js';
 import type { MemoryStore } from '../../../functions/lib/store/memory.js';
 import { FakeCluster } from './fake-cluster.js';
 import { stageDeps } from './stage-deps.js';
@@ -170,6 +171,18 @@ export function appWorld(opts: WorldOptions) {
 
 /** A world of {@link appWorld}. */
 export type AppWorld = ReturnType<typeof appWorld>;
+
+/**
+ * Runs the fetch stage of {@link RUN} on the world's App as the reconcile step read it: a copy,
+ * so later changes to the cluster do not reach it.
+ *
+ * @returns the stage's output (the template stage's input on success)
+ */
+export async function fetchAsRead(world: AppWorld): Promise<StageOutput> {
+  const app = structuredClone(world.app()!);
+  const loaded = { raw: structuredClone(app) as never, app };
+  return await runFetch({ clusterId: REF.clusterId, ref: REF, run: RUN }, loaded, world.deps);
+}
 
 /**
  * A scripted vendir that leaves `config.yml` in the fetch directory and prints `stdout`.
