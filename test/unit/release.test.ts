@@ -203,10 +203,20 @@ describe('the Carvel package of kapp-lambda', () => {
       'package/bundle/config/kapp-lambda.yml',
       'package/bundle/config/values-schema.yml',
       'package/bundle/config/values.yml',
+      'package/repository/.imgpkg/images.yml',
       `package/repository/packages/${PACKAGE_REF_NAME}/metadata.yml`,
       `package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`,
     ]);
     for (const [name, text] of files) expect(await read(name), name).toBe(text);
+  });
+
+  it('bundle/ and repository/ are both imgpkg bundles: each holds .imgpkg/images.yml, an ImagesLock', async () => {
+    // imgpkg push -b refuses a directory without it ("This directory is not a bundle. It is
+    // missing .imgpkg/images.yml"); the PackageRepository fetches repository/ as an imgpkgBundle.
+    for (const dir of ['bundle', 'repository']) {
+      const lock = parse(await read(`package/${dir}/.imgpkg/images.yml`));
+      expect(lock, dir).toEqual({ apiVersion: 'imgpkg.carvel.dev/v1alpha1', kind: 'ImagesLock' });
+    }
   });
 
   it("config holds the release's documents but its CRDs and namespaces", async () => {
@@ -250,6 +260,21 @@ describe('the Carvel package of kapp-lambda', () => {
     expect(files.get(`package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`)).toContain(
       'image: 127.0.0.1:5000/pkg@sha256:abc',
     );
+  });
+
+  it("the repository's ImagesLock lists a bundle given by digest, as kbld --imgpkg-lock-output does; a tag leaves it empty", async () => {
+    const digest = `127.0.0.1:5000/pkg@sha256:${'0123456789abcdef'.repeat(4)}`;
+    const lockOf = async (bundle: string) =>
+      parse((await packageFiles(version, bundle)).get('package/repository/.imgpkg/images.yml')!);
+    expect(await lockOf(digest)).toEqual({
+      apiVersion: 'imgpkg.carvel.dev/v1alpha1',
+      kind: 'ImagesLock',
+      images: [{ image: digest, annotations: { 'kbld.carvel.dev/id': digest } }],
+    });
+    // imgpkg's ImagesLock holds digests only; a tag's digest is known once the bundle is pushed.
+    for (const tag of ['127.0.0.1:5000/pkg:1.0.0', '127.0.0.1:5000/pkg@sha256:abc']) {
+      expect(await lockOf(tag), tag).toEqual({ apiVersion: 'imgpkg.carvel.dev/v1alpha1', kind: 'ImagesLock' });
+    }
   });
 });
 
@@ -380,6 +405,12 @@ describe('--package-bundle', () => {
       await readFile(path.join(dir, 'package/repository/packages', PACKAGE_REF_NAME, `${version}.yml`), 'utf8'),
     );
     expect(pkg.spec.template.spec.fetch).toEqual([{ imgpkgBundle: { image: 'registry.corp/kl/package:9' } }]);
+    for (const bundle of ['bundle', 'repository']) {
+      expect(parse(await readFile(path.join(dir, 'package', bundle, '.imgpkg/images.yml'), 'utf8')), bundle).toEqual({
+        apiVersion: 'imgpkg.carvel.dev/v1alpha1',
+        kind: 'ImagesLock',
+      });
+    }
     await rm(dir, { recursive: true, force: true });
   });
 });
