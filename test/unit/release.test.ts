@@ -54,6 +54,21 @@ describe('release manifest', () => {
     expect(committed).toContain(`kubectl apply -f kapp-lambda-${version}.yml`);
   });
 
+  it("the README's Install section names every object but the CRDs (those by kind), and each object's kind", async () => {
+    const readme = await readFile(path.join(RELEASE_DIR, '..', 'README.md'), 'utf8');
+    const install = readme.slice(
+      readme.indexOf('\n## Install\n'),
+      readme.indexOf('Another image repository or an IRSA role'),
+    );
+    // Markdown wraps lines: compare with every run of white space as one space.
+    const text = install.replace(/\s+/g, ' ');
+    const missing = docs
+      .filter((d) => d.kind !== 'CustomResourceDefinition')
+      .filter((d) => !text.includes(`\`${d.metadata.name}\``) || !text.toLowerCase().includes(d.kind.toLowerCase()))
+      .map(id);
+    expect(missing).toEqual([]);
+  });
+
   it('holds every kind, the two namespaces and the five CRDs, namespaces and CRDs first', () => {
     const kinds = [...new Set(docs.map((d) => d.kind))];
     expect([...kinds].sort()).toEqual([
