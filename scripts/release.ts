@@ -359,7 +359,7 @@ export const PACKAGE_REF_NAME = 'kapp-lambda.carvel.dev';
 /** Where the package's imgpkg bundle is pushed by default (tag: the version). */
 export const DEFAULT_PACKAGE_BUNDLE_REPOSITORY = 'ghcr.io/kapp-lambda/package';
 
-/** The package under {@link RELEASE_DIR}: `bundle/` (what `imgpkg push -b` pushes) and `repository/`. */
+/** The package under {@link RELEASE_DIR}: `bundle/` and `repository/`, each an imgpkg bundle (what `imgpkg push -b` pushes). */
 export const PACKAGE_DIR = 'package';
 
 /**
@@ -519,8 +519,37 @@ function valuesOverlayYaml(): string {
  */
 const KAPP_NO_LABEL_SCOPING = 'kapp.k14s.io/disable-default-label-scoping-rules';
 
-/** Empty ImagesLock, as imgpkg writes one. */
+/** Empty ImagesLock, as imgpkg writes one (`images` omitted when empty). */
 const EMPTY_IMAGES_LOCK = '---\napiVersion: imgpkg.carvel.dev/v1alpha1\nkind: ImagesLock\n';
+
+/**
+ * An image reference in digest form, as go-containerregistry's `name.NewDigest` takes it
+ * (`<repository>[:<tag>]@sha256:<64 hex>`): the only form an imgpkg ImagesLock may hold.
+ */
+const DIGEST_REFERENCE = /^[^@\s]+@sha256:[0-9a-f]{64}$/;
+
+/**
+ * The repository bundle's `.imgpkg/images.yml`. Without it `imgpkg push -b` refuses the directory
+ * (imgpkg's `bundle.Contents.validate`: exactly one `.imgpkg/` holding `images.yml`, a direct
+ * child of a pushed path), and a PackageRepository fetches the repository as an `imgpkgBundle`.
+ * kapp-controller's own repositories list their packages' bundles in it (what
+ * `kbld -f packages/ --imgpkg-lock-output .imgpkg/images.yml` writes, each by digest with its
+ * `kbld.carvel.dev/id` the reference the Package names): the PackageRepository's kbld step then
+ * pins the Package to that digest, and `imgpkg copy` of the repository carries the package's bundle
+ * along. An ImagesLock holds only digests (imgpkg's `ImagesLock.Validate`), and a tag's digest is
+ * known only once the bundle is pushed: `bundleImage` is listed when it is a digest reference;
+ * a tag gives an empty lock (kbld then resolves the tag when the repository reconciles; to pin it,
+ * run that kbld command after pushing the package's bundle).
+ */
+export function repositoryImagesLock(bundleImage: string): string {
+  if (!DIGEST_REFERENCE.test(bundleImage)) return EMPTY_IMAGES_LOCK;
+  const lock = {
+    apiVersion: 'imgpkg.carvel.dev/v1alpha1',
+    kind: 'ImagesLock',
+    images: [{ image: bundleImage, annotations: { 'kbld.carvel.dev/id': bundleImage } }],
+  };
+  return `---\n${renderYaml(lock)}`;
+}
 
 /**
  * The Package `kapp-lambda.carvel.dev.<version>`: fetch the bundle `bundleImage`, ytt over its
@@ -572,7 +601,9 @@ export function packageMetadataDocument(): ReleaseDocument {
  *   `imgpkg push -b <repository>:<version> -f release/package/bundle`;
  * - `package/repository/packages/kapp-lambda.carvel.dev/{metadata.yml,<version>.yml}`, a
  *   PackageRepository's layout whose Package names `bundleImage` (default
- *   `{@link DEFAULT_PACKAGE_BUNDLE_REPOSITORY}:<version>`).
+ *   `{@link DEFAULT_PACKAGE_BUNDLE_REPOSITORY}:<version>`), and its
+ *   `package/repository/.imgpkg/images.yml` ({@link repositoryImagesLock}), so the repository is
+ *   an imgpkg bundle too: `imgpkg push -b <repository>:<version> -f release/package/repository`.
  *
  * @param main - the main release's documents when already computed ({@link releaseFiles});
  *   default: {@link releaseDocuments} of `version`.
@@ -591,6 +622,7 @@ export async function packageFiles(
     [`${bundle}/config/kapp-lambda.yml`, renderManifest(version, 'package', docs)],
     [`${bundle}/config/values-schema.yml`, valuesSchemaYaml(values)],
     [`${bundle}/config/values.yml`, valuesOverlayYaml()],
+    [`${PACKAGE_DIR}/repository/.imgpkg/images.yml`, repositoryImagesLock(bundleImage)],
     [`${packages}/metadata.yml`, renderYaml(packageMetadataDocument())],
     [`${packages}/${version}.yml`, renderYaml(packageDocument(version, bundleImage))],
   ]);

@@ -1,7 +1,7 @@
 /**
  * First-run setup: builds the pinned Go components (tools, control plane, test servers) into the
  * cache outside the checkout, with progress, and reuses cached builds.
- * Usage: `tsx scripts/setup.ts [--for full|demo|start] [component...] [--pull-cache <registry/repo>]
+ * Usage: `npm run setup -- [--for full|demo|start] [component...] [--pull-cache <registry/repo>]
  * [--push-cache <registry/repo>]`. `--for full` (the default; `npm test`, `npm run bench`) builds
  * every component but those built only when named (`need` in `layers/manifest.ts`), installs the Debian packages (`scripts/apt.ts`) and moto's server (the
  * SQS-compatible test server) into the project's Python venv (`scripts/python.ts`); `--for demo`
@@ -19,21 +19,13 @@ import { buildConnector, buildHardenAddon, buildLauncher } from '../layers/nativ
 import { openToolCache, type ToolCache, toolCacheTag } from '../layers/toolcache.js';
 import { ensureDebianPackages } from './apt.js';
 import { ensurePythonPackages } from './python.js';
-import { parseSetupArgs, setupPlan } from './setup-plan.js';
+import { setupCommandLine, setupPlan } from './setup-plan.js';
 
-const args = parseSetupArgs(process.argv.slice(2), process.env);
-if (args.help) {
-  process.stdout.write(`usage: tsx scripts/setup.ts [--for full|demo|start] [component...] [--pull-cache <registry/repo>] [--push-cache <registry/repo>]
-  --for full    (default; npm test, npm run bench) every component the tests use, Debian packages, moto in ~/.cache/kapp-lambda/venv
-  --for demo    (npm run demo) only what the demo runs
-  --for start   (npm start) every tool the runtime runs and the local control plane; no test server
-  component...  build only these (names in layers/manifest.ts)
-  --pull-cache  pull each component the OCI repository holds and layers/toolcache.lock.json lists before building it
-                (also KAPP_LAMBDA_TOOL_CACHE_REGISTRY; KAPP_LAMBDA_TOOL_CACHE_LOCK names another lock file)
-  --push-cache  the same, then push each component it or the lock lacks and record it in the lock (commit it)
-`);
-  process.exit(0);
-}
+const args = setupCommandLine(process.argv.slice(2), process.env, {
+  out: (t) => process.stdout.write(t),
+  err: (t) => process.stderr.write(t),
+});
+if (typeof args === 'number') process.exit(args);
 const plan = setupPlan(args.profile);
 const wanted = args.names.length ? args.names.map(component) : plan.components;
 const started = Date.now();

@@ -175,9 +175,13 @@ describe('release install, uninstall and the package of kapp-lambda', () => {
         .map(([name, text]) => [name.slice(repoPrefix.length), text]),
     );
     expect(Object.keys(repoFiles).sort()).toEqual([
+      '.imgpkg/images.yml',
       `packages/${PACKAGE_REF_NAME}/${version}.yml`,
       `packages/${PACKAGE_REF_NAME}/metadata.yml`,
     ]);
+    // The repository's own ImagesLock lists the package's bundle by digest (pushBundle keeps it),
+    // so the PackageRepository's kbld step resolves it from the lock.
+    expect(repoFiles['.imgpkg/images.yml']).toContain(`image: ${bundle.digestRef}\n`);
     const repo = await pushBundle(registry, `kapp-lambda/repository:${version}`, repoFiles);
     const sa = 'kapp-lambda-installer';
     const values = [

@@ -54,6 +54,21 @@ describe('release manifest', () => {
     expect(committed).toContain(`kubectl apply -f kapp-lambda-${version}.yml`);
   });
 
+  it("the README's Install section names every object but the CRDs (those by kind), and each object's kind", async () => {
+    const readme = await readFile(path.join(RELEASE_DIR, '..', 'README.md'), 'utf8');
+    const install = readme.slice(
+      readme.indexOf('\n## Install\n'),
+      readme.indexOf('Another image repository or an IRSA role'),
+    );
+    // Markdown wraps lines: compare with every run of white space as one space.
+    const text = install.replace(/\s+/g, ' ');
+    const missing = docs
+      .filter((d) => d.kind !== 'CustomResourceDefinition')
+      .filter((d) => !text.includes(`\`${d.metadata.name}\``) || !text.toLowerCase().includes(d.kind.toLowerCase()))
+      .map(id);
+    expect(missing).toEqual([]);
+  });
+
   it('holds every kind, the two namespaces and the five CRDs, namespaces and CRDs first', () => {
     const kinds = [...new Set(docs.map((d) => d.kind))];
     expect([...kinds].sort()).toEqual([
@@ -205,10 +220,20 @@ describe('the Carvel package of kapp-lambda', () => {
       'package/bundle/config/kapp-lambda.yml',
       'package/bundle/config/values-schema.yml',
       'package/bundle/config/values.yml',
+      'package/repository/.imgpkg/images.yml',
       `package/repository/packages/${PACKAGE_REF_NAME}/metadata.yml`,
       `package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`,
     ]);
     for (const [name, text] of files) expect(await read(name), name).toBe(text);
+  });
+
+  it('bundle/ and repository/ are both imgpkg bundles: each holds .imgpkg/images.yml, an ImagesLock', async () => {
+    // imgpkg push -b refuses a directory without it ("This directory is not a bundle. It is
+    // missing .imgpkg/images.yml"); the PackageRepository fetches repository/ as an imgpkgBundle.
+    for (const dir of ['bundle', 'repository']) {
+      const lock = parse(await read(`package/${dir}/.imgpkg/images.yml`));
+      expect(lock, dir).toEqual({ apiVersion: 'imgpkg.carvel.dev/v1alpha1', kind: 'ImagesLock' });
+    }
   });
 
   it("config holds the release's documents but its CRDs and namespaces", async () => {
@@ -252,6 +277,21 @@ describe('the Carvel package of kapp-lambda', () => {
     expect(files.get(`package/repository/packages/${PACKAGE_REF_NAME}/${version}.yml`)).toContain(
       'image: 127.0.0.1:5000/pkg@sha256:abc',
     );
+  });
+
+  it("the repository's ImagesLock lists a bundle given by digest, as kbld --imgpkg-lock-output does; a tag leaves it empty", async () => {
+    const digest = `127.0.0.1:5000/pkg@sha256:${'0123456789abcdef'.repeat(4)}`;
+    const lockOf = async (bundle: string) =>
+      parse((await packageFiles(version, bundle)).get('package/repository/.imgpkg/images.yml')!);
+    expect(await lockOf(digest)).toEqual({
+      apiVersion: 'imgpkg.carvel.dev/v1alpha1',
+      kind: 'ImagesLock',
+      images: [{ image: digest, annotations: { 'kbld.carvel.dev/id': digest } }],
+    });
+    // imgpkg's ImagesLock holds digests only; a tag's digest is known once the bundle is pushed.
+    for (const tag of ['127.0.0.1:5000/pkg:1.0.0', '127.0.0.1:5000/pkg@sha256:abc']) {
+      expect(await lockOf(tag), tag).toEqual({ apiVersion: 'imgpkg.carvel.dev/v1alpha1', kind: 'ImagesLock' });
+    }
   });
 });
 
@@ -382,6 +422,12 @@ describe('--package-bundle', () => {
       await readFile(path.join(dir, 'package/repository/packages', PACKAGE_REF_NAME, `${version}.yml`), 'utf8'),
     );
     expect(pkg.spec.template.spec.fetch).toEqual([{ imgpkgBundle: { image: 'registry.corp/kl/package:9' } }]);
+    for (const bundle of ['bundle', 'repository']) {
+      expect(parse(await readFile(path.join(dir, 'package', bundle, '.imgpkg/images.yml'), 'utf8')), bundle).toEqual({
+        apiVersion: 'imgpkg.carvel.dev/v1alpha1',
+        kind: 'ImagesLock',
+      });
+    }
     await rm(dir, { recursive: true, force: true });
   });
 });

@@ -9,7 +9,7 @@ import { componentKey } from '../../layers/gobuild.js';
 import { COMPONENTS, component } from '../../layers/manifest.js';
 import { DEBIAN_PACKAGES } from '../../scripts/apt.js';
 import { motoCheckArgv, motoInstallArgv, venvCreateArgv } from '../../scripts/python.js';
-import { parseSetupArgs, setupPlan } from '../../scripts/setup-plan.js';
+import { parseSetupArgs, SETUP_USAGE, setupCommandLine, setupPlan } from '../../scripts/setup-plan.js';
 import { MOTO_VERSION, motoArgv, pythonVenv } from '../../test/harness/servers/sqs.js';
 
 const names = (p: ReturnType<typeof setupPlan>) => p.components.map((c) => c.name);
@@ -86,8 +86,73 @@ describe('parseSetupArgs', () => {
     expect(parseSetupArgs([], {})).toEqual({ profile: 'full', names: [], push: false });
     expect(parseSetupArgs(['--for', 'demo'], {})).toEqual({ profile: 'demo', names: [], push: false });
     expect(parseSetupArgs(['--for=demo', 'ytt'], {})).toEqual({ profile: 'demo', names: ['ytt'], push: false });
-    expect(() => parseSetupArgs(['--for', 'tests'], {})).toThrow(/expected full, demo, start, got tests/);
-    expect(() => parseSetupArgs(['--for'], {})).toThrow(/got nothing/);
+    expect(() => parseSetupArgs(['--for', 'tests'], {})).toThrow('--for: expected full, demo, start, got "tests"');
+    expect(() => parseSetupArgs(['--for'], {})).toThrow("Option '--for <value>' argument missing");
+  });
+
+  it('reads the tool cache options, then the environment', () => {
+    expect(parseSetupArgs(['--pull-cache', 'r.io/tools'], {})).toEqual({
+      profile: 'full',
+      names: [],
+      cacheRepo: 'r.io/tools',
+      push: false,
+    });
+    expect(parseSetupArgs(['--push-cache=r.io/tools', 'ytt'], { KAPP_LAMBDA_TOOL_CACHE_LOCK: '/l.json' })).toEqual({
+      profile: 'full',
+      names: ['ytt'],
+      cacheRepo: 'r.io/tools',
+      push: true,
+      lockFile: '/l.json',
+    });
+    expect(parseSetupArgs([], { KAPP_LAMBDA_TOOL_CACHE_REGISTRY: 'r.io/env' })).toEqual({
+      profile: 'full',
+      names: [],
+      cacheRepo: 'r.io/env',
+      push: false,
+    });
+  });
+});
+
+describe('setupCommandLine', () => {
+  const run = (argv: string[]) => {
+    const out: string[] = [];
+    const err: string[] = [];
+    const result = setupCommandLine(argv, {}, { out: (t) => out.push(t), err: (t) => err.push(t) });
+    return { result, out: out.join(''), err: err.join('') };
+  };
+
+  it('--help: the usage, as npm runs it, on stdout; exit 0', () => {
+    const { result, out, err } = run(['--help']);
+    expect(result).toBe(0);
+    expect(out).toBe(SETUP_USAGE);
+    expect(out.split('\n')[0]).toBe(
+      'usage: npm run setup -- [--for full|demo|start] [component...] [--pull-cache <registry/repo>] [--push-cache <registry/repo>]',
+    );
+    expect(out).toContain('exit codes: 0 success; 1 failure (a build or an install failed); 2 usage error');
+    expect(err).toBe('');
+  });
+
+  it('an unknown option, profile or component, or an option without its value: a usage error on stderr, exit 2', () => {
+    const cases: [string[], string][] = [
+      [['--bogus'], "Unknown option '--bogus'"],
+      [['--bogus=x'], "Unknown option '--bogus'"],
+      [['-x'], "Unknown option '-x'"],
+      [['--for', 'tests'], '--for: expected full, demo, start, got "tests"'],
+      [['--pull-cache'], "Option '--pull-cache <value>' argument missing"],
+      [['--push-cache='], '--push-cache needs a registry/repository'],
+      [['ytt', 'nosuch'], 'unknown component nosuch (known: '],
+    ];
+    for (const [argv, message] of cases) {
+      const { result, out, err } = run(argv);
+      expect(result, argv.join(' ')).toBe(2);
+      expect(out, argv.join(' ')).toBe('');
+      expect(err.startsWith(`setup: ${message}`), `${argv.join(' ')}: ${err}`).toBe(true);
+      expect(err.endsWith(SETUP_USAGE), argv.join(' ')).toBe(true);
+    }
+  });
+
+  it('otherwise what to set up', () => {
+    expect(run(['--for', 'demo']).result).toEqual({ profile: 'demo', names: [], push: false });
   });
 });
 
