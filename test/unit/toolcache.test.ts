@@ -53,11 +53,9 @@ describe('parseSetupArgs', () => {
   });
 
   it('refuses an unknown flag and a flag without its repository', () => {
-    expect(() => parseSetupArgs(['--push'], {})).toThrow('--push needs a registry/repository');
-    expect(() => parseSetupArgs(['--pull-cache'], {})).toThrow('--pull-cache needs a registry/repository');
-    expect(() => parseSetupArgs(['--cache', REPO], {})).toThrow(
-      'unknown option --cache (known: --for full|demo|start, --pull-cache <repo>, --push-cache <repo>, --help)',
-    );
+    expect(() => parseSetupArgs(['--push'], {})).toThrow("Unknown option '--push'");
+    expect(() => parseSetupArgs(['--pull-cache'], {})).toThrow("Option '--pull-cache <value>' argument missing");
+    expect(() => parseSetupArgs(['--cache', REPO], {})).toThrow("Unknown option '--cache'");
   });
 });
 
