@@ -26,7 +26,9 @@
  *   ValidatingAdmissionPolicy bounding `kapp-lambda-pkgr`: what `npm run cluster -- add` prints
  *   (`rbacManifests` of `./cluster-registry.ts`) with the default namespaces and without the
  *   token identities of `--auth token` (a fleet's choice: non-expiring token Secrets a fleet with
- *   EKS access entries must not have).
+ *   EKS access entries must not have);
+ * - a NetworkPolicy admitting the forwarder's `/metrics` port only from namespaces labelled
+ *   {@link METRICS_SCRAPER_LABEL}`=true` ({@link metricsNetworkPolicy}).
  *
  * The CRDs and the global packaging namespace are marked to stay on uninstall
  * ({@link KEEP_ON_UNINSTALL_LABEL}): they hold users' objects, not kapp-lambda's.
@@ -39,8 +41,8 @@
  * The in-cluster runtime (kapp-lambda without AWS: `npm start`'s embedded runtime as a
  * Deployment) is a second file, `release/kapp-lambda-runtime-<version>.yml`
  * ({@link runtimeReleaseDocuments}), applied after this one: its ServiceAccount, bindings derived
- * from the roles above ({@link runtimeBindings}), the Deployment, a metrics Service and a
- * PodDisruptionBudget. A second file, not a section, because a cluster runs it or joins a cloud
+ * from the roles above ({@link runtimeBindings}), the Deployment, a metrics Service with its
+ * NetworkPolicy, and a PodDisruptionBudget. A second file, not a section, because a cluster runs it or joins a cloud
  * fleet (the forwarder above), never both, and `kubectl apply -f` takes a file whole.
  *
  * `release/` is committed, as `infra/crds/` is: a user installs from a checkout or a raw URL
@@ -213,9 +215,47 @@ export const KIND_ORDER: readonly string[] = [
   'ValidatingAdmissionPolicy',
   'ValidatingAdmissionPolicyBinding',
   'Service',
+  'NetworkPolicy',
   'Deployment',
   'PodDisruptionBudget',
 ];
+
+/**
+ * The namespace label that admits its Pods (a Prometheus) to kapp-lambda's `/metrics`
+ * ({@link metricsNetworkPolicy}): `kubectl label namespace <monitoring> <label>=true`.
+ */
+export const METRICS_SCRAPER_LABEL = 'kapp-lambda.carvel.dev/metrics-scraper';
+
+/** Port of the forwarder's `/healthz`, `/readyz` and `/metrics` (`infra/forwarder/deployment.yml`). */
+export const FORWARDER_METRICS_PORT = 8080;
+
+/**
+ * A NetworkPolicy admitting ingress to the Pods labelled `app.kubernetes.io/name: <name>` on
+ * `port` only from Pods of namespaces labelled {@link METRICS_SCRAPER_LABEL}`=true`. Their
+ * `/metrics` names every App of the cluster, and a scrape is tens of MB at 50,000 objects: any Pod
+ * of the cluster could read it or hold the forwarder's few scrape slots. The kubelet's probes come
+ * from the node, which the common CNIs admit whatever the policy; a cluster whose CNI enforces no
+ * NetworkPolicy ignores it. Deleting it (or a policy of the operator's own admitting more) opens the
+ * port again.
+ */
+export function metricsNetworkPolicy(name: string, port: number): ReleaseDocument {
+  const labels = { 'app.kubernetes.io/name': name };
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name: `${name}-metrics`, namespace: RELEASE_NAMESPACE, labels },
+    spec: {
+      podSelector: { matchLabels: labels },
+      policyTypes: ['Ingress'],
+      ingress: [
+        {
+          from: [{ namespaceSelector: { matchLabels: { [METRICS_SCRAPER_LABEL]: 'true' } } }],
+          ports: [{ protocol: 'TCP', port }],
+        },
+      ],
+    },
+  };
+}
 
 /** Rank of a kind in {@link KIND_ORDER}; kinds not listed go last. */
 function kindRank(kind: string): number {
@@ -242,6 +282,7 @@ export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDo
     namespace(DEFAULT_PACKAGING_GLOBAL_NAMESPACE),
     ...(generateCrdDocuments() as unknown as ReleaseDocument[]),
     ...(await forwarderDocuments(inputs)),
+    metricsNetworkPolicy('kapp-lambda-forwarder', FORWARDER_METRICS_PORT),
     ...((await rbacManifests()) as ReleaseDocument[]),
   ];
   const byId = new Map<string, ReleaseDocument>();
@@ -289,12 +330,14 @@ export function releaseHeader(version: string, manifest: ReleaseManifest = 'rele
       `Uninstall: kapp delete -a kapp-lambda   (or: kubectl delete -f ${file} -l '${KEEP_ON_UNINSTALL_LABEL}!=keep')`,
       'leaves the CRDs and the global packaging namespace (so every App, PackageInstall, Package and',
       'what they deployed) in place; deleting the CRDs deletes every App: README.md "Uninstall".',
+      `Metrics:   scraped only from namespaces labelled ${METRICS_SCRAPER_LABEL}=true (a NetworkPolicy).`,
     ],
     runtime: () => [
       `kapp-lambda ${version}: the in-cluster runtime (no AWS): ServiceAccount, RBAC, Deployment, metrics Service, PodDisruptionBudget.`,
       `${generated}; do not edit.`,
       `Install:   kubectl apply -f ${file} && kubectl apply -f ${runtimeReleaseFileName(version)}`,
       'Not with a fleet: a cluster runs this runtime or the forwarder of a cloud fleet, not both.',
+      `Metrics:   scraped only from namespaces labelled ${METRICS_SCRAPER_LABEL}=true (a NetworkPolicy).`,
     ],
     package: () => [
       `kapp-lambda ${version}, the Carvel package's config: the release without its CRDs and namespaces.`,
@@ -748,8 +791,8 @@ function runtimeDeployment(image: string): ReleaseDocument {
 /**
  * Every document of the in-cluster runtime release, in the release's order: its ServiceAccount,
  * the bindings of {@link runtimeBindings} (to the roles of the main release, which must be
- * applied first), the Deployment, the metrics Service and a PodDisruptionBudget keeping one
- * replica through a drain. A separate file from the main release because a cluster runs either
+ * applied first), the Deployment, the metrics Service, its NetworkPolicy
+ * ({@link metricsNetworkPolicy}) and a PodDisruptionBudget keeping one replica through a drain. A separate file from the main release because a cluster runs either
  * this runtime or the forwarder of a cloud fleet, never both.
  *
  * @param main - the main release's documents ({@link releaseDocuments}), whose roles it binds:
@@ -773,6 +816,7 @@ export function runtimeReleaseDocuments(
         ports: [{ name: 'metrics', port: RUNTIME_METRICS_PORT, targetPort: 'metrics', protocol: 'TCP' }],
       },
     },
+    metricsNetworkPolicy(RUNTIME_NAME, RUNTIME_METRICS_PORT),
     {
       apiVersion: 'policy/v1',
       kind: 'PodDisruptionBudget',

@@ -17,6 +17,7 @@ import {
   KAPP_DELETE_STRATEGY,
   KEEP_ON_UNINSTALL_LABEL,
   KIND_ORDER,
+  METRICS_SCRAPER_LABEL,
   PACKAGE_REF_NAME,
   packageDocument,
   packageFiles,
@@ -63,6 +64,7 @@ describe('release manifest', () => {
       'CustomResourceDefinition',
       'Deployment',
       'Namespace',
+      'NetworkPolicy',
       'Role',
       'RoleBinding',
       'Service',
@@ -120,6 +122,20 @@ describe('release manifest', () => {
       | (ReleaseDocument & { data: Record<string, string> })
       | undefined;
     expect(config?.data.FORWARDER_HTTP_PORT).toBe('8080');
+    // Scraped only from namespaces labelled for it: any Pod could otherwise read every App's
+    // series or hold the forwarder's few scrape slots.
+    const policy = docs.find((d) => d.kind === 'NetworkPolicy');
+    expect(policy?.spec).toEqual({
+      podSelector: { matchLabels: svc.spec.selector },
+      policyTypes: ['Ingress'],
+      ingress: [
+        {
+          from: [{ namespaceSelector: { matchLabels: { [METRICS_SCRAPER_LABEL]: 'true' } } }],
+          ports: [{ protocol: 'TCP', port: 8080 }],
+        },
+      ],
+    });
+    expect(committed).toContain(`labelled ${METRICS_SCRAPER_LABEL}=true`);
   });
 
   it('holds every object npm run cluster -- add prints (default namespaces, no token identities)', async () => {
@@ -276,6 +292,7 @@ describe('in-cluster runtime release', () => {
       `RoleBinding/kapp-lambda/${RUNTIME_NAME}:forwarder-leader-election`,
       `RoleBinding/kapp-lambda/${RUNTIME_NAME}:pkgr-token`,
       `Service/kapp-lambda/${RUNTIME_NAME}-metrics`,
+      `NetworkPolicy/kapp-lambda/${RUNTIME_NAME}-metrics`,
       `Deployment/kapp-lambda/${RUNTIME_NAME}`,
       `PodDisruptionBudget/kapp-lambda/${RUNTIME_NAME}`,
     ]);
@@ -359,6 +376,16 @@ describe('in-cluster runtime release', () => {
       spec: Record<string, unknown>;
     };
     expect(pdb.spec).toEqual({ minAvailable: 1, selector: { matchLabels: labels } });
+    const policy = runtimeDocs.find((d) => d.kind === 'NetworkPolicy') as ReleaseDocument & {
+      spec: { podSelector: unknown; ingress: Array<{ from: unknown; ports: unknown }> };
+    };
+    expect(policy.spec.podSelector).toEqual({ matchLabels: labels });
+    expect(policy.spec.ingress).toEqual([
+      {
+        from: [{ namespaceSelector: { matchLabels: { [METRICS_SCRAPER_LABEL]: 'true' } } }],
+        ports: [{ protocol: 'TCP', port: 8080 }],
+      },
+    ]);
   });
 });
 
