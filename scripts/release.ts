@@ -55,6 +55,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../functions/lib/api/constants.js';
+import { SERVICE_ACCOUNT_DIR } from '../functions/lib/kube/kubeconfig-auth.js';
 import { generateCrdDocuments, renderYaml } from '../infra/crds/generate.js';
 import { EXIT, exitCodesHelp, isUsageError, runIfEntry, usageFailure } from './cli.js';
 import { rbacManifests } from './cluster-registry.js';
@@ -293,6 +294,14 @@ export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDo
       if (d.metadata.labels) seen.metadata.labels = { ...seen.metadata.labels, ...d.metadata.labels };
     } else throw new Error(`two sources declare ${identity(d)}`);
   }
+  // The forwarder's folder asks restricted; the release's namespace also holds the in-cluster
+  // runtime, which needs baseline (RELEASE_NAMESPACE_POD_SECURITY).
+  const own = byId.get(identity(namespace(RELEASE_NAMESPACE))) as ReleaseDocument;
+  own.metadata.labels = {
+    ...own.metadata.labels,
+    'pod-security.kubernetes.io/enforce': RELEASE_NAMESPACE_POD_SECURITY,
+    'pod-security.kubernetes.io/audit': 'restricted',
+  };
   return inReleaseOrder([...byId.values()].map((d) => (keptOnUninstall(d) ? markKept(d) : d)));
 }
 
@@ -337,6 +346,9 @@ export function releaseHeader(version: string, manifest: ReleaseManifest = 'rele
       `${generated}; do not edit.`,
       `Install:   kubectl apply -f ${file} && kubectl apply -f ${runtimeReleaseFileName(version)}`,
       'Not with a fleet: a cluster runs this runtime or the forwarder of a cloud fleet, not both.',
+      `Pod Security: baseline in ${RELEASE_NAMESPACE} (the main file's label), not restricted: the runtime runs as root with`,
+      `${RUNTIME_CAPABILITIES.join(', ')} only, so each tool run gets a uid of its own and cannot read the`,
+      'ServiceAccount token (projected root-only, mode 0400). docs/security.md "Known gaps".',
       `Metrics:   scraped only from namespaces labelled ${METRICS_SCRAPER_LABEL}=true (a NetworkPolicy).`,
     ],
     package: () => [
@@ -701,10 +713,35 @@ export interface RuntimeReleaseInputs {
 }
 
 /**
+ * The capabilities the in-cluster runtime keeps (all others dropped) so that each tool run gets
+ * a uid of its own from the pool (`functions/lib/exec/sandbox.ts`), as `npm start` does as root:
+ * SETUID and SETGID to spawn a run under its uid (libuv's setgroups, setgid, setuid), CHOWN to
+ * hand the run its directories (`handOver`), DAC_OVERRIDE and FOWNER to read what a run wrote,
+ * change its modes and remove its directories (0700, owned by the run's uid), KILL to end a run's
+ * process group and what it left behind under its uid (`uid-leases.ts`). Each is one the
+ * baseline Pod Security Standard admits; none lets a tool (which runs with none of them) read the
+ * root-only token.
+ */
+export const RUNTIME_CAPABILITIES: readonly string[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL', 'SETGID', 'SETUID'];
+
+/**
+ * The Pod Security level the `kapp-lambda` namespace enforces in the release: baseline, as the
+ * in-cluster runtime runs as root with the capabilities of {@link RUNTIME_CAPABILITIES}, which
+ * restricted refuses (a uid per tool run needs root). The forwarder itself meets restricted, and
+ * the namespace audits at that level (the API server's audit log names what would not).
+ */
+export const RELEASE_NAMESPACE_POD_SECURITY = 'baseline';
+
+/**
  * The in-cluster runtime's Deployment: two replicas, one leading per the Lease (the other takes
- * over within ~15 s of a crash, at once on a clean stop), restricted Pod Security (non-root,
- * read-only root filesystem with emptyDirs for scratch and the artifact key, no capabilities,
- * RuntimeDefault seccomp), metrics on {@link RUNTIME_METRICS_PORT}.
+ * over within ~15 s of a crash, at once on a clean stop), metrics on {@link RUNTIME_METRICS_PORT}.
+ * It runs as root with only {@link RUNTIME_CAPABILITIES}, no privilege escalation, a read-only
+ * root filesystem (emptyDirs for scratch and the artifact key) and RuntimeDefault seccomp, so
+ * tool runs get uids of their own: the tools of tenants' Apps (helm, ytt, kapp, vendir …) then
+ * cannot read the runtime's token (a cluster-admin equivalent), its artifact key or another run's
+ * files. The token is not automounted: a projected volume of the same token, CA and namespace
+ * with mode 0400, root's alone (the automount's files are 0644, readable by every uid).
+ * Baseline Pod Security ({@link RELEASE_NAMESPACE_POD_SECURITY}), not restricted.
  */
 function runtimeDeployment(image: string): ReleaseDocument {
   const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
@@ -727,13 +764,15 @@ function runtimeDeployment(image: string): ReleaseDocument {
         },
         spec: {
           serviceAccountName: RUNTIME_NAME,
+          // The token comes from the projected volume below (0400), never the automount (0644).
+          automountServiceAccountToken: false,
           // SIGTERM: running stages end, then the Lease is released (scripts/start.ts).
           terminationGracePeriodSeconds: 60,
+          // Root, so each tool run gets a uid of its own (no fsGroup: the token stays root's).
           securityContext: {
-            runAsNonRoot: true,
-            runAsUser: 65532,
-            runAsGroup: 65532,
-            fsGroup: 65532,
+            runAsNonRoot: false,
+            runAsUser: 0,
+            runAsGroup: 0,
             seccompProfile: { type: 'RuntimeDefault' },
           },
           affinity: {
@@ -768,19 +807,37 @@ function runtimeDeployment(image: string): ReleaseDocument {
               securityContext: {
                 allowPrivilegeEscalation: false,
                 readOnlyRootFilesystem: true,
-                runAsNonRoot: true,
-                capabilities: { drop: ['ALL'] },
+                runAsNonRoot: false,
+                capabilities: { drop: ['ALL'], add: [...RUNTIME_CAPABILITIES] },
                 seccompProfile: { type: 'RuntimeDefault' },
               },
               volumeMounts: [
                 { name: 'scratch', mountPath: RUNTIME_SCRATCH_DIR },
                 { name: 'keys', mountPath: `${RUNTIME_CACHE_DIR}/keys` },
+                { name: 'service-account', mountPath: SERVICE_ACCOUNT_DIR, readOnly: true },
               ],
             },
           ],
           volumes: [
             { name: 'scratch', emptyDir: { sizeLimit: '4Gi' } },
             { name: 'keys', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } },
+            {
+              // What the automount gives (kubelet rotates the token; start.ts re-reads it every
+              // 60 s), root-only.
+              name: 'service-account',
+              projected: {
+                defaultMode: 0o400,
+                sources: [
+                  { serviceAccountToken: { path: 'token', expirationSeconds: 3607 } },
+                  { configMap: { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] } },
+                  {
+                    downwardAPI: {
+                      items: [{ path: 'namespace', fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' } }],
+                    },
+                  },
+                ],
+              },
+            },
           ],
         },
       },
