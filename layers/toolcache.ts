@@ -18,12 +18,14 @@
  * attempted only for a tag the lock lists, and a pulled binary is run (its version check) only
  * after the set of files is exactly the component's binaries and each one's sha256 is the one
  * the lock records. A pull that fails a check is removed and the component is built instead.
+ * imgpkg writes into a private directory of the pull's own: what it does to a hostile layer
+ * before those checks (a whiteout entry removes the output's parent) stays inside it.
  *
  * @module
  */
 import { createHash } from 'node:crypto';
 import { createReadStream, existsSync } from 'node:fs';
-import { copyFile, link, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { copyFile, link, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { binDir, cacheRoot, componentKey, type Progress, run, verifyVersions } from './gobuild.js';
@@ -239,9 +241,14 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
       const locked = lock.images[tag];
       if (!locked) return 'unlocked';
       if (!tags.has(tag)) return 'absent';
-      const tmp = `${out}.pull-${process.pid}`;
-      await rm(tmp, { recursive: true, force: true });
-      await mkdir(path.dirname(tmp), { recursive: true });
+      // Pulled into a fresh private directory of its own (`tmp/pull-<tag>-XXXXXX/out`), never
+      // beside the cache's other components: imgpkg acts on a layer's entries before any check,
+      // and a whiteout entry `.wh...` removes `<out>/..`, which is then this private parent, not
+      // `bin/` with every component built so far. Only what the lock verified moves into place.
+      const tmpRoot = path.join(root, 'tmp');
+      await mkdir(tmpRoot, { recursive: true });
+      const parent = await mkdtemp(path.join(tmpRoot, `pull-${tag}-`));
+      const tmp = path.join(parent, 'out');
       try {
         progress(`${c.name} ${c.version}: pulling ${opts.repo}:${tag}`);
         await imgpkg(['pull', '-i', `${opts.repo}:${tag}`, '-o', tmp]);
@@ -251,11 +258,13 @@ export async function openToolCache(opts: ToolCacheOptions): Promise<ToolCache> 
         await verifyVersions(c, tmp);
         await rm(path.join(tmp, SUMS_FILE));
         await rm(out, { recursive: true, force: true });
+        await mkdir(path.dirname(out), { recursive: true });
         await rename(tmp, out);
         await writeFile(path.join(out, '.complete'), `${new Date().toISOString()} pulled ${opts.repo}:${tag}\n`);
       } catch (e) {
-        await rm(tmp, { recursive: true, force: true });
         throw new Error(`pull ${c.name} from ${opts.repo}:${tag}`, { cause: e });
+      } finally {
+        await rm(parent, { recursive: true, force: true });
       }
       return 'pulled';
     },

@@ -158,14 +158,18 @@ export const FORWARDER_ROLE_PATH = '/kapp-lambda/';
 
 /**
  * The name of cluster `id`'s forwarder role: `kapp-lambda-forwarder-<id>`, or for ids that
- * would pass IAM's 64 characters, the id's first 33 characters and 8 hex of its SHA-256 (still
- * one name per id).
+ * would pass IAM's 64 characters, the id's first 33 characters, `_` and 8 hex of its SHA-256.
+ * The `_` (allowed in IAM names, never in a cluster id, a DNS label) keeps a hashed name from
+ * being the plain name of another, shorter id: one id per name both ways.
  */
 export function forwarderRoleName(id: string): string {
   const name = `kapp-lambda-forwarder-${id}`;
   if (name.length <= 64) return name;
-  return `kapp-lambda-forwarder-${id.slice(0, 33)}-${createHash('sha256').update(id).digest('hex').slice(0, 8)}`;
+  return `kapp-lambda-forwarder-${id.slice(0, 33)}_${createHash('sha256').update(id).digest('hex').slice(0, 8)}`;
 }
+
+/** The tag naming the cluster id a forwarder role was made for; `join --replace` reuses only a role tagged with its id. */
+export const FORWARDER_ROLE_CLUSTER_TAG = 'kapp-lambda.carvel.dev/cluster';
 
 /** `arn:<partition>:eks:<region>:<account>:cluster/<name>`: the `eks-cluster-arn` session tag. */
 export function eksClusterArn(partition: string, region: string, account: string, name: string): string {
@@ -201,11 +205,13 @@ export function iamClient(env: NodeJS.ProcessEnv = process.env): IAMClient {
 
 /**
  * Creates cluster `id`'s forwarder role ({@link forwarderRoleName}, under {@link FORWARDER_ROLE_PATH})
- * with `trust` and attaches the fleet's forwarder policy. With `reuse` (`join --replace`) a role
- * of that name join made before is kept (its trust set again).
+ * with `trust`, tagged {@link FORWARDER_ROLE_CLUSTER_TAG} = `id`, and attaches the fleet's
+ * forwarder policy. With `reuse` (`join --replace`) a role of that name join made before for
+ * this same id (path and tag) is kept (its trust set again).
  *
  * @returns the role's unique id (`AROA…`), what the document names
- * @throws the SDK's error (e.g. `EntityAlreadyExistsException` for a role already there)
+ * @throws the SDK's error (e.g. `EntityAlreadyExistsException` for a role already there); Error
+ *   when the role to reuse is not under the path or not tagged with `id`
  */
 export async function createForwarderRole(
   iam: IAMClient,
@@ -215,7 +221,7 @@ export async function createForwarderRole(
   reuse = false,
 ): Promise<{ roleId: string; arn: string }> {
   const RoleName = forwarderRoleName(id);
-  let role: { RoleId?: string; Arn?: string; Path?: string } | undefined;
+  let role: { RoleId?: string; Arn?: string; Path?: string; Tags?: { Key?: string; Value?: string }[] } | undefined;
   try {
     role = (
       await iam.send(
@@ -224,16 +230,23 @@ export async function createForwarderRole(
           Path: FORWARDER_ROLE_PATH,
           AssumeRolePolicyDocument: JSON.stringify(trust),
           Description: `kapp-lambda forwarder of cluster ${id}: sends its object events to the entry queues`,
-          Tags: [{ Key: 'kapp-lambda.carvel.dev/cluster', Value: id }],
+          Tags: [{ Key: FORWARDER_ROLE_CLUSTER_TAG, Value: id }],
         }),
       )
     ).Role;
   } catch (err) {
     if (!(reuse && err instanceof EntityAlreadyExistsException)) throw err;
     // `join --replace` of a cluster that joined before: its role stays (same id, same document),
-    // its trust is set again (the cluster name may have changed).
+    // its trust is set again (the cluster name may have changed). Only a role tagged with this
+    // very id: retrusting another cluster's role would hand its credentials to this one.
     role = (await iam.send(new GetRoleCommand({ RoleName }))).Role;
     if (role?.Path !== FORWARDER_ROLE_PATH) throw new Error(`role ${RoleName} exists and was not made by join`);
+    const tagged = role.Tags?.find((t) => t.Key === FORWARDER_ROLE_CLUSTER_TAG)?.Value;
+    if (tagged !== id) {
+      throw new Error(
+        `role ${RoleName} was made for cluster ${tagged ?? '(untagged)'}, not ${id}: left in place (tag it ${FORWARDER_ROLE_CLUSTER_TAG}=${id} to reuse it)`,
+      );
+    }
     await iam.send(new UpdateAssumeRolePolicyCommand({ RoleName, PolicyDocument: JSON.stringify(trust) }));
   }
   await iam.send(new AttachRolePolicyCommand({ RoleName, PolicyArn: policyArn }));
@@ -473,6 +486,8 @@ export function joinPlan(s: JoinSettings): JoinStep[] {
           FORWARDER_ROLE_PATH,
           '--assume-role-policy-document',
           trust,
+          '--tags',
+          `Key=${FORWARDER_ROLE_CLUSTER_TAG},Value=${s.id}`,
         ]),
       },
       {
@@ -709,7 +724,8 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
         written = await writeJoinDocument(
           store,
           { id: s.id, ...target, auth: s.auth, ...(roleId ? { forwarderRoleId: roleId } : {}), eventKey },
-          // A given role was checked above; a role join just created is new: no document names it.
+          // A given role was checked above; a role join just created is new (no document names it),
+          // one it reused carries this id's tag (createForwarderRole refuses any other).
           { replace: Boolean(v.replace), checkForwarder: false },
         );
       } catch (e) {

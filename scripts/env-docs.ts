@@ -28,6 +28,13 @@ export const START_ENV_DOCS: readonly SettingDoc[] = [
     readBy: '`scripts/start-settings.ts` `kubeSourceOf`',
   },
   {
+    name: 'KAPP_LAMBDA_SHARED_TOOL_UID',
+    default: 'unset (refuse)',
+    meaning:
+      "in a cluster: `allow` starts as a non-root user, whose tools then run under its uid and can read its ServiceAccount token and the artifact root key (a warning is logged); unset, such a start exits 1. As root (the release's Deployment) each tool run gets a uid of its own",
+    readBy: '`scripts/start-settings.ts` `inClusterToolIsolation`',
+  },
+  {
     name: 'KAPP_LAMBDA_CONTEXTS',
     default: 'the current context',
     meaning: 'comma list of contexts to serve (several clusters at once; a `cluster` label on the metrics)',

@@ -26,7 +26,9 @@
  *   ValidatingAdmissionPolicy bounding `kapp-lambda-pkgr`: what `npm run cluster -- add` prints
  *   (`rbacManifests` of `./cluster-registry.ts`) with the default namespaces and without the
  *   token identities of `--auth token` (a fleet's choice: non-expiring token Secrets a fleet with
- *   EKS access entries must not have).
+ *   EKS access entries must not have);
+ * - a NetworkPolicy admitting the forwarder's `/metrics` port only from namespaces labelled
+ *   {@link METRICS_SCRAPER_LABEL}`=true` ({@link metricsNetworkPolicy}).
  *
  * The CRDs and the global packaging namespace are marked to stay on uninstall
  * ({@link KEEP_ON_UNINSTALL_LABEL}): they hold users' objects, not kapp-lambda's.
@@ -39,8 +41,8 @@
  * The in-cluster runtime (kapp-lambda without AWS: `npm start`'s embedded runtime as a
  * Deployment) is a second file, `release/kapp-lambda-runtime-<version>.yml`
  * ({@link runtimeReleaseDocuments}), applied after this one: its ServiceAccount, bindings derived
- * from the roles above ({@link runtimeBindings}), the Deployment, a metrics Service and a
- * PodDisruptionBudget. A second file, not a section, because a cluster runs it or joins a cloud
+ * from the roles above ({@link runtimeBindings}), the Deployment, a metrics Service with its
+ * NetworkPolicy, and a PodDisruptionBudget. A second file, not a section, because a cluster runs it or joins a cloud
  * fleet (the forwarder above), never both, and `kubectl apply -f` takes a file whole.
  *
  * `release/` is committed, as `infra/crds/` is: a user installs from a checkout or a raw URL
@@ -53,6 +55,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../functions/lib/api/constants.js';
+import { SERVICE_ACCOUNT_DIR } from '../functions/lib/kube/kubeconfig-auth.js';
 import { generateCrdDocuments, renderYaml } from '../infra/crds/generate.js';
 import { EXIT, exitCodesHelp, isUsageError, runIfEntry, usageFailure } from './cli.js';
 import { rbacManifests } from './cluster-registry.js';
@@ -225,9 +228,47 @@ export const KIND_ORDER: readonly string[] = [
   'ValidatingAdmissionPolicy',
   'ValidatingAdmissionPolicyBinding',
   'Service',
+  'NetworkPolicy',
   'Deployment',
   'PodDisruptionBudget',
 ];
+
+/**
+ * The namespace label that admits its Pods (a Prometheus) to kapp-lambda's `/metrics`
+ * ({@link metricsNetworkPolicy}): `kubectl label namespace <monitoring> <label>=true`.
+ */
+export const METRICS_SCRAPER_LABEL = 'kapp-lambda.carvel.dev/metrics-scraper';
+
+/** Port of the forwarder's `/healthz`, `/readyz` and `/metrics` (`infra/forwarder/deployment.yml`). */
+export const FORWARDER_METRICS_PORT = 8080;
+
+/**
+ * A NetworkPolicy admitting ingress to the Pods labelled `app.kubernetes.io/name: <name>` on
+ * `port` only from Pods of namespaces labelled {@link METRICS_SCRAPER_LABEL}`=true`. Their
+ * `/metrics` names every App of the cluster, and a scrape is tens of MB at 50,000 objects: any Pod
+ * of the cluster could read it or hold the forwarder's few scrape slots. The kubelet's probes come
+ * from the node, which the common CNIs admit whatever the policy; a cluster whose CNI enforces no
+ * NetworkPolicy ignores it. Deleting it (or a policy of the operator's own admitting more) opens the
+ * port again.
+ */
+export function metricsNetworkPolicy(name: string, port: number): ReleaseDocument {
+  const labels = { 'app.kubernetes.io/name': name };
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name: `${name}-metrics`, namespace: RELEASE_NAMESPACE, labels },
+    spec: {
+      podSelector: { matchLabels: labels },
+      policyTypes: ['Ingress'],
+      ingress: [
+        {
+          from: [{ namespaceSelector: { matchLabels: { [METRICS_SCRAPER_LABEL]: 'true' } } }],
+          ports: [{ protocol: 'TCP', port }],
+        },
+      ],
+    },
+  };
+}
 
 /** Rank of a kind in {@link KIND_ORDER}; kinds not listed go last. */
 function kindRank(kind: string): number {
@@ -254,6 +295,7 @@ export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDo
     namespace(DEFAULT_PACKAGING_GLOBAL_NAMESPACE),
     ...(generateCrdDocuments() as unknown as ReleaseDocument[]),
     ...(await forwarderDocuments(inputs)),
+    metricsNetworkPolicy('kapp-lambda-forwarder', FORWARDER_METRICS_PORT),
     ...((await rbacManifests()) as ReleaseDocument[]),
   ];
   const byId = new Map<string, ReleaseDocument>();
@@ -264,6 +306,14 @@ export async function releaseDocuments(inputs: ReleaseInputs): Promise<ReleaseDo
       if (d.metadata.labels) seen.metadata.labels = { ...seen.metadata.labels, ...d.metadata.labels };
     } else throw new Error(`two sources declare ${identity(d)}`);
   }
+  // The forwarder's folder asks restricted; the release's namespace also holds the in-cluster
+  // runtime, which needs baseline (RELEASE_NAMESPACE_POD_SECURITY).
+  const own = byId.get(identity(namespace(RELEASE_NAMESPACE))) as ReleaseDocument;
+  own.metadata.labels = {
+    ...own.metadata.labels,
+    'pod-security.kubernetes.io/enforce': RELEASE_NAMESPACE_POD_SECURITY,
+    'pod-security.kubernetes.io/audit': 'restricted',
+  };
   return inReleaseOrder([...byId.values()].map((d) => (keptOnUninstall(d) ? markKept(d) : d)));
 }
 
@@ -301,12 +351,17 @@ export function releaseHeader(version: string, manifest: ReleaseManifest = 'rele
       `Uninstall: kapp delete -a kapp-lambda   (or: kubectl delete -f ${file} -l '${KEEP_ON_UNINSTALL_LABEL}!=keep')`,
       'leaves the CRDs and the global packaging namespace (so every App, PackageInstall, Package and',
       'what they deployed) in place; deleting the CRDs deletes every App: README.md "Uninstall".',
+      `Metrics:   scraped only from namespaces labelled ${METRICS_SCRAPER_LABEL}=true (a NetworkPolicy).`,
     ],
     runtime: () => [
       `kapp-lambda ${version}: the in-cluster runtime (no AWS): ServiceAccount, RBAC, Deployment, metrics Service, PodDisruptionBudget.`,
       `${generated}; do not edit.`,
       `Install:   kubectl apply -f ${file} && kubectl apply -f ${runtimeReleaseFileName(version)}`,
       'Not with a fleet: a cluster runs this runtime or the forwarder of a cloud fleet, not both.',
+      `Pod Security: baseline in ${RELEASE_NAMESPACE} (the main file's label), not restricted: the runtime runs as root with`,
+      `${RUNTIME_CAPABILITIES.join(', ')} only, so each tool run gets a uid of its own and cannot read the`,
+      'ServiceAccount token (projected root-only, mode 0400). docs/security.md "Known gaps".',
+      `Metrics:   scraped only from namespaces labelled ${METRICS_SCRAPER_LABEL}=true (a NetworkPolicy).`,
     ],
     package: () => [
       `kapp-lambda ${version}, the Carvel package's config: the release without its CRDs and namespaces.`,
@@ -702,10 +757,35 @@ export interface RuntimeReleaseInputs {
 }
 
 /**
+ * The capabilities the in-cluster runtime keeps (all others dropped) so that each tool run gets
+ * a uid of its own from the pool (`functions/lib/exec/sandbox.ts`), as `npm start` does as root:
+ * SETUID and SETGID to spawn a run under its uid (libuv's setgroups, setgid, setuid), CHOWN to
+ * hand the run its directories (`handOver`), DAC_OVERRIDE and FOWNER to read what a run wrote,
+ * change its modes and remove its directories (0700, owned by the run's uid), KILL to end a run's
+ * process group and what it left behind under its uid (`uid-leases.ts`). Each is one the
+ * baseline Pod Security Standard admits; none lets a tool (which runs with none of them) read the
+ * root-only token.
+ */
+export const RUNTIME_CAPABILITIES: readonly string[] = ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL', 'SETGID', 'SETUID'];
+
+/**
+ * The Pod Security level the `kapp-lambda` namespace enforces in the release: baseline, as the
+ * in-cluster runtime runs as root with the capabilities of {@link RUNTIME_CAPABILITIES}, which
+ * restricted refuses (a uid per tool run needs root). The forwarder itself meets restricted, and
+ * the namespace audits at that level (the API server's audit log names what would not).
+ */
+export const RELEASE_NAMESPACE_POD_SECURITY = 'baseline';
+
+/**
  * The in-cluster runtime's Deployment: two replicas, one leading per the Lease (the other takes
- * over within ~15 s of a crash, at once on a clean stop), restricted Pod Security (non-root,
- * read-only root filesystem with emptyDirs for scratch and the artifact key, no capabilities,
- * RuntimeDefault seccomp), metrics on {@link RUNTIME_METRICS_PORT}.
+ * over within ~15 s of a crash, at once on a clean stop), metrics on {@link RUNTIME_METRICS_PORT}.
+ * It runs as root with only {@link RUNTIME_CAPABILITIES}, no privilege escalation, a read-only
+ * root filesystem (emptyDirs for scratch and the artifact key) and RuntimeDefault seccomp, so
+ * tool runs get uids of their own: the tools of tenants' Apps (helm, ytt, kapp, vendir …) then
+ * cannot read the runtime's token (a cluster-admin equivalent), its artifact key or another run's
+ * files. The token is not automounted: a projected volume of the same token, CA and namespace
+ * with mode 0400, root's alone (the automount's files are 0644, readable by every uid).
+ * Baseline Pod Security ({@link RELEASE_NAMESPACE_POD_SECURITY}), not restricted.
  */
 function runtimeDeployment(image: string): ReleaseDocument {
   const labels = { 'app.kubernetes.io/name': RUNTIME_NAME };
@@ -728,13 +808,15 @@ function runtimeDeployment(image: string): ReleaseDocument {
         },
         spec: {
           serviceAccountName: RUNTIME_NAME,
+          // The token comes from the projected volume below (0400), never the automount (0644).
+          automountServiceAccountToken: false,
           // SIGTERM: running stages end, then the Lease is released (scripts/start.ts).
           terminationGracePeriodSeconds: 60,
+          // Root, so each tool run gets a uid of its own (no fsGroup: the token stays root's).
           securityContext: {
-            runAsNonRoot: true,
-            runAsUser: 65532,
-            runAsGroup: 65532,
-            fsGroup: 65532,
+            runAsNonRoot: false,
+            runAsUser: 0,
+            runAsGroup: 0,
             seccompProfile: { type: 'RuntimeDefault' },
           },
           affinity: {
@@ -769,19 +851,37 @@ function runtimeDeployment(image: string): ReleaseDocument {
               securityContext: {
                 allowPrivilegeEscalation: false,
                 readOnlyRootFilesystem: true,
-                runAsNonRoot: true,
-                capabilities: { drop: ['ALL'] },
+                runAsNonRoot: false,
+                capabilities: { drop: ['ALL'], add: [...RUNTIME_CAPABILITIES] },
                 seccompProfile: { type: 'RuntimeDefault' },
               },
               volumeMounts: [
                 { name: 'scratch', mountPath: RUNTIME_SCRATCH_DIR },
                 { name: 'keys', mountPath: `${RUNTIME_CACHE_DIR}/keys` },
+                { name: 'service-account', mountPath: SERVICE_ACCOUNT_DIR, readOnly: true },
               ],
             },
           ],
           volumes: [
             { name: 'scratch', emptyDir: { sizeLimit: '4Gi' } },
             { name: 'keys', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } },
+            {
+              // What the automount gives (kubelet rotates the token; start.ts re-reads it every
+              // 60 s), root-only.
+              name: 'service-account',
+              projected: {
+                defaultMode: 0o400,
+                sources: [
+                  { serviceAccountToken: { path: 'token', expirationSeconds: 3607 } },
+                  { configMap: { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] } },
+                  {
+                    downwardAPI: {
+                      items: [{ path: 'namespace', fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' } }],
+                    },
+                  },
+                ],
+              },
+            },
           ],
         },
       },
@@ -792,8 +892,8 @@ function runtimeDeployment(image: string): ReleaseDocument {
 /**
  * Every document of the in-cluster runtime release, in the release's order: its ServiceAccount,
  * the bindings of {@link runtimeBindings} (to the roles of the main release, which must be
- * applied first), the Deployment, the metrics Service and a PodDisruptionBudget keeping one
- * replica through a drain. A separate file from the main release because a cluster runs either
+ * applied first), the Deployment, the metrics Service, its NetworkPolicy
+ * ({@link metricsNetworkPolicy}) and a PodDisruptionBudget keeping one replica through a drain. A separate file from the main release because a cluster runs either
  * this runtime or the forwarder of a cloud fleet, never both.
  *
  * @param main - the main release's documents ({@link releaseDocuments}), whose roles it binds:
@@ -817,6 +917,7 @@ export function runtimeReleaseDocuments(
         ports: [{ name: 'metrics', port: RUNTIME_METRICS_PORT, targetPort: 'metrics', protocol: 'TCP' }],
       },
     },
+    metricsNetworkPolicy(RUNTIME_NAME, RUNTIME_METRICS_PORT),
     {
       apiVersion: 'policy/v1',
       kind: 'PodDisruptionBudget',

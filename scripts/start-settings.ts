@@ -121,3 +121,39 @@ export function kubeSourceOf(
   const fallback = path.join(home, '.kube', 'config');
   return exists(fallback) ? { kind: 'kubeconfig', path: fallback } : { kind: 'local' };
 }
+
+/**
+ * The setting that lets `npm start` serve the cluster it runs in without a uid per tool run
+ * ({@link inClusterToolIsolation}); only the value `allow` counts.
+ */
+export const SHARED_TOOL_UID_SETTING = 'KAPP_LAMBDA_SHARED_TOOL_UID';
+
+/**
+ * Whether `npm start` may serve the cluster it runs in given whether it can run tools under pool
+ * uids (`canSwitchUid()`: it is root). Without that, every tool (helm, ytt, kapp, vendir … run on
+ * tenants' inputs) shares the runtime's uid and reads its ServiceAccount token (a
+ * cluster-admin equivalent), the artifact root key and other runs' files. That is a refusal, not a
+ * warning: a warning in a Pod's log is read after the token has leaked, and the release's
+ * Deployment runs as root with the capabilities the uid switch needs, so only a changed manifest
+ * meets it. `KAPP_LAMBDA_SHARED_TOOL_UID=allow` starts anyway (one trusted tenant, or a runtime
+ * sandboxed otherwise), with a warning. Outside a cluster (a kubeconfig, a local control plane)
+ * nothing is checked: the developer's own credentials are at stake, as they were.
+ *
+ * @returns `undefined` to start; else the line to log and whether to exit (status 1)
+ */
+export function inClusterToolIsolation(
+  source: KubeSource,
+  canSwitchUid: boolean,
+  env: Readonly<Record<string, string | undefined>>,
+): { message: string; exit: boolean } | undefined {
+  if (source.kind !== 'in-cluster' || canSwitchUid) return undefined;
+  const shared =
+    "runs every tool under this process's uid: the tools can read its ServiceAccount token, the artifact root key and other runs' files";
+  if (env[SHARED_TOOL_UID_SETTING]?.trim() === 'allow') {
+    return { message: `WARNING: not root, ${shared} (${SHARED_TOOL_UID_SETTING}=allow)`, exit: false };
+  }
+  return {
+    message: `refusing to serve the cluster as a non-root user: it ${shared}. Run as root with the capabilities of the release's Deployment (the tools then get a uid each), or set ${SHARED_TOOL_UID_SETTING}=allow to accept that`,
+    exit: true,
+  };
+}

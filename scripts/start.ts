@@ -16,7 +16,9 @@
  * Lease; only when nothing else serves the cluster), `KAPP_LAMBDA_METRICS_ADDRESS` (where
  * `GET /metrics` serves kapp-controller's reconcile series, default `127.0.0.1:8080`; `off`: no
  * server), `KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE` (or `--controller-config-namespace`: where
- * each cluster's `kapp-controller-config` is read, default `kapp-lambda`; see `start-settings.ts`).
+ * each cluster's `kapp-controller-config` is read, default `kapp-lambda`; see `start-settings.ts`),
+ * `KAPP_LAMBDA_SHARED_TOOL_UID=allow` (serve the cluster it runs in as a non-root user, whose
+ * tools then share its uid and token: refused otherwise, `inClusterToolIsolation`).
  *
  * Takes no arguments but `-h`/`--help` and `--controller-config-namespace` (`./start-args.ts`:
  * the usage and exit codes; anything else is a usage error, exit 2).
@@ -37,6 +39,7 @@ import {
   startMetricsServer,
 } from '../functions/embedded/metrics-server.js';
 import { startEmbedded } from '../functions/embedded/runtime.js';
+import { canSwitchUid } from '../functions/lib/exec/sandbox.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/lib/fetch/url-policy.js';
 import { inClusterConnection, type PlainConnection } from '../functions/lib/kube/kubeconfig-auth.js';
 import { IN_CLUSTER_ID } from '../functions/lib/kube/registry.js';
@@ -44,7 +47,13 @@ import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
 import { startCommandLine } from './start-args.js';
-import { kubeSourceOf, readStartSettings, type StartSettings, startBanner } from './start-settings.js';
+import {
+  inClusterToolIsolation,
+  kubeSourceOf,
+  readStartSettings,
+  type StartSettings,
+  startBanner,
+} from './start-settings.js';
 
 const cliExit = startCommandLine(
   process.argv.slice(2),
@@ -89,6 +98,9 @@ if (source.kind === 'kubeconfig') {
   say(
     `in a cluster: serving ${inCluster.server} as ${IN_CLUSTER_ID} with the ServiceAccount of ${source.serviceAccountDir}`,
   );
+  const isolation = inClusterToolIsolation(source, canSwitchUid(), process.env);
+  if (isolation) say(isolation.message);
+  if (isolation?.exit) process.exit(1);
 } else {
   say('no kubeconfig found: starting a local control plane');
   const cluster = await startCluster({ log: say }).catch((err: Error) => {

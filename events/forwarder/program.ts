@@ -47,6 +47,27 @@ export const MAX_CONCURRENT_SCRAPES = 2;
 /** A `/metrics` response idle this long (a client that stopped reading) is cut, ms. */
 export const SCRAPE_TIMEOUT_MS = 30_000;
 
+/**
+ * The most one `/metrics` response may take in all, ms, however steadily its client reads: the
+ * idle {@link SCRAPE_TIMEOUT_MS} alone let a client reading a few bytes every few seconds hold
+ * one of the {@link MAX_CONCURRENT_SCRAPES} slots for as long as it liked (two such clients and
+ * Prometheus met 429 at every scrape). Tens of MB (50,000 objects) read in seconds on a cluster
+ * network, and Prometheus gives up on a scrape after its `scrape_timeout` (10 s by default).
+ */
+export const SCRAPE_DEADLINE_MS = 60_000;
+
+/**
+ * Bounds one `/metrics` response: destroyed when idle {@link SCRAPE_TIMEOUT_MS} or
+ * {@link SCRAPE_DEADLINE_MS} after this call, whichever comes first (its slot is freed on
+ * `close`). The deadline timer goes with the response and keeps no process alive.
+ */
+export function boundScrape(res: Pick<http.ServerResponse, 'setTimeout' | 'destroy' | 'once'>): void {
+  res.setTimeout(SCRAPE_TIMEOUT_MS, () => res.destroy());
+  const deadline = setTimeout(() => res.destroy(), SCRAPE_DEADLINE_MS);
+  deadline.unref();
+  res.once('close', () => clearTimeout(deadline));
+}
+
 /** What the program runs on (the entry file builds the real ones; tests may pass others). */
 export interface ForwarderProgramDeps {
   /** List/watch of the cluster (read-only). */
@@ -336,12 +357,13 @@ export async function startForwarderProgram(
       return answer(503, stopping ? 'stopping\n' : 'leading, watches not synced yet\n');
     }
     if (path === '/metrics') {
-      // One scrape at a time, bounded in time: at 50,000 objects a scrape is tens of MB of text,
-      // and a client that never reads would hold its buffers (anyone in the cluster can connect).
+      // A few scrapes at a time, bounded in time: at 50,000 objects a scrape is tens of MB of
+      // text, and a client that never reads, or reads a trickle, would hold its buffers and its
+      // slot (anyone the release's NetworkPolicy admits can connect).
       if (scraping >= MAX_CONCURRENT_SCRAPES) return answer(429, 'a scrape is in progress\n');
       scraping++;
       res.once('close', () => scraping--);
-      res.setTimeout(SCRAPE_TIMEOUT_MS, () => res.destroy());
+      boundScrape(res);
       ownMetrics().then(
         (own) => {
           res.writeHead(200, { 'content-type': registry.contentType, 'cache-control': 'no-store' });

@@ -11,7 +11,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { Counter } from 'prom-client';
@@ -247,6 +247,13 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     // Runs under other uids must reach their scratch directories and execute the tools,
     // which sit in root's private home: stage them beside the scratch root.
     ensureTraversable(opts.tmpRoot);
+    // The root key's directory is the runtime's alone (in a Pod an emptyDir, 0777): a run that
+    // could write there could replace the key and forge sealed artifacts after a restart.
+    if (!opts.keyring) {
+      const keys = path.join(opts.cacheRoot, 'keys');
+      mkdirSync(keys, { recursive: true, mode: 0o700 });
+      chmodSync(keys, 0o700);
+    }
     resolveBin = stageBinaries([...TOOL_NAMES, ...Object.keys(helpers)], resolveBin, path.join(opts.tmpRoot, 'bin'));
   }
   // `npm run setup` builds it; a cache from before it existed runs git:// and ssh unproxied.

@@ -3,10 +3,21 @@
  * name and trust, and the plan of steps for each way of joining (no cluster, no AWS: the plan is
  * pure; the integration test runs it against a control plane and moto).
  */
+import {
+  AttachRolePolicyCommand,
+  CreateRoleCommand,
+  EntityAlreadyExistsException,
+  GetRoleCommand,
+  type IAMClient,
+  type Role,
+  UpdateAssumeRolePolicyCommand,
+} from '@aws-sdk/client-iam';
 import { describe, expect, it } from 'vitest';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {
+  createForwarderRole,
   type FleetOutputs,
+  FORWARDER_ROLE_CLUSTER_TAG,
   forwarderRoleName,
   forwarderTrustPolicy,
   JoinRefusedError,
@@ -54,6 +65,67 @@ describe('forwarder role', () => {
     const long = 'a'.repeat(63);
     expect(forwarderRoleName(long).length).toBeLessThanOrEqual(64);
     expect(forwarderRoleName(long)).not.toBe(forwarderRoleName(`${'a'.repeat(62)}b`));
+  });
+
+  it("a hashed name is never another, shorter id's plain name", () => {
+    const hashed = forwarderRoleName('prod-eu-west-1-payments-cluster-blue-00000000000001');
+    const short = hashed.slice('kapp-lambda-forwarder-'.length);
+    expect(short).not.toMatch(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/); // no cluster id (a DNS label)
+  });
+
+  /** IAM as the SDK sees it, in memory: roles by name. */
+  const memoryIam = () => {
+    const roles = new Map<string, Role>();
+    const iam = {
+      send: async (cmd: unknown) => {
+        if (cmd instanceof CreateRoleCommand) {
+          const i = cmd.input;
+          if (roles.has(i.RoleName as string)) {
+            throw new EntityAlreadyExistsException({ message: 'exists', $metadata: {} });
+          }
+          const role = {
+            RoleName: i.RoleName,
+            RoleId: `AROA${roles.size + 1}`,
+            Arn: `arn:aws:iam::123456789012:role${i.Path}${i.RoleName}`,
+            Path: i.Path,
+            Tags: i.Tags,
+            AssumeRolePolicyDocument: i.AssumeRolePolicyDocument,
+          } as Role;
+          roles.set(i.RoleName as string, role);
+          return { Role: role };
+        }
+        if (cmd instanceof GetRoleCommand) return { Role: roles.get(cmd.input.RoleName as string) };
+        if (cmd instanceof UpdateAssumeRolePolicyCommand) {
+          (roles.get(cmd.input.RoleName as string) as Role).AssumeRolePolicyDocument = cmd.input.PolicyDocument;
+          return {};
+        }
+        if (cmd instanceof AttachRolePolicyCommand) return {};
+        throw new Error(`unexpected ${String(cmd)}`);
+      },
+    } as unknown as IAMClient;
+    return { iam, roles };
+  };
+  const POLICY = 'arn:aws:iam::123456789012:policy/fwd';
+  const trustOf = (cluster: string) =>
+    forwarderTrustPolicy('123456789012', `arn:aws:eks:eu-west-1:123456789012:cluster/${cluster}`);
+
+  it('--replace reuses (and retrusts) only a role tagged with the same cluster id', async () => {
+    const { iam, roles } = memoryIam();
+    const made = await createForwarderRole(iam, 'prod-1', trustOf('prod'), POLICY);
+    expect(roles.get(forwarderRoleName('prod-1'))?.Tags).toEqual([
+      { Key: FORWARDER_ROLE_CLUSTER_TAG, Value: 'prod-1' },
+    ]);
+    expect((await createForwarderRole(iam, 'prod-1', trustOf('prod-2'), POLICY, true)).roleId).toBe(made.roleId);
+
+    // A role of that name made for another id (or untagged) is left alone, its trust unchanged.
+    const role = roles.get(forwarderRoleName('prod-1')) as Role;
+    for (const Tags of [[{ Key: FORWARDER_ROLE_CLUSTER_TAG, Value: 'other' }], undefined]) {
+      role.Tags = Tags;
+      await expect(createForwarderRole(iam, 'prod-1', trustOf('attacker'), POLICY, true)).rejects.toThrow(
+        /not prod-1: left in place/,
+      );
+      expect(role.AssumeRolePolicyDocument).toContain('cluster/prod-2');
+    }
   });
 
   it("is assumable by Pod Identity for that one cluster's forwarder ServiceAccount only", () => {

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments } from 'yaml';
 import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../../functions/lib/api/constants.js';
+import { SERVICE_ACCOUNT_DIR } from '../../functions/lib/kube/kubeconfig-auth.js';
 import { rbacManifests } from '../../scripts/cluster-registry.js';
 import {
   DEFAULT_FORWARDER_IMAGE_REPOSITORY,
@@ -17,6 +18,7 @@ import {
   KAPP_DELETE_STRATEGY,
   KEEP_ON_UNINSTALL_LABEL,
   KIND_ORDER,
+  METRICS_SCRAPER_LABEL,
   PACKAGE_REF_NAME,
   packageDocument,
   packageFiles,
@@ -24,6 +26,7 @@ import {
   RELEASE_DIR,
   type ReleaseDocument,
   RUNTIME_CACHE_DIR,
+  RUNTIME_CAPABILITIES,
   RUNTIME_NAME,
   main as release,
   releaseDocuments,
@@ -78,6 +81,7 @@ describe('release manifest', () => {
       'CustomResourceDefinition',
       'Deployment',
       'Namespace',
+      'NetworkPolicy',
       'Role',
       'RoleBinding',
       'Service',
@@ -109,8 +113,10 @@ describe('release manifest', () => {
       'CustomResourceDefinition/packagerepositories.packaging.carvel.dev',
       'CustomResourceDefinition/packages.data.packaging.carvel.dev',
     ]);
+    // Baseline: the in-cluster runtime runs as root so that its tools get uids of their own.
     expect(docs.find((d) => d.kind === 'Namespace' && d.metadata.name === 'kapp-lambda')?.metadata.labels).toEqual({
-      'pod-security.kubernetes.io/enforce': 'restricted',
+      'pod-security.kubernetes.io/enforce': 'baseline',
+      'pod-security.kubernetes.io/audit': 'restricted',
     });
     expect(new Set(docs.map(id)).size).toBe(docs.length);
   });
@@ -135,6 +141,20 @@ describe('release manifest', () => {
       | (ReleaseDocument & { data: Record<string, string> })
       | undefined;
     expect(config?.data.FORWARDER_HTTP_PORT).toBe('8080');
+    // Scraped only from namespaces labelled for it: any Pod could otherwise read every App's
+    // series or hold the forwarder's few scrape slots.
+    const policy = docs.find((d) => d.kind === 'NetworkPolicy');
+    expect(policy?.spec).toEqual({
+      podSelector: { matchLabels: svc.spec.selector },
+      policyTypes: ['Ingress'],
+      ingress: [
+        {
+          from: [{ namespaceSelector: { matchLabels: { [METRICS_SCRAPER_LABEL]: 'true' } } }],
+          ports: [{ protocol: 'TCP', port: 8080 }],
+        },
+      ],
+    });
+    expect(committed).toContain(`labelled ${METRICS_SCRAPER_LABEL}=true`);
   });
 
   it('holds every object npm run cluster -- add prints (default namespaces, no token identities)', async () => {
@@ -318,6 +338,7 @@ describe('in-cluster runtime release', () => {
       `RoleBinding/kapp-lambda/${RUNTIME_NAME}:forwarder-leader-election`,
       `RoleBinding/kapp-lambda/${RUNTIME_NAME}:pkgr-token`,
       `Service/kapp-lambda/${RUNTIME_NAME}-metrics`,
+      `NetworkPolicy/kapp-lambda/${RUNTIME_NAME}-metrics`,
       `Deployment/kapp-lambda/${RUNTIME_NAME}`,
       `PodDisruptionBudget/kapp-lambda/${RUNTIME_NAME}`,
     ]);
@@ -340,7 +361,7 @@ describe('in-cluster runtime release', () => {
     expect(bindings.map((b) => (b.roleRef as { name: string }).name)).not.toContain('kapp-lambda:pkgr');
   });
 
-  it('runs two replicas under restricted Pod Security, with scratch on emptyDirs, metrics Service and PodDisruptionBudget', () => {
+  it('runs two replicas as root with a few capabilities (tools get uids of their own), the token root-only, scratch on emptyDirs, metrics Service and PodDisruptionBudget', () => {
     type Container = {
       image: string;
       env: Array<{ name: string; value: string }>;
@@ -355,9 +376,10 @@ describe('in-cluster runtime release', () => {
           metadata: { labels: Record<string, string> };
           spec: {
             serviceAccountName: string;
+            automountServiceAccountToken: boolean;
             securityContext: Record<string, unknown>;
             containers: Container[];
-            volumes: Array<{ name: string; emptyDir?: object }>;
+            volumes: Array<{ name: string; emptyDir?: object; projected?: { defaultMode: number; sources: object[] } }>;
           };
         };
       };
@@ -367,21 +389,39 @@ describe('in-cluster runtime release', () => {
     expect(dep.spec.replicas).toBe(2);
     expect(pod.serviceAccountName).toBe(RUNTIME_NAME);
     expect(c!.image).toBe(`ghcr.io/kapp-lambda/runtime:${version}`);
-    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } });
+    // Root, or every tool run shares the runtime's uid and reads its token (canSwitchUid()).
+    expect(pod.securityContext).toEqual({
+      runAsNonRoot: false,
+      runAsUser: 0,
+      runAsGroup: 0,
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
     expect(c!.securityContext).toEqual({
       allowPrivilegeEscalation: false,
       readOnlyRootFilesystem: true,
-      runAsNonRoot: true,
-      capabilities: { drop: ['ALL'] },
+      runAsNonRoot: false,
+      capabilities: { drop: ['ALL'], add: ['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'KILL', 'SETGID', 'SETUID'] },
       seccompProfile: { type: 'RuntimeDefault' },
+    });
+    // Every capability added is one baseline Pod Security admits.
+    const baseline = ['AUDIT_WRITE', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'MKNOD'];
+    baseline.push('NET_BIND_SERVICE', 'SETFCAP', 'SETGID', 'SETPCAP', 'SETUID', 'SYS_CHROOT');
+    expect(RUNTIME_CAPABILITIES.filter((cap) => !baseline.includes(cap))).toEqual([]);
+    // The token: not automounted (0644), projected root-only (0400) where in-cluster config reads it.
+    expect(pod.automountServiceAccountToken).toBe(false);
+    const token = pod.volumes.find((v) => v.name === 'service-account');
+    expect(token?.projected?.defaultMode).toBe(0o400);
+    expect(token?.projected?.sources).toContainEqual({
+      serviceAccountToken: { path: 'token', expirationSeconds: 3607 },
     });
     expect(Object.keys(c!.resources.requests).sort()).toEqual(['cpu', 'ephemeral-storage', 'memory']);
     expect(c!.resources.limits.memory).toBe('2Gi');
     expect(c!.volumeMounts).toEqual([
       { name: 'scratch', mountPath: '/scratch' },
       { name: 'keys', mountPath: `${RUNTIME_CACHE_DIR}/keys` },
+      { name: 'service-account', mountPath: SERVICE_ACCOUNT_DIR, readOnly: true },
     ]);
-    expect(pod.volumes.every((v) => v.emptyDir !== undefined)).toBe(true);
+    expect(pod.volumes.filter((v) => v.emptyDir === undefined).map((v) => v.name)).toEqual(['service-account']);
     expect(Object.fromEntries(c!.env.map((e) => [e.name, e.value]))).toEqual({
       KAPP_LAMBDA_METRICS_ADDRESS: '0.0.0.0:8080',
       KAPP_LAMBDA_CACHE: RUNTIME_CACHE_DIR,
@@ -401,6 +441,16 @@ describe('in-cluster runtime release', () => {
       spec: Record<string, unknown>;
     };
     expect(pdb.spec).toEqual({ minAvailable: 1, selector: { matchLabels: labels } });
+    const policy = runtimeDocs.find((d) => d.kind === 'NetworkPolicy') as ReleaseDocument & {
+      spec: { podSelector: unknown; ingress: Array<{ from: unknown; ports: unknown }> };
+    };
+    expect(policy.spec.podSelector).toEqual({ matchLabels: labels });
+    expect(policy.spec.ingress).toEqual([
+      {
+        from: [{ namespaceSelector: { matchLabels: { [METRICS_SCRAPER_LABEL]: 'true' } } }],
+        ports: [{ protocol: 'TCP', port: 8080 }],
+      },
+    ]);
   });
 });
 

@@ -40,7 +40,7 @@ describe('runtime image recipe', () => {
     expect(runtimeComponents(['ytt']).map((c) => c.name)).toEqual(['ytt']);
   });
 
-  it('copies only what exists and runs start.ts as the Deployment’s non-root user', async () => {
+  it('copies only what exists and runs start.ts as the Deployment’s user (root: tools get uids of their own)', async () => {
     for (const l of lines.filter((x) => /^COPY (?!--from)/.test(x))) {
       const sources = l.split(/\s+/).slice(1, -1);
       for (const s of sources) expect(existsSync(path.join(ROOT, s)), s).toBe(true);

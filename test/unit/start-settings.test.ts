@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { LEASE_ACQUIRED_MESSAGE } from '../../events/forwarder/leader.js';
-import { kubeSourceOf, readStartSettings, startBanner } from '../../scripts/start-settings.js';
+import {
+  inClusterToolIsolation,
+  kubeSourceOf,
+  readStartSettings,
+  SHARED_TOOL_UID_SETTING,
+  startBanner,
+} from '../../scripts/start-settings.js';
 
 describe('npm start settings', () => {
   it('leaves the kapp-controller-config namespace to the runtime default when unset or blank', () => {
@@ -82,5 +88,20 @@ describe('npm start banner', () => {
     ).toEqual({ kind: 'in-cluster', serviceAccountDir: '/t/sa' });
     expect(kubeSourceOf({}, '/home/u', exists)).toEqual({ kind: 'kubeconfig', path: '/home/u/.kube/config' });
     expect(kubeSourceOf({ KUBERNETES_SERVICE_HOST: ' ' }, '/elsewhere', exists)).toEqual({ kind: 'local' });
+  });
+
+  it('refuses to serve its cluster as a non-root user, whose tools would read its token, unless allowed', () => {
+    const pod = { kind: 'in-cluster', serviceAccountDir: '/sa' } as const;
+    expect(inClusterToolIsolation(pod, true, {})).toBeUndefined();
+    expect(inClusterToolIsolation({ kind: 'kubeconfig', path: '/k' }, false, {})).toBeUndefined();
+    expect(inClusterToolIsolation(pod, false, {})).toEqual({
+      message: expect.stringMatching(/^refusing to serve the cluster as a non-root user: .*ServiceAccount token/),
+      exit: true,
+    });
+    expect(inClusterToolIsolation(pod, false, { [SHARED_TOOL_UID_SETTING]: 'yes' })?.exit).toBe(true);
+    expect(inClusterToolIsolation(pod, false, { [SHARED_TOOL_UID_SETTING]: 'allow' })).toEqual({
+      message: expect.stringMatching(/^WARNING: not root/),
+      exit: false,
+    });
   });
 });

@@ -122,7 +122,10 @@ describe('the tool cache lock', () => {
         't=$(echo "$3" | cut -d: -f2)',
         'case "$1" in',
         '  tag) ls "$reg/images" ;;',
-        '  pull) mkdir -p "$5" && cp -R "$reg/images/$t/." "$5/" ;;',
+        // A layer with a whiteout entry `.wh...`: imgpkg removes <output>/.. (Go's filepath.Join,
+        // lexical: the output's parent) before anything is checked.
+        '  pull) if [ -e "$reg/images/$t/.wh..." ]; then rm -rf "$(dirname "$5")"; fi',
+        '        mkdir -p "$5" && cp -R "$reg/images/$t/." "$5/" ;;',
         '  push) mkdir -p "$reg/images/$t" && cp -R "$5/." "$reg/images/$t/" ;;',
         'esac',
         '',
@@ -196,7 +199,22 @@ describe('the tool cache lock', () => {
       /^kapp: kapp has sha256 [0-9a-f]{64}, the tool cache lock records a{64}$/,
     );
     expect(existsSync(marker)).toBe(false);
-    expect(await readdir(path.join(root, 'bin'))).toEqual([]);
+    expect(existsSync(path.join(root, 'bin'))).toBe(false);
+    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
+  });
+
+  it("a whiteout entry removing the pull's parent directory leaves the cache's other components alone", async () => {
+    const image = path.join(registry, 'images', tag);
+    await mkdir(image, { recursive: true });
+    await writeFile(path.join(image, '.wh...'), '');
+    await writeToolCacheLock(lockFile, { version: 1, images: { [tag]: { kapp: 'a'.repeat(64) } } });
+    const root = path.join(dir, 'cache');
+    const ytt = binDir(component('ytt'), root);
+    await mkdir(ytt, { recursive: true });
+    await writeFile(path.join(ytt, 'ytt'), 'an hour of building');
+    await expect((await open(root)).pull(kapp, () => undefined)).rejects.toThrow(`pull kapp from`);
+    expect(await readFile(path.join(ytt, 'ytt'), 'utf8')).toBe('an hour of building');
+    expect(await readdir(path.join(root, 'tmp'))).toEqual([]);
   });
 
   it('pulls an image the lock records (its version check runs it) and a push records its tag in the lock', async () => {

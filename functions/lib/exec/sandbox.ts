@@ -121,10 +121,16 @@ export async function handOver(dir: string, uid: number): Promise<void> {
   await walk(dir);
 }
 
+/** The sticky bit (`S_ISVTX`, which `fs.constants` does not name): only an entry's owner may rename or remove it. */
+const STICKY = 0o1000;
+
 /**
  * Makes `dir` and its ancestors traversable (`o+x`, never `o+r`) so runs under other uids can
  * reach their directories inside it, changing only directories inside the OS temp directory
- * that lack the bit (the runtime's own `mkdtemp` roots).
+ * that lack the bit (the runtime's own `mkdtemp` roots). Those directories, the OS temp directory
+ * included, also lose group and other write unless they are sticky (`/tmp`): a Pod's emptyDir
+ * is 0777 without the sticky bit, where a run could rename the staged tools' directory away and
+ * put its own binaries in its place for the next run of another App.
  *
  * @param dir - the runner's temp directory
  * @throws Error naming the first ancestor that cannot be traversed and may not be changed here
@@ -134,15 +140,19 @@ export function ensureTraversable(dir: string): void {
   const osTmp = path.resolve(tmpdir());
   let cur = path.resolve(dir);
   for (;;) {
-    const s = statSync(cur);
-    if ((s.mode & fsc.S_IXOTH) === 0) {
-      const inside = cur === osTmp || cur.startsWith(`${osTmp}/`);
-      if (!inside || cur === osTmp) {
+    let mode = statSync(cur).mode & 0o7777;
+    const inTmp = cur === osTmp || cur.startsWith(`${osTmp}/`);
+    if (inTmp && (mode & 0o022) !== 0 && (mode & STICKY) === 0) {
+      mode &= ~0o022;
+      chmodSync(cur, mode);
+    }
+    if ((mode & fsc.S_IXOTH) === 0) {
+      if (!inTmp || cur === osTmp) {
         throw new Error(
           `tool sandbox: ${cur} is not traversable by other users; use a temp root under ${osTmp} or run without uid isolation`,
         );
       }
-      chmodSync(cur, (s.mode & 0o7777) | fsc.S_IXOTH);
+      chmodSync(cur, mode | fsc.S_IXOTH);
     }
     const parent = path.dirname(cur);
     if (parent === cur) return;
