@@ -216,6 +216,8 @@ export const COMPONENTS: readonly GoComponent[] = [
   },
   {
     name: 'sops',
+    // its dead proxy (functions/lib/template/sops.ts) then catches loopback key services too
+    proxyLoopback: true,
     module: 'github.com/getsops/sops/v3',
     version: sops.version,
     binaries: [

@@ -69,12 +69,13 @@ describe('patchProxyLoopback', () => {
     expect(() => patchProxyLoopback(source.replace('\t"os"\n', ''))).toThrow(/no longer imports "os"/);
   });
 
-  it('rebuilds exactly the tools that request under the egress proxy (and kustomize, under its dead proxy)', () => {
+  it('rebuilds exactly the tools that request under the egress proxy (and sops and kustomize, under their dead proxy)', () => {
     expect(COMPONENTS.filter((c) => c.proxyLoopback).map((c) => c.name)).toEqual([
       'kbld',
       'vendir',
       'imgpkg',
       'helm',
+      'sops',
       'kustomize',
     ]);
   });

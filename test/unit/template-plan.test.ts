@@ -20,6 +20,7 @@ import {
   sopsDecryptFailureMessage,
   type TemplatePlanInput,
 } from '../../functions/lib/template/index.js';
+import { DEAD_PROXY_ENV } from '../../functions/lib/template/step.js';
 import { fixturePath } from '../harness/fixtures.js';
 
 const ROOT = '/w/fetch/0';
@@ -429,8 +430,21 @@ describe('sops (pkg/template/sops.go)', () => {
     expect(sopsDecryptCommand(step, '/w/fetch/0/s.sops.yml')).toEqual({
       bin: 'sops',
       args: ['--config=/w/scratch/0/sops/.sops.yml', '--decrypt', '/w/fetch/0/s.sops.yml'],
-      env: { SOPS_AGE_KEY_FILE: '/w/scratch/0/sops/key.txt' },
+      // No network for sops (pgp and age only): its proxy refuses everything, loopback included.
+      env: {
+        SOPS_AGE_KEY_FILE: '/w/scratch/0/sops/key.txt',
+        HTTP_PROXY: 'http://127.0.0.1:9',
+        HTTPS_PROXY: 'http://127.0.0.1:9',
+        http_proxy: 'http://127.0.0.1:9',
+        https_proxy: 'http://127.0.0.1:9',
+        NO_PROXY: '',
+        no_proxy: '',
+        KL_PROXY_LOOPBACK: '1',
+      },
     });
+    expect(sopsDecryptCommand(step, '/w/fetch/0/s.sops.yml').args.some((a) => a.startsWith('--keyservice'))).toBe(
+      false,
+    );
   });
 
   it('plans pgp: secring.gpg is the dearmored key block, GNUPGHOME is its dir', () => {
@@ -439,7 +453,7 @@ describe('sops (pkg/template/sops.go)', () => {
       [{ sops: { pgp: { privateKeysSecretRef: { name: 'pgp' } }, paths: ['secrets', 'x.sops.yaml'] } }],
       { refs },
     ).steps[0] as SopsStep;
-    expect(step.env).toEqual({ GNUPGHOME: '/w/scratch/0/sops' });
+    expect(step.env).toEqual({ GNUPGHOME: '/w/scratch/0/sops', ...DEAD_PROXY_ENV });
     expect(step.targets).toEqual(['/w/fetch/0/secrets', '/w/fetch/0/x.sops.yaml']);
     expect(step.explicitPaths).toBe(true);
     const ring = step.files.find((f) => f.path === '/w/scratch/0/sops/secring.gpg')!;

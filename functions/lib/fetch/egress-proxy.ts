@@ -353,7 +353,8 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
 /**
  * Tools whose runs go through the proxy: those that fetch (vendir, and the imgpkg, helm and git
  * it starts, which inherit its environment) and kbld, which resolves image tags at registries.
- * ytt, sops and age make no requests; cue would (a module's `deps`) but runs with no module
+ * ytt and age make no requests; sops could (a remote master key), but the template step refuses
+ * such files and gives it an unreachable proxy (`../template/sops.ts`); cue would (a module's `deps`) but runs with no module
  * registry (`CUE_REGISTRY=none`, `../template/cue.ts`); kustomize could (remote bases), but the
  * template step refuses remote references before it runs and gives it no `git` and an
  * unreachable proxy (`../template/kustomize.ts`). kapp is not listed: the ServiceAccount path talks to

@@ -2,7 +2,7 @@
  * How the stages keep and read private artifacts (made from Secrets, sealed per cluster and
  * expiring: `../artifact/sealed.ts`) beside the shared ones (fleet-wide, content-addressed:
  * `../artifact/keys.ts`). Which inputs make an artifact private is decided by `fetchIsPrivate`
- * and `templateIsPrivate` (`../api/refs.ts`) and by {@link manifestHasSecret}.
+ * and `templateIsPrivate` (`../api/refs.ts`) and by `manifestHasSecret` (`./manifest-secret.ts`).
  */
 import { type ArtifactScope, isPrivateKey, privateArtifacts } from '../artifact/sealed.js';
 import { type FlightOptions, type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
@@ -11,6 +11,9 @@ import type { KubeReader, ResourceRef } from '../kube/port.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import type { PipelineDeps } from './deps.js';
 import { infraStep } from './retry-bound.js';
+
+// The render's own test, beside the inputs' (`fetchIsPrivate`, `templateIsPrivate`).
+export { manifestHasSecret } from './manifest-secret.js';
 
 // Below the pipeline, where the planners' runs (`../fetch/run.ts`) open private artifacts too.
 export { privateArtifacts };
@@ -24,17 +27,6 @@ export const PRIVATE_REUSE_MARGIN_MS = 60 * 60 * 1000;
 /** The scope of a run's private artifacts: its cluster and the App's namespace. */
 export function scopeOf(ref: { clusterId: string; namespace: string }): ArtifactScope {
   return { clusterId: ref.clusterId, namespace: ref.namespace };
-}
-
-// A `kind: Secret` line in YAML (top level, in a list item, or indented in a List) or a
-// `"kind": "Secret"` member in JSON. Over-matching (e.g. a `secretRef` whose kind is Secret)
-// only makes a render private, never the reverse.
-const SECRET_KIND_YAML = /^[ \t-]*kind:[ \t]*["']?Secret["']?[ \t]*(?:#.*)?$/m;
-const SECRET_KIND_JSON = /"kind"\s*:\s*"Secret"/;
-
-/** True when a rendered manifest may contain a Secret object (its values must not be shared). */
-export function manifestHasSecret(manifest: string): boolean {
-  return SECRET_KIND_YAML.test(manifest) || SECRET_KIND_JSON.test(manifest);
 }
 
 /**

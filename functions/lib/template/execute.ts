@@ -14,7 +14,7 @@ import { type CommandRunner, DEFAULT_MAX_OUTPUT_BYTES } from '../exec/runner.js'
 import { attachError, errorMessage, resultFromError, type StageResult } from '../reconcile/result.js';
 import { markTruncated } from '../reconcile/status-budget.js';
 import { checkKustomizeTree } from './kustomize.js';
-import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage, sopsRemoteKeyError } from './sops.js';
+import { sopsDecryptCommand, sopsDecryptedPath, sopsDecryptFailureMessage, sopsInputError } from './sops.js';
 import type { RunStep, SopsStep, TemplateStep } from './step.js';
 import type { PlannedFile } from './values.js';
 
@@ -77,8 +77,9 @@ async function runSops(
     }
   }
   for (const file of files) {
-    // A file naming a remote master key (hc_vault, kms, ...) would make sops contact it.
-    const refused = sopsRemoteKeyError(await readFile(file, 'utf8'));
+    // A file naming a remote master key (hc_vault, kms, ...) would make sops contact it; one
+    // not in UTF-8 would hide that key from our reading but not from sops's.
+    const refused = sopsInputError(await readFile(file));
     if (refused !== undefined) {
       return {
         result: resultFromError(new Error(`Decrypting file '${file}': ${refused}`), step.errorPrefix),

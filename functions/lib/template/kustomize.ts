@@ -25,7 +25,7 @@ import { posix } from 'node:path';
 import { parse } from 'yaml';
 import type { AppTemplateKustomize } from '../api/template.js';
 import { quoteValue } from '../argv-values.js';
-import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
+import { DEAD_PROXY, DEAD_PROXY_ENV, type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './step.js';
 
 /**
  * The file names kustomize reads as a kustomization, in its own order
@@ -33,11 +33,8 @@ import { type RunStep, type StepContext, TEMPLATING_DIR_ERROR_PREFIX } from './s
  */
 export const KUSTOMIZATION_FILE_NAMES: readonly string[] = ['kustomization.yaml', 'kustomization.yml', 'Kustomization'];
 
-/**
- * The proxy kustomize's http client is pointed at: the discard port of loopback, where nothing
- * listens, so a remote file the check missed fails with `connection refused`.
- */
-export const KUSTOMIZE_DEAD_PROXY = 'http://127.0.0.1:9';
+/** The proxy kustomize's http client is pointed at (`DEAD_PROXY` of `./step.ts`). */
+export const KUSTOMIZE_DEAD_PROXY = DEAD_PROXY;
 
 /**
  * Plans a kustomize step:
@@ -63,15 +60,9 @@ export function planKustomize(_opts: AppTemplateKustomize, ctx: StepContext): Ru
     args: ['build', '--load-restrictor=LoadRestrictionsRootOnly', '--', ctx.templateRoot],
     env: {
       PATH: noTools,
-      HTTP_PROXY: KUSTOMIZE_DEAD_PROXY,
-      HTTPS_PROXY: KUSTOMIZE_DEAD_PROXY,
-      http_proxy: KUSTOMIZE_DEAD_PROXY,
-      https_proxy: KUSTOMIZE_DEAD_PROXY,
-      NO_PROXY: '',
-      no_proxy: '',
       // kustomize is built with the patched httpproxy (layers/gobuild.ts): loopback URLs go to
       // the dead proxy too, rather than straight to e.g. the Lambda Runtime API.
-      KL_PROXY_LOOPBACK: '1',
+      ...DEAD_PROXY_ENV,
     },
     stdin: 'none',
     files: [],

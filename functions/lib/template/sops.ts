@@ -11,7 +11,7 @@ import { type RefObjects, secretNotFoundMessage } from '../api/refs.js';
 import type { AppTemplateSops } from '../api/template.js';
 import { InvalidPathError, scopedPath } from '../paths.js';
 import { KappControllerError } from '../reconcile/result.js';
-import { DECRYPTING_DIR_ERROR_PREFIX, type SopsStep, type StepContext } from './step.js';
+import { DEAD_PROXY_ENV, DECRYPTING_DIR_ERROR_PREFIX, type SopsStep, type StepContext } from './step.js';
 import type { PlannedFile } from './values.js';
 
 /** Upstream's text when sops would have to read a stream. */
@@ -87,6 +87,39 @@ export function sopsRemoteKeyError(text: string): string | undefined {
     }
   }
   return undefined;
+}
+
+/** Byte-order marks sops's YAML reader (go-yaml v3) decodes or skips: UTF-32 BE/LE, UTF-8, UTF-16 BE/LE. */
+const BYTE_ORDER_MARKS: readonly (readonly number[])[] = [
+  [0x00, 0x00, 0xfe, 0xff],
+  [0xff, 0xfe, 0x00, 0x00],
+  [0xef, 0xbb, 0xbf],
+  [0xfe, 0xff],
+  [0xff, 0xfe],
+];
+
+/**
+ * Why a sops file is refused before sops runs, or `undefined`: it starts with a byte-order mark,
+ * is not valid UTF-8, or {@link sopsRemoteKeyError} refuses its text. sops's YAML reader decodes
+ * UTF-16 after its mark, so a UTF-16 file naming a `hc_vault` key read here as UTF-8 showed no
+ * key at all and passed, and sops then sent its request to the address the file names. Refused
+ * rather than decoded as sops would: sops itself writes UTF-8 without a mark, and one encoding
+ * read the same way on both sides leaves no second reading to get wrong.
+ *
+ * @param bytes - the file's content
+ * @returns the reason, e.g. `it starts with a byte-order mark (only UTF-8 without one is read)`
+ */
+export function sopsInputError(bytes: Uint8Array): string | undefined {
+  if (BYTE_ORDER_MARKS.some((m) => m.every((b, i) => bytes[i] === b))) {
+    return 'it starts with a byte-order mark (only UTF-8 without one is read)';
+  }
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
+  } catch {
+    return 'it is not valid UTF-8';
+  }
+  return sopsRemoteKeyError(text);
 }
 
 /**
@@ -204,7 +237,11 @@ function secretContents(refs: RefObjects, name: string): string {
  *
  * Writes to `<scratchDir>/sops/`: `.sops.yml` containing `{}` (passed as `--config=`, so sops never
  * searches for a config), and the keys: `secring.gpg` with `GNUPGHOME=<dir>` for pgp, `key.txt`
- * with `SOPS_AGE_KEY_FILE=<dir>/key.txt` for age.
+ * with `SOPS_AGE_KEY_FILE=<dir>/key.txt` for age. With only pgp and age keys sops needs no
+ * network, so it gets none: its proxy is the dead one (`DEAD_PROXY_ENV` of `./step.ts`; sops is
+ * built with the loopback patch, so `http://127.0.0.1:…` goes there too) and no `--keyservice`
+ * (its key services are in-process); a key service a file might still reach past
+ * {@link sopsInputError} gets `connection refused`, not the URL policy's judgement.
  *
  * Two upstream panics become errors here: no strategy (`Unsupported SOPS strategy`) and a strategy
  * without `privateKeysSecretRef`.
@@ -243,10 +280,10 @@ export function planSops(opts: AppTemplateSops, ctx: StepContext): SopsStep {
       );
     }
     files.push({ path: posix.join(dir, 'secring.gpg'), content: keyring, sensitive: true });
-    env = { GNUPGHOME: dir };
+    env = { GNUPGHOME: dir, ...DEAD_PROXY_ENV };
   } else {
     files.push({ path: posix.join(dir, 'key.txt'), content: contents, sensitive: true });
-    env = { SOPS_AGE_KEY_FILE: posix.join(dir, 'key.txt') };
+    env = { SOPS_AGE_KEY_FILE: posix.join(dir, 'key.txt'), ...DEAD_PROXY_ENV };
   }
   let targets: string[];
   const explicitPaths = (opts.paths?.length ?? 0) > 0;

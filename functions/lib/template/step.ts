@@ -18,6 +18,28 @@ export const TEMPLATING_HELM_ERROR_PREFIX = 'Templating helm chart: ';
 /** Upstream's prefix for sops failures while walking and decrypting. */
 export const DECRYPTING_DIR_ERROR_PREFIX = 'Decrypting dir: ';
 
+/**
+ * The http proxy of template tools that must reach no network (kustomize, sops): the discard port
+ * of loopback, where nothing listens, so a request they try fails with `connection refused`.
+ */
+export const DEAD_PROXY = 'http://127.0.0.1:9';
+
+/**
+ * The proxy environment of such a tool: `HTTP(S)_PROXY` (both cases) at {@link DEAD_PROXY},
+ * `NO_PROXY` empty (no host exempt), and `KL_PROXY_LOOPBACK=1`, so a tool built with
+ * kapp-lambda's patched httpproxy (`proxyLoopback` in layers/manifest.ts) sends loopback URLs
+ * there too rather than straight to e.g. the Lambda Runtime API (stock Go never proxies them).
+ */
+export const DEAD_PROXY_ENV: Readonly<Record<string, string>> = Object.freeze({
+  HTTP_PROXY: DEAD_PROXY,
+  HTTPS_PROXY: DEAD_PROXY,
+  http_proxy: DEAD_PROXY,
+  https_proxy: DEAD_PROXY,
+  NO_PROXY: '',
+  no_proxy: '',
+  KL_PROXY_LOOPBACK: '1',
+});
+
 /** Upstream: `Expected stdin to be available when using it as path, but was not`. */
 export const STDIN_UNAVAILABLE_MESSAGE = 'Expected stdin to be available when using it as path, but was not';
 
