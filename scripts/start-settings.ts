@@ -8,9 +8,8 @@
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { LEASE_ACQUIRED_MESSAGE } from '../events/forwarder/leader.js';
-import { intText, optional } from '../functions/lib/api/env.js';
 import { isDns1123Label } from '../functions/lib/api/names.js';
-import { MAX_INLINE_BYTES_CEILING } from '../functions/lib/fetch/inline-limit.js';
+import { MAX_INLINE_BYTES_SETTING } from '../functions/lib/entry/config.js';
 import { SERVICE_ACCOUNT_DIR } from '../functions/lib/kube/kubeconfig-auth.js';
 
 /** Settings of `npm start` read from its flags and environment. */
@@ -60,8 +59,7 @@ export function readStartSettings(
     const source = flag ? '--controller-config-namespace' : 'KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE';
     throw new Error(`${source}: expected a namespace name (a DNS-1123 label), got ${JSON.stringify(namespace)}`);
   }
-  // The Lambda functions' rule for the same variable (`functions/lib/entry/config.ts`).
-  const maxInline = optional(intText(1, MAX_INLINE_BYTES_CEILING, true)).safeParse(env.KAPP_LAMBDA_MAX_INLINE_BYTES);
+  const maxInline = MAX_INLINE_BYTES_SETTING.safeParse(env.KAPP_LAMBDA_MAX_INLINE_BYTES);
   if (!maxInline.success) {
     throw new Error(`KAPP_LAMBDA_MAX_INLINE_BYTES: ${maxInline.error.issues[0]?.message ?? 'invalid'}`);
   }

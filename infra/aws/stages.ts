@@ -11,7 +11,7 @@ import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { STAGE_RECORD_CONCURRENCY } from '../../functions/lib/entry/config.js';
-import { DEFAULT_DEADLINE_MARGIN_MS } from '../../functions/lib/entry/handler.js';
+import { DEFAULT_DEADLINE_MARGIN_MS, PROOF_VISIBILITY_MARGIN_SECONDS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
 import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
@@ -133,9 +133,10 @@ export function toolTimeoutMs(stage: PipelineStage): number | undefined {
  * event source mapping has a `maxConcurrency` below the function's share of the account's
  * concurrency instead, and a record of a crashed invocation (and every later record of its FIFO
  * group, which waits behind it) comes back one minute after the timeout rather than 75 minutes
- * (6 × 15 min) later.
+ * (6 × 15 min) later. The functions' record proof gives a proven message the same margin
+ * (`PROOF_VISIBILITY_MARGIN_SECONDS`), so one number serves both.
  */
-export const VISIBILITY_MARGIN_SECONDS = 60;
+export const VISIBILITY_MARGIN_SECONDS = PROOF_VISIBILITY_MARGIN_SECONDS;
 
 /** S3 permissions a stage may hold on a key prefix (HeadObject needs `s3:GetObject`). */
 export type ObjectAction = 's3:GetObject' | 's3:PutObject' | 's3:DeleteObject';

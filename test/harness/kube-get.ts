@@ -10,6 +10,7 @@
  * (another flag, an unknown resource word, a status other than 200/404: Forbidden, Unauthorized,
  * a connection error) returns `undefined`, and the caller runs the real kubectl, which words it.
  */
+import { statSync } from 'node:fs';
 import { request } from 'node:https';
 import { KubeConfig } from '@kubernetes/client-node';
 import type { KubectlResult } from './kube.js';
@@ -96,6 +97,20 @@ export function parseSimpleGet(
   return { resource: r, ...(words[2] ? { name: words[2] } : {}), ...(namespace ? { namespace } : {}) };
 }
 
+/** Loaded kubeconfigs by path, kept while the file's mtime holds (clusters reuse paths and ports). */
+const loaded = new Map<string, { mtimeMs: number; kc: KubeConfig }>();
+
+/** The kubeconfig at `file`, parsed once per version of the file: the tests poll through it. */
+function kubeConfigOf(file: string): KubeConfig {
+  const { mtimeMs } = statSync(file);
+  const kept = loaded.get(file);
+  if (kept?.mtimeMs === mtimeMs) return kept.kc;
+  const kc = new KubeConfig();
+  kc.loadFromFile(file);
+  loaded.set(file, { mtimeMs, kc });
+  return kc;
+}
+
 /** One GET with the kubeconfig's server, CA and credentials; the status and the body. */
 async function get(kc: KubeConfig, path: string): Promise<{ status: number; body: string }> {
   const server = kc.getCurrentCluster()?.server;
@@ -129,8 +144,7 @@ export async function inProcessGet(
   if (!parsed) return undefined;
   const { resource: r, name } = parsed;
   // kubectl's default namespace when -n is absent: the context's, else `default`.
-  const kc = new KubeConfig();
-  kc.loadFromFile(kubeconfigPath);
+  const kc = kubeConfigOf(kubeconfigPath);
   const ns = r.namespaced
     ? (parsed.namespace ?? kc.getContextObject(kc.getCurrentContext())?.namespace ?? 'default')
     : undefined;

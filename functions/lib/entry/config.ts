@@ -525,6 +525,12 @@ const KUBECONFIG_PATH = z
   .string({ error: 'required (path of a kubeconfig file)' })
   .refine(isAbsolute, { error: 'expected an absolute path' });
 
+/**
+ * `KAPP_LAMBDA_MAX_INLINE_BYTES`: an integer of bytes, 1..`MAX_INLINE_BYTES_CEILING`, optional.
+ * One rule for the Lambda functions and `npm start` (`scripts/start-settings.ts`).
+ */
+export const MAX_INLINE_BYTES_SETTING = optional(intText(1, MAX_INLINE_BYTES_CEILING, true));
+
 const EnvSchema = z.object({
   AWS_REGION: required(z.string({ error: 'required' }).regex(/^[a-z0-9-]+$/, { error: 'expected a region name' })),
   KAPP_LAMBDA_BUCKET: required(
@@ -582,7 +588,7 @@ const EnvSchema = z.object({
   ),
   KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(intText(1000, 900_000)),
   KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: optional(intText(60, 86_400)),
-  KAPP_LAMBDA_MAX_INLINE_BYTES: optional(intText(1, MAX_INLINE_BYTES_CEILING, true)),
+  KAPP_LAMBDA_MAX_INLINE_BYTES: MAX_INLINE_BYTES_SETTING,
   KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: optional(z.string().pipe(json(z.array(z.string()), 'an array of strings'))),
   KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),

@@ -303,43 +303,39 @@ export function makeStageHandler(
   return async (event, context) => {
     const d = await getDeps();
     const log = context?.awsRequestId ? d.log.child({ awsRequestId: context.awsRequestId }) : d.log;
+    const remaining = context?.getRemainingTimeInMillis?.();
+    const deadline =
+      remaining === undefined ? undefined : armDeadline(remaining, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
     if (isSourcePollEvent(event)) {
       // The schedule's poll: only the index-repo function polls; a failure fails the
       // invocation (the schedule's retry policy, then the next period, runs it again).
       if (stage !== 'index-repo') {
         log.warn({ stage }, 'source poll event sent to a function that does not poll; dropped');
+        deadline?.dispose();
         return { batchItemFailures: [] };
       }
-      const poll = (await getRoute()).pollSources;
-      if (!poll) throw new Error(`the ${stage} function's route has no source poll`);
       // The function deadline cuts the members still read (each also has its own, far shorter)
       // and starts no source after it: the poll returns with its summary, the next one goes on.
-      const remainingMs = context?.getRemainingTimeInMillis?.();
-      const cut =
-        remainingMs === undefined
-          ? undefined
-          : armDeadline(remainingMs, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
       try {
+        const poll = (await getRoute()).pollSources;
+        if (!poll) throw new Error(`the ${stage} function's route has no source poll`);
         log.info(
-          { stage, ...(await poll({ ...d.pipeline, ...(cut ? { deadline: cut.signal } : {}) })) },
+          { stage, ...(await poll({ ...d.pipeline, ...(deadline ? { deadline: deadline.signal } : {}) })) },
           'source poll',
         );
       } finally {
-        cut?.dispose();
+        deadline?.dispose();
       }
       return { batchItemFailures: [] };
     }
-    const remaining = context?.getRemainingTimeInMillis?.();
-    const deadline =
-      remaining === undefined ? undefined : armDeadline(remaining, d.deadlineMarginMs ?? DEFAULT_DEADLINE_MARGIN_MS);
     const failed = new Set<string>();
     const settled = new Set<string>();
     let cutOff = false;
     const received = Array.isArray(event.Records) ? event.Records : [];
-    const records = d.prover
-      ? await provenRecords(stage, received, d.prover, remaining, log, (r) => failed.add(r.messageId))
-      : received;
     try {
+      const records = d.prover
+        ? await provenRecords(stage, received, d.prover, remaining, log, (r) => failed.add(r.messageId))
+        : received;
       const batch = runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
         mayStart: startWindow(remaining, deadline?.signal, d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS),
         run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal),

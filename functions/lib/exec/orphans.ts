@@ -16,7 +16,7 @@
  * @module
  */
 
-import { readdirSync, readFileSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 /** The fields of `/proc/<pid>/stat` the sweeper reads. */
@@ -47,15 +47,43 @@ export function parseProcStat(text: string): ProcStat | undefined {
 
 /** Every process `/proc` lists now; a process that ends while it is read is skipped. */
 export function listProcesses(procRoot = '/proc'): ProcStat[] {
-  const out: ProcStat[] = [];
+  return scanProc('stat', (_pid, text) => parseProcStat(text), procRoot);
+}
+
+/** Bytes read of a `/proc/<pid>/stat` or `status` file (about 0.3 and 1.5 KiB). */
+const PROC_FILE_READ_BYTES = 8192;
+
+/**
+ * `file` of every process `/proc` lists now, parsed; a process that ends while it is read (or
+ * that `parse` refuses) is skipped. Synchronous reads into one buffer: the scan runs at every tool
+ * run's end, and asynchronous reads (a thread-pool hop and a promise per process) cost about three
+ * times the CPU (16 ms against 5 ms a scan at 70 processes). The event loop is held for those few
+ * milliseconds.
+ *
+ * @throws the file system error when `procRoot` cannot be listed
+ */
+export function scanProc<T>(
+  file: 'stat' | 'status',
+  parse: (pid: number, text: string) => T | undefined,
+  procRoot = '/proc',
+): T[] {
+  const buf = Buffer.allocUnsafe(PROC_FILE_READ_BYTES);
+  const out: T[] = [];
   for (const name of readdirSync(procRoot)) {
     if (!/^\d+$/.test(name)) continue;
+    let n: number;
     try {
-      const stat = parseProcStat(readFileSync(`${procRoot}/${name}/stat`, 'utf8'));
-      if (stat) out.push(stat);
+      const fd = openSync(`${procRoot}/${name}/${file}`, 'r');
+      try {
+        n = readSync(fd, buf, 0, buf.length, 0);
+      } finally {
+        closeSync(fd);
+      }
     } catch {
-      // Gone between readdir and read.
+      continue; // Gone between the listing and the read.
     }
+    const parsed = parse(Number(name), buf.toString('utf8', 0, n));
+    if (parsed !== undefined) out.push(parsed);
   }
   return out;
 }

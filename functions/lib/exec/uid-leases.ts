@@ -20,9 +20,9 @@
  *
  * @module
  */
-import { closeSync, openSync, readdirSync, readSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { scanProc } from './orphans.js';
 import type { UidPool } from './sandbox.js';
 
 /** What the pool reads of one process in `/proc/<pid>/status`. */
@@ -58,39 +58,14 @@ export function parseProcStatus(pid: number, text: string): ProcCreds | undefine
 }
 
 /**
- * Every process `/proc` lists now (one read of each `status`); a process that ends while it is
- * read is skipped. Synchronous reads into one buffer: a run's end scans every process of the host,
- * and the asynchronous reads (a thread-pool hop and a promise per process) cost about three times
- * the CPU (16 ms against 5 ms a scan at 70 processes here; the test suite runs hundreds, and
- * thousands of tool runs), which the 2-core CI machine paid in every other test's time. The event
- * loop is held for the scan's few milliseconds.
+ * Every process `/proc` lists now (one read of each `status`, {@link scanProc}); a process that
+ * ends while it is read is skipped.
  *
  * @throws the file system error when `procRoot` cannot be listed
  */
 export async function listProcessCreds(procRoot = '/proc'): Promise<ProcCreds[]> {
-  const buf = Buffer.allocUnsafe(STATUS_READ_BYTES);
-  const out: ProcCreds[] = [];
-  for (const name of readdirSync(procRoot)) {
-    if (!/^\d+$/.test(name)) continue;
-    let n: number;
-    try {
-      const fd = openSync(`${procRoot}/${name}/status`, 'r');
-      try {
-        n = readSync(fd, buf, 0, buf.length, 0);
-      } finally {
-        closeSync(fd);
-      }
-    } catch {
-      continue; // Gone between the listing and the read.
-    }
-    const p = parseProcStatus(Number(name), buf.toString('utf8', 0, n));
-    if (p) out.push(p);
-  }
-  return out;
+  return scanProc('status', parseProcStatus, procRoot);
 }
-
-/** Bytes read of a `status` file: the kernel's is about 1.5 KiB, `Uid:` within its first 1 KiB. */
-const STATUS_READ_BYTES = 8192;
 
 /**
  * Whether a process runs under `uid`: any of its uids is `uid` (a setuid binary it started keeps
