@@ -67,6 +67,11 @@ export interface SqsRecord {
     SenderId?: string;
     [name: string]: string | undefined;
   };
+  /**
+   * Message attributes the sender set; read here: `POSTPONED_ATTRIBUTE` (`../transport/port.ts`),
+   * how many times the function postponed the record (a Number attribute, as a string).
+   */
+  messageAttributes?: Record<string, { stringValue?: string; dataType?: string } | undefined>;
   /** ARN of the queue. */
   eventSourceARN?: string;
 }

@@ -114,6 +114,46 @@ export interface RecordProver {
   prove(receiptHandles: readonly string[], visibilitySeconds: number): Promise<readonly boolean[]>;
 }
 
+/**
+ * SQS message attribute carrying how many times a message was postponed
+ * ({@link MessageRequeuer}): a Number, absent on a message never postponed. Set only by the
+ * function that owns the queue (the record proof and the sender check vouch for it).
+ */
+export const POSTPONED_ATTRIBUTE = 'kapp-lambda-postponed';
+
+/** One received record to send back to the function's own queue ({@link MessageRequeuer}). */
+export interface RequeuedMessage {
+  /** The SQS message id of the record as received (names the copy's deduplication id). */
+  readonly messageId: string;
+  /** The record's body, unchanged (the event as received). */
+  readonly body: string;
+  /** The record's `MessageGroupId`, kept so the copy stays in its object's group. */
+  readonly messageGroupId: string;
+  /** How many times the copy has now been postponed, this time included (1 on the first postponement). */
+  readonly postponements: number;
+}
+
+/**
+ * Sends copies of received records back to the function's own queue, so that a record the
+ * function cannot run now (past the function deadline; over its cluster's fair share) runs
+ * later without spending one of its deliveries: a record returned through `batchItemFailures`
+ * counts a receive and, after `maxReceiveCount`, goes to the dead-letter queue with no status.
+ * The caller acknowledges the original (does not report it failed) once the copy is accepted.
+ *
+ * Contract: resolve once every copy is durably accepted, reject otherwise (the caller then
+ * reports the originals failed, which returns them the usual way). A copy's deduplication id
+ * is derived from `messageId` and `postponements`, so a repeated requeue of the same record
+ * within SQS's 5-minute window is dropped as a copy. Each copy carries
+ * {@link POSTPONED_ATTRIBUTE} = `postponements`.
+ */
+export interface MessageRequeuer {
+  /**
+   * @param messages - the records to send back, any number (the adapter splits them into requests).
+   * @throws TransportError when a copy was not accepted.
+   */
+  requeue(messages: readonly RequeuedMessage[]): Promise<void>;
+}
+
 /** The event was not accepted by the transport; `cause` holds the SDK or network error. */
 export class TransportError extends Error {
   override readonly name = 'TransportError';
