@@ -83,6 +83,7 @@ import {
   podIdentityTrust,
   STAGE_OBJECTS,
   STAGE_SIZING,
+  tokenSecretPattern,
   toolTimeoutMs,
   VISIBILITY_MARGIN_SECONDS,
 } from './stages.js';
@@ -174,14 +175,6 @@ export function logsKeyStatement(
       },
     },
   });
-}
-
-/**
- * The name pattern of a token cluster's Secrets Manager secret of one stage (`npm run cluster`'s
- * default `kapp-lambda/<id>/<stage>`): of every cluster, or of `clusterId` only (a cell's).
- */
-export function tokenSecretPattern(stage: PipelineStage, clusterId = '*'): string {
-  return `kapp-lambda/${clusterId}/${stage}`;
 }
 
 /**

@@ -265,6 +265,14 @@ export function cellObjectGrants(stage: PipelineStage, clusterId: string): Objec
 }
 
 /**
+ * The name pattern of a token cluster's Secrets Manager secret of one stage (`npm run cluster`'s
+ * default `kapp-lambda/<id>/<stage>`): of every cluster, or of `clusterId` only (a cell's or a run session's, `./run-policy.ts`).
+ */
+export function tokenSecretPattern(stage: PipelineStage, clusterId = '*'): string {
+  return `kapp-lambda/${clusterId}/${stage}`;
+}
+
+/**
  * Days after its last write when a `private/` object is removed: a day after the sealed
  * objects' own expiry (`DEFAULT_PRIVATE_TTL_MS`, 7 days after each write, enforced on read), so
  * only what no reader will open again goes: 8.

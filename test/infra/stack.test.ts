@@ -30,7 +30,7 @@ import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.j
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
-import { functionSenders, KappLambdaStack, tokenSecretPattern } from '../../infra/aws/stack.js';
+import { functionSenders, KappLambdaStack } from '../../infra/aws/stack.js';
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
@@ -40,6 +40,7 @@ import {
   registryPrefixProblem,
   STAGE_OBJECTS,
   STAGE_SIZING,
+  tokenSecretPattern,
 } from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { bundleFunctions } from '../../layers/bundle.js';

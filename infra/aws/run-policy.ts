@@ -1,0 +1,193 @@
+/**
+ * The session policy of one stage run for one cluster (docs/decisions.md D15): what the
+ * dispatcher passes to `sts:AssumeRole` (`Policy`) when it hands a stage function credentials for
+ * a record of cluster C. The run role's own policy is the fleet's (every cluster, as
+ * `STAGE_OBJECTS` of `./stages.ts` and the cluster access grant give the shared functions today);
+ * the session's permissions are the intersection of that and this document, so this document
+ * narrows every resource that has a cluster in it to C's and may stay loose where the role's own
+ * policy is already exact (queues, the artifact key).
+ *
+ * Pure and free of CDK, like `./stages.ts`, so the dispatcher's bundle can build it at run time
+ * from the same tables the cells' roles are synthesized from (`cellObjectGrants`).
+ *
+ * @module
+ */
+import type { PipelineStage } from '../../functions/lib/api/functions.js';
+import { PRIVATE_PREFIX } from '../../functions/lib/artifact/sealed.js';
+import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
+import { CLUSTER_ID_PATTERN, clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
+import {
+  cellObjectGrants,
+  type ObjectAction,
+  type ObjectGrant,
+  PER_CLUSTER_PREFIXES,
+  STAGE_OBJECTS,
+  tokenSecretPattern,
+} from './stages.js';
+
+/**
+ * Longest inline session policy STS takes, characters: 2,048 (`AssumeRole`'s `Policy`). STS also
+ * packs the policy and the session tags into a binary form with its own limit, reported as
+ * `PackedPolicySize` (a percentage) in the answer; that one is known only to STS.
+ */
+export const SESSION_POLICY_MAX_CHARS = 2048;
+
+/** Where the fleet's resources are: the parts of their ARNs a run session's policy names. */
+export interface RunPolicyTarget {
+  /** `aws`, `aws-cn`, `aws-us-gov`, … */
+  readonly partition: string;
+  readonly region: string;
+  /** 12 digits. */
+  readonly account: string;
+  /** The artifact bucket's name. */
+  readonly bucket: string;
+  /** The cluster registry: its bucket and key prefix (`''` or ending in `/`). */
+  readonly registry: { readonly bucket: string; readonly prefix: string };
+}
+
+/** One statement of an IAM policy document (only what this module writes). */
+export interface PolicyStatement {
+  readonly Effect: 'Allow';
+  readonly Action: readonly string[];
+  readonly Resource: readonly string[];
+  readonly Condition?: Readonly<Record<string, Readonly<Record<string, readonly string[]>>>>;
+}
+
+/** An IAM policy document. */
+export interface PolicyDocument {
+  readonly Version: '2012-10-17';
+  readonly Statement: readonly PolicyStatement[];
+}
+
+/** `private/<cluster tag>/…`: 32 lowercase hex characters (`ClusterKeys.tag`). */
+const CLUSTER_TAG_PATTERN = /^[0-9a-f]{32}$/;
+/** An S3 bucket name (general purpose): 3..63 of lowercase letters, digits, `.` and `-`. */
+const BUCKET_PATTERN = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;
+/** Every object action of `ObjectGrant`, in a fixed order. */
+const OBJECT_ACTIONS: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
+/** A registry prefix: `''` or path segments ending in `/`, with no character IAM reads as a wildcard or variable. */
+const REGISTRY_PREFIX_PATTERN = /^([A-Za-z0-9._-]+\/)*$/;
+
+/**
+ * Checks every value this module writes into an ARN: one that held `*`, `?` or `${…}` would be
+ * read by IAM as a wildcard or a policy variable and widen the session beyond one cluster.
+ */
+function checkInputs(stage: PipelineStage, clusterId: string, clusterTag: string, t: RunPolicyTarget): void {
+  const bad = (what: string, value: string) =>
+    new TypeError(`run policy for ${stage}: ${what} ${JSON.stringify(value)}`);
+  if (!CLUSTER_ID_PATTERN.test(clusterId)) throw bad('cluster id is not a DNS-1123 label:', clusterId);
+  if (!CLUSTER_TAG_PATTERN.test(clusterTag)) throw bad('cluster tag is not 32 lowercase hex characters:', clusterTag);
+  if (!/^aws(-[a-z]+)*$/.test(t.partition)) throw bad('partition', t.partition);
+  if (!/^[a-z]{2}(-[a-z]+)+-\d+$/.test(t.region)) throw bad('region', t.region);
+  if (!/^\d{12}$/.test(t.account)) throw bad('account', t.account);
+  if (!BUCKET_PATTERN.test(t.bucket)) throw bad('bucket', t.bucket);
+  if (!BUCKET_PATTERN.test(t.registry.bucket)) throw bad('registry bucket', t.registry.bucket);
+  if (!REGISTRY_PREFIX_PATTERN.test(t.registry.prefix)) throw bad('registry prefix', t.registry.prefix);
+}
+
+/**
+ * A stage's object grants for one cluster's run: {@link cellObjectGrants} (the per-cluster
+ * prefixes narrowed to the id), and each `private/*` grant narrowed to `private/<clusterTag>/*`.
+ * A cell cannot do the latter at synth (the tag derives from its root key); the dispatcher can,
+ * since it derives the run's keys itself.
+ */
+export function runObjectGrants(stage: PipelineStage, clusterId: string, clusterTag: string): ObjectGrant[] {
+  return cellObjectGrants(stage, clusterId).map((g) =>
+    g.keys.startsWith('private/*/')
+      ? {
+          ...g,
+          keys: `private/${clusterTag}/*/${g.keys.slice('private/*/'.length)}`,
+          why: `${g.why}, of this cluster only`,
+        }
+      : g,
+  );
+}
+
+/**
+ * The artifact-bucket keys of a run's session: each of {@link runObjectGrants}' patterns, but a
+ * pattern with no cluster in it (the shared, content-addressed `artifacts/`, `cache/`, `inflight/`)
+ * widened to its first segment (`artifacts/*`), and the cluster's sealed keys to
+ * `private/<clusterTag>/*`. The session only fences the cluster; which keys
+ * and actions a stage may use is the run role's own policy, exact, and the session gets the
+ * intersection of both. A first segment that per-cluster keys also start with (`state/`,
+ * `receipts/`, `private/`) is never widened. Kept short because STS takes 2,048 characters.
+ */
+export function runSessionKeys(stage: PipelineStage, clusterId: string, clusterTag: string): string[] {
+  const fenced = [...PER_CLUSTER_PREFIXES, PRIVATE_PREFIX].map((p) => p.slice(0, p.indexOf('/') + 1));
+  const own = `${PRIVATE_PREFIX}${clusterTag}/`;
+  const keys = runObjectGrants(stage, clusterId, clusterTag).map((g) => {
+    if (g.keys.startsWith(own)) return `${own}*`;
+    const first = g.keys.slice(0, g.keys.indexOf('/') + 1);
+    return first && !fenced.includes(first) ? `${first}*` : g.keys;
+  });
+  return [...new Set(keys)];
+}
+
+/**
+ * The inline session policy of a `stage` run for cluster `clusterId` (compact JSON is what STS
+ * counts): the stage's object actions on {@link runSessionKeys} of the artifact bucket;
+ * `s3:ListBucket` only under those keys (a listing would otherwise name other clusters'
+ * receipts and leases, hence their namespaces and Apps); the cluster's registry document; its
+ * token secret of this stage (`kapp-lambda/<id>/<stage>-??????`); `sqs:SendMessage` (a stage
+ * that sends) and the artifact key's `kms:Decrypt` (and `kms:GenerateDataKey` for a stage that
+ * writes) on any queue or key of the account, since the run role names the exact queues and key.
+ * Never the artifact root key's secret: every cluster's keys derive from it, so the dispatcher
+ * derives the run's and hands them over itself.
+ *
+ * @param clusterTag - the cluster's `private/` segment (`ClusterKeys.tag`, 32 hex characters).
+ * @throws TypeError when an input is malformed or holds `*`, `?` or `${` (see {@link checkInputs});
+ *   RangeError when the document exceeds {@link SESSION_POLICY_MAX_CHARS}.
+ */
+export function runSessionPolicy(
+  stage: PipelineStage,
+  clusterId: string,
+  clusterTag: string,
+  target: RunPolicyTarget,
+): PolicyDocument {
+  checkInputs(stage, clusterId, clusterTag, target);
+  const { partition: p, region: r, account: a, bucket } = target;
+  const grants = STAGE_OBJECTS[stage];
+  const keys = runSessionKeys(stage, clusterId, clusterTag);
+  const actions = OBJECT_ACTIONS.filter((x) => grants.some((g) => g.actions.includes(x)));
+  const statements: PolicyStatement[] = [];
+  if (keys.length > 0) {
+    statements.push(
+      { Effect: 'Allow', Action: actions, Resource: keys.map((k) => `arn:${p}:s3:::${bucket}/${k}`) },
+      {
+        Effect: 'Allow',
+        Action: ['s3:ListBucket'],
+        Resource: [`arn:${p}:s3:::${bucket}`],
+        Condition: { StringLike: { 's3:prefix': keys } },
+      },
+    );
+  }
+  statements.push(
+    {
+      Effect: 'Allow',
+      Action: ['s3:GetObject'],
+      Resource: [`arn:${p}:s3:::${target.registry.bucket}/${target.registry.prefix}${clusterDocKey(clusterId)}`],
+    },
+    {
+      Effect: 'Allow',
+      Action: ['secretsmanager:GetSecretValue'],
+      Resource: [`arn:${p}:secretsmanager:${r}:${a}:secret:${tokenSecretPattern(stage, clusterId)}-??????`],
+    },
+  );
+  if ((NEXT_STAGES[stage] ?? []).length > 0) {
+    statements.push({ Effect: 'Allow', Action: ['sqs:SendMessage'], Resource: [`arn:${p}:sqs:${r}:${a}:*`] });
+  }
+  const writes = actions.includes('s3:PutObject');
+  statements.push({
+    Effect: 'Allow',
+    Action: writes ? ['kms:Decrypt', 'kms:GenerateDataKey'] : ['kms:Decrypt'],
+    Resource: [`arn:${p}:kms:${r}:${a}:key/*`],
+  });
+  const doc: PolicyDocument = { Version: '2012-10-17', Statement: statements };
+  const chars = JSON.stringify(doc).length;
+  if (chars > SESSION_POLICY_MAX_CHARS) {
+    throw new RangeError(
+      `run policy for ${stage} of ${clusterId}: ${chars} characters, over STS's ${SESSION_POLICY_MAX_CHARS}`,
+    );
+  }
+  return doc;
+}

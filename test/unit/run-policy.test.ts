@@ -1,0 +1,151 @@
+import { describe, expect, it } from 'vitest';
+import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
+import {
+  type PolicyDocument,
+  type RunPolicyTarget,
+  runSessionPolicy,
+  SESSION_POLICY_MAX_CHARS,
+} from '../../infra/aws/run-policy.js';
+import { STAGE_OBJECTS } from '../../infra/aws/stages.js';
+
+/** An IAM policy variable, `${aws:username}` (spelt apart: it is the literal under test, not a template). */
+const VARIABLE = ['$', '{aws:username}'].join('');
+const TAG_A = 'a'.repeat(32);
+const TAG_B = 'b'.repeat(32);
+const TARGET: RunPolicyTarget = {
+  partition: 'aws',
+  region: 'eu-west-1',
+  account: '123456789012',
+  bucket: 'fleet-artifacts',
+  registry: { bucket: 'fleet-artifacts', prefix: 'registry/' },
+};
+
+/** IAM's reading of a resource pattern: `*` any run of characters (`/` included), `?` one character. */
+function iamMatches(pattern: string, value: string): boolean {
+  const re = pattern
+    .split('')
+    .map((c) => (c === '*' ? '.*' : c === '?' ? '.' : c.replace(/[.+^${}()|[\]\\]/g, '\\$&')))
+    .join('');
+  return new RegExp(`^${re}$`).test(value);
+}
+
+/** Whether any statement of `doc` allows `action` on `resource` (conditions aside). */
+function allows(doc: PolicyDocument, action: string, resource: string): boolean {
+  return doc.Statement.some((s) => s.Action.includes(action) && s.Resource.some((r) => iamMatches(r, resource)));
+}
+
+const obj = (key: string) => `arn:aws:s3:::fleet-artifacts/${key}`;
+const secret = (id: string, stage: PipelineStage) =>
+  `arn:aws:secretsmanager:eu-west-1:123456789012:secret:kapp-lambda/${id}/${stage}-AbCdEf`;
+
+/** Keys of one cluster: each per-cluster prefix and a sealed key of every kind. */
+function clusterKeys(id: string, tag: string): string[] {
+  return [
+    `state/leases/${id}/ns/app.json`,
+    `receipts/${id}/ns/app/0001.json`,
+    `state/package-repositories/${id}/ns/repo.json`,
+    ...['fetch/m.tgz', 'template/m.yaml', 'cache/render/m.json', 'cache/fetch/m.json', 'state/deploy/m.json'].map(
+      (k) => `private/${tag}/${'c'.repeat(32)}/${k}`,
+    ),
+  ];
+}
+
+describe('runSessionPolicy: one stage run of one cluster', () => {
+  for (const stage of PIPELINE_STAGES) {
+    it(`${stage}: reaches cluster a's keys, registry document and token, none of cluster b's`, () => {
+      const doc = runSessionPolicy(stage, 'a', TAG_A, TARGET);
+      for (const key of clusterKeys('b', TAG_B)) {
+        for (const action of ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']) {
+          expect(allows(doc, action, obj(key)), `${action} ${key}`).toBe(false);
+        }
+      }
+      // A namespace named like a per-cluster prefix cannot carry cluster b's keys into a's fence.
+      expect(allows(doc, 's3:GetObject', obj('receipts/b/receipts/a/x.json'))).toBe(false);
+      expect(allows(doc, 's3:GetObject', obj('registry/clusters/b.json'))).toBe(false);
+      expect(allows(doc, 's3:GetObject', obj('registry/clusters/a.json'))).toBe(true);
+      expect(allows(doc, 'secretsmanager:GetSecretValue', secret('b', stage))).toBe(false);
+      expect(allows(doc, 'secretsmanager:GetSecretValue', secret('a', stage))).toBe(true);
+      // Another stage's token of the same cluster stays out, and so does the root key's secret.
+      const other = PIPELINE_STAGES.find((s) => s !== stage) as PipelineStage;
+      expect(allows(doc, 'secretsmanager:GetSecretValue', secret('a', other))).toBe(false);
+      const secrets = doc.Statement.filter((s) => s.Action.includes('secretsmanager:GetSecretValue'));
+      expect(secrets.flatMap((s) => s.Resource)).toEqual([
+        `arn:aws:secretsmanager:eu-west-1:123456789012:secret:kapp-lambda/a/${stage}-??????`,
+      ]);
+      // Every key of cluster a the stage's own grants name stays reachable.
+      for (const key of clusterKeys('a', TAG_A)) {
+        const granted = STAGE_OBJECTS[stage].find((g) =>
+          iamMatches(g.keys, key.replace(`private/${TAG_A}/`, 'private/x/')),
+        );
+        if (granted) expect(allows(doc, granted.actions[0] as string, obj(key)), key).toBe(true);
+      }
+    });
+  }
+
+  it("fences the listing to the run's keys", () => {
+    const doc = runSessionPolicy('fetch', 'a', TAG_A, TARGET);
+    expect(doc.Statement.find((s) => s.Action.includes('s3:ListBucket'))).toEqual({
+      Effect: 'Allow',
+      Action: ['s3:ListBucket'],
+      Resource: ['arn:aws:s3:::fleet-artifacts'],
+      Condition: {
+        StringLike: {
+          's3:prefix': [
+            'artifacts/*',
+            'cache/*',
+            `private/${TAG_A}/*`,
+            'inflight/*',
+            'state/leases/a/*',
+            'receipts/a/*',
+          ],
+        },
+      },
+    });
+  });
+
+  it('install, which touches no artifact, gets no bucket key but its registry document', () => {
+    const doc = runSessionPolicy('install', 'a', TAG_A, TARGET);
+    expect(doc.Statement.flatMap((s) => s.Resource).filter((r) => r.startsWith('arn:aws:s3:::'))).toEqual([
+      obj('registry/clusters/a.json'),
+    ]);
+  });
+
+  for (const id of ['*', 'a*', 'a?', VARIABLE, 'a/b', 'A', '-a', 'a'.repeat(64), '']) {
+    it(`refuses the cluster id ${JSON.stringify(id)}`, () => {
+      expect(() => runSessionPolicy('fetch', id, TAG_A, TARGET)).toThrow(TypeError);
+    });
+  }
+
+  for (const [what, target] of [
+    ['a bucket with a wildcard', { ...TARGET, bucket: 'fleet-*' }],
+    [
+      'a registry prefix with a variable',
+      { ...TARGET, registry: { bucket: 'fleet-artifacts', prefix: `${VARIABLE}/` } },
+    ],
+    ['a registry prefix with a wildcard', { ...TARGET, registry: { bucket: 'fleet-artifacts', prefix: 'r*/' } }],
+    ['an account with a wildcard', { ...TARGET, account: '12345678901?' }],
+  ] as const) {
+    it(`refuses ${what}`, () => {
+      expect(() => runSessionPolicy('fetch', 'a', TAG_A, target)).toThrow(TypeError);
+    });
+  }
+
+  it('refuses a cluster tag that is not 32 hex characters', () => {
+    expect(() => runSessionPolicy('fetch', 'a', '*', TARGET)).toThrow(TypeError);
+    expect(() => runSessionPolicy('fetch', 'a', 'A'.repeat(32), TARGET)).toThrow(TypeError);
+  });
+
+  it(`fits STS's ${SESSION_POLICY_MAX_CHARS} characters at the longest id, bucket names and partition`, () => {
+    const longest: RunPolicyTarget = {
+      partition: 'aws-us-gov',
+      region: 'us-gov-west-1',
+      account: '123456789012',
+      bucket: 'b'.repeat(63),
+      registry: { bucket: 'r'.repeat(63), prefix: 'kapp-lambda/registry/' },
+    };
+    const sizes = PIPELINE_STAGES.map(
+      (s) => JSON.stringify(runSessionPolicy(s, 'c'.repeat(63), TAG_A, longest)).length,
+    );
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(SESSION_POLICY_MAX_CHARS);
+  });
+});
