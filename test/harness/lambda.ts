@@ -270,6 +270,42 @@ export async function startRie(opts: RieOptions): Promise<Rie> {
   });
 }
 
+/**
+ * Starts `count` instances of one function, each its own emulator (its own RIE process, ports
+ * and runtime process), as Lambda runs a function's concurrent invocations in separate
+ * execution environments: an instance serves one invocation at a time, so a poller with
+ * `maxConcurrency` n needs n of them (`sqs-poller.ts`). Instance `i` works in `<cwd>/<i>` (its
+ * `HOME`), and its environment is `env` with `instanceEnv(i)` over it: give each its own
+ * `KAPP_LAMBDA_TMP_DIR`, as each environment on Lambda has its own `/tmp`. Each starts cold.
+ * What an instance weighs, idle after its cold start (the fetch bundle, an empty batch): RSS
+ * about 67 MiB (the emulator 11, the function's Node runtime 56) and 108 MiB with `isolate`
+ * (the sandbox's own Node process 42 more); the share of pages not shared with other Node
+ * processes (PSS) about 37 MiB isolated. A running stage adds its tools' processes.
+ * @throws RangeError when `count` is not a positive integer; the error of the first instance
+ *   that did not start ({@link startRie}), after stopping the others.
+ */
+export async function startRieInstances(
+  opts: RieOptions,
+  count: number,
+  instanceEnv: (index: number) => Record<string, string> = () => ({}),
+): Promise<Rie[]> {
+  if (!Number.isInteger(count) || count < 1) throw new RangeError(`instance count ${count}: needs a positive integer`);
+  const started = await Promise.allSettled(
+    Array.from({ length: count }, async (_, i) => {
+      const cwd = path.join(opts.cwd, String(i));
+      await mkdir(cwd, { recursive: true });
+      return await startRie({ ...opts, cwd, env: { ...opts.env, ...instanceEnv(i) } });
+    }),
+  );
+  const failed = started.find((r) => r.status === 'rejected');
+  const ries = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  if (failed) {
+    await Promise.allSettled(ries.map((r) => r.proc.stop()));
+    throw failed.reason;
+  }
+  return ries;
+}
+
 /** What one invoke returned. */
 export interface InvokeResult {
   /** HTTP status of RIE's answer (200 also for a function error; 502 for a failed init). */
