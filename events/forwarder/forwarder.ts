@@ -745,6 +745,14 @@ export class Forwarder {
       return;
     }
     const due = this.quietDue(st, this.withRequeue(kind, st, obj, statusDue, now), now);
+    if (st.running && st.asked === st.handledAt) {
+      // The run asked for is in flight (`Reconciling` on the basis it was asked at): its end is
+      // the answer, waited for under the ask's retry timer. Scheduling the in-flight status's
+      // due time instead (the sync period + jitter from the previous reconcile, so at once for
+      // an object failing at its sync period) asked again during any run longer than the
+      // jitter: one more message behind it per retry, run as a no-op.
+      return;
+    }
     if (due === null || due > now) {
       st.asked = NOT_ASKED;
       this.schedule(st, due);

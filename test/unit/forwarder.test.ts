@@ -1268,3 +1268,74 @@ describe('forwarder: kapp-controller-config', () => {
     );
   });
 });
+
+describe('forwarder: a failing PackageRepository or PackageInstall over one hour, default settings', () => {
+  const HOUR = 3_600_000;
+
+  it('a PackageRepository whose fetch keeps failing is asked 13 times in its first hour: after 2, 4, … 512 s, then every 600 s (its sync period); its own status writes ask nothing', async () => {
+    const repo = (status: Record<string, unknown>): KubeObject => ({
+      apiVersion: PKGR.apiVersion,
+      kind: PKGR.kind,
+      metadata: { name: 'repo', namespace: 'default', uid: 'uid-repo', resourceVersion: '', generation: 1 },
+      spec: { fetch: { git: { url: 'https://unreachable.example/r', ref: 'origin/main' } } },
+      status,
+    });
+    const failedAt = (at: number, n: number): Record<string, unknown> => ({
+      observedGeneration: 1,
+      conditions: [
+        {
+          type: 'ReconcileFailed',
+          status: 'True',
+          message: 'Fetching resources: Error (see .status.usefulErrorMessage for details)',
+        },
+      ],
+      fetch: { exitCode: 1, error: 'Fetching resources: ...', updatedAt: iso(at) },
+      consecutiveReconcileFailures: n,
+      consecutiveReconcileSuccesses: 0,
+    });
+    let failures = 1;
+    let status = failedAt(T0, failures);
+    watcher.apply(repo(status));
+    start({ kinds: watchedKinds(['PackageRepository']) });
+    await settle(0);
+    const waits: number[] = [];
+    for (;;) {
+      const due = fwd!.dueAt(PKGR, 'default', 'repo')!;
+      if (due > T0 + HOUR) break;
+      waits.push((due - Date.parse(iso(Date.parse((status.fetch as { updatedAt: string }).updatedAt)))) / 1000);
+      await vi.advanceTimersByTimeAsync(due - Date.now());
+      await settle();
+      expect(transport.take()).toEqual([expect.stringMatching(/^resync repo /)]);
+      // The run: `Reconciling`, then failed again 5 s later (longer than the 0-5 s jitter of the
+      // in-flight status's due time), as index-repo writes them.
+      watcher.apply(repo({ ...status, conditions: [{ type: 'Reconciling', status: 'True' }] }));
+      await settle(5000);
+      status = failedAt(Date.now(), ++failures);
+      watcher.apply(repo(status));
+      await settle(0);
+      expect(transport.take()).toEqual([]);
+    }
+    expect(waits).toEqual([2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600, 600, 600]);
+  });
+
+  it('a PackageInstall whose Package is missing is requeued in 16 messages in its first hour (20 requeues, the first five within one coalescing window), then every 1000 s', async () => {
+    // The install run that fails again writes the same status: no watch event, no feedback.
+    watcher.apply({
+      apiVersion: PKGI.apiVersion,
+      kind: PKGI.kind,
+      metadata: { name: 'inst', namespace: 'default', uid: 'uid-inst', resourceVersion: '', generation: 1 },
+      spec: { packageRef: { refName: 'p' } },
+      status: {
+        observedGeneration: 1,
+        conditions: [{ type: 'ReconcileFailed', status: 'True', message: 'Package p not found' }],
+      },
+    });
+    start({ kinds: watchedKinds(['PackageInstall']) });
+    await vi.advanceTimersByTimeAsync(HOUR);
+    const first = transport.batches.flat();
+    expect(transport.take()).toEqual(Array(16).fill('resync inst 1001'));
+    expect(new Set(first.map((e) => e.id)).size).toBe(16);
+    await vi.advanceTimersByTimeAsync(HOUR);
+    expect(transport.take()).toEqual(Array(3).fill('resync inst 1001'));
+  });
+});
