@@ -52,3 +52,41 @@ export function backoffDelay(attempt: number, random: () => number, options: Bac
   const jitter = Math.min(1, Math.max(0, o.jitter));
   return Math.floor(base * (1 - jitter * random()));
 }
+
+/**
+ * Doublings of the no-answer re-ask ({@link resyncRetryDelay}) before it stops growing: at the
+ * default `resyncRetryMs` of 5 min the cap is 80 min, the longest an SQS message of a stage can
+ * keep being redelivered (index-repo: a visibility timeout of 900 s + 60 s, 5 receives), so a
+ * re-ask at the cap never joins a message SQS is still retrying (`test/unit/forwarder-parts.test.ts`
+ * holds it against `infra/aws/stages.ts`).
+ */
+export const RESYNC_RETRY_DOUBLINGS = 4;
+
+/**
+ * The wait before asking again about a status that did not answer an ask: `baseMs · 2^retries`,
+ * at most `baseMs · 2^RESYNC_RETRY_DOUBLINGS`, no jitter (the asks of many objects are already
+ * spread by their due times).
+ *
+ * Why it grows: an ask that gets no answer is either lost (a dead-lettered message, a dropped
+ * send: asking again is the only way back) or still being retried by the transport (SQS
+ * redelivers a failing message after its visibility timeout, up to `maxReceiveCount` times, and
+ * holds the object's FIFO message group meanwhile). The forwarder cannot tell the two apart, and
+ * a fixed re-ask every `baseMs` piled one more message per period behind a message SQS was
+ * still retrying (index-repo: 16 in the 80 min of its 5 receives, each then retried as long),
+ * a backlog that grew for as long as the run kept crashing. Doubling keeps the first re-ask as
+ * soon as before (a lost event comes back after `baseMs`) and bounds the pile to
+ * {@link RESYNC_RETRY_DOUBLINGS} messages. kapp-controller has no such case: its queue is in
+ * process, and it neither loses a request nor redelivers one.
+ *
+ * @param retries - Re-asks of this status so far (0 for the wait after the first ask).
+ * @param baseMs - `resyncRetryMs`, ms.
+ * @returns ms.
+ */
+export function resyncRetryDelay(retries: number, baseMs: number): number {
+  return backoffDelay(retries, () => 0, {
+    initialMs: baseMs,
+    maxMs: baseMs * 2 ** RESYNC_RETRY_DOUBLINGS,
+    factor: 2,
+    jitter: 0,
+  });
+}

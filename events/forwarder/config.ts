@@ -102,7 +102,8 @@ export const FORWARDER_ENV_DOCS: readonly SettingDoc[] = [
   {
     name: 'FORWARDER_RESYNC_RETRY_SECONDS',
     default: '300',
-    meaning: 're-ask after a reconcile got no status answer',
+    meaning:
+      're-ask after a reconcile got no status answer; each further re-ask of the same status waits twice as long, at most 16 times this',
     readBy: 'forwarder',
   },
   {

@@ -14,7 +14,7 @@ import { setMaxListeners } from 'node:events';
 import type { KubeObject, ObjectWatcher, ResourceKind } from '../../functions/lib/kube/port.js';
 import { MIN_SYNC_PERIOD_MS } from '../../functions/lib/reconcile/timer.js';
 import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
-import type { BackoffOptions } from './backoff.js';
+import { type BackoffOptions, resyncRetryDelay } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 import { CONTROLLER_CONFIG_SELECTOR, controllerConfigHandler } from './controller-config.js';
 import { DriftWatches, KAPP_APP_LABEL } from './drift.js';
@@ -68,7 +68,9 @@ export interface ForwarderOptions {
   batchSize?: number;
   /**
    * How long an object may stay "due" by its status after the forwarder asked for a reconcile
-   * (`added`, `modified` or `resync`) before `resync` is emitted again. Default 300 000.
+   * (`added`, `modified` or `resync`) before `resync` is emitted again; each further re-ask of
+   * the same status waits twice as long, up to 16 times this ({@link resyncRetryDelay}).
+   * Default 300 000.
    */
   resyncRetryMs?: number;
   /**
@@ -743,6 +745,14 @@ export class Forwarder {
       return;
     }
     const due = this.quietDue(st, this.withRequeue(kind, st, obj, statusDue, now), now);
+    if (st.running && st.asked === st.handledAt) {
+      // The run asked for is in flight (`Reconciling` on the basis it was asked at): its end is
+      // the answer, waited for under the ask's retry timer. Scheduling the in-flight status's
+      // due time instead (the sync period + jitter from the previous reconcile, so at once for
+      // an object failing at its sync period) asked again during any run longer than the
+      // jitter: one more message behind it per retry, run as a no-op.
+      return;
+    }
     if (due === null || due > now) {
       st.asked = NOT_ASKED;
       this.schedule(st, due);
@@ -928,8 +938,9 @@ export class Forwarder {
   // ---- emission and the resync timer -------------------------------------------------------
 
   /**
-   * Emits a reason that asks for a reconcile and arms the "no answer" retry. Asking again about
-   * the same status (a retry) carries `retry-<n>` as its cause: same resourceVersion, new id.
+   * Emits a reason that asks for a reconcile and arms the "no answer" retry, which doubles with
+   * each re-ask of the same status ({@link resyncRetryDelay}). Asking again about the same
+   * status (a retry) carries `retry-<n>` as its cause: same resourceVersion, new id.
    *
    * A settled object ({@link ObjState.settled}) is answered when asked: its reconcile may change
    * nothing and then writes no status, so no answer is waited for; its next due time counts from
@@ -949,7 +960,7 @@ export class Forwarder {
     st.retries = st.asked === st.handledAt ? st.retries + 1 : 0;
     this.emit(st, reason, st.retries > 0 ? `retry-${st.retries}` : undefined);
     st.asked = st.handledAt;
-    this.schedule(st, now + this.resyncRetryMs);
+    this.schedule(st, now + resyncRetryDelay(st.retries, this.resyncRetryMs));
   }
 
   /** Emits one event for `st` at its current state; `cause` as in {@link Outbox.enqueue}. */

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { parseAllDocuments } from 'yaml';
-import { backoffDelay } from '../../events/forwarder/backoff.js';
+import { backoffDelay, RESYNC_RETRY_DOUBLINGS, resyncRetryDelay } from '../../events/forwarder/backoff.js';
 import { systemClock } from '../../events/forwarder/clock.js';
 import { forwarderOptions, parseForwarderEnv, parseForwarderProgramEnv } from '../../events/forwarder/config.js';
 import { DueHeap, type HeapItem } from '../../events/forwarder/due-heap.js';
@@ -21,8 +21,10 @@ import { lastWriteTime } from '../../events/forwarder/ref-index.js';
 import { transportToStages } from '../../events/forwarder/transport.js';
 import type { ObjectEvent, ObjectEventData } from '../../events/schema.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/attempts.js';
 import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
 import type { EventSender } from '../../functions/lib/transport/port.js';
+import { STAGE_SIZING, VISIBILITY_MARGIN_SECONDS } from '../../infra/aws/stages.js';
 
 function obj(spec: unknown, extra: Partial<KubeObject['metadata']> = {}): KubeObject {
   return {
@@ -50,6 +52,24 @@ describe('backoffDelay', () => {
   it('honours options', () => {
     expect(backoffDelay(2, () => 0.5, { initialMs: 100, factor: 3, maxMs: 10_000, jitter: 0 })).toBe(900);
     expect(backoffDelay(2, () => 1, { initialMs: 100, factor: 3, jitter: 1 })).toBe(0);
+  });
+});
+
+describe('resyncRetryDelay', () => {
+  it('doubles from resyncRetryMs up to 16 times it', () => {
+    expect([0, 1, 2, 3, 4, 5, 40].map((n) => resyncRetryDelay(n, 300_000))).toEqual([
+      300_000, 600_000, 1_200_000, 2_400_000, 4_800_000, 4_800_000, 4_800_000,
+    ]);
+  });
+
+  it('reaches, at the default resyncRetryMs, the longest span SQS keeps redelivering a stage message', () => {
+    const { resyncRetryMs } = parseForwarderEnv({ FORWARDER_CLUSTER_ID: 'c1' });
+    const spanMs = Math.max(
+      ...Object.values(STAGE_SIZING).map(
+        (s) => (s.timeoutSeconds + VISIBILITY_MARGIN_SECONDS) * DEFAULT_MAX_ATTEMPTS * 1000,
+      ),
+    );
+    expect(resyncRetryDelay(RESYNC_RETRY_DOUBLINGS, resyncRetryMs)).toBeGreaterThanOrEqual(spanMs);
   });
 });
 

@@ -367,7 +367,7 @@ describe('forwarder: resync timer from status', () => {
     expect(fwd!.stats().emitted.resync).toBe(1);
   });
 
-  it('re-emits resync after resyncRetryMs when no status answer comes, not before', async () => {
+  it('re-emits resync after resyncRetryMs when no status answer comes, not before, each re-ask of the same status waiting twice as long, at most 16 times', async () => {
     start({ resyncRetryMs: 60_000 });
     await settle();
     watcher.apply(app('a'));
@@ -377,8 +377,25 @@ describe('forwarder: resync timer from status', () => {
     expect(transport.take()).toEqual([]);
     await settle();
     expect(transport.take()).toEqual(['resync a 1001']);
+    // A run that crashes without a status is still being redelivered by SQS, holding the
+    // object's FIFO group: a fixed re-ask piled a message behind it every period.
+    for (const wait of [120_000, 240_000, 480_000, 960_000, 960_000]) {
+      await vi.advanceTimersByTimeAsync(wait - 251);
+      expect(transport.take()).toEqual([]);
+      await settle();
+      expect(transport.take()).toEqual(['resync a 1001']);
+    }
+    // An answer (the status moved: a failure, due again at once) starts the count again.
+    const failed = {
+      ...handled(1, Date.now() - 10_000),
+      conditions: [{ type: 'ReconcileFailed', status: 'True' }],
+      consecutiveReconcileFailures: 1,
+    };
+    const answered = watcher.apply(app('a', { status: failed }));
+    await settle();
+    expect(transport.take()).toEqual([`resync a ${answered.metadata.resourceVersion}`]);
     await vi.advanceTimersByTimeAsync(60_000);
-    expect(transport.take()).toEqual(['resync a 1001']);
+    expect(transport.take()).toEqual([`resync a ${answered.metadata.resourceVersion}`]);
   });
 
   it('a settled App whose resync wrote no status is asked again one period after the ask, each ask with an id of its own', async () => {
@@ -424,7 +441,7 @@ describe('forwarder: resync timer from status', () => {
     watcher.apply(app('a'));
     await settle();
     await vi.advanceTimersByTimeAsync(60_000);
-    await vi.advanceTimersByTimeAsync(60_000);
+    await vi.advanceTimersByTimeAsync(120_000);
     const ids = transport.batches.flat().map((e) => e.id);
     const firstTime = transport.batches.flat()[0]!.time;
     expect(transport.take()).toEqual(['added a 1001', 'resync a 1001', 'resync a 1001']);
@@ -1249,5 +1266,76 @@ describe('forwarder: kapp-controller-config', () => {
       expect.objectContaining({ error: 'boom' }),
       'kapp-controller-config onChange failed',
     );
+  });
+});
+
+describe('forwarder: a failing PackageRepository or PackageInstall over one hour, default settings', () => {
+  const HOUR = 3_600_000;
+
+  it('a PackageRepository whose fetch keeps failing is asked 13 times in its first hour: after 2, 4, … 512 s, then every 600 s (its sync period); its own status writes ask nothing', async () => {
+    const repo = (status: Record<string, unknown>): KubeObject => ({
+      apiVersion: PKGR.apiVersion,
+      kind: PKGR.kind,
+      metadata: { name: 'repo', namespace: 'default', uid: 'uid-repo', resourceVersion: '', generation: 1 },
+      spec: { fetch: { git: { url: 'https://unreachable.example/r', ref: 'origin/main' } } },
+      status,
+    });
+    const failedAt = (at: number, n: number): Record<string, unknown> => ({
+      observedGeneration: 1,
+      conditions: [
+        {
+          type: 'ReconcileFailed',
+          status: 'True',
+          message: 'Fetching resources: Error (see .status.usefulErrorMessage for details)',
+        },
+      ],
+      fetch: { exitCode: 1, error: 'Fetching resources: ...', updatedAt: iso(at) },
+      consecutiveReconcileFailures: n,
+      consecutiveReconcileSuccesses: 0,
+    });
+    let failures = 1;
+    let status = failedAt(T0, failures);
+    watcher.apply(repo(status));
+    start({ kinds: watchedKinds(['PackageRepository']) });
+    await settle(0);
+    const waits: number[] = [];
+    for (;;) {
+      const due = fwd!.dueAt(PKGR, 'default', 'repo')!;
+      if (due > T0 + HOUR) break;
+      waits.push((due - Date.parse(iso(Date.parse((status.fetch as { updatedAt: string }).updatedAt)))) / 1000);
+      await vi.advanceTimersByTimeAsync(due - Date.now());
+      await settle();
+      expect(transport.take()).toEqual([expect.stringMatching(/^resync repo /)]);
+      // The run: `Reconciling`, then failed again 5 s later (longer than the 0-5 s jitter of the
+      // in-flight status's due time), as index-repo writes them.
+      watcher.apply(repo({ ...status, conditions: [{ type: 'Reconciling', status: 'True' }] }));
+      await settle(5000);
+      status = failedAt(Date.now(), ++failures);
+      watcher.apply(repo(status));
+      await settle(0);
+      expect(transport.take()).toEqual([]);
+    }
+    expect(waits).toEqual([2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600, 600, 600]);
+  });
+
+  it('a PackageInstall whose Package is missing is requeued in 16 messages in its first hour (20 requeues, the first five within one coalescing window), then every 1000 s', async () => {
+    // The install run that fails again writes the same status: no watch event, no feedback.
+    watcher.apply({
+      apiVersion: PKGI.apiVersion,
+      kind: PKGI.kind,
+      metadata: { name: 'inst', namespace: 'default', uid: 'uid-inst', resourceVersion: '', generation: 1 },
+      spec: { packageRef: { refName: 'p' } },
+      status: {
+        observedGeneration: 1,
+        conditions: [{ type: 'ReconcileFailed', status: 'True', message: 'Package p not found' }],
+      },
+    });
+    start({ kinds: watchedKinds(['PackageInstall']) });
+    await vi.advanceTimersByTimeAsync(HOUR);
+    const first = transport.batches.flat();
+    expect(transport.take()).toEqual(Array(16).fill('resync inst 1001'));
+    expect(new Set(first.map((e) => e.id)).size).toBe(16);
+    await vi.advanceTimersByTimeAsync(HOUR);
+    expect(transport.take()).toEqual(Array(3).fill('resync inst 1001'));
   });
 });

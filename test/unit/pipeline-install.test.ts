@@ -17,7 +17,7 @@ import { Finalizer } from '../../functions/lib/api/index.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { stageClusterRegistry } from '../../functions/lib/entry/lambda.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
-import { ConflictError, type KubeObject } from '../../functions/lib/kube/port.js';
+import { ConflictError, KubeApiError, type KubeObject } from '../../functions/lib/kube/port.js';
 import { injectValues, secretNamesFromAnnotation } from '../../functions/lib/packaging/install-values.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { friendlyErrMsg } from '../../functions/lib/pipeline/install/install.js';
@@ -477,6 +477,43 @@ describe('install: the PackageInstall reconcile, one row per outcome', () => {
     expect(cluster.statuses).toEqual([row.status]);
     expect(sender.sent).toEqual([]);
     expect(log.records.filter((r) => r.obj.outcome === 'done').map((r) => r.obj.stage)).toEqual(['install']);
+  });
+
+  it('on Lambda: an infrastructure error recorded in status ends the record (the forwarder requeues it); one whose status write fails too is retried by SQS', async () => {
+    // Two retry drivers (SQS redelivery holding the FIFO group for the visibility timeout, and
+    // the forwarder's rate-limited requeues piling up behind it) flooded the object's queue.
+    const row = rows[Object.keys(rows)[0] as string] as Row;
+    const { cluster, deps, log } = world(row);
+    const refused = new KubeApiError('listing Packages: 503 Service Unavailable', { statusCode: 503 });
+    cluster.list = async () => {
+      throw refused;
+    };
+    const handler = makeSqsHandler('install', () => ({
+      pipeline: { ...deps, clusters: stageClusterRegistry(deps.clusters, 'install') },
+      sender: new MemoryEventSender(),
+      log,
+      maxAttempts: 5,
+    }));
+    const body = serializeEvent(objectEvent(REF, 'added', { time: new Date(NOW) }));
+    const record = (n: number) => ({
+      messageId: `m${n}`,
+      body,
+      attributes: { MessageGroupId: 'c1/PackageInstall/ns/inst', ApproximateReceiveCount: '1' },
+    });
+    expect(await handler({ Records: [record(1)] })).toEqual({ batchItemFailures: [] });
+    expect(cluster.statuses).toEqual([failed('listing Packages: 503 Service Unavailable')]);
+    expect(log.records.filter((r) => r.obj.outcome === 'done').map((r) => r.obj.stage)).toEqual(['install']);
+
+    // The same failure again leaves the status as it is: nothing to write, the record is done.
+    expect(await handler({ Records: [record(2)] })).toEqual({ batchItemFailures: [] });
+    cluster.list = async () => {
+      throw new KubeApiError('listing Packages: 500 Internal Server Error', { statusCode: 500 });
+    };
+    cluster.onWrite = () => {
+      throw refused;
+    };
+    expect(await handler({ Records: [record(3)] })).toEqual({ batchItemFailures: [{ itemIdentifier: 'm3' }] });
+    expect(cluster.statuses).toEqual([failed('listing Packages: 503 Service Unavailable')]);
   });
 
   it('the placeholder Secret is a dockerconfigjson with no registries, annotated and owned by the PackageInstall', async () => {

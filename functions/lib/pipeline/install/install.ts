@@ -12,10 +12,16 @@
  * written once, at the end, as upstream's deferred `updateStatus`.
  *
  * Errors: a user error (selection, validation, an App owned by another controller, an App the
- * API server refuses with 4xx) ends the run with `ReconcileFailed <err>` and friendly text
- * `Reconcile failed: <first line, 80 chars>...`; an infrastructure error (5xx, conflict,
- * network) is written the same way and thrown, so the transport retries the event (upstream:
- * `Requeue` with the controller's backoff).
+ * API server refuses with 4xx) and an infrastructure error (5xx, conflict, network) alike end
+ * the run with `ReconcileFailed <err>` and friendly text `Reconcile failed: <first line, 80
+ * chars>...`, and the event is done. Upstream returns both as the reconcile's error, which
+ * controller-runtime requeues with its per-object rate limiter; here the forwarder does that from
+ * the status (`failedWithError`, `rateLimitedRequeueMs` in `events/forwarder/kinds.ts`: 5 ms ·
+ * 2^n, at most 1000 s), one queue message per retry. Thrown (so the transport retries the event)
+ * only when that status write fails: nothing is recorded then, so nothing else would retry it.
+ * Throwing after a written status, as before, made two retry drivers: SQS's redelivery held the
+ * object's FIFO message group for the visibility timeout (180 s, up to 5 receives) while the
+ * forwarder's requeues piled up behind it, each retried as often in turn.
  *
  * Deletion (§3.9): the App of the same name is updated with the PackageInstall's
  * `serviceAccountName`, `cluster`, `noopDelete`, `paused`, `canceled` and `defaultNamespace`
@@ -34,7 +40,6 @@ import {
   ConflictError,
   GoneError,
   type InstallView,
-  KubeApiError,
   type KubeObject,
   PACKAGING_API_VERSION,
   type ResourceRef,
@@ -189,16 +194,6 @@ export function mirrorAppStatus(s: PackageInstallStatus, app: RawApp): PackageIn
   return s;
 }
 
-/** True for an error the user must fix (no retry): selection, validation, a 4xx other than 409/429. */
-function isUserError(err: unknown): boolean {
-  if (err instanceof KappControllerError) return true;
-  if (err instanceof KubeApiError && !(err instanceof GoneError)) {
-    const code = err.statusCode ?? 0;
-    return code >= 400 && code < 500 && code !== 409 && code !== 429;
-  }
-  return false;
-}
-
 /** The `error` text of a thrown error. */
 function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
@@ -235,8 +230,9 @@ export const PKGI_KIND: StageKind<LoadedInstall, PackageInstallStatus> = {
  * Handles an object event for a PackageInstall (the install function's entry point). Everything
  * happens in this one invocation; nothing is handed on.
  *
- * @throws KubeApiError on infrastructure failures, after writing `ReconcileFailed` when it
- *   could: the transport retries the event.
+ * @throws KubeApiError when the run could not record its outcome (reading the object, the
+ *   finalizer, the status write): the transport retries the event. A reconcile that failed
+ *   with its status written returns; the forwarder requeues it from that status.
  */
 export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promise<void> {
   const opened = await openRun(deps, {
@@ -263,7 +259,6 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   await observe.started();
   let outcome: 'succeeded' | 'failed' = 'succeeded';
   let error: string | undefined;
-  let thrown: unknown;
   // Kept up to date by the reconcile: `version` is reported even when a later step fails.
   const state = { status: pkgiReconciling(pkgi.status, fence.generation) };
   try {
@@ -274,10 +269,11 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
       error = first.message;
     }
   } catch (err) {
+    // A user error and an infrastructure error alike: the written status is the retry (see the
+    // module comment); a status write that throws below leaves the event to the transport.
     outcome = 'failed';
     error = messageOf(err);
     state.status = pkgiCompleted(state.status, error);
-    if (!isUserError(err)) thrown = err;
   }
   const final = state.status;
   const w = await writeRunStatus(run, () => final);
@@ -292,7 +288,6 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
       (deps.now().getTime() - startedAt.getTime()) / 1000,
     );
   }
-  if (thrown) throw thrown;
 }
 
 /**
