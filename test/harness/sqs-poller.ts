@@ -33,13 +33,23 @@ import {
   type SQSClient,
 } from '@aws-sdk/client-sqs';
 
+/** One message attribute of an SQS record, as Lambda's mapping builds it (lower-case keys). */
+export interface SqsEventMessageAttribute {
+  stringValue?: string;
+  binaryValue?: string;
+  stringListValues: string[];
+  binaryListValues: string[];
+  dataType: string;
+}
+
 /** One record of an SQS event, as Lambda's mapping builds it. */
 export interface SqsEventRecord {
   messageId: string;
   receiptHandle: string;
   body: string;
   attributes: Record<string, string>;
-  messageAttributes: Record<string, never>;
+  /** The sender's message attributes (a postponed copy's `kapp-lambda-postponed`). */
+  messageAttributes: Record<string, SqsEventMessageAttribute>;
   md5OfBody: string;
   eventSource: 'aws:sqs';
   eventSourceARN: string;
@@ -91,7 +101,18 @@ export function sqsEventRecord(m: Message, queueArn: string, region: string): Sq
     receiptHandle: m.ReceiptHandle ?? '',
     body,
     attributes: { ...(m.Attributes ?? {}) } as Record<string, string>,
-    messageAttributes: {},
+    messageAttributes: Object.fromEntries(
+      Object.entries(m.MessageAttributes ?? {}).map(([name, a]) => [
+        name,
+        {
+          ...(a.StringValue === undefined ? {} : { stringValue: a.StringValue }),
+          ...(a.BinaryValue === undefined ? {} : { binaryValue: Buffer.from(a.BinaryValue).toString('base64') }),
+          stringListValues: a.StringListValues ?? [],
+          binaryListValues: (a.BinaryListValues ?? []).map((b) => Buffer.from(b).toString('base64')),
+          dataType: a.DataType ?? 'String',
+        },
+      ]),
+    ),
     md5OfBody: createHash('md5').update(body).digest('hex'),
     eventSource: 'aws:sqs',
     eventSourceARN: queueArn,
@@ -146,6 +167,7 @@ export class EventSourceMapping {
             MaxNumberOfMessages: o.batchSize,
             WaitTimeSeconds: 1,
             MessageSystemAttributeNames: ['All'],
+            MessageAttributeNames: ['All'],
           }),
         );
         messages = r.Messages ?? [];
