@@ -690,7 +690,7 @@ export class KappLambdaStack extends Stack {
     });
     const role = roles[stage];
     logGroup.grantWrite(role);
-    // The functions that send to this one (`NEXT_STAGES`), `<function>=<role id>`: an event naming
+    // The functions that send to this one (`sendQueues`), `<function>=<role id>`: an event naming
     // any cluster is taken from those roles, each only for what its function sends (`EMITS`,
     // functions/lib/entry/sender.ts); every other sender must be the cluster's forwarder.
     const senders = functionSenders(stage).flatMap((s, i) => [`${i === 0 ? '' : ','}${s}=`, roles[s].roleId]);
@@ -715,11 +715,9 @@ export class KappLambdaStack extends Stack {
       environmentEncryption: this.artifactKey,
       environment: {
         KAPP_LAMBDA_BUCKET: this.bucket.bucketName,
-        // The queues it sends to, and its own: it deletes the records it handled while others of
-        // the batch still run (the mapping's consume grant holds `sqs:DeleteMessage`).
-        ...Object.fromEntries(
-          [...new Set([...(NEXT_STAGES[stage] ?? []), stage])].map((q) => [queueUrlEnv(q), queues[q].queue.queueUrl]),
-        ),
+        // The queues it sends to, its own among them: it deletes the records it handled while
+        // others of the batch still run (the mapping's consume grant holds `sqs:DeleteMessage`).
+        ...Object.fromEntries(sendQueues(stage).map((q) => [queueUrlEnv(q), queues[q].queue.queueUrl])),
         KAPP_LAMBDA_RECORD_CONCURRENCY: String(sizing.recordConcurrency),
         // Install runs no tool: nothing for tool versions to key (`parseLambdaEnv` allows none).
         ...(STAGE_TOOLS[stage].length === 0
@@ -759,7 +757,7 @@ export class KappLambdaStack extends Stack {
         maxConcurrency: props.fleet.concurrency[stage],
       }),
     );
-    for (const next of NEXT_STAGES[stage] ?? []) {
+    for (const next of sendQueues(stage)) {
       role.addToPolicy(
         new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [queues[next].queue.queueArn] }),
       );
@@ -914,9 +912,19 @@ export function podIdentityForwarder(stack: Stack, eksClusterArn: string): iam.I
   return new iam.SessionTagsPrincipal(new iam.ServicePrincipal(trust.service).withConditions(trust.conditions));
 }
 
-/** The functions that send to `stage`'s queue (`NEXT_STAGES` inverted), in `PIPELINE_STAGES` order. */
+/**
+ * The queues `stage`'s function sends to (its queue URLs and `sqs:SendMessage` grants):
+ * `NEXT_STAGES[stage]`, and its own queue, for the copies of the records it postpones at its
+ * deadline (`SqsMessageRequeuer`, functions/lib/transport/sqs.ts), last when `NEXT_STAGES` does not
+ * name it.
+ */
+export function sendQueues(stage: PipelineStage): PipelineStage[] {
+  return [...new Set([...(NEXT_STAGES[stage] ?? []), stage])];
+}
+
+/** The functions that send to `stage`'s queue ({@link sendQueues} inverted), in `PIPELINE_STAGES` order. */
 export function functionSenders(stage: PipelineStage): PipelineStage[] {
-  return PIPELINE_STAGES.filter((s) => (NEXT_STAGES[s] ?? []).includes(stage));
+  return PIPELINE_STAGES.filter((s) => sendQueues(s).includes(stage));
 }
 
 /** `''` for the fleet's functions, ` (cluster <id>)` for a cell's: descriptions. */

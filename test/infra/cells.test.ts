@@ -13,11 +13,11 @@ import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PIPELINE_STAGES, queueUrlEnv } from '../../functions/lib/api/functions.js';
-import { NEXT_STAGES, parseLambdaEnv } from '../../functions/lib/entry/config.js';
+import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_SECRET_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
 import type { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings } from '../../infra/aws/fleet.js';
-import { type Cell, functionSenders, KappLambdaStack } from '../../infra/aws/stack.js';
+import { type Cell, functionSenders, KappLambdaStack, sendQueues } from '../../infra/aws/stack.js';
 import { FORWARDER_STAGES, PER_CLUSTER_PREFIXES } from '../../infra/aws/stages.js';
 import { concreteEnv, standInAssets, standInRoleId } from './template-env.js';
 
@@ -149,7 +149,7 @@ describe('isolation: cell', () => {
       const env = envOf(fn);
       expect(env.KAPP_LAMBDA_CELL_CLUSTER).toBe('a');
       expect(envOf(cell('b').stages[stage].fn).KAPP_LAMBDA_CELL_CLUSTER).toBe('b');
-      for (const next of NEXT_STAGES[stage] ?? []) {
+      for (const next of sendQueues(stage)) {
         expect(env[queueUrlEnv(next)]).toEqual({ Ref: logicalId(cell('a').stages[next].queue) });
       }
       // What the function's configuration parser makes of it: a sender check for cluster a only,

@@ -30,7 +30,7 @@ import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.j
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
-import { functionSenders, KappLambdaStack } from '../../infra/aws/stack.js';
+import { functionSenders, KappLambdaStack, sendQueues } from '../../infra/aws/stack.js';
 import {
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
@@ -405,8 +405,9 @@ describe('functions', () => {
     expect(env.KAPP_LAMBDA_KUBECONFIG).toBeUndefined();
     expect(env.KAPP_LAMBDA_CLUSTERS).toBeUndefined();
     const queueVars = Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'));
-    // The queues it sends to, and its own (the early delete of what it handled).
+    // The queues it sends to, and its own (the early delete of what it handled, its postponed copies).
     const queues = [...new Set([...(NEXT_STAGES[stage] ?? []), stage])];
+    expect(sendQueues(stage)).toEqual(queues);
     expect(queueVars.sort()).toEqual(queues.map(queueUrlEnv).sort());
     for (const next of queues) {
       expect(env[queueUrlEnv(next)]).toEqual({ Ref: logicalId(stack.stages[next].queue) });
@@ -416,8 +417,11 @@ describe('functions', () => {
       KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
       KAPP_LAMBDA_SENDER_CHECK: 'registry',
     });
-    // Exactly the functions that send to this one, each named with its role id.
-    expect(functionSenders(stage)).toEqual(PIPELINE_STAGES.filter((s) => NEXT_STAGES[s]?.includes(stage)));
+    // Exactly the functions that send to this one, each named with its role id: itself too (its
+    // postponed copies).
+    expect(functionSenders(stage)).toEqual(
+      PIPELINE_STAGES.filter((s) => s === stage || NEXT_STAGES[s]?.includes(stage)),
+    );
     expect(env.KAPP_LAMBDA_FUNCTION_SENDERS).toEqual({
       'Fn::Join': [
         '',
@@ -539,7 +543,9 @@ describe('IAM', () => {
       // Its own records, deleted as soon as they succeeded (`SqsMessageDeleter`), besides the mapping.
       expect(list(consume[0]!.Action as string[])).toContain('sqs:DeleteMessage');
       const sends = take((s) => list(s.Action as string[]).join() === 'sqs:SendMessage');
-      expect(sends.map((s) => s.Resource)).toEqual((NEXT_STAGES[stage] ?? []).map((n) => arnOf(stack.stages[n].queue)));
+      // The next stages' queues and its own (the copies of the records it postpones).
+      expect(sends.map((s) => s.Resource)).toEqual(sendQueues(stage).map((n) => arnOf(stack.stages[n].queue)));
+      expect(sends.map((s) => s.Resource)).toContainEqual(arnOf(queue));
 
       const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
       expect(

@@ -15,9 +15,16 @@ import {
   templateEvent,
 } from '../../events/schema.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
+import { MAX_POSTPONEMENTS } from '../../functions/lib/entry/stage-handler.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
-import { MemoryEventSender, type MessageDeleter, TransportError } from '../../functions/lib/transport/index.js';
+import {
+  MemoryEventSender,
+  MemoryMessageRequeuer,
+  type MessageDeleter,
+  POSTPONED_ATTRIBUTE,
+  TransportError,
+} from '../../functions/lib/transport/index.js';
 import { REF } from './support/app-world.js';
 
 const time = '2025-01-02T03:04:05.000Z';
@@ -77,7 +84,7 @@ function fakeDeleter(onDelete?: (handles: readonly string[]) => Promise<void> | 
  */
 function setup(
   dispatch: (id: string, deps: DispatchDeps) => Promise<void>,
-  opts: Partial<Pick<EntryDeps, 'recordConcurrency' | 'deleter'>> = {},
+  opts: Partial<Pick<EntryDeps, 'recordConcurrency' | 'deleter' | 'requeuer' | 'checkSender'>> = {},
 ) {
   const log = memoryLogger();
   const trace: string[] = [];
@@ -321,5 +328,110 @@ describe('records not started in time', () => {
     expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'b1' }] });
     expect(outcomes()).toEqual({ a1: 'done', a2: 'done', a3: 'done', b1: 'deadline' });
     expect(trace).toEqual(['start a1', 'end a1', 'start a2', 'end a2', 'start a3', 'end a3']);
+  });
+});
+
+describe('records postponed at the deadline (a requeuer)', () => {
+  /** `r` as a copy postponed `n` times. */
+  const postponed = (r: SqsRecord, n: number): SqsRecord => ({
+    ...r,
+    messageAttributes: { [POSTPONED_ATTRIBUTE]: { stringValue: String(n), dataType: 'Number' } },
+  });
+  /** What each requeue call sent: `<message id>:<postponements>`. */
+  const sentBack = (q: MemoryMessageRequeuer) => q.calls.map((c) => c.map((m) => `${m.messageId}:${m.postponements}`));
+  /** A stage where a1 takes more than half of the invocation's 10 minutes: nothing after it starts. */
+  const slowFirst = (opts: Parameters<typeof setup>[1]) =>
+    setup(async (id) => {
+      if (id === 'a1') vi.setSystemTime(Date.now() + 5 * 60_000 + 1);
+    }, opts);
+
+  it('a record cut while it runs and the one behind it are requeued in lane order, postponed once, not failed nor deleted', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    const requeuer = new MemoryMessageRequeuer();
+    const { deleter, calls } = fakeDeleter();
+    const release = deferred();
+    const { handler, outcomes } = setup(
+      async (id) => {
+        // a1 is deaf to the deadline; it ends only after the invocation was cut.
+        if (id === 'a1') await release.promise;
+      },
+      { recordConcurrency: 2, deleter, requeuer },
+    );
+    let res: unknown;
+    void handler(
+      { Records: [rec('a', 1), rec('b', 1), rec('a', 2), rec('a', 3)] },
+      { getRemainingTimeInMillis: () => 120_000 },
+    ).then((r) => {
+      res = r;
+    });
+    await vi.advanceTimersByTimeAsync(90_000 + 15_000);
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(sentBack(requeuer)).toEqual([['a1:1', 'a2:1', 'a3:1']]);
+    expect(requeuer.calls[0]?.map((m) => m.body)).toEqual([rec('a', 1).body, rec('a', 2).body, rec('a', 3).body]);
+    expect(requeuer.calls[0]?.map((m) => m.messageGroupId)).toEqual(Array(3).fill(rec('a').attributes?.MessageGroupId));
+    expect(outcomes()).toEqual({ a1: 'postponed', a2: 'postponed', a3: 'postponed', b1: 'done' });
+    // a1 ends after the cut: its lane is not deleted early (its copy is the record now).
+    release.resolve();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(calls).toEqual([['h-b1']]);
+  });
+
+  it('records not started are requeued, one call per lane; a copy is postponed once more', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const requeuer = new MemoryMessageRequeuer();
+    const { handler, outcomes } = slowFirst({ recordConcurrency: 1, requeuer });
+    const res = await handler(
+      { Records: [rec('a', 1), postponed(rec('b', 1), 1), rec('b', 2), rec('c', 1)] },
+      { getRemainingTimeInMillis: () => 600_000 },
+    );
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(sentBack(requeuer).sort()).toEqual([['b1:2', 'b2:1'], ['c1:1']]);
+    expect(outcomes()).toEqual({ a1: 'done', b1: 'postponed', b2: 'postponed', c1: 'postponed' });
+  });
+
+  it(`a record postponed ${MAX_POSTPONEMENTS} times goes back through batchItemFailures, its lane with it`, async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const requeuer = new MemoryMessageRequeuer();
+    const { handler, outcomes } = slowFirst({ recordConcurrency: 1, requeuer });
+    const res = await handler(
+      { Records: [rec('a', 1), rec('b', 1), postponed(rec('b', 2), MAX_POSTPONEMENTS), rec('c', 1)] },
+      { getRemainingTimeInMillis: () => 600_000 },
+    );
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'b1' }, { itemIdentifier: 'b2' }] });
+    expect(sentBack(requeuer)).toEqual([['c1:1']]);
+    expect(outcomes()).toEqual({ a1: 'done', b1: 'deadline', b2: 'skipped', c1: 'postponed' });
+  });
+
+  it('a rejected requeue sends the records back through batchItemFailures', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const requeuer = new MemoryMessageRequeuer(() => new TransportError('failed to send postponed messages'));
+    const { handler, outcomes, log } = slowFirst({ recordConcurrency: 1, requeuer });
+    const res = await handler(
+      { Records: [rec('a', 1), rec('a', 2), rec('b', 1)] },
+      { getRemainingTimeInMillis: () => 600_000 },
+    );
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'a2' }, { itemIdentifier: 'b1' }] });
+    expect(outcomes()).toEqual({ a1: 'done', a2: 'deadline', b1: 'deadline' });
+    expect(log.records.find((r) => r.obj.messageId === 'b1')?.obj.notPostponed).toBe(
+      'the requeue failed: TransportError: failed to send postponed messages',
+    );
+  });
+
+  it("a held record its sender may not send is dropped, not requeued under the function's own name", async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const requeuer = new MemoryMessageRequeuer();
+    const { handler, outcomes } = slowFirst({
+      recordConcurrency: 1,
+      requeuer,
+      checkSender: async (_event, senderId) => (senderId === 'intruder' ? "not this cluster's forwarder" : undefined),
+    });
+    const forged = { ...rec('b', 1), attributes: { ...rec('b', 1).attributes, SenderId: 'intruder' } };
+    const res = await handler(
+      { Records: [rec('a', 1), forged, rec('c', 1)] },
+      { getRemainingTimeInMillis: () => 600_000 },
+    );
+    expect(res).toEqual({ batchItemFailures: [] });
+    expect(sentBack(requeuer)).toEqual([['c1:1']]);
+    expect(outcomes()).toEqual({ a1: 'done', b1: 'refused', c1: 'postponed' });
   });
 });

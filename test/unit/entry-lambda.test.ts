@@ -42,7 +42,12 @@ import { COMPATIBLE_KAPP_CONTROLLER_VERSION } from '../../functions/lib/packagin
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
-import { MemoryEventSender, SqsEventSender, SqsMessageDeleter } from '../../functions/lib/transport/index.js';
+import {
+  MemoryEventSender,
+  SqsEventSender,
+  SqsMessageDeleter,
+  SqsMessageRequeuer,
+} from '../../functions/lib/transport/index.js';
 
 const env = {
   AWS_REGION: 'eu-west-1',
@@ -151,6 +156,8 @@ describe('createLambdaDeps', () => {
     expect(deps.sender).toBeInstanceOf(SqsEventSender);
     // Its own queue's URL given: handled records are deleted early; the stage's records at once.
     expect(deps.deleter).toBeInstanceOf(SqsMessageDeleter);
+    // ...and what the function deadline holds back is sent back there.
+    expect(deps.requeuer).toBeInstanceOf(SqsMessageRequeuer);
     expect(deps.recordConcurrency).toBe(1);
     const withoutOwnQueue = createLambdaDeps(
       parseLambdaEnv('template', {
@@ -162,6 +169,7 @@ describe('createLambdaDeps', () => {
       { log, clusters: taggedRegistry() },
     );
     expect(withoutOwnQueue.deleter).toBeUndefined();
+    expect(withoutOwnQueue.requeuer).toBeUndefined();
     expect(withoutOwnQueue.recordConcurrency).toBe(2);
     expect(deps.pipeline.store).toBeInstanceOf(S3Store);
     expect((deps.pipeline.store as S3Store).bucket).toBe('kapp-lambda-artifacts');

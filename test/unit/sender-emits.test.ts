@@ -17,6 +17,7 @@ import {
   orderingKey,
   repoIndexedEvent,
   serializeEvent,
+  targetFunction,
   templateEvent,
 } from '../../events/schema.js';
 import { Finalizer } from '../../functions/lib/api/constants.js';
@@ -163,10 +164,8 @@ describe('the sender check over the table', () => {
       `sender ${roleOf('fetch')} is the role of the fetch function, which never sends dev.kapp-lambda.stage.deploy.v1 (deploy)`,
     );
     expect(await policy('deploy')(SHAPES.deploy!, `${roleOf('template')}:awslambda_1`)).toBeUndefined();
-    // template sends deploy hand-offs, not template hand-offs or deletes.
-    expect(await policy('template')(SHAPES.template!, `${roleOf('template')}:s`)).toMatch(
-      /never sends .*\(template\)$/,
-    );
+    // template sends deploy hand-offs, not template hand-offs or deletes; deploy sends no template hand-off.
+    expect(await policy('template')(SHAPES.template!, `${roleOf('deploy')}:s`)).toMatch(/never sends .*\(template\)$/);
     expect(await policy('deploy')(SHAPES.delete!, `${roleOf('template')}:s`)).toMatch(/never sends .*\(delete\)$/);
     // The forwarder: object events only (here: a fetch hand-off, a repo.indexed).
     expect(await policy('template')(SHAPES.template!, `${FORWARDER}:pod`)).toBe(
@@ -180,10 +179,36 @@ describe('the sender check over the table', () => {
     expect(
       await policy('install')(SHAPES['object PackageInstall ref-changed']!, `${roleOf('install')}:s`),
     ).toBeUndefined();
-    expect(await policy('install')(SHAPES['object PackageInstall']!, `${roleOf('install')}:s`)).toMatch(/never sends/);
+    expect(await policy('install')(SHAPES['object PackageInstall']!, `${roleOf('index-repo')}:s`)).toMatch(
+      /never sends/,
+    );
     expect(await policy('install')(SHAPES['object PackageInstall ref-changed']!, `${roleOf('index-repo')}:s`)).toMatch(
       /index-repo function, which never sends/,
     );
+  });
+
+  it("takes from a function's own role any event of its own queue (its postponed copies), and nothing more", async () => {
+    for (const stage of PIPELINE_STAGES) {
+      for (const [shape, event] of Object.entries(SHAPES)) {
+        const refusal = await policy(stage)(event, `${roleOf(stage)}:s`);
+        if (targetFunction(event) === stage) expect(refusal, `${stage} ← ${shape}`).toBeUndefined();
+        else if (!TAKES[stage].includes(shape)) expect(refusal, `${stage} ← ${shape}`).toMatch(/never sends/);
+      }
+    }
+    // Template's own copy of a template hand-off, install's of a repo.indexed: taken.
+    expect(await policy('template')(SHAPES.template!, `${roleOf('template')}:s`)).toBeUndefined();
+    expect(await policy('install')(SHAPES['repo.indexed']!, `${roleOf('install')}:s`)).toBeUndefined();
+    // Only its own queue: template's role still may not send the deploy queue a continuation.
+    expect(await policy('deploy')(SHAPES['deploy continuation']!, `${roleOf('template')}:s`)).toMatch(
+      /template function, which never sends .*\(deploy continuation\)$/,
+    );
+    // Its own role not named among the queue's senders: nothing from it.
+    expect(
+      await policy('template', [{ stage: 'fetch', roleId: roleOf('fetch') }])(
+        SHAPES.template!,
+        `${roleOf('template')}:s`,
+      ),
+    ).toMatch(/not registered|not the forwarder/);
   });
 
   it('takes from a role named for two functions what either sends', async () => {

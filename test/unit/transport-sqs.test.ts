@@ -24,8 +24,11 @@ import {
 import { isPipelineStage } from '../../functions/lib/api/functions.js';
 import {
   MemoryEventSender,
+  POSTPONED_ATTRIBUTE,
+  postponedDedupId,
   SqsEventSender,
   SqsMessageDeleter,
+  SqsMessageRequeuer,
   type SqsSendClient,
   sendAll,
   sendMessageBatches,
@@ -333,6 +336,56 @@ describe('SqsMessageDeleter', () => {
       .catch((e: Error) => e);
     expect(err).toBeInstanceOf(TransportError);
     expect((err as Error).cause).toBe(sdkErr);
+  });
+});
+
+describe('SqsMessageRequeuer', () => {
+  const OWN_Q = 'https://sqs.eu-west-1.amazonaws.com/123456789012/kapp-lambda-template.fifo';
+  const copy = (i: number, postponements = 1) => ({
+    messageId: `m${i}`,
+    body: `{"n":${i}}`,
+    messageGroupId: 'g-a',
+    postponements,
+  });
+
+  it('sends each copy to its own queue as received, in order, with its postponements and a derived deduplication id', async () => {
+    const inputs: SendMessageBatchCommand['input'][] = [];
+    const client: SqsSendClient = {
+      async send(command) {
+        inputs.push((command as SendMessageBatchCommand).input);
+        return { Successful: [], Failed: [] };
+      },
+    };
+    const messages = Array.from({ length: 11 }, (_, i) => copy(i, i === 0 ? 2 : 1));
+    await new SqsMessageRequeuer(client, OWN_Q).requeue(messages);
+    expect(inputs.map((r) => [r.QueueUrl, r.Entries?.length])).toEqual([
+      [OWN_Q, 10],
+      [OWN_Q, 1],
+    ]);
+    expect(inputs[0]?.Entries?.[0]).toEqual({
+      Id: '0',
+      MessageBody: '{"n":0}',
+      MessageGroupId: 'g-a',
+      MessageDeduplicationId: postponedDedupId('m0', 2),
+      MessageAttributes: { [POSTPONED_ATTRIBUTE]: { DataType: 'Number', StringValue: '2' } },
+    });
+    expect(inputs.flatMap((r) => r.Entries?.map((e) => e.MessageBody))).toEqual(messages.map((m) => m.body));
+    // The same record postponed the same time again is the same copy; a further postponement is not.
+    expect(postponedDedupId('m0', 1)).toBe(postponedDedupId('m0', 1));
+    expect(postponedDedupId('m0', 1)).not.toBe(postponedDedupId('m0', 2));
+    expect(postponedDedupId('m0', 1)).toMatch(/^[0-9a-f]{64}$/);
+  });
+
+  it('rejects with a TransportError when SQS refuses an entry', async () => {
+    const client: SqsSendClient = {
+      send: async () => ({
+        Successful: [],
+        Failed: [{ Id: '0', Code: 'AccessDenied', Message: 'no', SenderFault: true }],
+      }),
+    };
+    await expect(new SqsMessageRequeuer(client, OWN_Q).requeue([copy(0)])).rejects.toThrow(
+      "failed to send 1 of 1 postponed messages to the function's queue: AccessDenied: no",
+    );
   });
 });
 

@@ -35,7 +35,13 @@ import type { DispatchDeps } from '../pipeline/deps.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
 import { type EventSender, sendAll } from '../transport/port.js';
-import { SqsEventSender, SqsMessageDeleter, SqsRecordProver, type SqsSendClient } from '../transport/sqs.js';
+import {
+  SqsEventSender,
+  SqsMessageDeleter,
+  SqsMessageRequeuer,
+  SqsRecordProver,
+  type SqsSendClient,
+} from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
 import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
@@ -289,7 +295,8 @@ export {
  * `createPipelineDeps`: the stage's tools in the layer's bin dir, S3, the stage-narrowed
  * registry (discovery uses the un-narrowed one), the SQS sender, the records run at once
  * (`recordConcurrency`) and, given the function's own queue URL, the early delete of handled
- * records ({@link SqsMessageDeleter}).
+ * records ({@link SqsMessageDeleter}) and the postponement of the records the function deadline
+ * held back ({@link SqsMessageRequeuer}).
  *
  * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}).
  */
@@ -373,8 +380,9 @@ export function createLambdaDeps(
     ? new RunLeases({ store, ...(overrides.now ? { now: overrides.now } : {}) })
     : undefined;
   // With its own queue's URL the function deletes what it handled before the invocation returns,
-  // and proves each record is that queue's before the sender check trusts its SenderId (the
-  // configuration requires the URL with the check).
+  // sends back there what the function deadline held back (postponed, not failed), and proves
+  // each record is that queue's before the sender check trusts its SenderId (the configuration
+  // requires the URL with the check).
   const ownQueue = config.queueUrls[config.stage];
   return {
     pipeline,
@@ -382,7 +390,12 @@ export function createLambdaDeps(
     log,
     maxAttempts: config.maxReceiveCount,
     recordConcurrency: config.recordConcurrency,
-    ...(ownQueue ? { deleter: new SqsMessageDeleter(clients.sqs, ownQueue) } : {}),
+    ...(ownQueue
+      ? {
+          deleter: new SqsMessageDeleter(clients.sqs, ownQueue),
+          requeuer: new SqsMessageRequeuer(clients.sqs, ownQueue),
+        }
+      : {}),
     ...(prepare ? { prepare } : {}),
     ...(checkSender && ownQueue ? { checkSender, prover: new SqsRecordProver(clients.sqs, ownQueue) } : {}),
     ...(leases ? { leases } : {}),
@@ -392,7 +405,8 @@ export function createLambdaDeps(
 /**
  * The handler's sender check (`./sender.ts`) for `KAPP_LAMBDA_SENDER_CHECK=registry`: the
  * configured function role ids, each bound to the functions it runs (a role shared by two
- * functions may send what either sends), and each cluster's forwarder from the fleet registry.
+ * functions may send what either sends; the function's own role, besides, its postponed copies),
+ * and each cluster's forwarder from the fleet registry.
  *
  * @throws ConfigError when the check is asked for but the function's clusters do not come from
  *   the fleet registry (an override): it would otherwise silently take every sender.
@@ -411,6 +425,8 @@ export function senderCheckOf(
   }
   const policy: SenderPolicy = {
     functionSenders,
+    // Its own role may send it its postponed copies (`./sender.ts`).
+    receiver: config.stage,
     ...(config.senderCheck.cell === undefined ? {} : { cell: config.senderCheck.cell }),
     forwarderOf: (clusterId) => fleet.forwarderOf(clusterId),
   };

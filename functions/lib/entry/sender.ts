@@ -11,6 +11,20 @@
  *   id in C's registry document (`forwarder.roleId`, `../kube/cluster-doc.ts`), the per-cluster
  *   role the CDK app creates (`ForwarderRoleId<Id>`).
  *
+ * A copy a function sends to its own queue (a record it postponed at its deadline,
+ * `MessageRequeuer` of `../transport/port.ts`) comes with its own role as the sender, for any
+ * event that queue delivers, including events the function never sends on ({@link EMITS}: the
+ * template function's `template`, install's `repo.indexed`). Such a copy is taken from that role
+ * ({@link SenderPolicy.receiver}) for any event whose target is the function. Why this is no
+ * escalation: what a copy can make the function do, an event of its own queue, is what the
+ * function's own code and role do; code that took over the function already holds that role and
+ * runs that code (its tools, its credentials, the registry it reads), so sending itself an event
+ * gives it nothing it did not hold, and reaches no other function (the rule is only for the
+ * receiver's own queue, every other queue still holds the role to {@link EMITS}). An honest
+ * function launders nothing through it: it postpones a record only once the record passed these
+ * same checks (`postponeLane` of `./stage-handler.ts`), and a cell's function still takes only
+ * its own cluster's events.
+ *
  * A function of a cell (the CDK stack's `isolation: cell`: one set of functions per cluster,
  * `KAPP_LAMBDA_CELL_CLUSTER`) takes only events naming its own cluster
  * ({@link SenderPolicy.cell}), whoever sent them: its role may read only that cluster's
@@ -39,6 +53,7 @@ import {
   KINDS,
   type Kind,
   objectRefOf,
+  targetFunction,
 } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
 import type { EventSender } from '../transport/port.js';
@@ -197,6 +212,12 @@ export interface SenderPolicy {
   /** The one cluster id events may name (a cell's function); unset: any registered cluster. */
   readonly cell?: string;
   /**
+   * The function whose queue this is: its own role (a {@link SenderPolicy.functionSenders} entry naming it) may
+   * send it any event whose target it is, its own postponed copies (see the module comment).
+   * Unset: no such rule (each function only what it {@link EMITS}).
+   */
+  readonly receiver?: PipelineStage;
+  /**
    * A cluster's forwarder as its registry document names it; `undefined` when the cluster is
    * not registered. May throw (registry unreadable): the record then fails and is retried.
    */
@@ -232,6 +253,13 @@ export async function senderRefusal(
   const stages = policy.functionSenders.get(principal);
   if (stages !== undefined) {
     if (stages.some((s) => mayEmit(s, event))) return undefined;
+    if (
+      policy.receiver !== undefined &&
+      stages.includes(policy.receiver) &&
+      targetFunction(event) === policy.receiver
+    ) {
+      return undefined;
+    }
     return `sender ${principal} is the role of the ${stages.join(' and ')} function, which never sends ${named(event)}`;
   }
   const forwarder = await policy.forwarderOf(clusterId);

@@ -28,7 +28,14 @@ import type { DispatchDeps, PipelineDeps } from '../pipeline/deps.js';
 import type { dispatchWithRetryBound as DispatchWithRetryBound } from '../pipeline/retry-bound.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { SecretMask } from '../reconcile/secret-mask.js';
-import type { EventSender, MessageDeleter, RecordProver } from '../transport/port.js';
+import {
+  type EventSender,
+  type MessageDeleter,
+  type MessageRequeuer,
+  POSTPONED_ATTRIBUTE,
+  type RecordProver,
+  type RequeuedMessage,
+} from '../transport/port.js';
 import { messageGroupRefusal, sendingAs } from './sender.js';
 
 /**
@@ -174,7 +181,34 @@ export interface EntryDeps {
    * gives one whenever the sender check is on (`./lambda.ts`).
    */
   prover?: RecordProver;
+  /**
+   * Sends the records the function deadline held back to the function's own queue as copies
+   * (`SqsMessageRequeuer` of `../transport/sqs.ts`), so they run in a later invocation without
+   * spending one of their receives ({@link postponeHeld}). Default none: they go back through
+   * `batchItemFailures`. The Lambda composition root gives one whenever it has the function's own
+   * queue URL (`./lambda.ts`).
+   *
+   * A record cut while it still ran ({@link cutAfterDeadline}) is not stopped: its promise goes on
+   * until Lambda freezes the process when the invocation returns, and again whenever the same
+   * execution environment is invoked next, while its copy may already run in another one. That
+   * copy is the same event, so the run lease of Apps (`../lease/run-leases.ts`) treats both as one
+   * run and fences neither; it fences them once another run took the App, and the stages are
+   * idempotent, their hand-offs deduplicated by event id. The same holds today for the record
+   * returned through `batchItemFailures`, only later (at the end of its visibility timeout).
+   */
+  requeuer?: MessageRequeuer;
 }
+
+/**
+ * How many times a record is postponed at most ({@link EntryDeps.requeuer}): past it the record
+ * goes back through `batchItemFailures`, spending its receives. Why a bound: a record that never
+ * fits in one invocation (a stage longer than the function timeout, a cluster that never
+ * answers) would otherwise be postponed for ever, never reaching its last receive, where the
+ * retry bound ends its run with a failed status (`../pipeline/retry-bound.ts`) before the
+ * dead-letter queue takes it. With it, such a record still ends with a status, at most this many
+ * invocations later.
+ */
+export const MAX_POSTPONEMENTS = 3;
 
 /**
  * Margin over the time an invocation has left of the visibility a proven record is given
@@ -205,7 +239,8 @@ export type RecordOutcome =
   | 'ended'
   | 'deadline'
   | 'coalesced'
-  | 'fenced';
+  | 'fenced'
+  | 'postponed';
 
 /**
  * Arms the function deadline of one invocation: a signal aborted with a {@link DeadlineError}
@@ -335,6 +370,13 @@ export function makeStageHandler(
     }
     const failed = new Set<string>();
     const settled = new Set<string>();
+    // The records the deadline held back: failed unless postponed ({@link postponeHeld}).
+    const held = new Map<string, HoldReason>();
+    const holdBack = (record: SqsRecord, why: HoldReason) => {
+      failed.add(record.messageId);
+      if (d.requeuer) held.set(record.messageId, why);
+      else logHeld(log, stage, record, why);
+    };
     let cutOff = false;
     const received = Array.isArray(event.Records) ? event.Records : [];
     try {
@@ -346,6 +388,9 @@ export function makeStageHandler(
         run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal),
         fail: (record) => {
           if (!cutOff) failed.add(record.messageId);
+        },
+        hold: (record, why) => {
+          if (!cutOff) holdBack(record, why);
         },
         settle: (record) => settled.add(record.messageId),
         cutOff: () => cutOff,
@@ -359,17 +404,12 @@ export function makeStageHandler(
       // back to the queue alone, and every other record of the batch keeps its own outcome.
       if (deadline && (await cutAfterDeadline(batch, deadline.signal, deadline.marginMs / 2))) {
         cutOff = true;
-        for (const record of records) {
-          if (settled.has(record.messageId)) continue;
-          failed.add(record.messageId);
-          log
-            .child({ messageId: record.messageId })
-            .warn(
-              { stage, outcome: 'deadline' satisfies RecordOutcome },
-              'still running, or behind a running record of its group, at the function deadline; returned to the queue',
-            );
-        }
+        for (const record of records) if (!settled.has(record.messageId)) holdBack(record, STILL_RUNNING);
       } else await batch;
+      if (d.requeuer && held.size > 0) {
+        const postponing = { requeuer: d.requeuer, budgetMs: (deadline?.marginMs ?? 0) / 4 };
+        await postponeHeld(stage, records, held, { ...d, ...postponing }, log, (r) => failed.delete(r.messageId));
+      }
     } finally {
       deadline?.dispose();
     }
@@ -488,6 +528,8 @@ interface BatchSteps {
   run: (record: SqsRecord, log: Logger) => Promise<RecordOutcome>;
   /** Reports a record in `batchItemFailures`. */
   fail: (record: SqsRecord) => void;
+  /** Holds a record back for the function deadline: failed, or postponed ({@link postponeHeld}); logs it. */
+  hold: (record: SqsRecord, why: HoldReason) => void;
   /** The record's outcome is decided (whatever it is). */
   settle: (record: SqsRecord) => void;
   /** Whether the invocation already returned without this batch (a cut, {@link cutAfterDeadline}): no early delete then. */
@@ -519,10 +561,11 @@ function messageGroupLanes(records: readonly SqsRecord[]): SqsRecord[][] {
 /**
  * Runs a batch: `concurrency` workers each take the next lane ({@link messageGroupLanes}) and run
  * its records one after another, so records of different groups overlap and a group's never do.
- * Once a record of a lane fails (or did not start: the deadline), the lane's later records are
- * failed without running (`skipped`): SQS returns them in order, and running them would let a
- * newer event of the object overtake an older one (Powertools' `SqsFifoPartialProcessor` with
- * `skipGroupOnError`, per lane). A lane whose records all succeeded while other lanes still run
+ * Once a record of a lane fails, the lane's later records are failed without running
+ * (`skipped`): SQS returns them in order, and running them would let a newer event of the object
+ * overtake an older one (Powertools' `SqsFifoPartialProcessor` with `skipGroupOnError`, per lane).
+ * A record that did not start (the deadline) is held back with the lane's later records
+ * (`steps.hold`: failed likewise, or postponed together, {@link postponeHeld}). A lane whose records all succeeded while other lanes still run
  * is deleted from the queue at once (`steps.deleter`): its message group then delivers its next
  * events to another invocation instead of waiting for this one to return.
  */
@@ -532,10 +575,16 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
   const deletes: Promise<void>[] = [];
   const runLane = async (lane: SqsRecord[]): Promise<void> => {
     let laneFailed = false;
+    let laneHeld = false;
     let laneAcknowledged = true;
     for (const [i, record] of lane.entries()) {
       const rlog = steps.log(record);
       if (steps.cutOff()) return;
+      if (laneHeld) {
+        steps.settle(record);
+        steps.hold(record, BEHIND_HELD);
+        continue;
+      }
       if (laneFailed) {
         steps.settle(record);
         steps.fail(record);
@@ -547,12 +596,8 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
       }
       if (!steps.mayStart(lane.slice(i))) {
         steps.settle(record);
-        steps.fail(record);
-        laneFailed = true;
-        rlog.warn(
-          { stage: steps.stage, outcome: 'deadline' satisfies RecordOutcome },
-          'function deadline reached; not started',
-        );
+        steps.hold(record, NOT_STARTED);
+        laneFailed = laneHeld = true;
         continue;
       }
       const outcome = await steps.run(record, rlog);
@@ -595,6 +640,157 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, lanes.length)) }, worker));
   await Promise.all(deletes);
+}
+
+/**
+ * Why the function deadline held a record back: its outcome and log message when it goes back
+ * through `batchItemFailures` (no requeuer, or not postponed: {@link postponeHeld}).
+ */
+interface HoldReason {
+  readonly outcome: 'deadline' | 'skipped';
+  readonly msg: string;
+}
+
+/** A record not started: the deadline came, or the start window closed ({@link startWindow}). */
+const NOT_STARTED: HoldReason = { outcome: 'deadline', msg: 'function deadline reached; not started' };
+
+/** A record behind one {@link NOT_STARTED} in its lane. */
+const BEHIND_HELD: HoldReason = { outcome: 'skipped', msg: 'earlier event of this object failed; retried after it' };
+
+/** A record still running, or behind one in its lane, when the invocation was cut ({@link cutAfterDeadline}). */
+const STILL_RUNNING: HoldReason = {
+  outcome: 'deadline',
+  msg: 'still running, or behind a running record of its group, at the function deadline; returned to the queue',
+};
+
+/** Logs a held record that goes back through `batchItemFailures`; `why` says why it was not postponed. */
+function logHeld(log: Logger, stage: PipelineStage, record: SqsRecord, held: HoldReason, why?: string): void {
+  log
+    .child({ messageId: record.messageId })
+    .warn({ stage, outcome: held.outcome satisfies RecordOutcome, ...(why ? { notPostponed: why } : {}) }, held.msg);
+}
+
+/** How many times the record was postponed already ({@link POSTPONED_ATTRIBUTE}): 0 when absent or not a count. */
+function postponementsOf(record: SqsRecord): number {
+  const n = Number(record.messageAttributes?.[POSTPONED_ATTRIBUTE]?.stringValue ?? 0);
+  return Number.isSafeInteger(n) && n > 0 ? n : 0;
+}
+
+/**
+ * Postpones the records the function deadline held back ({@link EntryDeps.requeuer}): each lane
+ * of them ({@link postponeLane}) sent back in one requeue, the lanes side by side; a record sent
+ * back is acknowledged (`unfail`) and logged `postponed`, the others keep their failure and are
+ * logged as {@link HoldReason} says. Lanes not done within `d.budgetMs` (a quarter of the
+ * deadline margin: the cut leaves half of it before Lambda ends the invocation) keep their failures,
+ * so a queue that does not answer cannot hold the invocation until Lambda kills it and returns
+ * every record of the batch.
+ *
+ * @param records - the batch, in order: the held records' lanes keep it.
+ * @param held - the held records by message id, and why.
+ */
+async function postponeHeld(
+  stage: PipelineStage,
+  records: readonly SqsRecord[],
+  held: ReadonlyMap<string, HoldReason>,
+  d: EntryDeps & { requeuer: MessageRequeuer; budgetMs: number },
+  log: Logger,
+  unfail: (record: SqsRecord) => void,
+): Promise<void> {
+  const lanes = messageGroupLanes(records.filter((r) => held.has(r.messageId)));
+  const done = new Set<SqsRecord[]>();
+  let open = true;
+  const work = lanes.map(async (lane) => {
+    const result = await postponeLane(stage, lane, d, log).catch((err: unknown) => errorText(err));
+    if (!open) return;
+    done.add(lane);
+    if (typeof result === 'string') {
+      for (const r of lane) logHeld(log, stage, r, held.get(r.messageId) as HoldReason, result);
+      return;
+    }
+    for (const r of result.dropped) unfail(r);
+    for (const [i, r] of result.postponed.entries()) {
+      unfail(r);
+      log.child({ messageId: r.messageId }).info(
+        {
+          stage,
+          outcome: 'postponed' satisfies RecordOutcome,
+          held: held.get(r.messageId)?.outcome,
+          postponements: result.messages[i]?.postponements,
+        },
+        'held back by the function deadline; sent back to its queue without spending a receive',
+      );
+    }
+  });
+  await settledWithin(Promise.all(work), d.budgetMs);
+  open = false;
+  for (const lane of lanes.filter((l) => !done.has(l))) {
+    for (const r of lane)
+      logHeld(log, stage, r, held.get(r.messageId) as HoldReason, 'the requeue did not end in time');
+  }
+}
+
+/** Resolves once `work` settled or `ms` passed, whichever is first. */
+async function settledWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+    timer.unref?.();
+  });
+  try {
+    await Promise.race([work.then(() => undefined), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Sends one lane's held records back to the function's queue in lane order, in one requeue, all or
+ * none: a record of the lane that went back through `batchItemFailures` would come back ahead of
+ * the copies of the records before it (its message keeps its place in the group), so one that may
+ * not be postponed sends the whole lane back that way. A lane is postponed only when each record
+ * stays within {@link MAX_POSTPONEMENTS}, has its message group, and passes the edge checks again
+ * ({@link admit}); why those here: a record not started was never checked, and its copy's sender
+ * is the function itself, which the sender check accepts for any event of its queue
+ * (`./sender.ts`), so a record another sender may not send must not be laundered into one. A
+ * record the checks drop is dropped now, as it would be on its next receive.
+ *
+ * Copies join the end of their message group: they come after the group's messages not received
+ * with this batch, which then run first (each stage is idempotent, and App runs are fenced by the
+ * run lease).
+ *
+ * @returns the records postponed, their copies and those dropped, or why the lane was not
+ *   postponed. Never throws.
+ */
+async function postponeLane(
+  stage: PipelineStage,
+  lane: readonly SqsRecord[],
+  d: EntryDeps & { requeuer: MessageRequeuer },
+  log: Logger,
+): Promise<{ postponed: SqsRecord[]; messages: RequeuedMessage[]; dropped: SqsRecord[] } | string> {
+  if (lane.some((r) => postponementsOf(r) >= MAX_POSTPONEMENTS)) {
+    return `postponed ${MAX_POSTPONEMENTS} times already (MAX_POSTPONEMENTS)`;
+  }
+  if (lane.some((r) => r.attributes?.MessageGroupId === undefined)) return 'the record has no message group';
+  const postponed: SqsRecord[] = [];
+  const dropped: SqsRecord[] = [];
+  for (const record of lane) {
+    const admitted = await admit(stage, record, d, log.child({ messageId: record.messageId }));
+    if (admitted === 'failed') return 'its sender could not be checked';
+    if (typeof admitted === 'string') dropped.push(record);
+    else postponed.push(record);
+  }
+  const messages = postponed.map((r) => ({
+    messageId: r.messageId,
+    body: r.body,
+    messageGroupId: r.attributes?.MessageGroupId as string,
+    postponements: postponementsOf(r) + 1,
+  }));
+  try {
+    if (messages.length > 0) await d.requeuer.requeue(messages);
+  } catch (err) {
+    return `the requeue failed: ${errorText(err)}`;
+  }
+  return { postponed, messages, dropped };
 }
 
 /**

@@ -3,13 +3,25 @@
  *
  * @module
  */
-export { MemoryEventSender, type SentEvent } from './memory.js';
-export { type EventSender, type MessageDeleter, type RecordProver, sendAll, TransportError } from './port.js';
+export { MemoryEventSender, MemoryMessageRequeuer, type SentEvent } from './memory.js';
 export {
+  type EventSender,
+  type MessageDeleter,
+  type MessageRequeuer,
+  POSTPONED_ATTRIBUTE,
+  type RecordProver,
+  type RequeuedMessage,
+  sendAll,
+  TransportError,
+} from './port.js';
+export {
+  postponedDedupId,
+  requeueEntry,
   SQS_BATCH_ENTRIES,
   SqsEventSender,
   type SqsEventSenderOptions,
   SqsMessageDeleter,
+  SqsMessageRequeuer,
   SqsRecordProver,
   type SqsSendClient,
   sendMessageBatches,

@@ -19,7 +19,7 @@
  *
  * @module
  */
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import type {
   ChangeMessageVisibilityBatchCommand,
   ChangeMessageVisibilityBatchResult,
@@ -33,7 +33,15 @@ import type {
 } from '@aws-sdk/client-sqs';
 import { type KappEvent, MAX_EVENT_BYTES, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
-import { type EventSender, type MessageDeleter, type RecordProver, TransportError } from './port.js';
+import {
+  type EventSender,
+  type MessageDeleter,
+  type MessageRequeuer,
+  POSTPONED_ATTRIBUTE,
+  type RecordProver,
+  type RequeuedMessage,
+  TransportError,
+} from './port.js';
 
 /**
  * The part of `SQSClient` this adapter uses (an `SQSClient` satisfies it; unit tests pass a
@@ -44,7 +52,8 @@ export interface SqsSendClient {
    * Sends one command; resolves with the SDK output (a `SendMessageBatchResult` for a batch),
    * rejects with the SDK error. `DeleteMessageBatch` is the function's early acknowledgement of its
    * own records ({@link SqsMessageDeleter}); `ChangeMessageVisibilityBatch` its proof that records
-   * are its queue's ({@link SqsRecordProver}).
+   * are its queue's ({@link SqsRecordProver}); a `SendMessageBatch` to its own queue the copies of
+   * the records it postponed ({@link SqsMessageRequeuer}).
    */
   send(
     command:
@@ -112,6 +121,42 @@ export function sendMessageInput(queueUrl: string, event: KappEvent, key?: Uint8
 export const SQS_BATCH_ENTRIES = 10;
 
 /**
+ * Splits request entries into the lists of successive batch requests, in order: each at most
+ * {@link SQS_BATCH_ENTRIES} entries and, with `bytesOf`, at most {@link MAX_EVENT_BYTES} in all
+ * (SQS's limit on a batch's total payload). One entry alone may exceed the byte limit; the caller
+ * refuses those first.
+ */
+function batchesOf<T>(entries: readonly T[], bytesOf: (entry: T) => number = () => 0): T[][] {
+  const batches: T[][] = [];
+  let current: T[] = [];
+  let bytes = 0;
+  for (const entry of entries) {
+    const size = bytesOf(entry);
+    if (current.length >= SQS_BATCH_ENTRIES || (current.length > 0 && bytes + size > MAX_EVENT_BYTES)) {
+      batches.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(entry);
+    bytes += size;
+  }
+  if (current.length > 0) batches.push(current);
+  return batches;
+}
+
+/**
+ * The bytes of a `SendMessageBatch` entry that count toward SQS's payload limit: its body and its
+ * message attributes (name, type and value of each).
+ */
+function bodyBytes(entry: SendMessageBatchRequestEntry): number {
+  let bytes = Buffer.byteLength(entry.MessageBody ?? '');
+  for (const [name, value] of Object.entries(entry.MessageAttributes ?? {})) {
+    bytes += Buffer.byteLength(`${name}${value.DataType ?? ''}${value.StringValue ?? ''}`);
+  }
+  return bytes;
+}
+
+/**
  * Splits events bound for one queue into `SendMessageBatch` entry lists, in order: each at most
  * {@link SQS_BATCH_ENTRIES} entries and {@link MAX_EVENT_BYTES} of bodies (SQS's limit on a
  * batch's total payload). Entry ids are the event's position in `events` (unique per request,
@@ -125,22 +170,45 @@ export function sendMessageBatches(
   events: readonly KappEvent[],
   keyOf: (event: KappEvent) => Uint8Array | undefined = () => undefined,
 ): SendMessageBatchRequestEntry[][] {
-  const batches: SendMessageBatchRequestEntry[][] = [];
-  let current: SendMessageBatchRequestEntry[] = [];
-  let bytes = 0;
-  events.forEach((event, i) => {
+  const entries = events.map((event, i): SendMessageBatchRequestEntry => {
     const { MessageBody, MessageGroupId, MessageDeduplicationId } = sendMessageInput(queueUrl, event, keyOf(event));
-    const size = Buffer.byteLength(MessageBody ?? '');
-    if (current.length >= SQS_BATCH_ENTRIES || (current.length > 0 && bytes + size > MAX_EVENT_BYTES)) {
-      batches.push(current);
-      current = [];
-      bytes = 0;
-    }
-    current.push({ Id: String(i), MessageBody, MessageGroupId, MessageDeduplicationId });
-    bytes += size;
+    return { Id: String(i), MessageBody, MessageGroupId, MessageDeduplicationId };
   });
-  if (current.length > 0) batches.push(current);
-  return batches;
+  return batchesOf(entries, bodyBytes);
+}
+
+/**
+ * Sends `entries` to `queueUrl` as `SendMessageBatch` requests ({@link batchesOf}), in order.
+ *
+ * @param what - what the entries are, for errors (`events to the fetch queue`).
+ * @throws TransportError `failed to send <what>` with the SDK error as `cause`, or `failed to
+ *   send <n> of <m> <what>: <code>: <message>` when SQS refused some entries of a request (the
+ *   requests after it are not sent).
+ */
+async function sendEntries(
+  client: SqsSendClient,
+  queueUrl: string,
+  entries: readonly SendMessageBatchRequestEntry[],
+  what: string,
+): Promise<void> {
+  const { SendMessageBatchCommand } = await import('@aws-sdk/client-sqs');
+  for (const batch of batchesOf(entries, bodyBytes)) {
+    let result: SendMessageBatchResult | undefined;
+    try {
+      result = (await client.send(
+        new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: batch }),
+      )) as SendMessageBatchResult;
+    } catch (cause) {
+      throw new TransportError(`failed to send ${what}`, { cause });
+    }
+    const failed = result?.Failed ?? [];
+    if (failed.length > 0) {
+      const first = failed[0];
+      throw new TransportError(
+        `failed to send ${failed.length} of ${batch.length} ${what}: ${first?.Code ?? 'unknown'}: ${first?.Message ?? ''}`.trimEnd(),
+      );
+    }
+  }
 }
 
 /** Sends events to their stage's FIFO queue: `SendMessage` for one, `SendMessageBatch` for several. */
@@ -207,24 +275,7 @@ export class SqsEventSender implements EventSender {
     const url = this.#queueUrls[stage];
     if (!url) throw new TransportError(`no queue configured for the ${stage} function`);
     const batches = sendMessageBatches(url, events, await this.#keys(stage, events));
-    const { SendMessageBatchCommand } = await import('@aws-sdk/client-sqs');
-    for (const entries of batches) {
-      let result: SendMessageBatchResult | undefined;
-      try {
-        result = (await this.#client.send(
-          new SendMessageBatchCommand({ QueueUrl: url, Entries: entries }),
-        )) as SendMessageBatchResult;
-      } catch (cause) {
-        throw new TransportError(`failed to send events to the ${stage} queue`, { cause });
-      }
-      const failed = result?.Failed ?? [];
-      if (failed.length > 0) {
-        const first = failed[0];
-        throw new TransportError(
-          `failed to send ${failed.length} of ${entries.length} events to the ${stage} queue: ${first?.Code ?? 'unknown'}: ${first?.Message ?? ''}`.trimEnd(),
-        );
-      }
-    }
+    await sendEntries(this.#client, url, batches.flat(), `events to the ${stage} queue`);
   }
 }
 
@@ -256,10 +307,8 @@ export class SqsMessageDeleter implements MessageDeleter {
    */
   async delete(receiptHandles: readonly string[]): Promise<void> {
     const { DeleteMessageBatchCommand } = await import('@aws-sdk/client-sqs');
-    for (let i = 0; i < receiptHandles.length; i += SQS_BATCH_ENTRIES) {
-      const entries = receiptHandles
-        .slice(i, i + SQS_BATCH_ENTRIES)
-        .map((handle, j) => ({ Id: String(i + j), ReceiptHandle: handle }));
+    const all = receiptHandles.map((handle, i) => ({ Id: String(i), ReceiptHandle: handle }));
+    for (const entries of batchesOf(all)) {
       let result: DeleteMessageBatchResult | undefined;
       try {
         result = (await this.#client.send(
@@ -315,10 +364,12 @@ export class SqsRecordProver implements RecordProver {
     const { ChangeMessageVisibilityBatchCommand } = await import('@aws-sdk/client-sqs');
     const visibility = Math.max(0, Math.min(SQS_MAX_VISIBILITY_SECONDS, Math.ceil(visibilitySeconds)));
     const proven: boolean[] = [];
-    for (let i = 0; i < receiptHandles.length; i += SQS_BATCH_ENTRIES) {
-      const entries = receiptHandles
-        .slice(i, i + SQS_BATCH_ENTRIES)
-        .map((handle, j) => ({ Id: String(i + j), ReceiptHandle: handle, VisibilityTimeout: visibility }));
+    const all = receiptHandles.map((handle, i) => ({
+      Id: String(i),
+      ReceiptHandle: handle,
+      VisibilityTimeout: visibility,
+    }));
+    for (const entries of batchesOf(all)) {
       let result: ChangeMessageVisibilityBatchResult | undefined;
       try {
         result = (await this.#client.send(
@@ -339,5 +390,67 @@ export class SqsRecordProver implements RecordProver {
       for (const e of entries) proven.push(ok.has(e.Id) && !refused.has(e.Id));
     }
     return proven;
+  }
+}
+
+/**
+ * The `MessageDeduplicationId` of a postponed record's copy ({@link SqsMessageRequeuer}): 64 hex
+ * chars of SHA-256 of `kapp-lambda/postponed/v1`, a NUL, the record's message id, a NUL and its
+ * postponements. Why these: a record received again before its copy was acknowledged (a requeue
+ * that SQS accepted but answered too late, the invocation then returning the record the usual way)
+ * carries the same message id and attribute, so its second copy is dropped within SQS's 5-minute
+ * window; the copy's own later postponement has a new message id. The prefix keeps these ids
+ * apart from the events' ({@link dedupId}) in the queue's deduplication scope.
+ */
+export function postponedDedupId(messageId: string, postponements: number): string {
+  return createHash('sha256').update(`kapp-lambda/postponed/v1\0${messageId}\0${postponements}`).digest('hex');
+}
+
+/**
+ * The `SendMessageBatch` entry of a postponed record's copy: its body and message group as
+ * received, {@link postponedDedupId}, and {@link POSTPONED_ATTRIBUTE} = its postponements.
+ */
+export function requeueEntry(message: RequeuedMessage, id: string): SendMessageBatchRequestEntry {
+  return {
+    Id: id,
+    MessageBody: message.body,
+    MessageGroupId: message.messageGroupId,
+    MessageDeduplicationId: postponedDedupId(message.messageId, message.postponements),
+    MessageAttributes: {
+      [POSTPONED_ATTRIBUTE]: { DataType: 'Number', StringValue: String(message.postponements) },
+    },
+  };
+}
+
+/**
+ * {@link MessageRequeuer} of one function's own FIFO queue: `SendMessageBatch` requests
+ * ({@link requeueEntry}, up to {@link SQS_BATCH_ENTRIES} messages and {@link MAX_EVENT_BYTES} of
+ * bodies each) on the queue URL the function is configured with, under the function role's
+ * `sqs:SendMessage` on its own queue (`infra/aws/stack.ts`). The copy's `SenderId` is then the
+ * function's own role, which the receiving sender check accepts for any event of that queue
+ * (`../entry/sender.ts`).
+ */
+export class SqsMessageRequeuer implements MessageRequeuer {
+  readonly #client: SqsSendClient;
+  readonly #queueUrl: string;
+
+  /**
+   * @param client - the function's SQS client.
+   * @param queueUrl - the URL of the function's own queue.
+   */
+  constructor(client: SqsSendClient, queueUrl: string) {
+    this.#client = client;
+    this.#queueUrl = queueUrl;
+  }
+
+  /**
+   * {@inheritDoc MessageRequeuer.requeue}
+   * @throws TransportError `failed to send postponed messages to the function's queue` with the
+   *   SDK error as `cause`, or `failed to send <n> of <m> postponed messages to the function's
+   *   queue: <code>: <message>` when SQS refused some entries (the requests after it are not sent).
+   */
+  async requeue(messages: readonly RequeuedMessage[]): Promise<void> {
+    const entries = messages.map((m, i) => requeueEntry(m, String(i)));
+    await sendEntries(this.#client, this.#queueUrl, entries, "postponed messages to the function's queue");
   }
 }
