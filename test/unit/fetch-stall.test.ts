@@ -158,6 +158,25 @@ describe('egress proxy: the stall cut', () => {
     );
   }, 10_000);
 
+  it("leaves a connection of no tracked run (kapp's, with the proxy as proxy-url) to the idle timeout", async () => {
+    proxy = await startEgressProxy(proxyOpts);
+    const { port } = new URL(proxy.url);
+    const s = connect({ host: '127.0.0.1', port: Number(port) });
+    await once(s, 'connect');
+    s.write(`CONNECT tarpit.example:${tarpitPort} HTTP/1.1\r\nhost: tarpit.example\r\n\r\n`);
+    await once(s, 'data');
+    s.write(`GET / HTTP/1.1\r\nhost: tarpit.example\r\n\r\n`);
+    let got = 0;
+    s.on('data', (c: Buffer) => {
+      got += c.length;
+    });
+    // Three windows of the trickle: a watched connection would have been cut after the first.
+    await new Promise((r) => setTimeout(r, RULE.windowMs * 3));
+    expect(s.destroyed).toBe(false);
+    expect(got).toBeGreaterThan(0);
+    s.destroy();
+  }, 10_000);
+
   it('lets a fast answer through whole, with no note', async () => {
     proxy = await startEgressProxy(proxyOpts);
     proxy.track('run1');

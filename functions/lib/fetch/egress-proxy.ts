@@ -172,38 +172,42 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const idleMs = opts.idleTimeoutMs ?? EGRESS_IDLE_TIMEOUT_MS;
   const maxOpen = opts.maxConnections ?? EGRESS_MAX_CONNECTIONS;
 
-  /** The records of the run that made `req` (see {@link EgressProxy.stalls}). */
+  /**
+   * The records of the tool run that made `req` (see {@link EgressProxy.stalls}): by its token,
+   * else the one tracked run when there is exactly one (git's connections carry no token).
+   */
   const recordsOf = (req: IncomingMessage) =>
     tracked.get(tokenOf(req) ?? '') ?? (tracked.size === 1 ? [...tracked.values()][0] : undefined);
 
-  /** Records that `req`'s connection to `host` stalled; returns the note. */
-  const stalled = (req: IncomingMessage, host: string): string => {
-    const note = stallNote(host, rule);
-    const list = recordsOf(req)?.stalled;
-    if (list && list.length < 16 && !list.includes(note)) list.push(note);
-    return note;
-  };
-
   /**
-   * Counts the upstream `s` as open until it closes; drops it after `idleMs` without traffic and
-   * cuts it as stalled ({@link watchStall}, the proxy's rule) when it makes no progress: the
-   * server's bytes count, the client's mark it as waiting. An upstream silent for `idleMs` on a
-   * request it never answered is a stall too. `onStall` records the cut (before the socket is
-   * destroyed).
+   * Counts the upstream `s` as open until it closes and drops it after `idleMs` without traffic.
+   * A connection of a tracked tool run (`recordsOf`) is also cut as stalled when it makes no
+   * progress ({@link watchStall}, the proxy's rule; the server's bytes count, the client's mark
+   * it as waiting; silent for `idleMs` on a request it never answered is a stall too): the note
+   * naming `host` goes to the run's records and to `onStall` before the socket is destroyed.
+   * Other connections (kapp's, with the proxy as a kubeconfig's `proxy-url`: a wait on the API
+   * server is quiet by nature) keep the idle timeout only.
+   *
+   * @returns the watch to report the client's traffic to, or `undefined` for a connection not watched
    */
-  const hold = (s: Socket, onStall: () => void): StallWatch => {
+  const hold = (s: Socket, req: IncomingMessage, host: string, onStall?: (note: string) => void) => {
     open.add(s);
+    s.once('close', () => open.delete(s));
+    const records = recordsOf(req);
+    if (!records) {
+      s.setTimeout(idleMs, () => s.destroy());
+      return undefined;
+    }
     const cut = () => {
       watch.stop();
-      onStall();
+      const note = stallNote(host, rule);
+      if (records.stalled.length < 16 && !records.stalled.includes(note)) records.stalled.push(note);
+      onStall?.(note);
       s.destroy();
     };
-    const watch = watchStall(rule, cut, { spareIdle: true });
+    const watch: StallWatch = watchStall(rule, cut, { spareIdle: true });
     s.on('data', (chunk: Buffer) => watch.received(chunk.length));
-    s.once('close', () => {
-      watch.stop();
-      open.delete(s);
-    });
+    s.once('close', () => watch.stop());
     s.setTimeout(idleMs, () => (watch.waiting ? cut() : s.destroy()));
     return watch;
   };
@@ -282,11 +286,11 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       return;
     }
     let cutNote: string | undefined;
-    const watch = hold(upstream, () => {
-      cutNote = stalled(req, url.host);
+    const watch = hold(upstream, req, url.host, (note) => {
+      cutNote = note;
     });
-    watch.sent();
-    req.on('data', () => watch.sent());
+    watch?.sent();
+    req.on('data', () => watch?.sent());
     res.once('close', () => upstream.destroy());
     const out = request({
       method: req.method ?? 'GET',
@@ -347,12 +351,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       return;
     }
     const port = Number(m[2]);
-    const watch = hold(upstream, () => {
-      const host = m[1]?.includes(':') ? `[${m[1]}]` : (m[1] ?? '');
-      stalled(req, port === 443 ? host : `${host}:${port}`);
-    });
-    client.on('data', () => watch.sent());
-    if (head.length > 0) watch.sent();
+    const host = m[1].includes(':') ? `[${m[1]}]` : m[1];
+    const watch = hold(upstream, req, port === 443 ? host : `${host}:${port}`);
+    client.on('data', () => watch?.sent());
+    if (head.length > 0) watch?.sent();
     upstream.on('error', () => client.destroy());
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
