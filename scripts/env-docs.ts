@@ -102,6 +102,20 @@ export const START_ENV_DOCS: readonly SettingDoc[] = [
     readBy: '`scripts/start-settings.ts`',
   },
   {
+    name: 'KAPP_LAMBDA_FETCH_STALL_SECONDS',
+    default: '`60`',
+    meaning:
+      "stall window of a fetch, seconds (1..900): a tool's connection through the egress proxy or an http source's download that brings fewer than `KAPP_LAMBDA_FETCH_STALL_MIN_BYTES` in a window is cut, and status names the host and the rule; as the Lambda functions' variable; an invalid value exits 2",
+    readBy: '`scripts/start-settings.ts`',
+  },
+  {
+    name: 'KAPP_LAMBDA_FETCH_STALL_MIN_BYTES',
+    default: '`4096`',
+    meaning:
+      "byte floor of each stall window (1..1048576), as the Lambda functions' variable; an invalid value exits 2",
+    readBy: '`scripts/start-settings.ts`',
+  },
+  {
     name: 'KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE',
     default: '`kapp-lambda`',
     meaning:

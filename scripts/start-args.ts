@@ -31,8 +31,11 @@ export const START_USAGE = `usage: npm start [-- -h|--help] [-- --controller-con
     KAPP_LAMBDA_METRICS_ADDRESS=<host:port>|off  GET /metrics (default 127.0.0.1:8080)
     KAPP_LAMBDA_URL_POLICY=enforce, KAPP_LAMBDA_URL_ALLOW=…  the cloud mode's URL policy
     KAPP_LAMBDA_MAX_INLINE_BYTES=<n>  cap on an App's inline fetch content (default 64 MiB)
+    KAPP_LAMBDA_FETCH_STALL_SECONDS=60, KAPP_LAMBDA_FETCH_STALL_MIN_BYTES=4096  cut a fetch
+                                      connection that brings fewer bytes in a window
   Runs until Ctrl-C (exit 130) or SIGTERM (exit 143); an invalid KAPP_LAMBDA_URL_POLICY,
-  KAPP_LAMBDA_URL_ALLOW or KAPP_LAMBDA_MAX_INLINE_BYTES exits 2, as a usage error.
+  KAPP_LAMBDA_URL_ALLOW, KAPP_LAMBDA_MAX_INLINE_BYTES or KAPP_LAMBDA_FETCH_STALL_* exits 2,
+  as a usage error.
 ${exitCodesHelp('the local control plane could not start')}`;
 
 /**

@@ -9,7 +9,13 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { LEASE_ACQUIRED_MESSAGE } from '../events/forwarder/leader.js';
 import { isDns1123Label } from '../functions/lib/api/names.js';
-import { MAX_INLINE_BYTES_SETTING } from '../functions/lib/entry/config.js';
+import {
+  FETCH_STALL_MIN_BYTES_SETTING,
+  FETCH_STALL_SECONDS_SETTING,
+  fetchStallRule,
+  MAX_INLINE_BYTES_SETTING,
+} from '../functions/lib/entry/config.js';
+import type { StallRule } from '../functions/lib/fetch/stall.js';
 import { SERVICE_ACCOUNT_DIR } from '../functions/lib/kube/kubeconfig-auth.js';
 
 /** Settings of `npm start` read from its flags and environment. */
@@ -26,6 +32,11 @@ export interface StartSettings {
    * functions' variable). Unset: the fetch's default, 64 MiB (`functions/lib/fetch/inline-limit.ts`).
    */
   maxInlineBytes?: number;
+  /**
+   * The fetch's progress rule (`KAPP_LAMBDA_FETCH_STALL_SECONDS` and `_MIN_BYTES`, the Lambda
+   * functions' variables). Unset: the fetch's default, 4 KiB in 60 s (`functions/lib/fetch/stall.ts`).
+   */
+  fetchStall?: StallRule;
 }
 
 /**
@@ -36,8 +47,9 @@ export interface StartSettings {
  * @param env - The environment (`process.env`).
  * @returns The settings, `help` when `--help`/`-h` was given.
  * @throws Error on an unknown option, a namespace that is not a DNS-1123 label or a
- *   `KAPP_LAMBDA_MAX_INLINE_BYTES` that is not an integer in [1, 1 GiB] (the message names the
- *   flag or variable).
+ *   `KAPP_LAMBDA_MAX_INLINE_BYTES` that is not an integer in [1, 1 GiB], a
+ *   `KAPP_LAMBDA_FETCH_STALL_SECONDS` not in [1, 900] or a `KAPP_LAMBDA_FETCH_STALL_MIN_BYTES`
+ *   not in [1, 1 MiB] (the message names the flag or variable).
  */
 export function readStartSettings(
   argv: readonly string[],
@@ -59,13 +71,21 @@ export function readStartSettings(
     const source = flag ? '--controller-config-namespace' : 'KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE';
     throw new Error(`${source}: expected a namespace name (a DNS-1123 label), got ${JSON.stringify(namespace)}`);
   }
-  const maxInline = MAX_INLINE_BYTES_SETTING.safeParse(env.KAPP_LAMBDA_MAX_INLINE_BYTES);
-  if (!maxInline.success) {
-    throw new Error(`KAPP_LAMBDA_MAX_INLINE_BYTES: ${maxInline.error.issues[0]?.message ?? 'invalid'}`);
-  }
+  /** The Lambda functions' rule for `name`; a value it refuses throws, naming the variable. */
+  const read = (name: string, rule: typeof MAX_INLINE_BYTES_SETTING): number | undefined => {
+    const parsed = rule.safeParse(env[name]);
+    if (!parsed.success) throw new Error(`${name}: ${parsed.error.issues[0]?.message ?? 'invalid'}`);
+    return parsed.data;
+  };
+  const maxInline = read('KAPP_LAMBDA_MAX_INLINE_BYTES', MAX_INLINE_BYTES_SETTING);
+  const stall = fetchStallRule(
+    read('KAPP_LAMBDA_FETCH_STALL_SECONDS', FETCH_STALL_SECONDS_SETTING),
+    read('KAPP_LAMBDA_FETCH_STALL_MIN_BYTES', FETCH_STALL_MIN_BYTES_SETTING),
+  );
   return {
     ...(namespace ? { controllerConfigNamespace: namespace } : {}),
-    ...(maxInline.data !== undefined ? { maxInlineBytes: maxInline.data } : {}),
+    ...(maxInline !== undefined ? { maxInlineBytes: maxInline } : {}),
+    ...(stall ? { fetchStall: stall } : {}),
   };
 }
 

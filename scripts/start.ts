@@ -127,6 +127,7 @@ const runtime = startEmbedded({
     urlPolicy,
     ...(settings.controllerConfigNamespace ? { controllerConfigNamespace: settings.controllerConfigNamespace } : {}),
     ...(settings.maxInlineBytes !== undefined ? { maxInlineBytes: settings.maxInlineBytes } : {}),
+    ...(settings.fetchStall ? { fetchStall: settings.fetchStall } : {}),
   },
   ...(inCluster ? { inCluster } : { kubeconfigPath, contexts }),
   namespaces: list(process.env.KAPP_LAMBDA_NAMESPACES),

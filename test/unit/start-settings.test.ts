@@ -49,6 +49,18 @@ describe('npm start settings', () => {
     );
   });
 
+  it('reads the fetch stall rule as the Lambda functions do, a value unset taking its default', () => {
+    expect(readStartSettings([], { KAPP_LAMBDA_FETCH_STALL_MIN_BYTES: '1024' })).toEqual({
+      fetchStall: { windowMs: 60_000, minBytes: 1024 },
+    });
+    expect(readStartSettings([], { KAPP_LAMBDA_FETCH_STALL_SECONDS: '30' })).toEqual({
+      fetchStall: { windowMs: 30_000, minBytes: 4096 },
+    });
+    expect(() => readStartSettings([], { KAPP_LAMBDA_FETCH_STALL_SECONDS: '901' })).toThrow(
+      /^KAPP_LAMBDA_FETCH_STALL_SECONDS: expected an integer in \[1, 900\]/,
+    );
+  });
+
   it('refuses an unknown option and answers --help', () => {
     expect(() => readStartSettings(['--controller-config-ns', 'x'], {})).toThrow();
     expect(readStartSettings(['-h'], {})).toEqual({ help: true });

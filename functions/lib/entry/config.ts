@@ -32,6 +32,7 @@ import {
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../api/functions.js';
 import { STAGE_TOOLS } from '../exec/runner.js';
 import { MAX_INLINE_BYTES_CEILING } from '../fetch/inline-limit.js';
+import { DEFAULT_FETCH_STALL_MIN_BYTES, DEFAULT_FETCH_STALL_SECONDS, type StallRule } from '../fetch/stall.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../fetch/url-policy.js';
 import {
   CLUSTER_ID_PATTERN,
@@ -328,6 +329,19 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'fetch, index-repo',
   },
   {
+    name: 'KAPP_LAMBDA_FETCH_STALL_SECONDS',
+    default: '`60`',
+    meaning:
+      "stall window of a fetch, seconds (1..900): a tool's connection through the egress proxy (vendir, git, helm, imgpkg, kbld) or an http source's download that brings fewer than `KAPP_LAMBDA_FETCH_STALL_MIN_BYTES` from the server in a window is cut, and the `Fetching` failure's `usefulErrorMessage` names the host and this rule",
+    readBy: 'fetch, index-repo, template',
+  },
+  {
+    name: 'KAPP_LAMBDA_FETCH_STALL_MIN_BYTES',
+    default: '`4096`',
+    meaning: 'byte floor of each stall window (1..1048576); see `KAPP_LAMBDA_FETCH_STALL_SECONDS`',
+    readBy: 'fetch, index-repo, template',
+  },
+  {
     name: 'KAPP_LAMBDA_MAX_RECEIVE_COUNT',
     default: '`5`',
     meaning:
@@ -458,6 +472,11 @@ export interface LambdaConfig {
   maxDeployWaitMs?: number;
   /** `KAPP_LAMBDA_MAX_INLINE_BYTES`; unset: the fetch's `DEFAULT_MAX_INLINE_BYTES` (64 MiB). */
   maxInlineBytes?: number;
+  /**
+   * `KAPP_LAMBDA_FETCH_STALL_SECONDS` (ms) and `_MIN_BYTES`; a key unset takes the fetch's
+   * default (`DEFAULT_STALL_RULE`, 4 KiB in 60 s); both unset: absent.
+   */
+  fetchStall?: StallRule;
   /** `KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS`. */
   kappDeployRawOptions: string[];
   /** `KAPP_LAMBDA_KUBE_API_QPS` / `_BURST` (a key unset: kapp-controller's 20 / 30). */
@@ -531,6 +550,30 @@ const KUBECONFIG_PATH = z
  */
 export const MAX_INLINE_BYTES_SETTING = optional(intText(1, MAX_INLINE_BYTES_CEILING, true));
 
+/**
+ * `KAPP_LAMBDA_FETCH_STALL_SECONDS`: the stall window of a fetch, seconds, 1..900 (a Lambda
+ * function's longest run), optional. One rule for the Lambda functions and `npm start`.
+ */
+export const FETCH_STALL_SECONDS_SETTING = optional(intText(1, 900, true));
+
+/** `KAPP_LAMBDA_FETCH_STALL_MIN_BYTES`: the byte floor of a stall window, 1..1 MiB, optional. */
+export const FETCH_STALL_MIN_BYTES_SETTING = optional(intText(1, 1024 * 1024, true));
+
+/**
+ * The stall rule the two settings make (`../fetch/stall.ts`): a value unset takes its default;
+ * both unset, `undefined` (the fetch's default applies).
+ *
+ * @param seconds - `KAPP_LAMBDA_FETCH_STALL_SECONDS`, parsed
+ * @param minBytes - `KAPP_LAMBDA_FETCH_STALL_MIN_BYTES`, parsed
+ */
+export function fetchStallRule(seconds: number | undefined, minBytes: number | undefined): StallRule | undefined {
+  if (seconds === undefined && minBytes === undefined) return undefined;
+  return {
+    windowMs: (seconds ?? DEFAULT_FETCH_STALL_SECONDS) * 1000,
+    minBytes: minBytes ?? DEFAULT_FETCH_STALL_MIN_BYTES,
+  };
+}
+
 const EnvSchema = z.object({
   AWS_REGION: required(z.string({ error: 'required' }).regex(/^[a-z0-9-]+$/, { error: 'expected a region name' })),
   KAPP_LAMBDA_BUCKET: required(
@@ -589,6 +632,8 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(intText(1000, 900_000)),
   KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: optional(intText(60, 86_400)),
   KAPP_LAMBDA_MAX_INLINE_BYTES: MAX_INLINE_BYTES_SETTING,
+  KAPP_LAMBDA_FETCH_STALL_SECONDS: FETCH_STALL_SECONDS_SETTING,
+  KAPP_LAMBDA_FETCH_STALL_MIN_BYTES: FETCH_STALL_MIN_BYTES_SETTING,
   KAPP_LAMBDA_KAPP_DEPLOY_RAW_OPTIONS: optional(z.string().pipe(json(z.array(z.string()), 'an array of strings'))),
   KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY: optional(z.string()),
   KAPP_LAMBDA_APP_DEFAULT_SYNC_PERIOD: optional(z.string()),
@@ -740,6 +785,8 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   if (e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS !== undefined)
     config.maxDeployWaitMs = e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS * 1000;
   if (e.KAPP_LAMBDA_MAX_INLINE_BYTES !== undefined) config.maxInlineBytes = e.KAPP_LAMBDA_MAX_INLINE_BYTES;
+  const stall = fetchStallRule(e.KAPP_LAMBDA_FETCH_STALL_SECONDS, e.KAPP_LAMBDA_FETCH_STALL_MIN_BYTES);
+  if (stall) config.fetchStall = stall;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE)
     config.controllerConfigNamespace = e.KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE;
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS !== undefined)

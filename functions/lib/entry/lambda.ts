@@ -350,6 +350,7 @@ export function createLambdaDeps(
       ...(config.toolTimeoutMs === undefined ? {} : { toolTimeoutMs: config.toolTimeoutMs }),
       ...(config.maxDeployWaitMs === undefined ? {} : { maxDeployWaitMs: config.maxDeployWaitMs }),
       ...(config.maxInlineBytes === undefined ? {} : { maxInlineBytes: config.maxInlineBytes }),
+      ...(config.fetchStall ? { fetchStall: config.fetchStall } : {}),
       ...(config.controllerConfigNamespace ? { controllerConfigNamespace: config.controllerConfigNamespace } : {}),
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),

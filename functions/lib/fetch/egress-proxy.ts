@@ -12,8 +12,11 @@
  * whose reason phrase and body are the {@link UrlPolicyError} message; the run's error then
  * carries that message ({@link withEgressProxy}). kapp, for an App's kubeconfig Secret, gets
  * the proxy as every cluster's `proxy-url` ({@link ProxiedRunner.url}). An upstream whose client
- * leaves, or that stays silent for {@link EGRESS_IDLE_TIMEOUT_MS}, is dropped. kapp-controller
- * has no such proxy (its fetches run in the tenant's own cluster network).
+ * leaves, or that stays silent for {@link EGRESS_IDLE_TIMEOUT_MS}, is dropped. An upstream that
+ * makes no progress (fewer bytes than the fleet's floor in a window, `./stall.ts`) is cut as
+ * stalled, and a failed run gets a line naming its host and the rule in its stderr (so in
+ * `usefulErrorMessage`). kapp-controller has no such proxy (its fetches run in the tenant's own
+ * cluster network).
  *
  * `git://` and ssh git sources use no http proxy of their own: they come through this one by
  * the egress connector (`layers/native/connect.c`): `GIT_PROXY_COMMAND` for `git://`, and an
@@ -37,6 +40,7 @@ import { createServer, type IncomingMessage, type OutgoingHttpHeaders, request, 
 import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { CommandError, type CommandRunner, type RunRequest, type RunResult } from '../exec/runner.js';
+import { DEFAULT_STALL_RULE, type StallRule, type StallWatch, stallNote, watchStall } from './stall.js';
 import { type UrlPolicyChecker, UrlPolicyError } from './url-policy.js';
 
 /** Opens a TCP connection to a checked address (the port boundary tests replace). */
@@ -53,6 +57,12 @@ export interface EgressProxyOptions {
    * is dropped. Default {@link EGRESS_IDLE_TIMEOUT_MS}.
    */
   idleTimeoutMs?: number;
+  /**
+   * The progress rule of every upstream connection (`./stall.ts`): one that brings fewer than
+   * `minBytes` in a window of `windowMs` is cut as stalled. Default {@link DEFAULT_STALL_RULE}
+   * (4 KiB in 60 s; the settings `KAPP_LAMBDA_FETCH_STALL_SECONDS`/`_MIN_BYTES`).
+   */
+  stall?: StallRule;
   /**
    * Most connections (client tunnels plus upstreams) open at once; a request beyond it gets a
    * `503`. Default {@link EGRESS_MAX_CONNECTIONS}.
@@ -98,6 +108,13 @@ export interface EgressProxy {
   track(token: string): void;
   /** Stops recording for `token` and returns its refusals (the {@link UrlPolicyError} messages). */
   untrack(token: string): string[];
+  /**
+   * The stall notes ({@link stallNote}) of `token`'s connections so far, one per host; read it
+   * before {@link untrack}. A connection that presents no token (git's, see {@link env}) counts
+   * for the one tracked token when exactly one is tracked (the fetch function runs one record
+   * at a time).
+   */
+  stalls(token: string): string[];
   /** Stops listening and drops every open connection. Idempotent. */
   close(): Promise<void>;
 }
@@ -149,16 +166,50 @@ function withoutHopByHop(headers: IncomingMessage['headers']): OutgoingHttpHeade
  */
 export async function startEgressProxy(opts: EgressProxyOptions): Promise<EgressProxy> {
   const connectTo = opts.connect ?? ((address, port) => netConnect({ host: address, port }));
-  const tracked = new Map<string, string[]>();
+  const tracked = new Map<string, { refused: string[]; stalled: string[] }>();
+  const rule = opts.stall ?? DEFAULT_STALL_RULE;
   const open = new Set<Duplex>();
   const idleMs = opts.idleTimeoutMs ?? EGRESS_IDLE_TIMEOUT_MS;
   const maxOpen = opts.maxConnections ?? EGRESS_MAX_CONNECTIONS;
 
-  /** Counts `s` as open until it closes, and drops it after `idleMs` without traffic. */
-  const hold = (s: Socket | Duplex): void => {
+  /**
+   * The records of the tool run that made `req` (see {@link EgressProxy.stalls}): by its token,
+   * else the one tracked run when there is exactly one (git's connections carry no token).
+   */
+  const recordsOf = (req: IncomingMessage) =>
+    tracked.get(tokenOf(req) ?? '') ?? (tracked.size === 1 ? [...tracked.values()][0] : undefined);
+
+  /**
+   * Counts the upstream `s` as open until it closes and drops it after `idleMs` without traffic.
+   * A connection of a tracked tool run (`recordsOf`) is also cut as stalled when it makes no
+   * progress ({@link watchStall}, the proxy's rule; the server's bytes count, the client's mark
+   * it as waiting; silent for `idleMs` on a request it never answered is a stall too): the note
+   * naming `host` goes to the run's records and to `onStall` before the socket is destroyed.
+   * Other connections (kapp's, with the proxy as a kubeconfig's `proxy-url`: a wait on the API
+   * server is quiet by nature) keep the idle timeout only.
+   *
+   * @returns the watch to report the client's traffic to, or `undefined` for a connection not watched
+   */
+  const hold = (s: Socket, req: IncomingMessage, host: string, onStall?: (note: string) => void) => {
     open.add(s);
     s.once('close', () => open.delete(s));
-    if ('setTimeout' in s && typeof s.setTimeout === 'function') s.setTimeout(idleMs, () => s.destroy());
+    const records = recordsOf(req);
+    if (!records) {
+      s.setTimeout(idleMs, () => s.destroy());
+      return undefined;
+    }
+    const cut = () => {
+      watch.stop();
+      const note = stallNote(host, rule);
+      if (records.stalled.length < 16 && !records.stalled.includes(note)) records.stalled.push(note);
+      onStall?.(note);
+      s.destroy();
+    };
+    const watch: StallWatch = watchStall(rule, cut, { spareIdle: true });
+    s.on('data', (chunk: Buffer) => watch.received(chunk.length));
+    s.once('close', () => watch.stop());
+    s.setTimeout(idleMs, () => (watch.waiting ? cut() : s.destroy()));
+    return watch;
   };
 
   /**
@@ -193,7 +244,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   };
 
   const refused = (req: IncomingMessage, err: UrlPolicyError): string => {
-    const list = tracked.get(tokenOf(req) ?? '');
+    const list = tracked.get(tokenOf(req) ?? '')?.refused;
     if (list && list.length < 16) list.push(err.message);
     return err.message;
   };
@@ -234,7 +285,12 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       upstream.destroy();
       return;
     }
-    hold(upstream);
+    let cutNote: string | undefined;
+    const watch = hold(upstream, req, url.host, (note) => {
+      cutNote = note;
+    });
+    watch?.sent();
+    req.on('data', () => watch?.sent());
     res.once('close', () => upstream.destroy());
     const out = request({
       method: req.method ?? 'GET',
@@ -244,10 +300,18 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     });
     out.on('response', (r) => {
       res.writeHead(r.statusCode ?? 502, r.statusMessage, withoutHopByHop(r.headers));
+      // An upstream cut mid-body (stalled, idle) cuts the client's answer too, so the tool sees
+      // a short read at once instead of waiting on a body that never ends.
+      r.once('close', () => {
+        if (!r.complete) res.destroy();
+      });
+      r.on('error', () => res.destroy());
       r.pipe(res);
     });
     out.on('error', (e) => {
-      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end(`egress proxy: ${e.message}\n`);
+      const why = cutNote ?? e.message;
+      if (!res.headersSent)
+        res.writeHead(502, phrase(why), { 'content-type': 'text/plain' }).end(`egress proxy: ${why}\n`);
       else res.destroy();
     });
     req.pipe(out);
@@ -286,7 +350,11 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       upstream.destroy();
       return;
     }
-    hold(upstream);
+    const port = Number(m[2]);
+    const host = m[1].includes(':') ? `[${m[1]}]` : m[1];
+    const watch = hold(upstream, req, port === 443 ? host : `${host}:${port}`);
+    client.on('data', () => watch?.sent());
+    if (head.length > 0) watch?.sent();
     upstream.on('error', () => client.destroy());
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
@@ -332,12 +400,15 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       };
     },
     track(token) {
-      tracked.set(token, []);
+      tracked.set(token, { refused: [], stalled: [] });
     },
     untrack(token) {
-      const list = tracked.get(token) ?? [];
+      const list = tracked.get(token)?.refused ?? [];
       tracked.delete(token);
       return list;
+    },
+    stalls(token) {
+      return [...(tracked.get(token)?.stalled ?? [])];
     },
     close() {
       closed ??= new Promise<void>((resolve) => {
@@ -391,7 +462,12 @@ export type ProxiedRunner = CommandRunner & { url(): Promise<string>; close(): P
  * requests, its error becomes an {@link EgressRefusedError} with the policy's message (e.g.
  * `URL policy refused metadata.example:80: metadata.example resolves to 169.254.169.254, a
  * link-local address ...`), so status names the refusal rather than the tool's generic exit;
- * the tool's own output (stderr) is kept. The variables are set last, over the request's `env`.
+ * the tool's own output (stderr) is kept. When such a run fails and the proxy cut one of its
+ * connections as stalled (`./stall.ts`), its stderr (so `usefulErrorMessage`) gains a line per
+ * host, `kapp-lambda: fetch from <host> made no progress (under <n> bytes in <s> s); cut by the
+ * fleet's stall limit (KAPP_LAMBDA_FETCH_STALL_SECONDS)`, as the deploy's note of a cut wait
+ * (`fleetWaitCutNote`): the tool's own words are only `unexpected EOF` or a reset. The variables
+ * are set last, over the request's `env`.
  *
  * @param runner - the runner to wrap
  * @param opts - the proxy's options (policy checker, connector)
@@ -413,9 +489,14 @@ export function withEgressProxy(runner: CommandRunner, opts: EgressProxyOptions)
         proxy.untrack(token);
         throw err;
       }
+      const stalls = proxy.stalls(token);
       const first = proxy.untrack(token)[0];
       if (result.error && first !== undefined) {
         result.error = new EgressRefusedError(req.cmd, result.exitCode, first, result.error);
+      }
+      if (result.error && stalls.length > 0) {
+        const notes = stalls.map((n) => `kapp-lambda: ${n}\n`).join('');
+        result.stderr = `${result.stderr.replace(/\n?$/, '\n')}${notes}`;
       }
       return result;
     },

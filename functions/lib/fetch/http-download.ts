@@ -15,6 +15,7 @@ import { createHash } from 'node:crypto';
 import type { LookupFunction } from 'node:net';
 import type { ControllerProxy } from '../reconcile/controller-config.js';
 import { trustingFetch } from './cluster-trust.js';
+import { type StallRule, stallNote, watchStall } from './stall.js';
 import { UrlPolicyError } from './url-policy.js';
 
 /** Go's default `http.Client` redirect limit. */
@@ -59,6 +60,13 @@ export interface HttpDownloadRequest {
   caCerts?: string;
   /** The cluster's proxy keys (as `caCerts`: over {@link trustingFetch}). */
   proxy?: ControllerProxy;
+  /**
+   * The progress rule (`./stall.ts`): a download (from its first request, redirects included)
+   * that brings fewer than `minBytes` of body in a window of `windowMs` is cut, with the
+   * {@link HttpDownloadError} `fetch from <host> made no progress (...)`. Absent: none (the
+   * signal's deadline only).
+   */
+  stall?: StallRule;
 }
 
 /** A completed download. */
@@ -142,88 +150,108 @@ export function createHttpDownloader(fetchImpl: typeof fetch = fetch): HttpDownl
         throw new HttpDownloadError(`Building request: parse ${JSON.stringify(req.url)}: invalid URI for request`);
       }
       const initialHost = current.hostname;
-      for (let hop = 0; ; hop++) {
-        const scheme = current.protocol.slice(0, -1);
-        const shown = redactUrl(current.href);
-        if (scheme !== 'http' && scheme !== 'https') {
-          throw new HttpDownloadError(
-            `Initiating URL download: Get ${JSON.stringify(shown)}: unsupported protocol scheme ${JSON.stringify(scheme)}`,
-          );
-        }
-        const headers: Record<string, string> = {};
-        // Go: the explicit basic auth travels only to the same host or a subdomain; URL
-        // userinfo applies when no Authorization header is set.
-        if (req.basicAuth && isDomainOrSubdomain(current.hostname, initialHost)) {
-          headers.authorization = basic(req.basicAuth.username, req.basicAuth.password);
-        } else if (current.username || current.password) {
-          headers.authorization = basic(decodeURIComponent(current.username), decodeURIComponent(current.password));
-        }
-        const target = new URL(current.href);
-        target.username = '';
-        target.password = '';
-        await req.checkUrl?.(target.href);
-        let res: Response;
-        try {
-          const pinned = req.lookupFor?.(target);
-          const f =
-            req.caCerts || req.proxy || pinned
-              ? trustingFetch({
-                  caCerts: req.caCerts,
-                  proxy: req.proxy,
-                  ...(req.lookupFor ? { lookupFor: req.lookupFor } : {}),
-                })
-              : fetchImpl;
-          res = await f(target, { method: 'GET', headers, redirect: 'manual', signal: req.signal });
-        } catch (err) {
-          if (err instanceof UrlPolicyError) throw err;
-          throw new HttpDownloadError(`Initiating URL download: Get ${JSON.stringify(shown)}: ${causeText(err)}`);
-        }
-        const location = res.headers.get('location');
-        if ([301, 302, 303, 307, 308].includes(res.status) && location) {
-          await res.body?.cancel().catch(() => undefined);
-          if (hop + 1 > MAX_REDIRECTS) {
+      // The stall cut aborts the request in flight; its note names the host it was reading from.
+      let reading = current.host;
+      const cut = new AbortController();
+      const rule = req.stall;
+      const watch = rule
+        ? watchStall(rule, () => cut.abort(new HttpDownloadError(stallNote(reading, rule))))
+        : undefined;
+      const signal = req.signal ? AbortSignal.any([req.signal, cut.signal]) : cut.signal;
+      try {
+        return await downloadHops();
+      } catch (err) {
+        throw cut.signal.aborted ? cut.signal.reason : err;
+      } finally {
+        watch?.stop();
+      }
+
+      async function downloadHops(): Promise<HttpDownload> {
+        for (let hop = 0; ; hop++) {
+          const scheme = current.protocol.slice(0, -1);
+          const shown = redactUrl(current.href);
+          if (scheme !== 'http' && scheme !== 'https') {
             throw new HttpDownloadError(
-              `Initiating URL download: Get ${JSON.stringify(redactUrl(new URL(location, current).href))}: stopped after ${MAX_REDIRECTS} redirects`,
+              `Initiating URL download: Get ${JSON.stringify(shown)}: unsupported protocol scheme ${JSON.stringify(scheme)}`,
             );
           }
+          const headers: Record<string, string> = {};
+          // Go: the explicit basic auth travels only to the same host or a subdomain; URL
+          // userinfo applies when no Authorization header is set.
+          if (req.basicAuth && isDomainOrSubdomain(current.hostname, initialHost)) {
+            headers.authorization = basic(req.basicAuth.username, req.basicAuth.password);
+          } else if (current.username || current.password) {
+            headers.authorization = basic(decodeURIComponent(current.username), decodeURIComponent(current.password));
+          }
+          const target = new URL(current.href);
+          target.username = '';
+          target.password = '';
+          await req.checkUrl?.(target.href);
+          reading = target.host;
+          let res: Response;
           try {
-            current = new URL(location, current);
-          } catch {
-            throw new HttpDownloadError(
-              `Initiating URL download: Get ${JSON.stringify(shown)}: failed to parse Location header ${JSON.stringify(location)}`,
-            );
+            const pinned = req.lookupFor?.(target);
+            const f =
+              req.caCerts || req.proxy || pinned
+                ? trustingFetch({
+                    caCerts: req.caCerts,
+                    proxy: req.proxy,
+                    ...(req.lookupFor ? { lookupFor: req.lookupFor } : {}),
+                  })
+                : fetchImpl;
+            res = await f(target, { method: 'GET', headers, redirect: 'manual', signal });
+          } catch (err) {
+            if (err instanceof UrlPolicyError || cut.signal.aborted) throw err;
+            throw new HttpDownloadError(`Initiating URL download: Get ${JSON.stringify(shown)}: ${causeText(err)}`);
           }
-          continue;
-        }
-        if (res.status !== 200) {
-          await res.body?.cancel().catch(() => undefined);
-          const status = `${res.status}${res.statusText ? ` ${res.statusText}` : ''}`;
-          throw new HttpDownloadError(`Expected 200 OK, but was '${status}'`);
-        }
-        const declared = Number(res.headers.get('content-length') ?? Number.NaN);
-        if (declared > maxBytes) {
-          await res.body?.cancel().catch(() => undefined);
-          throw new HttpDownloadError(`Writing downloaded content: body exceeds ${maxBytes} bytes`);
-        }
-        const chunks: Buffer[] = [];
-        const hash = createHash('sha256');
-        let total = 0;
-        try {
-          for await (const chunk of res.body ?? []) {
-            const b = Buffer.from(chunk as Uint8Array);
-            total += b.length;
-            if (total > maxBytes) {
-              await res.body?.cancel().catch(() => undefined);
-              throw new HttpDownloadError(`Writing downloaded content: body exceeds ${maxBytes} bytes`);
+          const location = res.headers.get('location');
+          if ([301, 302, 303, 307, 308].includes(res.status) && location) {
+            await res.body?.cancel().catch(() => undefined);
+            if (hop + 1 > MAX_REDIRECTS) {
+              throw new HttpDownloadError(
+                `Initiating URL download: Get ${JSON.stringify(redactUrl(new URL(location, current).href))}: stopped after ${MAX_REDIRECTS} redirects`,
+              );
             }
-            hash.update(b);
-            if (!req.hashOnly) chunks.push(b);
+            try {
+              current = new URL(location, current);
+            } catch {
+              throw new HttpDownloadError(
+                `Initiating URL download: Get ${JSON.stringify(shown)}: failed to parse Location header ${JSON.stringify(location)}`,
+              );
+            }
+            continue;
           }
-        } catch (err) {
-          if (err instanceof HttpDownloadError) throw err;
-          throw new HttpDownloadError(`Writing downloaded content: ${causeText(err)}`);
+          if (res.status !== 200) {
+            await res.body?.cancel().catch(() => undefined);
+            const status = `${res.status}${res.statusText ? ` ${res.statusText}` : ''}`;
+            throw new HttpDownloadError(`Expected 200 OK, but was '${status}'`);
+          }
+          const declared = Number(res.headers.get('content-length') ?? Number.NaN);
+          if (declared > maxBytes) {
+            await res.body?.cancel().catch(() => undefined);
+            throw new HttpDownloadError(`Writing downloaded content: body exceeds ${maxBytes} bytes`);
+          }
+          const chunks: Buffer[] = [];
+          const hash = createHash('sha256');
+          let total = 0;
+          try {
+            for await (const chunk of res.body ?? []) {
+              const b = Buffer.from(chunk as Uint8Array);
+              watch?.received(b.length);
+              total += b.length;
+              if (total > maxBytes) {
+                await res.body?.cancel().catch(() => undefined);
+                throw new HttpDownloadError(`Writing downloaded content: body exceeds ${maxBytes} bytes`);
+              }
+              hash.update(b);
+              if (!req.hashOnly) chunks.push(b);
+            }
+          } catch (err) {
+            if (err instanceof HttpDownloadError || cut.signal.aborted) throw err;
+            throw new HttpDownloadError(`Writing downloaded content: ${causeText(err)}`);
+          }
+          return { body: Buffer.concat(chunks), sha256: hash.digest('hex') };
         }
-        return { body: Buffer.concat(chunks), sha256: hash.digest('hex') };
       }
     },
   };

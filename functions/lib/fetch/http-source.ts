@@ -19,6 +19,7 @@ import type { RefObjects } from '../api/refs.js';
 import { GENERIC_ERROR_DETAIL, resultFromError, type StageResult } from '../reconcile/result.js';
 import { isVendirArchiveError, type UnpackLimits, UnsafeArchiveError, unpackHttpContent } from './archive.js';
 import { createHttpDownloader, HttpDownloadError, type HttpDownloader } from './http-download.js';
+import { DEFAULT_STALL_RULE, type StallRule } from './stall.js';
 import { type UrlPolicyChecker, UrlPolicyError } from './url-policy.js';
 import { FETCH_RUN_ERROR_PREFIX, fetchDirectoryName } from './vendir.js';
 
@@ -42,6 +43,11 @@ export interface PrepareHttpInput {
   urlPolicy?: UrlPolicyChecker;
   /** Abort a download after this long, ms. Default 10 minutes. */
   timeoutMs?: number;
+  /**
+   * Cut a download that makes no progress (`./stall.ts`). Default {@link DEFAULT_STALL_RULE}
+   * (4 KiB in 60 s).
+   */
+  stall?: StallRule;
   /** Aborts the downloads early (the App was deleted or canceled meanwhile). */
   signal?: AbortSignal;
   /** Bounds of the download and of the unpacked content. */
@@ -140,6 +146,7 @@ export async function prepareHttpSources(input: PrepareHttpInput): Promise<Prepa
         url,
         basicAuth: auth,
         maxBytes: input.limits?.maxDownloadBytes,
+        stall: input.stall ?? DEFAULT_STALL_RULE,
         ...(input.trust?.caCerts ? { caCerts: input.trust.caCerts } : {}),
         ...(input.trust?.proxy ? { proxy: input.trust.proxy } : {}),
         signal: input.signal

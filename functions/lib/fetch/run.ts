@@ -28,6 +28,7 @@ import { proxyEnv, trustEnv } from './cluster-trust.js';
 import type { HttpDownloader } from './http-download.js';
 import { prepareHttpSources, restoreHttpLock } from './http-source.js';
 import { DEFAULT_MAX_INLINE_BYTES, readRefsWithinLimit } from './inline-limit.js';
+import type { StallRule } from './stall.js';
 import { GIT_SUBMODULE_LOCKDOWN_ENV, type UrlPolicy, UrlPolicyChecker, UrlPolicyError } from './url-policy.js';
 import {
   buildVendirConfig,
@@ -69,6 +70,11 @@ export interface FetchRunDeps extends PrivateArtifactsDeps {
      * `DEFAULT_MAX_INLINE_BYTES` (64 MiB) of `./inline-limit.ts`.
      */
     maxInlineBytes?: number;
+    /**
+     * The progress rule of the fetch's http downloads (`./stall.ts`; the tools' connections
+     * get it at the egress proxy). Default `DEFAULT_STALL_RULE` (4 KiB in 60 s).
+     */
+    fetchStall?: StallRule;
   };
 }
 
@@ -270,6 +276,7 @@ async function vendirTry(
       downloader: deps.download,
       ...(policy ? { urlPolicy: policy } : {}),
       timeoutMs: deps.config.toolTimeoutMs,
+      ...(deps.config.fetchStall ? { stall: deps.config.fetchStall } : {}),
       signal,
     });
     if ('result' in prepared) return { result: prepared.result, toolMs: 0, toolRuns: 0, retryable: true };

@@ -176,6 +176,7 @@ export function createPipelineDeps(adapters: PipelineAdapters): ComposedPipeline
     config.urlPolicy?.mode === 'enforce'
       ? withEgressProxy(direct, {
           checker: new UrlPolicyChecker(config.urlPolicy),
+          ...(config.fetchStall ? { stall: config.fetchStall } : {}),
           ...(tools.connector ? { connector: tools.connector } : {}),
         })
       : undefined;

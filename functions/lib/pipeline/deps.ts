@@ -12,6 +12,7 @@ import type { PkgrAdmissionCache } from '../deploy/pkgr-admission.js';
 import type { CommandRunner } from '../exec/runner.js';
 import type { HttpDownloader } from '../fetch/http-download.js';
 import type { PolledSource } from '../fetch/source-resolve.js';
+import type { StallRule } from '../fetch/stall.js';
 import type { UrlPolicy } from '../fetch/url-policy.js';
 import type { ClusterRegistry, KubeObject } from '../kube/port.js';
 import type { KubeApiRate } from '../kube/rate-limit.js';
@@ -116,6 +117,13 @@ export interface PipelineConfig {
    * `DEFAULT_MAX_INLINE_BYTES` (64 MiB) of `../fetch/inline-limit.ts`.
    */
   maxInlineBytes?: number;
+  /**
+   * The fetch's progress rule (`../fetch/stall.ts`): a tool's connection through the egress
+   * proxy, or an http download, that brings fewer than `minBytes` in a window of `windowMs` is
+   * cut, and the fetch's `usefulErrorMessage` names the host and the rule. Not in
+   * kapp-controller. Default `DEFAULT_STALL_RULE` (4 KiB in 60 s).
+   */
+  fetchStall?: StallRule;
   /**
    * Bound of each templating tool's output (the manifest stream), bytes. Output above it fails
    * the template stage (`Templating dir: ytt output exceeded <N> bytes ...`) rather than
