@@ -11,7 +11,12 @@ import { createServer, request, type Server } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { exitWith, FakeCommandRunner } from '../../functions/lib/exec/fake.js';
-import { type EgressProxy, startEgressProxy, withEgressProxy } from '../../functions/lib/fetch/egress-proxy.js';
+import {
+  type EgressProxy,
+  startEgressProxy,
+  UNTRACKED_PROXY_USER,
+  withEgressProxy,
+} from '../../functions/lib/fetch/egress-proxy.js';
 import { createHttpDownloader, HttpDownloadError } from '../../functions/lib/fetch/http-download.js';
 import { type StallRule, stallNote, watchStall } from '../../functions/lib/fetch/stall.js';
 import { UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
@@ -158,12 +163,17 @@ describe('egress proxy: the stall cut', () => {
     );
   }, 10_000);
 
-  it("leaves a connection of no tracked run (kapp's, with the proxy as proxy-url) to the idle timeout", async () => {
+  it("leaves kapp's connection (the proxy-url user) to the idle timeout, even beside one tracked run", async () => {
     proxy = await startEgressProxy(proxyOpts);
+    // One fetch runs meanwhile: a connection with no token would count for it.
+    proxy.track('fetch-run');
     const { port } = new URL(proxy.url);
     const s = connect({ host: '127.0.0.1', port: Number(port) });
     await once(s, 'connect');
-    s.write(`CONNECT tarpit.example:${tarpitPort} HTTP/1.1\r\nhost: tarpit.example\r\n\r\n`);
+    const auth = Buffer.from(`${UNTRACKED_PROXY_USER}:x`).toString('base64');
+    s.write(
+      `CONNECT tarpit.example:${tarpitPort} HTTP/1.1\r\nhost: tarpit.example\r\nproxy-authorization: Basic ${auth}\r\n\r\n`,
+    );
     await once(s, 'data');
     s.write(`GET / HTTP/1.1\r\nhost: tarpit.example\r\n\r\n`);
     let got = 0;
@@ -174,6 +184,7 @@ describe('egress proxy: the stall cut', () => {
     await new Promise((r) => setTimeout(r, RULE.windowMs * 3));
     expect(s.destroyed).toBe(false);
     expect(got).toBeGreaterThan(0);
+    expect(proxy.stalls('fetch-run')).toEqual([]);
     s.destroy();
   }, 10_000);
 

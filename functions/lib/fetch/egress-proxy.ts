@@ -173,11 +173,17 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const maxOpen = opts.maxConnections ?? EGRESS_MAX_CONNECTIONS;
 
   /**
-   * The records of the tool run that made `req` (see {@link EgressProxy.stalls}): by its token,
-   * else the one tracked run when there is exactly one (git's connections carry no token).
+   * The records of the tool run that made `req` (see {@link EgressProxy.stalls}): by its token;
+   * a request with no token (git's connections carry none) counts for the one tracked run when
+   * there is exactly one. A request naming a token not tracked (the kubeconfigs' `proxy-url`,
+   * {@link ProxiedRunner.url}: kapp's connections to an API server, quiet while it waits) counts
+   * for none, so it is never cut as a stalled fetch.
    */
-  const recordsOf = (req: IncomingMessage) =>
-    tracked.get(tokenOf(req) ?? '') ?? (tracked.size === 1 ? [...tracked.values()][0] : undefined);
+  const recordsOf = (req: IncomingMessage) => {
+    const token = tokenOf(req);
+    if (token !== undefined) return tracked.get(token);
+    return tracked.size === 1 ? [...tracked.values()][0] : undefined;
+  };
 
   /**
    * Counts the upstream `s` as open until it closes and drops it after `idleMs` without traffic.
@@ -453,6 +459,12 @@ export class EgressRefusedError extends CommandError {
  * not yet) and returns its address (`http://127.0.0.1:<port>`, for a kubeconfig's `proxy-url`);
  * `close` stops the proxy.
  */
+/**
+ * The proxy user of {@link ProxiedRunner.url} (the kubeconfigs' `proxy-url`): never a tracked
+ * run's token (those are 24 hex digits), so the stall rule leaves kapp's connections alone.
+ */
+export const UNTRACKED_PROXY_USER = 'kubeconfig';
+
 export type ProxiedRunner = CommandRunner & { url(): Promise<string>; close(): Promise<void> };
 
 /**
@@ -502,7 +514,11 @@ export function withEgressProxy(runner: CommandRunner, opts: EgressProxyOptions)
     },
     async url() {
       started ??= startEgressProxy(opts);
-      return (await started).url;
+      // A user no run is tracked by: kapp's connections are never taken for a fetch's.
+      const u = new URL((await started).url);
+      u.username = UNTRACKED_PROXY_USER;
+      u.password = 'x';
+      return u.toString().replace(/\/$/, '');
     },
     async close() {
       const p = started;
