@@ -28,6 +28,14 @@
  * of the cluster's OIDC provider, another account) is the operator's; join prints the commands
  * with a trust placeholder and needs `--forwarder-role-id` (or `--no-sender-check`) to register.
  *
+ * The packaging global namespace (`kapp-controller-packaging-global`, which the release creates)
+ * is checked before the release is applied and recorded after: join refuses a namespace that
+ * exists already and is not the one the cluster's document records ({@link globalNamespaceRefusal};
+ * `kubectl apply` would adopt it silently, with its creator's RoleBindings inside), unless
+ * `--adopt-global-namespace`; the uid it has after the apply goes into the document
+ * (`packagingGlobalNamespaceUid`), and the install function trusts the namespace's Packages only
+ * while the live namespace has that uid (`functions/lib/packaging/global-trust.ts`).
+ *
  * IAM is reached with the SDK's default credentials; `KAPP_LAMBDA_IAM_ENDPOINT` points it at
  * another endpoint (tests: moto's server), as `KAPP_LAMBDA_S3_ENDPOINT` does for the registry.
  *
@@ -52,6 +60,7 @@ import {
 } from '@aws-sdk/client-iam';
 import { KubeConfig } from '@kubernetes/client-node';
 import { stringify } from 'yaml';
+import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../functions/lib/api/constants.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../functions/lib/api/functions.js';
 import {
   CLUSTER_ID_PATTERN,
@@ -59,6 +68,9 @@ import {
   clusterDocKey,
   EVENT_KEY_BYTES,
   IAM_ROLE_ID_PATTERN,
+  InvalidClusterDocumentError,
+  MAX_CLUSTER_DOC_BYTES,
+  parseClusterDoc,
 } from '../functions/lib/kube/cluster-doc.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { FORWARDER_SERVICE_ACCOUNT, podIdentityTrust } from '../infra/aws/stages.js';
@@ -405,6 +417,22 @@ export async function writeJoinDocument(
   return { key: await putCluster(store, doc), doc };
 }
 
+/**
+ * The packaging global namespace uid cluster `id`'s registry document records; `undefined` when
+ * there is no document, it records none, or it does not parse (a document join replaces).
+ */
+export async function recordedGlobalNamespaceUid(store: ObjectStore, id: string): Promise<string | undefined> {
+  const key = clusterDocKey(id);
+  const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
+  if (body === undefined) return undefined;
+  try {
+    return parseClusterDoc(key, body).packagingGlobalNamespaceUid;
+  } catch (e) {
+    if (e instanceof InvalidClusterDocumentError) return undefined;
+    throw e;
+  }
+}
+
 /** One step of a join, in order: what it does, and where. */
 export interface JoinStep {
   /**
@@ -535,20 +563,55 @@ export function joinPlan(s: JoinSettings): JoinStep[] {
   return steps;
 }
 
-/** Runs kubectl with argv (no shell) and `input` on stdin; rejects with its stderr on a non-zero exit. */
-function runKubectl(kubectl: string, args: string[], input: string): Promise<void> {
+/**
+ * Runs kubectl with argv (no shell) and `input` on stdin.
+ *
+ * @returns its stdout
+ * @throws Error with its stderr on a non-zero exit
+ */
+function runKubectl(kubectl: string, args: string[], input: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(kubectl, args, { stdio: ['pipe', 'ignore', 'pipe'] });
+    const child = spawn(kubectl, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
     let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
     child.stderr.on('data', (d: Buffer) => {
       stderr += d.toString();
     });
     child.on('error', reject);
     child.on('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`kubectl ${args.join(' ')} exited ${code}: ${stderr.trim()}`)),
+      code === 0 ? resolve(stdout) : reject(new Error(`kubectl ${args.join(' ')} exited ${code}: ${stderr.trim()}`)),
     );
     child.stdin.end(input);
   });
+}
+
+/** The flag that adopts a packaging global namespace that existed before the join. */
+export const ADOPT_GLOBAL_NAMESPACE_FLAG = '--adopt-global-namespace';
+
+/**
+ * Whether join may apply the release onto the packaging global namespace as it is: the refusal
+ * to print, or `undefined` to go on. `kubectl apply` silently adopts a namespace that exists, with
+ * whatever RoleBindings a tenant who created it put inside, and a label proves nothing (anyone
+ * who creates the namespace sets it), so the only namespace join accepts is one that does not
+ * exist yet (the release creates it) or the one the cluster's document already records (a
+ * `--replace` of a cluster joined with this check); any other needs
+ * {@link ADOPT_GLOBAL_NAMESPACE_FLAG}, the admin's word that it is the cluster's own.
+ *
+ * @param existingUid - the namespace's uid before the release is applied; `undefined`: absent
+ * @param recordedUid - the uid the cluster's registry document records (`--replace`); `undefined`: none
+ */
+export function globalNamespaceRefusal(
+  existingUid: string | undefined,
+  recordedUid: string | undefined,
+  adopt: boolean,
+): string | undefined {
+  if (existingUid === undefined || adopt) return undefined;
+  if (recordedUid !== undefined && recordedUid.toLowerCase() === existingUid.toLowerCase()) return undefined;
+  const ns = DEFAULT_PACKAGING_GLOBAL_NAMESPACE;
+  return `namespace ${ns} exists already (uid ${existingUid}) and is not the one ${recordedUid === undefined ? 'the release created for this cluster' : `this cluster's document records (uid ${recordedUid})`}: whoever created it may write the Packages every PackageInstall of the cluster can select. Check who did and who may write it (kubectl get rolebindings,roles -n ${ns}; kubectl get namespace ${ns} -o yaml), then re-run with ${ADOPT_GLOBAL_NAMESPACE_FLAG} to record it as the cluster's own, or delete it so that the release creates it`;
 }
 
 const USAGE = `usage:
@@ -558,11 +621,13 @@ const USAGE = `usage:
     [--forwarder-role-id <AROA…>] (a role you made: join creates none)
     [--print-only] (call no AWS API: print the IAM commands; the document is written with --forwarder-role-id)
     [--release <file>] (default release/kapp-lambda-<version>.yml) [--kubeconfig <file>] [--kubectl <path>]
+    [${ADOPT_GLOBAL_NAMESPACE_FLAG}] (record a ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} that existed before the
+      release, after checking it is the cluster's own; without it join refuses such a namespace)
     --registry s3://<bucket>/<prefix> | file:///<dir> (default $KAPP_LAMBDA_CLUSTER_REGISTRY)
   --fleet: the stack's outputs as cdk deploy --outputs-file writes them, or as
     aws cloudformation describe-stacks --query Stacks[0].Outputs prints them
   IAM: the SDK's default credentials; KAPP_LAMBDA_IAM_ENDPOINT for another endpoint
-${exitCodesHelp('an id already registered without --replace, kubectl or IAM failing, the registry unreachable')}`;
+${exitCodesHelp('an id already registered without --replace, a global namespace that existed before (without --adopt-global-namespace), kubectl or IAM failing, the registry unreachable')}`;
 
 /** The join command line's options (strict). */
 function parseJoinArgs(argv: string[]) {
@@ -584,6 +649,7 @@ function parseJoinArgs(argv: string[]) {
       kubeconfig: { type: 'string' },
       kubectl: { type: 'string' },
       replace: { type: 'boolean' },
+      'adopt-global-namespace': { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -642,8 +708,9 @@ export async function joinSettings(
  * Runs `npm run cluster -- join …` ({@link USAGE}): performs the plan's steps in order, printing
  * the `print` ones on stdout and what it did on stderr.
  *
- * @returns the exit code: 0 joined (or printed), 1 an id already registered without `--replace`,
- *   2 a usage error or a `--forwarder-role-id` another cluster names (both checked before
+ * @returns the exit code: 0 joined (or printed), 1 an id already registered without `--replace`
+ *   or a packaging global namespace that existed before and is not recorded (without
+ *   `--adopt-global-namespace`), 2 a usage error or a `--forwarder-role-id` another cluster names (both checked before
  *   anything changes)
  * @throws Error when kubectl, IAM or the registry fails (exit 1 through `runIfEntry`)
  */
@@ -681,6 +748,34 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
   const target = await contextCluster(s.context, v.kubeconfig);
   const kubectl = v.kubectl ?? env.KUBECTL ?? 'kubectl';
   const kubeArgs = [...(v.kubeconfig ? ['--kubeconfig', v.kubeconfig] : []), '--context', s.context];
+  // The packaging global namespace's uid now (empty: absent), read before and after the release.
+  const globalUidNow = async () =>
+    (
+      await runKubectl(
+        kubectl,
+        [
+          ...kubeArgs,
+          'get',
+          'namespace',
+          DEFAULT_PACKAGING_GLOBAL_NAMESPACE,
+          '--ignore-not-found',
+          '-o',
+          'jsonpath={.metadata.uid}',
+        ],
+        '',
+      )
+    ).trim() || undefined;
+  const existingGlobalUid = await globalUidNow();
+  const refusal = globalNamespaceRefusal(
+    existingGlobalUid,
+    v.replace ? await recordedGlobalNamespaceUid(store, s.id) : undefined,
+    Boolean(v['adopt-global-namespace']),
+  );
+  if (refusal) {
+    err(`cluster: ${refusal}\n`);
+    return EXIT.failure;
+  }
+  let globalUid: string | undefined;
   const apply = (docs: string) =>
     runKubectl(
       kubectl,
@@ -700,8 +795,20 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
       continue;
     }
     err(`${step.text}\n`);
-    if (step.action === 'release') await apply(await readFile(release, 'utf8'));
-    else if (step.action === 'rbac') {
+    if (step.action === 'release') {
+      await apply(await readFile(release, 'utf8'));
+      globalUid = await globalUidNow();
+      if (existingGlobalUid !== undefined && globalUid !== existingGlobalUid) {
+        throw new Error(
+          `namespace ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} was replaced while join applied the release (uid ${existingGlobalUid}, now ${globalUid ?? 'none'}): run join again`,
+        );
+      }
+      if (globalUid === undefined) {
+        err(
+          `the release created no namespace ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE}: no uid recorded, its Packages will be trusted unchecked\n`,
+        );
+      }
+    } else if (step.action === 'rbac') {
       const manifests = await rbacManifests({ tokenIdentities: s.auth.kind === 'token' });
       await apply(manifests.map((m) => stringify(m)).join('---\n'));
     } else if (step.action === 'fleet-config') {
@@ -723,7 +830,14 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
       try {
         written = await writeJoinDocument(
           store,
-          { id: s.id, ...target, auth: s.auth, ...(roleId ? { forwarderRoleId: roleId } : {}), eventKey },
+          {
+            id: s.id,
+            ...target,
+            auth: s.auth,
+            ...(roleId ? { forwarderRoleId: roleId } : {}),
+            eventKey,
+            ...(globalUid ? { packagingGlobalNamespaceUid: globalUid } : {}),
+          },
           // A given role was checked above; a role join just created is new (no document names it),
           // one it reused carries this id's tag (createForwarderRole refuses any other).
           { replace: Boolean(v.replace), checkForwarder: false },

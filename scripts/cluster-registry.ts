@@ -40,6 +40,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { S3Client } from '@aws-sdk/client-s3';
 import { parseAllDocuments, stringify } from 'yaml';
+import { DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../functions/lib/api/constants.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../functions/lib/api/functions.js';
 import { CLOUD_URL_POLICY, UrlPolicyChecker, UrlPolicyError } from '../functions/lib/fetch/url-policy.js';
 import {
@@ -48,6 +49,7 @@ import {
   type ClusterDoc,
   clusterDocKey,
   IAM_ROLE_ID_PATTERN,
+  KUBE_UID_PATTERN,
   MAX_CLUSTER_DOC_BYTES,
   parseClusterDoc,
   parseRegistryLocation,
@@ -214,6 +216,11 @@ export interface AddInput {
   forwarderRoleId?: string;
   /** The cluster's event key (base64 of 32 random bytes, `eventKey`); none: unkeyed deduplication ids. */
   eventKey?: string;
+  /**
+   * The `metadata.uid` of the cluster's packaging global namespace, as the release created it
+   * (`packagingGlobalNamespaceUid`); none: its Packages are trusted unchecked.
+   */
+  packagingGlobalNamespaceUid?: string;
 }
 
 /**
@@ -244,6 +251,7 @@ export function clusterDocOf(input: AddInput): ClusterDoc {
     auth,
     ...(input.forwarderRoleId ? { forwarder: { roleId: input.forwarderRoleId } } : {}),
     ...(input.eventKey ? { eventKey: input.eventKey } : {}),
+    ...(input.packagingGlobalNamespaceUid ? { packagingGlobalNamespaceUid: input.packagingGlobalNamespaceUid } : {}),
   };
   return parseClusterDoc(clusterDocKey(input.id), JSON.stringify(doc));
 }
@@ -375,6 +383,8 @@ const USAGE = `usage:
       --forwarder-role-id <AROA…> (the stack's ForwarderRoleId<Id>: the only sender of this cluster's events)
     | --no-sender-check (no forwarder role: only for functions without the sender check, local setups)
     [--controller-config-namespace <ns>] (where the functions read kapp-controller-config; default kapp-lambda)
+    [--packaging-global-namespace-uid <uid>] (the uid of ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} once the
+      release created it: its Packages are trusted only while the namespace has it)
   npm run cluster -- list [-o json|yaml] (default: one tab-separated line per cluster)
   npm run cluster -- remove <id> [--delete-role] (also the forwarder role join created for it)
   npm run cluster -- join <kubeconfig-context> --id <id> --fleet <outputs.json> … (join --help)
@@ -402,6 +412,7 @@ function parseClusterArgs(argv: string[]) {
       'controller-config-namespace': { type: 'string' },
       'forwarder-role-id': { type: 'string' },
       'no-sender-check': { type: 'boolean' },
+      'packaging-global-namespace-uid': { type: 'string' },
       replace: { type: 'boolean' },
       'delete-role': { type: 'boolean' },
       ...OUTPUT_OPTION,
@@ -475,6 +486,12 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
   if (forwarderRoleId !== undefined && !IAM_ROLE_ID_PATTERN.test(forwarderRoleId)) {
     return usage('--forwarder-role-id expects an IAM role id (AROA…, aws iam get-role --query Role.RoleId)');
   }
+  const globalUid = v['packaging-global-namespace-uid'];
+  if (globalUid !== undefined && !KUBE_UID_PATTERN.test(globalUid)) {
+    return usage(
+      `--packaging-global-namespace-uid expects a uid (kubectl get namespace ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} -o jsonpath='{.metadata.uid}')`,
+    );
+  }
   const roles: Partial<Record<PipelineStage, string>> = {};
   for (const pair of v['function-role'] ?? []) {
     const [stage, arn] = [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)];
@@ -526,6 +543,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     ...(v['tls-server-name'] ? { tlsServerName: v['tls-server-name'] } : {}),
     auth,
     ...(forwarderRoleId ? { forwarderRoleId } : {}),
+    ...(globalUid ? { packagingGlobalNamespaceUid: globalUid } : {}),
   });
   const key = await putCluster(store, doc);
   const reach = await endpointReachWarning(v.endpoint);
@@ -541,6 +559,11 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     `wrote ${key}\n# Apply the manifests on stdout to the cluster (kubectl apply -f, or kapp deploy).\n`,
   );
   process.stderr.write(identitySteps(doc, roles, identityNamespace));
+  if (!globalUid) {
+    process.stderr.write(
+      `# No --packaging-global-namespace-uid: the Packages of ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} are trusted unchecked. Once the release created it: add --replace … --packaging-global-namespace-uid "$(kubectl get namespace ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} -o jsonpath='{.metadata.uid}')" (npm run cluster -- join does it, and refuses a namespace that existed before).\n`,
+    );
+  }
   if (!forwarderRoleId) {
     process.stderr.write(
       `# --no-sender-check: no forwarder role named. Functions that check senders (KAPP_LAMBDA_SENDER_CHECK=registry, every CDK deployment) refuse every event naming ${id} (logged as refused) until the document names one (add --replace … --forwarder-role-id).\n`,

@@ -14,7 +14,10 @@
  * - the namespaces `kapp-lambda` and the global packaging namespace
  *   (`kapp-controller-packaging-global`, upstream's default `-packaging-global-namespace`): a
  *   cluster that does not create it lets any tenant claim it, and with it every cluster's
- *   global Packages (upstream's release creates it too);
+ *   global Packages (upstream's release creates it too). `kubectl apply` adopts one that exists,
+ *   so `npm run cluster -- join` refuses a namespace that existed before and records the uid of
+ *   the one created here (`./cluster-join.ts`), which the install function checks before it
+ *   trusts the namespace's Packages (`functions/lib/packaging/global-trust.ts`);
  * - the forwarder (`infra/forwarder/*.yml`) with its three hand edits turned into inputs: the
  *   image is `<image repository>:<version>`; the ServiceAccount's IRSA annotation is left out
  *   (EKS Pod Identity needs none) unless `--forwarder-role-arn` is given; and the settings that

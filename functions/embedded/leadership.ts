@@ -113,6 +113,9 @@ export function leaderGatedRegistry(inner: ClusterRegistry, acting: (clusterId: 
       });
     }),
     watchView: (clusterId: string): WatchView => inner.watchView(clusterId),
+    ...(inner.packagingGlobalNamespaceUid
+      ? { packagingGlobalNamespaceUid: inner.packagingGlobalNamespaceUid.bind(inner) }
+      : {}),
     ...(inner.installView ? { installView: memo((clusterId) => gatedInstallView(clusterId)) } : {}),
     ...(inner.eventWriter
       ? {

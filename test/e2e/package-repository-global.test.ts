@@ -9,11 +9,14 @@
  * local PackageMetadata the global one of the same name); a namespace annotated
  * `kapp-controller.carvel.dev/exclude-global-packages` sees none. The global namespace is
  * configurable: this file uses its own, so it neither depends on nor disturbs the default one.
+ * And a global namespace deleted and created again (a new uid) is no longer the one whose uid the
+ * admin install recorded: its Packages are not trusted (`functions/lib/packaging/global-trust.ts`).
  */
 import { describe, expect, it } from 'vitest';
 import { Annotation, DEFAULT_PACKAGING_GLOBAL_NAMESPACE } from '../../functions/lib/api/constants.js';
 import { Finalizer } from '../../functions/lib/api/index.js';
 import { clientForKubeConfig } from '../../functions/lib/kube/registry.js';
+import { checkGlobalNamespace, untrustedNote } from '../../functions/lib/packaging/global-trust.js';
 import {
   getPackage,
   getPackageMetadata,
@@ -44,6 +47,7 @@ const NS = {
   plain: `e2e-pkg-plain-${id}`,
   excluded: `e2e-pkg-excl-${id}`,
   doomed: `e2e-pkg-doomed-${id}`,
+  replaced: `e2e-pkg-replaced-${id}`,
 };
 const GLOBAL = NS.global;
 const opts = { globalNamespace: GLOBAL };
@@ -129,6 +133,41 @@ describe.concurrent('global packages through the resolver, and namespace deletio
       ['2.0.0+build.1', 'global 2.0.0'],
     ]);
     expect(await listObjects(PKG, GLOBAL)).toHaveLength(2);
+  });
+
+  it('a global namespace deleted and created again has a new uid: its Packages are not trusted, and the note says why', async () => {
+    const ns = NS.replaced;
+    const global = { globalNamespace: ns };
+    const uidOf = async () => (await kube().getNamespace(ns))?.metadata.uid;
+    const withPackage = async () => {
+      await apply({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: ns } });
+      await apply({ ...packageDoc(REF, '1.0.0'), metadata: { name: `${REF}.1.0.0`, namespace: ns } });
+    };
+    await withPackage();
+    const recorded = (await uidOf()) as string;
+    expect(await versionsOf(kube(), NS.plain, REF, { ...global, globalNamespaceUid: recorded })).toEqual(['1.0.0']);
+
+    await k(['delete', 'namespace', ns, '--wait=false']);
+    await waitFor(`namespace ${ns} gone`, async () => ((await uidOf()) === undefined ? true : undefined), {
+      timeoutMs: 60_000,
+      intervalMs: 500,
+    });
+    await withPackage();
+    const live = (await uidOf()) as string;
+    expect(live).not.toBe(recorded);
+    expect(await versionsOf(kube(), NS.plain, REF, { ...global, globalNamespaceUid: recorded })).toEqual([]);
+    expect(
+      await getPackage(kube(), NS.plain, REF, '1.0.0', { ...global, globalNamespaceUid: recorded }),
+    ).toBeUndefined();
+    const trust = await checkGlobalNamespace(kube(), ns, recorded);
+    expect(trust).toEqual({
+      trusted: false,
+      reason: `namespace ${ns} has uid ${live}, not the uid ${recorded} recorded when kapp-lambda was installed (created by someone else, or deleted and created again)`,
+    });
+    expect(untrustedNote(trust.trusted ? '' : trust.reason)).toMatch(
+      /^; the Packages of the global namespace were not trusted: namespace /,
+    );
+    await k(['delete', 'namespace', ns, '--wait=false']);
   });
 
   it('deleting the namespace of a reconciled repository does not hang on its finalizer', async () => {

@@ -14,28 +14,12 @@ import { LocalDirStore } from '../../functions/lib/store/local.js';
 import { EXIT, formatOutput, isUsageError, parseOutputFormat, UsageError } from '../../scripts/cli.js';
 import { main as cluster, clusterDocOf, putCluster } from '../../scripts/cluster-registry.js';
 import { START_USAGE, startCommandLine } from '../../scripts/start-args.js';
+import { captured } from './support/captured.js';
 
 const CA_PEM = `-----BEGIN CERTIFICATE-----
 MIIBdzCCAR2gAwIBAgIUQm9ndXNDZXJ0aWZpY2F0ZUZvclRlc3RzMAoGCCqGSM49BAMCMA8xDTALBgNVBAMMBHRl
 -----END CERTIFICATE-----
 `;
-
-/** Runs `fn` with process.stdout and process.stderr captured (the cluster CLI writes to them). */
-async function captured(fn: () => Promise<number>): Promise<{ code: number; out: string; err: string }> {
-  const out: string[] = [];
-  const err: string[] = [];
-  const write = process.stdout.write.bind(process.stdout);
-  const errWrite = process.stderr.write.bind(process.stderr);
-  process.stdout.write = ((s: string) => out.push(s) > 0) as typeof process.stdout.write;
-  process.stderr.write = ((s: string) => err.push(s) > 0) as typeof process.stderr.write;
-  try {
-    const code = await fn();
-    return { code, out: out.join(''), err: err.join('') };
-  } finally {
-    process.stdout.write = write;
-    process.stderr.write = errWrite;
-  }
-}
 
 describe('the shared command-line helpers', () => {
   it('formats data as JSON or YAML that parse back to it, and refuses another -o', () => {

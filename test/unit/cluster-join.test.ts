@@ -3,6 +3,10 @@
  * name and trust, and the plan of steps for each way of joining (no cluster, no AWS: the plan is
  * pure; the integration test runs it against a control plane and moto).
  */
+
+import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import {
   AttachRolePolicyCommand,
   CreateRoleCommand,
@@ -12,7 +16,9 @@ import {
   type Role,
   UpdateAssumeRolePolicyCommand,
 } from '@aws-sdk/client-iam';
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
+import { LocalDirStore } from '../../functions/lib/store/local.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import {
   createForwarderRole,
@@ -20,13 +26,16 @@ import {
   FORWARDER_ROLE_CLUSTER_TAG,
   forwarderRoleName,
   forwarderTrustPolicy,
+  globalNamespaceRefusal,
   JoinRefusedError,
+  joinMain,
   joinPlan,
   joinSettings,
   parseFleetOutputs,
   writeJoinDocument,
 } from '../../scripts/cluster-join.js';
 import { main } from '../../scripts/cluster-registry.js';
+import { captured } from './support/captured.js';
 
 const OUTPUTS = {
   Region: 'eu-west-1',
@@ -253,5 +262,122 @@ describe('the document join writes', () => {
 
   it('--delete-role belongs to remove only', async () => {
     expect(await main(['list', '--delete-role', '--registry', 'file:///nonexistent'])).toBe(2);
+  });
+});
+
+describe('the packaging global namespace join applies the release onto', () => {
+  const GLOBAL = 'kapp-controller-packaging-global';
+  const TENANTS = '0b7e9f0a-1111-4222-8333-444455556666';
+  const CREATED = 'cccccccc-0000-4000-8000-000000000001';
+
+  it('is accepted absent, as recorded, or adopted; refused otherwise, naming the flag', () => {
+    expect(globalNamespaceRefusal(undefined, undefined, false)).toBeUndefined();
+    expect(globalNamespaceRefusal(TENANTS, TENANTS.toUpperCase(), false)).toBeUndefined();
+    expect(globalNamespaceRefusal(TENANTS, undefined, true)).toBeUndefined();
+    expect(globalNamespaceRefusal(TENANTS, undefined, false)).toBe(
+      `namespace ${GLOBAL} exists already (uid ${TENANTS}) and is not the one the release created for this cluster: whoever created it may write the Packages every PackageInstall of the cluster can select. Check who did and who may write it (kubectl get rolebindings,roles -n ${GLOBAL}; kubectl get namespace ${GLOBAL} -o yaml), then re-run with --adopt-global-namespace to record it as the cluster's own, or delete it so that the release creates it`,
+    );
+    expect(globalNamespaceRefusal(TENANTS, CREATED, false)).toMatch(
+      new RegExp(
+        `^namespace ${GLOBAL} exists already \\(uid ${TENANTS}\\) and is not the one this cluster's document records \\(uid ${CREATED}\\): `,
+      ),
+    );
+  });
+
+  // A fake kubectl (argv as kubectl's; its state in the file STATE names): `get namespace` prints the state's uid; `apply` logs its
+  // stdin's kinds and, when the release holds the global namespace and none exists, creates it.
+  const FAKE_KUBECTL = `#!/usr/bin/env node
+const fs = require('node:fs');
+const file = STATE;
+const state = JSON.parse(fs.readFileSync(file, 'utf8'));
+const args = process.argv.slice(2);
+if (args.includes('get')) process.stdout.write(state.uid ?? '');
+else if (args.includes('apply')) {
+  const input = fs.readFileSync(0, 'utf8');
+  state.applied.push(input.includes('name: ${GLOBAL}') ? 'release' : 'other');
+  if (input.includes('name: ${GLOBAL}') && !state.uid) state.uid = '${CREATED}';
+  fs.writeFileSync(file, JSON.stringify(state));
+}
+`;
+  let dir: string;
+  let statePath: string;
+  beforeEach(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'cluster-join-unit-'));
+    statePath = path.join(dir, 'state.json');
+    await writeFile(path.join(dir, 'kubectl'), FAKE_KUBECTL.replace('STATE', JSON.stringify(statePath)));
+    await chmod(path.join(dir, 'kubectl'), 0o755);
+    await writeFile(path.join(dir, 'fleet.json'), JSON.stringify(OUTPUTS));
+    await writeFile(path.join(dir, 'release.yml'), `apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ${GLOBAL}\n`);
+    const ca = Buffer.from('-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n').toString('base64');
+    await writeFile(
+      path.join(dir, 'kubeconfig'),
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'c', cluster: { server: 'https://127.0.0.1:6443', 'certificate-authority-data': ca } }],
+        users: [{ name: 'u', user: { token: 't' } }],
+        contexts: [{ name: 'ctx', context: { cluster: 'c', user: 'u' } }],
+        'current-context': 'ctx',
+      }),
+    );
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** Joins cluster prod-1 with the fake kubectl, the namespace's uid before being `uid`. */
+  const join = async (uid: string | undefined, extra: string[] = []) => {
+    await writeFile(statePath, JSON.stringify({ ...(uid ? { uid } : {}), applied: [] }));
+    const argv = ['join', 'ctx', '--id', 'prod-1', '--fleet', path.join(dir, 'fleet.json'), '--auth', 'token'];
+    argv.push(
+      '--no-sender-check',
+      '--registry',
+      `file://${dir}/registry`,
+      '--kubeconfig',
+      path.join(dir, 'kubeconfig'),
+    );
+    argv.push('--kubectl', path.join(dir, 'kubectl'), '--release', path.join(dir, 'release.yml'), ...extra);
+    const r = await captured(() => joinMain(argv, {}));
+    const state = JSON.parse(await readFile(statePath, 'utf8')) as { applied: string[] };
+    const doc = await new LocalDirStore(path.join(dir, 'registry')).get(clusterDocKey('prod-1'));
+    const recorded = doc ? (JSON.parse(doc.toString('utf8')) as { packagingGlobalNamespaceUid?: string }) : undefined;
+    return {
+      ...r,
+      applied: state.applied,
+      recorded: recorded?.packagingGlobalNamespaceUid ?? (doc ? null : 'no document'),
+    };
+  };
+
+  it('absent: the release creates it and the document records its uid', async () => {
+    const r = await join(undefined);
+    expect({ code: r.code, applied: r.applied, recorded: r.recorded }).toEqual({
+      code: 0,
+      applied: ['release', 'other', 'other'],
+      recorded: CREATED,
+    });
+  });
+
+  it('existing and not recorded: refused before anything is applied; --adopt-global-namespace records it', async () => {
+    const refused = await join(TENANTS);
+    expect({ code: refused.code, applied: refused.applied, recorded: refused.recorded }).toEqual({
+      code: 1,
+      applied: [],
+      recorded: 'no document',
+    });
+    expect(refused.err).toBe(`cluster: ${globalNamespaceRefusal(TENANTS, undefined, false)}\n`);
+    const adopted = await join(TENANTS, ['--adopt-global-namespace']);
+    expect({ code: adopted.code, recorded: adopted.recorded }).toEqual({ code: 0, recorded: TENANTS });
+  });
+
+  it('--replace: the namespace its document records is accepted; one created again is refused', async () => {
+    expect((await join(undefined)).recorded).toBe(CREATED);
+    const again = await join(CREATED, ['--replace']);
+    expect({ code: again.code, recorded: again.recorded }).toEqual({ code: 0, recorded: CREATED });
+    const recreated = await join(TENANTS, ['--replace']);
+    expect({ code: recreated.code, applied: recreated.applied, recorded: recreated.recorded }).toEqual({
+      code: 1,
+      applied: [],
+      recorded: CREATED,
+    });
   });
 });

@@ -85,6 +85,8 @@ describe('cluster documents', () => {
     expect(parseClusterDoc('clusters/edge-7.json', JSON.stringify(t))).toEqual(t);
     const withForwarder = { ...eksDoc(), forwarder: { roleId: 'AROAEXAMPLEID1234567' } };
     expect(parseClusterDoc(clusterDocKey('prod-eu-1'), JSON.stringify(withForwarder))).toEqual(withForwarder);
+    const withGlobal = { ...eksDoc(), packagingGlobalNamespaceUid: '3f0c2a4e-1b2c-4d5e-8f90-0123456789ab' };
+    expect(parseClusterDoc(clusterDocKey('prod-eu-1'), JSON.stringify(withGlobal))).toEqual(withGlobal);
   });
 
   it.each([
@@ -125,6 +127,11 @@ describe('cluster documents', () => {
       "an IAM user's id as the forwarder",
       { forwarder: { roleId: 'AIDAEXAMPLEID1234567' } },
       'forwarder.roleId: expected an IAM role id (AROA…)',
+    ],
+    [
+      'a global namespace uid that is not a uid',
+      { packagingGlobalNamespaceUid: 'kapp-controller-packaging-global' },
+      'packagingGlobalNamespaceUid: expected a Kubernetes uid (a UUID)',
     ],
     [
       'a secret for a stage that does not exist',
@@ -395,6 +402,17 @@ describe('StoreClusterRegistry', () => {
     await store.delete(clusterDocKey('edge-9'));
     advance(60_000);
     expect(await registry.forwarderOf('edge-9')).toBeUndefined();
+  });
+
+  it("names a prepared cluster's recorded global namespace uid from its document, none for an older document", async () => {
+    const { store, registry } = setup();
+    const uid = '3f0c2a4e-1b2c-4d5e-8f90-0123456789ab';
+    await putCluster(store, { ...tokenDoc('edge-1', { fetch: 'fetch-token' }), packagingGlobalNamespaceUid: uid });
+    await putCluster(store, tokenDoc('edge-2', { fetch: 'fetch-token' }));
+    await registry.prepare('edge-1');
+    await registry.prepare('edge-2');
+    expect(registry.packagingGlobalNamespaceUid('edge-1')).toBe(uid);
+    expect(registry.packagingGlobalNamespaceUid('edge-2')).toBeUndefined();
   });
 
   it('reads the document again after the TTL: a removed cluster becomes unknown, a changed one is rebuilt', async () => {

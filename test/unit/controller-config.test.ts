@@ -84,6 +84,16 @@ describe('parseControllerConfigData (Config.addDataToConfig)', () => {
   });
 });
 
+describe('the recorded uid of the packaging global namespace (ours)', () => {
+  it('kappLambdaPackagingGlobalNamespaceUID: trimmed; empty is unset; named by describeControllerConfig', () => {
+    const uid = '3f0c2a4e-1b2c-4d5e-8f90-0123456789ab';
+    const c = parseControllerConfigData({ kappLambdaPackagingGlobalNamespaceUID: ` ${uid}\n` });
+    expect(c.packagingGlobalNamespaceUid).toBe(uid);
+    expect(describeControllerConfig(c).keys).toEqual(['kappLambdaPackagingGlobalNamespaceUID']);
+    expect(parseControllerConfigData({ kappLambdaPackagingGlobalNamespaceUID: '' })).toEqual({ timer: {} });
+  });
+});
+
 describe('the client-side limit keys (ours)', () => {
   it('parse each key alone', () => {
     expect(parseControllerConfigData({ kappLambdaKubeAPIQPS: '7.5' }).kubeApi).toEqual({ qps: 7.5 });

@@ -85,6 +85,11 @@ describe('leaderGatedRegistry', () => {
     expect(r.clusterIds()).toEqual(['c1', 'c2']);
   });
 
+  it("passes the cluster's recorded global namespace uid through (a fact of its document, no access)", () => {
+    const inner = { ...recordingRegistry([]), packagingGlobalNamespaceUid: (id: string) => `uid:${id}` };
+    expect(leaderGatedRegistry(inner, () => true).packagingGlobalNamespaceUid?.('c1')).toBe('uid:c1');
+  });
+
   it('refuses every write of a view obtained while leading once the lease is lost; reads pass', async () => {
     const calls: string[] = [];
     const leading = new Set(['c1']);

@@ -119,6 +119,20 @@ describe('stageClusterRegistry', () => {
     expect(() => r.watchView('prod-eu-1')).toThrow('the install function may not use the watch view');
   });
 
+  it("hands every function the global namespace uid the cluster's document records (the install function's trust check)", () => {
+    const r = stageClusterRegistry(
+      { ...taggedRegistry(), packagingGlobalNamespaceUid: (id) => `uid:${id}` },
+      'install',
+    );
+    expect(r.packagingGlobalNamespaceUid?.('prod-eu-1')).toBe('uid:prod-eu-1');
+    const cell = cellClusterRegistry(
+      { ...taggedRegistry(), packagingGlobalNamespaceUid: (id) => `uid:${id}` },
+      'prod-eu-1',
+    );
+    expect(cell.packagingGlobalNamespaceUid?.('prod-eu-1')).toBe('uid:prod-eu-1');
+    expect(() => cell.packagingGlobalNamespaceUid?.('edge-1')).toThrow(UnknownClusterError);
+  });
+
   it('offers no install view when the registry has none', () => {
     const { installView: _, ...withoutInstall } = taggedRegistry();
     expect(stageClusterRegistry(withoutInstall, 'install').installView).toBeUndefined();

@@ -16,6 +16,7 @@ import {
   type ResourceKind,
   type ResourceRef,
 } from '../../functions/lib/kube/port.js';
+import { type GlobalTrust, globalTrustOf } from '../../functions/lib/packaging/global-trust.js';
 import {
   getPackage,
   getPackageMetadata,
@@ -260,5 +261,55 @@ describe('visibleGlobalNamespace', () => {
     ['missing', undefined],
   ])('%j → %j', async (namespace, expected) => {
     expect(await visibleGlobalNamespace(new FakeKube(namespaces, []), namespace)).toBe(expected);
+  });
+});
+
+describe('the global namespace is trusted by its recorded uid, not its name (global-trust.ts)', () => {
+  // The fake's namespaces have their name as uid.
+  const objects = [pkg(GLOBAL, 'a.test.carvel.dev', '1.0.0'), pkg('ns', 'c.test.carvel.dev', '1.0.0')];
+
+  it.each<[string, string | undefined, GlobalTrust]>([
+    ['recorded and equal', 'uid-1', { trusted: true, recorded: true }],
+    ['recorded in another case', 'UID-1', { trusted: true, recorded: true }],
+    ['nothing recorded: trusted unchecked', undefined, { trusted: true, recorded: false }],
+    [
+      'recorded and different',
+      'uid-0',
+      {
+        trusted: false,
+        reason: `namespace ${GLOBAL} has uid uid-1, not the uid uid-0 recorded when kapp-lambda was installed (created by someone else, or deleted and created again)`,
+      },
+    ],
+  ])('globalTrustOf: %s', (_case, recorded, expected) => {
+    expect(globalTrustOf(GLOBAL, recorded, 'uid-1')).toEqual(expected);
+  });
+
+  it('globalTrustOf: a namespace that does not exist has nothing to trust', () => {
+    expect(globalTrustOf(GLOBAL, 'uid-0', undefined)).toEqual({ trusted: true, recorded: true });
+  });
+
+  it.each<[string, string | undefined, string[]]>([
+    [
+      'recorded uid equal: global and local',
+      GLOBAL,
+      [`a.test.carvel.dev.1.0.0 in ns from ${GLOBAL}`, 'c.test.carvel.dev.1.0.0 in ns from ns'],
+    ],
+    ['recorded uid different: local only', 'another-uid', ['c.test.carvel.dev.1.0.0 in ns from ns']],
+    [
+      'nothing recorded: global and local',
+      undefined,
+      [`a.test.carvel.dev.1.0.0 in ns from ${GLOBAL}`, 'c.test.carvel.dev.1.0.0 in ns from ns'],
+    ],
+  ])('listPackages: %s', async (_case, uid, expected) => {
+    const options = uid === undefined ? {} : { globalNamespaceUid: uid };
+    expect(seen(await listPackages(new FakeKube(namespaces, objects), 'ns', options))).toEqual(expected);
+  });
+
+  it('getPackage and visibleGlobalNamespace: an untrusted global namespace provides nothing', async () => {
+    const kube = new FakeKube(namespaces, objects);
+    const untrusted = { globalNamespaceUid: 'another-uid' };
+    expect(await getPackage(kube, 'ns', 'a.test.carvel.dev', '1.0.0', untrusted)).toBeUndefined();
+    expect(await visibleGlobalNamespace(kube, 'ns', untrusted)).toBeUndefined();
+    expect(await visibleGlobalNamespace(kube, 'ns', { globalNamespaceUid: GLOBAL })).toBe(GLOBAL);
   });
 });

@@ -191,7 +191,13 @@ interface Row {
   outcome?: string;
   /** Default the PackageInstall finalizer. */
   finalizers?: string[];
+  /** The recorded uid of the global namespace (its live uid is `uid-g`), and where it is recorded. */
+  recorded?: { uid: string; in: 'registry document' | 'kapp-controller-config' };
 }
+
+/** The note a PackageInstall gets when the global namespace's live uid `uid-g` is not `recorded`. */
+const untrusted = (recorded: string) =>
+  `; the Packages of the global namespace were not trusted: namespace ${GLOBAL} has uid uid-g, not the uid ${recorded} recorded when kapp-lambda was installed (created by someone else, or deleted and created again); if the namespace is the cluster's own, record its uid again (npm run cluster -- join --replace --adopt-global-namespace, or kapp-controller-config key kappLambdaPackagingGlobalNamespaceUID)`;
 
 const V1_V2 = [pkg({ version: '1.0.0' }), pkg({ version: '2.0.0' })];
 
@@ -315,6 +321,39 @@ const rows: Record<string, Row> = {
     status: reconcilingAt('1.0.0'),
     writes: CREATED,
   },
+  'global namespace with the uid its registry document records: its Packages are trusted': {
+    pkgi: pkgi(),
+    packages: [pkg({ version: '1.0.0', namespace: GLOBAL })],
+    recorded: { uid: 'uid-g', in: 'registry document' },
+    status: reconcilingAt('1.0.0'),
+    writes: CREATED,
+  },
+  'global namespace with another uid than recorded (a tenant created it first): its Packages are absent, the status says why':
+    {
+      pkgi: pkgi(),
+      packages: [pkg({ version: '1.0.0', namespace: GLOBAL }), pkg({ version: '9.0.0', namespace: GLOBAL })],
+      recorded: { uid: 'uid-admin', in: 'registry document' },
+      status: failed(`Package pkg.test.carvel.dev not found${untrusted('uid-admin')}`),
+      writes: [FINALIZER_ADDED],
+      outcome: 'failed',
+    },
+  'global namespace with another uid than kapp-controller-config records: a local Package is still installed': {
+    pkgi: pkgi(),
+    packages: [pkg({ version: '1.0.0' }), pkg({ version: '9.0.0', namespace: GLOBAL })],
+    recorded: { uid: 'uid-admin', in: 'kapp-controller-config' },
+    status: reconcilingAt('1.0.0'),
+    writes: CREATED,
+  },
+  'global namespace with another uid than kapp-controller-config records, no local version matches: the note too': {
+    pkgi: pkgi(),
+    packages: [pkg({ version: '0.1.0' }), pkg({ version: '9.0.0', namespace: GLOBAL })],
+    recorded: { uid: 'uid-admin', in: 'kapp-controller-config' },
+    status: failed(
+      `Expected to find at least one version, but did not (details: all=1 -> after-prereleases-filter=1 -> after-kapp-controller-version-check=1 -> after-constraints-filter=0)${untrusted('uid-admin')}`,
+    ),
+    writes: [FINALIZER_ADDED],
+    outcome: 'failed',
+  },
   'exclude-global-packages on the namespace: global Packages are not seen': {
     pkgi: pkgi(),
     packages: [pkg({ version: '1.0.0', namespace: GLOBAL })],
@@ -436,6 +475,10 @@ function world(row: Row) {
   });
   cluster.namespaces.set(GLOBAL, { metadata: { name: GLOBAL, uid: 'uid-g', resourceVersion: '1' }, phase: 'Active' });
   const { deps, log } = stageDeps(cluster, { runner: new FakeCommandRunner(), now: NOW, tmpRoot: tempDir() });
+  if (row.recorded?.in === 'registry document') {
+    const uid = row.recorded.uid;
+    deps.clusters = { ...deps.clusters, packagingGlobalNamespaceUid: () => uid };
+  } else if (row.recorded) deps.clusterConfig = { timer: {}, packagingGlobalNamespaceUid: row.recorded.uid };
   return { cluster, deps, log };
 }
 
@@ -457,6 +500,26 @@ describe('install: the PackageInstall reconcile, one row per outcome', () => {
       const { uid: _u, resourceVersion: _r, generation: _g, ...meta } = app?.metadata ?? {};
       expect({ ...app, metadata: meta }).toEqual(row.appAfter);
     }
+  });
+
+  it('no recorded uid (a cluster joined before the record): global Packages trusted, one warning per cluster', async () => {
+    const row: Row = {
+      pkgi: pkgi(),
+      packages: [pkg({ version: '1.0.0', namespace: GLOBAL })],
+      status: reconcilingAt('1.0.0'),
+      writes: CREATED,
+    };
+    const { cluster, deps, log } = world(row);
+    const ref = { ...REF, clusterId: 'c-unrecorded' };
+    await dispatchEvent(objectEvent(ref, 'modified', { time: new Date(NOW) }), deps);
+    await dispatchEvent(objectEvent({ ...ref, resourceVersion: '2' }, 'modified', { time: new Date(NOW) }), deps);
+    expect(cluster.statuses[0]).toEqual(row.status);
+    expect(log.records.filter((r) => r.level === 'warn' && /global namespace/.test(r.msg ?? ''))).toEqual([
+      expect.objectContaining({
+        obj: { clusterId: 'c-unrecorded' },
+        msg: "the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: npm run cluster -- join --replace, or kapp-controller-config key kappLambdaPackagingGlobalNamespaceUID)",
+      }),
+    ]);
   });
 
   it('on Lambda: the install function, narrowed to its access, creates the App from one SQS record and sends nothing on', async () => {

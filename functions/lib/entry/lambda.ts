@@ -159,6 +159,10 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
     ...(installView
       ? { installView: FUNCTION_ACCESS[stage].installView ? installView : deny('the install view') }
       : {}),
+    // What the install function checks the global namespace's Packages against (a fact, no access).
+    ...(registry.packagingGlobalNamespaceUid
+      ? { packagingGlobalNamespaceUid: registry.packagingGlobalNamespaceUid.bind(registry) }
+      : {}),
   };
 }
 
@@ -180,6 +184,7 @@ export function cellClusterRegistry(registry: ClusterRegistry, clusterId: string
   const installView = registry.installView?.bind(registry);
   const eventWriter = registry.eventWriter?.bind(registry);
   const prepare = registry.prepare?.bind(registry);
+  const globalUid = registry.packagingGlobalNamespaceUid?.bind(registry);
   return {
     clusterIds: () => registry.clusterIds().filter((id) => id === clusterId),
     client: only((id) => registry.client(id)),
@@ -189,6 +194,7 @@ export function cellClusterRegistry(registry: ClusterRegistry, clusterId: string
     ...(installView ? { installView: only(installView) } : {}),
     ...(eventWriter ? { eventWriter: only(eventWriter) } : {}),
     ...(prepare ? { prepare: async (id: string) => (id === clusterId ? await prepare(id) : undefined) } : {}),
+    ...(globalUid ? { packagingGlobalNamespaceUid: only(globalUid) } : {}),
   };
 }
 

@@ -14,8 +14,13 @@
  * { "apiVersion": "kapp-lambda/v1", "kind": "Cluster", "id": "prod-eu-1",
  *   "endpoint": "https://ABC.gr7.eu-west-1.eks.amazonaws.com", "caData": "<base64 of PEM>",
  *   "auth": { "kind": "eks", "clusterName": "prod-eu-1", "region": "eu-west-1" },
- *   "forwarder": { "roleId": "AROAEXAMPLEID1234567" }, "eventKey": "<base64 of 32 random bytes>" }
+ *   "forwarder": { "roleId": "AROAEXAMPLEID1234567" }, "eventKey": "<base64 of 32 random bytes>",
+ *   "packagingGlobalNamespaceUid": "3f0c…" }
  * ```
+ *
+ * `packagingGlobalNamespaceUid` is the one record of who owns the cluster's packaging global
+ * namespace: the `metadata.uid` join saw after applying the release, which created the namespace
+ * (`../packaging/global-trust.ts` trusts that namespace's Packages only while its uid is this one).
  *
  * @module
  */
@@ -39,6 +44,9 @@ export const EVENT_KEY_BYTES = 32;
 export function isEventKey(s: string): boolean {
   return /^[A-Za-z0-9+/]+={0,2}$/.test(s) && Buffer.from(s, 'base64').length === EVENT_KEY_BYTES;
 }
+
+/** A Kubernetes object uid as the API server assigns it (a UUID; any case, as kubectl prints it). */
+export const KUBE_UID_PATTERN = /^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$/;
 
 /** A cluster id: a DNS-1123 label (as the events' `clusterId`). */
 export const CLUSTER_ID_PATTERN = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -146,6 +154,19 @@ function buildClusterDocSchema() {
     eventKey: z
       .string()
       .refine(isEventKey, { error: `expected base64 of ${EVENT_KEY_BYTES} bytes` })
+      .optional(),
+    /**
+     * `packagingGlobalNamespaceUid`: the `metadata.uid` of the packaging global namespace
+     * (`kapp-controller-packaging-global`) that `npm run cluster -- join` saw after the release
+     * created it (or, with `--adopt-global-namespace`, adopted it). The install function trusts
+     * that namespace's Packages only while the live namespace has this uid: a namespace a tenant
+     * created before the install, or deleted and created again since, has another. Absent (a
+     * document from before it, or `cluster add` without `--packaging-global-namespace-uid`): the
+     * global Packages are trusted unchecked, with a warning logged once per cluster and process.
+     */
+    packagingGlobalNamespaceUid: z
+      .string()
+      .regex(KUBE_UID_PATTERN, { error: 'expected a Kubernetes uid (a UUID)' })
       .optional(),
   });
 }

@@ -248,6 +248,11 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
     return key === undefined ? undefined : Buffer.from(key, 'base64');
   }
 
+  /** {@inheritDoc ClusterRegistry.packagingGlobalNamespaceUid} */
+  packagingGlobalNamespaceUid(clusterId: string): string | undefined {
+    return this.#entries.get(clusterId)?.doc.packagingGlobalNamespaceUid;
+  }
+
   #entry(clusterId: string): Entry {
     const entry = this.#entries.get(clusterId);
     if (!entry) throw new UnknownClusterError(clusterId);

@@ -688,6 +688,13 @@ export interface ClusterRegistry {
    * @throws UnknownClusterError
    */
   prepare?(clusterId: string): Promise<void>;
+  /**
+   * The `metadata.uid` of the cluster's packaging global namespace as its registry document
+   * records it (`packagingGlobalNamespaceUid`, written by `npm run cluster -- join`), read from
+   * what {@link prepare} loaded. Optional, and `undefined` when nothing is recorded: registries
+   * without documents (kubeconfig clusters) record it in the cluster's `kapp-controller-config`.
+   */
+  packagingGlobalNamespaceUid?(clusterId: string): string | undefined;
 }
 
 /** Options of the error classes below. */

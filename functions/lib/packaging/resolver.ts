@@ -11,9 +11,12 @@
  * presented with `metadata.namespace = N`. kapp-lambda serves both kinds as plain CRDs, so the API
  * server lists only N's own objects and this module does the merge, over the Kubernetes port.
  *
- * One deviation: upstream treats any error reading namespace N as "no global packages"; here a
+ * Deviations: upstream treats any error reading namespace N as "no global packages"; here a
  * failure other than 404 is thrown, so a transient API error is retried instead of turning into
- * `Package <refName> not found`.
+ * `Package <refName> not found`. And given the global namespace's recorded uid
+ * ({@link ResolverOptions.globalNamespaceUid}), the global namespace is seen only while its live
+ * uid is that one (`./global-trust.ts`): a namespace a tenant created first, or created again,
+ * provides no Packages.
  *
  * @module
  */
@@ -22,6 +25,7 @@ import { type Package, type PackageMetadata, PackageNameError, packageObjectName
 import { type ParseResult, parsePackage, parsePackageMetadata } from '../api/parse.js';
 import { PackageMetadataResource, PackageResource } from '../api/resources.js';
 import type { KubeObject, KubeReader, ObjectWatcher, ResourceKind } from '../kube/port.js';
+import { checkGlobalNamespace } from './global-trust.js';
 
 /** What the resolver needs of a cluster: GET objects and namespaces, LIST. No writes. */
 export type PackagingReader = Pick<KubeReader, 'getObject' | 'getNamespace'> & Pick<ObjectWatcher, 'list'>;
@@ -30,6 +34,11 @@ export type PackagingReader = Pick<KubeReader, 'getObject' | 'getNamespace'> & P
 export interface ResolverOptions {
   /** The packaging global namespace. Default {@link DEFAULT_PACKAGING_GLOBAL_NAMESPACE} (upstream `-packaging-global-namespace`). */
   readonly globalNamespace?: string;
+  /**
+   * The global namespace's `metadata.uid` recorded by the admin install (`./global-trust.ts`):
+   * its Packages are seen only while the live namespace has it. Absent: not checked.
+   */
+  readonly globalNamespaceUid?: string;
 }
 
 /** Options of {@link listPackages}. */
@@ -41,7 +50,9 @@ export interface ListPackagesOptions extends ResolverOptions {
 /**
  * The global namespace whose packages `namespace` sees, or `undefined` when it sees none: when
  * `namespace` is empty, is the global namespace itself, does not exist, or carries the annotation
- * {@link Annotation.ExcludeGlobalPackages} (any value). Mirrors upstream `shouldFetchGlobal`.
+ * {@link Annotation.ExcludeGlobalPackages} (any value). Mirrors upstream `shouldFetchGlobal`;
+ * besides, with {@link ResolverOptions.globalNamespaceUid}, none when the global namespace is not
+ * trusted ({@link checkGlobalNamespace}).
  *
  * @throws KubeApiError when reading the namespace fails other than with 404.
  */
@@ -54,6 +65,7 @@ export async function visibleGlobalNamespace(
   if (namespace === '' || namespace === global) return undefined;
   const ns = await kube.getNamespace(namespace);
   if (!ns || ns.metadata.annotations?.[Annotation.ExcludeGlobalPackages] !== undefined) return undefined;
+  if (!(await checkGlobalNamespace(kube, global, options.globalNamespaceUid)).trusted) return undefined;
   return global;
 }
 

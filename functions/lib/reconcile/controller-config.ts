@@ -28,6 +28,14 @@ export const CONTROLLER_CONFIG_NAME = 'kapp-controller-config';
 export const DEFAULT_CONTROLLER_CONFIG_NAMESPACE = 'kapp-lambda';
 
 /**
+ * The key of a cluster's `kapp-controller-config` recording the `metadata.uid` of its packaging
+ * global namespace, for clusters without a registry document naming one (the embedded and
+ * in-cluster runtimes): its Packages are trusted only while the live namespace has this uid
+ * (`../packaging/global-trust.ts`). Only the admin writes the `kapp-lambda` namespace.
+ */
+export const GLOBAL_NAMESPACE_UID_KEY = 'kappLambdaPackagingGlobalNamespaceUID';
+
+/**
  * The keys of a cluster's `kapp-controller-config` that {@link parseControllerConfigData} reads:
  * kapp-controller's (reference §1.3) and kapp-lambda's own (`ours`), with defaults and meanings.
  * The `kapp-controller-config` table of `docs/configuration.md` is generated from it
@@ -101,6 +109,14 @@ export const CONTROLLER_CONFIG_KEY_DOCS: readonly SettingDoc[] = [
       "the cluster's client-side limit on API requests (QPS 0, no limit, or at least 1: a slower rate would hold a function invocation, and for install the other clusters' events in its batch, past its time limit): requests wait for a token (client-go's token bucket), a watch takes one when opened; one bucket per cluster id per process, shared by the stages and (embedded) the forwarders. Upstream's is fixed in its binary at 20 / 30 (controller-runtime's default); kapp's own `--kube-api-qps` / `--kube-api-burst` are separate",
     readBy: "every stage's API client",
   },
+  {
+    name: GLOBAL_NAMESPACE_UID_KEY,
+    ours: true,
+    default: "the registry document's `packagingGlobalNamespaceUid`, else none",
+    meaning:
+      "the `metadata.uid` of the packaging global namespace (`kubectl get namespace kapp-controller-packaging-global -o jsonpath='{.metadata.uid}'` right after the release created it): its Packages are trusted only while the live namespace has this uid; another uid (a namespace a tenant created first, or one deleted and created again) makes them absent, with a note in the PackageInstall's status; none recorded: trusted, with a warning logged once",
+    readBy: 'the install function and the embedded runtime',
+  },
 ];
 
 /** The proxy keys of the configuration, verbatim (upstream `ProxyOpts`). */
@@ -129,6 +145,8 @@ export interface ClusterControllerConfig {
    * the runtime-wide value.
    */
   kubeApi?: { qps?: number; burst?: number };
+  /** Ours: {@link GLOBAL_NAMESPACE_UID_KEY}, the recorded uid of the packaging global namespace. */
+  packagingGlobalNamespaceUid?: string;
   /** Which object it came from, `Secret/<resourceVersion>` or `ConfigMap/<rv>`; absent: neither exists. */
   source?: string;
 }
@@ -207,6 +225,8 @@ export function parseControllerConfigData(
     }
     out.kappDeployRawOptions = opts;
   }
+  const globalUid = set('kappLambdaPackagingGlobalNamespaceUID')?.trim();
+  if (globalUid) out.packagingGlobalNamespaceUid = globalUid;
   const caCerts = set('caCerts');
   if (caCerts !== undefined) out.caCerts = caCerts;
   const skip = set('dangerousSkipTLSVerify');
@@ -267,6 +287,7 @@ export function describeControllerConfig(c: ClusterControllerConfig): { source: 
   if (c.proxy?.noProxy) keys.push('noProxy');
   if (c.dangerousSkipTLSVerify) keys.push('dangerousSkipTLSVerify');
   if (c.kappDeployRawOptions) keys.push('kappDeployRawOptions');
+  if (c.packagingGlobalNamespaceUid) keys.push(GLOBAL_NAMESPACE_UID_KEY);
   for (const k of Object.keys(c.timer)) keys.push(k.replace(/Ms$/, ''));
   return { source: c.source ?? 'none', keys };
 }

@@ -32,7 +32,7 @@
  */
 import type { ObjectEvent, ObjectRef } from '../../../../events/schema.js';
 import type { Condition } from '../../api/common.js';
-import { Annotation, Finalizer } from '../../api/constants.js';
+import { Annotation, DEFAULT_PACKAGING_GLOBAL_NAMESPACE, Finalizer } from '../../api/constants.js';
 import type { Package } from '../../api/datapackaging.js';
 import type { PackageInstall, PackageInstallStatus } from '../../api/packaging.js';
 import { parsePackageInstall } from '../../api/parse.js';
@@ -52,8 +52,10 @@ import {
   sameApp,
   withPlaceholderSecrets,
 } from '../../packaging/app-from-package.js';
-import { selectPackage } from '../../packaging/select.js';
+import { checkGlobalNamespace, untrustedNote } from '../../packaging/global-trust.js';
+import { PackageSelectionError, selectPackage } from '../../packaging/select.js';
 import { compareVersions } from '../../packaging/versions.js';
+import { GLOBAL_NAMESPACE_UID_KEY } from '../../reconcile/controller-config.js';
 import { GENERIC_ERROR_DETAIL, KappControllerError } from '../../reconcile/result.js';
 import { FRIENDLY } from '../../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../../reconcile/status-budget.js';
@@ -262,7 +264,7 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   // Kept up to date by the reconcile: `version` is reported even when a later step fails.
   const state = { status: pkgiReconciling(pkgi.status, fence.generation) };
   try {
-    await reconcileInstall(kube, pkgi, state, deps);
+    await reconcileInstall(kube, pkgi, state, deps, event.data.clusterId);
     const first = state.status.conditions?.[0];
     if (first?.type === 'ReconcileFailed') {
       outcome = 'failed';
@@ -302,17 +304,30 @@ async function reconcileInstall(
   pkgi: PackageInstall,
   run: { status: PackageInstallStatus },
   deps: PipelineDeps,
+  clusterId: string,
 ): Promise<void> {
   (pkgi.spec.values ?? []).forEach((v, i) => {
     if (!v.secretRef) throw new KappControllerError(`Invalid fields: spec.values[${i}].secretRef: Required value`);
   });
-  const pkg = await selectPackage(kube, pkgi, {
-    ...(deps.config.packagingGlobalNamespace ? { globalNamespace: deps.config.packagingGlobalNamespace } : {}),
-    kubernetesVersion: () => kube.serverVersion(),
-    ...(deps.config.kappControllerCompatibleVersion
-      ? { kappControllerVersion: deps.config.kappControllerCompatibleVersion }
-      : {}),
-  });
+  const global = deps.config.packagingGlobalNamespace ?? DEFAULT_PACKAGING_GLOBAL_NAMESPACE;
+  const recordedUid = recordedGlobalNamespaceUid(deps, clusterId);
+  let pkg: Package;
+  try {
+    pkg = await selectPackage(kube, pkgi, {
+      globalNamespace: global,
+      ...(recordedUid ? { globalNamespaceUid: recordedUid } : {}),
+      kubernetesVersion: () => kube.serverVersion(),
+      ...(deps.config.kappControllerCompatibleVersion
+        ? { kappControllerVersion: deps.config.kappControllerCompatibleVersion }
+        : {}),
+    });
+  } catch (err) {
+    // The resolver left an untrusted global namespace out: say so, so the admin knows the fix.
+    if (!(err instanceof PackageSelectionError) || !recordedUid) throw err;
+    const trust = await checkGlobalNamespace(kube, global, recordedUid);
+    if (trust.trusted) throw err;
+    throw new PackageSelectionError(`${err.message}${untrustedNote(trust.reason)}`, { cause: err });
+  }
   const version = pkg.spec.version ?? '';
   run.status = { ...run.status, version };
   const last = pkgi.status?.lastAttemptedVersion;
@@ -349,6 +364,27 @@ async function reconcileInstall(
       if (!(err instanceof ConflictError) || attempt >= APP_WRITE_ATTEMPTS) throw err;
     }
   }
+}
+
+/** The clusters whose unrecorded global namespace this process has warned about (once each). */
+const warnedUnrecorded = new Set<string>();
+
+/**
+ * The recorded uid of `clusterId`'s packaging global namespace (`../../packaging/global-trust.ts`):
+ * its registry document's, else its `kapp-controller-config`'s. None: the global Packages are
+ * trusted unchecked (clusters joined before the record existed), and a warning is logged, once
+ * per cluster and process, naming how to record it.
+ */
+function recordedGlobalNamespaceUid(deps: PipelineDeps, clusterId: string): string | undefined {
+  const uid = deps.clusters.packagingGlobalNamespaceUid?.(clusterId) ?? deps.clusterConfig?.packagingGlobalNamespaceUid;
+  if (uid === undefined && !warnedUnrecorded.has(clusterId)) {
+    warnedUnrecorded.add(clusterId);
+    deps.log.warn(
+      { clusterId },
+      `the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: npm run cluster -- join --replace, or kapp-controller-config key ${GLOBAL_NAMESPACE_UID_KEY})`,
+    );
+  }
+  return uid;
 }
 
 /** `version < last` by carvel semver; a version that does not parse is a user error (as upstream's `NewSemver`). */
