@@ -189,6 +189,26 @@ describe('StageShares', () => {
     expect(await shares.acquire('fetch', A, later)).toBe('over-share');
   });
 
+  it('gives a parked record redelivered (its invocation crashed before the acknowledgment) its old place, and removes its object once it runs', async () => {
+    const { shares, store, tick } = setup(1, 1);
+    await shares.acquire('fetch', A, entrant('m1', 'a', 'x', T0 + 1000));
+    await shares.acquire('fetch', A, entrant('m2', 'a', 'y'));
+    tick(1);
+    await shares.acquire('fetch', A, entrant('m3', 'a', 'z'));
+    expect((await shares.read('fetch', 'c1')).parked.map((p) => p.eventId)).toEqual(['ev-m2', 'ev-m3']);
+    // m2 comes back while m1 still holds: parked again in its place, one object.
+    expect(await shares.acquire('fetch', A, entrant('m2', 'a', 'y'))).toBe('over-share');
+    expect((await shares.read('fetch', 'c1')).parked.map((p) => p.eventId)).toEqual(['ev-m2', 'ev-m3']);
+    expect(await parkedObjects(store)).toHaveLength(2);
+    // m1 crashed; m2 comes back again after its slot expired (the wake of m2 was not seen yet).
+    tick(1000);
+    const doc = await shares.read('fetch', 'c1');
+    expect(doc.holders.map((h) => h.id)).toEqual(['m1']);
+    expect(await shares.acquire('fetch', A, entrant('m2', 'a', 'y'))).toBe('held');
+    expect((await shares.read('fetch', 'c1')).parked.map((p) => p.eventId)).toEqual(['ev-m3']);
+    expect(await parkedObjects(store)).toEqual([`state/shares/fetch/c1/parked/00${T0 + 1}-m3`]);
+  });
+
   it('stores one document per stage and cluster', () => {
     expect(sharesKey('fetch', 'c1')).toBe('state/shares/fetch/c1.json');
   });

@@ -288,15 +288,20 @@ export class StageShares {
   async acquire(stage: string, subject: ShareSubject, entrant: ShareEntrant): Promise<ShareResult> {
     const group = entrant.message.messageGroupId;
     let key: string | undefined;
-    return await this.#update(
+    // The record's own parked entry (it was parked, then its invocation crashed before the
+    // acknowledgment): it keeps its place and its object.
+    let ownKey: string | undefined;
+    const result = await this.#update(
       stage,
       subject.clusterId,
       (doc, now) => {
         const own = doc.parked.findIndex((p) => p.eventId === entrant.eventId && p.group === group);
-        key ??= parkedKey(stage, subject.clusterId, now, entrant.message.messageId);
+        const reserved = own >= 0 && doc.parked[own]?.woken !== undefined;
+        ownKey = own >= 0 && !reserved ? doc.parked[own]?.key : undefined;
+        key = ownKey ?? key ?? parkedKey(stage, subject.clusterId, now, entrant.message.messageId);
         const claim: Claim = {
           at: own >= 0 ? own : doc.parked.length,
-          reserved: own >= 0 && doc.parked[own]?.woken !== undefined,
+          reserved,
           entry: { key, namespace: subject.namespace, group, eventId: entrant.eventId },
           holder: { id: entrant.id, namespace: subject.namespace, until: entrant.until },
         };
@@ -308,6 +313,8 @@ export class StageShares {
       },
       entrant.message,
     );
+    if (result === 'held' && ownKey) await this.#store.delete(ownKey).catch(() => {});
+    return result;
   }
 
   /**
