@@ -166,22 +166,15 @@ const fromText = (v: unknown): unknown => {
   return t;
 };
 
-const CONCURRENCY_ERROR = 'expected an integer from 2 to 1000, or a JSON object of function → integer';
-const concurrencyValue = z
-  .number({ error: CONCURRENCY_ERROR })
-  .int({ error: CONCURRENCY_ERROR })
-  .min(2, { error: CONCURRENCY_ERROR })
-  .max(1000, { error: CONCURRENCY_ERROR });
-const SHARE_ERROR = 'expected an integer from 1 to 10000, or a JSON object of function → integer';
-const shareValue = z
-  .number({ error: SHARE_ERROR })
-  .int({ error: SHARE_ERROR })
-  .min(1, { error: SHARE_ERROR })
-  .max(10_000, { error: SHARE_ERROR });
-const shareContext = z.preprocess(
-  fromText,
-  z.union([shareValue, z.partialRecord(z.enum(PIPELINE_STAGES), shareValue)]).optional(),
-);
+/**
+ * A per-function number of the context: one integer in `min..max` for every function, or a JSON
+ * object of function → integer; either refused with one message naming the range.
+ */
+const perFunctionInt = (min: number, max: number) => {
+  const error = `expected an integer from ${min} to ${max}, or a JSON object of function → integer`;
+  const value = z.number({ error }).int({ error }).min(min, { error }).max(max, { error });
+  return z.preprocess(fromText, z.union([value, z.partialRecord(z.enum(PIPELINE_STAGES), value)]).optional());
+};
 const arn = (service: string) =>
   z.string().regex(new RegExp(`^arn:aws[a-z-]*:${service}:[a-z0-9-]+:\\d{12}:.+$`), {
     error: `expected an ${service} ARN`,
@@ -190,12 +183,6 @@ const arn = (service: string) =>
 /** `arn:<partition>:eks:<region>:<account>:cluster/<name>`. */
 const EKS_CLUSTER_ARN = /^arn:aws[a-z-]*:eks:[a-z0-9-]+:\d{12}:cluster\/[0-9A-Za-z][A-Za-z0-9_-]{0,99}$/;
 
-const RESERVED_ERROR = 'expected an integer from 2 to 10000, or a JSON object of function → integer';
-const reservedValue = z
-  .number({ error: RESERVED_ERROR })
-  .int({ error: RESERVED_ERROR })
-  .min(2, { error: RESERVED_ERROR })
-  .max(10000, { error: RESERVED_ERROR });
 /** A JSON array or a comma list of ids matching `pattern`. */
 const idList = (pattern: RegExp, what: string) =>
   z.preprocess(
@@ -239,12 +226,9 @@ const ContextSchema = z.object({
       .max(1440, { error: 'expected at most 1440 (a day)' })
       .default(MAX_CONTINUED_WAIT_MS / 60_000),
   ),
-  concurrency: z.preprocess(
-    fromText,
-    z.union([concurrencyValue, z.partialRecord(z.enum(PIPELINE_STAGES), concurrencyValue)]).optional(),
-  ),
-  clusterShare: shareContext,
-  namespaceShare: shareContext,
+  concurrency: perFunctionInt(2, 1000),
+  clusterShare: perFunctionInt(1, 10_000),
+  namespaceShare: perFunctionInt(1, 10_000),
   logRetentionDays: z.preprocess(
     fromText,
     z
@@ -288,10 +272,7 @@ const ContextSchema = z.object({
     (v) => (v === 'true' ? true : v === 'false' ? false : fromText(v)),
     z.boolean({ error: 'expected true or false' }).default(true),
   ),
-  reservedConcurrency: z.preprocess(
-    fromText,
-    z.union([reservedValue, z.partialRecord(z.enum(PIPELINE_STAGES), reservedValue)]).optional(),
-  ),
+  reservedConcurrency: perFunctionInt(2, 10_000),
   vpcId: z.preprocess(
     fromText,
     z
