@@ -10,6 +10,8 @@
  * | `sourcePollMinutes` | period of the fleet source poll (the index-repo function's schedule), minutes | 1 |
  * | `maxDeployWaitMinutes` | the longest a deploy waits for its resources in all, over the invocations it continues in (the deploy function's `KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`): an App's longer or unlimited `--wait-timeout` is cut there, and its status says so | 60 |
  * | `concurrency` | most concurrent invocations per function (the event source mapping's `maxConcurrency`, 2..1000): a number for every function, or JSON `{"deploy": 20}` per function | `STAGE_SIZING` (10; 5 for index-repo and install) |
+ * | `clusterShare` | records of one cluster each function runs at once, fleet-wide (its fair share, `functions/lib/lease/shares.ts`; `KAPP_LAMBDA_CLUSTER_SHARE`, 1..10000): a number for every function, or JSON `{"fetch": 8}` per function; a record over it waits parked, holding no slot | `max(1, floor(concurrency × recordConcurrency / 2))`: fetch, template, deploy 5, index-repo 2, install 25 |
+ * | `namespaceShare` | records of one namespace of a cluster each function runs at once, fleet-wide (`KAPP_LAMBDA_NAMESPACE_SHARE`, 1..10000, at most the function's `clusterShare`): a number or JSON per function | `max(1, ceil(clusterShare / 2))`: fetch, template, deploy 3, index-repo 1, install 13 |
  * | `logRetentionDays` | retention of the functions' log groups (a CloudWatch Logs retention value) | 30 |
  * | `artifactRetentionDays` | expiry of `artifacts/`, `cache/` and `receipts/` objects, days after their last write | 30 |
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
@@ -34,6 +36,7 @@ import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/fun
 import { MAX_CONTINUED_WAIT_MS } from '../../functions/lib/deploy/kapp.js';
 import { parseUrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
+import { defaultClusterShare, defaultNamespaceShare } from '../../functions/lib/lease/shares.js';
 import { DEFAULT_ARTIFACT_RETENTION_DAYS, registryPrefixProblem, STAGE_SIZING } from './stages.js';
 
 /** CloudWatch Logs retention values, in days (the API refuses others). */
@@ -62,6 +65,10 @@ export interface FleetSettings {
   maxDeployWaitMinutes: number;
   /** Per function, filled from `STAGE_SIZING` where the context names none. */
   concurrency: Record<PipelineStage, number>;
+  /** Per function, its cluster fair share (`KAPP_LAMBDA_CLUSTER_SHARE`), filled from `defaultClusterShare`. */
+  clusterShare: Record<PipelineStage, number>;
+  /** Per function, its namespace fair share (`KAPP_LAMBDA_NAMESPACE_SHARE`), filled from `defaultNamespaceShare`. */
+  namespaceShare: Record<PipelineStage, number>;
   logRetentionDays: (typeof LOG_RETENTION_DAYS)[number];
   artifactRetentionDays: number;
   alarmTopicArn?: string;
@@ -159,12 +166,15 @@ const fromText = (v: unknown): unknown => {
   return t;
 };
 
-const CONCURRENCY_ERROR = 'expected an integer from 2 to 1000, or a JSON object of function → integer';
-const concurrencyValue = z
-  .number({ error: CONCURRENCY_ERROR })
-  .int({ error: CONCURRENCY_ERROR })
-  .min(2, { error: CONCURRENCY_ERROR })
-  .max(1000, { error: CONCURRENCY_ERROR });
+/**
+ * A per-function number of the context: one integer in `min..max` for every function, or a JSON
+ * object of function → integer; either refused with one message naming the range.
+ */
+const perFunctionInt = (min: number, max: number) => {
+  const error = `expected an integer from ${min} to ${max}, or a JSON object of function → integer`;
+  const value = z.number({ error }).int({ error }).min(min, { error }).max(max, { error });
+  return z.preprocess(fromText, z.union([value, z.partialRecord(z.enum(PIPELINE_STAGES), value)]).optional());
+};
 const arn = (service: string) =>
   z.string().regex(new RegExp(`^arn:aws[a-z-]*:${service}:[a-z0-9-]+:\\d{12}:.+$`), {
     error: `expected an ${service} ARN`,
@@ -173,12 +183,6 @@ const arn = (service: string) =>
 /** `arn:<partition>:eks:<region>:<account>:cluster/<name>`. */
 const EKS_CLUSTER_ARN = /^arn:aws[a-z-]*:eks:[a-z0-9-]+:\d{12}:cluster\/[0-9A-Za-z][A-Za-z0-9_-]{0,99}$/;
 
-const RESERVED_ERROR = 'expected an integer from 2 to 10000, or a JSON object of function → integer';
-const reservedValue = z
-  .number({ error: RESERVED_ERROR })
-  .int({ error: RESERVED_ERROR })
-  .min(2, { error: RESERVED_ERROR })
-  .max(10000, { error: RESERVED_ERROR });
 /** A JSON array or a comma list of ids matching `pattern`. */
 const idList = (pattern: RegExp, what: string) =>
   z.preprocess(
@@ -222,10 +226,9 @@ const ContextSchema = z.object({
       .max(1440, { error: 'expected at most 1440 (a day)' })
       .default(MAX_CONTINUED_WAIT_MS / 60_000),
   ),
-  concurrency: z.preprocess(
-    fromText,
-    z.union([concurrencyValue, z.partialRecord(z.enum(PIPELINE_STAGES), concurrencyValue)]).optional(),
-  ),
+  concurrency: perFunctionInt(2, 1000),
+  clusterShare: perFunctionInt(1, 10_000),
+  namespaceShare: perFunctionInt(1, 10_000),
   logRetentionDays: z.preprocess(
     fromText,
     z
@@ -269,10 +272,7 @@ const ContextSchema = z.object({
     (v) => (v === 'true' ? true : v === 'false' ? false : fromText(v)),
     z.boolean({ error: 'expected true or false' }).default(true),
   ),
-  reservedConcurrency: z.preprocess(
-    fromText,
-    z.union([reservedValue, z.partialRecord(z.enum(PIPELINE_STAGES), reservedValue)]).optional(),
-  ),
+  reservedConcurrency: perFunctionInt(2, 10_000),
   vpcId: z.preprocess(
     fromText,
     z
@@ -338,6 +338,23 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
       typeof c.concurrency === 'number' ? c.concurrency : (c.concurrency?.[s] ?? STAGE_SIZING[s].concurrency),
     ]),
   ) as Record<PipelineStage, number>;
+  const perStage = (v: number | Partial<Record<PipelineStage, number>> | undefined, st: PipelineStage) =>
+    typeof v === 'number' ? v : v?.[st];
+  const clusterShare = Object.fromEntries(
+    PIPELINE_STAGES.map((st) => [
+      st,
+      perStage(c.clusterShare, st) ?? defaultClusterShare(concurrency[st], STAGE_SIZING[st].recordConcurrency),
+    ]),
+  ) as Record<PipelineStage, number>;
+  const namespaceShare = Object.fromEntries(
+    PIPELINE_STAGES.map((st) => [st, perStage(c.namespaceShare, st) ?? defaultNamespaceShare(clusterShare[st])]),
+  ) as Record<PipelineStage, number>;
+  const over = PIPELINE_STAGES.filter((st) => namespaceShare[st] > clusterShare[st]);
+  if (over.length > 0) {
+    throw new FleetContextError(
+      over.map((st) => `namespaceShare: ${st}: ${namespaceShare[st]} is above its clusterShare ${clusterShare[st]}`),
+    );
+  }
   const reservedConcurrency: Partial<Record<PipelineStage, number>> = Object.fromEntries(
     PIPELINE_STAGES.flatMap((st) => {
       const r = typeof c.reservedConcurrency === 'number' ? c.reservedConcurrency : c.reservedConcurrency?.[st];
@@ -361,6 +378,8 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     sourcePollMinutes: c.sourcePollMinutes,
     maxDeployWaitMinutes: c.maxDeployWaitMinutes,
     concurrency,
+    clusterShare,
+    namespaceShare,
     logRetentionDays: c.logRetentionDays as FleetSettings['logRetentionDays'],
     artifactRetentionDays: c.artifactRetentionDays,
     ...(c.alarmTopicArn ? { alarmTopicArn: c.alarmTopicArn } : {}),

@@ -16,6 +16,7 @@ import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { PRIVATE_PREFIX } from '../../functions/lib/artifact/sealed.js';
 import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
 import { CLUSTER_ID_PATTERN, clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
+import { SHARES_PREFIX } from '../../functions/lib/lease/index.js';
 import {
   cellObjectGrants,
   type ObjectAction,
@@ -86,13 +87,25 @@ function checkInputs(stage: PipelineStage, clusterId: string, clusterTag: string
 }
 
 /**
+ * The cell grants a run's session keeps: all but the fair shares (`state/shares/<stage>/…`,
+ * `functions/lib/lease/shares.ts`). Why: the share is taken and released by the dispatcher
+ * before and after it invokes the stage (it decides whether the record runs now or is parked),
+ * never by the stage run itself, which a taken-over tool could otherwise use to park or wake
+ * its own cluster's records out of turn; and each share prefix costs about 260 of STS's 2,048
+ * characters at the longest id.
+ */
+function runGrants(stage: PipelineStage, clusterId: string): ObjectGrant[] {
+  return cellObjectGrants(stage, clusterId).filter((g) => !g.keys.startsWith(SHARES_PREFIX));
+}
+
+/**
  * A stage's object grants for one cluster's run: {@link cellObjectGrants} (the per-cluster
  * prefixes narrowed to the id), and each `private/*` grant narrowed to `private/<clusterTag>/*`.
  * A cell cannot do the latter at synth (the tag derives from its root key); the dispatcher can,
  * since it derives the run's keys itself.
  */
 export function runObjectGrants(stage: PipelineStage, clusterId: string, clusterTag: string): ObjectGrant[] {
-  return cellObjectGrants(stage, clusterId).map((g) =>
+  return runGrants(stage, clusterId).map((g) =>
     g.keys.startsWith('private/*/')
       ? {
           ...g,

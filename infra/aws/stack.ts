@@ -719,6 +719,9 @@ export class KappLambdaStack extends Stack {
         // others of the batch still run (the mapping's consume grant holds `sqs:DeleteMessage`).
         ...Object.fromEntries(sendQueues(stage).map((q) => [queueUrlEnv(q), queues[q].queue.queueUrl])),
         KAPP_LAMBDA_RECORD_CONCURRENCY: String(sizing.recordConcurrency),
+        // Its fair shares of its slots per cluster and namespace (context clusterShare, namespaceShare).
+        KAPP_LAMBDA_CLUSTER_SHARE: String(props.fleet.clusterShare[stage]),
+        KAPP_LAMBDA_NAMESPACE_SHARE: String(props.fleet.namespaceShare[stage]),
         // Install runs no tool: nothing for tool versions to key (`parseLambdaEnv` allows none).
         ...(STAGE_TOOLS[stage].length === 0
           ? {}

@@ -13,7 +13,7 @@ import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { STAGE_RECORD_CONCURRENCY } from '../../functions/lib/entry/config.js';
 import { DEFAULT_DEADLINE_MARGIN_MS, PROOF_VISIBILITY_MARGIN_SECONDS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
-import { LEASE_PREFIX } from '../../functions/lib/lease/index.js';
+import { LEASE_PREFIX, SHARES_PREFIX } from '../../functions/lib/lease/index.js';
 import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
 import { RECEIPTS_PREFIX } from '../../functions/lib/receipt/receipt.js';
 
@@ -172,6 +172,20 @@ const RUN_LEASE: ObjectGrant = {
 };
 
 /**
+ * A stage's fair shares (`functions/lib/lease/shares.ts`): per cluster one document
+ * `state/shares/<stage>/<cluster>.json` (read and conditional writes) and the records parked over
+ * the cluster's share, `state/shares/<stage>/<cluster>/parked/…` (written, read and deleted once
+ * woken). Each function gets its own stage's only.
+ */
+function sharesGrant(stage: PipelineStage): ObjectGrant {
+  return {
+    keys: `${SHARES_PREFIX}${stage}/*`,
+    actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
+    why: 'fair shares of its slots per cluster (conditional writes: If-Match, If-None-Match) and the records parked over them',
+  };
+}
+
+/**
  * Reconcile receipts (`functions/lib/receipt/receipt.ts`, `receipts/<cluster>/<namespace>/<name>/…`):
  * the stage that ends a run writes its receipt and removes the App's oldest beyond the newest 20;
  * the fetch function reads one to roll an App back.
@@ -188,8 +202,9 @@ const RECEIPTS: ObjectGrant = {
  * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
  * for `state/leases/…`, `functions/lib/artifact/single-flight.ts` for `inflight/…`). A stage gets
  * only these prefixes: template cannot overwrite a fetch artifact, deploy writes nothing but its
- * Apps' run leases and sealed deploy records, and
- * install, which only talks to the API server, has no access to the bucket.
+ * Apps' run leases, sealed deploy records and its fair shares, and install, which only talks to
+ * the API server, has its fair shares only. Every stage has its own fair shares
+ * (`state/shares/<stage>/…`).
  */
 export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[]>> = {
   fetch: [
@@ -201,6 +216,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'private/*/template/*', actions: READ, why: "a rollback checks the receipt's sealed manifest exists" },
     RUN_LEASE,
     RECEIPTS,
+    sharesGrant('fetch'),
   ],
   template: [
     { keys: 'artifacts/fetch/*', actions: READ, why: 'reads the fetch hand-off' },
@@ -212,6 +228,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: `${INFLIGHT_PREFIX}cache/render/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of shared renders' },
     RUN_LEASE,
     RECEIPTS,
+    sharesGrant('template'),
   ],
   deploy: [
     { keys: 'artifacts/template/*', actions: READ, why: 'reads the manifest to deploy' },
@@ -223,6 +240,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     },
     RUN_LEASE,
     RECEIPTS,
+    sharesGrant('deploy'),
   ],
   'index-repo': [
     { keys: 'artifacts/fetch/*', actions: WRITE, why: 'fetches the repository bundle (as fetch does)' },
@@ -240,8 +258,9 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
       actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],
       why: 'the versions a repository last deployed (removed with the repository)',
     },
+    sharesGrant('index-repo'),
   ],
-  install: [],
+  install: [sharesGrant('install')],
 };
 
 /**
@@ -253,14 +272,25 @@ export const PER_CLUSTER_PREFIXES = [LEASE_PREFIX, RECEIPTS_PREFIX, 'state/packa
 
 /**
  * A stage's {@link STAGE_OBJECTS} for the functions of one cluster's cell: each grant of a
- * {@link PER_CLUSTER_PREFIXES} prefix narrowed to `<prefix><clusterId>/*`, the rest as they are
- * (the shared content-addressed artifacts and caches, and `private/*`, whose next segment is a
- * tag derived from the cell's own root key, not known at synth).
+ * {@link PER_CLUSTER_PREFIXES} prefix narrowed to `<prefix><clusterId>/*`, the stage's fair shares
+ * to its cluster's document and parked records (`state/shares/<stage>/<clusterId>.json` and
+ * `…/<clusterId>/*`: IAM's `*` matches `/`, so `<clusterId>*` would also match a cluster whose id
+ * begins with this one's), the rest as they are (the shared content-addressed artifacts and
+ * caches, and `private/*`, whose next segment is a tag derived from the cell's own root key, not
+ * known at synth).
  */
 export function cellObjectGrants(stage: PipelineStage, clusterId: string): ObjectGrant[] {
-  return STAGE_OBJECTS[stage].map((g) => {
+  return STAGE_OBJECTS[stage].flatMap((g) => {
+    const only = `${g.why}, of cluster ${clusterId} only`;
+    if (g.keys === `${SHARES_PREFIX}${stage}/*`) {
+      const at = `${SHARES_PREFIX}${stage}/${clusterId}`;
+      return [
+        { ...g, keys: `${at}.json`, why: only },
+        { ...g, keys: `${at}/*`, why: only },
+      ];
+    }
     const prefix = PER_CLUSTER_PREFIXES.find((p) => g.keys === `${p}*`);
-    return prefix ? { ...g, keys: `${prefix}${clusterId}/*`, why: `${g.why}, of cluster ${clusterId} only` } : g;
+    return [prefix ? { ...g, keys: `${prefix}${clusterId}/*`, why: only } : g];
   });
 }
 

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PIPELINE_STAGES, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { ARTIFACT_ROOT_KEY_SECRET_ENV, usesArtifactKey } from '../../functions/lib/entry/lambda.js';
+import { SHARES_PREFIX } from '../../functions/lib/lease/shares.js';
 import type { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings } from '../../infra/aws/fleet.js';
 import { type Cell, functionSenders, KappLambdaStack, sendQueues } from '../../infra/aws/stack.js';
@@ -179,6 +180,12 @@ describe('isolation: cell', () => {
       expect(under.length, prefix).toBeGreaterThan(0);
       expect([...new Set(under)], prefix).toEqual([`/${prefix}a/*`]);
     }
+    // Each function's fair shares: its cluster's document and parked records only (not `a*`,
+    // which would match a cluster whose id begins with a).
+    const shares = keys.filter((k) => k.startsWith(`/${SHARES_PREFIX}`));
+    expect([...new Set(shares)].sort()).toEqual(
+      PIPELINE_STAGES.flatMap((st) => [`/${SHARES_PREFIX}${st}/a.json`, `/${SHARES_PREFIX}${st}/a/*`]).sort(),
+    );
   });
 
   it("each cell's source poll invokes that cell's index-repo function", () => {

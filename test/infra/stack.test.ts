@@ -365,6 +365,15 @@ describe('queues and event source mappings', () => {
       const env = (resources[logicalId(stack.stages[stage].fn)]!.Properties.Environment as { Variables: Json })
         .Variables;
       expect(env.KAPP_LAMBDA_RECORD_CONCURRENCY, stage).toBe(String(STAGE_RECORD_CONCURRENCY[stage]));
+      // Half the function's slots per cluster, half that per namespace (context clusterShare, namespaceShare).
+      const { MaximumConcurrency } = (mapping?.Properties.ScalingConfig ?? {}) as { MaximumConcurrency?: number };
+      const slots = (MaximumConcurrency ?? 0) * STAGE_RECORD_CONCURRENCY[stage];
+      const share = Math.floor(slots / 2);
+      expect([env.KAPP_LAMBDA_CLUSTER_SHARE, env.KAPP_LAMBDA_NAMESPACE_SHARE], stage).toEqual([
+        String(share),
+        String(Math.ceil(share / 2)),
+      ]);
+      expect(share, stage).toBe({ fetch: 5, template: 5, deploy: 12, 'index-repo': 2, install: 25 }[stage]);
       expect(STAGE_RECORD_CONCURRENCY[stage], stage).toBe(tools ? 1 : 10);
     }
     // No function runs on Lambda Managed Instances (several invocations per execution environment).
@@ -584,8 +593,8 @@ describe('IAM', () => {
         })),
       );
       expect(kms.flatMap((s) => list(s.Action as string[])).sort()).toEqual(
-        // Deploy writes its Apps' run leases (state/leases/*), so it encrypts too; install writes nothing.
-        stage === 'install' ? ['kms:Decrypt'] : ['kms:Decrypt', 'kms:GenerateDataKey'],
+        // Every function writes its fair shares (state/shares/<stage>/*), so each encrypts too.
+        ['kms:Decrypt', 'kms:GenerateDataKey'],
       );
 
       const logsSt = take((s) => list(s.Action as string[]).every((a) => a.startsWith('logs:')));
@@ -739,10 +748,11 @@ describe('cluster registry in a bucket of its own', () => {
           },
         },
       ]);
-      // Install has no prefix of the artifact bucket: it now decrypts through Lambda only.
+      // Install's one prefix of the artifact bucket is its fair shares: it decrypts through S3 and
+      // Lambda, not Secrets Manager (it holds no artifact root key).
       const decrypt = st.find((s) => s.Action === 'kms:Decrypt')!;
       const via = list((decrypt.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']);
-      expect(via).toHaveLength(stage === 'install' ? 1 : 3);
+      expect(via).toHaveLength(stage === 'install' ? 2 : 3);
     }
   });
 });

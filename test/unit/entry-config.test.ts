@@ -144,6 +144,18 @@ describe('parseLambdaEnv', () => {
     });
   });
 
+  it('reads the fair shares: none unset, the namespace share half the cluster share by default and never above it', () => {
+    expect(parseLambdaEnv('fetch', base).shares).toBeUndefined();
+    expect(parseLambdaEnv('fetch', { ...base, KAPP_LAMBDA_CLUSTER_SHARE: '5' }).shares).toEqual({
+      cluster: 5,
+      namespace: 3,
+    });
+    expect(
+      parseLambdaEnv('fetch', { ...base, KAPP_LAMBDA_CLUSTER_SHARE: '2', KAPP_LAMBDA_NAMESPACE_SHARE: '9' }).shares,
+    ).toEqual({ cluster: 2, namespace: 2 });
+    expect(problems('fetch', { ...base, KAPP_LAMBDA_CLUSTER_SHARE: '0' })).toHaveLength(1);
+  });
+
   it('treats blank values as unset', () => {
     const c = parseLambdaEnv('deploy', {
       ...base,

@@ -37,6 +37,7 @@ import type {
   WatchView,
 } from '../../functions/lib/kube/port.js';
 import { KubeApiError, UnknownClusterError } from '../../functions/lib/kube/port.js';
+import { StageShares } from '../../functions/lib/lease/shares.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { COMPATIBLE_KAPP_CONTROLLER_VERSION } from '../../functions/lib/packaging/select.js';
 import { toolEnv } from '../../functions/lib/pipeline/compose.js';
@@ -182,6 +183,16 @@ describe('createLambdaDeps', () => {
       clients,
       { log, clusters: taggedRegistry() },
     );
+    // Shares only with a requeuer to wake parked records by.
+    expect(deps.shares).toBeUndefined();
+    const requeuer = { requeue: async () => {} };
+    const shared = createLambdaDeps(parseLambdaEnv('install', { ...env, KAPP_LAMBDA_CLUSTER_SHARE: '4' }), clients, {
+      log,
+      clusters: taggedRegistry(),
+      requeuer,
+    });
+    expect(shared.shares).toBeInstanceOf(StageShares);
+    expect(shared.shares?.limits).toEqual({ clusterShare: 4, namespaceShare: 2 });
     expect(withoutOwnQueue.deleter).toBeUndefined();
     expect(withoutOwnQueue.requeuer).toBeUndefined();
     expect(withoutOwnQueue.recordConcurrency).toBe(2);

@@ -20,6 +20,9 @@ describe('fleetSettings', () => {
       sourcePollMinutes: 1,
       maxDeployWaitMinutes: 60,
       concurrency: { fetch: 10, template: 10, deploy: 10, 'index-repo': 5, install: 5 },
+      // Half each function's slots (concurrency × records at once) per cluster, half that per namespace.
+      clusterShare: { fetch: 5, template: 5, deploy: 5, 'index-repo': 2, install: 25 },
+      namespaceShare: { fetch: 3, template: 3, deploy: 3, 'index-repo': 1, install: 13 },
       logRetentionDays: 30,
       artifactRetentionDays: 30,
       forwarders: {},
@@ -37,6 +40,8 @@ describe('fleetSettings', () => {
       sourcePollMinutes: '5',
       maxDeployWaitMinutes: '20',
       concurrency: '{"deploy": 40}',
+      clusterShare: '{"fetch": 8}',
+      namespaceShare: '2',
       logRetentionDays: '90',
       artifactRetentionDays: '7',
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
@@ -54,6 +59,8 @@ describe('fleetSettings', () => {
       sourcePollMinutes: 5,
       maxDeployWaitMinutes: 20,
       concurrency: { fetch: 10, template: 10, deploy: 40, 'index-repo': 5, install: 5 },
+      clusterShare: { fetch: 8, template: 5, deploy: 20, 'index-repo': 2, install: 25 },
+      namespaceShare: { fetch: 2, template: 2, deploy: 2, 'index-repo': 2, install: 2 },
       logRetentionDays: 90,
       artifactRetentionDays: 7,
       alarmTopicArn: 'arn:aws:sns:eu-west-1:123456789012:kapp-lambda-alarms',
@@ -92,6 +99,12 @@ describe('fleetSettings', () => {
     ]);
     expect(settings({ reservedConcurrency: '{"install": 5}' }).reservedConcurrency).toEqual({ install: 5 });
     expect(problems({ logEncryption: 'maybe' })).toEqual(['logEncryption: expected true or false']);
+    expect(problems({ clusterShare: 2, namespaceShare: '{"install": 3}' })).toEqual([
+      'namespaceShare: install: 3 is above its clusterShare 2',
+    ]);
+    expect(problems({ clusterShare: 0 })).toEqual([
+      'clusterShare: expected an integer from 1 to 10000, or a JSON object of function → integer',
+    ]);
   });
 
   it('takes urlAllow as a cdk.json array or a comma list, each entry as the functions parse KAPP_LAMBDA_URL_ALLOW', () => {

@@ -41,6 +41,7 @@ import {
   type RegistryLocation,
 } from '../kube/cluster-doc.js';
 import { DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, type KubeApiRate } from '../kube/rate-limit.js';
+import { defaultNamespaceShare } from '../lease/shares.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
 import { parseControllerSyncConfig, type TimerConfig } from '../reconcile/timer.js';
 
@@ -356,6 +357,21 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'every function',
   },
   {
+    name: 'KAPP_LAMBDA_CLUSTER_SHARE',
+    default:
+      'none (no shares: every record runs); the stack sets `max(1, floor(maxConcurrency × recordConcurrency / 2))`',
+    meaning:
+      "records of one cluster the function runs at once, fleet-wide (1..10000): a record over it is parked in the artifact bucket, acknowledged, and sent back to the function's queue when a record of its cluster ends (`functions/lib/lease/shares.ts`)",
+    readBy: 'every function',
+  },
+  {
+    name: 'KAPP_LAMBDA_NAMESPACE_SHARE',
+    default: '`max(1, ceil(cluster share / 2))`',
+    meaning:
+      'records of one namespace of a cluster the function runs at once, fleet-wide (1..10000; at most the cluster share); read only with `KAPP_LAMBDA_CLUSTER_SHARE`',
+    readBy: 'every function',
+  },
+  {
     name: 'KAPP_LAMBDA_URL_ALLOW',
     default: 'none',
     meaning: "comma list of exceptions: `host`, `host:port` or CIDR (a fleet's private registries)",
@@ -504,6 +520,12 @@ export interface LambdaConfig {
   maxReceiveCount: number;
   /** `KAPP_LAMBDA_RECORD_CONCURRENCY`, default the stage's {@link STAGE_RECORD_CONCURRENCY}. */
   recordConcurrency: number;
+  /**
+   * `KAPP_LAMBDA_CLUSTER_SHARE` and `KAPP_LAMBDA_NAMESPACE_SHARE` (default
+   * `defaultNamespaceShare` of the cluster share, never above it): the fair shares of the
+   * function's slots (`../lease/shares.ts`). Unset: no shares.
+   */
+  shares?: { cluster: number; namespace: number };
 }
 
 /** Where a function finds its clusters at run time (`../kube/fleet-registry.ts`). */
@@ -640,6 +662,8 @@ const EnvSchema = z.object({
   KAPP_LAMBDA_APP_MINIMUM_SYNC_PERIOD: optional(z.string()),
   KAPP_LAMBDA_MAX_RECEIVE_COUNT: optional(intText(1, 1000)),
   KAPP_LAMBDA_RECORD_CONCURRENCY: optional(intText(1, 10)),
+  KAPP_LAMBDA_CLUSTER_SHARE: optional(intText(1, 10_000)),
+  KAPP_LAMBDA_NAMESPACE_SHARE: optional(intText(1, 10_000)),
   KAPP_LAMBDA_KUBE_API_QPS: optional(intText(0, 100_000)),
   KAPP_LAMBDA_KUBE_API_BURST: optional(intText(1, 100_000)),
   KAPP_LAMBDA_CONTROLLER_CONFIG_NAMESPACE: optional(
@@ -779,6 +803,13 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     config.senderCheck = {
       functionSenders: e.KAPP_LAMBDA_FUNCTION_SENDERS ?? [],
       ...(e.KAPP_LAMBDA_CELL_CLUSTER ? { cell: e.KAPP_LAMBDA_CELL_CLUSTER } : {}),
+    };
+  }
+  if (e.KAPP_LAMBDA_CLUSTER_SHARE !== undefined) {
+    const cluster = e.KAPP_LAMBDA_CLUSTER_SHARE;
+    config.shares = {
+      cluster,
+      namespace: Math.min(cluster, e.KAPP_LAMBDA_NAMESPACE_SHARE ?? defaultNamespaceShare(cluster)),
     };
   }
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;

@@ -27,14 +27,14 @@ import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
 import { kubeconfigFileRegistry, UnsupportedKubeconfigError } from '../kube/kubeconfig-plain.js';
 import { type ClusterRegistry, UnknownClusterError } from '../kube/port.js';
-import { RunLeases } from '../lease/index.js';
+import { RunLeases, StageShares } from '../lease/index.js';
 import type { Logger } from '../log.js';
 import { EmfReconcileMetrics } from '../observe/metrics.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/deps.js';
 import { LocalDirStore } from '../store/local.js';
 import { S3Store } from '../store/s3.js';
-import { type EventSender, sendAll } from '../transport/port.js';
+import { type EventSender, type MessageRequeuer, sendAll } from '../transport/port.js';
 import {
   SqsEventSender,
   SqsMessageDeleter,
@@ -280,6 +280,13 @@ export interface LambdaDepsOverrides {
    * `lambdaEntry` passes the process's one sweeper, having made the process the child subreaper.
    */
   orphans?: OrphanSweeper;
+  /**
+   * Sends parked and postponed records back to the function's own queue (the fair shares,
+   * `../lease/shares.ts`; the records the function deadline held back). Default the SQS adapter
+   * over the function's own queue URL (`SqsMessageRequeuer`); without either the function runs
+   * with no shares, whatever `KAPP_LAMBDA_CLUSTER_SHARE` says.
+   */
+  requeuer?: MessageRequeuer;
 }
 
 /**
@@ -391,6 +398,19 @@ export function createLambdaDeps(
   // each record is that queue's before the sender check trusts its SenderId (the configuration
   // requires the URL with the check).
   const ownQueue = config.queueUrls[config.stage];
+  // Every stage function shares its slots fairly across clusters and their namespaces (parked
+  // records and the per-cluster documents live in the artifact bucket, under state/shares/).
+  const requeuer = overrides.requeuer ?? (ownQueue ? new SqsMessageRequeuer(clients.sqs, ownQueue) : undefined);
+  const shares =
+    config.shares && requeuer
+      ? new StageShares({
+          store,
+          requeuer,
+          clusterShare: config.shares.cluster,
+          namespaceShare: config.shares.namespace,
+          ...(overrides.now ? { now: () => (overrides.now as () => Date)().getTime() } : {}),
+        })
+      : undefined;
   return {
     pipeline,
     sender,
@@ -400,12 +420,13 @@ export function createLambdaDeps(
     ...(ownQueue
       ? {
           deleter: new SqsMessageDeleter(clients.sqs, ownQueue),
-          requeuer: new SqsMessageRequeuer(clients.sqs, ownQueue),
+          ...(requeuer ? { requeuer } : {}),
         }
       : {}),
     ...(prepare ? { prepare } : {}),
     ...(checkSender && ownQueue ? { checkSender, prover: new SqsRecordProver(clients.sqs, ownQueue) } : {}),
     ...(leases ? { leases } : {}),
+    ...(shares ? { shares } : {}),
   };
 }
 

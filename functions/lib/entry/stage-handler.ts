@@ -22,6 +22,7 @@ import type { PipelineStage } from '../api/functions.js';
 import { DeadlineError, withDeadline } from '../exec/deadline.js';
 import { RunGate } from '../lease/gate.js';
 import type { RunLeases } from '../lease/run-leases.js';
+import type { StageShares } from '../lease/shares.js';
 import { errorText, type Logger } from '../log.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../pipeline/attempts.js';
 import type { DispatchDeps, PipelineDeps } from '../pipeline/deps.js';
@@ -197,6 +198,16 @@ export interface EntryDeps {
    * returned through `batchItemFailures`, only later (at the end of its visibility timeout).
    */
   requeuer?: MessageRequeuer;
+  /**
+   * The fair shares of the function's slots (`../lease/shares.ts`): a record whose cluster (or
+   * namespace within it) already runs its share of records, fleet-wide, is parked and
+   * acknowledged (`postponed`) instead of holding a slot while it waits, and sent back to the
+   * function's queue when a record of its cluster ends. Taken after the edge checks, before the run
+   * lease; released when the record ends, whatever its outcome. Default none: every record runs
+   * (unit tests, the local and emulator setups, the embedded runtime, whose `KeyedQueue` is fair
+   * already); the Lambda composition root gives one to every stage function.
+   */
+  shares?: StageShares;
 }
 
 /**
@@ -220,6 +231,15 @@ export const PROOF_VISIBILITY_MARGIN_SECONDS = 60;
 
 /** The visibility of a proven record when the invocation has no time limit (tests): 15 minutes, Lambda's longest. */
 const UNTIMED_VISIBILITY_SECONDS = 900;
+
+/**
+ * Margin over the invocation's time limit of a record's slot ({@link EntryDeps.shares}), ms: a
+ * crashed invocation's slots free themselves this long after its time limit. Shorter than the
+ * queue's visibility margin (`PROOF_VISIBILITY_MARGIN_SECONDS`), so the crashed record's own
+ * message, back after its visibility timeout, finds the slot freed (it takes its own back anyway:
+ * same message id).
+ */
+export const SHARE_HOLD_MARGIN_MS = 30_000;
 
 /** Default {@link EntryDeps.recordConcurrency}: 1, the records of a batch one after another. */
 export const DEFAULT_RECORD_CONCURRENCY = 1;
@@ -385,7 +405,7 @@ export function makeStageHandler(
         : received;
       const batch = runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
         mayStart: startWindow(remaining, deadline?.signal, d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS),
-        run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal),
+        run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal, shareUntil(remaining)),
         fail: (record) => {
           if (!cutOff) failed.add(record.messageId);
         },
@@ -893,8 +913,8 @@ async function senderRefusal(
 }
 
 /**
- * One record: its edge checks ({@link admit}), its run lease (`RunGate`, `../lease/gate.ts`), and
- * its stage under the retry bound, the next stage's event handed on through the gate.
+ * One record: its edge checks ({@link admit}), its share of the function's slots
+ * ({@link EntryDeps.shares}, released when the record ends), then its run ({@link runAdmitted}).
  *
  * @returns the record's outcome (logged). Never throws.
  */
@@ -905,11 +925,108 @@ async function processRecord(
   getRoute: () => Promise<FunctionRoute>,
   log: Logger,
   deadline?: AbortSignal,
+  holdUntil: number = shareUntil(undefined),
 ): Promise<RecordOutcome> {
   const admitted = await admit(stage, record, d, log);
   if (typeof admitted === 'string') return admitted;
   const event = admitted;
   const elog = log.child({ subject: subjectOf(objectRefOf(event)), eventId: event.id });
+  const share = d.shares ? await takeShare(stage, record, event, d.shares, holdUntil, elog) : undefined;
+  if (share === 'postponed' || share === 'failed') return share;
+  try {
+    return await runAdmitted(stage, record, event, d, getRoute, elog, deadline);
+  } finally {
+    if (share) await share.release();
+  }
+}
+
+/**
+ * The epoch ms a record's slot ({@link EntryDeps.shares}) frees itself at if the invocation
+ * crashes: its time limit plus {@link SHARE_HOLD_MARGIN_MS} (without a limit, Lambda's longest,
+ * 15 minutes).
+ */
+function shareUntil(remainingMs: number | undefined): number {
+  const left = remainingMs !== undefined && Number.isFinite(remainingMs) ? Math.max(0, remainingMs) : 900_000;
+  return Date.now() + left + SHARE_HOLD_MARGIN_MS;
+}
+
+/**
+ * Takes the record's slot of its cluster's and namespace's share ({@link EntryDeps.shares}).
+ *
+ * @returns the slot (release it when the record ends); `postponed` when the record was parked
+ *   (acknowledged: it comes back when a record of its cluster ends); `failed` when the shares
+ *   could not be read or written (retried the usual way). Logged.
+ */
+async function takeShare(
+  stage: PipelineStage,
+  record: SqsRecord,
+  event: KappEvent,
+  shares: StageShares,
+  until: number,
+  log: Logger,
+): Promise<{ release: () => Promise<void> } | 'postponed' | 'failed'> {
+  const ref = objectRefOf(event);
+  const subject = { clusterId: ref.clusterId, namespace: ref.namespace };
+  const postponed = Number(record.messageAttributes?.[POSTPONED_ATTRIBUTE]?.stringValue ?? 0);
+  const postponements = (Number.isSafeInteger(postponed) && postponed > 0 ? postponed : 0) + 1;
+  try {
+    const got = await shares.acquire(stage, subject, {
+      id: record.messageId,
+      until,
+      eventId: event.id,
+      message: {
+        messageId: record.messageId,
+        body: record.body,
+        messageGroupId: record.attributes?.MessageGroupId ?? orderingKey(ref),
+        postponements,
+      },
+    });
+    if (got === 'over-share') {
+      log.info(
+        {
+          stage,
+          outcome: 'postponed' satisfies RecordOutcome,
+          type: event.type,
+          clusterId: ref.clusterId,
+          postponements,
+        },
+        "cluster or namespace over its share of the function's slots; parked until a record of its cluster ends",
+      );
+      return 'postponed';
+    }
+  } catch (err) {
+    log.error(
+      { stage, outcome: 'failed' satisfies RecordOutcome, type: event.type, error: errorText(err) },
+      "could not take the record's share of the function's slots; will be retried",
+    );
+    return 'failed';
+  }
+  return {
+    release: () =>
+      shares.release(stage, subject, record.messageId).catch((err: unknown) => {
+        log.warn(
+          { stage, clusterId: ref.clusterId, error: errorText(err) },
+          "could not release the record's share of the function's slots; it frees itself after the invocation's time limit",
+        );
+      }),
+  };
+}
+
+/**
+ * A record past its edge checks and its share: its run lease (`RunGate`, `../lease/gate.ts`) and
+ * its stage under the retry bound, the next stage's event handed on through the gate.
+ *
+ * @returns the record's outcome (logged). Never throws.
+ */
+async function runAdmitted(
+  stage: PipelineStage,
+  record: SqsRecord,
+  event: KappEvent,
+  d: EntryDeps,
+  getRoute: () => Promise<FunctionRoute>,
+  elog: Logger,
+  deadline?: AbortSignal,
+): Promise<RecordOutcome> {
   const receiveCount = receiveCountOf(record) || undefined;
   const maxAttempts = d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   // Per record (one run of one object): the values of the Secrets the stage reads.
