@@ -15,6 +15,7 @@ import {
   templateEvent,
 } from '../../events/schema.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
+import { MAX_POSTPONEMENTS } from '../../functions/lib/entry/stage-handler.js';
 import { StageShares } from '../../functions/lib/lease/shares.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
@@ -128,6 +129,21 @@ describe('the stage handler with fair shares', () => {
       ['a1', 3],
       ['a2', 1],
     ]);
+  });
+
+  it('does not park a record postponed MAX_POSTPONEMENTS times already: it fails, spending a receive, so its retry bound still ends it', async () => {
+    const { handler, shares, ran, requeued, outcomes } = setup();
+    await elsewhere(shares);
+    // A copy (receive count 1 again) that was postponed MAX_POSTPONEMENTS times: parking it once more would
+    // send yet another copy with a fresh receive count, so a record that fails each time it runs and
+    // finds its cluster busy at each retry would never reach its last receive.
+    const res = await handler({ Records: [rec('c1', 'a', 1, MAX_POSTPONEMENTS)] });
+    expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'a1' }] });
+    expect(ran).toEqual([]);
+    expect(outcomes()).toEqual({ a1: 'failed' });
+    expect((await shares.read('template', 'c1')).parked).toEqual([]);
+    await shares.release('template', { clusterId: 'c1', namespace: REF.namespace }, 'other');
+    expect(requeued).toEqual([]);
   });
 
   it('runs every record without shares', async () => {

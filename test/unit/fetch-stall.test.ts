@@ -213,6 +213,30 @@ describe('egress proxy: the stall cut', () => {
     expect(notes[0]).not.toMatch(/secret|sig=|user@/);
   }, 10_000);
 
+  it('cuts a connection without a token to a tarpit while two runs are tracked too, noting it for neither', async () => {
+    proxy = await startEgressProxy(proxyOpts);
+    // Two fetches at once (the embedded runtime, or KAPP_LAMBDA_RECORD_CONCURRENCY > 1): git's
+    // connection cannot be told apart, yet it is a fetch's, so the rule still holds.
+    proxy.track('run-a');
+    proxy.track('run-b');
+    const { port } = new URL(proxy.url);
+    const req = request({
+      host: '127.0.0.1',
+      port: Number(port),
+      method: 'GET',
+      path: `http://tarpit.example:${tarpitPort}/repo.git/info/refs`,
+    });
+    req.end();
+    const [res] = (await once(req, 'response')) as [import('node:http').IncomingMessage];
+    res.on('error', () => {});
+    res.resume();
+    await new Promise((r) => res.once('close', r));
+    expect(res.complete).toBe(false);
+    // Not attributed: another tenant's run must not carry this host in its status.
+    expect(proxy.stalls('run-a')).toEqual([]);
+    expect(proxy.stalls('run-b')).toEqual([]);
+  }, 10_000);
+
   it("adds the note to a failed run's stderr (usefulErrorMessage), not to a run that succeeded", async () => {
     const fake = new FakeCommandRunner();
     fake.on('vendir', async (req) => {

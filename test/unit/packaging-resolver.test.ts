@@ -285,7 +285,7 @@ describe('the global namespace is trusted by its recorded uid, not its name (glo
   });
 
   it('globalTrustOf: a namespace that does not exist has nothing to trust', () => {
-    expect(globalTrustOf(GLOBAL, 'uid-0', undefined)).toEqual({ trusted: true, recorded: true });
+    expect(globalTrustOf(GLOBAL, 'uid-0', undefined)).toEqual({ trusted: true, recorded: true, absent: true });
   });
 
   it.each<[string, string | undefined, string[]]>([
@@ -303,6 +303,18 @@ describe('the global namespace is trusted by its recorded uid, not its name (glo
   ])('listPackages: %s', async (_case, uid, expected) => {
     const options = uid === undefined ? {} : { globalNamespaceUid: uid };
     expect(seen(await listPackages(new FakeKube(namespaces, objects), 'ns', options))).toEqual(expected);
+  });
+
+  it('a recorded global namespace found absent is not listed: one a tenant creates between the check and the list provides nothing', async () => {
+    // The check reads no global namespace; the list (moments later) finds a tenant's Packages in
+    // one of that name, created meanwhile with a new uid.
+    const { [GLOBAL]: _, ...withoutGlobal } = namespaces;
+    const kube = new FakeKube(withoutGlobal, objects);
+    expect(seen(await listPackages(kube, 'ns', { globalNamespaceUid: GLOBAL }))).toEqual([
+      'c.test.carvel.dev.1.0.0 in ns from ns',
+    ]);
+    expect(await getPackage(kube, 'ns', 'a.test.carvel.dev', '1.0.0', { globalNamespaceUid: GLOBAL })).toBeUndefined();
+    expect(kube.lists.filter((l) => l.endsWith(` ${GLOBAL}`))).toEqual([]);
   });
 
   it('getPackage and visibleGlobalNamespace: an untrusted global namespace provides nothing', async () => {

@@ -209,6 +209,39 @@ describe('StageShares', () => {
     expect(await parkedObjects(store)).toEqual([`state/shares/fetch/c1/parked/00${T0 + 1}-m3`]);
   });
 
+  it('parks at most maxParked records of a cluster: a flood beyond it is turned away, nothing of it stored', async () => {
+    const store = new MemoryStore();
+    const shares = new StageShares({
+      store,
+      requeuer: new FakeRequeuer(),
+      clusterShare: 1,
+      namespaceShare: 1,
+      maxParked: 2,
+      now: () => T0,
+    });
+    expect(await shares.acquire('fetch', A, entrant('m1', 'a', 'x'))).toBe('held');
+    expect(await shares.acquire('fetch', A, entrant('m2', 'a', 'y'))).toBe('over-share');
+    expect(await shares.acquire('fetch', A, entrant('m3', 'a', 'z'))).toBe('over-share');
+    expect(await shares.acquire('fetch', A, entrant('m4', 'a', 'w'))).toBe('turned-away');
+    expect((await shares.read('fetch', 'c1')).parked.map((p) => p.eventId)).toEqual(['ev-m2', 'ev-m3']);
+    expect(await parkedObjects(store)).toHaveLength(2);
+    // Another cluster's records still park: the bound is per cluster.
+    const C2 = { clusterId: 'c2', namespace: 'a' };
+    expect(await shares.acquire('fetch', C2, entrant('n1', 'a', 'x'))).toBe('held');
+    expect(await shares.acquire('fetch', C2, entrant('n2', 'a', 'y'))).toBe('over-share');
+  });
+
+  it('turns away an entrant that may not park (park: false) instead of parking it', async () => {
+    const { shares, store } = setup(1, 1);
+    expect(await shares.acquire('fetch', A, entrant('m1', 'a', 'x'))).toBe('held');
+    expect(await shares.acquire('fetch', A, { ...entrant('m2', 'a', 'y'), park: false })).toBe('turned-away');
+    expect((await shares.read('fetch', 'c1')).parked).toEqual([]);
+    expect(await parkedObjects(store)).toEqual([]);
+    // With room, it holds as any other.
+    await shares.release('fetch', A, 'm1');
+    expect(await shares.acquire('fetch', A, { ...entrant('m2', 'a', 'y'), park: false })).toBe('held');
+  });
+
   it('stores one document per stage and cluster', () => {
     expect(sharesKey('fetch', 'c1')).toBe('state/shares/fetch/c1.json');
   });

@@ -955,7 +955,9 @@ function shareUntil(remainingMs: number | undefined): number {
  *
  * @returns the slot (release it when the record ends); `postponed` when the record was parked
  *   (acknowledged: it comes back when a record of its cluster ends); `failed` when the shares
- *   could not be read or written (retried the usual way). Logged.
+ *   could not be read or written, or the record was over its share and may not be parked (past
+ *   {@link MAX_POSTPONEMENTS}, or its cluster's parked records at their bound): retried the usual
+ *   way, spending a receive. Logged.
  */
 async function takeShare(
   stage: PipelineStage,
@@ -967,8 +969,7 @@ async function takeShare(
 ): Promise<{ release: () => Promise<void> } | 'postponed' | 'failed'> {
   const ref = objectRefOf(event);
   const subject = { clusterId: ref.clusterId, namespace: ref.namespace };
-  const postponed = Number(record.messageAttributes?.[POSTPONED_ATTRIBUTE]?.stringValue ?? 0);
-  const postponements = (Number.isSafeInteger(postponed) && postponed > 0 ? postponed : 0) + 1;
+  const postponements = postponementsOf(record) + 1;
   try {
     const got = await shares.acquire(stage, subject, {
       id: record.messageId,
@@ -980,7 +981,25 @@ async function takeShare(
         messageGroupId: record.attributes?.MessageGroupId ?? orderingKey(ref),
         postponements,
       },
+      // Each copy starts its receive count again, so a record parked without bound (one that
+      // fails each time it runs and finds its cluster at its share at each retry) would never
+      // reach its last receive, where the retry bound ends its run: past MAX_POSTPONEMENTS it
+      // waits in the queue instead, spending a receive.
+      park: postponements <= MAX_POSTPONEMENTS,
     });
+    if (got === 'turned-away') {
+      log.warn(
+        {
+          stage,
+          outcome: 'failed' satisfies RecordOutcome,
+          type: event.type,
+          clusterId: ref.clusterId,
+          postponements: postponements - 1,
+        },
+        `cluster or namespace over its share of the function's slots, and the record may not be parked (postponed ${MAX_POSTPONEMENTS} times already, or its cluster has the most parked records); will be retried`,
+      );
+      return 'failed';
+    }
     if (got === 'over-share') {
       log.info(
         {

@@ -112,7 +112,7 @@ export interface EgressProxy {
    * The stall notes ({@link stallNote}) of `token`'s connections so far, one per host; read it
    * before {@link untrack}. A connection that presents no token (git's, see {@link env}) counts
    * for the one tracked token when exactly one is tracked (the fetch function runs one record
-   * at a time).
+   * at a time); with several it is still watched and cut, but noted for none.
    */
   stalls(token: string): string[];
   /** Stops listening and drops every open connection. Idempotent. */
@@ -200,14 +200,19 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     open.add(s);
     s.once('close', () => open.delete(s));
     const records = recordsOf(req);
-    if (!records) {
+    // A connection with no token while several runs are tracked is one of theirs (only git's carry
+    // none; kapp's name UNTRACKED_PROXY_USER): watched still, so a tarpit cannot escape the rule
+    // by a second fetch running beside it, but its note goes to no run (it may be another
+    // tenant's).
+    const unattributed = !records && tokenOf(req) === undefined && tracked.size > 1;
+    if (!records && !unattributed) {
       s.setTimeout(idleMs, () => s.destroy());
       return undefined;
     }
     const cut = () => {
       watch.stop();
       const note = stallNote(host, rule);
-      if (records.stalled.length < 16 && !records.stalled.includes(note)) records.stalled.push(note);
+      if (records && records.stalled.length < 16 && !records.stalled.includes(note)) records.stalled.push(note);
       onStall?.(note);
       s.destroy();
     };

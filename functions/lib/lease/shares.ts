@@ -53,6 +53,16 @@ export const SHARES_PREFIX = 'state/shares/';
  */
 export const DEFAULT_WAKE_TTL_MS = 5 * 60_000;
 
+/**
+ * Parked records of one stage and cluster, at most ({@link StageSharesOptions.maxParked}): 1,000.
+ * Why a bound: every change rewrites the whole document, and its forwarder chooses how many
+ * events a cluster has (events naming objects that need not exist pass the edge checks), so
+ * without one a flooding forwarder grows its document, and the time every one of its records
+ * spends in a shared slot to read and write it, without end. A record turned away waits in the
+ * queue instead (`batchItemFailures`), where it costs no slot.
+ */
+export const DEFAULT_MAX_PARKED = 1000;
+
 /** Compare-and-swap attempts of one change before it gives up (conflicts: one cluster's records of one stage). */
 const CAS_ATTEMPTS = 20;
 
@@ -103,6 +113,11 @@ export interface ShareEntrant {
   eventId: string;
   /** The message as it is parked and sent back if over share (`postponements` already counted). */
   message: RequeuedMessage;
+  /**
+   * Whether it may be parked when over share; default true. False: it is turned away instead
+   * (`turned-away`, nothing stored), as when the cluster has {@link StageSharesOptions.maxParked}.
+   */
+  park?: boolean;
 }
 
 /** The cluster and namespace a record counts against. */
@@ -125,6 +140,8 @@ export interface StageSharesOptions {
   now?: () => number;
   /** Default {@link DEFAULT_WAKE_TTL_MS}. */
   wakeTtlMs?: number;
+  /** Parked records of one stage and cluster, at most. Default {@link DEFAULT_MAX_PARKED}. */
+  maxParked?: number;
 }
 
 /** The document's key: `state/shares/<stage>/<cluster>.json`. */
@@ -241,8 +258,12 @@ export function chooseWakes(
   return { chosen, ...(last === undefined ? {} : { turn: last }) };
 }
 
-/** What {@link StageShares.acquire} decided. */
-export type ShareResult = 'held' | 'over-share';
+/**
+ * What {@link StageShares.acquire} decided: `held` (a slot), `over-share` (parked), or
+ * `turned-away` (over share and not parked: nothing of it stored, the caller fails the record so
+ * that it waits in the queue, spending a receive).
+ */
+export type ShareResult = 'held' | 'over-share' | 'turned-away';
 
 /** A record asking for a slot in one change ({@link StageShares.acquire}). */
 interface Claim {
@@ -250,6 +271,8 @@ interface Claim {
   at: number;
   /** It is a woken copy with a live reservation: the slot is its own. */
   reserved: boolean;
+  /** It may park when it does not win: its own entry's place on a retry, else within the bounds. */
+  mayPark: boolean;
   /** Its entry if it parks. */
   entry: ParkedEntry;
   /** Its slot if it wins. */
@@ -262,6 +285,7 @@ export class StageShares {
   readonly #requeuer: MessageRequeuer;
   readonly #now: () => number;
   readonly #wakeTtlMs: number;
+  readonly #maxParked: number;
   /** The shares in force. */
   readonly limits: ShareLimits;
 
@@ -270,6 +294,7 @@ export class StageShares {
     this.#requeuer = opts.requeuer;
     this.#now = opts.now ?? Date.now;
     this.#wakeTtlMs = opts.wakeTtlMs ?? DEFAULT_WAKE_TTL_MS;
+    this.#maxParked = Math.max(0, opts.maxParked ?? DEFAULT_MAX_PARKED);
     this.limits = { clusterShare: Math.max(1, opts.clusterShare), namespaceShare: Math.max(1, opts.namespaceShare) };
   }
 
@@ -278,7 +303,9 @@ export class StageShares {
    * as the newest waiter of {@link chooseWakes} (the cluster and its namespace under their shares,
    * no earlier waiter served first in the round, no woken record of its message group on its way);
    * else `over-share`: its message is stored and the caller acknowledges the record (it runs when
-   * woken). A woken copy takes its own reservation. An entrant already holding (a retry of a
+   * woken); or `turned-away` when it may not park ({@link ShareEntrant.park} false, or the cluster
+   * has {@link StageSharesOptions.maxParked} parked records already; a record that was parked
+   * before keeps its place): nothing is stored and the caller fails the record. A woken copy takes its own reservation. An entrant already holding (a retry of a
    * crashed record with the same message id) takes its slot again. Wakes any parked records the
    * change leaves room for.
    *
@@ -302,6 +329,7 @@ export class StageShares {
         const claim: Claim = {
           at: own >= 0 ? own : doc.parked.length,
           reserved,
+          mayPark: ownKey !== undefined || (entrant.park !== false && doc.parked.length < this.#maxParked),
           entry: { key, namespace: subject.namespace, group, eventId: entrant.eventId },
           holder: { id: entrant.id, namespace: subject.namespace, until: entrant.until },
         };
@@ -341,7 +369,7 @@ export class StageShares {
    * `message` stored under its entry's key before the document is written). The other entries
    * chosen are marked woken in the same write, then sent back ({@link #wake}).
    *
-   * @returns `held` or `over-share` for a claim; `held` without one.
+   * @returns `held`, `over-share` or `turned-away` for a claim; `held` without one.
    */
   async #update(
     stage: string,
@@ -372,10 +400,10 @@ export class StageShares {
         const wokenUntil = now + this.#wakeTtlMs;
         if (claim && !claim.reserved) {
           if (choice.chosen.includes(claim.at)) room = [...holders, claim.holder];
-          else result = 'over-share';
+          else result = claim.mayPark ? 'over-share' : 'turned-away';
         }
         const next = waiting.flatMap((p, j) => {
-          if (claim && !claim.reserved && j === claim.at) return result === 'held' ? [] : [p];
+          if (claim && !claim.reserved && j === claim.at) return result === 'over-share' ? [p] : [];
           return [choice.chosen.includes(j) ? { ...p, woken: wokenUntil } : p];
         });
         if (result === 'over-share' && message && stored !== claim?.entry.key) {
@@ -385,7 +413,7 @@ export class StageShares {
         const body: SharesDoc = { holders: room, parked: next, seq: read.seq + 1 };
         if (choice.turn !== undefined) body.turn = choice.turn;
         if ((await this.#store.putIfMatch(key, JSON.stringify(body), got?.etag)) === 'written') {
-          if (result === 'held' && stored) await this.#store.delete(stored).catch(() => {});
+          if (result !== 'over-share' && stored) await this.#store.delete(stored).catch(() => {});
           const wakes = choice.chosen
             .filter((j) => !(claim && !claim.reserved && j === claim.at))
             .map((j) => ({ ...(waiting[j] as ParkedEntry), woken: wokenUntil }));

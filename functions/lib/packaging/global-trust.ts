@@ -29,14 +29,19 @@ import { GLOBAL_NAMESPACE_UID_KEY } from '../reconcile/controller-config.js';
 
 /** The verdict on a packaging global namespace. */
 export type GlobalTrust =
-  /** `recorded` false: nothing was recorded, the namespace is trusted unchecked. */
-  | { readonly trusted: true; readonly recorded: boolean }
+  /**
+   * `recorded` false: nothing was recorded, the namespace is trusted unchecked. `absent`: a uid
+   * is recorded and no namespace of that name exists: nothing to list, and nothing may be (one
+   * created after the check is not the recorded one).
+   */
+  | { readonly trusted: true; readonly recorded: boolean; readonly absent?: true }
   /** `reason`: why, one clause naming both uids, for the PackageInstall's status. */
   | { readonly trusted: false; readonly reason: string };
 
 /**
  * The trust rule (see the module comment). A namespace that does not exist has no Packages, so
- * it is trusted (there is nothing to list). Uids compare case-insensitively (the API server
+ * it is trusted, and marked `absent`: the caller lists nothing, since a namespace of that name
+ * created between this check and a list (a tenant's, with a new uid) would be listed unchecked. Uids compare case-insensitively (the API server
  * writes them in lower case; an admin may paste them otherwise).
  *
  * @param namespace - the global namespace's name, for the reason's text
@@ -49,9 +54,8 @@ export function globalTrustOf(
   liveUid: string | undefined,
 ): GlobalTrust {
   if (recordedUid === undefined) return { trusted: true, recorded: false };
-  if (liveUid === undefined || liveUid.toLowerCase() === recordedUid.toLowerCase()) {
-    return { trusted: true, recorded: true };
-  }
+  if (liveUid === undefined) return { trusted: true, recorded: true, absent: true };
+  if (liveUid.toLowerCase() === recordedUid.toLowerCase()) return { trusted: true, recorded: true };
   return {
     trusted: false,
     reason: `namespace ${namespace} has uid ${liveUid}, not the uid ${recordedUid} recorded when kapp-lambda was installed (created by someone else, or deleted and created again)`,

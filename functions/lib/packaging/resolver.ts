@@ -52,7 +52,7 @@ export interface ListPackagesOptions extends ResolverOptions {
  * `namespace` is empty, is the global namespace itself, does not exist, or carries the annotation
  * {@link Annotation.ExcludeGlobalPackages} (any value). Mirrors upstream `shouldFetchGlobal`;
  * besides, with {@link ResolverOptions.globalNamespaceUid}, none when the global namespace is not
- * trusted ({@link checkGlobalNamespace}).
+ * trusted or does not exist ({@link checkGlobalNamespace}).
  *
  * @throws KubeApiError when reading the namespace fails other than with 404.
  */
@@ -65,7 +65,9 @@ export async function visibleGlobalNamespace(
   if (namespace === '' || namespace === global) return undefined;
   const ns = await kube.getNamespace(namespace);
   if (!ns || ns.metadata.annotations?.[Annotation.ExcludeGlobalPackages] !== undefined) return undefined;
-  if (!(await checkGlobalNamespace(kube, global, options.globalNamespaceUid)).trusted) return undefined;
+  const trust = await checkGlobalNamespace(kube, global, options.globalNamespaceUid);
+  // Absent at the check: listing it anyway would read one a tenant created since, unchecked.
+  if (!trust.trusted || trust.absent) return undefined;
   return global;
 }
 
