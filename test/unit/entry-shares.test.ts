@@ -6,14 +6,7 @@
  * the stage are fakes at their ports.
  */
 import { describe, expect, it } from 'vitest';
-import {
-  type KappEvent,
-  type ObjectRef,
-  objectRefOf,
-  orderingKey,
-  serializeEvent,
-  templateEvent,
-} from '../../events/schema.js';
+import { objectRefOf } from '../../events/schema.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { MAX_POSTPONEMENTS } from '../../functions/lib/entry/stage-handler.js';
 import { StageShares } from '../../functions/lib/lease/shares.js';
@@ -23,31 +16,15 @@ import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { type MessageRequeuer, POSTPONED_ATTRIBUTE, type RequeuedMessage } from '../../functions/lib/transport/port.js';
 import { REF } from './support/app-world.js';
+import { clusterTemplateRecord } from './support/cluster-records.js';
 
-const time = '2025-01-02T03:04:05.000Z';
-const FETCH_KEY = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
-
-/** The template event of App `name` of cluster `clusterId`, generation `n`. */
-const ev = (clusterId: string, name: string, n = 1): KappEvent => {
-  const object: ObjectRef = { ...REF, clusterId, name, uid: `uid-${name}`, generation: n };
-  return templateEvent(
-    { object, run: { generation: n, runId: `r-${name}-${n}`, startedAt: time }, artifacts: { fetchKey: FETCH_KEY } },
-    { time },
-  );
-};
-/** Its record: message id `<name><n>`. */
-const rec = (clusterId: string, name: string, n = 1, postponed?: number): SqsRecord => {
-  const e = ev(clusterId, name, n);
-  return {
-    messageId: `${name}${n}`,
-    receiptHandle: `h-${name}${n}`,
-    body: serializeEvent(e),
-    attributes: { MessageGroupId: orderingKey(objectRefOf(e)), ApproximateReceiveCount: '1' },
-    ...(postponed === undefined
-      ? {}
-      : { messageAttributes: { [POSTPONED_ATTRIBUTE]: { stringValue: String(postponed), dataType: 'Number' } } }),
-  };
-};
+/** The record of App `name` of cluster `clusterId`, generation `n` (message id `<name><n>`), postponed `postponed` times. */
+const rec = (clusterId: string, name: string, n = 1, postponed?: number): SqsRecord => ({
+  ...clusterTemplateRecord(clusterId, name, n),
+  ...(postponed === undefined
+    ? {}
+    : { messageAttributes: { [POSTPONED_ATTRIBUTE]: { stringValue: String(postponed), dataType: 'Number' } } }),
+});
 
 function setup() {
   const log = memoryLogger();

@@ -8,6 +8,7 @@
  */
 import { S3Client } from '@aws-sdk/client-s3';
 import { SQSClient } from '@aws-sdk/client-sqs';
+import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import type { LambdaConfig } from './config.js';
 
 /** The SDK clients of one function process. */
@@ -19,16 +20,27 @@ export interface SdkClients {
 }
 
 /**
- * Creates the SDK clients. Credentials come from the SDK's default provider chain (on Lambda:
- * the function role's temporary credentials); an `s3Endpoint` switches S3 to path-style
- * addressing (S3-compatible servers).
+ * Creates the SDK clients. Credentials come from `credentials` when given (a stage behind the
+ * dispatcher: `RunCredentialHolder.credentials` of `./dispatched.ts`, the run session's of each
+ * invocation, docs/decisions.md D15; not yet deployed), else from the SDK's default provider chain
+ * (on Lambda: the function role's temporary credentials); an `s3Endpoint` switches S3 to
+ * path-style addressing (S3-compatible servers).
  */
-export function createAwsClients(config: Pick<LambdaConfig, 'region' | 's3Endpoint' | 'sqsEndpoint'>): SdkClients {
+export function createAwsClients(
+  config: Pick<LambdaConfig, 'region' | 's3Endpoint' | 'sqsEndpoint'>,
+  credentials?: AwsCredentialIdentityProvider,
+): SdkClients {
+  const signing = credentials ? { credentials } : {};
   return {
     s3: new S3Client({
       region: config.region,
+      ...signing,
       ...(config.s3Endpoint ? { endpoint: config.s3Endpoint, forcePathStyle: true } : {}),
     }),
-    sqs: new SQSClient({ region: config.region, ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}) }),
+    sqs: new SQSClient({
+      region: config.region,
+      ...signing,
+      ...(config.sqsEndpoint ? { endpoint: config.sqsEndpoint } : {}),
+    }),
   };
 }

@@ -1,0 +1,41 @@
+/**
+ * SQS records of template events of Apps in several clusters, as a stage queue delivers them:
+ * the batches of the tests that split or share by cluster (`entry-shares.test.ts`,
+ * `entry-dispatch.test.ts`).
+ */
+import {
+  type KappEvent,
+  type ObjectRef,
+  objectRefOf,
+  orderingKey,
+  serializeEvent,
+  templateEvent,
+} from '../../../events/schema.js';
+import type { SqsRecord } from '../../../functions/lib/entry/stage-handler.js';
+import { REF } from './app-world.js';
+
+const time = '2025-01-02T03:04:05.000Z';
+const FETCH_KEY = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
+
+/** The template event of App `name` (uid `uid-<name>`) of cluster `clusterId`, generation `n`. */
+export function clusterTemplateEvent(clusterId: string, name: string, n = 1): KappEvent {
+  const object: ObjectRef = { ...REF, clusterId, name, uid: `uid-${name}`, generation: n };
+  return templateEvent(
+    { object, run: { generation: n, runId: `r-${name}-${n}`, startedAt: time }, artifacts: { fetchKey: FETCH_KEY } },
+    { time },
+  );
+}
+
+/**
+ * Its record, first receive: receipt handle `h-<messageId>`, its object's message group.
+ * @param messageId - default `<name><n>`.
+ */
+export function clusterTemplateRecord(clusterId: string, name: string, n = 1, messageId = `${name}${n}`): SqsRecord {
+  const e = clusterTemplateEvent(clusterId, name, n);
+  return {
+    messageId,
+    receiptHandle: `h-${messageId}`,
+    body: serializeEvent(e),
+    attributes: { MessageGroupId: orderingKey(objectRefOf(e)), ApproximateReceiveCount: '1' },
+  };
+}
