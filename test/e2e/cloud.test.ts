@@ -42,7 +42,16 @@
  * - a record whose stage fails on every receive for a cause in the cluster (an admission policy
  *   refusing the App's status writes unless they report a failure): on its last allowed receive
  *   the function writes `ReconcileFailed` with the cause, and the record still ends in the
- *   dead-letter queue (`retry-bound.ts`: status for the App's owner, the queue for the operator).
+ *   dead-letter queue (`retry-bound.ts`: status for the App's owner, the queue for the operator);
+ * - fair shares (issue 27): every function runs with one record per cluster and namespace
+ *   (`KAPP_LAMBDA_CLUSTER_SHARE`, `_NAMESPACE_SHARE`) over two instances (install one), a 3 s fetch
+ *   stall window and a 5 s maximum deploy wait. Once the other tests are done, cluster A (this
+ *   file's) gets ten Apps fetching over http from a tarpit (a byte a second), ten whose Deployment is
+ *   never available (their `--wait-timeout` longer than the fleet's maximum) and five PackageRepositories
+ *   on the tarpit; an App of the joined cluster B reaches `ReconcileSucceeded` before A's objects
+ *   have all ended (B does not wait behind them), and each of A's then ends `ReconcileFailed` with
+ *   the stall rule's note or the fleet wait cut's, and is deleted (finalizers removed). B's App's
+ *   time on the idle fleet and beside the load are printed, not asserted.
  *
  * It prints each function's bundle and layer size, and the cold-start and warm invoke times
  * under the emulator (an empty batch: the runtime's own cost), and the median record time of
@@ -51,17 +60,21 @@
 
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
-import { ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { type Message, ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { objectEvent, serializeEvent } from '../../events/schema.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
+import { fleetWaitCutNote } from '../../functions/lib/deploy/kapp.js';
+import { DEFAULT_FETCH_STALL_MIN_BYTES, stallNote } from '../../functions/lib/fetch/stall.js';
 import { clusterDocKey, MAX_CLUSTER_DOC_BYTES, parseClusterDoc } from '../../functions/lib/kube/cluster-doc.js';
 import { apiServerInfoOf } from '../../functions/lib/kube/registry.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
@@ -83,8 +96,8 @@ import {
   invokeRie,
   type Rie,
   rieLogLines,
-  runtimePid,
-  startRie,
+  runtimePidOf,
+  startRieInstances,
 } from '../harness/lambda.js';
 import {
   freePort,
@@ -97,9 +110,9 @@ import {
 } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
 import { createFifoQueue, type SqsInfo, sqsClient } from '../harness/servers/sqs.js';
-import { EventSourceMapping } from '../harness/sqs-poller.js';
+import { EventSourceMapping, type SqsEventRecord } from '../harness/sqs-poller.js';
 import { kappProcesses, slowApp } from './faults-support.js';
-import { expectRepoSucceeded, type RepoObject } from './packaging-support.js';
+import { expectRepoSucceeded, type RepoObject, repositoryManifest } from './packaging-support.js';
 import {
   type AppObject,
   appManifest,
@@ -124,13 +137,31 @@ const PREFIX = `cloud-${id}/`;
 const REGISTRY_PREFIX = `${PREFIX}registry/`;
 /** Namespace of the functions' ServiceAccounts (`npm run cluster -- add`'s default). */
 const IDENTITY_NAMESPACE = 'kapp-lambda';
+/**
+ * Instances of each function, and the poller's `maxConcurrency` (one batch per instance): with a
+ * share of one record per cluster ({@link CLUSTER_SHARE}), a second cluster always finds a slot.
+ */
+const INSTANCES: Readonly<Record<PipelineStage, number>> = {
+  fetch: 2,
+  template: 2,
+  deploy: 2,
+  'index-repo': 2,
+  install: 1,
+};
+/** Fair shares of every function (`KAPP_LAMBDA_CLUSTER_SHARE`, `_NAMESPACE_SHARE`): one record per cluster and namespace. */
+const CLUSTER_SHARE = 1;
+/** The fetch's stall window here, seconds (`KAPP_LAMBDA_FETCH_STALL_SECONDS`; 60 deployed). */
+const STALL_SECONDS = 3;
+/** The fleet's maximum deploy wait here, seconds (`KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`; an hour deployed). */
+const MAX_DEPLOY_WAIT_SECONDS = 5;
 
 interface StageHost {
   stage: PipelineStage;
   bundle: string;
   bundleBytes: number;
   layer: FunctionLayer;
-  rie: Rie;
+  /** Its instances (execution environments), `INSTANCES[stage]` of them; the figures' cold and warm are the first's. */
+  ries: Rie[];
   queue: { url: string; arn: string };
   dlq: { url: string; arn: string };
   mapping: EventSourceMapping;
@@ -147,6 +178,26 @@ let forwarder: ServerProcess | undefined;
 /** The second control plane, which joins the fleet with `npm run cluster -- join`, and its forwarder. */
 let joining: Cluster;
 let joiningForwarder: ServerProcess | undefined;
+/** The second control plane as the tests use it once it joined (cluster B of the fair-share test). */
+let joinedCluster: E2ECluster | undefined;
+
+/**
+ * The tests the fair-share test waits for, by name, each settled when it ends: the join (its
+ * cluster B), and those whose records are on cluster A, which the fair-share test fills past its
+ * share. Their records would be parked behind that load (slowing the demo a lot), and the crash and
+ * refusal tests follow their records by id. Only the tests that run are here (`-t` may leave some
+ * out); the fair-share test is the file's last, so it starts after them.
+ */
+const running = new Map<string, Promise<void>>();
+/** Adds the calling test to {@link running}, settled by `onTestFinished`. */
+function tracked(name: string, onTestFinished: (fn: () => void) => void): void {
+  running.set(
+    name,
+    new Promise<void>((resolve) => {
+      onTestFinished(resolve);
+    }),
+  );
+}
 /** The forwarder's kubeconfig: a token of its own ServiceAccount ({@link forwarderIdentity}), nothing more. */
 let forwarderKubeconfig: string;
 /** `system:serviceaccount:<namespace>:<name>` of the forwarder's ServiceAccount in `infra/forwarder/rbac.yml`. */
@@ -432,6 +483,11 @@ function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string,
     // The root key by its secret's ARN, read from Secrets Manager (moto) as on AWS.
     KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: s.sqs.endpoint,
     KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: rootKeySecretArn,
+    // Issue 27's limits, shortened so that the noisy neighbour's objects end within the test.
+    KAPP_LAMBDA_CLUSTER_SHARE: String(CLUSTER_SHARE),
+    KAPP_LAMBDA_NAMESPACE_SHARE: String(CLUSTER_SHARE),
+    KAPP_LAMBDA_FETCH_STALL_SECONDS: String(STALL_SECONDS),
+    KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: String(MAX_DEPLOY_WAIT_SECONDS),
   };
 }
 
@@ -477,7 +533,8 @@ beforeAll(async () => {
       deadLetter: { arn: dlq.arn, maxReceiveCount: DEFAULT_MAX_ATTEMPTS },
     });
     const bundle = path.join(dirs[stage], 'index.mjs');
-    await mkdir(path.join(tmp, 'scratch', stage), { recursive: true });
+    for (let i = 0; i < INSTANCES[stage]; i++)
+      await mkdir(path.join(tmp, 'scratch', stage, String(i)), { recursive: true });
     hosts.set(stage, {
       stage,
       bundle,
@@ -503,32 +560,40 @@ beforeAll(async () => {
   await kube.apply(...statusWriterPolicy());
   for (const h of hosts.values()) {
     const sizing = STAGE_SIZING[h.stage];
-    h.rie = await startRie({
-      bundle: h.bundle,
-      env: functionEnv(h.stage, h.layer),
-      cwd: path.join(tmp, 'fn', h.stage),
-      timeoutSeconds: sizing.timeoutSeconds,
-      memoryMiB: sizing.memoryMiB,
-      isolate: {
-        bundles,
-        // No admin kubeconfig (this file's control plane, the shared one) and no other
-        // function's token is there to be read.
-        hide: [
-          cluster.workdir,
-          joining.workdir,
-          path.dirname(sharedKubeconfigPath),
-          ...PIPELINE_STAGES.filter((st) => st !== h.stage).map(secretsDir),
-        ],
+    h.ries = await startRieInstances(
+      {
+        bundle: h.bundle,
+        env: functionEnv(h.stage, h.layer),
+        cwd: path.join(tmp, 'fn', h.stage),
+        timeoutSeconds: sizing.timeoutSeconds,
+        memoryMiB: sizing.memoryMiB,
+        isolate: {
+          bundles,
+          // No admin kubeconfig (this file's control plane, the shared one) and no other
+          // function's token is there to be read.
+          hide: [
+            cluster.workdir,
+            joining.workdir,
+            path.dirname(sharedKubeconfigPath),
+            ...PIPELINE_STAGES.filter((st) => st !== h.stage).map(secretsDir),
+          ],
+        },
       },
-    });
+      INSTANCES[h.stage],
+      // Each environment its own /tmp, as on Lambda.
+      (i) => ({ KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch', h.stage, String(i)) }),
+    );
     // Cold start, then warm: an empty batch measures the runtime, not a stage.
-    const cold = await invokeRie(h.rie, { Records: [] });
-    expect(cold, `${h.stage} cold invoke: ${h.rie.proc.output().slice(-2000)}`).toMatchObject({
-      status: 200,
-      body: { batchItemFailures: [] },
-    });
-    h.coldMs = cold.ms;
-    for (let i = 0; i < 3; i++) h.warmMs.push((await invokeRie(h.rie, { Records: [] })).ms);
+    const colds = await Promise.all(h.ries.map((rie) => invokeRie(rie, { Records: [] })));
+    for (const [i, cold] of colds.entries()) {
+      expect(cold, `${h.stage} cold invoke: ${h.ries[i]?.proc.output().slice(-2000)}`).toMatchObject({
+        status: 200,
+        body: { batchItemFailures: [] },
+      });
+    }
+    h.coldMs = colds[0]?.ms ?? 0;
+    const first = h.ries[0] as Rie;
+    for (let i = 0; i < 3; i++) h.warmMs.push((await invokeRie(first, { Records: [] })).ms);
     h.mapping = new EventSourceMapping({
       name: h.stage,
       client: sqs,
@@ -537,7 +602,8 @@ beforeAll(async () => {
       region: s.sqs.region,
       batchSize: sizing.batchSize,
       visibilityTimeoutSeconds: VISIBILITY_SECONDS,
-      invoke: (event) => invokeRie(h.rie, event),
+      invoke: h.ries.map((rie) => (event: { Records: SqsEventRecord[] }) => invokeRie(rie, event)),
+      maxConcurrency: h.ries.length,
     });
     h.mapping.start();
   }
@@ -554,7 +620,7 @@ afterAll(async () => {
   await forwarder?.stop();
   await joiningForwarder?.stop();
   for (const h of hosts.values()) await h.mapping?.stop();
-  for (const h of hosts.values()) await h.rie?.proc.stop();
+  for (const h of hosts.values()) await Promise.all((h.ries ?? []).map((rie) => rie.proc.stop()));
   sqs?.destroy();
   await cluster?.stop();
   await joining?.stop();
@@ -624,7 +690,9 @@ function figures(): { rows: FunctionFigures[]; text: string } {
 
 /** What a function logged about one message id. */
 const logsOf = (stage: PipelineStage, messageId: string) =>
-  rieLogLines(host(stage).rie).filter((l) => l.messageId === messageId);
+  host(stage)
+    .ries.flatMap((rie) => rieLogLines(rie))
+    .filter((l) => l.messageId === messageId);
 
 // The three run at once: the crash and the poison wait mostly on visibility timeouts, and each
 // uses its own FIFO groups and objects (the crash its own namespace, the poison its own cluster id).
@@ -655,7 +723,8 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
 
   it('a second control plane joins with `npm run cluster -- join`; the fleet reconciles an App there', {
     timeout: 180_000,
-  }, async () => {
+  }, async ({ onTestFinished }) => {
+    tracked('join', onTestFinished);
     const s = servers();
     const took: string[] = [];
     const timed = async <T>(what: string, run: () => Promise<T>): Promise<T> => {
@@ -668,6 +737,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     };
     const joinedId = `kwok-${joining.name}`;
     const second = e2eCluster(joining.kubeconfigPath);
+    joinedCluster = second;
     // The stack's outputs as `cdk deploy --outputs-file` writes them: this fleet's entry queues.
     // No forwarder role is made (--auth token, --no-sender-check: see the module comment), so the
     // policy is never attached; join only reads its account.
@@ -759,7 +829,8 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
 
   it('reconciles every App of the demo, its PackageRepository and PackageInstall as the embedded runtime does', {
     timeout: 300_000,
-  }, async () => {
+  }, async ({ onTestFinished }) => {
+    tracked('demo', onTestFinished);
     const s = servers();
     const placeholders = await publishExamples(s);
     for (const file of EXAMPLES) {
@@ -864,7 +935,10 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     }
   });
 
-  it('a deploy function killed while kapp runs: the record comes back after its visibility timeout and the App converges', async () => {
+  it('a deploy function killed while kapp runs: the record comes back after its visibility timeout and the App converges', async ({
+    onTestFinished,
+  }) => {
+    tracked('crash', onTestFinished);
     const ns = `cloud-crash-${id}`;
     await kube.createTenant(ns);
     const name = `crash-${id}`;
@@ -872,11 +946,12 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     const before = deploy.mapping.invocations.length;
     await kube.apply(slowApp(ns, name, 4));
     // kapp of this App runs under the deploy function: kill the function's runtime (node).
-    await waitFor('kapp deploying crash-app', async () => (kappProcesses().get(name)?.length ? true : undefined), {
+    const kapp = await waitFor('kapp deploying crash-app', async () => kappProcesses().get(name)?.[0], {
       timeoutMs: 120_000,
       intervalMs: 100,
     });
-    const pid = runtimePid(deploy.bundle);
+    // The instance running it, of the function's several.
+    const pid = runtimePidOf(deploy.bundle, kapp);
     expect(pid).toBeDefined();
     process.kill(pid as number, 'SIGKILL');
 
@@ -908,8 +983,8 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     expect(kappProcesses().get(name) ?? []).toEqual([]);
   });
 
-  /** Waits for message `messageId` in the dead-letter queue at `dlqUrl` and returns it. */
-  const deadLettered = (dlqUrl: string, messageId: string, what: string) =>
+  /** Waits for message `which` (its id, or a test of it) in the dead-letter queue at `dlqUrl` and returns it. */
+  const deadLettered = (dlqUrl: string, which: string | ((m: Message) => boolean), what: string) =>
     waitFor(
       `${what} in the dead-letter queue`,
       async () => {
@@ -923,7 +998,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
             MessageSystemAttributeNames: ['All'],
           }),
         );
-        return r.Messages?.find((m) => m.MessageId === messageId);
+        return r.Messages?.find((m) => (typeof which === 'string' ? m.MessageId === which : which(m)));
       },
       { timeoutMs: 240_000, intervalMs: 500 },
     );
@@ -968,7 +1043,8 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
   it('a stage that fails on every receive ends its run on the last one: ReconcileFailed says why, the record is dead-lettered', {
     // five receives 5 s apart, each a function run on a machine busy with the other tests
     timeout: 360_000,
-  }, async () => {
+  }, async ({ onTestFinished }) => {
+    tracked('refused', onTestFinished);
     // The cluster refuses this App's status writes (an admission policy, as a policy engine
     // would) unless the status reports a failure: every receive of its fetch record fails,
     // until the last allowed one (`DEFAULT_MAX_ATTEMPTS`) writes the final ReconcileFailed.
@@ -1029,13 +1105,20 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     ]);
     // Its record: failed on every receive, the last one after ending the run with that status,
     // so the redrive policy moved it to the dead-letter queue.
-    const ours = fetch.mapping.invocations.slice(before);
-    // A batch may hold other tests' records too: take this App's record of it.
+    // A batch may hold other tests' records too: take this App's record of it. Found by its
+    // group: a receive that found the cluster over its fair share parked the record, and its
+    // copy (a new message) went on from receive 1.
     const group = `${clusterId}/App/${ns}/${name}`;
-    const first = ours.find((i) => i.groupIds.includes(group));
-    const messageId = first?.messageIds[first.groupIds.indexOf(group)] ?? '';
-    expect(messageId, JSON.stringify(ours)).not.toBe('');
-    await deadLettered(fetch.dlq.url, messageId, "the refused App's fetch record");
+    const dead = await deadLettered(
+      fetch.dlq.url,
+      (m) => m.Attributes?.MessageGroupId === group,
+      "the refused App's fetch record",
+    );
+    const messageId = dead.MessageId ?? '';
+    expect(
+      fetch.mapping.invocations.slice(before).some((i) => i.messageIds.includes(messageId)),
+      JSON.stringify(fetch.mapping.invocations.slice(before)),
+    ).toBe(true);
     const tries = fetch.mapping.invocations.filter((i) => i.messageIds.includes(messageId));
     // Batches of 10: a try's batch may hold other records (a later event of this App, skipped
     // behind it, or another test's), so each try is read at this record's place.
@@ -1046,5 +1129,179 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
       }),
     ).toEqual(Array.from({ length: DEFAULT_MAX_ATTEMPTS }, (_, n) => [n + 1, true]));
     await kube.k(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', name]);
+  });
+  it("fair shares: an App of cluster B is served beside cluster A's ten tarpit fetches, ten endless waits and five slow repositories, which end with clear statuses", {
+    timeout: 300_000,
+  }, async () => {
+    // The fleet is idle once the other tests are done (see `running`).
+    await Promise.all(running.values());
+    const b = joinedCluster;
+    if (!b) throw new Error('cluster B is the one the join test makes: run it too');
+    // Every path: a 200 whose body comes a byte a second, for as long as the client stays.
+    const trickles = new Set<NodeJS.Timeout>();
+    const tarpit = createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/gzip' });
+      res.flushHeaders();
+      const t = setInterval(() => res.write('#'), 1000);
+      trickles.add(t);
+      res.once('close', () => {
+        clearInterval(t);
+        trickles.delete(t);
+      });
+    });
+    tarpit.listen(0, LOOPBACK);
+    await once(tarpit, 'listening');
+    const tarpitHost = `${LOOPBACK}:${(tarpit.address() as { port: number }).port}`;
+    const label = { 'kapp-lambda.test/fair': id };
+    const labelled = <T extends object>(o: T) => {
+      const m = o as { metadata: { labels?: Record<string, string> } };
+      m.metadata.labels = { ...m.metadata.labels, ...label };
+      return o;
+    };
+    const stall = stallNote(tarpitHost, { windowMs: STALL_SECONDS * 1000, minBytes: DEFAULT_FETCH_STALL_MIN_BYTES });
+    const cut = fleetWaitCutNote('Timed out waiting after', MAX_DEPLOY_WAIT_SECONDS * 1000) ?? '';
+    // Cluster A's objects, each in its own namespace, and the note its failure must carry.
+    const load = [
+      ...Array.from({ length: 10 }, (_, i) => ({
+        kind: 'apps',
+        ns: `cloud-fair-a-${id}-tarpit-${i}`,
+        name: `tarpit-${i}`,
+        note: stall,
+        manifest: (ns: string, name: string) =>
+          appManifest(ns, name, {
+            fetch: [{ http: { url: `http://${tarpitHost}/${name}.tgz` } }],
+            template: [{ ytt: {} }],
+            deploy: [{ kapp: {} }],
+          }),
+      })),
+      // kapp waits for a Deployment not available for 500 s (under its 600 s progress deadline); the App asks 180 s.
+      ...Array.from({ length: 10 }, (_, i) => ({
+        kind: 'apps',
+        ns: `cloud-fair-a-${id}-wait-${i}`,
+        name: `wait-${i}`,
+        note: cut,
+        manifest: (ns: string, name: string) => slowApp(ns, name, 500),
+      })),
+      ...Array.from({ length: 5 }, (_, i) => ({
+        kind: 'packagerepositories',
+        ns: `cloud-fair-a-${id}-repo-${i}`,
+        name: `repo-${i}`,
+        note: stall,
+        manifest: (ns: string, name: string) =>
+          repositoryManifest(ns, name, { http: { url: `http://${tarpitHost}/${name}.tgz` } }),
+      })),
+    ];
+    const keyOf = (kind: string, ns: string, name: string) => `${kind} ${ns}/${name}`;
+    /** When each of A's objects was first seen at its clear status (failed with its note), ms after the load. */
+    const ends = new Map<string, number>();
+    const deletes: Promise<unknown>[] = [];
+    /** A's objects of this test (by their label), `-o <output>`. */
+    const listLoad = (output: string) =>
+      kube.k(['get', 'apps,packagerepositories', '-A', '-l', `kapp-lambda.test/fair=${id}`, '-o', output]);
+    let last: RepoObject[] = [];
+    /** Reads A's objects, notes those at their clear end and deletes them (their finalizers must go too). */
+    const poll = async (since: number) => {
+      const listed = await listLoad('json');
+      last = (JSON.parse(listed.stdout) as { items: (RepoObject & { kind: string })[] }).items;
+      for (const o of last as (RepoObject & { kind: string })[]) {
+        const kind = o.kind === 'App' ? 'apps' : 'packagerepositories';
+        const key = keyOf(kind, o.metadata.namespace, o.metadata.name);
+        const want = load.find((l) => keyOf(l.kind, l.ns, l.name) === key);
+        if (!want || ends.has(key) || !failedAt(1)(o as unknown as AppObject)) continue;
+        if (!(o.status?.usefulErrorMessage ?? '').includes(want.note)) continue;
+        ends.set(key, Date.now() - since);
+        deletes.push(kube.k(['-n', o.metadata.namespace, 'delete', kind, o.metadata.name, '--wait=false']));
+      }
+    };
+    const timeB = async (name: string) => {
+      const started = Date.now();
+      await b.apply(inlineConfigMapApp(bNs, name, 'beside a noisy neighbour'));
+      let got: AppObject | undefined;
+      const app = await waitFor(
+        `App ${bNs}/${name} in cluster B`,
+        async () => {
+          got = await b.getApp(bNs, name);
+          return got && succeededAt(1)(got) ? got : undefined;
+        },
+        { timeoutMs: 120_000, intervalMs: 250, describe: () => JSON.stringify(got?.status ?? null, null, 1) },
+      );
+      const ms = Date.now() - started;
+      expectSucceededStatus(app, STATUS_KEYS);
+      return ms;
+    };
+    const bNs = `cloud-fair-b-${id}`;
+    try {
+      await Promise.all([b.createTenant(bNs), ...load.map((l) => kube.createTenant(l.ns))]);
+      const idleMs = await timeB(`idle-${id}`);
+
+      const loaded = Date.now();
+      await kube.apply(...load.map((l) => labelled(l.manifest(l.ns, l.name))));
+      // Under way: A's fetch share is taken (a tarpit App is being fetched).
+      await waitFor(
+        "cluster A's load under way",
+        async () => {
+          await poll(loaded);
+          return last.some(
+            (o) => o.metadata.name.startsWith('tarpit-') && o.status?.conditions?.some((c) => c.type === 'Reconciling'),
+          )
+            ? true
+            : undefined;
+        },
+        { timeoutMs: 60_000, intervalMs: 250 },
+      );
+      const loadedMs = await timeB(`loaded-${id}`);
+      await poll(loaded);
+      // B did not wait behind A: some of A's objects had not yet ended when B's App succeeded.
+      expect(ends.size, "every one of cluster A's objects ended before B's App").toBeLessThan(load.length);
+      const atB = ends.size;
+      process.stderr.write(
+        `[cloud] fair shares: B's App ${idleMs} ms on the idle fleet, ${loadedMs} ms beside A's load (${(loadedMs / idleMs).toFixed(2)}×); ${atB} of A's ${load.length} objects had ended then\n`,
+      );
+      await waitFor(
+        'every object of cluster A at its clear status',
+        async () => {
+          await poll(loaded);
+          return ends.size === load.length ? true : undefined;
+        },
+        {
+          timeoutMs: 180_000,
+          intervalMs: 1000,
+          describe: () =>
+            JSON.stringify(
+              last
+                .filter(
+                  (o) =>
+                    !ends.has(
+                      keyOf(
+                        (o as { kind?: string }).kind === 'App' ? 'apps' : 'packagerepositories',
+                        o.metadata.namespace,
+                        o.metadata.name,
+                      ),
+                    ),
+                )
+                .map((o) => [o.metadata.namespace, o.metadata.name, o.status]),
+              null,
+              1,
+            ),
+        },
+      );
+      process.stderr.write(
+        `[cloud] fair shares: A's objects ended within ${Math.max(...ends.values())} ms of their creation\n`,
+      );
+    } finally {
+      for (const t of trickles) clearInterval(t);
+      tarpit.closeAllConnections();
+      tarpit.close();
+    }
+    // Deleted as each ended: every finalizer is removed, nothing is left.
+    await Promise.all(deletes);
+    await waitFor(
+      "cluster A's objects deleted",
+      async () => {
+        const left = await listLoad('name');
+        return left.stdout.trim() === '' ? true : undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 1000 },
+    );
   });
 });

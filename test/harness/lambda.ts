@@ -349,20 +349,48 @@ export function rieLogLines(rie: Rie): Record<string, unknown>[] {
     });
 }
 
+/** argv of a live process, `undefined` when it is gone. */
+function argvOf(pid: number | string): string[] | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether `argv` is a function runtime of `bundle` (`<node> <bundle>`). */
+const isRuntimeOf = (argv: string[] | undefined, bundle: string) =>
+  argv?.length === 2 && path.basename(argv[0] ?? '') === 'node' && argv[1] === bundle;
+
 /**
  * The pid of the function's runtime process under an emulator (argv `<node> <bundle>`), found
- * through /proc; `undefined` while none runs (before its first invoke, after a crash).
+ * through /proc; `undefined` while none runs (before its first invoke, after a crash). With
+ * several instances of the function, any one of them.
  */
 export function runtimePid(bundle: string): number | undefined {
   for (const pid of readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue;
-    let argv: string[];
+    if (/^\d+$/.test(pid) && isRuntimeOf(argvOf(pid), bundle)) return Number(pid);
+  }
+  return undefined;
+}
+
+/**
+ * The pid of the runtime of `bundle` that process `pid` (a tool a stage runs) descends from: the
+ * instance running that stage, among several (`startRieInstances`). `undefined` when `pid` is
+ * gone or runs under no runtime of `bundle`.
+ */
+export function runtimePidOf(bundle: string, pid: number): number | undefined {
+  let at = pid;
+  for (let depth = 0; depth < 16 && at > 1; depth++) {
+    if (isRuntimeOf(argvOf(at), bundle)) return at;
+    let stat: string;
     try {
-      argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+      stat = readFileSync(`/proc/${at}/stat`, 'utf8');
     } catch {
-      continue;
+      return undefined;
     }
-    if (argv.length === 2 && path.basename(argv[0] ?? '') === 'node' && argv[1] === bundle) return Number(pid);
+    // `<pid> (<comm>) <state> <ppid> …`: comm may hold spaces, so read after its last ')'.
+    at = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
   }
   return undefined;
 }

@@ -189,6 +189,31 @@ describe('the continuation', () => {
     );
   });
 
+  it("a first kapp asking to wait longer than the fleet's maximum is cut there already, and the status says so", async () => {
+    const w = await world(RECONCILING, { rawOptions: ['--wait-timeout=180s'], maxDeployWaitMs: 5000 });
+    w.runner.on('kapp', { stderr: TIMED_OUT, exitCode: 1 });
+    // 900 s left: without the cut the first kapp would wait its 180 s, then to the deadline
+    await deployHandler(w, new MemoryEventSender())(record(deployEvent(DATA, { time: NOW })), {
+      getRemainingTimeInMillis: () => 900_000,
+    });
+    const args = w.runner.calls[0]?.args ?? [];
+    expect(args.filter((a) => a.startsWith('--wait-timeout=')).at(-1)).toBe('--wait-timeout=5s');
+    expect(w.statuses().at(-1)?.usefulErrorMessage).toBe(
+      `${TIMED_OUT}kapp-lambda: the deploy's wait was cut at the fleet's maximum of 5s in all (KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS); the App's --wait-timeout asks for longer`,
+    );
+  });
+
+  it("a first kapp within the fleet's maximum keeps the App's own wait", async () => {
+    const w = await world(RECONCILING, { rawOptions: ['--wait-timeout=4s'], maxDeployWaitMs: 5000 });
+    w.runner.on('kapp', { stdout: 'ok' });
+    await deployHandler(w, new MemoryEventSender())(record(deployEvent(DATA, { time: NOW })), {
+      getRemainingTimeInMillis: () => 900_000,
+    });
+    expect((w.runner.calls[0]?.args ?? []).filter((a) => a.startsWith('--wait-timeout='))).toEqual([
+      '--wait-timeout=4s',
+    ]);
+  });
+
   it("a wait within the fleet's maximum times out with kapp's words alone", async () => {
     const w = await world(RECONCILING, { rawOptions: ['--wait-timeout=10m'], maxDeployWaitMs: 60 * 60_000 });
     w.runner.on('kapp', { stderr: TIMED_OUT, exitCode: 1 });

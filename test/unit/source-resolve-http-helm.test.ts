@@ -23,6 +23,7 @@ import {
 import { resolveHttpDigest } from '../../functions/lib/fetch/http-digest.js';
 import { createHttpDownloader, HttpDownloadError } from '../../functions/lib/fetch/http-download.js';
 import { type PolledSource, resolveSource } from '../../functions/lib/fetch/source-resolve.js';
+import { stallNote } from '../../functions/lib/fetch/stall.js';
 import { CLOUD_URL_POLICY, UrlPolicyError } from '../../functions/lib/fetch/url-policy.js';
 
 const sha = (s: string) => createHash('sha256').update(s).digest('hex');
@@ -96,6 +97,27 @@ describe('http without sha256', () => {
   it('a server that never answers fails the resolution at its deadline', async () => {
     routes.set('/hang', () => undefined);
     await expect(resolve({ kind: 'http', url: `${base}/hang`, ref: '' }, 200)).rejects.toThrow();
+  });
+
+  it("a body trickling under the fleet's progress rule is cut by it, long before the deadline", async () => {
+    const trickles: NodeJS.Timeout[] = [];
+    routes.set('/tarpit', (_q, res) => {
+      res.writeHead(200).flushHeaders();
+      const t = setInterval(() => res.write('#'), 50);
+      trickles.push(t);
+      res.once('close', () => clearInterval(t));
+    });
+    const stall = { windowMs: 300, minBytes: 4096 };
+    try {
+      await expect(
+        resolveSource(
+          { kind: 'http', url: `${base}/tarpit`, ref: '' },
+          { runner: new FakeCommandRunner(), timeoutMs: 10_000, stall },
+        ),
+      ).rejects.toThrow(new HttpDownloadError(stallNote(new URL(base).host, stall)));
+    } finally {
+      for (const t of trickles) clearInterval(t);
+    }
   });
 
   it('an enforcing URL policy refuses the loopback server before any request', async () => {

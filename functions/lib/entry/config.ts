@@ -652,7 +652,7 @@ const EnvSchema = z.object({
       .pipe(json(z.record(z.string().regex(/^[a-z0-9-]+$/), z.string().min(1)), 'an object of tool → version strings')),
   ),
   KAPP_LAMBDA_TOOL_TIMEOUT_MS: optional(intText(1000, 900_000)),
-  KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: optional(intText(60, 86_400)),
+  KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: optional(intText(1, 86_400)),
   KAPP_LAMBDA_MAX_INLINE_BYTES: MAX_INLINE_BYTES_SETTING,
   KAPP_LAMBDA_FETCH_STALL_SECONDS: FETCH_STALL_SECONDS_SETTING,
   KAPP_LAMBDA_FETCH_STALL_MIN_BYTES: FETCH_STALL_MIN_BYTES_SETTING,

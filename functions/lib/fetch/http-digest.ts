@@ -17,6 +17,7 @@
  */
 import { createHttpDownloader, DEFAULT_MAX_DOWNLOAD_BYTES, type HttpDownloader } from './http-download.js';
 import type { ResolveImageOptions } from './registry-digest.js';
+import type { StallRule } from './stall.js';
 
 /** Options of {@link resolveHttpDigest}: the URL policy's guards and the deadline, as a registry resolution's. */
 export interface ResolveHttpOptions extends Pick<ResolveImageOptions, 'checkUrl' | 'lookupFor' | 'signal'> {
@@ -28,6 +29,12 @@ export interface ResolveHttpOptions extends Pick<ResolveImageOptions, 'checkUrl'
    * leave such an App tracked by the quiet rule but never resolved, hence never poked).
    */
   maxBytes?: number;
+  /**
+   * The fetch's progress rule (`./stall.ts`), as the fetch stage's own download of the source
+   * applies it: a body trickling under it is cut (HttpDownloadError naming the host and the rule)
+   * instead of holding the resolution, and the stage run waiting on it, to the deadline.
+   */
+  stall?: StallRule;
 }
 
 /**
@@ -42,6 +49,7 @@ export async function resolveHttpDigest(url: string, opts: ResolveHttpOptions = 
     hashOnly: true,
     maxBytes: opts.maxBytes ?? DEFAULT_MAX_DOWNLOAD_BYTES,
     ...(opts.signal ? { signal: opts.signal } : {}),
+    ...(opts.stall ? { stall: opts.stall } : {}),
     ...(opts.checkUrl ? { checkUrl: opts.checkUrl } : {}),
     ...(opts.lookupFor ? { lookupFor: opts.lookupFor } : {}),
   });

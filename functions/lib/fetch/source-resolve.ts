@@ -17,6 +17,7 @@ import { resolveGitRef } from './git-ls-remote.js';
 import { chartVersionOf, resolveHelmChart } from './helm-index.js';
 import { resolveHttpDigest } from './http-digest.js';
 import { parseImageTagRef, pinImageRef, resolveImageDigest } from './registry-digest.js';
+import type { StallRule } from './stall.js';
 import {
   describeSelection,
   resolveGitSelection,
@@ -143,15 +144,17 @@ export const RESOLVE_TIMEOUT_MS = 30_000;
  * sha256) or of a chart repository's `index.yaml` (`./helm-index.ts`:
  * `<version>@sha256:<digest>`), every URL under the runtime's URL policy, within `timeoutMs`.
  * @returns the digest or commit; for an image selection `<tag>@<digest>` (see {@link pinnedFetchOf})
- * @param deps - the command runner (git), the URL policy in force (none: off), and the
- *   deadline in ms (default {@link RESOLVE_TIMEOUT_MS})
+ * @param deps - the command runner (git), the URL policy in force (none: off), the
+ *   deadline in ms (default {@link RESOLVE_TIMEOUT_MS}), and the fetch's progress rule an http
+ *   source's GET is held to (`./stall.ts`; none: only the deadline; a tarpit URL otherwise held
+ *   every fetch of it the whole deadline before the stage fetched by tag)
  * @throws RegistryResolveError, GitResolveError, SelectionResolveError (no tag matches: vendir's
  *   message), HttpDownloadError, HelmIndexError, UrlPolicyError, CommandNotAllowedError; the
  *   signal's `TimeoutError` when the deadline passes while a body is read
  */
 export async function resolveSource(
   source: PolledSource,
-  deps: { runner: CommandRunner; urlPolicy?: UrlPolicy; timeoutMs?: number },
+  deps: { runner: CommandRunner; urlPolicy?: UrlPolicy; timeoutMs?: number; stall?: StallRule },
 ): Promise<string> {
   const policy = deps.urlPolicy ? new UrlPolicyChecker(deps.urlPolicy) : undefined;
   const signal = AbortSignal.timeout(deps.timeoutMs ?? RESOLVE_TIMEOUT_MS);
@@ -162,7 +165,8 @@ export async function resolveSource(
     return await resolveGitRef(deps.runner, source.url, source.ref, signal);
   }
   const opts = { signal, ...policy?.requestGuards() };
-  if (source.kind === 'http') return await resolveHttpDigest(source.url, opts);
+  if (source.kind === 'http')
+    return await resolveHttpDigest(source.url, { ...opts, ...(deps.stall ? { stall: deps.stall } : {}) });
   if (source.kind === 'helmChart') {
     const chart = { repository: source.url, name: source.ref, ...(source.version ? { version: source.version } : {}) };
     return await resolveHelmChart(chart, opts);

@@ -263,6 +263,8 @@ function resolverOf(deps: PipelineDeps): (source: PolledSource) => Promise<strin
       resolveSource(source, {
         runner: deps.runner,
         ...(deps.config.urlPolicy ? { urlPolicy: deps.config.urlPolicy } : {}),
+        // The fleet's progress rule, as the fetch's own download of the source gets it.
+        ...(deps.config.fetchStall ? { stall: deps.config.fetchStall } : {}),
       }))
   );
 }

@@ -17,6 +17,7 @@ import {
   appKappDeploy,
   associatedResources,
   BLOCKING_FOR_DEPLOY_PREFIX,
+  type BudgetedKappCommand,
   type ClusterAccess,
   fleetWaitCutNote,
   KAPP_ERROR_PREFIX,
@@ -258,7 +259,7 @@ async function applyManifest(
     const maxWaitMs = deps.config.maxDeployWaitMs ?? MAX_CONTINUED_WAIT_MS;
     const budget = data.continuation
       ? withKappWaitBudget(planned, deps.now().getTime() - run.startedAt.getTime(), maxWaitMs)
-      : { cmd: planned, capped: false };
+      : firstKappBudget(planned, maxWaitMs);
     const kappStartedAt = deps.now();
     const kappRun = await runKappDeploy(run, budget.cmd, manifest.toString('utf8'), work);
     // The fleet's cut of a longer wait says so where kapp's own timeout is read.
@@ -298,6 +299,19 @@ async function applyManifest(
   } finally {
     await removeScratch(work);
   }
+}
+
+/**
+ * The first kapp of a run (not a continuation): the App's own command, unless it asks to wait
+ * longer than the fleet's maximum (or without limit, `--wait-timeout=0s`); then its wait is cut
+ * to that maximum already, as a continuation's would be. Without it a fleet whose maximum is below
+ * the deploy function's timeout would let the first kapp wait until the function deadline, past
+ * the maximum `KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS` promises. A wait within the maximum keeps the
+ * App's argv as upstream runs it.
+ */
+function firstKappBudget(planned: KappCommand, maxWaitMs: number): BudgetedKappCommand {
+  const cut = withKappWaitBudget(planned, 0, maxWaitMs);
+  return cut.capped ? cut : { cmd: planned, capped: false };
 }
 
 /**
