@@ -43,9 +43,10 @@
  *   refusing the App's status writes unless they report a failure): on its last allowed receive
  *   the function writes `ReconcileFailed` with the cause, and the record still ends in the
  *   dead-letter queue (`retry-bound.ts`: status for the App's owner, the queue for the operator);
- * - fair shares (issue 27): every function runs with one record per cluster and namespace
- *   (`KAPP_LAMBDA_CLUSTER_SHARE`, `_NAMESPACE_SHARE`) over two instances (install one), a 3 s fetch
- *   stall window and a 5 s maximum deploy wait. Once the other tests are done, cluster A (this
+ * - fair shares (issue 27): every function runs with a share per cluster and namespace one
+ *   below its instances (`KAPP_LAMBDA_CLUSTER_SHARE`, `_NAMESPACE_SHARE`: fetch and deploy 2 of 3,
+ *   template and index-repo 1 of 2, install 1 of 1), a 2 s fetch stall window and a 5 s maximum
+ *   deploy wait. Once the other tests are done, cluster A (this
  *   file's) gets ten Apps fetching over http from a tarpit (a byte a second), ten whose Deployment is
  *   never available (their `--wait-timeout` longer than the fleet's maximum) and five PackageRepositories
  *   on the tarpit; an App of the joined cluster B reaches `ReconcileSucceeded` before A's objects
@@ -139,19 +140,29 @@ const REGISTRY_PREFIX = `${PREFIX}registry/`;
 const IDENTITY_NAMESPACE = 'kapp-lambda';
 /**
  * Instances of each function, and the poller's `maxConcurrency` (one batch per instance): with a
- * share of one record per cluster ({@link CLUSTER_SHARE}), a second cluster always finds a slot.
+ * share one below the instances per cluster ({@link CLUSTER_SHARE}), a second cluster always finds a slot.
  */
 const INSTANCES: Readonly<Record<PipelineStage, number>> = {
-  fetch: 2,
+  fetch: 3,
   template: 2,
-  deploy: 2,
+  deploy: 3,
   'index-repo': 2,
   install: 1,
 };
-/** Fair shares of every function (`KAPP_LAMBDA_CLUSTER_SHARE`, `_NAMESPACE_SHARE`): one record per cluster and namespace. */
-const CLUSTER_SHARE = 1;
+/**
+ * Fair shares of each function (`KAPP_LAMBDA_CLUSTER_SHARE`, and `_NAMESPACE_SHARE` the same):
+ * one slot fewer than its instances, so another cluster always finds one; two where cluster A's
+ * load queues longest (fetch and deploy), so it ends sooner.
+ */
+const CLUSTER_SHARE: Readonly<Record<PipelineStage, number>> = {
+  fetch: 2,
+  template: 1,
+  deploy: 2,
+  'index-repo': 1,
+  install: 1,
+};
 /** The fetch's stall window here, seconds (`KAPP_LAMBDA_FETCH_STALL_SECONDS`; 60 deployed). */
-const STALL_SECONDS = 3;
+const STALL_SECONDS = 2;
 /** The fleet's maximum deploy wait here, seconds (`KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS`; an hour deployed). */
 const MAX_DEPLOY_WAIT_SECONDS = 5;
 
@@ -484,8 +495,8 @@ function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string,
     KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: s.sqs.endpoint,
     KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: rootKeySecretArn,
     // Issue 27's limits, shortened so that the noisy neighbour's objects end within the test.
-    KAPP_LAMBDA_CLUSTER_SHARE: String(CLUSTER_SHARE),
-    KAPP_LAMBDA_NAMESPACE_SHARE: String(CLUSTER_SHARE),
+    KAPP_LAMBDA_CLUSTER_SHARE: String(CLUSTER_SHARE[stage]),
+    KAPP_LAMBDA_NAMESPACE_SHARE: String(CLUSTER_SHARE[stage]),
     KAPP_LAMBDA_FETCH_STALL_SECONDS: String(STALL_SECONDS),
     KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: String(MAX_DEPLOY_WAIT_SECONDS),
   };
