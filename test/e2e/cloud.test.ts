@@ -1174,6 +1174,16 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     const cut = fleetWaitCutNote('Timed out waiting after', MAX_DEPLOY_WAIT_SECONDS * 1000) ?? '';
     // Cluster A's objects, each in its own namespace, and the note its failure must carry.
     const load = [
+      // The waits first: their fetches (inline, quick) go ahead of the tarpits' in A's fetch share,
+      // so their deploys run beside the tarpit fetches and A's load ends sooner.
+      // kapp waits for a Deployment not available for 500 s (under its 600 s progress deadline); the App asks 180 s.
+      ...Array.from({ length: 10 }, (_, i) => ({
+        kind: 'apps',
+        ns: `cloud-fair-a-${id}-wait-${i}`,
+        name: `wait-${i}`,
+        note: cut,
+        manifest: (ns: string, name: string) => slowApp(ns, name, 500),
+      })),
       ...Array.from({ length: 10 }, (_, i) => ({
         kind: 'apps',
         ns: `cloud-fair-a-${id}-tarpit-${i}`,
@@ -1185,14 +1195,6 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
             template: [{ ytt: {} }],
             deploy: [{ kapp: {} }],
           }),
-      })),
-      // kapp waits for a Deployment not available for 500 s (under its 600 s progress deadline); the App asks 180 s.
-      ...Array.from({ length: 10 }, (_, i) => ({
-        kind: 'apps',
-        ns: `cloud-fair-a-${id}-wait-${i}`,
-        name: `wait-${i}`,
-        note: cut,
-        manifest: (ns: string, name: string) => slowApp(ns, name, 500),
       })),
       ...Array.from({ length: 5 }, (_, i) => ({
         kind: 'packagerepositories',
