@@ -22,7 +22,7 @@ export interface SdkClients {
 /**
  * Creates the SDK clients. Credentials come from `credentials` when given (a stage behind the
  * dispatcher: `RunCredentialHolder.credentials` of `./dispatched.ts`, the run session's of each
- * invocation, docs/decisions.md D15; not yet deployed), else from the SDK's default provider chain
+ * invocation, docs/decisions.md D15), else from the SDK's default provider chain
  * (on Lambda: the function role's temporary credentials); an `s3Endpoint` switches S3 to
  * path-style addressing (S3-compatible servers).
  */

@@ -391,6 +391,13 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'every function but install (`entry/artifact-key.ts`, at cold start)',
   },
   {
+    name: 'KAPP_LAMBDA_DISPATCHED',
+    default: '`false`',
+    meaning:
+      "`true`: the function runs behind its stage's dispatcher (docs/decisions.md D15): it takes only the dispatcher's batches of one cluster (a raw SQS or poll event is refused), signs every AWS request with the run session's credentials the batch carries, opens only that cluster's sealed artifacts with the keys it carries, and leaves the record proof, sender check, fair shares and early delete to the dispatcher; `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET` must then be unset",
+    readBy: 'every function',
+  },
+  {
     name: 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY',
     default: 'unset',
     meaning:
@@ -526,6 +533,12 @@ export interface LambdaConfig {
    * function's slots (`../lease/shares.ts`). Unset: no shares.
    */
   shares?: { cluster: number; namespace: number };
+  /**
+   * `KAPP_LAMBDA_DISPATCHED=true`: the function runs behind its stage's dispatcher
+   * (`./dispatched.ts`); its edge work (proof, sender check, shares, early delete) is the
+   * dispatcher's, and `senderCheck` and `shares` are then not used. Unset: it consumes its queue.
+   */
+  dispatched?: true;
 }
 
 /** Where a function finds its clusters at run time (`../kube/fleet-registry.ts`). */
@@ -670,6 +683,7 @@ const EnvSchema = z.object({
     z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, { error: 'expected a namespace name' }),
   ),
   KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS: optional(intText(0, 3600)),
+  KAPP_LAMBDA_DISPATCHED: z.preprocess(blankToUndefined, z.enum(['true', 'false']).default('false')),
   KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
   KAPP_LAMBDA_METRICS: z.preprocess(blankToUndefined, z.enum(['cluster', 'object', 'off']).default('cluster')),
   KAPP_LAMBDA_URL_POLICY: z.preprocess(blankToUndefined, z.enum(['enforce', 'off']).default('enforce')),
@@ -725,6 +739,15 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     problems.push(
       'KAPP_LAMBDA_CELL_CLUSTER: needs KAPP_LAMBDA_SENDER_CHECK=registry (the check that refuses other clusters)',
     );
+  }
+  // Behind the dispatcher the run gets its cluster's keys in each batch; the root key opens every
+  // cluster's artifacts, so a dispatched function must not even be told where it is.
+  if (blankToUndefined(env.KAPP_LAMBDA_DISPATCHED) === 'true') {
+    for (const name of ['KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET', 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY']) {
+      if (blankToUndefined(env[name]) !== undefined) {
+        problems.push(`${name}: must be unset with KAPP_LAMBDA_DISPATCHED=true (the dispatcher derives the keys)`);
+      }
+    }
   }
   if (hasRegistry && blankToUndefined(env.KAPP_LAMBDA_KUBECONFIG) !== undefined) {
     problems.push('KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both');
@@ -823,5 +846,6 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   if (e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS !== undefined)
     config.controllerConfigTtlMs = e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS * 1000;
   if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;
+  if (e.KAPP_LAMBDA_DISPATCHED === 'true') config.dispatched = true;
   return config;
 }

@@ -2,16 +2,19 @@
  * The stage function's side of the dispatcher (`./dispatch.ts`, docs/decisions.md D15): the
  * stage function, in Lambda's tenant isolation mode, takes a {@link DispatchedBatch} instead of
  * the queue's event, and its SDK clients sign with the run session's credentials the batch
- * carries (its own execution role holds logs and nothing else). Not yet deployed.
+ * carries (its own execution role holds logs and nothing else). Wired by `lambdaEntry` (`./main.ts`)
+ * when `KAPP_LAMBDA_DISPATCHED=true`.
  *
  * @module
  */
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
-import { objectRefOf, parseEvent } from '../../../events/schema.js';
+import { isSourcePollEvent, objectRefOf, parseEvent, type SourcePollEvent } from '../../../events/schema.js';
 import type { ClusterKeyring, ClusterKeys } from '../artifact/keyring.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
+import type { Logger } from '../log.js';
+import type { MessageRequeuer, RequeuedMessage } from '../transport/port.js';
 import type { DispatchedBatch, WireClusterKeys } from './dispatch.js';
-import type { LambdaContext, SqsBatchResponse, SqsHandler } from './stage-handler.js';
+import type { LambdaContext, SqsBatchResponse, SqsEvent, SqsHandler } from './stage-handler.js';
 
 /**
  * A provider the SDK calls on every signing, as-is: `memoized` tells the SDK (`@aws-sdk/core`'s
@@ -122,10 +125,60 @@ function clusterKeys(w: WireClusterKeys): ClusterKeys | undefined {
 }
 
 /**
+ * The stage's {@link MessageRequeuer} behind the dispatcher: it sends nothing (the run's session
+ * holds no right on the stage's own queue, and a copy must come from the dispatcher's role to
+ * pass the sender check), it only notes the message ids of the records the function deadline held
+ * back, which {@link dispatchedHandler} returns as the answer's `requeue` for the dispatcher to
+ * send. One per process; an environment runs one invocation at a time.
+ */
+export class CollectingRequeuer implements MessageRequeuer {
+  private ids: string[] = [];
+
+  /** Notes the messages' ids, in order; never throws. */
+  async requeue(messages: readonly RequeuedMessage[]): Promise<void> {
+    for (const m of messages) this.ids.push(m.messageId);
+  }
+
+  /** The ids noted since the last call, in the order they were requeued; empties the list. */
+  take(): string[] {
+    const taken = this.ids;
+    this.ids = [];
+    return taken;
+  }
+}
+
+/** The handler of a stage function behind its dispatcher ({@link dispatchedHandler}). */
+export type DispatchedStageHandler = (
+  payload: DispatchedBatch | SqsEvent | SourcePollEvent,
+  context?: LambdaContext,
+) => Promise<SqsBatchResponse>;
+
+/** The options of {@link dispatchedHandler}. */
+export interface DispatchedHandlerOptions {
+  /** The stage handler's requeuer (`EntryDeps.requeuer`), whose ids become the answer's `requeue`. */
+  requeued?: CollectingRequeuer;
+  /** Where a refused payload is logged (why; never its credentials or keys). */
+  log?: Pick<Logger, 'error'>;
+}
+
+/** Why `payload` is not a dispatcher's batch at all, or `undefined` when it may be one. */
+function notDispatched(payload: unknown): string | undefined {
+  const only = "a dispatched function runs only its dispatcher's batches";
+  if (isSourcePollEvent(payload))
+    return `refused a source poll event: ${only} (the schedule must target the dispatcher)`;
+  if (typeof payload === 'object' && payload !== null && 'Records' in payload && !('clusterId' in payload)) {
+    return `refused a raw SQS event: ${only} (a direct invoke, or an event source mapping left on the function)`;
+  }
+  return undefined;
+}
+
+/**
  * The stage function's handler behind the dispatcher: takes the batch's credentials and keys
  * into `holder` ({@link RunCredentialHolder.accept}, which refuses another cluster's batch: the
  * invocation then fails and the dispatcher fails its records) and runs the records through the
- * stage handler `inner` (`makeStageHandler`) as the queue's event.
+ * stage handler `inner` (`makeStageHandler`) as the queue's event. A raw SQS event or a source
+ * poll event is refused the same way, before anything of it is read: whoever sends one bypasses
+ * the dispatcher's checks, and the function holds no credentials to run it with.
  *
  * The stage handler's edge work that the dispatcher takes over, so `inner`'s `EntryDeps` leaves
  * it out: the record proof (`prover`: the run's session holds no SQS right but `SendMessage`, and
@@ -134,16 +187,34 @@ function clusterKeys(w: WireClusterKeys): ClusterKeys | undefined {
  * `state/shares/` key, D15) and the early delete of a finished message group (`deleter`). What
  * stays in the stage: the event and message-group checks (cheap, and the routing of its own
  * events), the run leases, the retry bound, the deadline, and the hand-off to the next stage.
- * The existing handler is unchanged; this wiring is the next step.
+ * The records the deadline held back are not sent by the stage: `opts.requeued` collects them
+ * and the answer's `requeue` names them (never a record also in `batchItemFailures`).
  *
- * @throws Error (rejects) when the batch is refused; else `inner`'s answer.
+ * @throws Error (rejects) when the payload is refused, logged to `opts.log`; else `inner`'s answer.
  */
 export function dispatchedHandler(
   inner: SqsHandler,
   holder: RunCredentialHolder,
-): (batch: DispatchedBatch, context?: LambdaContext) => Promise<SqsBatchResponse> {
-  return async (batch, context) => {
-    holder.accept(batch);
-    return await inner({ Records: [...batch.records] }, context);
+  opts: DispatchedHandlerOptions = {},
+): DispatchedStageHandler {
+  const refuse = (why: string, err: Error = new Error(why)): never => {
+    opts.log?.error({ outcome: 'refused' }, why);
+    throw err;
+  };
+  return async (payload, context) => {
+    const why = notDispatched(payload);
+    if (why) refuse(why);
+    const batch = payload as DispatchedBatch;
+    try {
+      holder.accept(batch);
+    } catch (err) {
+      refuse(err instanceof Error ? err.message : 'refused a dispatched batch', err as Error);
+    }
+    // What an earlier invocation collected and did not return (it threw) is not this one's.
+    opts.requeued?.take();
+    const answer = await inner({ Records: [...batch.records] }, context);
+    const failed = new Set(answer.batchItemFailures.map((f) => f.itemIdentifier));
+    const requeue = opts.requeued?.take().filter((id) => !failed.has(id)) ?? [];
+    return requeue.length > 0 ? { ...answer, requeue } : answer;
   };
 }

@@ -43,6 +43,7 @@ import {
   type SqsSendClient,
 } from '../transport/sqs.js';
 import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
+import type { RunCredentialHolder } from './dispatched.js';
 import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
 
@@ -52,6 +53,12 @@ export interface AwsClients {
   s3: Pick<S3Client, 'send'>;
   /** Hand-offs to the next stage's queue. */
   sqs: SqsSendClient;
+  /**
+   * What the clients sign with, and so the fleet registry's Secrets Manager client and EKS tokens
+   * too: a stage behind the dispatcher passes the run session's (`RunCredentialHolder.credentials`).
+   * Default the SDK's default chain (the function role).
+   */
+  credentials?: AwsCredentialIdentityProvider;
 }
 
 /**
@@ -74,12 +81,13 @@ export function lazySendClient<C extends { send: (...args: never[]) => Promise<u
  * first `send`: a cold start loads none of the SDK's modules, a first call that sends nothing
  * (an empty batch, a record for a cluster this function does not serve) none either.
  */
-export function lazyAwsClients(config: LambdaConfig): AwsClients {
+export function lazyAwsClients(config: LambdaConfig, credentials?: AwsCredentialIdentityProvider): AwsClients {
   let sdk: Promise<import('./aws-clients.js').SdkClients> | undefined;
-  const clients = () => (sdk ??= import('./aws-clients.js').then((m) => m.createAwsClients(config)));
+  const clients = () => (sdk ??= import('./aws-clients.js').then((m) => m.createAwsClients(config, credentials)));
   return {
     s3: lazySendClient(async () => (await clients()).s3),
     sqs: lazySendClient(async () => (await clients()).sqs),
+    ...(credentials ? { credentials } : {}),
   };
 }
 
@@ -175,10 +183,28 @@ export function stageClusterRegistry(registry: ClusterRegistry, stage: PipelineS
  * fleet-wide paths (the source poll's members) to the cell as well.
  */
 export function cellClusterRegistry(registry: ClusterRegistry, clusterId: string): ClusterRegistry {
+  return oneClusterRegistry(registry, () => clusterId);
+}
+
+/**
+ * Narrows a registry to the cluster of a stage function behind the dispatcher: the one its
+ * {@link RunCredentialHolder} took from the first batch (tenant isolation keeps an environment to
+ * one cluster). As {@link cellClusterRegistry}, but the id is read on each call: before a batch
+ * was accepted every id is unknown ({@link UnknownClusterError}), after it every id but that one.
+ */
+export function tenantClusterRegistry(
+  registry: ClusterRegistry,
+  holder: Pick<RunCredentialHolder, 'clusterId'>,
+): ClusterRegistry {
+  return oneClusterRegistry(registry, () => holder.clusterId);
+}
+
+/** {@link cellClusterRegistry} with the one cluster's id read on each call (`undefined`: none yet). */
+function oneClusterRegistry(registry: ClusterRegistry, served: () => string | undefined): ClusterRegistry {
   const only =
     <T>(view: (id: string) => T) =>
     (id: string): T => {
-      if (id !== clusterId) throw new UnknownClusterError(id);
+      if (id !== served()) throw new UnknownClusterError(id);
       return view(id);
     };
   const installView = registry.installView?.bind(registry);
@@ -186,14 +212,14 @@ export function cellClusterRegistry(registry: ClusterRegistry, clusterId: string
   const prepare = registry.prepare?.bind(registry);
   const globalUid = registry.packagingGlobalNamespaceUid?.bind(registry);
   return {
-    clusterIds: () => registry.clusterIds().filter((id) => id === clusterId),
+    clusterIds: () => registry.clusterIds().filter((id) => id === served()),
     client: only((id) => registry.client(id)),
     fetchView: only((id) => registry.fetchView(id)),
     deployView: only((id) => registry.deployView(id)),
     watchView: only((id) => registry.watchView(id)),
     ...(installView ? { installView: only(installView) } : {}),
     ...(eventWriter ? { eventWriter: only(eventWriter) } : {}),
-    ...(prepare ? { prepare: async (id: string) => (id === clusterId ? await prepare(id) : undefined) } : {}),
+    ...(prepare ? { prepare: async (id: string) => (id === served() ? await prepare(id) : undefined) } : {}),
     ...(globalUid ? { packagingGlobalNamespaceUid: only(globalUid) } : {}),
   };
 }
@@ -230,16 +256,17 @@ export function kubeconfigClusterRegistry(
 /**
  * The clusters a function serves from the fleet's cluster registry
  * (`KAPP_LAMBDA_CLUSTER_REGISTRY`, `../kube/fleet-registry.ts`), as the function's own stage
- * identity: on EKS the function role (the SDK's default credentials, mapped in each cluster by an
- * access entry to `kapp-lambda:<stage>`), otherwise the stage's ServiceAccount token from Secrets
- * Manager (or a directory). Documents are read from S3 with the function's S3 client (any bucket
+ * identity: on EKS the function role (the SDK's default credentials, or `clients.credentials`:
+ * behind the dispatcher the run session's; mapped in each cluster by an access entry to
+ * `kapp-lambda:<stage>`), otherwise the stage's ServiceAccount token from Secrets Manager (or a
+ * directory), read with `clients.credentials` likewise. Documents are read from S3 with the function's S3 client (any bucket
  * the role may read), or from a local directory.
  */
 export function fleetClusterRegistry(
   config: Pick<LambdaConfig, 'stage' | 'region' | 's3Endpoint' | 'secretsManagerEndpoint'> & {
     clusterRegistry: ClusterRegistryConfig;
   },
-  clients: Pick<AwsClients, 's3'>,
+  clients: Pick<AwsClients, 's3' | 'credentials'>,
 ): StoreClusterRegistry {
   const { location, secrets, ttlMs } = config.clusterRegistry;
   return new StoreClusterRegistry({
@@ -248,12 +275,14 @@ export function fleetClusterRegistry(
         ? new S3Store({ client: clients.s3, bucket: location.bucket, prefix: location.prefix })
         : new LocalDirStore(location.root),
     stage: config.stage,
-    credentials: lazyDefaultProvider(),
+    credentials: clients.credentials ?? lazyDefaultProvider(),
     secrets:
       secrets.kind === 'dir'
         ? new DirSecretStore(secrets.root)
         : new SecretsManagerSecretStore(
-            lazySendClient(async () => (await import('./secrets-client.js')).createSecretsManagerClient(config)),
+            lazySendClient(async () =>
+              (await import('./secrets-client.js')).createSecretsManagerClient(config, clients.credentials),
+            ),
           ),
     ttlMs,
   });
@@ -287,6 +316,11 @@ export interface LambdaDepsOverrides {
    * with no shares, whatever `KAPP_LAMBDA_CLUSTER_SHARE` says.
    */
   requeuer?: MessageRequeuer;
+  /**
+   * The run credential holder of a stage behind the dispatcher (`config.dispatched`): the
+   * registry is narrowed to its cluster ({@link tenantClusterRegistry}). Required then.
+   */
+  tenant?: Pick<RunCredentialHolder, 'clusterId'>;
 }
 
 /**
@@ -311,7 +345,14 @@ export {
  * records ({@link SqsMessageDeleter}) and the postponement of the records the function deadline
  * held back ({@link SqsMessageRequeuer}).
  *
- * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}).
+ * Behind the dispatcher (`config.dispatched`, docs/decisions.md D15): no record proof, sender
+ * check, fair shares nor early delete (the dispatcher's), the registry narrowed to the holder's
+ * cluster ({@link tenantClusterRegistry}, `overrides.tenant`), and only `overrides.requeuer` (the
+ * collecting one of `./dispatched.ts`), never one that sends; the keyring and the clients'
+ * credentials are the caller's (`RunCredentialHolder`).
+ *
+ * @throws Error when the kubeconfig cannot be loaded (see {@link kubeconfigClusterRegistry}), or
+ *   in the dispatched mode without `overrides.tenant`.
  */
 export function createLambdaDeps(
   config: LambdaConfig,
@@ -325,7 +366,17 @@ export function createLambdaDeps(
       : fleetClusterRegistry({ ...config, clusterRegistry: config.clusterRegistry }, clients);
   const all = overrides.clusters ?? fleet ?? kubeconfigClusterRegistry(config);
   const cell = config.senderCheck?.cell;
-  const registry = cell === undefined ? all : cellClusterRegistry(all, cell);
+  // Behind the dispatcher the record proof, sender check, fair shares and early delete are the
+  // dispatcher's (`./dispatched.ts`); the run's session could do none of them.
+  const dispatched = config.dispatched === true;
+  if (dispatched && !overrides.tenant) {
+    throw new Error('the dispatched mode needs the run credential holder (overrides.tenant)');
+  }
+  const registry = overrides.tenant
+    ? tenantClusterRegistry(all, overrides.tenant)
+    : cell === undefined
+      ? all
+      : cellClusterRegistry(all, cell);
   const store = new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix });
   const pipeline: DispatchDeps = createPipelineDeps({
     clusters: stageClusterRegistry(registry, config.stage),
@@ -377,7 +428,7 @@ export function createLambdaDeps(
       queueUrls: config.queueUrls,
       ...(fleet ? { dedupKeyOf: (clusterId: string) => fleet.eventKeyOf(clusterId) } : {}),
     });
-  const checkSender = senderCheckOf(config, fleet);
+  const checkSender = dispatched ? undefined : senderCheckOf(config, fleet);
   // The fan-outs (install, the source poll) send only what their function sends, as hand-offs do.
   const emitter = sendingAs(config.stage, sender);
   pipeline.emit = async (events) => {
@@ -400,9 +451,10 @@ export function createLambdaDeps(
   const ownQueue = config.queueUrls[config.stage];
   // Every stage function shares its slots fairly across clusters and their namespaces (parked
   // records and the per-cluster documents live in the artifact bucket, under state/shares/).
-  const requeuer = overrides.requeuer ?? (ownQueue ? new SqsMessageRequeuer(clients.sqs, ownQueue) : undefined);
+  const requeuer =
+    overrides.requeuer ?? (ownQueue && !dispatched ? new SqsMessageRequeuer(clients.sqs, ownQueue) : undefined);
   const shares =
-    config.shares && requeuer
+    config.shares && requeuer && !dispatched
       ? new StageShares({
           store,
           requeuer,
@@ -417,12 +469,8 @@ export function createLambdaDeps(
     log,
     maxAttempts: config.maxReceiveCount,
     recordConcurrency: config.recordConcurrency,
-    ...(ownQueue
-      ? {
-          deleter: new SqsMessageDeleter(clients.sqs, ownQueue),
-          ...(requeuer ? { requeuer } : {}),
-        }
-      : {}),
+    ...(ownQueue && !dispatched ? { deleter: new SqsMessageDeleter(clients.sqs, ownQueue) } : {}),
+    ...(requeuer && (ownQueue || dispatched) ? { requeuer } : {}),
     ...(prepare ? { prepare } : {}),
     ...(checkSender && ownQueue ? { checkSender, prover: new SqsRecordProver(clients.sqs, ownQueue) } : {}),
     ...(leases ? { leases } : {}),

@@ -12,9 +12,16 @@
 import type { PipelineStage } from '../api/functions.js';
 import { becomeSubreaper, hardenProcess } from '../exec/harden.js';
 import { createOrphanSweeper } from '../exec/orphans.js';
+import type { Logger } from '../log.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
 import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { parseLambdaEnv } from './config.js';
+import {
+  CollectingRequeuer,
+  type DispatchedStageHandler,
+  dispatchedHandler,
+  RunCredentialHolder,
+} from './dispatched.js';
 import { lambdaBootstrap } from './runtime-api.js';
 import { makeStageHandler, type SqsHandler } from './stage-handler.js';
 
@@ -22,7 +29,12 @@ import { makeStageHandler, type SqsHandler } from './stage-handler.js';
  * Everything a stage's Lambda entry file does, in order: install the bootstrap (when the
  * bundle is its own process), read the configuration once from `env`, harden the process,
  * become the child subreaper of its tools (`../exec/orphans.ts`), read the artifact key, build the SQS handler, and start the Runtime API loop when the bundle
- * is the main module. On the first invocation the handler imports the composition root and
+ * is the main module. With `KAPP_LAMBDA_DISPATCHED=true` (docs/decisions.md D15) the handler is
+ * {@link dispatchedHandler} over the stage handler instead: it takes only its dispatcher's batches
+ * of one cluster, the AWS clients sign with the batch's run credentials
+ * ({@link RunCredentialHolder}), the sealed store opens that cluster's artifacts only with the keys
+ * the batch carries (the root key is not read), the registry is narrowed to that cluster, and the
+ * records the deadline held back are returned as `requeue` ({@link CollectingRequeuer}). On the first invocation the handler imports the composition root and
  * removes the scratch a process ended mid-run left in the tmp root (`removeLeftoverScratch`) and
  * creates the AWS clients and the stage's ports (`createLambdaDeps`); on the first record (or
  * poll) it loads the stage with `loadRoute`. Entry files pass `import.meta.url`,
@@ -38,7 +50,7 @@ export function lambdaEntry(
   argv1: string | undefined,
   env: Readonly<Record<string, string | undefined>>,
   loadRoute: () => Promise<{ route: FunctionRoute }>,
-): SqsHandler {
+): SqsHandler | DispatchedStageHandler {
   const bootstrap = lambdaBootstrap({ moduleUrl, argv1, runtimeApi: env.AWS_LAMBDA_RUNTIME_API });
   const config = parseLambdaEnv(stage, env);
   // Before any tool can run: the tools share this function's uid on Lambda, and this
@@ -53,26 +65,46 @@ export function lambdaEntry(
     reap: becomeSubreaper(config.hardenAddon),
     onGiveUp: (left) => giveUp(left),
   });
-  // The root key is read from its secret now (the cold start), not on the first private artifact.
-  const keyring = usesArtifactKey(stage)
-    ? artifactKeyringFromEnv(stage, env, async () =>
-        (await import('./secrets-client.js')).createSecretsManagerClient(config),
-      )
-    : undefined;
-  keyring?.warm();
+  // Behind the dispatcher (D15) each batch brings its cluster's run credentials and keys, and the
+  // root key is never read (the configuration refuses its variable); else the root key is read
+  // from its secret now (the cold start), not on the first private artifact.
+  const holder = config.dispatched ? new RunCredentialHolder() : undefined;
+  const requeued = holder ? new CollectingRequeuer() : undefined;
+  const rootKeyring =
+    !holder && usesArtifactKey(stage)
+      ? artifactKeyringFromEnv(stage, env, async () =>
+          (await import('./secrets-client.js')).createSecretsManagerClient(config),
+        )
+      : undefined;
+  rootKeyring?.warm();
+  const keyring = holder?.keyring ?? rootKeyring;
+  let log: Pick<Logger, 'error'> = {
+    error: (obj, msg) => process.stderr.write(`${JSON.stringify({ level: 'error', function: stage, ...obj, msg })}\n`),
+  };
   const handler = makeStageHandler(
     stage,
     async () => {
       const { lazyAwsClients, createLambdaDeps, removeLeftoverScratch } = await import('./lambda.js');
       // Before the first record: what a process ended mid-run left in /tmp (another App's files).
       const removed = await removeLeftoverScratch(config.tmpDir);
-      const deps = createLambdaDeps(config, lazyAwsClients(config), { orphans, ...(keyring ? { keyring } : {}) });
+      const deps = createLambdaDeps(config, lazyAwsClients(config, holder?.credentials), {
+        orphans,
+        ...(keyring ? { keyring } : {}),
+        ...(holder && requeued ? { tenant: holder, requeuer: requeued } : {}),
+      });
       if (removed.length > 0) deps.log.warn({ removed }, 'removed scratch directories an earlier process left');
       giveUp = (left) => deps.log.error({ left }, 'orphan sweep gave up: processes a tool left behind still run');
+      log = deps.log;
       return deps;
     },
     async () => (await loadRoute()).route,
   );
-  bootstrap.start(handler);
-  return handler;
+  const entry = holder
+    ? dispatchedHandler(handler, holder, {
+        ...(requeued ? { requeued } : {}),
+        log: { error: (obj, msg) => log.error(obj, msg) },
+      })
+    : handler;
+  bootstrap.start(entry);
+  return entry;
 }

@@ -6,18 +6,22 @@
  * @module
  */
 import { SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
+import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import type { LambdaConfig } from './config.js';
 
 /**
  * A Secrets Manager client of the function (the artifact root key, `token` clusters'
  * ServiceAccount tokens): the config's region, and `secretsManagerEndpoint` when set (a
- * compatible server in tests). Credentials from the SDK's default provider chain.
+ * compatible server in tests). Credentials from `credentials` when given (a stage behind the
+ * dispatcher: the run session's, `RunCredentialHolder.credentials`), else the SDK's default chain.
  */
 export function createSecretsManagerClient(
   config: Pick<LambdaConfig, 'region' | 'secretsManagerEndpoint'>,
+  credentials?: AwsCredentialIdentityProvider,
 ): SecretsManagerClient {
   return new SecretsManagerClient({
     region: config.region,
+    ...(credentials ? { credentials } : {}),
     ...(config.secretsManagerEndpoint ? { endpoint: config.secretsManagerEndpoint } : {}),
   });
 }

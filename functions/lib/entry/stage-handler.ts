@@ -95,6 +95,13 @@ export interface SqsEvent {
  */
 export interface SqsBatchResponse {
   batchItemFailures: { itemIdentifier: string }[];
+  /**
+   * A stage function behind its dispatcher (`./dispatched.ts`, docs/decisions.md D15): the message
+   * ids, in send order, of the records the function deadline held back that the dispatcher must
+   * send back to the queue as postponed copies (the stage's session sends no copies itself).
+   * Absent when there are none, and always from a function that consumes its queue.
+   */
+  requeue?: string[];
 }
 
 /** The fields of Lambda's context object the handler reads (all optional: tests pass none). */
