@@ -259,8 +259,8 @@ export function kubeconfigClusterRegistry(
  * identity: on EKS the function role (the SDK's default credentials, or `clients.credentials`:
  * behind the dispatcher the run session's; mapped in each cluster by an access entry to
  * `kapp-lambda:<stage>`), otherwise the stage's ServiceAccount token from Secrets Manager (or a
- * directory), read with `clients.credentials` likewise. Documents are read from S3 with the function's S3 client (any bucket
- * the role may read), or from a local directory.
+ * directory), read with `clients.credentials` likewise. Documents are read from S3 with the
+ * function's S3 client (any bucket the role may read), or from a local directory.
  */
 export function fleetClusterRegistry(
   config: Pick<LambdaConfig, 'stage' | 'region' | 's3Endpoint' | 'secretsManagerEndpoint'> & {
