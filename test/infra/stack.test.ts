@@ -65,6 +65,8 @@ let deployed: KappLambdaStack;
 let optioned: KappLambdaStack;
 /** The functions' code and layer directories every stack of this file is built from. */
 let assets: ReturnType<typeof stageAssets>;
+/** The dispatchers' bundle directory (`functions/dispatch/index.ts`). */
+let dispatcherCodeDir: string;
 let template: Template;
 let resources: Record<string, Resource>;
 
@@ -120,7 +122,8 @@ beforeAll(async () => {
   for (const k of Object.keys(process.env)) if (k.startsWith('AWS_') || k.startsWith('CDK_')) delete process.env[k];
   process.env.AWS_EC2_METADATA_DISABLED = 'true';
   tmp = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-cdk-'));
-  const code = await bundleFunctions(PIPELINE_STAGES, path.join(tmp, 'code'));
+  const { dispatch, ...code } = await bundleFunctions([...PIPELINE_STAGES, 'dispatch'], path.join(tmp, 'code'));
+  dispatcherCodeDir = dispatch;
   const layer = path.join(tmp, 'layer');
   await mkdir(path.join(layer, 'lib'), { recursive: true });
   await writeFile(path.join(layer, 'lib', HARDEN_ADDON_NAME), 'stand-in for the hardening addon\n');
@@ -136,6 +139,7 @@ beforeAll(async () => {
   };
   stack = new KappLambdaStack(app, 'KappLambda', {
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
   });
@@ -145,6 +149,7 @@ beforeAll(async () => {
   };
   apart = new KappLambdaStack(app, 'KappLambdaApart', {
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => apartContext[k]),
   });
@@ -152,12 +157,14 @@ beforeAll(async () => {
   deployed = new KappLambdaStack(app, 'KappLambdaDeployed', {
     env: { account: '111122223333', region: 'eu-west-1' },
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
   });
   optioned = new KappLambdaStack(app, 'KappLambdaOptioned', {
     env: { account: '111122223333', region: 'eu-west-1' },
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => OPTIONS[k]),
   });
@@ -671,6 +678,7 @@ describe('sender check with another cluster access (clusterAccess)', () => {
       'KappLambdaAccess',
       {
         assets,
+        dispatcherCodeDir,
         architecture: lambda.Architecture.ARM_64,
         fleet: fleetSettings((k) => context[k]),
         clusterAccess: { environment, grant: () => undefined },
