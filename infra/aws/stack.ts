@@ -1041,7 +1041,7 @@ export class KappLambdaStack extends Stack {
     }
   }
 
-  /** Alarms: a message in the dead-letter queue, and any function error, over 5 minutes. */
+  /** Alarms: a message in the dead-letter queue, and any function (or dispatcher) error, over 5 minutes. */
   private stageAlarms(
     scope: Construct,
     stage: PipelineStage,
@@ -1069,6 +1069,15 @@ export class KappLambdaStack extends Stack {
         alarmDescription: `kapp-lambda ${stage}${ofCell(clusterId)}: the function failed an invocation (crash, timeout or bad configuration)`,
         metric: r.fn.metricErrors({ period: Duration.minutes(5), statistic: cloudwatch.Stats.SUM }),
       }),
+      ...(r.dispatcher
+        ? [
+            new cloudwatch.Alarm(scope, `${id}DispatcherErrorAlarm`, {
+              ...common,
+              alarmDescription: `kapp-lambda ${stage} dispatcher: it failed an invocation (crash, timeout or bad configuration); its records come back after the queue's visibility timeout`,
+              metric: r.dispatcher.metricErrors({ period: Duration.minutes(5), statistic: cloudwatch.Stats.SUM }),
+            }),
+          ]
+        : []),
     ];
   }
 
