@@ -1,9 +1,13 @@
 /**
  * The fleet deployment on AWS: one stack holding the artifact bucket and its KMS key, the
  * artifact root key, and per function of `PIPELINE_STAGES` a FIFO queue with its dead-letter
- * queue, the function (its esbuild bundle and its tool layer), its event source mapping, its
- * own role (read access to the fleet's cluster registry included), log group and alarms; the
- * schedule of the fleet source poll; the send-only managed policy every cluster's forwarder role
+ * queue, the function (its esbuild bundle and its tool layer), log group and alarms, and (the
+ * default `isolation: shared`, dispatched, docs/decisions.md D15) its dispatcher, which consumes
+ * the queue and invokes the function per cluster, tenant-isolated, with a session of the stage's
+ * run role narrowed to that cluster: the dispatcher's role holds the queue, the sender check's
+ * registry reads, the fair shares and the root key; the run role what a run may do (read access
+ * to the fleet's cluster registry included); the function's own role its logs only. The
+ * schedule of the fleet source poll (invoking the index-repo dispatcher); the send-only managed policy every cluster's forwarder role
  * gets (output `ForwarderPolicyArn`: `npm run cluster -- join` creates that role, so a cluster
  * joins without a stack change); and, the way before `join` (and the only one of cells), one
  * send-only role per cluster's forwarder in the stack (context `forwarders`,
@@ -16,11 +20,12 @@
  *
  * Context `isolation: cell` builds that set of functions, queues, alarms, source poll and root
  * key once per cluster of `forwarders` instead ({@link KappLambdaStack.addCell}, under the
- * construct `Cell<Id>`): each cell's roles read only its cluster's registry document, stage
- * tokens and root key, its functions refuse events naming another cluster
- * (`KAPP_LAMBDA_CELL_CLUSTER`), and its forwarder may send only to its queues. The bucket, its
- * KMS key and the layers stay shared. The default `shared` synthesizes what it did before cells
- * (the same construct ids, so an existing deployment is not replaced).
+ * construct `Cell<Id>`), without dispatchers: each cell's functions consume their queues, their
+ * roles read only their cluster's registry document, stage tokens and root key, they refuse
+ * events naming another cluster (`KAPP_LAMBDA_CELL_CLUSTER`), and the cell's forwarder may send
+ * only to its queues. The bucket, its KMS key and the layers stay shared. The default `shared`
+ * keeps the construct ids of before cells (queues, roles, log groups); its stage functions are
+ * replaced once by the tenant-isolated ones (`TenancyConfig` cannot change on a function).
  *
  * The stack takes its code as directories (`assets`), so it never builds anything itself: the
  * app (`./app.ts`) bundles the functions with the project's one esbuild recipe and points at
@@ -195,8 +200,9 @@ export function logsKeyStatement(
  * functions read a cluster's document by its id), and `secretsmanager:GetSecretValue` on the
  * secrets of its own stage only ({@link tokenSecretPattern}, plus the 6 characters Secrets
  * Manager appends to a secret's ARN), for `token` clusters. An `eks` cluster needs no grant here:
- * its access entry maps the function's role (output `FunctionRoleArn<Stage>`) to the group
- * `kapp-lambda:<stage>`. A cell's function (`clusterId` given) gets its cluster's document
+ * its access entry maps the function's role (output `FunctionRoleArn<Stage>`: the run role in
+ * `isolation: shared`) to the group `kapp-lambda:<stage>`. Dispatched, the grant goes to the run
+ * role (`role` is then no function's own). A cell's function (`clusterId` given) gets its cluster's document
  * (`<prefix>clusters/<id>.json`) and token secrets (`kapp-lambda/<id>/<stage>`) only.
  */
 export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLocation): ClusterAccess {
