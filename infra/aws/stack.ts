@@ -228,13 +228,8 @@ export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLoc
       );
       // A cell's names no wildcard (`?` is none to cdk-nag): nothing to acknowledge.
       if (clusterId !== undefined) return;
-      // How cdk-nag spells the bucket ARN in its finding: a bucket of this stack by its logical id.
-      const bucketRef =
-        registry.bucket instanceof s3.Bucket
-          ? `<${stack.resolve(stack.getLogicalId(registry.bucket.node.defaultChild as s3.CfnBucket))}.Arn>`
-          : `arn:<AWS::Partition>:s3:::${registry.bucket.bucketName}`;
       Validations.of(role).acknowledge({
-        id: `AwsSolutions-IAM5[Resource::${bucketRef}/${docs}]`,
+        id: `AwsSolutions-IAM5[Resource::${bucketNagRef(stack, registry.bucket)}/${docs}]`,
         reason: `${stage} function: reads a cluster's registry document by its id; the ids are the fleet's clusters, registered after the deployment.`,
       });
       // cdk-nag spells an unresolved part as its pseudo parameter and a known one as itself: a
@@ -622,14 +617,13 @@ export class KappLambdaStack extends Stack {
     const stages = {} as Record<PipelineStage, StageResources>;
     for (const stage of PIPELINE_STAGES) {
       const { fn, role } = this.stageFunction(scope, stage, { rootKey, queues, roles, dispatch }, clusterId);
-      const d = dispatch?.[stage];
       stages[stage] = {
         ...queues[stage],
         fn,
         role,
-        ...(d && dispatch
+        ...(dispatch
           ? {
-              ...d,
+              ...dispatch[stage],
               dispatcher: this.dispatcherFunction(scope, stage, fn, { rootKey, queues, dispatch }),
             }
           : {}),
@@ -970,27 +964,22 @@ export class KappLambdaStack extends Stack {
     role.addToPolicy(new iam.PolicyStatement({ actions: ['lambda:InvokeFunction'], resources: [stageFn.functionArn] }));
     this.grantRootKey(stage, role, rootKey);
     // The registry's documents: the sender check reads a cluster's forwarder there.
-    const registry = this.clusterRegistry;
-    const docs = `${registry.prefix}${CLUSTER_DOC_PREFIX}*`;
-    role.addToPolicy(
-      new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [registry.bucket.arnForObjects(docs)] }),
-    );
-    Validations.of(role).acknowledge({
-      id: `AwsSolutions-IAM5[Resource::${this.bucketNagRef(registry.bucket)}/${docs}]`,
-      reason: `${stage} dispatcher: reads a cluster's registry document by its id (its forwarder, for the sender check); the ids are registered after the deployment.`,
-    });
+    if (this.senderCheck) {
+      const registry = this.clusterRegistry;
+      const docs = `${registry.prefix}${CLUSTER_DOC_PREFIX}*`;
+      role.addToPolicy(
+        new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [registry.bucket.arnForObjects(docs)] }),
+      );
+      Validations.of(role).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::${bucketNagRef(this, registry.bucket)}/${docs}]`,
+        reason: `${stage} dispatcher: reads a cluster's registry document by its id (its forwarder, for the sender check); the ids are registered after the deployment.`,
+      });
+    }
     this.grantObjects(`${stage} dispatcher`, role, dispatcherObjects(stage), [
       'lambda',
       ...(usesArtifactKey(stage) ? ['secretsmanager'] : []),
     ]);
     return fn;
-  }
-
-  /** How cdk-nag spells a bucket's ARN in its finding: a bucket of this stack by its logical id. */
-  private bucketNagRef(bucket: s3.IBucket): string {
-    return bucket instanceof s3.Bucket
-      ? `<${this.resolve(this.getLogicalId(bucket.node.defaultChild as s3.CfnBucket))}.Arn>`
-      : `arn:<AWS::Partition>:s3:::${bucket.bucketName}`;
   }
 
   /**
@@ -1176,6 +1165,13 @@ export function runSenders(stage: PipelineStage): PipelineStage[] {
 /** What the source poll invokes: the index-repo dispatcher (shared), a cell's index-repo function. */
 function pollTarget(clusterId: string | undefined): string {
   return clusterId === undefined ? 'index-repo dispatcher' : 'index-repo function';
+}
+
+/** How cdk-nag spells a bucket's ARN in its finding: a bucket of `stack` by its logical id. */
+function bucketNagRef(stack: Stack, bucket: s3.IBucket): string {
+  return bucket instanceof s3.Bucket
+    ? `<${stack.resolve(stack.getLogicalId(bucket.node.defaultChild as s3.CfnBucket))}.Arn>`
+    : `arn:<AWS::Partition>:s3:::${bucket.bucketName}`;
 }
 
 /** `''` for the fleet's functions, ` (cluster <id>)` for a cell's: descriptions. */
