@@ -1,6 +1,6 @@
 /**
  * The CDK app (`infra/cdk.json`: `cd infra && npx aws-cdk@2 synth|deploy`): bundles the
- * functions, takes the layers `npm run build:layers` built on this host, reads the fleet
+ * functions and the dispatchers (`functions/dispatch/`), takes the layers `npm run build:layers` built on this host, reads the fleet
  * settings from context (`./fleet.ts`) and synthesizes {@link KappLambdaStack} with cdk-nag's
  * AwsSolutions checks (a validation plugin: an unacknowledged finding fails the synth).
  *
@@ -33,10 +33,11 @@ export function hostArchitecture(arch: string = process.arch): lambda.Architectu
 const root = cacheRoot();
 const app = new App();
 const layers = builtLayers(path.join(root, 'layers'));
-const code = await bundleFunctions(PIPELINE_STAGES, path.join(root, 'cdk-bundles'));
+const { dispatch, ...code } = await bundleFunctions([...PIPELINE_STAGES, 'dispatch'], path.join(root, 'cdk-bundles'));
 new KappLambdaStack(app, String(app.node.tryGetContext('stackName') ?? 'KappLambda'), {
   env: { account: process.env.CDK_DEFAULT_ACCOUNT, region: process.env.CDK_DEFAULT_REGION },
   assets: stageAssets(code, layers),
+  dispatcherCodeDir: dispatch,
   architecture: hostArchitecture(),
   fleet: fleetSettings((k) => app.node.tryGetContext(k)),
 });

@@ -1,9 +1,13 @@
 /**
  * The fleet deployment on AWS: one stack holding the artifact bucket and its KMS key, the
  * artifact root key, and per function of `PIPELINE_STAGES` a FIFO queue with its dead-letter
- * queue, the function (its esbuild bundle and its tool layer), its event source mapping, its
- * own role (read access to the fleet's cluster registry included), log group and alarms; the
- * schedule of the fleet source poll; the send-only managed policy every cluster's forwarder role
+ * queue, the function (its esbuild bundle and its tool layer), log group and alarms, and (the
+ * default `isolation: shared`, dispatched, docs/decisions.md D15) its dispatcher, which consumes
+ * the queue and invokes the function per cluster, tenant-isolated, with a session of the stage's
+ * run role narrowed to that cluster: the dispatcher's role holds the queue, the sender check's
+ * registry reads, the fair shares and the root key; the run role what a run may do (read access
+ * to the fleet's cluster registry included); the function's own role its logs only. The
+ * schedule of the fleet source poll (invoking the index-repo dispatcher); the send-only managed policy every cluster's forwarder role
  * gets (output `ForwarderPolicyArn`: `npm run cluster -- join` creates that role, so a cluster
  * joins without a stack change); and, the way before `join` (and the only one of cells), one
  * send-only role per cluster's forwarder in the stack (context `forwarders`,
@@ -16,11 +20,12 @@
  *
  * Context `isolation: cell` builds that set of functions, queues, alarms, source poll and root
  * key once per cluster of `forwarders` instead ({@link KappLambdaStack.addCell}, under the
- * construct `Cell<Id>`): each cell's roles read only its cluster's registry document, stage
- * tokens and root key, its functions refuse events naming another cluster
- * (`KAPP_LAMBDA_CELL_CLUSTER`), and its forwarder may send only to its queues. The bucket, its
- * KMS key and the layers stay shared. The default `shared` synthesizes what it did before cells
- * (the same construct ids, so an existing deployment is not replaced).
+ * construct `Cell<Id>`), without dispatchers: each cell's functions consume their queues, their
+ * roles read only their cluster's registry document, stage tokens and root key, they refuse
+ * events naming another cluster (`KAPP_LAMBDA_CELL_CLUSTER`), and the cell's forwarder may send
+ * only to its queues. The bucket, its KMS key and the layers stay shared. The default `shared`
+ * keeps the construct ids of before cells (queues, roles, log groups); its stage functions are
+ * replaced once by the tenant-isolated ones (`TenancyConfig` cannot change on a function).
  *
  * The stack takes its code as directories (`assets`), so it never builds anything itself: the
  * app (`./app.ts`) bundles the functions with the project's one esbuild recipe and points at
@@ -74,15 +79,21 @@ import {
 } from './fleet.js';
 import {
   cellObjectGrants,
+  DISPATCHER_MEMORY_MIB,
+  DISPATCHER_TIMEOUT_SECONDS,
+  dispatcherObjects,
   EXPIRING_PREFIXES,
   FORWARDER_SERVICE_ACCOUNT,
   FORWARDER_STAGES,
   INFLIGHT_EXPIRY_DAYS,
   LEASE_EXPIRY_DAYS,
+  type ObjectGrant,
   PRIVATE_EXPIRY_DAYS,
   podIdentityTrust,
+  runRoleObjects,
   STAGE_OBJECTS,
   STAGE_SIZING,
+  stageTimeoutSeconds,
   tokenSecretPattern,
   toolTimeoutMs,
   VISIBILITY_MARGIN_SECONDS,
@@ -103,6 +114,11 @@ export interface StageAssets {
 export interface KappLambdaStackProps extends StackProps {
   /** Code and layer directory of every function. */
   readonly assets: Readonly<Record<PipelineStage, StageAssets>>;
+  /**
+   * Directory holding the dispatchers' bundle as `index.mjs` (`functions/dispatch/index.ts`, one
+   * bundle for the five; no layer): used by `isolation: shared` only.
+   */
+  readonly dispatcherCodeDir: string;
   /** The instruction set the layers' tools were built for (the build host's). */
   readonly architecture: lambda.Architecture;
   /** Validated context values (`fleetSettings`). */
@@ -184,8 +200,9 @@ export function logsKeyStatement(
  * functions read a cluster's document by its id), and `secretsmanager:GetSecretValue` on the
  * secrets of its own stage only ({@link tokenSecretPattern}, plus the 6 characters Secrets
  * Manager appends to a secret's ARN), for `token` clusters. An `eks` cluster needs no grant here:
- * its access entry maps the function's role (output `FunctionRoleArn<Stage>`) to the group
- * `kapp-lambda:<stage>`. A cell's function (`clusterId` given) gets its cluster's document
+ * its access entry maps the function's role (output `FunctionRoleArn<Stage>`: the run role in
+ * `isolation: shared`) to the group `kapp-lambda:<stage>`. Dispatched, the grant goes to the run
+ * role (`role` is then no function's own). A cell's function (`clusterId` given) gets its cluster's document
  * (`<prefix>clusters/<id>.json`) and token secrets (`kapp-lambda/<id>/<stage>`) only.
  */
 export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLocation): ClusterAccess {
@@ -211,13 +228,8 @@ export function registryClusterAccess(stack: Stack, registry: ClusterRegistryLoc
       );
       // A cell's names no wildcard (`?` is none to cdk-nag): nothing to acknowledge.
       if (clusterId !== undefined) return;
-      // How cdk-nag spells the bucket ARN in its finding: a bucket of this stack by its logical id.
-      const bucketRef =
-        registry.bucket instanceof s3.Bucket
-          ? `<${stack.resolve(stack.getLogicalId(registry.bucket.node.defaultChild as s3.CfnBucket))}.Arn>`
-          : `arn:<AWS::Partition>:s3:::${registry.bucket.bucketName}`;
       Validations.of(role).acknowledge({
-        id: `AwsSolutions-IAM5[Resource::${bucketRef}/${docs}]`,
+        id: `AwsSolutions-IAM5[Resource::${bucketNagRef(stack, registry.bucket)}/${docs}]`,
         reason: `${stage} function: reads a cluster's registry document by its id; the ids are the fleet's clusters, registered after the deployment.`,
       });
       // cdk-nag spells an unresolved part as its pseudo parameter and a known one as itself: a
@@ -237,7 +249,20 @@ export interface StageResources {
   readonly queue: sqs.Queue;
   readonly deadLetterQueue: sqs.Queue;
   readonly fn: lambda.Function;
+  /**
+   * The stage function's execution role: in a cell what the stage may do; dispatched (`isolation:
+   * shared`) CloudWatch Logs only, since every run works with its {@link runRole}'s session.
+   */
   readonly role: iam.Role;
+  /** The dispatcher consuming {@link queue} (`isolation: shared`; docs/decisions.md D15). */
+  readonly dispatcher?: lambda.Function;
+  /** The dispatcher's execution role (`isolation: shared`). */
+  readonly dispatcherRole?: iam.Role;
+  /**
+   * What a run of the stage may do, for any cluster (`isolation: shared`): assumable by
+   * {@link dispatcherRole} only, which narrows each session to one cluster (`runSessionPolicy`).
+   */
+  readonly runRole?: iam.Role;
 }
 
 /**
@@ -404,8 +429,9 @@ export class KappLambdaStack extends Stack {
           description: `${queueUrlEnv(stage)} of the forwarders and functions`,
         });
         new CfnOutput(this, `FunctionRoleArn${pascal(stage)}`, {
-          value: this.#shared.stages[stage].role.roleArn,
-          description: `the ${stage} function's identity: an EKS access entry maps it to the group kapp-lambda:${stage}`,
+          // The run role: each stage run's session is one of it (the function's own role holds logs only).
+          value: (this.#shared.stages[stage].runRole ?? this.#shared.stages[stage].role).roleArn,
+          description: `the ${stage} runs' identity (run role): an EKS access entry maps it to the group kapp-lambda:${stage}`,
         });
       }
     }
@@ -550,28 +576,57 @@ export class KappLambdaStack extends Stack {
   /**
    * One set of stage functions under `scope` (the stack: the fleet's, with the construct ids of
    * before cells existed; a cell's construct): queues, roles, functions, alarms, source poll.
+   * The fleet's set (no `clusterId`) is dispatched (docs/decisions.md D15): per stage a
+   * dispatcher consumes the queue and invokes the stage function per cluster with a session of
+   * the stage's run role; a cell's functions consume their queues themselves.
    */
   private stageSet(scope: Construct, rootKey: secretsmanager.Secret, clusterId?: string): StageSet {
+    const dispatched = clusterId === undefined;
     const queues = Object.fromEntries(
-      PIPELINE_STAGES.map((stage) => [stage, this.stageQueues(scope, stage)]),
+      PIPELINE_STAGES.map((stage) => [stage, this.stageQueues(scope, stage, dispatched)]),
     ) as Record<PipelineStage, { queue: sqs.Queue; deadLetterQueue: sqs.Queue }>;
+    const lambdaRole = (id: string, description: string) =>
+      // An own role instead of the default one: the default attaches AWSLambdaBasicExecutionRole,
+      // whose log statements name every log group of the account.
+      new iam.Role(scope, id, { assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'), description });
+    const perStage = <T>(f: (stage: PipelineStage) => T) =>
+      Object.fromEntries(PIPELINE_STAGES.map((stage) => [stage, f(stage)])) as Record<PipelineStage, T>;
     // Every role before any function: a function's variables name the roles that send to it.
-    const roles = Object.fromEntries(
-      PIPELINE_STAGES.map((stage) => [
-        stage,
-        // An own role instead of the default one: the default attaches AWSLambdaBasicExecutionRole,
-        // whose log statements name every log group of the account.
-        new iam.Role(scope, `${pascal(stage)}Role`, {
-          assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
-          description: `kapp-lambda ${stage} function${ofCell(clusterId)}`,
-        }),
-      ]),
-    ) as Record<PipelineStage, iam.Role>;
+    const roles = perStage((stage) =>
+      lambdaRole(
+        `${pascal(stage)}Role`,
+        `kapp-lambda ${stage} function${ofCell(clusterId)}${dispatched ? ': logs only, each run works with a session of its run role' : ''}`,
+      ),
+    );
+    const dispatch = dispatched
+      ? perStage((stage) => {
+          const dispatcherRole = lambdaRole(
+            `${pascal(stage)}DispatcherRole`,
+            `kapp-lambda ${stage} dispatcher: consumes the ${stage} queue, invokes the ${stage} function per cluster`,
+          );
+          const runRole = new iam.Role(scope, `${pascal(stage)}RunRole`, {
+            assumedBy: dispatcherRole,
+            // A session outlives the longest stage run (the dispatcher keeps one per cluster until
+            // 20 minutes before it expires, `RUN_SESSION_REFRESH_MS`).
+            maxSessionDuration: Duration.hours(1),
+            description: `kapp-lambda ${stage} runs: what a ${stage} run may do for any cluster; each session (named by its cluster id) is narrowed to one cluster`,
+          });
+          return { dispatcherRole, runRole };
+        })
+      : undefined;
     const stages = {} as Record<PipelineStage, StageResources>;
     for (const stage of PIPELINE_STAGES) {
+      const { fn, role } = this.stageFunction(scope, stage, { rootKey, queues, roles, dispatch }, clusterId);
       stages[stage] = {
         ...queues[stage],
-        ...this.stageFunction(scope, stage, { rootKey, queues, roles }, clusterId),
+        fn,
+        role,
+        ...(dispatch
+          ? {
+              ...dispatch[stage],
+              dispatcher: this.dispatcherFunction(scope, stage, fn, { rootKey, queues, dispatch }),
+            }
+          : {}),
       };
       for (const alarm of this.stageAlarms(scope, stage, stages[stage], clusterId)) {
         if (this.#alarmAction) alarm.addAlarmAction(this.#alarmAction);
@@ -582,17 +637,16 @@ export class KappLambdaStack extends Stack {
       rootKey,
       sourcePoll: this.sourcePollSchedule(
         scope,
-        stages['index-repo'].fn,
+        stages['index-repo'].dispatcher ?? stages['index-repo'].fn,
         this.#props.fleet.sourcePollMinutes,
         clusterId,
       ),
       entryQueues: FORWARDER_STAGES.map((st) => queues[st].queue),
     };
   }
-
   /**
    * The fleet source poll (`functions/lib/pipeline/source-poll.ts`): an EventBridge Scheduler
-   * schedule invoking the index-repo function with `{"type":"dev.kapp-lambda.source.poll.v1"}`
+   * schedule invoking the index-repo dispatcher (a cell's: its index-repo function) with `{"type":"dev.kapp-lambda.source.poll.v1"}`
    * every `minutes`, through a role that may invoke that function only. No retry: a failed poll
    * is the next period's (a retry would land beside it); the function's own asynchronous
    * retries are off for the same reason. A cell's function pokes its own cluster's members only.
@@ -606,7 +660,7 @@ export class KappLambdaStack extends Stack {
     fn.configureAsyncInvoke({ retryAttempts: 0, maxEventAge: Duration.minutes(Math.max(minutes, 1)) });
     // The scheduler of this account, for schedules of its default group (this one's).
     const role = new iam.Role(scope, 'SourcePollRole', {
-      description: `kapp-lambda source poll schedule: invokes the index-repo function${ofCell(clusterId)}`,
+      description: `kapp-lambda source poll schedule: invokes the ${pollTarget(clusterId)}${ofCell(clusterId)}`,
       assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com', {
         conditions: {
           StringEquals: {
@@ -623,11 +677,10 @@ export class KappLambdaStack extends Stack {
     // `LambdaInvoke` grants through `grantInvoke`: the function and its versions and aliases.
     Validations.of(role).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${this.resolve(this.getLogicalId(fn.node.defaultChild as lambda.CfnFunction))}.Arn>:*]`,
-      reason:
-        'The index-repo function and its versions and aliases (what grantInvoke names); no other function, no other action.',
+      reason: `The ${pollTarget(clusterId)} and its versions and aliases (what grantInvoke names); no other function, no other action.`,
     });
     const schedule = new scheduler.Schedule(scope, 'SourcePollSchedule', {
-      description: `kapp-lambda: the fleet source poll (index-repo function${ofCell(clusterId)})`,
+      description: `kapp-lambda: the fleet source poll (${pollTarget(clusterId)}${ofCell(clusterId)})`,
       schedule: scheduler.ScheduleExpression.rate(Duration.minutes(minutes)),
       target: new schedulerTargets.LambdaInvoke(fn, {
         input: scheduler.ScheduleTargetInput.fromObject({ type: SOURCE_POLL_EVENT_TYPE }),
@@ -639,8 +692,16 @@ export class KappLambdaStack extends Stack {
     return schedule;
   }
 
-  /** The FIFO queue of a function and its FIFO dead-letter queue. */
-  private stageQueues(scope: Construct, stage: PipelineStage): { queue: sqs.Queue; deadLetterQueue: sqs.Queue } {
+  /**
+   * The FIFO queue of a function and its FIFO dead-letter queue. The visibility timeout is its
+   * consumer's timeout (the stage's dispatcher when `dispatched`) and a margin: Lambda refuses an
+   * event source mapping whose queue would show a record again before its function times out.
+   */
+  private stageQueues(
+    scope: Construct,
+    stage: PipelineStage,
+    dispatched: boolean,
+  ): { queue: sqs.Queue; deadLetterQueue: sqs.Queue } {
     const id = pascal(stage);
     const deadLetterQueue = new sqs.Queue(scope, `${id}DeadLetterQueue`, {
       fifo: true,
@@ -658,7 +719,9 @@ export class KappLambdaStack extends Stack {
       // Events are references, not secrets: SSE-SQS, so senders need no KMS grant.
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
-      visibilityTimeout: Duration.seconds(STAGE_SIZING[stage].timeoutSeconds + VISIBILITY_MARGIN_SECONDS),
+      visibilityTimeout: Duration.seconds(
+        (dispatched ? DISPATCHER_TIMEOUT_SECONDS : STAGE_SIZING[stage].timeoutSeconds) + VISIBILITY_MARGIN_SECONDS,
+      ),
       // The last receive is the one that writes the final failed status (`retry-bound.ts`), so
       // the redrive count and `KAPP_LAMBDA_MAX_RECEIVE_COUNT` are the same number.
       deadLetterQueue: { queue: deadLetterQueue, maxReceiveCount: DEFAULT_MAX_ATTEMPTS },
@@ -669,6 +732,10 @@ export class KappLambdaStack extends Stack {
   /**
    * A function, its role (least privilege), its log group and its event source mapping; in a
    * cell (`clusterId`) told its cluster (`KAPP_LAMBDA_CELL_CLUSTER`) and granted that one's only.
+   * Dispatched (`set.dispatch`, the shared mode): no event source mapping, tenant isolation per
+   * cluster (`TenancyConfig.PER_TENANT`, the dispatcher's `TenantId` is the cluster id),
+   * `KAPP_LAMBDA_DISPATCHED=true`, none of the edge's variables (sender check, shares, the root
+   * key), and a role with logs only: what the stage may do is its run role's, granted here.
    */
   private stageFunction(
     scope: Construct,
@@ -677,27 +744,27 @@ export class KappLambdaStack extends Stack {
       rootKey: secretsmanager.Secret;
       queues: Record<PipelineStage, { queue: sqs.Queue }>;
       roles: Record<PipelineStage, iam.Role>;
+      dispatch: Record<PipelineStage, { dispatcherRole: iam.Role; runRole: iam.Role }> | undefined;
     },
     clusterId?: string,
   ): { fn: lambda.Function; role: iam.Role } {
-    const { rootKey, queues, roles } = set;
+    const { rootKey, queues, roles, dispatch } = set;
+    const dispatched = dispatch !== undefined;
     const props = this.#props;
     const id = pascal(stage);
     const sizing = STAGE_SIZING[stage];
-    const logGroup = new logs.LogGroup(scope, `${id}Logs`, {
-      retention: props.fleet.logRetentionDays as logs.RetentionDays,
-      ...(props.fleet.logEncryption ? { encryptionKey: this.artifactKey } : {}),
-    });
+    const logGroup = this.functionLogs(scope, `${id}Logs`);
     const role = roles[stage];
     logGroup.grantWrite(role);
-    // The functions that send to this one (`sendQueues`), `<function>=<role id>`: an event naming
-    // any cluster is taken from those roles, each only for what its function sends (`EMITS`,
-    // functions/lib/entry/sender.ts); every other sender must be the cluster's forwarder.
-    const senders = functionSenders(stage).flatMap((s, i) => [`${i === 0 ? '' : ','}${s}=`, roles[s].roleId]);
+    // The role that acts for the stage: its run role when dispatched, else the function's own.
+    const actor = dispatch?.[stage].runRole ?? role;
+    // The queues a run sends to: dispatched, the hand-offs and follow-ups only (the dispatcher
+    // sends the postponed copies to its own queue, `requeue` of the stage's answer).
+    const runQueues = dispatched ? [...(NEXT_STAGES[stage] ?? [])] : sendQueues(stage);
 
-    const timeout = toolTimeoutMs(stage);
+    const timeout = toolTimeoutMs(stage, dispatched);
     const fn = new lambda.Function(scope, `${id}Function`, {
-      description: `kapp-lambda ${stage}${ofCell(clusterId)}`,
+      description: `kapp-lambda ${stage}${ofCell(clusterId)}${dispatched ? ' (invoked by its dispatcher, one tenant per cluster)' : ''}`,
       runtime: FUNCTION_RUNTIME,
       architecture: props.architecture,
       handler: 'index.handler',
@@ -707,7 +774,10 @@ export class KappLambdaStack extends Stack {
       logGroup,
       memorySize: sizing.memoryMiB,
       ephemeralStorageSize: Size.mebibytes(sizing.ephemeralMiB),
-      timeout: Duration.seconds(sizing.timeoutSeconds),
+      timeout: Duration.seconds(stageTimeoutSeconds(stage, dispatched)),
+      // One cluster per execution environment: what a run leaves behind (memory, /tmp, a process)
+      // is never seen by another cluster's run (docs/decisions.md D15). Replaces the function.
+      ...(dispatched ? { tenancyConfig: lambda.TenancyConfig.PER_TENANT } : {}),
       ...(props.fleet.reservedConcurrency[stage] === undefined
         ? {}
         : { reservedConcurrentExecutions: props.fleet.reservedConcurrency[stage] }),
@@ -715,13 +785,10 @@ export class KappLambdaStack extends Stack {
       environmentEncryption: this.artifactKey,
       environment: {
         KAPP_LAMBDA_BUCKET: this.bucket.bucketName,
-        // The queues it sends to, its own among them: it deletes the records it handled while
-        // others of the batch still run (the mapping's consume grant holds `sqs:DeleteMessage`).
-        ...Object.fromEntries(sendQueues(stage).map((q) => [queueUrlEnv(q), queues[q].queue.queueUrl])),
+        // The queues it sends to, in a cell its own among them: it deletes the records it handled
+        // while others of the batch still run (the mapping's consume grant holds `sqs:DeleteMessage`).
+        ...Object.fromEntries(runQueues.map((q) => [queueUrlEnv(q), queues[q].queue.queueUrl])),
         KAPP_LAMBDA_RECORD_CONCURRENCY: String(sizing.recordConcurrency),
-        // Its fair shares of its slots per cluster and namespace (context clusterShare, namespaceShare).
-        KAPP_LAMBDA_CLUSTER_SHARE: String(props.fleet.clusterShare[stage]),
-        KAPP_LAMBDA_NAMESPACE_SHARE: String(props.fleet.namespaceShare[stage]),
         // Install runs no tool: nothing for tool versions to key (`parseLambdaEnv` allows none).
         ...(STAGE_TOOLS[stage].length === 0
           ? {}
@@ -729,8 +796,9 @@ export class KappLambdaStack extends Stack {
         ...(timeout === undefined ? {} : { KAPP_LAMBDA_TOOL_TIMEOUT_MS: String(timeout) }),
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
         ...this.#clusterAccess.environment,
-        ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
-        ...(this.senderCheck && senders.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join('', senders) } : {}),
+        ...(dispatched
+          ? { KAPP_LAMBDA_DISPATCHED: 'true' }
+          : this.edgeEnvironment(stage, rootKey, functionSenders(stage), roles)),
         // The fleet's cut of an App's long or unlimited deploy wait.
         ...(stage === 'deploy'
           ? { KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS: String(props.fleet.maxDeployWaitMinutes * 60) }
@@ -741,48 +809,203 @@ export class KappLambdaStack extends Stack {
         ...((URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage) && props.fleet.urlAllow.length > 0
           ? { KAPP_LAMBDA_URL_ALLOW: props.fleet.urlAllow.join(',') }
           : {}),
-        // The secret's ARN, never its value (readable with lambda:GetFunctionConfiguration): the
-        // function reads the key at cold start. Only for the functions that seal or open private
-        // artifacts (not install).
-        ...(usesArtifactKey(stage) ? { [ARTIFACT_ROOT_KEY_SECRET_ENV]: rootKey.secretArn } : {}),
       },
     });
-    // That one secret (its CMK, the artifact key, through Secrets Manager: `grantObjects`).
-    if (usesArtifactKey(stage)) {
-      role.addToPolicy(
-        new iam.PolicyStatement({ actions: ['secretsmanager:GetSecretValue'], resources: [rootKey.secretArn] }),
+    if (dispatched) {
+      // Logs, and Lambda's decryption of the function's own variables (`environmentEncryption`).
+      this.grantKeyVia(role, ['lambda']);
+    } else {
+      this.grantRootKey(stage, role, rootKey);
+      fn.addEventSource(
+        new lambdaEvents.SqsEventSource(queues[stage].queue, {
+          batchSize: sizing.batchSize,
+          reportBatchItemFailures: true,
+          maxConcurrency: props.fleet.concurrency[stage],
+        }),
       );
     }
-    fn.addEventSource(
-      new lambdaEvents.SqsEventSource(queues[stage].queue, {
-        batchSize: sizing.batchSize,
-        reportBatchItemFailures: true,
-        maxConcurrency: props.fleet.concurrency[stage],
-      }),
-    );
-    for (const next of sendQueues(stage)) {
-      role.addToPolicy(
+    for (const next of runQueues) {
+      actor.addToPolicy(
         new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [queues[next].queue.queueArn] }),
       );
     }
-    this.grantObjects(stage, role, clusterId);
-    this.#clusterAccess.grant(role, stage, clusterId);
+    const grants = dispatched
+      ? runRoleObjects(stage)
+      : clusterId === undefined
+        ? STAGE_OBJECTS[stage]
+        : cellObjectGrants(stage, clusterId);
+    // The run role is no function's execution role: no key through Lambda nor the root key's secret.
+    this.grantObjects(
+      `${stage} ${dispatched ? 'run role' : 'function'}`,
+      actor,
+      grants,
+      dispatched ? [] : ['lambda', ...(usesArtifactKey(stage) ? ['secretsmanager'] : [])],
+    );
+    this.#clusterAccess.grant(actor, stage, clusterId);
     if (this.#vpc) grantVpcNetworking(role, stage);
 
     return { fn, role };
   }
 
   /**
-   * The artifact bucket for one stage: its prefixes (`STAGE_OBJECTS`), `s3:ListBucket` (without
-   * it S3 answers 403 rather than 404 for a missing key, and every cache miss would fail as an
-   * access error), and the artifact key through S3 (and Lambda, for the function's variables; and
-   * Secrets Manager, for the artifact root key's secret, to the functions that {@link usesArtifactKey}).
-   * A stage with no prefix (install) gets neither, but the key through S3 when the cluster
-   * registry is in this bucket (its documents are encrypted with it too). A cell's function
-   * (`clusterId`) gets the per-cluster prefixes of its cluster only (`cellObjectGrants`).
+   * What the edge of a queue needs, the function that consumes it (a cell's stage function, or
+   * a stage's dispatcher): its fair shares, the sender check (`KAPP_LAMBDA_FUNCTION_SENDERS`:
+   * `<function>=<role id>` of each of `senders`, by `senderRoles`: an event naming any cluster is
+   * taken from those roles, each only for what its function sends, `EMITS` of
+   * functions/lib/entry/sender.ts; every other sender must be the cluster's forwarder), and the
+   * artifact root key's secret (its ARN, never its value, readable with
+   * lambda:GetFunctionConfiguration; read at cold start) for the stages that seal or open private
+   * artifacts (not install).
    */
-  private grantObjects(stage: PipelineStage, role: iam.Role, clusterId?: string): void {
-    const grants = clusterId === undefined ? STAGE_OBJECTS[stage] : cellObjectGrants(stage, clusterId);
+  private edgeEnvironment(
+    stage: PipelineStage,
+    rootKey: secretsmanager.Secret,
+    senders: readonly PipelineStage[],
+    senderRoles: Record<PipelineStage, iam.Role>,
+  ): Record<string, string> {
+    const fleet = this.#props.fleet;
+    const ids = senders.flatMap((s, i) => [`${i === 0 ? '' : ','}${s}=`, senderRoles[s].roleId]);
+    return {
+      // Its fair shares of its slots per cluster and namespace (context clusterShare, namespaceShare).
+      KAPP_LAMBDA_CLUSTER_SHARE: String(fleet.clusterShare[stage]),
+      KAPP_LAMBDA_NAMESPACE_SHARE: String(fleet.namespaceShare[stage]),
+      ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
+      ...(this.senderCheck && ids.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join('', ids) } : {}),
+      ...(usesArtifactKey(stage) ? { [ARTIFACT_ROOT_KEY_SECRET_ENV]: rootKey.secretArn } : {}),
+    };
+  }
+
+  /** `secretsmanager:GetSecretValue` on the artifact root key's secret, for the stages that {@link usesArtifactKey}. */
+  private grantRootKey(stage: PipelineStage, role: iam.Role, rootKey: secretsmanager.Secret): void {
+    // That one secret (its CMK, the artifact key, through Secrets Manager: `grantObjects`).
+    if (usesArtifactKey(stage)) {
+      role.addToPolicy(
+        new iam.PolicyStatement({ actions: ['secretsmanager:GetSecretValue'], resources: [rootKey.secretArn] }),
+      );
+    }
+  }
+
+  /** A function's log group (retention and encryption of the fleet settings). */
+  private functionLogs(scope: Construct, id: string): logs.LogGroup {
+    const fleet = this.#props.fleet;
+    return new logs.LogGroup(scope, id, {
+      retention: fleet.logRetentionDays as logs.RetentionDays,
+      ...(fleet.logEncryption ? { encryptionKey: this.artifactKey } : {}),
+    });
+  }
+
+  /**
+   * The dispatcher of one stage (`isolation: shared`, docs/decisions.md D15;
+   * `functions/dispatch/index.ts`): consumes the stage's queue (the event source mapping the
+   * stage function had), does the edge's work per record (record proof, sender check, fair
+   * share, early deletes, the requeue of what the stage held at its deadline) and invokes the
+   * stage function per cluster with a session of the stage's run role narrowed to that cluster,
+   * named by its id. Runs no tool (no layer), outside the fleet's VPC (it calls AWS APIs only);
+   * 128 MiB, arm64, 900 s. Its role: its queue (receive, delete, change visibility, send to
+   * itself), the registry's documents (read), its stage's fair shares (read, write), the artifact
+   * root key's secret (stages that seal; it derives the run's keys), `sts:AssumeRole` on the run
+   * role and `lambda:InvokeFunction` on the stage function, nothing else.
+   */
+  private dispatcherFunction(
+    scope: Construct,
+    stage: PipelineStage,
+    stageFn: lambda.Function,
+    set: {
+      rootKey: secretsmanager.Secret;
+      queues: Record<PipelineStage, { queue: sqs.Queue }>;
+      dispatch: Record<PipelineStage, { dispatcherRole: iam.Role; runRole: iam.Role }>;
+    },
+  ): lambda.Function {
+    const { rootKey, queues, dispatch } = set;
+    const props = this.#props;
+    const id = `${pascal(stage)}Dispatcher`;
+    const { dispatcherRole: role, runRole } = dispatch[stage];
+    const queue = queues[stage].queue;
+    const logGroup = this.functionLogs(scope, `${id}Logs`);
+    logGroup.grantWrite(role);
+    const runRoles = Object.fromEntries(PIPELINE_STAGES.map((s) => [s, dispatch[s].runRole])) as Record<
+      PipelineStage,
+      iam.Role
+    >;
+    const fn = new lambda.Function(scope, id, {
+      description: `kapp-lambda ${stage} dispatcher: the ${stage} queue's edge checks, then the ${stage} function per cluster`,
+      runtime: FUNCTION_RUNTIME,
+      architecture: lambda.Architecture.ARM_64,
+      handler: 'index.handler',
+      code: lambda.Code.fromAsset(props.dispatcherCodeDir),
+      role,
+      logGroup,
+      memorySize: DISPATCHER_MEMORY_MIB,
+      timeout: Duration.seconds(DISPATCHER_TIMEOUT_SECONDS),
+      environmentEncryption: this.artifactKey,
+      environment: {
+        KAPP_LAMBDA_DISPATCH_STAGE: stage,
+        KAPP_LAMBDA_RUN_ROLE_ARN: runRole.roleArn,
+        KAPP_LAMBDA_STAGE_FUNCTION: stageFn.functionArn,
+        // Its own role: the sender of the copies it sends back to its queue (the sender check's receiver).
+        KAPP_LAMBDA_RECEIVER_ROLE_ID: role.roleId,
+        KAPP_LAMBDA_BUCKET: this.bucket.bucketName,
+        [queueUrlEnv(stage)]: queue.queueUrl,
+        KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
+        ...this.#clusterAccess.environment,
+        // The runs that send to this queue: a stage run's SenderId is `<run role id>:<cluster id>`.
+        ...this.edgeEnvironment(stage, rootKey, runSenders(stage), runRoles),
+      },
+    });
+    fn.addEventSource(
+      new lambdaEvents.SqsEventSource(queue, {
+        batchSize: STAGE_SIZING[stage].batchSize,
+        reportBatchItemFailures: true,
+        maxConcurrency: props.fleet.concurrency[stage],
+      }),
+    );
+    role.addToPolicy(new iam.PolicyStatement({ actions: ['sqs:SendMessage'], resources: [queue.queueArn] }));
+    role.addToPolicy(new iam.PolicyStatement({ actions: ['sts:AssumeRole'], resources: [runRole.roleArn] }));
+    role.addToPolicy(new iam.PolicyStatement({ actions: ['lambda:InvokeFunction'], resources: [stageFn.functionArn] }));
+    this.grantRootKey(stage, role, rootKey);
+    // The registry's documents: the sender check reads a cluster's forwarder there.
+    if (this.senderCheck) {
+      const registry = this.clusterRegistry;
+      const docs = `${registry.prefix}${CLUSTER_DOC_PREFIX}*`;
+      role.addToPolicy(
+        new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [registry.bucket.arnForObjects(docs)] }),
+      );
+      Validations.of(role).acknowledge({
+        id: `AwsSolutions-IAM5[Resource::${bucketNagRef(this, registry.bucket)}/${docs}]`,
+        reason: `${stage} dispatcher: reads a cluster's registry document by its id (its forwarder, for the sender check); the ids are registered after the deployment.`,
+      });
+    }
+    this.grantObjects(`${stage} dispatcher`, role, dispatcherObjects(stage), [
+      'lambda',
+      ...(usesArtifactKey(stage) ? ['secretsmanager'] : []),
+    ]);
+    return fn;
+  }
+
+  /**
+   * `kms:Decrypt` of the artifact key through `services` only (`lambda`: the function's own
+   * variables; `secretsmanager`: the artifact root key's secret; `s3`: the bucket's objects).
+   */
+  private grantKeyVia(role: iam.Role, services: readonly string[]): void {
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        actions: ['kms:Decrypt'],
+        resources: [this.artifactKey.keyArn],
+        conditions: { StringEquals: { 'kms:ViaService': services.map((s) => `${s}.${this.region}.amazonaws.com`) } },
+      }),
+    );
+  }
+
+  /**
+   * The artifact bucket for one stage's `grants` (`STAGE_OBJECTS`, a cell's `cellObjectGrants`,
+   * a run role's `runRoleObjects`, a dispatcher's `dispatcherObjects`), `s3:ListBucket` (without
+   * it S3 answers 403 rather than 404 for a missing key, and every cache miss would fail as an
+   * access error), and the artifact key through S3 and the `keyVia` services (`lambda` for a
+   * function's variables, `secretsmanager` for the artifact root key's secret). No grant (install)
+   * gets neither, but the key through S3 when the cluster registry is in this bucket (its
+   * documents are encrypted with it too).
+   */
+  private grantObjects(who: string, role: iam.Role, grants: readonly ObjectGrant[], keyVia: readonly string[]): void {
     const bucketId = this.resolve(this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket));
     if (grants.length > 0) {
       for (const g of grants) {
@@ -793,24 +1016,15 @@ export class KappLambdaStack extends Stack {
         // (content digests, per-cluster tags), the actions are named: acknowledged one by one.
         Validations.of(role).acknowledge({
           id: `AwsSolutions-IAM5[Resource::<${bucketId}.Arn>/${g.keys}]`,
-          reason: `${stage} function, ${g.why}: the keys under the prefix are digests and per-cluster tags, not known in advance.`,
+          reason: `${who}, ${g.why}: the keys under the prefix are digests and per-cluster tags, not known in advance.`,
         });
       }
       role.addToPolicy(new iam.PolicyStatement({ actions: ['s3:ListBucket'], resources: [this.bucket.bucketArn] }));
     }
     const writes = grants.some((g) => g.actions.includes('s3:PutObject'));
     const viaS3 = grants.length > 0 || this.clusterRegistry.bucket === this.bucket;
-    // Secrets Manager: the artifact root key's secret is encrypted with this key too.
-    const services = [...(viaS3 ? ['s3'] : []), 'lambda', ...(usesArtifactKey(stage) ? ['secretsmanager'] : [])].map(
-      (s) => `${s}.${this.region}.amazonaws.com`,
-    );
-    role.addToPolicy(
-      new iam.PolicyStatement({
-        actions: ['kms:Decrypt'],
-        resources: [this.artifactKey.keyArn],
-        conditions: { StringEquals: { 'kms:ViaService': services } },
-      }),
-    );
+    const services = [...(viaS3 ? ['s3'] : []), ...keyVia];
+    if (services.length > 0) this.grantKeyVia(role, services);
     if (writes) {
       role.addToPolicy(
         new iam.PolicyStatement({
@@ -822,7 +1036,7 @@ export class KappLambdaStack extends Stack {
     }
   }
 
-  /** Alarms: a message in the dead-letter queue, and any function error, over 5 minutes. */
+  /** Alarms: a message in the dead-letter queue, and any function (or dispatcher) error, over 5 minutes. */
   private stageAlarms(
     scope: Construct,
     stage: PipelineStage,
@@ -850,6 +1064,15 @@ export class KappLambdaStack extends Stack {
         alarmDescription: `kapp-lambda ${stage}${ofCell(clusterId)}: the function failed an invocation (crash, timeout or bad configuration)`,
         metric: r.fn.metricErrors({ period: Duration.minutes(5), statistic: cloudwatch.Stats.SUM }),
       }),
+      ...(r.dispatcher
+        ? [
+            new cloudwatch.Alarm(scope, `${id}DispatcherErrorAlarm`, {
+              ...common,
+              alarmDescription: `kapp-lambda ${stage} dispatcher: it failed an invocation (crash, timeout or bad configuration); its records come back after the queue's visibility timeout`,
+              metric: r.dispatcher.metricErrors({ period: Duration.minutes(5), statistic: cloudwatch.Stats.SUM }),
+            }),
+          ]
+        : []),
     ];
   }
 
@@ -928,6 +1151,27 @@ export function sendQueues(stage: PipelineStage): PipelineStage[] {
 /** The functions that send to `stage`'s queue ({@link sendQueues} inverted), in `PIPELINE_STAGES` order. */
 export function functionSenders(stage: PipelineStage): PipelineStage[] {
   return PIPELINE_STAGES.filter((s) => sendQueues(s).includes(stage));
+}
+
+/**
+ * The stages whose runs send to `stage`'s queue in the dispatched mode (`NEXT_STAGES` inverted,
+ * in `PIPELINE_STAGES` order): their run roles are the queue's function senders. A postponed copy
+ * comes from the queue's own dispatcher instead (`KAPP_LAMBDA_RECEIVER_ROLE_ID`).
+ */
+export function runSenders(stage: PipelineStage): PipelineStage[] {
+  return PIPELINE_STAGES.filter((s) => (NEXT_STAGES[s] ?? []).includes(stage));
+}
+
+/** What the source poll invokes: the index-repo dispatcher (shared), a cell's index-repo function. */
+function pollTarget(clusterId: string | undefined): string {
+  return clusterId === undefined ? 'index-repo dispatcher' : 'index-repo function';
+}
+
+/** How cdk-nag spells a bucket's ARN in its finding: a bucket of `stack` by its logical id. */
+function bucketNagRef(stack: Stack, bucket: s3.IBucket): string {
+  return bucket instanceof s3.Bucket
+    ? `<${stack.resolve(stack.getLogicalId(bucket.node.defaultChild as s3.CfnBucket))}.Arn>`
+    : `arn:<AWS::Partition>:s3:::${bucket.bucketName}`;
 }
 
 /** `''` for the fleet's functions, ` (cluster <id>)` for a cell's: descriptions. */

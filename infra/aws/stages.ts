@@ -121,10 +121,50 @@ export const TOOL_TIMEOUT_MARGIN_MS = 2 * DEFAULT_DEADLINE_MARGIN_MS;
  * a follow-up invocation (`functions/lib/pipeline/app/deploy.ts`), so the tool timeout never ends a
  * long deploy as failed; it stays below the function timeout as the last guard.
  */
-export function toolTimeoutMs(stage: PipelineStage): number | undefined {
+export function toolTimeoutMs(stage: PipelineStage, dispatched = false): number | undefined {
   if (STAGE_TOOLS[stage].length === 0) return undefined;
   const margin = stage === 'deploy' ? DEFAULT_DEADLINE_MARGIN_MS / 2 : TOOL_TIMEOUT_MARGIN_MS;
-  return STAGE_SIZING[stage].timeoutSeconds * 1000 - margin;
+  return stageTimeoutSeconds(stage, dispatched) * 1000 - margin;
+}
+
+/**
+ * Timeout of every dispatcher function (docs/decisions.md D15), seconds: 900, Lambda's limit. A
+ * dispatcher waits for the stage it invokes synchronously, so it must outlive the stage.
+ */
+export const DISPATCHER_TIMEOUT_SECONDS = 900;
+
+/**
+ * Seconds a dispatcher keeps after the longest stage run it waits for: 30, the handler's
+ * deadline margin (`DEFAULT_DEADLINE_MARGIN_MS`), for the stage's answer, the fair share's
+ * release and the requeue of what the stage held at its deadline.
+ */
+export const DISPATCH_MARGIN_SECONDS = DEFAULT_DEADLINE_MARGIN_MS / 1000;
+
+/**
+ * A stage function's timeout, seconds: `STAGE_SIZING`'s, and when a dispatcher invokes it
+ * (`dispatched`, the shared mode) at most {@link DISPATCHER_TIMEOUT_SECONDS} less
+ * {@link DISPATCH_MARGIN_SECONDS} (deploy and index-repo: 870).
+ */
+export function stageTimeoutSeconds(stage: PipelineStage, dispatched = false): number {
+  const t = STAGE_SIZING[stage].timeoutSeconds;
+  return dispatched ? Math.min(t, DISPATCHER_TIMEOUT_SECONDS - DISPATCH_MARGIN_SECONDS) : t;
+}
+
+/** Memory of every dispatcher function, MiB: it runs no tool and holds a batch's records only. */
+export const DISPATCHER_MEMORY_MIB = 128;
+
+/**
+ * A stage's {@link STAGE_OBJECTS} as its run role holds them in the shared mode (docs/decisions.md
+ * D15): all but its fair shares (`state/shares/<stage>/…`), which its dispatcher takes and frees
+ * ({@link dispatcherObjects}), so no stage run can park or wake records out of turn.
+ */
+export function runRoleObjects(stage: PipelineStage): ObjectGrant[] {
+  return STAGE_OBJECTS[stage].filter((g) => !g.keys.startsWith(SHARES_PREFIX));
+}
+
+/** The bucket keys a stage's dispatcher touches itself: its stage's fair shares ({@link sharesGrant}). */
+export function dispatcherObjects(stage: PipelineStage): ObjectGrant[] {
+  return [sharesGrant(stage)];
 }
 
 /**
@@ -177,7 +217,7 @@ const RUN_LEASE: ObjectGrant = {
  * the cluster's share, `state/shares/<stage>/<cluster>/parked/…` (written, read and deleted once
  * woken). Each function gets its own stage's only.
  */
-function sharesGrant(stage: PipelineStage): ObjectGrant {
+export function sharesGrant(stage: PipelineStage): ObjectGrant {
   return {
     keys: `${SHARES_PREFIX}${stage}/*`,
     actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'],

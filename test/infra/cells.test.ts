@@ -62,7 +62,12 @@ beforeAll(async () => {
   tmp = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-cells-'));
   assets = await standInAssets(tmp);
   app = new App({ outdir: path.join(tmp, 'cdk.out'), context: { 'aws:cdk:disable-asset-staging': true } });
-  const props = { assets, architecture: lambda.Architecture.ARM_64, fleet: fleetSettings((k) => CONTEXT[k]) };
+  const props = {
+    assets,
+    dispatcherCodeDir: assets.fetch.codeDir,
+    architecture: lambda.Architecture.ARM_64,
+    fleet: fleetSettings((k) => CONTEXT[k]),
+  };
   stack = new KappLambdaStack(app, 'KappLambdaCells', props);
   deployed = new KappLambdaStack(app, 'KappLambdaCellsDeployed', {
     ...props,
@@ -217,6 +222,7 @@ describe('isolation: cell', () => {
     });
     const shared = new KappLambdaStack(other, 'Shared', {
       assets,
+      dispatcherCodeDir: assets.fetch.codeDir,
       architecture: lambda.Architecture.ARM_64,
       fleet: fleetSettings(() => undefined),
     });
@@ -226,6 +232,7 @@ describe('isolation: cell', () => {
       () =>
         new KappLambdaStack(other, 'NoRegistry', {
           assets,
+          dispatcherCodeDir: assets.fetch.codeDir,
           architecture: lambda.Architecture.ARM_64,
           fleet: fleetSettings((k) => CONTEXT[k]),
           clusterAccess: { environment: { KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig' }, grant: () => undefined },

@@ -38,6 +38,7 @@ function synth(): { json: Json; stack: KappLambdaStack } {
   });
   const stack = new KappLambdaStack(app, 'KappLambda', {
     assets,
+    dispatcherCodeDir: assets.fetch.codeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings(() => undefined),
   });

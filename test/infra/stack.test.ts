@@ -16,7 +16,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { fetchCacheKey, INFLIGHT_PREFIX, inflightKey, renderCacheKey } from '../../functions/lib/artifact/keys.js';
-import { NEXT_STAGES, parseLambdaEnv, STAGE_RECORD_CONCURRENCY } from '../../functions/lib/entry/config.js';
+import {
+  NEXT_STAGES,
+  parseFunctionSender,
+  parseLambdaEnv,
+  STAGE_RECORD_CONCURRENCY,
+} from '../../functions/lib/entry/config.js';
 import {
   ARTIFACT_ROOT_KEY_SECRET_ENV,
   artifactKeyringFromEnv,
@@ -30,8 +35,9 @@ import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.j
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
-import { functionSenders, KappLambdaStack, sendQueues } from '../../infra/aws/stack.js';
+import { KappLambdaStack, runSenders } from '../../infra/aws/stack.js';
 import {
+  DISPATCHER_TIMEOUT_SECONDS,
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
   INFLIGHT_EXPIRY_DAYS,
@@ -40,6 +46,7 @@ import {
   registryPrefixProblem,
   STAGE_OBJECTS,
   STAGE_SIZING,
+  stageTimeoutSeconds,
   tokenSecretPattern,
 } from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
@@ -65,6 +72,8 @@ let deployed: KappLambdaStack;
 let optioned: KappLambdaStack;
 /** The functions' code and layer directories every stack of this file is built from. */
 let assets: ReturnType<typeof stageAssets>;
+/** The dispatchers' bundle directory (`functions/dispatch/index.ts`). */
+let dispatcherCodeDir: string;
 let template: Template;
 let resources: Record<string, Resource>;
 
@@ -120,7 +129,8 @@ beforeAll(async () => {
   for (const k of Object.keys(process.env)) if (k.startsWith('AWS_') || k.startsWith('CDK_')) delete process.env[k];
   process.env.AWS_EC2_METADATA_DISABLED = 'true';
   tmp = await mkdtemp(path.join(tmpdir(), 'kapp-lambda-cdk-'));
-  const code = await bundleFunctions(PIPELINE_STAGES, path.join(tmp, 'code'));
+  const { dispatch, ...code } = await bundleFunctions([...PIPELINE_STAGES, 'dispatch'], path.join(tmp, 'code'));
+  dispatcherCodeDir = dispatch;
   const layer = path.join(tmp, 'layer');
   await mkdir(path.join(layer, 'lib'), { recursive: true });
   await writeFile(path.join(layer, 'lib', HARDEN_ADDON_NAME), 'stand-in for the hardening addon\n');
@@ -136,6 +146,7 @@ beforeAll(async () => {
   };
   stack = new KappLambdaStack(app, 'KappLambda', {
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
   });
@@ -145,6 +156,7 @@ beforeAll(async () => {
   };
   apart = new KappLambdaStack(app, 'KappLambdaApart', {
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => apartContext[k]),
   });
@@ -152,12 +164,14 @@ beforeAll(async () => {
   deployed = new KappLambdaStack(app, 'KappLambdaDeployed', {
     env: { account: '111122223333', region: 'eu-west-1' },
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => context[k]),
   });
   optioned = new KappLambdaStack(app, 'KappLambdaOptioned', {
     env: { account: '111122223333', region: 'eu-west-1' },
     assets,
+    dispatcherCodeDir,
     architecture: lambda.Architecture.ARM_64,
     fleet: fleetSettings((k) => OPTIONS[k]),
   });
@@ -197,15 +211,17 @@ describe('synth', () => {
       'AWS::SecretsManager::Secret': 1,
       'AWS::SQS::Queue': 2 * n,
       'AWS::SQS::QueuePolicy': 2 * n,
-      'AWS::Logs::LogGroup': n,
-      'AWS::IAM::Role': n + 2,
-      'AWS::IAM::Policy': n + 2,
+      // Per stage a stage function and its dispatcher.
+      'AWS::Logs::LogGroup': 2 * n,
+      // Per stage the function's, the dispatcher's and the run role; the source poll's, the forwarder's.
+      'AWS::IAM::Role': 3 * n + 2,
+      'AWS::IAM::Policy': 3 * n + 2,
       'AWS::IAM::ManagedPolicy': 1,
       'AWS::Lambda::LayerVersion': n,
-      'AWS::Lambda::Function': n,
+      'AWS::Lambda::Function': 2 * n,
       'AWS::Lambda::EventSourceMapping': n,
       'AWS::Lambda::EventInvokeConfig': 1,
-      'AWS::CloudWatch::Alarm': 2 * n,
+      'AWS::CloudWatch::Alarm': 3 * n,
       'AWS::Scheduler::Schedule': 1,
     });
     const outputs = Object.keys(template.toJSON().Outputs as Json);
@@ -336,14 +352,20 @@ describe('queues and event source mappings', () => {
         maxReceiveCount: DEFAULT_MAX_ATTEMPTS,
       },
     });
-    expect(q.VisibilityTimeout).toBeGreaterThan(STAGE_SIZING[stage].timeoutSeconds);
+    // Its consumer is the dispatcher (900 s): Lambda refuses a mapping whose queue's visibility is shorter.
+    expect(q.VisibilityTimeout).toBeGreaterThan(DISPATCHER_TIMEOUT_SECONDS);
     expect(dlq).toMatchObject({ FifoQueue: true, SqsManagedSseEnabled: true, MessageRetentionPeriod: 1_209_600 });
   });
 
-  it.each(PIPELINE_STAGES)('%s: its function reads its queue and reports partial batch failures', (stage) => {
-    const { fn, queue } = stack.stages[stage];
+  it.each(PIPELINE_STAGES)('%s: its dispatcher reads its queue and reports partial batch failures', (stage) => {
+    const { fn, dispatcher, queue } = stack.stages[stage];
+    // The stage function has no mapping: a tenant-isolated function takes no event source.
+    const mappings = ofType('AWS::Lambda::EventSourceMapping').filter(([, m]) =>
+      [logicalId(fn), logicalId(dispatcher!)].includes((m.Properties.FunctionName as { Ref: string }).Ref),
+    );
+    expect(mappings.map(([, m]) => m.Properties.FunctionName)).toEqual([{ Ref: logicalId(dispatcher!) }]);
     template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
-      FunctionName: { Ref: logicalId(fn) },
+      FunctionName: { Ref: logicalId(dispatcher!) },
       EventSourceArn: { 'Fn::GetAtt': [logicalId(queue), 'Arn'] },
       FunctionResponseTypes: ['ReportBatchItemFailures'],
       BatchSize: STAGE_SIZING[stage].batchSize,
@@ -356,7 +378,7 @@ describe('queues and event source mappings', () => {
     expect(toolStages).toEqual(['fetch', 'template', 'deploy', 'index-repo']);
     for (const stage of PIPELINE_STAGES) {
       const [, mapping] = ofType('AWS::Lambda::EventSourceMapping').find(
-        ([, m]) => (m.Properties.FunctionName as { Ref?: string }).Ref === logicalId(stack.stages[stage].fn),
+        ([, m]) => (m.Properties.FunctionName as { Ref?: string }).Ref === logicalId(stack.stages[stage].dispatcher!),
       ) ?? [undefined, undefined];
       const tools = toolStages.includes(stage);
       expect(mapping?.Properties.BatchSize, stage).toBe(tools ? 1 : 10);
@@ -365,11 +387,14 @@ describe('queues and event source mappings', () => {
       const env = (resources[logicalId(stack.stages[stage].fn)]!.Properties.Environment as { Variables: Json })
         .Variables;
       expect(env.KAPP_LAMBDA_RECORD_CONCURRENCY, stage).toBe(String(STAGE_RECORD_CONCURRENCY[stage]));
+      const edge = (
+        resources[logicalId(stack.stages[stage].dispatcher!)]!.Properties.Environment as { Variables: Json }
+      ).Variables;
       // Half the function's slots per cluster, half that per namespace (context clusterShare, namespaceShare).
       const { MaximumConcurrency } = (mapping?.Properties.ScalingConfig ?? {}) as { MaximumConcurrency?: number };
       const slots = (MaximumConcurrency ?? 0) * STAGE_RECORD_CONCURRENCY[stage];
       const share = Math.floor(slots / 2);
-      expect([env.KAPP_LAMBDA_CLUSTER_SHARE, env.KAPP_LAMBDA_NAMESPACE_SHARE], stage).toEqual([
+      expect([edge.KAPP_LAMBDA_CLUSTER_SHARE, edge.KAPP_LAMBDA_NAMESPACE_SHARE], stage).toEqual([
         String(share),
         String(Math.ceil(share / 2)),
       ]);
@@ -392,97 +417,159 @@ describe('queues and event source mappings', () => {
 });
 
 describe('functions', () => {
-  it.each(PIPELINE_STAGES)('%s: sized for its stage, its layer, its variables', (stage) => {
-    const { fn } = stack.stages[stage];
-    const p = resources[logicalId(fn)]!.Properties;
-    const sizing = STAGE_SIZING[stage];
-    expect(p).toMatchObject({
-      Runtime: 'nodejs24.x',
-      Handler: 'index.handler',
-      Architectures: ['arm64'],
-      MemorySize: sizing.memoryMiB,
-      EphemeralStorage: { Size: sizing.ephemeralMiB },
-      Timeout: sizing.timeoutSeconds,
-      KmsKeyArn: { 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] },
-      LoggingConfig: { LogGroup: expect.anything() },
-    });
-    expect(p.Layers).toHaveLength(1);
-    const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
-    expect(env.KAPP_LAMBDA_CLUSTER_REGISTRY).toEqual({
-      'Fn::Join': ['', ['s3://', { Ref: logicalId(stack.bucket) }, '/registry/']],
-    });
-    expect(env.KAPP_LAMBDA_KUBECONFIG).toBeUndefined();
-    expect(env.KAPP_LAMBDA_CLUSTERS).toBeUndefined();
-    const queueVars = Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'));
-    // The queues it sends to, and its own (the early delete of what it handled, its postponed copies).
-    const queues = [...new Set([...(NEXT_STAGES[stage] ?? []), stage])];
-    expect(sendQueues(stage)).toEqual(queues);
-    expect(queueVars.sort()).toEqual(queues.map(queueUrlEnv).sort());
-    for (const next of queues) {
-      expect(env[queueUrlEnv(next)]).toEqual({ Ref: logicalId(stack.stages[next].queue) });
-    }
-    expect(env).toMatchObject({
-      KAPP_LAMBDA_BUCKET: { Ref: logicalId(stack.bucket) },
-      KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
-      KAPP_LAMBDA_SENDER_CHECK: 'registry',
-    });
-    // Exactly the functions that send to this one, each named with its role id: itself too (its
-    // postponed copies).
-    expect(functionSenders(stage)).toEqual(
-      PIPELINE_STAGES.filter((s) => s === stage || NEXT_STAGES[s]?.includes(stage)),
-    );
-    expect(env.KAPP_LAMBDA_FUNCTION_SENDERS).toEqual({
-      'Fn::Join': [
-        '',
-        functionSenders(stage).flatMap((s, i) => [
-          `${i === 0 ? '' : ','}${s}=`,
-          { 'Fn::GetAtt': [logicalId(stack.stages[s].role), 'RoleId'] },
-        ]),
-      ],
-    });
-    // Install runs no tool and seals nothing: no tool versions, no root key.
-    if (STAGE_TOOLS[stage].length === 0) expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBeUndefined();
-    else expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBe(JSON.stringify(layerToolVersions(stage)));
-    // The root key's secret by ARN (a Ref of a secret resource is its ARN), never its value.
-    expect(env[LEGACY_ARTIFACT_ROOT_KEY_ENV]).toBeUndefined();
-    if (usesArtifactKey(stage)) expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toEqual({ Ref: rootKeyId() });
-    else expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toBeUndefined();
-    // What the function's configuration parser accepts (template values stand in for the tokens).
-    const concrete = concreteEnv(env);
-    const config = parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' });
-    expect(config.clusterRegistry?.location).toEqual({ kind: 's3', bucket: 'kapp-lambda-bucket', prefix: 'registry/' });
-    expect(config.kubeconfigPath).toBe('');
-    // Each sending function bound to its own role's id (`EMITS` then limits what it may send).
-    expect(config.senderCheck?.functionSenders).toEqual(
-      functionSenders(stage).map((s) => ({ stage: s, roleId: standInRoleId(logicalId(stack.stages[s].role)) })),
-    );
-    // The fleet's URL allow-list reaches the functions whose URL policy checks something.
-    const policed = (URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage);
-    expect(env.KAPP_LAMBDA_URL_ALLOW).toBe(policed ? 'registry.corp:443,10.20.0.0/16' : undefined);
-    expect(config.urlPolicy).toEqual({
-      mode: 'enforce',
-      allow: policed ? ['registry.corp:443', '10.20.0.0/16'] : [],
-    });
-    // The fleet's deploy wait maximum (context maxDeployWaitMinutes, default 60) on deploy only.
-    expect(config.maxDeployWaitMs).toBe(stage === 'deploy' ? 60 * 60_000 : undefined);
-    if (stage === 'install') expect(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS).toBeUndefined();
-    else {
-      const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);
-      expect(toolMs).toBeGreaterThan(0);
-      // Deploy's tool timeout comes after the function deadline (30 s before the limit), which
-      // continues a long kapp wait in a follow-up invocation instead of failing it.
-      if (stage === 'deploy') {
-        expect(toolMs).toBeGreaterThan(sizing.timeoutSeconds * 1000 - 30_000);
-        expect(toolMs).toBeLessThan(sizing.timeoutSeconds * 1000);
-      } else expect(toolMs).toBeLessThanOrEqual(sizing.timeoutSeconds * 1000 - 60_000);
-    }
-  });
+  it.each(PIPELINE_STAGES)(
+    '%s: sized for its stage, its layer, its variables; one tenant per cluster, invoked by its dispatcher',
+    (stage) => {
+      const { fn } = stack.stages[stage];
+      const p = resources[logicalId(fn)]!.Properties;
+      const sizing = STAGE_SIZING[stage];
+      const timeout = stageTimeoutSeconds(stage, true);
+      // The dispatcher outlives the stage it waits for: deploy and index-repo drop to 870 s.
+      expect(timeout).toBe(Math.min(sizing.timeoutSeconds, 870));
+      expect(p).toMatchObject({
+        Runtime: 'nodejs24.x',
+        Handler: 'index.handler',
+        Architectures: ['arm64'],
+        MemorySize: sizing.memoryMiB,
+        EphemeralStorage: { Size: sizing.ephemeralMiB },
+        Timeout: timeout,
+        TenancyConfig: { TenantIsolationMode: 'PER_TENANT' },
+        KmsKeyArn: { 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] },
+        LoggingConfig: { LogGroup: expect.anything() },
+      });
+      expect(p.Layers).toHaveLength(1);
+      const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
+      expect(env.KAPP_LAMBDA_DISPATCHED).toBe('true');
+      expect(env.KAPP_LAMBDA_CLUSTER_REGISTRY).toEqual({
+        'Fn::Join': ['', ['s3://', { Ref: logicalId(stack.bucket) }, '/registry/']],
+      });
+      expect(env.KAPP_LAMBDA_KUBECONFIG).toBeUndefined();
+      expect(env.KAPP_LAMBDA_CLUSTERS).toBeUndefined();
+      const queueVars = Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'));
+      // The queues its runs send to (hand-offs, follow-ups); its postponed copies are its dispatcher's.
+      const queues = [...(NEXT_STAGES[stage] ?? [])];
+      expect(queueVars.sort()).toEqual(queues.map(queueUrlEnv).sort());
+      for (const next of queues) {
+        expect(env[queueUrlEnv(next)]).toEqual({ Ref: logicalId(stack.stages[next].queue) });
+      }
+      expect(env).toMatchObject({
+        KAPP_LAMBDA_BUCKET: { Ref: logicalId(stack.bucket) },
+        KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
+      });
+      // The edge is the dispatcher's: no sender check, no shares, no root key.
+      for (const v of [
+        'KAPP_LAMBDA_SENDER_CHECK',
+        'KAPP_LAMBDA_FUNCTION_SENDERS',
+        'KAPP_LAMBDA_CLUSTER_SHARE',
+        'KAPP_LAMBDA_NAMESPACE_SHARE',
+        ARTIFACT_ROOT_KEY_SECRET_ENV,
+        LEGACY_ARTIFACT_ROOT_KEY_ENV,
+      ]) {
+        expect(env[v], v).toBeUndefined();
+      }
+      // Install runs no tool: no tool versions.
+      if (STAGE_TOOLS[stage].length === 0) expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBeUndefined();
+      else expect(env.KAPP_LAMBDA_TOOL_VERSIONS).toBe(JSON.stringify(layerToolVersions(stage)));
+      // What the function's configuration parser accepts (template values stand in for the tokens).
+      const concrete = concreteEnv(env);
+      const config = parseLambdaEnv(stage, { ...concrete, AWS_REGION: 'eu-west-1' });
+      expect(config.clusterRegistry?.location).toEqual({
+        kind: 's3',
+        bucket: 'kapp-lambda-bucket',
+        prefix: 'registry/',
+      });
+      expect(config.kubeconfigPath).toBe('');
+      expect(config.senderCheck).toBeUndefined();
+      // The fleet's URL allow-list reaches the functions whose URL policy checks something.
+      const policed = (URL_POLICY_STAGES as readonly PipelineStage[]).includes(stage);
+      expect(env.KAPP_LAMBDA_URL_ALLOW).toBe(policed ? 'registry.corp:443,10.20.0.0/16' : undefined);
+      expect(config.urlPolicy).toEqual({
+        mode: 'enforce',
+        allow: policed ? ['registry.corp:443', '10.20.0.0/16'] : [],
+      });
+      // The fleet's deploy wait maximum (context maxDeployWaitMinutes, default 60) on deploy only.
+      expect(config.maxDeployWaitMs).toBe(stage === 'deploy' ? 60 * 60_000 : undefined);
+      if (stage === 'install') expect(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS).toBeUndefined();
+      else {
+        const toolMs = Number(env.KAPP_LAMBDA_TOOL_TIMEOUT_MS);
+        expect(toolMs).toBeGreaterThan(0);
+        // Deploy's tool timeout comes after the function deadline (30 s before the limit), which
+        // continues a long kapp wait in a follow-up invocation instead of failing it.
+        if (stage === 'deploy') {
+          expect(toolMs).toBeGreaterThan(timeout * 1000 - 30_000);
+          expect(toolMs).toBeLessThan(timeout * 1000);
+        } else expect(toolMs).toBeLessThanOrEqual(timeout * 1000 - 60_000);
+      }
+    },
+  );
+
+  it.each(PIPELINE_STAGES)(
+    '%s: its dispatcher runs no tool (128 MiB, arm64, 900 s, no layer) and holds the edge variables',
+    (stage) => {
+      const { fn, queue, dispatcher, dispatcherRole, runRole } = stack.stages[stage];
+      const p = resources[logicalId(dispatcher!)]!.Properties;
+      expect(p).toMatchObject({
+        Runtime: 'nodejs24.x',
+        Handler: 'index.handler',
+        Architectures: ['arm64'],
+        MemorySize: 128,
+        Timeout: 900,
+        KmsKeyArn: { 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] },
+        Role: { 'Fn::GetAtt': [logicalId(dispatcherRole!), 'Arn'] },
+      });
+      expect(p.Layers).toBeUndefined();
+      expect(p.TenancyConfig).toBeUndefined();
+      expect(p.VpcConfig).toBeUndefined();
+      const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
+      expect(env).toMatchObject({
+        KAPP_LAMBDA_DISPATCH_STAGE: stage,
+        KAPP_LAMBDA_RUN_ROLE_ARN: { 'Fn::GetAtt': [logicalId(runRole!), 'Arn'] },
+        KAPP_LAMBDA_STAGE_FUNCTION: { 'Fn::GetAtt': [logicalId(fn), 'Arn'] },
+        KAPP_LAMBDA_RECEIVER_ROLE_ID: { 'Fn::GetAtt': [logicalId(dispatcherRole!), 'RoleId'] },
+        KAPP_LAMBDA_BUCKET: { Ref: logicalId(stack.bucket) },
+        KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
+        KAPP_LAMBDA_SENDER_CHECK: 'registry',
+      });
+      // Its own queue only (the record proof, the early deletes, its postponed and parked copies).
+      expect(Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'))).toEqual([queueUrlEnv(stage)]);
+      expect(env[queueUrlEnv(stage)]).toEqual({ Ref: logicalId(queue) });
+      // The stages whose runs send to this queue, each by its run role's id (a run's SenderId is
+      // `<run role id>:<cluster id>`).
+      expect(runSenders(stage)).toEqual(PIPELINE_STAGES.filter((s) => NEXT_STAGES[s]?.includes(stage)));
+      expect(env.KAPP_LAMBDA_FUNCTION_SENDERS).toEqual({
+        'Fn::Join': [
+          '',
+          runSenders(stage).flatMap((s, i) => [
+            `${i === 0 ? '' : ','}${s}=`,
+            { 'Fn::GetAtt': [logicalId(stack.stages[s].runRole!), 'RoleId'] },
+          ]),
+        ],
+      });
+      // The root key's secret by ARN (a Ref of a secret resource is its ARN), never its value.
+      expect(env[LEGACY_ARTIFACT_ROOT_KEY_ENV]).toBeUndefined();
+      if (usesArtifactKey(stage)) expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toEqual({ Ref: rootKeyId() });
+      else expect(env[ARTIFACT_ROOT_KEY_SECRET_ENV]).toBeUndefined();
+      // As the functions' own parser reads each entry (the real role ids stand in for the tokens).
+      const senders = concreteEnv(env).KAPP_LAMBDA_FUNCTION_SENDERS!.split(',').map(parseFunctionSender);
+      expect(senders).toEqual(
+        runSenders(stage).map((s) => ({ stage: s, roleId: standInRoleId(logicalId(stack.stages[s].runRole!)) })),
+      );
+      // Half the slots per cluster, half that per namespace (context clusterShare, namespaceShare).
+      const slots = (stage === 'deploy' ? 25 : STAGE_SIZING[stage].concurrency) * STAGE_RECORD_CONCURRENCY[stage];
+      const share = Math.floor(slots / 2);
+      expect([env.KAPP_LAMBDA_CLUSTER_SHARE, env.KAPP_LAMBDA_NAMESPACE_SHARE]).toEqual([
+        String(share),
+        String(Math.ceil(share / 2)),
+      ]);
+      expect(share).toBe({ fetch: 5, template: 5, deploy: 12, 'index-repo': 2, install: 25 }[stage]);
+    },
+  );
 
   it('keep their logs 30 days', () => {
     for (const [, group] of ofType('AWS::Logs::LogGroup')) expect(group.Properties.RetentionInDays).toBe(30);
   });
 
-  it('have an alarm on dead letters and one on errors each', () => {
+  it('have an alarm on dead letters and one on errors each, the dispatchers too', () => {
     for (const stage of PIPELINE_STAGES) {
       template.hasResourceProperties('AWS::CloudWatch::Alarm', {
         Namespace: 'AWS/SQS',
@@ -496,6 +583,12 @@ describe('functions', () => {
         Namespace: 'AWS/Lambda',
         MetricName: 'Errors',
         Dimensions: [{ Name: 'FunctionName', Value: { Ref: logicalId(stack.stages[stage].fn) } }],
+        Threshold: 1,
+      });
+      template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+        Namespace: 'AWS/Lambda',
+        MetricName: 'Errors',
+        Dimensions: [{ Name: 'FunctionName', Value: { Ref: logicalId(stack.stages[stage].dispatcher!) } }],
         Threshold: 1,
       });
     }
@@ -533,80 +626,163 @@ describe('IAM', () => {
     }
   });
 
+  const arnOf = (c: IConstruct) => ({ 'Fn::GetAtt': [logicalId(c), 'Arn'] });
+  const viaServices = (s: Json) =>
+    list((s.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']);
+  const via = (...services: string[]) =>
+    services.map((service) => ({ 'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']] }));
+  /** A role's statements, and `take` marking those a test has accounted for. */
+  const accounting = (roleId: string) => {
+    const st = roleStatements(roleId);
+    const covered = new Set<Json>();
+    const take = (pred: (s: Json) => boolean) => {
+      const found = st.filter(pred);
+      for (const s of found) covered.add(s);
+      return found;
+    };
+    return { st, take, rest: () => st.filter((s) => !covered.has(s)) };
+  };
+  const actionsOf = (s: Json) => list(s.Action as string | string[]);
+  /** Its log group, write only. */
+  const expectLogs = (take: (pred: (s: Json) => boolean) => Json[], fn: IConstruct) => {
+    const logsSt = take((s) => actionsOf(s).every((a) => a.startsWith('logs:')));
+    expect(logsSt).toHaveLength(1);
+    const logGroupId = (resources[logicalId(fn)]!.Properties.LoggingConfig as { LogGroup: { Ref: string } }).LogGroup
+      .Ref;
+    expect(logsSt[0]!.Resource).toEqual({ 'Fn::GetAtt': [logGroupId, 'Arn'] });
+  };
+
   it.each(PIPELINE_STAGES)(
-    '%s: its queue, the queues it sends to, its prefixes, the registry, its tokens, the key, its logs; nothing else',
+    "%s: the stage function's own role holds its logs and its variables' key through Lambda, nothing of any cluster",
     (stage) => {
-      const { role, queue, fn } = stack.stages[stage];
-      const st = roleStatements(logicalId(role));
-      const arnOf = (c: IConstruct) => ({ 'Fn::GetAtt': [logicalId(c), 'Arn'] });
-      const covered = new Set<Json>();
-      const take = (pred: (s: Json) => boolean) => {
-        const found = st.filter(pred);
-        for (const s of found) covered.add(s);
-        return found;
-      };
-
-      const consume = take((s) => list(s.Action as string[]).includes('sqs:ReceiveMessage'));
-      expect(consume).toHaveLength(1);
-      expect(consume[0]!.Resource).toEqual(arnOf(queue));
-      // Its own records, deleted as soon as they succeeded (`SqsMessageDeleter`), besides the mapping.
-      expect(list(consume[0]!.Action as string[])).toContain('sqs:DeleteMessage');
-      const sends = take((s) => list(s.Action as string[]).join() === 'sqs:SendMessage');
-      // The next stages' queues and its own (the copies of the records it postpones).
-      expect(sends.map((s) => s.Resource)).toEqual(sendQueues(stage).map((n) => arnOf(stack.stages[n].queue)));
-      expect(sends.map((s) => s.Resource)).toContainEqual(arnOf(queue));
-
-      const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
-      expect(
-        objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: list(s.Action as string[]) })),
-      ).toEqual([
-        ...STAGE_OBJECTS[stage].map((g) => ({ keys: g.keys, actions: [...g.actions] })),
-        // The cluster registry: read only, its documents only.
-        { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
+      const { role, fn } = stack.stages[stage];
+      const { st, take, rest } = accounting(logicalId(role));
+      expect(st.flatMap(actionsOf).filter((a) => /^(s3|sqs|secretsmanager|sts|lambda):/.test(a))).toEqual([]);
+      expectLogs(take, fn);
+      const kms = take((s) => actionsOf(s).some((a) => a.startsWith('kms:')));
+      expect(kms.map((s) => [s.Action, s.Resource, viaServices(s)])).toEqual([
+        ['kms:Decrypt', arnOf(stack.artifactKey), via('lambda')],
       ]);
-      const secrets = take((s) => list(s.Action as string[]).some((a) => a.startsWith('secretsmanager:')));
-      expect(secrets).toEqual([
-        // The artifact root key's secret, that one only, read at cold start (not by install).
-        ...(usesArtifactKey(stage)
-          ? [{ Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: { Ref: rootKeyId() } }]
-          : []),
-        { Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: tokenSecretArn(stage) },
-      ]);
-      expect(tokenSecretPattern(stage)).toBe(`kapp-lambda/*/${stage}`);
-      const listing = take((s) => list(s.Action as string[]).includes('s3:ListBucket'));
-      expect(listing.map((s) => s.Resource)).toEqual(STAGE_OBJECTS[stage].length > 0 ? [arnOf(stack.bucket)] : []);
-
-      const kms = take((s) => list(s.Action as string[]).some((a) => a.startsWith('kms:')));
-      for (const s of kms) {
-        expect(s.Resource).toEqual(arnOf(stack.artifactKey));
-        expect(s.Condition).toMatchObject({ StringEquals: { 'kms:ViaService': expect.anything() } });
-      }
-      // Every function decrypts through S3 (the registry documents are in the artifact bucket),
-      // and the ones with the root key through Secrets Manager (its secret is under this key).
-      const decrypt = kms.filter((s) => list(s.Action as string[]).includes('kms:Decrypt'));
-      expect(decrypt).toHaveLength(1);
-      expect(
-        list((decrypt[0]!.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']),
-      ).toEqual(
-        ['s3', 'lambda', ...(usesArtifactKey(stage) ? ['secretsmanager'] : [])].map((service) => ({
-          'Fn::Join': ['', [`${service}.`, { Ref: 'AWS::Region' }, '.amazonaws.com']],
-        })),
-      );
-      expect(kms.flatMap((s) => list(s.Action as string[])).sort()).toEqual(
-        // Every function writes its fair shares (state/shares/<stage>/*), so each encrypts too.
-        ['kms:Decrypt', 'kms:GenerateDataKey'],
-      );
-
-      const logsSt = take((s) => list(s.Action as string[]).every((a) => a.startsWith('logs:')));
-      expect(logsSt).toHaveLength(1);
-      const logGroupId = (resources[logicalId(fn)]!.Properties.LoggingConfig as { LogGroup: { Ref: string } }).LogGroup
-        .Ref;
-      expect(logsSt[0]!.Resource).toEqual({ 'Fn::GetAtt': [logGroupId, 'Arn'] });
-
-      expect(st.filter((s) => !covered.has(s))).toEqual([]);
+      expect(rest()).toEqual([]);
       expect(stageOf(logicalId(fn))).toBe(stage);
     },
   );
+
+  it.each(PIPELINE_STAGES)(
+    '%s: the run role holds the queues its runs send to, its prefixes but the fair shares, the registry, its tokens, the key through S3; only its dispatcher assumes it, for an hour at most',
+    (stage) => {
+      const { runRole, dispatcherRole } = stack.stages[stage];
+      const runRoleId = logicalId(runRole!);
+      const { take, rest } = accounting(runRoleId);
+      expect(resources[runRoleId]!.Properties).toMatchObject({
+        MaxSessionDuration: 3600,
+        AssumeRolePolicyDocument: {
+          Version: '2012-10-17',
+          Statement: [{ Effect: 'Allow', Action: 'sts:AssumeRole', Principal: { AWS: arnOf(dispatcherRole!) } }],
+        },
+      });
+      const sends = take((s) => actionsOf(s).join() === 'sqs:SendMessage');
+      // The hand-offs and follow-ups; a postponed copy is the dispatcher's to send.
+      expect(sends.map((s) => s.Resource)).toEqual((NEXT_STAGES[stage] ?? []).map((n) => arnOf(stack.stages[n].queue)));
+      const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
+      expect(objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: actionsOf(s) }))).toEqual([
+        ...STAGE_OBJECTS[stage]
+          .filter((g) => !g.keys.startsWith('state/shares/'))
+          .map((g) => ({ keys: g.keys, actions: [...g.actions] })),
+        // The cluster registry: read only, its documents only.
+        { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
+      ]);
+      // Its tokens; never the artifact root key (the dispatcher derives the run's keys).
+      const secrets = take((s) => actionsOf(s).some((a) => a.startsWith('secretsmanager:')));
+      expect(secrets).toEqual([
+        { Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: tokenSecretArn(stage) },
+      ]);
+      expect(tokenSecretPattern(stage)).toBe(`kapp-lambda/*/${stage}`);
+      const listing = take((s) => actionsOf(s).includes('s3:ListBucket'));
+      const hasObjects = objects.length > 1;
+      expect(listing.map((s) => s.Resource)).toEqual(hasObjects ? [arnOf(stack.bucket)] : []);
+      const kms = take((s) => actionsOf(s).some((a) => a.startsWith('kms:')));
+      for (const s of kms) expect(s.Resource).toEqual(arnOf(stack.artifactKey));
+      // Through S3 only (the registry documents are in the artifact bucket): no function's variables, no root key.
+      expect(kms.map((s) => [s.Action, viaServices(s)])).toEqual([
+        ['kms:Decrypt', via('s3')],
+        ...(STAGE_OBJECTS[stage].some((g) => !g.keys.startsWith('state/shares/') && g.actions.includes('s3:PutObject'))
+          ? [['kms:GenerateDataKey', via('s3')]]
+          : []),
+      ]);
+      expect(rest()).toEqual([]);
+    },
+  );
+
+  it.each(PIPELINE_STAGES)(
+    "%s: the dispatcher's role holds its queue, the registry documents, its fair shares, the root key, its run role and its stage function",
+    (stage) => {
+      const { dispatcher, dispatcherRole, runRole, queue, fn } = stack.stages[stage];
+      const { take, rest } = accounting(logicalId(dispatcherRole!));
+      const consume = take((s) => actionsOf(s).includes('sqs:ReceiveMessage'));
+      expect(consume.map((s) => s.Resource)).toEqual([arnOf(queue)]);
+      expect(actionsOf(consume[0]!)).toEqual(
+        expect.arrayContaining(['sqs:DeleteMessage', 'sqs:ChangeMessageVisibility']),
+      );
+      // Its postponed and parked copies go back to its own queue, and nowhere else.
+      const sends = take((s) => actionsOf(s).join() === 'sqs:SendMessage');
+      expect(sends.map((s) => s.Resource)).toEqual([arnOf(queue)]);
+      expect(take((s) => actionsOf(s).join() === 'sts:AssumeRole').map((s) => s.Resource)).toEqual([arnOf(runRole!)]);
+      expect(take((s) => actionsOf(s).join() === 'lambda:InvokeFunction').map((s) => s.Resource)).toEqual([arnOf(fn)]);
+      const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
+      expect(objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: actionsOf(s) }))).toEqual([
+        { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
+        { keys: `state/shares/${stage}/*`, actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+      ]);
+      expect(take((s) => actionsOf(s).includes('s3:ListBucket')).map((s) => s.Resource)).toEqual([arnOf(stack.bucket)]);
+      // The artifact root key's secret (not install's), and no cluster's token.
+      expect(take((s) => actionsOf(s).some((a) => a.startsWith('secretsmanager:')))).toEqual(
+        usesArtifactKey(stage)
+          ? [{ Effect: 'Allow', Action: 'secretsmanager:GetSecretValue', Resource: { Ref: rootKeyId() } }]
+          : [],
+      );
+      const kms = take((s) => actionsOf(s).some((a) => a.startsWith('kms:')));
+      expect(kms.map((s) => [s.Action, viaServices(s)])).toEqual([
+        ['kms:Decrypt', via('s3', 'lambda', ...(usesArtifactKey(stage) ? ['secretsmanager'] : []))],
+        ['kms:GenerateDataKey', via('s3')],
+      ]);
+      expectLogs(take, dispatcher!);
+      expect(rest()).toEqual([]);
+    },
+  );
+
+  it("a run role's policy names no cluster and fits IAM's 10,240 characters of a role's inline policies, whatever the fleet's size", () => {
+    // The longest names CloudFormation could resolve the tokens to (aws-us-gov, a 63-character bucket).
+    const long: Record<string, string> = {
+      'AWS::Partition': 'aws-us-gov',
+      'AWS::Region': 'us-gov-west-1',
+      'AWS::AccountId': '123456789012',
+    };
+    const concrete = (v: unknown): unknown => {
+      if (Array.isArray(v)) return v.map(concrete);
+      if (typeof v !== 'object' || v === null) return v;
+      const o = v as Json;
+      if ('Ref' in o) return long[o.Ref as string] ?? `${'b'.repeat(63)}`;
+      if ('Fn::GetAtt' in o) return `arn:aws-us-gov:sqs:us-gov-west-1:123456789012:${'q'.repeat(80)}.fifo`;
+      if ('Fn::Join' in o) {
+        const [sep, parts] = o['Fn::Join'] as [string, unknown[]];
+        return parts.map(concrete).join(sep);
+      }
+      return Object.fromEntries(Object.entries(o).map(([k, x]) => [k, concrete(x)]));
+    };
+    for (const stage of PIPELINE_STAGES) {
+      const docs = ofType('AWS::IAM::Policy')
+        .filter(([, p]) =>
+          (p.Properties.Roles as Json[]).some((r) => r.Ref === logicalId(stack.stages[stage].runRole!)),
+        )
+        .map(([, p]) => p.Properties.PolicyDocument);
+      // IAM counts the policy's characters without whitespace.
+      const chars = JSON.stringify(concrete(docs)).length;
+      expect(chars, stage).toBeLessThan(10_240);
+      // No cluster id in it: the fleet's clusters are wildcards of the tables, so joining more changes nothing.
+      expect(JSON.stringify(docs), stage).not.toContain('prod-eu-1');
+    }
+  });
 
   it("a cluster's forwarder role may only send to the entry queues, and only its cluster's forwarder ServiceAccount assumes it", () => {
     expect(Object.keys(stack.forwarderRoles)).toEqual(['prod-eu-1']);
@@ -650,8 +826,9 @@ describe('IAM', () => {
   it('no forwarder role without the context, and one more per cluster through addClusterForwarder', () => {
     expect(apart.forwarderRoles).toEqual({});
     const t = Template.fromStack(apart).toJSON() as { Resources: Record<string, Resource> };
+    // Per stage the function's, the dispatcher's and the run role; the source poll's.
     expect(Object.values(t.Resources).filter((r) => r.Type === 'AWS::IAM::Role')).toHaveLength(
-      PIPELINE_STAGES.length + 1,
+      3 * PIPELINE_STAGES.length + 1,
     );
     expect(() => stack.addClusterForwarder('prod-eu-1', new iam.AccountRootPrincipal())).toThrow(
       'forwarder: prod-eu-1 already has one',
@@ -671,15 +848,17 @@ describe('sender check with another cluster access (clusterAccess)', () => {
       'KappLambdaAccess',
       {
         assets,
+        dispatcherCodeDir,
         architecture: lambda.Architecture.ARM_64,
         fleet: fleetSettings((k) => context[k]),
         clusterAccess: { environment, grant: () => undefined },
       },
     );
+  /** The variables of the dispatchers, the functions that check senders. */
   const functionEnvs = (s: KappLambdaStack) => {
     const t = Template.fromStack(s).toJSON() as { Resources: Record<string, Resource> };
     return PIPELINE_STAGES.map((stage) => {
-      const fnId = s.resolve(s.getLogicalId(s.stages[stage].fn.node.defaultChild as never)) as string;
+      const fnId = s.resolve(s.getLogicalId(s.stages[stage].dispatcher!.node.defaultChild as never)) as string;
       return (t.Resources[fnId]!.Properties.Environment as { Variables: Json }).Variables;
     });
   };
@@ -734,32 +913,36 @@ describe('cluster registry in a bucket of its own', () => {
       expect(env.KAPP_LAMBDA_CLUSTER_REGISTRY).toBe('s3://fleet-registry/kapp-lambda/');
       // No urlAllow in this context: no exception to the URL policy (the documented default).
       expect(env.KAPP_LAMBDA_URL_ALLOW).toBeUndefined();
-      const st = Object.values(t.Resources)
-        .filter((r) => r.Type === 'AWS::IAM::Policy')
-        .filter((p) => (p.Properties.Roles as Json[]).some((r) => r.Ref === id(apart.stages[stage].role)))
-        .flatMap((p) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
-      const registry = st.filter((s) => JSON.stringify(s.Resource).includes('fleet-registry'));
-      expect(registry).toEqual([
-        {
-          Effect: 'Allow',
-          Action: 's3:GetObject',
-          Resource: {
-            'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':s3:::fleet-registry/kapp-lambda/clusters/*']],
+      const statementsOf = (role: IConstruct) =>
+        Object.values(t.Resources)
+          .filter((r) => r.Type === 'AWS::IAM::Policy')
+          .filter((p) => (p.Properties.Roles as Json[]).some((r) => r.Ref === id(role)))
+          .flatMap((p) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
+      // The run role (the stage's tokens and documents) and the dispatcher (the sender check).
+      for (const role of [apart.stages[stage].runRole!, apart.stages[stage].dispatcherRole!]) {
+        const st = statementsOf(role);
+        const registry = st.filter((s) => JSON.stringify(s.Resource).includes('fleet-registry'));
+        expect(registry).toEqual([
+          {
+            Effect: 'Allow',
+            Action: 's3:GetObject',
+            Resource: {
+              'Fn::Join': ['', ['arn:', { Ref: 'AWS::Partition' }, ':s3:::fleet-registry/kapp-lambda/clusters/*']],
+            },
           },
-        },
-      ]);
-      // Install's one prefix of the artifact bucket is its fair shares: it decrypts through S3 and
-      // Lambda, not Secrets Manager (it holds no artifact root key).
-      const decrypt = st.find((s) => s.Action === 'kms:Decrypt')!;
-      const via = list((decrypt.Condition as { StringEquals: Record<string, unknown> }).StringEquals['kms:ViaService']);
-      expect(via).toHaveLength(stage === 'install' ? 2 : 3);
+        ]);
+      }
+      // Install's run role holds no prefix of the artifact bucket (its fair shares are its
+      // dispatcher's), and the registry is elsewhere: it needs the artifact key for nothing.
+      const runKms = statementsOf(apart.stages[stage].runRole!).filter((s) => String(s.Action).startsWith('kms:'));
+      expect(runKms.length > 0).toBe(stage !== 'install');
     }
   });
 });
 
 describe('fleet source poll', () => {
-  it('invokes the index-repo function with the poll event every sourcePollMinutes, no retry', () => {
-    const fn = stack.stages['index-repo'].fn;
+  it('invokes the index-repo dispatcher with the poll event every sourcePollMinutes, no retry', () => {
+    const fn = stack.stages['index-repo'].dispatcher!;
     const [[, schedule]] = ofType('AWS::Scheduler::Schedule') as [[string, Resource]];
     expect(schedule.Properties).toMatchObject({
       ScheduleExpression: 'rate(2 minutes)',
@@ -778,8 +961,8 @@ describe('fleet source poll', () => {
     });
   });
 
-  it('runs as a role the scheduler of this account assumes, allowed to invoke that function only', () => {
-    const fn = stack.stages['index-repo'].fn;
+  it('runs as a role the scheduler of this account assumes, allowed to invoke that dispatcher only', () => {
+    const fn = stack.stages['index-repo'].dispatcher!;
     const [[, schedule]] = ofType('AWS::Scheduler::Schedule') as [[string, Resource]];
     const roleId = ((schedule.Properties.Target as Json).RoleArn as { 'Fn::GetAtt': string[] })['Fn::GetAtt'][0]!;
     const trust = (resources[roleId]!.Properties.AssumeRolePolicyDocument as { Statement: Json[] }).Statement;
@@ -830,23 +1013,21 @@ describe('fleet source poll', () => {
 });
 
 describe('deploy continuation', () => {
-  it('gives the deploy function its own queue for its continuation and the fetch queue for the run lease follow-up: the URLs, SendMessage, and its role as a sender', () => {
+  it('gives the deploy function its own queue for its continuation and the fetch queue for the run lease follow-up: the URLs, SendMessage, and its run role as a sender', () => {
     expect(NEXT_STAGES.deploy).toEqual(['deploy', 'fetch']);
-    const { fn, role, queue } = stack.stages.deploy;
+    const { fn, runRole: role, queue } = stack.stages.deploy;
     const fetchQueue = stack.stages.fetch.queue;
-    const env = (resources[logicalId(fn)]!.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    const envOf = (f: IConstruct) =>
+      (resources[logicalId(f)]!.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
+    const env = envOf(fn);
     expect(env.KAPP_LAMBDA_QUEUE_URL_DEPLOY).toEqual({ Ref: logicalId(queue) });
     expect(env.KAPP_LAMBDA_QUEUE_URL_FETCH).toEqual({ Ref: logicalId(fetchQueue) });
-    expect(JSON.stringify(env.KAPP_LAMBDA_FUNCTION_SENDERS)).toContain(JSON.stringify([logicalId(role), 'RoleId']));
-    const fetchEnv = (
-      resources[logicalId(stack.stages.fetch.fn)]!.Properties.Environment as {
-        Variables: Record<string, unknown>;
-      }
-    ).Variables;
-    expect(JSON.stringify(fetchEnv.KAPP_LAMBDA_FUNCTION_SENDERS)).toContain(
-      JSON.stringify([logicalId(role), 'RoleId']),
-    );
-    const sends = roleStatements(logicalId(role)).filter(
+    for (const dispatcher of [stack.stages.deploy.dispatcher!, stack.stages.fetch.dispatcher!]) {
+      expect(JSON.stringify(envOf(dispatcher).KAPP_LAMBDA_FUNCTION_SENDERS)).toContain(
+        JSON.stringify([logicalId(role!), 'RoleId']),
+      );
+    }
+    const sends = roleStatements(logicalId(role!)).filter(
       (s) => list(s.Action as string[]).join() === 'sqs:SendMessage',
     );
     expect(
@@ -966,6 +1147,9 @@ describe('operator options (context kmsKeyArn, logEncryption, reservedConcurrenc
       PIPELINE_STAGES.length,
     );
     for (const st of PIPELINE_STAGES) {
+      // The dispatcher calls AWS APIs only: outside the VPC (no STS or Lambda endpoint needed there).
+      const dispatcherId = optioned.resolve(optioned.getLogicalId(fns[st].dispatcher!.node.defaultChild as never));
+      expect(t[dispatcherId as string]?.Properties.VpcConfig).toBeUndefined();
       expect(props(st).VpcConfig).toEqual({
         SubnetIds: ['subnet-0a1b2c3d', 'subnet-0e1f2a3b'],
         SecurityGroupIds: [{ 'Fn::GetAtt': [groups[0]?.[0], 'GroupId'] }],
