@@ -5,8 +5,15 @@
  * from the runtime.
  */
 import { describe, expect, it } from 'vitest';
+import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { ConfigError, parseDispatcherEnv } from '../../functions/lib/entry/config.js';
+import { makeDispatcher } from '../../functions/lib/entry/dispatch.js';
+import type { AssumeRoleInput, InvokeInput } from '../../functions/lib/entry/dispatch-aws.js';
+import { createDispatcherDeps } from '../../functions/lib/entry/dispatch-entry.js';
+import type { AwsClients } from '../../functions/lib/entry/lambda-base.js';
+import { memoryLogger } from '../../functions/lib/log.js';
 import { FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts } from '../../layers/bundle.js';
+import { clusterInstallRecord } from './support/cluster-records.js';
 
 const ENV = {
   AWS_REGION: 'eu-west-1',
@@ -89,4 +96,112 @@ describe('the dispatcher bundle', () => {
       expect.arrayContaining(['lambda-runtime:@aws-sdk/client-sts', 'lambda-runtime:@aws-sdk/client-lambda']),
     );
   }, 60_000);
+});
+
+describe('createDispatcherDeps', () => {
+  const FORWARDER = 'AROAFORWARDERALPHA01';
+  // A self-signed certificate's shape (only its shape is checked).
+  const CA_DATA = Buffer.from(
+    [
+      '-----BEGIN CERTIFICATE-----',
+      'MIIBdzCCAR2gAwIBAgIUQm9ndXNDZXJ0aWZpY2F0ZUZvclRlc3RzMAoGCCqGSM49BAMCMA8xDTALBgNVBAMMBHRl',
+      'c3QwHhcNMjYwMTAxMDAwMDAwWhcNMjcwMTAxMDAwMDAwWjAPMQ0wCwYDVQQDDAR0ZXN0MFkwEwYHKoZIzj0CAQYI',
+      '-----END CERTIFICATE-----',
+      '',
+    ].join('\n'),
+  ).toString('base64');
+  /** A cluster document: `eks` auth, cluster alpha's forwarder. */
+  const doc = (id: string) =>
+    JSON.stringify({
+      apiVersion: 'kapp-lambda/v1',
+      kind: 'Cluster',
+      id,
+      endpoint: 'https://abc.gr7.eu-west-1.eks.amazonaws.com',
+      caData: CA_DATA,
+      auth: { kind: 'eks', clusterName: id, region: 'eu-west-1' },
+      ...(id === 'alpha' ? { forwarder: { roleId: FORWARDER } } : {}),
+    });
+
+  /** Fake S3 (the registry's documents) and SQS (every receipt handle proven) clients; fake STS and Lambda calls. */
+  function setup() {
+    const reads: string[] = [];
+    const s3 = {
+      async send(cmd: { constructor: { name: string }; input: { Bucket?: string; Key?: string } }) {
+        reads.push(`${cmd.constructor.name} ${cmd.input.Bucket}/${cmd.input.Key}`);
+        const m = /^registry\/clusters\/([a-z0-9-]+)\.json$/.exec(cmd.input.Key ?? '');
+        if (cmd.constructor.name !== 'GetObjectCommand' || cmd.input.Bucket !== 'fleet-registry' || !m) {
+          throw Object.assign(new Error('NoSuchKey'), { name: 'NoSuchKey' });
+        }
+        const body = Buffer.from(doc(m[1] as string));
+        return {
+          Body: (async function* () {
+            yield body;
+          })(),
+          ETag: '"1"',
+          ContentLength: body.length,
+        };
+      },
+    };
+    const sqs = {
+      async send(cmd: { input: { Entries?: { Id: string }[] } }) {
+        return { Successful: (cmd.input.Entries ?? []).map((e) => ({ Id: e.Id })), Failed: [] };
+      },
+    };
+    const assumed: AssumeRoleInput[] = [];
+    const log = memoryLogger();
+    const invoked: InvokeInput[] = [];
+    const config = parseDispatcherEnv({
+      ...ENV,
+      KAPP_LAMBDA_DISPATCH_STAGE: 'install',
+      KAPP_LAMBDA_QUEUE_URL_INSTALL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/install.fifo',
+      KAPP_LAMBDA_CLUSTER_SHARE: undefined,
+    });
+    const deps = createDispatcherDeps(
+      config,
+      { s3, sqs } as unknown as AwsClients,
+      new DerivedKeyring(Buffer.alloc(32, 9)),
+      {
+        log,
+        sdk: {
+          async assumeRole(input) {
+            assumed.push(input);
+            return {
+              Credentials: {
+                AccessKeyId: 'AKIA',
+                SecretAccessKey: 's',
+                SessionToken: 't',
+                Expiration: new Date(2_000_000_000_000),
+              },
+            };
+          },
+          async invoke(input) {
+            invoked.push(input);
+            return { StatusCode: 200, Payload: new TextEncoder().encode(JSON.stringify({ batchItemFailures: [] })) };
+          },
+        },
+      },
+    );
+    return { dispatch: makeDispatcher('install', deps), reads, assumed, invoked, log };
+  }
+
+  it("runs a forwarder's record as its cluster's run session, invoking the stage function as the cluster's tenant", async () => {
+    const t = setup();
+    const alpha = clusterInstallRecord('alpha', 'pi', 'm1');
+    alpha.attributes = { ...alpha.attributes, SenderId: `${FORWARDER}:pod` };
+    const beta = clusterInstallRecord('beta', 'pi', 'm2');
+    beta.attributes = { ...beta.attributes, SenderId: `${FORWARDER}:pod` };
+    const answer = await t.dispatch({ Records: [alpha, beta] });
+    expect(answer).toEqual({ batchItemFailures: [] });
+    // beta's forwarder is not alpha's: refused before any session.
+    expect(t.assumed.map((a) => [a.RoleArn, a.RoleSessionName])).toEqual([[ENV.KAPP_LAMBDA_RUN_ROLE_ARN, 'alpha']]);
+    expect(t.assumed[0]?.Policy).toContain('arn:aws-us-gov:s3:::fleet-registry/registry/clusters/alpha.json');
+    expect(t.invoked.map((i) => [i.FunctionName, i.TenantId, i.InvocationType])).toEqual([
+      ['kapp-lambda-deploy', 'alpha', 'RequestResponse'],
+    ]);
+    const payload = JSON.parse(new TextDecoder().decode(t.invoked[0]?.Payload));
+    expect(payload).toMatchObject({ clusterId: 'alpha', credentials: { accessKeyId: 'AKIA' } });
+    expect(payload.records.map((r: { messageId: string }) => r.messageId)).toEqual(['m1']);
+    // The registry is read for documents only: no token, no secret.
+    expect(t.reads.every((r) => r.startsWith('GetObjectCommand fleet-registry/registry/clusters/'))).toBe(true);
+  });
 });
