@@ -55,7 +55,7 @@ describe('parseDispatcherEnv', () => {
     expect(c.lambdaEndpoint).toBeUndefined();
   });
 
-  it('needs its own role id with the sender check, its queue, a role ARN, an s3 registry and a stage', () => {
+  it('needs its own role id with the sender check, its queue, a role ARN, an s3 registry, a stage, no bucket prefix', () => {
     const problems = (env: Record<string, string | undefined>) => {
       try {
         parseDispatcherEnv(env);
@@ -76,6 +76,7 @@ describe('parseDispatcherEnv', () => {
     ]);
     expect(problems({ ...ENV, KAPP_LAMBDA_DISPATCH_STAGE: 'forwarder' })).toContain('KAPP_LAMBDA_DISPATCH_STAGE');
     expect(problems({ ...ENV, KAPP_LAMBDA_STAGE_FUNCTION: undefined })).toEqual(['KAPP_LAMBDA_STAGE_FUNCTION']);
+    expect(problems({ ...ENV, KAPP_LAMBDA_BUCKET_PREFIX: 'kapp/' })).toEqual(['KAPP_LAMBDA_BUCKET_PREFIX']);
   });
 });
 

@@ -995,6 +995,12 @@ export function parseDispatcherEnv(env: Readonly<Record<string, string | undefin
       "KAPP_LAMBDA_RECEIVER_ROLE_ID: required with KAPP_LAMBDA_SENDER_CHECK=registry (the sender of the dispatcher's own copies)",
     );
   }
+  // The run sessions' policy (`runSessionPolicy`) names the artifact bucket's keys from its root.
+  if (blankToUndefined(env.KAPP_LAMBDA_BUCKET_PREFIX) !== undefined) {
+    problems.push(
+      "KAPP_LAMBDA_BUCKET_PREFIX: not supported by a dispatcher (the run sessions' policy names the bucket's keys from its root)",
+    );
+  }
   if (!r.success || problems.length > 0) throw new ConfigError(stage, problems);
   const e = r.data;
   const location = parseRegistryLocation(e.KAPP_LAMBDA_CLUSTER_REGISTRY);
