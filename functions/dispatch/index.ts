@@ -1,12 +1,20 @@
 /**
- * PLACEHOLDER of the dispatcher function (docs/decisions.md D15), in the `infra` branch only so
- * the CDK stack has a bundle to point at; the dispatcher helper's branch holds the real one,
- * which replaces this file on merge.
+ * The dispatcher of a stage in the shared mode (docs/decisions.md D15), on AWS Lambda: one
+ * bundle for the five dispatcher functions, each told its stage by `KAPP_LAMBDA_DISPATCH_STAGE`.
+ * It consumes the stage's queue (SQS FIFO event source mapping with `ReportBatchItemFailures`)
+ * in place of the stage function, does each record's edge work (record proof, sender check,
+ * fair share, early delete) and runs each cluster's records in the stage function, invoked
+ * synchronously as that cluster's tenant with that cluster's run session and sealing keys
+ * (`functions/lib/entry/dispatch.ts`). The index-repo dispatcher also takes the source poll
+ * schedule's `{"type":"dev.kapp-lambda.source.poll.v1"}` and runs it in each member cluster.
+ * Configuration: `parseDispatcherEnv` of `functions/lib/entry/config.ts`.
+ *
+ * It runs no tool and has no layer; its bundle holds none of the pipeline, and the AWS SDK is the
+ * Node managed runtime's (`layers/bundle.ts`).
  *
  * @module
  */
+import { dispatcherEntry } from '../lib/entry/dispatch-entry.js';
 
-/** Refuses every invocation: the dispatcher is not built in this branch. */
-export const handler = async (): Promise<never> => {
-  throw new Error('not built');
-};
+/** Handler: `(SqsEvent | SourcePollEvent) => { batchItemFailures }` (see `makeDispatcher`). */
+export const handler = dispatcherEntry(import.meta.url, process.argv[1], process.env);

@@ -29,7 +29,7 @@ import { dispatchedHandler, RunCredentialHolder } from '../../functions/lib/entr
 import type { SqsBatchResponse, SqsEvent, SqsRecord } from '../../functions/lib/entry/stage-handler.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { type RunPolicyTarget, runSessionPolicy } from '../../infra/aws/run-policy.js';
-import { clusterTemplateRecord } from './support/cluster-records.js';
+import { clusterInstallRecord, clusterTemplateRecord } from './support/cluster-records.js';
 
 const keyring = new DerivedKeyring(Buffer.alloc(32, 7));
 const TARGET: RunPolicyTarget = {
@@ -145,7 +145,9 @@ describe('makeDispatcher', () => {
 
   it('drops a record with no valid event (no cluster to run it for) and sends no sealing keys to install', async () => {
     const { dispatch, invokes } = setup(undefined, 'install');
-    const answer = await dispatch({ Records: [{ messageId: 'junk', body: '{}' }, rec('alpha', 'x')] });
+    const answer = await dispatch({
+      Records: [{ messageId: 'junk', body: '{}' }, clusterInstallRecord('alpha', 'x', 'alpha-x1')],
+    });
     expect(answer).toEqual(failures());
     expect(invokes.map((i) => [i.tenant, ids(i.payload.records), 'sealingKeys' in i.payload])).toEqual([
       ['alpha', ['alpha-x1'], false],

@@ -405,6 +405,45 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'every function (`entry/artifact-key.ts`, at cold start)',
   },
   {
+    name: 'KAPP_LAMBDA_DISPATCH_STAGE',
+    default: 'required by a dispatcher',
+    meaning:
+      "the stage a dispatcher function dispatches (`fetch`, `template`, `deploy`, `index-repo`, `install`): it consumes that stage's queue and runs each cluster's records in the stage function under that cluster's run session (the shared mode, docs/decisions.md D15)",
+    readBy: 'the dispatchers (`functions/dispatch/index.ts`)',
+  },
+  {
+    name: 'KAPP_LAMBDA_RUN_ROLE_ARN',
+    default: 'required by a dispatcher',
+    meaning:
+      "the stage's run role (`arn:<partition>:iam::<account>:role/…`), assumed for each cluster with `RoleSessionName` = the cluster id and the inline session policy of `infra/aws/run-policy.ts`; its partition and account name the session policy's resources",
+    readBy: 'the dispatchers',
+  },
+  {
+    name: 'KAPP_LAMBDA_STAGE_FUNCTION',
+    default: 'required by a dispatcher',
+    meaning: "the stage function's name or ARN, invoked synchronously with `TenantId` = the cluster id",
+    readBy: 'the dispatchers',
+  },
+  {
+    name: 'KAPP_LAMBDA_RECEIVER_ROLE_ID',
+    default: 'required by a dispatcher with `KAPP_LAMBDA_SENDER_CHECK=registry`',
+    meaning:
+      "the dispatcher's own role id (`AROA…`): the sender of the copies it sends its queue (parked and postponed records), taken for any event of that queue",
+    readBy: 'the dispatchers',
+  },
+  {
+    name: 'KAPP_LAMBDA_STS_ENDPOINT',
+    default: 'AWS',
+    meaning: 'STS-compatible endpoint (`http(s)://…`)',
+    readBy: 'the dispatchers',
+  },
+  {
+    name: 'KAPP_LAMBDA_LAMBDA_ENDPOINT',
+    default: 'AWS',
+    meaning: "Lambda-compatible endpoint (`http(s)://…`) of the stage function's invoke",
+    readBy: 'the dispatchers',
+  },
+  {
     name: 'AWS_LAMBDA_RUNTIME_API',
     default: 'set by Lambda',
     meaning:
@@ -539,6 +578,15 @@ export interface LambdaConfig {
    * dispatcher's, and `senderCheck` and `shares` are then not used. Unset: it consumes its queue.
    */
   dispatched?: true;
+}
+
+/**
+ * The fair shares of `KAPP_LAMBDA_CLUSTER_SHARE` and `KAPP_LAMBDA_NAMESPACE_SHARE` (default
+ * `defaultNamespaceShare` of the cluster share, never above it); none without a cluster share.
+ */
+function sharesOf(cluster: number | undefined, namespace: number | undefined): LambdaConfig['shares'] {
+  if (cluster === undefined) return undefined;
+  return { cluster, namespace: Math.min(cluster, namespace ?? defaultNamespaceShare(cluster)) };
 }
 
 /** Where a function finds its clusters at run time (`../kube/fleet-registry.ts`). */
@@ -828,13 +876,8 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
       ...(e.KAPP_LAMBDA_CELL_CLUSTER ? { cell: e.KAPP_LAMBDA_CELL_CLUSTER } : {}),
     };
   }
-  if (e.KAPP_LAMBDA_CLUSTER_SHARE !== undefined) {
-    const cluster = e.KAPP_LAMBDA_CLUSTER_SHARE;
-    config.shares = {
-      cluster,
-      namespace: Math.min(cluster, e.KAPP_LAMBDA_NAMESPACE_SHARE ?? defaultNamespaceShare(cluster)),
-    };
-  }
+  const shares = sharesOf(e.KAPP_LAMBDA_CLUSTER_SHARE, e.KAPP_LAMBDA_NAMESPACE_SHARE);
+  if (shares) config.shares = shares;
   if (e.KAPP_LAMBDA_TOOL_TIMEOUT_MS !== undefined) config.toolTimeoutMs = e.KAPP_LAMBDA_TOOL_TIMEOUT_MS;
   if (e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS !== undefined)
     config.maxDeployWaitMs = e.KAPP_LAMBDA_MAX_DEPLOY_WAIT_SECONDS * 1000;
@@ -847,5 +890,177 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     config.controllerConfigTtlMs = e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS * 1000;
   if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;
   if (e.KAPP_LAMBDA_DISPATCHED === 'true') config.dispatched = true;
+  return config;
+}
+
+/**
+ * Settings of a dispatcher function (the shared mode, docs/decisions.md D15; `functions/dispatch/index.ts`):
+ * the subset of a stage function's {@link LambdaConfig} its edge work needs, and the run role,
+ * the stage function and the endpoints of its STS and Lambda clients.
+ */
+export interface DispatcherConfig
+  extends Pick<
+    LambdaConfig,
+    | 'stage'
+    | 'region'
+    | 'bucket'
+    | 'bucketPrefix'
+    | 's3Endpoint'
+    | 'sqsEndpoint'
+    | 'secretsManagerEndpoint'
+    | 'logLevel'
+    | 'maxReceiveCount'
+    | 'shares'
+  > {
+  /** {@link queueUrlEnv}`(<stage>)`: the stage's queue, which the dispatcher consumes and sends copies to. */
+  queueUrl: string;
+  /** `KAPP_LAMBDA_CLUSTER_REGISTRY` (an `s3://` one: its bucket and prefix are in the run sessions' policy) and the rest. */
+  clusterRegistry: ClusterRegistryConfig & { location: { kind: 's3' } };
+  /** `KAPP_LAMBDA_SENDER_CHECK=registry`: the run roles' ids and the dispatcher's own; unset: no check. */
+  senderCheck?: {
+    /** `KAPP_LAMBDA_FUNCTION_SENDERS`: each stage's run role id. */
+    functionSenders: FunctionSender[];
+    /** `KAPP_LAMBDA_RECEIVER_ROLE_ID`. */
+    receiverRoleId: string;
+  };
+  /** `KAPP_LAMBDA_RUN_ROLE_ARN`. */
+  runRoleArn: string;
+  /** The run role ARN's partition (`aws`, `aws-cn`, …) and 12-digit account. */
+  partition: string;
+  account: string;
+  /** `KAPP_LAMBDA_STAGE_FUNCTION`. */
+  stageFunction: string;
+  /** `KAPP_LAMBDA_STS_ENDPOINT`. */
+  stsEndpoint?: string;
+  /** `KAPP_LAMBDA_LAMBDA_ENDPOINT`. */
+  lambdaEndpoint?: string;
+}
+
+/** An IAM role ARN: partition, account, path and name. */
+const ROLE_ARN = /^arn:(aws(?:-[a-z]+)*):iam::(\d{12}):role\/[\w+=,.@/-]{1,512}$/;
+
+/** The dispatcher's own variables (the others are {@link EnvSchema}'s). */
+const DispatcherOwnSchema = z.object({
+  KAPP_LAMBDA_DISPATCH_STAGE: required(
+    z.enum(PIPELINE_STAGES, { error: `expected one of ${PIPELINE_STAGES.join(', ')}` }),
+  ),
+  KAPP_LAMBDA_RUN_ROLE_ARN: required(
+    z.string({ error: 'required' }).regex(ROLE_ARN, { error: 'expected an IAM role ARN' }),
+  ),
+  KAPP_LAMBDA_STAGE_FUNCTION: required(
+    z
+      .string({ error: 'required' })
+      .regex(/^[A-Za-z0-9_:.$-]{1,170}$/, { error: 'expected a Lambda function name or ARN' }),
+  ),
+  KAPP_LAMBDA_RECEIVER_ROLE_ID: optional(
+    z.string().regex(IAM_ROLE_ID_PATTERN, { error: 'expected an IAM role id (AROA…)' }),
+  ),
+  KAPP_LAMBDA_STS_ENDPOINT: optional(httpUrl),
+  KAPP_LAMBDA_LAMBDA_ENDPOINT: optional(httpUrl),
+});
+
+/**
+ * Parses and validates a dispatcher's environment (the variables: {@link LAMBDA_ENV_DOCS}, the
+ * dispatchers' rows and the stage functions' rows it shares: region, bucket, endpoints, its
+ * stage's queue URL, the cluster registry, the sender check, the shares, the receive count, the
+ * log level). The root key's secret is read by `artifactKeyringFromEnv` at cold start, not here.
+ *
+ * @throws ConfigError naming every bad variable (as {@link parseLambdaEnv}; values never echoed),
+ *   under the stage given, or `fetch` when the stage itself is bad.
+ */
+export function parseDispatcherEnv(env: Readonly<Record<string, string | undefined>>): DispatcherConfig {
+  const schema = EnvSchema.pick({
+    AWS_REGION: true,
+    KAPP_LAMBDA_BUCKET: true,
+    KAPP_LAMBDA_BUCKET_PREFIX: true,
+    KAPP_LAMBDA_S3_ENDPOINT: true,
+    KAPP_LAMBDA_SQS_ENDPOINT: true,
+    KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: true,
+    KAPP_LAMBDA_CLUSTER_SECRETS: true,
+    KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS: true,
+    KAPP_LAMBDA_SENDER_CHECK: true,
+    KAPP_LAMBDA_FUNCTION_SENDERS: true,
+    KAPP_LAMBDA_MAX_RECEIVE_COUNT: true,
+    KAPP_LAMBDA_CLUSTER_SHARE: true,
+    KAPP_LAMBDA_NAMESPACE_SHARE: true,
+    KAPP_LAMBDA_LOG_LEVEL: true,
+  })
+    .extend(DispatcherOwnSchema.shape)
+    .extend({
+      KAPP_LAMBDA_CLUSTER_REGISTRY: required(
+        z
+          .string({ error: 'required (s3://bucket/prefix)' })
+          .refine((v) => validLocation(v) && v.startsWith('s3:'), { error: 'expected s3://bucket/prefix' }),
+      ),
+    });
+  const r = schema.safeParse(env);
+  const stage = r.success
+    ? r.data.KAPP_LAMBDA_DISPATCH_STAGE
+    : (PIPELINE_STAGES as readonly string[]).includes(env.KAPP_LAMBDA_DISPATCH_STAGE ?? '')
+      ? (env.KAPP_LAMBDA_DISPATCH_STAGE as PipelineStage)
+      : 'fetch';
+  const problems: string[] = [];
+  if (!r.success) {
+    for (const i of r.error.issues) {
+      const line = envProblem(i);
+      if (!problems.includes(line)) problems.push(line);
+    }
+  }
+  const queueName = queueUrlEnv(stage);
+  const queueUrl = blankToUndefined(env[queueName]);
+  if (queueUrl === undefined || !httpUrl.safeParse(queueUrl).success) {
+    problems.push(`${queueName}: required (the queue the dispatcher consumes), an http(s) URL`);
+  }
+  if (
+    blankToUndefined(env.KAPP_LAMBDA_SENDER_CHECK) === 'registry' &&
+    blankToUndefined(env.KAPP_LAMBDA_RECEIVER_ROLE_ID) === undefined
+  ) {
+    problems.push(
+      "KAPP_LAMBDA_RECEIVER_ROLE_ID: required with KAPP_LAMBDA_SENDER_CHECK=registry (the sender of the dispatcher's own copies)",
+    );
+  }
+  // The run sessions' policy (`runSessionPolicy`) names the artifact bucket's keys from its root.
+  if (blankToUndefined(env.KAPP_LAMBDA_BUCKET_PREFIX) !== undefined) {
+    problems.push(
+      "KAPP_LAMBDA_BUCKET_PREFIX: not supported by a dispatcher (the run sessions' policy names the bucket's keys from its root)",
+    );
+  }
+  if (!r.success || problems.length > 0) throw new ConfigError(stage, problems);
+  const e = r.data;
+  const location = parseRegistryLocation(e.KAPP_LAMBDA_CLUSTER_REGISTRY);
+  const [, partition, account] = ROLE_ARN.exec(e.KAPP_LAMBDA_RUN_ROLE_ARN) as RegExpExecArray;
+  const secrets = e.KAPP_LAMBDA_CLUSTER_SECRETS;
+  const dir = secrets?.startsWith('file:') ? parseRegistryLocation(secrets) : undefined;
+  const config: DispatcherConfig = {
+    stage,
+    region: e.AWS_REGION,
+    bucket: e.KAPP_LAMBDA_BUCKET,
+    bucketPrefix: e.KAPP_LAMBDA_BUCKET_PREFIX,
+    queueUrl: queueUrl as string,
+    clusterRegistry: {
+      location: location as Extract<RegistryLocation, { kind: 's3' }>,
+      secrets: dir?.kind === 'dir' ? { kind: 'dir', root: dir.root } : { kind: 'aws-secretsmanager' },
+      ttlMs: (e.KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS ?? 60) * 1000,
+    },
+    runRoleArn: e.KAPP_LAMBDA_RUN_ROLE_ARN,
+    partition: partition as string,
+    account: account as string,
+    stageFunction: e.KAPP_LAMBDA_STAGE_FUNCTION,
+    logLevel: e.KAPP_LAMBDA_LOG_LEVEL,
+    maxReceiveCount: e.KAPP_LAMBDA_MAX_RECEIVE_COUNT ?? DEFAULT_MAX_ATTEMPTS,
+  };
+  if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
+  if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;
+  if (e.KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT) config.secretsManagerEndpoint = e.KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT;
+  if (e.KAPP_LAMBDA_STS_ENDPOINT) config.stsEndpoint = e.KAPP_LAMBDA_STS_ENDPOINT;
+  if (e.KAPP_LAMBDA_LAMBDA_ENDPOINT) config.lambdaEndpoint = e.KAPP_LAMBDA_LAMBDA_ENDPOINT;
+  if (e.KAPP_LAMBDA_SENDER_CHECK === 'registry') {
+    config.senderCheck = {
+      functionSenders: e.KAPP_LAMBDA_FUNCTION_SENDERS ?? [],
+      receiverRoleId: e.KAPP_LAMBDA_RECEIVER_ROLE_ID as string,
+    };
+  }
+  const shares = sharesOf(e.KAPP_LAMBDA_CLUSTER_SHARE, e.KAPP_LAMBDA_NAMESPACE_SHARE);
+  if (shares) config.shares = shares;
   return config;
 }

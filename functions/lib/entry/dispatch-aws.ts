@@ -1,14 +1,14 @@
 /**
  * The AWS adapters of the dispatcher's ports (`./dispatch.ts`, docs/decisions.md D15): run
  * credentials from STS `AssumeRole`, and the stage function's synchronous invoke in tenant
- * isolation mode. Not yet deployed.
+ * isolation mode.
  *
  * Each adapter takes the one SDK call it makes as a function typed by the fields it uses of the
  * SDK's command input and output (`@aws-sdk/client-sts` `AssumeRoleCommand`,
  * `@aws-sdk/client-lambda` `InvokeCommand`, 3.1178.0: `InvocationRequest.TenantId` is the
  * `X-Amz-Tenant-Id` header), so that the wiring is one line each
- * (`(input) => sts.send(new AssumeRoleCommand(input))`) and these modules load no SDK: neither
- * client is a dependency of the project yet.
+ * (`(input) => sts.send(new AssumeRoleCommand(input))`, `./dispatch-clients.ts`) and this module
+ * loads no SDK (the dispatcher's composition loads it on the first call, `./dispatch-entry.ts`).
  *
  * @module
  */
@@ -174,26 +174,40 @@ export class LambdaStageInvoker implements StageInvoker {
       throw new Error(what, { cause: err });
     }
     if (out.FunctionError !== undefined) throw new Error(`${what}: the function failed (${out.FunctionError})`);
-    const answer = parseBatchResponse(out.Payload);
+    const answer = parseBatchResponse(out.Payload, new Set(payload.records.map((r) => r.messageId)));
     if (!answer) throw new Error(`${what}: the answer is not a batch response`);
     return answer;
   }
 }
 
-/** A stage's answer as a batch response; `undefined` when it is not one. */
-function parseBatchResponse(payload: Uint8Array | undefined): SqsBatchResponse | undefined {
+/**
+ * A stage's answer as a batch response; `undefined` when it is not one. Its `requeue`
+ * (`SqsBatchResponse.requeue`, the dispatched stage's held records) is kept when it is a list of
+ * strings, with only the ids of records `given` (in the stage's order, each once); absent or
+ * empty after that, it is left out. A `requeue` that is not a list of strings makes the answer
+ * none (the stage is not the one this dispatcher speaks to).
+ */
+export function parseBatchResponse(
+  payload: Uint8Array | undefined,
+  given: ReadonlySet<string>,
+): SqsBatchResponse | undefined {
   let v: unknown;
   try {
     v = JSON.parse(new TextDecoder().decode(payload ?? new Uint8Array()));
   } catch {
     return undefined;
   }
-  const failures = (v as { batchItemFailures?: unknown } | null)?.batchItemFailures;
+  const { batchItemFailures: failures, requeue } = (v ?? {}) as { batchItemFailures?: unknown; requeue?: unknown };
   if (!Array.isArray(failures)) return undefined;
   if (!failures.every((f) => typeof (f as { itemIdentifier?: unknown } | null)?.itemIdentifier === 'string')) {
     return undefined;
   }
+  if (requeue !== undefined && !(Array.isArray(requeue) && requeue.every((id) => typeof id === 'string'))) {
+    return undefined;
+  }
+  const kept = [...new Set((requeue ?? []) as string[])].filter((id) => given.has(id));
   return {
     batchItemFailures: failures.map((f) => ({ itemIdentifier: (f as { itemIdentifier: string }).itemIdentifier })),
+    ...(kept.length > 0 ? { requeue: kept } : {}),
   };
 }

@@ -8,21 +8,49 @@
  * environment never serves two clusters. The stage's answer (`batchItemFailures`) becomes the
  * dispatcher's, record by record.
  *
- * Not yet deployed: no function of the stack runs this yet (the dispatcher functions, the run
- * roles and `TenancyConfig` are still to be added to `infra/aws/stack.ts`), and the edge work the
- * stage handler does today (the record proof, the sender and message-group checks, the fair
- * shares, `./stage-handler.ts`) moves here in the wiring step; this core splits, invokes and maps
- * answers back. The AWS adapters of its ports: `./dispatch-aws.ts`; the stage side:
- * `./dispatched.ts`.
+ * The edge work the stage handler does for a stage function that runs its own records
+ * (`./stage-handler.ts`) is done here, before any invoke, with the same code (`./edge.ts`): the
+ * record proof, the edge checks (body, target, message group, sender, and a run role's session
+ * named by the event's cluster), the fair share's slot (taken before the invoke, freed and its
+ * parked records woken after it returns, so the run's session holds no `state/shares/` key),
+ * and the early delete of a cluster's finished message groups while other clusters still run.
+ * The stage's `requeue` (records its deadline held back) is sent back to the queue here, as
+ * postponed copies. The source poll event is run per member cluster ({@link makeDispatcher}).
+ * The AWS adapters of its ports: `./dispatch-aws.ts`; the composition: `./dispatch-entry.ts`;
+ * the stage side: `./dispatched.ts`.
  *
  * @module
  */
-import { objectRefOf, parseEvent } from '../../../events/schema.js';
+import {
+  isSourcePollEvent,
+  type KappEvent,
+  objectRefOf,
+  type SourcePollEvent,
+  subjectOf,
+} from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
+import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
+import type { StageShares } from '../lease/shares.js';
 import { errorText, type Logger } from '../log.js';
+import type { ObjectStore } from '../store/port.js';
+import type { MessageDeleter, MessageRequeuer, RecordProver } from '../transport/port.js';
 import { usesArtifactKey } from './artifact-key.js';
-import type { SqsBatchResponse, SqsEvent, SqsRecord } from './stage-handler.js';
+import {
+  admit,
+  MAX_POSTPONEMENTS,
+  messageGroupLanes,
+  postponementsOf,
+  provenRecords,
+  type RecordOutcome,
+  type SenderCheck,
+  type SqsBatchResponse,
+  type SqsEvent,
+  type SqsRecord,
+  shareUntil,
+  takeShare,
+} from './edge.js';
+import type { LambdaContext } from './stage-handler.js';
 
 /** Temporary credentials of one stage run of one cluster (an STS session's). Never logged. */
 export interface RunSessionCredentials {
@@ -78,6 +106,14 @@ export interface DispatchedBatch {
    * run's session cannot read. Absent for a stage that seals nothing (`install`, `usesArtifactKey`).
    */
   readonly sealingKeys?: WireClusterKeys;
+  /**
+   * Set (with no records) for the source poll of this cluster (`SourcePollEvent`, index-repo
+   * only): the stage runs `pollSources` with its registry narrowed to `clusterId`, so it pokes only
+   * this cluster's members of the fleet's source poll records and reads no other cluster's
+   * objects; each record's resolution is claimed once per period by compare-and-swap, so of the
+   * clusters' polls one resolves each source. Absent: a batch of records.
+   */
+  readonly poll?: true;
 }
 
 /**
@@ -93,75 +129,160 @@ export interface StageInvoker {
   invoke(stage: PipelineStage, tenantId: string, payload: DispatchedBatch): Promise<SqsBatchResponse>;
 }
 
-/** The ports of {@link makeDispatcher}. */
+/** The ports of {@link makeDispatcher}; the optional ones are the edge work of `./edge.ts`. */
 export interface DispatcherDeps {
   credentials: RunCredentials;
   invoker: StageInvoker;
   /** The fleet's per-cluster keys (`DerivedKeyring` over the artifact root key): the tag and the sealing keys. */
   keyring: ClusterKeyring;
   log: Logger;
+  /**
+   * Proves each record a message of the stage's queue in flight now (`EntryDeps.prover`), before
+   * its `SenderId` is trusted. Default none (unit tests, emulators without the check).
+   */
+  prover?: RecordProver;
+  /** The sender check (`EntryDeps.checkSender`, with `SenderPolicy.runSessions`). Default none. */
+  checkSender?: SenderCheck;
+  /** The fair shares of the stage's slots (`EntryDeps.shares`). Default none: every record is invoked. */
+  shares?: StageShares;
+  /**
+   * Deletes a cluster's message groups whose records all ended while other clusters' invokes
+   * still run (`EntryDeps.deleter`). Default none.
+   */
+  deleter?: MessageDeleter;
+  /**
+   * Sends the records the stage names in its `requeue` back to the queue as postponed copies.
+   * Default none: they fail instead (back through `batchItemFailures`).
+   */
+  requeuer?: MessageRequeuer;
+  /**
+   * The clusters the source poll runs for ({@link sourcePollClusters}); a throw fails the poll's
+   * invocation (the schedule runs it again). Default none: a poll event is dropped (logged).
+   */
+  pollClusters?: () => Promise<readonly string[]>;
 }
 
-/** The records of one cluster, in batch order. */
-interface ClusterBatch {
-  readonly clusterId: string;
-  readonly records: SqsRecord[];
+/** A record past its edge checks and holding its slot (if shares are on), to be invoked. */
+interface Admitted {
+  readonly record: SqsRecord;
+  readonly event: KappEvent;
+  readonly release?: () => Promise<void>;
 }
+
+/** How many clusters' source polls run at once ({@link makeDispatcher}): 8. */
+export const POLL_INVOKE_CONCURRENCY = 8;
 
 /**
- * Splits a batch by cluster: one {@link ClusterBatch} per cluster id the records' events name,
- * in the order of each cluster's first record, each keeping its records in batch order (so the
- * records of one message group, which are all of one object and so of one cluster, stay
- * together and in order). A record whose body is not a valid event names no cluster.
- *
- * @returns the clusters' batches and the records that name no cluster.
+ * Where the fleet's source poll records are (`SOURCE_POLL_PREFIX` of
+ * `../pipeline/source-poll.ts`, repeated so the dispatcher's bundle carries none of the pipeline;
+ * a unit test holds them equal).
  */
-export function splitByCluster(records: readonly SqsRecord[]): {
-  clusters: ClusterBatch[];
-  invalid: SqsRecord[];
-} {
-  const clusters = new Map<string, SqsRecord[]>();
-  const invalid: SqsRecord[] = [];
-  for (const record of records) {
-    const parsed = parseEvent(typeof record.body === 'string' ? record.body : '');
-    if (!parsed.ok) {
-      invalid.push(record);
-      continue;
-    }
-    const { clusterId } = objectRefOf(parsed.event);
-    const batch = clusters.get(clusterId);
-    if (batch) batch.push(record);
-    else clusters.set(clusterId, [record]);
-  }
-  return { clusters: [...clusters].map(([clusterId, rs]) => ({ clusterId, records: rs })), invalid };
-}
+export const SOURCE_POLL_RECORDS_PREFIX = 'cache/source-poll/sha256/';
 
 /** `ClusterKeys` as {@link WireClusterKeys}. */
 function wireKeys(keys: { tag: string; encKey: Buffer; macKey: Buffer }): WireClusterKeys {
   return { tag: keys.tag, encKey: keys.encKey.toString('base64'), macKey: keys.macKey.toString('base64') };
 }
 
+/** Runs `work` over `items`, at most `concurrency` at once; resolves when all settled (`work` must not throw). */
+async function pooled<T>(items: readonly T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
+  const next = items.values();
+  const worker = async (): Promise<void> => {
+    for (let it = next.next(); !it.done; it = next.next()) await work(it.value);
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, items.length)) }, worker));
+}
+
 /**
- * Builds the dispatcher of `stage`: the handler of the stage queue's event source mapping. Each
- * cluster's records ({@link splitByCluster}) go to the stage function in one synchronous invoke
+ * The clusters with members in the fleet's source poll records (`cache/source-poll/sha256/*.json`,
+ * `SourcePollRecord.members[].cluster`), sorted: whom the source poll is run for. A record that is
+ * not JSON is skipped (the poll itself logs it); a member whose cluster is no cluster id is ignored.
+ *
+ * @throws StoreError when the records cannot be listed or read.
+ */
+export async function sourcePollClusters(store: ObjectStore): Promise<string[]> {
+  const keys: string[] = [];
+  for (let page = await store.list(SOURCE_POLL_RECORDS_PREFIX); ; ) {
+    keys.push(...page);
+    if (page.length < 1000) break;
+    page = await store.list(SOURCE_POLL_RECORDS_PREFIX, { startAfter: page[page.length - 1] });
+  }
+  const clusters = new Set<string>();
+  await pooled(keys, POLL_INVOKE_CONCURRENCY, async (key) => {
+    const body = await store.get(key);
+    let members: unknown;
+    try {
+      members = (JSON.parse(body?.toString('utf8') ?? 'null') as { members?: unknown } | null)?.members;
+    } catch {
+      return;
+    }
+    if (!Array.isArray(members)) return;
+    for (const m of members) {
+      const cluster = (m as { cluster?: unknown } | null)?.cluster;
+      if (typeof cluster === 'string' && CLUSTER_ID_PATTERN.test(cluster)) clusters.add(cluster);
+    }
+  });
+  return [...clusters].sort();
+}
+
+/** What one cluster's invoke answered, restricted to the records it carried. */
+interface ClusterAnswer {
+  /** Whether the stage answered (else every record carried failed). */
+  readonly answered: boolean;
+  /** The records the stage failed, or every record carried when the invoke failed. */
+  readonly failed: ReadonlySet<string>;
+  /** The records the stage held back, to be sent back as copies (in the stage's order; none failed). */
+  readonly requeue: readonly string[];
+}
+
+/**
+ * Builds the dispatcher of `stage`: the handler of the stage queue's event source mapping and of
+ * the stage's source poll schedule.
+ *
+ * **A batch.** The records are proven messages of the queue (`deps.prover`), then, one message
+ * group after another in batch order and the groups side by side, each passes the edge checks
+ * (`admit` of `./edge.ts`; refused, invalid and misrouted records are dropped) and takes its
+ * slot of the fair shares (`deps.shares`: a record over its cluster's or namespace's share is
+ * parked and acknowledged, and is never invoked); a record that fails either fails the later
+ * records of its group without checking them (`skipped`), as the stage handler does. Each
+ * cluster's remaining records then go to the stage function in one synchronous invoke
  * ({@link StageInvoker}, `TenantId` = the cluster id) with that cluster's run credentials and
- * sealing keys; the clusters' invokes run side by side. A record the stage names in its
+ * sealing keys; the clusters' invokes run side by side. When an invoke returns or throws, its
+ * records' slots are released (waking the cluster's parked records); the records the stage names
+ * in `requeue` are sent back as postponed copies (one requeue per message group, all or none; a
+ * group with a record past `MAX_POSTPONEMENTS` or without a message group, or a requeue that
+ * fails, fails instead); and if other clusters still run, the cluster's message groups whose
+ * records all ended are deleted early (`deps.deleter`). A record the stage names in its
  * `batchItemFailures` fails; an invoke that fails, or whose credentials or keys could not be
- * had, fails exactly the records it carried; the other clusters' records keep their outcomes.
- * A record whose body is no valid event is dropped (acknowledged and logged, the stage handler's
- * `invalid`): it names no cluster to run it for.
+ * had, fails exactly the records it carried. The stage's answer may name only records it was
+ * given: any other identifier is ignored (logged), so one cluster's run cannot fail, hold back or
+ * requeue another cluster's records.
  *
- * The stage's answer may name only records it was given: an identifier it was not is ignored
- * (logged), so one cluster's run cannot fail, and so hold back, another cluster's records.
+ * **The source poll** (`SourcePollEvent`, index-repo only; another stage drops it): the poll
+ * pokes the members of the fleet's source poll records after reading each member's object in its
+ * cluster, which in the shared mode only a session of that cluster may do, and the dispatcher
+ * itself holds no cluster's tokens and runs no resolver. So it invokes the stage once per
+ * cluster with members (`deps.pollClusters`), {@link POLL_INVOKE_CONCURRENCY} at once, each a
+ * {@link DispatchedBatch} with no records and `poll` set, under that cluster's session: each
+ * poll pokes its own cluster's members only, and resolves the sources due (one resolution per
+ * source per period fleet-wide: the records are claimed by compare-and-swap). A cluster whose
+ * poll fails is logged and polled again at the next period; a failure to list the clusters fails
+ * the invocation.
  *
- * @returns the handler; it never rejects (every problem ends in its records' failures).
+ * @returns the handler; it never rejects on a batch (every problem ends in its records'
+ *   failures), and rejects a poll only when `deps.pollClusters` does.
  */
 export function makeDispatcher(
   stage: PipelineStage,
   deps: DispatcherDeps,
-): (event: SqsEvent) => Promise<SqsBatchResponse> {
-  const runCluster = async ({ clusterId, records }: ClusterBatch): Promise<Set<string>> => {
-    const log = deps.log.child({ stage, clusterId });
+): (event: SqsEvent | SourcePollEvent, context?: LambdaContext) => Promise<SqsBatchResponse> {
+  /** One cluster's invoke: `records` (none for a poll), mapped to what the stage may answer of them. */
+  const invokeCluster = async (
+    clusterId: string,
+    records: readonly SqsRecord[],
+    log: Logger,
+    poll = false,
+  ): Promise<ClusterAnswer> => {
     const carried = new Set(records.map((r) => r.messageId));
     let answer: SqsBatchResponse;
     try {
@@ -177,37 +298,190 @@ export function makeDispatcher(
           expiration: c.expiration.toISOString(),
         },
         ...(usesArtifactKey(stage) ? { sealingKeys: wireKeys(keys) } : {}),
+        ...(poll ? { poll: true as const } : {}),
       };
       answer = await deps.invoker.invoke(stage, clusterId, payload);
     } catch (err) {
       log.error(
-        { outcome: 'failed', records: records.length, error: errorText(err) },
-        "could not run the cluster's records in the stage function; they will be retried",
+        { outcome: 'failed', records: records.length, ...(poll ? { poll } : {}), error: errorText(err) },
+        poll
+          ? "could not run the cluster's source poll in the stage function; the next poll runs it"
+          : "could not run the cluster's records in the stage function; they will be retried",
       );
-      return carried;
+      return { answered: false, failed: carried, requeue: [] };
     }
-    const failed = new Set<string>();
-    for (const { itemIdentifier } of answer.batchItemFailures) {
-      if (carried.has(itemIdentifier)) failed.add(itemIdentifier);
-      else
-        log.warn(
-          { itemIdentifier: String(itemIdentifier).slice(0, 128) },
-          'the stage failed a record it was not given; ignored',
-        );
-    }
-    return failed;
+    const given = (id: unknown, field: string): id is string => {
+      if (typeof id === 'string' && carried.has(id)) return true;
+      log.warn(
+        { itemIdentifier: String(id).slice(0, 128), field },
+        'the stage named a record it was not given; ignored',
+      );
+      return false;
+    };
+    const failed = new Set(
+      answer.batchItemFailures.map((f) => f.itemIdentifier).filter((id) => given(id, 'batchItemFailures')),
+    );
+    const requeue = [...new Set(answer.requeue ?? [])].filter((id) => given(id, 'requeue') && !failed.has(id));
+    return { answered: true, failed, requeue };
   };
 
-  return async (event) => {
-    const received = Array.isArray(event.Records) ? event.Records : [];
-    const { clusters, invalid } = splitByCluster(received);
-    for (const r of invalid) {
-      deps.log
-        .child({ messageId: String(r.messageId).slice(0, 128) })
-        .warn({ stage, outcome: 'invalid' }, 'invalid event (no cluster to run it for); dropped');
+  /**
+   * Sends the records `ids` (the stage's `requeue`, in its order) back to the queue, one requeue
+   * per message group, all of a group or none.
+   * @returns the ids not sent back (they fail). Never throws.
+   */
+  const requeueHeld = async (carried: readonly SqsRecord[], ids: readonly string[], log: Logger): Promise<string[]> => {
+    const byId = new Map(carried.map((r) => [r.messageId, r]));
+    const notSent: string[] = [];
+    const lanes = messageGroupLanes(ids.map((id) => byId.get(id) as SqsRecord));
+    await Promise.all(
+      lanes.map(async (lane) => {
+        const why =
+          deps.requeuer === undefined
+            ? 'the dispatcher has no requeuer'
+            : lane.some((r) => postponementsOf(r) >= MAX_POSTPONEMENTS)
+              ? `postponed ${MAX_POSTPONEMENTS} times already (MAX_POSTPONEMENTS)`
+              : lane.some((r) => r.attributes?.MessageGroupId === undefined)
+                ? 'the record has no message group'
+                : await deps.requeuer
+                    .requeue(
+                      lane.map((r) => ({
+                        messageId: r.messageId,
+                        body: r.body,
+                        messageGroupId: r.attributes?.MessageGroupId as string,
+                        postponements: postponementsOf(r) + 1,
+                      })),
+                    )
+                    .then(
+                      () => undefined,
+                      (err: unknown) => `the requeue failed: ${errorText(err)}`,
+                    );
+        for (const r of lane) {
+          const rlog = log.child({ messageId: r.messageId });
+          if (why === undefined) {
+            rlog.info(
+              { stage, outcome: 'postponed' satisfies RecordOutcome, postponements: postponementsOf(r) + 1 },
+              'held back by the stage function; sent back to its queue without spending a receive',
+            );
+          } else {
+            notSent.push(r.messageId);
+            rlog.warn(
+              { stage, outcome: 'deadline' satisfies RecordOutcome, notPostponed: why },
+              'held back by the stage function; returned to the queue',
+            );
+          }
+        }
+      }),
+    );
+    return notSent;
+  };
+
+  const runPoll = async (log: Logger): Promise<void> => {
+    if (stage !== 'index-repo' || !deps.pollClusters) {
+      log.warn({ stage }, 'source poll event sent to a dispatcher that does not poll; dropped');
+      return;
     }
+    const clusters = await deps.pollClusters();
+    let failed = 0;
+    await pooled(clusters, POLL_INVOKE_CONCURRENCY, async (clusterId) => {
+      if (!(await invokeCluster(clusterId, [], log.child({ stage, clusterId }), true)).answered) failed += 1;
+    });
+    log.info({ stage, clusters: clusters.length, failed }, 'source poll run in each member cluster');
+  };
+
+  return async (event, context) => {
+    const log = context?.awsRequestId ? deps.log.child({ awsRequestId: context.awsRequestId }) : deps.log;
+    if (isSourcePollEvent(event)) {
+      await runPoll(log);
+      return { batchItemFailures: [] };
+    }
+    const received = Array.isArray(event.Records) ? event.Records : [];
+    const remaining = context?.getRemainingTimeInMillis?.();
     const failed = new Set<string>();
-    for (const ids of await Promise.all(clusters.map(runCluster))) for (const id of ids) failed.add(id);
+    const fail = (r: SqsRecord) => failed.add(r.messageId);
+    const records = deps.prover ? await provenRecords(stage, received, deps.prover, remaining, log, fail) : received;
+    const until = shareUntil(remaining);
+    const admitted = new Map<SqsRecord, Admitted>();
+    const lanes = messageGroupLanes(records);
+    await Promise.all(
+      lanes.map(async (lane) => {
+        let laneFailed = false;
+        for (const record of lane) {
+          const rlog = log.child({ messageId: record.messageId });
+          if (laneFailed) {
+            fail(record);
+            rlog.warn(
+              { stage, outcome: 'skipped' satisfies RecordOutcome },
+              'earlier event of this object failed; retried after it',
+            );
+            continue;
+          }
+          const event = await admit(stage, record, deps, rlog);
+          if (event === 'failed') laneFailed = true;
+          if (typeof event === 'string') {
+            if (event === 'failed') fail(record);
+            continue;
+          }
+          const elog = rlog.child({ subject: subjectOf(objectRefOf(event)), eventId: event.id });
+          const slot = deps.shares ? await takeShare(stage, record, event, deps.shares, until, elog) : undefined;
+          if (slot === 'failed') {
+            fail(record);
+            laneFailed = true;
+          } else if (slot !== 'postponed')
+            admitted.set(record, { record, event, ...(slot ? { release: slot.release } : {}) });
+        }
+      }),
+    );
+    const byCluster = new Map<string, Admitted[]>();
+    for (const r of records) {
+      const a = admitted.get(r);
+      if (!a) continue;
+      const { clusterId } = objectRefOf(a.event);
+      byCluster.set(clusterId, [...(byCluster.get(clusterId) ?? []), a]);
+    }
+    const carriedBy = new Map<string, string>();
+    for (const [clusterId, as] of byCluster) for (const a of as) carriedBy.set(a.record.messageId, clusterId);
+    let unfinished = byCluster.size;
+    const deletes: Promise<void>[] = [];
+    await Promise.all(
+      [...byCluster].map(async ([clusterId, as]) => {
+        const clog = log.child({ stage, clusterId });
+        const carried = as.map((a) => a.record);
+        let answer: ClusterAnswer;
+        try {
+          answer = await invokeCluster(clusterId, carried, clog);
+        } finally {
+          await Promise.all(as.map((a) => a.release?.()));
+        }
+        for (const id of answer.failed) failed.add(id);
+        for (const id of await requeueHeld(carried, answer.requeue, clog)) failed.add(id);
+        unfinished--;
+        if (!deps.deleter || unfinished === 0) return;
+        // The cluster's message groups whose records all ended (none failed, none carried by a
+        // cluster still running): their next events need not wait for the other clusters' invokes.
+        const done = lanes.filter(
+          (lane) =>
+            lane.some((r) => carriedBy.get(r.messageId) === clusterId) &&
+            lane.every(
+              (r) =>
+                !failed.has(r.messageId) &&
+                (carriedBy.get(r.messageId) ?? clusterId) === clusterId &&
+                typeof r.receiptHandle === 'string',
+            ),
+        );
+        if (done.length === 0) return;
+        const deleter = deps.deleter;
+        deletes.push(
+          deleter.delete(done.flat().map((r) => r.receiptHandle as string)).catch((err: unknown) => {
+            clog.warn(
+              { messageIds: done.flat().map((r) => r.messageId), error: errorText(err) },
+              'could not delete handled events early; the event source mapping deletes them when the invocation returns',
+            );
+          }),
+        );
+      }),
+    );
+    await Promise.all(deletes);
     return {
       batchItemFailures: received.filter((r) => failed.has(r.messageId)).map((r) => ({ itemIdentifier: r.messageId })),
     };

@@ -8,8 +8,6 @@
  */
 
 import type { PipelineStage } from '../api/functions.js';
-import { dispatchEvent } from '../pipeline/dispatch.js';
-import { pollSources } from '../pipeline/repo/index.js';
 import { type EntryDeps, makeStageHandler, type SqsHandler } from './stage-handler.js';
 
 export * from './stage-handler.js';
@@ -24,5 +22,11 @@ export * from './stage-handler.js';
  * @returns the handler.
  */
 export function makeSqsHandler(stage: PipelineStage, depsFactory: () => EntryDeps | Promise<EntryDeps>): SqsHandler {
-  return makeStageHandler(stage, depsFactory, async () => ({ dispatch: dispatchEvent, pollSources }));
+  return makeStageHandler(stage, depsFactory, async () => {
+    const [{ dispatchEvent }, { pollSources }] = await Promise.all([
+      import('../pipeline/dispatch.js'),
+      import('../pipeline/repo/index.js'),
+    ]);
+    return { dispatch: dispatchEvent, pollSources };
+  });
 }

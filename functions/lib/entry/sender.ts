@@ -218,6 +218,21 @@ export interface SenderPolicy {
    */
   readonly receiver?: PipelineStage;
   /**
+   * The role id (`AROA…`) of the dispatcher of this function's queue (the shared mode,
+   * docs/decisions.md D15, `KAPP_LAMBDA_RECEIVER_ROLE_ID`): it sends the queue only copies of
+   * records it took from there (parked and postponed ones), so it may send any event whose target
+   * is {@link SenderPolicy.receiver}, and nothing else. Unset: no such role.
+   */
+  readonly receiverRoleId?: string;
+  /**
+   * Whether the roles of {@link SenderPolicy.functionSenders} are run roles (D15): each session
+   * is one cluster's, named by its id (`RoleSessionName`, so SQS's `SenderId` is
+   * `<run role id>:<cluster id>`), and an event a run sends must name that cluster. Why: the
+   * run role itself may send any cluster's events; only the session name binds the run to its
+   * cluster. Unset: function roles send for any cluster (the stage functions' own roles).
+   */
+  readonly runSessions?: boolean;
+  /**
    * A cluster's forwarder as its registry document names it; `undefined` when the cluster is
    * not registered. May throw (registry unreadable): the record then fails and is retried.
    */
@@ -250,8 +265,18 @@ export async function senderRefusal(
   }
   if (!senderId) return 'the message has no SenderId';
   const principal = senderPrincipal(senderId);
+  if (policy.receiverRoleId !== undefined && principal === policy.receiverRoleId) {
+    if (policy.receiver !== undefined && targetFunction(event) === policy.receiver) return undefined;
+    return `sender ${principal} is the dispatcher's role, which sends only copies of its own queue's events, not ${named(event)}`;
+  }
   const stages = policy.functionSenders.get(principal);
   if (stages !== undefined) {
+    if (policy.runSessions) {
+      const session = senderId.slice(principal.length + 1);
+      if (session !== clusterId) {
+        return `sender ${principal} is the run role of the ${stages.join(' and ')} function, and its session ${JSON.stringify(session.slice(0, 64))} is not cluster ${clusterId}'s`;
+      }
+    }
     if (stages.some((s) => mayEmit(s, event))) return undefined;
     if (
       policy.receiver !== undefined &&

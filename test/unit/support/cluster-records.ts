@@ -6,6 +6,7 @@
 import {
   type KappEvent,
   type ObjectRef,
+  objectEvent,
   objectRefOf,
   orderingKey,
   serializeEvent,
@@ -31,7 +32,29 @@ export function clusterTemplateEvent(clusterId: string, name: string, n = 1): Ka
  * @param messageId - default `<name><n>`.
  */
 export function clusterTemplateRecord(clusterId: string, name: string, n = 1, messageId = `${name}${n}`): SqsRecord {
-  const e = clusterTemplateEvent(clusterId, name, n);
+  return recordOf(clusterTemplateEvent(clusterId, name, n), messageId);
+}
+
+/**
+ * The record of an object event (reason `modified`) of PackageInstall `ns/<name>` of
+ * cluster `clusterId`: an event for the install function, first receive.
+ */
+export function clusterInstallRecord(clusterId: string, name: string, messageId = name): SqsRecord {
+  const object: ObjectRef = {
+    clusterId,
+    kind: 'PackageInstall',
+    apiVersion: 'packaging.carvel.dev/v1alpha1',
+    namespace: 'ns',
+    name,
+    uid: `uid-${name}`,
+    generation: 1,
+    resourceVersion: '1',
+  };
+  return recordOf(objectEvent(object, 'modified', { time }), messageId);
+}
+
+/** `e` as its first receive: receipt handle `h-<messageId>`, its object's message group. */
+export function recordOf(e: KappEvent, messageId: string): SqsRecord {
   return {
     messageId,
     receiptHandle: `h-${messageId}`,

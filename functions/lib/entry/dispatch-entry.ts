@@ -1,0 +1,163 @@
+/**
+ * The composition of a dispatcher function (the shared mode, docs/decisions.md D15;
+ * `functions/dispatch/index.ts`): from its environment ({@link parseDispatcherEnv}) to
+ * {@link makeDispatcher}'s ports on AWS. The artifact root key is read at cold start (the
+ * dispatcher derives each cluster's sealing keys and tag from it); the AWS SDK's modules load on
+ * the first call that sends (`./lambda-base.ts`, `./dispatch-clients.ts`).
+ *
+ * What it holds, and what it does not: its role's own credentials (its queue, the registry's
+ * documents, `state/shares/`, the root key, `sts:AssumeRole` on the run role, the invoke of the
+ * stage function). It never mints or reads a cluster's token: its registry reads documents only
+ * (the sender check's forwarders), with a secret store and AWS credentials that refuse, so an
+ * `eks` or `token` cluster's identity cannot be had through it. It runs no tool and loads none of
+ * the pipeline (`test/unit/dispatch-entry.test.ts` holds its bundle to that).
+ *
+ * @module
+ */
+import type { PipelineStage } from '../api/functions.js';
+import type { ClusterKeyring } from '../artifact/keyring.js';
+import { StoreClusterRegistry } from '../kube/fleet-registry.js';
+import { StageShares } from '../lease/shares.js';
+import type { Logger } from '../log.js';
+import { S3Store } from '../store/s3.js';
+import { SqsMessageDeleter, SqsMessageRequeuer, SqsRecordProver } from '../transport/sqs.js';
+import { artifactKeyringFromEnv } from './artifact-key.js';
+import { type DispatcherConfig, parseDispatcherEnv } from './config.js';
+import { type DispatcherDeps, makeDispatcher, sourcePollClusters } from './dispatch.js';
+import { LambdaStageInvoker, StsRunCredentials } from './dispatch-aws.js';
+import type { DispatchSdk } from './dispatch-clients.js';
+import { type AwsClients, createLambdaLogger, lazyAwsClients } from './lambda-base.js';
+import { lambdaBootstrap } from './runtime-api.js';
+import { senderRefusal } from './sender.js';
+
+/** Overrides of {@link createDispatcherDeps} (tests). */
+export interface DispatcherDepsOverrides {
+  /** Default {@link createLambdaLogger} with `dispatcher: true` on every line. */
+  log?: Logger;
+  /** Default the clients of `./dispatch-clients.ts`, made on the first call. */
+  sdk?: DispatchSdk;
+}
+
+/** The dispatcher's STS and Lambda calls, their SDK module loaded on the first call. */
+function lazyDispatchSdk(config: DispatcherConfig): DispatchSdk {
+  let sdk: Promise<DispatchSdk> | undefined;
+  const made = () => (sdk ??= import('./dispatch-clients.js').then((m) => m.createDispatchSdk(config)));
+  return {
+    assumeRole: async (input) => await (await made()).assumeRole(input),
+    invoke: async (input) => await (await made()).invoke(input),
+  };
+}
+
+/** Refuses every ask: the dispatcher holds no cluster's identity. */
+const NO_CLUSTER_IDENTITY = async (): Promise<never> => {
+  throw new Error("the dispatcher reads no cluster's credentials (a run session of the cluster does)");
+};
+
+/**
+ * Builds the ports of a dispatcher: its stage's queue (record proof, early delete, requeue), the
+ * fair shares in the artifact bucket, the sender check over the registry's documents (run roles'
+ * sessions bound to their cluster, the dispatcher's own role as the sender of its copies), the
+ * run sessions (`StsRunCredentials` of the run role, under `runSessionPolicy` of the bucket and
+ * registry configured), the stage function's invoke, and, for index-repo, the source poll's
+ * member clusters.
+ */
+export function createDispatcherDeps(
+  config: DispatcherConfig,
+  clients: AwsClients,
+  keyring: ClusterKeyring,
+  overrides: DispatcherDepsOverrides = {},
+): DispatcherDeps {
+  const log = overrides.log ?? createLambdaLogger(config).child({ dispatcher: true });
+  const sdk = overrides.sdk ?? lazyDispatchSdk(config);
+  const store = new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix });
+  const { location } = config.clusterRegistry;
+  const registry = new StoreClusterRegistry({
+    store: new S3Store({ client: clients.s3, bucket: location.bucket, prefix: location.prefix }),
+    stage: config.stage,
+    credentials: NO_CLUSTER_IDENTITY,
+    secrets: { read: NO_CLUSTER_IDENTITY },
+    ttlMs: config.clusterRegistry.ttlMs,
+  });
+  const requeuer = new SqsMessageRequeuer(clients.sqs, config.queueUrl);
+  const check = config.senderCheck;
+  const functionSenders = new Map<string, PipelineStage[]>();
+  for (const { stage, roleId } of check?.functionSenders ?? []) {
+    functionSenders.set(roleId, [...(functionSenders.get(roleId) ?? []), stage]);
+  }
+  return {
+    log,
+    keyring,
+    credentials: new StsRunCredentials({
+      assumeRole: (input) => sdk.assumeRole(input),
+      roleArn: () => config.runRoleArn,
+      target: {
+        partition: config.partition,
+        region: config.region,
+        account: config.account,
+        bucket: config.bucket,
+        registry: { bucket: location.bucket, prefix: location.prefix },
+      },
+    }),
+    invoker: new LambdaStageInvoker({ invoke: (input) => sdk.invoke(input), functionName: () => config.stageFunction }),
+    requeuer,
+    deleter: new SqsMessageDeleter(clients.sqs, config.queueUrl),
+    ...(check
+      ? {
+          prover: new SqsRecordProver(clients.sqs, config.queueUrl),
+          checkSender: (event, senderId) =>
+            senderRefusal(
+              {
+                functionSenders,
+                receiver: config.stage,
+                receiverRoleId: check.receiverRoleId,
+                runSessions: true,
+                forwarderOf: (clusterId) => registry.forwarderOf(clusterId),
+              },
+              event,
+              senderId,
+            ),
+        }
+      : {}),
+    ...(config.shares
+      ? {
+          shares: new StageShares({
+            store,
+            requeuer,
+            clusterShare: config.shares.cluster,
+            namespaceShare: config.shares.namespace,
+          }),
+        }
+      : {}),
+    ...(config.stage === 'index-repo' ? { pollClusters: () => sourcePollClusters(store) } : {}),
+  };
+}
+
+/**
+ * Everything the dispatcher's entry file does: install the bootstrap (when the bundle is its own
+ * process), read the configuration once from `env`, read the artifact root key (cold start),
+ * build the handler, and start the Runtime API loop when the bundle is the main module. The ports
+ * ({@link createDispatcherDeps}) are made on the first invocation.
+ *
+ * @throws ConfigError (via the bootstrap's fatal handler when main) for a bad configuration.
+ */
+export function dispatcherEntry(
+  moduleUrl: string,
+  argv1: string | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+): ReturnType<typeof makeDispatcher> {
+  const bootstrap = lambdaBootstrap({ moduleUrl, argv1, runtimeApi: env.AWS_LAMBDA_RUNTIME_API });
+  const config = parseDispatcherEnv(env);
+  // Every stage's run session is fenced by its cluster's tag (`private/<tag>/`), so every
+  // dispatcher reads the key, install's too (whose run gets no sealing keys).
+  const keyring = artifactKeyringFromEnv(config.stage, env, async () =>
+    (await import('./secrets-client.js')).createSecretsManagerClient(config),
+  );
+  keyring.warm();
+  let dispatch: ReturnType<typeof makeDispatcher> | undefined;
+  const handler: ReturnType<typeof makeDispatcher> = async (event, context) => {
+    dispatch ??= makeDispatcher(config.stage, createDispatcherDeps(config, lazyAwsClients(config), keyring));
+    return await dispatch(event, context);
+  };
+  bootstrap.start(handler);
+  return handler;
+}
