@@ -80,7 +80,7 @@ import {
 import {
   cellObjectGrants,
   DISPATCHER_MEMORY_MIB,
-  DISPATCHER_TIMEOUT_SECONDS,
+  dispatcherTimeoutSeconds,
   dispatcherObjects,
   EXPIRING_PREFIXES,
   FORWARDER_SERVICE_ACCOUNT,
@@ -720,7 +720,7 @@ export class KappLambdaStack extends Stack {
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
       visibilityTimeout: Duration.seconds(
-        (dispatched ? DISPATCHER_TIMEOUT_SECONDS : STAGE_SIZING[stage].timeoutSeconds) + VISIBILITY_MARGIN_SECONDS,
+        (dispatched ? dispatcherTimeoutSeconds(stage) : STAGE_SIZING[stage].timeoutSeconds) + VISIBILITY_MARGIN_SECONDS,
       ),
       // The last receive is the one that writes the final failed status (`retry-bound.ts`), so
       // the redrive count and `KAPP_LAMBDA_MAX_RECEIVE_COUNT` are the same number.
@@ -936,7 +936,7 @@ export class KappLambdaStack extends Stack {
       role,
       logGroup,
       memorySize: DISPATCHER_MEMORY_MIB,
-      timeout: Duration.seconds(DISPATCHER_TIMEOUT_SECONDS),
+      timeout: Duration.seconds(dispatcherTimeoutSeconds(stage)),
       environmentEncryption: this.artifactKey,
       environment: {
         KAPP_LAMBDA_DISPATCH_STAGE: stage,

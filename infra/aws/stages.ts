@@ -128,8 +128,8 @@ export function toolTimeoutMs(stage: PipelineStage, dispatched = false): number 
 }
 
 /**
- * Timeout of every dispatcher function (docs/decisions.md D15), seconds: 900, Lambda's limit. A
- * dispatcher waits for the stage it invokes synchronously, so it must outlive the stage.
+ * Lambda's longest timeout, seconds: 900. A dispatcher waits for the stage it invokes
+ * synchronously, so the stage's own timeout is at most this less {@link DISPATCH_MARGIN_SECONDS}.
  */
 export const DISPATCHER_TIMEOUT_SECONDS = 900;
 
@@ -148,6 +148,16 @@ export const DISPATCH_MARGIN_SECONDS = DEFAULT_DEADLINE_MARGIN_MS / 1000;
 export function stageTimeoutSeconds(stage: PipelineStage, dispatched = false): number {
   const t = STAGE_SIZING[stage].timeoutSeconds;
   return dispatched ? Math.min(t, DISPATCHER_TIMEOUT_SECONDS - DISPATCH_MARGIN_SECONDS) : t;
+}
+
+/**
+ * Timeout of a stage's dispatcher (docs/decisions.md D15), seconds: its stage's dispatched
+ * timeout plus {@link DISPATCH_MARGIN_SECONDS} (fetch 630, template 330, deploy and index-repo
+ * 900, install 150). Not a flat 900: the queue's visibility timeout follows the consumer's, and a
+ * record of a crashed run comes back only after it, so a short stage keeps its short retry.
+ */
+export function dispatcherTimeoutSeconds(stage: PipelineStage): number {
+  return stageTimeoutSeconds(stage, true) + DISPATCH_MARGIN_SECONDS;
 }
 
 /** Memory of every dispatcher function, MiB: it runs no tool and holds a batch's records only. */

@@ -37,7 +37,7 @@ import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
 import { KappLambdaStack, runSenders } from '../../infra/aws/stack.js';
 import {
-  DISPATCHER_TIMEOUT_SECONDS,
+  dispatcherTimeoutSeconds,
   EXPIRING_PREFIXES,
   FORWARDER_STAGES,
   INFLIGHT_EXPIRY_DAYS,
@@ -352,8 +352,8 @@ describe('queues and event source mappings', () => {
         maxReceiveCount: DEFAULT_MAX_ATTEMPTS,
       },
     });
-    // Its consumer is the dispatcher (900 s): Lambda refuses a mapping whose queue's visibility is shorter.
-    expect(q.VisibilityTimeout).toBeGreaterThan(DISPATCHER_TIMEOUT_SECONDS);
+    // Its consumer is the dispatcher: Lambda refuses a mapping whose queue's visibility is shorter.
+    expect(q.VisibilityTimeout).toBe(dispatcherTimeoutSeconds(stage) + 60);
     expect(dlq).toMatchObject({ FifoQueue: true, SqsManagedSseEnabled: true, MessageRetentionPeriod: 1_209_600 });
   });
 
@@ -504,7 +504,7 @@ describe('functions', () => {
   );
 
   it.each(PIPELINE_STAGES)(
-    '%s: its dispatcher runs no tool (128 MiB, arm64, 900 s, no layer) and holds the edge variables',
+    '%s: its dispatcher runs no tool (128 MiB, arm64, its stage\'s timeout + 30 s, no layer) and holds the edge variables',
     (stage) => {
       const { fn, queue, dispatcher, dispatcherRole, runRole } = stack.stages[stage];
       const p = resources[logicalId(dispatcher!)]!.Properties;
@@ -513,7 +513,8 @@ describe('functions', () => {
         Handler: 'index.handler',
         Architectures: ['arm64'],
         MemorySize: 128,
-        Timeout: 900,
+        // the stage's own timeout and the margin for its answer: a short stage keeps a short retry
+        Timeout: { fetch: 630, template: 330, deploy: 900, 'index-repo': 900, install: 150 }[stage],
         KmsKeyArn: { 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] },
         Role: { 'Fn::GetAtt': [logicalId(dispatcherRole!), 'Arn'] },
       });
