@@ -80,8 +80,8 @@ import {
 import {
   cellObjectGrants,
   DISPATCHER_MEMORY_MIB,
-  dispatcherTimeoutSeconds,
   dispatcherObjects,
+  dispatcherTimeoutSeconds,
   EXPIRING_PREFIXES,
   FORWARDER_SERVICE_ACCOUNT,
   FORWARDER_STAGES,

@@ -504,7 +504,7 @@ describe('functions', () => {
   );
 
   it.each(PIPELINE_STAGES)(
-    '%s: its dispatcher runs no tool (128 MiB, arm64, its stage\'s timeout + 30 s, no layer) and holds the edge variables',
+    "%s: its dispatcher runs no tool (128 MiB, arm64, its stage's timeout + 30 s, no layer) and holds the edge variables",
     (stage) => {
       const { fn, queue, dispatcher, dispatcherRole, runRole } = stack.stages[stage];
       const p = resources[logicalId(dispatcher!)]!.Properties;
