@@ -26,7 +26,7 @@ import {
   type SqsBatchResponse,
   type SqsRecord,
 } from '../../functions/lib/entry/edge.js';
-import { type SenderPolicy, senderRefusal } from '../../functions/lib/entry/sender.js';
+import { runSessionName, type SenderPolicy, senderRefusal } from '../../functions/lib/entry/sender.js';
 import { StageShares } from '../../functions/lib/lease/shares.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
@@ -193,6 +193,17 @@ describe('makeDispatcher: the edge before any invoke', () => {
     expect(t.outcomes()).toMatchObject({ 'alpha-a': 'refused', 'gamma-c': 'refused' });
     const reasons = t.log.records.filter((r) => r.obj.outcome === 'refused').map((r) => String(r.obj.reason));
     expect(reasons[0]).toMatch(/session "beta" is not cluster alpha's/);
+  });
+
+  it("names a one-character cluster's session `<id>.` (STS takes 2 to 64 characters) and holds its events to it", async () => {
+    expect([runSessionName('a'), runSessionName('ab'), runSessionName('x'.repeat(63))]).toEqual([
+      'a.',
+      'ab',
+      'x'.repeat(63),
+    ]);
+    const event = JSON.parse(rec('a', 'one').body) as KappEvent;
+    expect(await senderRefusal(POLICY, event, `${RUN_ROLE}:a.`)).toBeUndefined();
+    expect(await senderRefusal(POLICY, event, `${RUN_ROLE}:a`)).toMatch(/session "a" is not cluster a's/);
   });
 
   it("takes the dispatcher's own role for copies of its queue's events, whatever their cluster", async () => {

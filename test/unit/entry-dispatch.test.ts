@@ -203,6 +203,9 @@ describe('StsRunCredentials', () => {
     // Cluster alpha's session names nothing of beta's: not its id, not its tag.
     expect(calls[0]?.Policy).not.toMatch(/beta|b{32}/);
     expect(calls[1]?.Policy).not.toMatch(/alpha|a{32}/);
+    // a one-character id: STS refuses a session name under 2 characters
+    await run.forRun('fetch', 'z', TAG_A);
+    expect(calls[2]?.RoleSessionName).toBe('z.');
   });
 
   it('keeps a session per (stage, cluster) and replaces it before it expires', async () => {

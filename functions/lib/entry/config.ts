@@ -415,7 +415,7 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KAPP_LAMBDA_RUN_ROLE_ARN',
     default: 'required by a dispatcher',
     meaning:
-      "the stage's run role (`arn:<partition>:iam::<account>:role/…`), assumed for each cluster with `RoleSessionName` = the cluster id and the inline session policy of `infra/aws/run-policy.ts`; its partition and account name the session policy's resources",
+      "the stage's run role (`arn:<partition>:iam::<account>:role/…`), assumed for each cluster with `RoleSessionName` = the cluster id (a one-character id followed by `.`, `runSessionName`) and the inline session policy of `infra/aws/run-policy.ts`; its partition and account name the session policy's resources",
     readBy: 'the dispatchers',
   },
   {

@@ -16,12 +16,13 @@
 import { type RunPolicyTarget, runSessionPolicy } from '../../../infra/aws/run-policy.js';
 import type { PipelineStage } from '../api/functions.js';
 import type { DispatchedBatch, RunCredentials, RunSessionCredentials, StageInvoker } from './dispatch.js';
+import { runSessionName } from './sender.js';
 import type { SqsBatchResponse } from './stage-handler.js';
 
 /** The fields of STS `AssumeRoleRequest` {@link StsRunCredentials} sets. */
 export interface AssumeRoleInput {
   RoleArn: string;
-  /** The cluster id: CloudTrail, and SQS's `SenderId` (`<role id>:<session name>`), name the cluster. */
+  /** {@link runSessionName} of the cluster id: CloudTrail, and SQS's `SenderId` (`<role id>:<session name>`), name the cluster. */
   RoleSessionName: string;
   /** The inline session policy, compact JSON (at most 2,048 characters). */
   Policy: string;
@@ -100,7 +101,7 @@ export class StsRunCredentials implements RunCredentials {
   private async assume(stage: PipelineStage, clusterId: string, clusterTag: string): Promise<RunSessionCredentials> {
     const input: AssumeRoleInput = {
       RoleArn: this.o.roleArn(stage),
-      RoleSessionName: clusterId,
+      RoleSessionName: runSessionName(clusterId),
       Policy: JSON.stringify(runSessionPolicy(stage, clusterId, clusterTag, this.o.target)),
       DurationSeconds: RUN_SESSION_SECONDS,
     };

@@ -239,6 +239,16 @@ export interface SenderPolicy {
   forwarderOf(clusterId: string): Promise<RegisteredForwarder | undefined>;
 }
 
+/**
+ * The STS session name of a run for `clusterId`: the id itself, and a one-character id followed
+ * by `.`. Why: STS takes names of 2 to 64 characters (`[\w+=,.@-]`), a cluster id is a DNS-1123
+ * label of 1 to 63, and `.` is in no cluster id, so no two clusters share a name. SQS's
+ * `SenderId` of an event a run sends is `<run role id>:<this>` ({@link senderRefusal}).
+ */
+export function runSessionName(clusterId: string): string {
+  return clusterId.length === 1 ? `${clusterId}.` : clusterId;
+}
+
 /** The principal part of an SQS `SenderId`: the role id of `AROA…:session`, else the whole id. */
 export function senderPrincipal(senderId: string): string {
   const colon = senderId.indexOf(':');
@@ -273,7 +283,7 @@ export async function senderRefusal(
   if (stages !== undefined) {
     if (policy.runSessions) {
       const session = senderId.slice(principal.length + 1);
-      if (session !== clusterId) {
+      if (session !== runSessionName(clusterId)) {
         return `sender ${principal} is the run role of the ${stages.join(' and ')} function, and its session ${JSON.stringify(session.slice(0, 64))} is not cluster ${clusterId}'s`;
       }
     }
