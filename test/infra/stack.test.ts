@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { App, aws_iam as iam, aws_lambda as lambda, Validations } from 'aws-cdk-lib';
+import { App, aws_iam as iam, aws_lambda as lambda, type aws_s3_assets as s3assets, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
@@ -524,9 +524,9 @@ describe('functions', () => {
       expect(p.VpcConfig).toBeUndefined();
       // Its code is the dispatchers' bundle (functions/dispatch/index.ts), as `cdk synth` builds it
       // (infra/aws/app.ts), not its stage's.
-      const assetPath = (id: string) => (resources[id] as { Metadata?: Json }).Metadata?.['aws:asset:path'];
-      expect(assetPath(logicalId(dispatcher!))).toBe(dispatcherCodeDir);
-      expect(assetPath(logicalId(fn))).toBe(assets[stage].codeDir);
+      const assetPath = (f: IConstruct) => (f.node.findChild('Code') as s3assets.Asset).assetPath;
+      expect(assetPath(dispatcher!)).toBe(dispatcherCodeDir);
+      expect(assetPath(fn)).toBe(assets[stage].codeDir);
       expect(readFileSync(path.join(dispatcherCodeDir, 'index.mjs'), 'utf8')).toContain('KAPP_LAMBDA_DISPATCH_STAGE');
       const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
       expect(env).toMatchObject({
