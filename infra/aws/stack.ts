@@ -901,10 +901,11 @@ export class KappLambdaStack extends Stack {
    * share, early deletes, the requeue of what the stage held at its deadline) and invokes the
    * stage function per cluster with a session of the stage's run role narrowed to that cluster,
    * named by its id. Runs no tool (no layer), outside the fleet's VPC (it calls AWS APIs only);
-   * 128 MiB, arm64, 900 s. Its role: its queue (receive, delete, change visibility, send to
-   * itself), the registry's documents (read), its stage's fair shares (read, write), the artifact
-   * root key's secret (stages that seal; it derives the run's keys), `sts:AssumeRole` on the run
-   * role and `lambda:InvokeFunction` on the stage function, nothing else.
+   * 128 MiB, arm64, its stage's timeout + 30 s (`dispatcherTimeoutSeconds`). Its role: its queue
+   * (receive, delete, change visibility, send to itself), the registry's documents (read), the
+   * keys of `dispatcherObjects` (its stage's fair shares; index-repo's source poll records, read),
+   * the artifact root key's secret (stages that seal; it derives the run's keys),
+   * `sts:AssumeRole` on the run role and `lambda:InvokeFunction` on the stage function, nothing else.
    */
   private dispatcherFunction(
     scope: Construct,

@@ -172,9 +172,25 @@ export function runRoleObjects(stage: PipelineStage): ObjectGrant[] {
   return STAGE_OBJECTS[stage].filter((g) => !g.keys.startsWith(SHARES_PREFIX));
 }
 
-/** The bucket keys a stage's dispatcher touches itself: its stage's fair shares ({@link sharesGrant}). */
+/**
+ * The bucket keys a stage's dispatcher touches itself: its stage's fair shares ({@link sharesGrant}),
+ * and for index-repo the fleet's source poll records, read only: it lists their member clusters
+ * (`sourcePollClusters` of `functions/lib/entry/dispatch.ts`) to run each one's poll in a session
+ * of that cluster, which claims and writes the records itself.
+ */
 export function dispatcherObjects(stage: PipelineStage): ObjectGrant[] {
-  return [sharesGrant(stage)];
+  return [
+    sharesGrant(stage),
+    ...(stage === 'index-repo'
+      ? [
+          {
+            keys: 'cache/source-poll/*',
+            actions: READ,
+            why: "fleet source poll records (read only): whose clusters' polls it runs",
+          },
+        ]
+      : []),
+  ];
 }
 
 /**

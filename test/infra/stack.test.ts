@@ -5,10 +5,11 @@
  * 100+ MB of Go binaries per stage that would have to be built (minutes) and copied for a test
  * that only checks how a layer directory is wired, which a small directory shows as well.
  */
+import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { App, aws_iam as iam, aws_lambda as lambda, Validations } from 'aws-cdk-lib';
+import { App, aws_iam as iam, aws_lambda as lambda, type aws_s3_assets as s3assets, Validations } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
@@ -521,6 +522,12 @@ describe('functions', () => {
       expect(p.Layers).toBeUndefined();
       expect(p.TenancyConfig).toBeUndefined();
       expect(p.VpcConfig).toBeUndefined();
+      // Its code is the dispatchers' bundle (functions/dispatch/index.ts), as `cdk synth` builds it
+      // (infra/aws/app.ts), not its stage's.
+      const assetPath = (f: IConstruct) => (f.node.findChild('Code') as s3assets.Asset).assetPath;
+      expect(assetPath(dispatcher!)).toBe(dispatcherCodeDir);
+      expect(assetPath(fn)).toBe(assets[stage].codeDir);
+      expect(readFileSync(path.join(dispatcherCodeDir, 'index.mjs'), 'utf8')).toContain('KAPP_LAMBDA_DISPATCH_STAGE');
       const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
       expect(env).toMatchObject({
         KAPP_LAMBDA_DISPATCH_STAGE: stage,
@@ -734,7 +741,10 @@ describe('IAM', () => {
       expect(objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: actionsOf(s) }))).toEqual([
         { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
         { keys: `state/shares/${stage}/*`, actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+        // index-repo's lists the source poll's member clusters (`sourcePollClusters`), and writes none.
+        ...(stage === 'index-repo' ? [{ keys: 'cache/source-poll/*', actions: ['s3:GetObject'] }] : []),
       ]);
+      expect(SOURCE_POLL_PREFIX.startsWith('cache/source-poll/')).toBe(true);
       expect(take((s) => actionsOf(s).includes('s3:ListBucket')).map((s) => s.Resource)).toEqual([arnOf(stack.bucket)]);
       // The artifact root key's secret (not install's), and no cluster's token.
       expect(take((s) => actionsOf(s).some((a) => a.startsWith('secretsmanager:')))).toEqual(

@@ -9,9 +9,15 @@ import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { ConfigError, parseDispatcherEnv } from '../../functions/lib/entry/config.js';
 import { makeDispatcher } from '../../functions/lib/entry/dispatch.js';
 import type { AssumeRoleInput, InvokeInput } from '../../functions/lib/entry/dispatch-aws.js';
-import { createDispatcherDeps } from '../../functions/lib/entry/dispatch-entry.js';
+import {
+  createDispatcherDeps,
+  dispatcherEntry,
+  UNSEALED_KEYRING,
+  UNSEALED_TAG,
+} from '../../functions/lib/entry/dispatch-entry.js';
 import type { AwsClients } from '../../functions/lib/entry/lambda-base.js';
 import { memoryLogger } from '../../functions/lib/log.js';
+import { runSessionPolicy } from '../../infra/aws/run-policy.js';
 import { FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts } from '../../layers/bundle.js';
 import { clusterInstallRecord } from './support/cluster-records.js';
 
@@ -204,5 +210,34 @@ describe('createDispatcherDeps', () => {
     expect(payload.records.map((r: { messageId: string }) => r.messageId)).toEqual(['m1']);
     // The registry is read for documents only: no token, no secret.
     expect(t.reads.every((r) => r.startsWith('GetObjectCommand fleet-registry/registry/clusters/'))).toBe(true);
+  });
+});
+
+describe('dispatcherEntry: the artifact root key', () => {
+  const INSTALL = {
+    ...ENV,
+    KAPP_LAMBDA_DISPATCH_STAGE: 'install',
+    KAPP_LAMBDA_QUEUE_URL_INSTALL: 'https://sqs.eu-west-1.amazonaws.com/123456789012/install.fifo',
+  };
+
+  it("is read by a sealing stage's dispatcher: without its variable the start fails", () => {
+    expect(() => dispatcherEntry('file:///var/task/index.mjs', undefined, ENV)).toThrow(
+      'KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET',
+    );
+  });
+
+  it("is not read by install's, which the stack gives neither the variable nor the secret: its runs reach no bucket key", async () => {
+    expect(typeof dispatcherEntry('file:///var/task/index.mjs', undefined, INSTALL)).toBe('function');
+    const keys = await UNSEALED_KEYRING.keysFor('alpha');
+    expect(keys.tag).toBe(UNSEALED_TAG);
+    const doc = runSessionPolicy('install', 'alpha', keys.tag, {
+      partition: 'aws',
+      region: 'eu-west-1',
+      account: '123456789012',
+      bucket: 'fleet-artifacts',
+      registry: { bucket: 'fleet-registry', prefix: 'registry/' },
+    });
+    expect(JSON.stringify(doc)).not.toContain('fleet-artifacts');
+    expect(JSON.stringify(doc)).not.toContain(UNSEALED_TAG);
   });
 });

@@ -3,8 +3,9 @@
  * D15): the configuration refuses the root key's variable; the composition root builds no record
  * proof, sender check, fair share nor early delete, narrows the registry to the cluster of the
  * first accepted batch, seals with the batch's keys and signs every AWS client (S3, SQS, Secrets
- * Manager, the registry's) with the batch's credentials; the handler refuses a raw SQS or poll
- * event (logged) and returns the records the deadline held back as `requeue` instead of sending
+ * Manager, the registry's) with the batch's credentials; the handler runs a batch with `poll` set
+ * as the stage's source poll in the batch's cluster, refuses a raw SQS or bare poll event
+ * (logged), and returns the records the deadline held back as `requeue` instead of sending
  * them. The stage and the AWS services are fakes at their ports.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -20,6 +21,7 @@ import { CollectingRequeuer, dispatchedHandler, RunCredentialHolder } from '../.
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { createLambdaDeps, lazyAwsClients, tenantClusterRegistry } from '../../functions/lib/entry/lambda.js';
 import { createSecretsManagerClient } from '../../functions/lib/entry/secrets-client.js';
+import { makeStageHandler } from '../../functions/lib/entry/stage-handler.js';
 import type { ClusterRegistry, FetchView } from '../../functions/lib/kube/port.js';
 import { UnknownClusterError } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
@@ -202,7 +204,7 @@ describe('dispatchedHandler', () => {
     return { handler, holder, requeued, log, seen };
   }
 
-  it('refuses a raw SQS event and a source poll event before reading them, and logs why', async () => {
+  it('refuses a raw SQS event and a bare source poll event before reading them, and logs why', async () => {
     const { handler, holder, log, seen } = setup(async () => ({ batchItemFailures: [] }));
     await expect(handler({ Records: [rec('alpha', 'x')] })).rejects.toThrow(
       "refused a raw SQS event: a dispatched function runs only its dispatcher's batches",
@@ -216,6 +218,71 @@ describe('dispatchedHandler', () => {
       ['error', 'refused', 'refused a raw SQS event'],
       ['error', 'refused', 'refused a source poll event'],
     ]);
+  });
+
+  it("runs a poll batch as the stage handler's source poll, in the batch's cluster, with no records", async () => {
+    const { handler, holder, seen } = setup(async () => ({ batchItemFailures: [] }));
+    const polls: unknown[] = [];
+    const pollHandler = dispatchedHandler(async (event) => {
+      polls.push(event);
+      return { batchItemFailures: [] };
+    }, holder);
+    expect(await pollHandler({ ...(await batchOf('alpha', 'a1', [])), poll: true })).toEqual({ batchItemFailures: [] });
+    expect(polls).toEqual([{ type: SOURCE_POLL_EVENT_TYPE }]);
+    expect(holder.clusterId).toBe('alpha');
+    // A poll carries no records, `poll` is `true` or absent, and another cluster's poll is refused.
+    await expect(handler({ ...(await batchOf('alpha', 'a1', [rec('alpha', 'x')])), poll: true })).rejects.toThrow(
+      'refused a dispatched batch: a source poll carries no records',
+    );
+    await expect(
+      handler({ ...(await batchOf('alpha', 'a1', [])), poll: 'yes' } as unknown as DispatchedBatch),
+    ).rejects.toThrow('refused a dispatched batch: `poll` is neither true nor absent');
+    await expect(pollHandler({ ...(await batchOf('beta', 'b1', [])), poll: true })).rejects.toThrow(
+      'this environment serves alpha',
+    );
+    expect(seen).toEqual([]);
+    expect(polls).toHaveLength(1);
+  });
+
+  it("over the index-repo stage handler: the poll runs with the registry narrowed to the batch's cluster", async () => {
+    const holder = new RunCredentialHolder();
+    const config = parseLambdaEnv('index-repo', {
+      ...env,
+      KAPP_LAMBDA_QUEUE_URL_INDEX_REPO: 'https://sqs.eu-west-1.amazonaws.com/1/i.fifo',
+      KAPP_LAMBDA_QUEUE_URL_INSTALL: 'https://sqs.eu-west-1.amazonaws.com/1/n.fifo',
+      KAPP_LAMBDA_TOOL_VERSIONS: '{"vendir":"0.44.0"}',
+    });
+    const served: string[][] = [];
+    const handler = dispatchedHandler(
+      makeStageHandler(
+        'index-repo',
+        () =>
+          createLambdaDeps(config, lazyAwsClients(config, holder.credentials), {
+            log: memoryLogger(),
+            clusters: {
+              clusterIds: () => ['alpha', 'beta'],
+              client: () => ({}) as never,
+              fetchView: () => ({}) as never,
+              deployView: () => ({}) as never,
+              watchView: () => ({}) as never,
+            },
+            tenant: holder,
+            keyring: holder.keyring,
+            requeuer: new CollectingRequeuer(),
+          }),
+        async () => ({
+          dispatch: async () => undefined,
+          pollSources: async (deps) => {
+            served.push(deps.clusters.clusterIds());
+            await expect(deps.keyring?.keysFor('alpha')).rejects.toThrow('no sealing keys for cluster alpha');
+            return { sources: 0, polled: 0, changed: 0, poked: 0, failed: 0, memberFailures: 0, paused: 0 };
+          },
+        }),
+      ),
+      holder,
+    );
+    expect(await handler({ ...(await batchOf('beta', 'b1', [])), poll: true })).toEqual({ batchItemFailures: [] });
+    expect(served).toEqual([['beta']]);
   });
 
   it("logs a batch of another cluster than the environment's first as refused", async () => {

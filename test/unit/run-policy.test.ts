@@ -1,12 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
+import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
 import {
   type PolicyDocument,
   type RunPolicyTarget,
   runSessionPolicy,
   SESSION_POLICY_MAX_CHARS,
 } from '../../infra/aws/run-policy.js';
-import { STAGE_OBJECTS } from '../../infra/aws/stages.js';
+import { runRoleObjects, STAGE_OBJECTS } from '../../infra/aws/stages.js';
 
 /** An IAM policy variable, `${aws:username}` (spelt apart: it is the literal under test, not a template). */
 const VARIABLE = ['$', '{aws:username}'].join('');
@@ -101,6 +102,25 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
         },
       },
     });
+  });
+
+  it("index-repo: a dispatched source poll of cluster a lists, reads and claims the fleet's poll records, and pokes", () => {
+    // What `pollSources` does in a run session (functions/lib/pipeline/source-poll.ts): list the
+    // records, read them, write each under compare-and-swap, and send `ref-changed` to its own
+    // cluster's PackageRepositories (index-repo) and Apps (fetch); the run role holds the same.
+    const doc = runSessionPolicy('index-repo', 'a', TAG_A, TARGET);
+    const record = obj(`${SOURCE_POLL_PREFIX}${'e'.repeat(64)}.json`);
+    expect(allows(doc, 's3:GetObject', record)).toBe(true);
+    expect(allows(doc, 's3:PutObject', record)).toBe(true);
+    const listing = doc.Statement.find((s) => s.Action.includes('s3:ListBucket'));
+    expect(listing?.Condition?.StringLike?.['s3:prefix']?.some((p) => iamMatches(p, SOURCE_POLL_PREFIX))).toBe(true);
+    expect(allows(doc, 'sqs:SendMessage', 'arn:aws:sqs:eu-west-1:123456789012:kapp-lambda-fetch.fifo')).toBe(true);
+    const role = runRoleObjects('index-repo').find((g) => iamMatches(g.keys, `${SOURCE_POLL_PREFIX}x.json`));
+    expect(role?.actions).toEqual(['s3:GetObject', 's3:PutObject']);
+    // Its listing names no other cluster's keys (their deployed versions name namespaces and repositories).
+    expect(
+      listing?.Condition?.StringLike?.['s3:prefix']?.some((p) => iamMatches(p, 'state/package-repositories/b/')),
+    ).toBe(false);
   });
 
   it('install, which touches no artifact, gets no bucket key but its registry document', () => {

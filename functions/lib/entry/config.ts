@@ -394,7 +394,7 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KAPP_LAMBDA_DISPATCHED',
     default: '`false`',
     meaning:
-      "`true`: the function runs behind its stage's dispatcher (docs/decisions.md D15): it takes only the dispatcher's batches of one cluster (a raw SQS or poll event is refused), signs every AWS request with the run session's credentials the batch carries, opens only that cluster's sealed artifacts with the keys it carries, and leaves the record proof, sender check, fair shares and early delete to the dispatcher; `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET` must then be unset",
+      "`true`: the function runs behind its stage's dispatcher (docs/decisions.md D15): it takes only the dispatcher's batches of one cluster (a raw SQS or bare poll event is refused; a batch with `poll` runs the source poll in its cluster), signs every AWS request with the run session's credentials the batch carries, opens only that cluster's sealed artifacts with the keys it carries, and leaves the record proof, sender check, fair shares and early delete to the dispatcher; `KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET` must then be unset",
     readBy: 'every function',
   },
   {

@@ -6,7 +6,8 @@
  * the first call that sends (`./lambda-base.ts`, `./dispatch-clients.ts`).
  *
  * What it holds, and what it does not: its role's own credentials (its queue, the registry's
- * documents, `state/shares/`, the root key, `sts:AssumeRole` on the run role, the invoke of the
+ * documents, `state/shares/`, for index-repo the source poll records (read), the root key (not
+ * install's), `sts:AssumeRole` on the run role, the invoke of the
  * stage function). It never mints or reads a cluster's token: its registry reads documents only
  * (the sender check's forwarders), with a secret store and AWS credentials that refuse, so an
  * `eks` or `token` cluster's identity cannot be had through it. It runs no tool and loads none of
@@ -21,7 +22,7 @@ import { StageShares } from '../lease/shares.js';
 import type { Logger } from '../log.js';
 import { S3Store } from '../store/s3.js';
 import { SqsMessageDeleter, SqsMessageRequeuer, SqsRecordProver } from '../transport/sqs.js';
-import { artifactKeyringFromEnv } from './artifact-key.js';
+import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { type DispatcherConfig, parseDispatcherEnv } from './config.js';
 import { type DispatcherDeps, makeDispatcher, sourcePollClusters } from './dispatch.js';
 import { LambdaStageInvoker, StsRunCredentials } from './dispatch-aws.js';
@@ -47,6 +48,24 @@ function lazyDispatchSdk(config: DispatcherConfig): DispatchSdk {
     invoke: async (input) => await (await made()).invoke(input),
   };
 }
+
+/**
+ * The `private/` tag every cluster gets from {@link UNSEALED_KEYRING}: 32 zeros. No cluster's
+ * real tag (an HMAC of its id under the root key) is expected to be it, and the session it names
+ * reaches no bucket key anyway.
+ */
+export const UNSEALED_TAG = '0'.repeat(32);
+
+/**
+ * The keyring of the dispatcher of a stage that seals nothing (install, `usesArtifactKey`): each
+ * cluster's keys are {@link UNSEALED_TAG} and no key bytes. Such a stage's run session names no
+ * key of the artifact bucket (`runSessionPolicy`), so its tag fences nothing, and the batch
+ * carries no sealing keys (`makeDispatcher`): so that dispatcher never reads the artifact root
+ * key, and the stack gives it neither the key's variable nor its secret.
+ */
+export const UNSEALED_KEYRING: ClusterKeyring = {
+  keysFor: async () => ({ tag: UNSEALED_TAG, encKey: Buffer.alloc(0), macKey: Buffer.alloc(0) }),
+};
 
 /** Refuses every ask: the dispatcher holds no cluster's identity. */
 const NO_CLUSTER_IDENTITY = async (): Promise<never> => {
@@ -134,8 +153,8 @@ export function createDispatcherDeps(
 
 /**
  * Everything the dispatcher's entry file does: install the bootstrap (when the bundle is its own
- * process), read the configuration once from `env`, read the artifact root key (cold start),
- * build the handler, and start the Runtime API loop when the bundle is the main module. The ports
+ * process), read the configuration once from `env`, read the artifact root key (cold start; not
+ * for install, which seals nothing: {@link UNSEALED_KEYRING}), build the handler, and start the Runtime API loop when the bundle is the main module. The ports
  * ({@link createDispatcherDeps}) are made on the first invocation.
  *
  * @throws ConfigError (via the bootstrap's fatal handler when main) for a bad configuration.
@@ -147,12 +166,15 @@ export function dispatcherEntry(
 ): ReturnType<typeof makeDispatcher> {
   const bootstrap = lambdaBootstrap({ moduleUrl, argv1, runtimeApi: env.AWS_LAMBDA_RUNTIME_API });
   const config = parseDispatcherEnv(env);
-  // Every stage's run session is fenced by its cluster's tag (`private/<tag>/`), so every
-  // dispatcher reads the key, install's too (whose run gets no sealing keys).
-  const keyring = artifactKeyringFromEnv(config.stage, env, async () =>
-    (await import('./secrets-client.js')).createSecretsManagerClient(config),
-  );
-  keyring.warm();
+  // A sealing stage's run session is fenced by its cluster's tag (`private/<tag>/`) and gets the
+  // cluster's keys, both derived from the root key; install's reaches no bucket key and gets none.
+  const rootKeyring = usesArtifactKey(config.stage)
+    ? artifactKeyringFromEnv(config.stage, env, async () =>
+        (await import('./secrets-client.js')).createSecretsManagerClient(config),
+      )
+    : undefined;
+  rootKeyring?.warm();
+  const keyring = rootKeyring ?? UNSEALED_KEYRING;
   let dispatch: ReturnType<typeof makeDispatcher> | undefined;
   const handler: ReturnType<typeof makeDispatcher> = async (event, context) => {
     dispatch ??= makeDispatcher(config.stage, createDispatcherDeps(config, lazyAwsClients(config), keyring));

@@ -8,7 +8,13 @@
  * @module
  */
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
-import { isSourcePollEvent, objectRefOf, parseEvent, type SourcePollEvent } from '../../../events/schema.js';
+import {
+  isSourcePollEvent,
+  objectRefOf,
+  parseEvent,
+  SOURCE_POLL_EVENT_TYPE,
+  type SourcePollEvent,
+} from '../../../events/schema.js';
 import type { ClusterKeyring, ClusterKeys } from '../artifact/keyring.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import type { Logger } from '../log.js';
@@ -72,9 +78,9 @@ export class RunCredentialHolder {
 
   /**
    * Takes a batch's credentials and keys, after checking it is this environment's cluster's.
-   * @throws Error when the batch is malformed (no cluster id, credentials or records), names
-   *   another cluster than the first one served, or holds a record whose event names another
-   *   cluster: nothing of it is taken.
+   * @throws Error when the batch is malformed (no cluster id, credentials or records, a `poll`
+   *   that is not `true`, a poll with records), names another cluster than the first one served,
+   *   or holds a record whose event names another cluster: nothing of it is taken.
    */
   accept(batch: DispatchedBatch): void {
     const refuse = (why: string) => new Error(`refused a dispatched batch: ${why}`);
@@ -95,6 +101,8 @@ export class RunCredentialHolder {
       throw refuse('no valid credentials');
     }
     if (!Array.isArray(batch.records)) throw refuse('no records');
+    if (batch.poll !== undefined && batch.poll !== true) throw refuse('`poll` is neither true nor absent');
+    if (batch.poll === true && batch.records.length > 0) throw refuse('a source poll carries no records');
     for (const r of batch.records) {
       const parsed = parseEvent(typeof r?.body === 'string' ? r.body : '');
       if (parsed.ok && objectRefOf(parsed.event).clusterId !== batch.clusterId) {
@@ -176,9 +184,13 @@ function notDispatched(payload: unknown): string | undefined {
  * The stage function's handler behind the dispatcher: takes the batch's credentials and keys
  * into `holder` ({@link RunCredentialHolder.accept}, which refuses another cluster's batch: the
  * invocation then fails and the dispatcher fails its records) and runs the records through the
- * stage handler `inner` (`makeStageHandler`) as the queue's event. A raw SQS event or a source
- * poll event is refused the same way, before anything of it is read: whoever sends one bypasses
- * the dispatcher's checks, and the function holds no credentials to run it with.
+ * stage handler `inner` (`makeStageHandler`) as the queue's event. A batch with `poll` set (and
+ * no records) runs `inner` on the {@link SourcePollEvent} instead, under the cluster's session:
+ * the registry is narrowed to the holder's cluster (`tenantClusterRegistry`), so the poll pokes
+ * only that cluster's members of the fleet's records (index-repo; another stage drops it). A raw
+ * SQS event or a bare source poll event is refused the same way, before anything of it is read:
+ * whoever sends one bypasses the dispatcher's checks, and the function holds no credentials to
+ * run it with.
  *
  * The stage handler's edge work that the dispatcher takes over, so `inner`'s `EntryDeps` leaves
  * it out: the record proof (`prover`: the run's session holds no SQS right but `SendMessage`, and
@@ -212,6 +224,8 @@ export function dispatchedHandler(
     }
     // What an earlier invocation collected and did not return (it threw) is not this one's.
     opts.requeued?.take();
+    // The cluster's source poll: the stage handler's poll, its registry narrowed to this cluster.
+    if (batch.poll === true) return await inner({ type: SOURCE_POLL_EVENT_TYPE }, context);
     const answer = await inner({ Records: [...batch.records] }, context);
     const failed = new Set(answer.batchItemFailures.map((f) => f.itemIdentifier));
     const requeue = opts.requeued?.take().filter((id) => !failed.has(id)) ?? [];

@@ -31,7 +31,7 @@ import { makeStageHandler, type SqsHandler } from './stage-handler.js';
  * become the child subreaper of its tools (`../exec/orphans.ts`), read the artifact key, build the SQS handler, and start the Runtime API loop when the bundle
  * is the main module. With `KAPP_LAMBDA_DISPATCHED=true` (docs/decisions.md D15) the handler is
  * {@link dispatchedHandler} over the stage handler instead: it takes only its dispatcher's batches
- * of one cluster, the AWS clients sign with the batch's run credentials
+ * of one cluster (index-repo: a batch with `poll` runs the source poll in that cluster), the AWS clients sign with the batch's run credentials
  * ({@link RunCredentialHolder}), the sealed store opens that cluster's artifacts only with the keys
  * the batch carries (the root key is not read), the registry is narrowed to that cluster, and the
  * records the deadline held back are returned as `requeue` ({@link CollectingRequeuer}). On the first invocation the handler imports the composition root and
