@@ -17,11 +17,12 @@
  *   artifact bucket and cluster registry are in moto's S3, which (without IAM enforcement)
  *   accepts any signed request: what a run session may reach is not shown here but by
  *   `../integration/run-confinement.test.ts`, with IAM enforced.
- * - The template and deploy dispatchers run the sender check (`KAPP_LAMBDA_SENDER_CHECK=registry`,
+ * - The dispatchers run the sender check (`KAPP_LAMBDA_SENDER_CHECK=registry`,
  *   `KAPP_LAMBDA_FUNCTION_SENDERS` = the run roles' ids): moto's SQS, through the suite's wrapper
  *   (`../harness/servers/moto_sqs.py`), sets a message's `SenderId` from an STS session's
- *   credentials, `<run role id>:<cluster id>` as SQS does. The fetch dispatcher's check stays off:
- *   its events come from the forwarders, whose `SenderId` moto cannot tell apart (static keys).
+ *   credentials as SQS does, `<run role id>:<cluster id>` for a stage run's hand-off. Each
+ *   cluster's forwarder signs with a session of its own forwarder role (made in moto's IAM, its id
+ *   in the cluster's registry document, `--forwarder-role-id`), as the stack's per-cluster role.
  * - Two cluster ids in the registry point at the suite's shared control plane, each served by
  *   a forwarder of its own limited to its namespace (`FORWARDER_NAMESPACES`), as two clusters.
  *
@@ -37,6 +38,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CreateRoleCommand, IAMClient } from '@aws-sdk/client-iam';
 import type { SQSClient } from '@aws-sdk/client-sqs';
+import { AssumeRoleCommand, STSClient } from '@aws-sdk/client-sts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
@@ -99,6 +101,11 @@ let sqs: SQSClient;
 let router: TenantRouter | undefined;
 const dispatchers: Dispatcher[] = [];
 const forwarders: ServerProcess[] = [];
+/** Each cluster's forwarder role id and the credentials of a session of it, which its forwarder signs with. */
+const forwarderRoles = new Map<
+  string,
+  { id: string; credentials: { accessKeyId: string; secretAccessKey: string; sessionToken: string } }
+>();
 /** Each stage's run role id (`AROA…`), which SQS names as the sender of what its runs send. */
 const runRoleIds = new Map<Stage, string>();
 
@@ -156,6 +163,11 @@ beforeAll(async () => {
     region: moto.region,
     credentials: { accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey },
   });
+  const sts = new STSClient({
+    endpoint: moto.endpoint,
+    region: moto.region,
+    credentials: { accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey },
+  });
   const runRoles = new Map<Stage, string>();
   const receiverRoleIds = new Map<Stage, string>();
   try {
@@ -165,11 +177,35 @@ beforeAll(async () => {
       runRoleIds.set(stage, run.id);
       receiverRoleIds.set(stage, (await createRole(iam, `kapp-disp-${id}-${stage}-dispatcher`)).id);
     }
+    // Each cluster's forwarder role (the stack's ForwarderRoleId<Id>), as a session of it.
+    for (const cluster of CLUSTERS) {
+      const role = await createRole(iam, `kapp-disp-${id}-forwarder-${cluster}`);
+      const session = (
+        await sts.send(
+          new AssumeRoleCommand({ RoleArn: role.arn, RoleSessionName: 'forwarder', DurationSeconds: 3600 }),
+        )
+      ).Credentials;
+      if (!session?.AccessKeyId || !session.SecretAccessKey || !session.SessionToken) {
+        throw new Error(`assume the forwarder role of ${cluster}: no credentials`);
+      }
+      forwarderRoles.set(cluster, {
+        id: role.id,
+        credentials: {
+          accessKeyId: session.AccessKeyId,
+          secretAccessKey: session.SecretAccessKey,
+          sessionToken: session.SessionToken,
+        },
+      });
+    }
   } finally {
     iam.destroy();
+    sts.destroy();
   }
   await shared.applyCrds();
-  for (const cluster of CLUSTERS) await registerCluster(fleet, shared, sharedKubeconfigPath, cluster);
+  for (const cluster of CLUSTERS) {
+    const role = forwarderRoles.get(cluster) as { id: string };
+    await registerCluster(fleet, shared, sharedKubeconfigPath, cluster, ['--forwarder-role-id', role.id]);
+  }
 
   // The stage functions, behind the tenant router: no credentials of their own, no root key.
   const functions = new Map(
@@ -225,13 +261,9 @@ beforeAll(async () => {
         KAPP_LAMBDA_CLUSTER_REGISTRY: registryUrl(fleet),
         KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: rootKeySecretArn,
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
-        ...(stage === 'fetch'
-          ? {}
-          : {
-              KAPP_LAMBDA_SENDER_CHECK: 'registry',
-              KAPP_LAMBDA_FUNCTION_SENDERS: senders,
-              KAPP_LAMBDA_RECEIVER_ROLE_ID: receiverRoleIds.get(stage) ?? '',
-            }),
+        KAPP_LAMBDA_SENDER_CHECK: 'registry',
+        KAPP_LAMBDA_FUNCTION_SENDERS: senders,
+        KAPP_LAMBDA_RECEIVER_ROLE_ID: receiverRoleIds.get(stage) ?? '',
       },
     });
     const records: SqsEventRecord[] = [];
@@ -259,12 +291,18 @@ beforeAll(async () => {
   }
   for (const cluster of CLUSTERS) {
     forwarders.push(
-      await startForwarder(fleet, `forwarder-${cluster}`, sharedKubeconfigPath, {
-        FORWARDER_KINDS: 'App',
-        FORWARDER_CLUSTER_ID: cluster,
-        FORWARDER_NAMESPACES: cluster,
-        KAPP_LAMBDA_QUEUE_URL_FETCH: queues.fetch.url,
-      }),
+      await startForwarder(
+        fleet,
+        `forwarder-${cluster}`,
+        sharedKubeconfigPath,
+        {
+          FORWARDER_KINDS: 'App',
+          FORWARDER_CLUSTER_ID: cluster,
+          FORWARDER_NAMESPACES: cluster,
+          KAPP_LAMBDA_QUEUE_URL_FETCH: queues.fetch.url,
+        },
+        forwarderRoles.get(cluster)?.credentials,
+      ),
     );
   }
 }, 180_000);
@@ -335,7 +373,21 @@ describe('the shared mode: forwarder → SQS → dispatcher → stage function p
     // the App's cluster, and the receiving dispatcher's sender check took them.
     const previous: Record<Exclude<Stage, 'fetch'>, Stage> = { template: 'fetch', deploy: 'template' };
     for (const d of dispatchers) {
-      if (d.stage === 'fetch') continue;
+      if (d.stage === 'fetch') {
+        // The fetch queue's events: the cluster's forwarder (a session of its own role), and the
+        // run's follow-ups (a stage's run session of that cluster); the first came from the forwarder.
+        for (const cluster of CLUSTERS) {
+          const senders = d.records
+            .filter((rec) => rec.attributes.MessageGroupId?.startsWith(`${cluster}/`))
+            .map((rec) => rec.attributes.SenderId);
+          expect(senders[0], `the first fetch record of ${cluster}`).toBe(
+            `${forwarderRoles.get(cluster)?.id}:forwarder`,
+          );
+          const runs = STAGES.map((st) => `${runRoleIds.get(st)}:${cluster}`);
+          expect(senders.filter((id) => id !== senders[0] && !runs.includes(id ?? ''))).toEqual([]);
+        }
+        continue;
+      }
       const from = previous[d.stage];
       for (const cluster of CLUSTERS) {
         const mine = d.records.filter((rec) => rec.attributes.MessageGroupId?.startsWith(`${cluster}/`));

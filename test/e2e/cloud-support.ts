@@ -157,7 +157,8 @@ export async function registerCluster(
  * Starts the forwarder bundle (`<tmp>/bundles/forwarder.mjs`) as its own process watching the
  * cluster of `kubeconfig`, with `settings` (cluster id, queue URLs, namespaces: what the
  * Deployment's ConfigMaps give it) over moto's SQS; its HTTP port is a free loopback one
- * whatever `settings` say.
+ * whatever `settings` say. It signs with `credentials` (e.g. a forwarder role's session from
+ * moto's STS), by default moto's throw-away pair.
  * @throws Error when it is not ready within a minute.
  */
 export async function startForwarder(
@@ -165,6 +166,7 @@ export async function startForwarder(
   name: string,
   kubeconfig: string,
   settings: Record<string, string>,
+  credentials: { accessKeyId: string; secretAccessKey: string; sessionToken?: string } = fleet.moto,
 ) {
   const port = await freePort();
   return await startProcess(name, [process.execPath, path.join(fleet.tmp, 'bundles', 'forwarder.mjs')], {
@@ -174,8 +176,9 @@ export async function startForwarder(
       PATH: process.env.PATH,
       HOME: fleet.tmp,
       AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-      AWS_ACCESS_KEY_ID: fleet.moto.accessKeyId,
-      AWS_SECRET_ACCESS_KEY: fleet.moto.secretAccessKey,
+      AWS_ACCESS_KEY_ID: credentials.accessKeyId,
+      AWS_SECRET_ACCESS_KEY: credentials.secretAccessKey,
+      ...(credentials.sessionToken ? { AWS_SESSION_TOKEN: credentials.sessionToken } : {}),
       AWS_REGION: fleet.moto.region,
       KAPP_LAMBDA_SQS_ENDPOINT: fleet.moto.endpoint,
       KUBECONFIG: kubeconfig,
