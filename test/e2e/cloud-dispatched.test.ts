@@ -25,6 +25,8 @@
  *   in the cluster's registry document, `--forwarder-role-id`), as the stack's per-cluster role.
  * - Two cluster ids in the registry point at the suite's shared control plane, each served by
  *   a forwarder of its own limited to its namespace (`FORWARDER_NAMESPACES`), as two clusters.
+ *   The emulators run without `cloud.test.ts`'s sandbox (host tool directories hidden), one
+ *   instance per dispatcher: this file is about the dispatch path, that one about the layers.
  *
  * Asserted: an App of each cluster reaches ReconcileSucceeded; each stage function environment
  * served one cluster only (one per (stage, tenant), no batch refused by its holder); the events
@@ -49,7 +51,7 @@ import {
   stageTimeoutSeconds,
 } from '../../infra/aws/stages.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
-import { functionLayer, type Rie, rieLogLines, startRie } from '../harness/lambda.js';
+import { functionLayer, invokeRie, type Rie, rieLogLines, startRie } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir, type ServerProcess } from '../harness/servers/process.js';
 import { createBucket, type S3Info } from '../harness/servers/s3.js';
 import { createFifoQueue, sqsClient } from '../harness/servers/sqs.js';
@@ -277,13 +279,7 @@ beforeAll(async () => {
       visibilityTimeoutSeconds: VISIBILITY_SECONDS,
       invoke: async (event) => {
         records.push(...event.Records);
-        const res = await fetch(rie.invokeUrl, { method: 'POST', body: JSON.stringify(event) });
-        const text = await res.text();
-        try {
-          return { status: res.status, body: JSON.parse(text) as unknown };
-        } catch {
-          return { status: res.status, body: text };
-        }
+        return await invokeRie(rie, event);
       },
     });
     mapping.start();

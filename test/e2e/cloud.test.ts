@@ -23,9 +23,10 @@
  * `infra/forwarder/rbac.yml` (read-only ClusterRole, a Role on its Lease), not the admin kubeconfig.
  *
  * The sender check (item 6d) stays off, and the cluster is registered without a forwarder role
- * (`--no-sender-check`): moto 5.2.1 gives every received message the same `SenderId` (its
- * constant `AIDAIT2UOQQY3AUEKVGXU`, whatever credentials sent it), so a forwarder and a stranger
- * cannot be told apart here.
+ * (`--no-sender-check`): the forwarders here sign with moto's static keys, for which moto 5.2.1
+ * gives every message the same `SenderId` (its constant `AIDAIT2UOQQY3AUEKVGXU`), so a forwarder
+ * and a stranger cannot be told apart. (The suite's wrapper sets it from an STS session's
+ * credentials, `moto_sqs.py`: `cloud-dispatched.test.ts` runs the check with role sessions.)
  *
  * - every App of `npm run demo`, its PackageRepository and its PackageInstall reach the status
  *   the embedded e2e checks (`expectSucceededStatus`, `expectRepoSucceeded`); the git App's source
