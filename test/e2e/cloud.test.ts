@@ -23,9 +23,10 @@
  * `infra/forwarder/rbac.yml` (read-only ClusterRole, a Role on its Lease), not the admin kubeconfig.
  *
  * The sender check (item 6d) stays off, and the cluster is registered without a forwarder role
- * (`--no-sender-check`): moto 5.2.1 gives every received message the same `SenderId` (its
- * constant `AIDAIT2UOQQY3AUEKVGXU`, whatever credentials sent it), so a forwarder and a stranger
- * cannot be told apart here.
+ * (`--no-sender-check`): the forwarders here sign with moto's static keys, for which moto 5.2.1
+ * gives every message the same `SenderId` (its constant `AIDAIT2UOQQY3AUEKVGXU`), so a forwarder
+ * and a stranger cannot be told apart. (The suite's wrapper sets it from an STS session's
+ * credentials, `moto_sqs.py`: `cloud-dispatched.test.ts` runs the check with role sessions.)
  *
  * - every App of `npm run demo`, its PackageRepository and its PackageInstall reach the status
  *   the embedded e2e checks (`expectSucceededStatus`, `expectRepoSucceeded`); the git App's source
@@ -60,16 +61,13 @@
  * each stage in this run.
  */
 
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { ListObjectsV2Command } from '@aws-sdk/client-s3';
-import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { type Message, ReceiveMessageCommand, SendMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
@@ -77,15 +75,11 @@ import { objectEvent, serializeEvent } from '../../events/schema.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { fleetWaitCutNote } from '../../functions/lib/deploy/kapp.js';
 import { DEFAULT_FETCH_STALL_MIN_BYTES, stallNote } from '../../functions/lib/fetch/stall.js';
-import { clusterDocKey, MAX_CLUSTER_DOC_BYTES, parseClusterDoc } from '../../functions/lib/kube/cluster-doc.js';
-import { apiServerInfoOf } from '../../functions/lib/kube/registry.js';
+import { clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
-import { S3Store } from '../../functions/lib/store/s3.js';
-import { FORWARDER_SERVICE_ACCOUNT, STAGE_SIZING, toolTimeoutMs } from '../../infra/aws/stages.js';
-import { layerToolVersions } from '../../layers/build.js';
+import { FORWARDER_SERVICE_ACCOUNT, STAGE_SIZING } from '../../infra/aws/stages.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
 import { cacheRoot } from '../../layers/gobuild.js';
-import { hardenAddonPath } from '../../layers/native.js';
 import { stageServiceAccount } from '../../scripts/cluster-registry.js';
 import { publishExamples } from '../../scripts/demo-examples.js';
 import { APP_EXAMPLES, EXAMPLES, INSTALL_EXAMPLE, renderExample } from '../../scripts/local-env.js';
@@ -101,18 +95,22 @@ import {
   runtimePidOf,
   startRieInstances,
 } from '../harness/lambda.js';
-import {
-  freePort,
-  httpAnswers,
-  LOOPBACK,
-  makeTempDir,
-  removeTempDir,
-  type ServerProcess,
-  startProcess,
-} from '../harness/servers/process.js';
+import { LOOPBACK, makeTempDir, removeTempDir, type ServerProcess } from '../harness/servers/process.js';
 import { s3Client } from '../harness/servers/s3.js';
-import { createFifoQueue, type SqsInfo, sqsClient } from '../harness/servers/sqs.js';
+import { createFifoQueue, sqsClient } from '../harness/servers/sqs.js';
 import { EventSourceMapping, type SqsEventRecord } from '../harness/sqs-poller.js';
+import {
+  type CloudFleet,
+  clusterCli,
+  createRootKeySecret,
+  IDENTITY_NAMESPACE,
+  registerCluster as registerFleetCluster,
+  registryUrl,
+  secretsDir as sharedSecretsDir,
+  stageFunctionEnv,
+  startForwarder as startFleetForwarder,
+  storeStageTokens,
+} from './cloud-support.js';
 import { kappProcesses, slowApp } from './faults-support.js';
 import { expectRepoSucceeded, type RepoObject, repositoryManifest } from './packaging-support.js';
 import {
@@ -137,8 +135,6 @@ const VISIBILITY_SECONDS = 5;
 const PREFIX = `cloud-${id}/`;
 /** The fleet's cluster registry: in the artifact bucket under `registry/`, the CDK stack's default. */
 const REGISTRY_PREFIX = `${PREFIX}registry/`;
-/** Namespace of the functions' ServiceAccounts (`npm run cluster -- add`'s default). */
-const IDENTITY_NAMESPACE = 'kapp-lambda';
 /**
  * Instances of each function, and the poller's `maxConcurrency` (one batch per instance): with a
  * share one below the instances per cluster ({@link CLUSTER_SHARE}), a second cluster always finds a slot.
@@ -182,6 +178,7 @@ interface StageHost {
 }
 
 let tmp: string;
+let fleet: CloudFleet;
 let cluster: Cluster;
 let kube: E2ECluster;
 let clusterId: string;
@@ -224,103 +221,11 @@ const host = (stage: PipelineStage): StageHost => {
 };
 
 /** A function's secret directory: only its own stage's token (as its IAM role reads only its own secrets). */
-const secretsDir = (stage: PipelineStage) => path.join(tmp, 'secrets', stage);
+const secretsDir = (stage: PipelineStage) => sharedSecretsDir(fleet, stage);
 
-/**
- * Runs `npm run cluster -- <args>` as a process (`tsx scripts/cluster-registry.ts`), the registry
- * in versitygw. `steps`: each line the CLI wrote on stderr (what it did, in order) with the
- * milliseconds since its start when it came.
- */
-async function clusterCli(
-  args: string[],
-  env: Record<string, string> = {},
-): Promise<{ stdout: string; stderr: string; steps: string[] }> {
-  const s = servers();
-  const started = Date.now();
-  const steps: string[] = [];
-  const run = promisify(execFile)(path.join(ROOT, 'node_modules/.bin/tsx'), ['scripts/cluster-registry.ts', ...args], {
-    cwd: ROOT,
-    env: {
-      PATH: process.env.PATH,
-      HOME: tmp,
-      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-      AWS_REGION: s.s3.region,
-      AWS_ACCESS_KEY_ID: s.s3.accessKeyId,
-      AWS_SECRET_ACCESS_KEY: s.s3.secretAccessKey,
-      KAPP_LAMBDA_S3_ENDPOINT: s.s3.endpoint,
-      ...env,
-    },
-  });
-  run.child.stderr?.on('data', (d: Buffer) => {
-    for (const line of d.toString().split('\n')) if (line) steps.push(`+${Date.now() - started} ms ${line}`);
-  });
-  return { ...(await run), steps };
-}
-
-/** `s3://<bucket>/<prefix>registry/`: the fleet's cluster registry. */
-const registryUrl = () => `s3://${servers().s3.bucket ?? 'kapp-lambda'}/${REGISTRY_PREFIX}`;
-
-/**
- * Gives each function its token for cluster `id` where the registry document names it: a
- * TokenRequest for the stage's ServiceAccount in `on` (instead of the long-lived token Secrets
- * the printed steps copy), in that function's own secret directory.
- */
-async function storeStageTokens(on: E2ECluster, id: string): Promise<void> {
-  const s = servers();
-  const client = s3Client(s.s3);
-  try {
-    const store = new S3Store({ client, bucket: s.s3.bucket ?? 'kapp-lambda', prefix: REGISTRY_PREFIX });
-    const key = clusterDocKey(id);
-    const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
-    const doc = parseClusterDoc(key, body ?? '');
-    if (doc.auth.kind !== 'token') throw new Error(`registered ${id} with ${doc.auth.kind} auth`);
-    for (const stage of PIPELINE_STAGES) {
-      const name = doc.auth.secrets[stage];
-      if (!name) throw new Error(`the document names no ${stage} token`);
-      const token = (
-        await on.k(['-n', IDENTITY_NAMESPACE, 'create', 'token', stageServiceAccount(stage), '--duration=2h'])
-      ).stdout.trim();
-      const file = path.join(secretsDir(stage), name);
-      await mkdir(path.dirname(file), { recursive: true });
-      await writeFile(file, token, { mode: 0o600 });
-    }
-  } finally {
-    client.destroy();
-  }
-}
-
-/**
- * Registers the test's cluster as a fleet's administrator does: `npm run cluster -- add
- * --auth token` (the CLI as a process) writes the document to the registry in S3 and prints
- * the RBAC (`infra/rbac/`), which is applied; then each function's token goes where the
- * document names it ({@link storeStageTokens}).
- */
-async function registerCluster(): Promise<void> {
-  const api = apiServerInfoOf(loadKubeConfig(cluster.kubeconfigPath));
-  const caFile = path.join(tmp, 'ca.pem');
-  await writeFile(caFile, Buffer.from(api.caData ?? '', 'base64'));
-  const added = await clusterCli([
-    'add',
-    clusterId,
-    '--registry',
-    registryUrl(),
-    '--endpoint',
-    api.server,
-    '--ca-file',
-    caFile,
-    ...(api.tlsServerName ? ['--tls-server-name', api.tlsServerName] : []),
-    '--auth',
-    'token',
-    // The functions here run without the sender check (see the module comment).
-    '--no-sender-check',
-  ]);
-  const manifests = parseAllDocuments(added.stdout)
-    .map((d) => d.toJS() as { kind: string })
-    // The token Secrets the legacy token controller would fill: the tokens here are requested.
-    .filter((m) => m.kind !== 'Secret');
-  await kube.apply(...manifests);
-  await storeStageTokens(kube, clusterId);
-}
+/** Registers the test's cluster (`registerCluster`); the functions here run without the sender check (see the module comment). */
+const registerCluster = () =>
+  registerFleetCluster(fleet, kube, cluster.kubeconfigPath, clusterId, ['--no-sender-check']);
 
 /**
  * The forwarder's identity as a cluster gives it: the objects of `infra/forwarder/rbac.yml` (its
@@ -358,33 +263,8 @@ async function serviceAccountKubeconfig(
   return await writeTokenKubeconfig(adminKubeconfig, token, out);
 }
 
-/**
- * Starts the forwarder bundle as its own process watching the cluster of `kubeconfig`, with
- * `settings` (cluster id, queue URLs: what the Deployment's ConfigMaps give it) over moto's SQS;
- * its HTTP port is a free loopback one whatever `settings` say.
- */
-async function startForwarder(name: string, kubeconfig: string, settings: Record<string, string>) {
-  const s = servers();
-  const port = await freePort();
-  return await startProcess(name, [process.execPath, path.join(tmp, 'bundles', 'forwarder.mjs')], {
-    env: {
-      FORWARDER_KINDS: 'App,PackageInstall,PackageRepository',
-      ...settings,
-      PATH: process.env.PATH,
-      HOME: tmp,
-      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-      AWS_ACCESS_KEY_ID: s.sqs.accessKeyId,
-      AWS_SECRET_ACCESS_KEY: s.sqs.secretAccessKey,
-      AWS_REGION: s.sqs.region,
-      KAPP_LAMBDA_SQS_ENDPOINT: s.sqs.endpoint,
-      KUBECONFIG: kubeconfig,
-      FORWARDER_HTTP_HOST: LOOPBACK,
-      FORWARDER_HTTP_PORT: String(port),
-    },
-    ready: () => httpAnswers(`http://${LOOPBACK}:${port}/readyz`, (st) => st === 200),
-    timeoutMs: 60_000,
-  });
-}
+const startForwarder = (name: string, kubeconfig: string, settings: Record<string, string>) =>
+  startFleetForwarder(fleet, name, kubeconfig, settings);
 
 /** Who may write each status: the stage functions that own it (`infra/rbac/`). */
 const STATUS_WRITERS: Readonly<Record<string, readonly PipelineStage[]>> = {
@@ -442,56 +322,13 @@ function statusWriterPolicy(): object[] {
   );
 }
 
-/**
- * Creates the fleet's artifact root key as the stack does (a Secrets Manager secret, base64 of
- * random bytes) on moto's server, which serves Secrets Manager beside SQS.
- * @returns the secret's ARN.
- */
-async function createRootKeySecret(moto: SqsInfo): Promise<string> {
-  const client = new SecretsManagerClient({
-    endpoint: moto.endpoint,
-    region: moto.region,
-    credentials: { accessKeyId: moto.accessKeyId, secretAccessKey: moto.secretAccessKey },
-  });
-  try {
-    const created = await client.send(
-      new CreateSecretCommand({
-        Name: `kapp-lambda-${id}/artifact-root-key`,
-        SecretString: randomBytes(48).toString('base64'),
-      }),
-    );
-    if (!created.ARN) throw new Error('create secret: no ARN in the answer');
-    return created.ARN;
-  } finally {
-    client.destroy();
-  }
-}
-
 function functionEnv(stage: PipelineStage, layer: FunctionLayer): Record<string, string> {
   const s = servers();
-  const queues = Object.fromEntries([...hosts.values()].map((h) => [queueUrlEnv(h.stage), h.queue.url]));
-  const toolTimeout = toolTimeoutMs(stage);
+  const queueUrls = Object.fromEntries([...hosts.values()].map((h) => [queueUrlEnv(h.stage), h.queue.url]));
   return {
-    AWS_REGION: s.s3.region,
+    ...stageFunctionEnv(fleet, stage, layer, { bucketPrefix: PREFIX, queueUrls }),
     AWS_ACCESS_KEY_ID: s.s3.accessKeyId,
     AWS_SECRET_ACCESS_KEY: s.s3.secretAccessKey,
-    AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
-    KAPP_LAMBDA_BUCKET: s.s3.bucket ?? 'kapp-lambda',
-    KAPP_LAMBDA_BUCKET_PREFIX: PREFIX,
-    KAPP_LAMBDA_S3_ENDPOINT: s.s3.endpoint,
-    KAPP_LAMBDA_SQS_ENDPOINT: s.sqs.endpoint,
-    ...queues,
-    // The cluster comes from the registry, authenticated as this stage only.
-    KAPP_LAMBDA_CLUSTER_REGISTRY: `s3://${s.s3.bucket ?? 'kapp-lambda'}/${REGISTRY_PREFIX}`,
-    KAPP_LAMBDA_CLUSTER_SECRETS: `file://${secretsDir(stage)}`,
-    KAPP_LAMBDA_TMP_DIR: path.join(tmp, 'scratch', stage),
-    KAPP_LAMBDA_BIN_DIR: layer.binDir,
-    KAPP_LAMBDA_HARDEN_ADDON: hardenAddonPath(),
-    KAPP_LAMBDA_TOOL_VERSIONS: JSON.stringify(layerToolVersions(stage)),
-    ...(toolTimeout ? { KAPP_LAMBDA_TOOL_TIMEOUT_MS: String(toolTimeout) } : {}),
-    KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
-    // The fixture servers are on loopback: allowed as a fleet allows its private registries.
-    KAPP_LAMBDA_URL_ALLOW: '127.0.0.0/8',
     // The root key by its secret's ARN, read from Secrets Manager (moto) as on AWS.
     KAPP_LAMBDA_SECRETSMANAGER_ENDPOINT: s.sqs.endpoint,
     KAPP_LAMBDA_ARTIFACT_ROOT_KEY_SECRET: rootKeySecretArn,
@@ -530,6 +367,7 @@ async function demoApps(): Promise<AppObject[]> {
 beforeAll(async () => {
   tmp = await makeTempDir('cloud-e2e');
   const s = servers();
+  fleet = { tmp, s3: s.s3, bucket: s.s3.bucket ?? 'kapp-lambda', registryPrefix: REGISTRY_PREFIX, moto: s.sqs };
   sqs = sqsClient(s.sqs);
   const startedCluster = startCluster({ log: (m) => process.stderr.write(`[cloud] ${m}\n`) });
   // The second control plane, which joins the fleet in its test: started beside the first, so
@@ -558,7 +396,7 @@ beforeAll(async () => {
       warmMs: [],
     } as unknown as StageHost);
   }
-  rootKeySecretArn = await createRootKeySecret(s.sqs);
+  rootKeySecretArn = await createRootKeySecret(s.sqs, `kapp-lambda-${id}/artifact-root-key`);
   const [first, second] = await Promise.allSettled([startedCluster, startedJoining]);
   if (second.status === 'fulfilled') joining = second.value;
   if (first.status === 'rejected') throw first.reason;
@@ -769,6 +607,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     const context = loadKubeConfig(joining.kubeconfigPath).getCurrentContext();
     const joined = await timed('join', () =>
       clusterCli(
+        fleet,
         [
           'join',
           context,
@@ -777,7 +616,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
           '--fleet',
           outputs,
           '--registry',
-          registryUrl(),
+          registryUrl(fleet),
           '--kubeconfig',
           joining.kubeconfigPath,
           '--auth',
@@ -790,7 +629,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     expect(joined.stderr).toContain(`wrote ${clusterDocKey(joinedId)}`);
     // The steps join printed: each function's token where the document names it.
     expect(joined.stdout).toContain(`kubectl -n ${IDENTITY_NAMESPACE} get secret`);
-    await timed('tokens', () => storeStageTokens(second, joinedId));
+    await timed('tokens', () => storeStageTokens(fleet, second, joinedId));
     // The forwarder as the release's Deployment runs it: as its ServiceAccount, with the settings
     // of its two ConfigMaps (the release's and the fleet one join wrote).
     const settings = await timed('forwarder', async () => {

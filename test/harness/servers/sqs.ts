@@ -10,8 +10,10 @@
  *
  * moto 5.2.1 deduplicates a FIFO message only against messages still in the queue; Amazon SQS
  * drops a copy for 5 minutes after the first was sent, whether or not it was consumed. The
- * server runs through `moto_sqs.py`, which adds that history (and nothing else), so a copy sent
- * after the original was received and deleted is dropped as on AWS.
+ * server runs through `moto_sqs.py`, which adds that history, so a copy sent after the original
+ * was received and deleted is dropped as on AWS. It also sets a message's `SenderId` as SQS does
+ * for a role session moto's STS issued (`<role id>:<session name>`); other senders keep moto's
+ * constant one.
  *
  * moto accepts any credentials; clients sign with the fixed throw-away pair of
  * {@link SqsInfo} (no AWS account is ever reached: the endpoint is the loopback server).
