@@ -903,7 +903,8 @@ export class KappLambdaStack extends Stack {
    * named by its id. Runs no tool (no layer), outside the fleet's VPC (it calls AWS APIs only);
    * 128 MiB, arm64, its stage's timeout + 30 s (`dispatcherTimeoutSeconds`). Its role: its queue
    * (receive, delete, change visibility, send to itself), the registry's documents (read), the
-   * keys of `dispatcherObjects` (its stage's fair shares; index-repo's source poll records, read),
+   * keys of `dispatcherObjects` (its stage's fair shares; index-repo's source poll records, read;
+   * fetch's and index-repo's poll members of cluster sharing, `state/poll-members/`),
    * the artifact root key's secret (stages that seal; it derives the run's keys),
    * `sts:AssumeRole` on the run role and `lambda:InvokeFunction` on the stage function, nothing else.
    */

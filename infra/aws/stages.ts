@@ -11,6 +11,7 @@ import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { DEFAULT_PRIVATE_TTL_MS } from '../../functions/lib/artifact/sealed.js';
 import { STAGE_RECORD_CONCURRENCY } from '../../functions/lib/entry/config.js';
+import { POLL_MEMBER_STAGES, POLL_MEMBERS_PREFIX } from '../../functions/lib/entry/dispatch.js';
 import { DEFAULT_DEADLINE_MARGIN_MS, PROOF_VISIBILITY_MARGIN_SECONDS } from '../../functions/lib/entry/handler.js';
 import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX, SHARES_PREFIX } from '../../functions/lib/lease/index.js';
@@ -174,13 +175,24 @@ export function runRoleObjects(stage: PipelineStage): ObjectGrant[] {
 
 /**
  * The bucket keys a stage's dispatcher touches itself: its stage's fair shares ({@link sharesGrant}),
- * and for index-repo the fleet's source poll records, read only: it lists their member clusters
+ * for index-repo the fleet's source poll records, read only: it lists their member clusters
  * (`sourcePollClusters` of `functions/lib/entry/dispatch.ts`) to run each one's poll in a session
- * of that cluster, which claims and writes the records itself.
+ * of that cluster, which claims and writes the records itself; and for fetch and index-repo
+ * (`POLL_MEMBER_STAGES`) the poll members of `cluster` sharing (`state/poll-members/`, which no
+ * run role holds): written and deleted from what each cluster's runs answer, listed by index-repo's.
  */
 export function dispatcherObjects(stage: PipelineStage): ObjectGrant[] {
   return [
     sharesGrant(stage),
+    ...(POLL_MEMBER_STAGES.includes(stage)
+      ? [
+          {
+            keys: `${POLL_MEMBERS_PREFIX}*`,
+            actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] as const,
+            why: "the source poll's member clusters in cluster sharing, from what each cluster's runs answer",
+          },
+        ]
+      : []),
     ...(stage === 'index-repo'
       ? [
           {
@@ -278,6 +290,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
     { keys: `${INFLIGHT_PREFIX}cache/fetch/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of pinned fetches' },
+    { keys: 'cache/source-poll/*', actions: WRITE, why: "source poll records of Apps' sources (trackAppSources)" },
     { keys: 'artifacts/template/*', actions: READ, why: "a rollback checks the receipt's rendered manifest exists" },
     { keys: 'private/*/template/*', actions: READ, why: "a rollback checks the receipt's sealed manifest exists" },
     RUN_LEASE,

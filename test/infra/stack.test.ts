@@ -741,6 +741,10 @@ describe('IAM', () => {
       expect(objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: actionsOf(s) }))).toEqual([
         { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
         { keys: `state/shares/${stage}/*`, actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+        // fetch's and index-repo's keep the poll members of cluster sharing from their runs' answers.
+        ...(stage === 'fetch' || stage === 'index-repo'
+          ? [{ keys: 'state/poll-members/*', actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] }]
+          : []),
         // index-repo's lists the source poll's member clusters (`sourcePollClusters`), and writes none.
         ...(stage === 'index-repo' ? [{ keys: 'cache/source-poll/*', actions: ['s3:GetObject'] }] : []),
       ]);
@@ -992,6 +996,19 @@ describe('fleet source poll', () => {
         Resource: [fnArn, { 'Fn::Join': ['', [fnArn, ':*']] }],
       },
     ]);
+  });
+
+  it("gives the fetch function its Apps' source poll records (trackAppSources), and no run role the poll members", () => {
+    expect(STAGE_OBJECTS.fetch).toContainEqual(
+      expect.objectContaining({ keys: 'cache/source-poll/*', actions: ['s3:GetObject', 's3:PutObject'] }),
+    );
+    const runObjects = PIPELINE_STAGES.flatMap((stage) =>
+      roleStatements(logicalId(stack.stages[stage].runRole!)).flatMap((s) =>
+        list(s.Resource as string | string[]).map((r) => objectSuffix(r)),
+      ),
+    );
+    expect(runObjects).toContain('/cache/source-poll/*');
+    expect(runObjects.filter((k) => k?.startsWith('/state/poll-members'))).toEqual([]);
   });
 
   it('gives the index-repo function what the poll needs: its records, its own queue, the registry', () => {

@@ -432,6 +432,13 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'the dispatchers',
   },
   {
+    name: 'KAPP_LAMBDA_SHARING',
+    default: '`fleet`',
+    meaning:
+      "how far a run's claims (cache records, in-flight markers, repository indexes, source poll records) are shared: `fleet` (every cluster's runs share them) or `cluster` (each cluster's own, under `d/<cluster tag>/`). A dispatcher in `cluster` sharing keeps the source poll's member clusters itself (`state/poll-members/<cluster id>`, from what each fetch or index-repo run answers) and reads no source poll record",
+    readBy: 'the dispatchers',
+  },
+  {
     name: 'KAPP_LAMBDA_STS_ENDPOINT',
     default: 'AWS',
     meaning: 'STS-compatible endpoint (`http(s)://…`)',
@@ -934,6 +941,12 @@ export interface DispatcherConfig
   stsEndpoint?: string;
   /** `KAPP_LAMBDA_LAMBDA_ENDPOINT`. */
   lambdaEndpoint?: string;
+  /**
+   * `KAPP_LAMBDA_SHARING` (default `fleet`): in `cluster` sharing the source poll's member
+   * clusters are the dispatchers' own records (`StorePollMembers` of `./dispatch.ts`), not the
+   * fleet's source poll records.
+   */
+  sharing: 'fleet' | 'cluster';
 }
 
 /** An IAM role ARN: partition, account, path and name. */
@@ -957,6 +970,10 @@ const DispatcherOwnSchema = z.object({
   ),
   KAPP_LAMBDA_STS_ENDPOINT: optional(httpUrl),
   KAPP_LAMBDA_LAMBDA_ENDPOINT: optional(httpUrl),
+  KAPP_LAMBDA_SHARING: z.preprocess(
+    blankToUndefined,
+    z.enum(['fleet', 'cluster'], { error: 'expected fleet or cluster' }).default('fleet'),
+  ),
 });
 
 /**
@@ -1048,6 +1065,7 @@ export function parseDispatcherEnv(env: Readonly<Record<string, string | undefin
     stageFunction: e.KAPP_LAMBDA_STAGE_FUNCTION,
     logLevel: e.KAPP_LAMBDA_LOG_LEVEL,
     maxReceiveCount: e.KAPP_LAMBDA_MAX_RECEIVE_COUNT ?? DEFAULT_MAX_ATTEMPTS,
+    sharing: e.KAPP_LAMBDA_SHARING,
   };
   if (e.KAPP_LAMBDA_S3_ENDPOINT) config.s3Endpoint = e.KAPP_LAMBDA_S3_ENDPOINT;
   if (e.KAPP_LAMBDA_SQS_ENDPOINT) config.sqsEndpoint = e.KAPP_LAMBDA_SQS_ENDPOINT;

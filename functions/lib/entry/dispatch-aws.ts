@@ -186,7 +186,8 @@ export class LambdaStageInvoker implements StageInvoker {
  * (`SqsBatchResponse.requeue`, the dispatched stage's held records) is kept when it is a list of
  * strings, with only the ids of records `given` (in the stage's order, each once); absent or
  * empty after that, it is left out. A `requeue` that is not a list of strings makes the answer
- * none (the stage is not the one this dispatcher speaks to).
+ * none (the stage is not the one this dispatcher speaks to). A boolean `pollMember` is kept;
+ * any other is left out.
  */
 export function parseBatchResponse(
   payload: Uint8Array | undefined,
@@ -198,7 +199,11 @@ export function parseBatchResponse(
   } catch {
     return undefined;
   }
-  const { batchItemFailures: failures, requeue } = (v ?? {}) as { batchItemFailures?: unknown; requeue?: unknown };
+  const {
+    batchItemFailures: failures,
+    requeue,
+    pollMember,
+  } = (v ?? {}) as { batchItemFailures?: unknown; requeue?: unknown; pollMember?: unknown };
   if (!Array.isArray(failures)) return undefined;
   if (!failures.every((f) => typeof (f as { itemIdentifier?: unknown } | null)?.itemIdentifier === 'string')) {
     return undefined;
@@ -210,5 +215,6 @@ export function parseBatchResponse(
   return {
     batchItemFailures: failures.map((f) => ({ itemIdentifier: (f as { itemIdentifier: string }).itemIdentifier })),
     ...(kept.length > 0 ? { requeue: kept } : {}),
+    ...(typeof pollMember === 'boolean' ? { pollMember } : {}),
   };
 }

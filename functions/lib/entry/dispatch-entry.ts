@@ -6,7 +6,8 @@
  * the first call that sends (`./lambda-base.ts`, `./dispatch-clients.ts`).
  *
  * What it holds, and what it does not: its role's own credentials (its queue, the registry's
- * documents, `state/shares/`, for index-repo the source poll records (read), the root key (not
+ * documents, `state/shares/`, for index-repo the source poll records (read), for fetch and
+ * index-repo the poll members (`state/poll-members/`, `cluster` sharing), the root key (not
  * install's), `sts:AssumeRole` on the run role, the invoke of the
  * stage function). It never mints or reads a cluster's token: its registry reads documents only
  * (the sender check's forwarders), with a secret store and AWS credentials that refuse, so an
@@ -24,7 +25,13 @@ import { S3Store } from '../store/s3.js';
 import { SqsMessageDeleter, SqsMessageRequeuer, SqsRecordProver } from '../transport/sqs.js';
 import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { type DispatcherConfig, parseDispatcherEnv } from './config.js';
-import { type DispatcherDeps, makeDispatcher, sourcePollClusters } from './dispatch.js';
+import {
+  type DispatcherDeps,
+  makeDispatcher,
+  POLL_MEMBER_STAGES,
+  StorePollMembers,
+  sourcePollClusters,
+} from './dispatch.js';
 import { LambdaStageInvoker, StsRunCredentials } from './dispatch-aws.js';
 import type { DispatchSdk } from './dispatch-clients.js';
 import { type AwsClients, createLambdaLogger, lazyAwsClients } from './lambda-base.js';
@@ -77,8 +84,8 @@ const NO_CLUSTER_IDENTITY = async (): Promise<never> => {
  * fair shares in the artifact bucket, the sender check over the registry's documents (run roles'
  * sessions bound to their cluster, the dispatcher's own role as the sender of its copies), the
  * run sessions (`StsRunCredentials` of the run role, under `runSessionPolicy` of the bucket and
- * registry configured), the stage function's invoke, and, for index-repo, the source poll's
- * member clusters.
+ * registry configured), the stage function's invoke, for index-repo the source poll's member
+ * clusters, and in `cluster` sharing, for fetch and index-repo, the poll membership the runs answer.
  */
 export function createDispatcherDeps(
   config: DispatcherConfig,
@@ -147,7 +154,11 @@ export function createDispatcherDeps(
           }),
         }
       : {}),
-    ...(config.stage === 'index-repo' ? { pollClusters: () => sourcePollClusters(store) } : {}),
+    ...(config.stage === 'index-repo' ? { pollClusters: () => sourcePollClusters(store, config.sharing) } : {}),
+    // `cluster` sharing: the member clusters are what the fetch and index-repo runs answered.
+    ...(config.sharing === 'cluster' && POLL_MEMBER_STAGES.includes(config.stage)
+      ? { pollMembers: new StorePollMembers(store) }
+      : {}),
   };
 }
 

@@ -160,6 +160,26 @@ export interface DispatcherDeps {
    * invocation (the schedule runs it again). Default none: a poll event is dropped (logged).
    */
   pollClusters?: () => Promise<readonly string[]>;
+  /**
+   * The source poll's membership of each cluster in `cluster` sharing ({@link StorePollMembers}):
+   * set from the `pollMember` a run of a {@link POLL_MEMBER_STAGES} stage answers, for the cluster
+   * the dispatcher invoked. Default none: the answer's `pollMember` is ignored (`fleet` sharing,
+   * where {@link sourcePollClusters} reads the fleet's records).
+   */
+  pollMembers?: PollMembers;
+}
+
+/**
+ * The source poll membership the dispatcher keeps per cluster in `cluster` sharing
+ * (`KAPP_LAMBDA_SHARING=cluster`), where each cluster's source poll records are in its own
+ * domain and the dispatcher can read none of them.
+ */
+export interface PollMembers {
+  /**
+   * Records whether cluster `clusterId`'s domain holds source poll records.
+   * @throws StoreError when the store fails; Error for a `clusterId` that is no cluster id.
+   */
+  set(clusterId: string, member: boolean): Promise<void>;
 }
 
 /** A record past its edge checks and holding its slot (if shares are on), to be invoked. */
@@ -179,6 +199,63 @@ export const POLL_INVOKE_CONCURRENCY = 8;
  */
 export const SOURCE_POLL_RECORDS_PREFIX = 'cache/source-poll/sha256/';
 
+/**
+ * Where the dispatcher keeps the source poll's member clusters in `cluster` sharing
+ * ({@link StorePollMembers}): `state/poll-members/<cluster id>`, an empty JSON object each.
+ * Only the dispatchers' roles hold it; no run session does.
+ */
+export const POLL_MEMBERS_PREFIX = 'state/poll-members/';
+
+/**
+ * The stages whose dispatched runs answer `pollMember` (`SqsBatchResponse.pollMember`): those
+ * that write source poll records, index-repo (repositories, and the poll itself) and fetch (App
+ * sources, `trackAppSources`).
+ */
+export const POLL_MEMBER_STAGES: readonly PipelineStage[] = Object.freeze(['fetch', 'index-repo']);
+
+/** Every key under `prefix`, page after page. @throws StoreError when a page cannot be listed. */
+async function listAll(store: ObjectStore, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  for (let page = await store.list(prefix); ; ) {
+    keys.push(...page);
+    if (page.length < 1000) return keys;
+    page = await store.list(prefix, { startAfter: page[page.length - 1] });
+  }
+}
+
+/**
+ * {@link PollMembers} in the artifact bucket, under {@link POLL_MEMBERS_PREFIX}, written only by
+ * the dispatchers from what each cluster's own run answered: so a run of cluster A can neither
+ * add nor drop cluster B (it names no cluster in its answer), and the dispatcher never trusts a
+ * record any run could write to learn whom to poll.
+ */
+export class StorePollMembers implements PollMembers {
+  constructor(private readonly store: ObjectStore) {}
+
+  /**
+   * Member: writes the cluster's document unless it is there (a HEAD, then one PUT the first
+   * time); not a member: deletes it (deleting an absent key succeeds).
+   * @throws StoreError when the store fails; Error for a `clusterId` that is no cluster id.
+   */
+  async set(clusterId: string, member: boolean): Promise<void> {
+    if (!CLUSTER_ID_PATTERN.test(clusterId)) throw new Error(`not a cluster id: ${clusterId.slice(0, 64)}`);
+    const key = `${POLL_MEMBERS_PREFIX}${clusterId}`;
+    if (!member) return await this.store.delete(key);
+    if (!(await this.store.head(key))) await this.store.put(key, '{}');
+  }
+
+  /**
+   * The member clusters, sorted; a key that is no cluster id is ignored.
+   * @throws StoreError when the prefix cannot be listed.
+   */
+  async list(): Promise<string[]> {
+    return (await listAll(this.store, POLL_MEMBERS_PREFIX))
+      .map((key) => key.slice(POLL_MEMBERS_PREFIX.length))
+      .filter((id) => CLUSTER_ID_PATTERN.test(id))
+      .sort();
+  }
+}
+
 /** `ClusterKeys` as {@link WireClusterKeys}. */
 function wireKeys(keys: { tag: string; encKey: Buffer; macKey: Buffer }): WireClusterKeys {
   return { tag: keys.tag, encKey: keys.encKey.toString('base64'), macKey: keys.macKey.toString('base64') };
@@ -194,19 +271,21 @@ async function pooled<T>(items: readonly T[], concurrency: number, work: (item: 
 }
 
 /**
- * The clusters with members in the fleet's source poll records (`cache/source-poll/sha256/*.json`,
- * `SourcePollRecord.members[].cluster`), sorted: whom the source poll is run for. A record that is
- * not JSON is skipped (the poll itself logs it); a member whose cluster is no cluster id is ignored.
+ * Whom the source poll is run for, sorted. `fleet` sharing: the clusters with members in the
+ * fleet's source poll records (`cache/source-poll/sha256/*.json`,
+ * `SourcePollRecord.members[].cluster`; a record that is not JSON is skipped, the poll itself logs
+ * it; a member whose cluster is no cluster id is ignored). `cluster` sharing: the members the
+ * dispatchers recorded ({@link StorePollMembers}), and no record is read: each cluster's records
+ * are in its own domain, and a record any run can write must not say whom to poll.
  *
- * @throws StoreError when the records cannot be listed or read.
+ * @throws StoreError when the records or members cannot be listed or read.
  */
-export async function sourcePollClusters(store: ObjectStore): Promise<string[]> {
-  const keys: string[] = [];
-  for (let page = await store.list(SOURCE_POLL_RECORDS_PREFIX); ; ) {
-    keys.push(...page);
-    if (page.length < 1000) break;
-    page = await store.list(SOURCE_POLL_RECORDS_PREFIX, { startAfter: page[page.length - 1] });
-  }
+export async function sourcePollClusters(
+  store: ObjectStore,
+  sharing: 'fleet' | 'cluster' = 'fleet',
+): Promise<string[]> {
+  if (sharing === 'cluster') return await new StorePollMembers(store).list();
+  const keys = await listAll(store, SOURCE_POLL_RECORDS_PREFIX);
   const clusters = new Set<string>();
   await pooled(keys, POLL_INVOKE_CONCURRENCY, async (key) => {
     const body = await store.get(key);
@@ -269,6 +348,11 @@ interface ClusterAnswer {
  * poll fails is logged and polled again at the next period; a failure to list the clusters fails
  * the invocation.
  *
+ * **Poll membership** (`cluster` sharing, `deps.pollMembers`): a fetch or index-repo run (a batch
+ * or a poll) answers `pollMember`, whether its cluster's domain holds source poll records after
+ * it; the dispatcher records it for the cluster it invoked (never another: the answer names
+ * none), and a failure to record it is logged only.
+ *
  * @returns the handler; it never rejects on a batch (every problem ends in its records'
  *   failures), and rejects a poll only when `deps.pollClusters` does.
  */
@@ -322,6 +406,15 @@ export function makeDispatcher(
       answer.batchItemFailures.map((f) => f.itemIdentifier).filter((id) => given(id, 'batchItemFailures')),
     );
     const requeue = [...new Set(answer.requeue ?? [])].filter((id) => given(id, 'requeue') && !failed.has(id));
+    // The run's answer sets the membership of the cluster invoked, the only one its session reaches.
+    if (deps.pollMembers && POLL_MEMBER_STAGES.includes(stage) && typeof answer.pollMember === 'boolean') {
+      await deps.pollMembers.set(clusterId, answer.pollMember).catch((err: unknown) => {
+        log.warn(
+          { pollMember: answer.pollMember, error: errorText(err) },
+          "could not record the cluster's source poll membership; its next run records it",
+        );
+      });
+    }
     return { answered: true, failed, requeue };
   };
 

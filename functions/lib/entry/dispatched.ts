@@ -17,9 +17,10 @@ import {
 } from '../../../events/schema.js';
 import type { ClusterKeyring, ClusterKeys } from '../artifact/keyring.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
-import type { Logger } from '../log.js';
+import { errorText, type Logger } from '../log.js';
+import type { ObjectStore } from '../store/port.js';
 import type { MessageRequeuer, RequeuedMessage } from '../transport/port.js';
-import type { DispatchedBatch, WireClusterKeys } from './dispatch.js';
+import { type DispatchedBatch, SOURCE_POLL_RECORDS_PREFIX, type WireClusterKeys } from './dispatch.js';
 import type { LambdaContext, SqsBatchResponse, SqsEvent, SqsHandler } from './stage-handler.js';
 
 /**
@@ -155,6 +156,16 @@ export class CollectingRequeuer implements MessageRequeuer {
   }
 }
 
+/**
+ * Whether `store` holds any source poll record (one `list` of at most one key under
+ * `cache/source-poll/sha256/`): a dispatched fetch or index-repo run's `pollMember`. Pass the
+ * stage's own store, so in `cluster` sharing the listing is of its cluster's domain.
+ * @throws StoreError when the prefix cannot be listed.
+ */
+export async function hasSourcePollRecords(store: Pick<ObjectStore, 'list'>): Promise<boolean> {
+  return (await store.list(SOURCE_POLL_RECORDS_PREFIX, { limit: 1 })).length > 0;
+}
+
 /** The handler of a stage function behind its dispatcher ({@link dispatchedHandler}). */
 export type DispatchedStageHandler = (
   payload: DispatchedBatch | SqsEvent | SourcePollEvent,
@@ -165,8 +176,14 @@ export type DispatchedStageHandler = (
 export interface DispatchedHandlerOptions {
   /** The stage handler's requeuer (`EntryDeps.requeuer`), whose ids become the answer's `requeue`. */
   requeued?: CollectingRequeuer;
-  /** Where a refused payload is logged (why; never its credentials or keys). */
-  log?: Pick<Logger, 'error'>;
+  /** Where a refused payload (error) and a failed `pollMember` (warning) are logged; never credentials or keys. */
+  log?: Pick<Logger, 'error' | 'warn'>;
+  /**
+   * The answer's `pollMember` after each batch and poll (fetch and index-repo,
+   * `POLL_MEMBER_STAGES` of `./dispatch.ts`: {@link hasSourcePollRecords} over the stage's store).
+   * Default none: the answer has none. A throw leaves it out (logged).
+   */
+  pollMember?: () => Promise<boolean>;
 }
 
 /** Why `payload` is not a dispatcher's batch at all, or `undefined` when it may be one. */
@@ -200,7 +217,9 @@ function notDispatched(payload: unknown): string | undefined {
  * stays in the stage: the event and message-group checks (cheap, and the routing of its own
  * events), the run leases, the retry bound, the deadline, and the hand-off to the next stage.
  * The records the deadline held back are not sent by the stage: `opts.requeued` collects them
- * and the answer's `requeue` names them (never a record also in `batchItemFailures`).
+ * and the answer's `requeue` names them (never a record also in `batchItemFailures`). With
+ * `opts.pollMember` (fetch, index-repo) the answer of a batch or a poll carries `pollMember`, read
+ * after the run: the dispatcher keeps it as the cluster's poll membership in `cluster` sharing.
  *
  * @throws Error (rejects) when the payload is refused, logged to `opts.log`; else `inner`'s answer.
  */
@@ -212,6 +231,16 @@ export function dispatchedHandler(
   const refuse = (why: string, err: Error = new Error(why)): never => {
     opts.log?.error({ outcome: 'refused' }, why);
     throw err;
+  };
+  /** `answer` with `pollMember` when `opts.pollMember` answers. */
+  const withPollMember = async (answer: SqsBatchResponse): Promise<SqsBatchResponse> => {
+    if (!opts.pollMember) return answer;
+    try {
+      return { ...answer, pollMember: await opts.pollMember() };
+    } catch (err) {
+      opts.log?.warn({ error: errorText(err) }, 'could not list the source poll records; the answer has no pollMember');
+      return answer;
+    }
   };
   return async (payload, context) => {
     const why = notDispatched(payload);
@@ -225,10 +254,10 @@ export function dispatchedHandler(
     // What an earlier invocation collected and did not return (it threw) is not this one's.
     opts.requeued?.take();
     // The cluster's source poll: the stage handler's poll, its registry narrowed to this cluster.
-    if (batch.poll === true) return await inner({ type: SOURCE_POLL_EVENT_TYPE }, context);
+    if (batch.poll === true) return await withPollMember(await inner({ type: SOURCE_POLL_EVENT_TYPE }, context));
     const answer = await inner({ Records: [...batch.records] }, context);
     const failed = new Set(answer.batchItemFailures.map((f) => f.itemIdentifier));
     const requeue = opts.requeued?.take().filter((id) => !failed.has(id)) ?? [];
-    return requeue.length > 0 ? { ...answer, requeue } : answer;
+    return await withPollMember(requeue.length > 0 ? { ...answer, requeue } : answer);
   };
 }

@@ -78,6 +78,13 @@ export interface SqsBatchResponse {
    * Never in an answer to Lambda's event source mapping, which reads `batchItemFailures` only.
    */
   requeue?: string[];
+  /**
+   * The dispatched fetch or index-repo stage's answer only (`POLL_MEMBER_STAGES` of
+   * `./dispatch.ts`): whether the run's cluster's domain holds source poll records after the run
+   * (`hasSourcePollRecords` of `./dispatched.ts`); absent when that could not be listed. The
+   * dispatcher keeps it as the cluster's poll membership in `cluster` sharing (`PollMembers`).
+   */
+  pollMember?: boolean;
 }
 
 /**

@@ -14,12 +14,15 @@ import { becomeSubreaper, hardenProcess } from '../exec/harden.js';
 import { createOrphanSweeper } from '../exec/orphans.js';
 import type { Logger } from '../log.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
+import type { ObjectStore } from '../store/port.js';
 import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { parseLambdaEnv } from './config.js';
+import { POLL_MEMBER_STAGES } from './dispatch.js';
 import {
   CollectingRequeuer,
   type DispatchedStageHandler,
   dispatchedHandler,
+  hasSourcePollRecords,
   RunCredentialHolder,
 } from './dispatched.js';
 import { lambdaBootstrap } from './runtime-api.js';
@@ -34,7 +37,8 @@ import { makeStageHandler, type SqsHandler } from './stage-handler.js';
  * of one cluster (index-repo: a batch with `poll` runs the source poll in that cluster), the AWS clients sign with the batch's run credentials
  * ({@link RunCredentialHolder}), the sealed store opens that cluster's artifacts only with the keys
  * the batch carries (the root key is not read), the registry is narrowed to that cluster, and the
- * records the deadline held back are returned as `requeue` ({@link CollectingRequeuer}). On the first invocation the handler imports the composition root and
+ * records the deadline held back are returned as `requeue` ({@link CollectingRequeuer}); fetch's
+ * and index-repo's answers carry `pollMember` ({@link hasSourcePollRecords} of the stage's store). On the first invocation the handler imports the composition root and
  * removes the scratch a process ended mid-run left in the tmp root (`removeLeftoverScratch`) and
  * creates the AWS clients and the stage's ports (`createLambdaDeps`); on the first record (or
  * poll) it loads the stage with `loadRoute`. Entry files pass `import.meta.url`,
@@ -78,9 +82,11 @@ export function lambdaEntry(
       : undefined;
   rootKeyring?.warm();
   const keyring = holder?.keyring ?? rootKeyring;
-  let log: Pick<Logger, 'error'> = {
-    error: (obj, msg) => process.stderr.write(`${JSON.stringify({ level: 'error', function: stage, ...obj, msg })}\n`),
-  };
+  const write = (level: string) => (obj: object, msg: string) =>
+    process.stderr.write(`${JSON.stringify({ level, function: stage, ...obj, msg })}\n`);
+  let log: Pick<Logger, 'error' | 'warn'> = { error: write('error'), warn: write('warn') };
+  // The stage's store (in `cluster` sharing, its cluster's domain): where `pollMember` is listed.
+  let store: ObjectStore | undefined;
   const handler = makeStageHandler(
     stage,
     async () => {
@@ -95,6 +101,7 @@ export function lambdaEntry(
       if (removed.length > 0) deps.log.warn({ removed }, 'removed scratch directories an earlier process left');
       giveUp = (left) => deps.log.error({ left }, 'orphan sweep gave up: processes a tool left behind still run');
       log = deps.log;
+      store = deps.pipeline.store;
       return deps;
     },
     async () => (await loadRoute()).route,
@@ -102,7 +109,15 @@ export function lambdaEntry(
   const entry = holder
     ? dispatchedHandler(handler, holder, {
         ...(requeued ? { requeued } : {}),
-        log: { error: (obj, msg) => log.error(obj, msg) },
+        log: { error: (obj, msg) => log.error(obj, msg), warn: (obj, msg) => log.warn(obj, msg) },
+        ...(POLL_MEMBER_STAGES.includes(stage)
+          ? {
+              pollMember: async () => {
+                if (!store) throw new Error('the stage has no store yet');
+                return await hasSourcePollRecords(store);
+              },
+            }
+          : {}),
       })
     : handler;
   bootstrap.start(entry);

@@ -40,9 +40,23 @@ export function clusterTemplateRecord(clusterId: string, name: string, n = 1, me
  * cluster `clusterId`: an event for the install function, first receive.
  */
 export function clusterInstallRecord(clusterId: string, name: string, messageId = name): SqsRecord {
+  return clusterPackagingRecord('PackageInstall', clusterId, name, messageId);
+}
+
+/**
+ * The record of an object event (reason `modified`) of the packaging object `kind` `ns/<name>`
+ * of cluster `clusterId` (a PackageInstall's goes to install, a PackageRepository's to
+ * index-repo), first receive.
+ */
+export function clusterPackagingRecord(
+  kind: 'PackageInstall' | 'PackageRepository',
+  clusterId: string,
+  name: string,
+  messageId = name,
+): SqsRecord {
   const object: ObjectRef = {
     clusterId,
-    kind: 'PackageInstall',
+    kind,
     apiVersion: 'packaging.carvel.dev/v1alpha1',
     namespace: 'ns',
     name,
