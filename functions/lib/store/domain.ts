@@ -26,6 +26,16 @@ import {
  */
 export const DOMAIN_SCOPED_PREFIXES: readonly string[] = Object.freeze(['artifacts/index/', 'cache/', 'inflight/']);
 
+/**
+ * Who shares a stage's claims (`KAPP_LAMBDA_SHARING`, CDK context `sharing`): `fleet`, every
+ * cluster (under `cache/`, `inflight/`, `artifacts/index/`); `cluster`, the cluster alone (under
+ * `d/<its keyring tag>/`, {@link domainScopedStore}).
+ */
+export type Sharing = 'fleet' | 'cluster';
+
+/** The values of {@link Sharing}. */
+export const SHARING_MODES: readonly Sharing[] = Object.freeze(['fleet', 'cluster']);
+
 /** Where every sharing domain's keys live: `d/<domain tag>/<key>`. */
 export const DOMAIN_ROOT = 'd/';
 
