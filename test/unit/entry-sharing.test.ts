@@ -5,13 +5,21 @@
  * shared artifacts unchanged. S3 is a fake at the SDK client's `send`.
  */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseLambdaEnv, SHARING_NEEDS_DISPATCHED } from '../../functions/lib/entry/config.js';
+import {
+  ConfigError,
+  parseDispatcherEnv,
+  parseLambdaEnv,
+  SHARING_NEEDS_DISPATCHED,
+} from '../../functions/lib/entry/config.js';
+import type { AssumeRoleInput } from '../../functions/lib/entry/dispatch-aws.js';
+import { createDispatcherDeps } from '../../functions/lib/entry/dispatch-entry.js';
 import { RunCredentialHolder } from '../../functions/lib/entry/dispatched.js';
 import { type AwsClients, createLambdaDeps, sharingStore } from '../../functions/lib/entry/lambda.js';
 import type { ClusterRegistry } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MemoryStore } from '../../functions/lib/store/index.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
+import { runSessionPolicy } from '../../infra/aws/run-policy.js';
 import { batchOf, DISPATCH_KEYRING, DISPATCHED_ENV } from './support/dispatched-batch.js';
 
 const env = DISPATCHED_ENV;
@@ -118,5 +126,56 @@ describe('createLambdaDeps with cluster sharing', () => {
       `d/${tag}/artifacts/index/sha256/2.json`,
       'artifacts/template/sha256/3.yaml',
     ]);
+  });
+});
+
+describe('the dispatcher in cluster sharing', () => {
+  const DISPATCHER_ENV = {
+    AWS_REGION: 'eu-west-1',
+    KAPP_LAMBDA_BUCKET: 'fleet-artifacts',
+    KAPP_LAMBDA_CLUSTER_REGISTRY: 's3://fleet-registry/registry/',
+    KAPP_LAMBDA_DISPATCH_STAGE: 'template',
+    KAPP_LAMBDA_RUN_ROLE_ARN: 'arn:aws:iam::123456789012:role/kapp/run-template',
+    KAPP_LAMBDA_STAGE_FUNCTION: 'kapp-lambda-template',
+    KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'https://sqs.eu-west-1.amazonaws.com/123456789012/template.fifo',
+  };
+
+  it('reads KAPP_LAMBDA_SHARING (fleet unless cluster)', () => {
+    expect(parseDispatcherEnv(DISPATCHER_ENV).sharing).toBeUndefined();
+    expect(parseDispatcherEnv({ ...DISPATCHER_ENV, KAPP_LAMBDA_SHARING: 'cluster' }).sharing).toBe('cluster');
+    expect(() => parseDispatcherEnv({ ...DISPATCHER_ENV, KAPP_LAMBDA_SHARING: 'all' })).toThrow('KAPP_LAMBDA_SHARING');
+  });
+
+  it("assumes each run's session under the policy of its cluster's domain", async () => {
+    for (const sharing of [undefined, 'cluster'] as const) {
+      const assumed: AssumeRoleInput[] = [];
+      const config = parseDispatcherEnv({ ...DISPATCHER_ENV, KAPP_LAMBDA_SHARING: sharing });
+      const deps = createDispatcherDeps(config, { s3: {}, sqs: {} } as unknown as AwsClients, keyring, {
+        log: memoryLogger(),
+        sdk: {
+          async assumeRole(input) {
+            assumed.push(input);
+            const Expiration = new Date(2_000_000_000_000);
+            return { Credentials: { AccessKeyId: 'AKIA', SecretAccessKey: 's', SessionToken: 't', Expiration } };
+          },
+          invoke: async () => ({ StatusCode: 200 }),
+        },
+      });
+      const { tag } = await keyring.keysFor('alpha');
+      await deps.credentials.forRun('template', 'alpha', tag);
+      const target = {
+        partition: 'aws',
+        region: 'eu-west-1',
+        account: '123456789012',
+        bucket: 'fleet-artifacts',
+        registry: { bucket: 'fleet-registry', prefix: 'registry/' },
+        ...(sharing ? { sharing } : {}),
+      };
+      expect(assumed.map((a) => a.Policy)).toEqual([
+        JSON.stringify(runSessionPolicy('template', 'alpha', tag, target)),
+      ]);
+      expect(assumed[0]?.Policy?.includes(`fleet-artifacts/d/${tag}/*`)).toBe(sharing === 'cluster');
+      expect(assumed[0]?.Policy?.includes('fleet-artifacts/cache/*')).toBe(sharing === undefined);
+    }
   });
 });

@@ -963,6 +963,11 @@ export interface DispatcherConfig
   stsEndpoint?: string;
   /** `KAPP_LAMBDA_LAMBDA_ENDPOINT`. */
   lambdaEndpoint?: string;
+  /**
+   * `KAPP_LAMBDA_SHARING=cluster`: the run sessions grant each cluster its sharing domain's claims
+   * (`d/<tag>/…`) instead of the fleet's (`runSessionPolicy`'s `target.sharing`). Unset: `fleet`.
+   */
+  sharing?: 'cluster';
 }
 
 /** An IAM role ARN: partition, account, path and name. */
@@ -1013,6 +1018,7 @@ export function parseDispatcherEnv(env: Readonly<Record<string, string | undefin
     KAPP_LAMBDA_CLUSTER_SHARE: true,
     KAPP_LAMBDA_NAMESPACE_SHARE: true,
     KAPP_LAMBDA_LOG_LEVEL: true,
+    KAPP_LAMBDA_SHARING: true,
   })
     .extend(DispatcherOwnSchema.shape)
     .extend({
@@ -1091,5 +1097,6 @@ export function parseDispatcherEnv(env: Readonly<Record<string, string | undefin
   }
   const shares = sharesOf(e.KAPP_LAMBDA_CLUSTER_SHARE, e.KAPP_LAMBDA_NAMESPACE_SHARE);
   if (shares) config.shares = shares;
+  if (e.KAPP_LAMBDA_SHARING === 'cluster') config.sharing = 'cluster';
   return config;
 }
