@@ -403,7 +403,7 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     meaning:
       "the sharing domain of the function's claims (cache records, in-flight markers, repository indexes; docs/decisions.md D17): `fleet` keeps them under `cache/`, `inflight/`, `artifacts/index/`, shared by every cluster; `cluster` keeps them under `d/<cluster tag>/…`, which only that cluster's run session may write (needs `KAPP_LAMBDA_DISPATCHED=true`: the tag is the run's keyring tag). Content-addressed artifacts are shared either way",
     readBy:
-      'every function; the stack sets `cluster` on the stage functions of `isolation: shared` unless `sharing` is `fleet`',
+      'every function and the dispatchers (whose run sessions grant the domain); the stack sets `cluster` on both in `isolation: shared` unless context `sharing` is `fleet`',
   },
   {
     name: 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY',
