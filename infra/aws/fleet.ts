@@ -13,10 +13,11 @@
  * | `clusterShare` | records of one cluster each function runs at once, fleet-wide (its fair share, `functions/lib/lease/shares.ts`; `KAPP_LAMBDA_CLUSTER_SHARE`, 1..10000): a number for every function, or JSON `{"fetch": 8}` per function; a record over it waits parked, holding no slot | `max(1, floor(concurrency × recordConcurrency / 2))`: fetch, template, deploy 5, index-repo 2, install 25 |
  * | `namespaceShare` | records of one namespace of a cluster each function runs at once, fleet-wide (`KAPP_LAMBDA_NAMESPACE_SHARE`, 1..10000, at most the function's `clusterShare`): a number or JSON per function | `max(1, ceil(clusterShare / 2))`: fetch, template, deploy 3, index-repo 1, install 13 |
  * | `logRetentionDays` | retention of the functions' log groups (a CloudWatch Logs retention value) | 30 |
- * | `artifactRetentionDays` | expiry of `artifacts/`, `cache/` and `receipts/` objects, days after their last write | 30 |
+ * | `artifactRetentionDays` | expiry of `artifacts/`, `cache/`, `d/` (the sharing domains' claims) and `receipts/` objects, days after their last write | 30 |
  * | `alarmTopicArn` | SNS topic notified by every alarm | none (alarms only change state) |
  * | `forwarders` | the way before `npm run cluster -- join` (which creates each cluster's forwarder role outside the stack, with the stack's `ForwarderPolicyArn`; a join changes no template), kept for existing deployments and for `isolation: cell`: JSON object: cluster id → `{"eksClusterArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}`, one send-only forwarder role per cluster in the stack (two outputs each, so at most about 90 clusters under CloudFormation's 200 outputs), assumable through EKS Pod Identity by that cluster's `kapp-lambda/kapp-lambda-forwarder` ServiceAccount only | `{}` (no forwarder; `KappLambdaStack.addClusterForwarder` for other trust) |
  * | `isolation` | `shared`: one set of stage functions for every cluster of the fleet, dispatched (a dispatcher per stage consumes the queue and invokes the stage function per cluster, tenant-isolated, with a session of the stage's run role narrowed to that cluster: docs/decisions.md D15); `cell`: one set per cluster id of `forwarders` (a cell: its own functions, queues, artifact root key, and roles that read only that cluster's registry document and tokens; `KappLambdaStack.addCell`) | `shared` |
+ * | `sharing` | who shares the runs' claims (render and fetch cache records, in-flight markers, repository indexes, source poll records; docs/decisions.md D17): `cluster`, each cluster its own, under `d/<cluster tag>/`, which only its run sessions may write, so a run taken over in one cluster cannot plant a claim another cluster trusts; `fleet`, every cluster (`cache/`, `inflight/`, `artifacts/index/`): more cache hits across clusters, for a fleet whose clusters trust each other. Content-addressed artifacts are shared either way. `isolation: shared` only | `cluster` (`isolation: shared`); `fleet` (`isolation: cell`, the only value there) |
  * | `kmsKeyArn` | a customer managed KMS key (same account and region) for the artifact bucket, the artifact root key's secret, the functions' variables and, with `logEncryption`, their log groups, instead of the key the stack creates; its key policy must let the account's IAM policies grant it (the default key policy does) and, for `logEncryption`, CloudWatch Logs use it (docs/aws.md) | none: the stack creates `ArtifactKey` |
  * | `logEncryption` | encrypt the functions' log groups with the artifact key (`kmsKeyArn` or the stack's); the stack's own key gets the key policy statement CloudWatch Logs needs | `true` |
  * | `reservedConcurrency` | reserved concurrent executions per function (a number for every function, or JSON `{"deploy": 50}` per function), at least its `concurrency`: the fleet's functions keep that much of the account's concurrency whatever else runs, and never take more | none (unreserved) |
@@ -37,6 +38,7 @@ import { MAX_CONTINUED_WAIT_MS } from '../../functions/lib/deploy/kapp.js';
 import { parseUrlPolicy, UrlPolicyChecker } from '../../functions/lib/fetch/url-policy.js';
 import { CLUSTER_ID_PATTERN } from '../../functions/lib/kube/cluster-doc.js';
 import { defaultClusterShare, defaultNamespaceShare } from '../../functions/lib/lease/shares.js';
+import { SHARING_MODES, type Sharing } from '../../functions/lib/store/domain.js';
 import { DEFAULT_ARTIFACT_RETENTION_DAYS, registryPrefixProblem, STAGE_SIZING } from './stages.js';
 
 /** CloudWatch Logs retention values, in days (the API refuses others). */
@@ -78,6 +80,8 @@ export interface FleetSettings {
   urlAllow: string[];
   /** One set of functions for the fleet, or one cell per cluster of `forwarders` ({@link ISOLATION_MODES}). */
   isolation: IsolationMode;
+  /** Who shares the runs' claims (`KAPP_LAMBDA_SHARING`): each cluster its own, or the fleet. */
+  sharing: Sharing;
   /** A customer managed key instead of the stack's own `ArtifactKey`. */
   kmsKeyArn?: string;
   /** Whether the functions' log groups are encrypted with the artifact key. */
@@ -259,6 +263,12 @@ const ContextSchema = z.object({
     fromText,
     z.enum(ISOLATION_MODES, { error: `expected one of ${ISOLATION_MODES.join(', ')}` }).default('shared'),
   ),
+  sharing: z.preprocess(
+    fromText,
+    z
+      .enum(SHARING_MODES as [Sharing, ...Sharing[]], { error: `expected one of ${SHARING_MODES.join(', ')}` })
+      .optional(),
+  ),
   kmsKeyArn: z.preprocess(
     fromText,
     z
@@ -321,6 +331,12 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
   if (c.isolation === 'cell' && Object.keys(c.forwarders).length === 0) {
     throw new FleetContextError([
       'isolation: cell makes one cell per cluster id of forwarders, which names none (e.g. -c \'forwarders={"prod-eu-1":{"eksClusterArn":"arn:aws:eks:…:cluster/prod-eu-1"}}\')',
+    ]);
+  }
+  // A domain is fenced by each run's session: only the dispatched functions of `isolation: shared` have one.
+  if (c.isolation === 'cell' && c.sharing === 'cluster') {
+    throw new FleetContextError([
+      "sharing: cluster needs isolation: shared (a cell's functions run without the dispatcher's per-cluster sessions that fence a domain)",
     ]);
   }
   const vpcProblems = [
@@ -386,6 +402,7 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     forwarders: c.forwarders,
     urlAllow: c.urlAllow.map((e) => e.trim()),
     isolation: c.isolation,
+    sharing: c.sharing ?? (c.isolation === 'shared' ? 'cluster' : 'fleet'),
     ...(c.kmsKeyArn ? { kmsKeyArn: c.kmsKeyArn } : {}),
     logEncryption: c.logEncryption,
     reservedConcurrency,

@@ -17,12 +17,14 @@ import { PRIVATE_PREFIX } from '../../functions/lib/artifact/sealed.js';
 import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
 import { CLUSTER_ID_PATTERN, clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
 import { SHARES_PREFIX } from '../../functions/lib/lease/index.js';
+import { DOMAIN_ROOT, SHARING_MODES, type Sharing } from '../../functions/lib/store/domain.js';
 import {
   cellObjectGrants,
   type ObjectAction,
   type ObjectGrant,
   PER_CLUSTER_PREFIXES,
   STAGE_OBJECTS,
+  sharingGrants,
   tokenSecretPattern,
 } from './stages.js';
 
@@ -44,6 +46,11 @@ export interface RunPolicyTarget {
   readonly bucket: string;
   /** The cluster registry: its bucket and key prefix (`''` or ending in `/`). */
   readonly registry: { readonly bucket: string; readonly prefix: string };
+  /**
+   * Who shares the runs' claims (docs/decisions.md D17): `cluster`, each run only its cluster's
+   * (`d/<tag>/…`); `fleet` (the default), every cluster (`cache/…`, `inflight/…`, `artifacts/index/…`).
+   */
+  readonly sharing?: Sharing;
 }
 
 /** One statement of an IAM policy document (only what this module writes). */
@@ -84,6 +91,7 @@ function checkInputs(stage: PipelineStage, clusterId: string, clusterTag: string
   if (!BUCKET_PATTERN.test(t.bucket)) throw bad('bucket', t.bucket);
   if (!BUCKET_PATTERN.test(t.registry.bucket)) throw bad('registry bucket', t.registry.bucket);
   if (!REGISTRY_PREFIX_PATTERN.test(t.registry.prefix)) throw bad('registry prefix', t.registry.prefix);
+  if (t.sharing !== undefined && !SHARING_MODES.includes(t.sharing)) throw bad('sharing', String(t.sharing));
 }
 
 /**
@@ -94,42 +102,60 @@ function checkInputs(stage: PipelineStage, clusterId: string, clusterTag: string
  * its own cluster's records out of turn; and each share prefix costs about 260 of STS's 2,048
  * characters at the longest id.
  */
-function runGrants(stage: PipelineStage, clusterId: string): ObjectGrant[] {
-  return cellObjectGrants(stage, clusterId).filter((g) => !g.keys.startsWith(SHARES_PREFIX));
-}
-
-/**
- * A stage's object grants for one cluster's run: {@link cellObjectGrants} (the per-cluster
- * prefixes narrowed to the id), and each `private/*` grant narrowed to `private/<clusterTag>/*`.
- * A cell cannot do the latter at synth (the tag derives from its root key); the dispatcher can,
- * since it derives the run's keys itself.
- */
-export function runObjectGrants(stage: PipelineStage, clusterId: string, clusterTag: string): ObjectGrant[] {
-  return runGrants(stage, clusterId).map((g) =>
-    g.keys.startsWith('private/*/')
-      ? {
-          ...g,
-          keys: `private/${clusterTag}/*/${g.keys.slice('private/*/'.length)}`,
-          why: `${g.why}, of this cluster only`,
-        }
-      : g,
+function runGrants(stage: PipelineStage, clusterId: string, sharing: Sharing): ObjectGrant[] {
+  return sharingGrants(
+    cellObjectGrants(stage, clusterId).filter((g) => !g.keys.startsWith(SHARES_PREFIX)),
+    sharing,
   );
 }
 
 /**
+ * A stage's object grants for one cluster's run: {@link cellObjectGrants} (the per-cluster
+ * prefixes narrowed to the id) under `sharing` (`sharingGrants`), each `private/*` grant narrowed
+ * to `private/<clusterTag>/*` and each sharing domain's (`d/*`) to `d/<clusterTag>/…`. A cell
+ * cannot do this at synth (the tag derives from its root key); the dispatcher can, since it
+ * derives the run's keys itself.
+ */
+export function runObjectGrants(
+  stage: PipelineStage,
+  clusterId: string,
+  clusterTag: string,
+  sharing: Sharing = 'fleet',
+): ObjectGrant[] {
+  const any = [`${PRIVATE_PREFIX}*/`, `${DOMAIN_ROOT}*/`];
+  return runGrants(stage, clusterId, sharing).map((g) => {
+    const root = any.find((r) => g.keys.startsWith(r));
+    return root
+      ? {
+          ...g,
+          keys: `${root.slice(0, -2)}${clusterTag}/${g.keys.slice(root.length)}`,
+          why: `${g.why}, of this cluster only`,
+        }
+      : g;
+  });
+}
+
+/**
  * The artifact-bucket keys of a run's session: each of {@link runObjectGrants}' patterns, but a
- * pattern with no cluster in it (the shared, content-addressed `artifacts/`, `cache/`, `inflight/`)
- * widened to its first segment (`artifacts/*`), and the cluster's sealed keys to
- * `private/<clusterTag>/*`. The session only fences the cluster; which keys
+ * pattern with no cluster in it (the shared, content-addressed `artifacts/`, and in `fleet`
+ * sharing the fleet's claims, `cache/`, `inflight/`) widened to its first segment (`artifacts/*`),
+ * the cluster's sealed keys to `private/<clusterTag>/*` and, in `cluster` sharing, its domain's
+ * claims to `d/<clusterTag>/*`. The session only fences the cluster; which keys
  * and actions a stage may use is the run role's own policy, exact, and the session gets the
  * intersection of both. A first segment that per-cluster keys also start with (`state/`,
- * `receipts/`, `private/`) is never widened. Kept short because STS takes 2,048 characters.
+ * `receipts/`, `private/`, `d/`) is never widened. Kept short because STS takes 2,048 characters.
  */
-export function runSessionKeys(stage: PipelineStage, clusterId: string, clusterTag: string): string[] {
-  const fenced = [...PER_CLUSTER_PREFIXES, PRIVATE_PREFIX].map((p) => p.slice(0, p.indexOf('/') + 1));
-  const own = `${PRIVATE_PREFIX}${clusterTag}/`;
-  const keys = runObjectGrants(stage, clusterId, clusterTag).map((g) => {
-    if (g.keys.startsWith(own)) return `${own}*`;
+export function runSessionKeys(
+  stage: PipelineStage,
+  clusterId: string,
+  clusterTag: string,
+  sharing: Sharing = 'fleet',
+): string[] {
+  const fenced = [...PER_CLUSTER_PREFIXES, PRIVATE_PREFIX, DOMAIN_ROOT].map((p) => p.slice(0, p.indexOf('/') + 1));
+  const owns = [`${PRIVATE_PREFIX}${clusterTag}/`, `${DOMAIN_ROOT}${clusterTag}/`];
+  const keys = runObjectGrants(stage, clusterId, clusterTag, sharing).map((g) => {
+    const own = owns.find((o) => g.keys.startsWith(o));
+    if (own) return `${own}*`;
     const first = g.keys.slice(0, g.keys.indexOf('/') + 1);
     return first && !fenced.includes(first) ? `${first}*` : g.keys;
   });
@@ -138,7 +164,8 @@ export function runSessionKeys(stage: PipelineStage, clusterId: string, clusterT
 
 /**
  * The inline session policy of a `stage` run for cluster `clusterId` (compact JSON is what STS
- * counts): the stage's object actions on {@link runSessionKeys} of the artifact bucket;
+ * counts): the stage's object actions on {@link runSessionKeys} of the artifact bucket (under
+ * `target.sharing` `cluster`, its claims under `d/<clusterTag>/*` only, none of the fleet's);
  * `s3:ListBucket` only under those keys (a listing would otherwise name other clusters'
  * receipts and leases, hence their namespaces and Apps); the cluster's registry document; its
  * token secret of this stage (`kapp-lambda/<id>/<stage>-??????`); `sqs:SendMessage` (a stage
@@ -160,7 +187,7 @@ export function runSessionPolicy(
   checkInputs(stage, clusterId, clusterTag, target);
   const { partition: p, region: r, account: a, bucket } = target;
   const grants = STAGE_OBJECTS[stage];
-  const keys = runSessionKeys(stage, clusterId, clusterTag);
+  const keys = runSessionKeys(stage, clusterId, clusterTag, target.sharing);
   const actions = OBJECT_ACTIONS.filter((x) => grants.some((g) => g.actions.includes(x)));
   const statements: PolicyStatement[] = [];
   if (keys.length > 0) {

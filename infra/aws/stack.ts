@@ -363,7 +363,9 @@ export class KappLambdaStack extends Stack {
       // Receipts (`receipts/`) go with the artifacts they name (at most 20 per App are kept anyway).
       // Run leases (`state/leases/`) go 30 days after their last write: a held lease is renewed
       // every 100 s, so one that old is free (`LEASE_EXPIRY_DAYS`). In-flight markers
-      // (`inflight/`) live seconds; a leftover goes after a day (`INFLIGHT_EXPIRY_DAYS`). The rest of `state/` (a
+      // (`inflight/`) live seconds; a leftover goes after a day (`INFLIGHT_EXPIRY_DAYS`); a sharing
+      // domain's (`d/<tag>/inflight/`) goes with `d/` (`EXPIRING_PREFIXES`: a lifecycle filter is a
+      // literal prefix, and the tags are not known at synth). The rest of `state/` (a
       // repository's deployed versions) and the cluster registry are never expired
       // (`fleetSettings` refuses a registry prefix under an expiring one).
       lifecycleRules: [
@@ -797,7 +799,7 @@ export class KappLambdaStack extends Stack {
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
         ...this.#clusterAccess.environment,
         ...(dispatched
-          ? { KAPP_LAMBDA_DISPATCHED: 'true' }
+          ? { KAPP_LAMBDA_DISPATCHED: 'true', ...this.sharingEnvironment() }
           : this.edgeEnvironment(stage, rootKey, functionSenders(stage), roles)),
         // The fleet's cut of an App's long or unlimited deploy wait.
         ...(stage === 'deploy'
@@ -830,7 +832,7 @@ export class KappLambdaStack extends Stack {
       );
     }
     const grants = dispatched
-      ? runRoleObjects(stage)
+      ? runRoleObjects(stage, props.fleet.sharing)
       : clusterId === undefined
         ? STAGE_OBJECTS[stage]
         : cellObjectGrants(stage, clusterId);
@@ -873,6 +875,15 @@ export class KappLambdaStack extends Stack {
       ...(this.senderCheck && ids.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join('', ids) } : {}),
       ...(usesArtifactKey(stage) ? { [ARTIFACT_ROOT_KEY_SECRET_ENV]: rootKey.secretArn } : {}),
     };
+  }
+
+  /**
+   * `KAPP_LAMBDA_SHARING=cluster` under context `sharing` `cluster` (docs/decisions.md D17), for a
+   * dispatched stage function (its store keeps the claims under `d/<tag>/`) and its dispatcher (the
+   * run sessions grant that domain); nothing under `fleet`, the functions' default.
+   */
+  private sharingEnvironment(): Record<string, string> {
+    return this.#props.fleet.sharing === 'cluster' ? { KAPP_LAMBDA_SHARING: 'cluster' } : {};
   }
 
   /** `secretsmanager:GetSecretValue` on the artifact root key's secret, for the stages that {@link usesArtifactKey}. */
@@ -952,6 +963,8 @@ export class KappLambdaStack extends Stack {
         ...this.#clusterAccess.environment,
         // The runs that send to this queue: a stage run's SenderId is `<run role id>:<cluster id>`.
         ...this.edgeEnvironment(stage, rootKey, runSenders(stage), runRoles),
+        // Its run sessions grant each cluster its sharing domain (`runSessionPolicy`).
+        ...this.sharingEnvironment(),
       },
     });
     fn.addEventSource(

@@ -17,6 +17,7 @@ import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX, SHARES_PREFIX } from '../../functions/lib/lease/index.js';
 import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
 import { RECEIPTS_PREFIX } from '../../functions/lib/receipt/receipt.js';
+import { DOMAIN_ROOT, DOMAIN_SCOPED_PREFIXES, type Sharing } from '../../functions/lib/store/domain.js';
 
 /** Size and batching of one stage's function and event source mapping. */
 export interface StageSizing {
@@ -167,10 +168,31 @@ export const DISPATCHER_MEMORY_MIB = 128;
 /**
  * A stage's {@link STAGE_OBJECTS} as its run role holds them in the shared mode (docs/decisions.md
  * D15): all but its fair shares (`state/shares/<stage>/…`), which its dispatcher takes and frees
- * ({@link dispatcherObjects}), so no stage run can park or wake records out of turn.
+ * ({@link dispatcherObjects}), so no stage run can park or wake records out of turn; under
+ * `sharing` `cluster` its claims are in the sharing domains ({@link sharingGrants}, D17).
  */
-export function runRoleObjects(stage: PipelineStage): ObjectGrant[] {
-  return STAGE_OBJECTS[stage].filter((g) => !g.keys.startsWith(SHARES_PREFIX));
+export function runRoleObjects(stage: PipelineStage, sharing: Sharing = 'fleet'): ObjectGrant[] {
+  return sharingGrants(
+    STAGE_OBJECTS[stage].filter((g) => !g.keys.startsWith(SHARES_PREFIX)),
+    sharing,
+  );
+}
+
+/**
+ * `grants` under `sharing` (docs/decisions.md D17): `fleet`, as they are; `cluster`, each grant of
+ * a claim (a key under `cache/`, `inflight/` or `artifacts/index/`, `DOMAIN_SCOPED_PREFIXES` of
+ * `functions/lib/store/domain.ts`) moved to the same keys in any sharing domain, `d/*` + its
+ * keys, with the same actions. No grant of the fleet's claims is left: no run reads them then,
+ * and none may plant one for a stack switched back to `fleet`. Each run's session narrows `d/*`
+ * to its own cluster's tag (`runSessionKeys` of `./run-policy.ts`).
+ */
+export function sharingGrants(grants: readonly ObjectGrant[], sharing: Sharing): ObjectGrant[] {
+  if (sharing === 'fleet') return [...grants];
+  return grants.map((g) =>
+    DOMAIN_SCOPED_PREFIXES.some((p) => g.keys.startsWith(p))
+      ? { ...g, keys: `${DOMAIN_ROOT}*/${g.keys}`, why: `${g.why}, in its cluster's sharing domain` }
+      : g,
+  );
 }
 
 /**
@@ -389,11 +411,13 @@ export function tokenSecretPattern(stage: PipelineStage, clusterId = '*'): strin
 export const PRIVATE_EXPIRY_DAYS = DEFAULT_PRIVATE_TTL_MS / 86_400_000 + 1;
 
 /**
- * Prefixes of the artifact bucket with a lifecycle expiry: `artifacts/`, `cache/` and `receipts/`
- * after context `artifactRetentionDays` (a receipt goes with the renders it names, at the
- * latest), `private/` after {@link PRIVATE_EXPIRY_DAYS}.
+ * Prefixes of the artifact bucket with a lifecycle expiry: `artifacts/`, `cache/`, the sharing
+ * domains' claims (`d/`, D17) and `receipts/` after context `artifactRetentionDays` (a receipt
+ * goes with the renders it names, at the latest), `private/` after {@link PRIVATE_EXPIRY_DAYS}.
+ * A domain's in-flight markers (`d/<tag>/inflight/…`) go with `d/`: S3 lifecycle filters match
+ * a literal prefix, never one with a wildcard (`d/<any tag>/inflight/`), and a leftover marker is free for the next runner anyway.
  */
-export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', 'private/', RECEIPTS_PREFIX] as const;
+export const EXPIRING_PREFIXES = ['artifacts/', 'cache/', DOMAIN_ROOT, 'private/', RECEIPTS_PREFIX] as const;
 
 /**
  * Days after its last write when a run lease (`state/leases/…`, `functions/lib/lease/`) is

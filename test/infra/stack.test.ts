@@ -34,6 +34,7 @@ import { LEASE_PREFIX, leaseKey } from '../../functions/lib/lease/index.js';
 import { repoPointerKey } from '../../functions/lib/packaging/repo-index.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
 import { SOURCE_POLL_PREFIX } from '../../functions/lib/pipeline/source-poll.js';
+import { domainKey } from '../../functions/lib/store/domain.js';
 import { stageAssets } from '../../infra/aws/assets.js';
 import { fleetSettings, URL_POLICY_STAGES } from '../../infra/aws/fleet.js';
 import { KappLambdaStack, runSenders } from '../../infra/aws/stack.js';
@@ -186,6 +187,7 @@ const OPTIONS: Record<string, unknown> = {
   reservedConcurrency: '{"deploy": 40, "install": 5}',
   vpcId: 'vpc-0a1b2c3d4e5f60718',
   subnetIds: 'subnet-0a1b2c3d,subnet-0e1f2a3b',
+  sharing: 'fleet',
 };
 
 afterAll(async () => {
@@ -279,13 +281,14 @@ describe('artifact bucket', () => {
     });
   });
 
-  it('expires artifacts, cache and receipts after 30 days, sealed objects after their TTL, run leases after 30 days, in-flight markers after 1 day, no other state', () => {
+  it('expires artifacts, cache, the sharing domains and receipts after 30 days, sealed objects after their TTL, run leases after 30 days, in-flight markers after 1 day, no other state', () => {
     const bucket = ofType('AWS::S3::Bucket')[0]![1];
     const rules = (bucket.Properties.LifecycleConfiguration as { Rules: Json[] }).Rules;
     const expiry = Object.fromEntries(rules.filter((r) => r.Prefix).map((r) => [r.Prefix, r.ExpirationInDays]));
     expect(expiry).toEqual({
       'artifacts/': 30,
       'cache/': 30,
+      'd/': 30,
       'private/': PRIVATE_EXPIRY_DAYS,
       'receipts/': 30,
       'state/leases/': LEASE_EXPIRY_DAYS,
@@ -312,6 +315,10 @@ describe('artifact bucket', () => {
     expect(expiring(leaseKey({ clusterId: 'prod-eu-1', kind: 'App', namespace: 'ns', name: 'app' }))).toBe(true);
     expect(expiring(repoPointerKey('prod-eu-1', 'ns', 'repo'))).toBe(false);
     expect(expiring(fetchMarker) && expiring(renderMarker)).toBe(true);
+    // A sharing domain's claims and markers (D17) go with `d/`: a lifecycle prefix has no wildcard.
+    const tag = 'a'.repeat(32);
+    expect(expiring(domainKey(tag, fetchMarker)) && expiring(domainKey(tag, renderMarker))).toBe(true);
+    expect(expiring(domainKey(tag, fetchCacheKey('0'.repeat(64))))).toBe(true);
     expect(registryPrefixProblem('state/leases/')).toBe('the registry must not be under state/leases/, which expires');
     expect(rules.every((r) => r.Status === 'Enabled')).toBe(true);
     // The only rule over every key aborts unfinished uploads: it expires no object.
@@ -441,6 +448,8 @@ describe('functions', () => {
       expect(p.Layers).toHaveLength(1);
       const env = (p.Environment as { Variables: Record<string, unknown> }).Variables;
       expect(env.KAPP_LAMBDA_DISPATCHED).toBe('true');
+      // Context sharing's default in isolation shared: each cluster's claims in its own domain (D17).
+      expect(env.KAPP_LAMBDA_SHARING).toBe('cluster');
       expect(env.KAPP_LAMBDA_CLUSTER_REGISTRY).toEqual({
         'Fn::Join': ['', ['s3://', { Ref: logicalId(stack.bucket) }, '/registry/']],
       });
@@ -537,6 +546,8 @@ describe('functions', () => {
         KAPP_LAMBDA_BUCKET: { Ref: logicalId(stack.bucket) },
         KAPP_LAMBDA_MAX_RECEIVE_COUNT: String(DEFAULT_MAX_ATTEMPTS),
         KAPP_LAMBDA_SENDER_CHECK: 'registry',
+        // Its run sessions grant each cluster its sharing domain (`runSessionPolicy`).
+        KAPP_LAMBDA_SHARING: 'cluster',
       });
       // Its own queue only (the record proof, the early deletes, its postponed and parked copies).
       expect(Object.keys(env).filter((k) => k.startsWith('KAPP_LAMBDA_QUEUE_URL_'))).toEqual([queueUrlEnv(stage)]);
@@ -693,10 +704,12 @@ describe('IAM', () => {
       // The hand-offs and follow-ups; a postponed copy is the dispatcher's to send.
       expect(sends.map((s) => s.Resource)).toEqual((NEXT_STAGES[stage] ?? []).map((n) => arnOf(stack.stages[n].queue)));
       const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
+      // Its claims in the sharing domains (`d/*/…`, D17), no fleet claim (`cache/`, `inflight/`, `artifacts/index/`).
+      const scoped = (keys: string) => ['cache/', 'inflight/', 'artifacts/index/'].some((p) => keys.startsWith(p));
       expect(objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: actionsOf(s) }))).toEqual([
         ...STAGE_OBJECTS[stage]
           .filter((g) => !g.keys.startsWith('state/shares/'))
-          .map((g) => ({ keys: g.keys, actions: [...g.actions] })),
+          .map((g) => ({ keys: scoped(g.keys) ? `d/*/${g.keys}` : g.keys, actions: [...g.actions] })),
         // The cluster registry: read only, its documents only.
         { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
       ]);
@@ -1139,6 +1152,29 @@ describe('operator options (context kmsKeyArn, logEncryption, reservedConcurrenc
       expect(f.Properties.ReservedConcurrentExecutions).toBeUndefined();
       expect(f.Properties.VpcConfig).toBeUndefined();
     }
+  });
+
+  it('shares the claims with the fleet under sharing fleet: no domain variable, the run roles hold the fleet claims', () => {
+    const t = Template.fromStack(optioned).toJSON().Resources as Record<string, Resource>;
+    const fns = Object.values(t).filter((r) => r.Type === 'AWS::Lambda::Function');
+    for (const f of fns) {
+      expect(
+        (f.Properties.Environment as { Variables?: Json } | undefined)?.Variables?.KAPP_LAMBDA_SHARING,
+      ).toBeUndefined();
+    }
+    const runPolicy = JSON.stringify(
+      Object.values(t).filter(
+        (r) =>
+          r.Type === 'AWS::IAM::Policy' &&
+          (r.Properties.Roles as Json[]).some(
+            (role) =>
+              role.Ref ===
+              optioned.resolve(optioned.getLogicalId(optioned.stages.template.runRole!.node.defaultChild as never)),
+          ),
+      ),
+    );
+    expect(runPolicy).toContain('/cache/render/*');
+    expect(runPolicy).not.toContain('/d/*');
   });
 
   it('uses a customer key for the bucket, the root key secret, the variables and the logs, and creates none', () => {

@@ -8,7 +8,9 @@
  * Cluster A's sealed artifact, registry document, token, lease and receipt are reachable; cluster
  * B's (`private/<tagB>/…`, `clusters/b.json`, `kapp-lambda/b/fetch-??????`, `state/leases/b/…`,
  * `receipts/b/…`) are AccessDenied, and so is A's token of another stage; a batch of B handed to
- * the environment that served A is refused before anything of it is used.
+ * the environment that served A is refused before anything of it is used. In cluster sharing
+ * (docs/decisions.md D17) A's claims are under `d/<tagA>/…`, reachable; B's domain and the
+ * fleet's claims (`cache/…`, `inflight/…`) are AccessDenied.
  *
  * What the emulator can and cannot show (moto 5.2.1, a server of this file's own with IAM
  * enforced after the setup, `../harness/servers/moto-iam.ts`):
@@ -65,6 +67,10 @@ const target: RunPolicyTarget = {
   bucket: ARTIFACTS,
   registry: { bucket: REGISTRY, prefix: 'registry/' },
 };
+/** {@link target} with each cluster's claims in its sharing domain (D17). */
+const CLUSTER_SHARING: RunPolicyTarget = { ...target, sharing: 'cluster' };
+/** A pinned-fetch record: a claim (`cache/fetch/…`, or `d/<tag>/cache/fetch/…` in a sharing domain). */
+const CLAIM = `cache/fetch/sha256/${'f'.repeat(64)}.json`;
 const keyring = new DerivedKeyring(randomBytes(32));
 const PEM = '-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIU\n-----END CERTIFICATE-----\n';
 
@@ -96,6 +102,9 @@ let holder: RunCredentialHolder;
 let deps: EntryDeps;
 let config: ReturnType<typeof parseLambdaEnv>;
 let sessionKeyId: string;
+/** Cluster A's run in cluster sharing (D17): its configuration, holder and composition. */
+let clusterConfig: ReturnType<typeof parseLambdaEnv>;
+let clusterRun: { holder: RunCredentialHolder; deps: EntryDeps };
 
 beforeAll(async () => {
   moto = await startIamMotoServer();
@@ -139,26 +148,35 @@ beforeAll(async () => {
         );
       }
     }
-    // D15's emulator stand-in: the run role's own policy is the session document of cluster A.
+    // The claims of D17: the fleet's (`cache/…`) and each cluster's sharing domain's (`d/<tag>/…`).
+    for (const k of [CLAIM, `d/${tagA}/${CLAIM}`, `d/${tagB}/${CLAIM}`]) {
+      await s3.send(new PutObjectCommand({ Bucket: ARTIFACTS, Key: k, Body: '{"fetchKey":"x"}' }));
+    }
+    // D15's emulator stand-in: the run role's own policy is the session document of cluster A,
+    // in fleet sharing and (a second role) in cluster sharing.
     const dispatcherArn = `arn:aws:iam::${ACCOUNT}:user/dispatcher-fetch`;
-    const role = await iam.send(
-      new CreateRoleCommand({
-        RoleName: 'run-fetch',
-        MaxSessionDuration: 3600,
-        AssumeRolePolicyDocument: JSON.stringify({
-          Version: '2012-10-17',
-          Statement: [{ Effect: 'Allow', Principal: { AWS: dispatcherArn }, Action: 'sts:AssumeRole' }],
+    const runRole = async (RoleName: string, t: RunPolicyTarget): Promise<string> => {
+      const role = await iam.send(
+        new CreateRoleCommand({
+          RoleName,
+          MaxSessionDuration: 3600,
+          AssumeRolePolicyDocument: JSON.stringify({
+            Version: '2012-10-17',
+            Statement: [{ Effect: 'Allow', Principal: { AWS: dispatcherArn }, Action: 'sts:AssumeRole' }],
+          }),
         }),
-      }),
-    );
-    const roleArn = role.Role?.Arn as string;
-    await iam.send(
-      new PutRolePolicyCommand({
-        RoleName: 'run-fetch',
-        PolicyName: 'run-session-a',
-        PolicyDocument: JSON.stringify(runSessionPolicy('fetch', 'a', tagA, target)),
-      }),
-    );
+      );
+      await iam.send(
+        new PutRolePolicyCommand({
+          RoleName,
+          PolicyName: 'run-session-a',
+          PolicyDocument: JSON.stringify(runSessionPolicy('fetch', 'a', tagA, t)),
+        }),
+      );
+      return role.Role?.Arn as string;
+    };
+    const roleArn = await runRole('run-fetch', target);
+    const clusterRoleArn = await runRole('run-fetch-cluster', CLUSTER_SHARING);
     await iam.send(new CreateUserCommand({ UserName: 'dispatcher-fetch' }));
     await iam.send(
       new PutUserPolicyCommand({
@@ -166,7 +184,7 @@ beforeAll(async () => {
         PolicyName: 'assume-run',
         PolicyDocument: JSON.stringify({
           Version: '2012-10-17',
-          Statement: [{ Effect: 'Allow', Action: 'sts:AssumeRole', Resource: roleArn }],
+          Statement: [{ Effect: 'Allow', Action: 'sts:AssumeRole', Resource: [roleArn, clusterRoleArn] }],
         }),
       }),
     );
@@ -179,27 +197,32 @@ beforeAll(async () => {
       region: moto.region,
       credentials: { accessKeyId: key?.AccessKeyId as string, secretAccessKey: key?.SecretAccessKey as string },
     });
-    const session = await new StsRunCredentials({
-      assumeRole: (input) => sts.send(new AssumeRoleCommand(input)),
-      roleArn: () => roleArn,
-      target,
-    }).forRun('fetch', 'a', tagA);
-    sts.destroy();
-    sessionKeyId = session.accessKeyId;
     const a = await keyring.keysFor('a');
-    const batch: DispatchedBatch = {
-      records: [clusterTemplateRecord('a', 'app')],
-      clusterId: 'a',
-      credentials: {
-        accessKeyId: session.accessKeyId,
-        secretAccessKey: session.secretAccessKey,
-        sessionToken: session.sessionToken,
-        expiration: session.expiration.toISOString(),
-      },
-      sealingKeys: { tag: a.tag, encKey: a.encKey.toString('base64'), macKey: a.macKey.toString('base64') },
+    /** A dispatched batch of cluster A carrying a session of `arn` under `t`'s policy. */
+    const batchOf = async (arn: string, t: RunPolicyTarget): Promise<DispatchedBatch> => {
+      const session = await new StsRunCredentials({
+        assumeRole: (input) => sts.send(new AssumeRoleCommand(input)),
+        roleArn: () => arn,
+        target: t,
+      }).forRun('fetch', 'a', tagA);
+      return {
+        records: [clusterTemplateRecord('a', 'app')],
+        clusterId: 'a',
+        credentials: {
+          accessKeyId: session.accessKeyId,
+          secretAccessKey: session.secretAccessKey,
+          sessionToken: session.sessionToken,
+          expiration: session.expiration.toISOString(),
+        },
+        sealingKeys: { tag: a.tag, encKey: a.encKey.toString('base64'), macKey: a.macKey.toString('base64') },
+      };
     };
+    const batch = await batchOf(roleArn, target);
+    const clusterBatch = await batchOf(clusterRoleArn, CLUSTER_SHARING);
+    sts.destroy();
+    sessionKeyId = batch.credentials.accessKeyId;
     // The stage's side: the dispatched composition, as `lambdaEntry` builds it.
-    config = parseLambdaEnv('fetch', {
+    const env = {
       AWS_REGION: moto.region,
       KAPP_LAMBDA_BUCKET: ARTIFACTS,
       KAPP_LAMBDA_S3_ENDPOINT: moto.endpoint,
@@ -211,15 +234,23 @@ beforeAll(async () => {
       KAPP_LAMBDA_CLUSTER_REGISTRY: `s3://${REGISTRY}/registry/`,
       KAPP_LAMBDA_TOOL_VERSIONS: '{"vendir":"0.44.0"}',
       KAPP_LAMBDA_DISPATCHED: 'true',
-    });
-    holder = new RunCredentialHolder();
-    holder.accept(batch);
-    deps = createLambdaDeps(config, lazyAwsClients(config, holder.credentials), {
-      log: memoryLogger(),
-      keyring: holder.keyring,
-      requeuer: new CollectingRequeuer(),
-      tenant: holder,
-    });
+    };
+    config = parseLambdaEnv('fetch', env);
+    /** The dispatched composition under `c`, its holder having accepted `b`. */
+    const compose = (c: typeof config, b: DispatchedBatch) => {
+      const h = new RunCredentialHolder();
+      h.accept(b);
+      const d = createLambdaDeps(c, lazyAwsClients(c, h.credentials), {
+        log: memoryLogger(),
+        keyring: h.keyring,
+        requeuer: new CollectingRequeuer(),
+        tenant: h,
+      });
+      return { holder: h, deps: d };
+    };
+    ({ holder, deps } = compose(config, batch));
+    clusterConfig = parseLambdaEnv('fetch', { ...env, KAPP_LAMBDA_SHARING: 'cluster' });
+    clusterRun = compose(clusterConfig, clusterBatch);
   } finally {
     s3.destroy();
     sm.destroy();
@@ -272,6 +303,32 @@ describe("a run of cluster A holds A's keys and nothing of B's", () => {
       expect(await denied(store.get(key))).toContain('AccessDenied');
       expect(await denied(store.put(key, Buffer.from('{"taken":true}')))).toContain('AccessDenied');
     }
+  });
+
+  it("in cluster sharing, reads and writes A's domain (d/<tagA>/) only: B's domain and the fleet's claims are AccessDenied", async () => {
+    const store = clusterRun.deps.pipeline.store;
+    // Through the stage's store a claim's key reaches A's domain.
+    expect((await store.get(CLAIM))?.toString()).toBe('{"fetchKey":"x"}');
+    await store.put(CLAIM, Buffer.from('{"fetchKey":"a"}'));
+    expect((await store.get(`d/${tagA}/${CLAIM}`))?.toString()).toBe('{"fetchKey":"a"}');
+    await store.put(`inflight/${CLAIM}`, Buffer.from('{}'));
+    await store.delete(`inflight/${CLAIM}`);
+    // B's domain, by its own key, whatever code asks.
+    for (const key of [`d/${tagB}/${CLAIM}`, `d/${tagB}/inflight/${CLAIM}`]) {
+      expect(await denied(store.get(key))).toContain('AccessDenied');
+      expect(await denied(store.put(key, Buffer.from('{"fetchKey":"planted"}')))).toContain('AccessDenied');
+    }
+    // The fleet's claims, straight through the session's S3 client (the store maps them away).
+    const raw = lazyAwsClients(clusterConfig, clusterRun.holder.credentials).s3;
+    expect(await denied(raw.send(new GetObjectCommand({ Bucket: ARTIFACTS, Key: CLAIM })))).toContain('AccessDenied');
+    for (const Key of [CLAIM, `inflight/${CLAIM}`]) {
+      expect(await denied(raw.send(new PutObjectCommand({ Bucket: ARTIFACTS, Key, Body: '{}' })))).toContain(
+        'AccessDenied',
+      );
+    }
+    // The shared artifacts stay shared, the sealed keys sealed.
+    await store.put(`artifacts/fetch/sha256/${'1'.repeat(64)}.tgz`, Buffer.from('tarball'));
+    expect(await denied(store.get(privateKey(tagB)))).toContain('AccessDenied');
   });
 
   it('refuses a batch of cluster B in the environment that served A, keeping A’s session', async () => {

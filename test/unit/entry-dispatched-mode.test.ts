@@ -14,11 +14,10 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { objectRefOf, parseEvent, SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
-import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import { ConfigError, parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import type { DispatchedBatch } from '../../functions/lib/entry/dispatch.js';
 import { CollectingRequeuer, dispatchedHandler, RunCredentialHolder } from '../../functions/lib/entry/dispatched.js';
-import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
+import { type EntryDeps, makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { createLambdaDeps, lazyAwsClients, tenantClusterRegistry } from '../../functions/lib/entry/lambda.js';
 import { createSecretsManagerClient } from '../../functions/lib/entry/secrets-client.js';
 import { makeStageHandler } from '../../functions/lib/entry/stage-handler.js';
@@ -28,35 +27,9 @@ import { memoryLogger } from '../../functions/lib/log.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import { MemoryEventSender } from '../../functions/lib/transport/index.js';
 import { clusterTemplateRecord } from './support/cluster-records.js';
+import { batchOf, DISPATCHED_ENV } from './support/dispatched-batch.js';
 
-const env = {
-  AWS_REGION: 'eu-west-1',
-  KAPP_LAMBDA_BUCKET: 'kapp-lambda-artifacts',
-  KAPP_LAMBDA_QUEUE_URL_FETCH: 'https://sqs.eu-west-1.amazonaws.com/1/f.fifo',
-  KAPP_LAMBDA_QUEUE_URL_TEMPLATE: 'https://sqs.eu-west-1.amazonaws.com/1/t.fifo',
-  KAPP_LAMBDA_QUEUE_URL_DEPLOY: 'https://sqs.eu-west-1.amazonaws.com/1/d.fifo',
-  KAPP_LAMBDA_TOOL_VERSIONS: '{"ytt":"0.52.0"}',
-  KAPP_LAMBDA_KUBECONFIG: '/var/task/kubeconfig.yaml',
-  KAPP_LAMBDA_DISPATCHED: 'true',
-};
-
-const keyring = new DerivedKeyring(Buffer.alloc(32, 7));
-
-/** A batch of cluster `clusterId` with credentials `AKIA-<key>` and that cluster's sealing keys. */
-async function batchOf(clusterId: string, key: string, records: SqsRecord[]): Promise<DispatchedBatch> {
-  const k = await keyring.keysFor(clusterId);
-  return {
-    records,
-    clusterId,
-    credentials: {
-      accessKeyId: `AKIA-${key}`,
-      secretAccessKey: `secret-${key}`,
-      sessionToken: `token-${key}`,
-      expiration: '2030-01-01T00:00:00.000Z',
-    },
-    sealingKeys: { tag: k.tag, encKey: k.encKey.toString('base64'), macKey: k.macKey.toString('base64') },
-  };
-}
+const env = DISPATCHED_ENV;
 
 /** App `name` of cluster `clusterId`: message id `<name><n>`. */
 const rec = (clusterId: string, name: string, n = 1) => clusterTemplateRecord(clusterId, name, n);

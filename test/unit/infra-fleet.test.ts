@@ -12,6 +12,15 @@ import {
 } from '../../infra/aws/stages.js';
 
 const settings = (context: Record<string, unknown>) => fleetSettings((k) => context[k]);
+/** The problems `settings(context)` names; none when it succeeds. */
+const problems = (context: Record<string, unknown>): string[] => {
+  try {
+    settings(context);
+    return [];
+  } catch (err) {
+    return [...(err as FleetContextError).problems];
+  }
+};
 
 describe('fleetSettings', () => {
   it('fills the documented defaults from an empty context', () => {
@@ -28,6 +37,7 @@ describe('fleetSettings', () => {
       forwarders: {},
       urlAllow: [],
       isolation: 'shared',
+      sharing: 'cluster',
       logEncryption: true,
       reservedConcurrency: {},
     });
@@ -67,6 +77,7 @@ describe('fleetSettings', () => {
       forwarders: { 'prod-eu-1': { eksClusterArn: 'arn:aws:eks:eu-west-1:123456789012:cluster/prod' } },
       urlAllow: ['registry.corp:443', '10.20.0.0/16'],
       isolation: 'shared',
+      sharing: 'cluster',
       kmsKeyArn: 'arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab',
       logEncryption: false,
       reservedConcurrency: { deploy: 50 },
@@ -183,17 +194,21 @@ describe('fleetSettings', () => {
     const forwarders = '{"a": {"eksClusterArn": "arn:aws:eks:eu-west-1:123456789012:cluster/a"}}';
     expect(settings({ isolation: 'cell', forwarders }).isolation).toBe('cell');
     expect(settings({ isolation: ' shared ' }).isolation).toBe('shared');
-    const problems = (context: Record<string, unknown>) => {
-      try {
-        settings(context);
-        return [];
-      } catch (err) {
-        return [...(err as FleetContextError).problems];
-      }
-    };
     expect(problems({ isolation: 'tenant', forwarders })).toEqual(['isolation: expected one of shared, cell']);
     expect(problems({ isolation: 'cell' })).toEqual([
       `isolation: cell makes one cell per cluster id of forwarders, which names none (e.g. -c 'forwarders={"prod-eu-1":{"eksClusterArn":"arn:aws:eks:…:cluster/prod-eu-1"}}')`,
+    ]);
+  });
+
+  it('takes sharing cluster (the default of isolation shared) or fleet; a cell shares with the fleet only', () => {
+    const forwarders = '{"a": {"eksClusterArn": "arn:aws:eks:eu-west-1:123456789012:cluster/a"}}';
+    expect(settings({ sharing: 'fleet' }).sharing).toBe('fleet');
+    expect(settings({ sharing: ' cluster ' }).sharing).toBe('cluster');
+    expect(settings({ isolation: 'cell', forwarders }).sharing).toBe('fleet');
+    expect(settings({ isolation: 'cell', forwarders, sharing: 'fleet' }).sharing).toBe('fleet');
+    expect(problems({ sharing: 'group' })).toEqual(['sharing: expected one of fleet, cluster']);
+    expect(problems({ isolation: 'cell', forwarders, sharing: 'cluster' })).toEqual([
+      "sharing: cluster needs isolation: shared (a cell's functions run without the dispatcher's per-cluster sessions that fence a domain)",
     ]);
   });
 

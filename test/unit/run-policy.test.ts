@@ -51,10 +51,24 @@ function clusterKeys(id: string, tag: string): string[] {
   ];
 }
 
+/** {@link TARGET} with the runs' claims in each cluster's sharing domain (D17). */
+const CLUSTER_SHARING: RunPolicyTarget = { ...TARGET, sharing: 'cluster' };
+
+/** One claim of each kind the stages write (in `fleet` sharing; `d/<tag>/` + it in `cluster`). */
+const CLAIMS = [
+  'cache/render/sha256/m.json',
+  'cache/fetch/sha256/m.json',
+  'cache/index/sha256/m.json',
+  `${SOURCE_POLL_PREFIX}m.json`,
+  'inflight/cache/render/sha256/m.json',
+  'inflight/cache/fetch/sha256/m.json',
+  'artifacts/index/sha256/m.yaml',
+];
+
 describe('runSessionPolicy: one stage run of one cluster', () => {
-  for (const stage of PIPELINE_STAGES) {
-    it(`${stage}: reaches cluster a's keys, registry document and token, none of cluster b's`, () => {
-      const doc = runSessionPolicy(stage, 'a', TAG_A, TARGET);
+  for (const [stage, target] of PIPELINE_STAGES.flatMap((s) => [TARGET, CLUSTER_SHARING].map((t) => [s, t] as const))) {
+    it(`${stage}, ${target.sharing ?? 'fleet'} sharing: reaches cluster a's keys, registry document and token, none of cluster b's`, () => {
+      const doc = runSessionPolicy(stage, 'a', TAG_A, target);
       for (const key of clusterKeys('b', TAG_B)) {
         for (const action of ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']) {
           expect(allows(doc, action, obj(key)), `${action} ${key}`).toBe(false);
@@ -83,6 +97,38 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
     });
   }
 
+  for (const stage of PIPELINE_STAGES) {
+    it(`${stage}, cluster sharing: reaches its claims under d/<its tag>/ only, never the fleet's nor another domain's`, () => {
+      const doc = runSessionPolicy(stage, 'a', TAG_A, CLUSTER_SHARING);
+      const fleetDoc = runSessionPolicy(stage, 'a', TAG_A, TARGET);
+      // What the run may do: the intersection of its session and its run role's policy.
+      const role = runRoleObjects(stage, 'cluster');
+      const may = (action: string, key: string) =>
+        allows(doc, action, obj(key)) &&
+        role.some((g) => g.actions.includes(action as never) && iamMatches(g.keys, key));
+      for (const claim of CLAIMS) {
+        const granted = STAGE_OBJECTS[stage].find((g) => iamMatches(g.keys, claim));
+        for (const action of ['s3:GetObject', 's3:PutObject', 's3:DeleteObject']) {
+          expect(may(action, claim), `${action} ${claim}`).toBe(false);
+          // The session alone fences other domains (every run role holds d/*).
+          expect(allows(doc, action, obj(`d/${TAG_B}/${claim}`)), `${action} d/<b>/${claim}`).toBe(false);
+          // A tag spelt into a deeper segment is no way into another domain.
+          expect(allows(doc, action, obj(`d/${TAG_B}/d/${TAG_A}/${claim}`))).toBe(false);
+          // The fleet mode's session has no domain at all.
+          expect(allows(fleetDoc, action, obj(`d/${TAG_A}/${claim}`))).toBe(false);
+        }
+        // The session is the fence; the run role keeps the exact keys and actions (its own claims).
+        if (granted) expect(may(granted.actions[0] as string, `d/${TAG_A}/${claim}`), claim).toBe(true);
+      }
+      const listing = doc.Statement.find((s) => s.Action.includes('s3:ListBucket'));
+      for (const p of listing?.Condition?.StringLike?.['s3:prefix'] ?? []) {
+        expect(iamMatches(p, 'cache/') || iamMatches(p, 'inflight/') || iamMatches(p, `d/${TAG_B}/cache/`), p).toBe(
+          false,
+        );
+      }
+    });
+  }
+
   it("fences the listing to the run's keys", () => {
     const doc = runSessionPolicy('fetch', 'a', TAG_A, TARGET);
     expect(doc.Statement.find((s) => s.Action.includes('s3:ListBucket'))).toEqual({
@@ -102,6 +148,26 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
         },
       },
     });
+  });
+
+  it("in cluster sharing, fences the listing to the run's keys and its domain", () => {
+    const doc = runSessionPolicy('fetch', 'a', TAG_A, CLUSTER_SHARING);
+    expect(doc.Statement.find((s) => s.Action.includes('s3:ListBucket'))?.Condition).toEqual({
+      StringLike: {
+        's3:prefix': ['artifacts/*', `d/${TAG_A}/*`, `private/${TAG_A}/*`, 'state/leases/a/*', 'receipts/a/*'],
+      },
+    });
+  });
+
+  it("index-repo, cluster sharing: the poll records are its domain's", () => {
+    const doc = runSessionPolicy('index-repo', 'a', TAG_A, CLUSTER_SHARING);
+    const record = `${SOURCE_POLL_PREFIX}${'e'.repeat(64)}.json`;
+    expect(allows(doc, 's3:PutObject', obj(`d/${TAG_A}/${record}`))).toBe(true);
+    expect(allows(doc, 's3:GetObject', obj(record))).toBe(false);
+    const listing = doc.Statement.find((s) => s.Action.includes('s3:ListBucket'));
+    expect(
+      listing?.Condition?.StringLike?.['s3:prefix']?.some((p) => iamMatches(p, `d/${TAG_A}/${SOURCE_POLL_PREFIX}`)),
+    ).toBe(true);
   });
 
   it("index-repo: a dispatched source poll of cluster a lists, reads and claims the fleet's poll records, and pokes", () => {
@@ -144,6 +210,7 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
     ],
     ['a registry prefix with a wildcard', { ...TARGET, registry: { bucket: 'fleet-artifacts', prefix: 'r*/' } }],
     ['an account with a wildcard', { ...TARGET, account: '12345678901?' }],
+    ['a sharing that is neither fleet nor cluster', { ...TARGET, sharing: 'group' as 'fleet' }],
   ] as const) {
     it(`refuses ${what}`, () => {
       expect(() => runSessionPolicy('fetch', 'a', TAG_A, target)).toThrow(TypeError);
@@ -163,9 +230,25 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
       bucket: 'b'.repeat(63),
       registry: { bucket: 'r'.repeat(63), prefix: 'kapp-lambda/registry/' },
     };
-    const sizes = PIPELINE_STAGES.map(
-      (s) => JSON.stringify(runSessionPolicy(s, 'c'.repeat(63), TAG_A, longest)).length,
-    );
-    expect(Math.max(...sizes)).toBeLessThanOrEqual(SESSION_POLICY_MAX_CHARS);
+    for (const sharing of ['fleet', 'cluster'] as const) {
+      const sizes = PIPELINE_STAGES.map(
+        (s) => JSON.stringify(runSessionPolicy(s, 'c'.repeat(63), TAG_A, { ...longest, sharing })).length,
+      );
+      expect(Math.max(...sizes), sharing).toBeLessThanOrEqual(SESSION_POLICY_MAX_CHARS);
+    }
   });
+});
+
+describe('runRoleObjects under cluster sharing', () => {
+  for (const stage of PIPELINE_STAGES) {
+    it(`${stage}: holds its claims under d/*/ with the actions it holds on the fleet's, and no fleet claim`, () => {
+      const fleet = runRoleObjects(stage);
+      const cluster = runRoleObjects(stage, 'cluster');
+      const scoped = (keys: string) => ['cache/', 'inflight/', 'artifacts/index/'].some((p) => keys.startsWith(p));
+      expect(cluster.filter((g) => scoped(g.keys))).toEqual([]);
+      expect(cluster.map((g) => [g.keys, g.actions])).toEqual(
+        fleet.map((g) => [scoped(g.keys) ? `d/*/${g.keys}` : g.keys, g.actions]),
+      );
+    });
+  }
 });

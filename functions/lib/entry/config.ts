@@ -398,6 +398,14 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     readBy: 'every function',
   },
   {
+    name: 'KAPP_LAMBDA_SHARING',
+    default: '`fleet`',
+    meaning:
+      "the sharing domain of the function's claims (cache records, in-flight markers, repository indexes; docs/decisions.md D17): `fleet` keeps them under `cache/`, `inflight/`, `artifacts/index/`, shared by every cluster; `cluster` keeps them under `d/<cluster tag>/…`, which only that cluster's run session may write (needs `KAPP_LAMBDA_DISPATCHED=true`: the tag is the run's keyring tag). Content-addressed artifacts are shared either way. A dispatcher in `cluster` sharing keeps the source poll's member clusters itself (`state/poll-members/<cluster id>`, from what each fetch or index-repo run answers) and reads no source poll record",
+    readBy:
+      'every function and the dispatchers (whose run sessions grant the domain); the stack sets `cluster` on both in `isolation: shared` unless context `sharing` is `fleet`',
+  },
+  {
     name: 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY',
     default: 'unset',
     meaning:
@@ -429,13 +437,6 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     default: 'required by a dispatcher with `KAPP_LAMBDA_SENDER_CHECK=registry`',
     meaning:
       "the dispatcher's own role id (`AROA…`): the sender of the copies it sends its queue (parked and postponed records), taken for any event of that queue",
-    readBy: 'the dispatchers',
-  },
-  {
-    name: 'KAPP_LAMBDA_SHARING',
-    default: '`fleet`',
-    meaning:
-      "how far a run's claims (cache records, in-flight markers, repository indexes, source poll records) are shared: `fleet` (every cluster's runs share them) or `cluster` (each cluster's own, under `d/<cluster tag>/`). A dispatcher in `cluster` sharing keeps the source poll's member clusters itself (`state/poll-members/<cluster id>`, from what each fetch or index-repo run answers) and reads no source poll record",
     readBy: 'the dispatchers',
   },
   {
@@ -585,6 +586,11 @@ export interface LambdaConfig {
    * dispatcher's, and `senderCheck` and `shares` are then not used. Unset: it consumes its queue.
    */
   dispatched?: true;
+  /**
+   * `KAPP_LAMBDA_SHARING=cluster` (only with `dispatched`): the store seen through the cluster's
+   * sharing domain (`../store/domain.ts`). Unset: `fleet`, the claims shared fleet-wide.
+   */
+  sharing?: 'cluster';
 }
 
 /**
@@ -739,6 +745,7 @@ const EnvSchema = z.object({
   ),
   KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS: optional(intText(0, 3600)),
   KAPP_LAMBDA_DISPATCHED: z.preprocess(blankToUndefined, z.enum(['true', 'false']).default('false')),
+  KAPP_LAMBDA_SHARING: z.preprocess(blankToUndefined, z.enum(['fleet', 'cluster']).default('fleet')),
   KAPP_LAMBDA_LOG_LEVEL: z.preprocess(blankToUndefined, z.enum(LOG_LEVELS).default('info')),
   KAPP_LAMBDA_METRICS: z.preprocess(blankToUndefined, z.enum(['cluster', 'object', 'off']).default('cluster')),
   KAPP_LAMBDA_URL_POLICY: z.preprocess(blankToUndefined, z.enum(['enforce', 'off']).default('enforce')),
@@ -756,6 +763,14 @@ const EnvSchema = z.object({
     ),
   ),
 });
+
+/**
+ * Why `KAPP_LAMBDA_SHARING=cluster` is refused without `KAPP_LAMBDA_DISPATCHED=true`: a domain is
+ * fenced by the run's session policy and named by its keyring tag, and both exist only behind the
+ * dispatcher (in the queue mode every cluster's runs hold one role, so a domain would fence nothing).
+ */
+export const SHARING_NEEDS_DISPATCHED =
+  "KAPP_LAMBDA_SHARING: cluster needs KAPP_LAMBDA_DISPATCHED=true (only a run session fences a cluster's domain)";
 
 /**
  * Parses and validates the function's environment (the variables: {@link LAMBDA_ENV_DOCS}).
@@ -803,6 +818,12 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
         problems.push(`${name}: must be unset with KAPP_LAMBDA_DISPATCHED=true (the dispatcher derives the keys)`);
       }
     }
+  }
+  if (
+    blankToUndefined(env.KAPP_LAMBDA_SHARING) === 'cluster' &&
+    blankToUndefined(env.KAPP_LAMBDA_DISPATCHED) !== 'true'
+  ) {
+    problems.push(SHARING_NEEDS_DISPATCHED);
   }
   if (hasRegistry && blankToUndefined(env.KAPP_LAMBDA_KUBECONFIG) !== undefined) {
     problems.push('KAPP_LAMBDA_CLUSTER_REGISTRY: set either it or KAPP_LAMBDA_KUBECONFIG, not both');
@@ -897,6 +918,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
     config.controllerConfigTtlMs = e.KAPP_LAMBDA_CONTROLLER_CONFIG_TTL_SECONDS * 1000;
   if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;
   if (e.KAPP_LAMBDA_DISPATCHED === 'true') config.dispatched = true;
+  if (e.KAPP_LAMBDA_SHARING === 'cluster') config.sharing = 'cluster';
   return config;
 }
 
@@ -942,9 +964,10 @@ export interface DispatcherConfig
   /** `KAPP_LAMBDA_LAMBDA_ENDPOINT`. */
   lambdaEndpoint?: string;
   /**
-   * `KAPP_LAMBDA_SHARING` (default `fleet`): in `cluster` sharing the source poll's member
-   * clusters are the dispatchers' own records (`StorePollMembers` of `./dispatch.ts`), not the
-   * fleet's source poll records.
+   * `KAPP_LAMBDA_SHARING` (default `fleet`): in `cluster` sharing the run sessions grant each
+   * cluster its sharing domain's claims (`d/<tag>/…`) instead of the fleet's (`runSessionPolicy`'s
+   * `target.sharing`), and the source poll's member clusters are the dispatchers' own records
+   * (`StorePollMembers` of `./dispatch.ts`), not the fleet's source poll records.
    */
   sharing: 'fleet' | 'cluster';
 }
@@ -1001,6 +1024,7 @@ export function parseDispatcherEnv(env: Readonly<Record<string, string | undefin
     KAPP_LAMBDA_CLUSTER_SHARE: true,
     KAPP_LAMBDA_NAMESPACE_SHARE: true,
     KAPP_LAMBDA_LOG_LEVEL: true,
+    KAPP_LAMBDA_SHARING: true,
   })
     .extend(DispatcherOwnSchema.shape)
     .extend({

@@ -122,6 +122,7 @@ export function createDispatcherDeps(
         account: config.account,
         bucket: config.bucket,
         registry: { bucket: location.bucket, prefix: location.prefix },
+        ...(config.sharing ? { sharing: config.sharing } : {}),
       },
     }),
     invoker: new LambdaStageInvoker({ invoke: (input) => sdk.invoke(input), functionName: () => config.stageFunction }),

@@ -78,6 +78,14 @@ export class RunCredentialHolder {
   }
 
   /**
+   * The served cluster's keyring tag (32 hex), which names its sharing domain (`d/<tag>/`,
+   * `../store/domain.ts`); `undefined` before a batch carried sealing keys.
+   */
+  get domainTag(): string | undefined {
+    return this.keys?.tag;
+  }
+
+  /**
    * Takes a batch's credentials and keys, after checking it is this environment's cluster's.
    * @throws Error when the batch is malformed (no cluster id, credentials or records, a `poll`
    *   that is not `true`, a poll with records), names another cluster than the first one served,

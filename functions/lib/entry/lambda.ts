@@ -30,11 +30,19 @@ import type { Logger } from '../log.js';
 import { EmfReconcileMetrics } from '../observe/metrics.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/deps.js';
+import { domainScopedStore } from '../store/domain.js';
 import { LocalDirStore } from '../store/local.js';
+import type { ObjectStore } from '../store/port.js';
 import { S3Store } from '../store/s3.js';
 import { type EventSender, type MessageRequeuer, sendAll } from '../transport/port.js';
 import { SqsEventSender, SqsMessageDeleter, SqsMessageRequeuer, SqsRecordProver } from '../transport/sqs.js';
-import { type ClusterRegistryConfig, CONTROLLER_VERSION, ConfigError, type LambdaConfig } from './config.js';
+import {
+  type ClusterRegistryConfig,
+  CONTROLLER_VERSION,
+  ConfigError,
+  type LambdaConfig,
+  SHARING_NEEDS_DISPATCHED,
+} from './config.js';
 import type { RunCredentialHolder } from './dispatched.js';
 import { type AwsClients, createLambdaLogger, lazySendClient } from './lambda-base.js';
 import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
@@ -257,9 +265,10 @@ export interface LambdaDepsOverrides {
   requeuer?: MessageRequeuer;
   /**
    * The run credential holder of a stage behind the dispatcher (`config.dispatched`): the
-   * registry is narrowed to its cluster ({@link tenantClusterRegistry}). Required then.
+   * registry is narrowed to its cluster ({@link tenantClusterRegistry}), and with
+   * `config.sharing` `cluster` the store to its sharing domain (`domainTag`). Required then.
    */
-  tenant?: Pick<RunCredentialHolder, 'clusterId'>;
+  tenant?: Pick<RunCredentialHolder, 'clusterId' | 'domainTag'>;
 }
 
 /**
@@ -316,7 +325,11 @@ export function createLambdaDeps(
     : cell === undefined
       ? all
       : cellClusterRegistry(all, cell);
-  const store = new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix });
+  const store = sharingStore(
+    config,
+    new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
+    overrides.tenant,
+  );
   const pipeline: DispatchDeps = createPipelineDeps({
     clusters: stageClusterRegistry(registry, config.stage),
     discovery: registry,
@@ -415,6 +428,32 @@ export function createLambdaDeps(
     ...(leases ? { leases } : {}),
     ...(shares ? { shares } : {}),
   };
+}
+
+/**
+ * The stage's store in its sharing domain (docs/decisions.md D17): with `config.sharing`
+ * `cluster`, `store` seen through {@link domainScopedStore} under the holder's keyring tag (the
+ * claims under `d/<tag>/`, which the run's session policy alone grants it); else `store` itself.
+ * The tag is read on each operation: an operation on a claim before a batch brought sealing keys
+ * (none yet, or a dispatcher that derives none) rejects.
+ *
+ * @throws ConfigError when `cluster` is asked for outside the dispatched mode (no session fences
+ *   the domain there: every cluster's runs share one role), or without the holder.
+ */
+export function sharingStore(
+  config: Pick<LambdaConfig, 'stage' | 'sharing' | 'dispatched'>,
+  store: ObjectStore,
+  tenant: Pick<RunCredentialHolder, 'domainTag'> | undefined,
+): ObjectStore {
+  if (config.sharing !== 'cluster') return store;
+  if (config.dispatched !== true || !tenant) {
+    throw new ConfigError(config.stage, [SHARING_NEEDS_DISPATCHED]);
+  }
+  return domainScopedStore(store, () => {
+    const tag = tenant.domainTag;
+    if (tag === undefined) throw new Error("no sharing domain: no batch has brought its cluster's keys");
+    return tag;
+  });
 }
 
 /**

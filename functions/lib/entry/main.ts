@@ -110,7 +110,9 @@ export function lambdaEntry(
     ? dispatchedHandler(handler, holder, {
         ...(requeued ? { requeued } : {}),
         log: { error: (obj, msg) => log.error(obj, msg), warn: (obj, msg) => log.warn(obj, msg) },
-        ...(POLL_MEMBER_STAGES.includes(stage)
+        // Only in `cluster` sharing does the dispatcher keep members from the answers; in `fleet` it
+        // reads the fleet's records itself, and the listing would be one S3 request for nothing.
+        ...(config.sharing === 'cluster' && POLL_MEMBER_STAGES.includes(stage)
           ? {
               pollMember: async () => {
                 if (!store) throw new Error('the stage has no store yet');

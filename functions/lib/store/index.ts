@@ -2,6 +2,14 @@
  * Object store port and adapters. Import the port types from here; entry files pick the
  * adapter (`LocalDirStore` embedded, `S3Store` in the cloud), unit tests use `MemoryStore`.
  */
+export {
+  DOMAIN_ROOT,
+  DOMAIN_SCOPED_PREFIXES,
+  domainKey,
+  domainScopedStore,
+  SHARING_MODES,
+  type Sharing,
+} from './domain.js';
 export { LocalDirStore, type LocalDirStoreOptions } from './local.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory.js';
 export {
