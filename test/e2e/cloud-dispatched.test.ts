@@ -39,6 +39,7 @@ import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CreateRoleCommand, IAMClient } from '@aws-sdk/client-iam';
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import type { SQSClient } from '@aws-sdk/client-sqs';
 import { AssumeRoleCommand, STSClient } from '@aws-sdk/client-sts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -53,7 +54,7 @@ import {
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
 import { functionLayer, invokeRie, type Rie, rieLogLines, startRie } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir, type ServerProcess } from '../harness/servers/process.js';
-import { createBucket, type S3Info } from '../harness/servers/s3.js';
+import { createBucket, type S3Info, s3Client } from '../harness/servers/s3.js';
 import { createFifoQueue, sqsClient } from '../harness/servers/sqs.js';
 import { EventSourceMapping, type SqsEventRecord } from '../harness/sqs-poller.js';
 import { startTenantRouter, type TenantRouter } from '../harness/tenant-router.js';
@@ -221,6 +222,8 @@ beforeAll(async () => {
             env: {
               ...stageFunctionEnv(fleet, stage, layer, { bucketPrefix: '', queueUrls, dispatched: true }),
               KAPP_LAMBDA_DISPATCHED: 'true',
+              // The shared stack's default (context `sharing`): claims in each cluster's domain.
+              KAPP_LAMBDA_SHARING: 'cluster',
             },
             cwd: path.join(tmp, 'fn', stage),
             timeoutSeconds: stageTimeoutSeconds(stage, true),
@@ -266,6 +269,7 @@ beforeAll(async () => {
         KAPP_LAMBDA_SENDER_CHECK: 'registry',
         KAPP_LAMBDA_FUNCTION_SENDERS: senders,
         KAPP_LAMBDA_RECEIVER_ROLE_ID: receiverRoleIds.get(stage) ?? '',
+        KAPP_LAMBDA_SHARING: 'cluster',
       },
     });
     const records: SqsEventRecord[] = [];
@@ -398,6 +402,26 @@ describe('the shared mode: forwarder → SQS → dispatcher → stage function p
       ).toEqual([]);
       expect(d.mapping.invocations.filter((i) => i.outcome !== 'ok' || i.failed.length > 0)).toEqual([]);
     }
+    // Cluster sharing (docs/decisions.md D17): the runs' claims (the render cache records, the
+    // in-flight markers) are under each cluster's domain `d/<tag>/`, two domains for two clusters,
+    // and none under the fleet's `cache/` or `inflight/`; the content-addressed manifests are shared.
+    const keys: string[] = [];
+    const listed = s3Client(fleet.s3);
+    for (let token: string | undefined; ; ) {
+      const page = await listed.send(
+        new ListObjectsV2Command({ Bucket: fleet.bucket, ...(token ? { ContinuationToken: token } : {}) }),
+      );
+      keys.push(...(page.Contents ?? []).map((o) => o.Key ?? ''));
+      token = page.NextContinuationToken;
+      if (!token) break;
+    }
+    listed.destroy();
+    const domains = new Set(
+      keys.filter((k) => /^d\/[0-9a-f]{32}\/cache\/render\//.test(k)).map((k) => k.split('/')[1]),
+    );
+    expect(domains.size, keys.join('\n')).toBe(CLUSTERS.length);
+    expect(keys.filter((k) => k.startsWith('cache/') || k.startsWith('inflight/'))).toEqual([]);
+    expect(keys.some((k) => k.startsWith('artifacts/template/sha256/'))).toBe(true);
     // A stage function refuses an invoke without a tenant, as Lambda does for a tenant-isolated function.
     const untenanted = await fetch(`${r.endpoint}/2015-03-31/functions/${stageFunctionName('fetch')}/invocations`, {
       method: 'POST',
