@@ -52,6 +52,23 @@ export async function readArtifact(deps: PipelineDeps, scope: ArtifactScope, key
   return undefined;
 }
 
+/**
+ * A cache record's fields (`{ manifestKey, stderr }`, `{ fetchKey, stdout }`), or `undefined`
+ * for anything that is not a JSON object: a record a run of the fleet overwrote with garbage is
+ * a cache miss, not a stage that throws. The caller still checks each field it uses.
+ */
+export function parseCacheRecord(body: Buffer | undefined): Record<string, unknown> | undefined {
+  if (!body) return undefined;
+  try {
+    const rec: unknown = JSON.parse(body.toString('utf8'));
+    return rec !== null && typeof rec === 'object' && !Array.isArray(rec)
+      ? (rec as Record<string, unknown>)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Logs a shared artifact found not to be what its key names (replaced by a run of the fleet). */
 export function logTampered(deps: Pick<PipelineDeps, 'log'>, key: string): void {
   deps.log.warn({ key }, 'shared artifact does not match the digest its key names: tampered, not used');
