@@ -23,7 +23,7 @@ import {
 import { packDir } from '../../functions/lib/artifact/tarball.js';
 import type { HttpDownloader } from '../../functions/lib/fetch/http-download.js';
 import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
-import { readArtifact, scopeOf } from '../../functions/lib/pipeline/artifacts.js';
+import { fleetFlight, readArtifact, scopeOf } from '../../functions/lib/pipeline/artifacts.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { rawTgz } from '../harness/fixtures.js';
@@ -194,5 +194,16 @@ describe('template: the shared tarball, the render record and the shared manifes
     await store.put(key, EVIL);
     expect(await readArtifact(w.deps, scopeOf(REF), key)).toBeUndefined();
     expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === key)).toBe(true);
+  });
+});
+
+describe('the fleet single-flight of the stages', () => {
+  it('is bounded by the time the function deadline fires, when the stage has one', () => {
+    const w = appWorld({ tmpRoot: tempDir() });
+    const key = `cache/render/sha256/${'a'.repeat(64)}.json`;
+    const signal = new AbortController().signal;
+    expect(fleetFlight({ ...w.deps, deadlineAt: 1_234 }, key, 'r1', signal).deadlineAt).toBe(1_234);
+    // The embedded runtime has none: only the tool timeout bounds a wait, as before.
+    expect(fleetFlight(w.deps, key, 'r1', signal).deadlineAt).toBeUndefined();
   });
 });
