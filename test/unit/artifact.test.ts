@@ -603,6 +603,22 @@ describe('unpackTarball', () => {
     expect(await readdir(tmp)).toEqual([]);
   });
 
+  it('hashes the whole tar stream, past the end-of-archive blocks: a tail added to the artifact is refused', async () => {
+    const a = join(tmp, 'a');
+    await makeTree(a);
+    const genuine = await packDir(a);
+    await rm(a, { recursive: true });
+    const tail = gzipSync(Buffer.concat([gunzipSync(genuine.tgz), Buffer.alloc(4 * 1024 * 1024, 0)]));
+    await expectArtifactError(
+      unpackTarball(tail, join(tmp, 'out'), { sha256: genuine.sha256 }),
+      'digest-mismatch',
+      `tar stream is not sha256 ${genuine.sha256}`,
+    );
+    // Without an expected digest it unpacks (the parser ignores what follows the end), hashed whole.
+    const r = await unpackTarball(tail, join(tmp, 'out'));
+    expect(r.sha256).toBe(sha256Hex(gunzipSync(tail)));
+  });
+
   it('refuses a non-empty destination without touching it', async () => {
     const out = join(tmp, 'out');
     await mkdir(out);

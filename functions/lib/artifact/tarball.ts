@@ -459,6 +459,9 @@ async function extractInto(
     symlinks: [],
   };
   x.parser.on('entry', (entry: ReadEntry) => onEntry(x, ledger, entry));
+  x.parser.on('eof', () => {
+    x.eof = true;
+  });
   const done = parserSettled(x);
   const hash = createHash('sha256');
   await feedParser(x, archive, hash);
@@ -486,6 +489,11 @@ interface Extraction {
   current?: ReadEntry;
   /** The symlinks read, made last ({@link finishTree}). */
   symlinks: { path: string; target: string }[];
+  /**
+   * The parser read the end-of-archive blocks: what follows is only hashed, not written to it
+   * (the parser would keep it all in one buffer, concatenated chunk after chunk).
+   */
+  eof?: boolean;
 }
 
 /** Records the first failure and aborts the parser (later failures are dropped). */
@@ -696,7 +704,7 @@ async function feedParser(x: Extraction, archive: Uint8Array, hash: Hash): Promi
 /** Writes a chunk to the parser and waits while it asks for a pause (not once it failed). */
 async function writeToParser(x: Extraction, chunk: Buffer): Promise<void> {
   const { parser } = x;
-  if (x.failure || parser.write(chunk) || x.failure) return;
+  if (x.failure || x.eof || parser.write(chunk) || x.failure || x.eof) return;
   await new Promise<void>((resolve) => {
     const finish = () => {
       parser.off('drain', finish);
