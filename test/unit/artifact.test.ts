@@ -357,7 +357,11 @@ describe('unpackTarball', () => {
     await makeTree(a);
     const packed = await packDir(a);
     const out = join(tmp, 'out');
-    expect(await unpackTarball(packed.tgz, out)).toEqual({ entries: 8, bytes: 16 + 30 + 11 + 18 });
+    expect(await unpackTarball(packed.tgz, out)).toEqual({
+      entries: 8,
+      bytes: 16 + 30 + 11 + 18,
+      sha256: packed.sha256,
+    });
     expect(await treeOf(out)).toEqual([
       'config/ 755',
       'config/sub/ 755',
@@ -385,7 +389,7 @@ describe('unpackTarball', () => {
     );
     const out = join(tmp, 'out');
     await mkdir(out); // an existing empty directory is fine
-    expect(await unpackTarball(archive, out)).toEqual({ entries: 2, bytes: 2 });
+    expect(await unpackTarball(archive, out)).toEqual({ entries: 2, bytes: 2, sha256: sha256Hex(archive) });
     expect(await treeOf(out)).toEqual([
       'deep/ 755',
       'deep/er/ 755',
@@ -527,7 +531,7 @@ describe('unpackTarball', () => {
       'big',
     );
     expect(await readdir(tmp)).toEqual([]);
-    expect(await unpackTarball(three, join(tmp, 'o4'), { maxEntries: 3, maxBytes: 15 })).toEqual({
+    expect(await unpackTarball(three, join(tmp, 'o4'), { maxEntries: 3, maxBytes: 15 })).toMatchObject({
       entries: 3,
       bytes: 15,
     });
@@ -560,6 +564,59 @@ describe('unpackTarball', () => {
     corrupt[corrupt.length >> 1] = (corrupt[corrupt.length >> 1] ?? 0) ^ 0xff;
     await expectArtifactError(unpackTarball(corrupt, join(tmp, 'o4')), 'bad-archive', 'failed to read tarball');
     expect(await readdir(tmp)).toEqual([]);
+  });
+
+  it('unpacks an archive whose tar stream has the expected sha256, hashed while unpacking', async () => {
+    const a = join(tmp, 'a');
+    await makeTree(a);
+    const packed = await packDir(a);
+    // Another gzip of the same tar stream (another zlib build) is the same artifact.
+    const regzipped = gzipSync(gunzipSync(packed.tgz), { level: 1 });
+    const out = join(tmp, 'out');
+    expect(await unpackTarball(regzipped, out, { sha256: packed.sha256 })).toMatchObject({ sha256: packed.sha256 });
+    expect((await treeOf(out)).length).toBeGreaterThan(0);
+  });
+
+  it('refuses, leaving nothing, an archive that is not the one its digest names (a tampered artifact)', async () => {
+    const a = join(tmp, 'a');
+    await makeTree(a);
+    const genuine = await packDir(a);
+    const b = join(tmp, 'b');
+    await mkdir(b);
+    await writeFile(join(b, 'config.yml'), 'kind: ConfigMap\n');
+    const tampered = (await packDir(b)).tgz;
+    await rm(a, { recursive: true });
+    await rm(b, { recursive: true });
+    const out = join(tmp, 'out');
+    await expectArtifactError(
+      unpackTarball(tampered, out, { sha256: genuine.sha256 }),
+      'digest-mismatch',
+      `tar stream is not sha256 ${genuine.sha256}`,
+    );
+    // An unsafe archive in its place fails as tampered too, not with what it holds.
+    const unsafe = rawTar([{ path: '../escape', body: 'x' }]);
+    await expectArtifactError(
+      unpackTarball(unsafe, out, { sha256: genuine.sha256 }),
+      'digest-mismatch',
+      `tar stream is not sha256 ${genuine.sha256}`,
+    );
+    expect(await readdir(tmp)).toEqual([]);
+  });
+
+  it('hashes the whole tar stream, past the end-of-archive blocks: a tail added to the artifact is refused', async () => {
+    const a = join(tmp, 'a');
+    await makeTree(a);
+    const genuine = await packDir(a);
+    await rm(a, { recursive: true });
+    const tail = gzipSync(Buffer.concat([gunzipSync(genuine.tgz), Buffer.alloc(4 * 1024 * 1024, 0)]));
+    await expectArtifactError(
+      unpackTarball(tail, join(tmp, 'out'), { sha256: genuine.sha256 }),
+      'digest-mismatch',
+      `tar stream is not sha256 ${genuine.sha256}`,
+    );
+    // Without an expected digest it unpacks (the parser ignores what follows the end), hashed whole.
+    const r = await unpackTarball(tail, join(tmp, 'out'));
+    expect(r.sha256).toBe(sha256Hex(gunzipSync(tail)));
   });
 
   it('refuses a non-empty destination without touching it', async () => {

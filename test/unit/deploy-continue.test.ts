@@ -11,7 +11,7 @@ import { describe, expect, it } from 'vitest';
 import { type DeployStageData, type DeployStageEvent, deployEvent, serializeEvent } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
 import type { StageStatusSummary } from '../../functions/lib/api/status.js';
-import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import {
   KAPP_DEFAULT_WAIT_TIMEOUT_MS,
   type KappCommand,
@@ -29,7 +29,7 @@ import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('deploy-continue-');
 const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
-const MANIFEST_KEY = templateArtifactKey('a'.repeat(64));
+const MANIFEST_KEY = templateArtifactKey(sha256Hex(MANIFEST));
 const FETCH_PART: StageStatusSummary = { exitCode: 0, stdout: 'lock: vendir\n', startedAt: NOW, updatedAt: NOW };
 const TEMPLATE_PART: StageStatusSummary = { exitCode: 0, updatedAt: NOW };
 const WAITING = '12:00:00AM: ---- waiting on 1 changes [0/1 done] ----\n';

@@ -331,6 +331,22 @@ describe('records not started in time', () => {
   });
 });
 
+describe('the time the function deadline fires', () => {
+  it("reaches the stage's deps with the deadline (the single-flight waits are bounded by it)", async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    vi.setSystemTime(Date.parse(time));
+    const seen: (number | undefined)[] = [];
+    const { handler } = setup(async (_id, d) => {
+      seen.push(d.deadlineAt);
+    });
+    await handler({ Records: [rec('a')] }, { getRemainingTimeInMillis: () => 600_000 });
+    // 600 s left, the default 30 s margin: the deadline fires 570 s from now.
+    expect(seen).toEqual([Date.parse(time) + 570_000]);
+    await handler({ Records: [rec('b')] });
+    expect(seen).toEqual([Date.parse(time) + 570_000, undefined]);
+  });
+});
+
 describe('records postponed at the deadline (a requeuer)', () => {
   /** `r` as a copy postponed `n` times. */
   const postponed = (r: SqsRecord, n: number): SqsRecord => ({

@@ -17,7 +17,7 @@ import {
   serializeEvent,
 } from '../../events/schema.js';
 import { PIPELINE_STAGES, type PipelineStage } from '../../functions/lib/api/functions.js';
-import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
 import { makeSqsHandler } from '../../functions/lib/entry/handler.js';
 import { senderRefusal } from '../../functions/lib/entry/sender.js';
@@ -26,7 +26,9 @@ import { appObject, appWorld, changeApp, NOW, REF, RUN, SUCCEEDED_BEFORE } from 
 import { useTempDir } from './support/stage-deps.js';
 
 const tempDir = useTempDir('lease-routing-');
-const MANIFEST_KEY = templateArtifactKey('c'.repeat(64));
+const MANIFEST_BODY = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
+// A shared manifest's key is its bytes' digest (deploy refuses one that is not).
+const MANIFEST_KEY = templateArtifactKey(sha256Hex(MANIFEST_BODY));
 const roleOf = (s: PipelineStage) => `AROA${s.toUpperCase().replace('-', '')}`;
 const FORWARDER = 'AROAFORWARDER';
 /** `functionSenders` of infra/aws/stack.ts. */
@@ -63,7 +65,7 @@ const rec = (event: KappEvent, messageId: string, senderId: string) => ({
 describe('run lease routes as deployed (NEXT_STAGES, sender check)', () => {
   it('the deploy that ends a run delivers its follow-up to fetch, which takes it', async () => {
     const w = appWorld({ app: appObject({ status: SUCCEEDED_BEFORE }), tmpRoot: path.join(tempDir(), 'scratch') });
-    await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n'));
+    await w.store.putIfAbsent(MANIFEST_KEY, Buffer.from(MANIFEST_BODY));
     const leases = new RunLeases({ store: w.store, now: () => new Date(NOW) });
     const sent: Sent[] = [];
     const fn = (stage: PipelineStage) =>

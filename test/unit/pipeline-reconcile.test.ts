@@ -18,7 +18,7 @@ import {
   templateEvent,
 } from '../../events/schema.js';
 import { type AppStatus, Finalizer } from '../../functions/lib/api/index.js';
-import { templateArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import type { NewEvent } from '../../functions/lib/kube/port.js';
 import { ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../functions/lib/pipeline/app/receipts.js';
@@ -208,7 +208,10 @@ describe('reconcile step table', () => {
 
 describe('rollback to a receipt (kapp-lambda.carvel.dev/rollback-to)', () => {
   const RECEIPT_ID = '20250101-000000-000-0123abcd';
-  const MANIFEST = templateArtifactKey('e'.repeat(64));
+  // Its key is its bytes' digest: deploy refuses a shared manifest that is not.
+  const MANIFEST_BODY = 'kind: ConfigMap\n';
+  const DIGEST = sha256Hex(MANIFEST_BODY);
+  const MANIFEST = templateArtifactKey(DIGEST);
   /** The App rolled back at `generation` (its own generation is 1). */
   const rolledBack = (generation: number): AppShape => ({
     status: RECENT,
@@ -226,10 +229,10 @@ describe('rollback to a receipt (kapp-lambda.carvel.dev/rollback-to)', () => {
       startedAt: new Date(NOW),
       endedAt: new Date(NOW),
       trail: { stages: [] },
-      render: { key: MANIFEST, digest: 'e'.repeat(64), private: false },
+      render: { key: MANIFEST, digest: DIGEST, private: false },
     });
     await w.store.put(receiptKey(REF, RECEIPT_ID), JSON.stringify({ ...receipt, id: RECEIPT_ID }));
-    if (withManifest) await w.store.put(MANIFEST, 'kind: ConfigMap\n');
+    if (withManifest) await w.store.put(MANIFEST, MANIFEST_BODY);
   }
 
   it('a modified event (the annotations changed) runs at once and hands the receipt render to deploy: no fetch, no template', async () => {

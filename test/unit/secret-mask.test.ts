@@ -10,7 +10,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { App } from '../../functions/lib/api/index.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
-import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { packDir } from '../../functions/lib/artifact/tarball.js';
 import { exitWith } from '../../functions/lib/exec/fake.js';
 import { runDeploy } from '../../functions/lib/pipeline/app/deploy.js';
@@ -244,7 +244,7 @@ describe('a Secret value echoed by a tool never reaches status', () => {
   it('deploy: kapp output quoting the minted ServiceAccount token', async () => {
     const app = appWith({ serviceAccountName: 'sa' });
     const { deps, store, runner, statuses } = worldWith(app, {});
-    const manifestKey = `artifacts/template/sha256/${'c'.repeat(64)}.yaml`;
+    const manifestKey = templateArtifactKey(sha256Hex('kind: ConfigMap\n'));
     await store.put(manifestKey, 'kind: ConfigMap\n');
     runner.on('kapp', exitWith(1, `kapp: Error: token ${TOKEN} rejected\n`));
     await runDeploy({ object: REF, run: RUN, artifacts: { manifestKey } }, deps);

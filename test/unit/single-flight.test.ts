@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { inflightKey, renderCacheKey } from '../../functions/lib/artifact/keys.js';
 import {
   DEFAULT_FLIGHT_TTL_MS,
+  FLIGHT_EXPIRY_SLACK_MS,
   FlightDeadlineError,
   type FlightOptions,
   parseFlightMarker,
@@ -194,7 +195,10 @@ describe('fleet single-flight', () => {
 
   it('the abort signal ends a wait: nothing runs', async () => {
     const f = fleet();
-    await f.store.put(MARKER, JSON.stringify({ holder: 'other/1', expiresAt: new Date(T0 + 60_000).toISOString() }));
+    await f.store.put(
+      MARKER,
+      JSON.stringify({ holder: 'other/1', expiresAt: new Date(T0 + DEFAULT_FLIGHT_TTL_MS).toISOString() }),
+    );
     const abort = new AbortController();
     abort.abort();
     const out = await singleFlight(f.opts('w', { signal: abort.signal }), f.find, f.runner());
@@ -204,7 +208,10 @@ describe('fleet single-flight', () => {
 
   it('the function deadline ends a wait with a retryable FlightDeadlineError', async () => {
     const f = fleet();
-    await f.store.put(MARKER, JSON.stringify({ holder: 'other/1', expiresAt: new Date(T0 + 60_000).toISOString() }));
+    await f.store.put(
+      MARKER,
+      JSON.stringify({ holder: 'other/1', expiresAt: new Date(T0 + DEFAULT_FLIGHT_TTL_MS).toISOString() }),
+    );
     const deadline = new AbortController();
     deadline.abort();
     await expect(singleFlight(f.opts('w', { deadline: deadline.signal }), f.find, f.runner())).rejects.toBeInstanceOf(
@@ -215,12 +222,59 @@ describe('fleet single-flight', () => {
 
   it('a wait longer than maxWaitMs ends in a run of its own', async () => {
     const f = fleet();
-    await f.store.put(MARKER, JSON.stringify({ holder: 'slow/1', expiresAt: new Date(T0 + 3_600_000).toISOString() }));
+    const live = new Date(T0 + DEFAULT_FLIGHT_TTL_MS).toISOString();
+    await f.store.put(MARKER, JSON.stringify({ holder: 'slow/1', expiresAt: live }));
     f.clock.stepMs = 1_000;
     const out = await singleFlight(f.opts('w', { maxWaitMs: 5_000 }), f.find, f.runner(Promise.resolve(), false));
     expect(out).toEqual({ kind: 'ran', result: 'made', role: 'solo' });
     // The slow holder's marker is left alone.
     expect((await marker(f.store))?.holder).toBe('slow/1');
+  });
+
+  it('a marker expiring further than one TTL (and the clock slack) away reads as expired: taken over at once', async () => {
+    const f = fleet();
+    // A holder never writes this: a run of another cluster keeping the fleet waiting.
+    await f.store.put(MARKER, JSON.stringify({ holder: 'squatter/1', expiresAt: '2100-01-01T00:00:00Z' }));
+    f.clock.stepMs = 1_000;
+    const out = await singleFlight(f.opts('w'), f.find, f.runner());
+    expect(out).toEqual({ kind: 'ran', result: 'made', role: 'leader' });
+    expect(f.counts.sleeps).toBe(0);
+    expect(f.log.records.some((r) => r.msg === 'in-flight marker had expired; taken over')).toBe(true);
+    // One within the TTL plus the slack is a live holder's: waited for.
+    const g = fleet();
+    const skewed = new Date(T0 + DEFAULT_FLIGHT_TTL_MS + FLIGHT_EXPIRY_SLACK_MS).toISOString();
+    await g.store.put(MARKER, JSON.stringify({ holder: 'skewed/1', expiresAt: skewed }));
+    g.clock.stepMs = 1_000;
+    const waited = await singleFlight(g.opts('w', { maxWaitMs: 3_000 }), g.find, g.runner(Promise.resolve(), false));
+    expect(waited).toEqual({ kind: 'ran', result: 'made', role: 'solo' });
+    expect((await marker(g.store))?.holder).toBe('skewed/1');
+  });
+
+  it('a wait lasts at most half the time left before the function deadline, whatever maxWaitMs', async () => {
+    const f = fleet();
+    // A holder that keeps its marker live for ever (renewed before each poll) and never delivers.
+    const renew = async () => {
+      const live = new Date(f.clock.ms + DEFAULT_FLIGHT_TTL_MS).toISOString();
+      await f.store.put(MARKER, JSON.stringify({ holder: 'forever/1', expiresAt: live }));
+    };
+    await renew();
+    const leftMs = 20 * 60_000;
+    const out = await singleFlight(
+      f.opts('w', {
+        maxWaitMs: 60 * 60_000,
+        deadlineAt: T0 + leftMs,
+        sleep: async () => {
+          f.clock.ms += 1_000;
+          await renew();
+          await tick();
+        },
+      }),
+      f.find,
+      f.runner(Promise.resolve(), false),
+    );
+    expect(out).toEqual({ kind: 'ran', result: 'made', role: 'solo' });
+    // It gave up at half the time left: the other half is its own run's.
+    expect(f.clock.ms - T0).toBe(leftMs / 2);
   });
 
   it('private keys take no marker: content made from Secrets is never shared', () => {

@@ -345,6 +345,28 @@ describe('trackSource: a repository run', () => {
     expect(f.state.resolutions).toBe(2);
   });
 
+  it('a record polled "in the future" is not fresh: the next run polls it again', async () => {
+    const f = fleet(['c1']);
+    const ref = f.repo('c1', 'repo');
+    await trackSource(f.pkgrOf('c1', 'repo'), ref, f.deps);
+    expect(f.state.resolutions).toBe(1);
+    // A run of another cluster dates the record in 2100 to pin the source for ever.
+    await f.store.put(f.key, JSON.stringify({ ...(await f.record()), polledAt: '2100-01-01T00:00:00.000Z' }));
+    f.state.digest = D2;
+    expect((await trackSource(f.pkgrOf('c1', 'repo'), ref, f.deps))?.resolved).toBe(D2);
+    expect(f.state.resolutions).toBe(2);
+    // Another poller's clock a little ahead (within the slack) is still a fresh record.
+    await f.store.put(
+      f.key,
+      JSON.stringify({
+        ...(await f.record()),
+        polledAt: new Date(f.state.now + pollFreshSlackMs(PERIOD)).toISOString(),
+      }),
+    );
+    await trackSource(f.pkgrOf('c1', 'repo'), ref, f.deps);
+    expect(f.state.resolutions).toBe(2);
+  });
+
   it("one cluster's repositories on a source join its record up to MAX_MEMBERS_PER_CLUSTER; other clusters still join", async () => {
     const f = fleet(['hostile', 'c2']);
     const many = Array.from({ length: MAX_MEMBERS_PER_CLUSTER + 5 }, (_, i) => f.repo('hostile', `r${i}`));

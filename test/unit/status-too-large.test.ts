@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TemplateStageData } from '../../events/schema.js';
 import type { AppStatus } from '../../functions/lib/api/index.js';
-import { fetchArtifactKey } from '../../functions/lib/artifact/keys.js';
+import { fetchArtifactKey, sha256Hex, templateArtifactKey } from '../../functions/lib/artifact/keys.js';
 import { packDir } from '../../functions/lib/artifact/tarball.js';
 import { KAPP_OUTPUT_BYTES } from '../../functions/lib/deploy/run.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
@@ -350,7 +350,7 @@ describe('kapp output while and after deploying', () => {
   }, async () => {
     const server = new FakeApiServer(appObject({ serviceAccountName: 'sa' }));
     const store = new MemoryStore();
-    const manifestKey = `artifacts/template/sha256/${'b'.repeat(64)}.yaml`;
+    const manifestKey = templateArtifactKey(sha256Hex('kind: ConfigMap\n'));
     await store.put(manifestKey, 'kind: ConfigMap\n');
     const line = 'Wait to: 0 reconcile, 0 delete, 1 noop  |  ongoing: waiting on configmap/x (v1) namespace: n\n';
     let total = 0;

@@ -17,6 +17,8 @@ export type ArtifactErrorCode =
   | 'duplicate-entry'
   | 'bad-archive'
   | 'destination-not-empty'
+  /** The unpacked tar stream is not the one the artifact's key names (tampered, or not the artifact). */
+  | 'digest-mismatch'
   | 'io';
 
 /**

@@ -27,7 +27,8 @@
  * Waiting is bounded: by the abort signal (the App deleted or canceled: the wait ends as the
  * tool would have been killed), by the function deadline (Lambda: {@link FlightDeadlineError},
  * retryable, so the event comes back and a later invocation finds the artifact rather than
- * writing a failure), and by `maxWaitMs` (then the waiter runs the tool itself). A holder's
+ * writing a failure), and by `maxWaitMs` and half the time left before the deadline (then the
+ * waiter runs the tool itself). A holder's
  * marker stays live only while the holder renews it, so a wait never outlasts the holder's run
  * by more than the TTL.
  *
@@ -74,6 +75,14 @@ export class FlightDeadlineError extends Error {
   }
 }
 
+/**
+ * Slack, ms, allowed beyond now + TTL on a marker's `expiresAt` (clock skew between runners): 5 s.
+ * A holder never writes an expiry further than its TTL from its now; one beyond it was not
+ * written by a runner of this code (a run of another cluster keeping the fleet waiting), and
+ * the marker reads as expired.
+ */
+export const FLIGHT_EXPIRY_SLACK_MS = 5_000;
+
 /** Reads a stored marker; anything that is not one reads as absent (and is overwritten). */
 export function parseFlightMarker(body: Buffer | undefined): FlightMarker | undefined {
   if (!body) return undefined;
@@ -112,6 +121,12 @@ export interface FlightOptions {
   /** The function deadline: ends a wait with {@link FlightDeadlineError}. */
   deadline?: AbortSignal;
   /**
+   * When `deadline` fires, ms since the epoch: a wait then lasts at most half the time left at
+   * its start (and `maxWaitMs`), so a runner whose holder never delivers still has the other
+   * half to run the tool itself. Absent: only `maxWaitMs` bounds the wait.
+   */
+  deadlineAt?: number;
+  /**
    * Wraps each store step of the marker (the stages pass `infraStep`, so a store failure names
    * what was being done). Default: runs the step as it is.
    */
@@ -139,6 +154,12 @@ export type FlightOutcome<T, R> =
   | { kind: 'ran'; result: R; role: 'leader' | 'solo' }
   /** The abort signal fired while waiting: neither the tool nor the artifact. */
   | { kind: 'aborted' };
+
+/** How long a wait that starts at `start` (ms since the epoch) may last: see {@link FlightOptions.deadlineAt}. */
+function waitBudgetAt(opts: FlightOptions, start: number): number {
+  if (opts.deadlineAt === undefined) return opts.maxWaitMs;
+  return Math.min(opts.maxWaitMs, Math.max(0, Math.floor((opts.deadlineAt - start) / 2)));
+}
 
 async function defaultSleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   await sleepFor(ms, undefined, signal ? { signal } : {}).catch(() => undefined);
@@ -206,6 +227,7 @@ export async function singleFlight<T, R>(
 
   let waitingOn: string | undefined;
   let waitStart: number | undefined;
+  let waitBudget: number | undefined;
   let delay = FLIGHT_POLL_FIRST_MS;
   /** The marker is ours now: lead, unless the artifact landed meanwhile. */
   const claimedIt = async (taken?: FlightMarker): Promise<FlightOutcome<T, R>> => {
@@ -229,7 +251,9 @@ export async function singleFlight<T, R>(
     const got = await step('reading the in-flight marker', () => store.getVersioned(marker));
     const cur = parseFlightMarker(got?.body);
     if (cur?.failed && cur.holder === waitingOn) return await solo('the runner it waited for failed');
-    if (!cur || cur.failed || Date.parse(cur.expiresAt) <= nowMs()) {
+    const expiry = cur ? Date.parse(cur.expiresAt) : 0;
+    // An expiry further than one TTL away (plus clock slack) is not a holder's: expired too.
+    if (!cur || cur.failed || expiry <= nowMs() || expiry > nowMs() + ttlMs + FLIGHT_EXPIRY_SLACK_MS) {
       const claimed = await step('taking the in-flight marker', () => store.putIfMatch(marker, body(), got?.etag));
       if (claimed === 'written') return await claimedIt(cur);
       if (++conflicts >= CLAIM_ATTEMPTS) return await solo('the in-flight marker kept changing');
@@ -239,7 +263,8 @@ export async function singleFlight<T, R>(
     conflicts = 0;
     waitingOn = cur.holder;
     waitStart ??= nowMs();
-    if (nowMs() - waitStart >= opts.maxWaitMs) return await solo('waited its longest for another runner');
+    waitBudget ??= waitBudgetAt(opts, waitStart);
+    if (nowMs() - waitStart >= waitBudget) return await solo('waited its longest for another runner');
     await sleep(delay, waitSignal);
     if (opts.deadline?.aborted) throw new FlightDeadlineError(opts.key);
     if (opts.signal?.aborted) return { kind: 'aborted' };

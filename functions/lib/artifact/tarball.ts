@@ -6,6 +6,7 @@
  *
  * @see fluxcd/pkg `tar` (bounded untar) and vendir `pkg/vendir/directory` (symlink checks).
  */
+import { createHash, type Hash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import {
   chmod,
@@ -21,9 +22,10 @@ import {
   symlink,
 } from 'node:fs/promises';
 import { basename, dirname, join, sep } from 'node:path';
+import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
-import { gunzip, gzip, constants as zlibConstants } from 'node:zlib';
+import { createGunzip, gunzip, gzip, constants as zlibConstants } from 'node:zlib';
 import { Header, Parser, Pax, type ReadEntry } from 'tar';
 import { ArtifactError } from './errors.js';
 import { sha256Hex } from './keys.js';
@@ -303,13 +305,29 @@ export async function tarSha256(tgz: Uint8Array, limits?: ArtifactLimits): Promi
   }
 }
 
+/** Options of {@link unpackTarball}: the limits, and the digest the tar stream must have. */
+export interface UnpackOptions extends ArtifactLimits {
+  /**
+   * Lowercase hex sha256 the *uncompressed* tar stream must have ({@link PackedDir.sha256}: the
+   * digest a shared fetch artifact's key names). Hashed while unpacking, not in a second pass;
+   * a different stream (a tampered artifact) fails the unpack with `digest-mismatch`, and then
+   * nothing appears at the destination, whatever the archive held. Absent: not checked.
+   */
+  readonly sha256?: string;
+}
+
 /** Result of {@link unpackTarball}. */
 export interface UnpackResult {
   /** Entries written (files, directories, symlinks; a `./` root entry is not counted). */
   readonly entries: number;
   /** Total bytes of file content written. */
   readonly bytes: number;
+  /** Hex sha256 of the uncompressed tar stream (of the bytes as given for a plain tar). */
+  readonly sha256: string;
 }
+
+/** Largest ratio of decompressed to compressed bytes accepted: 1000, as the `tar` parser's own. */
+const MAX_DECOMPRESSION_RATIO = 1000;
 
 /**
  * Validates and normalizes an entry path: relative, `/`-separated, no `.`/`..`/empty
@@ -353,17 +371,18 @@ async function isEmptyOrMissingDir(dir: string): Promise<boolean> {
  * `destDir` at the end, so `destDir` must not exist or be an empty directory. Memory use is
  * bounded: file data is streamed to disk in small chunks.
  *
+ * With `opts.sha256` the archive is checked against it (see {@link UnpackOptions.sha256}): an
+ * archive that is not the expected one fails with `digest-mismatch` rather than with what its
+ * content would have caused (an unsafe path a tampered archive holds is its tampering).
+ *
  * @throws ArtifactError `too-large` / `too-many-entries` (limits are checked on each entry's
  *   header, before its data is written), `unsafe-path`, `unsafe-symlink`,
  *   `unsupported-entry`, `duplicate-entry`, `bad-archive` (not a tar, truncated, bad
- *   checksum, decompression ratio above 1000), `destination-not-empty`, or `io` with `cause`.
+ *   checksum, decompression ratio above 1000), `digest-mismatch`, `destination-not-empty`,
+ *   or `io` with `cause`.
  */
-export async function unpackTarball(
-  archive: Uint8Array,
-  destDir: string,
-  limits?: ArtifactLimits,
-): Promise<UnpackResult> {
-  const { maxBytes, maxEntries } = limitsOf(limits);
+export async function unpackTarball(archive: Uint8Array, destDir: string, opts?: UnpackOptions): Promise<UnpackResult> {
+  const { maxBytes, maxEntries } = limitsOf(opts);
   if (!(await isEmptyOrMissingDir(destDir))) {
     throw new ArtifactError('destination-not-empty', 'destination directory is not empty');
   }
@@ -376,7 +395,7 @@ export async function unpackTarball(
     throw ioError('failed to create temporary directory', cause);
   }
   try {
-    const result = await extractInto(archive, tmp, maxBytes, maxEntries);
+    const result = await extractChecked(archive, tmp, maxBytes, maxEntries, opts?.sha256);
     try {
       // mkdtemp creates 0700; the unpacked root gets the directory mode entries get.
       await chmod(tmp, 0o755);
@@ -395,10 +414,35 @@ export async function unpackTarball(
 }
 
 /**
+ * {@link extractInto}, then the digest check: a mismatch, or a failed extraction of an archive
+ * that is not the expected one (hashed once more, only on that failure path, within the
+ * limits), is `digest-mismatch`.
+ */
+async function extractChecked(
+  archive: Uint8Array,
+  root: string,
+  maxBytes: number,
+  maxEntries: number,
+  expected: string | undefined,
+): Promise<UnpackResult> {
+  const mismatch = () => new ArtifactError('digest-mismatch', `tar stream is not sha256 ${expected}`);
+  let result: UnpackResult;
+  try {
+    result = await extractInto(archive, root, maxBytes, maxEntries);
+  } catch (e) {
+    if (expected === undefined || (e instanceof ArtifactError && e.code === 'io')) throw e;
+    const actual = await tarSha256(archive, { maxBytes: maxBytes * 2 }).catch(() => undefined);
+    throw actual === expected ? e : mismatch();
+  }
+  if (expected !== undefined && result.sha256 !== expected) throw mismatch();
+  return result;
+}
+
+/**
  * Extracts `archive` into the empty directory `root` (the temporary sibling of
  * {@link unpackTarball}): entries are checked as the parser reads them ({@link EntryLedger}),
  * written one after the other in archive order, then the symlinks are made and checked last
- * ({@link finishTree}).
+ * ({@link finishTree}). The tar stream is hashed as it is fed (`sha256` of the result).
  * @throws ArtifactError as {@link unpackTarball} documents; the first failure wins.
  */
 async function extractInto(
@@ -415,14 +459,18 @@ async function extractInto(
     symlinks: [],
   };
   x.parser.on('entry', (entry: ReadEntry) => onEntry(x, ledger, entry));
+  x.parser.on('eof', () => {
+    x.eof = true;
+  });
   const done = parserSettled(x);
-  await feedParser(x, archive);
+  const hash = createHash('sha256');
+  await feedParser(x, archive, hash);
   if (!x.failure) x.parser.end();
   await done;
   await x.chain;
   if (x.failure) throw x.failure;
   await finishTree(root, x.symlinks, ledger.implicitDirs);
-  return { entries: ledger.entries, bytes: ledger.bytes };
+  return { entries: ledger.entries, bytes: ledger.bytes, sha256: hash.digest('hex') };
 }
 
 /** One extraction: what the parser's callbacks and the writes they queue share. */
@@ -441,6 +489,11 @@ interface Extraction {
   current?: ReadEntry;
   /** The symlinks read, made last ({@link finishTree}). */
   symlinks: { path: string; target: string }[];
+  /**
+   * The parser read the end-of-archive blocks: what follows is only hashed, not written to it
+   * (the parser would keep it all in one buffer, concatenated chunk after chunk).
+   */
+  eof?: boolean;
 }
 
 /** Records the first failure and aborts the parser (later failures are dropped). */
@@ -600,26 +653,69 @@ function parserSettled(x: Extraction): Promise<void> {
   });
 }
 
-/** Feeds the archive in slices, honouring backpressure so decompressed data never piles up in memory. */
-async function feedParser(x: Extraction, archive: Uint8Array): Promise<void> {
-  const { parser } = x;
+/** The archive in slices of 64 KiB (views, no copies). */
+function* slicesOf(archive: Uint8Array): Generator<Buffer> {
   const CHUNK = 64 * 1024;
   const buf = Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength);
-  for (let off = 0; off < buf.length && !x.failure; off += CHUNK) {
-    if (!parser.write(buf.subarray(off, off + CHUNK))) {
-      await new Promise<void>((resolve) => {
-        const finish = () => {
-          parser.off('drain', finish);
-          parser.off('abort', finish);
-          parser.off('error', finish);
-          resolve();
-        };
-        parser.on('drain', finish);
-        parser.on('abort', finish);
-        parser.on('error', finish);
-      });
+  for (let off = 0; off < buf.length; off += CHUNK) yield buf.subarray(off, off + CHUNK);
+}
+
+/**
+ * Feeds the tar stream to the parser, adding it to `hash` as it goes: a gzip archive is
+ * decompressed here (so the hash sees the tar stream itself, in the same pass), anything else
+ * is fed as it is. Stops at the extraction's first failure.
+ */
+async function feedParser(x: Extraction, archive: Uint8Array, hash: Hash): Promise<void> {
+  if (archive[0] !== 0x1f || archive[1] !== 0x8b) {
+    for (const slice of slicesOf(archive)) {
+      if (x.failure) return;
+      hash.update(slice);
+      await writeToParser(x, slice);
     }
+    return;
   }
+  let compressed = 0;
+  let plain = 0;
+  const counted = function* () {
+    for (const slice of slicesOf(archive)) {
+      compressed += slice.length;
+      yield slice;
+    }
+  };
+  try {
+    await pipeline(Readable.from(counted()), createGunzip(), async (tar: AsyncIterable<Buffer>) => {
+      for await (const chunk of tar) {
+        if (x.failure) return;
+        plain += chunk.length;
+        if (plain / compressed > MAX_DECOMPRESSION_RATIO) {
+          failExtraction(x, new ArtifactError('bad-archive', `decompression ratio above ${MAX_DECOMPRESSION_RATIO}`));
+          return;
+        }
+        hash.update(chunk);
+        await writeToParser(x, chunk);
+      }
+    });
+  } catch (cause) {
+    // Worded as the parser words a bad tar: to the App, either is a broken artifact.
+    if (!x.failure) failExtraction(x, new ArtifactError('bad-archive', 'failed to read tarball', undefined, { cause }));
+  }
+}
+
+/** Writes a chunk to the parser and waits while it asks for a pause (not once it failed). */
+async function writeToParser(x: Extraction, chunk: Buffer): Promise<void> {
+  const { parser } = x;
+  if (x.failure || x.eof || parser.write(chunk) || x.failure || x.eof) return;
+  await new Promise<void>((resolve) => {
+    const finish = () => {
+      parser.off('drain', finish);
+      parser.off('abort', finish);
+      parser.off('error', finish);
+      resolve();
+    };
+    parser.on('drain', finish);
+    parser.on('abort', finish);
+    parser.on('error', finish);
+  });
 }
 
 /**

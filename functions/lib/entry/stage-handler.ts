@@ -199,24 +199,26 @@ export const DEFAULT_DEADLINE_MARGIN_MS = 30_000;
  * 0 or negative) the signal is aborted at once, so no record starts (they go back to the queue)
  * instead of starting one whose tool is canceled before it runs.
  *
- * @returns the signal and `dispose`, which clears the timer (call it when the invocation ends);
+ * @returns the signal, when it fires (`at`, ms since the epoch) and `dispose`, which clears the
+ *   timer (call it when the invocation ends);
  *   `undefined` (no deadline) when `remainingMs` is not a finite number.
  */
 function armDeadline(
   remainingMs: number,
   marginMs: number,
-): { signal: AbortSignal; marginMs: number; dispose: () => void } | undefined {
+): { signal: AbortSignal; at: number; marginMs: number; dispose: () => void } | undefined {
   if (!Number.isFinite(remainingMs)) return undefined;
   const margin = Math.max(0, Math.min(marginMs, Math.floor(remainingMs / 2)) || 0);
   const abort = new AbortController();
   const delay = remainingMs - margin;
+  const at = Date.now() + Math.max(0, delay);
   if (delay <= 0) {
     abort.abort(new DeadlineError(margin));
-    return { signal: abort.signal, marginMs: margin, dispose: () => {} };
+    return { signal: abort.signal, at, marginMs: margin, dispose: () => {} };
   }
   const timer = setTimeout(() => abort.abort(new DeadlineError(margin)), delay);
   timer.unref?.();
-  return { signal: abort.signal, marginMs: margin, dispose: () => clearTimeout(timer) };
+  return { signal: abort.signal, at, marginMs: margin, dispose: () => clearTimeout(timer) };
 }
 
 /**
@@ -335,7 +337,17 @@ export function makeStageHandler(
         : received;
       const batch = runBatch(records, d.recordConcurrency ?? DEFAULT_RECORD_CONCURRENCY, {
         mayStart: startWindow(remaining, deadline?.signal, d.maxAttempts ?? DEFAULT_MAX_ATTEMPTS),
-        run: (record, rlog) => processRecord(stage, record, d, getRoute, rlog, deadline?.signal, shareUntil(remaining)),
+        run: (record, rlog) =>
+          processRecord(
+            stage,
+            record,
+            // The stages' single-flight waits are bounded by the time left (`fleetFlight`).
+            deadline ? { ...d, pipeline: { ...d.pipeline, deadlineAt: deadline.at } } : d,
+            getRoute,
+            rlog,
+            deadline?.signal,
+            shareUntil(remaining),
+          ),
         fail: (record) => {
           if (!cutOff) failed.add(record.messageId);
         },

@@ -14,7 +14,7 @@ import { setTimeout as sleepFor } from 'node:timers/promises';
 import { type App, type AppFetch, fetchIsPrivate, type RefObjects } from '../api/index.js';
 import { fetchArtifactKey } from '../artifact/keys.js';
 import { type ArtifactScope, type PrivateArtifactsDeps, privateArtifacts } from '../artifact/sealed.js';
-import { ArtifactError, packDir } from '../artifact/tarball.js';
+import { ArtifactError, type PackedDir, packDir, tarSha256 } from '../artifact/tarball.js';
 import type { CommandRunner } from '../exec/runner.js';
 import { makeScratch, removeScratch } from '../exec/scratch.js';
 import type { FetchView, KubeReader } from '../kube/port.js';
@@ -323,18 +323,9 @@ async function vendirTry(
         retryable: false,
       };
     }
-    let fetchKey: string;
-    if (sealed) {
-      const priv = privateArtifacts(deps);
-      const key = await priv.keyFor(sealed, 'fetch', packed.sha256);
-      // put, not putIfAbsent: each write restarts the expiry of the sealed artifact.
-      await infraStep('storing the fetch artifact', () => priv.put(sealed, key, packed.tgz));
-      fetchKey = key;
-    } else {
-      const key = fetchArtifactKey(packed.sha256);
-      await infraStep('storing the fetch artifact', () => deps.store.putIfAbsent(key, packed.tgz));
-      fetchKey = key;
-    }
+    const fetchKey = sealed
+      ? await storeSealed(deps, sealed, packed)
+      : await storeShared(deps, fetchArtifactKey(packed.sha256), packed, scope);
     const kept =
       keepAt !== undefined &&
       (await rename(work, keepAt).then(
@@ -346,6 +337,42 @@ async function vendirTry(
     await removeScratch(prep);
     await removeScratch(work);
   }
+}
+
+/** Stores a packed fetch sealed for `scope` (`put`, not `putIfAbsent`: each write restarts its expiry). */
+async function storeSealed(deps: FetchRunDeps, scope: ArtifactScope, packed: PackedDir): Promise<string> {
+  const priv = privateArtifacts(deps);
+  const key = await priv.keyFor(scope, 'fetch', packed.sha256);
+  await infraStep('storing the fetch artifact', () => priv.put(scope, key, packed.tgz));
+  return key;
+}
+
+/**
+ * Stores a packed fetch under its shared key `key`, unless it is there already. What is there
+ * is not trusted: any run of the fleet may write the shared prefixes, so an existing object is
+ * read back and must be the same tar stream (the same bytes, or another gzip of them); one that
+ * is not was replaced (tampering, logged) and the run keeps its own copy sealed for `scope`,
+ * whose key it hands on. So a run of another cluster can cost this one a private copy, never
+ * the content nor the fetch.
+ * @returns the key the fetch is stored under: `key`, or the sealed copy's.
+ * @throws Error when the shared object is bad and there is no scope to seal a copy for.
+ */
+async function storeShared(
+  deps: FetchRunDeps,
+  key: string,
+  packed: PackedDir,
+  scope: ArtifactScope | undefined,
+): Promise<string> {
+  const put = await infraStep('storing the fetch artifact', () => deps.store.putIfAbsent(key, packed.tgz));
+  if (put === 'created') return key;
+  const there = await infraStep('reading the fetch artifact back', () => deps.store.get(key));
+  const intact =
+    there !== undefined &&
+    (there.equals(packed.tgz) || (await tarSha256(there).catch(() => undefined)) === packed.sha256);
+  if (intact) return key;
+  deps.log.warn({ key }, 'shared artifact does not match the digest its key names: tampered, not used');
+  if (!scope) throw new Error(`the shared fetch artifact ${key} was tampered with, and the fetch has no private scope`);
+  return await storeSealed(deps, scope, packed);
 }
 
 /** `deps.sleep`, or an abortable timer when the caller gave none. */

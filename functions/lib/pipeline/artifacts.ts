@@ -4,11 +4,14 @@
  * `../artifact/keys.ts`). Which inputs make an artifact private is decided by `fetchIsPrivate`
  * and `templateIsPrivate` (`../api/refs.ts`) and by `manifestHasSecret` (`./manifest-secret.ts`).
  */
+import { FETCH_KEY_PATTERN, sha256Hex, TEMPLATE_KEY_PATTERN } from '../artifact/keys.js';
 import { type ArtifactScope, isPrivateKey, privateArtifacts } from '../artifact/sealed.js';
 import { type FlightOptions, type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
+import { ArtifactError, type UnpackResult, unpackTarball } from '../artifact/tarball.js';
 import { DEFAULT_TIMEOUT_MS } from '../exec/runner.js';
 import type { KubeReader, ResourceRef } from '../kube/port.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
+import { MissingArtifactError } from '../reconcile/result.js';
 import type { PipelineDeps } from './deps.js';
 import { infraStep } from './retry-bound.js';
 
@@ -31,20 +34,82 @@ export function scopeOf(ref: { clusterId: string; namespace: string }): Artifact
 
 /**
  * Reads an artifact a hand-off named: private keys are opened with the run's cluster key
- * (and refused for another scope), shared keys are read as they are.
- * @returns the bytes, or `undefined` when absent (or, for a private artifact, expired).
+ * (and refused for another scope), shared keys are read as they are, and a shared manifest
+ * (`artifacts/template/sha256/<hex>.yaml`) only when its bytes hash to `<hex>`: any run of the
+ * fleet may write the shared prefixes, so a manifest replaced under its key reads as absent
+ * (logged as tampering), never deployed. A shared fetch tarball is checked as it is unpacked
+ * ({@link unpackArtifact}), not here.
+ * @returns the bytes, or `undefined` when absent (or, for a private artifact, expired; for a
+ *   shared manifest, not the one its key names).
  * @throws SealError for a private key of another scope or that does not open.
  */
 export async function readArtifact(deps: PipelineDeps, scope: ArtifactScope, key: string): Promise<Buffer | undefined> {
   if (isPrivateKey(key)) return await privateArtifacts(deps).get(scope, key);
-  return await deps.store.get(key);
+  const body = await deps.store.get(key);
+  const hex = TEMPLATE_KEY_PATTERN.exec(key)?.[1];
+  if (body === undefined || hex === undefined || sha256Hex(body) === hex) return body;
+  logTampered(deps, key);
+  return undefined;
+}
+
+/**
+ * A cache record's fields (`{ manifestKey, stderr }`, `{ fetchKey, stdout }`), or `undefined`
+ * for anything that is not a JSON object: a record a run of the fleet overwrote with garbage is
+ * a cache miss, not a stage that throws. The caller still checks each field it uses.
+ */
+export function parseCacheRecord(body: Buffer | undefined): Record<string, unknown> | undefined {
+  if (!body) return undefined;
+  try {
+    const rec: unknown = JSON.parse(body.toString('utf8'));
+    return rec !== null && typeof rec === 'object' && !Array.isArray(rec)
+      ? (rec as Record<string, unknown>)
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Logs a shared artifact found not to be what its key names (replaced by a run of the fleet). */
+export function logTampered(deps: Pick<PipelineDeps, 'log'>, key: string): void {
+  deps.log.warn({ key }, 'shared artifact does not match the digest its key names: tampered, not used');
+}
+
+/**
+ * Reads the fetch artifact `key` ({@link readArtifact}) and unpacks it into `dest`; a shared
+ * one (`artifacts/fetch/sha256/<hex>.tgz`) only when its tar stream hashes to `<hex>`, checked
+ * during the unpack itself (`unpackTarball`'s `sha256`). A tarball replaced under its key is
+ * logged as tampering and reads as absent: nothing of it is left at `dest`, nothing renders.
+ * @param what - how {@link MissingArtifactError} names it (`fetch artifact`, `fetch`).
+ * @throws MissingArtifactError when the artifact is absent or tampered; ArtifactError for an
+ *   unsafe archive (of a private key); what the read throws.
+ */
+export async function unpackArtifact(
+  deps: PipelineDeps,
+  scope: ArtifactScope,
+  key: string,
+  dest: string,
+  what: string,
+): Promise<UnpackResult> {
+  const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scope, key));
+  if (!tgz) throw new MissingArtifactError(what, key);
+  const sha256 = FETCH_KEY_PATTERN.exec(key)?.[1];
+  try {
+    return await unpackTarball(tgz, dest, sha256 ? { sha256 } : {});
+  } catch (err) {
+    if (!(err instanceof ArtifactError) || err.code !== 'digest-mismatch') throw err;
+    logTampered(deps, key);
+    throw new MissingArtifactError(what, key);
+  }
 }
 
 /**
  * The fleet single-flight options of a stage (`../artifact/single-flight.ts`) for the shared
  * cache record `key`: the marker names the run, a wait ends with the App's abort `signal` or the
- * function deadline, and lasts at most the tool timeout (a holder's own run cannot last longer).
- * Only for shared keys: content made from Secrets never waits on another cluster's run.
+ * function deadline, and lasts at most the tool timeout (a holder's own run cannot last longer)
+ * and at most half the time left before the deadline (`deps.deadlineAt`), so a runner whose
+ * holder never delivers (a marker kept alive by a run of another cluster) still has the other
+ * half to run the tool itself. Only for shared keys: content made from Secrets never waits on
+ * another cluster's run.
  */
 export function fleetFlight(deps: PipelineDeps, key: string, runId: string, signal: AbortSignal): FlightOptions {
   return {
@@ -56,6 +121,7 @@ export function fleetFlight(deps: PipelineDeps, key: string, runId: string, sign
     maxWaitMs: deps.config.toolTimeoutMs ?? DEFAULT_TIMEOUT_MS,
     signal,
     ...(deps.deadline ? { deadline: deps.deadline } : {}),
+    ...(deps.deadlineAt !== undefined ? { deadlineAt: deps.deadlineAt } : {}),
     step: infraStep,
   };
 }

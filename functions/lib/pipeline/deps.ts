@@ -193,6 +193,11 @@ export interface PipelineDeps {
    */
   deadline?: AbortSignal;
   /**
+   * When {@link deadline} fires, ms since the epoch (set with it). A stage waiting for another
+   * runner's artifact waits at most half the time left before it (`../artifact/single-flight.ts`).
+   */
+  deadlineAt?: number;
+  /**
    * Opens a connection acting as an App's own identity, from the restricted kubeconfig kapp
    * gets (its ServiceAccount token or kubeconfig Secret): the deploy stage lists the App's
    * resources with it to record a deploy and to check a resync for drift without kapp

@@ -364,9 +364,15 @@ export function pollFreshSlackMs(periodMs: number): number {
   return Math.min(periodMs / 10, 5000);
 }
 
-/** Whether `rec` was polled less than one period (less {@link pollFreshSlackMs}) before `now`. */
+/**
+ * Whether `rec` was polled less than one period (less {@link pollFreshSlackMs}) before `now`.
+ * A `polledAt` later than `now` (beyond the same slack, for clocks apart) is not fresh: no
+ * poller wrote it, and a record dated in 2100 would otherwise never be polled again.
+ */
 function isFresh(rec: SourcePollRecord, now: Date, periodMs: number): boolean {
-  return now.getTime() - Date.parse(rec.polledAt) < periodMs - pollFreshSlackMs(periodMs);
+  const age = now.getTime() - Date.parse(rec.polledAt);
+  const slack = pollFreshSlackMs(periodMs);
+  return age >= -slack && age < periodMs - slack;
 }
 
 /** `rec` (or a new record) with a new resolution at `now`. */

@@ -18,8 +18,8 @@
  * sources reference, and writes status; vendir itself gets no kubeconfig.
  */
 import { type App, fetchIsPrivate } from '../../api/index.js';
-import { fetchCacheKey } from '../../artifact/keys.js';
-import type { ArtifactScope, PrivateArtifacts } from '../../artifact/sealed.js';
+import { FETCH_KEY_PATTERN, fetchCacheKey, PRIVATE_FETCH_KEY_PATTERN } from '../../artifact/keys.js';
+import { type ArtifactScope, isPrivateKey, type PrivateArtifacts } from '../../artifact/sealed.js';
 import type { FlightRun } from '../../artifact/single-flight.js';
 import { inspectsAfterFailure } from '../../deploy/kapp.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../../fetch/pinned.js';
@@ -36,6 +36,7 @@ import {
   type CachedStageOutcome,
   cachedStageRun,
   PRIVATE_REUSE_MARGIN_MS,
+  parseCacheRecord,
   privateArtifacts,
   scopeOf,
 } from '../artifacts.js';
@@ -49,12 +50,6 @@ import { receiptOnEnd, trailWith } from './receipts.js';
 
 /** A fetch's outcome: vendir's result (or the cached record's) and the artifact, on success. */
 type Fetched = { result: StageResult; fetchKey?: string };
-
-/** The record of a pinned fetch: its artifact and vendir's lock config (`status.fetch.stdout`). */
-interface PinnedFetchRecord {
-  fetchKey?: string;
-  stdout?: string;
-}
 
 /**
  * What one fetch run works from, decided before vendir runs: the steps of {@link runFetch}
@@ -219,18 +214,27 @@ async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
   });
 }
 
-/** The pinned fetch's artifact, when its record and the artifact it names exist. */
+/**
+ * The pinned fetch's artifact, when its record and the artifact it names exist. A record that
+ * does not parse, or names anything but a fetch artifact (a shared record: a shared fetch key
+ * only; a sealed one: a shared or a private fetch key), is a miss: any run of the fleet may
+ * write the shared records.
+ */
 async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
   const { deps, recordKey, scope, priv } = run;
   if (!recordKey) return undefined;
   const hit = await infraStep('reading the fetch cache', () =>
     scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
   );
-  const rec = hit ? (JSON.parse(hit.toString('utf8')) as PinnedFetchRecord) : undefined;
+  const rec = parseCacheRecord(hit);
   const fetchKey = rec?.fetchKey;
-  if (!fetchKey || !(await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) return undefined;
+  const named =
+    typeof fetchKey === 'string' &&
+    (FETCH_KEY_PATTERN.test(fetchKey) || (scope !== undefined && PRIVATE_FETCH_KEY_PATTERN.test(fetchKey)));
+  if (!named || !(await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) return undefined;
   // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
-  return { fetchKey, result: { stdout: rec?.stdout ?? '', stderr: '', exitCode: 0, finished: true } };
+  const stdout = typeof rec?.stdout === 'string' ? rec.stdout : '';
+  return { fetchKey, result: { stdout, stderr: '', exitCode: 0, finished: true } };
 }
 
 /**
@@ -266,6 +270,9 @@ async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<
   // retry's with Secrets other than those `recordKey` was computed from (its next run has
   // the key of the Secrets it used).
   if (signal.aborted || !recordKey || !r.fetchKey || r.refreshed) return { result: done, shared: false };
+  // A shared fetch whose shared artifact was tampered with was kept sealed for this run's scope
+  // (`../../fetch/run.ts`): no shared record names it, no other scope could open it.
+  if (!scope && isPrivateKey(r.fetchKey)) return { result: done, shared: false };
   const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(done.result.stdout) });
   await infraStep('storing the fetch cache record', async () => {
     if (scope && priv) await priv.put(scope, recordKey, rec);

@@ -27,21 +27,22 @@ import {
 } from '../../api/index.js';
 import {
   canonicalJson,
+  PRIVATE_TEMPLATE_KEY_PATTERN,
   parseArtifactKey,
   renderCacheKey,
   renderInputHash,
   renderToolVersions,
   sha256Hex,
+  TEMPLATE_KEY_PATTERN,
   templateArtifactKey,
 } from '../../artifact/keys.js';
 import { type ArtifactScope, isPrivateKey, type PrivateArtifacts } from '../../artifact/sealed.js';
 import type { FlightRun } from '../../artifact/single-flight.js';
-import { unpackTarball } from '../../artifact/tarball.js';
 import { inspectsAfterFailure } from '../../deploy/kapp.js';
 import { destinationKubeconfig } from '../../deploy/run.js';
 import { templateRootOf } from '../../fetch/vendir.js';
 import type { FetchView } from '../../kube/port.js';
-import { KappControllerError, MissingArtifactError, type StageResult } from '../../reconcile/result.js';
+import { KappControllerError, type StageResult } from '../../reconcile/result.js';
 import type { SecretMask } from '../../reconcile/secret-mask.js';
 import { fromEventPart, type StagePart, templatePart, toEventPart } from '../../reconcile/status.js';
 import type { ClusterInfo } from '../../template/downward-api.js';
@@ -50,11 +51,14 @@ import { planTemplate, requiredClusterInfo } from '../../template/plan.js';
 import {
   type CachedStageOutcome,
   cachedStageRun,
+  logTampered,
   manifestHasSecret,
   PRIVATE_REUSE_MARGIN_MS,
+  parseCacheRecord,
   privateArtifacts,
   readArtifact,
   scopeOf,
+  unpackArtifact,
 } from '../artifacts.js';
 import type { ClusterInfoSource, PipelineDeps, StageOutput } from '../deps.js';
 import { infraStep } from '../retry-bound.js';
@@ -301,36 +305,42 @@ async function renderOnce(run: TemplateRun): Promise<CachedStageOutcome<Rendered
   });
 }
 
-/** The render a cache record names, when the manifest it names exists. */
+/**
+ * The render a cache record names, when the manifest it names exists. Any run of the fleet may
+ * write the shared records and manifests, so: a record that does not parse, or names anything
+ * but a rendered manifest (a shared record: a shared manifest key only; a sealed one: a shared
+ * or a private manifest key), is a miss, and a shared manifest is read and must hash to its key
+ * (`readArtifact`): a tampered one is a miss too, so this run renders again and keeps its own
+ * copy ({@link storeRender}) rather than handing deploy what deploy would refuse, run after run.
+ */
 async function fromRecord(run: TemplateRun, hit: Buffer | undefined, sealed: boolean): Promise<Rendered | undefined> {
-  if (!hit) return undefined;
-  const rec = JSON.parse(hit.toString('utf8')) as { manifestKey?: unknown; stderr?: string };
-  const key = rec.manifestKey;
-  // A shared record never names a private artifact (not even a forged one).
-  if (typeof key !== 'string' || (!sealed && isPrivateKey(key))) return undefined;
-  if (!(await infraStep('reading the render cache', () => run.deps.store.head(key)))) return undefined;
-  return {
-    manifestKey: key,
-    result: { stdout: '', stderr: run.frame.mask.text(rec.stderr ?? ''), exitCode: 0, finished: true },
-  };
+  const rec = parseCacheRecord(hit);
+  const key = rec?.manifestKey;
+  if (typeof key !== 'string') return undefined;
+  const shared = TEMPLATE_KEY_PATTERN.test(key);
+  if (!shared && !(sealed && PRIVATE_TEMPLATE_KEY_PATTERN.test(key))) return undefined;
+  const there = shared
+    ? (await infraStep('reading the rendered manifest', () => readArtifact(run.deps, run.scope, key))) !== undefined
+    : await infraStep('reading the render cache', () => run.deps.store.head(key));
+  if (!there) return undefined;
+  const stderr = typeof rec?.stderr === 'string' ? rec.stderr : '';
+  return { manifestKey: key, result: { stdout: '', stderr: run.frame.mask.text(stderr), exitCode: 0, finished: true } };
 }
 
 /**
  * Runs the planned steps on the unpacked fetch artifact in a scratch directory (removed after)
  * and stores a successful render ({@link storeRender}).
- * @throws MissingArtifactError when the fetch artifact is gone; infrastructure failures as they come.
+ * @throws MissingArtifactError when the fetch artifact is gone or tampered with; infrastructure
+ *   failures as they come.
  */
 async function render(run: TemplateRun, signal: AbortSignal): Promise<FlightRun<Rendered>> {
   const { data, deps, frame } = run;
   const { app } = frame.loaded;
-  const tgz = await infraStep('reading the fetch artifact', () =>
-    readArtifact(deps, run.scope, data.artifacts.fetchKey),
-  );
-  if (!tgz) throw new MissingArtifactError('fetch artifact', data.artifacts.fetchKey);
   const work = await makeScratch(deps, 'template');
   try {
     const src = path.join(work, 'src');
-    await unpackTarball(tgz, src);
+    // A shared tarball is checked against its key as it is unpacked: a tampered one never renders.
+    await unpackArtifact(deps, run.scope, data.artifacts.fetchKey, src, 'fetch artifact');
     const templateRoot = path.resolve(src, templateRootOf(app.spec.fetch ?? []));
     const plan = planTemplate({
       app: { metadata: app.metadata, spec: { template: run.templates } },
@@ -358,14 +368,17 @@ async function render(run: TemplateRun, signal: AbortSignal): Promise<FlightRun<
 /**
  * Stores a successful render by content hash with its cache record: sealed for this scope when
  * the inputs or the manifest hold a Secret (the fleet's waiters then render for themselves),
- * else shared by the fleet.
+ * else shared by the fleet. A shared manifest already there is read back and must be these
+ * bytes: one replaced under its key (tampering, logged) is not named, the render is kept sealed
+ * for this scope instead, so a run of another cluster costs this one a private copy, never the
+ * manifest it deploys.
  */
 async function storeRender(run: TemplateRun, rendered: string, out: StageResult): Promise<FlightRun<Rendered>> {
   const { deps, scope } = run;
   const manifest = Buffer.from(rendered, 'utf8');
   const digest = createHash('sha256').update(manifest).digest('hex');
   const record = (key: string) => JSON.stringify({ manifestKey: key, stderr: out.stderr });
-  if (run.inputsPrivate || manifestHasSecret(rendered)) {
+  const sealed = async (): Promise<FlightRun<Rendered>> => {
     const p = privateArtifacts(deps);
     const key = await p.keyFor(scope, 'template', digest);
     await infraStep('storing the rendered manifest', () => p.put(scope, key, manifest));
@@ -373,9 +386,18 @@ async function storeRender(run: TemplateRun, rendered: string, out: StageResult)
     await infraStep('storing the render cache record', () => p.put(scope, recKey, record(key)));
     // Sealed for this cluster: the fleet's waiters render for themselves.
     return { result: { result: out, manifestKey: key }, shared: false };
-  }
+  };
+  if (run.inputsPrivate || manifestHasSecret(rendered)) return await sealed();
   const key = templateArtifactKey(digest);
-  await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
+  const put = await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
+  if (put === 'exists') {
+    // Not trusted: a manifest replaced under its key keeps this run's own copy, sealed.
+    const there = await infraStep('reading the rendered manifest back', () => deps.store.get(key));
+    if (!there?.equals(manifest)) {
+      logTampered(deps, key);
+      return await sealed();
+    }
+  }
   await infraStep('storing the render cache record', () => deps.store.put(run.cacheKey, record(key)));
   return { result: { result: out, manifestKey: key }, shared: true };
 }

@@ -31,7 +31,6 @@ import {
   parsePackageRepository,
 } from '../../api/index.js';
 import { wantsPlaceholder } from '../../api/refs.js';
-import { unpackTarball } from '../../artifact/tarball.js';
 import {
   BLOCKING_FOR_DEPLOY_PREFIX,
   KAPP_ERROR_PREFIX,
@@ -62,7 +61,6 @@ import { DEFAULT_CONTROLLER_CONFIG_NAMESPACE } from '../../reconcile/controller-
 import {
   attachError,
   KappControllerError,
-  MissingArtifactError,
   resultFromError,
   type StageResult,
   withFriendlyYAMLStrings,
@@ -78,7 +76,7 @@ import {
   templatePart,
 } from '../../reconcile/status.js';
 import { isReadyAt } from '../../reconcile/timer.js';
-import { readArtifact, scopeOf } from '../artifacts.js';
+import { scopeOf, unpackArtifact } from '../artifacts.js';
 import type { IndexRepoDeps } from '../deps.js';
 import { invalidAppStatus, writeAppStatus } from '../report.js';
 import { infraStep } from '../retry-bound.js';
@@ -525,10 +523,8 @@ async function renderRepository(
   // it, and a directory inside this 0700 scratch would be out of its reach.
   const fetchedDir = fetchedTree(work);
   if (!fetched.kept) {
-    const { fetchKey } = fetched;
-    const tgz = await infraStep('reading the fetch artifact', () => readArtifact(deps, scopeOf(object), fetchKey));
-    if (!tgz) throw new MissingArtifactError('fetch', fetchKey);
-    await unpackTarball(tgz, fetchedDir);
+    // A shared tarball is checked against its key as it is unpacked (tampered: MissingArtifactError).
+    await unpackArtifact(deps, scopeOf(object), fetched.fetchKey, fetchedDir, 'fetch');
   }
   const template = deps.templateRepository ?? defaultTemplateRepository;
   return await template(

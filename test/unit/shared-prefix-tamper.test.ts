@@ -1,0 +1,209 @@
+/**
+ * The shared prefixes (`artifacts/*`, `cache/*`) under a run of another cluster that writes them
+ * (notes: shared-prefixes, Fix 1): blobs are verified against their keys, records are checked,
+ * and a writer that finds a bad blob under its key keeps its own sealed copy. Through the fetch
+ * and template stages over a memory store, the fake runner (vendir, ytt) and a real keyring;
+ * the attacker is a direct write to the store.
+ */
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { gunzipSync, gzipSync } from 'node:zlib';
+import { describe, expect, it } from 'vitest';
+import { templateEvent } from '../../events/schema.js';
+import type { App } from '../../functions/lib/api/index.js';
+import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
+import {
+  FETCH_KEY_PATTERN,
+  PRIVATE_FETCH_KEY_PATTERN,
+  PRIVATE_TEMPLATE_KEY_PATTERN,
+  sha256Hex,
+  TEMPLATE_KEY_PATTERN,
+  templateArtifactKey,
+} from '../../functions/lib/artifact/keys.js';
+import { packDir } from '../../functions/lib/artifact/tarball.js';
+import type { HttpDownloader } from '../../functions/lib/fetch/http-download.js';
+import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
+import { fleetFlight, readArtifact, scopeOf } from '../../functions/lib/pipeline/artifacts.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { rawTgz } from '../harness/fixtures.js';
+import { appObject, appWorld, NOW, putFetchArtifact, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
+import { useTempDir } from './support/stage-deps.js';
+
+const tempDir = useTempDir('shared-prefix-tamper-');
+const keyring = () => new DerivedKeyring(Buffer.alloc(32, 7));
+const TAMPERED = 'shared artifact does not match the digest its key names: tampered, not used';
+const MANIFEST = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n';
+const EVIL = 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: evil\n';
+
+/** A tarball of one `config.yml` holding `body`: another artifact than the fetch's. */
+async function otherTgz(body: string): Promise<Buffer> {
+  const dir = await mkdtemp(path.join(tempDir(), 'other-'));
+  await writeFile(path.join(dir, 'config.yml'), body);
+  return (await packDir(dir)).tgz;
+}
+
+describe('fetch: the pinned record and the shared tarball', () => {
+  const CTX = { clusterId: REF.clusterId, ref: REF, run: RUN };
+  const tgz = rawTgz({ 'a.yml': 'a: 1\n' });
+
+  /** A pinned http fetch (the poll resolved its hash) over `store`. */
+  function world(store = new MemoryStore()) {
+    const app = appObject({ spec: { fetch: [{ http: { url: 'http://h/app.tgz' } }] } }) as App;
+    const download: HttpDownloader = { download: async () => ({ body: tgz, sha256: sha256Hex(tgz) }) };
+    const w = appWorld({
+      app,
+      store,
+      tmpRoot: tempDir(),
+      extra: { download, resolveSource: async () => sha256Hex(tgz), keyring: keyring() },
+    });
+    w.runner.on('vendir', async (req) => {
+      await writeFile(path.join(req.cwd ?? '', 'config.yml'), 'a: 1\n');
+      return { stdout: 'lock: vendir\n' };
+    });
+    const run = async () =>
+      (await runFetch(CTX, { raw: structuredClone(app) as never, app: structuredClone(app) }, w.deps)).template
+        ?.artifacts.fetchKey;
+    const record = async () => (await store.list('cache/fetch/'))[0] as string;
+    return { ...w, run, record };
+  }
+
+  it('an unparsable record is a miss: vendir runs again, the stage does not throw', async () => {
+    const w = world();
+    const first = await w.run();
+    const record = await w.record();
+    await w.store.put(record, 'not json{');
+    expect(await w.run()).toBe(first);
+    expect(w.tools()).toEqual(['vendir', 'vendir']);
+  });
+
+  it('a record naming anything but a fetch artifact is a miss, even when that object exists', async () => {
+    const w = world();
+    await w.run();
+    const record = await w.record();
+    const manifestKey = templateArtifactKey(sha256Hex(EVIL));
+    await w.store.put(manifestKey, EVIL);
+    await w.store.put(record, JSON.stringify({ fetchKey: manifestKey, stdout: 'spoofed' }));
+    const key = await w.run();
+    expect(key).toMatch(FETCH_KEY_PATTERN);
+    expect(w.tools()).toEqual(['vendir', 'vendir']);
+  });
+
+  it('a writer that finds another tarball under its key keeps a sealed copy and hands that key on', async () => {
+    const w = world();
+    const shared = (await w.run()) as string;
+    const evil = await otherTgz('kind: Evil\n');
+    await w.store.put(shared, evil);
+    await w.store.delete(await w.record());
+    const handed = await w.run();
+    expect(handed).toMatch(PRIVATE_FETCH_KEY_PATTERN);
+    // The shared object is left as it is; no shared record names the sealed copy.
+    expect(await w.store.get(shared)).toEqual(evil);
+    expect(await w.store.list('cache/fetch/')).toEqual([]);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === shared)).toBe(true);
+    // The sealed copy opens for this App's scope: the fetched tree, not the planted one.
+    const sealed = await readArtifact(w.deps, scopeOf(REF), handed as string);
+    expect(sealed?.equals(evil)).toBe(false);
+  });
+
+  it('a writer that finds the same tar stream under its key (another gzip of it) shares it', async () => {
+    const w = world();
+    const shared = (await w.run()) as string;
+    const regzipped = gzipSync(gunzipSync((await w.store.get(shared)) as Buffer), { level: 1 });
+    await w.store.put(shared, regzipped);
+    await w.store.delete(await w.record());
+    expect(await w.run()).toBe(shared);
+    expect(await w.store.get(shared)).toEqual(regzipped);
+    expect(w.log.records.some((r) => r.msg === TAMPERED)).toBe(false);
+  });
+});
+
+describe('template: the shared tarball, the render record and the shared manifest', () => {
+  function world(store: MemoryStore) {
+    const w = appWorld({
+      app: appObject({ status: SUCCEEDED_BEFORE }),
+      store,
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      extra: { keyring: keyring() },
+    });
+    w.runner.on('ytt', { stdout: MANIFEST });
+    return w;
+  }
+  async function template(store: MemoryStore, fetchKey: string) {
+    const w = world(store);
+    const data = { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: { exitCode: 0, updatedAt: NOW } };
+    const next = await dispatchEvent(templateEvent(data, { time: new Date(NOW) }), w.deps);
+    return {
+      w,
+      manifestKey: next?.type === 'dev.kapp-lambda.stage.deploy.v1' ? next.data.artifacts.manifestKey : undefined,
+    };
+  }
+  const renderRecord = async (store: MemoryStore) => (await store.list('cache/render/'))[0] as string;
+
+  it('a tarball replaced under its key never renders: the stage throws missing (restart), ytt does not run', async () => {
+    const store = new MemoryStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    await store.put(fetchKey, await otherTgz('#@ load("evil")\n'));
+    const w = world(store);
+    const data = { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: { exitCode: 0, updatedAt: NOW } };
+    await expect(dispatchEvent(templateEvent(data, { time: new Date(NOW) }), w.deps)).rejects.toThrow(
+      `fetch artifact ${fetchKey} is missing from the object store`,
+    );
+    expect(w.tools()).toEqual([]);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === fetchKey)).toBe(true);
+  });
+
+  it('an unparsable or mis-keyed render record is a miss: ytt runs, the stage does not throw', async () => {
+    const store = new MemoryStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    const genuine = (await template(store, fetchKey)).manifestKey;
+    expect(genuine).toMatch(TEMPLATE_KEY_PATTERN);
+    const record = await renderRecord(store);
+    await store.put(record, '{"manifestKey":');
+    const again = await template(store, fetchKey);
+    expect([again.manifestKey, again.w.tools()]).toEqual([genuine, ['ytt']]);
+    // A record naming the fetch tarball (it exists) as the manifest.
+    await store.put(record, JSON.stringify({ manifestKey: fetchKey, stderr: 'spoofed' }));
+    const third = await template(store, fetchKey);
+    expect([third.manifestKey, third.w.tools()]).toEqual([genuine, ['ytt']]);
+  });
+
+  it('a manifest replaced under its key is never handed to deploy: rendered again, kept sealed, key handed on', async () => {
+    const store = new MemoryStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    const genuine = (await template(store, fetchKey)).manifestKey as string;
+    expect(genuine).toMatch(TEMPLATE_KEY_PATTERN);
+    await store.put(genuine, EVIL);
+    const { w, manifestKey } = await template(store, fetchKey);
+    expect(w.tools()).toEqual(['ytt']);
+    expect(manifestKey).toMatch(PRIVATE_TEMPLATE_KEY_PATTERN);
+    expect((await readArtifact(w.deps, scopeOf(REF), manifestKey as string))?.toString()).toBe(MANIFEST);
+    expect((await store.get(genuine))?.toString()).toBe(EVIL);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === genuine)).toBe(true);
+    // The next run finds its sealed render: no tool.
+    const next = await template(store, fetchKey);
+    expect([next.manifestKey, next.w.tools()]).toEqual([manifestKey, []]);
+  });
+
+  it('deploy reads a shared manifest only when its bytes are its key: a replaced one reads as absent', async () => {
+    const store = new MemoryStore();
+    const w = world(store);
+    const key = templateArtifactKey(sha256Hex(MANIFEST));
+    await store.put(key, MANIFEST);
+    expect((await readArtifact(w.deps, scopeOf(REF), key))?.toString()).toBe(MANIFEST);
+    await store.put(key, EVIL);
+    expect(await readArtifact(w.deps, scopeOf(REF), key)).toBeUndefined();
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === key)).toBe(true);
+  });
+});
+
+describe('the fleet single-flight of the stages', () => {
+  it('is bounded by the time the function deadline fires, when the stage has one', () => {
+    const w = appWorld({ tmpRoot: tempDir() });
+    const key = `cache/render/sha256/${'a'.repeat(64)}.json`;
+    const signal = new AbortController().signal;
+    expect(fleetFlight({ ...w.deps, deadlineAt: 1_234 }, key, 'r1', signal).deadlineAt).toBe(1_234);
+    // The embedded runtime has none: only the tool timeout bounds a wait, as before.
+    expect(fleetFlight(w.deps, key, 'r1', signal).deadlineAt).toBeUndefined();
+  });
+});
