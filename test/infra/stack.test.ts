@@ -1020,7 +1020,8 @@ describe('fleet source poll', () => {
         list(s.Resource as string | string[]).map((r) => objectSuffix(r)),
       ),
     );
-    expect(runObjects).toContain('/cache/source-poll/*');
+    // In the default cluster sharing (D17) the claims are each cluster's, under d/<tag>/.
+    expect(runObjects).toContain('/d/*/cache/source-poll/*');
     expect(runObjects.filter((k) => k?.startsWith('/state/poll-members'))).toEqual([]);
   });
 

@@ -141,7 +141,7 @@ describe('the dispatcher in cluster sharing', () => {
   };
 
   it('reads KAPP_LAMBDA_SHARING (fleet unless cluster)', () => {
-    expect(parseDispatcherEnv(DISPATCHER_ENV).sharing).toBeUndefined();
+    expect(parseDispatcherEnv(DISPATCHER_ENV).sharing).toBe('fleet');
     expect(parseDispatcherEnv({ ...DISPATCHER_ENV, KAPP_LAMBDA_SHARING: 'cluster' }).sharing).toBe('cluster');
     expect(() => parseDispatcherEnv({ ...DISPATCHER_ENV, KAPP_LAMBDA_SHARING: 'all' })).toThrow('KAPP_LAMBDA_SHARING');
   });

@@ -4,10 +4,12 @@
  * `../artifact/keys.ts`). Which inputs make an artifact private is decided by `fetchIsPrivate`
  * and `templateIsPrivate` (`../api/refs.ts`) and by `manifestHasSecret` (`./manifest-secret.ts`).
  */
+
+import { ArtifactError } from '../artifact/errors.js';
 import { FETCH_KEY_PATTERN, sha256Hex, TEMPLATE_KEY_PATTERN } from '../artifact/keys.js';
 import { type ArtifactScope, isPrivateKey, privateArtifacts } from '../artifact/sealed.js';
 import { type FlightOptions, type FlightOutcome, type FlightRun, singleFlight } from '../artifact/single-flight.js';
-import { ArtifactError, type UnpackResult, unpackTarball } from '../artifact/tarball.js';
+import type { UnpackResult } from '../artifact/tarball.js';
 import { DEFAULT_TIMEOUT_MS } from '../exec/runner.js';
 import type { KubeReader, ResourceRef } from '../kube/port.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
@@ -94,6 +96,8 @@ export async function unpackArtifact(
   if (!tgz) throw new MissingArtifactError(what, key);
   const sha256 = FETCH_KEY_PATTERN.exec(key)?.[1];
   try {
+    // Loaded here: the deploy bundle, which unpacks no tarball, carries no tar (a cold start's cost).
+    const { unpackTarball } = await import('../artifact/tarball.js');
     return await unpackTarball(tgz, dest, sha256 ? { sha256 } : {});
   } catch (err) {
     if (!(err instanceof ArtifactError) || err.code !== 'digest-mismatch') throw err;
