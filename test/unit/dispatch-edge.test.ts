@@ -206,6 +206,15 @@ describe('makeDispatcher: the edge before any invoke', () => {
     expect(await senderRefusal(POLICY, event, `${RUN_ROLE}:a`)).toMatch(/session "a" is not cluster a's/);
   });
 
+  it('holds a run role to what its stage emits: no own-queue copies, which only the dispatcher sends', async () => {
+    // template's run role sending the template queue a template hand-off (fetch's event)
+    const templateRuns: SenderPolicy = { ...POLICY, functionSenders: new Map([[RUN_ROLE, ['template']]]) };
+    const event = JSON.parse(rec('alpha', 'a').body) as KappEvent;
+    expect(await senderRefusal(templateRuns, event, `${RUN_ROLE}:alpha`)).toMatch(/never sends/);
+    // the stage functions' own roles (no run sessions) keep the own-queue rule
+    expect(await senderRefusal({ ...templateRuns, runSessions: false }, event, `${RUN_ROLE}:alpha`)).toBeUndefined();
+  });
+
   it("takes the dispatcher's own role for copies of its queue's events, whatever their cluster", async () => {
     const t = setup({ check: true });
     await t.dispatch({ Records: [rec('alpha', 'a', `${DISPATCHER_ROLE}:dispatch-template`)] });

@@ -126,9 +126,18 @@ describe('makeDispatcher', () => {
       Records: [rec('alpha', 'x'), rec('beta', 'y'), rec('alpha', 'z'), rec('beta', 'y', 2)],
     });
     expect(answer).toEqual(failures('alpha-z1', 'beta-y2'));
-    expect(log.records.filter((r) => r.obj.itemIdentifier === 'beta-y1').map((r) => r.obj.clusterId)).toEqual([
-      'alpha',
-    ]);
+    expect(log.records.filter((r) => r.obj.first === 'beta-y1').map((r) => r.obj.clusterId)).toEqual(['alpha']);
+  });
+
+  it('logs made-up ids in an answer once, counted, however many there are', async () => {
+    const many = Array.from({ length: 5000 }, (_, i) => `made-up-${i}`);
+    const { dispatch, log } = setup(async () => ({
+      batchItemFailures: many.map((itemIdentifier) => ({ itemIdentifier })),
+      requeue: many,
+    }));
+    expect(await dispatch({ Records: [rec('alpha', 'x')] })).toEqual(failures());
+    const lines = log.records.filter((r) => /not given/.test(r.msg ?? ''));
+    expect(lines.map((r) => r.obj.unknown)).toEqual([{ batchItemFailures: 5000, requeue: 5000 }]);
   });
 
   it('fails exactly the records of a failed invoke, or of a cluster whose credentials could not be had', async () => {

@@ -394,18 +394,23 @@ export function makeDispatcher(
       );
       return { answered: false, failed: carried, requeue: [] };
     }
+    // Ids the stage named but was not given are ignored and counted, and logged once per answer
+    // with the first of them: a taken-over run's answer of 200,000 made-up ids is one log line.
+    const unknown: Record<string, number> = {};
+    let firstUnknown: string | undefined;
     const given = (id: unknown, field: string): id is string => {
       if (typeof id === 'string' && carried.has(id)) return true;
-      log.warn(
-        { itemIdentifier: String(id).slice(0, 128), field },
-        'the stage named a record it was not given; ignored',
-      );
+      unknown[field] = (unknown[field] ?? 0) + 1;
+      firstUnknown ??= String(id).slice(0, 128);
       return false;
     };
     const failed = new Set(
       answer.batchItemFailures.map((f) => f.itemIdentifier).filter((id) => given(id, 'batchItemFailures')),
     );
     const requeue = [...new Set(answer.requeue ?? [])].filter((id) => given(id, 'requeue') && !failed.has(id));
+    if (firstUnknown !== undefined) {
+      log.warn({ unknown, first: firstUnknown }, 'the stage named records it was not given; ignored');
+    }
     // The run's answer sets the membership of the cluster invoked, the only one its session reaches.
     if (deps.pollMembers && POLL_MEMBER_STAGES.includes(stage) && typeof answer.pollMember === 'boolean') {
       await deps.pollMembers.set(clusterId, answer.pollMember).catch((err: unknown) => {

@@ -288,7 +288,10 @@ export async function senderRefusal(
       }
     }
     if (stages.some((s) => mayEmit(s, event))) return undefined;
+    // The own-queue rule is for the stage functions' own roles; a run role sends no copies (its
+    // dispatcher does, {@link SenderPolicy.receiverRoleId}), so a run is held to what it emits.
     if (
+      !policy.runSessions &&
       policy.receiver !== undefined &&
       stages.includes(policy.receiver) &&
       targetFunction(event) === policy.receiver
