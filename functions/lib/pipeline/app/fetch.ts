@@ -218,7 +218,12 @@ async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
  * The pinned fetch's artifact, when its record and the artifact it names exist. A record that
  * does not parse, or names anything but a fetch artifact (a shared record: a shared fetch key
  * only; a sealed one: a shared or a private fetch key), is a miss: any run of the fleet may
- * write the shared records.
+ * write the shared records. So is an artifact whose entity tag is not the one the record keeps
+ * (the object was replaced since the fetch stored or verified it): template would refuse it
+ * and restart the run from fetch, which would hit the same record again, forever; vendir runs
+ * instead and its writer keeps a sealed copy when the shared object is bad. A record without a
+ * tag (written before tags were kept), or a store whose HEAD reports none (the local directory
+ * store), is checked for existence only.
  */
 async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
   const { deps, recordKey, scope, priv } = run;
@@ -231,7 +236,13 @@ async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
   const named =
     typeof fetchKey === 'string' &&
     (FETCH_KEY_PATTERN.test(fetchKey) || (scope !== undefined && PRIVATE_FETCH_KEY_PATTERN.test(fetchKey)));
-  if (!named || !(await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) return undefined;
+  if (!named) return undefined;
+  const head = await infraStep('reading the fetch cache', () => deps.store.head(fetchKey));
+  if (!head) return undefined;
+  if (typeof rec?.etag === 'string' && head.etag !== undefined && head.etag !== rec.etag) {
+    deps.log.warn({ key: fetchKey }, 'fetch artifact replaced since its pinned record: fetching again');
+    return undefined;
+  }
   // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
   const stdout = typeof rec?.stdout === 'string' ? rec.stdout : '';
   return { fetchKey, result: { stdout, stderr: '', exitCode: 0, finished: true } };
@@ -273,7 +284,12 @@ async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<
   // A shared fetch whose shared artifact was tampered with was kept sealed for this run's scope
   // (`../../fetch/run.ts`): no shared record names it, no other scope could open it.
   if (!scope && isPrivateKey(r.fetchKey)) return { result: done, shared: false };
-  const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(done.result.stdout) });
+  // The shared artifact's entity tag as stored or verified: a later replacement reads as a miss.
+  const rec = JSON.stringify({
+    fetchKey: r.fetchKey,
+    stdout: redactSecrets(done.result.stdout),
+    ...(r.fetchEtag !== undefined ? { etag: r.fetchEtag } : {}),
+  });
   await infraStep('storing the fetch cache record', async () => {
     if (scope && priv) await priv.put(scope, recordKey, rec);
     else await deps.store.put(recordKey, rec);
