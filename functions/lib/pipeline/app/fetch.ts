@@ -70,6 +70,8 @@ interface FetchRun {
   asWritten?: App;
   /** Key of the pinned fetch's record, when every source is pinned; sealed with {@link scope}. */
   recordKey?: string;
+  /** The pins' identity, when every source is pinned and the fetch is shared (no {@link scope}). */
+  pinned?: string;
   /** The App's cluster and namespace, when the fetch used a Secret (it is then sealed there). */
   scope?: ArtifactScope;
   /** The sealed store, with {@link scope}. */
@@ -189,6 +191,7 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
     app,
     ...(pinsHttp ? { asWritten: frame.loaded.app } : {}),
     ...(recordKey ? { recordKey } : {}),
+    ...(pinned && !scope ? { pinned } : {}),
     ...(scope ? { scope } : {}),
     ...(priv ? { priv } : {}),
     usable,
@@ -202,11 +205,19 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
  * single-flight for a pinned shared fetch.
  */
 async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
-  const { ctx, deps, frame, recordKey, scope } = run;
-  const readPinned = () => readPinnedFetch(run);
+  const { ctx, deps, frame, recordKey, scope, priv } = run;
+  const readPinned = () => readPinnedFetch(deps, recordKey, scope, priv);
+  // A shared fetch whose shared tarball was replaced is kept sealed for the App's scope, with
+  // its record there (runVendir): found after the shared record missed.
+  const readOwn = async () => {
+    const own = await ownRecord(run);
+    return own && (await readPinnedFetch(deps, own.key, own.scope, own.priv));
+  };
   return await cachedStageRun<Fetched>(deps, {
     // A pinned shared fetch runs once for the fleet: the same request elsewhere waits for it.
-    ...(run.usable && recordKey !== undefined && !scope ? { shared: { key: recordKey, read: readPinned } } : {}),
+    ...(run.usable && recordKey !== undefined && !scope
+      ? { shared: { key: recordKey, read: readPinned }, sealed: readOwn }
+      : {}),
     ...(run.usable && scope ? { sealed: readPinned } : {}),
     watch: { kube: frame.kube, ref: frame.ref, uid: ctx.ref.uid },
     runId: ctx.run.runId,
@@ -225,8 +236,12 @@ async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
  * tag (written before tags were kept), or a store whose HEAD reports none (the local directory
  * store), is checked for existence only.
  */
-async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
-  const { deps, recordKey, scope, priv } = run;
+async function readPinnedFetch(
+  deps: PipelineDeps,
+  recordKey: string | undefined,
+  scope: ArtifactScope | undefined,
+  priv: PrivateArtifacts | undefined,
+): Promise<Fetched | undefined> {
   if (!recordKey) return undefined;
   const hit = await infraStep('reading the fetch cache', () =>
     scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
@@ -246,6 +261,20 @@ async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
   // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
   const stdout = typeof rec?.stdout === 'string' ? rec.stdout : '';
   return { fetchKey, result: { stdout, stderr: '', exitCode: 0, finished: true } };
+}
+
+/**
+ * The App's scope's own record of a shared pinned fetch (sealed, keyed by the pins), which
+ * names the sealed copy the writer kept when the shared tarball was replaced; none for a
+ * private fetch (its record is sealed already), an unpinned one, or without a keyring.
+ */
+async function ownRecord(
+  run: FetchRun,
+): Promise<{ key: string; scope: ArtifactScope; priv: PrivateArtifacts } | undefined> {
+  if (run.scope || !run.pinned || !run.deps.keyring) return undefined;
+  const scope = scopeOf(run.ctx.ref);
+  const priv = privateArtifacts(run.deps);
+  return { key: await priv.keyFor(scope, 'fetch-cache', run.pinned), scope, priv };
 }
 
 /**
@@ -281,20 +310,23 @@ async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<
   // retry's with Secrets other than those `recordKey` was computed from (its next run has
   // the key of the Secrets it used).
   if (signal.aborted || !recordKey || !r.fetchKey || r.refreshed) return { result: done, shared: false };
-  // A shared fetch whose shared artifact was tampered with was kept sealed for this run's scope
-  // (`../../fetch/run.ts`): no shared record names it, no other scope could open it.
-  if (!scope && isPrivateKey(r.fetchKey)) return { result: done, shared: false };
   // The shared artifact's entity tag as stored or verified: a later replacement reads as a miss.
   const rec = JSON.stringify({
     fetchKey: r.fetchKey,
     stdout: redactSecrets(done.result.stdout),
     ...(r.fetchEtag !== undefined ? { etag: r.fetchEtag } : {}),
   });
+  // A shared fetch whose shared artifact was tampered with was kept sealed for this run's scope
+  // (`../../fetch/run.ts`): no shared record names it (no other scope could open it), the
+  // scope's own record does, so the next runs find it without vendir.
+  const own = !scope && isPrivateKey(r.fetchKey) ? await ownRecord(run) : undefined;
+  if (!scope && isPrivateKey(r.fetchKey) && !own) return { result: done, shared: false };
   await infraStep('storing the fetch cache record', async () => {
-    if (scope && priv) await priv.put(scope, recordKey, rec);
+    if (own) await own.priv.put(own.scope, own.key, rec);
+    else if (scope && priv) await priv.put(scope, recordKey, rec);
     else await deps.store.put(recordKey, rec);
   });
-  return { result: done, shared: !scope };
+  return { result: done, shared: !scope && !own };
 }
 
 /** Whether a failed fetch failed an http download's hash check (`../../fetch/http-source.ts`). */
