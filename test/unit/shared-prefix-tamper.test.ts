@@ -5,7 +5,7 @@
  * and template stages over a memory store, the fake runner (vendir, ytt) and a real keyring;
  * the attacker is a direct write to the store.
  */
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { describe, expect, it } from 'vitest';
@@ -26,6 +26,7 @@ import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import { fleetFlight, readArtifact, scopeOf } from '../../functions/lib/pipeline/artifacts.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { contentEtag, type ObjectHead } from '../../functions/lib/store/port.js';
 import { rawTgz } from '../harness/fixtures.js';
 import { appObject, appWorld, NOW, putFetchArtifact, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
@@ -43,33 +44,56 @@ async function otherTgz(body: string): Promise<Buffer> {
   return (await packDir(dir)).tgz;
 }
 
+const CTX = { clusterId: REF.clusterId, ref: REF, run: RUN };
+const tgz = rawTgz({ 'a.yml': 'a: 1\n' });
+
+/**
+ * A pinned http fetch (the poll resolved its hash) over `store`, and the template of its
+ * artifact, whose ytt reports the `config.yml` it was given.
+ */
+function pinnedWorld(store = new MemoryStore()) {
+  const app = appObject({ spec: { fetch: [{ http: { url: 'http://h/app.tgz' } }] } }) as App;
+  const download: HttpDownloader = { download: async () => ({ body: tgz, sha256: sha256Hex(tgz) }) };
+  const w = appWorld({
+    app,
+    store,
+    tmpRoot: tempDir(),
+    extra: { download, resolveSource: async () => sha256Hex(tgz), keyring: keyring() },
+  });
+  w.runner.on('vendir', async (req) => {
+    // Entry 0's directory, which the template reads.
+    await mkdir(path.join(req.cwd ?? '', '0'));
+    await writeFile(path.join(req.cwd ?? '', '0', 'config.yml'), 'a: 1\n');
+    return { stdout: 'lock: vendir\n' };
+  });
+  const rendered: string[] = [];
+  w.runner.on('ytt', async (req) => {
+    for (const arg of req.args) {
+      if (!(await stat(arg).catch(() => undefined))?.isDirectory()) continue;
+      for (const f of await readdir(arg, { recursive: true })) {
+        if (path.basename(f) === 'config.yml') rendered.push(await readFile(path.join(arg, f), 'utf8'));
+      }
+    }
+    return { stdout: MANIFEST };
+  });
+  const run = async () =>
+    (await runFetch(CTX, { raw: structuredClone(app) as never, app: structuredClone(app) }, w.deps)).template?.artifacts
+      .fetchKey;
+  const template = (fetchKey: string) =>
+    dispatchEvent(
+      templateEvent(
+        { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: { exitCode: 0, updatedAt: NOW } },
+        { time: new Date(NOW) },
+      ),
+      w.deps,
+    );
+  const record = async () => (await store.list('cache/fetch/'))[0] as string;
+  return { ...w, run, template, record, rendered };
+}
+
 describe('fetch: the pinned record and the shared tarball', () => {
-  const CTX = { clusterId: REF.clusterId, ref: REF, run: RUN };
-  const tgz = rawTgz({ 'a.yml': 'a: 1\n' });
-
-  /** A pinned http fetch (the poll resolved its hash) over `store`. */
-  function world(store = new MemoryStore()) {
-    const app = appObject({ spec: { fetch: [{ http: { url: 'http://h/app.tgz' } }] } }) as App;
-    const download: HttpDownloader = { download: async () => ({ body: tgz, sha256: sha256Hex(tgz) }) };
-    const w = appWorld({
-      app,
-      store,
-      tmpRoot: tempDir(),
-      extra: { download, resolveSource: async () => sha256Hex(tgz), keyring: keyring() },
-    });
-    w.runner.on('vendir', async (req) => {
-      await writeFile(path.join(req.cwd ?? '', 'config.yml'), 'a: 1\n');
-      return { stdout: 'lock: vendir\n' };
-    });
-    const run = async () =>
-      (await runFetch(CTX, { raw: structuredClone(app) as never, app: structuredClone(app) }, w.deps)).template
-        ?.artifacts.fetchKey;
-    const record = async () => (await store.list('cache/fetch/'))[0] as string;
-    return { ...w, run, record };
-  }
-
   it('an unparsable record is a miss: vendir runs again, the stage does not throw', async () => {
-    const w = world();
+    const w = pinnedWorld();
     const first = await w.run();
     const record = await w.record();
     await w.store.put(record, 'not json{');
@@ -78,7 +102,7 @@ describe('fetch: the pinned record and the shared tarball', () => {
   });
 
   it('a record naming anything but a fetch artifact is a miss, even when that object exists', async () => {
-    const w = world();
+    const w = pinnedWorld();
     await w.run();
     const record = await w.record();
     const manifestKey = templateArtifactKey(sha256Hex(EVIL));
@@ -90,7 +114,7 @@ describe('fetch: the pinned record and the shared tarball', () => {
   });
 
   it('a writer that finds another tarball under its key keeps a sealed copy and hands that key on', async () => {
-    const w = world();
+    const w = pinnedWorld();
     const shared = (await w.run()) as string;
     const evil = await otherTgz('kind: Evil\n');
     await w.store.put(shared, evil);
@@ -107,7 +131,7 @@ describe('fetch: the pinned record and the shared tarball', () => {
   });
 
   it('a writer that finds the same tar stream under its key (another gzip of it) shares it', async () => {
-    const w = world();
+    const w = pinnedWorld();
     const shared = (await w.run()) as string;
     const regzipped = gzipSync(gunzipSync((await w.store.get(shared)) as Buffer), { level: 1 });
     await w.store.put(shared, regzipped);
@@ -115,6 +139,75 @@ describe('fetch: the pinned record and the shared tarball', () => {
     expect(await w.run()).toBe(shared);
     expect(await w.store.get(shared)).toEqual(regzipped);
     expect(w.log.records.some((r) => r.msg === TAMPERED)).toBe(false);
+  });
+});
+
+/**
+ * A memory store whose HEAD reports an entity tag, as S3's does (the memory store's reports
+ * none), and that counts the HEADs and GETs of each key.
+ */
+class TaggingStore extends MemoryStore {
+  readonly heads: string[] = [];
+  readonly gets: string[] = [];
+  override async head(key: string): Promise<ObjectHead | undefined> {
+    this.heads.push(key);
+    const h = await super.head(key);
+    const body = h && (await super.get(key));
+    return h && body ? { ...h, etag: contentEtag(body) } : h;
+  }
+  override async get(key: string, opts?: Parameters<MemoryStore['get']>[1]): Promise<Buffer | undefined> {
+    this.gets.push(key);
+    return await super.get(key, opts);
+  }
+}
+
+describe('fetch: the pinned record keeps the tarball entity tag', () => {
+  const recordOf = async (w: ReturnType<typeof pinnedWorld>) => JSON.parse(String(await w.store.get(await w.record())));
+
+  it('a tarball replaced behind a valid record is a miss: vendir runs once, template renders the sealed copy', async () => {
+    const store = new TaggingStore();
+    const w = pinnedWorld(store);
+    const shared = (await w.run()) as string;
+    expect(shared).toMatch(FETCH_KEY_PATTERN);
+    expect((await recordOf(w)).etag).toBe((await store.head(shared))?.etag);
+    await store.put(shared, await otherTgz('#@ load("evil")\n'));
+    // The template refuses the replaced tarball: the run restarts from fetch.
+    await expect(w.template(shared)).rejects.toThrow(`fetch artifact ${shared} is missing from the object store`);
+    const handed = (await w.run()) as string;
+    expect(w.tools()).toEqual(['vendir', 'vendir']);
+    expect(handed).toMatch(PRIVATE_FETCH_KEY_PATTERN);
+    expect(w.log.records.some((r) => r.msg === 'fetch artifact replaced since its pinned record: fetching again')).toBe(
+      true,
+    );
+    const next = await w.template(handed);
+    expect(next?.type).toBe('dev.kapp-lambda.stage.deploy.v1');
+    expect(w.rendered).toEqual(['a: 1\n']);
+    // The App's scope keeps its own record of the sealed copy: the next run finds it, no vendir.
+    expect(await w.run()).toBe(handed);
+    expect(w.tools()).toEqual(['vendir', 'vendir', 'ytt']);
+  });
+
+  it('an unchanged tarball is a hit: one HEAD of it, no GET, vendir does not run again', async () => {
+    const store = new TaggingStore();
+    const w = pinnedWorld(store);
+    const shared = (await w.run()) as string;
+    store.heads.length = 0;
+    store.gets.length = 0;
+    expect(await w.run()).toBe(shared);
+    expect(w.tools()).toEqual(['vendir']);
+    expect(store.heads.filter((k) => k === shared)).toHaveLength(1);
+    expect(store.gets.filter((k) => k === shared)).toEqual([]);
+  });
+
+  it('a record without a tag (written before tags were kept) is checked for existence only', async () => {
+    const store = new TaggingStore();
+    const w = pinnedWorld(store);
+    const shared = (await w.run()) as string;
+    const key = await w.record();
+    const { etag: _, ...old } = await recordOf(w);
+    await store.put(key, JSON.stringify(old));
+    expect(await w.run()).toBe(shared);
+    expect(w.tools()).toEqual(['vendir']);
   });
 });
 

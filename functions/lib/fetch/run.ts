@@ -112,6 +112,12 @@ export interface VendirFetch {
   result: StageResult;
   /** The stored artifact, on success. */
   fetchKey?: string;
+  /**
+   * The shared artifact's entity tag as this fetch stored or verified it (`ObjectStore.head`'s
+   * `etag`), when {@link fetchKey} is a shared key and the store reports one: a record naming
+   * the key keeps it, so that a later replacement of the object reads as a miss.
+   */
+  fetchEtag?: string;
   /** Tool time, ms, over every try. */
   toolMs: number;
   /** vendir runs, over every try. */
@@ -323,8 +329,8 @@ async function vendirTry(
         retryable: false,
       };
     }
-    const fetchKey = sealed
-      ? await storeSealed(deps, sealed, packed)
+    const { key: fetchKey, etag } = sealed
+      ? { key: await storeSealed(deps, sealed, packed) }
       : await storeShared(deps, fetchArtifactKey(packed.sha256), packed, scope);
     const kept =
       keepAt !== undefined &&
@@ -332,7 +338,15 @@ async function vendirTry(
         () => true,
         () => false, // the caller unpacks the stored artifact instead
       ));
-    return { result, fetchKey, toolMs: run.durationMs, toolRuns: 1, retryable: false, ...(kept ? { kept } : {}) };
+    return {
+      result,
+      fetchKey,
+      ...(etag !== undefined ? { fetchEtag: etag } : {}),
+      toolMs: run.durationMs,
+      toolRuns: 1,
+      retryable: false,
+      ...(kept ? { kept } : {}),
+    };
   } finally {
     await removeScratch(prep);
     await removeScratch(work);
@@ -353,8 +367,11 @@ async function storeSealed(deps: FetchRunDeps, scope: ArtifactScope, packed: Pac
  * read back and must be the same tar stream (the same bytes, or another gzip of them); one that
  * is not was replaced (tampering, logged) and the run keeps its own copy sealed for `scope`,
  * whose key it hands on. So a run of another cluster can cost this one a private copy, never
- * the content nor the fetch.
- * @returns the key the fetch is stored under: `key`, or the sealed copy's.
+ * the content nor the fetch. The shared object's entity tag, as created (a HEAD after the write)
+ * or as verified (the read back's), goes with the key: the pinned fetch's record keeps it
+ * (`../pipeline/app/fetch.ts`).
+ * @returns the key the fetch is stored under (`key`, or the sealed copy's) and, for `key`, its
+ *   entity tag when the store reports one.
  * @throws Error when the shared object is bad and there is no scope to seal a copy for.
  */
 async function storeShared(
@@ -362,17 +379,20 @@ async function storeShared(
   key: string,
   packed: PackedDir,
   scope: ArtifactScope | undefined,
-): Promise<string> {
+): Promise<{ key: string; etag?: string }> {
   const put = await infraStep('storing the fetch artifact', () => deps.store.putIfAbsent(key, packed.tgz));
-  if (put === 'created') return key;
-  const there = await infraStep('reading the fetch artifact back', () => deps.store.get(key));
+  if (put === 'created') {
+    const etag = (await infraStep('reading the fetch artifact back', () => deps.store.head(key)))?.etag;
+    return etag !== undefined ? { key, etag } : { key };
+  }
+  const there = await infraStep('reading the fetch artifact back', () => deps.store.getVersioned(key));
   const intact =
     there !== undefined &&
-    (there.equals(packed.tgz) || (await tarSha256(there).catch(() => undefined)) === packed.sha256);
-  if (intact) return key;
+    (there.body.equals(packed.tgz) || (await tarSha256(there.body).catch(() => undefined)) === packed.sha256);
+  if (intact) return there.etag ? { key, etag: there.etag } : { key };
   deps.log.warn({ key }, 'shared artifact does not match the digest its key names: tampered, not used');
   if (!scope) throw new Error(`the shared fetch artifact ${key} was tampered with, and the fetch has no private scope`);
-  return await storeSealed(deps, scope, packed);
+  return { key: await storeSealed(deps, scope, packed) };
 }
 
 /** `deps.sleep`, or an abortable timer when the caller gave none. */

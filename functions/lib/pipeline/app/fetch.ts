@@ -70,6 +70,8 @@ interface FetchRun {
   asWritten?: App;
   /** Key of the pinned fetch's record, when every source is pinned; sealed with {@link scope}. */
   recordKey?: string;
+  /** The pins' identity, when every source is pinned and the fetch is shared (no {@link scope}). */
+  pinned?: string;
   /** The App's cluster and namespace, when the fetch used a Secret (it is then sealed there). */
   scope?: ArtifactScope;
   /** The sealed store, with {@link scope}. */
@@ -189,6 +191,7 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
     app,
     ...(pinsHttp ? { asWritten: frame.loaded.app } : {}),
     ...(recordKey ? { recordKey } : {}),
+    ...(pinned && !scope ? { pinned } : {}),
     ...(scope ? { scope } : {}),
     ...(priv ? { priv } : {}),
     usable,
@@ -202,11 +205,19 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
  * single-flight for a pinned shared fetch.
  */
 async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
-  const { ctx, deps, frame, recordKey, scope } = run;
-  const readPinned = () => readPinnedFetch(run);
+  const { ctx, deps, frame, recordKey, scope, priv } = run;
+  const readPinned = () => readPinnedFetch(deps, recordKey, scope, priv);
+  // A shared fetch whose shared tarball was replaced is kept sealed for the App's scope, with
+  // its record there (runVendir): found after the shared record missed.
+  const readOwn = async () => {
+    const own = await ownRecord(run);
+    return own && (await readPinnedFetch(deps, own.key, own.scope, own.priv));
+  };
   return await cachedStageRun<Fetched>(deps, {
     // A pinned shared fetch runs once for the fleet: the same request elsewhere waits for it.
-    ...(run.usable && recordKey !== undefined && !scope ? { shared: { key: recordKey, read: readPinned } } : {}),
+    ...(run.usable && recordKey !== undefined && !scope
+      ? { shared: { key: recordKey, read: readPinned }, sealed: readOwn }
+      : {}),
     ...(run.usable && scope ? { sealed: readPinned } : {}),
     watch: { kube: frame.kube, ref: frame.ref, uid: ctx.ref.uid },
     runId: ctx.run.runId,
@@ -218,10 +229,19 @@ async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
  * The pinned fetch's artifact, when its record and the artifact it names exist. A record that
  * does not parse, or names anything but a fetch artifact (a shared record: a shared fetch key
  * only; a sealed one: a shared or a private fetch key), is a miss: any run of the fleet may
- * write the shared records.
+ * write the shared records. So is an artifact whose entity tag is not the one the record keeps
+ * (the object was replaced since the fetch stored or verified it): template would refuse it
+ * and restart the run from fetch, which would hit the same record again, forever; vendir runs
+ * instead and its writer keeps a sealed copy when the shared object is bad. A record without a
+ * tag (written before tags were kept), or a store whose HEAD reports none (the local directory
+ * store), is checked for existence only.
  */
-async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
-  const { deps, recordKey, scope, priv } = run;
+async function readPinnedFetch(
+  deps: PipelineDeps,
+  recordKey: string | undefined,
+  scope: ArtifactScope | undefined,
+  priv: PrivateArtifacts | undefined,
+): Promise<Fetched | undefined> {
   if (!recordKey) return undefined;
   const hit = await infraStep('reading the fetch cache', () =>
     scope && priv ? priv.get(scope, recordKey, PRIVATE_REUSE_MARGIN_MS) : deps.store.get(recordKey),
@@ -231,10 +251,30 @@ async function readPinnedFetch(run: FetchRun): Promise<Fetched | undefined> {
   const named =
     typeof fetchKey === 'string' &&
     (FETCH_KEY_PATTERN.test(fetchKey) || (scope !== undefined && PRIVATE_FETCH_KEY_PATTERN.test(fetchKey)));
-  if (!named || !(await infraStep('reading the fetch cache', () => deps.store.head(fetchKey)))) return undefined;
+  if (!named) return undefined;
+  const head = await infraStep('reading the fetch cache', () => deps.store.head(fetchKey));
+  if (!head) return undefined;
+  if (typeof rec?.etag === 'string' && head.etag !== undefined && head.etag !== rec.etag) {
+    deps.log.warn({ key: fetchKey }, 'fetch artifact replaced since its pinned record: fetching again');
+    return undefined;
+  }
   // vendir's lock config of the fetch that made the artifact: status.fetch.stdout as upstream.
   const stdout = typeof rec?.stdout === 'string' ? rec.stdout : '';
   return { fetchKey, result: { stdout, stderr: '', exitCode: 0, finished: true } };
+}
+
+/**
+ * The App's scope's own record of a shared pinned fetch (sealed, keyed by the pins), which
+ * names the sealed copy the writer kept when the shared tarball was replaced; none for a
+ * private fetch (its record is sealed already), an unpinned one, or without a keyring.
+ */
+async function ownRecord(
+  run: FetchRun,
+): Promise<{ key: string; scope: ArtifactScope; priv: PrivateArtifacts } | undefined> {
+  if (run.scope || !run.pinned || !run.deps.keyring) return undefined;
+  const scope = scopeOf(run.ctx.ref);
+  const priv = privateArtifacts(run.deps);
+  return { key: await priv.keyFor(scope, 'fetch-cache', run.pinned), scope, priv };
 }
 
 /**
@@ -270,15 +310,23 @@ async function runVendir(run: FetchRun, signal: AbortSignal): Promise<FlightRun<
   // retry's with Secrets other than those `recordKey` was computed from (its next run has
   // the key of the Secrets it used).
   if (signal.aborted || !recordKey || !r.fetchKey || r.refreshed) return { result: done, shared: false };
+  // The shared artifact's entity tag as stored or verified: a later replacement reads as a miss.
+  const rec = JSON.stringify({
+    fetchKey: r.fetchKey,
+    stdout: redactSecrets(done.result.stdout),
+    ...(r.fetchEtag !== undefined ? { etag: r.fetchEtag } : {}),
+  });
   // A shared fetch whose shared artifact was tampered with was kept sealed for this run's scope
-  // (`../../fetch/run.ts`): no shared record names it, no other scope could open it.
-  if (!scope && isPrivateKey(r.fetchKey)) return { result: done, shared: false };
-  const rec = JSON.stringify({ fetchKey: r.fetchKey, stdout: redactSecrets(done.result.stdout) });
+  // (`../../fetch/run.ts`): no shared record names it (no other scope could open it), the
+  // scope's own record does, so the next runs find it without vendir.
+  const own = !scope && isPrivateKey(r.fetchKey) ? await ownRecord(run) : undefined;
+  if (!scope && isPrivateKey(r.fetchKey) && !own) return { result: done, shared: false };
   await infraStep('storing the fetch cache record', async () => {
-    if (scope && priv) await priv.put(scope, recordKey, rec);
+    if (own) await own.priv.put(own.scope, own.key, rec);
+    else if (scope && priv) await priv.put(scope, recordKey, rec);
     else await deps.store.put(recordKey, rec);
   });
-  return { result: done, shared: !scope };
+  return { result: done, shared: !scope && !own };
 }
 
 /** Whether a failed fetch failed an http download's hash check (`../../fetch/http-source.ts`). */
