@@ -1024,9 +1024,20 @@ export class KappLambdaStack extends Stack {
     const bucketId = this.resolve(this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket));
     if (grants.length > 0) {
       for (const g of grants) {
-        role.addToPolicy(
-          new iam.PolicyStatement({ actions: [...g.actions], resources: [this.bucket.arnForObjects(g.keys)] }),
-        );
+        const resources = [this.bucket.arnForObjects(g.keys)];
+        // Create-only keys: PutObject only with If-None-Match (AWS's documented form), no overwrite.
+        const put = g.createOnly && g.actions.includes('s3:PutObject');
+        const rest = put ? g.actions.filter((a) => a !== 's3:PutObject') : g.actions;
+        if (rest.length > 0) role.addToPolicy(new iam.PolicyStatement({ actions: [...rest], resources }));
+        if (put) {
+          role.addToPolicy(
+            new iam.PolicyStatement({
+              actions: ['s3:PutObject'],
+              resources,
+              conditions: { Null: { 's3:if-none-match': 'false' } },
+            }),
+          );
+        }
         // cdk-nag reports each object ARN ending in a wildcard; the wildcard is the prefix's keys
         // (content digests, per-cluster tags), the actions are named: acknowledged one by one.
         Validations.of(role).acknowledge({

@@ -247,6 +247,13 @@ export interface ObjectGrant {
   readonly keys: string;
   readonly actions: readonly ObjectAction[];
   readonly why: string;
+  /**
+   * `s3:PutObject` only with `If-None-Match` (IAM condition `Null` `s3:if-none-match` `false`):
+   * the grantee creates objects under the prefix, never overwrites one. For the fleet-shared
+   * content-addressed blobs (`artifacts/fetch/`, `artifacts/template/`), written only by
+   * `putIfAbsent`, so a run of one cluster cannot replace what another's reads (D17).
+   */
+  readonly createOnly?: true;
 }
 
 const READ: readonly ObjectAction[] = ['s3:GetObject'];
@@ -308,7 +315,7 @@ const RECEIPTS: ObjectGrant = {
  */
 export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[]>> = {
   fetch: [
-    { keys: 'artifacts/fetch/*', actions: WRITE, why: 'stores fetched tarballs (putIfAbsent)' },
+    { keys: 'artifacts/fetch/*', actions: WRITE, why: 'stores fetched tarballs (putIfAbsent)', createOnly: true },
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'sealed fetch tarballs and fetch records' },
     { keys: `${INFLIGHT_PREFIX}cache/fetch/*`, actions: IN_FLIGHT, why: 'fleet in-flight markers of pinned fetches' },
@@ -322,7 +329,7 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
   template: [
     { keys: 'artifacts/fetch/*', actions: READ, why: 'reads the fetch hand-off' },
     { keys: 'private/*/fetch/*', actions: SEALED_READ, why: 'reads a sealed fetch hand-off' },
-    { keys: 'artifacts/template/*', actions: WRITE, why: 'stores rendered manifests' },
+    { keys: 'artifacts/template/*', actions: WRITE, why: 'stores rendered manifests (putIfAbsent)', createOnly: true },
     { keys: 'cache/render/*', actions: WRITE, why: 'render cache records' },
     { keys: 'private/*/template/*', actions: SEALED_WRITE, why: 'sealed rendered manifests' },
     { keys: 'private/*/cache/render/*', actions: SEALED_WRITE, why: 'sealed render cache records' },
@@ -344,7 +351,12 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     sharesGrant('deploy'),
   ],
   'index-repo': [
-    { keys: 'artifacts/fetch/*', actions: WRITE, why: 'fetches the repository bundle (as fetch does)' },
+    {
+      keys: 'artifacts/fetch/*',
+      actions: WRITE,
+      why: 'fetches the repository bundle (as fetch does)',
+      createOnly: true,
+    },
     { keys: 'cache/fetch/*', actions: WRITE, why: 'pinned-fetch records' },
     { keys: 'private/*/fetch/*', actions: SEALED_WRITE, why: 'a repository fetched with a Secret' },
     { keys: 'artifacts/index/*', actions: WRITE, why: 'repository indexes and their manifests' },

@@ -706,13 +706,38 @@ describe('IAM', () => {
       const objects = take((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined));
       // Its claims in the sharing domains (`d/*/…`, D17), no fleet claim (`cache/`, `inflight/`, `artifacts/index/`).
       const scoped = (keys: string) => ['cache/', 'inflight/', 'artifacts/index/'].some((p) => keys.startsWith(p));
-      expect(objects.map((s) => ({ keys: objectSuffix(s.Resource)!.slice(1), actions: actionsOf(s) }))).toEqual([
+      // The shared blobs are create-only: PutObject only with If-None-Match (AWS's documented
+      // condition), so no run overwrites another cluster's tarball or manifest (D17).
+      const createOnly = { Null: { 's3:if-none-match': 'false' } };
+      const statements = objects.map((s) => ({
+        keys: objectSuffix(s.Resource)!.slice(1),
+        actions: actionsOf(s),
+        condition: s.Condition,
+      }));
+      expect(statements).toEqual([
         ...STAGE_OBJECTS[stage]
           .filter((g) => !g.keys.startsWith('state/shares/'))
-          .map((g) => ({ keys: scoped(g.keys) ? `d/*/${g.keys}` : g.keys, actions: [...g.actions] })),
+          .flatMap((g): { keys: string; actions: string[]; condition?: Json }[] => {
+            const keys = scoped(g.keys) ? `d/*/${g.keys}` : g.keys;
+            if (!g.createOnly) return [{ keys, actions: [...g.actions] }];
+            return [
+              { keys, actions: g.actions.filter((a) => a !== 's3:PutObject') },
+              { keys, actions: ['s3:PutObject'], condition: createOnly },
+            ];
+          }),
         // The cluster registry: read only, its documents only.
         { keys: 'registry/clusters/*', actions: ['s3:GetObject'] },
       ]);
+      // Exactly the shared blobs' writers: an unconditioned PutObject on them is none.
+      const puts = (keys: string) =>
+        objects.filter((s) => objectSuffix(s.Resource) === `/${keys}` && actionsOf(s).includes('s3:PutObject'));
+      const writesBlobs = (keys: string) =>
+        STAGE_OBJECTS[stage].some((g) => g.keys === keys && g.actions.includes('s3:PutObject'));
+      for (const keys of ['artifacts/fetch/*', 'artifacts/template/*']) {
+        expect(puts(keys).map((s) => s.Condition)).toEqual(writesBlobs(keys) ? [createOnly] : []);
+      }
+      // A repository index is a claim (under d/ in cluster sharing), not a content-addressed blob.
+      expect(STAGE_OBJECTS[stage].some((g) => g.keys === 'artifacts/index/*' && g.createOnly)).toBe(false);
       // Its tokens; never the artifact root key (the dispatcher derives the run's keys).
       const secrets = take((s) => actionsOf(s).some((a) => a.startsWith('secretsmanager:')));
       expect(secrets).toEqual([

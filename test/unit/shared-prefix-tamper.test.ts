@@ -26,7 +26,7 @@ import { runFetch } from '../../functions/lib/pipeline/app/fetch.js';
 import { fleetFlight, readArtifact, scopeOf } from '../../functions/lib/pipeline/artifacts.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
-import { contentEtag, type ObjectHead } from '../../functions/lib/store/port.js';
+import { contentEtag, type ObjectHead, StoreError } from '../../functions/lib/store/port.js';
 import { rawTgz } from '../harness/fixtures.js';
 import { appObject, appWorld, NOW, putFetchArtifact, REF, RUN, SUCCEEDED_BEFORE } from './support/app-world.js';
 import { useTempDir } from './support/stage-deps.js';
@@ -91,6 +91,24 @@ function pinnedWorld(store = new MemoryStore()) {
   return { ...w, run, template, record, rendered };
 }
 
+/** Read bound of {@link BoundedReadStore}: stands for the stores' 512 MiB (S3 itself has none). */
+const READ_BOUND = 64 * 1024;
+/** An object over {@link READ_BOUND}, as a run of another cluster could put under a shared key. */
+const OVERSIZE = Buffer.alloc(2 * READ_BOUND, 0x61);
+
+/**
+ * A memory store whose reads are bounded by {@link READ_BOUND} unless the caller bounds them
+ * (writes are not: S3 takes an object of any size), and whose GETs of `failing` keys fail as a
+ * store outage would.
+ */
+class BoundedReadStore extends MemoryStore {
+  readonly failing = new Set<string>();
+  override async get(key: string, opts?: Parameters<MemoryStore['get']>[1]): Promise<Buffer | undefined> {
+    if (this.failing.has(key)) throw new StoreError(`failed to get object "${key}"`, 'get', key);
+    return await super.get(key, { maxBytes: opts?.maxBytes ?? READ_BOUND });
+  }
+}
+
 describe('fetch: the pinned record and the shared tarball', () => {
   it('an unparsable record is a miss: vendir runs again, the stage does not throw', async () => {
     const w = pinnedWorld();
@@ -139,6 +157,31 @@ describe('fetch: the pinned record and the shared tarball', () => {
     expect(await w.run()).toBe(shared);
     expect(await w.store.get(shared)).toEqual(regzipped);
     expect(w.log.records.some((r) => r.msg === TAMPERED)).toBe(false);
+  });
+
+  it('a writer that finds an object over the read bound under its key keeps a sealed copy, run after run', async () => {
+    // A run of another cluster fetched the same public source (so knows its key) and planted it.
+    const shared = (await pinnedWorld().run()) as string;
+    const store = new BoundedReadStore();
+    await store.put(shared, OVERSIZE);
+    const w = pinnedWorld(store);
+    const handed = await w.run();
+    expect(handed).toMatch(PRIVATE_FETCH_KEY_PATTERN);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === shared)).toBe(true);
+    expect(await w.run()).toBe(handed);
+    // The sealed copy is the fetched tree: it renders.
+    expect((await w.template(handed as string))?.type).toBe('dev.kapp-lambda.stage.deploy.v1');
+    expect(w.rendered).toEqual(['a: 1\n']);
+  });
+
+  it('a store that fails reading the shared tarball back is an infrastructure error, not tampering', async () => {
+    const shared = (await pinnedWorld().run()) as string;
+    const store = new BoundedReadStore();
+    await store.put(shared, OVERSIZE);
+    store.failing.add(shared);
+    const w = pinnedWorld(store);
+    await expect(w.run()).rejects.toThrow('reading the fetch artifact back failed');
+    expect(await store.list('private/')).toEqual([]);
   });
 });
 
@@ -287,6 +330,56 @@ describe('template: the shared tarball, the render record and the shared manifes
     await store.put(key, EVIL);
     expect(await readArtifact(w.deps, scopeOf(REF), key)).toBeUndefined();
     expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === key)).toBe(true);
+  });
+
+  it('a tarball over the read bound under its key never renders: missing (restart), logged as tampering', async () => {
+    const store = new BoundedReadStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    await store.put(fetchKey, OVERSIZE);
+    const w = world(store);
+    const data = { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: { exitCode: 0, updatedAt: NOW } };
+    await expect(dispatchEvent(templateEvent(data, { time: new Date(NOW) }), w.deps)).rejects.toThrow(
+      `fetch artifact ${fetchKey} is missing from the object store`,
+    );
+    expect(w.tools()).toEqual([]);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === fetchKey)).toBe(true);
+  });
+
+  it('a manifest over the read bound under its key is a miss: rendered again, kept sealed, run after run', async () => {
+    const store = new BoundedReadStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    const genuine = (await template(store, fetchKey)).manifestKey as string;
+    expect(genuine).toMatch(TEMPLATE_KEY_PATTERN);
+    await store.put(genuine, OVERSIZE);
+    const { w, manifestKey } = await template(store, fetchKey);
+    expect(w.tools()).toEqual(['ytt']);
+    expect(manifestKey).toMatch(PRIVATE_TEMPLATE_KEY_PATTERN);
+    expect((await readArtifact(w.deps, scopeOf(REF), manifestKey as string))?.toString()).toBe(MANIFEST);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === genuine)).toBe(true);
+    const next = await template(store, fetchKey);
+    expect([next.manifestKey, next.w.tools()]).toEqual([manifestKey, []]);
+  });
+
+  it('a render record over the read bound is a miss: ytt runs, the shared manifest is handed on', async () => {
+    const store = new BoundedReadStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    const genuine = (await template(store, fetchKey)).manifestKey as string;
+    const record = await renderRecord(store);
+    await store.put(record, OVERSIZE);
+    const again = await template(store, fetchKey);
+    expect([again.manifestKey, again.w.tools()]).toEqual([genuine, ['ytt']]);
+    expect(again.w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === record)).toBe(true);
+  });
+
+  it('deploy reads a shared manifest over the read bound as absent; a store that fails still throws', async () => {
+    const store = new BoundedReadStore();
+    const w = world(store);
+    const key = templateArtifactKey(sha256Hex(MANIFEST));
+    await store.put(key, OVERSIZE);
+    expect(await readArtifact(w.deps, scopeOf(REF), key)).toBeUndefined();
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === key)).toBe(true);
+    store.failing.add(key);
+    await expect(readArtifact(w.deps, scopeOf(REF), key)).rejects.toThrow(StoreError);
   });
 });
 

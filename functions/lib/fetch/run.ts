@@ -24,6 +24,7 @@ import type { ClusterControllerConfig } from '../reconcile/controller-config.js'
 import { infraStep } from '../reconcile/infra-step.js';
 import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
+import { absentIfTooLarge } from '../store/port.js';
 import { proxyEnv, trustEnv } from './cluster-trust.js';
 import type { HttpDownloader } from './http-download.js';
 import { prepareHttpSources, restoreHttpLock } from './http-source.js';
@@ -365,11 +366,11 @@ async function storeSealed(deps: FetchRunDeps, scope: ArtifactScope, packed: Pac
  * Stores a packed fetch under its shared key `key`, unless it is there already. What is there
  * is not trusted: any run of the fleet may write the shared prefixes, so an existing object is
  * read back and must be the same tar stream (the same bytes, or another gzip of them); one that
- * is not was replaced (tampering, logged) and the run keeps its own copy sealed for `scope`,
- * whose key it hands on. So a run of another cluster can cost this one a private copy, never
- * the content nor the fetch. The shared object's entity tag, as created (a HEAD after the write)
- * or as verified (the read back's), goes with the key: the pinned fetch's record keeps it
- * (`../pipeline/app/fetch.ts`).
+ * is not (or is over the store's read bound, or is gone) was replaced (tampering, logged) and
+ * the run keeps its own copy sealed for `scope`, whose key it hands on. So a run of another
+ * cluster can cost this one a private copy, never the content nor the fetch. The shared
+ * object's entity tag, as created (a HEAD after the write) or as verified (the read back's),
+ * goes with the key: the pinned fetch's record keeps it (`../pipeline/app/fetch.ts`).
  * @returns the key the fetch is stored under (`key`, or the sealed copy's) and, for `key`, its
  *   entity tag when the store reports one.
  * @throws Error when the shared object is bad and there is no scope to seal a copy for.
@@ -385,7 +386,10 @@ async function storeShared(
     const etag = (await infraStep('reading the fetch artifact back', () => deps.store.head(key)))?.etag;
     return etag !== undefined ? { key, etag } : { key };
   }
-  const there = await infraStep('reading the fetch artifact back', () => deps.store.getVersioned(key));
+  // Over the read bound: planted (any run of the fleet may write the key), so not intact.
+  const there = await infraStep('reading the fetch artifact back', () =>
+    absentIfTooLarge(() => deps.store.getVersioned(key)),
+  );
   const intact =
     there !== undefined &&
     (there.body.equals(packed.tgz) || (await tarSha256(there.body).catch(() => undefined)) === packed.sha256);

@@ -14,6 +14,7 @@ import { DEFAULT_TIMEOUT_MS } from '../exec/runner.js';
 import type { KubeReader, ResourceRef } from '../kube/port.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { MissingArtifactError } from '../reconcile/result.js';
+import { absentIfTooLarge } from '../store/port.js';
 import type { PipelineDeps } from './deps.js';
 import { infraStep } from './retry-bound.js';
 
@@ -40,14 +41,19 @@ export function scopeOf(ref: { clusterId: string; namespace: string }): Artifact
  * (`artifacts/template/sha256/<hex>.yaml`) only when its bytes hash to `<hex>`: any run of the
  * fleet may write the shared prefixes, so a manifest replaced under its key reads as absent
  * (logged as tampering), never deployed. A shared fetch tarball is checked as it is unpacked
- * ({@link unpackArtifact}), not here.
+ * ({@link unpackArtifact}), not here. A shared object over the store's read bound
+ * (`ObjectTooLargeError`) was planted too: absent, logged as tampering.
  * @returns the bytes, or `undefined` when absent (or, for a private artifact, expired; for a
- *   shared manifest, not the one its key names).
+ *   shared manifest, not the one its key names; for a shared key, over the read bound).
  * @throws SealError for a private key of another scope or that does not open.
  */
 export async function readArtifact(deps: PipelineDeps, scope: ArtifactScope, key: string): Promise<Buffer | undefined> {
   if (isPrivateKey(key)) return await privateArtifacts(deps).get(scope, key);
-  const body = await deps.store.get(key);
+  // Over the read bound: planted by a run of the fleet (tampering), absent like a wrong digest.
+  const body = await absentIfTooLarge(
+    () => deps.store.get(key),
+    () => logTampered(deps, key),
+  );
   const hex = TEMPLATE_KEY_PATTERN.exec(key)?.[1];
   if (body === undefined || hex === undefined || sha256Hex(body) === hex) return body;
   logTampered(deps, key);

@@ -150,6 +150,26 @@ export class ObjectTooLargeError extends StoreError {
   }
 }
 
+/**
+ * What `read` answers, or `undefined` (after `onTooLarge`, if given) when it throws
+ * {@link ObjectTooLargeError}. For a blob any run of the fleet may write (`artifacts/fetch/…`,
+ * `artifacts/template/…`, fleet cache records), an object over the read bound was planted, not
+ * a store that fails: it reads as absent, like one whose digest does not match. Any other error
+ * (network, 5xx, a bad key) propagates.
+ */
+export async function absentIfTooLarge<T>(
+  read: () => Promise<T | undefined>,
+  onTooLarge?: () => void,
+): Promise<T | undefined> {
+  try {
+    return await read();
+  } catch (err) {
+    if (!(err instanceof ObjectTooLargeError)) throw err;
+    onTooLarge?.();
+    return undefined;
+  }
+}
+
 const KEY_CHARS = /^[A-Za-z0-9._/-]*$/;
 
 /**

@@ -45,6 +45,7 @@ import type { FetchView } from '../../kube/port.js';
 import { KappControllerError, type StageResult } from '../../reconcile/result.js';
 import type { SecretMask } from '../../reconcile/secret-mask.js';
 import { fromEventPart, type StagePart, templatePart, toEventPart } from '../../reconcile/status.js';
+import { absentIfTooLarge } from '../../store/port.js';
 import type { ClusterInfo } from '../../template/downward-api.js';
 import { runTemplateSteps } from '../../template/execute.js';
 import { planTemplate, requiredClusterInfo } from '../../template/plan.js';
@@ -282,8 +283,13 @@ function renderHashOf(
  */
 async function renderOnce(run: TemplateRun): Promise<CachedStageOutcome<Rendered>> {
   const { data, deps, frame, priv, privateCacheKey, scope } = run;
-  const readShared = async () =>
-    await fromRecord(run, await infraStep('reading the render cache', () => deps.store.get(run.cacheKey)), false);
+  // A record over the read bound (any run of the fleet may write it, fleet sharing) is a miss.
+  const cached = () =>
+    absentIfTooLarge(
+      () => deps.store.get(run.cacheKey),
+      () => logTampered(deps, run.cacheKey),
+    );
+  const readShared = async () => await fromRecord(run, await infraStep('reading the render cache', cached), false);
   return await cachedStageRun<Rendered>(deps, {
     // A render of shared inputs runs once for the fleet: the same render elsewhere waits for it.
     ...(run.inputsPrivate ? {} : { shared: { key: run.cacheKey, read: readShared } }),
@@ -369,9 +375,9 @@ async function render(run: TemplateRun, signal: AbortSignal): Promise<FlightRun<
  * Stores a successful render by content hash with its cache record: sealed for this scope when
  * the inputs or the manifest hold a Secret (the fleet's waiters then render for themselves),
  * else shared by the fleet. A shared manifest already there is read back and must be these
- * bytes: one replaced under its key (tampering, logged) is not named, the render is kept sealed
- * for this scope instead, so a run of another cluster costs this one a private copy, never the
- * manifest it deploys.
+ * bytes: one replaced under its key (other bytes, or more of them than the render's: tampering,
+ * logged) is not named, the render is kept sealed for this scope instead, so a run of another
+ * cluster costs this one a private copy, never the manifest it deploys.
  */
 async function storeRender(run: TemplateRun, rendered: string, out: StageResult): Promise<FlightRun<Rendered>> {
   const { deps, scope } = run;
@@ -392,7 +398,10 @@ async function storeRender(run: TemplateRun, rendered: string, out: StageResult)
   const put = await infraStep('storing the rendered manifest', () => deps.store.putIfAbsent(key, manifest));
   if (put === 'exists') {
     // Not trusted: a manifest replaced under its key keeps this run's own copy, sealed.
-    const there = await infraStep('reading the rendered manifest back', () => deps.store.get(key));
+    // Read within this render's size: a larger object is not it (and is not read whole).
+    const there = await infraStep('reading the rendered manifest back', () =>
+      absentIfTooLarge(() => deps.store.get(key, { maxBytes: manifest.length })),
+    );
     if (!there?.equals(manifest)) {
       logTampered(deps, key);
       return await sealed();
