@@ -13,7 +13,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { AWS_PRICES_USD } from '../../functions/lib/receipt/prices.js';
-import { STAGE_SIZING } from '../../infra/aws/stages.js';
+import { DISPATCHER_MEMORY_MIB, STAGE_SIZING } from '../../infra/aws/stages.js';
 import { idleRunLeaseRequests, workingRunLeaseRequests } from '../lease-counters.js';
 import {
   type FixedUse,
@@ -33,6 +33,28 @@ import { round, summarize } from '../lib/stats.js';
 type Json = Record<string, unknown>;
 const o = (x: unknown): Json => (x !== null && typeof x === 'object' ? (x as Json) : {});
 const n = (x: unknown): number | undefined => (typeof x === 'number' && Number.isFinite(x) ? x : undefined);
+
+/** The dispatcher functions' key in the sizing table. */
+const DISPATCHER = 'dispatcher';
+/**
+ * What a dispatcher adds to the stage invocation it waits on, ms: 30, assumed (the edge checks'
+ * reads and the synchronous invoke's round trip; the run session is reused per stage and
+ * cluster for 40 minutes, so `AssumeRole` is rare). Not measured: no Lambda here.
+ */
+const DISPATCH_OVERHEAD_MS = 30;
+
+/**
+ * `w` on the dispatched shared stack (docs/decisions.md D15): each stage invocation is paired
+ * with its dispatcher's, which lasts as long plus {@link DISPATCH_OVERHEAD_MS}: one more request
+ * and 128 MiB for that time. Queue and bucket requests are the same (the edge reads moved, they
+ * did not double).
+ */
+function dispatched(w: Workload): Workload {
+  return {
+    ...w,
+    invocations: w.invocations.flatMap((inv) => [inv, { fn: DISPATCHER, ms: inv.ms + DISPATCH_OVERHEAD_MS }]),
+  };
+}
 
 /** Where the prices were read (all US East (N. Virginia), on-demand, USD). */
 const SRC = {
@@ -489,9 +511,12 @@ export function costModel(
   fleet: FleetShape = FLEET,
   forwarder: PodRequests = { vcpu: 0.1, memoryGiB: 0.25, source: 'default: 2 × (50m, 128Mi)' },
 ): CostResult {
-  const sizing = Object.fromEntries(
-    Object.entries(STAGE_SIZING).map(([k, v]) => [k, { memoryMiB: v.memoryMiB, ephemeralMiB: v.ephemeralMiB }]),
-  );
+  const sizing = {
+    ...Object.fromEntries(
+      Object.entries(STAGE_SIZING).map(([k, v]) => [k, { memoryMiB: v.memoryMiB, ephemeralMiB: v.ephemeralMiB }]),
+    ),
+    [DISPATCHER]: { memoryMiB: DISPATCHER_MEMORY_MIB, ephemeralMiB: 512 },
+  };
   const apps = fleet.clusters * (fleet.appsPerCluster + fleet.packageInstallsPerCluster);
   const fixed: FixedUse = { storedGb: (apps * BYTES_PER_APP) / 1e9, kmsKeys: 1, kmsRequestsPerMonth: 0 };
   const workloads = fleetWorkloads(fleet, m);
@@ -500,8 +525,14 @@ export function costModel(
   const hours = fleet.monthSeconds / 3600;
   const kc = kappControllerFleetCost(fleet.clusters, KAPP_CONTROLLER_POD, NODE, hours);
   const fwd = kappControllerFleetCost(fleet.clusters, forwarder, NODE, hours);
-  const whatIf = (name: string, f: FleetShape, pod: PodRequests, resync?: Omit<Workload, 'name' | 'perMonth'>) => {
-    const lambda = lambdaFleetCost(fleetWorkloads(f, m, resync), sizing, prices.x86_64, fixed).total;
+  const whatIf = (
+    name: string,
+    f: FleetShape,
+    pod: PodRequests,
+    resync?: Omit<Workload, 'name' | 'perMonth'>,
+    shape: (w: Workload) => Workload = (w) => w,
+  ) => {
+    const lambda = lambdaFleetCost(fleetWorkloads(f, m, resync).map(shape), sizing, prices.x86_64, fixed).total;
     const forwarders = kappControllerFleetCost(f.clusters, pod, NODE, hours).total;
     return { name, lambda, forwarders, total: lambda + forwarders, ratio: (lambda + forwarders) / kc.total };
   };
@@ -532,6 +563,13 @@ export function costModel(
       whatIf('safety period 1 h', { ...fleet, safetySyncSeconds: 3600 }, forwarder),
       whatIf('idle resync at the target (1 invocation, < 50 ms, reads only)', fleet, forwarder, RESYNC_AT_TARGET),
       whatIf(`forwarder at the fleet's size (${FORWARDER_AT_FLEET_SIZE.source})`, fleet, FORWARDER_AT_FLEET_SIZE),
+      whatIf(
+        `dispatched (D15, the shared stack since 2026-12-07): a ${DISPATCHER_MEMORY_MIB} MiB dispatcher waits on each stage invocation, +${DISPATCH_OVERHEAD_MS} ms (assumed)`,
+        fleet,
+        forwarder,
+        undefined,
+        dispatched,
+      ),
       whatIf(
         'all three: safety 1 h, resync at the target, forwarder at the fleet’s size',
         { ...fleet, safetySyncSeconds: 3600 },
