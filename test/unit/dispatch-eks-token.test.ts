@@ -84,7 +84,12 @@ describe('the dispatcher mints the eks clusters’ run tokens', () => {
     const payloads: DispatchedBatch[] = [];
     const dispatch = makeDispatcher('template', {
       credentials,
-      invoker: { invoke: async (_s, _t, payload) => (payloads.push(payload), { batchItemFailures: [] }) },
+      invoker: {
+        invoke: async (_s, _t, payload) => {
+          payloads.push(payload);
+          return { batchItemFailures: [] };
+        },
+      },
       keyring: DISPATCH_KEYRING,
       log: memoryLogger(),
       eksTokens: minter,

@@ -15,7 +15,6 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import { targetFunction } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
