@@ -33,9 +33,10 @@ import type { LambdaContext, SqsBatchResponse, SqsEvent, SqsHandler } from './st
 export type UnmemoizedCredentialProvider = AwsCredentialIdentityProvider & { memoized: true };
 
 /**
- * The run credentials and sealing keys of the one cluster an execution environment serves: what
- * the stage function's SDK clients ({@link RunCredentialHolder.credentials}) and its sealed store
- * ({@link RunCredentialHolder.keyring}) read, set by each dispatched invocation before its records
+ * The run credentials, sealing keys and EKS token of the one cluster an execution environment
+ * serves: what the stage function's SDK clients ({@link RunCredentialHolder.credentials}), its
+ * sealed store ({@link RunCredentialHolder.keyring}) and its registry's `eks` clusters
+ * ({@link RunCredentialHolder.eksToken}) read, set by each dispatched invocation before its records
  * run ({@link RunCredentialHolder.accept}). One per process.
  *
  * Tenant isolation gives an environment to one tenant for its life, so the first cluster the
@@ -120,9 +121,11 @@ export class RunCredentialHolder {
   }
 
   /**
-   * Takes a batch's credentials and keys, after checking it is this environment's cluster's.
+   * Takes a batch's credentials, keys and EKS token (a batch without one drops the last's),
+   * after checking it is this environment's cluster's.
    * @throws Error when the batch is malformed (no cluster id, credentials or records, a `poll`
-   *   that is not `true`, a poll with records), names another cluster than the first one served,
+   *   that is not `true`, a poll with records, an EKS token without the `k8s-aws-v1.` prefix or
+   *   an expiry), names another cluster than the first one served,
    *   or holds a record whose event names another cluster: nothing of it is taken.
    */
   accept(batch: DispatchedBatch): void {

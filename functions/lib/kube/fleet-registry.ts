@@ -5,7 +5,8 @@
  * registered cluster and a new cluster needs no redeploy.
  *
  * Each function authenticates as its own stage identity ({@link StoreClusterRegistryOptions.stage}):
- * on EKS its IAM role (mapped by an access entry to the group `kapp-lambda:<stage>`), otherwise
+ * on EKS its IAM role (mapped by an access entry to the group `kapp-lambda:<stage>`; behind the
+ * dispatcher, the token the dispatcher signed with its role, `eksTokens`), otherwise
  * the ServiceAccount token the document names for that stage. What each identity may do is
  * the RBAC in `infra/rbac/`.
  *
