@@ -355,7 +355,9 @@ export function identitySteps(
 ): string {
   const lines: string[] = [];
   if (doc.auth.kind === 'eks') {
-    lines.push(`# Map each function's IAM role to its group (the cluster's authentication mode must include API):`);
+    lines.push(
+      `# Map each stage's IAM role (the stack's FunctionRoleArn<Stage>: in isolation=shared its dispatcher's) to its group (the cluster's authentication mode must include API):`,
+    );
     for (const s of PIPELINE_STAGES) {
       const arn = roles[s] ?? `<${s}-function-role-arn>`;
       lines.push(

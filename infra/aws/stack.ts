@@ -200,8 +200,8 @@ export function logsKeyStatement(
  * functions read a cluster's document by its id), and `secretsmanager:GetSecretValue` on the
  * secrets of its own stage only ({@link tokenSecretPattern}, plus the 6 characters Secrets
  * Manager appends to a secret's ARN), for `token` clusters. An `eks` cluster needs no grant here:
- * its access entry maps the function's role (output `FunctionRoleArn<Stage>`: the run role in
- * `isolation: shared`) to the group `kapp-lambda:<stage>`. Dispatched, the grant goes to the run
+ * its access entry maps the function's role (output `FunctionRoleArn<Stage>`: in
+ * `isolation: shared` the dispatcher's role, which signs each run's token) to the group `kapp-lambda:<stage>`. Dispatched, the grant goes to the run
  * role (`role` is then no function's own). A cell's function (`clusterId` given) gets its cluster's document
  * (`<prefix>clusters/<id>.json`) and token secrets (`kapp-lambda/<id>/<stage>`) only.
  */
@@ -431,9 +431,11 @@ export class KappLambdaStack extends Stack {
           description: `${queueUrlEnv(stage)} of the forwarders and functions`,
         });
         new CfnOutput(this, `FunctionRoleArn${pascal(stage)}`, {
-          // The run role: each stage run's session is one of it (the function's own role holds logs only).
-          value: (this.#shared.stages[stage].runRole ?? this.#shared.stages[stage].role).roleArn,
-          description: `the ${stage} runs' identity (run role): an EKS access entry maps it to the group kapp-lambda:${stage}`,
+          // The dispatcher's role: it signs each run's EKS token for the run's cluster only (D15).
+          // Not the run role: a run session of one cluster could sign a token for any cluster
+          // mapping that role.
+          value: (this.#shared.stages[stage].dispatcherRole ?? this.#shared.stages[stage].role).roleArn,
+          description: `the ${stage} stage's EKS identity (its dispatcher's role, which signs each run's token): an EKS access entry maps it to the group kapp-lambda:${stage}`,
         });
       }
     }

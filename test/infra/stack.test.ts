@@ -240,6 +240,16 @@ describe('synth', () => {
       ].sort(),
     );
   });
+
+  it.each(PIPELINE_STAGES)(
+    "%s: the EKS identity it outputs (what join's access entries map) is its dispatcher's role, not the run role",
+    (stage) => {
+      const { dispatcherRole, runRole } = stack.stages[stage];
+      const out = (template.toJSON().Outputs as Json)[`FunctionRoleArn${pascal(stage)}`] as { Value: unknown };
+      expect(out.Value).toEqual({ 'Fn::GetAtt': [logicalId(dispatcherRole!), 'Arn'] });
+      expect(out.Value).not.toEqual({ 'Fn::GetAtt': [logicalId(runRole!), 'Arn'] });
+    },
+  );
 });
 
 describe('artifact bucket', () => {

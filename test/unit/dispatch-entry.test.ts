@@ -20,6 +20,7 @@ import { memoryLogger } from '../../functions/lib/log.js';
 import { runSessionPolicy } from '../../infra/aws/run-policy.js';
 import { FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts } from '../../layers/bundle.js';
 import { clusterInstallRecord } from './support/cluster-records.js';
+import { decodeEksToken, signedFor } from './support/eks-token.js';
 
 const ENV = {
   AWS_REGION: 'eu-west-1',
@@ -105,6 +106,13 @@ describe('the dispatcher bundle', () => {
   }, 60_000);
 });
 
+/** The dispatcher role's own credentials (what signs the eks clusters' tokens). */
+const DISPATCHER_CREDENTIALS = {
+  accessKeyId: 'AKIADISPATCHER',
+  secretAccessKey: 'dispatcher-secret',
+  sessionToken: 'dispatcher-session',
+};
+
 describe('createDispatcherDeps', () => {
   const FORWARDER = 'AROAFORWARDERALPHA01';
   // A self-signed certificate's shape (only its shape is checked).
@@ -169,6 +177,7 @@ describe('createDispatcherDeps', () => {
       new DerivedKeyring(Buffer.alloc(32, 9)),
       {
         log,
+        credentials: async () => DISPATCHER_CREDENTIALS,
         sdk: {
           async assumeRole(input) {
             assumed.push(input);
@@ -208,6 +217,13 @@ describe('createDispatcherDeps', () => {
     const payload = JSON.parse(new TextDecoder().decode(t.invoked[0]?.Payload));
     expect(payload).toMatchObject({ clusterId: 'alpha', credentials: { accessKeyId: 'AKIA' } });
     expect(payload.records.map((r: { messageId: string }) => r.messageId)).toEqual(['m1']);
+    // alpha is an eks cluster: the run gets a token the dispatcher signed with its own role, for alpha.
+    const url = decodeEksToken(payload.eksToken.token);
+    const token = url.searchParams;
+    expect(token.get('X-Amz-Credential')).toMatch(/^AKIADISPATCHER\//);
+    expect(token.get('X-Amz-Security-Token')).toBe('dispatcher-session');
+    expect(signedFor(url, 'alpha', DISPATCHER_CREDENTIALS)).toBe(true);
+    expect(signedFor(url, 'beta', DISPATCHER_CREDENTIALS)).toBe(false);
     // The registry is read for documents only: no token, no secret.
     expect(t.reads.every((r) => r.startsWith('GetObjectCommand fleet-registry/registry/clusters/'))).toBe(true);
   });

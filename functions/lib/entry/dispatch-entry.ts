@@ -9,15 +9,20 @@
  * documents, `state/shares/`, for index-repo the source poll records (read), for fetch and
  * index-repo the poll members (`state/poll-members/`, `cluster` sharing), the root key (not
  * install's), `sts:AssumeRole` on the run role, the invoke of the
- * stage function). It never mints or reads a cluster's token: its registry reads documents only
- * (the sender check's forwarders), with a secret store and AWS credentials that refuse, so an
- * `eks` or `token` cluster's identity cannot be had through it. It runs no tool and loads none of
- * the pipeline (`test/unit/dispatch-entry.test.ts` holds its bundle to that).
+ * stage function). For an `eks` cluster it signs the run's EKS token with its own role
+ * ({@link eksTokenMinter}: in the shared stack the clusters' access entries map the dispatcher
+ * roles, not the run roles, so a run session cannot sign a token any cluster accepts); it never
+ * reads a `token` cluster's ServiceAccount token: its registry reads documents only (the sender
+ * check's forwarders, the `eks` clusters' names), with a secret store and AWS credentials that
+ * refuse. It runs no tool and loads none of the pipeline (`test/unit/dispatch-entry.test.ts`
+ * holds its bundle to that).
  *
  * @module
  */
+import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import type { PipelineStage } from '../api/functions.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
+import { signEksToken } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
 import { StageShares } from '../lease/shares.js';
 import type { Logger } from '../log.js';
@@ -27,6 +32,7 @@ import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { type DispatcherConfig, parseDispatcherEnv } from './config.js';
 import {
   type DispatcherDeps,
+  type EksTokenMinter,
   makeDispatcher,
   POLL_MEMBER_STAGES,
   StorePollMembers,
@@ -34,7 +40,7 @@ import {
 } from './dispatch.js';
 import { LambdaStageInvoker, StsRunCredentials } from './dispatch-aws.js';
 import type { DispatchSdk } from './dispatch-clients.js';
-import { type AwsClients, createLambdaLogger, lazyAwsClients } from './lambda-base.js';
+import { type AwsClients, createLambdaLogger, lazyAwsClients, lazyDefaultProvider } from './lambda-base.js';
 import { lambdaBootstrap } from './runtime-api.js';
 import { senderRefusal } from './sender.js';
 
@@ -44,6 +50,28 @@ export interface DispatcherDepsOverrides {
   log?: Logger;
   /** Default the clients of `./dispatch-clients.ts`, made on the first call. */
   sdk?: DispatchSdk;
+  /** The dispatcher role's own credentials, which sign `eks` clusters' tokens. Default the SDK's default chain. */
+  credentials?: AwsCredentialIdentityProvider;
+}
+
+/**
+ * The {@link EksTokenMinter} of a dispatcher: the cluster's `eks` auth from its registry
+ * document (`StoreClusterRegistry.eksAuthOf`), signed at each call with `credentials` (the
+ * dispatcher role's) by `signEksToken` (local SigV4 presigning; `GetCallerIdentity` needs no IAM
+ * permission). A `token` cluster (or an unknown one) gets none.
+ */
+export function eksTokenMinter(
+  registry: Pick<StoreClusterRegistry, 'eksAuthOf'>,
+  credentials: AwsCredentialIdentityProvider,
+  now: () => Date = () => new Date(),
+): EksTokenMinter {
+  return {
+    tokenFor: async (clusterId) => {
+      const auth = await registry.eksAuthOf(clusterId);
+      if (!auth) return undefined;
+      return signEksToken(await credentials(), auth.clusterName, auth.region, now());
+    },
+  };
 }
 
 /** The dispatcher's STS and Lambda calls, their SDK module loaded on the first call. */
@@ -85,7 +113,8 @@ const NO_CLUSTER_IDENTITY = async (): Promise<never> => {
  * sessions bound to their cluster, the dispatcher's own role as the sender of its copies), the
  * run sessions (`StsRunCredentials` of the run role, under `runSessionPolicy` of the bucket and
  * registry configured), the stage function's invoke, for index-repo the source poll's member
- * clusters, and in `cluster` sharing, for fetch and index-repo, the poll membership the runs answer.
+ * clusters, in `cluster` sharing, for fetch and index-repo, the poll membership the runs answer,
+ * and the `eks` clusters' run tokens ({@link eksTokenMinter} with the dispatcher's credentials).
  */
 export function createDispatcherDeps(
   config: DispatcherConfig,
@@ -113,6 +142,7 @@ export function createDispatcherDeps(
   return {
     log,
     keyring,
+    eksTokens: eksTokenMinter(registry, overrides.credentials ?? lazyDefaultProvider()),
     credentials: new StsRunCredentials({
       assumeRole: (input) => sdk.assumeRole(input),
       roleArn: () => config.runRoleArn,

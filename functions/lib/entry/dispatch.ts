@@ -3,7 +3,8 @@
  * function per stage that consumes the stage's queue in place of the stage function, runs no
  * tool, and hands each cluster's records to the stage function in an invocation of their own,
  * with credentials that reach that cluster only (the stage's run role assumed under
- * `runSessionPolicy`, `infra/aws/run-policy.ts`) and that cluster's sealing keys; the stage
+ * `runSessionPolicy`, `infra/aws/run-policy.ts`), that cluster's sealing keys and, for an `eks`
+ * cluster, an EKS token of the dispatcher's own role for that cluster only; the stage
  * function runs in Lambda's tenant isolation mode with `TenantId` = the cluster id, so a warm
  * environment never serves two clusters. The stage's answer (`batchItemFailures`) becomes the
  * dispatcher's, record by record.
@@ -107,6 +108,13 @@ export interface DispatchedBatch {
    */
   readonly sealingKeys?: WireClusterKeys;
   /**
+   * The cluster's EKS bearer token, for an `eks` cluster only: minted by the dispatcher with its
+   * own role ({@link EksTokenMinter}), which the cluster's access entry maps, for this cluster's
+   * EKS name only, so a run never signs one (a run role session could sign one for any cluster
+   * mapping the role). `expiresAt` is ISO 8601, 15 minutes after signing. Secret: never logged.
+   */
+  readonly eksToken?: { readonly token: string; readonly expiresAt: string };
+  /**
    * Set (with no records) for the source poll of this cluster (`SourcePollEvent`, index-repo
    * only): the stage runs `pollSources` with its registry narrowed to `clusterId`, so it pokes only
    * this cluster's members of the fleet's source poll records and reads no other cluster's
@@ -129,6 +137,19 @@ export interface StageInvoker {
   invoke(stage: PipelineStage, tenantId: string, payload: DispatchedBatch): Promise<SqsBatchResponse>;
 }
 
+/**
+ * Mints the EKS token of a cluster's run (`eksTokenMinter` of `./dispatch-entry.ts`: the
+ * cluster's registry document, signed with the dispatcher role's credentials).
+ */
+export interface EksTokenMinter {
+  /**
+   * A token for cluster `clusterId` signed now, or `undefined` when it is no `eks` cluster.
+   * Signed for each invoke, never cached: it must outlive the whole run it is given to.
+   * @throws when the document cannot be read or the token signed (the cluster's records fail).
+   */
+  tokenFor(clusterId: string): Promise<{ token: string; expiresAt: Date } | undefined>;
+}
+
 /** The ports of {@link makeDispatcher}; the optional ones are the edge work of `./edge.ts`. */
 export interface DispatcherDeps {
   credentials: RunCredentials;
@@ -136,6 +157,8 @@ export interface DispatcherDeps {
   /** The fleet's per-cluster keys (`DerivedKeyring` over the artifact root key): the tag and the sealing keys. */
   keyring: ClusterKeyring;
   log: Logger;
+  /** The EKS tokens of `eks` clusters' runs. Default none: every batch goes without one. */
+  eksTokens?: EksTokenMinter;
   /**
    * Proves each record a message of the stage's queue in flight now (`EntryDeps.prover`), before
    * its `SenderId` is trusted. Default none (unit tests, emulators without the check).
@@ -325,8 +348,9 @@ interface ClusterAnswer {
  * parked and acknowledged, and is never invoked); a record that fails either fails the later
  * records of its group without checking them (`skipped`), as the stage handler does. Each
  * cluster's remaining records then go to the stage function in one synchronous invoke
- * ({@link StageInvoker}, `TenantId` = the cluster id) with that cluster's run credentials and
- * sealing keys; the clusters' invokes run side by side. When an invoke returns or throws, its
+ * ({@link StageInvoker}, `TenantId` = the cluster id) with that cluster's run credentials,
+ * sealing keys and, for an `eks` cluster, an EKS token the dispatcher signs for it
+ * (`deps.eksTokens`); the clusters' invokes run side by side. When an invoke returns or throws, its
  * records' slots are released (waking the cluster's parked records); the records the stage names
  * in `requeue` are sent back as postponed copies (one requeue per message group, all or none; a
  * group with a record past `MAX_POSTPONEMENTS` or without a message group, or a requeue that
@@ -372,6 +396,8 @@ export function makeDispatcher(
     try {
       const keys = await deps.keyring.keysFor(clusterId);
       const c = await deps.credentials.forRun(stage, clusterId, keys.tag);
+      // Signed last, just before the invoke: its 15 minutes must cover the whole run.
+      const eks = await deps.eksTokens?.tokenFor(clusterId);
       const payload: DispatchedBatch = {
         records,
         clusterId,
@@ -382,6 +408,7 @@ export function makeDispatcher(
           expiration: c.expiration.toISOString(),
         },
         ...(usesArtifactKey(stage) ? { sealingKeys: wireKeys(keys) } : {}),
+        ...(eks ? { eksToken: { token: eks.token, expiresAt: eks.expiresAt.toISOString() } } : {}),
         ...(poll ? { poll: true as const } : {}),
       };
       answer = await deps.invoker.invoke(stage, clusterId, payload);

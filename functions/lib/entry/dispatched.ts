@@ -16,6 +16,7 @@ import {
   type SourcePollEvent,
 } from '../../../events/schema.js';
 import type { ClusterKeyring, ClusterKeys } from '../artifact/keyring.js';
+import { type BearerSource, type BearerToken, EKS_TOKEN_PREFIX } from '../kube/bearer.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import { errorText, type Logger } from '../log.js';
 import type { ObjectStore } from '../store/port.js';
@@ -32,9 +33,10 @@ import type { LambdaContext, SqsBatchResponse, SqsEvent, SqsHandler } from './st
 export type UnmemoizedCredentialProvider = AwsCredentialIdentityProvider & { memoized: true };
 
 /**
- * The run credentials and sealing keys of the one cluster an execution environment serves: what
- * the stage function's SDK clients ({@link RunCredentialHolder.credentials}) and its sealed store
- * ({@link RunCredentialHolder.keyring}) read, set by each dispatched invocation before its records
+ * The run credentials, sealing keys and EKS token of the one cluster an execution environment
+ * serves: what the stage function's SDK clients ({@link RunCredentialHolder.credentials}), its
+ * sealed store ({@link RunCredentialHolder.keyring}) and its registry's `eks` clusters
+ * ({@link RunCredentialHolder.eksToken}) read, set by each dispatched invocation before its records
  * run ({@link RunCredentialHolder.accept}). One per process.
  *
  * Tenant isolation gives an environment to one tenant for its life, so the first cluster the
@@ -45,6 +47,7 @@ export class RunCredentialHolder {
   private tenant: string | undefined;
   private current: AwsCredentialIdentity | undefined;
   private keys: ClusterKeys | undefined;
+  private eks: BearerToken | undefined;
 
   /**
    * The SDK clients' `credentials`: the last accepted batch's.
@@ -72,6 +75,38 @@ export class RunCredentialHolder {
     },
   };
 
+  /**
+   * The `eks` cluster's bearer token (`StoreClusterRegistryOptions.eksTokens`): the one the last
+   * accepted batch carried, minted by the dispatcher (`DispatchedBatch.eksToken`). The stage never
+   * signs one: its run session's role is no cluster's access entry, and a token it signed would
+   * name whatever cluster it chose.
+   *
+   * The token is the run's until {@link EKS_TOKEN_EXPIRY_MARGIN_MS} before it expires, whatever
+   * validity is asked (`minValidityMs` is ignored): no newer token can be had mid-run, and the
+   * dispatcher signs it just before the invoke, so its 15 minutes outlive the longest stage run
+   * (870 s, the timeout; 30 s to spare). Honouring the registry's asks (10 minutes before a record,
+   * 60 s before a request) would fail the records of a run's last minutes instead.
+   *
+   * @throws Error (rejects) when the batch carried no token (the dispatcher did not find an `eks`
+   *   cluster) or it is within the margin of its expiry; the message never holds the token.
+   */
+  readonly eksToken: BearerSource = {
+    token: async () => {
+      if (!this.eks) {
+        throw new Error(
+          `no EKS token for cluster ${this.tenant ?? '(none yet)'}: behind the dispatcher an eks cluster's token comes in its batch, and the stage signs none`,
+        );
+      }
+      if (this.eks.expiresAt.getTime() - this.now().getTime() < EKS_TOKEN_EXPIRY_MARGIN_MS) {
+        throw new Error(`the dispatcher's EKS token for cluster ${this.tenant} has expired`);
+      }
+      return this.eks;
+    },
+  };
+
+  /** @param now - clock of {@link eksToken}'s expiry; default `() => new Date()`. */
+  constructor(private readonly now: () => Date = () => new Date()) {}
+
   /** The cluster this environment serves; `undefined` before the first batch. */
   get clusterId(): string | undefined {
     return this.tenant;
@@ -86,9 +121,11 @@ export class RunCredentialHolder {
   }
 
   /**
-   * Takes a batch's credentials and keys, after checking it is this environment's cluster's.
+   * Takes a batch's credentials, keys and EKS token (a batch without one drops the last's),
+   * after checking it is this environment's cluster's.
    * @throws Error when the batch is malformed (no cluster id, credentials or records, a `poll`
-   *   that is not `true`, a poll with records), names another cluster than the first one served,
+   *   that is not `true`, a poll with records, an EKS token without the `k8s-aws-v1.` prefix or
+   *   an expiry), names another cluster than the first one served,
    *   or holds a record whose event names another cluster: nothing of it is taken.
    */
   accept(batch: DispatchedBatch): void {
@@ -120,6 +157,8 @@ export class RunCredentialHolder {
     }
     const keys = batch.sealingKeys === undefined ? undefined : clusterKeys(batch.sealingKeys);
     if (batch.sealingKeys !== undefined && !keys) throw refuse('malformed sealing keys');
+    const eks = batch.eksToken === undefined ? undefined : bearerToken(batch.eksToken);
+    if (batch.eksToken !== undefined && !eks) throw refuse('malformed EKS token');
     this.tenant = batch.clusterId;
     this.current = {
       accessKeyId: c.accessKeyId,
@@ -128,7 +167,23 @@ export class RunCredentialHolder {
       expiration,
     };
     this.keys = keys;
+    this.eks = eks;
   }
+}
+
+/**
+ * How long before its expiry the stage stops using the dispatcher's EKS token
+ * ({@link RunCredentialHolder.eksToken}): 5 s, for a request's flight and clock skew.
+ */
+export const EKS_TOKEN_EXPIRY_MARGIN_MS = 5_000;
+
+/** A batch's `eksToken` as a {@link BearerToken}; `undefined` when malformed. */
+function bearerToken(w: DispatchedBatch['eksToken']): BearerToken | undefined {
+  const expiresAt = new Date(typeof w?.expiresAt === 'string' ? w.expiresAt : Number.NaN);
+  if (typeof w?.token !== 'string' || !w.token.startsWith(EKS_TOKEN_PREFIX) || Number.isNaN(expiresAt.getTime())) {
+    return undefined;
+  }
+  return { token: w.token, expiresAt };
 }
 
 /** {@link WireClusterKeys} as `ClusterKeys`; `undefined` when malformed. */

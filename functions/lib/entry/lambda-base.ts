@@ -70,3 +70,12 @@ export function createLambdaLogger(config: Pick<LambdaConfig, 'stage' | 'logLeve
     pino.destination({ fd: 1, sync: true }),
   );
 }
+
+/** The SDK's default credential chain (`@aws-sdk/credential-provider-node`), loaded on the first ask. */
+export function lazyDefaultProvider(): AwsCredentialIdentityProvider {
+  let provider: Promise<AwsCredentialIdentityProvider> | undefined;
+  return async (props) => {
+    provider ??= import('@aws-sdk/credential-provider-node').then((m) => m.defaultProvider());
+    return await (await provider)(props);
+  };
+}

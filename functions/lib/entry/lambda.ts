@@ -15,13 +15,12 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import type { AwsCredentialIdentityProvider } from '@smithy/types';
 import { targetFunction } from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import type { OrphanSweeper } from '../exec/orphans.js';
 import { dirBinResolver, STAGE_TOOLS } from '../exec/runner.js';
-import { DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
+import { type BearerSource, DirSecretStore, SecretsManagerSecretStore } from '../kube/bearer.js';
 import { StoreClusterRegistry } from '../kube/fleet-registry.js';
 import { kubeconfigFileRegistry, UnsupportedKubeconfigError } from '../kube/kubeconfig-plain.js';
 import { type ClusterRegistry, UnknownClusterError } from '../kube/port.js';
@@ -44,20 +43,11 @@ import {
   SHARING_NEEDS_DISPATCHED,
 } from './config.js';
 import type { RunCredentialHolder } from './dispatched.js';
-import { type AwsClients, createLambdaLogger, lazySendClient } from './lambda-base.js';
+import { type AwsClients, createLambdaLogger, lazyDefaultProvider, lazySendClient } from './lambda-base.js';
 import { type SenderPolicy, senderRefusal, sendingAs } from './sender.js';
 import type { EntryDeps } from './stage-handler.js';
 
 export { type AwsClients, createLambdaLogger, lazyAwsClients, lazySendClient } from './lambda-base.js';
-
-/** The SDK's default credential chain (`@aws-sdk/credential-provider-node`), loaded on the first ask. */
-function lazyDefaultProvider(): AwsCredentialIdentityProvider {
-  let provider: Promise<AwsCredentialIdentityProvider> | undefined;
-  return async (props) => {
-    provider ??= import('@aws-sdk/credential-provider-node').then((m) => m.defaultProvider());
-    return await (await provider)(props);
-  };
-}
 
 /** What a function may do in the clusters it serves, beyond the FetchView every function holds. */
 export interface FunctionAccess {
@@ -203,9 +193,9 @@ export function kubeconfigClusterRegistry(
 /**
  * The clusters a function serves from the fleet's cluster registry
  * (`KAPP_LAMBDA_CLUSTER_REGISTRY`, `../kube/fleet-registry.ts`), as the function's own stage
- * identity: on EKS the function role (the SDK's default credentials, or `clients.credentials`:
- * behind the dispatcher the run session's; mapped in each cluster by an access entry to
- * `kapp-lambda:<stage>`), otherwise the stage's ServiceAccount token from Secrets Manager (or a
+ * identity: on EKS the function role (the SDK's default credentials, or `clients.credentials`;
+ * mapped in each cluster by an access entry to `kapp-lambda:<stage>`), or behind the dispatcher
+ * `eksTokens`, the token its batch carries (the dispatcher's role's, D15), otherwise the stage's ServiceAccount token from Secrets Manager (or a
  * directory), read with `clients.credentials` likewise. Documents are read from S3 with the
  * function's S3 client (any bucket the role may read), or from a local directory.
  */
@@ -214,6 +204,7 @@ export function fleetClusterRegistry(
     clusterRegistry: ClusterRegistryConfig;
   },
   clients: Pick<AwsClients, 's3' | 'credentials'>,
+  eksTokens?: BearerSource,
 ): StoreClusterRegistry {
   const { location, secrets, ttlMs } = config.clusterRegistry;
   return new StoreClusterRegistry({
@@ -222,7 +213,8 @@ export function fleetClusterRegistry(
         ? new S3Store({ client: clients.s3, bucket: location.bucket, prefix: location.prefix })
         : new LocalDirStore(location.root),
     stage: config.stage,
-    credentials: clients.credentials ?? lazyDefaultProvider(),
+    // Behind the dispatcher an `eks` cluster's token is the batch's, and nothing here signs one.
+    ...(eksTokens ? { eksTokens } : { credentials: clients.credentials ?? lazyDefaultProvider() }),
     secrets:
       secrets.kind === 'dir'
         ? new DirSecretStore(secrets.root)
@@ -266,9 +258,10 @@ export interface LambdaDepsOverrides {
   /**
    * The run credential holder of a stage behind the dispatcher (`config.dispatched`): the
    * registry is narrowed to its cluster ({@link tenantClusterRegistry}), and with
-   * `config.sharing` `cluster` the store to its sharing domain (`domainTag`). Required then.
+   * `config.sharing` `cluster` the store to its sharing domain (`domainTag`); an `eks` cluster's
+   * token is its `eksToken` (the registry signs none). Required then.
    */
-  tenant?: Pick<RunCredentialHolder, 'clusterId' | 'domainTag'>;
+  tenant?: Pick<RunCredentialHolder, 'clusterId' | 'domainTag' | 'eksToken'>;
 }
 
 /**
@@ -308,18 +301,22 @@ export function createLambdaDeps(
   overrides: LambdaDepsOverrides = {},
 ): EntryDeps {
   const log = overrides.log ?? createLambdaLogger(config);
-  const fleet =
-    overrides.clusters || !config.clusterRegistry
-      ? undefined
-      : fleetClusterRegistry({ ...config, clusterRegistry: config.clusterRegistry }, clients);
-  const all = overrides.clusters ?? fleet ?? kubeconfigClusterRegistry(config);
-  const cell = config.senderCheck?.cell;
   // Behind the dispatcher the record proof, sender check, fair shares and early delete are the
   // dispatcher's (`./dispatched.ts`); the run's session could do none of them.
   const dispatched = config.dispatched === true;
   if (dispatched && !overrides.tenant) {
     throw new Error('the dispatched mode needs the run credential holder (overrides.tenant)');
   }
+  const fleet =
+    overrides.clusters || !config.clusterRegistry
+      ? undefined
+      : fleetClusterRegistry(
+          { ...config, clusterRegistry: config.clusterRegistry },
+          clients,
+          dispatched ? overrides.tenant?.eksToken : undefined,
+        );
+  const all = overrides.clusters ?? fleet ?? kubeconfigClusterRegistry(config);
+  const cell = config.senderCheck?.cell;
   const registry = overrides.tenant
     ? tenantClusterRegistry(all, overrides.tenant)
     : cell === undefined

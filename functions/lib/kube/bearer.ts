@@ -150,18 +150,31 @@ export class EksTokenSource implements BearerSource {
     const now = (this.#options.now ?? (() => new Date()))();
     if (this.#cached && this.#cached.expiresAt.getTime() - now.getTime() >= minValidityMs) return this.#cached;
     const { credentials, region, clusterName } = this.#options;
-    const hostname = `sts.${region}.amazonaws.com`;
-    // aws-iam-authenticator presigns for 60 s; EKS itself accepts the token for 15 minutes
-    // after X-Amz-Date.
     const identity = typeof credentials === 'function' ? await credentials() : credentials;
-    const query = new URLSearchParams(presignGetCallerIdentity(identity, region, hostname, clusterName, now, 60));
-    const url = `https://${hostname}/?${query.toString().replaceAll('+', '%20')}`;
-    this.#cached = {
-      token: EKS_TOKEN_PREFIX + base64url(url),
-      expiresAt: new Date(now.getTime() + EKS_TOKEN_LIFETIME_MS),
-    };
+    this.#cached = signEksToken(identity, clusterName, region, now);
     return this.#cached;
   }
+}
+
+/**
+ * Signs an EKS bearer token of `credentials`' identity for cluster `clusterName` (the
+ * `x-k8s-aws-id` header) at `now`, as aws-iam-authenticator does: presigned for 60 s, accepted by
+ * EKS for {@link EKS_TOKEN_LIFETIME_MS} after `now` (its `expiresAt`). Local, no call to STS.
+ * Used by {@link EksTokenSource} and by the dispatcher, which mints each dispatched run's token
+ * with its own role (docs/decisions.md D15).
+ *
+ * @throws Error when the credentials lack an access key id or secret access key (never quoted).
+ */
+export function signEksToken(
+  credentials: AwsCredentialIdentity,
+  clusterName: string,
+  region: string,
+  now: Date,
+): BearerToken {
+  const hostname = `sts.${region}.amazonaws.com`;
+  const query = new URLSearchParams(presignGetCallerIdentity(credentials, region, hostname, clusterName, now, 60));
+  const url = `https://${hostname}/?${query.toString().replaceAll('+', '%20')}`;
+  return { token: EKS_TOKEN_PREFIX + base64url(url), expiresAt: new Date(now.getTime() + EKS_TOKEN_LIFETIME_MS) };
 }
 
 /** Where ServiceAccount tokens are kept, by name. */

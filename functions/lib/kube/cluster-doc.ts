@@ -3,7 +3,8 @@
  * registry's object store, saying where the cluster's API server is (endpoint, CA bundle) and
  * how each stage function authenticates to it. Written by `npm run cluster -- add`, read by the
  * functions at run time (`fleet-registry.ts`). Holds no credential to a cluster or to the cloud:
- * an `eks` cluster is reached with the function's own IAM role, a `token` cluster with a
+ * an `eks` cluster is reached with the function's own IAM role (dispatched: a token its
+ * dispatcher's role signed), a `token` cluster with a
  * ServiceAccount token the function reads from a secret store by the name given here. Its one
  * secret is `eventKey` ({@link EVENT_KEY_BYTES} random bytes, base64), the key of the cluster's
  * SQS deduplication ids (`dedupId` of `../transport/sqs.ts`), which `npm run cluster -- join`
@@ -106,7 +107,10 @@ function buildClusterDocSchema() {
     { error: 'expected an https:// URL without path, query or credentials' },
   );
 
-  /** `eks`: the function's own IAM role, mapped by an EKS access entry to its stage's group. */
+  /**
+   * `eks`: the function's own IAM role (in the dispatched mode its dispatcher's, which signs each
+   * run's token), mapped by an EKS access entry to its stage's group.
+   */
   const EksAuth = z.strictObject({
     kind: z.literal('eks'),
     /** The EKS cluster name: signed into the token (`x-k8s-aws-id`). */

@@ -5,7 +5,8 @@
  * registered cluster and a new cluster needs no redeploy.
  *
  * Each function authenticates as its own stage identity ({@link StoreClusterRegistryOptions.stage}):
- * on EKS its IAM role (mapped by an access entry to the group `kapp-lambda:<stage>`), otherwise
+ * on EKS its IAM role (mapped by an access entry to the group `kapp-lambda:<stage>`; behind the
+ * dispatcher, the token the dispatcher signed with its role, `eksTokens`), otherwise
  * the ServiceAccount token the document names for that stage. What each identity may do is
  * the RBAC in `infra/rbac/`.
  *
@@ -25,6 +26,7 @@ import {
   CLUSTER_ID_PATTERN,
   type ClusterDoc,
   clusterDocKey,
+  type EksClusterAuth,
   MAX_CLUSTER_DOC_BYTES,
   parseClusterDoc,
 } from './cluster-doc.js';
@@ -48,6 +50,12 @@ export interface StoreClusterRegistryOptions {
   stage: PipelineStage;
   /** The function role's AWS credentials, for `eks` clusters (the SDK's default chain on Lambda). */
   credentials?: AwsCredentialIdentityProvider;
+  /**
+   * Where every `eks` cluster's token comes from instead of signing one with `credentials`: a
+   * stage behind the dispatcher (docs/decisions.md D15), whose token the dispatcher mints for the
+   * one cluster it serves (`RunCredentialHolder.eksToken`). Set, `credentials` signs nothing.
+   */
+  eksTokens?: BearerSource;
   /** Where `token` clusters' ServiceAccount tokens are (Secrets Manager on Lambda). */
   secrets?: SecretStore;
   /** How long a loaded document (and a token read from the secret store) is used before it is read again, ms. */
@@ -129,6 +137,7 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
   #bearerOf(doc: ClusterDoc): BearerSource {
     const { stage } = this.#options;
     if (doc.auth.kind === 'eks') {
+      if (this.#options.eksTokens) return this.#options.eksTokens;
       if (!this.#options.credentials) throw new Error(`cluster ${doc.id}: eks auth needs AWS credentials`);
       return new EksTokenSource({
         clusterName: doc.auth.clusterName,
@@ -230,6 +239,20 @@ export class StoreClusterRegistry extends ViewsClusterRegistry {
     if (!entry) return undefined;
     const roleId = entry.doc.forwarder?.roleId;
     return roleId === undefined ? {} : { roleId };
+  }
+
+  /**
+   * A cluster's EKS identity (`auth` of its document when `eks`, read as {@link forwarderOf}
+   * reads it): what the dispatcher signs a run's token for.
+   *
+   * @returns `undefined` when the cluster is not registered or is not an `eks` cluster.
+   * @throws as {@link forwarderOf}.
+   */
+  async eksAuthOf(clusterId: string): Promise<EksClusterAuth | undefined> {
+    if (!CLUSTER_ID_PATTERN.test(clusterId)) return undefined;
+    await this.#fresh(clusterId);
+    const auth = this.#entries.get(clusterId)?.doc.auth;
+    return auth?.kind === 'eks' ? { kind: 'eks', clusterName: auth.clusterName, region: auth.region } : undefined;
   }
 
   /**
