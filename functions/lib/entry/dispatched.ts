@@ -197,9 +197,10 @@ function clusterKeys(w: WireClusterKeys): ClusterKeys | undefined {
 }
 
 /**
- * The stage's {@link MessageRequeuer} behind the dispatcher: it sends nothing (the run's session
- * holds no right on the stage's own queue, and a copy must come from the dispatcher's role to
- * pass the sender check), it only notes the message ids of the records the function deadline held
+ * The stage's {@link MessageRequeuer} behind the dispatcher: it sends nothing (a copy must come
+ * from the dispatcher's role to pass the sender check, which holds a run role to what its stage
+ * emits; a run of fetch, deploy, index-repo or install may send its own queue only the events its
+ * stage emits there, e.g. follow-ups), it only notes the message ids of the records the function deadline held
  * back, which {@link dispatchedHandler} returns as the answer's `requeue` for the dispatcher to
  * send. One per process; an environment runs one invocation at a time.
  */
