@@ -19,32 +19,19 @@ import { EKS_TOKEN_LIFETIME_MS, EKS_TOKEN_PREFIX } from '../../functions/lib/kub
 import { StoreClusterRegistry } from '../../functions/lib/kube/fleet-registry.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { clusterDocJson } from './support/cluster-doc.js';
 import { clusterTemplateRecord } from './support/cluster-records.js';
 import { batchOf, DISPATCH_KEYRING, DISPATCHED_ENV } from './support/dispatched-batch.js';
 import { decodeEksToken, signedFor } from './support/eks-token.js';
 
-const CA_DATA = Buffer.from(
-  [
-    '-----BEGIN CERTIFICATE-----',
-    'MIIBdzCCAR2gAwIBAgIUQm9ndXNDZXJ0aWZpY2F0ZUZvclRlc3RzMAoGCCqGSM49BAMCMA8xDTALBgNVBAMMBHRl',
-    '-----END CERTIFICATE-----',
-    '',
-  ].join('\n'),
-).toString('base64');
-
 /** Cluster `alpha` (EKS name `eks-alpha`) authenticates with `eks`, cluster `beta` with a token secret. */
 const doc = (id: string) =>
-  JSON.stringify({
-    apiVersion: 'kapp-lambda/v1',
-    kind: 'Cluster',
+  clusterDocJson(
     id,
-    endpoint: 'https://abc.gr7.eu-west-1.eks.amazonaws.com',
-    caData: CA_DATA,
-    auth:
-      id === 'alpha'
-        ? { kind: 'eks', clusterName: 'eks-alpha', region: 'eu-west-1' }
-        : { kind: 'token', secrets: { template: `kapp-lambda/${id}/template` } },
-  });
+    id === 'alpha'
+      ? { kind: 'eks', clusterName: 'eks-alpha', region: 'eu-west-1' }
+      : { kind: 'token', secrets: { template: `kapp-lambda/${id}/template` } },
+  );
 
 const DISPATCHER = { accessKeyId: 'AKIADISPATCHER', secretAccessKey: 'd-secret', sessionToken: 'd-session' };
 const NOW = new Date('2026-12-07T06:00:00Z');

@@ -19,6 +19,7 @@ import type { AwsClients } from '../../functions/lib/entry/lambda-base.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { runSessionPolicy } from '../../infra/aws/run-policy.js';
 import { FUNCTION_BUNDLE_MAX_BYTES, functionBundleFacts } from '../../layers/bundle.js';
+import { clusterDocJson } from './support/cluster-doc.js';
 import { clusterInstallRecord } from './support/cluster-records.js';
 import { decodeEksToken, signedFor } from './support/eks-token.js';
 
@@ -115,27 +116,13 @@ const DISPATCHER_CREDENTIALS = {
 
 describe('createDispatcherDeps', () => {
   const FORWARDER = 'AROAFORWARDERALPHA01';
-  // A self-signed certificate's shape (only its shape is checked).
-  const CA_DATA = Buffer.from(
-    [
-      '-----BEGIN CERTIFICATE-----',
-      'MIIBdzCCAR2gAwIBAgIUQm9ndXNDZXJ0aWZpY2F0ZUZvclRlc3RzMAoGCCqGSM49BAMCMA8xDTALBgNVBAMMBHRl',
-      'c3QwHhcNMjYwMTAxMDAwMDAwWhcNMjcwMTAxMDAwMDAwWjAPMQ0wCwYDVQQDDAR0ZXN0MFkwEwYHKoZIzj0CAQYI',
-      '-----END CERTIFICATE-----',
-      '',
-    ].join('\n'),
-  ).toString('base64');
   /** A cluster document: `eks` auth, cluster alpha's forwarder. */
   const doc = (id: string) =>
-    JSON.stringify({
-      apiVersion: 'kapp-lambda/v1',
-      kind: 'Cluster',
+    clusterDocJson(
       id,
-      endpoint: 'https://abc.gr7.eu-west-1.eks.amazonaws.com',
-      caData: CA_DATA,
-      auth: { kind: 'eks', clusterName: id, region: 'eu-west-1' },
-      ...(id === 'alpha' ? { forwarder: { roleId: FORWARDER } } : {}),
-    });
+      { kind: 'eks', clusterName: id, region: 'eu-west-1' },
+      id === 'alpha' ? { forwarder: { roleId: FORWARDER } } : {},
+    );
 
   /** Fake S3 (the registry's documents) and SQS (every receipt handle proven) clients; fake STS and Lambda calls. */
   function setup() {

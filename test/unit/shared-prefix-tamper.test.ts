@@ -276,10 +276,21 @@ describe('template: the shared tarball, the render record and the shared manifes
   }
   const renderRecord = async (store: MemoryStore) => (await store.list('cache/render/'))[0] as string;
 
-  it('a tarball replaced under its key never renders: the stage throws missing (restart), ytt does not run', async () => {
-    const store = new MemoryStore();
+  it.each([
+    {
+      what: 'a tarball replaced under its key never renders: the stage throws missing (restart), ytt does not run',
+      store: () => new MemoryStore(),
+      planted: () => otherTgz('#@ load("evil")\n'),
+    },
+    {
+      what: 'a tarball over the read bound under its key never renders: missing (restart), logged as tampering',
+      store: () => new BoundedReadStore(),
+      planted: async () => OVERSIZE,
+    },
+  ])('$what', async ({ store: makeStore, planted }) => {
+    const store = makeStore();
     const fetchKey = await putFetchArtifact(store, tempDir());
-    await store.put(fetchKey, await otherTgz('#@ load("evil")\n'));
+    await store.put(fetchKey, await planted());
     const w = world(store);
     const data = { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: { exitCode: 0, updatedAt: NOW } };
     await expect(dispatchEvent(templateEvent(data, { time: new Date(NOW) }), w.deps)).rejects.toThrow(
@@ -330,19 +341,6 @@ describe('template: the shared tarball, the render record and the shared manifes
     await store.put(key, EVIL);
     expect(await readArtifact(w.deps, scopeOf(REF), key)).toBeUndefined();
     expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === key)).toBe(true);
-  });
-
-  it('a tarball over the read bound under its key never renders: missing (restart), logged as tampering', async () => {
-    const store = new BoundedReadStore();
-    const fetchKey = await putFetchArtifact(store, tempDir());
-    await store.put(fetchKey, OVERSIZE);
-    const w = world(store);
-    const data = { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: { exitCode: 0, updatedAt: NOW } };
-    await expect(dispatchEvent(templateEvent(data, { time: new Date(NOW) }), w.deps)).rejects.toThrow(
-      `fetch artifact ${fetchKey} is missing from the object store`,
-    );
-    expect(w.tools()).toEqual([]);
-    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === fetchKey)).toBe(true);
   });
 
   it('a manifest over the read bound under its key is a miss: rendered again, kept sealed, run after run', async () => {
