@@ -68,9 +68,6 @@ import {
   clusterDocKey,
   EVENT_KEY_BYTES,
   IAM_ROLE_ID_PATTERN,
-  InvalidClusterDocumentError,
-  MAX_CLUSTER_DOC_BYTES,
-  parseClusterDoc,
 } from '../functions/lib/kube/cluster-doc.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { FORWARDER_SERVICE_ACCOUNT, podIdentityTrust } from '../infra/aws/stages.js';
@@ -82,9 +79,11 @@ import {
   identitySteps,
   putCluster,
   rbacManifests,
+  recordedClusterDoc,
   registryStore,
 } from './cluster-registry.js';
 import {
+  FORWARDER_DEPLOYMENT,
   FORWARDER_EVENT_KEY_SECRET,
   FORWARDER_FLEET_CONFIGMAP,
   packageVersion,
@@ -417,22 +416,6 @@ export async function writeJoinDocument(
   return { key: await putCluster(store, doc), doc };
 }
 
-/**
- * The packaging global namespace uid cluster `id`'s registry document records; `undefined` when
- * there is no document, it records none, or it does not parse (a document join replaces).
- */
-export async function recordedGlobalNamespaceUid(store: ObjectStore, id: string): Promise<string | undefined> {
-  const key = clusterDocKey(id);
-  const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
-  if (body === undefined) return undefined;
-  try {
-    return parseClusterDoc(key, body).packagingGlobalNamespaceUid;
-  } catch (e) {
-    if (e instanceof InvalidClusterDocumentError) return undefined;
-    throw e;
-  }
-}
-
 /** One step of a join, in order: what it does, and where. */
 export interface JoinStep {
   /**
@@ -478,7 +461,7 @@ export function joinPlan(s: JoinSettings): JoinStep[] {
     },
     {
       action: 'fleet-config',
-      text: `apply Secret ${RELEASE_NAMESPACE}/${FORWARDER_EVENT_KEY_SECRET} (a new event key) and ConfigMap ${RELEASE_NAMESPACE}/${FORWARDER_FLEET_CONFIGMAP} (FORWARDER_CLUSTER_ID=${s.id})`,
+      text: `apply Secret ${RELEASE_NAMESPACE}/${FORWARDER_EVENT_KEY_SECRET} (the cluster's event key: a new one unless the document has one) and ConfigMap ${RELEASE_NAMESPACE}/${FORWARDER_FLEET_CONFIGMAP} (FORWARDER_CLUSTER_ID=${s.id})`,
     },
   ];
   const { partition, account } = arnAccount(s.fleet.forwarderPolicyArn);
@@ -766,9 +749,11 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
       )
     ).trim() || undefined;
   const existingGlobalUid = await globalUidNow();
+  // What a re-join replaces: its global namespace uid is checked, its event key kept.
+  const recorded = v.replace ? await recordedClusterDoc(store, s.id) : undefined;
   const refusal = globalNamespaceRefusal(
     existingGlobalUid,
-    v.replace ? await recordedGlobalNamespaceUid(store, s.id) : undefined,
+    recorded?.packagingGlobalNamespaceUid,
     Boolean(v['adopt-global-namespace']),
   );
   if (refusal) {
@@ -785,10 +770,12 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
   const release = v.release ?? path.join(RELEASE_DIR, releaseFileName(await packageVersion()));
   let roleId = s.forwarderRoleId;
   // The cluster's event key: into the forwarder's Secret (before the fleet ConfigMap, which
-  // starts the forwarder) and the registry document. A join makes a new one; a forwarder still
-  // running with the old one until it restarts only loses the deduplication of its copies against
-  // the functions' (no event is sent by both), never one of its own.
-  const eventKey = newEventKey();
+  // starts the forwarder) and the registry document. A re-join keeps the recorded one: the
+  // functions take an object's events only in the message group its key gives (`messageGroupId`),
+  // so a running forwarder must hold the document's key. A cluster re-joined without one gets a
+  // new key, and its running forwarder is restarted to read it.
+  const eventKey = recorded?.eventKey ?? newEventKey();
+  const restartForwarder = recorded !== undefined && recorded.eventKey === undefined;
   for (const step of joinPlan(s)) {
     if (step.action === 'print') {
       process.stdout.write(`${step.text}\n`);
@@ -813,6 +800,14 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
       await apply(manifests.map((m) => stringify(m)).join('---\n'));
     } else if (step.action === 'fleet-config') {
       await apply([eventKeySecret(eventKey), fleetConfigMap(s.id, s.fleet)].map((m) => stringify(m)).join('---\n'));
+      if (restartForwarder) {
+        err(`restart deployment ${RELEASE_NAMESPACE}/${FORWARDER_DEPLOYMENT} (it reads the new event key on start)\n`);
+        await runKubectl(
+          kubectl,
+          [...kubeArgs, '-n', RELEASE_NAMESPACE, 'rollout', 'restart', `deployment/${FORWARDER_DEPLOYMENT}`],
+          '',
+        );
+      }
     } else if (step.action === 'create-role' && s.auth.kind === 'eks') {
       const { partition, account } = arnAccount(s.fleet.forwarderPolicyArn);
       const trust = forwarderTrustPolicy(account, eksClusterArn(partition, s.auth.region, account, s.auth.clusterName));

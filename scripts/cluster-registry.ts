@@ -49,6 +49,7 @@ import {
   type ClusterDoc,
   clusterDocKey,
   IAM_ROLE_ID_PATTERN,
+  InvalidClusterDocumentError,
   KUBE_UID_PATTERN,
   MAX_CLUSTER_DOC_BYTES,
   parseClusterDoc,
@@ -378,6 +379,25 @@ export function identitySteps(
   return `${lines.join('\n')}\n`;
 }
 
+/**
+ * Cluster `id`'s registry document as recorded; `undefined` when there is none or it does not
+ * parse (a document `add --replace` and `join --replace` overwrite). What a replacement keeps
+ * of it: the event key (the functions take an object's events only in the message group its key
+ * gives, so a running forwarder must keep holding the document's key) and, for join, the checked
+ * global namespace uid.
+ */
+export async function recordedClusterDoc(store: ObjectStore, id: string): Promise<ClusterDoc | undefined> {
+  const key = clusterDocKey(id);
+  const body = await store.get(key, { maxBytes: MAX_CLUSTER_DOC_BYTES });
+  if (body === undefined) return undefined;
+  try {
+    return parseClusterDoc(key, body);
+  } catch (e) {
+    if (e instanceof InvalidClusterDocumentError) return undefined;
+    throw e;
+  }
+}
+
 const USAGE = `usage:
   npm run cluster -- add <id> --endpoint https://… --ca-file <pem> [--tls-server-name <name>] [--replace]
       --auth eks --eks-cluster-name <name> --region <region> [--function-role <stage>=<arn> …]
@@ -538,6 +558,9 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
       return 2;
     }
   }
+  // A replacement keeps the event key join made (its forwarder holds it); add makes none, as it
+  // writes nothing into the cluster (the key would have to be printed).
+  const eventKey = v.replace ? (await recordedClusterDoc(store, id))?.eventKey : undefined;
   const doc = clusterDocOf({
     id,
     endpoint: v.endpoint,
@@ -546,6 +569,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     auth,
     ...(forwarderRoleId ? { forwarderRoleId } : {}),
     ...(globalUid ? { packagingGlobalNamespaceUid: globalUid } : {}),
+    ...(eventKey ? { eventKey } : {}),
   });
   const key = await putCluster(store, doc);
   const reach = await endpointReachWarning(v.endpoint);
@@ -565,6 +589,13 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
     process.stderr.write(
       `# No --packaging-global-namespace-uid: the Packages of ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} are trusted unchecked. Once the release created it: add --replace … --packaging-global-namespace-uid "$(kubectl get namespace ${DEFAULT_PACKAGING_GLOBAL_NAMESPACE} -o jsonpath='{.metadata.uid}')" (npm run cluster -- join does it, and refuses a namespace that existed before).\n`,
     );
+  }
+  if (!eventKey) {
+    process.stderr.write(
+      `# No event key (join makes one): the SQS message groups and deduplication ids of ${id}'s events are unkeyed, so another cluster's forwarder can name them and hold its objects' events back. npm run cluster -- join writes the key into the registry and the forwarder's Secret.\n`,
+    );
+  } else {
+    process.stderr.write("# kept the document's event key (the forwarder's Secret holds it).\n");
   }
   if (!forwarderRoleId) {
     process.stderr.write(

@@ -80,6 +80,8 @@ export const RELEASE_NAMESPACE = 'kapp-lambda';
  */
 export const DEFAULT_FORWARDER_IMAGE_REPOSITORY = 'ghcr.io/kapp-lambda/forwarder';
 
+/** The forwarder's Deployment in {@link RELEASE_NAMESPACE}: what a re-join that made a new event key restarts. */
+export const FORWARDER_DEPLOYMENT = 'kapp-lambda-forwarder';
 /**
  * The ConfigMap (namespace {@link RELEASE_NAMESPACE}) holding the forwarder's settings that name
  * a fleet ({@link isFleetSetting}): not in the release, created when the cluster joins a fleet.

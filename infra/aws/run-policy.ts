@@ -163,11 +163,39 @@ export function runSessionKeys(
 }
 
 /**
+ * The fleet-shared, content-addressed blobs (`artifacts/fetch/`, `artifacts/template/`): a run may
+ * read and create them, never list them. No stage lists them, and a listing would hand every run
+ * the other clusters' unsealed blobs' names (their digests), hence their content. Reading a key
+ * that is not there is then answered 403, not 404 ({@link sessionReadsKey}).
+ */
+export const SHARED_BLOBS_PREFIX = 'artifacts/';
+
+/**
+ * Whether `key` (from the artifact bucket's root) is one a `stage` run of `clusterId` may read:
+ * it matches a pattern of {@link runSessionKeys}. Why: S3 answers a `GetObject` or `HeadObject` of
+ * a missing key with 403 AccessDenied, not 404, to a principal without `s3:ListBucket` for it, as
+ * the session is for {@link SHARED_BLOBS_PREFIX} (and, by how S3 evaluates a `s3:prefix`-conditioned
+ * listing for that answer, possibly for every key). A denial of a key the session grants can then
+ * only mean the key is missing (or the run role lacks the grant, which the next write shows), so
+ * the stage's store reads it as absent (`S3StoreOptions.absentWhenDenied`).
+ */
+export function sessionReadsKey(
+  stage: PipelineStage,
+  clusterId: string,
+  clusterTag: string,
+  sharing: Sharing = 'fleet',
+): (key: string) => boolean {
+  const patterns = runSessionKeys(stage, clusterId, clusterTag, sharing);
+  return (key) => patterns.some((p) => (p.endsWith('*') ? key.startsWith(p.slice(0, -1)) : key === p));
+}
+
+/**
  * The inline session policy of a `stage` run for cluster `clusterId` (compact JSON is what STS
  * counts): the stage's object actions on {@link runSessionKeys} of the artifact bucket (under
  * `target.sharing` `cluster`, its claims under `d/<clusterTag>/*` only, none of the fleet's);
- * `s3:ListBucket` only under those keys (a listing would otherwise name other clusters'
- * receipts and leases, hence their namespaces and Apps); the cluster's registry document; its
+ * `s3:ListBucket` only under those keys but {@link SHARED_BLOBS_PREFIX} (a listing would otherwise
+ * name other clusters' receipts and leases, hence their namespaces and Apps, or their unsealed
+ * blobs); the cluster's registry document; its
  * token secret of this stage (`kapp-lambda/<id>/<stage>-??????`); `sqs:SendMessage` (a stage
  * that sends) and the artifact key's `kms:Decrypt` (and `kms:GenerateDataKey` for a stage that
  * writes) on any queue or key of the account, since the run role names the exact queues and key.
@@ -190,16 +218,17 @@ export function runSessionPolicy(
   const keys = runSessionKeys(stage, clusterId, clusterTag, target.sharing);
   const actions = OBJECT_ACTIONS.filter((x) => grants.some((g) => g.actions.includes(x)));
   const statements: PolicyStatement[] = [];
+  const listed = keys.filter((k) => !k.startsWith(SHARED_BLOBS_PREFIX));
   if (keys.length > 0) {
-    statements.push(
-      { Effect: 'Allow', Action: actions, Resource: keys.map((k) => `arn:${p}:s3:::${bucket}/${k}`) },
-      {
-        Effect: 'Allow',
-        Action: ['s3:ListBucket'],
-        Resource: [`arn:${p}:s3:::${bucket}`],
-        Condition: { StringLike: { 's3:prefix': keys } },
-      },
-    );
+    statements.push({ Effect: 'Allow', Action: actions, Resource: keys.map((k) => `arn:${p}:s3:::${bucket}/${k}`) });
+  }
+  if (listed.length > 0) {
+    statements.push({
+      Effect: 'Allow',
+      Action: ['s3:ListBucket'],
+      Resource: [`arn:${p}:s3:::${bucket}`],
+      Condition: { StringLike: { 's3:prefix': listed } },
+    });
   }
   statements.push(
     {

@@ -61,6 +61,7 @@ import { startTenantRouter, type TenantRouter } from '../harness/tenant-router.j
 import {
   type CloudFleet,
   createRootKeySecret,
+  keyCluster,
   registerCluster,
   registryUrl,
   stageFunctionEnv,
@@ -104,6 +105,8 @@ let sqs: SQSClient;
 let router: TenantRouter | undefined;
 const dispatchers: Dispatcher[] = [];
 const forwarders: ServerProcess[] = [];
+/** Each cluster's event key (base64), in its registry document and its forwarder's environment. */
+const eventKeys = new Map<string, string>();
 /** Each cluster's forwarder role id and the credentials of a session of it, which its forwarder signs with. */
 const forwarderRoles = new Map<
   string,
@@ -208,6 +211,8 @@ beforeAll(async () => {
   for (const cluster of CLUSTERS) {
     const role = forwarderRoles.get(cluster) as { id: string };
     await registerCluster(fleet, shared, sharedKubeconfigPath, cluster, ['--forwarder-role-id', role.id]);
+    // As join does: the cluster's event key, which keys its message groups and deduplication ids.
+    eventKeys.set(cluster, await keyCluster(fleet, cluster));
   }
 
   // The stage functions, behind the tenant router: no credentials of their own, no root key.
@@ -300,6 +305,7 @@ beforeAll(async () => {
           FORWARDER_CLUSTER_ID: cluster,
           FORWARDER_NAMESPACES: cluster,
           KAPP_LAMBDA_QUEUE_URL_FETCH: queues.fetch.url,
+          FORWARDER_EVENT_KEY: eventKeys.get(cluster) as string,
         },
         forwarderRoles.get(cluster)?.credentials,
       ),
@@ -373,6 +379,11 @@ describe('the shared mode: forwarder → SQS → dispatcher → stage function p
     // the App's cluster, and the receiving dispatcher's sender check took them.
     const previous: Record<Exclude<Stage, 'fetch'>, Stage> = { template: 'fetch', deploy: 'template' };
     for (const d of dispatchers) {
+      // Every sender (forwarder and run sessions) keyed the groups under the cluster's event key.
+      const unkeyed = d.records.filter(
+        (rec) => !/^[a-z0-9-]+\/[0-9a-f]{64}$/.test(rec.attributes.MessageGroupId ?? ''),
+      );
+      expect(unkeyed.map((rec) => rec.attributes.MessageGroupId)).toEqual([]);
       if (d.stage === 'fetch') {
         // The fetch queue's events: the cluster's forwarder (a session of its own role), and the
         // run's follow-ups (a stage's run session of that cluster); the first came from the forwarder.

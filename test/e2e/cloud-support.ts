@@ -23,7 +23,8 @@ import { S3Store } from '../../functions/lib/store/s3.js';
 import { toolTimeoutMs } from '../../infra/aws/stages.js';
 import { layerToolVersions } from '../../layers/build.js';
 import { hardenAddonPath } from '../../layers/native.js';
-import { stageServiceAccount } from '../../scripts/cluster-registry.js';
+import { newEventKey } from '../../scripts/cluster-join.js';
+import { putCluster, recordedClusterDoc, stageServiceAccount } from '../../scripts/cluster-registry.js';
 import { loadKubeConfig } from '../harness/kube.js';
 import type { FunctionLayer } from '../harness/lambda.js';
 import { freePort, httpAnswers, LOOPBACK, startProcess } from '../harness/servers/process.js';
@@ -151,6 +152,26 @@ export async function registerCluster(
     .filter((m) => m.kind !== 'Secret');
   await on.apply(...manifests);
   await storeStageTokens(fleet, on, id);
+}
+
+/**
+ * Gives registered cluster `id` an event key as `npm run cluster -- join` does (`add` makes none):
+ * a new key into its registry document.
+ * @returns the key (base64), for the forwarder's `FORWARDER_EVENT_KEY`.
+ * @throws Error when the cluster is not registered.
+ */
+export async function keyCluster(fleet: CloudFleet, id: string): Promise<string> {
+  const client = s3Client(fleet.s3);
+  try {
+    const store = new S3Store({ client, bucket: fleet.bucket, prefix: fleet.registryPrefix });
+    const doc = await recordedClusterDoc(store, id);
+    if (!doc) throw new Error(`cluster ${id} is not registered`);
+    const eventKey = newEventKey();
+    await putCluster(store, { ...doc, eventKey });
+    return eventKey;
+  } finally {
+    client.destroy();
+  }
 }
 
 /**

@@ -77,13 +77,14 @@ import { fleetWaitCutNote } from '../../functions/lib/deploy/kapp.js';
 import { DEFAULT_FETCH_STALL_MIN_BYTES, stallNote } from '../../functions/lib/fetch/stall.js';
 import { clusterDocKey } from '../../functions/lib/kube/cluster-doc.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../../functions/lib/pipeline/retry-bound.js';
+import { messageGroupId } from '../../functions/lib/transport/sqs.js';
 import { FORWARDER_SERVICE_ACCOUNT, STAGE_SIZING } from '../../infra/aws/stages.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { stageServiceAccount } from '../../scripts/cluster-registry.js';
 import { publishExamples } from '../../scripts/demo-examples.js';
 import { APP_EXAMPLES, EXAMPLES, INSTALL_EXAMPLE, renderExample } from '../../scripts/local-env.js';
-import { FORWARDER_FLEET_CONFIGMAP, RELEASE_NAMESPACE } from '../../scripts/release.js';
+import { FORWARDER_EVENT_KEY_SECRET, FORWARDER_FLEET_CONFIGMAP, RELEASE_NAMESPACE } from '../../scripts/release.js';
 import { type Cluster, startCluster } from '../harness/cluster.js';
 import { kubectl, loadKubeConfig, writeTokenKubeconfig } from '../harness/kube.js';
 import {
@@ -631,15 +632,24 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     expect(joined.stdout).toContain(`kubectl -n ${IDENTITY_NAMESPACE} get secret`);
     await timed('tokens', () => storeStageTokens(fleet, second, joinedId));
     // The forwarder as the release's Deployment runs it: as its ServiceAccount, with the settings
-    // of its two ConfigMaps (the release's and the fleet one join wrote).
+    // of its two ConfigMaps (the release's and the fleet one join wrote) and of the event key's
+    // Secret join wrote (the functions take its events only in the groups that key gives).
     const settings = await timed('forwarder', async () => {
-      const data = async (name: string) =>
-        (
-          JSON.parse((await second.k(['-n', RELEASE_NAMESPACE, 'get', 'configmap', name, '-o', 'json'])).stdout) as {
-            data?: Record<string, string>;
-          }
-        ).data ?? {};
-      const env = { ...(await data('kapp-lambda-forwarder')), ...(await data(FORWARDER_FLEET_CONFIGMAP)) };
+      const data = async (kind: 'configmap' | 'secret', name: string) => {
+        const obj = JSON.parse((await second.k(['-n', RELEASE_NAMESPACE, 'get', kind, name, '-o', 'json'])).stdout) as {
+          data?: Record<string, string>;
+        };
+        const entries = Object.entries(obj.data ?? {});
+        return Object.fromEntries(
+          kind === 'secret' ? entries.map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]) : entries,
+        );
+      };
+      const env = {
+        ...(await data('configmap', 'kapp-lambda-forwarder')),
+        ...(await data('configmap', FORWARDER_FLEET_CONFIGMAP)),
+        ...(await data('secret', FORWARDER_EVENT_KEY_SECRET)),
+      };
+      expect(env.FORWARDER_EVENT_KEY).toMatch(/^[A-Za-z0-9+/]{43}=$/);
       const kubeconfig = await serviceAccountKubeconfig(
         second,
         joining.kubeconfigPath,
@@ -673,8 +683,14 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     const deployed = await second.getObject<{ data?: Record<string, string> }>('configmap', ns, `${name}-config`);
     expect(deployed?.data).toEqual({ greeting: 'from the fleet' });
     expect(await kube.getObject('configmap', ns, `${name}-config`)).toBeUndefined();
-    // Its records named the joined cluster: they came through the second forwarder.
-    const group = `${joinedId}/App/${ns}/${name}`;
+    // Its records named the joined cluster: they came through the second forwarder, in the
+    // object's group under the event key join wrote.
+    const group = messageGroupId(Buffer.from(settings.FORWARDER_EVENT_KEY ?? '', 'base64'), {
+      clusterId: joinedId,
+      kind: 'App',
+      namespace: ns,
+      name,
+    });
     expect(host('fetch').mapping.invocations.some((i) => i.groupIds.includes(group))).toBe(true);
   });
 

@@ -297,6 +297,9 @@ else if (args.includes('apply')) {
   state.applied.push(input.includes('name: ${GLOBAL}') ? 'release' : 'other');
   if (input.includes('name: ${GLOBAL}') && !state.uid) state.uid = '${CREATED}';
   fs.writeFileSync(file, JSON.stringify(state));
+} else if (args.includes('rollout')) {
+  state.applied.push(args.slice(args.indexOf('-n')).join(' '));
+  fs.writeFileSync(file, JSON.stringify(state));
 }
 `;
   let dir: string;
@@ -340,10 +343,13 @@ else if (args.includes('apply')) {
     const r = await captured(() => joinMain(argv, {}));
     const state = JSON.parse(await readFile(statePath, 'utf8')) as { applied: string[] };
     const doc = await new LocalDirStore(path.join(dir, 'registry')).get(clusterDocKey('prod-1'));
-    const recorded = doc ? (JSON.parse(doc.toString('utf8')) as { packagingGlobalNamespaceUid?: string }) : undefined;
+    const recorded = doc
+      ? (JSON.parse(doc.toString('utf8')) as { packagingGlobalNamespaceUid?: string; eventKey?: string })
+      : undefined;
     return {
       ...r,
       applied: state.applied,
+      eventKey: recorded?.eventKey,
       recorded: recorded?.packagingGlobalNamespaceUid ?? (doc ? null : 'no document'),
     };
   };
@@ -367,6 +373,32 @@ else if (args.includes('apply')) {
     expect(refused.err).toBe(`cluster: ${globalNamespaceRefusal(TENANTS, undefined, false)}\n`);
     const adopted = await join(TENANTS, ['--adopt-global-namespace']);
     expect({ code: adopted.code, recorded: adopted.recorded }).toEqual({ code: 0, recorded: TENANTS });
+  });
+
+  it("--replace keeps the document's event key, which the running forwarder holds; a document without one gets one and the forwarder restarts", async () => {
+    const first = await join(undefined);
+    expect(first.eventKey).toMatch(/^[A-Za-z0-9+/]{43}=$/);
+    const again = await join(CREATED, ['--replace']);
+    expect({ code: again.code, eventKey: again.eventKey, applied: again.applied }).toEqual({
+      code: 0,
+      eventKey: first.eventKey,
+      applied: ['release', 'other', 'other'],
+    });
+    // A document from before event keys (or written by add): a new key, and the forwarder reads it on restart.
+    const registry = new LocalDirStore(path.join(dir, 'registry'));
+    const doc = JSON.parse(((await registry.get(clusterDocKey('prod-1'))) as Buffer).toString('utf8'));
+    delete doc.eventKey;
+    await registry.put(clusterDocKey('prod-1'), JSON.stringify(doc));
+    const keyed = await join(CREATED, ['--replace']);
+    expect(keyed.code).toBe(0);
+    expect(keyed.eventKey).toMatch(/^[A-Za-z0-9+/]{43}=$/);
+    expect(keyed.eventKey).not.toBe(first.eventKey);
+    expect(keyed.applied).toEqual([
+      'release',
+      'other',
+      'other',
+      '-n kapp-lambda rollout restart deployment/kapp-lambda-forwarder',
+    ]);
   });
 
   it('--replace: the namespace its document records is accepted; one created again is refused', async () => {

@@ -38,8 +38,10 @@ import {
   main,
   putCluster,
   rbacManifests,
+  recordedClusterDoc,
   retargetPolicyNamespace,
 } from '../../scripts/cluster-registry.js';
+import { captured } from './support/captured.js';
 
 // A self-signed certificate (only its shape matters here).
 const CA_PEM = `-----BEGIN CERTIFICATE-----
@@ -620,6 +622,19 @@ describe('npm run cluster', () => {
     }
   });
 
+  /** `add prod-eu-1` in `registry` with the suite's endpoint and CA file, then `extra`. */
+  const addArgv = (registry: string, ...extra: string[]) => [
+    'add',
+    'prod-eu-1',
+    '--registry',
+    registry,
+    '--endpoint',
+    'https://abc.example',
+    '--ca-file',
+    path.join(dir, 'ca.pem'),
+    ...extra,
+  ];
+
   it('adds, lists and removes a cluster in a directory registry', async () => {
     const registry = `file://${dir}/registry`;
     const out: string[] = [];
@@ -629,16 +644,7 @@ describe('npm run cluster', () => {
     process.stdout.write = ((s: string) => out.push(s) > 0) as typeof process.stdout.write;
     process.stderr.write = ((s: string) => err.push(s) > 0) as typeof process.stderr.write;
     try {
-      const argv = [
-        'add',
-        'prod-eu-1',
-        '--registry',
-        registry,
-        '--endpoint',
-        'https://abc.example',
-        '--ca-file',
-        path.join(dir, 'ca.pem'),
-      ];
+      const argv = addArgv(registry);
       expect(
         await main([
           ...argv,
@@ -691,6 +697,32 @@ describe('npm run cluster', () => {
     }
     expect(err.at(-1)).toBe('removed clusters/prod-eu-1.json (the RBAC in the cluster is left as it is)\n');
     expect(await listClusters(store)).toEqual([]);
+  });
+
+  it("add --replace keeps the document's event key (its forwarder holds it); add makes none and says what that leaves open", async () => {
+    const registry = `file://${dir}/registry-event-key`;
+    const argv = (...extra: string[]) =>
+      addArgv(registry, '--auth', 'token', '--forwarder-role-id', 'AROAEXAMPLEID1234567', ...extra);
+    const { LocalDirStore } = await import('../../functions/lib/store/local.js');
+    const store = new LocalDirStore(path.join(dir, 'registry-event-key'));
+    const key = Buffer.alloc(32, 9).toString('base64');
+    const added = await captured(() => main(argv()));
+    expect(added.code).toBe(0);
+    expect((await recordedClusterDoc(store, 'prod-eu-1'))?.eventKey).toBeUndefined();
+    expect(added.err).toContain(
+      "# No event key (join makes one): the SQS message groups and deduplication ids of prod-eu-1's events are unkeyed",
+    );
+    // As join records it, then a replacement by add.
+    await putCluster(store, { ...((await recordedClusterDoc(store, 'prod-eu-1')) as ClusterDoc), eventKey: key });
+    const replaced = await captured(() => main(argv('--replace', '--secret-prefix', 'other/')));
+    expect(replaced.code).toBe(0);
+    const doc = await recordedClusterDoc(store, 'prod-eu-1');
+    expect({ eventKey: doc?.eventKey, auth: doc?.auth.kind === 'token' && doc.auth.secrets.fetch }).toEqual({
+      eventKey: key,
+      auth: 'other/fetch',
+    });
+    expect(replaced.err).toContain("# kept the document's event key");
+    expect(replaced.err + replaced.out).not.toContain(key);
   });
 
   it("refuses a forwarder role id another cluster's document already names, except when replacing that cluster", async () => {

@@ -82,6 +82,9 @@ async function world(
   return w;
 }
 
+/** Time left that puts the handler's deadline 2 s away (its margin is 1 s). */
+const DEADLINE_IN_2S = 3000;
+
 function deployHandler(w: AppWorld, sender: MemoryEventSender) {
   return makeSqsHandler('deploy', () => ({ pipeline: w.deps, sender, log: w.log, deadlineMarginMs: 1000 }));
 }
@@ -96,9 +99,10 @@ describe('a deploy the function deadline stops', () => {
     const kills: RunRequest[] = [];
     w.runner.on('kapp', kappWaitsUntilAborted(kills));
     const sender = new MemoryEventSender();
-    // 1.1 s left: the deadline fires after 100 ms, 1 s before the limit.
+    // 3 s left: the deadline fires after 2 s, 1 s before the limit (slack for kapp to have
+    // started on a loaded machine: a deadline before it would stop no kapp).
     const res = await deployHandler(w, sender)(record(deployEvent(DATA, { time: NOW })), {
-      getRemainingTimeInMillis: () => 1100,
+      getRemainingTimeInMillis: () => DEADLINE_IN_2S,
     });
 
     expect(res).toEqual({ batchItemFailures: [] });
@@ -137,7 +141,9 @@ describe('a deploy the function deadline stops', () => {
     const w = await world(succeeded);
     w.runner.on('kapp', kappWaitsUntilAborted([]));
     const sender = new MemoryEventSender();
-    await deployHandler(w, sender)(record(deployEvent(DATA, { time: NOW })), { getRemainingTimeInMillis: () => 1100 });
+    await deployHandler(w, sender)(record(deployEvent(DATA, { time: NOW })), {
+      getRemainingTimeInMillis: () => DEADLINE_IN_2S,
+    });
     const last = w.statuses().at(-1);
     expect(last?.conditions).toEqual([{ type: 'Reconciling', status: 'True' }]);
     expect(last?.friendlyDescription).toBe('Reconciling');
@@ -225,7 +231,7 @@ describe('the continuation', () => {
     const w = await world();
     w.runner.on('kapp', kappWaitsUntilAborted([]));
     const sender = new MemoryEventSender();
-    await deployHandler(w, sender)(record(continued(3)), { getRemainingTimeInMillis: () => 1100 });
+    await deployHandler(w, sender)(record(continued(3)), { getRemainingTimeInMillis: () => DEADLINE_IN_2S });
     expect((sender.sent[0]?.event as DeployStageEvent | undefined)?.data.continuation).toEqual({
       count: 4,
       deployStartedAt: tenMinutesIn,

@@ -8,8 +8,8 @@
  * requeuer, deleter), STS and the stage function; the shares are the real `StageShares` over the
  * memory store.
  */
-import { describe, expect, it } from 'vitest';
-import { type KappEvent, SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { describe, expect, it, vi } from 'vitest';
+import { type KappEvent, objectRefOf, SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import type { PipelineStage } from '../../functions/lib/api/functions.js';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
 import {
@@ -38,6 +38,7 @@ import {
   type RecordProver,
   type RequeuedMessage,
 } from '../../functions/lib/transport/port.js';
+import { messageGroupId } from '../../functions/lib/transport/sqs.js';
 import { clusterTemplateRecord } from './support/cluster-records.js';
 
 const RUN_ROLE = 'AROARUNROLEFETCH0001';
@@ -77,6 +78,7 @@ interface Fakes {
   pollClusters?: () => Promise<readonly string[]>;
   check?: boolean;
   checkSender?: SenderCheck;
+  groupKeyOf?: DispatcherDeps['groupKeyOf'];
 }
 
 function setup(f: Fakes = {}) {
@@ -124,6 +126,7 @@ function setup(f: Fakes = {}) {
     ...(f.prove ? { prover: { prove: f.prove } } : {}),
     ...(f.check ? { checkSender: (e: KappEvent, s: string | undefined) => senderRefusal(POLICY, e, s) } : {}),
     ...(f.checkSender ? { checkSender: f.checkSender } : {}),
+    ...(f.groupKeyOf ? { groupKeyOf: f.groupKeyOf } : {}),
     ...(shares ? { shares } : {}),
     ...(f.pollClusters ? { pollClusters: f.pollClusters } : {}),
   };
@@ -178,6 +181,21 @@ describe('makeDispatcher: the edge before any invoke', () => {
     expect(answer).toEqual(ok());
     expect(t.invoked()).toEqual(['alpha:alpha-mine']);
     expect(t.outcomes()['alpha-stranger']).toBe('refused');
+  });
+
+  it("takes a record in its cluster's keyed message group only, before any session or invoke", async () => {
+    const key = Buffer.alloc(32, 5);
+    const t = setup({ check: true, groupKeyOf: async (id) => (id === 'alpha' ? key : undefined) });
+    const keyed = (r: SqsRecord): SqsRecord => {
+      const event = JSON.parse(r.body) as KappEvent;
+      return { ...r, attributes: { ...r.attributes, MessageGroupId: messageGroupId(key, objectRefOf(event)) } };
+    };
+    await t.dispatch({
+      Records: [rec('alpha', 'squatted', `${RUN_ROLE}:alpha`), keyed(rec('alpha', 'mine', `${RUN_ROLE}:alpha`))],
+    });
+    expect(t.invoked()).toEqual(['alpha:alpha-mine']);
+    expect(t.sessions).toEqual(['alpha']);
+    expect(t.outcomes()['alpha-squatted']).toBe('refused');
   });
 
   it("refuses a run role's event naming another cluster than its session's", async () => {
@@ -264,9 +282,9 @@ describe('makeDispatcher: fair shares', () => {
       },
     });
     const run = t.dispatch({ Records: [rec('alpha', 'a'), rec('alpha', 'b'), rec('beta', 'c')] });
-    await new Promise((r) => setTimeout(r, 20));
     // alpha's one slot is a's: b is parked (acknowledged), and nothing is requeued while a runs.
-    expect(t.invoked().sort()).toEqual(['alpha:alpha-a', 'beta:beta-c']);
+    await vi.waitFor(() => expect(t.invoked().sort()).toEqual(['alpha:alpha-a', 'beta:beta-c']), { timeout: 10_000 });
+    expect(t.outcomes()['alpha-b']).toBe('postponed');
     expect(t.requeued).toEqual([]);
     release();
     expect(await run).toEqual(ok());
@@ -408,8 +426,7 @@ describe("makeDispatcher: the stage's answer", () => {
       },
     });
     const run = t.dispatch({ Records: [rec('alpha', 'a'), rec('beta', 'b'), rec('gamma', 'c')] });
-    await new Promise((r) => setTimeout(r, 20));
-    expect(t.deleted).toEqual([['h-alpha-a']]);
+    await vi.waitFor(() => expect(t.deleted).toEqual([['h-alpha-a']]), { timeout: 10_000 });
     release();
     expect(await run).toEqual(ok('gamma-c'));
     // beta ended last: the event source mapping deletes its record.

@@ -140,6 +140,36 @@ describe('createLambdaDeps in the dispatched mode', () => {
     );
   });
 
+  it("reads a denied key its session may read as absent (S3's answer for a missing key it may not list), only once a batch named the cluster", async () => {
+    const holder = new RunCredentialHolder();
+    const config = parseLambdaEnv('template', env);
+    const denied = Object.assign(new Error('Access Denied'), {
+      name: 'AccessDenied',
+      $metadata: { httpStatusCode: 403 },
+    });
+    const s3 = {
+      async send() {
+        throw denied;
+      },
+    };
+    const deps = createLambdaDeps(
+      config,
+      { ...lazyAwsClients(config, holder.credentials), s3 },
+      { log: memoryLogger(), clusters: tagged(), tenant: holder, keyring: holder.keyring },
+    );
+    const blob = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
+    // Before a batch there is no session whose grants say what a denial means.
+    await expect(deps.pipeline.store.head(blob)).rejects.toThrow(`failed to head object "${blob}"`);
+    const batch = await batchOf('alpha', 'a1', [rec('alpha', 'x')]);
+    holder.accept(batch);
+    expect(await deps.pipeline.store.head(blob)).toBeUndefined();
+    expect(await deps.pipeline.store.get(blob)).toBeUndefined();
+    // A key outside the session's grants (another cluster's sealed keys, the dispatcher's shares) stays an error.
+    for (const key of [`private/${'f'.repeat(32)}/x`, 'state/shares/template/alpha.json']) {
+      await expect(deps.pipeline.store.head(key)).rejects.toThrow(`failed to head object "${key}"`);
+    }
+  });
+
   it("signs S3, SQS and Secrets Manager with each batch's credentials, never the SDK's default chain", async () => {
     const holder = new RunCredentialHolder();
     const config = parseLambdaEnv('template', env);

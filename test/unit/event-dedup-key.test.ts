@@ -17,14 +17,19 @@ import {
   type ObjectRef,
   objectEvent,
   objectEventId,
+  objectRefOf,
   orderingKey,
   serializeEvent,
 } from '../../events/schema.js';
+import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { DirSecretStore } from '../../functions/lib/kube/bearer.js';
 import { clusterDocKey, InvalidClusterDocumentError, parseClusterDoc } from '../../functions/lib/kube/cluster-doc.js';
 import { StoreClusterRegistry } from '../../functions/lib/kube/fleet-registry.js';
+import { memoryLogger } from '../../functions/lib/log.js';
+import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
-import { dedupId, SqsEventSender, type SqsSendClient } from '../../functions/lib/transport/sqs.js';
+import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
+import { dedupId, messageGroupId, SqsEventSender, type SqsSendClient } from '../../functions/lib/transport/sqs.js';
 import { eventKeySecret, newEventKey } from '../../scripts/cluster-join.js';
 import { clusterDocOf, putCluster } from '../../scripts/cluster-registry.js';
 
@@ -215,5 +220,93 @@ describe('where the key lives', () => {
       type: 'Opaque',
       stringData: { FORWARDER_EVENT_KEY: 'S0VZ' },
     });
+  });
+});
+
+describe('message groups under the cluster event key', () => {
+  /** The victim's forwarder's role id. */
+  const FORWARDER = 'AROAPRODFORWARDER0001';
+  const victimKey = randomBytes(32);
+
+  it('is `<cluster>/` and 64 hex chars under a key (at most 128 chars), the ordering key without one', () => {
+    const longest = { ...victim, clusterId: `c${'x'.repeat(61)}1`, name: 'n'.repeat(253) };
+    expect(messageGroupId(victimKey, victim)).toMatch(/^prod-eu-1\/[0-9a-f]{64}$/);
+    expect(messageGroupId(victimKey, longest).length).toBe(128);
+    expect(messageGroupId(Buffer.from(victimKey), victim)).toBe(messageGroupId(victimKey, victim));
+    expect(messageGroupId(randomBytes(32), victim)).not.toBe(messageGroupId(victimKey, victim));
+    expect(messageGroupId(victimKey, { ...victim, name: 'other' })).not.toBe(messageGroupId(victimKey, victim));
+    expect(messageGroupId(undefined, victim)).toBe(orderingKey(victim));
+  });
+
+  it("another cluster's sender cannot name the victim's group: every group it can compute is another", async () => {
+    const queue = fifoQueue();
+    const attackerKey = randomBytes(32);
+    // What a sender without the victim's key can compute for the victim's object.
+    const guesses = [orderingKey(victim), messageGroupId(attackerKey, victim), messageGroupId(undefined, victim)];
+    const forwarder = new SqsEventSender({
+      client: queue.client,
+      queueUrls: { fetch: QUEUE },
+      dedupKeyOf: (id) => (id === 'prod-eu-1' ? victimKey : undefined),
+    });
+    await forwarder.send('fetch', next);
+    const [real] = queue.bodiesOf(next);
+    expect(real?.group).toBe(messageGroupId(victimKey, victim));
+    expect(guesses).not.toContain(real?.group);
+  });
+
+  /** The fetch function's handler with the sender check and the registry's keys (as `lambda.ts` composes it). */
+  function handler(groupKeyOf: EntryDeps['groupKeyOf']) {
+    const log = memoryLogger();
+    const seen: string[] = [];
+    const deps: EntryDeps = {
+      pipeline: {} as DispatchDeps,
+      sender: new MemoryEventSender(),
+      log,
+      dispatch: async (event) => {
+        seen.push(event.id);
+        return undefined;
+      },
+      checkSender: async (event, senderId) =>
+        senderId === `${FORWARDER}:s` && objectRefOf(event).clusterId === 'prod-eu-1' ? undefined : 'not the forwarder',
+      ...(groupKeyOf ? { groupKeyOf } : {}),
+    };
+    return { handle: makeSqsHandler('fetch', () => deps), log, seen };
+  }
+  const record = (group: string): SqsRecord => ({
+    messageId: 'm',
+    body: serializeEvent(next),
+    attributes: { MessageGroupId: group, ApproximateReceiveCount: '1', SenderId: `${FORWARDER}:s` },
+  });
+
+  it('the functions take the keyed group only, and say why a sender without the key is refused', async () => {
+    const keyed = handler(async (id) => (id === 'prod-eu-1' ? victimKey : undefined));
+    await keyed.handle({ Records: [record(messageGroupId(victimKey, victim))] });
+    expect(keyed.seen).toEqual([next.id]);
+    for (const group of [orderingKey(victim), messageGroupId(randomBytes(32), victim)]) {
+      const h = handler(async () => victimKey);
+      expect(await h.handle({ Records: [record(group)] })).toEqual({ batchItemFailures: [] });
+      expect(h.seen).toEqual([]);
+      expect(h.log.records.find((r) => r.obj.outcome === 'refused')?.obj.reason).toBe(
+        group === orderingKey(victim)
+          ? `message group ${group} is not keyed, but cluster prod-eu-1 has an event key: the sender does not hold it (a forwarder without FORWARDER_EVENT_KEY, or started before join or add wrote its Secret: restart it)`
+          : `message group ${group} is not the event's object's (${messageGroupId(victimKey, victim)})`,
+      );
+    }
+    // A keyed group for a cluster whose document has no key: the operator's mistake, named.
+    const unkeyed = handler(async () => undefined);
+    await unkeyed.handle({ Records: [record(messageGroupId(victimKey, victim))] });
+    expect(unkeyed.log.records.find((r) => r.obj.outcome === 'refused')?.obj.reason).toMatch(
+      /is keyed, but the registry document of its cluster has no event key/,
+    );
+  });
+
+  it('fails the record (retried), taking nothing, when the key cannot be read', async () => {
+    const h = handler(async () => {
+      throw new Error('registry unreadable');
+    });
+    expect(await h.handle({ Records: [record(messageGroupId(victimKey, victim))] })).toEqual({
+      batchItemFailures: [{ itemIdentifier: 'm' }],
+    });
+    expect(h.seen).toEqual([]);
   });
 });

@@ -6,6 +6,7 @@ import {
   type RunPolicyTarget,
   runSessionPolicy,
   SESSION_POLICY_MAX_CHARS,
+  sessionReadsKey,
 } from '../../infra/aws/run-policy.js';
 import { runRoleObjects, STAGE_OBJECTS } from '../../infra/aws/stages.js';
 
@@ -137,14 +138,7 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
       Resource: ['arn:aws:s3:::fleet-artifacts'],
       Condition: {
         StringLike: {
-          's3:prefix': [
-            'artifacts/*',
-            'cache/*',
-            `private/${TAG_A}/*`,
-            'inflight/*',
-            'state/leases/a/*',
-            'receipts/a/*',
-          ],
+          's3:prefix': ['cache/*', `private/${TAG_A}/*`, 'inflight/*', 'state/leases/a/*', 'receipts/a/*'],
         },
       },
     });
@@ -154,9 +148,34 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
     const doc = runSessionPolicy('fetch', 'a', TAG_A, CLUSTER_SHARING);
     expect(doc.Statement.find((s) => s.Action.includes('s3:ListBucket'))?.Condition).toEqual({
       StringLike: {
-        's3:prefix': ['artifacts/*', `d/${TAG_A}/*`, `private/${TAG_A}/*`, 'state/leases/a/*', 'receipts/a/*'],
+        's3:prefix': [`d/${TAG_A}/*`, `private/${TAG_A}/*`, 'state/leases/a/*', 'receipts/a/*'],
       },
     });
+  });
+
+  it("lists no shared blob (other clusters' unsealed content by digest), reads them, and reads a denied key it may read as absent", () => {
+    for (const stage of ['fetch', 'template', 'deploy', 'index-repo'] as const) {
+      for (const target of [TARGET, CLUSTER_SHARING]) {
+        const doc = runSessionPolicy(stage, 'a', TAG_A, target);
+        const prefixes = doc.Statement.find((s) => s.Action.includes('s3:ListBucket'))?.Condition?.StringLike?.[
+          's3:prefix'
+        ];
+        for (const p of prefixes ?? []) {
+          for (const blob of ['artifacts/', 'artifacts/fetch/sha256/', `artifacts/template/sha256/${'b'.repeat(64)}`]) {
+            expect(iamMatches(p, blob), `${stage} lists ${blob} by ${p}`).toBe(false);
+          }
+        }
+      }
+    }
+    const fetchBlob = `artifacts/fetch/sha256/${'a'.repeat(64)}.tgz`;
+    expect(allows(runSessionPolicy('template', 'a', TAG_A, CLUSTER_SHARING), 's3:GetObject', obj(fetchBlob))).toBe(
+      true,
+    );
+    const reads = sessionReadsKey('template', 'a', TAG_A, 'cluster');
+    expect([fetchBlob, `private/${TAG_A}/x`, `d/${TAG_A}/cache/render/x.json`].map(reads)).toEqual([true, true, true]);
+    expect(
+      [`private/${TAG_B}/x`, `d/${TAG_B}/cache/render/x.json`, 'cache/render/x.json', 'state/shares/x'].map(reads),
+    ).toEqual([false, false, false, false]);
   });
 
   it("index-repo, cluster sharing: the poll records are its domain's", () => {

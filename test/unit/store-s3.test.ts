@@ -115,6 +115,24 @@ describe('S3Store requests', () => {
     await store.delete('k');
   });
 
+  it('reads a 403 as absent only for the keys absentWhenDenied names (a session that may read, not list, them)', async () => {
+    const denied = sdkError('AccessDenied', 403);
+    const { client, sent } = fakeClient(() => denied);
+    const store = new S3Store({ client, bucket: 'b', absentWhenDenied: (key) => key.startsWith('artifacts/') });
+    expect(await store.get('artifacts/fetch/sha256/x.tgz')).toBeUndefined();
+    expect(await store.getVersioned('artifacts/fetch/sha256/x.tgz')).toBeUndefined();
+    expect(await store.head('artifacts/template/sha256/y.yaml')).toBeUndefined();
+    expect(sent.map((s) => s.command)).toEqual(['GetObjectCommand', 'GetObjectCommand', 'HeadObjectCommand']);
+    // Any other key: a denial stays an error, as without the option.
+    for (const read of [() => store.get('private/t/x'), () => store.head('state/shares/x')]) {
+      const err = await rejection(read());
+      expect(err).toBeInstanceOf(StoreError);
+      expect((err as StoreError).cause).toBe(denied);
+    }
+    const plain = new S3Store({ client, bucket: 'b' });
+    expect(await rejection(plain.get('artifacts/fetch/sha256/x.tgz'))).toBeInstanceOf(StoreError);
+  });
+
   it('head returns size, lastModified and etag', async () => {
     const lastModified = new Date('2025-01-01T00:00:00Z');
     const { client, sent } = fakeClient(() => ({ ContentLength: 42, LastModified: lastModified, ETag: '"abc"' }));

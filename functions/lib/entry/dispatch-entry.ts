@@ -161,6 +161,7 @@ export function createDispatcherDeps(
     ...(check
       ? {
           prover: new SqsRecordProver(clients.sqs, config.queueUrl),
+          groupKeyOf: (clusterId: string) => registry.eventKeyOf(clusterId),
           checkSender: (event, senderId) =>
             senderRefusal(
               {

@@ -39,6 +39,7 @@ import type { MessageDeleter, MessageRequeuer, RecordProver } from '../transport
 import { usesArtifactKey } from './artifact-key.js';
 import {
   admit,
+  type EdgeChecks,
   MAX_POSTPONEMENTS,
   messageGroupLanes,
   postponementsOf,
@@ -166,6 +167,8 @@ export interface DispatcherDeps {
   prover?: RecordProver;
   /** The sender check (`EntryDeps.checkSender`, with `SenderPolicy.runSessions`). Default none. */
   checkSender?: SenderCheck;
+  /** The key of each cluster's message groups (`EdgeChecks.groupKeyOf`, `./edge.ts`). Default none. */
+  groupKeyOf?: EdgeChecks['groupKeyOf'];
   /** The fair shares of the stage's slots (`EntryDeps.shares`). Default none: every record is invoked. */
   shares?: StageShares;
   /**

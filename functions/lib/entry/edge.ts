@@ -20,6 +20,7 @@ import type { PipelineStage } from '../api/functions.js';
 import type { StageShares } from '../lease/shares.js';
 import { errorText, type Logger } from '../log.js';
 import { POSTPONED_ATTRIBUTE, type RecordProver } from '../transport/port.js';
+import { messageGroupId } from '../transport/sqs.js';
 import { messageGroupRefusal } from './sender.js';
 
 /**
@@ -31,6 +32,14 @@ export type SenderCheck = (event: KappEvent, senderId: string | undefined) => Pr
 /** What {@link admit} checks a record with (`EntryDeps.checkSender`; none: every sender may). */
 export interface EdgeChecks {
   checkSender?: SenderCheck;
+  /**
+   * The event key of a cluster (the registry document's `eventKey`): the key of its objects'
+   * message groups (`messageGroupId`, `../transport/sqs.ts`), which a record's group must match.
+   * `undefined` from it: the plain ordering key (a cluster registered without a key). Default none:
+   * every group is the ordering key (the local and emulator setups). A rejection fails the record
+   * (retried), as a sender check that cannot be made does.
+   */
+  groupKeyOf?: (clusterId: string) => Promise<Uint8Array | undefined>;
 }
 
 /** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
@@ -262,10 +271,22 @@ export async function admit(
     );
     return 'misrouted';
   }
+  const ref = objectRefOf(event);
+  let key: Uint8Array | undefined;
+  try {
+    key = await d.groupKeyOf?.(ref.clusterId);
+  } catch (err) {
+    log.error(
+      { stage, outcome: 'failed' satisfies RecordOutcome, type: event.type, subject, error: errorText(err) },
+      "the event's cluster's event key could not be read; the record is retried",
+    );
+    return 'failed';
+  }
   const groupRefusal = messageGroupRefusal(
-    orderingKey(objectRefOf(event)),
+    messageGroupId(key, ref),
     record.attributes?.MessageGroupId,
     d.checkSender !== undefined,
+    key === undefined ? undefined : { clusterId: ref.clusterId, unkeyed: orderingKey(ref) },
   );
   if (groupRefusal !== undefined) {
     log.warn(
@@ -274,7 +295,7 @@ export async function admit(
         outcome: 'refused' satisfies RecordOutcome,
         type: event.type,
         subject,
-        clusterId: objectRefOf(event).clusterId,
+        clusterId: ref.clusterId,
         messageGroupId: record.attributes?.MessageGroupId,
         reason: groupRefusal,
       },

@@ -16,6 +16,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { targetFunction } from '../../../events/schema.js';
+import { sessionReadsKey } from '../../../infra/aws/run-policy.js';
 import type { PipelineStage } from '../api/functions.js';
 import type { ClusterKeyring } from '../artifact/keyring.js';
 import type { OrphanSweeper } from '../exec/orphans.js';
@@ -322,9 +323,16 @@ export function createLambdaDeps(
     : cell === undefined
       ? all
       : cellClusterRegistry(all, cell);
+  const tenant = dispatched ? overrides.tenant : undefined;
   const store = sharingStore(
     config,
-    new S3Store({ client: clients.s3, bucket: config.bucket, prefix: config.bucketPrefix }),
+    new S3Store({
+      client: clients.s3,
+      bucket: config.bucket,
+      prefix: config.bucketPrefix,
+      // The run's session may read, not list, the shared blobs: S3 answers a missing one 403.
+      ...(tenant ? { absentWhenDenied: (key: string) => tenantReadsKey(config, tenant, key) } : {}),
+    }),
     overrides.tenant,
   );
   const pipeline: DispatchDeps = createPipelineDeps({
@@ -422,9 +430,27 @@ export function createLambdaDeps(
     ...(requeuer && (ownQueue || dispatched) ? { requeuer } : {}),
     ...(prepare ? { prepare } : {}),
     ...(checkSender && ownQueue ? { checkSender, prover: new SqsRecordProver(clients.sqs, ownQueue) } : {}),
+    // The senders above key each cluster's groups with its registry document's key: so does the check.
+    ...(fleet ? { groupKeyOf: (clusterId: string) => fleet.eventKeyOf(clusterId) } : {}),
     ...(leases ? { leases } : {}),
     ...(shares ? { shares } : {}),
   };
+}
+
+/**
+ * Whether the dispatched stage's run session may read `key` of the artifact bucket
+ * (`sessionReadsKey`, `infra/aws/run-policy.ts`) for the cluster whose batch it holds: a 403 on
+ * such a key is a missing key. None before a batch brought the cluster (no session yet), and none
+ * under a bucket prefix the session policy does not know of.
+ */
+function tenantReadsKey(
+  config: Pick<LambdaConfig, 'stage' | 'sharing' | 'bucketPrefix'>,
+  tenant: Pick<RunCredentialHolder, 'clusterId' | 'domainTag'>,
+  key: string,
+): boolean {
+  const { clusterId, domainTag } = tenant;
+  if (clusterId === undefined || domainTag === undefined || config.bucketPrefix) return false;
+  return sessionReadsKey(config.stage, clusterId, domainTag, config.sharing ?? 'fleet')(key);
 }
 
 /**

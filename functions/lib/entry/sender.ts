@@ -315,23 +315,36 @@ export async function senderRefusal(
 /**
  * Whether a record's FIFO message group is the one the fleet's senders give its event: every
  * sender (the forwarder, stage hand-offs, follow-ups, the repo.indexed fan-out; all through
- * `sendMessageInput`, `../transport/sqs.ts`) sets `MessageGroupId` = `orderingKey(objectRefOf(event))`.
- * SQS lets the sender choose the group, and the sender check above reads only the body, so
- * without this a cluster's forwarder could queue its own events in another cluster's object's
- * group and hold that object's events behind them (and behind their retries).
+ * `sendMessageInput`, `../transport/sqs.ts`) sets `MessageGroupId` = `messageGroupId(key,
+ * objectRefOf(event))` under the event's cluster's event key. SQS lets the sender choose the group,
+ * and the sender check above reads only the body, so without this a cluster's forwarder could
+ * queue its own events in another cluster's object's group and hold that object's events behind
+ * them (and behind their retries). The key is what keeps another cluster's messages out of the
+ * group; this check refuses a message whose group does not match its body (a sender that holds the
+ * key but mislabels, or a body copied into another group).
  *
- * @param expected - `orderingKey(objectRefOf(event))` of the record's event.
+ * @param expected - `messageGroupId(key, objectRefOf(event))` of the record's event.
  * @param group - the record's `attributes.MessageGroupId`; absent on non-FIFO deliveries.
  * @param required - whether a record without a group is refused (the sender check is on: the
  *   fleet's queues are FIFO, so every genuine record has one).
+ * @param keyed - when the event's cluster has an event key: its id and the object's unkeyed
+ *   ordering key, so a sender without the key is told apart in the reason.
  * @returns `undefined` when the group is acceptable, else why not (for the log).
  */
 export function messageGroupRefusal(
   expected: string,
   group: string | undefined,
   required: boolean,
+  keyed?: { clusterId: string; unkeyed: string },
 ): string | undefined {
   if (group === undefined) return required ? 'the message has no MessageGroupId' : undefined;
-  if (group !== expected) return `message group ${group} is not the event's object's (${expected})`;
-  return undefined;
+  if (group === expected) return undefined;
+  // The two mistakes of a genuine sender, said so: the operator's fix is a key, not an attacker.
+  if (keyed && group === keyed.unkeyed) {
+    return `message group ${group} is not keyed, but cluster ${keyed.clusterId} has an event key: the sender does not hold it (a forwarder without FORWARDER_EVENT_KEY, or started before join or add wrote its Secret: restart it)`;
+  }
+  if (!keyed && new RegExp(`^${expected.split('/')[0]}/[0-9a-f]{64}$`).test(group)) {
+    return `message group ${group} is keyed, but the registry document of its cluster has no event key (npm run cluster -- add … --replace keeps or makes one)`;
+  }
+  return `message group ${group} is not the event's object's (${expected})`;
 }

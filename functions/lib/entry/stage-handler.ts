@@ -30,6 +30,7 @@ import { SecretMask } from '../reconcile/secret-mask.js';
 import type { EventSender, MessageDeleter, MessageRequeuer, RecordProver, RequeuedMessage } from '../transport/port.js';
 import {
   admit,
+  type EdgeChecks,
   MAX_POSTPONEMENTS,
   messageGroupLanes,
   postponementsOf,
@@ -124,6 +125,8 @@ export interface EntryDeps {
    * local and emulator setups; a fleet on AWS sets `KAPP_LAMBDA_SENDER_CHECK=registry`).
    */
   checkSender?: SenderCheck;
+  /** The key of each cluster's message groups (`EdgeChecks.groupKeyOf`, `./edge.ts`). Default none. */
+  groupKeyOf?: EdgeChecks['groupKeyOf'];
   /**
    * The run leases of Apps (`../lease/`): at most one run per App across the stage functions,
    * events meanwhile coalesced into one follow-up. Default none (every record runs: unit tests,

@@ -36,6 +36,13 @@ export interface S3StoreOptions {
   readonly prefix?: string;
   /** Largest object read or written, in bytes. Default {@link DEFAULT_MAX_OBJECT_BYTES} (512 MiB). */
   readonly maxObjectBytes?: number;
+  /**
+   * Keys (without the prefix) whose 403 `AccessDenied` on `get`, `getVersioned` and `head` means
+   * absent. S3 answers a read of a missing key with 403 to a principal that may not list it; a
+   * dispatched stage's run session may read, not list, the shared blobs (`sessionReadsKey`,
+   * `infra/aws/run-policy.ts`). Default none: a denial is an error.
+   */
+  readonly absentWhenDenied?: (key: string) => boolean;
 }
 
 let sdkModule: Promise<typeof import('@aws-sdk/client-s3')> | undefined;
@@ -67,6 +74,10 @@ function isNotFound(e: unknown): boolean {
   return n === 'NoSuchKey' || n === 'NotFound' || status(e) === 404;
 }
 
+function isDenied(e: unknown): boolean {
+  return errName(e) === 'AccessDenied' || status(e) === 403;
+}
+
 /**
  * Stores each object as `<prefix><key>` in one bucket.
  *
@@ -89,6 +100,7 @@ export class S3Store implements ObjectStore {
   /** Normalized key prefix (`''` or ending in `/`). */
   readonly prefix: string;
   private readonly maxObjectBytes: number;
+  private readonly absentWhenDenied: (key: string) => boolean;
 
   /**
    * @throws InvalidKeyError when `opts.prefix` is not a valid key.
@@ -104,6 +116,12 @@ export class S3Store implements ObjectStore {
     }
     this.prefix = prefix;
     this.maxObjectBytes = opts.maxObjectBytes ?? DEFAULT_MAX_OBJECT_BYTES;
+    this.absentWhenDenied = opts.absentWhenDenied ?? (() => false);
+  }
+
+  /** Whether a read's SDK error means the key is absent (`S3StoreOptions.absentWhenDenied`). */
+  private absent(key: string, e: unknown): boolean {
+    return isNotFound(e) || (isDenied(e) && this.absentWhenDenied(key));
   }
 
   private full(key: string): string {
@@ -127,7 +145,7 @@ export class S3Store implements ObjectStore {
           abortSignal: abort.signal,
         });
       } catch (e) {
-        if (isNotFound(e)) return undefined;
+        if (this.absent(key, e)) return undefined;
         throw e;
       }
       const body = res.Body as (AsyncIterable<Uint8Array> & { destroy?: () => void }) | undefined;
@@ -169,7 +187,7 @@ export class S3Store implements ObjectStore {
         ...(res.ETag ? { etag: res.ETag } : {}),
       };
     } catch (e) {
-      if (isNotFound(e)) return undefined;
+      if (this.absent(key, e)) return undefined;
       throw new StoreError(`failed to head object "${key}"`, 'head', key, { cause: e });
     }
   }

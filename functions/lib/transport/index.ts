@@ -15,6 +15,7 @@ export {
   TransportError,
 } from './port.js';
 export {
+  messageGroupId,
   postponedDedupId,
   requeueEntry,
   SQS_BATCH_ENTRIES,

@@ -1,9 +1,10 @@
 /**
  * {@link EventSender} over SQS FIFO queues, one queue per stage function.
  *
- * - `MessageGroupId` = `orderingKey(object)`: the events of one object are delivered one at
- *   a time and in order (kapp-controller's UniqueReconciler, across the fleet: the key
- *   includes the cluster id), while different objects proceed in parallel.
+ * - `MessageGroupId` = {@link messageGroupId}: the object's ordering key under the HMAC key of its
+ *   cluster. The events of one object are delivered one at a time and in order (kapp-controller's
+ *   UniqueReconciler, across the fleet: the group includes the cluster id), while different
+ *   objects proceed in parallel; the key keeps other clusters' senders out of the group.
  * - `MessageDeduplicationId` = {@link dedupId}: the CloudEvents `id` under the HMAC key of the
  *   event's cluster. Builders derive ids from content, so a stage that is retried and emits the
  *   same hand-off again, or a forwarder that announces a change again after a restart, is
@@ -31,7 +32,15 @@ import type {
   SendMessageCommand,
   SendMessageCommandInput,
 } from '@aws-sdk/client-sqs';
-import { type KappEvent, MAX_EVENT_BYTES, objectRefOf, orderingKey, serializeEvent } from '../../../events/schema.js';
+import {
+  type KappEvent,
+  MAX_EVENT_BYTES,
+  type ObjectIdentity,
+  objectRefOf,
+  orderingKey,
+  serializeEvent,
+  subjectOf,
+} from '../../../events/schema.js';
 import type { PipelineStage } from '../api/functions.js';
 import {
   type EventSender,
@@ -103,16 +112,39 @@ export function dedupId(key: Uint8Array | undefined, eventId: string): string {
 }
 
 /**
+ * The `MessageGroupId` of an object's events: `<cluster id>/` and 64 hex chars of HMAC-SHA256
+ * under its cluster's event key `key` of `kapp-lambda/group/v1`, a NUL and the object's subject
+ * (`subjectOf`); its ordering key (`orderingKey`) when there is no key. At most 128 characters (a
+ * cluster id has at most 63), as SQS requires.
+ *
+ * Why a key, as for {@link dedupId}: SQS lets any sender choose the group, and a FIFO queue
+ * delivers a group's messages one at a time, so a sender that can name another cluster's object's
+ * group (the plain ordering key is `<cluster>/<Kind>/<ns>/<name>`, all guessable) could keep that
+ * object's events waiting behind its own messages, each refused only when its turn comes. Under the
+ * cluster's key only the cluster's senders (its forwarder and the functions) can compute the group;
+ * every one of them computes the same group for the same object, so an object's events stay in
+ * order across senders, and the cluster id in front keeps groups readable per cluster.
+ */
+export function messageGroupId(key: Uint8Array | undefined, ref: ObjectIdentity): string {
+  if (key === undefined) return orderingKey(ref);
+  const mac = createHmac('sha256', key)
+    .update(`kapp-lambda/group/v1\0${subjectOf(ref)}`)
+    .digest('hex');
+  return `${ref.clusterId}/${mac}`;
+}
+
+/**
  * The `SendMessage` input for `event` on `queueUrl` (pure; the adapter's whole mapping).
  *
- * @param key - the event's cluster's event key ({@link dedupId}); none: the event id.
+ * @param key - the event's cluster's event key ({@link dedupId}, {@link messageGroupId}); none:
+ *   the event id and the object's ordering key.
  * @throws EventValidationError when the body exceeds 256 KiB.
  */
 export function sendMessageInput(queueUrl: string, event: KappEvent, key?: Uint8Array): SendMessageCommandInput {
   return {
     QueueUrl: queueUrl,
     MessageBody: serializeEvent(event),
-    MessageGroupId: orderingKey(objectRefOf(event)),
+    MessageGroupId: messageGroupId(key, objectRefOf(event)),
     MessageDeduplicationId: dedupId(key, event.id),
   };
 }
