@@ -189,7 +189,10 @@ export function createDispatcherDeps(
     ...(config.stage === 'index-repo' ? { pollClusters: () => sourcePollClusters(store, config.sharing) } : {}),
     // `cluster` sharing: the member clusters are what the fetch and index-repo runs answered.
     ...(config.sharing === 'cluster' && POLL_MEMBER_STAGES.includes(config.stage)
-      ? { pollMembers: new StorePollMembers(store) }
+      ? {
+          pollMembers: new StorePollMembers(store),
+          registered: async (clusterId: string) => (await registry.forwarderOf(clusterId)) !== undefined,
+        }
       : {}),
   };
 }

@@ -381,7 +381,7 @@ function recordedGlobalNamespaceUid(deps: PipelineDeps, clusterId: string): stri
     warnedUnrecorded.add(clusterId);
     deps.log.warn(
       { clusterId },
-      `the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: npm run cluster -- join --replace, or kapp-controller-config key ${GLOBAL_NAMESPACE_UID_KEY})`,
+      `the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: on the embedded runtime, kapp-controller-config key ${GLOBAL_NAMESPACE_UID_KEY}; in a cloud fleet, npm run cluster -- join --replace)`,
     );
   }
   return uid;
