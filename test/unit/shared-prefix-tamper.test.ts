@@ -242,6 +242,26 @@ describe('fetch: the pinned record keeps the tarball entity tag', () => {
     expect(store.gets.filter((k) => k === shared)).toEqual([]);
   });
 
+  it('an unpinned fetch that finds the tarball it verified before: one HEAD, no GET; a replaced one is read and refused', async () => {
+    const store = new TaggingStore();
+    const w = pinnedWorld(store);
+    const shared = (await w.run()) as string;
+    // No pinned record (an unpinned source, or a resync after the record expired): vendir runs
+    // again and its artifact is already stored under the same key.
+    await store.delete(await w.record());
+    store.heads.length = 0;
+    store.gets.length = 0;
+    expect(await w.run()).toBe(shared);
+    expect(store.gets.filter((k) => k === shared)).toEqual([]);
+    // Replaced under the same key: another tag, so the bytes are read, found foreign, and sealed.
+    await store.put(shared, await otherTgz('kind: Evil\n'));
+    await store.delete(await w.record());
+    store.gets.length = 0;
+    expect(await w.run()).toMatch(PRIVATE_FETCH_KEY_PATTERN);
+    expect(store.gets.filter((k) => k === shared)).toHaveLength(1);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === shared)).toBe(true);
+  });
+
   it('a record without a tag (written before tags were kept) is checked for existence only', async () => {
     const store = new TaggingStore();
     const w = pinnedWorld(store);
