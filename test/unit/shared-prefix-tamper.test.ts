@@ -103,8 +103,14 @@ const OVERSIZE = Buffer.alloc(2 * READ_BOUND, 0x61);
  */
 class BoundedReadStore extends MemoryStore {
   readonly failing = new Set<string>();
+  /** Keys whose reads S3 answers 400, as it does an object planted under a customer key (SSE-C). */
+  readonly customerKeyed = new Set<string>();
   override async get(key: string, opts?: Parameters<MemoryStore['get']>[1]): Promise<Buffer | undefined> {
     if (this.failing.has(key)) throw new StoreError(`failed to get object "${key}"`, 'get', key);
+    if (this.customerKeyed.has(key)) {
+      const cause = Object.assign(new Error('InvalidRequest'), { $metadata: { httpStatusCode: 400 } });
+      throw new StoreError(`failed to get object "${key}"`, 'get', key, { cause });
+    }
     return await super.get(key, { maxBytes: opts?.maxBytes ?? READ_BOUND });
   }
 }
@@ -172,6 +178,18 @@ describe('fetch: the pinned record and the shared tarball', () => {
     // The sealed copy is the fetched tree: it renders.
     expect((await w.template(handed as string))?.type).toBe('dev.kapp-lambda.stage.deploy.v1');
     expect(w.rendered).toEqual(['a: 1\n']);
+  });
+
+  it('a writer that finds an object it may not read (planted under a customer key: 400) keeps a sealed copy', async () => {
+    const shared = (await pinnedWorld().run()) as string;
+    const store = new BoundedReadStore();
+    await store.put(shared, tgz);
+    store.customerKeyed.add(shared);
+    const w = pinnedWorld(store);
+    const handed = await w.run();
+    expect(handed).toMatch(PRIVATE_FETCH_KEY_PATTERN);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === shared)).toBe(true);
+    expect((await w.template(handed as string))?.type).toBe('dev.kapp-lambda.stage.deploy.v1');
   });
 
   it('a store that fails reading the shared tarball back is an infrastructure error, not tampering', async () => {

@@ -158,10 +158,12 @@ export function createDispatcherDeps(
     invoker: new LambdaStageInvoker({ invoke: (input) => sdk.invoke(input), functionName: () => config.stageFunction }),
     requeuer,
     deleter: new SqsMessageDeleter(clients.sqs, config.queueUrl),
+    // The senders key each cluster's groups with its registry document's key: so does the check.
+    groupKeyOf: (clusterId: string) => registry.eventKeyOf(clusterId),
+    ...(config.acceptUnkeyedGroups ? { acceptUnkeyed: true } : {}),
     ...(check
       ? {
           prover: new SqsRecordProver(clients.sqs, config.queueUrl),
-          groupKeyOf: (clusterId: string) => registry.eventKeyOf(clusterId),
           checkSender: (event, senderId) =>
             senderRefusal(
               {

@@ -169,6 +169,8 @@ export interface DispatcherDeps {
   checkSender?: SenderCheck;
   /** The key of each cluster's message groups (`EdgeChecks.groupKeyOf`, `./edge.ts`). Default none. */
   groupKeyOf?: EdgeChecks['groupKeyOf'];
+  /** Takes a keyed cluster's record in its unkeyed group too (`EdgeChecks.acceptUnkeyed`). Default false. */
+  acceptUnkeyed?: boolean;
   /** The fair shares of the stage's slots (`EntryDeps.shares`). Default none: every record is invoked. */
   shares?: StageShares;
   /**
