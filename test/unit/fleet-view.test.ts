@@ -10,6 +10,7 @@ import { FLEET_PAGE_HTML, fleetPageCsp } from '../../functions/lib/fleet/page.js
 import { buildFleetView, FLEET_INDEX_PREFIX, FleetViewCache, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
 import { receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { formatFleetStatus } from '../../scripts/fleet-status.js';
 
 const NOW = Date.parse('2026-12-07T10:00:00Z');
 const index = (cluster: string, name: string, doc: Record<string, unknown>) =>
@@ -161,6 +162,23 @@ describe('buildFleetView', () => {
     await store.put(key, body);
     const view = await buildFleetView(counting, { cache });
     expect(view.installs[0]?.lastReconcile).toMatchObject({ durationMs: 1000, costUsd: 0.25 });
+  });
+});
+
+describe('npm run fleet -- status', () => {
+  it('prints each rollout, then clusters × PackageInstalls with health, wave and the last reconcile', async () => {
+    const view = await buildFleetView(await fleetStore(), { clusters: ['kind-z'], now: () => NOW });
+    expect(formatFleetStatus(view).split('\n')).toEqual([
+      'ROLLOUT default/hello.example.com 1.0.0 -> 2.0.0 stopped waves 1/2 (kind-a/default/hello: unhealthy)',
+      '',
+      'CLUSTER  PACKAGEINSTALL  PACKAGE            VERSION  HEALTH     WAVE    LAST RECONCILE',
+      'kind-a   default/hello   hello.example.com  2.0.0    unhealthy  canary  succeeded 58s ago, 2.5s, $0.000125',
+      'kind-b   default/hello   hello.example.com  1.0.0    healthy    rest    -',
+      'kind-c   default/liar    -                  9.9.9    unknown    -       -',
+      '',
+      'clusters without a PackageInstall: kind-z',
+      '',
+    ]);
   });
 });
 
