@@ -248,10 +248,17 @@ describe('rollout state machine', () => {
     expect(rolloutCondition(e.record, 2, at(102)).reason).toBe('Completed');
   });
 
-  it('a wave without members is passed at once, with no soak', () => {
+  it('a catch-all wave without members is passed at once; a listed cluster that never reported holds its wave', () => {
     const e = evaluateRollout(fresh(), POLICY, [upgraded('a', 1), member('d')], at(31));
-    expect(e.released).toEqual([1, 2]);
-    expect(e.record.waves[1]).toMatchObject({ soakEndsAt: at(31).toISOString(), completedAt: at(31).toISOString() });
+    expect(e.released).toEqual([1]);
+    expect(e.record.waves[1]?.healthyAt).toBeUndefined();
+    const two = parseRolloutPolicy(
+      POLICY_YAML.replace('    - { name: early, clusters: [b, c], soak: 1m, maxUnavailable: 1 }\n', ''),
+    );
+    const done = evaluateRollout(newRollout(two, REF, '2.0.0', '1.0.0', T0), two, [upgraded('a', 1)], at(31));
+    expect(done.released).toEqual([1]);
+    expect(done.record.waves[1]).toMatchObject({ soakEndsAt: at(31).toISOString(), completedAt: at(31).toISOString() });
+    expect(done.record.status).toBe('completed');
   });
 
   it('a member that stops being healthy ends the soak', () => {

@@ -13,8 +13,9 @@
  * - A PackageInstall may select at most its {@link capFor} version.
  *
  * Members are the fleet index entries of the refName (`./state.ts`), each in the wave of its
- * cluster id ({@link waveOf}): a cluster is a member once it reports, and a listed cluster that
- * never reports does not hold its wave.
+ * cluster id ({@link waveOf}): a cluster is a member once it reports. A cluster a wave lists by
+ * id that has not reported counts as not healthy (it holds its wave, within `maxUnavailable`);
+ * the catch-all wave has only the members that reported.
  *
  * @module
  */
@@ -134,8 +135,8 @@ export interface Evaluation {
 /**
  * One step of the state machine for `members` (the refName's fleet entries) at `now`: stop on
  * too many failures, note a wave's health and soak, release the next wave (or complete) once the
- * soak is over. A released wave without members counts as healthy at its release, with no soak,
- * so the next one follows at once.
+ * soak is over. A released wave without members (and no listed cluster) counts as healthy at its
+ * release, with no soak, so the next one follows at once.
  */
 export function evaluateRollout(
   current: RolloutRecord,
@@ -175,8 +176,12 @@ export function evaluateRollout(
     const w = r.waves[i];
     if (!w?.releasedAt) break;
     const ms = byWave.get(i) ?? [];
+    // A listed cluster that has not reported counts as not (yet) healthy: a canary is never skipped.
+    const silent = (spec(i)?.clusters ?? []).filter(
+      (id) => recordWaveOf(r, policy, id) === i && !ms.some((m) => m.clusterId === id),
+    ).length;
     const healthy = ms.filter((m) => memberHealthy(m, r.target));
-    const ok = healthy.length >= ms.length - (spec(i)?.maxUnavailable ?? 0);
+    const ok = healthy.length >= ms.length + silent - (spec(i)?.maxUnavailable ?? 0);
     if (ok && !w.healthyAt) {
       const since = Math.max(Date.parse(w.releasedAt), ...healthy.map((m) => Date.parse(m.healthySince ?? at)));
       const soak = ms.length === 0 ? 0 : soakMs(spec(i) ?? { soak: '0s', name: '', maxUnavailable: 0 });

@@ -1,0 +1,278 @@
+/**
+ * The rollout gate in the install function (`functions/lib/rollout/gate.ts` through
+ * `runInstall`): two cluster ids, each its own fake cluster (the port), one memory store. A
+ * version above a PackageInstall's current one creates the rollout (wave 1 released), a cluster
+ * of a later wave is held at its version with a `Held` Rollout condition after kapp-controller's,
+ * a released one upgrades, its healthy reconcile starts the soak, a failure stops the rollout,
+ * and every run writes its fleet index entry. Without a policy nothing changes but the entry.
+ */
+import { describe, expect, it } from 'vitest';
+import { type ObjectRef, objectEvent } from '../../events/schema.js';
+import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
+import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
+import type { KubeObject } from '../../functions/lib/kube/port.js';
+import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { fleetEntryOf } from '../../functions/lib/rollout/gate.js';
+import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
+import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { FakeCluster } from './support/fake-cluster.js';
+import { stageDeps, useTempDir } from './support/stage-deps.js';
+
+const tempDir = useTempDir('install-rollout-');
+const T0 = Date.parse('2026-12-07T08:00:00.000Z');
+const PKGI_API = 'packaging.carvel.dev/v1alpha1';
+const REF_NAME = 'pkg.test.carvel.dev';
+const ROLLOUT = KappLambdaConditionType.Rollout;
+const POLICY = parseRolloutPolicy(`
+apiVersion: kapp-lambda/v1
+kind: RolloutPolicy
+metadata: { name: default }
+spec:
+  packages: [${REF_NAME}]
+  waves:
+    - { name: canary, clusters: [c1], soak: 30s }
+    - { name: rest }
+`);
+
+function pkg(version: string): KubeObject {
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'Package',
+    metadata: { name: `${REF_NAME}.${version}`, namespace: 'ns', uid: `uid-${version}`, resourceVersion: '1' },
+    spec: {
+      refName: REF_NAME,
+      version,
+      template: {
+        spec: {
+          fetch: [{ inline: { paths: { 'version.txt': version } } }],
+          template: [{ ytt: {} }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+    },
+  };
+}
+
+const succeeded = { conditions: [{ type: 'ReconcileSucceeded', status: 'True' }] };
+const failedApp = {
+  conditions: [{ type: 'ReconcileFailed', status: 'True', message: 'Deploying: boom' }],
+  usefulErrorMessage: 'kapp: Error: boom',
+};
+
+function packageInstall(): KubeObject {
+  return {
+    apiVersion: PKGI_API,
+    kind: 'PackageInstall',
+    metadata: { name: 'inst', namespace: 'ns', uid: 'uid-pkgi', generation: 1, resourceVersion: '1' },
+    spec: { serviceAccountName: 'sa', packageRef: { refName: REF_NAME, versionSelection: { constraints: '>=1.0.0' } } },
+  };
+}
+
+type Status = { version?: string; conditions?: Record<string, string>[] };
+
+/**
+ * One store, a clock, and per cluster id a fake cluster (its PackageInstall `ns/inst`, the
+ * Packages published so far); `run` reconciles it once, the App first given `app` as its status
+ * (the App pipeline's outcome at its current generation).
+ */
+function fleet(withPolicy = true) {
+  const store = new MemoryStore();
+  let now = T0;
+  const published = ['1.0.0'];
+  const clusters = new Map<string, FakeCluster>();
+  const ready = withPolicy ? putPolicy(store, POLICY) : Promise.resolve();
+  async function run(id: string, app?: Record<string, unknown>) {
+    await ready;
+    let cluster = clusters.get(id);
+    if (!cluster) {
+      cluster = new FakeCluster().put(packageInstall());
+      cluster.namespaces.set('ns', { metadata: { name: 'ns', uid: 'uid-ns', resourceVersion: '1' }, phase: 'Active' });
+      clusters.set(id, cluster);
+    }
+    for (const v of published) cluster.put(pkg(v));
+    const a = cluster.get('App', 'ns', 'inst');
+    if (a && app) a.status = { ...app, observedGeneration: a.metadata.generation };
+    const { deps } = stageDeps(cluster, { runner: new FakeCommandRunner(), store, tmpRoot: tempDir() });
+    deps.now = () => new Date(now);
+    const ref: ObjectRef = {
+      clusterId: id,
+      kind: 'PackageInstall',
+      apiVersion: PKGI_API,
+      namespace: 'ns',
+      name: 'inst',
+      uid: 'uid-pkgi',
+      generation: 1,
+      resourceVersion: cluster.get('PackageInstall', 'ns', 'inst')?.metadata.resourceVersion ?? '1',
+    };
+    await dispatchEvent(objectEvent(ref, 'modified', { time: new Date(now) }), deps);
+    const status = cluster.get('PackageInstall', 'ns', 'inst')?.status as Status;
+    const appAfter = cluster.get('App', 'ns', 'inst');
+    return { status, appVersion: appAfter?.metadata.annotations?.['packaging.carvel.dev/package-version'] };
+  }
+  /** Installs 1.0.0 in `id` and reconciles it (its App succeeded). */
+  async function install(id: string) {
+    await run(id);
+    return await run(id, succeeded);
+  }
+  return {
+    store,
+    run,
+    install,
+    publish: (v: string) => published.push(v),
+    at: (s: number) => {
+      now = T0 + s * 1000;
+    },
+  };
+}
+
+describe('install: the rollout gate', () => {
+  it('without a policy: the newest version at once, no Rollout condition, the fleet entry written', async () => {
+    const f = fleet(false);
+    expect((await f.install('c2')).status.version).toBe('1.0.0');
+    f.publish('2.0.0');
+    const r = await f.run('c2');
+    expect(r.appVersion).toBe('2.0.0');
+    expect(r.status.conditions?.map((c) => c.type)).toEqual(['Reconciling']);
+    expect(await f.store.list('state/rollouts/')).toEqual([]);
+    expect(await readFleetEntry(f.store, 'c2', 'ns', 'inst')).toMatchObject({
+      refName: REF_NAME,
+      version: '2.0.0',
+      reconcile: 'reconciling',
+      lastGoodVersion: '1.0.0',
+    });
+  });
+
+  it('holds a later wave, upgrades the first, soaks, and releases the next wave after the soak', async () => {
+    const f = fleet();
+    await f.install('c1');
+    expect((await f.install('c2')).status.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    f.publish('2.0.0');
+    const held = await f.run('c2');
+    // c2 sees 2.0.0 first: it creates the rollout, whose first wave (c1) is released, not its own.
+    expect(held.appVersion).toBe('1.0.0');
+    expect(held.status.version).toBe('1.0.0');
+    expect(held.status.conditions).toEqual([
+      { type: 'ReconcileSucceeded', status: 'True' },
+      {
+        type: ROLLOUT,
+        status: 'False',
+        reason: 'Held',
+        message: '2.0.0 held: wave rest not started (rollout at wave canary)',
+      },
+    ]);
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record).toMatchObject({
+      target: '2.0.0',
+      from: '1.0.0',
+      status: 'running',
+      waves: [{ name: 'canary', releasedAt: new Date(T0).toISOString() }, { name: 'rest' }],
+    });
+    f.at(1);
+    const up = await f.run('c1');
+    expect(up.appVersion).toBe('2.0.0');
+    expect(up.status.conditions?.map((c) => c.reason ?? c.type)).toEqual(['Reconciling', 'Upgrading']);
+    f.at(5);
+    const healthy = await f.run('c1', succeeded);
+    expect(healthy.status.conditions?.[1]).toMatchObject({
+      reason: 'Soaking',
+      message: `2.0.0: wave canary healthy, soaking until ${new Date(T0 + 35_000).toISOString()}`,
+    });
+    expect(await readFleetEntry(f.store, 'c1', 'ns', 'inst')).toMatchObject({
+      version: '2.0.0',
+      reconcile: 'succeeded',
+      healthySince: new Date(T0 + 5000).toISOString(),
+      wave: 'canary',
+      rollout: `default/${REF_NAME}`,
+      lastGoodVersion: '2.0.0',
+    });
+    f.at(20);
+    expect((await f.run('c2')).appVersion).toBe('1.0.0');
+    f.at(35);
+    // The soak is over: c1's next run (the forwarder's due time) releases wave rest.
+    expect((await f.run('c1')).status.conditions?.[1]).toMatchObject({
+      reason: 'Upgrading',
+      message: '2.0.0 released to wave canary',
+    });
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.waves[1]?.releasedAt).toBe(
+      new Date(T0 + 35_000).toISOString(),
+    );
+    f.at(36);
+    expect((await f.run('c2')).appVersion).toBe('2.0.0');
+    f.at(40);
+    expect((await f.run('c2', succeeded)).status.conditions?.[1]?.reason).toBe('Completed');
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.status).toBe('completed');
+  });
+
+  it('a failed reconcile of the target in wave 1 stops the rollout: the later wave stays held', async () => {
+    const f = fleet();
+    await f.install('c1');
+    await f.install('c2');
+    f.publish('2.0.0');
+    f.at(1);
+    expect((await f.run('c1')).appVersion).toBe('2.0.0');
+    f.at(3);
+    const failed = await f.run('c1', failedApp);
+    expect(failed.status.conditions?.map((c) => c.type)).toEqual(['ReconcileFailed', ROLLOUT]);
+    expect(failed.status.conditions?.[1]).toMatchObject({
+      status: 'False',
+      reason: 'Stopped',
+      message:
+        'rollout of 2.0.0 stopped: wave canary: 1 failed (maxUnavailable 0), first c1 ns/inst: reconcile of 2.0.0 failed',
+    });
+    const held = await f.run('c2');
+    expect(held.appVersion).toBe('1.0.0');
+    expect(held.status.conditions?.[1]?.reason).toBe('Stopped');
+  });
+
+  it('a cluster that joins mid-rollout with no version gets the rollout`s from until its wave is released', async () => {
+    const f = fleet();
+    await f.install('c1');
+    f.publish('2.0.0');
+    await f.run('c1');
+    expect((await f.run('c3')).appVersion).toBe('1.0.0');
+  });
+
+  it('the canary wave waits for a listed cluster that has not reported yet', async () => {
+    const f = fleet();
+    await f.install('c2');
+    f.publish('2.0.0');
+    await f.run('c2');
+    await f.run('c2');
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.waves[1]?.releasedAt).toBeUndefined();
+  });
+
+  it('the fleet entry reads health from the Healthy condition: False is unhealthy, keeps lastGoodVersion', () => {
+    const pkgi = { metadata: { namespace: 'ns', name: 'inst' }, spec: { packageRef: { refName: REF_NAME } } } as never;
+    const healthy = fleetEntryOf(
+      'c1',
+      pkgi,
+      {
+        ...succeeded,
+        version: '1.0.0',
+        conditions: [...succeeded.conditions, { type: KappLambdaConditionType.Healthy, status: 'True' }],
+      },
+      undefined,
+      new Date(T0),
+      undefined,
+    );
+    expect(healthy).toMatchObject({
+      health: 'True',
+      healthySince: new Date(T0).toISOString(),
+      lastGoodVersion: '1.0.0',
+    });
+    const sick = fleetEntryOf(
+      'c1',
+      pkgi,
+      {
+        ...succeeded,
+        version: '2.0.0',
+        conditions: [...succeeded.conditions, { type: KappLambdaConditionType.Healthy, status: 'False' }],
+      },
+      healthy,
+      new Date(T0 + 1000),
+      undefined,
+    );
+    expect(sick).toMatchObject({ health: 'False', lastGoodVersion: '1.0.0' });
+    expect(sick.healthySince).toBeUndefined();
+  });
+});
