@@ -7,11 +7,13 @@
  * and every run writes its fleet index entry. Without a policy nothing changes but the entry.
  */
 import { describe, expect, it } from 'vitest';
-import { type ObjectRef, objectEvent } from '../../events/schema.js';
+import { packageInstallDueAt } from '../../events/forwarder/kinds.js';
+import { type KappEvent, type ObjectRef, objectEvent } from '../../events/schema.js';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
+import { checkRollouts } from '../../functions/lib/pipeline/install/rollout-pokes.js';
 import { fleetEntryOf } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
@@ -81,7 +83,18 @@ function fleet(withPolicy = true) {
   let now = T0;
   const published = ['1.0.0'];
   const clusters = new Map<string, FakeCluster>();
+  const emitted: KappEvent[] = [];
   const ready = withPolicy ? putPolicy(store, POLICY) : Promise.resolve();
+  /** Deps of a runtime serving `served` (every cluster's view, the shared store and clock); events go to `emitted`. */
+  function depsFor(served: string[]) {
+    const { deps } = stageDeps(undefined, { runner: new FakeCommandRunner(), store, tmpRoot: tempDir() });
+    deps.now = () => new Date(now);
+    deps.clusters = { ...deps.clusters, clusterIds: () => served, installView: (c) => clusters.get(c) as never };
+    deps.emit = async (events) => {
+      emitted.push(...events);
+    };
+    return deps;
+  }
   async function run(id: string, app?: Record<string, unknown>) {
     await ready;
     let cluster = clusters.get(id);
@@ -93,8 +106,7 @@ function fleet(withPolicy = true) {
     for (const v of published) cluster.put(pkg(v));
     const a = cluster.get('App', 'ns', 'inst');
     if (a && app) a.status = { ...app, observedGeneration: a.metadata.generation };
-    const { deps } = stageDeps(cluster, { runner: new FakeCommandRunner(), store, tmpRoot: tempDir() });
-    deps.now = () => new Date(now);
+    const deps = depsFor([...clusters.keys()]);
     const ref: ObjectRef = {
       clusterId: id,
       kind: 'PackageInstall',
@@ -117,6 +129,8 @@ function fleet(withPolicy = true) {
   }
   return {
     store,
+    emitted,
+    depsFor,
     run,
     install,
     publish: (v: string) => published.push(v),
@@ -196,6 +210,15 @@ describe('install: the rollout gate', () => {
     expect((await readRollout(f.store, 'default', REF_NAME))?.record.waves[1]?.releasedAt).toBe(
       new Date(T0 + 35_000).toISOString(),
     );
+    // The released wave's PackageInstalls are poked at once.
+    expect(
+      f.emitted.map((e) => {
+        const d = e.data as { reason?: string; cause?: string };
+        return [d.reason, e.subject, d.cause];
+      }),
+    ).toEqual([
+      ['ref-changed', 'c2/PackageInstall/ns/inst', `rollout: default/${REF_NAME} wave rest released (2.0.0)`],
+    ]);
     f.at(36);
     expect((await f.run('c2')).appVersion).toBe('2.0.0');
     f.at(40);
@@ -274,5 +297,48 @@ describe('install: the rollout gate', () => {
     );
     expect(sick).toMatchObject({ health: 'False', lastGoodVersion: '1.0.0' });
     expect(sick.healthySince).toBeUndefined();
+  });
+
+  it('the rollout check pokes the served members of a released wave behind the target, once per release', async () => {
+    const f = fleet();
+    await f.install('c1');
+    await f.install('c2');
+    f.publish('2.0.0');
+    f.at(1);
+    await f.run('c1');
+    f.at(5);
+    await f.run('c1', succeeded);
+    f.emitted.length = 0;
+    f.at(36);
+    // No member ran at the soak's end: the check releases wave rest and pokes c2.
+    const deps = f.depsFor(['c2']);
+    const sent = f.emitted;
+    const poked = new Set<string>();
+    expect(await checkRollouts(deps, poked)).toBe(1);
+    expect(sent.map((e) => e.subject)).toEqual(['c2/PackageInstall/ns/inst']);
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.waves[1]?.releasedAt).toBe(
+      new Date(T0 + 36_000).toISOString(),
+    );
+    expect(await checkRollouts(deps, poked)).toBe(0);
+  });
+});
+
+describe('forwarder: the PackageInstall due time', () => {
+  const obj = (generation: number, conditions: unknown[]) =>
+    ({ metadata: { generation }, status: { observedGeneration: 1, conditions } }) as unknown as KubeObject;
+  const soaking = {
+    type: ROLLOUT,
+    status: 'True',
+    reason: 'Soaking',
+    message: '2.0.0: wave canary healthy, soaking until 2026-12-07T08:00:35.000Z',
+  };
+
+  it('is the end of the soak its Rollout condition announces; now for a new spec; else never', () => {
+    expect(packageInstallDueAt(obj(1, [{ type: 'ReconcileSucceeded', status: 'True' }, soaking]), T0)).toBe(
+      T0 + 35_000,
+    );
+    expect(packageInstallDueAt(obj(2, [soaking]), T0)).toBe(T0);
+    expect(packageInstallDueAt(obj(1, [{ type: 'ReconcileSucceeded', status: 'True' }]), T0)).toBeNull();
+    expect(packageInstallDueAt(obj(1, [{ ...soaking, reason: 'Upgrading' }]), T0)).toBeNull();
   });
 });

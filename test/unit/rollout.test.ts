@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
+import { soakingUntil } from '../../functions/lib/rollout/condition.js';
 import {
   capFor,
   commandRollout,
@@ -15,7 +16,6 @@ import {
   newRollout,
   RolloutCommandError,
   rolloutCondition,
-  soakingUntil,
   startsRollout,
 } from '../../functions/lib/rollout/evaluate.js';
 import { parseRolloutPolicy, policyCovers, RolloutPolicyError, waveOf } from '../../functions/lib/rollout/policy.js';

@@ -290,17 +290,3 @@ export function rolloutCondition(r: RolloutRecord, wave: number, now: Date): Rol
   }
   return { type, status: 'True', reason: 'Upgrading', message: `${r.target} released to wave ${name}${paused}` };
 }
-
-/**
- * The end of the soak a PackageInstall's Rollout condition announces (epoch ms), when its reason
- * is `Soaking`: the forwarder's due time for the run that releases the next wave.
- */
-export function soakingUntil(
-  conditions: readonly { type: string; status?: string; reason?: string; message?: string }[] | undefined,
-): number | undefined {
-  const c = conditions?.find((x) => x.type === KappLambdaConditionType.Rollout);
-  if (c?.reason !== 'Soaking') return undefined;
-  const m = / until (\S+)$/.exec(c.message ?? '');
-  const t = m ? Date.parse(m[1] ?? '') : Number.NaN;
-  return Number.isNaN(t) ? undefined : t;
-}

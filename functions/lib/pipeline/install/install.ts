@@ -71,6 +71,7 @@ import { type PipelineDeps, secretMaskOf } from '../deps.js';
 import { type OpenedRun, openRun, writeRunStatus } from '../run.js';
 import { parsedReads, type StageKind } from '../stage.js';
 import { appRef } from '../stage-inputs.js';
+import { pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;
@@ -329,10 +330,23 @@ async function planRollout(
   }
 }
 
-/** Stores the run's fleet entry and the rollout's next state ({@link recordRollout}); failures are logged. */
+/**
+ * Stores the run's fleet entry and the rollout's next state ({@link recordRollout}), then pokes
+ * the PackageInstalls of the waves it released (`./rollout-pokes.ts`); failures are logged (the
+ * next event of any member, or the rollout check, evaluates again).
+ */
 async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
   try {
-    await recordRollout(deps.store, deps.now(), plan);
+    const released = await recordRollout(deps.store, deps.now(), plan);
+    const record = plan.gate?.record;
+    if (!record || !plan.gate) return;
+    for (const i of released) {
+      deps.log.info(
+        { rollout: `${record.policy}/${record.refName}`, wave: record.waves[i]?.name },
+        'rollout wave released',
+      );
+      await pokeInstalls(deps, waveMembers(record, plan.gate.policy, plan.members, i), releaseCause(record, i));
+    }
   } catch (err) {
     deps.log.warn(
       { clusterId: plan.entry.clusterId, err: messageOf(err) },
