@@ -12,12 +12,14 @@ import { type KappEvent, type ObjectRef, objectEvent } from '../../events/schema
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
+import { memoryLogger } from '../../functions/lib/log.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { checkRollouts } from '../../functions/lib/pipeline/install/rollout-pokes.js';
 import { fleetEntryOf } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { StoreError } from '../../functions/lib/store/port.js';
 import { FakeCluster } from './support/fake-cluster.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
@@ -78,8 +80,8 @@ type Status = { version?: string; conditions?: Record<string, string>[] };
  * Packages published so far); `run` reconciles it once, the App first given `app` as its status
  * (the App pipeline's outcome at its current generation).
  */
-function fleet(withPolicy = true) {
-  const store = new MemoryStore();
+function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
+  const log = memoryLogger();
   let now = T0;
   const published = ['1.0.0'];
   const clusters = new Map<string, FakeCluster>();
@@ -88,6 +90,7 @@ function fleet(withPolicy = true) {
   /** Deps of a runtime serving `served` (every cluster's view, the shared store and clock); events go to `emitted`. */
   function depsFor(served: string[]) {
     const { deps } = stageDeps(undefined, { runner: new FakeCommandRunner(), store, tmpRoot: tempDir() });
+    deps.log = log;
     deps.now = () => new Date(now);
     deps.clusters = { ...deps.clusters, clusterIds: () => served, installView: (c) => clusters.get(c) as never };
     deps.emit = async (events) => {
@@ -131,6 +134,7 @@ function fleet(withPolicy = true) {
     store,
     emitted,
     depsFor,
+    logs: () => log.records,
     run,
     install,
     publish: (v: string) => published.push(v),
@@ -155,6 +159,28 @@ describe('install: the rollout gate', () => {
       reconcile: 'reconciling',
       lastGoodVersion: '1.0.0',
     });
+  });
+
+  it('a store that refuses the rollout keys (the cloud install function today): not gated, warned once', async () => {
+    class Refusing extends MemoryStore {
+      override async list(prefix: string) {
+        if (prefix.startsWith('state/')) throw new StoreError('failed to list objects', 'list', prefix);
+        return await super.list(prefix);
+      }
+      override async get(key: string) {
+        if (key.startsWith('state/')) throw new StoreError('failed to get object', 'get', key);
+        return await super.get(key);
+      }
+    }
+    const f = fleet(false, new Refusing());
+    await f.install('c-refusing');
+    f.publish('2.0.0');
+    expect((await f.run('c-refusing')).appVersion).toBe('2.0.0');
+    const warned = f
+      .logs()
+      .filter((r) => r.level === 'warn' && r.msg?.startsWith('fleet index'))
+      .map((r) => r.msg);
+    expect(warned).toEqual(['fleet index: the rollout policies could not be read; not gated']);
   });
 
   it('holds a later wave, upgrades the first, soaks, and releases the next wave after the soak', async () => {

@@ -34,6 +34,7 @@ import type { RolloutPolicy } from './policy.js';
 import {
   casRollout,
   type FleetEntry,
+  isFinal,
   listFleetEntries,
   policyFor,
   type RolloutRecord,
@@ -64,6 +65,7 @@ export interface RolloutGate {
  *
  * @param ungated - the version the PackageInstall would select without the gate (`undefined` when
  *   it selects none): above `status.version`, it starts a rollout unless one is moving
+ * @param cacheOwner - what the policies read are cached on (`policyFor`); default the store
  * @throws StoreError when the store cannot be read (the run fails and is retried)
  */
 export async function rolloutGate(
@@ -72,9 +74,10 @@ export async function rolloutGate(
   clusterId: string,
   pkgi: PackageInstall,
   ungated: () => string | undefined,
+  cacheOwner: object = store,
 ): Promise<RolloutGate | undefined> {
   const refName = pkgi.spec.packageRef?.refName ?? '';
-  const policy = await policyFor(store, refName, now.getTime());
+  const policy = await policyFor(store, refName, now.getTime(), cacheOwner);
   if (!policy) return undefined;
   const current = pkgi.status?.version;
   const v = ungated();
@@ -184,7 +187,10 @@ export async function planRolloutRecord(
   const entry = fleetEntryOf(clusterId, pkgi, status, previous, now, gate);
   if (!gate?.record) return { status, entry, previous, gate, members: [], changed: false };
   const mine = (m: FleetEntry) => m.clusterId === clusterId && m.namespace === ns && m.name === name;
-  const members = [...(await listFleetEntries(store, gate.refName)).filter((m) => !mine(m)), entry];
+  // A final rollout no longer moves: its condition needs no members (no LIST of the fleet).
+  const members = isFinal(gate.record.status)
+    ? []
+    : [...(await listFleetEntries(store, gate.refName)).filter((m) => !mine(m)), entry];
   const evaluation = evaluateRollout(gate.record, gate.policy, members, now);
   const record = evaluation.record;
   const withCondition =

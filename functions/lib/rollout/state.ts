@@ -145,26 +145,29 @@ export async function listPolicies(store: ObjectStore): Promise<RolloutPolicy[]>
   return out;
 }
 
-/** Policies read per store within the TTL (a per-process cache: one LIST and GETs per 2 s). */
-const policyCache = new WeakMap<ObjectStore, { at: number; policies: Promise<RolloutPolicy[]> }>();
+/** Policies read within the TTL, per cache owner (see {@link policyFor}). */
+const policyCache = new WeakMap<object, { at: number; policies: Promise<RolloutPolicy[]> }>();
 /** How long {@link policyFor} keeps what it read, in milliseconds. */
 export const POLICY_CACHE_MS = 2000;
 
 /**
  * The policy gating `refName`: the first (by name) applied policy that lists it, else the first
- * with `*`; `undefined` when none does (the PackageInstall is not gated). Cached
- * {@link POLICY_CACHE_MS} per store; `nowMs` is the caller's clock.
+ * with `*`; `undefined` when none does (the PackageInstall is not gated). What it read is kept
+ * {@link POLICY_CACHE_MS} per `owner` (default the store): a runtime passes an object that lives
+ * as long as it does (its cluster registry), as its runs get per-run store wrappers (the meter).
+ * `nowMs` is the caller's clock.
  */
 export async function policyFor(
   store: ObjectStore,
   refName: string,
   nowMs: number,
+  owner: object = store,
 ): Promise<RolloutPolicy | undefined> {
-  let cached = policyCache.get(store);
+  let cached = policyCache.get(owner);
   if (!cached || nowMs - cached.at >= POLICY_CACHE_MS || nowMs < cached.at) {
     cached = { at: nowMs, policies: listPolicies(store) };
-    policyCache.set(store, cached);
-    cached.policies.catch(() => policyCache.delete(store));
+    policyCache.set(owner, cached);
+    cached.policies.catch(() => policyCache.delete(owner));
   }
   const policies = await cached.policies;
   return policies.find((p) => p.spec.packages.includes(refName)) ?? policies.find((p) => p.spec.packages.includes('*'));

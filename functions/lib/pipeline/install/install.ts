@@ -325,7 +325,7 @@ async function planRollout(
   try {
     return await planRolloutRecord(deps.store, deps.now(), clusterId, pkgi, state.status, state.gate);
   } catch (err) {
-    deps.log.warn({ clusterId, err: messageOf(err) }, 'fleet index: the rollout step could not read the store');
+    warnFleetOnce(deps, clusterId, 'the rollout step could not read the store', err);
     return undefined;
   }
 }
@@ -348,10 +348,42 @@ async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
       await pokeInstalls(deps, waveMembers(record, plan.gate.policy, plan.members, i), releaseCause(record, i));
     }
   } catch (err) {
-    deps.log.warn(
-      { clusterId: plan.entry.clusterId, err: messageOf(err) },
-      'fleet index: the run could not record its entry or the rollout',
-    );
+    warnFleetOnce(deps, plan.entry.clusterId, 'the run could not record its entry or the rollout', err);
+  }
+}
+
+/** The fleet-index failures this process has warned about, by cluster and what failed (once each). */
+const warnedFleet = new Set<string>();
+
+/**
+ * Logs a failure of the fleet index or the rollout store (a warning the first time per cluster
+ * and what failed in this process, then at debug): a runtime whose store refuses these keys (the
+ * install function in the cloud holds no grant for them yet) would otherwise warn on every run.
+ */
+function warnFleetOnce(deps: PipelineDeps, clusterId: string, what: string, err: unknown): void {
+  const key = `${clusterId}\n${what}`;
+  const level = warnedFleet.has(key) ? 'debug' : 'warn';
+  warnedFleet.add(key);
+  deps.log[level]({ clusterId, err: messageOf(err) }, `fleet index: ${what}`);
+}
+
+/**
+ * The rollout gate of the PackageInstall (`../../rollout/gate.ts`), its policies cached on the
+ * cluster registry (which lives as long as the runtime; the store is wrapped per run). A store
+ * that cannot be read fails open: the PackageInstall is not gated, and the failure is logged
+ * ({@link warnFleetOnce}), so a runtime without access to the rollout keys behaves as before.
+ */
+async function gateOf(
+  deps: PipelineDeps,
+  clusterId: string,
+  pkgi: PackageInstall,
+  selection: PackageSelection,
+): Promise<RolloutGate | undefined> {
+  try {
+    return await rolloutGate(deps.store, deps.now(), clusterId, pkgi, () => ungatedVersion(selection), deps.clusters);
+  } catch (err) {
+    warnFleetOnce(deps, clusterId, 'the rollout policies could not be read; not gated', err);
+    return undefined;
   }
 }
 
@@ -414,7 +446,7 @@ async function reconcileInstall(
         : {}),
     }),
   );
-  const gate = await rolloutGate(deps.store, deps.now(), clusterId, pkgi, () => ungatedVersion(selection));
+  const gate = await gateOf(deps, clusterId, pkgi, selection);
   if (gate) run.gate = gate;
   const pkg: Package = await withTrustNote(kube, global, recordedUid, () => selection.choose(gate?.callbacks));
   const version = pkg.spec.version ?? '';

@@ -104,7 +104,7 @@ export async function checkRollouts(deps: PipelineDeps, poked: Set<string>): Pro
   const all = await listFleetEntries(deps.store);
   let sent = 0;
   for (const seen of moving) {
-    const policy = await policyFor(deps.store, seen.refName, now.getTime());
+    const policy = await policyFor(deps.store, seen.refName, now.getTime(), deps.clusters);
     if (!policy || policy.metadata.name !== seen.policy) continue;
     const members = all.filter((e) => e.refName === seen.refName);
     const { record } = await casRollout(deps.store, seen.policy, seen.refName, (cur) => {
