@@ -7,13 +7,16 @@
  * run to see it creates the rollout (wave a released), b and c stay at 1.0.0 with a `Held`
  * Rollout condition; each later wave is released only once the one before has been healthy for
  * the soak (the forwarder's due time, or the other runtimes' rollout checks), and its
- * PackageInstalls are poked at once. The rollout record's times show the order.
+ * PackageInstalls are poked at once. The rollout record's times show the order. Then 3.0.0,
+ * paused with `npm run fleet -- rollout pause` as it starts: no wave follows the first's soak
+ * until `resume`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readRollout } from '../../functions/lib/rollout/state.js';
+import { REAL_IO as FLEET_IO, main as fleetMain } from '../../scripts/fleet.js';
 import {
   type E2EFleet,
   fleetLog,
@@ -148,5 +151,48 @@ describe('fleet rollout in waves', () => {
       expect(t(wave.healthyAt)).toBeGreaterThanOrEqual(t(wave.releasedAt));
     }
     expect(record.history.filter((h) => h.what === 'released').map((h) => h.wave)).toEqual(['w0', 'w1', 'w2']);
+  }, 420_000);
+
+  it('paused (npm run fleet -- rollout pause): no wave is released after the soak; resumed: the next waves follow', async () => {
+    const store = runtimes[0]!.runtime.store;
+    const policy = `e2e-${id}`;
+    // The command line on the fleet's store (its output kept out of the test's).
+    const fleetCli = async (...argv: string[]) =>
+      await fleetMain(argv, {}, { ...FLEET_IO, store: () => store, out: () => {} });
+    for (const c of [...CLUSTERS].reverse()) await apply(repo(c.ns, ['1.0.0', '2.0.0', '3.0.0']));
+    await waitFor(
+      'the rollout of 3.0.0',
+      async () => ((await readRollout(store, policy, REF_NAME))?.record.target === '3.0.0' ? true : undefined),
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
+    expect(await fleetCli('rollout', 'pause', policy, '--package', REF_NAME)).toBe(0);
+    const [a, b, c] = CLUSTERS as [(typeof CLUSTERS)[0], (typeof CLUSTERS)[0], (typeof CLUSTERS)[0]];
+    await waitPkgi(a.ns, 'at 3.0.0', (p) => reconciledAt(p, '3.0.0'));
+    const soaking = await waitFor(
+      'wave w0 healthy',
+      async () => {
+        const r = (await readRollout(store, policy, REF_NAME))?.record;
+        return r?.waves[0]?.soakEndsAt ? r : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+    // Well past the soak's end: still paused, w1 not released, b held at 2.0.0.
+    await new Promise((r) => setTimeout(r, Date.parse(soaking.waves[0]?.soakEndsAt ?? '') + 2000 - Date.now()));
+    const paused = (await readRollout(store, policy, REF_NAME))?.record;
+    expect(paused?.status).toBe('paused');
+    expect(paused?.waves[1]?.releasedAt).toBeUndefined();
+    expect((await getObject<PkgiObject>(PKGI, b.ns, 'app'))?.status?.version).toBe('2.0.0');
+
+    expect(await fleetCli('rollout', 'resume', policy, '--package', REF_NAME)).toBe(0);
+    await waitPkgi(b.ns, 'at 3.0.0', (p) => reconciledAt(p, '3.0.0'));
+    await waitPkgi(c.ns, 'at 3.0.0', (p) => reconciledAt(p, '3.0.0'));
+    const done = (await readRollout(store, policy, REF_NAME))?.record;
+    expect(done?.history.map((h) => h.what).filter((w) => /by the operator|released/.test(w))).toEqual([
+      'released',
+      'paused by the operator',
+      'running by the operator',
+      'released',
+      'released',
+    ]);
   }, 420_000);
 });
