@@ -5,17 +5,21 @@
  * of a later wave is held at its version with a `Held` Rollout condition after kapp-controller's,
  * a released one upgrades, its healthy reconcile starts the soak, a failure stops the rollout,
  * and every run writes its fleet index entry. Without a policy nothing changes but the entry.
+ * Also: the release's pokes and the rollout check (`rollout-pokes.ts`), the selection's extra
+ * callback, and the forwarder's PackageInstall due time at a soak's end.
  */
 import { describe, expect, it } from 'vitest';
 import { packageInstallDueAt } from '../../events/forwarder/kinds.js';
 import { type KappEvent, type ObjectRef, objectEvent } from '../../events/schema.js';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
+import { parsePackageInstall } from '../../functions/lib/api/parse.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
+import { packageSelection } from '../../functions/lib/packaging/select.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { checkRollouts } from '../../functions/lib/pipeline/install/rollout-pokes.js';
-import { fleetEntryOf } from '../../functions/lib/rollout/gate.js';
+import { fleetEntryOf, ROLLOUT_WAVE_CHECK } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
@@ -346,6 +350,26 @@ describe('install: the rollout gate', () => {
       new Date(T0 + 36_000).toISOString(),
     );
     expect(await checkRollouts(deps, poked)).toBe(0);
+  });
+});
+
+describe('selection: the extra (rollout-wave) callback', () => {
+  it('runs after kapp-controller`s checks, from one listing, and shows in the selection error', async () => {
+    const cluster = new FakeCluster();
+    for (const v of ['1.0.0', '2.0.0']) cluster.put(pkg(v));
+    cluster.namespaces.set('ns', { metadata: { name: 'ns', uid: 'uid-ns', resourceVersion: '1' }, phase: 'Active' });
+    const parsed = parsePackageInstall(packageInstall());
+    if (!parsed.success) throw parsed.error;
+    const selection = await packageSelection(cluster, parsed.data, {
+      globalNamespace: 'kapp-controller-packaging-global',
+      kubernetesVersion: async () => '1.34.4',
+    });
+    expect(selection.choose().spec.version).toBe('2.0.0');
+    const cap = (max: string) => [{ name: ROLLOUT_WAVE_CHECK, check: (v: string) => v <= max }];
+    expect(selection.choose(cap('1.0.0')).spec.version).toBe('1.0.0');
+    expect(() => selection.choose(cap('0.9.0'))).toThrow(
+      'Expected to find at least one version, but did not (details: all=2 -> after-prereleases-filter=2 -> after-kapp-controller-version-check=2 -> after-rollout-wave=0 -> after-constraints-filter=0)',
+    );
   });
 });
 
