@@ -24,6 +24,18 @@ export const ConditionType = {
  */
 export type ConditionType = (typeof ConditionType)[keyof typeof ConditionType];
 
+/**
+ * Condition types kapp-lambda adds to an App's or PackageInstall's `status.conditions`, always
+ * after kapp-controller's own (which stays `conditions[0]`: kapp, kctrl and `kubectl wait` read
+ * that one). Not part of upstream's API.
+ */
+export const KappLambdaConditionType = {
+  /** On PackageInstalls gated by a rollout policy: `Held`, `Upgrading`, `Soaking`, `Stopped` or `Completed`. */
+  Rollout: 'kapp-lambda.carvel.dev/Rollout',
+  /** The health of what was deployed, after the reconcile (`True`, `False`, `Unknown`). */
+  Healthy: 'kapp-lambda.carvel.dev/Healthy',
+} as const;
+
 /** `status.conditions[].status` values (`corev1.ConditionStatus`); kapp-controller only writes `True`. */
 export const ConditionStatus = {
   True: 'True',
