@@ -2,11 +2,13 @@
  * `npm run fleet -- <command>`: the fleet's rollouts (issue 28; `functions/lib/rollout/`).
  *
  * ```
+ * npm run fleet -- status [-o json|yaml]
  * npm run fleet -- rollout apply -f <policy.yml>
  * npm run fleet -- rollout list [-o json|yaml]
  * npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
  * ```
  *
+ * `status` prints the fleet at a glance (`../functions/lib/fleet/view.ts`, `./fleet-status.ts`).
  * `apply` validates a RolloutPolicy file and stores it (`state/rollout-policies/<name>.json`,
  * replacing the one of that name); install runs read it within 2 s. `list` prints the policies
  * and their rollouts. `pause` stops releasing waves (released ones go on), `resume` releases
@@ -21,6 +23,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { buildFleetView } from '../functions/lib/fleet/view.js';
 import { commandRollout, type RolloutCommand, RolloutCommandError } from '../functions/lib/rollout/evaluate.js';
 import { parseRolloutPolicy, RolloutPolicyError } from '../functions/lib/rollout/policy.js';
 import {
@@ -35,6 +38,7 @@ import {
   EXIT,
   exitCodesHelp,
   formatOutput,
+  formatTable,
   isUsageError,
   OUTPUT_OPTION,
   type OutputFormat,
@@ -43,9 +47,11 @@ import {
   usageFailure,
 } from './cli.js';
 import { registryStore } from './cluster-registry.js';
+import { formatFleetStatus } from './fleet-status.js';
 import { defaultStoreLocation } from './receipts.js';
 
 const USAGE = `usage:
+  npm run fleet -- status [-o json|yaml]                (default: a table: clusters × PackageInstalls)
   npm run fleet -- rollout apply -f <policy.yml>
   npm run fleet -- rollout list [-o json|yaml]          (default: a table)
   npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
@@ -104,16 +110,7 @@ export function formatRollouts(policies: readonly { name: string; packages: stri
   for (const p of policies) {
     if (!rollouts.some((r) => r.policy === p.name)) rows.push([p.name, p.packages.join(','), '-', '-', '-', '-', '']);
   }
-  const table = [['POLICY', 'PACKAGE', 'FROM', 'TARGET', 'STATUS', 'WAVE', 'CAUSE'], ...rows];
-  const widths = (table[0] ?? []).map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)));
-  return `${table
-    .map((row) =>
-      row
-        .map((c, i) => c.padEnd(widths[i] ?? 0))
-        .join('  ')
-        .trimEnd(),
-    )
-    .join('\n')}\n`;
+  return formatTable(['POLICY', 'PACKAGE', 'FROM', 'TARGET', 'STATUS', 'WAVE', 'CAUSE'], rows);
 }
 
 /**
@@ -139,6 +136,14 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     return EXIT.ok;
   }
   const [group, command, policy, extra] = positionals;
+  if (group === 'status') {
+    if (command) return usage(`unexpected argument ${JSON.stringify(command)}`);
+    const view = await buildFleetView(io.store(v.store ?? defaultStoreLocation(env)), {
+      now: () => io.now().getTime(),
+    });
+    io.out(format ? formatOutput(view, format) : formatFleetStatus(view));
+    return EXIT.ok;
+  }
   if (group !== 'rollout') return usage(group ? `unknown command ${JSON.stringify(group)}` : 'a command is required');
   if (format && command !== 'list') return usage(`-o applies to list, not ${command}`);
   const store = () => io.store(v.store ?? defaultStoreLocation(env));

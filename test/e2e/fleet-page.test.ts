@@ -43,7 +43,14 @@ const problems: string[] = [];
 async function install(c: string, wave: string, version: string, healthy = true): Promise<void> {
   await store.put(
     `${FLEET_INDEX_PREFIX}${c}/default/hello.json`,
-    JSON.stringify({ refName: REF, version, reconcile: 'succeeded', healthy, wave, at: new Date().toISOString() }),
+    JSON.stringify({
+      refName: REF,
+      version,
+      reconcile: 'succeeded',
+      health: healthy ? 'True' : 'False',
+      wave,
+      at: new Date().toISOString(),
+    }),
   );
 }
 

@@ -10,6 +10,7 @@ import { FLEET_PAGE_HTML, fleetPageCsp } from '../../functions/lib/fleet/page.js
 import { buildFleetView, FLEET_INDEX_PREFIX, FleetViewCache, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
 import { receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { main as fleetMain } from '../../scripts/fleet.js';
 import { formatFleetStatus } from '../../scripts/fleet-status.js';
 
 const NOW = Date.parse('2026-12-07T10:00:00Z');
@@ -46,10 +47,14 @@ const KIND_A = {
   version: '2.0.0',
   lastAttemptedVersion: '2.0.0',
   reconcile: 'succeeded',
-  healthy: false,
+  health: 'False',
   wave: 'canary',
   at: '2026-12-07T09:59:00Z',
 };
+
+/** {@link KIND_A} as the view shows it: the condition's status as a boolean. */
+const { health: _health, ...KIND_A_FIELDS } = KIND_A;
+const KIND_A_SHOWN = { ...KIND_A_FIELDS, healthy: false };
 
 async function fleetStore(): Promise<MemoryStore> {
   const store = new MemoryStore();
@@ -58,13 +63,13 @@ async function fleetStore(): Promise<MemoryStore> {
       refName: 'hello.example.com',
       version: '1.0.0',
       reconcile: 'succeeded',
-      healthy: true,
+      health: 'True',
       wave: 'rest',
     }),
     index('kind-a', 'hello', KIND_A),
     // Not JSON, a body naming another identity, a wrongly shaped key: left out or keyed by the key.
     [`${FLEET_INDEX_PREFIX}kind-c/default/broken.json`, '{not json'],
-    index('kind-c', 'liar', { clusterId: 'kind-a', namespace: 'x', version: '9.9.9', healthy: 'yes' }),
+    index('kind-c', 'liar', { clusterId: 'kind-a', namespace: 'x', version: '9.9.9', health: 'yes' }),
     [`${FLEET_INDEX_PREFIX}kind-c/too/deep/x.json`, '{}'],
     [
       `${ROLLOUTS_PREFIX}default/hello.example.com.json`,
@@ -103,7 +108,7 @@ describe('buildFleetView', () => {
         clusterId: 'kind-a',
         namespace: 'default',
         name: 'hello',
-        ...KIND_A,
+        ...KIND_A_SHOWN,
         lastReconcile: {
           outcome: 'succeeded',
           endedAt: '2026-12-07T09:59:02.500Z',
@@ -179,6 +184,26 @@ describe('npm run fleet -- status', () => {
       'clusters without a PackageInstall: kind-z',
       '',
     ]);
+  });
+});
+
+describe('npm run fleet -- status, the command line', () => {
+  it('prints the table from the store it is given, or the view as JSON with -o json', async () => {
+    const store = await fleetStore();
+    const out: string[] = [];
+    const io = {
+      store: () => store,
+      readFile: async () => '',
+      out: (t: string) => void out.push(t),
+      err: (t: string) => void out.push(`err: ${t}`),
+      now: () => new Date(NOW),
+    };
+    expect(await fleetMain(['status', '--store', 'file:///unused'], {}, io)).toBe(0);
+    expect(out.join('')).toBe(formatFleetStatus(await buildFleetView(store, { now: () => NOW })));
+    out.length = 0;
+    expect(await fleetMain(['status', '-o', 'json'], {}, io)).toBe(0);
+    expect((JSON.parse(out.join('')) as { clusters: string[] }).clusters).toEqual(['kind-a', 'kind-b', 'kind-c']);
+    expect(await fleetMain(['status', 'extra'], {}, io)).toBe(2);
   });
 });
 

@@ -6,7 +6,7 @@
  *
  * Sources, each read leniently (a document that does not parse is left out, never fails the view):
  * - the fleet index, one document per PackageInstall at `state/fleet/<cluster>/<ns>/<name>.json`,
- *   which the install function writes at the end of each run ({@link FLEET_INDEX_PREFIX});
+ *   which the install function writes when it changes (`../rollout/state.ts`, {@link FLEET_INDEX_PREFIX});
  * - the rollouts, `state/rollouts/<policy>/<refName>.json` ({@link ROLLOUTS_PREFIX});
  * - each PackageInstall's App's newest receipt (`../receipt/receipt.ts`): the last reconcile's
  *   duration and cost. A receipt never changes once written, so a {@link FleetViewCache} keeps
@@ -15,12 +15,13 @@
  * @module
  */
 import { type Receipt, readReceipt, receiptPrefix } from '../receipt/receipt.js';
+import { FLEET_PREFIX, ROLLOUT_PREFIX } from '../rollout/state.js';
 import type { ObjectStore } from '../store/port.js';
 
 /** Where the install function keeps one document per PackageInstall: `<cluster>/<ns>/<name>.json` under it. */
-export const FLEET_INDEX_PREFIX = 'state/fleet/';
+export const FLEET_INDEX_PREFIX = FLEET_PREFIX;
 /** Where the rollouts are kept: `<policy>/<refName>.json` under it. */
-export const ROLLOUTS_PREFIX = 'state/rollouts/';
+export const ROLLOUTS_PREFIX = ROLLOUT_PREFIX;
 
 /** A PackageInstall's last reconcile, from its App's newest receipt. */
 export interface FleetReconcile {
@@ -147,13 +148,14 @@ function installOf(key: string, doc: Record<string, unknown>): FleetInstall | un
   const m = /^([^/]+)\/([^/]+)\/([^/]+)\.json$/.exec(key.slice(FLEET_INDEX_PREFIX.length));
   if (!m) return undefined;
   const [, clusterId, namespace, name] = m as unknown as [string, string, string, string];
-  const healthy = doc.healthy;
   const out: FleetInstall = { clusterId, namespace, name };
   for (const f of ['refName', 'version', 'lastAttemptedVersion', 'reconcile', 'wave', 'at'] as const) {
     const v = str(doc[f]);
     if (v !== undefined) out[f] = v;
   }
-  if (typeof healthy === 'boolean') out.healthy = healthy;
+  // The index's `health` is the App's Healthy condition status (`True`, `False`, `Unknown`).
+  if (doc.health === 'True') out.healthy = true;
+  if (doc.health === 'False') out.healthy = false;
   return out;
 }
 
