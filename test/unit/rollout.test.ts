@@ -3,6 +3,7 @@
  * layout with its compare-and-swap, the pure state machine, the Rollout condition round trip,
  * and `npm run fleet -- rollout …` (`scripts/fleet.ts`) over a memory store.
  */
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
@@ -74,6 +75,17 @@ const upgraded = (clusterId: string, healthySince: number, over: Partial<FleetEn
   });
 
 describe('rollout policy', () => {
+  it("parses the README's example policy (examples/rollout-policy.yml): three waves, the last the catch-all", () => {
+    const p = parseRolloutPolicy(readFileSync(new URL('../../examples/rollout-policy.yml', import.meta.url), 'utf8'));
+    expect(p.spec.waves.map((w) => [w.name, w.clusters ?? '*', w.soak, w.maxUnavailable])).toEqual([
+      ['canary', ['canary-1'], '30s', 0],
+      ['early', ['prod-eu-1', 'prod-us-1'], '5m', 1],
+      ['rest', '*', '0s', 0],
+    ]);
+    expect(waveOf(p, 'prod-us-1')).toBe(1);
+    expect(waveOf(p, 'anyone-else')).toBe(2);
+  });
+
   it('parses the file with defaults and finds each cluster its wave', () => {
     expect(POLICY.spec.onFailure).toBe('stop');
     expect(POLICY.spec.waves.map((w) => [w.name, w.soak, w.maxUnavailable])).toEqual([
