@@ -256,6 +256,36 @@ describe('install: the rollout gate', () => {
     expect((await readRollout(f.store, 'default', REF_NAME))?.record.status).toBe('completed');
   });
 
+  it('a version published while a rollout moves waits behind it; the run that ends the rollout pokes every member, and the next starts', async () => {
+    const f = fleet();
+    await f.install('c1');
+    await f.install('c2');
+    f.publish('2.0.0');
+    f.at(1);
+    await f.run('c1');
+    f.at(5);
+    await f.run('c1', succeeded);
+    f.at(35);
+    await f.run('c1');
+    f.at(36);
+    await f.run('c2');
+    // 3.0.0 arrives while 2.0.0 is still rolling out: c1 stays at 2.0.0.
+    f.publish('3.0.0');
+    expect((await f.run('c1')).appVersion).toBe('2.0.0');
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.target).toBe('2.0.0');
+    f.emitted.length = 0;
+    f.at(40);
+    expect((await f.run('c2', succeeded)).status.conditions?.[1]?.reason).toBe('Completed');
+    // The completing run pokes every member: nothing else would run them before their sync period.
+    expect(f.emitted.map((e) => [e.subject, (e.data as { cause?: string }).cause])).toEqual([
+      ['c1/PackageInstall/ns/inst', `rollout: default/${REF_NAME} of 2.0.0 ended: selecting again`],
+      ['c2/PackageInstall/ns/inst', `rollout: default/${REF_NAME} of 2.0.0 ended: selecting again`],
+    ]);
+    f.at(41);
+    expect((await f.run('c1')).appVersion).toBe('3.0.0');
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record).toMatchObject({ target: '3.0.0', from: '2.0.0' });
+  });
+
   it('a failed reconcile of the target in wave 1 stops the rollout: the later wave stays held', async () => {
     const f = fleet();
     await f.install('c1');

@@ -71,7 +71,7 @@ import { type PipelineDeps, secretMaskOf } from '../deps.js';
 import { type OpenedRun, openRun, writeRunStatus } from '../run.js';
 import { parsedReads, type StageKind } from '../stage.js';
 import { appRef } from '../stage-inputs.js';
-import { pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
+import { endCause, pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;
@@ -337,7 +337,7 @@ async function planRollout(
  */
 async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
   try {
-    const released = await recordRollout(deps.store, deps.now(), plan);
+    const { released, ended } = await recordRollout(deps.store, deps.now(), plan);
     const record = plan.gate?.record;
     if (!record || !plan.gate) return;
     for (const i of released) {
@@ -347,6 +347,8 @@ async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
       );
       await pokeInstalls(deps, waveMembers(record, plan.gate.policy, plan.members, i), releaseCause(record, i));
     }
+    // A version held behind the rollout that just ended starts its own now, not at a timer.
+    if (ended) await pokeInstalls(deps, plan.members, endCause(record));
   } catch (err) {
     warnFleetOnce(deps, plan.entry.clusterId, 'the run could not record its entry or the rollout', err);
   }

@@ -88,11 +88,17 @@ export function releaseCause(record: RolloutRecord, wave: number): string {
   return `rollout: ${record.policy}/${record.refName} wave ${record.waves[wave]?.name} released (${record.target})`;
 }
 
+/** The cause of the pokes of every member once `record` ended (completed, stopped). */
+export function endCause(record: RolloutRecord): string {
+  return `rollout: ${record.policy}/${record.refName} of ${record.target} ended: selecting again`;
+}
+
 /**
  * One rollout check (store reads; a compare-and-swap only when a rollout moves): for each moving
  * rollout, evaluates it with every member (a soak that ended releases the next wave, as the
  * member's own run at its due time would), then pokes the served members of released waves that
- * are not at the target yet, once per release (`poked`, kept by the caller between checks).
+ * are not at the target yet, once per release (`poked`, kept by the caller between checks), and
+ * every member of a rollout the check ended.
  *
  * @returns how many PackageInstalls were poked
  * @throws StoreError, TransportError (the next check tries again)
@@ -107,12 +113,17 @@ export async function checkRollouts(deps: PipelineDeps, poked: Set<string>): Pro
     const policy = await policyFor(deps.store, seen.refName, now.getTime(), deps.clusters);
     if (!policy || policy.metadata.name !== seen.policy) continue;
     const members = all.filter((e) => e.refName === seen.refName);
+    let ended = false;
     const { record } = await casRollout(deps.store, seen.policy, seen.refName, (cur) => {
+      ended = false;
       if (!cur || cur.createdAt !== seen.createdAt) return undefined;
       const e = evaluateRollout(cur, policy, members, now);
+      ended = e.changed && !isFinal(cur.status) && isFinal(e.record.status);
       return e.changed ? e.record : undefined;
     });
     const r = record ?? seen;
+    // Ended here: every member selects again (a version held behind it starts its own rollout).
+    if (ended) sent += await pokeInstalls(deps, members, endCause(r));
     for (let i = 0; i < r.waves.length; i++) {
       if (!r.waves[i]?.releasedAt) break;
       const behind = waveMembers(r, policy, members, i).filter((e) => {
