@@ -24,6 +24,21 @@ export const ConditionType = {
  */
 export type ConditionType = (typeof ConditionType)[keyof typeof ConditionType];
 
+/**
+ * Condition types kapp-lambda adds to a status, after kapp-controller's own (which stays
+ * `conditions[0]`: `kubectl wait`, kctrl and the readers of `[0]` see upstream's condition).
+ * No kapp-controller field is changed for them; a reconcile's status write drops them (it sets
+ * `conditions` whole) and they are written again once the reconcile has ended.
+ */
+export const KappLambdaConditionType = {
+  /**
+   * On Apps (and mirrored on the PackageInstall that owns one): the health of what the App
+   * deployed after its reconcile, as the forwarder's watches judge it (`True`/`False`/`Unknown`,
+   * reason `Healthy`/`Unhealthy`/`Progressing`, the unhealthy workloads in the message).
+   */
+  Healthy: 'kapp-lambda.carvel.dev/Healthy',
+} as const;
+
 /** `status.conditions[].status` values (`corev1.ConditionStatus`); kapp-controller only writes `True`. */
 export const ConditionStatus = {
   True: 'True',

@@ -84,7 +84,19 @@ export interface ReconcileMetrics {
   forget(target: MetricTarget): void;
   /** Sets a gauge, in seconds; `firstReconcile` is its label (the object never finished a reconcile before). */
   time(target: MetricTarget, phase: ReconcilePhase, firstReconcile: boolean, seconds: number): void;
+  /**
+   * Ours: the App's health after deploy as its `kapp-lambda.carvel.dev/Healthy` condition says
+   * ({@link HEALTH_METRIC}, one series per status value, 1 for the current one, as
+   * kube-state-metrics shows conditions). Optional: an adapter without it shows no health.
+   */
+  health?(target: MetricTarget, status: 'True' | 'False' | 'Unknown'): void;
 }
+
+/** The health gauge ({@link ReconcileMetrics.health}): label `status` (`True`, `False`, `Unknown`). */
+export const HEALTH_METRIC = Object.freeze({
+  name: 'kapp_lambda_app_healthy',
+  help: 'Health of what the App deployed, by its kapp-lambda.carvel.dev/Healthy condition status (1: current)',
+});
 
 /** The CloudWatch namespace of {@link EmfReconcileMetrics} by default. */
 export const DEFAULT_EMF_NAMESPACE = 'kapp-lambda';
