@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { EVENT_TYPES, type HealthData, healthEvent, parseEvent, targetFunction } from '../../events/schema.js';
-import { type AppStatus, KappLambdaConditionType } from '../../functions/lib/api/index.js';
+import { type AppStatus, KappLambdaConditionType, type PackageInstallStatus } from '../../functions/lib/api/index.js';
 import { EMITS, emitRefusal } from '../../functions/lib/entry/sender.js';
 import type { KubeObject, NewEvent } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
@@ -8,6 +8,7 @@ import { ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
 import { PrometheusReconcileMetrics } from '../../functions/lib/observe/prometheus.js';
 import { applyHealth, healthCondition, withHealthCondition } from '../../functions/lib/pipeline/app/health.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
+import { mirrorAppStatus } from '../../functions/lib/pipeline/install/install.js';
 import { route } from '../../functions/lib/pipeline/routes/fetch.js';
 
 const HEALTHY = KappLambdaConditionType.Healthy;
@@ -188,5 +189,36 @@ describe('applyHealth (the fetch function)', () => {
     const running = world(liveApp(status('Reconciling')));
     expect(await applyHealth(event(FALSE), running.deps)).toBe('unchanged');
     expect([...newer.writes, ...other.writes, ...running.writes]).toEqual([]);
+  });
+});
+
+describe('mirrorAppStatus: the PackageInstall mirrors its App’s health', () => {
+  const app = (conditions: object[], generation = 2) =>
+    ({
+      apiVersion: REF.apiVersion,
+      kind: 'App',
+      metadata: { name: 'a', namespace: 'default', generation },
+      status: { observedGeneration: 2, conditions },
+    }) as unknown as Parameters<typeof mirrorAppStatus>[1];
+  const pkgi = (conditions: object[]) => ({ observedGeneration: 1, conditions }) as PackageInstallStatus;
+
+  it('appends the App’s Healthy condition after the PackageInstall’s own, never first', () => {
+    const m = mirrorAppStatus(
+      pkgi([{ type: 'Reconciling', status: 'True' }]),
+      app([{ type: 'ReconcileSucceeded', status: 'True' }, healthCondition(FALSE)]),
+    );
+    expect(m.conditions?.map((c) => [c.type, c.status])).toEqual([
+      ['ReconcileSucceeded', 'True'],
+      [HEALTHY, 'False'],
+    ]);
+    expect(m.conditions?.[1]?.message).toBe(healthCondition(FALSE).message);
+  });
+
+  it('drops an earlier copy when the App has none (a reconcile runs), and adds nothing to an empty list', () => {
+    const before = pkgi([{ type: 'ReconcileSucceeded', status: 'True' }, healthCondition(TRUE)]);
+    expect(mirrorAppStatus(before, app([{ type: 'Reconciling', status: 'True' }])).conditions).toEqual([
+      { type: 'ReconcileSucceeded', status: 'True' },
+    ]);
+    expect(mirrorAppStatus(pkgi([]), app([healthCondition(TRUE)], 3)).conditions).toEqual([]);
   });
 });
