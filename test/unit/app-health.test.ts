@@ -5,6 +5,7 @@ import { EMITS, emitRefusal } from '../../functions/lib/entry/sender.js';
 import type { KubeObject, NewEvent } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { ReconcileEventRecorder } from '../../functions/lib/observe/events.js';
+import { EmfReconcileMetrics } from '../../functions/lib/observe/metrics.js';
 import { PrometheusReconcileMetrics } from '../../functions/lib/observe/prometheus.js';
 import { applyHealth, healthCondition, withHealthCondition } from '../../functions/lib/pipeline/app/health.js';
 import type { DispatchDeps } from '../../functions/lib/pipeline/deps.js';
@@ -220,5 +221,17 @@ describe('mirrorAppStatus: the PackageInstall mirrors its App’s health', () =>
       { type: 'ReconcileSucceeded', status: 'True' },
     ]);
     expect(mirrorAppStatus(pkgi([]), app([healthCondition(TRUE)], 3)).conditions).toEqual([]);
+  });
+});
+
+describe('the health gauge on Lambda (EMF)', () => {
+  it('writes 1 for True, 0 for False, nothing for Unknown', () => {
+    const lines: string[] = [];
+    const emf = new EmfReconcileMetrics({ write: (l) => lines.push(l), now: () => 0 });
+    const target = { clusterId: 'c1', controller: 'app' as const, namespace: 'ns', name: 'a' };
+    emf.health(target, 'True');
+    emf.health(target, 'Unknown');
+    emf.health(target, 'False');
+    expect(lines.map((l) => JSON.parse(l).kapp_lambda_app_healthy)).toEqual([1, 0]);
   });
 });

@@ -155,6 +155,14 @@ export class EmfReconcileMetrics implements ReconcileMetrics {
     this.#line(target, TIME_METRICS[phase].name, seconds, 'Seconds', String(firstReconcile));
   }
 
+  /**
+   * {@inheritDoc ReconcileMetrics.health} As one value per change: 1 for `True`, 0 for `False`
+   * (CloudWatch keeps no series per status); `Unknown` (a workload rolling out) writes nothing.
+   */
+  health(target: MetricTarget, status: 'True' | 'False' | 'Unknown'): void {
+    if (status !== 'Unknown') this.#line(target, HEALTH_METRIC.name, status === 'True' ? 1 : 0, 'None');
+  }
+
   #line(t: MetricTarget, metric: string, value: number, unit: string, firstReconcile?: string): void {
     const dimensions = [['clusterId', 'controller']];
     if (this.#perObject) {
