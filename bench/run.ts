@@ -86,6 +86,12 @@ const args = process.argv
   .slice(2)
   .filter((a) => a !== '--')
   .map((a) => ALIASES[a] ?? a);
+if (args.includes('-h') || args.includes('--help')) {
+  process.stdout.write(
+    `usage: npm run bench -- [scenario ...]   (default: every scenario)\nscenarios: ${ALL.join(', ')}\nresults: bench/results/ (JSON and Markdown); settings (BENCH_* variables) and how each figure is taken: bench/README.md\n`,
+  );
+  process.exit(0);
+}
 const unknown = args.filter((a) => !(ALL as readonly string[]).includes(a));
 if (unknown.length) {
   process.stderr.write(`unknown scenario(s): ${unknown.join(', ')}; choose from: ${ALL.join(', ')}\n`);

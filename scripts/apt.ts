@@ -22,6 +22,8 @@ export const DEBIAN_PACKAGES: Readonly<Record<string, DebianPackage>> = {
   gcc: { file: '/usr/bin/gcc', demo: true },
   // every Debian package ships its copyright file; python3-venv has no binary of its own
   'python3-venv': { file: '/usr/share/doc/python3-venv/copyright', demo: false },
+  // The fleet page's browser test drives Debian's headless Chromium (playwright-core, no download).
+  chromium: { file: '/usr/bin/chromium', demo: false },
 };
 
 /**

@@ -91,3 +91,21 @@ export function runIfEntry(filename: string, name: string, main: (argv: string[]
     },
   );
 }
+
+/**
+ * A plain-text table: `head` and `rows` in columns two spaces apart, each as wide as its widest
+ * cell, trailing blanks trimmed; one line each, ending in a newline.
+ */
+export function formatTable(head: readonly string[], rows: readonly (readonly string[])[]): string {
+  const table = [head, ...rows];
+  const widths = head.map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)));
+  return table
+    .map((row) =>
+      row
+        .map((c, i) => c.padEnd(widths[i] ?? 0))
+        .join('  ')
+        .trimEnd(),
+    )
+    .map((line) => `${line}\n`)
+    .join('');
+}

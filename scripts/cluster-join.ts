@@ -68,6 +68,7 @@ import {
   clusterDocKey,
   EVENT_KEY_BYTES,
   IAM_ROLE_ID_PATTERN,
+  isEventKey,
 } from '../functions/lib/kube/cluster-doc.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { FORWARDER_SERVICE_ACCOUNT, podIdentityTrust } from '../infra/aws/stages.js';
@@ -770,12 +771,25 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
   const release = v.release ?? path.join(RELEASE_DIR, releaseFileName(await packageVersion()));
   let roleId = s.forwarderRoleId;
   // The cluster's event key: into the forwarder's Secret (before the fleet ConfigMap, which
-  // starts the forwarder) and the registry document. A re-join keeps the recorded one: the
-  // functions take an object's events only in the message group its key gives (`messageGroupId`),
-  // so a running forwarder must hold the document's key. A cluster re-joined without one gets a
-  // new key, and its running forwarder is restarted to read it.
-  const eventKey = recorded?.eventKey ?? newEventKey();
-  const restartForwarder = recorded !== undefined && recorded.eventKey === undefined;
+  // starts the forwarder) and the registry document. The functions take an object's events only
+  // in the message group its key gives (`messageGroupId`), so a running forwarder must hold the
+  // document's key: a join keeps the document's key, else the Secret's, else makes one, and
+  // restarts a forwarder that holds another.
+  // The key the cluster's forwarder Secret holds now (a join that failed after writing it, or a
+  // cluster removed and joined again, left one), and whether a forwarder runs already.
+  const kubeRead = async (args: string[]) =>
+    (
+      await runKubectl(kubectl, [...kubeArgs, '-n', RELEASE_NAMESPACE, 'get', ...args, '--ignore-not-found'], '')
+    ).trim();
+  const [secretData, deployed] = await Promise.all([
+    kubeRead(['secret', FORWARDER_EVENT_KEY_SECRET, '-o', 'jsonpath={.data.FORWARDER_EVENT_KEY}']),
+    kubeRead([`deployment/${FORWARDER_DEPLOYMENT}`, '-o', 'name']),
+  ]);
+  const secretKey = secretData ? Buffer.from(secretData, 'base64').toString('utf8') : undefined;
+  const eventKey = recorded?.eventKey ?? (secretKey && isEventKey(secretKey) ? secretKey : newEventKey());
+  // A running forwarder read its key when it started: one that holds another (or none) is
+  // restarted once the document names the new key (before that, its keyed events would be refused).
+  const restartForwarder = deployed !== '' && secretKey !== eventKey;
   for (const step of joinPlan(s)) {
     if (step.action === 'print') {
       process.stdout.write(`${step.text}\n`);
@@ -800,14 +814,6 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
       await apply(manifests.map((m) => stringify(m)).join('---\n'));
     } else if (step.action === 'fleet-config') {
       await apply([eventKeySecret(eventKey), fleetConfigMap(s.id, s.fleet)].map((m) => stringify(m)).join('---\n'));
-      if (restartForwarder) {
-        err(`restart deployment ${RELEASE_NAMESPACE}/${FORWARDER_DEPLOYMENT} (it reads the new event key on start)\n`);
-        await runKubectl(
-          kubectl,
-          [...kubeArgs, '-n', RELEASE_NAMESPACE, 'rollout', 'restart', `deployment/${FORWARDER_DEPLOYMENT}`],
-          '',
-        );
-      }
     } else if (step.action === 'create-role' && s.auth.kind === 'eks') {
       const { partition, account } = arnAccount(s.fleet.forwarderPolicyArn);
       const trust = forwarderTrustPolicy(account, eksClusterArn(partition, s.auth.region, account, s.auth.clusterName));
@@ -843,6 +849,14 @@ export async function joinMain(argv: string[], env: NodeJS.ProcessEnv = process.
         return e.code;
       }
       err(`wrote ${written.key}\n`);
+      if (restartForwarder) {
+        err(`restart deployment ${RELEASE_NAMESPACE}/${FORWARDER_DEPLOYMENT} (it reads the new event key on start)\n`);
+        await runKubectl(
+          kubectl,
+          [...kubeArgs, '-n', RELEASE_NAMESPACE, 'rollout', 'restart', `deployment/${FORWARDER_DEPLOYMENT}`],
+          '',
+        );
+      }
       process.stdout.write(identitySteps(written.doc, s.fleet.functionRoles, RELEASE_NAMESPACE));
     }
   }

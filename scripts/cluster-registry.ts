@@ -215,7 +215,7 @@ export interface AddInput {
     | { kind: 'token' /** Default `kapp-lambda/<id>/`. */; secretPrefix?: string };
   /** The forwarder role's unique id (`AROA…`); none: no forwarder may send for the cluster. */
   forwarderRoleId?: string;
-  /** The cluster's event key (base64 of 32 random bytes, `eventKey`); none: unkeyed deduplication ids. */
+  /** The cluster's event key (base64 of 32 random bytes, `eventKey`); none: unkeyed message groups and deduplication ids. */
   eventKey?: string;
   /**
    * The `metadata.uid` of the cluster's packaging global namespace, as the release created it

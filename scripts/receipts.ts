@@ -35,6 +35,7 @@ import {
   EXIT,
   exitCodesHelp,
   formatOutput,
+  formatTable,
   isUsageError,
   OUTPUT_OPTION,
   type OutputFormat,
@@ -95,19 +96,12 @@ export function formatReceipts(receipts: readonly Receipt[], active?: string): s
       `$${r.cost.usd.toFixed(7)}`,
     ]);
   const head = ['RECEIPT', 'TIME', 'GEN', 'OUTCOME', 'FETCH', 'RENDER', 'TOOLS', 'DURATION', 'COST'];
-  const table = [head, ...rows];
-  const widths = head.map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)));
-  const lines = table.map((row) =>
-    row
-      .map((c, i) => c.padEnd(widths[i] ?? 0))
-      .join('  ')
-      .trimEnd(),
-  );
+  const table = formatTable(head, rows);
   const failed = receipts.filter((r) => r.error);
   const errors = failed.length
     ? `\nerrors:\n${failed.map((r) => `  ${r.id}: ${r.error?.split('\n')[0] ?? ''}`).join('\n')}\n`
     : '';
-  return `${lines.join('\n')}\n${errors}`;
+  return `${table}${errors}`;
 }
 
 /** The App's `metadata` as the API server has it (annotations, generation, resourceVersion). */

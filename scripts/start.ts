@@ -41,6 +41,7 @@ import {
 import { startEmbedded } from '../functions/embedded/runtime.js';
 import { canSwitchUid } from '../functions/lib/exec/sandbox.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/lib/fetch/url-policy.js';
+import { buildFleetView, FleetViewCache } from '../functions/lib/fleet/view.js';
 import { inClusterConnection, type PlainConnection } from '../functions/lib/kube/kubeconfig-auth.js';
 import { IN_CLUSTER_ID } from '../functions/lib/kube/registry.js';
 import { cacheRoot } from '../layers/gobuild.js';
@@ -147,8 +148,12 @@ const metricsAddress = process.env.KAPP_LAMBDA_METRICS_ADDRESS || DEFAULT_METRIC
 let metricsServer: MetricsServer | undefined;
 if (metricsAddress !== 'off') {
   try {
-    metricsServer = await startMetricsServer(runtime.metrics.registry, metricsAddress);
-    say(`metrics: curl http://${metricsAddress.replace(/:\d+$/, '')}:${metricsServer.address.port}/metrics`);
+    const fleetCache = new FleetViewCache();
+    metricsServer = await startMetricsServer(runtime.metrics.registry, metricsAddress, {
+      fleet: () => buildFleetView(runtime.store, { clusters: runtime.registry.clusterIds(), cache: fleetCache }),
+    });
+    const base = `http://${metricsAddress.replace(/:\d+$/, '')}:${metricsServer.address.port}`;
+    say(`metrics: curl ${base}/metrics; the fleet: open ${base}/`);
   } catch (err) {
     say(`KAPP_LAMBDA_METRICS_ADDRESS: ${(err as Error).message} (metrics not served)`);
   }

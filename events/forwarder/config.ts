@@ -162,7 +162,7 @@ export const FORWARDER_PROGRAM_ENV_DOCS: readonly SettingDoc[] = [
     name: 'FORWARDER_EVENT_KEY',
     default: 'none',
     meaning:
-      "base64 of the cluster's 32-byte event key (the registry document's `eventKey`, from the Secret `kapp-lambda-forwarder-event-key` that `npm run cluster -- join` writes): the key of the SQS deduplication ids of the events sent, so no other cluster's forwarder can predict one; none: the event id is the deduplication id",
+      "base64 of the cluster's 32-byte event key (the registry document's `eventKey`, from the Secret `kapp-lambda-forwarder-event-key` that `npm run cluster -- join` writes): the key of the SQS message groups and deduplication ids of the events sent (`messageGroupId`, `dedupId`), so no other cluster's sender can name one; it must be the registry document's (the functions refuse events in any other group); none: the object's ordering key and the event id, for a cluster whose document has no key",
     readBy: 'forwarder program (`main.ts`)',
   },
   {

@@ -29,6 +29,7 @@ import {
   type TimedObject,
   type TimerConfig,
 } from '../../functions/lib/reconcile/timer.js';
+import { soakingUntil } from '../../functions/lib/rollout/condition.js';
 import { type BackoffOptions, backoffDelay } from './backoff.js';
 import type { Deployed } from './drift.js';
 import { appDeployed, appQuietUntil, appSettled, packageRepositoryQuietUntil } from './quiet.js';
@@ -396,7 +397,7 @@ export function packageInstallKind(): WatchedKind {
     group: 'packaging.carvel.dev',
     version: 'v1alpha1',
     plural: 'packageinstalls',
-    dueAt: (obj, now) => ((observedGenerationOf(obj) ?? 0) !== (obj.metadata.generation ?? 0) ? now : null),
+    dueAt: packageInstallDueAt,
     tracksSecrets: false,
     tracksConfigMaps: false,
     refs: () => NO_REFS,
@@ -404,6 +405,18 @@ export function packageInstallKind(): WatchedKind {
     changeKey: packageInstallChangeKey,
     failedWithError: packageInstallFailedWithError,
   };
+}
+
+/**
+ * A PackageInstall's due time: now for a spec not yet reconciled; else the end of the soak its
+ * `kapp-lambda.carvel.dev/Rollout` condition announces (`Soaking … until T`), so the run that
+ * releases a rollout's next wave comes at T without a poll (from status alone: a restarted
+ * forwarder keeps it); else never by timer.
+ */
+export function packageInstallDueAt(obj: KubeObject, now: number): number | null {
+  if ((observedGenerationOf(obj) ?? 0) !== (obj.metadata.generation ?? 0)) return now;
+  const conditions = rec(obj.status)?.conditions;
+  return (Array.isArray(conditions) && soakingUntil(conditions as { type: string }[])) || null;
 }
 
 /**

@@ -61,7 +61,7 @@ async function main(): Promise<void> {
   );
   if (!eventKey)
     log.warn(
-      'FORWARDER_EVENT_KEY is not set: the deduplication ids of the events sent are their event ids, which another sender can predict',
+      'FORWARDER_EVENT_KEY is not set: the events go in unkeyed message groups with their event ids as deduplication ids, which another sender can name; a fleet whose registry document of this cluster has an event key refuses them',
     );
   const identity = `${process.env.HOSTNAME?.trim() || hostname()}_${randomBytes(4).toString('hex')}`;
   const view = watchViewOf(kube);

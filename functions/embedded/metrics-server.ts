@@ -1,13 +1,16 @@
 /**
- * The embedded runtime's `GET /metrics`: kapp-controller's reconcile series
+ * The embedded runtime's HTTP server: `GET /metrics`, kapp-controller's reconcile series
  * (`../lib/observe/metrics.ts`) in the Prometheus text format, as upstream serves them on
- * `-metrics-bind-address` (`:8080`). Loopback by default: the series name every App.
+ * `-metrics-bind-address` (`:8080`), and the fleet page (`GET /`, `GET /api/fleet`). Loopback by
+ * default: the series and the page name every App and cluster.
  *
  * @module
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { FLEET_PAGE_HTML, fleetPageCsp } from '../lib/fleet/page.js';
+import type { FleetView } from '../lib/fleet/view.js';
 
 /** Default address of {@link startMetricsServer}: loopback, upstream's port. */
 export const DEFAULT_METRICS_ADDRESS = '127.0.0.1:8080';
@@ -33,19 +36,51 @@ export function parseListenAddress(value: string): { host: string; port: number 
 }
 
 /**
- * Serves `registry` on `GET /metrics` at `address` (default {@link DEFAULT_METRICS_ADDRESS});
- * any other path answers 404.
+ * Serves `registry` on `GET /metrics` at `address` (default {@link DEFAULT_METRICS_ADDRESS}) and,
+ * with `opts.fleet`, the fleet page on `GET /` and its data on `GET /api/fleet`
+ * (`../lib/fleet/`); any other path answers 404, any other method 405.
  *
+ * @param opts.fleet - builds the fleet view (`buildFleetView`); a throw answers 500.
  * @throws Error when the address is malformed or cannot be listened on (e.g. the port is taken).
  */
 export async function startMetricsServer(
   registry: Registry,
   address = DEFAULT_METRICS_ADDRESS,
+  opts: { fleet?: () => Promise<FleetView> } = {},
 ): Promise<MetricsServer> {
   const { host, port } = parseListenAddress(address);
+  const csp = opts.fleet ? fleetPageCsp() : '';
   const server = http.createServer((req, res) => {
-    if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
+    const path = (req.url ?? '').split('?')[0];
+    const fleet = opts.fleet;
+    const known = path === '/metrics' || (fleet !== undefined && (path === '/' || path === '/api/fleet'));
+    if (!known) {
       res.writeHead(404).end();
+      return;
+    }
+    if (req.method !== 'GET') {
+      res.writeHead(405, { allow: 'GET' }).end();
+      return;
+    }
+    if (path === '/' && fleet) {
+      res
+        .writeHead(200, {
+          'content-type': 'text/html; charset=utf-8',
+          'content-security-policy': csp,
+          'x-content-type-options': 'nosniff',
+          'cache-control': 'no-store',
+        })
+        .end(FLEET_PAGE_HTML);
+      return;
+    }
+    if (path === '/api/fleet' && fleet) {
+      fleet().then(
+        (view) =>
+          res
+            .writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+            .end(JSON.stringify(view)),
+        () => res.writeHead(500).end(),
+      );
       return;
     }
     registry.metrics().then(

@@ -49,6 +49,7 @@ import type { ObjectStore } from '../lib/store/port.js';
 import { cacheBinResolver } from './bins.js';
 import { leaderGatedRegistry } from './leadership.js';
 import { EmbeddedPipeline } from './pipeline.js';
+import { startRolloutChecker } from './rollout-checker.js';
 import { startSourcePoller } from './source-poller.js';
 
 export { CONTROLLER_VERSION };
@@ -166,6 +167,12 @@ export interface EmbeddedOptions {
    * (the repositories' own runs still poll when they are due).
    */
   sourcePoll?: boolean;
+  /**
+   * Period of the rollout check (`./rollout-checker.ts`), in milliseconds: store reads that poke
+   * this runtime's PackageInstalls of a rollout wave another runtime released, and release a wave
+   * whose soak ended. Default 1000; 0 turns it off.
+   */
+  rolloutCheckPeriodMs?: number;
   /**
    * kapp-controller's reconcile metrics (`../lib/observe/prometheus.ts`). Default a new
    * {@link PrometheusReconcileMetrics} (with a `cluster` label when more than one cluster is
@@ -399,6 +406,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
   }
   const electors = new Map([...leaderships].map(([id, l]) => [id, l.elector] as const));
   const poller = opts.sourcePoll === false ? undefined : startSourcePoller(deps);
+  const rolloutChecker = startRolloutChecker(deps, opts.rolloutCheckPeriodMs);
   return {
     pipeline,
     get forwarders() {
@@ -413,6 +421,7 @@ export function startEmbedded(opts: EmbeddedOptions): EmbeddedRuntime {
     metrics,
     async stop() {
       await poller?.stop();
+      await rolloutChecker.stop();
       await Promise.all([
         ...fixed.map((f) => f.stop({ drain: false, timeoutMs: 5000 })),
         ...[...leaderships.values()].map((l) => l.stopForwarding()),

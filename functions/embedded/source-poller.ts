@@ -14,7 +14,8 @@ import { pollSources, sourceCheckPeriodMs, sourcePollPeriodMs } from '../lib/pip
 /** Timer port of {@link startSourcePoller} (tests drive it by hand); default the global `setInterval`. */
 export type IntervalTimer = (fn: () => void, ms: number) => { cancel(): void };
 
-const globalInterval: IntervalTimer = (fn, ms) => {
+/** The global `setInterval`, unref'd (a timer never keeps the process alive), as an {@link IntervalTimer}. */
+export const globalInterval: IntervalTimer = (fn, ms) => {
   const t = setInterval(fn, ms);
   t.unref();
   return { cancel: () => clearInterval(t) };

@@ -18,6 +18,7 @@
  * | `forwarders` | the way before `npm run cluster -- join` (which creates each cluster's forwarder role outside the stack, with the stack's `ForwarderPolicyArn`; a join changes no template), kept for existing deployments and for `isolation: cell`: JSON object: cluster id → `{"eksClusterArn": "arn:aws:eks:<region>:<account>:cluster/<name>"}`, one send-only forwarder role per cluster in the stack (two outputs each, so at most about 90 clusters under CloudFormation's 200 outputs), assumable through EKS Pod Identity by that cluster's `kapp-lambda/kapp-lambda-forwarder` ServiceAccount only | `{}` (no forwarder; `KappLambdaStack.addClusterForwarder` for other trust) |
  * | `isolation` | `shared`: one set of stage functions for every cluster of the fleet, dispatched (a dispatcher per stage consumes the queue and invokes the stage function per cluster, tenant-isolated, with a session of the stage's run role narrowed to that cluster: docs/decisions.md D15); `cell`: one set per cluster id of `forwarders` (a cell: its own functions, queues, artifact root key, and roles that read only that cluster's registry document and tokens; `KappLambdaStack.addCell`) | `shared` |
  * | `sharing` | who shares the runs' claims (render and fetch cache records, in-flight markers, repository indexes, source poll records; docs/decisions.md D17): `cluster`, each cluster its own, under `d/<cluster tag>/`, which only its run sessions may write, so a run taken over in one cluster cannot plant a claim another cluster trusts; `fleet`, every cluster (`cache/`, `inflight/`, `artifacts/index/`): more cache hits across clusters, for a fleet whose clusters trust each other. Content-addressed artifacts are shared either way. `isolation: shared` only | `cluster` (`isolation: shared`); `fleet` (`isolation: cell`, the only value there) |
+ * | `unkeyedGroups` | `accept`, for the time an upgrade to keyed message groups takes (docs/upgrading.md): the record checks also take a keyed cluster's events in their object's unkeyed group, as forwarders of earlier releases send them (`KAPP_LAMBDA_UNKEYED_GROUPS`); any sender may name such a group, so deploy again with `refuse` once every forwarder is updated | `refuse` |
  * | `kmsKeyArn` | a customer managed KMS key (same account and region) for the artifact bucket, the artifact root key's secret, the functions' variables and, with `logEncryption`, their log groups, instead of the key the stack creates; its key policy must let the account's IAM policies grant it (the default key policy does) and, for `logEncryption`, CloudWatch Logs use it (docs/aws.md) | none: the stack creates `ArtifactKey` |
  * | `logEncryption` | encrypt the functions' log groups with the artifact key (`kmsKeyArn` or the stack's); the stack's own key gets the key policy statement CloudWatch Logs needs | `true` |
  * | `reservedConcurrency` | reserved concurrent executions per function (a number for every function, or JSON `{"deploy": 50}` per function), at least its `concurrency`: the fleet's functions keep that much of the account's concurrency whatever else runs, and never take more | none (unreserved) |
@@ -82,6 +83,8 @@ export interface FleetSettings {
   isolation: IsolationMode;
   /** Who shares the runs' claims (`KAPP_LAMBDA_SHARING`): each cluster its own, or the fleet. */
   sharing: Sharing;
+  /** Whether the record checks take keyed clusters' events in unkeyed groups too (`KAPP_LAMBDA_UNKEYED_GROUPS`). */
+  unkeyedGroups: 'refuse' | 'accept';
   /** A customer managed key instead of the stack's own `ArtifactKey`. */
   kmsKeyArn?: string;
   /** Whether the functions' log groups are encrypted with the artifact key. */
@@ -269,6 +272,10 @@ const ContextSchema = z.object({
       .enum(SHARING_MODES as [Sharing, ...Sharing[]], { error: `expected one of ${SHARING_MODES.join(', ')}` })
       .optional(),
   ),
+  unkeyedGroups: z.preprocess(
+    fromText,
+    z.enum(['refuse', 'accept'], { error: 'expected refuse or accept' }).default('refuse'),
+  ),
   kmsKeyArn: z.preprocess(
     fromText,
     z
@@ -403,6 +410,7 @@ export function fleetSettings(context: (key: string) => unknown): FleetSettings 
     urlAllow: c.urlAllow.map((e) => e.trim()),
     isolation: c.isolation,
     sharing: c.sharing ?? (c.isolation === 'shared' ? 'cluster' : 'fleet'),
+    unkeyedGroups: c.unkeyedGroups,
     ...(c.kmsKeyArn ? { kmsKeyArn: c.kmsKeyArn } : {}),
     logEncryption: c.logEncryption,
     reservedConcurrency,

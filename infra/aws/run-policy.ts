@@ -171,6 +171,26 @@ export function runSessionKeys(
 export const SHARED_BLOBS_PREFIX = 'artifacts/';
 
 /**
+ * The source poll records' listing in `fleet` sharing (`SOURCE_POLL_PREFIX` of
+ * `functions/lib/pipeline/source-poll.ts`, spelt out: this module is in the dispatcher's bundle,
+ * which holds no pipeline code).
+ */
+const LISTED_POLL_RECORDS = 'cache/source-poll/*';
+
+/**
+ * The listing a run session may make of its keys: none of the shared blobs
+ * ({@link SHARED_BLOBS_PREFIX}); of the fleet's claims (`fleet` sharing's `cache/*` and
+ * `inflight/*`), the source poll records only, the one claim prefix a run lists (the poll's own
+ * walk): the render and fetch records under `cache/` name every cluster's blob keys.
+ */
+function listedKeys(keys: readonly string[]): string[] {
+  return keys.flatMap((k) => {
+    if (k.startsWith(SHARED_BLOBS_PREFIX) || k === 'inflight/*') return [];
+    return k === 'cache/*' ? [LISTED_POLL_RECORDS] : [k];
+  });
+}
+
+/**
  * Whether `key` (from the artifact bucket's root) is one a `stage` run of `clusterId` may read:
  * it matches a pattern of {@link runSessionKeys}. Why: S3 answers a `GetObject` or `HeadObject` of
  * a missing key with 403 AccessDenied, not 404, to a principal without `s3:ListBucket` for it, as
@@ -218,7 +238,7 @@ export function runSessionPolicy(
   const keys = runSessionKeys(stage, clusterId, clusterTag, target.sharing);
   const actions = OBJECT_ACTIONS.filter((x) => grants.some((g) => g.actions.includes(x)));
   const statements: PolicyStatement[] = [];
-  const listed = keys.filter((k) => !k.startsWith(SHARED_BLOBS_PREFIX));
+  const listed = listedKeys(keys);
   if (keys.length > 0) {
     statements.push({ Effect: 'Allow', Action: actions, Resource: keys.map((k) => `arn:${p}:s3:::${bucket}/${k}`) });
   }

@@ -352,6 +352,9 @@ export class KappLambdaStack extends Stack {
       encryptionKey: this.artifactKey,
       // One data key per bucket instead of a KMS call per object.
       bucketKeyEnabled: true,
+      // No object under a customer's own key (SSE-C): a run could plant a shared blob's key with
+      // one, and every other reader would be answered 400, not the object.
+      blockedEncryptionTypes: [s3.BlockedEncryptionType.SSE_C],
       blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
       objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
       enforceSSL: true,
@@ -875,6 +878,7 @@ export class KappLambdaStack extends Stack {
       KAPP_LAMBDA_NAMESPACE_SHARE: String(fleet.namespaceShare[stage]),
       ...(this.senderCheck ? { KAPP_LAMBDA_SENDER_CHECK: 'registry' } : {}),
       ...(this.senderCheck && ids.length > 0 ? { KAPP_LAMBDA_FUNCTION_SENDERS: Fn.join('', ids) } : {}),
+      ...this.unkeyedGroupsEnvironment(),
       ...(usesArtifactKey(stage) ? { [ARTIFACT_ROOT_KEY_SECRET_ENV]: rootKey.secretArn } : {}),
     };
   }
@@ -886,6 +890,11 @@ export class KappLambdaStack extends Stack {
    */
   private sharingEnvironment(): Record<string, string> {
     return this.#props.fleet.sharing === 'cluster' ? { KAPP_LAMBDA_SHARING: 'cluster' } : {};
+  }
+
+  /** `KAPP_LAMBDA_UNKEYED_GROUPS=accept` under context `unkeyedGroups` `accept` (an upgrade's window), for whoever checks records. */
+  private unkeyedGroupsEnvironment(): Record<string, string> {
+    return this.#props.fleet.unkeyedGroups === 'accept' ? { KAPP_LAMBDA_UNKEYED_GROUPS: 'accept' } : {};
   }
 
   /** `secretsmanager:GetSecretValue` on the artifact root key's secret, for the stages that {@link usesArtifactKey}. */
@@ -967,6 +976,7 @@ export class KappLambdaStack extends Stack {
         ...this.edgeEnvironment(stage, rootKey, runSenders(stage), runRoles),
         // Its run sessions grant each cluster its sharing domain (`runSessionPolicy`).
         ...this.sharingEnvironment(),
+        ...this.unkeyedGroupsEnvironment(),
       },
     });
     fn.addEventSource(

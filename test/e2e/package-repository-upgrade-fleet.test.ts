@@ -19,7 +19,15 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { pushBundle } from '../harness/fixtures.js';
-import { type E2EFleet, fleetLog, PKGR_STATUS_KEYS, sourceMoves, startFleet, waitRepo } from './packaging-support.js';
+import {
+  type E2EFleet,
+  fleetLog,
+  inlineConfigMapPackageDoc,
+  PKGR_STATUS_KEYS,
+  sourceMoves,
+  startFleet,
+  waitRepo,
+} from './packaging-support.js';
 import { apply, type E2ERuntime, expectSucceededStatus, getObject, SA, servers, suffix, waitFor } from './support.js';
 
 const id = suffix();
@@ -31,32 +39,9 @@ const REF_NAME = 'upfleet.e2e.carvel.dev';
 const PKGI = 'packageinstalls.packaging.carvel.dev';
 const POLL_PERIOD_MS = 2000;
 
-/** A Package of `version`: an inline ytt ConfigMap named after the PackageInstall. */
+/** A Package of `version`: an inline ytt ConfigMap named `upfleet`. */
 function packageDoc(version: string): object {
-  return {
-    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
-    kind: 'Package',
-    metadata: { name: `${REF_NAME}.${version}` },
-    spec: {
-      refName: REF_NAME,
-      version,
-      template: {
-        spec: {
-          fetch: [
-            {
-              inline: {
-                paths: {
-                  'config.yml': `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upfleet\ndata:\n  version: "${version}"\n`,
-                },
-              },
-            },
-          ],
-          template: [{ ytt: {} }],
-          deploy: [{ kapp: {} }],
-        },
-      },
-    },
-  };
+  return inlineConfigMapPackageDoc(REF_NAME, version, 'upfleet');
 }
 
 /** The repository bundle's files for `versions`. */

@@ -106,6 +106,27 @@ export function packageDoc(
   };
 }
 
+/** A Package of `version` whose App deploys an inline ytt ConfigMap `name` with `data.version` (kapp succeeds at once). */
+export function inlineConfigMapPackageDoc(refName: string, version: string, name: string): object {
+  const config = `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${name}\ndata:\n  version: "${version}"\n`;
+  return {
+    apiVersion: 'data.packaging.carvel.dev/v1alpha1',
+    kind: 'Package',
+    metadata: { name: `${refName}.${version}` },
+    spec: {
+      refName,
+      version,
+      template: {
+        spec: {
+          fetch: [{ inline: { paths: { 'config.yml': config } } }],
+          template: [{ ytt: {} }],
+          deploy: [{ kapp: {} }],
+        },
+      },
+    },
+  };
+}
+
 /** An inline repository's `paths`: `packages/<i>.yml` per document. */
 export function packagesPaths(docs: object[]): Record<string, string> {
   return Object.fromEntries(docs.map((d, i) => [`packages/${i}.yml`, stringify(d)]));

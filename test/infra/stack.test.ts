@@ -188,6 +188,7 @@ const OPTIONS: Record<string, unknown> = {
   vpcId: 'vpc-0a1b2c3d4e5f60718',
   subnetIds: 'subnet-0a1b2c3d,subnet-0e1f2a3b',
   sharing: 'fleet',
+  unkeyedGroups: 'accept',
 };
 
 afterAll(async () => {
@@ -253,13 +254,15 @@ describe('synth', () => {
 });
 
 describe('artifact bucket', () => {
-  it('is encrypted with the stack key, private, TLS only', () => {
+  it('is encrypted with the stack key, refuses customer keys, private, TLS only', () => {
     template.hasResourceProperties('AWS::KMS::Key', { EnableKeyRotation: true });
     template.hasResourceProperties('AWS::S3::Bucket', {
       BucketEncryption: {
         ServerSideEncryptionConfiguration: [
           {
             BucketKeyEnabled: true,
+            // No customer-keyed (SSE-C) object: a planted one would answer every other reader 400.
+            BlockedEncryptionTypes: { EncryptionType: ['SSE-C'] },
             ServerSideEncryptionByDefault: {
               SSEAlgorithm: 'aws:kms',
               KMSMasterKeyID: { 'Fn::GetAtt': [logicalId(stack.artifactKey), 'Arn'] },
@@ -1188,6 +1191,16 @@ describe('operator options (context kmsKeyArn, logEncryption, reservedConcurrenc
       expect(f.Properties.ReservedConcurrentExecutions).toBeUndefined();
       expect(f.Properties.VpcConfig).toBeUndefined();
     }
+  });
+
+  it("takes unkeyed message groups only under unkeyedGroups accept (an upgrade's window), on every dispatcher", () => {
+    const variables = (st: KappLambdaStack) =>
+      Object.values(Template.fromStack(st).toJSON().Resources as Record<string, Resource>)
+        .filter((r) => r.Type === 'AWS::Lambda::Function')
+        .map((f) => (f.Properties.Environment as { Variables?: Json } | undefined)?.Variables ?? {});
+    const accepting = variables(optioned).filter((v) => v.KAPP_LAMBDA_UNKEYED_GROUPS === 'accept');
+    expect(accepting.map((v) => v.KAPP_LAMBDA_DISPATCH_STAGE).sort()).toEqual([...PIPELINE_STAGES].sort());
+    expect(variables(stack).filter((v) => v.KAPP_LAMBDA_UNKEYED_GROUPS !== undefined)).toEqual([]);
   });
 
   it('shares the claims with the fleet under sharing fleet: no domain variable, the run roles hold the fleet claims', () => {

@@ -291,11 +291,16 @@ const fs = require('node:fs');
 const file = STATE;
 const state = JSON.parse(fs.readFileSync(file, 'utf8'));
 const args = process.argv.slice(2);
-if (args.includes('get')) process.stdout.write(state.uid ?? '');
+if (args.includes('get') && args.includes('namespace')) process.stdout.write(state.uid ?? '');
+else if (args.includes('get') && args.includes('secret')) process.stdout.write(state.secret ?? '');
+else if (args.includes('get')) process.stdout.write(state.deployed ? 'deployment.apps/kapp-lambda-forwarder' : '');
 else if (args.includes('apply')) {
   const input = fs.readFileSync(0, 'utf8');
   state.applied.push(input.includes('name: ${GLOBAL}') ? 'release' : 'other');
   if (input.includes('name: ${GLOBAL}') && !state.uid) state.uid = '${CREATED}';
+  if (input.includes('name: ${GLOBAL}')) state.deployed = true;
+  const key = /FORWARDER_EVENT_KEY: ([A-Za-z0-9+/=]+)/.exec(input);
+  if (key) state.secret = Buffer.from(key[1]).toString('base64');
   fs.writeFileSync(file, JSON.stringify(state));
 } else if (args.includes('rollout')) {
   state.applied.push(args.slice(args.indexOf('-n')).join(' '));
@@ -329,8 +334,26 @@ else if (args.includes('apply')) {
   });
 
   /** Joins cluster prod-1 with the fake kubectl, the namespace's uid before being `uid`. */
-  const join = async (uid: string | undefined, extra: string[] = []) => {
-    await writeFile(statePath, JSON.stringify({ ...(uid ? { uid } : {}), applied: [] }));
+  const join = async (
+    uid: string | undefined,
+    extra: string[] = [],
+    cluster: { secret?: string; deployed?: boolean } = {},
+  ) => {
+    const before = JSON.parse(await readFile(statePath, 'utf8').catch(() => '{}')) as {
+      secret?: string;
+      deployed?: boolean;
+    };
+    // The cluster keeps its Secret and Deployment from one join to the next, unless told otherwise.
+    await writeFile(
+      statePath,
+      JSON.stringify({
+        ...(uid ? { uid } : {}),
+        applied: [],
+        secret: before.secret,
+        deployed: before.deployed,
+        ...cluster,
+      }),
+    );
     const argv = ['join', 'ctx', '--id', 'prod-1', '--fleet', path.join(dir, 'fleet.json'), '--auth', 'token'];
     argv.push(
       '--no-sender-check',
@@ -375,23 +398,37 @@ else if (args.includes('apply')) {
     expect({ code: adopted.code, recorded: adopted.recorded }).toEqual({ code: 0, recorded: TENANTS });
   });
 
-  it("--replace keeps the document's event key, which the running forwarder holds; a document without one gets one and the forwarder restarts", async () => {
+  it("keeps the document's event key, else the Secret's; restarts a running forwarder only when its key changes, after the document", async () => {
+    const key = /^[A-Za-z0-9+/]{43}=$/;
     const first = await join(undefined);
-    expect(first.eventKey).toMatch(/^[A-Za-z0-9+/]{43}=$/);
+    expect(first.eventKey).toMatch(key);
+    // A first join: the forwarder did not run before the release, so nothing to restart.
+    expect(first.applied).toEqual(['release', 'other', 'other']);
     const again = await join(CREATED, ['--replace']);
     expect({ code: again.code, eventKey: again.eventKey, applied: again.applied }).toEqual({
       code: 0,
       eventKey: first.eventKey,
       applied: ['release', 'other', 'other'],
     });
-    // A document from before event keys (or written by add): a new key, and the forwarder reads it on restart.
+    // A document without a key (written by add --replace): the Secret's key, which the forwarder holds.
     const registry = new LocalDirStore(path.join(dir, 'registry'));
-    const doc = JSON.parse(((await registry.get(clusterDocKey('prod-1'))) as Buffer).toString('utf8'));
-    delete doc.eventKey;
-    await registry.put(clusterDocKey('prod-1'), JSON.stringify(doc));
-    const keyed = await join(CREATED, ['--replace']);
+    const dropKey = async () => {
+      const doc = JSON.parse(((await registry.get(clusterDocKey('prod-1'))) as Buffer).toString('utf8'));
+      delete doc.eventKey;
+      await registry.put(clusterDocKey('prod-1'), JSON.stringify(doc));
+    };
+    await dropKey();
+    const fromSecret = await join(CREATED, ['--replace']);
+    expect({ eventKey: fromSecret.eventKey, applied: fromSecret.applied }).toEqual({
+      eventKey: first.eventKey,
+      applied: ['release', 'other', 'other'],
+    });
+    // A cluster joined before keys: no Secret, a forwarder running. A new key, and the forwarder
+    // restarts after the document names it (the restart is the last step).
+    await dropKey();
+    const keyed = await join(CREATED, ['--replace'], { secret: '' });
     expect(keyed.code).toBe(0);
-    expect(keyed.eventKey).toMatch(/^[A-Za-z0-9+/]{43}=$/);
+    expect(keyed.eventKey).toMatch(key);
     expect(keyed.eventKey).not.toBe(first.eventKey);
     expect(keyed.applied).toEqual([
       'release',
@@ -399,6 +436,14 @@ else if (args.includes('apply')) {
       'other',
       '-n kapp-lambda rollout restart deployment/kapp-lambda-forwarder',
     ]);
+    expect(keyed.err.indexOf('wrote clusters/prod-1.json')).toBeLessThan(keyed.err.indexOf('restart deployment'));
+    // A join that failed before its document (or a cluster removed): the Secret's key is kept.
+    await registry.delete(clusterDocKey('prod-1'));
+    const retried = await join(CREATED, ['--adopt-global-namespace']);
+    expect({ eventKey: retried.eventKey, applied: retried.applied }).toEqual({
+      eventKey: keyed.eventKey,
+      applied: ['release', 'other', 'other'],
+    });
   });
 
   it('--replace: the namespace its document records is accepted; one created again is refused', async () => {

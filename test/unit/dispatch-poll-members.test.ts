@@ -57,7 +57,12 @@ const recordFor = (stage: PipelineStage, clusterId: string, name: string): SqsRe
 const member = (clusterId: string) => `${POLL_MEMBERS_PREFIX}${clusterId}`;
 
 /** A dispatcher of `stage` whose stage function answers `pollMember: members.get(tenant)` (absent when unset). */
-function setup(stage: PipelineStage, members: ReadonlyMap<string, boolean>, store = new MemoryStore()) {
+function setup(
+  stage: PipelineStage,
+  members: ReadonlyMap<string, boolean>,
+  store = new MemoryStore(),
+  registered?: (clusterId: string) => Promise<boolean>,
+) {
   const invoked: string[] = [];
   const log = memoryLogger();
   const dispatch = makeDispatcher(stage, {
@@ -73,6 +78,7 @@ function setup(stage: PipelineStage, members: ReadonlyMap<string, boolean>, stor
     },
     pollMembers: new StorePollMembers(store),
     pollClusters: () => sourcePollClusters(store, 'cluster'),
+    ...(registered ? { registered } : {}),
   });
   return { dispatch, store, invoked, log };
 }
@@ -153,6 +159,19 @@ describe('the dispatcher: poll membership in cluster sharing', () => {
     expect(t.invoked.sort()).toEqual(['alpha', 'beta']);
     // beta's poll found no records left in its domain: it is no longer polled.
     expect(await sourcePollClusters(guarded, 'cluster')).toEqual(['alpha']);
+  });
+
+  it('drops the membership of a cluster the registry no longer names, invoking nothing for it; keeps it when the registry cannot be read', async () => {
+    const store = new MemoryStore();
+    for (const id of ['alpha', 'gone', 'unsure']) await store.put(member(id), '{}');
+    const t = setup('index-repo', new Map([['alpha', true]]), store, async (id) => {
+      if (id === 'unsure') throw new Error('registry unreadable');
+      return id !== 'gone';
+    });
+    await t.dispatch({ type: SOURCE_POLL_EVENT_TYPE });
+    expect(t.invoked.sort()).toEqual(['alpha', 'unsure']);
+    expect(await sourcePollClusters(store, 'cluster')).toEqual(['alpha', 'unsure']);
+    expect(t.log.records.find((r) => r.obj.dropped !== undefined)?.obj).toMatchObject({ clusters: 3, dropped: 1 });
   });
 
   it("ignores pollMember from another stage's run, and logs a membership it could not write", async () => {

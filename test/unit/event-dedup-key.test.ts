@@ -21,6 +21,7 @@ import {
   orderingKey,
   serializeEvent,
 } from '../../events/schema.js';
+import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import { type EntryDeps, makeSqsHandler, type SqsRecord } from '../../functions/lib/entry/handler.js';
 import { DirSecretStore } from '../../functions/lib/kube/bearer.js';
 import { clusterDocKey, InvalidClusterDocumentError, parseClusterDoc } from '../../functions/lib/kube/cluster-doc.js';
@@ -32,6 +33,7 @@ import { MemoryEventSender } from '../../functions/lib/transport/memory.js';
 import { dedupId, messageGroupId, SqsEventSender, type SqsSendClient } from '../../functions/lib/transport/sqs.js';
 import { eventKeySecret, newEventKey } from '../../scripts/cluster-join.js';
 import { clusterDocOf, putCluster } from '../../scripts/cluster-registry.js';
+import { DISPATCHED_ENV } from './support/dispatched-batch.js';
 
 const QUEUE = 'https://sqs.eu-west-1.amazonaws.com/111122223333/kapp-fetch.fifo';
 const CA_PEM = '-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIU\n-----END CERTIFICATE-----\n';
@@ -255,7 +257,7 @@ describe('message groups under the cluster event key', () => {
   });
 
   /** The fetch function's handler with the sender check and the registry's keys (as `lambda.ts` composes it). */
-  function handler(groupKeyOf: EntryDeps['groupKeyOf']) {
+  function handler(groupKeyOf: EntryDeps['groupKeyOf'], acceptUnkeyed = false) {
     const log = memoryLogger();
     const seen: string[] = [];
     const deps: EntryDeps = {
@@ -269,6 +271,7 @@ describe('message groups under the cluster event key', () => {
       checkSender: async (event, senderId) =>
         senderId === `${FORWARDER}:s` && objectRefOf(event).clusterId === 'prod-eu-1' ? undefined : 'not the forwarder',
       ...(groupKeyOf ? { groupKeyOf } : {}),
+      ...(acceptUnkeyed ? { acceptUnkeyed } : {}),
     };
     return { handle: makeSqsHandler('fetch', () => deps), log, seen };
   }
@@ -289,7 +292,7 @@ describe('message groups under the cluster event key', () => {
       expect(h.log.records.find((r) => r.obj.outcome === 'refused')?.obj.reason).toBe(
         group === orderingKey(victim)
           ? `message group ${group} is not keyed, but cluster prod-eu-1 has an event key: the sender does not hold it (a forwarder without FORWARDER_EVENT_KEY, or started before join or add wrote its Secret: restart it)`
-          : `message group ${group} is not the event's object's (${messageGroupId(victimKey, victim)})`,
+          : `message group ${group} is not the event's object's keyed group`,
       );
     }
     // A keyed group for a cluster whose document has no key: the operator's mistake, named.
@@ -298,6 +301,25 @@ describe('message groups under the cluster event key', () => {
     expect(unkeyed.log.records.find((r) => r.obj.outcome === 'refused')?.obj.reason).toMatch(
       /is keyed, but the registry document of its cluster has no event key/,
     );
+  });
+
+  it("KAPP_LAMBDA_UNKEYED_GROUPS=accept (an upgrade's window) also takes the unkeyed group, nothing else", async () => {
+    const config = (v?: string) =>
+      parseLambdaEnv('fetch', {
+        ...DISPATCHED_ENV,
+        KAPP_LAMBDA_DISPATCHED: 'false',
+        ...(v === undefined ? {} : { KAPP_LAMBDA_UNKEYED_GROUPS: v }),
+      }).acceptUnkeyedGroups;
+    expect([config(), config('refuse'), config('accept')]).toEqual([undefined, undefined, true]);
+    expect(() => config('yes')).toThrow('KAPP_LAMBDA_UNKEYED_GROUPS: expected refuse or accept');
+    for (const group of [orderingKey(victim), messageGroupId(victimKey, victim)]) {
+      const h = handler(async () => victimKey, true);
+      await h.handle({ Records: [record(group)] });
+      expect(h.seen, group).toEqual([next.id]);
+    }
+    const squat = handler(async () => victimKey, true);
+    await squat.handle({ Records: [record(messageGroupId(randomBytes(32), victim))] });
+    expect(squat.seen).toEqual([]);
   });
 
   it('fails the record (retried), taking nothing, when the key cannot be read', async () => {

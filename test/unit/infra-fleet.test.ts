@@ -38,6 +38,7 @@ describe('fleetSettings', () => {
       urlAllow: [],
       isolation: 'shared',
       sharing: 'cluster',
+      unkeyedGroups: 'refuse',
       logEncryption: true,
       reservedConcurrency: {},
     });
@@ -78,6 +79,7 @@ describe('fleetSettings', () => {
       urlAllow: ['registry.corp:443', '10.20.0.0/16'],
       isolation: 'shared',
       sharing: 'cluster',
+      unkeyedGroups: 'refuse',
       kmsKeyArn: 'arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab',
       logEncryption: false,
       reservedConcurrency: { deploy: 50 },
@@ -198,6 +200,12 @@ describe('fleetSettings', () => {
     expect(problems({ isolation: 'cell' })).toEqual([
       `isolation: cell makes one cell per cluster id of forwarders, which names none (e.g. -c 'forwarders={"prod-eu-1":{"eksClusterArn":"arn:aws:eks:…:cluster/prod-eu-1"}}')`,
     ]);
+  });
+
+  it("takes unkeyedGroups refuse (the default) or accept, an upgrade's window", () => {
+    expect(settings({}).unkeyedGroups).toBe('refuse');
+    expect(settings({ unkeyedGroups: 'accept' }).unkeyedGroups).toBe('accept');
+    expect(problems({ unkeyedGroups: 'yes' })).toEqual(['unkeyedGroups: expected refuse or accept']);
   });
 
   it('takes sharing cluster (the default of isolation shared) or fleet; a cell shares with the fleet only', () => {

@@ -517,7 +517,7 @@ describe('install: the PackageInstall reconcile, one row per outcome', () => {
     expect(log.records.filter((r) => r.level === 'warn' && /global namespace/.test(r.msg ?? ''))).toEqual([
       expect.objectContaining({
         obj: { clusterId: 'c-unrecorded' },
-        msg: "the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: npm run cluster -- join --replace, or kapp-controller-config key kappLambdaPackagingGlobalNamespaceUID)",
+        msg: "the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: on the embedded runtime, kapp-controller-config key kappLambdaPackagingGlobalNamespaceUID; in a cloud fleet, npm run cluster -- join --replace)",
       }),
     ]);
   });

@@ -130,7 +130,7 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
     });
   }
 
-  it("fences the listing to the run's keys", () => {
+  it("fences the listing to the run's keys; of the fleet's claims, the source poll records only (the others name every cluster's blobs)", () => {
     const doc = runSessionPolicy('fetch', 'a', TAG_A, TARGET);
     expect(doc.Statement.find((s) => s.Action.includes('s3:ListBucket'))).toEqual({
       Effect: 'Allow',
@@ -138,7 +138,7 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
       Resource: ['arn:aws:s3:::fleet-artifacts'],
       Condition: {
         StringLike: {
-          's3:prefix': ['cache/*', `private/${TAG_A}/*`, 'inflight/*', 'state/leases/a/*', 'receipts/a/*'],
+          's3:prefix': ['cache/source-poll/*', `private/${TAG_A}/*`, 'state/leases/a/*', 'receipts/a/*'],
         },
       },
     });
@@ -161,7 +161,16 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
           's3:prefix'
         ];
         for (const p of prefixes ?? []) {
-          for (const blob of ['artifacts/', 'artifacts/fetch/sha256/', `artifacts/template/sha256/${'b'.repeat(64)}`]) {
+          for (const blob of [
+            'artifacts/',
+            'artifacts/fetch/sha256/',
+            `artifacts/template/sha256/${'b'.repeat(64)}`,
+            // The fleet's records that name blobs (fleet sharing), and its in-flight markers.
+            'cache/',
+            'cache/fetch/',
+            'cache/render/',
+            'inflight/',
+          ]) {
             expect(iamMatches(p, blob), `${stage} lists ${blob} by ${p}`).toBe(false);
           }
         }

@@ -103,8 +103,14 @@ const OVERSIZE = Buffer.alloc(2 * READ_BOUND, 0x61);
  */
 class BoundedReadStore extends MemoryStore {
   readonly failing = new Set<string>();
+  /** Keys whose reads S3 answers 400, as it does an object planted under a customer key (SSE-C). */
+  readonly customerKeyed = new Set<string>();
   override async get(key: string, opts?: Parameters<MemoryStore['get']>[1]): Promise<Buffer | undefined> {
     if (this.failing.has(key)) throw new StoreError(`failed to get object "${key}"`, 'get', key);
+    if (this.customerKeyed.has(key)) {
+      const cause = Object.assign(new Error('InvalidRequest'), { $metadata: { httpStatusCode: 400 } });
+      throw new StoreError(`failed to get object "${key}"`, 'get', key, { cause });
+    }
     return await super.get(key, { maxBytes: opts?.maxBytes ?? READ_BOUND });
   }
 }
@@ -174,6 +180,18 @@ describe('fetch: the pinned record and the shared tarball', () => {
     expect(w.rendered).toEqual(['a: 1\n']);
   });
 
+  it('a writer that finds an object it may not read (planted under a customer key: 400) keeps a sealed copy', async () => {
+    const shared = (await pinnedWorld().run()) as string;
+    const store = new BoundedReadStore();
+    await store.put(shared, tgz);
+    store.customerKeyed.add(shared);
+    const w = pinnedWorld(store);
+    const handed = await w.run();
+    expect(handed).toMatch(PRIVATE_FETCH_KEY_PATTERN);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === shared)).toBe(true);
+    expect((await w.template(handed as string))?.type).toBe('dev.kapp-lambda.stage.deploy.v1');
+  });
+
   it('a store that fails reading the shared tarball back is an infrastructure error, not tampering', async () => {
     const shared = (await pinnedWorld().run()) as string;
     const store = new BoundedReadStore();
@@ -240,6 +258,26 @@ describe('fetch: the pinned record keeps the tarball entity tag', () => {
     expect(w.tools()).toEqual(['vendir']);
     expect(store.heads.filter((k) => k === shared)).toHaveLength(1);
     expect(store.gets.filter((k) => k === shared)).toEqual([]);
+  });
+
+  it('an unpinned fetch that finds the tarball it verified before: one HEAD, no GET; a replaced one is read and refused', async () => {
+    const store = new TaggingStore();
+    const w = pinnedWorld(store);
+    const shared = (await w.run()) as string;
+    // No pinned record (an unpinned source, or a resync after the record expired): vendir runs
+    // again and its artifact is already stored under the same key.
+    await store.delete(await w.record());
+    store.heads.length = 0;
+    store.gets.length = 0;
+    expect(await w.run()).toBe(shared);
+    expect(store.gets.filter((k) => k === shared)).toEqual([]);
+    // Replaced under the same key: another tag, so the bytes are read, found foreign, and sealed.
+    await store.put(shared, await otherTgz('kind: Evil\n'));
+    await store.delete(await w.record());
+    store.gets.length = 0;
+    expect(await w.run()).toMatch(PRIVATE_FETCH_KEY_PATTERN);
+    expect(store.gets.filter((k) => k === shared)).toHaveLength(1);
+    expect(w.log.records.some((r) => r.msg === TAMPERED && r.obj.key === shared)).toBe(true);
   });
 
   it('a record without a tag (written before tags were kept) is checked for existence only', async () => {

@@ -129,6 +129,13 @@ describe('S3Store requests', () => {
       expect(err).toBeInstanceOf(StoreError);
       expect((err as StoreError).cause).toBe(denied);
     }
+    // A denial of the key's KMS use is not a miss: the object is there.
+    const kms = Object.assign(
+      new Error('User: arn:aws:sts::1:assumed-role/r/a is not authorized to perform: kms:Decrypt'),
+      { name: 'AccessDenied', $metadata: { httpStatusCode: 403 } },
+    );
+    const kmsStore = new S3Store({ client: fakeClient(() => kms).client, bucket: 'b', absentWhenDenied: () => true });
+    expect(await rejection(kmsStore.get('artifacts/fetch/sha256/x.tgz'))).toBeInstanceOf(StoreError);
     const plain = new S3Store({ client, bucket: 'b' });
     expect(await rejection(plain.get('artifacts/fetch/sha256/x.tgz'))).toBeInstanceOf(StoreError);
   });

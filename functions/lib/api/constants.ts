@@ -25,17 +25,14 @@ export const ConditionType = {
 export type ConditionType = (typeof ConditionType)[keyof typeof ConditionType];
 
 /**
- * Condition types kapp-lambda adds to a status, after kapp-controller's own (which stays
- * `conditions[0]`: `kubectl wait`, kctrl and the readers of `[0]` see upstream's condition).
- * No kapp-controller field is changed for them; a reconcile's status write drops them (it sets
- * `conditions` whole) and they are written again once the reconcile has ended.
+ * Condition types kapp-lambda adds to an App's or PackageInstall's `status.conditions`, always
+ * after kapp-controller's own (which stays `conditions[0]`: kapp, kctrl and `kubectl wait` read
+ * that one). Not part of upstream's API.
  */
 export const KappLambdaConditionType = {
-  /**
-   * On Apps (and mirrored on the PackageInstall that owns one): the health of what the App
-   * deployed after its reconcile, as the forwarder's watches judge it (`True`/`False`/`Unknown`,
-   * reason `Healthy`/`Unhealthy`/`Progressing`, the unhealthy workloads in the message).
-   */
+  /** On PackageInstalls gated by a rollout policy: `Held`, `Upgrading`, `Soaking`, `Stopped` or `Completed`. */
+  Rollout: 'kapp-lambda.carvel.dev/Rollout',
+  /** The health of what was deployed, after the reconcile (`True`, `False`, `Unknown`). */
   Healthy: 'kapp-lambda.carvel.dev/Healthy',
 } as const;
 

@@ -406,6 +406,14 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
       'every function and the dispatchers (whose run sessions grant the domain); the stack sets `cluster` on both in `isolation: shared` unless context `sharing` is `fleet`',
   },
   {
+    name: 'KAPP_LAMBDA_UNKEYED_GROUPS',
+    default: '`refuse`',
+    meaning:
+      "`accept`, for the time an upgrade to keyed message groups takes (docs/upgrading.md): a record of a cluster that has an event key is also taken in its object's unkeyed group (`<cluster>/<Kind>/<ns>/<name>`, what forwarders and functions of earlier releases send), so no event waits while the forwarders are updated; any sender may name such a group, so set it back to `refuse` once every forwarder runs the new release",
+    readBy:
+      'the functions and dispatchers that check records (with `KAPP_LAMBDA_SENDER_CHECK=registry`); the stack sets it from context `unkeyedGroups`',
+  },
+  {
     name: 'KAPP_LAMBDA_ARTIFACT_ROOT_KEY',
     default: 'unset',
     meaning:
@@ -591,6 +599,11 @@ export interface LambdaConfig {
    * sharing domain (`../store/domain.ts`). Unset: `fleet`, the claims shared fleet-wide.
    */
   sharing?: 'cluster';
+  /**
+   * `KAPP_LAMBDA_UNKEYED_GROUPS=accept`: a keyed cluster's record is also taken in its object's
+   * unkeyed group (`EdgeChecks.acceptUnkeyed`, for an upgrade's time). Unset: refused.
+   */
+  acceptUnkeyedGroups?: true;
 }
 
 /**
@@ -693,6 +706,10 @@ const EnvSchema = z.object({
   ),
   KAPP_LAMBDA_CLUSTER_REGISTRY_TTL_SECONDS: optional(intText(1, 3600)),
   KAPP_LAMBDA_SENDER_CHECK: z.preprocess(blankToUndefined, z.enum(['registry', 'off']).default('off')),
+  KAPP_LAMBDA_UNKEYED_GROUPS: z.preprocess(
+    blankToUndefined,
+    z.enum(['refuse', 'accept'], { error: 'expected refuse or accept' }).default('refuse'),
+  ),
   KAPP_LAMBDA_FUNCTION_SENDERS: optional(
     z.string().transform((v, ctx) => {
       const entries = commaList(v);
@@ -919,6 +936,7 @@ export function parseLambdaEnv(stage: PipelineStage, env: Readonly<Record<string
   if (e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY) config.dangerousSkipTLSVerify = e.KAPP_LAMBDA_DANGEROUS_SKIP_TLS_VERIFY;
   if (e.KAPP_LAMBDA_DISPATCHED === 'true') config.dispatched = true;
   if (e.KAPP_LAMBDA_SHARING === 'cluster') config.sharing = 'cluster';
+  if (e.KAPP_LAMBDA_UNKEYED_GROUPS === 'accept') config.acceptUnkeyedGroups = true;
   return config;
 }
 
@@ -940,6 +958,7 @@ export interface DispatcherConfig
     | 'logLevel'
     | 'maxReceiveCount'
     | 'shares'
+    | 'acceptUnkeyedGroups'
   > {
   /** {@link queueUrlEnv}`(<stage>)`: the stage's queue, which the dispatcher consumes and sends copies to. */
   queueUrl: string;
@@ -1025,6 +1044,7 @@ export function parseDispatcherEnv(env: Readonly<Record<string, string | undefin
     KAPP_LAMBDA_NAMESPACE_SHARE: true,
     KAPP_LAMBDA_LOG_LEVEL: true,
     KAPP_LAMBDA_SHARING: true,
+    KAPP_LAMBDA_UNKEYED_GROUPS: true,
   })
     .extend(DispatcherOwnSchema.shape)
     .extend({
@@ -1104,5 +1124,6 @@ export function parseDispatcherEnv(env: Readonly<Record<string, string | undefin
   }
   const shares = sharesOf(e.KAPP_LAMBDA_CLUSTER_SHARE, e.KAPP_LAMBDA_NAMESPACE_SHARE);
   if (shares) config.shares = shares;
+  if (e.KAPP_LAMBDA_UNKEYED_GROUPS === 'accept') config.acceptUnkeyedGroups = true;
   return config;
 }

@@ -158,10 +158,12 @@ export function createDispatcherDeps(
     invoker: new LambdaStageInvoker({ invoke: (input) => sdk.invoke(input), functionName: () => config.stageFunction }),
     requeuer,
     deleter: new SqsMessageDeleter(clients.sqs, config.queueUrl),
+    // The senders key each cluster's groups with its registry document's key: so does the check.
+    groupKeyOf: (clusterId: string) => registry.eventKeyOf(clusterId),
+    ...(config.acceptUnkeyedGroups ? { acceptUnkeyed: true } : {}),
     ...(check
       ? {
           prover: new SqsRecordProver(clients.sqs, config.queueUrl),
-          groupKeyOf: (clusterId: string) => registry.eventKeyOf(clusterId),
           checkSender: (event, senderId) =>
             senderRefusal(
               {
@@ -189,7 +191,10 @@ export function createDispatcherDeps(
     ...(config.stage === 'index-repo' ? { pollClusters: () => sourcePollClusters(store, config.sharing) } : {}),
     // `cluster` sharing: the member clusters are what the fetch and index-repo runs answered.
     ...(config.sharing === 'cluster' && POLL_MEMBER_STAGES.includes(config.stage)
-      ? { pollMembers: new StorePollMembers(store) }
+      ? {
+          pollMembers: new StorePollMembers(store),
+          registered: async (clusterId: string) => (await registry.forwarderOf(clusterId)) !== undefined,
+        }
       : {}),
   };
 }

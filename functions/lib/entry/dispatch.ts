@@ -169,6 +169,8 @@ export interface DispatcherDeps {
   checkSender?: SenderCheck;
   /** The key of each cluster's message groups (`EdgeChecks.groupKeyOf`, `./edge.ts`). Default none. */
   groupKeyOf?: EdgeChecks['groupKeyOf'];
+  /** Takes a keyed cluster's record in its unkeyed group too (`EdgeChecks.acceptUnkeyed`). Default false. */
+  acceptUnkeyed?: boolean;
   /** The fair shares of the stage's slots (`EntryDeps.shares`). Default none: every record is invoked. */
   shares?: StageShares;
   /**
@@ -193,6 +195,13 @@ export interface DispatcherDeps {
    * where {@link sourcePollClusters} reads the fleet's records).
    */
   pollMembers?: PollMembers;
+  /**
+   * Whether a cluster is in the registry (its document is there). With {@link pollMembers}, a
+   * member the registry no longer names (removed with `npm run cluster -- remove`) loses its
+   * membership at the next poll instead of failing there every period. A throw keeps the member
+   * and polls it. Default none: every member is polled.
+   */
+  registered?: (clusterId: string) => Promise<boolean>;
 }
 
 /**
@@ -511,10 +520,22 @@ export function makeDispatcher(
     }
     const clusters = await deps.pollClusters();
     let failed = 0;
+    let dropped = 0;
     await pooled(clusters, POLL_INVOKE_CONCURRENCY, async (clusterId) => {
-      if (!(await invokeCluster(clusterId, [], log.child({ stage, clusterId }), true)).answered) failed += 1;
+      const clog = log.child({ stage, clusterId });
+      if (deps.pollMembers && deps.registered && !(await deps.registered(clusterId).catch(() => true))) {
+        await deps.pollMembers.set(clusterId, false).then(
+          () => {
+            dropped += 1;
+            clog.info({}, 'cluster no longer registered: its source poll membership is dropped');
+          },
+          (err: unknown) => clog.warn({ error: errorText(err) }, 'could not drop the membership of a removed cluster'),
+        );
+        return;
+      }
+      if (!(await invokeCluster(clusterId, [], clog, true)).answered) failed += 1;
     });
-    log.info({ stage, clusters: clusters.length, failed }, 'source poll run in each member cluster');
+    log.info({ stage, clusters: clusters.length, failed, dropped }, 'source poll run in each member cluster');
   };
 
   return async (event, context) => {

@@ -40,6 +40,12 @@ export interface EdgeChecks {
    * (retried), as a sender check that cannot be made does.
    */
   groupKeyOf?: (clusterId: string) => Promise<Uint8Array | undefined>;
+  /**
+   * Whether a keyed cluster's record is also taken in its object's unkeyed group (the ordering
+   * key), as senders of earlier releases send it: `KAPP_LAMBDA_UNKEYED_GROUPS=accept`, for the
+   * time an upgrade takes. Default false.
+   */
+  acceptUnkeyed?: boolean;
 }
 
 /** One SQS record as Lambda's event source mapping delivers it (the fields used here). */
@@ -282,12 +288,17 @@ export async function admit(
     );
     return 'failed';
   }
-  const groupRefusal = messageGroupRefusal(
-    messageGroupId(key, ref),
-    record.attributes?.MessageGroupId,
-    d.checkSender !== undefined,
-    key === undefined ? undefined : { clusterId: ref.clusterId, unkeyed: orderingKey(ref) },
-  );
+  const unkeyed = orderingKey(ref);
+  const group = record.attributes?.MessageGroupId;
+  const groupRefusal =
+    d.acceptUnkeyed === true && group === unkeyed
+      ? undefined
+      : messageGroupRefusal(
+          messageGroupId(key, ref),
+          group,
+          d.checkSender !== undefined,
+          key === undefined ? undefined : { clusterId: ref.clusterId, unkeyed },
+        );
   if (groupRefusal !== undefined) {
     log.warn(
       {

@@ -432,6 +432,7 @@ export function createLambdaDeps(
     ...(checkSender && ownQueue ? { checkSender, prover: new SqsRecordProver(clients.sqs, ownQueue) } : {}),
     // The senders above key each cluster's groups with its registry document's key: so does the check.
     ...(fleet ? { groupKeyOf: (clusterId: string) => fleet.eventKeyOf(clusterId) } : {}),
+    ...(config.acceptUnkeyedGroups ? { acceptUnkeyed: true } : {}),
     ...(leases ? { leases } : {}),
     ...(shares ? { shares } : {}),
   };

@@ -354,5 +354,8 @@ export function messageGroupRefusal(
   if (!keyed && new RegExp(`^${expected.split('/')[0]}/[0-9a-f]{64}$`).test(group)) {
     return `message group ${group} is keyed, but the registry document of its cluster has no event key (npm run cluster -- add … --replace keeps or makes one)`;
   }
-  return `message group ${group} is not the event's object's (${expected})`;
+  // A keyed group is not named: whoever reads the log could then queue in it.
+  return keyed
+    ? `message group ${group} is not the event's object's keyed group`
+    : `message group ${group} is not the event's object's (${expected})`;
 }

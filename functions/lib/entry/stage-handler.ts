@@ -127,6 +127,8 @@ export interface EntryDeps {
   checkSender?: SenderCheck;
   /** The key of each cluster's message groups (`EdgeChecks.groupKeyOf`, `./edge.ts`). Default none. */
   groupKeyOf?: EdgeChecks['groupKeyOf'];
+  /** Takes a keyed cluster's record in its unkeyed group too (`EdgeChecks.acceptUnkeyed`). Default false. */
+  acceptUnkeyed?: boolean;
   /**
    * The run leases of Apps (`../lease/`): at most one run per App across the stage functions,
    * events meanwhile coalesced into one follow-up. Default none (every record runs: unit tests,

@@ -370,7 +370,9 @@ async function storeSealed(deps: FetchRunDeps, scope: ArtifactScope, packed: Pac
  * the run keeps its own copy sealed for `scope`, whose key it hands on. So a run of another
  * cluster can cost this one a private copy, never the content nor the fetch. The shared
  * object's entity tag, as created (a HEAD after the write) or as verified (the read back's),
- * goes with the key: the pinned fetch's record keeps it (`../pipeline/app/fetch.ts`).
+ * goes with the key: the pinned fetch's record keeps it (`../pipeline/app/fetch.ts`). An object
+ * this process created or verified is checked again by a HEAD only, while its entity tag is the
+ * same.
  * @returns the key the fetch is stored under (`key`, or the sealed copy's) and, for `key`, its
  *   entity tag when the store reports one.
  * @throws Error when the shared object is bad and there is no scope to seal a copy for.
@@ -381,10 +383,19 @@ async function storeShared(
   packed: PackedDir,
   scope: ArtifactScope | undefined,
 ): Promise<{ key: string; etag?: string }> {
+  const verified = verifiedShared(deps.store);
   const put = await infraStep('storing the fetch artifact', () => deps.store.putIfAbsent(key, packed.tgz));
   if (put === 'created') {
     const etag = (await infraStep('reading the fetch artifact back', () => deps.store.head(key)))?.etag;
+    if (etag !== undefined) remember(verified, key, etag);
     return etag !== undefined ? { key, etag } : { key };
+  }
+  // Verified before by this process under the entity tag it still has: the same object (a
+  // replacement has another tag), so no download (every resync of an App on a moving source).
+  const seen = verified.get(key);
+  if (seen !== undefined) {
+    const head = await infraStep('reading the fetch artifact back', () => deps.store.head(key));
+    if (head?.etag === seen) return { key, etag: seen };
   }
   // Over the read bound: planted (any run of the fleet may write the key), so not intact.
   const there = await infraStep('reading the fetch artifact back', () =>
@@ -393,10 +404,34 @@ async function storeShared(
   const intact =
     there !== undefined &&
     (there.body.equals(packed.tgz) || (await tarSha256(there.body).catch(() => undefined)) === packed.sha256);
+  if (intact && there.etag) remember(verified, key, there.etag);
   if (intact) return there.etag ? { key, etag: there.etag } : { key };
   deps.log.warn({ key }, 'shared artifact does not match the digest its key names: tampered, not used');
   if (!scope) throw new Error(`the shared fetch artifact ${key} was tampered with, and the fetch has no private scope`);
   return { key: await storeSealed(deps, scope, packed) };
+}
+
+/** Most shared fetch artifacts {@link verifiedShared} remembers per store; the oldest goes first. */
+const MAX_VERIFIED_SHARED = 1024;
+
+/** Per store: the shared fetch artifacts this process verified (key → the entity tag it read). */
+const VERIFIED_SHARED = new WeakMap<object, Map<string, string>>();
+
+/** The verified shared artifacts of `store` ({@link storeShared}); per store, so no test or store trusts another's. */
+function verifiedShared(store: object): Map<string, string> {
+  let map = VERIFIED_SHARED.get(store);
+  if (!map) {
+    map = new Map();
+    VERIFIED_SHARED.set(store, map);
+  }
+  return map;
+}
+
+/** Records `key` verified under `etag`, dropping the oldest entry past {@link MAX_VERIFIED_SHARED}. */
+function remember(verified: Map<string, string>, key: string, etag: string): void {
+  verified.delete(key);
+  verified.set(key, etag);
+  if (verified.size > MAX_VERIFIED_SHARED) verified.delete(verified.keys().next().value as string);
 }
 
 /** `deps.sleep`, or an abortable timer when the caller gave none. */

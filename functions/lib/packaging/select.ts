@@ -57,6 +57,21 @@ function satisfies(constraints: string, version: string): boolean {
 }
 
 /**
+ * The Packages `pkgi` may install, listed once, and the choice among them: the highest version
+ * its selection and the version checks allow, narrowed further by `extra` callbacks (the
+ * rollout gate, `../rollout/gate.ts`), which run after kapp-controller's own. Listing once lets
+ * the install function choose without and then with the gate.
+ */
+export interface PackageSelection {
+  /**
+   * The Package chosen.
+   * @throws PackageSelectionError the version selection's message (an `after-<extra>=N` step
+   *   per extra callback), or `Package <refName> not found`
+   */
+  choose(extra?: readonly ConstraintCallback[]): Package;
+}
+
+/**
  * The Package `pkgi` installs.
  *
  * @throws PackageSelectionError `Expected non nil PackageRef`, `Expected non-empty version
@@ -71,6 +86,21 @@ export async function selectPackage(
   pkgi: PackageInstall,
   opts: SelectOptions,
 ): Promise<Package> {
+  return (await packageSelection(kube, pkgi, opts)).choose();
+}
+
+/**
+ * {@link selectPackage} in two steps: the list and the version checks now, the choice later
+ * ({@link PackageSelection}).
+ *
+ * @throws PackageSelectionError and KubeApiError as {@link selectPackage}, for what happens
+ *   before the choice
+ */
+export async function packageSelection(
+  kube: PackagingReader,
+  pkgi: PackageInstall,
+  opts: SelectOptions,
+): Promise<PackageSelection> {
   const packageRef = pkgi.spec.packageRef;
   if (!packageRef) throw new PackageSelectionError('Expected non nil PackageRef');
   const selection = packageRef.versionSelection;
@@ -115,20 +145,23 @@ export async function selectPackage(
       },
     });
   }
-  let chosen: string;
-  try {
-    chosen = highestConstrainedVersion(
-      [...byVersion.keys()],
-      withExactPrereleaseRule({
-        ...(selection.constraints === undefined ? {} : { constraints: selection.constraints }),
-        ...(selection.prereleases === undefined ? {} : { prereleases: selection.prereleases }),
-      }),
-      callbacks,
-    );
-  } catch (err) {
-    throw new PackageSelectionError(err instanceof Error ? err.message : String(err), { cause: err });
-  }
-  const pkg = byVersion.get(chosen);
-  if (!pkg) throw new PackageSelectionError(`Package ${refName} not found`);
-  return pkg;
+  const choose = (extra: readonly ConstraintCallback[] = []): Package => {
+    let chosen: string;
+    try {
+      chosen = highestConstrainedVersion(
+        [...byVersion.keys()],
+        withExactPrereleaseRule({
+          ...(selection.constraints === undefined ? {} : { constraints: selection.constraints }),
+          ...(selection.prereleases === undefined ? {} : { prereleases: selection.prereleases }),
+        }),
+        [...callbacks, ...extra],
+      );
+    } catch (err) {
+      throw new PackageSelectionError(err instanceof Error ? err.message : String(err), { cause: err });
+    }
+    const pkg = byVersion.get(chosen);
+    if (!pkg) throw new PackageSelectionError(`Package ${refName} not found`);
+    return pkg;
+  };
+  return { choose };
 }

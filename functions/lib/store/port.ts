@@ -152,10 +152,11 @@ export class ObjectTooLargeError extends StoreError {
 
 /**
  * What `read` answers, or `undefined` (after `onTooLarge`, if given) when it throws
- * {@link ObjectTooLargeError}. For a blob any run of the fleet may write (`artifacts/fetch/…`,
- * `artifacts/template/…`, fleet cache records), an object over the read bound was planted, not
- * a store that fails: it reads as absent, like one whose digest does not match. Any other error
- * (network, 5xx, a bad key) propagates.
+ * {@link ObjectTooLargeError} or the store answered 400 (an object no reader can read as asked:
+ * one written under a customer-provided key, SSE-C). For a blob any run of the fleet may write
+ * (`artifacts/fetch/…`, `artifacts/template/…`, fleet cache records), such an object was
+ * planted, not a store that fails: it reads as absent, like one whose digest does not match. Any
+ * other error (network, 5xx, throttling, a bad key) propagates.
  */
 export async function absentIfTooLarge<T>(
   read: () => Promise<T | undefined>,
@@ -164,7 +165,8 @@ export async function absentIfTooLarge<T>(
   try {
     return await read();
   } catch (err) {
-    if (!(err instanceof ObjectTooLargeError)) throw err;
+    const status = (err as { cause?: { $metadata?: { httpStatusCode?: number } } }).cause?.$metadata?.httpStatusCode;
+    if (!(err instanceof ObjectTooLargeError) && !(err instanceof StoreError && status === 400)) throw err;
     onTooLarge?.();
     return undefined;
   }

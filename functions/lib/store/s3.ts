@@ -74,8 +74,13 @@ function isNotFound(e: unknown): boolean {
   return n === 'NoSuchKey' || n === 'NotFound' || status(e) === 404;
 }
 
+/**
+ * A 403 that can mean a missing key (S3's answer to a reader that may not list it); not one
+ * naming KMS (the object is there, its key's use was refused: a grant to fix, not a miss).
+ */
 function isDenied(e: unknown): boolean {
-  return errName(e) === 'AccessDenied' || status(e) === 403;
+  if (errName(e) !== 'AccessDenied' && status(e) !== 403) return false;
+  return !/\bkms\b/i.test((e as Error | undefined)?.message ?? '');
 }
 
 /**

@@ -8,3 +8,4 @@
 
 export { PKGI_KIND, runInstall } from './install.js';
 export { fanOutRepoIndexed } from './install-fanout.js';
+export { checkRollouts } from './rollout-pokes.js';

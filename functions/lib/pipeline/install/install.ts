@@ -58,16 +58,25 @@ import {
   withPlaceholderSecrets,
 } from '../../packaging/app-from-package.js';
 import { checkGlobalNamespace, untrustedNote } from '../../packaging/global-trust.js';
-import { PackageSelectionError, selectPackage } from '../../packaging/select.js';
+import { type PackageSelection, PackageSelectionError, packageSelection } from '../../packaging/select.js';
 import { compareVersions } from '../../packaging/versions.js';
 import { GLOBAL_NAMESPACE_UID_KEY } from '../../reconcile/controller-config.js';
 import { GENERIC_ERROR_DETAIL, KappControllerError } from '../../reconcile/result.js';
 import { FRIENDLY } from '../../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../../reconcile/status-budget.js';
+import {
+  planRolloutRecord,
+  type RolloutGate,
+  type RolloutPlan,
+  recordRollout,
+  rolloutGate,
+} from '../../rollout/gate.js';
+import { deleteFleetEntry } from '../../rollout/state.js';
 import { type PipelineDeps, secretMaskOf } from '../deps.js';
 import { type OpenedRun, openRun, writeRunStatus } from '../run.js';
 import { parsedReads, type StageKind } from '../stage.js';
 import { appRef } from '../stage-inputs.js';
+import { pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;
@@ -266,7 +275,7 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
     view: (id) => installView(deps, id),
     kind: PKGI_KIND,
   });
-  if (opened.state === 'deleting') return await deleteInstall(opened.run);
+  if (opened.state === 'deleting') return await deleteInstall(opened.run, deps, event.data.clusterId);
   if (opened.state !== 'run') return;
   const { run } = opened;
   const { kube, done, observe, fence } = run;
@@ -285,9 +294,10 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   let outcome: 'succeeded' | 'failed' = 'succeeded';
   let error: string | undefined;
   // Kept up to date by the reconcile: `version` is reported even when a later step fails.
-  const state = { status: pkgiReconciling(pkgi.status, fence.generation) };
+  const state: InstallState = { status: pkgiReconciling(pkgi.status, fence.generation) };
+  const clusterId = event.data.clusterId;
   try {
-    await reconcileInstall(kube, pkgi, state, deps, event.data.clusterId);
+    await reconcileInstall(kube, pkgi, state, deps, clusterId);
     const first = state.status.conditions?.[0];
     if (first?.type === 'ReconcileFailed') {
       outcome = 'failed';
@@ -300,9 +310,11 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
     error = messageOf(err);
     state.status = pkgiCompleted(state.status, error);
   }
-  const final = state.status;
+  const plan = await planRollout(deps, clusterId, pkgi, state);
+  const final = plan?.status ?? state.status;
   const w = await writeRunStatus(run, () => final);
   done(w.outcome === 'stale' || w.outcome === 'gone' ? w.outcome : outcome, error ? { error } : {});
+  if (plan && w.outcome !== 'stale' && w.outcome !== 'gone') await recordRun(deps, plan);
   if (w.outcome !== 'stale' && w.outcome !== 'gone') {
     // The outcome is the one the status shows (still `Reconciling` while its App runs).
     const shown = final.conditions?.[0];
@@ -315,9 +327,122 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
   }
 }
 
+/** What {@link reconcileInstall} keeps up to date: the status to write and the rollout gate it met. */
+interface InstallState {
+  status: PackageInstallStatus;
+  gate?: RolloutGate;
+}
+
+/**
+ * The run's fleet index entry and rollout step (`../../rollout/gate.ts`), with the status to
+ * write (the Rollout condition appended when a rollout gates it). A store that cannot be read
+ * leaves the status as the reconcile made it (logged): the fleet index is a view, never a
+ * reason to fail a PackageInstall.
+ */
+async function planRollout(
+  deps: PipelineDeps,
+  clusterId: string,
+  pkgi: PackageInstall,
+  state: InstallState,
+): Promise<RolloutPlan | undefined> {
+  try {
+    return await planRolloutRecord(deps.store, deps.now(), clusterId, pkgi, state.status, state.gate);
+  } catch (err) {
+    warnFleetOnce(deps, clusterId, 'the rollout step could not read the store', err);
+    return undefined;
+  }
+}
+
+/**
+ * Stores the run's fleet entry and the rollout's next state ({@link recordRollout}), then pokes
+ * the PackageInstalls of the waves it released (`./rollout-pokes.ts`); failures are logged (the
+ * next event of any member, or the rollout check, evaluates again).
+ */
+async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
+  try {
+    const released = await recordRollout(deps.store, deps.now(), plan);
+    const record = plan.gate?.record;
+    if (!record || !plan.gate) return;
+    for (const i of released) {
+      deps.log.info(
+        { rollout: `${record.policy}/${record.refName}`, wave: record.waves[i]?.name },
+        'rollout wave released',
+      );
+      await pokeInstalls(deps, waveMembers(record, plan.gate.policy, plan.members, i), releaseCause(record, i));
+    }
+  } catch (err) {
+    warnFleetOnce(deps, plan.entry.clusterId, 'the run could not record its entry or the rollout', err);
+  }
+}
+
+/** The fleet-index failures this process has warned about, by cluster and what failed (once each). */
+const warnedFleet = new Set<string>();
+
+/**
+ * Logs a failure of the fleet index or the rollout store (a warning the first time per cluster
+ * and what failed in this process, then at debug): a runtime whose store refuses these keys (the
+ * install function in the cloud holds no grant for them yet) would otherwise warn on every run.
+ */
+function warnFleetOnce(deps: PipelineDeps, clusterId: string, what: string, err: unknown): void {
+  const key = `${clusterId}\n${what}`;
+  const level = warnedFleet.has(key) ? 'debug' : 'warn';
+  warnedFleet.add(key);
+  deps.log[level]({ clusterId, err: messageOf(err) }, `fleet index: ${what}`);
+}
+
+/**
+ * The rollout gate of the PackageInstall (`../../rollout/gate.ts`), its policies cached on the
+ * cluster registry (which lives as long as the runtime; the store is wrapped per run). A store
+ * that cannot be read fails open: the PackageInstall is not gated, and the failure is logged
+ * ({@link warnFleetOnce}), so a runtime without access to the rollout keys behaves as before.
+ */
+async function gateOf(
+  deps: PipelineDeps,
+  clusterId: string,
+  pkgi: PackageInstall,
+  selection: PackageSelection,
+): Promise<RolloutGate | undefined> {
+  try {
+    return await rolloutGate(deps.store, deps.now(), clusterId, pkgi, () => ungatedVersion(selection), deps.clusters);
+  } catch (err) {
+    warnFleetOnce(deps, clusterId, 'the rollout policies could not be read; not gated', err);
+    return undefined;
+  }
+}
+
+/**
+ * The PackageInstall's selection, with the global namespace's trust named in a selection error:
+ * the resolver left an untrusted global namespace out, so the admin knows the fix.
+ */
+async function withTrustNote<T>(
+  kube: InstallView,
+  global: string,
+  recordedUid: string | undefined,
+  select: () => Promise<T> | T,
+): Promise<T> {
+  try {
+    return await select();
+  } catch (err) {
+    if (!(err instanceof PackageSelectionError) || !recordedUid) throw err;
+    const trust = await checkGlobalNamespace(kube, global, recordedUid);
+    if (trust.trusted) throw err;
+    throw new PackageSelectionError(`${err.message}${untrustedNote(trust.reason)}`, { cause: err });
+  }
+}
+
+/** The version `selection` would choose without the rollout gate; `undefined` when it chooses none. */
+function ungatedVersion(selection: PackageSelection): string | undefined {
+  try {
+    return selection.choose().spec.version;
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * The reconcile proper, from `[Reconciling]` to the status to write (§3.11.1), kept in
- * `run.status` as it goes.
+ * `run.status` as it goes. A rollout policy gating the refName (`../../rollout/gate.ts`) caps
+ * the version selected and is kept in `run.gate`.
  *
  * @throws PackageSelectionError, KappControllerError, AlreadyOwnedError (user errors) and
  *   KubeApiError.
@@ -325,7 +450,7 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
 async function reconcileInstall(
   kube: InstallView,
   pkgi: PackageInstall,
-  run: { status: PackageInstallStatus },
+  run: InstallState,
   deps: PipelineDeps,
   clusterId: string,
 ): Promise<void> {
@@ -334,23 +459,19 @@ async function reconcileInstall(
   });
   const global = deps.config.packagingGlobalNamespace ?? DEFAULT_PACKAGING_GLOBAL_NAMESPACE;
   const recordedUid = recordedGlobalNamespaceUid(deps, clusterId);
-  let pkg: Package;
-  try {
-    pkg = await selectPackage(kube, pkgi, {
+  const selection = await withTrustNote(kube, global, recordedUid, () =>
+    packageSelection(kube, pkgi, {
       globalNamespace: global,
       ...(recordedUid ? { globalNamespaceUid: recordedUid } : {}),
       kubernetesVersion: () => kube.serverVersion(),
       ...(deps.config.kappControllerCompatibleVersion
         ? { kappControllerVersion: deps.config.kappControllerCompatibleVersion }
         : {}),
-    });
-  } catch (err) {
-    // The resolver left an untrusted global namespace out: say so, so the admin knows the fix.
-    if (!(err instanceof PackageSelectionError) || !recordedUid) throw err;
-    const trust = await checkGlobalNamespace(kube, global, recordedUid);
-    if (trust.trusted) throw err;
-    throw new PackageSelectionError(`${err.message}${untrustedNote(trust.reason)}`, { cause: err });
-  }
+    }),
+  );
+  const gate = await gateOf(deps, clusterId, pkgi, selection);
+  if (gate) run.gate = gate;
+  const pkg: Package = await withTrustNote(kube, global, recordedUid, () => selection.choose(gate?.callbacks));
   const version = pkg.spec.version ?? '';
   run.status = { ...run.status, version };
   const last = pkgi.status?.lastAttemptedVersion;
@@ -404,7 +525,7 @@ function recordedGlobalNamespaceUid(deps: PipelineDeps, clusterId: string): stri
     warnedUnrecorded.add(clusterId);
     deps.log.warn(
       { clusterId },
-      `the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: npm run cluster -- join --replace, or kapp-controller-config key ${GLOBAL_NAMESPACE_UID_KEY})`,
+      `the packaging global namespace's uid is not recorded: its Packages are trusted unchecked (record it: on the embedded runtime, kapp-controller-config key ${GLOBAL_NAMESPACE_UID_KEY}; in a cloud fleet, npm run cluster -- join --replace)`,
     );
   }
   return uid;
@@ -436,12 +557,16 @@ const DELETE_PROPAGATED = [
 ] as const;
 
 /**
- * The delete path (§3.9): the App first, then the finalizer. {@link openRun} checked the
+ * The delete path (§3.9): the App first, then the finalizer, then its fleet index entry. {@link openRun} checked the
  * finalizer (without it the PackageInstall is gone for us) and kept the run's log line open.
  *
  * @throws KubeApiError on infrastructure failures (retried).
  */
-async function deleteInstall(run: OpenedRun<InstallView, LoadedInstall, PackageInstallStatus>): Promise<void> {
+async function deleteInstall(
+  run: OpenedRun<InstallView, LoadedInstall, PackageInstallStatus>,
+  deps: PipelineDeps,
+  clusterId: string,
+): Promise<void> {
   const { kube, ref, fence, done } = run;
   const { pkgi } = run.loaded;
   const aref = appRef({ namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' });
@@ -449,6 +574,9 @@ async function deleteInstall(run: OpenedRun<InstallView, LoadedInstall, PackageI
   if (!app) {
     await kube.removeFinalizer(ref, Finalizer.PackageInstall, { uid: fence.uid });
     done('deleted');
+    await deleteFleetEntry(deps.store, clusterId, aref.namespace ?? '', aref.name).catch((err: unknown) => {
+      deps.log.warn({ clusterId, err: messageOf(err) }, 'fleet index: the deleted entry could not be removed');
+    });
     return;
   }
   let current = app;

@@ -1,0 +1,261 @@
+/**
+ * The fleet at a glance (issue 28 item 5): clusters × PackageInstalls with version, health, wave
+ * and last reconcile, and the fleet's rollouts, read from the object store alone, so the CLI
+ * (`npm run fleet -- status`), the page `npm start` serves and its tests need no cluster
+ * credentials and put no load on any API server.
+ *
+ * Sources, each read leniently (a document that does not parse is left out, never fails the view):
+ * - the fleet index, one document per PackageInstall at `state/fleet/<cluster>/<ns>/<name>.json`,
+ *   which the install function writes at the end of each run ({@link FLEET_INDEX_PREFIX});
+ * - the rollouts, `state/rollouts/<policy>/<refName>.json` ({@link ROLLOUTS_PREFIX});
+ * - each PackageInstall's App's newest receipt (`../receipt/receipt.ts`): the last reconcile's
+ *   duration and cost. A receipt never changes once written, so a {@link FleetViewCache} keeps
+ *   what it read and a refresh only lists.
+ *
+ * @module
+ */
+import { type Receipt, readReceipt, receiptPrefix } from '../receipt/receipt.js';
+import type { ObjectStore } from '../store/port.js';
+
+/** Where the install function keeps one document per PackageInstall: `<cluster>/<ns>/<name>.json` under it. */
+export const FLEET_INDEX_PREFIX = 'state/fleet/';
+/** Where the rollouts are kept: `<policy>/<refName>.json` under it. */
+export const ROLLOUTS_PREFIX = 'state/rollouts/';
+
+/** A PackageInstall's last reconcile, from its App's newest receipt. */
+export interface FleetReconcile {
+  /** `succeeded` or `failed`. */
+  outcome: string;
+  /** When it ended (RFC 3339). */
+  endedAt: string;
+  /** How long it ran, ms (start to end). */
+  durationMs: number;
+  /** What it cost (the receipt's estimate), USD. */
+  costUsd: number;
+}
+
+/** One PackageInstall of one cluster, as the fleet index records it. */
+export interface FleetInstall {
+  clusterId: string;
+  namespace: string;
+  name: string;
+  /** The package's refName (`spec.packageRef.refName`). */
+  refName?: string;
+  /** The version it runs (`status.version`). */
+  version?: string;
+  /** The version it last tried (`status.lastAttemptedVersion`). */
+  lastAttemptedVersion?: string;
+  /** `succeeded`, `failed` or `reconciling`. */
+  reconcile?: string;
+  /** Whether what it deployed is healthy: `true`, `false`, or absent when not known. */
+  healthy?: boolean;
+  /** Its wave in the rollout of its package, when a policy covers it. */
+  wave?: string;
+  /** When the index entry was written (RFC 3339). */
+  at?: string;
+  /** Its last reconcile, when its App has a receipt. */
+  lastReconcile?: FleetReconcile;
+}
+
+/** One wave of a rollout. */
+export interface FleetWave {
+  name: string;
+  releasedAt?: string;
+  healthyAt?: string;
+  completedAt?: string;
+}
+
+/** One rollout of a package version across the fleet. */
+export interface FleetRollout {
+  policy: string;
+  refName: string;
+  /** The version being rolled out. */
+  target: string;
+  /** The version it replaces, when known. */
+  from?: string;
+  /** `running`, `paused`, `stopped`, `aborted` or `completed`. */
+  status: string;
+  /** Why it stopped, when it did. */
+  cause?: string;
+  waves: FleetWave[];
+  /** What happened, oldest first (the page's timeline). */
+  history: { at: string; what: string }[];
+}
+
+/** The whole view ({@link buildFleetView}). */
+export interface FleetView {
+  /** When it was built (RFC 3339). */
+  generatedAt: string;
+  /** Every cluster id known: those given and those with an index entry, sorted. */
+  clusters: string[];
+  /** Sorted by cluster, namespace, name. */
+  installs: FleetInstall[];
+  /** Sorted by policy, refName. */
+  rollouts: FleetRollout[];
+}
+
+/** What a {@link buildFleetView} keeps between builds: receipts by key (a receipt never changes). */
+export class FleetViewCache {
+  readonly #receipts = new Map<string, Receipt | null>();
+  /** Most receipts kept; the oldest read goes first. */
+  static readonly MAX_RECEIPTS = 10_000;
+
+  /** The receipt under `key` (`id` of `owner`), read once. */
+  async receipt(
+    store: ObjectStore,
+    owner: { clusterId: string; namespace: string; name: string },
+    key: string,
+    id: string,
+  ): Promise<Receipt | undefined> {
+    if (!this.#receipts.has(key)) {
+      const r = await readReceipt(store, owner, id).catch(() => undefined);
+      this.#receipts.set(key, r ?? null);
+      if (this.#receipts.size > FleetViewCache.MAX_RECEIPTS) {
+        this.#receipts.delete(this.#receipts.keys().next().value as string);
+      }
+    }
+    return this.#receipts.get(key) ?? undefined;
+  }
+}
+
+const str = (v: unknown): string | undefined => (typeof v === 'string' && v.length <= 1024 ? v : undefined);
+
+/** Every key under `prefix`, page after page. */
+async function listAll(store: ObjectStore, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  for (let page = await store.list(prefix); page.length > 0; ) {
+    keys.push(...page);
+    page = await store.list(prefix, { startAfter: page[page.length - 1] as string });
+  }
+  return keys;
+}
+
+/** The JSON document under `key`, or `undefined` when it is absent or no JSON object. */
+async function readJson(store: ObjectStore, key: string): Promise<Record<string, unknown> | undefined> {
+  const body = await store.get(key, { maxBytes: 1024 * 1024 }).catch(() => undefined);
+  if (!body) return undefined;
+  try {
+    const v = JSON.parse(body.toString('utf8')) as unknown;
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** An index entry as a {@link FleetInstall}; its identity comes from its key, never its body. */
+function installOf(key: string, doc: Record<string, unknown>): FleetInstall | undefined {
+  const m = /^([^/]+)\/([^/]+)\/([^/]+)\.json$/.exec(key.slice(FLEET_INDEX_PREFIX.length));
+  if (!m) return undefined;
+  const [, clusterId, namespace, name] = m as unknown as [string, string, string, string];
+  const healthy = doc.healthy;
+  const out: FleetInstall = { clusterId, namespace, name };
+  for (const f of ['refName', 'version', 'lastAttemptedVersion', 'reconcile', 'wave', 'at'] as const) {
+    const v = str(doc[f]);
+    if (v !== undefined) out[f] = v;
+  }
+  if (typeof healthy === 'boolean') out.healthy = healthy;
+  return out;
+}
+
+/** A rollout document as a {@link FleetRollout}; policy and refName come from its key. */
+function rolloutOf(key: string, doc: Record<string, unknown>): FleetRollout | undefined {
+  const m = /^([^/]+)\/([^/]+)\.json$/.exec(key.slice(ROLLOUTS_PREFIX.length));
+  const target = str(doc.target);
+  if (!m || target === undefined) return undefined;
+  const waves = (Array.isArray(doc.waves) ? doc.waves : []).flatMap((w): FleetWave[] => {
+    const o = (w ?? {}) as Record<string, unknown>;
+    const name = str(o.name);
+    if (name === undefined) return [];
+    const wave: FleetWave = { name };
+    for (const f of ['releasedAt', 'healthyAt', 'completedAt'] as const) {
+      const v = str(o[f]);
+      if (v !== undefined) wave[f] = v;
+    }
+    return [wave];
+  });
+  const history = (Array.isArray(doc.history) ? doc.history : []).flatMap((h) => {
+    const o = (h ?? {}) as Record<string, unknown>;
+    const at = str(o.at);
+    const what = str(o.what);
+    return at !== undefined && what !== undefined ? [{ at, what }] : [];
+  });
+  const from = str(doc.from);
+  const cause = str(doc.cause);
+  return {
+    policy: m[1] as string,
+    refName: m[2] as string,
+    target,
+    ...(from !== undefined ? { from } : {}),
+    status: str(doc.status) ?? 'running',
+    ...(cause !== undefined ? { cause } : {}),
+    waves,
+    history,
+  };
+}
+
+/** The newest receipt of `install`'s App as its last reconcile, when there is one. */
+async function lastReconcileOf(
+  store: ObjectStore,
+  cache: FleetViewCache,
+  install: FleetInstall,
+): Promise<FleetReconcile | undefined> {
+  const owner = { clusterId: install.clusterId, namespace: install.namespace, name: install.name };
+  const prefix = receiptPrefix(owner);
+  // Receipt ids sort by time (`<yyyymmdd-hhmmss-mmm>-<8 hex>`): the last key is the newest.
+  const newest = (await store.list(prefix).catch(() => [] as string[])).filter((k) => k.endsWith('.json')).at(-1);
+  if (!newest) return undefined;
+  const r = await cache.receipt(store, owner, newest, newest.slice(prefix.length, -'.json'.length));
+  if (!r) return undefined;
+  return {
+    outcome: r.outcome,
+    endedAt: r.endedAt,
+    durationMs: Math.max(0, Date.parse(r.endedAt) - Date.parse(r.startedAt)),
+    costUsd: r.cost.usd,
+  };
+}
+
+/**
+ * Builds the fleet view from `store` ({@link FleetView}).
+ *
+ * @param opts.clusters - cluster ids to show even without an index entry (the clusters a runtime
+ *   serves, or the registry's): a cluster that has no PackageInstall yet is still on the page.
+ * @param opts.cache - receipts read before; default a new one (every receipt read again).
+ * @param opts.now - the clock; default `Date.now`.
+ * @throws StoreError when a prefix cannot be listed (a document that cannot be read is left out).
+ */
+export async function buildFleetView(
+  store: ObjectStore,
+  opts: { clusters?: readonly string[]; cache?: FleetViewCache; now?: () => number } = {},
+): Promise<FleetView> {
+  const cache = opts.cache ?? new FleetViewCache();
+  const [indexKeys, rolloutKeys] = await Promise.all([
+    listAll(store, FLEET_INDEX_PREFIX),
+    listAll(store, ROLLOUTS_PREFIX),
+  ]);
+  const installs = (
+    await Promise.all(
+      indexKeys.map(async (key) => {
+        const doc = await readJson(store, key);
+        const install = doc && installOf(key, doc);
+        if (!install) return undefined;
+        const last = await lastReconcileOf(store, cache, install);
+        return last ? { ...install, lastReconcile: last } : install;
+      }),
+    )
+  ).filter((i): i is FleetInstall => i !== undefined);
+  const rollouts = (
+    await Promise.all(
+      rolloutKeys.map(async (key) => {
+        const doc = await readJson(store, key);
+        return doc && rolloutOf(key, doc);
+      }),
+    )
+  ).filter((r): r is FleetRollout => r !== undefined);
+  const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+  installs.sort(
+    (a, b) => byName(a.clusterId, b.clusterId) || byName(a.namespace, b.namespace) || byName(a.name, b.name),
+  );
+  rollouts.sort((a, b) => byName(a.policy, b.policy) || byName(a.refName, b.refName));
+  const clusters = [...new Set([...(opts.clusters ?? []), ...installs.map((i) => i.clusterId)])].sort(byName);
+  return { generatedAt: new Date((opts.now ?? Date.now)()).toISOString(), clusters, installs, rollouts };
+}

@@ -1,0 +1,230 @@
+/**
+ * The rollout as the install function sees it (`/work/notes/rollout-plan.md` §7.3–7.4): the
+ * gate on the version a PackageInstall selects, its Rollout condition, and what its run records
+ * (its fleet index entry, the rollout's next state).
+ *
+ * 1. {@link rolloutGate}, before the choice: the policy gating the refName (none: no gate, no
+ *    change of behaviour); a version above the PackageInstall's current one starts a rollout
+ *    (compare-and-swap, so the first run of the fleet to see it creates it, wave 1 released);
+ *    the cap of this cluster's wave becomes the `rollout-wave` version callback.
+ * 2. {@link planRolloutRecord}, once the status is known: the run's own fleet entry, the
+ *    rollout evaluated with it (`./evaluate.ts`), and the Rollout condition appended to the
+ *    status (kapp-controller's condition stays first).
+ * 3. {@link recordRollout}, after the status write: the entry and the rollout's new state
+ *    stored; the waves it released, for the caller to poke.
+ *
+ * @module
+ */
+import type { Condition } from '../api/common.js';
+import { KappLambdaConditionType } from '../api/constants.js';
+import type { PackageInstall, PackageInstallStatus } from '../api/packaging.js';
+import type { ConstraintCallback } from '../packaging/versions.js';
+import type { ObjectStore } from '../store/port.js';
+import {
+  capFor,
+  compareLoose,
+  evaluateRollout,
+  memberHealthy,
+  newRollout,
+  recordWaveOf,
+  rolloutCondition,
+  startsRollout,
+} from './evaluate.js';
+import type { RolloutPolicy } from './policy.js';
+import {
+  casRollout,
+  type FleetEntry,
+  isFinal,
+  listFleetEntries,
+  policyFor,
+  type RolloutRecord,
+  readFleetEntry,
+  readRollout,
+  writeFleetEntry,
+} from './state.js';
+
+/** Name of the gate's version callback: `after-rollout-wave=N` in a selection error. */
+export const ROLLOUT_WAVE_CHECK = 'rollout-wave';
+
+/** What the gate found for one PackageInstall. */
+export interface RolloutGate {
+  policy: RolloutPolicy;
+  refName: string;
+  /** The rollout of the refName, if there is one. */
+  record?: RolloutRecord;
+  /** The record's wave index of this cluster; `undefined`: not gated by the policy. */
+  wave?: number;
+  /** The highest version it may select; `undefined`: no cap. */
+  cap?: string;
+  /** The extra version callbacks for `PackageSelection.choose` (empty without a cap). */
+  callbacks: ConstraintCallback[];
+}
+
+/**
+ * The gate of `pkgi` in `clusterId` at `now`; `undefined` when no policy gates its refName.
+ *
+ * @param ungated - the version the PackageInstall would select without the gate (`undefined` when
+ *   it selects none): above `status.version`, it starts a rollout unless one is moving
+ * @param cacheOwner - what the policies read are cached on (`policyFor`); default the store
+ * @throws StoreError when the store cannot be read (the run fails and is retried)
+ */
+export async function rolloutGate(
+  store: ObjectStore,
+  now: Date,
+  clusterId: string,
+  pkgi: PackageInstall,
+  ungated: () => string | undefined,
+  cacheOwner: object = store,
+): Promise<RolloutGate | undefined> {
+  const refName = pkgi.spec.packageRef?.refName ?? '';
+  const policy = await policyFor(store, refName, now.getTime(), cacheOwner);
+  if (!policy) return undefined;
+  const current = pkgi.status?.version;
+  const v = ungated();
+  let record: RolloutRecord | undefined;
+  if (current && v && compareLoose(v, current) > 0) {
+    ({ record } = await casRollout(store, policy.metadata.name, refName, (r) =>
+      startsRollout(r, v) ? newRollout(policy, refName, v, current, now) : undefined,
+    ));
+  } else {
+    record = (await readRollout(store, policy.metadata.name, refName))?.record;
+  }
+  if (!record) return { policy, refName, callbacks: [] };
+  const wave = recordWaveOf(record, policy, clusterId);
+  const cap = capFor(record, wave, current);
+  const callbacks =
+    cap === undefined ? [] : [{ name: ROLLOUT_WAVE_CHECK, check: (c: string) => compareLoose(c, cap) <= 0 }];
+  return {
+    policy,
+    refName,
+    record,
+    ...(wave === undefined ? {} : { wave }),
+    ...(cap === undefined ? {} : { cap }),
+    callbacks,
+  };
+}
+
+/** The condition `type` of `status`, if it has one. */
+function conditionOf(status: PackageInstallStatus, type: string): Condition | undefined {
+  return status.conditions?.find((c) => c.type === type);
+}
+
+/**
+ * The fleet index entry of a PackageInstall whose run ends with `status`: its reconcile from the
+ * first condition, its health from the `kapp-lambda.carvel.dev/Healthy` condition when present,
+ * `healthySince` kept from `previous` while it stays healthy at the same version.
+ */
+export function fleetEntryOf(
+  clusterId: string,
+  pkgi: PackageInstall,
+  status: PackageInstallStatus,
+  previous: FleetEntry | undefined,
+  now: Date,
+  gate: RolloutGate | undefined,
+): FleetEntry {
+  const first = status.conditions?.[0]?.type;
+  const health = conditionOf(status, KappLambdaConditionType.Healthy)?.status;
+  const entry: FleetEntry = {
+    clusterId,
+    namespace: pkgi.metadata.namespace ?? '',
+    name: pkgi.metadata.name ?? '',
+    refName: pkgi.spec.packageRef?.refName ?? '',
+    ...(status.version === undefined ? {} : { version: status.version }),
+    ...(status.lastAttemptedVersion === undefined ? {} : { lastAttemptedVersion: status.lastAttemptedVersion }),
+    reconcile: first === 'ReconcileSucceeded' ? 'succeeded' : first === 'ReconcileFailed' ? 'failed' : 'reconciling',
+    ...(health === undefined ? {} : { health }),
+    at: now.toISOString(),
+  };
+  const healthy = entry.version !== undefined && memberHealthy(entry, entry.version);
+  const wasHealthy = previous?.version !== undefined && memberHealthy(previous, previous.version);
+  const since = healthy
+    ? wasHealthy && previous?.version === entry.version && previous.healthySince
+      ? previous.healthySince
+      : entry.at
+    : undefined;
+  const wave = gate?.record && gate.wave !== undefined ? gate.record.waves[gate.wave]?.name : undefined;
+  const lastGood = healthy ? entry.version : previous?.lastGoodVersion;
+  return {
+    ...entry,
+    ...(since === undefined ? {} : { healthySince: since }),
+    ...(wave === undefined ? {} : { wave }),
+    ...(gate?.record ? { rollout: `${gate.policy.metadata.name}/${gate.refName}` } : {}),
+    ...(lastGood === undefined ? {} : { lastGoodVersion: lastGood }),
+  };
+}
+
+/** What a run records after its status write ({@link recordRollout}). */
+export interface RolloutPlan {
+  /** The status to write: the run's, with the Rollout condition appended when it is gated. */
+  status: PackageInstallStatus;
+  entry: FleetEntry;
+  previous: FleetEntry | undefined;
+  gate: RolloutGate | undefined;
+  /** The refName's other members as read (the run's own entry replaced by `entry`). */
+  members: FleetEntry[];
+  /** Whether the rollout moves (its record is written by {@link recordRollout}). */
+  changed: boolean;
+}
+
+/**
+ * The run's entry, the rollout evaluated with it, and the status with the Rollout condition
+ * (replacing one already there, after kapp-controller's conditions). Without a rollout the
+ * status is unchanged and only the entry is planned.
+ *
+ * @throws StoreError when the store cannot be read
+ */
+export async function planRolloutRecord(
+  store: ObjectStore,
+  now: Date,
+  clusterId: string,
+  pkgi: PackageInstall,
+  status: PackageInstallStatus,
+  gate: RolloutGate | undefined,
+): Promise<RolloutPlan> {
+  const ns = pkgi.metadata.namespace ?? '';
+  const name = pkgi.metadata.name ?? '';
+  const previous = await readFleetEntry(store, clusterId, ns, name).catch(() => undefined);
+  const entry = fleetEntryOf(clusterId, pkgi, status, previous, now, gate);
+  if (!gate?.record) return { status, entry, previous, gate, members: [], changed: false };
+  const mine = (m: FleetEntry) => m.clusterId === clusterId && m.namespace === ns && m.name === name;
+  // A final rollout no longer moves: its condition needs no members (no LIST of the fleet).
+  const members = isFinal(gate.record.status)
+    ? []
+    : [...(await listFleetEntries(store, gate.refName)).filter((m) => !mine(m)), entry];
+  const evaluation = evaluateRollout(gate.record, gate.policy, members, now);
+  const record = evaluation.record;
+  const withCondition =
+    gate.wave === undefined
+      ? status
+      : {
+          ...status,
+          conditions: [
+            ...(status.conditions ?? []).filter((c) => c.type !== KappLambdaConditionType.Rollout),
+            rolloutCondition(record, gate.wave, now),
+          ],
+        };
+  return { status: withCondition, entry, previous, gate: { ...gate, record }, members, changed: evaluation.changed };
+}
+
+/**
+ * Stores what {@link planRolloutRecord} planned: the entry (when it changed) and the rollout's
+ * next state, evaluated again on the record as stored (compare-and-swap: another cluster's run
+ * may have moved it meanwhile).
+ *
+ * @returns the wave indexes this run released (their PackageInstalls want a poke)
+ * @throws StoreError, RolloutConflictError
+ */
+export async function recordRollout(store: ObjectStore, now: Date, plan: RolloutPlan): Promise<number[]> {
+  await writeFleetEntry(store, plan.entry, plan.previous);
+  const gate = plan.gate;
+  if (!plan.changed || !gate?.record) return [];
+  let released: number[] = [];
+  await casRollout(store, gate.policy.metadata.name, gate.refName, (cur) => {
+    released = [];
+    if (!cur || cur.target !== gate.record?.target || cur.createdAt !== gate.record.createdAt) return undefined;
+    const e = evaluateRollout(cur, gate.policy, plan.members, now);
+    released = e.released;
+    return e.changed ? e.record : undefined;
+  });
+  return released;
+}

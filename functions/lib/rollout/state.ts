@@ -1,0 +1,288 @@
+/**
+ * Where rollouts live in the object store (`/work/notes/rollout-plan.md` §7.2); the CLI, the
+ * install function and (later) the fleet page read the same keys, with no cluster access:
+ *
+ * - `state/rollout-policies/<name>.json`: an applied {@link RolloutPolicy} (JSON);
+ * - `state/rollouts/<policy>/<refName>.json`: the {@link RolloutRecord} of that policy's current
+ *   rollout of `refName`, changed only by compare-and-swap (`putIfMatch`), as many install runs
+ *   of many clusters write it;
+ * - `state/fleet/<clusterId>/<namespace>/<name>.json`: the fleet index, one {@link FleetEntry}
+ *   per PackageInstall, written by its install run (clusterId first: a per-cluster prefix).
+ *
+ * @module
+ */
+import * as z from 'zod';
+import type { ObjectStore } from '../store/port.js';
+import { type RolloutPolicy, validateRolloutPolicy } from './policy.js';
+
+/** Prefix of the applied policies. */
+export const POLICY_PREFIX = 'state/rollout-policies/';
+/** Prefix of the rollout records. */
+export const ROLLOUT_PREFIX = 'state/rollouts/';
+/** Prefix of the fleet index. */
+export const FLEET_PREFIX = 'state/fleet/';
+/** Most history lines a record keeps (the oldest are dropped): the page's timeline. */
+export const HISTORY_KEPT = 200;
+/** Attempts of a compare-and-swap before giving up (each after a fresh read and a jittered pause). */
+export const CAS_ATTEMPTS = 8;
+
+/** `state/rollout-policies/<name>.json`. */
+export function policyKey(name: string): string {
+  return `${POLICY_PREFIX}${name}.json`;
+}
+/** `state/rollouts/<policy>/<refName>.json`. */
+export function rolloutKey(policy: string, refName: string): string {
+  return `${ROLLOUT_PREFIX}${policy}/${refName}.json`;
+}
+/** `state/fleet/<clusterId>/<namespace>/<name>.json`. */
+export function fleetKey(clusterId: string, namespace: string, name: string): string {
+  return `${FLEET_PREFIX}${clusterId}/${namespace}/${name}.json`;
+}
+
+/** States of a rollout: `running` releases waves; `paused` releases none (released waves go on); the rest are final. */
+export const ROLLOUT_STATUSES = ['running', 'paused', 'stopped', 'aborted', 'completed'] as const;
+/** One of {@link ROLLOUT_STATUSES}. */
+export type RolloutStatus = (typeof ROLLOUT_STATUSES)[number];
+
+const time = z.string(); // RFC 3339, UTC
+const waveState = z.object({
+  name: z.string(),
+  /** When the wave's clusters were allowed the target. */
+  releasedAt: time.optional(),
+  /** When every member (but `maxUnavailable`) was at the target and healthy; cleared if that stops. */
+  healthyAt: time.optional(),
+  /** `healthyAt` + the wave's soak: the next wave is released at or after this time. */
+  soakEndsAt: time.optional(),
+  /** When the next wave was released (or the rollout completed) after this one. */
+  completedAt: time.optional(),
+});
+
+/** The record of one rollout of one refName (see the module comment). */
+export const rolloutRecordSchema = z.object({
+  policy: z.string(),
+  refName: z.string(),
+  /** The version rolled out. */
+  target: z.string(),
+  /** The version of the PackageInstall that started it (held clusters without a version get it). */
+  from: z.string().optional(),
+  status: z.enum(ROLLOUT_STATUSES),
+  /** Why it stopped or was aborted. */
+  cause: z.string().optional(),
+  createdAt: time,
+  waves: z.array(waveState),
+  failed: z.array(
+    z.object({ cluster: z.string(), namespace: z.string(), name: z.string(), at: time, why: z.string() }),
+  ),
+  history: z.array(
+    z.object({ at: time, what: z.string(), wave: z.string().optional(), cluster: z.string().optional() }),
+  ),
+});
+/** A rollout record. */
+export type RolloutRecord = z.infer<typeof rolloutRecordSchema>;
+
+/** Whether a rollout no longer moves (a newer version may start a new one). */
+export function isFinal(status: RolloutStatus): boolean {
+  return status === 'stopped' || status === 'aborted' || status === 'completed';
+}
+
+/** One PackageInstall in the fleet index (see the module comment). */
+export const fleetEntrySchema = z.object({
+  clusterId: z.string(),
+  namespace: z.string(),
+  name: z.string(),
+  refName: z.string(),
+  /** `status.version`. */
+  version: z.string().optional(),
+  /** `status.lastAttemptedVersion`. */
+  lastAttemptedVersion: z.string().optional(),
+  /** From the status's first condition: `ReconcileSucceeded`, `ReconcileFailed`, else reconciling. */
+  reconcile: z.enum(['succeeded', 'failed', 'reconciling']),
+  /** `kapp-lambda.carvel.dev/Healthy` of the status, when it has one (`True`, `False`, `Unknown`). */
+  health: z.string().optional(),
+  /** Since when it has been healthy at `version` (kept while it stays so). */
+  healthySince: time.optional(),
+  /** The wave's name in the policy gating it, if any. */
+  wave: z.string().optional(),
+  /** `<policy>/<refName>` of the rollout it belongs to, if any. */
+  rollout: z.string().optional(),
+  /** The last version it was healthy at. */
+  lastGoodVersion: z.string().optional(),
+  /** When this entry was written. */
+  at: time,
+});
+/** A fleet index entry. */
+export type FleetEntry = z.infer<typeof fleetEntrySchema>;
+
+/** Reads and parses a JSON object; `undefined` when absent. @throws Error when it does not parse. */
+async function readJson<T>(store: ObjectStore, key: string, schema: z.ZodType<T>): Promise<T | undefined> {
+  const body = await store.get(key);
+  return body === undefined ? undefined : schema.parse(JSON.parse(body.toString('utf8')));
+}
+
+/** Every key under `prefix` (paged). */
+async function listAll(store: ObjectStore, prefix: string): Promise<string[]> {
+  const keys: string[] = [];
+  for (;;) {
+    const last = keys.at(-1);
+    const page = await store.list(prefix, last === undefined ? {} : { startAfter: last });
+    keys.push(...page);
+    if (page.length < 1000) return keys;
+  }
+}
+
+/** Stores `policy` (replacing the one of that name). */
+export async function putPolicy(store: ObjectStore, policy: RolloutPolicy): Promise<void> {
+  await store.put(policyKey(policy.metadata.name), `${JSON.stringify(policy)}\n`);
+}
+
+/** Every applied policy, by name. @throws RolloutPolicyError for a stored policy that no longer validates. */
+export async function listPolicies(store: ObjectStore): Promise<RolloutPolicy[]> {
+  const out: RolloutPolicy[] = [];
+  for (const key of await listAll(store, POLICY_PREFIX)) {
+    const body = await store.get(key);
+    if (body) out.push(validateRolloutPolicy(JSON.parse(body.toString('utf8'))));
+  }
+  return out;
+}
+
+/** Policies read within the TTL, per cache owner (see {@link policyFor}). */
+const policyCache = new WeakMap<object, { at: number; policies: Promise<RolloutPolicy[]> }>();
+/** How long {@link policyFor} keeps what it read, in milliseconds. */
+export const POLICY_CACHE_MS = 2000;
+
+/**
+ * The policy gating `refName`: the first (by name) applied policy that lists it, else the first
+ * with `*`; `undefined` when none does (the PackageInstall is not gated). What it read is kept
+ * {@link POLICY_CACHE_MS} per `owner` (default the store): a runtime passes an object that lives
+ * as long as it does (its cluster registry), as its runs get per-run store wrappers (the meter).
+ * `nowMs` is the caller's clock.
+ */
+export async function policyFor(
+  store: ObjectStore,
+  refName: string,
+  nowMs: number,
+  owner: object = store,
+): Promise<RolloutPolicy | undefined> {
+  let cached = policyCache.get(owner);
+  if (!cached || nowMs - cached.at >= POLICY_CACHE_MS || nowMs < cached.at) {
+    cached = { at: nowMs, policies: listPolicies(store) };
+    policyCache.set(owner, cached);
+    cached.policies.catch(() => policyCache.delete(owner));
+  }
+  const policies = await cached.policies;
+  return policies.find((p) => p.spec.packages.includes(refName)) ?? policies.find((p) => p.spec.packages.includes('*'));
+}
+
+/** A record and its version, for {@link casRollout}. */
+export interface VersionedRecord {
+  record: RolloutRecord;
+  etag: string;
+}
+
+/** Reads a rollout record with its version; `undefined` when there is none. */
+export async function readRollout(
+  store: ObjectStore,
+  policy: string,
+  refName: string,
+): Promise<VersionedRecord | undefined> {
+  const got = await store.getVersioned(rolloutKey(policy, refName));
+  if (!got) return undefined;
+  return { record: rolloutRecordSchema.parse(JSON.parse(got.body.toString('utf8'))), etag: got.etag };
+}
+
+/** Every rollout record. */
+export async function listRollouts(store: ObjectStore): Promise<RolloutRecord[]> {
+  const out: RolloutRecord[] = [];
+  for (const key of await listAll(store, ROLLOUT_PREFIX)) {
+    const r = await readJson(store, key, rolloutRecordSchema);
+    if (r) out.push(r);
+  }
+  return out;
+}
+
+/** `record` with its history bounded to the newest {@link HISTORY_KEPT} lines. */
+function bounded(record: RolloutRecord): RolloutRecord {
+  return record.history.length <= HISTORY_KEPT ? record : { ...record, history: record.history.slice(-HISTORY_KEPT) };
+}
+
+/** A compare-and-swap that kept conflicting ({@link CAS_ATTEMPTS} times). */
+export class RolloutConflictError extends Error {
+  override readonly name = 'RolloutConflictError';
+}
+
+/**
+ * Changes a rollout record by compare-and-swap: reads it, asks `change` for the next record
+ * (`undefined`: nothing to write), writes it only if the record did not move meanwhile
+ * (`putIfMatch`; a create when absent), and on a conflict reads again after a jittered pause.
+ *
+ * @param change - the next record from the current one (`undefined` when there is none); pure,
+ *   it may run several times
+ * @returns the record as stored afterwards (`undefined` if none), and whether this call wrote it
+ * @throws RolloutConflictError after {@link CAS_ATTEMPTS} conflicts
+ */
+export async function casRollout(
+  store: ObjectStore,
+  policy: string,
+  refName: string,
+  change: (current: RolloutRecord | undefined) => RolloutRecord | undefined,
+): Promise<{ record: RolloutRecord | undefined; written: boolean }> {
+  const key = rolloutKey(policy, refName);
+  for (let attempt = 1; attempt <= CAS_ATTEMPTS; attempt++) {
+    const got = await readRollout(store, policy, refName);
+    const next = change(got?.record);
+    if (next === undefined) return { record: got?.record, written: false };
+    const body = `${JSON.stringify(bounded(next))}\n`;
+    if ((await store.putIfMatch(key, body, got?.etag)) === 'written') return { record: bounded(next), written: true };
+    await new Promise((r) => setTimeout(r, Math.floor(Math.random() * 20 * attempt)));
+  }
+  throw new RolloutConflictError(`rollout ${policy}/${refName} kept changing (${CAS_ATTEMPTS} attempts)`);
+}
+
+/** Reads a fleet index entry; `undefined` when absent. */
+export async function readFleetEntry(
+  store: ObjectStore,
+  clusterId: string,
+  namespace: string,
+  name: string,
+): Promise<FleetEntry | undefined> {
+  return await readJson(store, fleetKey(clusterId, namespace, name), fleetEntrySchema);
+}
+
+/** `entry` without its write time: two entries that differ only in `at` are the same. */
+function sameEntry(a: FleetEntry, b: FleetEntry): boolean {
+  return JSON.stringify({ ...a, at: '' }) === JSON.stringify({ ...b, at: '' });
+}
+
+/**
+ * Writes a fleet index entry when it differs from `previous` (the stored one, as read), so a
+ * no-op resync costs one GET and no PUT.
+ *
+ * @returns whether it was written
+ */
+export async function writeFleetEntry(
+  store: ObjectStore,
+  entry: FleetEntry,
+  previous: FleetEntry | undefined,
+): Promise<boolean> {
+  if (previous && sameEntry(previous, entry)) return false;
+  await store.put(fleetKey(entry.clusterId, entry.namespace, entry.name), `${JSON.stringify(entry)}\n`);
+  return true;
+}
+
+/** Deletes a PackageInstall's entry (it was deleted). */
+export async function deleteFleetEntry(store: ObjectStore, clusterId: string, namespace: string, name: string) {
+  await store.delete(fleetKey(clusterId, namespace, name));
+}
+
+/**
+ * The fleet index entries, every cluster's, optionally only those of `refName`. One LIST of
+ * `state/fleet/` and a GET per entry: its cost grows with the fleet (see the plan's risks).
+ */
+export async function listFleetEntries(store: ObjectStore, refName?: string): Promise<FleetEntry[]> {
+  const out: FleetEntry[] = [];
+  for (const key of await listAll(store, FLEET_PREFIX)) {
+    const e = await readJson(store, key, fleetEntrySchema).catch(() => undefined);
+    if (e && (refName === undefined || e.refName === refName)) out.push(e);
+  }
+  return out;
+}

@@ -1,0 +1,205 @@
+/**
+ * `npm run fleet -- <command>`: the fleet's rollouts (issue 28; `functions/lib/rollout/`).
+ *
+ * ```
+ * npm run fleet -- rollout apply -f <policy.yml>
+ * npm run fleet -- rollout list [-o json|yaml]
+ * npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
+ * ```
+ *
+ * `apply` validates a RolloutPolicy file and stores it (`state/rollout-policies/<name>.json`,
+ * replacing the one of that name); install runs read it within 2 s. `list` prints the policies
+ * and their rollouts. `pause` stops releasing waves (released ones go on), `resume` releases
+ * again, `abort` freezes the rollout for good (a newer version starts a new one); each is a
+ * compare-and-swap of the rollout record.
+ *
+ * The store is the runtime's, as `npm run receipts` finds it: `--store s3://<bucket>/<prefix>` or
+ * `file:///<dir>`, default `s3://$KAPP_LAMBDA_BUCKET/…` when set, else the embedded runtime's
+ * directory. No cluster is reached.
+ *
+ * @module
+ */
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+import { commandRollout, type RolloutCommand, RolloutCommandError } from '../functions/lib/rollout/evaluate.js';
+import { parseRolloutPolicy, RolloutPolicyError } from '../functions/lib/rollout/policy.js';
+import {
+  casRollout,
+  listPolicies,
+  listRollouts,
+  putPolicy,
+  type RolloutRecord,
+} from '../functions/lib/rollout/state.js';
+import type { ObjectStore } from '../functions/lib/store/port.js';
+import {
+  EXIT,
+  exitCodesHelp,
+  formatOutput,
+  isUsageError,
+  OUTPUT_OPTION,
+  type OutputFormat,
+  parseOutputFormat,
+  runIfEntry,
+  usageFailure,
+} from './cli.js';
+import { registryStore } from './cluster-registry.js';
+import { defaultStoreLocation } from './receipts.js';
+
+const USAGE = `usage:
+  npm run fleet -- rollout apply -f <policy.yml>
+  npm run fleet -- rollout list [-o json|yaml]          (default: a table)
+  npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
+  (all: --store s3://<bucket>/<prefix> | file:///<dir>, default the runtime's store; -h, --help: this text)
+${exitCodesHelp('an invalid policy file, no such rollout, a command its status refuses, the store unreachable')}`;
+
+/** What {@link main} runs against (tests inject a memory store). */
+export interface FleetIo {
+  store: (location: string) => ObjectStore;
+  readFile: (file: string) => Promise<string>;
+  out: (text: string) => void;
+  err: (text: string) => void;
+  now: () => Date;
+}
+
+/** The real store, files and clock. */
+export const REAL_IO: FleetIo = {
+  store: (location) => registryStore(location),
+  readFile: (file) => readFile(file, 'utf8'),
+  out: (t) => process.stdout.write(t),
+  err: (t) => process.stderr.write(t),
+  now: () => new Date(),
+};
+
+function parseFleetArgs(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      file: { type: 'string', short: 'f' },
+      package: { type: 'string' },
+      store: { type: 'string' },
+      ...OUTPUT_OPTION,
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
+
+/** The wave a rollout has reached: the last released one's name. */
+function currentWave(r: RolloutRecord): string {
+  return r.waves.findLast((w) => w.releasedAt !== undefined)?.name ?? '-';
+}
+
+/** The `rollout list` table: one line per rollout (policies without one show `-`). */
+export function formatRollouts(policies: readonly { name: string; packages: string[] }[], rollouts: RolloutRecord[]) {
+  const rows = rollouts.map((r) => [
+    r.policy,
+    r.refName,
+    r.from ?? '-',
+    r.target,
+    r.status,
+    `${currentWave(r)} (${r.waves.filter((w) => w.releasedAt).length}/${r.waves.length})`,
+    r.cause ?? '',
+  ]);
+  for (const p of policies) {
+    if (!rollouts.some((r) => r.policy === p.name)) rows.push([p.name, p.packages.join(','), '-', '-', '-', '-', '']);
+  }
+  const table = [['POLICY', 'PACKAGE', 'FROM', 'TARGET', 'STATUS', 'WAVE', 'CAUSE'], ...rows];
+  const widths = (table[0] ?? []).map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)));
+  return `${table
+    .map((row) =>
+      row
+        .map((c, i) => c.padEnd(widths[i] ?? 0))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n')}\n`;
+}
+
+/**
+ * Runs the command line.
+ *
+ * @returns the exit code ({@link EXIT}): 0, 1 (invalid policy, no such rollout, a refused
+ *   command), 2 (usage)
+ */
+export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env, io: FleetIo = REAL_IO) {
+  const usage = (problem: string) => usageFailure('fleet', USAGE, problem, io.err);
+  let parsed: ReturnType<typeof parseFleetArgs>;
+  let format: OutputFormat | undefined;
+  try {
+    parsed = parseFleetArgs(argv);
+    format = parseOutputFormat(parsed.values.output);
+  } catch (err) {
+    if (!isUsageError(err)) throw err;
+    return usage(err.message);
+  }
+  const { values: v, positionals } = parsed;
+  if (v.help) {
+    io.out(USAGE);
+    return EXIT.ok;
+  }
+  const [group, command, policy, extra] = positionals;
+  if (group !== 'rollout') return usage(group ? `unknown command ${JSON.stringify(group)}` : 'a command is required');
+  if (format && command !== 'list') return usage(`-o applies to list, not ${command}`);
+  const store = () => io.store(v.store ?? defaultStoreLocation(env));
+  if (command === 'apply') {
+    if (!v.file || policy) return usage('apply takes -f <policy.yml> and nothing else');
+    let text: string;
+    try {
+      text = await io.readFile(v.file);
+    } catch (err) {
+      io.err(`fleet: cannot read ${v.file}: ${err instanceof Error ? err.message : String(err)}\n`);
+      return EXIT.failure;
+    }
+    try {
+      const p = parseRolloutPolicy(text);
+      await putPolicy(store(), p);
+      io.out(
+        `rollout policy ${p.metadata.name} applied: ${p.spec.packages.join(', ')} in ${p.spec.waves.length} waves (${p.spec.waves.map((w) => w.name).join(' → ')})\n`,
+      );
+      return EXIT.ok;
+    } catch (err) {
+      if (!(err instanceof RolloutPolicyError)) throw err;
+      io.err(`fleet: ${v.file}: ${err.message}\n`);
+      return EXIT.failure;
+    }
+  }
+  if (command === 'list') {
+    if (policy) return usage(`unexpected argument ${JSON.stringify(policy)}`);
+    const s = store();
+    const [policies, rollouts] = await Promise.all([listPolicies(s), listRollouts(s)]);
+    if (format) io.out(formatOutput({ policies, rollouts }, format));
+    else
+      io.out(
+        formatRollouts(
+          policies.map((p) => ({ name: p.metadata.name, packages: p.spec.packages })),
+          rollouts,
+        ),
+      );
+    return EXIT.ok;
+  }
+  if (command !== 'pause' && command !== 'resume' && command !== 'abort') {
+    return usage(command ? `unknown rollout command ${JSON.stringify(command)}` : 'a rollout command is required');
+  }
+  if (!policy || extra || !v.package) return usage(`${command} takes <policy> --package <refName>`);
+  const refName = v.package;
+  let missing = false;
+  try {
+    const { record, written } = await casRollout(store(), policy, refName, (r) => {
+      missing = !r;
+      return r ? commandRollout(r, command as RolloutCommand, io.now()) : undefined;
+    });
+    if (missing || !record) {
+      io.err(`fleet: no rollout of ${refName} under policy ${policy} (see rollout list)\n`);
+      return EXIT.failure;
+    }
+    io.out(`rollout ${policy}/${refName} (${record.target}): ${record.status}${written ? '' : ' (unchanged)'}\n`);
+    return EXIT.ok;
+  } catch (err) {
+    if (!(err instanceof RolloutCommandError)) throw err;
+    io.err(`fleet: ${err.message}\n`);
+    return EXIT.failure;
+  }
+}
+
+runIfEntry(import.meta.filename, 'fleet', (argv) => main(argv));

@@ -1,0 +1,198 @@
+/**
+ * e2e: a fleet rollout in waves (issue 28 items 1 and 2). Three cluster ids, each served by its
+ * own embedded runtime on the shared control plane, share one object store; a RolloutPolicy
+ * there puts each in a wave of its own (`a`, then `b`, then `c`, soak 3 s). Each holds an inline
+ * PackageRepository (Package 1.0.0) and a PackageInstall (`>=1.0.0`, sync period 10m: no timer
+ * fires during the test). The repositories are updated in place with 2.0.0: the first install
+ * run to see it creates the rollout (wave a released), b and c stay at 1.0.0 with a `Held`
+ * Rollout condition; each later wave is released only once the one before has been healthy for
+ * the soak (the forwarder's due time, or the other runtimes' rollout checks), and its
+ * PackageInstalls are poked at once. The rollout record's times show the order. Then 3.0.0,
+ * paused with `npm run fleet -- rollout pause` as it starts: no wave follows the first's soak
+ * until `resume`.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
+import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
+import { putPolicy, readRollout } from '../../functions/lib/rollout/state.js';
+import { REAL_IO as FLEET_IO, main as fleetMain } from '../../scripts/fleet.js';
+import {
+  type E2EFleet,
+  fleetLog,
+  inlineConfigMapPackageDoc,
+  inlineRepositoryManifest,
+  startFleet,
+  waitRepo,
+} from './packaging-support.js';
+import { apply, type E2ERuntime, getObject, SA, suffix, waitFor } from './support.js';
+
+const id = suffix();
+const CLUSTERS = ['a', 'b', 'c'].map((w) => ({ context: `rollout-${w}-${id}`, ns: `e2e-rollout-${w}-${id}` }));
+const REF_NAME = 'rollout.e2e.carvel.dev';
+const PKGI = 'packageinstalls.packaging.carvel.dev';
+const SOAK_MS = 3000;
+
+/** A Package of `version`: an inline ytt ConfigMap named `rollout`. */
+function packageDoc(version: string): object {
+  return inlineConfigMapPackageDoc(REF_NAME, version, 'rollout');
+}
+
+function repo(ns: string, versions: string[]): object {
+  return inlineRepositoryManifest(
+    ns,
+    'repo',
+    Object.fromEntries(versions.map((v) => [`packages/${v}.yml`, stringify(packageDoc(v))])),
+  );
+}
+
+interface PkgiObject {
+  status?: {
+    version?: string;
+    conditions?: Array<{ type: string; status?: string; reason?: string; message?: string }>;
+  };
+}
+
+let fleet: E2EFleet | undefined;
+let runtimes: E2ERuntime[] = [];
+
+beforeAll(async () => {
+  fleet = await startFleet(CLUSTERS, {
+    prefix: 'kapp-lambda-e2e-rollout-',
+    pollPeriodMs: 600_000,
+    onToolRun: () => {},
+  });
+  runtimes = fleet.runtimes;
+});
+
+afterAll(async () => {
+  await fleet?.dispose();
+});
+
+const reconciledAt = (p: PkgiObject | undefined, version: string) =>
+  p?.status?.version === version && p.status.conditions?.[0]?.type === 'ReconcileSucceeded';
+
+async function waitPkgi(ns: string, what: string, pred: (p: PkgiObject | undefined) => boolean): Promise<PkgiObject> {
+  let last: PkgiObject | undefined;
+  return await waitFor(
+    `PackageInstall ${ns}/app: ${what}`,
+    async () => {
+      last = await getObject<PkgiObject>(PKGI, ns, 'app');
+      return pred(last) ? (last as PkgiObject) : undefined;
+    },
+    {
+      timeoutMs: 150_000,
+      intervalMs: 250,
+      describe: () => `last: ${JSON.stringify(last ?? null)}\nlog: ${fleetLog(runtimes, /rollout|PackageInstall/)}`,
+    },
+  );
+}
+
+describe('fleet rollout in waves', () => {
+  it('three cluster ids in three waves: each wave starts only after the one before was healthy for the soak', async () => {
+    const store = runtimes[0]!.runtime.store;
+    await putPolicy(
+      store,
+      parseRolloutPolicy(
+        stringify({
+          apiVersion: 'kapp-lambda/v1',
+          kind: 'RolloutPolicy',
+          metadata: { name: `e2e-${id}` },
+          spec: {
+            packages: [REF_NAME],
+            waves: CLUSTERS.map((c, i) => ({ name: `w${i}`, clusters: [c.context], soak: `${SOAK_MS / 1000}s` })),
+          },
+        }),
+      ),
+    );
+    for (const [i, c] of CLUSTERS.entries()) {
+      await apply(repo(c.ns, ['1.0.0']), {
+        apiVersion: 'packaging.carvel.dev/v1alpha1',
+        kind: 'PackageInstall',
+        metadata: { name: 'app', namespace: c.ns },
+        spec: {
+          serviceAccountName: SA,
+          syncPeriod: '10m',
+          packageRef: { refName: REF_NAME, versionSelection: { constraints: '>=1.0.0' } },
+        },
+      });
+      await waitRepo(runtimes[i]!, c.ns, 'repo');
+    }
+    for (const c of CLUSTERS) await waitPkgi(c.ns, 'at 1.0.0', (p) => reconciledAt(p, '1.0.0'));
+    expect(await store.list('state/rollouts/')).toEqual([]);
+
+    // The last wave's repository first: its install run creates the rollout, and is held.
+    for (const c of [...CLUSTERS].reverse()) await apply(repo(c.ns, ['1.0.0', '2.0.0']));
+    const [a, b, c] = CLUSTERS as [(typeof CLUSTERS)[0], (typeof CLUSTERS)[0], (typeof CLUSTERS)[0]];
+    await waitPkgi(a.ns, 'at 2.0.0', (p) => reconciledAt(p, '2.0.0'));
+    const held = await waitPkgi(c.ns, 'held', (p) =>
+      Boolean(p?.status?.conditions?.some((x) => x.type === KappLambdaConditionType.Rollout && x.reason === 'Held')),
+    );
+    expect(held.status?.version).toBe('1.0.0');
+    expect(held.status?.conditions?.[0]?.type).toBe('ReconcileSucceeded');
+    await waitPkgi(b.ns, 'at 2.0.0', (p) => reconciledAt(p, '2.0.0'));
+    await waitPkgi(c.ns, 'at 2.0.0', (p) => reconciledAt(p, '2.0.0'));
+
+    const record = await waitFor(
+      'the rollout completed',
+      async () => {
+        const r = (await readRollout(store, `e2e-${id}`, REF_NAME))?.record;
+        return r?.status === 'completed' ? r : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+    expect(record).toMatchObject({ target: '2.0.0', from: '1.0.0' });
+    const t = (s: string | undefined) => Date.parse(s ?? '');
+    for (let i = 1; i < record.waves.length; i++) {
+      const before = record.waves[i - 1]!;
+      const wave = record.waves[i]!;
+      // Released only after the wave before was healthy for the whole soak.
+      expect(t(wave.releasedAt)).toBeGreaterThanOrEqual(t(before.healthyAt) + SOAK_MS);
+      expect(t(wave.healthyAt)).toBeGreaterThanOrEqual(t(wave.releasedAt));
+    }
+    expect(record.history.filter((h) => h.what === 'released').map((h) => h.wave)).toEqual(['w0', 'w1', 'w2']);
+  }, 420_000);
+
+  it('paused (npm run fleet -- rollout pause): no wave is released after the soak; resumed: the next waves follow', async () => {
+    const store = runtimes[0]!.runtime.store;
+    const policy = `e2e-${id}`;
+    // The command line on the fleet's store (its output kept out of the test's).
+    const fleetCli = async (...argv: string[]) =>
+      await fleetMain(argv, {}, { ...FLEET_IO, store: () => store, out: () => {} });
+    for (const c of [...CLUSTERS].reverse()) await apply(repo(c.ns, ['1.0.0', '2.0.0', '3.0.0']));
+    await waitFor(
+      'the rollout of 3.0.0',
+      async () => ((await readRollout(store, policy, REF_NAME))?.record.target === '3.0.0' ? true : undefined),
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
+    expect(await fleetCli('rollout', 'pause', policy, '--package', REF_NAME)).toBe(0);
+    const [a, b, c] = CLUSTERS as [(typeof CLUSTERS)[0], (typeof CLUSTERS)[0], (typeof CLUSTERS)[0]];
+    await waitPkgi(a.ns, 'at 3.0.0', (p) => reconciledAt(p, '3.0.0'));
+    const soaking = await waitFor(
+      'wave w0 healthy',
+      async () => {
+        const r = (await readRollout(store, policy, REF_NAME))?.record;
+        return r?.waves[0]?.soakEndsAt ? r : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 250 },
+    );
+    // Well past the soak's end: still paused, w1 not released, b held at 2.0.0.
+    await new Promise((r) => setTimeout(r, Date.parse(soaking.waves[0]?.soakEndsAt ?? '') + 2000 - Date.now()));
+    const paused = (await readRollout(store, policy, REF_NAME))?.record;
+    expect(paused?.status).toBe('paused');
+    expect(paused?.waves[1]?.releasedAt).toBeUndefined();
+    expect((await getObject<PkgiObject>(PKGI, b.ns, 'app'))?.status?.version).toBe('2.0.0');
+
+    expect(await fleetCli('rollout', 'resume', policy, '--package', REF_NAME)).toBe(0);
+    await waitPkgi(b.ns, 'at 3.0.0', (p) => reconciledAt(p, '3.0.0'));
+    await waitPkgi(c.ns, 'at 3.0.0', (p) => reconciledAt(p, '3.0.0'));
+    const done = (await readRollout(store, policy, REF_NAME))?.record;
+    expect(done?.history.map((h) => h.what).filter((w) => /by the operator|released/.test(w))).toEqual([
+      'released',
+      'paused by the operator',
+      'running by the operator',
+      'released',
+      'released',
+    ]);
+  }, 420_000);
+});

@@ -1,0 +1,222 @@
+/**
+ * The fleet view (`functions/lib/fleet/view.ts`) from a memory store laid out as the install
+ * function and the rollouts write it, and the embedded HTTP server's fleet routes
+ * (`functions/embedded/metrics-server.ts`): the page with its CSP, the JSON view, 404 and 405.
+ */
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { startMetricsServer } from '../../functions/embedded/metrics-server.js';
+import { FLEET_PAGE_HTML, fleetPageCsp } from '../../functions/lib/fleet/page.js';
+import { buildFleetView, FLEET_INDEX_PREFIX, FleetViewCache, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
+import { receiptKey } from '../../functions/lib/receipt/receipt.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { formatFleetStatus } from '../../scripts/fleet-status.js';
+
+const NOW = Date.parse('2026-12-07T10:00:00Z');
+const index = (cluster: string, name: string, doc: Record<string, unknown>) =>
+  [`${FLEET_INDEX_PREFIX}${cluster}/default/${name}.json`, JSON.stringify(doc)] as const;
+
+/** A receipt of App `name` of `cluster` as `receipt.ts` writes it (the fields the view reads). */
+function receipt(cluster: string, name: string, id: string, startedAt: string, endedAt: string, usd: number) {
+  const owner = { clusterId: cluster, namespace: 'default', name };
+  return [
+    receiptKey(owner, id),
+    JSON.stringify({
+      v: 1,
+      id,
+      ...owner,
+      uid: 'u',
+      generation: 1,
+      runId: 'r',
+      startedAt,
+      endedAt,
+      outcome: 'succeeded',
+      inputs: {},
+      stages: [],
+      tools: [],
+      store: { get: 0, head: 0, put: 0, list: 0, delete: 0 },
+      cost: { usd, basis: 'test' },
+    }),
+  ] as const;
+}
+
+/** Cluster kind-a's index entry: upgraded, unhealthy. */
+const KIND_A = {
+  refName: 'hello.example.com',
+  version: '2.0.0',
+  lastAttemptedVersion: '2.0.0',
+  reconcile: 'succeeded',
+  healthy: false,
+  wave: 'canary',
+  at: '2026-12-07T09:59:00Z',
+};
+
+async function fleetStore(): Promise<MemoryStore> {
+  const store = new MemoryStore();
+  const docs = [
+    index('kind-b', 'hello', {
+      refName: 'hello.example.com',
+      version: '1.0.0',
+      reconcile: 'succeeded',
+      healthy: true,
+      wave: 'rest',
+    }),
+    index('kind-a', 'hello', KIND_A),
+    // Not JSON, a body naming another identity, a wrongly shaped key: left out or keyed by the key.
+    [`${FLEET_INDEX_PREFIX}kind-c/default/broken.json`, '{not json'],
+    index('kind-c', 'liar', { clusterId: 'kind-a', namespace: 'x', version: '9.9.9', healthy: 'yes' }),
+    [`${FLEET_INDEX_PREFIX}kind-c/too/deep/x.json`, '{}'],
+    [
+      `${ROLLOUTS_PREFIX}default/hello.example.com.json`,
+      JSON.stringify({
+        target: '2.0.0',
+        from: '1.0.0',
+        status: 'stopped',
+        cause: 'kind-a/default/hello: unhealthy',
+        waves: [{ name: 'canary', releasedAt: '2026-12-07T09:58:00Z' }, { name: 'rest' }, { nope: 1 }],
+        history: [{ at: '2026-12-07T09:58:00Z', what: 'wave canary released' }, { at: 5 }],
+      }),
+    ],
+    [`${ROLLOUTS_PREFIX}default/no-target.json`, '{}'],
+    receipt('kind-a', 'hello', '20261207-095800-000-aaaaaaaa', '2026-12-07T09:57:00Z', '2026-12-07T09:57:30Z', 0.5),
+    receipt(
+      'kind-a',
+      'hello',
+      '20261207-095900-000-bbbbbbbb',
+      '2026-12-07T09:59:00Z',
+      '2026-12-07T09:59:02.500Z',
+      0.000125,
+    ),
+  ] as const;
+  for (const [key, body] of docs) await store.put(key, body);
+  return store;
+}
+
+describe('buildFleetView', () => {
+  it('reads the index, the rollouts and each install’s newest receipt; keeps identities from keys; skips what does not parse', async () => {
+    const store = await fleetStore();
+    const view = await buildFleetView(store, { clusters: ['kind-z'], now: () => NOW });
+    expect(view.generatedAt).toBe('2026-12-07T10:00:00.000Z');
+    expect(view.clusters).toEqual(['kind-a', 'kind-b', 'kind-c', 'kind-z']);
+    expect(view.installs).toEqual([
+      {
+        clusterId: 'kind-a',
+        namespace: 'default',
+        name: 'hello',
+        ...KIND_A,
+        lastReconcile: {
+          outcome: 'succeeded',
+          endedAt: '2026-12-07T09:59:02.500Z',
+          durationMs: 2500,
+          costUsd: 0.000125,
+        },
+      },
+      {
+        clusterId: 'kind-b',
+        namespace: 'default',
+        name: 'hello',
+        refName: 'hello.example.com',
+        version: '1.0.0',
+        reconcile: 'succeeded',
+        healthy: true,
+        wave: 'rest',
+      },
+      // The body's identity is ignored, a non-boolean health dropped.
+      { clusterId: 'kind-c', namespace: 'default', name: 'liar', version: '9.9.9' },
+    ]);
+    expect(view.rollouts).toEqual([
+      {
+        policy: 'default',
+        refName: 'hello.example.com',
+        target: '2.0.0',
+        from: '1.0.0',
+        status: 'stopped',
+        cause: 'kind-a/default/hello: unhealthy',
+        waves: [{ name: 'canary', releasedAt: '2026-12-07T09:58:00Z' }, { name: 'rest' }],
+        history: [{ at: '2026-12-07T09:58:00Z', what: 'wave canary released' }],
+      },
+    ]);
+  });
+
+  it('reads a receipt once: a cache keeps it across builds, and a new receipt is the new last reconcile', async () => {
+    const store = await fleetStore();
+    const cache = new FleetViewCache();
+    const gets: string[] = [];
+    const counting = Object.assign(Object.create(store) as MemoryStore, {
+      get: (key: string, opts?: Parameters<MemoryStore['get']>[1]) => {
+        gets.push(key);
+        return store.get(key, opts);
+      },
+    });
+    await buildFleetView(counting, { cache });
+    await buildFleetView(counting, { cache });
+    expect(gets.filter((k) => k.startsWith('receipts/'))).toHaveLength(1);
+    const [key, body] = receipt(
+      'kind-a',
+      'hello',
+      '20261207-100000-000-cccccccc',
+      '2026-12-07T10:00:00Z',
+      '2026-12-07T10:00:01Z',
+      0.25,
+    );
+    await store.put(key, body);
+    const view = await buildFleetView(counting, { cache });
+    expect(view.installs[0]?.lastReconcile).toMatchObject({ durationMs: 1000, costUsd: 0.25 });
+  });
+});
+
+describe('npm run fleet -- status', () => {
+  it('prints each rollout, then clusters × PackageInstalls with health, wave and the last reconcile', async () => {
+    const view = await buildFleetView(await fleetStore(), { clusters: ['kind-z'], now: () => NOW });
+    expect(formatFleetStatus(view).split('\n')).toEqual([
+      'ROLLOUT default/hello.example.com 1.0.0 -> 2.0.0 stopped waves 1/2 (kind-a/default/hello: unhealthy)',
+      '',
+      'CLUSTER  PACKAGEINSTALL  PACKAGE            VERSION  HEALTH     WAVE    LAST RECONCILE',
+      'kind-a   default/hello   hello.example.com  2.0.0    unhealthy  canary  succeeded 58s ago, 2.5s, $0.000125',
+      'kind-b   default/hello   hello.example.com  1.0.0    healthy    rest    -',
+      'kind-c   default/liar    -                  9.9.9    unknown    -       -',
+      '',
+      'clusters without a PackageInstall: kind-z',
+      '',
+    ]);
+  });
+});
+
+describe('the fleet routes of the runtime HTTP server', () => {
+  it('serves the page under its CSP, the view as JSON, 404 elsewhere, 405 for other methods', async () => {
+    const store = await fleetStore();
+    const server = await startMetricsServer(new Registry(), '127.0.0.1:0', {
+      fleet: () => buildFleetView(store, { now: () => NOW }),
+    });
+    const base = `http://127.0.0.1:${server.address.port}`;
+    try {
+      const page = await fetch(`${base}/`);
+      expect(page.status).toBe(200);
+      expect(page.headers.get('content-security-policy')).toBe(fleetPageCsp());
+      expect(await page.text()).toBe(FLEET_PAGE_HTML);
+      const api = await fetch(`${base}/api/fleet`);
+      expect(api.headers.get('content-type')).toBe('application/json');
+      expect(((await api.json()) as { clusters: string[] }).clusters).toEqual(['kind-a', 'kind-b', 'kind-c']);
+      expect((await fetch(`${base}/metrics`)).status).toBe(200);
+      expect((await fetch(`${base}/elsewhere`)).status).toBe(404);
+      expect((await fetch(`${base}/api/fleet`, { method: 'POST' })).status).toBe(405);
+    } finally {
+      await server.close();
+    }
+    // Without the fleet, only /metrics.
+    const bare = await startMetricsServer(new Registry(), '127.0.0.1:0');
+    try {
+      expect((await fetch(`http://127.0.0.1:${bare.address.port}/`)).status).toBe(404);
+    } finally {
+      await bare.close();
+    }
+  });
+
+  it("the CSP allows the page's own style and script only", () => {
+    const csp = fleetPageCsp();
+    expect(csp).toMatch(
+      /^default-src 'none'; style-src 'sha256-[A-Za-z0-9+/]+='; script-src 'sha256-[A-Za-z0-9+/]+='; connect-src 'self'/,
+    );
+    expect(FLEET_PAGE_HTML).not.toMatch(/ style="|<script src|<link /);
+  });
+});
