@@ -18,7 +18,7 @@ import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { packageSelection } from '../../functions/lib/packaging/select.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { checkRollouts } from '../../functions/lib/pipeline/install/rollout-pokes.js';
+import { checkRollouts, ENDED_POKE_WINDOW_MS } from '../../functions/lib/pipeline/install/rollout-pokes.js';
 import { fleetEntryOf, ROLLOUT_WAVE_CHECK } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
@@ -380,6 +380,30 @@ describe('install: the rollout gate', () => {
       new Date(T0 + 36_000).toISOString(),
     );
     expect(await checkRollouts(deps, poked)).toBe(0);
+  });
+
+  it('the rollout check of another runtime pokes its members once when a rollout ended elsewhere, within the window only', async () => {
+    const f = fleet();
+    await f.install('c1');
+    await f.install('c2');
+    f.publish('2.0.0');
+    f.at(1);
+    await f.run('c1');
+    f.at(3);
+    // c1's run stops the rollout (its runtime pokes what it serves); c2's runtime learns it by its check.
+    await f.run('c1', failedApp);
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.status).toBe('stopped');
+    f.emitted.length = 0;
+    const other = f.depsFor(['c2']);
+    const poked = new Set<string>();
+    expect(await checkRollouts(other, poked)).toBe(1);
+    expect(f.emitted.map((e) => [e.subject, (e.data as { cause?: string }).cause])).toEqual([
+      ['c2/PackageInstall/ns/inst', `rollout: default/${REF_NAME} of 2.0.0 ended: selecting again`],
+    ]);
+    expect(await checkRollouts(other, poked)).toBe(0);
+    // A runtime that starts after the window does not poke for that end.
+    f.at(3 + ENDED_POKE_WINDOW_MS / 1000 + 1);
+    expect(await checkRollouts(f.depsFor(['c2']), new Set())).toBe(0);
   });
 });
 
