@@ -134,6 +134,14 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
     await run(id);
     return await run(id, succeeded);
   }
+  /** c1 (wave canary) and c2 (wave rest) at 1.0.0, then 2.0.0 published and c1's run at 1 s: the rollout started. */
+  async function rolloutStarted() {
+    await install('c1');
+    await install('c2');
+    published.push('2.0.0');
+    now = T0 + 1000;
+    return await run('c1');
+  }
   return {
     store,
     emitted,
@@ -141,6 +149,7 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
     logs: () => log.records,
     run,
     install,
+    rolloutStarted,
     publish: (v: string) => published.push(v),
     at: (s: number) => {
       now = T0 + s * 1000;
@@ -258,11 +267,7 @@ describe('install: the rollout gate', () => {
 
   it('a version published while a rollout moves waits behind it; the run that ends the rollout pokes every member, and the next starts', async () => {
     const f = fleet();
-    await f.install('c1');
-    await f.install('c2');
-    f.publish('2.0.0');
-    f.at(1);
-    await f.run('c1');
+    await f.rolloutStarted();
     f.at(5);
     await f.run('c1', succeeded);
     f.at(35);
@@ -288,11 +293,7 @@ describe('install: the rollout gate', () => {
 
   it('a failed reconcile of the target in wave 1 stops the rollout: the later wave stays held', async () => {
     const f = fleet();
-    await f.install('c1');
-    await f.install('c2');
-    f.publish('2.0.0');
-    f.at(1);
-    expect((await f.run('c1')).appVersion).toBe('2.0.0');
+    expect((await f.rolloutStarted()).appVersion).toBe('2.0.0');
     f.at(3);
     const failed = await f.run('c1', failedApp);
     expect(failed.status.conditions?.map((c) => c.type)).toEqual(['ReconcileFailed', ROLLOUT]);
@@ -361,11 +362,7 @@ describe('install: the rollout gate', () => {
 
   it('the rollout check pokes the served members of a released wave behind the target, once per release', async () => {
     const f = fleet();
-    await f.install('c1');
-    await f.install('c2');
-    f.publish('2.0.0');
-    f.at(1);
-    await f.run('c1');
+    await f.rolloutStarted();
     f.at(5);
     await f.run('c1', succeeded);
     f.emitted.length = 0;
@@ -384,11 +381,7 @@ describe('install: the rollout gate', () => {
 
   it('the rollout check of another runtime pokes its members once when a rollout ended elsewhere, within the window only', async () => {
     const f = fleet();
-    await f.install('c1');
-    await f.install('c2');
-    f.publish('2.0.0');
-    f.at(1);
-    await f.run('c1');
+    await f.rolloutStarted();
     f.at(3);
     // c1's run stops the rollout (its runtime pokes what it serves); c2's runtime learns it by its check.
     await f.run('c1', failedApp);
