@@ -14,6 +14,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
+import { listReceipts } from '../../functions/lib/receipt/receipt.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readRollout } from '../../functions/lib/rollout/state.js';
 import { REAL_IO as FLEET_IO, main as fleetMain } from '../../scripts/fleet.js';
@@ -38,14 +39,16 @@ function packageDoc(version: string): object {
   return inlineConfigMapPackageDoc(REF_NAME, version, 'rollout');
 }
 
-/** 4.0.0 does not render (its config is not YAML): its App fails at template, wherever it goes. */
+/** 4.0.0 and 5.0.0 do not render (their config is not YAML): their App fails at template, wherever it goes. */
 const BROKEN = '4.0.0';
+const BROKEN_TOO = '5.0.0';
 
 function repo(ns: string, versions: string[]): object {
   const doc = (v: string) => {
     const d = packageDoc(v) as { spec: { template: { spec: { fetch: { inline: { paths: object } }[] } } } };
-    if (v === BROKEN)
+    if (v === BROKEN || v === BROKEN_TOO) {
       (d.spec.template.spec.fetch[0] as { inline: { paths: object } }).inline.paths = { 'config.yml': 'a: [' };
+    }
     return d;
   };
   return inlineRepositoryManifest(
@@ -236,5 +239,65 @@ describe('fleet rollout in waves', () => {
     expect(held.status?.version).toBe('3.0.0');
     expect((await getObject<PkgiObject>(PKGI, c.ns, 'app'))?.status?.version).toBe('3.0.0');
     expect({ b: await generation(b.ns), c: await generation(c.ns) }).toEqual(before);
+  }, 420_000);
+
+  it('with onFailure rollback, the failed cluster goes back to its last good version: the receipt of it deployed, and its status says so', async () => {
+    const store = runtimes[0]!.runtime.store;
+    const policy = `e2e-${id}`;
+    await putPolicy(
+      store,
+      parseRolloutPolicy(
+        stringify({
+          apiVersion: 'kapp-lambda/v1',
+          kind: 'RolloutPolicy',
+          metadata: { name: policy },
+          spec: {
+            packages: [REF_NAME],
+            onFailure: 'rollback',
+            waves: CLUSTERS.map((cl, i) => ({ name: `w${i}`, clusters: [cl.context], soak: `${SOAK_MS / 1000}s` })),
+          },
+        }),
+      ),
+    );
+    // The policy is read again within 2 s (its cache).
+    await new Promise((r) => setTimeout(r, 2500));
+    const [a] = CLUSTERS as [(typeof CLUSTERS)[0]];
+    for (const cl of [...CLUSTERS].reverse()) {
+      await apply(repo(cl.ns, ['1.0.0', '2.0.0', '3.0.0', BROKEN, BROKEN_TOO]));
+    }
+    const back = await waitPkgi(a.ns, 'rolled back to 3.0.0', (p) =>
+      Boolean(
+        p?.status?.version === '3.0.0' &&
+          p.status.conditions?.some((x) => x.type === KappLambdaConditionType.Rollout && x.reason === 'RolledBack'),
+      ),
+    );
+    const rolled = back.status?.conditions?.find((x) => x.type === KappLambdaConditionType.Rollout);
+    expect(rolled?.message).toMatch(
+      /^rolled back to 3\.0\.0 \(receipt (\d{8}-\d{6}-\d{3}-[0-9a-f]{8}), its render deployed as it was\) after the rollout of 5\.0\.0 stopped: wave w0: 1 failed/,
+    );
+    const receiptId = /receipt (\S+),/.exec(rolled?.message ?? '')?.[1];
+    // The App runs the receipt's render (the App pipeline's rollback), and reconciles.
+    const app = await waitFor(
+      'the App rolled back and reconciled',
+      async () => {
+        const o = await getObject<{
+          metadata: { annotations?: Record<string, string>; generation: number };
+          status?: { conditions?: { type: string }[]; observedGeneration?: number };
+        }>('apps.kappctrl.k14s.io', a.ns, 'app');
+        return o?.metadata.annotations?.['kapp-lambda.carvel.dev/rollback-to'] === receiptId &&
+          o?.status?.observedGeneration === o?.metadata.generation &&
+          o?.status?.conditions?.[0]?.type === 'ReconcileSucceeded'
+          ? o
+          : undefined;
+      },
+      { timeoutMs: 60_000, intervalMs: 250 },
+    );
+    expect(app.metadata.annotations?.['kapp-lambda.carvel.dev/rollback-generation']).toBe(
+      String(app.metadata.generation),
+    );
+    const deployed = await getObject<{ data?: Record<string, string> }>('configmap', a.ns, 'rollout');
+    expect(deployed?.data?.version).toBe('3.0.0');
+    const receipts = await listReceipts(store, { clusterId: a.context, namespace: a.ns, name: 'app' });
+    expect(receipts.at(-1)?.rollbackOf).toBe(receiptId);
   }, 420_000);
 });

@@ -19,6 +19,7 @@ import { memoryLogger } from '../../functions/lib/log.js';
 import { packageSelection } from '../../functions/lib/packaging/select.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { checkRollouts, ENDED_POKE_WINDOW_MS } from '../../functions/lib/pipeline/install/rollout-pokes.js';
+import { receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { fleetEntryOf, ROLLOUT_WAVE_CHECK } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
@@ -127,7 +128,11 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
     await dispatchEvent(objectEvent(ref, 'modified', { time: new Date(now) }), deps);
     const status = cluster.get('PackageInstall', 'ns', 'inst')?.status as Status;
     const appAfter = cluster.get('App', 'ns', 'inst');
-    return { status, appVersion: appAfter?.metadata.annotations?.['packaging.carvel.dev/package-version'] };
+    return {
+      status,
+      appVersion: appAfter?.metadata.annotations?.['packaging.carvel.dev/package-version'],
+      app: appAfter,
+    };
   }
   /** Installs 1.0.0 in `id` and reconciles it (its App succeeded). */
   async function install(id: string) {
@@ -289,6 +294,69 @@ describe('install: the rollout gate', () => {
     f.at(41);
     expect((await f.run('c1')).appVersion).toBe('3.0.0');
     expect((await readRollout(f.store, 'default', REF_NAME))?.record).toMatchObject({ target: '3.0.0', from: '2.0.0' });
+  });
+
+  it('onFailure rollback: the failed member goes back to its last good version, naming the receipt whose render it deploys', async () => {
+    const store = new MemoryStore();
+    await putPolicy(store, { ...POLICY, spec: { ...POLICY.spec, onFailure: 'rollback' } });
+    const f = fleet(false, store);
+    // c1 healthy at 1.0.0 with its App at generation 1; the receipt of that reconcile, its render kept.
+    await f.install('c1');
+    const render = `artifacts/template/sha256/${'b'.repeat(64)}.yaml`;
+    await store.put(render, 'kind: ConfigMap\n');
+    const owner = { clusterId: 'c1', namespace: 'ns', name: 'inst' };
+    const receipt = (id: string, generation: number, outcome: 'succeeded' | 'failed') =>
+      store.put(
+        receiptKey(owner, id),
+        JSON.stringify({
+          v: 1,
+          id,
+          ...owner,
+          uid: 'uid-inst-app',
+          generation,
+          runId: 'r',
+          startedAt: new Date(T0).toISOString(),
+          endedAt: new Date(T0).toISOString(),
+          outcome,
+          inputs: outcome === 'succeeded' ? { render: { key: render, private: false } } : {},
+          stages: [],
+          tools: [],
+          store: { get: 0, head: 0, put: 0, list: 0, delete: 0 },
+          cost: { usd: 0, basis: 'test' },
+        }),
+      );
+    await receipt('20261207-000000-000-aaaaaaaa', 1, 'succeeded');
+    expect(await readFleetEntry(store, 'c1', 'ns', 'inst')).toMatchObject({
+      lastGoodVersion: '1.0.0',
+      lastGoodAppGeneration: 1,
+    });
+    await f.install('c2');
+    f.publish('2.0.0');
+    f.at(1);
+    expect((await f.run('c1')).appVersion).toBe('2.0.0');
+    // 2.0.0 (App generation 2) fails: its receipt is newer, and not the one to go back to.
+    await receipt('20261207-000003-000-bbbbbbbb', 2, 'failed');
+    f.at(3);
+    await f.run('c1', failedApp);
+    expect((await readRollout(store, 'default', REF_NAME))?.record.status).toBe('stopped');
+    // Its next run (the ending run poked it) goes back to 1.0.0, despite the downgrade guard.
+    f.at(4);
+    const back = await f.run('c1');
+    expect(back.appVersion).toBe('1.0.0');
+    expect(back.status.version).toBe('1.0.0');
+    expect(back.app?.metadata.annotations).toMatchObject({
+      'kapp-lambda.carvel.dev/rollback-to': '20261207-000000-000-aaaaaaaa',
+      'kapp-lambda.carvel.dev/rollback-generation': String(back.app?.metadata.generation),
+    });
+    expect(back.status.conditions?.find((c) => c.type === ROLLOUT)).toEqual({
+      type: ROLLOUT,
+      status: 'False',
+      reason: 'RolledBack',
+      message:
+        'rolled back to 1.0.0 (receipt 20261207-000000-000-aaaaaaaa, its render deployed as it was) after the rollout of 2.0.0 stopped: wave canary: 1 failed (maxUnavailable 0), first c1 ns/inst: reconcile of 2.0.0 failed',
+    });
+    // c2, never upgraded, is not rolled back: it stays at 1.0.0, told the rollout stopped.
+    expect((await f.run('c2')).status.conditions?.find((c) => c.type === ROLLOUT)?.reason).toBe('Stopped');
   });
 
   it('a failed reconcile of the target in wave 1 stops the rollout: the later wave stays held', async () => {

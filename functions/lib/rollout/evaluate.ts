@@ -239,7 +239,7 @@ export function commandRollout(r: RolloutRecord, command: RolloutCommand, now: D
 }
 
 /** Reasons of the {@link KappLambdaConditionType}.Rollout condition. */
-export type RolloutReason = 'Held' | 'Upgrading' | 'Soaking' | 'Stopped' | 'Completed';
+export type RolloutReason = 'Held' | 'Upgrading' | 'Soaking' | 'Stopped' | 'Completed' | 'RolledBack';
 
 /** The Rollout condition of a PackageInstall. */
 export interface RolloutCondition {

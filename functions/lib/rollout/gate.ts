@@ -58,6 +58,48 @@ export interface RolloutGate {
   cap?: string;
   /** The extra version callbacks for `PackageSelection.choose` (empty without a cap). */
   callbacks: ConstraintCallback[];
+  /**
+   * Set when this PackageInstall goes back to its last good version: the rollout stopped under
+   * `onFailure: rollback` with it among the failed, and its fleet entry names the version (and the
+   * App generation) it was last healthy at. The cap is that version.
+   */
+  rollback?: { version: string; appGeneration?: number; receipt?: string };
+}
+
+/** The Rollout condition of a member going back to its last good version ({@link RolloutGate.rollback}). */
+export function rolledBackCondition(record: RolloutRecord, rollback: NonNullable<RolloutGate['rollback']>): Condition {
+  const how = rollback.receipt
+    ? `receipt ${rollback.receipt}, its render deployed as it was`
+    : 'rendered again: no receipt of it left';
+  return {
+    type: KappLambdaConditionType.Rollout,
+    status: 'False',
+    reason: 'RolledBack',
+    message: `rolled back to ${rollback.version} (${how}) after the rollout of ${record.target} stopped: ${record.cause ?? ''}`,
+  };
+}
+
+/**
+ * The rollback of a failed member ({@link RolloutGate.rollback}): `undefined` unless `record`
+ * stopped under a policy with `onFailure: rollback`, the member is among its failed, and its entry
+ * knows a last good version other than the target.
+ */
+export function rollbackOf(
+  policy: RolloutPolicy,
+  record: RolloutRecord,
+  member: { clusterId: string; namespace: string; name: string },
+  entry: FleetEntry | undefined,
+): RolloutGate['rollback'] {
+  if (policy.spec.onFailure !== 'rollback' || record.status !== 'stopped') return undefined;
+  const failed = record.failed.some(
+    (f) => f.cluster === member.clusterId && f.namespace === member.namespace && f.name === member.name,
+  );
+  const version = entry?.lastGoodVersion;
+  if (!failed || version === undefined || version === record.target) return undefined;
+  return {
+    version,
+    ...(entry?.lastGoodAppGeneration === undefined ? {} : { appGeneration: entry.lastGoodAppGeneration }),
+  };
 }
 
 /**
@@ -91,7 +133,12 @@ export async function rolloutGate(
   }
   if (!record) return { policy, refName, callbacks: [] };
   const wave = recordWaveOf(record, policy, clusterId);
-  const cap = capFor(record, wave, current);
+  const member = { clusterId, namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' };
+  const rollback =
+    policy.spec.onFailure === 'rollback' && record.status === 'stopped'
+      ? rollbackOf(policy, record, member, await readFleetEntry(store, clusterId, member.namespace, member.name))
+      : undefined;
+  const cap = rollback?.version ?? capFor(record, wave, current);
   const callbacks =
     cap === undefined ? [] : [{ name: ROLLOUT_WAVE_CHECK, check: (c: string) => compareLoose(c, cap) <= 0 }];
   return {
@@ -101,6 +148,7 @@ export async function rolloutGate(
     ...(wave === undefined ? {} : { wave }),
     ...(cap === undefined ? {} : { cap }),
     callbacks,
+    ...(rollback ? { rollback } : {}),
   };
 }
 
@@ -121,6 +169,7 @@ export function fleetEntryOf(
   previous: FleetEntry | undefined,
   now: Date,
   gate: RolloutGate | undefined,
+  appGeneration?: number,
 ): FleetEntry {
   const first = status.conditions?.[0]?.type;
   const health = conditionOf(status, KappLambdaConditionType.Healthy)?.status;
@@ -144,12 +193,14 @@ export function fleetEntryOf(
     : undefined;
   const wave = gate?.record && gate.wave !== undefined ? gate.record.waves[gate.wave]?.name : undefined;
   const lastGood = healthy ? entry.version : previous?.lastGoodVersion;
+  const lastGoodGeneration = healthy ? appGeneration : previous?.lastGoodAppGeneration;
   return {
     ...entry,
     ...(since === undefined ? {} : { healthySince: since }),
     ...(wave === undefined ? {} : { wave }),
     ...(gate?.record ? { rollout: `${gate.policy.metadata.name}/${gate.refName}` } : {}),
     ...(lastGood === undefined ? {} : { lastGoodVersion: lastGood }),
+    ...(lastGoodGeneration === undefined ? {} : { lastGoodAppGeneration: lastGoodGeneration }),
   };
 }
 
@@ -180,11 +231,12 @@ export async function planRolloutRecord(
   pkgi: PackageInstall,
   status: PackageInstallStatus,
   gate: RolloutGate | undefined,
+  appGeneration?: number,
 ): Promise<RolloutPlan> {
   const ns = pkgi.metadata.namespace ?? '';
   const name = pkgi.metadata.name ?? '';
   const previous = await readFleetEntry(store, clusterId, ns, name).catch(() => undefined);
-  const entry = fleetEntryOf(clusterId, pkgi, status, previous, now, gate);
+  const entry = fleetEntryOf(clusterId, pkgi, status, previous, now, gate, appGeneration);
   if (!gate?.record) return { status, entry, previous, gate, members: [], changed: false };
   const mine = (m: FleetEntry) => m.clusterId === clusterId && m.namespace === ns && m.name === name;
   // A final rollout no longer moves: its condition needs no members (no LIST of the fleet).
@@ -200,7 +252,7 @@ export async function planRolloutRecord(
           ...status,
           conditions: [
             ...(status.conditions ?? []).filter((c) => c.type !== KappLambdaConditionType.Rollout),
-            rolloutCondition(record, gate.wave, now),
+            gate.rollback ? rolledBackCondition(record, gate.rollback) : rolloutCondition(record, gate.wave, now),
           ],
         };
   return { status: withCondition, entry, previous, gate: { ...gate, record }, members, changed: evaluation.changed };

@@ -10,7 +10,7 @@
  * metadata: { name: default }
  * spec:
  *   packages: [hello.examples.kapp-lambda.dev]   # refNames gated ("*": every refName)
- *   onFailure: stop                              # stop | rollback (rollback: parsed, acted on as stop for now)
+ *   onFailure: stop                              # stop | rollback (stop, then the failed go back to their last good version)
  *   waves:
  *     - { name: canary, clusters: [real-a, real-b], soak: 30s, maxUnavailable: 0 }
  *     - { name: rest }                           # no clusters: every other cluster (the catch-all)
@@ -64,8 +64,8 @@ export const rolloutPolicySchema = z
     spec: z.strictObject({
       packages: z.array(refName).min(1),
       /**
-       * `stop`: a failure stops the rollout. `rollback`: stop, then (later) the failed clusters go
-       * back to their last good version; for now it is accepted and acts as `stop`.
+       * `stop`: a failure stops the rollout. `rollback`: stop, then each failed cluster goes back
+       * to the version it was last healthy at, deploying that receipt's render (`../pipeline/install/rollback.ts`).
        */
       onFailure: z.enum(['stop', 'rollback']).default('stop'),
       waves: z.array(waveSchema).min(1),

@@ -107,6 +107,11 @@ export const fleetEntrySchema = z.object({
   rollout: z.string().optional(),
   /** The last version it was healthy at. */
   lastGoodVersion: z.string().optional(),
+  /**
+   * The generation of its App when it was last healthy: the rollback's receipt is the App's newest
+   * succeeded one of that generation or before (`../pipeline/install/rollback.ts`).
+   */
+  lastGoodAppGeneration: z.int().min(0).optional(),
   /** When this entry was written. */
   at: time,
 });

@@ -76,6 +76,7 @@ import { type PipelineDeps, secretMaskOf } from '../deps.js';
 import { type OpenedRun, openRun, writeRunStatus } from '../run.js';
 import { parsedReads, type StageKind } from '../stage.js';
 import { appRef } from '../stage-inputs.js';
+import { rollbackReceipt, withRollback } from './rollback.js';
 import { endCause, pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
@@ -331,6 +332,8 @@ export async function runInstall(event: ObjectEvent, deps: PipelineDeps): Promis
 interface InstallState {
   status: PackageInstallStatus;
   gate?: RolloutGate;
+  /** The generation of the App whose status was mirrored (the fleet entry's last good one). */
+  appGeneration?: number;
 }
 
 /**
@@ -346,7 +349,15 @@ async function planRollout(
   state: InstallState,
 ): Promise<RolloutPlan | undefined> {
   try {
-    return await planRolloutRecord(deps.store, deps.now(), clusterId, pkgi, state.status, state.gate);
+    return await planRolloutRecord(
+      deps.store,
+      deps.now(),
+      clusterId,
+      pkgi,
+      state.status,
+      state.gate,
+      state.appGeneration,
+    );
   } catch (err) {
     warnFleetOnce(deps, clusterId, 'the rollout step could not read the store', err);
     return undefined;
@@ -478,7 +489,9 @@ async function reconcileInstall(
   run.status = { ...run.status, version };
   const last = pkgi.status?.lastAttemptedVersion;
   const downgradable = pkgi.metadata.annotations?.[Annotation.Downgradable] !== undefined;
-  if (!downgradable && last && isLower(version, last)) {
+  // A rollout's rollback goes down on purpose: to the version the PackageInstall was last healthy at.
+  const rollingBack = gate?.rollback?.version === version ? gate.rollback : undefined;
+  if (!downgradable && !rollingBack && last && isLower(version, last)) {
     // No requeue upstream: the user adds the annotation or changes the constraints.
     run.status = pkgiCompleted(
       { ...run.status, usefulErrorMessage: downgradeMessage(version, last) },
@@ -502,9 +515,18 @@ async function reconcileInstall(
         await kube.createApp(newApp(undefined, pkgi, pkgWithSecrets, opts));
         return;
       }
-      const desired = newApp(existing, pkgi, pkgWithSecrets, opts);
+      let desired = newApp(existing, pkgi, pkgWithSecrets, opts);
+      if (rollingBack) {
+        const owner = { clusterId, namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' };
+        const receipt = await rollbackReceipt(deps.store, owner, rollingBack.appGeneration);
+        if (receipt) {
+          rollingBack.receipt = receipt;
+          desired = withRollback(desired, existing, receipt);
+        }
+      }
       const current = sameApp(desired, existing) ? existing : await kube.updateApp(withoutStatus(desired));
       run.status = mirrorAppStatus(run.status, current);
+      if (current.metadata.generation !== undefined) run.appGeneration = current.metadata.generation;
       return;
     } catch (err) {
       if (!(err instanceof ConflictError) || attempt >= APP_WRITE_ATTEMPTS) throw err;

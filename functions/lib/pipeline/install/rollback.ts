@@ -1,0 +1,64 @@
+/**
+ * A PackageInstall's rollback to its last good version after a rollout stopped under
+ * `onFailure: rollback` (issue 28 item 4; `../../rollout/gate.ts` `rollbackOf`): the gate caps
+ * the selection at that version, and the App it writes carries the App pipeline's own rollback
+ * annotations (`../app/receipts.ts`) naming the receipt of the last good reconcile, so what is
+ * deployed is that receipt's render, as it ran before, not a new render of the old version.
+ *
+ * @module
+ */
+import { isDeepStrictEqual } from 'node:util';
+import type { RawApp } from '../../packaging/app-from-package.js';
+import { listReceipts } from '../../receipt/receipt.js';
+import type { ObjectStore } from '../../store/port.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../app/index.js';
+
+/**
+ * The receipt to roll the App `owner` back to: its newest succeeded one of `appGeneration` or
+ * before (the App's generation when the PackageInstall was last healthy) whose render is still
+ * stored. `undefined` without a generation (an entry written before it was recorded: the newest
+ * success might be the failed version's, if it reconciled and then turned unhealthy) or when none
+ * qualifies; the old version is then rendered again.
+ *
+ * @throws StoreError when the receipts cannot be listed or a render cannot be checked
+ */
+export async function rollbackReceipt(
+  store: ObjectStore,
+  owner: { clusterId: string; namespace: string; name: string },
+  appGeneration: number | undefined,
+): Promise<string | undefined> {
+  if (appGeneration === undefined) return undefined;
+  const receipts = await listReceipts(store, owner);
+  for (const r of receipts.reverse()) {
+    if (r.outcome !== 'succeeded' || !r.inputs.render || r.generation > appGeneration) continue;
+    if (await store.head(r.inputs.render.key)) return r.id;
+  }
+  return undefined;
+}
+
+/**
+ * `desired` (the App of the old version, as `newApp` made it from `existing`) with the rollback
+ * annotations naming `receipt` for the generation the write will give it: `existing`'s, plus one
+ * when the spec changes (the API server counts spec changes only). An App already rolled back to
+ * `receipt` is left as it is.
+ */
+export function withRollback(desired: RawApp, existing: RawApp, receipt: string): RawApp {
+  const annotations = existing.metadata.annotations ?? {};
+  if (annotations[ROLLBACK_TO_ANNOTATION] === receipt) return desired;
+  const specChanged = !isDeepStrictEqual(
+    JSON.parse(JSON.stringify(desired.spec ?? {})),
+    JSON.parse(JSON.stringify(existing.spec ?? {})),
+  );
+  const generation = (existing.metadata.generation ?? 0) + (specChanged ? 1 : 0);
+  return {
+    ...desired,
+    metadata: {
+      ...desired.metadata,
+      annotations: {
+        ...desired.metadata.annotations,
+        [ROLLBACK_TO_ANNOTATION]: receipt,
+        [ROLLBACK_GENERATION_ANNOTATION]: String(generation),
+      },
+    },
+  };
+}
