@@ -1,5 +1,5 @@
 /**
- * Scenario 11, a fleet rollout in waves (issue 28, "Measured"): a new package version reaches a
+ * Scenario 13, a fleet rollout in waves (issue 28, "Measured"): a new package version reaches a
  * fleet wave by wave, each wave released once the one before has been healthy for its soak, and a
  * failing cluster stops the rollout.
  *
@@ -62,7 +62,7 @@ export const DEFAULT_ROLLOUT_SOAK_S = 30;
 /** Target of the issue: a wave soaked → the next released, and a failure → the rollout stopped, ms. */
 export const ROLLOUT_TARGET_MS = 5_000;
 
-const SCENARIO = '11 rollout';
+const SCENARIO = '13 rollout';
 const NS = 'bench-rollout';
 const REPO = 'rollout-fleet';
 const POLICY = 'bench-rollout';
