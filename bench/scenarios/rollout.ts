@@ -110,8 +110,8 @@ export function waveFigures(
       healthyAt: w.healthyAt ?? null,
       soakEndsAt: w.soakEndsAt ?? null,
       afterSoakMs: released !== undefined && prevSoak !== undefined ? released - prevSoak : null,
-      releaseToFirstMs: released !== undefined && times.length ? Math.min(...times) - released : null,
-      releaseToLastMs: released !== undefined && all ? Math.max(...times) - released : null,
+      releaseToFirstMs: released !== undefined && times.length ? Math.round(Math.min(...times) - released) : null,
+      releaseToLastMs: released !== undefined && all ? Math.round(Math.max(...times) - released) : null,
     };
   });
 }
@@ -138,7 +138,11 @@ export interface FailingRollout {
   failing: { clusterId: string; wave: string };
   /** Its PackageInstall first seen `ReconcileFailed` → the record first seen `stopped` (polled every 100 ms), ms. */
   failureToStoppedMs: number;
-  /** The same in the store's times: its fleet index entry written (failed) → the record's `stopped` history line, ms. */
+  /**
+   * The same in the store's times: its fleet index entry as the failing run wrote it (`at`, first
+   * seen failed) → the record's `stopped` history line, ms (null: that entry not seen before a
+   * retry rewrote it).
+   */
   storeFailureToStoppedMs: number | null;
   /** Push returned → its PackageInstall first seen `ReconcileFailed`, ms. */
   pushToFailureMs: number;
@@ -307,13 +311,18 @@ export async function rolloutOurs(
     }
     const last = Math.max(...at2.values());
     const move = firstMove(runtimes, marks);
-    const done = await waitRecord(fleet, (r) => r.target === '2.0.0' && r.status === 'completed', 30_000);
+    // The last wave's soak ends the rollout: the next version starts a rollout of its own only then.
+    const done = await waitRecord(
+      fleet,
+      (r) => r.target === '2.0.0' && r.status === 'completed',
+      opts.soakS * 1000 + 30_000,
+    );
     const record1 = done ?? (await readRollout(fleet.store, POLICY, UPGRADE_REF_NAME))?.record;
     if (!record1) throw new Error('rollout: no rollout record for 2.0.0');
     result.clean = {
-      pushToLastMs: last - pushed,
-      pollToLastMs: move === undefined ? null : last - move,
-      pollWaitMs: move === undefined ? null : move - pushed,
+      pushToLastMs: Math.round(last - pushed),
+      pollToLastMs: move === undefined ? null : Math.round(last - move),
+      pollWaitMs: move === undefined ? null : Math.round(move - pushed),
       status: record1.status,
       waves: waveFigures(record1, waves, new Map([...at2].map(([k, t]) => [k, epochOf(t)]))),
       perIdMs: Object.fromEntries([...at2].map(([k, t]) => [k, Math.round(t - pushed)])),
@@ -340,12 +349,16 @@ export async function rolloutOurs(
     let failedSeen: number | undefined;
     let stoppedSeen: number | undefined;
     let stopped: RolloutRecord | undefined;
+    let failedEntryAt: string | undefined;
     const deadline = pushed + budget;
     while ((failedSeen === undefined || stoppedSeen === undefined) && performance.now() < deadline) {
-      const [p, r] = await Promise.all([
+      const [p, r, e] = await Promise.all([
         getJson<PkgiObject>(restOf(failingId), pkgiPath(failingId)),
         readRollout(fleet.store, POLICY, UPGRADE_REF_NAME),
+        failedEntryAt === undefined ? readFleetEntry(fleet.store, failingId, failing.ns, 'app') : undefined,
       ]);
+      // the failing run's own entry (a retry rewrites it later)
+      if (e?.reconcile === 'failed' && e.lastAttemptedVersion === BROKEN) failedEntryAt = e.at;
       const now = performance.now();
       if (
         failedSeen === undefined &&
@@ -387,13 +400,12 @@ export async function rolloutOurs(
       for (const [ns, v] of await installedVersions(rest)) versionsNow.set(ns, v);
     }
     const atCheck = (await readRollout(fleet.store, POLICY, UPGRADE_REF_NAME))?.record ?? stopped;
-    const entry = await readFleetEntry(fleet.store, failingId, failing.ns, 'app');
     const stopLine = stopped.history.find((h) => h.what.startsWith('stopped'));
     result.failing = {
       failing: { clusterId: failingId, wave: 'w2' },
-      failureToStoppedMs: stoppedSeen - failedSeen,
-      storeFailureToStoppedMs: entry && stopLine ? Date.parse(stopLine.at) - Date.parse(entry.at) : null,
-      pushToFailureMs: failedSeen - pushed,
+      failureToStoppedMs: Math.round(stoppedSeen - failedSeen),
+      storeFailureToStoppedMs: failedEntryAt && stopLine ? Date.parse(stopLine.at) - Date.parse(failedEntryAt) : null,
+      pushToFailureMs: Math.round(failedSeen - pushed),
       cause: stopped.cause ?? '',
       checkedAfterMs: Math.round(performance.now() - stoppedSeen),
       laterMembers: later.length,
