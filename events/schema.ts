@@ -15,6 +15,7 @@
  * | `dev.kapp-lambda.stage.deploy.v1` | template → deploy; deploy → deploy (continuation); fetch or template → deploy (inspect after a failure, `afterFailure`); fetch → deploy (a rollback, `rollbackOf`) | {@link DeployStageData} |
  * | `dev.kapp-lambda.stage.delete.v1` | fetch → deploy (an App being deleted) | {@link DeleteStageData} |
  * | `dev.kapp-lambda.repo.indexed.v1` | index-repo → install | {@link RepoIndexedData} |
+ * | `dev.kapp-lambda.health.v1` | forwarder → fetch (App) | {@link HealthData} |
  *
  * Functions send object events too: fetch, template and deploy an App's (the run lease's
  * follow-up, a restart) to fetch, index-repo a PackageRepository's `ref-changed` (the source
@@ -100,6 +101,7 @@ export const EVENT_TYPES = {
   deploy: 'dev.kapp-lambda.stage.deploy.v1',
   delete: 'dev.kapp-lambda.stage.delete.v1',
   repoIndexed: 'dev.kapp-lambda.repo.indexed.v1',
+  health: 'dev.kapp-lambda.health.v1',
 } as const;
 /** One of {@link EVENT_TYPES}. */
 export type EventType = (typeof EVENT_TYPES)[keyof typeof EVENT_TYPES];
@@ -376,6 +378,61 @@ export const RepoIndexedDataSchema = z.strictObject({
 /** See {@link RepoIndexedDataSchema}. */
 export type RepoIndexedData = z.infer<typeof RepoIndexedDataSchema>;
 
+/** Most unhealthy resources one `health` event names ({@link HealthDataSchema}). */
+export const MAX_HEALTH_UNHEALTHY = 5;
+
+/** `status` values of a `health` event: the App's `kapp-lambda.carvel.dev/Healthy` condition status. */
+export const HEALTH_STATUSES = ['True', 'False', 'Unknown'] as const;
+/** `reason` values of a `health` event, one per {@link HEALTH_STATUSES} value in that order. */
+export const HEALTH_REASONS = ['Healthy', 'Unhealthy', 'Progressing'] as const;
+
+/**
+ * `data` of `dev.kapp-lambda.health.v1` (forwarder → fetch): the health of what an App deployed,
+ * as the forwarder's watches of its workloads judge it (`events/forwarder/health.ts`),
+ * `{ object, status, reason, unhealthy }`. `object.kind` must be `App` (its `generation` fences
+ * the condition write: a newer spec's health is not known yet); `status` `True` (reason `Healthy`),
+ * `False` (`Unhealthy`: a workload failed) or `Unknown` (`Progressing`: one is still rolling out);
+ * `unhealthy`: at most {@link MAX_HEALTH_UNHEALTHY} workloads that are not healthy, failed ones
+ * first, each `{ kind, namespace ('' when cluster-scoped), name, why }` (`why` ≤ 256
+ * characters, e.g. `Available=False (MinimumReplicasUnavailable)`). Names a resource of the
+ * App's own cluster, never a spec or status value beyond the workload's conditions' reasons.
+ */
+export const HealthDataSchema = z
+  .strictObject({
+    object: ObjectRefSchema,
+    status: z.enum(HEALTH_STATUSES),
+    reason: z.enum(HEALTH_REASONS),
+    unhealthy: z
+      .array(
+        z.strictObject({
+          kind: z.string().min(1).max(63),
+          namespace: z.union([z.literal(''), dnsLabel]),
+          name: dnsSubdomain,
+          why: z.string().min(1).max(256),
+        }),
+      )
+      .max(MAX_HEALTH_UNHEALTHY),
+  })
+  .refine((d) => HEALTH_REASONS[HEALTH_STATUSES.indexOf(d.status)] === d.reason, {
+    error: 'expected reason Healthy for True, Unhealthy for False, Progressing for Unknown',
+  })
+  .refine((d) => (d.status === 'True') === (d.unhealthy.length === 0), {
+    error: 'expected unhealthy resources exactly when status is not True',
+  });
+/** See {@link HealthDataSchema}. */
+export type HealthData = z.infer<typeof HealthDataSchema>;
+
+/**
+ * The message of the App condition a {@link HealthData} is written as: `all workloads healthy`,
+ * or the unhealthy resources, `; `-joined, each `<Kind> <ns>/<name>: <why>`. One function for the
+ * forwarder (which compares it with the App's current condition before it sends) and the fetch
+ * function (which writes it), so both agree on when the condition changed.
+ */
+export function healthMessage(data: Pick<HealthData, 'unhealthy'>): string {
+  if (data.unhealthy.length === 0) return 'all workloads healthy';
+  return data.unhealthy.map((u) => `${u.kind} ${u.namespace ? `${u.namespace}/` : ''}${u.name}: ${u.why}`).join('; ');
+}
+
 // ---------------------------------------------------------------------------------------
 // Envelope
 
@@ -404,6 +461,7 @@ const TemplateStageEventSchema = envelope(EVENT_TYPES.template, TemplateStageDat
 const DeployStageEventSchema = envelope(EVENT_TYPES.deploy, DeployStageDataSchema);
 const DeleteStageEventSchema = envelope(EVENT_TYPES.delete, DeleteStageDataSchema);
 const RepoIndexedEventSchema = envelope(EVENT_TYPES.repoIndexed, RepoIndexedDataSchema);
+const HealthEventSchema = envelope(EVENT_TYPES.health, HealthDataSchema);
 
 /**
  * The CloudEvents 1.0 structured-mode envelope shared by every event. Extension attributes
@@ -441,8 +499,16 @@ export type DeployStageEvent = EventEnvelope<typeof EVENT_TYPES.deploy, DeploySt
 export type DeleteStageEvent = EventEnvelope<typeof EVENT_TYPES.delete, DeleteStageData>;
 /** `dev.kapp-lambda.repo.indexed.v1`: index-repo → install. */
 export type RepoIndexedEvent = EventEnvelope<typeof EVENT_TYPES.repoIndexed, RepoIndexedData>;
+/** `dev.kapp-lambda.health.v1`: forwarder → fetch, an App's health after deploy. */
+export type HealthEvent = EventEnvelope<typeof EVENT_TYPES.health, HealthData>;
 /** Any kapp-lambda event. Narrow on `type`. */
-export type KappEvent = ObjectEvent | TemplateStageEvent | DeployStageEvent | DeleteStageEvent | RepoIndexedEvent;
+export type KappEvent =
+  | ObjectEvent
+  | TemplateStageEvent
+  | DeployStageEvent
+  | DeleteStageEvent
+  | RepoIndexedEvent
+  | HealthEvent;
 
 /** The object an event's `data` refers to (flat in object events, `data.object` otherwise). */
 export function objectRefOf(event: KappEvent): ObjectRef {
@@ -466,7 +532,10 @@ function crossCheck(event: KappEvent, ctx: z.RefinementCtx): void {
   if (!ObjectRefSchema.safeParse(ref).success) return;
   const refPath = isObject ? ['data'] : ['data', 'object'];
   const wantKind: Kind | undefined =
-    event.type === EVENT_TYPES.template || event.type === EVENT_TYPES.deploy || event.type === EVENT_TYPES.delete
+    event.type === EVENT_TYPES.template ||
+    event.type === EVENT_TYPES.deploy ||
+    event.type === EVENT_TYPES.delete ||
+    event.type === EVENT_TYPES.health
       ? 'App'
       : event.type === EVENT_TYPES.repoIndexed
         ? 'PackageRepository'
@@ -522,6 +591,7 @@ export const KappEventSchema = z
     DeployStageEventSchema,
     DeleteStageEventSchema,
     RepoIndexedEventSchema,
+    HealthEventSchema,
   ])
   .superRefine((e, ctx) => crossCheck(e as KappEvent, ctx));
 
@@ -552,7 +622,8 @@ export function orderingKey(ref: ObjectIdentity): string {
  * The function an event is delivered to: object events go to the entry function of their
  * kind (App → `fetch`, PackageInstall → `install`, PackageRepository → `index-repo`), stage
  * events to their stage, the delete hand-off to `deploy` (the function that holds the
- * credentials `kapp delete` needs), repo.indexed to `install`.
+ * credentials `kapp delete` needs), repo.indexed to `install`, health to `fetch` (the one
+ * function that writes App status).
  */
 export function targetFunction(event: KappEvent): FunctionName {
   switch (event.type) {
@@ -565,6 +636,8 @@ export function targetFunction(event: KappEvent): FunctionName {
       return 'deploy';
     case EVENT_TYPES.repoIndexed:
       return 'install';
+    case EVENT_TYPES.health:
+      return 'fetch';
   }
 }
 
@@ -851,6 +924,26 @@ export function repoIndexedEvent(data: RepoIndexedData, opts: EventOptions): Rep
     { ...data, object: pickRef(data.object) },
     '/kapp-lambda/functions/index-repo',
     [data.run.runId, data.artifacts],
+    opts,
+  );
+}
+
+/**
+ * Builds a `dev.kapp-lambda.health.v1` event (forwarder → fetch). The derived id covers type,
+ * subject, the App's uid and resourceVersion, status, reason and message, not the time: a second
+ * forwarder replica's or a restarted forwarder's copy of the same verdict about the same App
+ * state is dropped by the queue's deduplication, and a verdict that changes back and forth
+ * meanwhile is a new App state (the condition write moves the resourceVersion).
+ * @throws EventValidationError when `data` or `opts` make an invalid event.
+ */
+export function healthEvent(data: HealthData, opts: EventOptions): HealthEvent {
+  const ref = pickRef(data.object);
+  return build<HealthEvent>(
+    EVENT_TYPES.health,
+    ref,
+    { ...data, object: ref },
+    `/kapp-lambda/clusters/${ref.clusterId}/forwarder`,
+    deriveId([EVENT_TYPES.health, subjectOf(ref), ref.uid, ref.resourceVersion, data.status, healthMessage(data)]),
     opts,
   );
 }

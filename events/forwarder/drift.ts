@@ -1,13 +1,18 @@
 /**
- * Drift watches: what each App deployed, watched by kapp's app label (metadata only), so a hand
- * edit or deletion reaches the runtime as an event at once instead of at the next sync period
- * (upstream's only way to notice it: `kapp deploy` on every sync, which reverts it).
+ * Drift watches: what each App deployed, watched by kapp's app label (metadata only, but for the
+ * four workload kinds whose health is judged), so a hand edit or deletion reaches the runtime as
+ * an event at once instead of at the next sync period (upstream's only way to notice it: `kapp
+ * deploy` on every sync, which reverts it).
  *
  * An App's deploy leaves `status.deploy.kapp.associatedResources` (`label:
  * kapp.k14s.io/app=<id>`, `groupKinds`, `namespaces`: kapp's app metadata, reference §3.8.4).
  * For every group/kind any App deployed, one list+watch (per forwarder scope) of the objects
  * carrying the label, discovered once per kind ({@link ObjectWatcher.discover}), metadata only
- * (`PartialObjectMetadata`): no spec, data or status is ever read or kept. Per label value the
+ * (`PartialObjectMetadata`): no spec, data or status is ever read or kept. The exception is
+ * health after deploy (`health.ts`): `apps` Deployments, StatefulSets and DaemonSets and `batch`
+ * Jobs are watched whole (the same one watch), their health computed in the handler and the
+ * object dropped: only the verdict of a workload that is not healthy is kept
+ * ({@link HealthIndex}), never a spec (a pod template may hold inline env values). Per label value the
  * number of objects is kept per namespace (a relist after 410 Gone tells a deletion made while
  * the watch was away from the count), nothing per object. Only objects in a namespace the App
  * deployed into count as its own (cluster-scoped ones always do).
@@ -43,6 +48,7 @@ import { KAPP_FIELD_MANAGER } from '../../functions/lib/api/constants.js';
 import type { DiscoveredKind, KubeObject, ObjectWatcher } from '../../functions/lib/kube/port.js';
 import { DRIFT_CAUSE_PREFIX } from '../schema.js';
 import type { Clock, TimerHandle } from './clock.js';
+import { type AppHealth, appHealth, HealthIndex, isHealthKind, resourceHealth } from './health.js';
 import type { ForwarderLogger } from './log.js';
 import type { ListMode, ReflectorHandler } from './reflector.js';
 
@@ -155,11 +161,18 @@ export interface DriftOptions<T> {
   /** Discovery, list and watch (read-only). */
   watcher: ObjectWatcher;
   /**
-   * Starts a list+watch of `kind`'s objects carrying {@link KAPP_APP_LABEL}, metadata only, in
-   * `namespace` (`undefined`: all); runs until the returned function is called (no owner
-   * deploys the kind any more) or the forwarder stops.
+   * Starts a list+watch of `kind`'s objects carrying {@link KAPP_APP_LABEL}, metadata only
+   * unless `full` (a kind whose health is judged, {@link isHealthKind}), in `namespace`
+   * (`undefined`: all); runs until the returned function is called (no owner deploys the kind any
+   * more) or the forwarder stops.
    */
-  watch: (kind: DiscoveredKind, namespace: string | undefined, handler: ReflectorHandler) => () => void;
+  watch: (kind: DiscoveredKind, namespace: string | undefined, handler: ReflectorHandler, full: boolean) => () => void;
+  /**
+   * The health of what `owner` deployed may have changed ({@link DriftWatches.healthOf}): a
+   * workload's verdict moved, or a judged kind it deployed completed its first list. Must not
+   * throw. Absent: health is not tracked (the watches stay metadata only).
+   */
+  onHealth?: (owner: T) => void;
   /** Namespaces the forwarder watches; empty: all. */
   scopes: readonly string[];
   /** One change of an owner's deployed objects that is drift. */
@@ -183,6 +196,9 @@ export interface DriftOptions<T> {
 /** One group/kind's watches. */
 interface KindWatch {
   readonly key: string;
+  readonly gk: GroupKind;
+  /** Its objects' health is judged (read whole; {@link DriftOptions.onHealth} set). */
+  readonly health: boolean;
   /** `discovering` until discovery answers; `missing` when not served (or it failed). */
   state: 'discovering' | 'watching' | 'missing';
   /** When discovery last failed or found nothing (ms), for {@link DriftOptions.rediscoverMs}. */
@@ -225,6 +241,8 @@ export class DriftWatches<T> {
    */
   private readonly kappHeld = new Map<T, { at: number; cause: string; timer: TimerHandle }>();
   private readonly rediscoverMs: number;
+  /** Workloads that are not healthy (only with {@link DriftOptions.onHealth}). */
+  private readonly healthIndex = new HealthIndex();
   private stopped = false;
 
   /** @param opts - See {@link DriftOptions}. */
@@ -336,6 +354,8 @@ export class DriftWatches<T> {
     if (!w) {
       w = {
         key,
+        gk: { group: gk.group, kind: gk.kind },
+        health: this.opts.onHealth !== undefined && isHealthKind(gk),
         state: 'discovering',
         missingAt: 0,
         namespaced: true,
@@ -375,15 +395,17 @@ export class DriftWatches<T> {
       kind.type.namespaced && this.opts.scopes.length > 0 ? [...this.opts.scopes] : [undefined];
     if (!kind.type.namespaced && this.opts.scopes.length > 0) return; // not covered (coveredSince)
     w.unlisted = scopes.length;
-    for (const ns of scopes) w.stops.push(this.opts.watch(kind, ns, this.handler(w, kind)));
+    for (const ns of scopes) w.stops.push(this.opts.watch(kind, ns, this.handler(w, kind, ns), w.health));
   }
 
   /** One scope's handler; its label counts are its own (a relist replaces them). */
-  private handler(w: KindWatch, kind: DiscoveredKind): ReflectorHandler {
+  private handler(w: KindWatch, kind: DiscoveredKind, ns: string | undefined): ReflectorHandler {
     let counts = new Map<string, number>();
     let next = new Map<string, number>();
     let listedOnce = false;
     let healthy = true;
+    /** Keys of the objects this list found not healthy (the rest of the index's are gone or fine). */
+    let notOkSeen = new Set<string>();
     return {
       health: (ok: boolean) => {
         if (ok === healthy) return;
@@ -396,10 +418,12 @@ export class DriftWatches<T> {
       },
       listStart: () => {
         next = new Map();
+        notOkSeen = new Set();
       },
       listItem: (obj: KubeObject, mode: ListMode) => {
         const label = obj.metadata.labels?.[KAPP_APP_LABEL];
         if (label === undefined) return;
+        if (w.health && this.judgeHealth(w, obj, label)) notOkSeen.add(HealthIndex.keyOf(w.gk, obj));
         const key = countKey(obj, label);
         next.set(key, (next.get(key) ?? 0) + 1);
         if (mode === 'relist') this.judgeWrite(kind, obj, 'modified while the watch was away');
@@ -408,14 +432,29 @@ export class DriftWatches<T> {
         if (mode === 'relist') this.judgeCounts(kind, counts, next);
         counts = next;
         next = new Map();
+        if (w.health) {
+          this.healthChanged(this.healthIndex.sweep(w.gk, ns, notOkSeen));
+          notOkSeen = new Set();
+        }
         if (!listedOnce) {
           listedOnce = true;
           w.unlisted--;
-          if (w.unlisted === 0) w.listedAt = this.opts.clock.now();
+          if (w.unlisted === 0) {
+            w.listedAt = this.opts.clock.now();
+            if (w.health) this.kindListed(w);
+          }
         }
       },
       event: (e) => {
         const label = e.object.metadata.labels?.[KAPP_APP_LABEL];
+        if (w.health) {
+          if (e.type === 'DELETED' || label === undefined) {
+            const m = e.object.metadata;
+            this.healthChanged(this.healthIndex.delete(w.gk, m.namespace ?? '', m.name));
+          } else {
+            this.judgeHealth(w, e.object, label);
+          }
+        }
         if (label === undefined) return;
         const key = countKey(e.object, label);
         const n = counts.get(key) ?? 0;
@@ -432,6 +471,54 @@ export class DriftWatches<T> {
         this.judgeWrite(kind, e.object, e.type === 'ADDED' ? 'created' : 'modified');
       },
     };
+  }
+
+  /**
+   * The health of what `owner` deployed ({@link appHealth}), from the workloads it deployed that
+   * are not healthy, in the namespaces it deployed into; `undefined` while it cannot be told: no
+   * deploy recorded, its label also named by another owner, or a judged kind it deployed not
+   * served, not yet listed, or outside the forwarder's scopes. A watch that is down keeps its
+   * last verdicts (its Apps fall back to their sync period meanwhile, `coveredSince`).
+   */
+  healthOf(owner: T): AppHealth | undefined {
+    const d = this.deployed.get(owner);
+    if (!d || !this.opts.onHealth || this.soleOwner(d.label) !== owner) return undefined;
+    const scoped = this.opts.scopes.length > 0;
+    for (const gk of d.groupKinds) {
+      if (!isHealthKind(gk)) continue;
+      const w = this.kinds.get(keyOf(gk));
+      if (w?.state !== 'watching' || w.unlisted > 0) return undefined;
+      if (scoped && d.namespaces.some((ns) => !this.opts.scopes.includes(ns))) return undefined;
+    }
+    return appHealth(this.healthIndex.notOk(d.label, d.namespaces));
+  }
+
+  /** Whether a deploy of `owner` is recorded (its status names what it deployed). */
+  tracks(owner: T): boolean {
+    return this.deployed.has(owner);
+  }
+
+  /** Judges one workload into the index; true when it is not healthy. */
+  private judgeHealth(w: KindWatch, obj: KubeObject, label: string): boolean {
+    const verdict = resourceHealth(w.gk, obj);
+    if (!verdict) return false;
+    this.healthChanged(this.healthIndex.set(label, w.gk, obj, verdict));
+    return verdict.health !== 'ok';
+  }
+
+  /** Tells {@link DriftOptions.onHealth} the owners of `labels`. */
+  private healthChanged(labels: readonly string[]): void {
+    for (const label of labels) {
+      const owner = this.soleOwner(label);
+      if (owner !== undefined) this.opts.onHealth?.(owner);
+    }
+  }
+
+  /** A judged kind is listed: every owner that deployed it may now have a health. */
+  private kindListed(w: KindWatch): void {
+    for (const [owner, d] of this.deployed) {
+      if (d.groupKinds.some((gk) => keyOf(gk) === w.key)) this.opts.onHealth?.(owner);
+    }
   }
 
   /** The one owner whose status names `label`; `undefined` for none or several (see {@link owners}). */

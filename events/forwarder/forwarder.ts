@@ -11,14 +11,27 @@
  * @module
  */
 import { setMaxListeners } from 'node:events';
+import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
 import type { KubeObject, ObjectWatcher, ResourceKind } from '../../functions/lib/kube/port.js';
 import { MIN_SYNC_PERIOD_MS } from '../../functions/lib/reconcile/timer.js';
-import type { Kind, ObjectEvent, ObjectEventData, Reason } from '../schema.js';
+import {
+  API_VERSIONS,
+  type HealthData,
+  healthEvent,
+  healthMessage,
+  type Kind,
+  type ObjectEvent,
+  type ObjectEventData,
+  type ObjectRef,
+  type Reason,
+  subjectOf,
+} from '../schema.js';
 import { type BackoffOptions, resyncRetryDelay } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, sleep, systemClock, type TimerHandle } from './clock.js';
 import { CONTROLLER_CONFIG_SELECTOR, controllerConfigHandler } from './controller-config.js';
 import { DriftWatches, KAPP_APP_LABEL } from './drift.js';
 import { DueHeap, type HeapItem } from './due-heap.js';
+import type { AppHealth } from './health.js';
 import { appKind, NO_REFS, observedGeneration, rateLimitedRequeueMs, type WatchedKind } from './kinds.js';
 import { type ForwarderLogger, silentLogger } from './log.js';
 import { Outbox, toCloudEvent } from './outbox.js';
@@ -109,6 +122,16 @@ export interface ForwarderOptions {
    */
   driftWatch?: boolean;
   /**
+   * Track the health of what each App deployed (`health.ts`: its Deployments, StatefulSets,
+   * DaemonSets and Jobs, read whole by the drift watches) and send `dev.kapp-lambda.health.v1`
+   * to the fetch function when an App that is not reconciling has a health other than its
+   * `kapp-lambda.carvel.dev/Healthy` condition says (a stateless rule: a restarted forwarder sends
+   * what is missing again). Default true when drift watches run; false keeps them metadata only.
+   */
+  health?: boolean;
+  /** Wait between a health change and its check, ms (a rollout's burst of changes sends once). Default 1000. */
+  healthDebounceMs?: number;
+  /**
    * Called with each drift's cause (`drift: ...`) as it is sent: the embedded runtime counts it
    * (`kapp_lambda_drift_total`). Must not throw (a throw is logged and ignored).
    */
@@ -157,6 +180,8 @@ export interface ForwarderStats {
   driftKinds: number;
   /** Of {@link driftKinds}, those whose watches are through their first list. */
   driftListed: number;
+  /** Health events queued (one per App whose computed health differed from its condition). */
+  health: number;
 }
 
 /** Options of {@link Forwarder.stop}. */
@@ -227,6 +252,13 @@ interface ObjState extends HeapItem {
   periodMs: number;
   /** {@link quietAt} less the last reconcile when last settled (safety period + jitter, ms); -1: periodic. */
   quietMs: number;
+  /**
+   * A 32-bit hash of the App's `kapp-lambda.carvel.dev/Healthy` condition (status, reason,
+   * message) as last seen; `NaN` when it has none (or the kind is not App).
+   */
+  healthKey: number;
+  /** {@link healthKey} of the health last sent since the object last changed; `NaN` when none. */
+  healthSent: number;
 }
 
 const NAMESPACE: ResourceKind = { apiVersion: 'v1', kind: 'Namespace' };
@@ -305,6 +337,10 @@ export class Forwarder {
   private invalid = 0;
   private driftSeen = 0;
   private quieted = 0;
+  private healthQueued = 0;
+  /** Apps whose health may have changed, checked after {@link ForwarderOptions.healthDebounceMs}. */
+  private readonly healthDirty = new Set<ObjState>();
+  private healthTimer: TimerHandle | undefined;
   /** Drift watches of what objects deployed; absent when turned off or no kind deploys. */
   private readonly drift: DriftWatches<ObjState> | undefined;
   /** When every watch of objects and their inputs had completed its first list (ms); +∞ before. */
@@ -342,7 +378,7 @@ export class Forwarder {
       this.drift = new DriftWatches<ObjState>({
         watcher: opts.watcher,
         scopes: opts.namespaces ?? [],
-        watch: (kind, ns, handler) => {
+        watch: (kind, ns, handler, full) => {
           const ac = this.ac;
           if (!ac || ac.signal.aborted) return () => undefined;
           // Its own signal: the kind is released when no App deploys it any more.
@@ -351,7 +387,7 @@ export class Forwarder {
           ac.signal.addEventListener('abort', onAbort, { once: true });
           const r = this.reflector(kind, ns, this.opts.refPageSize ?? 100, handler, {
             labelSelector: KAPP_APP_LABEL,
-            metadataOnly: true,
+            metadataOnly: !full,
           });
           this.deployedWatches.push(r);
           this.runs.push(r.run(own.signal));
@@ -374,6 +410,7 @@ export class Forwarder {
           }
         },
         reconciling: (st) => st.running,
+        ...(opts.health === false ? {} : { onHealth: (st: ObjState) => this.markHealth(st) }),
         onUncovered: () => this.wakeQuiet((st) => this.drift?.coveredSince(st) === undefined),
         handledAtMs: (st) => (st.handledAt === NEVER ? Number.NaN : st.handledAt * 1000),
         clock: this.clock,
@@ -491,6 +528,9 @@ export class Forwarder {
     const timeoutMs = options.timeoutMs ?? 10_000;
     this.ac?.abort();
     this.drift?.stop();
+    if (this.healthTimer !== undefined) this.clock.clearTimeout(this.healthTimer);
+    this.healthTimer = undefined;
+    this.healthDirty.clear();
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
     this.timer = undefined;
     this.timerAt = Number.POSITIVE_INFINITY;
@@ -531,6 +571,7 @@ export class Forwarder {
       quiet: this.quieted,
       driftKinds: this.drift?.size.kinds ?? 0,
       driftListed: this.drift?.size.listed ?? 0,
+      health: this.healthQueued,
     };
   }
 
@@ -702,6 +743,8 @@ export class Forwarder {
         ranAt: NEVER,
         periodMs: -1,
         quietMs: -1,
+        healthKey: healthConditionKey(kind, obj),
+        healthSent: Number.NaN,
       };
       const key = kind.changeKey?.(obj);
       if (key !== undefined) st.changeKey = key;
@@ -709,6 +752,7 @@ export class Forwarder {
       this.refs.add(st);
       this.trackNamespaces(kind, st, obj);
       this.drift?.track(st, kind.deployed?.(obj));
+      this.markHealth(st);
       this.observeStatus(kind, obj);
       const due = this.timing(kind, st, obj, now);
       const reason = source === 'initial' ? this.startupReason(obj, due, now) : 'added';
@@ -740,6 +784,11 @@ export class Forwarder {
     this.trackNamespaces(kind, st, obj);
     this.drift?.track(st, kind.deployed?.(obj));
     if (wasRunning && !st.running) this.drift?.settled(st);
+    // Any new state of the App (its condition written or dropped, a reconcile ended) is checked
+    // again: what was sent before may not have been written (a reconcile ran meanwhile).
+    st.healthKey = healthConditionKey(kind, obj);
+    st.healthSent = Number.NaN;
+    this.markHealth(st);
     if (reason) {
       this.ask(st, reason, now);
       return;
@@ -935,6 +984,60 @@ export class Forwarder {
     this.objects[st.kindIx]!.delete(st.namespace, st.name);
   }
 
+  // ---- health after deploy -----------------------------------------------------------------
+
+  /** `st`'s health may have changed: checked once the debounce ends ({@link flushHealth}). */
+  private markHealth(st: ObjState): void {
+    if (!this.drift?.tracks(st) || this.opts.health === false || this.kinds[st.kindIx]!.resource.kind !== 'App') return;
+    this.healthDirty.add(st);
+    if (this.healthTimer !== undefined || !this.ac || this.ac.signal.aborted) return;
+    this.healthTimer = this.clock.setTimeout(() => {
+      this.healthTimer = undefined;
+      this.flushHealth();
+    }, this.opts.healthDebounceMs ?? 1000);
+  }
+
+  /**
+   * Sends the health of each marked App that has settled (reconciled, no reconcile or delete
+   * running) when it differs from its condition and was not sent since the App last changed.
+   */
+  private flushHealth(): void {
+    const dirty = [...this.healthDirty];
+    this.healthDirty.clear();
+    for (const st of dirty) {
+      if (this.objects[st.kindIx]!.get(st.namespace, st.name) !== st) continue; // gone
+      if (st.running || st.deleting || st.handledAt === NEVER) continue; // its settling marks it again
+      const health = this.drift?.healthOf(st);
+      if (!health) continue; // not known yet: a judged kind's first list marks it again
+      const data = this.healthData(st, health);
+      const key = conditionKey(data.status, data.reason, healthMessage(data));
+      if (key === st.healthKey || key === st.healthSent) continue;
+      st.healthSent = key;
+      this.healthQueued++;
+      this.logger.info(
+        { clusterId: this.clusterId, namespace: st.namespace, name: st.name, status: data.status, reason: data.reason },
+        'health of deployed workloads changed; sending it',
+      );
+      const subject = subjectOf(data.object);
+      this.outbox.enqueueEvent(`health\u0000${subject}`, (now) => healthEvent(data, { time: new Date(now) }));
+    }
+  }
+
+  /** The health event's data of `st` at its current state. */
+  private healthData(st: ObjState, health: AppHealth): HealthData {
+    return {
+      object: this.refOf(st),
+      status: health.status,
+      reason: health.reason,
+      unhealthy: health.unhealthy.map((u) => ({
+        kind: u.kind,
+        namespace: u.namespace,
+        name: u.name,
+        why: u.why.slice(0, 256),
+      })),
+    };
+  }
+
   // ---- emission and the resync timer -------------------------------------------------------
 
   /**
@@ -965,21 +1068,22 @@ export class Forwarder {
 
   /** Emits one event for `st` at its current state; `cause` as in {@link Outbox.enqueue}. */
   private emit(st: ObjState, reason: Reason, cause?: string): void {
+    this.emitData({ ...this.refOf(st), reason }, cause);
+  }
+
+  /** A reference to `st` at its current state. */
+  private refOf(st: ObjState): ObjectRef {
     const kind = this.kinds[st.kindIx]!;
-    this.emitData(
-      {
-        clusterId: this.clusterId,
-        kind: kind.resource.kind as Kind,
-        apiVersion: kind.resource.apiVersion,
-        namespace: st.namespace,
-        name: st.name,
-        uid: st.uid,
-        generation: st.generation,
-        resourceVersion: st.rv,
-        reason,
-      },
-      cause,
-    );
+    return {
+      clusterId: this.clusterId,
+      kind: kind.resource.kind as Kind,
+      apiVersion: kind.resource.apiVersion,
+      namespace: st.namespace,
+      name: st.name,
+      uid: st.uid,
+      generation: st.generation,
+      resourceVersion: st.rv,
+    };
   }
 
   private emitData(data: ObjectEventData, cause?: string): void {
@@ -1037,4 +1141,28 @@ export class Forwarder {
     }
     return s;
   }
+}
+
+/** FNV-1a 32-bit hash of a condition's status, reason and message (what is compared, not kept). */
+function conditionKey(status: string, reason: string, message: string): number {
+  let h = 0x811c9dc5;
+  const text = `${status}\u0000${reason}\u0000${message}`;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** {@link ObjState.healthKey} of `obj`: the hash of its Healthy condition; `NaN` for none or another kind. */
+function healthConditionKey(kind: WatchedKind, obj: KubeObject): number {
+  if (kind.resource.kind !== 'App' || kind.resource.apiVersion !== API_VERSIONS.App) return Number.NaN;
+  const conditions = (obj.status as { conditions?: unknown } | undefined)?.conditions;
+  if (!Array.isArray(conditions)) return Number.NaN;
+  const c = conditions.find(
+    (x: unknown) => (x as { type?: unknown } | null)?.type === KappLambdaConditionType.Healthy,
+  ) as { status?: unknown; reason?: unknown; message?: unknown } | undefined;
+  if (!c) return Number.NaN;
+  const str = (v: unknown) => (typeof v === 'string' ? v : '');
+  return conditionKey(str(c.status), str(c.reason), str(c.message));
 }

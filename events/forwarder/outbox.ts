@@ -20,11 +20,15 @@
  *   transport is never called concurrently.
  * - **No loss.** A failed batch is retried whole, with exponential backoff and jitter, until it
  *   is accepted or {@link Outbox.close} is called; per object, events are sent in order.
+ * - **Other events** ({@link Outbox.enqueueEvent}: an App's health) wait under a key of their own,
+ *   never merged with an object event (a health verdict must not turn a drift `ref-changed` into
+ *   something else, nor the other way round): a newer one for the same key replaces the waiting
+ *   one, and it travels in the same batches, so the transport still sees one batch at a time.
  *
  * @module
  */
 
-import { type ObjectEvent, type ObjectEventData, objectEvent, strongerReason } from '../schema.js';
+import { type KappEvent, type ObjectEvent, type ObjectEventData, objectEvent, strongerReason } from '../schema.js';
 import { type BackoffOptions, backoffDelay } from './backoff.js';
 import { type Clock, MAX_TIMER_MS, type TimerHandle } from './clock.js';
 import type { ForwarderLogger } from './log.js';
@@ -91,7 +95,10 @@ export interface OutboxOptions {
 }
 
 interface Pending {
-  data: ObjectEventData;
+  /** An object event's reference; absent for an {@link Outbox.enqueueEvent} entry. */
+  data?: ObjectEventData;
+  /** Builds an {@link Outbox.enqueueEvent} entry's envelope. */
+  make?: (now: number) => KappEvent;
   readyAt: number;
   cause: string | undefined;
 }
@@ -132,7 +139,7 @@ export class Outbox {
     const key = `${data.apiVersion}\u0000${data.kind}\u0000${data.namespace}\u0000${data.name}\u0000${data.uid}`;
     const now = this.opts.clock.now();
     const p = this.pending.get(key);
-    if (p) {
+    if (p?.data) {
       p.data = mergeEvents(p.data, data);
       p.cause = cause ?? p.cause;
       if (data.reason === 'added') this.readyThrough(key, now);
@@ -148,6 +155,27 @@ export class Outbox {
     }
     const readyAt = now + this.opts.windowMs;
     this.pending.set(key, { data, readyAt, cause });
+    this.tailReadyAt = readyAt;
+    this.arm(readyAt);
+  }
+
+  /**
+   * Queues an event that is not an object event (an App's health) under `key`, which no object
+   * event uses (prefix it, e.g. `health\u0000<subject>`): a waiting one of the same key is
+   * replaced (the latest verdict is all that matters), never merged. It is ready after the
+   * coalescing window, as a changed object's event is.
+   *
+   * @param make - Builds the envelope when its batch is formed; a throw drops it (logged).
+   */
+  enqueueEvent(key: string, make: (now: number) => KappEvent): void {
+    if (this.closed) return;
+    const p = this.pending.get(key);
+    if (p) {
+      p.make = make;
+      return;
+    }
+    const readyAt = this.opts.clock.now() + this.opts.windowMs;
+    this.pending.set(key, { make, readyAt, cause: undefined });
     this.tailReadyAt = readyAt;
     this.arm(readyAt);
   }
@@ -221,9 +249,17 @@ export class Outbox {
       else this.arm(head.value.readyAt);
       return;
     }
-    const events: ObjectEvent[] = [];
+    const events: KappEvent[] = [];
     const valid: ObjectEventData[] = [];
-    for (const { data: d, cause } of batch) {
+    for (const { data: d, make, cause } of batch) {
+      if (!d) {
+        try {
+          if (make) events.push(make(now));
+        } catch (err) {
+          this.opts.logger.warn({ err }, 'dropping an event that does not validate');
+        }
+        continue;
+      }
       try {
         events.push(this.opts.build(d, now, cause));
         valid.push(d);
@@ -244,7 +280,7 @@ export class Outbox {
     void this.deliver(valid, events, 0);
   }
 
-  private async deliver(batch: ObjectEventData[], events: ObjectEvent[], attempt: number): Promise<void> {
+  private async deliver(batch: ObjectEventData[], events: KappEvent[], attempt: number): Promise<void> {
     try {
       await this.opts.transport.send(events);
     } catch (err) {

@@ -126,6 +126,11 @@ const COUNTERS: ReadonlyArray<[CounterKey, string, string]> = [
   ['watchErrors', 'watch_errors', 'Failed list or watch calls other than 410.'],
   ['drift', 'drift', 'Hand edits and deletions of deployed objects seen (each sent as ref-changed).'],
   ['quiet', 'quiet_sync_periods', 'Sync periods that passed without an event (reconcile by exception).'],
+  [
+    'health',
+    'health_events',
+    "Apps' health sent to fetch (each a change of their kapp-lambda.carvel.dev/Healthy condition).",
+  ],
 ];
 
 /** Sums a forwarder's counters over leadership terms (each term has a new forwarder). */

@@ -7,7 +7,7 @@
 
 import { isPipelineStage, type PipelineStage } from '../../functions/lib/api/functions.js';
 import { type EventSender, sendAll } from '../../functions/lib/transport/port.js';
-import { type ObjectEvent, targetFunction } from '../schema.js';
+import { type KappEvent, targetFunction } from '../schema.js';
 
 /**
  * Delivers events. The forwarder calls `send` with at most one batch outstanding (its
@@ -20,11 +20,12 @@ import { type ObjectEvent, targetFunction } from '../schema.js';
  */
 export interface Transport {
   /**
-   * @param events - One batch, 1..`batchSize` events, in emission order; at most one event per
-   *   object (kind, namespace, name, uid).
+   * @param events - One batch, 1..`batchSize` events, in emission order; at most one object
+   *   event per object (kind, namespace, name, uid), and at most one health event per App
+   *   (`dev.kapp-lambda.health.v1`, to the fetch function).
    * @throws any error to have the whole batch retried.
    */
-  send(events: ObjectEvent[]): Promise<void>;
+  send(events: KappEvent[]): Promise<void>;
 }
 
 /** Options of {@link transportToStages}. */
@@ -34,7 +35,7 @@ export interface StageTransportOptions {
    * queue; kept so a kind added to the contract before its function cannot block the batch);
    * the event is then skipped. Default: ignore.
    */
-  onUnrouted?: (event: ObjectEvent) => void;
+  onUnrouted?: (event: KappEvent) => void;
 }
 
 /**
@@ -53,7 +54,7 @@ export interface StageTransportOptions {
 export function transportToStages(sender: EventSender, options: StageTransportOptions = {}): Transport {
   return {
     async send(events) {
-      const routed: { stage: PipelineStage; event: ObjectEvent }[] = [];
+      const routed: { stage: PipelineStage; event: KappEvent }[] = [];
       for (const event of events) {
         const stage = targetFunction(event);
         if (isPipelineStage(stage)) routed.push({ stage, event });

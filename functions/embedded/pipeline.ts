@@ -7,7 +7,14 @@
  * retried from that stage. Each stage runs through `dispatchWithRetryBound`: `dispatchEvent`,
  * the routing every Lambda function entry uses, with the same retry bound.
  */
-import { type FunctionName, type KappEvent, objectRefOf, orderingKey, targetFunction } from '../../events/schema.js';
+import {
+  EVENT_TYPES,
+  type FunctionName,
+  type KappEvent,
+  objectRefOf,
+  orderingKey,
+  targetFunction,
+} from '../../events/schema.js';
 import { emitRefusal } from '../lib/entry/sender.js';
 import { withSignal } from '../lib/exec/deadline.js';
 import { coalesceEvents } from '../lib/lease/coalesce.js';
@@ -115,9 +122,17 @@ export class EmbeddedPipeline {
     });
   }
 
-  /** Accepts a batch of events (the forwarder's `Transport.send`). Never rejects. */
+  /**
+   * Accepts a batch of events (the forwarder's `Transport.send`). Never rejects. An App's health
+   * event waits under a key of its own (`<ordering key>#health`): coalesced with the App's object
+   * events, one would replace the other, and neither may be lost (its status write is fenced and
+   * checks that no reconcile runs, so it needs no turn among the App's runs).
+   */
   async send(events: readonly KappEvent[]): Promise<void> {
-    for (const e of events) this.queue.add(orderingKey(objectRefOf(e)), e);
+    for (const e of events) {
+      const key = orderingKey(objectRefOf(e));
+      this.queue.add(e.type === EVENT_TYPES.health ? `${key}#health` : key, e);
+    }
   }
 
   /**

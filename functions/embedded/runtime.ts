@@ -120,6 +120,14 @@ export interface EmbeddedOptions {
     stallTimeoutMs?: number;
     watchTimeoutSeconds?: number;
     wrapWatcher?: (view: ObjectWatcher) => ObjectWatcher;
+    /**
+     * Health after deploy (`events/forwarder/health.ts`): the App condition
+     * `kapp-lambda.carvel.dev/Healthy`, mirrored on PackageInstalls. Default true; false keeps
+     * the drift watches metadata only and adds no condition.
+     */
+    health?: boolean;
+    /** Wait between a workload's health change and its check, ms. Default 1000. */
+    healthDebounceMs?: number;
   };
   /** Overrides of the pipeline configuration. */
   config?: Partial<PipelineConfig>;

@@ -38,11 +38,20 @@ function packageDoc(version: string): object {
   return inlineConfigMapPackageDoc(REF_NAME, version, 'rollout');
 }
 
+/** 4.0.0 does not render (its config is not YAML): its App fails at template, wherever it goes. */
+const BROKEN = '4.0.0';
+
 function repo(ns: string, versions: string[]): object {
+  const doc = (v: string) => {
+    const d = packageDoc(v) as { spec: { template: { spec: { fetch: { inline: { paths: object } }[] } } } };
+    if (v === BROKEN)
+      (d.spec.template.spec.fetch[0] as { inline: { paths: object } }).inline.paths = { 'config.yml': 'a: [' };
+    return d;
+  };
   return inlineRepositoryManifest(
     ns,
     'repo',
-    Object.fromEntries(versions.map((v) => [`packages/${v}.yml`, stringify(packageDoc(v))])),
+    Object.fromEntries(versions.map((v) => [`packages/${v}.yml`, stringify(doc(v))])),
   );
 }
 
@@ -194,5 +203,38 @@ describe('fleet rollout in waves', () => {
       'released',
       'released',
     ]);
+  }, 420_000);
+
+  it("a version that fails in the first wave stops the rollout, saying why, and the later waves' Apps are not touched", async () => {
+    const store = runtimes[0]!.runtime.store;
+    const policy = `e2e-${id}`;
+    const [a, b, c] = CLUSTERS as [(typeof CLUSTERS)[0], (typeof CLUSTERS)[0], (typeof CLUSTERS)[0]];
+    const generation = async (ns: string) =>
+      (await getObject<{ metadata: { generation: number } }>('apps.kappctrl.k14s.io', ns, 'app'))?.metadata.generation;
+    const before = { b: await generation(b.ns), c: await generation(c.ns) };
+    for (const cl of [...CLUSTERS].reverse()) await apply(repo(cl.ns, ['1.0.0', '2.0.0', '3.0.0', BROKEN]));
+    const failed = await waitPkgi(a.ns, `${BROKEN} failed`, (p) =>
+      Boolean(p?.status?.conditions?.[0]?.type === 'ReconcileFailed'),
+    );
+    expect(failed.status?.conditions?.[0]?.type).toBe('ReconcileFailed');
+    const stopped = await waitFor(
+      'the rollout stopped',
+      async () => {
+        const r = (await readRollout(store, policy, REF_NAME))?.record;
+        return r?.target === BROKEN && r.status === 'stopped' ? r : undefined;
+      },
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
+    expect(stopped.cause).toMatch(
+      new RegExp(`^wave w0: 1 failed \\(maxUnavailable 0\\), first ${a.context} ${a.ns}/app: `),
+    );
+    expect(stopped.waves.slice(1).map((w) => w.releasedAt)).toEqual([undefined, undefined]);
+    // The stop is on the held PackageInstalls too, and they keep 3.0.0 with their Apps as they were.
+    const held = await waitPkgi(b.ns, 'told the rollout stopped', (p) =>
+      Boolean(p?.status?.conditions?.some((x) => x.type === KappLambdaConditionType.Rollout && x.reason === 'Stopped')),
+    );
+    expect(held.status?.version).toBe('3.0.0');
+    expect((await getObject<PkgiObject>(PKGI, c.ns, 'app'))?.status?.version).toBe('3.0.0');
+    expect({ b: await generation(b.ns), c: await generation(c.ns) }).toEqual(before);
   }, 420_000);
 });

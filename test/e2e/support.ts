@@ -482,6 +482,10 @@ export async function startRuntime(
     retry: { baseRetryMs: 200, maxRetryMs: 5000 },
     ...PATIENT_LEASE,
     ...o,
+    // Health after deploy adds a condition after kapp-controller's a second after each
+    // reconcile; the files that compare `conditions` whole with upstream's run without it, and
+    // the files about health turn it on (`forwarder: { health: true }`).
+    forwarder: { health: false, ...o.forwarder },
   });
   let runtime = startEmbedded(options(overrides));
   const logsFor = (ns: string, name: string) =>

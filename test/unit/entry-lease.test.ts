@@ -74,7 +74,7 @@ describe('the run lease across the stage functions', () => {
     // The run of generation 2 holds the lease on its way to template.
     const lease = parseLease(await w.store.get(leaseKey(REF)));
     const next = sender.sent[1]?.event;
-    expect(lease.holder).toBe(next && next.type !== 'dev.kapp-lambda.object.v1' ? `run:${next.data.run.runId}` : '');
+    expect(lease.holder).toBe(next && 'run' in next.data ? `run:${next.data.run.runId}` : '');
     expect(lease.pending).toBeUndefined();
   });
 

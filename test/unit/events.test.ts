@@ -101,7 +101,7 @@ describe('sample events', () => {
     'invalid.generation-string.json': 'data.generation: expected number, received string',
     'invalid.template-missing-fetch-key.json': 'data.artifacts.fetchKey: expected string, received undefined',
     'invalid.unknown-type.json':
-      'type: expected one of "dev.kapp-lambda.object.v1" | "dev.kapp-lambda.stage.template.v1" | "dev.kapp-lambda.stage.deploy.v1" | "dev.kapp-lambda.stage.delete.v1" | "dev.kapp-lambda.repo.indexed.v1", received "dev.kapp-lambda.object.v2"',
+      'type: expected one of "dev.kapp-lambda.object.v1" | "dev.kapp-lambda.stage.template.v1" | "dev.kapp-lambda.stage.deploy.v1" | "dev.kapp-lambda.stage.delete.v1" | "dev.kapp-lambda.repo.indexed.v1" | "dev.kapp-lambda.health.v1", received "dev.kapp-lambda.object.v2"',
     'invalid.deploy-not-an-app.json': 'data.object.kind: expected "App", received "PackageInstall"',
     'invalid.delete-not-an-app.json':
       'time: expected an RFC 3339 timestamp; data.object.kind: expected "App", received "PackageInstall"',

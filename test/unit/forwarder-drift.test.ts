@@ -15,7 +15,15 @@ import {
 } from '../../events/forwarder/quiet.js';
 import { FakeObjectWatcher } from '../../events/forwarder/testing.js';
 import type { Transport } from '../../events/forwarder/transport.js';
-import type { ObjectEvent } from '../../events/schema.js';
+import {
+  EVENT_TYPES,
+  type HealthEvent,
+  healthMessage,
+  type KappEvent,
+  type ObjectEvent,
+  parseEvent,
+  targetFunction,
+} from '../../events/schema.js';
 import { type KubeObject, WatchGoneError } from '../../functions/lib/kube/port.js';
 import { parseControllerConfigData } from '../../functions/lib/reconcile/controller-config.js';
 
@@ -137,10 +145,15 @@ function byKapp(name: string, at: number): KubeObject {
   return d;
 }
 
+/** Records object events; health events (`forwarder-health.test.ts`) are kept apart. */
 class Recorder implements Transport {
   readonly events: ObjectEvent[] = [];
-  async send(events: ObjectEvent[]): Promise<void> {
-    this.events.push(...events);
+  readonly health: KappEvent[] = [];
+  async send(events: KappEvent[]): Promise<void> {
+    for (const e of events) {
+      if (e.type === 'dev.kapp-lambda.object.v1') this.events.push(e);
+      else this.health.push(e);
+    }
   }
   take(): string[] {
     const out = this.events.map((e) => `${e.data.reason}${e.data.cause ? ` ${e.data.cause}` : ''}`);
@@ -496,7 +509,9 @@ describe('forwarder: reconcile by exception', () => {
     expect(transport.take()).toEqual(['ref-changed drift: apps/v1 Deployment default/web deleted']);
     expect(fwd!.stats().drift).toBe(2);
     const [list] = watcher.listCalls(DEPLOYMENT);
-    expect(list).toMatchObject({ labelSelector: LABEL, metadataOnly: true });
+    // A Deployment's health is judged (`health.ts`): its watch reads whole objects; without health, metadata only.
+    expect(list).toMatchObject({ labelSelector: LABEL });
+    expect(list?.metadataOnly).toBeFalsy();
   });
 
   it("a hand edit under kapp's field manager name, or behind a forged managedFields entry, is drift", async () => {
@@ -811,5 +826,103 @@ describe('forwarder: reconcile by exception', () => {
     await settle(36_000);
     expect(transport.take()).toEqual(['resync']);
     expect(fwd!.stats().quiet).toBe(0);
+  });
+});
+
+describe('forwarder: health after deploy (health.ts)', () => {
+  const HEALTHY = 'kapp-lambda.carvel.dev/Healthy';
+  const UNAVAILABLE = 'Available=False (MinimumReplicasUnavailable)';
+  const healthEvents = () => transport.health.filter((e): e is HealthEvent => e.type === EVENT_TYPES.health);
+  /** The App of `deployedStatus`, reconciled 10 s ago; `conditions` after kapp-controller's. */
+  const reconciled = (extra: object[] = [], first = 'ReconcileSucceeded') =>
+    app({ status: deployedStatus(T0 - 10_000, { conditions: [{ type: first, status: 'True' }, ...extra] }) });
+  /** Deployment `web` of the App, written by kapp only, with an inline env value in its pod template. */
+  const web = (available: boolean): KubeObject => ({
+    ...byKapp('web', T0 - 20_000),
+    spec: { replicas: 1, template: { spec: { containers: [{ name: 'c', env: [{ name: 'T', value: 'secret' }] }] } } },
+    status: {
+      observedGeneration: 1,
+      replicas: 1,
+      updatedReplicas: 1,
+      conditions: [
+        {
+          type: 'Available',
+          status: available ? 'True' : 'False',
+          reason: available ? 'MinimumReplicasAvailable' : 'MinimumReplicasUnavailable',
+        },
+      ],
+    },
+  });
+
+  it('sends the health of a reconciled App to fetch, and again only when it changes', async () => {
+    watcher.apply(reconciled());
+    watcher.apply(web(true));
+    start();
+    await settle(1500);
+    const [first, ...more] = healthEvents();
+    expect(more).toEqual([]);
+    expect(first?.data).toMatchObject({ status: 'True', reason: 'Healthy', unhealthy: [] });
+    expect(first?.data.object).toMatchObject({ kind: 'App', namespace: 'default', name: 'a', uid: 'uid-a' });
+    expect(targetFunction(first!)).toBe('fetch');
+    expect(parseEvent(JSON.stringify(first)).ok).toBe(true);
+    expect(JSON.stringify(first)).not.toContain('secret');
+
+    // The fetch function wrote it: nothing more to send.
+    transport.health.length = 0;
+    watcher.apply(
+      reconciled([{ type: HEALTHY, status: 'True', reason: 'Healthy', message: healthMessage({ unhealthy: [] }) }]),
+    );
+    await settle(1500);
+    expect(healthEvents()).toEqual([]);
+
+    // Its Deployment loses its pods: False after the debounce, the resource named; no drift (a status write).
+    watcher.apply(web(false));
+    await settle(1500);
+    expect(healthEvents().map((e) => e.data)).toEqual([
+      expect.objectContaining({
+        status: 'False',
+        reason: 'Unhealthy',
+        unhealthy: [{ kind: 'Deployment', namespace: 'default', name: 'web', why: UNAVAILABLE }],
+      }),
+    ]);
+    expect(transport.take()).toEqual([]);
+    expect(fwd!.stats().health).toBe(2);
+  });
+
+  it('waits for a reconcile to end, and judges an App that deployed no workload healthy', async () => {
+    const configMapOnly = (first: string) => {
+      const status = deployedStatus(T0 - 10_000, { conditions: [{ type: first, status: 'True' }] });
+      const deploy = status.deploy as { kapp: { associatedResources: { groupKinds: object[] } } };
+      deploy.kapp.associatedResources.groupKinds = [{ group: '', kind: 'ConfigMap' }];
+      return app({ status });
+    };
+    watcher.serve({ apiVersion: 'v1', kind: 'ConfigMap' }, 'configmaps');
+    watcher.apply(configMapOnly('Reconciling'));
+    start();
+    await settle(1500);
+    expect(healthEvents()).toEqual([]);
+    watcher.apply(configMapOnly('ReconcileSucceeded'));
+    await settle(1500);
+    expect(healthEvents().map((e) => e.data.status)).toEqual(['True']);
+  });
+
+  it('after a restart sends nothing for an App whose condition already says its health', async () => {
+    const message = healthMessage({
+      unhealthy: [{ kind: 'Deployment', namespace: 'default', name: 'web', why: UNAVAILABLE }],
+    });
+    watcher.apply(reconciled([{ type: HEALTHY, status: 'False', reason: 'Unhealthy', message }]));
+    watcher.apply(web(false));
+    start();
+    await settle(1500);
+    expect(healthEvents()).toEqual([]);
+  });
+
+  it('with health off, drift watches stay metadata only and no health is sent', async () => {
+    watcher.apply(reconciled());
+    watcher.apply(web(true));
+    start({ health: false });
+    await settle(1500);
+    expect(healthEvents()).toEqual([]);
+    expect(watcher.listCalls(DEPLOYMENT)[0]).toMatchObject({ metadataOnly: true });
   });
 });

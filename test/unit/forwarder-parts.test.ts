@@ -350,7 +350,7 @@ describe('Outbox', () => {
     const box = new Outbox({
       transport: {
         send: async (e) => {
-          sent.push(e);
+          sent.push(e as ObjectEvent[]);
         },
       },
       build: (d, now) => ({ data: d, time: new Date(now).toISOString() }) as unknown as ObjectEvent,
@@ -379,7 +379,7 @@ describe('Outbox', () => {
     const box = new Outbox({
       transport: {
         send: async (e) => {
-          sent.push(e);
+          sent.push(e as ObjectEvent[]);
         },
       },
       build: (d, now) => ({ data: d, time: new Date(now).toISOString() }) as unknown as ObjectEvent,

@@ -18,7 +18,7 @@ import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { packageSelection } from '../../functions/lib/packaging/select.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
-import { checkRollouts } from '../../functions/lib/pipeline/install/rollout-pokes.js';
+import { checkRollouts, ENDED_POKE_WINDOW_MS } from '../../functions/lib/pipeline/install/rollout-pokes.js';
 import { fleetEntryOf, ROLLOUT_WAVE_CHECK } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
@@ -134,6 +134,14 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
     await run(id);
     return await run(id, succeeded);
   }
+  /** c1 (wave canary) and c2 (wave rest) at 1.0.0, then 2.0.0 published and c1's run at 1 s: the rollout started. */
+  async function rolloutStarted() {
+    await install('c1');
+    await install('c2');
+    published.push('2.0.0');
+    now = T0 + 1000;
+    return await run('c1');
+  }
   return {
     store,
     emitted,
@@ -141,6 +149,7 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
     logs: () => log.records,
     run,
     install,
+    rolloutStarted,
     publish: (v: string) => published.push(v),
     at: (s: number) => {
       now = T0 + s * 1000;
@@ -256,13 +265,35 @@ describe('install: the rollout gate', () => {
     expect((await readRollout(f.store, 'default', REF_NAME))?.record.status).toBe('completed');
   });
 
+  it('a version published while a rollout moves waits behind it; the run that ends the rollout pokes every member, and the next starts', async () => {
+    const f = fleet();
+    await f.rolloutStarted();
+    f.at(5);
+    await f.run('c1', succeeded);
+    f.at(35);
+    await f.run('c1');
+    f.at(36);
+    await f.run('c2');
+    // 3.0.0 arrives while 2.0.0 is still rolling out: c1 stays at 2.0.0.
+    f.publish('3.0.0');
+    expect((await f.run('c1')).appVersion).toBe('2.0.0');
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.target).toBe('2.0.0');
+    f.emitted.length = 0;
+    f.at(40);
+    expect((await f.run('c2', succeeded)).status.conditions?.[1]?.reason).toBe('Completed');
+    // The completing run pokes every member: nothing else would run them before their sync period.
+    expect(f.emitted.map((e) => [e.subject, (e.data as { cause?: string }).cause])).toEqual([
+      ['c1/PackageInstall/ns/inst', `rollout: default/${REF_NAME} of 2.0.0 ended: selecting again`],
+      ['c2/PackageInstall/ns/inst', `rollout: default/${REF_NAME} of 2.0.0 ended: selecting again`],
+    ]);
+    f.at(41);
+    expect((await f.run('c1')).appVersion).toBe('3.0.0');
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record).toMatchObject({ target: '3.0.0', from: '2.0.0' });
+  });
+
   it('a failed reconcile of the target in wave 1 stops the rollout: the later wave stays held', async () => {
     const f = fleet();
-    await f.install('c1');
-    await f.install('c2');
-    f.publish('2.0.0');
-    f.at(1);
-    expect((await f.run('c1')).appVersion).toBe('2.0.0');
+    expect((await f.rolloutStarted()).appVersion).toBe('2.0.0');
     f.at(3);
     const failed = await f.run('c1', failedApp);
     expect(failed.status.conditions?.map((c) => c.type)).toEqual(['ReconcileFailed', ROLLOUT]);
@@ -331,11 +362,7 @@ describe('install: the rollout gate', () => {
 
   it('the rollout check pokes the served members of a released wave behind the target, once per release', async () => {
     const f = fleet();
-    await f.install('c1');
-    await f.install('c2');
-    f.publish('2.0.0');
-    f.at(1);
-    await f.run('c1');
+    await f.rolloutStarted();
     f.at(5);
     await f.run('c1', succeeded);
     f.emitted.length = 0;
@@ -350,6 +377,26 @@ describe('install: the rollout gate', () => {
       new Date(T0 + 36_000).toISOString(),
     );
     expect(await checkRollouts(deps, poked)).toBe(0);
+  });
+
+  it('the rollout check of another runtime pokes its members once when a rollout ended elsewhere, within the window only', async () => {
+    const f = fleet();
+    await f.rolloutStarted();
+    f.at(3);
+    // c1's run stops the rollout (its runtime pokes what it serves); c2's runtime learns it by its check.
+    await f.run('c1', failedApp);
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.status).toBe('stopped');
+    f.emitted.length = 0;
+    const other = f.depsFor(['c2']);
+    const poked = new Set<string>();
+    expect(await checkRollouts(other, poked)).toBe(1);
+    expect(f.emitted.map((e) => [e.subject, (e.data as { cause?: string }).cause])).toEqual([
+      ['c2/PackageInstall/ns/inst', `rollout: default/${REF_NAME} of 2.0.0 ended: selecting again`],
+    ]);
+    expect(await checkRollouts(other, poked)).toBe(0);
+    // A runtime that starts after the window does not poke for that end.
+    f.at(3 + ENDED_POKE_WINDOW_MS / 1000 + 1);
+    expect(await checkRollouts(f.depsFor(['c2']), new Set())).toBe(0);
   });
 });
 

@@ -135,7 +135,7 @@ function fenceWorld() {
   };
 }
 
-const runOf = (e: KappEvent) => (e.type === EVENT_TYPES.object ? '' : e.data.run.runId);
+const runOf = (e: KappEvent) => ('run' in e.data ? e.data.run.runId : '');
 
 describe('the run lease fence: a stage of a run that lost its lease does nothing', () => {
   it.each([

@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import {
   deleteEvent,
   deployEvent,
+  healthEvent,
   type KappEvent,
   type ObjectRef,
   objectEvent,
@@ -105,6 +106,7 @@ const SHAPES: Record<string, KappEvent> = {
     },
     { time },
   ),
+  health: healthEvent({ object: REF, status: 'True', reason: 'Healthy', unhealthy: [] }, { time }),
 };
 
 /** The table, written out (not read from `EMITS`): what each sender's row takes. */
@@ -116,6 +118,7 @@ const TAKES: Record<EventSenderName, string[]> = {
     'object PackageInstall ref-changed',
     'object PackageRepository',
     'object PackageRepository ref-changed',
+    'health',
   ],
   fetch: ['object App', 'object App ref-changed', 'template', 'rollback', 'inspect after fetch failure', 'delete'],
   template: ['object App', 'object App ref-changed', 'deploy', 'inspect after template failure'],

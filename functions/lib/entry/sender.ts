@@ -7,7 +7,8 @@
  *   which names the function each role belongs to) and that function is one that sends such an
  *   event ({@link mayEmit}, the table {@link EMITS}): hand-offs between stages, follow-ups; a
  *   function only ever sends events for the cluster of an event it took; or
- * - C's forwarder sent it, and it is an object event (the only kind a forwarder sends): the role
+ * - C's forwarder sent it, and it is an object event or an App's health (what a forwarder sends,
+ *   {@link EMITS}): the role
  *   id in C's registry document (`forwarder.roleId`, `../kube/cluster-doc.ts`), the per-cluster
  *   role the CDK app creates (`ForwarderRoleId<Id>`).
  *
@@ -74,7 +75,9 @@ export type EventSenderName = PipelineStage | 'forwarder';
  * - `inspect after <stage> failure`: a deploy event with `afterFailure: <stage>` (no manifest: the
  *   deploy function only inspects and ends the run);
  * - `delete`: the delete hand-off (`kapp delete` of an App being deleted);
- * - `repo.indexed`: a repository's changed Package versions (install fans them out).
+ * - `repo.indexed`: a repository's changed Package versions (install fans them out);
+ * - `health`: an App's health after deploy, as the forwarder's watches judge it (the fetch
+ *   function writes it as an added condition, `../pipeline/app/health.ts`).
  */
 export type EmittedShape =
   | `object ${Kind}`
@@ -85,7 +88,8 @@ export type EmittedShape =
   | 'rollback'
   | `inspect after ${(typeof INSPECT_AFTER_STAGES)[number]} failure`
   | 'delete'
-  | 'repo.indexed';
+  | 'repo.indexed'
+  | 'health';
 
 /**
  * The events each sender emits, from the emit sites in the code; every other event from that
@@ -93,7 +97,7 @@ export type EmittedShape =
  *
  * | sender | emits | where |
  * |---|---|---|
- * | forwarder | `object App`, `object PackageInstall`, `object PackageRepository` (any reason) | `events/forwarder/outbox.ts` |
+ * | forwarder | `object App`, `object PackageInstall`, `object PackageRepository` (any reason), `health` | `events/forwarder/outbox.ts`, `events/forwarder/forwarder.ts` |
  * | fetch | `template`, `inspect after fetch failure`, `rollback`, `delete`, `object App` | `../pipeline/app/fetch.ts`, `../pipeline/app/reconcile.ts`, `../pipeline/app/rollback.ts`; follow-ups and restarts |
  * | template | `deploy`, `inspect after template failure`, `object App` | `../pipeline/app/template.ts`; follow-ups and restarts |
  * | deploy | `deploy continuation`, `object App` | `../pipeline/routes/deploy.ts`; follow-ups and restarts |
@@ -110,12 +114,14 @@ export type EmittedShape =
  * function a `deploy` naming a manifest it wrote itself, and deploy would apply it with the
  * App's credentials; fetch only ever sends an `inspect after fetch failure`, which names no
  * manifest. Likewise a forwarder (a tenant cluster's pod) sends only object events, which are
- * references the functions re-read, never artifacts to act on. Object events of Apps stay open to
+ * references the functions re-read, never artifacts to act on, and `health`, which at most sets
+ * one added condition of one App of its own cluster (fenced on the App's generation, and only
+ * while kapp-controller's condition says no reconcile runs). Object events of Apps stay open to
  * fetch, template and deploy: as any object event they name no artifact, and the functions act
  * on the App as they re-read it, so at most they make an App run again.
  */
 export const EMITS: Readonly<Record<EventSenderName, readonly EmittedShape[]>> = Object.freeze({
-  forwarder: KINDS.map((k) => `object ${k}` as const),
+  forwarder: [...KINDS.map((k) => `object ${k}` as const), 'health'],
   fetch: ['template', 'inspect after fetch failure', 'rollback', 'delete', 'object App'],
   template: ['deploy', 'inspect after template failure', 'object App'],
   deploy: ['deploy continuation', 'object App'],
@@ -143,6 +149,8 @@ export function emittedShape(event: KappEvent): EmittedShape {
       return 'delete';
     case EVENT_TYPES.repoIndexed:
       return 'repo.indexed';
+    case EVENT_TYPES.health:
+      return 'health';
   }
 }
 

@@ -23,11 +23,15 @@ import { EVENT_TYPES, type KappEvent, strongerReason } from '../../../events/sch
  * @returns `pending` itself when it is kept, so the queue keeps its retry backoff.
  */
 export function coalesceEvents(pending: KappEvent, next: KappEvent): KappEvent {
+  // A health event never shares a key with an object event (the embedded queue keys it apart);
+  // should it, neither replaces the other's kind: the health is dropped, the run kept.
+  if (next.type === EVENT_TYPES.health) return pending.type === EVENT_TYPES.health ? next : pending;
   if (next.type !== EVENT_TYPES.object) return next;
   if (pending.type === EVENT_TYPES.object) {
     const reason = strongerReason(pending.data.reason, next.data.reason);
     return reason === next.data.reason ? next : { ...next, data: { ...next.data, reason } };
   }
+  if (pending.type === EVENT_TYPES.health) return next; // takes no lease: never pending
   const { object, run } = pending.data;
   const sameRun = next.data.uid === object.uid && next.data.generation === run.generation;
   return next.data.reason === 'resync' && sameRun ? pending : next;

@@ -113,9 +113,14 @@ export function leaseKey(ref: ObjectIdentity): string {
   return `${LEASE_PREFIX}${ref.clusterId}/${ref.namespace}/${ref.name}.json`;
 }
 
-/** Who an event runs as: `run:<runId>` for a stage event (every stage of a run), `event:<id>` for an object event. */
+/**
+ * Who an event runs as: `run:<runId>` for a stage event (every stage of a run), `event:<id>` for
+ * an object event (and a health event, which takes no lease).
+ */
 export function holderOf(event: KappEvent): string {
-  return event.type === EVENT_TYPES.object ? `event:${event.id}` : `run:${event.data.run.runId}`;
+  return event.type === EVENT_TYPES.object || event.type === EVENT_TYPES.health
+    ? `event:${event.id}`
+    : `run:${event.data.run.runId}`;
 }
 
 /**

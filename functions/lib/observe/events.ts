@@ -36,6 +36,12 @@ export const EVENT_REASONS = Object.freeze({
   DeleteFailed: 'Warning',
   /** Ours: the forwarder saw a hand edit or deletion of what the App deployed; this run reverts it. */
   DriftDetected: 'Normal',
+  /** Ours: what the App deployed became healthy (`kapp-lambda.carvel.dev/Healthy` True). */
+  Healthy: 'Normal',
+  /** Ours: a workload the App deployed failed after its reconcile (`Healthy` False). */
+  Unhealthy: 'Warning',
+  /** Ours: a workload the App deployed is rolling out again (`Healthy` Unknown). */
+  HealthProgressing: 'Normal',
 } as const);
 
 /** A reason of {@link EVENT_REASONS}. */

@@ -84,7 +84,19 @@ export interface ReconcileMetrics {
   forget(target: MetricTarget): void;
   /** Sets a gauge, in seconds; `firstReconcile` is its label (the object never finished a reconcile before). */
   time(target: MetricTarget, phase: ReconcilePhase, firstReconcile: boolean, seconds: number): void;
+  /**
+   * Ours: the App's health after deploy as its `kapp-lambda.carvel.dev/Healthy` condition says
+   * ({@link HEALTH_METRIC}, one series per status value, 1 for the current one, as
+   * kube-state-metrics shows conditions). Optional: an adapter without it shows no health.
+   */
+  health?(target: MetricTarget, status: 'True' | 'False' | 'Unknown'): void;
 }
+
+/** The health gauge ({@link ReconcileMetrics.health}): label `status` (`True`, `False`, `Unknown`). */
+export const HEALTH_METRIC = Object.freeze({
+  name: 'kapp_lambda_app_healthy',
+  help: 'Health of what the App deployed, by its kapp-lambda.carvel.dev/Healthy condition status (1: current)',
+});
 
 /** The CloudWatch namespace of {@link EmfReconcileMetrics} by default. */
 export const DEFAULT_EMF_NAMESPACE = 'kapp-lambda';
@@ -141,6 +153,14 @@ export class EmfReconcileMetrics implements ReconcileMetrics {
   /** {@inheritDoc ReconcileMetrics.time} */
   time(target: MetricTarget, phase: ReconcilePhase, firstReconcile: boolean, seconds: number): void {
     this.#line(target, TIME_METRICS[phase].name, seconds, 'Seconds', String(firstReconcile));
+  }
+
+  /**
+   * {@inheritDoc ReconcileMetrics.health} As one value per change: 1 for `True`, 0 for `False`
+   * (CloudWatch keeps no series per status); `Unknown` (a workload rolling out) writes nothing.
+   */
+  health(target: MetricTarget, status: 'True' | 'False' | 'Unknown'): void {
+    if (status !== 'Unknown') this.#line(target, HEALTH_METRIC.name, status === 'True' ? 1 : 0, 'None');
   }
 
   #line(t: MetricTarget, metric: string, value: number, unit: string, firstReconcile?: string): void {

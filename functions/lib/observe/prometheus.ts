@@ -8,12 +8,15 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import {
   COUNT_METRICS,
+  HEALTH_METRIC,
   type MetricTarget,
   type ReconcileCount,
   type ReconcileMetrics,
   type ReconcilePhase,
   TIME_METRICS,
 } from './metrics.js';
+
+const HEALTH_STATUS_VALUES = ['True', 'False', 'Unknown'] as const;
 
 /** Options of {@link PrometheusReconcileMetrics}. */
 export interface PrometheusMetricsOptions {
@@ -33,6 +36,9 @@ export class PrometheusReconcileMetrics implements ReconcileMetrics {
   readonly #clusterLabel: boolean;
   readonly #counters: Record<ReconcileCount, Counter>;
   readonly #gauges: Record<ReconcilePhase, Gauge>;
+  /** Made at the first {@link health} call, so the registry shows upstream's series alone until then. */
+  #health: Gauge | undefined;
+  readonly #healthLabels: string[];
 
   /** See {@link PrometheusMetricsOptions}. */
   constructor(options: PrometheusMetricsOptions = {}) {
@@ -59,6 +65,7 @@ export class PrometheusReconcileMetrics implements ReconcileMetrics {
       template: gauge(TIME_METRICS.template),
       deploy: gauge(TIME_METRICS.deploy),
     };
+    this.#healthLabels = [...base, 'status'];
   }
 
   #labels(t: MetricTarget): Record<string, string> {
@@ -79,6 +86,14 @@ export class PrometheusReconcileMetrics implements ReconcileMetrics {
   /** {@inheritDoc ReconcileMetrics.forget} */
   forget(target: MetricTarget): void {
     for (const c of Object.values(this.#counters)) c.remove(this.#labels(target));
+    for (const status of HEALTH_STATUS_VALUES) this.#health?.remove({ ...this.#labels(target), status });
+  }
+
+  /** {@inheritDoc ReconcileMetrics.health} */
+  health(target: MetricTarget, status: 'True' | 'False' | 'Unknown'): void {
+    this.#health ??= new Gauge({ ...HEALTH_METRIC, labelNames: this.#healthLabels, registers: [this.registry] });
+    for (const s of HEALTH_STATUS_VALUES)
+      this.#health.set({ ...this.#labels(target), status: s }, s === status ? 1 : 0);
   }
 
   /** {@inheritDoc ReconcileMetrics.time} */

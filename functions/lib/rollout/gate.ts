@@ -206,25 +206,38 @@ export async function planRolloutRecord(
   return { status: withCondition, entry, previous, gate: { ...gate, record }, members, changed: evaluation.changed };
 }
 
+/** What {@link recordRollout} stored. */
+export interface RecordedRollout {
+  /** The wave indexes this run released (their PackageInstalls want a poke). */
+  released: number[];
+  /**
+   * Whether this run ended the rollout (completed or stopped): every member then wants a poke, so
+   * a version that arrived while it moved (held behind it) starts its own rollout.
+   */
+  ended: boolean;
+}
+
 /**
  * Stores what {@link planRolloutRecord} planned: the entry (when it changed) and the rollout's
  * next state, evaluated again on the record as stored (compare-and-swap: another cluster's run
  * may have moved it meanwhile).
  *
- * @returns the wave indexes this run released (their PackageInstalls want a poke)
  * @throws StoreError, RolloutConflictError
  */
-export async function recordRollout(store: ObjectStore, now: Date, plan: RolloutPlan): Promise<number[]> {
+export async function recordRollout(store: ObjectStore, now: Date, plan: RolloutPlan): Promise<RecordedRollout> {
   await writeFleetEntry(store, plan.entry, plan.previous);
   const gate = plan.gate;
-  if (!plan.changed || !gate?.record) return [];
+  if (!plan.changed || !gate?.record) return { released: [], ended: false };
   let released: number[] = [];
+  let ended = false;
   await casRollout(store, gate.policy.metadata.name, gate.refName, (cur) => {
     released = [];
+    ended = false;
     if (!cur || cur.target !== gate.record?.target || cur.createdAt !== gate.record.createdAt) return undefined;
     const e = evaluateRollout(cur, gate.policy, plan.members, now);
     released = e.released;
+    ended = e.changed && !isFinal(cur.status) && isFinal(e.record.status);
     return e.changed ? e.record : undefined;
   });
-  return released;
+  return { released, ended };
 }

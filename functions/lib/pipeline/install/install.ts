@@ -32,7 +32,12 @@
  */
 import type { ObjectEvent, ObjectRef } from '../../../../events/schema.js';
 import type { Condition } from '../../api/common.js';
-import { Annotation, DEFAULT_PACKAGING_GLOBAL_NAMESPACE, Finalizer } from '../../api/constants.js';
+import {
+  Annotation,
+  DEFAULT_PACKAGING_GLOBAL_NAMESPACE,
+  Finalizer,
+  KappLambdaConditionType,
+} from '../../api/constants.js';
 import type { Package } from '../../api/datapackaging.js';
 import type { PackageInstall, PackageInstallStatus } from '../../api/packaging.js';
 import { parsePackageInstall } from '../../api/parse.js';
@@ -71,7 +76,7 @@ import { type PipelineDeps, secretMaskOf } from '../deps.js';
 import { type OpenedRun, openRun, writeRunStatus } from '../run.js';
 import { parsedReads, type StageKind } from '../stage.js';
 import { appRef } from '../stage-inputs.js';
-import { pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
+import { endCause, pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;
@@ -190,8 +195,26 @@ function hasCondition(app: RawApp, type: string): boolean {
  * `Reconciling` → `[Reconciling]`; `ReconcileSucceeded` → succeeded; `ReconcileFailed` →
  * `[ReconcileFailed "Error (see .status.usefulErrorMessage for details)"]` with the App's
  * usefulErrorMessage; anything else (a new App without status) leaves `[Reconciling]`.
+ *
+ * Ours, after upstream's: the App's `kapp-lambda.carvel.dev/Healthy` condition (health after
+ * deploy, `../app/health.ts`) is copied after the PackageInstall's own conditions, never first
+ * (upstream's condition stays `conditions[0]`), and only while the App has one and the
+ * PackageInstall has a condition before it; otherwise an earlier copy is removed (the App
+ * reconciles again, or its health is not known yet).
  */
 export function mirrorAppStatus(s: PackageInstallStatus, app: RawApp): PackageInstallStatus {
+  const mirrored = mirrorAppReconcile(s, app);
+  const conditions = mirrored.conditions ?? [];
+  const own = conditions.filter((c) => c.type !== KappLambdaConditionType.Healthy);
+  const health = ((app.status as { conditions?: Condition[] } | undefined)?.conditions ?? []).find(
+    (c) => c.type === KappLambdaConditionType.Healthy,
+  );
+  if (health && own.length > 0) return { ...mirrored, conditions: [...own, { ...health }] };
+  return own.length === conditions.length ? mirrored : { ...mirrored, conditions: own };
+}
+
+/** {@link mirrorAppStatus}'s upstream part: the App's reconcile outcome. */
+function mirrorAppReconcile(s: PackageInstallStatus, app: RawApp): PackageInstallStatus {
   const status = app.status as { observedGeneration?: number; usefulErrorMessage?: string } | undefined;
   if ((app.metadata.generation ?? 0) !== (status?.observedGeneration ?? 0)) return s;
   if (hasCondition(app, 'Reconciling')) return s;
@@ -337,7 +360,7 @@ async function planRollout(
  */
 async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
   try {
-    const released = await recordRollout(deps.store, deps.now(), plan);
+    const { released, ended } = await recordRollout(deps.store, deps.now(), plan);
     const record = plan.gate?.record;
     if (!record || !plan.gate) return;
     for (const i of released) {
@@ -347,6 +370,8 @@ async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
       );
       await pokeInstalls(deps, waveMembers(record, plan.gate.policy, plan.members, i), releaseCause(record, i));
     }
+    // A version held behind the rollout that just ended starts its own now, not at a timer.
+    if (ended) await pokeInstalls(deps, plan.members, endCause(record));
   } catch (err) {
     warnFleetOnce(deps, plan.entry.clusterId, 'the run could not record its entry or the rollout', err);
   }

@@ -89,30 +89,71 @@ export function releaseCause(record: RolloutRecord, wave: number): string {
 }
 
 /**
+ * How long after a rollout ended (its last history entry) the rollout check still pokes the
+ * members it serves (once each): 10 min, so a runtime that was down meanwhile still does, and one
+ * started later does not poke every member of every old rollout.
+ */
+export const ENDED_POKE_WINDOW_MS = 10 * 60_000;
+
+/** Whether `r`'s last history entry (its end, for a final one) is at or after `since` (ms). */
+function endedSince(r: RolloutRecord, since: number): boolean {
+  const last = r.history.at(-1)?.at;
+  return last !== undefined && Date.parse(last) >= since;
+}
+
+/** The cause of the pokes of every member once `record` ended (completed, stopped). */
+export function endCause(record: RolloutRecord): string {
+  return `rollout: ${record.policy}/${record.refName} of ${record.target} ended: selecting again`;
+}
+
+/**
  * One rollout check (store reads; a compare-and-swap only when a rollout moves): for each moving
  * rollout, evaluates it with every member (a soak that ended releases the next wave, as the
  * member's own run at its due time would), then pokes the served members of released waves that
- * are not at the target yet, once per release (`poked`, kept by the caller between checks).
+ * are not at the target yet, once per release (`poked`, kept by the caller between checks), and
+ * the served members of a rollout that ended (here or, within {@link ENDED_POKE_WINDOW_MS}, in
+ * another runtime), once per end: a version held behind it starts its own rollout, and a held
+ * member learns the rollout stopped.
  *
  * @returns how many PackageInstalls were poked
  * @throws StoreError, TransportError (the next check tries again)
  */
 export async function checkRollouts(deps: PipelineDeps, poked: Set<string>): Promise<number> {
-  const moving = (await listRollouts(deps.store)).filter((r) => !isFinal(r.status));
-  if (moving.length === 0) return 0;
   const now = deps.now();
+  const rollouts = await listRollouts(deps.store);
+  const moving = rollouts.filter((r) => !isFinal(r.status));
+  // Each end is handled once per runtime (one listing), not at every check of the window.
+  const endKey = (r: RolloutRecord) => `${r.policy}/${r.refName}@${r.createdAt}:${r.status}`;
+  const ended = rollouts.filter(
+    (r) => isFinal(r.status) && !poked.has(endKey(r)) && endedSince(r, now.getTime() - ENDED_POKE_WINDOW_MS),
+  );
+  if (moving.length === 0 && ended.length === 0) return 0;
   const all = await listFleetEntries(deps.store);
   let sent = 0;
+  // A rollout another runtime ended: this runtime's members select again, once per end.
+  for (const r of ended) {
+    poked.add(endKey(r));
+    sent += await pokeInstalls(
+      deps,
+      all.filter((e) => e.refName === r.refName),
+      endCause(r),
+    );
+  }
   for (const seen of moving) {
     const policy = await policyFor(deps.store, seen.refName, now.getTime(), deps.clusters);
     if (!policy || policy.metadata.name !== seen.policy) continue;
     const members = all.filter((e) => e.refName === seen.refName);
+    let ended = false;
     const { record } = await casRollout(deps.store, seen.policy, seen.refName, (cur) => {
+      ended = false;
       if (!cur || cur.createdAt !== seen.createdAt) return undefined;
       const e = evaluateRollout(cur, policy, members, now);
+      ended = e.changed && !isFinal(cur.status) && isFinal(e.record.status);
       return e.changed ? e.record : undefined;
     });
     const r = record ?? seen;
+    // Ended here: every member selects again (a version held behind it starts its own rollout).
+    if (ended) sent += await pokeInstalls(deps, members, endCause(r));
     for (let i = 0; i < r.waves.length; i++) {
       if (!r.waves[i]?.releasedAt) break;
       const behind = waveMembers(r, policy, members, i).filter((e) => {
