@@ -11,7 +11,8 @@
  * minute, kapp-lambda and kapp-controller in alternating order; `steady` is its old name), `drift` (a deployed
  * ConfigMap edited and deleted by hand, a valuesFrom Secret edited: time until reverted or
  * re-rendered, ours next to kapp-controller's), `dedup`, `repositories` (inline PackageRepositories of
- * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `upgrade`,
+ * 50, 100 and 500 Packages, ours and upstream's, plus the fleet case), `upgrade`, `rollout`
+ * (issue 28: a new version through 20 cluster ids in 3 waves, and a failing member stopping it),
  * `forwarder-memory`, `cost` (the fleet cost model from this run's figures, or the latest
  * committed results files for the scenarios not run; starts nothing). The file also carries
  * `targets`: each figure with its target as numbers (`lib/targets.ts`), printed as a second table.
@@ -22,6 +23,7 @@
  * `KAPP_LAMBDA_BENCH_STEADY_WINDOW_S` (idle's window, default 600), `BENCH_IDLE_FIRST` (`ours` or
  * `theirs`: the side idle runs first; default the flip of the last results file's), `BENCH_DRIFT_SAMPLES` (default 3),
  * `BENCH_DEDUP_POLL_MS` (the dedup fleet's source poll period, default 60000: the branch phase's poll wait),
+ * `BENCH_ROLLOUT_WAVES` (default `2,6,12`), `BENCH_ROLLOUT_SOAK_S` (default 30), `BENCH_ROLLOUT_POLL_MS` (default 60000),
  * `KAPP_LAMBDA_CACHE`. Results made with non-default values
  * say so in `config`.
  */
@@ -59,6 +61,7 @@ import {
 } from './scenarios/latency.js';
 import { repositoriesScenario } from './scenarios/repositories.js';
 import { resyncOurs } from './scenarios/resync.js';
+import { DEFAULT_ROLLOUT_SOAK_S, DEFAULT_ROLLOUT_WAVES, rolloutScenario } from './scenarios/rollout.js';
 import { type ThroughputRun, throughputOurs, throughputTheirs } from './scenarios/throughput.js';
 import { DEFAULT_KC_WAIT_S, DEFAULT_POLL_MS, upgradeScenario } from './scenarios/upgrade.js';
 
@@ -73,6 +76,7 @@ const ALL = [
   'dedup',
   'repositories',
   'upgrade',
+  'rollout',
   'forwarder-memory',
   'cost',
 ] as const;
@@ -105,6 +109,9 @@ const CONCURRENCIES = [4, 10];
 const UPGRADE_POLL_MS = Number(process.env.BENCH_UPGRADE_POLL_MS ?? DEFAULT_POLL_MS);
 const UPGRADE_KC_WAIT_S = Number(process.env.BENCH_UPGRADE_KC_WAIT_S ?? DEFAULT_KC_WAIT_S);
 const DEDUP_POLL_MS = Number(process.env.BENCH_DEDUP_POLL_MS ?? DEFAULT_DEDUP_POLL_MS);
+const ROLLOUT_WAVES = process.env.BENCH_ROLLOUT_WAVES?.split(',').map(Number) ?? [...DEFAULT_ROLLOUT_WAVES];
+const ROLLOUT_SOAK_S = Number(process.env.BENCH_ROLLOUT_SOAK_S ?? DEFAULT_ROLLOUT_SOAK_S);
+const ROLLOUT_POLL_MS = Number(process.env.BENCH_ROLLOUT_POLL_MS ?? DEFAULT_POLL_MS);
 const STEADY_APPS = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_APPS ?? DEFAULT_IDLE_APPS);
 const STEADY_WINDOW_S = Number(process.env.KAPP_LAMBDA_BENCH_STEADY_WINDOW_S ?? DEFAULT_IDLE_WINDOW_S);
 const IDLE_FIRST = process.env.BENCH_IDLE_FIRST || undefined;
@@ -118,11 +125,17 @@ for (const [name, v] of [
   ['KAPP_LAMBDA_BENCH_STEADY_APPS', STEADY_APPS],
   ['KAPP_LAMBDA_BENCH_STEADY_WINDOW_S', STEADY_WINDOW_S],
   ['BENCH_DEDUP_POLL_MS', DEDUP_POLL_MS],
+  ['BENCH_ROLLOUT_POLL_MS', ROLLOUT_POLL_MS],
+  ...ROLLOUT_WAVES.map((n) => ['BENCH_ROLLOUT_WAVES', n] as const),
 ] as const) {
   if (!(Number.isInteger(v) && v > 0)) {
     process.stderr.write(`${name} must be a positive integer\n`);
     process.exit(2);
   }
+}
+if (!(Number.isInteger(ROLLOUT_SOAK_S) && ROLLOUT_SOAK_S >= 0)) {
+  process.stderr.write('BENCH_ROLLOUT_SOAK_S must be an integer ≥ 0\n');
+  process.exit(2);
 }
 
 const started = Date.now();
@@ -460,6 +473,14 @@ try {
     });
   }
 
+  if (selected.includes('rollout')) {
+    ctx.results.rollout = await rolloutScenario(ctx, step, {
+      waveSizes: ROLLOUT_WAVES,
+      soakS: ROLLOUT_SOAK_S,
+      pollMs: ROLLOUT_POLL_MS,
+    });
+  }
+
   if (selected.includes('forwarder-memory')) {
     const r = await step('4 forwarder memory', 'RSS', () => forwarderMemory(ctx, MEMORY_COUNTS));
     if (r) {
@@ -506,6 +527,9 @@ const doc = {
     upgradePollMs: UPGRADE_POLL_MS,
     upgradeKcWaitS: UPGRADE_KC_WAIT_S,
     dedupPollMs: DEDUP_POLL_MS,
+    rolloutWaves: ROLLOUT_WAVES,
+    rolloutSoakS: ROLLOUT_SOAK_S,
+    rolloutPollMs: ROLLOUT_POLL_MS,
     steadyApps: STEADY_APPS,
     steadyWindowS: STEADY_WINDOW_S,
     driftSamples: DRIFT_SAMPLES,

@@ -25,7 +25,7 @@ export interface TargetFigure {
   target: number;
   /**
    * `ms`, `bytes`, `MiB`, `runs`, `ratio` (ours/kapp-controller's), `share` (0–1), `per period`,
-   * `CPU-s/min`, `requests/min`, `messages`.
+   * `CPU-s/min`, `requests/min`, `messages`, `clusters`.
    */
   unit: string;
   /** `value <op> target` is the target met. */
@@ -194,6 +194,20 @@ export function computeTargets(results: Record<string, unknown>): Targets {
     put('upgrade.fetchRuns', num(at(up, 'tools', 'repo-fetch', 'vendir')) ?? 0, '==', 1, 'runs');
     put('upgrade.indexRuns', num(at(up, 'tools', 'repo-index', 'kbld')) ?? 0, '==', 1, 'runs');
   }
+
+  // issue 28: a wave soaked → the next released, a release → its last member upgraded, and a
+  // failure → the rollout stopped, each < 5 s; no member of a later wave touched
+  const worstOf = (xs: Json[]) => {
+    const ns = xs.map(num);
+    return ns.length && ns.every((n) => n !== undefined) ? Math.max(...(ns as number[])) : undefined;
+  };
+  const ro = at(results, 'rollout');
+  const waves = arr(at(ro, 'clean', 'waves'));
+  put('rollout.afterSoakMs', worstOf(waves.slice(1).map((w) => at(w, 'afterSoakMs'))), '<', 5_000, 'ms', 0);
+  put('rollout.releaseToLastMs', worstOf(waves.map((w) => at(w, 'releaseToLastMs'))), '<', 5_000, 'ms', 0);
+  put('rollout.failureToStoppedMs', num(at(ro, 'failing', 'failureToStoppedMs')), '<', 5_000, 'ms', 0);
+  const touched = at(ro, 'failing', 'touched');
+  put('rollout.laterWavesTouched', Array.isArray(touched) ? touched.length : undefined, '==', 0, 'clusters');
   return out;
 }
 

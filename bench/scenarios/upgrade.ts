@@ -40,7 +40,7 @@ import { startCluster } from '../../test/harness/cluster.js';
 import { type PushedBundle, pushBundle } from '../../test/harness/fixtures.js';
 import { type RegistryServer, startRegistry } from '../../test/harness/servers/registry.js';
 import { type BenchContext, clusterOf, scratchDir } from '../lib/context.js';
-import { fleetIds, fleetKubeconfig } from '../lib/fleet.js';
+import { type FleetId, fleetIds, fleetKubeconfig } from '../lib/fleet.js';
 import { startKappController } from '../lib/kapp-controller.js';
 import { AppWatch, BENCH_SA, collectionPath, createAll, createTenants, type Manifest, restFor } from '../lib/kube.js';
 import { type Ours, startOurs, toolDelta, waitForwardersReady } from '../lib/ours.js';
@@ -70,8 +70,26 @@ const FLEET_REPO = 'upgrade-fleet';
 const KC_REPO = 'upgrade-kc';
 const NS = { fleet: 'bench-upgrade', theirs: 'bench-kc-upgrade' };
 
-/** A Package of `version`: an inline ytt ConfigMap (no registry access of its own). */
-function packageDoc(version: string): object {
+/**
+ * What a Package's template reads from a PackageInstall's values Secret (`values.yml`): with
+ * `fail: true`, the versions listed as `breaks` of {@link upgradeBundle} fail to render (a ytt
+ * `assert.fail`), the others render as without it. Declared (default false) only in bundles with
+ * `breaks`, so the upgrade scenario's Packages are unchanged.
+ */
+export const FAIL_VALUES = 'fail: true\n';
+
+/** A Package of `version`: an inline ytt ConfigMap (no registry access of its own); `breaks`: see {@link FAIL_VALUES}. */
+function packageDoc(version: string, breaks?: readonly string[]): object {
+  const paths: Record<string, string> = {
+    'config.yml': `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upgrade-bench\ndata:\n  version: "${version}"\n`,
+  };
+  if (breaks) {
+    paths['values.yml'] = '#@data/values\n---\nfail: false\n';
+    if (breaks.includes(version)) {
+      paths['config.yml'] =
+        `#@ load("@ytt:data", "data")\n#@ load("@ytt:assert", "assert")\n#@ if data.values.fail:\n#@   assert.fail("bench: ${version} broken on purpose")\n#@ end\n${paths['config.yml']}`;
+    }
+  }
   return {
     apiVersion: 'data.packaging.carvel.dev/v1alpha1',
     kind: 'Package',
@@ -81,15 +99,7 @@ function packageDoc(version: string): object {
       version,
       template: {
         spec: {
-          fetch: [
-            {
-              inline: {
-                paths: {
-                  'config.yml': `apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upgrade-bench\ndata:\n  version: "${version}"\n`,
-                },
-              },
-            },
-          ],
+          fetch: [{ inline: { paths } }],
           template: [{ ytt: {} }],
           deploy: [{ kapp: {} }],
         },
@@ -98,8 +108,11 @@ function packageDoc(version: string): object {
   };
 }
 
-/** The repository bundle's files (`packages/<refName>/`) holding `versions`. */
-export function upgradeBundle(versions: readonly string[]): Record<string, string> {
+/**
+ * The repository bundle's files (`packages/<refName>/`) holding `versions`; `breaks`: the
+ * versions that fail to render for a PackageInstall whose values say so ({@link FAIL_VALUES}).
+ */
+export function upgradeBundle(versions: readonly string[], breaks?: readonly string[]): Record<string, string> {
   const files: Record<string, string> = {
     [`packages/${UPGRADE_REF_NAME}/metadata.yml`]: stringify({
       apiVersion: 'data.packaging.carvel.dev/v1alpha1',
@@ -108,16 +121,18 @@ export function upgradeBundle(versions: readonly string[]): Record<string, strin
       spec: { displayName: 'Upgrade bench' },
     }),
   };
-  for (const v of versions) files[`packages/${UPGRADE_REF_NAME}/${v}.yml`] = stringify(packageDoc(v));
+  for (const v of versions) files[`packages/${UPGRADE_REF_NAME}/${v}.yml`] = stringify(packageDoc(v, breaks));
   return files;
 }
 
 /**
  * The PackageRepository on `image` and the PackageInstall `app` (`>=1.0.0`, {@link BENCH_SA})
- * of one namespace; `syncPeriod` left out means upstream's default (10m).
+ * of one namespace; `syncPeriod` left out means upstream's default (10m); `valuesSecret`: the
+ * PackageInstall's values Secret (created by the caller).
  */
-export function upgradeManifests(ns: string, image: string, syncPeriod?: string): Manifest[] {
+export function upgradeManifests(ns: string, image: string, syncPeriod?: string, valuesSecret?: string): Manifest[] {
   const period = syncPeriod ? { syncPeriod } : {};
+  const values = valuesSecret ? { values: [{ secretRef: { name: valuesSecret } }] } : {};
   return [
     {
       apiVersion: PACKAGING_API_VERSION,
@@ -132,6 +147,7 @@ export function upgradeManifests(ns: string, image: string, syncPeriod?: string)
       spec: {
         serviceAccountName: BENCH_SA,
         ...period,
+        ...values,
         packageRef: { refName: UPGRADE_REF_NAME, versionSelection: { constraints: '>=1.0.0' } },
       },
     },
@@ -226,7 +242,7 @@ interface PkgiList {
 }
 
 /** `namespace → status.version` of the PackageInstalls that have `ReconcileSucceeded`. */
-async function installedVersions(rest: RestTransport, ns?: string): Promise<Map<string, string>> {
+export async function installedVersions(rest: RestTransport, ns?: string): Promise<Map<string, string>> {
   const r = await rest.send({ method: 'GET', path: collectionPath('PackageInstall', ns) });
   if (r.statusCode !== 200) throw new Error(`list PackageInstalls: ${r.statusCode}`);
   const out = new Map<string, string>();
@@ -241,8 +257,8 @@ async function installedVersions(rest: RestTransport, ns?: string): Promise<Map<
  * Polls (every 250 ms) until the PackageInstall `app` of each `(rest, ns)` reports `version`.
  * @returns per key, `performance.now()` when first seen at it; missing keys when `timeoutMs` ran out.
  */
-async function waitVersions(
-  targets: readonly { key: string; rest: RestTransport; ns: string }[],
+export async function waitVersions(
+  targets: readonly VersionTarget[],
   version: string,
   timeoutMs: number,
 ): Promise<Map<string, number>> {
@@ -263,37 +279,69 @@ async function waitVersions(
 }
 
 /** Wall-clock ISO time of a `performance.now()` instant. */
-const isoOf = (at: number) => new Date(performance.timeOrigin + at).toISOString();
+export const isoOf = (at: number) => new Date(performance.timeOrigin + at).toISOString();
+
+/** A PackageInstall `app` to wait for: `key` names it in the result. */
+export interface VersionTarget {
+  key: string;
+  rest: RestTransport;
+  ns: string;
+}
+
+/** A started benchmark fleet ({@link startUpgradeFleet}). */
+export interface UpgradeFleet {
+  ids: FleetId[];
+  /** The fleet kubeconfig (one context per id). */
+  kubeconfig: string;
+  /** Admin transports to control planes A and B, through the fleet kubeconfig. */
+  rests: Record<FleetId['cluster'], RestTransport>;
+  /** Each id's PackageInstall `app`, keyed by id, for {@link waitVersions}. */
+  targets: VersionTarget[];
+  /** The runtimes, in the order of `ids`. */
+  runtimes: Ours[];
+  /** The object store they share. */
+  store: LocalDirStore;
+  /** Stops the runtimes and control plane B. */
+  stop(): Promise<void>;
+}
 
 /**
- * kapp-lambda's fleet upgrade (see the module comment). Starts and stops a second control
- * plane and 20 runtimes.
- * @throws Error when setup fails or a PackageInstall does not reach the new version in time.
+ * Starts a benchmark fleet: a second control plane (B), the ids of {@link fleetIds} (`ns`,
+ * `simulated` ids on A) with their tenant namespaces, and one embedded runtime per id sharing
+ * one object store, with the source poll period `pollMs`. `name` names the scratch directory
+ * and the progress lines.
+ *
+ * @throws Error when a runtime's forwarders are not listing and watching within 120 s (all
+ *   stopped)
  */
-export async function upgradeOurs(
+export async function startUpgradeFleet(
   ctx: BenchContext,
-  registry: RegistryServer,
-  proxy: RegistryProxy,
+  name: string,
+  ns: string,
   pollMs: number,
-  simulated = 18,
-): Promise<FleetUpgrade> {
+  simulated: number,
+  onToolRun?: (req: RunRequest) => void,
+): Promise<UpgradeFleet> {
   const { cluster: a, rest: restA } = clusterOf(ctx);
-  const dir = await scratchDir(ctx, 'upgrade');
-  ctx.say('upgrade: starting a second control plane');
+  const dir = await scratchDir(ctx, name);
+  ctx.say(`${name}: starting a second control plane`);
   const b = await startCluster({ log: ctx.say });
   const runtimes: Ours[] = [];
+  const stop = async () => {
+    await Promise.all(runtimes.map((r) => r.stop()));
+    await b.stop();
+  };
   try {
     await applyCrds(b.kubeconfigPath);
-    const ids = fleetIds(NS.fleet, simulated);
+    const ids = fleetIds(ns, simulated);
     await createTenants(
       restA,
       ids.filter((i) => i.cluster === 'a').map((i) => i.ns),
     );
-    await createTenants(restFor(b.kubeconfigPath), [NS.fleet]);
+    await createTenants(restFor(b.kubeconfigPath), [ns]);
     const kubeconfig = path.join(dir, 'fleet-kubeconfig.yaml');
     await fleetKubeconfig(a, b, ids, kubeconfig);
     const store = new LocalDirStore(path.join(dir, 'store'));
-    const runs: { at: number; kind: ToolRunKind; cmd: string }[] = [];
     // One at a time, each forwarder listing and watching before the next starts: 20 runtimes
     // started at once in one process on the loaded machine never all got there (4 min, twice).
     for (const i of ids) {
@@ -307,19 +355,44 @@ export async function upgradeOurs(
         concurrency: 4,
         config: { sourcePollPeriodMs: pollMs },
         say: ctx.say,
-        onToolRun: (req) => runs.push({ at: performance.now(), kind: classifyToolRun(req), cmd: req.cmd }),
+        ...(onToolRun ? { onToolRun } : {}),
       });
       runtimes.push(r);
       await waitForwardersReady(r, 120_000).catch((e: Error) => {
         throw new Error(
-          `upgrade: ${i.id}: ${e.message}: ${JSON.stringify(r.runtime.forwarders.map((f) => f.stats()))}`,
+          `${name}: ${i.id}: ${e.message}: ${JSON.stringify(r.runtime.forwarders.map((f) => f.stats()))}`,
         );
       });
     }
-    const v1 = await pushBundle(registry, `${FLEET_REPO}:latest`, upgradeBundle(['1.0.0']));
-    const image = `${proxy.host}/${FLEET_REPO}:latest`;
     const rests = { a: restFor(kubeconfig, 'real-a'), b: restFor(kubeconfig, 'real-b') };
     const targets = ids.map((i) => ({ key: i.id, rest: rests[i.cluster], ns: i.ns }));
+    return { ids, kubeconfig, rests, targets, runtimes, store, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/**
+ * kapp-lambda's fleet upgrade (see the module comment). Starts and stops a second control
+ * plane and 20 runtimes.
+ * @throws Error when setup fails or a PackageInstall does not reach the new version in time.
+ */
+export async function upgradeOurs(
+  ctx: BenchContext,
+  registry: RegistryServer,
+  proxy: RegistryProxy,
+  pollMs: number,
+  simulated = 18,
+): Promise<FleetUpgrade> {
+  const runs: { at: number; kind: ToolRunKind; cmd: string }[] = [];
+  const fleet = await startUpgradeFleet(ctx, 'upgrade', NS.fleet, pollMs, simulated, (req) =>
+    runs.push({ at: performance.now(), kind: classifyToolRun(req), cmd: req.cmd }),
+  );
+  const { ids, rests, targets, runtimes } = fleet;
+  try {
+    const v1 = await pushBundle(registry, `${FLEET_REPO}:latest`, upgradeBundle(['1.0.0']));
+    const image = `${proxy.host}/${FLEET_REPO}:latest`;
 
     const s0 = performance.now();
     await Promise.all(ids.map((i) => createAll(rests[i.cluster], upgradeManifests(i.ns, image, '10m0s'))));
@@ -375,8 +448,7 @@ export async function upgradeOurs(
     ctx.say(`upgrade: kapp-lambda ${JSON.stringify({ ...result, perIdMs: undefined })}`);
     return result;
   } finally {
-    await Promise.all(runtimes.map((r) => r.stop()));
-    await b.stop();
+    await fleet.stop();
   }
 }
 
@@ -509,6 +581,20 @@ export function upgradeRows(r: UpgradeResult): Row[] {
 }
 
 /**
+ * Starts the local registry and a counting proxy in front of it (the registry stopped again if
+ * the proxy does not start).
+ */
+export async function startRegistryAndProxy(): Promise<{ registry: RegistryServer; proxy: RegistryProxy }> {
+  const registry = await startRegistry();
+  try {
+    return { registry, proxy: await startRegistryProxy(registry.host) };
+  } catch (err) {
+    await registry.stop();
+    throw err;
+  }
+}
+
+/**
  * Runs the scenario: starts the registry and its counting proxy, then kapp-controller's case
  * and kapp-lambda's fleet at the same time (each its own step), and adds the table rows.
  *
@@ -521,15 +607,7 @@ export async function upgradeScenario(
   opts: { pollMs: number; kcWaitS: number },
 ): Promise<UpgradeResult> {
   const result: UpgradeResult = {};
-  const servers = await step(SCENARIO, 'registry and proxy', async () => {
-    const registry = await startRegistry();
-    try {
-      return { registry, proxy: await startRegistryProxy(registry.host) };
-    } catch (err) {
-      await registry.stop();
-      throw err;
-    }
-  });
+  const servers = await step(SCENARIO, 'registry and proxy', startRegistryAndProxy);
   if (!servers) return result;
   const { registry, proxy } = servers;
   try {
