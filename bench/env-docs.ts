@@ -41,6 +41,24 @@ export const BENCH_ENV_DOCS: readonly SettingDoc[] = [
     readBy: '`bench/run.ts`',
   },
   {
+    name: 'BENCH_ROLLOUT_WAVES',
+    default: '`2,6,12`',
+    meaning: 'wave sizes of the rollout scenario (comma list, at least 3 waves; the fleet is their sum)',
+    readBy: '`bench/run.ts`',
+  },
+  {
+    name: 'BENCH_ROLLOUT_SOAK_S',
+    default: '30',
+    meaning: "every wave's soak in the rollout scenario, seconds",
+    readBy: '`bench/run.ts`',
+  },
+  {
+    name: 'BENCH_ROLLOUT_POLL_MS',
+    default: "60 000 (the runtime's)",
+    meaning: "source poll period of the rollout scenario's runtimes",
+    readBy: '`bench/run.ts`',
+  },
+  {
     name: 'BENCH_UPGRADE_KC_WAIT_S',
     default: '660',
     meaning: 'bound of the wait for kapp-controller in the upgrade scenario (its repository syncs every 10 min)',

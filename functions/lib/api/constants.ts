@@ -115,3 +115,8 @@ export const DEFAULT_PACKAGING_GLOBAL_NAMESPACE = 'kapp-controller-packaging-glo
  * others' by it.
  */
 export const KAPP_FIELD_MANAGER = 'kapp';
+
+/** The annotation naming the receipt whose render the App is rolled back to (`../pipeline/app/receipts.ts`). */
+export const ROLLBACK_TO_ANNOTATION = 'kapp-lambda.carvel.dev/rollback-to';
+/** The App's generation when the rollback was asked: a later spec ends it. */
+export const ROLLBACK_GENERATION_ANNOTATION = 'kapp-lambda.carvel.dev/rollback-generation';

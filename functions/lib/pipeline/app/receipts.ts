@@ -17,6 +17,7 @@
  * @module
  */
 import type { ObjectRef, StageRun } from '../../../../events/schema.js';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../api/constants.js';
 import { parseArtifactKey } from '../../artifact/keys.js';
 import { isPrivateKey } from '../../artifact/sealed.js';
 import type { KubeObject } from '../../kube/port.js';
@@ -31,10 +32,7 @@ import {
 } from '../../receipt/receipt.js';
 import type { PipelineDeps } from '../deps.js';
 
-/** The annotation naming the receipt whose render the App is rolled back to. */
-export const ROLLBACK_TO_ANNOTATION = 'kapp-lambda.carvel.dev/rollback-to';
-/** The App's generation when the rollback was asked: a later spec ends it. */
-export const ROLLBACK_GENERATION_ANNOTATION = 'kapp-lambda.carvel.dev/rollback-generation';
+export { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION };
 
 /** Most measures a trail carries; later ones (deploy continuations) are added to the last. */
 const MAX_TRAIL_STAGES = 16;

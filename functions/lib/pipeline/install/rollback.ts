@@ -8,10 +8,10 @@
  * @module
  */
 import { isDeepStrictEqual } from 'node:util';
+import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../api/constants.js';
 import type { RawApp } from '../../packaging/app-from-package.js';
 import { listReceipts } from '../../receipt/receipt.js';
 import type { ObjectStore } from '../../store/port.js';
-import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../app/index.js';
 
 /**
  * The receipt to roll the App `owner` back to: its newest succeeded one of `appGeneration` or
@@ -40,16 +40,23 @@ export async function rollbackReceipt(
  * `desired` (the App of the old version, as `newApp` made it from `existing`) with the rollback
  * annotations naming `receipt` for the generation the write will give it: `existing`'s, plus one
  * when the spec changes (the API server counts spec changes only). An App already rolled back to
- * `receipt` is left as it is.
+ * `receipt` for that generation is left as it is.
  */
 export function withRollback(desired: RawApp, existing: RawApp, receipt: string): RawApp {
-  const annotations = existing.metadata.annotations ?? {};
-  if (annotations[ROLLBACK_TO_ANNOTATION] === receipt) return desired;
   const specChanged = !isDeepStrictEqual(
     JSON.parse(JSON.stringify(desired.spec ?? {})),
     JSON.parse(JSON.stringify(existing.spec ?? {})),
   );
   const generation = (existing.metadata.generation ?? 0) + (specChanged ? 1 : 0);
+  // Already rolled back to it, for the generation it keeps: nothing to write. (The same receipt
+  // named for an older generation, a rollback before a newer version came and failed, is renewed.)
+  const annotations = existing.metadata.annotations ?? {};
+  if (
+    annotations[ROLLBACK_TO_ANNOTATION] === receipt &&
+    annotations[ROLLBACK_GENERATION_ANNOTATION] === String(generation)
+  ) {
+    return desired;
+  }
   return {
     ...desired,
     metadata: {

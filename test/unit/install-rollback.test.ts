@@ -1,0 +1,38 @@
+/**
+ * The rollback annotations a rollout's rollback puts on a PackageInstall's App
+ * (`withRollback`, `functions/lib/pipeline/install/rollback.ts`): the generation the write gives
+ * it (one more when the spec changes), and a rollback to the same receipt renewed when the App
+ * moved on meanwhile (a newer version came and failed), left alone when it holds.
+ */
+import { describe, expect, it } from 'vitest';
+import type { RawApp } from '../../functions/lib/packaging/app-from-package.js';
+import { withRollback } from '../../functions/lib/pipeline/install/rollback.js';
+
+const TO = 'kapp-lambda.carvel.dev/rollback-to';
+const GEN = 'kapp-lambda.carvel.dev/rollback-generation';
+const app = (generation: number, config: string, annotations: Record<string, string> = {}): RawApp => ({
+  apiVersion: 'kappctrl.k14s.io/v1alpha1',
+  kind: 'App',
+  metadata: { name: 'a', namespace: 'ns', uid: 'u', resourceVersion: '1', generation, annotations },
+  spec: { fetch: [{ inline: { paths: { 'config.yml': config } } }] },
+});
+
+describe('withRollback', () => {
+  it('names the receipt for the generation the write gives: one more when the spec changes, the same when not', () => {
+    const failed = app(4, 'broken');
+    expect(withRollback(app(4, 'good'), failed, 'r1').metadata.annotations).toEqual({ [TO]: 'r1', [GEN]: '5' });
+    expect(withRollback(app(4, 'broken'), failed, 'r1').metadata.annotations).toEqual({ [TO]: 'r1', [GEN]: '4' });
+  });
+
+  it('leaves an App rolled back to that receipt for its generation; renews one the App moved on from', () => {
+    const held = app(5, 'good', { [TO]: 'r1', [GEN]: '5' });
+    const desired = app(5, 'good', { [TO]: 'r1', [GEN]: '5' });
+    expect(withRollback(desired, held, 'r1')).toBe(desired);
+    // A newer version came (generation 6) and failed: back again, to the same receipt, for generation 7.
+    const movedOn = app(6, 'broken', { [TO]: 'r1', [GEN]: '5' });
+    expect(withRollback(app(6, 'good', { [TO]: 'r1', [GEN]: '5' }), movedOn, 'r1').metadata.annotations).toEqual({
+      [TO]: 'r1',
+      [GEN]: '7',
+    });
+  });
+});
