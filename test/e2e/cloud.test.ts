@@ -122,6 +122,7 @@ import {
   expectSucceededStatus,
   failedAt,
   inlineConfigMapApp,
+  kappConditions,
   STATUS_KEYS,
   servers,
   kubeconfigPath as sharedKubeconfigPath,
@@ -754,7 +755,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
       },
       { timeoutMs: 60_000, intervalMs: 1000 },
     );
-    expect(pkgi.status?.conditions).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
+    expect(kappConditions(pkgi.status?.conditions)).toEqual([{ type: 'ReconcileSucceeded', status: 'True' }]);
     // Those statuses came from the stage identities: the policy that held every write to them
     // refuses the same write from the admin.
     const byAdmin = await kube.k(
@@ -960,7 +961,7 @@ describe.concurrent('cloud mode: forwarder → SQS → functions under the Runti
     );
     const app = await waitApp(ns, name, failedAt(1));
     expect(app.status?.usefulErrorMessage).toContain('status writes of this App are refused by policy');
-    expect(app.status?.conditions).toEqual([
+    expect(kappConditions(app.status?.conditions)).toEqual([
       expect.objectContaining({
         type: 'ReconcileFailed',
         status: 'True',

@@ -124,7 +124,8 @@ function progressSvg(points) {
 }
 function render(view) {
   const now = Date.parse(view.generatedAt);
-  document.getElementById("summary").textContent = view.clusters.length + " clusters · " + view.installs.length + " PackageInstalls · " + view.rollouts.length + " rollouts";
+  const count = (n, one, many) => n + " " + (n === 1 ? one : many);
+  document.getElementById("summary").textContent = count(view.clusters.length, "cluster", "clusters") + " · " + count(view.installs.length, "PackageInstall", "PackageInstalls") + " · " + count(view.rollouts.length, "rollout", "rollouts");
   const list = document.getElementById("rollout-list");
   list.replaceChildren();
   if (view.rollouts.length === 0) list.append(el("p", "", "No rollout: upgrades go to every cluster at once."));

@@ -1,5 +1,5 @@
 /**
- * The rollout state machine (`/work/notes/rollout-plan.md` §7.3–7.4), pure: records in, records
+ * The rollout state machine (docs/decisions.md D18), pure: records in, records
  * out, no store and no clock of its own. `./state.ts` stores what it returns by compare-and-swap.
  *
  * - A new version above a PackageInstall's current one, with no moving rollout, creates a rollout

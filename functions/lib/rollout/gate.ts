@@ -1,5 +1,5 @@
 /**
- * The rollout as the install function sees it (`/work/notes/rollout-plan.md` §7.3–7.4): the
+ * The rollout as the install function sees it (docs/decisions.md D18): the
  * gate on the version a PackageInstall selects, its Rollout condition, and what its run records
  * (its fleet index entry, the rollout's next state).
  *

@@ -1,5 +1,5 @@
 /**
- * The fleet's rollout policy (issue 28, `/work/notes/rollout-plan.md` §7.1): a YAML file kept in
+ * The fleet's rollout policy (issue 28, docs/decisions.md D18): a YAML file kept in
  * git and applied with `npm run fleet -- rollout apply -f FILE`, stored as JSON in the object
  * store (`./state.ts`). A policy spans clusters, so no one cluster's API server is its home, and
  * the functions read the store with no cluster access.

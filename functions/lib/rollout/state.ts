@@ -1,5 +1,5 @@
 /**
- * Where rollouts live in the object store (`/work/notes/rollout-plan.md` §7.2); the CLI, the
+ * Where rollouts live in the object store (docs/decisions.md D18); the CLI, the
  * install function and (later) the fleet page read the same keys, with no cluster access:
  *
  * - `state/rollout-policies/<name>.json`: an applied {@link RolloutPolicy} (JSON);

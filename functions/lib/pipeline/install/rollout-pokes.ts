@@ -1,5 +1,5 @@
 /**
- * Waves advance on events (`/work/notes/rollout-plan.md` §7.4): the PackageInstalls of a wave
+ * Waves advance on events (docs/decisions.md D18): the PackageInstalls of a wave
  * the rollout just released are sent `ref-changed` at once (as the repository fan-out does,
  * `./install-fanout.ts`), so they select the target without waiting for a timer. Only the
  * clusters this runtime serves are poked; a runtime serving the others finds the release with its
