@@ -16,6 +16,7 @@ import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MetricsServer, startMetricsServer } from '../../functions/embedded/metrics-server.js';
 import { buildFleetView, FLEET_INDEX_PREFIX, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
+import { receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
 
 /** The flags a root, offline machine needs (docs: /work/.library/env, "Chromium"). */
@@ -50,6 +51,31 @@ async function install(c: string, wave: string, version: string, healthy = true)
       health: healthy ? 'True' : 'False',
       wave,
       at: new Date().toISOString(),
+    }),
+  );
+}
+
+/** Writes a succeeded receipt of cluster `c`'s App (`ms` long, `usd`): its last reconcile on the page. */
+async function receipt(c: string, ms: number, usd: number): Promise<void> {
+  const owner = { clusterId: c, namespace: 'default', name: 'hello' };
+  const id = '20261207-080000-000-0000000a';
+  await store.put(
+    receiptKey(owner, id),
+    JSON.stringify({
+      v: 1,
+      id,
+      ...owner,
+      uid: 'u',
+      generation: 1,
+      runId: 'r',
+      startedAt: '2026-12-07T08:00:00.000Z',
+      endedAt: new Date(Date.parse('2026-12-07T08:00:00.000Z') + ms).toISOString(),
+      outcome: 'succeeded',
+      inputs: {},
+      stages: [],
+      tools: [],
+      store: { get: 0, head: 0, put: 0, list: 0, delete: 0 },
+      cost: { usd, basis: 'test' },
     }),
   );
 }
@@ -91,6 +117,8 @@ beforeAll(async () => {
     for (const c of clusters) await install(c, wave, wave === 'canary' ? '2.0.0' : '1.0.0');
   }
   await rollout(1, 'running');
+  for (const [i, c] of ['kind-a', 'kind-b', 'kind-c', 'kind-d'].entries())
+    await receipt(c, 1800 + 700 * i, 0.00002 * (i + 1));
   server = await startMetricsServer(new Registry(), '127.0.0.1:0', {
     fleet: () => buildFleetView(store, { clusters: ['kind-idle'] }),
   });
@@ -121,6 +149,8 @@ describe('the fleet page in headless Chromium', () => {
       'kind-e 1.0.0 healthy',
       'kind-f 1.0.0 healthy',
     ]);
+    // The last reconcile's duration and cost, from the newest receipt.
+    expect(await page.textContent('[data-cluster="kind-b"]')).toContain('2.5 s · $0.000040');
     // A cluster without a PackageInstall is on the page too.
     expect(await page.$('[data-cluster="kind-idle"]')).not.toBeNull();
     const rows = await page.$$eval('.package .row .label', (els) => els.map((e) => e.textContent));
