@@ -30,6 +30,8 @@ import { apply, type E2ERuntime, getObject, SA, suffix, waitFor } from './suppor
 
 const id = suffix();
 const CLUSTERS = ['a', 'b', 'c'].map((w) => ({ context: `rollout-${w}-${id}`, ns: `e2e-rollout-${w}-${id}` }));
+/** A fourth cluster id, served from the start, whose PackageInstall appears only mid-rollout (the last test). */
+const JOINER = { context: `rollout-d-${id}`, ns: `e2e-rollout-d-${id}` };
 const REF_NAME = 'rollout.e2e.carvel.dev';
 const PKGI = 'packageinstalls.packaging.carvel.dev';
 const SOAK_MS = 3000;
@@ -69,7 +71,7 @@ let fleet: E2EFleet | undefined;
 let runtimes: E2ERuntime[] = [];
 
 beforeAll(async () => {
-  fleet = await startFleet(CLUSTERS, {
+  fleet = await startFleet([...CLUSTERS, JOINER], {
     prefix: 'kapp-lambda-e2e-rollout-',
     pollPeriodMs: 600_000,
     onToolRun: () => {},
@@ -315,5 +317,68 @@ describe('fleet rollout in waves', () => {
     expect(deployed?.data?.version).toBe('3.0.0');
     const receipts = await listReceipts(store, { clusterId: a.context, namespace: a.ns, name: 'app' });
     expect(receipts.at(-1)?.rollbackOf).toBe(receiptId);
+  }, 420_000);
+
+  it("a cluster that joins mid-rollout gets the version its wave has reached: the rollout's from while held, the target once released", async () => {
+    const store = runtimes[0]!.runtime.store;
+    const policy = `e2e-${id}`;
+    const [a, b, c] = CLUSTERS as [(typeof CLUSTERS)[0], (typeof CLUSTERS)[0], (typeof CLUSTERS)[0]];
+    // Waves w0 (a), w1 (b), and rest: every other cluster, the joiner included.
+    await putPolicy(
+      store,
+      parseRolloutPolicy(
+        stringify({
+          apiVersion: 'kapp-lambda/v1',
+          kind: 'RolloutPolicy',
+          metadata: { name: policy },
+          spec: {
+            packages: [REF_NAME],
+            waves: [
+              { name: 'w0', clusters: [a.context], soak: `${SOAK_MS / 1000}s` },
+              { name: 'w1', clusters: [b.context], soak: `${SOAK_MS / 1000}s` },
+              { name: 'rest' },
+            ],
+          },
+        }),
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 2500));
+    const versions = ['1.0.0', '2.0.0', '3.0.0', BROKEN, BROKEN_TOO, '6.0.0'];
+    for (const cl of [...CLUSTERS].reverse()) await apply(repo(cl.ns, versions));
+    // Held after w1's release (the soak leaves 3 s): pause it there.
+    const fleetCli = async (...argv: string[]) =>
+      await fleetMain(argv, {}, { ...FLEET_IO, store: () => store, out: () => {} });
+    await waitFor(
+      'wave w1 of 6.0.0 released',
+      async () => {
+        const r = (await readRollout(store, policy, REF_NAME))?.record;
+        return r?.target === '6.0.0' && r.waves[1]?.releasedAt ? r : undefined;
+      },
+      { timeoutMs: 120_000, intervalMs: 100 },
+    );
+    expect(await fleetCli('rollout', 'pause', policy, '--package', REF_NAME)).toBe(0);
+    const from = (await readRollout(store, policy, REF_NAME))?.record.from;
+    expect(from).toBe('3.0.0');
+    // The joiner: its repository and PackageInstall appear now, in wave rest, not released.
+    await apply(repo(JOINER.ns, versions), {
+      apiVersion: 'packaging.carvel.dev/v1alpha1',
+      kind: 'PackageInstall',
+      metadata: { name: 'app', namespace: JOINER.ns },
+      spec: {
+        serviceAccountName: SA,
+        syncPeriod: '10m',
+        packageRef: { refName: REF_NAME, versionSelection: { constraints: '>=1.0.0' } },
+      },
+    });
+    const held = await waitPkgi(JOINER.ns, `at ${from}, held`, (p) =>
+      Boolean(
+        reconciledAt(p, from as string) &&
+          p?.status?.conditions?.some((x) => x.type === KappLambdaConditionType.Rollout && x.reason === 'Held'),
+      ),
+    );
+    expect(held.status?.conditions?.[0]?.type).toBe('ReconcileSucceeded');
+    expect(await fleetCli('rollout', 'resume', policy, '--package', REF_NAME)).toBe(0);
+    await waitPkgi(JOINER.ns, 'at 6.0.0', (p) => reconciledAt(p, '6.0.0'));
+    await waitPkgi(c.ns, 'at 6.0.0', (p) => reconciledAt(p, '6.0.0'));
   }, 420_000);
 });
