@@ -12,9 +12,11 @@ import {
   type AppObject,
   apply,
   appManifest,
+  createTestNode,
   getApp,
   getObject,
   k,
+  loseTestNode,
   pendingDeployment,
   SA,
   suffix,
@@ -28,37 +30,8 @@ const HEALTHY = 'kapp-lambda.carvel.dev/Healthy';
 const rt = useE2ERuntime([ns], { overrides: { forwarder: { health: true } } });
 const nodes: string[] = [];
 
-/**
- * Creates a kwok-managed Node `e2e-health-<id>-<n>` (kwok makes it Ready and its Pods Running)
- * labelled `kapp-lambda.test/health-<id>-<n>: "true"`, which only it carries.
- * @returns its name and label key
- */
-async function testNode(n: number): Promise<{ node: string; label: string }> {
-  const node = `e2e-health-${id}-${n}`;
-  const label = `kapp-lambda.test/health-${id}-${n}`;
-  const resources = { cpu: '8', memory: '16Gi', pods: '20' };
-  const doc = {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: {
-      name: node,
-      annotations: { 'kwok.x-k8s.io/node': 'fake', 'node.alpha.kubernetes.io/ttl': '0' },
-      labels: { type: 'kwok', 'kubernetes.io/hostname': node, [label]: 'true' },
-    },
-    spec: {},
-    status: { allocatable: resources, capacity: resources, phase: 'Running' },
-  };
-  nodes.push(node);
-  await k(['create', '--raw', '/api/v1/nodes', '-f', '-'], JSON.stringify(doc));
-  await k(['wait', '--for=condition=Ready', '--timeout', '60s', `node/${node}`]);
-  return { node, label };
-}
-
-/** The Node goes, and the Pods of `app` with it (a drain, a lost node): their replacements find no node. */
-async function loseNode(node: string, app: string): Promise<void> {
-  await k(['delete', 'node', node, '--wait=false']);
-  await k(['-n', ns, 'delete', 'pods', '-l', `app=${app}`, '--grace-period=0', '--force', '--wait=false']);
-}
+const testNode = (n: number) => createTestNode(`e2e-health-${id}-${n}`, nodes);
+const loseNode = (node: string, app: string) => loseTestNode(ns, node, app);
 
 afterAll(async () => {
   for (const node of nodes) await k(['delete', 'node', node, '--ignore-not-found', '--wait=false']);

@@ -22,13 +22,14 @@ import { pushBundle } from '../harness/fixtures.js';
 import {
   type E2EFleet,
   fleetLog,
+  fleetPackageInstall,
   inlineConfigMapPackageDoc,
   PKGR_STATUS_KEYS,
   sourceMoves,
   startFleet,
   waitRepo,
 } from './packaging-support.js';
-import { apply, type E2ERuntime, expectSucceededStatus, getObject, SA, servers, suffix, waitFor } from './support.js';
+import { apply, type E2ERuntime, expectSucceededStatus, getObject, servers, suffix, waitFor } from './support.js';
 
 const id = suffix();
 const CLUSTERS = [
@@ -136,16 +137,7 @@ describe('PackageRepository by tag: an upgrade reaches the fleet as events', () 
           metadata: { name: c.name, namespace: c.ns },
           spec: { syncPeriod: '10m', fetch: { imgpkgBundle: { image: tagRef } } },
         },
-        {
-          apiVersion: 'packaging.carvel.dev/v1alpha1',
-          kind: 'PackageInstall',
-          metadata: { name: 'app', namespace: c.ns },
-          spec: {
-            serviceAccountName: SA,
-            syncPeriod: '10m',
-            packageRef: { refName: REF_NAME, versionSelection: { constraints: '>=1.0.0' } },
-          },
-        },
+        fleetPackageInstall(c.ns, REF_NAME),
       );
       await waitRepo(runtimes[i]!, c.ns, c.name);
     }

@@ -13,6 +13,9 @@ import { expect } from 'vitest';
 import { parse as parseYaml, stringify } from 'yaml';
 import { Finalizer } from '../../functions/lib/api/index.js';
 import type { RunRequest } from '../../functions/lib/exec/runner.js';
+import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
+import { putPolicy } from '../../functions/lib/rollout/state.js';
+import type { ObjectStore } from '../../functions/lib/store/port.js';
 import { loadKubeConfig } from '../harness/kube.js';
 import {
   type AppStatusView,
@@ -21,8 +24,10 @@ import {
   deleteNamespaces,
   type E2ERuntime,
   expectSucceededStatus,
+  getObject,
   k,
   kubeconfigPath,
+  SA,
   STATUS_KEYS,
   startRuntime,
   waitFor,
@@ -274,10 +279,11 @@ export interface E2EFleet {
  * one object store, as a fleet shares one bucket. Only the first runtime polls sources, every
  * `pollPeriodMs`; the others learn of a move from the poll records, as members of a fleet
  * whose poll another runtime won. Every tool run of every runtime goes to `onToolRun` first.
+ * `health`: the forwarders track what the Apps deployed (off by default in the e2e runtimes).
  */
 export async function startFleet(
   clusters: readonly { context: string; ns: string }[],
-  opts: { prefix: string; pollPeriodMs: number; onToolRun: (req: RunRequest) => void },
+  opts: { prefix: string; pollPeriodMs: number; onToolRun: (req: RunRequest) => void; health?: boolean },
 ): Promise<E2EFleet> {
   await applyCrds();
   await Promise.all(clusters.map((c) => createTenant(c.ns)));
@@ -301,6 +307,7 @@ export async function startFleet(
           contexts: [c.context],
           storeDir: path.join(dir, 'store'),
           config: { sourcePollPeriodMs: i === 0 ? opts.pollPeriodMs : FLEET_LONG_POLL_PERIOD_MS },
+          ...(opts.health ? { forwarder: { health: true } } : {}),
           wrapDeps: (deps) => ({
             ...deps,
             runner: {
@@ -318,4 +325,68 @@ export async function startFleet(
     throw err;
   }
   return { runtimes, dispose };
+}
+
+/**
+ * PackageInstall `app` of `refName` in `ns`, any version from 1.0.0 (`>=1.0.0`), sync period 10m
+ * (no timer fires during a test: what moves it are events).
+ */
+export function fleetPackageInstall(ns: string, refName: string): object {
+  return {
+    apiVersion: 'packaging.carvel.dev/v1alpha1',
+    kind: 'PackageInstall',
+    metadata: { name: 'app', namespace: ns },
+    spec: {
+      serviceAccountName: SA,
+      syncPeriod: '10m',
+      packageRef: { refName, versionSelection: { constraints: '>=1.0.0' } },
+    },
+  };
+}
+
+/** A PackageInstall's status as the fleet tests read it. */
+export interface PkgiObject {
+  status?: {
+    version?: string;
+    conditions?: Array<{ type: string; status?: string; reason?: string; message?: string }>;
+  };
+}
+
+/**
+ * Waits until PackageInstall `<ns>/app` satisfies `pred`; on a timeout the error shows its last
+ * read and `runtimes`' log lines about rollouts, health and PackageInstalls.
+ * @returns the object then
+ */
+export async function waitFleetPackageInstall(
+  runtimes: readonly E2ERuntime[],
+  ns: string,
+  what: string,
+  pred: (p: PkgiObject | undefined) => boolean,
+  timeoutMs = 150_000,
+): Promise<PkgiObject> {
+  let last: PkgiObject | undefined;
+  return await waitFor(
+    `PackageInstall ${ns}/app: ${what}`,
+    async () => {
+      last = await getObject<PkgiObject>('packageinstalls.packaging.carvel.dev', ns, 'app');
+      return pred(last) ? (last as PkgiObject) : undefined;
+    },
+    {
+      timeoutMs,
+      intervalMs: 250,
+      describe: () =>
+        `last: ${JSON.stringify(last ?? null)}\nlog: ${fleetLog(runtimes, /rollout|health|PackageInstall/)}`,
+    },
+  );
+}
+
+/**
+ * Stores RolloutPolicy `name` with `spec` in `store`, as `npm run fleet -- rollout apply` does
+ * (the file's YAML parsed and validated by `parseRolloutPolicy`); the runtimes read it within 2 s.
+ */
+export async function applyRolloutPolicy(store: ObjectStore, name: string, spec: object): Promise<void> {
+  await putPolicy(
+    store,
+    parseRolloutPolicy(stringify({ apiVersion: 'kapp-lambda/v1', kind: 'RolloutPolicy', metadata: { name }, spec })),
+  );
 }

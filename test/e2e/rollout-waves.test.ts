@@ -15,18 +15,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
 import { listReceipts } from '../../functions/lib/receipt/receipt.js';
-import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
-import { putPolicy, readRollout } from '../../functions/lib/rollout/state.js';
+import { readRollout } from '../../functions/lib/rollout/state.js';
 import { REAL_IO as FLEET_IO, main as fleetMain } from '../../scripts/fleet.js';
 import {
+  applyRolloutPolicy,
   type E2EFleet,
-  fleetLog,
+  fleetPackageInstall,
   inlineConfigMapPackageDoc,
   inlineRepositoryManifest,
+  type PkgiObject,
   startFleet,
+  waitFleetPackageInstall,
   waitRepo,
 } from './packaging-support.js';
-import { apply, type E2ERuntime, getObject, SA, suffix, waitFor } from './support.js';
+import { apply, type E2ERuntime, getObject, suffix, waitFor } from './support.js';
 
 const id = suffix();
 const CLUSTERS = ['a', 'b', 'c'].map((w) => ({ context: `rollout-${w}-${id}`, ns: `e2e-rollout-${w}-${id}` }));
@@ -60,13 +62,6 @@ function repo(ns: string, versions: string[]): object {
   );
 }
 
-interface PkgiObject {
-  status?: {
-    version?: string;
-    conditions?: Array<{ type: string; status?: string; reason?: string; message?: string }>;
-  };
-}
-
 let fleet: E2EFleet | undefined;
 let runtimes: E2ERuntime[] = [];
 
@@ -86,50 +81,18 @@ afterAll(async () => {
 const reconciledAt = (p: PkgiObject | undefined, version: string) =>
   p?.status?.version === version && p.status.conditions?.[0]?.type === 'ReconcileSucceeded';
 
-async function waitPkgi(ns: string, what: string, pred: (p: PkgiObject | undefined) => boolean): Promise<PkgiObject> {
-  let last: PkgiObject | undefined;
-  return await waitFor(
-    `PackageInstall ${ns}/app: ${what}`,
-    async () => {
-      last = await getObject<PkgiObject>(PKGI, ns, 'app');
-      return pred(last) ? (last as PkgiObject) : undefined;
-    },
-    {
-      timeoutMs: 150_000,
-      intervalMs: 250,
-      describe: () => `last: ${JSON.stringify(last ?? null)}\nlog: ${fleetLog(runtimes, /rollout|PackageInstall/)}`,
-    },
-  );
-}
+const waitPkgi = (ns: string, what: string, pred: (p: PkgiObject | undefined) => boolean) =>
+  waitFleetPackageInstall(runtimes, ns, what, pred);
 
 describe('fleet rollout in waves', () => {
   it('three cluster ids in three waves: each wave starts only after the one before was healthy for the soak', async () => {
     const store = runtimes[0]!.runtime.store;
-    await putPolicy(
-      store,
-      parseRolloutPolicy(
-        stringify({
-          apiVersion: 'kapp-lambda/v1',
-          kind: 'RolloutPolicy',
-          metadata: { name: `e2e-${id}` },
-          spec: {
-            packages: [REF_NAME],
-            waves: CLUSTERS.map((c, i) => ({ name: `w${i}`, clusters: [c.context], soak: `${SOAK_MS / 1000}s` })),
-          },
-        }),
-      ),
-    );
+    await applyRolloutPolicy(store, `e2e-${id}`, {
+      packages: [REF_NAME],
+      waves: CLUSTERS.map((c, i) => ({ name: `w${i}`, clusters: [c.context], soak: `${SOAK_MS / 1000}s` })),
+    });
     for (const [i, c] of CLUSTERS.entries()) {
-      await apply(repo(c.ns, ['1.0.0']), {
-        apiVersion: 'packaging.carvel.dev/v1alpha1',
-        kind: 'PackageInstall',
-        metadata: { name: 'app', namespace: c.ns },
-        spec: {
-          serviceAccountName: SA,
-          syncPeriod: '10m',
-          packageRef: { refName: REF_NAME, versionSelection: { constraints: '>=1.0.0' } },
-        },
-      });
+      await apply(repo(c.ns, ['1.0.0']), fleetPackageInstall(c.ns, REF_NAME));
       await waitRepo(runtimes[i]!, c.ns, 'repo');
     }
     for (const c of CLUSTERS) await waitPkgi(c.ns, 'at 1.0.0', (p) => reconciledAt(p, '1.0.0'));
@@ -246,21 +209,11 @@ describe('fleet rollout in waves', () => {
   it('with onFailure rollback, the failed cluster goes back to its last good version: the receipt of it deployed, and its status says so', async () => {
     const store = runtimes[0]!.runtime.store;
     const policy = `e2e-${id}`;
-    await putPolicy(
-      store,
-      parseRolloutPolicy(
-        stringify({
-          apiVersion: 'kapp-lambda/v1',
-          kind: 'RolloutPolicy',
-          metadata: { name: policy },
-          spec: {
-            packages: [REF_NAME],
-            onFailure: 'rollback',
-            waves: CLUSTERS.map((cl, i) => ({ name: `w${i}`, clusters: [cl.context], soak: `${SOAK_MS / 1000}s` })),
-          },
-        }),
-      ),
-    );
+    await applyRolloutPolicy(store, policy, {
+      packages: [REF_NAME],
+      onFailure: 'rollback',
+      waves: CLUSTERS.map((cl, i) => ({ name: `w${i}`, clusters: [cl.context], soak: `${SOAK_MS / 1000}s` })),
+    });
     // The policy is read again within 2 s (its cache).
     await new Promise((r) => setTimeout(r, 2500));
     const [a] = CLUSTERS as [(typeof CLUSTERS)[0]];
@@ -324,24 +277,14 @@ describe('fleet rollout in waves', () => {
     const policy = `e2e-${id}`;
     const [a, b, c] = CLUSTERS as [(typeof CLUSTERS)[0], (typeof CLUSTERS)[0], (typeof CLUSTERS)[0]];
     // Waves w0 (a), w1 (b), and rest: every other cluster, the joiner included.
-    await putPolicy(
-      store,
-      parseRolloutPolicy(
-        stringify({
-          apiVersion: 'kapp-lambda/v1',
-          kind: 'RolloutPolicy',
-          metadata: { name: policy },
-          spec: {
-            packages: [REF_NAME],
-            waves: [
-              { name: 'w0', clusters: [a.context], soak: `${SOAK_MS / 1000}s` },
-              { name: 'w1', clusters: [b.context], soak: `${SOAK_MS / 1000}s` },
-              { name: 'rest' },
-            ],
-          },
-        }),
-      ),
-    );
+    await applyRolloutPolicy(store, policy, {
+      packages: [REF_NAME],
+      waves: [
+        { name: 'w0', clusters: [a.context], soak: `${SOAK_MS / 1000}s` },
+        { name: 'w1', clusters: [b.context], soak: `${SOAK_MS / 1000}s` },
+        { name: 'rest' },
+      ],
+    });
     await new Promise((r) => setTimeout(r, 2500));
     const versions = ['1.0.0', '2.0.0', '3.0.0', BROKEN, BROKEN_TOO, '6.0.0'];
     for (const cl of [...CLUSTERS].reverse()) await apply(repo(cl.ns, versions));
@@ -360,16 +303,7 @@ describe('fleet rollout in waves', () => {
     const from = (await readRollout(store, policy, REF_NAME))?.record.from;
     expect(from).toBe('3.0.0');
     // The joiner: its repository and PackageInstall appear now, in wave rest, not released.
-    await apply(repo(JOINER.ns, versions), {
-      apiVersion: 'packaging.carvel.dev/v1alpha1',
-      kind: 'PackageInstall',
-      metadata: { name: 'app', namespace: JOINER.ns },
-      spec: {
-        serviceAccountName: SA,
-        syncPeriod: '10m',
-        packageRef: { refName: REF_NAME, versionSelection: { constraints: '>=1.0.0' } },
-      },
-    });
+    await apply(repo(JOINER.ns, versions), fleetPackageInstall(JOINER.ns, REF_NAME));
     const held = await waitPkgi(JOINER.ns, `at ${from}, held`, (p) =>
       Boolean(
         reconciledAt(p, from as string) &&

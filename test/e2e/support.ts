@@ -326,6 +326,39 @@ export function preExecPart(
 }
 
 /**
+ * Creates a kwok-managed Node `name` (kwok makes it Ready and its Pods Running), labelled
+ * `kapp-lambda.test/<name>: "true"`, which only it carries, so a workload pinned to it
+ * (`pendingDeployment`) runs there and nowhere else; the shared nodes are not touched (other
+ * files run in parallel). Its name is pushed to `created`, for the file's afterAll to delete.
+ * @returns its name and label key
+ */
+export async function createTestNode(name: string, created: string[]): Promise<{ node: string; label: string }> {
+  const label = `kapp-lambda.test/${name}`;
+  const resources = { cpu: '8', memory: '16Gi', pods: '20' };
+  const doc = {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name,
+      annotations: { 'kwok.x-k8s.io/node': 'fake', 'node.alpha.kubernetes.io/ttl': '0' },
+      labels: { type: 'kwok', 'kubernetes.io/hostname': name, [label]: 'true' },
+    },
+    spec: {},
+    status: { allocatable: resources, capacity: resources, phase: 'Running' },
+  };
+  created.push(name);
+  await k(['create', '--raw', '/api/v1/nodes', '-f', '-'], JSON.stringify(doc));
+  await k(['wait', '--for=condition=Ready', '--timeout', '60s', `node/${name}`]);
+  return { node: name, label };
+}
+
+/** The Node goes, and the Pods labelled `app=<app>` in `ns` with it (a drain, a lost node): their replacements find no node. */
+export async function loseTestNode(ns: string, node: string, app: string): Promise<void> {
+  await k(['delete', 'node', node, '--wait=false']);
+  await k(['-n', ns, 'delete', 'pods', '-l', `app=${app}`, '--grace-period=0', '--force', '--wait=false']);
+}
+
+/**
  * A Deployment `name` (Pods labelled `app: <app>`) whose one Pod asks for a node labelled
  * `<nodeLabel>: "true"`: while no node has the label it never becomes available, so kapp keeps
  * waiting for it. As YAML, for an inline fetch.
