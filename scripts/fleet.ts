@@ -24,6 +24,7 @@
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { buildFleetView } from '../functions/lib/fleet/view.js';
+import { parseRegistryLocation } from '../functions/lib/kube/cluster-doc.js';
 import { commandRollout, type RolloutCommand, RolloutCommandError } from '../functions/lib/rollout/evaluate.js';
 import { parseRolloutPolicy, RolloutPolicyError } from '../functions/lib/rollout/policy.js';
 import {
@@ -136,9 +137,18 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     return EXIT.ok;
   }
   const [group, command, policy, extra] = positionals;
+  // A malformed --store is a usage error naming the value, before anything is read.
+  if (v.store !== undefined) {
+    try {
+      parseRegistryLocation(v.store);
+    } catch (err) {
+      return usage(`--store ${JSON.stringify(v.store)}: ${(err as Error).message}`);
+    }
+  }
+  const store = () => io.store(v.store ?? defaultStoreLocation(env));
   if (group === 'status') {
     if (command) return usage(`unexpected argument ${JSON.stringify(command)}`);
-    const view = await buildFleetView(io.store(v.store ?? defaultStoreLocation(env)), {
+    const view = await buildFleetView(store(), {
       now: () => io.now().getTime(),
     });
     io.out(format ? formatOutput(view, format) : formatFleetStatus(view));
@@ -146,7 +156,6 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   }
   if (group !== 'rollout') return usage(group ? `unknown command ${JSON.stringify(group)}` : 'a command is required');
   if (format && command !== 'list') return usage(`-o applies to list, not ${command}`);
-  const store = () => io.store(v.store ?? defaultStoreLocation(env));
   if (command === 'apply') {
     if (!v.file || policy) return usage('apply takes -f <policy.yml> and nothing else');
     let text: string;

@@ -204,6 +204,9 @@ describe('npm run fleet -- status, the command line', () => {
     expect(await fleetMain(['status', '-o', 'json'], {}, io)).toBe(0);
     expect((JSON.parse(out.join('')) as { clusters: string[] }).clusters).toEqual(['kind-a', 'kind-b', 'kind-c']);
     expect(await fleetMain(['status', 'extra'], {}, io)).toBe(2);
+    out.length = 0;
+    expect(await fleetMain(['status', '--store', '/tmp/not-a-url'], {}, io)).toBe(2);
+    expect(out.join('')).toContain('--store "/tmp/not-a-url": expected s3://bucket/prefix or file:///absolute/dir');
   });
 });
 

@@ -98,10 +98,8 @@ describe('rollout policy', () => {
     expect(policyCovers(POLICY, 'other.dev')).toBe(false);
   });
 
-  it('the first wave listing a cluster wins; without a catch-all an unlisted cluster is not gated', () => {
-    const p = parseRolloutPolicy(
-      POLICY_YAML.replace('clusters: [b, c]', 'clusters: [a, b]').replace('    - { name: rest }\n', ''),
-    );
+  it('without a catch-all wave an unlisted cluster is not gated', () => {
+    const p = parseRolloutPolicy(POLICY_YAML.replace('    - { name: rest }\n', ''));
     expect(waveOf(p, 'a')).toBe(0);
     expect(waveOf(p, 'b')).toBe(1);
     expect(waveOf(p, 'zz')).toBeUndefined();
@@ -115,12 +113,18 @@ describe('rollout policy', () => {
     ['an unknown onFailure', POLICY_YAML.replace('  waves:', '  onFailure: ignore\n  waves:'), 'spec.onFailure'],
     ['no waves', POLICY_YAML.replace(/ {2}waves:[\s\S]*/, '  waves: []\n'), 'spec.waves'],
     ['not YAML', 'a: [', 'invalid rollout policy'],
+    [
+      'a cluster in two waves',
+      POLICY_YAML.replace('clusters: [b, c]', 'clusters: [b, a]'),
+      'spec.waves.1.clusters.1: cluster a is already in wave canary',
+    ],
+    ['an empty cluster list', POLICY_YAML.replace('clusters: [a]', 'clusters: []'), 'spec.waves.0.clusters: empty'],
   ])('refuses %s', (_what, text, message) => {
     expect(() => parseRolloutPolicy(text)).toThrow(RolloutPolicyError);
     expect(() => parseRolloutPolicy(text)).toThrow(message);
   });
 
-  it('accepts onFailure: rollback (acted on as stop for now)', () => {
+  it('accepts onFailure: rollback', () => {
     const p = parseRolloutPolicy(POLICY_YAML.replace('  waves:', '  onFailure: rollback\n  waves:'));
     expect(p.spec.onFailure).toBe('rollback');
   });

@@ -73,11 +73,32 @@ export const rolloutPolicySchema = z
   })
   .superRefine((p, ctx) => {
     const names = new Set<string>();
+    const listed = new Map<string, string>();
     let catchAll = 0;
     p.spec.waves.forEach((w, i) => {
       if (names.has(w.name)) ctx.addIssue({ code: 'custom', path: ['spec', 'waves', i, 'name'], message: 'duplicate' });
       names.add(w.name);
       if (!w.clusters) catchAll++;
+      // An empty list is a wave of no cluster (not the catch-all): a slip, refused.
+      if (w.clusters?.length === 0) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['spec', 'waves', i, 'clusters'],
+          message: 'empty: list cluster ids, or leave clusters out for the wave of every other cluster',
+        });
+      }
+      // A cluster in two waves would silently go with the first.
+      w.clusters?.forEach((c, j) => {
+        const first = listed.get(c);
+        if (first !== undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: ['spec', 'waves', i, 'clusters', j],
+            message: `cluster ${c} is already in wave ${first}`,
+          });
+        }
+        listed.set(c, first ?? w.name);
+      });
     });
     if (catchAll > 1)
       ctx.addIssue({ code: 'custom', path: ['spec', 'waves'], message: 'at most one wave without clusters' });
