@@ -16,8 +16,8 @@ import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MetricsServer, startMetricsServer } from '../../functions/embedded/metrics-server.js';
 import { buildFleetView, FLEET_INDEX_PREFIX, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
-import { receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
+import { putReceipt } from '../harness/receipt-fixture.js';
 
 /** The flags a root, offline machine needs (docs: /work/.library/env, "Chromium"). */
 const CHROMIUM_ARGS = [
@@ -57,27 +57,12 @@ async function install(c: string, wave: string, version: string, healthy = true)
 
 /** Writes a succeeded receipt of cluster `c`'s App (`ms` long, `usd`): its last reconcile on the page. */
 async function receipt(c: string, ms: number, usd: number): Promise<void> {
-  const owner = { clusterId: c, namespace: 'default', name: 'hello' };
-  const id = '20261207-080000-000-0000000a';
-  await store.put(
-    receiptKey(owner, id),
-    JSON.stringify({
-      v: 1,
-      id,
-      ...owner,
-      uid: 'u',
-      generation: 1,
-      runId: 'r',
-      startedAt: '2026-12-07T08:00:00.000Z',
-      endedAt: new Date(Date.parse('2026-12-07T08:00:00.000Z') + ms).toISOString(),
-      outcome: 'succeeded',
-      inputs: {},
-      stages: [],
-      tools: [],
-      store: { get: 0, head: 0, put: 0, list: 0, delete: 0 },
-      cost: { usd, basis: 'test' },
-    }),
-  );
+  const startedAt = '2026-12-07T08:00:00.000Z';
+  await putReceipt(store, { clusterId: c, namespace: 'default', name: 'hello' }, '20261207-080000-000-0000000a', {
+    startedAt,
+    endedAt: new Date(Date.parse(startedAt) + ms).toISOString(),
+    usd,
+  });
 }
 
 /** Writes the rollout of 2.0.0 with `released` waves released and `status`. */

@@ -8,38 +8,16 @@ import { describe, expect, it } from 'vitest';
 import { startMetricsServer } from '../../functions/embedded/metrics-server.js';
 import { FLEET_PAGE_HTML, fleetPageCsp } from '../../functions/lib/fleet/page.js';
 import { buildFleetView, FLEET_INDEX_PREFIX, FleetViewCache, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
-import { receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { main as fleetMain } from '../../scripts/fleet.js';
 import { formatFleetStatus } from '../../scripts/fleet-status.js';
+import { putReceipt } from '../harness/receipt-fixture.js';
 
 const NOW = Date.parse('2026-12-07T10:00:00Z');
 const index = (cluster: string, name: string, doc: Record<string, unknown>) =>
   [`${FLEET_INDEX_PREFIX}${cluster}/default/${name}.json`, JSON.stringify(doc)] as const;
 
-/** A receipt of App `name` of `cluster` as `receipt.ts` writes it (the fields the view reads). */
-function receipt(cluster: string, name: string, id: string, startedAt: string, endedAt: string, usd: number) {
-  const owner = { clusterId: cluster, namespace: 'default', name };
-  return [
-    receiptKey(owner, id),
-    JSON.stringify({
-      v: 1,
-      id,
-      ...owner,
-      uid: 'u',
-      generation: 1,
-      runId: 'r',
-      startedAt,
-      endedAt,
-      outcome: 'succeeded',
-      inputs: {},
-      stages: [],
-      tools: [],
-      store: { get: 0, head: 0, put: 0, list: 0, delete: 0 },
-      cost: { usd, basis: 'test' },
-    }),
-  ] as const;
-}
+const HELLO_A = { clusterId: 'kind-a', namespace: 'default', name: 'hello' };
 
 /** Cluster kind-a's index entry: upgraded, unhealthy. */
 const KIND_A = {
@@ -83,17 +61,18 @@ async function fleetStore(): Promise<MemoryStore> {
       }),
     ],
     [`${ROLLOUTS_PREFIX}default/no-target.json`, '{}'],
-    receipt('kind-a', 'hello', '20261207-095800-000-aaaaaaaa', '2026-12-07T09:57:00Z', '2026-12-07T09:57:30Z', 0.5),
-    receipt(
-      'kind-a',
-      'hello',
-      '20261207-095900-000-bbbbbbbb',
-      '2026-12-07T09:59:00Z',
-      '2026-12-07T09:59:02.500Z',
-      0.000125,
-    ),
   ] as const;
   for (const [key, body] of docs) await store.put(key, body);
+  await putReceipt(store, HELLO_A, '20261207-095800-000-aaaaaaaa', {
+    startedAt: '2026-12-07T09:57:00Z',
+    endedAt: '2026-12-07T09:57:30Z',
+    usd: 0.5,
+  });
+  await putReceipt(store, HELLO_A, '20261207-095900-000-bbbbbbbb', {
+    startedAt: '2026-12-07T09:59:00Z',
+    endedAt: '2026-12-07T09:59:02.500Z',
+    usd: 0.000125,
+  });
   return store;
 }
 
@@ -156,15 +135,11 @@ describe('buildFleetView', () => {
     await buildFleetView(counting, { cache });
     await buildFleetView(counting, { cache });
     expect(gets.filter((k) => k.startsWith('receipts/'))).toHaveLength(1);
-    const [key, body] = receipt(
-      'kind-a',
-      'hello',
-      '20261207-100000-000-cccccccc',
-      '2026-12-07T10:00:00Z',
-      '2026-12-07T10:00:01Z',
-      0.25,
-    );
-    await store.put(key, body);
+    await putReceipt(store, HELLO_A, '20261207-100000-000-cccccccc', {
+      startedAt: '2026-12-07T10:00:00Z',
+      endedAt: '2026-12-07T10:00:01Z',
+      usd: 0.25,
+    });
     const view = await buildFleetView(counting, { cache });
     expect(view.installs[0]?.lastReconcile).toMatchObject({ durationMs: 1000, costUsd: 0.25 });
   });

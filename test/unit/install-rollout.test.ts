@@ -19,12 +19,12 @@ import { memoryLogger } from '../../functions/lib/log.js';
 import { packageSelection } from '../../functions/lib/packaging/select.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { checkRollouts, ENDED_POKE_WINDOW_MS } from '../../functions/lib/pipeline/install/rollout-pokes.js';
-import { receiptKey } from '../../functions/lib/receipt/receipt.js';
 import { fleetEntryOf, ROLLOUT_WAVE_CHECK } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
 import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { StoreError } from '../../functions/lib/store/port.js';
+import { putReceipt } from '../harness/receipt-fixture.js';
 import { FakeCluster } from './support/fake-cluster.js';
 import { stageDeps, useTempDir } from './support/stage-deps.js';
 
@@ -306,25 +306,13 @@ describe('install: the rollout gate', () => {
     await store.put(render, 'kind: ConfigMap\n');
     const owner = { clusterId: 'c1', namespace: 'ns', name: 'inst' };
     const receipt = (id: string, generation: number, outcome: 'succeeded' | 'failed') =>
-      store.put(
-        receiptKey(owner, id),
-        JSON.stringify({
-          v: 1,
-          id,
-          ...owner,
-          uid: 'uid-inst-app',
-          generation,
-          runId: 'r',
-          startedAt: new Date(T0).toISOString(),
-          endedAt: new Date(T0).toISOString(),
-          outcome,
-          inputs: outcome === 'succeeded' ? { render: { key: render, private: false } } : {},
-          stages: [],
-          tools: [],
-          store: { get: 0, head: 0, put: 0, list: 0, delete: 0 },
-          cost: { usd: 0, basis: 'test' },
-        }),
-      );
+      putReceipt(store, owner, id, {
+        generation,
+        startedAt: new Date(T0).toISOString(),
+        endedAt: new Date(T0).toISOString(),
+        outcome,
+        ...(outcome === 'succeeded' ? { render } : {}),
+      });
     await receipt('20261207-000000-000-aaaaaaaa', 1, 'succeeded');
     expect(await readFleetEntry(store, 'c1', 'ns', 'inst')).toMatchObject({
       lastGoodVersion: '1.0.0',
