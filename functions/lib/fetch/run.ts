@@ -24,7 +24,7 @@ import type { ClusterControllerConfig } from '../reconcile/controller-config.js'
 import { infraStep } from '../reconcile/infra-step.js';
 import { attachError, outcomeOf, resultFromError, type StageResult } from '../reconcile/result.js';
 import type { SecretMask } from '../reconcile/secret-mask.js';
-import { absentIfTooLarge } from '../store/port.js';
+import { absentIfUnreadable } from '../store/port.js';
 import { proxyEnv, trustEnv } from './cluster-trust.js';
 import type { HttpDownloader } from './http-download.js';
 import { prepareHttpSources, restoreHttpLock } from './http-source.js';
@@ -399,7 +399,7 @@ async function storeShared(
   }
   // Over the read bound: planted (any run of the fleet may write the key), so not intact.
   const there = await infraStep('reading the fetch artifact back', () =>
-    absentIfTooLarge(() => deps.store.getVersioned(key)),
+    absentIfUnreadable(() => deps.store.getVersioned(key)),
   );
   const intact =
     there !== undefined &&

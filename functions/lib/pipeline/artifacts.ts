@@ -14,7 +14,7 @@ import { DEFAULT_TIMEOUT_MS } from '../exec/runner.js';
 import type { KubeReader, ResourceRef } from '../kube/port.js';
 import { watchForAbort } from '../reconcile/abort-watch.js';
 import { MissingArtifactError } from '../reconcile/result.js';
-import { absentIfTooLarge } from '../store/port.js';
+import { absentIfUnreadable } from '../store/port.js';
 import type { PipelineDeps } from './deps.js';
 import { infraStep } from './retry-bound.js';
 
@@ -50,7 +50,7 @@ export function scopeOf(ref: { clusterId: string; namespace: string }): Artifact
 export async function readArtifact(deps: PipelineDeps, scope: ArtifactScope, key: string): Promise<Buffer | undefined> {
   if (isPrivateKey(key)) return await privateArtifacts(deps).get(scope, key);
   // Over the read bound: planted by a run of the fleet (tampering), absent like a wrong digest.
-  const body = await absentIfTooLarge(
+  const body = await absentIfUnreadable(
     () => deps.store.get(key),
     () => logTampered(deps, key),
   );

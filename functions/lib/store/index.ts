@@ -13,7 +13,7 @@ export {
 export { LocalDirStore, type LocalDirStoreOptions } from './local.js';
 export { MemoryStore, type MemoryStoreOptions } from './memory.js';
 export {
-  absentIfTooLarge,
+  absentIfUnreadable,
   DEFAULT_LIST_LIMIT,
   DEFAULT_MAX_OBJECT_BYTES,
   type GetOptions,

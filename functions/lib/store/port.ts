@@ -158,7 +158,7 @@ export class ObjectTooLargeError extends StoreError {
  * planted, not a store that fails: it reads as absent, like one whose digest does not match. Any
  * other error (network, 5xx, throttling, a bad key) propagates.
  */
-export async function absentIfTooLarge<T>(
+export async function absentIfUnreadable<T>(
   read: () => Promise<T | undefined>,
   onTooLarge?: () => void,
 ): Promise<T | undefined> {

@@ -45,7 +45,7 @@ import type { FetchView } from '../../kube/port.js';
 import { KappControllerError, type StageResult } from '../../reconcile/result.js';
 import type { SecretMask } from '../../reconcile/secret-mask.js';
 import { fromEventPart, type StagePart, templatePart, toEventPart } from '../../reconcile/status.js';
-import { absentIfTooLarge } from '../../store/port.js';
+import { absentIfUnreadable } from '../../store/port.js';
 import type { ClusterInfo } from '../../template/downward-api.js';
 import { runTemplateSteps } from '../../template/execute.js';
 import { planTemplate, requiredClusterInfo } from '../../template/plan.js';
@@ -285,7 +285,7 @@ async function renderOnce(run: TemplateRun): Promise<CachedStageOutcome<Rendered
   const { data, deps, frame, priv, privateCacheKey, scope } = run;
   // A record over the read bound (any run of the fleet may write it, fleet sharing) is a miss.
   const cached = () =>
-    absentIfTooLarge(
+    absentIfUnreadable(
       () => deps.store.get(run.cacheKey),
       () => logTampered(deps, run.cacheKey),
     );
@@ -400,7 +400,7 @@ async function storeRender(run: TemplateRun, rendered: string, out: StageResult)
     // Not trusted: a manifest replaced under its key keeps this run's own copy, sealed.
     // Read within this render's size: a larger object is not it (and is not read whole).
     const there = await infraStep('reading the rendered manifest back', () =>
-      absentIfTooLarge(() => deps.store.get(key, { maxBytes: manifest.length })),
+      absentIfUnreadable(() => deps.store.get(key, { maxBytes: manifest.length })),
     );
     if (!there?.equals(manifest)) {
       logTampered(deps, key);
