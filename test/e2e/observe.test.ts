@@ -191,7 +191,11 @@ describe.sequential('reconcile Events and /metrics', () => {
     // The first run, then the retries (the App had failed before): fetch and template, never deploy.
     for (const first of ['true', 'false']) {
       for (const phase of ['', 'fetch_', 'template_']) {
-        expect(b.get(`kappctrl_reconcile_${phase}time_seconds{${first}}`), `${phase} ${first}`).toBeGreaterThan(0);
+        const seconds = b.get(`kappctrl_reconcile_${phase}time_seconds{${first}}`);
+        // A retry's fetch may be the cached artifact of the first, read in under a millisecond
+        // (the clock's step): the gauge is set, possibly to 0. Every other phase ran a tool.
+        if (phase === 'fetch_' && first === 'false') expect(seconds, `${phase} ${first}`).toBeGreaterThanOrEqual(0);
+        else expect(seconds, `${phase} ${first}`).toBeGreaterThan(0);
       }
       expect(b.has(`kappctrl_reconcile_deploy_time_seconds{${first}}`)).toBe(false);
     }
