@@ -123,12 +123,43 @@ export interface SourcePollEvent {
 
 /** Whether a Lambda invocation's payload is the {@link SourcePollEvent}. */
 export function isSourcePollEvent(payload: unknown): payload is SourcePollEvent {
+  return isScheduledInput(payload, SOURCE_POLL_EVENT_TYPE);
+}
+
+/**
+ * Whether `payload` is a schedule's constant input of `type` (`{ "type": … }`), not an SQS
+ * batch (which has `Records`): the one shape every direct invocation of a schedule has.
+ */
+function isScheduledInput(payload: unknown, type: string): boolean {
   return (
     typeof payload === 'object' &&
     payload !== null &&
-    (payload as { type?: unknown }).type === SOURCE_POLL_EVENT_TYPE &&
+    (payload as { type?: unknown }).type === type &&
     !('Records' in payload)
   );
+}
+
+/**
+ * `type` of the rollout check event (issue 28, the cloud mode): the install dispatcher
+ * evaluates the fleet's moving rollouts (`state/rollouts/…`) against the fleet index
+ * (`state/fleet/…`), records a wave's release, soak or end by compare-and-swap, and pokes the
+ * PackageInstalls it concerns (`ref-changed` to its own install queue). What a paused, resumed or
+ * aborted rollout (the CLI writes only the record) and a soak that ended with no event after it
+ * need. Not a {@link KappEvent} (it is about no object and never goes through a queue): on Lambda
+ * an EventBridge Scheduler schedule of the shared stack invokes the install dispatcher directly
+ * with the constant input {@link RolloutCheckEvent} every minute; cells have none (their installs
+ * are not gated).
+ */
+export const ROLLOUT_CHECK_EVENT_TYPE = 'dev.kapp-lambda.rollout.check.v1';
+
+/** The rollout check event, `{ "type": "dev.kapp-lambda.rollout.check.v1" }`. */
+export interface RolloutCheckEvent {
+  readonly type: typeof ROLLOUT_CHECK_EVENT_TYPE;
+}
+
+/** Whether a Lambda invocation's payload is the {@link RolloutCheckEvent}. */
+export function isRolloutCheckEvent(payload: unknown): payload is RolloutCheckEvent {
+  return isScheduledInput(payload, ROLLOUT_CHECK_EVENT_TYPE);
 }
 
 /**
