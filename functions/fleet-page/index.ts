@@ -9,12 +9,15 @@
  * A view that cannot be built answers 503 with a fixed text; the error (its name and message, and
  * its cause's: never a stack, never a credential) goes to the function's log. Receipts read are
  * kept for the life of the execution environment (`FleetViewCache`: a receipt never changes).
- * The AWS SDK is the Node managed runtime's (`layers/bundle.ts`).
+ * The AWS SDK is the Node managed runtime's (`layers/bundle.ts`). Runs as-is on a Node managed
+ * runtime (handler `index.handler`) or as its own bootstrap (`node index.mjs` under the Runtime
+ * Interface Emulator: `test/integration/fleet-page-lambda.test.ts`).
  *
  * @module
  */
 import { S3Client } from '@aws-sdk/client-s3';
 import pino from 'pino';
+import { lambdaBootstrap } from '../lib/entry/runtime-api.js';
 import { fleetResponse } from '../lib/fleet/http.js';
 import { buildFleetView, FleetViewCache } from '../lib/fleet/view.js';
 import { errorText, type Logger } from '../lib/log.js';
@@ -71,10 +74,17 @@ export function storeFromEnv(env: Readonly<Record<string, string | undefined>>):
 }
 
 /** Function URL handler: `(FunctionUrlEvent) => FunctionUrlResult`. */
-export const handler = makeFleetPageHandler({
+export const handler: (event: FunctionUrlEvent) => Promise<FunctionUrlResult> = makeFleetPageHandler({
   store: storeFromEnv(process.env),
   log: pino(
     { base: { function: 'fleet-page' }, timestamp: pino.stdTimeFunctions.isoTime },
     pino.destination({ fd: 1, sync: true }),
   ),
 });
+
+// Run as `node index.mjs` (a custom runtime, the Runtime Interface Emulator): its own bootstrap.
+lambdaBootstrap({
+  moduleUrl: import.meta.url,
+  argv1: process.argv[1],
+  runtimeApi: process.env.AWS_LAMBDA_RUNTIME_API,
+}).start(handler);
