@@ -5,8 +5,9 @@
  * AwsSolutions checks (a validation plugin: an unacknowledged finding fails the synth).
  *
  * Context beyond the fleet settings: `stackName` (default `KappLambda`); `fleetPage` (`true`: the
- * fleet page behind a Function URL with `AuthType: AWS_IAM`, `./fleet-page.ts`; default `false`). Account and region come
- * from the CLI's environment (`CDK_DEFAULT_ACCOUNT`, `CDK_DEFAULT_REGION`).
+ * fleet page behind a Function URL with `AuthType: AWS_IAM`, `./fleet-page.ts`, its function
+ * bundled only then; default `false`). Account and region come from the CLI's environment
+ * (`CDK_DEFAULT_ACCOUNT`, `CDK_DEFAULT_REGION`).
  *
  * @module
  */
