@@ -78,6 +78,7 @@ import {
   type IsolationMode,
   URL_POLICY_STAGES,
 } from './fleet.js';
+import { FleetPage } from './fleet-page.js';
 import {
   cellObjectGrants,
   DISPATCHER_MEMORY_MIB,
@@ -139,6 +140,12 @@ export interface KappLambdaStackProps extends StackProps {
    * ({@link KappLambdaStack.senderCheck}).
    */
   readonly clusterAccess?: ClusterAccess;
+  /**
+   * Directory holding the fleet page's bundle as `index.mjs` (`functions/fleet-page/index.ts`):
+   * when given, the stack adds the page behind a Function URL with `AuthType: AWS_IAM`
+   * (`FleetPage`, `./fleet-page.ts`; the app gives it under context `fleetPage`). Default none.
+   */
+  readonly fleetPageCodeDir?: string;
 }
 
 /** The sender check's variables: the stack's alone, a {@link ClusterAccess} may not set them. */
@@ -327,6 +334,8 @@ export class KappLambdaStack extends Stack {
   readonly isolation: IsolationMode;
   /** Per cluster id, its cell (`isolation: cell` only; {@link addCell}). */
   readonly cells: Record<string, Cell> = {};
+  /** The fleet page behind its Function URL, when the props give its bundle (`fleetPageCodeDir`). */
+  readonly fleetPage: FleetPage | undefined;
   /** The fleet's one set of functions (`isolation: shared` only). */
   readonly #shared: StageSet | undefined;
   /** The fleet's rollout check schedule (`isolation: shared` only). */
@@ -482,6 +491,24 @@ export class KappLambdaStack extends Stack {
     for (const [clusterId, f] of Object.entries(fleet.forwarders)) {
       if (this.isolation === 'cell') this.addCell(clusterId);
       this.addClusterForwarder(clusterId, podIdentityForwarder(this, f.eksClusterArn));
+    }
+
+    if (props.fleetPageCodeDir) {
+      this.fleetPage = new FleetPage(this, 'FleetPage', {
+        codeDir: props.fleetPageCodeDir,
+        bucket: this.bucket,
+        bucketKey: this.artifactKey,
+        logGroup: this.functionLogs(this, 'FleetPageLogs'),
+        runtime: FUNCTION_RUNTIME,
+      });
+      new CfnOutput(this, 'FleetPageUrl', {
+        value: this.fleetPage.url.url,
+        description: 'the fleet page (AuthType AWS_IAM: requests signed for the lambda service; docs/aws.md)',
+      });
+      new CfnOutput(this, 'FleetPageViewerPolicyArn', {
+        value: this.fleetPage.viewerPolicy.managedPolicyArn,
+        description: 'attach to whoever may view the fleet page (invokes its function through the URL only)',
+      });
     }
 
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName });
