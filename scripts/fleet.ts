@@ -7,6 +7,7 @@
  * npm run fleet -- rollout apply -f <policy.yml>
  * npm run fleet -- rollout list [-o json|yaml]
  * npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
+ * npm run fleet -- rollout delete <policy>
  * ```
  *
  * `status` prints the fleet at a glance (`../functions/lib/fleet/view.ts`, `./fleet-status.ts`);
@@ -15,7 +16,9 @@
  * replacing the one of that name); install runs read it within 2 s. `list` prints the policies
  * and their rollouts. `pause` stops releasing waves (released ones go on), `resume` releases
  * again, `abort` freezes the rollout for good (a newer version starts a new one); each is a
- * compare-and-swap of the rollout record.
+ * compare-and-swap of the rollout record. `delete` aborts the policy's moving rollouts (so the
+ * runtimes poke their members to select again) and removes the policy: its refNames are no
+ * longer gated; its records stay for `list` and the page.
  *
  * The store is the runtime's, as `npm run receipts` finds it: `--store s3://<bucket>/<prefix>` or
  * `file:///<dir>`, default `s3://$KAPP_LAMBDA_BUCKET/…` when set, else the embedded runtime's
@@ -32,6 +35,8 @@ import { commandRollout, type RolloutCommand, RolloutCommandError } from '../fun
 import { parseRolloutPolicy, RolloutPolicyError } from '../functions/lib/rollout/policy.js';
 import {
   casRollout,
+  deletePolicy,
+  isFinal,
   listPolicies,
   listRollouts,
   putPolicy,
@@ -63,6 +68,7 @@ const USAGE = `usage:
   npm run fleet -- rollout apply -f <policy.yml>
   npm run fleet -- rollout list [-o json|yaml]          (default: a table)
   npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
+  npm run fleet -- rollout delete <policy>               abort its moving rollouts, then remove it (no longer gated)
   (all: --store s3://<bucket>/<prefix> | file:///<dir>, default the runtime's store; -h, --help: this text)
 ${exitCodesHelp('an invalid policy file, no such rollout, a command its status refuses, the store unreachable or (serve) not a directory, the address taken')}`;
 
@@ -237,6 +243,27 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
           rollouts,
         ),
       );
+    return EXIT.ok;
+  }
+  if (command === 'delete') {
+    if (!policy || extra || v.package) return usage('delete takes <policy> and nothing else');
+    const s = store();
+    if (!(await listPolicies(s)).some((p) => p.metadata.name === policy)) {
+      io.err(`fleet: no rollout policy ${policy} (see rollout list)\n`);
+      return EXIT.failure;
+    }
+    const aborted: string[] = [];
+    for (const r of await listRollouts(s)) {
+      if (r.policy !== policy || isFinal(r.status)) continue;
+      const { written } = await casRollout(s, policy, r.refName, (cur) =>
+        cur && !isFinal(cur.status) ? commandRollout(cur, 'abort', io.now()) : undefined,
+      );
+      if (written) aborted.push(`${r.refName} (${r.target})`);
+    }
+    await deletePolicy(s, policy);
+    io.out(
+      `rollout policy ${policy} deleted${aborted.length > 0 ? `; aborted: ${aborted.join(', ')}` : ''}: its packages are no longer gated\n`,
+    );
     return EXIT.ok;
   }
   if (command !== 'pause' && command !== 'resume' && command !== 'abort') {

@@ -416,6 +416,30 @@ describe("makeDispatcher: the stage's answer", () => {
     expect(parseBatchResponse(bytes({ batchItemFailures: [{ itemIdentifier: 'm1' }] }), given)).toEqual(ok('m1'));
   });
 
+  it('keeps an install run`s rollout report of its shape and bounds; leaves out any other, the answer still read', () => {
+    const bytes = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
+    const given = new Set(['m1']);
+    const rollouts = {
+      touched: ['default/pkg'],
+      start: [{ policy: 'default', refName: 'pkg', version: '2.0.0', from: '1.0.0' }],
+    };
+    expect(parseBatchResponse(bytes({ batchItemFailures: [], rollouts }), given)).toEqual({
+      batchItemFailures: [],
+      rollouts,
+    });
+    for (const bad of [
+      'x',
+      { touched: 'default/pkg', start: [] },
+      { touched: [], start: [{ policy: 'default', refName: 'pkg' }] },
+      { touched: Array.from({ length: 101 }, (_, i) => `p/${i}`), start: [] },
+      { touched: [], start: [{ policy: 'p', refName: 'r', version: 'v'.repeat(257) }] },
+    ]) {
+      expect(parseBatchResponse(bytes({ batchItemFailures: [], rollouts: bad }), given)).toEqual({
+        batchItemFailures: [],
+      });
+    }
+  });
+
   it("deletes a finished cluster's groups early while another cluster still runs, never a failed one's", async () => {
     let release!: () => void;
     const beta = new Promise<void>((r) => (release = r));

@@ -392,7 +392,22 @@ describe('npm run fleet -- rollout', () => {
     expect(t.err.at(-1)).toBe('fleet: rollout of 2.0.0 is aborted: cannot resume\n');
   });
 
+  it('delete aborts the policy`s moving rollouts, then removes it: no longer gated; an unknown policy fails', async () => {
+    const t = io({ 'p.yml': POLICY_YAML });
+    expect(await main(['rollout', 'delete', 'default'], {}, t.fio)).toBe(EXIT.failure);
+    expect(t.err.at(-1)).toBe('fleet: no rollout policy default (see rollout list)\n');
+    expect(await main(['rollout', 'apply', '-f', 'p.yml'], {}, t.fio)).toBe(EXIT.ok);
+    await casRollout(t.store, 'default', REF, () => newRollout(POLICY, REF, '2.0.0', '1.0.0', T0));
+    expect(await main(['rollout', 'delete', 'default'], {}, t.fio)).toBe(EXIT.ok);
+    expect(t.out.at(-1)).toBe(
+      `rollout policy default deleted; aborted: ${REF} (2.0.0): its packages are no longer gated\n`,
+    );
+    expect((await readRollout(t.store, 'default', REF))?.record.status).toBe('aborted');
+    expect(await policyFor(t.store, REF, 10_000)).toBeUndefined();
+  });
+
   it.each([
+    [['rollout', 'delete'], 'delete takes <policy> and nothing else'],
     [[], 'a command is required'],
     [['rollout'], 'a rollout command is required'],
     [['rollout', 'pause', 'default'], 'pause takes <policy> --package <refName>'],

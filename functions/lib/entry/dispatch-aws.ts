@@ -15,6 +15,7 @@
 
 import { type RunPolicyTarget, runSessionPolicy } from '../../../infra/aws/run-policy.js';
 import type { PipelineStage } from '../api/functions.js';
+import { rolloutReportSchema } from '../rollout/access.js';
 import type { DispatchedBatch, RunCredentials, RunSessionCredentials, StageInvoker } from './dispatch.js';
 import { runSessionName } from './sender.js';
 import type { SqsBatchResponse } from './stage-handler.js';
@@ -187,7 +188,9 @@ export class LambdaStageInvoker implements StageInvoker {
  * strings, with only the ids of records `given` (in the stage's order, each once); absent or
  * empty after that, it is left out. A `requeue` that is not a list of strings makes the answer
  * none (the stage is not the one this dispatcher speaks to). A boolean `pollMember` is kept;
- * any other is left out.
+ * any other is left out. `rollouts` (the install runs' `RolloutReport`) is kept when it has its
+ * shape within `rolloutReportSchema`'s bounds, else left out: a run cannot fail its own answer
+ * with it, nor hand the dispatcher unbounded work.
  */
 export function parseBatchResponse(
   payload: Uint8Array | undefined,
@@ -203,7 +206,8 @@ export function parseBatchResponse(
     batchItemFailures: failures,
     requeue,
     pollMember,
-  } = (v ?? {}) as { batchItemFailures?: unknown; requeue?: unknown; pollMember?: unknown };
+    rollouts,
+  } = (v ?? {}) as { batchItemFailures?: unknown; requeue?: unknown; pollMember?: unknown; rollouts?: unknown };
   if (!Array.isArray(failures)) return undefined;
   if (!failures.every((f) => typeof (f as { itemIdentifier?: unknown } | null)?.itemIdentifier === 'string')) {
     return undefined;
@@ -212,9 +216,11 @@ export function parseBatchResponse(
     return undefined;
   }
   const kept = [...new Set((requeue ?? []) as string[])].filter((id) => given.has(id));
+  const report = rollouts === undefined ? undefined : rolloutReportSchema.safeParse(rollouts);
   return {
     batchItemFailures: failures.map((f) => ({ itemIdentifier: (f as { itemIdentifier: string }).itemIdentifier })),
     ...(kept.length > 0 ? { requeue: kept } : {}),
     ...(typeof pollMember === 'boolean' ? { pollMember } : {}),
+    ...(report?.success ? { rollouts: report.data } : {}),
   };
 }

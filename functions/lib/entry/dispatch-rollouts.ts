@@ -160,8 +160,16 @@ export class RolloutCoordinator {
     this.#now = opts.now ?? (() => new Date());
   }
 
-  /** The policies and records, read at most once per {@link VIEW_CACHE_MS}. @throws StoreError */
-  async #read(): Promise<{ policies: RolloutPolicy[]; records: RolloutRecord[] }> {
+  /**
+   * The policies and records, read at most once per {@link VIEW_CACHE_MS}; with `records`, the
+   * records even when no policy is left (a deleted policy's aborted rollout wants its end pokes).
+   * @throws StoreError
+   */
+  async #read(records = false): Promise<{ policies: RolloutPolicy[]; records: RolloutRecord[] }> {
+    if (records) {
+      this.#cache = undefined;
+      return { policies: await listPolicies(this.#store), records: await listRollouts(this.#store) };
+    }
     const at = this.#now().getTime();
     if (!this.#cache || at - this.#cache.at >= VIEW_CACHE_MS || at < this.#cache.at) {
       // No policy, no rollout to read: a fleet without rollouts pays one listing per period.
@@ -236,7 +244,7 @@ export class RolloutCoordinator {
    */
   async check(): Promise<void> {
     try {
-      const { policies, records } = await this.#read();
+      const { policies, records } = await this.#read(true);
       const byName = new Map(policies.map((p) => [p.metadata.name, p]));
       const pokes: Moved['pokes'] = [];
       const now = this.#now().getTime();

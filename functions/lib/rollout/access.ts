@@ -178,6 +178,24 @@ export interface RolloutReport {
   start: { policy: string; refName: string; version: string; from?: string }[];
 }
 
+/** Most entries of each list of a {@link RolloutReport} the dispatcher reads (a batch has 10 records). */
+export const MAX_REPORT_ENTRIES = 100;
+
+/** The schema of a {@link RolloutReport} in a stage's answer: bounded strings and lists. */
+export const rolloutReportSchema = z.object({
+  touched: z.array(z.string().max(512)).max(MAX_REPORT_ENTRIES),
+  start: z
+    .array(
+      z.object({
+        policy: z.string().max(256),
+        refName: z.string().max(256),
+        version: z.string().max(256),
+        from: z.string().max(256).optional(),
+      }),
+    )
+    .max(MAX_REPORT_ENTRIES),
+});
+
 /** A dispatched install run's reports, collected per batch ({@link ReportingRollouts}). */
 export class RolloutReports {
   #touched = new Set<string>();

@@ -147,6 +147,16 @@ export async function putPolicy(store: ObjectStore, policy: RolloutPolicy): Prom
   await store.put(policyKey(policy.metadata.name), `${JSON.stringify(policy)}\n`);
 }
 
+/**
+ * Deletes the policy `name`; whether it was there. Its rollout records stay (history; a moving one
+ * should be aborted first, so every runtime pokes its members to select again).
+ */
+export async function deletePolicy(store: ObjectStore, name: string): Promise<boolean> {
+  if (!(await store.head(policyKey(name)))) return false;
+  await store.delete(policyKey(name));
+  return true;
+}
+
 /** Every applied policy, by name. @throws RolloutPolicyError for a stored policy that no longer validates. */
 export async function listPolicies(store: ObjectStore): Promise<RolloutPolicy[]> {
   const out: RolloutPolicy[] = [];
