@@ -20,7 +20,8 @@
  *   poked again, holds at 1.0.0 with a `kapp-lambda.carvel.dev/Rollout` condition `Held`;
  * - B upgrades once A has been healthy for the soak with no action of the test (A's soak end is
  *   the forwarder's due time; the dispatcher releases `rest` and pokes B), and the record in S3
- *   is `completed`, its waves' times in that order; both PackageInstalls then say `Completed`;
+ *   is `completed`, its waves' times in that order; both PackageInstalls then say `Completed`,
+ *   and `npm run fleet -- status` on the cloud store shows both at 2.0.0 and the rollout completed;
  * - the rollout's view each install run was given names no other cluster (request and answer),
  *   and its policy is narrowed (the wave listing the run's cluster lists only it, the other `[]`);
  * - no run's S3 request (every stage function's requests pass a recorder per cluster,
@@ -35,6 +36,7 @@ import { ApiException, CustomObjectsApi } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
+import type { FleetView } from '../../functions/lib/fleet/view.js';
 import { FLEET_PREFIX, POLICY_PREFIX, ROLLOUT_PREFIX, readRollout } from '../../functions/lib/rollout/state.js';
 import { S3Store } from '../../functions/lib/store/s3.js';
 import { loadKubeConfig } from '../harness/kube.js';
@@ -266,6 +268,16 @@ describe('the shared mode: a rollout in waves across two clusters', () => {
         await waitPkgi(ns, 'told the rollout completed', (p) => rolloutReason(p) === 'Completed');
       const deployed = await shared.getObject<{ data?: Record<string, string> }>('configmap', B, 'rollout');
       expect(deployed?.data?.version).toBe('2.0.0');
+      // The fleet at a glance, from the cloud store: `npm run fleet -- status`.
+      const status = await fleetCli(s.fleet, ['status', '-o', 'json', '--store', `s3://${s.fleet.bucket}/`]);
+      const view = JSON.parse(status.stdout) as FleetView;
+      expect(view.installs.map((i) => [i.clusterId, i.namespace, i.name, i.version, i.reconcile])).toEqual([
+        [A, A, 'app', '2.0.0', 'succeeded'],
+        [B, B, 'app', '2.0.0', 'succeeded'],
+      ]);
+      expect(view.rollouts.map((r) => [r.policy, r.refName, r.target, r.status])).toEqual([
+        [POLICY, REF_NAME, '2.0.0', 'completed'],
+      ]);
 
       // What each install run was given and answered names no other cluster; its view of the
       // policy lists its own cluster in its wave and none in the other.
