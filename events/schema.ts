@@ -123,12 +123,37 @@ export interface SourcePollEvent {
 
 /** Whether a Lambda invocation's payload is the {@link SourcePollEvent}. */
 export function isSourcePollEvent(payload: unknown): payload is SourcePollEvent {
+  return isScheduled(payload, SOURCE_POLL_EVENT_TYPE);
+}
+
+/** Whether `payload` is a schedule's constant input of `type` (an object with it, no `Records`). */
+function isScheduled(payload: unknown, type: string): boolean {
   return (
     typeof payload === 'object' &&
     payload !== null &&
-    (payload as { type?: unknown }).type === SOURCE_POLL_EVENT_TYPE &&
+    (payload as { type?: unknown }).type === type &&
     !('Records' in payload)
   );
+}
+
+/**
+ * `type` of the rollout check event (issue 28, docs/decisions.md D18): the shared stack's install
+ * dispatcher evaluates every moving rollout and pokes the PackageInstalls that must select again
+ * (`functions/lib/entry/dispatch-rollouts.ts`): what no install run reports, such as a rollout the
+ * CLI resumed or aborted. Like {@link SOURCE_POLL_EVENT_TYPE}, not a {@link KappEvent}: an
+ * EventBridge Scheduler schedule invokes the dispatcher with the constant input
+ * {@link RolloutCheckEvent}, `rate(1 minute)`.
+ */
+export const ROLLOUT_CHECK_EVENT_TYPE = 'dev.kapp-lambda.rollout.check.v1';
+
+/** The rollout check event, `{ "type": "dev.kapp-lambda.rollout.check.v1" }`. */
+export interface RolloutCheckEvent {
+  readonly type: typeof ROLLOUT_CHECK_EVENT_TYPE;
+}
+
+/** Whether a Lambda invocation's payload is the {@link RolloutCheckEvent}. */
+export function isRolloutCheckEvent(payload: unknown): payload is RolloutCheckEvent {
+  return isScheduled(payload, ROLLOUT_CHECK_EVENT_TYPE);
 }
 
 /**

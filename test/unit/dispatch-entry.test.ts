@@ -97,7 +97,10 @@ describe('the dispatcher bundle', () => {
     expect(inputs.filter((f) => f.startsWith('functions/lib/pipeline/') && !f.endsWith('/attempts.ts'))).toEqual([]);
     expect(
       inputs.filter((f) =>
-        /^functions\/lib\/(deploy|template|packaging|reconcile\/(?!redact|result|secret-mask|timer))/.test(f),
+        // The rollout state machine compares versions (`packaging/versions.ts`, `semver.ts`: pure).
+        /^functions\/lib\/(deploy|template|packaging\/(?!versions|semver)|reconcile\/(?!redact|result|secret-mask|timer))/.test(
+          f,
+        ),
       ),
     ).toEqual([]);
     expect(inputs.filter((f) => /^node_modules\/(tar|@kubernetes|@aws-sdk|@smithy)\//.test(f))).toEqual([]);
@@ -128,8 +131,10 @@ describe('createDispatcherDeps', () => {
   function setup() {
     const reads: string[] = [];
     const s3 = {
-      async send(cmd: { constructor: { name: string }; input: { Bucket?: string; Key?: string } }) {
-        reads.push(`${cmd.constructor.name} ${cmd.input.Bucket}/${cmd.input.Key}`);
+      async send(cmd: { constructor: { name: string }; input: { Bucket?: string; Key?: string; Prefix?: string } }) {
+        reads.push(`${cmd.constructor.name} ${cmd.input.Bucket}/${cmd.input.Key ?? cmd.input.Prefix}`);
+        // The artifact bucket holds no rollout policy: the install dispatcher's listing finds none.
+        if (cmd.constructor.name === 'ListObjectsV2Command') return { Contents: [], IsTruncated: false };
         const m = /^registry\/clusters\/([a-z0-9-]+)\.json$/.exec(cmd.input.Key ?? '');
         if (cmd.constructor.name !== 'GetObjectCommand' || cmd.input.Bucket !== 'fleet-registry' || !m) {
           throw Object.assign(new Error('NoSuchKey'), { name: 'NoSuchKey' });
@@ -211,8 +216,12 @@ describe('createDispatcherDeps', () => {
     expect(token.get('X-Amz-Security-Token')).toBe('dispatcher-session');
     expect(signedFor(url, 'alpha', DISPATCHER_CREDENTIALS)).toBe(true);
     expect(signedFor(url, 'beta', DISPATCHER_CREDENTIALS)).toBe(false);
-    // The registry is read for documents only: no token, no secret.
-    expect(t.reads.every((r) => r.startsWith('GetObjectCommand fleet-registry/registry/clusters/'))).toBe(true);
+    // The registry is read for documents only: no token, no secret; the artifact bucket for the
+    // rollout policies only (none here: the batch carries no view).
+    expect(t.reads.filter((r) => !r.startsWith('GetObjectCommand fleet-registry/registry/clusters/'))).toEqual([
+      'ListObjectsV2Command fleet-artifacts/state/rollout-policies/',
+    ]);
+    expect(payload.rollouts).toBeUndefined();
   });
 });
 

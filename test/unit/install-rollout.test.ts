@@ -13,15 +13,17 @@ import { packageInstallDueAt } from '../../events/forwarder/kinds.js';
 import { type KappEvent, type ObjectRef, objectEvent } from '../../events/schema.js';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
 import { parsePackageInstall } from '../../functions/lib/api/parse.js';
+import { RolloutCoordinator } from '../../functions/lib/entry/dispatch-rollouts.js';
 import { FakeCommandRunner } from '../../functions/lib/exec/fake.js';
 import type { KubeObject } from '../../functions/lib/kube/port.js';
 import { memoryLogger } from '../../functions/lib/log.js';
 import { packageSelection } from '../../functions/lib/packaging/select.js';
 import { dispatchEvent } from '../../functions/lib/pipeline/dispatch.js';
 import { checkRollouts, ENDED_POKE_WINDOW_MS } from '../../functions/lib/pipeline/install/rollout-pokes.js';
+import { ReportingRollouts, RolloutReports } from '../../functions/lib/rollout/access.js';
 import { fleetEntryOf, ROLLOUT_WAVE_CHECK } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
-import { putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
+import { fleetKey, putPolicy, readFleetEntry, readRollout } from '../../functions/lib/rollout/state.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { StoreError } from '../../functions/lib/store/port.js';
 import { putReceipt } from '../harness/receipt-fixture.js';
@@ -85,16 +87,29 @@ type Status = { version?: string; conditions?: Record<string, string>[] };
  * Packages published so far); `run` reconciles it once, the App first given `app` as its status
  * (the App pipeline's outcome at its current generation).
  */
-function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
+function fleet(withPolicy = true, store: MemoryStore = new MemoryStore(), cloud = false) {
   const log = memoryLogger();
   let now = T0;
   const published = ['1.0.0'];
   const clusters = new Map<string, FakeCluster>();
   const emitted: KappEvent[] = [];
   const ready = withPolicy ? putPolicy(store, POLICY) : Promise.resolve();
+  // The shared stack: the install dispatcher's coordinator holds the store; each run gets its
+  // cluster's view and a store that refuses every rollout key (as its session does).
+  const coordinator = cloud
+    ? new RolloutCoordinator({
+        store,
+        log,
+        now: () => new Date(now),
+        poke: async (events) => {
+          emitted.push(...events);
+        },
+      })
+    : undefined;
+  const runStore = cloud ? refusingRolloutKeys(store) : store;
   /** Deps of a runtime serving `served` (every cluster's view, the shared store and clock); events go to `emitted`. */
   function depsFor(served: string[]) {
-    const { deps } = stageDeps(undefined, { runner: new FakeCommandRunner(), store, tmpRoot: tempDir() });
+    const { deps } = stageDeps(undefined, { runner: new FakeCommandRunner(), store: runStore, tmpRoot: tempDir() });
     deps.log = log;
     deps.now = () => new Date(now);
     deps.clusters = { ...deps.clusters, clusterIds: () => served, installView: (c) => clusters.get(c) as never };
@@ -125,7 +140,14 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
       generation: 1,
       resourceVersion: cluster.get('PackageInstall', 'ns', 'inst')?.metadata.resourceVersion ?? '1',
     };
+    const reports = new RolloutReports();
+    if (coordinator) {
+      const view = await coordinator.viewFor(id);
+      deps.rollouts = new ReportingRollouts(() => view, runStore, reports);
+    }
     await dispatchEvent(objectEvent(ref, 'modified', { time: new Date(now) }), deps);
+    const report = reports.take();
+    if (coordinator && report) await coordinator.afterBatch(new Map([[id, report]]));
     const status = cluster.get('PackageInstall', 'ns', 'inst')?.status as Status;
     const appAfter = cluster.get('App', 'ns', 'inst');
     return {
@@ -149,6 +171,7 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
   }
   return {
     store,
+    coordinator,
     emitted,
     depsFor,
     logs: () => log.records,
@@ -160,6 +183,30 @@ function fleet(withPolicy = true, store: MemoryStore = new MemoryStore()) {
       now = T0 + s * 1000;
     },
   };
+}
+
+/** `store` as a dispatched install run's session reaches it: every `state/rollout…` key refused. */
+function refusingRolloutKeys(store: MemoryStore): MemoryStore {
+  return new Proxy(store, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        if (typeof args[0] === 'string' && args[0].startsWith('state/rollout')) {
+          throw new StoreError('denied', String(prop) as never, args[0]);
+        }
+        return value.apply(target, args);
+      };
+    },
+  });
+}
+
+/** `[reason, subject, cause]` of each event in `events`. */
+function pokes(events: readonly KappEvent[]) {
+  return events.map((e) => {
+    const d = e.data as { reason?: string; cause?: string };
+    return [d.reason, e.subject, d.cause];
+  });
 }
 
 describe('install: the rollout gate', () => {
@@ -493,5 +540,113 @@ describe('forwarder: the PackageInstall due time', () => {
     expect(packageInstallDueAt(obj(2, [soaking]), T0)).toBe(T0);
     expect(packageInstallDueAt(obj(1, [{ type: 'ReconcileSucceeded', status: 'True' }]), T0)).toBeNull();
     expect(packageInstallDueAt(obj(1, [{ ...soaking, reason: 'Upgrading' }]), T0)).toBeNull();
+  });
+});
+
+describe('install: rollouts in the shared stack (the install dispatcher coordinates, runs report)', () => {
+  const released = (wave: string) => `rollout: default/${REF_NAME} wave ${wave} released (2.0.0)`;
+  /** c1 (canary) and c2 (rest) at 1.0.0; 2.0.0 published; c1's run asks the rollout at 1 s, its poke's run upgrades at 2 s. */
+  async function canaryUpgraded() {
+    const f = fleet(true, new MemoryStore(), true);
+    await f.install('c1');
+    await f.install('c2');
+    f.publish('2.0.0');
+    f.at(1);
+    await f.run('c1');
+    f.at(2);
+    expect((await f.run('c1')).appVersion).toBe('2.0.0');
+    return f;
+  }
+
+  it('a first-wave run starts the rollout through the dispatcher; waves advance on the pokes it sends; no run touches a rollout key', async () => {
+    const f = fleet(true, new MemoryStore(), true);
+    await f.install('c1');
+    await f.install('c2');
+    f.publish('2.0.0');
+    // c2 (wave rest) sees 2.0.0 first: it may not start the fleet's rollout; it holds at 1.0.0.
+    f.at(1);
+    expect((await f.run('c2')).appVersion).toBe('1.0.0');
+    expect(await readRollout(f.store, 'default', REF_NAME)).toBeUndefined();
+    // c1 (canary) asks; it holds this run, the dispatcher creates the rollout and pokes the canary.
+    f.at(2);
+    expect((await f.run('c1')).appVersion).toBe('1.0.0');
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record).toMatchObject({
+      target: '2.0.0',
+      from: '1.0.0',
+      status: 'running',
+    });
+    expect(pokes(f.emitted)).toEqual([['ref-changed', 'c1/PackageInstall/ns/inst', released('canary')]]);
+    f.emitted.length = 0;
+    f.at(3);
+    const up = await f.run('c1');
+    expect(up.appVersion).toBe('2.0.0');
+    expect(up.status.conditions?.[1]?.reason).toBe('Upgrading');
+    // Healthy: the dispatcher notes the soak and pokes the wave, whose next run shows its end.
+    f.at(5);
+    await f.run('c1', succeeded);
+    const soakEnds = new Date(T0 + 35_000).toISOString();
+    expect(pokes(f.emitted)).toEqual([
+      [
+        'ref-changed',
+        'c1/PackageInstall/ns/inst',
+        `rollout: default/${REF_NAME} wave canary healthy, soaking until ${soakEnds}`,
+      ],
+    ]);
+    f.emitted.length = 0;
+    f.at(6);
+    expect((await f.run('c1')).status.conditions?.[1]).toMatchObject({
+      reason: 'Soaking',
+      message: `2.0.0: wave canary healthy, soaking until ${soakEnds}`,
+    });
+    expect((await f.run('c2')).status.conditions?.[1]?.reason).toBe('Held');
+    // The soak's end (the forwarder's due time): c1's run; the dispatcher releases rest and pokes c2.
+    f.at(35);
+    await f.run('c1');
+    expect(pokes(f.emitted)).toEqual([['ref-changed', 'c2/PackageInstall/ns/inst', released('rest')]]);
+    f.emitted.length = 0;
+    f.at(36);
+    expect((await f.run('c2')).appVersion).toBe('2.0.0');
+    f.at(40);
+    await f.run('c2', succeeded);
+    const record = (await readRollout(f.store, 'default', REF_NAME))?.record;
+    expect(record?.status).toBe('completed');
+    expect(record?.endPokedAt).toBe(new Date(T0 + 40_000).toISOString());
+    expect(pokes(f.emitted).map((p) => p[1])).toEqual(['c1/PackageInstall/ns/inst', 'c2/PackageInstall/ns/inst']);
+    // Each run's session reached no rollout key: the only warnings would be the refused reads.
+    expect(f.logs().filter((r) => r.level === 'warn')).toEqual([]);
+  });
+
+  it('a stop names the failed cluster to itself only; other clusters read the count, and the dispatcher pokes every member', async () => {
+    const f = await canaryUpgraded();
+    f.emitted.length = 0;
+    f.at(3);
+    await f.run('c1', failedApp);
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.status).toBe('stopped');
+    expect(pokes(f.emitted).map((p) => p[1])).toEqual(['c1/PackageInstall/ns/inst', 'c2/PackageInstall/ns/inst']);
+    f.at(4);
+    const c2 = (await f.run('c2')).status.conditions?.[1];
+    expect(c2).toMatchObject({
+      reason: 'Stopped',
+      message: 'rollout of 2.0.0 stopped: wave canary: 1 failed (maxUnavailable 0)',
+    });
+    expect((await f.run('c1')).status.conditions?.[1]?.message).toContain(
+      'first c1 ns/inst: reconcile of 2.0.0 failed',
+    );
+    // The view of c2 names no other cluster at all.
+    const view = JSON.stringify(await f.coordinator?.viewFor('c2'));
+    expect(view).not.toContain('c1');
+  });
+
+  it('the dispatcher reads no entry a cluster wrote for another: an entry under c2`s prefix naming c1 is ignored', async () => {
+    const f = await canaryUpgraded();
+    // c2's session may write state/fleet/c2/…: a planted healthy c1 at the target there.
+    const planted = {
+      ...(await readFleetEntry(f.store, 'c1', 'ns', 'inst')),
+      version: '2.0.0',
+      reconcile: 'succeeded',
+    };
+    await f.store.put(`${fleetKey('c2', 'ns', 'x')}`, JSON.stringify({ ...planted, name: 'x', clusterId: 'c1' }));
+    await f.coordinator?.afterBatch(new Map([['c2', { touched: [`default/${REF_NAME}`], start: [] }]]));
+    expect((await readRollout(f.store, 'default', REF_NAME))?.record.waves[0]?.healthyAt).toBeUndefined();
   });
 });

@@ -27,7 +27,7 @@ import { StoreClusterRegistry } from '../kube/fleet-registry.js';
 import { StageShares } from '../lease/shares.js';
 import type { Logger } from '../log.js';
 import { S3Store } from '../store/s3.js';
-import { SqsMessageDeleter, SqsMessageRequeuer, SqsRecordProver } from '../transport/sqs.js';
+import { SqsEventSender, SqsMessageDeleter, SqsMessageRequeuer, SqsRecordProver } from '../transport/sqs.js';
 import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { type DispatcherConfig, parseDispatcherEnv } from './config.js';
 import {
@@ -40,6 +40,7 @@ import {
 } from './dispatch.js';
 import { LambdaStageInvoker, StsRunCredentials } from './dispatch-aws.js';
 import type { DispatchSdk } from './dispatch-clients.js';
+import { RolloutCoordinator } from './dispatch-rollouts.js';
 import { type AwsClients, createLambdaLogger, lazyAwsClients, lazyDefaultProvider } from './lambda-base.js';
 import { lambdaBootstrap } from './runtime-api.js';
 import { senderRefusal } from './sender.js';
@@ -189,6 +190,22 @@ export function createDispatcherDeps(
         }
       : {}),
     ...(config.stage === 'index-repo' ? { pollClusters: () => sourcePollClusters(store, config.sharing) } : {}),
+    // The fleet's rollouts: install runs report, this dispatcher starts, evaluates and pokes.
+    ...(config.stage === 'install'
+      ? {
+          rollouts: new RolloutCoordinator({
+            store,
+            log,
+            poke: async (events) => {
+              await new SqsEventSender({
+                client: clients.sqs,
+                queueUrls: { install: config.queueUrl },
+                dedupKeyOf: (clusterId) => registry.eventKeyOf(clusterId),
+              }).sendMany('install', events);
+            },
+          }),
+        }
+      : {}),
     // `cluster` sharing: the member clusters are what the fetch and index-repo runs answered.
     ...(config.sharing === 'cluster' && POLL_MEMBER_STAGES.includes(config.stage)
       ? {

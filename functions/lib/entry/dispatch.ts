@@ -23,9 +23,11 @@
  * @module
  */
 import {
+  isRolloutCheckEvent,
   isSourcePollEvent,
   type KappEvent,
   objectRefOf,
+  type RolloutCheckEvent,
   type SourcePollEvent,
   subjectOf,
 } from '../../../events/schema.js';
@@ -34,6 +36,7 @@ import type { ClusterKeyring } from '../artifact/keyring.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import type { StageShares } from '../lease/shares.js';
 import { errorText, type Logger } from '../log.js';
+import type { ClusterRolloutView, RolloutReport } from '../rollout/access.js';
 import type { ObjectStore } from '../store/port.js';
 import type { MessageDeleter, MessageRequeuer, RecordProver } from '../transport/port.js';
 import { usesArtifactKey } from './artifact-key.js';
@@ -123,6 +126,12 @@ export interface DispatchedBatch {
    * clusters' polls one resolves each source. Absent: a batch of records.
    */
   readonly poll?: true;
+  /**
+   * The fleet's rollouts narrowed to `clusterId` (install batches only, when policies are applied):
+   * the run gates its PackageInstalls with them and reports back (`SqsBatchResponse.rollouts`);
+   * it never reads or writes a rollout record itself (`./dispatch-rollouts.ts`).
+   */
+  readonly rollouts?: ClusterRolloutView;
 }
 
 /**
@@ -202,6 +211,16 @@ export interface DispatcherDeps {
    * and polls it. Default none: every member is polled.
    */
   registered?: (clusterId: string) => Promise<boolean>;
+  /**
+   * The rollout coordinator (install only, `RolloutCoordinator` of `./dispatch-rollouts.ts`): each
+   * batch's view per cluster, what the runs reported after the batch, and the schedule's check
+   * (`RolloutCheckEvent`). Default none: install batches carry no view (not gated).
+   */
+  rollouts?: {
+    viewFor(clusterId: string): Promise<ClusterRolloutView | undefined>;
+    afterBatch(reports: ReadonlyMap<string, RolloutReport>): Promise<void>;
+    check(): Promise<void>;
+  };
 }
 
 /**
@@ -347,6 +366,8 @@ interface ClusterAnswer {
   readonly failed: ReadonlySet<string>;
   /** The records the stage held back, to be sent back as copies (in the stage's order; none failed). */
   readonly requeue: readonly string[];
+  /** What the runs reported of the rollouts (install). */
+  readonly rollouts?: RolloutReport;
 }
 
 /**
@@ -384,6 +405,11 @@ interface ClusterAnswer {
  * poll fails is logged and polled again at the next period; a failure to list the clusters fails
  * the invocation.
  *
+ * **Rollouts** (install, `deps.rollouts`): each cluster's invoke carries the fleet's rollouts
+ * narrowed to that cluster (`DispatchedBatch.rollouts`); the runs' `rollouts` answers, each kept
+ * for the cluster invoked (never one the answer names), go to the coordinator once every cluster's
+ * invoke ended; a `RolloutCheckEvent` runs its check (`./dispatch-rollouts.ts`).
+ *
  * **Poll membership** (`cluster` sharing, `deps.pollMembers`): a fetch or index-repo run (a batch
  * or a poll) answers `pollMember`, whether its cluster's domain holds source poll records after
  * it; the dispatcher records it for the cluster it invoked (never another: the answer names
@@ -395,7 +421,7 @@ interface ClusterAnswer {
 export function makeDispatcher(
   stage: PipelineStage,
   deps: DispatcherDeps,
-): (event: SqsEvent | SourcePollEvent, context?: LambdaContext) => Promise<SqsBatchResponse> {
+): (event: SqsEvent | SourcePollEvent | RolloutCheckEvent, context?: LambdaContext) => Promise<SqsBatchResponse> {
   /** One cluster's invoke: `records` (none for a poll), mapped to what the stage may answer of them. */
   const invokeCluster = async (
     clusterId: string,
@@ -410,6 +436,7 @@ export function makeDispatcher(
       const c = await deps.credentials.forRun(stage, clusterId, keys.tag);
       // Signed last, just before the invoke: its 15 minutes must cover the whole run.
       const eks = await deps.eksTokens?.tokenFor(clusterId);
+      const rollouts = !poll && stage === 'install' ? await deps.rollouts?.viewFor(clusterId) : undefined;
       const payload: DispatchedBatch = {
         records,
         clusterId,
@@ -422,6 +449,7 @@ export function makeDispatcher(
         ...(usesArtifactKey(stage) ? { sealingKeys: wireKeys(keys) } : {}),
         ...(eks ? { eksToken: { token: eks.token, expiresAt: eks.expiresAt.toISOString() } } : {}),
         ...(poll ? { poll: true as const } : {}),
+        ...(rollouts ? { rollouts } : {}),
       };
       answer = await deps.invoker.invoke(stage, clusterId, payload);
     } catch (err) {
@@ -459,7 +487,8 @@ export function makeDispatcher(
         );
       });
     }
-    return { answered: true, failed, requeue };
+    const reported = stage === 'install' && answer.rollouts ? { rollouts: answer.rollouts } : {};
+    return { answered: true, failed, requeue, ...reported };
   };
 
   /**
@@ -544,6 +573,11 @@ export function makeDispatcher(
       await runPoll(log);
       return { batchItemFailures: [] };
     }
+    if (isRolloutCheckEvent(event)) {
+      if (deps.rollouts) await deps.rollouts.check();
+      else log.warn({ stage }, 'rollout check event sent to a dispatcher that coordinates no rollouts; dropped');
+      return { batchItemFailures: [] };
+    }
     const received = Array.isArray(event.Records) ? event.Records : [];
     const remaining = context?.getRemainingTimeInMillis?.();
     const failed = new Set<string>();
@@ -592,6 +626,7 @@ export function makeDispatcher(
     for (const [clusterId, as] of byCluster) for (const a of as) carriedBy.set(a.record.messageId, clusterId);
     let unfinished = byCluster.size;
     const deletes: Promise<void>[] = [];
+    const reports = new Map<string, RolloutReport>();
     await Promise.all(
       [...byCluster].map(async ([clusterId, as]) => {
         const clog = log.child({ stage, clusterId });
@@ -603,6 +638,7 @@ export function makeDispatcher(
           await Promise.all(as.map((a) => a.release?.()));
         }
         for (const id of answer.failed) failed.add(id);
+        if (answer.rollouts) reports.set(clusterId, answer.rollouts);
         for (const id of await requeueHeld(carried, answer.requeue, clog)) failed.add(id);
         unfinished--;
         if (!deps.deleter || unfinished === 0) return;
@@ -631,6 +667,8 @@ export function makeDispatcher(
       }),
     );
     await Promise.all(deletes);
+    // Once per batch, after every cluster's run: each touched rollout is evaluated once.
+    if (deps.rollouts && reports.size > 0) await deps.rollouts.afterBatch(reports);
     return {
       batchItemFailures: received.filter((r) => failed.has(r.messageId)).map((r) => ({ itemIdentifier: r.messageId })),
     };

@@ -7,6 +7,7 @@
  *
  * @module
  */
+
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from '@smithy/types';
 import {
   isSourcePollEvent,
@@ -19,6 +20,7 @@ import type { ClusterKeyring, ClusterKeys } from '../artifact/keyring.js';
 import { type BearerSource, type BearerToken, EKS_TOKEN_PREFIX } from '../kube/bearer.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import { errorText, type Logger } from '../log.js';
+import { type ClusterRolloutView, clusterRolloutViewSchema, type RolloutReports } from '../rollout/access.js';
 import type { ObjectStore } from '../store/port.js';
 import type { MessageRequeuer, RequeuedMessage } from '../transport/port.js';
 import { type DispatchedBatch, SOURCE_POLL_RECORDS_PREFIX, type WireClusterKeys } from './dispatch.js';
@@ -48,6 +50,7 @@ export class RunCredentialHolder {
   private current: AwsCredentialIdentity | undefined;
   private keys: ClusterKeys | undefined;
   private eks: BearerToken | undefined;
+  private view: ClusterRolloutView | undefined;
 
   /**
    * The SDK clients' `credentials`: the last accepted batch's.
@@ -159,6 +162,8 @@ export class RunCredentialHolder {
     if (batch.sealingKeys !== undefined && !keys) throw refuse('malformed sealing keys');
     const eks = batch.eksToken === undefined ? undefined : bearerToken(batch.eksToken);
     if (batch.eksToken !== undefined && !eks) throw refuse('malformed EKS token');
+    const view = batch.rollouts === undefined ? undefined : clusterRolloutViewSchema.safeParse(batch.rollouts);
+    if (view && !view.success) throw refuse('malformed rollouts view');
     this.tenant = batch.clusterId;
     this.current = {
       accessKeyId: c.accessKeyId,
@@ -168,6 +173,15 @@ export class RunCredentialHolder {
     };
     this.keys = keys;
     this.eks = eks;
+    this.view = view?.data;
+  }
+
+  /**
+   * The fleet's rollouts narrowed to the served cluster, as the current batch brought them
+   * (`DispatchedBatch.rollouts`); `undefined` when it brought none (no policy: not gated).
+   */
+  get rolloutView(): ClusterRolloutView | undefined {
+    return this.view;
   }
 }
 
@@ -248,6 +262,11 @@ export interface DispatchedHandlerOptions {
    * Default none: the answer has none. A throw leaves it out (logged).
    */
   pollMember?: () => Promise<boolean>;
+  /**
+   * The install stage's rollout reports (`ReportingRollouts` of `../rollout/access.ts`): the
+   * answer's `rollouts` are what the batch's runs noted. Default none.
+   */
+  rolloutReports?: RolloutReports;
 }
 
 /** Why `payload` is not a dispatcher's batch at all, or `undefined` when it may be one. */
@@ -317,11 +336,17 @@ export function dispatchedHandler(
     }
     // What an earlier invocation collected and did not return (it threw) is not this one's.
     opts.requeued?.take();
+    opts.rolloutReports?.take();
     // The cluster's source poll: the stage handler's poll, its registry narrowed to this cluster.
     if (batch.poll === true) return await withPollMember(await inner({ type: SOURCE_POLL_EVENT_TYPE }, context));
     const answer = await inner({ Records: [...batch.records] }, context);
     const failed = new Set(answer.batchItemFailures.map((f) => f.itemIdentifier));
     const requeue = opts.requeued?.take().filter((id) => !failed.has(id)) ?? [];
-    return await withPollMember(requeue.length > 0 ? { ...answer, requeue } : answer);
+    const rollouts = opts.rolloutReports?.take();
+    return await withPollMember({
+      ...answer,
+      ...(requeue.length > 0 ? { requeue } : {}),
+      ...(rollouts ? { rollouts } : {}),
+    });
   };
 }

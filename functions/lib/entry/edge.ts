@@ -8,6 +8,7 @@
  *
  * @module
  */
+
 import {
   type KappEvent,
   objectRefOf,
@@ -19,6 +20,7 @@ import {
 import type { PipelineStage } from '../api/functions.js';
 import type { StageShares } from '../lease/shares.js';
 import { errorText, type Logger } from '../log.js';
+import type { RolloutReport } from '../rollout/access.js';
 import { POSTPONED_ATTRIBUTE, type RecordProver } from '../transport/port.js';
 import { messageGroupId } from '../transport/sqs.js';
 import { messageGroupRefusal } from './sender.js';
@@ -100,6 +102,12 @@ export interface SqsBatchResponse {
    * dispatcher keeps it as the cluster's poll membership in `cluster` sharing (`PollMembers`).
    */
   pollMember?: boolean;
+  /**
+   * The dispatched install stage's answer only: what its runs reported of the fleet's rollouts
+   * (`RolloutReport` of `../rollout/access.ts`), for the install dispatcher to start, evaluate
+   * and store them (`./dispatch-rollouts.ts`). Absent when no run touched a rollout.
+   */
+  rollouts?: RolloutReport;
 }
 
 /**

@@ -13,6 +13,7 @@
  *
  * @module
  */
+
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { targetFunction } from '../../../events/schema.js';
@@ -30,6 +31,7 @@ import type { Logger } from '../log.js';
 import { EmfReconcileMetrics } from '../observe/metrics.js';
 import { createPipelineDeps } from '../pipeline/compose.js';
 import type { DispatchDeps } from '../pipeline/deps.js';
+import { ReportingRollouts, type RolloutReports } from '../rollout/access.js';
 import { domainScopedStore } from '../store/domain.js';
 import { LocalDirStore } from '../store/local.js';
 import type { ObjectStore } from '../store/port.js';
@@ -262,7 +264,13 @@ export interface LambdaDepsOverrides {
    * `config.sharing` `cluster` the store to its sharing domain (`domainTag`); an `eks` cluster's
    * token is its `eksToken` (the registry signs none). Required then.
    */
-  tenant?: Pick<RunCredentialHolder, 'clusterId' | 'domainTag' | 'eksToken'>;
+  tenant?: Pick<RunCredentialHolder, 'clusterId' | 'domainTag' | 'eksToken' | 'rolloutView'>;
+  /**
+   * Where the dispatched install stage notes its rollout reports (`ReportingRollouts`, which reads
+   * `tenant.rolloutView`): the answer's `rollouts`. Without it the stage reads and writes the
+   * rollout records in its store (`StoreRollouts`), as a function on its own role does.
+   */
+  rolloutReports?: RolloutReports;
 }
 
 /**
@@ -376,6 +384,11 @@ export function createLambdaDeps(
     },
     ...(config.controllerConfigTtlMs === undefined ? {} : { controllerConfigTtlMs: config.controllerConfigTtlMs }),
   });
+  // Behind the dispatcher, install runs gate with the view their batch brought and report the rest.
+  if (tenant && config.stage === 'install' && overrides.rolloutReports) {
+    const view = tenant;
+    pipeline.rollouts = new ReportingRollouts(() => view.rolloutView, store, overrides.rolloutReports);
+  }
   // Deduplication ids keyed per cluster (`dedupId`, ../transport/sqs.ts): the registry document's
   // `eventKey`, so no other cluster's forwarder can predict one and spend it first.
   const sender =

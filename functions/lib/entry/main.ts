@@ -14,6 +14,7 @@ import { becomeSubreaper, hardenProcess } from '../exec/harden.js';
 import { createOrphanSweeper } from '../exec/orphans.js';
 import type { Logger } from '../log.js';
 import type { FunctionRoute } from '../pipeline/routes/route.js';
+import { RolloutReports } from '../rollout/access.js';
 import type { ObjectStore } from '../store/port.js';
 import { artifactKeyringFromEnv, usesArtifactKey } from './artifact-key.js';
 import { parseLambdaEnv } from './config.js';
@@ -74,6 +75,8 @@ export function lambdaEntry(
   // from its secret now (the cold start), not on the first private artifact.
   const holder = config.dispatched ? new RunCredentialHolder() : undefined;
   const requeued = holder ? new CollectingRequeuer() : undefined;
+  // Behind the dispatcher an install run reports the fleet's rollouts; it never writes their records.
+  const rolloutReports = holder && stage === 'install' ? new RolloutReports() : undefined;
   const rootKeyring =
     !holder && usesArtifactKey(stage)
       ? artifactKeyringFromEnv(stage, env, async () =>
@@ -97,6 +100,7 @@ export function lambdaEntry(
         orphans,
         ...(keyring ? { keyring } : {}),
         ...(holder && requeued ? { tenant: holder, requeuer: requeued } : {}),
+        ...(rolloutReports ? { rolloutReports } : {}),
       });
       if (removed.length > 0) deps.log.warn({ removed }, 'removed scratch directories an earlier process left');
       giveUp = (left) => deps.log.error({ left }, 'orphan sweep gave up: processes a tool left behind still run');
@@ -109,6 +113,7 @@ export function lambdaEntry(
   const entry = holder
     ? dispatchedHandler(handler, holder, {
         ...(requeued ? { requeued } : {}),
+        ...(rolloutReports ? { rolloutReports } : {}),
         log: { error: (obj, msg) => log.error(obj, msg), warn: (obj, msg) => log.warn(obj, msg) },
         // Only in `cluster` sharing does the dispatcher keep members from the answers; in `fleet` it
         // reads the fleet's records itself, and the listing would be one S3 request for nothing.

@@ -25,6 +25,7 @@ import type { StageMeter } from '../receipt/meter.js';
 import type { ClusterControllerConfig } from '../reconcile/controller-config.js';
 import { type SecretMask, SecretMask as SecretMaskImpl } from '../reconcile/secret-mask.js';
 import type { ControllerSyncConfig } from '../reconcile/timer.js';
+import type { RolloutAccess } from '../rollout/access.js';
 import type { ObjectStore } from '../store/port.js';
 import type { ClusterInfo } from '../template/downward-api.js';
 import type { requiredClusterInfo } from '../template/plan.js';
@@ -252,6 +253,12 @@ export interface PipelineDeps {
    * @throws TransportError when an event was not accepted (the stage is retried)
    */
   emit?: (events: readonly KappEvent[]) => Promise<void>;
+  /**
+   * How the install stage reaches the fleet's rollouts (`../rollout/access.ts`): the dispatched
+   * install run's view and reports (`ReportingRollouts`). Absent: the run reads and writes the
+   * rollout records in {@link store} itself (`StoreRollouts`), as the embedded runtime does.
+   */
+  rollouts?: RolloutAccess;
   /**
    * kapp-controller's reconcile counters and times (`../observe/metrics.ts`): the embedded
    * runtime's Prometheus registry, the Lambda functions' CloudWatch EMF lines. Absent: none.

@@ -290,3 +290,13 @@ export function rolloutCondition(r: RolloutRecord, wave: number, now: Date): Rol
   }
   return { type, status: 'True', reason: 'Upgrading', message: `${r.target} released to wave ${name}${paused}` };
 }
+
+/** The cause of a poke for wave `wave` of `record` (its members select the target). */
+export function releaseCause(record: RolloutRecord, wave: number): string {
+  return `rollout: ${record.policy}/${record.refName} wave ${record.waves[wave]?.name} released (${record.target})`;
+}
+
+/** The cause of the pokes of every member once `record` ended (completed, stopped, aborted). */
+export function endCause(record: RolloutRecord): string {
+  return `rollout: ${record.policy}/${record.refName} of ${record.target} ended: selecting again`;
+}

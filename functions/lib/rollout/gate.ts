@@ -10,8 +10,8 @@
  * 2. {@link planRolloutRecord}, once the status is known: the run's own fleet entry, the
  *    rollout evaluated with it (`./evaluate.ts`), and the Rollout condition appended to the
  *    status (kapp-controller's condition stays first).
- * 3. {@link recordRollout}, after the status write: the entry and the rollout's new state
- *    stored; the waves it released, for the caller to poke.
+ * 3. `RolloutAccess.record` (`./access.ts`), after the status write: the entry and, where the
+ *    run may write it, the rollout's new state stored; the waves it released, for the caller to poke.
  *
  * @module
  */
@@ -19,29 +19,10 @@ import type { Condition } from '../api/common.js';
 import { KappLambdaConditionType } from '../api/constants.js';
 import type { PackageInstall, PackageInstallStatus } from '../api/packaging.js';
 import type { ConstraintCallback } from '../packaging/versions.js';
-import type { ObjectStore } from '../store/port.js';
-import {
-  capFor,
-  compareLoose,
-  evaluateRollout,
-  memberHealthy,
-  newRollout,
-  recordWaveOf,
-  rolloutCondition,
-  startsRollout,
-} from './evaluate.js';
+import type { PlannedRecord, RolloutAccess } from './access.js';
+import { capFor, compareLoose, evaluateRollout, memberHealthy, recordWaveOf, rolloutCondition } from './evaluate.js';
 import type { RolloutPolicy } from './policy.js';
-import {
-  casRollout,
-  type FleetEntry,
-  isFinal,
-  listFleetEntries,
-  policyFor,
-  type RolloutRecord,
-  readFleetEntry,
-  readRollout,
-  writeFleetEntry,
-} from './state.js';
+import { type FleetEntry, isFinal, type RolloutRecord } from './state.js';
 
 /** Name of the gate's version callback: `after-rollout-wave=N` in a selection error. */
 export const ROLLOUT_WAVE_CHECK = 'rollout-wave';
@@ -106,50 +87,53 @@ export function rollbackOf(
  * The gate of `pkgi` in `clusterId` at `now`; `undefined` when no policy gates its refName.
  *
  * @param ungated - the version the PackageInstall would select without the gate (`undefined` when
- *   it selects none): above `status.version`, it starts a rollout unless one is moving
- * @param cacheOwner - what the policies read are cached on (`policyFor`); default the store
+ *   it selects none): above `status.version`, it starts a rollout unless one is moving; where the
+ *   start is asked of a coordinator (`RolloutAccess.start` pending), the PackageInstall holds at
+ *   its current version until the record exists
  * @throws StoreError when the store cannot be read (the run fails and is retried)
  */
 export async function rolloutGate(
-  store: ObjectStore,
+  access: RolloutAccess,
   now: Date,
   clusterId: string,
   pkgi: PackageInstall,
   ungated: () => string | undefined,
-  cacheOwner: object = store,
 ): Promise<RolloutGate | undefined> {
   const refName = pkgi.spec.packageRef?.refName ?? '';
-  const policy = await policyFor(store, refName, now.getTime(), cacheOwner);
+  const policy = await access.policyFor(refName, now);
   if (!policy) return undefined;
   const current = pkgi.status?.version;
   const v = ungated();
   let record: RolloutRecord | undefined;
   if (current && v && compareLoose(v, current) > 0) {
-    ({ record } = await casRollout(store, policy.metadata.name, refName, (r) =>
-      startsRollout(r, v) ? newRollout(policy, refName, v, current, now) : undefined,
-    ));
+    const started = await access.start(policy, refName, v, current, now);
+    if ('pending' in started) return { policy, refName, cap: current, callbacks: [capCheck(current)] };
+    record = started.record;
   } else {
-    record = (await readRollout(store, policy.metadata.name, refName))?.record;
+    record = await access.read(policy.metadata.name, refName);
   }
   if (!record) return { policy, refName, callbacks: [] };
   const wave = recordWaveOf(record, policy, clusterId);
   const member = { clusterId, namespace: pkgi.metadata.namespace ?? '', name: pkgi.metadata.name ?? '' };
   const rollback =
     policy.spec.onFailure === 'rollback' && record.status === 'stopped'
-      ? rollbackOf(policy, record, member, await readFleetEntry(store, clusterId, member.namespace, member.name))
+      ? rollbackOf(policy, record, member, await access.entry(clusterId, member.namespace, member.name))
       : undefined;
   const cap = rollback?.version ?? capFor(record, wave, current);
-  const callbacks =
-    cap === undefined ? [] : [{ name: ROLLOUT_WAVE_CHECK, check: (c: string) => compareLoose(c, cap) <= 0 }];
   return {
     policy,
     refName,
     record,
     ...(wave === undefined ? {} : { wave }),
     ...(cap === undefined ? {} : { cap }),
-    callbacks,
+    callbacks: cap === undefined ? [] : [capCheck(cap)],
     ...(rollback ? { rollback } : {}),
   };
+}
+
+/** The version callback of a cap: versions at or below `cap` pass. */
+function capCheck(cap: string): ConstraintCallback {
+  return { name: ROLLOUT_WAVE_CHECK, check: (c: string) => compareLoose(c, cap) <= 0 };
 }
 
 /** The condition `type` of `status`, if it has one. */
@@ -178,6 +162,7 @@ export function fleetEntryOf(
     namespace: pkgi.metadata.namespace ?? '',
     name: pkgi.metadata.name ?? '',
     refName: pkgi.spec.packageRef?.refName ?? '',
+    ...(pkgi.metadata.uid ? { uid: pkgi.metadata.uid } : {}),
     ...(status.version === undefined ? {} : { version: status.version }),
     ...(status.lastAttemptedVersion === undefined ? {} : { lastAttemptedVersion: status.lastAttemptedVersion }),
     reconcile: first === 'ReconcileSucceeded' ? 'succeeded' : first === 'ReconcileFailed' ? 'failed' : 'reconciling',
@@ -204,17 +189,13 @@ export function fleetEntryOf(
   };
 }
 
-/** What a run records after its status write ({@link recordRollout}). */
-export interface RolloutPlan {
+/** What a run records after its status write (`RolloutAccess.record`). */
+export interface RolloutPlan extends PlannedRecord {
   /** The status to write: the run's, with the Rollout condition appended when it is gated. */
   status: PackageInstallStatus;
-  entry: FleetEntry;
-  previous: FleetEntry | undefined;
   gate: RolloutGate | undefined;
-  /** The refName's other members as read (the run's own entry replaced by `entry`). */
+  /** The refName's members as read, the run's own entry replaced by `entry` (empty: not evaluated here). */
   members: FleetEntry[];
-  /** Whether the rollout moves (its record is written by {@link recordRollout}). */
-  changed: boolean;
 }
 
 /**
@@ -225,7 +206,7 @@ export interface RolloutPlan {
  * @throws StoreError when the store cannot be read
  */
 export async function planRolloutRecord(
-  store: ObjectStore,
+  access: RolloutAccess,
   now: Date,
   clusterId: string,
   pkgi: PackageInstall,
@@ -235,15 +216,17 @@ export async function planRolloutRecord(
 ): Promise<RolloutPlan> {
   const ns = pkgi.metadata.namespace ?? '';
   const name = pkgi.metadata.name ?? '';
-  const previous = await readFleetEntry(store, clusterId, ns, name).catch(() => undefined);
+  const previous = await access.entry(clusterId, ns, name).catch(() => undefined);
   const entry = fleetEntryOf(clusterId, pkgi, status, previous, now, gate, appGeneration);
   if (!gate?.record) return { status, entry, previous, gate, members: [], changed: false };
   const mine = (m: FleetEntry) => m.clusterId === clusterId && m.namespace === ns && m.name === name;
   // A final rollout no longer moves: its condition needs no members (no LIST of the fleet).
-  const members = isFinal(gate.record.status)
-    ? []
-    : [...(await listFleetEntries(store, gate.refName)).filter((m) => !mine(m)), entry];
-  const evaluation = evaluateRollout(gate.record, gate.policy, members, now);
+  // Where the run does not evaluate (a coordinator does, `RolloutAccess.members`), the record is as read.
+  const all = isFinal(gate.record.status) ? [] : await access.members(gate.refName);
+  const members = all ? [...all.filter((m) => !mine(m)), entry] : [];
+  const evaluation = all
+    ? evaluateRollout(gate.record, gate.policy, members, now)
+    : { record: gate.record, changed: false };
   const record = evaluation.record;
   const withCondition =
     gate.wave === undefined
@@ -256,40 +239,4 @@ export async function planRolloutRecord(
           ],
         };
   return { status: withCondition, entry, previous, gate: { ...gate, record }, members, changed: evaluation.changed };
-}
-
-/** What {@link recordRollout} stored. */
-export interface RecordedRollout {
-  /** The wave indexes this run released (their PackageInstalls want a poke). */
-  released: number[];
-  /**
-   * Whether this run ended the rollout (completed or stopped): every member then wants a poke, so
-   * a version that arrived while it moved (held behind it) starts its own rollout.
-   */
-  ended: boolean;
-}
-
-/**
- * Stores what {@link planRolloutRecord} planned: the entry (when it changed) and the rollout's
- * next state, evaluated again on the record as stored (compare-and-swap: another cluster's run
- * may have moved it meanwhile).
- *
- * @throws StoreError, RolloutConflictError
- */
-export async function recordRollout(store: ObjectStore, now: Date, plan: RolloutPlan): Promise<RecordedRollout> {
-  await writeFleetEntry(store, plan.entry, plan.previous);
-  const gate = plan.gate;
-  if (!plan.changed || !gate?.record) return { released: [], ended: false };
-  let released: number[] = [];
-  let ended = false;
-  await casRollout(store, gate.policy.metadata.name, gate.refName, (cur) => {
-    released = [];
-    ended = false;
-    if (!cur || cur.target !== gate.record?.target || cur.createdAt !== gate.record.createdAt) return undefined;
-    const e = evaluateRollout(cur, gate.policy, plan.members, now);
-    released = e.released;
-    ended = e.changed && !isFinal(cur.status) && isFinal(e.record.status);
-    return e.changed ? e.record : undefined;
-  });
-  return { released, ended };
 }

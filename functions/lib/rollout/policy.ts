@@ -55,54 +55,58 @@ const waveSchema = z.strictObject({
   maxUnavailable: z.int().min(0).default(0),
 });
 
+/**
+ * The shape of a policy without the checks across waves: what a policy narrowed to one cluster
+ * still is (`ClusterRolloutView` of `./access.ts`, where a wave may list no cluster).
+ */
+export const rolloutPolicyShape = z.strictObject({
+  apiVersion: z.literal(ROLLOUT_POLICY_API_VERSION),
+  kind: z.literal('RolloutPolicy'),
+  metadata: z.strictObject({ name: dnsLabel }),
+  spec: z.strictObject({
+    packages: z.array(refName).min(1),
+    /**
+     * `stop`: a failure stops the rollout. `rollback`: stop, then each failed cluster goes back
+     * to the version it was last healthy at, deploying that receipt's render (`../pipeline/install/rollback.ts`).
+     */
+    onFailure: z.enum(['stop', 'rollback']).default('stop'),
+    waves: z.array(waveSchema).min(1),
+  }),
+});
+
 /** The schema of a policy file (strict: an unknown field is refused, so a typo is not ignored). */
-export const rolloutPolicySchema = z
-  .strictObject({
-    apiVersion: z.literal(ROLLOUT_POLICY_API_VERSION),
-    kind: z.literal('RolloutPolicy'),
-    metadata: z.strictObject({ name: dnsLabel }),
-    spec: z.strictObject({
-      packages: z.array(refName).min(1),
-      /**
-       * `stop`: a failure stops the rollout. `rollback`: stop, then each failed cluster goes back
-       * to the version it was last healthy at, deploying that receipt's render (`../pipeline/install/rollback.ts`).
-       */
-      onFailure: z.enum(['stop', 'rollback']).default('stop'),
-      waves: z.array(waveSchema).min(1),
-    }),
-  })
-  .superRefine((p, ctx) => {
-    const names = new Set<string>();
-    const listed = new Map<string, string>();
-    let catchAll = 0;
-    p.spec.waves.forEach((w, i) => {
-      if (names.has(w.name)) ctx.addIssue({ code: 'custom', path: ['spec', 'waves', i, 'name'], message: 'duplicate' });
-      names.add(w.name);
-      if (!w.clusters) catchAll++;
-      // An empty list is a wave of no cluster (not the catch-all): a slip, refused.
-      if (w.clusters?.length === 0) {
+export const rolloutPolicySchema = rolloutPolicyShape.superRefine((p, ctx) => {
+  const names = new Set<string>();
+  const listed = new Map<string, string>();
+  let catchAll = 0;
+  p.spec.waves.forEach((w, i) => {
+    if (names.has(w.name)) ctx.addIssue({ code: 'custom', path: ['spec', 'waves', i, 'name'], message: 'duplicate' });
+    names.add(w.name);
+    if (!w.clusters) catchAll++;
+    // An empty list is a wave of no cluster (not the catch-all): a slip, refused.
+    if (w.clusters?.length === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['spec', 'waves', i, 'clusters'],
+        message: 'empty: list cluster ids, or leave clusters out for the wave of every other cluster',
+      });
+    }
+    // A cluster in two waves would silently go with the first.
+    w.clusters?.forEach((c, j) => {
+      const first = listed.get(c);
+      if (first !== undefined) {
         ctx.addIssue({
           code: 'custom',
-          path: ['spec', 'waves', i, 'clusters'],
-          message: 'empty: list cluster ids, or leave clusters out for the wave of every other cluster',
+          path: ['spec', 'waves', i, 'clusters', j],
+          message: `cluster ${c} is already in wave ${first}`,
         });
       }
-      // A cluster in two waves would silently go with the first.
-      w.clusters?.forEach((c, j) => {
-        const first = listed.get(c);
-        if (first !== undefined) {
-          ctx.addIssue({
-            code: 'custom',
-            path: ['spec', 'waves', i, 'clusters', j],
-            message: `cluster ${c} is already in wave ${first}`,
-          });
-        }
-        listed.set(c, first ?? w.name);
-      });
+      listed.set(c, first ?? w.name);
     });
-    if (catchAll > 1)
-      ctx.addIssue({ code: 'custom', path: ['spec', 'waves'], message: 'at most one wave without clusters' });
   });
+  if (catchAll > 1)
+    ctx.addIssue({ code: 'custom', path: ['spec', 'waves'], message: 'at most one wave without clusters' });
+});
 
 /** A validated policy (defaults filled in). */
 export type RolloutPolicy = z.infer<typeof rolloutPolicySchema>;

@@ -76,6 +76,11 @@ export const rolloutRecordSchema = z.object({
   history: z.array(
     z.object({ at: time, what: z.string(), wave: z.string().optional(), cluster: z.string().optional() }),
   ),
+  /**
+   * When the shared stack's install dispatcher poked every member after the rollout ended
+   * (`../entry/dispatch-rollouts.ts`): its schedule's check sends the end pokes only once.
+   */
+  endPokedAt: time.optional(),
 });
 /** A rollout record. */
 export type RolloutRecord = z.infer<typeof rolloutRecordSchema>;
@@ -91,6 +96,8 @@ export const fleetEntrySchema = z.object({
   namespace: z.string(),
   name: z.string(),
   refName: z.string(),
+  /** `metadata.uid` of the PackageInstall: a coordinator's poke names it (`../entry/dispatch-rollouts.ts`). */
+  uid: z.string().optional(),
   /** `status.version`. */
   version: z.string().optional(),
   /** `status.lastAttemptedVersion`. */
@@ -287,7 +294,10 @@ export async function listFleetEntries(store: ObjectStore, refName?: string): Pr
   const out: FleetEntry[] = [];
   for (const key of await listAll(store, FLEET_PREFIX)) {
     const e = await readJson(store, key, fleetEntrySchema).catch(() => undefined);
-    if (e && (refName === undefined || e.refName === refName)) out.push(e);
+    // An entry is its key's: one written under cluster A's prefix naming cluster B is ignored (a
+    // dispatched run may write its own cluster's prefix only, and must not speak for another).
+    if (!e || fleetKey(e.clusterId, e.namespace, e.name) !== key) continue;
+    if (refName === undefined || e.refName === refName) out.push(e);
   }
   return out;
 }

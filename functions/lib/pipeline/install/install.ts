@@ -64,20 +64,16 @@ import { GLOBAL_NAMESPACE_UID_KEY } from '../../reconcile/controller-config.js';
 import { GENERIC_ERROR_DETAIL, KappControllerError } from '../../reconcile/result.js';
 import { FRIENDLY } from '../../reconcile/status.js';
 import { fitStatus, statusBudgetFor, tooLargeStatus } from '../../reconcile/status-budget.js';
-import {
-  planRolloutRecord,
-  type RolloutGate,
-  type RolloutPlan,
-  recordRollout,
-  rolloutGate,
-} from '../../rollout/gate.js';
+import { type RolloutAccess, StoreRollouts } from '../../rollout/access.js';
+import { endCause, releaseCause } from '../../rollout/evaluate.js';
+import { planRolloutRecord, type RolloutGate, type RolloutPlan, rolloutGate } from '../../rollout/gate.js';
 import { deleteFleetEntry } from '../../rollout/state.js';
 import { type PipelineDeps, secretMaskOf } from '../deps.js';
 import { type OpenedRun, openRun, writeRunStatus } from '../run.js';
 import { parsedReads, type StageKind } from '../stage.js';
 import { appRef } from '../stage-inputs.js';
 import { rollbackReceipt, withRollback } from './rollback.js';
-import { endCause, pokeInstalls, releaseCause, waveMembers } from './rollout-pokes.js';
+import { pokeInstalls, waveMembers } from './rollout-pokes.js';
 
 /** Attempts of the App write when it conflicts (upstream's finalizer and status writes retry 5 times). */
 const APP_WRITE_ATTEMPTS = 5;
@@ -350,7 +346,7 @@ async function planRollout(
 ): Promise<RolloutPlan | undefined> {
   try {
     return await planRolloutRecord(
-      deps.store,
+      rolloutsOf(deps),
       deps.now(),
       clusterId,
       pkgi,
@@ -371,7 +367,7 @@ async function planRollout(
  */
 async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
   try {
-    const { released, ended } = await recordRollout(deps.store, deps.now(), plan);
+    const { released, ended } = await rolloutsOf(deps).record(plan, deps.now());
     const record = plan.gate?.record;
     if (!record || !plan.gate) return;
     for (const i of released) {
@@ -386,6 +382,15 @@ async function recordRun(deps: PipelineDeps, plan: RolloutPlan): Promise<void> {
   } catch (err) {
     warnFleetOnce(deps, plan.entry.clusterId, 'the run could not record its entry or the rollout', err);
   }
+}
+
+/**
+ * The run's {@link RolloutAccess}: the runtime's (`PipelineDeps.rollouts`), else the run's store,
+ * its policies cached on the cluster registry (which lives as long as the runtime; the store is
+ * wrapped per run).
+ */
+function rolloutsOf(deps: PipelineDeps): RolloutAccess {
+  return deps.rollouts ?? new StoreRollouts(deps.store, deps.clusters);
 }
 
 /** The fleet-index failures this process has warned about, by cluster and what failed (once each). */
@@ -416,7 +421,7 @@ async function gateOf(
   selection: PackageSelection,
 ): Promise<RolloutGate | undefined> {
   try {
-    return await rolloutGate(deps.store, deps.now(), clusterId, pkgi, () => ungatedVersion(selection), deps.clusters);
+    return await rolloutGate(rolloutsOf(deps), deps.now(), clusterId, pkgi, () => ungatedVersion(selection));
   } catch (err) {
     warnFleetOnce(deps, clusterId, 'the rollout policies could not be read; not gated', err);
     return undefined;

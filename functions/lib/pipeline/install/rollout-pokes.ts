@@ -9,7 +9,7 @@
  */
 import { objectEvent } from '../../../../events/schema.js';
 import { PACKAGING_API_VERSION } from '../../kube/port.js';
-import { evaluateRollout, recordWaveOf } from '../../rollout/evaluate.js';
+import { endCause, evaluateRollout, recordWaveOf, releaseCause } from '../../rollout/evaluate.js';
 import {
   casRollout,
   type FleetEntry,
@@ -83,11 +83,6 @@ export function waveMembers(
   return entries.filter((e) => e.refName === record.refName && recordWaveOf(record, policy, e.clusterId) === wave);
 }
 
-/** The cause of a poke for wave `wave` of `record`. */
-export function releaseCause(record: RolloutRecord, wave: number): string {
-  return `rollout: ${record.policy}/${record.refName} wave ${record.waves[wave]?.name} released (${record.target})`;
-}
-
 /**
  * How long after a rollout ended (its last history entry) the rollout check still pokes the
  * members it serves (once each): 10 min, so a runtime that was down meanwhile still does, and one
@@ -99,11 +94,6 @@ export const ENDED_POKE_WINDOW_MS = 10 * 60_000;
 function endedSince(r: RolloutRecord, since: number): boolean {
   const last = r.history.at(-1)?.at;
   return last !== undefined && Date.parse(last) >= since;
-}
-
-/** The cause of the pokes of every member once `record` ended (completed, stopped). */
-export function endCause(record: RolloutRecord): string {
-  return `rollout: ${record.policy}/${record.refName} of ${record.target} ended: selecting again`;
 }
 
 /**
