@@ -40,7 +40,7 @@ import {
   stageTimeoutSeconds,
 } from '../../infra/aws/stages.js';
 import { bundleEntry, bundleFunctions } from '../../layers/bundle.js';
-import { functionLayer, invokeRie, type Rie, startRie } from '../harness/lambda.js';
+import { functionLayer, invokeRie, type Rie, rieLogLines, startRie } from '../harness/lambda.js';
 import { makeTempDir, removeTempDir, type ServerProcess } from '../harness/servers/process.js';
 import { createBucket, type S3Info } from '../harness/servers/s3.js';
 import { createFifoQueue, type SqsInfo, sqsClient } from '../harness/servers/sqs.js';
@@ -116,8 +116,8 @@ export interface DispatchedStack<S extends PipelineStage> {
   readonly dispatcherRoleIds: ReadonlyMap<S, string>;
   /** The stage function's name of `stage` (the router's, the dispatcher's `KAPP_LAMBDA_STAGE_FUNCTION`). */
   stageFunctionName(stage: S): string;
-  /** The last `chars` of each dispatcher's output, for a wait's failure message. */
-  describe(chars?: number): string;
+  /** Each dispatcher's mapping error and last `lines` log lines (default 12), for a wait's failure message. */
+  describe(lines?: number): string;
   /** Stops the forwarders, the mappings, the emulators and the router; removes the work directory. */
   stop(): Promise<void>;
 }
@@ -374,9 +374,15 @@ export async function startDispatchedStack<S extends PipelineStage>(
       runRoleIds,
       dispatcherRoleIds,
       stageFunctionName,
-      describe: (chars = 1500) =>
+      describe: (lines = 12) =>
         dispatchers
-          .map((d) => `${d.stage}: ${String(d.mapping.error ?? '')} ${d.rie.proc.output().slice(-chars)}`)
+          .map(
+            (d) =>
+              `${d.stage} dispatcher: ${String(d.mapping.error ?? '')}\n${rieLogLines(d.rie)
+                .slice(-lines)
+                .map((l) => JSON.stringify(l))
+                .join('\n')}`,
+          )
           .join('\n'),
       stop,
     };

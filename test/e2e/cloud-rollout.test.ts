@@ -128,7 +128,7 @@ async function waitPkgi(ns: string, what: string, pred: (p: PkgiObject | undefin
     {
       timeoutMs,
       intervalMs: 300,
-      describe: () => `last: ${JSON.stringify(last?.status ?? null)}\n${stack?.describe(3000)}\n${installLogs()}`,
+      describe: () => `last: ${JSON.stringify(last?.status ?? null)}\n${stack?.describe(20)}\n${installLogs()}`,
     },
   );
 }
@@ -139,18 +139,24 @@ const reconciledAt = (p: PkgiObject | undefined, version: string) =>
 const rolloutReason = (p: PkgiObject | undefined) =>
   p?.status?.conditions?.find((c) => c.type === KappLambdaConditionType.Rollout)?.reason;
 
-/** The install stage functions' warnings and errors, for a wait's failure message. */
+/** The install stage functions' warnings, errors and rollout lines, and their last answers, for a wait's failure message. */
 function installLogs(): string {
-  return (stack?.router.environments ?? [])
-    .filter((e) => e.functionName === stack?.stageFunctionName('install'))
-    .map(
-      (e) =>
-        `install ${e.tenantId}: ${rieLogLines(e.rie)
-          .filter((l) => Number(l.level) >= 40)
-          .map((l) => JSON.stringify(l))
-          .join('\n')}`,
-    )
-    .join('\n');
+  const answers = invokes
+    .filter((i) => i.functionName === stack?.stageFunctionName('install'))
+    .slice(-6)
+    .map((i) => `answer to ${i.tenantId}: ${i.response}`);
+  return [
+    ...answers,
+    ...(stack?.router.environments ?? [])
+      .filter((e) => e.functionName === stack?.stageFunctionName('install'))
+      .map(
+        (e) =>
+          `install ${e.tenantId}: ${rieLogLines(e.rie)
+            .filter((l) => Number(l.level) >= 40 || /rollout|fleet/i.test(String(l.msg)))
+            .map((l) => JSON.stringify(l))
+            .join('\n')}`,
+      ),
+  ].join('\n');
 }
 
 /** Pokes PackageInstall `<ns>/app` as a user's edit would: a new annotation value, which its forwarder sends to install. */
@@ -236,7 +242,7 @@ describe('the shared mode: a rollout in waves across two clusters', () => {
       const created = await waitFor('the rollout created', record, {
         timeoutMs: 30_000,
         intervalMs: 250,
-        describe: () => `${s.describe(3000)}\n${installLogs()}`,
+        describe: () => `${s.describe(40)}\n${installLogs()}`,
       });
       expect(created).toMatchObject({ target: '2.0.0', from: '1.0.0', status: 'running' });
       // B, poked again, now knows the rollout: held at 1.0.0, its wave not released.
