@@ -10,12 +10,12 @@
  * The policy is applied first (`npm run fleet -- rollout apply --store s3://…` as a process),
  * then each namespace gets a Package 1.0.0 (created directly: no PackageRepository, so no
  * index-repo) and a PackageInstall (`>=1.0.0`, sync period 10m: no timer fires). Once both run
- * 1.0.0, a Package 2.0.0 is added in both namespaces and the PackageInstalls are poked (an
- * annotation: the forwarder sends a change of it to install), B first.
+ * 1.0.0, a Package 2.0.0 is added in B's namespace and B's PackageInstall is poked (an
+ * annotation: the forwarder sends a change of it to install), then the same in A's.
  *
  * Asserted:
- * - B's run (wave `rest`) cannot start the rollout: after its install dispatcher's invocation
- *   there is no record, and B stays at 1.0.0;
+ * - B's run (wave `rest`) asks for the rollout but cannot start it: after its install
+ *   dispatcher's invocation there is no record, and B stays at 1.0.0;
  * - A's run starts it (the record, written by the dispatcher); A upgrades to 2.0.0 while B,
  *   poked again, holds at 1.0.0 with a `kapp-lambda.carvel.dev/Rollout` condition `Held`;
  * - B upgrades once A has been healthy for the soak with no action of the test (A's soak end is
@@ -212,8 +212,9 @@ describe('the shared mode: a rollout in waves across two clusters', () => {
       await Promise.all(CLUSTERS.map((ns) => waitPkgi(ns, 'at 1.0.0', (p) => reconciledAt(p, '1.0.0'), 90_000)));
       expect(await store.list(ROLLOUT_PREFIX)).toEqual([]);
 
-      await shared.apply(...CLUSTERS.map((ns) => packageIn(ns, '2.0.0')));
-      // B first: a cluster outside the first wave does not start the rollout.
+      // 2.0.0 in B's namespace first (A's runs, which the Apps' health events also bring, see none
+      // yet): a cluster outside the first wave asks for the rollout but does not start it.
+      await shared.apply(packageIn(B, '2.0.0'));
       const pokedB = performance.now();
       await poke(B, 1);
       const installDispatcher = s.dispatchers.find((d) => d.stage === 'install');
@@ -234,10 +235,14 @@ describe('the shared mode: a rollout in waves across two clusters', () => {
           ),
         { timeoutMs: 30_000, intervalMs: 200 },
       );
+      expect(safeParse(bRun.response)).toMatchObject({
+        rollouts: { start: [{ policy: POLICY, refName: REF_NAME, version: '2.0.0', from: '1.0.0' }] },
+      });
       expect(await record()).toBeUndefined();
       expect((await getPkgi(B))?.status?.version).toBe('1.0.0');
 
       // A: its run asks for the rollout, the dispatcher creates it (wave canary released).
+      await shared.apply(packageIn(A, '2.0.0'));
       await poke(A, 1);
       const created = await waitFor('the rollout created', record, {
         timeoutMs: 30_000,
