@@ -123,11 +123,14 @@ export interface SourcePollEvent {
 
 /** Whether a Lambda invocation's payload is the {@link SourcePollEvent}. */
 export function isSourcePollEvent(payload: unknown): payload is SourcePollEvent {
-  return isScheduled(payload, SOURCE_POLL_EVENT_TYPE);
+  return isScheduledInput(payload, SOURCE_POLL_EVENT_TYPE);
 }
 
-/** Whether `payload` is a schedule's constant input of `type` (an object with it, no `Records`). */
-function isScheduled(payload: unknown, type: string): boolean {
+/**
+ * Whether `payload` is a schedule's constant input of `type` (`{ "type": … }`), not an SQS
+ * batch (which has `Records`): the one shape every direct invocation of a schedule has.
+ */
+function isScheduledInput(payload: unknown, type: string): boolean {
   return (
     typeof payload === 'object' &&
     payload !== null &&
@@ -137,12 +140,15 @@ function isScheduled(payload: unknown, type: string): boolean {
 }
 
 /**
- * `type` of the rollout check event (issue 28, docs/decisions.md D18): the shared stack's install
- * dispatcher evaluates every moving rollout and pokes the PackageInstalls that must select again
- * (`functions/lib/entry/dispatch-rollouts.ts`): what no install run reports, such as a rollout the
- * CLI resumed or aborted. Like {@link SOURCE_POLL_EVENT_TYPE}, not a {@link KappEvent}: an
- * EventBridge Scheduler schedule invokes the dispatcher with the constant input
- * {@link RolloutCheckEvent}, `rate(1 minute)`.
+ * `type` of the rollout check event (issue 28, the cloud mode): the install dispatcher
+ * evaluates the fleet's moving rollouts (`state/rollouts/…`) against the fleet index
+ * (`state/fleet/…`), records a wave's release, soak or end by compare-and-swap, and pokes the
+ * PackageInstalls it concerns (`ref-changed` to its own install queue). What a paused, resumed or
+ * aborted rollout (the CLI writes only the record) and a soak that ended with no event after it
+ * need. Not a {@link KappEvent} (it is about no object and never goes through a queue): on Lambda
+ * an EventBridge Scheduler schedule of the shared stack invokes the install dispatcher directly
+ * with the constant input {@link RolloutCheckEvent} every minute; cells have none (their installs
+ * are not gated).
  */
 export const ROLLOUT_CHECK_EVENT_TYPE = 'dev.kapp-lambda.rollout.check.v1';
 
@@ -153,7 +159,7 @@ export interface RolloutCheckEvent {
 
 /** Whether a Lambda invocation's payload is the {@link RolloutCheckEvent}. */
 export function isRolloutCheckEvent(payload: unknown): payload is RolloutCheckEvent {
-  return isScheduled(payload, ROLLOUT_CHECK_EVENT_TYPE);
+  return isScheduledInput(payload, ROLLOUT_CHECK_EVENT_TYPE);
 }
 
 /**

@@ -3,12 +3,14 @@
  *
  * ```
  * npm run fleet -- status [-o json|yaml]
+ * npm run fleet -- serve [--listen <host:port>]
  * npm run fleet -- rollout apply -f <policy.yml>
  * npm run fleet -- rollout list [-o json|yaml]
  * npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
  * ```
  *
- * `status` prints the fleet at a glance (`../functions/lib/fleet/view.ts`, `./fleet-status.ts`).
+ * `status` prints the fleet at a glance (`../functions/lib/fleet/view.ts`, `./fleet-status.ts`);
+ * `serve` serves the fleet page of the store, read-only, until stopped (`./fleet-serve.ts`).
  * `apply` validates a RolloutPolicy file and stores it (`state/rollout-policies/<name>.json`,
  * replacing the one of that name); install runs read it within 2 s. `list` prints the policies
  * and their rollouts. `pause` stops releasing waves (released ones go on), `resume` releases
@@ -23,6 +25,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { type MetricsServer, parseListenAddress } from '../functions/embedded/metrics-server.js';
 import { buildFleetView } from '../functions/lib/fleet/view.js';
 import { parseRegistryLocation } from '../functions/lib/kube/cluster-doc.js';
 import { commandRollout, type RolloutCommand, RolloutCommandError } from '../functions/lib/rollout/evaluate.js';
@@ -48,16 +51,20 @@ import {
   usageFailure,
 } from './cli.js';
 import { registryStore } from './cluster-registry.js';
+import { DEFAULT_FLEET_SERVE_ADDRESS, FleetServeError, serveFleet } from './fleet-serve.js';
 import { formatFleetStatus } from './fleet-status.js';
 import { defaultStoreLocation } from './receipts.js';
 
 const USAGE = `usage:
   npm run fleet -- status [-o json|yaml]                (default: a table: clusters × PackageInstalls)
+  npm run fleet -- serve [--listen <host:port>]         the fleet page and /api/fleet of the store, read-only,
+                                                        until Ctrl-C (default ${DEFAULT_FLEET_SERVE_ADDRESS}; another
+                                                        host than loopback is served unauthenticated, with a warning)
   npm run fleet -- rollout apply -f <policy.yml>
   npm run fleet -- rollout list [-o json|yaml]          (default: a table)
   npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
   (all: --store s3://<bucket>/<prefix> | file:///<dir>, default the runtime's store; -h, --help: this text)
-${exitCodesHelp('an invalid policy file, no such rollout, a command its status refuses, the store unreachable')}`;
+${exitCodesHelp('an invalid policy file, no such rollout, a command its status refuses, the store unreachable or (serve) not a directory, the address taken')}`;
 
 /** What {@link main} runs against (tests inject a memory store). */
 export interface FleetIo {
@@ -66,6 +73,21 @@ export interface FleetIo {
   out: (text: string) => void;
   err: (text: string) => void;
   now: () => Date;
+  /** Resolves when `serve` should stop; default: on SIGINT or SIGTERM. */
+  untilStopped?: () => Promise<void>;
+}
+
+/** Resolves on the first SIGINT or SIGTERM. */
+function untilSignal(): Promise<void> {
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.once('SIGINT', stop);
+    process.once('SIGTERM', stop);
+  });
 }
 
 /** The real store, files and clock. */
@@ -86,6 +108,7 @@ function parseFleetArgs(argv: string[]) {
       file: { type: 'string', short: 'f' },
       package: { type: 'string' },
       store: { type: 'string' },
+      listen: { type: 'string' },
       ...OUTPUT_OPTION,
       help: { type: 'boolean', short: 'h' },
     },
@@ -146,6 +169,30 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     }
   }
   const store = () => io.store(v.store ?? defaultStoreLocation(env));
+  if (v.listen !== undefined && group !== 'serve') return usage('--listen applies to serve only');
+  if (group === 'serve') {
+    if (command) return usage(`unexpected argument ${JSON.stringify(command)}`);
+    if (format) return usage('-o applies to status and list, not serve');
+    const listen = v.listen ?? DEFAULT_FLEET_SERVE_ADDRESS;
+    try {
+      parseListenAddress(listen);
+    } catch {
+      return usage(`--listen ${JSON.stringify(listen)}: expected host:port (e.g. 127.0.0.1:8090)`);
+    }
+    const location = v.store ?? defaultStoreLocation(env);
+    let server: MetricsServer;
+    try {
+      server = await serveFleet(store(), { location, listen, out: io.out, err: io.err });
+    } catch (err) {
+      io.err(
+        `fleet: ${err instanceof FleetServeError ? err.message : `--listen ${listen}: ${(err as Error).message}`}\n`,
+      );
+      return EXIT.failure;
+    }
+    await (io.untilStopped ?? untilSignal)();
+    await server.close();
+    return EXIT.ok;
+  }
   if (group === 'status') {
     if (command) return usage(`unexpected argument ${JSON.stringify(command)}`);
     const view = await buildFleetView(store(), {

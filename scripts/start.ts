@@ -44,6 +44,7 @@ import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/l
 import { buildFleetView, FleetViewCache } from '../functions/lib/fleet/view.js';
 import { inClusterConnection, type PlainConnection } from '../functions/lib/kube/kubeconfig-auth.js';
 import { IN_CLUSTER_ID } from '../functions/lib/kube/registry.js';
+import { errorText } from '../functions/lib/log.js';
 import { cacheRoot } from '../layers/gobuild.js';
 import { startCluster } from '../test/harness/cluster.js';
 import { applyCrds } from './local-env.js';
@@ -151,6 +152,7 @@ if (metricsAddress !== 'off') {
     const fleetCache = new FleetViewCache();
     metricsServer = await startMetricsServer(runtime.metrics.registry, metricsAddress, {
       fleet: () => buildFleetView(runtime.store, { clusters: runtime.registry.clusterIds(), cache: fleetCache }),
+      onFleetError: (err) => log.warn({ error: errorText(err) }, 'fleet page: cannot read the store'),
     });
     const base = `http://${metricsAddress.replace(/:\d+$/, '')}:${metricsServer.address.port}`;
     say(`metrics: curl ${base}/metrics; the fleet: open ${base}/`);

@@ -9,7 +9,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { FLEET_PAGE_HTML, fleetPageCsp } from '../lib/fleet/page.js';
+import { FLEET_PATHS, fleetResponse } from '../lib/fleet/http.js';
 import type { FleetView } from '../lib/fleet/view.js';
 
 /** Default address of {@link startMetricsServer}: loopback, upstream's port. */
@@ -38,49 +38,36 @@ export function parseListenAddress(value: string): { host: string; port: number 
 /**
  * Serves `registry` on `GET /metrics` at `address` (default {@link DEFAULT_METRICS_ADDRESS}) and,
  * with `opts.fleet`, the fleet page on `GET /` and its data on `GET /api/fleet`
- * (`../lib/fleet/`); any other path answers 404, any other method 405.
+ * (`fleetResponse`, `../lib/fleet/http.ts`: a view that cannot be built answers 503); any other
+ * path answers 404, any other method 405. Without a registry (`npm run fleet -- serve`, which has
+ * no runtime to measure) `/metrics` is a 404 too.
  *
- * @param opts.fleet - builds the fleet view (`buildFleetView`); a throw answers 500.
+ * @param opts.fleet - builds the fleet view (`buildFleetView`).
+ * @param opts.onFleetError - told why a view could not be built; default: nothing.
  * @throws Error when the address is malformed or cannot be listened on (e.g. the port is taken).
  */
 export async function startMetricsServer(
-  registry: Registry,
+  registry: Registry | undefined,
   address = DEFAULT_METRICS_ADDRESS,
-  opts: { fleet?: () => Promise<FleetView> } = {},
+  opts: { fleet?: () => Promise<FleetView>; onFleetError?: (err: unknown) => void } = {},
 ): Promise<MetricsServer> {
   const { host, port } = parseListenAddress(address);
-  const csp = opts.fleet ? fleetPageCsp() : '';
   const server = http.createServer((req, res) => {
-    const path = (req.url ?? '').split('?')[0];
+    const path = (req.url ?? '').split('?')[0] as string;
+    const method = req.method ?? 'GET';
     const fleet = opts.fleet;
-    const known = path === '/metrics' || (fleet !== undefined && (path === '/' || path === '/api/fleet'));
-    if (!known) {
+    if (fleet && FLEET_PATHS.includes(path)) {
+      void fleetResponse(method, path, fleet, opts.onFleetError).then((r) => {
+        if (r) res.writeHead(r.status, r.headers).end(r.body);
+      });
+      return;
+    }
+    if (path !== '/metrics' || !registry) {
       res.writeHead(404).end();
       return;
     }
-    if (req.method !== 'GET') {
+    if (method !== 'GET') {
       res.writeHead(405, { allow: 'GET' }).end();
-      return;
-    }
-    if (path === '/' && fleet) {
-      res
-        .writeHead(200, {
-          'content-type': 'text/html; charset=utf-8',
-          'content-security-policy': csp,
-          'x-content-type-options': 'nosniff',
-          'cache-control': 'no-store',
-        })
-        .end(FLEET_PAGE_HTML);
-      return;
-    }
-    if (path === '/api/fleet' && fleet) {
-      fleet().then(
-        (view) =>
-          res
-            .writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' })
-            .end(JSON.stringify(view)),
-        () => res.writeHead(500).end(),
-      );
       return;
     }
     registry.metrics().then(

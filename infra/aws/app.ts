@@ -4,8 +4,10 @@
  * settings from context (`./fleet.ts`) and synthesizes {@link KappLambdaStack} with cdk-nag's
  * AwsSolutions checks (a validation plugin: an unacknowledged finding fails the synth).
  *
- * Context beyond the fleet settings: `stackName` (default `KappLambda`). Account and region come
- * from the CLI's environment (`CDK_DEFAULT_ACCOUNT`, `CDK_DEFAULT_REGION`).
+ * Context beyond the fleet settings: `stackName` (default `KappLambda`); `fleetPage` (`true`: the
+ * fleet page behind a Function URL with `AuthType: AWS_IAM`, `./fleet-page.ts`, its function
+ * bundled only then; default `false`). Account and region come from the CLI's environment
+ * (`CDK_DEFAULT_ACCOUNT`, `CDK_DEFAULT_REGION`).
  *
  * @module
  */
@@ -17,6 +19,7 @@ import { bundleFunctions } from '../../layers/bundle.js';
 import { cacheRoot } from '../../layers/gobuild.js';
 import { builtLayers, stageAssets } from './assets.js';
 import { fleetSettings } from './fleet.js';
+import { fleetPageContext } from './fleet-page.js';
 import { KappLambdaStack } from './stack.js';
 
 /**
@@ -33,11 +36,20 @@ export function hostArchitecture(arch: string = process.arch): lambda.Architectu
 const root = cacheRoot();
 const app = new App();
 const layers = builtLayers(path.join(root, 'layers'));
-const { dispatch, ...code } = await bundleFunctions([...PIPELINE_STAGES, 'dispatch'], path.join(root, 'cdk-bundles'));
+const fleetPage = fleetPageContext(app.node.tryGetContext('fleetPage'));
+const {
+  dispatch,
+  'fleet-page': fleetPageCodeDir,
+  ...code
+} = await bundleFunctions(
+  [...PIPELINE_STAGES, 'dispatch', ...(fleetPage ? ['fleet-page' as const] : [])],
+  path.join(root, 'cdk-bundles'),
+);
 new KappLambdaStack(app, String(app.node.tryGetContext('stackName') ?? 'KappLambda'), {
   env: { account: process.env.CDK_DEFAULT_ACCOUNT, region: process.env.CDK_DEFAULT_REGION },
   assets: stageAssets(code, layers),
   dispatcherCodeDir: dispatch,
+  ...(fleetPage ? { fleetPageCodeDir } : {}),
   architecture: hostArchitecture(),
   fleet: fleetSettings((k) => app.node.tryGetContext(k)),
 });

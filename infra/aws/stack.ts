@@ -7,7 +7,8 @@
  * run role narrowed to that cluster: the dispatcher's role holds the queue, the sender check's
  * registry reads, the fair shares and the root key; the run role what a run may do (read access
  * to the fleet's cluster registry included); the function's own role its logs only. The
- * schedule of the fleet source poll (invoking the index-repo dispatcher); the send-only managed policy every cluster's forwarder role
+ * schedule of the fleet source poll (invoking the index-repo dispatcher) and of the fleet rollout
+ * check (invoking the install dispatcher, which coordinates the rollouts: issue 28); the send-only managed policy every cluster's forwarder role
  * gets (output `ForwarderPolicyArn`: `npm run cluster -- join` creates that role, so a cluster
  * joins without a stack change); and, the way before `join` (and the only one of cells), one
  * send-only role per cluster's forwarder in the stack (context `forwarders`,
@@ -60,7 +61,7 @@ import {
   Validations,
 } from 'aws-cdk-lib';
 import { Construct } from 'constructs';
-import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { ROLLOUT_CHECK_EVENT_TYPE, SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { INFLIGHT_PREFIX } from '../../functions/lib/artifact/keys.js';
 import { NEXT_STAGES } from '../../functions/lib/entry/config.js';
@@ -77,6 +78,7 @@ import {
   type IsolationMode,
   URL_POLICY_STAGES,
 } from './fleet.js';
+import { FleetPage } from './fleet-page.js';
 import {
   cellObjectGrants,
   DISPATCHER_MEMORY_MIB,
@@ -101,6 +103,14 @@ import {
 
 /** The Lambda runtime of every function: the newest Node managed runtime (the bundles target Node 20). */
 export const FUNCTION_RUNTIME = lambda.Runtime.NODEJS_24_X;
+
+/**
+ * Period of the fleet rollout check (`isolation: shared`), minutes: 1, EventBridge Scheduler's
+ * shortest rate. Bounds how late a paused, resumed or aborted rollout is acted on, and a wave
+ * whose soak ended with no event after it is released (the forwarder's due time usually does it
+ * first); 43,200 short invocations of the install dispatcher a month.
+ */
+export const ROLLOUT_CHECK_MINUTES = 1;
 
 /** The code of one function. */
 export interface StageAssets {
@@ -130,6 +140,12 @@ export interface KappLambdaStackProps extends StackProps {
    * ({@link KappLambdaStack.senderCheck}).
    */
   readonly clusterAccess?: ClusterAccess;
+  /**
+   * Directory holding the fleet page's bundle as `index.mjs` (`functions/fleet-page/index.ts`):
+   * when given, the stack adds the page behind a Function URL with `AuthType: AWS_IAM`
+   * (`FleetPage`, `./fleet-page.ts`; the app gives it under context `fleetPage`). Default none.
+   */
+  readonly fleetPageCodeDir?: string;
 }
 
 /** The sender check's variables: the stack's alone, a {@link ClusterAccess} may not set them. */
@@ -318,8 +334,12 @@ export class KappLambdaStack extends Stack {
   readonly isolation: IsolationMode;
   /** Per cluster id, its cell (`isolation: cell` only; {@link addCell}). */
   readonly cells: Record<string, Cell> = {};
+  /** The fleet page behind its Function URL, when the props give its bundle (`fleetPageCodeDir`). */
+  readonly fleetPage: FleetPage | undefined;
   /** The fleet's one set of functions (`isolation: shared` only). */
   readonly #shared: StageSet | undefined;
+  /** The fleet's rollout check schedule (`isolation: shared` only). */
+  readonly #rolloutCheck: scheduler.Schedule | undefined;
   /** One layer per function, mounted by every set's function of that stage (one upload). */
   readonly #layers: Record<PipelineStage, lambda.LayerVersion>;
   readonly #props: KappLambdaStackProps;
@@ -428,6 +448,8 @@ export class KappLambdaStack extends Stack {
 
     if (this.isolation === 'shared') {
       this.#shared = this.stageSet(this, this.rootKeySecret(this));
+      const installDispatcher = this.#shared.stages.install.dispatcher;
+      if (installDispatcher) this.#rolloutCheck = this.rolloutCheckSchedule(installDispatcher);
       for (const stage of PIPELINE_STAGES) {
         new CfnOutput(this, `QueueUrl${pascal(stage)}`, {
           value: this.#shared.stages[stage].queue.queueUrl,
@@ -471,6 +493,24 @@ export class KappLambdaStack extends Stack {
       this.addClusterForwarder(clusterId, podIdentityForwarder(this, f.eksClusterArn));
     }
 
+    if (props.fleetPageCodeDir) {
+      this.fleetPage = new FleetPage(this, 'FleetPage', {
+        codeDir: props.fleetPageCodeDir,
+        bucket: this.bucket,
+        bucketKey: this.artifactKey,
+        logGroup: this.functionLogs(this, 'FleetPageLogs'),
+        runtime: FUNCTION_RUNTIME,
+      });
+      new CfnOutput(this, 'FleetPageUrl', {
+        value: this.fleetPage.url.url,
+        description: 'the fleet page (AuthType AWS_IAM: requests signed for the lambda service; docs/aws.md)',
+      });
+      new CfnOutput(this, 'FleetPageViewerPolicyArn', {
+        value: this.fleetPage.viewerPolicy.managedPolicyArn,
+        description: 'attach to whoever may view the fleet page (invokes its function through the URL only)',
+      });
+    }
+
     new CfnOutput(this, 'BucketName', { value: this.bucket.bucketName });
     new CfnOutput(this, 'ClusterRegistry', {
       value: `s3://${this.clusterRegistry.bucket.bucketName}/${this.clusterRegistry.prefix}`,
@@ -493,6 +533,16 @@ export class KappLambdaStack extends Stack {
    */
   get sourcePoll(): scheduler.Schedule {
     return this.sharedSet().sourcePoll;
+  }
+
+  /**
+   * The fleet rollout check's schedule (`isolation: shared`): invokes the install dispatcher with
+   * the rollout check event every {@link ROLLOUT_CHECK_MINUTES}.
+   * @throws Error in `isolation: cell`, which has none (a cell's installs are not gated).
+   */
+  get rolloutCheck(): scheduler.Schedule {
+    if (!this.#rolloutCheck) throw new Error("isolation: cell: no rollout check (a cell's installs are not gated)");
+    return this.#rolloutCheck;
   }
 
   private sharedSet(): StageSet {
@@ -654,9 +704,7 @@ export class KappLambdaStack extends Stack {
   /**
    * The fleet source poll (`functions/lib/pipeline/source-poll.ts`): an EventBridge Scheduler
    * schedule invoking the index-repo dispatcher (a cell's: its index-repo function) with `{"type":"dev.kapp-lambda.source.poll.v1"}`
-   * every `minutes`, through a role that may invoke that function only. No retry: a failed poll
-   * is the next period's (a retry would land beside it); the function's own asynchronous
-   * retries are off for the same reason. A cell's function pokes its own cluster's members only.
+   * every `minutes` ({@link invokeSchedule}). A cell's function pokes its own cluster's members only.
    */
   private sourcePollSchedule(
     scope: Construct,
@@ -664,10 +712,60 @@ export class KappLambdaStack extends Stack {
     minutes: number,
     clusterId?: string,
   ): scheduler.Schedule {
+    return this.invokeSchedule(scope, {
+      id: 'SourcePoll',
+      name: 'source poll',
+      fn,
+      target: `${pollTarget(clusterId)}${ofCell(clusterId)}`,
+      minutes,
+      type: SOURCE_POLL_EVENT_TYPE,
+    });
+  }
+
+  /**
+   * The fleet rollout check (issue 28, `isolation: shared` only): an EventBridge Scheduler
+   * schedule invoking the install dispatcher with `{"type":"dev.kapp-lambda.rollout.check.v1"}`
+   * every {@link ROLLOUT_CHECK_MINUTES} ({@link invokeSchedule}): it evaluates the moving rollouts
+   * and pokes their PackageInstalls, for what no install run reports (a pause, resume or abort
+   * written by the CLI; a soak that ended with no event after it). Cells have none: their
+   * installs are not gated by rollouts.
+   */
+  private rolloutCheckSchedule(installDispatcher: lambda.Function): scheduler.Schedule {
+    return this.invokeSchedule(this, {
+      id: 'RolloutCheck',
+      name: 'rollout check',
+      fn: installDispatcher,
+      target: 'install dispatcher',
+      minutes: ROLLOUT_CHECK_MINUTES,
+      type: ROLLOUT_CHECK_EVENT_TYPE,
+    });
+  }
+
+  /**
+   * An EventBridge Scheduler schedule `<id>Schedule` invoking `fn` with the constant input
+   * `{"type": <type>}` every `minutes`, through a role `<id>Role` that the scheduler of this
+   * account assumes and that may invoke that function only. No retry: a failed invocation is the
+   * next period's (a retry would land beside it); the function's own asynchronous retries are
+   * off for the same reason (`configureAsyncInvoke`, once per function: one schedule each).
+   */
+  private invokeSchedule(
+    scope: Construct,
+    s: {
+      readonly id: string;
+      /** What it runs, in descriptions: `source poll`. */
+      readonly name: string;
+      readonly fn: lambda.Function;
+      /** The function, in descriptions: `index-repo dispatcher`. */
+      readonly target: string;
+      readonly minutes: number;
+      readonly type: string;
+    },
+  ): scheduler.Schedule {
+    const { fn, minutes } = s;
     fn.configureAsyncInvoke({ retryAttempts: 0, maxEventAge: Duration.minutes(Math.max(minutes, 1)) });
     // The scheduler of this account, for schedules of its default group (this one's).
-    const role = new iam.Role(scope, 'SourcePollRole', {
-      description: `kapp-lambda source poll schedule: invokes the ${pollTarget(clusterId)}${ofCell(clusterId)}`,
+    const role = new iam.Role(scope, `${s.id}Role`, {
+      description: `kapp-lambda ${s.name} schedule: invokes the ${s.target}`,
       assumedBy: new iam.ServicePrincipal('scheduler.amazonaws.com', {
         conditions: {
           StringEquals: {
@@ -684,19 +782,18 @@ export class KappLambdaStack extends Stack {
     // `LambdaInvoke` grants through `grantInvoke`: the function and its versions and aliases.
     Validations.of(role).acknowledge({
       id: `AwsSolutions-IAM5[Resource::<${this.resolve(this.getLogicalId(fn.node.defaultChild as lambda.CfnFunction))}.Arn>:*]`,
-      reason: `The ${pollTarget(clusterId)} and its versions and aliases (what grantInvoke names); no other function, no other action.`,
+      reason: `The ${s.target} and its versions and aliases (what grantInvoke names); no other function, no other action.`,
     });
-    const schedule = new scheduler.Schedule(scope, 'SourcePollSchedule', {
-      description: `kapp-lambda: the fleet source poll (${pollTarget(clusterId)}${ofCell(clusterId)})`,
+    return new scheduler.Schedule(scope, `${s.id}Schedule`, {
+      description: `kapp-lambda: the fleet ${s.name} (${s.target})`,
       schedule: scheduler.ScheduleExpression.rate(Duration.minutes(minutes)),
       target: new schedulerTargets.LambdaInvoke(fn, {
-        input: scheduler.ScheduleTargetInput.fromObject({ type: SOURCE_POLL_EVENT_TYPE }),
+        input: scheduler.ScheduleTargetInput.fromObject({ type: s.type }),
         role,
         retryAttempts: 0,
         maxEventAge: Duration.minutes(Math.max(minutes, 1)),
       }),
     });
-    return schedule;
   }
 
   /**
@@ -1028,9 +1125,9 @@ export class KappLambdaStack extends Stack {
    * a run role's `runRoleObjects`, a dispatcher's `dispatcherObjects`), `s3:ListBucket` (without
    * it S3 answers 403 rather than 404 for a missing key, and every cache miss would fail as an
    * access error), and the artifact key through S3 and the `keyVia` services (`lambda` for a
-   * function's variables, `secretsmanager` for the artifact root key's secret). No grant (install)
-   * gets neither, but the key through S3 when the cluster registry is in this bucket (its
-   * documents are encrypted with it too).
+   * function's variables, `secretsmanager` for the artifact root key's secret). No grant gets
+   * neither, but the key through S3 when the cluster registry is in this bucket (its documents
+   * are encrypted with it too).
    */
   private grantObjects(who: string, role: iam.Role, grants: readonly ObjectGrant[], keyVia: readonly string[]): void {
     const bucketId = this.resolve(this.getLogicalId(this.bucket.node.defaultChild as s3.CfnBucket));

@@ -17,6 +17,7 @@ import { STAGE_TOOLS } from '../../functions/lib/exec/runner.js';
 import { LEASE_PREFIX, SHARES_PREFIX } from '../../functions/lib/lease/index.js';
 import { STAGE_MEMORY_MIB } from '../../functions/lib/receipt/prices.js';
 import { RECEIPTS_PREFIX } from '../../functions/lib/receipt/receipt.js';
+import { FLEET_PREFIX, POLICY_PREFIX, ROLLOUT_PREFIX } from '../../functions/lib/rollout/state.js';
 import { DOMAIN_ROOT, DOMAIN_SCOPED_PREFIXES, type Sharing } from '../../functions/lib/store/domain.js';
 
 /** Size and batching of one stage's function and event source mapping. */
@@ -199,9 +200,11 @@ export function sharingGrants(grants: readonly ObjectGrant[], sharing: Sharing):
  * The bucket keys a stage's dispatcher touches itself: its stage's fair shares ({@link sharesGrant}),
  * for index-repo the fleet's source poll records, read only: it lists their member clusters
  * (`sourcePollClusters` of `functions/lib/entry/dispatch.ts`) to run each one's poll in a session
- * of that cluster, which claims and writes the records itself; and for fetch and index-repo
+ * of that cluster, which claims and writes the records itself; for fetch and index-repo
  * (`POLL_MEMBER_STAGES`) the poll members of `cluster` sharing (`state/poll-members/`, which no
- * run role holds): written and deleted from what each cluster's runs answer, listed by index-repo's.
+ * run role holds): written and deleted from what each cluster's runs answer, listed by index-repo's;
+ * and for install the fleet's rollouts ({@link ROLLOUT_GRANTS}), which it coordinates since no
+ * run holds more than its own cluster's keys.
  */
 export function dispatcherObjects(stage: PipelineStage): ObjectGrant[] {
   return [
@@ -224,6 +227,7 @@ export function dispatcherObjects(stage: PipelineStage): ObjectGrant[] {
           },
         ]
       : []),
+    ...(stage === 'install' ? ROLLOUT_GRANTS : []),
   ];
 }
 
@@ -258,6 +262,7 @@ export interface ObjectGrant {
 
 const READ: readonly ObjectAction[] = ['s3:GetObject'];
 const WRITE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject'];
+const READ_WRITE_DELETE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
 // Sealed objects are deleted by the reader that finds them expired (`PrivateArtifacts.get`).
 const SEALED_READ: readonly ObjectAction[] = ['s3:GetObject', 's3:DeleteObject'];
 const SEALED_WRITE: readonly ObjectAction[] = ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'];
@@ -304,14 +309,44 @@ const RECEIPTS: ObjectGrant = {
 };
 
 /**
+ * The install dispatcher's keys of the fleet's rollouts (issue 28, the cloud mode): the policies
+ * (`state/rollout-policies/…`) and the fleet index (`state/fleet/<cluster>/…`, which each install
+ * run writes for its own cluster), read and listed, to narrow each batch's view to its cluster
+ * and evaluate the moving rollouts; the rollout records (`state/rollouts/<policy>/<refName>.json`),
+ * read and written by compare-and-swap (If-Match, If-None-Match), never deleted: it creates one a
+ * run asks for, and records each wave's release, soak, stop or end. No run role holds these but
+ * its own cluster's fleet entries: a run taken over cannot advance, stop or start a rollout of
+ * the fleet, nor read which clusters another wave names.
+ */
+export const ROLLOUT_GRANTS: readonly ObjectGrant[] = [
+  {
+    keys: `${POLICY_PREFIX}*`,
+    actions: READ,
+    why: 'rollout policies (read only): the waves that gate a PackageInstall, narrowed to its cluster in the batch',
+  },
+  {
+    keys: `${FLEET_PREFIX}*`,
+    actions: READ,
+    why: "the fleet index (read only): each rollout's members and their health, as the runs write them",
+  },
+  {
+    keys: `${ROLLOUT_PREFIX}*`,
+    actions: WRITE,
+    why: 'rollout records (conditional writes: If-Match, If-None-Match): created when a run asks, advanced or stopped as the fleet reports',
+  },
+];
+
+/**
  * The artifact-bucket keys each stage reads and writes (layout: `functions/lib/artifact/keys.ts`
  * for shared keys, `functions/lib/artifact/sealed.ts` for `private/<cluster tag>/<namespace tag>/…`,
  * `functions/lib/packaging/repo-index.ts` for `state/package-repositories/…`, `functions/lib/lease/`
  * for `state/leases/…`, `functions/lib/artifact/single-flight.ts` for `inflight/…`). A stage gets
  * only these prefixes: template cannot overwrite a fetch artifact, deploy writes nothing but its
- * Apps' run leases, sealed deploy records and its fair shares, and install, which only talks to
- * the API server, has its fair shares only. Every stage has its own fair shares
- * (`state/shares/<stage>/…`).
+ * Apps' run leases, sealed deploy records and its fair shares, and install, which talks to the API
+ * server and writes no artifact, has its PackageInstalls' fleet index entries, the receipts and
+ * rendered manifests (read: a rollout's rollback finds the App's last good render that is still
+ * stored) and its fair shares. Every stage has its
+ * own fair shares (`state/shares/<stage>/…`).
  */
 export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[]>> = {
   fetch: [
@@ -373,15 +408,38 @@ export const STAGE_OBJECTS: Readonly<Record<PipelineStage, readonly ObjectGrant[
     },
     sharesGrant('index-repo'),
   ],
-  install: [sharesGrant('install')],
+  install: [
+    {
+      keys: `${FLEET_PREFIX}*`,
+      actions: READ_WRITE_DELETE,
+      why: "the fleet index: one entry per PackageInstall (written when it changes, removed with it), what the rollouts' waves and the fleet page read",
+    },
+    {
+      keys: `${RECEIPTS_PREFIX}*`,
+      actions: READ,
+      why: "reconcile receipts (read only): a rollout's rollback finds the App's last good render",
+    },
+    {
+      keys: 'artifacts/template/*',
+      actions: READ,
+      why: "a rollout's rollback checks the receipt's rendered manifest exists",
+    },
+    sharesGrant('install'),
+  ],
 };
 
 /**
  * The prefixes of {@link STAGE_OBJECTS} whose next key segment is the cluster id (run leases
  * `state/leases/<cluster>/…`, receipts `receipts/<cluster>/…`, a repository's deployed versions
- * `state/package-repositories/<cluster>/…`): a cell's functions get them for their own cluster only.
+ * `state/package-repositories/<cluster>/…`, the fleet index `state/fleet/<cluster>/…`): a cell's
+ * functions and a run's session (`./run-policy.ts`) get them for their own cluster only.
  */
-export const PER_CLUSTER_PREFIXES = [LEASE_PREFIX, RECEIPTS_PREFIX, 'state/package-repositories/'] as const;
+export const PER_CLUSTER_PREFIXES = [
+  LEASE_PREFIX,
+  RECEIPTS_PREFIX,
+  'state/package-repositories/',
+  FLEET_PREFIX,
+] as const;
 
 /**
  * A stage's {@link STAGE_OBJECTS} for the functions of one cluster's cell: each grant of a

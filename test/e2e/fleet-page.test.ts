@@ -11,25 +11,15 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { Registry } from 'prom-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MetricsServer, startMetricsServer } from '../../functions/embedded/metrics-server.js';
 import { buildFleetView, FLEET_INDEX_PREFIX, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
+import { launchChromium, watchedPage } from '../harness/chromium.js';
 import { putReceipt } from '../harness/receipt-fixture.js';
 
-/** The flags a root, offline machine needs (docs: /work/.library/env, "Chromium"). */
-const CHROMIUM_ARGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const REF = 'hello.examples.kapp-lambda.dev';
 const WAVES = { canary: ['kind-a'], early: ['kind-b', 'kind-c'], rest: ['kind-d', 'kind-e', 'kind-f'] } as const;
 
@@ -107,13 +97,8 @@ beforeAll(async () => {
   server = await startMetricsServer(new Registry(), '127.0.0.1:0', {
     fleet: () => buildFleetView(store, { clusters: ['kind-idle'] }),
   });
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: CHROMIUM_ARGS });
-  page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
-  page.on('console', (m) => {
-    if (m.type() === 'error' || m.type() === 'warning') problems.push(`console ${m.type()}: ${m.text()}`);
-  });
-  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('requestfailed', (r) => problems.push(`request failed: ${r.url()}`));
+  browser = await launchChromium();
+  page = await watchedPage(browser, problems);
 }, 120_000);
 
 afterAll(async () => {

@@ -49,6 +49,11 @@ const statementsOf = (roleId: string): Json[] =>
 const envOf = (fn: lambda.Function) =>
   (resources[logicalId(fn)]!.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
 const cell = (id: string): Cell => stack.cells[id]!;
+/** The key pattern (`/<keys>`) of a bucket object ARN (`Fn::Join` of the bucket's ARN and it), else undefined. */
+const objectKey = (r: unknown): string | undefined => {
+  const k = (r as { 'Fn::Join'?: [string, unknown[]] })['Fn::Join']?.[1]?.[1];
+  return typeof k === 'string' && k.startsWith('/') ? k : undefined;
+};
 /** Logical ids of every resource of a cell (under the construct `Cell<Id>`). */
 const idsOf = (id: string) =>
   stack.node
@@ -84,6 +89,8 @@ describe('isolation: cell', () => {
   it('makes one cell per cluster of forwarders and no fleet-wide set of functions', () => {
     expect(Object.keys(stack.cells)).toEqual(['a', 'b']);
     expect(() => stack.stages).toThrow('isolation: cell: the stack has one set of functions per cluster (cells)');
+    // No rollout check: a cell's installs are not gated (the two schedules are the cells' source polls).
+    expect(() => stack.rolloutCheck).toThrow("isolation: cell: no rollout check (a cell's installs are not gated)");
     const count = (type: string) => Object.values(resources).filter((r) => r.Type === type).length;
     const n = PIPELINE_STAGES.length;
     expect(count('AWS::Lambda::Function')).toBe(2 * n);
@@ -191,6 +198,20 @@ describe('isolation: cell', () => {
     expect([...new Set(shares)].sort()).toEqual(
       PIPELINE_STAGES.flatMap((st) => [`/${SHARES_PREFIX}${st}/a.json`, `/${SHARES_PREFIX}${st}/a/*`]).sort(),
     );
+  });
+
+  it("a's install function writes a's fleet index entries and reads a's receipts, and no rollout policy or record", () => {
+    const objects = statementsOf(logicalId(cell('a').stages.install.role))
+      .filter((s) => list(s.Resource as unknown[]).some((r) => typeof objectKey(r) === 'string'))
+      .map((s) => ({ keys: objectKey(s.Resource), actions: list(s.Action as string[]) }));
+    expect(objects).toEqual([
+      { keys: '/state/fleet/a/*', actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+      { keys: '/receipts/a/*', actions: ['s3:GetObject'] },
+      { keys: '/artifacts/template/*', actions: ['s3:GetObject'] },
+      { keys: '/state/shares/install/a.json', actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+      { keys: '/state/shares/install/a/*', actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+      { keys: '/registry/clusters/a.json', actions: ['s3:GetObject'] },
+    ]);
   });
 
   it("each cell's source poll invokes that cell's index-repo function", () => {

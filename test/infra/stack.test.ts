@@ -14,7 +14,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import { AwsSolutionsChecks } from 'cdk-nag';
 import type { IConstruct } from 'constructs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
+import { ROLLOUT_CHECK_EVENT_TYPE, SOURCE_POLL_EVENT_TYPE } from '../../events/schema.js';
 import { PIPELINE_STAGES, type PipelineStage, queueUrlEnv } from '../../functions/lib/api/functions.js';
 import { fetchCacheKey, INFLIGHT_PREFIX, inflightKey, renderCacheKey } from '../../functions/lib/artifact/keys.js';
 import {
@@ -44,6 +44,7 @@ import {
   FORWARDER_STAGES,
   INFLIGHT_EXPIRY_DAYS,
   LEASE_EXPIRY_DAYS,
+  PER_CLUSTER_PREFIXES,
   PRIVATE_EXPIRY_DAYS,
   registryPrefixProblem,
   STAGE_OBJECTS,
@@ -99,6 +100,54 @@ const roleStatements = (roleId: string): Json[] =>
     .filter(([, p]) => (p.Properties.Roles as Json[]).some((r) => r.Ref === roleId))
     .flatMap(([, p]) => (p.Properties.PolicyDocument as { Statement: Json[] }).Statement);
 const list = <T>(v: T | T[]): T[] => (Array.isArray(v) ? v : [v]);
+/**
+ * `schedule` invokes `fn` with `input` at `expression`, no retry, and Lambda's own asynchronous
+ * retries of `fn` are off too (the next period is the retry); an event waits `maxAgeSeconds` at most.
+ */
+const expectScheduleInvokes = (
+  schedule: IConstruct,
+  fn: IConstruct,
+  want: { expression: string; input: Json; maxAgeSeconds: number },
+) => {
+  const r = resources[logicalId(schedule)]!;
+  expect(r.Type).toBe('AWS::Scheduler::Schedule');
+  expect(r.Properties).toMatchObject({
+    ScheduleExpression: want.expression,
+    State: 'ENABLED',
+    FlexibleTimeWindow: { Mode: 'OFF' },
+    Target: {
+      Arn: { 'Fn::GetAtt': [logicalId(fn), 'Arn'] },
+      RetryPolicy: { MaximumRetryAttempts: 0, MaximumEventAgeInSeconds: want.maxAgeSeconds },
+    },
+  });
+  expect(JSON.parse((r.Properties.Target as { Input: string }).Input)).toEqual(want.input);
+  template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+    FunctionName: { Ref: logicalId(fn) },
+    MaximumRetryAttempts: 0,
+    MaximumEventAgeInSeconds: want.maxAgeSeconds,
+  });
+};
+/** `schedule` runs as a role the scheduler of this account assumes, allowed to invoke `fn` (and its versions) only. */
+const expectScheduleRole = (schedule: IConstruct, fn: IConstruct) => {
+  const target = resources[logicalId(schedule)]!.Properties.Target as Json;
+  const roleId = (target.RoleArn as { 'Fn::GetAtt': string[] })['Fn::GetAtt'][0]!;
+  const trust = (resources[roleId]!.Properties.AssumeRolePolicyDocument as { Statement: Json[] }).Statement;
+  expect(trust).toHaveLength(1);
+  expect(trust[0]).toMatchObject({
+    Effect: 'Allow',
+    Principal: { Service: 'scheduler.amazonaws.com' },
+    Action: 'sts:AssumeRole',
+    Condition: { StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } },
+  });
+  const fnArn = { 'Fn::GetAtt': [logicalId(fn), 'Arn'] };
+  expect(roleStatements(roleId)).toEqual([
+    {
+      Effect: 'Allow',
+      Action: 'lambda:InvokeFunction',
+      Resource: [fnArn, { 'Fn::Join': ['', [fnArn, ':*']] }],
+    },
+  ]);
+};
 const pascal = (stage: string) => stage.replace(/(^|-)([a-z])/g, (_, __, c: string) => c.toUpperCase());
 /** The secret ARN a stage's token statement names (a pattern over this account and region). */
 const tokenSecretArn = (stage: PipelineStage) => ({
@@ -217,16 +266,19 @@ describe('synth', () => {
       'AWS::SQS::QueuePolicy': 2 * n,
       // Per stage a stage function and its dispatcher.
       'AWS::Logs::LogGroup': 2 * n,
-      // Per stage the function's, the dispatcher's and the run role; the source poll's, the forwarder's.
-      'AWS::IAM::Role': 3 * n + 2,
-      'AWS::IAM::Policy': 3 * n + 2,
+      // Per stage the function's, the dispatcher's and the run role; the source poll's, the
+      // rollout check's, the forwarder's.
+      'AWS::IAM::Role': 3 * n + 3,
+      'AWS::IAM::Policy': 3 * n + 3,
       'AWS::IAM::ManagedPolicy': 1,
       'AWS::Lambda::LayerVersion': n,
       'AWS::Lambda::Function': 2 * n,
       'AWS::Lambda::EventSourceMapping': n,
-      'AWS::Lambda::EventInvokeConfig': 1,
+      // The scheduled dispatchers' (index-repo, install): no asynchronous retry.
+      'AWS::Lambda::EventInvokeConfig': 2,
       'AWS::CloudWatch::Alarm': 3 * n,
-      'AWS::Scheduler::Schedule': 1,
+      // The source poll, the rollout check.
+      'AWS::Scheduler::Schedule': 2,
     });
     const outputs = Object.keys(template.toJSON().Outputs as Json);
     expect(outputs.sort()).toEqual(
@@ -798,6 +850,14 @@ describe('IAM', () => {
           : []),
         // index-repo's lists the source poll's member clusters (`sourcePollClusters`), and writes none.
         ...(stage === 'index-repo' ? [{ keys: 'cache/source-poll/*', actions: ['s3:GetObject'] }] : []),
+        // install's coordinates the fleet's rollouts (issue 28): no run holds them.
+        ...(stage === 'install'
+          ? [
+              { keys: 'state/rollout-policies/*', actions: ['s3:GetObject'] },
+              { keys: 'state/fleet/*', actions: ['s3:GetObject'] },
+              { keys: 'state/rollouts/*', actions: ['s3:GetObject', 's3:PutObject'] },
+            ]
+          : []),
       ]);
       expect(SOURCE_POLL_PREFIX.startsWith('cache/source-poll/')).toBe(true);
       expect(take((s) => actionsOf(s).includes('s3:ListBucket')).map((s) => s.Resource)).toEqual([arnOf(stack.bucket)]);
@@ -892,9 +952,9 @@ describe('IAM', () => {
   it('no forwarder role without the context, and one more per cluster through addClusterForwarder', () => {
     expect(apart.forwarderRoles).toEqual({});
     const t = Template.fromStack(apart).toJSON() as { Resources: Record<string, Resource> };
-    // Per stage the function's, the dispatcher's and the run role; the source poll's.
+    // Per stage the function's, the dispatcher's and the run role; the source poll's, the rollout check's.
     expect(Object.values(t.Resources).filter((r) => r.Type === 'AWS::IAM::Role')).toHaveLength(
-      3 * PIPELINE_STAGES.length + 1,
+      3 * PIPELINE_STAGES.length + 2,
     );
     expect(() => stack.addClusterForwarder('prod-eu-1', new iam.AccountRootPrincipal())).toThrow(
       'forwarder: prod-eu-1 already has one',
@@ -998,55 +1058,25 @@ describe('cluster registry in a bucket of its own', () => {
           },
         ]);
       }
-      // Install's run role holds no prefix of the artifact bucket (its fair shares are its
-      // dispatcher's), and the registry is elsewhere: it needs the artifact key for nothing.
+      // Every run role holds prefixes of the artifact bucket (install's, its fleet index entries
+      // and the receipts), so the artifact key through S3, wherever the registry is.
       const runKms = statementsOf(apart.stages[stage].runRole!).filter((s) => String(s.Action).startsWith('kms:'));
-      expect(runKms.length > 0).toBe(stage !== 'install');
+      expect(runKms.length > 0).toBe(true);
     }
   });
 });
 
 describe('fleet source poll', () => {
   it('invokes the index-repo dispatcher with the poll event every sourcePollMinutes, no retry', () => {
-    const fn = stack.stages['index-repo'].dispatcher!;
-    const [[, schedule]] = ofType('AWS::Scheduler::Schedule') as [[string, Resource]];
-    expect(schedule.Properties).toMatchObject({
-      ScheduleExpression: 'rate(2 minutes)',
-      State: 'ENABLED',
-      FlexibleTimeWindow: { Mode: 'OFF' },
-      Target: {
-        Arn: { 'Fn::GetAtt': [logicalId(fn), 'Arn'] },
-        Input: JSON.stringify({ type: SOURCE_POLL_EVENT_TYPE }),
-        RetryPolicy: { MaximumRetryAttempts: 0 },
-      },
-    });
-    // Lambda's own asynchronous retries off too: the next period is the retry.
-    template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
-      FunctionName: { Ref: logicalId(fn) },
-      MaximumRetryAttempts: 0,
+    expectScheduleInvokes(stack.sourcePoll, stack.stages['index-repo'].dispatcher!, {
+      expression: 'rate(2 minutes)',
+      input: { type: SOURCE_POLL_EVENT_TYPE },
+      maxAgeSeconds: 120,
     });
   });
 
   it('runs as a role the scheduler of this account assumes, allowed to invoke that dispatcher only', () => {
-    const fn = stack.stages['index-repo'].dispatcher!;
-    const [[, schedule]] = ofType('AWS::Scheduler::Schedule') as [[string, Resource]];
-    const roleId = ((schedule.Properties.Target as Json).RoleArn as { 'Fn::GetAtt': string[] })['Fn::GetAtt'][0]!;
-    const trust = (resources[roleId]!.Properties.AssumeRolePolicyDocument as { Statement: Json[] }).Statement;
-    expect(trust).toHaveLength(1);
-    expect(trust[0]).toMatchObject({
-      Effect: 'Allow',
-      Principal: { Service: 'scheduler.amazonaws.com' },
-      Action: 'sts:AssumeRole',
-      Condition: { StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } },
-    });
-    const fnArn = { 'Fn::GetAtt': [logicalId(fn), 'Arn'] };
-    expect(roleStatements(roleId)).toEqual([
-      {
-        Effect: 'Allow',
-        Action: 'lambda:InvokeFunction',
-        Resource: [fnArn, { 'Fn::Join': ['', [fnArn, ':*']] }],
-      },
-    ]);
+    expectScheduleRole(stack.sourcePoll, stack.stages['index-repo'].dispatcher!);
   });
 
   it("gives the fetch function its Apps' source poll records (trackAppSources), and no run role the poll members", () => {
@@ -1089,6 +1119,77 @@ describe('fleet source poll', () => {
       'private/*/template/*',
       'private/*/state/deploy/*',
     ]);
+  });
+});
+
+describe('fleet rollout check', () => {
+  it('invokes the install dispatcher with the rollout check event every minute, no retry', () => {
+    const fn = stack.stages.install.dispatcher!;
+    expect(ROLLOUT_CHECK_EVENT_TYPE).toBe('dev.kapp-lambda.rollout.check.v1');
+    expectScheduleInvokes(stack.rolloutCheck, fn, {
+      expression: 'rate(1 minute)',
+      input: { type: ROLLOUT_CHECK_EVENT_TYPE },
+      maxAgeSeconds: 60,
+    });
+    // No other schedule invokes the install dispatcher, and this one invokes nothing else.
+    const targets = ofType('AWS::Scheduler::Schedule').map(([, r]) => (r.Properties.Target as Json).Arn);
+    expect(targets).toEqual(
+      expect.arrayContaining([
+        { 'Fn::GetAtt': [logicalId(fn), 'Arn'] },
+        { 'Fn::GetAtt': [logicalId(stack.stages['index-repo'].dispatcher!), 'Arn'] },
+      ]),
+    );
+    expect(targets).toHaveLength(2);
+  });
+
+  it('runs as a role the scheduler of this account assumes, allowed to invoke the install dispatcher only', () => {
+    expectScheduleRole(stack.rolloutCheck, stack.stages.install.dispatcher!);
+  });
+
+  it("gives the install dispatcher the fleet's rollouts: policies and fleet index read, records read and written, nothing deleted", () => {
+    const st = roleStatements(logicalId(stack.stages.install.dispatcherRole!));
+    const objects = st
+      .filter((s) => list(s.Resource).some((r) => objectSuffix(r)?.startsWith('/state/') === true))
+      .map((s) => ({ keys: objectSuffix(s.Resource)!, actions: list(s.Action as string | string[]) }));
+    expect(objects).toEqual([
+      { keys: '/state/shares/install/*', actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+      { keys: '/state/rollout-policies/*', actions: ['s3:GetObject'] },
+      { keys: '/state/fleet/*', actions: ['s3:GetObject'] },
+      { keys: '/state/rollouts/*', actions: ['s3:GetObject', 's3:PutObject'] },
+    ]);
+    // It lists them (each rollout's members; a missing record is a 404, not a 403).
+    expect(st.filter((s) => list(s.Action as string | string[]).includes('s3:ListBucket'))).toEqual([
+      { Effect: 'Allow', Action: 's3:ListBucket', Resource: { 'Fn::GetAtt': [logicalId(stack.bucket), 'Arn'] } },
+    ]);
+    // No other dispatcher holds them, and no run role the policies or the records.
+    for (const stage of PIPELINE_STAGES) {
+      const keysOf = (role: IConstruct) =>
+        roleStatements(logicalId(role)).flatMap((s) => list(s.Resource).map((r) => objectSuffix(r)));
+      const rollouts = (k: string | undefined) => k?.startsWith('/state/rollout') === true;
+      if (stage !== 'install') expect(keysOf(stack.stages[stage].dispatcherRole!).filter(rollouts), stage).toEqual([]);
+      expect(keysOf(stack.stages[stage].runRole!).filter(rollouts), stage).toEqual([]);
+      if (stage !== 'install') {
+        expect(
+          keysOf(stack.stages[stage].runRole!).filter((k) => k?.startsWith('/state/fleet/')),
+          stage,
+        ).toEqual([]);
+      }
+    }
+  });
+
+  it('gives the install run role the fleet index (read, write, delete), the receipts and rendered manifests (read), and its fair shares to its dispatcher only', () => {
+    const st = roleStatements(logicalId(stack.stages.install.runRole!));
+    const objects = st
+      .filter((s) => list(s.Resource).some((r) => objectSuffix(r) !== undefined))
+      .map((s) => ({ keys: objectSuffix(s.Resource)!, actions: list(s.Action as string | string[]) }));
+    expect(objects).toEqual([
+      { keys: '/state/fleet/*', actions: ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'] },
+      { keys: '/receipts/*', actions: ['s3:GetObject'] },
+      { keys: '/artifacts/template/*', actions: ['s3:GetObject'] },
+      { keys: '/registry/clusters/*', actions: ['s3:GetObject'] },
+    ]);
+    // Each session narrows the fleet index and the receipts to its cluster (`runSessionPolicy`).
+    expect(PER_CLUSTER_PREFIXES).toEqual(expect.arrayContaining(['state/fleet/', 'receipts/']));
   });
 });
 

@@ -10,7 +10,9 @@
  * `receipts/b/…`) are AccessDenied, and so is A's token of another stage; a batch of B handed to
  * the environment that served A is refused before anything of it is used. In cluster sharing
  * (docs/decisions.md D17) A's claims are under `d/<tagA>/…`, reachable; B's domain and the
- * fleet's claims (`cache/…`, `inflight/…`) are AccessDenied.
+ * fleet's claims (`cache/…`, `inflight/…`) are AccessDenied. An install run's session of A (issue
+ * 28) reaches A's fleet index entries (`state/fleet/a/…`: read, write, delete) and receipts (read);
+ * B's, and the fleet's rollout records and policies (the install dispatcher's), are AccessDenied.
  *
  * What the emulator can and cannot show (moto 5.2.1, a server of this file's own with IAM
  * enforced after the setup, `../harness/servers/moto-iam.ts`):
@@ -36,7 +38,13 @@ import {
   PutRolePolicyCommand,
   PutUserPolicyCommand,
 } from '@aws-sdk/client-iam';
-import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import {
+  CreateBucketCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  PutObjectCommand,
+  S3Client,
+} from '@aws-sdk/client-s3';
 import { CreateSecretCommand, SecretsManagerClient } from '@aws-sdk/client-secrets-manager';
 import { AssumeRoleCommand, STSClient } from '@aws-sdk/client-sts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -45,6 +53,7 @@ import { openArtifact, sealArtifact } from '../../functions/lib/artifact/sealed.
 import { parseLambdaEnv } from '../../functions/lib/entry/config.js';
 import type { DispatchedBatch } from '../../functions/lib/entry/dispatch.js';
 import { StsRunCredentials } from '../../functions/lib/entry/dispatch-aws.js';
+import { UNSEALED_TAG } from '../../functions/lib/entry/dispatch-entry.js';
 import { CollectingRequeuer, dispatchedHandler, RunCredentialHolder } from '../../functions/lib/entry/dispatched.js';
 import type { EntryDeps } from '../../functions/lib/entry/handler.js';
 import { createLambdaDeps, fleetClusterRegistry, lazyAwsClients } from '../../functions/lib/entry/lambda.js';
@@ -105,6 +114,8 @@ let sessionKeyId: string;
 /** Cluster A's run in cluster sharing (D17): its configuration, holder and composition. */
 let clusterConfig: ReturnType<typeof parseLambdaEnv>;
 let clusterRun: { holder: RunCredentialHolder; deps: EntryDeps };
+/** An install run's session of cluster A (issue 28: its fleet index entries and receipts), as an S3 client. */
+let installS3: S3Client;
 
 beforeAll(async () => {
   moto = await startIamMotoServer();
@@ -133,6 +144,7 @@ beforeAll(async () => {
       await put(ARTIFACTS, key, sealArtifact(keys.encKey, key, Buffer.from(`sealed of ${id}`), expires));
       await put(ARTIFACTS, `state/leases/${id}/ns/app.json`, '{}');
       await put(ARTIFACTS, `receipts/${id}/ns/app/1.json`, '{}');
+      await put(ARTIFACTS, `state/fleet/${id}/ns/pkgi.json`, `{"of":"${id}"}`);
       const doc = {
         apiVersion: 'kapp-lambda/v1',
         kind: 'Cluster',
@@ -152,10 +164,18 @@ beforeAll(async () => {
     for (const k of [CLAIM, `d/${tagA}/${CLAIM}`, `d/${tagB}/${CLAIM}`]) {
       await s3.send(new PutObjectCommand({ Bucket: ARTIFACTS, Key: k, Body: '{"fetchKey":"x"}' }));
     }
+    // The fleet's rollouts, which only the install dispatcher holds (issue 28).
+    await s3.send(new PutObjectCommand({ Bucket: ARTIFACTS, Key: 'state/rollouts/default/hello.json', Body: '{}' }));
+    await s3.send(new PutObjectCommand({ Bucket: ARTIFACTS, Key: 'state/rollout-policies/default.json', Body: '{}' }));
     // D15's emulator stand-in: the run role's own policy is the session document of cluster A,
-    // in fleet sharing and (a second role) in cluster sharing.
+    // in fleet sharing and (a second role) in cluster sharing; a third, install's.
     const dispatcherArn = `arn:aws:iam::${ACCOUNT}:user/dispatcher-fetch`;
-    const runRole = async (RoleName: string, t: RunPolicyTarget): Promise<string> => {
+    const runRole = async (
+      RoleName: string,
+      t: RunPolicyTarget,
+      stage: 'fetch' | 'install' = 'fetch',
+      tag = tagA,
+    ): Promise<string> => {
       const role = await iam.send(
         new CreateRoleCommand({
           RoleName,
@@ -170,13 +190,15 @@ beforeAll(async () => {
         new PutRolePolicyCommand({
           RoleName,
           PolicyName: 'run-session-a',
-          PolicyDocument: JSON.stringify(runSessionPolicy('fetch', 'a', tagA, t)),
+          PolicyDocument: JSON.stringify(runSessionPolicy(stage, 'a', tag, t)),
         }),
       );
       return role.Role?.Arn as string;
     };
     const roleArn = await runRole('run-fetch', target);
     const clusterRoleArn = await runRole('run-fetch-cluster', CLUSTER_SHARING);
+    // The install dispatcher derives no sealing keys: its runs' tag is UNSEALED_TAG.
+    const installRoleArn = await runRole('run-install', CLUSTER_SHARING, 'install', UNSEALED_TAG);
     await iam.send(new CreateUserCommand({ UserName: 'dispatcher-fetch' }));
     await iam.send(
       new PutUserPolicyCommand({
@@ -184,7 +206,9 @@ beforeAll(async () => {
         PolicyName: 'assume-run',
         PolicyDocument: JSON.stringify({
           Version: '2012-10-17',
-          Statement: [{ Effect: 'Allow', Action: 'sts:AssumeRole', Resource: [roleArn, clusterRoleArn] }],
+          Statement: [
+            { Effect: 'Allow', Action: 'sts:AssumeRole', Resource: [roleArn, clusterRoleArn, installRoleArn] },
+          ],
         }),
       }),
     );
@@ -219,6 +243,21 @@ beforeAll(async () => {
     };
     const batch = await batchOf(roleArn, target);
     const clusterBatch = await batchOf(clusterRoleArn, CLUSTER_SHARING);
+    const install = await new StsRunCredentials({
+      assumeRole: (input) => sts.send(new AssumeRoleCommand(input)),
+      roleArn: () => installRoleArn,
+      target: CLUSTER_SHARING,
+    }).forRun('install', 'a', UNSEALED_TAG);
+    installS3 = new S3Client({
+      endpoint: moto.endpoint,
+      region: moto.region,
+      forcePathStyle: true,
+      credentials: {
+        accessKeyId: install.accessKeyId,
+        secretAccessKey: install.secretAccessKey,
+        sessionToken: install.sessionToken,
+      },
+    });
     sts.destroy();
     sessionKeyId = batch.credentials.accessKeyId;
     // The stage's side: the dispatched composition, as `lambdaEntry` builds it.
@@ -259,6 +298,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  installS3?.destroy();
   await moto?.stop();
 });
 
@@ -302,6 +342,24 @@ describe("a run of cluster A holds A's keys and nothing of B's", () => {
     for (const key of ['state/leases/b/ns/app.json', 'receipts/b/ns/app/1.json']) {
       expect(await denied(store.get(key))).toContain('AccessDenied');
       expect(await denied(store.put(key, Buffer.from('{"taken":true}')))).toContain('AccessDenied');
+    }
+  });
+
+  it("install: reads, writes and deletes A's fleet index entries and reads A's receipts; B's, and the fleet's rollout records and policies, are AccessDenied", async () => {
+    const get = (Key: string) => installS3.send(new GetObjectCommand({ Bucket: ARTIFACTS, Key }));
+    const put = (Key: string) => installS3.send(new PutObjectCommand({ Bucket: ARTIFACTS, Key, Body: '{}' }));
+    const del = (Key: string) => installS3.send(new DeleteObjectCommand({ Bucket: ARTIFACTS, Key }));
+    expect(await (await get('state/fleet/a/ns/pkgi.json')).Body?.transformToString()).toBe('{"of":"a"}');
+    await put('state/fleet/a/ns/other.json');
+    await del('state/fleet/a/ns/other.json');
+    expect(await (await get('receipts/a/ns/app/1.json')).Body?.transformToString()).toBe('{}');
+    for (const key of ['state/fleet/b/ns/pkgi.json', 'state/rollouts/default/hello.json']) {
+      expect(await denied(get(key)), key).toContain('AccessDenied');
+      expect(await denied(put(key)), key).toContain('AccessDenied');
+      expect(await denied(del(key)), key).toContain('AccessDenied');
+    }
+    for (const key of ['receipts/b/ns/app/1.json', 'state/rollout-policies/default.json', privateKey(tagA)]) {
+      expect(await denied(get(key)), key).toContain('AccessDenied');
     }
   });
 

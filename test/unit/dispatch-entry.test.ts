@@ -238,18 +238,29 @@ describe('dispatcherEntry: the artifact root key', () => {
     );
   });
 
-  it("is not read by install's, which the stack gives neither the variable nor the secret: its runs reach no bucket key", async () => {
+  it("is not read by install's, which the stack gives neither the variable nor the secret: its runs reach no sealed or domain key", async () => {
     expect(typeof dispatcherEntry('file:///var/task/index.mjs', undefined, INSTALL)).toBe('function');
     const keys = await UNSEALED_KEYRING.keysFor('alpha');
     expect(keys.tag).toBe(UNSEALED_TAG);
-    const doc = runSessionPolicy('install', 'alpha', keys.tag, {
-      partition: 'aws',
-      region: 'eu-west-1',
-      account: '123456789012',
-      bucket: 'fleet-artifacts',
-      registry: { bucket: 'fleet-registry', prefix: 'registry/' },
-    });
-    expect(JSON.stringify(doc)).not.toContain('fleet-artifacts');
-    expect(JSON.stringify(doc)).not.toContain(UNSEALED_TAG);
+    for (const sharing of ['fleet', 'cluster'] as const) {
+      const doc = runSessionPolicy('install', 'alpha', keys.tag, {
+        partition: 'aws',
+        region: 'eu-west-1',
+        account: '123456789012',
+        bucket: 'fleet-artifacts',
+        registry: { bucket: 'fleet-registry', prefix: 'registry/' },
+        sharing,
+      });
+      // Its cluster's fleet index entries and receipts, and the shared renders (issue 28): no key a tag fences.
+      const objects = doc.Statement.flatMap((st) => st.Resource).filter((r) =>
+        r.startsWith('arn:aws:s3:::fleet-artifacts/'),
+      );
+      expect(objects).toEqual([
+        'arn:aws:s3:::fleet-artifacts/state/fleet/alpha/*',
+        'arn:aws:s3:::fleet-artifacts/receipts/alpha/*',
+        'arn:aws:s3:::fleet-artifacts/artifacts/*',
+      ]);
+      expect(JSON.stringify(doc)).not.toContain(UNSEALED_TAG);
+    }
   });
 });

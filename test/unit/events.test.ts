@@ -8,6 +8,8 @@ import {
   EVENT_TYPES,
   EventValidationError,
   type FunctionName,
+  isRolloutCheckEvent,
+  isSourcePollEvent,
   type KappEvent,
   MAX_EVENT_BYTES,
   type ObjectRef,
@@ -18,7 +20,9 @@ import {
   parseEvent,
   REASON_RANK,
   REASONS,
+  ROLLOUT_CHECK_EVENT_TYPE,
   repoIndexedEvent,
+  SOURCE_POLL_EVENT_TYPE,
   serializeEvent,
   strongerReason,
   subjectOf,
@@ -470,5 +474,18 @@ describe('ordering key', () => {
     expect(orderingKey(newer)).toBe(key);
     expect(orderingKey({ ...long, namespace: 'other' })).not.toBe(key);
     expect(orderingKey({ ...app, name: 'a'.repeat(128 - 'prod-eu-1/App/default/'.length) })).toHaveLength(128);
+  });
+});
+
+describe('schedule inputs', () => {
+  it("tells the rollout check from the source poll and from an SQS batch naming either's type", () => {
+    const check = { type: ROLLOUT_CHECK_EVENT_TYPE };
+    const poll = { type: SOURCE_POLL_EVENT_TYPE };
+    expect(ROLLOUT_CHECK_EVENT_TYPE).toBe('dev.kapp-lambda.rollout.check.v1');
+    expect([isRolloutCheckEvent(check), isSourcePollEvent(check)]).toEqual([true, false]);
+    expect([isRolloutCheckEvent(poll), isSourcePollEvent(poll)]).toEqual([false, true]);
+    for (const other of [{ ...check, Records: [] }, { ...poll, Records: [] }, { Records: [] }, null, 'x', {}]) {
+      expect([isRolloutCheckEvent(other), isSourcePollEvent(other)], JSON.stringify(other)).toEqual([false, false]);
+    }
   });
 });

@@ -6,7 +6,10 @@
  */
 import { describe, expect, it } from 'vitest';
 import type { RawApp } from '../../functions/lib/packaging/app-from-package.js';
-import { withRollback } from '../../functions/lib/pipeline/install/rollback.js';
+import { rollbackReceipt, withRollback } from '../../functions/lib/pipeline/install/rollback.js';
+import { MemoryStore } from '../../functions/lib/store/memory.js';
+import { StoreError } from '../../functions/lib/store/port.js';
+import { putReceipt } from '../harness/receipt-fixture.js';
 
 const TO = 'kapp-lambda.carvel.dev/rollback-to';
 const GEN = 'kapp-lambda.carvel.dev/rollback-generation';
@@ -34,5 +37,29 @@ describe('withRollback', () => {
       [TO]: 'r1',
       [GEN]: '7',
     });
+  });
+});
+
+describe('rollbackReceipt', () => {
+  it('takes a sealed render (private/, which a dispatched install session cannot read) as stored; checks a shared one', async () => {
+    class Session extends MemoryStore {
+      override async head(key: string) {
+        if (key.startsWith('private/')) throw new StoreError('Access Denied', 'head', key);
+        return await super.head(key);
+      }
+    }
+    const store = new Session();
+    const owner = { clusterId: 'c1', namespace: 'ns', name: 'inst' };
+    const at = '2026-12-07T08:00:00.000Z';
+    const put = (id: string, render: string) =>
+      putReceipt(store, owner, id, { generation: 1, startedAt: at, endedAt: at, outcome: 'succeeded', render });
+    await put('20261207-000000-000-aaaaaaaa', `private/${'0'.repeat(32)}/template/sha256/${'a'.repeat(64)}.yaml`);
+    expect(await rollbackReceipt(store, owner, 1)).toBe('20261207-000000-000-aaaaaaaa');
+    // A newer receipt whose shared render is gone is passed over; one whose render is there is taken.
+    const shared = `artifacts/template/sha256/${'b'.repeat(64)}.yaml`;
+    await put('20261207-000001-000-bbbbbbbb', shared);
+    expect(await rollbackReceipt(store, owner, 1)).toBe('20261207-000000-000-aaaaaaaa');
+    await store.put(shared, 'kind: ConfigMap\n');
+    expect(await rollbackReceipt(store, owner, 1)).toBe('20261207-000001-000-bbbbbbbb');
   });
 });

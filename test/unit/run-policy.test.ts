@@ -46,6 +46,7 @@ function clusterKeys(id: string, tag: string): string[] {
     `state/leases/${id}/ns/app.json`,
     `receipts/${id}/ns/app/0001.json`,
     `state/package-repositories/${id}/ns/repo.json`,
+    `state/fleet/${id}/ns/pkgi.json`,
     ...['fetch/m.tgz', 'template/m.yaml', 'cache/render/m.json', 'cache/fetch/m.json', 'state/deploy/m.json'].map(
       (k) => `private/${tag}/${'c'.repeat(32)}/${k}`,
     ),
@@ -217,11 +218,54 @@ describe('runSessionPolicy: one stage run of one cluster', () => {
     ).toBe(false);
   });
 
-  it('install, which touches no artifact, gets no bucket key but its registry document', () => {
-    const doc = runSessionPolicy('install', 'a', TAG_A, TARGET);
-    expect(doc.Statement.flatMap((s) => s.Resource).filter((r) => r.startsWith('arn:aws:s3:::'))).toEqual([
-      obj('registry/clusters/a.json'),
-    ]);
+  it("install: its cluster's fleet index entries (read, write, delete) and receipts (read, list), the shared renders (read), no other cluster's and none of the fleet's rollouts", () => {
+    for (const target of [TARGET, CLUSTER_SHARING]) {
+      const doc = runSessionPolicy('install', 'a', TAG_A, target);
+      // What the run may do: the intersection of its session and its run role's policy.
+      const role = runRoleObjects('install', target.sharing);
+      const may = (action: string, key: string) =>
+        allows(doc, action, obj(key)) &&
+        role.some((g) => g.actions.includes(action as never) && iamMatches(g.keys, key));
+      const entry = 'state/fleet/a/ns/pkgi.json';
+      const receipt = 'receipts/a/ns/pkgi/20261207-103500-000-0123abcd.json';
+      const render = `artifacts/template/sha256/${'d'.repeat(64)}.yaml`;
+      const actions = (key: string) =>
+        ['s3:GetObject', 's3:PutObject', 's3:DeleteObject'].filter((action) => may(action, key));
+      expect(actions(entry)).toEqual(['s3:GetObject', 's3:PutObject', 's3:DeleteObject']);
+      expect(actions(receipt)).toEqual(['s3:GetObject']);
+      expect(actions(render)).toEqual(['s3:GetObject']);
+      // Another cluster's, by the session alone (the run role holds every cluster's), and the
+      // fleet's rollout policies and records, which only the install dispatcher holds.
+      for (const key of [
+        'state/fleet/b/ns/pkgi.json',
+        'state/fleet/ab/ns/pkgi.json',
+        'state/fleet/b/state/fleet/a/x.json',
+        'receipts/b/ns/pkgi/x.json',
+        'state/rollouts/default/hello.json',
+        'state/rollout-policies/default.json',
+        'state/leases/a/ns/pkgi.json',
+        `private/${TAG_A}/template/m.yaml`,
+      ]) {
+        expect(actions(key), key).toEqual([]);
+      }
+      // Lists its own entries and receipts (the rollback walks the App's), nothing else.
+      expect(doc.Statement.find((s) => s.Action.includes('s3:ListBucket'))).toEqual({
+        Effect: 'Allow',
+        Action: ['s3:ListBucket'],
+        Resource: ['arn:aws:s3:::fleet-artifacts'],
+        Condition: { StringLike: { 's3:prefix': ['state/fleet/a/*', 'receipts/a/*'] } },
+      });
+      // A denied read of its own keys is a missing key; of another's, an error.
+      const reads = sessionReadsKey('install', 'a', TAG_A, target.sharing);
+      expect([entry, receipt, render].map(reads)).toEqual([true, true, true]);
+      expect(['state/fleet/b/ns/pkgi.json', 'receipts/b/x.json', 'state/rollouts/p/r.json'].map(reads)).toEqual([
+        false,
+        false,
+        false,
+      ]);
+      // It writes (its entries): the key for S3's data keys too.
+      expect(allows(doc, 'kms:GenerateDataKey', 'arn:aws:kms:eu-west-1:123456789012:key/k')).toBe(true);
+    }
   });
 
   for (const id of ['*', 'a*', 'a?', VARIABLE, 'a/b', 'A', '-a', 'a'.repeat(64), '']) {

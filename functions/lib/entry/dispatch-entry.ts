@@ -95,7 +95,8 @@ export const UNSEALED_TAG = '0'.repeat(32);
 /**
  * The keyring of the dispatcher of a stage that seals nothing (install, `usesArtifactKey`): each
  * cluster's keys are {@link UNSEALED_TAG} and no key bytes. Such a stage's run session names no
- * key of the artifact bucket (`runSessionPolicy`), so its tag fences nothing, and the batch
+ * key a tag fences (`runSessionPolicy`: install's reaches its cluster's `state/fleet/<id>/` and
+ * `receipts/<id>/` and the shared renders, none under `private/` or `d/`), and the batch
  * carries no sealing keys (`makeDispatcher`): so that dispatcher never reads the artifact root
  * key, and the stack gives it neither the key's variable nor its secret.
  */

@@ -201,7 +201,8 @@ async function refresh() {
   const status = document.getElementById("status");
   try {
     const res = await fetch("/api/fleet", { cache: "no-store" });
-    if (!res.ok) throw new Error("HTTP " + res.status);
+    // A server that cannot read its store says so in a line of text (fleetResponse's 503).
+    if (!res.ok) throw new Error(((await res.text()).trim().slice(0, 200) || "no answer") + " (HTTP " + res.status + ")");
     const view = await res.json();
     render(view);
     status.className = "";

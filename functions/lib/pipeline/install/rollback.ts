@@ -9,6 +9,7 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../api/constants.js';
+import { PRIVATE_PREFIX } from '../../artifact/sealed.js';
 import type { RawApp } from '../../packaging/app-from-package.js';
 import { listReceipts } from '../../receipt/receipt.js';
 import type { ObjectStore } from '../../store/port.js';
@@ -16,7 +17,7 @@ import type { ObjectStore } from '../../store/port.js';
 /**
  * The receipt to roll the App `owner` back to: its newest succeeded one of `appGeneration` or
  * before (the App's generation when the PackageInstall was last healthy) whose render is still
- * stored. `undefined` without a generation (an entry written before it was recorded: the newest
+ * stored (a sealed one is taken as stored). `undefined` without a generation (an entry written before it was recorded: the newest
  * success might be the failed version's, if it reconciled and then turned unhealthy) or when none
  * qualifies; the old version is then rendered again.
  *
@@ -31,7 +32,10 @@ export async function rollbackReceipt(
   const receipts = await listReceipts(store, owner);
   for (const r of receipts.reverse()) {
     if (r.outcome !== 'succeeded' || !r.inputs.render || r.generation > appGeneration) continue;
-    if (await store.head(r.inputs.render.key)) return r.id;
+    // A sealed render is its cluster's (`private/<tag>/`), which a dispatched install run's session
+    // cannot read: taken as there. The App's fetch stage checks it again (`../app/rollback.ts`) and
+    // renders the old version anew when it is gone.
+    if (r.inputs.render.key.startsWith(PRIVATE_PREFIX) || (await store.head(r.inputs.render.key))) return r.id;
   }
   return undefined;
 }
