@@ -1,9 +1,9 @@
 /**
- * What the cloud-mode e2e files share (`cloud.test.ts`, `cloud-dispatched.test.ts`): a fleet's
- * cluster registry in S3 filled by the `npm run cluster` CLI as a process, each stage's token
- * where the registry document names it, the forwarder bundle as its own process over moto's SQS,
- * the artifact root key in moto's Secrets Manager, and the environment the stack gives a stage
- * function.
+ * What the cloud-mode e2e files share (`cloud.test.ts`, `cloud-dispatched.test.ts`,
+ * `cloud-rollout.test.ts`): a fleet's cluster registry in S3 filled by the `npm run cluster` CLI
+ * as a process (and `npm run fleet` on its store), each stage's token where the registry document
+ * names it, the forwarder bundle as its own process over moto's SQS, the artifact root key in
+ * moto's Secrets Manager, and the environment the stack gives a stage function.
  *
  * @module
  */
@@ -56,19 +56,39 @@ export const registryUrl = (fleet: CloudFleet): string => `s3://${fleet.bucket}/
 /** A function's secret directory: only its own stage's tokens (as its IAM role reads only its own secrets). */
 export const secretsDir = (fleet: CloudFleet, stage: PipelineStage): string => path.join(fleet.tmp, 'secrets', stage);
 
+/** What a CLI process printed: `steps`, each line it wrote on stderr with the milliseconds since its start. */
+export interface CliOutput {
+  stdout: string;
+  stderr: string;
+  steps: string[];
+}
+
 /**
  * Runs `npm run cluster -- <args>` as a process (`tsx scripts/cluster-registry.ts`) against the
  * fleet's S3 server. `steps`: each line the CLI wrote on stderr (what it did, in order) with the
  * milliseconds since its start when it came.
+ * @throws Error (with the process's output) when it exits other than 0
  */
-export async function clusterCli(
+export const clusterCli = (fleet: CloudFleet, args: string[], env: Record<string, string> = {}): Promise<CliOutput> =>
+  scriptCli(fleet, 'scripts/cluster-registry.ts', args, env);
+
+/**
+ * Runs `npm run fleet -- <args>` as a process (`tsx scripts/fleet.ts`) against the fleet's S3
+ * server (give it `--store s3://<bucket>/`), as {@link clusterCli}.
+ */
+export const fleetCli = (fleet: CloudFleet, args: string[], env: Record<string, string> = {}): Promise<CliOutput> =>
+  scriptCli(fleet, 'scripts/fleet.ts', args, env);
+
+/** Runs `tsx <script> <args>` (a CLI of `scripts/`) as {@link clusterCli} describes. */
+async function scriptCli(
   fleet: CloudFleet,
+  script: string,
   args: string[],
-  env: Record<string, string> = {},
-): Promise<{ stdout: string; stderr: string; steps: string[] }> {
+  env: Record<string, string>,
+): Promise<CliOutput> {
   const started = Date.now();
   const steps: string[] = [];
-  const run = promisify(execFile)(path.join(ROOT, 'node_modules/.bin/tsx'), ['scripts/cluster-registry.ts', ...args], {
+  const run = promisify(execFile)(path.join(ROOT, 'node_modules/.bin/tsx'), [script, ...args], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH,

@@ -47,6 +47,22 @@ export interface TenantInvoke {
   readonly functionError?: string;
 }
 
+/**
+ * One invoke the router ran, with its bodies as they went (for a test that reads what a stage
+ * function was given and answered). The request holds the run session's credentials a
+ * dispatcher sends: never log it.
+ */
+export interface TenantInvokeBody {
+  readonly functionName: string;
+  readonly tenantId: string;
+  readonly request: string;
+  /** The function's answer (RIE's body), as the router passed it on. */
+  readonly response: string;
+  /** When the router took the invoke and when the answer came, ms on this process's `performance.now()` clock. */
+  readonly startedAt: number;
+  readonly endedAt: number;
+}
+
 /** A running router: its endpoint, the environments it started and the invokes it took. */
 export interface TenantRouter {
   /** `http://127.0.0.1:<port>`: the Lambda endpoint to give the SDK. */
@@ -79,11 +95,13 @@ function failed(status: number, body: string): boolean {
 /**
  * Starts the router on a free loopback port. `functions` maps each function name to how its
  * environments start ({@link RieOptions}; each environment works in `<cwd>/<tenant id>`, and
- * `tenantEnv(tenant)` is laid over its `env`, e.g. its own `/tmp`).
+ * `tenantEnv(tenant)` is laid over its `env`, e.g. its own `/tmp`). `onInvoke` is told of each
+ * invoke that ran, before its answer is sent (it must not throw).
  */
 export async function startTenantRouter(
   functions: ReadonlyMap<string, RieOptions>,
   tenantEnv: (functionName: string, tenantId: string) => Record<string, string> = () => ({}),
+  onInvoke?: (invoke: TenantInvokeBody) => void,
 ): Promise<TenantRouter> {
   const environments: TenantEnvironment[] = [];
   const invokes: TenantInvoke[] = [];
@@ -108,6 +126,7 @@ export async function startTenantRouter(
   };
 
   const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const startedAt = performance.now();
     const m = /^\/2015-03-31\/functions\/([^/]+)\/invocations$/.exec(req.url?.split('?')[0] ?? '');
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -154,6 +173,14 @@ export async function startTenantRouter(
     }
     const functionError = failed(status, body) ? 'Unhandled' : undefined;
     record(200, functionError);
+    onInvoke?.({
+      functionName,
+      tenantId,
+      request: Buffer.concat(chunks).toString('utf8'),
+      response: body,
+      startedAt,
+      endedAt: performance.now(),
+    });
     res.writeHead(200, {
       'content-type': 'application/json',
       'x-amz-executed-version': '$LATEST',
