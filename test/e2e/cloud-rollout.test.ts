@@ -275,6 +275,10 @@ describe('the shared mode: a rollout in waves across two clusters', () => {
       expect(t(rest?.releasedAt)).toBeGreaterThanOrEqual(t(canary?.healthyAt) + SOAK_MS);
       expect(t(rest?.healthyAt)).toBeGreaterThanOrEqual(t(rest?.releasedAt));
       expect(done.history.filter((h) => h.what === 'released').map((h) => h.wave)).toEqual(['canary', 'rest']);
+      // Figures for the closing notes (never asserted): the soak's end → rest released, released → healthy.
+      process.stdout.write(
+        `[cloud-rollout] soak end → rest released ${t(rest?.releasedAt) - t(canary?.soakEndsAt)} ms; released → rest healthy ${t(rest?.healthyAt) - t(rest?.releasedAt)} ms\n`,
+      );
       for (const ns of CLUSTERS)
         await waitPkgi(ns, 'told the rollout completed', (p) => rolloutReason(p) === 'Completed');
       const deployed = await shared.getObject<{ data?: Record<string, string> }>('configmap', B, 'rollout');
