@@ -19,6 +19,7 @@
  * @module
  */
 import { type KappEvent, objectEvent } from '../../../events/schema.js';
+import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import { PACKAGING_API_VERSION } from '../kube/port.js';
 import { errorText, type Logger } from '../log.js';
 import type { ClusterRolloutView, RolloutReport } from '../rollout/access.js';
@@ -39,6 +40,7 @@ import {
   listPolicies,
   listRollouts,
   type RolloutRecord,
+  readRollout,
 } from '../rollout/state.js';
 import type { ObjectStore } from '../store/port.js';
 
@@ -47,9 +49,6 @@ export type PokeSender = (events: readonly KappEvent[]) => Promise<void>;
 
 /** How long the coordinator keeps the policies and records it read for views, in milliseconds. */
 export const VIEW_CACHE_MS = 2000;
-
-/** Longest `version`, `policy` or `refName` an ask may carry (a refName is at most 253). */
-const MAX_ASK_FIELD = 256;
 
 /** How long after its end a rollout still gets its end pokes from the schedule: 10 min. */
 export const END_POKE_WINDOW_MS = 10 * 60_000;
@@ -136,15 +135,49 @@ export interface RolloutCoordinatorOptions {
   now?: () => Date;
 }
 
-/** A rollout's evaluation by the coordinator: the record stored and whom to poke, with why. */
-interface Moved {
-  record: RolloutRecord;
-  pokes: { entries: FleetEntry[]; cause: string }[];
+/** Whom to poke, and why (the cause each poke event carries). */
+interface Poke {
+  entries: FleetEntry[];
+  cause: string;
+}
+
+/** A Package refName as `Package.spec.refName` (a DNS-1123 subdomain, at most 253). */
+const REF_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
+/** A version a rollout may target: semver (an optional leading `v`), bounded. */
+const SEMVER = /^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/;
+
+/** `<policy>/<refName>` of a report as the two names, or `undefined` when it is not that. */
+export function touchedRollout(key: unknown): { policy: string; refName: string } | undefined {
+  if (typeof key !== 'string' || key.length > 320) return undefined;
+  const slash = key.indexOf('/');
+  const policy = key.slice(0, slash);
+  const refName = key.slice(slash + 1);
+  if (slash < 0 || !CLUSTER_ID_PATTERN.test(policy) || refName.length > 253 || !REF_NAME.test(refName))
+    return undefined;
+  return { policy, refName };
+}
+
+/**
+ * The fleet index of one coordination, listed at most once however many rollouts it evaluates
+ * (the listing reads every entry: its cost grows with the fleet, so once per batch or check).
+ */
+class FleetIndex {
+  #all: Promise<FleetEntry[]> | undefined;
+  constructor(private readonly store: ObjectStore) {}
+  /** The entries of `refName`. @throws StoreError */
+  async of(refName: string): Promise<FleetEntry[]> {
+    this.#all ??= listFleetEntries(this.store);
+    return (await this.#all).filter((e) => e.refName === refName);
+  }
 }
 
 /**
  * The install dispatcher's rollout coordinator (see the module comment). One per dispatcher
- * process; its methods never throw (failures are logged: the next batch or check evaluates again).
+ * process. `viewFor` throws when the rollouts cannot be read (the batch fails and is retried: a
+ * store that does not answer must not let every cluster past its wave); `afterBatch` and `check`
+ * never throw: each rollout is handled on its own, failures are logged, and what a failure left
+ * undone is done again by the next batch or check (a released wave's members that never
+ * attempted the target are poked again; the end pokes are marked sent only once sent).
  */
 export class RolloutCoordinator {
   readonly #store: ObjectStore;
@@ -186,18 +219,14 @@ export class RolloutCoordinator {
   }
 
   /**
-   * The view of `clusterId`'s batch; `undefined` when there are no policies (nothing is gated)
-   * or they cannot be read (logged: the batch runs ungated, as a runtime without the keys did).
+   * The view of `clusterId`'s batch; `undefined` when there are no policies (nothing is gated).
+   * @throws StoreError when the rollouts cannot be read: the cluster's records fail and are
+   *   retried, rather than run ungated.
    */
   async viewFor(clusterId: string): Promise<ClusterRolloutView | undefined> {
-    try {
-      const { policies, records } = await this.#read();
-      if (policies.length === 0) return undefined;
-      return narrowRolloutView(policies, records, clusterId);
-    } catch (err) {
-      this.#log.warn({ clusterId, error: errorText(err) }, 'could not read the rollouts; this batch is not gated');
-      return undefined;
-    }
+    const { policies, records } = await this.#read();
+    if (policies.length === 0) return undefined;
+    return narrowRolloutView(policies, records, clusterId);
   }
 
   /**
@@ -208,28 +237,35 @@ export class RolloutCoordinator {
     if (reports.size === 0) return;
     try {
       const { policies } = await this.#read();
-      const byName = new Map(policies.map((p) => [p.metadata.name, p]));
-      const touched = new Set<string>();
-      const pokes: Moved['pokes'] = [];
+      const fleet = new FleetIndex(this.#store);
+      const touched = new Map<string, { policy: string; refName: string }>();
+      const pokes: Poke[] = [];
       for (const [clusterId, report] of reports) {
-        for (const t of report.touched ?? [])
-          if (typeof t === 'string' && t.length <= 2 * MAX_ASK_FIELD) touched.add(t);
+        for (const t of report.touched ?? []) {
+          const r = touchedRollout(t);
+          if (r) touched.set(`${r.policy}/${r.refName}`, r);
+        }
         for (const ask of report.start ?? []) {
-          const created = await this.#start(clusterId, ask, byName);
-          if (created) {
-            touched.add(`${created.policy}/${created.refName}`);
-            pokes.push(...(await this.#releasePokes(created, byName.get(created.policy) as RolloutPolicy, [0])));
-          }
+          await this.#guarded(`${ask?.policy}/${ask?.refName}`, async () => {
+            const created = await this.#start(clusterId, ask, policies, fleet);
+            if (!created) return;
+            touched.set(`${created.policy}/${created.refName}`, created);
+            const policy = policies.find((p) => p.metadata.name === created.policy) as RolloutPolicy;
+            pokes.push(...releasePokes(created, policy, [0], await fleet.of(created.refName)));
+          });
         }
       }
-      for (const key of touched) {
-        const slash = key.indexOf('/');
-        const policy = byName.get(key.slice(0, slash));
+      const ended: RolloutRecord[] = [];
+      for (const { policy: name, refName } of touched.values()) {
+        const policy = policies.find((p) => p.metadata.name === name);
         if (!policy) continue;
-        const moved = await this.#evaluate(policy, key.slice(slash + 1));
-        if (moved) pokes.push(...moved.pokes);
+        await this.#guarded(`${name}/${refName}`, async () => {
+          const moved = await this.#evaluate(policy, refName, fleet);
+          if (moved) pokes.push(...moved.pokes);
+          if (moved && isFinal(moved.record.status)) ended.push(moved.record);
+        });
       }
-      await this.#send(pokes);
+      if (await this.#send(pokes)) for (const r of ended) await this.#markEndPoked(r);
     } catch (err) {
       this.#log.warn({ error: errorText(err) }, 'rollout coordination failed; the next batch or check evaluates again');
     } finally {
@@ -239,31 +275,42 @@ export class RolloutCoordinator {
 
   /**
    * The schedule's check: evaluates every moving rollout (a soak whose end no run reported, a
-   * rollout the CLI resumed) and sends the end pokes of a rollout that ended without them (one the
-   * CLI aborted), marking it so the next check does not. Never throws.
+   * rollout the CLI resumed), pokes a released wave's members that never attempted the target (a
+   * poke lost to a failure), and sends the end pokes of a rollout that ended without them (one the
+   * CLI aborted or deleted), marking it once sent. Never throws.
    */
   async check(): Promise<void> {
     try {
       const { policies, records } = await this.#read(true);
-      const byName = new Map(policies.map((p) => [p.metadata.name, p]));
-      const pokes: Moved['pokes'] = [];
+      const fleet = new FleetIndex(this.#store);
+      const pokes: Poke[] = [];
+      const ended: RolloutRecord[] = [];
       const now = this.#now().getTime();
       for (const r of records) {
-        const policy = byName.get(r.policy);
-        if (!isFinal(r.status)) {
-          if (policy) pokes.push(...((await this.#evaluate(policy, r.refName))?.pokes ?? []));
-          continue;
-        }
-        const last = Date.parse(r.history.at(-1)?.at ?? '');
-        if (r.endPokedAt !== undefined || !(now - last <= END_POKE_WINDOW_MS)) continue;
-        const { written } = await casRollout(this.#store, r.policy, r.refName, (cur) =>
-          cur && cur.createdAt === r.createdAt && cur.endPokedAt === undefined
-            ? { ...cur, endPokedAt: new Date(now).toISOString() }
-            : undefined,
-        );
-        if (written) pokes.push({ entries: await listFleetEntries(this.#store, r.refName), cause: endCause(r) });
+        await this.#guarded(`${r.policy}/${r.refName}`, async () => {
+          const policy = policies.find((p) => p.metadata.name === r.policy);
+          if (!isFinal(r.status)) {
+            if (!policy) return;
+            const moved = await this.#evaluate(policy, r.refName, fleet);
+            const record = moved?.record ?? r;
+            if (moved) pokes.push(...moved.pokes);
+            if (isFinal(record.status)) ended.push(record);
+            else {
+              const released = record.waves.flatMap((w, i) => (w.releasedAt ? [i] : []));
+              const behind = (await fleet.of(r.refName)).filter(
+                (e) => e.version !== record.target && e.lastAttemptedVersion !== record.target,
+              );
+              pokes.push(...releasePokes(record, policy, released, behind));
+            }
+            return;
+          }
+          const last = Date.parse(r.history.at(-1)?.at ?? '');
+          if (r.endPokedAt !== undefined || !(now - last <= END_POKE_WINDOW_MS)) return;
+          pokes.push({ entries: await fleet.of(r.refName), cause: endCause(r) });
+          ended.push(r);
+        });
       }
-      await this.#send(pokes);
+      if (await this.#send(pokes)) for (const r of ended) await this.#markEndPoked(r);
     } catch (err) {
       this.#log.warn({ error: errorText(err) }, 'rollout check failed; the next check tries again');
     } finally {
@@ -271,18 +318,45 @@ export class RolloutCoordinator {
     }
   }
 
-  /** Creates the rollout `ask` names when `clusterId` may start it; the record created, else `undefined`. */
+  /** Runs `work` for one rollout; a failure is logged and ends that rollout's part only. */
+  async #guarded(rollout: string, work: () => Promise<void>): Promise<void> {
+    try {
+      await work();
+    } catch (err) {
+      this.#log.warn(
+        { rollout: rollout.slice(0, 320), error: errorText(err) },
+        'rollout coordination failed for this rollout; the next batch or check evaluates it again',
+      );
+    }
+  }
+
+  /** Marks `record`'s end pokes sent (`endPokedAt`), once they were. */
+  async #markEndPoked(record: RolloutRecord): Promise<void> {
+    await this.#guarded(`${record.policy}/${record.refName}`, async () => {
+      const at = this.#now().toISOString();
+      await casRollout(this.#store, record.policy, record.refName, (cur) =>
+        cur && cur.createdAt === record.createdAt && isFinal(cur.status) && cur.endPokedAt === undefined
+          ? { ...cur, endPokedAt: at }
+          : undefined,
+      );
+    });
+  }
+
+  /**
+   * Creates the rollout `ask` names when it is well formed, under the policy that gates its
+   * refName, from a cluster of that policy's first wave, and from a version that cluster's own
+   * entries of the refName run; the record created, else `undefined`.
+   */
   async #start(
     clusterId: string,
     ask: RolloutReport['start'][number],
-    byName: ReadonlyMap<string, RolloutPolicy>,
+    policies: readonly RolloutPolicy[],
+    fleet: FleetIndex,
   ): Promise<RolloutRecord | undefined> {
-    const fields = [ask?.policy, ask?.refName, ask?.version];
-    if (!fields.every((f) => typeof f === 'string' && f.length > 0 && f.length <= MAX_ASK_FIELD)) return undefined;
-    if (ask.from !== undefined && (typeof ask.from !== 'string' || ask.from.length > MAX_ASK_FIELD)) return undefined;
-    const policy = byName.get(ask.policy);
-    const covers = policy?.spec.packages.includes(ask.refName) || policy?.spec.packages.includes('*');
-    if (!policy || !covers) return undefined;
+    const ok = (v: unknown, re: RegExp, max: number) => typeof v === 'string' && v.length <= max && re.test(v);
+    if (!ok(ask?.refName, REF_NAME, 253) || !ok(ask.version, SEMVER, 128)) return undefined;
+    const policy = gatingPolicy(policies, ask.refName);
+    if (!policy || policy.metadata.name !== ask.policy) return undefined;
     if (!mayStart(policy, clusterId)) {
       this.#log.info(
         { clusterId, rollout: `${ask.policy}/${ask.refName}`, version: ask.version },
@@ -290,9 +364,13 @@ export class RolloutCoordinator {
       );
       return undefined;
     }
+    // The version it rolls out from is one this cluster's own PackageInstalls of it run.
+    const own = (await fleet.of(ask.refName)).filter((e) => e.clusterId === clusterId).map((e) => e.version);
+    if (ask.from === undefined || !own.includes(ask.from)) return undefined;
     const now = this.#now();
+    const from = ask.from;
     const { record, written } = await casRollout(this.#store, policy.metadata.name, ask.refName, (r) =>
-      startsRollout(r, ask.version) ? newRollout(policy, ask.refName, ask.version, ask.from, now) : undefined,
+      startsRollout(r, ask.version) ? newRollout(policy, ask.refName, ask.version, from, now) : undefined,
     );
     if (!written || !record) return undefined;
     this.#log.info(
@@ -302,9 +380,15 @@ export class RolloutCoordinator {
     return record;
   }
 
-  /** Evaluates the rollout of `refName` under `policy` with the fleet index; stores and says whom to poke. */
-  async #evaluate(policy: RolloutPolicy, refName: string): Promise<Moved | undefined> {
-    const members = await listFleetEntries(this.#store, refName);
+  /** Evaluates the moving rollout of `refName` under `policy` with the fleet index; stores and says whom to poke. */
+  async #evaluate(
+    policy: RolloutPolicy,
+    refName: string,
+    fleet: FleetIndex,
+  ): Promise<{ record: RolloutRecord; pokes: Poke[] } | undefined> {
+    const seen = await readRollout(this.#store, policy.metadata.name, refName);
+    if (!seen || isFinal(seen.record.status)) return undefined;
+    const members = await fleet.of(refName);
     const now = this.#now();
     let before: RolloutRecord | undefined;
     let released: number[] = [];
@@ -314,18 +398,17 @@ export class RolloutCoordinator {
       if (!cur || isFinal(cur.status)) return undefined;
       const e = evaluateRollout(cur, policy, members, now);
       released = e.released;
-      if (!e.changed) return undefined;
-      return isFinal(e.record.status) ? { ...e.record, endPokedAt: now.toISOString() } : e.record;
+      return e.changed ? e.record : undefined;
     });
     if (!written || !record || !before) return undefined;
     const prior = before;
-    const pokes: Moved['pokes'] = [];
-    for (const i of released)
+    for (const i of released) {
       this.#log.info(
         { rollout: `${policy.metadata.name}/${refName}`, wave: record.waves[i]?.name },
         'rollout wave released',
       );
-    pokes.push(...(await this.#releasePokes(record, policy, released, members)));
+    }
+    const pokes = releasePokes(record, policy, released, members);
     // A wave that became healthy: its members show `Soaking until T`, the forwarder's due time.
     record.waves.forEach((w, i) => {
       if (w.soakEndsAt && !w.completedAt && prior.waves[i]?.soakEndsAt !== w.soakEndsAt) {
@@ -339,40 +422,62 @@ export class RolloutCoordinator {
     return { record, pokes };
   }
 
-  /** The pokes of the waves `released` of `record` (members not at the target yet). */
-  async #releasePokes(
-    record: RolloutRecord,
-    policy: RolloutPolicy,
-    released: readonly number[],
-    members?: FleetEntry[],
-  ): Promise<Moved['pokes']> {
-    if (released.length === 0) return [];
-    const all = members ?? (await listFleetEntries(this.#store, record.refName));
-    return released.map((i) => ({
-      entries: waveEntries(record, policy, all, i).filter((e) => e.version !== record.target),
-      cause: releaseCause(record, i),
-    }));
-  }
-
-  /** Sends the pokes, one per PackageInstall (the first cause wins). @throws TransportError */
-  async #send(pokes: Moved['pokes']): Promise<void> {
+  /**
+   * Sends the pokes, one per PackageInstall (the first cause wins); an entry no event can be made
+   * of is skipped (counted in the log).
+   * @returns whether every event was sent (or there was none); a failed send is logged.
+   */
+  async #send(pokes: readonly Poke[]): Promise<boolean> {
     const now = this.#now();
     const events = new Map<string, KappEvent>();
-    let noUid = 0;
+    let skipped = 0;
     for (const { entries, cause } of pokes) {
       for (const e of entries) {
         const key = `${e.clusterId}/${e.namespace}/${e.name}`;
         if (events.has(key)) continue;
-        const event = pokeEvent(e, cause, now);
+        let event: KappEvent | undefined;
+        try {
+          event = pokeEvent(e, cause, now);
+        } catch {
+          event = undefined;
+        }
         if (event) events.set(key, event);
-        else noUid++;
+        else skipped++;
       }
     }
-    if (noUid > 0) this.#log.info({ noUid }, 'fleet entries without a uid are not poked (their next run records it)');
-    if (events.size === 0) return;
-    await this.#poke([...events.values()]);
+    if (skipped > 0) this.#log.info({ skipped }, 'fleet entries no poke can be made of (no uid yet) are not poked');
+    if (events.size === 0) return true;
+    try {
+      await this.#poke([...events.values()]);
+    } catch (err) {
+      this.#log.warn(
+        { pokes: events.size, error: errorText(err) },
+        'could not send the rollout pokes; the next check sends them again',
+      );
+      return false;
+    }
     this.#log.info({ poked: events.size }, 'rollout pokes sent');
+    return true;
   }
+}
+
+/** The policy gating `refName` (`policyFor` of `../rollout/state.ts`: the first by name listing it, else `*`). */
+function gatingPolicy(policies: readonly RolloutPolicy[], refName: string): RolloutPolicy | undefined {
+  const sorted = [...policies].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  return sorted.find((p) => p.spec.packages.includes(refName)) ?? sorted.find((p) => p.spec.packages.includes('*'));
+}
+
+/** The pokes of the waves `released` of `record`: their members among `entries` not at the target yet. */
+function releasePokes(
+  record: RolloutRecord,
+  policy: RolloutPolicy,
+  released: readonly number[],
+  entries: readonly FleetEntry[],
+): Poke[] {
+  return released.map((i) => ({
+    entries: waveEntries(record, policy, entries, i).filter((e) => e.version !== record.target),
+    cause: releaseCause(record, i),
+  }));
 }
 
 /** The members of wave `i` of `record` among `entries`. */

@@ -123,6 +123,27 @@ export function memberFailure(m: FleetEntry, target: string): string | undefined
   return undefined;
 }
 
+/** Most failures a stopped record keeps per cluster (10) and in all (200): see {@link keptFailures}. */
+export const FAILURES_KEPT = { perCluster: 10, total: 200 } as const;
+
+/**
+ * The failures a stopped record keeps: at most {@link FAILURES_KEPT} per cluster and in all, in
+ * order. Why: in the shared stack a cluster writes its own fleet entries, and thousands of made-up
+ * failing members would grow the record every reader loads (the page reads at most 1 MiB); each
+ * real cluster keeps its failed members, so its rollback still finds them.
+ */
+export function keptFailures<T extends { cluster: string }>(failed: readonly T[]): T[] {
+  const per = new Map<string, number>();
+  const kept: T[] = [];
+  for (const f of failed) {
+    const n = per.get(f.cluster) ?? 0;
+    if (n >= FAILURES_KEPT.perCluster || kept.length >= FAILURES_KEPT.total) continue;
+    per.set(f.cluster, n + 1);
+    kept.push(f);
+  }
+  return kept;
+}
+
 /** What {@link evaluateRollout} decided. */
 export interface Evaluation {
   /** The next record (the same object when nothing changed). */
@@ -164,7 +185,7 @@ export function evaluateRollout(
     if (failed.length > allowed) {
       const f = failed[0] as (typeof failed)[number];
       r.status = 'stopped';
-      r.failed = failed;
+      r.failed = keptFailures(failed);
       r.cause = `wave ${r.waves[i]?.name}: ${failed.length} failed (maxUnavailable ${allowed}), first ${f.cluster} ${f.namespace}/${f.name}: ${f.why}`;
       r.history.push({ at, what: `stopped: ${r.cause}`, wave: r.waves[i]?.name, cluster: f.cluster });
       return { record: r, changed: true, released: [] };

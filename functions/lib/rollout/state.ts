@@ -12,6 +12,7 @@
  * @module
  */
 import * as z from 'zod';
+import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import type { ObjectStore } from '../store/port.js';
 import { type RolloutPolicy, validateRolloutPolicy } from './policy.js';
 
@@ -90,44 +91,67 @@ export function isFinal(status: RolloutStatus): boolean {
   return status === 'stopped' || status === 'aborted' || status === 'completed';
 }
 
-/** One PackageInstall in the fleet index (see the module comment). */
+/** A DNS-1123 subdomain (a Kubernetes object name, a Package refName), at most 253 characters. */
+const DNS_SUBDOMAIN = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
+/** A version string as a fleet entry holds it (semver, or what a Package says: bounded, no space). */
+const versionString = z.string().min(1).max(128).regex(/^[A-Za-z0-9._+~-]+$/);
+/** An RFC 3339 time in UTC, as `Date.toISOString` writes it (a time that does not parse is refused). */
+const isoTime = z.iso.datetime();
+
+/**
+ * One PackageInstall in the fleet index (see the module comment). Strict in every field a reader
+ * builds on: in the shared stack a cluster's run writes its own entries (`state/fleet/<id>/`), and
+ * the install dispatcher turns entries into pokes and rollout decisions for the whole fleet, so an
+ * entry that is no Kubernetes object's (a `/` in an id, a name that is no DNS name, a time that
+ * does not parse) must be refused where it is read, not fail the fleet's coordination.
+ */
 export const fleetEntrySchema = z.object({
-  clusterId: z.string(),
-  namespace: z.string(),
-  name: z.string(),
-  refName: z.string(),
+  clusterId: z.string().regex(CLUSTER_ID_PATTERN),
+  namespace: z.string().max(63).regex(CLUSTER_ID_PATTERN),
+  name: z.string().max(253).regex(DNS_SUBDOMAIN),
+  refName: z.string().max(253).regex(DNS_SUBDOMAIN),
   /** `metadata.uid` of the PackageInstall: a coordinator's poke names it (`../entry/dispatch-rollouts.ts`). */
-  uid: z.string().optional(),
+  uid: z
+    .string()
+    .max(128)
+    .regex(/^[A-Za-z0-9._:-]+$/)
+    .optional(),
   /** `status.version`. */
-  version: z.string().optional(),
+  version: versionString.optional(),
   /** `status.lastAttemptedVersion`. */
-  lastAttemptedVersion: z.string().optional(),
+  lastAttemptedVersion: versionString.optional(),
   /** From the status's first condition: `ReconcileSucceeded`, `ReconcileFailed`, else reconciling. */
   reconcile: z.enum(['succeeded', 'failed', 'reconciling']),
   /** `kapp-lambda.carvel.dev/Healthy` of the status, when it has one (`True`, `False`, `Unknown`). */
-  health: z.string().optional(),
+  health: z.string().max(16).optional(),
   /** Since when it has been healthy at `version` (kept while it stays so). */
-  healthySince: time.optional(),
+  healthySince: isoTime.optional(),
   /** The wave's name in the policy gating it, if any. */
-  wave: z.string().optional(),
+  wave: z.string().max(63).optional(),
   /** `<policy>/<refName>` of the rollout it belongs to, if any. */
-  rollout: z.string().optional(),
+  rollout: z.string().max(320).optional(),
   /** The last version it was healthy at. */
-  lastGoodVersion: z.string().optional(),
+  lastGoodVersion: versionString.optional(),
   /**
    * The generation of its App when it was last healthy: the rollback's receipt is the App's newest
    * succeeded one of that generation or before (`../pipeline/install/rollback.ts`).
    */
   lastGoodAppGeneration: z.int().min(0).optional(),
   /** When this entry was written. */
-  at: time,
+  at: isoTime,
 });
 /** A fleet index entry. */
 export type FleetEntry = z.infer<typeof fleetEntrySchema>;
 
-/** Reads and parses a JSON object; `undefined` when absent. @throws Error when it does not parse. */
+/**
+ * Most bytes of a policy, record or fleet entry read (1 MiB): an entry any cluster may write is
+ * a few hundred bytes, a record with its bounded history some kilobytes.
+ */
+export const MAX_STATE_BYTES = 1024 * 1024;
+
+/** Reads and parses a JSON object; `undefined` when absent. @throws Error when it does not parse or is too large. */
 async function readJson<T>(store: ObjectStore, key: string, schema: z.ZodType<T>): Promise<T | undefined> {
-  const body = await store.get(key);
+  const body = await store.get(key, { maxBytes: MAX_STATE_BYTES });
   return body === undefined ? undefined : schema.parse(JSON.parse(body.toString('utf8')));
 }
 

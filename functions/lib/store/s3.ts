@@ -6,6 +6,7 @@ import {
   type ConditionalPutResult,
   DEFAULT_MAX_OBJECT_BYTES,
   type GetOptions,
+  keyProblem,
   type ListOptions,
   listLimit,
   type ObjectBody,
@@ -284,7 +285,10 @@ export class S3Store implements ObjectStore {
           }),
         );
         for (const o of res.Contents ?? []) {
-          if (o.Key?.startsWith(this.prefix)) keys.push(o.Key.slice(this.prefix.length));
+          // A key this store could not have written (characters outside its rules) is left out:
+          // no caller could read it, and as a page's last key it would refuse the next `startAfter`.
+          const rel = o.Key?.startsWith(this.prefix) ? o.Key.slice(this.prefix.length) : undefined;
+          if (rel !== undefined && keyProblem(rel) === undefined) keys.push(rel);
         }
         token = res.IsTruncated ? res.NextContinuationToken : undefined;
       } while (token && keys.length < limit);
