@@ -7,6 +7,7 @@
  * the records every reader loads. Cluster `zeta` is the attacker throughout.
  */
 import { describe, expect, it } from 'vitest';
+import { RE_POKE_WINDOW_MS } from '../../functions/lib/entry/dispatch-rollouts.js';
 import { buildFleetView } from '../../functions/lib/fleet/view.js';
 import { commandRollout, FAILURES_KEPT, keptFailures, newRollout } from '../../functions/lib/rollout/evaluate.js';
 import { parseRolloutPolicy } from '../../functions/lib/rollout/policy.js';
@@ -217,12 +218,17 @@ spec:
 `);
 
 /** What `clusterId` asked to start (alpha, canary of `default`, runs REF at 1.0.0); the records then. */
-async function asked(clusterId: string, ask: { policy: string; version: string; from?: string }) {
+async function asked(
+  clusterId: string,
+  ask: { policy: string; version: string; from?: string },
+  planted: FleetEntry[] = [],
+) {
   const store = new MemoryStore();
   await putPolicy(store, POLICY);
   await putPolicy(store, WIDE);
   await putEntry(store, entry('alpha', '1.0.0'));
   await putEntry(store, entry('zeta', '1.0.0'));
+  for (const e of planted) await putEntry(store, e);
   await coordinatorOver(store).coordinator.afterBatch(
     new Map([[clusterId, { touched: [], start: [{ ...ask, refName: REF }] }]]),
   );
@@ -248,6 +254,38 @@ describe('M2 (in part): a start ask', () => {
       target: '2.0.0',
       from: '1.0.0',
     });
+  });
+});
+
+describe('M2: the version a rollout starts from', () => {
+  it('is one another cluster runs: alpha`s own planted entry at 0.0.1 does not make it the from', async () => {
+    const planted = [entry('alpha', '0.0.1', 'planted')];
+    expect(
+      (await asked('alpha', { policy: 'default', version: '2.0.0', from: '0.0.1' }, planted)).default,
+    ).toBeUndefined();
+    expect(
+      (await asked('alpha', { policy: 'default', version: '2.0.0', from: '1.0.0' }, planted)).default,
+    ).toMatchObject({
+      from: '1.0.0',
+    });
+  });
+});
+
+describe('the check`s re-pokes of a released wave', () => {
+  it('reach members that have not run since the release, within RE_POKE_WINDOW_MS of it only', async () => {
+    const store = new MemoryStore();
+    await putPolicy(store, POLICY);
+    await casRollout(store, 'default', REF, () => restReleased(POLICY));
+    await putEntry(store, entry('alpha', '2.0.0'));
+    // beta has not run since the release (its entry is from T0); gamma ran after it, still at 1.0.0.
+    await putEntry(store, entry('beta', '1.0.0'));
+    await putEntry(store, entry('gamma', '1.0.0', 'inst', { at: new Date(T0.getTime() + 1000).toISOString() }));
+    const soon = coordinatorOver(store, 0, () => new Date(T0.getTime() + 60_000));
+    await soon.coordinator.check();
+    expect(soon.poked.flat().map((p) => p.split(' ')[0])).toEqual(['beta/PackageInstall/ns/inst']);
+    const late = coordinatorOver(store, 0, () => new Date(T0.getTime() + RE_POKE_WINDOW_MS + 1000));
+    await late.coordinator.check();
+    expect(late.poked).toEqual([]);
   });
 });
 

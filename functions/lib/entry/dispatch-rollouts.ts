@@ -50,6 +50,12 @@ export type PokeSender = (events: readonly KappEvent[]) => Promise<void>;
 /** How long the coordinator keeps the policies and records it read for views, in milliseconds. */
 export const VIEW_CACHE_MS = 2000;
 
+/**
+ * How long after a wave's release the schedule's check pokes again its members that have not run
+ * since (a poke lost to a failure): 10 min, about ten checks.
+ */
+export const RE_POKE_WINDOW_MS = 10 * 60_000;
+
 /** How long after its end a rollout still gets its end pokes from the schedule: 10 min. */
 export const END_POKE_WINDOW_MS = 10 * 60_000;
 
@@ -296,9 +302,18 @@ export class RolloutCoordinator {
             if (moved) pokes.push(...moved.pokes);
             if (isFinal(record.status)) ended.push(record);
             else {
-              const released = record.waves.flatMap((w, i) => (w.releasedAt ? [i] : []));
+              // A poke lost to a failure: a released wave's members that have not run since the
+              // release, within RE_POKE_WINDOW_MS of it (a cluster that is down, or entries no
+              // PackageInstall backs, are not poked for ever).
+              const released = record.waves.flatMap((w, i) =>
+                w.releasedAt && now - Date.parse(w.releasedAt) <= RE_POKE_WINDOW_MS ? [i] : [],
+              );
               const behind = (await fleet.of(r.refName)).filter(
-                (e) => e.version !== record.target && e.lastAttemptedVersion !== record.target,
+                (e) =>
+                  e.version !== record.target &&
+                  e.lastAttemptedVersion !== record.target &&
+                  Date.parse(e.at) <=
+                    Date.parse(record.waves[recordWaveOf(record, policy, e.clusterId) ?? -1]?.releasedAt ?? ''),
               );
               pokes.push(...releasePokes(record, policy, released, behind));
             }
@@ -364,9 +379,13 @@ export class RolloutCoordinator {
       );
       return undefined;
     }
-    // The version it rolls out from is one this cluster's own PackageInstalls of it run.
-    const own = (await fleet.of(ask.refName)).filter((e) => e.clusterId === clusterId).map((e) => e.version);
-    if (ask.from === undefined || !own.includes(ask.from)) return undefined;
+    // The version it rolls out from (what a held PackageInstall without one gets) is one the fleet
+    // runs: another cluster's entries when there are any (the asker writes its own and could name
+    // any version there), else its own.
+    const entries = await fleet.of(ask.refName);
+    const others = entries.filter((e) => e.clusterId !== clusterId);
+    const runs = (others.length > 0 ? others : entries).map((e) => e.version);
+    if (ask.from === undefined || !runs.includes(ask.from)) return undefined;
     const now = this.#now();
     const from = ask.from;
     const { record, written } = await casRollout(this.#store, policy.metadata.name, ask.refName, (r) =>

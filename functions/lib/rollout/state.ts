@@ -94,7 +94,11 @@ export function isFinal(status: RolloutStatus): boolean {
 /** A DNS-1123 subdomain (a Kubernetes object name, a Package refName), at most 253 characters. */
 const DNS_SUBDOMAIN = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 /** A version string as a fleet entry holds it (semver, or what a Package says: bounded, no space). */
-const versionString = z.string().min(1).max(128).regex(/^[A-Za-z0-9._+~-]+$/);
+const versionString = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z0-9._+~-]+$/);
 /** An RFC 3339 time in UTC, as `Date.toISOString` writes it (a time that does not parse is refused). */
 const isoTime = z.iso.datetime();
 

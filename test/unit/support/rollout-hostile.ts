@@ -66,14 +66,14 @@ export async function putEntry(store: ObjectStore, e: FleetEntry): Promise<void>
  * A coordinator over `store` at T0, its pokes as `<subject> <cause>` lines per send; the first
  * `failedSends` sends throw (an SQS that does not answer).
  */
-export function coordinatorOver(store: ObjectStore, failedSends = 0) {
+export function coordinatorOver(store: ObjectStore, failedSends = 0, now: () => Date = () => T0) {
   const poked: string[][] = [];
   const log = memoryLogger();
   let sends = 0;
   const coordinator = new RolloutCoordinator({
     store,
     log,
-    now: () => T0,
+    now,
     poke: async (events) => {
       if (++sends <= failedSends) throw new Error('SQS did not answer');
       poked.push(events.map((e) => `${e.subject} ${(e.data as { cause?: string }).cause}`));
