@@ -26,7 +26,7 @@
  *
  * @module
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { type MetricsServer, parseListenAddress } from '../functions/embedded/metrics-server.js';
 import { buildFleetView } from '../functions/lib/fleet/view.js';
@@ -81,6 +81,12 @@ export interface FleetIo {
   now: () => Date;
   /** Resolves when `serve` should stop; default: on SIGINT or SIGTERM. */
   untilStopped?: () => Promise<void>;
+  /**
+   * Whether a `file:///` store's directory exists (`undefined` for another store): a command
+   * that reads (all but `apply`) stops on a missing one rather than show an empty fleet. Default
+   * none: no check (tests with a memory store).
+   */
+  missingDir?: (location: string) => Promise<boolean>;
 }
 
 /** Resolves on the first SIGINT or SIGTERM. */
@@ -103,6 +109,10 @@ export const REAL_IO: FleetIo = {
   out: (t) => process.stdout.write(t),
   err: (t) => process.stderr.write(t),
   now: () => new Date(),
+  missingDir: async (location) => {
+    const loc = parseRegistryLocation(location);
+    return loc.kind === 'dir' && !(await stat(loc.root).catch(() => undefined))?.isDirectory();
+  },
 };
 
 function parseFleetArgs(argv: string[]) {
@@ -174,8 +184,16 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       return usage(`--store ${JSON.stringify(v.store)}: ${(err as Error).message}`);
     }
   }
-  const store = () => io.store(v.store ?? defaultStoreLocation(env));
+  const location = v.store ?? defaultStoreLocation(env);
+  const store = () => io.store(location);
   if (v.listen !== undefined && group !== 'serve') return usage('--listen applies to serve only');
+  // A directory no runtime has written is no fleet: said, not shown as an empty one (apply creates it).
+  if (group !== 'serve' && command !== 'apply' && (await io.missingDir?.(location))) {
+    io.err(
+      `fleet: --store ${location}: no such directory (no runtime has written it: npm start keeps its store there; the demo removes its own when it ends)\n`,
+    );
+    return EXIT.failure;
+  }
   if (group === 'serve') {
     if (command) return usage(`unexpected argument ${JSON.stringify(command)}`);
     if (format) return usage('-o applies to status and list, not serve');
@@ -185,13 +203,13 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
     } catch {
       return usage(`--listen ${JSON.stringify(listen)}: expected host:port (e.g. 127.0.0.1:8090)`);
     }
-    const location = v.store ?? defaultStoreLocation(env);
     let server: MetricsServer;
     try {
       server = await serveFleet(store(), { location, listen, out: io.out, err: io.err });
     } catch (err) {
+      const how = v.listen === undefined ? ' (the default; choose another with --listen <host:port>)' : '';
       io.err(
-        `fleet: ${err instanceof FleetServeError ? err.message : `--listen ${listen}: ${(err as Error).message}`}\n`,
+        `fleet: ${err instanceof FleetServeError ? err.message : `cannot listen on ${listen}${how}: ${(err as Error).message}`}\n`,
       );
       return EXIT.failure;
     }
@@ -222,7 +240,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       const p = parseRolloutPolicy(text);
       await putPolicy(store(), p);
       io.out(
-        `rollout policy ${p.metadata.name} applied: ${p.spec.packages.join(', ')} in ${p.spec.waves.length} waves (${p.spec.waves.map((w) => w.name).join(' → ')})\n`,
+        `rollout policy ${p.metadata.name} applied: ${p.spec.packages.join(', ')} in ${p.spec.waves.length} waves (${p.spec.waves.map((w) => w.name).join(' → ')}), in ${location}\n`,
       );
       return EXIT.ok;
     } catch (err) {
@@ -271,6 +289,10 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   }
   if (!policy || extra || !v.package) return usage(`${command} takes <policy> --package <refName>`);
   const refName = v.package;
+  if (!(await listPolicies(store())).some((p) => p.metadata.name === policy)) {
+    io.err(`fleet: no rollout policy ${policy} (see rollout list)\n`);
+    return EXIT.failure;
+  }
   let missing = false;
   try {
     const { record, written } = await casRollout(store(), policy, refName, (r) => {

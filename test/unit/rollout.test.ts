@@ -361,7 +361,11 @@ describe('npm run fleet -- rollout', () => {
   it('apply stores the policy; list shows it and its rollouts (table and -o yaml)', async () => {
     const t = io({ 'p.yml': POLICY_YAML });
     expect(await main(['rollout', 'apply', '-f', 'p.yml'], {}, t.fio)).toBe(EXIT.ok);
-    expect(t.out.join('')).toBe(`rollout policy default applied: ${REF} in 3 waves (canary → early → rest)\n`);
+    expect(t.out.join('')).toMatch(
+      new RegExp(
+        `^rollout policy default applied: ${REF.replaceAll('.', '\\.')} in 3 waves \\(canary → early → rest\\), in file:///`,
+      ),
+    );
     expect((await policyFor(t.store, REF, 0))?.spec.waves).toHaveLength(3);
     await casRollout(t.store, 'default', REF, () => newRollout(POLICY, REF, '2.0.0', '1.0.0', T0));
     t.out.length = 0;
@@ -377,8 +381,11 @@ describe('npm run fleet -- rollout', () => {
     });
   });
 
-  it('pause, resume and abort change the record; an unknown rollout or a final one fails', async () => {
+  it('pause, resume and abort change the record; an unknown policy or rollout, or a final one, fails', async () => {
     const t = io();
+    expect(await main(['rollout', 'pause', 'default', '--package', REF], {}, t.fio)).toBe(EXIT.failure);
+    expect(t.err.at(-1)).toBe('fleet: no rollout policy default (see rollout list)\n');
+    await putPolicy(t.store, POLICY);
     expect(await main(['rollout', 'pause', 'default', '--package', REF], {}, t.fio)).toBe(EXIT.failure);
     expect(t.err.join('')).toContain('no rollout of');
     await casRollout(t.store, 'default', REF, () => newRollout(POLICY, REF, '2.0.0', '1.0.0', T0));
@@ -404,6 +411,16 @@ describe('npm run fleet -- rollout', () => {
     );
     expect((await readRollout(t.store, 'default', REF))?.record.status).toBe('aborted');
     expect(await policyFor(t.store, REF, 10_000)).toBeUndefined();
+  });
+
+  it('a file:/// store no runtime has written stops every command but apply, saying so', async () => {
+    const t = io({ 'p.yml': POLICY_YAML });
+    t.fio.missingDir = async () => true;
+    for (const argv of [['status'], ['rollout', 'list'], ['rollout', 'delete', 'default']]) {
+      expect(await main([...argv, '--store', 'file:///nowhere'], {}, t.fio)).toBe(EXIT.failure);
+      expect(t.err.at(-1)).toMatch(/^fleet: --store file:\/\/\/nowhere: no such directory \(no runtime has written it/);
+    }
+    expect(await main(['rollout', 'apply', '-f', 'p.yml', '--store', 'file:///nowhere'], {}, t.fio)).toBe(EXIT.ok);
   });
 
   it.each([

@@ -128,7 +128,7 @@ function render(view) {
   document.getElementById("summary").textContent = count(view.clusters.length, "cluster", "clusters") + " · " + count(view.installs.length, "PackageInstall", "PackageInstalls") + " · " + count(view.rollouts.length, "rollout", "rollouts");
   const list = document.getElementById("rollout-list");
   list.replaceChildren();
-  if (view.rollouts.length === 0) list.append(el("p", "", "No rollout: upgrades go to every cluster at once."));
+  if (view.rollouts.length === 0) list.append(el("p", "", "No rollout has started. With a rollout policy applied, the next version of its packages goes out in waves; without one, to every cluster at once."));
   for (const r of view.rollouts) {
     const box = el("div", "rollout");
     box.dataset.rollout = r.policy + "/" + r.refName;
