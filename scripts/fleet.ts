@@ -84,7 +84,8 @@ export interface FleetIo {
   /**
    * Whether a `file:///` store's directory exists (`undefined` for another store): a command
    * that reads (all but `apply`) stops on a missing one rather than show an empty fleet. Default
-   * none: no check (tests with a memory store).
+   * none: no check. An `io` that replaces `store` replaces (or drops) this too: it checks the
+   * location, not the store `store` returns.
    */
   missingDir?: (location: string) => Promise<boolean>;
 }

@@ -135,7 +135,7 @@ describe('fleet rollout in waves', () => {
     const policy = `e2e-${id}`;
     // The command line on the fleet's store (its output kept out of the test's).
     const fleetCli = async (...argv: string[]) =>
-      await fleetMain(argv, {}, { ...FLEET_IO, store: () => store, out: () => {} });
+      await fleetMain(argv, {}, { ...FLEET_IO, store: () => store, missingDir: undefined, out: () => {} });
     for (const c of [...CLUSTERS].reverse()) await apply(repo(c.ns, ['1.0.0', '2.0.0', '3.0.0']));
     await waitFor(
       'the rollout of 3.0.0',
@@ -296,7 +296,7 @@ describe('fleet rollout in waves', () => {
     for (const cl of [...CLUSTERS].reverse()) await apply(repo(cl.ns, versions));
     // Held after w1's release (the soak leaves 3 s): pause it there.
     const fleetCli = async (...argv: string[]) =>
-      await fleetMain(argv, {}, { ...FLEET_IO, store: () => store, out: () => {} });
+      await fleetMain(argv, {}, { ...FLEET_IO, store: () => store, missingDir: undefined, out: () => {} });
     await waitFor(
       'wave w1 of 6.0.0 released',
       async () => {

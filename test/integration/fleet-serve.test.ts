@@ -68,7 +68,12 @@ interface Served {
 
 /** Starts `npm run fleet -- serve <args>` and resolves once it prints its URL. */
 function serve(args: string[]): Promise<Served> {
-  const proc = spawn(TSX, ['scripts/fleet.ts', 'serve', ...args], { cwd: ROOT, env: cliEnv() });
+  // Node itself with tsx's loader, not the tsx CLI: that relays a SIGTERM and kills its child
+  // outright when the child does not answer within 30 ms (a loaded machine), exiting 143.
+  const proc = spawn(process.execPath, ['--import', 'tsx', 'scripts/fleet.ts', 'serve', ...args], {
+    cwd: ROOT,
+    env: cliEnv(),
+  });
   let out = '';
   let err = '';
   proc.stderr?.on('data', (d: Buffer) => {
