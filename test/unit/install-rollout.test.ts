@@ -392,6 +392,11 @@ describe('install: the rollout gate', () => {
     });
     // c2, never upgraded, is not rolled back: it stays at 1.0.0, told the rollout stopped.
     expect((await f.run('c2')).status.conditions?.find((c) => c.type === ROLLOUT)?.reason).toBe('Stopped');
+    // The policy changed to onFailure stop: the stopped rollout does not offer c1 the version that
+    // failed on it again; it stays at its last good version.
+    await putPolicy(store, POLICY);
+    f.at(10);
+    expect((await f.run('c1')).appVersion).toBe('1.0.0');
   });
 
   it('a failed reconcile of the target in wave 1 stops the rollout: the later wave stays held', async () => {

@@ -119,7 +119,13 @@ export async function rolloutGate(
     policy.spec.onFailure === 'rollback' && record.status === 'stopped'
       ? rollbackOf(policy, record, member, await access.entry(clusterId, member.namespace, member.name))
       : undefined;
-  const cap = rollback?.version ?? capFor(record, wave, current);
+  // A member the stopped rollout failed on is not offered its target again by it: one rolled back
+  // stays back (whatever the policy says now), one that failed at the target stays there.
+  const failedHere =
+    record.status === 'stopped' &&
+    current !== undefined &&
+    record.failed.some((f) => f.cluster === clusterId && f.namespace === member.namespace && f.name === member.name);
+  const cap = rollback?.version ?? (failedHere ? current : capFor(record, wave, current));
   return {
     policy,
     refName,
