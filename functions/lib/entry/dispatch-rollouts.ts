@@ -19,6 +19,7 @@
  * @module
  */
 import { type KappEvent, objectEvent } from '../../../events/schema.js';
+import { isDns1123Subdomain } from '../api/names.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import { PACKAGING_API_VERSION } from '../kube/port.js';
 import { errorText, type Logger } from '../log.js';
@@ -35,6 +36,7 @@ import { type RolloutPolicy, waveOf } from '../rollout/policy.js';
 import {
   casRollout,
   type FleetEntry,
+  gatingPolicy,
   isFinal,
   listFleetEntries,
   listPolicies,
@@ -147,8 +149,6 @@ interface Poke {
   cause: string;
 }
 
-/** A Package refName as `Package.spec.refName` (a DNS-1123 subdomain, at most 253). */
-const REF_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 /** A version a rollout may target: semver (an optional leading `v`), bounded. */
 const SEMVER = /^v?\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/;
 
@@ -158,8 +158,7 @@ export function touchedRollout(key: unknown): { policy: string; refName: string 
   const slash = key.indexOf('/');
   const policy = key.slice(0, slash);
   const refName = key.slice(slash + 1);
-  if (slash < 0 || !CLUSTER_ID_PATTERN.test(policy) || refName.length > 253 || !REF_NAME.test(refName))
-    return undefined;
+  if (slash < 0 || !CLUSTER_ID_PATTERN.test(policy) || !isDns1123Subdomain(refName)) return undefined;
   return { policy, refName };
 }
 
@@ -368,8 +367,10 @@ export class RolloutCoordinator {
     policies: readonly RolloutPolicy[],
     fleet: FleetIndex,
   ): Promise<RolloutRecord | undefined> {
-    const ok = (v: unknown, re: RegExp, max: number) => typeof v === 'string' && v.length <= max && re.test(v);
-    if (!ok(ask?.refName, REF_NAME, 253) || !ok(ask.version, SEMVER, 128)) return undefined;
+    const refOk = typeof ask?.refName === 'string' && isDns1123Subdomain(ask.refName);
+    if (!refOk || typeof ask.version !== 'string' || ask.version.length > 128 || !SEMVER.test(ask.version)) {
+      return undefined;
+    }
     const policy = gatingPolicy(policies, ask.refName);
     if (!policy || policy.metadata.name !== ask.policy) return undefined;
     if (!mayStart(policy, clusterId)) {
@@ -478,12 +479,6 @@ export class RolloutCoordinator {
     this.#log.info({ poked: events.size }, 'rollout pokes sent');
     return true;
   }
-}
-
-/** The policy gating `refName` (`policyFor` of `../rollout/state.ts`: the first by name listing it, else `*`). */
-function gatingPolicy(policies: readonly RolloutPolicy[], refName: string): RolloutPolicy | undefined {
-  const sorted = [...policies].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-  return sorted.find((p) => p.spec.packages.includes(refName)) ?? sorted.find((p) => p.spec.packages.includes('*'));
 }
 
 /** The pokes of the waves `released` of `record`: their members among `entries` not at the target yet. */

@@ -21,6 +21,7 @@ import { type RolloutPolicy, rolloutPolicyShape } from './policy.js';
 import {
   casRollout,
   type FleetEntry,
+  gatingPolicy,
   isFinal,
   listFleetEntries,
   policyFor,
@@ -235,10 +236,7 @@ export class ReportingRollouts implements RolloutAccess {
 
   /** The policy gating `refName` in the batch's view (first by name listing it, else `*`). */
   async policyFor(refName: string): Promise<RolloutPolicy | undefined> {
-    const policies = [...(this.view()?.policies ?? [])].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
-    return (
-      policies.find((p) => p.spec.packages.includes(refName)) ?? policies.find((p) => p.spec.packages.includes('*'))
-    );
+    return gatingPolicy(this.view()?.policies ?? [], refName);
   }
 
   /** {@inheritDoc RolloutAccess.read} */

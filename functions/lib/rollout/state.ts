@@ -12,6 +12,7 @@
  * @module
  */
 import * as z from 'zod';
+import { isDns1123Label, isDns1123Subdomain } from '../api/names.js';
 import { CLUSTER_ID_PATTERN } from '../kube/cluster-doc.js';
 import type { ObjectStore } from '../store/port.js';
 import { type RolloutPolicy, validateRolloutPolicy } from './policy.js';
@@ -91,8 +92,6 @@ export function isFinal(status: RolloutStatus): boolean {
   return status === 'stopped' || status === 'aborted' || status === 'completed';
 }
 
-/** A DNS-1123 subdomain (a Kubernetes object name, a Package refName), at most 253 characters. */
-const DNS_SUBDOMAIN = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/;
 /** A version string as a fleet entry holds it (semver, or what a Package says: bounded, no space). */
 const versionString = z
   .string()
@@ -111,9 +110,9 @@ const isoTime = z.iso.datetime();
  */
 export const fleetEntrySchema = z.object({
   clusterId: z.string().regex(CLUSTER_ID_PATTERN),
-  namespace: z.string().max(63).regex(CLUSTER_ID_PATTERN),
-  name: z.string().max(253).regex(DNS_SUBDOMAIN),
-  refName: z.string().max(253).regex(DNS_SUBDOMAIN),
+  namespace: z.string().refine(isDns1123Label),
+  name: z.string().refine(isDns1123Subdomain),
+  refName: z.string().refine(isDns1123Subdomain),
   /** `metadata.uid` of the PackageInstall: a coordinator's poke names it (`../entry/dispatch-rollouts.ts`). */
   uid: z
     .string()
@@ -219,8 +218,17 @@ export async function policyFor(
     policyCache.set(owner, cached);
     cached.policies.catch(() => policyCache.delete(owner));
   }
-  const policies = await cached.policies;
-  return policies.find((p) => p.spec.packages.includes(refName)) ?? policies.find((p) => p.spec.packages.includes('*'));
+  return gatingPolicy(await cached.policies, refName);
+}
+
+/**
+ * The policy of `policies` gating `refName`: the first by name that lists it, else the first with
+ * `*`; `undefined` when none does. The one rule of every reader ({@link policyFor}, a dispatched
+ * run's view, the install dispatcher).
+ */
+export function gatingPolicy(policies: readonly RolloutPolicy[], refName: string): RolloutPolicy | undefined {
+  const sorted = [...policies].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name));
+  return sorted.find((p) => p.spec.packages.includes(refName)) ?? sorted.find((p) => p.spec.packages.includes('*'));
 }
 
 /** A record and its version, for {@link casRollout}. */
