@@ -68,8 +68,9 @@ describe('the function deadline of the SQS handler', () => {
     );
     const records = [tmpl, other].map((e, i) => ({ messageId: `m${i + 1}`, body: serializeEvent(e) }));
 
-    // 1.1 s left: the deadline fires after 100 ms, 1 s before the limit.
-    const res = await handler({ Records: records }, { awsRequestId: 'r1', getRemainingTimeInMillis: () => 1100 });
+    // 3.1 s left: the deadline fires after 2.1 s, 1 s before the limit. (With 100 ms, a loaded
+    // machine fired it before the first record's ytt had started: nothing running to cut.)
+    const res = await handler({ Records: records }, { awsRequestId: 'r1', getRemainingTimeInMillis: () => 3100 });
 
     expect(seen).toHaveLength(1);
     expect(seen[0]?.aborted).toBe(true);

@@ -155,11 +155,12 @@ describe('fleet single-flight in the stages', () => {
       log: waiter!.log,
       deadlineMarginMs: 1000,
     }));
-    // 1.1 s left: the deadline fires 100 ms in, while the holder's ytt still runs.
+    // 3.1 s left: the deadline fires 2.1 s in, while the holder's ytt still runs (100 ms could pass
+    // on a loaded machine before the waiter had started waiting).
     const body = serializeEvent(templateEvent(data, { time: new Date(NOW) }));
     const res = await handler(
       { Records: [{ messageId: 'm1', body }] },
-      { awsRequestId: 'r1', getRemainingTimeInMillis: () => 1100 },
+      { awsRequestId: 'r1', getRemainingTimeInMillis: () => 3100 },
     );
     expect(res).toEqual({ batchItemFailures: [{ itemIdentifier: 'm1' }] });
     expect(waiter!.tools()).toEqual([]);
