@@ -86,17 +86,31 @@ export async function serveFleet(store: ObjectStore, opts: FleetServeOptions): P
   const ro = readOnlyStore(store);
   await checkFleetStore(opts.location, ro);
   const cache = new FleetViewCache();
+  // Reads overlap (the page's poll, a reload, curl): a slow read that started before the store
+  // came back must not report it failing again, so only a read started after the last one that
+  // settled moves the state.
   let failing = false;
+  let started = 0;
+  let settled = 0;
   const server = await startMetricsServer(undefined, opts.listen, {
     fleet: async () => {
-      const view = await buildFleetView(ro, { cache });
-      if (failing) opts.err(`fleet: the store ${opts.location} reads again\n`);
-      failing = false;
-      return view;
-    },
-    onFleetError: (err) => {
-      if (!failing) opts.err(`fleet: cannot read the store ${opts.location}: ${withCause(err)}\n`);
-      failing = true;
+      const seq = ++started;
+      try {
+        const view = await buildFleetView(ro, { cache });
+        if (seq > settled) {
+          settled = seq;
+          if (failing) opts.err(`fleet: the store ${opts.location} reads again\n`);
+          failing = false;
+        }
+        return view;
+      } catch (err) {
+        if (seq > settled) {
+          settled = seq;
+          if (!failing) opts.err(`fleet: cannot read the store ${opts.location}: ${withCause(err)}\n`);
+          failing = true;
+        }
+        throw err;
+      }
     },
   });
   if (!isLoopbackHost(host)) {

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import type { FleetView } from '../../functions/lib/fleet/view.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
+import type { ListOptions } from '../../functions/lib/store/port.js';
 import { main as fleetMain } from '../../scripts/fleet.js';
 import { isLoopbackHost, serveFleet } from '../../scripts/fleet-serve.js';
 import { FIXTURE, putFleetFixture } from '../harness/fleet-fixture.js';
@@ -43,6 +44,53 @@ describe('fleet serve', () => {
       } finally {
         await server.close();
       }
+    }
+  });
+
+  it('says the store fails once and reads again once, even when a read that failed settles after a later one succeeded', async () => {
+    // A store whose listings fail while `broken`, and wait for `gate` while one is set.
+    class FlakyStore extends MemoryStore {
+      broken = false;
+      gate: Promise<void> | undefined;
+      override async list(prefix: string, opts?: ListOptions): Promise<string[]> {
+        const broken = this.broken;
+        if (this.gate) await this.gate;
+        if (broken) throw new Error('NoSuchBucket');
+        return super.list(prefix, opts);
+      }
+    }
+    const store = new FlakyStore();
+    await putFleetFixture(store);
+    const err: string[] = [];
+    const server = await serveFleet(store, {
+      location: 's3://fleet/p/',
+      listen: '127.0.0.1:0',
+      out: () => {},
+      err: (t) => err.push(t),
+    });
+    const get = () => fetch(`http://127.0.0.1:${server.address.port}/api/fleet`).then((r) => r.status);
+    try {
+      store.broken = true;
+      expect(await get()).toBe(503);
+      // A slow read starts while the store is broken and settles only after the store is back.
+      let release = () => {};
+      store.gate = new Promise<void>((r) => {
+        release = r;
+      });
+      const slow = get();
+      await new Promise((r) => setTimeout(r, 50));
+      store.broken = false;
+      store.gate = undefined;
+      expect(await get()).toBe(200);
+      release();
+      expect(await slow).toBe(503);
+      expect(await get()).toBe(200);
+      expect(err).toEqual([
+        expect.stringMatching(/^fleet: cannot read the store s3:\/\/fleet\/p\/: .*NoSuchBucket/),
+        'fleet: the store s3://fleet/p/ reads again\n',
+      ]);
+    } finally {
+      await server.close();
     }
   });
 
