@@ -9,9 +9,13 @@
  * `kubectl get packagemetadatas,packages` and `kubectl get packageinstalls` show them, and exits
  * 0 only when all reconciled.
  *
+ * The runtime's JSON log (every line, info and up) goes to `demo.log` in the cache directory,
+ * kept after the demo ends for a look at what ran; stderr carries the demo's own `[demo +Ns]`
+ * lines and the runtime's errors only, so a first run reads as steps, not 70 lines of JSON.
+ *
  * Options (environment): `DEMO_TIMEOUT_SECONDS` (default 300), `KAPP_LAMBDA_CACHE`.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -59,7 +63,17 @@ const say = (m: string) => process.stderr.write(`[demo +${Math.round((Date.now()
 const timeoutMs = Number(process.env.DEMO_TIMEOUT_SECONDS ?? 300) * 1000;
 // The pinned AWS SDK works on Node 20; its notice about future releases is noise here.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
-const log = pino({ base: undefined, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination(2));
+const logPath = path.join(cacheRoot(), 'demo.log');
+await mkdir(cacheRoot(), { recursive: true });
+// Synchronous destinations: the demo ends with process.exit, which must not drop the last lines.
+const log = pino(
+  { base: undefined, timestamp: pino.stdTimeFunctions.isoTime },
+  pino.multistream([
+    { level: 'info', stream: pino.destination({ dest: logPath, sync: true, append: false }) },
+    { level: 'error', stream: pino.destination({ dest: 2, sync: true }) },
+  ]),
+);
+say(`the runtime's log: ${logPath} (its errors here too)`);
 
 say('starting local control plane and the git, HTTP and registry servers');
 const env = await startLocalEnvironment(say);
@@ -148,10 +162,10 @@ try {
   say(
     exitCode === 0
       ? `all ${apps.length} Apps, the PackageRepository and the PackageInstall reconciled`
-      : `${all.length - ok.length} of ${all.length} Apps/PackageRepositories/PackageInstalls did not reconcile (expected ${APP_EXAMPLES.length + 1} + 1 + 1)`,
+      : `${all.length - ok.length} of ${all.length} Apps/PackageRepositories/PackageInstalls did not reconcile (expected ${APP_EXAMPLES.length + 1} + 1 + 1); the runtime's log: ${logPath}`,
   );
 } catch (err) {
-  say(`demo failed: ${(err as Error).message}`);
+  say(`demo failed: ${(err as Error).message} (the runtime's log: ${logPath})`);
 } finally {
   await shutdown();
   say('stopped and removed the control plane, the servers and the demo store (npm start keeps one running)');
