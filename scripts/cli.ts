@@ -80,6 +80,8 @@ export function usageFailure(name: string, usage: string, message: string, err: 
  */
 export function runIfEntry(filename: string, name: string, main: (argv: string[]) => Promise<number>): void {
   if (!process.argv[1] || path.resolve(process.argv[1]) !== filename) return;
+  // The pinned AWS SDK works on Node 20; its notice about future releases is noise on stderr.
+  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
   main(process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code;

@@ -58,7 +58,7 @@ import {
 import { registryStore } from './cluster-registry.js';
 import { DEFAULT_FLEET_SERVE_ADDRESS, FleetServeError, serveFleet } from './fleet-serve.js';
 import { formatFleetStatus } from './fleet-status.js';
-import { defaultStoreLocation } from './receipts.js';
+import { defaultStoreLocation, STORE_DEFAULT_HELP } from './receipts.js';
 
 const USAGE = `usage:
   npm run fleet -- status [-o json|yaml]                (default: a table: clusters × PackageInstalls)
@@ -69,7 +69,8 @@ const USAGE = `usage:
   npm run fleet -- rollout list [-o json|yaml]          (default: a table)
   npm run fleet -- rollout pause|resume|abort <policy> --package <refName>
   npm run fleet -- rollout delete <policy>               abort its moving rollouts, then remove it (no longer gated)
-  (all: --store s3://<bucket>/<prefix> | file:///<dir>, default the runtime's store; -h, --help: this text)
+  (all: --store s3://<bucket>/<prefix> | file:///<dir>, ${STORE_DEFAULT_HELP};
+        -h, --help: this text)
 ${exitCodesHelp('an invalid policy file, no such rollout, a command its status refuses, the store unreachable or (serve) not a directory, the address taken')}`;
 
 /** What {@link main} runs against (tests inject a memory store). */

@@ -45,11 +45,15 @@ import {
 } from './cli.js';
 import { registryStore } from './cluster-registry.js';
 
+/** Where the fleet CLIs' store is when `--store` is absent ({@link defaultStoreLocation}), for their help. */
+export const STORE_DEFAULT_HELP =
+  "default s3://$KAPP_LAMBDA_BUCKET/$KAPP_LAMBDA_BUCKET_PREFIX when KAPP_LAMBDA_BUCKET is set,\n        else the directory $KAPP_LAMBDA_STORE, else npm start's (~/.cache/kapp-lambda/store)";
+
 const USAGE = `usage:
   npm run receipts -- list <namespace>/<app> [--cluster <id>] [-o json|yaml] (default: a table; --json: -o json)
   npm run receipts -- rollback <namespace>/<app> <receipt-id> [--cluster <id>]
   npm run receipts -- rollback <namespace>/<app> --clear
-  (all: --store s3://<bucket>/<prefix> | file:///<dir>, default the runtime's store;
+  (all: --store s3://<bucket>/<prefix> | file:///<dir>, ${STORE_DEFAULT_HELP};
         --kubeconfig <file> [--context <name>], default as kubectl; -h, --help: this text)
 ${exitCodesHelp('no such receipt, its render gone, the App not patched, the store or API server unreachable')}`;
 
