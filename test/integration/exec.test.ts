@@ -438,12 +438,31 @@ describe('tool runs under their own uid (the runtime is root)', () => {
   });
 
   it('gives runs in flight different uids, so one cannot read the other', async () => {
-    const a = sandboxed.run({ cmd: 'sh', args: ['-c', 'echo secret-a > "$HOME/a"; id -u; echo "$HOME"; sleep 1'] });
-    await new Promise((r) => setTimeout(r, 300));
+    // a has written its file and runs until b has ended (waited for, not slept for: on a loaded
+    // machine a fixed sleep could let b look before a wrote, or after a ended and gave its uid back).
+    let aOut = '';
+    let wrote = () => {};
+    const aWrote = new Promise<void>((r) => {
+      wrote = r;
+    });
+    const a = sandboxed.run({
+      cmd: 'sh',
+      args: [
+        '-c',
+        'echo secret-a > "$HOME/a"; id -u; echo "$HOME"; i=0; while [ ! -e "$HOME/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done',
+      ],
+      onOutput: (chunk, stream) => {
+        if (stream !== 'stdout') return;
+        aOut += chunk;
+        if (aOut.split('\n').length > 2) wrote();
+      },
+    });
+    await Promise.race([aWrote, a]); // a run that failed to start fails the assertions below, not the bound
     const b = await sandboxed.run({
       cmd: 'sh',
       args: ['-c', 'id -u; for f in $(dirname "$HOME")/../run-*/home/a; do cat "$f" || true; done'],
     });
+    await writeFile(path.join(aOut.split('\n')[1] ?? '', 'go'), '');
     const ra = await a;
     const [uidA] = ra.stdout.trim().split('\n');
     const [uidB, ...rest] = b.stdout.trim().split('\n');

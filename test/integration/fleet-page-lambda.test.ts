@@ -10,7 +10,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { FunctionUrlResult } from '../../functions/fleet-page/index.js';
 import { FLEET_UNAVAILABLE } from '../../functions/lib/fleet/http.js';
 import { FLEET_PAGE_HTML, fleetPageCsp } from '../../functions/lib/fleet/page.js';
@@ -104,7 +104,10 @@ describe('the fleet page function under the Runtime Interface Emulator', () => {
     expect(r.statusCode).toBe(503);
     expect(r.body).toBe(FLEET_UNAVAILABLE);
     expect(JSON.stringify(r)).not.toContain(`${BUCKET}-gone`);
-    const lines = rieLogLines(missing).filter((l) => l.msg === 'fleet page: cannot read the store');
+    const logged = () => rieLogLines(missing).filter((l) => l.msg === 'fleet page: cannot read the store');
+    // The line goes through the emulator's output pipe, the answer over HTTP: it may come after.
+    await vi.waitFor(() => expect(logged()).not.toEqual([]), { timeout: 10_000 });
+    const lines = logged();
     expect(lines).toEqual([
       expect.objectContaining({
         level: 50,

@@ -48,13 +48,18 @@ describe('fleet serve', () => {
   });
 
   it('says the store fails once and reads again once, even when a read that failed settles after a later one succeeded', async () => {
-    // A store whose listings fail while `broken`, and wait for `gate` while one is set.
+    // A store whose listings fail while `broken`, and wait for `gate` while one is set (calling
+    // `atGate` when one gets there).
     class FlakyStore extends MemoryStore {
       broken = false;
       gate: Promise<void> | undefined;
+      atGate = () => {};
       override async list(prefix: string, opts?: ListOptions): Promise<string[]> {
         const broken = this.broken;
-        if (this.gate) await this.gate;
+        if (this.gate) {
+          this.atGate();
+          await this.gate;
+        }
         if (broken) throw new Error('NoSuchBucket');
         return super.list(prefix, opts);
       }
@@ -77,8 +82,13 @@ describe('fleet serve', () => {
       store.gate = new Promise<void>((r) => {
         release = r;
       });
+      const atGate = new Promise<void>((r) => {
+        store.atGate = r;
+      });
       const slow = get();
-      await new Promise((r) => setTimeout(r, 50));
+      // Its listing has read the store broken and waits (not a sleep: a loaded machine may take
+      // longer than any fixed one to get the request there, and the read would then succeed).
+      await atGate;
       store.broken = false;
       store.gate = undefined;
       expect(await get()).toBe(200);

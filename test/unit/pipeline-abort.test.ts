@@ -90,8 +90,11 @@ describe('fetch: vendir is killed when the App goes away', () => {
     w.runner.on('vendir', async (req) => {
       signal = req.signal;
       change(w, what);
-      // Let several polls happen while vendir runs.
-      await new Promise((r) => setTimeout(r, 30));
+      // Several polls read the changed App while vendir runs (counted, not slept for: a loaded
+      // machine could let a fixed sleep pass before any poll, and the test would prove nothing).
+      const reads = () => w.cluster.calls.filter((c) => c[0] === 'get' && c[1] === REF.name).length;
+      const before = reads();
+      while (reads() < before + 3) await new Promise((r) => setTimeout(r, 1));
       await writeFile(path.join(req.cwd ?? '', 'a.yml'), 'a: 1\n');
       return { stdout: 'lock' };
     });

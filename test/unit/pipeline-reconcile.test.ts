@@ -366,6 +366,10 @@ describe('the run announces itself alongside the fetch', () => {
     });
     while (!vendirStarted) await new Promise((r) => setImmediate(r));
     expect(written).toEqual([]);
+    // The fetch stage ends (its log line): only the held Event write is left to keep the handler.
+    // Waited for, not slept for: on a loaded machine a fixed sleep from vendir's start could end
+    // before the fetch does, and a handler that did not wait for the write would pass unseen.
+    while (!w.outcomes().some(([stage]) => stage === 'fetch')) await new Promise((r) => setImmediate(r));
     await new Promise((r) => setTimeout(r, 20));
     expect(returned).toBe(false);
     release();

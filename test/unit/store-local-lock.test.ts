@@ -84,7 +84,10 @@ describe('LocalDirStore.putIfMatch lock', () => {
 
   it('waits for a live holder however long it holds the lock, past the stale age', async () => {
     const root = join(tmp, 'root');
-    const store = new LocalDirStore(root, { lockStaleMs: 200 });
+    // A stale age far above the refresh period below: the refresher shares this event loop with
+    // the waiter, and a pause of the loop longer than the age less one period (a loaded machine:
+    // 180 ms with an age of 200 ms) would let the waiter see a live lock as stale.
+    const store = new LocalDirStore(root, { lockStaleMs: 1000 });
     await store.put('r/k', 'base');
     const base = await store.getVersioned('r/k');
     // Another process's holder: its lock file, refreshed as its holder does.
@@ -99,8 +102,8 @@ describe('LocalDirStore.putIfMatch lock', () => {
       settled = true;
     });
     try {
-      // Five stale ages of the holder's work.
-      for (let i = 0; i < 10; i++) {
+      // Two stale ages of the holder's work.
+      for (let i = 0; i < 20; i++) {
         await new Promise((r) => setTimeout(r, 100));
         expect(settled).toBe(false);
         expect(await readFile(lock, 'utf8')).toBe('another-writer');
