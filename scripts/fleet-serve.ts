@@ -15,7 +15,7 @@
 import { stat } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { type MetricsServer, parseListenAddress, startMetricsServer } from '../functions/embedded/metrics-server.js';
-import { buildFleetView, FleetViewCache } from '../functions/lib/fleet/view.js';
+import { buildFleetView, FleetViewSource } from '../functions/lib/fleet/view.js';
 import { parseRegistryLocation } from '../functions/lib/kube/cluster-doc.js';
 import { errorText } from '../functions/lib/log.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
@@ -76,7 +76,8 @@ export interface FleetServeOptions {
 /**
  * Serves the fleet page of `store` (read-only) until the returned server is closed: checks the
  * store ({@link checkFleetStore}), listens, and prints `fleet page of <location>: open
- * http://<host>:<port>/`. Views share one receipt cache. A store that fails while served answers
+ * http://<host>:<port>/`. Views are built one at a time and reused for a second
+ * (`FleetViewSource`). A store that fails while served answers
  * the page's poll with 503 and prints its error once, then `the store reads again` when it does.
  *
  * @throws FleetServeError when the store cannot be read; Error when the address cannot be listened on.
@@ -85,30 +86,21 @@ export async function serveFleet(store: ObjectStore, opts: FleetServeOptions): P
   const { host } = parseListenAddress(opts.listen);
   const ro = readOnlyStore(store);
   await checkFleetStore(opts.location, ro);
-  const cache = new FleetViewCache();
-  // Reads overlap (the page's poll, a reload, curl): a slow read that started before the store
-  // came back must not report it failing again, so only a read started after the last one that
-  // settled moves the state.
+  // One build at a time (FleetViewSource): requests during a build share its outcome, so the
+  // outcomes arrive in order and a failure that started before the store came back cannot be
+  // printed after `reads again`.
+  const views = new FleetViewSource(ro);
   let failing = false;
-  let started = 0;
-  let settled = 0;
   const server = await startMetricsServer(undefined, opts.listen, {
     fleet: async () => {
-      const seq = ++started;
       try {
-        const view = await buildFleetView(ro, { cache });
-        if (seq > settled) {
-          settled = seq;
-          if (failing) opts.err(`fleet: the store ${opts.location} reads again\n`);
-          failing = false;
-        }
+        const view = await views.view();
+        if (failing) opts.err(`fleet: the store ${opts.location} reads again\n`);
+        failing = false;
         return view;
       } catch (err) {
-        if (seq > settled) {
-          settled = seq;
-          if (!failing) opts.err(`fleet: cannot read the store ${opts.location}: ${withCause(err)}\n`);
-          failing = true;
-        }
+        if (!failing) opts.err(`fleet: cannot read the store ${opts.location}: ${withCause(err)}\n`);
+        failing = true;
         throw err;
       }
     },

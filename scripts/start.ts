@@ -41,7 +41,7 @@ import {
 import { startEmbedded } from '../functions/embedded/runtime.js';
 import { canSwitchUid } from '../functions/lib/exec/sandbox.js';
 import { parseUrlPolicy, type UrlPolicy, UrlPolicyChecker } from '../functions/lib/fetch/url-policy.js';
-import { buildFleetView, FleetViewCache } from '../functions/lib/fleet/view.js';
+import { FleetViewSource } from '../functions/lib/fleet/view.js';
 import { inClusterConnection, type PlainConnection } from '../functions/lib/kube/kubeconfig-auth.js';
 import { IN_CLUSTER_ID } from '../functions/lib/kube/registry.js';
 import { errorText } from '../functions/lib/log.js';
@@ -149,9 +149,9 @@ const metricsAddress = process.env.KAPP_LAMBDA_METRICS_ADDRESS || DEFAULT_METRIC
 let metricsServer: MetricsServer | undefined;
 if (metricsAddress !== 'off') {
   try {
-    const fleetCache = new FleetViewCache();
+    const fleetViews = new FleetViewSource(runtime.store, { clusters: () => runtime.registry.clusterIds() });
     metricsServer = await startMetricsServer(runtime.metrics.registry, metricsAddress, {
-      fleet: () => buildFleetView(runtime.store, { clusters: runtime.registry.clusterIds(), cache: fleetCache }),
+      fleet: () => fleetViews.view(),
       onFleetError: (err) => log.warn({ error: errorText(err) }, 'fleet page: cannot read the store'),
     });
     const base = `http://${metricsAddress.replace(/:\d+$/, '')}:${metricsServer.address.port}`;

@@ -19,7 +19,7 @@ import { S3Client } from '@aws-sdk/client-s3';
 import pino from 'pino';
 import { lambdaBootstrap } from '../lib/entry/runtime-api.js';
 import { fleetResponse } from '../lib/fleet/http.js';
-import { buildFleetView, FleetViewCache } from '../lib/fleet/view.js';
+import { FleetViewSource } from '../lib/fleet/view.js';
 import { errorText, type Logger } from '../lib/log.js';
 import type { ObjectStore } from '../lib/store/port.js';
 import { readOnlyStore } from '../lib/store/read-only.js';
@@ -43,16 +43,19 @@ export interface FunctionUrlResult {
  * The handler over `store` (`undefined`: not configured, every view answers 503 and logs why).
  *
  * @param opts.log - where a view's failure is logged (one `error` line per failed request).
+ * @param opts.maxAgeMs - how long a warm instance reuses a view, ms; default
+ *   `FleetViewSource.DEFAULT_MAX_AGE_MS` (each open page polls every second).
  */
 export function makeFleetPageHandler(opts: {
   store: ObjectStore | undefined;
   log: Logger;
+  maxAgeMs?: number;
 }): (event: FunctionUrlEvent) => Promise<FunctionUrlResult> {
   const store = opts.store && readOnlyStore(opts.store);
-  const cache = new FleetViewCache();
+  const views = store && new FleetViewSource(store, opts.maxAgeMs !== undefined ? { maxAgeMs: opts.maxAgeMs } : {});
   const view = () => {
-    if (!store) return Promise.reject(new Error('KAPP_LAMBDA_BUCKET is not set: no store to read'));
-    return buildFleetView(store, { cache });
+    if (!views) return Promise.reject(new Error('KAPP_LAMBDA_BUCKET is not set: no store to read'));
+    return views.view();
   };
   const onError = (err: unknown) => {
     const cause = err instanceof Error && err.cause !== undefined ? { cause: errorText(err.cause) } : {};

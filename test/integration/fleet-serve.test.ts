@@ -168,6 +168,8 @@ describe('npm run fleet -- serve', () => {
         const root = new S3Store({ client, bucket: BUCKET });
         for (const k of await root.list('')) await root.delete(k);
         await client.send(new DeleteBucketCommand({ Bucket: BUCKET }));
+        // The view the page built within the last second is served until it is a second old.
+        await until(async () => (await fetch(`${served.base}/api/fleet`)).status === 503, 'the view to fail');
         for (let i = 0; i < 3; i++) {
           const gone = await fetch(`${served.base}/api/fleet`);
           expect(gone.status).toBe(503);

@@ -7,7 +7,14 @@ import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
 import { startMetricsServer } from '../../functions/embedded/metrics-server.js';
 import { FLEET_PAGE_HTML, fleetPageCsp } from '../../functions/lib/fleet/page.js';
-import { buildFleetView, FLEET_INDEX_PREFIX, FleetViewCache, ROLLOUTS_PREFIX } from '../../functions/lib/fleet/view.js';
+import {
+  buildFleetView,
+  FLEET_INDEX_PREFIX,
+  FleetViewCache,
+  FleetViewSource,
+  RECEIPT_RELIST_MS,
+  ROLLOUTS_PREFIX,
+} from '../../functions/lib/fleet/view.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
 import { main as fleetMain } from '../../scripts/fleet.js';
 import { formatFleetStatus } from '../../scripts/fleet-status.js';
@@ -122,26 +129,144 @@ describe('buildFleetView', () => {
     ]);
   });
 
-  it('reads a receipt once: a cache keeps it across builds, and a new receipt is the new last reconcile', async () => {
+  it('reads a receipt once, and lists receipts again only when the entry changed or a minute passed', async () => {
     const store = await fleetStore();
     const cache = new FleetViewCache();
     const gets: string[] = [];
+    const lists: string[] = [];
     const counting = Object.assign(Object.create(store) as MemoryStore, {
       get: (key: string, opts?: Parameters<MemoryStore['get']>[1]) => {
         gets.push(key);
         return store.get(key, opts);
       },
+      list: (prefix: string, opts?: Parameters<MemoryStore['list']>[1]) => {
+        lists.push(prefix);
+        return store.list(prefix, opts);
+      },
     });
-    await buildFleetView(counting, { cache });
-    await buildFleetView(counting, { cache });
+    const receiptLists = () => lists.filter((p) => p.startsWith('receipts/')).length;
+    let now = NOW;
+    await buildFleetView(counting, { cache, now: () => now });
+    const firstLists = receiptLists();
+    await buildFleetView(counting, { cache, now: () => now });
     expect(gets.filter((k) => k.startsWith('receipts/'))).toHaveLength(1);
+    expect(receiptLists()).toBe(firstLists);
+
+    // A receipt of a reconcile that left the entry as it was: shown once a minute has passed.
     await putReceipt(store, HELLO_A, '20261207-100000-000-cccccccc', {
       startedAt: '2026-12-07T10:00:00Z',
       endedAt: '2026-12-07T10:00:01Z',
       usd: 0.25,
     });
-    const view = await buildFleetView(counting, { cache });
-    expect(view.installs[0]?.lastReconcile).toMatchObject({ durationMs: 1000, costUsd: 0.25 });
+    now += RECEIPT_RELIST_MS - 1;
+    expect((await buildFleetView(counting, { cache, now: () => now })).installs[0]?.lastReconcile).toMatchObject({
+      costUsd: 0.000125,
+    });
+    now += 1;
+    expect((await buildFleetView(counting, { cache, now: () => now })).installs[0]?.lastReconcile).toMatchObject({
+      durationMs: 1000,
+      costUsd: 0.25,
+    });
+
+    // A reconcile that rewrote the entry: its receipt is shown at the next build.
+    await putReceipt(store, HELLO_A, '20261207-100100-000-dddddddd', {
+      startedAt: '2026-12-07T10:01:00Z',
+      endedAt: '2026-12-07T10:01:03Z',
+      usd: 0.75,
+    });
+    await store.put(...index('kind-a', 'hello', { ...KIND_A, at: '2026-12-07T10:01:04Z' }));
+    expect((await buildFleetView(counting, { cache, now: () => now })).installs[0]?.lastReconcile).toMatchObject({
+      durationMs: 3000,
+      costUsd: 0.75,
+    });
+  });
+
+  it('keeps at most `reads` store requests in flight, whatever the number of entries', async () => {
+    const store = await fleetStore();
+    for (let i = 0; i < 40; i++) {
+      await store.put(
+        `${FLEET_INDEX_PREFIX}c${i}/ns/pi.json`,
+        JSON.stringify({
+          clusterId: `c${i}`,
+          namespace: 'ns',
+          name: 'pi',
+          refName: 'r',
+          reconcile: 'succeeded',
+          at: '2026-12-07T10:00:00Z',
+        }),
+      );
+    }
+    let inFlight = 0;
+    let most = 0;
+    const tracked = <T>(p: () => Promise<T>) => {
+      inFlight++;
+      most = Math.max(most, inFlight);
+      return new Promise<void>((r) => setImmediate(r)).then(p).finally(() => inFlight--);
+    };
+    const counting = Object.assign(Object.create(store) as MemoryStore, {
+      get: (key: string, opts?: Parameters<MemoryStore['get']>[1]) => tracked(() => store.get(key, opts)),
+      list: (prefix: string, opts?: Parameters<MemoryStore['list']>[1]) => tracked(() => store.list(prefix, opts)),
+    });
+    const view = await buildFleetView(counting, { reads: 4 });
+    expect(view.installs.filter((i) => /^c\d+$/.test(i.clusterId))).toHaveLength(40);
+    // Each of the 4 workers holds one request at a time (an entry's GET, then its receipts' LIST).
+    expect(most).toBeLessThanOrEqual(4 + 2);
+    expect(most).toBeGreaterThan(1);
+  });
+});
+
+describe('FleetViewSource', () => {
+  /** A store whose listings wait for `gate` while one is set and fail while `broken`; counts listings. */
+  class GatedStore extends MemoryStore {
+    lists = 0;
+    broken = false;
+    gate: Promise<void> | undefined;
+    override async list(prefix: string, opts?: Parameters<MemoryStore['list']>[1]): Promise<string[]> {
+      this.lists++;
+      const broken = this.broken;
+      if (this.gate) await this.gate;
+      if (broken) throw new Error('NoSuchBucket');
+      return super.list(prefix, opts);
+    }
+  }
+
+  it('builds one view at a time: requests during a build share it and its outcome, a failure included', async () => {
+    const store = new GatedStore();
+    let release = () => {};
+    store.gate = new Promise<void>((r) => {
+      release = r;
+    });
+    store.broken = true;
+    const source = new FleetViewSource(store, { maxAgeMs: 0 });
+    const first = source.view();
+    const second = source.view();
+    const listed = store.lists;
+    store.broken = false;
+    store.gate = undefined;
+    release();
+    await expect(first).rejects.toThrow('NoSuchBucket');
+    await expect(second).rejects.toThrow('NoSuchBucket');
+    expect(store.lists).toBe(listed);
+    // A failure is not kept: the next request builds again, and reads the store back.
+    expect((await source.view()).clusters).toEqual([]);
+  });
+
+  it('reuses a built view for maxAgeMs from its build start, then builds again', async () => {
+    const store = await fleetStore();
+    const counted = new GatedStore();
+    for (const key of await store.list('')) await counted.put(key, (await store.get(key)) as Buffer);
+    let now = 1_000_000;
+    const source = new FleetViewSource(counted, { maxAgeMs: 1000, now: () => now, clusters: () => ['idle'] });
+    const a = await source.view();
+    expect(a.clusters).toContain('idle');
+    const lists = counted.lists;
+    now += 999;
+    expect(await source.view()).toBe(a);
+    expect(counted.lists).toBe(lists);
+    now += 1;
+    const b = await source.view();
+    expect(b).not.toBe(a);
+    expect(counted.lists).toBeGreaterThan(lists);
   });
 });
 

@@ -10,10 +10,17 @@
  * - the rollouts, `state/rollouts/<policy>/<refName>.json` ({@link ROLLOUTS_PREFIX});
  * - each PackageInstall's App's newest receipt (`../receipt/receipt.ts`): the last reconcile's
  *   duration and cost. A receipt never changes once written, so a {@link FleetViewCache} keeps
- *   what it read and a refresh only lists.
+ *   what it read, and lists a PackageInstall's receipts again when its entry changed or after
+ *   {@link RECEIPT_RELIST_MS}.
+ *
+ * A build reads every index entry (a GET each) and lists the receipts of the PackageInstalls whose
+ * entry changed, at most {@link FLEET_VIEW_READS} requests at once. The page polls every second, so
+ * its servers build through a {@link FleetViewSource}: one build at a time for every reader of a
+ * process, reused for a second, whatever the number of open pages.
  *
  * @module
  */
+import pMap from 'p-map';
 import { type Receipt, readReceipt, receiptPrefix } from '../receipt/receipt.js';
 import { FLEET_PREFIX, ROLLOUT_PREFIX } from '../rollout/state.js';
 import type { ObjectStore } from '../store/port.js';
@@ -22,6 +29,13 @@ import type { ObjectStore } from '../store/port.js';
 export const FLEET_INDEX_PREFIX = FLEET_PREFIX;
 /** Where the rollouts are kept: `<policy>/<refName>.json` under it. */
 export const ROLLOUTS_PREFIX = ROLLOUT_PREFIX;
+
+/**
+ * Most store requests a view build has in flight (default of {@link buildFleetView}): a fleet of
+ * 50,000 PackageInstalls must not open 100,000 requests at once in one process (sockets, memory,
+ * the bucket's request rate); 32 keep a build of 1,000 entries near a second against S3.
+ */
+export const FLEET_VIEW_READS = 32;
 
 /** A PackageInstall's last reconcile, from its App's newest receipt. */
 export interface FleetReconcile {
@@ -95,9 +109,21 @@ export interface FleetView {
   rollouts: FleetRollout[];
 }
 
-/** What a {@link buildFleetView} keeps between builds: receipts by key (a receipt never changes). */
+/**
+ * How long a PackageInstall's receipt listing is reused while its index entry is unchanged, ms
+ * (60 s). A reconcile that changes the PackageInstall rewrites its entry (its `at`), so the new
+ * receipt is listed at the next build after its entry changed; one that changes nothing shows
+ * within a minute. Without it every build listed every PackageInstall's receipts.
+ */
+export const RECEIPT_RELIST_MS = 60_000;
+
+/**
+ * What a {@link buildFleetView} keeps between builds: receipts by key (a receipt never changes),
+ * and each PackageInstall's newest receipt key with the entry time it was listed for.
+ */
 export class FleetViewCache {
   readonly #receipts = new Map<string, Receipt | null>();
+  readonly #newest = new Map<string, { at: string | undefined; listedAt: number; key: string | undefined }>();
   /** Most receipts kept; the oldest read goes first. */
   static readonly MAX_RECEIPTS = 10_000;
 
@@ -116,6 +142,28 @@ export class FleetViewCache {
       }
     }
     return this.#receipts.get(key) ?? undefined;
+  }
+
+  /**
+   * The newest receipt key under `prefix` (`undefined`: none), listed again only when `at` (the
+   * index entry's time) differs from the last listing's or that listing is
+   * {@link RECEIPT_RELIST_MS} old.
+   */
+  async newestReceipt(
+    store: ObjectStore,
+    prefix: string,
+    at: string | undefined,
+    now: number,
+  ): Promise<string | undefined> {
+    const memo = this.#newest.get(prefix);
+    if (memo && memo.at === at && now - memo.listedAt < RECEIPT_RELIST_MS) return memo.key;
+    // Receipt ids sort by time (`<yyyymmdd-hhmmss-mmm>-<8 hex>`): the last key is the newest.
+    const key = (await store.list(prefix).catch(() => [] as string[])).filter((k) => k.endsWith('.json')).at(-1);
+    this.#newest.delete(prefix);
+    this.#newest.set(prefix, { at, listedAt: now, key });
+    if (this.#newest.size > FleetViewCache.MAX_RECEIPTS)
+      this.#newest.delete(this.#newest.keys().next().value as string);
+    return key;
   }
 }
 
@@ -200,11 +248,11 @@ async function lastReconcileOf(
   store: ObjectStore,
   cache: FleetViewCache,
   install: FleetInstall,
+  now: number,
 ): Promise<FleetReconcile | undefined> {
   const owner = { clusterId: install.clusterId, namespace: install.namespace, name: install.name };
   const prefix = receiptPrefix(owner);
-  // Receipt ids sort by time (`<yyyymmdd-hhmmss-mmm>-<8 hex>`): the last key is the newest.
-  const newest = (await store.list(prefix).catch(() => [] as string[])).filter((k) => k.endsWith('.json')).at(-1);
+  const newest = await cache.newestReceipt(store, prefix, install.at, now);
   if (!newest) return undefined;
   const r = await cache.receipt(store, owner, newest, newest.slice(prefix.length, -'.json'.length));
   if (!r) return undefined;
@@ -223,34 +271,41 @@ async function lastReconcileOf(
  *   serves, or the registry's): a cluster that has no PackageInstall yet is still on the page.
  * @param opts.cache - receipts read before; default a new one (every receipt read again).
  * @param opts.now - the clock; default `Date.now`.
+ * @param opts.reads - most requests in flight at once; default {@link FLEET_VIEW_READS}.
  * @throws StoreError when a prefix cannot be listed (a document that cannot be read is left out).
  */
 export async function buildFleetView(
   store: ObjectStore,
-  opts: { clusters?: readonly string[]; cache?: FleetViewCache; now?: () => number } = {},
+  opts: { clusters?: readonly string[]; cache?: FleetViewCache; now?: () => number; reads?: number } = {},
 ): Promise<FleetView> {
   const cache = opts.cache ?? new FleetViewCache();
+  const now = (opts.now ?? Date.now)();
   const [indexKeys, rolloutKeys] = await Promise.all([
     listAll(store, FLEET_INDEX_PREFIX),
     listAll(store, ROLLOUTS_PREFIX),
   ]);
+  const reads = opts.reads ?? FLEET_VIEW_READS;
   const installs = (
-    await Promise.all(
-      indexKeys.map(async (key) => {
+    await pMap(
+      indexKeys,
+      async (key) => {
         const doc = await readJson(store, key);
         const install = doc && installOf(key, doc);
         if (!install) return undefined;
-        const last = await lastReconcileOf(store, cache, install);
+        const last = await lastReconcileOf(store, cache, install, now);
         return last ? { ...install, lastReconcile: last } : install;
-      }),
+      },
+      { concurrency: reads },
     )
   ).filter((i): i is FleetInstall => i !== undefined);
   const rollouts = (
-    await Promise.all(
-      rolloutKeys.map(async (key) => {
+    await pMap(
+      rolloutKeys,
+      async (key) => {
         const doc = await readJson(store, key);
         return doc && rolloutOf(key, doc);
-      }),
+      },
+      { concurrency: reads },
     )
   ).filter((r): r is FleetRollout => r !== undefined);
   const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
@@ -259,5 +314,60 @@ export async function buildFleetView(
   );
   rollouts.sort((a, b) => byName(a.policy, b.policy) || byName(a.refName, b.refName));
   const clusters = [...new Set([...(opts.clusters ?? []), ...installs.map((i) => i.clusterId)])].sort(byName);
-  return { generatedAt: new Date((opts.now ?? Date.now)()).toISOString(), clusters, installs, rollouts };
+  return { generatedAt: new Date(now).toISOString(), clusters, installs, rollouts };
+}
+
+/**
+ * The fleet view of one store for every reader of a process (the page's servers: `npm start`,
+ * `npm run fleet -- serve`, the fleet page function): one build at a time, which every request
+ * arriving meanwhile shares, and a built view reused for `maxAgeMs` from its build's start. Open
+ * pages poll every second; without this each poll of each page was a whole build (two requests
+ * per PackageInstall). A failed build is not kept: the next request builds again.
+ */
+export class FleetViewSource {
+  /** Default age a built view is reused for, ms: the page's poll period. */
+  static readonly DEFAULT_MAX_AGE_MS = 1000;
+  readonly #store: ObjectStore;
+  readonly #clusters: () => readonly string[];
+  readonly #maxAgeMs: number;
+  readonly #now: () => number;
+  readonly #cache = new FleetViewCache();
+  #last: { view: FleetView; startedAt: number } | undefined;
+  #building: Promise<FleetView> | undefined;
+
+  /**
+   * @param opts.clusters - cluster ids to show without an index entry, asked at each build; default none.
+   * @param opts.maxAgeMs - how long a view is reused, ms; default {@link FleetViewSource.DEFAULT_MAX_AGE_MS}.
+   * @param opts.now - the clock; default `Date.now`.
+   */
+  constructor(
+    store: ObjectStore,
+    opts: { clusters?: () => readonly string[]; maxAgeMs?: number; now?: () => number } = {},
+  ) {
+    this.#store = store;
+    this.#clusters = opts.clusters ?? (() => []);
+    this.#maxAgeMs = opts.maxAgeMs ?? FleetViewSource.DEFAULT_MAX_AGE_MS;
+    this.#now = opts.now ?? Date.now;
+  }
+
+  /**
+   * The current view: the one being built, else the last one while younger than `maxAgeMs`,
+   * else a new build. @throws what {@link buildFleetView} throws.
+   */
+  view(): Promise<FleetView> {
+    if (this.#building) return this.#building;
+    const last = this.#last;
+    if (last && this.#now() - last.startedAt < this.#maxAgeMs) return Promise.resolve(last.view);
+    const startedAt = this.#now();
+    const building = buildFleetView(this.#store, { clusters: this.#clusters(), cache: this.#cache, now: this.#now });
+    this.#building = building
+      .then((view) => {
+        this.#last = { view, startedAt };
+        return view;
+      })
+      .finally(() => {
+        this.#building = undefined;
+      });
+    return this.#building;
+  }
 }
