@@ -22,6 +22,8 @@
  *
  * @module
  */
+
+import pMap from 'p-map';
 import {
   isRolloutCheckEvent,
   isSourcePollEvent,
@@ -315,13 +317,9 @@ function wireKeys(keys: { tag: string; encKey: Buffer; macKey: Buffer }): WireCl
   return { tag: keys.tag, encKey: keys.encKey.toString('base64'), macKey: keys.macKey.toString('base64') };
 }
 
-/** Runs `work` over `items`, at most `concurrency` at once; resolves when all settled (`work` must not throw). */
+/** Runs `work` over `items`, at most `concurrency` at once (p-map); resolves when all settled (`work` must not throw). */
 async function pooled<T>(items: readonly T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
-  const next = items.values();
-  const worker = async (): Promise<void> => {
-    for (let it = next.next(); !it.done; it = next.next()) await work(it.value);
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, items.length)) }, worker));
+  await pMap(items, work, { concurrency: Math.max(1, concurrency) });
 }
 
 /**

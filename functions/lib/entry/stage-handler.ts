@@ -8,6 +8,8 @@
  *
  * @module
  */
+
+import pMap from 'p-map';
 import {
   isSourcePollEvent,
   type KappEvent,
@@ -509,11 +511,7 @@ async function runBatch(records: readonly SqsRecord[], concurrency: number, step
       );
     }
   };
-  const next = lanes.values();
-  const worker = async (): Promise<void> => {
-    for (let lane = next.next(); !lane.done; lane = next.next()) await runLane(lane.value);
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(concurrency, lanes.length)) }, worker));
+  await pMap(lanes, runLane, { concurrency: Math.max(1, concurrency) });
   await Promise.all(deletes);
 }
 

@@ -58,6 +58,8 @@
  *
  * @module
  */
+
+import pMap from 'p-map';
 import {
   type KappEvent,
   type ObjectRef,
@@ -135,22 +137,16 @@ function casBackoffMs(attempt: number): number {
 }
 
 /**
- * Runs `work` on every item, at most `concurrency` at once, and stops starting new items once
+ * Runs `work` on every item, at most `concurrency` at once (p-map), and starts no item once
  * `stop()` says so; each item's result (or `undefined`, not started) in item order.
  */
-async function pooled<T, R>(
+function pooled<T, R>(
   items: readonly T[],
   concurrency: number,
   work: (item: T) => Promise<R>,
   stop: () => boolean = () => false,
 ): Promise<(R | undefined)[]> {
-  const results: (R | undefined)[] = new Array(items.length).fill(undefined);
-  let next = 0;
-  const worker = async () => {
-    for (let i = next++; i < items.length && !stop(); i = next++) results[i] = await work(items[i] as T);
-  };
-  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, worker));
-  return results;
+  return pMap(items, (item) => (stop() ? undefined : work(item)), { concurrency: Math.max(1, concurrency) });
 }
 
 /** `items` from index `floor(start · length)` on, then the ones before it (`start` on `[0, 1)`). */
