@@ -98,7 +98,7 @@ export const START_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KAPP_LAMBDA_MAX_INLINE_BYTES',
     default: '`67108864` (64 MiB)',
     meaning:
-      "cap on an App's inline fetch content (`paths` plus each `pathsFrom` Secret's and ConfigMap's data), bytes (1..1073741824), as the Lambda functions' variable; an invalid value exits 2",
+      "cap on an App's inline fetch content (`paths` plus each `pathsFrom` Secret's and ConfigMap's data) and, apart, on the Secrets and ConfigMaps its fetch and template read besides, bytes (1..1073741824), as the Lambda functions' variable; an invalid value exits 2",
     readBy: '`scripts/start-settings.ts`',
   },
   {

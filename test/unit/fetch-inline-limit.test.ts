@@ -208,6 +208,22 @@ describe('inline fetch content cap', () => {
     expect(r.statuses).toEqual(refused(over(0, 'pathsFrom configmap "c1"', 61, 60)));
   });
 
+  it('over the cap by credentials Secrets (one per source): names the one that passed it, reads none after it, runs no vendir', async () => {
+    const sources = ['c1', 'c2', 'c3'].map((name, i) => ({
+      image: { url: `registry.example/x${i}:1`, secretRef: { name } },
+    }));
+    const r = await fetchWith(
+      sources,
+      { secrets: { c1: { k: secretBytes(99) }, c2: { k: secretBytes(99) }, c3: { k: secretBytes(99) } } },
+      150,
+    );
+    const message = `Fetching: secret "c2" brings the App's referenced Secrets and ConfigMaps to 200 bytes, over the limit of 150 bytes`;
+    expect(r.statuses).toEqual(refused(message));
+    expect(r.reads).toEqual(['secret/c1', 'secret/c2']);
+    expect(r.stdin).toBeUndefined();
+    expect(JSON.stringify(r.statuses)).not.toContain(SECRET_MARK);
+  });
+
   it('a missing object still fails as upstream, with the not-found text', async () => {
     const r = await fetchWith([{ inline: { pathsFrom: fromSecrets('gone') } }], {}, 100);
     expect(r.statuses).toEqual(refused('Fetching: secrets "gone" not found'));

@@ -189,3 +189,47 @@ describe('template stage: scratch paths in status', () => {
     ]);
   });
 });
+
+describe('template stage: the cap on referenced Secrets and ConfigMaps', () => {
+  it('valuesFrom over the cap: the status names the object that passed it, none after it is read, ytt never runs, no value shown', async () => {
+    const store = new MemoryStore();
+    const fetchKey = await putFetchArtifact(store, tempDir());
+    const names = ['v1', 'v2', 'v3'];
+    const w = appWorld({
+      app: appObject({
+        status: SUCCEEDED_BEFORE,
+        spec: { template: [{ ytt: { valuesFrom: names.map((name) => ({ secretRef: { name } })) } }] },
+      }),
+      store,
+      tmpRoot: path.join(tempDir(), 'scratch'),
+      config: { maxInlineBytes: 150 },
+    });
+    const reads: string[] = [];
+    for (const name of names) {
+      w.cluster.secrets.set(`${REF.namespace}/${name}`, {
+        metadata: { name, namespace: REF.namespace, uid: `uid-${name}`, resourceVersion: '1' },
+        type: 'Opaque',
+        data: { k: Buffer.from(`secret-value-${'x'.repeat(86)}`) },
+      });
+    }
+    const getSecret = w.cluster.getSecret.bind(w.cluster);
+    w.cluster.getSecret = async (ns, name) => {
+      reads.push(name);
+      return getSecret(ns, name);
+    };
+    w.runner.on('ytt', { stdout: MANIFEST });
+    const data = { object: REF, run: RUN, artifacts: { fetchKey }, fetchStatus: FETCH_PART };
+    const next = await dispatchEvent(templateEvent(data, { time: new Date(NOW) }), w.deps);
+    const message = `Templating: secret "v2" brings the App's referenced Secrets and ConfigMaps to 200 bytes, over the limit of 150 bytes`;
+    expect(next).toBeUndefined();
+    expect(w.statuses()).toEqual([
+      finalFailed(message, message, {
+        fetch: FETCH_PART,
+        template: { exitCode: -1, error: message, updatedAt: NOW },
+      } as Partial<AppStatus>),
+    ]);
+    expect(reads).toEqual(['v1', 'v2']);
+    expect(w.tools()).toEqual([]);
+    expect(JSON.stringify(w.statuses())).not.toContain('secret-value-');
+  });
+});

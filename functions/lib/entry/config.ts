@@ -326,8 +326,8 @@ export const LAMBDA_ENV_DOCS: readonly SettingDoc[] = [
     name: 'KAPP_LAMBDA_MAX_INLINE_BYTES',
     default: '`67108864` (64 MiB)',
     meaning:
-      "cap on an App's or PackageRepository's inline fetch content (`paths` plus each `pathsFrom` Secret's and ConfigMap's data), bytes (1..1073741824): over it the fetch fails with a `Fetching` error naming the source; the objects are read one at a time and none after the one that passed it",
-    readBy: 'fetch, index-repo',
+      "cap on an App's or PackageRepository's inline fetch content (`paths` plus each `pathsFrom` Secret's and ConfigMap's data), bytes (1..1073741824): over it the fetch fails with a `Fetching` error naming the source; the objects are read one at a time and none after the one that passed it. The same size caps, apart, the Secrets and ConfigMaps a stage reads besides: the fetch's credentials Secrets (`Fetching: secret \"<name>\" brings the App's referenced Secrets and ConfigMaps to <n> bytes, over the limit of <max> bytes`) and the template's `valuesFrom` and sops key objects (`Templating: …`)",
+    readBy: 'fetch, template, index-repo',
   },
   {
     name: 'KAPP_LAMBDA_FETCH_STALL_SECONDS',

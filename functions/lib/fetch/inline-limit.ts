@@ -14,7 +14,7 @@
  */
 import type { ConfigMapLike, RefObjects, SecretLike } from '../api/index.js';
 import type { KubeReader } from '../kube/port.js';
-import type { SecretValueSink } from '../kube/refs.js';
+import { contentBytes, type RefsLimit, type SecretValueSink } from '../kube/refs.js';
 import { KappControllerError } from '../reconcile/result.js';
 import type { VendirConfig, VendirResourceRef } from './vendir.js';
 
@@ -29,16 +29,23 @@ export const DEFAULT_MAX_INLINE_BYTES = 64 * 1024 * 1024;
 export const MAX_INLINE_BYTES_CEILING = 1024 * 1024 * 1024;
 
 /**
- * Bytes an inline source adds: the UTF-8 length of each key and value of `paths` or of a
- * ConfigMap's `data`, and the decoded length of each value of a Secret's `data` or a ConfigMap's
- * `binaryData` (what vendir writes, file name included).
+ * The cap on the Secrets and ConfigMaps a stage reads for an App besides its inline content
+ * (`readRefs`: the fetch's credentials Secrets; the template's `valuesFrom` Secrets and
+ * ConfigMaps and sops key Secrets), the inline cap's size: an App names as many as its spec
+ * holds. Over it: `<stage>: secret "<name>" brings the App's referenced Secrets and ConfigMaps to
+ * <n> bytes, over the limit of <max> bytes` (a KappControllerError: the stage's status).
+ *
+ * @param stage - `Fetching` or `Templating`, the status text's prefix
+ * @param maxBytes - the cap ({@link DEFAULT_MAX_INLINE_BYTES} by default)
  */
-function contentBytes(...maps: Array<Readonly<Record<string, string | Buffer>> | undefined>): number {
-  let n = 0;
-  for (const m of maps) {
-    for (const [k, v] of Object.entries(m ?? {})) n += Buffer.byteLength(k) + Buffer.byteLength(v);
-  }
-  return n;
+export function referencedLimit(stage: 'Fetching' | 'Templating', maxBytes: number): RefsLimit {
+  return {
+    maxBytes,
+    overLimit: (what, total, max) =>
+      new KappControllerError(
+        `${stage}: ${what} brings the App's referenced Secrets and ConfigMaps to ${total} bytes, over the limit of ${max} bytes`,
+      ),
+  };
 }
 
 /** The exact status text of a fetch over the cap; names the source, never its content. */

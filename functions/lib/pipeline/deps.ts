@@ -114,7 +114,9 @@ export interface PipelineConfig {
    * Cap on an App's (or PackageRepository's) inline fetch content, bytes: `paths` plus the data of
    * each `pathsFrom` Secret and ConfigMap, read one at a time. Over it the fetch fails
    * (`Fetching (<i>): inline pathsFrom secret "<name>" brings the App's inline content to <n>
-   * bytes, over the limit of <max> bytes`) before vendir runs. Not in kapp-controller. Default
+   * bytes, over the limit of <max> bytes`) before vendir runs. The same size caps, apart, the
+   * Secrets and ConfigMaps a stage reads besides (`referencedLimit`: the fetch's credentials, the
+   * template's `valuesFrom` and sops keys). Not in kapp-controller. Default
    * `DEFAULT_MAX_INLINE_BYTES` (64 MiB) of `../fetch/inline-limit.ts`.
    */
   maxInlineBytes?: number;

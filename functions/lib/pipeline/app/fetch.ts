@@ -22,6 +22,7 @@ import { FETCH_KEY_PATTERN, fetchCacheKey, PRIVATE_FETCH_KEY_PATTERN } from '../
 import { type ArtifactScope, isPrivateKey, type PrivateArtifacts } from '../../artifact/sealed.js';
 import type { FlightRun } from '../../artifact/single-flight.js';
 import { inspectsAfterFailure } from '../../deploy/kapp.js';
+import { DEFAULT_MAX_INLINE_BYTES, referencedLimit } from '../../fetch/inline-limit.js';
 import { fetchSecretName, pinnedFetchIdentity } from '../../fetch/pinned.js';
 import { fetchWithVendir, type VendirFetch } from '../../fetch/run.js';
 import { fetchPassesUrlPolicy } from '../../fetch/url-policy.js';
@@ -29,7 +30,7 @@ import type { FetchView, KubeObject } from '../../kube/port.js';
 import { readingRefsOnce } from '../../kube/views.js';
 import { fetchConfigDigest } from '../../reconcile/controller-config.js';
 import { redactSecrets } from '../../reconcile/redact.js';
-import { resultFromError, type StageResult, withCAHint } from '../../reconcile/result.js';
+import { KappControllerError, resultFromError, type StageResult, withCAHint } from '../../reconcile/result.js';
 import { fetchPart, toEventPart } from '../../reconcile/status.js';
 import type { FetchStatus } from '../../reconcile/types.js';
 import {
@@ -80,6 +81,11 @@ interface FetchRun {
   usable: boolean;
   /** Tool runs and time, for the log line (set once vendir ran). */
   tools: { runs: number; ms: number };
+  /**
+   * The Secrets the sources name are over the referenced cap (`referencedLimit`): the run ends
+   * with this error as its result, no vendir and no cache.
+   */
+  refused?: KappControllerError;
 }
 
 /**
@@ -158,7 +164,20 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
   const secretNames = fetchSpec.map(fetchSecretName).filter((n): n is string => Boolean(n));
   const credentials: Record<string, string> = {};
   if (secretNames.length) {
-    const refs = await readRefs(kube, app.metadata.namespace ?? '', secretNames, [], mask);
+    let refs: Awaited<ReturnType<typeof readRefs>>;
+    try {
+      refs = await readRefs(
+        kube,
+        app.metadata.namespace ?? '',
+        secretNames,
+        [],
+        mask,
+        referencedLimit('Fetching', deps.config.maxInlineBytes ?? DEFAULT_MAX_INLINE_BYTES),
+      );
+    } catch (err) {
+      if (!(err instanceof KappControllerError)) throw err;
+      return { ctx, deps, frame, app, usable: false, tools: { runs: 0, ms: 0 }, refused: err };
+    }
     for (const n of secretNames) credentials[n] = refs.digests[`secret/${n}`] ?? '-';
   }
   // A cluster's CA bundle, proxy and skipped hosts decide what its fetch may reach: a pinned
@@ -206,6 +225,7 @@ async function prepareFetch(ctx: RunContext, deps: PipelineDeps, frame: StageFra
  */
 async function fetchOnce(run: FetchRun): Promise<CachedStageOutcome<Fetched>> {
   const { ctx, deps, frame, recordKey, scope, priv } = run;
+  if (run.refused) return { kind: 'ran', value: { result: frame.mask.result(resultFromError(run.refused)) } };
   const readPinned = () => readPinnedFetch(deps, recordKey, scope, priv);
   // A shared fetch whose shared tarball was replaced is kept sealed for the App's scope, with
   // its record there (runVendir): found after the shared record missed.

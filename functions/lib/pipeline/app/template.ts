@@ -40,9 +40,10 @@ import { type ArtifactScope, isPrivateKey, type PrivateArtifacts } from '../../a
 import type { FlightRun } from '../../artifact/single-flight.js';
 import { inspectsAfterFailure } from '../../deploy/kapp.js';
 import { destinationKubeconfig } from '../../deploy/run.js';
+import { DEFAULT_MAX_INLINE_BYTES, referencedLimit } from '../../fetch/inline-limit.js';
 import { templateRootOf } from '../../fetch/vendir.js';
 import type { FetchView } from '../../kube/port.js';
-import { KappControllerError, type StageResult } from '../../reconcile/result.js';
+import { KappControllerError, resultFromError, type StageResult } from '../../reconcile/result.js';
 import type { SecretMask } from '../../reconcile/secret-mask.js';
 import { fromEventPart, type StagePart, templatePart, toEventPart } from '../../reconcile/status.js';
 import { absentIfUnreadable } from '../../store/port.js';
@@ -136,6 +137,11 @@ interface TemplateRun {
   privateCacheKey?: string;
   /** Tool runs and time, for the log line (set once the tools ran). */
   tools: { runs: number; ms: number };
+  /**
+   * The Secrets and ConfigMaps the steps name are over the referenced cap (`referencedLimit`):
+   * the run ends with this error as its result, no tool and no cache (its inputs are unknown).
+   */
+  refused?: KappControllerError;
 }
 
 /**
@@ -214,13 +220,36 @@ async function prepareRender(
     t.sops?.pgp?.privateKeysSecretRef?.name ?? '',
     t.sops?.age?.privateKeysSecretRef?.name ?? '',
   ]);
-  const refs = await readRefs(
-    kube,
-    app.metadata.namespace ?? '',
-    [...referencedSecrets(app.spec), ...sopsKeySecrets],
-    referencedConfigMaps(app.spec),
-    mask,
-  );
+  let refs: TemplateRun['refs'];
+  try {
+    refs = await readRefs(
+      kube,
+      app.metadata.namespace ?? '',
+      [...referencedSecrets(app.spec), ...sopsKeySecrets],
+      referencedConfigMaps(app.spec),
+      mask,
+      referencedLimit('Templating', deps.config.maxInlineBytes ?? DEFAULT_MAX_INLINE_BYTES),
+    );
+  } catch (err) {
+    if (!(err instanceof KappControllerError)) throw err;
+    // Private, so no render-input hash is carried on; nothing is cached under the empty keys.
+    const none = { secret: () => undefined, configMap: () => undefined, digests: {} };
+    const scope = scopeOf(data.object);
+    return {
+      data,
+      deps,
+      frame,
+      templates,
+      refs: none,
+      cluster: {},
+      hash: '',
+      cacheKey: '',
+      scope,
+      inputsPrivate: true,
+      tools: { runs: 0, ms: 0 },
+      refused: err,
+    };
+  }
   const needs = requiredClusterInfo(templates);
   const cluster: ClusterInfo =
     needs.kubernetesAPIs || needs.kubernetesVersion
@@ -283,6 +312,7 @@ function renderHashOf(
  */
 async function renderOnce(run: TemplateRun): Promise<CachedStageOutcome<Rendered>> {
   const { data, deps, frame, priv, privateCacheKey, scope } = run;
+  if (run.refused) return { kind: 'ran', value: { result: frame.mask.result(resultFromError(run.refused)) } };
   // A record over the read bound (any run of the fleet may write it, fleet sharing) is a miss.
   const cached = () =>
     absentIfUnreadable(
