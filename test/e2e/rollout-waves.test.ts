@@ -269,9 +269,23 @@ describe('fleet rollout in waves', () => {
     const deployed = await getObject<{ data?: Record<string, string> }>('configmap', a.ns, 'rollout');
     expect(deployed?.data?.version, JSON.stringify(app.metadata)).toBe('3.0.0');
     // The reconcile of the rollback's generation deployed the receipt's render (a later resync of
-    // the App may have written a newer receipt since: not the one asserted).
-    const receipts = await listReceipts(store, { clusterId: a.context, namespace: a.ns, name: 'app' });
-    const ofRollback = receipts.filter((r) => r.generation === app.metadata.generation);
+    // the App may have written a newer receipt since: not the one asserted). Its receipt is kept
+    // after the App's status is written (`closeStage`): waited for, not read at once.
+    const owner = { clusterId: a.context, namespace: a.ns, name: 'app' };
+    let receipts: Awaited<ReturnType<typeof listReceipts>> = [];
+    const ofRollback = await waitFor(
+      "the receipt of the rollback's reconcile",
+      async () => {
+        receipts = await listReceipts(store, owner);
+        const mine = receipts.filter((r) => r.generation === app.metadata.generation);
+        return mine.length > 0 ? mine : undefined;
+      },
+      {
+        timeoutMs: 30_000,
+        intervalMs: 250,
+        describe: () => JSON.stringify(receipts.slice(-3).map((r) => [r.id, r.generation, r.outcome, r.rollbackOf])),
+      },
+    );
     expect(
       ofRollback.map((r) => r.rollbackOf),
       JSON.stringify(receipts.slice(-3).map((r) => [r.id, r.generation, r.outcome, r.rollbackOf])),

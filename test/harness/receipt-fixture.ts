@@ -17,6 +17,8 @@ export interface ReceiptFixture {
   render?: string;
   /** Default 0. */
   usd?: number;
+  /** The receipt whose render the run deployed (a rollback). */
+  rollbackOf?: string;
 }
 
 /** Puts receipt `id` of the App `owner` into `store`, as valid as the real ones. */
@@ -38,6 +40,7 @@ export async function putReceipt(
       startedAt: r.startedAt,
       endedAt: r.endedAt,
       outcome: r.outcome ?? 'succeeded',
+      ...(r.rollbackOf ? { rollbackOf: r.rollbackOf } : {}),
       inputs: r.render ? { render: { key: r.render, private: false } } : {},
       stages: [],
       tools: [],

@@ -7,6 +7,8 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { KappLambdaConditionType } from '../../functions/lib/api/constants.js';
+import type { PackageInstall } from '../../functions/lib/api/packaging.js';
+import { StoreRollouts } from '../../functions/lib/rollout/access.js';
 import { soakingUntil } from '../../functions/lib/rollout/condition.js';
 import {
   capFor,
@@ -19,6 +21,7 @@ import {
   rolloutCondition,
   startsRollout,
 } from '../../functions/lib/rollout/evaluate.js';
+import { rolloutGate } from '../../functions/lib/rollout/gate.js';
 import { parseRolloutPolicy, policyCovers, RolloutPolicyError, waveOf } from '../../functions/lib/rollout/policy.js';
 import {
   casRollout,
@@ -204,6 +207,38 @@ describe('rollout state machine', () => {
     expect(capFor(r, undefined, '1.0.0')).toBeUndefined();
     expect(capFor({ ...r, status: 'completed' }, 1, '1.0.0')).toBeUndefined();
     expect(capFor({ ...r, status: 'stopped' }, 1, '1.0.0')).toBe('1.0.0');
+  });
+
+  it('a cluster the policy puts in a wave its rollout does not know (the waves changed since) is held, not ungated', async () => {
+    // The rollout of 2.0.0 stopped under canary/early/rest; the policy is then applied with the
+    // catch-all renamed. A cluster of the new wave must not take the version the rollout stopped
+    // on (its run selects with no cap at all otherwise), nor any other, until a rollout knows its wave.
+    const store = new MemoryStore();
+    const renamed = parseRolloutPolicy(POLICY_YAML.replace('{ name: rest }', '{ name: others }'));
+    await putPolicy(store, renamed);
+    const stopped: RolloutRecord = { ...fresh(), status: 'stopped' };
+    await casRollout(store, 'default', REF, () => stopped);
+    const pkgi = (version: string | undefined) =>
+      ({
+        metadata: { namespace: 'default', name: 'hello' },
+        spec: { packageRef: { refName: REF } },
+        ...(version ? { status: { version } } : {}),
+      }) as PackageInstall;
+    const gateOf = (clusterId: string, version: string | undefined) =>
+      rolloutGate(new StoreRollouts(store, {}), at(5), clusterId, pkgi(version), () => '2.0.0');
+    expect((await gateOf('d', '1.0.0'))?.cap).toBe('1.0.0');
+    expect((await gateOf('d', undefined))?.cap).toBe('1.0.0');
+    // Its wave unknown, it is no member of the record's waves: no wave, so no Rollout condition.
+    expect((await gateOf('d', '1.0.0'))?.wave).toBeUndefined();
+    // Moving, too: held until the rollout completes; once completed, not capped.
+    await casRollout(store, 'default', REF, () => ({ ...stopped, status: 'running' }));
+    expect((await gateOf('d', '1.0.0'))?.cap).toBe('1.0.0');
+    await casRollout(store, 'default', REF, () => ({ ...stopped, status: 'completed' }));
+    expect((await gateOf('d', '1.0.0'))?.cap).toBeUndefined();
+    // A cluster in no wave of the policy (no catch-all) stays ungated.
+    await putPolicy(store, parseRolloutPolicy(POLICY_YAML.replace('    - { name: rest }\n', '')));
+    await casRollout(store, 'default', REF, () => stopped);
+    expect((await gateOf('d', '1.0.0'))?.cap).toBeUndefined();
   });
 
   it('health and failure of a member', () => {

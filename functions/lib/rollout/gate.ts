@@ -21,7 +21,7 @@ import type { PackageInstall, PackageInstallStatus } from '../api/packaging.js';
 import type { ConstraintCallback } from '../packaging/versions.js';
 import type { PlannedRecord, RolloutAccess } from './access.js';
 import { capFor, compareLoose, evaluateRollout, memberHealthy, recordWaveOf, rolloutCondition } from './evaluate.js';
-import type { RolloutPolicy } from './policy.js';
+import { type RolloutPolicy, waveOf } from './policy.js';
 import { type FleetEntry, isFinal, type RolloutRecord } from './state.js';
 
 /** Name of the gate's version callback: `after-rollout-wave=N` in a selection error. */
@@ -33,7 +33,7 @@ export interface RolloutGate {
   refName: string;
   /** The rollout of the refName, if there is one. */
   record?: RolloutRecord;
-  /** The record's wave index of this cluster; `undefined`: not gated by the policy. */
+  /** The record's wave index of this cluster; `undefined`: in no wave of the record (see `cap`). */
   wave?: number;
   /** The highest version it may select; `undefined`: no cap. */
   cap?: string;
@@ -125,7 +125,13 @@ export async function rolloutGate(
     record.status === 'stopped' &&
     current !== undefined &&
     record.failed.some((f) => f.cluster === clusterId && f.namespace === member.namespace && f.name === member.name);
-  const cap = rollback?.version ?? (failedHere ? current : capFor(record, wave, current));
+  // A cluster the policy puts in a wave the record does not know (the policy's waves changed since
+  // the rollout started) is held as one in a wave not yet released, until the rollout completes:
+  // without a cap it would take any version, the one a stopped rollout failed on included.
+  const unknownWave = wave === undefined && waveOf(policy, clusterId) !== undefined;
+  const cap =
+    rollback?.version ??
+    (failedHere ? current : unknownWave ? heldCap(record, current) : capFor(record, wave, current));
   return {
     policy,
     refName,
@@ -135,6 +141,11 @@ export async function rolloutGate(
     callbacks: cap === undefined ? [] : [capCheck(cap)],
     ...(rollback ? { rollback } : {}),
   };
+}
+
+/** The cap of a cluster in no wave of `record` that its policy gates: `capFor` of a wave not yet released. */
+function heldCap(record: RolloutRecord, current: string | undefined): string | undefined {
+  return record.status === 'completed' ? undefined : (current ?? record.from);
 }
 
 /** The version callback of a cap: versions at or below `cap` pass. */

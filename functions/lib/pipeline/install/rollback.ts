@@ -11,7 +11,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../api/constants.js';
 import { PRIVATE_PREFIX } from '../../artifact/sealed.js';
 import type { RawApp } from '../../packaging/app-from-package.js';
-import { listReceipts } from '../../receipt/receipt.js';
+import { listReceipts, type Receipt } from '../../receipt/receipt.js';
 import type { ObjectStore } from '../../store/port.js';
 
 /**
@@ -30,14 +30,37 @@ export async function rollbackReceipt(
 ): Promise<string | undefined> {
   if (appGeneration === undefined) return undefined;
   const receipts = await listReceipts(store, owner);
-  for (const r of receipts.reverse()) {
+  for (const r of [...receipts].reverse()) {
     if (r.outcome !== 'succeeded' || !r.inputs.render || r.generation > appGeneration) continue;
     // A sealed render is its cluster's (`private/<tag>/`), which a dispatched install run's session
     // cannot read: taken as there. The App's fetch stage checks it again (`../app/rollback.ts`) and
     // renders the old version anew when it is gone.
-    if (r.inputs.render.key.startsWith(PRIVATE_PREFIX) || (await store.head(r.inputs.render.key))) return r.id;
+    if (r.inputs.render.key.startsWith(PRIVATE_PREFIX) || (await store.head(r.inputs.render.key))) {
+      return rolledBackFrom(receipts, r).id;
+    }
   }
   return undefined;
+}
+
+/**
+ * The receipt a rollback's own receipt `r` deployed again, followed while it is kept and holds the
+ * same render: `r` itself when it is no rollback. Once rolled back, the App's last good generation
+ * is the rollback's, whose receipt (`rollbackOf` set) is the newest of it; naming that one would
+ * rewrite the App's rollback annotation on every later run (an App run for the same render, and
+ * the receipt the PackageInstall's Rollout condition names changing under its reader). The first
+ * receipt of the chain names the same render and stays named.
+ */
+function rolledBackFrom(receipts: readonly Receipt[], r: Receipt): Receipt {
+  const byId = new Map(receipts.map((x) => [x.id, x]));
+  const seen = new Set<string>();
+  let at = r;
+  while (at.rollbackOf && !seen.has(at.id)) {
+    seen.add(at.id);
+    const from = byId.get(at.rollbackOf);
+    if (from?.outcome !== 'succeeded' || from.inputs.render?.key !== at.inputs.render?.key) break;
+    at = from;
+  }
+  return at;
 }
 
 /**
