@@ -60,13 +60,28 @@ export function isUsageError(err: unknown): err is Error {
 }
 
 /**
- * The usage-error path: `<name>: <message>` and the usage on stderr.
+ * The usage-error path: `<name>: <message>` and the usage on stderr. Node's `parseArgs` text for
+ * an unknown option ends in advice to place it after `--`, which under `npm run x -- …` reads as
+ * nonsense: it is cut to `Unknown option '<opt>'`.
  *
  * @returns {@link EXIT}.usage
  */
 export function usageFailure(name: string, usage: string, message: string, err: (t: string) => void): number {
-  err(`${name}: ${message}\n${usage}`);
+  const shown = message.replace(/^(Unknown option '[^']*')\. To specify a positional argument.*$/s, '$1');
+  err(`${name}: ${shown}\n${usage}`);
   return EXIT.usage;
+}
+
+/**
+ * What to do about an error a user can fix from the shell, as a clause to append (`''` when none
+ * is known): the AWS SDK's `Region is missing` (no `AWS_REGION`, no profile region) names no
+ * variable.
+ */
+export function errorHint(err: unknown): string {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (/Region is missing/.test(e.message)) return " (set AWS_REGION to the bucket's region)";
+  }
+  return '';
 }
 
 /**
@@ -88,7 +103,7 @@ export function runIfEntry(filename: string, name: string, main: (argv: string[]
     },
     (err: unknown) => {
       const cause = err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
-      process.stderr.write(`${name}: ${err instanceof Error ? err.message : String(err)}${cause}\n`);
+      process.stderr.write(`${name}: ${err instanceof Error ? err.message : String(err)}${cause}${errorHint(err)}\n`);
       process.exitCode = isUsageError(err) ? EXIT.usage : EXIT.failure;
     },
   );

@@ -20,6 +20,7 @@ import { parseRegistryLocation } from '../functions/lib/kube/cluster-doc.js';
 import { errorText } from '../functions/lib/log.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { readOnlyStore } from '../functions/lib/store/read-only.js';
+import { errorHint } from './cli.js';
 
 /** Where `fleet serve` listens without `--listen`: loopback, beside `npm start`'s 8080. */
 export const DEFAULT_FLEET_SERVE_ADDRESS = '127.0.0.1:8090';
@@ -38,7 +39,7 @@ export class FleetServeError extends Error {
 /** An error with its cause, one line: `<name>: <message> (<cause name>: <cause message>)`. */
 function withCause(err: unknown): string {
   const cause = err instanceof Error ? err.cause : undefined;
-  return cause === undefined ? errorText(err) : `${errorText(err)} (${errorText(cause)})`;
+  return (cause === undefined ? errorText(err) : `${errorText(err)} (${errorText(cause)})`) + errorHint(err);
 }
 
 /**

@@ -56,5 +56,9 @@ export function formatFleetStatus(view: FleetView, now = Date.parse(view.generat
     rollouts.length ? '\n' : '',
     formatTable(['CLUSTER', 'PACKAGEINSTALL', 'PACKAGE', 'VERSION', 'HEALTH', 'WAVE', 'LAST RECONCILE'], rows),
     idle.length ? `\nclusters without a PackageInstall: ${idle.join(', ')}\n` : '',
+    // A store read from outside a runtime knows a cluster by its PackageInstalls only.
+    view.clusters.length === 0
+      ? '\nno PackageInstall has reported yet: a cluster shows here once a PackageInstall of it has reconciled\n'
+      : '',
   ].join('');
 }

@@ -26,7 +26,7 @@
  *
  * @module
  */
-import { readFile, stat } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { type MetricsServer, parseListenAddress } from '../functions/embedded/metrics-server.js';
 import { buildFleetView } from '../functions/lib/fleet/view.js';
@@ -58,7 +58,7 @@ import {
 import { registryStore } from './cluster-registry.js';
 import { DEFAULT_FLEET_SERVE_ADDRESS, FleetServeError, serveFleet } from './fleet-serve.js';
 import { formatFleetStatus } from './fleet-status.js';
-import { defaultStoreLocation, STORE_DEFAULT_HELP } from './receipts.js';
+import { defaultStoreLocation, missingStoreLine, STORE_DEFAULT_HELP, storeDirMissing } from './receipts.js';
 
 const USAGE = `usage:
   npm run fleet -- status [-o json|yaml]                (default: a table: clusters × PackageInstalls)
@@ -111,10 +111,7 @@ export const REAL_IO: FleetIo = {
   out: (t) => process.stdout.write(t),
   err: (t) => process.stderr.write(t),
   now: () => new Date(),
-  missingDir: async (location) => {
-    const loc = parseRegistryLocation(location);
-    return loc.kind === 'dir' && !(await stat(loc.root).catch(() => undefined))?.isDirectory();
-  },
+  missingDir: storeDirMissing,
 };
 
 function parseFleetArgs(argv: string[]) {
@@ -191,9 +188,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
   if (v.listen !== undefined && group !== 'serve') return usage('--listen applies to serve only');
   // A directory no runtime has written is no fleet: said, not shown as an empty one (apply creates it).
   if (group !== 'serve' && command !== 'apply' && (await io.missingDir?.(location))) {
-    io.err(
-      `fleet: --store ${location}: no such directory (no runtime has written it: npm start keeps its store there; the demo removes its own when it ends)\n`,
-    );
+    io.err(missingStoreLine('fleet', location));
     return EXIT.failure;
   }
   if (group === 'serve') {

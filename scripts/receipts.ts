@@ -23,9 +23,13 @@
  *
  * @module
  */
+import { existsSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { homedir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { KubeConfig } from '@kubernetes/client-node';
+import { parseRegistryLocation } from '../functions/lib/kube/cluster-doc.js';
 import { ClientNodeRestTransport, type RestTransport } from '../functions/lib/kube/transport.js';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../functions/lib/pipeline/app/index.js';
 import { listReceipts, type Receipt, type ReceiptOwner, readReceipt } from '../functions/lib/receipt/receipt.js';
@@ -61,6 +65,37 @@ ${exitCodesHelp('no such receipt, its render gone, the App not patched, the stor
 export function defaultStoreLocation(env: NodeJS.ProcessEnv = process.env): string {
   if (env.KAPP_LAMBDA_BUCKET) return `s3://${env.KAPP_LAMBDA_BUCKET}/${env.KAPP_LAMBDA_BUCKET_PREFIX ?? ''}`;
   return `file://${path.resolve(env.KAPP_LAMBDA_STORE ?? path.join(cacheRoot(), 'store'))}`;
+}
+
+/**
+ * Whether `location` is a `file:///` store whose directory does not exist (`false` for S3): no
+ * runtime wrote it, so the CLIs say so instead of showing an empty store.
+ */
+export async function storeDirMissing(location: string): Promise<boolean> {
+  const loc = parseRegistryLocation(location);
+  return loc.kind === 'dir' && !(await stat(loc.root).catch(() => undefined))?.isDirectory();
+}
+
+/** The line a fleet CLI prints for a {@link storeDirMissing} store (`cli` its name, e.g. `fleet`). */
+export function missingStoreLine(cli: string, location: string): string {
+  return `${cli}: --store ${location}: no such directory (no runtime has written it: npm start keeps its store there; the demo removes its own when it ends)\n`;
+}
+
+/**
+ * The kubeconfig file kubectl would read: `--kubeconfig`, else the first of `$KUBECONFIG`, else
+ * `~/.kube/config`; `undefined` when none exists. client-node's `loadFromDefault` falls back to a
+ * made-up `loaded-context` on `http://localhost:8080` instead, whose errors name neither.
+ */
+export function kubeconfigFile(
+  flag: string | undefined,
+  env: NodeJS.ProcessEnv,
+  exists: (file: string) => boolean = existsSync,
+  home: string = homedir(),
+): string | undefined {
+  if (flag) return flag;
+  const fromEnv = (env.KUBECONFIG ?? '').split(path.delimiter).filter(Boolean);
+  const candidates = fromEnv.length > 0 ? fromEnv : [path.join(home, '.kube', 'config')];
+  return candidates.find((f) => exists(f));
 }
 
 /** Short form of a sha256 hex (its first 12 characters), `-` when absent. */
@@ -149,6 +184,8 @@ export function rollbackPatch(meta: AppMeta, id: string | undefined): Record<str
 export interface ReceiptsIo {
   store: (location: string) => ObjectStore;
   kube: (kubeconfig: string | undefined, context: string | undefined) => { rest: RestTransport; context: string };
+  /** Whether a `file:///` store's directory is missing; default {@link storeDirMissing}. */
+  missingDir?: (location: string) => Promise<boolean>;
   out: (text: string) => void;
   err: (text: string) => void;
 }
@@ -157,9 +194,14 @@ export interface ReceiptsIo {
 export const REAL_IO: ReceiptsIo = {
   store: (location) => registryStore(location),
   kube: (kubeconfig, context) => {
+    const file = kubeconfigFile(kubeconfig, process.env);
+    if (!file) {
+      throw new Error(
+        'no kubeconfig: pass --kubeconfig <file> (npm start prints its path) or set KUBECONFIG; list --cluster <id> reads the store without one',
+      );
+    }
     const kc = new KubeConfig();
-    if (kubeconfig) kc.loadFromFile(kubeconfig);
-    else kc.loadFromDefault();
+    kc.loadFromFile(file);
     if (context) kc.setCurrentContext(context);
     return { rest: kc.makeApiClient(ClientNodeRestTransport), context: kc.getCurrentContext() };
   },
@@ -223,7 +265,12 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env,
       command === 'list' ? `unexpected argument ${JSON.stringify(id)}` : 'rollback takes a <receipt-id> or --clear',
     );
   }
-  const store = io.store(v.store ?? defaultStoreLocation(env));
+  const location = v.store ?? defaultStoreLocation(env);
+  if (await (io.missingDir ?? storeDirMissing)(location)) {
+    io.err(missingStoreLine('receipts', location));
+    return EXIT.failure;
+  }
+  const store = io.store(location);
   // The App's API server is needed for a rollback, and for the default cluster id.
   const kube = command === 'rollback' || !v.cluster ? io.kube(v.kubeconfig, v.context) : undefined;
   const owner: ReceiptOwner = { clusterId: v.cluster ?? kube?.context ?? '', namespace: ns, name };

@@ -11,7 +11,7 @@ import { parseArgs } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { LocalDirStore } from '../../functions/lib/store/local.js';
-import { EXIT, formatOutput, isUsageError, parseOutputFormat, UsageError } from '../../scripts/cli.js';
+import { EXIT, errorHint, formatOutput, isUsageError, parseOutputFormat, UsageError } from '../../scripts/cli.js';
 import { main as cluster, clusterDocOf, putCluster } from '../../scripts/cluster-registry.js';
 import { START_USAGE, startCommandLine } from '../../scripts/start-args.js';
 import { captured } from './support/captured.js';
@@ -175,5 +175,17 @@ describe('npm start', () => {
       expect(t.err.join('').startsWith(reason)).toBe(true);
       expect(t.err.join('')).toContain('\nusage: npm start');
     }
+  });
+});
+
+describe('errorHint', () => {
+  it("names AWS_REGION for the SDK's 'Region is missing', wherever it is in the cause chain, and nothing else", () => {
+    const hint = " (set AWS_REGION to the bucket's region)";
+    expect(errorHint(new Error('Region is missing'))).toBe(hint);
+    expect(
+      errorHint(new Error('failed to list objects under "state/fleet/"', { cause: new Error('Region is missing') })),
+    ).toBe(hint);
+    expect(errorHint(new Error('NoSuchBucket'))).toBe('');
+    expect(errorHint('Region is missing')).toBe('');
   });
 });

@@ -271,6 +271,16 @@ describe('FleetViewSource', () => {
 });
 
 describe('npm run fleet -- status', () => {
+  it('says why an empty store shows no cluster, and says nothing of it once one reported', async () => {
+    const empty = formatFleetStatus(await buildFleetView(new MemoryStore(), { now: () => NOW }));
+    expect(empty).toContain(
+      'no PackageInstall has reported yet: a cluster shows here once a PackageInstall of it has reconciled',
+    );
+    expect(formatFleetStatus(await buildFleetView(await fleetStore(), { now: () => NOW }))).not.toContain(
+      'reported yet',
+    );
+  });
+
   it('prints each rollout, then clusters × PackageInstalls with health, wave and the last reconcile', async () => {
     const view = await buildFleetView(await fleetStore(), { clusters: ['kind-z'], now: () => NOW });
     expect(formatFleetStatus(view).split('\n')).toEqual([
