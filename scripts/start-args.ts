@@ -28,7 +28,7 @@ export const START_USAGE = `usage: npm start [-- -h|--help] [-- --controller-con
     KAPP_LAMBDA_STORE=<dir>           object store directory (default ~/.cache/kapp-lambda/store)
     KAPP_LAMBDA_LEASE_NAMESPACE=<ns>  namespace of the leader-election Lease (default kapp-lambda)
     KAPP_LAMBDA_LEADER_ELECTION=off   act without a Lease (only when nothing else serves the cluster)
-    KAPP_LAMBDA_METRICS_ADDRESS=<host:port>|off  GET /metrics (default 127.0.0.1:8080)
+    KAPP_LAMBDA_METRICS_ADDRESS=<host:port>|off  GET /metrics and the fleet page (/, /api/fleet) (default 127.0.0.1:8080)
     KAPP_LAMBDA_URL_POLICY=enforce, KAPP_LAMBDA_URL_ALLOW=…  the cloud mode's URL policy
     KAPP_LAMBDA_MAX_INLINE_BYTES=<n>  cap on an App's inline fetch content (default 64 MiB)
     KAPP_LAMBDA_FETCH_STALL_SECONDS=60, KAPP_LAMBDA_FETCH_STALL_MIN_BYTES=4096  cut a fetch
