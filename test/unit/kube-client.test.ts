@@ -233,6 +233,20 @@ describe('KubeApiClient reads', () => {
     expect((err as KubeApiError).cause).toBeInstanceOf(Error);
   });
 
+  it('a name the API server reads as another path (".", "..", with "/" or "%") is no object: absent, no request', async () => {
+    // What a real API server answers: `secrets/.` is the namespace's Secret list, `..` the namespace.
+    const list = { statusCode: 200, body: { kind: 'SecretList', metadata: {}, items: [{ data: { k: 'dg==' } }] } };
+    const namespace = { statusCode: 200, body: { kind: 'Namespace', metadata: { name: 'n' } } };
+    const rest = new FakeRest(Array.from({ length: 12 }, (_, i) => (i % 2 ? namespace : list)));
+    const c = client(rest);
+    for (const name of ['.', '..', 's1/', '%2e']) {
+      expect(await c.getSecret('n', name)).toBeUndefined();
+      expect(await c.getConfigMap('n', name)).toBeUndefined();
+      expect(await c.getObject({ apiVersion: 'v1', kind: 'ServiceAccount', namespace: 'n', name })).toBeUndefined();
+    }
+    expect(rest.requests).toEqual([]);
+  });
+
   it('getSecret decodes data; getConfigMap keeps data and decodes binaryData; getNamespace gives phase', async () => {
     const rest = new FakeRest([
       {
