@@ -322,6 +322,24 @@ describe('KubeApiClient reads', () => {
     await expect(c.listConfigMaps('kapp.k14s.io/is-app')).rejects.toMatchObject({ statusCode: 403 });
   });
 
+  it('listConfigMaps holds only what `keep` returns of each ConfigMap, page after page', async () => {
+    const cm = (name: string) => ({ metadata: { name, namespace: 'a' }, data: { spec: name } });
+    const rest = new FakeRest([
+      { statusCode: 200, body: { items: [cm('x'), cm('big')], metadata: { continue: 'next' } } },
+      { statusCode: 200, body: { items: [cm('y')] } },
+    ]);
+    const seen: string[] = [];
+    const kept = await client(rest).listConfigMaps('kapp.k14s.io/is-app', (m) => {
+      seen.push(m.metadata.name ?? '');
+      return m.metadata.name === 'big' ? undefined : { ...m, data: {} };
+    });
+    expect(seen).toEqual(['x', 'big', 'y']);
+    expect(kept.map((m) => [m.metadata.name, m.data])).toEqual([
+      ['x', {}],
+      ['y', {}],
+    ]);
+  });
+
   it('a data key named __proto__ is kept as data (an own key), not made the prototype', async () => {
     const meta = { name: 's', namespace: 'n', uid: 'u', resourceVersion: '1' };
     const b64 = Buffer.from('S3cr3t!').toString('base64');

@@ -420,7 +420,10 @@ export class KubeApiClient implements KubeClient {
   }
 
   /** {@inheritDoc ConfigMapLister.listConfigMaps} */
-  async listConfigMaps(labelSelector: string): Promise<KubeConfigMap[]> {
+  async listConfigMaps(
+    labelSelector: string,
+    keep: (cm: KubeConfigMap) => KubeConfigMap | undefined = (cm) => cm,
+  ): Promise<KubeConfigMap[]> {
     const out: KubeConfigMap[] = [];
     let next: string | undefined;
     do {
@@ -435,7 +438,12 @@ export class KubeApiClient implements KubeClient {
         metadata?: { continue?: string };
       };
       for (const raw of body.items ?? []) {
-        out.push({ metadata: raw.metadata, data: { ...(raw.data ?? {}) }, binaryData: decodeMap(raw.binaryData) });
+        const kept = keep({
+          metadata: raw.metadata,
+          data: { ...(raw.data ?? {}) },
+          binaryData: decodeMap(raw.binaryData),
+        });
+        if (kept) out.push(kept);
       }
       next = body.metadata?.continue || undefined;
     } while (next);
