@@ -8,6 +8,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DerivedKeyring } from '../../functions/lib/artifact/keyring.js';
+import { exitWith, type Responder } from '../../functions/lib/exec/fake.js';
 import { DEFAULT_MAX_INLINE_BYTES } from '../../functions/lib/fetch/inline-limit.js';
 import {
   appObject,
@@ -38,18 +39,24 @@ interface Objects {
 
 /**
  * Runs the fetch stage once for an App with `fetch`, the objects in its namespace, and the cap
- * `maxInlineBytes` (unset: the default).
+ * `maxInlineBytes` (unset: the default); `vendir` answers each vendir run (default: it writes the
+ * tree). The retries' waits are instant.
  *
  * @returns the statuses written, the objects read in order (`secret/<name>`, `configmap/<name>`),
- *   vendir's stdin (when it ran) and the stage's output.
+ *   vendir's stdin (when it ran; `stdins`: every run's) and the stage's output.
  */
-async function fetchWith(fetch: unknown[], objects: Objects, maxInlineBytes?: number) {
+async function fetchWith(
+  fetch: unknown[],
+  objects: Objects,
+  maxInlineBytes?: number,
+  vendir: (w: ReturnType<typeof appWorld>) => Responder = () => vendirWrites(),
+) {
   const w = appWorld({
     app: appObject({ status: SUCCEEDED_BEFORE, spec: { fetch } }),
     tmpRoot: path.join(tempDir(), 'scratch'),
     ...(maxInlineBytes === undefined ? {} : { config: { maxInlineBytes } }),
     // A fetch with a Secret is sealed for the App's namespace.
-    extra: { keyring: new DerivedKeyring(Buffer.alloc(32, 7)) },
+    extra: { keyring: new DerivedKeyring(Buffer.alloc(32, 7)), sleep: async () => {} },
   });
   for (const [name, data] of Object.entries(objects.secrets ?? {})) {
     w.cluster.secrets.set(`${REF.namespace}/${name}`, {
@@ -77,9 +84,10 @@ async function fetchWith(fetch: unknown[], objects: Objects, maxInlineBytes?: nu
     reads.push(`configmap/${name}`);
     return getConfigMap(ns, name);
   };
-  w.runner.on('vendir', vendirWrites());
+  w.runner.on('vendir', vendir(w));
   const out = await fetchAsRead(w);
-  return { statuses: w.statuses(), reads, stdin: w.runner.calls.find((c) => c.cmd === 'vendir')?.stdin, out };
+  const stdins = w.runner.calls.filter((c) => c.cmd === 'vendir').map((c) => c.stdin ?? '');
+  return { statuses: w.statuses(), reads, stdin: stdins[0], stdins, out };
 }
 
 /** The final status of a fetch refused by the cap with `message`. */
@@ -228,5 +236,45 @@ describe('inline fetch content cap', () => {
     const r = await fetchWith([{ inline: { pathsFrom: fromSecrets('gone') } }], {}, 100);
     expect(r.statuses).toEqual(refused('Fetching: secrets "gone" not found'));
     expect(r.reads).toEqual(['secret/gone']);
+  });
+});
+
+const refusedBy = (name: string, total: number, max: number) =>
+  `Fetching: secret "${name}" brings the App's referenced Secrets and ConfigMaps to ${total} bytes, over the limit of ${max} bytes`;
+
+describe('fetch: referenced cap bypasses', () => {
+  it('a source naming two kinds: the Secret vendir is given (the image one) is the one counted', async () => {
+    // fetchSecretName picked git before image, vendir's config (fetchSourceKind) image first: the
+    // cap counted "tiny" three times over, vendir was given b1, b2 and b3 (300 bytes, cap 150).
+    const sources = ['b1', 'b2', 'b3'].map((name, i) => ({
+      image: { url: `registry.example/x${i}:1`, secretRef: { name } },
+      git: { url: `https://git.example/x${i}`, ref: 'origin/main', secretRef: { name: 'tiny' } },
+    }));
+    const big = { k: secretBytes(99) };
+    const r = await fetchWith(sources, { secrets: { tiny: { k: secretBytes(5) }, b1: big, b2: big, b3: big } }, 150);
+    const message = refusedBy('b2', 200, 150);
+    expect(r.statuses).toEqual(refused(message));
+    expect(r.reads).toEqual(['secret/b1', 'secret/b2']);
+    expect(r.stdin).toBeUndefined();
+  });
+
+  it('the retry reads the credentials Secrets again: grown meanwhile, they are counted', async () => {
+    const sources = ['c1', 'c2', 'c3'].map((name, i) => ({
+      image: { url: `registry.example/x${i}:1`, secretRef: { name } },
+    }));
+    const small = { k: secretBytes(20) };
+    const r = await fetchWith(sources, { secrets: { c1: small, c2: small, c3: small } }, 150, (w) => (_req) => {
+      // The tenant grows its Secrets while vendir fails (image pull denied): the retry re-plans.
+      for (const name of ['c1', 'c2', 'c3']) {
+        const s = w.cluster.secrets.get(`${REF.namespace}/${name}`);
+        if (s) w.cluster.secrets.set(`${REF.namespace}/${name}`, { ...s, data: { k: secretBytes(99) } });
+      }
+      return exitWith(1, 'Error: pulling image: denied');
+    });
+    // Before: the retry read c1..c3 (297 bytes, cap 150) past the memo, uncounted, and ran vendir
+    // with all three.
+    expect(r.stdins.length).toBe(1);
+    expect(r.statuses.at(-1)?.fetch?.error).toBe(refusedBy('c2', 200, 150));
+    expect(JSON.stringify(r.statuses)).not.toContain(SECRET_MARK);
   });
 });

@@ -181,6 +181,27 @@ describe('buildFleetView', () => {
     });
   });
 
+  it('lists no receipts again for an unchanged entry in a fleet of more PackageInstalls than the receipt cache holds', async () => {
+    const store = new MemoryStore();
+    const n = FleetViewCache.MAX_RECEIPTS + 1;
+    const entry = JSON.stringify({ refName: 'r', reconcile: 'succeeded', at: '2026-12-07T10:00:00Z' });
+    for (let i = 0; i < n; i++) await store.put(`${FLEET_INDEX_PREFIX}c/ns/pi-${i}.json`, entry);
+    let receiptLists = 0;
+    const counting = Object.assign(Object.create(store) as MemoryStore, {
+      list: (prefix: string, opts?: Parameters<MemoryStore['list']>[1]) => {
+        if (prefix.startsWith('receipts/')) receiptLists++;
+        return store.list(prefix, opts);
+      },
+    });
+    const cache = new FleetViewCache();
+    await buildFleetView(counting, { cache, now: () => NOW });
+    expect(receiptLists).toBe(n);
+    await buildFleetView(counting, { cache, now: () => NOW + 1000 });
+    // Before: the oldest listing was evicted for the last one, and each build's misses evicted
+    // listings it was about to use (at twice the cap, every listing missed at every build).
+    expect(receiptLists).toBe(n);
+  }, 60_000);
+
   it('keeps at most `reads` store requests in flight, whatever the number of entries', async () => {
     const store = await fleetStore();
     for (let i = 0; i < 40; i++) {

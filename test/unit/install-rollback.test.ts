@@ -62,6 +62,10 @@ describe('rollbackReceipt', () => {
     expect(await rollbackReceipt(store, owner, 1)).toBe('20261207-000000-000-aaaaaaaa');
     await store.put(shared, 'kind: ConfigMap\n');
     expect(await rollbackReceipt(store, owner, 1)).toBe('20261207-000001-000-bbbbbbbb');
+    // A newer receipt naming an object of the bucket that is no render (planted by a tenant run) is passed over.
+    await store.put('clusters/other.json', '{}');
+    await put('20261207-000002-000-cccccccc', 'clusters/other.json');
+    expect(await rollbackReceipt(store, owner, 1)).toBe('20261207-000001-000-bbbbbbbb');
   });
 
   it("names the receipt a rollback deployed, not the rollback's own receipt: a rolled-back App keeps the receipt it names", async () => {

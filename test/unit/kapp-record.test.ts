@@ -99,6 +99,29 @@ describe('plantedKappRecord: a record copying another kapp app', () => {
     ]);
   });
 
+  it('holds none of the listed records that hold no value of its own (any tenant may label 1 MiB ConfigMaps as records)', async () => {
+    const c = withVictim();
+    record(c, 'ns', 'repo.pkgr.apps.k14s.io', spec(OURS));
+    for (let i = 0; i < 20; i++) {
+      const big = JSON.stringify({ labelKey: 'kapp.k14s.io/app', labelValue: `${i}`, pad: 'x'.repeat(1024 * 1024) });
+      record(c, 'team-c', `filler-${i}.apps.k14s.io`, big);
+    }
+    const list = c.listConfigMaps.bind(c);
+    let held = 0;
+    c.listConfigMaps = async (selector, keep) => {
+      const kept = await list(selector, keep);
+      held += kept.reduce((n, cm) => n + (cm.data.spec?.length ?? 0), 0);
+      return kept;
+    };
+    expect(await plantedKappRecord(c, 'ns', APPS)).toBeUndefined();
+    expect(held).toBeLessThan(1024);
+    // The copy is still found.
+    record(c, 'team-c', 'copy.apps.k14s.io', JSON.stringify({ labelValue: OURS, pad: 'x'.repeat(1024 * 1024) }));
+    expect(await plantedKappRecord(c, 'ns', APPS)).toBe(
+      copied('repo.pkgr.apps.k14s.io', 'team-c/copy.apps.k14s.io', OURS),
+    );
+  });
+
   it('a selector of its own is refused before any list (the existing check)', async () => {
     const c = withVictim();
     record(c, 'ns', 'repo.pkgr', '{"labelKey":"app","labelValue":"nginx"}');

@@ -233,6 +233,20 @@ describe('KubeApiClient reads', () => {
     expect((err as KubeApiError).cause).toBeInstanceOf(Error);
   });
 
+  it('a name the API server reads as another path (".", "..", with "/" or "%") is no object: absent, no request', async () => {
+    // What a real API server answers: `secrets/.` is the namespace's Secret list, `..` the namespace.
+    const list = { statusCode: 200, body: { kind: 'SecretList', metadata: {}, items: [{ data: { k: 'dg==' } }] } };
+    const namespace = { statusCode: 200, body: { kind: 'Namespace', metadata: { name: 'n' } } };
+    const rest = new FakeRest(Array.from({ length: 12 }, (_, i) => (i % 2 ? namespace : list)));
+    const c = client(rest);
+    for (const name of ['.', '..', 's1/', '%2e']) {
+      expect(await c.getSecret('n', name)).toBeUndefined();
+      expect(await c.getConfigMap('n', name)).toBeUndefined();
+      expect(await c.getObject({ apiVersion: 'v1', kind: 'ServiceAccount', namespace: 'n', name })).toBeUndefined();
+    }
+    expect(rest.requests).toEqual([]);
+  });
+
   it('getSecret decodes data; getConfigMap keeps data and decodes binaryData; getNamespace gives phase', async () => {
     const rest = new FakeRest([
       {
@@ -306,6 +320,24 @@ describe('KubeApiClient reads', () => {
       ['GET', '/api/v1/configmaps', { labelSelector: 'kapp.k14s.io/is-app', limit: 50, continue: 'next-page' }],
     ]);
     await expect(c.listConfigMaps('kapp.k14s.io/is-app')).rejects.toMatchObject({ statusCode: 403 });
+  });
+
+  it('listConfigMaps holds only what `keep` returns of each ConfigMap, page after page', async () => {
+    const cm = (name: string) => ({ metadata: { name, namespace: 'a' }, data: { spec: name } });
+    const rest = new FakeRest([
+      { statusCode: 200, body: { items: [cm('x'), cm('big')], metadata: { continue: 'next' } } },
+      { statusCode: 200, body: { items: [cm('y')] } },
+    ]);
+    const seen: string[] = [];
+    const kept = await client(rest).listConfigMaps('kapp.k14s.io/is-app', (m) => {
+      seen.push(m.metadata.name ?? '');
+      return m.metadata.name === 'big' ? undefined : { ...m, data: {} };
+    });
+    expect(seen).toEqual(['x', 'big', 'y']);
+    expect(kept.map((m) => [m.metadata.name, m.data])).toEqual([
+      ['x', {}],
+      ['y', {}],
+    ]);
   });
 
   it('a data key named __proto__ is kept as data (an own key), not made the prototype', async () => {

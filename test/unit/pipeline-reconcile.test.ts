@@ -305,6 +305,31 @@ describe('rollback to a receipt (kapp-lambda.carvel.dev/rollback-to)', () => {
     );
   });
 
+  it('a receipt naming a store object that is no rendered manifest (planted in its receipts prefix by a tenant run) is not deployed', async () => {
+    const w = appWorld({ app: appObject(rolledBack(1)), tmpRoot: path.join(tempDir(), 'scratch') });
+    // Another cluster's document: any key of the bucket a forged receipt names.
+    const planted = 'clusters/other-cluster.json';
+    await w.store.put(planted, 'kind: ConfigMap\nmetadata: {name: other-cluster-material}\n');
+    const receipt = buildReceipt({
+      owner: REF,
+      uid: REF.uid,
+      generation: 1,
+      runId: 'forged',
+      startedAt: new Date(NOW),
+      endedAt: new Date(NOW),
+      trail: { stages: [] },
+      render: { key: planted, private: false },
+    });
+    await w.store.put(receiptKey(REF, RECEIPT_ID), JSON.stringify({ ...receipt, id: RECEIPT_ID }));
+    w.runner.on('kapp', { stdout: 'Succeeded' });
+    const next = await dispatchEvent(objectEvent(REF, 'modified', { time: new Date(NOW) }), w.deps);
+    if (next) await dispatchEvent(next, w.deps);
+    expect(w.tools()).toEqual([]);
+    expect(w.statuses().at(-1)?.usefulErrorMessage).toBe(
+      `Rolling back: receipt "${RECEIPT_ID}" names no rendered manifest`,
+    );
+  });
+
   it('a rollback cleared (rollback-to: "") runs at once from the spec: fetch', async () => {
     const w = appWorld({
       app: appObject({ status: RECENT, metadata: { annotations: { [ROLLBACK_TO_ANNOTATION]: '' } } }),

@@ -27,6 +27,7 @@ import {
   estimateCostUsd,
   keepReceipt,
   listReceipts,
+  MAX_RECEIPT_BYTES,
   noRequests,
   RECEIPTS_KEPT,
   type Receipt,
@@ -195,6 +196,25 @@ describe('keepReceipt', () => {
     await keepReceipt(store, r, memoryLogger());
     expect(await readReceipt(store, OWNER, r.id)).toEqual(r);
     expect(await readReceipt(store, { ...OWNER, namespace: 'team-b' }, r.id)).toBeUndefined();
+  });
+
+  it('a receipt over the read bound (planted by a tenant run) is no receipt, and no more than the bound of it is read', async () => {
+    const store = new MemoryStore();
+    const good = receiptAt(0);
+    await keepReceipt(store, good, memoryLogger());
+    // Valid receipts but for their size: a uid of 2 MiB.
+    const planted = [1000, 2000, 3000].map((ms) => ({ ...receiptAt(ms), uid: 'u'.repeat(2 * 1024 * 1024) }));
+    for (const r of planted) await store.put(receiptKey(OWNER, r.id), JSON.stringify(r));
+    let bytes = 0;
+    const get = store.get.bind(store);
+    store.get = async (key, opts) => {
+      const body = await get(key, opts);
+      bytes += body?.length ?? 0;
+      return body;
+    };
+    expect(await readReceipt(store, OWNER, planted[0]!.id)).toBeUndefined();
+    expect(await listReceipts(store, OWNER)).toEqual([good]);
+    expect(bytes).toBeLessThanOrEqual(MAX_RECEIPT_BYTES);
   });
 });
 

@@ -102,10 +102,11 @@ export async function pkgrDeleteBlocker(
   if (value === undefined) return undefined;
   // kapp lists the app's namespaced objects in the repository's namespace only
   // (--dangerous-scope-to-fallback-allowed-namespaces; `plantedKappRecord` refuses other lastChange namespaces).
-  const labelled = (await kube.listConfigMaps(`${KAPP_APP_LABEL_KEY}=${value}`)).filter(
-    (cm) => cm.metadata.namespace === namespace,
+  // Only the blocking ConfigMaps of the namespace are kept, without their data, as the pages come
+  // (any tenant can label its ConfigMaps with the value, 1 MiB each, in any namespace).
+  const blocked = await kube.listConfigMaps(`${KAPP_APP_LABEL_KEY}=${value}`, (cm) =>
+    cm.metadata.namespace === namespace && !pkgrMayDelete(cm) ? { ...cm, data: {}, binaryData: {} } : undefined,
   );
-  const blocked = labelled.filter((cm) => !pkgrMayDelete(cm));
   if (blocked.length === 0) return undefined;
   return `kapp would delete ConfigMap ${named(blocked)}, labelled ${KAPP_APP_LABEL_KEY}=${value} as the app ${recordName}'s objects (a legacy app's, taken over from ${legacyApp}), which kapp-lambda-pkgr may not delete (only kapp's records): an admin must delete them, or the app record ConfigMap ${namespace}/${recordName} (kapp then deletes nothing: the app's Packages stay); the PackageRepository is deleted at the next retry`;
 }

@@ -137,9 +137,19 @@ export async function plantedKappRecord(
     }
   }
   if (present.length === 0) return undefined; // kapp makes a new record, with a new value
-  const others = (await kube.listConfigMaps(KAPP_IS_APP_LABEL_KEY)).filter(
-    (cm) => !(cm.metadata.namespace === namespace && names.includes(cm.metadata.name ?? '')),
-  );
+  // As the pages come, a record is kept only when it holds one of the values, and then as its
+  // name and the first of them it holds (in `present`'s order, so the first refusal below is the
+  // same): any tenant can label its ConfigMaps (1 MiB each) as app records, and the list spans
+  // the cluster.
+  const others = await kube.listConfigMaps(KAPP_IS_APP_LABEL_KEY, (cm) => {
+    if (cm.metadata.namespace === namespace && names.includes(cm.metadata.name ?? '')) return undefined;
+    const values = labelValuesOf(cm.data.spec);
+    const held = present.find((p) => values.includes(p.value))?.value;
+    if (held === undefined) return undefined;
+    const { name, namespace: ns, uid, resourceVersion } = cm.metadata;
+    const metadata = { name, uid, resourceVersion, ...(ns === undefined ? {} : { namespace: ns }) };
+    return { metadata, data: { spec: JSON.stringify({ labelValue: held }) }, binaryData: {} };
+  });
   for (const { name, value } of present) {
     const holder = others.find((cm: KubeConfigMap) => labelValuesOf(cm.data.spec).includes(value));
     if (holder) {

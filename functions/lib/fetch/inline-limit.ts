@@ -60,8 +60,9 @@ function overLimit(index: number, source: string, total: number, max: number): K
  * under the inline cap: first the `paths` of every inline entry are counted (no read), then each
  * `pathsFrom` object is read in `spec.fetch` and `pathsFrom` order and its content counted once
  * per reference (vendir writes it once per reference), then the credentials Secrets of the other
- * sources, uncounted. A missing object is absent from the lookup, as `readRefs` leaves it (the
- * planner then fails with the API server's not-found text).
+ * sources, counted apart under {@link referencedLimit} (the same size). A missing object is
+ * absent from the lookup, as `readRefs` leaves it (the planner then fails with the API server's
+ * not-found text).
  *
  * @param kube - reads one object at a time (never a List)
  * @param namespace - the App's namespace
@@ -72,7 +73,9 @@ function overLimit(index: number, source: string, total: number, max: number): K
  * @returns the lookup the planner reads
  * @throws KappControllerError `Fetching (<i>): inline paths brings the App's inline content to
  *   <n> bytes, over the limit of <max> bytes` (or `inline pathsFrom secret "<name>"` /
- *   `configmap "<name>"`) as soon as the total passes `maxBytes`; KubeApiError when a read fails.
+ *   `configmap "<name>"`) as soon as the total passes `maxBytes`; `Fetching: secret "<name>"
+ *   brings the App's referenced Secrets and ConfigMaps to ...` ({@link referencedLimit}) once the
+ *   credentials Secrets pass it; KubeApiError when a read fails.
  */
 export async function readRefsWithinLimit(
   kube: KubeReader,
@@ -122,6 +125,26 @@ export async function readRefsWithinLimit(
       }
     }
   }
-  for (const ref of refs) await read(ref);
+  // The credentials Secrets of the other sources, under the referenced cap (the fetch stage read
+  // them under it for the cache key; a retry reads them again, past that memo, and the tenant may
+  // have grown them meanwhile). An object an inline source names was counted above.
+  const counted = new Set(
+    inline.flatMap(({ c }) =>
+      (c.pathsFrom ?? []).map((src) =>
+        src.secretRef ? `Secret/${src.secretRef.name}` : `ConfigMap/${src.configMapRef?.name}`,
+      ),
+    ),
+  );
+  const referenced = referencedLimit('Fetching', maxBytes);
+  let credentials = 0;
+  for (const ref of refs) {
+    const bytes = await read(ref);
+    if (counted.has(`${ref.kind}/${ref.name}`)) continue;
+    counted.add(`${ref.kind}/${ref.name}`);
+    credentials += bytes;
+    if (credentials > maxBytes) {
+      throw referenced.overLimit(`${ref.kind.toLowerCase()} ${JSON.stringify(ref.name)}`, credentials, maxBytes);
+    }
+  }
   return { secret: (name) => secrets.get(name), configMap: (name) => configMaps.get(name) };
 }

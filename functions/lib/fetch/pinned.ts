@@ -155,14 +155,24 @@ export function pinnedFetchIdentity(
   return sha256Hex(canonicalJson({ v: 1, vendir: vendirVersion, parts, ...(configDigest ? { configDigest } : {}) }));
 }
 
-/** The Secret holding a fetch entry's credentials, if it names one. */
+/**
+ * The Secret holding a fetch entry's credentials, if it names one: that of the source vendir is
+ * given ({@link fetchSourceKind}'s order), so an entry naming two sources is counted, cached and
+ * fetched with the same Secret (`none` for an inline entry: its Secrets are its content).
+ */
 export function fetchSecretName(entry: AppFetch): string | undefined {
-  return (
-    entry.git?.secretRef?.name ??
-    entry.http?.secretRef?.name ??
-    entry.image?.secretRef?.name ??
-    entry.imgpkgBundle?.secretRef?.name ??
-    entry.helmChart?.repository?.secretRef?.name ??
-    undefined
-  );
+  switch (fetchSourceKind(entry)) {
+    case 'image':
+      return entry.image?.secretRef?.name || undefined;
+    case 'http':
+      return entry.http?.secretRef?.name || undefined;
+    case 'git':
+      return entry.git?.secretRef?.name || undefined;
+    case 'helmChart':
+      return entry.helmChart?.repository?.secretRef?.name || undefined;
+    case 'imgpkgBundle':
+      return entry.imgpkgBundle?.secretRef?.name || undefined;
+    default:
+      return undefined;
+  }
 }

@@ -159,11 +159,18 @@ export class FleetViewCache {
     if (memo && memo.at === at && now - memo.listedAt < RECEIPT_RELIST_MS) return memo.key;
     // Receipt ids sort by time (`<yyyymmdd-hhmmss-mmm>-<8 hex>`): the last key is the newest.
     const key = (await store.list(prefix).catch(() => [] as string[])).filter((k) => k.endsWith('.json')).at(-1);
-    this.#newest.delete(prefix);
     this.#newest.set(prefix, { at, listedAt: now, key });
-    if (this.#newest.size > FleetViewCache.MAX_RECEIPTS)
-      this.#newest.delete(this.#newest.keys().next().value as string);
     return key;
+  }
+
+  /**
+   * Forgets the listings of every prefix but `kept` (the PackageInstalls of the build that just
+   * ended): the listings kept are as many as the index's entries, which a build holds anyway. A
+   * fixed cap, evicting the oldest, missed every entry at each build once the fleet had more
+   * PackageInstalls than it (a build reads them in the same order), listing every one's receipts.
+   */
+  forgetListingsBut(kept: ReadonlySet<string>): void {
+    for (const prefix of this.#newest.keys()) if (!kept.has(prefix)) this.#newest.delete(prefix);
   }
 }
 
@@ -298,6 +305,7 @@ export async function buildFleetView(
       { concurrency: reads },
     )
   ).filter((i): i is FleetInstall => i !== undefined);
+  cache.forgetListingsBut(new Set(installs.map((i) => receiptPrefix(i))));
   const rollouts = (
     await pMap(
       rolloutKeys,

@@ -166,6 +166,18 @@ export function collectionPath(type: ResourceType, namespace?: string): string {
 }
 
 /**
+ * Whether `name` can name an object in a path (client-go's `IsValidPathSegmentName`): not `.` or
+ * `..`, no `/` or `%`. The API server reads `secrets/.` as the namespace's Secret list and
+ * `secrets/..` as the namespace, and decodes `%2F`: a tenant naming such a Secret would have the
+ * reads take the list (every Secret of the namespace, in one answer counted as an empty Secret by
+ * the referenced cap) or another object. No kind lets an object have such a name: reading one
+ * answers absent, without a request.
+ */
+export function isPathSegmentName(name: string): boolean {
+  return name !== '.' && name !== '..' && !/[/%]/.test(name);
+}
+
+/**
  * Path of one object, with an optional subresource (`status`, `token`). Pure.
  *
  * @throws TypeError for an unknown kind, or a namespaced kind without a namespace.
@@ -369,6 +381,7 @@ export class KubeApiClient implements KubeClient {
 
   /** {@inheritDoc KubeReader.getObject} */
   async getObject<T extends KubeObject = KubeObject>(ref: ResourceRef): Promise<T | undefined> {
+    if (!isPathSegmentName(ref.name)) return undefined;
     const object = await this.#get<T>(`getting ${describeRef(ref)}`, objectPath(ref));
     if (object) {
       object.apiVersion ??= ref.apiVersion;
@@ -379,6 +392,7 @@ export class KubeApiClient implements KubeClient {
 
   /** {@inheritDoc KubeReader.getSecret} */
   async getSecret(namespace: string, name: string): Promise<KubeSecret | undefined> {
+    if (!isPathSegmentName(name)) return undefined;
     const ref = { apiVersion: 'v1', kind: 'Secret', namespace, name };
     const raw = await this.#get<{ metadata: ObjectMeta; type?: string; data?: unknown }>(
       `getting ${describeRef(ref)}`,
@@ -390,6 +404,7 @@ export class KubeApiClient implements KubeClient {
 
   /** {@inheritDoc KubeReader.getConfigMap} */
   async getConfigMap(namespace: string, name: string): Promise<KubeConfigMap | undefined> {
+    if (!isPathSegmentName(name)) return undefined;
     const ref = { apiVersion: 'v1', kind: 'ConfigMap', namespace, name };
     const raw = await this.#get<{
       metadata: ObjectMeta;
@@ -405,7 +420,10 @@ export class KubeApiClient implements KubeClient {
   }
 
   /** {@inheritDoc ConfigMapLister.listConfigMaps} */
-  async listConfigMaps(labelSelector: string): Promise<KubeConfigMap[]> {
+  async listConfigMaps(
+    labelSelector: string,
+    keep: (cm: KubeConfigMap) => KubeConfigMap | undefined = (cm) => cm,
+  ): Promise<KubeConfigMap[]> {
     const out: KubeConfigMap[] = [];
     let next: string | undefined;
     do {
@@ -420,7 +438,12 @@ export class KubeApiClient implements KubeClient {
         metadata?: { continue?: string };
       };
       for (const raw of body.items ?? []) {
-        out.push({ metadata: raw.metadata, data: { ...(raw.data ?? {}) }, binaryData: decodeMap(raw.binaryData) });
+        const kept = keep({
+          metadata: raw.metadata,
+          data: { ...(raw.data ?? {}) },
+          binaryData: decodeMap(raw.binaryData),
+        });
+        if (kept) out.push(kept);
       }
       next = body.metadata?.continue || undefined;
     } while (next);

@@ -237,9 +237,15 @@ export interface ConfigMapLister {
   /**
    * Every ConfigMap of every namespace matching `labelSelector` (all pages, 50 a page).
    *
+   * @param keep - when given, each ConfigMap as its page brings it goes through it and only what
+   *   it returns is held (`undefined`: dropped): any tenant can label its ConfigMaps (up to 1 MiB
+   *   each) as the list selects, so a caller that needs a little of each holds only that.
    * @throws KubeApiError on any API failure (403 included).
    */
-  listConfigMaps(labelSelector: string): Promise<KubeConfigMap[]>;
+  listConfigMaps(
+    labelSelector: string,
+    keep?: (cm: KubeConfigMap) => KubeConfigMap | undefined,
+  ): Promise<KubeConfigMap[]>;
 }
 
 /** Preconditions of a status write: the object read before computing the new status. */

@@ -20,10 +20,11 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import pMap from 'p-map';
 import * as z from 'zod';
 import { lazily } from '../api/lazy.js';
 import type { Logger } from '../log.js';
-import type { ObjectStore } from '../store/port.js';
+import { type ObjectStore, ObjectTooLargeError } from '../store/port.js';
 import { AWS_PRICES_USD, STAGE_MEMORY_MIB } from './prices.js';
 
 /** First segment of every receipt key (the bucket's lifecycle rule for receipts). */
@@ -34,6 +35,15 @@ export const RECEIPTS_KEPT = 20;
 export const MAX_RECEIPT_ERROR_CHARS = 512;
 /** Most tool runs recorded per stage of one reconcile. */
 export const MAX_TOOL_RUNS_PER_STAGE = 64;
+/**
+ * Most bytes a receipt is read with (64 KiB; a real one is a few KiB, at most about 20 with every
+ * tool run of every stage). A tenant's runs may write its cluster's receipts (cloud mode): one
+ * larger is not read (it is no receipt), so a planted 500 MB one costs no shared function (the
+ * install function's rollback lists them, the fleet page reads the newest) its memory.
+ */
+export const MAX_RECEIPT_BYTES = 64 * 1024;
+/** Most receipts {@link listReceipts} reads at once. */
+const RECEIPT_READS = 16;
 
 /** Matches a receipt id. */
 export const RECEIPT_ID_PATTERN = /^\d{8}-\d{6}-\d{3}-[0-9a-f]{8}$/;
@@ -313,11 +323,16 @@ function isReceiptKey(owner: ReceiptOwner, key: string): boolean {
 
 /**
  * Reads one receipt of the App.
- * @returns the receipt, or `undefined` when there is none with that id (or it is not a receipt of this App).
+ * @returns the receipt, or `undefined` when there is none with that id (or it is not a receipt of
+ *   this App, or is over {@link MAX_RECEIPT_BYTES}).
  * @throws TypeError for an invalid id; StoreError on store failures.
  */
 export async function readReceipt(store: ObjectStore, owner: ReceiptOwner, id: string): Promise<Receipt | undefined> {
-  const body = await store.get(receiptKey(owner, id));
+  const key = receiptKey(owner, id);
+  const body = await store.get(key, { maxBytes: MAX_RECEIPT_BYTES }).catch((err: unknown) => {
+    if (err instanceof ObjectTooLargeError) return undefined;
+    throw err;
+  });
   if (!body) return undefined;
   const parsed = receiptSchema().safeParse(JSON.parse(body.toString('utf8')));
   if (!parsed.success) return undefined;
@@ -327,14 +342,17 @@ export async function readReceipt(store: ObjectStore, owner: ReceiptOwner, id: s
 
 /**
  * The App's receipts, oldest first (at most the 1000 the first page lists; {@link keepReceipt}
- * keeps {@link RECEIPTS_KEPT}). Unreadable documents are skipped.
+ * keeps {@link RECEIPTS_KEPT}), {@link RECEIPT_READS} read at once. Unreadable documents, and
+ * ones over {@link MAX_RECEIPT_BYTES}, are skipped.
  * @throws StoreError on store failures.
  */
 export async function listReceipts(store: ObjectStore, owner: ReceiptOwner): Promise<Receipt[]> {
   const keys = (await store.list(receiptPrefix(owner))).filter((k) => isReceiptKey(owner, k));
   const prefix = receiptPrefix(owner);
-  const out = await Promise.all(
-    keys.map((k) => readReceipt(store, owner, k.slice(prefix.length, -'.json'.length)).catch(() => undefined)),
+  const out = await pMap(
+    keys,
+    (k) => readReceipt(store, owner, k.slice(prefix.length, -'.json'.length)).catch(() => undefined),
+    { concurrency: RECEIPT_READS },
   );
   return out.filter((r): r is Receipt => r !== undefined);
 }

@@ -169,13 +169,20 @@ export class FakeCluster implements DeployView, InstallView {
     return structuredClone(this.configMaps.get(`${namespace}/${name}`));
   }
 
-  /** The ConfigMaps of every namespace whose labels match `key` (present) or `key=value`, comma-joined. */
-  async listConfigMaps(labelSelector: string): Promise<KubeConfigMap[]> {
+  /**
+   * The ConfigMaps of every namespace whose labels match `key` (present) or `key=value`,
+   * comma-joined, each through `keep` as the API client passes them.
+   */
+  async listConfigMaps(
+    labelSelector: string,
+    keep: (cm: KubeConfigMap) => KubeConfigMap | undefined = (cm) => cm,
+  ): Promise<KubeConfigMap[]> {
     this.calls.push(['listConfigMaps', labelSelector]);
     const terms = labelSelector.split(',').map((t) => t.split('=') as [string, string?]);
     const match = (labels: Record<string, string> = {}) =>
       terms.every(([key, value]) => Object.hasOwn(labels, key) && (value === undefined || labels[key] === value));
-    return structuredClone([...this.configMaps.values()].filter((cm) => match(cm.metadata.labels)));
+    const listed = structuredClone([...this.configMaps.values()].filter((cm) => match(cm.metadata.labels)));
+    return listed.flatMap((cm) => keep(cm) ?? []);
   }
 
   async getNamespace(name: string): Promise<KubeNamespace | undefined> {

@@ -10,6 +10,7 @@
  */
 
 import type { ObjectRef } from '../../../../events/schema.js';
+import { PRIVATE_TEMPLATE_KEY_PATTERN, TEMPLATE_KEY_PATTERN } from '../../artifact/keys.js';
 import type { KubeObject } from '../../kube/port.js';
 import { readReceipt } from '../../receipt/receipt.js';
 import { KappControllerError, resultFromError } from '../../reconcile/result.js';
@@ -27,6 +28,11 @@ function storedReceipt(store: ObjectStore, ref: ObjectRef, id: string) {
     if (err instanceof TypeError) return undefined;
     throw err;
   });
+}
+
+/** A shared or sealed rendered manifest's key: the only keys a deploy event may name. */
+function isRenderedManifestKey(key: string): boolean {
+  return TEMPLATE_KEY_PATTERN.test(key) || PRIVATE_TEMPLATE_KEY_PATTERN.test(key);
 }
 
 /** Prefix of a rollback's own failure (no receipt, no render). */
@@ -47,7 +53,11 @@ export async function runRollback(
   latest?: import('../../kube/port.js').KubeObject,
 ): Promise<StageOutput> {
   const receipt = await infraStep('reading the receipt', () => storedReceipt(deps.store, ctx.ref, receiptId));
-  const manifestKey = receipt?.inputs.render?.key;
+  const rendered = receipt?.inputs.render?.key;
+  // A receipt is the App's cluster's to write (a tenant's run may plant one): a key that is no
+  // rendered manifest (any object of the bucket) is refused here, as the deploy event's schema
+  // would refuse it by throwing, run after run.
+  const manifestKey = rendered && isRenderedManifestKey(rendered) ? rendered : undefined;
   const present = manifestKey ? await infraStep('reading the receipt', () => deps.store.head(manifestKey)) : undefined;
   if (receipt && manifestKey && present) {
     const trail = trailWith(deps, undefined, 'fetch', { rollbackOf: receipt.id });
@@ -75,9 +85,11 @@ export async function runRollback(
   if (opened.stop) return {};
   const why = !receipt
     ? `receipt "${receiptId}" of this App not found`
-    : !manifestKey
+    : !rendered
       ? `receipt "${receiptId}" has no rendered manifest (its reconcile failed before the render)`
-      : `the rendered manifest of receipt "${receiptId}" is no longer stored`;
+      : !manifestKey
+        ? `receipt "${receiptId}" names no rendered manifest`
+        : `the rendered manifest of receipt "${receiptId}" is no longer stored`;
   await closeStage(opened.frame, {
     parts: {},
     result: resultFromError(new KappControllerError(why), ROLLBACK_ERROR_PREFIX),

@@ -9,6 +9,7 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { ROLLBACK_GENERATION_ANNOTATION, ROLLBACK_TO_ANNOTATION } from '../../api/constants.js';
+import { TEMPLATE_KEY_PATTERN } from '../../artifact/keys.js';
 import { PRIVATE_PREFIX } from '../../artifact/sealed.js';
 import type { RawApp } from '../../packaging/app-from-package.js';
 import { listReceipts, type Receipt } from '../../receipt/receipt.js';
@@ -32,6 +33,10 @@ export async function rollbackReceipt(
   const receipts = await listReceipts(store, owner);
   for (const r of [...receipts].reverse()) {
     if (r.outcome !== 'succeeded' || !r.inputs.render || r.generation > appGeneration) continue;
+    // A receipt is its cluster's to write (a tenant's run may plant one): a render key that is no
+    // shared manifest's nor sealed is no render (the App's rollback run would refuse it).
+    const key = r.inputs.render.key;
+    if (!TEMPLATE_KEY_PATTERN.test(key) && !key.startsWith(PRIVATE_PREFIX)) continue;
     // A sealed render is its cluster's (`private/<tag>/`), which a dispatched install run's session
     // cannot read: taken as there. The App's fetch stage checks it again (`../app/rollback.ts`) and
     // renders the old version anew when it is gone.
