@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { FleetInstall, FleetView } from '../functions/lib/fleet/view.js';
+import { type FleetInstall, type FleetView, MAX_INSTALLS_PER_CLUSTER } from '../functions/lib/fleet/view.js';
 import { formatTable } from './cli.js';
 
 /** What the page calls an install's health: `failed`, `unhealthy`, `reconciling`, `healthy` or `unknown`. */
@@ -56,6 +56,9 @@ export function formatFleetStatus(view: FleetView, now = Date.parse(view.generat
     rollouts.length ? '\n' : '',
     formatTable(['CLUSTER', 'PACKAGEINSTALL', 'PACKAGE', 'VERSION', 'HEALTH', 'WAVE', 'LAST RECONCILE'], rows),
     idle.length ? `\nclusters without a PackageInstall: ${idle.join(', ')}\n` : '',
+    view.truncated?.length
+      ? `\nclusters with more than ${MAX_INSTALLS_PER_CLUSTER} PackageInstalls, the first ${MAX_INSTALLS_PER_CLUSTER} shown: ${view.truncated.join(', ')}\n`
+      : '',
     // A store read from outside a runtime knows a cluster by its PackageInstalls only.
     view.clusters.length === 0
       ? '\nno PackageInstall has reported yet: a cluster shows here once a PackageInstall of it has reconciled\n'

@@ -12,6 +12,7 @@ import {
   FLEET_INDEX_PREFIX,
   FleetViewCache,
   FleetViewSource,
+  MAX_INSTALLS_PER_CLUSTER,
   RECEIPT_RELIST_MS,
   ROLLOUTS_PREFIX,
 } from '../../functions/lib/fleet/view.js';
@@ -185,7 +186,8 @@ describe('buildFleetView', () => {
     const store = new MemoryStore();
     const n = FleetViewCache.MAX_RECEIPTS + 1;
     const entry = JSON.stringify({ refName: 'r', reconcile: 'succeeded', at: '2026-12-07T10:00:00Z' });
-    for (let i = 0; i < n; i++) await store.put(`${FLEET_INDEX_PREFIX}c/ns/pi-${i}.json`, entry);
+    // Over four clusters: one cluster is read up to MAX_INSTALLS_PER_CLUSTER entries.
+    for (let i = 0; i < n; i++) await store.put(`${FLEET_INDEX_PREFIX}c${i % 4}/ns/pi-${i}.json`, entry);
     let receiptLists = 0;
     const counting = Object.assign(Object.create(store) as MemoryStore, {
       list: (prefix: string, opts?: Parameters<MemoryStore['list']>[1]) => {
@@ -234,6 +236,32 @@ describe('buildFleetView', () => {
     expect(most).toBeLessThanOrEqual(4 + 2);
     expect(most).toBeGreaterThan(1);
   });
+});
+
+describe('a cluster with too many index entries', () => {
+  it('reads at most MAX_INSTALLS_PER_CLUSTER of its entries, marks it, and leaves the other clusters whole', async () => {
+    const store = await fleetStore();
+    const entry = JSON.stringify({ refName: 'r', reconcile: 'succeeded', at: '2026-12-07T10:00:00Z' });
+    for (let i = 0; i < MAX_INSTALLS_PER_CLUSTER + 3; i++) {
+      await store.put(`${FLEET_INDEX_PREFIX}noisy/ns/pi-${String(i).padStart(5, '0')}.json`, entry);
+    }
+    const gets: string[] = [];
+    const counting = Object.assign(Object.create(store) as MemoryStore, {
+      get: (key: string, opts?: Parameters<MemoryStore['get']>[1]) => {
+        gets.push(key);
+        return store.get(key, opts);
+      },
+    });
+    const view = await buildFleetView(counting, { now: () => NOW });
+    expect(view.installs.filter((i) => i.clusterId === 'noisy')).toHaveLength(MAX_INSTALLS_PER_CLUSTER);
+    expect(gets.filter((k) => k.startsWith(`${FLEET_INDEX_PREFIX}noisy/`))).toHaveLength(MAX_INSTALLS_PER_CLUSTER);
+    expect(view.truncated).toEqual(['noisy']);
+    expect(view.installs.filter((i) => i.clusterId === 'kind-a')).toHaveLength(1);
+    expect(formatFleetStatus(view)).toContain(
+      `clusters with more than ${MAX_INSTALLS_PER_CLUSTER} PackageInstalls, the first ${MAX_INSTALLS_PER_CLUSTER} shown: noisy`,
+    );
+    expect((await buildFleetView(await fleetStore(), { now: () => NOW })).truncated).toBeUndefined();
+  }, 60_000);
 });
 
 describe('FleetViewSource', () => {

@@ -107,7 +107,20 @@ export interface FleetView {
   installs: FleetInstall[];
   /** Sorted by policy, refName. */
   rollouts: FleetRollout[];
+  /**
+   * Clusters with more index entries than {@link MAX_INSTALLS_PER_CLUSTER}: only that many of
+   * theirs are shown (the first by key). Absent when none.
+   */
+  truncated?: string[];
 }
+
+/**
+ * Most index entries of one cluster a view reads (5,000; a cluster runs tens of PackageInstalls,
+ * rarely hundreds). In the cloud mode a cluster's runs write its own `state/fleet/<cluster>/`, so
+ * a tenant could plant millions: each build would read them all, slowing every open page of the
+ * fleet and billing the reads. The rest are listed, not read, and the cluster is marked.
+ */
+export const MAX_INSTALLS_PER_CLUSTER = 5000;
 
 /**
  * How long a PackageInstall's receipt listing is reused while its index entry is unchanged, ms
@@ -292,9 +305,19 @@ export async function buildFleetView(
     listAll(store, ROLLOUTS_PREFIX),
   ]);
   const reads = opts.reads ?? FLEET_VIEW_READS;
+  const perCluster = new Map<string, number>();
+  const truncated = new Set<string>();
+  const kept = indexKeys.filter((key) => {
+    const cluster = key.slice(FLEET_INDEX_PREFIX.length).split('/')[0] as string;
+    const n = (perCluster.get(cluster) ?? 0) + 1;
+    perCluster.set(cluster, n);
+    if (n <= MAX_INSTALLS_PER_CLUSTER) return true;
+    truncated.add(cluster);
+    return false;
+  });
   const installs = (
     await pMap(
-      indexKeys,
+      kept,
       async (key) => {
         const doc = await readJson(store, key);
         const install = doc && installOf(key, doc);
@@ -322,7 +345,13 @@ export async function buildFleetView(
   );
   rollouts.sort((a, b) => byName(a.policy, b.policy) || byName(a.refName, b.refName));
   const clusters = [...new Set([...(opts.clusters ?? []), ...installs.map((i) => i.clusterId)])].sort(byName);
-  return { generatedAt: new Date(now).toISOString(), clusters, installs, rollouts };
+  return {
+    generatedAt: new Date(now).toISOString(),
+    clusters,
+    installs,
+    rollouts,
+    ...(truncated.size > 0 ? { truncated: [...truncated].sort(byName) } : {}),
+  };
 }
 
 /**
