@@ -1,26 +1,11 @@
-/**
- * `npm run fleet -- serve` (issue 28 item 5): the fleet page and `GET /api/fleet` of any store,
- * a local directory or the cloud fleet's bucket, from an operator's machine, with the same code
- * `npm start` serves them with (`startMetricsServer` without metrics, `fleetResponse` of
- * `functions/lib/fleet/http.ts`). Read-only: the store is wrapped by `readOnlyStore`, so nothing
- * it runs can write.
- *
- * Listens on loopback by default ({@link DEFAULT_FLEET_SERVE_ADDRESS}); another address is taken
- * only from an explicit `--listen` (no variable sets it, so none is inherited by accident), with a
- * warning: the page has no authentication and shows every cluster id, PackageInstall, version
- * and rollout cause of the fleet.
- *
- * @module
- */
-import { stat } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { type MetricsServer, parseListenAddress, startMetricsServer } from '../functions/embedded/metrics-server.js';
 import { buildFleetView, FleetViewSource } from '../functions/lib/fleet/view.js';
-import { parseRegistryLocation } from '../functions/lib/kube/cluster-doc.js';
 import { errorText } from '../functions/lib/log.js';
 import type { ObjectStore } from '../functions/lib/store/port.js';
 import { readOnlyStore } from '../functions/lib/store/read-only.js';
 import { errorHint } from './cli.js';
+import { storeDirMissing } from './receipts.js';
 
 /** Where `fleet serve` listens without `--listen`: loopback, beside `npm start`'s 8080. */
 export const DEFAULT_FLEET_SERVE_ADDRESS = '127.0.0.1:8090';
@@ -50,11 +35,7 @@ function withCause(err: unknown): string {
  * @throws FleetServeError naming the location and the cause.
  */
 export async function checkFleetStore(location: string, store: ObjectStore): Promise<void> {
-  const loc = parseRegistryLocation(location);
-  if (loc.kind === 'dir') {
-    const st = await stat(loc.root).catch(() => undefined);
-    if (!st?.isDirectory()) throw new FleetServeError(`--store ${location}: no such directory`);
-  }
+  if (await storeDirMissing(location)) throw new FleetServeError(`--store ${location}: no such directory`);
   try {
     await buildFleetView(store);
   } catch (err) {

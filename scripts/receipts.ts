@@ -48,6 +48,7 @@ import {
   usageFailure,
 } from './cli.js';
 import { registryStore } from './cluster-registry.js';
+import { kubeSourceOf } from './start-settings.js';
 
 /** Where the fleet CLIs' store is when `--store` is absent ({@link defaultStoreLocation}), for their help. */
 export const STORE_DEFAULT_HELP =
@@ -79,23 +80,6 @@ export async function storeDirMissing(location: string): Promise<boolean> {
 /** The line a fleet CLI prints for a {@link storeDirMissing} store (`cli` its name, e.g. `fleet`). */
 export function missingStoreLine(cli: string, location: string): string {
   return `${cli}: --store ${location}: no such directory (no runtime has written it: npm start keeps its store there; the demo removes its own when it ends)\n`;
-}
-
-/**
- * The kubeconfig file kubectl would read: `--kubeconfig`, else the first of `$KUBECONFIG`, else
- * `~/.kube/config`; `undefined` when none exists. client-node's `loadFromDefault` falls back to a
- * made-up `loaded-context` on `http://localhost:8080` instead, whose errors name neither.
- */
-export function kubeconfigFile(
-  flag: string | undefined,
-  env: NodeJS.ProcessEnv,
-  exists: (file: string) => boolean = existsSync,
-  home: string = homedir(),
-): string | undefined {
-  if (flag) return flag;
-  const fromEnv = (env.KUBECONFIG ?? '').split(path.delimiter).filter(Boolean);
-  const candidates = fromEnv.length > 0 ? fromEnv : [path.join(home, '.kube', 'config')];
-  return candidates.find((f) => exists(f));
 }
 
 /** Short form of a sha256 hex (its first 12 characters), `-` when absent. */
@@ -194,14 +178,16 @@ export interface ReceiptsIo {
 export const REAL_IO: ReceiptsIo = {
   store: (location) => registryStore(location),
   kube: (kubeconfig, context) => {
-    const file = kubeconfigFile(kubeconfig, process.env);
-    if (!file) {
+    // `npm start`'s choice (controller-runtime's order): with none, client-node's loadFromDefault
+    // would make up a `loaded-context` on http://localhost:8080, whose errors name neither.
+    if (!kubeconfig && kubeSourceOf(process.env, homedir(), existsSync).kind === 'local') {
       throw new Error(
         'no kubeconfig: pass --kubeconfig <file> (npm start prints its path) or set KUBECONFIG; list --cluster <id> reads the store without one',
       );
     }
     const kc = new KubeConfig();
-    kc.loadFromFile(file);
+    if (kubeconfig) kc.loadFromFile(kubeconfig);
+    else kc.loadFromDefault();
     if (context) kc.setCurrentContext(context);
     return { rest: kc.makeApiClient(ClientNodeRestTransport), context: kc.getCurrentContext() };
   },

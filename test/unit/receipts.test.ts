@@ -1,10 +1,3 @@
-/**
- * Reconcile receipts (`functions/lib/receipt/`), the pipeline's receipt and rollback glue
- * (`functions/lib/pipeline/app/receipts.ts`), the forwarder's App change key for the rollback
- * annotations, and the `npm run receipts` command (`scripts/receipts.ts`) over a memory store and
- * a fake API server (the port boundaries).
- */
-import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { appRollbackChangeKey } from '../../events/forwarder/kinds.js';
@@ -39,7 +32,7 @@ import {
   receiptSchema,
 } from '../../functions/lib/receipt/receipt.js';
 import { MemoryStore } from '../../functions/lib/store/memory.js';
-import { formatReceipts, kubeconfigFile, main, type ReceiptsIo, rollbackPatch } from '../../scripts/receipts.js';
+import { formatReceipts, main, type ReceiptsIo, rollbackPatch } from '../../scripts/receipts.js';
 
 const OWNER = { clusterId: 'home', namespace: 'team-a', name: 'web' };
 const RENDER = templateArtifactKey('b'.repeat(64));
@@ -363,20 +356,6 @@ describe('npm run receipts', () => {
       'receipts: --store file:///nowhere: no such directory (no runtime has written it: npm start keeps its store there; the demo removes its own when it ends)\n',
     ]);
     expect(t.sent).toEqual([]);
-  });
-
-  it('finds the kubeconfig kubectl would read, or none (never a made-up loaded-context)', () => {
-    const have =
-      (...files: string[]) =>
-      (f: string) =>
-        files.includes(f);
-    expect(kubeconfigFile('/k/flag', { KUBECONFIG: '/k/env' }, have())).toBe('/k/flag');
-    expect(kubeconfigFile(undefined, { KUBECONFIG: `/k/a${path.delimiter}/k/b` }, have('/k/b'))).toBe('/k/b');
-    expect(kubeconfigFile(undefined, {}, have('/home/u/.kube/config'), '/home/u')).toBe('/home/u/.kube/config');
-    expect(kubeconfigFile(undefined, { KUBECONFIG: '/k/gone' }, have('/home/u/.kube/config'), '/home/u')).toBe(
-      undefined,
-    );
-    expect(kubeconfigFile(undefined, {}, have(), '/home/u')).toBe(undefined);
   });
 
   it('list prints a table of the App receipts, newest first, in the default cluster of the kubeconfig', async () => {

@@ -43,6 +43,15 @@ const OTHER_POLICY = twoWavePolicy(OTHER, 'zz-other', 'beta');
 /** The poke gamma is owed once OTHER's wave rest is released. */
 const GAMMA_RELEASED = `gamma/PackageInstall/ns/inst rollout: zz-other/${OTHER} wave rest released (3.0.0)`;
 
+/** POLICY with wave rest released (`restReleased`), alpha at the target: the re-poke and M3 cases start here. */
+async function restReleasedStore(): Promise<MemoryStore> {
+  const store = new MemoryStore();
+  await putPolicy(store, POLICY);
+  await casRollout(store, 'default', REF, () => restReleased(POLICY));
+  await putEntry(store, entry('alpha', '2.0.0'));
+  return store;
+}
+
 /**
  * REF (policy `default`): canary done, rest released, `zeta` (as `zetaEntry` says) a member of
  * rest. OTHER (policy `zz-other`, evaluated after `default`): beta healthy at the target in wave
@@ -273,10 +282,7 @@ describe('M2: the version a rollout starts from', () => {
 
 describe('the check`s re-pokes of a released wave', () => {
   it('reach members that have not run since the release, within RE_POKE_WINDOW_MS of it only', async () => {
-    const store = new MemoryStore();
-    await putPolicy(store, POLICY);
-    await casRollout(store, 'default', REF, () => restReleased(POLICY));
-    await putEntry(store, entry('alpha', '2.0.0'));
+    const store = await restReleasedStore();
     // beta has not run since the release (its entry is from T0); gamma ran after it, still at 1.0.0.
     await putEntry(store, entry('beta', '1.0.0'));
     await putEntry(store, entry('gamma', '1.0.0', 'inst', { at: new Date(T0.getTime() + 1000).toISOString() }));
@@ -291,10 +297,7 @@ describe('the check`s re-pokes of a released wave', () => {
 
 describe('M3: a cluster id with a slash', () => {
   it('alpha`s entry naming cluster `alpha/x` (key state/fleet/alpha/x/…) is no member of wave rest', async () => {
-    const store = new MemoryStore();
-    await putPolicy(store, POLICY);
-    await casRollout(store, 'default', REF, () => restReleased(POLICY));
-    await putEntry(store, entry('alpha', '2.0.0'));
+    const store = await restReleasedStore();
     await putEntry(store, entry('beta', '2.0.0'));
     await putEntry(store, entry('alpha/x', '2.0.0', 'inst', { reconcile: 'failed', lastAttemptedVersion: '2.0.0' }));
     await coordinatorOver(store).coordinator.check();

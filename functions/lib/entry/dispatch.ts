@@ -317,11 +317,6 @@ function wireKeys(keys: { tag: string; encKey: Buffer; macKey: Buffer }): WireCl
   return { tag: keys.tag, encKey: keys.encKey.toString('base64'), macKey: keys.macKey.toString('base64') };
 }
 
-/** Runs `work` over `items`, at most `concurrency` at once (p-map); resolves when all settled (`work` must not throw). */
-async function pooled<T>(items: readonly T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
-  await pMap(items, work, { concurrency: Math.max(1, concurrency) });
-}
-
 /**
  * Whom the source poll is run for, sorted. `fleet` sharing: the clusters with members in the
  * fleet's source poll records (`cache/source-poll/sha256/*.json`,
@@ -339,20 +334,24 @@ export async function sourcePollClusters(
   if (sharing === 'cluster') return await new StorePollMembers(store).list();
   const keys = await listAll(store, SOURCE_POLL_RECORDS_PREFIX);
   const clusters = new Set<string>();
-  await pooled(keys, POLL_INVOKE_CONCURRENCY, async (key) => {
-    const body = await store.get(key);
-    let members: unknown;
-    try {
-      members = (JSON.parse(body?.toString('utf8') ?? 'null') as { members?: unknown } | null)?.members;
-    } catch {
-      return;
-    }
-    if (!Array.isArray(members)) return;
-    for (const m of members) {
-      const cluster = (m as { cluster?: unknown } | null)?.cluster;
-      if (typeof cluster === 'string' && CLUSTER_ID_PATTERN.test(cluster)) clusters.add(cluster);
-    }
-  });
+  await pMap(
+    keys,
+    async (key) => {
+      const body = await store.get(key);
+      let members: unknown;
+      try {
+        members = (JSON.parse(body?.toString('utf8') ?? 'null') as { members?: unknown } | null)?.members;
+      } catch {
+        return;
+      }
+      if (!Array.isArray(members)) return;
+      for (const m of members) {
+        const cluster = (m as { cluster?: unknown } | null)?.cluster;
+        if (typeof cluster === 'string' && CLUSTER_ID_PATTERN.test(cluster)) clusters.add(cluster);
+      }
+    },
+    { concurrency: POLL_INVOKE_CONCURRENCY },
+  );
   return [...clusters].sort();
 }
 
@@ -548,20 +547,25 @@ export function makeDispatcher(
     const clusters = await deps.pollClusters();
     let failed = 0;
     let dropped = 0;
-    await pooled(clusters, POLL_INVOKE_CONCURRENCY, async (clusterId) => {
-      const clog = log.child({ stage, clusterId });
-      if (deps.pollMembers && deps.registered && !(await deps.registered(clusterId).catch(() => true))) {
-        await deps.pollMembers.set(clusterId, false).then(
-          () => {
-            dropped += 1;
-            clog.info({}, 'cluster no longer registered: its source poll membership is dropped');
-          },
-          (err: unknown) => clog.warn({ error: errorText(err) }, 'could not drop the membership of a removed cluster'),
-        );
-        return;
-      }
-      if (!(await invokeCluster(clusterId, [], clog, true)).answered) failed += 1;
-    });
+    await pMap(
+      clusters,
+      async (clusterId) => {
+        const clog = log.child({ stage, clusterId });
+        if (deps.pollMembers && deps.registered && !(await deps.registered(clusterId).catch(() => true))) {
+          await deps.pollMembers.set(clusterId, false).then(
+            () => {
+              dropped += 1;
+              clog.info({}, 'cluster no longer registered: its source poll membership is dropped');
+            },
+            (err: unknown) =>
+              clog.warn({ error: errorText(err) }, 'could not drop the membership of a removed cluster'),
+          );
+          return;
+        }
+        if (!(await invokeCluster(clusterId, [], clog, true)).answered) failed += 1;
+      },
+      { concurrency: POLL_INVOKE_CONCURRENCY },
+    );
     log.info({ stage, clusters: clusters.length, failed, dropped }, 'source poll run in each member cluster');
   };
 

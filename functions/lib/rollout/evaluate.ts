@@ -98,6 +98,8 @@ export function startsRollout(current: RolloutRecord | undefined, version: strin
  * The highest version the PackageInstall may select: `undefined` (no cap) when the rollout is
  * completed or the cluster is in no wave; the target (or the current version, if higher) once
  * its wave is released; otherwise its current version, or the rollout's `from` when it has none.
+ * A wave index the record does not have (the policy's waves changed since the rollout started)
+ * is a wave not yet released.
  */
 export function capFor(record: RolloutRecord, wave: number | undefined, current: string | undefined) {
   if (wave === undefined || record.status === 'completed') return undefined;

@@ -130,8 +130,7 @@ export async function rolloutGate(
   // without a cap it would take any version, the one a stopped rollout failed on included.
   const unknownWave = wave === undefined && waveOf(policy, clusterId) !== undefined;
   const cap =
-    rollback?.version ??
-    (failedHere ? current : unknownWave ? heldCap(record, current) : capFor(record, wave, current));
+    rollback?.version ?? (failedHere ? current : capFor(record, unknownWave ? record.waves.length : wave, current));
   return {
     policy,
     refName,
@@ -141,11 +140,6 @@ export async function rolloutGate(
     callbacks: cap === undefined ? [] : [capCheck(cap)],
     ...(rollback ? { rollback } : {}),
   };
-}
-
-/** The cap of a cluster in no wave of `record` that its policy gates: `capFor` of a wave not yet released. */
-function heldCap(record: RolloutRecord, current: string | undefined): string | undefined {
-  return record.status === 'completed' ? undefined : (current ?? record.from);
 }
 
 /** The version callback of a cap: versions at or below `cap` pass. */
